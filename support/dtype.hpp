@@ -1,0 +1,34 @@
+#pragma once
+// Element types that cross the artifact boundary, and scalar conversions (round to nearest even).
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace telos {
+
+enum class DType { BF16, F16, F32, I32 };
+
+std::string_view dtype_name(DType t);          // "bf16", "f16", "f32", "i32"
+bool parse_dtype(std::string_view s, DType* out);  // accepts the names above
+std::size_t dtype_size(DType t);
+
+inline float bf16_to_f32(std::uint16_t h) {
+  std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline std::uint16_t f32_to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+float f16_to_f32(std::uint16_t h);
+std::uint16_t f32_to_f16(float f);
+
+}  // namespace telos

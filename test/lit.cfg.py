@@ -1,0 +1,32 @@
+# lit configuration shared by every suite under test/. Substitutions:
+#   %telosc, %telos-run     the built tools
+#   %src                    the repository root (models/, test/fixtures/)
+#   FileCheck, not          LLVM's FileCheck and a negating wrapper
+import os
+import shutil
+import sys
+
+import lit.formats
+
+site = lit_config.params.get("telos_site_config")
+if site is None:
+    lit_config.fatal("run through ctest: --param telos_site_config=BUILD/test/lit.site.cfg.py")
+exec(open(site).read())
+
+config.name = "telos"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".test", ".json"]
+config.excludes = ["Inputs", "CMakeLists.txt"]
+config.test_source_root = os.path.dirname(__file__)
+
+bin_dir = os.path.join(config.telos_build_root, "bin")
+config.substitutions.append(("%telosc", os.path.join(bin_dir, "telosc")))
+config.substitutions.append(("%telos-run", os.path.join(bin_dir, "telos-run")))
+config.substitutions.append(("%src", config.telos_src_root))
+config.substitutions.append(("%python", sys.executable))
+config.substitutions.append(("FileCheck", config.telos_filecheck))
+not_tool = shutil.which("not", path="/usr/lib/llvm-14/bin")
+if not_tool:
+    config.substitutions.append(("not ", not_tool + " "))
+config.environment["PATH"] = os.pathsep.join([bin_dir, config.environment.get("PATH", "")])
+config.environment["CUDA_HOME"] = config.telos_cuda_root

@@ -1,0 +1,79 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "support/checksum.hpp"
+#include "support/dtype.hpp"
+#include "support/error.hpp"
+#include "support/mapped_file.hpp"
+
+using namespace telos;
+
+TEST(Xxh64, PublishedVectors) {
+  // Reference values of the xxHash specification's XXH64 with seed 0.
+  EXPECT_EQ(xxh64("", 0), 0xEF46DB3751D8E999ull);
+  EXPECT_EQ(xxh64("a", 1), 0xD24EC4F1A98C6E5Bull);
+  EXPECT_EQ(xxh64("abc", 3), 0x44BC2CF5AD770999ull);
+}
+
+TEST(Xxh64, StreamingEqualsOneShot) {
+  std::vector<unsigned char> data(1000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 131 + 7);
+  const auto whole = xxh64(data.data(), data.size());
+  for (size_t split : {0u, 1u, 31u, 32u, 33u, 500u, 999u}) {
+    Xxh64 h;
+    h.update(data.data(), split);
+    h.update(data.data() + split, data.size() - split);
+    EXPECT_EQ(h.digest(), whole) << "split at " << split;
+  }
+  EXPECT_EQ(checksum_string(0x0123456789abcdefull), "xxh64:0123456789abcdef");
+}
+
+TEST(DType, Bf16RoundTripAndRounding) {
+  for (float f : {0.0f, 1.0f, -2.5f, 3.140625f, std::ldexp(1.0f, -120), 65024.0f}) {
+    EXPECT_EQ(bf16_to_f32(f32_to_bf16(f)), f) << f;  // all exactly representable in bf16
+  }
+  // 1 + 2^-8 is halfway between two bf16 values: ties go to even (1.0).
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+}
+
+TEST(DType, F16Conversions) {
+  EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(f16_to_f32(0xc000), -2.0f);
+  EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(f16_to_f32(0x7bff), 65504.0f);
+  EXPECT_TRUE(std::isinf(f16_to_f32(0x7c00)));
+  for (std::uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue;  // NaNs
+    ASSERT_EQ(f32_to_f16(f16_to_f32(static_cast<std::uint16_t>(h))), h) << h;
+  }
+  EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);
+}
+
+TEST(DType, Names) {
+  DType t;
+  ASSERT_TRUE(parse_dtype("bf16", &t));
+  EXPECT_EQ(t, DType::BF16);
+  EXPECT_EQ(dtype_size(t), 2u);
+  EXPECT_FALSE(parse_dtype("float8", &t));
+}
+
+TEST(MappedFile, ReadsAndNamesMissingFile) {
+  const std::string path = ::testing::TempDir() + "/mapped_file_test.bin";
+  { std::ofstream(path, std::ios::binary) << "hello"; }
+  MappedFile f(path);
+  ASSERT_EQ(f.size(), 5u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(f.data()), f.size()), "hello");
+  std::remove(path.c_str());
+  try {
+    MappedFile missing(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+  }
+}
