@@ -25,6 +25,19 @@ if [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then
 fi
 export PATH="$CUDA_ROOT/bin:$PATH"
 
+# Node.js packages the test suites use as independent references and real clients (the openai
+# SDK, Hugging Face's JS tokenizers): each test folder with a package.json gets its node_modules.
+if ls test/*/package.json >/dev/null 2>&1; then
+  command -v npm >/dev/null || { echo "setup: npm (Node.js 20) is needed for the client tests" >&2; exit 2; }
+  for pj in test/*/package.json; do
+    d=$(dirname "$pj")
+    if [ ! -d "$d/node_modules" ] || [ "$pj" -nt "$d/node_modules" ]; then
+      (cd "$d" && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund; else npm install --no-audit --no-fund; fi) >&2
+      touch "$d/node_modules"
+    fi
+  done
+fi
+
 build=${TELOS_BUILD:-build}
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCUDAToolkit_ROOT="$CUDA_ROOT" ${TELOS_CMAKE_ARGS:-} >&2

@@ -1,0 +1,60 @@
+#pragma once
+// A Hugging Face checkpoint opened for reading: config, and safetensors tensors (single file or
+// sharded with model.safetensors.index.json) mapped read-only. Tensor data is never copied here.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "compiler/import/model_spec.hpp"
+#include "support/dtype.hpp"
+#include "support/mapped_file.hpp"
+
+namespace telos::compiler {
+
+struct TensorView {
+  std::string name;                // the checkpoint's name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  DType dtype = DType::F32;        // BF16, F16 or F32 (others are refused when the file is read)
+  std::vector<std::int64_t> shape;
+  const std::uint8_t* data = nullptr;
+  std::size_t bytes = 0;
+  const MappedFile* file = nullptr;  // which shard holds it (for messages and madvise)
+};
+
+// The result of reading a MODEL argument: a Telos model.json, an HF config.json, or a checkpoint
+// directory. With weights == false only config.json is read (planning configs without weights).
+struct ImportedModel {
+  std::string source;            // the path the user gave
+  std::string checkpoint_dir;    // directory holding config.json (and the safetensors)
+  ModelSpec spec;
+  nlohmann::json serving;        // model.json "serving" section, or null
+  bool has_weights = false;
+  std::vector<std::unique_ptr<MappedFile>> shards;
+  std::map<std::string, TensorView> tensors;  // by checkpoint name
+
+  const TensorView* find(const std::string& name) const {
+    auto it = tensors.find(name);
+    return it == tensors.end() ? nullptr : &it->second;
+  }
+};
+
+struct ImportOptions {
+  bool weights = true;  // false: --no-weights planning mode, no safetensors are opened
+};
+
+// Reads and validates everything: config fields, and (with weights) every tensor the architecture
+// needs for presence, dtype and shape. Throws telos::Error naming the file and field.
+ImportedModel import_model(const std::string& path, const ImportOptions& options = {});
+
+// Parses one safetensors file's header into views over `file` (exposed for tests and the fuzzer).
+std::vector<TensorView> parse_safetensors(const MappedFile& file);
+
+// Builds a ModelSpec from a parsed config.json (exposed for tests and the fuzzer). `where` names
+// the file in messages.
+ModelSpec spec_from_config(const nlohmann::json& config, const std::string& where);
+
+}  // namespace telos::compiler
