@@ -73,6 +73,10 @@ def main(out):
                     p.copy_(1.0 + 0.1 * torch.randn_like(p))
                 elif n.endswith("bias"):
                     p.copy_(0.05 * torch.randn_like(p))
+                # Telos packs matrices as bf16: make every weight bf16-exact, so that an artifact
+                # holds exactly the values transformers used and the fp32 CPU reference engine can
+                # be held to 1e-4 of the golden logits whatever the checkpoint's storage dtype.
+                p.copy_(p.to(torch.bfloat16).to(torch.float32))
         model = model.to(dtype)
         kw = {"max_shard_size": shard} if shard else {}
         model.save_pretrained(d, **kw)
