@@ -37,7 +37,11 @@ def make_config(cls, rope, **kw):
 def specs():
     common = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                  bos_token_id=1, eos_token_id=2, attn_implementation="eager")
+                  bos_token_id=1, eos_token_id=2, attn_implementation="eager",
+                  # Wider than the default 0.02, so that attention and MLP move the residual
+                  # stream enough to make greedy continuations vary (with 0.02 and tied
+                  # embeddings a tiny model just repeats its last input token).
+                  initializer_range=0.1)
     return [
         # Llama 3 style: llama3 RoPE scaling, tied embeddings (as Llama-3.2-1B), bf16 weights.
         ("tiny-llama", LlamaForCausalLM,
@@ -99,6 +103,8 @@ def main(out):
         with open(os.path.join(d, "golden.json"), "w") as f:
             json.dump(golden, f)
         print(name, "->", sorted(os.listdir(d)))
+        for c in cases:
+            print("  greedy", c["greedy_ids"])
         print(open(os.path.join(d, "config.json")).read())
 
 
