@@ -1,0 +1,791 @@
+#include "executor/tokenizer/tokenizer.hpp"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
+
+#include <algorithm>
+#include <array>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+
+#include "executor/tokenizer/utf8.hpp"
+#include "support/error.hpp"
+
+namespace telos {
+namespace {
+
+using nlohmann::json;
+
+// --- Reading fields with errors that name them -----------------------------------------------
+
+struct Reader {
+  const std::string& origin;
+
+  [[noreturn]] void bad(const std::string& field, const std::string& what) const {
+    fail(origin + ": " + field + ": " + what);
+  }
+  const json& get(const json& obj, const std::string& field, const char* key) const {
+    auto it = obj.find(key);
+    if (it == obj.end()) bad(field + "." + key, "is missing");
+    return *it;
+  }
+  const json& object(const json& obj, const std::string& field, const char* key) const {
+    const json& v = get(obj, field, key);
+    if (!v.is_object()) bad(field + "." + key, "must be an object");
+    return v;
+  }
+  std::string string(const json& obj, const std::string& field, const char* key) const {
+    const json& v = get(obj, field, key);
+    if (!v.is_string()) bad(field + "." + key, "must be a string");
+    return v.get<std::string>();
+  }
+  // A flag that may be absent (defaults to `otherwise`).
+  bool flag(const json& obj, const std::string& field, const char* key, bool otherwise) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return otherwise;
+    if (!it->is_boolean()) bad(field + "." + key, "must be true or false");
+    return it->get<bool>();
+  }
+  std::string type(const json& component, const std::string& field) const {
+    if (!component.is_object()) bad(field, "must be an object");
+    return string(component, field, "type");
+  }
+};
+
+// --- Byte-level alphabet ---------------------------------------------------------------------
+
+// GPT-2's byte-level BPE spells every byte as a printable code point so that vocab entries are
+// readable strings: printable Latin-1 bytes stand for themselves, the other 68 bytes are moved
+// to U+0100 onwards in byte order.
+struct ByteAlphabet {
+  std::array<std::uint32_t, 256> code_point{};
+  std::unordered_map<std::uint32_t, unsigned char> byte_of;
+
+  ByteAlphabet() {
+    std::uint32_t next = 256;
+    for (unsigned b = 0; b < 256; ++b) {
+      const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+      code_point[b] = printable ? b : next++;
+      byte_of[code_point[b]] = static_cast<unsigned char>(b);
+    }
+  }
+
+  std::string spell(std::string_view bytes) const {
+    std::string out;
+    for (unsigned char b : bytes) utf8::append_code_point(out, code_point[b]);
+    return out;
+  }
+
+  // The bytes a byte-level spelling stands for; nullopt when a character is outside the
+  // alphabet (such an entry is never produced by BPE and decodes to its own UTF-8).
+  std::optional<std::string> unspell(std::string_view spelling) const {
+    std::string out;
+    std::size_t at = 0;
+    while (at < spelling.size()) {
+      const utf8::Sequence s = utf8::scan(spelling, at);
+      if (s.scan != utf8::Scan::complete) return std::nullopt;
+      std::uint32_t cp = static_cast<unsigned char>(spelling[at]);
+      if (s.length > 1) {
+        cp &= 0xFFu >> (s.length + 1);
+        for (std::size_t k = 1; k < s.length; ++k)
+          cp = (cp << 6) | (static_cast<unsigned char>(spelling[at + k]) & 0x3F);
+      }
+      auto it = byte_of.find(cp);
+      if (it == byte_of.end()) return std::nullopt;
+      out += static_cast<char>(it->second);
+      at += s.length;
+    }
+    return out;
+  }
+};
+
+const ByteAlphabet& byte_alphabet() {
+  static const ByteAlphabet alphabet;
+  return alphabet;
+}
+
+// --- Regex (PCRE2) ---------------------------------------------------------------------------
+
+// The pre-tokenizer patterns are written for Oniguruma; with UTF and UCP, PCRE2 gives \s, \p{L},
+// \p{N} and (?i:) the same Unicode meaning.
+class Regex {
+ public:
+  Regex(const std::string& pattern, bool literal, const std::string& where) {
+    int code = 0;
+    PCRE2_SIZE offset = 0;
+    const std::uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
+                          &code, &offset, nullptr);
+    if (code_ == nullptr) {
+      std::array<PCRE2_UCHAR, 256> message{};
+      pcre2_get_error_message(code, message.data(), message.size());
+      fail(where + ": cannot compile regex at offset " + std::to_string(offset) + ": " +
+           reinterpret_cast<const char*>(message.data()));
+    }
+    // JIT is an optimization only; without it (unsupported CPU) the interpreter gives the same
+    // matches.
+    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);
+  }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+  ~Regex() { pcre2_code_free(code_); }
+
+  // Splits `text` into matches and the gaps between them, both kept ("Isolated" behaviour).
+  // `text` must already be valid UTF-8.
+  template <typename Emit>
+  void split_isolated(std::string_view text, Emit&& emit) const {
+    std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
+        pcre2_match_data_create_from_pattern(code_, nullptr), &pcre2_match_data_free);
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    std::size_t gap_start = 0, at = 0;
+    while (at < text.size()) {
+      // The whole input was validated once; re-checking per call would make this quadratic.
+      const int rc = pcre2_match(code_, subject, text.size(), at, PCRE2_NO_UTF_CHECK, data.get(),
+                                 nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) {
+        std::array<PCRE2_UCHAR, 256> message{};
+        pcre2_get_error_message(rc, message.data(), message.size());
+        fail(std::string("tokenizer regex match failed: ") +
+             reinterpret_cast<const char*>(message.data()));
+      }
+      const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
+      const std::size_t begin = ovector[0], end = ovector[1];
+      if (end == begin) {
+        // An empty match splits nothing; step over one character to make progress.
+        at = begin + utf8::scan(text, begin).length;
+        continue;
+      }
+      if (begin > gap_start) emit(text.substr(gap_start, begin - gap_start));
+      emit(text.substr(begin, end - begin));
+      gap_start = at = end;
+    }
+    if (gap_start < text.size()) emit(text.substr(gap_start));
+  }
+
+ private:
+  pcre2_code* code_ = nullptr;
+};
+
+// The pattern ByteLevel applies when its use_regex is set (GPT-2's).
+constexpr const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// --- NFC normalization (ICU) -----------------------------------------------------------------
+
+std::string nfc(std::string_view text) {
+  // ASCII is always in NFC; most prompts are mostly ASCII.
+  if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
+    return std::string(text);
+  UErrorCode status = U_ZERO_ERROR;
+  const UNormalizer2* normalizer = unorm2_getNFCInstance(&status);
+  if (U_FAILURE(status)) fail(std::string("ICU NFC normalizer unavailable: ") + u_errorName(status));
+  auto to_utf16 = [&](std::string_view s) {
+    std::u16string out(s.size(), u'\0');
+    int32_t length = 0;
+    status = U_ZERO_ERROR;
+    u_strFromUTF8(reinterpret_cast<UChar*>(out.data()), static_cast<int32_t>(out.size()), &length,
+                  s.data(), static_cast<int32_t>(s.size()), &status);
+    if (U_FAILURE(status)) fail(std::string("NFC: UTF-8 to UTF-16 failed: ") + u_errorName(status));
+    out.resize(static_cast<std::size_t>(length));
+    return out;
+  };
+  const std::u16string source = to_utf16(text);
+  const auto* src = reinterpret_cast<const UChar*>(source.data());
+  const auto src_length = static_cast<int32_t>(source.size());
+  status = U_ZERO_ERROR;
+  if (unorm2_isNormalized(normalizer, src, src_length, &status) && U_SUCCESS(status))
+    return std::string(text);
+  // Composition never grows text by more than a small factor; retry once if ICU asks for more.
+  std::u16string normal(source.size() * 3 + 16, u'\0');
+  status = U_ZERO_ERROR;
+  int32_t length = unorm2_normalize(normalizer, src, src_length, reinterpret_cast<UChar*>(normal.data()),
+                                    static_cast<int32_t>(normal.size()), &status);
+  if (status == U_BUFFER_OVERFLOW_ERROR) {
+    normal.assign(static_cast<std::size_t>(length), u'\0');
+    status = U_ZERO_ERROR;
+    length = unorm2_normalize(normalizer, src, src_length, reinterpret_cast<UChar*>(normal.data()),
+                              static_cast<int32_t>(normal.size()), &status);
+  }
+  if (U_FAILURE(status)) fail(std::string("NFC normalization failed: ") + u_errorName(status));
+  std::string out(static_cast<std::size_t>(length) * 3, '\0');
+  int32_t out_length = 0;
+  status = U_ZERO_ERROR;
+  u_strToUTF8(out.data(), static_cast<int32_t>(out.size()), &out_length,
+              reinterpret_cast<const UChar*>(normal.data()), length, &status);
+  if (U_FAILURE(status)) fail(std::string("NFC: UTF-16 to UTF-8 failed: ") + u_errorName(status));
+  out.resize(static_cast<std::size_t>(out_length));
+  return out;
+}
+
+struct AddedToken {
+  TokenId id;
+  std::string content;
+  bool special, lstrip, rstrip, normalized;
+};
+
+bool is_space_byte(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+// Finds added tokens in text, leftmost and then longest first (the order Hugging Face's
+// matcher uses), candidates bucketed by first byte so text without them costs one lookup a byte.
+class AddedTokenMatcher {
+ public:
+  void add(const AddedToken* token, std::string pattern) {
+    if (pattern.empty()) return;
+    auto& bucket = by_first_byte_[static_cast<unsigned char>(pattern[0])];
+    bucket.push_back({token, std::move(pattern)});
+    std::stable_sort(bucket.begin(), bucket.end(),
+                     [](const Entry& a, const Entry& b) { return a.pattern.size() > b.pattern.size(); });
+  }
+  bool empty() const {
+    return std::all_of(by_first_byte_.begin(), by_first_byte_.end(), [](auto& b) { return b.empty(); });
+  }
+
+  // Calls on_text(piece) for stretches without tokens and on_token(token) for each match, in order.
+  template <typename OnText, typename OnToken>
+  void split(std::string_view text, OnText&& on_text, OnToken&& on_token) const {
+    std::size_t text_start = 0, at = 0;
+    while (at < text.size()) {
+      const Entry* hit = nullptr;
+      for (const Entry& e : by_first_byte_[static_cast<unsigned char>(text[at])]) {
+        if (text.compare(at, e.pattern.size(), e.pattern) == 0) {
+          hit = &e;
+          break;
+        }
+      }
+      if (hit == nullptr) {
+        ++at;
+        continue;
+      }
+      std::size_t begin = at, end = at + hit->pattern.size();
+      // lstrip/rstrip: the token swallows the whitespace next to it.
+      if (hit->token->lstrip)
+        while (begin > text_start && is_space_byte(text[begin - 1])) --begin;
+      if (hit->token->rstrip)
+        while (end < text.size() && is_space_byte(text[end])) ++end;
+      if (begin > text_start) on_text(text.substr(text_start, begin - text_start));
+      on_token(*hit->token);
+      text_start = at = end;
+    }
+    if (text_start < text.size()) on_text(text.substr(text_start));
+  }
+
+ private:
+  struct Entry {
+    const AddedToken* token;
+    std::string pattern;
+  };
+  std::array<std::vector<Entry>, 256> by_first_byte_;
+};
+
+std::uint64_t pair_key(TokenId left, TokenId right) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) |
+         static_cast<std::uint32_t>(right);
+}
+
+struct Merge {
+  std::int32_t rank;
+  TokenId merged;
+};
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  std::string origin;
+  bool normalize_nfc = false;
+
+  // Pre-tokenizer: Split regexes applied in order, then ByteLevel's own options.
+  std::vector<std::unique_ptr<Regex>> splits;
+  bool prefix_space = false;
+  std::unique_ptr<Regex> byte_level_regex;
+
+  // BPE model, keyed by raw bytes (the byte-level spelling is decoded once at load).
+  std::unordered_map<std::string, TokenId> vocab;
+  std::vector<std::string> bytes_of;  // id -> bytes; added tokens hold their content
+  std::vector<char> known;            // id -> present in the file
+  std::array<TokenId, 256> byte_token{};
+  std::unordered_map<std::uint64_t, Merge> merges;
+  bool ignore_merges = false;
+
+  std::vector<std::unique_ptr<AddedToken>> added;
+  std::vector<char> special;  // id -> added token marked special
+  std::unordered_map<std::string, TokenId> added_by_content;
+  AddedTokenMatcher raw_matcher, normalized_matcher;
+
+  std::vector<TokenId> prefix, suffix;  // post-processor template around a single sequence
+
+  mutable std::mutex cache_mutex;
+  mutable std::unordered_map<std::string, std::vector<TokenId>> word_cache;
+
+  void load_normalizer(const json& doc, const Reader& r);
+  void load_pre_tokenizer(const json& doc, const Reader& r);
+  void load_model(const json& doc, const Reader& r);
+  void load_added_tokens(const json& doc, const Reader& r);
+  void load_post_processor(const json& doc, const Reader& r);
+  void load_decoder(const json& doc, const Reader& r);
+
+  void encode_text(std::string_view text, std::vector<TokenId>& out) const;
+  void encode_word(std::string_view word, std::vector<TokenId>& out) const;
+  std::vector<TokenId> bpe(std::string_view word) const;
+  void check_id(TokenId id) const {
+    if (id < 0 || static_cast<std::size_t>(id) >= known.size() || !known[id])
+      fail(origin + ": token id " + std::to_string(id) + " is not in the vocabulary");
+  }
+};
+
+void Tokenizer::Impl::load_normalizer(const json& doc, const Reader& r) {
+  auto it = doc.find("normalizer");
+  if (it == doc.end() || it->is_null()) return;
+  std::vector<std::pair<const json*, std::string>> steps{{&*it, "normalizer"}};
+  if (r.type(*it, "normalizer") == "Sequence") {
+    steps.clear();
+    const json& list = r.get(*it, "normalizer", "normalizers");
+    if (!list.is_array()) r.bad("normalizer.normalizers", "must be an array");
+    for (std::size_t i = 0; i < list.size(); ++i)
+      steps.emplace_back(&list[i], "normalizer.normalizers[" + std::to_string(i) + "]");
+  }
+  for (auto& [step, field] : steps) {
+    const std::string type = r.type(*step, field);
+    if (type != "NFC")
+      r.bad(field + ".type", "'" + type + "' is not supported (only NFC normalization is)");
+    normalize_nfc = true;
+  }
+}
+
+void Tokenizer::Impl::load_pre_tokenizer(const json& doc, const Reader& r) {
+  const json& pre = r.get(doc, "tokenizer.json", "pre_tokenizer");
+  std::vector<std::pair<const json*, std::string>> steps{{&pre, "pre_tokenizer"}};
+  if (r.type(pre, "pre_tokenizer") == "Sequence") {
+    steps.clear();
+    const json& list = r.get(pre, "pre_tokenizer", "pretokenizers");
+    if (!list.is_array()) r.bad("pre_tokenizer.pretokenizers", "must be an array");
+    for (std::size_t i = 0; i < list.size(); ++i)
+      steps.emplace_back(&list[i], "pre_tokenizer.pretokenizers[" + std::to_string(i) + "]");
+  }
+  bool byte_level = false;
+  for (auto& [step, field] : steps) {
+    const std::string type = r.type(*step, field);
+    if (byte_level) r.bad(field, "'" + type + "' after ByteLevel is not supported");
+    if (type == "Split") {
+      const std::string behavior = r.string(*step, field, "behavior");
+      if (behavior != "Isolated")
+        r.bad(field + ".behavior", "'" + behavior + "' is not supported (only Isolated is)");
+      if (r.flag(*step, field, "invert", false)) r.bad(field + ".invert", "true is not supported");
+      const json& pattern = r.object(*step, field, "pattern");
+      if (pattern.contains("Regex")) {
+        splits.push_back(std::make_unique<Regex>(r.string(pattern, field + ".pattern", "Regex"), false,
+                                                 origin + ": " + field + ".pattern.Regex"));
+      } else if (pattern.contains("String")) {
+        splits.push_back(std::make_unique<Regex>(r.string(pattern, field + ".pattern", "String"), true,
+                                                 origin + ": " + field + ".pattern.String"));
+      } else {
+        r.bad(field + ".pattern", "must hold \"Regex\" or \"String\"");
+      }
+    } else if (type == "ByteLevel") {
+      byte_level = true;
+      prefix_space = r.flag(*step, field, "add_prefix_space", false);
+      if (r.flag(*step, field, "use_regex", true))
+        byte_level_regex = std::make_unique<Regex>(kGpt2Pattern, false, origin + ": " + field);
+    } else {
+      r.bad(field + ".type", "'" + type + "' is not supported (Split and ByteLevel are)");
+    }
+  }
+  if (!byte_level) r.bad("pre_tokenizer", "a ByteLevel step is required (only byte-level BPE is supported)");
+}
+
+void Tokenizer::Impl::load_model(const json& doc, const Reader& r) {
+  const json& model = r.object(doc, "tokenizer.json", "model");
+  const std::string type = r.type(model, "model");
+  if (type != "BPE") r.bad("model.type", "'" + type + "' is not supported (only BPE is)");
+  if (r.flag(model, "model", "byte_fallback", false)) r.bad("model.byte_fallback", "true is not supported");
+  if (auto it = model.find("dropout"); it != model.end() && !it->is_null())
+    r.bad("model.dropout", "must be null (dropout is for training)");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    auto it = model.find(key);
+    if (it != model.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty()))
+      r.bad(std::string("model.") + key, "must be empty for byte-level BPE");
+  }
+  ignore_merges = r.flag(model, "model", "ignore_merges", false);
+
+  const ByteAlphabet& alphabet = byte_alphabet();
+  const json& vocab_json = r.object(model, "model", "vocab");
+  std::unordered_map<std::string, TokenId> by_spelling;
+  by_spelling.reserve(vocab_json.size());
+  vocab.reserve(vocab_json.size());
+  for (auto& [spelling, id_json] : vocab_json.items()) {
+    if (!id_json.is_number_integer() || id_json.get<std::int64_t>() < 0 || id_json.get<std::int64_t>() > INT32_MAX)
+      r.bad("model.vocab[\"" + spelling + "\"]", "must be a non-negative integer id");
+    const auto id = id_json.get<TokenId>();
+    if (static_cast<std::size_t>(id) >= bytes_of.size()) {
+      bytes_of.resize(static_cast<std::size_t>(id) + 1);
+      known.resize(static_cast<std::size_t>(id) + 1, 0);
+    }
+    if (known[id]) r.bad("model.vocab[\"" + spelling + "\"]", "id " + std::to_string(id) + " is used twice");
+    known[id] = 1;
+    by_spelling.emplace(spelling, id);
+    if (auto bytes = alphabet.unspell(spelling)) {
+      vocab.emplace(*bytes, id);
+      bytes_of[id] = std::move(*bytes);
+    } else {
+      bytes_of[id] = spelling;
+    }
+  }
+  for (unsigned b = 0; b < 256; ++b) {
+    auto it = vocab.find(std::string(1, static_cast<char>(b)));
+    if (it == vocab.end())
+      r.bad("model.vocab", "has no entry for byte " + std::to_string(b) + " (\"" +
+                               alphabet.spell(std::string(1, static_cast<char>(b))) + "\")");
+    byte_token[b] = it->second;
+  }
+
+  const json& merge_list = r.get(model, "model", "merges");
+  if (!merge_list.is_array()) r.bad("model.merges", "must be an array");
+  merges.reserve(merge_list.size());
+  for (std::size_t rank = 0; rank < merge_list.size(); ++rank) {
+    const json& m = merge_list[rank];
+    const std::string field = "model.merges[" + std::to_string(rank) + "]";
+    std::string left, right;
+    // Older files write "a b"; newer ones ["a", "b"] (which allows spaces inside tokens).
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const std::size_t space = s.find(' ');
+      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
+        r.bad(field, "\"" + s + "\" must be two tokens separated by one space");
+      left = s.substr(0, space);
+      right = s.substr(space + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      left = m[0].get<std::string>();
+      right = m[1].get<std::string>();
+    } else {
+      r.bad(field, "must be \"a b\" or [\"a\", \"b\"]");
+    }
+    auto find = [&](const std::string& spelling) {
+      auto it = by_spelling.find(spelling);
+      if (it == by_spelling.end()) r.bad(field, "token \"" + spelling + "\" is not in model.vocab");
+      return it->second;
+    };
+    const TokenId a = find(left), b = find(right), merged = find(left + right);
+    // The first (highest-priority) occurrence of a pair wins, as in Hugging Face's loader.
+    merges.try_emplace(pair_key(a, b), Merge{static_cast<std::int32_t>(rank), merged});
+  }
+}
+
+void Tokenizer::Impl::load_added_tokens(const json& doc, const Reader& r) {
+  auto it = doc.find("added_tokens");
+  if (it == doc.end() || it->is_null()) return;
+  if (!it->is_array()) r.bad("added_tokens", "must be an array");
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const json& t = (*it)[i];
+    const std::string field = "added_tokens[" + std::to_string(i) + "]";
+    if (!t.is_object()) r.bad(field, "must be an object");
+    const json& id_json = r.get(t, field, "id");
+    if (!id_json.is_number_integer() || id_json.get<std::int64_t>() < 0 || id_json.get<std::int64_t>() > INT32_MAX)
+      r.bad(field + ".id", "must be a non-negative integer");
+    auto token = std::make_unique<AddedToken>();
+    token->id = id_json.get<TokenId>();
+    token->content = r.string(t, field, "content");
+    if (token->content.empty()) r.bad(field + ".content", "must not be empty");
+    if (utf8::first_invalid(token->content) != token->content.size())
+      r.bad(field + ".content", "is not valid UTF-8");
+    token->special = r.flag(t, field, "special", false);
+    token->lstrip = r.flag(t, field, "lstrip", false);
+    token->rstrip = r.flag(t, field, "rstrip", false);
+    token->normalized = r.flag(t, field, "normalized", !token->special);
+    if (r.flag(t, field, "single_word", false)) r.bad(field + ".single_word", "true is not supported");
+    const auto id = static_cast<std::size_t>(token->id);
+    if (id >= bytes_of.size()) {
+      bytes_of.resize(id + 1);
+      known.resize(id + 1, 0);
+    }
+    // An added token may repeat a vocab entry (same id); its written content is what decodes.
+    known[id] = 1;
+    bytes_of[id] = token->content;
+    if (special.size() <= id) special.resize(id + 1, 0);
+    special[id] = token->special;
+    added_by_content[token->content] = token->id;
+    if (token->normalized && normalize_nfc)
+      normalized_matcher.add(token.get(), nfc(token->content));
+    else if (token->normalized)
+      normalized_matcher.add(token.get(), token->content);
+    else
+      raw_matcher.add(token.get(), token->content);
+    added.push_back(std::move(token));
+  }
+}
+
+void Tokenizer::Impl::load_post_processor(const json& doc, const Reader& r) {
+  auto it = doc.find("post_processor");
+  if (it == doc.end() || it->is_null()) return;
+  std::vector<std::pair<const json*, std::string>> steps{{&*it, "post_processor"}};
+  if (r.type(*it, "post_processor") == "Sequence") {
+    steps.clear();
+    const json& list = r.get(*it, "post_processor", "processors");
+    if (!list.is_array()) r.bad("post_processor.processors", "must be an array");
+    for (std::size_t i = 0; i < list.size(); ++i)
+      steps.emplace_back(&list[i], "post_processor.processors[" + std::to_string(i) + "]");
+  }
+  for (auto& [step, field] : steps) {
+    const std::string type = r.type(*step, field);
+    // ByteLevel post-processing only adjusts offsets, which Telos does not report.
+    if (type == "ByteLevel") continue;
+    if (type != "TemplateProcessing")
+      r.bad(field + ".type", "'" + type + "' is not supported (ByteLevel and TemplateProcessing are)");
+    const json& single = r.get(*step, field, "single");
+    const json& specials = r.get(*step, field, "special_tokens");
+    if (!single.is_array()) r.bad(field + ".single", "must be an array");
+    bool seen_sequence = false;
+    for (std::size_t i = 0; i < single.size(); ++i) {
+      const std::string piece_field = field + ".single[" + std::to_string(i) + "]";
+      const json& piece = single[i];
+      if (piece.is_object() && piece.contains("Sequence")) {
+        seen_sequence = true;
+      } else if (piece.is_object() && piece.contains("SpecialToken")) {
+        const std::string name = r.string(piece["SpecialToken"], piece_field + ".SpecialToken", "id");
+        auto sp = specials.find(name);
+        if (sp == specials.end() || !sp->is_object() || !sp->contains("ids") || !(*sp)["ids"].is_array())
+          r.bad(field + ".special_tokens", "has no ids for \"" + name + "\"");
+        for (const json& id : (*sp)["ids"]) {
+          if (!id.is_number_integer()) r.bad(field + ".special_tokens[\"" + name + "\"].ids", "must be integers");
+          (seen_sequence ? suffix : prefix).push_back(id.get<TokenId>());
+        }
+      } else {
+        r.bad(piece_field, "must be {\"Sequence\": ...} or {\"SpecialToken\": ...}");
+      }
+    }
+  }
+  for (TokenId id : prefix) check_id(id);
+  for (TokenId id : suffix) check_id(id);
+}
+
+void Tokenizer::Impl::load_decoder(const json& doc, const Reader& r) {
+  const json& decoder = r.get(doc, "tokenizer.json", "decoder");
+  const std::string type = r.type(decoder, "decoder");
+  if (type != "ByteLevel") r.bad("decoder.type", "'" + type + "' is not supported (only ByteLevel is)");
+}
+
+std::vector<TokenId> Tokenizer::Impl::bpe(std::string_view word) const {
+  struct Symbol {
+    TokenId id;
+    int prev, next;
+    bool alive;
+  };
+  std::vector<Symbol> symbols(word.size());
+  for (std::size_t i = 0; i < word.size(); ++i)
+    symbols[i] = {byte_token[static_cast<unsigned char>(word[i])], static_cast<int>(i) - 1,
+                  i + 1 < word.size() ? static_cast<int>(i) + 1 : -1, true};
+  // Lowest rank first, leftmost among equal ranks: the order in which merges apply. Stale
+  // entries (a side already merged away) are recognised by their ids and skipped.
+  struct Candidate {
+    std::int32_t rank;
+    int left;
+    TokenId left_id, right_id;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+  auto consider = [&](int left) {
+    if (left < 0) return;
+    const int right = symbols[left].next;
+    if (right < 0) return;
+    auto it = merges.find(pair_key(symbols[left].id, symbols[right].id));
+    if (it != merges.end()) queue.push({it->second.rank, left, symbols[left].id, symbols[right].id});
+  };
+  for (int i = 0; i + 1 < static_cast<int>(symbols.size()); ++i) consider(i);
+  while (!queue.empty()) {
+    const Candidate c = queue.top();
+    queue.pop();
+    Symbol& left = symbols[c.left];
+    if (!left.alive || left.id != c.left_id || left.next < 0) continue;
+    Symbol& right = symbols[left.next];
+    if (right.id != c.right_id) continue;
+    left.id = merges.at(pair_key(c.left_id, c.right_id)).merged;
+    right.alive = false;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = c.left;
+    consider(left.prev);
+    consider(c.left);
+  }
+  std::vector<TokenId> ids;
+  for (int i = 0; i >= 0 && i < static_cast<int>(symbols.size()); i = symbols[i].next) ids.push_back(symbols[i].id);
+  return ids;
+}
+
+void Tokenizer::Impl::encode_word(std::string_view word, std::vector<TokenId>& out) const {
+  if (ignore_merges) {
+    if (auto it = vocab.find(std::string(word)); it != vocab.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  // Long words (whitespace runs, minified code) are rare and would crowd the cache.
+  constexpr std::size_t kCachedWordBytes = 64, kCacheEntries = 1 << 16;
+  if (word.size() > kCachedWordBytes) {
+    const std::vector<TokenId> ids = bpe(word);
+    out.insert(out.end(), ids.begin(), ids.end());
+    return;
+  }
+  std::string key(word);
+  {
+    std::lock_guard lock(cache_mutex);
+    if (auto it = word_cache.find(key); it != word_cache.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  std::vector<TokenId> ids = bpe(word);
+  out.insert(out.end(), ids.begin(), ids.end());
+  std::lock_guard lock(cache_mutex);
+  if (word_cache.size() >= kCacheEntries) word_cache.clear();
+  word_cache.emplace(std::move(key), std::move(ids));
+}
+
+void Tokenizer::Impl::encode_text(std::string_view text, std::vector<TokenId>& out) const {
+  // Split steps each refine the previous step's pieces; then ByteLevel (which may add a space
+  // to and split each piece itself) and BPE per piece.
+  std::vector<std::string_view> pieces{text};
+  for (const auto& split : splits) {
+    std::vector<std::string_view> next;
+    for (std::string_view piece : pieces)
+      split->split_isolated(piece, [&](std::string_view s) { next.push_back(s); });
+    pieces = std::move(next);
+  }
+  for (std::string_view piece : pieces) {
+    std::string prefixed;
+    if (prefix_space && piece[0] != ' ') {
+      prefixed = " " + std::string(piece);
+      piece = prefixed;
+    }
+    if (byte_level_regex)
+      byte_level_regex->split_isolated(piece, [&](std::string_view word) { encode_word(word, out); });
+    else
+      encode_word(piece, out);
+  }
+}
+
+Tokenizer Tokenizer::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path + ": cannot open tokenizer file");
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::exception& e) {
+    fail(path + ": not valid JSON: " + e.what());
+  }
+  return from_json(doc, path);
+}
+
+Tokenizer Tokenizer::from_json(const json& doc, const std::string& origin) {
+  auto impl = std::make_unique<Impl>();
+  impl->origin = origin;
+  const Reader r{impl->origin};
+  if (!doc.is_object()) r.bad("tokenizer.json", "must be a JSON object");
+  // Order matters: added tokens marked "normalized" are matched in NFC form.
+  impl->load_normalizer(doc, r);
+  impl->load_pre_tokenizer(doc, r);
+  impl->load_model(doc, r);
+  impl->load_added_tokens(doc, r);
+  impl->load_post_processor(doc, r);
+  impl->load_decoder(doc, r);
+  impl->special.resize(impl->known.size(), 0);
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  if (const std::size_t bad = utf8::first_invalid(text); bad != text.size())
+    fail("tokenizer: text to encode is not valid UTF-8 (at byte " + std::to_string(bad) + ")");
+  const Impl& m = *impl_;
+  std::vector<TokenId> ids;
+  ids.reserve(text.size() / 3 + m.prefix.size() + m.suffix.size() + 8);
+  if (add_special_tokens) ids.insert(ids.end(), m.prefix.begin(), m.prefix.end());
+  auto push_token = [&](const AddedToken& t) { ids.push_back(t.id); };
+  // Tokens written verbatim are found first, in the raw text; the stretches between them are
+  // normalized and searched again for tokens that are matched in normalized form.
+  m.raw_matcher.split(
+      text,
+      [&](std::string_view stretch) {
+        const std::string normal = m.normalize_nfc ? nfc(stretch) : std::string(stretch);
+        m.normalized_matcher.split(
+            normal, [&](std::string_view piece) { m.encode_text(piece, ids); }, push_token);
+      },
+      push_token);
+  if (add_special_tokens) ids.insert(ids.end(), m.suffix.begin(), m.suffix.end());
+  return ids;
+}
+
+std::string_view Tokenizer::token_bytes(TokenId id) const {
+  impl_->check_id(id);
+  return impl_->bytes_of[static_cast<std::size_t>(id)];
+}
+
+std::string Tokenizer::decode(const std::vector<TokenId>& ids, bool skip_special) const {
+  std::string bytes;
+  for (TokenId id : ids) {
+    if (skip_special && is_special(id)) continue;
+    bytes += token_bytes(id);
+  }
+  std::string text;
+  text.reserve(bytes.size());
+  const std::size_t done = append_complete_utf8(bytes, text);
+  if (done < bytes.size()) text += utf8::replacement;
+  return text;
+}
+
+std::optional<TokenId> Tokenizer::token_id(std::string_view token) const {
+  if (auto it = impl_->added_by_content.find(std::string(token)); it != impl_->added_by_content.end())
+    return it->second;
+  if (auto bytes = byte_alphabet().unspell(token)) {
+    if (auto it = impl_->vocab.find(*bytes); it != impl_->vocab.end()) return it->second;
+  }
+  return std::nullopt;
+}
+
+bool Tokenizer::is_special(TokenId id) const {
+  impl_->check_id(id);
+  return impl_->special[static_cast<std::size_t>(id)] != 0;
+}
+
+std::size_t Tokenizer::vocab_size() const { return impl_->known.size(); }
+
+std::size_t append_complete_utf8(std::string_view bytes, std::string& out) {
+  std::size_t at = 0;
+  while (at < bytes.size()) {
+    const utf8::Sequence s = utf8::scan(bytes, at);
+    if (s.scan == utf8::Scan::incomplete) break;
+    if (s.scan == utf8::Scan::complete)
+      out.append(bytes.substr(at, s.length));
+    else
+      out += utf8::replacement;
+    at += s.length;
+  }
+  return at;
+}
+
+IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special)
+    : tokenizer_(&tokenizer), skip_special_(skip_special) {}
+
+std::string IncrementalDecoder::push(TokenId id) {
+  std::string text;
+  if (skip_special_ && tokenizer_->is_special(id)) return text;
+  pending_ += tokenizer_->token_bytes(id);
+  pending_.erase(0, append_complete_utf8(pending_, text));
+  return text;
+}
+
+std::string IncrementalDecoder::finish() {
+  std::string text;
+  if (!pending_.empty()) text = utf8::replacement;
+  pending_.clear();
+  return text;
+}
+
+}  // namespace telos
