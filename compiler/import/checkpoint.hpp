@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,21 @@ ImportedModel import_model(const std::string& path, const ImportOptions& options
 
 // Parses one safetensors file's header into views over `file` (exposed for tests and the fuzzer).
 std::vector<TensorView> parse_safetensors(const MappedFile& file);
+// The same over bytes in memory (the fuzzer's entry point); `where` names them in messages and
+// the views' `file` is null.
+std::vector<TensorView> parse_safetensors(std::span<const std::uint8_t> bytes, const std::string& where);
+
+// A tensor the architecture needs, by its checkpoint name, with the shape it must have.
+struct RequiredTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+};
+// Every tensor `spec` needs, in forward-pass order: embedding, each layer's tensors, final norm,
+// and lm_head unless the embeddings are tied.
+std::vector<RequiredTensor> required_tensors(const ModelSpec& spec);
+
+// "[V, H]": how messages print a shape.
+std::string format_shape(const std::vector<std::int64_t>& shape);
 
 // Builds a ModelSpec from a parsed config.json (exposed for tests and the fuzzer). `where` names
 // the file in messages.

@@ -1,0 +1,218 @@
+// import_model: resolve the MODEL argument to a checkpoint directory, read its config, map its
+// safetensors (one file, or shards named by model.safetensors.index.json) and check that the
+// tensors are exactly the ones the architecture needs, with the shapes the config implies.
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include "compiler/import/checkpoint.hpp"
+#include "compiler/import/json_fields.hpp"
+#include "support/error.hpp"
+
+namespace telos::compiler {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::vector<RequiredTensor> required_tensors(const ModelSpec& spec) {
+  const std::int64_t h = spec.hidden_size, d = spec.head_dim, i = spec.intermediate_size;
+  const std::int64_t q = spec.num_heads * d, kv = spec.num_kv_heads * d;
+  std::vector<RequiredTensor> out;
+  out.push_back({"model.embed_tokens.weight", {spec.vocab_size, h}});
+  for (std::int64_t n = 0; n < spec.num_layers; ++n) {
+    const std::string p = "model.layers." + std::to_string(n) + ".";
+    out.push_back({p + "input_layernorm.weight", {h}});
+    out.push_back({p + "self_attn.q_proj.weight", {q, h}});
+    out.push_back({p + "self_attn.k_proj.weight", {kv, h}});
+    out.push_back({p + "self_attn.v_proj.weight", {kv, h}});
+    if (spec.qkv_bias) {
+      out.push_back({p + "self_attn.q_proj.bias", {q}});
+      out.push_back({p + "self_attn.k_proj.bias", {kv}});
+      out.push_back({p + "self_attn.v_proj.bias", {kv}});
+    }
+    if (spec.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {d}});
+      out.push_back({p + "self_attn.k_norm.weight", {d}});
+    }
+    out.push_back({p + "self_attn.o_proj.weight", {h, q}});
+    out.push_back({p + "post_attention_layernorm.weight", {h}});
+    out.push_back({p + "mlp.gate_proj.weight", {i, h}});
+    out.push_back({p + "mlp.up_proj.weight", {i, h}});
+    out.push_back({p + "mlp.down_proj.weight", {h, i}});
+  }
+  out.push_back({"model.norm.weight", {h}});
+  if (!spec.tie_word_embeddings) out.push_back({"lm_head.weight", {spec.vocab_size, h}});
+  return out;
+}
+
+namespace {
+
+// Tensors a checkpoint may carry that the forward pass does not read: older Llama exports saved
+// the RoPE frequency buffer, and tied checkpoints sometimes keep a copy of the embedding as
+// lm_head.weight.
+bool ignorable_tensor(const std::string& name, const ModelSpec& spec) {
+  constexpr std::string_view kInvFreq = ".rotary_emb.inv_freq";
+  if (name.size() >= kInvFreq.size() &&
+      name.compare(name.size() - kInvFreq.size(), kInvFreq.size(), kInvFreq) == 0) {
+    return true;
+  }
+  return spec.tie_word_embeddings && name == "lm_head.weight";
+}
+
+void add_tensor(ImportedModel& model, TensorView view, const std::string& where) {
+  const std::string name = view.name;
+  if (!model.tensors.emplace(name, std::move(view)).second) {
+    fail(where + ": tensor " + json_quote(name) + " appears in more than one shard");
+  }
+}
+
+// The shard index: {"metadata": {...}, "weight_map": {"tensor name": "shard file name"}}.
+void map_sharded(ImportedModel& model, const fs::path& dir, const std::string& index_path) {
+  const json index_json = read_json_file(index_path);
+  const JsonObject index(index_json, index_path);
+  const JsonObject weight_map = index.object("weight_map");
+  if (weight_map.value().empty()) index.fail_field("weight_map", "names no tensors");
+
+  std::map<std::string, std::vector<std::string>> listed_by_shard;
+  for (const auto& [tensor, shard] : weight_map.value().items()) {
+    if (!shard.is_string()) {
+      weight_map.fail_field(tensor, "expected a shard file name, found " + json_kind(shard));
+    }
+    const std::string file = shard.get<std::string>();
+    // Shards live beside the index; a path here could name any file on the machine.
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
+      weight_map.fail_field(tensor, "expected a file name in " + dir.string() + ", found " +
+                                        json_quote(file));
+    }
+    listed_by_shard[file].push_back(tensor);
+  }
+
+  for (const auto& [file, listed] : listed_by_shard) {
+    const std::string shard_path = (dir / file).string();
+    model.shards.push_back(std::make_unique<MappedFile>(shard_path));
+    const MappedFile& shard = *model.shards.back();
+    std::map<std::string, TensorView> in_shard;
+    for (TensorView& view : parse_safetensors(shard)) in_shard.emplace(view.name, std::move(view));
+    for (const std::string& tensor : listed) {
+      auto it = in_shard.find(tensor);
+      if (it == in_shard.end()) {
+        fail(index_path + ": tensor " + json_quote(tensor) + " is listed in weight_map for " + file +
+             " but " + shard_path + " does not contain it");
+      }
+      add_tensor(model, std::move(it->second), index_path);
+      in_shard.erase(it);
+    }
+    // What the index does not list would be invisible to every HF loader: a stale index.
+    if (!in_shard.empty()) {
+      fail(shard_path + ": tensor " + json_quote(in_shard.begin()->first) +
+           " is not listed for this shard in " + index_path);
+    }
+  }
+}
+
+// Opens the weights and checks them against the spec; returns the file named in messages about
+// missing tensors (the index when sharded).
+std::string map_weights(ImportedModel& model, const fs::path& dir) {
+  const fs::path index = dir / "model.safetensors.index.json";
+  const fs::path single = dir / "model.safetensors";
+  if (fs::exists(index)) {
+    map_sharded(model, dir, index.string());
+    return index.string();
+  }
+  if (!fs::exists(single)) {
+    fail(dir.string() + ": no model.safetensors or model.safetensors.index.json in the checkpoint "
+         "(use --no-weights to plan from config.json alone)");
+  }
+  model.shards.push_back(std::make_unique<MappedFile>(single.string()));
+  for (TensorView& view : parse_safetensors(*model.shards.back())) {
+    add_tensor(model, std::move(view), single.string());
+  }
+  return single.string();
+}
+
+void check_tensors(const ImportedModel& model, const std::string& weights_file) {
+  const ModelSpec& spec = model.spec;
+  std::set<std::string> needed;
+  for (const RequiredTensor& want : required_tensors(spec)) {
+    needed.insert(want.name);
+    const TensorView* have = model.find(want.name);
+    if (!have) {
+      fail(weights_file + ": tensor " + json_quote(want.name) + " is missing (" + spec.architecture +
+           " needs it with shape " + format_shape(want.shape) + ")");
+    }
+    if (have->shape != want.shape) {
+      fail(have->file->path() + ": tensor " + json_quote(want.name) + ": expected shape " +
+           format_shape(want.shape) + ", found " + format_shape(have->shape));
+    }
+  }
+  for (const auto& [name, view] : model.tensors) {
+    if (!needed.count(name) && !ignorable_tensor(name, spec)) {
+      fail(view.file->path() + ": tensor " + json_quote(name) + " is not part of " + spec.architecture +
+           " with " + std::to_string(spec.num_layers) + " layers" +
+           (spec.tie_word_embeddings ? " and tied embeddings" : "") +
+           " (do config.json and the weights belong together?)");
+    }
+  }
+}
+
+bool is_hf_config(const fs::path& path, const json& doc) {
+  return path.filename() == "config.json" || (doc.is_object() && doc.contains("architectures"));
+}
+
+}  // namespace
+
+ImportedModel import_model(const std::string& path, const ImportOptions& options) {
+  ImportedModel model;
+  model.source = path;
+  const fs::path given(path);
+  std::error_code ec;
+  const fs::file_status status = fs::status(given, ec);
+  if (!fs::exists(status)) fail(path + ": no such file or directory");
+
+  fs::path dir;
+  fs::path config_path;
+  std::string name;
+  if (fs::is_directory(status)) {
+    dir = given;
+  } else {
+    const json doc = read_json_file(path);
+    if (is_hf_config(given, doc)) {
+      config_path = given;
+      dir = given.parent_path();
+    } else {
+      // A Telos model.json: {"name", "checkpoint" (relative to this file), "serving"}.
+      const JsonObject spec_file(doc, path);
+      for (const auto& [key, value] : doc.items()) {
+        if (key != "name" && key != "checkpoint" && key != "serving" && key != "description") {
+          spec_file.fail_field(key, "unknown field (a model.json has name, checkpoint, serving, "
+                                    "description)");
+        }
+      }
+      name = spec_file.optional_string("name").value_or("");
+      if (spec_file.has("name") && name.empty()) spec_file.fail_field("name", "must not be empty");
+      const fs::path checkpoint = spec_file.string("checkpoint");
+      dir = checkpoint.is_absolute() ? checkpoint : given.parent_path() / checkpoint;
+      if (!fs::is_directory(dir, ec)) {
+        spec_file.fail_field("checkpoint", dir.string() + " is not a directory");
+      }
+      if (spec_file.has("serving")) model.serving = spec_file.object("serving").value();
+    }
+  }
+  if (dir.empty()) dir = ".";
+  dir = dir.lexically_normal();
+  if (config_path.empty()) config_path = dir / "config.json";
+
+  const json config = read_json_file(config_path.lexically_normal().string());
+  model.spec = spec_from_config(config, config_path.lexically_normal().string());
+  model.spec.name = name.empty() ? fs::weakly_canonical(dir, ec).filename().string() : name;
+  if (model.spec.name.empty()) model.spec.name = "model";
+  model.checkpoint_dir = dir.string();
+
+  if (options.weights) {
+    const std::string weights_file = map_weights(model, dir);
+    check_tensors(model, weights_file);
+    model.has_weights = true;
+  }
+  return model;
+}
+
+}  // namespace telos::compiler
