@@ -1,0 +1,222 @@
+#include "compiler/ir/graph.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include "support/error.hpp"
+
+namespace telos::compiler::ir {
+
+std::int64_t TensorType::bytes(std::int64_t tokens, std::int64_t sequences) const {
+  std::int64_t n = static_cast<std::int64_t>(dtype_size(dtype));
+  for (Dim d : dims) n *= d == kTokens ? tokens : d == kSequences ? sequences : d;
+  return n;
+}
+
+std::string TensorType::str() const {
+  std::string s = std::string(dtype_name(dtype)) + "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ",";
+    s += dims[i] == kTokens ? "T" : dims[i] == kSequences ? "S" : std::to_string(dims[i]);
+  }
+  return s + "]";
+}
+
+const AttrValue* Op::attr(const std::string& name) const {
+  for (const auto& a : attrs)
+    if (a.name == name) return &a.value;
+  return nullptr;
+}
+
+std::int64_t Op::int_attr(const std::string& name) const {
+  const AttrValue* v = attr(name);
+  if (!v || !std::holds_alternative<std::int64_t>(*v))
+    fail("IR: op " + kind + " has no integer attribute " + name);
+  return std::get<std::int64_t>(*v);
+}
+
+std::string Op::str_attr(const std::string& name) const {
+  const AttrValue* v = attr(name);
+  if (!v || !std::holds_alternative<std::string>(*v))
+    fail("IR: op " + kind + " has no string attribute " + name);
+  return std::get<std::string>(*v);
+}
+
+void Op::set_attr(const std::string& name, AttrValue value) {
+  for (auto& a : attrs)
+    if (a.name == name) {
+      a.value = std::move(value);
+      return;
+    }
+  attrs.push_back({name, std::move(value)});
+}
+
+const Param* Graph::find_param(const std::string& name) const {
+  for (const auto& p : params_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+void Graph::add_param(Param param) {
+  if (find_param(param.name)) fail("IR: parameter @" + param.name + " is declared twice");
+  params_.push_back(std::move(param));
+}
+
+void Graph::replace_params(const std::vector<std::string>& replaced, Param param) {
+  std::size_t at = params_.size();
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (std::find(replaced.begin(), replaced.end(), params_[i].name) != replaced.end()) {
+      at = i;
+      break;
+    }
+  params_.insert(params_.begin() + static_cast<std::ptrdiff_t>(at), std::move(param));
+  drop_unused_params();
+}
+
+void Graph::drop_unused_params() {
+  std::set<std::string> used;
+  for (const auto& op : ops_) used.insert(op->params.begin(), op->params.end());
+  std::erase_if(params_, [&](const Param& p) { return !used.count(p.name); });
+}
+
+std::string Graph::unique_name(const std::string& wanted) {
+  std::set<std::string> taken;
+  for (const auto& v : values_) taken.insert(v->name);
+  if (!taken.count(wanted)) return wanted;
+  for (int i = 1;; ++i) {
+    std::string candidate = wanted + "." + std::to_string(i);
+    if (!taken.count(candidate)) return candidate;
+  }
+}
+
+Value* Graph::add_input(const std::string& name, TensorType type) {
+  values_.push_back(std::make_unique<Value>(Value{unique_name(name), std::move(type), nullptr}));
+  inputs_.push_back(values_.back().get());
+  return inputs_.back();
+}
+
+Op* Graph::insert_op(std::size_t at, std::string kind, std::vector<Value*> operands,
+                     std::vector<std::string> params, std::vector<Attr> attrs,
+                     const std::vector<std::pair<std::string, TensorType>>& results) {
+  auto op = std::make_unique<Op>();
+  op->kind = std::move(kind);
+  op->operands = std::move(operands);
+  op->params = std::move(params);
+  op->attrs = std::move(attrs);
+  for (const auto& [name, type] : results) {
+    values_.push_back(std::make_unique<Value>(Value{unique_name(name), type, op.get()}));
+    op->results.push_back(values_.back().get());
+  }
+  Op* raw = op.get();
+  ops_.insert(ops_.begin() + static_cast<std::ptrdiff_t>(std::min(at, ops_.size())),
+              std::move(op));
+  return raw;
+}
+
+std::size_t Graph::index_of(const Op* op) const {
+  for (std::size_t i = 0; i < ops_.size(); ++i)
+    if (ops_[i].get() == op) return i;
+  fail("IR: op " + op->kind + " is not in graph @" + name);
+}
+
+std::vector<Op*> Graph::users(const Value* value) const {
+  std::vector<Op*> out;
+  for (const auto& op : ops_)
+    if (std::find(op->operands.begin(), op->operands.end(), value) != op->operands.end())
+      out.push_back(op.get());
+  return out;
+}
+
+void Graph::replace_uses(Value* from, Value* to) {
+  for (auto& op : ops_) std::replace(op->operands.begin(), op->operands.end(), from, to);
+  std::replace(outputs_.begin(), outputs_.end(), from, to);
+}
+
+void Graph::erase_ops(const std::vector<Op*>& doomed) {
+  std::set<const Op*> gone(doomed.begin(), doomed.end());
+  for (const Op* op : doomed)
+    for (const Value* r : op->results) {
+      for (const Op* user : users(r))
+        if (!gone.count(user))
+          fail("IR: cannot erase " + op->kind + ": %" + r->name + " is still used by " +
+               user->kind);
+      if (std::find(outputs_.begin(), outputs_.end(), r) != outputs_.end())
+        fail("IR: cannot erase " + op->kind + ": %" + r->name + " is a graph output");
+    }
+  std::erase_if(values_, [&](const std::unique_ptr<Value>& v) { return gone.count(v->def) > 0; });
+  std::erase_if(ops_, [&](const std::unique_ptr<Op>& op) { return gone.count(op.get()) > 0; });
+}
+
+namespace {
+
+std::string format_attr(const AttrValue& v) {
+  if (const auto* i = std::get_if<std::int64_t>(&v)) return std::to_string(*i);
+  if (const auto* s = std::get_if<std::string>(&v)) return "\"" + *s + "\"";
+  // Shortest form that reads back exactly (%.17g), but keep a decimal point so a float attribute
+  // never reads as an integer.
+  char buf[40];
+  const double d = std::get<double>(v);
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, d);
+    if (std::strtod(buf, nullptr) == d) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+}  // namespace
+
+std::string print_op(const Op& op) {
+  std::string s;
+  for (std::size_t i = 0; i < op.results.size(); ++i)
+    s += (i ? ", %" : "%") + op.results[i]->name;
+  if (!op.results.empty()) s += " = ";
+  s += op.kind + "(";
+  bool first = true;
+  for (const Value* v : op.operands) {
+    s += (first ? "%" : ", %") + v->name;
+    first = false;
+  }
+  for (const auto& p : op.params) {
+    s += (first ? "@" : ", @") + p;
+    first = false;
+  }
+  s += ")";
+  if (!op.attrs.empty()) {
+    s += " {";
+    for (std::size_t i = 0; i < op.attrs.size(); ++i)
+      s += (i ? ", " : "") + op.attrs[i].name + " = " + format_attr(op.attrs[i].value);
+    s += "}";
+  }
+  if (!op.results.empty()) {
+    s += " : ";
+    for (std::size_t i = 0; i < op.results.size(); ++i)
+      s += (i ? ", " : "") + op.results[i]->type.str();
+  }
+  return s;
+}
+
+std::string print_graph(const Graph& g) {
+  std::string s = "// Telos IR: T = tokens in the step, S = sequences in the step\n";
+  for (const auto& p : g.params()) {
+    s += "param @" + p.name + " : " + p.type.str() + " = [";
+    for (std::size_t i = 0; i < p.sources.size(); ++i)
+      s += (i ? ", \"" : "\"") + p.sources[i] + "\"";
+    s += "]\n";
+  }
+  s += "\ngraph @" + g.name + "(";
+  for (std::size_t i = 0; i < g.inputs().size(); ++i)
+    s += (i ? ", %" : "%") + g.inputs()[i]->name + ": " + g.inputs()[i]->type.str();
+  s += ") {\n";
+  for (const auto& op : g.ops()) s += "  " + print_op(*op) + "\n";
+  s += "  return";
+  for (std::size_t i = 0; i < g.outputs().size(); ++i)
+    s += (i ? ", %" : " %") + g.outputs()[i]->name;
+  s += "\n}\n";
+  return s;
+}
+
+}  // namespace telos::compiler::ir

@@ -1,0 +1,123 @@
+#pragma once
+// Telos IR: one forward step of a model as a typed SSA graph. A step processes T tokens that
+// belong to S sequences (T = S in decode; a prefill chunk has T >= S); both stay symbolic in the
+// IR and become numbers per bucket in the plan. Weights are named parameters (`@layers.0.qkv`),
+// each built from checkpoint tensors concatenated along dim 0. The printed form, one op a line:
+//
+//   %l0.h = rmsnorm(%x, @layers.0.attn_norm) {eps = 1e-05} : bf16[T,128]
+//
+// The ops, their operands, attributes and result types are listed in verifier.hpp.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "support/dtype.hpp"
+
+namespace telos::compiler::ir {
+
+// A tensor dimension: a non-negative constant, or one of the step's symbolic sizes.
+using Dim = std::int64_t;
+constexpr Dim kTokens = -1;     // printed "T": tokens in the step
+constexpr Dim kSequences = -2;  // printed "S": sequences in the step
+
+struct TensorType {
+  DType dtype = DType::BF16;
+  std::vector<Dim> dims;
+
+  bool operator==(const TensorType&) const = default;
+  // Bytes for a step of `tokens` tokens over `sequences` sequences.
+  std::int64_t bytes(std::int64_t tokens, std::int64_t sequences) const;
+  std::string str() const;  // "bf16[T,128]"
+};
+
+struct Param {
+  std::string name;                  // as in docs/artifact.md's weight table, e.g. "layers.0.qkv"
+  TensorType type;                   // constant dims only
+  std::vector<std::string> sources;  // checkpoint tensors, concatenated along dim 0
+};
+
+struct Op;
+
+struct Value {
+  std::string name;     // without the '%'
+  TensorType type;
+  Op* def = nullptr;    // null for the graph's inputs
+};
+
+using AttrValue = std::variant<std::int64_t, double, std::string>;
+struct Attr {
+  std::string name;
+  AttrValue value;
+};
+
+struct Op {
+  std::string kind;                  // "linear", "rmsnorm", ... (see verifier.hpp)
+  std::vector<Value*> operands;
+  std::vector<std::string> params;   // parameter names, printed after the operands
+  std::vector<Attr> attrs;           // printed in this order
+  std::vector<Value*> results;
+
+  const AttrValue* attr(const std::string& name) const;
+  std::int64_t int_attr(const std::string& name) const;  // throws naming the op when absent
+  std::string str_attr(const std::string& name) const;
+  void set_attr(const std::string& name, AttrValue value);
+};
+
+class Graph {
+ public:
+  std::string name;  // the model's name, printed in the header
+
+  // Parameters in artifact order.
+  const std::vector<Param>& params() const { return params_; }
+  const Param* find_param(const std::string& name) const;
+  void add_param(Param param);
+  // Puts `param` where the first of `replaced` stood and drops every parameter no op uses.
+  void replace_params(const std::vector<std::string>& replaced, Param param);
+  void drop_unused_params();
+
+  Value* add_input(const std::string& name, TensorType type);
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  void set_outputs(std::vector<Value*> outputs) { outputs_ = std::move(outputs); }
+
+  // Ops in program order.
+  const std::vector<std::unique_ptr<Op>>& ops() const { return ops_; }
+  // Creates an op with one result per entry of `result_types`, inserted before position `at`
+  // (ops().size() appends). Result names are made unique.
+  Op* insert_op(std::size_t at, std::string kind, std::vector<Value*> operands,
+                std::vector<std::string> params, std::vector<Attr> attrs,
+                const std::vector<std::pair<std::string, TensorType>>& results);
+  Op* append_op(std::string kind, std::vector<Value*> operands, std::vector<std::string> params,
+                std::vector<Attr> attrs,
+                const std::vector<std::pair<std::string, TensorType>>& results) {
+    return insert_op(ops_.size(), std::move(kind), std::move(operands), std::move(params),
+                     std::move(attrs), results);
+  }
+  std::size_t index_of(const Op* op) const;
+  // Removes ops (their results must have no remaining uses).
+  void erase_ops(const std::vector<Op*>& ops);
+  // Every use of `from` (operands and graph outputs) now reads `to`.
+  void replace_uses(Value* from, Value* to);
+  std::vector<Op*> users(const Value* value) const;
+
+  // Every value the graph holds, including ones no longer used (for the verifier's checks).
+  const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
+
+ private:
+  std::string unique_name(const std::string& wanted);
+
+  std::vector<Param> params_;
+  std::vector<Value*> inputs_;
+  std::vector<Value*> outputs_;
+  std::vector<std::unique_ptr<Op>> ops_;
+  std::vector<std::unique_ptr<Value>> values_;
+};
+
+// The printed form (see the top of this file).
+std::string print_graph(const Graph& graph);
+std::string print_op(const Op& op);
+
+}  // namespace telos::compiler::ir

@@ -1,0 +1,298 @@
+#include "compiler/ir/verifier.hpp"
+
+#include <set>
+
+#include "support/error.hpp"
+
+namespace telos::compiler::ir {
+namespace {
+
+class OpChecker {
+ public:
+  OpChecker(const Graph& graph, const Op& op, std::size_t index)
+      : graph_(graph), op_(op), index_(index) {}
+
+  [[noreturn]] void error(const std::string& message) const {
+    std::string head = "op " + std::to_string(index_) + " (";
+    if (!op_.results.empty()) head += "%" + op_.results[0]->name + " = ";
+    fail("IR verifier: " + head + op_.kind + "): " + message);
+  }
+
+  void counts(std::size_t operands, std::size_t params_min, std::size_t params_max,
+              std::size_t results) const {
+    if (op_.operands.size() != operands)
+      error("expected " + std::to_string(operands) + " operands, got " +
+            std::to_string(op_.operands.size()));
+    if (op_.params.size() < params_min || op_.params.size() > params_max)
+      error("expected " + std::to_string(params_min) +
+            (params_max != params_min ? " to " + std::to_string(params_max) : "") +
+            " parameters, got " + std::to_string(op_.params.size()));
+    if (op_.results.size() != results)
+      error("expected " + std::to_string(results) + " results, got " +
+            std::to_string(op_.results.size()));
+  }
+
+  const TensorType& operand(std::size_t i) const { return op_.operands[i]->type; }
+
+  const TensorType& param(std::size_t i) const {
+    const Param* p = graph_.find_param(op_.params[i]);
+    if (!p) error("unknown parameter @" + op_.params[i]);
+    return p->type;
+  }
+
+  void expect(const TensorType& actual, const TensorType& expected, const std::string& what) const {
+    if (actual != expected)
+      error(what + " has type " + actual.str() + ", expected " + expected.str());
+  }
+
+  void expect_operand(std::size_t i, const TensorType& expected) const {
+    expect(operand(i), expected, "operand " + std::to_string(i) + " %" + op_.operands[i]->name);
+  }
+  void expect_param(std::size_t i, const TensorType& expected) const {
+    expect(param(i), expected, "parameter @" + op_.params[i]);
+  }
+  void expect_result(std::size_t i, const TensorType& expected) const {
+    expect(op_.results[i]->type, expected, "result %" + op_.results[i]->name);
+  }
+
+  // A 2-D activation [rows, cols] (rows symbolic or constant).
+  void expect_matrix_operand(std::size_t i, DType dtype) const {
+    if (operand(i).dtype != dtype || operand(i).dims.size() != 2)
+      error("operand " + std::to_string(i) + " %" + op_.operands[i]->name + " has type " +
+            operand(i).str() + ", expected " + std::string(dtype_name(dtype)) + "[rows,cols]");
+  }
+  void expect_weight_matrix(std::size_t i) const {
+    const TensorType& t = param(i);
+    if (t.dtype != DType::BF16 || t.dims.size() != 2 || t.dims[0] <= 0 || t.dims[1] <= 0)
+      error("parameter @" + op_.params[i] + " has type " + t.str() + ", expected bf16[out,in]");
+  }
+
+  std::int64_t positive_attr(const std::string& name) const {
+    const AttrValue* v = op_.attr(name);
+    if (!v || !std::holds_alternative<std::int64_t>(*v) || std::get<std::int64_t>(*v) <= 0)
+      error("expected a positive integer attribute " + name);
+    return std::get<std::int64_t>(*v);
+  }
+  std::int64_t nonnegative_attr(const std::string& name) const {
+    const AttrValue* v = op_.attr(name);
+    if (!v || !std::holds_alternative<std::int64_t>(*v) || std::get<std::int64_t>(*v) < 0)
+      error("expected a non-negative integer attribute " + name);
+    return std::get<std::int64_t>(*v);
+  }
+  void float_attr(const std::string& name) const {
+    const AttrValue* v = op_.attr(name);
+    if (!v || !std::holds_alternative<double>(*v)) error("expected a float attribute " + name);
+  }
+  void rope_attrs() const {
+    float_attr("theta");
+    const AttrValue* s = op_.attr("scaling");
+    if (!s || !std::holds_alternative<std::string>(*s))
+      error("expected a string attribute scaling");
+    const std::string& scaling = std::get<std::string>(*s);
+    if (scaling == "llama3") {
+      float_attr("factor");
+      float_attr("low_freq_factor");
+      float_attr("high_freq_factor");
+      positive_attr("original_max_position_embeddings");
+    } else if (scaling != "default") {
+      error("unknown rope scaling \"" + scaling + "\"");
+    }
+  }
+
+  TensorType act(Dim rows, Dim cols) const { return {DType::BF16, {rows, cols}}; }
+  TensorType vec(Dim n) const { return {DType::F32, {n}}; }
+  TensorType positions() const { return {DType::I32, {kTokens}}; }
+
+  void check() const;
+
+ private:
+  void check_linear() const;
+  void check_heads(std::size_t operand_index, const std::string& heads_attr) const;
+
+  const Graph& graph_;
+  const Op& op_;
+  std::size_t index_;
+};
+
+void OpChecker::check_heads(std::size_t i, const std::string& heads_attr) const {
+  expect_matrix_operand(i, DType::BF16);
+  const std::int64_t cols = positive_attr(heads_attr) * positive_attr("head_dim");
+  if (operand(i).dims[1] != cols)
+    error("operand " + std::to_string(i) + " %" + op_.operands[i]->name + " has " +
+          std::to_string(operand(i).dims[1]) + " columns, expected " + heads_attr + " * head_dim = " +
+          std::to_string(cols));
+}
+
+void OpChecker::check_linear() const {
+  const AttrValue* e = op_.attr("epilogue");
+  const std::string epilogue = e && std::holds_alternative<std::string>(*e)
+                                   ? std::get<std::string>(*e)
+                                   : (e ? "?" : "none");
+  if (epilogue == "none") {
+    counts(1, 1, 2, 1);
+  } else if (epilogue == "residual") {
+    counts(2, 1, 1, 1);
+  } else if (epilogue == "swiglu") {
+    counts(1, 1, 1, 1);
+  } else if (epilogue == "rope_kv_append") {
+    counts(2, 1, 4, 1);
+  } else {
+    error("unknown epilogue (expected residual, swiglu or rope_kv_append)");
+  }
+  expect_matrix_operand(0, DType::BF16);
+  expect_weight_matrix(0);
+  const Dim rows = operand(0).dims[0];
+  const std::int64_t out = param(0).dims[0];
+  if (operand(0).dims[1] != param(0).dims[1])
+    error("operand 0 %" + op_.operands[0]->name + " has " + std::to_string(operand(0).dims[1]) +
+          " columns but @" + op_.params[0] + " expects " + std::to_string(param(0).dims[1]));
+
+  if (epilogue == "none") {
+    if (op_.params.size() == 2) expect_param(1, vec(out));
+    expect_result(0, act(rows, out));
+  } else if (epilogue == "residual") {
+    expect_operand(1, act(rows, out));
+    expect_result(0, act(rows, out));
+  } else if (epilogue == "swiglu") {
+    if (out % 2 != 0) error("@" + op_.params[0] + " must have an even number of rows (gate, up)");
+    expect_result(0, act(rows, out / 2));
+  } else {
+    expect_operand(1, positions());
+    nonnegative_attr("layer");
+    const std::int64_t heads = positive_attr("heads");
+    const std::int64_t kv_heads = positive_attr("kv_heads");
+    const std::int64_t d = positive_attr("head_dim");
+    rope_attrs();
+    if (out != (heads + 2 * kv_heads) * d)
+      error("@" + op_.params[0] + " has " + std::to_string(out) +
+            " rows, expected (heads + 2 kv_heads) * head_dim = " +
+            std::to_string((heads + 2 * kv_heads) * d));
+    // Params: qkv, then the bias when there are 2 or 4, then q_norm and k_norm when 3 or 4.
+    const std::size_t n = op_.params.size();
+    if (n == 2 || n == 4) expect_param(1, vec(out));
+    if (n >= 3) {
+      float_attr("eps");
+      expect_param(n - 2, vec(d));
+      expect_param(n - 1, vec(d));
+    }
+    expect_result(0, act(rows, heads * d));
+  }
+}
+
+void OpChecker::check() const {
+  const std::string& k = op_.kind;
+  if (k == "embed") {
+    counts(1, 1, 1, 1);
+    expect_operand(0, positions());
+    expect_weight_matrix(0);
+    expect_result(0, act(kTokens, param(0).dims[1]));
+  } else if (k == "rmsnorm" || k == "add_rmsnorm") {
+    const bool add = k == "add_rmsnorm";
+    counts(add ? 2 : 1, 1, 1, add ? 2 : 1);
+    expect_matrix_operand(0, DType::BF16);
+    const TensorType t = operand(0);
+    if (add) expect_operand(1, t);
+    expect_param(0, vec(t.dims[1]));
+    float_attr("eps");
+    for (std::size_t i = 0; i < op_.results.size(); ++i) expect_result(i, t);
+  } else if (k == "linear") {
+    check_linear();
+  } else if (k == "slice") {
+    counts(1, 0, 0, 1);
+    expect_matrix_operand(0, DType::BF16);
+    const std::int64_t begin = nonnegative_attr("begin");
+    const std::int64_t end = positive_attr("end");
+    if (begin >= end || end > operand(0).dims[1])
+      error("slice [" + std::to_string(begin) + ", " + std::to_string(end) + ") is outside " +
+            operand(0).str());
+    expect_result(0, act(operand(0).dims[0], end - begin));
+  } else if (k == "head_rmsnorm") {
+    counts(1, 1, 1, 1);
+    check_heads(0, "heads");
+    float_attr("eps");
+    expect_param(0, vec(positive_attr("head_dim")));
+    expect_result(0, operand(0));
+  } else if (k == "rope") {
+    counts(2, 0, 0, 1);
+    check_heads(0, "heads");
+    expect_operand(1, positions());
+    rope_attrs();
+    expect_result(0, operand(0));
+  } else if (k == "attention" || k == "paged_attention") {
+    const bool paged = k == "paged_attention";
+    counts(paged ? 1 : 3, 0, 0, 1);
+    nonnegative_attr("layer");
+    if (positive_attr("heads") % positive_attr("kv_heads") != 0)
+      error("heads must be a multiple of kv_heads");
+    check_heads(0, "heads");
+    if (!paged) {
+      check_heads(1, "kv_heads");
+      check_heads(2, "kv_heads");
+    }
+    const Dim rows = operand(0).dims[0];
+    for (std::size_t i = 1; i < op_.operands.size(); ++i)
+      if (operand(i).dims[0] != rows) error("q, k and v must have the same rows");
+    expect_result(0, operand(0));
+  } else if (k == "swiglu" || k == "add") {
+    counts(2, 0, 0, 1);
+    expect_matrix_operand(0, DType::BF16);
+    expect_operand(1, operand(0));
+    expect_result(0, operand(0));
+  } else if (k == "lm_head" || k == "lm_head_sample") {
+    counts(1, 1, 1, 1);
+    expect_matrix_operand(0, DType::BF16);
+    expect_weight_matrix(0);
+    if (operand(0).dims[1] != param(0).dims[1])
+      error("operand 0 %" + op_.operands[0]->name + " has " + std::to_string(operand(0).dims[1]) +
+            " columns but @" + op_.params[0] + " expects " + std::to_string(param(0).dims[1]));
+    if (k == "lm_head")
+      expect_result(0, {DType::F32, {kSequences, param(0).dims[0]}});
+    else
+      expect_result(0, {DType::I32, {kSequences}});
+  } else if (k == "sample") {
+    counts(1, 0, 0, 1);
+    if (operand(0).dtype != DType::F32 || operand(0).dims.size() != 2 ||
+        operand(0).dims[0] != kSequences)
+      error("operand 0 %" + op_.operands[0]->name + " has type " + operand(0).str() +
+            ", expected f32[S,V]");
+    expect_result(0, {DType::I32, {kSequences}});
+  } else {
+    error("unknown op");
+  }
+}
+
+}  // namespace
+
+void verify(const Graph& graph) {
+  std::set<const Value*> defined(graph.inputs().begin(), graph.inputs().end());
+  std::set<std::string> names;
+  for (const Value* v : graph.inputs())
+    if (!names.insert(v->name).second) fail("IR verifier: input %" + v->name + " is defined twice");
+  for (std::size_t i = 0; i < graph.ops().size(); ++i) {
+    const Op& op = *graph.ops()[i];
+    OpChecker checker(graph, op, i);
+    for (std::size_t j = 0; j < op.operands.size(); ++j) {
+      const Value* v = op.operands[j];
+      if (!v) checker.error("operand " + std::to_string(j) + " is missing");
+      if (!defined.count(v))
+        checker.error("operand " + std::to_string(j) + " %" + v->name +
+                      (v->def ? " is used before its definition" : " is not defined"));
+    }
+    for (const std::string& p : op.params)
+      if (!graph.find_param(p)) checker.error("unknown parameter @" + p);
+    checker.check();
+    for (const Value* r : op.results) {
+      if (!names.insert(r->name).second) checker.error("%" + r->name + " is defined twice");
+      defined.insert(r);
+    }
+  }
+  for (const Value* v : graph.outputs())
+    if (!defined.count(v)) fail("IR verifier: graph output %" + v->name + " is not defined");
+  if (graph.outputs().empty()) fail("IR verifier: graph @" + graph.name + " returns nothing");
+  for (const Param& p : graph.params())
+    for (Dim d : p.type.dims)
+      if (d <= 0) fail("IR verifier: parameter @" + p.name + " has type " + p.type.str() +
+                       ", expected constant dimensions");
+}
+
+}  // namespace telos::compiler::ir

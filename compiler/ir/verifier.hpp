@@ -1,0 +1,42 @@
+#pragma once
+// The Telos IR verifier, and the op set it knows. H hidden size, I intermediate size, V vocab,
+// Hq/Hkv query/KV heads, D head dim; T/S the step's tokens/sequences. Activations are bf16,
+// matrices bf16 [out, in], vectors (norm weights, biases) f32.
+//
+// Ops the importer produces:
+//   embed(%tokens: i32[T], @embed: [V,H])                      -> bf16[T,H]
+//   rmsnorm(%x: [T,H], @w: f32[H]) {eps}                         -> bf16[T,H]
+//   linear(%x: [T,K], @w: [M,K] [, @bias: f32[M]])               -> bf16[T,M]
+//   slice(%x: [T,N]) {begin, end}                                -> bf16[T,end-begin]
+//   head_rmsnorm(%x: [T,n*D], @w: f32[D]) {heads, head_dim, eps}  (Qwen3 QK norm, per head)
+//   rope(%x: [T,n*D], %positions: i32[T]) {heads, head_dim, theta, scaling, ...}
+//   attention(%q: [T,Hq*D], %k: [T,Hkv*D], %v: [T,Hkv*D]) {layer, heads, kv_heads, head_dim}
+//       appends k and v to the layer's KV pages at the step's positions, then causal GQA
+//       attention over each sequence's pages, scale 1/sqrt(D)   -> bf16[T,Hq*D]
+//   swiglu(%gate: [T,I], %up: [T,I])                             -> bf16[T,I]
+//   add(%a, %b)                                                  -> same type
+//   lm_head(%x: [T,H], @w: [V,H])  the last token of each sequence -> f32[S,V]
+//   sample(%logits: f32[S,V])  per-sequence sampling params from the step descriptor -> i32[S]
+//
+// Fused forms the passes produce:
+//   add_rmsnorm(%a, %b, @w: f32[H]) {eps}                   -> bf16[T,H] (a+b), bf16[T,H] (normed)
+//   linear {epilogue = "residual"}(%x, %residual, @w)       -> residual + x·wᵀ
+//   linear {epilogue = "swiglu"}(%x, @gate_up: [2I,H])      -> silu(g) * u, bf16[T,I]
+//   linear {epilogue = "rope_kv_append", layer, heads, kv_heads, head_dim, rope attrs [, eps]}
+//       (%x, %positions, @qkv [, @qkv_bias] [, @q_norm, @k_norm])
+//       q/k/v = x·qkvᵀ (+ bias); QK norm when the norms are given; RoPE on q and k; k and v
+//       appended to the layer's KV pages                   -> q, bf16[T,Hq*D]
+//   paged_attention(%q) {layer, heads, kv_heads, head_dim}  attention over pages already appended
+//   lm_head_sample(%x: [T,H], @w: [V,H])                    -> i32[S], logits never stored
+#include <string>
+
+#include "compiler/ir/graph.hpp"
+
+namespace telos::compiler::ir {
+
+// Checks every op's operand, parameter and result types and shapes, attributes, SSA dominance
+// (operands defined by an earlier op or a graph input), unknown parameters and graph outputs.
+// Throws telos::Error "IR verifier: op N (%result = kind): what is wrong".
+void verify(const Graph& graph);
+
+}  // namespace telos::compiler::ir

@@ -1,0 +1,237 @@
+#include "compiler/plan/serving_config.hpp"
+
+#include <algorithm>
+
+#include "support/error.hpp"
+
+namespace telos::compiler {
+namespace {
+
+constexpr std::int64_t kDefaultMaxBatch = 256;
+constexpr std::int64_t kDefaultPageSize = 16;
+constexpr std::int64_t kDefaultPrefillChunk = 512;
+constexpr std::int64_t kSmallestPrefillBucket = 16;
+constexpr double kDefaultMemoryFraction = 0.9;
+
+const std::vector<std::string> kFields = {"max_batch",       "max_seq_len",    "kv_page_size",
+                                          "kv_pool",         "prefill_chunk",  "decode_buckets",
+                                          "prefill_buckets", "targets",        "tensor_parallel"};
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+class FieldReader {
+ public:
+  FieldReader(const nlohmann::json& object, std::string where)
+      : object_(object), where_(std::move(where)) {}
+
+  [[noreturn]] void fail_field(const std::string& field, const std::string& message) const {
+    fail(where_ + ": serving." + field + ": " + message);
+  }
+
+  const nlohmann::json* get(const std::string& field) const {
+    if (object_.is_null()) return nullptr;
+    auto it = object_.find(field);
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  // An integer in [lo, hi]; floats, strings and booleans are refused.
+  std::optional<std::int64_t> integer(const std::string& field, std::int64_t lo,
+                                      std::int64_t hi) const {
+    const nlohmann::json* v = get(field);
+    if (!v) return std::nullopt;
+    return integer_value(field, *v, lo, hi);
+  }
+
+  std::int64_t integer_value(const std::string& field, const nlohmann::json& v, std::int64_t lo,
+                             std::int64_t hi) const {
+    const std::string range = "expected an integer from " + std::to_string(lo) + " to " +
+                              std::to_string(hi) + ", got " + v.dump();
+    if (!v.is_number_integer()) fail_field(field, range);
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi))
+      fail_field(field, range);
+    const auto n = v.get<std::int64_t>();
+    if (n < lo || n > hi) fail_field(field, range);
+    return n;
+  }
+
+  // A strictly increasing list of integers in [1, last] that ends with `last`.
+  std::optional<std::vector<std::int64_t>> buckets(const std::string& field, std::int64_t last,
+                                                   const std::string& last_name) const {
+    const nlohmann::json* v = get(field);
+    if (!v) return std::nullopt;
+    if (!v->is_array() || v->empty())
+      fail_field(field, "expected a non-empty array of increasing integers, got " + v->dump());
+    std::vector<std::int64_t> out;
+    for (const auto& item : *v) {
+      const std::int64_t n = integer_value(field, item, 1, last);
+      if (!out.empty() && n <= out.back())
+        fail_field(field, "expected strictly increasing sizes, got " + v->dump());
+      out.push_back(n);
+    }
+    if (out.back() != last)
+      fail_field(field, "the largest bucket must equal " + last_name + " (" +
+                            std::to_string(last) + ") so a full step has a graph, got " +
+                            v->dump());
+    return out;
+  }
+
+  const std::string& where() const { return where_; }
+
+ private:
+  const nlohmann::json& object_;
+  std::string where_;
+};
+
+// Powers of two from `first` while below `last`, then `last` itself.
+std::vector<std::int64_t> power_of_two_buckets(std::int64_t first, std::int64_t last) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t b = first; b < last; b *= 2) out.push_back(b);
+  out.push_back(last);
+  return out;
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+std::vector<std::string> parse_target_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::size_t begin = 0;
+  while (begin <= list.size()) {
+    std::size_t end = list.find(',', begin);
+    if (end == std::string::npos) end = list.size();
+    std::string target = list.substr(begin, end - begin);
+    if (std::find(kSupportedTargets.begin(), kSupportedTargets.end(), target) ==
+        kSupportedTargets.end())
+      fail("--target: unsupported architecture \"" + target + "\" (expected " +
+           join(kSupportedTargets) + ")");
+    if (std::find(out.begin(), out.end(), target) != out.end())
+      fail("--target: \"" + target + "\" is listed twice");
+    out.push_back(target);
+    begin = end + 1;
+  }
+  return out;
+}
+
+ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& spec,
+                              const std::string& where) {
+  if (!serving.is_null() && !serving.is_object())
+    fail(where + ": serving: expected an object, got " + serving.dump());
+  FieldReader r(serving, where);
+  if (serving.is_object()) {
+    for (const auto& [key, value] : serving.items()) {
+      if (std::find(kFields.begin(), kFields.end(), key) == kFields.end())
+        r.fail_field(key, "unknown field (expected one of " + join(kFields) + ")");
+    }
+  }
+
+  ServingConfig c;
+  c.kv_page_size = r.integer("kv_page_size", 1, 256).value_or(kDefaultPageSize);
+  if ((c.kv_page_size & (c.kv_page_size - 1)) != 0 || c.kv_page_size < 8)
+    r.fail_field("kv_page_size", "expected a power of two from 8 to 256, got " +
+                                     std::to_string(c.kv_page_size));
+
+  c.max_seq_len = r.integer("max_seq_len", 1, spec.max_position_embeddings)
+                      .value_or(spec.max_position_embeddings);
+
+  if (const nlohmann::json* pool = r.get("kv_pool")) {
+    if (!pool->is_object() || pool->size() != 1 ||
+        !(pool->contains("pages") || pool->contains("memory_fraction")))
+      r.fail_field("kv_pool", "expected {\"pages\": N} or {\"memory_fraction\": F}, got " +
+                                  pool->dump());
+    if (pool->contains("pages")) {
+      c.kv_pool_pages = r.integer_value("kv_pool.pages", pool->at("pages"), 1, 1 << 30);
+      const std::int64_t one_sequence = ceil_div(c.max_seq_len, c.kv_page_size);
+      if (*c.kv_pool_pages < one_sequence)
+        r.fail_field("kv_pool.pages", std::to_string(*c.kv_pool_pages) +
+                                          " pages cannot hold one sequence of max_seq_len " +
+                                          std::to_string(c.max_seq_len) + " (needs " +
+                                          std::to_string(one_sequence) + ")");
+    } else {
+      const nlohmann::json& f = pool->at("memory_fraction");
+      if (!f.is_number() || f.get<double>() <= 0.0 || f.get<double>() > 1.0)
+        r.fail_field("kv_pool.memory_fraction",
+                     "expected a number in (0, 1], got " + f.dump());
+      c.kv_pool_memory_fraction = f.get<double>();
+    }
+  } else {
+    c.kv_pool_memory_fraction = kDefaultMemoryFraction;
+  }
+
+  // Every sequence in a batch holds at least one page, so a fixed pool bounds the batch.
+  const std::int64_t batch_limit =
+      c.kv_pool_pages ? std::min(kMaxBatchLimit, *c.kv_pool_pages) : kMaxBatchLimit;
+  if (const nlohmann::json* mb = r.get("max_batch")) {
+    c.max_batch = r.integer_value("max_batch", *mb, 1, kMaxBatchLimit);
+    if (c.max_batch > batch_limit)
+      r.fail_field("max_batch", std::to_string(c.max_batch) + " exceeds kv_pool.pages (" +
+                                    std::to_string(batch_limit) +
+                                    "): every sequence needs at least one page");
+  } else {
+    c.max_batch = std::min(kDefaultMaxBatch, batch_limit);
+  }
+
+  c.prefill_chunk = r.integer("prefill_chunk", 1, c.max_seq_len)
+                        .value_or(std::min(kDefaultPrefillChunk, c.max_seq_len));
+
+  c.decode_buckets = r.buckets("decode_buckets", c.max_batch, "max_batch")
+                         .value_or(power_of_two_buckets(1, c.max_batch));
+  c.prefill_buckets =
+      r.buckets("prefill_buckets", c.prefill_chunk, "prefill_chunk")
+          .value_or(c.prefill_chunk <= kSmallestPrefillBucket
+                        ? std::vector<std::int64_t>{c.prefill_chunk}
+                        : power_of_two_buckets(kSmallestPrefillBucket, c.prefill_chunk));
+
+  if (const nlohmann::json* t = r.get("targets")) {
+    if (!t->is_array() || t->empty())
+      r.fail_field("targets", "expected a non-empty array such as [\"sm_90a\"], got " + t->dump());
+    std::string list;
+    for (const auto& item : *t) {
+      if (!item.is_string())
+        r.fail_field("targets", "expected architecture names (strings), got " + t->dump());
+      list += (list.empty() ? "" : ",") + item.get<std::string>();
+    }
+    try {
+      c.targets = parse_target_list(list);
+    } catch (const Error& e) {
+      std::string message = e.what();
+      r.fail_field("targets", message.substr(message.find(": ") + 2));
+    }
+  } else {
+    c.targets = {"sm_90a"};
+  }
+
+  c.tensor_parallel = r.integer("tensor_parallel", 1, 64).value_or(1);
+  if (spec.num_heads % c.tensor_parallel != 0 || spec.num_kv_heads % c.tensor_parallel != 0)
+    r.fail_field("tensor_parallel", std::to_string(c.tensor_parallel) +
+                                        " must divide num_heads (" +
+                                        std::to_string(spec.num_heads) + ") and num_kv_heads (" +
+                                        std::to_string(spec.num_kv_heads) + ")");
+  return c;
+}
+
+nlohmann::ordered_json serving_to_json(const ServingConfig& c) {
+  nlohmann::ordered_json pool = nlohmann::ordered_json::object();
+  if (c.kv_pool_pages)
+    pool["pages"] = *c.kv_pool_pages;
+  else
+    pool["memory_fraction"] = *c.kv_pool_memory_fraction;
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  j["max_batch"] = c.max_batch;
+  j["max_seq_len"] = c.max_seq_len;
+  j["kv_page_size"] = c.kv_page_size;
+  j["kv_pool"] = pool;
+  j["prefill_chunk"] = c.prefill_chunk;
+  j["decode_buckets"] = c.decode_buckets;
+  j["prefill_buckets"] = c.prefill_buckets;
+  j["targets"] = c.targets;
+  j["tensor_parallel"] = c.tensor_parallel;
+  return j;
+}
+
+}  // namespace telos::compiler

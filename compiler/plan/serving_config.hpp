@@ -1,0 +1,47 @@
+#pragma once
+// The serving configuration an artifact is compiled for: how many sequences a step may batch, how
+// long they may grow, how the paged KV cache is carved, and which bucket shapes get a captured
+// CUDA graph. Resolved once at compile time (every field filled in); docs/artifact.md's serving
+// section documents each field and its default.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "compiler/import/model_spec.hpp"
+
+namespace telos::compiler {
+
+struct ServingConfig {
+  std::int64_t max_batch = 0;
+  std::int64_t max_seq_len = 0;
+  std::int64_t kv_page_size = 0;
+  std::optional<std::int64_t> kv_pool_pages;     // exactly one of these two is set
+  std::optional<double> kv_pool_memory_fraction;
+  std::int64_t prefill_chunk = 0;
+  std::vector<std::int64_t> decode_buckets;
+  std::vector<std::int64_t> prefill_buckets;
+  std::vector<std::string> targets;
+  std::int64_t tensor_parallel = 1;
+};
+
+// Upper bound on max_batch: a decode bucket larger than this no longer gains throughput from the
+// skinny-GEMM path and its arena and graph grow without use.
+constexpr std::int64_t kMaxBatchLimit = 1024;
+// GPU architectures codegen can target.
+inline const std::vector<std::string> kSupportedTargets = {"sm_90a", "sm_100a"};
+
+// Resolves a "serving" JSON object (null means all defaults) against the model. `where` names the
+// file the object came from; errors read "WHERE: serving.FIELD: what was expected".
+ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& spec,
+                              const std::string& where);
+
+// Parses a comma-separated --target list ("sm_90a,sm_100a") into the targets field.
+std::vector<std::string> parse_target_list(const std::string& list);
+
+// The resolved form written to manifest.json "serving".
+nlohmann::ordered_json serving_to_json(const ServingConfig& config);
+
+}  // namespace telos::compiler

@@ -1,0 +1,125 @@
+// telosc: the Telos compiler driver. `telosc compile` lowers a model and a serving config to an
+// artifact (docs/artifact.md); `telosc inspect` summarizes and verifies one. Every stage can be
+// printed (--emit, --print-after-all) so lit + FileCheck tests pin each one.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "compiler/import/checkpoint.hpp"
+#include "compiler/ir/model_graph.hpp"
+#include "compiler/ir/verifier.hpp"
+#include "compiler/plan/serving_config.hpp"
+#include "support/error.hpp"
+
+namespace {
+
+using namespace telos;
+using namespace telos::compiler;
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+
+struct UsageError : Error {
+  using Error::Error;
+};
+
+struct CompileOptions {
+  std::string model;
+  std::string output;
+  std::string serving_file;
+  std::string targets;
+  std::string emit;
+  bool print_after_all = false;
+  bool no_weights = false;
+};
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(path + ": cannot open");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(path + ": malformed JSON: " + e.what());
+  }
+}
+
+int run_compile(const CompileOptions& o) {
+  if (o.no_weights && o.emit.empty())
+    throw UsageError("--no-weights needs --emit (an artifact always carries its weights)");
+  if (o.emit.empty() && o.output.empty())
+    throw UsageError("compile needs -o OUT.telos (or --emit=ir|plan to print a stage)");
+
+  ImportedModel model = import_model(o.model, ImportOptions{.weights = !o.no_weights});
+
+  nlohmann::json serving = model.serving;
+  std::string serving_where = model.source;
+  if (!o.serving_file.empty()) {
+    serving = read_json_file(o.serving_file);
+    serving_where = o.serving_file;
+  }
+  ServingConfig config = resolve_serving(serving, model.spec, serving_where);
+  if (!o.targets.empty()) config.targets = parse_target_list(o.targets);
+
+  ir::Graph graph = ir::build_model_graph(model.spec);
+  ir::verify(graph);
+
+  if (o.emit == "ir") {
+    std::cout << ir::print_graph(graph);
+    return 0;
+  }
+  fail("writing artifacts is not implemented yet");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"telosc: the Telos ahead-of-time LLM compiler", "telosc"};
+  app.require_subcommand(1);
+  app.footer(
+      "Exit codes: 0 success; 1 error (bad model, config or output; one line on stderr: "
+      "'telosc: error: MESSAGE'); 2 usage error (bad command line).");
+
+  CompileOptions co;
+  CLI::App* compile = app.add_subcommand("compile", "Compile a model into an artifact directory");
+  compile->add_option("MODEL", co.model, "Telos model.json, HF config.json or checkpoint directory")
+      ->required();
+  compile->add_option("-o,--output", co.output, "Artifact directory to write (NAME.telos)");
+  compile->add_option("--serving", co.serving_file,
+                      "JSON serving config; replaces model.json's \"serving\" section");
+  compile->add_option("--target", co.targets, "GPU architectures, comma-separated (sm_90a,sm_100a)");
+  compile->add_option("--emit", co.emit, "Print a stage to stdout instead of writing an artifact")
+      ->check(CLI::IsMember({"ir", "plan"}));
+  compile->add_flag("--print-after-all", co.print_after_all,
+                    "Print the IR to stderr after each pass");
+  compile->add_flag("--no-weights", co.no_weights,
+                    "Read config.json only (planning mode; needs --emit)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "telosc: error: %s\n", e.what());
+    return kExitUsage;
+  }
+
+  try {
+    if (compile->parsed()) return run_compile(co);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "telosc: error: %s\n", e.what());
+    return kExitUsage;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "telosc: error: %s\n", e.what());
+    return kExitError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "telosc: error: internal: %s\n", e.what());
+    return kExitError;
+  }
+  return 0;
+}
