@@ -1,0 +1,432 @@
+#include "executor/artifact.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "support/checksum.hpp"
+#include "support/error.hpp"
+
+namespace telos::exec {
+namespace {
+
+using nlohmann::json;
+
+// Reads manifest fields by dotted path ("model.vocab_size") so that every refusal names the
+// field it is about.
+class ManifestFields {
+ public:
+  explicit ManifestFields(std::string file) : file_(std::move(file)) {}
+
+  [[noreturn]] void refuse(const std::string& field, const std::string& what) const {
+    fail(file_ + ": " + field + ": " + what);
+  }
+
+  const json& member(const json& obj, const std::string& path, const char* key) const {
+    auto it = obj.find(key);
+    if (it == obj.end()) refuse(join(path, key), "missing");
+    return *it;
+  }
+  const json& object(const json& obj, const std::string& path, const char* key) const {
+    const json& v = member(obj, path, key);
+    if (!v.is_object()) refuse(join(path, key), "expected an object");
+    return v;
+  }
+  std::int64_t integer(const json& obj, const std::string& path, const char* key,
+                       std::int64_t min_value) const {
+    const json& v = member(obj, path, key);
+    if (!v.is_number_integer()) refuse(join(path, key), "expected an integer");
+    std::int64_t x = v.get<std::int64_t>();
+    if (x < min_value)
+      refuse(join(path, key), std::to_string(x) + " is below " + std::to_string(min_value));
+    return x;
+  }
+  int small_integer(const json& obj, const std::string& path, const char* key,
+                    int min_value) const {
+    std::int64_t x = integer(obj, path, key, min_value);
+    if (x > (1 << 30)) refuse(join(path, key), std::to_string(x) + " is implausibly large");
+    return static_cast<int>(x);
+  }
+  double number(const json& obj, const std::string& path, const char* key) const {
+    const json& v = member(obj, path, key);
+    if (!v.is_number()) refuse(join(path, key), "expected a number");
+    return v.get<double>();
+  }
+  double positive_number(const json& obj, const std::string& path, const char* key) const {
+    double x = number(obj, path, key);
+    if (!(x > 0)) refuse(join(path, key), "expected a positive number");
+    return x;
+  }
+  std::string string(const json& obj, const std::string& path, const char* key) const {
+    const json& v = member(obj, path, key);
+    if (!v.is_string()) refuse(join(path, key), "expected a string");
+    return v.get<std::string>();
+  }
+  bool boolean(const json& obj, const std::string& path, const char* key) const {
+    const json& v = member(obj, path, key);
+    if (!v.is_boolean()) refuse(join(path, key), "expected true or false");
+    return v.get<bool>();
+  }
+  std::vector<int> ascending_integers(const json& obj, const std::string& path,
+                                      const char* key) const {
+    const json& v = member(obj, path, key);
+    if (!v.is_array() || v.empty()) refuse(join(path, key), "expected a non-empty array");
+    std::vector<int> out;
+    for (const json& e : v) {
+      if (!e.is_number_integer() || e.get<std::int64_t>() < 1 || e.get<std::int64_t>() > (1 << 30))
+        refuse(join(path, key), "expected positive integers");
+      int x = e.get<int>();
+      if (!out.empty() && x <= out.back()) refuse(join(path, key), "expected ascending values");
+      out.push_back(x);
+    }
+    return out;
+  }
+
+  static std::string join(const std::string& path, const char* key) {
+    return path.empty() ? std::string(key) : path + "." + key;
+  }
+
+ private:
+  std::string file_;
+};
+
+std::string format_shape(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+ModelConfig read_model(const ManifestFields& f, const json& m) {
+  const std::string p = "model";
+  ModelConfig c;
+  c.name = f.string(m, p, "name");
+  c.architecture = f.string(m, p, "architecture");
+  c.family = f.string(m, p, "family");
+  if (c.family != "llama" && c.family != "qwen2" && c.family != "qwen3" && c.family != "mistral")
+    f.refuse("model.family", "\"" + c.family + "\" is not one of llama, qwen2, qwen3, mistral");
+  c.vocab_size = f.small_integer(m, p, "vocab_size", 1);
+  c.hidden_size = f.small_integer(m, p, "hidden_size", 1);
+  c.intermediate_size = f.small_integer(m, p, "intermediate_size", 1);
+  c.num_layers = f.small_integer(m, p, "num_layers", 1);
+  c.num_heads = f.small_integer(m, p, "num_heads", 1);
+  c.num_kv_heads = f.small_integer(m, p, "num_kv_heads", 1);
+  c.head_dim = f.small_integer(m, p, "head_dim", 2);
+  if (c.num_heads % c.num_kv_heads != 0)
+    f.refuse("model.num_kv_heads", std::to_string(c.num_kv_heads) + " does not divide num_heads " +
+                                       std::to_string(c.num_heads));
+  if (c.head_dim % 2 != 0) f.refuse("model.head_dim", "RoPE needs an even head_dim");
+  c.rms_norm_eps = f.positive_number(m, p, "rms_norm_eps");
+  c.max_position_embeddings = f.small_integer(m, p, "max_position_embeddings", 1);
+
+  const json& rope = f.object(m, p, "rope");
+  c.rope.type = f.string(rope, "model.rope", "type");
+  c.rope.theta = f.positive_number(rope, "model.rope", "theta");
+  if (c.rope.type == "llama3") {
+    c.rope.factor = f.positive_number(rope, "model.rope", "factor");
+    c.rope.low_freq_factor = f.positive_number(rope, "model.rope", "low_freq_factor");
+    c.rope.high_freq_factor = f.positive_number(rope, "model.rope", "high_freq_factor");
+    if (c.rope.high_freq_factor <= c.rope.low_freq_factor)
+      f.refuse("model.rope.high_freq_factor", "must be larger than low_freq_factor");
+    c.rope.original_max_position_embeddings =
+        f.small_integer(rope, "model.rope", "original_max_position_embeddings", 1);
+  } else if (c.rope.type != "default") {
+    f.refuse("model.rope.type", "\"" + c.rope.type + "\" is not default or llama3");
+  }
+
+  c.tie_word_embeddings = f.boolean(m, p, "tie_word_embeddings");
+  c.qkv_bias = f.boolean(m, p, "qkv_bias");
+  c.qk_norm = f.boolean(m, p, "qk_norm");
+  if (const json& sw = f.member(m, p, "sliding_window"); !sw.is_null())
+    f.refuse("model.sliding_window", "sliding-window attention is not supported (expected null)");
+  // Some checkpoints have no BOS token: null reads as -1.
+  c.bos_token_id =
+      f.member(m, p, "bos_token_id").is_null() ? -1 : f.small_integer(m, p, "bos_token_id", 0);
+  const json& eos = f.member(m, p, "eos_token_ids");
+  if (!eos.is_array()) f.refuse("model.eos_token_ids", "expected an array of token ids");
+  for (const json& e : eos) {
+    if (!e.is_number_integer() || e.get<std::int64_t>() < 0 ||
+        e.get<std::int64_t>() >= c.vocab_size)
+      f.refuse("model.eos_token_ids", "expected token ids below vocab_size " +
+                                          std::to_string(c.vocab_size));
+    c.eos_token_ids.push_back(e.get<std::int32_t>());
+  }
+  return c;
+}
+
+ServingConfig read_serving(const ManifestFields& f, const json& s) {
+  const std::string p = "serving";
+  ServingConfig c;
+  c.max_batch = f.small_integer(s, p, "max_batch", 1);
+  c.max_seq_len = f.small_integer(s, p, "max_seq_len", 1);
+  c.kv_page_size = f.small_integer(s, p, "kv_page_size", 1);
+  const json& pool = f.object(s, p, "kv_pool");
+  if (pool.contains("pages")) {
+    c.kv_pool_pages = f.small_integer(pool, "serving.kv_pool", "pages", 1);
+  } else if (pool.contains("memory_fraction")) {
+    double fraction = f.positive_number(pool, "serving.kv_pool", "memory_fraction");
+    if (fraction > 1.0) f.refuse("serving.kv_pool.memory_fraction", "expected at most 1");
+    c.kv_pool_memory_fraction = fraction;
+  } else {
+    f.refuse("serving.kv_pool", "expected {\"pages\": N} or {\"memory_fraction\": F}");
+  }
+  c.prefill_chunk = f.small_integer(s, p, "prefill_chunk", 1);
+  c.decode_buckets = f.ascending_integers(s, p, "decode_buckets");
+  c.prefill_buckets = f.ascending_integers(s, p, "prefill_buckets");
+  // The scheduler pads every step to a bucket, so the largest buckets must hold the largest steps.
+  if (c.decode_buckets.back() < c.max_batch)
+    f.refuse("serving.decode_buckets", "the largest bucket " +
+                                           std::to_string(c.decode_buckets.back()) +
+                                           " is below max_batch " + std::to_string(c.max_batch));
+  if (c.prefill_buckets.back() < c.prefill_chunk)
+    f.refuse("serving.prefill_buckets", "the largest bucket " +
+                                            std::to_string(c.prefill_buckets.back()) +
+                                            " is below prefill_chunk " +
+                                            std::to_string(c.prefill_chunk));
+  if (c.prefill_chunk < c.max_batch)
+    f.refuse("serving.prefill_chunk", std::to_string(c.prefill_chunk) +
+                                          " is below max_batch " + std::to_string(c.max_batch) +
+                                          " (a step's token budget must hold one decode token "
+                                          "per running request)");
+  const json& targets = f.member(s, p, "targets");
+  if (!targets.is_array()) f.refuse("serving.targets", "expected an array of architectures");
+  for (const json& t : targets) {
+    if (!t.is_string()) f.refuse("serving.targets", "expected strings like \"sm_90a\"");
+    c.targets.push_back(t.get<std::string>());
+  }
+  c.tensor_parallel = f.small_integer(s, p, "tensor_parallel", 1);
+  return c;
+}
+
+KvCacheConfig read_kv_cache(const ManifestFields& f, const json& k, const ModelConfig& model,
+                            const ServingConfig& serving) {
+  const std::string p = "kv_cache";
+  KvCacheConfig c;
+  c.dtype = f.string(k, p, "dtype");
+  DType dt;
+  if (!parse_dtype(c.dtype, &dt)) f.refuse("kv_cache.dtype", "unknown dtype \"" + c.dtype + "\"");
+  c.page_size = f.small_integer(k, p, "page_size", 1);
+  c.num_layers = f.small_integer(k, p, "num_layers", 1);
+  c.num_kv_heads = f.small_integer(k, p, "num_kv_heads", 1);
+  c.head_dim = f.small_integer(k, p, "head_dim", 1);
+  c.bytes_per_page = f.integer(k, p, "bytes_per_page", 1);
+  c.layout = f.string(k, p, "layout");
+  auto expect_equal = [&](const char* field, std::int64_t got, std::int64_t want,
+                          const std::string& from) {
+    if (got != want)
+      f.refuse(std::string("kv_cache.") + field,
+               std::to_string(got) + " does not match " + from + " " + std::to_string(want));
+  };
+  expect_equal("page_size", c.page_size, serving.kv_page_size, "serving.kv_page_size");
+  expect_equal("num_layers", c.num_layers, model.num_layers, "model.num_layers");
+  expect_equal("num_kv_heads", c.num_kv_heads, model.num_kv_heads, "model.num_kv_heads");
+  expect_equal("head_dim", c.head_dim, model.head_dim, "model.head_dim");
+  expect_equal("bytes_per_page", c.bytes_per_page,
+               std::int64_t{2} * c.num_layers * c.page_size * c.num_kv_heads * c.head_dim *
+                   static_cast<std::int64_t>(dtype_size(dt)),
+               "2 * num_layers * page_size * num_kv_heads * head_dim * dtype size");
+  if (c.layout != "page[layer][kv][head][slot][dim]")
+    f.refuse("kv_cache.layout", "\"" + c.layout + "\" is not page[layer][kv][head][slot][dim]");
+  return c;
+}
+
+std::uint64_t hash_file(const std::filesystem::path& path) {
+  MappedFile file(path.string());
+  return xxh64(file.data(), file.size());
+}
+
+// The tensors docs/artifact.md says a model of this configuration has, with their shapes.
+struct ExpectedTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  bool matrix;  // matrices may be bf16, f16 or f32; vectors are f32
+};
+
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& m) {
+  const std::int64_t V = m.vocab_size, H = m.hidden_size, I = m.intermediate_size,
+                     D = m.head_dim, Hq = m.num_heads, Hkv = m.num_kv_heads;
+  std::vector<ExpectedTensor> out = {{"embed", {V, H}, true}};
+  for (int l = 0; l < m.num_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    out.push_back({p + "attn_norm", {H}, false});
+    out.push_back({p + "qkv", {(Hq + 2 * Hkv) * D, H}, true});
+    if (m.qkv_bias) out.push_back({p + "qkv_bias", {(Hq + 2 * Hkv) * D}, false});
+    if (m.qk_norm) {
+      out.push_back({p + "q_norm", {D}, false});
+      out.push_back({p + "k_norm", {D}, false});
+    }
+    out.push_back({p + "o", {H, Hq * D}, true});
+    out.push_back({p + "mlp_norm", {H}, false});
+    out.push_back({p + "gate_up", {2 * I, H}, true});
+    out.push_back({p + "down", {H, I}, true});
+  }
+  out.push_back({"final_norm", {H}, false});
+  if (!m.tie_word_embeddings) out.push_back({"lm_head", {V, H}, true});
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::shared_ptr<Artifact> a(new Artifact());
+  a->dir_ = dir;
+  const fs::path root(dir);
+  if (!fs::is_directory(root)) fail(dir + ": not an artifact directory (expected NAME.telos/)");
+
+  const std::string manifest_path = (root / "manifest.json").string();
+  {
+    std::ifstream in(manifest_path);
+    if (!in) fail(manifest_path + ": missing (every artifact has a manifest.json)");
+    std::stringstream text;
+    text << in.rdbuf();
+    try {
+      a->manifest_ = json::parse(text.str());
+    } catch (const json::parse_error& e) {
+      fail(manifest_path + ": not valid JSON: " + e.what());
+    }
+  }
+  const json& m = a->manifest_;
+  ManifestFields f(manifest_path);
+  if (!m.is_object()) f.refuse("(top level)", "expected a JSON object");
+
+  // The schema version first: a newer manifest may mean anything below, so nothing else is read.
+  std::int64_t schema = f.integer(m, "", "schema_version", 1);
+  if (schema > kArtifactSchemaVersion)
+    f.refuse("schema_version", std::to_string(schema) + " is newer than this telos-run reads (" +
+                                   std::to_string(kArtifactSchemaVersion) +
+                                   "); use the telos-run that matches the telosc that wrote it");
+
+  a->model_ = read_model(f, f.object(m, "", "model"));
+  a->serving_ = read_serving(f, f.object(m, "", "serving"));
+  a->kv_cache_ = read_kv_cache(f, f.object(m, "", "kv_cache"), a->model_, a->serving_);
+  if (a->serving_.max_seq_len > a->model_.max_position_embeddings)
+    f.refuse("serving.max_seq_len", std::to_string(a->serving_.max_seq_len) +
+                                        " exceeds model.max_position_embeddings " +
+                                        std::to_string(a->model_.max_position_embeddings));
+  const json& kernels = f.member(m, "", "kernels");
+  if (!kernels.is_array()) f.refuse("kernels", "expected an array");
+
+  // Every other file: present and matching its checksum.
+  const json& files = f.object(m, "", "files");
+  for (const auto& [name, sum] : files.items()) {
+    if (!sum.is_string()) f.refuse("files." + name, "expected a checksum string \"xxh64:...\"");
+    if (name.find("..") != std::string::npos || fs::path(name).is_absolute())
+      f.refuse("files." + name, "file names must stay inside the artifact directory");
+    const fs::path path = root / name;
+    if (!fs::is_regular_file(path))
+      fail(path.string() + ": missing (manifest.json files." + name + " lists it)");
+  }
+
+  const json& w = f.object(m, "", "weights");
+  const std::string weights_name = f.string(w, "weights", "file");
+  const std::int64_t alignment = f.integer(w, "weights", "alignment", 1);
+  const std::int64_t size = f.integer(w, "weights", "size", 0);
+  const fs::path weights_path = root / weights_name;
+  if (!fs::is_regular_file(weights_path))
+    fail(weights_path.string() + ": missing (manifest.json weights.file names it)");
+  // Size before checksums: a truncated file gets the message that says so.
+  const auto actual_size = static_cast<std::int64_t>(fs::file_size(weights_path));
+  if (actual_size != size)
+    fail(weights_path.string() + ": " + std::to_string(actual_size) +
+         " bytes, but manifest.json weights.size says " + std::to_string(size) +
+         (actual_size < size ? " (truncated)" : " (not the file this manifest describes)"));
+
+  for (const auto& [name, sum] : files.items()) {
+    const fs::path path = root / name;
+    const std::string got = checksum_string(hash_file(path));
+    if (got != sum.get<std::string>())
+      fail(path.string() + ": checksum " + got + " does not match manifest.json files." + name +
+           " " + sum.get<std::string>() + " (the file is corrupt or was changed)");
+  }
+
+  a->weights_ = MappedFile(weights_path.string());
+  const json& tensors = f.member(w, "weights", "tensors");
+  if (!tensors.is_array()) f.refuse("weights.tensors", "expected an array");
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const json& t = tensors[i];
+    const std::string path = "weights.tensors[" + std::to_string(i) + "]";
+    if (!t.is_object()) f.refuse(path, "expected an object");
+    WeightTensor wt;
+    wt.name = f.string(t, path, "name");
+    const std::string named = path + " (" + wt.name + ")";
+    if (a->find_tensor(wt.name)) f.refuse(named, "a second tensor of the same name");
+    if (!parse_dtype(f.string(t, named, "dtype"), &wt.dtype))
+      f.refuse(named + ".dtype", "unknown dtype");
+    const json& shape = f.member(t, named, "shape");
+    if (!shape.is_array()) f.refuse(named + ".shape", "expected an array of dimensions");
+    std::int64_t elements = 1;
+    for (const json& d : shape) {
+      if (!d.is_number_integer() || d.get<std::int64_t>() < 1)
+        f.refuse(named + ".shape", "expected positive dimensions");
+      wt.shape.push_back(d.get<std::int64_t>());
+      elements *= wt.shape.back();
+    }
+    if (std::string layout = f.string(t, named, "layout"); layout != "row_major")
+      f.refuse(named + ".layout", "\"" + layout + "\" is not row_major (the only schema 1 layout)");
+    const std::int64_t offset = f.integer(t, named, "offset", 0);
+    const std::int64_t bytes = f.integer(t, named, "bytes", 1);
+    if (offset % alignment != 0)
+      f.refuse(named + ".offset", std::to_string(offset) + " is not a multiple of weights.alignment " +
+                                      std::to_string(alignment));
+    if (bytes != elements * static_cast<std::int64_t>(dtype_size(wt.dtype)))
+      f.refuse(named + ".bytes", std::to_string(bytes) + " does not match shape " +
+                                     format_shape(wt.shape) + " of " +
+                                     std::string(dtype_name(wt.dtype)));
+    if (offset + bytes > size)
+      f.refuse(named + ".offset", "the tensor ends at " + std::to_string(offset + bytes) +
+                                      ", past the end of " + weights_name + " (" +
+                                      std::to_string(size) + " bytes)");
+    wt.data = a->weights_.data() + offset;
+    wt.bytes = static_cast<std::size_t>(bytes);
+    const std::string want = f.string(t, named, "checksum");
+    const std::string got = checksum_string(xxh64(wt.data, wt.bytes));
+    if (got != want)
+      fail(weights_path.string() + ": tensor " + wt.name + " (offset " + std::to_string(offset) +
+           ", " + std::to_string(bytes) + " bytes): checksum " + got + " does not match " +
+           manifest_path + " " + named + ".checksum " + want);
+    a->tensors_.push_back(std::move(wt));
+  }
+
+  for (const ExpectedTensor& e : expected_tensors(a->model_)) {
+    const WeightTensor* t = a->find_tensor(e.name);
+    if (!t) f.refuse("weights.tensors", "no tensor \"" + e.name + "\" (the model needs it)");
+    if (t->shape != e.shape)
+      f.refuse("weights.tensors (" + e.name + ").shape",
+               format_shape(t->shape) + ", expected " + format_shape(e.shape));
+    const bool ok = e.matrix ? t->dtype != DType::I32 : t->dtype == DType::F32;
+    if (!ok)
+      f.refuse("weights.tensors (" + e.name + ").dtype",
+               std::string(dtype_name(t->dtype)) +
+                   (e.matrix ? " is not a floating-point type" : ", expected f32"));
+  }
+  return a;
+}
+
+const WeightTensor* Artifact::find_tensor(std::string_view name) const {
+  for (const WeightTensor& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+const WeightTensor& Artifact::tensor(std::string_view name) const {
+  if (const WeightTensor* t = find_tensor(name)) return *t;
+  fail(dir_ + "/manifest.json: weights.tensors: no tensor \"" + std::string(name) + "\"");
+}
+
+bool Artifact::has_kernels() const { return !manifest_.at("kernels").empty(); }
+
+void Artifact::check_target(const std::string& arch) const {
+  auto base = [](std::string s) {
+    if (!s.empty() && s.back() == 'a') s.pop_back();
+    return s;
+  };
+  for (const std::string& t : serving_.targets)
+    if (base(t) == base(arch)) return;
+  std::string list;
+  for (const std::string& t : serving_.targets) list += (list.empty() ? "" : ", ") + t;
+  fail(dir_ + "/manifest.json: serving.targets is [" + list + "], but this device is " + arch +
+       " (compile the artifact with --target " + arch + ")");
+}
+
+}  // namespace telos::exec

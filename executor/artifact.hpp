@@ -1,0 +1,113 @@
+#pragma once
+// The executor's view of a compiled artifact (docs/artifact.md, schema version 1). Loading reads
+// manifest.json, checks it field by field, verifies the checksum of every file and every weight
+// tensor, and maps weights.bin read-only. Anything wrong is refused with one telos::Error whose
+// message names the file and the field. This is the only place the executor learns what the
+// compiler wrote: nothing here includes compiler/ headers.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "support/dtype.hpp"
+#include "support/mapped_file.hpp"
+
+namespace telos::exec {
+
+// The newest schema this reader understands; a larger manifest schema_version is refused.
+inline constexpr int kArtifactSchemaVersion = 1;
+
+struct RopeConfig {
+  std::string type;  // "default" or "llama3"
+  double theta = 10000.0;
+  // llama3 scaling only (see transformers' _compute_llama3_parameters).
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_position_embeddings = 0;
+};
+
+struct ModelConfig {
+  std::string name, architecture, family;
+  int vocab_size = 0, hidden_size = 0, intermediate_size = 0;
+  int num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  double rms_norm_eps = 0.0;
+  int max_position_embeddings = 0;
+  RopeConfig rope;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;  // Qwen2
+  bool qk_norm = false;   // Qwen3
+  int bos_token_id = -1;
+  std::vector<std::int32_t> eos_token_ids;
+};
+
+struct ServingConfig {
+  int max_batch = 0, max_seq_len = 0, kv_page_size = 0;
+  std::optional<int> kv_pool_pages;              // "kv_pool": {"pages": N}
+  std::optional<double> kv_pool_memory_fraction;  // "kv_pool": {"memory_fraction": F}
+  int prefill_chunk = 0;
+  std::vector<int> decode_buckets, prefill_buckets;  // ascending
+  std::vector<std::string> targets;                  // e.g. "sm_90a"
+  int tensor_parallel = 1;
+};
+
+struct KvCacheConfig {
+  std::string dtype;
+  int page_size = 0, num_layers = 0, num_kv_heads = 0, head_dim = 0;
+  std::int64_t bytes_per_page = 0;
+  std::string layout;
+};
+
+// One weight tensor, pointing into the mapped weights.bin.
+struct WeightTensor {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<std::int64_t> shape;
+  const std::uint8_t* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+class Artifact {
+ public:
+  // Loads and verifies the artifact directory at `dir`. Throws telos::Error naming the file and
+  // field at fault: a newer schema_version, a missing or malformed field, a missing file, a
+  // weights.bin of the wrong size, a checksum mismatch, an inconsistent shape.
+  static std::shared_ptr<const Artifact> load(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const ModelConfig& model() const { return model_; }
+  const ServingConfig& serving() const { return serving_; }
+  const KvCacheConfig& kv_cache() const { return kv_cache_; }
+  const nlohmann::json& manifest() const { return manifest_; }
+  const std::vector<WeightTensor>& tensors() const { return tensors_; }
+
+  // The tensor called `name`; throws naming the tensor when the artifact has none.
+  const WeightTensor& tensor(std::string_view name) const;
+  const WeightTensor* find_tensor(std::string_view name) const;
+
+  // True when codegen has filled the kernel table (issue 4); the GPU engine needs it.
+  bool has_kernels() const;
+
+  // Refuses (telos::Error naming serving.targets) unless the artifact was compiled for the
+  // device architecture `arch`, written like "sm_90a" or "sm_90". Arch-specific targets ("a")
+  // run only on exactly that compute capability, so sm_90 and sm_90a match each other and
+  // nothing else.
+  void check_target(const std::string& arch) const;
+
+ private:
+  Artifact() = default;
+  std::string dir_;
+  nlohmann::json manifest_;
+  ModelConfig model_;
+  ServingConfig serving_;
+  KvCacheConfig kv_cache_;
+  MappedFile weights_;
+  std::vector<WeightTensor> tensors_;
+};
+
+}  // namespace telos::exec

@@ -1,0 +1,33 @@
+#pragma once
+// Which engine runs an artifact: the GPU engine when a supported GPU is present and the artifact
+// has kernels for it, the CPU reference engine otherwise. Shared by every telos-run subcommand
+// (generate, serve, bench) so that they choose, and explain their choice, the same way.
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "executor/artifact.hpp"
+#include "executor/model_backend.hpp"
+
+namespace telos::exec {
+
+enum class EngineChoice { Auto, Cpu, Gpu };
+
+struct GpuDevice {
+  int index = 0;
+  std::string name;
+  std::string arch;  // "sm_90" for compute capability 9.0
+};
+
+// The first CUDA device, or nullopt with `why_not` saying why (no driver, no device), asked of
+// the CUDA runtime so that a machine without a GPU or driver answers instead of failing.
+std::optional<GpuDevice> detect_gpu(std::string* why_not);
+
+// Builds the backend for `choice`. Auto says on `log` which engine it picked and why. Throws
+// telos::Error when --engine gpu cannot be honoured (no GPU, the artifact targets another
+// architecture, or no GPU engine for this artifact yet).
+std::unique_ptr<ModelBackend> make_backend(std::shared_ptr<const Artifact> artifact,
+                                           EngineChoice choice, std::ostream& log);
+
+}  // namespace telos::exec

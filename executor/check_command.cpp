@@ -1,0 +1,54 @@
+// telos-run check: load and verify an artifact without running it (schema, every checksum, tensor
+// shapes, and the target architecture), so that a copied or downloaded artifact can be checked
+// anywhere.
+#include <iostream>
+#include <memory>
+
+#include "executor/commands.hpp"
+#include "support/error.hpp"
+
+namespace telos::exec {
+namespace {
+
+struct CheckOptions {
+  std::string artifact;
+  std::string arch;
+};
+
+int run_check(const CheckOptions& o) {
+  std::shared_ptr<const Artifact> a = Artifact::load(o.artifact);
+  std::string arch = o.arch;
+  if (arch.empty()) {
+    std::string why_not;
+    if (std::optional<GpuDevice> gpu = detect_gpu(&why_not)) {
+      arch = gpu->arch;
+    } else {
+      std::cerr << "telos-run: " << why_not << "; not checking the target architecture\n";
+    }
+  }
+  if (!arch.empty()) a->check_target(arch);
+  std::size_t weight_bytes = 0;
+  for (const WeightTensor& t : a->tensors()) weight_bytes += t.bytes;
+  const ModelConfig& m = a->model();
+  std::cout << o.artifact << ": ok: " << m.name << " (" << m.family << ", " << m.num_layers
+            << " layers, vocabulary " << m.vocab_size << "), " << a->tensors().size()
+            << " tensors, " << weight_bytes << " weight bytes, checksums verified";
+  if (!arch.empty()) std::cout << ", runs on " << arch;
+  std::cout << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_check_command(CLI::App& app, std::function<int()>& run) {
+  auto o = std::make_shared<CheckOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "check", "Verify an artifact: schema, checksums of every file and tensor, target arch");
+  cmd->footer(kExitCodes);
+  cmd->add_option("ARTIFACT", o->artifact, "The artifact directory (NAME.telos)")->required();
+  cmd->add_option("--arch", o->arch,
+                  "Check the artifact runs on this architecture, e.g. sm_90a (default: GPU 0's)");
+  cmd->callback([o, &run] { run = [o] { return run_check(*o); }; });
+}
+
+}  // namespace telos::exec

@@ -1,0 +1,38 @@
+#pragma once
+// telos-run's subcommands. Each adds itself to the command line and, when the user picks it, sets
+// `run` to the function main calls; the function returns the exit code (see kExitCodes). The HTTP
+// server adds `serve` the same way (executor/server/serve_command.hpp, add_serve_command).
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "executor/backend_selection.hpp"
+
+namespace telos::exec {
+
+// Documented in --help; tests check them.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;  // a refused artifact or request, or a failed run
+inline constexpr int kExitUsage = 2;  // the command line itself is wrong
+inline constexpr const char* kExitCodes =
+    "Exit codes: 0 success; 1 error (artifact refused, request rejected or failed); "
+    "2 usage error.";
+
+void add_generate_command(CLI::App& app, std::function<int()>& run);
+void add_check_command(CLI::App& app, std::function<int()>& run);
+
+// --engine gpu|cpu, the same on every subcommand that runs a model.
+inline void add_engine_option(CLI::App& command, EngineChoice& choice) {
+  command
+      .add_option_function<std::string>(
+          "--engine",
+          [&choice](const std::string& name) {
+            choice = name == "gpu" ? EngineChoice::Gpu : EngineChoice::Cpu;
+          },
+          "gpu or cpu (default: gpu when a supported GPU and the artifact's kernels are present, "
+          "else cpu, said on stderr)")
+      ->check(CLI::IsMember({"gpu", "cpu"}));
+}
+
+}  // namespace telos::exec

@@ -1,0 +1,335 @@
+#include "executor/engine.hpp"
+
+#include <algorithm>
+#include <random>
+
+#include "support/error.hpp"
+
+namespace telos::exec {
+namespace {
+
+// Latency samples kept between two take_latency_samples() calls; beyond this, new ones are
+// dropped so that a server nobody scrapes does not grow without bound.
+constexpr std::size_t kMaxLatencySamples = 100000;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+bool contains(const std::vector<std::int32_t>& ids, std::int32_t token) {
+  return std::find(ids.begin(), ids.end(), token) != ids.end();
+}
+
+}  // namespace
+
+std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+  }
+  return "error";
+}
+
+// ---- RequestStream ----
+
+void RequestStream::push(RequestEvent event) {
+  {
+    std::lock_guard lock(mutex_);
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_all();
+}
+
+bool RequestStream::next(RequestEvent& out) {
+  std::unique_lock lock(mutex_);
+  if (finished_taken_) return false;
+  ready_.wait(lock, [&] { return !events_.empty(); });
+  out = std::move(events_.front());
+  events_.pop_front();
+  if (out.finish) finished_taken_ = true;
+  return true;
+}
+
+RequestStream::Poll RequestStream::next_for(RequestEvent& out, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (finished_taken_) return Poll::Ended;
+  if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return Poll::Timeout;
+  out = std::move(events_.front());
+  events_.pop_front();
+  if (out.finish) finished_taken_ = true;
+  return Poll::Event;
+}
+
+void RequestStream::cancel() { cancel_requested_.store(true); }
+bool RequestStream::cancel_requested() const { return cancel_requested_.load(); }
+
+// ---- Engine ----
+
+std::unique_ptr<Engine> Engine::create(std::shared_ptr<const Artifact> artifact,
+                                       std::unique_ptr<ModelBackend> backend,
+                                       EngineOptions options) {
+  std::unique_ptr<Engine> engine(new Engine(std::move(artifact), std::move(backend), options));
+  engine->thread_ = std::thread([e = engine.get()] { e->loop(); });
+  return engine;
+}
+
+namespace {
+SchedulerLimits limits_from(const Artifact& a) {
+  const ServingConfig& s = a.serving();
+  return SchedulerLimits{s.max_batch, s.max_seq_len, s.kv_page_size, s.prefill_chunk,
+                         s.decode_buckets, s.prefill_buckets};
+}
+}  // namespace
+
+Engine::Engine(std::shared_ptr<const Artifact> artifact, std::unique_ptr<ModelBackend> backend,
+               EngineOptions options)
+    : artifact_(std::move(artifact)),
+      backend_(std::move(backend)),
+      options_(options),
+      limits_(limits_from(*artifact_)),
+      pool_(backend_->num_kv_pages()),
+      scheduler_(limits_, pool_) {
+  if (backend_->vocab_size() != artifact_->model().vocab_size)
+    fail("engine: the " + backend_->name() + " backend was built for another artifact");
+  stats_.backend = backend_->name();
+  stats_.kv_page_size = limits_.page_size;
+  stats_.kv_pages_total = pool_.num_pages();
+  stats_.kv_pages_free = pool_.free_pages();
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(mutex_);
+    shutting_down_ = true;
+    admitting_ = false;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+RequestHandle Engine::submit(GenerationRequest request) {
+  const ModelConfig& model = artifact_->model();
+  std::unique_lock lock(mutex_);
+  const RequestId id = next_id_++;
+  const std::string who = "request " + std::to_string(id);
+  try {
+    if (!admitting_) fail(who + ": the engine is shutting down and admits no new requests");
+    for (std::size_t i = 0; i < request.prompt.size(); ++i) {
+      const std::int32_t t = request.prompt[i];
+      if (t < 0 || t >= model.vocab_size)
+        fail(who + ": prompt token " + std::to_string(i) + " is " + std::to_string(t) +
+             ", outside the vocabulary of " + std::to_string(model.vocab_size));
+    }
+    validate(request.sampling, model.vocab_size, who);
+    const int prompt_len = static_cast<int>(request.prompt.size());
+    const int max_tokens = request.sampling.max_tokens.value_or(
+        std::max(1, limits_.max_seq_len - prompt_len));
+    Scheduler::check_fits(limits_, pool_.num_pages(), who, prompt_len, max_tokens);
+
+    Live live;
+    live.stream = std::make_shared<RequestStream>(id);
+    live.seed = request.sampling.seed ? *request.sampling.seed : std::random_device{}();
+    live.max_tokens = max_tokens;
+    live.request = std::move(request);
+    live.submitted = Clock::now();
+    RequestHandle handle = live.stream;
+    submitted_.push_back(std::move(live));
+    ++in_flight_;
+    ++stats_.requests_submitted;
+    lock.unlock();
+    wake_.notify_all();
+    return handle;
+  } catch (const Error&) {
+    ++stats_.requests_rejected;
+    throw;
+  }
+}
+
+void Engine::cancel(RequestId id) {
+  {
+    std::lock_guard lock(mutex_);
+    cancelled_.push_back(id);
+  }
+  wake_.notify_all();
+}
+
+void Engine::stop_admitting() {
+  std::lock_guard lock(mutex_);
+  admitting_ = false;
+}
+
+void Engine::wait_idle() {
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [&] { return in_flight_ == 0; });
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+LatencySamples Engine::take_latency_samples() {
+  std::lock_guard lock(mutex_);
+  return std::exchange(latency_, {});
+}
+
+void Engine::publish_stats() {
+  std::lock_guard lock(mutex_);
+  stats_.waiting = scheduler_.num_waiting() + static_cast<int>(submitted_.size());
+  stats_.running = scheduler_.num_running();
+  stats_.kv_pages_used = pool_.used_pages();
+  stats_.kv_pages_free = pool_.free_pages();
+  stats_.preemptions = scheduler_.num_preemptions();
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::vector<Live> incoming;
+    std::vector<RequestId> cancelled;
+    bool shutting_down;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] {
+        return shutting_down_ || !submitted_.empty() || !cancelled_.empty() || !live_.empty();
+      });
+      incoming.swap(submitted_);
+      cancelled.swap(cancelled_);
+      shutting_down = shutting_down_;
+    }
+
+    for (Live& l : incoming) {
+      const RequestId id = l.stream->id();
+      live_.emplace(id, std::move(l));
+      try {
+        // submit() made the same checks, so this does not throw in practice.
+        scheduler_.add(id, live_.at(id).request.prompt, live_.at(id).max_tokens);
+      } catch (const Error& e) {
+        RequestEvent event;
+        event.error = e.what();
+        finish(id, FinishReason::Error, std::move(event));
+      }
+    }
+    for (RequestId id : cancelled)
+      if (auto it = live_.find(id); it != live_.end()) it->second.stream->cancel();
+    std::vector<RequestId> ending;
+    for (const auto& [id, l] : live_)
+      if (shutting_down || l.stream->cancel_requested()) ending.push_back(id);
+    for (RequestId id : ending) finish(id, FinishReason::Cancelled);
+
+    if (!live_.empty()) {
+      const Step step = scheduler_.schedule();
+      run_step(step);
+      if (options_.check_invariants) scheduler_.check_invariant();
+    }
+    publish_stats();
+    if (shutting_down) return;
+  }
+}
+
+void Engine::run_step(const Step& step) {
+  const Clock::time_point started = Clock::now();
+  for (const ScheduledSequence& seq : step.sequences) {
+    Live& l = live_.at(seq.request);
+    if (!l.scheduled) {
+      l.scheduled = true;
+      l.first_scheduled = started;
+    }
+  }
+  try {
+    backend_->forward(step, logits_);
+  } catch (const std::exception& e) {
+    // The step's requests cannot trust their KV pages any more: fail them, keep serving others.
+    for (const ScheduledSequence& seq : step.sequences) {
+      RequestEvent event;
+      event.error = std::string("the ") + backend_->name() + " engine failed: " + e.what();
+      finish(seq.request, FinishReason::Error, std::move(event));
+    }
+    return;
+  }
+  scheduler_.commit(step);
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.steps;
+  }
+
+  const Clock::time_point now = Clock::now();
+  const auto vocab = static_cast<std::size_t>(artifact_->model().vocab_size);
+  const std::vector<std::int32_t>& eos = artifact_->model().eos_token_ids;
+  std::size_t logits_row = 0;
+  for (const ScheduledSequence& seq : step.sequences) {
+    if (!seq.samples) continue;
+    const std::span<const float> logits(logits_.data() + logits_row * vocab, vocab);
+    ++logits_row;
+    Live& l = live_.at(seq.request);
+    const SequenceState& state = *scheduler_.find(seq.request);
+    const SamplingParams& params = l.request.sampling;
+
+    SamplingContext context;
+    context.params = &params;
+    context.prompt = std::span<const std::int32_t>(state.tokens).first(
+        static_cast<std::size_t>(state.prompt_len));
+    context.generated = l.generated;
+    context.eos_token_ids = eos;
+    context.seed = l.seed;
+    RequestEvent event;
+    event.token = sampler_.sample(logits, context);
+    const std::int32_t token = event.token->token;
+    if (l.generated.empty()) {
+      l.first_token = now;
+      if (l.request.return_prompt_logits) event.logits.assign(logits.begin(), logits.end());
+    }
+    l.generated.push_back(token);
+
+    if (contains(params.stop_token_ids, token) || (!params.ignore_eos && contains(eos, token))) {
+      event.stop_token = token;
+      finish(seq.request, FinishReason::Stop, std::move(event));
+    } else if (static_cast<int>(l.generated.size()) >= l.max_tokens) {
+      finish(seq.request, FinishReason::Length, std::move(event));
+    } else {
+      scheduler_.append_token(seq.request, token);
+      l.stream->push(std::move(event));
+    }
+  }
+}
+
+void Engine::finish(RequestId id, FinishReason reason, RequestEvent event) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  Live& l = it->second;
+  const SequenceState* state = scheduler_.find(id);
+  event.timings.preemptions = state ? state->preemptions : 0;
+  scheduler_.remove(id);
+
+  const Clock::time_point now = Clock::now();
+  event.finish = reason;
+  event.usage.prompt_tokens = static_cast<int>(l.request.prompt.size());
+  event.usage.completion_tokens = static_cast<int>(l.generated.size());
+  event.timings.queue_seconds = l.scheduled ? seconds(l.first_scheduled - l.submitted) : 0;
+  event.timings.first_token_seconds = l.generated.empty() ? 0 : seconds(l.first_token - l.submitted);
+  event.timings.total_seconds = seconds(now - l.submitted);
+  RequestHandle stream = std::move(l.stream);
+  const RequestUsage usage = event.usage;
+  const RequestTimings timings = event.timings;
+  live_.erase(it);
+  stream->push(std::move(event));
+
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.requests_finished;
+    stats_.prompt_tokens += static_cast<std::uint64_t>(usage.prompt_tokens);
+    stats_.generated_tokens += static_cast<std::uint64_t>(usage.completion_tokens);
+    if (usage.completion_tokens > 0 && latency_.time_to_first_token.size() < kMaxLatencySamples)
+      latency_.time_to_first_token.push_back(timings.first_token_seconds);
+    if (usage.completion_tokens > 1 && latency_.time_per_output_token.size() < kMaxLatencySamples)
+      latency_.time_per_output_token.push_back((timings.total_seconds - timings.first_token_seconds) /
+                                               (usage.completion_tokens - 1));
+    stats_.waiting = scheduler_.num_waiting() + static_cast<int>(submitted_.size());
+    stats_.running = scheduler_.num_running();
+    stats_.kv_pages_used = pool_.used_pages();
+    stats_.kv_pages_free = pool_.free_pages();
+    --in_flight_;
+  }
+  idle_.notify_all();
+}
+
+}  // namespace telos::exec

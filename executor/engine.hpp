@@ -1,0 +1,225 @@
+#pragma once
+// The engine: requests in, streams of tokens out. This is the API the HTTP server (issue 6) and
+// `telos-run generate` build on.
+//
+//   auto engine = Engine::create(artifact, std::make_unique<CpuReferenceModel>(artifact));
+//   RequestHandle h = engine->submit({.prompt = {1, 17, 42}, .sampling = {.temperature = 0}});
+//   RequestEvent e;
+//   while (h->next(e)) {           // blocks; false once the finish event has been read
+//     if (e.token) use(e.token->token);
+//     if (e.finish) report(*e.finish, e.usage, e.timings);
+//   }
+//
+// Threading: every public member function is safe to call from any thread. One background thread
+// runs the loop: take new submissions and cancellations, schedule a step (continuous batching,
+// see scheduler.hpp), run it on the backend, sample, and push events to the requests' streams.
+// Events of one request arrive in order; a stream never blocks the loop (it is an unbounded
+// queue, and a request produces at most max_seq_len events).
+//
+// Every request ends with exactly one event whose `finish` is set (it may also carry the last
+// token). Its KV pages are back in the pool before that event is delivered, whatever the reason:
+// finished, cancelled, or failed.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "executor/artifact.hpp"
+#include "executor/model_backend.hpp"
+#include "executor/sampler.hpp"
+#include "executor/scheduler.hpp"
+
+namespace telos::exec {
+
+struct GenerationRequest {
+  std::vector<std::int32_t> prompt;  // token ids, each below the model's vocab_size
+  SamplingParams sampling;
+  // Diagnostics: the first token event carries the logits it was sampled from (the prompt's
+  // last position), for comparing an artifact against reference outputs.
+  bool return_prompt_logits = false;
+};
+
+enum class FinishReason {
+  Stop,       // an EOS id (unless ignore_eos) or one of stop_token_ids was generated
+  Length,     // max_tokens generated, or the sequence reached the artifact's max_seq_len
+  Cancelled,  // cancel() was called, or the engine shut down first
+  Error,      // the backend failed on a step with this request in it (see RequestEvent::error)
+};
+// "stop", "length", "cancelled", "error".
+std::string_view finish_reason_name(FinishReason reason);
+
+struct RequestUsage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+struct RequestTimings {
+  double queue_seconds = 0;        // submit → first scheduled
+  double first_token_seconds = 0;  // submit → first token (TTFT); 0 when no token came
+  double total_seconds = 0;        // submit → finish
+  int preemptions = 0;             // times its pages were taken back and it was recomputed
+};
+
+struct RequestEvent {
+  std::optional<SampledToken> token;  // a newly generated token, with logprobs
+  std::vector<float> logits;          // return_prompt_logits: on the first token event only
+  std::optional<FinishReason> finish;
+  // Set with `finish`:
+  std::optional<std::int32_t> stop_token;  // Stop: the token that stopped it (also in `token`)
+  std::string error;                       // Error: what failed
+  RequestUsage usage;
+  RequestTimings timings;
+};
+
+using Clock = std::chrono::steady_clock;
+
+// One request's side of the engine: its event queue and its cancel switch.
+class RequestStream {
+ public:
+  explicit RequestStream(RequestId id) : id_(id) {}
+  RequestId id() const { return id_; }
+
+  // Waits for the next event. Returns false, leaving `out` alone, once the finish event has been
+  // taken: the stream is over.
+  bool next(RequestEvent& out);
+  enum class Poll { Event, Timeout, Ended };
+  // Like next(), waiting at most `timeout` (servers poll so that they notice a client going away).
+  Poll next_for(RequestEvent& out, std::chrono::milliseconds timeout);
+
+  // Asks the engine to end this request; the stream then ends with FinishReason::Cancelled (or
+  // with whatever finish came first). Safe to call any number of times, from any thread.
+  void cancel();
+  bool cancel_requested() const;
+
+ private:
+  friend class Engine;
+  void push(RequestEvent event);
+
+  const RequestId id_;
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<RequestEvent> events_;
+  bool finished_taken_ = false;
+  // The engine loop looks at this before every step; a live request always keeps the loop busy,
+  // so no wake-up is needed.
+  std::atomic<bool> cancel_requested_{false};
+};
+
+using RequestHandle = std::shared_ptr<RequestStream>;
+
+struct EngineStats {
+  std::string backend;  // "cpu" or "gpu"
+  int waiting = 0;      // queued, not yet admitted (including preempted requests)
+  int running = 0;      // admitted: holding KV pages
+  int kv_pages_total = 0, kv_pages_used = 0, kv_pages_free = 0;
+  int kv_page_size = 0;  // tokens per page
+  std::uint64_t preemptions = 0;
+  std::uint64_t requests_submitted = 0, requests_finished = 0;  // finished: any reason
+  std::uint64_t requests_rejected = 0;                         // submit() threw
+  std::uint64_t prompt_tokens = 0, generated_tokens = 0;
+  std::uint64_t steps = 0;
+};
+
+// Latency observations since the last take_latency_samples() call, in seconds, for histograms.
+struct LatencySamples {
+  std::vector<double> time_to_first_token;
+  std::vector<double> time_per_output_token;  // one per request: (total - TTFT) / (tokens - 1)
+};
+
+struct EngineOptions {
+  // Check the page pool and scheduler invariants after every step (tests and debug builds).
+#ifdef NDEBUG
+  bool check_invariants = false;
+#else
+  bool check_invariants = true;
+#endif
+};
+
+class Engine {
+ public:
+  // Starts the loop thread. The backend must be built for `artifact`.
+  static std::unique_ptr<Engine> create(std::shared_ptr<const Artifact> artifact,
+                                        std::unique_ptr<ModelBackend> backend,
+                                        EngineOptions options = {});
+  // Cancels whatever is still queued or running, ends every stream, and joins the loop.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request and returns its stream. Throws telos::Error naming the request and field
+  // when the request can never run: a token id outside the vocabulary, an out-of-range sampling
+  // value, a prompt plus max_tokens beyond max_seq_len, more KV pages than the pool has, or an
+  // engine that is shutting down.
+  RequestHandle submit(GenerationRequest request);
+  // Ends a request (see RequestStream::cancel). Unknown or finished ids are ignored.
+  void cancel(RequestId id);
+  // Stops admitting requests: later submit() calls throw. Queued and running ones continue.
+  void stop_admitting();
+  // Waits until no request is queued or running.
+  void wait_idle();
+
+  EngineStats stats() const;
+  LatencySamples take_latency_samples();
+  const Artifact& artifact() const { return *artifact_; }
+  int max_seq_len() const { return limits_.max_seq_len; }
+
+ private:
+  Engine(std::shared_ptr<const Artifact> artifact, std::unique_ptr<ModelBackend> backend,
+         EngineOptions options);
+
+  // The loop thread's view of a request.
+  struct Live {
+    RequestHandle stream;
+    GenerationRequest request;
+    std::uint64_t seed = 0;
+    int max_tokens = 0;
+    std::vector<std::int32_t> generated;
+    Clock::time_point submitted, first_scheduled, first_token;
+    bool scheduled = false;
+  };
+
+  void loop();
+  void run_step(const Step& step);
+  // Removes the request from the scheduler (returning its pages), completes `event` with the
+  // reason, usage and timings, and sends it as the stream's last event.
+  void finish(RequestId id, FinishReason reason, RequestEvent event = {});
+  void publish_stats();
+
+  std::shared_ptr<const Artifact> artifact_;
+  std::unique_ptr<ModelBackend> backend_;
+  EngineOptions options_;
+  SchedulerLimits limits_;
+
+  // Loop thread only.
+  KvPagePool pool_;
+  Scheduler scheduler_;
+  Sampler sampler_;
+  std::unordered_map<RequestId, Live> live_;
+  std::vector<float> logits_;
+
+  // Shared, under mutex_.
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;   // work for the loop
+  std::condition_variable idle_;   // the loop has nothing left
+  std::vector<Live> submitted_;    // not yet handed to the scheduler
+  std::vector<RequestId> cancelled_;  // cancel(id) calls not yet handled
+  bool admitting_ = true;
+  bool shutting_down_ = false;
+  RequestId next_id_ = 1;
+  std::size_t in_flight_ = 0;      // submitted and not yet finished
+  EngineStats stats_;
+  LatencySamples latency_;
+
+  std::thread thread_;
+};
+
+}  // namespace telos::exec

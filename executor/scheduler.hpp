@@ -1,0 +1,123 @@
+#pragma once
+// Continuous batching over a paged KV cache. Each call to schedule() builds one step: a batch of
+// sequences, each with a run of new tokens at given positions (a prefill chunk, or one decode
+// token), padded to one of the artifact's buckets. The policy:
+//
+//  1. Decode first: every running request whose prompt is done gets its next token. A decode that
+//     crosses into a new page takes one from the pool; when the pool is empty the youngest running
+//     request (latest arrival) is preempted: its pages are freed and it goes back to the waiting
+//     queue with everything it has generated, to be recomputed later. The oldest request is
+//     therefore never preempted while others run, so every request finishes.
+//  2. Running requests in the middle of their prompt get the rest of the token budget
+//     (serving.prefill_chunk tokens per step, decode tokens included), oldest first.
+//  3. Waiting requests are admitted in arrival order while the batch has room (serving.max_batch),
+//     the budget is not spent and the pool has pages for all of their known tokens; the first that
+//     does not fit stops admission, so a big request is not overtaken forever by small ones.
+//
+// A request is only a token sequence here; the engine owns sampling and streaming. The scheduler
+// does not know whether a GPU or the CPU runs its steps.
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "executor/kv_page_pool.hpp"
+
+namespace telos::exec {
+
+using RequestId = std::uint64_t;
+
+struct SchedulerLimits {
+  int max_batch = 0;      // sequences per step
+  int max_seq_len = 0;    // prompt + generated tokens of one request
+  int page_size = 0;      // positions per KV page
+  int token_budget = 0;   // tokens per step (serving.prefill_chunk)
+  std::vector<int> decode_buckets;   // ascending; the largest >= max_batch
+  std::vector<int> prefill_buckets;  // ascending; the largest >= token_budget
+};
+
+// One sequence's share of a step. The spans point into the scheduler and stay valid until the
+// next call that changes it (schedule, commit, append_token, remove).
+struct ScheduledSequence {
+  RequestId request = 0;
+  int first_position = 0;              // position of tokens[0] in the sequence
+  std::span<const std::int32_t> tokens;  // the new tokens this step computes
+  std::span<const PageId> page_table;  // page i holds positions [i*page_size, (i+1)*page_size)
+  bool samples = false;                // the chunk ends the known tokens: a next token is sampled
+};
+
+enum class BucketKind { Decode, Prefill };
+
+struct Step {
+  std::vector<ScheduledSequence> sequences;
+  int num_tokens = 0;  // real tokens, summed over sequences
+  // Decode steps (one token per sequence) pad the sequence count to a decode bucket; steps with a
+  // longer chunk pad the token count to a prefill bucket. Padding rows are the GPU graphs' concern.
+  BucketKind bucket_kind = BucketKind::Decode;
+  int bucket = 0;
+  bool empty() const { return sequences.empty(); }
+};
+
+// What the scheduler knows about one request.
+struct SequenceState {
+  RequestId id = 0;
+  std::uint64_t arrival = 0;           // admission order; larger is younger
+  std::vector<std::int32_t> tokens;    // prompt, then generated tokens
+  int prompt_len = 0;
+  int max_len = 0;                     // prompt_len + the most tokens it may generate
+  int num_computed = 0;                // positions whose K and V are in the cache
+  std::vector<PageId> pages;
+  bool running = false;
+  int preemptions = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerLimits limits, KvPagePool& pool);
+
+  // Queues a request. Throws telos::Error naming the request when it can never run: an empty
+  // prompt, prompt + max_new_tokens over max_seq_len, or more pages than the whole pool.
+  void add(RequestId id, std::vector<std::int32_t> prompt, int max_new_tokens);
+  // The checks add() makes, for callers that want to refuse a request before queueing it.
+  static void check_fits(const SchedulerLimits& limits, int pool_pages, const std::string& who,
+                         int prompt_len, int max_new_tokens);
+
+  Step schedule();
+  // Records that the step ran: every scheduled token now has its K and V in the cache.
+  void commit(const Step& step);
+  // Appends a token sampled for a sequence whose chunk had `samples` set.
+  void append_token(RequestId id, std::int32_t token);
+  // Ends a request wherever it is (finished, cancelled, failed); its pages return to the pool.
+  // Unknown ids are ignored, so a cancel racing a finish is harmless.
+  void remove(RequestId id);
+
+  const SequenceState* find(RequestId id) const;
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  std::uint64_t num_preemptions() const { return preemptions_; }
+  const SchedulerLimits& limits() const { return limits_; }
+  const KvPagePool& pool() const { return pool_; }
+
+  // Throws telos::Error unless the pool's references match the page tables of live requests and
+  // the queues are consistent (see KvPagePool::check_invariant).
+  void check_invariant() const;
+
+ private:
+  int pages_for(int positions) const {
+    return (positions + limits_.page_size - 1) / limits_.page_size;
+  }
+  void preempt(RequestId id);
+  void insert_by_arrival(std::vector<RequestId>& list, RequestId id);
+
+  SchedulerLimits limits_;
+  KvPagePool& pool_;
+  std::unordered_map<RequestId, SequenceState> sequences_;
+  std::deque<RequestId> waiting_;   // by arrival
+  std::vector<RequestId> running_;  // by arrival
+  std::uint64_t next_arrival_ = 0;
+  std::uint64_t preemptions_ = 0;
+};
+
+}  // namespace telos::exec

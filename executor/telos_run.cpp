@@ -1,0 +1,38 @@
+// telos-run: loads a Telos artifact and runs it. Subcommands live in their own files
+// (commands.hpp); main only parses and maps errors to exit codes.
+#include <iostream>
+
+#include "executor/commands.hpp"
+#include "support/error.hpp"
+#ifdef TELOS_RUN_HAS_SERVE
+#include "executor/server/serve_command.hpp"
+#endif
+
+int main(int argc, char** argv) {
+  using namespace telos::exec;
+  CLI::App app{"telos-run: run a compiled Telos artifact", "telos-run"};
+  app.footer(kExitCodes);
+  app.require_subcommand(1);
+  std::function<int()> run;
+  add_generate_command(app, run);
+  add_check_command(app, run);
+#ifdef TELOS_RUN_HAS_SERVE
+  add_serve_command(app, run);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+  try {
+    return run();
+  } catch (const telos::Error& e) {
+    std::cerr << "telos-run: " << e.what() << "\n";
+    return kExitError;
+  }
+}
