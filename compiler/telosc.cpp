@@ -1,6 +1,9 @@
 // telosc: the Telos compiler driver. `telosc compile` lowers a model and a serving config to an
 // artifact (docs/artifact.md); `telosc inspect` summarizes and verifies one. Every stage can be
 // printed (--emit, --print-after-all) so lit + FileCheck tests pin each one.
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -9,9 +12,13 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "compiler/artifact/artifact_inspector.hpp"
+#include "compiler/artifact/artifact_writer.hpp"
 #include "compiler/import/checkpoint.hpp"
 #include "compiler/ir/model_graph.hpp"
 #include "compiler/ir/verifier.hpp"
+#include "compiler/passes/pass_manager.hpp"
+#include "compiler/plan/bucket_plan.hpp"
 #include "compiler/plan/serving_config.hpp"
 #include "support/error.hpp"
 
@@ -33,9 +40,13 @@ struct CompileOptions {
   std::string serving_file;
   std::string targets;
   std::string emit;
+  std::string passes;
   bool print_after_all = false;
   bool no_weights = false;
 };
+
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_signal(int) { g_interrupted = 1; }
 
 nlohmann::json read_json_file(const std::string& path) {
   std::ifstream in(path);
@@ -66,12 +77,27 @@ int run_compile(const CompileOptions& o) {
 
   ir::Graph graph = ir::build_model_graph(model.spec);
   ir::verify(graph);
+  const bool full_pipeline = o.passes.empty();
+  if (!full_pipeline && o.emit.empty())
+    throw UsageError("--passes needs --emit (an artifact always gets the full pipeline)");
+  run_passes(graph, full_pipeline ? fusion_pipeline() : select_passes(o.passes),
+             o.print_after_all ? &std::cerr : nullptr);
+  const Plan plan = make_plan(graph, model.spec, config);
 
   if (o.emit == "ir") {
     std::cout << ir::print_graph(graph);
     return 0;
   }
-  fail("writing artifacts is not implemented yet");
+  if (o.emit == "plan") {
+    std::cout << plan_to_json(plan).dump(2) << "\n";
+    return 0;
+  }
+  // Ctrl-C while packing stops the write cleanly, so no temporary directory is left behind.
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  write_artifact(o.output, model, config, graph, plan,
+                 ArtifactOptions{.progress = ::isatty(STDERR_FILENO) == 1, .cancel = &g_interrupted});
+  return 0;
 }
 
 }  // namespace
@@ -93,10 +119,18 @@ int main(int argc, char** argv) {
   compile->add_option("--target", co.targets, "GPU architectures, comma-separated (sm_90a,sm_100a)");
   compile->add_option("--emit", co.emit, "Print a stage to stdout instead of writing an artifact")
       ->check(CLI::IsMember({"ir", "plan"}));
+  compile->add_option("--passes", co.passes,
+                      "Run only these passes, comma-separated (with --emit; for testing one pass)");
   compile->add_flag("--print-after-all", co.print_after_all,
                     "Print the IR to stderr after each pass");
   compile->add_flag("--no-weights", co.no_weights,
                     "Read config.json only (planning mode; needs --emit)");
+
+  std::string inspect_path;
+  bool verify = false;
+  CLI::App* inspect = app.add_subcommand("inspect", "Summarize an artifact");
+  inspect->add_option("ARTIFACT", inspect_path, "Artifact directory (NAME.telos)")->required();
+  inspect->add_flag("--verify", verify, "Recompute and check every checksum");
 
   try {
     app.parse(argc, argv);
@@ -111,6 +145,10 @@ int main(int argc, char** argv) {
 
   try {
     if (compile->parsed()) return run_compile(co);
+    if (inspect->parsed()) {
+      std::cout << inspect_artifact(inspect_path, verify);
+      return 0;
+    }
   } catch (const UsageError& e) {
     std::fprintf(stderr, "telosc: error: %s\n", e.what());
     return kExitUsage;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
 #include <set>
 
@@ -64,15 +65,11 @@ void Graph::add_param(Param param) {
   params_.push_back(std::move(param));
 }
 
-void Graph::replace_params(const std::vector<std::string>& replaced, Param param) {
-  std::size_t at = params_.size();
-  for (std::size_t i = 0; i < params_.size(); ++i)
-    if (std::find(replaced.begin(), replaced.end(), params_[i].name) != replaced.end()) {
-      at = i;
-      break;
-    }
-  params_.insert(params_.begin() + static_cast<std::ptrdiff_t>(at), std::move(param));
-  drop_unused_params();
+void Graph::insert_param(Param param, const std::string& before) {
+  if (find_param(param.name)) fail("IR: parameter @" + param.name + " is declared twice");
+  auto it = std::find_if(params_.begin(), params_.end(),
+                         [&](const Param& p) { return p.name == before; });
+  params_.insert(it, std::move(param));
 }
 
 void Graph::drop_unused_params() {
@@ -154,10 +151,14 @@ namespace {
 std::string format_attr(const AttrValue& v) {
   if (const auto* i = std::get_if<std::int64_t>(&v)) return std::to_string(*i);
   if (const auto* s = std::get_if<std::string>(&v)) return "\"" + *s + "\"";
-  // Shortest form that reads back exactly (%.17g), but keep a decimal point so a float attribute
-  // never reads as an integer.
+  // Whole numbers print as "500000.0"; others in the shortest form that reads back exactly. A
+  // decimal point or exponent is always kept, so a float attribute never reads as an integer.
   char buf[40];
   const double d = std::get<double>(v);
+  if (d == static_cast<double>(static_cast<std::int64_t>(d)) && std::abs(d) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.1f", d);
+    return buf;
+  }
   for (int precision = 1; precision <= 17; ++precision) {
     std::snprintf(buf, sizeof buf, "%.*g", precision, d);
     if (std::strtod(buf, nullptr) == d) break;

@@ -74,8 +74,9 @@ class Graph {
   const std::vector<Param>& params() const { return params_; }
   const Param* find_param(const std::string& name) const;
   void add_param(Param param);
-  // Puts `param` where the first of `replaced` stood and drops every parameter no op uses.
-  void replace_params(const std::vector<std::string>& replaced, Param param);
+  // Puts `param` just before parameter `before` (fused weights take the place of their parts).
+  void insert_param(Param param, const std::string& before);
+  // Drops every parameter no op uses (the parts, once a pass has rewired their ops).
   void drop_unused_params();
 
   Value* add_input(const std::string& name, TensorType type);

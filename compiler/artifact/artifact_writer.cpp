@@ -1,0 +1,334 @@
+#include "compiler/artifact/artifact_writer.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "compiler/artifact/weight_table.hpp"
+#include "support/checksum.hpp"
+#include "support/dtype.hpp"
+#include "support/error.hpp"
+
+namespace telos::compiler {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr std::size_t kPackBufferBytes = 8u << 20;  // the bounded buffer weights pass through
+
+// A file written with write(2) rather than mmap, so written data is page cache, not this
+// process's resident memory. Every byte goes through a running XXH64.
+class OutputFile {
+ public:
+  explicit OutputFile(const fs::path& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail(path_.string() + ": cannot create: " + std::strerror(errno));
+  }
+  ~OutputFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  void write(const void* data, std::size_t n) {
+    hash_.update(data, n);
+    written_ += static_cast<std::int64_t>(n);
+    const auto* p = static_cast<const std::uint8_t*>(data);
+    while (n > 0) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) fail(path_.string() + ": write failed: " + std::strerror(errno));
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    }
+  }
+  void pad_to(std::int64_t offset) {
+    static const std::uint8_t zeros[kWeightAlignment] = {};
+    while (written_ < offset)
+      write(zeros, static_cast<std::size_t>(std::min<std::int64_t>(offset - written_, kWeightAlignment)));
+  }
+  // Data reaches the disk before the artifact is renamed into place, so a crash never leaves a
+  // complete-looking artifact with missing contents.
+  void close() {
+    if (::fsync(fd_) != 0) fail(path_.string() + ": fsync failed: " + std::strerror(errno));
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail(path_.string() + ": close failed: " + std::strerror(errno));
+  }
+  std::int64_t written() const { return written_; }
+  std::uint64_t digest() const { return hash_.digest(); }
+
+ private:
+  fs::path path_;
+  int fd_ = -1;
+  Xxh64 hash_;
+  std::int64_t written_ = 0;
+};
+
+std::uint64_t write_text_file(const fs::path& path, const std::string& text) {
+  OutputFile f(path);
+  f.write(text.data(), text.size());
+  f.close();
+  return f.digest();
+}
+
+// The temporary directory beside the destination; removed unless the artifact was committed.
+class StagingDir {
+ public:
+  explicit StagingDir(const fs::path& destination) {
+    std::string tmpl = (destination.parent_path() / ("." + destination.filename().string() + ".tmp-XXXXXX")).string();
+    if (!::mkdtemp(tmpl.data()))
+      fail(destination.string() + ": cannot create a temporary directory in " +
+           destination.parent_path().string() + ": " + std::strerror(errno));
+    path_ = tmpl;
+    // mkdtemp makes the directory private (0700); an artifact gets the permissions of any other
+    // directory the user creates.
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::chmod(path_.c_str(), 0777 & ~mask);
+  }
+  ~StagingDir() {
+    if (!path_.empty()) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+
+  const fs::path& path() const { return path_; }
+  // Moves the staged artifact to `destination`, swapping out an old artifact in one rename.
+  void commit(const fs::path& destination) {
+    if (fs::exists(fs::symlink_status(destination))) {
+      if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, destination.c_str(), RENAME_EXCHANGE) != 0)
+        fail(destination.string() + ": cannot replace: " + std::strerror(errno));
+      // path_ now holds the old artifact, which the destructor removes.
+      return;
+    }
+    if (::rename(path_.c_str(), destination.c_str()) != 0)
+      fail(destination.string() + ": cannot rename into place: " + std::strerror(errno));
+    path_.clear();
+  }
+
+ private:
+  fs::path path_;
+};
+
+void check_destination(const fs::path& dest) {
+  if (dest.filename().empty() || dest.filename() == "." || dest.filename() == "..")
+    fail(dest.string() + ": expected a directory name for the artifact (e.g. model.telos)");
+  const fs::path parent = dest.parent_path().empty() ? fs::path(".") : dest.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(parent, ec))
+    fail(dest.string() + ": cannot write the artifact: directory " + parent.string() +
+         " does not exist");
+  if (::access(parent.c_str(), W_OK) != 0)
+    fail(dest.string() + ": cannot write the artifact: directory " + parent.string() +
+         " is not writable");
+  const fs::file_status st = fs::symlink_status(dest, ec);
+  if (fs::exists(st)) {
+    // Only ever replace an earlier artifact, never a user's other files.
+    if (!fs::is_directory(st) || !fs::exists(dest / "manifest.json"))
+      fail(dest.string() + ": exists and is not a Telos artifact (no manifest.json); not replacing it");
+  }
+}
+
+void convert(const TensorView& src, std::size_t first, std::size_t count, DType to, std::uint8_t* out) {
+  const std::size_t in_size = dtype_size(src.dtype);
+  const std::uint8_t* in = src.data + first * in_size;
+  if (src.dtype == to) {
+    std::memcpy(out, in, count * in_size);
+    return;
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    float f = 0;
+    std::uint16_t h = 0;
+    switch (src.dtype) {
+      case DType::BF16: std::memcpy(&h, in + 2 * i, 2); f = bf16_to_f32(h); break;
+      case DType::F16: std::memcpy(&h, in + 2 * i, 2); f = f16_to_f32(h); break;
+      case DType::F32: std::memcpy(&f, in + 4 * i, 4); break;
+      default: fail(src.name + ": unsupported checkpoint dtype " + std::string(dtype_name(src.dtype)));
+    }
+    if (to == DType::BF16) {
+      const std::uint16_t b = f32_to_bf16(f);
+      std::memcpy(out + 2 * i, &b, 2);
+    } else {
+      std::memcpy(out + 4 * i, &f, 4);
+    }
+  }
+}
+
+class ProgressBar {
+ public:
+  ProgressBar(bool enabled, std::int64_t total) : enabled_(enabled), total_(std::max<std::int64_t>(total, 1)) {}
+  void update(std::int64_t done) {
+    if (!enabled_) return;
+    const int percent = static_cast<int>(done * 100 / total_);
+    if (percent == last_) return;
+    last_ = percent;
+    std::fprintf(stderr, "\rtelosc: packing weights %3d%% (%.2f / %.2f GB)", percent, done / 1e9, total_ / 1e9);
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (enabled_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  bool enabled_;
+  std::int64_t total_;
+  int last_ = -1;
+};
+
+nlohmann::ordered_json model_json(const ModelSpec& s) {
+  nlohmann::ordered_json rope;
+  rope["type"] = s.rope.type;
+  rope["theta"] = s.rope.theta;
+  if (s.rope.type == "llama3") {
+    rope["factor"] = s.rope.factor;
+    rope["low_freq_factor"] = s.rope.low_freq_factor;
+    rope["high_freq_factor"] = s.rope.high_freq_factor;
+    rope["original_max_position_embeddings"] = s.rope.original_max_position_embeddings;
+  }
+  nlohmann::ordered_json j;
+  j["name"] = s.name;
+  j["architecture"] = s.architecture;
+  j["family"] = s.family;
+  j["vocab_size"] = s.vocab_size;
+  j["hidden_size"] = s.hidden_size;
+  j["intermediate_size"] = s.intermediate_size;
+  j["num_layers"] = s.num_layers;
+  j["num_heads"] = s.num_heads;
+  j["num_kv_heads"] = s.num_kv_heads;
+  j["head_dim"] = s.head_dim;
+  j["rms_norm_eps"] = s.rms_norm_eps;
+  j["max_position_embeddings"] = s.max_position_embeddings;
+  j["rope"] = rope;
+  j["tie_word_embeddings"] = s.tie_word_embeddings;
+  j["qkv_bias"] = s.qkv_bias;
+  j["qk_norm"] = s.qk_norm;
+  j["sliding_window"] = nullptr;
+  j["bos_token_id"] = s.bos_token_id;
+  j["eos_token_ids"] = s.eos_token_ids;
+  return j;
+}
+
+// Packs every parameter into weights.bin; returns the manifest's "weights" section.
+nlohmann::ordered_json pack_weights(const fs::path& path, const ImportedModel& model,
+                                    const ir::Graph& graph, const ArtifactOptions& options) {
+  std::int64_t total = 0;
+  for (const ir::Param& p : graph.params()) total += p.type.bytes(0, 0);
+  ProgressBar progress(options.progress, total);
+  std::vector<std::uint8_t> buffer(kPackBufferBytes);
+
+  OutputFile out(path);
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  std::int64_t packed = 0;
+  for (const ir::Param& p : graph.params()) {
+    const std::int64_t offset = (out.written() + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
+    out.pad_to(offset);
+    Xxh64 tensor_hash;
+    const std::size_t out_size = dtype_size(p.type.dtype);
+    const std::size_t chunk = kPackBufferBytes / out_size;
+    for (const std::string& name : p.sources) {
+      const TensorView* src = model.find(name);
+      if (!src) fail(model.checkpoint_dir + ": tensor " + name + " (for " + p.name + ") is missing");
+      const std::size_t elements = src->bytes / dtype_size(src->dtype);
+      for (std::size_t first = 0; first < elements; first += chunk) {
+        if (options.cancel && *options.cancel) fail("interrupted while packing " + p.name);
+        const std::size_t n = std::min(chunk, elements - first);
+        convert(*src, first, n, p.type.dtype, buffer.data());
+        out.write(buffer.data(), n * out_size);
+        tensor_hash.update(buffer.data(), n * out_size);
+        // Drop the checkpoint pages just read, so they do not accumulate as resident memory.
+        if (src->file) {
+          const std::size_t in_size = dtype_size(src->dtype);
+          src->file->release(static_cast<std::size_t>(src->data - src->file->data()) + first * in_size, n * in_size);
+        }
+        packed += static_cast<std::int64_t>(n * out_size);
+        progress.update(packed);
+      }
+    }
+    const std::int64_t bytes = p.type.bytes(0, 0);
+    if (out.written() - offset != bytes)
+      fail(p.name + ": packed " + std::to_string(out.written() - offset) + " bytes from " +
+           std::to_string(p.sources.size()) + " checkpoint tensors, expected " + std::to_string(bytes));
+    nlohmann::ordered_json t;
+    t["name"] = p.name;
+    t["dtype"] = dtype_name(p.type.dtype);
+    t["shape"] = p.type.dims;
+    t["layout"] = "row_major";
+    t["offset"] = offset;
+    t["bytes"] = bytes;
+    t["checksum"] = checksum_string(tensor_hash.digest());
+    t["sources"] = p.sources;
+    tensors.push_back(t);
+  }
+  out.close();
+  progress.finish();
+
+  nlohmann::ordered_json w;
+  w["file"] = "weights.bin";
+  w["alignment"] = kWeightAlignment;
+  w["size"] = out.written();
+  w["tensors"] = tensors;
+  w["checksum"] = checksum_string(out.digest());
+  return w;
+}
+
+std::uint64_t copy_file_hashed(const fs::path& from, const fs::path& to) {
+  const MappedFile in(from.string());
+  OutputFile out(to);
+  out.write(in.data(), in.size());
+  out.close();
+  return out.digest();
+}
+
+}  // namespace
+
+void write_artifact(const std::string& destination, const ImportedModel& model,
+                    const ServingConfig& serving, const ir::Graph& graph, const Plan& plan,
+                    const ArtifactOptions& options) {
+  check_weight_table(graph, model.spec);
+  if (!model.has_weights) fail(model.source + ": the model was imported without weights");
+  const fs::path dest = fs::path(destination).lexically_normal();
+  check_destination(dest);
+
+  StagingDir staging(dest);
+  nlohmann::ordered_json files;
+  nlohmann::ordered_json weights = pack_weights(staging.path() / "weights.bin", model, graph, options);
+  files["weights.bin"] = weights["checksum"];
+  weights.erase("checksum");
+  files["ir.txt"] = checksum_string(write_text_file(staging.path() / "ir.txt", ir::print_graph(graph)));
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    const fs::path from = fs::path(model.checkpoint_dir) / name;
+    std::error_code ec;
+    if (fs::is_regular_file(from, ec))
+      files[name] = checksum_string(copy_file_hashed(from, staging.path() / name));
+  }
+
+  nlohmann::ordered_json m;
+  m["schema_version"] = kSchemaVersion;
+  m["generator"] = kGenerator;
+  m["model"] = model_json(model.spec);
+  m["serving"] = serving_to_json(serving);
+  m["kv_cache"] = kv_cache_to_json(plan.kv);
+  m["weights"] = weights;
+  m["plan"] = plan_to_json(plan);
+  m["kernels"] = nlohmann::ordered_json::array();
+  m["files"] = files;
+  write_text_file(staging.path() / "manifest.json", m.dump(2) + "\n");
+
+  if (options.cancel && *options.cancel) fail("interrupted before " + dest.string() + " was complete");
+  staging.commit(dest);
+}
+
+}  // namespace telos::compiler
