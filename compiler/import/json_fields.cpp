@@ -36,8 +36,9 @@ std::string json_quote(std::string_view text) {
 json parse_json_text(std::string_view text, const std::string& where) {
   try {
     return json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    // nlohmann prefixes "[json.exception.parse_error.101] "; the rest says line, column and why.
+  } catch (const json::exception& e) {
+    // A syntax error is a parse_error, a number too large for a double (1e400) an out_of_range.
+    // nlohmann prefixes "[json.exception.parse_error.101] "; the rest says where and why.
     std::string message = e.what();
     if (auto close = message.find("] "); message.rfind("[json.exception", 0) == 0 &&
                                          close != std::string::npos) {

@@ -236,6 +236,16 @@ TEST(ConfigImport, MistralWindowAsLongAsContextIsFullAttention) {
   EXPECT_EQ(spec_from_config(c, "cfg").family, "mistral");
 }
 
+TEST(ConfigImport, NumberBeyondDoubleIsMalformedJson) {
+  // nlohmann reports this as out_of_range rather than parse_error (found by the config fuzzer).
+  try {
+    parse_json_text(R"({"rope_theta": 1e400})", "cfg.json");
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "cfg.json: malformed JSON: number overflow parsing '1e400'");
+  }
+}
+
 TEST(ConfigImport, TopLevelMustBeAnObject) {
   EXPECT_EQ(error_of(json::array()), "cfg.json: expected a JSON object, found array");
 }
