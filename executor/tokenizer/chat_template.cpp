@@ -1,0 +1,68 @@
+#include "executor/tokenizer/chat_template.hpp"
+
+#include <fstream>
+
+#include "support/error.hpp"
+
+namespace telos {
+namespace {
+
+using nlohmann::ordered_json;
+
+std::string token_field(const ordered_json& config, const char* key, const std::string& origin) {
+  auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  // Older configs serialize an AddedToken: {"content": "<s>", "lstrip": false, ...}.
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
+  fail(origin + ": " + key + ": must be a string or {\"content\": string}");
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::from_tokenizer_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path + ": cannot open tokenizer config");
+  ordered_json config;
+  try {
+    config = ordered_json::parse(in);
+  } catch (const ordered_json::exception& e) {
+    fail(path + ": not valid JSON: " + e.what());
+  }
+  return from_config_json(config, path);
+}
+
+ChatTemplate ChatTemplate::from_config_json(const ordered_json& config, const std::string& origin) {
+  if (!config.is_object()) fail(origin + ": must be a JSON object");
+  auto it = config.find("chat_template");
+  if (it == config.end() || it->is_null()) fail(origin + ": chat_template: is missing (the model has no chat template)");
+  std::string source;
+  if (it->is_string()) {
+    source = it->get<std::string>();
+  } else if (it->is_array()) {
+    for (const ordered_json& named : *it)
+      if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
+          named["template"].is_string())
+        source = named["template"].get<std::string>();
+    if (source.empty()) fail(origin + ": chat_template: the list has no {\"name\": \"default\", \"template\": ...}");
+  } else {
+    fail(origin + ": chat_template: must be a string or a list of named templates");
+  }
+  return ChatTemplate(jinja::Template::parse(source, origin + ": chat_template"), token_field(config, "bos_token", origin),
+                      token_field(config, "eos_token", origin), origin);
+}
+
+std::string ChatTemplate::render(const ordered_json& messages, bool add_generation_prompt,
+                                 const ordered_json& extra) const {
+  if (!messages.is_array()) fail(origin_ + ": render: messages must be an array");
+  if (!extra.is_object()) fail(origin_ + ": render: extra variables must be an object");
+  ordered_json variables = {{"messages", messages},
+                            {"add_generation_prompt", add_generation_prompt},
+                            {"bos_token", bos_token_},
+                            {"eos_token", eos_token_}};
+  for (auto& [k, v] : extra.items()) variables[k] = v;
+  return template_.render(variables);
+}
+
+}  // namespace telos
