@@ -311,9 +311,10 @@ void Engine::finish(RequestId id, FinishReason reason, RequestEvent event) {
   const RequestUsage usage = event.usage;
   const RequestTimings timings = event.timings;
   live_.erase(it);
-  stream->push(std::move(event));
 
   {
+    // Stats first, then the event, so that a client who has seen its finish event also sees its
+    // pages free in stats().
     std::lock_guard lock(mutex_);
     ++stats_.requests_finished;
     stats_.prompt_tokens += static_cast<std::uint64_t>(usage.prompt_tokens);
@@ -327,6 +328,7 @@ void Engine::finish(RequestId id, FinishReason reason, RequestEvent event) {
     stats_.running = scheduler_.num_running();
     stats_.kv_pages_used = pool_.used_pages();
     stats_.kv_pages_free = pool_.free_pages();
+    stream->push(std::move(event));
     --in_flight_;
   }
   idle_.notify_all();

@@ -1,0 +1,146 @@
+#include "executor/artifact.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "support/error.hpp"
+#include "test/executor/tiny_artifact.hpp"
+
+namespace telos::exec {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TinyArtifactSpec;
+
+// Loads `dir` expecting a refusal whose message contains every one of `parts`.
+void expect_refused(const std::string& dir, std::initializer_list<std::string> parts) {
+  try {
+    Artifact::load(dir);
+    FAIL() << "expected " << dir << " to be refused";
+  } catch (const Error& e) {
+    for (const std::string& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+          << "message: " << e.what() << "\nmissing: " << p;
+  }
+}
+
+TEST(Artifact, LoadsAHandWrittenArtifact) {
+  const std::string dir = testing::temp_dir("ok");
+  TinyArtifactSpec spec;
+  spec.family = "qwen3";
+  spec.qk_norm = true;
+  spec.tie_word_embeddings = false;
+  testing::write_tiny_artifact(dir, spec);
+  auto a = Artifact::load(dir);
+  EXPECT_EQ(a->model().family, "qwen3");
+  EXPECT_TRUE(a->model().qk_norm);
+  EXPECT_EQ(a->serving().max_batch, 4);
+  EXPECT_EQ(a->serving().kv_pool_pages, 64);
+  EXPECT_EQ(a->tensor("lm_head").shape, (std::vector<std::int64_t>{64, 32}));
+  EXPECT_EQ(a->tensor("layers.1.q_norm").dtype, DType::F32);
+  EXPECT_FALSE(a->has_kernels());
+  EXPECT_THROW(a->tensor("nope"), Error);
+}
+
+TEST(Artifact, RefusesANewerSchema) {
+  const std::string dir = testing::temp_dir("schema");
+  auto m = testing::write_tiny_artifact(dir, {});
+  m["schema_version"] = 999;
+  m["model"] = "a future layout this reader must not try to read";
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"manifest.json", "schema_version", "999 is newer", "(1)"});
+}
+
+TEST(Artifact, RefusesATruncatedWeightsFile) {
+  const std::string dir = testing::temp_dir("truncated");
+  testing::write_tiny_artifact(dir, {});
+  const fs::path weights = fs::path(dir) / "weights.bin";
+  const auto size = fs::file_size(weights);
+  fs::resize_file(weights, size - 100);
+  expect_refused(dir, {"weights.bin", std::to_string(size - 100) + " bytes",
+                       "weights.size says " + std::to_string(size), "truncated"});
+}
+
+TEST(Artifact, RefusesAMissingWeightsFile) {
+  const std::string dir = testing::temp_dir("missing");
+  testing::write_tiny_artifact(dir, {});
+  fs::remove(fs::path(dir) / "weights.bin");
+  expect_refused(dir, {"weights.bin: missing"});
+}
+
+TEST(Artifact, RefusesAChangedByteNamingTheFile) {
+  const std::string dir = testing::temp_dir("flipped");
+  testing::write_tiny_artifact(dir, {});
+  {
+    std::fstream f(fs::path(dir) / "weights.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(300);
+    f.put('\x5a');
+  }
+  expect_refused(dir, {"weights.bin: checksum", "files.weights.bin"});
+}
+
+TEST(Artifact, RefusesATensorWhoseChecksumDisagreesNamingTheTensor) {
+  const std::string dir = testing::temp_dir("tensor-sum");
+  auto m = testing::write_tiny_artifact(dir, {});
+  m["weights"]["tensors"][1]["checksum"] = "xxh64:0000000000000000";
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"tensor layers.0.attn_norm", "checksum", "xxh64:0000000000000000"});
+}
+
+TEST(Artifact, RefusesMissingAndMalformedFieldsByName) {
+  const std::string dir = testing::temp_dir("fields");
+  const auto good = testing::write_tiny_artifact(dir, {});
+  auto m = good;
+  m["model"].erase("num_kv_heads");
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"manifest.json: model.num_kv_heads: missing"});
+
+  m = good;
+  m["serving"]["max_batch"] = "eight";
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"serving.max_batch: expected an integer"});
+
+  m = good;
+  m["model"]["sliding_window"] = 4096;
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"model.sliding_window", "not supported"});
+
+  m = good;
+  m["kv_cache"]["bytes_per_page"] = 12;
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"kv_cache.bytes_per_page"});
+
+  m = good;
+  m["weights"]["tensors"][0]["shape"] = {64, 31};
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"(embed).bytes", "[64, 31]"});
+
+  m = good;
+  m["weights"]["tensors"].erase(m["weights"]["tensors"].size() - 1);  // final_norm
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"no tensor \"final_norm\""});
+
+  std::ofstream(fs::path(dir) / "manifest.json") << "{ not json";
+  expect_refused(dir, {"manifest.json: not valid JSON"});
+}
+
+TEST(Artifact, ChecksTheTargetArchitecture) {
+  const std::string dir = testing::temp_dir("arch");
+  testing::write_tiny_artifact(dir, {});
+  auto a = Artifact::load(dir);
+  a->check_target("sm_90a");
+  a->check_target("sm_90");
+  try {
+    a->check_target("sm_100a");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("serving.targets is [sm_90a]"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("sm_100a"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace telos::exec

@@ -1,0 +1,220 @@
+// The engine on the CPU reference backend, on hand-written artifacts: results do not depend on
+// batch composition, chunking or preemption; cancellation and rejection behave; pages come back.
+#include "executor/engine.hpp"
+
+#include <gtest/gtest.h>
+
+#include "executor/cpu_reference_model.hpp"
+#include "support/error.hpp"
+#include "test/executor/tiny_artifact.hpp"
+
+namespace telos::exec {
+namespace {
+
+using testing::TinyArtifactSpec;
+
+struct Result {
+  std::vector<std::int32_t> ids;
+  std::vector<float> prompt_logits;
+  FinishReason finish = FinishReason::Error;
+  RequestTimings timings;
+};
+
+Result collect(const RequestHandle& h) {
+  Result r;
+  RequestEvent e;
+  while (h->next(e)) {
+    if (e.token) r.ids.push_back(e.token->token);
+    if (!e.logits.empty()) r.prompt_logits = e.logits;
+    if (e.finish) {
+      r.finish = *e.finish;
+      r.timings = e.timings;
+    }
+  }
+  return r;
+}
+
+std::unique_ptr<Engine> make_engine(const TinyArtifactSpec& spec, const std::string& name) {
+  const std::string dir = testing::temp_dir(name);
+  testing::write_tiny_artifact(dir, spec);
+  auto artifact = Artifact::load(dir);
+  EngineOptions options;
+  options.check_invariants = true;
+  return Engine::create(artifact, std::make_unique<CpuReferenceModel>(artifact), options);
+}
+
+GenerationRequest request(std::vector<std::int32_t> prompt, int max_tokens, float temperature,
+                          std::uint64_t seed) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  r.sampling.ignore_eos = true;
+  r.return_prompt_logits = true;
+  return r;
+}
+
+const std::vector<std::vector<std::int32_t>> kPrompts = {
+    {1, 17, 42, 33, 25, 7}, {5}, {30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44,
+                                 45, 46, 47, 48, 49, 50, 51, 52}};
+
+std::vector<Result> run_all(Engine& engine, float temperature) {
+  std::vector<RequestHandle> handles;
+  for (std::size_t i = 0; i < kPrompts.size(); ++i)
+    handles.push_back(engine.submit(request(kPrompts[i], 12, temperature, 100 + i)));
+  std::vector<Result> out;
+  for (const RequestHandle& h : handles) out.push_back(collect(h));
+  return out;
+}
+
+std::vector<Result> run_alone(Engine& engine, float temperature) {
+  std::vector<Result> out;
+  for (std::size_t i = 0; i < kPrompts.size(); ++i)
+    out.push_back(collect(engine.submit(request(kPrompts[i], 12, temperature, 100 + i))));
+  return out;
+}
+
+class EngineFamilies : public ::testing::TestWithParam<std::string> {
+ protected:
+  TinyArtifactSpec spec() const {
+    TinyArtifactSpec s;
+    s.family = GetParam();
+    s.qkv_bias = s.family == "qwen2";
+    s.qk_norm = s.family == "qwen3";
+    s.tie_word_embeddings = s.family != "qwen3";
+    s.rope_type = s.family == "llama" ? "llama3" : "default";
+    return s;
+  }
+};
+
+// The same requests alone and together: identical tokens and bit-identical prompt logits.
+TEST_P(EngineFamilies, BatchCompositionChangesNothing) {
+  auto engine = make_engine(spec(), "batch-" + GetParam());
+  for (float temperature : {0.0f, 1.0f}) {
+    const auto alone = run_alone(*engine, temperature);
+    const auto together = run_all(*engine, temperature);
+    for (std::size_t i = 0; i < kPrompts.size(); ++i) {
+      EXPECT_EQ(alone[i].finish, FinishReason::Length);
+      EXPECT_EQ(alone[i].ids.size(), 12u);
+      EXPECT_EQ(alone[i].ids, together[i].ids) << "request " << i << " T=" << temperature;
+      EXPECT_EQ(alone[i].prompt_logits, together[i].prompt_logits) << "request " << i;
+    }
+  }
+}
+
+// A prefill chunk of 4 tokens, and a pool so small that requests are preempted and recomputed,
+// give the same tokens as one-step prefill with room to spare.
+TEST_P(EngineFamilies, ChunkingAndPreemptionChangeNothing) {
+  auto roomy = make_engine(spec(), "roomy-" + GetParam());
+  TinyArtifactSpec tight = spec();
+  tight.prefill_chunk = 4;
+  tight.kv_pages = 10;  // 40 positions for three requests of up to 35
+  auto cramped = make_engine(tight, "cramped-" + GetParam());
+  for (float temperature : {0.0f, 1.0f}) {
+    const auto want = run_all(*roomy, temperature);
+    const auto got = run_all(*cramped, temperature);
+    for (std::size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(want[i].ids, got[i].ids) << i;
+  }
+  EXPECT_GT(cramped->stats().preemptions, 0u);
+  EXPECT_EQ(cramped->stats().kv_pages_used, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineFamilies, ::testing::Values("llama", "qwen2", "qwen3"));
+
+TEST(Engine, StopsOnStopTokensAndEos) {
+  auto engine = make_engine({}, "stop");
+  // Find what greedy generates, then make its third token a stop token.
+  const Result free_run = collect(engine->submit(request({4, 9, 12}, 8, 0.0f, 1)));
+  ASSERT_EQ(free_run.ids.size(), 8u);
+  GenerationRequest r = request({4, 9, 12}, 8, 0.0f, 1);
+  r.sampling.stop_token_ids = {free_run.ids[2]};
+  const std::size_t first = static_cast<std::size_t>(
+      std::find(free_run.ids.begin(), free_run.ids.end(), free_run.ids[2]) - free_run.ids.begin());
+  const Result stopped = collect(engine->submit(r));
+  EXPECT_EQ(stopped.finish, FinishReason::Stop);
+  EXPECT_EQ(stopped.ids, std::vector<std::int32_t>(free_run.ids.begin(),
+                                                   free_run.ids.begin() + static_cast<long>(first) + 1));
+}
+
+TEST(Engine, CancelEndsARequestAndFreesItsPages) {
+  auto engine = make_engine({}, "cancel");
+  GenerationRequest r = request({4, 9, 12}, 60, 1.0f, 3);
+  RequestHandle h = engine->submit(r);
+  RequestEvent e;
+  ASSERT_TRUE(h->next(e));  // it is running
+  h->cancel();
+  const Result rest = collect(h);
+  EXPECT_EQ(rest.finish, FinishReason::Cancelled);
+  engine->wait_idle();
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.kv_pages_used, 0);
+  EXPECT_EQ(stats.kv_pages_free, stats.kv_pages_total);
+  EXPECT_EQ(stats.running, 0);
+  // Cancel by id, of a request that may still be queued.
+  RequestHandle h2 = engine->submit(request({4}, 60, 1.0f, 4));
+  engine->cancel(h2->id());
+  EXPECT_EQ(collect(h2).finish, FinishReason::Cancelled);
+  engine->wait_idle();
+  EXPECT_EQ(engine->stats().kv_pages_used, 0);
+}
+
+TEST(Engine, RejectsRequestsThatCanNeverRunWithClearErrors) {
+  auto engine = make_engine({}, "reject");
+  auto message = [&](GenerationRequest r) {
+    try {
+      engine->submit(std::move(r));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(message(request({1, 64}, 4, 0, 1)).find("prompt token 1 is 64, outside the vocabulary of 64"),
+            std::string::npos);
+  EXPECT_NE(message(request(std::vector<std::int32_t>(60, 3), 8, 0, 1)).find("max_seq_len 64"),
+            std::string::npos);
+  GenerationRequest bad = request({1}, 4, 0, 1);
+  bad.sampling.top_p = 2;
+  EXPECT_NE(message(bad).find("top_p"), std::string::npos);
+  EXPECT_EQ(engine->stats().requests_rejected, 3u);
+  // Without max_tokens a request may run to max_seq_len.
+  GenerationRequest open = request({1, 2}, 4, 0, 1);
+  open.sampling.max_tokens.reset();
+  const Result r = collect(engine->submit(open));
+  EXPECT_EQ(r.finish, FinishReason::Length);
+  EXPECT_EQ(r.ids.size(), 62u);
+}
+
+TEST(Engine, ShutdownCancelsWhatIsLeft) {
+  RequestHandle h;
+  {
+    auto engine = make_engine({}, "shutdown");
+    engine->stop_admitting();
+    EXPECT_THROW(engine->submit(request({1}, 4, 0, 1)), Error);
+  }
+  auto engine = make_engine({}, "shutdown2");
+  h = engine->submit(request({1, 2, 3}, 60, 1.0f, 1));
+  engine.reset();
+  Result r = collect(h);
+  EXPECT_TRUE(r.finish == FinishReason::Cancelled || r.finish == FinishReason::Length);
+}
+
+TEST(Engine, StatsCountRequestsAndTokens) {
+  auto engine = make_engine({}, "stats");
+  run_all(*engine, 0.0f);
+  engine->wait_idle();
+  const EngineStats s = engine->stats();
+  EXPECT_EQ(s.backend, "cpu");
+  EXPECT_EQ(s.requests_submitted, 3u);
+  EXPECT_EQ(s.requests_finished, 3u);
+  EXPECT_EQ(s.prompt_tokens, 6u + 1u + 23u);
+  EXPECT_EQ(s.generated_tokens, 36u);
+  EXPECT_EQ(s.waiting, 0);
+  const LatencySamples l = engine->take_latency_samples();
+  EXPECT_EQ(l.time_to_first_token.size(), 3u);
+  EXPECT_EQ(l.time_per_output_token.size(), 3u);
+  EXPECT_TRUE(engine->take_latency_samples().time_to_first_token.empty());
+}
+
+}  // namespace
+}  // namespace telos::exec

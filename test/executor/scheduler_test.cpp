@@ -1,0 +1,270 @@
+#include "executor/scheduler.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "support/error.hpp"
+
+namespace telos::exec {
+namespace {
+
+SchedulerLimits limits(int max_batch = 4, int budget = 16, int page_size = 4, int max_seq_len = 64) {
+  return SchedulerLimits{max_batch, max_seq_len, page_size, budget, {1, 2, 4}, {8, 16}};
+}
+
+std::vector<std::int32_t> prompt(int n) {
+  std::vector<std::int32_t> p(static_cast<std::size_t>(n));
+  std::iota(p.begin(), p.end(), 10);
+  return p;
+}
+
+// Plays the engine: marks the step computed and gives every sampling sequence a token.
+void run(Scheduler& s, const Step& step, std::int32_t token = 7) {
+  s.commit(step);
+  for (const ScheduledSequence& q : step.sequences)
+    if (q.samples) s.append_token(q.request, token);
+  s.check_invariant();
+}
+
+TEST(Scheduler, AdmitsInArrivalOrderWithinBatchAndBudget) {
+  KvPagePool pool(64);
+  Scheduler s(limits(/*max_batch=*/2, /*budget=*/16), pool);
+  s.add(1, prompt(10), 4);
+  s.add(2, prompt(10), 4);
+  s.add(3, prompt(2), 4);
+  Step step = s.schedule();
+  ASSERT_EQ(step.sequences.size(), 2u);
+  EXPECT_EQ(step.sequences[0].request, 1u);
+  EXPECT_EQ(step.sequences[0].tokens.size(), 10u);
+  EXPECT_TRUE(step.sequences[0].samples);
+  EXPECT_EQ(step.sequences[1].request, 2u);
+  EXPECT_EQ(step.sequences[1].tokens.size(), 6u);  // the budget's remainder
+  EXPECT_FALSE(step.sequences[1].samples);
+  EXPECT_EQ(step.num_tokens, 16);
+  EXPECT_EQ(s.num_running(), 2);
+  EXPECT_EQ(s.num_waiting(), 1);  // max_batch holds request 3 back
+  // Pages for every known token are taken at admission: 10 tokens / 4 per page = 3 pages each.
+  EXPECT_EQ(pool.used_pages(), 6);
+  run(s, step);
+}
+
+TEST(Scheduler, ChunksALongPromptAndSamplesOnlyAtItsEnd) {
+  KvPagePool pool(64);
+  Scheduler s(limits(4, 16), pool);
+  s.add(1, prompt(40), 4);
+  std::vector<int> chunks;
+  for (int i = 0; i < 3; ++i) {
+    Step step = s.schedule();
+    ASSERT_EQ(step.sequences.size(), 1u);
+    const ScheduledSequence& q = step.sequences[0];
+    EXPECT_EQ(q.first_position, i * 16);
+    EXPECT_EQ(q.samples, i == 2);
+    chunks.push_back(static_cast<int>(q.tokens.size()));
+    EXPECT_EQ(q.tokens[0], 10 + i * 16);
+    run(s, step);
+  }
+  EXPECT_EQ(chunks, (std::vector<int>{16, 16, 8}));
+  // Then decode: one token at position 40.
+  Step step = s.schedule();
+  ASSERT_EQ(step.sequences.size(), 1u);
+  EXPECT_EQ(step.sequences[0].first_position, 40);
+  EXPECT_EQ(step.sequences[0].tokens.size(), 1u);
+  EXPECT_EQ(step.bucket_kind, BucketKind::Decode);
+}
+
+TEST(Scheduler, DecodeComesFirstAndPrefillFillsTheBudget) {
+  KvPagePool pool(64);
+  Scheduler s(limits(4, 16), pool);
+  s.add(1, prompt(3), 8);
+  run(s, s.schedule());  // request 1's prompt; it now decodes
+  s.add(2, prompt(30), 4);
+  Step step = s.schedule();
+  ASSERT_EQ(step.sequences.size(), 2u);
+  EXPECT_EQ(step.sequences[0].request, 1u);
+  EXPECT_EQ(step.sequences[0].tokens.size(), 1u);
+  EXPECT_EQ(step.sequences[1].request, 2u);
+  EXPECT_EQ(step.sequences[1].tokens.size(), 15u);
+  EXPECT_EQ(step.num_tokens, 16);
+  EXPECT_EQ(step.bucket_kind, BucketKind::Prefill);
+  EXPECT_EQ(step.bucket, 16);
+}
+
+TEST(Scheduler, PadsToTheSmallestBucketThatHoldsTheStep) {
+  KvPagePool pool(64);
+  Scheduler s(limits(4, 16), pool);
+  for (RequestId id = 1; id <= 3; ++id) s.add(id, prompt(1), 8);
+  Step first = s.schedule();  // three one-token prompts: a decode-shaped step
+  EXPECT_EQ(first.bucket_kind, BucketKind::Decode);
+  EXPECT_EQ(first.bucket, 4);
+  run(s, first);
+  s.remove(3);
+  Step second = s.schedule();
+  EXPECT_EQ(second.bucket, 2);
+  run(s, second);
+  s.add(4, prompt(5), 4);
+  Step mixed = s.schedule();  // 2 decode tokens + 5 prompt tokens = 7
+  EXPECT_EQ(mixed.bucket_kind, BucketKind::Prefill);
+  EXPECT_EQ(mixed.num_tokens, 7);
+  EXPECT_EQ(mixed.bucket, 8);
+}
+
+TEST(Scheduler, PreemptsTheYoungestWhenThePoolRunsOut) {
+  // 4 pages of 4 positions. Two requests with 8-token prompts take 2 pages each; the first decode
+  // past position 8 needs a fifth page.
+  KvPagePool pool(4);
+  Scheduler s(limits(4, 16, 4, 16), pool);
+  s.add(1, prompt(8), 8);
+  s.add(2, prompt(8), 8);
+  run(s, s.schedule());
+  EXPECT_EQ(pool.free_pages(), 0);
+  Step step = s.schedule();
+  // Request 1 (older) needs a page for position 8: request 2 is preempted and its pages go to 1.
+  ASSERT_EQ(step.sequences.size(), 1u);
+  EXPECT_EQ(step.sequences[0].request, 1u);
+  EXPECT_EQ(s.num_preemptions(), 1u);
+  EXPECT_EQ(s.num_waiting(), 1);
+  const SequenceState* two = s.find(2);
+  ASSERT_NE(two, nullptr);
+  EXPECT_EQ(two->num_computed, 0);
+  EXPECT_TRUE(two->pages.empty());
+  EXPECT_EQ(two->tokens.size(), 9u);  // its prompt and the token it had generated are kept
+  run(s, step);
+  // When request 1 ends, request 2 comes back and recomputes all 9 known tokens at once.
+  s.remove(1);
+  Step again = s.schedule();
+  ASSERT_EQ(again.sequences.size(), 1u);
+  EXPECT_EQ(again.sequences[0].request, 2u);
+  EXPECT_EQ(again.sequences[0].tokens.size(), 9u);
+  EXPECT_TRUE(again.sequences[0].samples);
+  run(s, again);
+}
+
+TEST(Scheduler, ARequestAloneIsNeverPreemptedAndPreemptsItselfLast) {
+  // 3 pages: request 1 grows to fill them; request 2, younger, gives way every time.
+  KvPagePool pool(3);
+  Scheduler s(limits(2, 8, 4, 12), pool);
+  s.add(1, prompt(4), 8);
+  s.add(2, prompt(4), 4);
+  int steps = 0;
+  while (s.num_running() + s.num_waiting() > 0 && steps < 100) {
+    Step step = s.schedule();
+    ASSERT_FALSE(step.empty());
+    run(s, step);
+    ++steps;
+    for (RequestId id : {RequestId{1}, RequestId{2}}) {
+      const SequenceState* q = s.find(id);
+      if (q && static_cast<int>(q->tokens.size()) == q->max_len) s.remove(id);
+    }
+  }
+  EXPECT_EQ(s.num_running() + s.num_waiting(), 0);
+  EXPECT_GT(s.num_preemptions(), 0u);
+  EXPECT_EQ(pool.free_pages(), 3);
+}
+
+TEST(Scheduler, CancellingAnywhereReturnsPages) {
+  KvPagePool pool(16);
+  Scheduler s(limits(2, 8, 4, 32), pool);
+  s.add(1, prompt(20), 4);  // mid-prefill after one step
+  s.add(2, prompt(4), 4);   // waiting (the budget is spent on request 1)
+  Step step = s.schedule();
+  ASSERT_EQ(step.sequences.size(), 1u);
+  run(s, step);
+  EXPECT_EQ(pool.used_pages(), 5);
+  s.remove(2);
+  s.check_invariant();
+  s.remove(1);
+  s.check_invariant();
+  EXPECT_EQ(pool.free_pages(), 16);
+  s.remove(1);  // a second cancel is harmless
+  EXPECT_EQ(s.num_running() + s.num_waiting(), 0);
+}
+
+TEST(Scheduler, RejectsRequestsThatCanNeverFit) {
+  KvPagePool pool(4);
+  Scheduler s(limits(2, 8, 4, 32), pool);
+  try {
+    s.add(9, prompt(30), 8);
+    FAIL() << "expected a rejection";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("request 9"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("max_seq_len 32"), std::string::npos) << e.what();
+  }
+  try {
+    s.add(10, prompt(16), 8);  // 24 positions: 6 pages, the pool has 4
+    FAIL() << "expected a rejection";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("6 KV pages"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(s.add(11, {}, 4), Error);
+  EXPECT_THROW(s.add(12, prompt(2), 0), Error);
+  EXPECT_EQ(s.num_waiting(), 0);
+}
+
+// Thousands of requests with random prompts, lengths, early stops and cancellations, under a pool
+// small enough to force preemption: every request finishes, the invariant holds after every step,
+// and every page is free at the end.
+TEST(Scheduler, RandomizedLifecyclesLeakNoPage) {
+  std::mt19937 rng(42);
+  KvPagePool pool(24);
+  Scheduler s(limits(4, 16, 4, 48), pool);
+  std::map<RequestId, int> generated;
+  RequestId next_id = 1;
+  int finished = 0, cancelled = 0, steps = 0;
+  const int total = 3000;
+  while (finished + cancelled < total) {
+    // Arrivals.
+    while (next_id <= static_cast<RequestId>(total) && s.num_waiting() < 6 &&
+           std::uniform_int_distribution<int>(0, 2)(rng) != 0) {
+      const int p = std::uniform_int_distribution<int>(1, 30)(rng);
+      const int m = std::uniform_int_distribution<int>(1, 48 - p)(rng);
+      s.add(next_id, prompt(p), m);
+      generated[next_id] = 0;
+      ++next_id;
+    }
+    // Cancellations of any live request, waiting or running.
+    if (!generated.empty() && std::uniform_int_distribution<int>(0, 9)(rng) == 0) {
+      auto it = generated.begin();
+      std::advance(it, std::uniform_int_distribution<int>(0, static_cast<int>(generated.size()) - 1)(rng));
+      s.remove(it->first);
+      generated.erase(it);
+      ++cancelled;
+    }
+    Step step = s.schedule();
+    if (step.empty()) {
+      ASSERT_EQ(s.num_running() + s.num_waiting(), 0) << "live requests but nothing scheduled";
+      continue;
+    }
+    ASSERT_LE(static_cast<int>(step.sequences.size()), 4);
+    ASSERT_LE(step.num_tokens, 16);
+    if (step.bucket_kind == BucketKind::Decode)
+      ASSERT_GE(step.bucket, static_cast<int>(step.sequences.size()));
+    else
+      ASSERT_GE(step.bucket, step.num_tokens);
+    s.commit(step);
+    for (const ScheduledSequence& q : step.sequences) {
+      if (!q.samples) continue;
+      const SequenceState* st = s.find(q.request);
+      const int n = ++generated[q.request];
+      const bool eos = std::uniform_int_distribution<int>(0, 19)(rng) == 0;
+      if (eos || st->prompt_len + n == st->max_len) {
+        s.remove(q.request);
+        generated.erase(q.request);
+        ++finished;
+      } else {
+        s.append_token(q.request, 7);
+      }
+    }
+    s.check_invariant();
+    ++steps;
+    ASSERT_LT(steps, 200000) << "no progress";
+  }
+  EXPECT_EQ(pool.free_pages(), pool.num_pages());
+  EXPECT_GT(s.num_preemptions(), 0u) << "the pool was meant to be small enough to preempt";
+  EXPECT_GT(finished, total / 2);
+}
+
+}  // namespace
+}  // namespace telos::exec

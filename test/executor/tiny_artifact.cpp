@@ -1,0 +1,141 @@
+#include "test/executor/tiny_artifact.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "support/checksum.hpp"
+#include "support/dtype.hpp"
+
+namespace telos::exec::testing {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string temp_dir(const std::string& name) {
+  static int counter = 0;
+  const char* base = std::getenv("TMPDIR");
+  fs::path dir = fs::path(base ? base : "/tmp") /
+                 ("telos-executor-test-" + std::to_string(::getpid()) + "-" +
+                  std::to_string(counter++) + "-" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+void rewrite_manifest(const std::string& dir, const json& manifest) {
+  std::ofstream(fs::path(dir) / "manifest.json") << manifest.dump(2);
+}
+
+json write_tiny_artifact(const std::string& dir, const TinyArtifactSpec& s) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::mt19937_64 rng(s.seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+
+  std::vector<std::uint8_t> blob;
+  json tensors = json::array();
+  auto align = [&] { blob.resize((blob.size() + 255) / 256 * 256, 0); };
+  // Matrices: bf16 with std 1/sqrt(in) so activations stay O(1); vectors: f32 around `center`.
+  auto add_matrix = [&](const std::string& name, int rows, int cols) {
+    align();
+    const std::size_t offset = blob.size();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
+    for (int i = 0; i < rows * cols; ++i) {
+      const std::uint16_t v = f32_to_bf16(normal(rng) * scale);
+      blob.push_back(static_cast<std::uint8_t>(v & 0xff));
+      blob.push_back(static_cast<std::uint8_t>(v >> 8));
+    }
+    const std::size_t bytes = blob.size() - offset;
+    tensors.push_back({{"name", name}, {"dtype", "bf16"}, {"shape", {rows, cols}},
+                       {"layout", "row_major"}, {"offset", offset}, {"bytes", bytes},
+                       {"checksum", checksum_string(xxh64(blob.data() + offset, bytes))},
+                       {"sources", json::array()}});
+  };
+  auto add_vector = [&](const std::string& name, int n, float center, float spread) {
+    align();
+    const std::size_t offset = blob.size();
+    for (int i = 0; i < n; ++i) {
+      const float v = center + spread * normal(rng);
+      const auto* p = reinterpret_cast<const std::uint8_t*>(&v);
+      blob.insert(blob.end(), p, p + 4);
+    }
+    const std::size_t bytes = blob.size() - offset;
+    tensors.push_back({{"name", name}, {"dtype", "f32"}, {"shape", {n}},
+                       {"layout", "row_major"}, {"offset", offset}, {"bytes", bytes},
+                       {"checksum", checksum_string(xxh64(blob.data() + offset, bytes))},
+                       {"sources", json::array()}});
+  };
+
+  const int H = s.hidden_size, D = s.head_dim, qkv_rows = (s.num_heads + 2 * s.num_kv_heads) * D;
+  add_matrix("embed", s.vocab_size, H);
+  for (int l = 0; l < s.num_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    add_vector(p + "attn_norm", H, 1.0f, 0.1f);
+    add_matrix(p + "qkv", qkv_rows, H);
+    if (s.qkv_bias) add_vector(p + "qkv_bias", qkv_rows, 0.0f, 0.05f);
+    if (s.qk_norm) {
+      add_vector(p + "q_norm", D, 1.0f, 0.1f);
+      add_vector(p + "k_norm", D, 1.0f, 0.1f);
+    }
+    add_matrix(p + "o", H, s.num_heads * D);
+    add_vector(p + "mlp_norm", H, 1.0f, 0.1f);
+    add_matrix(p + "gate_up", 2 * s.intermediate_size, H);
+    add_matrix(p + "down", H, s.intermediate_size);
+  }
+  add_vector("final_norm", H, 1.0f, 0.1f);
+  if (!s.tie_word_embeddings) add_matrix("lm_head", s.vocab_size, H);
+  align();
+
+  std::ofstream(fs::path(dir) / "weights.bin", std::ios::binary)
+      .write(reinterpret_cast<const char*>(blob.data()), static_cast<std::streamsize>(blob.size()));
+  const std::string ir = "# hand-written test artifact: no IR\n";
+  std::ofstream(fs::path(dir) / "ir.txt") << ir;
+
+  json rope = {{"type", s.rope_type}, {"theta", 10000.0}};
+  if (s.rope_type == "llama3")
+    rope.update({{"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                 {"original_max_position_embeddings", 16}});
+  std::vector<int> decode_buckets, prefill_buckets;
+  for (int b = 1; b < s.max_batch; b *= 2) decode_buckets.push_back(b);
+  decode_buckets.push_back(s.max_batch);
+  for (int b = 8; b < s.prefill_chunk; b *= 2) prefill_buckets.push_back(b);
+  prefill_buckets.push_back(s.prefill_chunk);
+
+  json manifest = {
+      {"schema_version", 1},
+      {"generator", "test/executor/tiny_artifact.cpp"},
+      {"model",
+       {{"name", "tiny-test"}, {"architecture", "TestForCausalLM"}, {"family", s.family},
+        {"vocab_size", s.vocab_size}, {"hidden_size", H},
+        {"intermediate_size", s.intermediate_size}, {"num_layers", s.num_layers},
+        {"num_heads", s.num_heads}, {"num_kv_heads", s.num_kv_heads}, {"head_dim", D},
+        {"rms_norm_eps", 1e-5}, {"max_position_embeddings", s.max_seq_len}, {"rope", rope},
+        {"tie_word_embeddings", s.tie_word_embeddings}, {"qkv_bias", s.qkv_bias},
+        {"qk_norm", s.qk_norm}, {"sliding_window", nullptr}, {"bos_token_id", 1},
+        {"eos_token_ids", {2}}}},
+      {"serving",
+       {{"max_batch", s.max_batch}, {"max_seq_len", s.max_seq_len},
+        {"kv_page_size", s.page_size}, {"kv_pool", {{"pages", s.kv_pages}}},
+        {"prefill_chunk", s.prefill_chunk}, {"decode_buckets", decode_buckets},
+        {"prefill_buckets", prefill_buckets}, {"targets", {"sm_90a"}},
+        {"tensor_parallel", 1}}},
+      {"kv_cache",
+       {{"dtype", "bf16"}, {"page_size", s.page_size}, {"num_layers", s.num_layers},
+        {"num_kv_heads", s.num_kv_heads}, {"head_dim", D},
+        {"bytes_per_page", 2 * s.num_layers * s.page_size * s.num_kv_heads * D * 2},
+        {"layout", "page[layer][kv][head][slot][dim]"}}},
+      {"weights",
+       {{"file", "weights.bin"}, {"alignment", 256}, {"size", blob.size()},
+        {"tensors", tensors}}},
+      {"plan", json::object()},
+      {"kernels", json::array()},
+      {"files",
+       {{"weights.bin", checksum_string(xxh64(blob.data(), blob.size()))},
+        {"ir.txt", checksum_string(xxh64(ir.data(), ir.size()))}}}};
+  rewrite_manifest(dir, manifest);
+  return manifest;
+}
+
+}  // namespace telos::exec::testing
