@@ -14,6 +14,7 @@
 
 #include "compiler/artifact/artifact_inspector.hpp"
 #include "compiler/artifact/artifact_writer.hpp"
+#include "compiler/artifact/compact_json.hpp"
 #include "compiler/import/checkpoint.hpp"
 #include "compiler/ir/model_graph.hpp"
 #include "compiler/ir/verifier.hpp"
@@ -77,10 +78,14 @@ int run_compile(const CompileOptions& o) {
 
   ir::Graph graph = ir::build_model_graph(model.spec);
   ir::verify(graph);
+  // --passes=none shows the importer's unfused IR.
   const bool full_pipeline = o.passes.empty();
   if (!full_pipeline && o.emit.empty())
     throw UsageError("--passes needs --emit (an artifact always gets the full pipeline)");
-  run_passes(graph, full_pipeline ? fusion_pipeline() : select_passes(o.passes),
+  run_passes(graph,
+             full_pipeline       ? fusion_pipeline()
+             : o.passes == "none" ? std::vector<Pass>{}
+                                  : select_passes(o.passes),
              o.print_after_all ? &std::cerr : nullptr);
   const Plan plan = make_plan(graph, model.spec, config);
 
@@ -89,7 +94,7 @@ int run_compile(const CompileOptions& o) {
     return 0;
   }
   if (o.emit == "plan") {
-    std::cout << plan_to_json(plan).dump(2) << "\n";
+    std::cout << compact_json(plan_to_json(plan));
     return 0;
   }
   // Ctrl-C while packing stops the write cleanly, so no temporary directory is left behind.
@@ -120,7 +125,7 @@ int main(int argc, char** argv) {
   compile->add_option("--emit", co.emit, "Print a stage to stdout instead of writing an artifact")
       ->check(CLI::IsMember({"ir", "plan"}));
   compile->add_option("--passes", co.passes,
-                      "Run only these passes, comma-separated (with --emit; for testing one pass)");
+                      "Run only these passes, comma-separated, or none (with --emit; for testing one pass)");
   compile->add_flag("--print-after-all", co.print_after_all,
                     "Print the IR to stderr after each pass");
   compile->add_flag("--no-weights", co.no_weights,

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compiler/artifact/compact_json.hpp"
 #include "compiler/artifact/weight_table.hpp"
 #include "support/checksum.hpp"
 #include "support/dtype.hpp"
@@ -325,7 +326,7 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
   m["plan"] = plan_to_json(plan);
   m["kernels"] = nlohmann::ordered_json::array();
   m["files"] = files;
-  write_text_file(staging.path() / "manifest.json", m.dump(2) + "\n");
+  write_text_file(staging.path() / "manifest.json", compact_json(m));
 
   if (options.cancel && *options.cancel) fail("interrupted before " + dest.string() + " was complete");
   staging.commit(dest);
