@@ -1,0 +1,125 @@
+#include "codegen/codegen.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include "codegen/emit_source.hpp"
+#include "codegen/kernel_plan.hpp"
+#include "codegen/nvrtc_driver.hpp"
+#include "support/error.hpp"
+
+namespace telos::codegen {
+namespace fs = std::filesystem;
+namespace {
+
+std::string bucket_name(const BucketProgram& b) { return b.kind + ":" + std::to_string(b.size); }
+
+nlohmann::ordered_json programs_json(const KernelPlan& plan) {
+  nlohmann::ordered_json p;
+  p["descriptor"] = {{"max_tokens", plan.max_tokens},
+                     {"max_sample_rows", plan.max_sample_rows},
+                     {"max_batch", plan.max_batch},
+                     {"max_pages_per_seq", plan.max_pages_per_seq}};
+  p["attention"] = {{"split", plan.attn_split}, {"num_splits", plan.attn_num_splits}};
+  p["arena"] = nlohmann::ordered_json::array();
+  for (const auto& a : plan.arena) p["arena"].push_back({{"name", a.name}, {"bytes", a.bytes}});
+  p["buckets"] = nlohmann::ordered_json::array();
+  for (const auto& b : plan.buckets) {
+    nlohmann::ordered_json launches = nlohmann::ordered_json::array();
+    for (const auto& l : b.launches)
+      launches.push_back({{"kernel", l.kernel}, {"grid", l.grid}, {"args", l.args}});
+    p["buckets"].push_back({{"kind", b.kind},
+                            {"size", b.size},
+                            {"tokens", b.tokens},
+                            {"sample_rows", b.sample_rows},
+                            {"launches", std::move(launches)}});
+  }
+  return p;
+}
+
+}  // namespace
+
+GeneratedKernels generate_kernels(const CodegenInput& in, const CodegenOptions& options) {
+  if (in.targets.empty()) fail("codegen: serving.targets is empty");
+  const KernelPlan plan = plan_kernels(in);
+  GeneratedKernels out;
+  out.source = emit_source(plan);
+  std::vector<std::string> names;
+  for (const auto& k : plan.kernels) names.push_back(k.instance);
+
+  std::vector<std::future<CompiledModule>> jobs;
+  for (const auto& arch : in.targets)
+    jobs.push_back(std::async(std::launch::async, [&, arch] {
+      return compile_module(out.source, arch, names, options.cache_dir);
+    }));
+  std::vector<CompiledModule> modules;
+  for (auto& j : jobs) modules.push_back(j.get());
+
+  out.kernels = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
+    const KernelInstance& k = plan.kernels[i];
+    const std::string& entry = modules.front().lowered.at(k.instance);
+    nlohmann::ordered_json resources = nlohmann::ordered_json::object();
+    for (std::size_t t = 0; t < modules.size(); ++t) {
+      const std::string& arch = in.targets[t];
+      auto it = modules[t].resources.find(entry);
+      if (it == modules[t].resources.end())
+        fail("codegen: ptxas reported nothing for kernel " + k.instance + " (" + arch + ")");
+      const KernelResources& r = it->second;
+      if (r.spill_stores || r.spill_loads || r.stack_frame)
+        fail("codegen: kernel " + k.instance + " (" + entry + ") uses local memory on " + arch +
+             ": " + std::to_string(r.stack_frame) + " bytes stack frame, " +
+             std::to_string(r.spill_stores) + " bytes spill stores, " +
+             std::to_string(r.spill_loads) + " bytes spill loads; Telos kernels must not spill");
+      resources[arch] = {{"registers", r.registers},
+                         {"shared_static", r.shared_static},
+                         {"stack_frame", r.stack_frame},
+                         {"spill_stores", r.spill_stores},
+                         {"spill_loads", r.spill_loads}};
+    }
+    nlohmann::ordered_json grids = nlohmann::ordered_json::object();
+    for (const auto& b : plan.buckets)
+      for (const auto& l : b.launches)
+        if (l.kernel == static_cast<int>(i)) {
+          grids[bucket_name(b)] = l.grid;
+          break;
+        }
+    out.kernels.push_back({{"entry", entry},
+                           {"instance", k.instance},
+                           {"block", {k.block, 1, 1}},
+                           {"dynamic_smem", 0},
+                           {"args", k.params},
+                           {"grids", std::move(grids)},
+                           {"resources", std::move(resources)}});
+  }
+  for (std::size_t t = 0; t < modules.size(); ++t)
+    out.targets.push_back({in.targets[t], std::move(modules[t].ptx), std::move(modules[t].cubin),
+                           std::move(modules[t].log), modules[t].from_cache});
+  out.programs = programs_json(plan);
+  return out;
+}
+
+std::vector<std::string> write_kernel_files(const GeneratedKernels& kernels,
+                                            const std::string& artifact_dir) {
+  const fs::path dir = fs::path(artifact_dir) / "kernels";
+  std::error_code ec;
+  fs::create_directories(dir / "src", ec);
+  if (ec) fail("codegen: cannot create " + (dir / "src").string() + ": " + ec.message());
+  std::vector<std::string> written;
+  auto put = [&](const std::string& rel, const std::string& data) {
+    const fs::path p = fs::path(artifact_dir) / rel;
+    std::ofstream out(p, std::ios::binary);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!out) fail("codegen: cannot write " + p.string());
+    written.push_back(rel);
+  };
+  put("kernels/src/model.cu", kernels.source);
+  for (const auto& t : kernels.targets) {
+    put("kernels/" + t.arch + ".ptx", t.ptx);
+    put("kernels/" + t.arch + ".cubin", t.cubin);
+  }
+  return written;
+}
+
+}  // namespace telos::codegen

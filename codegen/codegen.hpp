@@ -1,0 +1,41 @@
+#pragma once
+// Codegen's entry point for telosc: plan the kernel instances a model needs, emit their CUDA C++,
+// compile it with NVRTC for every target (cached by content), enforce zero spills and no local
+// memory, and describe the result for the manifest (docs/artifact.md, "Kernels").
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "codegen/codegen_input.hpp"
+#include "codegen/compile_cache.hpp"
+
+namespace telos::codegen {
+
+struct TargetKernels {
+  std::string arch;  // "sm_90a"
+  std::string ptx, cubin, ptxas_log;
+  bool from_cache = false;
+};
+
+struct GeneratedKernels {
+  std::string source;                // kernels/src/model.cu
+  std::vector<TargetKernels> targets;
+  nlohmann::ordered_json kernels;    // manifest "kernels": the kernel table
+  nlohmann::ordered_json programs;   // manifest "programs": descriptor, arena, bucket launches
+};
+
+struct CodegenOptions {
+  std::string cache_dir = CompileCache::default_root();  // "" disables the cache
+};
+
+// Throws telos::Error naming the kernel when one spills or uses local memory, and with NVRTC's
+// log when compilation fails.
+GeneratedKernels generate_kernels(const CodegenInput& in, const CodegenOptions& options = {});
+
+// Writes kernels/src/model.cu and kernels/<arch>.ptx / .cubin under `artifact_dir`; returns their
+// paths relative to it, for the manifest's "files".
+std::vector<std::string> write_kernel_files(const GeneratedKernels& kernels,
+                                            const std::string& artifact_dir);
+
+}  // namespace telos::codegen

@@ -1,0 +1,210 @@
+#include "codegen/kernel_plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "codegen/rope_table.hpp"
+#include "support/error.hpp"
+
+namespace telos::codegen {
+namespace {
+
+int pow2_at_least(int v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+// Weight rows per block of a GEMM with N outputs: small enough that the N / ROWS blocks of one M
+// tile cover the GPU (132 SMs on an H200) at least twice when N allows, and a divisor of N.
+int gemm_rows_per_block(int n) {
+  for (int rows : {64, 32, 16, 8})
+    if (n % rows == 0 && n / rows >= 264) return rows;
+  for (int rows : {8, 4, 2, 1})
+    if (n % rows == 0) return rows;
+  return 1;
+}
+
+class PlanBuilder {
+ public:
+  explicit PlanBuilder(KernelPlan& plan) : plan_(plan) {}
+
+  int kernel(std::string instance, std::vector<std::string> params, int block) {
+    auto it = index_.find(instance);
+    if (it != index_.end()) return it->second;
+    const int id = static_cast<int>(plan_.kernels.size());
+    plan_.kernels.push_back({instance, std::move(params), block});
+    index_.emplace(std::move(instance), id);
+    return id;
+  }
+
+ private:
+  KernelPlan& plan_;
+  std::map<std::string, int> index_;
+};
+
+void check_model(const CodegenInput& in) {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) fail("codegen: " + what);
+  };
+  need(in.hidden_size > 0 && in.hidden_size % 8 == 0, "hidden_size must be a positive multiple of 8");
+  need(in.intermediate_size > 0 && in.intermediate_size % 8 == 0,
+       "intermediate_size must be a positive multiple of 8");
+  need(in.head_dim % 32 == 0 && in.head_dim >= 32 && in.head_dim <= 256,
+       "head_dim must be a multiple of 32 up to 256");
+  need(in.num_heads > 0 && in.num_kv_heads > 0 && in.num_heads % in.num_kv_heads == 0,
+       "num_heads must be a multiple of num_kv_heads");
+  need(in.num_heads / in.num_kv_heads <= 32, "at most 32 query heads per KV head");
+  need(in.vocab_size > 0 && in.num_layers > 0, "vocab_size and num_layers must be positive");
+  need(in.kv_page_size > 0 && in.max_seq_len > 0 && in.max_batch > 0,
+       "serving.kv_page_size, max_seq_len and max_batch must be positive");
+  need(!in.decode_buckets.empty() || !in.prefill_buckets.empty(), "no buckets to compile");
+}
+
+}  // namespace
+
+// Printed so the f32 value round-trips (a template argument of the generated source).
+std::string float_literal(double v) {
+  std::ostringstream s;
+  s.precision(9);
+  s << static_cast<float>(v);
+  std::string t = s.str();
+  if (t.find_first_of(".e") == std::string::npos) t += ".0";
+  return t + "f";
+}
+
+int gemm_m_tile(int rows) {
+  for (int mt : {8, 4, 2, 1})
+    if (rows % mt == 0) return mt;
+  return 1;
+}
+
+KernelPlan plan_kernels(const CodegenInput& in) {
+  check_model(in);
+  KernelPlan plan;
+  PlanBuilder b(plan);
+  const int H = in.hidden_size, I = in.intermediate_size, V = in.vocab_size, D = in.head_dim;
+  const int HQ = in.num_heads, HKV = in.num_kv_heads, L = in.num_layers, PAGE = in.kv_page_size;
+  const int G = HQ / HKV;
+  const std::string eps = float_literal(in.rms_norm_eps);
+
+  plan.max_batch = in.max_batch;
+  plan.max_pages_per_seq = (in.max_seq_len + PAGE - 1) / PAGE;
+  const int MAXP = plan.max_pages_per_seq;
+  const long long page_elems = 2LL * L * HKV * PAGE * D;
+  // Splits of at least 64 positions, at most 16 of them (the partials grow with the split count).
+  plan.attn_split = std::max(64, pow2_at_least((in.max_seq_len + 15) / 16));
+  plan.attn_num_splits = (MAXP * PAGE + plan.attn_split - 1) / plan.attn_split;
+  plan.rope_inv_freq = rope_inv_freq(in.rope, D);
+
+  const int norm_threads = std::clamp(H / 8 / 32 * 32, 32, 1024);
+  const int embed_threads = std::clamp(H / 8 / 32 * 32, 32, 256);
+  const int sample_threads = std::clamp(pow2_at_least(V / 16), 128, 1024);
+  const std::string lm_head = in.tie_word_embeddings ? "w:embed" : "w:lm_head";
+  const std::string scale_log2 = float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D)));
+
+  auto program = [&](const std::string& kind, int size, int tokens, int sample_rows) {
+    BucketProgram p{kind, size, tokens, sample_rows, {}};
+    auto launch = [&](int k, std::array<int, 3> grid, std::vector<std::string> args) {
+      p.launches.push_back({k, grid, std::move(args)});
+    };
+    const int T = tokens, S = sample_rows, MT = gemm_m_tile(T), MTS = gemm_m_tile(S);
+    auto I_ = [](long long v) { return std::to_string(v); };
+
+    launch(b.kernel("telos_kernels::embed_gather<" + I_(H) + ", " + I_(embed_threads) + ">",
+                    {"embed", "tokens", "x"}, embed_threads),
+           {T, 1, 1}, {"w:embed", "desc:tokens", "buf:x"});
+    const int norm_k = b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + I_(norm_threads) + ", " +
+                                    eps + ", false>",
+                                {"x", "w", "rows", "out"}, norm_threads);
+    const int qkv_k = b.kernel(
+        "telos_kernels::qkv_rope_append<" + I_(H) + ", " + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) +
+            ", " + I_(MT) + ", " + (in.qkv_bias ? "true" : "false") + ", " +
+            (in.qk_norm ? "true" : "false") + ", " + eps + ", " + I_(PAGE) + ", " + I_(MAXP) + ", " +
+            I_(page_elems) + "ll, telos_rope::Freqs>",
+        {"W", "A", "bias", "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer",
+         "q_out"},
+        256);
+    const int split_k = b.kernel(
+        "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
+            ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
+            scale_log2 + ">",
+        {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, G * 32);
+    const int combine_k = b.kernel("telos_kernels::attn_combine<" + I_(HQ) + ", " + I_(D) + ", " +
+                                       I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
+                                   {"part_o", "part_ml", "positions", "out"}, D);
+    const int o_rows = gemm_rows_per_block(H);
+    const int o_k = b.kernel("telos_kernels::linear_residual<" + I_(HQ * D) + ", " + I_(H) + ", " +
+                                 I_(MT) + ", " + I_(o_rows) + ">",
+                             {"W", "A", "x"}, 256);
+    const int gu_cols = std::max(1, gemm_rows_per_block(I) / 2);
+    const int gu_k = b.kernel("telos_kernels::linear_swiglu<" + I_(H) + ", " + I_(I) + ", " +
+                                  I_(MT) + ", " + I_(gu_cols) + ">",
+                              {"W", "A", "act"}, 256);
+    const int down_k = b.kernel("telos_kernels::linear_residual<" + I_(I) + ", " + I_(H) + ", " +
+                                    I_(MT) + ", " + I_(o_rows) + ">",
+                                {"W", "A", "x"}, 256);
+    for (int l = 0; l < L; ++l) {
+      const std::string w = "w:layers." + I_(l) + ".";
+      launch(norm_k, {T, 1, 1}, {"buf:x", w + "attn_norm", "null", "buf:h"});
+      launch(qkv_k, {HQ + 2 * HKV, T / MT, 1},
+             {w + "qkv", "buf:h", in.qkv_bias ? w + "qkv_bias" : "null",
+              in.qk_norm ? w + "q_norm" : "null", in.qk_norm ? w + "k_norm" : "null",
+              "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l), "buf:q"});
+      launch(split_k, {T, HKV, plan.attn_num_splits},
+             {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
+              "buf:part_o", "buf:part_ml"});
+      launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});
+      launch(o_k, {H / o_rows, T / MT, 1}, {w + "o", "buf:attn", "buf:x"});
+      launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});
+      launch(gu_k, {I / gu_cols, T / MT, 1}, {w + "gate_up", "buf:h", "buf:act"});
+      launch(down_k, {H / o_rows, T / MT, 1}, {w + "down", "buf:act", "buf:x"});
+    }
+    launch(b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + I_(norm_threads) + ", " + eps +
+                        ", true>",
+                    {"x", "w", "rows", "out"}, norm_threads),
+           {S, 1, 1}, {"buf:x", "w:final_norm", "desc:sample_rows", "buf:hf"});
+    const int v_rows = gemm_rows_per_block(V);
+    launch(b.kernel("telos_kernels::linear_f32<" + I_(H) + ", " + I_(V) + ", " + I_(MTS) + ", " +
+                        I_(v_rows) + ">",
+                    {"W", "A", "y"}, 256),
+           {V / v_rows, S / MTS, 1}, {lm_head, "buf:hf", "buf:logits"});
+    launch(b.kernel("telos_kernels::sample<" + I_(V) + ", " + I_(sample_threads) + ">",
+                    {"logits", "params", "rows", "tokens_out"}, sample_threads),
+           {S, 1, 1}, {"buf:logits", "desc:sample_params", "desc:sample_rows", "buf:sampled"});
+    plan.max_tokens = std::max(plan.max_tokens, T);
+    plan.max_sample_rows = std::max(plan.max_sample_rows, S);
+    plan.buckets.push_back(std::move(p));
+  };
+
+  std::vector<int> decode = in.decode_buckets, prefill = in.prefill_buckets;
+  std::sort(decode.rbegin(), decode.rend());
+  std::sort(prefill.rbegin(), prefill.rend());
+  for (int n : decode) {
+    if (n <= 0) fail("codegen: serving.decode_buckets: sizes must be positive");
+    program("decode", n, n, n);
+  }
+  for (int n : prefill) {
+    if (n <= 0) fail("codegen: serving.prefill_buckets: sizes must be positive");
+    program("prefill", n, n, std::min(n, in.max_batch));
+  }
+
+  const long long T = plan.max_tokens, S = plan.max_sample_rows;
+  plan.arena = {
+      {"x", T * H * 4},
+      {"h", T * H * 2},
+      {"q", T * HQ * D * 4},
+      {"part_o", T * HQ * plan.attn_num_splits * D * 4},
+      {"part_ml", T * HQ * plan.attn_num_splits * 2 * 4},
+      {"attn", T * HQ * D * 2},
+      {"act", T * I * 2},
+      {"hf", S * H * 2},
+      {"logits", S * V * 4},
+      {"sampled", S * 4},
+  };
+  return plan;
+}
+
+}  // namespace telos::codegen

@@ -1,0 +1,96 @@
+#pragma once
+// What every Telos kernel template shares: bf16 as raw bits (so the templates need no toolkit
+// header under NVRTC), 16-byte vector loads, warp and block reductions with a fixed order.
+//
+// Conventions of every kernel in codegen/kernels/:
+//  - every dimension is a template parameter; only the number of rows (tokens) comes from the grid;
+//  - every kernel parameter is a pointer (the launch program names them; docs/artifact.md);
+//  - a reduction's order depends on the shape and the absolute position only, never on the
+//    number of rows in the batch, so a row's result is the same in every bucket.
+namespace telos_kernels {
+
+using bf16 = unsigned short;
+
+__device__ __forceinline__ float bf16_to_f32(bf16 h) { return __uint_as_float(unsigned(h) << 16); }
+
+// Round to nearest even; NaN stays NaN.
+__device__ __forceinline__ bf16 f32_to_bf16(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<bf16>(u >> 16);
+}
+
+// Eight bf16 in one 16-byte load. Weights are read through the non-coherent path: they never
+// change while a kernel runs.
+__device__ __forceinline__ uint4 load8_nc(const bf16* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+__device__ __forceinline__ uint4 load8(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
+
+__device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ float dot8(uint4 a, uint4 b) {
+  float fa[8], fb[8];
+  unpack8(a, fa);
+  unpack8(b, fb);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s = fmaf(fa[i], fb[i], s);
+  return s;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over a block of THREADS threads (a multiple of 32); every thread gets the result. `scratch`
+// holds THREADS / 32 floats. The order (warp butterflies, then warp 0 over the warp sums) is fixed.
+template <int THREADS>
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  constexpr int kWarps = THREADS / 32;
+  v = warp_sum(v);
+  if constexpr (kWarps == 1) {
+    return v;
+  } else {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();  // scratch may still be read by a previous call
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float t = lane < kWarps ? scratch[lane] : 0.f;
+    return warp_sum(t);
+  }
+}
+
+template <int THREADS>
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  constexpr int kWarps = THREADS / 32;
+  v = warp_max(v);
+  if constexpr (kWarps == 1) {
+    return v;
+  } else {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float t = lane < kWarps ? scratch[lane] : -__int_as_float(0x7f800000);
+    return warp_max(t);
+  }
+}
+
+}  // namespace telos_kernels

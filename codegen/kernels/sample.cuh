@@ -1,0 +1,153 @@
+#pragma once
+// Sampling, one block per row that samples. A row's token depends only on its logits and its
+// parameters (seed and counter included), never on the other rows.
+//
+//  - temperature <= 0 or top_k == 1: greedy, the lowest index among the maxima;
+//  - otherwise weights w_i = exp((logit_i - max) / temperature), restricted to the top_k largest
+//    logits (ties at the k-th value are all kept), to w_i >= min_p (w_max is 1), then to the
+//    smallest set of largest weights whose mass reaches top_p of what is left; the token is the
+//    first index whose running sum (in index order) exceeds u * mass, u uniform in [0, 1) drawn
+//    from (seed, counter).
+// The k-th largest logit and the top-p threshold are found by a 32-step bitwise search over
+// order-preserving integer keys: exact, and no sort.
+#include "common.cuh"
+
+namespace telos_kernels {
+
+// Written by the executor, one per sampling row (32 bytes).
+struct SampleParams {
+  float temperature;
+  float top_p;  // 1: off
+  float min_p;  // 0: off
+  int top_k;    // 0: off
+  unsigned seed_lo, seed_hi;
+  int counter;  // the position of the token being sampled
+  int reserved;
+};
+
+__device__ __forceinline__ unsigned long long splitmix64(unsigned long long z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Larger float, larger key (for non-NaN values).
+__device__ __forceinline__ unsigned order_key(float f) {
+  const unsigned u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+template <int V, int THREADS>
+__global__ void __launch_bounds__(THREADS) sample(const float* logits, const SampleParams* params,
+                                                  const int* rows, int* tokens_out) {
+  constexpr int PER = (V + THREADS - 1) / THREADS;  // each thread owns a contiguous run of indices
+  __shared__ float scratch[32];
+  __shared__ float warp_prefix[THREADS / 32];
+  __shared__ int chosen, last_kept;
+  __shared__ float best_v[THREADS / 32];
+  __shared__ int best_i[THREADS / 32];
+
+  const int r = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  if (rows[r] < 0) {
+    if (tid == 0) tokens_out[r] = 0;
+    return;
+  }
+  const float* lg = logits + static_cast<long long>(r) * V;
+  const SampleParams p = params[r];
+  const int lo = tid * PER, hi = min(V, lo + PER);
+
+  if (p.temperature <= 0.f || p.top_k == 1) {
+    float bv = -__int_as_float(0x7f800000);
+    int bi = V;
+    for (int i = lo; i < hi; ++i)
+      if (lg[i] > bv) bv = lg[i], bi = i;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    }
+    if (lane == 0) best_v[warp] = bv, best_i[warp] = bi;
+    __syncthreads();
+    if (tid == 0) {
+      for (int w = 1; w < THREADS / 32; ++w)
+        if (best_v[w] > bv || (best_v[w] == bv && best_i[w] < bi)) bv = best_v[w], bi = best_i[w];
+      tokens_out[r] = bi < V ? bi : 0;
+    }
+    return;
+  }
+
+  float mx = -__int_as_float(0x7f800000);
+  for (int i = lo; i < hi; ++i) mx = fmaxf(mx, lg[i]);
+  mx = block_max<THREADS>(mx, scratch);
+  const float inv_t = 1.f / p.temperature;
+  auto weight = [&](int i) { return expf((lg[i] - mx) * inv_t); };
+
+  // The k-th largest key: the largest key with at least top_k keys >= it.
+  unsigned k_key = 0;
+  if (p.top_k > 1 && p.top_k < V) {
+    for (int bit = 31; bit >= 0; --bit) {
+      const unsigned cand = k_key | (1u << bit);
+      float n = 0.f;
+      for (int i = lo; i < hi; ++i) n += order_key(lg[i]) >= cand ? 1.f : 0.f;
+      if (block_sum<THREADS>(n, scratch) >= static_cast<float>(p.top_k)) k_key = cand;
+    }
+  }
+  auto kept = [&](int i) {
+    return order_key(lg[i]) >= k_key && (p.min_p <= 0.f || weight(i) >= p.min_p);
+  };
+  auto mass_at_least = [&](unsigned key) {
+    float s = 0.f;
+    for (int i = lo; i < hi; ++i)
+      if (order_key(lg[i]) >= key && kept(i)) s += weight(i);
+    return block_sum<THREADS>(s, scratch);
+  };
+  unsigned p_key = 0;
+  float total = mass_at_least(0);
+  if (p.top_p < 1.f) {
+    const float target = p.top_p * total;
+    for (int bit = 31; bit >= 0; --bit) {
+      const unsigned cand = p_key | (1u << bit);
+      if (mass_at_least(cand) >= target) p_key = cand;
+    }
+    total = mass_at_least(p_key);
+  }
+
+  const unsigned long long seed = (static_cast<unsigned long long>(p.seed_hi) << 32) | p.seed_lo;
+  const unsigned long long bits = splitmix64(seed ^ splitmix64(static_cast<unsigned long long>(p.counter)));
+  const float u = static_cast<float>(bits >> 40) * (1.f / 16777216.f) * total;
+
+  // Exclusive prefix of the per-thread masses, in thread order.
+  float own = 0.f;
+  int own_last = -1;
+  for (int i = lo; i < hi; ++i)
+    if (order_key(lg[i]) >= p_key && kept(i)) own += weight(i), own_last = i;
+  float incl = own;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) warp_prefix[warp] = incl;
+  if (tid == 0) chosen = V, last_kept = -1;
+  __syncthreads();
+  float before = incl - own;
+  for (int w = 0; w < warp; ++w) before += warp_prefix[w];
+  if (own_last >= 0) atomicMax(&last_kept, own_last);
+  if (own > 0.f && u >= before && u < before + own) {
+    float run = before;
+    for (int i = lo; i < hi; ++i) {
+      if (!(order_key(lg[i]) >= p_key && kept(i))) continue;
+      run += weight(i);
+      if (run > u) {
+        atomicMin(&chosen, i);
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  if (tid == 0) tokens_out[r] = chosen < V ? chosen : max(last_kept, 0);
+}
+
+}  // namespace telos_kernels

@@ -1,0 +1,377 @@
+#include "executor/gpu/gpu_step_executor.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "support/error.hpp"
+
+namespace telos::exec {
+namespace {
+
+void check(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) fail("gpu engine: " + what + ": " + cudaGetErrorString(e));
+}
+
+std::int64_t align_up(std::int64_t v, std::int64_t a) { return (v + a - 1) / a * a; }
+
+// The sample kernel's SampleParams (codegen/kernels/sample.cuh), byte for byte.
+struct DeviceSampleParams {
+  float temperature, top_p, min_p;
+  std::int32_t top_k;
+  std::uint32_t seed_lo, seed_hi;
+  std::int32_t counter, reserved;
+};
+static_assert(sizeof(DeviceSampleParams) == 32);
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path + ": cannot open (the artifact has no kernels for this GPU)");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int json_int(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || !j.at(key).is_number_integer())
+    fail("manifest.json: " + where + "." + key + ": expected an integer");
+  return j.at(key).get<int>();
+}
+
+}  // namespace
+
+struct GpuStepExecutor::State {
+  struct LaunchRecord {
+    int kernel = 0;
+    dim3 grid;
+    std::vector<void*> values;  // one device pointer per kernel parameter
+    std::vector<void*> params;  // pointers to `values`, what cudaLaunchKernel takes
+  };
+  struct Bucket {
+    std::string kind;
+    int size = 0, tokens = 0, sample_rows = 0;
+    std::vector<LaunchRecord> launches;
+    cudaGraphExec_t graph = nullptr;
+  };
+
+  std::shared_ptr<const Artifact> art;
+  GpuExecutorOptions opt;
+  int vocab = 0, page_size = 0, kv_pages = 0;
+  std::int64_t bytes_per_page = 0, layer_bytes = 0;
+  std::int64_t weight_bytes = 0, kv_bytes = 0, arena_bytes = 0, desc_bytes = 0;
+
+  cudaStream_t stream = nullptr;
+  cudaLibrary_t library = nullptr;
+  std::vector<cudaKernel_t> kernels;
+  std::vector<dim3> blocks;
+  char* base = nullptr;
+  std::map<std::string, char*> weights, arena;
+  char* kv = nullptr;
+
+  // Step descriptor: the same layout on host (pinned) and device.
+  int max_tokens = 0, max_sample_rows = 0, max_batch = 0, max_pages = 0;
+  std::int64_t off_tokens = 0, off_positions = 0, off_token_seq = 0, off_sample_rows = 0,
+               off_page_tables = 0, off_params = 0;
+  char* desc_dev = nullptr;
+  char* desc_host = nullptr;
+  std::int32_t* sampled_host = nullptr;
+  float* logits_host = nullptr;
+
+  std::vector<Bucket> buckets;
+
+  ~State() {
+    for (auto& b : buckets)
+      if (b.graph) cudaGraphExecDestroy(b.graph);
+    if (library) cudaLibraryUnload(library);
+    if (base) cudaFree(base);
+    if (desc_host) cudaFreeHost(desc_host);
+    if (sampled_host) cudaFreeHost(sampled_host);
+    if (logits_host) cudaFreeHost(logits_host);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  void* resolve(const std::string& arg) const {
+    auto field = [&](const std::string& prefix) { return arg.substr(prefix.size()); };
+    if (arg == "null") return nullptr;
+    if (arg.rfind("w:", 0) == 0) {
+      auto it = weights.find(field("w:"));
+      if (it == weights.end()) fail("manifest.json: programs: argument " + arg + ": no such weight");
+      return it->second;
+    }
+    if (arg.rfind("buf:", 0) == 0) {
+      auto it = arena.find(field("buf:"));
+      if (it == arena.end()) fail("manifest.json: programs: argument " + arg + ": no such buffer");
+      return it->second;
+    }
+    if (arg.rfind("kv:", 0) == 0) return kv + std::stoll(field("kv:")) * layer_bytes;
+    static const std::map<std::string, std::int64_t State::*> fields = {
+        {"tokens", &State::off_tokens},           {"positions", &State::off_positions},
+        {"token_seq", &State::off_token_seq},     {"sample_rows", &State::off_sample_rows},
+        {"page_tables", &State::off_page_tables}, {"sample_params", &State::off_params}};
+    if (arg.rfind("desc:", 0) == 0) {
+      auto it = fields.find(field("desc:"));
+      if (it == fields.end()) fail("manifest.json: programs: argument " + arg + ": no such field");
+      return desc_dev + this->*(it->second);
+    }
+    fail("manifest.json: programs: argument " + arg + ": unknown kind");
+  }
+
+  void launch_all(const Bucket& b) {
+    for (const auto& l : b.launches) {
+      check(cudaLaunchKernel(reinterpret_cast<const void*>(kernels[l.kernel]), l.grid, blocks[l.kernel],
+                             const_cast<void**>(l.params.data()), 0, stream),
+            "launch");
+    }
+  }
+
+  const Bucket& choose(const Step& step, int sampling_rows) const {
+    const int n = static_cast<int>(step.sequences.size());
+    int total = 0;
+    bool one_each = true;
+    for (const auto& s : step.sequences) {
+      total += static_cast<int>(s.tokens.size());
+      one_each = one_each && s.tokens.size() == 1;
+    }
+    const Bucket* best = nullptr;
+    for (const auto& b : buckets) {
+      const bool fits = b.kind == "decode" ? one_each && n <= b.size
+                                           : total <= b.tokens && n <= max_batch;
+      if (!fits || sampling_rows > b.sample_rows) continue;
+      // Prefer decode buckets for decode steps, then the smallest that fits.
+      if (!best || (b.kind == "decode" && best->kind != "decode") ||
+          (b.kind == best->kind && b.tokens < best->tokens))
+        best = &b;
+    }
+    if (!best)
+      fail("gpu engine: a step of " + std::to_string(n) + " sequences and " + std::to_string(total) +
+           " tokens fits no bucket of this artifact");
+    return *best;
+  }
+
+  void step(const Step& step, std::span<const GpuSampling> sampling, bool want_logits,
+            std::vector<std::int32_t>& tokens_out, std::vector<float>* logits_out) {
+    int sampling_rows = 0;
+    for (const auto& s : step.sequences) sampling_rows += s.samples ? 1 : 0;
+    const Bucket& b = choose(step, sampling_rows);
+    auto* tok = reinterpret_cast<std::int32_t*>(desc_host + off_tokens);
+    auto* pos = reinterpret_cast<std::int32_t*>(desc_host + off_positions);
+    auto* seq = reinterpret_cast<std::int32_t*>(desc_host + off_token_seq);
+    auto* rows = reinterpret_cast<std::int32_t*>(desc_host + off_sample_rows);
+    auto* pages = reinterpret_cast<std::int32_t*>(desc_host + off_page_tables);
+    auto* params = reinterpret_cast<DeviceSampleParams*>(desc_host + off_params);
+    std::fill(tok, tok + b.tokens, 0);
+    std::fill(pos, pos + b.tokens, -1);
+    std::fill(seq, seq + b.tokens, 0);
+    std::fill(rows, rows + b.sample_rows, -1);
+    std::memset(params, 0, sizeof(DeviceSampleParams) * static_cast<std::size_t>(b.sample_rows));
+
+    int t = 0, r = 0;
+    for (std::size_t i = 0; i < step.sequences.size(); ++i) {
+      const ScheduledSequence& s = step.sequences[i];
+      const int n = static_cast<int>(s.tokens.size());
+      const std::string who = "gpu engine: request " + std::to_string(s.request);
+      if (s.first_position < 0 || s.first_position + n > max_pages * page_size)
+        fail(who + ": positions beyond the compiled max_seq_len");
+      const int needed = (s.first_position + n + page_size - 1) / page_size;
+      if (static_cast<int>(s.page_table.size()) < needed)
+        fail(who + ": page table too short for its positions");
+      std::int32_t* row = pages + i * static_cast<std::size_t>(max_pages);
+      std::fill(row, row + max_pages, 0);
+      for (int p = 0; p < needed; ++p) {
+        if (s.page_table[p] < 0 || s.page_table[p] >= kv_pages) fail(who + ": page id out of range");
+        row[p] = s.page_table[p];
+      }
+      for (int j = 0; j < n; ++j, ++t) {
+        if (s.tokens[j] < 0 || s.tokens[j] >= vocab) fail(who + ": token id out of range");
+        tok[t] = s.tokens[j];
+        pos[t] = s.first_position + j;
+        seq[t] = static_cast<std::int32_t>(i);
+      }
+      if (!s.samples) continue;
+      rows[r] = t - 1;
+      const GpuSampling g = i < sampling.size() ? sampling[i] : GpuSampling{};
+      params[r] = {g.temperature, g.top_p,  g.min_p, g.top_k, static_cast<std::uint32_t>(g.seed),
+                   static_cast<std::uint32_t>(g.seed >> 32), s.first_position + n, 0};
+      ++r;
+    }
+
+    check(cudaMemcpyAsync(desc_dev, desc_host, static_cast<std::size_t>(desc_bytes),
+                          cudaMemcpyHostToDevice, stream),
+          "step descriptor upload");
+    if (b.graph)
+      check(cudaGraphLaunch(b.graph, stream), "graph launch");
+    else
+      launch_all(b);
+    check(cudaMemcpyAsync(sampled_host, arena.at("sampled"), sizeof(std::int32_t) * r,
+                          cudaMemcpyDeviceToHost, stream),
+          "sampled tokens download");
+    if (want_logits)
+      check(cudaMemcpyAsync(logits_host, arena.at("logits"), sizeof(float) * r * vocab,
+                            cudaMemcpyDeviceToHost, stream),
+            "logits download");
+    check(cudaStreamSynchronize(stream), "step");
+    tokens_out.assign(sampled_host, sampled_host + r);
+    if (logits_out) logits_out->assign(logits_host, logits_host + static_cast<std::size_t>(r) * vocab);
+  }
+};
+
+GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuExecutorOptions options)
+    : s_(std::make_unique<State>()) {
+  State& s = *s_;
+  s.art = std::move(artifact);
+  s.opt = options;
+  const Artifact& a = *s.art;
+  const nlohmann::json& m = a.manifest();
+  if (!a.has_kernels() || !m.contains("programs"))
+    fail(a.dir() + ": the artifact has no kernels (compile it with a telosc that runs codegen)");
+
+  check(cudaSetDevice(options.device), "select device " + std::to_string(options.device));
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, options.device), "device properties");
+  const std::string arch = "sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + "a";
+  a.check_target(arch);
+  check(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "stream");
+
+  // Kernels.
+  const std::string cubin = read_file(a.dir() + "/kernels/" + arch + ".cubin");
+  check(cudaLibraryLoadData(&s.library, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+        "load kernels/" + arch + ".cubin");
+  const nlohmann::json& table = m.at("kernels");
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    const std::string entry = table[i].at("entry").get<std::string>();
+    cudaKernel_t k = nullptr;
+    check(cudaLibraryGetKernel(&k, s.library, entry.c_str()), "kernel " + entry);
+    s.kernels.push_back(k);
+    const auto& blk = table[i].at("block");
+    s.blocks.emplace_back(blk.at(0).get<unsigned>(), blk.at(1).get<unsigned>(), blk.at(2).get<unsigned>());
+  }
+
+  // Sizes.
+  const nlohmann::json& programs = m.at("programs");
+  const nlohmann::json& d = programs.at("descriptor");
+  s.max_tokens = json_int(d, "max_tokens", "programs.descriptor");
+  s.max_sample_rows = json_int(d, "max_sample_rows", "programs.descriptor");
+  s.max_batch = json_int(d, "max_batch", "programs.descriptor");
+  s.max_pages = json_int(d, "max_pages_per_seq", "programs.descriptor");
+  s.vocab = a.model().vocab_size;
+  s.page_size = a.kv_cache().page_size;
+  s.bytes_per_page = a.kv_cache().bytes_per_page;
+  s.layer_bytes = s.bytes_per_page / a.kv_cache().num_layers;
+
+  for (const auto& t : a.tensors()) s.weight_bytes += align_up(static_cast<std::int64_t>(t.bytes), 256);
+  for (const auto& buf : programs.at("arena"))
+    s.arena_bytes += align_up(buf.at("bytes").get<std::int64_t>(), 256);
+  std::int64_t off = 0;
+  auto field = [&](std::int64_t& at, std::int64_t bytes) {
+    at = off;
+    off = align_up(off + bytes, 256);
+  };
+  field(s.off_tokens, 4LL * s.max_tokens);
+  field(s.off_positions, 4LL * s.max_tokens);
+  field(s.off_token_seq, 4LL * s.max_tokens);
+  field(s.off_sample_rows, 4LL * s.max_sample_rows);
+  field(s.off_page_tables, 4LL * s.max_batch * s.max_pages);
+  field(s.off_params, static_cast<std::int64_t>(sizeof(DeviceSampleParams)) * s.max_sample_rows);
+  s.desc_bytes = off;
+
+  const std::int64_t fixed = s.weight_bytes + s.arena_bytes + s.desc_bytes;
+  if (options.kv_pages > 0) {
+    s.kv_pages = options.kv_pages;
+  } else if (a.serving().kv_pool_pages) {
+    s.kv_pages = *a.serving().kv_pool_pages;
+  } else {
+    std::size_t free_b = 0, total_b = 0;
+    check(cudaMemGetInfo(&free_b, &total_b), "memory info");
+    const double budget = std::min<double>(static_cast<double>(free_b),
+                                           static_cast<double>(total_b) * *a.serving().kv_pool_memory_fraction);
+    s.kv_pages = static_cast<int>((budget - static_cast<double>(fixed)) / static_cast<double>(s.bytes_per_page));
+    if (s.kv_pages < 1) fail(a.dir() + ": serving.kv_pool.memory_fraction leaves no room for KV pages");
+  }
+  s.kv_bytes = static_cast<std::int64_t>(s.kv_pages) * s.bytes_per_page;
+
+  // One allocation: weights, KV pool, arena, descriptor.
+  check(cudaMalloc(&s.base, static_cast<std::size_t>(fixed + s.kv_bytes)), "device memory");
+  char* p = s.base;
+  for (const auto& t : a.tensors()) {
+    check(cudaMemcpy(p, t.data, t.bytes, cudaMemcpyHostToDevice), "upload " + t.name);
+    s.weights[t.name] = p;
+    p += align_up(static_cast<std::int64_t>(t.bytes), 256);
+  }
+  s.kv = p;
+  p += s.kv_bytes;
+  for (const auto& buf : programs.at("arena")) {
+    s.arena[buf.at("name").get<std::string>()] = p;
+    p += align_up(buf.at("bytes").get<std::int64_t>(), 256);
+  }
+  s.desc_dev = p;
+  check(cudaMallocHost(&s.desc_host, static_cast<std::size_t>(s.desc_bytes)), "pinned descriptor");
+  check(cudaMallocHost(&s.sampled_host, sizeof(std::int32_t) * s.max_sample_rows), "pinned tokens");
+  check(cudaMallocHost(&s.logits_host, sizeof(float) * s.max_sample_rows * s.vocab), "pinned logits");
+  std::memset(s.desc_host, 0, static_cast<std::size_t>(s.desc_bytes));
+  check(cudaMemset(s.desc_dev, 0, static_cast<std::size_t>(s.desc_bytes)), "descriptor init");
+
+  // Launch programs, captured one graph per bucket in manifest order (largest first).
+  for (const auto& bj : programs.at("buckets")) {
+    State::Bucket b;
+    b.kind = bj.at("kind").get<std::string>();
+    b.size = json_int(bj, "size", "programs.buckets[]");
+    b.tokens = json_int(bj, "tokens", "programs.buckets[]");
+    b.sample_rows = json_int(bj, "sample_rows", "programs.buckets[]");
+    for (const auto& lj : bj.at("launches")) {
+      State::LaunchRecord l;
+      l.kernel = lj.at("kernel").get<int>();
+      if (l.kernel < 0 || l.kernel >= static_cast<int>(s.kernels.size()))
+        fail("manifest.json: programs: launch of kernel " + std::to_string(l.kernel) + ": no such kernel");
+      const auto& g = lj.at("grid");
+      l.grid = dim3(g.at(0).get<unsigned>(), g.at(1).get<unsigned>(), g.at(2).get<unsigned>());
+      for (const auto& arg : lj.at("args")) l.values.push_back(s.resolve(arg.get<std::string>()));
+      for (auto& v : l.values) l.params.push_back(&v);
+      b.launches.push_back(std::move(l));
+    }
+    s.buckets.push_back(std::move(b));
+  }
+  if (options.use_graphs) {
+    for (auto& b : s.buckets) {
+      cudaGraph_t graph = nullptr;
+      check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+      s.launch_all(b);
+      check(cudaStreamEndCapture(s.stream, &graph), "end capture");
+      const cudaError_t e = cudaGraphInstantiate(&b.graph, graph, 0);
+      cudaGraphDestroy(graph);
+      check(e, "instantiate graph for " + b.kind + ":" + std::to_string(b.size));
+    }
+  }
+  check(cudaStreamSynchronize(s.stream), "load");
+}
+
+GpuStepExecutor::~GpuStepExecutor() = default;
+
+int GpuStepExecutor::num_kv_pages() const { return s_->kv_pages; }
+int GpuStepExecutor::vocab_size() const { return s_->vocab; }
+
+void GpuStepExecutor::forward(const Step& step, std::vector<float>& logits) {
+  std::vector<std::int32_t> tokens;
+  s_->step(step, {}, true, tokens, &logits);
+}
+
+void GpuStepExecutor::run(const Step& step, std::span<const GpuSampling> sampling,
+                          std::vector<std::int32_t>& tokens, std::vector<float>* logits) {
+  s_->step(step, sampling, logits != nullptr, tokens, logits);
+}
+
+std::string GpuStepExecutor::memory_report() const {
+  const State& s = *s_;
+  std::ostringstream o;
+  o << "weights " << s.weight_bytes << " B\n"
+    << "kv pool " << s.kv_bytes << " B (" << s.kv_pages << " pages, "
+    << static_cast<std::int64_t>(s.kv_pages) * s.page_size << " tokens)\n"
+    << "activation arena " << s.arena_bytes << " B\n"
+    << "step descriptor " << s.desc_bytes << " B\n";
+  return o.str();
+}
+
+}  // namespace telos::exec

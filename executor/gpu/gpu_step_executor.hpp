@@ -1,0 +1,68 @@
+#pragma once
+// The GPU step executor: runs an artifact's compiled kernels on one CUDA device.
+//
+// Load: check the artifact targets this device, load kernels/<arch>.cubin (CUDA runtime library
+// API, so nothing links libcuda and binaries start on machines without a driver), carve weights,
+// the KV page pool, the activation arena and the step descriptor from one cudaMalloc, upload the
+// weights, and capture one CUDA graph per bucket of the manifest's launch programs, largest first.
+// A step: pack the step descriptor (token ids, positions, page tables, sampling parameters) in
+// pinned memory, one H2D copy, one graph launch, one D2H copy of the sampled tokens (and of the
+// logits when asked). Nothing about kernels is decided at run time: the launch programs are
+// codegen's (docs/artifact.md, "Kernels").
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "executor/artifact.hpp"
+#include "executor/model_backend.hpp"
+#include "executor/scheduler.hpp"
+
+namespace telos::exec {
+
+// Sampling on the GPU, per sequence (the subset of SamplingParams the sample kernel implements).
+struct GpuSampling {
+  float temperature = 0.f;  // 0: greedy
+  float top_p = 1.f;
+  float min_p = 0.f;
+  int top_k = 0;
+  std::uint64_t seed = 0;
+};
+
+struct GpuExecutorOptions {
+  int device = 0;
+  int kv_pages = 0;         // 0: the artifact's kv_pool (pages, or memory fraction)
+  bool use_graphs = true;   // false: launch kernel by kernel (for debugging tools)
+};
+
+class GpuStepExecutor : public ModelBackend {
+ public:
+  GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuExecutorOptions options = {});
+  ~GpuStepExecutor() override;
+  GpuStepExecutor(const GpuStepExecutor&) = delete;
+  GpuStepExecutor& operator=(const GpuStepExecutor&) = delete;
+
+  int num_kv_pages() const override;
+  int vocab_size() const override;
+  std::string name() const override { return "gpu"; }
+
+  // ModelBackend: greedy sampling on the device is skipped over; the logits of every sampling
+  // sequence come back for the engine's sampler.
+  void forward(const Step& step, std::vector<float>& logits) override;
+
+  // Runs `step` and samples on the GPU: `tokens` gets one token per sequence with `samples` set,
+  // in step order, drawn with that sequence's `sampling` entry (indexed like step.sequences).
+  // With `logits` non-null it also gets those rows' logits.
+  void run(const Step& step, std::span<const GpuSampling> sampling, std::vector<std::int32_t>& tokens,
+           std::vector<float>* logits);
+
+  // Bytes of device memory by use, and the KV pool size in tokens, one line each.
+  std::string memory_report() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace telos::exec

@@ -1,0 +1,199 @@
+// Codegen without a GPU: every kernel template instantiates and compiles through NVRTC for sm_90a
+// for each model family and for a real-size shape, with zero spills and no local memory (codegen
+// refuses otherwise), and the PTX has what the kernels are built around.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+#include <set>
+
+#include "codegen/codegen.hpp"
+#include "codegen/kernel_plan.hpp"
+#include "codegen/nvrtc_driver.hpp"
+#include "codegen/rope_table.hpp"
+#include "support/error.hpp"
+
+namespace telos::codegen {
+namespace {
+
+CodegenInput tiny(const std::string& family) {
+  CodegenInput in;
+  in.vocab_size = 512;
+  in.hidden_size = 128;
+  in.intermediate_size = 256;
+  in.num_layers = 2;
+  in.num_heads = 4;
+  in.num_kv_heads = 2;
+  in.head_dim = 32;
+  in.rms_norm_eps = family == "llama" ? 1e-5 : 1e-6;
+  in.rope.theta = family == "llama" ? 500000.0 : 1000000.0;
+  if (family == "llama") {
+    in.rope = {"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
+  }
+  in.tie_word_embeddings = family != "qwen3";
+  in.qkv_bias = family == "qwen2";
+  in.qk_norm = family == "qwen3";
+  in.max_batch = 8;
+  in.max_seq_len = 256;
+  in.kv_page_size = 16;
+  in.decode_buckets = {1, 2, 4, 8};
+  in.prefill_buckets = {32, 64, 128};
+  in.targets = {"sm_90a"};
+  return in;
+}
+
+// Llama-3.2-1B's shape with a few buckets (a ragged one included).
+CodegenInput llama_1b() {
+  CodegenInput in;
+  in.vocab_size = 128256;
+  in.hidden_size = 2048;
+  in.intermediate_size = 8192;
+  in.num_layers = 16;
+  in.num_heads = 32;
+  in.num_kv_heads = 8;
+  in.head_dim = 64;
+  in.rope = {"llama3", 500000.0, 32.0, 1.0, 4.0, 8192};
+  in.tie_word_embeddings = true;
+  in.max_batch = 64;
+  in.max_seq_len = 8192;
+  in.kv_page_size = 16;
+  in.decode_buckets = {1, 6, 64};
+  in.prefill_buckets = {512};
+  in.targets = {"sm_90a"};
+  return in;
+}
+
+std::string temp_cache(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("telos-codegen-test-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+// The body of PTX entry `entry`.
+std::string ptx_function(const std::string& ptx, const std::string& entry) {
+  const auto at = ptx.find(".entry " + entry + "(");
+  if (at == std::string::npos) return "";
+  const auto end = ptx.find("\n}\n", at);
+  return ptx.substr(at, end - at);
+}
+
+class CodegenFamily : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
+  const std::string cache = temp_cache(GetParam());
+  const GeneratedKernels k = generate_kernels(tiny(GetParam()), {cache});
+  ASSERT_EQ(k.targets.size(), 1u);
+  const TargetKernels& t = k.targets[0];
+  EXPECT_EQ(t.arch, "sm_90a");
+  EXPECT_FALSE(t.from_cache);
+  EXPECT_NE(t.ptx.find(".target sm_90a"), std::string::npos);
+  EXPECT_GT(t.cubin.size(), 1000u);
+
+  std::set<std::string> kinds;
+  for (const auto& e : k.kernels) {
+    const std::string entry = e.at("entry");
+    const std::string instance = e.at("instance");
+    kinds.insert(instance.substr(0, instance.find('<')));
+    const auto& r = e.at("resources").at("sm_90a");
+    EXPECT_EQ(r.at("spill_stores"), 0) << instance;
+    EXPECT_EQ(r.at("spill_loads"), 0) << instance;
+    EXPECT_EQ(r.at("stack_frame"), 0) << instance;
+    EXPECT_GT(r.at("registers").get<int>(), 0) << instance;
+    const std::string body = ptx_function(t.ptx, entry);
+    ASSERT_FALSE(body.empty()) << "no PTX entry for " << instance;
+    EXPECT_EQ(body.find(".local"), std::string::npos) << instance;
+    // The GEMMs stream weights with 16-byte non-coherent loads.
+    if (instance.find("linear") != std::string::npos || instance.find("qkv_rope") != std::string::npos) {
+      EXPECT_NE(body.find("ld.global.nc.v4"), std::string::npos) << instance;
+    }
+  }
+  const std::set<std::string> expected = {
+      "telos_kernels::embed_gather", "telos_kernels::rmsnorm",         "telos_kernels::qkv_rope_append",
+      "telos_kernels::attn_split",   "telos_kernels::attn_combine",    "telos_kernels::linear_residual",
+      "telos_kernels::linear_swiglu", "telos_kernels::linear_f32",     "telos_kernels::sample"};
+  EXPECT_EQ(kinds, expected);
+
+  // Every bucket launches something valid, decode buckets first and largest first.
+  const auto& buckets = k.programs.at("buckets");
+  ASSERT_EQ(buckets.size(), 7u);
+  EXPECT_EQ(buckets[0].at("kind"), "decode");
+  EXPECT_EQ(buckets[0].at("size"), 8);
+  EXPECT_EQ(buckets[4].at("kind"), "prefill");
+  EXPECT_EQ(buckets[4].at("size"), 128);
+  EXPECT_EQ(buckets[4].at("sample_rows"), 8);
+  for (const auto& b : buckets)
+    for (const auto& l : b.at("launches")) {
+      const int kernel = l.at("kernel");
+      ASSERT_LT(kernel, static_cast<int>(k.kernels.size()));
+      EXPECT_EQ(l.at("args").size(), k.kernels[kernel].at("args").size());
+    }
+
+  // The family's extras are wired into the QKV launch.
+  const auto& first_qkv = buckets[0].at("launches")[2].at("args");
+  EXPECT_EQ(first_qkv[2] != "null", GetParam() == "qwen2");
+  EXPECT_EQ(first_qkv[3] != "null", GetParam() == "qwen3");
+
+  // A second generation comes from the cache, identical.
+  const GeneratedKernels again = generate_kernels(tiny(GetParam()), {cache});
+  EXPECT_TRUE(again.targets[0].from_cache);
+  EXPECT_EQ(again.targets[0].cubin, t.cubin);
+  EXPECT_EQ(again.kernels, k.kernels);
+  std::filesystem::remove_all(cache);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, CodegenFamily, ::testing::Values("llama", "qwen2", "qwen3"));
+
+TEST(Codegen, RealSizeShapesCompileWithoutSpills) {
+  const GeneratedKernels k = generate_kernels(llama_1b(), {""});
+  for (const auto& e : k.kernels)
+    EXPECT_EQ(e.at("resources").at("sm_90a").at("stack_frame"), 0) << e.at("instance");
+  // Ragged decode bucket 6: M tiles of 2 rows.
+  bool saw_mt2 = false;
+  for (const auto& e : k.kernels)
+    saw_mt2 |= e.at("instance").get<std::string>().find("linear_residual<2048, 2048, 2,") != std::string::npos;
+  EXPECT_TRUE(saw_mt2);
+}
+
+TEST(Codegen, MTileDividesEveryBucket) {
+  EXPECT_EQ(gemm_m_tile(1), 1);
+  EXPECT_EQ(gemm_m_tile(6), 2);
+  EXPECT_EQ(gemm_m_tile(12), 4);
+  EXPECT_EQ(gemm_m_tile(64), 8);
+}
+
+TEST(Codegen, Llama3RopeScaling) {
+  // Wavelengths longer than original/low_freq_factor are slowed by `factor`; short ones kept.
+  const RopeInput rope{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
+  const std::vector<float> f = rope_inv_freq(rope, 32);
+  EXPECT_FLOAT_EQ(f[0], 1.0f);
+  const double plain_last = 1.0 / std::pow(500000.0, 30.0 / 32.0);
+  EXPECT_NEAR(f[15], plain_last / 8.0, plain_last * 1e-6);
+}
+
+TEST(Codegen, RefusesUnsupportedShapes) {
+  CodegenInput in = tiny("llama");
+  in.head_dim = 24;
+  EXPECT_THROW(plan_kernels(in), Error);
+  in = tiny("llama");
+  in.rope.type = "yarn";
+  EXPECT_THROW(plan_kernels(in), Error);
+}
+
+TEST(Codegen, ParsesPtxasReport) {
+  const auto r = parse_ptxas_log(
+      "ptxas info    : Compiling entry function '_Z1kPf' for 'sm_90a'\n"
+      "ptxas info    : Function properties for _Z1kPf\n"
+      "ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n"
+      "ptxas info    : Used 40 registers, used 1 barriers, 4096 bytes smem, 400 bytes cmem[0]\n");
+  ASSERT_EQ(r.count("_Z1kPf"), 1u);
+  const KernelResources& k = r.at("_Z1kPf");
+  EXPECT_EQ(k.registers, 40);
+  EXPECT_EQ(k.stack_frame, 16);
+  EXPECT_EQ(k.spill_stores, 8);
+  EXPECT_EQ(k.spill_loads, 4);
+  EXPECT_EQ(k.shared_static, 4096);
+}
+
+}  // namespace
+}  // namespace telos::codegen
