@@ -18,6 +18,8 @@ config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".test", ".json"]
 config.excludes = ["Inputs", "CMakeLists.txt"]
 config.test_source_root = os.path.dirname(__file__)
+# Output/ folders (%t) and lit's timing cache go to the build tree, never into the sources.
+config.test_exec_root = os.path.join(config.telos_build_root, "test")
 
 bin_dir = os.path.join(config.telos_build_root, "bin")
 config.substitutions.append(("%telosc", os.path.join(bin_dir, "telosc")))

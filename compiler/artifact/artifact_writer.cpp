@@ -132,7 +132,11 @@ void check_destination(const fs::path& dest) {
   if (!fs::is_directory(parent, ec))
     fail(dest.string() + ": cannot write the artifact: directory " + parent.string() +
          " does not exist");
-  if (::access(parent.c_str(), W_OK) != 0)
+  // Root may write anywhere, but a directory with no write permission is still refused: writing
+  // into a directory someone made read-only is a mistake, whoever runs telosc.
+  struct stat parent_stat {};
+  const bool no_write_bits = ::stat(parent.c_str(), &parent_stat) == 0 && (parent_stat.st_mode & 0222) == 0;
+  if (::access(parent.c_str(), W_OK) != 0 || no_write_bits)
     fail(dest.string() + ": cannot write the artifact: directory " + parent.string() +
          " is not writable");
   const fs::file_status st = fs::symlink_status(dest, ec);
