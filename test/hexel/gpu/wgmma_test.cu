@@ -1,0 +1,172 @@
+// GPU tests of wgmma against a host fp32 reference: every N from 8 to 256 for bf16 with both
+// operands in shared memory, and N in {8, 64, 136, 256} for f16, fp8 (e4m3, e5m2) and the
+// register-A forms. Operands arrive by TMA with the 128B swizzle, one 128-byte row of K per
+// row, consumed in four K slices through SmemDesc::advanced, as the GEMM does.
+#include <string>
+
+#include "gpu_check.h"
+#include "hexel/mbarrier.cuh"
+#include "hexel/tensor_map_encode.h"
+#include "hexel/tma.cuh"
+#include "hexel/wgmma.cuh"
+
+namespace {
+
+using hexel::Swizzle;
+using hexel::wgmma::AbType;
+
+constexpr uint32_t kRowBytes = 128;  // K extent of the test tile in bytes (one swizzle span)
+constexpr uint32_t kSlices = 4;      // K slices of 32 bytes: k16 for 16-bit types, k32 for fp8
+
+template <int N, AbType T, bool RS>
+__global__ void __launch_bounds__(128, 1)
+    wgmma_kernel(const __grid_constant__ hexel::TensorMap a_map,
+                 const __grid_constant__ hexel::TensorMap b_map, const uint8_t* a_global,
+                 float* out) {
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ alignas(8) unsigned long long bar;
+  using namespace hexel;
+  const uint32_t a_s = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t b_s = a_s + 64 * kRowBytes;
+  if (threadIdx.x == 0) {
+    mbarrier::init(smem_addr(&bar), 1);
+    mbarrier::fence_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbarrier::arrive_expect_tx(smem_addr(&bar), (64 + N) * kRowBytes);
+    tma::load(a_s, &a_map, smem_addr(&bar), 0, 0);
+    tma::load(b_s, &b_map, smem_addr(&bar), 0, 0);
+  }
+  mbarrier::wait_parity(smem_addr(&bar), 0);
+
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const uint32_t row = 16 * warp + lane / 4;
+  float d[N / 2];
+  const auto a_desc = wgmma::kmajor_desc(a_s, Swizzle::B128);
+  const auto b_desc = wgmma::kmajor_desc(b_s, Swizzle::B128);
+  for (uint32_t kk = 0; kk < kSlices; ++kk) {
+    if constexpr (RS) {
+      // The A fragment of K slice kk: 4 bytes at column byte 4*(lane%4) of rows row, row+8,
+      // and 16 bytes further on (8 16-bit or 16 fp8 elements).
+      const uint8_t* base = a_global + kk * 32 + 4 * (lane % 4);
+      uint32_t a[4];
+      auto word = [&](uint32_t r, uint32_t off) {
+        uint32_t w;
+        memcpy(&w, base + r * kRowBytes + off, 4);
+        return w;
+      };
+      a[0] = word(row, 0);
+      a[1] = word(row + 8, 0);
+      a[2] = word(row, 16);
+      a[3] = word(row + 8, 16);
+      wgmma::fence();
+      wgmma::mma_rs<N, T>(d, a, b_desc.advanced(kk * 32), kk > 0);
+    } else {
+      wgmma::fence();
+      wgmma::mma_ss<N, T>(d, a_desc.advanced(kk * 32), b_desc.advanced(kk * 32), kk > 0);
+    }
+    wgmma::commit_group();
+  }
+  wgmma::wait_group<0>();
+  wgmma::fence_operand(d);
+  for (int j = 0; j < N / 8; ++j) {
+    const int col = 8 * j + 2 * (lane % 4);
+    out[row * N + col] = d[4 * j];
+    out[row * N + col + 1] = d[4 * j + 1];
+    out[(row + 8) * N + col] = d[4 * j + 2];
+    out[(row + 8) * N + col + 1] = d[4 * j + 3];
+  }
+}
+
+// Random operand bytes with finite, moderate values, and their decoding.
+uint8_t random_byte(std::mt19937& rng, AbType t) {
+  const uint32_t s = rng() & 1u, m = rng();
+  if (t == AbType::E4M3) return static_cast<uint8_t>(s << 7 | (5 + rng() % 4) << 3 | (m & 7u));
+  return static_cast<uint8_t>(s << 7 | (13 + rng() % 4) << 2 | (m & 3u));  // E5M2
+}
+
+float decode(const uint8_t* p, AbType t) {
+  if (t == AbType::BF16 || t == AbType::F16) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return t == AbType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+  }
+  const uint32_t b = *p, s = b >> 7;
+  float v = t == AbType::E4M3 ? std::ldexp(1.f + float(b & 7u) / 8.f, int((b >> 3) & 15u) - 7)
+                              : std::ldexp(1.f + float(b & 3u) / 4.f, int((b >> 2) & 31u) - 15);
+  return s ? -v : v;
+}
+
+std::vector<uint8_t> random_operand(size_t rows, AbType t, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(rows * kRowBytes);
+  if (t == AbType::BF16) {
+    auto h = random_bf16(rows * kRowBytes / 2, seed);
+    std::memcpy(v.data(), h.data(), v.size());
+  } else if (t == AbType::F16) {
+    for (size_t i = 0; i < v.size(); i += 2) {  // sign, exponent 13..15, 10 mantissa bits
+      const uint16_t h = static_cast<uint16_t>((rng() & 1u) << 15 | (13 + rng() % 3) << 10 |
+                                               (rng() & 0x3FFu));
+      std::memcpy(&v[i], &h, 2);
+    }
+  } else {
+    for (auto& b : v) b = random_byte(rng, t);
+  }
+  return v;
+}
+
+template <int N, AbType T, bool RS>
+void run_wgmma() {
+  SCOPED_TRACE("N=" + std::to_string(N) + (RS ? " RS" : " SS") + " type " +
+               std::to_string(static_cast<int>(T)));
+  const uint32_t elem = hexel::wgmma::k_per_mma<T> == 16 ? 2 : 1;
+  const uint32_t k = kRowBytes / elem;
+  auto a = random_operand(64, T, 17 + N);
+  auto b = random_operand(N, T, 91 + N);
+  DeviceBuffer<uint8_t> da(a.size()), db(b.size());
+  DeviceBuffer<float> dout(64 * N);
+  CUDA_OK(da.upload(a));
+  CUDA_OK(db.upload(b));
+  CUDA_OK(cudaMemset(dout.ptr, 0xFF, 64 * N * sizeof(float)));  // NaN poison
+  const auto dt = elem == 2 ? hexel::TmaDtype::BF16 : hexel::TmaDtype::U8;
+  const auto a_map = hexel::encode_2d(dt, da.ptr, 64, k, kRowBytes, 64, k, Swizzle::B128);
+  const auto b_map = hexel::encode_2d(dt, db.ptr, N, k, kRowBytes, N, k, Swizzle::B128);
+  const uint32_t smem = (64 + N) * kRowBytes + 1024;
+  CUDA_OK(cudaFuncSetAttribute(wgmma_kernel<N, T, RS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               smem));
+  wgmma_kernel<N, T, RS><<<1, 128, smem>>>(a_map, b_map, da.ptr, dout.ptr);
+  LAUNCH_OK();
+  auto got = dout.download();
+  const float rel = elem == 2 ? 1e-5f : 1e-3f;  // Hopper fp8 MMA accumulates with fewer bits
+  for (int r = 0; r < 64; ++r)
+    for (int c = 0; c < N; ++c) {
+      double ref = 0, mag = 0;
+      for (uint32_t kk = 0; kk < k; ++kk) {
+        const double p = double(decode(&a[r * kRowBytes + kk * elem], T)) *
+                         decode(&b[c * kRowBytes + kk * elem], T);
+        ref += p;
+        mag += std::fabs(p);
+      }
+      ASSERT_NEAR(got[r * N + c], ref, rel * mag + 1e-6) << "D(" << r << ", " << c << ")";
+    }
+}
+
+template <AbType T, bool RS, int... Ns>
+void sweep() {
+  (run_wgmma<Ns, T, RS>(), ...);
+}
+
+TEST(Wgmma, Bf16SharedSharedEveryN) {
+  REQUIRE_SM90();
+  sweep<AbType::BF16, false, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128,
+        136, 144, 152, 160, 168, 176, 184, 192, 200, 208, 216, 224, 232, 240, 248, 256>();
+}
+TEST(Wgmma, Bf16RegisterA) { REQUIRE_SM90(); sweep<AbType::BF16, true, 8, 64, 136, 256>(); }
+TEST(Wgmma, F16SharedShared) { REQUIRE_SM90(); sweep<AbType::F16, false, 8, 64, 136, 256>(); }
+TEST(Wgmma, F16RegisterA) { REQUIRE_SM90(); sweep<AbType::F16, true, 8, 136>(); }
+TEST(Wgmma, E4m3SharedShared) { REQUIRE_SM90(); sweep<AbType::E4M3, false, 8, 64, 136, 256>(); }
+TEST(Wgmma, E4m3RegisterA) { REQUIRE_SM90(); sweep<AbType::E4M3, true, 8, 64, 256>(); }
+TEST(Wgmma, E5m2SharedShared) { REQUIRE_SM90(); sweep<AbType::E5M2, false, 16, 128>(); }
+
+}  // namespace

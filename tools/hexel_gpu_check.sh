@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Hexel's GPU suite in one invocation, with a pass/fail table at the end.
+#
+#   tools/hexel_gpu_check.sh stage [BUILD] [STAGE]   (here, no GPU needed) builds the GPU test
+#       binaries and the GEMM library in BUILD (default build-hexel) and copies what the GPU run
+#       needs into STAGE (default build-hexel-gpu, a small git-ignored folder to carry).
+#   tools/hexel_gpu_check.sh run [STAGE] [LOGDIR]    (on the H200) runs the GPU tests, the
+#       debug-wait test, compute-sanitizer memcheck/racecheck/synccheck, the GEMM's SASS check
+#       (HGMMA present, no local memory) and the GEMM benchmark against torch.matmul; logs go to
+#       LOGDIR (default $OUT, else ./hexel-gpu-logs).
+# Exit code: 0 when every row passes, 1 otherwise, 2 on usage errors.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+mode=${1:-}
+case "$mode" in
+stage)
+  build=${2:-build-hexel}
+  stage=${3:-build-hexel-gpu}
+  set -e
+  [ -f "$build/build.ninja" ] || cmake -S . -B "$build" -G Ninja >&2
+  cmake --build "$build" --target hexel_gpu_test hexel_gpu_debug_test hexel_gemm -j2 >&2
+  rm -rf "$stage" && mkdir -p "$stage"
+  cp "$build/bin/hexel_gpu_test" "$build/bin/hexel_gpu_debug_test" "$build/lib/libhexel_gemm.so" \
+     hexel/examples/gemm_bench.py "$stage/"
+  strip --strip-debug "$stage/hexel_gpu_test" "$stage/hexel_gpu_debug_test" "$stage/libhexel_gemm.so"
+  du -sh "$stage" >&2
+  exit 0
+  ;;
+run) ;;
+*)
+  echo "usage: $0 stage [BUILD] [STAGE] | run [STAGE] [LOGDIR]" >&2
+  exit 2
+  ;;
+esac
+
+stage=${2:-build-hexel-gpu}
+logs=${3:-${OUT:-hexel-gpu-logs}}
+mkdir -p "$logs"
+declare -a names results
+row() { names+=("$1"); results+=("$2"); }
+
+{
+  date -u +"date: %Y-%m-%d %H:%M UTC"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
+} | tee "$logs/machine.txt"
+
+step() {  # step NAME TIMEOUT_S LOGFILE COMMAND...
+  local name=$1 limit=$2 log=$3
+  shift 3
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$logs/$log" 2>&1
+  local rc=$?
+  local summary
+  summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) |ERROR SUMMARY|RACECHECK SUMMARY" "$logs/$log" | tr '\n' ' ')
+  if [ $rc -eq 0 ]; then row "$name" "PASS ($((SECONDS - t0)) s) $summary"
+  elif [ $rc -eq 124 ]; then row "$name" "FAIL (timeout ${limit} s) $summary"
+  else row "$name" "FAIL (rc $rc) $summary"; fi
+}
+
+step "gpu tests" 240 gpu_tests.log "$stage/hexel_gpu_test"
+step "debug wait trap" 60 debug_wait.log "$stage/hexel_gpu_debug_test"
+cuobjdump -sass "$stage/libhexel_gemm.so" >"$logs/gemm.sass" 2>&1
+hgmma=$(grep -c HGMMA "$logs/gemm.sass")
+local_mem=$(grep -cE "\b(LDL|STL)\b" "$logs/gemm.sass")
+if [ "$hgmma" -gt 0 ] && [ "$local_mem" -eq 0 ]; then
+  row "gemm sass" "PASS ($hgmma HGMMA, 0 LDL/STL)"
+else
+  row "gemm sass" "FAIL ($hgmma HGMMA, $local_mem LDL/STL)"
+fi
+
+# A GEMM that failed its correctness tests may deadlock: don't spend the budget timing it.
+if grep -qE "^\[  FAILED  \] .*GemmBf16\." "$logs/gpu_tests.log"; then
+  row "gemm vs torch.matmul" "FAIL (skipped: the GEMM failed its tests)"
+else
+  PYTHONUNBUFFERED=1 timeout 240 python3 "$stage/gemm_bench.py" "$stage/libhexel_gemm.so" \
+    --json "$logs/gemm_bench.json" >"$logs/gemm_bench.log" 2>&1
+  rc=$?
+  row "gemm vs torch.matmul" "$([ $rc -eq 0 ] && echo PASS || echo "FAIL (rc $rc)") (default variant >= 0.90 of torch on every shape)"
+fi
+
+# The sanitizers instrument every access: skip the two large GEMMs there (the ragged and
+# one-tile GEMMs still run).
+filter='-*GemmBf16.LlamaOProjection*:*GemmBf16.PersistentManyTiles*'
+for tool in memcheck racecheck synccheck; do
+  step "sanitizer $tool" "${HEXEL_SANITIZER_TIMEOUT:-150}" "sanitizer_$tool.log" \
+    compute-sanitizer --tool "$tool" --error-exitcode 3 "$stage/hexel_gpu_test" --gtest_filter="$filter"
+done
+
+echo
+cat "$logs/gemm_bench.log" 2>/dev/null
+echo
+echo "Hexel GPU suite"
+fail=0
+for i in "${!names[@]}"; do
+  printf '  %-22s %s\n' "${names[$i]}" "${results[$i]}"
+  case "${results[$i]}" in PASS*) ;; *) fail=1 ;; esac
+done
+exit $fail
