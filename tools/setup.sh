@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build python3 git
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev llvm-14-tools
-          libcpp-httplib-dev libpcre2-dev libicu-dev clang libclang-rt-14-dev)
+          libcpp-httplib-dev libpcre2-dev libicu-dev python3-jinja2 clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
