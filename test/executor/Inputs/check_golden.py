@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Checks `telos-run generate --json --dump-logits` output against a fixture's golden.json.
+
+    check_golden.py GOLDEN RESULTS.jsonl [--tolerance T] [--same-as OTHER.jsonl]
+
+Every golden case must appear in RESULTS (matched by prompt_ids): its generated ids must equal
+greedy_ids exactly and its prompt_logits be within relative L2 error T (default 1e-4) of
+last_logits. --same-as also requires OTHER to hold the same generated ids for the same prompts
+(a batch of requests against each request alone). Prints one line per case; exits 1 on failure.
+"""
+import argparse
+import json
+import math
+import sys
+
+
+def load_results(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def rel_l2(got, want):
+    num = math.sqrt(sum((g - w) ** 2 for g, w in zip(got, want)))
+    den = math.sqrt(sum(w * w for w in want))
+    return num / den if den else num
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("golden")
+    ap.add_argument("results")
+    ap.add_argument("--tolerance", type=float, default=1e-4)
+    ap.add_argument("--same-as")
+    args = ap.parse_args()
+    golden = json.load(open(args.golden))
+    results = load_results(args.results)
+    other = load_results(args.same_as) if args.same_as else None
+    ok = True
+    for i, case in enumerate(golden["cases"]):
+        matches = [r for r in results if r["prompt_ids"] == case["prompt_ids"]]
+        if not matches:
+            print(f"case {i}: no result for prompt {case['prompt_ids']}")
+            ok = False
+            continue
+        for r in matches:
+            err = rel_l2(r["prompt_logits"], case["last_logits"])
+            same = r["generated_ids"] == case["greedy_ids"]
+            line = f"case {i}: greedy {'identical' if same else 'DIFFERENT'}, logits rel L2 {err:.2e}"
+            if not same:
+                line += f"\n  got  {r['generated_ids']}\n  want {case['greedy_ids']}"
+            if len(r["prompt_logits"]) != len(case["last_logits"]):
+                line += " (WRONG LENGTH)"
+                ok = False
+            if err > args.tolerance:
+                line += f" (ABOVE {args.tolerance:g})"
+                ok = False
+            ok = ok and same
+            if other is not None:
+                twins = [o for o in other if o["prompt_ids"] == case["prompt_ids"]]
+                if not twins or any(o["generated_ids"] != r["generated_ids"] for o in twins):
+                    line += " (DIFFERS FROM --same-as)"
+                    ok = False
+            print(line)
+    print("golden: ok" if ok else "golden: FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
