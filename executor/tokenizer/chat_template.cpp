@@ -36,7 +36,8 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const std::string& path) {
 ChatTemplate ChatTemplate::from_config_json(const ordered_json& config, const std::string& origin) {
   if (!config.is_object()) fail(origin + ": must be a JSON object");
   auto it = config.find("chat_template");
-  if (it == config.end() || it->is_null()) fail(origin + ": chat_template: is missing (the model has no chat template)");
+  if (it == config.end() || it->is_null())
+    fail(origin + ": chat_template: is missing (the model has no chat template)");
   std::string source;
   if (it->is_string()) {
     source = it->get<std::string>();
@@ -45,11 +46,13 @@ ChatTemplate ChatTemplate::from_config_json(const ordered_json& config, const st
       if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
           named["template"].is_string())
         source = named["template"].get<std::string>();
-    if (source.empty()) fail(origin + ": chat_template: the list has no {\"name\": \"default\", \"template\": ...}");
+    if (source.empty())
+      fail(origin + ": chat_template: the list has no {\"name\": \"default\", \"template\": ...}");
   } else {
     fail(origin + ": chat_template: must be a string or a list of named templates");
   }
-  return ChatTemplate(jinja::Template::parse(source, origin + ": chat_template"), token_field(config, "bos_token", origin),
+  return ChatTemplate(jinja::Template::parse(source, origin + ": chat_template"),
+                      token_field(config, "bos_token", origin),
                       token_field(config, "eos_token", origin), origin);
 }
 

@@ -2,9 +2,8 @@
 // The chat template of a model: the Jinja "chat_template" of its tokenizer_config.json, rendered
 // with the variables transformers' apply_chat_template passes (messages, add_generation_prompt,
 // bos_token, eos_token, and extras such as tools or enable_thinking).
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "executor/tokenizer/jinja.hpp"
 
@@ -16,7 +15,8 @@ class ChatTemplate {
   // which "default" is taken), "bos_token" and "eos_token" (strings or {"content": ...}).
   // Errors name the path and field; an unsupported template construct is refused here.
   static ChatTemplate from_tokenizer_config(const std::string& path);
-  static ChatTemplate from_config_json(const nlohmann::ordered_json& config, const std::string& origin);
+  static ChatTemplate from_config_json(const nlohmann::ordered_json& config,
+                                       const std::string& origin);
 
   // `messages` is the OpenAI-style array of {"role", "content", ...}; `extra` (an object) adds
   // or overrides template variables. Object key order is kept (tojson output depends on it).
@@ -30,7 +30,10 @@ class ChatTemplate {
 
  private:
   ChatTemplate(jinja::Template t, std::string bos, std::string eos, std::string origin)
-      : template_(std::move(t)), bos_token_(std::move(bos)), eos_token_(std::move(eos)), origin_(std::move(origin)) {}
+      : template_(std::move(t)),
+        bos_token_(std::move(bos)),
+        eos_token_(std::move(eos)),
+        origin_(std::move(origin)) {}
   jinja::Template template_;
   std::string bos_token_, eos_token_, origin_;
 };

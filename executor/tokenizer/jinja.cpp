@@ -1,7 +1,7 @@
 #include "executor/tokenizer/jinja.hpp"
 
-#include <unicode/uchar.h>
 #include <unicode/ucasemap.h>
+#include <unicode/uchar.h>
 
 #include <algorithm>
 #include <cmath>
@@ -87,9 +87,12 @@ struct Value {
   }
 
   bool defined() const { return kind != Kind::undefined; }
-  bool is_number() const { return kind == Kind::integer || kind == Kind::number || kind == Kind::boolean; }
+  bool is_number() const {
+    return kind == Kind::integer || kind == Kind::number || kind == Kind::boolean;
+  }
   double as_double() const {
-    return kind == Kind::number ? number : static_cast<double>(kind == Kind::boolean ? boolean : integer);
+    return kind == Kind::number ? number
+                                : static_cast<double>(kind == Kind::boolean ? boolean : integer);
   }
 
   const Value* find(const std::string& key) const {
@@ -109,27 +112,41 @@ struct Value {
 
 const char* kind_name(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::undefined: return "undefined";
-    case Value::Kind::none: return "none";
-    case Value::Kind::boolean: return "boolean";
-    case Value::Kind::integer: return "integer";
-    case Value::Kind::number: return "float";
-    case Value::Kind::string: return "string";
-    case Value::Kind::list: return "list";
-    case Value::Kind::dict: return v.is_namespace ? "namespace" : "dict";
-    case Value::Kind::function: return "function";
+    case Value::Kind::undefined:
+      return "undefined";
+    case Value::Kind::none:
+      return "none";
+    case Value::Kind::boolean:
+      return "boolean";
+    case Value::Kind::integer:
+      return "integer";
+    case Value::Kind::number:
+      return "float";
+    case Value::Kind::string:
+      return "string";
+    case Value::Kind::list:
+      return "list";
+    case Value::Kind::dict:
+      return v.is_namespace ? "namespace" : "dict";
+    case Value::Kind::function:
+      return "function";
   }
   return "?";
 }
 
 Value from_json(const ordered_json& j) {
   switch (j.type()) {
-    case ordered_json::value_t::null: return Value::none();
-    case ordered_json::value_t::boolean: return Value::of(j.get<bool>());
+    case ordered_json::value_t::null:
+      return Value::none();
+    case ordered_json::value_t::boolean:
+      return Value::of(j.get<bool>());
     case ordered_json::value_t::number_integer:
-    case ordered_json::value_t::number_unsigned: return Value::of(j.get<std::int64_t>());
-    case ordered_json::value_t::number_float: return Value::of_number(j.get<double>());
-    case ordered_json::value_t::string: return Value::of(j.get<std::string>());
+    case ordered_json::value_t::number_unsigned:
+      return Value::of(j.get<std::int64_t>());
+    case ordered_json::value_t::number_float:
+      return Value::of_number(j.get<double>());
+    case ordered_json::value_t::string:
+      return Value::of(j.get<std::string>());
     case ordered_json::value_t::array: {
       List l;
       for (const auto& e : j) l.push_back(from_json(e));
@@ -140,7 +157,8 @@ Value from_json(const ordered_json& j) {
       for (auto& [k, v] : j.items()) d.emplace_back(k, from_json(v));
       return Value::of(std::move(d));
     }
-    default: return Value();
+    default:
+      return Value();
   }
 }
 
@@ -160,7 +178,8 @@ std::vector<std::uint32_t> code_points(std::string_view s) {
     }
     if (seq.length > 1) {
       cp &= 0xFFu >> (seq.length + 1);
-      for (std::size_t k = 1; k < seq.length; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[at + k]) & 0x3F);
+      for (std::size_t k = 1; k < seq.length; ++k)
+        cp = (cp << 6) | (static_cast<unsigned char>(s[at + k]) & 0x3F);
     }
     out.push_back(cp);
     at += seq.length;
@@ -168,7 +187,8 @@ std::vector<std::uint32_t> code_points(std::string_view s) {
   return out;
 }
 
-std::string from_code_points(const std::vector<std::uint32_t>& cps, std::size_t begin, std::size_t end) {
+std::string from_code_points(const std::vector<std::uint32_t>& cps, std::size_t begin,
+                             std::size_t end) {
   std::string out;
   for (std::size_t i = begin; i < end; ++i) utf8::append_code_point(out, cps[i]);
   return out;
@@ -176,9 +196,9 @@ std::string from_code_points(const std::vector<std::uint32_t>& cps, std::size_t 
 
 // Python's str.isspace(), which str.strip() and str.split() use.
 bool is_python_space(std::uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 enum class Side { left = 1, right = 2, both = 3 };
@@ -220,12 +240,18 @@ std::string repr(const Value& v);
 // str(): what {{ }} prints.
 std::string str(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::undefined: return "";
-    case Value::Kind::none: return "None";
-    case Value::Kind::boolean: return v.boolean ? "True" : "False";
-    case Value::Kind::integer: return std::to_string(v.integer);
-    case Value::Kind::number: return float_repr(v.number);
-    case Value::Kind::string: return v.string;
+    case Value::Kind::undefined:
+      return "";
+    case Value::Kind::none:
+      return "None";
+    case Value::Kind::boolean:
+      return v.boolean ? "True" : "False";
+    case Value::Kind::integer:
+      return std::to_string(v.integer);
+    case Value::Kind::number:
+      return float_repr(v.number);
+    case Value::Kind::string:
+      return v.string;
     case Value::Kind::list: {
       std::string out = "[";
       for (std::size_t i = 0; i < v.list->size(); ++i) out += (i ? ", " : "") + repr((*v.list)[i]);
@@ -241,7 +267,8 @@ std::string str(const Value& v) {
       }
       return out + "}";
     }
-    case Value::Kind::function: return "<function>";
+    case Value::Kind::function:
+      return "<function>";
   }
   return "";
 }
@@ -249,14 +276,21 @@ std::string str(const Value& v) {
 std::string repr(const Value& v) {
   if (v.kind != Value::Kind::string) return str(v);
   // Python prefers single quotes unless the text holds one and no double quote.
-  const char quote = v.string.find('\'') != std::string::npos && v.string.find('"') == std::string::npos ? '"' : '\'';
+  const char quote =
+      v.string.find('\'') != std::string::npos && v.string.find('"') == std::string::npos ? '"'
+                                                                                          : '\'';
   std::string out(1, quote);
   for (char c : v.string) {
-    if (c == quote || c == '\\') out += '\\', out += c;
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else out += c;
+    if (c == quote || c == '\\')
+      out += '\\', out += c;
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
+    else
+      out += c;
   }
   return out + quote;
 }
@@ -265,13 +299,27 @@ void json_string(const std::string& s, std::string& out) {
   out += '"';
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -294,12 +342,23 @@ void to_json(const Value& v, int indent, int depth, std::string& out) {
   };
   switch (v.kind) {
     case Value::Kind::undefined:
-    case Value::Kind::none: out += "null"; return;
-    case Value::Kind::boolean: out += v.boolean ? "true" : "false"; return;
-    case Value::Kind::integer: out += std::to_string(v.integer); return;
-    case Value::Kind::number: out += float_repr(v.number); return;
-    case Value::Kind::string: json_string(v.string, out); return;
-    case Value::Kind::function: fail("tojson: a function cannot be serialized");
+    case Value::Kind::none:
+      out += "null";
+      return;
+    case Value::Kind::boolean:
+      out += v.boolean ? "true" : "false";
+      return;
+    case Value::Kind::integer:
+      out += std::to_string(v.integer);
+      return;
+    case Value::Kind::number:
+      out += float_repr(v.number);
+      return;
+    case Value::Kind::string:
+      json_string(v.string, out);
+      return;
+    case Value::Kind::function:
+      fail("tojson: a function cannot be serialized");
     case Value::Kind::list:
     case Value::Kind::dict: {
       const bool is_list = v.kind == Value::Kind::list;
@@ -326,29 +385,40 @@ void to_json(const Value& v, int indent, int depth, std::string& out) {
 bool truthy(const Value& v) {
   switch (v.kind) {
     case Value::Kind::undefined:
-    case Value::Kind::none: return false;
-    case Value::Kind::boolean: return v.boolean;
-    case Value::Kind::integer: return v.integer != 0;
-    case Value::Kind::number: return v.number != 0;
-    case Value::Kind::string: return !v.string.empty();
-    case Value::Kind::list: return !v.list->empty();
-    case Value::Kind::dict: return v.is_namespace || !v.dict->empty();
-    case Value::Kind::function: return true;
+    case Value::Kind::none:
+      return false;
+    case Value::Kind::boolean:
+      return v.boolean;
+    case Value::Kind::integer:
+      return v.integer != 0;
+    case Value::Kind::number:
+      return v.number != 0;
+    case Value::Kind::string:
+      return !v.string.empty();
+    case Value::Kind::list:
+      return !v.list->empty();
+    case Value::Kind::dict:
+      return v.is_namespace || !v.dict->empty();
+    case Value::Kind::function:
+      return true;
   }
   return false;
 }
 
 bool equal(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
-    if (a.kind == Value::Kind::number || b.kind == Value::Kind::number) return a.as_double() == b.as_double();
+    if (a.kind == Value::Kind::number || b.kind == Value::Kind::number)
+      return a.as_double() == b.as_double();
     return (a.kind == Value::Kind::boolean ? a.boolean : a.integer) ==
            (b.kind == Value::Kind::boolean ? b.boolean : b.integer);
   }
   if (a.kind != b.kind) return false;
   switch (a.kind) {
     case Value::Kind::undefined:
-    case Value::Kind::none: return true;
-    case Value::Kind::string: return a.string == b.string;
+    case Value::Kind::none:
+      return true;
+    case Value::Kind::string:
+      return a.string == b.string;
     case Value::Kind::list:
       return a.list->size() == b.list->size() &&
              std::equal(a.list->begin(), a.list->end(), b.list->begin(), equal);
@@ -359,24 +429,31 @@ bool equal(const Value& a, const Value& b) {
         if (other == nullptr || !equal(v, *other)) return false;
       }
       return true;
-    case Value::Kind::function: return a.function == b.function;
-    default: return false;
+    case Value::Kind::function:
+      return a.function == b.function;
+    default:
+      return false;
   }
 }
 
 std::size_t length_of(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::string: return code_points(v.string).size();
-    case Value::Kind::list: return v.list->size();
-    case Value::Kind::dict: return v.dict->size();
-    default: fail(std::string("object of type ") + kind_name(v) + " has no length");
+    case Value::Kind::string:
+      return code_points(v.string).size();
+    case Value::Kind::list:
+      return v.list->size();
+    case Value::Kind::dict:
+      return v.dict->size();
+    default:
+      fail(std::string("object of type ") + kind_name(v) + " has no length");
   }
 }
 
 // The items a for loop or filter walks: list elements, dict keys, string characters.
 List iterate(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::list: return *v.list;
+    case Value::Kind::list:
+      return *v.list;
     case Value::Kind::dict: {
       List keys;
       for (auto& [k, e] : *v.dict) keys.push_back(Value::of(k));
@@ -385,10 +462,12 @@ List iterate(const Value& v) {
     case Value::Kind::string: {
       List chars;
       const auto cps = code_points(v.string);
-      for (std::size_t i = 0; i < cps.size(); ++i) chars.push_back(Value::of(from_code_points(cps, i, i + 1)));
+      for (std::size_t i = 0; i < cps.size(); ++i)
+        chars.push_back(Value::of(from_code_points(cps, i, i + 1)));
       return chars;
     }
-    default: fail(std::string("object of type ") + kind_name(v) + " is not iterable");
+    default:
+      fail(std::string("object of type ") + kind_name(v) + " is not iterable");
   }
 }
 
@@ -425,16 +504,19 @@ std::vector<Token> lex_expression(std::string_view src, int line, const Located&
     }
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       std::size_t j = i;
-      while (j < src.size() && (std::isalnum(static_cast<unsigned char>(src[j])) || src[j] == '_')) ++j;
+      while (j < src.size() && (std::isalnum(static_cast<unsigned char>(src[j])) || src[j] == '_'))
+        ++j;
       tokens.push_back({Tok::name, std::string(src.substr(i, j - i)), line});
       i = j;
       continue;
     }
     if (std::isdigit(static_cast<unsigned char>(c))) {
       std::size_t j = i;
-      while (j < src.size() && (std::isdigit(static_cast<unsigned char>(src[j])) || src[j] == '_')) ++j;
+      while (j < src.size() && (std::isdigit(static_cast<unsigned char>(src[j])) || src[j] == '_'))
+        ++j;
       bool is_float = false;
-      if (j + 1 < src.size() && src[j] == '.' && std::isdigit(static_cast<unsigned char>(src[j + 1]))) {
+      if (j + 1 < src.size() && src[j] == '.' &&
+          std::isdigit(static_cast<unsigned char>(src[j + 1]))) {
         is_float = true;
         ++j;
         while (j < src.size() && std::isdigit(static_cast<unsigned char>(src[j]))) ++j;
@@ -459,16 +541,36 @@ std::vector<Token> lex_expression(std::string_view src, int line, const Located&
         }
         if (++j >= src.size()) where.error(line, "unterminated string literal");
         switch (src[j]) {
-          case 'n': text += '\n'; break;
-          case 't': text += '\t'; break;
-          case 'r': text += '\r'; break;
-          case 'b': text += '\b'; break;
-          case 'f': text += '\f'; break;
-          case '0': text += '\0'; break;
-          case '\\': text += '\\'; break;
-          case '\'': text += '\''; break;
-          case '"': text += '"'; break;
-          case '\n': ++line; break;
+          case 'n':
+            text += '\n';
+            break;
+          case 't':
+            text += '\t';
+            break;
+          case 'r':
+            text += '\r';
+            break;
+          case 'b':
+            text += '\b';
+            break;
+          case 'f':
+            text += '\f';
+            break;
+          case '0':
+            text += '\0';
+            break;
+          case '\\':
+            text += '\\';
+            break;
+          case '\'':
+            text += '\'';
+            break;
+          case '"':
+            text += '"';
+            break;
+          case '\n':
+            ++line;
+            break;
           case 'x':
           case 'u':
           case 'U': {
@@ -476,7 +578,8 @@ std::vector<Token> lex_expression(std::string_view src, int line, const Located&
             if (j + digits >= src.size()) where.error(line, "truncated escape in string literal");
             const std::string hex(src.substr(j + 1, digits));
             if (hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
-              where.error(line, "bad escape \\" + std::string(1, src[j]) + hex + " in string literal");
+              where.error(line,
+                          "bad escape \\" + std::string(1, src[j]) + hex + " in string literal");
             utf8::append_code_point(text, static_cast<std::uint32_t>(std::stoul(hex, nullptr, 16)));
             j += digits;
             break;
@@ -490,8 +593,9 @@ std::vector<Token> lex_expression(std::string_view src, int line, const Located&
       i = j + 1;
       continue;
     }
-    static const char* const kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
-                                       ">",  "=",  "(",  ")",  "[",  "]",  "{", "}", ",", ":", ".", "|"};
+    static const char* const kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",
+                                       "/",  "%",  "~",  "<",  ">",  "=",  "(", ")", "[",
+                                       "]",  "{",  "}",  ",",  ":",  ".",  "|"};
     bool matched = false;
     for (const char* op : kOps) {
       const std::size_t n = std::char_traits<char>::length(op);
@@ -530,7 +634,8 @@ std::vector<Piece> split_template(std::string_view source, const Located& where)
   while (pos <= src.size()) {
     std::size_t at = pos;
     while ((at = src.find('{', at)) != std::string::npos) {
-      if (at + 1 < src.size() && (src[at + 1] == '{' || src[at + 1] == '%' || src[at + 1] == '#')) break;
+      if (at + 1 < src.size() && (src[at + 1] == '{' || src[at + 1] == '%' || src[at + 1] == '#'))
+        break;
       ++at;
     }
     std::string text = src.substr(pos, at == std::string::npos ? std::string::npos : at - pos);
@@ -554,7 +659,8 @@ std::vector<Piece> split_template(std::string_view source, const Located& where)
       const std::size_t nl = text.rfind('\n');
       const std::size_t from = nl == std::string::npos ? 0 : nl + 1;
       const bool at_line_start = nl != std::string::npos || pos == 0 || src[pos - 1] == '\n';
-      if (at_line_start && text.find_first_not_of(" \t", from) == std::string::npos) text.erase(from);
+      if (at_line_start && text.find_first_not_of(" \t", from) == std::string::npos)
+        text.erase(from);
     }
     if (!text.empty()) pieces.push_back({Piece::Kind::text, text, text_line});
 
@@ -568,8 +674,10 @@ std::vector<Piece> split_template(std::string_view source, const Located& where)
       for (; end + 1 < src.size(); ++end) {
         const char c = src[end];
         if (quote) {
-          if (c == '\\') ++end;
-          else if (c == quote) quote = 0;
+          if (c == '\\')
+            ++end;
+          else if (c == quote)
+            quote = 0;
         } else if (c == '\'' || c == '"') {
           quote = c;
         } else if (src.compare(end, 2, close) == 0) {
@@ -578,7 +686,8 @@ std::vector<Piece> split_template(std::string_view source, const Located& where)
       }
       if (end + 1 >= src.size()) end = std::string::npos;
     }
-    if (end == std::string::npos) where.error(line, "'" + src.substr(at, 2) + "' is never closed by '" + close + "'");
+    if (end == std::string::npos)
+      where.error(line, "'" + src.substr(at, 2) + "' is never closed by '" + close + "'");
     std::string inner = src.substr(at + 2, end - at - 2);
     strip_leading = !inner.empty() && inner.back() == '-';
     if (strip_leading) inner.pop_back();
@@ -663,7 +772,8 @@ const Value* named_arg(const Args& args, std::size_t index, const char* name) {
 }
 
 std::string need_string(const Value* v, const char* what) {
-  if (v == nullptr || v->kind != Value::Kind::string) fail(std::string(what) + " expects a string argument");
+  if (v == nullptr || v->kind != Value::Kind::string)
+    fail(std::string(what) + " expects a string argument");
   return v->string;
 }
 
@@ -699,7 +809,8 @@ List python_split(const std::string& s, const Value* sep, std::int64_t max_split
   std::size_t from = 0;
   for (;;) {
     const std::size_t at = s.find(delimiter, from);
-    if (at == std::string::npos || (max_split >= 0 && static_cast<std::int64_t>(parts.size()) == max_split)) {
+    if (at == std::string::npos ||
+        (max_split >= 0 && static_cast<std::int64_t>(parts.size()) == max_split)) {
       parts.push_back(Value::of(s.substr(from)));
       return parts;
     }
@@ -708,10 +819,12 @@ List python_split(const std::string& s, const Value* sep, std::int64_t max_split
   }
 }
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to, std::int64_t count) {
+std::string replace_all(std::string s, const std::string& from, const std::string& to,
+                        std::int64_t count) {
   if (from.empty()) return s;
   std::size_t at = 0;
-  for (std::int64_t n = 0; (count < 0 || n < count) && (at = s.find(from, at)) != std::string::npos; ++n) {
+  for (std::int64_t n = 0; (count < 0 || n < count) && (at = s.find(from, at)) != std::string::npos;
+       ++n) {
     s.replace(at, from.size(), to);
     at += to.size();
   }
@@ -734,10 +847,12 @@ std::string title_case(const std::string& s, bool only_first) {
 
 // Python's str.upper() / str.lower(): full Unicode case mapping (so "ß".upper() is "SS").
 std::string change_case(const std::string& s, bool upper) {
-  if (std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) {
+  if (std::all_of(s.begin(), s.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x80; })) {
     std::string out = s;
     for (char& c : out)
-      c = static_cast<char>(upper ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+      c = static_cast<char>(upper ? std::toupper(static_cast<unsigned char>(c))
+                                  : std::tolower(static_cast<unsigned char>(c)));
     return out;
   }
   UErrorCode status = U_ZERO_ERROR;
@@ -746,7 +861,8 @@ std::string change_case(const std::string& s, bool upper) {
   std::string out(s.size() * 3 + 4, '\0');
   status = U_ZERO_ERROR;
   const auto convert = upper ? ucasemap_utf8ToUpper : ucasemap_utf8ToLower;
-  const int32_t n = convert(map, out.data(), static_cast<int32_t>(out.size()), s.data(), static_cast<int32_t>(s.size()), &status);
+  const int32_t n = convert(map, out.data(), static_cast<int32_t>(out.size()), s.data(),
+                            static_cast<int32_t>(s.size()), &status);
   ucasemap_close(map);
   if (U_FAILURE(status)) fail(std::string("case mapping failed: ") + u_errorName(status));
   out.resize(static_cast<std::size_t>(n));
@@ -759,17 +875,21 @@ Value method(const Value& obj, const std::string& name) {
     const std::string s = obj.string;
     if (name == "strip" || name == "lstrip" || name == "rstrip") {
       const Side side = name == "strip" ? Side::both : name == "lstrip" ? Side::left : Side::right;
-      return Value::fn([s, side](const Args& a) { return Value::of(strip(s, named_arg(a, 0, "chars"), side)); });
+      return Value::fn(
+          [s, side](const Args& a) { return Value::of(strip(s, named_arg(a, 0, "chars"), side)); });
     }
     if (name == "startswith" || name == "endswith") {
       const bool starts = name == "startswith";
       return Value::fn([s, starts](const Args& a) {
         const Value* arg = named_arg(a, 0, "prefix");
-        List options = arg != nullptr && arg->kind == Value::Kind::list ? *arg->list : List{arg ? *arg : Value()};
+        List options = arg != nullptr && arg->kind == Value::Kind::list
+                           ? *arg->list
+                           : List{arg ? *arg : Value()};
         for (const Value& o : options) {
           const std::string p = need_string(&o, starts ? "startswith" : "endswith");
-          const bool hit = starts ? s.rfind(p, 0) == 0
-                                  : s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+          const bool hit =
+              starts ? s.rfind(p, 0) == 0
+                     : s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
           if (hit) return Value::of(true);
         }
         return Value::of(false);
@@ -778,12 +898,16 @@ Value method(const Value& obj, const std::string& name) {
     if (name == "split")
       return Value::fn([s](const Args& a) {
         const Value* max = named_arg(a, 1, "maxsplit");
-        return Value::of(python_split(s, named_arg(a, 0, "sep"), max ? need_int(max, "split") : -1));
+        return Value::of(
+            python_split(s, named_arg(a, 0, "sep"), max ? need_int(max, "split") : -1));
       });
     if (name == "upper" || name == "lower")
-      return Value::fn([s, upper = name == "upper"](const Args&) { return Value::of(change_case(s, upper)); });
+      return Value::fn(
+          [s, upper = name == "upper"](const Args&) { return Value::of(change_case(s, upper)); });
     if (name == "title" || name == "capitalize")
-      return Value::fn([s, first = name == "capitalize"](const Args&) { return Value::of(title_case(s, first)); });
+      return Value::fn([s, first = name == "capitalize"](const Args&) {
+        return Value::of(title_case(s, first));
+      });
     if (name == "replace")
       return Value::fn([s](const Args& a) {
         const Value* count = named_arg(a, 2, "count");
@@ -794,8 +918,9 @@ Value method(const Value& obj, const std::string& name) {
     if (name == "find")
       return Value::fn([s](const Args& a) {
         const std::size_t at = s.find(need_string(named_arg(a, 0, "sub"), "find"));
-        return Value::of(at == std::string::npos ? std::int64_t{-1}
-                                                 : static_cast<std::int64_t>(code_points(s.substr(0, at)).size()));
+        return Value::of(at == std::string::npos
+                             ? std::int64_t{-1}
+                             : static_cast<std::int64_t>(code_points(s.substr(0, at)).size()));
       });
     if (name == "join")
       return Value::fn([s](const Args& a) {
@@ -837,7 +962,8 @@ Value method(const Value& obj, const std::string& name) {
 
 // obj.name: Jinja tries the attribute (here: a method) first, then the item.
 Value get_attribute(const Value& obj, const std::string& name) {
-  if (obj.kind == Value::Kind::undefined) fail("cannot read attribute '" + name + "' of an undefined value");
+  if (obj.kind == Value::Kind::undefined)
+    fail("cannot read attribute '" + name + "' of an undefined value");
   if (obj.kind == Value::Kind::dict) {
     if (!obj.is_namespace) {
       Value m = method(obj, name);
@@ -849,7 +975,9 @@ Value get_attribute(const Value& obj, const std::string& name) {
   return method(obj, name);
 }
 
-std::int64_t normalize_index(std::int64_t i, std::size_t size) { return i < 0 ? i + static_cast<std::int64_t>(size) : i; }
+std::int64_t normalize_index(std::int64_t i, std::size_t size) {
+  return i < 0 ? i + static_cast<std::int64_t>(size) : i;
+}
 
 // obj[key]: the item first, then the attribute.
 Value get_item(const Value& obj, const Value& key) {
@@ -861,7 +989,8 @@ Value get_item(const Value& obj, const Value& key) {
     }
     return Value();
   }
-  if ((obj.kind == Value::Kind::list || obj.kind == Value::Kind::string) && key.kind == Value::Kind::integer) {
+  if ((obj.kind == Value::Kind::list || obj.kind == Value::Kind::string) &&
+      key.kind == Value::Kind::integer) {
     if (obj.kind == Value::Kind::list) {
       const std::int64_t i = normalize_index(key.integer, obj.list->size());
       if (i < 0 || i >= static_cast<std::int64_t>(obj.list->size())) return Value();
@@ -870,17 +999,21 @@ Value get_item(const Value& obj, const Value& key) {
     const auto cps = code_points(obj.string);
     const std::int64_t i = normalize_index(key.integer, cps.size());
     if (i < 0 || i >= static_cast<std::int64_t>(cps.size())) return Value();
-    return Value::of(from_code_points(cps, static_cast<std::size_t>(i), static_cast<std::size_t>(i) + 1));
+    return Value::of(
+        from_code_points(cps, static_cast<std::size_t>(i), static_cast<std::size_t>(i) + 1));
   }
   if (key.kind == Value::Kind::string) return get_attribute(obj, key.string);
   return Value();
 }
 
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step_value) {
-  const std::int64_t step = step_value.defined() && step_value.kind != Value::Kind::none ? need_int(&step_value, "slice") : 1;
+  const std::int64_t step = step_value.defined() && step_value.kind != Value::Kind::none
+                                ? need_int(&step_value, "slice")
+                                : 1;
   if (step == 0) fail("slice step cannot be zero");
   const bool is_string = obj.kind == Value::Kind::string;
-  if (!is_string && obj.kind != Value::Kind::list) fail(std::string("cannot slice a ") + kind_name(obj));
+  if (!is_string && obj.kind != Value::Kind::list)
+    fail(std::string("cannot slice a ") + kind_name(obj));
   std::vector<std::uint32_t> cps;
   if (is_string) cps = code_points(obj.string);
   const auto n = static_cast<std::int64_t>(is_string ? cps.size() : obj.list->size());
@@ -892,12 +1025,15 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
     if (step > 0) return std::clamp<std::int64_t>(i, 0, n);
     return std::clamp<std::int64_t>(i, -1, n - 1);
   };
-  const std::int64_t begin = bound(start, step > 0 ? 0 : n - 1), end = bound(stop, step > 0 ? n : -1);
+  const std::int64_t begin = bound(start, step > 0 ? 0 : n - 1),
+                     end = bound(stop, step > 0 ? n : -1);
   std::string text;
   List items;
   for (std::int64_t i = begin; step > 0 ? i < end : i > end; i += step) {
-    if (is_string) utf8::append_code_point(text, cps[static_cast<std::size_t>(i)]);
-    else items.push_back((*obj.list)[static_cast<std::size_t>(i)]);
+    if (is_string)
+      utf8::append_code_point(text, cps[static_cast<std::size_t>(i)]);
+    else
+      items.push_back((*obj.list)[static_cast<std::size_t>(i)]);
   }
   return is_string ? Value::of(text) : Value::of(std::move(items));
 }
@@ -926,35 +1062,51 @@ const std::map<std::string, std::pair<int, TestFn>>& tests() {
       {"true", {0, [](const Value& v, auto&) { return v.kind == K::boolean && v.boolean; }}},
       {"false", {0, [](const Value& v, auto&) { return v.kind == K::boolean && !v.boolean; }}},
       {"string", {0, [](const Value& v, auto&) { return v.kind == K::string; }}},
-      {"number", {0, [](const Value& v, auto&) { return v.kind == K::integer || v.kind == K::number; }}},
+      {"number",
+       {0, [](const Value& v, auto&) { return v.kind == K::integer || v.kind == K::number; }}},
       {"integer", {0, [](const Value& v, auto&) { return v.kind == K::integer; }}},
       {"float", {0, [](const Value& v, auto&) { return v.kind == K::number; }}},
       {"mapping", {0, [](const Value& v, auto&) { return v.kind == K::dict; }}},
-      {"iterable", {0, [](const Value& v, auto&) { return v.kind == K::list || v.kind == K::dict || v.kind == K::string; }}},
-      {"sequence", {0, [](const Value& v, auto&) { return v.kind == K::list || v.kind == K::dict || v.kind == K::string; }}},
+      {"iterable",
+       {0, [](const Value& v,
+              auto&) { return v.kind == K::list || v.kind == K::dict || v.kind == K::string; }}},
+      {"sequence",
+       {0, [](const Value& v,
+              auto&) { return v.kind == K::list || v.kind == K::dict || v.kind == K::string; }}},
       {"callable", {0, [](const Value& v, auto&) { return v.kind == K::function; }}},
       {"odd", {0, [](const Value& v, auto&) { return need_int(&v, "odd") % 2 != 0; }}},
       {"even", {0, [](const Value& v, auto&) { return need_int(&v, "even") % 2 == 0; }}},
-      {"lower", {0, [](const Value& v, auto&) { return v.kind == K::string && change_case(v.string, false) == v.string; }}},
-      {"upper", {0, [](const Value& v, auto&) { return v.kind == K::string && change_case(v.string, true) == v.string; }}},
-      {"divisibleby", {1, [](const Value& v, auto& a) {
-         const std::int64_t d = test_int(a, "divisibleby");
-         return d != 0 && need_int(&v, "divisibleby") % d == 0;
-       }}},
+      {"lower",
+       {0, [](const Value& v,
+              auto&) { return v.kind == K::string && change_case(v.string, false) == v.string; }}},
+      {"upper",
+       {0, [](const Value& v,
+              auto&) { return v.kind == K::string && change_case(v.string, true) == v.string; }}},
+      {"divisibleby",
+       {1,
+        [](const Value& v, auto& a) {
+          const std::int64_t d = test_int(a, "divisibleby");
+          return d != 0 && need_int(&v, "divisibleby") % d == 0;
+        }}},
       {"equalto", {1, [](const Value& v, auto& a) { return !a.empty() && equal(v, a[0]); }}},
       {"eq", {1, [](const Value& v, auto& a) { return !a.empty() && equal(v, a[0]); }}},
       {"ne", {1, [](const Value& v, auto& a) { return a.empty() || !equal(v, a[0]); }}},
-      {"sameas", {1, [](const Value& v, auto& a) { return !a.empty() && equal(v, a[0]) && v.kind == a[0].kind; }}},
+      {"sameas",
+       {1, [](const Value& v,
+              auto& a) { return !a.empty() && equal(v, a[0]) && v.kind == a[0].kind; }}},
       {"lt", {1, compare([](double x, double y) { return x < y; })}},
       {"le", {1, compare([](double x, double y) { return x <= y; })}},
       {"gt", {1, compare([](double x, double y) { return x > y; })}},
       {"ge", {1, compare([](double x, double y) { return x >= y; })}},
-      {"in", {1, [](const Value& v, auto& a) {
-         if (a.empty()) return false;
-         for (const Value& e : iterate(a[0]))
-           if (equal(e, v)) return true;
-         return a[0].kind == K::string && v.kind == K::string && a[0].string.find(v.string) != std::string::npos;
-       }}},
+      {"in",
+       {1,
+        [](const Value& v, auto& a) {
+          if (a.empty()) return false;
+          for (const Value& e : iterate(a[0]))
+            if (equal(e, v)) return true;
+          return a[0].kind == K::string && v.kind == K::string &&
+                 a[0].string.find(v.string) != std::string::npos;
+        }}},
   };
   return table;
 }
@@ -975,7 +1127,8 @@ List select_items(const Value& seq, const Args& args, bool by_attribute, bool ke
   if (args.positional.size() > first) {
     test = need_string(&args.positional[first], "select");
     if (!tests().count(test)) fail("test '" + test + "' is not supported");
-    test_args.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(first) + 1, args.positional.end());
+    test_args.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(first) + 1,
+                     args.positional.end());
   }
   List kept;
   for (const Value& item : iterate(seq)) {
@@ -989,58 +1142,76 @@ List select_items(const Value& seq, const Args& args, bool by_attribute, bool ke
 const std::map<std::string, FilterFn>& filters() {
   using K = Value::Kind;
   static const std::map<std::string, FilterFn> table = {
-      {"trim", [](const Value& v, const Args& a) { return Value::of(strip(str(v), named_arg(a, 0, "chars"), Side::both)); }},
-      {"length", [](const Value& v, const Args&) { return Value::of(static_cast<std::int64_t>(length_of(v))); }},
-      {"count", [](const Value& v, const Args&) { return Value::of(static_cast<std::int64_t>(length_of(v))); }},
+      {"trim",
+       [](const Value& v, const Args& a) {
+         return Value::of(strip(str(v), named_arg(a, 0, "chars"), Side::both));
+       }},
+      {"length", [](const Value& v,
+                    const Args&) { return Value::of(static_cast<std::int64_t>(length_of(v))); }},
+      {"count", [](const Value& v,
+                   const Args&) { return Value::of(static_cast<std::int64_t>(length_of(v))); }},
       {"upper", [](const Value& v, const Args&) { return Value::of(change_case(str(v), true)); }},
       {"lower", [](const Value& v, const Args&) { return Value::of(change_case(str(v), false)); }},
-      {"capitalize", [](const Value& v, const Args&) { return Value::of(title_case(str(v), true)); }},
+      {"capitalize",
+       [](const Value& v, const Args&) { return Value::of(title_case(str(v), true)); }},
       {"title", [](const Value& v, const Args&) { return Value::of(title_case(str(v), false)); }},
       {"string", [](const Value& v, const Args&) { return Value::of(str(v)); }},
       {"safe", [](const Value& v, const Args&) { return v; }},
       {"list", [](const Value& v, const Args&) { return Value::of(iterate(v)); }},
-      {"first", [](const Value& v, const Args&) {
+      {"first",
+       [](const Value& v, const Args&) {
          const List items = iterate(v);
          return items.empty() ? Value() : items.front();
        }},
-      {"last", [](const Value& v, const Args&) {
+      {"last",
+       [](const Value& v, const Args&) {
          const List items = iterate(v);
          return items.empty() ? Value() : items.back();
        }},
-      {"default", [](const Value& v, const Args& a) {
+      {"default",
+       [](const Value& v, const Args& a) {
          const Value* fallback = named_arg(a, 0, "default_value");
          const Value* boolean = named_arg(a, 1, "boolean");
          const bool use_fallback = boolean && truthy(*boolean) ? !truthy(v) : !v.defined();
          return use_fallback ? (fallback ? *fallback : Value::of(std::string())) : v;
        }},
-      {"join", [](const Value& v, const Args& a) {
+      {"join",
+       [](const Value& v, const Args& a) {
          const Value* sep = named_arg(a, 0, "d");
          const Value* attribute = named_arg(a, 1, "attribute");
          std::string out;
          bool first = true;
          for (const Value& item : iterate(v)) {
-           out += (first ? "" : (sep ? str(*sep) : "")) + str(attribute ? get_attribute(item, str(*attribute)) : item);
+           out += (first ? "" : (sep ? str(*sep) : "")) +
+                  str(attribute ? get_attribute(item, str(*attribute)) : item);
            first = false;
          }
          return Value::of(out);
        }},
-      {"replace", [](const Value& v, const Args& a) {
+      {"replace",
+       [](const Value& v, const Args& a) {
          const Value* count = named_arg(a, 2, "count");
          return Value::of(replace_all(str(v), need_string(named_arg(a, 0, "old"), "replace"),
                                       need_string(named_arg(a, 1, "new"), "replace"),
                                       count ? need_int(count, "replace") : -1));
        }},
-      {"tojson", [](const Value& v, const Args& a) {
+      {"tojson",
+       [](const Value& v, const Args& a) {
          const Value* indent = named_arg(a, 0, "indent");
          std::string out;
-         to_json(v, indent && indent->kind != K::none ? static_cast<int>(need_int(indent, "tojson")) : 0, 0, out);
+         to_json(
+             v,
+             indent && indent->kind != K::none ? static_cast<int>(need_int(indent, "tojson")) : 0,
+             0, out);
          return Value::of(out);
        }},
-      {"items", [](const Value& v, const Args&) {
+      {"items",
+       [](const Value& v, const Args&) {
          if (v.kind != K::dict) fail(std::string("items expects a dict, got ") + kind_name(v));
          return (*method(v, "items").function)(Args{});
        }},
-      {"int", [](const Value& v, const Args&) {
+      {"int",
+       [](const Value& v, const Args&) {
          if (v.kind == K::string) {
            try {
              return Value::of(static_cast<std::int64_t>(std::stoll(v.string)));
@@ -1048,18 +1219,26 @@ const std::map<std::string, FilterFn>& filters() {
              return Value::of(std::int64_t{0});
            }
          }
-         return Value::of(v.kind == K::number ? static_cast<std::int64_t>(v.number) : v.is_number() ? need_int(&v, "int") : 0);
+         return Value::of(v.kind == K::number ? static_cast<std::int64_t>(v.number)
+                          : v.is_number()     ? need_int(&v, "int")
+                                              : 0);
        }},
-      {"abs", [](const Value& v, const Args&) {
+      {"abs",
+       [](const Value& v, const Args&) {
          if (v.kind == K::number) return Value::of_number(std::fabs(v.number));
          const std::int64_t i = need_int(&v, "abs");
          return Value::of(i < 0 ? -i : i);
        }},
-      {"select", [](const Value& v, const Args& a) { return Value::of(select_items(v, a, false, true)); }},
-      {"reject", [](const Value& v, const Args& a) { return Value::of(select_items(v, a, false, false)); }},
-      {"selectattr", [](const Value& v, const Args& a) { return Value::of(select_items(v, a, true, true)); }},
-      {"rejectattr", [](const Value& v, const Args& a) { return Value::of(select_items(v, a, true, false)); }},
-      {"map", [](const Value& v, const Args& a) {
+      {"select",
+       [](const Value& v, const Args& a) { return Value::of(select_items(v, a, false, true)); }},
+      {"reject",
+       [](const Value& v, const Args& a) { return Value::of(select_items(v, a, false, false)); }},
+      {"selectattr",
+       [](const Value& v, const Args& a) { return Value::of(select_items(v, a, true, true)); }},
+      {"rejectattr",
+       [](const Value& v, const Args& a) { return Value::of(select_items(v, a, true, false)); }},
+      {"map",
+       [](const Value& v, const Args& a) {
          const Value* attribute = nullptr;
          for (auto& [k, e] : a.named)
            if (k == "attribute") attribute = &e;
@@ -1076,7 +1255,8 @@ const std::map<std::string, FilterFn>& filters() {
 std::unordered_map<std::string, Value> globals() {
   std::unordered_map<std::string, Value> g;
   g["raise_exception"] = Value::fn([](const Args& a) -> Value {
-    fail("template raised an exception: " + (a.positional.empty() ? std::string() : str(a.positional[0])));
+    fail("template raised an exception: " +
+         (a.positional.empty() ? std::string() : str(a.positional[0])));
   });
   g["namespace"] = Value::fn([](const Args& a) {
     Value ns = Value::of(Dict{});
@@ -1098,7 +1278,8 @@ std::unordered_map<std::string, Value> globals() {
     }
     if (step == 0) fail("range step cannot be zero");
     List out;
-    for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value::of(i));
+    for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+      out.push_back(Value::of(i));
     return Value::of(std::move(out));
   });
   g["strftime_now"] = Value::fn([](const Args& a) {
@@ -1155,7 +1336,8 @@ struct Attribute : Expr {
     const Value obj = object->eval(ctx);
     if (!obj.defined()) {
       const std::string s = object->spelling();
-      ctx.where->error(line, (s.empty() ? std::string("value") : "'" + s + "'") + " is undefined (reading ." + name + ")");
+      ctx.where->error(line, (s.empty() ? std::string("value") : "'" + s + "'") +
+                                 " is undefined (reading ." + name + ")");
     }
     return at_line(ctx, line, [&] { return get_attribute(obj, name); });
   }
@@ -1202,7 +1384,8 @@ struct Call : Expr {
     if (f.kind != Value::Kind::function) {
       const std::string s = callee->spelling();
       ctx.where->error(line, (s.empty() ? std::string("value") : "'" + s + "'") +
-                                 (f.defined() ? " is not callable" : " is undefined or not a supported function"));
+                                 (f.defined() ? " is not callable"
+                                              : " is undefined or not a supported function"));
     }
     const Args a = args.eval(ctx);
     return at_line(ctx, line, [&] { return (*f.function)(a); });
@@ -1259,7 +1442,8 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
       return Value::of(std::move(l));
     }
   }
-  if (op == "*" && ((a.kind == K::string && b.kind == K::integer) || (a.kind == K::integer && b.kind == K::string))) {
+  if (op == "*" && ((a.kind == K::string && b.kind == K::integer) ||
+                    (a.kind == K::integer && b.kind == K::string))) {
     const Value& s = a.kind == K::string ? a : b;
     std::string out;
     for (std::int64_t n = a.kind == K::integer ? a.integer : b.integer; n > 0; --n) out += s.string;
@@ -1269,7 +1453,8 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     fail("cannot apply '" + op + "' to " + kind_name(a) + " and " + kind_name(b));
   const bool integral = a.kind != K::number && b.kind != K::number;
   if (integral && op != "/") {
-    const std::int64_t x = a.kind == K::boolean ? a.boolean : a.integer, y = b.kind == K::boolean ? b.boolean : b.integer;
+    const std::int64_t x = a.kind == K::boolean ? a.boolean : a.integer,
+                       y = b.kind == K::boolean ? b.boolean : b.integer;
     if (op == "+") return Value::of(x + y);
     if (op == "-") return Value::of(x - y);
     if (op == "*") return Value::of(x * y);
@@ -1303,9 +1488,11 @@ bool contains(const Value& container, const Value& item) {
     if (item.kind != Value::Kind::string) fail("'in <string>' requires a string on the left");
     return container.string.find(item.string) != std::string::npos;
   }
-  if (container.kind == Value::Kind::dict) return item.kind == Value::Kind::string && container.find(item.string) != nullptr;
+  if (container.kind == Value::Kind::dict)
+    return item.kind == Value::Kind::string && container.find(item.string) != nullptr;
   if (container.kind == Value::Kind::list)
-    return std::any_of(container.list->begin(), container.list->end(), [&](const Value& e) { return equal(e, item); });
+    return std::any_of(container.list->begin(), container.list->end(),
+                       [&](const Value& e) { return equal(e, item); });
   fail(std::string("argument of type ") + kind_name(container) + " is not a container ('in')");
 }
 
@@ -1378,13 +1565,15 @@ struct If : Node {
   }
 };
 
-void assign_targets(Context& ctx, const std::vector<std::string>& targets, const Value& v, int line) {
+void assign_targets(Context& ctx, const std::vector<std::string>& targets, const Value& v,
+                    int line) {
   if (targets.size() == 1) {
     ctx.assign(targets[0], v);
     return;
   }
   if (v.kind != Value::Kind::list || v.list->size() != targets.size())
-    ctx.where->error(line, "cannot unpack " + std::string(kind_name(v)) + " into " + std::to_string(targets.size()) + " names");
+    ctx.where->error(line, "cannot unpack " + std::string(kind_name(v)) + " into " +
+                               std::to_string(targets.size()) + " names");
   for (std::size_t i = 0; i < targets.size(); ++i) ctx.assign(targets[i], (*v.list)[i]);
 }
 
@@ -1454,7 +1643,8 @@ struct Set : Node {
     }
     Value ns = ctx.lookup(targets[0]);
     if (ns.kind != Value::Kind::dict || !ns.is_namespace)
-      ctx.where->error(line, "cannot set '" + targets[0] + "." + attribute + "': '" + targets[0] + "' is not a namespace()");
+      ctx.where->error(line, "cannot set '" + targets[0] + "." + attribute + "': '" + targets[0] +
+                                 "' is not a namespace()");
     ns.put(attribute, std::move(v));
     return Flow::normal;
   }
@@ -1469,11 +1659,16 @@ struct LoopControl : Node {
 
 class ExprParser {
  public:
-  ExprParser(std::vector<Token> tokens, const Located& where) : tokens_(std::move(tokens)), where_(where) {}
+  ExprParser(std::vector<Token> tokens, const Located& where)
+      : tokens_(std::move(tokens)), where_(where) {}
 
-  const Token& peek(std::size_t ahead = 0) const { return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)]; }
+  const Token& peek(std::size_t ahead = 0) const {
+    return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];
+  }
   bool at_end() const { return peek().type == Tok::end; }
-  bool is_op(const char* op, std::size_t ahead = 0) const { return peek(ahead).type == Tok::op && peek(ahead).text == op; }
+  bool is_op(const char* op, std::size_t ahead = 0) const {
+    return peek(ahead).type == Tok::op && peek(ahead).text == op;
+  }
   bool is_name(const char* name, std::size_t ahead = 0) const {
     return peek(ahead).type == Tok::name && peek(ahead).text == name;
   }
@@ -1490,7 +1685,9 @@ class ExprParser {
   void expect_end() {
     if (!at_end()) error("unexpected " + describe(peek()));
   }
-  static std::string describe(const Token& t) { return t.type == Tok::end ? "end of tag" : "'" + t.text + "'"; }
+  static std::string describe(const Token& t) {
+    return t.type == Tok::end ? "end of tag" : "'" + t.text + "'";
+  }
 
   ExprPtr expression() {
     ExprPtr e = or_expr();
@@ -1682,7 +1879,8 @@ class ExprParser {
         ++pos_;
         f->value = std::move(e);
         f->name = expect_name();
-        if (!filters().count(f->name)) where_.error(f->line, "filter '" + f->name + "' is not supported");
+        if (!filters().count(f->name))
+          where_.error(f->line, "filter '" + f->name + "' is not supported");
         if (accept_op("(")) f->args = call_args();
         e = std::move(f);
       } else if (is_name("is")) {
@@ -1692,7 +1890,8 @@ class ExprParser {
         t->negated = accept_name("not");
         t->name = expect_name();
         auto found = tests().find(t->name);
-        if (found == tests().end()) where_.error(t->line, "test '" + t->name + "' is not supported");
+        if (found == tests().end())
+          where_.error(t->line, "test '" + t->name + "' is not supported");
         if (accept_op("(")) {
           ArgExprs args = call_args();
           t->args = std::move(args.positional);
@@ -1730,9 +1929,12 @@ class ExprParser {
     if (t.type == Tok::name) {
       ++pos_;
       auto l = make<Literal>();
-      if (t.text == "true" || t.text == "True") l->value = Value::of(true);
-      else if (t.text == "false" || t.text == "False") l->value = Value::of(false);
-      else if (t.text == "none" || t.text == "None") l->value = Value::none();
+      if (t.text == "true" || t.text == "True")
+        l->value = Value::of(true);
+      else if (t.text == "false" || t.text == "False")
+        l->value = Value::of(false);
+      else if (t.text == "none" || t.text == "None")
+        l->value = Value::none();
       else {
         auto n = make<Name>();
         n->name = t.text;
@@ -1782,7 +1984,8 @@ class ExprParser {
 
 class TemplateParser {
  public:
-  TemplateParser(std::vector<Piece> pieces, const Located& where) : pieces_(std::move(pieces)), where_(where) {}
+  TemplateParser(std::vector<Piece> pieces, const Located& where)
+      : pieces_(std::move(pieces)), where_(where) {}
 
   Body parse_all() {
     std::string end_tag;
@@ -1804,7 +2007,8 @@ class TemplateParser {
         body.push_back(std::move(t));
         continue;
       }
-      auto parser = std::make_unique<ExprParser>(lex_expression(piece.content, piece.line, where_), where_);
+      auto parser =
+          std::make_unique<ExprParser>(lex_expression(piece.content, piece.line, where_), where_);
       if (piece.kind == Piece::Kind::output) {
         auto o = std::make_unique<Output>();
         o->line = piece.line;
@@ -1821,7 +2025,8 @@ class TemplateParser {
       }
       body.push_back(statement(keyword, *parser, piece.line));
     }
-    if (!ends.empty()) where_.error(pieces_.empty() ? 1 : pieces_.back().line, "missing {% " + ends.back() + " %}");
+    if (!ends.empty())
+      where_.error(pieces_.empty() ? 1 : pieces_.back().line, "missing {% " + ends.back() + " %}");
     return body;
   }
 
@@ -1892,7 +2097,8 @@ class TemplateParser {
         p.expect_end();
       } else {
         p.expect_end();
-        if (node->targets.size() != 1 || !node->attribute.empty()) p.error("a {% set %} block assigns one name");
+        if (node->targets.size() != 1 || !node->attribute.empty())
+          p.error("a {% set %} block assigns one name");
         std::string end;
         node->block = parse_body({"endset"}, end);
         take_end()->expect_end();
@@ -1936,14 +2142,16 @@ Template& Template::operator=(Template&&) noexcept = default;
 Template::~Template() = default;
 
 std::string Template::render(const nlohmann::ordered_json& variables) const {
-  if (!variables.is_object()) fail(impl_->where.origin + ": template variables must be a JSON object");
+  if (!variables.is_object())
+    fail(impl_->where.origin + ": template variables must be a JSON object");
   Context ctx;
   ctx.where = &impl_->where;
   ctx.scopes.push_back(globals());
   ctx.scopes.emplace_back();
   for (auto& [k, v] : variables.items()) ctx.assign(k, from_json(v));
   const Flow flow = run(impl_->body, ctx);
-  if (flow != Flow::normal) fail(impl_->where.origin + ": {% break %} or {% continue %} outside a loop");
+  if (flow != Flow::normal)
+    fail(impl_->where.origin + ": {% break %} or {% continue %} outside a loop");
   return std::move(ctx.out);
 }
 

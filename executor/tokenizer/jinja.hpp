@@ -5,10 +5,9 @@
 // filter or test) is refused when the template is parsed, naming the construct and the line, so
 // a model whose template we would render wrongly is caught at load time.
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 namespace telos::jinja {
 

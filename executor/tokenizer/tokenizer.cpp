@@ -146,8 +146,8 @@ class Regex {
     std::size_t gap_start = 0, at = 0;
     while (at < text.size()) {
       // The whole input was validated once; re-checking per call would make this quadratic.
-      const int rc = pcre2_match(code_, subject, text.size(), at, PCRE2_NO_UTF_CHECK, data.get(),
-                                 nullptr);
+      const int rc =
+          pcre2_match(code_, subject, text.size(), at, PCRE2_NO_UTF_CHECK, data.get(), nullptr);
       if (rc == PCRE2_ERROR_NOMATCH) break;
       if (rc < 0) {
         std::array<PCRE2_UCHAR, 256> message{};
@@ -181,11 +181,13 @@ constexpr const char* kGpt2Pattern =
 
 std::string nfc(std::string_view text) {
   // ASCII is always in NFC; most prompts are mostly ASCII.
-  if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
+  if (std::all_of(text.begin(), text.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
     return std::string(text);
   UErrorCode status = U_ZERO_ERROR;
   const UNormalizer2* normalizer = unorm2_getNFCInstance(&status);
-  if (U_FAILURE(status)) fail(std::string("ICU NFC normalizer unavailable: ") + u_errorName(status));
+  if (U_FAILURE(status))
+    fail(std::string("ICU NFC normalizer unavailable: ") + u_errorName(status));
   auto to_utf16 = [&](std::string_view s) {
     std::u16string out(s.size(), u'\0');
     int32_t length = 0;
@@ -205,8 +207,9 @@ std::string nfc(std::string_view text) {
   // Composition never grows text by more than a small factor; retry once if ICU asks for more.
   std::u16string normal(source.size() * 3 + 16, u'\0');
   status = U_ZERO_ERROR;
-  int32_t length = unorm2_normalize(normalizer, src, src_length, reinterpret_cast<UChar*>(normal.data()),
-                                    static_cast<int32_t>(normal.size()), &status);
+  int32_t length =
+      unorm2_normalize(normalizer, src, src_length, reinterpret_cast<UChar*>(normal.data()),
+                       static_cast<int32_t>(normal.size()), &status);
   if (status == U_BUFFER_OVERFLOW_ERROR) {
     normal.assign(static_cast<std::size_t>(length), u'\0');
     status = U_ZERO_ERROR;
@@ -230,7 +233,9 @@ struct AddedToken {
   bool special, lstrip, rstrip, normalized;
 };
 
-bool is_space_byte(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_space_byte(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 // Finds added tokens in text, leftmost and then longest first (the order Hugging Face's
 // matcher uses), candidates bucketed by first byte so text without them costs one lookup a byte.
@@ -240,11 +245,13 @@ class AddedTokenMatcher {
     if (pattern.empty()) return;
     auto& bucket = by_first_byte_[static_cast<unsigned char>(pattern[0])];
     bucket.push_back({token, std::move(pattern)});
-    std::stable_sort(bucket.begin(), bucket.end(),
-                     [](const Entry& a, const Entry& b) { return a.pattern.size() > b.pattern.size(); });
+    std::stable_sort(bucket.begin(), bucket.end(), [](const Entry& a, const Entry& b) {
+      return a.pattern.size() > b.pattern.size();
+    });
   }
   bool empty() const {
-    return std::all_of(by_first_byte_.begin(), by_first_byte_.end(), [](auto& b) { return b.empty(); });
+    return std::all_of(by_first_byte_.begin(), by_first_byte_.end(),
+                       [](auto& b) { return b.empty(); });
   }
 
   // Calls on_text(piece) for stretches without tokens and on_token(token) for each match, in order.
@@ -379,11 +386,11 @@ void Tokenizer::Impl::load_pre_tokenizer(const json& doc, const Reader& r) {
       if (r.flag(*step, field, "invert", false)) r.bad(field + ".invert", "true is not supported");
       const json& pattern = r.object(*step, field, "pattern");
       if (pattern.contains("Regex")) {
-        splits.push_back(std::make_unique<Regex>(r.string(pattern, field + ".pattern", "Regex"), false,
-                                                 origin + ": " + field + ".pattern.Regex"));
+        splits.push_back(std::make_unique<Regex>(r.string(pattern, field + ".pattern", "Regex"),
+                                                 false, origin + ": " + field + ".pattern.Regex"));
       } else if (pattern.contains("String")) {
-        splits.push_back(std::make_unique<Regex>(r.string(pattern, field + ".pattern", "String"), true,
-                                                 origin + ": " + field + ".pattern.String"));
+        splits.push_back(std::make_unique<Regex>(r.string(pattern, field + ".pattern", "String"),
+                                                 true, origin + ": " + field + ".pattern.String"));
       } else {
         r.bad(field + ".pattern", "must hold \"Regex\" or \"String\"");
       }
@@ -396,14 +403,16 @@ void Tokenizer::Impl::load_pre_tokenizer(const json& doc, const Reader& r) {
       r.bad(field + ".type", "'" + type + "' is not supported (Split and ByteLevel are)");
     }
   }
-  if (!byte_level) r.bad("pre_tokenizer", "a ByteLevel step is required (only byte-level BPE is supported)");
+  if (!byte_level)
+    r.bad("pre_tokenizer", "a ByteLevel step is required (only byte-level BPE is supported)");
 }
 
 void Tokenizer::Impl::load_model(const json& doc, const Reader& r) {
   const json& model = r.object(doc, "tokenizer.json", "model");
   const std::string type = r.type(model, "model");
   if (type != "BPE") r.bad("model.type", "'" + type + "' is not supported (only BPE is)");
-  if (r.flag(model, "model", "byte_fallback", false)) r.bad("model.byte_fallback", "true is not supported");
+  if (r.flag(model, "model", "byte_fallback", false))
+    r.bad("model.byte_fallback", "true is not supported");
   if (auto it = model.find("dropout"); it != model.end() && !it->is_null())
     r.bad("model.dropout", "must be null (dropout is for training)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -419,14 +428,16 @@ void Tokenizer::Impl::load_model(const json& doc, const Reader& r) {
   by_spelling.reserve(vocab_json.size());
   vocab.reserve(vocab_json.size());
   for (auto& [spelling, id_json] : vocab_json.items()) {
-    if (!id_json.is_number_integer() || id_json.get<std::int64_t>() < 0 || id_json.get<std::int64_t>() > INT32_MAX)
+    if (!id_json.is_number_integer() || id_json.get<std::int64_t>() < 0 ||
+        id_json.get<std::int64_t>() > INT32_MAX)
       r.bad("model.vocab[\"" + spelling + "\"]", "must be a non-negative integer id");
     const auto id = id_json.get<TokenId>();
     if (static_cast<std::size_t>(id) >= bytes_of.size()) {
       bytes_of.resize(static_cast<std::size_t>(id) + 1);
       known.resize(static_cast<std::size_t>(id) + 1, 0);
     }
-    if (known[id]) r.bad("model.vocab[\"" + spelling + "\"]", "id " + std::to_string(id) + " is used twice");
+    if (known[id])
+      r.bad("model.vocab[\"" + spelling + "\"]", "id " + std::to_string(id) + " is used twice");
     known[id] = 1;
     by_spelling.emplace(spelling, id);
     if (auto bytes = alphabet.unspell(spelling)) {
@@ -485,7 +496,8 @@ void Tokenizer::Impl::load_added_tokens(const json& doc, const Reader& r) {
     const std::string field = "added_tokens[" + std::to_string(i) + "]";
     if (!t.is_object()) r.bad(field, "must be an object");
     const json& id_json = r.get(t, field, "id");
-    if (!id_json.is_number_integer() || id_json.get<std::int64_t>() < 0 || id_json.get<std::int64_t>() > INT32_MAX)
+    if (!id_json.is_number_integer() || id_json.get<std::int64_t>() < 0 ||
+        id_json.get<std::int64_t>() > INT32_MAX)
       r.bad(field + ".id", "must be a non-negative integer");
     auto token = std::make_unique<AddedToken>();
     token->id = id_json.get<TokenId>();
@@ -497,7 +509,8 @@ void Tokenizer::Impl::load_added_tokens(const json& doc, const Reader& r) {
     token->lstrip = r.flag(t, field, "lstrip", false);
     token->rstrip = r.flag(t, field, "rstrip", false);
     token->normalized = r.flag(t, field, "normalized", !token->special);
-    if (r.flag(t, field, "single_word", false)) r.bad(field + ".single_word", "true is not supported");
+    if (r.flag(t, field, "single_word", false))
+      r.bad(field + ".single_word", "true is not supported");
     const auto id = static_cast<std::size_t>(token->id);
     if (id >= bytes_of.size()) {
       bytes_of.resize(id + 1);
@@ -535,7 +548,8 @@ void Tokenizer::Impl::load_post_processor(const json& doc, const Reader& r) {
     // ByteLevel post-processing only adjusts offsets, which Telos does not report.
     if (type == "ByteLevel") continue;
     if (type != "TemplateProcessing")
-      r.bad(field + ".type", "'" + type + "' is not supported (ByteLevel and TemplateProcessing are)");
+      r.bad(field + ".type",
+            "'" + type + "' is not supported (ByteLevel and TemplateProcessing are)");
     const json& single = r.get(*step, field, "single");
     const json& specials = r.get(*step, field, "special_tokens");
     if (!single.is_array()) r.bad(field + ".single", "must be an array");
@@ -546,12 +560,15 @@ void Tokenizer::Impl::load_post_processor(const json& doc, const Reader& r) {
       if (piece.is_object() && piece.contains("Sequence")) {
         seen_sequence = true;
       } else if (piece.is_object() && piece.contains("SpecialToken")) {
-        const std::string name = r.string(piece["SpecialToken"], piece_field + ".SpecialToken", "id");
+        const std::string name =
+            r.string(piece["SpecialToken"], piece_field + ".SpecialToken", "id");
         auto sp = specials.find(name);
-        if (sp == specials.end() || !sp->is_object() || !sp->contains("ids") || !(*sp)["ids"].is_array())
+        if (sp == specials.end() || !sp->is_object() || !sp->contains("ids") ||
+            !(*sp)["ids"].is_array())
           r.bad(field + ".special_tokens", "has no ids for \"" + name + "\"");
         for (const json& id : (*sp)["ids"]) {
-          if (!id.is_number_integer()) r.bad(field + ".special_tokens[\"" + name + "\"].ids", "must be integers");
+          if (!id.is_number_integer())
+            r.bad(field + ".special_tokens[\"" + name + "\"].ids", "must be integers");
           (seen_sequence ? suffix : prefix).push_back(id.get<TokenId>());
         }
       } else {
@@ -566,7 +583,8 @@ void Tokenizer::Impl::load_post_processor(const json& doc, const Reader& r) {
 void Tokenizer::Impl::load_decoder(const json& doc, const Reader& r) {
   const json& decoder = r.get(doc, "tokenizer.json", "decoder");
   const std::string type = r.type(decoder, "decoder");
-  if (type != "ByteLevel") r.bad("decoder.type", "'" + type + "' is not supported (only ByteLevel is)");
+  if (type != "ByteLevel")
+    r.bad("decoder.type", "'" + type + "' is not supported (only ByteLevel is)");
 }
 
 std::vector<TokenId> Tokenizer::Impl::bpe(std::string_view word) const {
@@ -585,7 +603,9 @@ std::vector<TokenId> Tokenizer::Impl::bpe(std::string_view word) const {
     std::int32_t rank;
     int left;
     TokenId left_id, right_id;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
+    }
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
   auto consider = [&](int left) {
@@ -593,7 +613,8 @@ std::vector<TokenId> Tokenizer::Impl::bpe(std::string_view word) const {
     const int right = symbols[left].next;
     if (right < 0) return;
     auto it = merges.find(pair_key(symbols[left].id, symbols[right].id));
-    if (it != merges.end()) queue.push({it->second.rank, left, symbols[left].id, symbols[right].id});
+    if (it != merges.end())
+      queue.push({it->second.rank, left, symbols[left].id, symbols[right].id});
   };
   for (int i = 0; i + 1 < static_cast<int>(symbols.size()); ++i) consider(i);
   while (!queue.empty()) {
@@ -611,7 +632,8 @@ std::vector<TokenId> Tokenizer::Impl::bpe(std::string_view word) const {
     consider(c.left);
   }
   std::vector<TokenId> ids;
-  for (int i = 0; i >= 0 && i < static_cast<int>(symbols.size()); i = symbols[i].next) ids.push_back(symbols[i].id);
+  for (int i = 0; i >= 0 && i < static_cast<int>(symbols.size()); i = symbols[i].next)
+    ids.push_back(symbols[i].id);
   return ids;
 }
 
@@ -661,7 +683,8 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<TokenId>& o
       piece = prefixed;
     }
     if (byte_level_regex)
-      byte_level_regex->split_isolated(piece, [&](std::string_view word) { encode_word(word, out); });
+      byte_level_regex->split_isolated(piece,
+                                       [&](std::string_view word) { encode_word(word, out); });
     else
       encode_word(piece, out);
   }
@@ -741,7 +764,8 @@ std::string Tokenizer::decode(const std::vector<TokenId>& ids, bool skip_special
 }
 
 std::optional<TokenId> Tokenizer::token_id(std::string_view token) const {
-  if (auto it = impl_->added_by_content.find(std::string(token)); it != impl_->added_by_content.end())
+  if (auto it = impl_->added_by_content.find(std::string(token));
+      it != impl_->added_by_content.end())
     return it->second;
   if (auto bytes = byte_alphabet().unspell(token)) {
     if (auto it = impl_->vocab.find(*bytes); it != impl_->vocab.end()) return it->second;
@@ -754,7 +778,9 @@ bool Tokenizer::is_special(TokenId id) const {
   return impl_->special[static_cast<std::size_t>(id)] != 0;
 }
 
-std::size_t Tokenizer::vocab_size() const { return impl_->known.size(); }
+std::size_t Tokenizer::vocab_size() const {
+  return impl_->known.size();
+}
 
 std::size_t append_complete_utf8(std::string_view bytes, std::string& out) {
   std::size_t at = 0;

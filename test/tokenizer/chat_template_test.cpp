@@ -1,11 +1,12 @@
 // Unit tests of the Jinja subset and ChatTemplate. Expected strings follow Python Jinja2 as
 // transformers configures it; the cases here are the ones where @huggingface/jinja (the reference
 // in compare.mjs) prints or computes differently from Python, plus every refusal.
+#include "executor/tokenizer/chat_template.hpp"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
-#include "executor/tokenizer/chat_template.hpp"
 #include "executor/tokenizer/jinja.hpp"
 #include "support/error.hpp"
 
@@ -23,7 +24,8 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
     ADD_FAILURE() << "expected telos::Error";
   } catch (const telos::Error& e) {
     for (const std::string& fragment : fragments)
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what() << "\nmissing: " << fragment;
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+          << e.what() << "\nmissing: " << fragment;
   }
 }
 
@@ -35,22 +37,30 @@ TEST(Jinja, PrintsValuesAsPython) {
 }
 
 TEST(Jinja, ArithmeticFollowsPython) {
-  EXPECT_EQ(render("{{ -7 % 3 }} {{ 7 % -3 }} {{ -7 // 2 }} {{ 'ab' * 3 }} {{ 'a' < 'b' }}"), "2 -2 -4 ababab True");
+  EXPECT_EQ(render("{{ -7 % 3 }} {{ 7 % -3 }} {{ -7 // 2 }} {{ 'ab' * 3 }} {{ 'a' < 'b' }}"),
+            "2 -2 -4 ababab True");
   expect_error([] { render("{{ 1 // 0 }}"); }, {"t.jinja:1", "division"});
-  expect_error([] { render("{{ 'a' + 1 }}"); }, {"t.jinja:1", "cannot apply '+' to string and integer"});
+  expect_error([] { render("{{ 'a' + 1 }}"); },
+               {"t.jinja:1", "cannot apply '+' to string and integer"});
 }
 
 TEST(Jinja, StringMethodsTakeCharacterSets) {
-  EXPECT_EQ(render("[{{ '--x--'.strip('-') }}][{{ '\\n\\n  reply\\n'.lstrip('\\n') }}][{{ 'ab\\n\\n'.rstrip('\\n') }}]"),
+  EXPECT_EQ(render("[{{ '--x--'.strip('-') }}][{{ '\\n\\n  reply\\n'.lstrip('\\n') }}][{{ "
+                   "'ab\\n\\n'.rstrip('\\n') }}]"),
             "[x][  reply\n][ab]");
-  EXPECT_EQ(render("{{ 'a b  c'.split() }}{{ 'a,b'.split(',', 1) }}{{ '  x '.split(' ') | length }}"),
-            "['a', 'b', 'c']['a', 'b']4");
-  EXPECT_EQ(render("{{ 'straße'.upper() }} {{ 'ÉCOLE'.lower() }} {{ 'hello wORLD'.title() }}"), "STRASSE école Hello World");
+  EXPECT_EQ(
+      render("{{ 'a b  c'.split() }}{{ 'a,b'.split(',', 1) }}{{ '  x '.split(' ') | length }}"),
+      "['a', 'b', 'c']['a', 'b']4");
+  EXPECT_EQ(render("{{ 'straße'.upper() }} {{ 'ÉCOLE'.lower() }} {{ 'hello wORLD'.title() }}"),
+            "STRASSE école Hello World");
 }
 
 TEST(Jinja, FiltersAndTestsBeyondTheReference) {
-  EXPECT_EQ(render("{{ ['a', 'b', 'c'] | reject('equalto', 'b') | join }}{{ [1, 2, 3, 4] | select('odd') | join(',') }}"), "ac1,3");
-  EXPECT_EQ(render("{{ 9 is divisibleby(3) }}{{ 9 is divisibleby 4 }}{{ 'x' is in ['x'] }}"), "TrueFalseTrue");
+  EXPECT_EQ(render("{{ ['a', 'b', 'c'] | reject('equalto', 'b') | join }}{{ [1, 2, 3, 4] | "
+                   "select('odd') | join(',') }}"),
+            "ac1,3");
+  EXPECT_EQ(render("{{ 9 is divisibleby(3) }}{{ 9 is divisibleby 4 }}{{ 'x' is in ['x'] }}"),
+            "TrueFalseTrue");
   EXPECT_EQ(render("{% for c in 'héllo' %}{{ c }}.{% endfor %}"), "h.é.l.l.o.");
   EXPECT_EQ(render("{{ {'b': 1, 'a': [1, {'c': 'é\\u2028'}]} | tojson(indent=2) }}"),
             "{\n  \"b\": 1,\n  \"a\": [\n    1,\n    {\n      \"c\": \"é\u2028\"\n    }\n  ]\n}");
@@ -67,9 +77,14 @@ TEST(Jinja, WhitespaceControlMatchesTransformersSettings) {
 }
 
 TEST(Jinja, ScopingOfSetInLoopsAndNamespaces) {
-  EXPECT_EQ(render("{% set x = 1 %}{% for i in [1, 2] %}{% set x = x + i %}{{ x }}{% endfor %}{{ x }}"), "231");
-  EXPECT_EQ(render("{% set ns = namespace(x=1) %}{% for i in [1, 2] %}{% set ns.x = ns.x + i %}{% endfor %}{{ ns.x }}"), "4");
-  expect_error([] { render("{% set y = 1 %}\n{% set y.z = 2 %}"); }, {"t.jinja:2", "'y' is not a namespace()"});
+  EXPECT_EQ(
+      render("{% set x = 1 %}{% for i in [1, 2] %}{% set x = x + i %}{{ x }}{% endfor %}{{ x }}"),
+      "231");
+  EXPECT_EQ(render("{% set ns = namespace(x=1) %}{% for i in [1, 2] %}{% set ns.x = ns.x + i %}{% "
+                   "endfor %}{{ ns.x }}"),
+            "4");
+  expect_error([] { render("{% set y = 1 %}\n{% set y.z = 2 %}"); },
+               {"t.jinja:2", "'y' is not a namespace()"});
 }
 
 TEST(Jinja, UnsupportedConstructsAreRefusedAtParseTime) {
@@ -77,18 +92,25 @@ TEST(Jinja, UnsupportedConstructsAreRefusedAtParseTime) {
                {"t.jinja:2", "filter 'wordwrap' is not supported"});
   expect_error([] { telos::jinja::Template::parse("{% macro m() %}{% endmacro %}", "t.jinja"); },
                {"t.jinja:1", "tag '{% macro %}' is not supported"});
-  expect_error([] { telos::jinja::Template::parse("{{ x is prime }}", "t.jinja"); }, {"test 'prime' is not supported"});
-  expect_error([] { telos::jinja::Template::parse("{% if x %}never closed", "t.jinja"); }, {"missing {% endif %}"});
-  expect_error([] { telos::jinja::Template::parse("a\n\n{{ x ", "t.jinja"); }, {"t.jinja:3", "never closed by '}}'"});
+  expect_error([] { telos::jinja::Template::parse("{{ x is prime }}", "t.jinja"); },
+               {"test 'prime' is not supported"});
+  expect_error([] { telos::jinja::Template::parse("{% if x %}never closed", "t.jinja"); },
+               {"missing {% endif %}"});
+  expect_error([] { telos::jinja::Template::parse("a\n\n{{ x ", "t.jinja"); },
+               {"t.jinja:3", "never closed by '}}'"});
   expect_error([] { telos::jinja::Template::parse("{{ 'abc }}", "t.jinja"); }, {"never closed"});
-  expect_error([] { telos::jinja::Template::parse("{{ x $ y }}", "t.jinja"); }, {"unexpected character '$'"});
+  expect_error([] { telos::jinja::Template::parse("{{ x $ y }}", "t.jinja"); },
+               {"unexpected character '$'"});
   expect_error([] { telos::jinja::Template::parse("{{ (x }}", "t.jinja"); }, {"expected ')'"});
-  expect_error([] { telos::jinja::Template::parse("{% for x in y recursive %}{% endfor %}", "t.jinja"); }, {"recursive"});
+  expect_error(
+      [] { telos::jinja::Template::parse("{% for x in y recursive %}{% endfor %}", "t.jinja"); },
+      {"recursive"});
 }
 
 TEST(Jinja, RuntimeErrorsNameTheLine) {
-  expect_error([] { render("a\n{{ raise_exception('Only user and assistant roles are supported') }}"); },
-               {"t.jinja:2", "Only user and assistant roles are supported"});
+  expect_error(
+      [] { render("a\n{{ raise_exception('Only user and assistant roles are supported') }}"); },
+      {"t.jinja:2", "Only user and assistant roles are supported"});
   expect_error([] { render("{{ no_such_function(1) }}"); }, {"'no_such_function' is undefined"});
   expect_error([] { render("{{ missing.attribute }}"); }, {"'missing' is undefined", ".attribute"});
   expect_error([] { render("{% for x in 5 %}{% endfor %}"); }, {"integer is not iterable"});
@@ -102,8 +124,9 @@ TEST(ChatTemplate, ReadsConfigForms) {
       {"chat_template",
        {{{"name", "tool_use"}, {"template", "tools"}},
         {{"name", "default"},
-         {"template", "{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
-                      "{% if add_generation_prompt %}{{ greeting }}{% endif %}{{ eos_token }}"}}}}};
+         {"template",
+          "{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
+          "{% if add_generation_prompt %}{{ greeting }}{% endif %}{{ eos_token }}"}}}}};
   const telos::ChatTemplate chat = telos::ChatTemplate::from_config_json(config, "cfg.json");
   EXPECT_EQ(chat.bos_token(), "<s>");
   EXPECT_EQ(chat.eos_token(), "</s>");
@@ -113,17 +136,32 @@ TEST(ChatTemplate, ReadsConfigForms) {
 }
 
 TEST(ChatTemplate, ConfigErrorsNameTheField) {
-  expect_error([] { telos::ChatTemplate::from_config_json({{"eos_token", "x"}}, "cfg.json"); },
-               {"cfg.json", "chat_template", "missing"});
-  expect_error([] { telos::ChatTemplate::from_config_json({{"chat_template", 3}}, "cfg.json"); },
-               {"cfg.json", "chat_template", "must be a string"});
-  expect_error([] { telos::ChatTemplate::from_config_json({{"chat_template", "x"}, {"bos_token", 3}}, "cfg.json"); },
-               {"cfg.json", "bos_token"});
-  expect_error([] { telos::ChatTemplate::from_config_json({{"chat_template", "{% if %}"}}, "cfg.json"); },
-               {"cfg.json: chat_template:1", "expected an expression"});
-  expect_error([] { telos::ChatTemplate::from_tokenizer_config("/nonexistent/tokenizer_config.json"); },
-               {"/nonexistent/tokenizer_config.json", "cannot open"});
-  const telos::ChatTemplate chat = telos::ChatTemplate::from_config_json({{"chat_template", "x"}}, "cfg.json");
+  expect_error(
+      [] {
+        telos::ChatTemplate::from_config_json({{"eos_token", "x"}}, "cfg.json");
+      },
+      {"cfg.json", "chat_template", "missing"});
+  expect_error(
+      [] {
+        telos::ChatTemplate::from_config_json({{"chat_template", 3}}, "cfg.json");
+      },
+      {"cfg.json", "chat_template", "must be a string"});
+  expect_error(
+      [] {
+        telos::ChatTemplate::from_config_json({{"chat_template", "x"}, {"bos_token", 3}},
+                                              "cfg.json");
+      },
+      {"cfg.json", "bos_token"});
+  expect_error(
+      [] {
+        telos::ChatTemplate::from_config_json({{"chat_template", "{% if %}"}}, "cfg.json");
+      },
+      {"cfg.json: chat_template:1", "expected an expression"});
+  expect_error(
+      [] { telos::ChatTemplate::from_tokenizer_config("/nonexistent/tokenizer_config.json"); },
+      {"/nonexistent/tokenizer_config.json", "cannot open"});
+  const telos::ChatTemplate chat =
+      telos::ChatTemplate::from_config_json({{"chat_template", "x"}}, "cfg.json");
   expect_error([&] { chat.render(ordered_json::object(), true); }, {"messages must be an array"});
 }
 

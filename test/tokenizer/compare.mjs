@@ -105,9 +105,10 @@ function renderJs(source, vars) {
 }
 
 // Python Jinja2, configured as transformers configures it, is what the models were trained with.
-function renderPython(source, varsList) {
+// One process for many renders: `jobs` is a list of {template, variables}.
+function renderPython(jobs) {
   const casesFile = path.join(scratch, "python_cases.json");
-  fs.writeFileSync(casesFile, JSON.stringify(varsList.map((variables) => ({ template: source, variables }))));
+  fs.writeFileSync(casesFile, JSON.stringify(jobs));
   try {
     return JSON.parse(execFileSync("python3", [path.join(here, "jinja_reference.py"), casesFile], { maxBuffer: 1 << 28, encoding: "utf8" }));
   } catch (e) {
@@ -128,13 +129,17 @@ function checkRender(label, got, want, reference) {
 
 // `pythonOnly` (or a case's "python_only"): the template relies on Python behaviour @huggingface/jinja does not reproduce
 // (it prints true/false, lacks some filters, strips differently), so only Jinja2 judges it.
-function compareRenders(label, source, cases, configFile, pythonOnly = false) {
+function variablesOf(cases, configFile) {
+  const config = JSON.parse(fs.readFileSync(configFile, "utf8"));
+  return cases.map((c) => ({ bos_token: config.bos_token ?? "", eos_token: config.eos_token ?? "", ...c }));
+}
+
+// `python`: Jinja2's renders of these cases, in order.
+function compareRenders(label, source, cases, configFile, python, pythonOnly = false) {
   const casesFile = path.join(scratch, "cases.json");
   fs.writeFileSync(casesFile, JSON.stringify(cases));
   const results = runTool(["render", configFile, casesFile]);
-  const config = JSON.parse(fs.readFileSync(configFile, "utf8"));
-  const varsList = cases.map((c) => ({ bos_token: config.bos_token ?? "", eos_token: config.eos_token ?? "", ...c }));
-  const python = renderPython(source, varsList);
+  const varsList = variablesOf(cases, configFile);
   cases.forEach((c, i) => {
     checkRender(`${label} case ${i}`, results[i], python[i], "Python Jinja2");
     if (!pythonOnly && !c.python_only) checkRender(`${label} case ${i}`, results[i], renderJs(source, varsList[i]), "@huggingface/jinja");
@@ -146,15 +151,23 @@ if (mode === "chat") {
   const files = modelFiles(model);
   const config = JSON.parse(fs.readFileSync(files.config, "utf8"));
   const cases = JSON.parse(fs.readFileSync(path.join(here, "chat_cases.json"), "utf8"));
-  compareRenders(`${model} chat template`, config.chat_template, cases, files.config);
+  const python = renderPython(variablesOf(cases, files.config).map((variables) => ({ template: config.chat_template, variables })));
+  compareRenders(`${model} chat template`, config.chat_template, cases, files.config, python);
 }
 
 if (mode === "features") {
   const features = JSON.parse(fs.readFileSync(path.join(here, "jinja_features.json"), "utf8"));
-  features.forEach((f, i) => {
+  const configFiles = features.map((f, i) => {
     const configFile = path.join(scratch, `config${i}.json`);
     fs.writeFileSync(configFile, JSON.stringify({ chat_template: f.template, bos_token: "<s>", eos_token: "</s>" }));
-    compareRenders(`feature ${i} (${f.name})`, f.template, f.cases, configFile, f.python_only === true);
+    return configFile;
+  });
+  const python = renderPython(features.flatMap((f, i) => variablesOf(f.cases, configFiles[i]).map((variables) => ({ template: f.template, variables }))));
+  let next = 0;
+  features.forEach((f, i) => {
+    const mine = python.slice(next, next + f.cases.length);
+    next += f.cases.length;
+    compareRenders(`feature ${i} (${f.name})`, f.template, f.cases, configFiles[i], mine, f.python_only === true);
   });
 }
 

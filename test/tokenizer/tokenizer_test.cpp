@@ -2,6 +2,8 @@
 // is known: merge order, both merge spellings, ignore_merges, added tokens and their flags, the
 // post-processor, NFC, streaming decoding, and the errors for what is not supported. The real
 // Qwen3 / Llama 3 files are checked against tokenizers.js by compare.mjs.
+#include "executor/tokenizer/tokenizer.hpp"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,7 +12,6 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "executor/tokenizer/tokenizer.hpp"
 #include "support/error.hpp"
 
 namespace {
@@ -52,11 +53,13 @@ struct Doc {
     for (int b = 0; b < 256; ++b) vocab[spell(std::string(1, static_cast<char>(b)))] = b;
     doc = {{"version", "1.0"},
            {"normalizer", nullptr},
-           {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+           {"pre_tokenizer",
+            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
            {"post_processor", {{"type", "ByteLevel"}}},
            {"decoder", {{"type", "ByteLevel"}}},
            {"added_tokens", json::array()},
-           {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"vocab", vocab}, {"merges", json::array()}}}};
+           {"model",
+            {{"type", "BPE"}, {"dropout", nullptr}, {"vocab", vocab}, {"merges", json::array()}}}};
   }
   // Adds the merge a+b (a new token) with the next rank, in the "a b" or ["a", "b"] spelling.
   void merge(const std::string& a, const std::string& b, bool as_pair = false) {
@@ -72,8 +75,10 @@ struct Doc {
     else
       doc["model"]["merges"].push_back(spell(a) + " " + spell(b));
   }
-  TokenId add_token(const std::string& content, bool special, bool lstrip = false, bool rstrip = false) {
-    const TokenId id = static_cast<TokenId>(doc["model"]["vocab"].size() + doc["added_tokens"].size());
+  TokenId add_token(const std::string& content, bool special, bool lstrip = false,
+                    bool rstrip = false) {
+    const TokenId id =
+        static_cast<TokenId>(doc["model"]["vocab"].size() + doc["added_tokens"].size());
     doc["added_tokens"].push_back({{"id", id},
                                    {"content", content},
                                    {"single_word", false},
@@ -157,14 +162,17 @@ TEST(Tokenizer, TemplatePostProcessorAddsBosOnlyWhenAsked) {
   Doc d;
   const TokenId bos = d.add_token("<s>", true);
   const TokenId eos = d.add_token("</s>", true);
-  d.doc["post_processor"] = {
-      {"type", "Sequence"},
-      {"processors",
-       {{{"type", "ByteLevel"}},
-        {{"type", "TemplateProcessing"},
-         {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-                     {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}}},
-         {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {bos}}}}, {"</s>", {{"id", "</s>"}, {"ids", {eos}}}}}}}}}};
+  d.doc["post_processor"] = {{"type", "Sequence"},
+                             {"processors",
+                              {{{"type", "ByteLevel"}},
+                               {{"type", "TemplateProcessing"},
+                                {"single",
+                                 {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                  {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}}},
+                                {"special_tokens",
+                                 {{"<s>", {{"id", "<s>"}, {"ids", {bos}}}},
+                                  {"</s>", {{"id", "</s>"}, {"ids", {eos}}}}}}}}}};
   const Tokenizer t = d.load();
   EXPECT_EQ(t.encode("x", true), (Ids{bos, 'x', eos}));
   EXPECT_EQ(t.encode("x", false), Ids{'x'});
@@ -198,7 +206,10 @@ TEST(Tokenizer, SplitPreTokenizerWithRegex) {
   d.doc["pre_tokenizer"] = {
       {"type", "Sequence"},
       {"pretokenizers",
-       {{{"type", "Split"}, {"pattern", {{"Regex", "\\p{N}{1,3}|\\s+|[^\\s\\p{N}]+"}}}, {"behavior", "Isolated"}, {"invert", false}},
+       {{{"type", "Split"},
+         {"pattern", {{"Regex", "\\p{N}{1,3}|\\s+|[^\\s\\p{N}]+"}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
   d.merge("1", "2");
   d.merge("12", "3");
@@ -221,7 +232,8 @@ TEST(Tokenizer, EncodeIsThreadSafe) {
   const Ids want = t.encode(text, false);
   std::vector<Ids> got(4);
   std::vector<std::thread> threads;
-  for (std::size_t i = 0; i < got.size(); ++i) threads.emplace_back([&, i] { got[i] = t.encode(text, false); });
+  for (std::size_t i = 0; i < got.size(); ++i)
+    threads.emplace_back([&, i] { got[i] = t.encode(text, false); });
   for (auto& th : threads) th.join();
   for (const Ids& g : got) EXPECT_EQ(g, want);
 }
@@ -244,7 +256,9 @@ TEST(IncrementalDecoder, NeverEmitsHalfACharacter) {
   EXPECT_EQ(stream.push(0xFF), "\xEF\xBF\xBD");
   // A lead byte followed by a non-continuation: U+FFFD, then the new character.
   EXPECT_EQ(stream.push(0xE2), "");
-  EXPECT_EQ(stream.push('b'), "\xEF\xBF\xBD" "b");
+  EXPECT_EQ(stream.push('b'),
+            "\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(stream.push(0xE2), "");
   EXPECT_EQ(stream.finish(), "\xEF\xBF\xBD");
   EXPECT_EQ(stream.finish(), "");
@@ -264,7 +278,8 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
     ADD_FAILURE() << "expected telos::Error";
   } catch (const telos::Error& e) {
     for (const std::string& fragment : fragments)
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what() << "\nmissing: " << fragment;
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+          << e.what() << "\nmissing: " << fragment;
   }
 }
 
@@ -281,34 +296,55 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
     std::vector<std::string> fragments;
   };
   const std::vector<Case> cases = {
-      {[](Doc& d) { d.doc["normalizer"] = {{"type", "Lowercase"}}; }, {"test.json", "normalizer.type", "Lowercase"}},
-      {[](Doc& d) { d.doc["pre_tokenizer"] = {{"type", "Whitespace"}}; }, {"pre_tokenizer.type", "Whitespace"}},
       {[](Doc& d) {
-         d.doc["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Removed"}};
+         d.doc["normalizer"] = {{"type", "Lowercase"}};
+       },
+       {"test.json", "normalizer.type", "Lowercase"}},
+      {[](Doc& d) {
+         d.doc["pre_tokenizer"] = {{"type", "Whitespace"}};
+       },
+       {"pre_tokenizer.type", "Whitespace"}},
+      {[](Doc& d) {
+         d.doc["pre_tokenizer"] = {
+             {"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Removed"}};
        },
        {"pre_tokenizer.behavior", "Removed"}},
       {[](Doc& d) {
-         d.doc["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Isolated"}};
+         d.doc["pre_tokenizer"] = {
+             {"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Isolated"}};
        },
        {"pre_tokenizer", "ByteLevel step is required"}},
       {[](Doc& d) {
-         d.doc["pre_tokenizer"] = {
-             {"type", "Sequence"},
-             {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}}}}};
+         d.doc["pre_tokenizer"] = {{"type", "Sequence"},
+                                   {"pretokenizers",
+                                    {{{"type", "Split"},
+                                      {"pattern", {{"Regex", "(unclosed"}}},
+                                      {"behavior", "Isolated"}}}}};
        },
        {"pre_tokenizer.pretokenizers[0].pattern.Regex", "cannot compile regex"}},
       {[](Doc& d) { d.doc["model"]["type"] = "WordPiece"; }, {"model.type", "WordPiece"}},
       {[](Doc& d) { d.doc["model"]["byte_fallback"] = true; }, {"model.byte_fallback"}},
-      {[](Doc& d) { d.doc["model"]["continuing_subword_prefix"] = "##"; }, {"model.continuing_subword_prefix"}},
-      {[](Doc& d) { d.doc["decoder"] = {{"type", "WordPiece"}}; }, {"decoder.type", "WordPiece"}},
-      {[](Doc& d) { d.doc["post_processor"] = {{"type", "BertProcessing"}}; }, {"post_processor.type", "BertProcessing"}},
+      {[](Doc& d) { d.doc["model"]["continuing_subword_prefix"] = "##"; },
+       {"model.continuing_subword_prefix"}},
+      {[](Doc& d) {
+         d.doc["decoder"] = {{"type", "WordPiece"}};
+       },
+       {"decoder.type", "WordPiece"}},
+      {[](Doc& d) {
+         d.doc["post_processor"] = {{"type", "BertProcessing"}};
+       },
+       {"post_processor.type", "BertProcessing"}},
       {[](Doc& d) { d.doc.erase("model"); }, {"model", "is missing"}},
-      {[](Doc& d) { d.doc["model"]["merges"] = json::array({"a b c"}); }, {"model.merges[0]", "two tokens"}},
-      {[](Doc& d) { d.doc["model"]["merges"] = json::array({"a zz"}); }, {"model.merges[0]", "\"zz\" is not in model.vocab"}},
-      {[](Doc& d) { d.doc["model"]["merges"] = json::array({json::array({"a"})}); }, {"model.merges[0]"}},
+      {[](Doc& d) { d.doc["model"]["merges"] = json::array({"a b c"}); },
+       {"model.merges[0]", "two tokens"}},
+      {[](Doc& d) { d.doc["model"]["merges"] = json::array({"a zz"}); },
+       {"model.merges[0]", "\"zz\" is not in model.vocab"}},
+      {[](Doc& d) { d.doc["model"]["merges"] = json::array({json::array({"a"})}); },
+       {"model.merges[0]"}},
       {[](Doc& d) { d.doc["model"]["vocab"].erase(spell("A")); }, {"model.vocab", "byte 65"}},
       {[](Doc& d) { d.doc["model"]["vocab"]["dup"] = 5; }, {"model.vocab[", "id 5 is used twice"}},
-      {[](Doc& d) { d.doc["model"]["vocab"]["neg"] = -2; }, {"model.vocab[\"neg\"]", "non-negative"}},
+      {[](Doc& d) { d.doc["model"]["vocab"]["neg"] = -2; },
+       {"model.vocab[\"neg\"]", "non-negative"}},
       {[](Doc& d) {
          d.add_token("<w>", false);
          d.doc["added_tokens"][0]["single_word"] = true;
@@ -328,8 +364,10 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
 }
 
 TEST(TokenizerErrors, FilesThatCannotBeRead) {
-  expect_error([] { Tokenizer::from_file("/nonexistent/tokenizer.json"); }, {"/nonexistent/tokenizer.json", "cannot open"});
-  const std::string path = testing::TempDir() + "malformed_tokenizer_" + std::to_string(::getpid()) + ".json";
+  expect_error([] { Tokenizer::from_file("/nonexistent/tokenizer.json"); },
+               {"/nonexistent/tokenizer.json", "cannot open"});
+  const std::string path =
+      testing::TempDir() + "malformed_tokenizer_" + std::to_string(::getpid()) + ".json";
   std::ofstream(path) << "{\"model\": [1, 2";
   expect_error([&] { Tokenizer::from_file(path); }, {path, "not valid JSON"});
   std::remove(path.c_str());

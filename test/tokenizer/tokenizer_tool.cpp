@@ -69,7 +69,8 @@ json render_all(const std::string& config_path, const std::string& cases_path) {
     extra.erase("messages");
     extra.erase("add_generation_prompt");
     try {
-      results.push_back({{"text", chat.render(c.at("messages"), c.value("add_generation_prompt", false), extra)}});
+      results.push_back({{"text", chat.render(c.at("messages"),
+                                              c.value("add_generation_prompt", false), extra)}});
     } catch (const telos::Error& e) {
       results.push_back({{"error", e.what()}});
     }
@@ -86,7 +87,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    const json out = std::string(argv[1]) == "encode" ? encode_all(argv[2], argv[3]) : render_all(argv[2], argv[3]);
+    const json out = std::string(argv[1]) == "encode" ? encode_all(argv[2], argv[3])
+                                                      : render_all(argv[2], argv[3]);
     std::cout << out.dump() << '\n';
   } catch (const telos::Error& e) {
     std::cerr << "tokenizer_tool: " << e.what() << '\n';
