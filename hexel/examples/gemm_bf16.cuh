@@ -2,7 +2,8 @@
 // A is M x K row-major (activations), B is N x K row-major (a Linear layer's weight), C is
 // M x N row-major. Persistent, warp-specialised: warpgroup 0 is the TMA producer (one thread
 // issues, registers lowered to 40), warpgroups 1 and 2 are wgmma consumers (registers raised to
-// 232), each owning 64 rows of a 128 x 256 output tile. A ring of `kStages` shared-memory stages
+// 232), each owning 64 rows of a 128 x 256 output tile, which they write with stmatrix into
+// shared memory and hand to asynchronous TMA stores, so the store overlaps the next tile. A ring of `kStages` shared-memory stages
 // with full/empty mbarriers connects them. With ClusterM = 2, the two CTAs of a cluster take
 // vertically adjacent tiles that share B: each loads its own A and half of B, multicast to both,
 // and a stage is refilled only once the consumers of both CTAs have released it.
@@ -10,6 +11,7 @@
 // Compiles under nvcc and NVRTC; the host launcher is in gemm_bf16_launch.h.
 #pragma once
 #include "hexel/cluster.cuh"
+#include "hexel/matrix_ldst.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/sync.cuh"
 #include "hexel/tma.cuh"
@@ -31,7 +33,13 @@ struct GemmBf16 {
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;
   // Stages, then full[] and empty[] barriers; +1024 to align the base to the 128B swizzle
   // repeat (1024 bytes), which keeps every descriptor's base offset at zero.
-  static constexpr uint32_t kSmemBytes = kStages * kStageBytes + 2 * kStages * 8 + 1024;
+  // Epilogue: each consumer stages its 64 x 256 result in 64 x 64 chunks (128 bytes per row,
+  // 128B-swizzled), double-buffered, and TMA stores them while it goes on with the next tile.
+  static constexpr uint32_t kChunkCols = 64;
+  static constexpr uint32_t kChunkBytes = 64 * kChunkCols * 2;
+  static constexpr uint32_t kEpilogueBytes = kConsumers * 2 * kChunkBytes;
+  static constexpr uint32_t kSmemBytes =
+      kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8 + 1024;
 };
 
 #if defined(__CUDACC__)
@@ -58,12 +66,13 @@ HEXEL_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
 template <uint32_t ClusterM>
 __global__ void __launch_bounds__(GemmBf16::kThreads, 1)
     gemm_bf16_kernel(const __grid_constant__ TensorMap a_map,
-                     const __grid_constant__ TensorMap b_map, uint16_t* __restrict__ c,
-                     uint32_t m, uint32_t n, uint32_t k) {
+                     const __grid_constant__ TensorMap b_map,
+                     const __grid_constant__ TensorMap c_map, uint32_t m, uint32_t n, uint32_t k) {
   using G = GemmBf16;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const uint32_t full = base + G::kStages * G::kStageBytes;
+  const uint32_t epilogue = base + G::kStages * G::kStageBytes;
+  const uint32_t full = epilogue + G::kEpilogueBytes;
   const uint32_t empty = full + G::kStages * 8;
   auto a_stage = [&](uint32_t s) { return base + s * G::kStageBytes; };
   auto b_stage = [&](uint32_t s) { return base + s * G::kStageBytes + G::kABytes; };
@@ -82,6 +91,7 @@ __global__ void __launch_bounds__(GemmBf16::kThreads, 1)
   if (threadIdx.x == 0) {
     tma::prefetch_map(&a_map);
     tma::prefetch_map(&b_map);
+    tma::prefetch_map(&c_map);
     for (uint32_t s = 0; s < G::kStages; ++s) {
       mbarrier::init(full + 8 * s, 1);
       // One arrival per consumer warp of every CTA that writes into this stage.
@@ -123,6 +133,7 @@ __global__ void __launch_bounds__(GemmBf16::kThreads, 1)
     const uint32_t warp = warp_index() % 4;
     const uint32_t lane = threadIdx.x % 32;
     const bool leader = lane == 0;
+    const bool wg_leader = threadIdx.x % 128 == 0;
     mbarrier::StageRing<G::kStages> ring;
     float d[G::kBlockN / 2];
     // Releasing a stage: every CTA whose producer multicasts into it must hear about it.
@@ -133,7 +144,7 @@ __global__ void __launch_bounds__(GemmBf16::kThreads, 1)
       } else {
 #pragma unroll
         for (uint32_t r = 0; r < ClusterM; ++r)
-          mbarrier::arrive_cluster(cluster::map_shared(empty + 8 * stage, r));
+          mbarrier::arrive_remote(cluster::map_shared(empty + 8 * stage, r));
       }
     };
     for (uint32_t u = first_unit; u < units; u += unit_stride) {
@@ -161,21 +172,36 @@ __global__ void __launch_bounds__(GemmBf16::kThreads, 1)
       wgmma::fence_operand(d);
       if (k_blocks > 0) release(prev);
 
-      const uint32_t row = tm * G::kBlockM + cw * 64 + warp * 16 + lane / 4;
-      const uint32_t col0 = tn * G::kBlockN + 2 * (lane % 4);
+      // Epilogue, chunk by chunk. Per 16 columns (n-blocks j, j+1) one stmatrix.x4 writes
+      // the warp's 16 rows: matrices (rows 0-7, j), (rows 8-15, j), (0-7, j+1), (8-15, j+1),
+      // lane l addressing row l % 8 of matrix l / 8.
+      const uint32_t quad = lane / 8, r_in = 16 * warp + 8 * (quad % 2) + lane % 8;
 #pragma unroll
-      for (uint32_t j = 0; j < G::kBlockN / 8; ++j) {
-        const uint32_t col = col0 + 8 * j;
-        if (col < n) {
-          if (row < m)
-            *reinterpret_cast<uint32_t*>(c + size_t(row) * n + col) =
-                pack_bf16x2(d[4 * j], d[4 * j + 1]);
-          if (row + 8 < m)
-            *reinterpret_cast<uint32_t*>(c + size_t(row + 8) * n + col) =
-                pack_bf16x2(d[4 * j + 2], d[4 * j + 3]);
+      for (uint32_t ch = 0; ch < G::kBlockN / G::kChunkCols; ++ch) {
+        const uint32_t buf = epilogue + (cw * 2 + ch % 2) * G::kChunkBytes;
+        // The store that last read this buffer (two chunks ago) must be done reading it.
+        if (wg_leader) tma::wait_group_read<1>();
+        named_barrier_sync(1 + cw, 128);
+#pragma unroll
+        for (uint32_t q = 0; q < G::kChunkCols / 16; ++q) {
+          const uint32_t j = ch * (G::kChunkCols / 8) + 2 * q;
+          const uint32_t frag[4] = {pack_bf16x2(d[4 * j], d[4 * j + 1]),
+                                    pack_bf16x2(d[4 * j + 2], d[4 * j + 3]),
+                                    pack_bf16x2(d[4 * j + 4], d[4 * j + 5]),
+                                    pack_bf16x2(d[4 * j + 6], d[4 * j + 7])};
+          const uint32_t col_bytes = 2 * (16 * q + 8 * (quad / 2));
+          stmatrix<4>(buf + swizzled_offset(r_in * 128 + col_bytes, Swizzle::B128), frag);
+        }
+        fence_proxy_async_smem();  // stmatrix writes, then the TMA store reads: proxy switch
+        named_barrier_sync(1 + cw, 128);
+        if (wg_leader) {
+          tma::store(&c_map, buf, tn * G::kBlockN + ch * G::kChunkCols,
+                     tm * G::kBlockM + cw * 64);
+          tma::commit_group();
         }
       }
     }
+    if (wg_leader) tma::wait_group<0>();
   }
   // No CTA may exit while a peer can still multicast into its shared memory or arrive on its
   // barriers.

@@ -1,6 +1,6 @@
 // C entry point of the proof GEMM for the Python benchmark (gemm_bench.py loads it with ctypes
 // and passes torch tensors' device pointers and the current stream). cluster_m picks the
-// variant (1: no cluster, 2: B shared across a CTA pair by multicast).
+// variant (1, the default: no cluster; 2: B shared across a CTA pair by multicast).
 #include "gemm_bf16_launch.h"
 
 extern "C" int hexel_gemm_bf16(const void* a, const void* b, void* c, unsigned m, unsigned n,

@@ -24,10 +24,19 @@ HEXEL_DEVICE void arrive(uint32_t bar) {
 }
 
 // Arrive on a barrier in another CTA of the cluster; `cluster_bar` comes from
-// cluster::map_shared(bar, rank). PTX: mbarrier.arrive with .shared::cluster.
+// cluster::map_shared(bar, rank). Release at cluster scope: the peer that waits sees this
+// thread's prior writes. PTX: mbarrier.arrive (.release.cluster, .shared::cluster).
 HEXEL_DEVICE void arrive_cluster(uint32_t cluster_bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar)
                : "memory");
+}
+
+// Arrive on a peer CTA's barrier with the default CTA-scope release: cheaper, and enough when
+// the arrival only reports that this thread is done *reading* something (e.g. a pipeline stage
+// freed after wgmma::wait_group), with no writes of its own for the peer to see.
+// PTX: mbarrier.arrive (.shared::cluster).
+HEXEL_DEVICE void arrive_remote(uint32_t cluster_bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
 }
 
 // Arrive and add `bytes` to the transaction count the current phase waits for: the producer's

@@ -62,7 +62,9 @@ TEST(Mbarrier, StageRingOverManyWraps) {
   }
 }
 
-// Named barriers 1 and 2 hand a shared buffer back and forth between two warpgroups.
+// Named barriers 1 and 2 hand a shared buffer back and forth between two warpgroups; the
+// producer side either waits too (sync) or only signals (arrive).
+template <bool ProducerArrives>
 __global__ void named_barrier_kernel(unsigned* out) {
   __shared__ unsigned buf[128];
   using namespace hexel;
@@ -71,23 +73,38 @@ __global__ void named_barrier_kernel(unsigned* out) {
     if (wg == 0) {
       if (i > 0) named_barrier_sync(2, 256);  // wait until the reader is done with buf
       buf[t] = i * 1000 + t;
-      named_barrier_arrive(1, 256);
+      if (ProducerArrives) named_barrier_arrive(1, 256);
+      else named_barrier_sync(1, 256);
     } else {
       named_barrier_sync(1, 256);
       out[i * 128 + t] = buf[127 - t];
-      named_barrier_arrive(2, 256);
+      if (ProducerArrives) named_barrier_arrive(2, 256);
+      else if (i < 63) named_barrier_sync(2, 256);
     }
   }
 }
 
-TEST(NamedBarrier, ProducerConsumerHandOff) {
-  REQUIRE_SM90();
+template <bool ProducerArrives>
+void run_named_barrier() {
   DeviceBuffer<unsigned> out(64 * 128);
-  named_barrier_kernel<<<1, 256>>>(out.ptr);
+  named_barrier_kernel<ProducerArrives><<<1, 256>>>(out.ptr);
   LAUNCH_OK();
   auto got = out.download();
   for (int i = 0; i < 64; ++i)
     for (int t = 0; t < 128; ++t) ASSERT_EQ(got[i * 128 + t], unsigned(i * 1000 + 127 - t));
+}
+
+TEST(NamedBarrier, SyncHandOff) {
+  REQUIRE_SM90();
+  run_named_barrier<false>();
+}
+
+// compute-sanitizer's racecheck does not model the ordering bar.arrive gives (it reports both
+// directions of this correct hand-off as races), so hexel_gpu_check.sh leaves this one out of
+// racecheck; the values are checked here.
+TEST(NamedBarrier, ArriveSyncHandOff) {
+  REQUIRE_SM90();
+  run_named_barrier<true>();
 }
 
 // setmaxnreg: warpgroup 0 gives registers away, warpgroup 1 takes them and keeps 96 live

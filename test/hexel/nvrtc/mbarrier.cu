@@ -30,6 +30,7 @@ extern "C" __global__ void mbarrier_kernel(unsigned* out) {
     ring.advance();
   }
   mbarrier::arrive_cluster(bar);
+  mbarrier::arrive_remote(bar);
   mbarrier::wait_parity_cluster(bar, 0);
   out[threadIdx.x] = mbarrier::try_wait_parity(bar, 1) ? ring.index : 0;
 }
@@ -41,5 +42,6 @@ extern "C" __global__ void mbarrier_kernel(unsigned* out) {
 // CHECK: mbarrier.arrive.shared::cta.b64 _,
 // CHECK: mbarrier.try_wait.parity.shared::cta.b64
 // CHECK: mbarrier.arrive.release.cluster.shared::cluster.b64
+// CHECK: mbarrier.arrive.shared::cluster.b64 _,
 // CHECK: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64
 // DEBUG: trap;
