@@ -1,6 +1,8 @@
 #include "executor/tokenizer/chat_template.hpp"
 
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "support/error.hpp"
 
@@ -30,6 +32,21 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const std::string& path) {
   } catch (const ordered_json::exception& e) {
     fail(path + ": not valid JSON: " + e.what());
   }
+  // Checkpoints saved by newer transformers keep the template in chat_template.jinja beside the
+  // config instead of in it.
+  if (config.is_object() &&
+      (!config.contains("chat_template") || config["chat_template"].is_null())) {
+    const std::filesystem::path sibling =
+        std::filesystem::path(path).parent_path() / "chat_template.jinja";
+    std::ifstream jinja(sibling, std::ios::binary);
+    if (jinja) {
+      std::ostringstream text;
+      text << jinja.rdbuf();
+      return ChatTemplate(jinja::Template::parse(text.str(), sibling.string()),
+                          token_field(config, "bos_token", path),
+                          token_field(config, "eos_token", path), path);
+    }
+  }
   return from_config_json(config, path);
 }
 
@@ -37,7 +54,7 @@ ChatTemplate ChatTemplate::from_config_json(const ordered_json& config, const st
   if (!config.is_object()) fail(origin + ": must be a JSON object");
   auto it = config.find("chat_template");
   if (it == config.end() || it->is_null())
-    fail(origin + ": chat_template: is missing (the model has no chat template)");
+    fail(origin + ": chat_template: is missing (and there is no chat_template.jinja beside it)");
   std::string source;
   if (it->is_string()) {
     source = it->get<std::string>();

@@ -12,7 +12,8 @@ namespace telos {
 class ChatTemplate {
  public:
   // Reads tokenizer_config.json: "chat_template" (a string, or a list of {name, template} from
-  // which "default" is taken), "bos_token" and "eos_token" (strings or {"content": ...}).
+  // which "default" is taken; when absent, chat_template.jinja in the same folder), "bos_token"
+  // and "eos_token" (strings or {"content": ...}).
   // Errors name the path and field; an unsupported template construct is refused here.
   static ChatTemplate from_tokenizer_config(const std::string& path);
   static ChatTemplate from_config_json(const nlohmann::ordered_json& config,

@@ -4,7 +4,10 @@
 #include "executor/tokenizer/chat_template.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "executor/tokenizer/jinja.hpp"
@@ -163,6 +166,23 @@ TEST(ChatTemplate, ConfigErrorsNameTheField) {
   const telos::ChatTemplate chat =
       telos::ChatTemplate::from_config_json({{"chat_template", "x"}}, "cfg.json");
   expect_error([&] { chat.render(ordered_json::object(), true); }, {"messages must be an array"});
+}
+
+TEST(ChatTemplate, ReadsChatTemplateJinjaBesideTheConfig) {
+  const std::filesystem::path dir =
+      std::filesystem::path(testing::TempDir()) / ("chat_template_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|im_end|>"})";
+  expect_error(
+      [&] { telos::ChatTemplate::from_tokenizer_config((dir / "tokenizer_config.json").string()); },
+      {"tokenizer_config.json", "no chat_template.jinja"});
+  std::ofstream(dir / "chat_template.jinja")
+      << "{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}\n";
+  const auto chat =
+      telos::ChatTemplate::from_tokenizer_config((dir / "tokenizer_config.json").string());
+  EXPECT_EQ(chat.render(ordered_json::array({{{"role", "user"}, {"content", "hi"}}}), false),
+            "hi<|im_end|>");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
