@@ -7,7 +7,7 @@
 #   tools/hexel_gpu_check.sh run [STAGE] [LOGDIR]    (on the H200) runs the GPU tests, the
 #       debug-wait test, compute-sanitizer memcheck/racecheck/synccheck, the GEMM's SASS check
 #       (HGMMA present, no local memory) and the GEMM benchmark against torch.matmul; logs go to
-#       LOGDIR (default $OUT, else ./hexel-gpu-logs).
+#       LOGDIR (default $OUT, else ./hexel-gpu-logs), 7 files, summary.txt holding the table.
 # Exit code: 0 when every row passes, 1 otherwise, 2 on usage errors.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +43,7 @@ row() { names+=("$1"); results+=("$2"); }
 {
   date -u +"date: %Y-%m-%d %H:%M UTC"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
-} | tee "$logs/machine.txt"
+} | tee "$logs/summary.txt"
 
 step() {  # step NAME TIMEOUT_S LOGFILE COMMAND...
   local name=$1 limit=$2 log=$3
@@ -51,18 +51,28 @@ step() {  # step NAME TIMEOUT_S LOGFILE COMMAND...
   local t0=$SECONDS
   timeout "$limit" "$@" >"$logs/$log" 2>&1
   local rc=$?
-  local summary
-  summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) |ERROR SUMMARY|RACECHECK SUMMARY" "$logs/$log" | tr '\n' ' ')
-  if [ $rc -eq 0 ]; then row "$name" "PASS ($((SECONDS - t0)) s) $summary"
+  # gtest's totals; on the GPU machine a skipped test is a test that did not run: a failure.
+  local summary skipped
+  summary=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?[,.]" "$logs/$log" | tr -s ' \n' ' ')
+  skipped=$(grep -cE "^\[  SKIPPED \] [A-Za-z].*\([0-9]+ ms\)" "$logs/$log")
+  if [ $rc -eq 0 ] && [ "$skipped" -gt 0 ]; then row "$name" "FAIL ($skipped skipped) $summary"
+  elif [ $rc -eq 0 ]; then row "$name" "PASS ($((SECONDS - t0)) s) $summary"
   elif [ $rc -eq 124 ]; then row "$name" "FAIL (timeout ${limit} s) $summary"
   else row "$name" "FAIL (rc $rc) $summary"; fi
 }
 
 step "gpu tests" 240 gpu_tests.log "$stage/hexel_gpu_test"
 step "debug wait trap" 60 debug_wait.log "$stage/hexel_gpu_debug_test"
-cuobjdump -sass "$stage/libhexel_gemm.so" >"$logs/gemm.sass" 2>&1
-hgmma=$(grep -c HGMMA "$logs/gemm.sass")
-local_mem=$(grep -cE "\b(LDL|STL)\b" "$logs/gemm.sass")
+# Only a summary of the SASS comes back (the device returns at most 8 files).
+sass=$(mktemp)
+cuobjdump -sass "$stage/libhexel_gemm.so" >"$sass" 2>&1
+hgmma=$(grep -c HGMMA "$sass")
+local_mem=$(grep -cE "\b(LDL|STL)\b" "$sass")
+{
+  echo "HGMMA: $hgmma, LDL/STL: $local_mem, STSM: $(grep -c STSM "$sass"), UTMASTG: $(grep -c UTMASTG "$sass")"
+  grep -E "Function :|HGMMA" "$sass"
+} >"$logs/gemm_sass_summary.txt"
+rm -f "$sass"
 if [ "$hgmma" -gt 0 ] && [ "$local_mem" -eq 0 ]; then
   row "gemm sass" "PASS ($hgmma HGMMA, 0 LDL/STL)"
 else
@@ -82,21 +92,34 @@ fi
 # The sanitizers instrument every access: skip the two large GEMMs there (the ragged and
 # one-tile GEMMs still run). racecheck does not model bar.arrive ordering, so the arrive-side
 # named-barrier test is left out of it (NamedBarrier.SyncHandOff covers named barriers there).
-filter='-*GemmBf16.LlamaOProjection*:*GemmBf16.PersistentManyTiles*'
+# Each test suite runs in its own process, so an error in one cannot poison the next one's
+# CUDA context; all sanitizer output goes to one log.
+skip='*GemmBf16.LlamaOProjection*:*GemmBf16.PersistentManyTiles*'
+suites=$("$stage/hexel_gpu_test" --gtest_list_tests | grep -E '^[A-Za-z].*\.$' | tr -d '.')
+: >"$logs/sanitizers.log"
 for tool in memcheck racecheck synccheck; do
-  f=$filter
-  [ "$tool" = racecheck ] && f="$filter:NamedBarrier.ArriveSyncHandOff"
-  step "sanitizer $tool" "${HEXEL_SANITIZER_TIMEOUT:-150}" "sanitizer_$tool.log" \
-    compute-sanitizer --tool "$tool" --error-exitcode 3 "$stage/hexel_gpu_test" --gtest_filter="$f"
+  t0=$SECONDS
+  bad=""
+  for suite in $suites; do
+    f="$suite.*-$skip"
+    [ "$tool" = racecheck ] && f="$f:NamedBarrier.ArriveSyncHandOff"
+    echo "=== $tool $suite" >>"$logs/sanitizers.log"
+    timeout "${HEXEL_SANITIZER_TIMEOUT:-120}" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+      "$stage/hexel_gpu_test" --gtest_filter="$f" >>"$logs/sanitizers.log" 2>&1 || bad="$bad $suite"
+  done
+  if [ -z "$bad" ]; then row "sanitizer $tool" "PASS ($((SECONDS - t0)) s, every suite: 0 errors)"
+  else row "sanitizer $tool" "FAIL in:$bad"; fi
 done
 
-echo
-cat "$logs/gemm_bench.log" 2>/dev/null
-echo
-echo "Hexel GPU suite"
 fail=0
-for i in "${!names[@]}"; do
-  printf '  %-22s %s\n' "${names[$i]}" "${results[$i]}"
-  case "${results[$i]}" in PASS*) ;; *) fail=1 ;; esac
-done
+{
+  echo
+  cat "$logs/gemm_bench.log" 2>/dev/null
+  echo
+  echo "Hexel GPU suite"
+  for i in "${!names[@]}"; do
+    printf '  %-22s %s\n' "${names[$i]}" "${results[$i]}"
+  done
+} | tee -a "$logs/summary.txt"
+for r in "${results[@]}"; do case "$r" in PASS*) ;; *) fail=1 ;; esac; done
 exit $fail

@@ -99,6 +99,32 @@ TEST(NamedBarrier, SyncHandOff) {
   run_named_barrier<false>();
 }
 
+// Each warpgroup on its own barrier (id 1 + warpgroup, 128 threads), as the GEMM's consumers
+// use them around their epilogue: write, sync, read a neighbour's word, sync.
+__global__ void group_barrier_kernel(unsigned* out) {
+  __shared__ unsigned buf[2][128];
+  using namespace hexel;
+  const unsigned wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  for (int i = 0; i < 64; ++i) {
+    buf[wg][t] = (wg + 1) * 100000 + i * 1000 + t;
+    named_barrier_sync(1 + wg, 128);
+    out[(wg * 64 + i) * 128 + t] = buf[wg][(t + 1) % 128];
+    named_barrier_sync(1 + wg, 128);
+  }
+}
+
+TEST(NamedBarrier, PerWarpgroupBarriers) {
+  REQUIRE_SM90();
+  DeviceBuffer<unsigned> out(2 * 64 * 128);
+  group_barrier_kernel<<<1, 256>>>(out.ptr);
+  LAUNCH_OK();
+  auto got = out.download();
+  for (unsigned wg = 0; wg < 2; ++wg)
+    for (unsigned i = 0; i < 64; ++i)
+      for (unsigned t = 0; t < 128; ++t)
+        ASSERT_EQ(got[(wg * 64 + i) * 128 + t], (wg + 1) * 100000 + i * 1000 + (t + 1) % 128);
+}
+
 // compute-sanitizer's racecheck does not model the ordering bar.arrive gives (it reports both
 // directions of this correct hand-off as races), so hexel_gpu_check.sh leaves this one out of
 // racecheck; the values are checked here.
