@@ -6,8 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
 #include "executor/commands.hpp"
 #include "executor/engine.hpp"
+#include "executor/tokenizer/tokenizer.hpp"
 #include "support/error.hpp"
 
 namespace telos::exec {
@@ -16,7 +19,7 @@ namespace {
 struct GenerateOptions {
   std::string artifact;
   std::vector<std::string> prompt_ids;  // each "1,2,3": one request per entry
-  std::vector<std::string> prompts;     // text, once a tokenizer exists
+  std::vector<std::string> prompts;     // text: needs the artifact's tokenizer.json
   std::optional<int> max_tokens;
   SamplingParams sampling;
   std::optional<std::uint64_t> seed;
@@ -54,32 +57,44 @@ nlohmann::json logprob_json(const SampledToken& t) {
 }
 
 int run_generate(const GenerateOptions& o) {
-  if (!o.prompts.empty())
-    fail("--prompt: text prompts need the tokenizer (issue 6), which this telos-run does not have "
-         "yet; pass token ids with --prompt-ids");
-  if (o.prompt_ids.empty()) fail("generate: give at least one --prompt-ids (or --prompt)");
+  if (o.prompt_ids.empty() && o.prompts.empty())
+    fail("generate: give at least one --prompt-ids or --prompt");
   if (o.copies < 1) fail("--n: must be at least 1");
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (const std::string& ids : o.prompt_ids) prompts.push_back(parse_ids(ids, "--prompt-ids"));
+  std::vector<std::int32_t> stop_token_ids;
+  if (!o.stop_token_ids.empty()) stop_token_ids = parse_ids(o.stop_token_ids, "--stop-token-ids");
 
-  // Parse every request before loading anything: a typo should not cost a model load.
+  std::shared_ptr<const Artifact> artifact = Artifact::load(o.artifact);
+  // The checkpoint's tokenizer, when telosc copied one into the artifact: text prompts in, text
+  // out.
+  std::optional<Tokenizer> tokenizer;
+  const std::filesystem::path tokenizer_path = std::filesystem::path(o.artifact) / "tokenizer.json";
+  if (std::filesystem::is_regular_file(tokenizer_path))
+    tokenizer = Tokenizer::from_file(tokenizer_path.string());
+  if (!o.prompts.empty() && !tokenizer)
+    fail("--prompt: " + o.artifact +
+         " has no tokenizer.json (its checkpoint had none); pass token ids with --prompt-ids");
+  for (const std::string& text : o.prompts)
+    prompts.push_back(tokenizer->encode(text, /*add_special_tokens=*/true));
+
   std::vector<GenerationRequest> requests;
-  std::vector<std::vector<std::int32_t>> prompts;  // parallel to requests (they are moved away)
-  for (const std::string& ids : o.prompt_ids) {
+  std::vector<std::vector<std::int32_t>> prompt_of;  // parallel to requests (they are moved away)
+  for (const std::vector<std::int32_t>& prompt : prompts) {
     for (int copy = 0; copy < o.copies; ++copy) {
       GenerationRequest r;
-      r.prompt = parse_ids(ids, "--prompt-ids");
+      r.prompt = prompt;
       r.sampling = o.sampling;
       r.sampling.max_tokens = o.max_tokens;
       // Copies of a seeded request differ from each other but not from run to run.
       if (o.seed) r.sampling.seed = *o.seed + static_cast<std::uint64_t>(copy);
-      if (!o.stop_token_ids.empty())
-        r.sampling.stop_token_ids = parse_ids(o.stop_token_ids, "--stop-token-ids");
+      r.sampling.stop_token_ids = stop_token_ids;
       r.return_prompt_logits = o.dump_logits;
-      prompts.push_back(r.prompt);
+      prompt_of.push_back(prompt);
       requests.push_back(std::move(r));
     }
   }
 
-  std::shared_ptr<const Artifact> artifact = Artifact::load(o.artifact);
   std::unique_ptr<Engine> engine =
       Engine::create(artifact, make_backend(artifact, o.engine, std::cerr));
   std::vector<RequestHandle> handles;
@@ -107,7 +122,7 @@ int run_generate(const GenerateOptions& o) {
     if (o.json) {
       nlohmann::json out = {
           {"index", i},
-          {"prompt_ids", prompts[i]},
+          {"prompt_ids", prompt_of[i]},
           {"generated_ids", ids},
           {"finish_reason", reason},
           {"usage",
@@ -122,9 +137,12 @@ int run_generate(const GenerateOptions& o) {
       if (!last.error.empty()) out["error"] = last.error;
       if (o.sampling.logprobs > 0) out["logprobs"] = logprobs;
       if (o.dump_logits) out["prompt_logits"] = prompt_logits;
+      if (tokenizer) out["text"] = tokenizer->decode(ids, /*skip_special=*/true);
       std::cout << out.dump() << "\n";
     } else {
       std::cout << "[" << i << "]";
+      if (tokenizer)
+        std::cout << " " << tokenizer->decode(ids, /*skip_special=*/true) << "\n   ";
       for (std::int32_t id : ids) std::cout << " " << id;
       std::cout << "  (" << reason << ", " << ids.size() << " tokens, first token after "
                 << last.timings.first_token_seconds * 1e3 << " ms)\n";
@@ -141,10 +159,10 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
       "generate", "Run requests to completion and print the generated token ids");
   cmd->footer(kExitCodes);
   cmd->add_option("ARTIFACT", o->artifact, "The artifact directory (NAME.telos)")->required();
-  auto* ids = cmd->add_option("--prompt-ids", o->prompt_ids,
+  cmd->add_option("--prompt-ids", o->prompt_ids,
                               "A prompt as comma-separated token ids; repeat for more requests");
-  auto* text = cmd->add_option("--prompt", o->prompts, "A text prompt (needs the tokenizer)");
-  ids->excludes(text);
+  cmd->add_option("--prompt", o->prompts,
+                  "A text prompt, encoded with the artifact's tokenizer; repeat for more requests");
   cmd->add_option("--max-tokens", o->max_tokens,
                   "Tokens to generate per request (default: up to max_seq_len)");
   cmd->add_option("--temperature", o->sampling.temperature, "0 for greedy (default 1)");
