@@ -438,6 +438,8 @@ bool equal(const Value& a, const Value& b) {
 
 std::size_t length_of(const Value& v) {
   switch (v.kind) {
+    case Value::Kind::undefined:  // Jinja's Undefined has length 0 and iterates as empty
+      return 0;
     case Value::Kind::string:
       return code_points(v.string).size();
     case Value::Kind::list:
@@ -452,6 +454,8 @@ std::size_t length_of(const Value& v) {
 // The items a for loop or filter walks: list elements, dict keys, string characters.
 List iterate(const Value& v) {
   switch (v.kind) {
+    case Value::Kind::undefined:
+      return {};
     case Value::Kind::list:
       return *v.list;
     case Value::Kind::dict: {
@@ -1299,6 +1303,7 @@ std::unordered_map<std::string, Value> globals() {
 struct Literal : Expr {
   Value value;
   Value eval(Context&) const override { return value; }
+  std::string spelling() const override { return repr(value); }
 };
 
 struct Name : Expr {
@@ -1352,6 +1357,10 @@ struct Subscript : Expr {
   Value eval(Context& ctx) const override {
     const Value obj = object->eval(ctx), key = index->eval(ctx);
     return at_line(ctx, line, [&] { return get_item(obj, key); });
+  }
+  std::string spelling() const override {
+    const std::string o = object->spelling(), i = index->spelling();
+    return o.empty() || i.empty() ? "" : o + "[" + i + "]";
   }
 };
 
@@ -1484,6 +1493,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
 }
 
 bool contains(const Value& container, const Value& item) {
+  if (container.kind == Value::Kind::undefined) return false;
   if (container.kind == Value::Kind::string) {
     if (item.kind != Value::Kind::string) fail("'in <string>' requires a string on the left");
     return container.string.find(item.string) != std::string::npos;

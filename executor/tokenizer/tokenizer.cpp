@@ -11,7 +11,6 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <queue>
-#include <sstream>
 #include <unordered_map>
 
 #include "executor/tokenizer/utf8.hpp"
@@ -249,11 +248,6 @@ class AddedTokenMatcher {
       return a.pattern.size() > b.pattern.size();
     });
   }
-  bool empty() const {
-    return std::all_of(by_first_byte_.begin(), by_first_byte_.end(),
-                       [](auto& b) { return b.empty(); });
-  }
-
   // Calls on_text(piece) for stretches without tokens and on_token(token) for each match, in order.
   template <typename OnText, typename OnToken>
   void split(std::string_view text, OnText&& on_text, OnToken&& on_token) const {

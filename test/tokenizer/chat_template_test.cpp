@@ -116,6 +116,11 @@ TEST(Jinja, RuntimeErrorsNameTheLine) {
       {"t.jinja:2", "Only user and assistant roles are supported"});
   expect_error([] { render("{{ no_such_function(1) }}"); }, {"'no_such_function' is undefined"});
   expect_error([] { render("{{ missing.attribute }}"); }, {"'missing' is undefined", ".attribute"});
+  expect_error(
+      [] {
+        render("{{ messages[0].role }}", {{"messages", ordered_json::array()}});
+      },
+      {"'messages[0]' is undefined", ".role"});
   expect_error([] { render("{% for x in 5 %}{% endfor %}"); }, {"integer is not iterable"});
   expect_error([] { render("{{ 'a' in 5 }}"); }, {"not a container"});
 }
