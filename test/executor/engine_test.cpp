@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <random>
+#include <thread>
+
 #include "executor/cpu_reference_model.hpp"
 #include "support/error.hpp"
 #include "test/executor/tiny_artifact.hpp"
@@ -214,6 +218,77 @@ TEST(Engine, StatsCountRequestsAndTokens) {
   EXPECT_EQ(l.time_to_first_token.size(), 3u);
   EXPECT_EQ(l.time_per_output_token.size(), 3u);
   EXPECT_TRUE(engine->take_latency_samples().time_to_first_token.empty());
+}
+
+// A backend that fails any step containing token 63, and otherwise computes normally.
+class FailingOnToken63 : public ModelBackend {
+ public:
+  explicit FailingOnToken63(std::shared_ptr<const Artifact> a) : inner_(std::move(a)) {}
+  int num_kv_pages() const override { return inner_.num_kv_pages(); }
+  int vocab_size() const override { return inner_.vocab_size(); }
+  std::string name() const override { return "cpu"; }
+  void forward(const Step& step, std::vector<float>& logits) override {
+    for (const ScheduledSequence& q : step.sequences)
+      for (std::int32_t t : q.tokens)
+        if (t == 63) fail("injected failure on token 63");
+    inner_.forward(step, logits);
+  }
+
+ private:
+  CpuReferenceModel inner_;
+};
+
+TEST(Engine, ABackendFailureFailsItsRequestsAndTheEngineServesOn) {
+  const std::string dir = testing::temp_dir("failing");
+  testing::write_tiny_artifact(dir, {});
+  auto artifact = Artifact::load(dir);
+  EngineOptions options;
+  options.check_invariants = true;
+  auto engine = Engine::create(artifact, std::make_unique<FailingOnToken63>(artifact), options);
+  RequestHandle bad = engine->submit(request({5, 63, 5}, 4, 0, 1));
+  RequestEvent e, last;
+  while (bad->next(e)) last = e;
+  ASSERT_TRUE(last.finish.has_value());
+  EXPECT_EQ(*last.finish, FinishReason::Error);
+  EXPECT_NE(last.error.find("injected failure on token 63"), std::string::npos) << last.error;
+  engine->wait_idle();
+  EXPECT_EQ(engine->stats().kv_pages_used, 0);
+  const Result good = collect(engine->submit(request({5, 6, 7}, 4, 0, 1)));
+  EXPECT_EQ(good.finish, FinishReason::Length);
+  EXPECT_EQ(good.ids.size(), 4u);
+}
+
+// Several client threads submit, read and cancel at once (what the HTTP server does): every
+// stream ends, and every page is back in the pool afterwards.
+TEST(Engine, ConcurrentClientsAndCancellationsLeaveNoPageBehind) {
+  TinyArtifactSpec spec;
+  spec.kv_pages = 12;  // small enough to preempt
+  auto engine = make_engine(spec, "concurrent");
+  std::atomic<int> ended{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      std::mt19937 rng(static_cast<unsigned>(c));
+      for (int i = 0; i < 15; ++i) {
+        std::vector<std::int32_t> prompt(std::uniform_int_distribution<std::size_t>(1, 20)(rng), 9);
+        RequestHandle h = engine->submit(request(prompt, 20, 1.0f, static_cast<std::uint64_t>(i)));
+        const int cancel_after = std::uniform_int_distribution<int>(0, 25)(rng);
+        RequestEvent e;
+        int events = 0;
+        while (h->next(e)) {
+          if (++events == cancel_after) h->cancel();
+          if (e.finish) ++ended;
+        }
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  engine->wait_idle();
+  EXPECT_EQ(ended.load(), 60);
+  const EngineStats s = engine->stats();
+  EXPECT_EQ(s.requests_finished, 60u);
+  EXPECT_EQ(s.kv_pages_used, 0);
+  EXPECT_EQ(s.running + s.waiting, 0);
 }
 
 }  // namespace
