@@ -584,7 +584,11 @@ std::vector<Token> lex_expression(std::string_view src, int line, const Located&
             if (hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
               where.error(line,
                           "bad escape \\" + std::string(1, src[j]) + hex + " in string literal");
-            utf8::append_code_point(text, static_cast<std::uint32_t>(std::stoul(hex, nullptr, 16)));
+            const unsigned long cp = std::stoul(hex, nullptr, 16);
+            if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+              where.error(line, "escape \\" + std::string(1, src[j]) + hex +
+                                    " is not a Unicode scalar value");
+            utf8::append_code_point(text, static_cast<std::uint32_t>(cp));
             j += digits;
             break;
           }
@@ -1281,6 +1285,11 @@ std::unordered_map<std::string, Value> globals() {
       if (a.positional.size() > 2) step = need_int(&a.positional[2], "range");
     }
     if (step == 0) fail("range step cannot be zero");
+    // A template loops over messages; a range this long is a mistake, not a prompt.
+    constexpr std::int64_t kMaxRange = 1 << 20;
+    const std::int64_t count =
+        step > 0 ? (stop - start + step - 1) / step : (start - stop - step - 1) / -step;
+    if (count > kMaxRange) fail("range of " + std::to_string(count) + " items is too long");
     List out;
     for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
       out.push_back(Value::of(i));

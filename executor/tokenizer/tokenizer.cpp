@@ -285,6 +285,15 @@ class AddedTokenMatcher {
   std::array<std::vector<Entry>, 256> by_first_byte_;
 };
 
+// Ids index dense tables, so a corrupt id must not size them: real vocabularies stay far below
+// this (Llama 3: 128k, Qwen: 152k).
+constexpr std::int64_t kMaxTokenId = (1 << 24) - 1;
+
+bool valid_id(const json& id) {
+  return id.is_number_integer() && id.get<std::int64_t>() >= 0 &&
+         id.get<std::int64_t>() <= kMaxTokenId;
+}
+
 std::uint64_t pair_key(TokenId left, TokenId right) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) |
          static_cast<std::uint32_t>(right);
@@ -422,9 +431,9 @@ void Tokenizer::Impl::load_model(const json& doc, const Reader& r) {
   by_spelling.reserve(vocab_json.size());
   vocab.reserve(vocab_json.size());
   for (auto& [spelling, id_json] : vocab_json.items()) {
-    if (!id_json.is_number_integer() || id_json.get<std::int64_t>() < 0 ||
-        id_json.get<std::int64_t>() > INT32_MAX)
-      r.bad("model.vocab[\"" + spelling + "\"]", "must be a non-negative integer id");
+    if (!valid_id(id_json))
+      r.bad("model.vocab[\"" + spelling + "\"]",
+            "must be an integer id in [0, " + std::to_string(kMaxTokenId) + "]");
     const auto id = id_json.get<TokenId>();
     if (static_cast<std::size_t>(id) >= bytes_of.size()) {
       bytes_of.resize(static_cast<std::size_t>(id) + 1);
@@ -490,9 +499,8 @@ void Tokenizer::Impl::load_added_tokens(const json& doc, const Reader& r) {
     const std::string field = "added_tokens[" + std::to_string(i) + "]";
     if (!t.is_object()) r.bad(field, "must be an object");
     const json& id_json = r.get(t, field, "id");
-    if (!id_json.is_number_integer() || id_json.get<std::int64_t>() < 0 ||
-        id_json.get<std::int64_t>() > INT32_MAX)
-      r.bad(field + ".id", "must be a non-negative integer");
+    if (!valid_id(id_json))
+      r.bad(field + ".id", "must be an integer id in [0, " + std::to_string(kMaxTokenId) + "]");
     auto token = std::make_unique<AddedToken>();
     token->id = id_json.get<TokenId>();
     token->content = r.string(t, field, "content");

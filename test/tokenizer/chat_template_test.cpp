@@ -105,6 +105,8 @@ TEST(Jinja, UnsupportedConstructsAreRefusedAtParseTime) {
   expect_error([] { telos::jinja::Template::parse("{{ x $ y }}", "t.jinja"); },
                {"unexpected character '$'"});
   expect_error([] { telos::jinja::Template::parse("{{ (x }}", "t.jinja"); }, {"expected ')'"});
+  expect_error([] { telos::jinja::Template::parse("{{ '\\U00110000' }}", "t.jinja"); },
+               {"not a Unicode scalar value"});
   expect_error(
       [] { telos::jinja::Template::parse("{% for x in y recursive %}{% endfor %}", "t.jinja"); },
       {"recursive"});
@@ -123,6 +125,8 @@ TEST(Jinja, RuntimeErrorsNameTheLine) {
       {"'messages[0]' is undefined", ".role"});
   expect_error([] { render("{% for x in 5 %}{% endfor %}"); }, {"integer is not iterable"});
   expect_error([] { render("{{ 'a' in 5 }}"); }, {"not a container"});
+  expect_error([] { render("{% for i in range(100000000) %}{% endfor %}"); }, {"too long"});
+  EXPECT_EQ(render("{{ range(5, 0, -2) | join }}{{ range(0) | length }}"), "5310");
 }
 
 TEST(ChatTemplate, ReadsConfigForms) {

@@ -344,7 +344,13 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
       {[](Doc& d) { d.doc["model"]["vocab"].erase(spell("A")); }, {"model.vocab", "byte 65"}},
       {[](Doc& d) { d.doc["model"]["vocab"]["dup"] = 5; }, {"model.vocab[", "id 5 is used twice"}},
       {[](Doc& d) { d.doc["model"]["vocab"]["neg"] = -2; },
-       {"model.vocab[\"neg\"]", "non-negative"}},
+       {"model.vocab[\"neg\"]", "integer id in [0, "}},
+      {[](Doc& d) { d.doc["model"]["vocab"]["huge"] = 2000000000; }, {"model.vocab[\"huge\"]"}},
+      {[](Doc& d) {
+         d.add_token("<w>", false);
+         d.doc["added_tokens"][0]["id"] = 1.5;
+       },
+       {"added_tokens[0].id"}},
       {[](Doc& d) {
          d.add_token("<w>", false);
          d.doc["added_tokens"][0]["single_word"] = true;
