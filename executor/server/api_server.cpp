@@ -1,0 +1,658 @@
+#include "executor/server/api_server.hpp"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <set>
+
+#include "executor/server/api_error.hpp"
+#include "executor/server/choice_text.hpp"
+#include "executor/server/openai_request.hpp"
+#include "executor/server/server_metrics.hpp"
+#include "support/error.hpp"
+
+namespace telos::exec {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Invalid UTF-8 can only come from token bytes; it is replaced rather than refused.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%s%016llx%08llx", prefix, static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng() & 0xffffffffu));
+  return buf;
+}
+
+std::int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(dump(error_body(e)), "application/json");
+}
+
+// The text a token stands for in logprobs: its bytes, with an incomplete UTF-8 character
+// replaced; "token_id:N" without a tokenizer (vLLM's spelling).
+std::string token_text(const Tokenizer* tokenizer, std::int32_t id) {
+  if (!tokenizer) return "token_id:" + std::to_string(id);
+  const std::string_view bytes = tokenizer->token_bytes(id);
+  std::string out;
+  const std::size_t used = append_complete_utf8(bytes, out);
+  if (used < bytes.size()) out += "\xEF\xBF\xBD";
+  return out;
+}
+
+json token_bytes(const Tokenizer* tokenizer, std::int32_t id) {
+  json bytes = json::array();
+  if (tokenizer)
+    for (unsigned char c : tokenizer->token_bytes(id)) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+// One choice of a request: an engine request and what it produced so far.
+struct Choice {
+  Choice(int index, std::size_t prompt, ChoiceText text) : index(index), prompt(prompt), text(std::move(text)) {}
+  int index;
+  std::size_t prompt;
+  ChoiceText text;
+  RequestHandle handle;
+  std::vector<std::int32_t> tokens;
+  std::vector<SampledToken> sampled;  // with logprobs only
+  std::string output;                  // non-streaming: the text so far
+  std::size_t text_offset = 0;         // completion logprobs: where the next token's text starts
+  std::optional<std::string> finish_reason;
+  std::optional<ApiError> error;
+  bool done = false;
+};
+
+// What one engine event changed in a choice.
+struct Delta {
+  std::string text;
+  std::vector<std::int32_t> tokens;
+  std::vector<SampledToken> sampled;
+  bool finished = false;
+};
+
+struct PreparedPrompt {
+  std::vector<std::int32_t> ids;
+  std::string echo;  // the prompt's text, for echo
+};
+
+}  // namespace
+
+struct CompletionJob;
+
+struct ApiServer::State {
+  ServedModel model;
+  ServerOptions options;
+  httplib::Server http;
+  ServerMetrics metrics;
+  int max_prompt_tokens = 0;
+  std::atomic<bool> shutting_down{false};
+
+  std::mutex mutex;
+  std::condition_variable idle;
+  int in_flight = 0;                // generation requests being served
+  std::set<CompletionJob*> jobs;       // their engine requests, for shutdown
+
+  void install_routes();
+  void handle_generation(const httplib::Request& req, httplib::Response& res, ApiRequest::Kind kind);
+  std::vector<PreparedPrompt> prepare_prompts(const ApiRequest& r);
+  int max_tokens_for(const ApiRequest& r, int prompt_len);
+  void cancel_all();
+};
+
+// The HTTP request's hold on a concurrency slot; taken before parsing, so a flood of requests is
+// refused cheaply.
+class ConcurrencySlot {
+ public:
+  explicit ConcurrencySlot(ApiServer::State& s) : s_(s) {
+    std::lock_guard lock(s_.mutex);
+    if (s_.shutting_down)
+      throw ApiError(503, "server_error", "the server is shutting down and admits no new requests", "",
+                     "service_unavailable");
+    if (s_.in_flight >= s_.options.max_concurrent_requests)
+      throw ApiError(429, "rate_limit_error",
+                     "too many concurrent requests: this server serves at most " +
+                         std::to_string(s_.options.max_concurrent_requests) +
+                         " at once (--max-concurrent-requests); retry later",
+                     "", "too_many_requests");
+    ++s_.in_flight;
+  }
+  ~ConcurrencySlot() {
+    {
+      std::lock_guard lock(s_.mutex);
+      --s_.in_flight;
+    }
+    s_.idle.notify_all();
+  }
+  ConcurrencySlot(const ConcurrencySlot&) = delete;
+  ConcurrencySlot& operator=(const ConcurrencySlot&) = delete;
+
+ private:
+  ApiServer::State& s_;
+};
+
+// One completion or chat request in flight: its choices and how to write them out.
+struct CompletionJob {
+  CompletionJob(ApiServer::State& server, std::unique_ptr<ConcurrencySlot> slot, ApiRequest request,
+                std::vector<PreparedPrompt> prompts)
+      : server(server),
+        slot(std::move(slot)),
+        request(std::move(request)),
+        prompts(std::move(prompts)),
+        chat(this->request.kind == ApiRequest::Kind::Chat),
+        id(random_id(chat ? "chatcmpl-" : "cmpl-")),
+        created(unix_seconds()) {
+    std::lock_guard lock(server.mutex);
+    server.jobs.insert(this);
+  }
+  ~CompletionJob() {
+    cancel();
+    std::lock_guard lock(server.mutex);
+    server.jobs.erase(this);
+  }
+
+  void submit();
+  void cancel() {
+    for (Choice& c : choices)
+      if (c.handle) c.handle->cancel();
+  }
+  Delta apply(Choice& c, RequestEvent& e);
+  void collect();
+  json response() const;
+  bool stream(httplib::DataSink& sink);
+
+  bool show_token_ids() const { return request.return_token_ids || !server.model.tokenizer; }
+  json usage() const;
+  json logprobs(const std::vector<SampledToken>& sampled, std::size_t& text_offset) const;
+  json chunk(Choice& c, const Delta& d, bool first) const;
+
+  ApiServer::State& server;
+  std::unique_ptr<ConcurrencySlot> slot;
+  ApiRequest request;
+  std::vector<PreparedPrompt> prompts;
+  bool chat;
+  std::string id;
+  std::int64_t created;
+  std::vector<Choice> choices;
+};
+
+void CompletionJob::submit() {
+  const Tokenizer* tokenizer = server.model.tokenizer;
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    const int max_tokens = server.max_tokens_for(request, static_cast<int>(prompts[p].ids.size()));
+    for (int j = 0; j < request.n; ++j) {
+      Choice& c = choices.emplace_back(static_cast<int>(choices.size()), p,
+                                       ChoiceText(tokenizer, request.skip_special_tokens, request.stop));
+      c.text_offset = request.echo ? prompts[p].echo.size() : 0;
+      GenerationRequest g;
+      g.prompt = prompts[p].ids;
+      g.sampling = request.sampling;
+      g.sampling.max_tokens = max_tokens;
+      // n samples of a seeded request differ from each other but not from run to run.
+      if (g.sampling.seed) *g.sampling.seed += static_cast<std::uint64_t>(j);
+      try {
+        c.handle = server.model.engine->submit(std::move(g));
+      } catch (const Error& e) {
+        throw bad_request("", std::string("the engine refused the request: ") + e.what());
+      }
+    }
+  }
+}
+
+Delta CompletionJob::apply(Choice& c, RequestEvent& e) {
+  Delta d;
+  if (c.done) return d;
+  if (e.token) {
+    c.tokens.push_back(e.token->token);
+    d.tokens.push_back(e.token->token);
+    if (request.logprobs) d.sampled.push_back(*e.token);
+    d.text = c.text.push(e.token->token);
+    if (c.text.stopped()) {
+      // A stop string ended the choice; the engine request still runs until it sees the cancel.
+      c.handle->cancel();
+      c.finish_reason = "stop";
+      c.done = d.finished = true;
+      return d;
+    }
+  }
+  if (e.finish) {
+    c.done = d.finished = true;
+    switch (*e.finish) {
+      case FinishReason::Stop: c.finish_reason = "stop"; break;
+      case FinishReason::Length: c.finish_reason = "length"; break;
+      case FinishReason::Cancelled:
+        c.error = ApiError(503, "server_error", "the request was cancelled: the server is shutting down",
+                           "", "service_unavailable");
+        break;
+      case FinishReason::Error:
+        c.error = ApiError(500, "server_error", "generation failed: " + e.error, "", "engine_error");
+        break;
+    }
+    d.text += c.text.finish();
+  }
+  return d;
+}
+
+json CompletionJob::usage() const {
+  int prompt_tokens = 0, completion_tokens = 0;
+  for (const PreparedPrompt& p : prompts) prompt_tokens += static_cast<int>(p.ids.size());
+  for (const Choice& c : choices) completion_tokens += static_cast<int>(c.tokens.size());
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+json CompletionJob::logprobs(const std::vector<SampledToken>& sampled, std::size_t& text_offset) const {
+  const Tokenizer* tokenizer = server.model.tokenizer;
+  if (chat) {
+    json content = json::array();
+    for (const SampledToken& t : sampled) {
+      json top = json::array();
+      for (const TokenLogprob& alt : t.top)
+        top.push_back({{"token", token_text(tokenizer, alt.token)},
+                       {"logprob", alt.logprob},
+                       {"bytes", token_bytes(tokenizer, alt.token)}});
+      content.push_back({{"token", token_text(tokenizer, t.token)},
+                         {"logprob", t.logprob},
+                         {"bytes", token_bytes(tokenizer, t.token)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+       offsets = json::array();
+  for (const SampledToken& t : sampled) {
+    const std::string text = token_text(tokenizer, t.token);
+    tokens.push_back(text);
+    token_logprobs.push_back(t.logprob);
+    json top = json::object();
+    for (const TokenLogprob& alt : t.top) top[token_text(tokenizer, alt.token)] = alt.logprob;
+    top_logprobs.push_back(top);
+    offsets.push_back(text_offset);
+    text_offset += text.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top_logprobs},
+          {"text_offset", offsets}};
+}
+
+void CompletionJob::collect() {
+  for (Choice& c : choices) {
+    RequestEvent e;
+    while (!c.done && c.handle->next(e)) {
+      Delta d = apply(c, e);
+      c.output += d.text;
+      for (SampledToken& t : d.sampled) c.sampled.push_back(std::move(t));
+    }
+    if (c.error) throw *c.error;
+  }
+}
+
+json CompletionJob::response() const {
+  json out_choices = json::array();
+  for (const Choice& c : choices) {
+    std::size_t offset = c.text_offset;
+    json lp = request.logprobs ? logprobs(c.sampled, offset) : json();
+    json choice = {{"index", c.index}};
+    if (chat)
+      choice["message"] = {{"role", "assistant"}, {"content", c.output}};
+    else
+      choice["text"] = (request.echo ? prompts[c.prompt].echo : std::string()) + c.output;
+    choice["logprobs"] = lp;
+    choice["finish_reason"] = *c.finish_reason;
+    if (show_token_ids()) choice["token_ids"] = c.tokens;
+    out_choices.push_back(std::move(choice));
+  }
+  return {{"id", id},
+          {"object", chat ? "chat.completion" : "text_completion"},
+          {"created", created},
+          {"model", server.options.served_model_name},
+          {"choices", out_choices},
+          {"usage", usage()}};
+}
+
+json CompletionJob::chunk(Choice& c, const Delta& d, bool first) const {
+  json choice = {{"index", c.index}};
+  if (chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (first || !d.text.empty()) delta["content"] = d.text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = (first && request.echo ? prompts[c.prompt].echo : std::string()) + d.text;
+  }
+  choice["logprobs"] = request.logprobs && !d.sampled.empty() ? logprobs(d.sampled, c.text_offset) : json();
+  choice["finish_reason"] = d.finished && c.finish_reason ? json(*c.finish_reason) : json();
+  if (show_token_ids()) choice["token_ids"] = d.tokens;
+  json out = {{"id", id},
+              {"object", chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created},
+              {"model", server.options.served_model_name},
+              {"choices", json::array({choice})}};
+  if (request.include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+// Writes the whole event stream; false when the client went away (the caller's releaser then
+// cancels what still runs).
+bool CompletionJob::stream(httplib::DataSink& sink) {
+  auto send = [&](const std::string& data) {
+    const std::string event = "data: " + data + "\n\n";
+    return sink.write(event.data(), event.size());
+  };
+  // Chat's first chunk carries the role; an echoed completion's first chunk carries the prompt.
+  if (chat || request.echo)
+    for (Choice& c : choices)
+      if (!send(dump(chunk(c, Delta{}, true)))) return false;
+
+  std::optional<ApiError> error;
+  for (;;) {
+    std::vector<Choice*> active;
+    for (Choice& c : choices)
+      if (!c.done) active.push_back(&c);
+    if (active.empty()) break;
+    bool progressed = false;
+    for (std::size_t i = 0; i < active.size(); ++i) {
+      Choice& c = *active[i];
+      // Drain what is ready; the first active choice may wait a little, so an idle stream does
+      // not spin, but short enough to notice a client that left or a second choice's tokens.
+      const auto wait = std::chrono::milliseconds(i == 0 && !progressed ? (active.size() == 1 ? 100 : 5) : 0);
+      RequestEvent e;
+      while (!c.done && c.handle->next_for(e, progressed ? std::chrono::milliseconds(0) : wait) ==
+                            RequestStream::Poll::Event) {
+        progressed = true;
+        Delta d = apply(c, e);
+        if (c.error) {
+          error = c.error;
+          continue;
+        }
+        const bool worth_sending = !d.text.empty() || d.finished ||
+                                   (request.logprobs && !d.sampled.empty()) || show_token_ids();
+        if (worth_sending) {
+          if (!send(dump(chunk(c, d, false)))) return false;
+        }
+      }
+    }
+    if (!progressed && !sink.is_writable()) return false;
+  }
+  if (error) {
+    if (!send(dump(error_body(*error)))) return false;
+  } else if (request.include_usage) {
+    json out = {{"id", id},
+                {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created},
+                {"model", server.options.served_model_name},
+                {"choices", json::array()},
+                {"usage", usage()}};
+    if (!send(dump(out))) return false;
+  }
+  if (!send("[DONE]")) return false;
+  sink.done();
+  return true;
+}
+
+// ---- State ----
+
+int ApiServer::State::max_tokens_for(const ApiRequest& r, int prompt_len) {
+  const int max_seq_len = model.engine->max_seq_len();
+  const int room = max_seq_len - prompt_len;
+  const char* prompt_field = r.kind == ApiRequest::Kind::Chat ? "messages" : "prompt";
+  if (room < 1)
+    throw bad_request(prompt_field, "the prompt has " + std::to_string(prompt_len) +
+                                        " tokens, which leaves no room to generate within this model's "
+                                        "maximum context length of " +
+                                        std::to_string(max_seq_len) + " tokens");
+  if (r.sampling.max_tokens) {
+    if (*r.sampling.max_tokens > room)
+      throw bad_request("max_tokens", "this model's maximum context length is " + std::to_string(max_seq_len) +
+                                          " tokens and the prompt has " + std::to_string(prompt_len) +
+                                          ", so at most " + std::to_string(room) +
+                                          " tokens can be generated; got " +
+                                          std::to_string(*r.sampling.max_tokens));
+    return *r.sampling.max_tokens;
+  }
+  // OpenAI's defaults: 16 for completions, as many as fit for chat.
+  const int wanted = r.kind == ApiRequest::Kind::Chat ? room : std::min(16, room);
+  return std::max(wanted, std::min(r.sampling.min_tokens, room));
+}
+
+std::vector<PreparedPrompt> ApiServer::State::prepare_prompts(const ApiRequest& r) {
+  const Tokenizer* tokenizer = model.tokenizer;
+  std::vector<PreparedPrompt> out;
+  const bool chat = r.kind == ApiRequest::Kind::Chat;
+  const char* field = chat ? "messages" : "prompt";
+  if (chat) {
+    if (!tokenizer || !model.chat_template)
+      throw bad_request("messages",
+                        "chat needs the model's tokenizer and chat template, and this artifact has "
+                        "none (the checkpoint had no tokenizer.json / tokenizer_config.json with a "
+                        "chat_template); use /v1/completions with token ids");
+    std::string text;
+    try {
+      text = model.chat_template->render(r.messages, r.add_generation_prompt, r.template_kwargs);
+    } catch (const Error& e) {
+      throw bad_request("messages", std::string("the chat template failed on these messages: ") + e.what());
+    }
+    out.push_back({tokenizer->encode(text, false), ""});
+  } else {
+    for (const PromptInput& p : r.prompts) {
+      if (p.text) {
+        if (!tokenizer)
+          throw bad_request("prompt", "text prompts need the model's tokenizer, and this artifact has "
+                                      "none (the checkpoint had no tokenizer.json); send token ids");
+        out.push_back({tokenizer->encode(*p.text, true), *p.text});
+      } else {
+        out.push_back({p.ids, tokenizer ? tokenizer->decode(p.ids, false) : std::string()});
+      }
+    }
+  }
+  if (!r.stop.empty() && !tokenizer)
+    throw bad_request("stop", "stop strings need the model's tokenizer, and this artifact has none; "
+                              "use stop_token_ids");
+  for (const PreparedPrompt& p : out) {
+    if (p.ids.empty()) throw bad_request(field, "the prompt is empty (no tokens)");
+    if (static_cast<int>(p.ids.size()) > max_prompt_tokens)
+      throw bad_request(field, "the prompt has " + std::to_string(p.ids.size()) +
+                                   " tokens, more than this server's limit of " +
+                                   std::to_string(max_prompt_tokens) + " (--max-prompt-tokens)");
+  }
+  return out;
+}
+
+void ApiServer::State::handle_generation(const httplib::Request& req, httplib::Response& res,
+                                         ApiRequest::Kind kind) {
+  auto slot = std::make_unique<ConcurrencySlot>(*this);
+  const int vocab_size = model.engine->artifact().model().vocab_size;
+  json body;
+  try {
+    body = json::parse(req.body);
+  } catch (const json::exception& e) {
+    throw bad_request("", std::string("the request body is not valid JSON: ") + e.what());
+  }
+  ApiRequest r = kind == ApiRequest::Kind::Chat
+                     ? parse_chat_request(body, options.served_model_name, vocab_size)
+                     : parse_completion_request(body, options.served_model_name, vocab_size);
+  if (static_cast<long>(r.prompts.size()) * r.n > kMaxChoices)
+    throw bad_request("n", "prompts times n is " + std::to_string(r.prompts.size() * static_cast<std::size_t>(r.n)) +
+                               ", more than " + std::to_string(kMaxChoices) + " choices per request");
+  std::vector<PreparedPrompt> prompts = prepare_prompts(r);
+  auto job = std::make_shared<CompletionJob>(*this, std::move(slot), std::move(r), std::move(prompts));
+  job->submit();
+  if (!job->request.stream) {
+    job->collect();
+    res.set_content(dump(job->response()), "application/json");
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [job](std::size_t, httplib::DataSink& sink) {
+        if (!job->stream(sink)) {
+          job->cancel();
+          return false;
+        }
+        return true;
+      },
+      // Runs however the response ended; cancelling finished requests is harmless.
+      [job](bool) { job->cancel(); });
+}
+
+void ApiServer::State::cancel_all() {
+  std::lock_guard lock(mutex);
+  for (CompletionJob* job : jobs) job->cancel();
+}
+
+void ApiServer::State::install_routes() {
+  // Errors thrown by handlers become JSON; anything unexpected is a 500 and the server goes on.
+  auto guarded = [this](auto handler) {
+    return [this, handler](const httplib::Request& req, httplib::Response& res) {
+      try {
+        handler(req, res);
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      } catch (const std::exception& e) {
+        send_error(res, ApiError(500, "server_error", std::string("internal error: ") + e.what()));
+      }
+    };
+  };
+  http.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
+              handle_generation(req, res, ApiRequest::Kind::Completion);
+            }));
+  http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
+              handle_generation(req, res, ApiRequest::Kind::Chat);
+            }));
+  http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
+             const Artifact& a = model.engine->artifact();
+             json card = {{"id", options.served_model_name},
+                          {"object", "model"},
+                          {"created", unix_seconds()},
+                          {"owned_by", "telos"},
+                          {"root", a.model().name},
+                          {"max_model_len", a.serving().max_seq_len}};
+             res.set_content(dump({{"object", "list"}, {"data", json::array({card})}}), "application/json");
+           }));
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (shutting_down) {
+      send_error(res, ApiError(503, "server_error", "the server is shutting down", "", "service_unavailable"));
+      return;
+    }
+    res.set_content(dump({{"status", "ok"}}), "application/json");
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    int running;
+    {
+      std::lock_guard lock(mutex);
+      running = in_flight;
+    }
+    res.set_content(metrics.render(*model.engine, running), "text/plain; version=0.0.4");
+  });
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"})
+    http.Get(path, [](const httplib::Request& req, httplib::Response& res) {
+      send_error(res, ApiError(405, "invalid_request_error", req.path + " takes POST, not GET", "",
+                               "method_not_allowed"));
+    });
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + options.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError(401, "invalid_request_error",
+                             "missing or incorrect API key: send the header 'Authorization: Bearer KEY'",
+                             "", "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Statuses the HTTP library sets by itself (no route, body too large, unreadable request) get a
+  // JSON body too; responses that already have one are left alone.
+  http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                   httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (res.status == 413)
+      send_error(res, ApiError(413, "invalid_request_error",
+                               "the request body is larger than this server's limit of " +
+                                   std::to_string(options.max_body_bytes) + " bytes (--max-body-bytes)",
+                               "", "request_too_large"));
+    else if (res.status == 404)
+      send_error(res, ApiError(404, "invalid_request_error", "no such endpoint: " + req.method + " " + req.path,
+                               "", "not_found"));
+    else
+      send_error(res, ApiError(res.status, "invalid_request_error",
+                               "the HTTP request could not be processed (status " +
+                                   std::to_string(res.status) + ")"));
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(res, ApiError(500, "server_error", "internal error: " + what));
+  });
+  http.set_logger([this](const httplib::Request&, const httplib::Response& res) { metrics.count_response(res.status); });
+}
+
+// ---- ApiServer ----
+
+ApiServer::ApiServer(ServedModel model, ServerOptions options) : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.model = model;
+  s.options = std::move(options);
+  const int max_seq_len = model.engine->max_seq_len();
+  s.max_prompt_tokens = s.options.max_prompt_tokens > 0 ? std::min(s.options.max_prompt_tokens, max_seq_len - 1)
+                                                       : max_seq_len - 1;
+  if (s.options.served_model_name.empty()) s.options.served_model_name = model.engine->artifact().model().name;
+  if (s.options.max_concurrent_requests < 1) fail("--max-concurrent-requests: must be at least 1");
+  s.http.set_payload_max_length(s.options.max_body_bytes);
+  // A thread per streaming client, plus room for health checks, scrapes and refusals.
+  const std::size_t threads = static_cast<std::size_t>(s.options.max_concurrent_requests) + 16;
+  s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.install_routes();
+}
+
+ApiServer::~ApiServer() = default;
+
+int ApiServer::bind() {
+  State& s = *state_;
+  const int port = s.options.port == 0 ? s.http.bind_to_any_port(s.options.host)
+                                       : (s.http.bind_to_port(s.options.host, s.options.port) ? s.options.port : -1);
+  if (port < 0)
+    fail("cannot listen on " + s.options.host + ":" + std::to_string(s.options.port) +
+         " (address in use, or not an address of this machine)");
+  return port;
+}
+
+void ApiServer::serve() { state_->http.listen_after_bind(); }
+
+void ApiServer::shutdown() {
+  State& s = *state_;
+  if (s.shutting_down.exchange(true)) return;
+  s.model.engine->stop_admitting();
+  s.cancel_all();
+  {
+    // Handlers end quickly once their requests are cancelled; a client that stopped reading
+    // cannot hold the shutdown for longer than this.
+    std::unique_lock lock(s.mutex);
+    s.idle.wait_for(lock, std::chrono::seconds(10), [&] { return s.in_flight == 0; });
+  }
+  s.http.stop();
+}
+
+}  // namespace telos::exec

@@ -1,0 +1,12 @@
+#pragma once
+// telos-run serve ARTIFACT: the OpenAI-compatible HTTP server (api_server.hpp), added to
+// telos-run's command line like the other subcommands (executor/commands.hpp).
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace telos::exec {
+
+void add_serve_command(CLI::App& app, std::function<int()>& run);
+
+}  // namespace telos::exec
