@@ -80,8 +80,8 @@ void map_sharded(ImportedModel& model, const fs::path& dir, const std::string& i
     const std::string file = shard.get<std::string>();
     // Shards live beside the index; a path here could name any file on the machine.
     if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
-      weight_map.fail_field(tensor, "expected a file name in " + dir.string() + ", found " +
-                                        json_quote(file));
+      weight_map.fail_field(
+          tensor, "expected a file name in " + dir.string() + ", found " + json_quote(file));
     }
     listed_by_shard[file].push_back(tensor);
   }
@@ -95,8 +95,8 @@ void map_sharded(ImportedModel& model, const fs::path& dir, const std::string& i
     for (const std::string& tensor : listed) {
       auto it = in_shard.find(tensor);
       if (it == in_shard.end()) {
-        fail(index_path + ": tensor " + json_quote(tensor) + " is listed in weight_map for " + file +
-             " but " + shard_path + " does not contain it");
+        fail(index_path + ": tensor " + json_quote(tensor) + " is listed in weight_map for " +
+             file + " but " + shard_path + " does not contain it");
       }
       add_tensor(model, std::move(it->second), index_path);
       in_shard.erase(it);
@@ -119,7 +119,8 @@ std::string map_weights(ImportedModel& model, const fs::path& dir) {
     return index.string();
   }
   if (!fs::exists(single)) {
-    fail(dir.string() + ": no model.safetensors or model.safetensors.index.json in the checkpoint "
+    fail(dir.string() +
+         ": no model.safetensors or model.safetensors.index.json in the checkpoint "
          "(use --no-weights to plan from config.json alone)");
   }
   model.shards.push_back(std::make_unique<MappedFile>(single.string()));
@@ -136,8 +137,8 @@ void check_tensors(const ImportedModel& model, const std::string& weights_file) 
     needed.insert(want.name);
     const TensorView* have = model.find(want.name);
     if (!have) {
-      fail(weights_file + ": tensor " + json_quote(want.name) + " is missing (" + spec.architecture +
-           " needs it with shape " + format_shape(want.shape) + ")");
+      fail(weights_file + ": tensor " + json_quote(want.name) + " is missing (" +
+           spec.architecture + " needs it with shape " + format_shape(want.shape) + ")");
     }
     if (have->shape != want.shape) {
       fail(have->file->path() + ": tensor " + json_quote(want.name) + ": expected shape " +
@@ -146,8 +147,8 @@ void check_tensors(const ImportedModel& model, const std::string& weights_file) 
   }
   for (const auto& [name, view] : model.tensors) {
     if (!needed.count(name) && !ignorable_tensor(name, spec)) {
-      fail(view.file->path() + ": tensor " + json_quote(name) + " is not part of " + spec.architecture +
-           " with " + std::to_string(spec.num_layers) + " layers" +
+      fail(view.file->path() + ": tensor " + json_quote(name) + " is not part of " +
+           spec.architecture + " with " + std::to_string(spec.num_layers) + " layers" +
            (spec.tie_word_embeddings ? " and tied embeddings" : "") +
            " (do config.json and the weights belong together?)");
     }
@@ -183,8 +184,9 @@ ImportedModel import_model(const std::string& path, const ImportOptions& options
       const JsonObject spec_file(doc, path);
       for (const auto& [key, value] : doc.items()) {
         if (key != "name" && key != "checkpoint" && key != "serving" && key != "description") {
-          spec_file.fail_field(key, "unknown field (a model.json has name, checkpoint, serving, "
-                                    "description)");
+          spec_file.fail_field(key,
+                               "unknown field (a model.json has name, checkpoint, serving, "
+                               "description)");
         }
       }
       name = spec_file.optional_string("name").value_or("");

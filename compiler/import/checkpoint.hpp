@@ -18,8 +18,8 @@
 namespace telos::compiler {
 
 struct TensorView {
-  std::string name;                // the checkpoint's name, e.g. "model.layers.0.self_attn.q_proj.weight"
-  DType dtype = DType::F32;        // BF16, F16 or F32 (others are refused when the file is read)
+  std::string name;          // the checkpoint's name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  DType dtype = DType::F32;  // BF16, F16 or F32 (others are refused when the file is read)
   std::vector<std::int64_t> shape;
   const std::uint8_t* data = nullptr;
   std::size_t bytes = 0;
@@ -29,10 +29,10 @@ struct TensorView {
 // The result of reading a MODEL argument: a Telos model.json, an HF config.json, or a checkpoint
 // directory. With weights == false only config.json is read (planning configs without weights).
 struct ImportedModel {
-  std::string source;            // the path the user gave
-  std::string checkpoint_dir;    // directory holding config.json (and the safetensors)
+  std::string source;          // the path the user gave
+  std::string checkpoint_dir;  // directory holding config.json (and the safetensors)
   ModelSpec spec;
-  nlohmann::json serving;        // model.json "serving" section, or null
+  nlohmann::json serving;  // model.json "serving" section, or null
   bool has_weights = false;
   std::vector<std::unique_ptr<MappedFile>> shards;
   std::map<std::string, TensorView> tensors;  // by checkpoint name
@@ -55,7 +55,8 @@ ImportedModel import_model(const std::string& path, const ImportOptions& options
 std::vector<TensorView> parse_safetensors(const MappedFile& file);
 // The same over bytes in memory (the fuzzer's entry point); `where` names them in messages and
 // the views' `file` is null.
-std::vector<TensorView> parse_safetensors(std::span<const std::uint8_t> bytes, const std::string& where);
+std::vector<TensorView> parse_safetensors(std::span<const std::uint8_t> bytes,
+                                          const std::string& where);
 
 // A tensor the architecture needs, by its checkpoint name, with the shape it must have.
 struct RequiredTensor {

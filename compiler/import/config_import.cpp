@@ -37,10 +37,11 @@ const Family& find_family(const JsonObject& config) {
   if (!architectures) config.fail_field("architectures", "required field is missing");
   if (!architectures->is_array() || architectures->size() != 1 ||
       !(*architectures)[0].is_string()) {
-    config.fail_field("architectures", "expected an array of one string, found " +
-                                           (architectures->is_array()
-                                                ? "an array of " + std::to_string(architectures->size())
-                                                : json_kind(*architectures)));
+    config.fail_field(
+        "architectures",
+        "expected an array of one string, found " +
+            (architectures->is_array() ? "an array of " + std::to_string(architectures->size())
+                                       : json_kind(*architectures)));
   }
   const std::string name = (*architectures)[0].get<std::string>();
   for (const Family& f : kFamilies) {
@@ -68,7 +69,8 @@ RopeSpec read_rope(const JsonObject& rope, double theta) {
                                     " (supported: \"default\", \"llama3\")");
   }
   // Partial rotary embedding changes which dimensions rotate; only the full rotation is built.
-  if (auto partial = rope.optional_number("partial_rotary_factor", 0.0, kInf); partial && *partial != 1.0) {
+  if (auto partial = rope.optional_number("partial_rotary_factor", 0.0, kInf);
+      partial && *partial != 1.0) {
     rope.fail_field("partial_rotary_factor", "only 1.0 (full rotation) is supported, found " +
                                                  rope.get("partial_rotary_factor")->dump());
   }
@@ -83,9 +85,9 @@ RopeSpec read_rope(const JsonObject& rope, double theta) {
         rope.integer("original_max_position_embeddings", 1, kMaxSize);
     // llama3 smooths between the two wavelength thresholds, dividing by their difference.
     if (!(spec.high_freq_factor > spec.low_freq_factor)) {
-      rope.fail_field("high_freq_factor",
-                      "must be greater than low_freq_factor (" + rope.get("low_freq_factor")->dump() +
-                          "), found " + rope.get("high_freq_factor")->dump());
+      rope.fail_field("high_freq_factor", "must be greater than low_freq_factor (" +
+                                              rope.get("low_freq_factor")->dump() + "), found " +
+                                              rope.get("high_freq_factor")->dump());
     }
   }
   return spec;
@@ -112,7 +114,8 @@ RopeSpec read_rope_config(const JsonObject& config) {
   }
   if (config.has("rope_scaling") && legacy->type != spec.type) {
     config.fail_field("rope_scaling", "RoPE type " + json_quote(legacy->type) +
-                                          " disagrees with rope_parameters (" + json_quote(spec.type) + ")");
+                                          " disagrees with rope_parameters (" +
+                                          json_quote(spec.type) + ")");
   }
   return spec;
 }
@@ -124,9 +127,9 @@ std::vector<std::int64_t> read_eos(const JsonObject& config, std::int64_t vocab)
   if (eos->is_array()) {
     std::vector<std::int64_t> ids;
     for (std::size_t i = 0; i < eos->size(); ++i) {
-      ids.push_back(json_integer((*eos)[i], 0, vocab - 1,
-                                 config.where() + ": field " +
-                                     json_quote("eos_token_id[" + std::to_string(i) + "]")));
+      ids.push_back(json_integer(
+          (*eos)[i], 0, vocab - 1,
+          config.where() + ": field " + json_quote("eos_token_id[" + std::to_string(i) + "]")));
     }
     return ids;
   }
@@ -140,12 +143,13 @@ void refuse_sliding_window(const JsonObject& config, const ModelSpec& spec) {
   if (spec.family == "mistral") {
     // Mistral applies its window whenever one is set; a window at least as long as the context
     // never masks anything, so it is the same model as full attention.
-    if (auto window = config.optional_integer("sliding_window", 1, std::numeric_limits<std::int64_t>::max());
+    if (auto window =
+            config.optional_integer("sliding_window", 1, std::numeric_limits<std::int64_t>::max());
         window && *window < spec.max_position_embeddings) {
-      config.fail_field("sliding_window",
-                        "sliding-window attention is not supported: window " +
-                            std::to_string(*window) + " is shorter than max_position_embeddings (" +
-                            std::to_string(spec.max_position_embeddings) + ")");
+      config.fail_field("sliding_window", "sliding-window attention is not supported: window " +
+                                              std::to_string(*window) +
+                                              " is shorter than max_position_embeddings (" +
+                                              std::to_string(spec.max_position_embeddings) + ")");
     }
     return;
   }
@@ -155,12 +159,14 @@ void refuse_sliding_window(const JsonObject& config, const ModelSpec& spec) {
   }
   if (const json* layer_types = config.get("layer_types")) {
     if (!layer_types->is_array()) {
-      config.fail_field("layer_types", "expected an array of strings, found " + json_kind(*layer_types));
+      config.fail_field("layer_types",
+                        "expected an array of strings, found " + json_kind(*layer_types));
     }
     for (const json& t : *layer_types) {
       if (!t.is_string() || t.get<std::string>() != "full_attention") {
-        config.fail_field("layer_types", "only \"full_attention\" layers are supported, found " +
-                                             t.dump(-1, ' ', false, json::error_handler_t::replace));
+        config.fail_field("layer_types",
+                          "only \"full_attention\" layers are supported, found " +
+                              t.dump(-1, ' ', false, json::error_handler_t::replace));
       }
     }
   }
@@ -183,14 +189,15 @@ ModelSpec spec_from_config(const json& config_json, const std::string& where) {
   spec.intermediate_size = config.integer("intermediate_size", 1, kMaxSize);
   spec.num_layers = config.integer("num_hidden_layers", 1, kMaxSize);
   spec.num_heads = config.integer("num_attention_heads", 1, kMaxSize);
-  spec.num_kv_heads = config.optional_integer("num_key_value_heads", 1, kMaxSize).value_or(spec.num_heads);
+  spec.num_kv_heads =
+      config.optional_integer("num_key_value_heads", 1, kMaxSize).value_or(spec.num_heads);
   spec.max_position_embeddings = config.integer("max_position_embeddings", 1, kMaxSize);
   spec.rms_norm_eps = config.number("rms_norm_eps", 0.0, 1.0);
 
   if (spec.num_heads % spec.num_kv_heads != 0) {
-    config.fail_field("num_key_value_heads",
-                      std::to_string(spec.num_kv_heads) + " does not divide num_attention_heads (" +
-                          std::to_string(spec.num_heads) + ")");
+    config.fail_field("num_key_value_heads", std::to_string(spec.num_kv_heads) +
+                                                 " does not divide num_attention_heads (" +
+                                                 std::to_string(spec.num_heads) + ")");
   }
   if (auto head_dim = config.optional_integer("head_dim", 1, kMaxSize)) {
     spec.head_dim = *head_dim;
@@ -204,17 +211,19 @@ ModelSpec spec_from_config(const json& config_json, const std::string& where) {
   }
   // Rotate-half RoPE pairs dimension i with i + D/2.
   if (spec.head_dim % 2 != 0) {
-    config.fail_field(config.has("head_dim") ? "head_dim" : "num_attention_heads",
-                      "the head dimension must be even for RoPE, found " + std::to_string(spec.head_dim));
+    config.fail_field(
+        config.has("head_dim") ? "head_dim" : "num_attention_heads",
+        "the head dimension must be even for RoPE, found " + std::to_string(spec.head_dim));
   }
 
   if (auto act = config.optional_string("hidden_act"); act && *act != "silu") {
-    config.fail_field("hidden_act", "unsupported activation " + json_quote(*act) + " (supported: \"silu\")");
+    config.fail_field("hidden_act",
+                      "unsupported activation " + json_quote(*act) + " (supported: \"silu\")");
   }
   // Qwen2 always has the bias and its config has no switch for it; elsewhere it is refused.
   if (!family.qkv_bias && config.boolean("attention_bias", false)) {
-    config.fail_field("attention_bias", "attention projection biases are not supported for " +
-                                            spec.architecture);
+    config.fail_field("attention_bias",
+                      "attention projection biases are not supported for " + spec.architecture);
   }
   if (config.boolean("mlp_bias", false)) {
     config.fail_field("mlp_bias", "MLP biases are not supported");

@@ -40,8 +40,8 @@ json parse_json_text(std::string_view text, const std::string& where) {
     // A syntax error is a parse_error, a number too large for a double (1e400) an out_of_range.
     // nlohmann prefixes "[json.exception.parse_error.101] "; the rest says where and why.
     std::string message = e.what();
-    if (auto close = message.find("] "); message.rfind("[json.exception", 0) == 0 &&
-                                         close != std::string::npos) {
+    if (auto close = message.find("] ");
+        message.rfind("[json.exception", 0) == 0 && close != std::string::npos) {
       message.erase(0, close + 2);
     }
     fail(where + ": malformed JSON: " + message);
@@ -63,8 +63,7 @@ std::int64_t json_integer(const json& value, std::int64_t min, std::int64_t max,
       "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
   if (value.is_number_unsigned()) {
     const auto u = value.get<std::uint64_t>();
-    if (max < 0 || u > static_cast<std::uint64_t>(max) ||
-        static_cast<std::int64_t>(u) < min) {
+    if (max < 0 || u > static_cast<std::uint64_t>(max) || static_cast<std::int64_t>(u) < min) {
       fail(describe + ": " + expected + ", found " + std::to_string(u));
     }
     return static_cast<std::int64_t>(u);
@@ -82,7 +81,8 @@ JsonObject::JsonObject(const json& value, std::string where, std::string path)
     : value_(&value), where_(std::move(where)), path_(std::move(path)) {
   if (!value.is_object()) {
     if (path_.empty()) fail(where_ + ": expected a JSON object, found " + json_kind(value));
-    fail(where_ + ": field " + json_quote(path_) + ": expected an object, found " + json_kind(value));
+    fail(where_ + ": field " + json_quote(path_) + ": expected an object, found " +
+         json_kind(value));
   }
 }
 
@@ -118,8 +118,7 @@ std::optional<std::int64_t> JsonObject::optional_integer(std::string_view key, s
   return integer(key, min, max);
 }
 
-double JsonObject::number(std::string_view key, double min_exclusive,
-                          double max_exclusive) const {
+double JsonObject::number(std::string_view key, double min_exclusive, double max_exclusive) const {
   const json& v = required(key);
   std::ostringstream expected;
   expected << "expected a number greater than " << min_exclusive << " and less than "

@@ -38,7 +38,8 @@ class JsonObject {
   std::int64_t integer(std::string_view key, std::int64_t min, std::int64_t max) const;
   std::optional<std::int64_t> optional_integer(std::string_view key, std::int64_t min,
                                                std::int64_t max) const;
-  // A finite number (integer or floating point) in the open interval (min_exclusive, max_exclusive).
+  // A finite number (integer or floating point) in the open interval (min_exclusive,
+  // max_exclusive).
   double number(std::string_view key, double min_exclusive, double max_exclusive) const;
   std::optional<double> optional_number(std::string_view key, double min_exclusive,
                                         double max_exclusive) const;

@@ -1,6 +1,6 @@
 #pragma once
 // What the importer learns from a Hugging Face config.json: the architecture's hyperparameters in
-// Telos's own terms. Every field is validated when it is built (spec_from_config in checkpoint.hpp).
+// Telos's own terms, each validated when the spec is built (spec_from_config, checkpoint.hpp).
 #include <cstdint>
 #include <string>
 #include <vector>

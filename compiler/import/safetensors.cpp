@@ -17,10 +17,14 @@ namespace {
 using nlohmann::json;
 
 bool safetensors_dtype(const std::string& name, DType* out) {
-  if (name == "BF16") *out = DType::BF16;
-  else if (name == "F16") *out = DType::F16;
-  else if (name == "F32") *out = DType::F32;
-  else return false;
+  if (name == "BF16")
+    *out = DType::BF16;
+  else if (name == "F16")
+    *out = DType::F16;
+  else if (name == "F32")
+    *out = DType::F32;
+  else
+    return false;
   return true;
 }
 
@@ -50,8 +54,8 @@ std::vector<TensorView> parse_safetensors(std::span<const std::uint8_t> bytes,
          " follow it");
   }
   const auto* header_begin = reinterpret_cast<const char*>(bytes.data() + kLengthBytes);
-  const json header =
-      parse_json_text(std::string_view(header_begin, header_length), where + " (safetensors header)");
+  const json header = parse_json_text(std::string_view(header_begin, header_length),
+                                      where + " (safetensors header)");
   if (!header.is_object()) {
     fail(where + ": safetensors header: expected a JSON object, found " + json_kind(header));
   }
@@ -84,13 +88,14 @@ std::vector<TensorView> parse_safetensors(std::span<const std::uint8_t> bytes,
                     : std::string("nothing")));
     }
     const auto limit = static_cast<std::int64_t>(data.size());
-    const std::int64_t begin = json_integer((*offsets)[0], 0, limit,
-                                            tensor + ": field \"data_offsets[0]\" (data section of " +
-                                                std::to_string(data.size()) + " bytes)");
-    const std::int64_t end = json_integer((*offsets)[1], begin, limit,
-                                          tensor + ": field \"data_offsets[1]\" (begin " +
-                                              std::to_string(begin) + ", data section of " +
-                                              std::to_string(data.size()) + " bytes)");
+    const std::int64_t begin =
+        json_integer((*offsets)[0], 0, limit,
+                     tensor + ": field \"data_offsets[0]\" (data section of " +
+                         std::to_string(data.size()) + " bytes)");
+    const std::int64_t end =
+        json_integer((*offsets)[1], begin, limit,
+                     tensor + ": field \"data_offsets[1]\" (begin " + std::to_string(begin) +
+                         ", data section of " + std::to_string(data.size()) + " bytes)");
     view.bytes = static_cast<std::size_t>(end - begin);
 
     const json* shape = fields.get("shape");

@@ -81,9 +81,15 @@ TEST(ImportFixture, NoWeightsReadsOnlyTheConfig) {
 class ImportCheckpoint : public testing::ScratchDir {
  protected:
   json config() const {
-    return {{"architectures", {"LlamaForCausalLM"}}, {"vocab_size", 16}, {"hidden_size", 8},
-            {"intermediate_size", 12}, {"num_hidden_layers", 1}, {"num_attention_heads", 2},
-            {"num_key_value_heads", 1}, {"max_position_embeddings", 32}, {"rms_norm_eps", 1e-6},
+    return {{"architectures", {"LlamaForCausalLM"}},
+            {"vocab_size", 16},
+            {"hidden_size", 8},
+            {"intermediate_size", 12},
+            {"num_hidden_layers", 1},
+            {"num_attention_heads", 2},
+            {"num_key_value_heads", 1},
+            {"max_position_embeddings", 32},
+            {"rms_norm_eps", 1e-6},
             {"tie_word_embeddings", true}};
   }
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> tensors() const {
@@ -120,8 +126,9 @@ TEST_F(ImportCheckpoint, MissingTensor) {
   ts.erase(ts.begin() + 3);  // model.layers.0.self_attn.k_proj.weight
   write(config(), ts);
   EXPECT_EQ(error_of(dir().string()),
-            model_file() + ": tensor \"model.layers.0.self_attn.k_proj.weight\" is missing "
-                           "(LlamaForCausalLM needs it with shape [4, 8])");
+            model_file() +
+                ": tensor \"model.layers.0.self_attn.k_proj.weight\" is missing "
+                "(LlamaForCausalLM needs it with shape [4, 8])");
 }
 
 TEST_F(ImportCheckpoint, ShapeMismatch) {
@@ -129,8 +136,9 @@ TEST_F(ImportCheckpoint, ShapeMismatch) {
   ts[1].second = {9};  // input_layernorm
   write(config(), ts);
   EXPECT_EQ(error_of(dir().string()),
-            model_file() + ": tensor \"model.layers.0.input_layernorm.weight\": expected shape "
-                           "[8], found [9]");
+            model_file() +
+                ": tensor \"model.layers.0.input_layernorm.weight\": expected shape "
+                "[8], found [9]");
 }
 
 TEST_F(ImportCheckpoint, UntiedNeedsLmHead) {
@@ -154,16 +162,18 @@ TEST_F(ImportCheckpoint, TensorOfAnotherLayerCount) {
   ts.emplace_back("model.layers.1.input_layernorm.weight", std::vector<std::int64_t>{8});
   write(config(), ts);
   EXPECT_EQ(error_of(dir().string()),
-            model_file() + ": tensor \"model.layers.1.input_layernorm.weight\" is not part of "
-                           "LlamaForCausalLM with 1 layers and tied embeddings (do config.json "
-                           "and the weights belong together?)");
+            model_file() +
+                ": tensor \"model.layers.1.input_layernorm.weight\" is not part of "
+                "LlamaForCausalLM with 1 layers and tied embeddings (do config.json "
+                "and the weights belong together?)");
 }
 
 TEST_F(ImportCheckpoint, NoWeightsFiles) {
   write_file(dir() / "config.json", config().dump());
   EXPECT_EQ(error_of(dir().string()),
-            dir().string() + ": no model.safetensors or model.safetensors.index.json in the "
-                             "checkpoint (use --no-weights to plan from config.json alone)");
+            dir().string() +
+                ": no model.safetensors or model.safetensors.index.json in the "
+                "checkpoint (use --no-weights to plan from config.json alone)");
 }
 
 TEST_F(ImportCheckpoint, MissingPath) {
@@ -175,7 +185,8 @@ TEST_F(ImportCheckpoint, MissingPath) {
 
 TEST_F(ImportCheckpoint, MalformedConfig) {
   write_file(dir() / "config.json", "{\"vocab_size\": 16,,}");
-  EXPECT_NE(error_of(dir().string()).find("/config.json: malformed JSON: parse error at line 1, column 19"),
+  EXPECT_NE(error_of(dir().string())
+                .find("/config.json: malformed JSON: parse error at line 1, column 19"),
             std::string::npos)
       << error_of(dir().string());
 }
@@ -208,7 +219,8 @@ class ImportSharded : public ImportCheckpoint {
   // Splits the tensors over two shards, the first `split` in shard 1.
   void write_sharded(std::size_t split, const json& weight_map_patch = json::object()) {
     const auto ts = tensors();
-    std::vector<std::pair<std::string, std::vector<std::int64_t>>> a(ts.begin(), ts.begin() + split),
+    std::vector<std::pair<std::string, std::vector<std::int64_t>>> a(ts.begin(),
+                                                                     ts.begin() + split),
         b(ts.begin() + split, ts.end());
     write_file(dir() / "config.json", config().dump());
     write_file(dir() / "s1.safetensors", zero_f32_checkpoint(a));
@@ -234,9 +246,10 @@ TEST_F(ImportSharded, ReadsEveryShard) {
 TEST_F(ImportSharded, ListedTensorAbsentFromItsShard) {
   write_sharded(4, {{"model.norm.weight", "s1.safetensors"}});
   EXPECT_EQ(error_of(dir().string()),
-            index_file() + ": tensor \"model.norm.weight\" is listed in weight_map for "
-                           "s1.safetensors but " + (dir() / "s1.safetensors").string() +
-                " does not contain it");
+            index_file() +
+                ": tensor \"model.norm.weight\" is listed in weight_map for "
+                "s1.safetensors but " +
+                (dir() / "s1.safetensors").string() + " does not contain it");
 }
 
 TEST_F(ImportSharded, MissingShardFile) {
@@ -255,9 +268,10 @@ TEST_F(ImportSharded, ShardNamesStayInTheCheckpoint) {
 
 TEST_F(ImportSharded, UnlistedTensorInAShard) {
   write_sharded(4, {{"model.norm.weight", nullptr}});
-  EXPECT_EQ(error_of(dir().string()),
-            (dir() / "s2.safetensors").string() + ": tensor \"model.norm.weight\" is not listed "
-                                                  "for this shard in " + index_file());
+  EXPECT_EQ(error_of(dir().string()), (dir() / "s2.safetensors").string() +
+                                          ": tensor \"model.norm.weight\" is not listed "
+                                          "for this shard in " +
+                                          index_file());
 }
 
 }  // namespace

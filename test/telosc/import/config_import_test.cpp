@@ -91,7 +91,7 @@ TEST(ConfigImport, Qwen3_0_6BTakesHeadDimFromConfig) {
   const ModelSpec s = spec_from_config(real_config("Qwen3-0.6B"), "config.json");
   EXPECT_EQ(s.family, "qwen3");
   EXPECT_TRUE(s.qk_norm);
-  EXPECT_EQ(s.head_dim, 128);  // not 1024 / 16 = 64
+  EXPECT_EQ(s.head_dim, 128);           // not 1024 / 16 = 64
   EXPECT_DOUBLE_EQ(s.rope.theta, 1e6);  // written as the integer 1000000
   EXPECT_EQ(s.eos_token_ids, std::vector<std::int64_t>{151645});
   const auto tensors = required_tensors(s);
@@ -109,12 +109,15 @@ TEST(ConfigImport, Mistral7BWithoutWindow) {
 TEST(ConfigImport, BothRopeFormsGiveTheSameSpec) {
   json legacy = minimal_llama();
   legacy["rope_theta"] = 500000.0;
-  legacy["rope_scaling"] = {{"type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
+  legacy["rope_scaling"] = {{"type", "llama3"},
+                            {"factor", 8.0},
+                            {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0},
+                            {"original_max_position_embeddings", 64}};
   json v5 = minimal_llama();
-  v5["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0},
-                           {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                           {"original_max_position_embeddings", 64}};
+  v5["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                           {"factor", 8.0},           {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
   const RopeSpec a = spec_from_config(legacy, "a").rope, b = spec_from_config(v5, "b").rope;
   EXPECT_EQ(a.type, "llama3");
   EXPECT_EQ(b.type, "llama3");
@@ -136,8 +139,8 @@ TEST(ConfigImport, BothRopeFormsGiveTheSameSpec) {
 
 TEST(ConfigImport, Defaults) {
   const ModelSpec s = spec_from_config(minimal_llama(), "cfg.json");
-  EXPECT_EQ(s.num_kv_heads, 4);   // num_key_value_heads defaults to the head count
-  EXPECT_EQ(s.head_dim, 32);      // hidden / heads
+  EXPECT_EQ(s.num_kv_heads, 4);  // num_key_value_heads defaults to the head count
+  EXPECT_EQ(s.head_dim, 32);     // hidden / heads
   EXPECT_EQ(s.rope.type, "default");
   EXPECT_DOUBLE_EQ(s.rope.theta, 10000.0);
   EXPECT_FALSE(s.tie_word_embeddings);
@@ -155,8 +158,8 @@ TEST(ConfigImport, EosTokenIdIntOrList) {
 
 struct Refusal {
   const char* what;
-  json patch;            // merged into minimal_llama() (null values delete the field)
-  const char* message;   // must appear in the error
+  json patch;           // merged into minimal_llama() (null values delete the field)
+  const char* message;  // must appear in the error
 };
 
 class ConfigRefusal : public ::testing::TestWithParam<Refusal> {};
@@ -171,59 +174,89 @@ TEST_P(ConfigRefusal, NamesFileAndField) {
 }
 
 const Refusal kRefusals[] = {
-    {"unknown_architecture", {{"architectures", {"GPT2LMHeadModel"}}},
+    {"unknown_architecture",
+     {{"architectures", {"GPT2LMHeadModel"}}},
      "field \"architectures\": unsupported architecture \"GPT2LMHeadModel\""},
-    {"architectures_not_a_list", {{"architectures", "LlamaForCausalLM"}},
+    {"architectures_not_a_list",
+     {{"architectures", "LlamaForCausalLM"}},
      "field \"architectures\": expected an array of one string, found string"},
     {"missing_field", {{"hidden_size", nullptr}}, "required field \"hidden_size\" is missing"},
-    {"wrong_type", {{"hidden_size", "128"}},
+    {"wrong_type",
+     {{"hidden_size", "128"}},
      "field \"hidden_size\": expected an integer in [1, 2147483647], found string"},
-    {"float_for_integer", {{"num_hidden_layers", 2.5}},
+    {"float_for_integer",
+     {{"num_hidden_layers", 2.5}},
      "field \"num_hidden_layers\": expected an integer in [1, 2147483647], found number 2.5"},
-    {"zero_size", {{"intermediate_size", 0}},
+    {"zero_size",
+     {{"intermediate_size", 0}},
      "field \"intermediate_size\": expected an integer in [1, 2147483647], found 0"},
     {"negative_size", {{"vocab_size", -512}}, "field \"vocab_size\": expected an integer"},
-    {"huge_size", {{"vocab_size", 18446744073709551615ull}},
-     "found 18446744073709551615"},
-    {"heads_do_not_divide_hidden", {{"num_attention_heads", 3}},
+    {"huge_size", {{"vocab_size", 18446744073709551615ull}}, "found 18446744073709551615"},
+    {"heads_do_not_divide_hidden",
+     {{"num_attention_heads", 3}},
      "field \"num_attention_heads\": 3 does not divide hidden_size (128)"},
-    {"kv_heads_do_not_divide_heads", {{"num_key_value_heads", 3}},
+    {"kv_heads_do_not_divide_heads",
+     {{"num_key_value_heads", 3}},
      "field \"num_key_value_heads\": 3 does not divide num_attention_heads (4)"},
     {"odd_head_dim", {{"head_dim", 33}}, "field \"head_dim\": the head dimension must be even"},
     {"gelu", {{"hidden_act", "gelu"}}, "field \"hidden_act\": unsupported activation \"gelu\""},
-    {"yarn", {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}},
+    {"yarn",
+     {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}},
      "field \"rope_scaling.rope_type\": unsupported RoPE type \"yarn\""},
-    {"dynamic_legacy_key", {{"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}},
+    {"dynamic_legacy_key",
+     {{"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}},
      "field \"rope_scaling.type\": unsupported RoPE type \"dynamic\""},
-    {"yarn_v5", {{"rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 1e4}}}},
+    {"yarn_v5",
+     {{"rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 1e4}}}},
      "field \"rope_parameters.rope_type\": unsupported RoPE type \"yarn\""},
     {"llama3_missing_factor",
-     {{"rope_scaling", {{"rope_type", "llama3"}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                        {"original_max_position_embeddings", 64}}}},
+     {{"rope_scaling",
+       {{"rope_type", "llama3"},
+        {"low_freq_factor", 1.0},
+        {"high_freq_factor", 4.0},
+        {"original_max_position_embeddings", 64}}}},
      "required field \"rope_scaling.factor\" is missing"},
     {"llama3_equal_freq_factors",
-     {{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
-                        {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}}},
+     {{"rope_scaling",
+       {{"rope_type", "llama3"},
+        {"factor", 8.0},
+        {"low_freq_factor", 4.0},
+        {"high_freq_factor", 4.0},
+        {"original_max_position_embeddings", 64}}}},
      "field \"rope_scaling.high_freq_factor\": must be greater than low_freq_factor"},
-    {"rope_theta_negative", {{"rope_theta", -1.0}}, "field \"rope_theta\": expected a number greater than 0"},
-    {"rope_scaling_wrong_type", {{"rope_scaling", 8}}, "field \"rope_scaling\": expected an object, found integer"},
-    {"partial_rotary", {{"rope_parameters", {{"rope_theta", 1e4}, {"partial_rotary_factor", 0.5}}}},
+    {"rope_theta_negative",
+     {{"rope_theta", -1.0}},
+     "field \"rope_theta\": expected a number greater than 0"},
+    {"rope_scaling_wrong_type",
+     {{"rope_scaling", 8}},
+     "field \"rope_scaling\": expected an object, found integer"},
+    {"partial_rotary",
+     {{"rope_parameters", {{"rope_theta", 1e4}, {"partial_rotary_factor", 0.5}}}},
      "field \"rope_parameters.partial_rotary_factor\": only 1.0"},
     {"eps_type", {{"rms_norm_eps", "1e-5"}}, "field \"rms_norm_eps\": expected a number"},
-    {"tie_type", {{"tie_word_embeddings", 1}}, "field \"tie_word_embeddings\": expected true or false"},
-    {"eos_out_of_vocab", {{"eos_token_id", 512}}, "field \"eos_token_id\": expected an integer in [0, 511]"},
-    {"eos_list_element", {{"eos_token_id", {1, "2"}}}, "field \"eos_token_id[1]\": expected an integer"},
+    {"tie_type",
+     {{"tie_word_embeddings", 1}},
+     "field \"tie_word_embeddings\": expected true or false"},
+    {"eos_out_of_vocab",
+     {{"eos_token_id", 512}},
+     "field \"eos_token_id\": expected an integer in [0, 511]"},
+    {"eos_list_element",
+     {{"eos_token_id", {1, "2"}}},
+     "field \"eos_token_id[1]\": expected an integer"},
     {"attention_bias", {{"attention_bias", true}}, "field \"attention_bias\""},
     {"mlp_bias", {{"mlp_bias", true}}, "field \"mlp_bias\""},
     {"mistral_window",
      {{"architectures", {"MistralForCausalLM"}}, {"sliding_window", 128}},
      "field \"sliding_window\": sliding-window attention is not supported: window 128 is shorter "
      "than max_position_embeddings (256)"},
-    {"qwen2_sliding", {{"architectures", {"Qwen2ForCausalLM"}}, {"use_sliding_window", true}},
+    {"qwen2_sliding",
+     {{"architectures", {"Qwen2ForCausalLM"}}, {"use_sliding_window", true}},
      "field \"use_sliding_window\""},
     {"qwen3_sliding_layer",
-     {{"architectures", {"Qwen3ForCausalLM"}}, {"layer_types", {"full_attention", "sliding_attention"}}},
-     "field \"layer_types\": only \"full_attention\" layers are supported, found \"sliding_attention\""},
+     {{"architectures", {"Qwen3ForCausalLM"}},
+      {"layer_types", {"full_attention", "sliding_attention"}}},
+     "field \"layer_types\": only \"full_attention\" layers are supported, found "
+     "\"sliding_attention\""},
 };
 
 INSTANTIATE_TEST_SUITE_P(Fields, ConfigRefusal, ::testing::ValuesIn(kRefusals),

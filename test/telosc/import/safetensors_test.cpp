@@ -77,8 +77,8 @@ TEST(Safetensors, HeaderLengthPastTheEnd) {
 }
 
 TEST(Safetensors, HeaderIsNotJson) {
-  EXPECT_NE(error_of(safetensors_bytes("{\"a\": ", "")).find(
-                "w.safetensors (safetensors header): malformed JSON: parse error"),
+  EXPECT_NE(error_of(safetensors_bytes("{\"a\": ", ""))
+                .find("w.safetensors (safetensors header): malformed JSON: parse error"),
             std::string::npos)
       << error_of(safetensors_bytes("{\"a\": ", ""));
   EXPECT_EQ(error_of(safetensors_bytes("[1]", "")),
@@ -115,16 +115,18 @@ TEST(Safetensors, ShapeLargerThanTheFileWithoutOverflow) {
 }
 
 TEST(Safetensors, Overlap) {
-  const json header = {{"a", tensor_entry("F32", {2}, 0, 8)}, {"b", tensor_entry("F32", {2}, 4, 12)}};
+  const json header = {{"a", tensor_entry("F32", {2}, 0, 8)},
+                       {"b", tensor_entry("F32", {2}, 4, 12)}};
   EXPECT_EQ(error_of(safetensors_bytes(header.dump(), std::string(12, '\0'))),
             "w.safetensors: tensor \"b\" overlaps tensor \"a\" in the data section");
 }
 
 TEST(Safetensors, UnsupportedDtypeNamesTheTensor) {
   const json header = {{"model.norm.weight", tensor_entry("F64", {1}, 0, 8)}};
-  EXPECT_EQ(error_of(safetensors_bytes(header.dump(), std::string(8, '\0'))),
-            "w.safetensors: tensor \"model.norm.weight\": unsupported dtype \"F64\" (expected BF16, "
-            "F16 or F32)");
+  EXPECT_EQ(
+      error_of(safetensors_bytes(header.dump(), std::string(8, '\0'))),
+      "w.safetensors: tensor \"model.norm.weight\": unsupported dtype \"F64\" (expected BF16, "
+      "F16 or F32)");
 }
 
 TEST(Safetensors, MalformedEntries) {
@@ -134,15 +136,18 @@ TEST(Safetensors, MalformedEntries) {
   EXPECT_EQ(with(7), "w.safetensors: tensor \"t\": expected an object, found integer");
   EXPECT_EQ(with({{"shape", {2}}, {"data_offsets", {0, 8}}}),
             "w.safetensors: required field \"t.dtype\" is missing");
-  EXPECT_EQ(with({{"dtype", "F32"}, {"shape", 2}, {"data_offsets", {0, 8}}}),
-            "w.safetensors: tensor \"t\": field \"shape\": expected an array of sizes, found integer");
+  EXPECT_EQ(
+      with({{"dtype", "F32"}, {"shape", 2}, {"data_offsets", {0, 8}}}),
+      "w.safetensors: tensor \"t\": field \"shape\": expected an array of sizes, found integer");
   EXPECT_EQ(with({{"dtype", "F32"}, {"shape", {-2}}, {"data_offsets", {0, 8}}}),
             "w.safetensors: tensor \"t\": field \"shape[0]\": expected an integer in [0, "
             "9223372036854775807], found -2");
-  EXPECT_EQ(with({{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0}}}),
-            "w.safetensors: tensor \"t\": field \"data_offsets\": expected [begin, end], found [0]");
-  EXPECT_EQ(error_of(safetensors_bytes(R"({"__metadata__": 3})", "")),
-            "w.safetensors: safetensors header: \"__metadata__\": expected an object, found integer");
+  EXPECT_EQ(
+      with({{"dtype", "F32"}, {"shape", {2}}, {"data_offsets", {0}}}),
+      "w.safetensors: tensor \"t\": field \"data_offsets\": expected [begin, end], found [0]");
+  EXPECT_EQ(
+      error_of(safetensors_bytes(R"({"__metadata__": 3})", "")),
+      "w.safetensors: safetensors header: \"__metadata__\": expected an object, found integer");
 }
 
 TEST(Safetensors, MappedFileViewsPointIntoTheFile) {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 namespace telos::compiler::testing {
 
