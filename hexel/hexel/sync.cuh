@@ -31,7 +31,11 @@ HEXEL_DEVICE void fence_proxy_async_smem() {
 }
 
 // CTA: named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of
-// 32). sync waits; arrive signals without waiting (a producer's half). PTX: bar.sync, bar.arrive.
+// 32). sync waits; arrive signals without waiting (a producer's half). Both are the .aligned
+// forms: every thread that waits on one barrier executes the same sync instruction (the usual
+// shape of warp-specialised code; compute-sanitizer's synccheck reports two different sync
+// sites meeting on one barrier as divergence), while producers may arrive from elsewhere.
+// PTX: bar.sync, bar.arrive (barrier.sync.aligned, barrier.arrive.aligned).
 HEXEL_DEVICE void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }

@@ -97,9 +97,9 @@ TEST(Tcgen05SmemDesc, LayoutCodes) {
   EXPECT_EQ(hexel::tcgen05::SmemDesc::make(0, Swizzle::None, 0, 0).bits, 1ull << 46);
 }
 
-// TMA swizzle: 16-byte chunk c of 128-byte row r lands at chunk c ^ (r % 8) for 128B, c ^ (r/2
-// % 4) in a 64B span... expressed on byte offsets: bits 4-6 ^= bits 7-9 (128B), 4-5 ^= 7-8
-// (64B), 4 ^= 7 (32B).
+// TMA swizzle ("Tensor swizzling modes"): the 16-byte chunk index (address bits 4..) is XORed
+// with the 128-byte row index (bits 7..): bits 4-6 ^= 7-9 for 128B, 4-5 ^= 7-8 for 64B,
+// 4 ^= 7 for 32B.
 TEST(Swizzle, ChunkPermutation) {
   EXPECT_EQ(hexel::swizzled_offset(0x000, Swizzle::B128), 0x000u);
   EXPECT_EQ(hexel::swizzled_offset(0x080, Swizzle::B128), 0x090u);  // row 1, chunk 0 -> 1

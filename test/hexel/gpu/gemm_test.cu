@@ -49,7 +49,7 @@ TEST_P(GemmBf16, LlamaOProjection) { REQUIRE_SM90(); run_gemm(4096, 4096, 4096, 
 
 INSTANTIATE_TEST_SUITE_P(ClusterM, GemmBf16, ::testing::Values(1u, 2u));
 
-TEST(GemmBf16Args, RejectsUnalignedShapesAndBadClusters) {
+TEST(GemmBf16Host, RejectsUnalignedShapesAndBadClusters) {
   EXPECT_EQ(hexel::examples::gemm_bf16(nullptr, nullptr, nullptr, 64, 64, 60, nullptr),
             cudaErrorInvalidValue);
   EXPECT_EQ(hexel::examples::gemm_bf16(nullptr, nullptr, nullptr, 64, 60, 64, nullptr),

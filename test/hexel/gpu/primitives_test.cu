@@ -62,24 +62,30 @@ TEST(Mbarrier, StageRingOverManyWraps) {
   }
 }
 
-// Named barriers 1 and 2 hand a shared buffer back and forth between two warpgroups; the
-// producer side either waits too (sync) or only signals (arrive).
+// Named barriers 1 and 2 hand a shared buffer back and forth between two warpgroups. With
+// ProducerArrives the writer only signals (bar.arrive) and the reader waits (bar.sync);
+// otherwise both wait at the same bar.sync instructions, as .aligned barriers require.
 template <bool ProducerArrives>
 __global__ void named_barrier_kernel(unsigned* out) {
   __shared__ unsigned buf[128];
   using namespace hexel;
   const unsigned wg = threadIdx.x / 128, t = threadIdx.x % 128;
   for (int i = 0; i < 64; ++i) {
-    if (wg == 0) {
-      if (i > 0) named_barrier_sync(2, 256);  // wait until the reader is done with buf
-      buf[t] = i * 1000 + t;
-      if (ProducerArrives) named_barrier_arrive(1, 256);
-      else named_barrier_sync(1, 256);
+    if constexpr (ProducerArrives) {
+      if (wg == 0) {
+        if (i > 0) named_barrier_sync(2, 256);  // wait until the reader is done with buf
+        buf[t] = i * 1000 + t;
+        named_barrier_arrive(1, 256);
+      } else {
+        named_barrier_sync(1, 256);
+        out[i * 128 + t] = buf[127 - t];
+        if (i < 63) named_barrier_arrive(2, 256);
+      }
     } else {
+      if (wg == 0) buf[t] = i * 1000 + t;
       named_barrier_sync(1, 256);
-      out[i * 128 + t] = buf[127 - t];
-      if (ProducerArrives) named_barrier_arrive(2, 256);
-      else if (i < 63) named_barrier_sync(2, 256);
+      if (wg == 1) out[i * 128 + t] = buf[127 - t];
+      named_barrier_sync(2, 256);
     }
   }
 }

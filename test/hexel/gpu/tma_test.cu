@@ -132,7 +132,7 @@ TEST(TmaRoundTrip, NoSwizzleWideBox) { REQUIRE_SM90(); run_round_trip({{520, 20,
 TEST(TmaRoundTrip, NoSwizzleNarrowBox) { REQUIRE_SM90(); run_round_trip({{40, 19, 1}, {8, 5, 1}, Swizzle::None}); }
 TEST(TmaRoundTrip, ThreeDimensional128B) { REQUIRE_SM90(); run_round_trip({{64, 24, 5}, {64, 8, 2}, Swizzle::B128}); }
 
-TEST(TmaEncode, RejectsBadSpecsWithTheField) {
+TEST(TmaEncodeHost, RejectsBadSpecsWithTheField) {
   hexel::TensorMapSpec s;
   s.base = reinterpret_cast<const void*>(uintptr_t{256});
   s.dims[0] = 64;
