@@ -82,6 +82,18 @@ std::uint64_t write_text_file(const fs::path& path, const std::string& text) {
   return f.digest();
 }
 
+// Makes a directory's entries durable (the files in it, or a rename into it). Returns false with
+// errno set when that failed.
+bool sync_directory(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  errno = err;
+  return rc == 0;
+}
+
 // The temporary directory beside the destination; removed unless the artifact was committed.
 class StagingDir {
  public:
@@ -109,15 +121,19 @@ class StagingDir {
   const fs::path& path() const { return path_; }
   // Moves the staged artifact to `destination`, swapping out an old artifact in one rename.
   void commit(const fs::path& destination) {
+    if (!sync_directory(path_)) fail(path_.string() + ": fsync failed: " + std::strerror(errno));
     if (fs::exists(fs::symlink_status(destination))) {
       if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, destination.c_str(), RENAME_EXCHANGE) != 0)
         fail(destination.string() + ": cannot replace: " + std::strerror(errno));
-      // path_ now holds the old artifact, which the destructor removes.
+      // path_ now holds the old artifact, which the destructor removes. The artifact is in place
+      // from here on; making the rename durable is best effort, never an error after success.
+      sync_directory(destination.parent_path().empty() ? fs::path(".") : destination.parent_path());
       return;
     }
     if (::rename(path_.c_str(), destination.c_str()) != 0)
       fail(destination.string() + ": cannot rename into place: " + std::strerror(errno));
     path_.clear();
+    sync_directory(destination.parent_path().empty() ? fs::path(".") : destination.parent_path());
   }
 
  private:

@@ -212,6 +212,12 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
                                         " must divide num_heads (" +
                                         std::to_string(spec.num_heads) + ") and num_kv_heads (" +
                                         std::to_string(spec.num_kv_heads) + ")");
+  // Refused rather than recorded: an artifact claiming tensor parallelism with unsharded weights
+  // would be misread by the executor.
+  if (c.tensor_parallel > 1)
+    r.fail_field("tensor_parallel", std::to_string(c.tensor_parallel) +
+                                        " is not supported yet: telosc does not shard weights, "
+                                        "so only 1 is accepted");
   return c;
 }
 
