@@ -3,7 +3,9 @@
 #   1. every kernel template against f64 references on fresh random inputs (gpu_kernels_test),
 #   2. the tiny models end to end against transformers' golden outputs, alone and in a mixed
 #      batch, graphs vs direct launches, seeded sampling vs batch (gpu_model_test),
-#   3. compute-sanitizer memcheck on both, racecheck and synccheck on the kernels.
+#   3. compute-sanitizer memcheck on both, racecheck and synccheck on the kernels,
+#   4. kernel timings against the copy bandwidth (telos-kernel-bench; GPU_CHECK_QUICK=1 skips
+#      this and racecheck/synccheck).
 # It prints a table last; full logs go to $OUT (or /tmp/telos-gpu-check).
 #
 #   tools/gpu_check.sh --prepare [BUILD_DIR]   on the build machine: builds the tests and telosc in
@@ -18,14 +20,15 @@ CARRY=.gpu-carry
 if [ "${1:-}" = "--prepare" ]; then
   set -e
   BUILD=${2:-build-cg}
-  cmake --build "$BUILD" --target telosc telos-add-kernels gpu_kernels_test gpu_model_test -j2
+  cmake --build "$BUILD" --target telosc telos-add-kernels gpu_kernels_test gpu_model_test \
+    telos-kernel-bench -j2
   rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/artifacts"
   for m in models/tiny-llama test/fixtures/tiny-qwen2 test/fixtures/tiny-qwen3; do
     name=$(basename "$m")
     "$BUILD/bin/telosc" compile "$m" -o "$CARRY/artifacts/$name.telos"
     "$BUILD/bin/telos-add-kernels" "$CARRY/artifacts/$name.telos"
   done
-  cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$CARRY/bin/"
+  cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$BUILD/bin/telos-kernel-bench" "$CARRY/bin/"
   strip "$CARRY"/bin/*
   du -sh "$CARRY"
   exit 0
@@ -64,12 +67,14 @@ if [ -z "${GPU_CHECK_QUICK:-}" ]; then
       --gtest_filter='-*Sample*'
   run "synccheck: kernels" synccheck.log $CS --tool synccheck "$CARRY/bin/gpu_kernels_test" \
       --gtest_filter='-*Sample*'
+  run "kernel timings" bench.log "$CARRY/bin/telos-kernel-bench"
 fi
 
 echo
 grep -h "^CHECK" "$OUT/model.log" | sed 's/^CHECK | //' | tee "$OUT/model-table.txt"
 echo
 grep -hE "^\[  (FAILED|SKIPPED) |ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/*.log | sort | uniq -c | head -40
+[ -f "$OUT/bench.log" ] && { echo; cat "$OUT/bench.log"; }
 echo
 printf '%-44s | %-6s | %5s | %s\n' check result time log
 for r in "${rows[@]}"; do echo "$r"; done | tee "$OUT/summary.txt"
