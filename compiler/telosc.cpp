@@ -3,14 +3,13 @@
 // printed (--emit, --print-after-all) so lit + FileCheck tests pin each one.
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <string>
-
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "compiler/artifact/artifact_inspector.hpp"
 #include "compiler/artifact/artifact_writer.hpp"
@@ -47,7 +46,9 @@ struct CompileOptions {
 };
 
 volatile std::sig_atomic_t g_interrupted = 0;
-void on_signal(int) { g_interrupted = 1; }
+void on_signal(int) {
+  g_interrupted = 1;
+}
 
 nlohmann::json read_json_file(const std::string& path) {
   std::ifstream in(path);
@@ -83,7 +84,7 @@ int run_compile(const CompileOptions& o) {
   if (!full_pipeline && o.emit.empty())
     throw UsageError("--passes needs --emit (an artifact always gets the full pipeline)");
   run_passes(graph,
-             full_pipeline       ? fusion_pipeline()
+             full_pipeline        ? fusion_pipeline()
              : o.passes == "none" ? std::vector<Pass>{}
                                   : select_passes(o.passes),
              o.print_after_all ? &std::cerr : nullptr);
@@ -100,8 +101,9 @@ int run_compile(const CompileOptions& o) {
   // Ctrl-C while packing stops the write cleanly, so no temporary directory is left behind.
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  write_artifact(o.output, model, config, graph, plan,
-                 ArtifactOptions{.progress = ::isatty(STDERR_FILENO) == 1, .cancel = &g_interrupted});
+  write_artifact(
+      o.output, model, config, graph, plan,
+      ArtifactOptions{.progress = ::isatty(STDERR_FILENO) == 1, .cancel = &g_interrupted});
   return 0;
 }
 
@@ -121,11 +123,13 @@ int main(int argc, char** argv) {
   compile->add_option("-o,--output", co.output, "Artifact directory to write (NAME.telos)");
   compile->add_option("--serving", co.serving_file,
                       "JSON serving config; replaces model.json's \"serving\" section");
-  compile->add_option("--target", co.targets, "GPU architectures, comma-separated (sm_90a,sm_100a)");
+  compile->add_option("--target", co.targets,
+                      "GPU architectures, comma-separated (sm_90a,sm_100a)");
   compile->add_option("--emit", co.emit, "Print a stage to stdout instead of writing an artifact")
       ->check(CLI::IsMember({"ir", "plan"}));
-  compile->add_option("--passes", co.passes,
-                      "Run only these passes, comma-separated, or none (with --emit; for testing one pass)");
+  compile->add_option(
+      "--passes", co.passes,
+      "Run only these passes, comma-separated, or none (with --emit; for testing one pass)");
   compile->add_flag("--print-after-all", co.print_after_all,
                     "Print the IR to stderr after each pass");
   compile->add_flag("--no-weights", co.no_weights,

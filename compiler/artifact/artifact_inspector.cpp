@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "compiler/artifact/artifact_writer.hpp"
@@ -18,7 +17,8 @@ namespace {
 // Reads a manifest field, refusing a missing one with the file and JSON path named.
 class ManifestReader {
  public:
-  ManifestReader(const nlohmann::json& root, std::string file) : root_(root), file_(std::move(file)) {}
+  ManifestReader(const nlohmann::json& root, std::string file)
+      : root_(root), file_(std::move(file)) {}
   const nlohmann::json& at(const std::string& pointer, nlohmann::json::value_t type) const {
     const nlohmann::json::json_pointer ptr(pointer);
     if (!root_.contains(ptr)) fail(file_ + ": " + field(pointer) + ": missing");
@@ -29,10 +29,18 @@ class ManifestReader {
     if (!ok) fail(file_ + ": " + field(pointer) + ": unexpected type (" + v.type_name() + ")");
     return v;
   }
-  std::int64_t integer(const std::string& p) const { return at(p, nlohmann::json::value_t::number_integer).get<std::int64_t>(); }
-  std::string string(const std::string& p) const { return at(p, nlohmann::json::value_t::string).get<std::string>(); }
-  const nlohmann::json& array(const std::string& p) const { return at(p, nlohmann::json::value_t::array); }
-  const nlohmann::json& object(const std::string& p) const { return at(p, nlohmann::json::value_t::object); }
+  std::int64_t integer(const std::string& p) const {
+    return at(p, nlohmann::json::value_t::number_integer).get<std::int64_t>();
+  }
+  std::string string(const std::string& p) const {
+    return at(p, nlohmann::json::value_t::string).get<std::string>();
+  }
+  const nlohmann::json& array(const std::string& p) const {
+    return at(p, nlohmann::json::value_t::array);
+  }
+  const nlohmann::json& object(const std::string& p) const {
+    return at(p, nlohmann::json::value_t::object);
+  }
   [[noreturn]] void fail_field(const std::string& pointer, const std::string& message) const {
     fail(file_ + ": " + field(pointer) + ": " + message);
   }
@@ -50,10 +58,14 @@ class ManifestReader {
 
 std::string human_bytes(std::int64_t n) {
   char buf[32];
-  if (n >= (1ll << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", n / double(1ll << 30));
-  else if (n >= (1ll << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", n / double(1ll << 20));
-  else if (n >= (1ll << 10)) std::snprintf(buf, sizeof buf, "%.1f KiB", n / double(1ll << 10));
-  else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(n));
+  if (n >= (1ll << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", n / double(1ll << 30));
+  else if (n >= (1ll << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", n / double(1ll << 20));
+  else if (n >= (1ll << 10))
+    std::snprintf(buf, sizeof buf, "%.1f KiB", n / double(1ll << 10));
+  else
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(n));
   return buf;
 }
 
@@ -87,26 +99,34 @@ std::string inspect_artifact(const std::string& path, bool verify) {
   const ManifestReader r(m, manifest_path);
   const std::int64_t schema = r.integer("/schema_version");
   if (schema > kSchemaVersion || schema < 1)
-    r.fail_field("/schema_version", std::to_string(schema) + " is not supported (this telosc reads " +
-                                         std::to_string(kSchemaVersion) + ")");
+    r.fail_field("/schema_version", std::to_string(schema) +
+                                        " is not supported (this telosc reads " +
+                                        std::to_string(kSchemaVersion) + ")");
 
   std::string s;
-  s += "artifact: " + path + " (schema " + std::to_string(schema) + ", " + r.string("/generator") + ")\n";
+  s += "artifact: " + path + " (schema " + std::to_string(schema) + ", " + r.string("/generator") +
+       ")\n";
   s += "model: " + r.string("/model/name") + " (" + r.string("/model/architecture") + ", " +
-       r.string("/model/family") + "): " + std::to_string(r.integer("/model/num_layers")) + " layers, hidden " +
-       std::to_string(r.integer("/model/hidden_size")) + ", heads " + std::to_string(r.integer("/model/num_heads")) +
-       "/" + std::to_string(r.integer("/model/num_kv_heads")) + " x " + std::to_string(r.integer("/model/head_dim")) +
-       ", intermediate " + std::to_string(r.integer("/model/intermediate_size")) + ", vocab " +
+       r.string("/model/family") + "): " + std::to_string(r.integer("/model/num_layers")) +
+       " layers, hidden " + std::to_string(r.integer("/model/hidden_size")) + ", heads " +
+       std::to_string(r.integer("/model/num_heads")) + "/" +
+       std::to_string(r.integer("/model/num_kv_heads")) + " x " +
+       std::to_string(r.integer("/model/head_dim")) + ", intermediate " +
+       std::to_string(r.integer("/model/intermediate_size")) + ", vocab " +
        std::to_string(r.integer("/model/vocab_size")) + "\n";
   const nlohmann::json& pool = r.object("/serving/kv_pool");
   s += "serving: max_batch " + std::to_string(r.integer("/serving/max_batch")) + ", max_seq_len " +
        std::to_string(r.integer("/serving/max_seq_len")) + ", kv_page_size " +
        std::to_string(r.integer("/serving/kv_page_size")) + ", kv_pool " +
-       (pool.contains("pages") ? pool["pages"].dump() + " pages" : "memory_fraction " + pool.value("memory_fraction", nlohmann::json()).dump()) +
+       (pool.contains("pages")
+            ? pool["pages"].dump() + " pages"
+            : "memory_fraction " + pool.value("memory_fraction", nlohmann::json()).dump()) +
        ", prefill_chunk " + std::to_string(r.integer("/serving/prefill_chunk")) + ", targets " +
-       r.array("/serving/targets").dump() + ", tensor_parallel " + std::to_string(r.integer("/serving/tensor_parallel")) + "\n";
-  s += "kv cache: " + std::to_string(r.integer("/kv_cache/bytes_per_page")) + " bytes per page of " +
-       std::to_string(r.integer("/kv_cache/page_size")) + " tokens (" + r.string("/kv_cache/layout") + ")\n";
+       r.array("/serving/targets").dump() + ", tensor_parallel " +
+       std::to_string(r.integer("/serving/tensor_parallel")) + "\n";
+  s += "kv cache: " + std::to_string(r.integer("/kv_cache/bytes_per_page")) +
+       " bytes per page of " + std::to_string(r.integer("/kv_cache/page_size")) + " tokens (" +
+       r.string("/kv_cache/layout") + ")\n";
   for (const char* kind : {"decode", "prefill"}) {
     const std::string key = std::string("/plan/") + kind + "_buckets";
     s += std::string(kind) + " buckets:";
@@ -125,8 +145,8 @@ std::string inspect_artifact(const std::string& path, bool verify) {
   const std::string weights_path = (dir / r.string("/weights/file")).string();
   const MappedFile weights(weights_path);
   if (static_cast<std::int64_t>(weights.size()) != size)
-    fail(weights_path + ": is " + std::to_string(weights.size()) + " bytes, manifest.json weights.size says " +
-         std::to_string(size));
+    fail(weights_path + ": is " + std::to_string(weights.size()) +
+         " bytes, manifest.json weights.size says " + std::to_string(size));
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const std::string at = "/weights/tensors/" + std::to_string(i);
     const std::string name = r.string(at + "/name");
@@ -134,8 +154,11 @@ std::string inspect_artifact(const std::string& path, bool verify) {
     if (offset < 0 || bytes < 0 || offset + bytes > size || offset % kWeightAlignment != 0)
       r.fail_field(at, name + " lies outside weights.bin or is not 256-byte aligned");
     const std::string want = r.string(at + "/checksum");
-    const std::string got = checksum_string(hash_range(weights, static_cast<std::size_t>(offset), static_cast<std::size_t>(bytes)));
-    if (got != want) fail(weights_path + ": tensor " + name + " has checksum " + got + ", manifest.json says " + want);
+    const std::string got = checksum_string(
+        hash_range(weights, static_cast<std::size_t>(offset), static_cast<std::size_t>(bytes)));
+    if (got != want)
+      fail(weights_path + ": tensor " + name + " has checksum " + got + ", manifest.json says " +
+           want);
   }
   const nlohmann::json& files = r.object("/files");
   for (const auto& [name, want] : files.items()) {
@@ -145,7 +168,8 @@ std::string inspect_artifact(const std::string& path, bool verify) {
     if (!want.is_string() || got != want.get<std::string>())
       fail(file + ": checksum " + got + ", manifest.json files." + name + " says " + want.dump());
   }
-  s += "checksums: verified (" + std::to_string(tensors.size()) + " tensors, " + std::to_string(files.size()) + " files)\n";
+  s += "checksums: verified (" + std::to_string(tensors.size()) + " tensors, " +
+       std::to_string(files.size()) + " files)\n";
   return s;
 }
 

@@ -1,18 +1,17 @@
 #include "compiler/artifact/artifact_writer.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "compiler/artifact/compact_json.hpp"
 #include "compiler/artifact/weight_table.hpp"
@@ -55,7 +54,8 @@ class OutputFile {
   void pad_to(std::int64_t offset) {
     static const std::uint8_t zeros[kWeightAlignment] = {};
     while (written_ < offset)
-      write(zeros, static_cast<std::size_t>(std::min<std::int64_t>(offset - written_, kWeightAlignment)));
+      write(zeros,
+            static_cast<std::size_t>(std::min<std::int64_t>(offset - written_, kWeightAlignment)));
   }
   // Data reaches the disk before the artifact is renamed into place, so a crash never leaves a
   // complete-looking artifact with missing contents.
@@ -98,7 +98,9 @@ bool sync_directory(const fs::path& dir) {
 class StagingDir {
  public:
   explicit StagingDir(const fs::path& destination) {
-    std::string tmpl = (destination.parent_path() / ("." + destination.filename().string() + ".tmp-XXXXXX")).string();
+    std::string tmpl =
+        (destination.parent_path() / ("." + destination.filename().string() + ".tmp-XXXXXX"))
+            .string();
     if (!::mkdtemp(tmpl.data()))
       fail(destination.string() + ": cannot create a temporary directory in " +
            destination.parent_path().string() + ": " + std::strerror(errno));
@@ -151,7 +153,8 @@ void check_destination(const fs::path& dest) {
   // Root may write anywhere, but a directory with no write permission is still refused: writing
   // into a directory someone made read-only is a mistake, whoever runs telosc.
   struct stat parent_stat {};
-  const bool no_write_bits = ::stat(parent.c_str(), &parent_stat) == 0 && (parent_stat.st_mode & 0222) == 0;
+  const bool no_write_bits =
+      ::stat(parent.c_str(), &parent_stat) == 0 && (parent_stat.st_mode & 0222) == 0;
   if (::access(parent.c_str(), W_OK) != 0 || no_write_bits)
     fail(dest.string() + ": cannot write the artifact: directory " + parent.string() +
          " is not writable");
@@ -159,11 +162,13 @@ void check_destination(const fs::path& dest) {
   if (fs::exists(st)) {
     // Only ever replace an earlier artifact, never a user's other files.
     if (!fs::is_directory(st) || !fs::exists(dest / "manifest.json"))
-      fail(dest.string() + ": exists and is not a Telos artifact (no manifest.json); not replacing it");
+      fail(dest.string() +
+           ": exists and is not a Telos artifact (no manifest.json); not replacing it");
   }
 }
 
-void convert(const TensorView& src, std::size_t first, std::size_t count, DType to, std::uint8_t* out) {
+void convert(const TensorView& src, std::size_t first, std::size_t count, DType to,
+             std::uint8_t* out) {
   const std::size_t in_size = dtype_size(src.dtype);
   const std::uint8_t* in = src.data + first * in_size;
   if (src.dtype == to) {
@@ -174,10 +179,19 @@ void convert(const TensorView& src, std::size_t first, std::size_t count, DType 
     float f = 0;
     std::uint16_t h = 0;
     switch (src.dtype) {
-      case DType::BF16: std::memcpy(&h, in + 2 * i, 2); f = bf16_to_f32(h); break;
-      case DType::F16: std::memcpy(&h, in + 2 * i, 2); f = f16_to_f32(h); break;
-      case DType::F32: std::memcpy(&f, in + 4 * i, 4); break;
-      default: fail(src.name + ": unsupported checkpoint dtype " + std::string(dtype_name(src.dtype)));
+      case DType::BF16:
+        std::memcpy(&h, in + 2 * i, 2);
+        f = bf16_to_f32(h);
+        break;
+      case DType::F16:
+        std::memcpy(&h, in + 2 * i, 2);
+        f = f16_to_f32(h);
+        break;
+      case DType::F32:
+        std::memcpy(&f, in + 4 * i, 4);
+        break;
+      default:
+        fail(src.name + ": unsupported checkpoint dtype " + std::string(dtype_name(src.dtype)));
     }
     if (to == DType::BF16) {
       const std::uint16_t b = f32_to_bf16(f);
@@ -190,13 +204,15 @@ void convert(const TensorView& src, std::size_t first, std::size_t count, DType 
 
 class ProgressBar {
  public:
-  ProgressBar(bool enabled, std::int64_t total) : enabled_(enabled), total_(std::max<std::int64_t>(total, 1)) {}
+  ProgressBar(bool enabled, std::int64_t total)
+      : enabled_(enabled), total_(std::max<std::int64_t>(total, 1)) {}
   void update(std::int64_t done) {
     if (!enabled_) return;
     const int percent = static_cast<int>(done * 100 / total_);
     if (percent == last_) return;
     last_ = percent;
-    std::fprintf(stderr, "\rtelosc: packing weights %3d%% (%.2f / %.2f GB)", percent, done / 1e9, total_ / 1e9);
+    std::fprintf(stderr, "\rtelosc: packing weights %3d%% (%.2f / %.2f GB)", percent, done / 1e9,
+                 total_ / 1e9);
     std::fflush(stderr);
   }
   void finish() {
@@ -254,14 +270,16 @@ nlohmann::ordered_json pack_weights(const fs::path& path, const ImportedModel& m
   nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
   std::int64_t packed = 0;
   for (const ir::Param& p : graph.params()) {
-    const std::int64_t offset = (out.written() + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
+    const std::int64_t offset =
+        (out.written() + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
     out.pad_to(offset);
     Xxh64 tensor_hash;
     const std::size_t out_size = dtype_size(p.type.dtype);
     const std::size_t chunk = kPackBufferBytes / out_size;
     for (const std::string& name : p.sources) {
       const TensorView* src = model.find(name);
-      if (!src) fail(model.checkpoint_dir + ": tensor " + name + " (for " + p.name + ") is missing");
+      if (!src)
+        fail(model.checkpoint_dir + ": tensor " + name + " (for " + p.name + ") is missing");
       const std::size_t elements = src->bytes / dtype_size(src->dtype);
       for (std::size_t first = 0; first < elements; first += chunk) {
         if (options.cancel && *options.cancel) fail("interrupted while packing " + p.name);
@@ -272,7 +290,9 @@ nlohmann::ordered_json pack_weights(const fs::path& path, const ImportedModel& m
         // Drop the checkpoint pages just read, so they do not accumulate as resident memory.
         if (src->file) {
           const std::size_t in_size = dtype_size(src->dtype);
-          src->file->release(static_cast<std::size_t>(src->data - src->file->data()) + first * in_size, n * in_size);
+          src->file->release(
+              static_cast<std::size_t>(src->data - src->file->data()) + first * in_size,
+              n * in_size);
         }
         packed += static_cast<std::int64_t>(n * out_size);
         progress.update(packed);
@@ -281,7 +301,8 @@ nlohmann::ordered_json pack_weights(const fs::path& path, const ImportedModel& m
     const std::int64_t bytes = p.type.bytes(0, 0);
     if (out.written() - offset != bytes)
       fail(p.name + ": packed " + std::to_string(out.written() - offset) + " bytes from " +
-           std::to_string(p.sources.size()) + " checkpoint tensors, expected " + std::to_string(bytes));
+           std::to_string(p.sources.size()) + " checkpoint tensors, expected " +
+           std::to_string(bytes));
     nlohmann::ordered_json t;
     t["name"] = p.name;
     t["dtype"] = dtype_name(p.type.dtype);
@@ -325,10 +346,12 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
 
   StagingDir staging(dest);
   nlohmann::ordered_json files;
-  nlohmann::ordered_json weights = pack_weights(staging.path() / "weights.bin", model, graph, options);
+  nlohmann::ordered_json weights =
+      pack_weights(staging.path() / "weights.bin", model, graph, options);
   files["weights.bin"] = weights["checksum"];
   weights.erase("checksum");
-  files["ir.txt"] = checksum_string(write_text_file(staging.path() / "ir.txt", ir::print_graph(graph)));
+  files["ir.txt"] =
+      checksum_string(write_text_file(staging.path() / "ir.txt", ir::print_graph(graph)));
   for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
     const fs::path from = fs::path(model.checkpoint_dir) / name;
     std::error_code ec;
@@ -348,7 +371,8 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
   m["files"] = files;
   write_text_file(staging.path() / "manifest.json", compact_json(m));
 
-  if (options.cancel && *options.cancel) fail("interrupted before " + dest.string() + " was complete");
+  if (options.cancel && *options.cancel)
+    fail("interrupted before " + dest.string() + " was complete");
   staging.commit(dest);
 }
 

@@ -2,9 +2,8 @@
 // JSON printed for people as well as programs: nested objects indented one key per line, but
 // scalar arrays and small flat objects on one line ("shape": [512, 128]; one arena buffer per
 // line), so manifest.json and --emit=plan stay readable and greppable by FileCheck tests.
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace telos::compiler {
 

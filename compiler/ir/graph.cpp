@@ -1,8 +1,8 @@
 #include "compiler/ir/graph.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 
@@ -107,8 +107,7 @@ Op* Graph::insert_op(std::size_t at, std::string kind, std::vector<Value*> opera
     op->results.push_back(values_.back().get());
   }
   Op* raw = op.get();
-  ops_.insert(ops_.begin() + static_cast<std::ptrdiff_t>(std::min(at, ops_.size())),
-              std::move(op));
+  ops_.insert(ops_.begin() + static_cast<std::ptrdiff_t>(std::min(at, ops_.size())), std::move(op));
   return raw;
 }
 
@@ -172,8 +171,7 @@ std::string format_attr(const AttrValue& v) {
 
 std::string print_op(const Op& op) {
   std::string s;
-  for (std::size_t i = 0; i < op.results.size(); ++i)
-    s += (i ? ", %" : "%") + op.results[i]->name;
+  for (std::size_t i = 0; i < op.results.size(); ++i) s += (i ? ", %" : "%") + op.results[i]->name;
   if (!op.results.empty()) s += " = ";
   s += op.kind + "(";
   bool first = true;

@@ -42,9 +42,9 @@ struct Param {
 struct Op;
 
 struct Value {
-  std::string name;     // without the '%'
+  std::string name;  // without the '%'
   TensorType type;
-  Op* def = nullptr;    // null for the graph's inputs
+  Op* def = nullptr;  // null for the graph's inputs
 };
 
 using AttrValue = std::variant<std::int64_t, double, std::string>;
@@ -54,10 +54,10 @@ struct Attr {
 };
 
 struct Op {
-  std::string kind;                  // "linear", "rmsnorm", ... (see verifier.hpp)
+  std::string kind;  // "linear", "rmsnorm", ... (see verifier.hpp)
   std::vector<Value*> operands;
-  std::vector<std::string> params;   // parameter names, printed after the operands
-  std::vector<Attr> attrs;           // printed in this order
+  std::vector<std::string> params;  // parameter names, printed after the operands
+  std::vector<Attr> attrs;          // printed in this order
   std::vector<Value*> results;
 
   const AttrValue* attr(const std::string& name) const;

@@ -5,9 +5,15 @@
 namespace telos::compiler::ir {
 namespace {
 
-TensorType matrix(std::int64_t rows, std::int64_t cols) { return {DType::BF16, {rows, cols}}; }
-TensorType vector(std::int64_t n) { return {DType::F32, {n}}; }
-TensorType act(std::int64_t cols) { return {DType::BF16, {kTokens, cols}}; }
+TensorType matrix(std::int64_t rows, std::int64_t cols) {
+  return {DType::BF16, {rows, cols}};
+}
+TensorType vector(std::int64_t n) {
+  return {DType::F32, {n}};
+}
+TensorType act(std::int64_t cols) {
+  return {DType::BF16, {kTokens, cols}};
+}
 
 std::vector<Attr> rope_attrs(const ModelSpec& spec, std::int64_t heads) {
   std::vector<Attr> a = {{"heads", heads},
@@ -36,8 +42,8 @@ Graph build_model_graph(const ModelSpec& spec) {
   Value* positions = g.add_input("positions", {DType::I32, {kTokens}});
   Value* x = g.append_op("embed", {tokens}, {"embed"}, {}, {{"x", act(H)}})->results[0];
 
-  auto linear = [&](const std::string& name, Value* in, const std::string& param,
-                    std::int64_t out, bool bias) {
+  auto linear = [&](const std::string& name, Value* in, const std::string& param, std::int64_t out,
+                    bool bias) {
     std::vector<std::string> params = {param};
     if (bias) params.push_back(param + "_bias");
     return g.append_op("linear", {in}, params, {}, {{name, act(out)}})->results[0];
@@ -66,30 +72,36 @@ Graph build_model_graph(const ModelSpec& spec) {
     g.add_param({p + "down", matrix(H, I), {ck + "mlp.down_proj.weight"}});
 
     Value* h = g.append_op("rmsnorm", {x}, {p + "attn_norm"}, {{"eps", spec.rms_norm_eps}},
-                           {{v + "attn_in", act(H)}})->results[0];
+                           {{v + "attn_in", act(H)}})
+                   ->results[0];
     Value* q = linear(v + "q", h, p + "q", Hq * D, spec.qkv_bias);
     Value* k = linear(v + "k", h, p + "k", Hkv * D, spec.qkv_bias);
     Value* val = linear(v + "v", h, p + "v", Hkv * D, spec.qkv_bias);
     if (spec.qk_norm) {
       q = g.append_op("head_rmsnorm", {q}, {p + "q_norm"},
                       {{"heads", Hq}, {"head_dim", D}, {"eps", spec.rms_norm_eps}},
-                      {{v + "q_normed", act(Hq * D)}})->results[0];
+                      {{v + "q_normed", act(Hq * D)}})
+              ->results[0];
       k = g.append_op("head_rmsnorm", {k}, {p + "k_norm"},
                       {{"heads", Hkv}, {"head_dim", D}, {"eps", spec.rms_norm_eps}},
-                      {{v + "k_normed", act(Hkv * D)}})->results[0];
+                      {{v + "k_normed", act(Hkv * D)}})
+              ->results[0];
     }
-    q = g.append_op("rope", {q, positions}, {}, rope_attrs(spec, Hq),
-                    {{v + "q_rope", act(Hq * D)}})->results[0];
+    q = g.append_op("rope", {q, positions}, {}, rope_attrs(spec, Hq), {{v + "q_rope", act(Hq * D)}})
+            ->results[0];
     k = g.append_op("rope", {k, positions}, {}, rope_attrs(spec, Hkv),
-                    {{v + "k_rope", act(Hkv * D)}})->results[0];
+                    {{v + "k_rope", act(Hkv * D)}})
+            ->results[0];
     Value* attn = g.append_op("attention", {q, k, val}, {},
                               {{"layer", l}, {"heads", Hq}, {"kv_heads", Hkv}, {"head_dim", D}},
-                              {{v + "attn", act(Hq * D)}})->results[0];
+                              {{v + "attn", act(Hq * D)}})
+                      ->results[0];
     Value* o = linear(v + "attn_out", attn, p + "o", H, false);
     x = g.append_op("add", {x, o}, {}, {}, {{v + "x_attn", act(H)}})->results[0];
 
     h = g.append_op("rmsnorm", {x}, {p + "mlp_norm"}, {{"eps", spec.rms_norm_eps}},
-                    {{v + "mlp_in", act(H)}})->results[0];
+                    {{v + "mlp_in", act(H)}})
+            ->results[0];
     Value* gate = linear(v + "gate", h, p + "gate", I, false);
     Value* up = linear(v + "up", h, p + "up", I, false);
     Value* act_out = g.append_op("swiglu", {gate, up}, {}, {}, {{v + "act", act(I)}})->results[0];
@@ -98,17 +110,20 @@ Graph build_model_graph(const ModelSpec& spec) {
   }
 
   g.add_param({"final_norm", vector(H), {"model.norm.weight"}});
-  Value* h = g.append_op("rmsnorm", {x}, {"final_norm"}, {{"eps", spec.rms_norm_eps}},
-                         {{"final", act(H)}})->results[0];
+  Value* h =
+      g.append_op("rmsnorm", {x}, {"final_norm"}, {{"eps", spec.rms_norm_eps}}, {{"final", act(H)}})
+          ->results[0];
   std::string head = "embed";
   if (!spec.tie_word_embeddings) {
     head = "lm_head";
     g.add_param({"lm_head", matrix(V, H), {"lm_head.weight"}});
   }
-  Value* logits = g.append_op("lm_head", {h}, {head}, {},
-                              {{"logits", {DType::F32, {kSequences, V}}}})->results[0];
-  Value* next = g.append_op("sample", {logits}, {}, {},
-                            {{"next_tokens", {DType::I32, {kSequences}}}})->results[0];
+  Value* logits =
+      g.append_op("lm_head", {h}, {head}, {}, {{"logits", {DType::F32, {kSequences, V}}}})
+          ->results[0];
+  Value* next =
+      g.append_op("sample", {logits}, {}, {}, {{"next_tokens", {DType::I32, {kSequences}}}})
+          ->results[0];
   g.set_outputs({next});
   return g;
 }

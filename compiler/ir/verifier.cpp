@@ -119,15 +119,14 @@ void OpChecker::check_heads(std::size_t i, const std::string& heads_attr) const 
   const std::int64_t cols = positive_attr(heads_attr) * positive_attr("head_dim");
   if (operand(i).dims[1] != cols)
     error("operand " + std::to_string(i) + " %" + op_.operands[i]->name + " has " +
-          std::to_string(operand(i).dims[1]) + " columns, expected " + heads_attr + " * head_dim = " +
-          std::to_string(cols));
+          std::to_string(operand(i).dims[1]) + " columns, expected " + heads_attr +
+          " * head_dim = " + std::to_string(cols));
 }
 
 void OpChecker::check_linear() const {
   const AttrValue* e = op_.attr("epilogue");
-  const std::string epilogue = e && std::holds_alternative<std::string>(*e)
-                                   ? std::get<std::string>(*e)
-                                   : (e ? "?" : "none");
+  const std::string epilogue =
+      e && std::holds_alternative<std::string>(*e) ? std::get<std::string>(*e) : (e ? "?" : "none");
   if (epilogue == "none") {
     counts(1, 1, 2, 1);
   } else if (epilogue == "residual") {
@@ -291,8 +290,9 @@ void verify(const Graph& graph) {
   if (graph.outputs().empty()) fail("IR verifier: graph @" + graph.name + " returns nothing");
   for (const Param& p : graph.params())
     for (Dim d : p.type.dims)
-      if (d <= 0) fail("IR verifier: parameter @" + p.name + " has type " + p.type.str() +
-                       ", expected constant dimensions");
+      if (d <= 0)
+        fail("IR verifier: parameter @" + p.name + " has type " + p.type.str() +
+             ", expected constant dimensions");
 }
 
 }  // namespace telos::compiler::ir

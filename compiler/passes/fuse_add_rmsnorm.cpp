@@ -15,10 +15,9 @@ void fuse_add_rmsnorm(ir::Graph& g) {
     if (!add) continue;
     // The fused op stands where the add stood, so every later user of the sum still follows it.
     const std::string sum_name = add->results[0]->name, norm_name = norm->results[0]->name;
-    ir::Op* fused = g.insert_op(g.index_of(add), "add_rmsnorm", add->operands, norm->params,
-                                norm->attrs,
-                                {{sum_name, add->results[0]->type},
-                                 {norm_name, norm->results[0]->type}});
+    ir::Op* fused =
+        g.insert_op(g.index_of(add), "add_rmsnorm", add->operands, norm->params, norm->attrs,
+                    {{sum_name, add->results[0]->type}, {norm_name, norm->results[0]->type}});
     g.replace_uses(add->results[0], fused->results[0]);
     g.replace_uses(norm->results[0], fused->results[1]);
     g.erase_ops({norm, add});

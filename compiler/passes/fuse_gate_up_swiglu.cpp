@@ -27,10 +27,10 @@ void fuse_gate_up_swiglu(ir::Graph& g) {
     g.insert_param(std::move(fused), gate->params[0]);
 
     const std::string name = act->results[0]->name;
-    ir::Value* out = g.insert_op(g.index_of(act), "linear", {gate->operands[0]}, {fused_name},
-                                 {{"epilogue", std::string("swiglu")}},
-                                 {{name, act->results[0]->type}})
-                         ->results[0];
+    ir::Value* out =
+        g.insert_op(g.index_of(act), "linear", {gate->operands[0]}, {fused_name},
+                    {{"epilogue", std::string("swiglu")}}, {{name, act->results[0]->type}})
+            ->results[0];
     g.replace_uses(act->results[0], out);
     g.erase_ops({act, gate, up});
     take_name(out, name);

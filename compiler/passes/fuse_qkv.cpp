@@ -52,9 +52,9 @@ void fuse_qkv(ir::Graph& g) {
     g.insert_param(concat_params(g, replaced, prefix + "qkv"), q->params[0]);
     std::vector<std::string> fused_params = {prefix + "qkv"};
     if (bias) {
-      g.insert_param(concat_params(g, {q->params[1], k->params[1], v->params[1]},
-                                   prefix + "qkv_bias"),
-                     q->params[1]);
+      g.insert_param(
+          concat_params(g, {q->params[1], k->params[1], v->params[1]}, prefix + "qkv_bias"),
+          q->params[1]);
       fused_params.push_back(prefix + "qkv_bias");
     }
 
@@ -70,8 +70,9 @@ void fuse_qkv(ir::Graph& g) {
                                  {{layer + "qkv", {DType::BF16, {rows, nq + nk + nv}}}})
                          ->results[0];
     auto slice = [&](std::int64_t begin, std::int64_t end, const std::string& name) {
-      return g.insert_op(at++, "slice", {qkv}, {}, {{"begin", begin}, {"end", end}},
-                         {{name, {DType::BF16, {rows, end - begin}}}})
+      return g
+          .insert_op(at++, "slice", {qkv}, {}, {{"begin", begin}, {"end", end}},
+                     {{name, {DType::BF16, {rows, end - begin}}}})
           ->results[0];
     };
     ir::Value* qs = slice(0, nq, q_name);

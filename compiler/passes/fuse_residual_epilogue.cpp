@@ -18,10 +18,10 @@ void fuse_residual_epilogue(ir::Graph& g) {
       if (!gemm || gemm->params.size() != 1 || !single_use(g, b)) continue;
       ir::Value* residual = add->operands[1 - branch];
       const std::string name = add->results[0]->name;
-      ir::Value* out = g.insert_op(g.index_of(add), "linear", {gemm->operands[0], residual},
-                                   gemm->params, {{"epilogue", std::string("residual")}},
-                                   {{name, add->results[0]->type}})
-                           ->results[0];
+      ir::Value* out =
+          g.insert_op(g.index_of(add), "linear", {gemm->operands[0], residual}, gemm->params,
+                      {{"epilogue", std::string("residual")}}, {{name, add->results[0]->type}})
+              ->results[0];
       g.replace_uses(add->results[0], out);
       g.erase_ops({add, gemm});
       take_name(out, name);

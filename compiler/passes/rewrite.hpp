@@ -21,7 +21,9 @@ inline bool single_use(const ir::Graph& g, const ir::Value* v) {
 }
 
 // Gives `v` a name that a now-erased value held, so fused IR keeps the names a reader knows.
-inline void take_name(ir::Value* v, const std::string& name) { v->name = name; }
+inline void take_name(ir::Value* v, const std::string& name) {
+  v->name = name;
+}
 
 // "layers.3.q" -> "layers.3.": the layer prefix of a per-layer parameter name.
 inline std::string param_prefix(const std::string& name) {

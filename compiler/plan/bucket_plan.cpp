@@ -6,7 +6,9 @@
 namespace telos::compiler {
 namespace {
 
-std::int64_t align_up(std::int64_t n) { return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+std::int64_t align_up(std::int64_t n) {
+  return (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
 
 struct Interval {
   const ir::Value* value;
@@ -46,7 +48,8 @@ BucketPlan plan_bucket(const ir::Graph& graph, const std::string& kind, std::int
     std::vector<std::pair<std::int64_t, std::int64_t>> busy;  // [offset, end) of overlapping
     for (std::size_t j : placed) {
       const Interval& u = live[j];
-      if (u.first <= v.last && v.first <= u.last) busy.push_back({u.offset, u.offset + align_up(u.bytes)});
+      if (u.first <= v.last && v.first <= u.last)
+        busy.push_back({u.offset, u.offset + align_up(u.bytes)});
     }
     std::sort(busy.begin(), busy.end());
     std::int64_t offset = 0;

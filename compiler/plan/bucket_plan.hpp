@@ -3,11 +3,10 @@
 // each captured as one CUDA graph by the executor) an activation arena in which every IR value
 // has a fixed offset, reused once the value is dead; and the geometry of the KV page pool.
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "compiler/import/model_spec.hpp"
 #include "compiler/ir/graph.hpp"
@@ -38,8 +37,8 @@ struct KvCacheGeometry {
   std::int64_t head_dim = 0;
   std::int64_t bytes_per_page = 0;  // K and V of every layer for page_size tokens, bf16
   std::int64_t max_pages_per_sequence = 0;
-  std::optional<std::int64_t> pages;           // when the serving config fixes the pool
-  std::optional<double> memory_fraction;       // otherwise the executor sizes it at load
+  std::optional<std::int64_t> pages;      // when the serving config fixes the pool
+  std::optional<double> memory_fraction;  // otherwise the executor sizes it at load
 };
 
 struct Plan {
@@ -56,7 +55,7 @@ BucketPlan plan_bucket(const ir::Graph& graph, const std::string& kind, std::int
 
 Plan make_plan(const ir::Graph& graph, const ModelSpec& spec, const ServingConfig& serving);
 
-nlohmann::ordered_json plan_to_json(const Plan& plan);         // manifest.json "plan"
+nlohmann::ordered_json plan_to_json(const Plan& plan);               // manifest.json "plan"
 nlohmann::ordered_json kv_cache_to_json(const KvCacheGeometry& kv);  // manifest.json "kv_cache"
 
 }  // namespace telos::compiler

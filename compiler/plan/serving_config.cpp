@@ -13,9 +13,9 @@ constexpr std::int64_t kDefaultPrefillChunk = 512;
 constexpr std::int64_t kSmallestPrefillBucket = 16;
 constexpr double kDefaultMemoryFraction = 0.9;
 
-const std::vector<std::string> kFields = {"max_batch",       "max_seq_len",    "kv_page_size",
-                                          "kv_pool",         "prefill_chunk",  "decode_buckets",
-                                          "prefill_buckets", "targets",        "tensor_parallel"};
+const std::vector<std::string> kFields = {"max_batch",       "max_seq_len",   "kv_page_size",
+                                          "kv_pool",         "prefill_chunk", "decode_buckets",
+                                          "prefill_buckets", "targets",       "tensor_parallel"};
 
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -74,9 +74,8 @@ class FieldReader {
       out.push_back(n);
     }
     if (out.back() != last)
-      fail_field(field, "the largest bucket must equal " + last_name + " (" +
-                            std::to_string(last) + ") so a full step has a graph, got " +
-                            v->dump());
+      fail_field(field, "the largest bucket must equal " + last_name + " (" + std::to_string(last) +
+                            ") so a full step has a graph, got " + v->dump());
     return out;
   }
 
@@ -95,7 +94,9 @@ std::vector<std::int64_t> power_of_two_buckets(std::int64_t first, std::int64_t 
   return out;
 }
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
 
 }  // namespace
 
@@ -133,8 +134,8 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
   ServingConfig c;
   c.kv_page_size = r.integer("kv_page_size", 1, 256).value_or(kDefaultPageSize);
   if ((c.kv_page_size & (c.kv_page_size - 1)) != 0 || c.kv_page_size < 8)
-    r.fail_field("kv_page_size", "expected a power of two from 8 to 256, got " +
-                                     std::to_string(c.kv_page_size));
+    r.fail_field("kv_page_size",
+                 "expected a power of two from 8 to 256, got " + std::to_string(c.kv_page_size));
 
   c.max_seq_len = r.integer("max_seq_len", 1, spec.max_position_embeddings)
                       .value_or(spec.max_position_embeddings);
@@ -142,8 +143,8 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
   if (const nlohmann::json* pool = r.get("kv_pool")) {
     if (!pool->is_object() || pool->size() != 1 ||
         !(pool->contains("pages") || pool->contains("memory_fraction")))
-      r.fail_field("kv_pool", "expected {\"pages\": N} or {\"memory_fraction\": F}, got " +
-                                  pool->dump());
+      r.fail_field("kv_pool",
+                   "expected {\"pages\": N} or {\"memory_fraction\": F}, got " + pool->dump());
     if (pool->contains("pages")) {
       c.kv_pool_pages = r.integer_value("kv_pool.pages", pool->at("pages"), 1, 1 << 30);
       const std::int64_t one_sequence = ceil_div(c.max_seq_len, c.kv_page_size);
@@ -155,8 +156,7 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
     } else {
       const nlohmann::json& f = pool->at("memory_fraction");
       if (!f.is_number() || f.get<double>() <= 0.0 || f.get<double>() > 1.0)
-        r.fail_field("kv_pool.memory_fraction",
-                     "expected a number in (0, 1], got " + f.dump());
+        r.fail_field("kv_pool.memory_fraction", "expected a number in (0, 1], got " + f.dump());
       c.kv_pool_memory_fraction = f.get<double>();
     }
   } else {
@@ -208,8 +208,7 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
 
   c.tensor_parallel = r.integer("tensor_parallel", 1, 64).value_or(1);
   if (spec.num_heads % c.tensor_parallel != 0 || spec.num_kv_heads % c.tensor_parallel != 0)
-    r.fail_field("tensor_parallel", std::to_string(c.tensor_parallel) +
-                                        " must divide num_heads (" +
+    r.fail_field("tensor_parallel", std::to_string(c.tensor_parallel) + " must divide num_heads (" +
                                         std::to_string(spec.num_heads) + ") and num_kv_heads (" +
                                         std::to_string(spec.num_kv_heads) + ")");
   // Refused rather than recorded: an artifact claiming tensor parallelism with unsharded weights

@@ -4,11 +4,10 @@
 // CUDA graph. Resolved once at compile time (every field filled in); docs/artifact.md's serving
 // section documents each field and its default.
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "compiler/import/model_spec.hpp"
 
@@ -18,7 +17,7 @@ struct ServingConfig {
   std::int64_t max_batch = 0;
   std::int64_t max_seq_len = 0;
   std::int64_t kv_page_size = 0;
-  std::optional<std::int64_t> kv_pool_pages;     // exactly one of these two is set
+  std::optional<std::int64_t> kv_pool_pages;  // exactly one of these two is set
   std::optional<double> kv_pool_memory_fraction;
   std::int64_t prefill_chunk = 0;
   std::vector<std::int64_t> decode_buckets;

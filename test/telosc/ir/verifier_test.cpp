@@ -1,19 +1,22 @@
 // Unit tests of Telos IR: the verifier's checks and messages (each names the op), and that the
 // importer's graph and every fusion pass keep a graph valid.
+#include "compiler/ir/verifier.hpp"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "compiler/artifact/weight_table.hpp"
 #include "compiler/ir/model_graph.hpp"
-#include "compiler/ir/verifier.hpp"
 #include "compiler/passes/pass_manager.hpp"
 #include "support/error.hpp"
 
 namespace telos::compiler::ir {
 namespace {
 
-TensorType act(Dim cols) { return {DType::BF16, {kTokens, cols}}; }
+TensorType act(Dim cols) {
+  return {DType::BF16, {kTokens, cols}};
+}
 
 std::string verify_error(const Graph& g) {
   try {
@@ -37,7 +40,9 @@ Graph small_graph() {
   return g;
 }
 
-TEST(Verifier, AcceptsAWellFormedGraph) { EXPECT_EQ(verify_error(small_graph()), ""); }
+TEST(Verifier, AcceptsAWellFormedGraph) {
+  EXPECT_EQ(verify_error(small_graph()), "");
+}
 
 TEST(Verifier, NamesAnUnknownOp) {
   Graph g = small_graph();

@@ -1,7 +1,8 @@
 // Unit tests of the planner: arena reuse and alignment, and serving-config resolution.
+#include "compiler/plan/bucket_plan.hpp"
+
 #include <gtest/gtest.h>
 
-#include "compiler/plan/bucket_plan.hpp"
 #include "compiler/plan/serving_config.hpp"
 #include "support/error.hpp"
 
@@ -10,7 +11,9 @@ namespace {
 
 using ir::kTokens;
 
-ir::TensorType act(ir::Dim cols) { return {DType::BF16, {kTokens, cols}}; }
+ir::TensorType act(ir::Dim cols) {
+  return {DType::BF16, {kTokens, cols}};
+}
 
 // a -> b -> c -> d, each read only by the next: a value can reuse the space of the one two back.
 ir::Graph chain() {
