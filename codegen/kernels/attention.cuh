@@ -18,7 +18,7 @@ template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int 
 __global__ void __launch_bounds__(HQ / HKV * 32)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const bf16* kv_layer, float* part_o, float* part_ml) {
-  constexpr int G = HQ / HKV, NSPLIT = (MAXP * PAGE + SPLIT - 1) / SPLIT, DL = D / 32;
+  constexpr int G = HQ / HKV, NSPLIT = (MAXP * PAGE + SPLIT - 1) / SPLIT;
   static_assert(HQ % HKV == 0 && D % 32 == 0 && SPLIT % 32 == 0, "shape");
   __shared__ float qs[G][D];
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
@@ -32,9 +32,13 @@ __global__ void __launch_bounds__(HQ / HKV * 32)
   const int* pt = page_tables + (pos >= 0 ? token_seq[t] * MAXP : 0);
   const bf16* k_base = kv_layer + static_cast<long long>(kvh) * PAGE * D;
   const bf16* v_base = kv_layer + static_cast<long long>(HKV + kvh) * PAGE * D;
-  float m = -__int_as_float(0x7f800000), l = 0.f, acc[DL];
+  // Values are read 16 bytes (8 dims) per lane: LPR lanes cover one row, so a warp reads PPI
+  // positions per step; lane holds dims (lane % LPR) * 8 .. + 8 for positions j with
+  // j % PPI == lane / LPR, and the PPI partial sums are folded by a fixed butterfly at the end.
+  constexpr int LPR = D / 8, PPI = 32 / LPR;
+  float m = -__int_as_float(0x7f800000), l = 0.f, acc[8];
 #pragma unroll
-  for (int i = 0; i < DL; ++i) acc[i] = 0.f;
+  for (int i = 0; i < 8; ++i) acc[i] = 0.f;
 
   for (int base = start; base < end; base += 32) {
     const int p = base + lane;
@@ -56,21 +60,31 @@ __global__ void __launch_bounds__(HQ / HKV * 32)
     const float corr = exp2f(m - m_new);
     l = l * corr + warp_sum(w);
 #pragma unroll
-    for (int i = 0; i < DL; ++i) acc[i] *= corr;
-    const int n = min(32, end - base);
-    for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < 8; ++i) acc[i] *= corr;
+#pragma unroll 2
+    for (int j0 = 0; j0 < 32; j0 += PPI) {
+      const int j = j0 + lane / LPR;
       const float wj = __shfl_sync(0xffffffffu, w, j);
-      const int pj = base + j;
-      const bf16* v = v_base + pt[pj / PAGE] * PAGE_ELEMS + (pj % PAGE) * D;
+      if (base + j < end) {
+        const int pj = base + j;
+        float vf[8];
+        unpack8(load8(v_base + pt[pj / PAGE] * PAGE_ELEMS + (pj % PAGE) * D + (lane % LPR) * 8), vf);
 #pragma unroll
-      for (int i = 0; i < DL; ++i) acc[i] = fmaf(wj, bf16_to_f32(v[lane + 32 * i]), acc[i]);
+        for (int i = 0; i < 8; ++i) acc[i] = fmaf(wj, vf[i], acc[i]);
+      }
     }
     m = m_new;
   }
+#pragma unroll
+  for (int o = LPR; o < 32; o <<= 1)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
 
   const long long idx = (static_cast<long long>(t) * HQ + hq) * NSPLIT + split;
+  if (lane < LPR) {
 #pragma unroll
-  for (int i = 0; i < DL; ++i) part_o[idx * D + lane + 32 * i] = acc[i];
+    for (int i = 0; i < 8; ++i) part_o[idx * D + lane * 8 + i] = acc[i];
+  }
   if (lane == 0) {
     part_ml[idx * 2] = m;
     part_ml[idx * 2 + 1] = l;
