@@ -11,8 +11,6 @@ namespace telos_kernels {
 
 using bf16 = unsigned short;
 
-__device__ __forceinline__ float bf16_to_f32(bf16 h) { return __uint_as_float(unsigned(h) << 16); }
-
 // Round to nearest even; NaN stays NaN.
 __device__ __forceinline__ bf16 f32_to_bf16(float f) {
   unsigned u = __float_as_uint(f);
