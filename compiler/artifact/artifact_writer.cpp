@@ -211,8 +211,11 @@ class ProgressBar {
     const int percent = static_cast<int>(done * 100 / total_);
     if (percent == last_) return;
     last_ = percent;
-    std::fprintf(stderr, "\rtelosc: packing weights %3d%% (%.2f / %.2f GB)", percent, done / 1e9,
-                 total_ / 1e9);
+    // MiB below a GiB, so a small model's bar does not read "0.00 / 0.00".
+    const bool gib = total_ >= (1ll << 30);
+    const double unit = gib ? double(1ll << 30) : double(1ll << 20);
+    std::fprintf(stderr, "\rtelosc: packing weights %3d%% (%.2f / %.2f %s)", percent, done / unit,
+                 total_ / unit, gib ? "GiB" : "MiB");
     std::fflush(stderr);
   }
   void finish() {
