@@ -3,12 +3,12 @@
 // M x N row-major. Persistent, warp-specialised: warpgroup 0 is the TMA producer (one thread
 // issues, registers lowered to 40), warpgroups 1 and 2 are wgmma consumers (registers raised to
 // 232), each owning 64 rows of a 128 x 256 output tile, which they write with stmatrix into
-// shared memory and hand to asynchronous TMA stores, so the store overlaps the next tile. A ring of `kStages` shared-memory stages
-// with full/empty mbarriers connects them. With ClusterM = 2, the two CTAs of a cluster take
-// vertically adjacent tiles that share B: each loads its own A and half of B, multicast to both,
-// and a stage is refilled only once the consumers of both CTAs have released it.
-// The Telos prefill GEMM (codegen/) starts from this.
-// Compiles under nvcc and NVRTC; the host launcher is in gemm_bf16_launch.h.
+// shared memory and hand to asynchronous TMA stores, so the store overlaps the next tile. A ring of
+// `kStages` shared-memory stages with full/empty mbarriers connects them. With ClusterM = 2, the
+// two CTAs of a cluster take vertically adjacent tiles that share B: each loads its own A and half
+// of B, multicast to both, and a stage is refilled only once the consumers of both CTAs have
+// released it. The Telos prefill GEMM (codegen/) starts from this. Compiles under nvcc and NVRTC;
+// the host launcher is in gemm_bf16_launch.h.
 #pragma once
 #include "hexel/cluster.cuh"
 #include "hexel/matrix_ldst.cuh"
@@ -99,8 +99,10 @@ __global__ void __launch_bounds__(GemmBf16::kThreads, 1)
     }
     mbarrier::fence_init();
   }
-  if constexpr (ClusterM > 1) cluster::sync();  // peers' barriers exist before any multicast
-  else __syncthreads();
+  if constexpr (ClusterM > 1)
+    cluster::sync();  // peers' barriers exist before any multicast
+  else
+    __syncthreads();
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
@@ -121,7 +123,8 @@ __global__ void __launch_bounds__(GemmBf16::kThreads, 1)
           } else {
             constexpr uint32_t rows = G::kBlockN / ClusterM;
             tma::load_multicast(b_stage(ring.index) + rank * rows * 128, &b_map, bar,
-                                (1u << ClusterM) - 1u, kb * G::kBlockK, tn * G::kBlockN + rank * rows);
+                                (1u << ClusterM) - 1u, kb * G::kBlockK,
+                                tn * G::kBlockN + rank * rows);
           }
           ring.advance();
         }
@@ -185,18 +188,16 @@ __global__ void __launch_bounds__(GemmBf16::kThreads, 1)
 #pragma unroll
         for (uint32_t q = 0; q < G::kChunkCols / 16; ++q) {
           const uint32_t j = ch * (G::kChunkCols / 8) + 2 * q;
-          const uint32_t frag[4] = {pack_bf16x2(d[4 * j], d[4 * j + 1]),
-                                    pack_bf16x2(d[4 * j + 2], d[4 * j + 3]),
-                                    pack_bf16x2(d[4 * j + 4], d[4 * j + 5]),
-                                    pack_bf16x2(d[4 * j + 6], d[4 * j + 7])};
+          const uint32_t frag[4] = {
+              pack_bf16x2(d[4 * j], d[4 * j + 1]), pack_bf16x2(d[4 * j + 2], d[4 * j + 3]),
+              pack_bf16x2(d[4 * j + 4], d[4 * j + 5]), pack_bf16x2(d[4 * j + 6], d[4 * j + 7])};
           const uint32_t col_bytes = 2 * (16 * q + 8 * (quad / 2));
           stmatrix<4>(buf + swizzled_offset(r_in * 128 + col_bytes, Swizzle::B128), frag);
         }
         fence_proxy_async_smem();  // stmatrix writes, then the TMA store reads: proxy switch
         named_barrier_sync(1 + cw, 128);
         if (wg_leader) {
-          tma::store(&c_map, buf, tn * G::kBlockN + ch * G::kChunkCols,
-                     tm * G::kBlockM + cw * 64);
+          tma::store(&c_map, buf, tn * G::kBlockN + ch * G::kChunkCols, tm * G::kBlockM + cw * 64);
           tma::commit_group();
         }
       }

@@ -12,9 +12,8 @@ namespace hexel::examples {
 namespace detail {
 
 template <uint32_t ClusterM>
-cudaError_t launch_gemm_bf16(const TensorMap& a_map, const TensorMap& b_map,
-                             const TensorMap& c_map, uint32_t m, uint32_t n, uint32_t k,
-                             cudaStream_t stream) {
+cudaError_t launch_gemm_bf16(const TensorMap& a_map, const TensorMap& b_map, const TensorMap& c_map,
+                             uint32_t m, uint32_t n, uint32_t k, cudaStream_t stream) {
   using G = GemmBf16;
   auto kernel = gemm_bf16_kernel<ClusterM>;
   cudaLaunchConfig_t cfg{};
@@ -56,12 +55,12 @@ inline cudaError_t gemm_bf16(const uint16_t* a, const uint16_t* b, uint16_t* c, 
   using G = GemmBf16;
   if (m == 0 || n == 0 || k == 0 || k % 8 != 0 || n % 8 != 0) return cudaErrorInvalidValue;
   if (cluster_m != 1 && cluster_m != 2) return cudaErrorInvalidValue;
-  const TensorMap a_map = encode_2d(TmaDtype::BF16, a, m, k, uint64_t{k} * 2, G::kBlockM,
-                                    G::kBlockK, Swizzle::B128);
+  const TensorMap a_map =
+      encode_2d(TmaDtype::BF16, a, m, k, uint64_t{k} * 2, G::kBlockM, G::kBlockK, Swizzle::B128);
   const TensorMap b_map = encode_2d(TmaDtype::BF16, b, n, k, uint64_t{k} * 2,
                                     G::kBlockN / cluster_m, G::kBlockK, Swizzle::B128);
-  const TensorMap c_map = encode_2d(TmaDtype::BF16, c, m, n, uint64_t{n} * 2, 64, G::kChunkCols,
-                                    Swizzle::B128);
+  const TensorMap c_map =
+      encode_2d(TmaDtype::BF16, c, m, n, uint64_t{n} * 2, 64, G::kChunkCols, Swizzle::B128);
   return cluster_m == 1 ? detail::launch_gemm_bf16<1>(a_map, b_map, c_map, m, n, k, stream)
                         : detail::launch_gemm_bf16<2>(a_map, b_map, c_map, m, n, k, stream);
 }

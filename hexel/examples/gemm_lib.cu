@@ -7,8 +7,8 @@ extern "C" int hexel_gemm_bf16(const void* a, const void* b, void* c, unsigned m
                                unsigned k, void* stream, unsigned cluster_m) {
   try {
     return static_cast<int>(hexel::examples::gemm_bf16(
-        static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b),
-        static_cast<uint16_t*>(c), m, n, k, static_cast<cudaStream_t>(stream), cluster_m));
+        static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), static_cast<uint16_t*>(c),
+        m, n, k, static_cast<cudaStream_t>(stream), cluster_m));
   } catch (const std::exception&) {
     return static_cast<int>(cudaErrorInvalidValue);
   }

@@ -56,8 +56,12 @@ HEXEL_DEVICE void store_u32(uint32_t cluster_addr, uint32_t v) {
 
 // Cluster barrier, split in halves so independent work can sit between them; every thread of
 // every CTA in the cluster takes part. PTX: barrier.cluster.arrive.release / wait.acquire.
-HEXEL_DEVICE void arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-HEXEL_DEVICE void wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+HEXEL_DEVICE void arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+HEXEL_DEVICE void wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
 HEXEL_DEVICE void sync() {
   arrive();
   wait();

@@ -15,8 +15,9 @@ inline constexpr uint32_t kResponseBytes = 16;
 // buffer at `response`. PTX: clusterlaunchcontrol.try_cancel.
 HEXEL_DEVICE void try_cancel(uint32_t response, uint32_t bar) {
   asm volatile(
-      "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128 [%0], [%1];"
-      ::"r"(response), "r"(bar)
+      "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128 [%0], "
+      "[%1];" ::"r"(response),
+      "r"(bar)
       : "memory");
 }
 

@@ -3,15 +3,15 @@
 // when a kernel calls them.
 #pragma once
 #include "hexel/cluster.cuh"
+#include "hexel/cluster_launch_control.cuh"
 #include "hexel/config.cuh"
 #include "hexel/matrix_ldst.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/swizzle.cuh"
 #include "hexel/sync.cuh"
+#include "hexel/tcgen05.cuh"
+#include "hexel/tcgen05_desc.cuh"
 #include "hexel/tensor_map.cuh"
 #include "hexel/tma.cuh"
 #include "hexel/wgmma.cuh"
 #include "hexel/wgmma_desc.cuh"
-#include "hexel/tcgen05.cuh"
-#include "hexel/tcgen05_desc.cuh"
-#include "hexel/cluster_launch_control.cuh"

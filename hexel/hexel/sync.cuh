@@ -47,19 +47,22 @@ HEXEL_DEVICE void named_barrier_arrive(uint32_t id, uint32_t threads) {
 // decides who issues; Hexel never hides an election inside another wrapper. PTX: elect.sync.
 HEXEL_DEVICE bool elect_one(uint32_t member_mask = 0xFFFFFFFFu) {
   uint32_t elected;
-  asm volatile(
-      "{\n .reg .pred p;\n elect.sync _|p, %1;\n selp.u32 %0, 1, 0, p;\n}"
-      : "=r"(elected)
-      : "r"(member_mask));
+  asm volatile("{\n .reg .pred p;\n elect.sync _|p, %1;\n selp.u32 %0, 1, 0, p;\n}"
+               : "=r"(elected)
+               : "r"(member_mask));
   return elected != 0;
 }
 
 // Warp index inside the warpgroup-aligned CTA, as a warp-uniform value.
-HEXEL_DEVICE uint32_t warp_index() { return __shfl_sync(0xFFFFFFFFu, threadIdx.x / 32, 0); }
+HEXEL_DEVICE uint32_t warp_index() {
+  return __shfl_sync(0xFFFFFFFFu, threadIdx.x / 32, 0);
+}
 
 // Thread: block until the grids this one depends on (launched before it with programmatic
 // stream serialization) have completed and their memory is visible. PTX: griddepcontrol.wait.
-HEXEL_DEVICE void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+HEXEL_DEVICE void grid_dependency_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
 
 // Thread: allow the dependent grid to start launching (its prologue overlaps our tail).
 // PTX: griddepcontrol.launch_dependents.

@@ -24,13 +24,20 @@ enum class DType { F16 = 0, F32 = 1 };
 
 HEXEL_HOST_DEVICE constexpr uint32_t ab_code(AbType t) {
   switch (t) {
-    case AbType::F16: return 0;   // kind::f16
-    case AbType::BF16: return 1;  // kind::f16
-    case AbType::E4M3: return 0;  // kind::f8f6f4
-    case AbType::E5M2: return 1;
-    case AbType::E2M3: return 3;
-    case AbType::E3M2: return 4;
-    case AbType::E2M1: return 5;
+    case AbType::F16:
+      return 0;  // kind::f16
+    case AbType::BF16:
+      return 1;  // kind::f16
+    case AbType::E4M3:
+      return 0;  // kind::f8f6f4
+    case AbType::E5M2:
+      return 1;
+    case AbType::E2M3:
+      return 3;
+    case AbType::E3M2:
+      return 4;
+    case AbType::E2M1:
+      return 5;
   }
   return 0;
 }
@@ -59,6 +66,11 @@ struct InstrDesc {
   HEXEL_HOST_DEVICE constexpr uint32_t m() const { return ((bits >> 24) & 0x1Fu) << 4; }
   HEXEL_HOST_DEVICE constexpr uint32_t n() const { return ((bits >> 17) & 0x3Fu) << 3; }
 };
+
+// A Tensor Memory address: lane in bits 16-31, column in bits 0-15.
+HEXEL_HOST_DEVICE constexpr uint32_t tmem_addr(uint32_t lane, uint32_t column) {
+  return (lane << 16) | column;
+}
 
 HEXEL_HOST_DEVICE constexpr uint64_t layout_code(Swizzle s) {
   return s == Swizzle::B128 ? 2u : s == Swizzle::B64 ? 4u : s == Swizzle::B32 ? 6u : 0u;

@@ -5,8 +5,8 @@
 #error "hexel/tensor_map_encode.h is host code; device code includes hexel/tensor_map.cuh"
 #endif
 
-#include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 #include <cstring>
 #include <stdexcept>
@@ -28,9 +28,9 @@ struct TensorMapSpec {
   TmaDtype dtype = TmaDtype::BF16;
   uint32_t rank = 2;
   const void* base = nullptr;
-  uint64_t dims[5] = {1, 1, 1, 1, 1};           // elements per dimension
-  uint64_t strides_bytes[4] = {0, 0, 0, 0};     // byte stride of dimensions 1..rank-1
-  uint32_t box[5] = {1, 1, 1, 1, 1};            // elements per box dimension, each <= 256
+  uint64_t dims[5] = {1, 1, 1, 1, 1};        // elements per dimension
+  uint64_t strides_bytes[4] = {0, 0, 0, 0};  // byte stride of dimensions 1..rank-1
+  uint32_t box[5] = {1, 1, 1, 1, 1};         // elements per box dimension, each <= 256
   Swizzle swizzle = Swizzle::None;
 };
 
@@ -68,9 +68,9 @@ inline TensorMap encode_tiled(const TensorMapSpec& s) {
     require(s.dims[i] >= 1, "dims[" + std::to_string(i) + "] must be >= 1");
   }
   for (uint32_t i = 0; i + 1 < s.rank; ++i)
-    require(s.strides_bytes[i] % 16 == 0,
-            "strides_bytes[" + std::to_string(i) + "] must be a multiple of 16, got " +
-                std::to_string(s.strides_bytes[i]));
+    require(s.strides_bytes[i] % 16 == 0, "strides_bytes[" + std::to_string(i) +
+                                              "] must be a multiple of 16, got " +
+                                              std::to_string(s.strides_bytes[i]));
   require((s.box[0] * esize) % 16 == 0, "box[0] must span a multiple of 16 bytes");
   if (s.swizzle != Swizzle::None)
     require(s.box[0] * esize <= static_cast<uint32_t>(s.swizzle),

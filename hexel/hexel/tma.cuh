@@ -36,35 +36,47 @@ HEXEL_DEVICE void load(uint32_t dst, const TensorMap* map, uint32_t bar, Coord..
   const int32_t x[5] = {static_cast<int32_t>(c)...};
   const uint64_t m = map_addr(map);
   if constexpr (sizeof...(Coord) == 1)
-    asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%3}], [%2];" ::"r"(dst), "l"(m), "r"(bar), "r"(x[0]) : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3}], [%2];" ::"r"(dst),
+        "l"(m), "r"(bar), "r"(x[0])
+        : "memory");
   else if constexpr (sizeof...(Coord) == 2)
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst), "l"(m), "r"(bar), "r"(x[0]), "r"(x[1])
-                 : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+        "l"(m), "r"(bar), "r"(x[0]), "r"(x[1])
+        : "memory");
   else if constexpr (sizeof...(Coord) == 3)
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst), "l"(m), "r"(bar), "r"(x[0]),
-                 "r"(x[1]), "r"(x[2]) : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
+        "l"(m), "r"(bar), "r"(x[0]), "r"(x[1]), "r"(x[2])
+        : "memory");
   else if constexpr (sizeof...(Coord) == 4)
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst), "l"(m), "r"(bar), "r"(x[0]),
-                 "r"(x[1]), "r"(x[2]), "r"(x[3]) : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst),
+        "l"(m), "r"(bar), "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3])
+        : "memory");
   else
-    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];" ::"r"(dst), "l"(m), "r"(bar),
-                 "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3]), "r"(x[4]) : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];" ::"r"(dst),
+        "l"(m), "r"(bar), "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3]), "r"(x[4])
+        : "memory");
 }
 
 // Tiled 2D load multicast to every CTA of the cluster whose bit is set in `cta_mask`: the box
 // lands at the same shared offset `dst` in each, and each CTA's barrier at offset `bar` gets
 // the bytes. PTX: cp.async.bulk.tensor with .multicast::cluster.
-HEXEL_DEVICE void load_multicast(uint32_t dst, const TensorMap* map, uint32_t bar, uint16_t cta_mask,
-                                 int32_t c0, int32_t c1) {
+HEXEL_DEVICE void load_multicast(uint32_t dst, const TensorMap* map, uint32_t bar,
+                                 uint16_t cta_mask, int32_t c0, int32_t c1) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%4, %5}], [%2], %3;" ::"r"(dst), "l"(map_addr(map)), "r"(bar), "h"(cta_mask),
-      "r"(c0), "r"(c1)
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
+      "cluster"
+      " [%0], [%1, {%4, %5}], [%2], %3;" ::"r"(dst),
+      "l"(map_addr(map)), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1)
       : "memory");
 }
 
@@ -76,22 +88,31 @@ HEXEL_DEVICE void store(const TensorMap* map, uint32_t src, Coord... c) {
   const int32_t x[5] = {static_cast<int32_t>(c)...};
   const uint64_t m = map_addr(map);
   if constexpr (sizeof...(Coord) == 1)
-    asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.bulk_group [%0, {%2}], [%1];"
-                 ::"l"(m), "r"(src), "r"(x[0]) : "memory");
+    asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.bulk_group [%0, {%2}], [%1];" ::"l"(m),
+                 "r"(src), "r"(x[0])
+                 : "memory");
   else if constexpr (sizeof...(Coord) == 2)
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
-                 ::"l"(m), "r"(src), "r"(x[0]), "r"(x[1]) : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(m),
+        "r"(src), "r"(x[0]), "r"(x[1])
+        : "memory");
   else if constexpr (sizeof...(Coord) == 3)
-    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];"
-                 ::"l"(m), "r"(src), "r"(x[0]), "r"(x[1]), "r"(x[2]) : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(m),
+        "r"(src), "r"(x[0]), "r"(x[1]), "r"(x[2])
+        : "memory");
   else if constexpr (sizeof...(Coord) == 4)
     asm volatile(
-        "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
-        ::"l"(m), "r"(src), "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3]) : "memory");
+        "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+            m),
+        "r"(src), "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3])
+        : "memory");
   else
     asm volatile(
-        "cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
-        ::"l"(m), "r"(src), "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3]), "r"(x[4]) : "memory");
+        "cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];" ::
+            "l"(m),
+        "r"(src), "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3]), "r"(x[4])
+        : "memory");
 }
 
 // Warms L2 with a 2D box without touching shared memory. PTX: cp.async.bulk.prefetch.tensor.
@@ -104,9 +125,11 @@ HEXEL_DEVICE void prefetch_tile(const TensorMap* map, int32_t c0, int32_t c1) {
 // Contiguous global -> shared copy of `bytes` (multiple of 16, both addresses 16-aligned),
 // completing on `bar`. PTX: cp.async.bulk (shared::cluster.global, .mbarrier::complete_tx).
 HEXEL_DEVICE void copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
 }
 
 // Contiguous shared -> global copy; joins the current bulk group. PTX: cp.async.bulk
@@ -118,7 +141,9 @@ HEXEL_DEVICE void copy_s2g(void* dst, uint32_t src, uint32_t bytes) {
 }
 
 // Closes the bulk group of this thread's preceding stores. PTX: cp.async.bulk.commit_group.
-HEXEL_DEVICE void commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+HEXEL_DEVICE void commit_group() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
 
 // Waits until at most N bulk groups still read their shared source, so that shared memory can be
 // reused (the global writes may still be in flight). PTX: cp.async.bulk.wait_group.read.

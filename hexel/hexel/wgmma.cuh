@@ -24,10 +24,14 @@ inline constexpr int k_per_mma = (T == AbType::BF16 || T == AbType::F16) ? 16 : 
 
 // Orders prior register writes (accumulators, A fragments) before the next wgmma.
 // PTX: wgmma.fence.
-HEXEL_DEVICE void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+HEXEL_DEVICE void fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
 
 // Closes the group of wgmma issued since the last commit. PTX: wgmma.commit_group.
-HEXEL_DEVICE void commit_group() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+HEXEL_DEVICE void commit_group() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
 
 // Waits until at most N committed groups are pending; only then may their accumulators be read.
 // PTX: wgmma.wait_group.
@@ -44,6 +48,7 @@ HEXEL_DEVICE void fence_operand(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// clang-format off
 // Accumulator operand lists: block k (k = N/8) covers 4k f32 registers. SS forms number the
 // accumulators from %3 (after a-desc, b-desc, scale-d), RS forms from %6 (after 4 A registers,
 // b-desc, scale-d).
@@ -144,8 +149,11 @@ HEXEL_DEVICE void fence_operand(float (&d)[R]) {
 #define HEXEL_WGMMA_CONS_30 HEXEL_WGMMA_CONS_29, HEXEL_WGMMA_F4(29)
 #define HEXEL_WGMMA_CONS_31 HEXEL_WGMMA_CONS_30, HEXEL_WGMMA_F4(30)
 #define HEXEL_WGMMA_CONS_32 HEXEL_WGMMA_CONS_31, HEXEL_WGMMA_F4(31)
-#define HEXEL_WGMMA_FOR_EACH_N(X) X(8, 1) X(16, 2) X(24, 3) X(32, 4) X(40, 5) X(48, 6) X(56, 7) X(64, 8) X(72, 9) X(80, 10) X(88, 11) X(96, 12) X(104, 13) X(112, 14) X(120, 15) X(128, 16) X(136, 17) X(144, 18) X(152, 19) X(160, 20) X(168, 21) X(176, 22) X(184, 23) X(192, 24) X(200, 25) X(208, 26) X(216, 27) X(224, 28) X(232, 29) X(240, 30) X(248, 31) X(256, 32)
-
+#define HEXEL_WGMMA_FOR_EACH_N(X) \
+  X(8, 1) X(16, 2) X(24, 3) X(32, 4) X(40, 5) X(48, 6) X(56, 7) X(64, 8) \
+  X(72, 9) X(80, 10) X(88, 11) X(96, 12) X(104, 13) X(112, 14) X(120, 15) X(128, 16) \
+  X(136, 17) X(144, 18) X(152, 19) X(160, 20) X(168, 21) X(176, 22) X(184, 23) X(192, 24) \
+  X(200, 25) X(208, 26) X(216, 27) X(224, 28) X(232, 29) X(240, 30) X(248, 31) X(256, 32)
 #define HEXEL_WGMMA_TYPES_BF16 ".f32.bf16.bf16"
 #define HEXEL_WGMMA_TYPES_F16 ".f32.f16.f16"
 #define HEXEL_WGMMA_TYPES_E4M3 ".f32.e4m3.e4m3"
@@ -171,29 +179,31 @@ HEXEL_DEVICE void fence_operand(float (&d)[R]) {
                :                                                                                \
                : "memory")
 
-#define HEXEL_WGMMA_SS_CASE(n, k)                                                                  \
-  if constexpr (N == n) {                                                                          \
-    if constexpr (T == AbType::E4M3) HEXEL_WGMMA_SS_ASM(n, k, "k32", E4M3, ", 1, 1");             \
-    if constexpr (T == AbType::E5M2) HEXEL_WGMMA_SS_ASM(n, k, "k32", E5M2, ", 1, 1");             \
-    if constexpr (T == AbType::BF16 && !ta && !tb) HEXEL_WGMMA_SS_ASM(n, k, "k16", BF16, ", 1, 1, 0, 0"); \
-    if constexpr (T == AbType::BF16 && !ta && tb) HEXEL_WGMMA_SS_ASM(n, k, "k16", BF16, ", 1, 1, 0, 1");  \
-    if constexpr (T == AbType::BF16 && ta && !tb) HEXEL_WGMMA_SS_ASM(n, k, "k16", BF16, ", 1, 1, 1, 0");  \
-    if constexpr (T == AbType::BF16 && ta && tb) HEXEL_WGMMA_SS_ASM(n, k, "k16", BF16, ", 1, 1, 1, 1");   \
-    if constexpr (T == AbType::F16 && !ta && !tb) HEXEL_WGMMA_SS_ASM(n, k, "k16", F16, ", 1, 1, 0, 0");   \
-    if constexpr (T == AbType::F16 && !ta && tb) HEXEL_WGMMA_SS_ASM(n, k, "k16", F16, ", 1, 1, 0, 1");    \
-    if constexpr (T == AbType::F16 && ta && !tb) HEXEL_WGMMA_SS_ASM(n, k, "k16", F16, ", 1, 1, 1, 0");    \
-    if constexpr (T == AbType::F16 && ta && tb) HEXEL_WGMMA_SS_ASM(n, k, "k16", F16, ", 1, 1, 1, 1");     \
+// 16-bit types take the two transpose immediates; fp8 takes none.
+#define HEXEL_WGMMA_SS16(n, k, TY)                                             \
+  if constexpr (!ta && !tb) HEXEL_WGMMA_SS_ASM(n, k, "k16", TY, ", 1, 1, 0, 0"); \
+  if constexpr (!ta && tb) HEXEL_WGMMA_SS_ASM(n, k, "k16", TY, ", 1, 1, 0, 1");  \
+  if constexpr (ta && !tb) HEXEL_WGMMA_SS_ASM(n, k, "k16", TY, ", 1, 1, 1, 0");  \
+  if constexpr (ta && tb) HEXEL_WGMMA_SS_ASM(n, k, "k16", TY, ", 1, 1, 1, 1");
+
+#define HEXEL_WGMMA_SS_CASE(n, k)                                                      \
+  if constexpr (N == n) {                                                              \
+    if constexpr (T == AbType::E4M3) HEXEL_WGMMA_SS_ASM(n, k, "k32", E4M3, ", 1, 1"); \
+    if constexpr (T == AbType::E5M2) HEXEL_WGMMA_SS_ASM(n, k, "k32", E5M2, ", 1, 1"); \
+    if constexpr (T == AbType::BF16) { HEXEL_WGMMA_SS16(n, k, BF16) }                 \
+    if constexpr (T == AbType::F16) { HEXEL_WGMMA_SS16(n, k, F16) }                   \
   }
 
-#define HEXEL_WGMMA_RS_CASE(n, k)                                                            \
-  if constexpr (N == n) {                                                                    \
-    if constexpr (T == AbType::E4M3) HEXEL_WGMMA_RS_ASM(n, k, "k32", E4M3, ", 1, 1");       \
-    if constexpr (T == AbType::E5M2) HEXEL_WGMMA_RS_ASM(n, k, "k32", E5M2, ", 1, 1");       \
+#define HEXEL_WGMMA_RS_CASE(n, k)                                                           \
+  if constexpr (N == n) {                                                                   \
+    if constexpr (T == AbType::E4M3) HEXEL_WGMMA_RS_ASM(n, k, "k32", E4M3, ", 1, 1");      \
+    if constexpr (T == AbType::E5M2) HEXEL_WGMMA_RS_ASM(n, k, "k32", E5M2, ", 1, 1");      \
     if constexpr (T == AbType::BF16 && !tb) HEXEL_WGMMA_RS_ASM(n, k, "k16", BF16, ", 1, 1, 0"); \
     if constexpr (T == AbType::BF16 && tb) HEXEL_WGMMA_RS_ASM(n, k, "k16", BF16, ", 1, 1, 1");  \
     if constexpr (T == AbType::F16 && !tb) HEXEL_WGMMA_RS_ASM(n, k, "k16", F16, ", 1, 1, 0");   \
     if constexpr (T == AbType::F16 && tb) HEXEL_WGMMA_RS_ASM(n, k, "k16", F16, ", 1, 1, 1");    \
   }
+// clang-format on
 
 // D(64 x N, f32) (+)= A(64 x K) * B(K x N) with both operands in shared memory.
 // `accumulate` false overwrites D (scale-d = 0). Issue between fence() and commit_group().

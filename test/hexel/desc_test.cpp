@@ -24,8 +24,10 @@ TEST(WgmmaSmemDesc, KMajor128BSwizzle) {
 
 // 64B swizzle is code 2, 32B code 3, none 0 (bits 62-63); SBO = 8 rows x span.
 TEST(WgmmaSmemDesc, SwizzleCodesAndStrides) {
-  EXPECT_EQ(hexel::wgmma::kmajor_desc(0, Swizzle::B64).bits, (2ull << 62) | (32ull << 32) | (1u << 16));
-  EXPECT_EQ(hexel::wgmma::kmajor_desc(0, Swizzle::B32).bits, (3ull << 62) | (16ull << 32) | (1u << 16));
+  EXPECT_EQ(hexel::wgmma::kmajor_desc(0, Swizzle::B64).bits,
+            (2ull << 62) | (32ull << 32) | (1u << 16));
+  EXPECT_EQ(hexel::wgmma::kmajor_desc(0, Swizzle::B32).bits,
+            (3ull << 62) | (16ull << 32) | (1u << 16));
   // No swizzle, core matrices 8 rows x 16 B: LBO 128 B between K-adjacent core matrices,
   // SBO 256 B between M-adjacent ones.
   EXPECT_EQ(hexel::wgmma::SmemDesc::make(0x1230, Swizzle::None, 128, 256).bits,
@@ -49,9 +51,9 @@ TEST(WgmmaSmemDesc, AdvanceByKSlice) {
 // "Instruction descriptor" for kind::f16: D f32 (1 << 4), A bf16 (1 << 7), B bf16 (1 << 10),
 // N = 256 -> 32 << 17, M = 128 -> 8 << 24. 0x10 + 0x80 + 0x400 + 0x400000 + 0x8000000.
 TEST(Tcgen05InstrDesc, Bf16M128N256) {
-  constexpr auto d = hexel::tcgen05::InstrDesc::make(hexel::tcgen05::AbType::BF16,
-                                                     hexel::tcgen05::AbType::BF16,
-                                                     hexel::tcgen05::DType::F32, 128, 256);
+  constexpr auto d =
+      hexel::tcgen05::InstrDesc::make(hexel::tcgen05::AbType::BF16, hexel::tcgen05::AbType::BF16,
+                                      hexel::tcgen05::DType::F32, 128, 256);
   static_assert(d.bits == 0x08400490u);
   EXPECT_EQ(d.bits, 0x08400490u);
   EXPECT_EQ(d.m(), 128u);
@@ -95,6 +97,12 @@ TEST(Tcgen05SmemDesc, LayoutCodes) {
   EXPECT_EQ(hexel::tcgen05::SmemDesc::make(0, Swizzle::B64, 0, 0).bits >> 61, 4u);
   EXPECT_EQ(hexel::tcgen05::SmemDesc::make(0, Swizzle::B32, 0, 0).bits >> 61, 6u);
   EXPECT_EQ(hexel::tcgen05::SmemDesc::make(0, Swizzle::None, 0, 0).bits, 1ull << 46);
+}
+
+// "Tensor Memory": lane 32 (the second warp's quarter), column 64 -> 0x00200040.
+TEST(Tcgen05TmemAddr, LaneAndColumn) {
+  EXPECT_EQ(hexel::tcgen05::tmem_addr(32, 64), 0x00200040u);
+  EXPECT_EQ(hexel::tcgen05::tmem_addr(0, 511), 0x1FFu);
 }
 
 // TMA swizzle ("Tensor swizzling modes"): the 16-byte chunk index (address bits 4..) is XORed

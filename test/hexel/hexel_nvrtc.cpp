@@ -55,8 +55,7 @@ int main(int argc, char** argv) {
   const std::string text = src.str();
 
   nvrtcProgram prog;
-  if (nvrtcCreateProgram(&prog, text.c_str(), input.c_str(), 0, nullptr, nullptr) !=
-      NVRTC_SUCCESS)
+  if (nvrtcCreateProgram(&prog, text.c_str(), input.c_str(), 0, nullptr, nullptr) != NVRTC_SUCCESS)
     return usage("nvrtcCreateProgram failed");
   std::vector<const char*> copts;
   for (const auto& o : opts) copts.push_back(o.c_str());

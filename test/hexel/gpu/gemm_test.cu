@@ -41,11 +41,23 @@ void run_gemm(uint32_t m, uint32_t n, uint32_t k, size_t samples, uint32_t clust
 
 class GemmBf16 : public ::testing::TestWithParam<uint32_t> {};
 
-TEST_P(GemmBf16, OneTile) { REQUIRE_SM90(); run_gemm(128, 256, 64, 0, GetParam()); }
+TEST_P(GemmBf16, OneTile) {
+  REQUIRE_SM90();
+  run_gemm(128, 256, 64, 0, GetParam());
+}
 // 300 rows = 3 tiles: with CTA pairs the second pair's upper CTA has no rows at all.
-TEST_P(GemmBf16, RaggedTails) { REQUIRE_SM90(); run_gemm(300, 520, 200, 0, GetParam()); }
-TEST_P(GemmBf16, PersistentManyTiles) { REQUIRE_SM90(); run_gemm(4096, 2048, 512, 20000, GetParam()); }
-TEST_P(GemmBf16, LlamaOProjection) { REQUIRE_SM90(); run_gemm(4096, 4096, 4096, 4000, GetParam()); }
+TEST_P(GemmBf16, RaggedTails) {
+  REQUIRE_SM90();
+  run_gemm(300, 520, 200, 0, GetParam());
+}
+TEST_P(GemmBf16, PersistentManyTiles) {
+  REQUIRE_SM90();
+  run_gemm(4096, 2048, 512, 20000, GetParam());
+}
+TEST_P(GemmBf16, LlamaOProjection) {
+  REQUIRE_SM90();
+  run_gemm(4096, 4096, 4096, 4000, GetParam());
+}
 
 INSTANTIATE_TEST_SUITE_P(ClusterM, GemmBf16, ::testing::Values(1u, 2u));
 

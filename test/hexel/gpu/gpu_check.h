@@ -10,31 +10,31 @@
 #include <random>
 #include <vector>
 
-#define CUDA_OK(expr)                                                                 \
-  do {                                                                                \
-    cudaError_t err_ = (expr);                                                        \
-    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_);        \
+#define CUDA_OK(expr)                                                          \
+  do {                                                                         \
+    cudaError_t err_ = (expr);                                                 \
+    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_); \
   } while (0)
 
 // Launch, then check both the launch and the kernel's completion.
-#define LAUNCH_OK()                                   \
-  do {                                                \
-    CUDA_OK(cudaGetLastError());                      \
-    CUDA_OK(cudaDeviceSynchronize());                 \
+#define LAUNCH_OK()                   \
+  do {                                \
+    CUDA_OK(cudaGetLastError());      \
+    CUDA_OK(cudaDeviceSynchronize()); \
   } while (0)
 
 // The binaries hold sm_90a machine code only, so anything but a compute capability 9.0 device
 // is a skip with the reason, never a failure.
-#define REQUIRE_SM90()                                                                  \
-  do {                                                                                  \
-    int count_ = 0;                                                                     \
-    if (cudaGetDeviceCount(&count_) != cudaSuccess || count_ == 0)                      \
-      GTEST_SKIP() << "no CUDA GPU on this machine";                                    \
-    cudaDeviceProp prop_{};                                                             \
-    CUDA_OK(cudaGetDeviceProperties(&prop_, 0));                                        \
-    if (prop_.major != 9 || prop_.minor != 0)                                           \
-      GTEST_SKIP() << "needs a compute capability 9.0 GPU (sm_90a code), found "        \
-                   << prop_.major << "." << prop_.minor;                                \
+#define REQUIRE_SM90()                                                                          \
+  do {                                                                                          \
+    int count_ = 0;                                                                             \
+    if (cudaGetDeviceCount(&count_) != cudaSuccess || count_ == 0)                              \
+      GTEST_SKIP() << "no CUDA GPU on this machine";                                            \
+    cudaDeviceProp prop_{};                                                                     \
+    CUDA_OK(cudaGetDeviceProperties(&prop_, 0));                                                \
+    if (prop_.major != 9 || prop_.minor != 0)                                                   \
+      GTEST_SKIP() << "needs a compute capability 9.0 GPU (sm_90a code), found " << prop_.major \
+                   << "." << prop_.minor;                                                       \
   } while (0)
 
 inline uint16_t f32_to_bf16(float f) {

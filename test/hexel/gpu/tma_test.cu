@@ -19,8 +19,8 @@ constexpr uint32_t kSmemBytes = kMaxBoxBytes + 1024;
 // One CTA per box: load it (after an L2 prefetch), dump the raw shared image, store it back.
 template <int Rank>
 __global__ void round_trip_kernel(const __grid_constant__ hexel::TensorMap in_map,
-                                  const __grid_constant__ hexel::TensorMap out_map,
-                                  uint8_t* raw, uint32_t box_bytes, int3 boxes, int3 box) {
+                                  const __grid_constant__ hexel::TensorMap out_map, uint8_t* raw,
+                                  uint32_t box_bytes, int3 boxes, int3 box) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ alignas(8) unsigned long long bar;
   using namespace hexel;
@@ -39,15 +39,19 @@ __global__ void round_trip_kernel(const __grid_constant__ hexel::TensorMap in_ma
     if constexpr (Rank == 2) tma::prefetch_tile(&in_map, c0, c1);
     // The full box counts toward the transaction bytes, out-of-bounds parts included.
     mbarrier::arrive_expect_tx(smem_addr(&bar), box_bytes);
-    if constexpr (Rank == 2) tma::load(smem_addr(smem), &in_map, smem_addr(&bar), c0, c1);
-    else tma::load(smem_addr(smem), &in_map, smem_addr(&bar), c0, c1, c2);
+    if constexpr (Rank == 2)
+      tma::load(smem_addr(smem), &in_map, smem_addr(&bar), c0, c1);
+    else
+      tma::load(smem_addr(smem), &in_map, smem_addr(&bar), c0, c1, c2);
   }
   mbarrier::wait_parity(smem_addr(&bar), 0);
   for (uint32_t i = threadIdx.x; i < box_bytes; i += blockDim.x)
     raw[size_t(blockIdx.x) * box_bytes + i] = smem[i];
   if (threadIdx.x == 0) {
-    if constexpr (Rank == 2) tma::store(&out_map, smem_addr(smem), c0, c1);
-    else tma::store(&out_map, smem_addr(smem), c0, c1, c2);
+    if constexpr (Rank == 2)
+      tma::store(&out_map, smem_addr(smem), c0, c1);
+    else
+      tma::store(&out_map, smem_addr(smem), c0, c1, c2);
     tma::commit_group();
     tma::wait_group<0>();
   }
@@ -92,13 +96,13 @@ void run_round_trip(const RoundTripCase& c) {
   if (rank == 2) {
     CUDA_OK(cudaFuncSetAttribute(round_trip_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  kSmemBytes));
-    round_trip_kernel<2><<<blocks, 128, kSmemBytes>>>(in_map, out_map, raw.ptr, box_bytes,
-                                                        boxes, box);
+    round_trip_kernel<2>
+        <<<blocks, 128, kSmemBytes>>>(in_map, out_map, raw.ptr, box_bytes, boxes, box);
   } else {
     CUDA_OK(cudaFuncSetAttribute(round_trip_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  kSmemBytes));
-    round_trip_kernel<3><<<blocks, 128, kSmemBytes>>>(in_map, out_map, raw.ptr, box_bytes,
-                                                        boxes, box);
+    round_trip_kernel<3>
+        <<<blocks, 128, kSmemBytes>>>(in_map, out_map, raw.ptr, box_bytes, boxes, box);
   }
   LAUNCH_OK();
   // Global image: byte-exact, and nothing outside the tensor was written (the stores clip).
@@ -115,8 +119,8 @@ void run_round_trip(const RoundTripCase& c) {
           const bool in = gx < c.dims[0] && gy < c.dims[1] && gz < c.dims[2];
           const uint16_t want =
               in ? host[(size_t(gz) * c.dims[1] + gy) * c.dims[0] + gx] : uint16_t{0};
-          const uint32_t off = hexel::swizzled_offset(2 * ((z * c.box[1] + y) * c.box[0] + x),
-                                                      c.swizzle);
+          const uint32_t off =
+              hexel::swizzled_offset(2 * ((z * c.box[1] + y) * c.box[0] + x), c.swizzle);
           uint16_t got;
           std::memcpy(&got, &img[size_t(b) * box_bytes + off], 2);
           ASSERT_EQ(got, want) << "box " << b << " element (" << z << "," << y << "," << x << ")";
@@ -124,13 +128,34 @@ void run_round_trip(const RoundTripCase& c) {
   }
 }
 
-TEST(TmaRoundTrip, Swizzle128BTails) { REQUIRE_SM90(); run_round_trip({{200, 100, 1}, {64, 32, 1}, Swizzle::B128}); }
-TEST(TmaRoundTrip, Swizzle128BTallBox) { REQUIRE_SM90(); run_round_trip({{128, 300, 1}, {64, 256, 1}, Swizzle::B128}); }
-TEST(TmaRoundTrip, Swizzle64B) { REQUIRE_SM90(); run_round_trip({{96, 70, 1}, {32, 16, 1}, Swizzle::B64}); }
-TEST(TmaRoundTrip, Swizzle32B) { REQUIRE_SM90(); run_round_trip({{48, 33, 1}, {16, 8, 1}, Swizzle::B32}); }
-TEST(TmaRoundTrip, NoSwizzleWideBox) { REQUIRE_SM90(); run_round_trip({{520, 20, 1}, {256, 8, 1}, Swizzle::None}); }
-TEST(TmaRoundTrip, NoSwizzleNarrowBox) { REQUIRE_SM90(); run_round_trip({{40, 19, 1}, {8, 5, 1}, Swizzle::None}); }
-TEST(TmaRoundTrip, ThreeDimensional128B) { REQUIRE_SM90(); run_round_trip({{64, 24, 5}, {64, 8, 2}, Swizzle::B128}); }
+TEST(TmaRoundTrip, Swizzle128BTails) {
+  REQUIRE_SM90();
+  run_round_trip({{200, 100, 1}, {64, 32, 1}, Swizzle::B128});
+}
+TEST(TmaRoundTrip, Swizzle128BTallBox) {
+  REQUIRE_SM90();
+  run_round_trip({{128, 300, 1}, {64, 256, 1}, Swizzle::B128});
+}
+TEST(TmaRoundTrip, Swizzle64B) {
+  REQUIRE_SM90();
+  run_round_trip({{96, 70, 1}, {32, 16, 1}, Swizzle::B64});
+}
+TEST(TmaRoundTrip, Swizzle32B) {
+  REQUIRE_SM90();
+  run_round_trip({{48, 33, 1}, {16, 8, 1}, Swizzle::B32});
+}
+TEST(TmaRoundTrip, NoSwizzleWideBox) {
+  REQUIRE_SM90();
+  run_round_trip({{520, 20, 1}, {256, 8, 1}, Swizzle::None});
+}
+TEST(TmaRoundTrip, NoSwizzleNarrowBox) {
+  REQUIRE_SM90();
+  run_round_trip({{40, 19, 1}, {8, 5, 1}, Swizzle::None});
+}
+TEST(TmaRoundTrip, ThreeDimensional128B) {
+  REQUIRE_SM90();
+  run_round_trip({{64, 24, 5}, {64, 8, 2}, Swizzle::B128});
+}
 
 TEST(TmaEncodeHost, RejectsBadSpecsWithTheField) {
   hexel::TensorMapSpec s;
@@ -184,8 +209,8 @@ TEST(TmaMulticast, ClusterOfTwoGetsTheWholeTile) {
   auto host = random_bf16(64 * 64, 99);
   DeviceBuffer<uint16_t> din(64 * 64), dout(4 * 64 * 64);
   CUDA_OK(din.upload(host));
-  const auto map = hexel::encode_2d(hexel::TmaDtype::BF16, din.ptr, 64, 64, 128, 32, 64,
-                                    Swizzle::None);
+  const auto map =
+      hexel::encode_2d(hexel::TmaDtype::BF16, din.ptr, 64, 64, 128, 32, 64, Swizzle::None);
   multicast_kernel<<<4, 128>>>(map, dout.ptr);
   LAUNCH_OK();
   auto got = dout.download();
@@ -229,8 +254,8 @@ TEST(TmaBulk, CopiesAndProxyFence) {
   DeviceBuffer<uint8_t> dsrc(4096), ddst(4096);
   DeviceBuffer<uint16_t> dout(32 * 64);
   CUDA_OK(dsrc.upload(src));
-  const auto map = hexel::encode_2d(hexel::TmaDtype::BF16, dout.ptr, 32, 64, 128, 32, 64,
-                                    Swizzle::None);
+  const auto map =
+      hexel::encode_2d(hexel::TmaDtype::BF16, dout.ptr, 32, 64, 128, 32, 64, Swizzle::None);
   bulk_and_fence_kernel<<<1, 128>>>(dsrc.ptr, ddst.ptr, map);
   LAUNCH_OK();
   EXPECT_EQ(ddst.download(), src);

@@ -36,7 +36,7 @@ extern "C" __global__ void tcgen05_kernel(unsigned* out) {
   mbarrier::wait_parity(smem_addr(&bar), 0);
   tcgen05::fence_after_thread_sync();
   uint32_t r[32], one[1];
-  tcgen05::ld_32x32b(r, d + ((warp * 32) << 16));
+  tcgen05::ld_32x32b(r, d + tcgen05::tmem_addr(warp * 32, 0));
   tcgen05::ld_32x32b(one, d);
   tcgen05::wait_ld();
   tcgen05::st_32x32b(d + 64, r);
