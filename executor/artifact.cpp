@@ -147,8 +147,8 @@ ModelConfig read_model(const ManifestFields& f, const json& m) {
   for (const json& e : eos) {
     if (!e.is_number_integer() || e.get<std::int64_t>() < 0 ||
         e.get<std::int64_t>() >= c.vocab_size)
-      f.refuse("model.eos_token_ids", "expected token ids below vocab_size " +
-                                          std::to_string(c.vocab_size));
+      f.refuse("model.eos_token_ids",
+               "expected token ids below vocab_size " + std::to_string(c.vocab_size));
     c.eos_token_ids.push_back(e.get<std::int32_t>());
   }
   return c;
@@ -179,13 +179,12 @@ ServingConfig read_serving(const ManifestFields& f, const json& s) {
                                            std::to_string(c.decode_buckets.back()) +
                                            " is below max_batch " + std::to_string(c.max_batch));
   if (c.prefill_buckets.back() < c.prefill_chunk)
-    f.refuse("serving.prefill_buckets", "the largest bucket " +
-                                            std::to_string(c.prefill_buckets.back()) +
-                                            " is below prefill_chunk " +
-                                            std::to_string(c.prefill_chunk));
+    f.refuse("serving.prefill_buckets",
+             "the largest bucket " + std::to_string(c.prefill_buckets.back()) +
+                 " is below prefill_chunk " + std::to_string(c.prefill_chunk));
   if (c.prefill_chunk < c.max_batch)
-    f.refuse("serving.prefill_chunk", std::to_string(c.prefill_chunk) +
-                                          " is below max_batch " + std::to_string(c.max_batch) +
+    f.refuse("serving.prefill_chunk", std::to_string(c.prefill_chunk) + " is below max_batch " +
+                                          std::to_string(c.max_batch) +
                                           " (a step's token budget must hold one decode token "
                                           "per running request)");
   const json& targets = f.member(s, p, "targets");
@@ -243,8 +242,8 @@ struct ExpectedTensor {
 };
 
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& m) {
-  const std::int64_t V = m.vocab_size, H = m.hidden_size, I = m.intermediate_size,
-                     D = m.head_dim, Hq = m.num_heads, Hkv = m.num_kv_heads;
+  const std::int64_t V = m.vocab_size, H = m.hidden_size, I = m.intermediate_size, D = m.head_dim,
+                     Hq = m.num_heads, Hkv = m.num_kv_heads;
   std::vector<ExpectedTensor> out = {{"embed", {V, H}, true}};
   for (int l = 0; l < m.num_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
@@ -367,7 +366,8 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {
     const std::int64_t offset = f.integer(t, named, "offset", 0);
     const std::int64_t bytes = f.integer(t, named, "bytes", 1);
     if (offset % alignment != 0)
-      f.refuse(named + ".offset", std::to_string(offset) + " is not a multiple of weights.alignment " +
+      f.refuse(named + ".offset", std::to_string(offset) +
+                                      " is not a multiple of weights.alignment " +
                                       std::to_string(alignment));
     if (bytes != elements * static_cast<std::int64_t>(dtype_size(wt.dtype)))
       f.refuse(named + ".bytes", std::to_string(bytes) + " does not match shape " +
@@ -414,7 +414,9 @@ const WeightTensor& Artifact::tensor(std::string_view name) const {
   fail(dir_ + "/manifest.json: weights.tensors: no tensor \"" + std::string(name) + "\"");
 }
 
-bool Artifact::has_kernels() const { return !manifest_.at("kernels").empty(); }
+bool Artifact::has_kernels() const {
+  return !manifest_.at("kernels").empty();
+}
 
 void Artifact::check_target(const std::string& arch) const {
   auto base = [](std::string s) {

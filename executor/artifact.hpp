@@ -7,12 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "support/dtype.hpp"
 #include "support/mapped_file.hpp"
@@ -48,7 +47,7 @@ struct ModelConfig {
 
 struct ServingConfig {
   int max_batch = 0, max_seq_len = 0, kv_page_size = 0;
-  std::optional<int> kv_pool_pages;              // "kv_pool": {"pages": N}
+  std::optional<int> kv_pool_pages;               // "kv_pool": {"pages": N}
   std::optional<double> kv_pool_memory_fraction;  // "kv_pool": {"memory_fraction": F}
   int prefill_chunk = 0;
   std::vector<int> decode_buckets, prefill_buckets;  // ascending

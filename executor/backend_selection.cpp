@@ -9,7 +9,9 @@ namespace telos::exec {
 namespace {
 
 // Architectures the kernels of issue 4 are written for: Hopper and Blackwell datacenter parts.
-bool supported_arch(const std::string& arch) { return arch == "sm_90" || arch == "sm_100"; }
+bool supported_arch(const std::string& arch) {
+  return arch == "sm_90" || arch == "sm_100";
+}
 
 // The GPU engine executes the artifact's kernels; until codegen (issue 4) fills the kernel table
 // there is nothing for it to run.

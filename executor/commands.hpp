@@ -2,10 +2,9 @@
 // telos-run's subcommands. Each adds itself to the command line and, when the user picks it, sets
 // `run` to the function main calls; the function returns the exit code (see kExitCodes). The HTTP
 // server adds `serve` the same way (executor/server/serve_command.hpp, add_serve_command).
+#include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "executor/backend_selection.hpp"
 

@@ -1,5 +1,6 @@
 #include "executor/cpu_reference_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -35,7 +36,9 @@ std::vector<float> rope_inv_freq(const ModelConfig& m) {
   return inv_freq;
 }
 
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float silu(float x) {
+  return x / (1.0f + std::exp(-x));
+}
 
 }  // namespace
 
@@ -43,13 +46,24 @@ CpuReferenceModel::CpuReferenceModel(std::shared_ptr<const Artifact> artifact, i
     : artifact_(std::move(artifact)), model_(artifact_->model()) {
   const ServingConfig& s = artifact_->serving();
   page_size_ = s.kv_page_size;
-  num_pages_ = kv_pages > 0                ? kv_pages
-               : s.kv_pool_pages.has_value() ? *s.kv_pool_pages
-                                             : s.max_batch * ((s.max_seq_len + page_size_ - 1) / page_size_);
   const std::size_t floats_per_page = std::size_t{2} * static_cast<std::size_t>(model_.num_layers) *
                                       static_cast<std::size_t>(model_.num_kv_heads) *
                                       static_cast<std::size_t>(page_size_) *
                                       static_cast<std::size_t>(model_.head_dim);
+  if (kv_pages > 0) {
+    num_pages_ = kv_pages;
+  } else if (s.kv_pool_pages) {
+    num_pages_ = *s.kv_pool_pages;
+  } else {
+    // A fraction of GPU memory means nothing on the host: hold max_batch full sequences, within
+    // kHostKvBytes, and never less than one full sequence so that every valid request can run.
+    constexpr std::size_t kHostKvBytes = std::size_t{4} << 30;
+    const std::size_t per_sequence =
+        static_cast<std::size_t>((s.max_seq_len + page_size_ - 1) / page_size_);
+    const std::size_t affordable = kHostKvBytes / (floats_per_page * sizeof(float));
+    num_pages_ = static_cast<int>(std::max(
+        per_sequence, std::min(per_sequence * static_cast<std::size_t>(s.max_batch), affordable)));
+  }
   kv_cache_.assign(floats_per_page * static_cast<std::size_t>(num_pages_), 0.0f);
   inv_freq_ = rope_inv_freq(model_);
 
@@ -131,8 +145,8 @@ void CpuReferenceModel::rmsnorm(float* out, const float* x, std::span<const floa
                                 int n) const {
   float sum_squares = 0.0f;
   for (int i = 0; i < n; ++i) sum_squares += x[i] * x[i];
-  const float scale =
-      1.0f / std::sqrt(sum_squares / static_cast<float>(n) + static_cast<float>(model_.rms_norm_eps));
+  const float scale = 1.0f / std::sqrt(sum_squares / static_cast<float>(n) +
+                                       static_cast<float>(model_.rms_norm_eps));
   for (int i = 0; i < n; ++i) out[i] = weight[static_cast<std::size_t>(i)] * (x[i] * scale);
 }
 
@@ -153,7 +167,8 @@ void CpuReferenceModel::rope(float* heads, int num_heads, int position) const {
 
 float* CpuReferenceModel::kv_slot(std::span<const PageId> pages, int layer, int kv, int head,
                                   int position) {
-  const std::size_t page = static_cast<std::size_t>(pages[static_cast<std::size_t>(position / page_size_)]);
+  const std::size_t page =
+      static_cast<std::size_t>(pages[static_cast<std::size_t>(position / page_size_)]);
   const std::size_t slot = static_cast<std::size_t>(position % page_size_);
   const std::size_t L = static_cast<std::size_t>(model_.num_layers),
                     Hkv = static_cast<std::size_t>(model_.num_kv_heads),
@@ -161,7 +176,10 @@ float* CpuReferenceModel::kv_slot(std::span<const PageId> pages, int layer, int 
                     D = static_cast<std::size_t>(model_.head_dim);
   const std::size_t index =
       ((((page * L + static_cast<std::size_t>(layer)) * 2 + static_cast<std::size_t>(kv)) * Hkv +
-        static_cast<std::size_t>(head)) * S + slot) * D;
+        static_cast<std::size_t>(head)) *
+           S +
+       slot) *
+      D;
   return &kv_cache_[index];
 }
 
@@ -224,7 +242,8 @@ void CpuReferenceModel::forward_token(std::int32_t token, int position,
       }
     }
     matmul(att_out_.data(), att_.data(), w.o);
-    for (int i = 0; i < H; ++i) x_[static_cast<std::size_t>(i)] += att_out_[static_cast<std::size_t>(i)];
+    for (int i = 0; i < H; ++i)
+      x_[static_cast<std::size_t>(i)] += att_out_[static_cast<std::size_t>(i)];
 
     // MLP block: SwiGLU.
     rmsnorm(h_.data(), x_.data(), w.mlp_norm, H);
@@ -232,7 +251,8 @@ void CpuReferenceModel::forward_token(std::int32_t token, int position,
     const std::size_t I = act_.size();
     for (std::size_t i = 0; i < I; ++i) act_[i] = silu(gate_up_[i]) * gate_up_[I + i];
     matmul(att_out_.data(), act_.data(), w.down);
-    for (int i = 0; i < H; ++i) x_[static_cast<std::size_t>(i)] += att_out_[static_cast<std::size_t>(i)];
+    for (int i = 0; i < H; ++i)
+      x_[static_cast<std::size_t>(i)] += att_out_[static_cast<std::size_t>(i)];
   }
 
   if (logits) {

@@ -18,7 +18,8 @@ namespace telos::exec {
 class CpuReferenceModel : public ModelBackend {
  public:
   // `kv_pages` 0: serving.kv_pool.pages, or, for a pool sized as a fraction of GPU memory, enough
-  // pages for max_batch sequences of max_seq_len.
+  // pages for max_batch sequences of max_seq_len within 4 GiB of host memory (at least one
+  // sequence's worth).
   explicit CpuReferenceModel(std::shared_ptr<const Artifact> artifact, int kv_pages = 0);
 
   int num_kv_pages() const override { return num_pages_; }

@@ -12,7 +12,9 @@ namespace {
 // dropped so that a server nobody scrapes does not grow without bound.
 constexpr std::size_t kMaxLatencySamples = 100000;
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 bool contains(const std::vector<std::int32_t>& ids, std::int32_t token) {
   return std::find(ids.begin(), ids.end(), token) != ids.end();
@@ -22,10 +24,14 @@ bool contains(const std::vector<std::int32_t>& ids, std::int32_t token) {
 
 std::string_view finish_reason_name(FinishReason reason) {
   switch (reason) {
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::Cancelled: return "cancelled";
-    case FinishReason::Error: return "error";
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Cancelled:
+      return "cancelled";
+    case FinishReason::Error:
+      return "error";
   }
   return "error";
 }
@@ -60,8 +66,12 @@ RequestStream::Poll RequestStream::next_for(RequestEvent& out, std::chrono::mill
   return Poll::Event;
 }
 
-void RequestStream::cancel() { cancel_requested_.store(true); }
-bool RequestStream::cancel_requested() const { return cancel_requested_.load(); }
+void RequestStream::cancel() {
+  cancel_requested_.store(true);
+}
+bool RequestStream::cancel_requested() const {
+  return cancel_requested_.load();
+}
 
 // ---- Engine ----
 
@@ -76,8 +86,8 @@ std::unique_ptr<Engine> Engine::create(std::shared_ptr<const Artifact> artifact,
 namespace {
 SchedulerLimits limits_from(const Artifact& a) {
   const ServingConfig& s = a.serving();
-  return SchedulerLimits{s.max_batch, s.max_seq_len, s.kv_page_size, s.prefill_chunk,
-                         s.decode_buckets, s.prefill_buckets};
+  return SchedulerLimits{s.max_batch,     s.max_seq_len,    s.kv_page_size,
+                         s.prefill_chunk, s.decode_buckets, s.prefill_buckets};
 }
 }  // namespace
 
@@ -122,8 +132,8 @@ RequestHandle Engine::submit(GenerationRequest request) {
     }
     validate(request.sampling, model.vocab_size, who);
     const int prompt_len = static_cast<int>(request.prompt.size());
-    const int max_tokens = request.sampling.max_tokens.value_or(
-        std::max(1, limits_.max_seq_len - prompt_len));
+    const int max_tokens =
+        request.sampling.max_tokens.value_or(std::max(1, limits_.max_seq_len - prompt_len));
     Scheduler::check_fits(limits_, pool_.num_pages(), who, prompt_len, max_tokens);
 
     Live live;
@@ -266,8 +276,8 @@ void Engine::run_step(const Step& step) {
 
     SamplingContext context;
     context.params = &params;
-    context.prompt = std::span<const std::int32_t>(state.tokens).first(
-        static_cast<std::size_t>(state.prompt_len));
+    context.prompt = std::span<const std::int32_t>(state.tokens)
+                         .first(static_cast<std::size_t>(state.prompt_len));
     context.generated = l.generated;
     context.eos_token_ids = eos;
     context.seed = l.seed;
@@ -305,7 +315,8 @@ void Engine::finish(RequestId id, FinishReason reason, RequestEvent event) {
   event.usage.prompt_tokens = static_cast<int>(l.request.prompt.size());
   event.usage.completion_tokens = static_cast<int>(l.generated.size());
   event.timings.queue_seconds = l.scheduled ? seconds(l.first_scheduled - l.submitted) : 0;
-  event.timings.first_token_seconds = l.generated.empty() ? 0 : seconds(l.first_token - l.submitted);
+  event.timings.first_token_seconds =
+      l.generated.empty() ? 0 : seconds(l.first_token - l.submitted);
   event.timings.total_seconds = seconds(now - l.submitted);
   RequestHandle stream = std::move(l.stream);
   const RequestUsage usage = event.usage;
@@ -322,8 +333,8 @@ void Engine::finish(RequestId id, FinishReason reason, RequestEvent event) {
     if (usage.completion_tokens > 0 && latency_.time_to_first_token.size() < kMaxLatencySamples)
       latency_.time_to_first_token.push_back(timings.first_token_seconds);
     if (usage.completion_tokens > 1 && latency_.time_per_output_token.size() < kMaxLatencySamples)
-      latency_.time_per_output_token.push_back((timings.total_seconds - timings.first_token_seconds) /
-                                               (usage.completion_tokens - 1));
+      latency_.time_per_output_token.push_back(
+          (timings.total_seconds - timings.first_token_seconds) / (usage.completion_tokens - 1));
     stats_.waiting = scheduler_.num_waiting() + static_cast<int>(submitted_.size());
     stats_.running = scheduler_.num_running();
     stats_.kv_pages_used = pool_.used_pages();

@@ -124,7 +124,7 @@ struct EngineStats {
   int kv_page_size = 0;  // tokens per page
   std::uint64_t preemptions = 0;
   std::uint64_t requests_submitted = 0, requests_finished = 0;  // finished: any reason
-  std::uint64_t requests_rejected = 0;                         // submit() threw
+  std::uint64_t requests_rejected = 0;                          // submit() threw
   std::uint64_t prompt_tokens = 0, generated_tokens = 0;
   std::uint64_t steps = 0;
 };
@@ -208,14 +208,14 @@ class Engine {
 
   // Shared, under mutex_.
   mutable std::mutex mutex_;
-  std::condition_variable wake_;   // work for the loop
-  std::condition_variable idle_;   // the loop has nothing left
-  std::vector<Live> submitted_;    // not yet handed to the scheduler
+  std::condition_variable wake_;      // work for the loop
+  std::condition_variable idle_;      // the loop has nothing left
+  std::vector<Live> submitted_;       // not yet handed to the scheduler
   std::vector<RequestId> cancelled_;  // cancel(id) calls not yet handled
   bool admitting_ = true;
   bool shutting_down_ = false;
   RequestId next_id_ = 1;
-  std::size_t in_flight_ = 0;      // submitted and not yet finished
+  std::size_t in_flight_ = 0;  // submitted and not yet finished
   EngineStats stats_;
   LatencySamples latency_;
 

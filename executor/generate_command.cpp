@@ -1,12 +1,10 @@
 // telos-run generate: run a few requests to completion and print the results. All requests are
 // submitted at once, so they share steps the way a server's requests do.
+#include <filesystem>
 #include <iostream>
 #include <memory>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
-
-#include <filesystem>
+#include <sstream>
 
 #include "executor/commands.hpp"
 #include "executor/engine.hpp"
@@ -43,7 +41,8 @@ std::vector<std::int32_t> parse_ids(const std::string& text, const std::string& 
       used = 0;
     }
     if (used == 0 || used != item.size() || v < 0 || v > INT32_MAX)
-      fail(option + ": \"" + item + "\" is not a token id (expected comma-separated integers >= 0)");
+      fail(option + ": \"" + item +
+           "\" is not a token id (expected comma-separated integers >= 0)");
     ids.push_back(static_cast<std::int32_t>(v));
   }
   if (ids.empty()) fail(option + ": no token ids in \"" + text + "\"");
@@ -52,7 +51,8 @@ std::vector<std::int32_t> parse_ids(const std::string& text, const std::string& 
 
 nlohmann::json logprob_json(const SampledToken& t) {
   nlohmann::json top = nlohmann::json::array();
-  for (const TokenLogprob& alt : t.top) top.push_back({{"id", alt.token}, {"logprob", alt.logprob}});
+  for (const TokenLogprob& alt : t.top)
+    top.push_back({{"id", alt.token}, {"logprob", alt.logprob}});
   return {{"id", t.token}, {"logprob", t.logprob}, {"top", top}};
 }
 
@@ -120,19 +120,18 @@ int run_generate(const GenerateOptions& o) {
       exit_code = kExitError;
     }
     if (o.json) {
-      nlohmann::json out = {
-          {"index", i},
-          {"prompt_ids", prompt_of[i]},
-          {"generated_ids", ids},
-          {"finish_reason", reason},
-          {"usage",
-           {{"prompt_tokens", last.usage.prompt_tokens},
-            {"completion_tokens", last.usage.completion_tokens}}},
-          {"timings",
-           {{"queue_s", last.timings.queue_seconds},
-            {"first_token_s", last.timings.first_token_seconds},
-            {"total_s", last.timings.total_seconds},
-            {"preemptions", last.timings.preemptions}}}};
+      nlohmann::json out = {{"index", i},
+                            {"prompt_ids", prompt_of[i]},
+                            {"generated_ids", ids},
+                            {"finish_reason", reason},
+                            {"usage",
+                             {{"prompt_tokens", last.usage.prompt_tokens},
+                              {"completion_tokens", last.usage.completion_tokens}}},
+                            {"timings",
+                             {{"queue_s", last.timings.queue_seconds},
+                              {"first_token_s", last.timings.first_token_seconds},
+                              {"total_s", last.timings.total_seconds},
+                              {"preemptions", last.timings.preemptions}}}};
       if (last.stop_token) out["stop_token"] = *last.stop_token;
       if (!last.error.empty()) out["error"] = last.error;
       if (o.sampling.logprobs > 0) out["logprobs"] = logprobs;
@@ -141,8 +140,7 @@ int run_generate(const GenerateOptions& o) {
       std::cout << out.dump() << "\n";
     } else {
       std::cout << "[" << i << "]";
-      if (tokenizer)
-        std::cout << " " << tokenizer->decode(ids, /*skip_special=*/true) << "\n   ";
+      if (tokenizer) std::cout << " " << tokenizer->decode(ids, /*skip_special=*/true) << "\n   ";
       for (std::int32_t id : ids) std::cout << " " << id;
       std::cout << "  (" << reason << ", " << ids.size() << " tokens, first token after "
                 << last.timings.first_token_seconds * 1e3 << " ms)\n";
@@ -160,7 +158,7 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->footer(kExitCodes);
   cmd->add_option("ARTIFACT", o->artifact, "The artifact directory (NAME.telos)")->required();
   cmd->add_option("--prompt-ids", o->prompt_ids,
-                              "A prompt as comma-separated token ids; repeat for more requests");
+                  "A prompt as comma-separated token ids; repeat for more requests");
   cmd->add_option("--prompt", o->prompts,
                   "A text prompt, encoded with the artifact's tokenizer; repeat for more requests");
   cmd->add_option("--max-tokens", o->max_tokens,
@@ -168,7 +166,8 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--temperature", o->sampling.temperature, "0 for greedy (default 1)");
   cmd->add_option("--top-p", o->sampling.top_p, "Nucleus sampling mass (default 1: off)");
   cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens (default 0: off)");
-  cmd->add_option("--min-p", o->sampling.min_p, "Keep tokens at least min-p times as likely as the best");
+  cmd->add_option("--min-p", o->sampling.min_p,
+                  "Keep tokens at least min-p times as likely as the best");
   cmd->add_option("--seed", o->seed, "Random seed; copies from --n use seed, seed+1, ...");
   cmd->add_option("--repetition-penalty", o->sampling.repetition_penalty, "Default 1: off");
   cmd->add_option("--presence-penalty", o->sampling.presence_penalty, "Default 0: off");
@@ -176,7 +175,8 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--stop-token-ids", o->stop_token_ids, "Comma-separated ids that end a request");
   cmd->add_flag("--ignore-eos", o->sampling.ignore_eos, "Do not stop on the model's EOS ids");
   cmd->add_option("--min-tokens", o->sampling.min_tokens, "Generate at least this many tokens");
-  cmd->add_option("--logprobs", o->sampling.logprobs, "Report the N most likely tokens at each step");
+  cmd->add_option("--logprobs", o->sampling.logprobs,
+                  "Report the N most likely tokens at each step");
   cmd->add_option("--n", o->copies, "Copies of each prompt (default 1)");
   cmd->add_flag("--json", o->json, "One JSON object per request on stdout");
   // Diagnostic, for checking an artifact against reference logits: adds "prompt_logits" (the

@@ -7,7 +7,8 @@
 namespace telos::exec {
 
 KvPagePool::KvPagePool(int num_pages) {
-  if (num_pages < 1) fail("KV page pool: needs at least one page, got " + std::to_string(num_pages));
+  if (num_pages < 1)
+    fail("KV page pool: needs at least one page, got " + std::to_string(num_pages));
   ref_counts_.assign(static_cast<std::size_t>(num_pages), 0);
   free_list_.reserve(static_cast<std::size_t>(num_pages));
   // Highest id at the bottom so that a fresh pool hands out pages 0, 1, 2, ...

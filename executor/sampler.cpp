@@ -68,7 +68,8 @@ void Sampler::process(std::span<const float> logits, const SamplingContext& c) {
           if (t >= 0 && t < vocab) seen[static_cast<std::size_t>(t)] = true;
       for (std::size_t i = 0; i < work_.size(); ++i)
         if (seen[i])
-          work_[i] = work_[i] > 0 ? work_[i] / p.repetition_penalty : work_[i] * p.repetition_penalty;
+          work_[i] =
+              work_[i] > 0 ? work_[i] / p.repetition_penalty : work_[i] * p.repetition_penalty;
     }
     for (std::size_t i = 0; i < work_.size(); ++i)
       if (counts_[i] > 0)
@@ -137,8 +138,7 @@ void Sampler::truncate(const SamplingParams& p) {
   for (double& q : probs_) q /= sum;
 }
 
-std::vector<double> Sampler::distribution(std::span<const float> logits,
-                                          const SamplingContext& c) {
+std::vector<double> Sampler::distribution(std::span<const float> logits, const SamplingContext& c) {
   process(logits, c);
   std::vector<double> out(logits.size(), 0.0);
   if (c.params->temperature == 0.0f) {
@@ -146,7 +146,8 @@ std::vector<double> Sampler::distribution(std::span<const float> logits,
     return out;
   }
   truncate(*c.params);
-  for (std::size_t i = 0; i < order_.size(); ++i) out[static_cast<std::size_t>(order_[i])] = probs_[i];
+  for (std::size_t i = 0; i < order_.size(); ++i)
+    out[static_cast<std::size_t>(order_[i])] = probs_[i];
   return out;
 }
 
@@ -156,7 +157,8 @@ SampledToken Sampler::sample(std::span<const float> logits, const SamplingContex
   SampledToken out;
   if (p.temperature == 0.0f) {
     // max_element returns the first maximum: ties go to the lowest id, as torch.argmax does.
-    out.token = static_cast<std::int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+    out.token =
+        static_cast<std::int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
   } else {
     truncate(p);
     const double u = counter_uniform(c.seed, c.generated.size());

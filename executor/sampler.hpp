@@ -19,19 +19,19 @@
 namespace telos::exec {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0: greedy
-  int top_k = 0;             // 0: off
-  float top_p = 1.0f;        // 1: off
-  float min_p = 0.0f;        // 0: off
-  float repetition_penalty = 1.0f;  // 1: off; > 1 discourages tokens seen in prompt or output
-  float presence_penalty = 0.0f;    // subtracted once from every token already generated
-  float frequency_penalty = 0.0f;   // subtracted per occurrence in the generated tokens
+  float temperature = 1.0f;           // 0: greedy
+  int top_k = 0;                      // 0: off
+  float top_p = 1.0f;                 // 1: off
+  float min_p = 0.0f;                 // 0: off
+  float repetition_penalty = 1.0f;    // 1: off; > 1 discourages tokens seen in prompt or output
+  float presence_penalty = 0.0f;      // subtracted once from every token already generated
+  float frequency_penalty = 0.0f;     // subtracted per occurrence in the generated tokens
   std::optional<std::uint64_t> seed;  // absent: the engine draws one per request
-  int logprobs = 0;          // report this many most likely alternatives per token (0..20)
+  int logprobs = 0;                   // report this many most likely alternatives per token (0..20)
   std::vector<std::int32_t> stop_token_ids;  // stop after generating any of these
-  bool ignore_eos = false;   // do not stop on the model's EOS ids
-  std::optional<int> max_tokens;  // absent: as many as max_seq_len allows
-  int min_tokens = 0;        // EOS and stop tokens are masked until this many were generated
+  bool ignore_eos = false;                   // do not stop on the model's EOS ids
+  std::optional<int> max_tokens;             // absent: as many as max_seq_len allows
+  int min_tokens = 0;  // EOS and stop tokens are masked until this many were generated
 };
 
 inline constexpr int kMaxLogprobs = 20;
@@ -46,8 +46,8 @@ struct TokenLogprob {
 
 struct SampledToken {
   std::int32_t token = 0;
-  float logprob = 0.0f;             // of `token` under the raw distribution
-  std::vector<TokenLogprob> top;    // params.logprobs most likely tokens, most likely first
+  float logprob = 0.0f;           // of `token` under the raw distribution
+  std::vector<TokenLogprob> top;  // params.logprobs most likely tokens, most likely first
 };
 
 // Everything besides the logits that a draw depends on.

@@ -11,12 +11,14 @@ Scheduler::Scheduler(SchedulerLimits limits, KvPagePool& pool)
     : limits_(std::move(limits)), pool_(pool) {
   if (limits_.max_batch < 1 || limits_.max_seq_len < 1 || limits_.page_size < 1 ||
       limits_.token_budget < limits_.max_batch)
-    fail("scheduler: limits need max_batch, max_seq_len, page_size >= 1 and a token budget of at "
-         "least max_batch");
+    fail(
+        "scheduler: limits need max_batch, max_seq_len, page_size >= 1 and a token budget of at "
+        "least max_batch");
   if (limits_.decode_buckets.empty() || limits_.decode_buckets.back() < limits_.max_batch ||
       limits_.prefill_buckets.empty() || limits_.prefill_buckets.back() < limits_.token_budget)
-    fail("scheduler: the largest decode bucket must hold max_batch and the largest prefill bucket "
-         "the token budget");
+    fail(
+        "scheduler: the largest decode bucket must hold max_batch and the largest prefill bucket "
+        "the token budget");
 }
 
 void Scheduler::check_fits(const SchedulerLimits& limits, int pool_pages, const std::string& who,
@@ -50,9 +52,8 @@ void Scheduler::add(RequestId id, std::vector<std::int32_t> prompt, int max_new_
 
 void Scheduler::insert_by_arrival(std::vector<RequestId>& list, RequestId id) {
   const std::uint64_t arrival = sequences_.at(id).arrival;
-  auto pos = std::find_if(list.begin(), list.end(), [&](RequestId other) {
-    return sequences_.at(other).arrival > arrival;
-  });
+  auto pos = std::find_if(list.begin(), list.end(),
+                          [&](RequestId other) { return sequences_.at(other).arrival > arrival; });
   list.insert(pos, id);
 }
 
@@ -126,12 +127,15 @@ Step Scheduler::schedule() {
     add_chunk(s, std::min(static_cast<int>(s.tokens.size()), budget));
   }
 
-  const bool all_single = std::all_of(step.sequences.begin(), step.sequences.end(),
-                                      [](const ScheduledSequence& q) { return q.tokens.size() == 1; });
+  const bool all_single =
+      std::all_of(step.sequences.begin(), step.sequences.end(),
+                  [](const ScheduledSequence& q) { return q.tokens.size() == 1; });
   if (all_single) {
     step.bucket_kind = BucketKind::Decode;
     const int n = static_cast<int>(step.sequences.size());
-    step.bucket = n == 0 ? 0 : *std::lower_bound(limits_.decode_buckets.begin(), limits_.decode_buckets.end(), n);
+    step.bucket =
+        n == 0 ? 0
+               : *std::lower_bound(limits_.decode_buckets.begin(), limits_.decode_buckets.end(), n);
   } else {
     step.bucket_kind = BucketKind::Prefill;
     step.bucket = *std::lower_bound(limits_.prefill_buckets.begin(), limits_.prefill_buckets.end(),
@@ -177,7 +181,8 @@ void Scheduler::check_invariant() const {
     if (!s.running && !s.pages.empty()) fail(who + " is waiting but holds pages");
     if (s.num_computed > static_cast<int>(s.pages.size()) * limits_.page_size)
       fail(who + " has more computed positions than its pages hold");
-    if (s.running && static_cast<int>(s.pages.size()) < pages_for(static_cast<int>(s.tokens.size()) - 1))
+    if (s.running &&
+        static_cast<int>(s.pages.size()) < pages_for(static_cast<int>(s.tokens.size()) - 1))
       fail(who + " is running without pages for its known tokens");
     tables.emplace_back(s.pages);
   }

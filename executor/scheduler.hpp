@@ -30,10 +30,10 @@ namespace telos::exec {
 using RequestId = std::uint64_t;
 
 struct SchedulerLimits {
-  int max_batch = 0;      // sequences per step
-  int max_seq_len = 0;    // prompt + generated tokens of one request
-  int page_size = 0;      // positions per KV page
-  int token_budget = 0;   // tokens per step (serving.prefill_chunk)
+  int max_batch = 0;                 // sequences per step
+  int max_seq_len = 0;               // prompt + generated tokens of one request
+  int page_size = 0;                 // positions per KV page
+  int token_budget = 0;              // tokens per step (serving.prefill_chunk)
   std::vector<int> decode_buckets;   // ascending; the largest >= max_batch
   std::vector<int> prefill_buckets;  // ascending; the largest >= token_budget
 };
@@ -42,10 +42,10 @@ struct SchedulerLimits {
 // next call that changes it (schedule, commit, append_token, remove).
 struct ScheduledSequence {
   RequestId request = 0;
-  int first_position = 0;              // position of tokens[0] in the sequence
+  int first_position = 0;                // position of tokens[0] in the sequence
   std::span<const std::int32_t> tokens;  // the new tokens this step computes
-  std::span<const PageId> page_table;  // page i holds positions [i*page_size, (i+1)*page_size)
-  bool samples = false;                // the chunk ends the known tokens: a next token is sampled
+  std::span<const PageId> page_table;    // page i holds positions [i*page_size, (i+1)*page_size)
+  bool samples = false;                  // the chunk ends the known tokens: a next token is sampled
 };
 
 enum class BucketKind { Decode, Prefill };
@@ -63,11 +63,11 @@ struct Step {
 // What the scheduler knows about one request.
 struct SequenceState {
   RequestId id = 0;
-  std::uint64_t arrival = 0;           // admission order; larger is younger
-  std::vector<std::int32_t> tokens;    // prompt, then generated tokens
+  std::uint64_t arrival = 0;         // admission order; larger is younger
+  std::vector<std::int32_t> tokens;  // prompt, then generated tokens
   int prompt_len = 0;
-  int max_len = 0;                     // prompt_len + the most tokens it may generate
-  int num_computed = 0;                // positions whose K and V are in the cache
+  int max_len = 0;       // prompt_len + the most tokens it may generate
+  int num_computed = 0;  // positions whose K and V are in the cache
   std::vector<PageId> pages;
   bool running = false;
   int preemptions = 0;

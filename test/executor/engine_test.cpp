@@ -60,8 +60,8 @@ GenerationRequest request(std::vector<std::int32_t> prompt, int max_tokens, floa
 }
 
 const std::vector<std::vector<std::int32_t>> kPrompts = {
-    {1, 17, 42, 33, 25, 7}, {5}, {30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44,
-                                 45, 46, 47, 48, 49, 50, 51, 52}};
+    {1, 17, 42, 33, 25, 7}, {5}, {30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41,
+                                  42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52}};
 
 std::vector<Result> run_all(Engine& engine, float temperature) {
   std::vector<RequestHandle> handles;
@@ -137,8 +137,9 @@ TEST(Engine, StopsOnStopTokensAndEos) {
       std::find(free_run.ids.begin(), free_run.ids.end(), free_run.ids[2]) - free_run.ids.begin());
   const Result stopped = collect(engine->submit(r));
   EXPECT_EQ(stopped.finish, FinishReason::Stop);
-  EXPECT_EQ(stopped.ids, std::vector<std::int32_t>(free_run.ids.begin(),
-                                                   free_run.ids.begin() + static_cast<long>(first) + 1));
+  EXPECT_EQ(stopped.ids,
+            std::vector<std::int32_t>(free_run.ids.begin(),
+                                      free_run.ids.begin() + static_cast<long>(first) + 1));
 }
 
 TEST(Engine, CancelEndsARequestAndFreesItsPages) {
@@ -173,8 +174,9 @@ TEST(Engine, RejectsRequestsThatCanNeverRunWithClearErrors) {
     }
     return std::string("(accepted)");
   };
-  EXPECT_NE(message(request({1, 64}, 4, 0, 1)).find("prompt token 1 is 64, outside the vocabulary of 64"),
-            std::string::npos);
+  EXPECT_NE(
+      message(request({1, 64}, 4, 0, 1)).find("prompt token 1 is 64, outside the vocabulary of 64"),
+      std::string::npos);
   EXPECT_NE(message(request(std::vector<std::int32_t>(60, 3), 8, 0, 1)).find("max_seq_len 64"),
             std::string::npos);
   GenerationRequest bad = request({1}, 4, 0, 1);

@@ -11,7 +11,8 @@
 namespace telos::exec {
 namespace {
 
-SchedulerLimits limits(int max_batch = 4, int budget = 16, int page_size = 4, int max_seq_len = 64) {
+SchedulerLimits limits(int max_batch = 4, int budget = 16, int page_size = 4,
+                       int max_seq_len = 64) {
   return SchedulerLimits{max_batch, max_seq_len, page_size, budget, {1, 2, 4}, {8, 16}};
 }
 
@@ -227,7 +228,8 @@ TEST(Scheduler, RandomizedLifecyclesLeakNoPage) {
     // Cancellations of any live request, waiting or running.
     if (!generated.empty() && std::uniform_int_distribution<int>(0, 9)(rng) == 0) {
       auto it = generated.begin();
-      std::advance(it, std::uniform_int_distribution<int>(0, static_cast<int>(generated.size()) - 1)(rng));
+      std::advance(
+          it, std::uniform_int_distribution<int>(0, static_cast<int>(generated.size()) - 1)(rng));
       s.remove(it->first);
       generated.erase(it);
       ++cancelled;

@@ -16,9 +16,9 @@ using nlohmann::json;
 std::string temp_dir(const std::string& name) {
   static int counter = 0;
   const char* base = std::getenv("TMPDIR");
-  fs::path dir = fs::path(base ? base : "/tmp") /
-                 ("telos-executor-test-" + std::to_string(::getpid()) + "-" +
-                  std::to_string(counter++) + "-" + name);
+  fs::path dir =
+      fs::path(base ? base : "/tmp") / ("telos-executor-test-" + std::to_string(::getpid()) + "-" +
+                                        std::to_string(counter++) + "-" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();
@@ -48,8 +48,12 @@ json write_tiny_artifact(const std::string& dir, const TinyArtifactSpec& s) {
       blob.push_back(static_cast<std::uint8_t>(v >> 8));
     }
     const std::size_t bytes = blob.size() - offset;
-    tensors.push_back({{"name", name}, {"dtype", "bf16"}, {"shape", {rows, cols}},
-                       {"layout", "row_major"}, {"offset", offset}, {"bytes", bytes},
+    tensors.push_back({{"name", name},
+                       {"dtype", "bf16"},
+                       {"shape", {rows, cols}},
+                       {"layout", "row_major"},
+                       {"offset", offset},
+                       {"bytes", bytes},
                        {"checksum", checksum_string(xxh64(blob.data() + offset, bytes))},
                        {"sources", json::array()}});
   };
@@ -62,8 +66,12 @@ json write_tiny_artifact(const std::string& dir, const TinyArtifactSpec& s) {
       blob.insert(blob.end(), p, p + 4);
     }
     const std::size_t bytes = blob.size() - offset;
-    tensors.push_back({{"name", name}, {"dtype", "f32"}, {"shape", {n}},
-                       {"layout", "row_major"}, {"offset", offset}, {"bytes", bytes},
+    tensors.push_back({{"name", name},
+                       {"dtype", "f32"},
+                       {"shape", {n}},
+                       {"layout", "row_major"},
+                       {"offset", offset},
+                       {"bytes", bytes},
                        {"checksum", checksum_string(xxh64(blob.data() + offset, bytes))},
                        {"sources", json::array()}});
   };
@@ -95,7 +103,9 @@ json write_tiny_artifact(const std::string& dir, const TinyArtifactSpec& s) {
 
   json rope = {{"type", s.rope_type}, {"theta", 10000.0}};
   if (s.rope_type == "llama3")
-    rope.update({{"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+    rope.update({{"factor", 8.0},
+                 {"low_freq_factor", 1.0},
+                 {"high_freq_factor", 4.0},
                  {"original_max_position_embeddings", 16}});
   std::vector<int> decode_buckets, prefill_buckets;
   for (int b = 1; b < s.max_batch; b *= 2) decode_buckets.push_back(b);
@@ -107,28 +117,45 @@ json write_tiny_artifact(const std::string& dir, const TinyArtifactSpec& s) {
       {"schema_version", 1},
       {"generator", "test/executor/tiny_artifact.cpp"},
       {"model",
-       {{"name", "tiny-test"}, {"architecture", "TestForCausalLM"}, {"family", s.family},
-        {"vocab_size", s.vocab_size}, {"hidden_size", H},
-        {"intermediate_size", s.intermediate_size}, {"num_layers", s.num_layers},
-        {"num_heads", s.num_heads}, {"num_kv_heads", s.num_kv_heads}, {"head_dim", D},
-        {"rms_norm_eps", 1e-5}, {"max_position_embeddings", s.max_seq_len}, {"rope", rope},
-        {"tie_word_embeddings", s.tie_word_embeddings}, {"qkv_bias", s.qkv_bias},
-        {"qk_norm", s.qk_norm}, {"sliding_window", nullptr}, {"bos_token_id", 1},
+       {{"name", "tiny-test"},
+        {"architecture", "TestForCausalLM"},
+        {"family", s.family},
+        {"vocab_size", s.vocab_size},
+        {"hidden_size", H},
+        {"intermediate_size", s.intermediate_size},
+        {"num_layers", s.num_layers},
+        {"num_heads", s.num_heads},
+        {"num_kv_heads", s.num_kv_heads},
+        {"head_dim", D},
+        {"rms_norm_eps", 1e-5},
+        {"max_position_embeddings", s.max_seq_len},
+        {"rope", rope},
+        {"tie_word_embeddings", s.tie_word_embeddings},
+        {"qkv_bias", s.qkv_bias},
+        {"qk_norm", s.qk_norm},
+        {"sliding_window", nullptr},
+        {"bos_token_id", 1},
         {"eos_token_ids", {2}}}},
       {"serving",
-       {{"max_batch", s.max_batch}, {"max_seq_len", s.max_seq_len},
-        {"kv_page_size", s.page_size}, {"kv_pool", {{"pages", s.kv_pages}}},
-        {"prefill_chunk", s.prefill_chunk}, {"decode_buckets", decode_buckets},
-        {"prefill_buckets", prefill_buckets}, {"targets", {"sm_90a"}},
+       {{"max_batch", s.max_batch},
+        {"max_seq_len", s.max_seq_len},
+        {"kv_page_size", s.page_size},
+        {"kv_pool", {{"pages", s.kv_pages}}},
+        {"prefill_chunk", s.prefill_chunk},
+        {"decode_buckets", decode_buckets},
+        {"prefill_buckets", prefill_buckets},
+        {"targets", {"sm_90a"}},
         {"tensor_parallel", 1}}},
       {"kv_cache",
-       {{"dtype", "bf16"}, {"page_size", s.page_size}, {"num_layers", s.num_layers},
-        {"num_kv_heads", s.num_kv_heads}, {"head_dim", D},
+       {{"dtype", "bf16"},
+        {"page_size", s.page_size},
+        {"num_layers", s.num_layers},
+        {"num_kv_heads", s.num_kv_heads},
+        {"head_dim", D},
         {"bytes_per_page", 2 * s.num_layers * s.page_size * s.num_kv_heads * D * 2},
         {"layout", "page[layer][kv][head][slot][dim]"}}},
       {"weights",
-       {{"file", "weights.bin"}, {"alignment", 256}, {"size", blob.size()},
-        {"tensors", tensors}}},
+       {{"file", "weights.bin"}, {"alignment", 256}, {"size", blob.size()}, {"tensors", tensors}}},
       {"plan", json::object()},
       {"kernels", json::array()},
       {"files",

@@ -3,9 +3,8 @@
 // executor's tests do not depend on telosc: random weights from a seed, a manifest with every
 // checksum, and knobs for the serving limits and for each model family's extra tensors.
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace telos::exec::testing {
 
