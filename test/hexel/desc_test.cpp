@@ -2,6 +2,7 @@
 // PTX ISA manual (sections cited per test), and of the swizzle map TMA and wgmma share.
 #include <gtest/gtest.h>
 
+#include "hexel/desc_print.h"
 #include "hexel/swizzle.cuh"
 #include "hexel/tcgen05_desc.cuh"
 #include "hexel/wgmma_desc.cuh"
@@ -117,6 +118,20 @@ TEST(Swizzle, ChunkPermutation) {
   EXPECT_EQ(hexel::swizzled_offset(0x080, Swizzle::B32), 0x090u);
   EXPECT_EQ(hexel::swizzled_offset(0x100, Swizzle::B32), 0x100u);
   EXPECT_EQ(hexel::swizzled_offset(0x0F3, Swizzle::None), 0x0F3u);
+}
+
+// The printers decode every field back out of the bits.
+TEST(DescPrint, EveryFieldDecoded) {
+  EXPECT_EQ(hexel::to_string(hexel::wgmma::kmajor_desc(0x400, Swizzle::B128)),
+            "wgmma::SmemDesc{start=0x400, lbo=16, sbo=1024, base_offset=0, swizzle=128B}");
+  EXPECT_EQ(hexel::to_string(hexel::tcgen05::SmemDesc::make(0x1230, Swizzle::B64, 128, 256, 3)),
+            "tcgen05::SmemDesc{start=0x1230, lbo=128, sbo=256, version=1, base_offset=3, "
+            "lbo_mode=0, layout=64B}");
+  EXPECT_EQ(hexel::to_string(hexel::tcgen05::InstrDesc::make(
+                hexel::tcgen05::AbType::BF16, hexel::tcgen05::AbType::E5M2,
+                hexel::tcgen05::DType::F32, 64, 8, true, false, false, true)),
+            "tcgen05::InstrDesc{M=64, N=8, d_type=1, a_type=1, b_type=1, negate_a=0, "
+            "negate_b=1, a_mn_major=1, b_mn_major=0}");
 }
 
 }  // namespace
