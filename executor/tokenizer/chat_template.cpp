@@ -23,7 +23,8 @@ std::string token_field(const ordered_json& config, const char* key, const std::
 
 }  // namespace
 
-ChatTemplate ChatTemplate::from_tokenizer_config(const std::string& path) {
+std::optional<ChatTemplate> ChatTemplate::load_if_present(const std::string& path) {
+  if (!std::filesystem::exists(path)) return std::nullopt;
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path + ": cannot open tokenizer config");
   ordered_json config;
@@ -32,29 +33,34 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const std::string& path) {
   } catch (const ordered_json::exception& e) {
     fail(path + ": not valid JSON: " + e.what());
   }
+  if (!config.is_object()) fail(path + ": must be a JSON object");
+  if (config.contains("chat_template") && !config["chat_template"].is_null())
+    return from_config_json(config, path);
   // Checkpoints saved by newer transformers keep the template in chat_template.jinja beside the
   // config instead of in it.
-  if (config.is_object() &&
-      (!config.contains("chat_template") || config["chat_template"].is_null())) {
-    const std::filesystem::path sibling =
-        std::filesystem::path(path).parent_path() / "chat_template.jinja";
-    std::ifstream jinja(sibling, std::ios::binary);
-    if (jinja) {
-      std::ostringstream text;
-      text << jinja.rdbuf();
-      return ChatTemplate(jinja::Template::parse(text.str(), sibling.string()),
-                          token_field(config, "bos_token", path),
-                          token_field(config, "eos_token", path), path);
-    }
-  }
-  return from_config_json(config, path);
+  const std::filesystem::path sibling =
+      std::filesystem::path(path).parent_path() / "chat_template.jinja";
+  std::ifstream jinja(sibling, std::ios::binary);
+  if (!jinja) return std::nullopt;
+  std::ostringstream text;
+  text << jinja.rdbuf();
+  return ChatTemplate(jinja::Template::parse(text.str(), sibling.string()),
+                      token_field(config, "bos_token", path),
+                      token_field(config, "eos_token", path), path);
+}
+
+ChatTemplate ChatTemplate::from_tokenizer_config(const std::string& path) {
+  if (!std::filesystem::exists(path)) fail(path + ": cannot open tokenizer config");
+  std::optional<ChatTemplate> chat = load_if_present(path);
+  if (!chat)
+    fail(path + ": chat_template: is missing (and there is no chat_template.jinja beside it)");
+  return std::move(*chat);
 }
 
 ChatTemplate ChatTemplate::from_config_json(const ordered_json& config, const std::string& origin) {
   if (!config.is_object()) fail(origin + ": must be a JSON object");
   auto it = config.find("chat_template");
-  if (it == config.end() || it->is_null())
-    fail(origin + ": chat_template: is missing (and there is no chat_template.jinja beside it)");
+  if (it == config.end() || it->is_null()) fail(origin + ": chat_template: is missing");
   std::string source;
   if (it->is_string()) {
     source = it->get<std::string>();

@@ -3,6 +3,7 @@
 // with the variables transformers' apply_chat_template passes (messages, add_generation_prompt,
 // bos_token, eos_token, and extras such as tools or enable_thinking).
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "executor/tokenizer/jinja.hpp"
@@ -16,6 +17,9 @@ class ChatTemplate {
   // and "eos_token" (strings or {"content": ...}).
   // Errors name the path and field; an unsupported template construct is refused here.
   static ChatTemplate from_tokenizer_config(const std::string& path);
+  // The same, but nullopt (not an error) when the model has no chat template: no config file,
+  // or neither "chat_template" nor chat_template.jinja. A present but broken one still throws.
+  static std::optional<ChatTemplate> load_if_present(const std::string& path);
   static ChatTemplate from_config_json(const nlohmann::ordered_json& config,
                                        const std::string& origin);
 

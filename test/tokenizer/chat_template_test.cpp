@@ -185,12 +185,18 @@ TEST(ChatTemplate, ReadsChatTemplateJinjaBesideTheConfig) {
   expect_error(
       [&] { telos::ChatTemplate::from_tokenizer_config((dir / "tokenizer_config.json").string()); },
       {"tokenizer_config.json", "no chat_template.jinja"});
+  EXPECT_FALSE(telos::ChatTemplate::load_if_present((dir / "tokenizer_config.json").string()));
+  EXPECT_FALSE(telos::ChatTemplate::load_if_present((dir / "absent.json").string()));
   std::ofstream(dir / "chat_template.jinja")
       << "{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}\n";
   const auto chat =
       telos::ChatTemplate::from_tokenizer_config((dir / "tokenizer_config.json").string());
   EXPECT_EQ(chat.render(ordered_json::array({{{"role", "user"}, {"content", "hi"}}}), false),
             "hi<|im_end|>");
+  EXPECT_TRUE(telos::ChatTemplate::load_if_present((dir / "tokenizer_config.json").string()));
+  std::ofstream(dir / "broken.json") << R"({"chat_template": "{% if %}"})";
+  expect_error([&] { telos::ChatTemplate::load_if_present((dir / "broken.json").string()); },
+               {"broken.json: chat_template:1"});
   std::filesystem::remove_all(dir);
 }
 
