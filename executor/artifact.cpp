@@ -359,6 +359,11 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {
       if (!d.is_number_integer() || d.get<std::int64_t>() < 1)
         f.refuse(named + ".shape", "expected positive dimensions");
       wt.shape.push_back(d.get<std::int64_t>());
+      // No tensor has more elements than weights.bin has bytes; checking as we go also keeps the
+      // product from overflowing.
+      if (wt.shape.back() > size || elements > size / wt.shape.back())
+        f.refuse(named + ".shape", format_shape(wt.shape) + "... is larger than " + weights_name +
+                                       " (" + std::to_string(size) + " bytes)");
       elements *= wt.shape.back();
     }
     if (std::string layout = f.string(t, named, "layout"); layout != "row_major")
@@ -373,9 +378,9 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {
       f.refuse(named + ".bytes", std::to_string(bytes) + " does not match shape " +
                                      format_shape(wt.shape) + " of " +
                                      std::string(dtype_name(wt.dtype)));
-    if (offset + bytes > size)
-      f.refuse(named + ".offset", "the tensor ends at " + std::to_string(offset + bytes) +
-                                      ", past the end of " + weights_name + " (" +
+    if (offset > size || bytes > size - offset)  // written so that nothing overflows
+      f.refuse(named + ".offset", std::to_string(offset) + " plus " + std::to_string(bytes) +
+                                      " bytes runs past the end of " + weights_name + " (" +
                                       std::to_string(size) + " bytes)");
     wt.data = a->weights_.data() + offset;
     wt.bytes = static_cast<std::size_t>(bytes);

@@ -122,6 +122,21 @@ TEST(Artifact, RefusesMissingAndMalformedFieldsByName) {
   testing::rewrite_manifest(dir, m);
   expect_refused(dir, {"no tensor \"final_norm\""});
 
+  // Sizes chosen to overflow 64-bit arithmetic must be refused, not wrap around.
+  m = good;
+  m["weights"]["tensors"][0]["offset"] = std::int64_t{1} << 62;
+  m["weights"]["tensors"][0]["bytes"] = (std::int64_t{1} << 62) + 1;
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"(embed).bytes"});
+  m = good;
+  m["weights"]["tensors"][0]["offset"] = std::int64_t{1} << 62;
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"(embed).offset", "runs past the end of weights.bin"});
+  m = good;
+  m["weights"]["tensors"][0]["shape"] = {std::int64_t{1} << 40, std::int64_t{1} << 40};
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"(embed).shape", "is larger than weights.bin"});
+
   std::ofstream(fs::path(dir) / "manifest.json") << "{ not json";
   expect_refused(dir, {"manifest.json: not valid JSON"});
 }
