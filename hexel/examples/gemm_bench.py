@@ -4,8 +4,8 @@
 usage: gemm_bench.py LIBHEXEL_GEMM_SO [--json OUT.json]
 
 For each shape (8192^3 and the Llama-3.1-8B prefill projections at M=4096) and each Hexel
-variant (cluster_m 1, the default: one CTA per tile; 2: CTA pairs sharing B by multicast) it checks the
-result against an fp32 product (relative Frobenius error, NaN-poisoned output), then times
+variant (cluster_m 1, the default: one CTA per tile; 2: CTA pairs sharing B by multicast)
+it checks the result against an fp32 product (relative Frobenius error, NaN-poisoned output), then times
 Hexel and torch.matmul with CUDA events, interleaved: 2 x 7 samples of 10 back-to-back launches
 each, after warm-up, taking the median. Prints one table row per shape and variant; exit code 1
 unless, on every shape, the default variant is correct and at least 0.90 of torch.

@@ -27,14 +27,13 @@ struct GemmBf16 {
   static constexpr uint32_t kConsumers = 2;  // warpgroups, 64 rows each
   static constexpr uint32_t kThreads = 128 * (1 + kConsumers);
   static constexpr uint32_t kGroupM = 16;  // tiles along M visited together, for L2 reuse
-  static constexpr uint32_t kMaxClusterM = 2;
   static constexpr uint32_t kABytes = tma::tile_bytes<uint16_t>(kBlockK, kBlockM);
   static constexpr uint32_t kBBytes = tma::tile_bytes<uint16_t>(kBlockK, kBlockN);
   static constexpr uint32_t kStageBytes = kABytes + kBBytes;
-  // Stages, then full[] and empty[] barriers; +1024 to align the base to the 128B swizzle
-  // repeat (1024 bytes), which keeps every descriptor's base offset at zero.
   // Epilogue: each consumer stages its 64 x 256 result in 64 x 64 chunks (128 bytes per row,
   // 128B-swizzled), double-buffered, and TMA stores them while it goes on with the next tile.
+  // Shared memory: stages, epilogue buffers, then full[] and empty[] barriers; +1024 to align
+  // the base to the 128B swizzle repeat (1024 bytes), which keeps descriptor base offsets zero.
   static constexpr uint32_t kChunkCols = 64;
   static constexpr uint32_t kChunkBytes = 64 * kChunkCols * 2;
   static constexpr uint32_t kEpilogueBytes = kConsumers * 2 * kChunkBytes;
