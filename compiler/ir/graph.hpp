@@ -104,7 +104,7 @@ class Graph {
   void replace_uses(Value* from, Value* to);
   std::vector<Op*> users(const Value* value) const;
 
-  // Every value the graph holds, including ones no longer used (for the verifier's checks).
+  // Every value the graph holds: its inputs and the results of its ops.
   const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
 
  private:
