@@ -182,11 +182,6 @@ ServingConfig read_serving(const ManifestFields& f, const json& s) {
     f.refuse("serving.prefill_buckets",
              "the largest bucket " + std::to_string(c.prefill_buckets.back()) +
                  " is below prefill_chunk " + std::to_string(c.prefill_chunk));
-  if (c.prefill_chunk < c.max_batch)
-    f.refuse("serving.prefill_chunk", std::to_string(c.prefill_chunk) + " is below max_batch " +
-                                          std::to_string(c.max_batch) +
-                                          " (a step's token budget must hold one decode token "
-                                          "per running request)");
   const json& targets = f.member(s, p, "targets");
   if (!targets.is_array()) f.refuse("serving.targets", "expected an array of architectures");
   for (const json& t : targets) {

@@ -10,10 +10,8 @@ namespace telos::exec {
 Scheduler::Scheduler(SchedulerLimits limits, KvPagePool& pool)
     : limits_(std::move(limits)), pool_(pool) {
   if (limits_.max_batch < 1 || limits_.max_seq_len < 1 || limits_.page_size < 1 ||
-      limits_.token_budget < limits_.max_batch)
-    fail(
-        "scheduler: limits need max_batch, max_seq_len, page_size >= 1 and a token budget of at "
-        "least max_batch");
+      limits_.token_budget < 1)
+    fail("scheduler: limits need max_batch, max_seq_len, page_size and token_budget >= 1");
   if (limits_.decode_buckets.empty() || limits_.decode_buckets.back() < limits_.max_batch ||
       limits_.prefill_buckets.empty() || limits_.prefill_buckets.back() < limits_.token_budget)
     fail(
@@ -87,12 +85,32 @@ Step Scheduler::schedule() {
     budget -= count;
   };
 
+  // When max_batch exceeds the budget, decodes alone can spend it step after step and prompts
+  // would never get a turn: then every other step serves prompts only, provided one can make
+  // progress (a prompt mid-way, or a waiting request that fits now).
+  auto remaining = [](const SequenceState& s) {
+    return static_cast<int>(s.tokens.size()) - s.num_computed;
+  };
+  int decoders = 0;
+  bool prompt_ready = false;
+  for (RequestId id : running_) {
+    const int r = remaining(sequences_.at(id));
+    decoders += r == 1;
+    prompt_ready = prompt_ready || r > 1;
+  }
+  if (!waiting_.empty() && num_running() < limits_.max_batch &&
+      pages_for(static_cast<int>(sequences_.at(waiting_.front()).tokens.size())) <=
+          pool_.free_pages())
+    prompt_ready = true;
+  const bool prompt_turn = prompt_ready && decoders >= budget && !last_step_prompt_turn_;
+  last_step_prompt_turn_ = prompt_turn;
+
   // 1. Decode, oldest first. Victims of preemption are always younger than the request being
   // served, so none of them is already in the step.
-  const std::vector<RequestId> by_age = running_;
+  const std::vector<RequestId> by_age = prompt_turn ? std::vector<RequestId>{} : running_;
   for (RequestId id : by_age) {
     SequenceState& s = sequences_.at(id);
-    if (!s.running || static_cast<int>(s.tokens.size()) - s.num_computed != 1) continue;
+    if (!s.running || remaining(s) != 1) continue;
     bool has_page = s.num_computed < static_cast<int>(s.pages.size()) * limits_.page_size;
     while (!has_page) {
       if (pool_.allocate(1, s.pages)) {
@@ -109,11 +127,10 @@ Step Scheduler::schedule() {
 
   // 2. The rest of the prompts of running requests, oldest first, within the budget.
   for (RequestId id : running_) {
-    if (budget == 0) break;
+    if (budget <= 0) break;
     SequenceState& s = sequences_.at(id);
-    const int remaining = static_cast<int>(s.tokens.size()) - s.num_computed;
     // One remaining token was served (or preempted) by the decode pass above.
-    if (remaining > 1) add_chunk(s, std::min(remaining, budget));
+    if (remaining(s) > 1) add_chunk(s, std::min(remaining(s), budget));
   }
 
   // 3. Admission in arrival order. A request takes pages for all its known tokens now, so its

@@ -3,13 +3,17 @@
 // sequences, each with a run of new tokens at given positions (a prefill chunk, or one decode
 // token), padded to one of the artifact's buckets. The policy:
 //
-//  1. Decode first: every running request whose prompt is done gets its next token. A decode that
+//  1. Decode first: every running request whose prompt is done gets its next token, even when
+//     that is more tokens than the budget (max_batch may exceed prefill_chunk). A decode that
 //     crosses into a new page takes one from the pool; when the pool is empty the youngest running
 //     request (latest arrival) is preempted: its pages are freed and it goes back to the waiting
 //     queue with everything it has generated, to be recomputed later. The oldest request is
 //     therefore never preempted while others run, so every request finishes.
-//  2. Running requests in the middle of their prompt get the rest of the token budget
-//     (serving.prefill_chunk tokens per step, decode tokens included), oldest first.
+//  2. Running requests in the middle of their prompt get what is left of the token budget
+//     (serving.prefill_chunk tokens per step, decode tokens included), oldest first; a step with
+//     prompt tokens thus never exceeds the largest prefill bucket.
+//     When the decodes alone spend the budget (max_batch > prefill_chunk), every other step
+//     serves prompts only, so that new requests still get in.
 //  3. Waiting requests are admitted in arrival order while the batch has room (serving.max_batch),
 //     the budget is not spent and the pool has pages for all of their known tokens; the first that
 //     does not fit stops admission, so a big request is not overtaken forever by small ones.
@@ -118,6 +122,7 @@ class Scheduler {
   std::vector<RequestId> running_;  // by arrival
   std::uint64_t next_arrival_ = 0;
   std::uint64_t preemptions_ = 0;
+  bool last_step_prompt_turn_ = false;  // see schedule(): decodes and prompts alternate
 };
 
 }  // namespace telos::exec

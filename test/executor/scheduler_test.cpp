@@ -112,6 +112,31 @@ TEST(Scheduler, PadsToTheSmallestBucketThatHoldsTheStep) {
   EXPECT_EQ(mixed.bucket, 8);
 }
 
+// max_batch 4 with a budget of 2 tokens: four decodes take one step together (a decode bucket of
+// 4), and prompts get every other step instead of waiting for decodes to end.
+TEST(Scheduler, DecodesBeyondTheBudgetAlternateWithPrompts) {
+  KvPagePool pool(64);
+  Scheduler s(SchedulerLimits{4, 64, 4, 2, {1, 2, 4}, {2}}, pool);
+  for (RequestId id = 1; id <= 5; ++id) s.add(id, prompt(1), 30);
+  std::vector<int> running_after;
+  std::vector<int> tokens;
+  for (int i = 0; i < 6; ++i) {
+    Step step = s.schedule();
+    tokens.push_back(step.num_tokens);
+    run(s, step);
+    running_after.push_back(s.num_running());
+  }
+  // Step 1 admits two one-token prompts. Their decodes would spend the whole budget, so step 2 is
+  // a prompt turn: two more are admitted. From step 3 on, four decode together; no prompt turn
+  // comes while the batch is full.
+  EXPECT_EQ(tokens, (std::vector<int>{2, 2, 4, 4, 4, 4}));
+  EXPECT_EQ(running_after, (std::vector<int>{2, 4, 4, 4, 4, 4}));
+  EXPECT_EQ(s.num_waiting(), 1);
+  Step step = s.schedule();
+  EXPECT_EQ(step.bucket_kind, BucketKind::Decode);
+  EXPECT_EQ(step.bucket, 4);
+}
+
 TEST(Scheduler, PreemptsTheYoungestWhenThePoolRunsOut) {
   // 4 pages of 4 positions. Two requests with 8-token prompts take 2 pages each; the first decode
   // past position 8 needs a fifth page.
@@ -207,10 +232,10 @@ TEST(Scheduler, RejectsRequestsThatCanNeverFit) {
 // Thousands of requests with random prompts, lengths, early stops and cancellations, under a pool
 // small enough to force preemption: every request finishes, the invariant holds after every step,
 // and every page is free at the end.
-TEST(Scheduler, RandomizedLifecyclesLeakNoPage) {
-  std::mt19937 rng(42);
+void run_random_lifecycles(int max_batch, int budget, unsigned seed) {
+  std::mt19937 rng(seed);
   KvPagePool pool(24);
-  Scheduler s(limits(4, 16, 4, 48), pool);
+  Scheduler s(SchedulerLimits{max_batch, 48, 4, budget, {1, 2, 4, 8}, {budget}}, pool);
   std::map<RequestId, int> generated;
   RequestId next_id = 1;
   int finished = 0, cancelled = 0, steps = 0;
@@ -239,8 +264,10 @@ TEST(Scheduler, RandomizedLifecyclesLeakNoPage) {
       ASSERT_EQ(s.num_running() + s.num_waiting(), 0) << "live requests but nothing scheduled";
       continue;
     }
-    ASSERT_LE(static_cast<int>(step.sequences.size()), 4);
-    ASSERT_LE(step.num_tokens, 16);
+    ASSERT_LE(static_cast<int>(step.sequences.size()), max_batch);
+    if (step.bucket_kind == BucketKind::Prefill) {
+      ASSERT_LE(step.num_tokens, budget);
+    }
     if (step.bucket_kind == BucketKind::Decode)
       ASSERT_GE(step.bucket, static_cast<int>(step.sequences.size()));
     else
@@ -266,6 +293,15 @@ TEST(Scheduler, RandomizedLifecyclesLeakNoPage) {
   EXPECT_EQ(pool.free_pages(), pool.num_pages());
   EXPECT_GT(s.num_preemptions(), 0u) << "the pool was meant to be small enough to preempt";
   EXPECT_GT(finished, total / 2);
+}
+
+TEST(Scheduler, RandomizedLifecyclesLeakNoPage) {
+  run_random_lifecycles(4, 16, 42);
+}
+
+// The same with max_batch above the token budget, where decodes and prompts alternate.
+TEST(Scheduler, RandomizedLifecyclesLeakNoPageWhenDecodesOutnumberTheBudget) {
+  run_random_lifecycles(8, 4, 7);
 }
 
 }  // namespace
