@@ -1,10 +1,5 @@
 #include "executor/tokenizer/tokenizer.hpp"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-#include <unicode/unorm2.h>
-#include <unicode/ustring.h>
-
 #include <algorithm>
 #include <array>
 #include <fstream>
@@ -13,6 +8,9 @@
 #include <queue>
 #include <unordered_map>
 
+#include "executor/tokenizer/byte_alphabet.hpp"
+#include "executor/tokenizer/nfc.hpp"
+#include "executor/tokenizer/split_regex.hpp"
 #include "executor/tokenizer/utf8.hpp"
 #include "support/error.hpp"
 
@@ -57,174 +55,9 @@ struct Reader {
   }
 };
 
-// --- Byte-level alphabet ---------------------------------------------------------------------
-
-// GPT-2's byte-level BPE spells every byte as a printable code point so that vocab entries are
-// readable strings: printable Latin-1 bytes stand for themselves, the other 68 bytes are moved
-// to U+0100 onwards in byte order.
-struct ByteAlphabet {
-  std::array<std::uint32_t, 256> code_point{};
-  std::unordered_map<std::uint32_t, unsigned char> byte_of;
-
-  ByteAlphabet() {
-    std::uint32_t next = 256;
-    for (unsigned b = 0; b < 256; ++b) {
-      const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-      code_point[b] = printable ? b : next++;
-      byte_of[code_point[b]] = static_cast<unsigned char>(b);
-    }
-  }
-
-  std::string spell(std::string_view bytes) const {
-    std::string out;
-    for (unsigned char b : bytes) utf8::append_code_point(out, code_point[b]);
-    return out;
-  }
-
-  // The bytes a byte-level spelling stands for; nullopt when a character is outside the
-  // alphabet (such an entry is never produced by BPE and decodes to its own UTF-8).
-  std::optional<std::string> unspell(std::string_view spelling) const {
-    std::string out;
-    std::size_t at = 0;
-    while (at < spelling.size()) {
-      const utf8::Sequence s = utf8::scan(spelling, at);
-      if (s.scan != utf8::Scan::complete) return std::nullopt;
-      std::uint32_t cp = static_cast<unsigned char>(spelling[at]);
-      if (s.length > 1) {
-        cp &= 0xFFu >> (s.length + 1);
-        for (std::size_t k = 1; k < s.length; ++k)
-          cp = (cp << 6) | (static_cast<unsigned char>(spelling[at + k]) & 0x3F);
-      }
-      auto it = byte_of.find(cp);
-      if (it == byte_of.end()) return std::nullopt;
-      out += static_cast<char>(it->second);
-      at += s.length;
-    }
-    return out;
-  }
-};
-
-const ByteAlphabet& byte_alphabet() {
-  static const ByteAlphabet alphabet;
-  return alphabet;
-}
-
-// --- Regex (PCRE2) ---------------------------------------------------------------------------
-
-// The pre-tokenizer patterns are written for Oniguruma; with UTF and UCP, PCRE2 gives \s, \p{L},
-// \p{N} and (?i:) the same Unicode meaning.
-class Regex {
- public:
-  Regex(const std::string& pattern, bool literal, const std::string& where) {
-    int code = 0;
-    PCRE2_SIZE offset = 0;
-    const std::uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
-                          &code, &offset, nullptr);
-    if (code_ == nullptr) {
-      std::array<PCRE2_UCHAR, 256> message{};
-      pcre2_get_error_message(code, message.data(), message.size());
-      fail(where + ": cannot compile regex at offset " + std::to_string(offset) + ": " +
-           reinterpret_cast<const char*>(message.data()));
-    }
-    // JIT is an optimization only; without it (unsupported CPU) the interpreter gives the same
-    // matches.
-    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);
-  }
-  Regex(const Regex&) = delete;
-  Regex& operator=(const Regex&) = delete;
-  ~Regex() { pcre2_code_free(code_); }
-
-  // Splits `text` into matches and the gaps between them, both kept ("Isolated" behaviour).
-  // `text` must already be valid UTF-8.
-  template <typename Emit>
-  void split_isolated(std::string_view text, Emit&& emit) const {
-    std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
-        pcre2_match_data_create_from_pattern(code_, nullptr), &pcre2_match_data_free);
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    std::size_t gap_start = 0, at = 0;
-    while (at < text.size()) {
-      // The whole input was validated once; re-checking per call would make this quadratic.
-      const int rc =
-          pcre2_match(code_, subject, text.size(), at, PCRE2_NO_UTF_CHECK, data.get(), nullptr);
-      if (rc == PCRE2_ERROR_NOMATCH) break;
-      if (rc < 0) {
-        std::array<PCRE2_UCHAR, 256> message{};
-        pcre2_get_error_message(rc, message.data(), message.size());
-        fail(std::string("tokenizer regex match failed: ") +
-             reinterpret_cast<const char*>(message.data()));
-      }
-      const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
-      const std::size_t begin = ovector[0], end = ovector[1];
-      if (end == begin) {
-        // An empty match splits nothing; step over one character to make progress.
-        at = begin + utf8::scan(text, begin).length;
-        continue;
-      }
-      if (begin > gap_start) emit(text.substr(gap_start, begin - gap_start));
-      emit(text.substr(begin, end - begin));
-      gap_start = at = end;
-    }
-    if (gap_start < text.size()) emit(text.substr(gap_start));
-  }
-
- private:
-  pcre2_code* code_ = nullptr;
-};
-
 // The pattern ByteLevel applies when its use_regex is set (GPT-2's).
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-// --- NFC normalization (ICU) -----------------------------------------------------------------
-
-std::string nfc(std::string_view text) {
-  // ASCII is always in NFC; most prompts are mostly ASCII.
-  if (std::all_of(text.begin(), text.end(),
-                  [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
-    return std::string(text);
-  UErrorCode status = U_ZERO_ERROR;
-  const UNormalizer2* normalizer = unorm2_getNFCInstance(&status);
-  if (U_FAILURE(status))
-    fail(std::string("ICU NFC normalizer unavailable: ") + u_errorName(status));
-  auto to_utf16 = [&](std::string_view s) {
-    std::u16string out(s.size(), u'\0');
-    int32_t length = 0;
-    status = U_ZERO_ERROR;
-    u_strFromUTF8(reinterpret_cast<UChar*>(out.data()), static_cast<int32_t>(out.size()), &length,
-                  s.data(), static_cast<int32_t>(s.size()), &status);
-    if (U_FAILURE(status)) fail(std::string("NFC: UTF-8 to UTF-16 failed: ") + u_errorName(status));
-    out.resize(static_cast<std::size_t>(length));
-    return out;
-  };
-  const std::u16string source = to_utf16(text);
-  const auto* src = reinterpret_cast<const UChar*>(source.data());
-  const auto src_length = static_cast<int32_t>(source.size());
-  status = U_ZERO_ERROR;
-  if (unorm2_isNormalized(normalizer, src, src_length, &status) && U_SUCCESS(status))
-    return std::string(text);
-  // Composition never grows text by more than a small factor; retry once if ICU asks for more.
-  std::u16string normal(source.size() * 3 + 16, u'\0');
-  status = U_ZERO_ERROR;
-  int32_t length =
-      unorm2_normalize(normalizer, src, src_length, reinterpret_cast<UChar*>(normal.data()),
-                       static_cast<int32_t>(normal.size()), &status);
-  if (status == U_BUFFER_OVERFLOW_ERROR) {
-    normal.assign(static_cast<std::size_t>(length), u'\0');
-    status = U_ZERO_ERROR;
-    length = unorm2_normalize(normalizer, src, src_length, reinterpret_cast<UChar*>(normal.data()),
-                              static_cast<int32_t>(normal.size()), &status);
-  }
-  if (U_FAILURE(status)) fail(std::string("NFC normalization failed: ") + u_errorName(status));
-  std::string out(static_cast<std::size_t>(length) * 3, '\0');
-  int32_t out_length = 0;
-  status = U_ZERO_ERROR;
-  u_strToUTF8(out.data(), static_cast<int32_t>(out.size()), &out_length,
-              reinterpret_cast<const UChar*>(normal.data()), length, &status);
-  if (U_FAILURE(status)) fail(std::string("NFC: UTF-16 to UTF-8 failed: ") + u_errorName(status));
-  out.resize(static_cast<std::size_t>(out_length));
-  return out;
-}
 
 struct AddedToken {
   TokenId id;
@@ -311,9 +144,9 @@ struct Tokenizer::Impl {
   bool normalize_nfc = false;
 
   // Pre-tokenizer: Split regexes applied in order, then ByteLevel's own options.
-  std::vector<std::unique_ptr<Regex>> splits;
+  std::vector<std::unique_ptr<SplitRegex>> splits;
   bool prefix_space = false;
-  std::unique_ptr<Regex> byte_level_regex;
+  std::unique_ptr<SplitRegex> byte_level_regex;
 
   // BPE model, keyed by raw bytes (the byte-level spelling is decoded once at load).
   std::unordered_map<std::string, TokenId> vocab;
@@ -389,11 +222,13 @@ void Tokenizer::Impl::load_pre_tokenizer(const json& doc, const Reader& r) {
       if (r.flag(*step, field, "invert", false)) r.bad(field + ".invert", "true is not supported");
       const json& pattern = r.object(*step, field, "pattern");
       if (pattern.contains("Regex")) {
-        splits.push_back(std::make_unique<Regex>(r.string(pattern, field + ".pattern", "Regex"),
-                                                 false, origin + ": " + field + ".pattern.Regex"));
+        splits.push_back(
+            std::make_unique<SplitRegex>(r.string(pattern, field + ".pattern", "Regex"), false,
+                                         origin + ": " + field + ".pattern.Regex"));
       } else if (pattern.contains("String")) {
-        splits.push_back(std::make_unique<Regex>(r.string(pattern, field + ".pattern", "String"),
-                                                 true, origin + ": " + field + ".pattern.String"));
+        splits.push_back(
+            std::make_unique<SplitRegex>(r.string(pattern, field + ".pattern", "String"), true,
+                                         origin + ": " + field + ".pattern.String"));
       } else {
         r.bad(field + ".pattern", "must hold \"Regex\" or \"String\"");
       }
@@ -401,7 +236,7 @@ void Tokenizer::Impl::load_pre_tokenizer(const json& doc, const Reader& r) {
       byte_level = true;
       prefix_space = r.flag(*step, field, "add_prefix_space", false);
       if (r.flag(*step, field, "use_regex", true))
-        byte_level_regex = std::make_unique<Regex>(kGpt2Pattern, false, origin + ": " + field);
+        byte_level_regex = std::make_unique<SplitRegex>(kGpt2Pattern, false, origin + ": " + field);
     } else {
       r.bad(field + ".type", "'" + type + "' is not supported (Split and ByteLevel are)");
     }
@@ -525,7 +360,7 @@ void Tokenizer::Impl::load_added_tokens(const json& doc, const Reader& r) {
     special[id] = token->special;
     added_by_content[token->content] = token->id;
     if (token->normalized && normalize_nfc)
-      normalized_matcher.add(token.get(), nfc(token->content));
+      normalized_matcher.add(token.get(), to_nfc(token->content));
     else if (token->normalized)
       normalized_matcher.add(token.get(), token->content);
     else
@@ -674,21 +509,23 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<TokenId>& o
   std::vector<std::string_view> pieces{text};
   for (const auto& split : splits) {
     std::vector<std::string_view> next;
-    for (std::string_view piece : pieces)
-      split->split_isolated(piece, [&](std::string_view s) { next.push_back(s); });
+    for (std::string_view piece : pieces) split->split_isolated(piece, next);
     pieces = std::move(next);
   }
+  std::vector<std::string_view> words;
   for (std::string_view piece : pieces) {
     std::string prefixed;
     if (prefix_space && piece[0] != ' ') {
       prefixed = " " + std::string(piece);
       piece = prefixed;
     }
-    if (byte_level_regex)
-      byte_level_regex->split_isolated(piece,
-                                       [&](std::string_view word) { encode_word(word, out); });
-    else
+    if (!byte_level_regex) {
       encode_word(piece, out);
+      continue;
+    }
+    words.clear();
+    byte_level_regex->split_isolated(piece, words);
+    for (std::string_view word : words) encode_word(word, out);
   }
 }
 
@@ -738,7 +575,7 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_t
   m.raw_matcher.split(
       text,
       [&](std::string_view stretch) {
-        const std::string normal = m.normalize_nfc ? nfc(stretch) : std::string(stretch);
+        const std::string normal = m.normalize_nfc ? to_nfc(stretch) : std::string(stretch);
         m.normalized_matcher.split(
             normal, [&](std::string_view piece) { m.encode_text(piece, ids); }, push_token);
       },
