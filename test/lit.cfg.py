@@ -31,4 +31,4 @@ not_tool = shutil.which("not", path="/usr/lib/llvm-14/bin")
 if not_tool:
     config.substitutions.append(("not ", not_tool + " "))
 config.environment["PATH"] = os.pathsep.join([bin_dir, config.environment.get("PATH", "")])
-config.environment["CUDA_HOME"] = config.telos_cuda_root
+config.environment["CUDA_HOME"] = os.path.dirname(config.telos_cuda_bin)
