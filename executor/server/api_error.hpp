@@ -3,10 +3,9 @@
 //   {"error": {"message": "...", "type": "invalid_request_error", "param": "top_p", "code": null}}
 // Handlers throw it; the server turns it into the response. `param` names the request field at
 // fault ("" when none), so SDKs and people see which field to fix.
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace telos::exec {
 
@@ -32,7 +31,10 @@ inline nlohmann::ordered_json error_body(const ApiError& e) {
     return s.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(s);
   };
   return {{"error",
-           {{"message", e.what()}, {"type", e.type}, {"param", or_null(e.param)}, {"code", or_null(e.code)}}}};
+           {{"message", e.what()},
+            {"type", e.type},
+            {"param", or_null(e.param)},
+            {"code", or_null(e.code)}}}};
 }
 
 }  // namespace telos::exec

@@ -23,7 +23,9 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // Invalid UTF-8 can only come from token bytes; it is replaced rather than refused.
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 std::string random_id(const char* prefix) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -64,15 +66,16 @@ json token_bytes(const Tokenizer* tokenizer, std::int32_t id) {
 
 // One choice of a request: an engine request and what it produced so far.
 struct Choice {
-  Choice(int index, std::size_t prompt, ChoiceText text) : index(index), prompt(prompt), text(std::move(text)) {}
+  Choice(int index, std::size_t prompt, ChoiceText text)
+      : index(index), prompt(prompt), text(std::move(text)) {}
   int index;
   std::size_t prompt;
   ChoiceText text;
   RequestHandle handle;
   std::vector<std::int32_t> tokens;
   std::vector<SampledToken> sampled;  // with logprobs only
-  std::string output;                  // non-streaming: the text so far
-  std::size_t text_offset = 0;         // completion logprobs: where the next token's text starts
+  std::string output;                 // non-streaming: the text so far
+  std::size_t text_offset = 0;        // completion logprobs: where the next token's text starts
   std::optional<std::string> finish_reason;
   std::optional<ApiError> error;
   bool done = false;
@@ -105,11 +108,12 @@ struct ApiServer::State {
 
   std::mutex mutex;
   std::condition_variable idle;
-  int in_flight = 0;                // generation requests being served
-  std::set<CompletionJob*> jobs;       // their engine requests, for shutdown
+  int in_flight = 0;              // generation requests being served
+  std::set<CompletionJob*> jobs;  // their engine requests, for shutdown
 
   void install_routes();
-  void handle_generation(const httplib::Request& req, httplib::Response& res, ApiRequest::Kind kind);
+  void handle_generation(const httplib::Request& req, httplib::Response& res,
+                         ApiRequest::Kind kind);
   std::vector<PreparedPrompt> prepare_prompts(const ApiRequest& r);
   int max_tokens_for(const ApiRequest& r, int prompt_len);
   void cancel_all();
@@ -122,8 +126,8 @@ class ConcurrencySlot {
   explicit ConcurrencySlot(ApiServer::State& s) : s_(s) {
     std::lock_guard lock(s_.mutex);
     if (s_.shutting_down)
-      throw ApiError(503, "server_error", "the server is shutting down and admits no new requests", "",
-                     "service_unavailable");
+      throw ApiError(503, "server_error", "the server is shutting down and admits no new requests",
+                     "", "service_unavailable");
     if (s_.in_flight >= s_.options.max_concurrent_requests)
       throw ApiError(429, "rate_limit_error",
                      "too many concurrent requests: this server serves at most " +
@@ -167,7 +171,9 @@ struct CompletionJob {
   }
 
   void submit();
+  // From any thread: the HTTP thread when its client leaves, shutdown() on another.
   void cancel() {
+    std::lock_guard lock(choices_mutex);
     for (Choice& c : choices)
       if (c.handle) c.handle->cancel();
   }
@@ -188,7 +194,8 @@ struct CompletionJob {
   bool chat;
   std::string id;
   std::int64_t created;
-  std::vector<Choice> choices;
+  std::mutex choices_mutex;     // guards the vector and the handles while submit() fills them
+  std::vector<Choice> choices;  // after submit(), only the HTTP thread touches the rest
 };
 
 void CompletionJob::submit() {
@@ -196,20 +203,28 @@ void CompletionJob::submit() {
   for (std::size_t p = 0; p < prompts.size(); ++p) {
     const int max_tokens = server.max_tokens_for(request, static_cast<int>(prompts[p].ids.size()));
     for (int j = 0; j < request.n; ++j) {
-      Choice& c = choices.emplace_back(static_cast<int>(choices.size()), p,
-                                       ChoiceText(tokenizer, request.skip_special_tokens, request.stop));
-      c.text_offset = request.echo ? prompts[p].echo.size() : 0;
       GenerationRequest g;
       g.prompt = prompts[p].ids;
       g.sampling = request.sampling;
       g.sampling.max_tokens = max_tokens;
       // n samples of a seeded request differ from each other but not from run to run.
       if (g.sampling.seed) *g.sampling.seed += static_cast<std::uint64_t>(j);
+      RequestHandle handle;
       try {
-        c.handle = server.model.engine->submit(std::move(g));
+        handle = server.model.engine->submit(std::move(g));
       } catch (const Error& e) {
+        if (server.shutting_down)
+          throw ApiError(503, "server_error",
+                         "the server is shutting down and admits no new requests", "",
+                         "service_unavailable");
         throw bad_request("", std::string("the engine refused the request: ") + e.what());
       }
+      std::lock_guard lock(choices_mutex);
+      Choice& c =
+          choices.emplace_back(static_cast<int>(choices.size()), p,
+                               ChoiceText(tokenizer, request.skip_special_tokens, request.stop));
+      c.text_offset = request.echo ? prompts[p].echo.size() : 0;
+      c.handle = std::move(handle);
     }
   }
 }
@@ -233,14 +248,20 @@ Delta CompletionJob::apply(Choice& c, RequestEvent& e) {
   if (e.finish) {
     c.done = d.finished = true;
     switch (*e.finish) {
-      case FinishReason::Stop: c.finish_reason = "stop"; break;
-      case FinishReason::Length: c.finish_reason = "length"; break;
+      case FinishReason::Stop:
+        c.finish_reason = "stop";
+        break;
+      case FinishReason::Length:
+        c.finish_reason = "length";
+        break;
       case FinishReason::Cancelled:
-        c.error = ApiError(503, "server_error", "the request was cancelled: the server is shutting down",
-                           "", "service_unavailable");
+        c.error =
+            ApiError(503, "server_error", "the request was cancelled: the server is shutting down",
+                     "", "service_unavailable");
         break;
       case FinishReason::Error:
-        c.error = ApiError(500, "server_error", "generation failed: " + e.error, "", "engine_error");
+        c.error =
+            ApiError(500, "server_error", "generation failed: " + e.error, "", "engine_error");
         break;
     }
     d.text += c.text.finish();
@@ -257,7 +278,8 @@ json CompletionJob::usage() const {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-json CompletionJob::logprobs(const std::vector<SampledToken>& sampled, std::size_t& text_offset) const {
+json CompletionJob::logprobs(const std::vector<SampledToken>& sampled,
+                             std::size_t& text_offset) const {
   const Tokenizer* tokenizer = server.model.tokenizer;
   if (chat) {
     json content = json::array();
@@ -337,7 +359,8 @@ json CompletionJob::chunk(Choice& c, const Delta& d, bool first) const {
   } else {
     choice["text"] = (first && request.echo ? prompts[c.prompt].echo : std::string()) + d.text;
   }
-  choice["logprobs"] = request.logprobs && !d.sampled.empty() ? logprobs(d.sampled, c.text_offset) : json();
+  choice["logprobs"] =
+      request.logprobs && !d.sampled.empty() ? logprobs(d.sampled, c.text_offset) : json();
   choice["finish_reason"] = d.finished && c.finish_reason ? json(*c.finish_reason) : json();
   if (show_token_ids()) choice["token_ids"] = d.tokens;
   json out = {{"id", id},
@@ -372,7 +395,8 @@ bool CompletionJob::stream(httplib::DataSink& sink) {
       Choice& c = *active[i];
       // Drain what is ready; the first active choice may wait a little, so an idle stream does
       // not spin, but short enough to notice a client that left or a second choice's tokens.
-      const auto wait = std::chrono::milliseconds(i == 0 && !progressed ? (active.size() == 1 ? 100 : 5) : 0);
+      const auto wait =
+          std::chrono::milliseconds(i == 0 && !progressed ? (active.size() == 1 ? 100 : 5) : 0);
       RequestEvent e;
       while (!c.done && c.handle->next_for(e, progressed ? std::chrono::milliseconds(0) : wait) ==
                             RequestStream::Poll::Event) {
@@ -414,16 +438,18 @@ int ApiServer::State::max_tokens_for(const ApiRequest& r, int prompt_len) {
   const int room = max_seq_len - prompt_len;
   const char* prompt_field = r.kind == ApiRequest::Kind::Chat ? "messages" : "prompt";
   if (room < 1)
-    throw bad_request(prompt_field, "the prompt has " + std::to_string(prompt_len) +
-                                        " tokens, which leaves no room to generate within this model's "
-                                        "maximum context length of " +
-                                        std::to_string(max_seq_len) + " tokens");
+    throw bad_request(prompt_field,
+                      "the prompt has " + std::to_string(prompt_len) +
+                          " tokens, which leaves no room to generate within this model's "
+                          "maximum context length of " +
+                          std::to_string(max_seq_len) + " tokens");
   if (r.sampling.max_tokens) {
     if (*r.sampling.max_tokens > room)
-      throw bad_request("max_tokens", "this model's maximum context length is " + std::to_string(max_seq_len) +
-                                          " tokens and the prompt has " + std::to_string(prompt_len) +
-                                          ", so at most " + std::to_string(room) +
-                                          " tokens can be generated; got " +
+      throw bad_request("max_tokens", "this model's maximum context length is " +
+                                          std::to_string(max_seq_len) +
+                                          " tokens and the prompt has " +
+                                          std::to_string(prompt_len) + ", so at most " +
+                                          std::to_string(room) + " tokens can be generated; got " +
                                           std::to_string(*r.sampling.max_tokens));
     return *r.sampling.max_tokens;
   }
@@ -447,15 +473,17 @@ std::vector<PreparedPrompt> ApiServer::State::prepare_prompts(const ApiRequest& 
     try {
       text = model.chat_template->render(r.messages, r.add_generation_prompt, r.template_kwargs);
     } catch (const Error& e) {
-      throw bad_request("messages", std::string("the chat template failed on these messages: ") + e.what());
+      throw bad_request("messages",
+                        std::string("the chat template failed on these messages: ") + e.what());
     }
     out.push_back({tokenizer->encode(text, false), ""});
   } else {
     for (const PromptInput& p : r.prompts) {
       if (p.text) {
         if (!tokenizer)
-          throw bad_request("prompt", "text prompts need the model's tokenizer, and this artifact has "
-                                      "none (the checkpoint had no tokenizer.json); send token ids");
+          throw bad_request("prompt",
+                            "text prompts need the model's tokenizer, and this artifact has "
+                            "none (the checkpoint had no tokenizer.json); send token ids");
         out.push_back({tokenizer->encode(*p.text, true), *p.text});
       } else {
         out.push_back({p.ids, tokenizer ? tokenizer->decode(p.ids, false) : std::string()});
@@ -463,8 +491,9 @@ std::vector<PreparedPrompt> ApiServer::State::prepare_prompts(const ApiRequest& 
     }
   }
   if (!r.stop.empty() && !tokenizer)
-    throw bad_request("stop", "stop strings need the model's tokenizer, and this artifact has none; "
-                              "use stop_token_ids");
+    throw bad_request("stop",
+                      "stop strings need the model's tokenizer, and this artifact has none; "
+                      "use stop_token_ids");
   for (const PreparedPrompt& p : out) {
     if (p.ids.empty()) throw bad_request(field, "the prompt is empty (no tokens)");
     if (static_cast<int>(p.ids.size()) > max_prompt_tokens)
@@ -489,10 +518,13 @@ void ApiServer::State::handle_generation(const httplib::Request& req, httplib::R
                      ? parse_chat_request(body, options.served_model_name, vocab_size)
                      : parse_completion_request(body, options.served_model_name, vocab_size);
   if (static_cast<long>(r.prompts.size()) * r.n > kMaxChoices)
-    throw bad_request("n", "prompts times n is " + std::to_string(r.prompts.size() * static_cast<std::size_t>(r.n)) +
-                               ", more than " + std::to_string(kMaxChoices) + " choices per request");
+    throw bad_request("n", "prompts times n is " +
+                               std::to_string(r.prompts.size() * static_cast<std::size_t>(r.n)) +
+                               ", more than " + std::to_string(kMaxChoices) +
+                               " choices per request");
   std::vector<PreparedPrompt> prompts = prepare_prompts(r);
-  auto job = std::make_shared<CompletionJob>(*this, std::move(slot), std::move(r), std::move(prompts));
+  auto job =
+      std::make_shared<CompletionJob>(*this, std::move(slot), std::move(r), std::move(prompts));
   job->submit();
   if (!job->request.stream) {
     job->collect();
@@ -534,22 +566,23 @@ void ApiServer::State::install_routes() {
   http.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
               handle_generation(req, res, ApiRequest::Kind::Completion);
             }));
-  http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
+  http.Post("/v1/chat/completions",
+            guarded([this](const httplib::Request& req, httplib::Response& res) {
               handle_generation(req, res, ApiRequest::Kind::Chat);
             }));
   http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
              const Artifact& a = model.engine->artifact();
-             json card = {{"id", options.served_model_name},
-                          {"object", "model"},
-                          {"created", unix_seconds()},
-                          {"owned_by", "telos"},
-                          {"root", a.model().name},
-                          {"max_model_len", a.serving().max_seq_len}};
-             res.set_content(dump({{"object", "list"}, {"data", json::array({card})}}), "application/json");
+             json card = {
+                 {"id", options.served_model_name}, {"object", "model"},
+                 {"created", unix_seconds()},       {"owned_by", "telos"},
+                 {"root", a.model().name},          {"max_model_len", a.serving().max_seq_len}};
+             res.set_content(dump({{"object", "list"}, {"data", json::array({card})}}),
+                             "application/json");
            }));
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (shutting_down) {
-      send_error(res, ApiError(503, "server_error", "the server is shutting down", "", "service_unavailable"));
+      send_error(res, ApiError(503, "server_error", "the server is shutting down", "",
+                               "service_unavailable"));
       return;
     }
     res.set_content(dump({{"status", "ok"}}), "application/json");
@@ -569,44 +602,51 @@ void ApiServer::State::install_routes() {
     });
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0)
+      return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + options.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError(401, "invalid_request_error",
-                             "missing or incorrect API key: send the header 'Authorization: Bearer KEY'",
-                             "", "invalid_api_key"));
+    send_error(res,
+               ApiError(401, "invalid_request_error",
+                        "missing or incorrect API key: send the header 'Authorization: Bearer KEY'",
+                        "", "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
   // Statuses the HTTP library sets by itself (no route, body too large, unreadable request) get a
   // JSON body too; responses that already have one are left alone.
   http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                   httplib::Response& res) {
+                                                                     httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     if (res.status == 413)
-      send_error(res, ApiError(413, "invalid_request_error",
-                               "the request body is larger than this server's limit of " +
-                                   std::to_string(options.max_body_bytes) + " bytes (--max-body-bytes)",
-                               "", "request_too_large"));
+      send_error(res,
+                 ApiError(413, "invalid_request_error",
+                          "the request body is larger than this server's limit of " +
+                              std::to_string(options.max_body_bytes) + " bytes (--max-body-bytes)",
+                          "", "request_too_large"));
     else if (res.status == 404)
-      send_error(res, ApiError(404, "invalid_request_error", "no such endpoint: " + req.method + " " + req.path,
-                               "", "not_found"));
+      send_error(res,
+                 ApiError(404, "invalid_request_error",
+                          "no such endpoint: " + req.method + " " + req.path, "", "not_found"));
     else
       send_error(res, ApiError(res.status, "invalid_request_error",
                                "the HTTP request could not be processed (status " +
                                    std::to_string(res.status) + ")"));
     return httplib::Server::HandlerResponse::Handled;
   }));
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    send_error(res, ApiError(500, "server_error", "internal error: " + what));
+  http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        send_error(res, ApiError(500, "server_error", "internal error: " + what));
+      });
+  http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+    metrics.count_response(res.status);
   });
-  http.set_logger([this](const httplib::Request&, const httplib::Response& res) { metrics.count_response(res.status); });
 }
 
 // ---- ApiServer ----
@@ -616,9 +656,11 @@ ApiServer::ApiServer(ServedModel model, ServerOptions options) : state_(std::mak
   s.model = model;
   s.options = std::move(options);
   const int max_seq_len = model.engine->max_seq_len();
-  s.max_prompt_tokens = s.options.max_prompt_tokens > 0 ? std::min(s.options.max_prompt_tokens, max_seq_len - 1)
-                                                       : max_seq_len - 1;
-  if (s.options.served_model_name.empty()) s.options.served_model_name = model.engine->artifact().model().name;
+  s.max_prompt_tokens = s.options.max_prompt_tokens > 0
+                            ? std::min(s.options.max_prompt_tokens, max_seq_len - 1)
+                            : max_seq_len - 1;
+  if (s.options.served_model_name.empty())
+    s.options.served_model_name = model.engine->artifact().model().name;
   if (s.options.max_concurrent_requests < 1) fail("--max-concurrent-requests: must be at least 1");
   s.http.set_payload_max_length(s.options.max_body_bytes);
   // A thread per streaming client, plus room for health checks, scrapes and refusals.
@@ -631,15 +673,19 @@ ApiServer::~ApiServer() = default;
 
 int ApiServer::bind() {
   State& s = *state_;
-  const int port = s.options.port == 0 ? s.http.bind_to_any_port(s.options.host)
-                                       : (s.http.bind_to_port(s.options.host, s.options.port) ? s.options.port : -1);
+  const int port =
+      s.options.port == 0
+          ? s.http.bind_to_any_port(s.options.host)
+          : (s.http.bind_to_port(s.options.host, s.options.port) ? s.options.port : -1);
   if (port < 0)
     fail("cannot listen on " + s.options.host + ":" + std::to_string(s.options.port) +
          " (address in use, or not an address of this machine)");
   return port;
 }
 
-void ApiServer::serve() { state_->http.listen_after_bind(); }
+void ApiServer::serve() {
+  state_->http.listen_after_bind();
+}
 
 void ApiServer::shutdown() {
   State& s = *state_;

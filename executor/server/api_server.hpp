@@ -8,8 +8,10 @@
 // Limits answer with OpenAI-style JSON errors: a wrong or missing Bearer key 401, a body over
 // max_body_bytes 413, a prompt over max_prompt_tokens 400, more than max_concurrent_requests
 // generation requests at once 429, an unknown model 404. A streaming client that goes away has
-// its engine requests cancelled, which returns their KV pages. shutdown() stops admitting (503),
-// cancels what runs, lets the handlers finish their responses, and makes serve() return.
+// its engine requests cancelled, which returns their KV pages (noticed on the next write). A
+// non-streaming request runs to its end (bounded by max_tokens) even when its client left: the
+// HTTP library gives a handler no way to see that before it answers. shutdown() stops admitting
+// (503), cancels what runs, lets the handlers finish their responses, and makes serve() return.
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -22,7 +24,7 @@ namespace telos::exec {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;  // 0: any free port (bind() says which)
+  int port = 8000;      // 0: any free port (bind() says which)
   std::string api_key;  // empty: no authentication
   std::string served_model_name;
   std::size_t max_body_bytes = 4u << 20;

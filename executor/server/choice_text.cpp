@@ -23,7 +23,8 @@ StopMatch find_stop(const std::string& text, const std::vector<std::string>& sto
   return m;
 }
 
-ChoiceText::ChoiceText(const Tokenizer* tokenizer, bool skip_special, std::vector<std::string> stops)
+ChoiceText::ChoiceText(const Tokenizer* tokenizer, bool skip_special,
+                       std::vector<std::string> stops)
     : stops_(std::move(stops)) {
   if (tokenizer) decoder_.emplace(*tokenizer, skip_special);
 }

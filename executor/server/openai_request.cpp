@@ -15,12 +15,18 @@ std::string describe(const json& v) {
   std::string text = v.dump();
   if (text.size() > 40) text = text.substr(0, 37) + "...";
   switch (v.type()) {
-    case json::value_t::string: return "the string " + text;
-    case json::value_t::boolean: return "the boolean " + text;
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    case json::value_t::null: return "null";
-    default: return "the number " + text;
+    case json::value_t::string:
+      return "the string " + text;
+    case json::value_t::boolean:
+      return "the boolean " + text;
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::null:
+      return "null";
+    default:
+      return "the number " + text;
   }
 }
 
@@ -75,7 +81,8 @@ void check_range(const char* name, double v, double lo, bool lo_open, double hi,
                                 number_text(v));
 }
 
-int bounded_int(const json& body, const char* name, std::int64_t lo, std::int64_t hi, int fallback) {
+int bounded_int(const json& body, const char* name, std::int64_t lo, std::int64_t hi,
+                int fallback) {
   const std::optional<std::int64_t> v = integer(body, name);
   if (!v) return fallback;
   if (*v < lo || *v > hi)
@@ -84,7 +91,8 @@ int bounded_int(const json& body, const char* name, std::int64_t lo, std::int64_
   return static_cast<int>(*v);
 }
 
-std::int32_t token_id(const json& v, const std::string& param, const std::string& where, int vocab_size) {
+std::int32_t token_id(const json& v, const std::string& param, const std::string& where,
+                      int vocab_size) {
   if (!v.is_number_integer()) expected(param, "a token id (an integer) at " + where, v);
   const std::int64_t id = v.get<std::int64_t>();
   if (id < 0 || id >= vocab_size)
@@ -93,8 +101,8 @@ std::int32_t token_id(const json& v, const std::string& param, const std::string
   return static_cast<std::int32_t>(id);
 }
 
-std::vector<std::int32_t> token_ids(const json& list, const std::string& param, const std::string& where,
-                                    int vocab_size) {
+std::vector<std::int32_t> token_ids(const json& list, const std::string& param,
+                                    const std::string& where, int vocab_size) {
   if (list.empty()) throw bad_request(param, where + " is an empty list of token ids");
   std::vector<std::int32_t> ids;
   ids.reserve(list.size());
@@ -109,25 +117,28 @@ void check_model(const json& body, const std::string& served_model) {
   if (!v->is_string()) expected("model", "a string", *v);
   if (v->get<std::string>() != served_model)
     throw ApiError(404, "invalid_request_error",
-                   "model: the model '" + v->get<std::string>() + "' does not exist; this server serves '" +
-                       served_model + "'",
+                   "model: the model '" + v->get<std::string>() +
+                       "' does not exist; this server serves '" + served_model + "'",
                    "model", "model_not_found");
 }
 
 void refuse_unsupported(const json& body) {
   if (const json* v = field(body, "logit_bias"); v && !(v->is_object() && v->empty()))
     throw bad_request("logit_bias", "is not supported by Telos");
-  if (const json* v = field(body, "suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
+  if (const json* v = field(body, "suffix");
+      v && !(v->is_string() && v->get<std::string>().empty()))
     throw bad_request("suffix", "is not supported by Telos");
   if (const json* v = field(body, "tools"); v && !(v->is_array() && v->empty()))
     throw bad_request("tools", "tool calling is not supported by Telos");
-  if (const json* v = field(body, "response_format"); v && !(v->is_object() && v->value("type", "") == "text"))
+  if (const json* v = field(body, "response_format");
+      v && !(v->is_object() && v->value("type", "") == "text"))
     throw bad_request("response_format", "only {\"type\": \"text\"} is supported by Telos");
 }
 
 // The fields both endpoints share.
 void parse_common(const json& body, ApiRequest& r, int vocab_size) {
-  if (!body.is_object()) throw bad_request("", "the request body must be a JSON object, got " + describe(body));
+  if (!body.is_object())
+    throw bad_request("", "the request body must be a JSON object, got " + describe(body));
   refuse_unsupported(body);
   SamplingParams& s = r.sampling;
 
@@ -162,8 +173,8 @@ void parse_common(const json& body, ApiRequest& r, int vocab_size) {
   if (const json* v = field(body, "stop_token_ids")) {
     if (!v->is_array()) expected("stop_token_ids", "an array of token ids", *v);
     for (std::size_t i = 0; i < v->size(); ++i)
-      s.stop_token_ids.push_back(
-          token_id((*v)[i], "stop_token_ids", "stop_token_ids[" + std::to_string(i) + "]", vocab_size));
+      s.stop_token_ids.push_back(token_id((*v)[i], "stop_token_ids",
+                                          "stop_token_ids[" + std::to_string(i) + "]", vocab_size));
   }
 
   r.n = bounded_int(body, "n", 1, kMaxChoices, 1);
@@ -182,9 +193,11 @@ void parse_common(const json& body, ApiRequest& r, int vocab_size) {
       r.stop.push_back(v->get<std::string>());
     } else if (v->is_array()) {
       if (v->size() > static_cast<std::size_t>(kMaxStopStrings))
-        throw bad_request("stop", "at most " + std::to_string(kMaxStopStrings) + " stop strings are allowed");
+        throw bad_request(
+            "stop", "at most " + std::to_string(kMaxStopStrings) + " stop strings are allowed");
       for (std::size_t i = 0; i < v->size(); ++i) {
-        if (!(*v)[i].is_string()) expected("stop", "a string at stop[" + std::to_string(i) + "]", (*v)[i]);
+        if (!(*v)[i].is_string())
+          expected("stop", "a string at stop[" + std::to_string(i) + "]", (*v)[i]);
         r.stop.push_back((*v)[i].get<std::string>());
       }
     } else {
@@ -201,7 +214,8 @@ void parse_common(const json& body, ApiRequest& r, int vocab_size) {
 void parse_lengths(const json& body, ApiRequest& r, const char* max_field) {
   if (auto v = integer(body, max_field)) {
     if (*v < 1) throw bad_request(max_field, "must be >= 1, got " + std::to_string(*v));
-    r.sampling.max_tokens = static_cast<int>(std::min<std::int64_t>(*v, std::numeric_limits<int>::max()));
+    r.sampling.max_tokens =
+        static_cast<int>(std::min<std::int64_t>(*v, std::numeric_limits<int>::max()));
   }
   r.sampling.min_tokens = bounded_int(body, "min_tokens", 0, std::numeric_limits<int>::max(), 0);
   if (r.sampling.max_tokens && r.sampling.min_tokens > *r.sampling.max_tokens)
@@ -214,9 +228,11 @@ std::vector<PromptInput> parse_prompt(const json& body, int vocab_size) {
   const json* v = field(body, "prompt");
   if (!v) throw bad_request("prompt", "is required");
   if (v->is_string()) return {PromptInput{v->get<std::string>(), {}}};
-  if (!v->is_array()) expected("prompt", "a string, an array of token ids, or an array of either", *v);
+  if (!v->is_array())
+    expected("prompt", "a string, an array of token ids, or an array of either", *v);
   if (v->empty()) throw bad_request("prompt", "must not be an empty array");
-  if ((*v)[0].is_number()) return {PromptInput{std::nullopt, token_ids(*v, "prompt", "prompt", vocab_size)}};
+  if ((*v)[0].is_number())
+    return {PromptInput{std::nullopt, token_ids(*v, "prompt", "prompt", vocab_size)}};
   std::vector<PromptInput> prompts;
   for (std::size_t i = 0; i < v->size(); ++i) {
     const json& p = (*v)[i];
@@ -235,15 +251,17 @@ std::vector<PromptInput> parse_prompt(const json& body, int vocab_size) {
 // joined with newlines (as vLLM does) and other parts refused.
 std::string message_text(const json& content, const std::string& where) {
   if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) expected("messages", "a string or an array of text parts at " + where, content);
+  if (!content.is_array())
+    expected("messages", "a string or an array of text parts at " + where, content);
   std::string text;
   for (std::size_t i = 0; i < content.size(); ++i) {
     const json& part = content[i];
     const std::string part_where = where + "[" + std::to_string(i) + "]";
     if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
         !part["text"].is_string())
-      throw bad_request("messages", part_where + " must be {\"type\": \"text\", \"text\": \"...\"} (Telos "
-                                                 "serves text-only models)");
+      throw bad_request("messages", part_where +
+                                        " must be {\"type\": \"text\", \"text\": \"...\"} (Telos "
+                                        "serves text-only models)");
     if (i > 0) text += "\n";
     text += part["text"].get<std::string>();
   }
@@ -282,7 +300,8 @@ json parse_messages(const json& body) {
 
 }  // namespace
 
-ApiRequest parse_completion_request(const json& body, const std::string& served_model, int vocab_size) {
+ApiRequest parse_completion_request(const json& body, const std::string& served_model,
+                                    int vocab_size) {
   ApiRequest r;
   r.kind = ApiRequest::Kind::Completion;
   parse_common(body, r, vocab_size);
@@ -294,7 +313,8 @@ ApiRequest parse_completion_request(const json& body, const std::string& served_
     r.logprobs = true;
     r.sampling.logprobs = bounded_int(body, "logprobs", 0, kMaxLogprobs, 0);
     if (r.echo)
-      throw bad_request("echo", "cannot be combined with logprobs (Telos does not compute prompt logprobs)");
+      throw bad_request(
+          "echo", "cannot be combined with logprobs (Telos does not compute prompt logprobs)");
   }
   return r;
 }
@@ -304,7 +324,8 @@ ApiRequest parse_chat_request(const json& body, const std::string& served_model,
   r.kind = ApiRequest::Kind::Chat;
   parse_common(body, r, vocab_size);
   check_model(body, served_model);
-  parse_lengths(body, r, field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens");
+  parse_lengths(body, r,
+                field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens");
   r.messages = parse_messages(body);
   r.logprobs = boolean(body, "logprobs").value_or(false);
   if (field(body, "top_logprobs")) {

@@ -9,10 +9,9 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "executor/commands.hpp"
 #include "executor/engine.hpp"
@@ -61,14 +60,17 @@ int run_serve(const ServeOptions& o) {
       chat_template = ChatTemplate::from_tokenizer_config(config.string());
   }
 
-  std::unique_ptr<Engine> engine = Engine::create(artifact, make_backend(artifact, o.engine, std::cerr));
-  ApiServer server({engine.get(), tokenizer ? &*tokenizer : nullptr, chat_template ? &*chat_template : nullptr},
-                   o.server);
+  std::unique_ptr<Engine> engine =
+      Engine::create(artifact, make_backend(artifact, o.engine, std::cerr));
+  ApiServer server(
+      {engine.get(), tokenizer ? &*tokenizer : nullptr, chat_template ? &*chat_template : nullptr},
+      o.server);
   const int port = server.bind();
-  std::cerr << "telos-run serve: serving " << artifact->model().name << " on http://" << o.server.host << ":"
-            << port << " with the " << engine->stats().backend << " engine"
+  std::cerr << "telos-run serve: serving " << artifact->model().name << " on http://"
+            << o.server.host << ":" << port << " with the " << engine->stats().backend << " engine"
             << (tokenizer ? "" : " (no tokenizer in the artifact: token-id prompts only)")
-            << (tokenizer && !chat_template ? " (no chat template: /v1/chat/completions refused)" : "")
+            << (tokenizer && !chat_template ? " (no chat template: /v1/chat/completions refused)"
+                                            : "")
             << std::endl;
 
   std::atomic<bool> signalled{false};
@@ -90,13 +92,18 @@ int run_serve(const ServeOptions& o) {
 
 void add_serve_command(CLI::App& app, std::function<int()>& run) {
   auto o = std::make_shared<ServeOptions>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve the artifact over an OpenAI-compatible HTTP API");
-  cmd->footer(std::string(kExitCodes) + " SIGINT and SIGTERM shut the server down gracefully (exit 0).");
+  CLI::App* cmd =
+      app.add_subcommand("serve", "Serve the artifact over an OpenAI-compatible HTTP API");
+  cmd->footer(std::string(kExitCodes) +
+              " SIGINT and SIGTERM shut the server down gracefully (exit 0).");
   cmd->add_option("ARTIFACT", o->artifact, "The artifact directory (NAME.telos)")->required();
-  cmd->add_option("--host", o->server.host, "Address to listen on (default 127.0.0.1: this machine only)");
-  cmd->add_option("--port", o->server.port, "Port (default 8000; 0 picks a free one, said on stderr)")
+  cmd->add_option("--host", o->server.host,
+                  "Address to listen on (default 127.0.0.1: this machine only)");
+  cmd->add_option("--port", o->server.port,
+                  "Port (default 8000; 0 picks a free one, said on stderr)")
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--api-key", o->server.api_key, "Require 'Authorization: Bearer KEY' on /v1/ endpoints");
+  cmd->add_option("--api-key", o->server.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1/ endpoints");
   cmd->add_option("--served-model-name", o->server.served_model_name,
                   "The model name clients send (default: the artifact's model name)");
   cmd->add_option("--max-body-bytes", o->server.max_body_bytes,

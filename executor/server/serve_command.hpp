@@ -1,9 +1,8 @@
 #pragma once
 // telos-run serve ARTIFACT: the OpenAI-compatible HTTP server (api_server.hpp), added to
 // telos-run's command line like the other subcommands (executor/commands.hpp).
-#include <functional>
-
 #include <CLI/CLI.hpp>
+#include <functional>
 
 namespace telos::exec {
 

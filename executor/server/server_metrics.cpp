@@ -60,8 +60,9 @@ std::string ServerMetrics::render(Engine& engine, int in_flight) {
   for (double v : samples.time_per_output_token) time_per_output_token_.observe(v);
 
   std::string out;
-  out += "# HELP telos_http_responses_total HTTP responses sent, by status code.\n"
-         "# TYPE telos_http_responses_total counter\n";
+  out +=
+      "# HELP telos_http_responses_total HTTP responses sent, by status code.\n"
+      "# TYPE telos_http_responses_total counter\n";
   for (const auto& [code, count] : responses_)
     out += "telos_http_responses_total{code=\"" + std::to_string(code) + "\"} " +
            std::to_string(count) + "\n";
@@ -71,7 +72,8 @@ std::string ServerMetrics::render(Engine& engine, int in_flight) {
          "Generation requests admitted by the engine (one per choice).",
          static_cast<double>(s.requests_submitted));
   metric(out, "telos_requests_finished_total", "counter",
-         "Generation requests that ended, for any reason.", static_cast<double>(s.requests_finished));
+         "Generation requests that ended, for any reason.",
+         static_cast<double>(s.requests_finished));
   metric(out, "telos_requests_rejected_total", "counter", "Generation requests the engine refused.",
          static_cast<double>(s.requests_rejected));
   metric(out, "telos_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",

@@ -60,20 +60,24 @@ TEST(CompletionRequest, RefusalsNameTheField) {
     const char* message;
   };
   const Case cases[] = {
-      {R"({"prompt": "x", "temperature": -0.5})", 400, "temperature", "temperature: must be >= 0, got -0.5"},
+      {R"({"prompt": "x", "temperature": -0.5})", 400, "temperature",
+       "temperature: must be >= 0, got -0.5"},
       {R"({"prompt": "x", "temperature": "hot"})", 400, "temperature",
        "temperature: expected a number, got the string \"hot\""},
       {R"({"prompt": "x", "top_p": 0})", 400, "top_p", "top_p: must be in (0, 1], got 0"},
       {R"({"prompt": "x", "n": 0})", 400, "n", "n: must be in [1, 64], got 0"},
-      {R"({"prompt": "x", "max_tokens": 2.5})", 400, "max_tokens", "max_tokens: expected an integer, got the number 2.5"},
+      {R"({"prompt": "x", "max_tokens": 2.5})", 400, "max_tokens",
+       "max_tokens: expected an integer, got the number 2.5"},
       {R"({"prompt": "x", "max_tokens": 3, "min_tokens": 4})", 400, "min_tokens",
        "min_tokens: must not exceed max_tokens (3), got 4"},
       {R"({"prompt": [1, 100]})", 400, "prompt",
        "prompt: prompt[1] is the token id 100, outside the vocabulary of 100"},
       {R"({"prompt": []})", 400, "prompt", "prompt: must not be an empty array"},
       {R"({})", 400, "prompt", "prompt: is required"},
-      {R"({"prompt": "x", "stop": ["a", 3]})", 400, "stop", "stop: expected a string at stop[1], got the number 3"},
-      {R"({"prompt": "x", "logit_bias": {"1": 5}})", 400, "logit_bias", "logit_bias: is not supported by Telos"},
+      {R"({"prompt": "x", "stop": ["a", 3]})", 400, "stop",
+       "stop: expected a string at stop[1], got the number 3"},
+      {R"({"prompt": "x", "logit_bias": {"1": 5}})", 400, "logit_bias",
+       "logit_bias: is not supported by Telos"},
       {R"({"prompt": "x", "echo": true, "logprobs": 1})", 400, "echo", nullptr},
       {R"({"prompt": "x", "model": "other"})", 404, "model", nullptr},
   };
@@ -98,14 +102,16 @@ TEST(ChatRequest, FlattensTextPartsAndChecksRoles) {
   EXPECT_EQ(*r.sampling.max_tokens, 5);
   EXPECT_EQ(r.sampling.logprobs, 2);
   try {
-    parse_chat_request(json::parse(R"({"messages": [{"role": "robot", "content": "x"}]})"), "m", 100);
+    parse_chat_request(json::parse(R"({"messages": [{"role": "robot", "content": "x"}]})"), "m",
+                       100);
     FAIL();
   } catch (const ApiError& e) {
     EXPECT_EQ(e.param, "messages");
   }
   try {
-    parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})"),
-                       "m", 100);
+    parse_chat_request(
+        json::parse(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})"), "m",
+        100);
     FAIL();
   } catch (const ApiError& e) {
     EXPECT_EQ(e.param, "top_logprobs");

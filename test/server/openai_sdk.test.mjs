@@ -7,7 +7,7 @@ import { after, before, describe, test } from "node:test";
 
 import OpenAI from "openai";
 
-import { MODELS, TELOS_RUN, startServer } from "./server_harness.mjs";
+import { ENGINE, MODELS, TELOS_RUN, startServer } from "./server_harness.mjs";
 
 const API_KEY = "sk-telos-test";
 const model = "tiny-chat";
@@ -51,7 +51,7 @@ describe("with a tokenizer and chat template", () => {
       model, prompt: ids, max_tokens: 12, temperature: 0, ignore_eos: true, return_token_ids: true,
     });
     const generated = JSON.parse(
-      execFileSync(TELOS_RUN, ["generate", `${MODELS}/tiny-chat.telos`, "--engine", "cpu", "--json",
+      execFileSync(TELOS_RUN, ["generate", `${MODELS}/tiny-chat.telos`, "--engine", ENGINE, "--json",
         "--prompt-ids", ids.join(","), "--max-tokens", "12", "--temperature", "0", "--ignore-eos"],
       { encoding: "utf8" }));
     assert.deepEqual(out.choices[0].token_ids, generated.generated_ids);

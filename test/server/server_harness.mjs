@@ -5,6 +5,8 @@ import { spawn } from "node:child_process";
 
 export const TELOS_RUN = process.env.TELOS_RUN;
 export const MODELS = process.env.TELOS_TEST_MODELS;
+// cpu in CI; TELOS_TEST_ENGINE=gpu runs the same suites on the GPU engine.
+export const ENGINE = process.env.TELOS_TEST_ENGINE ?? "cpu";
 if (!TELOS_RUN || !MODELS) throw new Error("set TELOS_RUN and TELOS_TEST_MODELS (ctest does)");
 
 const live = new Set();
@@ -13,7 +15,7 @@ process.on("exit", () => {
 });
 
 export async function startServer(artifact, extraArgs = []) {
-  const proc = spawn(TELOS_RUN, ["serve", artifact, "--port", "0", "--engine", "cpu", ...extraArgs], {
+  const proc = spawn(TELOS_RUN, ["serve", artifact, "--port", "0", "--engine", ENGINE, ...extraArgs], {
     stdio: ["ignore", "inherit", "pipe"],
   });
   live.add(proc);
