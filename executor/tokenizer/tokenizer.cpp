@@ -127,6 +127,15 @@ bool valid_id(const json& id) {
          id.get<std::int64_t>() <= kMaxTokenId;
 }
 
+// SentencePiece's word marker, U+2581 LOWER ONE EIGHTH BLOCK.
+constexpr std::string_view kWordMarker = "\xE2\x96\x81";
+
+std::size_t leading_marker_run(std::string_view s) {
+  std::size_t at = 0;
+  while (s.compare(at, kWordMarker.size(), kWordMarker) == 0) at += kWordMarker.size();
+  return at;
+}
+
 std::uint64_t pair_key(TokenId left, TokenId right) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) |
          static_cast<std::uint32_t>(right);
@@ -159,6 +168,11 @@ struct Tokenizer::Impl {
   // are characters, unknown ones fall back to <0xXX> byte tokens or unk).
   bool byte_level = false;
   bool byte_fallback = false, fuse_unk = false;
+  // Character BPE: true when no token has "▁" after a non-"▁" character (SentencePiece trains
+  // with split_by_whitespace). No merge can then cross the start of a "▁" run, so text is cut
+  // there into words that are encoded and cached separately: the same ids, far less work on
+  // long prompts than one BPE over the whole text.
+  bool cut_at_word_marker = false;
   std::optional<TokenId> unk;
 
   // BPE model. Keys are the bytes a token stands for (byte-level; decoded once at load) or its
@@ -342,6 +356,7 @@ void Tokenizer::Impl::load_model(const json& doc, const Reader& r) {
   std::unordered_map<std::string, TokenId> by_spelling;
   by_spelling.reserve(vocab_json.size());
   vocab.reserve(vocab_json.size());
+  cut_at_word_marker = !byte_level;
   for (auto& [spelling, id_json] : vocab_json.items()) {
     if (!valid_id(id_json))
       r.bad("model.vocab[\"" + spelling + "\"]",
@@ -356,6 +371,8 @@ void Tokenizer::Impl::load_model(const json& doc, const Reader& r) {
     known[id] = 1;
     by_spelling.emplace(spelling, id);
     if (!byte_level) {
+      const std::size_t run = leading_marker_run(spelling);
+      if (spelling.find(kWordMarker, run) != std::string::npos) cut_at_word_marker = false;
       vocab.emplace(spelling, id);
       bytes_of[id] = decoded_spelling(spelling);
     } else if (auto bytes = alphabet.unspell(spelling)) {
@@ -708,6 +725,22 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<TokenId>& o
     if (prefix_space && piece[0] != ' ') {
       prefixed = " " + std::string(piece);
       piece = prefixed;
+    }
+    if (cut_at_word_marker) {
+      // Cut before each "▁" run that follows another character.
+      std::size_t start = 0, at = 0;
+      while ((at = piece.find(kWordMarker, at)) != std::string_view::npos) {
+        const bool after_marker =
+            at >= kWordMarker.size() &&
+            piece.compare(at - kWordMarker.size(), kWordMarker.size(), kWordMarker) == 0;
+        if (at > start && !after_marker) {
+          encode_word(piece.substr(start, at - start), out);
+          start = at;
+        }
+        at += kWordMarker.size();
+      }
+      encode_word(piece.substr(start), out);
+      continue;
     }
     if (!byte_level_regex) {
       encode_word(piece, out);

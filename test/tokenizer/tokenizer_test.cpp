@@ -332,6 +332,16 @@ TEST(Tokenizer, SentencePieceStyleCharactersAndByteFallback) {
   EXPECT_EQ(streamed + stream.finish(), "é b");
 }
 
+TEST(Tokenizer, SentencePieceStyleWithoutWordCuts) {
+  // A token with "▁" after a letter means merges may cross words: the text is then encoded
+  // whole, with the same result here.
+  json doc = sentencepiece_doc(true);
+  doc["model"]["vocab"]["b\u2581a"] = 300;
+  const Tokenizer t = Tokenizer::from_json(doc, "sp.json");
+  EXPECT_EQ(t.encode("ab a", false), (Ids{5, 4, 5}));
+  EXPECT_EQ(t.decode(t.encode("ab a é", false), false), "ab a é");
+}
+
 TEST(Tokenizer, SentencePieceStyleUnknownsFuse) {
   const Tokenizer t = Tokenizer::from_json(sentencepiece_doc(false), "sp.json");
   EXPECT_EQ(t.encode("aéé", false), (Ids{5, 0}));
