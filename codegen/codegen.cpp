@@ -23,7 +23,7 @@ nlohmann::ordered_json programs_json(const KernelPlan& plan) {
                      {"max_pages_per_seq", plan.max_pages_per_seq}};
   p["attention"] = {{"split", plan.attn_split}, {"num_splits", plan.attn_num_splits}};
   p["arena"] = nlohmann::ordered_json::array();
-  for (const auto& a : plan.arena) p["arena"].push_back({{"name", a.name}, {"bytes", a.bytes}});
+  for (const auto& a : plan.arena) p["arena"].push_back({{"buffer", a.name}, {"bytes", a.bytes}});
   p["buckets"] = nlohmann::ordered_json::array();
   for (const auto& b : plan.buckets) {
     nlohmann::ordered_json launches = nlohmann::ordered_json::array();

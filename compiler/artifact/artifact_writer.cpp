@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "compiler/artifact/compact_json.hpp"
+#include "codegen/codegen.hpp"
 #include "compiler/artifact/weight_table.hpp"
 #include "support/checksum.hpp"
 #include "support/dtype.hpp"
 #include "support/error.hpp"
+#include "support/mapped_file.hpp"
 
 namespace telos::compiler {
 namespace fs = std::filesystem;
@@ -337,6 +339,31 @@ std::uint64_t copy_file_hashed(const fs::path& from, const fs::path& to) {
   return out.digest();
 }
 
+// What codegen needs of the model and the serving config (codegen includes no compiler header).
+codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& serving) {
+  codegen::CodegenInput in;
+  in.vocab_size = static_cast<int>(spec.vocab_size);
+  in.hidden_size = static_cast<int>(spec.hidden_size);
+  in.intermediate_size = static_cast<int>(spec.intermediate_size);
+  in.num_layers = static_cast<int>(spec.num_layers);
+  in.num_heads = static_cast<int>(spec.num_heads);
+  in.num_kv_heads = static_cast<int>(spec.num_kv_heads);
+  in.head_dim = static_cast<int>(spec.head_dim);
+  in.rms_norm_eps = spec.rms_norm_eps;
+  in.rope = {spec.rope.type, spec.rope.theta, spec.rope.factor, spec.rope.low_freq_factor,
+             spec.rope.high_freq_factor, static_cast<int>(spec.rope.original_max_position_embeddings)};
+  in.tie_word_embeddings = spec.tie_word_embeddings;
+  in.qkv_bias = spec.qkv_bias;
+  in.qk_norm = spec.qk_norm;
+  in.max_batch = static_cast<int>(serving.max_batch);
+  in.max_seq_len = static_cast<int>(serving.max_seq_len);
+  in.kv_page_size = static_cast<int>(serving.kv_page_size);
+  for (auto b : serving.decode_buckets) in.decode_buckets.push_back(static_cast<int>(b));
+  for (auto b : serving.prefill_buckets) in.prefill_buckets.push_back(static_cast<int>(b));
+  in.targets = serving.targets;
+  return in;
+}
+
 }  // namespace
 
 void write_artifact(const std::string& destination, const ImportedModel& model,
@@ -362,6 +389,14 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
       files[name] = checksum_string(copy_file_hashed(from, staging.path() / name));
   }
 
+  // Kernels (docs/artifact.md, "Kernels"): compiled by codegen for every target, cached by content.
+  const codegen::GeneratedKernels kernels =
+      codegen::generate_kernels(codegen_input(model.spec, serving));
+  for (const std::string& rel : codegen::write_kernel_files(kernels, staging.path().string())) {
+    const MappedFile written((staging.path() / rel).string());
+    files[rel] = checksum_string(xxh64(written.data(), written.size()));
+  }
+
   nlohmann::ordered_json m;
   m["schema_version"] = kSchemaVersion;
   m["generator"] = kGenerator;
@@ -370,7 +405,8 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
   m["kv_cache"] = kv_cache_to_json(plan.kv);
   m["weights"] = weights;
   m["plan"] = plan_to_json(plan);
-  m["kernels"] = nlohmann::ordered_json::array();
+  m["kernels"] = kernels.kernels;
+  m["programs"] = kernels.programs;
   m["files"] = files;
   write_text_file(staging.path() / "manifest.json", compact_json(m));
 

@@ -38,6 +38,10 @@ std::string inline_form(const nlohmann::ordered_json& v) {
 }
 
 void print(const nlohmann::ordered_json& v, int indent, std::string& out) {
+  if (!v.is_structured()) {  // a scalar (a long string too) is printed as it is
+    out += v.dump();
+    return;
+  }
   const std::string single = is_flat(v) ? inline_form(v) : std::string();
   if (!single.empty() && (v.is_array() || single.size() + indent <= kInlineWidth || v.empty())) {
     out += single;

@@ -304,7 +304,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   s.kv = p;
   p += s.kv_bytes;
   for (const auto& buf : programs.at("arena")) {
-    s.arena[buf.at("name").get<std::string>()] = p;
+    s.arena[buf.at("buffer").get<std::string>()] = p;
     p += align_up(buf.at("bytes").get<std::int64_t>(), 256);
   }
   s.desc_dev = p;
