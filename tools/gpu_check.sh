@@ -10,7 +10,8 @@
 #
 #   tools/gpu_check.sh --prepare [BUILD_DIR]   on the build machine: builds the tests and telosc in
 #                                              BUILD_DIR (default build-cg), compiles the tiny
-#                                              models into .gpu-carry/artifacts, copies binaries
+#                                              models (with their kernels) into
+#                                              .gpu-carry/artifacts, copies binaries
 #   tools/gpu_check.sh                         on the GPU machine, from the repository root, with
 #                                              .gpu-carry carried along
 set -uo pipefail
@@ -20,13 +21,11 @@ CARRY=.gpu-carry
 if [ "${1:-}" = "--prepare" ]; then
   set -e
   BUILD=${2:-build-cg}
-  cmake --build "$BUILD" --target telosc telos-add-kernels gpu_kernels_test gpu_model_test \
-    telos-kernel-bench -j2
+  cmake --build "$BUILD" --target telosc gpu_kernels_test gpu_model_test telos-kernel-bench -j2
   rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/artifacts"
   for m in models/tiny-llama test/fixtures/tiny-qwen2 test/fixtures/tiny-qwen3; do
     name=$(basename "$m")
     "$BUILD/bin/telosc" compile "$m" -o "$CARRY/artifacts/$name.telos"
-    "$BUILD/bin/telos-add-kernels" "$CARRY/artifacts/$name.telos"
   done
   cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$BUILD/bin/telos-kernel-bench" "$CARRY/bin/"
   strip "$CARRY"/bin/*
