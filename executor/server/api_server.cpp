@@ -57,6 +57,13 @@ std::string token_text(const Tokenizer* tokenizer, std::int32_t id) {
   return out;
 }
 
+// Characters (code points) in UTF-8 text: what OpenAI's text_offset counts.
+std::size_t code_points(std::string_view text) {
+  return static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
+
 json token_bytes(const Tokenizer* tokenizer, std::int32_t id) {
   json bytes = json::array();
   if (tokenizer)
@@ -75,7 +82,7 @@ struct Choice {
   std::vector<std::int32_t> tokens;
   std::vector<SampledToken> sampled;  // with logprobs only
   std::string output;                 // non-streaming: the text so far
-  std::size_t text_offset = 0;        // completion logprobs: where the next token's text starts
+  std::size_t text_offset = 0;  // completion logprobs: the character where the next token starts
   std::optional<std::string> finish_reason;
   std::optional<ApiError> error;
   bool done = false;
@@ -223,7 +230,7 @@ void CompletionJob::submit() {
       Choice& c =
           choices.emplace_back(static_cast<int>(choices.size()), p,
                                ChoiceText(tokenizer, request.skip_special_tokens, request.stop));
-      c.text_offset = request.echo ? prompts[p].echo.size() : 0;
+      c.text_offset = request.echo ? code_points(prompts[p].echo) : 0;
       c.handle = std::move(handle);
     }
   }
@@ -306,7 +313,7 @@ json CompletionJob::logprobs(const std::vector<SampledToken>& sampled,
     for (const TokenLogprob& alt : t.top) top[token_text(tokenizer, alt.token)] = alt.logprob;
     top_logprobs.push_back(top);
     offsets.push_back(text_offset);
-    text_offset += text.size();
+    text_offset += code_points(text);
   }
   return {{"tokens", tokens},
           {"token_logprobs", token_logprobs},

@@ -72,6 +72,8 @@ test("64 streaming clients, some leaving early, leave every KV page free", async
   assert.ok(metric(text, "telos_generation_tokens_total") < full,
     `generated ${metric(text, "telos_generation_tokens_total")} tokens, as if nobody left`);
   assert.match(text, /^telos_time_to_first_token_seconds_count [1-9]/m);
+  assert.match(text, /^telos_time_per_output_token_seconds_bucket\{le="\+Inf"\} [1-9]/m);
+  assert.ok(metric(text, "telos_preemptions_total") >= 0);
 
   const after = await postJson(`${server.url}/v1/completions`, { prompt: [1, 2, 3], max_tokens: 4 });
   assert.equal(after.status, 200);
