@@ -14,6 +14,7 @@
 #include "compiler/artifact/artifact_inspector.hpp"
 #include "compiler/artifact/artifact_writer.hpp"
 #include "compiler/artifact/compact_json.hpp"
+#include "compiler/artifact/weight_table.hpp"
 #include "compiler/import/checkpoint.hpp"
 #include "compiler/ir/model_graph.hpp"
 #include "compiler/ir/verifier.hpp"
@@ -88,6 +89,8 @@ int run_compile(const CompileOptions& o) {
              : o.passes == "none" ? std::vector<Pass>{}
                                   : select_passes(o.passes),
              o.print_after_all ? &std::cerr : nullptr);
+  // The full pipeline must end at docs/artifact.md's weight table, with or without weights.
+  if (full_pipeline) check_weight_table(graph, model.spec);
   const Plan plan = make_plan(graph, model.spec, config);
 
   if (o.emit == "ir") {
@@ -98,9 +101,10 @@ int run_compile(const CompileOptions& o) {
     std::cout << compact_json(plan_to_json(plan));
     return 0;
   }
-  // Ctrl-C while packing stops the write cleanly, so no temporary directory is left behind.
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  // Ctrl-C while packing stops the write cleanly, so no temporary directory is left behind. A
+  // signal the caller chose to ignore (nohup, a background job) stays ignored.
+  for (int sig : {SIGINT, SIGTERM})
+    if (std::signal(sig, on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
   write_artifact(
       o.output, model, config, graph, plan,
       ArtifactOptions{.progress = ::isatty(STDERR_FILENO) == 1, .cancel = &g_interrupted});
