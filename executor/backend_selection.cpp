@@ -13,12 +13,26 @@ bool supported_arch(const std::string& arch) {
   return arch == "sm_90" || arch == "sm_100";
 }
 
-// The GPU engine executes the artifact's kernels; until codegen (issue 4) fills the kernel table
-// there is nothing for it to run.
-std::string gpu_engine_unavailable(const Artifact& artifact) {
-  return artifact.dir() + ": the GPU engine needs the artifact's kernels (issue 4) and " +
-         (artifact.has_kernels() ? std::string("is not part of this telos-run yet")
-                                 : std::string("manifest.json kernels is empty"));
+GpuBackendFactory& gpu_backend_factory() {
+  static GpuBackendFactory factory;
+  return factory;
+}
+
+// Why the GPU engine cannot run `artifact` on `gpu`, or empty when it can.
+std::string gpu_engine_unavailable(const Artifact& artifact, const GpuDevice& gpu) {
+  if (!supported_arch(gpu.arch))
+    return "GPU 0 (" + gpu.name + ", " + gpu.arch + ") is not a supported GPU (sm_90, sm_100)";
+  if (!artifact.has_kernels())
+    return artifact.dir() +
+           ": manifest.json kernels is empty: the GPU engine needs the kernels "
+           "codegen writes (issue 4)";
+  try {
+    artifact.check_target(gpu.arch);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  if (!gpu_backend_factory()) return "this telos-run was built without the GPU engine";
+  return "";
 }
 
 }  // namespace
@@ -41,27 +55,25 @@ std::optional<GpuDevice> detect_gpu(std::string* why_not) {
   return GpuDevice{0, prop.name, "sm_" + std::to_string(prop.major * 10 + prop.minor)};
 }
 
+void register_gpu_backend(GpuBackendFactory factory) {
+  gpu_backend_factory() = std::move(factory);
+}
+
 std::unique_ptr<ModelBackend> make_backend(std::shared_ptr<const Artifact> artifact,
                                            EngineChoice choice, std::ostream& log) {
   if (choice == EngineChoice::Cpu) return std::make_unique<CpuReferenceModel>(std::move(artifact));
 
   std::string why_not;
   std::optional<GpuDevice> gpu = detect_gpu(&why_not);
-  if (choice == EngineChoice::Gpu) {
-    if (!gpu) fail("--engine gpu: " + why_not);
-    artifact->check_target(gpu->arch);
-    fail(gpu_engine_unavailable(*artifact) + "; use --engine cpu");
+  if (gpu) why_not = gpu_engine_unavailable(*artifact, *gpu);
+  if (why_not.empty()) {
+    if (choice == EngineChoice::Auto)
+      log << "telos-run: using the GPU engine on GPU 0 (" << gpu->name << ", " << gpu->arch
+          << ")\n";
+    return gpu_backend_factory()(std::move(artifact), *gpu);
   }
-
-  if (!gpu) {
-    log << "telos-run: " << why_not << "; using the CPU reference engine\n";
-  } else if (!supported_arch(gpu->arch)) {
-    log << "telos-run: GPU 0 (" << gpu->name << ", " << gpu->arch
-        << ") is not a supported GPU (sm_90, sm_100); using the CPU reference engine\n";
-  } else {
-    log << "telos-run: GPU 0 (" << gpu->name << ") found, but " << gpu_engine_unavailable(*artifact)
-        << "; using the CPU reference engine instead\n";
-  }
+  if (choice == EngineChoice::Gpu) fail("--engine gpu: " + why_not + "; use --engine cpu");
+  log << "telos-run: " << why_not << "; using the CPU reference engine\n";
   return std::make_unique<CpuReferenceModel>(std::move(artifact));
 }
 

@@ -2,6 +2,7 @@
 // Which engine runs an artifact: the GPU engine when a supported GPU is present and the artifact
 // has kernels for it, the CPU reference engine otherwise. Shared by every telos-run subcommand
 // (generate, serve, bench) so that they choose, and explain their choice, the same way.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -24,9 +25,16 @@ struct GpuDevice {
 // the CUDA runtime so that a machine without a GPU or driver answers instead of failing.
 std::optional<GpuDevice> detect_gpu(std::string* why_not);
 
-// Builds the backend for `choice`. Auto says on `log` which engine it picked and why. Throws
-// telos::Error when --engine gpu cannot be honoured (no GPU, the artifact targets another
-// architecture, or no GPU engine for this artifact yet).
+// The GPU engine lives in its own library (executor/gpu/, which links this one), so a program
+// that links it hands its constructor in here at start-up; make_backend then uses it.
+using GpuBackendFactory = std::function<std::unique_ptr<ModelBackend>(
+    std::shared_ptr<const Artifact> artifact, const GpuDevice& device)>;
+void register_gpu_backend(GpuBackendFactory factory);
+
+// Builds the backend for `choice`. Auto takes the GPU engine when GPU 0 is supported, the
+// artifact has kernels for it and a GPU engine is registered, else the CPU reference engine, and
+// says on `log` which it took and why. Throws telos::Error when --engine gpu cannot be honoured
+// (no GPU, the artifact targets another architecture, no kernels, no GPU engine in this build).
 std::unique_ptr<ModelBackend> make_backend(std::shared_ptr<const Artifact> artifact,
                                            EngineChoice choice, std::ostream& log);
 

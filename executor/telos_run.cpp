@@ -7,9 +7,19 @@
 #ifdef TELOS_RUN_HAS_SERVE
 #include "executor/server/serve_command.hpp"
 #endif
+#ifdef TELOS_RUN_HAS_GPU_ENGINE
+#include "executor/gpu/gpu_step_executor.hpp"
+#endif
 
 int main(int argc, char** argv) {
   using namespace telos::exec;
+#ifdef TELOS_RUN_HAS_GPU_ENGINE
+  register_gpu_backend([](std::shared_ptr<const Artifact> artifact, const GpuDevice& device) {
+    GpuExecutorOptions options;
+    options.device = device.index;
+    return std::make_unique<GpuStepExecutor>(std::move(artifact), options);
+  });
+#endif
   CLI::App app{"telos-run: run a compiled Telos artifact", "telos-run"};
   app.footer(kExitCodes);
   app.require_subcommand(1);
