@@ -382,7 +382,7 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
   weights.erase("checksum");
   files["ir.txt"] =
       checksum_string(write_text_file(staging.path() / "ir.txt", ir::print_graph(graph)));
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
     const fs::path from = fs::path(model.checkpoint_dir) / name;
     std::error_code ec;
     if (fs::is_regular_file(from, ec))

@@ -29,15 +29,6 @@ struct ServeOptions {
   EngineChoice engine = EngineChoice::Auto;
 };
 
-// A chat template exists when tokenizer_config.json names one; a config without one is not an
-// error (base models have none), a broken one is.
-bool has_chat_template(const fs::path& config) {
-  std::ifstream in(config);
-  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
-  if (doc.is_discarded()) fail(config.string() + ": not valid JSON");
-  return doc.is_object() && doc.contains("chat_template") && !doc["chat_template"].is_null();
-}
-
 int run_serve(const ServeOptions& o) {
   // One thread takes SIGINT and SIGTERM (sigwait) and shuts the server down. They are blocked
   // here, before any other thread starts, so that every thread inherits the mask.
@@ -55,9 +46,9 @@ int run_serve(const ServeOptions& o) {
   std::optional<ChatTemplate> chat_template;
   if (fs::is_regular_file(dir / "tokenizer.json")) {
     tokenizer = Tokenizer::from_file((dir / "tokenizer.json").string());
-    const fs::path config = dir / "tokenizer_config.json";
-    if (fs::is_regular_file(config) && has_chat_template(config))
-      chat_template = ChatTemplate::from_tokenizer_config(config.string());
+    // Base models have no chat template (absent is not an error; a broken one is). It may sit in
+    // tokenizer_config.json or, in newer checkpoints, in chat_template.jinja beside it.
+    chat_template = ChatTemplate::load_if_present((dir / "tokenizer_config.json").string());
   }
 
   std::unique_ptr<Engine> engine =
