@@ -16,6 +16,7 @@
 #include "compiler/artifact/compact_json.hpp"
 #include "compiler/artifact/weight_table.hpp"
 #include "compiler/import/checkpoint.hpp"
+#include "compiler/import/json_fields.hpp"
 #include "compiler/ir/model_graph.hpp"
 #include "compiler/ir/verifier.hpp"
 #include "compiler/passes/pass_manager.hpp"
@@ -49,16 +50,6 @@ struct CompileOptions {
 volatile std::sig_atomic_t g_interrupted = 0;
 void on_signal(int) {
   g_interrupted = 1;
-}
-
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail(path + ": cannot open");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(path + ": malformed JSON: " + e.what());
-  }
 }
 
 int run_compile(const CompileOptions& o) {
