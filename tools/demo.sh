@@ -8,5 +8,8 @@ build=${TELOS_BUILD:-build}
 out="$build/tiny-llama.telos"
 "$build/bin/telosc" compile models/tiny-llama/model.json -o "$out"
 "$build/bin/telosc" inspect "$out"
-# The prompt of the first golden case; the engine is chosen by telos-run (GPU if present).
-"$build/bin/telos-run" generate "$out" --prompt-ids 1,17,42,99,256,7 --max-tokens 32 "$@"
+# The prompt of the first golden case, greedy: the ids printed are those of
+# models/tiny-llama/golden.json (cases[0].greedy_ids), which transformers produced. The engine is
+# chosen by telos-run (GPU if present, else the CPU reference engine, said on stderr).
+"$build/bin/telos-run" generate "$out" --prompt-ids 1,17,42,99,256,7 --max-tokens 32 \
+  --temperature 0 --ignore-eos "$@"
