@@ -83,11 +83,29 @@ describe("refusals", () => {
     assert.ok(truncated === "" || /^HTTP\/1\.1 4/.test(truncated), truncated);
     assert.equal((await fetch(`${server.url}/health`)).status, 200);
   });
+});
+
+// Requests that must still be running when the test probes generate up to 30000 tokens on
+// tiny-long (max_seq_len 32768) and their clients stop reading after the first event: the slot is
+// held while the engine generates and then while the unread stream fills the socket, long after
+// the probe however fast the engine is (the GPU engine finishes tiny-chat's 256 tokens in
+// milliseconds).
+const LONG = { prompt: [1, 2, 3], max_tokens: 30000, ignore_eos: true };
+
+describe("concurrency limit", () => {
+  let server, completions;
+  before(async () => {
+    server = await startServer(`${MODELS}/tiny-long.telos`, ["--api-key", KEY, "--max-concurrent-requests", "2"]);
+    completions = `${server.url}/v1/completions`;
+  });
+  after(async () => {
+    const { code } = await server.stop();
+    assert.equal(code, 0);
+  });
 
   test("more concurrent requests than allowed are 429", async () => {
-    const body = { prompt: [1, 2, 3], max_tokens: 200, ignore_eos: true };
-    const a = await openStream(completions, body, auth);
-    const b = await openStream(completions, body, auth);
+    const a = await openStream(completions, LONG, auth);
+    const b = await openStream(completions, LONG, auth);
     assert.equal(a.status, 200);
     assert.equal(b.status, 200);
     await a.next();
@@ -111,10 +129,9 @@ describe("refusals", () => {
 
 describe("graceful shutdown", () => {
   test("SIGTERM during a stream ends it and exits 0", async () => {
-    const server = await startServer(`${MODELS}/tiny-chat.telos`);
+    const server = await startServer(`${MODELS}/tiny-long.telos`);
     try {
-      const stream = await openStream(`${server.url}/v1/completions`,
-        { prompt: [1, 2, 3], max_tokens: 250, ignore_eos: true });
+      const stream = await openStream(`${server.url}/v1/completions`, LONG);
       assert.equal(stream.status, 200);
       await stream.next();
       server.proc.kill("SIGTERM");

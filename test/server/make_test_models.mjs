@@ -3,6 +3,9 @@
 //                         bytes, 253 merges, <|endoftext|> <|im_start|> <|im_end|>) and a ChatML
 //                         chat template; EOS is <|endoftext|> and <|im_end|>
 //   OUT/tiny-ids.telos    the fixture as it is: no tokenizer, token-id prompts only
+//   OUT/tiny-long.telos   tiny-chat with max_seq_len 32768: a request that generates for a
+//                         long time holds its concurrency slot however fast the engine is (the
+//                         tests that need requests still running when they probe use it)
 // The tokenizer files sit beside config.json in a copy of the checkpoint, so telosc copies them
 // into the artifact the way it does for real checkpoints.
 //
@@ -94,9 +97,17 @@ fs.copyFileSync(path.join(fixture, "model.safetensors"), path.join(chatCheckpoin
 fs.writeFileSync(path.join(chatCheckpoint, "tokenizer.json"), JSON.stringify(tokenizer));
 fs.writeFileSync(path.join(chatCheckpoint, "tokenizer_config.json"), JSON.stringify(tokenizerConfig, null, 2));
 
-for (const [checkpoint, name] of [[chatCheckpoint, "tiny-chat"], [fixture, "tiny-ids"]]) {
-  execFileSync(telosc, ["compile", checkpoint, "--serving", serving, "-o", path.join(outDir, `${name}.telos`)], {
+const longCheckpoint = path.join(outDir, "tiny-long");
+fs.cpSync(chatCheckpoint, longCheckpoint, { recursive: true });
+fs.writeFileSync(path.join(longCheckpoint, "config.json"),
+  JSON.stringify({ ...config, max_position_embeddings: 32768 }, null, 2));
+const longServing = path.join(outDir, "serving-long.json");
+fs.writeFileSync(longServing, JSON.stringify({ max_batch: 4, max_seq_len: 32768, kv_pool: { pages: 4200 } }));
+
+for (const [checkpoint, name, servingFile] of [[chatCheckpoint, "tiny-chat", serving], [fixture, "tiny-ids", serving],
+  [longCheckpoint, "tiny-long", longServing]]) {
+  execFileSync(telosc, ["compile", checkpoint, "--serving", servingFile, "-o", path.join(outDir, `${name}.telos`)], {
     stdio: "inherit",
   });
 }
-console.log(`wrote ${outDir}/tiny-chat.telos and ${outDir}/tiny-ids.telos`);
+console.log(`wrote ${outDir}/tiny-chat.telos, tiny-ids.telos and tiny-long.telos`);
