@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The server's client suites (test/server/*.test.mjs: openai SDK, load, malformed HTTP) against
+# telos-run's GPU engine, on the GPU machine, which has neither node nor telos-run's shared
+# libraries: both travel xz-compressed in a carry folder.
+#
+#   tools/gpu_clients_check.sh --prepare [BUILD_DIR]   here: fills .gpu-carry2/ (node, libs,
+#                                                      node_modules, test artifacts with kernels,
+#                                                      stripped telos-run and telosc) from BUILD_DIR
+#                                                      (default build-cg), ~45 MB
+#   tools/gpu_clients_check.sh [OUT_DIR]               on the GPU machine, from the repository root,
+#                                                      with .gpu-carry2 carried; a line per suite
+set -uo pipefail
+cd "$(dirname "$0")/.."
+C=.gpu-carry2
+
+if [ "${1:-}" = "--prepare" ]; then
+  set -e
+  BUILD=${2:-build-cg}
+  cmake --build "$BUILD" --target telosc telos-run -j2
+  rm -rf "$C" && mkdir -p "$C/lib"
+  node test/server/make_test_models.mjs "$C/models" "$BUILD/bin/telosc" .
+  cp "$BUILD/bin/telos-run" "$BUILD/bin/telosc" "$C/" && strip "$C/telos-run" "$C/telosc"
+  for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu|httplib|brotli/ {print $3}'); do cp -L "$l" "$C/lib/"; done
+  tar cJf "$C/lib.tar.xz" -C "$C" lib && rm -rf "$C/lib"
+  xz -9 -c "$(command -v node)" > "$C/node.xz"
+  tar cJf "$C/node_modules.tar.xz" -C test/server node_modules
+  du -sh "$C"
+  exit 0
+fi
+
+OUT=${1:-/tmp/telos-clients-check}
+mkdir -p "$OUT" /tmp/telos-clients
+python3 - <<'PY'
+import lzma, os, shutil, tarfile
+with lzma.open(".gpu-carry2/node.xz") as f, open("/tmp/telos-clients/node", "wb") as o:
+    shutil.copyfileobj(f, o)
+os.chmod("/tmp/telos-clients/node", 0o755)
+tarfile.open(".gpu-carry2/lib.tar.xz").extractall("/tmp/telos-clients")
+tarfile.open(".gpu-carry2/node_modules.tar.xz").extractall("test/server")
+PY
+export LD_LIBRARY_PATH=/tmp/telos-clients/lib:${LD_LIBRARY_PATH:-}
+export TELOS_RUN=$PWD/$C/telos-run TELOS_TEST_MODELS=$PWD/$C/models TELOS_TEST_ENGINE=gpu
+status=0
+for s in openai_sdk load http_errors; do
+  t0=$SECONDS
+  timeout 200 /tmp/telos-clients/node --test "test/server/$s.test.mjs" >"$OUT/server-$s.log" 2>&1 || status=1
+  echo "server $s | $((SECONDS - t0)) s | $(grep -E '^# (pass|fail) ' "$OUT/server-$s.log" | tr '\n' ' ')"
+done
+exit $status
