@@ -117,6 +117,15 @@ def check_model(name, args):
     sequence = torch.randint(0, vocab, (POSITIONS,), generator=g).tolist()
     prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in (8, 1, 33, 100)]
     ref_logits, ref_greedy = reference(model, sequence, prompts)
+    # Yardstick: what bf16 inference costs on this model, transformers itself in bf16.
+    with torch.no_grad():
+        bf16 = model.to(torch.bfloat16)(torch.tensor([sequence], device="cuda")).logits[0].float().cpu()
+        model.to(torch.float32)
+    yard = sorted(float((bf16[p] - ref_logits[p]).norm() / ref_logits[p].norm()) for p in range(POSITIONS))
+    row["hf_bf16_rel_l2_median"] = yard[len(yard) // 2]
+    row["hf_bf16_rel_l2_max"] = yard[-1]
+    row["hf_bf16_argmax_agreement"] = sum(
+        int(bf16[p].argmax()) == int(ref_logits[p].argmax()) for p in range(POSITIONS)) / POSITIONS
 
     # Teacher-forced: request p is the sequence's first p + 1 tokens; its prompt logits are the
     # logits at position p.
@@ -131,7 +140,8 @@ def check_model(name, args):
         want = ref_logits[p]
         errs.append(float((got - want).norm() / want.norm()))
         agree += int(got.argmax()) == int(want.argmax())
-    errs.sort()
+    row["logits_rel_l2_by_position"] = [round(e, 5) for e in errs]
+    errs = sorted(errs)
     row["logits_rel_l2_median"] = errs[len(errs) // 2]
     row["logits_rel_l2_max"] = errs[-1]
     row["argmax_agreement"] = agree / POSITIONS
@@ -185,15 +195,17 @@ def main():
         json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
                    "gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
     print()
-    print("model | pass | logits rel L2 median/max | argmax | greedy identical prefix (of 32) | "
-          "batch64 vs alone | compile s")
+    print("model | pass | logits rel L2 median/max | argmax | transformers bf16: rel L2 median/max, "
+          "argmax | greedy identical prefix (of 32) | batch64 vs alone | compile s")
     for r in rows:
         if "error" in r:
             print(f"{r['model']} | ERROR | {r['error'][:300]}")
             continue
         pref = ",".join(str(x["identical_prefix"]) for x in r["greedy"])
         print(f"{r['model']} | {'pass' if r['pass'] else 'FAIL'} | {r['logits_rel_l2_median']:.2e}/"
-              f"{r['logits_rel_l2_max']:.2e} | {r['argmax_agreement']:.3f} | {pref} | "
+              f"{r['logits_rel_l2_max']:.2e} | {r['argmax_agreement']:.3f} | "
+              f"{r['hf_bf16_rel_l2_median']:.2e}/{r['hf_bf16_rel_l2_max']:.2e}, "
+              f"{r['hf_bf16_argmax_agreement']:.3f} | {pref} | "
               f"{r['batch64_alone_identical']} | {r['compile_s']}")
     sys.exit(0 if all(r["pass"] for r in rows) else 1)
 
