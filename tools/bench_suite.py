@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""The benchmark suite of issue 7: Telos beside its peers and ceilings, measured in one run.
+
+For each named config of test/telosc/Inputs/configs/ (real shapes, random bf16 weights made by
+transformers at run time):
+  - `telosc compile` time, cold cache and warm (weights packing included: the artifact is written
+    both times), and the weight bytes;
+  - `telos-run bench --json`: decode latency at batch 1 (32-token prompt, 256 generated), host
+    time per step and GPU idle gap, load time and load to first token; with --throughput also
+    batches 8/64/256 with 512-token prompts and 128 outputs, a mixed-length run, and time to
+    first token for 512/2048/8192-token prompts;
+  - the peer: transformers eager in bf16 on the same weights, batch 1, 256 greedy steps after a
+    32-token prompt, CUDA events around the decode steps;
+  - the ceiling: device-to-device copy bandwidth (read + write bytes / time, median of 20),
+    and the floor it gives: weight bytes / bandwidth per decoded token at batch 1.
+
+    python3 tools/bench_suite.py --telosc BIN --telos-run BIN --work DIR --out DIR
+                                 [--models Llama-3.2-1B,Llama-3.1-8B] [--throughput]
+
+Writes OUT/benchmarks.md (the tables, hardware, versions, commands, date), OUT/bench.json (every
+figure) and OUT/decode_latency.png (ms/token: Telos, transformers, the floor).
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import transformers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_check import make_checkpoint  # noqa: E402
+
+TARGET_MS = {"Llama-3.2-1B": 0.68, "Llama-3.1-8B": 4.1}
+SERVING = {"max_batch": 256, "max_seq_len": 8448, "kv_page_size": 16, "prefill_chunk": 512}
+
+
+def median_ms(fn, reps=20, warm=3):
+    for _ in range(warm):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def copy_bandwidth():
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src))
+    del src, dst
+    return 2 * n / (ms * 1e-3)
+
+
+@torch.no_grad()
+def transformers_decode_ms(model, vocab, steps=256, prompt_len=32):
+    model.to(torch.bfloat16)
+    g = torch.Generator().manual_seed(7)
+    prompt = torch.randint(0, vocab, (1, prompt_len), generator=g).cuda()
+    out = model(prompt, use_cache=True)
+    past, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+    for _ in range(3):  # warm-up steps
+        out = model(tok, past_key_values=past, use_cache=True)
+        past, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(steps):
+        out = model(tok, past_key_values=past, use_cache=True)
+        past, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / steps
+
+
+def telosc_time(telosc, ckpt, serving, out, cache):
+    env = dict(os.environ, TELOS_CACHE_DIR=cache)
+    t0 = time.time()
+    res = subprocess.run([telosc, "compile", ckpt, "--serving", serving, "-o", out],
+                         capture_output=True, text=True, env=env)
+    if res.returncode != 0:
+        raise RuntimeError(f"telosc failed: {res.stderr[-2000:]}")
+    return time.time() - t0
+
+
+def telos_bench(telos_run, artifact, args):
+    res = subprocess.run([telos_run, "bench", artifact, "--json"] + args, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"telos-run bench {' '.join(args)} failed: {res.stderr[-2000:]}")
+    return json.loads(res.stdout), res.stderr
+
+
+def bench_model(name, args, bandwidth):
+    row = {"model": name}
+    work = os.path.join(args.work, name)
+    ckpt = os.path.join(work, "checkpoint")
+    os.makedirs(ckpt, exist_ok=True)
+    model, config = make_checkpoint(name, ckpt, None, 0)
+    weight_bytes = sum(p.numel() * 2 for p in model.parameters())
+    row["weight_bytes"] = weight_bytes
+    row["floor_ms_per_token"] = weight_bytes / bandwidth * 1e3
+    row["transformers_ms_per_token"] = transformers_decode_ms(model, config.vocab_size)
+    del model
+    torch.cuda.empty_cache()
+
+    serving = os.path.join(work, "serving.json")
+    with open(serving, "w") as f:
+        json.dump(SERVING, f)
+    cache = os.path.join(work, "kernel-cache")
+    artifact = os.path.join(work, "model.telos")
+    row["compile_cold_s"] = telosc_time(args.telosc, ckpt, serving, artifact, cache)
+    row["compile_warm_s"] = telosc_time(args.telosc, ckpt, serving, artifact, cache)
+    subprocess.run(["rm", "-rf", ckpt])
+
+    decode, stderr = telos_bench(args.telos_run, artifact, ["--batch", "1", "--prompt-len", "32", "--gen", "256"])
+    row["engine_log"] = [l for l in stderr.splitlines() if l.strip()][:20]
+    row["telos"] = {"decode": decode}
+    run = decode["runs"][0]
+    row["telos_ms_per_token"] = run["ms_per_token"]
+    row["load_s"] = decode["load_s"]
+    row["load_to_first_token_s"] = decode["load_to_first_token_s"]
+    b64, _ = telos_bench(args.telos_run, artifact, ["--batch", "64", "--prompt-len", "32", "--gen", "64"])
+    row["telos"]["batch64"] = b64
+    if args.throughput:
+        thr, _ = telos_bench(args.telos_run, artifact, ["--batch", "8,64,256", "--prompt-len", "512",
+                                                        "--gen", "128", "--mixed", "128",
+                                                        "--ttft", "512,2048,8192"])
+        row["telos"]["throughput"] = thr
+    return row
+
+
+def fmt(v, digits=3):
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def write_report(rows, meta, out):
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `tools/bench_suite.py` on {meta['date']}. Hardware: {meta['gpu']}, "
+        f"driver {meta['driver']}, CUDA {meta['cuda']}; torch {meta['torch']}, transformers "
+        f"{meta['transformers']}. Command (on the GPU machine): `{meta['command']}`. Copy "
+        f"bandwidth measured in the same run: {meta['bandwidth'] / 1e9:.0f} GB/s (read + write "
+        "bytes over time, 1 GiB device-to-device, median of 20). Models: real configs with "
+        "random bf16 weights.",
+        "",
+        "## Decode latency, batch 1 (32-token prompt, 256 generated)",
+        "",
+        "| model | Telos ms/token | target | floor ms/token (weights / copy BW) | Telos % of floor "
+        "| transformers eager bf16 ms/token | host µs/step | GPU idle µs between steps |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | error: {r['error'][:200]} | | | | | | |")
+            continue
+        run = r["telos"]["decode"]["runs"][0]
+        t = r["telos_ms_per_token"]
+        lines.append(
+            f"| {r['model']} | {fmt(t)} | ≤ {TARGET_MS.get(r['model'], float('nan'))} | "
+            f"{fmt(r['floor_ms_per_token'])} | {fmt(100 * r['floor_ms_per_token'] / t if t else None, 0)}% | "
+            f"{fmt(r['transformers_ms_per_token'])} | {fmt(run.get('host_us_per_step'), 1)} | "
+            f"{fmt(run.get('gpu_idle_gap_us'), 1)} |")
+    lines += ["", "## Batch 64 decode, load and compile", "",
+              "| model | batch 64 ms/step | batch 64 tok/s | host µs/step | GPU idle µs | load s | "
+              "load to first token s | telosc cold s | telosc warm s |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if "error" in r:
+            continue
+        run = r["telos"]["batch64"]["runs"][0]
+        lines.append(
+            f"| {r['model']} | {fmt(run['ms_per_token'])} | {fmt(run['output_tokens_per_s'], 0)} | "
+            f"{fmt(run.get('host_us_per_step'), 1)} | {fmt(run.get('gpu_idle_gap_us'), 1)} | "
+            f"{fmt(r['load_s'], 2)} | {fmt(r['load_to_first_token_s'], 2)} | "
+            f"{fmt(r['compile_cold_s'], 1)} | {fmt(r['compile_warm_s'], 1)} |")
+    thr_rows = [r for r in rows if "throughput" in r.get("telos", {})]
+    if thr_rows:
+        lines += ["", "## Throughput (512-token prompts, 128 outputs) and time to first token", "",
+                  "| model | batch | output tok/s | total s | ms/step (decode) |", "| --- | --- | --- | --- | --- |"]
+        for r in thr_rows:
+            for run in r["telos"]["throughput"]["runs"]:
+                lines.append(f"| {r['model']} | {run['batch']} | {fmt(run['output_tokens_per_s'], 0)} | "
+                             f"{fmt(run['total_s'], 2)} | {fmt(run['ms_per_token'])} |")
+        for r in thr_rows:
+            t = r["telos"]["throughput"]
+            if t.get("mixed"):
+                m = t["mixed"]
+                lines.append(f"\n{r['model']} mixed run: {m['requests']} requests, "
+                             f"{fmt(m['output_tokens_per_s'], 0)} output tok/s, TTFT mean "
+                             f"{fmt(m['mean_ttft_s'] * 1e3, 1)} ms.")
+            for x in t.get("ttft", []):
+                lines.append(f"- {r['model']} TTFT, {x['prompt_len']}-token prompt: {fmt(x['ttft_s'] * 1e3, 1)} ms")
+    lines += ["", "![ms/token at batch 1](decode_latency.png)", ""]
+    with open(os.path.join(out, "benchmarks.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
+def plot(rows, out):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ok = [r for r in rows if "error" not in r]
+    if not ok:
+        return
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    x = range(len(ok))
+    w = 0.27
+    ax.bar([i - w for i in x], [r["floor_ms_per_token"] for r in ok], w, label="floor (weights / copy BW)")
+    ax.bar(list(x), [r["telos_ms_per_token"] or 0 for r in ok], w, label="Telos")
+    ax.bar([i + w for i in x], [r["transformers_ms_per_token"] for r in ok], w, label="transformers eager bf16")
+    ax.set_xticks(list(x), [r["model"] for r in ok])
+    ax.set_ylabel("ms / token, batch 1")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "decode_latency.png"), dpi=120)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--telosc", required=True)
+    ap.add_argument("--telos-run", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--models", default="Llama-3.2-1B,Llama-3.1-8B")
+    ap.add_argument("--throughput", action="store_true")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    bandwidth = copy_bandwidth()
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip().split(", ")
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "gpu": smi[0], "driver": smi[1] if len(smi) > 1 else "?", "cuda": torch.version.cuda,
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "bandwidth": bandwidth, "command": "python3 " + " ".join(
+                [os.path.relpath(sys.argv[0])] + [a if not a.startswith("/") else os.path.basename(a)
+                                                  for a in sys.argv[1:]])}
+    rows = []
+    for name in args.models.split(","):
+        try:
+            rows.append(bench_model(name, args, bandwidth))
+        except Exception as e:
+            rows.append({"model": name, "error": str(e)[-1500:]})
+        print(json.dumps({k: v for k, v in rows[-1].items() if k != "telos"}), flush=True)
+    with open(os.path.join(args.out, "bench.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    write_report(rows, meta, args.out)
+    plot(rows, args.out)
+    print(open(os.path.join(args.out, "benchmarks.md")).read())
+
+
+if __name__ == "__main__":
+    main()
