@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "codegen/codegen.hpp"
 #include "compiler/artifact/artifact_inspector.hpp"
 #include "compiler/artifact/artifact_writer.hpp"
 #include "compiler/artifact/compact_json.hpp"
@@ -56,7 +57,7 @@ int run_compile(const CompileOptions& o) {
   if (o.no_weights && o.emit.empty())
     throw UsageError("--no-weights needs --emit (an artifact always carries its weights)");
   if (o.emit.empty() && o.output.empty())
-    throw UsageError("compile needs -o OUT.telos (or --emit=ir|plan to print a stage)");
+    throw UsageError("compile needs -o OUT.telos (or --emit=ir|plan|kernels to print a stage)");
 
   ImportedModel model = import_model(o.model, ImportOptions{.weights = !o.no_weights});
 
@@ -92,6 +93,21 @@ int run_compile(const CompileOptions& o) {
     std::cout << compact_json(plan_to_json(plan));
     return 0;
   }
+  if (o.emit == "kernels") {
+    // Codegen alone, as it runs inside `compile` (same cache), without weights: what the
+    // compile-time target measures. Prints the manifest's kernel table and, per target, whether
+    // it came from the cache.
+    const codegen::GeneratedKernels kernels = codegen::generate_kernels(codegen_input(model.spec, config));
+    nlohmann::ordered_json out;
+    for (const codegen::TargetKernels& t : kernels.targets)
+      out["targets"].push_back({{"arch", t.arch},
+                                {"from_cache", t.from_cache},
+                                {"ptx_bytes", t.ptx.size()},
+                                {"cubin_bytes", t.cubin.size()}});
+    out["kernels"] = kernels.kernels;
+    std::cout << compact_json(out);
+    return 0;
+  }
   // Ctrl-C while packing stops the write cleanly, so no temporary directory is left behind. A
   // signal the caller chose to ignore (nohup, a background job) stays ignored.
   for (int sig : {SIGINT, SIGTERM})
@@ -121,7 +137,7 @@ int main(int argc, char** argv) {
   compile->add_option("--target", co.targets,
                       "GPU architectures, comma-separated (sm_90a,sm_100a)");
   compile->add_option("--emit", co.emit, "Print a stage to stdout instead of writing an artifact")
-      ->check(CLI::IsMember({"ir", "plan"}));
+      ->check(CLI::IsMember({"ir", "plan", "kernels"}));
   compile->add_option(
       "--passes", co.passes,
       "Run only these passes, comma-separated, or none (with --emit; for testing one pass)");

@@ -339,7 +339,8 @@ std::uint64_t copy_file_hashed(const fs::path& from, const fs::path& to) {
   return out.digest();
 }
 
-// What codegen needs of the model and the serving config (codegen includes no compiler header).
+}  // namespace
+
 codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& serving) {
   codegen::CodegenInput in;
   in.vocab_size = static_cast<int>(spec.vocab_size);
@@ -363,8 +364,6 @@ codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& 
   in.targets = serving.targets;
   return in;
 }
-
-}  // namespace
 
 void write_artifact(const std::string& destination, const ImportedModel& model,
                     const ServingConfig& serving, const ir::Graph& graph, const Plan& plan,

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <string>
 
+#include "codegen/codegen_input.hpp"
 #include "compiler/import/checkpoint.hpp"
 #include "compiler/ir/graph.hpp"
 #include "compiler/plan/bucket_plan.hpp"
@@ -26,6 +27,9 @@ struct ArtifactOptions {
   // Polled while packing: when it becomes non-zero the write stops with an error (and cleans up).
   const volatile std::sig_atomic_t* cancel = nullptr;
 };
+
+// What codegen needs of the model and the serving config (codegen includes no compiler header).
+codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& serving);
 
 // `graph` must be the fully fused IR (its parameters equal docs/artifact.md's weight table).
 void write_artifact(const std::string& destination, const ImportedModel& model,
