@@ -385,6 +385,10 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {
       fail(weights_path.string() + ": tensor " + wt.name + " (offset " + std::to_string(offset) +
            ", " + std::to_string(bytes) + " bytes): checksum " + got + " does not match " +
            manifest_path + " " + named + ".checksum " + want);
+    // Reading for the checksum made the pages resident; drop them so that verifying a large
+    // model does not hold all of it in this process's memory (an engine faults back in what it
+    // reads, from the page cache).
+    a->weights_.release(static_cast<std::size_t>(offset), wt.bytes);
     a->tensors_.push_back(std::move(wt));
   }
 
@@ -429,6 +433,11 @@ void Artifact::check_target(const std::string& arch) const {
   for (const std::string& t : serving_.targets) list += (list.empty() ? "" : ", ") + t;
   fail(dir_ + "/manifest.json: serving.targets is [" + list + "], but this device is " + arch +
        " (compile the artifact with --target " + arch + ")");
+}
+
+void Artifact::release_weight_pages(const WeightTensor& tensor, std::size_t offset,
+                                    std::size_t length) const {
+  weights_.release(static_cast<std::size_t>(tensor.data - weights_.data()) + offset, length);
 }
 
 }  // namespace telos::exec

@@ -98,6 +98,13 @@ class Artifact {
   // nothing else.
   void check_target(const std::string& arch) const;
 
+  // Drops the mapped weights.bin pages holding bytes [offset, offset + length) of `tensor` from
+  // this process's memory (whole pages only). Reading them again faults them back in from the
+  // file, so this only costs time; the GPU engine calls it behind its upload so that host memory
+  // stays small for a large model.
+  void release_weight_pages(const WeightTensor& tensor, std::size_t offset,
+                            std::size_t length) const;
+
  private:
   Artifact() = default;
   std::string dir_;

@@ -99,6 +99,7 @@ Engine::Engine(std::shared_ptr<const Artifact> artifact, std::unique_ptr<ModelBa
       limits_(limits_from(*artifact_)),
       pool_(backend_->num_kv_pages()),
       scheduler_(limits_, pool_) {
+  backend_->set_step_timing(options_.record_step_timings);
   if (backend_->vocab_size() != artifact_->model().vocab_size)
     fail("engine: the " + backend_->name() + " backend was built for another artifact");
   stats_.backend = backend_->name();
@@ -183,16 +184,13 @@ LatencySamples Engine::take_latency_samples() {
   return std::exchange(latency_, {});
 }
 
-void Engine::publish_stats() {
+std::vector<StepTiming> Engine::take_step_timings() {
   std::lock_guard lock(mutex_);
-  stats_.waiting = scheduler_.num_waiting() + static_cast<int>(submitted_.size());
-  stats_.running = scheduler_.num_running();
-  stats_.kv_pages_used = pool_.used_pages();
-  stats_.kv_pages_free = pool_.free_pages();
-  stats_.preemptions = scheduler_.num_preemptions();
+  return std::exchange(step_timings_, {});
 }
 
 void Engine::loop() {
+  Step step;
   for (;;) {
     std::vector<Live> incoming;
     std::vector<RequestId> cancelled;
@@ -227,67 +225,112 @@ void Engine::loop() {
     for (RequestId id : ending) finish(id, FinishReason::Cancelled);
 
     if (!live_.empty()) {
-      const Step step = scheduler_.schedule();
-      run_step(step);
+      const Clock::time_point started = Clock::now();
+      const bool launched = launch_step(step);
+      const double host_seconds = seconds(Clock::now() - started);
+      // The device runs the step: hand the previous step's events over meanwhile.
+      deliver();
+      if (launched) complete_step(step, started, host_seconds);
       if (options_.check_invariants) scheduler_.check_invariant();
     }
-    publish_stats();
+    // Events of the last step wait for the next launch while requests remain, so that their
+    // delivery overlaps the device; with nothing left to launch they go now.
+    if (live_.empty() || shutting_down) deliver();
     if (shutting_down) return;
   }
 }
 
-void Engine::run_step(const Step& step) {
-  const Clock::time_point started = Clock::now();
+bool Engine::launch_step(Step& step) {
+  step = scheduler_.schedule();
+  if (step.empty()) return false;
+  const Clock::time_point now = Clock::now();
+  device_greedy_.clear();
+  bool want_logits = false;
+  const bool on_device = backend_->samples_on_device();
   for (const ScheduledSequence& seq : step.sequences) {
     Live& l = live_.at(seq.request);
     if (!l.scheduled) {
       l.scheduled = true;
-      l.first_scheduled = started;
+      l.first_scheduled = now;
     }
+    if (!seq.samples) continue;
+    const SamplingParams& p = l.request.sampling;
+    // What the device's greedy pick leaves out: penalties, the min_tokens mask, logprobs and
+    // prompt logits all need the logits on the host.
+    const bool greedy_on_device =
+        on_device && p.temperature == 0.0f && p.repetition_penalty == 1.0f &&
+        p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && p.logprobs == 0 &&
+        !l.request.token_logprobs && static_cast<int>(l.generated.size()) >= p.min_tokens &&
+        !(l.request.return_prompt_logits && l.generated.empty());
+    device_greedy_.push_back(greedy_on_device ? 1 : 0);
+    want_logits = want_logits || !greedy_on_device;
   }
   try {
-    backend_->forward(step, logits_);
+    backend_->launch(step, device_greedy_, want_logits);
   } catch (const std::exception& e) {
-    // The step's requests cannot trust their KV pages any more: fail them, keep serving others.
-    for (const ScheduledSequence& seq : step.sequences) {
-      RequestEvent event;
-      event.error = std::string("the ") + backend_->name() + " engine failed: " + e.what();
-      finish(seq.request, FinishReason::Error, std::move(event));
-    }
+    fail_step(step, e.what());
+    return false;
+  }
+  return true;
+}
+
+void Engine::fail_step(const Step& step, const std::string& what) {
+  for (const ScheduledSequence& seq : step.sequences) {
+    RequestEvent event;
+    event.error = "the " + backend_->name() + " engine failed: " + what;
+    finish(seq.request, FinishReason::Error, std::move(event));
+  }
+}
+
+void Engine::complete_step(const Step& step, Clock::time_point started, double host_seconds) {
+  try {
+    backend_->wait(output_);
+  } catch (const std::exception& e) {
+    fail_step(step, e.what());
     return;
   }
   scheduler_.commit(step);
-  {
+  ++undelivered_steps_;
+  if (options_.record_step_timings) {
+    StepTiming t;
+    t.sequences = static_cast<int>(step.sequences.size());
+    t.tokens = step.num_tokens;
+    t.decode = step.num_tokens == t.sequences;
+    t.host_seconds = host_seconds;
+    t.step_seconds = seconds(Clock::now() - started);
+    t.idle_gap_seconds = output_.idle_gap_seconds;
     std::lock_guard lock(mutex_);
-    ++stats_.steps;
+    step_timings_.push_back(t);
   }
 
   const Clock::time_point now = Clock::now();
   const auto vocab = static_cast<std::size_t>(artifact_->model().vocab_size);
   const std::vector<std::int32_t>& eos = artifact_->model().eos_token_ids;
-  std::size_t logits_row = 0;
+  std::size_t row = 0;
   for (const ScheduledSequence& seq : step.sequences) {
     if (!seq.samples) continue;
-    const std::span<const float> logits(logits_.data() + logits_row * vocab, vocab);
-    ++logits_row;
+    const std::size_t r = row++;
     Live& l = live_.at(seq.request);
-    const SequenceState& state = *scheduler_.find(seq.request);
     const SamplingParams& params = l.request.sampling;
-
-    SamplingContext context;
-    context.params = &params;
-    context.prompt = std::span<const std::int32_t>(state.tokens)
-                         .first(static_cast<std::size_t>(state.prompt_len));
-    context.generated = l.generated;
-    context.eos_token_ids = eos;
-    context.seed = l.seed;
     RequestEvent event;
-    event.token = sampler_.sample(logits, context);
-    const std::int32_t token = event.token->token;
-    if (l.generated.empty()) {
-      l.first_token = now;
-      if (l.request.return_prompt_logits) event.logits.assign(logits.begin(), logits.end());
+    if (device_greedy_[r]) {
+      event.token = SampledToken{output_.device_tokens.at(r), 0.0f, {}};
+    } else {
+      const std::span<const float> logits(output_.logits.data() + r * vocab, vocab);
+      const SequenceState& state = *scheduler_.find(seq.request);
+      SamplingContext context;
+      context.params = &params;
+      context.prompt = std::span<const std::int32_t>(state.tokens)
+                           .first(static_cast<std::size_t>(state.prompt_len));
+      context.generated = l.generated;
+      context.eos_token_ids = eos;
+      context.seed = l.seed;
+      event.token = sampler_.sample(logits, context);
+      if (l.generated.empty() && l.request.return_prompt_logits)
+        event.logits.assign(logits.begin(), logits.end());
     }
+    const std::int32_t token = event.token->token;
+    if (l.generated.empty()) l.first_token = now;
     l.generated.push_back(token);
 
     if (contains(params.stop_token_ids, token) || (!params.ignore_eos && contains(eos, token))) {
@@ -297,7 +340,7 @@ void Engine::run_step(const Step& step) {
       finish(seq.request, FinishReason::Length, std::move(event));
     } else {
       scheduler_.append_token(seq.request, token);
-      l.stream->push(std::move(event));
+      deliveries_.push_back({l.stream, std::move(event)});
     }
   }
 }
@@ -318,31 +361,42 @@ void Engine::finish(RequestId id, FinishReason reason, RequestEvent event) {
   event.timings.first_token_seconds =
       l.generated.empty() ? 0 : seconds(l.first_token - l.submitted);
   event.timings.total_seconds = seconds(now - l.submitted);
-  RequestHandle stream = std::move(l.stream);
-  const RequestUsage usage = event.usage;
-  const RequestTimings timings = event.timings;
+  deliveries_.push_back({std::move(l.stream), std::move(event)});
   live_.erase(it);
+}
 
+void Engine::deliver() {
+  std::size_t finished = 0;
   {
-    // Stats first, then the event, so that a client who has seen its finish event also sees its
+    // Stats first, then the events, so that a client who has seen its finish event also sees its
     // pages free in stats().
     std::lock_guard lock(mutex_);
-    ++stats_.requests_finished;
-    stats_.prompt_tokens += static_cast<std::uint64_t>(usage.prompt_tokens);
-    stats_.generated_tokens += static_cast<std::uint64_t>(usage.completion_tokens);
-    if (usage.completion_tokens > 0 && latency_.time_to_first_token.size() < kMaxLatencySamples)
-      latency_.time_to_first_token.push_back(timings.first_token_seconds);
-    if (usage.completion_tokens > 1 && latency_.time_per_output_token.size() < kMaxLatencySamples)
-      latency_.time_per_output_token.push_back(
-          (timings.total_seconds - timings.first_token_seconds) / (usage.completion_tokens - 1));
+    stats_.steps += std::exchange(undelivered_steps_, 0);
+    for (const Delivery& d : deliveries_) {
+      if (!d.event.finish) continue;
+      ++finished;
+      const RequestUsage& usage = d.event.usage;
+      const RequestTimings& timings = d.event.timings;
+      ++stats_.requests_finished;
+      stats_.prompt_tokens += static_cast<std::uint64_t>(usage.prompt_tokens);
+      stats_.generated_tokens += static_cast<std::uint64_t>(usage.completion_tokens);
+      if (usage.completion_tokens > 0 && latency_.time_to_first_token.size() < kMaxLatencySamples)
+        latency_.time_to_first_token.push_back(timings.first_token_seconds);
+      if (usage.completion_tokens > 1 &&
+          latency_.time_per_output_token.size() < kMaxLatencySamples)
+        latency_.time_per_output_token.push_back(
+            (timings.total_seconds - timings.first_token_seconds) / (usage.completion_tokens - 1));
+    }
     stats_.waiting = scheduler_.num_waiting() + static_cast<int>(submitted_.size());
     stats_.running = scheduler_.num_running();
     stats_.kv_pages_used = pool_.used_pages();
     stats_.kv_pages_free = pool_.free_pages();
-    stream->push(std::move(event));
-    --in_flight_;
+    stats_.preemptions = scheduler_.num_preemptions();
+    for (Delivery& d : deliveries_) d.stream->push(std::move(d.event));
+    in_flight_ -= finished;
   }
-  idle_.notify_all();
+  deliveries_.clear();
+  if (finished > 0) idle_.notify_all();
 }
 
 }  // namespace telos::exec

@@ -12,7 +12,15 @@
 //
 // Threading: every public member function is safe to call from any thread. One background thread
 // runs the loop: take new submissions and cancellations, schedule a step (continuous batching,
-// see scheduler.hpp), run it on the backend, sample, and push events to the requests' streams.
+// see scheduler.hpp), launch it on the backend, and while the device computes, deliver the
+// previous step's events to the requests' streams; then wait for the step, sample, and queue the
+// new events. A decode step needs the previous step's tokens, so the host work that overlaps the
+// device is the delivery of events and statistics, not the next schedule.
+//
+// Greedy requests without penalties, logprobs or prompt logits are sampled on the device when the
+// backend can (samples_on_device): only their tokens come back, not the logits. Everything else is
+// sampled on the host from the step's logits. Both pick the lowest id among the largest logits,
+// so the tokens are the same either way.
 // Events of one request arrive in order; a stream never blocks the loop (it is an unbounded
 // queue, and a request produces at most max_seq_len events).
 //
@@ -46,6 +54,9 @@ struct GenerationRequest {
   // Diagnostics: the first token event carries the logits it was sampled from (the prompt's
   // last position), for comparing an artifact against reference outputs.
   bool return_prompt_logits = false;
+  // Report each token's logprob (SampledToken::logprob) even when sampling.logprobs is 0; without
+  // it, and without sampling.logprobs, the logprob of a device-sampled token is 0.
+  bool token_logprobs = false;
 };
 
 enum class FinishReason {
@@ -135,6 +146,16 @@ struct LatencySamples {
   std::vector<double> time_per_output_token;  // one per request: (total - TTFT) / (tokens - 1)
 };
 
+// One step as telos-run bench sees it (EngineOptions::record_step_timings).
+struct StepTiming {
+  int sequences = 0;
+  int tokens = 0;
+  bool decode = false;        // one token per sequence
+  double host_seconds = 0;       // scheduling, descriptor packing and launch, on the host
+  double step_seconds = 0;       // from the start of scheduling to the tokens being back
+  double idle_gap_seconds = -1;  // device idle since the previous step; negative when unknown
+};
+
 struct EngineOptions {
   // Check the page pool and scheduler invariants after every step (tests and debug builds).
 #ifdef NDEBUG
@@ -142,6 +163,8 @@ struct EngineOptions {
 #else
   bool check_invariants = true;
 #endif
+  // Keep a StepTiming per step for take_step_timings(), and ask the backend for device timing.
+  bool record_step_timings = false;
 };
 
 class Engine {
@@ -169,6 +192,8 @@ class Engine {
 
   EngineStats stats() const;
   LatencySamples take_latency_samples();
+  // The steps run since the last call (only with EngineOptions::record_step_timings).
+  std::vector<StepTiming> take_step_timings();
   const Artifact& artifact() const { return *artifact_; }
   int max_seq_len() const { return limits_.max_seq_len; }
 
@@ -188,11 +213,18 @@ class Engine {
   };
 
   void loop();
-  void run_step(const Step& step);
+  // Schedules and launches a step; false when nothing was launched (an empty step, or a launch
+  // that failed and failed its requests).
+  bool launch_step(Step& step);
+  // Waits for the launched step, samples and queues the resulting events.
+  void complete_step(const Step& step, Clock::time_point started, double host_seconds);
+  // Fails every request of `step` with `what`: their KV pages cannot be trusted any more.
+  void fail_step(const Step& step, const std::string& what);
   // Removes the request from the scheduler (returning its pages), completes `event` with the
-  // reason, usage and timings, and sends it as the stream's last event.
+  // reason, usage and timings, and queues it as the stream's last event.
   void finish(RequestId id, FinishReason reason, RequestEvent event = {});
-  void publish_stats();
+  // Hands the queued events to their streams and refreshes the statistics.
+  void deliver();
 
   std::shared_ptr<const Artifact> artifact_;
   std::unique_ptr<ModelBackend> backend_;
@@ -204,7 +236,14 @@ class Engine {
   Scheduler scheduler_;
   Sampler sampler_;
   std::unordered_map<RequestId, Live> live_;
-  std::vector<float> logits_;
+  StepOutput output_;
+  std::vector<std::uint8_t> device_greedy_;  // per sampling row of the step being launched
+  struct Delivery {
+    RequestHandle stream;
+    RequestEvent event;
+  };
+  std::vector<Delivery> deliveries_;  // queued events, handed over by deliver()
+  std::uint64_t undelivered_steps_ = 0;
 
   // Shared, under mutex_.
   mutable std::mutex mutex_;
@@ -218,6 +257,7 @@ class Engine {
   std::size_t in_flight_ = 0;  // submitted and not yet finished
   EngineStats stats_;
   LatencySamples latency_;
+  std::vector<StepTiming> step_timings_;
 
   std::thread thread_;
 };

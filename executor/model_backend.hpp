@@ -1,18 +1,32 @@
 #pragma once
-// What executes a step's forward pass: the CPU reference engine today, the GPU engine once
-// kernels exist (issue 4). The engine loop owns scheduling and sampling; a backend owns the KV
-// cache memory and the arithmetic.
+// What executes a step's forward pass: the CPU reference engine or the GPU engine. The engine
+// loop owns scheduling and sampling; a backend owns the KV cache memory and the arithmetic.
 //
-// The GPU engine will overlap host work of step N+1 with device work of step N by splitting
-// forward() into a launch (write the step descriptor, launch the bucket's graph) and a wait for
-// the sampled tokens; the scheduler already hands out steps whose page tables stay valid until
-// commit, which is what that split needs.
+// A step is started with launch() and its results collected with wait(), so that the engine can
+// do host work (delivering the previous step's events, taking new submissions) while a GPU runs
+// the step. The scheduler hands out steps whose page tables and token spans stay valid until
+// commit, which comes after wait(). A backend that computes on the host (the CPU reference
+// engine) keeps the default pair: launch() only remembers the step and wait() runs forward().
+#include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "executor/scheduler.hpp"
 
 namespace telos::exec {
+
+// What wait() hands back for one step.
+struct StepOutput {
+  // One entry per sampling row (sequences with `samples` set, in step order): the greedy token
+  // the device picked when the launch asked for it for that row, else -1.
+  std::vector<std::int32_t> device_tokens;
+  // The vocab_size logits of every sampling row, in step order, when the launch wanted them.
+  std::vector<float> logits;
+  // Seconds the device sat idle between the end of the previous step's computation and the start
+  // of this one's; negative when unknown (no device, timing off, or no previous step).
+  double idle_gap_seconds = -1;
+};
 
 class ModelBackend {
  public:
@@ -29,6 +43,34 @@ class ModelBackend {
   // last token to `logits` (which it first clears). Throws telos::Error on failure; the engine
   // then fails the requests of this step and keeps serving.
   virtual void forward(const Step& step, std::vector<float>& logits) = 0;
+
+  // True when launch() can pick greedy tokens on the device (then only those tokens, not the
+  // logits, need to come back to the host).
+  virtual bool samples_on_device() const { return false; }
+
+  // Starts `step`. `device_greedy` has one entry per sampling row: nonzero asks the device for
+  // that row's greedy token (only honoured when samples_on_device()). `want_logits` asks for the
+  // logits of every sampling row; it must be set when any row is sampled on the host. Throws
+  // like forward(); at most one step is in flight.
+  virtual void launch(const Step& step, std::span<const std::uint8_t> /*device_greedy*/,
+                      bool /*want_logits*/) {
+    launched_ = &step;
+  }
+  // Waits for the launched step. Throws like forward().
+  virtual void wait(StepOutput& out) {
+    const Step* step = launched_;
+    launched_ = nullptr;
+    out.idle_gap_seconds = -1;
+    forward(*step, out.logits);
+    out.device_tokens.clear();
+  }
+
+  // Device timing of idle gaps between steps (telos-run bench): costs an event record or two per
+  // step, so it is off unless asked for. Backends without a device ignore it.
+  virtual void set_step_timing(bool /*on*/) {}
+
+ private:
+  const Step* launched_ = nullptr;
 };
 
 }  // namespace telos::exec

@@ -1,5 +1,7 @@
 // telos-run: loads a Telos artifact and runs it. Subcommands live in their own files
 // (commands.hpp); main only parses and maps errors to exit codes.
+#include <unistd.h>
+
 #include <iostream>
 
 #include "executor/commands.hpp"
@@ -17,6 +19,10 @@ int main(int argc, char** argv) {
   register_gpu_backend([](std::shared_ptr<const Artifact> artifact, const GpuDevice& device) {
     GpuExecutorOptions options;
     options.device = device.index;
+    // The load log (upload, graph capture, memory report) on stderr, with a progress line when
+    // someone watches it.
+    options.log = &std::cerr;
+    options.progress = ::isatty(STDERR_FILENO) != 0;
     return std::make_unique<GpuStepExecutor>(std::move(artifact), options);
   });
 #endif
@@ -26,6 +32,7 @@ int main(int argc, char** argv) {
   std::function<int()> run;
   add_generate_command(app, run);
   add_check_command(app, run);
+  add_bench_command(app, run);
 #ifdef TELOS_RUN_HAS_SERVE
   add_serve_command(app, run);
 #endif

@@ -3,9 +3,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <map>
+#include <ostream>
 #include <sstream>
 
 #include "support/error.hpp"
@@ -18,6 +21,26 @@ void check(cudaError_t e, const std::string& what) {
 }
 
 std::int64_t align_up(std::int64_t v, std::int64_t a) { return (v + a - 1) / a * a; }
+
+// Weight upload staging: two pinned buffers, so that filling one from the mapped file overlaps
+// the copy of the other to the device. 64 MiB each keeps the copies near full PCIe bandwidth.
+constexpr std::size_t kStagingBytes = 64u << 20;
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+std::string mib(std::int64_t bytes) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1 << 20) << " MiB";
+  return o.str();
+}
+
+std::int64_t device_free_bytes() {
+  std::size_t free_b = 0, total_b = 0;
+  check(cudaMemGetInfo(&free_b, &total_b), "memory info");
+  return static_cast<std::int64_t>(free_b);
+}
 
 // The sample kernel's SampleParams (codegen/kernels/sample.cuh), byte for byte.
 struct DeviceSampleParams {
@@ -63,6 +86,8 @@ struct GpuStepExecutor::State {
   int vocab = 0, page_size = 0, kv_pages = 0;
   std::int64_t bytes_per_page = 0, layer_bytes = 0;
   std::int64_t weight_bytes = 0, kv_bytes = 0, arena_bytes = 0, desc_bytes = 0;
+  std::int64_t graph_bytes = 0;  // device memory the graphs took (cudaMemGetInfo around capture)
+  std::int64_t total_bytes = 0;  // device memory this executor took (context aside)
 
   cudaStream_t stream = nullptr;
   cudaLibrary_t library = nullptr;
@@ -78,12 +103,29 @@ struct GpuStepExecutor::State {
                off_page_tables = 0, off_params = 0;
   char* desc_dev = nullptr;
   char* desc_host = nullptr;
+  char* sampled_dev = nullptr;
+  char* logits_dev = nullptr;
   std::int32_t* sampled_host = nullptr;
   float* logits_host = nullptr;
 
   std::vector<Bucket> buckets;
 
+  // The step in flight between launch() and wait().
+  int pending_rows = 0;
+  bool pending_logits = false;
+  std::vector<std::uint8_t> pending_greedy;
+  // Idle gap timing: events at the start and end of each step's graph, alternating between two
+  // pairs so that the previous step's end is still there when this step's start is read.
+  bool timing = false;
+  cudaEvent_t graph_begin[2] = {}, graph_end[2] = {};
+  int parity = 0;
+  bool have_previous = false;
+
   ~State() {
+    for (int i = 0; i < 2; ++i) {
+      if (graph_begin[i]) cudaEventDestroy(graph_begin[i]);
+      if (graph_end[i]) cudaEventDestroy(graph_end[i]);
+    }
     for (auto& b : buckets)
       if (b.graph) cudaGraphExecDestroy(b.graph);
     if (library) cudaLibraryUnload(library);
@@ -152,8 +194,8 @@ struct GpuStepExecutor::State {
     return *best;
   }
 
-  void step(const Step& step, std::span<const GpuSampling> sampling, bool want_logits,
-            std::vector<std::int32_t>& tokens_out, std::vector<float>* logits_out) {
+  // Packs the descriptor and queues copy, graph and copies back on the stream; collect() waits.
+  void launch(const Step& step, std::span<const GpuSampling> sampling, bool want_logits) {
     int sampling_rows = 0;
     for (const auto& s : step.sequences) sampling_rows += s.samples ? 1 : 0;
     const Bucket& b = choose(step, sampling_rows);
@@ -202,20 +244,108 @@ struct GpuStepExecutor::State {
     check(cudaMemcpyAsync(desc_dev, desc_host, static_cast<std::size_t>(desc_bytes),
                           cudaMemcpyHostToDevice, stream),
           "step descriptor upload");
+    if (timing) check(cudaEventRecord(graph_begin[parity], stream), "timing event");
     if (b.graph)
       check(cudaGraphLaunch(b.graph, stream), "graph launch");
     else
       launch_all(b);
-    check(cudaMemcpyAsync(sampled_host, arena.at("sampled"), sizeof(std::int32_t) * r,
+    if (timing) check(cudaEventRecord(graph_end[parity], stream), "timing event");
+    check(cudaMemcpyAsync(sampled_host, sampled_dev, sizeof(std::int32_t) * r,
                           cudaMemcpyDeviceToHost, stream),
           "sampled tokens download");
     if (want_logits)
-      check(cudaMemcpyAsync(logits_host, arena.at("logits"), sizeof(float) * r * vocab,
+      check(cudaMemcpyAsync(logits_host, logits_dev, sizeof(float) * r * vocab,
                             cudaMemcpyDeviceToHost, stream),
             "logits download");
+    pending_rows = r;
+    pending_logits = want_logits;
+  }
+
+  // Waits for the launched step; returns the idle gap before it (negative when unknown).
+  double collect(std::vector<std::int32_t>& tokens_out, std::vector<float>* logits_out) {
     check(cudaStreamSynchronize(stream), "step");
-    tokens_out.assign(sampled_host, sampled_host + r);
-    if (logits_out) logits_out->assign(logits_host, logits_host + static_cast<std::size_t>(r) * vocab);
+    tokens_out.assign(sampled_host, sampled_host + pending_rows);
+    if (logits_out) {
+      if (pending_logits)
+        logits_out->assign(logits_host, logits_host + static_cast<std::size_t>(pending_rows) * vocab);
+      else
+        logits_out->clear();
+    }
+    double gap = -1;
+    if (timing) {
+      if (have_previous) {
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, graph_end[parity ^ 1], graph_begin[parity]), "idle gap");
+        gap = ms * 1e-3;
+      }
+      have_previous = true;
+      parity ^= 1;
+    }
+    return gap;
+  }
+
+  void upload_weights(const Artifact& a, std::ostream* log, bool progress) {
+    char* staging[2] = {nullptr, nullptr};
+    cudaEvent_t drained[2] = {nullptr, nullptr};
+    auto cleanup = [&] {
+      for (int i = 0; i < 2; ++i) {
+        if (drained[i]) cudaEventDestroy(drained[i]);
+        if (staging[i]) cudaFreeHost(staging[i]);
+      }
+    };
+    try {
+      for (int i = 0; i < 2; ++i) {
+        check(cudaMallocHost(&staging[i], kStagingBytes), "pinned staging buffer");
+        check(cudaEventCreateWithFlags(&drained[i], cudaEventDisableTiming), "staging event");
+      }
+      const auto started = std::chrono::steady_clock::now();
+      int current = 0;
+      std::size_t used = 0;
+      std::int64_t done = 0;
+      int last_percent = -1;
+      char* p = base;
+      for (const auto& t : a.tensors()) {
+        weights[t.name] = p;
+        for (std::size_t off = 0; off < t.bytes;) {
+          if (used == kStagingBytes) {
+            // This buffer is queued; switch to the other once its previous copies drained.
+            check(cudaEventRecord(drained[current], stream), "staging event");
+            current ^= 1;
+            check(cudaEventSynchronize(drained[current]), "weight upload");
+            used = 0;
+          }
+          const std::size_t n = std::min(t.bytes - off, kStagingBytes - used);
+          std::memcpy(staging[current] + used, t.data + off, n);
+          check(cudaMemcpyAsync(p + off, staging[current] + used, n, cudaMemcpyHostToDevice, stream),
+                "upload " + t.name);
+          // The bytes are in pinned memory now: the mapped file's pages can go.
+          a.release_weight_pages(t, off, n);
+          used += n;
+          off += n;
+          done += static_cast<std::int64_t>(n);
+          const int percent = static_cast<int>(100 * done / std::max<std::int64_t>(1, weight_bytes));
+          if (progress && log && percent != last_percent) {
+            *log << "\rtelos-run: uploading weights " << percent << "% (" << mib(done) << ")"
+                 << std::flush;
+            last_percent = percent;
+          }
+        }
+        p += align_up(static_cast<std::int64_t>(t.bytes), 256);
+      }
+      check(cudaStreamSynchronize(stream), "weight upload");
+      const double secs = seconds_since(started);
+      if (progress && log) *log << "\n";
+      if (log)
+        *log << "telos-run: weights " << mib(done) << " uploaded in " << std::fixed
+             << std::setprecision(2) << secs << " s (" << std::setprecision(1)
+             << static_cast<double>(done) / (1 << 30) / std::max(secs, 1e-9) << " GiB/s)\n"
+             << std::defaultfloat;
+    } catch (...) {
+      cudaStreamSynchronize(stream);
+      cleanup();
+      throw;
+    }
+    cleanup();
   }
 };
 
@@ -235,6 +365,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   const std::string arch = "sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + "a";
   a.check_target(arch);
   check(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "stream");
+  const std::int64_t free_at_start = device_free_bytes();
 
   // Kernels.
   const std::string cubin = read_file(a.dir() + "/kernels/" + arch + ".cubin");
@@ -295,12 +426,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
 
   // One allocation: weights, KV pool, arena, descriptor.
   check(cudaMalloc(&s.base, static_cast<std::size_t>(fixed + s.kv_bytes)), "device memory");
-  char* p = s.base;
-  for (const auto& t : a.tensors()) {
-    check(cudaMemcpy(p, t.data, t.bytes, cudaMemcpyHostToDevice), "upload " + t.name);
-    s.weights[t.name] = p;
-    p += align_up(static_cast<std::int64_t>(t.bytes), 256);
-  }
+  s.upload_weights(a, options.log, options.progress);
+  char* p = s.base + s.weight_bytes;
   s.kv = p;
   p += s.kv_bytes;
   for (const auto& buf : programs.at("arena")) {
@@ -308,6 +435,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     p += align_up(buf.at("bytes").get<std::int64_t>(), 256);
   }
   s.desc_dev = p;
+  s.sampled_dev = s.arena.at("sampled");
+  s.logits_dev = s.arena.at("logits");
   check(cudaMallocHost(&s.desc_host, static_cast<std::size_t>(s.desc_bytes)), "pinned descriptor");
   check(cudaMallocHost(&s.sampled_host, sizeof(std::int32_t) * s.max_sample_rows), "pinned tokens");
   check(cudaMallocHost(&s.logits_host, sizeof(float) * s.max_sample_rows * s.vocab), "pinned logits");
@@ -335,17 +464,40 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     s.buckets.push_back(std::move(b));
   }
   if (options.use_graphs) {
+    check(cudaStreamSynchronize(s.stream), "load");
+    const std::int64_t free_before = device_free_bytes();
+    const auto started = std::chrono::steady_clock::now();
+    std::ostringstream times;
     for (auto& b : s.buckets) {
+      const auto t0 = std::chrono::steady_clock::now();
       cudaGraph_t graph = nullptr;
       check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "begin capture");
       s.launch_all(b);
       check(cudaStreamEndCapture(s.stream, &graph), "end capture");
       const cudaError_t e = cudaGraphInstantiate(&b.graph, graph, 0);
       cudaGraphDestroy(graph);
-      check(e, "instantiate graph for " + b.kind + ":" + std::to_string(b.size));
+      const std::string name = b.kind + ":" + std::to_string(b.size);
+      check(e, "instantiate graph for " + name);
+      // Uploaded now, so the first step does not pay for it and the memory shows below.
+      check(cudaGraphUpload(b.graph, s.stream), "upload graph for " + name);
+      check(cudaStreamSynchronize(s.stream), "upload graph for " + name);
+      times << " " << name << " " << std::fixed << std::setprecision(1)
+            << seconds_since(t0) * 1e3 << " ms";
     }
+    s.graph_bytes = free_before - device_free_bytes();
+    if (options.log)
+      *options.log << "telos-run: captured " << s.buckets.size() << " graphs in " << std::fixed
+                   << std::setprecision(1) << seconds_since(started) * 1e3 << " ms, "
+                   << mib(s.graph_bytes) << " of graph memory:" << times.str() << "\n"
+                   << std::defaultfloat;
   }
   check(cudaStreamSynchronize(s.stream), "load");
+  s.total_bytes = free_at_start - device_free_bytes();
+  if (options.log) {
+    std::istringstream report(memory_report());
+    for (std::string line; std::getline(report, line);)
+      *options.log << "telos-run: memory: " << line << "\n";
+  }
 }
 
 GpuStepExecutor::~GpuStepExecutor() = default;
@@ -355,12 +507,39 @@ int GpuStepExecutor::vocab_size() const { return s_->vocab; }
 
 void GpuStepExecutor::forward(const Step& step, std::vector<float>& logits) {
   std::vector<std::int32_t> tokens;
-  s_->step(step, {}, true, tokens, &logits);
+  s_->launch(step, {}, true);
+  s_->collect(tokens, &logits);
 }
 
 void GpuStepExecutor::run(const Step& step, std::span<const GpuSampling> sampling,
                           std::vector<std::int32_t>& tokens, std::vector<float>* logits) {
-  s_->step(step, sampling, logits != nullptr, tokens, logits);
+  s_->launch(step, sampling, logits != nullptr);
+  s_->collect(tokens, logits);
+}
+
+void GpuStepExecutor::launch(const Step& step, std::span<const std::uint8_t> device_greedy,
+                             bool want_logits) {
+  // Every row's parameters are greedy (GpuSampling{}); rows the engine samples on the host just
+  // ignore the device's pick.
+  s_->pending_greedy.assign(device_greedy.begin(), device_greedy.end());
+  s_->launch(step, {}, want_logits);
+}
+
+void GpuStepExecutor::wait(StepOutput& out) {
+  out.idle_gap_seconds = s_->collect(out.device_tokens, &out.logits);
+  for (std::size_t r = 0; r < out.device_tokens.size(); ++r)
+    if (r >= s_->pending_greedy.size() || !s_->pending_greedy[r]) out.device_tokens[r] = -1;
+}
+
+void GpuStepExecutor::set_step_timing(bool on) {
+  State& s = *s_;
+  if (on)
+    for (int i = 0; i < 2; ++i) {
+      if (!s.graph_begin[i]) check(cudaEventCreate(&s.graph_begin[i]), "timing event");
+      if (!s.graph_end[i]) check(cudaEventCreate(&s.graph_end[i]), "timing event");
+    }
+  s.timing = on;
+  s.have_previous = false;
 }
 
 std::string GpuStepExecutor::memory_report() const {
@@ -370,7 +549,10 @@ std::string GpuStepExecutor::memory_report() const {
     << "kv pool " << s.kv_bytes << " B (" << s.kv_pages << " pages, "
     << static_cast<std::int64_t>(s.kv_pages) * s.page_size << " tokens)\n"
     << "activation arena " << s.arena_bytes << " B\n"
-    << "step descriptor " << s.desc_bytes << " B\n";
+    << "step descriptor " << s.desc_bytes << " B\n"
+    << "graphs " << s.graph_bytes << " B (" << s.buckets.size() << " buckets)\n"
+    << "beyond weights, kv pool and arena " << s.total_bytes - s.weight_bytes - s.kv_bytes - s.arena_bytes
+    << " B (graphs, kernels, descriptor, rounding; target <= 1 GiB)\n";
   return o.str();
 }
 

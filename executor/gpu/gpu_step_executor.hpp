@@ -4,12 +4,15 @@
 // Load: check the artifact targets this device, load kernels/<arch>.cubin (CUDA runtime library
 // API, so nothing links libcuda and binaries start on machines without a driver), carve weights,
 // the KV page pool, the activation arena and the step descriptor from one cudaMalloc, upload the
-// weights, and capture one CUDA graph per bucket of the manifest's launch programs, largest first.
+// weights through two pinned staging buffers (the copy of one overlaps the filling of the other;
+// the mapped weights.bin pages are dropped behind, so host memory stays small), and capture one
+// CUDA graph per bucket of the manifest's launch programs, largest first.
 // A step: pack the step descriptor (token ids, positions, page tables, sampling parameters) in
 // pinned memory, one H2D copy, one graph launch, one D2H copy of the sampled tokens (and of the
-// logits when asked). Nothing about kernels is decided at run time: the launch programs are
-// codegen's (docs/artifact.md, "Kernels").
+// logits when asked). launch() returns once that is queued; wait() synchronizes. Nothing about
+// kernels is decided at run time: the launch programs are codegen's (docs/artifact.md, "Kernels").
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <span>
 #include <string>
@@ -34,6 +37,9 @@ struct GpuExecutorOptions {
   int device = 0;
   int kv_pages = 0;         // 0: the artifact's kv_pool (pages, or memory fraction)
   bool use_graphs = true;   // false: launch kernel by kernel (for debugging tools)
+  // Where the load log goes (graph capture times and memory, the memory report); null: nowhere.
+  std::ostream* log = nullptr;
+  bool progress = false;  // a weight upload progress line on `log` (when it is a terminal)
 };
 
 class GpuStepExecutor : public ModelBackend {
@@ -47,9 +53,15 @@ class GpuStepExecutor : public ModelBackend {
   int vocab_size() const override;
   std::string name() const override { return "gpu"; }
 
-  // ModelBackend: greedy sampling on the device is skipped over; the logits of every sampling
-  // sequence come back for the engine's sampler.
+  // ModelBackend: forward() brings back the logits of every sampling sequence for the engine's
+  // sampler; launch()/wait() bring back only the greedy tokens picked on the device unless the
+  // logits are wanted.
   void forward(const Step& step, std::vector<float>& logits) override;
+  bool samples_on_device() const override { return true; }
+  void launch(const Step& step, std::span<const std::uint8_t> device_greedy,
+              bool want_logits) override;
+  void wait(StepOutput& out) override;
+  void set_step_timing(bool on) override;
 
   // Runs `step` and samples on the GPU: `tokens` gets one token per sequence with `samples` set,
   // in step order, drawn with that sequence's `sampling` entry (indexed like step.sequences).
@@ -57,7 +69,9 @@ class GpuStepExecutor : public ModelBackend {
   void run(const Step& step, std::span<const GpuSampling> sampling, std::vector<std::int32_t>& tokens,
            std::vector<float>* logits);
 
-  // Bytes of device memory by use, and the KV pool size in tokens, one line each.
+  // Bytes of device memory by use, and the KV pool size in tokens, one line each: weights, KV
+  // pool, activation arena, step descriptor, graphs, and everything this executor took beyond
+  // weights, KV pool and arena (graphs, kernels, descriptor, allocation rounding).
   std::string memory_report() const;
 
  private:

@@ -214,6 +214,7 @@ void CompletionJob::submit() {
       g.prompt = prompts[p].ids;
       g.sampling = request.sampling;
       g.sampling.max_tokens = max_tokens;
+      g.token_logprobs = request.logprobs;
       // n samples of a seeded request differ from each other but not from run to run.
       if (g.sampling.seed) *g.sampling.seed += static_cast<std::uint64_t>(j);
       RequestHandle handle;

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <random>
 #include <thread>
 
@@ -258,6 +260,106 @@ TEST(Engine, ABackendFailureFailsItsRequestsAndTheEngineServesOn) {
   const Result good = collect(engine->submit(request({5, 6, 7}, 4, 0, 1)));
   EXPECT_EQ(good.finish, FinishReason::Length);
   EXPECT_EQ(good.ids.size(), 4u);
+}
+
+// A backend that samples greedy rows "on the device" the way the GPU engine does: launch() only
+// queues, wait() computes, and the logits come back only when asked for (otherwise they are
+// poisoned, so that an engine reading them would sample garbage).
+class DeviceGreedy : public ModelBackend {
+ public:
+  explicit DeviceGreedy(std::shared_ptr<const Artifact> a) : inner_(std::move(a)) {}
+  int num_kv_pages() const override { return inner_.num_kv_pages(); }
+  int vocab_size() const override { return inner_.vocab_size(); }
+  std::string name() const override { return "cpu"; }
+  void forward(const Step& step, std::vector<float>& logits) override {
+    inner_.forward(step, logits);
+  }
+  bool samples_on_device() const override { return true; }
+  void launch(const Step& step, std::span<const std::uint8_t> device_greedy,
+              bool want_logits) override {
+    step_ = &step;
+    greedy_.assign(device_greedy.begin(), device_greedy.end());
+    want_logits_ = want_logits;
+    bool all_greedy = true;
+    for (std::uint8_t g : greedy_) all_greedy = all_greedy && g;
+    EXPECT_TRUE(want_logits || all_greedy) << "a row sampled on the host needs the logits";
+  }
+  void wait(StepOutput& out) override {
+    inner_.forward(*step_, out.logits);
+    const auto vocab = static_cast<std::size_t>(vocab_size());
+    out.device_tokens.assign(greedy_.size(), -1);
+    for (std::size_t r = 0; r < greedy_.size(); ++r) {
+      if (!greedy_[r]) continue;
+      const auto row = out.logits.begin() + static_cast<std::ptrdiff_t>(r * vocab);
+      out.device_tokens[r] =
+          static_cast<std::int32_t>(std::max_element(row, row + static_cast<std::ptrdiff_t>(vocab)) - row);
+      ++device_rows;
+    }
+    if (!want_logits_) std::fill(out.logits.begin(), out.logits.end(), std::nanf(""));
+    out.idle_gap_seconds = 1e-6;
+  }
+  int device_rows = 0;
+
+ private:
+  CpuReferenceModel inner_;
+  const Step* step_ = nullptr;
+  std::vector<std::uint8_t> greedy_;
+  bool want_logits_ = false;
+};
+
+// Greedy requests sampled on the device give the tokens host sampling gives; requests that need
+// the logits (logprobs, penalties, prompt logits, sampled) still get them, in the same steps.
+TEST(Engine, DeviceGreedySamplingMatchesHostSampling) {
+  const std::string dir = testing::temp_dir("device-greedy");
+  testing::write_tiny_artifact(dir, {});
+  auto artifact = Artifact::load(dir);
+  EngineOptions options;
+  options.check_invariants = true;
+  options.record_step_timings = true;
+  auto host = Engine::create(artifact, std::make_unique<CpuReferenceModel>(artifact), options);
+  auto device_backend = std::make_unique<DeviceGreedy>(artifact);
+  DeviceGreedy* device_view = device_backend.get();
+  auto device = Engine::create(artifact, std::move(device_backend), options);
+
+  auto variants = [](std::size_t i) {
+    std::vector<GenerationRequest> rs;
+    GenerationRequest plain = request(kPrompts[i], 12, 0.0f, 1);
+    plain.return_prompt_logits = false;
+    rs.push_back(plain);                // greedy: on the device
+    rs.push_back(request(kPrompts[i], 12, 0.0f, 1));  // prompt logits: first token on the host
+    GenerationRequest lp = plain;
+    lp.token_logprobs = true;           // logprobs: on the host
+    rs.push_back(lp);
+    GenerationRequest pen = plain;
+    pen.sampling.repetition_penalty = 1.3f;  // penalties: on the host
+    rs.push_back(pen);
+    rs.push_back(request(kPrompts[i], 12, 1.0f, 7));  // sampled: on the host
+    return rs;
+  };
+  for (std::size_t i = 0; i < kPrompts.size(); ++i) {
+    std::vector<RequestHandle> h, d;
+    for (GenerationRequest& r : variants(i)) h.push_back(host->submit(r));
+    for (GenerationRequest& r : variants(i)) d.push_back(device->submit(r));
+    for (std::size_t v = 0; v < h.size(); ++v) {
+      const Result want = collect(h[v]), got = collect(d[v]);
+      EXPECT_EQ(got.finish, FinishReason::Length);
+      EXPECT_EQ(want.ids, got.ids) << "prompt " << i << " variant " << v;
+      EXPECT_EQ(want.prompt_logits, got.prompt_logits) << "prompt " << i << " variant " << v;
+    }
+  }
+  device->wait_idle();
+  EXPECT_GT(device_view->device_rows, 0);
+  const std::vector<StepTiming> timings = device->take_step_timings();
+  ASSERT_FALSE(timings.empty());
+  for (const StepTiming& t : timings) {
+    EXPECT_GT(t.sequences, 0);
+    EXPECT_GE(t.tokens, t.sequences);
+    EXPECT_EQ(t.decode, t.tokens == t.sequences);
+    EXPECT_GE(t.step_seconds, t.host_seconds);
+    EXPECT_EQ(t.idle_gap_seconds, 1e-6);
+  }
+  EXPECT_TRUE(device->take_step_timings().empty());
+  EXPECT_EQ(device->stats().kv_pages_used, 0);
 }
 
 // Several client threads submit, read and cancel at once (what the HTTP server does): every
