@@ -20,6 +20,7 @@ inline constexpr const char* kExitCodes =
 
 void add_generate_command(CLI::App& app, std::function<int()>& run);
 void add_check_command(CLI::App& app, std::function<int()>& run);
+void add_bench_command(CLI::App& app, std::function<int()>& run);
 
 // --engine gpu|cpu, the same on every subcommand that runs a model.
 inline void add_engine_option(CLI::App& command, EngineChoice& choice) {

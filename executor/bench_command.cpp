@@ -1,0 +1,318 @@
+// telos-run bench: how fast an artifact runs on this machine. Every scenario uses synthetic prompts
+// (token ids from a fixed seed) and greedy decoding with ignore_eos, so lengths are exact and runs
+// repeat. Figures:
+//  - always: artifact load time (process start → engine ready, graphs captured) and load → first
+//    token (a one-token warm-up request submitted once the engine is ready);
+//  - per --batch size B: B requests of --prompt-len tokens generating --gen each, submitted
+//    together: total time, output tokens/s, the median decode step (ms per token; full-batch
+//    decode steps after the first), the host time per decode step (scheduling, descriptor
+//    packing, launch) and the device's idle gap between steps (GPU engine only);
+//  - --mixed N: N requests with prompt and output lengths drawn from --seed, through the
+//    scheduler at once: total time, output tokens/s, mean and largest TTFT;
+//  - --ttft L1,L2,...: one request at a time, prompt of L tokens: submit → first token.
+// A table on stdout, or with --json one JSON object with every figure (issue 7's benchmark script
+// parses it).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "executor/commands.hpp"
+#include "executor/engine.hpp"
+#include "support/error.hpp"
+
+namespace telos::exec {
+namespace {
+
+// Static initialization runs before main: the closest this program gets to its own start.
+const Clock::time_point kProcessStart = Clock::now();
+
+struct BenchOptions {
+  std::string artifact;
+  std::vector<int> batches = {1};
+  int prompt_len = 32;
+  int gen = 256;
+  int mixed = 0;
+  std::uint64_t seed = 0;
+  std::vector<int> ttft;
+  bool json = false;
+  EngineChoice engine = EngineChoice::Auto;
+};
+
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// The q-quantile (0..1) by nearest rank; 0 for no samples.
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+std::vector<std::int32_t> synthetic_prompt(std::mt19937_64& rng, int length, int vocab) {
+  std::uniform_int_distribution<std::int32_t> token(0, vocab - 1);
+  std::vector<std::int32_t> prompt(static_cast<std::size_t>(length));
+  for (std::int32_t& t : prompt) t = token(rng);
+  return prompt;
+}
+
+GenerationRequest greedy_request(std::vector<std::int32_t> prompt, int gen) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = 0;
+  r.sampling.ignore_eos = true;
+  r.sampling.max_tokens = gen;
+  return r;
+}
+
+struct Finished {
+  int tokens = 0;
+  double first_token_seconds = 0;
+};
+
+// Reads a stream to its end; a request that does not end by length is a failed run.
+Finished drain(const RequestHandle& h) {
+  Finished f;
+  RequestEvent e;
+  while (h->next(e)) {
+    if (e.token) ++f.tokens;
+    if (!e.finish) continue;
+    if (*e.finish == FinishReason::Error) fail("bench: request " + std::to_string(h->id()) + ": " + e.error);
+    if (*e.finish != FinishReason::Length)
+      fail("bench: request " + std::to_string(h->id()) + " ended early (" +
+           std::string(finish_reason_name(*e.finish)) + ")");
+    f.first_token_seconds = e.timings.first_token_seconds;
+  }
+  return f;
+}
+
+nlohmann::json or_null(bool known, double value) {
+  return known ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
+nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std::uint64_t seed) {
+  const int vocab = engine.artifact().model().vocab_size;
+  std::mt19937_64 rng(seed);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < batch; ++i)
+    requests.push_back(greedy_request(synthetic_prompt(rng, prompt_len, vocab), gen));
+  engine.take_step_timings();
+  const Clock::time_point start = Clock::now();
+  std::vector<RequestHandle> handles;
+  for (GenerationRequest& r : requests) handles.push_back(engine.submit(std::move(r)));
+  int tokens = 0;
+  for (const RequestHandle& h : handles) tokens += drain(h).tokens;
+  const double total = seconds(Clock::now() - start);
+  engine.wait_idle();
+
+  // Full-batch decode steps after the first (which follows the prefill and pays for it).
+  std::vector<double> step_s, host_s, gap_s;
+  bool first = true;
+  for (const StepTiming& t : engine.take_step_timings()) {
+    if (!t.decode || t.sequences != batch) continue;
+    if (std::exchange(first, false)) continue;
+    step_s.push_back(t.step_seconds);
+    host_s.push_back(t.host_seconds);
+    if (t.idle_gap_seconds >= 0) gap_s.push_back(t.idle_gap_seconds);
+  }
+  return {{"batch", batch},
+          {"prompt_len", prompt_len},
+          {"gen", gen},
+          {"output_tokens", tokens},
+          {"total_s", total},
+          {"output_tokens_per_s", tokens / total},
+          {"decode_steps", step_s.size()},
+          {"ms_per_token", or_null(!step_s.empty(), quantile(step_s, 0.5) * 1e3)},
+          {"host_us_per_step", or_null(!host_s.empty(), quantile(host_s, 0.5) * 1e6)},
+          {"host_us_per_step_p90", or_null(!host_s.empty(), quantile(host_s, 0.9) * 1e6)},
+          {"gpu_idle_gap_us", or_null(!gap_s.empty(), quantile(gap_s, 0.5) * 1e6)},
+          {"gpu_idle_gap_us_p90", or_null(!gap_s.empty(), quantile(gap_s, 0.9) * 1e6)}};
+}
+
+// Prompts uniform in [32, 1024] and outputs in [16, 256] tokens, narrowed to fit max_seq_len
+// (prompts to at most half of it, outputs to the rest) so that small artifacts run it too.
+nlohmann::json mixed_run(Engine& engine, int n, std::uint64_t seed) {
+  const int vocab = engine.artifact().model().vocab_size;
+  const int max_len = engine.max_seq_len();
+  const int prompt_hi = std::min(1024, max_len / 2), prompt_lo = std::min(32, prompt_hi);
+  const int out_hi = std::min(256, max_len - prompt_hi), out_lo = std::min(16, out_hi);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> prompt_len(prompt_lo, prompt_hi), out_len(out_lo, out_hi);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < n; ++i) {
+    const int p = prompt_len(rng);
+    requests.push_back(greedy_request(synthetic_prompt(rng, p, vocab), out_len(rng)));
+  }
+  const Clock::time_point start = Clock::now();
+  std::vector<RequestHandle> handles;
+  for (GenerationRequest& r : requests) handles.push_back(engine.submit(std::move(r)));
+  int tokens = 0;
+  std::vector<double> ttft;
+  for (const RequestHandle& h : handles) {
+    const Finished f = drain(h);
+    tokens += f.tokens;
+    ttft.push_back(f.first_token_seconds);
+  }
+  const double total = seconds(Clock::now() - start);
+  engine.wait_idle();
+  double mean = 0;
+  for (double t : ttft) mean += t / static_cast<double>(ttft.size());
+  return {{"requests", n},
+          {"seed", seed},
+          {"prompt_len_range", {prompt_lo, prompt_hi}},
+          {"gen_range", {out_lo, out_hi}},
+          {"output_tokens", tokens},
+          {"total_s", total},
+          {"output_tokens_per_s", tokens / total},
+          {"mean_ttft_s", mean},
+          {"max_ttft_s", *std::max_element(ttft.begin(), ttft.end())}};
+}
+
+nlohmann::json ttft_run(Engine& engine, int prompt_len, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  // The median of three, so that one stray scheduling delay does not decide the figure.
+  std::vector<double> ttft;
+  for (int i = 0; i < 3; ++i) {
+    RequestHandle h = engine.submit(greedy_request(
+        synthetic_prompt(rng, prompt_len, engine.artifact().model().vocab_size), 1));
+    ttft.push_back(drain(h).first_token_seconds);
+    engine.wait_idle();
+  }
+  return {{"prompt_len", prompt_len}, {"ttft_s", quantile(ttft, 0.5)}};
+}
+
+void check_flags(const BenchOptions& o, const Artifact& a) {
+  const ServingConfig& s = a.serving();
+  for (int b : o.batches)
+    if (b > s.max_batch)
+      fail("bench: --batch " + std::to_string(b) + " is above the artifact's max_batch " +
+           std::to_string(s.max_batch));
+  if (o.prompt_len + o.gen > s.max_seq_len)
+    fail("bench: --prompt-len " + std::to_string(o.prompt_len) + " plus --gen " +
+         std::to_string(o.gen) + " is above the artifact's max_seq_len " +
+         std::to_string(s.max_seq_len));
+  for (int l : o.ttft)
+    if (l + 1 > s.max_seq_len)
+      fail("bench: --ttft " + std::to_string(l) + " leaves no room for a token within the "
+           "artifact's max_seq_len " + std::to_string(s.max_seq_len));
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+std::string cell(const nlohmann::json& v, int digits) {
+  return v.is_null() ? "-" : fixed(v.get<double>(), digits);
+}
+
+void print_table(const nlohmann::json& r) {
+  std::cout << "telos-run bench: " << r["model"].get<std::string>() << " on the "
+            << r["engine"].get<std::string>() << " engine\n"
+            << "load " << fixed(r["load_s"].get<double>(), 3) << " s, load to first token "
+            << fixed(r["load_to_first_token_s"].get<double>(), 3) << " s\n";
+  if (!r["runs"].empty()) {
+    std::printf("%6s %7s %5s %9s %10s %9s %11s %11s %13s %13s\n", "batch", "prompt", "gen",
+                "total s", "tok/s", "ms/token", "host us", "host us p90", "gpu idle us",
+                "gpu idle p90");
+    for (const nlohmann::json& run : r["runs"])
+      std::printf("%6d %7d %5d %9s %10s %9s %11s %11s %13s %13s\n", run["batch"].get<int>(),
+                  run["prompt_len"].get<int>(), run["gen"].get<int>(),
+                  fixed(run["total_s"].get<double>(), 3).c_str(),
+                  fixed(run["output_tokens_per_s"].get<double>(), 1).c_str(),
+                  cell(run["ms_per_token"], 3).c_str(), cell(run["host_us_per_step"], 1).c_str(),
+                  cell(run["host_us_per_step_p90"], 1).c_str(),
+                  cell(run["gpu_idle_gap_us"], 1).c_str(),
+                  cell(run["gpu_idle_gap_us_p90"], 1).c_str());
+  }
+  if (!r["mixed"].is_null()) {
+    const nlohmann::json& m = r["mixed"];
+    std::cout << "mixed: " << m["requests"] << " requests (seed " << m["seed"] << ", prompts "
+              << m["prompt_len_range"][0] << ".." << m["prompt_len_range"][1] << ", outputs "
+              << m["gen_range"][0] << ".." << m["gen_range"][1] << "): "
+              << m["output_tokens"] << " tokens in " << fixed(m["total_s"].get<double>(), 3)
+              << " s, " << fixed(m["output_tokens_per_s"].get<double>(), 1)
+              << " tok/s, TTFT mean " << fixed(m["mean_ttft_s"].get<double>() * 1e3, 1)
+              << " ms, max " << fixed(m["max_ttft_s"].get<double>() * 1e3, 1) << " ms\n";
+  }
+  for (const nlohmann::json& t : r["ttft"])
+    std::cout << "ttft: prompt " << t["prompt_len"] << " tokens: "
+              << fixed(t["ttft_s"].get<double>() * 1e3, 2) << " ms\n";
+}
+
+int run_bench(const BenchOptions& o) {
+  std::shared_ptr<const Artifact> artifact = Artifact::load(o.artifact);
+  check_flags(o, *artifact);
+  std::unique_ptr<ModelBackend> backend = make_backend(artifact, o.engine, std::cerr);
+  const std::string engine_name = backend->name();
+  EngineOptions options;
+  options.record_step_timings = true;
+  // Invariant checks cost host time per step: a benchmark measures the engine without them.
+  options.check_invariants = false;
+  std::unique_ptr<Engine> engine = Engine::create(artifact, std::move(backend), options);
+  const double load = seconds(Clock::now() - kProcessStart);
+
+  // Warm-up, and the first token a freshly started server could give.
+  std::mt19937_64 rng(o.seed);
+  const int warm_len = std::min(o.prompt_len, engine->max_seq_len() - 1);
+  drain(engine->submit(greedy_request(
+      synthetic_prompt(rng, warm_len, artifact->model().vocab_size), 1)));
+  const double load_to_first = seconds(Clock::now() - kProcessStart);
+  engine->wait_idle();
+
+  nlohmann::json result = {{"artifact", o.artifact},
+                           {"model", artifact->model().name},
+                           {"engine", engine_name},
+                           {"load_s", load},
+                           {"load_to_first_token_s", load_to_first},
+                           {"runs", nlohmann::json::array()},
+                           {"mixed", nullptr},
+                           {"ttft", nlohmann::json::array()}};
+  for (int b : o.batches) result["runs"].push_back(batch_run(*engine, b, o.prompt_len, o.gen, o.seed));
+  if (o.mixed > 0) result["mixed"] = mixed_run(*engine, o.mixed, o.seed);
+  for (int l : o.ttft) result["ttft"].push_back(ttft_run(*engine, l, o.seed));
+  if (o.json)
+    std::cout << result.dump() << "\n";
+  else
+    print_table(result);
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, std::function<int()>& run) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Measure load time, decode latency, throughput and TTFT on synthetic prompts");
+  cmd->footer(kExitCodes);
+  cmd->add_option("ARTIFACT", o->artifact, "The artifact directory (NAME.telos)")->required();
+  cmd->add_option("--batch", o->batches,
+                  "Batch sizes to run, comma-separated (default 1: decode latency; e.g. "
+                  "8,64,256 with --prompt-len 512 --gen 128 for throughput)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--prompt-len", o->prompt_len, "Prompt tokens per request (default 32)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--gen", o->gen, "Tokens generated per request (default 256)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--mixed", o->mixed,
+                  "Also run N requests of mixed prompt and output lengths at once (default 0: off)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", o->seed, "Seed of the synthetic prompts and mixed lengths (default 0)");
+  cmd->add_option("--ttft", o->ttft,
+                  "Prompt lengths for time to first token, one request at a time, "
+                  "comma-separated (e.g. 512,2048,8192)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", o->json, "One JSON object with every figure on stdout");
+  add_engine_option(*cmd, o->engine);
+  cmd->callback([o, &run] { run = [o] { return run_bench(*o); }; });
+}
+
+}  // namespace telos::exec
