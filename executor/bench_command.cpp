@@ -111,13 +111,16 @@ nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std
   const double total = seconds(Clock::now() - start);
   engine.wait_idle();
 
-  // Full-batch decode steps after the first (which follows the prefill and pays for it).
+  // Full-batch decode steps after the first (which follows the prefill and pays for it). The time
+  // per token is the interval from one such step's start to the next's: the loop's period,
+  // sampling and event delivery included.
   std::vector<double> step_s, host_s, gap_s;
-  bool first = true;
-  for (const StepTiming& t : engine.take_step_timings()) {
-    if (!t.decode || t.sequences != batch) continue;
-    if (std::exchange(first, false)) continue;
-    step_s.push_back(t.step_seconds);
+  const std::vector<StepTiming> steps = engine.take_step_timings();
+  for (std::size_t i = 1; i < steps.size(); ++i) {
+    const StepTiming& t = steps[i];
+    const StepTiming& before = steps[i - 1];
+    if (!t.decode || t.sequences != batch || !before.decode || before.sequences != batch) continue;
+    step_s.push_back(seconds(t.started - before.started));
     host_s.push_back(t.host_seconds);
     if (t.idle_gap_seconds >= 0) gap_s.push_back(t.idle_gap_seconds);
   }

@@ -296,8 +296,8 @@ void Engine::complete_step(const Step& step, Clock::time_point started, double h
     t.sequences = static_cast<int>(step.sequences.size());
     t.tokens = step.num_tokens;
     t.decode = step.num_tokens == t.sequences;
+    t.started = started;
     t.host_seconds = host_seconds;
-    t.step_seconds = seconds(Clock::now() - started);
     t.idle_gap_seconds = output_.idle_gap_seconds;
     std::lock_guard lock(mutex_);
     step_timings_.push_back(t);

@@ -151,8 +151,8 @@ struct StepTiming {
   int sequences = 0;
   int tokens = 0;
   bool decode = false;        // one token per sequence
+  Clock::time_point started;     // when its scheduling began
   double host_seconds = 0;       // scheduling, descriptor packing and launch, on the host
-  double step_seconds = 0;       // from the start of scheduling to the tokens being back
   double idle_gap_seconds = -1;  // device idle since the previous step; negative when unknown
 };
 
