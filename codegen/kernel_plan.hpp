@@ -58,9 +58,31 @@ struct KernelPlan {
 // Throws telos::Error naming the field when the model is outside what the kernels support.
 KernelPlan plan_kernels(const CodegenInput& in);
 
-// Activation rows per GEMM block: the largest of 8, 4, 2, 1 that divides `rows`, so no bucket
+// How a small-M GEMM over W [N, K] is cut (codegen/kernels/linear.cuh): `rows` weight rows per
+// block (a multiple of 16 dividing N) and `ksplit` K slices, one warp per (16 rows, slice). The
+// split fixes the reduction order, so it depends on the weight shape only, never on the bucket.
+struct GemmTiling {
+  int rows = 16, ksplit = 1;
+  int threads() const { return 32 * (rows / 16) * ksplit; }
+};
+
+// A GEMM whose block may own any multiple of 16 rows: N % 16 == 0, K % 32 == 0.
+GemmTiling gemm_tiling(int n, int k);
+
+// The QKV GEMM, whose block owns one head of `head_dim` rows (its epilogue needs the whole head).
+GemmTiling gemm_qkv_tiling(int head_dim, int k);
+
+// Tokens per GEMM block: the whole bucket up to `max_tile` (64, less where the shared tile
+// [MT][rows] f32 would pass 48 KB), else the largest divisor of `rows` up to it, so no bucket
 // needs padding rows beyond its own.
-int gemm_m_tile(int rows);
+int gemm_m_tile(int rows, int max_tile = 64);
+
+// The largest M tile whose shared tile of `block_rows` f32 columns fits in 48 KB (at most 64).
+int gemm_max_m_tile(int block_rows);
+
+// 32-element K steps whose weight loads a warp issues together: as many as the registers of a
+// block of `threads` allow next to the accumulators of `m_tile` tokens. Arithmetic is unchanged.
+int gemm_unroll(int m_tile, int threads);
 
 // `v` rounded to f32 and printed as a CUDA C++ float literal that reads back to the same value.
 std::string float_literal(double v);
