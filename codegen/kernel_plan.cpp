@@ -90,6 +90,28 @@ GemmTiling gemm_qkv_tiling(int head_dim, int k) {
   return {head_dim, 1};
 }
 
+// Up to 16 warps (128 registers a thread) and still about one block per SM; the shared tile
+// [m_tile][rows] f32 stays within 48 KB.
+GemmTiling gemm_widen_for_tile(GemmTiling t, int n, int m_tile) {
+  if (m_tile <= 8) return t;
+  while (n % (2 * t.rows) == 0 && 2 * t.rows / 16 * t.ksplit <= 16 && n / (2 * t.rows) >= 120 &&
+         m_tile * 2 * t.rows * 4 <= 48 * 1024)
+    t.rows *= 2;
+  return t;
+}
+
+std::string GemmLaunch::args() const {
+  return std::to_string(tiling.rows) + ", " + std::to_string(m_tile) + ", " + std::to_string(tiling.ksplit) + ", " +
+         std::to_string(unroll);
+}
+
+GemmLaunch gemm_launch(const GemmTiling& base, int n, int tokens, bool widen) {
+  GemmLaunch g{base, gemm_m_tile(tokens, gemm_max_m_tile(base.rows)), 1};
+  if (widen) g.tiling = gemm_widen_for_tile(base, n, g.m_tile);
+  g.unroll = gemm_unroll(g.m_tile, g.tiling.threads());
+  return g;
+}
+
 int gemm_max_m_tile(int block_rows) { return std::min(64, 48 * 1024 / 4 / block_rows); }
 
 int gemm_m_tile(int rows, int max_tile) {
@@ -136,14 +158,11 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     };
     const int T = tokens, S = sample_rows;
     auto I_ = [](long long v) { return std::to_string(v); };
-    // A GEMM's template arguments ROWS, MT, KSPLIT, UNROLL for `rows` tokens, and its M tiles.
-    auto m_tile = [](const GemmTiling& t, int rows) { return gemm_m_tile(rows, gemm_max_m_tile(t.rows)); };
-    auto gemm_args = [&](const GemmTiling& t, int rows) {
-      const int mt = m_tile(t, rows);
-      return I_(t.rows) + ", " + I_(mt) + ", " + I_(t.ksplit) + ", " + I_(gemm_unroll(mt, t.threads()));
-    };
-    const GemmTiling qkv_t = gemm_qkv_tiling(D, H), o_t = gemm_tiling(H, HQ * D), gu_t = gemm_tiling(2 * I, H),
-                     down_t = gemm_tiling(H, I), lm_t = gemm_tiling(V, H);
+    const GemmLaunch qkv_g = gemm_launch(gemm_qkv_tiling(D, H), (HQ + 2 * HKV) * D, T, false),
+                     o_g = gemm_launch(gemm_tiling(H, HQ * D), H, T, true),
+                     gu_g = gemm_launch(gemm_tiling(2 * I, H), 2 * I, T, true),
+                     down_g = gemm_launch(gemm_tiling(H, I), H, T, true),
+                     lm_g = gemm_launch(gemm_tiling(V, H), V, S, true);
 
     launch(b.kernel("telos_kernels::embed_gather<" + I_(H) + ", " + I_(embed_threads) + ">",
                     {"embed", "tokens", "x"}, embed_threads),
@@ -153,12 +172,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                                 {"x", "w", "rows", "out"}, norm_threads);
     const int qkv_k = b.kernel(
         "telos_kernels::qkv_rope_append<" + I_(H) + ", " + I_(HQ) + ", " + I_(HKV) + ", " +
-            gemm_args(qkv_t, T) + ", " + (in.qkv_bias ? "true" : "false") + ", " +
+            qkv_g.args() + ", " + (in.qkv_bias ? "true" : "false") + ", " +
             (in.qk_norm ? "true" : "false") + ", " + eps + ", " + I_(PAGE) + ", " + I_(MAXP) + ", " +
             I_(page_elems) + "ll, telos_rope::Freqs>",
         {"W", "A", "bias", "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer",
          "q_out"},
-        qkv_t.threads());
+        qkv_g.tiling.threads());
     const int split_k = b.kernel(
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
@@ -168,18 +187,18 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                                        I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
                                    {"part_o", "part_ml", "positions", "out"}, D);
     const int o_k = b.kernel("telos_kernels::linear_residual<" + I_(HQ * D) + ", " + I_(H) + ", " +
-                                 gemm_args(o_t, T) + ">",
-                             {"W", "A", "x"}, o_t.threads());
+                                 o_g.args() + ">",
+                             {"W", "A", "x"}, o_g.tiling.threads());
     const int gu_k = b.kernel("telos_kernels::linear_swiglu<" + I_(H) + ", " + I_(I) + ", " +
-                                  gemm_args(gu_t, T) + ">",
-                              {"W", "A", "act"}, gu_t.threads());
+                                  gu_g.args() + ">",
+                              {"W", "A", "act"}, gu_g.tiling.threads());
     const int down_k = b.kernel("telos_kernels::linear_residual<" + I_(I) + ", " + I_(H) + ", " +
-                                    gemm_args(down_t, T) + ">",
-                                {"W", "A", "x"}, down_t.threads());
+                                    down_g.args() + ">",
+                                {"W", "A", "x"}, down_g.tiling.threads());
     for (int l = 0; l < L; ++l) {
       const std::string w = "w:layers." + I_(l) + ".";
       launch(norm_k, {T, 1, 1}, {"buf:x", w + "attn_norm", "null", "buf:h"});
-      launch(qkv_k, {HQ + 2 * HKV, T / m_tile(qkv_t, T), 1},
+      launch(qkv_k, {HQ + 2 * HKV, T / qkv_g.m_tile, 1},
              {w + "qkv", "buf:h", in.qkv_bias ? w + "qkv_bias" : "null",
               in.qk_norm ? w + "q_norm" : "null", in.qk_norm ? w + "k_norm" : "null",
               "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l), "buf:q"});
@@ -187,18 +206,18 @@ KernelPlan plan_kernels(const CodegenInput& in) {
              {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
               "buf:part_o", "buf:part_ml"});
       launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});
-      launch(o_k, {H / o_t.rows, T / m_tile(o_t, T), 1}, {w + "o", "buf:attn", "buf:x"});
+      launch(o_k, {H / o_g.tiling.rows, T / o_g.m_tile, 1}, {w + "o", "buf:attn", "buf:x"});
       launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});
-      launch(gu_k, {2 * I / gu_t.rows, T / m_tile(gu_t, T), 1}, {w + "gate_up", "buf:h", "buf:act"});
-      launch(down_k, {H / down_t.rows, T / m_tile(down_t, T), 1}, {w + "down", "buf:act", "buf:x"});
+      launch(gu_k, {2 * I / gu_g.tiling.rows, T / gu_g.m_tile, 1}, {w + "gate_up", "buf:h", "buf:act"});
+      launch(down_k, {H / down_g.tiling.rows, T / down_g.m_tile, 1}, {w + "down", "buf:act", "buf:x"});
     }
     launch(b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + I_(norm_threads) + ", " + eps +
                         ", true>",
                     {"x", "w", "rows", "out"}, norm_threads),
            {S, 1, 1}, {"buf:x", "w:final_norm", "desc:sample_rows", "buf:hf"});
-    launch(b.kernel("telos_kernels::linear_f32<" + I_(H) + ", " + I_(V) + ", " + gemm_args(lm_t, S) + ">",
-                    {"W", "A", "y"}, lm_t.threads()),
-           {V / lm_t.rows, S / m_tile(lm_t, S), 1}, {lm_head, "buf:hf", "buf:logits"});
+    launch(b.kernel("telos_kernels::linear_f32<" + I_(H) + ", " + I_(V) + ", " + lm_g.args() + ">",
+                    {"W", "A", "y"}, lm_g.tiling.threads()),
+           {V / lm_g.tiling.rows, S / lm_g.m_tile, 1}, {lm_head, "buf:hf", "buf:logits"});
     launch(b.kernel("telos_kernels::sample<" + I_(V) + ", " + I_(sample_threads) + ">",
                     {"logits", "params", "rows", "tokens_out"}, sample_threads),
            {S, 1, 1}, {"buf:logits", "desc:sample_params", "desc:sample_rows", "buf:sampled"});

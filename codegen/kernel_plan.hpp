@@ -72,6 +72,11 @@ GemmTiling gemm_tiling(int n, int k);
 // The QKV GEMM, whose block owns one head of `head_dim` rows (its epilogue needs the whole head).
 GemmTiling gemm_qkv_tiling(int head_dim, int k);
 
+// `t` (from gemm_tiling for N = n) with more rows per block for an M tile of more than 8 tokens:
+// the warps of a block that share a K slice share its activation loads (L1), so more row groups
+// per block means fewer activation bytes from L2 per weight byte. The split of K is unchanged.
+GemmTiling gemm_widen_for_tile(GemmTiling t, int n, int m_tile);
+
 // Tokens per GEMM block: the whole bucket up to `max_tile` (64, less where the shared tile
 // [MT][rows] f32 would pass 48 KB), else the largest divisor of `rows` up to it, so no bucket
 // needs padding rows beyond its own.
@@ -83,6 +88,18 @@ int gemm_max_m_tile(int block_rows);
 // 32-element K steps whose weight loads a warp issues together: as many as the registers of a
 // block of `threads` allow next to the accumulators of `m_tile` tokens. Arithmetic is unchanged.
 int gemm_unroll(int m_tile, int threads);
+
+// A GEMM as a bucket launches it: its tiling, M tile and unroll for `tokens` tokens.
+struct GemmLaunch {
+  GemmTiling tiling;
+  int m_tile = 1, unroll = 1;
+  // The template arguments ROWS, MT, KSPLIT, UNROLL of linear_* and qkv_rope_append.
+  std::string args() const;
+};
+
+// `base` from gemm_tiling / gemm_qkv_tiling for W [n, K]; `widen` lets gemm_widen_for_tile add
+// rows per block (not for QKV, whose blocks are heads).
+GemmLaunch gemm_launch(const GemmTiling& base, int n, int tokens, bool widen);
 
 // `v` rounded to f32 and printed as a CUDA C++ float literal that reads back to the same value.
 std::string float_literal(double v);

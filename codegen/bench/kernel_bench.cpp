@@ -121,16 +121,15 @@ int main() {
   constexpr int QKV_HQ = 32, QKV_HKV = 8, QKV_D = 128, QKV_PAGE = 16;
   constexpr long long QKV_PAGE_ELEMS = 2LL * QKV_HKV * QKV_PAGE * QKV_D;
   for (int M : {1, 8, 64}) {
-    auto gemm_args = [&](const GemmTiling& t) {
-      const int mt = gemm_m_tile(M, gemm_max_m_tile(t.rows));
-      return I(t.rows) + ", " + I(mt) + ", " + I(t.ksplit) + ", " + I(gemm_unroll(mt, t.threads()));
-    };
-    auto m_tiles = [&](const GemmTiling& t) { return M / gemm_m_tile(M, gemm_max_m_tile(t.rows)); };
     std::vector<std::string> names;
-    for (const Gemm& g : gemms) names.push_back("telos_kernels::linear_f32<" + I(g.K) + ", " + I(g.N) + ", " + gemm_args(gemm_tiling(g.N, g.K)) + ">");
-    const GemmTiling qkv_t = gemm_qkv_tiling(QKV_D, 4096);
+    std::vector<GemmLaunch> launches;
+    for (const Gemm& g : gemms) {
+      launches.push_back(gemm_launch(gemm_tiling(g.N, g.K), g.N, M, true));
+      names.push_back("telos_kernels::linear_f32<" + I(g.K) + ", " + I(g.N) + ", " + launches.back().args() + ">");
+    }
+    const GemmLaunch qkv = gemm_launch(gemm_qkv_tiling(QKV_D, 4096), 6144, M, false);
     const std::string qkv_name = "telos_kernels::qkv_rope_append<4096, " + I(QKV_HQ) + ", " + I(QKV_HKV) + ", " +
-                                 gemm_args(qkv_t) + ", false, false, 1e-05f, " + I(QKV_PAGE) + ", 1, " +
+                                 qkv.args() + ", false, false, 1e-05f, " + I(QKV_PAGE) + ", 1, " +
                                  I(QKV_PAGE_ELEMS) + "ll, telos_rope::Freqs>";
     std::vector<std::string> all = names;
     all.push_back(qkv_name);
@@ -147,9 +146,9 @@ int main() {
       check(cudaMalloc(&y, static_cast<std::size_t>(M) * g.N * 4), "alloc");
       double us = 0;
       if (gi < 4) {
-        const GemmTiling t = gemm_tiling(g.N, g.K);
+        const GemmLaunch& l = launches[gi];
         us = median_us([&](int i) {
-          mod.launch(names[gi], dim3(g.N / t.rows, m_tiles(t)), t.threads(), {w[i % copies], a, y});
+          mod.launch(names[gi], dim3(g.N / l.tiling.rows, M / l.m_tile), l.tiling.threads(), {w[i % copies], a, y});
         });
       } else {
         // Token m is sequence m at position m % PAGE: one KV page per sequence, page m.
@@ -166,7 +165,7 @@ int main() {
         cudaMemcpy(seq, hseq.data(), M * 4, cudaMemcpyHostToDevice);
         const void* none = nullptr;
         us = median_us([&](int i) {
-          mod.launch(qkv_name, dim3(QKV_HQ + 2 * QKV_HKV, m_tiles(qkv_t)), qkv_t.threads(),
+          mod.launch(qkv_name, dim3(QKV_HQ + 2 * QKV_HKV, M / qkv.m_tile), qkv.tiling.threads(),
                      {w[i % copies], a, none, none, none, pos, seq, seq, kv, y});
         });
         for (void* p : {pos, seq, kv}) cudaFree(p);

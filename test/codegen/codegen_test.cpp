@@ -190,6 +190,15 @@ TEST(Codegen, GemmTilingOfLlama8bShapes) {
   EXPECT_EQ(gemm_unroll(1, 256), 8);
   EXPECT_EQ(gemm_unroll(64, 256), 2);
   EXPECT_EQ(gemm_unroll(64, 512), 1);
+  // 64-token tiles: more rows per block share the activation loads; the split of K stays.
+  auto widened = [](int n, int k) {
+    const GemmLaunch l = gemm_launch(gemm_tiling(n, k), n, 64, true);
+    return std::array<int, 4>{l.tiling.rows, l.tiling.ksplit, l.m_tile, l.unroll};
+  };
+  EXPECT_EQ(widened(4096, 14336), (std::array<int, 4>{32, 8, 64, 1}));   // 128 blocks of 16 warps
+  EXPECT_EQ(widened(28672, 4096), (std::array<int, 4>{128, 2, 64, 1}));
+  EXPECT_EQ(widened(128256, 4096), (std::array<int, 4>{128, 1, 64, 2})); // the tile would pass 48 KB
+  EXPECT_EQ(gemm_launch(gemm_tiling(4096, 14336), 4096, 8, true).tiling.rows, 16);
 }
 
 TEST(Codegen, Llama3RopeScaling) {
