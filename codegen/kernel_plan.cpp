@@ -81,13 +81,22 @@ GemmTiling gemm_tiling(int n, int k) {
   return {16, 1};
 }
 
-// A QKV block is one head (48 heads for Llama-3.1-8B: too few blocks to fill the GPU), so K is
-// split as far as 16 warps per block allow (at most 128 registers per thread).
-GemmTiling gemm_qkv_tiling(int head_dim, int k) {
+// A QKV cluster is one head (48 heads for Llama-3.1-8B: too few to fill the GPU), so K is split as
+// far as 16 warps per block allow (at most 128 registers per thread), then over a cluster of the
+// fewest blocks (up to 8, the portable cluster size) that puts a block on every SM.
+GemmTiling gemm_qkv_tiling(int head_dim, int k, int heads) {
   const int groups = head_dim / 16;
+  GemmTiling t{head_dim, 1, 1};
   for (int ksplit : {8, 4, 2})
-    if (groups * ksplit <= 16 && k % (32 * ksplit) == 0) return {head_dim, ksplit};
-  return {head_dim, 1};
+    if (groups * ksplit <= 16 && k % (32 * ksplit) == 0) {
+      t.ksplit = ksplit;
+      break;
+    }
+  for (int cluster : {2, 4, 8}) {
+    if (heads * t.cluster >= 132 || k % (32 * t.ksplit * cluster) != 0) break;
+    t.cluster = cluster;
+  }
+  return t;
 }
 
 // Up to 16 warps (128 registers a thread) and still about one block per SM; the shared tile
@@ -158,7 +167,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     };
     const int T = tokens, S = sample_rows;
     auto I_ = [](long long v) { return std::to_string(v); };
-    const GemmLaunch qkv_g = gemm_launch(gemm_qkv_tiling(D, H), (HQ + 2 * HKV) * D, T, false),
+    const GemmLaunch qkv_g = gemm_launch(gemm_qkv_tiling(D, H, HQ + 2 * HKV), (HQ + 2 * HKV) * D, T, false),
                      o_g = gemm_launch(gemm_tiling(H, HQ * D), H, T, true),
                      gu_g = gemm_launch(gemm_tiling(2 * I, H), 2 * I, T, true),
                      down_g = gemm_launch(gemm_tiling(H, I), H, T, true),
@@ -172,7 +181,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                                 {"x", "w", "rows", "out"}, norm_threads);
     const int qkv_k = b.kernel(
         "telos_kernels::qkv_rope_append<" + I_(H) + ", " + I_(HQ) + ", " + I_(HKV) + ", " +
-            qkv_g.args() + ", " + (in.qkv_bias ? "true" : "false") + ", " +
+            qkv_g.args() + ", " + I_(qkv_g.tiling.cluster) + ", " + (in.qkv_bias ? "true" : "false") + ", " +
             (in.qk_norm ? "true" : "false") + ", " + eps + ", " + I_(PAGE) + ", " + I_(MAXP) + ", " +
             I_(page_elems) + "ll, telos_rope::Freqs>",
         {"W", "A", "bias", "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer",
@@ -198,7 +207,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     for (int l = 0; l < L; ++l) {
       const std::string w = "w:layers." + I_(l) + ".";
       launch(norm_k, {T, 1, 1}, {"buf:x", w + "attn_norm", "null", "buf:h"});
-      launch(qkv_k, {HQ + 2 * HKV, T / qkv_g.m_tile, 1},
+      launch(qkv_k, {(HQ + 2 * HKV) * qkv_g.tiling.cluster, T / qkv_g.m_tile, 1},
              {w + "qkv", "buf:h", in.qkv_bias ? w + "qkv_bias" : "null",
               in.qk_norm ? w + "q_norm" : "null", in.qk_norm ? w + "k_norm" : "null",
               "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l), "buf:q"});

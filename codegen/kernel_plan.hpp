@@ -63,14 +63,16 @@ KernelPlan plan_kernels(const CodegenInput& in);
 // split fixes the reduction order, so it depends on the weight shape only, never on the bucket.
 struct GemmTiling {
   int rows = 16, ksplit = 1;
+  int cluster = 1;  // QKV only: blocks of a cluster split K further, rank 0 sums them
   int threads() const { return 32 * (rows / 16) * ksplit; }
 };
 
 // A GEMM whose block may own any multiple of 16 rows: N % 16 == 0, K % 32 == 0.
 GemmTiling gemm_tiling(int n, int k);
 
-// The QKV GEMM, whose block owns one head of `head_dim` rows (its epilogue needs the whole head).
-GemmTiling gemm_qkv_tiling(int head_dim, int k);
+// The QKV GEMM over `heads` heads, whose cluster owns one head of `head_dim` rows (its epilogue
+// needs the whole head).
+GemmTiling gemm_qkv_tiling(int head_dim, int k, int heads);
 
 // `t` (from gemm_tiling for N = n) with more rows per block for an M tile of more than 8 tokens:
 // the warps of a block that share a K slice share its activation loads (L1), so more row groups

@@ -115,7 +115,7 @@ int main() {
 
   // Decode GEMMs, Llama-3.1-8B: qkv [6144, 4096], gate_up [28672, 4096], down [4096, 14336],
   // LM head [128256, 4096], each tiled as codegen tiles it (kernel_plan.hpp); and the QKV kernel
-  // the model runs (one head of 128 rows per block, RoPE and the KV append in its epilogue).
+  // the model runs (a cluster per head of 128 rows, RoPE and the KV append in its epilogue).
   struct Gemm { const char* name; int N, K; };
   const Gemm gemms[] = {{"qkv", 6144, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}, {"lm_head", 128256, 4096}};
   constexpr int QKV_HQ = 32, QKV_HKV = 8, QKV_D = 128, QKV_PAGE = 16;
@@ -127,9 +127,9 @@ int main() {
       launches.push_back(gemm_launch(gemm_tiling(g.N, g.K), g.N, M, true));
       names.push_back("telos_kernels::linear_f32<" + I(g.K) + ", " + I(g.N) + ", " + launches.back().args() + ">");
     }
-    const GemmLaunch qkv = gemm_launch(gemm_qkv_tiling(QKV_D, 4096), 6144, M, false);
+    const GemmLaunch qkv = gemm_launch(gemm_qkv_tiling(QKV_D, 4096, QKV_HQ + 2 * QKV_HKV), 6144, M, false);
     const std::string qkv_name = "telos_kernels::qkv_rope_append<4096, " + I(QKV_HQ) + ", " + I(QKV_HKV) + ", " +
-                                 qkv.args() + ", false, false, 1e-05f, " + I(QKV_PAGE) + ", 1, " +
+                                 qkv.args() + ", " + I(qkv.tiling.cluster) + ", false, false, 1e-05f, " + I(QKV_PAGE) + ", 1, " +
                                  I(QKV_PAGE_ELEMS) + "ll, telos_rope::Freqs>";
     std::vector<std::string> all = names;
     all.push_back(qkv_name);
@@ -165,7 +165,7 @@ int main() {
         cudaMemcpy(seq, hseq.data(), M * 4, cudaMemcpyHostToDevice);
         const void* none = nullptr;
         us = median_us([&](int i) {
-          mod.launch(qkv_name, dim3(QKV_HQ + 2 * QKV_HKV, M / qkv.m_tile), qkv.tiling.threads(),
+          mod.launch(qkv_name, dim3((QKV_HQ + 2 * QKV_HKV) * qkv.tiling.cluster, M / qkv.m_tile), qkv.tiling.threads(),
                      {w[i % copies], a, none, none, none, pos, seq, seq, kv, y});
         });
         for (void* p : {pos, seq, kv}) cudaFree(p);

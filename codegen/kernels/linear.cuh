@@ -17,8 +17,8 @@
 // way. One 16-byte load per operand row per 32 K elements, no shuffles.
 //
 // Reduction order, for batch invariance: within a K slice the MMAs accumulate in K order; the
-// KSPLIT slice sums are added in slice order through the shared tile. KSPLIT is fixed per weight
-// shape (codegen/kernel_plan.cpp) and each output column of an MMA depends only on its own token,
+// KSPLIT slice sums are added in slice order through the shared tile (and QKV's CLUSTER block sums
+// in rank order). KSPLIT and CLUSTER are fixed per weight shape (codegen/kernel_plan.cpp) and each output column of an MMA depends only on its own token,
 // so a token's result is the same for every MT, every position in the tile and every other token.
 #include "common.cuh"
 
@@ -27,6 +27,12 @@ namespace telos_kernels {
 // One warp per (row group of 16, K slice).
 template <int ROWS, int KSPLIT>
 constexpr int kLinearThreads = 32 * (ROWS / 16) * KSPLIT;
+
+// Blocks per SM promised to ptxas: 16 warps an SM at least, i.e. up to 128 registers a thread.
+// Stated, because left to itself ptxas sometimes aims at more blocks and spills (seen with
+// clusters: 32 registers and a stack frame).
+template <int ROWS, int KSPLIT>
+constexpr int kLinearMinBlocks = kLinearThreads<ROWS, KSPLIT> >= 512 ? 1 : 512 / kLinearThreads<ROWS, KSPLIT>;
 
 // d += a · b for one m16n8k16 bf16 tile with f32 accumulators (PTX ISA, Warp-level matrix
 // instructions: mma; fragments per "Matrix Fragments for mma.m16n8k16 with floating point type":
@@ -74,19 +80,20 @@ __device__ __forceinline__ void linear_steps(const bf16* __restrict__ w_lo, cons
   }
 }
 
-// Fills tile[m][r] (m < MT, r < ROWS) with row RowOf::row(g, r) of W times token m0 + m of A.
+// Fills tile[m][r] (m < MT, r < ROWS) with row RowOf::row(g, r) of W times token m0 + m of A over
+// the KR elements of K from k_base (all of K unless a cluster splits it further).
 // UNROLL K steps are loaded per batch; it changes nothing in the arithmetic.
-template <int K, int MT, int ROWS, int KSPLIT, int UNROLL, class RowOf>
+template <int K, int KR, int MT, int ROWS, int KSPLIT, int UNROLL, class RowOf>
 __device__ __forceinline__ void linear_tile(const bf16* __restrict__ W, const bf16* __restrict__ A,
-                                            int m0, int g, float (*tile)[ROWS]) {
+                                            int m0, int g, int k_base, float (*tile)[ROWS]) {
   static_assert(ROWS % 16 == 0, "a warp owns 16 weight rows");
-  static_assert(K % (32 * KSPLIT) == 0, "a K slice is whole 32-element steps");
+  static_assert(KR % (32 * KSPLIT) == 0, "a K slice is whole 32-element steps");
   static_assert(MT >= 1 && MT <= 64, "at most 64 tokens per tile");
-  constexpr int kGroups = ROWS / 16, NT = (MT + 7) / 8, SLICE = K / KSPLIT, STEPS = SLICE / 32;
+  constexpr int kGroups = ROWS / 16, NT = (MT + 7) / 8, SLICE = KR / KSPLIT, STEPS = SLICE / 32;
   constexpr int FULL = STEPS / UNROLL * UNROLL;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp % kGroups, slice = warp / kGroups, gid = lane / 4, tig = lane % 4;
-  const int r = group * 16 + gid, k0 = slice * SLICE + 8 * tig;
+  const int r = group * 16 + gid, k0 = k_base + slice * SLICE + 8 * tig;
   const bf16* w_lo = W + static_cast<long long>(RowOf::row(g, r)) * K + k0;
   const bf16* w_hi = W + static_cast<long long>(RowOf::row(g, r + 8)) * K + k0;
   const bf16* a = A + static_cast<long long>(m0 + gid) * K + k0;
@@ -118,6 +125,31 @@ __device__ __forceinline__ void linear_tile(const bf16* __restrict__ W, const bf
   }
 }
 
+// Thread block clusters (PTX ISA: Special Registers: %cluster_ctarank; Parallel Synchronization:
+// barrier.cluster; Data Movement: mapa, ld with .shared::cluster).
+__device__ __forceinline__ unsigned cluster_ctarank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+// Every thread of every CTA of the cluster; shared-memory writes before it are visible to the
+// whole cluster after it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The f32 at the same shared-memory offset as `p` in the CTA of cluster rank `rank`.
+__device__ __forceinline__ float ld_shared_cluster(const float* p, unsigned rank) {
+  unsigned long long local;
+  asm("cvta.to.shared.u64 %0, %1;" : "=l"(local) : "l"(p));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(static_cast<unsigned>(local)), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
 template <int ROWS>
 struct ContiguousRows {
   __device__ static int row(int g, int r) { return g * ROWS + r; }
@@ -126,13 +158,13 @@ struct ContiguousRows {
 // x[m, n] += (A · Wᵀ)[m, n]: the residual add after the attention output and down projections.
 // x is the f32 residual stream.
 template <int K, int N, int ROWS, int MT, int KSPLIT, int UNROLL>
-__global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>) linear_residual(const bf16* W, const bf16* A,
+__global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks<ROWS, KSPLIT>) linear_residual(const bf16* W, const bf16* A,
                                                                                   float* x) {
   static_assert(N % ROWS == 0, "a block owns whole row groups");
   constexpr int THREADS = kLinearThreads<ROWS, KSPLIT>;
   __shared__ float tile[MT][ROWS];
   const int m0 = blockIdx.y * MT, g = blockIdx.x;
-  linear_tile<K, MT, ROWS, KSPLIT, UNROLL, ContiguousRows<ROWS>>(W, A, m0, g, tile);
+  linear_tile<K, K, MT, ROWS, KSPLIT, UNROLL, ContiguousRows<ROWS>>(W, A, m0, g, 0, tile);
   for (int i = threadIdx.x; i < MT * ROWS; i += THREADS) {
     const int m = i / ROWS, r = i % ROWS;
     x[static_cast<long long>(m0 + m) * N + g * ROWS + r] += tile[m][r];
@@ -141,13 +173,13 @@ __global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>) linear_residual(
 
 // y[m, n] = (A · Wᵀ)[m, n] in f32: the LM head's logits.
 template <int K, int N, int ROWS, int MT, int KSPLIT, int UNROLL>
-__global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>) linear_f32(const bf16* W, const bf16* A,
+__global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks<ROWS, KSPLIT>) linear_f32(const bf16* W, const bf16* A,
                                                                              float* y) {
   static_assert(N % ROWS == 0, "a block owns whole row groups");
   constexpr int THREADS = kLinearThreads<ROWS, KSPLIT>;
   __shared__ float tile[MT][ROWS];
   const int m0 = blockIdx.y * MT, g = blockIdx.x;
-  linear_tile<K, MT, ROWS, KSPLIT, UNROLL, ContiguousRows<ROWS>>(W, A, m0, g, tile);
+  linear_tile<K, K, MT, ROWS, KSPLIT, UNROLL, ContiguousRows<ROWS>>(W, A, m0, g, 0, tile);
   for (int i = threadIdx.x; i < MT * ROWS; i += THREADS) {
     const int m = i / ROWS, r = i % ROWS;
     y[static_cast<long long>(m0 + m) * N + g * ROWS + r] = tile[m][r];
@@ -164,13 +196,13 @@ struct GateUpRows {
 };
 
 template <int K, int I, int ROWS, int MT, int KSPLIT, int UNROLL>
-__global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>) linear_swiglu(const bf16* W, const bf16* A,
+__global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks<ROWS, KSPLIT>) linear_swiglu(const bf16* W, const bf16* A,
                                                                                 bf16* act) {
   constexpr int COLS = ROWS / 2, THREADS = kLinearThreads<ROWS, KSPLIT>;
   static_assert(I % COLS == 0 && COLS % 8 == 0, "a block owns whole column groups");
   __shared__ float tile[MT][2 * COLS];
   const int m0 = blockIdx.y * MT, g = blockIdx.x;
-  linear_tile<K, MT, 2 * COLS, KSPLIT, UNROLL, GateUpRows<COLS, I>>(W, A, m0, g, tile);
+  linear_tile<K, K, MT, 2 * COLS, KSPLIT, UNROLL, GateUpRows<COLS, I>>(W, A, m0, g, 0, tile);
   for (int i = threadIdx.x; i < MT * COLS; i += THREADS) {
     const int m = i / COLS, c = i % COLS;
     const float gate = tile[m][c], up = tile[m][COLS + c];
@@ -178,25 +210,45 @@ __global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>) linear_swiglu(co
   }
 }
 
-// The QKV projection with its whole epilogue. Block g computes head g of the [Hq + 2 Hkv] heads of
-// D columns: adds the bias (Qwen2), applies the per-head RMSNorm to q and k (Qwen3), rotates q and
-// k (RoPE, rotate-half; Rope::inv_freq(i) holds the frequencies, llama3 scaling included), then
-// writes q (f32, [M, Hq D]) or appends k / v to the token's KV page. Rows whose position is
+// The QKV projection with its whole epilogue. A cluster of CLUSTER blocks computes head g of the
+// [Hq + 2 Hkv] heads of D columns (one head per block is too few blocks to stream the weights at
+// full bandwidth: 48 for Llama-3.1-8B): block rank r takes the r-th K / CLUSTER of K, and rank 0
+// adds the ranks' tiles in rank order through distributed shared memory. Rank 0 then adds the
+// bias (Qwen2), applies the per-head RMSNorm to q and k (Qwen3), rotates q and k (RoPE,
+// rotate-half; Rope::inv_freq(i) holds the frequencies, llama3 scaling included), then writes q
+// (f32, [M, Hq D]) or appends k / v to the token's KV page. Rows whose position is
 // negative are padding: their k and v are not written.
 //
 // KV pages: page[layer][kv][head][slot][dim] bf16; `kv_layer` points at layer `layer` of page 0,
 // PAGE_ELEMS is the size of a whole page in elements, page_tables has MAXP entries per sequence.
-template <int K, int HQ, int HKV, int D, int MT, int KSPLIT, int UNROLL, bool BIAS, bool QK_NORM, float EPS,
-          int PAGE, int MAXP, long long PAGE_ELEMS, class Rope>
-__global__ void __launch_bounds__(kLinearThreads<D, KSPLIT>)
+template <int K, int HQ, int HKV, int D, int MT, int KSPLIT, int UNROLL, int CLUSTER, bool BIAS, bool QK_NORM,
+          float EPS, int PAGE, int MAXP, long long PAGE_ELEMS, class Rope>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(kLinearThreads<D, KSPLIT>, kLinearMinBlocks<D, KSPLIT>)
     qkv_rope_append(const bf16* W, const bf16* A, const float* bias, const float* q_norm,
                     const float* k_norm, const int* positions, const int* token_seq,
                     const int* page_tables, bf16* kv_layer, float* q_out) {
   static_assert(D % 2 == 0, "RoPE rotates pairs");
   constexpr int THREADS = kLinearThreads<D, KSPLIT>;
   __shared__ float tile[MT][D];
-  const int m0 = blockIdx.y * MT, head = blockIdx.x;
-  linear_tile<K, MT, D, KSPLIT, UNROLL, ContiguousRows<D>>(W, A, m0, head, tile);
+  static_assert(K % CLUSTER == 0, "the cluster splits K evenly");
+  constexpr int KR = K / CLUSTER;
+  const int m0 = blockIdx.y * MT, head = blockIdx.x / CLUSTER;
+  const unsigned rank = CLUSTER > 1 ? cluster_ctarank() : 0u;
+  linear_tile<K, KR, MT, D, KSPLIT, UNROLL, ContiguousRows<D>>(W, A, m0, head, static_cast<int>(rank) * KR, tile);
+  if constexpr (CLUSTER > 1) {
+    cluster_sync();
+    if (rank == 0) {
+      for (int i = threadIdx.x; i < MT * D; i += THREADS) {
+        float s = tile[i / D][i % D];
+        for (unsigned r = 1; r < CLUSTER; ++r) s += ld_shared_cluster(&tile[i / D][i % D], r);
+        tile[i / D][i % D] = s;
+      }
+    }
+    // The other ranks keep their shared memory until rank 0 has read it; this is also rank 0's
+    // barrier before its epilogue reads the sums.
+    cluster_sync();
+    if (rank != 0) return;
+  }
 
   const bool is_q = head < HQ, is_k = !is_q && head < HQ + HKV;
   if constexpr (BIAS) {

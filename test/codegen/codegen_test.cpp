@@ -182,11 +182,15 @@ TEST(Codegen, GemmTilingOfLlama8bShapes) {
   EXPECT_EQ(tiling(4096, 14336), (std::array<int, 3>{16, 8, 256}));   // down
   EXPECT_EQ(tiling(128256, 4096), (std::array<int, 3>{128, 1, 256})); // LM head: 1002 blocks
   EXPECT_EQ(tiling(512, 128), (std::array<int, 3>{16, 4, 128}));      // tiny: K has 4 steps
-  const GemmTiling qkv = gemm_qkv_tiling(128, 4096);
+  // QKV: 48 heads, each a cluster of 4 blocks of 16 warps (K split 2 × 4 ways): 192 blocks.
+  const GemmTiling qkv = gemm_qkv_tiling(128, 4096, 48);
   EXPECT_EQ(qkv.rows, 128);
   EXPECT_EQ(qkv.ksplit, 2);
+  EXPECT_EQ(qkv.cluster, 4);
   EXPECT_EQ(qkv.threads(), 512);
-  EXPECT_EQ(gemm_qkv_tiling(32, 128).ksplit, 4);
+  EXPECT_EQ(gemm_qkv_tiling(32, 128, 8).ksplit, 4);
+  EXPECT_EQ(gemm_qkv_tiling(32, 128, 8).cluster, 1);  // K = 128 has no room for more slices
+  EXPECT_EQ(gemm_qkv_tiling(128, 4096, 160).cluster, 1);
   EXPECT_EQ(gemm_unroll(1, 256), 8);
   EXPECT_EQ(gemm_unroll(64, 256), 2);
   EXPECT_EQ(gemm_unroll(64, 512), 1);

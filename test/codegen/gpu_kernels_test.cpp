@@ -219,7 +219,7 @@ TEST(GpuKernels, GateUpSwiGlu) {
 // ---- QKV with bias, QK norm, RoPE and the KV append -------------------------------------------
 
 struct QkvShape {
-  int K, HQ, HKV, D, MT, KSPLIT, UNROLL, M;
+  int K, HQ, HKV, D, MT, KSPLIT, UNROLL, CLUSTER, M;
   bool bias, qk_norm;
   codegen::RopeInput rope;
 };
@@ -229,16 +229,17 @@ TEST(GpuKernels, QkvRopeAppend) {
   const codegen::RopeInput llama3{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
   const codegen::RopeInput plain{"default", 1000000.0};
   constexpr int PAGE = 16, MAXP = 8, LAYERS = 2, POOL = 20, LAYER = 1;
-  for (const QkvShape& s : {QkvShape{128, 4, 2, 32, 1, 4, 8, 5, false, false, llama3},
-                           QkvShape{128, 4, 2, 32, 4, 2, 8, 8, true, false, plain},
-                           QkvShape{128, 4, 2, 32, 6, 1, 8, 6, false, true, plain},
-                           QkvShape{2048, 32, 8, 64, 3, 4, 8, 3, false, false, llama3},
-                           QkvShape{1536, 12, 2, 128, 2, 2, 8, 4, true, false, plain},
-                           QkvShape{256, 4, 2, 64, 13, 2, 3, 13, false, true, llama3},
-                           QkvShape{512, 4, 2, 128, 40, 2, 1, 40, true, false, plain}}) {
+  // Clusters of 1 to 8 blocks per head, ragged token counts, unroll tails.
+  for (const QkvShape& s : {QkvShape{128, 4, 2, 32, 1, 4, 8, 1, 5, false, false, llama3},
+                           QkvShape{128, 4, 2, 32, 4, 2, 8, 2, 8, true, false, plain},
+                           QkvShape{128, 4, 2, 32, 6, 1, 8, 4, 6, false, true, plain},
+                           QkvShape{2048, 32, 8, 64, 3, 4, 8, 4, 3, false, false, llama3},
+                           QkvShape{1536, 12, 2, 128, 2, 2, 8, 1, 4, true, false, plain},
+                           QkvShape{256, 4, 2, 64, 13, 2, 3, 2, 13, false, true, llama3},
+                           QkvShape{512, 4, 2, 128, 40, 2, 1, 8, 40, true, false, plain}}) {
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     const std::string k = "telos_kernels::qkv_rope_append<" + I(s.K) + ", " + I(s.HQ) + ", " + I(s.HKV) + ", " +
-                          I(s.D) + ", " + I(s.MT) + ", " + I(s.KSPLIT) + ", " + I(s.UNROLL) + ", " +
+                          I(s.D) + ", " + I(s.MT) + ", " + I(s.KSPLIT) + ", " + I(s.UNROLL) + ", " + I(s.CLUSTER) + ", " +
                           (s.bias ? "true" : "false") + ", " +
                           (s.qk_norm ? "true" : "false") + ", " + float_literal(1e-6) + ", " + I(PAGE) +
                           ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>";
@@ -264,7 +265,7 @@ TEST(GpuKernels, QkvRopeAppend) {
     DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
     DeviceBuffer<std::uint16_t> dkv(static_cast<std::size_t>(POOL) * page_elems);
     DeviceBuffer<float> dq(static_cast<std::size_t>(s.M) * s.HQ * s.D);
-    CUDA_OK(mod.launch(k, dim3(NH, s.M / s.MT), 32 * (s.D / 16) * s.KSPLIT,
+    CUDA_OK(mod.launch(k, dim3(NH * s.CLUSTER, s.M / s.MT), 32 * (s.D / 16) * s.KSPLIT,
                        {dW.get(), dA.get(), s.bias ? dbias.get() : nullptr, s.qk_norm ? dqn.get() : nullptr,
                         s.qk_norm ? dkn.get() : nullptr, dpos.get(), dseq.get(), dpt.get(),
                         dkv.get() + LAYER * 2LL * s.HKV * PAGE * s.D, dq.get()}));
@@ -310,7 +311,7 @@ TEST(GpuKernels, QkvRopeAppend) {
         }
       }
     const auto q = dq.download();
-    EXPECT_LT(rel_l2(q, qref), 1e-4) << "K=" << s.K << " D=" << s.D;
+    EXPECT_LT(rel_l2(q, qref), 1e-4) << "K=" << s.K << " D=" << s.D << " cluster " << s.CLUSTER;
     const auto kvb = dkv.download();
     std::vector<float> got, want;
     for (std::size_t i = 0; i < kvb.size(); ++i) {
