@@ -18,8 +18,9 @@
 //
 // Reduction order, for batch invariance: within a K slice the MMAs accumulate in K order; the
 // KSPLIT slice sums are added in slice order through the shared tile (and QKV's CLUSTER block sums
-// in rank order). KSPLIT and CLUSTER are fixed per weight shape (codegen/kernel_plan.cpp) and each output column of an MMA depends only on its own token,
-// so a token's result is the same for every MT, every position in the tile and every other token.
+// in rank order). KSPLIT and CLUSTER are fixed per weight shape (codegen/kernel_plan.cpp), and
+// each output column of an MMA depends only on its own token, so a token's result is the same for
+// every MT, every position in the tile and every other token.
 #include "common.cuh"
 
 namespace telos_kernels {
@@ -32,14 +33,16 @@ constexpr int kLinearThreads = 32 * (ROWS / 16) * KSPLIT;
 // Stated, because left to itself ptxas sometimes aims at more blocks and spills (seen with
 // clusters: 32 registers and a stack frame).
 template <int ROWS, int KSPLIT>
-constexpr int kLinearMinBlocks = kLinearThreads<ROWS, KSPLIT> >= 512 ? 1 : 512 / kLinearThreads<ROWS, KSPLIT>;
+constexpr int kLinearMinBlocks =
+    kLinearThreads<ROWS, KSPLIT> >= 512 ? 1 : 512 / kLinearThreads<ROWS, KSPLIT>;
 
 // d += a · b for one m16n8k16 bf16 tile with f32 accumulators (PTX ISA, Warp-level matrix
 // instructions: mma; fragments per "Matrix Fragments for mma.m16n8k16 with floating point type":
 // a0/a2 hold row g at k-slots 2t..2t+1 / 2t+8..2t+9, a1/a3 row g + 8 at the same slots, b0/b1
 // token g at 2t..2t+1 / 2t+8..2t+9, d0,d1 row g and d2,d3 row g + 8 at tokens 2t, 2t + 1).
-__device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
-                                                  unsigned a3, unsigned b0, unsigned b1) {
+__device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], unsigned a0, unsigned a1,
+                                                  unsigned a2, unsigned a3, unsigned b0,
+                                                  unsigned b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};"
@@ -53,9 +56,11 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], unsigned a0, un
 // beyond MT read token 0 of the tile instead (`a_last`, always in bounds) and multiply zeros
 // (`last_mask`): no branch splits the loads from the MMAs.
 template <int K, int MT, int STEPS>
-__device__ __forceinline__ void linear_steps(const bf16* __restrict__ w_lo, const bf16* __restrict__ w_hi,
-                                             const bf16* __restrict__ a, const bf16* __restrict__ a_last,
-                                             unsigned last_mask, float (&acc)[(MT + 7) / 8][4]) {
+__device__ __forceinline__ void linear_steps(const bf16* __restrict__ w_lo,
+                                             const bf16* __restrict__ w_hi,
+                                             const bf16* __restrict__ a,
+                                             const bf16* __restrict__ a_last, unsigned last_mask,
+                                             float (&acc)[(MT + 7) / 8][4]) {
   constexpr int NT = (MT + 7) / 8;
   uint4 lo[STEPS], hi[STEPS];
 #pragma unroll
@@ -104,12 +109,14 @@ __device__ __forceinline__ void linear_tile(const bf16* __restrict__ W, const bf
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 #pragma unroll 1
-  for (int s = 0; s < FULL; s += UNROLL) linear_steps<K, MT, UNROLL>(w_lo + 32 * s, w_hi + 32 * s, a + 32 * s, a_last + 32 * s, last_mask, acc);
+  for (int s = 0; s < FULL; s += UNROLL)
+    linear_steps<K, MT, UNROLL>(w_lo + 32 * s, w_hi + 32 * s, a + 32 * s, a_last + 32 * s,
+                                last_mask, acc);
   if constexpr (STEPS % UNROLL != 0)
-    linear_steps<K, MT, STEPS % UNROLL>(w_lo + 32 * FULL, w_hi + 32 * FULL, a + 32 * FULL, a_last + 32 * FULL,
-                                         last_mask, acc);
+    linear_steps<K, MT, STEPS % UNROLL>(w_lo + 32 * FULL, w_hi + 32 * FULL, a + 32 * FULL,
+                                        a_last + 32 * FULL, last_mask, acc);
 
-  // Slice 0 stores, then slices 1, 2, ... add in order.
+    // Slice 0 stores, then slices 1, 2, ... add in order.
 #pragma unroll 1
   for (int s = 0; s < KSPLIT; ++s) {
     if (slice == s) {
@@ -136,7 +143,8 @@ __device__ __forceinline__ unsigned cluster_ctarank() {
 // Every thread of every CTA of the cluster; shared-memory writes before it are visible to the
 // whole cluster after it.
 __device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
+                   : "memory");
 }
 
 // The f32 at the same shared-memory offset as `p` in the CTA of cluster rank `rank`.
@@ -144,7 +152,9 @@ __device__ __forceinline__ float ld_shared_cluster(const float* p, unsigned rank
   unsigned long long local;
   asm("cvta.to.shared.u64 %0, %1;" : "=l"(local) : "l"(p));
   unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(static_cast<unsigned>(local)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(static_cast<unsigned>(local)), "r"(rank));
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
   return v;
@@ -158,8 +168,8 @@ struct ContiguousRows {
 // x[m, n] += (A · Wᵀ)[m, n]: the residual add after the attention output and down projections.
 // x is the f32 residual stream.
 template <int K, int N, int ROWS, int MT, int KSPLIT, int UNROLL>
-__global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks<ROWS, KSPLIT>) linear_residual(const bf16* W, const bf16* A,
-                                                                                  float* x) {
+__global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks<ROWS, KSPLIT>)
+    linear_residual(const bf16* W, const bf16* A, float* x) {
   static_assert(N % ROWS == 0, "a block owns whole row groups");
   constexpr int THREADS = kLinearThreads<ROWS, KSPLIT>;
   __shared__ float tile[MT][ROWS];
@@ -173,8 +183,8 @@ __global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks
 
 // y[m, n] = (A · Wᵀ)[m, n] in f32: the LM head's logits.
 template <int K, int N, int ROWS, int MT, int KSPLIT, int UNROLL>
-__global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks<ROWS, KSPLIT>) linear_f32(const bf16* W, const bf16* A,
-                                                                             float* y) {
+__global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks<ROWS, KSPLIT>)
+    linear_f32(const bf16* W, const bf16* A, float* y) {
   static_assert(N % ROWS == 0, "a block owns whole row groups");
   constexpr int THREADS = kLinearThreads<ROWS, KSPLIT>;
   __shared__ float tile[MT][ROWS];
@@ -192,12 +202,14 @@ __global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks
 // 8 gate rows and their 8 up rows, or whole groups of either).
 template <int COLS, int I>
 struct GateUpRows {
-  __device__ static int row(int g, int r) { return r < COLS ? g * COLS + r : I + g * COLS + r - COLS; }
+  __device__ static int row(int g, int r) {
+    return r < COLS ? g * COLS + r : I + g * COLS + r - COLS;
+  }
 };
 
 template <int K, int I, int ROWS, int MT, int KSPLIT, int UNROLL>
-__global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks<ROWS, KSPLIT>) linear_swiglu(const bf16* W, const bf16* A,
-                                                                                bf16* act) {
+__global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks<ROWS, KSPLIT>)
+    linear_swiglu(const bf16* W, const bf16* A, bf16* act) {
   constexpr int COLS = ROWS / 2, THREADS = kLinearThreads<ROWS, KSPLIT>;
   static_assert(I % COLS == 0 && COLS % 8 == 0, "a block owns whole column groups");
   __shared__ float tile[MT][2 * COLS];
@@ -206,7 +218,8 @@ __global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks
   for (int i = threadIdx.x; i < MT * COLS; i += THREADS) {
     const int m = i / COLS, c = i % COLS;
     const float gate = tile[m][c], up = tile[m][COLS + c];
-    act[static_cast<long long>(m0 + m) * I + g * COLS + c] = f32_to_bf16(gate / (1.f + expf(-gate)) * up);
+    act[static_cast<long long>(m0 + m) * I + g * COLS + c] =
+        f32_to_bf16(gate / (1.f + expf(-gate)) * up);
   }
 }
 
@@ -221,12 +234,13 @@ __global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks
 //
 // KV pages: page[layer][kv][head][slot][dim] bf16; `kv_layer` points at layer `layer` of page 0,
 // PAGE_ELEMS is the size of a whole page in elements, page_tables has MAXP entries per sequence.
-template <int K, int HQ, int HKV, int D, int MT, int KSPLIT, int UNROLL, int CLUSTER, bool BIAS, bool QK_NORM,
-          float EPS, int PAGE, int MAXP, long long PAGE_ELEMS, class Rope>
-__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(kLinearThreads<D, KSPLIT>, kLinearMinBlocks<D, KSPLIT>)
-    qkv_rope_append(const bf16* W, const bf16* A, const float* bias, const float* q_norm,
-                    const float* k_norm, const int* positions, const int* token_seq,
-                    const int* page_tables, bf16* kv_layer, float* q_out) {
+template <int K, int HQ, int HKV, int D, int MT, int KSPLIT, int UNROLL, int CLUSTER, bool BIAS,
+          bool QK_NORM, float EPS, int PAGE, int MAXP, long long PAGE_ELEMS, class Rope>
+__global__ void __cluster_dims__(CLUSTER, 1, 1)
+    __launch_bounds__(kLinearThreads<D, KSPLIT>, kLinearMinBlocks<D, KSPLIT>)
+        qkv_rope_append(const bf16* W, const bf16* A, const float* bias, const float* q_norm,
+                        const float* k_norm, const int* positions, const int* token_seq,
+                        const int* page_tables, bf16* kv_layer, float* q_out) {
   static_assert(D % 2 == 0, "RoPE rotates pairs");
   constexpr int THREADS = kLinearThreads<D, KSPLIT>;
   __shared__ float tile[MT][D];
@@ -234,7 +248,8 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(kLinearThreads
   constexpr int KR = K / CLUSTER;
   const int m0 = blockIdx.y * MT, head = blockIdx.x / CLUSTER;
   const unsigned rank = CLUSTER > 1 ? cluster_ctarank() : 0u;
-  linear_tile<K, KR, MT, D, KSPLIT, UNROLL, ContiguousRows<D>>(W, A, m0, head, static_cast<int>(rank) * KR, tile);
+  linear_tile<K, KR, MT, D, KSPLIT, UNROLL, ContiguousRows<D>>(W, A, m0, head,
+                                                               static_cast<int>(rank) * KR, tile);
   if constexpr (CLUSTER > 1) {
     cluster_sync();
     if (rank == 0) {
@@ -252,7 +267,8 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(kLinearThreads
 
   const bool is_q = head < HQ, is_k = !is_q && head < HQ + HKV;
   if constexpr (BIAS) {
-    for (int i = threadIdx.x; i < MT * D; i += THREADS) tile[i / D][i % D] += bias[head * D + i % D];
+    for (int i = threadIdx.x; i < MT * D; i += THREADS)
+      tile[i / D][i % D] += bias[head * D + i % D];
     __syncthreads();
   }
   if constexpr (QK_NORM) {
@@ -278,7 +294,8 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(kLinearThreads
       const float angle = static_cast<float>(pos) * Rope::inv_freq(j);
       const double turns = rint(static_cast<double>(angle) * 0.15915494309189535);
       float s, c;
-      __sincosf(static_cast<float>(fma(-turns, 6.283185307179586, static_cast<double>(angle))), &s, &c);
+      __sincosf(static_cast<float>(fma(-turns, 6.283185307179586, static_cast<double>(angle))), &s,
+                &c);
       const float x1 = tile[m][j], x2 = tile[m][j + D / 2];
       tile[m][j] = x1 * c - x2 * s;
       tile[m][j + D / 2] = x2 * c + x1 * s;
@@ -298,8 +315,8 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(kLinearThreads
     const int pos = positions[m0 + m];
     if (pos < 0) continue;
     const int page = page_tables[token_seq[m0 + m] * MAXP + pos / PAGE];
-    kv_layer[page * PAGE_ELEMS + (static_cast<long long>(kv * HKV + kvh) * PAGE + pos % PAGE) * D + d] =
-        f32_to_bf16(tile[m][d]);
+    kv_layer[page * PAGE_ELEMS + (static_cast<long long>(kv * HKV + kvh) * PAGE + pos % PAGE) * D +
+             d] = f32_to_bf16(tile[m][d]);
   }
 }
 
