@@ -56,7 +56,7 @@ struct Module {
   CompiledModule m;
   Module(const std::vector<std::string>& names) {
     KernelPlan plan;
-    plan.rope_inv_freq = {1.f};
+    plan.rope_inv_freq.assign(64, 1.f);  // head dim 128: the QKV epilogue reads 64 frequencies
     m = compile_module(emit_source(plan), "sm_90a", names, CompileCache::default_root());
     check(cudaLibraryLoadData(&lib, m.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "load");
   }
