@@ -17,16 +17,6 @@ int pow2_at_least(int v) {
   return p;
 }
 
-// Weight rows per block of a GEMM with N outputs: small enough that the N / ROWS blocks of one M
-// tile cover the GPU (132 SMs on an H200) at least twice when N allows, and a divisor of N.
-int gemm_rows_per_block(int n) {
-  for (int rows : {64, 32, 16, 8})
-    if (n % rows == 0 && n / rows >= 264) return rows;
-  for (int rows : {8, 4, 2, 1})
-    if (n % rows == 0) return rows;
-  return 1;
-}
-
 class PlanBuilder {
  public:
   explicit PlanBuilder(KernelPlan& plan) : plan_(plan) {}
@@ -49,15 +39,17 @@ void check_model(const CodegenInput& in) {
   auto need = [](bool ok, const std::string& what) {
     if (!ok) fail("codegen: " + what);
   };
-  need(in.hidden_size > 0 && in.hidden_size % 8 == 0, "hidden_size must be a positive multiple of 8");
-  need(in.intermediate_size > 0 && in.intermediate_size % 8 == 0,
-       "intermediate_size must be a positive multiple of 8");
+  // The GEMMs read K in 32-element steps and own weight rows in groups of 16.
+  need(in.hidden_size > 0 && in.hidden_size % 32 == 0, "hidden_size must be a positive multiple of 32");
+  need(in.intermediate_size > 0 && in.intermediate_size % 32 == 0,
+       "intermediate_size must be a positive multiple of 32");
   need(in.head_dim % 32 == 0 && in.head_dim >= 32 && in.head_dim <= 256,
        "head_dim must be a multiple of 32 up to 256");
   need(in.num_heads > 0 && in.num_kv_heads > 0 && in.num_heads % in.num_kv_heads == 0,
        "num_heads must be a multiple of num_kv_heads");
   need(in.num_heads / in.num_kv_heads <= 32, "at most 32 query heads per KV head");
   need(in.vocab_size > 0 && in.num_layers > 0, "vocab_size and num_layers must be positive");
+  need(in.vocab_size % 16 == 0, "vocab_size must be a multiple of 16 (the LM head's row groups)");
   need(in.kv_page_size > 0 && in.max_seq_len > 0 && in.max_batch > 0,
        "serving.kv_page_size, max_seq_len and max_batch must be positive");
   need(!in.decode_buckets.empty() || !in.prefill_buckets.empty(), "no buckets to compile");
@@ -75,10 +67,73 @@ std::string float_literal(double v) {
   return t + "f";
 }
 
-int gemm_m_tile(int rows) {
-  for (int mt : {8, 4, 2, 1})
+// Row groups per block: as many as keep the N / rows blocks of one M tile covering the GPU (132
+// SMs on an H200) twice, eight warps per block, the rest of the warps splitting K. Shapes with
+// few rows (attention output, down) get one group per block and K split eight ways, so there are
+// enough blocks and enough weight loads in flight per SM.
+GemmTiling gemm_tiling(int n, int k) {
+  for (int groups : {8, 4, 2, 1}) {
+    const int ksplit = 8 / groups;
+    if (n % (16 * groups) == 0 && k % (32 * ksplit) == 0 && n / (16 * groups) >= 264) return {16 * groups, ksplit};
+  }
+  for (int ksplit : {8, 4, 2})
+    if (k % (32 * ksplit) == 0) return {16, ksplit};
+  return {16, 1};
+}
+
+// A QKV cluster is one head (48 heads for Llama-3.1-8B: too few to fill the GPU), so K is split as
+// far as 16 warps per block allow (at most 128 registers per thread), then over a cluster of the
+// fewest blocks (up to 8, the portable cluster size) that puts a block on every SM.
+GemmTiling gemm_qkv_tiling(int head_dim, int k, int heads) {
+  const int groups = head_dim / 16;
+  GemmTiling t{head_dim, 1, 1};
+  for (int ksplit : {8, 4, 2})
+    if (groups * ksplit <= 16 && k % (32 * ksplit) == 0) {
+      t.ksplit = ksplit;
+      break;
+    }
+  for (int cluster : {2, 4, 8}) {
+    if (heads * t.cluster >= 132 || k % (32 * t.ksplit * cluster) != 0) break;
+    t.cluster = cluster;
+  }
+  return t;
+}
+
+// Up to 16 warps (128 registers a thread) and still about one block per SM; the shared tile
+// [m_tile][rows] f32 stays within 48 KB.
+GemmTiling gemm_widen_for_tile(GemmTiling t, int n, int m_tile) {
+  if (m_tile <= 8) return t;
+  while (n % (2 * t.rows) == 0 && 2 * t.rows / 16 * t.ksplit <= 16 && n / (2 * t.rows) >= 120 &&
+         m_tile * 2 * t.rows * 4 <= 48 * 1024)
+    t.rows *= 2;
+  return t;
+}
+
+std::string GemmLaunch::args() const {
+  return std::to_string(tiling.rows) + ", " + std::to_string(m_tile) + ", " + std::to_string(tiling.ksplit) + ", " +
+         std::to_string(unroll);
+}
+
+GemmLaunch gemm_launch(const GemmTiling& base, int n, int tokens, bool widen) {
+  GemmLaunch g{base, gemm_m_tile(tokens, gemm_max_m_tile(base.rows)), 1};
+  if (widen) g.tiling = gemm_widen_for_tile(base, n, g.m_tile);
+  g.unroll = gemm_unroll(g.m_tile, g.tiling.threads());
+  return g;
+}
+
+int gemm_max_m_tile(int block_rows) { return std::min(64, 48 * 1024 / 4 / block_rows); }
+
+int gemm_m_tile(int rows, int max_tile) {
+  for (int mt = std::min(rows, max_tile); mt > 1; --mt)
     if (rows % mt == 0) return mt;
   return 1;
+}
+
+// Registers per thread: 65536 / threads, at most 255. A K step costs 8 registers of weights plus
+// 4 of activations per token tile of 8, next to 4 accumulators per token tile.
+int gemm_unroll(int m_tile, int threads) {
+  const int tiles = (m_tile + 7) / 8;
+  return std::clamp(16 / tiles / std::max(1, threads / 256), 1, 8);
 }
 
 KernelPlan plan_kernels(const CodegenInput& in) {
@@ -110,8 +165,13 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     auto launch = [&](int k, std::array<int, 3> grid, std::vector<std::string> args) {
       p.launches.push_back({k, grid, std::move(args)});
     };
-    const int T = tokens, S = sample_rows, MT = gemm_m_tile(T), MTS = gemm_m_tile(S);
+    const int T = tokens, S = sample_rows;
     auto I_ = [](long long v) { return std::to_string(v); };
+    const GemmLaunch qkv_g = gemm_launch(gemm_qkv_tiling(D, H, HQ + 2 * HKV), (HQ + 2 * HKV) * D, T, false),
+                     o_g = gemm_launch(gemm_tiling(H, HQ * D), H, T, true),
+                     gu_g = gemm_launch(gemm_tiling(2 * I, H), 2 * I, T, true),
+                     down_g = gemm_launch(gemm_tiling(H, I), H, T, true),
+                     lm_g = gemm_launch(gemm_tiling(V, H), V, S, true);
 
     launch(b.kernel("telos_kernels::embed_gather<" + I_(H) + ", " + I_(embed_threads) + ">",
                     {"embed", "tokens", "x"}, embed_threads),
@@ -120,13 +180,13 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                                     eps + ", false>",
                                 {"x", "w", "rows", "out"}, norm_threads);
     const int qkv_k = b.kernel(
-        "telos_kernels::qkv_rope_append<" + I_(H) + ", " + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) +
-            ", " + I_(MT) + ", " + (in.qkv_bias ? "true" : "false") + ", " +
+        "telos_kernels::qkv_rope_append<" + I_(H) + ", " + I_(HQ) + ", " + I_(HKV) + ", " +
+            qkv_g.args() + ", " + I_(qkv_g.tiling.cluster) + ", " + (in.qkv_bias ? "true" : "false") + ", " +
             (in.qk_norm ? "true" : "false") + ", " + eps + ", " + I_(PAGE) + ", " + I_(MAXP) + ", " +
             I_(page_elems) + "ll, telos_rope::Freqs>",
         {"W", "A", "bias", "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer",
          "q_out"},
-        256);
+        qkv_g.tiling.threads());
     const int split_k = b.kernel(
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
@@ -135,21 +195,19 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int combine_k = b.kernel("telos_kernels::attn_combine<" + I_(HQ) + ", " + I_(D) + ", " +
                                        I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
                                    {"part_o", "part_ml", "positions", "out"}, D);
-    const int o_rows = gemm_rows_per_block(H);
     const int o_k = b.kernel("telos_kernels::linear_residual<" + I_(HQ * D) + ", " + I_(H) + ", " +
-                                 I_(MT) + ", " + I_(o_rows) + ">",
-                             {"W", "A", "x"}, 256);
-    const int gu_cols = std::max(1, gemm_rows_per_block(I) / 2);
+                                 o_g.args() + ">",
+                             {"W", "A", "x"}, o_g.tiling.threads());
     const int gu_k = b.kernel("telos_kernels::linear_swiglu<" + I_(H) + ", " + I_(I) + ", " +
-                                  I_(MT) + ", " + I_(gu_cols) + ">",
-                              {"W", "A", "act"}, 256);
+                                  gu_g.args() + ">",
+                              {"W", "A", "act"}, gu_g.tiling.threads());
     const int down_k = b.kernel("telos_kernels::linear_residual<" + I_(I) + ", " + I_(H) + ", " +
-                                    I_(MT) + ", " + I_(o_rows) + ">",
-                                {"W", "A", "x"}, 256);
+                                    down_g.args() + ">",
+                                {"W", "A", "x"}, down_g.tiling.threads());
     for (int l = 0; l < L; ++l) {
       const std::string w = "w:layers." + I_(l) + ".";
       launch(norm_k, {T, 1, 1}, {"buf:x", w + "attn_norm", "null", "buf:h"});
-      launch(qkv_k, {HQ + 2 * HKV, T / MT, 1},
+      launch(qkv_k, {(HQ + 2 * HKV) * qkv_g.tiling.cluster, T / qkv_g.m_tile, 1},
              {w + "qkv", "buf:h", in.qkv_bias ? w + "qkv_bias" : "null",
               in.qk_norm ? w + "q_norm" : "null", in.qk_norm ? w + "k_norm" : "null",
               "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l), "buf:q"});
@@ -157,20 +215,18 @@ KernelPlan plan_kernels(const CodegenInput& in) {
              {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
               "buf:part_o", "buf:part_ml"});
       launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});
-      launch(o_k, {H / o_rows, T / MT, 1}, {w + "o", "buf:attn", "buf:x"});
+      launch(o_k, {H / o_g.tiling.rows, T / o_g.m_tile, 1}, {w + "o", "buf:attn", "buf:x"});
       launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});
-      launch(gu_k, {I / gu_cols, T / MT, 1}, {w + "gate_up", "buf:h", "buf:act"});
-      launch(down_k, {H / o_rows, T / MT, 1}, {w + "down", "buf:act", "buf:x"});
+      launch(gu_k, {2 * I / gu_g.tiling.rows, T / gu_g.m_tile, 1}, {w + "gate_up", "buf:h", "buf:act"});
+      launch(down_k, {H / down_g.tiling.rows, T / down_g.m_tile, 1}, {w + "down", "buf:act", "buf:x"});
     }
     launch(b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + I_(norm_threads) + ", " + eps +
                         ", true>",
                     {"x", "w", "rows", "out"}, norm_threads),
            {S, 1, 1}, {"buf:x", "w:final_norm", "desc:sample_rows", "buf:hf"});
-    const int v_rows = gemm_rows_per_block(V);
-    launch(b.kernel("telos_kernels::linear_f32<" + I_(H) + ", " + I_(V) + ", " + I_(MTS) + ", " +
-                        I_(v_rows) + ">",
-                    {"W", "A", "y"}, 256),
-           {V / v_rows, S / MTS, 1}, {lm_head, "buf:hf", "buf:logits"});
+    launch(b.kernel("telos_kernels::linear_f32<" + I_(H) + ", " + I_(V) + ", " + lm_g.args() + ">",
+                    {"W", "A", "y"}, lm_g.tiling.threads()),
+           {V / lm_g.tiling.rows, S / lm_g.m_tile, 1}, {lm_head, "buf:hf", "buf:logits"});
     launch(b.kernel("telos_kernels::sample<" + I_(V) + ", " + I_(sample_threads) + ">",
                     {"logits", "params", "rows", "tokens_out"}, sample_threads),
            {S, 1, 1}, {"buf:logits", "desc:sample_params", "desc:sample_rows", "buf:sampled"});

@@ -58,9 +58,50 @@ struct KernelPlan {
 // Throws telos::Error naming the field when the model is outside what the kernels support.
 KernelPlan plan_kernels(const CodegenInput& in);
 
-// Activation rows per GEMM block: the largest of 8, 4, 2, 1 that divides `rows`, so no bucket
+// How a small-M GEMM over W [N, K] is cut (codegen/kernels/linear.cuh): `rows` weight rows per
+// block (a multiple of 16 dividing N) and `ksplit` K slices, one warp per (16 rows, slice). The
+// split fixes the reduction order, so it depends on the weight shape only, never on the bucket.
+struct GemmTiling {
+  int rows = 16, ksplit = 1;
+  int cluster = 1;  // QKV only: blocks of a cluster split K further, rank 0 sums them
+  int threads() const { return 32 * (rows / 16) * ksplit; }
+};
+
+// A GEMM whose block may own any multiple of 16 rows: N % 16 == 0, K % 32 == 0.
+GemmTiling gemm_tiling(int n, int k);
+
+// The QKV GEMM over `heads` heads, whose cluster owns one head of `head_dim` rows (its epilogue
+// needs the whole head).
+GemmTiling gemm_qkv_tiling(int head_dim, int k, int heads);
+
+// `t` (from gemm_tiling for N = n) with more rows per block for an M tile of more than 8 tokens:
+// the warps of a block that share a K slice share its activation loads (L1), so more row groups
+// per block means fewer activation bytes from L2 per weight byte. The split of K is unchanged.
+GemmTiling gemm_widen_for_tile(GemmTiling t, int n, int m_tile);
+
+// Tokens per GEMM block: the whole bucket up to `max_tile` (64, less where the shared tile
+// [MT][rows] f32 would pass 48 KB), else the largest divisor of `rows` up to it, so no bucket
 // needs padding rows beyond its own.
-int gemm_m_tile(int rows);
+int gemm_m_tile(int rows, int max_tile = 64);
+
+// The largest M tile whose shared tile of `block_rows` f32 columns fits in 48 KB (at most 64).
+int gemm_max_m_tile(int block_rows);
+
+// 32-element K steps whose weight loads a warp issues together: as many as the registers of a
+// block of `threads` allow next to the accumulators of `m_tile` tokens. Arithmetic is unchanged.
+int gemm_unroll(int m_tile, int threads);
+
+// A GEMM as a bucket launches it: its tiling, M tile and unroll for `tokens` tokens.
+struct GemmLaunch {
+  GemmTiling tiling;
+  int m_tile = 1, unroll = 1;
+  // The template arguments ROWS, MT, KSPLIT, UNROLL of linear_* and qkv_rope_append.
+  std::string args() const;
+};
+
+// `base` from gemm_tiling / gemm_qkv_tiling for W [n, K]; `widen` lets gemm_widen_for_tile add
+// rows per block (not for QKV, whose blocks are heads).
+GemmLaunch gemm_launch(const GemmTiling& base, int n, int tokens, bool widen);
 
 // `v` rounded to f32 and printed as a CUDA C++ float literal that reads back to the same value.
 std::string float_literal(double v);

@@ -1,7 +1,8 @@
 // telos-kernel-bench: times Telos kernels on the GPU against the copy bandwidth measured in the
 // same run (CUDA events, median of repetitions, weights rotated over several copies so L2 does
 // not serve them). Prints a table: kernel, shape, median µs, GB/s, % of copy bandwidth.
-//   decode GEMM (linear_f32) at M = 1, 8, 64 on Llama-3.1-8B shapes;
+//   decode GEMM (linear_f32, and the QKV kernel with its epilogue) at M = 1, 8, 64 on
+//   Llama-3.1-8B shapes, tiled as codegen tiles them;
 //   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k.
 #include <cuda_runtime.h>
 
@@ -55,7 +56,7 @@ struct Module {
   CompiledModule m;
   Module(const std::vector<std::string>& names) {
     KernelPlan plan;
-    plan.rope_inv_freq = {1.f};
+    plan.rope_inv_freq.assign(64, 1.f);  // head dim 128: the QKV epilogue reads 64 frequencies
     m = compile_module(emit_source(plan), "sm_90a", names, CompileCache::default_root());
     check(cudaLibraryLoadData(&lib, m.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "load");
   }
@@ -113,20 +114,28 @@ int main() {
   std::printf("%-34s | %-26s | %9.1f | %8.0f | %6s\n", "cudaMemcpy D2D (read+write)", "2 GiB", copy_us, copy_gbs, "100");
 
   // Decode GEMMs, Llama-3.1-8B: qkv [6144, 4096], gate_up [28672, 4096], down [4096, 14336],
-  // LM head [128256, 4096].
+  // LM head [128256, 4096], each tiled as codegen tiles it (kernel_plan.hpp); and the QKV kernel
+  // the model runs (a cluster per head of 128 rows, RoPE and the KV append in its epilogue).
   struct Gemm { const char* name; int N, K; };
   const Gemm gemms[] = {{"qkv", 6144, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}, {"lm_head", 128256, 4096}};
+  constexpr int QKV_HQ = 32, QKV_HKV = 8, QKV_D = 128, QKV_PAGE = 16;
+  constexpr long long QKV_PAGE_ELEMS = 2LL * QKV_HKV * QKV_PAGE * QKV_D;
   for (int M : {1, 8, 64}) {
-    const int MT = gemm_m_tile(M);
     std::vector<std::string> names;
+    std::vector<GemmLaunch> launches;
     for (const Gemm& g : gemms) {
-      int rows = 8;
-      for (int r : {64, 32, 16, 8}) if (g.N % r == 0 && g.N / r >= 264) { rows = r; break; }
-      names.push_back("telos_kernels::linear_f32<" + I(g.K) + ", " + I(g.N) + ", " + I(MT) + ", " + I(rows) + ">");
+      launches.push_back(gemm_launch(gemm_tiling(g.N, g.K), g.N, M, true));
+      names.push_back("telos_kernels::linear_f32<" + I(g.K) + ", " + I(g.N) + ", " + launches.back().args() + ">");
     }
-    Module mod(names);
-    for (std::size_t gi = 0; gi < 4; ++gi) {
-      const Gemm& g = gemms[gi];
+    const GemmLaunch qkv = gemm_launch(gemm_qkv_tiling(QKV_D, 4096, QKV_HQ + 2 * QKV_HKV), 6144, M, false);
+    const std::string qkv_name = "telos_kernels::qkv_rope_append<4096, " + I(QKV_HQ) + ", " + I(QKV_HKV) + ", " +
+                                 qkv.args() + ", " + I(qkv.tiling.cluster) + ", false, false, 1e-05f, " + I(QKV_PAGE) + ", 1, " +
+                                 I(QKV_PAGE_ELEMS) + "ll, telos_rope::Freqs>";
+    std::vector<std::string> all = names;
+    all.push_back(qkv_name);
+    Module mod(all);
+    for (std::size_t gi = 0; gi <= 4; ++gi) {
+      const Gemm& g = gemms[gi == 4 ? 0 : gi];
       const std::size_t wbytes = static_cast<std::size_t>(g.N) * g.K * 2;
       const int copies = std::max<int>(2, static_cast<int>((400ull << 20) / wbytes) + 1);
       std::vector<void*> w(copies);
@@ -135,16 +144,38 @@ int main() {
       check(cudaMalloc(&a, static_cast<std::size_t>(M) * g.K * 2), "alloc");
       fill(a, static_cast<std::size_t>(M) * g.K * 2);
       check(cudaMalloc(&y, static_cast<std::size_t>(M) * g.N * 4), "alloc");
-      const std::string& nm = names[gi];
-      const int rows = std::stoi(nm.substr(nm.rfind(", ") + 2));
-      const double us = median_us([&](int i) {
-        mod.launch(nm, dim3(g.N / rows, M / MT), 256, {w[i % copies], a, y});
-      });
+      double us = 0;
+      if (gi < 4) {
+        const GemmLaunch& l = launches[gi];
+        us = median_us([&](int i) {
+          mod.launch(names[gi], dim3(g.N / l.tiling.rows, M / l.m_tile), l.tiling.threads(), {w[i % copies], a, y});
+        });
+      } else {
+        // Token m is sequence m at position m % PAGE: one KV page per sequence, page m.
+        std::vector<int> hpos(M), hseq(M);
+        for (int m = 0; m < M; ++m) {
+          hpos[m] = m % QKV_PAGE;
+          hseq[m] = m;
+        }
+        void *pos, *seq, *kv;
+        check(cudaMalloc(&pos, M * 4), "alloc");
+        check(cudaMalloc(&seq, M * 4), "alloc");
+        check(cudaMalloc(&kv, static_cast<std::size_t>(M) * QKV_PAGE_ELEMS * 2), "alloc");
+        cudaMemcpy(pos, hpos.data(), M * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(seq, hseq.data(), M * 4, cudaMemcpyHostToDevice);
+        const void* none = nullptr;
+        us = median_us([&](int i) {
+          mod.launch(qkv_name, dim3((QKV_HQ + 2 * QKV_HKV) * qkv.tiling.cluster, M / qkv.m_tile), qkv.tiling.threads(),
+                     {w[i % copies], a, none, none, none, pos, seq, seq, kv, y});
+        });
+        for (void* p : {pos, seq, kv}) cudaFree(p);
+      }
       const double bytes = wbytes + static_cast<double>(M) * g.K * 2 + static_cast<double>(M) * g.N * 4;
       char shape[64];
       std::snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, g.N, g.K);
-      std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", (std::string("linear_f32 ") + g.name).c_str(), shape, us,
-                  bytes / us / 1e3, 100.0 * bytes / us / 1e3 / copy_gbs);
+      const std::string label = gi < 4 ? std::string("linear_f32 ") + g.name : "qkv_rope_append llama3-8b";
+      std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label.c_str(), shape, us, bytes / us / 1e3,
+                  100.0 * bytes / us / 1e3 / copy_gbs);
       for (auto& p : w) cudaFree(p);
       cudaFree(a);
       cudaFree(y);

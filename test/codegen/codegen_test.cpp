@@ -3,6 +3,7 @@
 // refuses otherwise), and the PTX has what the kernels are built around.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -103,9 +104,10 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     const std::string body = ptx_function(t.ptx, entry);
     ASSERT_FALSE(body.empty()) << "no PTX entry for " << instance;
     EXPECT_EQ(body.find(".local"), std::string::npos) << instance;
-    // The GEMMs stream weights with 16-byte non-coherent loads.
+    // The GEMMs stream weights with 16-byte non-coherent loads into tensor-core MMAs.
     if (instance.find("linear") != std::string::npos || instance.find("qkv_rope") != std::string::npos) {
       EXPECT_NE(body.find("ld.global.nc.v4"), std::string::npos) << instance;
+      EXPECT_NE(body.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos) << instance;
     }
   }
   const std::set<std::string> expected = {
@@ -148,18 +150,59 @@ TEST(Codegen, RealSizeShapesCompileWithoutSpills) {
   const GeneratedKernels k = generate_kernels(llama_1b(), {""});
   for (const auto& e : k.kernels)
     EXPECT_EQ(e.at("resources").at("sm_90a").at("stack_frame"), 0) << e.at("instance");
-  // Ragged decode bucket 6: M tiles of 2 rows.
-  bool saw_mt2 = false;
-  for (const auto& e : k.kernels)
-    saw_mt2 |= e.at("instance").get<std::string>().find("linear_residual<2048, 2048, 2,") != std::string::npos;
-  EXPECT_TRUE(saw_mt2);
+  // Ragged decode bucket 6: one M tile of 6 tokens (16 rows per block, K split 8 ways); prefill
+  // 512: tiles of 64.
+  std::set<std::string> instances;
+  for (const auto& e : k.kernels) instances.insert(e.at("instance").get<std::string>());
+  EXPECT_EQ(instances.count("telos_kernels::linear_residual<2048, 2048, 16, 6, 8, 8>"), 1u);
+  EXPECT_EQ(instances.count("telos_kernels::linear_residual<2048, 2048, 16, 64, 8, 2>"), 1u);
 }
 
 TEST(Codegen, MTileDividesEveryBucket) {
   EXPECT_EQ(gemm_m_tile(1), 1);
-  EXPECT_EQ(gemm_m_tile(6), 2);
-  EXPECT_EQ(gemm_m_tile(12), 4);
-  EXPECT_EQ(gemm_m_tile(64), 8);
+  EXPECT_EQ(gemm_m_tile(6), 6);
+  EXPECT_EQ(gemm_m_tile(13), 13);
+  EXPECT_EQ(gemm_m_tile(64), 64);
+  EXPECT_EQ(gemm_m_tile(100), 50);
+  EXPECT_EQ(gemm_m_tile(512), 64);
+  EXPECT_EQ(gemm_m_tile(97), 1);  // prime: correct, but every token re-reads the weights
+  EXPECT_EQ(gemm_m_tile(64, gemm_max_m_tile(256)), 32);  // head_dim 256: the tile stays in 48 KB
+  EXPECT_EQ(gemm_max_m_tile(128), 64);
+}
+
+// The split of K is a function of the weight shape alone (it fixes the reduction order), and the
+// Llama-3.1-8B shapes get enough blocks to fill 132 SMs.
+TEST(Codegen, GemmTilingOfLlama8bShapes) {
+  auto tiling = [](int n, int k) {
+    const GemmTiling t = gemm_tiling(n, k);
+    return std::array<int, 3>{t.rows, t.ksplit, t.threads()};
+  };
+  EXPECT_EQ(tiling(4096, 4096), (std::array<int, 3>{16, 8, 256}));    // attention output
+  EXPECT_EQ(tiling(28672, 4096), (std::array<int, 3>{64, 2, 256}));   // gate_up: 448 blocks
+  EXPECT_EQ(tiling(4096, 14336), (std::array<int, 3>{16, 8, 256}));   // down
+  EXPECT_EQ(tiling(128256, 4096), (std::array<int, 3>{128, 1, 256})); // LM head: 1002 blocks
+  EXPECT_EQ(tiling(512, 128), (std::array<int, 3>{16, 4, 128}));      // tiny: K has 4 steps
+  // QKV: 48 heads, each a cluster of 4 blocks of 16 warps (K split 2 × 4 ways): 192 blocks.
+  const GemmTiling qkv = gemm_qkv_tiling(128, 4096, 48);
+  EXPECT_EQ(qkv.rows, 128);
+  EXPECT_EQ(qkv.ksplit, 2);
+  EXPECT_EQ(qkv.cluster, 4);
+  EXPECT_EQ(qkv.threads(), 512);
+  EXPECT_EQ(gemm_qkv_tiling(32, 128, 8).ksplit, 4);
+  EXPECT_EQ(gemm_qkv_tiling(32, 128, 8).cluster, 1);  // K = 128 has no room for more slices
+  EXPECT_EQ(gemm_qkv_tiling(128, 4096, 160).cluster, 1);
+  EXPECT_EQ(gemm_unroll(1, 256), 8);
+  EXPECT_EQ(gemm_unroll(64, 256), 2);
+  EXPECT_EQ(gemm_unroll(64, 512), 1);
+  // 64-token tiles: more rows per block share the activation loads; the split of K stays.
+  auto widened = [](int n, int k) {
+    const GemmLaunch l = gemm_launch(gemm_tiling(n, k), n, 64, true);
+    return std::array<int, 4>{l.tiling.rows, l.tiling.ksplit, l.m_tile, l.unroll};
+  };
+  EXPECT_EQ(widened(4096, 14336), (std::array<int, 4>{32, 8, 64, 1}));   // 128 blocks of 16 warps
+  EXPECT_EQ(widened(28672, 4096), (std::array<int, 4>{128, 2, 64, 1}));
+  EXPECT_EQ(widened(128256, 4096), (std::array<int, 4>{128, 1, 64, 2})); // the tile would pass 48 KB
+  EXPECT_EQ(gemm_launch(gemm_tiling(4096, 14336), 4096, 8, true).tiling.rows, 16);
 }
 
 TEST(Codegen, Llama3RopeScaling) {
@@ -174,6 +217,12 @@ TEST(Codegen, Llama3RopeScaling) {
 TEST(Codegen, RefusesUnsupportedShapes) {
   CodegenInput in = tiny("llama");
   in.head_dim = 24;
+  EXPECT_THROW(plan_kernels(in), Error);
+  in = tiny("llama");
+  in.hidden_size = 136;  // not whole 32-element K steps
+  EXPECT_THROW(plan_kernels(in), Error);
+  in = tiny("llama");
+  in.vocab_size = 500;  // not whole row groups of 16
   EXPECT_THROW(plan_kernels(in), Error);
   in = tiny("llama");
   in.rope.type = "yarn";

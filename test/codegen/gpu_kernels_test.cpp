@@ -112,8 +112,13 @@ TEST(GpuKernels, EmbedAndRmsNorm) {
 
 // ---- the small-M GEMM and its epilogues -------------------------------------------------------
 
+// A GEMM instance: K, N, ROWS per block, MT tokens per block, KSPLIT, UNROLL; M tokens in all.
 struct GemmShape {
-  int K, N, MT, ROWS, M;
+  int K, N, ROWS, MT, KSPLIT, UNROLL, M;
+  std::string args() const {
+    return I(K) + ", " + I(N) + ", " + I(ROWS) + ", " + I(MT) + ", " + I(KSPLIT) + ", " + I(UNROLL) + ">";
+  }
+  int threads() const { return 32 * (ROWS / 16) * KSPLIT; }
 };
 
 // y = A · Wᵀ in f64 from the bf16 values.
@@ -122,19 +127,21 @@ std::vector<double> gemm_ref(const std::vector<float>& A, const std::vector<floa
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
       double s = 0;
-      for (int k = 0; k < K; ++k) s += double(A[m * K + k]) * W[static_cast<std::size_t>(n) * K + k];
+      for (int k = 0; k < K; ++k) s += double(A[static_cast<std::size_t>(m) * K + k]) * W[static_cast<std::size_t>(n) * K + k];
       y[static_cast<std::size_t>(m) * N + n] = s;
     }
   return y;
 }
 
+// Ragged token counts inside one tile (3, 5, 13, 20 of a 24-token MMA span), several tiles, every
+// K split, unroll tails (K steps not a multiple of UNROLL), tiny and real-size N and K.
 TEST(GpuKernels, LinearResidualAndF32) {
   TELOS_SKIP_WITHOUT_GPU();
-  for (const GemmShape& s : {GemmShape{128, 128, 1, 8, 3}, GemmShape{128, 512, 4, 8, 8},
-                            GemmShape{2048, 2048, 2, 8, 6}, GemmShape{8192, 2048, 8, 8, 16},
-                            GemmShape{1536, 8960, 4, 32, 4}}) {
-    const std::string res = "telos_kernels::linear_residual<" + I(s.K) + ", " + I(s.N) + ", " + I(s.MT) + ", " + I(s.ROWS) + ">";
-    const std::string f32 = "telos_kernels::linear_f32<" + I(s.K) + ", " + I(s.N) + ", " + I(s.MT) + ", " + I(s.ROWS) + ">";
+  for (const GemmShape& s : {GemmShape{128, 128, 16, 3, 4, 8, 3}, GemmShape{128, 512, 32, 8, 2, 8, 16},
+                            GemmShape{2048, 2048, 16, 5, 8, 3, 5}, GemmShape{8192, 2048, 128, 13, 1, 4, 13},
+                            GemmShape{4096, 1024, 16, 20, 8, 2, 60}, GemmShape{1536, 2240, 64, 64, 2, 2, 128}}) {
+    const std::string res = "telos_kernels::linear_residual<" + s.args();
+    const std::string f32 = "telos_kernels::linear_f32<" + s.args();
     TestModule mod(source_with_rope(), {res, f32});
     std::vector<float> Af, Wf;
     const bf16v A = random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af);
@@ -143,64 +150,76 @@ TEST(GpuKernels, LinearResidualAndF32) {
     DeviceBuffer<std::uint16_t> dA(A), dW(W);
     DeviceBuffer<float> dx(x0), dy(static_cast<std::size_t>(s.M) * s.N);
     const dim3 grid(s.N / s.ROWS, s.M / s.MT);
-    CUDA_OK(mod.launch(res, grid, 256, {dW.get(), dA.get(), dx.get()}));
-    CUDA_OK(mod.launch(f32, grid, 256, {dW.get(), dA.get(), dy.get()}));
+    CUDA_OK(mod.launch(res, grid, s.threads(), {dW.get(), dA.get(), dx.get()}));
+    CUDA_OK(mod.launch(f32, grid, s.threads(), {dW.get(), dA.get(), dy.get()}));
     const std::vector<double> y = gemm_ref(Af, Wf, s.M, s.N, s.K);
     std::vector<double> xr(y.size());
     for (std::size_t i = 0; i < y.size(); ++i) xr[i] = x0[i] + y[i];
-    EXPECT_LT(rel_l2(dy.download(), y), 1e-5) << "K=" << s.K << " N=" << s.N << " MT=" << s.MT;
-    EXPECT_LT(rel_l2(dx.download(), xr), 1e-5) << "K=" << s.K << " N=" << s.N << " MT=" << s.MT;
+    EXPECT_LT(rel_l2(dy.download(), y), 1e-5) << s.args();
+    EXPECT_LT(rel_l2(dx.download(), xr), 1e-5) << s.args();
   }
 }
 
-TEST(GpuKernels, LinearRowsDoNotDependOnTheMTile) {
+// A token's logits are the same bits whatever the M tile, its place in the tile, and the other
+// tokens of the batch.
+TEST(GpuKernels, LinearRowsDoNotDependOnTheMTileOrTheOtherRows) {
   TELOS_SKIP_WITHOUT_GPU();
-  constexpr int K = 2048, N = 256, M = 8;
+  constexpr int K = 2048, N = 256, M = 24, ROWS = 32, KSPLIT = 4;
+  const std::vector<int> tiles = {1, 3, 8, 24};
   std::vector<std::string> names;
-  for (int mt : {1, 2, 8}) names.push_back("telos_kernels::linear_f32<" + I(K) + ", " + I(N) + ", " + I(mt) + ", 8>");
+  for (int mt : tiles) names.push_back("telos_kernels::linear_f32<" + GemmShape{K, N, ROWS, mt, KSPLIT, 2, M}.args());
   TestModule mod(source_with_rope(), names);
-  std::vector<float> Af, Wf;
-  DeviceBuffer<std::uint16_t> dA(random_bf16(M * K, 1.f, Af)), dW(random_bf16(N * K, 0.05f, Wf));
+  std::vector<float> Af, Wf, Bf;
+  bf16v A = random_bf16(M * K, 1.f, Af), other = random_bf16(M * K, 1.f, Bf);
+  DeviceBuffer<std::uint16_t> dA(A), dW(random_bf16(N * K, 0.05f, Wf));
   std::vector<std::vector<float>> outs;
-  for (int i = 0; i < 3; ++i) {
-    const int mt = i == 0 ? 1 : i == 1 ? 2 : 8;
+  for (std::size_t i = 0; i < tiles.size(); ++i) {
     DeviceBuffer<float> dy(M * N);
-    CUDA_OK(mod.launch(names[i], dim3(N / 8, M / mt), 256, {dW.get(), dA.get(), dy.get()}));
+    CUDA_OK(mod.launch(names[i], dim3(N / ROWS, M / tiles[i]), 32 * (ROWS / 16) * KSPLIT, {dW.get(), dA.get(), dy.get()}));
     outs.push_back(dy.download());
   }
-  EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4));
-  EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[2].data(), outs[0].size() * 4));
+  for (std::size_t i = 1; i < tiles.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * 4)) << "MT=" << tiles[i];
+  // Token 13 among other tokens: the same bits as in the first batch.
+  std::copy(A.begin() + 13 * K, A.begin() + 14 * K, other.begin() + 13 * K);
+  DeviceBuffer<std::uint16_t> dB(other);
+  DeviceBuffer<float> dy(M * N);
+  CUDA_OK(mod.launch(names[3], dim3(N / ROWS, 1), 32 * (ROWS / 16) * KSPLIT, {dW.get(), dB.get(), dy.get()}));
+  const auto mixed = dy.download();
+  EXPECT_EQ(0, std::memcmp(mixed.data() + 13 * N, outs[0].data() + 13 * N, N * 4));
 }
 
 TEST(GpuKernels, GateUpSwiGlu) {
   TELOS_SKIP_WITHOUT_GPU();
-  for (const GemmShape& s : {GemmShape{128, 256, 4, 4, 8}, GemmShape{2048, 8192, 2, 16, 6}}) {
-    const int I_ = s.N, COLS = s.ROWS;
-    const std::string k = "telos_kernels::linear_swiglu<" + I(s.K) + ", " + I(I_) + ", " + I(s.MT) + ", " + I(COLS) + ">";
+  // N is I here; ROWS = 2 COLS (a block's gate rows and their up rows).
+  for (const GemmShape& s : {GemmShape{128, 256, 16, 4, 4, 8, 8}, GemmShape{2048, 8192, 64, 6, 2, 8, 6},
+                            GemmShape{256, 512, 32, 13, 2, 3, 13}, GemmShape{512, 1024, 128, 64, 1, 2, 64}}) {
+    const int I_ = s.N, COLS = s.ROWS / 2;
+    const std::string k = "telos_kernels::linear_swiglu<" + s.args();
     TestModule mod(source_with_rope(), {k});
     std::vector<float> Af, Wf;
     DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af));
     DeviceBuffer<std::uint16_t> dW(random_bf16(2ull * I_ * s.K, 0.05f, Wf));
     DeviceBuffer<std::uint16_t> dact(static_cast<std::size_t>(s.M) * I_);
-    CUDA_OK(mod.launch(k, dim3(I_ / COLS, s.M / s.MT), 256, {dW.get(), dA.get(), dact.get()}));
+    CUDA_OK(mod.launch(k, dim3(I_ / COLS, s.M / s.MT), s.threads(), {dW.get(), dA.get(), dact.get()}));
     const std::vector<double> gu = gemm_ref(Af, Wf, s.M, 2 * I_, s.K);
     std::vector<double> ref(static_cast<std::size_t>(s.M) * I_);
     for (int m = 0; m < s.M; ++m)
       for (int j = 0; j < I_; ++j) {
-        const double g = gu[m * 2 * I_ + j], u = gu[m * 2 * I_ + I_ + j];
-        ref[m * I_ + j] = g / (1 + std::exp(-g)) * u;
+        const double g = gu[static_cast<std::size_t>(m) * 2 * I_ + j], u = gu[static_cast<std::size_t>(m) * 2 * I_ + I_ + j];
+        ref[static_cast<std::size_t>(m) * I_ + j] = g / (1 + std::exp(-g)) * u;
       }
     const auto act = dact.download();
     std::vector<float> got(act.size());
     for (std::size_t i = 0; i < act.size(); ++i) got[i] = from_bf16(act[i]);
-    EXPECT_LT(rel_l2(got, ref), 1e-2) << "K=" << s.K << " I=" << I_;
+    EXPECT_LT(rel_l2(got, ref), 1e-2) << s.args();
   }
 }
 
 // ---- QKV with bias, QK norm, RoPE and the KV append -------------------------------------------
 
 struct QkvShape {
-  int K, HQ, HKV, D, MT, M;
+  int K, HQ, HKV, D, MT, KSPLIT, UNROLL, CLUSTER, M;
   bool bias, qk_norm;
   codegen::RopeInput rope;
 };
@@ -210,14 +229,18 @@ TEST(GpuKernels, QkvRopeAppend) {
   const codegen::RopeInput llama3{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
   const codegen::RopeInput plain{"default", 1000000.0};
   constexpr int PAGE = 16, MAXP = 8, LAYERS = 2, POOL = 20, LAYER = 1;
-  for (const QkvShape& s : {QkvShape{128, 4, 2, 32, 1, 5, false, false, llama3},
-                           QkvShape{128, 4, 2, 32, 4, 8, true, false, plain},
-                           QkvShape{128, 4, 2, 32, 2, 6, false, true, plain},
-                           QkvShape{2048, 32, 8, 64, 1, 3, false, false, llama3},
-                           QkvShape{1536, 12, 2, 128, 2, 4, true, false, plain}}) {
+  // Clusters of 1 to 8 blocks per head, ragged token counts, unroll tails.
+  for (const QkvShape& s : {QkvShape{128, 4, 2, 32, 1, 4, 8, 1, 5, false, false, llama3},
+                           QkvShape{128, 4, 2, 32, 4, 2, 8, 2, 8, true, false, plain},
+                           QkvShape{128, 4, 2, 32, 6, 1, 8, 4, 6, false, true, plain},
+                           QkvShape{2048, 32, 8, 64, 3, 4, 8, 4, 3, false, false, llama3},
+                           QkvShape{1536, 12, 2, 128, 2, 2, 8, 1, 4, true, false, plain},
+                           QkvShape{256, 4, 2, 64, 13, 2, 3, 2, 13, false, true, llama3},
+                           QkvShape{512, 4, 2, 128, 40, 2, 1, 8, 40, true, false, plain}}) {
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     const std::string k = "telos_kernels::qkv_rope_append<" + I(s.K) + ", " + I(s.HQ) + ", " + I(s.HKV) + ", " +
-                          I(s.D) + ", " + I(s.MT) + ", " + (s.bias ? "true" : "false") + ", " +
+                          I(s.D) + ", " + I(s.MT) + ", " + I(s.KSPLIT) + ", " + I(s.UNROLL) + ", " + I(s.CLUSTER) + ", " +
+                          (s.bias ? "true" : "false") + ", " +
                           (s.qk_norm ? "true" : "false") + ", " + float_literal(1e-6) + ", " + I(PAGE) +
                           ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>";
     const std::vector<float> inv_freq = codegen::rope_inv_freq(s.rope, s.D);
@@ -242,7 +265,7 @@ TEST(GpuKernels, QkvRopeAppend) {
     DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
     DeviceBuffer<std::uint16_t> dkv(static_cast<std::size_t>(POOL) * page_elems);
     DeviceBuffer<float> dq(static_cast<std::size_t>(s.M) * s.HQ * s.D);
-    CUDA_OK(mod.launch(k, dim3(NH, s.M / s.MT), 256,
+    CUDA_OK(mod.launch(k, dim3(NH * s.CLUSTER, s.M / s.MT), 32 * (s.D / 16) * s.KSPLIT,
                        {dW.get(), dA.get(), s.bias ? dbias.get() : nullptr, s.qk_norm ? dqn.get() : nullptr,
                         s.qk_norm ? dkn.get() : nullptr, dpos.get(), dseq.get(), dpt.get(),
                         dkv.get() + LAYER * 2LL * s.HKV * PAGE * s.D, dq.get()}));
@@ -288,7 +311,7 @@ TEST(GpuKernels, QkvRopeAppend) {
         }
       }
     const auto q = dq.download();
-    EXPECT_LT(rel_l2(q, qref), 1e-4) << "K=" << s.K << " D=" << s.D;
+    EXPECT_LT(rel_l2(q, qref), 1e-4) << "K=" << s.K << " D=" << s.D << " cluster " << s.CLUSTER;
     const auto kvb = dkv.download();
     std::vector<float> got, want;
     for (std::size_t i = 0; i < kvb.size(); ++i) {
