@@ -58,6 +58,12 @@ struct KernelPlan {
 // Throws telos::Error naming the field when the model is outside what the kernels support.
 KernelPlan plan_kernels(const CodegenInput& in);
 
+// Positions per attention split for a model serving up to `max_seq_len`: a per-model constant
+// (split boundaries never depend on the batch): 32 splits per sequence at most (the f32 partials
+// in the arena grow with the split count), and at least 128 positions (two 16-position chunks
+// per warp). Batch 1 at context 4k then has 32 splits per KV head: 256 blocks for 8 KV heads.
+int attn_split_positions(int max_seq_len);
+
 // Activation rows per GEMM block: the largest of 8, 4, 2, 1 that divides `rows`, so no bucket
 // needs padding rows beyond its own.
 int gemm_m_tile(int rows);

@@ -151,11 +151,12 @@ int main() {
     }
   }
 
-  // Decode attention: HQ 32, HKV 8, D 128, page 16, batch B, every sequence at context C.
+  // Decode attention: HQ 32, HKV 8, D 128, page 16, batch B, every sequence at context C, the
+  // split of a model serving up to C positions.
   constexpr int HQ = 32, HKV = 8, D = 128, PAGE = 16, L = 1;
   for (int C : {4096, 32768}) {
     const int MAXP = C / PAGE;
-    const int split = std::max(64, [&] { int p = 1; while (p < (C + 15) / 16) p *= 2; return p; }());
+    const int split = attn_split_positions(C);
     const int nsplit = (MAXP * PAGE + split - 1) / split;
     const long long page_elems = 2LL * L * HKV * PAGE * D;
     const std::string sk = "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) + ", " +
@@ -182,7 +183,7 @@ int main() {
       cudaMemcpy(seq, hseq.data(), B * 4, cudaMemcpyHostToDevice);
       cudaMemcpy(pt, hpt.data(), pages * 4, cudaMemcpyHostToDevice);
       const double us = median_us([&](int) {
-        mod.launch(sk, dim3(B, HKV, nsplit), (HQ / HKV) * 32, {q, pos, seq, pt, kv, po, pml});
+        mod.launch(sk, dim3(B, HKV, nsplit), 128, {q, pos, seq, pt, kv, po, pml});
         mod.launch(ck, dim3(B, HQ), D, {po, pml, pos, out});
       });
       const double bytes = static_cast<double>(B) * C * HKV * D * 2 * 2;

@@ -107,6 +107,10 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     if (instance.find("linear") != std::string::npos || instance.find("qkv_rope") != std::string::npos) {
       EXPECT_NE(body.find("ld.global.nc.v4"), std::string::npos) << instance;
     }
+    // Decode attention's q·k and p·v run on tensor cores.
+    if (instance.find("attn_split") != std::string::npos) {
+      EXPECT_NE(body.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos);
+    }
   }
   const std::set<std::string> expected = {
       "telos_kernels::embed_gather", "telos_kernels::rmsnorm",         "telos_kernels::qkv_rope_append",
@@ -162,6 +166,27 @@ TEST(Codegen, MTileDividesEveryBucket) {
   EXPECT_EQ(gemm_m_tile(64), 8);
 }
 
+TEST(Codegen, AttentionSplitIsAPerModelConstant) {
+  // 128 positions up to 4k, then at most 32 splits per sequence.
+  EXPECT_EQ(attn_split_positions(256), 128);
+  EXPECT_EQ(attn_split_positions(4096), 128);
+  EXPECT_EQ(attn_split_positions(4097), 256);
+  EXPECT_EQ(attn_split_positions(8192), 256);
+  EXPECT_EQ(attn_split_positions(8193), 512);
+  EXPECT_EQ(attn_split_positions(32768), 1024);
+  const KernelPlan plan = plan_kernels(llama_1b());
+  EXPECT_EQ(plan.attn_split, 256);
+  EXPECT_EQ(plan.attn_num_splits, 32);
+  for (const BucketProgram& b : plan.buckets)
+    for (const Launch& l : b.launches)
+      if (plan.kernels[l.kernel].instance.find("attn_split") != std::string::npos) {
+        EXPECT_EQ(l.grid[0], b.tokens);
+        EXPECT_EQ(l.grid[1], 8);
+        EXPECT_EQ(l.grid[2], 32);
+        EXPECT_EQ(plan.kernels[l.kernel].block, 128);
+      }
+}
+
 TEST(Codegen, Llama3RopeScaling) {
   // Wavelengths longer than original/low_freq_factor are slowed by `factor`; short ones kept.
   const RopeInput rope{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
@@ -174,6 +199,11 @@ TEST(Codegen, Llama3RopeScaling) {
 TEST(Codegen, RefusesUnsupportedShapes) {
   CodegenInput in = tiny("llama");
   in.head_dim = 24;
+  EXPECT_THROW(plan_kernels(in), Error);
+  in.head_dim = 256;  // attention holds a head's output in registers
+  EXPECT_THROW(plan_kernels(in), Error);
+  in = tiny("llama");
+  in.num_heads = 64;  // 32 query heads per KV head: more than one MMA tile of rows
   EXPECT_THROW(plan_kernels(in), Error);
   in = tiny("llama");
   in.rope.type = "yarn";
