@@ -15,6 +15,7 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
          $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, s, "lib") for p in nvidia.__path__ for s in os.listdir(p)))' 2>/dev/null); do
   if ls "$d"/libnvrtc.so.13* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"; break; fi
 done
+command -v compute-sanitizer >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
 export TELOS_CACHE_DIR=/tmp/telos-kernel-cache-attn TELOS_GPU_ARTIFACTS=$CARRY/artifacts TELOS_SOURCE_DIR=$PWD
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$LOG" 2>&1
 
@@ -36,7 +37,7 @@ step "kernel bench" 45 "$CARRY/bin/telos-kernel-bench"
 
 {
   echo
-  grep -hE "^\[  (FAILED|SKIPPED) |ERROR SUMMARY|RACECHECK SUMMARY" "$LOG" | sort | uniq -c | head -20
+  grep -hE "^\[  (PASSED|FAILED|SKIPPED) +\] [^(]*$|ERROR SUMMARY|RACECHECK SUMMARY" "$LOG" | sort | uniq -c | head -20
   echo
   grep -E "^kernel |^cudaMemcpy|^attn" "$LOG"
   echo
