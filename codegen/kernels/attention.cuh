@@ -238,10 +238,12 @@ __global__ void __launch_bounds__(128)
 }
 
 // out[t, hq*D + d] = bf16(softmax-weighted sum), merging the splits 0..position/SPLIT in order.
-// Padding rows (negative position) get zeros.
+// Padding rows (negative position) get zeros. The splits' {max, sum} are loaded once, in
+// parallel, into shared memory, so the per-dim loop only waits on independent part_o loads.
 template <int HQ, int D, int NSPLIT, int SPLIT>
 __global__ void __launch_bounds__(D) attn_combine(const float* part_o, const float* part_ml,
                                                   const int* positions, bf16* out) {
+  __shared__ float sm_m[NSPLIT], sm_w[NSPLIT], sm_l[NSPLIT];
   const int t = blockIdx.x, hq = blockIdx.y, d = threadIdx.x;
   const int pos = positions[t];
   bf16* o = out + (static_cast<long long>(t) * HQ + hq) * D;
@@ -251,13 +253,17 @@ __global__ void __launch_bounds__(D) attn_combine(const float* part_o, const flo
   }
   const long long base = (static_cast<long long>(t) * HQ + hq) * NSPLIT;
   const int last = pos / SPLIT;
+  for (int s = d; s <= last; s += D) sm_m[s] = part_ml[(base + s) * 2], sm_l[s] = part_ml[(base + s) * 2 + 1];
+  __syncthreads();
   float mx = -__int_as_float(0x7f800000);
-  for (int s = 0; s <= last; ++s) mx = fmaxf(mx, part_ml[(base + s) * 2]);
+  for (int s = 0; s <= last; ++s) mx = fmaxf(mx, sm_m[s]);
+  for (int s = d; s <= last; s += D) sm_w[s] = exp2f(sm_m[s] - mx);
+  __syncthreads();
   float l = 0.f, acc = 0.f;
+#pragma unroll 8
   for (int s = 0; s <= last; ++s) {
-    const float w = exp2f(part_ml[(base + s) * 2] - mx);
-    l = fmaf(part_ml[(base + s) * 2 + 1], w, l);
-    acc = fmaf(part_o[(base + s) * D + d], w, acc);
+    l = fmaf(sm_l[s], sm_w[s], l);
+    acc = fmaf(part_o[(base + s) * D + d], sm_w[s], acc);
   }
   o[d] = f32_to_bf16(acc / l);
 }
