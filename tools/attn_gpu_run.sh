@@ -29,11 +29,12 @@ step() {  # step NAME SECONDS COMMAND...
   rows+=("$(printf '%-36s | %-7s | %4ss' "$name" "$([ $rc = 0 ] && echo pass || echo FAIL:$rc)" $((SECONDS - t0)))")
 }
 CS="compute-sanitizer --error-exitcode 9 --print-limit 20"
-step "kernels vs f64 references" 30 "$CARRY/bin/gpu_kernels_test"
-step "tiny models vs transformers" 30 "$CARRY/bin/gpu_model_test"
+step "kernels vs f64 references" 35 "$CARRY/bin/gpu_kernels_test"
+step "tiny models vs transformers" 25 "$CARRY/bin/gpu_model_test"
 step "memcheck: attention" 20 $CS --tool memcheck "$CARRY/bin/gpu_kernels_test" --gtest_filter='*Attention*'
 step "racecheck: attention" 20 $CS --tool racecheck "$CARRY/bin/gpu_kernels_test" --gtest_filter='*Attention*'
-step "kernel bench" 45 "$CARRY/bin/telos-kernel-bench"
+# Line-buffered, so rows printed before a time-out are kept.
+step "kernel bench" 50 stdbuf -oL "$CARRY/bin/telos-kernel-bench"
 
 {
   echo
