@@ -76,8 +76,8 @@ std::string float_literal(double v) {
   return t + "f";
 }
 
-int attn_split_positions(int max_seq_len) {
-  return std::max(128, pow2_at_least((max_seq_len + 31) / 32));
+int attn_partial_slots(int max_positions) {
+  return std::min(32, (max_positions + kAttnSplit - 1) / kAttnSplit);
 }
 
 int gemm_m_tile(int rows) {
@@ -98,8 +98,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   plan.max_pages_per_seq = (in.max_seq_len + PAGE - 1) / PAGE;
   const int MAXP = plan.max_pages_per_seq;
   const long long page_elems = 2LL * L * HKV * PAGE * D;
-  plan.attn_split = attn_split_positions(in.max_seq_len);
-  plan.attn_num_splits = (MAXP * PAGE + plan.attn_split - 1) / plan.attn_split;
+  plan.attn_split = kAttnSplit;
+  plan.attn_num_splits = attn_partial_slots(MAXP * PAGE);
   plan.rope_inv_freq = rope_inv_freq(in.rope, D);
 
   const int norm_threads = std::clamp(H / 8 / 32 * 32, 32, 1024);
@@ -133,7 +133,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int split_k = b.kernel(
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
-            scale_log2 + ">",
+            I_(plan.attn_num_splits) + ", " + scale_log2 + ">",
         {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128);
     const int combine_k = b.kernel("telos_kernels::attn_combine<" + I_(HQ) + ", " + I_(D) + ", " +
                                        I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",

@@ -50,7 +50,7 @@ struct KernelPlan {
   std::vector<ArenaBuffer> arena;
   // Step descriptor dimensions.
   int max_tokens = 0, max_sample_rows = 0, max_batch = 0, max_pages_per_seq = 0;
-  // Attention's fixed split of the context.
+  // Attention's split of the context (positions) and partial slots per token.
   int attn_split = 0, attn_num_splits = 0;
   std::vector<float> rope_inv_freq;
 };
@@ -58,11 +58,13 @@ struct KernelPlan {
 // Throws telos::Error naming the field when the model is outside what the kernels support.
 KernelPlan plan_kernels(const CodegenInput& in);
 
-// Positions per attention split for a model serving up to `max_seq_len`: a per-model constant
-// (split boundaries never depend on the batch): 32 splits per sequence at most (the f32 partials
-// in the arena grow with the split count), and at least 128 positions (two 16-position chunks
-// per warp). Batch 1 at context 4k then has 32 splits per KV head: 256 blocks for 8 KV heads.
-int attn_split_positions(int max_seq_len);
+// Attention cuts the context into splits of kAttnSplit positions (two 16-position chunks per
+// warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most
+// 32, since the f32 partials in the arena grow with them. Both depend on the model only, never on
+// the batch. Batch 1 at context 4k keeps all 32 slots of each KV head busy (256 blocks for 8 KV
+// heads) whatever the model's max_seq_len.
+constexpr int kAttnSplit = 128;
+int attn_partial_slots(int max_positions);
 
 // Activation rows per GEMM block: the largest of 8, 4, 2, 1 that divides `rows`, so no bucket
 // needs padding rows beyond its own.

@@ -167,15 +167,14 @@ TEST(Codegen, MTileDividesEveryBucket) {
 }
 
 TEST(Codegen, AttentionSplitIsAPerModelConstant) {
-  // 128 positions up to 4k, then at most 32 splits per sequence.
-  EXPECT_EQ(attn_split_positions(256), 128);
-  EXPECT_EQ(attn_split_positions(4096), 128);
-  EXPECT_EQ(attn_split_positions(4097), 256);
-  EXPECT_EQ(attn_split_positions(8192), 256);
-  EXPECT_EQ(attn_split_positions(8193), 512);
-  EXPECT_EQ(attn_split_positions(32768), 1024);
+  // Splits of 128 positions; a slot per split up to 32 of them, then splits share slots.
+  EXPECT_EQ(attn_partial_slots(256), 2);
+  EXPECT_EQ(attn_partial_slots(4096), 32);
+  EXPECT_EQ(attn_partial_slots(4097), 32);
+  EXPECT_EQ(attn_partial_slots(131072), 32);
+  EXPECT_EQ(attn_partial_slots(200), 2);
   const KernelPlan plan = plan_kernels(llama_1b());
-  EXPECT_EQ(plan.attn_split, 256);
+  EXPECT_EQ(plan.attn_split, kAttnSplit);
   EXPECT_EQ(plan.attn_num_splits, 32);
   for (const BucketProgram& b : plan.buckets)
     for (const Launch& l : b.launches)

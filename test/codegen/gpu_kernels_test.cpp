@@ -307,23 +307,28 @@ TEST(GpuKernels, QkvRopeAppend) {
 // ---- paged attention --------------------------------------------------------------------------
 
 struct AttnShape {
-  int HQ, HKV, D, PAGE, MAXP, SPLIT;
+  int HQ, HKV, D, PAGE, MAXP, SPLIT, NSPLIT;  // NSPLIT partial slots, splits dealt round-robin
 };
 
 // GQA 1..16 (odd groups included), D 32..128, pages of 16 and of 7 positions (chunks and splits
-// cross page boundaries), and the real split of 256 positions on Llama-3.1-8B's head shape.
+// cross page boundaries), a slot per split and splits sharing slots, and the plan's split and
+// slots on Llama-3.1-8B's head shape (at context 4800: 38 splits on 32 slots).
 TEST(GpuKernels, PagedAttentionSplitAndCombine) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int LAYERS = 2, LAYER = 1;
-  for (const AttnShape& s : {AttnShape{4, 2, 32, 16, 16, 64}, AttnShape{32, 8, 64, 16, 64, 128},
-                            AttnShape{12, 2, 128, 16, 32, 64}, AttnShape{8, 8, 64, 7, 20, 64},
-                            AttnShape{32, 8, 128, 16, 64, 256}, AttnShape{16, 2, 128, 7, 100, 256},
-                            AttnShape{6, 2, 96, 16, 12, 64}, AttnShape{32, 2, 64, 16, 24, 64}}) {
+  constexpr int SPLIT = codegen::kAttnSplit;
+  for (const AttnShape& s :
+       {AttnShape{4, 2, 32, 16, 16, 64, 4}, AttnShape{32, 8, 64, 16, 64, 128, 3},
+        AttnShape{12, 2, 128, 16, 32, 64, 8}, AttnShape{8, 8, 64, 7, 20, 64, 2},
+        AttnShape{32, 8, 128, 16, 64, SPLIT, codegen::attn_partial_slots(64 * 16)},
+        AttnShape{32, 8, 128, 16, 300, SPLIT, codegen::attn_partial_slots(300 * 16)},
+        AttnShape{16, 2, 128, 7, 100, 256, 2}, AttnShape{6, 2, 96, 16, 12, 64, 3},
+        AttnShape{32, 2, 64, 16, 24, 64, 6}}) {
     const int PAGE = s.PAGE;
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
-    const int NSPLIT = (s.MAXP * PAGE + s.SPLIT - 1) / s.SPLIT;
+    const int NSPLIT = s.NSPLIT;
     const std::string split = "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
-                              I(PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " +
+                              I(PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " + I(NSPLIT) + ", " +
                               float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ">";
     const std::string combine = "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(NSPLIT) + ", " + I(s.SPLIT) + ">";
     TestModule mod(source_with_rope(), {split, combine});
