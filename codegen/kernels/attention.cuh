@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(128)
 
 // out[t, hq*D + d] = bf16(softmax-weighted sum), merging the slots 0..min(position/SPLIT,
 // NSPLIT - 1) in order.
-// Padding rows (negative position) get zeros. The splits' {max, sum} are loaded once, in
+// Padding rows (negative position) get zeros. The slots' {max, sum} are loaded once, in
 // parallel, into shared memory, so the per-dim loop only waits on independent part_o loads.
 template <int HQ, int D, int NSPLIT, int SPLIT>
 __global__ void __launch_bounds__(D)
