@@ -43,11 +43,12 @@ void check_model(const CodegenInput& in) {
   need(in.hidden_size > 0 && in.hidden_size % 32 == 0, "hidden_size must be a positive multiple of 32");
   need(in.intermediate_size > 0 && in.intermediate_size % 32 == 0,
        "intermediate_size must be a positive multiple of 32");
-  need(in.head_dim % 32 == 0 && in.head_dim >= 32 && in.head_dim <= 256,
-       "head_dim must be a multiple of 32 up to 256");
+  // Attention keeps a 16-row MMA tile of query heads and a head's output in registers.
+  need(in.head_dim % 32 == 0 && in.head_dim >= 32 && in.head_dim <= 128,
+       "head_dim must be a multiple of 32 up to 128");
   need(in.num_heads > 0 && in.num_kv_heads > 0 && in.num_heads % in.num_kv_heads == 0,
        "num_heads must be a multiple of num_kv_heads");
-  need(in.num_heads / in.num_kv_heads <= 32, "at most 32 query heads per KV head");
+  need(in.num_heads / in.num_kv_heads <= 16, "at most 16 query heads per KV head");
   need(in.vocab_size > 0 && in.num_layers > 0, "vocab_size and num_layers must be positive");
   need(in.vocab_size % 16 == 0, "vocab_size must be a multiple of 16 (the LM head's row groups)");
   need(in.kv_page_size > 0 && in.max_seq_len > 0 && in.max_batch > 0,
@@ -65,6 +66,10 @@ std::string float_literal(double v) {
   std::string t = s.str();
   if (t.find_first_of(".e") == std::string::npos) t += ".0";
   return t + "f";
+}
+
+int attn_partial_slots(int max_positions) {
+  return std::min(32, (max_positions + kAttnSplit - 1) / kAttnSplit);
 }
 
 // Row groups per block: as many as keep the N / rows blocks of one M tile covering the GPU (132
@@ -142,16 +147,14 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   PlanBuilder b(plan);
   const int H = in.hidden_size, I = in.intermediate_size, V = in.vocab_size, D = in.head_dim;
   const int HQ = in.num_heads, HKV = in.num_kv_heads, L = in.num_layers, PAGE = in.kv_page_size;
-  const int G = HQ / HKV;
   const std::string eps = float_literal(in.rms_norm_eps);
 
   plan.max_batch = in.max_batch;
   plan.max_pages_per_seq = (in.max_seq_len + PAGE - 1) / PAGE;
   const int MAXP = plan.max_pages_per_seq;
   const long long page_elems = 2LL * L * HKV * PAGE * D;
-  // Splits of at least 64 positions, at most 16 of them (the partials grow with the split count).
-  plan.attn_split = std::max(64, pow2_at_least((in.max_seq_len + 15) / 16));
-  plan.attn_num_splits = (MAXP * PAGE + plan.attn_split - 1) / plan.attn_split;
+  plan.attn_split = kAttnSplit;
+  plan.attn_num_splits = attn_partial_slots(MAXP * PAGE);
   plan.rope_inv_freq = rope_inv_freq(in.rope, D);
 
   const int norm_threads = std::clamp(H / 8 / 32 * 32, 32, 1024);
@@ -190,8 +193,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int split_k = b.kernel(
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
-            scale_log2 + ">",
-        {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, G * 32);
+            I_(plan.attn_num_splits) + ", " + scale_log2 + ">",
+        {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128);
     const int combine_k = b.kernel("telos_kernels::attn_combine<" + I_(HQ) + ", " + I_(D) + ", " +
                                        I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
                                    {"part_o", "part_ml", "positions", "out"}, D);

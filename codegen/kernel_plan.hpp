@@ -50,13 +50,21 @@ struct KernelPlan {
   std::vector<ArenaBuffer> arena;
   // Step descriptor dimensions.
   int max_tokens = 0, max_sample_rows = 0, max_batch = 0, max_pages_per_seq = 0;
-  // Attention's fixed split of the context.
+  // Attention's split of the context (positions) and partial slots per token.
   int attn_split = 0, attn_num_splits = 0;
   std::vector<float> rope_inv_freq;
 };
 
 // Throws telos::Error naming the field when the model is outside what the kernels support.
 KernelPlan plan_kernels(const CodegenInput& in);
+
+// Attention cuts the context into splits of kAttnSplit positions (two 16-position chunks per
+// warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most
+// 32, since the f32 partials in the arena grow with them. Both depend on the model only, never on
+// the batch. Batch 1 at context 4k keeps all 32 slots of each KV head busy (256 blocks for 8 KV
+// heads) whatever the model's max_seq_len.
+constexpr int kAttnSplit = 128;
+int attn_partial_slots(int max_positions);
 
 // How a small-M GEMM over W [N, K] is cut (codegen/kernels/linear.cuh): `rows` weight rows per
 // block (a multiple of 16 dividing N) and `ksplit` K slices, one warp per (16 rows, slice). The

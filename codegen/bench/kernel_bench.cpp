@@ -182,15 +182,15 @@ int main() {
     }
   }
 
-  // Decode attention: HQ 32, HKV 8, D 128, page 16, batch B, every sequence at context C.
+  // Decode attention: HQ 32, HKV 8, D 128, page 16, batch B, every sequence at context C, the
+  // plan's split and partial slots.
   constexpr int HQ = 32, HKV = 8, D = 128, PAGE = 16, L = 1;
   for (int C : {4096, 32768}) {
     const int MAXP = C / PAGE;
-    const int split = std::max(64, [&] { int p = 1; while (p < (C + 15) / 16) p *= 2; return p; }());
-    const int nsplit = (MAXP * PAGE + split - 1) / split;
+    const int split = kAttnSplit, nsplit = attn_partial_slots(C);
     const long long page_elems = 2LL * L * HKV * PAGE * D;
     const std::string sk = "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) + ", " +
-                           I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + float_literal(1.4426950408889634 / std::sqrt(128.0)) + ">";
+                           I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " + float_literal(1.4426950408889634 / std::sqrt(128.0)) + ">";
     const std::string ck = "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
     Module mod({sk, ck});
     for (int B : {1, 16, 64}) {
@@ -213,7 +213,7 @@ int main() {
       cudaMemcpy(seq, hseq.data(), B * 4, cudaMemcpyHostToDevice);
       cudaMemcpy(pt, hpt.data(), pages * 4, cudaMemcpyHostToDevice);
       const double us = median_us([&](int) {
-        mod.launch(sk, dim3(B, HKV, nsplit), (HQ / HKV) * 32, {q, pos, seq, pt, kv, po, pml});
+        mod.launch(sk, dim3(B, HKV, nsplit), 128, {q, pos, seq, pt, kv, po, pml});
         mod.launch(ck, dim3(B, HQ), D, {po, pml, pos, out});
       });
       const double bytes = static_cast<double>(B) * C * HKV * D * 2 * 2;

@@ -2,100 +2,260 @@
 // Attention over the paged KV cache, for decode and prefill alike: every token is a query at its
 // own absolute position and attends to positions [0, position] of its sequence (causal; the
 // QKV kernel has already appended this step's keys and values). The context is cut into splits
-// of SPLIT positions at fixed absolute boundaries; attn_split computes one split of one token for
-// one KV head (the G = HQ/HKV query heads that share it, one warp each, so K and V are read once
-// for the group) with an online softmax, and attn_combine merges the splits in order. Split
-// boundaries and the 32-position steps inside a split depend only on positions, never on the
-// batch, so a row's result does not depend on its bucket.
+// of SPLIT positions at fixed absolute boundaries, dealt round-robin to NSPLIT partial slots
+// (slot z holds splits z, z + NSPLIT, ...: every slot has work from the first NSPLIT splits on,
+// and the partials stay NSPLIT per token at any context). attn_split computes one slot of one
+// token for one KV head (all G = HQ/HKV query heads that share it, so K and V are read once for
+// the group) with an online softmax on tensor cores, and attn_combine merges the slots in order.
+// Split boundaries, the slot of a split, the 16-position chunks inside a split and the order in
+// which the warps' results are merged depend only on positions, never on the batch, so a row's
+// result does not depend on its bucket.
 #include "common.cuh"
 
 namespace telos_kernels {
 
-// Partial results, per (token, query head, split): part_o [D] unnormalised f32 sums and
-// part_ml {running max (log2 domain), sum of weights}. SCALE_LOG2 = log2(e) / sqrt(D).
-template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT,
+// Two f32 rounded to nearest into bf16x2, `lo` in the low half (PTX ISA: Data Movement and
+// Conversion Instructions, cvt: with .bf16x2, input a goes to the upper half, b to the lower).
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// d += a · b on one warp, A 16×16 bf16 (row), B 16×8 bf16 (col), f32 accumulators (PTX ISA:
+// Warp-level Matrix Multiply-Accumulate Instructions, mma.sync m16n8k16; fragment layouts there:
+// a0..a3 hold A[lane/4 (+8)][2·(lane%4) (+8) + {0,1}], b0/b1 hold B[2·(lane%4) (+8) +
+// {0,1}][lane/4], d0..d3 hold D[lane/4 (+8)][2·(lane%4) + {0,1}]).
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                               unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Partial results, per (token, query head, slot): part_o [D] f32 sums weighted by
+// 2^(score - max) and part_ml {max (log2 domain), sum of weights}. SCALE_LOG2 = log2(e) / sqrt(D).
+//
+// A block is 4 warps on one (token, KV head, slot); warp w takes the 16-position chunks w, w + 4,
+// ... of each of the slot's splits, splits in ascending order. Per chunk, S = Q·Kᵀ is two m16n8k16
+// tiles per 16 dims (the G heads padded to the MMA's 16 rows) and O += P·V one per 8 dims, all from
+// registers: no shared memory until the warps merge. The MMA's reduction index may be any fixed
+// permutation as long as both operands use it, which lets every lane read whole 16-byte pieces of K
+// and V rows:
+//  - q·k: lane (g = lane/4, c = lane%4) loads dims 32j + 8c .. +7 of K row g of each 8-position
+//    tile; words 0, 1 are b0, b1 of k-step 2j and words 2, 3 those of k-step 2j + 1, and the Q
+//    fragments gather the matching dims;
+//  - p·v: lane (g, c) loads dims g·D/8 .. +D/8 of the V rows at chunk positions 2c, 2c+1, 2c+8,
+//    2c+9 (the positions its P fragment holds); output column g of n-tile n is dim g·D/8 + n, and
+//    b0/b1 pair the two positions' values with one byte permute each.
+// Positions past the end are clamped to the last valid one for the loads (finite data, in the
+// sequence's pages) and get weight 0.
+template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2>
-__global__ void __launch_bounds__(HQ / HKV * 32)
+__global__ void __launch_bounds__(128)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const bf16* kv_layer, float* part_o, float* part_ml) {
-  constexpr int G = HQ / HKV, NSPLIT = (MAXP * PAGE + SPLIT - 1) / SPLIT;
-  static_assert(HQ % HKV == 0 && D % 32 == 0 && SPLIT % 32 == 0, "shape");
-  __shared__ float qs[G][D];
-  const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hq = kvh * G + warp;
+  constexpr int G = HQ / HKV, W = 4;
+  constexpr int KS = D / 16, NT = D / 8, VW = D / 16;  // k-steps, n-tiles, V words per position
+  static_assert(HQ % HKV == 0 && G <= 16 && D % 32 == 0 && D <= 128 && SPLIT % (16 * W) == 0,
+                "shape");
+  const int t = blockIdx.x, kvh = blockIdx.y, slot = blockIdx.z;
   const int pos = positions[t];
-  const int start = split * SPLIT, end = min(start + SPLIT, pos + 1);
+  // Padding rows (negative position) and slots whose first split starts past the token's
+  // position write nothing: the combine reads slots 0 .. min(position / SPLIT, NSPLIT - 1) only.
+  if (pos < slot * SPLIT) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c4 = lane % 4;
 
-  for (int d = lane; d < D; d += 32) qs[warp][d] = q[(static_cast<long long>(t) * HQ + hq) * D + d] * SCALE_LOG2;
-  __syncwarp();
+  unsigned qa[KS][4];
+  {
+    const float* q0 = q + (static_cast<long long>(t) * HQ + kvh * G + g) * D;
+    const float* q1 = q0 + 8 * D;
+#pragma unroll
+    for (int s = 0; s < KS; ++s) {
+      const int d = 32 * (s / 2) + 8 * c4 + 4 * (s % 2);
+      const float4 a =
+          g < G ? *reinterpret_cast<const float4*>(q0 + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+      const float4 b =
+          g + 8 < G ? *reinterpret_cast<const float4*>(q1 + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+      qa[s][0] = pack_bf16x2(a.x * SCALE_LOG2, a.y * SCALE_LOG2);
+      qa[s][1] = pack_bf16x2(b.x * SCALE_LOG2, b.y * SCALE_LOG2);
+      qa[s][2] = pack_bf16x2(a.z * SCALE_LOG2, a.w * SCALE_LOG2);
+      qa[s][3] = pack_bf16x2(b.z * SCALE_LOG2, b.w * SCALE_LOG2);
+    }
+  }
 
-  const int* pt = page_tables + (pos >= 0 ? token_seq[t] * MAXP : 0);
-  const bf16* k_base = kv_layer + static_cast<long long>(kvh) * PAGE * D;
-  const bf16* v_base = kv_layer + static_cast<long long>(HKV + kvh) * PAGE * D;
-  // Values are read 16 bytes (8 dims) per lane: LPR lanes cover one row, so a warp reads PPI
-  // positions per step; lane holds dims (lane % LPR) * 8 .. + 8 for positions j with
-  // j % PPI == lane / LPR, and the PPI partial sums are folded by a fixed butterfly at the end.
-  constexpr int LPR = D / 8, PPI = 32 / LPR;
-  float m = -__int_as_float(0x7f800000), l = 0.f, acc[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+  const int* pt = page_tables + token_seq[t] * MAXP;
+  const bf16* k_base = kv_layer + static_cast<long long>(kvh) * PAGE * D + 8 * c4;
+  const bf16* v_base = kv_layer + static_cast<long long>(HKV + kvh) * PAGE * D + g * (D / 8);
+  auto row = [&](int p) {
+    return static_cast<long long>(pt[p / PAGE]) * PAGE_ELEMS + (p % PAGE) * D;
+  };
 
-  for (int base = start; base < end; base += 32) {
-    const int p = base + lane;
-    const bool valid = p < end;
-    float s = -__int_as_float(0x7f800000);
-    if (valid) {
-      const bf16* k = k_base + pt[p / PAGE] * PAGE_ELEMS + (p % PAGE) * D;
-      s = 0.f;
+  const float kNegInf = -__int_as_float(0x7f800000);
+  float o[NT][4];
 #pragma unroll
-      for (int c = 0; c < D / 8; ++c) {
-        float kf[8];
-        unpack8(load8(k + c * 8), kf);
+  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;  // rows g and g + 8
+
+  for (int start = slot * SPLIT; start <= pos; start += NSPLIT * SPLIT) {
+    const int end = min(start + SPLIT, pos + 1);
+    for (int c = start + 16 * warp; c < end; c += 16 * W) {
+      // Every load of the chunk is issued before the first use.
+      uint4 kr[2][D / 32];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) s = fmaf(qs[warp][c * 8 + j], kf[j], s);
+      for (int i = 0; i < 2; ++i) {
+        const bf16* k = k_base + row(min(c + 8 * i + g, end - 1));
+#pragma unroll
+        for (int j = 0; j < D / 32; ++j) kr[i][j] = load8(k + 32 * j);
+      }
+      unsigned vr[4][VW];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const bf16* v = v_base + row(min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1));
+        if constexpr (VW % 4 == 0) {
+#pragma unroll
+          for (int w = 0; w < VW; w += 4) {
+            const uint4 x = load8(v + 2 * w);
+            vr[e][w] = x.x, vr[e][w + 1] = x.y, vr[e][w + 2] = x.z, vr[e][w + 3] = x.w;
+          }
+        } else {
+#pragma unroll
+          for (int w = 0; w < VW; w += 2) {
+            const uint2 x = *reinterpret_cast<const uint2*>(v + 2 * w);
+            vr[e][w] = x.x, vr[e][w + 1] = x.y;
+          }
+        }
+      }
+
+      float s[2][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+        for (int j = 0; j < D / 32; ++j) {
+          mma_bf16_16816(s[i], qa[2 * j], kr[i][j].x, kr[i][j].y);
+          mma_bf16_16816(s[i], qa[2 * j + 1], kr[i][j].z, kr[i][j].w);
+        }
+      }
+      // s[i][0..1]: row g, positions c + 8i + 2·c4 + {0,1}; s[i][2..3]: row g + 8, same positions.
+      float mx0 = kNegInf, mx1 = kNegInf;
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (c + 8 * i + 2 * c4 + h >= end) s[i][h] = s[i][2 + h] = kNegInf;
+          mx0 = fmaxf(mx0, s[i][h]);
+          mx1 = fmaxf(mx1, s[i][2 + h]);
+        }
+#pragma unroll
+      for (int x = 1; x < 4; x <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+      }
+      // Position c is valid, so both maxima are finite from the first chunk on.
+      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+      const float corr0 = exp2f(m0 - n0), corr1 = exp2f(m1 - n1);
+      m0 = n0, m1 = n1;
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          s[i][h] = exp2f(s[i][h] - n0);
+          s[i][2 + h] = exp2f(s[i][2 + h] - n1);
+        }
+      l0 = fmaf(l0, corr0, (s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
+      l1 = fmaf(l1, corr1, (s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
+      const unsigned pa[4] = {pack_bf16x2(s[0][0], s[0][1]), pack_bf16x2(s[0][2], s[0][3]),
+                              pack_bf16x2(s[1][0], s[1][1]), pack_bf16x2(s[1][2], s[1][3])};
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        o[n][0] *= corr0, o[n][1] *= corr0, o[n][2] *= corr1, o[n][3] *= corr1;
+        // Low halves (even n) or high halves (odd n) of the two positions' words, the lower
+        // position in the low half (byte permute: CUDA __byte_perm).
+        const unsigned sel = n % 2 ? 0x7632u : 0x5410u;
+        mma_bf16_16816(o[n], pa, __byte_perm(vr[0][n / 2], vr[1][n / 2], sel),
+                       __byte_perm(vr[2][n / 2], vr[3][n / 2], sel));
       }
     }
-    const float m_new = fmaxf(m, warp_max(s));
-    const float w = valid ? exp2f(s - m_new) : 0.f;
-    const float corr = exp2f(m - m_new);
-    l = l * corr + warp_sum(w);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] *= corr;
-#pragma unroll 2
-    for (int j0 = 0; j0 < 32; j0 += PPI) {
-      const int j = j0 + lane / LPR;
-      const float wj = __shfl_sync(0xffffffffu, w, j);
-      if (base + j < end) {
-        const int pj = base + j;
-        float vf[8];
-        unpack8(load8(v_base + pt[pj / PAGE] * PAGE_ELEMS + (pj % PAGE) * D + (lane % LPR) * 8), vf);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i] = fmaf(wj, vf[i], acc[i]);
-      }
-    }
-    m = m_new;
   }
+  // Each lane summed its own columns; the quad's sums are folded in a fixed order.
 #pragma unroll
-  for (int o = LPR; o < 32; o <<= 1)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+  for (int x = 1; x < 4; x <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+  }
 
-  const long long idx = (static_cast<long long>(t) * HQ + hq) * NSPLIT + split;
-  if (lane < LPR) {
+  // Merge the 4 warps: a common maximum, then a fixed tree ((0 + 2) + (1 + 3)) through shared
+  // memory. A warp without a chunk (m = -inf) contributes weight 0; warp 0 always has one.
+  __shared__ float sm_m[W][16];
+  __shared__ float sm_l[W / 2][16];
+  __shared__ float sm_o[W / 2][G][D];
+  if (c4 == 0) sm_m[warp][g] = m0, sm_m[warp][g + 8] = m1;
+  __syncthreads();
+  float mb0 = sm_m[0][g], mb1 = sm_m[0][g + 8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) part_o[idx * D + lane * 8 + i] = acc[i];
+  for (int w = 1; w < W; ++w) mb0 = fmaxf(mb0, sm_m[w][g]), mb1 = fmaxf(mb1, sm_m[w][g + 8]);
+  const float sc0 = exp2f(m0 - mb0), sc1 = exp2f(m1 - mb1);
+  l0 *= sc0, l1 *= sc1;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) o[n][0] *= sc0, o[n][1] *= sc0, o[n][2] *= sc1, o[n][3] *= sc1;
+
+    // Output column 2·c4 + h of n-tile n is dim (2·c4 + h)·D/8 + n.
+#pragma unroll
+  for (int half = W / 2; half >= 1; half /= 2) {
+    if (warp >= half && warp < 2 * half) {
+      if (c4 == 0) sm_l[warp - half][g] = l0, sm_l[warp - half][g + 8] = l1;
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int d = (2 * c4 + h) * (D / 8) + n;
+          if (g < G) sm_o[warp - half][g][d] = o[n][h];
+          if (g + 8 < G) sm_o[warp - half][g + 8][d] = o[n][2 + h];
+        }
+    }
+    __syncthreads();
+    if (warp < half) {
+      l0 += sm_l[warp][g], l1 += sm_l[warp][g + 8];
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int d = (2 * c4 + h) * (D / 8) + n;
+          if (g < G) o[n][h] += sm_o[warp][g][d];
+          if (g + 8 < G) o[n][2 + h] += sm_o[warp][g + 8][d];
+        }
+    }
+    __syncthreads();
   }
-  if (lane == 0) {
-    part_ml[idx * 2] = m;
-    part_ml[idx * 2 + 1] = l;
+  if (warp != 0) return;
+  const long long i0 = (static_cast<long long>(t) * HQ + kvh * G + g) * NSPLIT + slot;
+  const long long i1 = i0 + 8LL * NSPLIT;
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int d = (2 * c4 + h) * (D / 8) + n;
+      if (g < G) part_o[i0 * D + d] = o[n][h];
+      if (g + 8 < G) part_o[i1 * D + d] = o[n][2 + h];
+    }
+  if (c4 == 0) {
+    if (g < G) part_ml[i0 * 2] = mb0, part_ml[i0 * 2 + 1] = l0;
+    if (g + 8 < G) part_ml[i1 * 2] = mb1, part_ml[i1 * 2 + 1] = l1;
   }
 }
 
-// out[t, hq*D + d] = bf16(softmax-weighted sum), merging the splits 0..position/SPLIT in order.
-// Padding rows (negative position) get zeros.
+// out[t, hq*D + d] = bf16(softmax-weighted sum), merging the slots 0..min(position/SPLIT,
+// NSPLIT - 1) in order.
+// Padding rows (negative position) get zeros. The slots' {max, sum} are loaded once, in
+// parallel, into shared memory, so the per-dim loop only waits on independent part_o loads.
 template <int HQ, int D, int NSPLIT, int SPLIT>
-__global__ void __launch_bounds__(D) attn_combine(const float* part_o, const float* part_ml,
-                                                  const int* positions, bf16* out) {
+__global__ void __launch_bounds__(D)
+    attn_combine(const float* part_o, const float* part_ml, const int* positions, bf16* out) {
+  __shared__ float sm_m[NSPLIT], sm_w[NSPLIT], sm_l[NSPLIT];
   const int t = blockIdx.x, hq = blockIdx.y, d = threadIdx.x;
   const int pos = positions[t];
   bf16* o = out + (static_cast<long long>(t) * HQ + hq) * D;
@@ -104,14 +264,19 @@ __global__ void __launch_bounds__(D) attn_combine(const float* part_o, const flo
     return;
   }
   const long long base = (static_cast<long long>(t) * HQ + hq) * NSPLIT;
-  const int last = pos / SPLIT;
+  const int last = min(pos / SPLIT, NSPLIT - 1);
+  for (int s = d; s <= last; s += D)
+    sm_m[s] = part_ml[(base + s) * 2], sm_l[s] = part_ml[(base + s) * 2 + 1];
+  __syncthreads();
   float mx = -__int_as_float(0x7f800000);
-  for (int s = 0; s <= last; ++s) mx = fmaxf(mx, part_ml[(base + s) * 2]);
+  for (int s = 0; s <= last; ++s) mx = fmaxf(mx, sm_m[s]);
+  for (int s = d; s <= last; s += D) sm_w[s] = exp2f(sm_m[s] - mx);
+  __syncthreads();
   float l = 0.f, acc = 0.f;
+#pragma unroll 8
   for (int s = 0; s <= last; ++s) {
-    const float w = exp2f(part_ml[(base + s) * 2] - mx);
-    l = fmaf(part_ml[(base + s) * 2 + 1], w, l);
-    acc = fmaf(part_o[(base + s) * D + d], w, acc);
+    l = fmaf(sm_l[s], sm_w[s], l);
+    acc = fmaf(part_o[(base + s) * D + d], sm_w[s], acc);
   }
   o[d] = f32_to_bf16(acc / l);
 }

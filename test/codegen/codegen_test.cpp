@@ -109,6 +109,10 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       EXPECT_NE(body.find("ld.global.nc.v4"), std::string::npos) << instance;
       EXPECT_NE(body.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos) << instance;
     }
+    // Decode attention's q·k and p·v run on tensor cores.
+    if (instance.find("attn_split") != std::string::npos) {
+      EXPECT_NE(body.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos);
+    }
   }
   const std::set<std::string> expected = {
       "telos_kernels::embed_gather", "telos_kernels::rmsnorm",         "telos_kernels::qkv_rope_append",
@@ -205,6 +209,26 @@ TEST(Codegen, GemmTilingOfLlama8bShapes) {
   EXPECT_EQ(gemm_launch(gemm_tiling(4096, 14336), 4096, 8, true).tiling.rows, 16);
 }
 
+TEST(Codegen, AttentionSplitIsAPerModelConstant) {
+  // Splits of 128 positions; a slot per split up to 32 of them, then splits share slots.
+  EXPECT_EQ(attn_partial_slots(256), 2);
+  EXPECT_EQ(attn_partial_slots(4096), 32);
+  EXPECT_EQ(attn_partial_slots(4097), 32);
+  EXPECT_EQ(attn_partial_slots(131072), 32);
+  EXPECT_EQ(attn_partial_slots(200), 2);
+  const KernelPlan plan = plan_kernels(llama_1b());
+  EXPECT_EQ(plan.attn_split, kAttnSplit);
+  EXPECT_EQ(plan.attn_num_splits, 32);
+  for (const BucketProgram& b : plan.buckets)
+    for (const Launch& l : b.launches)
+      if (plan.kernels[l.kernel].instance.find("attn_split") != std::string::npos) {
+        EXPECT_EQ(l.grid[0], b.tokens);
+        EXPECT_EQ(l.grid[1], 8);
+        EXPECT_EQ(l.grid[2], 32);
+        EXPECT_EQ(plan.kernels[l.kernel].block, 128);
+      }
+}
+
 TEST(Codegen, Llama3RopeScaling) {
   // Wavelengths longer than original/low_freq_factor are slowed by `factor`; short ones kept.
   const RopeInput rope{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
@@ -217,6 +241,11 @@ TEST(Codegen, Llama3RopeScaling) {
 TEST(Codegen, RefusesUnsupportedShapes) {
   CodegenInput in = tiny("llama");
   in.head_dim = 24;
+  EXPECT_THROW(plan_kernels(in), Error);
+  in.head_dim = 256;  // attention holds a head's output in registers
+  EXPECT_THROW(plan_kernels(in), Error);
+  in = tiny("llama");
+  in.num_heads = 64;  // 32 query heads per KV head: more than one MMA tile of rows
   EXPECT_THROW(plan_kernels(in), Error);
   in = tiny("llama");
   in.hidden_size = 136;  // not whole 32-element K steps

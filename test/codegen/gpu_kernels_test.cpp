@@ -330,18 +330,28 @@ TEST(GpuKernels, QkvRopeAppend) {
 // ---- paged attention --------------------------------------------------------------------------
 
 struct AttnShape {
-  int HQ, HKV, D, MAXP, SPLIT;
+  int HQ, HKV, D, PAGE, MAXP, SPLIT, NSPLIT;  // NSPLIT partial slots, splits dealt round-robin
 };
 
+// GQA 1..16 (odd groups included), D 32..128, pages of 16 and of 7 positions (chunks and splits
+// cross page boundaries), a slot per split and splits sharing slots, and the plan's split and
+// slots on Llama-3.1-8B's head shape (at context 4800: 38 splits on 32 slots).
 TEST(GpuKernels, PagedAttentionSplitAndCombine) {
   TELOS_SKIP_WITHOUT_GPU();
-  constexpr int PAGE = 16, LAYERS = 2, LAYER = 1;
-  for (const AttnShape& s : {AttnShape{4, 2, 32, 16, 64}, AttnShape{32, 8, 64, 64, 128},
-                            AttnShape{12, 2, 128, 32, 64}, AttnShape{8, 8, 64, 8, 64}}) {
+  constexpr int LAYERS = 2, LAYER = 1;
+  constexpr int SPLIT = codegen::kAttnSplit;
+  for (const AttnShape& s :
+       {AttnShape{4, 2, 32, 16, 16, 64, 4}, AttnShape{32, 8, 64, 16, 64, 128, 3},
+        AttnShape{12, 2, 128, 16, 32, 64, 8}, AttnShape{8, 8, 64, 7, 20, 64, 2},
+        AttnShape{32, 8, 128, 16, 64, SPLIT, codegen::attn_partial_slots(64 * 16)},
+        AttnShape{32, 8, 128, 16, 300, SPLIT, codegen::attn_partial_slots(300 * 16)},
+        AttnShape{16, 2, 128, 7, 100, 256, 2}, AttnShape{6, 2, 96, 16, 12, 64, 3},
+        AttnShape{32, 2, 64, 16, 24, 64, 6}}) {
+    const int PAGE = s.PAGE;
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
-    const int NSPLIT = (s.MAXP * PAGE + s.SPLIT - 1) / s.SPLIT;
+    const int NSPLIT = s.NSPLIT;
     const std::string split = "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
-                              I(PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " +
+                              I(PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " + I(NSPLIT) + ", " +
                               float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ">";
     const std::string combine = "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(NSPLIT) + ", " + I(s.SPLIT) + ">";
     TestModule mod(source_with_rope(), {split, combine});
@@ -352,10 +362,12 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
     std::iota(pool.begin(), pool.end(), 0);
     std::shuffle(pool.begin(), pool.end(), rng());
     const std::vector<int> page_tables(pool.begin(), pool.begin() + 2 * s.MAXP);
-    // Sequence 0 decodes near the end of the context; sequence 1 prefills a chunk that ends
-    // mid-page; one padding row; one first position.
-    const std::vector<int> positions = {ctx - 3, 70, 71, 72, 73, 77, -1, 0};
-    const std::vector<int> token_seq = {0, 1, 1, 1, 1, 1, 0, 0};
+    // Sequence 0 decodes near the end of the context (several splits); sequence 1 prefills a
+    // chunk that ends mid-page; one padding row; one first position; contexts of one split
+    // exactly, one split plus one position, and two splits plus a part of one.
+    const std::vector<int> positions = {ctx - 3, 70, 71, 72, 73, 77, -1, 0, s.SPLIT - 1, s.SPLIT,
+                                        std::min(2 * s.SPLIT + 37, ctx - 1)};
+    const std::vector<int> token_seq = {0, 1, 1, 1, 1, 1, 0, 0, 1, 0, 1};
     const int T = static_cast<int>(positions.size());
     const std::vector<float> q = random_floats(static_cast<std::size_t>(T) * s.HQ * s.D);
     DeviceBuffer<float> dq(q), dpo(static_cast<std::size_t>(T) * s.HQ * NSPLIT * s.D),
@@ -363,7 +375,7 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
     DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
     DeviceBuffer<std::uint16_t> dout(static_cast<std::size_t>(T) * s.HQ * s.D);
     const std::uint16_t* kv_layer = dkv.get() + LAYER * 2LL * s.HKV * PAGE * s.D;
-    CUDA_OK(mod.launch(split, dim3(T, s.HKV, NSPLIT), (s.HQ / s.HKV) * 32,
+    CUDA_OK(mod.launch(split, dim3(T, s.HKV, NSPLIT), 128,
                        {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
     CUDA_OK(mod.launch(combine, dim3(T, s.HQ), s.D, {dpo.get(), dml.get(), dpos.get(), dout.get()}));
     const auto out = dout.download();
@@ -399,14 +411,18 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
         EXPECT_LT(rel_l2(got, ref), 1e-2) << "D=" << s.D << " token " << t << " head " << h;
       }
 
-    // The decode row alone gives the same bits as inside the batch.
-    DeviceBuffer<int> dpos1(std::vector<int>{positions[0]}), dseq1(std::vector<int>{token_seq[0]});
-    DeviceBuffer<std::uint16_t> dout1(static_cast<std::size_t>(s.HQ) * s.D);
-    CUDA_OK(mod.launch(split, dim3(1, s.HKV, NSPLIT), (s.HQ / s.HKV) * 32,
-                       {dq.get(), dpos1.get(), dseq1.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
-    CUDA_OK(mod.launch(combine, dim3(1, s.HQ), s.D, {dpo.get(), dml.get(), dpos1.get(), dout1.get()}));
-    const auto alone = dout1.download();
-    EXPECT_EQ(0, std::memcmp(alone.data(), out.data(), alone.size() * 2)) << "D=" << s.D;
+    // A decode row and a row several splits long alone give the same bits as inside the batch.
+    for (const int r : {0, 10}) {
+      DeviceBuffer<int> dpos1(std::vector<int>{positions[r]}), dseq1(std::vector<int>{token_seq[r]});
+      DeviceBuffer<std::uint16_t> dout1(static_cast<std::size_t>(s.HQ) * s.D);
+      const float* q1 = dq.get() + static_cast<std::size_t>(r) * s.HQ * s.D;
+      CUDA_OK(mod.launch(split, dim3(1, s.HKV, NSPLIT), 128,
+                         {q1, dpos1.get(), dseq1.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
+      CUDA_OK(mod.launch(combine, dim3(1, s.HQ), s.D, {dpo.get(), dml.get(), dpos1.get(), dout1.get()}));
+      const auto alone = dout1.download();
+      EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + static_cast<std::size_t>(r) * s.HQ * s.D, alone.size() * 2))
+          << "D=" << s.D << " row " << r;
+    }
   }
 }
 
