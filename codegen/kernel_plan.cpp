@@ -27,15 +27,28 @@ int gemm_rows_per_block(int n) {
   return 1;
 }
 
+// The prefill GEMM's launch shape (kernels/gemm_prefill.cuh, PrefillGemm): 384 threads, tiles of
+// 128 rows x 256 W rows, and its dynamic shared memory: 4 stages of (128 + 256) x 64 bf16,
+// 4 epilogue chunks of 64 x 64 bf16, 8 mbarriers, 1024 bytes of alignment slack.
+constexpr int kPrefillGemmThreads = 384;
+constexpr int kPrefillGemmSmem = 4 * (128 + 256) * 64 * 2 + 4 * 64 * 64 * 2 + 8 * 8 + 1024;
+constexpr int kSms = 132;  // H200: the persistent grid is one CTA per SM
+
+// Persistent grid of the prefill GEMM over `rows` x `cols` outputs in tiles of 128 x `tile_cols`.
+int prefill_gemm_grid(int rows, int cols, int tile_cols) {
+  const int tiles = ((rows + 127) / 128) * ((cols + tile_cols - 1) / tile_cols);
+  return std::min(tiles, kSms);
+}
+
 class PlanBuilder {
  public:
   explicit PlanBuilder(KernelPlan& plan) : plan_(plan) {}
 
-  int kernel(std::string instance, std::vector<std::string> params, int block) {
+  int kernel(std::string instance, std::vector<std::string> params, int block, int smem = 0) {
     auto it = index_.find(instance);
     if (it != index_.end()) return it->second;
     const int id = static_cast<int>(plan_.kernels.size());
-    plan_.kernels.push_back({instance, std::move(params), block});
+    plan_.kernels.push_back({instance, std::move(params), block, smem});
     index_.emplace(std::move(instance), id);
     return id;
   }
@@ -146,6 +159,18 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int down_k = b.kernel("telos_kernels::linear_residual<" + I_(I) + ", " + I_(H) + ", " +
                                     I_(MT) + ", " + I_(o_rows) + ">",
                                 {"W", "A", "x"}, 256);
+    // Prefill at T >= kPrefillGemmMinRows: the tensor-core GEMM, operands through tensor maps.
+    const bool big = kind == "prefill" && T >= kPrefillGemmMinRows;
+    auto tmap = [&](const std::string& target, long long rows, long long cols, int box_rows) {
+      return "tmap:" + target + ":" + I_(rows) + ":" + I_(cols) + ":" + I_(box_rows) + ":64";
+    };
+    auto gemm = [&](const std::string& tmpl, int n, int k) {
+      return b.kernel("telos_kernels::" + tmpl + "<" + I_(T) + ", " + I_(n) + ", " + I_(k) + ">",
+                      {"a_map", "w_map", "out"}, kPrefillGemmThreads, kPrefillGemmSmem);
+    };
+    const int o_big = big ? gemm("gemm_prefill_residual", H, HQ * D) : -1;
+    const int gu_big = big ? gemm("gemm_prefill_swiglu", I, H) : -1;
+    const int down_big = big ? gemm("gemm_prefill_residual", H, I) : -1;
     for (int l = 0; l < L; ++l) {
       const std::string w = "w:layers." + I_(l) + ".";
       launch(norm_k, {T, 1, 1}, {"buf:x", w + "attn_norm", "null", "buf:h"});
@@ -157,10 +182,21 @@ KernelPlan plan_kernels(const CodegenInput& in) {
              {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
               "buf:part_o", "buf:part_ml"});
       launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});
-      launch(o_k, {H / o_rows, T / MT, 1}, {w + "o", "buf:attn", "buf:x"});
-      launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});
-      launch(gu_k, {I / gu_cols, T / MT, 1}, {w + "gate_up", "buf:h", "buf:act"});
-      launch(down_k, {H / o_rows, T / MT, 1}, {w + "down", "buf:act", "buf:x"});
+      if (big) {
+        launch(o_big, {prefill_gemm_grid(T, H, 256), 1, 1},
+               {tmap("buf:attn", T, HQ * D, 128), tmap(w + "o", H, HQ * D, 256), "buf:x"});
+        launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});
+        launch(gu_big, {prefill_gemm_grid(T, I, 128), 1, 1},
+               {tmap("buf:h", T, H, 128), tmap(w + "gate_up", 2LL * I, H, 128),
+                tmap("buf:act", T, I, 64)});
+        launch(down_big, {prefill_gemm_grid(T, H, 256), 1, 1},
+               {tmap("buf:act", T, I, 128), tmap(w + "down", H, I, 256), "buf:x"});
+      } else {
+        launch(o_k, {H / o_rows, T / MT, 1}, {w + "o", "buf:attn", "buf:x"});
+        launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});
+        launch(gu_k, {I / gu_cols, T / MT, 1}, {w + "gate_up", "buf:h", "buf:act"});
+        launch(down_k, {H / o_rows, T / MT, 1}, {w + "down", "buf:act", "buf:x"});
+      }
     }
     launch(b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + I_(norm_threads) + ", " + eps +
                         ", true>",

@@ -111,7 +111,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   const std::set<std::string> expected = {
       "telos_kernels::embed_gather", "telos_kernels::rmsnorm",         "telos_kernels::qkv_rope_append",
       "telos_kernels::attn_split",   "telos_kernels::attn_combine",    "telos_kernels::linear_residual",
-      "telos_kernels::linear_swiglu", "telos_kernels::linear_f32",     "telos_kernels::sample"};
+      "telos_kernels::linear_swiglu", "telos_kernels::linear_f32",     "telos_kernels::sample",
+      "telos_kernels::gemm_prefill_residual", "telos_kernels::gemm_prefill_swiglu"};
   EXPECT_EQ(kinds, expected);
 
   // Every bucket launches something valid, decode buckets first and largest first.
@@ -128,6 +129,35 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       ASSERT_LT(kernel, static_cast<int>(k.kernels.size()));
       EXPECT_EQ(l.at("args").size(), k.kernels[kernel].at("args").size());
     }
+
+  // Prefill at 128 tokens runs o, gate/up and down on the wgmma + TMA GEMM, operands as tensor maps;
+  // prefill at 64 stays on the small-M GEMM.
+  auto instance_of = [&](const auto& launch) {
+    return k.kernels[launch.at("kernel").get<int>()].at("instance").get<std::string>();
+  };
+  const auto& p128 = buckets[4].at("launches");
+  EXPECT_EQ(instance_of(p128[5]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
+  EXPECT_EQ(p128[5].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
+                                                "tmap:w:layers.0.o:128:128:256:64", "buf:x"}));
+  EXPECT_EQ(p128[5].at("grid"), nlohmann::ordered_json({1, 1, 1}));
+  EXPECT_EQ(instance_of(p128[7]), "telos_kernels::gemm_prefill_swiglu<128, 256, 128>");
+  EXPECT_EQ(p128[7].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
+                                                "tmap:w:layers.0.gate_up:512:128:128:64",
+                                                "tmap:buf:act:128:256:64:64"}));
+  EXPECT_EQ(p128[7].at("grid"), nlohmann::ordered_json({2, 1, 1}));
+  EXPECT_EQ(instance_of(p128[8]), "telos_kernels::gemm_prefill_residual<128, 128, 256>");
+  EXPECT_EQ(instance_of(buckets[5].at("launches")[5]).rfind("telos_kernels::linear_residual<", 0), 0u);
+  for (const auto& e : k.kernels) {
+    const std::string instance = e.at("instance");
+    const bool tensor_core = instance.rfind("telos_kernels::gemm_prefill", 0) == 0;
+    EXPECT_EQ(e.at("dynamic_smem").get<int>(), tensor_core ? 230464 : 0) << instance;
+    if (!tensor_core) continue;
+    EXPECT_EQ(e.at("block"), nlohmann::ordered_json({384, 1, 1}));
+    const std::string body = ptx_function(t.ptx, e.at("entry"));
+    EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"), std::string::npos) << instance;
+    EXPECT_NE(body.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos) << instance;
+    EXPECT_NE(body.find("setmaxnreg.inc.sync.aligned.u32 232"), std::string::npos) << instance;
+  }
 
   // The family's extras are wired into the QKV launch.
   const auto& first_qkv = buckets[0].at("launches")[2].at("args");
@@ -153,6 +183,12 @@ TEST(Codegen, RealSizeShapesCompileWithoutSpills) {
   for (const auto& e : k.kernels)
     saw_mt2 |= e.at("instance").get<std::string>().find("linear_residual<2048, 2048, 2,") != std::string::npos;
   EXPECT_TRUE(saw_mt2);
+  // Prefill 512: the tensor-core GEMM at the real shape, no spills (checked by codegen itself).
+  std::set<std::string> instances;
+  for (const auto& e : k.kernels) instances.insert(e.at("instance").get<std::string>());
+  EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_residual<512, 2048, 2048>"));
+  EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_swiglu<512, 8192, 2048>"));
+  EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_residual<512, 2048, 8192>"));
 }
 
 TEST(Codegen, MTileDividesEveryBucket) {

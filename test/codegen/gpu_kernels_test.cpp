@@ -9,6 +9,7 @@
 #include "codegen/kernel_plan.hpp"
 #include "codegen/nvrtc_driver.hpp"
 #include "codegen/rope_table.hpp"
+#include "hexel/tensor_map_encode.h"
 #include "test/codegen/gpu_test_support.hpp"
 
 namespace telos::gpu_test {
@@ -35,11 +36,16 @@ class TestModule {
   TestModule& operator=(const TestModule&) = delete;
 
   // Launches and waits; returns the first error.
-  cudaError_t launch(const std::string& instance, dim3 grid, dim3 block, std::vector<const void*> args) {
+  cudaError_t launch(const std::string& instance, dim3 grid, dim3 block, std::vector<const void*> args,
+                     int dynamic_smem = 0) {
     std::vector<void*> params;
     for (auto& a : args) params.push_back(&a);
-    cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(kernels_.at(instance)), grid, block,
-                                     params.data(), 0, nullptr);
+    const void* k = reinterpret_cast<const void*>(kernels_.at(instance));
+    if (dynamic_smem > 48 * 1024) {
+      const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_smem);
+      if (e != cudaSuccess) return e;
+    }
+    cudaError_t e = cudaLaunchKernel(k, grid, block, params.data(), static_cast<std::size_t>(dynamic_smem), nullptr);
     if (e != cudaSuccess) return e;
     return cudaDeviceSynchronize();
   }
@@ -170,6 +176,138 @@ TEST(GpuKernels, LinearRowsDoNotDependOnTheMTile) {
   }
   EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4));
   EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[2].data(), outs[0].size() * 4));
+}
+
+// ---- the prefill GEMM (wgmma + TMA) and its epilogues ------------------------------------------
+
+// What the plan gives the prefill GEMM (kernel_plan.cpp): 384 threads, its dynamic shared memory,
+// a persistent grid of at most one CTA per SM, operands as tensor maps in device memory.
+constexpr int kPrefillThreads = 384;
+constexpr int kPrefillSmem = 4 * (128 + 256) * 64 * 2 + 4 * 64 * 64 * 2 + 8 * 8 + 1024;
+int prefill_grid(int rows, int cols, int tile_cols) {
+  return std::min(((rows + 127) / 128) * ((cols + tile_cols - 1) / tile_cols), 132);
+}
+
+// A bf16 [rows, cols] tensor map in device memory, as the executor builds one for `tmap:`.
+class DeviceMap {
+ public:
+  DeviceMap(const void* base, int rows, int cols, int box_rows)
+      : buf_(std::vector<hexel::TensorMap>{hexel::encode_2d(
+            hexel::TmaDtype::BF16, base, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
+            static_cast<std::uint64_t>(cols) * 2, static_cast<std::uint32_t>(box_rows), 64, hexel::Swizzle::B128)}) {}
+  const void* get() const { return buf_.get(); }
+
+ private:
+  DeviceBuffer<hexel::TensorMap> buf_;
+};
+
+struct PrefillShape {
+  int M, N, K;
+};
+
+// Every epilogue on ragged shapes (M, N and K not multiples of the 128 x 256 x 64 tile), outputs
+// poisoned, plus 128 guard rows past M that must stay poisoned (stores clip at M).
+TEST(GpuKernels, PrefillGemmEpilogues) {
+  TELOS_SKIP_WITHOUT_GPU();
+  for (const PrefillShape& s : {PrefillShape{200, 384, 264}, PrefillShape{401, 520, 128},
+                                PrefillShape{128, 128, 64}, PrefillShape{130, 136, 1000}}) {
+    const std::string dims = "<" + I(s.M) + ", " + I(s.N) + ", " + I(s.K) + ">";
+    const std::string res = "telos_kernels::gemm_prefill_residual" + dims;
+    const std::string out = "telos_kernels::gemm_prefill_bf16" + dims;
+    const std::string glu = "telos_kernels::gemm_prefill_swiglu" + dims;
+    TestModule mod(source_with_rope(), {res, out, glu});
+    const std::size_t MN = static_cast<std::size_t>(s.M) * s.N, guard = 128 * static_cast<std::size_t>(s.N);
+    std::vector<float> Af, Wf;
+    const bf16v A = random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af);
+    const bf16v W = random_bf16(2 * static_cast<std::size_t>(s.N) * s.K, 0.05f, Wf);  // [2N, K]
+    std::vector<float> x0 = random_floats(MN);
+    DeviceBuffer<std::uint16_t> dA(A), dW(W), dy(MN + guard), dact(MN + guard);
+    DeviceBuffer<float> dx(MN + guard);
+    dx.upload(x0);
+    const DeviceMap a_map(dA.get(), s.M, s.K, 128), w_map(dW.get(), s.N, s.K, 256),
+        gu_map(dW.get(), 2 * s.N, s.K, 128), y_map(dy.get(), s.M, s.N, 64), act_map(dact.get(), s.M, s.N, 64);
+    CUDA_OK(mod.launch(res, prefill_grid(s.M, s.N, 256), kPrefillThreads, {a_map.get(), w_map.get(), dx.get()},
+                       kPrefillSmem));
+    CUDA_OK(mod.launch(out, prefill_grid(s.M, s.N, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
+                       kPrefillSmem));
+    CUDA_OK(mod.launch(glu, prefill_grid(s.M, s.N, 128), kPrefillThreads,
+                       {a_map.get(), gu_map.get(), act_map.get()}, kPrefillSmem));
+    const std::vector<double> ref = gemm_ref(Af, Wf, s.M, 2 * s.N, s.K);  // [M, 2N]: gate, then up
+    std::vector<double> y(MN), xr(MN), act(MN);
+    for (int m = 0; m < s.M; ++m)
+      for (int n = 0; n < s.N; ++n) {
+        const std::size_t i = static_cast<std::size_t>(m) * s.N + n, r = static_cast<std::size_t>(m) * 2 * s.N;
+        const double g = ref[r + n], u = ref[r + s.N + n];
+        y[i] = g;
+        xr[i] = x0[i] + g;
+        act[i] = g / (1.0 + std::exp(-g)) * u;
+      }
+    const std::string what = "M=" + I(s.M) + " N=" + I(s.N) + " K=" + I(s.K);
+    const auto x_out = dx.download();
+    const auto y_out = dy.download();
+    const auto act_out = dact.download();
+    std::vector<float> yf(MN), actf(MN);
+    for (std::size_t i = 0; i < MN; ++i) {
+      yf[i] = from_bf16(y_out[i]);
+      actf[i] = from_bf16(act_out[i]);
+    }
+    EXPECT_LT(rel_l2(std::vector<float>(x_out.begin(), x_out.begin() + MN), xr), 1e-5) << "residual " << what;
+    EXPECT_LT(rel_l2(yf, y), 1e-2) << "bf16 " << what;
+    EXPECT_LT(rel_l2(actf, act), 1e-2) << "swiglu " << what;
+    for (std::size_t i = MN; i < MN + guard; ++i) {
+      ASSERT_TRUE(std::isnan(x_out[i])) << "residual wrote past M, " << what;
+      ASSERT_EQ(y_out[i], 0xffff) << "bf16 store wrote past M, " << what;
+      ASSERT_EQ(act_out[i], 0xffff) << "swiglu store wrote past M, " << what;
+    }
+  }
+}
+
+// More tiles than SMs, so each CTA loops over several tiles and the stage ring wraps across tiles;
+// checked on a sample of rows against f64.
+TEST(GpuKernels, PrefillGemmPersistentTiles) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int M = 2100, N = 3072, K = 512;
+  const std::string out = "telos_kernels::gemm_prefill_bf16<" + I(M) + ", " + I(N) + ", " + I(K) + ">";
+  TestModule mod(source_with_rope(), {out});
+  std::vector<float> Af, Wf;
+  DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(M) * K, 1.f, Af)),
+      dW(random_bf16(static_cast<std::size_t>(N) * K, 0.05f, Wf)), dy(static_cast<std::size_t>(M) * N);
+  const DeviceMap a_map(dA.get(), M, K, 128), w_map(dW.get(), N, K, 256), y_map(dy.get(), M, N, 64);
+  CUDA_OK(mod.launch(out, prefill_grid(M, N, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
+                     kPrefillSmem));
+  const auto y = dy.download();
+  for (int m = 0; m < M; m += 37) {
+    std::vector<float> got(N);
+    std::vector<double> want(N);
+    for (int n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int k = 0; k < K; ++k) acc += double(Af[static_cast<std::size_t>(m) * K + k]) * Wf[static_cast<std::size_t>(n) * K + k];
+      want[n] = acc;
+      got[n] = from_bf16(y[static_cast<std::size_t>(m) * N + n]);
+    }
+    ASSERT_LT(rel_l2(got, want), 1e-2) << "row " << m;
+  }
+}
+
+// A row's result does not depend on how many rows the bucket has (batch invariance).
+TEST(GpuKernels, PrefillGemmRowsDoNotDependOnM) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int N = 512, K = 320;
+  const std::string small = "telos_kernels::gemm_prefill_residual<200, " + I(N) + ", " + I(K) + ">";
+  const std::string large = "telos_kernels::gemm_prefill_residual<401, " + I(N) + ", " + I(K) + ">";
+  TestModule mod(source_with_rope(), {small, large});
+  std::vector<float> Af, Wf;
+  DeviceBuffer<std::uint16_t> dA(random_bf16(401 * K, 1.f, Af)), dW(random_bf16(N * K, 0.05f, Wf));
+  const std::vector<float> x0 = random_floats(401 * N);
+  DeviceBuffer<float> x_small(x0), x_large(x0);
+  const DeviceMap a200(dA.get(), 200, K, 128), a401(dA.get(), 401, K, 128), w_map(dW.get(), N, K, 256);
+  CUDA_OK(mod.launch(small, prefill_grid(200, N, 256), kPrefillThreads, {a200.get(), w_map.get(), x_small.get()},
+                     kPrefillSmem));
+  CUDA_OK(mod.launch(large, prefill_grid(401, N, 256), kPrefillThreads, {a401.get(), w_map.get(), x_large.get()},
+                     kPrefillSmem));
+  const auto s = x_small.download(), l = x_large.download();
+  EXPECT_EQ(0, std::memcmp(s.data(), l.data(), 200 * N * sizeof(float)));
+  for (std::size_t i = 200 * N; i < s.size(); ++i) ASSERT_EQ(s[i], x0[i]) << "rows past M=200 were touched";
 }
 
 TEST(GpuKernels, GateUpSwiGlu) {
