@@ -132,7 +132,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
 
   // Prefill at 128 tokens runs o, gate/up and down on the wgmma + TMA GEMM, operands as tensor maps;
   // prefill at 64 stays on the small-M GEMM.
-  auto instance_of = [&](const auto& launch) {
+  auto instance_of = [&](const nlohmann::ordered_json& launch) {
     return k.kernels[launch.at("kernel").get<int>()].at("instance").get<std::string>();
   };
   const auto& p128 = buckets[4].at("launches");

@@ -159,7 +159,7 @@ TEST(Artifact, ParsesTensorMapArguments) {
       EXPECT_NE(msg.find(why), std::string::npos) << msg;
     }
   };
-  refused("tmap:w:o:128:128:128", "too few fields");
+  refused("tmap:w:128:128:128", "too few fields");
   refused("tmap:kv:0:128:128:128:64", "must be w:NAME or buf:NAME");
   refused("tmap:buf::128:128:128:64", "names nothing");
   refused("tmap:w:o:128:12x:128:64", "\"12x\" is not a positive integer");
