@@ -168,16 +168,41 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       return b.kernel("telos_kernels::" + tmpl + "<" + I_(T) + ", " + I_(n) + ", " + I_(k) + ">",
                       {"a_map", "w_map", "out"}, kPrefillGemmThreads, kPrefillGemmSmem);
     };
+    const int NH = HQ + 2 * HKV;
+    const int qkv_big = big ? gemm("gemm_prefill_bf16", NH * D, H) : -1;
+    const int qkv_rows_k =
+        big ? b.kernel("telos_kernels::qkv_rope_append_rows<" + I_(HQ) + ", " + I_(HKV) + ", " +
+                           I_(D) + ", " + (in.qkv_bias ? "true" : "false") + ", " +
+                           (in.qk_norm ? "true" : "false") + ", " + eps + ", " + I_(PAGE) + ", " +
+                           I_(MAXP) + ", " + I_(page_elems) + "ll, telos_rope::Freqs>",
+                       {"qkv", "bias", "q_norm", "k_norm", "positions", "token_seq", "page_tables",
+                        "kv_layer", "q_out"},
+                       D)
+            : -1;
     const int o_big = big ? gemm("gemm_prefill_residual", H, HQ * D) : -1;
     const int gu_big = big ? gemm("gemm_prefill_swiglu", I, H) : -1;
     const int down_big = big ? gemm("gemm_prefill_residual", H, I) : -1;
     for (int l = 0; l < L; ++l) {
       const std::string w = "w:layers." + I_(l) + ".";
       launch(norm_k, {T, 1, 1}, {"buf:x", w + "attn_norm", "null", "buf:h"});
-      launch(qkv_k, {HQ + 2 * HKV, T / MT, 1},
-             {w + "qkv", "buf:h", in.qkv_bias ? w + "qkv_bias" : "null",
-              in.qk_norm ? w + "q_norm" : "null", in.qk_norm ? w + "k_norm" : "null",
-              "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l), "buf:q"});
+      const std::vector<std::string> qkv_epilogue = {
+          in.qkv_bias ? w + "qkv_bias" : "null", in.qk_norm ? w + "q_norm" : "null",
+          in.qk_norm ? w + "k_norm" : "null",   "desc:positions",
+          "desc:token_seq",                      "desc:page_tables",
+          "kv:" + I_(l),                         "buf:q"};
+      if (big) {
+        // The projection to bf16 on the tensor cores, then bias / QK norm / RoPE / KV append.
+        launch(qkv_big, {prefill_gemm_grid(T, NH * D, 256), 1, 1},
+               {tmap("buf:h", T, H, 128), tmap(w + "qkv", NH * D, H, 256),
+                tmap("buf:qkv", T, NH * D, 64)});
+        std::vector<std::string> args = {"buf:qkv"};
+        args.insert(args.end(), qkv_epilogue.begin(), qkv_epilogue.end());
+        launch(qkv_rows_k, {NH, T, 1}, std::move(args));
+      } else {
+        std::vector<std::string> args = {w + "qkv", "buf:h"};
+        args.insert(args.end(), qkv_epilogue.begin(), qkv_epilogue.end());
+        launch(qkv_k, {NH, T / MT, 1}, std::move(args));
+      }
       launch(split_k, {T, HKV, plan.attn_num_splits},
              {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
               "buf:part_o", "buf:part_ml"});
@@ -240,6 +265,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       {"logits", S * V * 4},
       {"sampled", S * 4},
   };
+  // The prefill QKV projection between its GEMM and its epilogue kernel.
+  int largest_gemm_prefill = 0;
+  for (int n : prefill)
+    if (n >= kPrefillGemmMinRows) largest_gemm_prefill = std::max(largest_gemm_prefill, n);
+  if (largest_gemm_prefill > 0)
+    plan.arena.push_back({"qkv", static_cast<long long>(largest_gemm_prefill) * (HQ + 2 * HKV) * D * 2});
   return plan;
 }
 

@@ -24,8 +24,8 @@ run() {  # run NAME SECONDS COMMAND...
   local rc=$?
   rows+=("$(printf '%-40s | %-8s | %4ss' "$name" "$([ $rc = 0 ] && echo pass || echo FAIL:$rc)" $((SECONDS - t0)))")
 }
-SMALL='*PrefillGemmEpilogues*:*PrefillGemmRowsDoNotDependOnM*'
-run "prefill GEMM tests" 35 "$C/bin/gpu_kernels_test" --gtest_filter='*PrefillGemm*'
+SMALL='*PrefillGemmEpilogues*:*PrefillGemmRowsDoNotDependOnM*:*PrefillQkvGemmThenRows*'
+run "prefill GEMM tests" 35 "$C/bin/gpu_kernels_test" --gtest_filter='*Prefill*'
 run "memcheck: prefill GEMM (small shapes)" 25 \
     compute-sanitizer --error-exitcode 9 --print-limit 20 --tool memcheck "$C/bin/gpu_kernels_test" --gtest_filter="$SMALL"
 run "tiny models (committed buckets)" 25 env TELOS_GPU_ARTIFACTS=$C/artifacts "$C/bin/gpu_model_test"

@@ -268,4 +268,56 @@ __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
   prefill_gemm_body<M, I, K, EpilogueSwiGlu>(a_map, w_map, act_map, nullptr);
 }
 
+// The prefill QKV epilogue, after gemm_prefill_bf16 wrote the projection qkv [M, (HQ + 2 HKV) D]
+// (bf16, as transformers' projection is): block (head, m) adds the bias (Qwen2), applies the
+// per-head RMSNorm to q and k (Qwen3), rotates q and k (RoPE, rotate-half; Rope::inv_freq(i),
+// llama3 scaling included), then writes q (f32, [M, HQ D]) or appends k / v to the token's KV
+// page. Rows whose position is negative are padding: their k and v are not written. The same
+// steps as qkv_rope_append's epilogue in linear.cuh (decode), one token per block, D threads.
+template <int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
+          long long PAGE_ELEMS, class Rope>
+__global__ void __launch_bounds__(D)
+    qkv_rope_append_rows(const bf16* qkv, const float* bias, const float* q_norm,
+                         const float* k_norm, const int* positions, const int* token_seq,
+                         const int* page_tables, bf16* kv_layer, float* q_out) {
+  static_assert(D % 32 == 0 && D <= 256, "one thread per element of a head");
+  __shared__ float head_v[D];
+  __shared__ float scratch[D / 32];
+  const int head = blockIdx.x, m = blockIdx.y, d = threadIdx.x;
+  const bool is_q = head < HQ, is_k = !is_q && head < HQ + HKV;
+  float v = __uint_as_float(static_cast<unsigned>(qkv[static_cast<long long>(m) * (HQ + 2 * HKV) * D +
+                                                      head * D + d])
+                            << 16);
+  if constexpr (BIAS) v += bias[head * D + d];
+  if constexpr (QK_NORM) {
+    if (is_q || is_k) {
+      const float inv = rsqrtf(block_sum<D>(v * v, scratch) / D + EPS);
+      v = v * inv * (is_q ? q_norm : k_norm)[d];
+    }
+  }
+  const int pos = positions[m];
+  if (is_q || is_k) {
+    head_v[d] = v;
+    __syncthreads();
+    const int j = d % (D / 2);
+    // The angle is rounded to f32 as transformers computes it; reducing it by 2π in f64 keeps
+    // sincos on its short path (the long-argument path needs local memory).
+    const float angle = static_cast<float>(max(pos, 0)) * Rope::inv_freq(j);
+    const double turns = rint(static_cast<double>(angle) * 0.15915494309189535);
+    float sn, cs;
+    __sincosf(static_cast<float>(fma(-turns, 6.283185307179586, static_cast<double>(angle))), &sn, &cs);
+    const float x1 = head_v[j], x2 = head_v[j + D / 2];
+    v = d < D / 2 ? x1 * cs - x2 * sn : x2 * cs + x1 * sn;
+  }
+  if (is_q) {
+    q_out[static_cast<long long>(m) * HQ * D + head * D + d] = v;
+    return;
+  }
+  if (pos < 0) return;
+  const int kv = is_k ? 0 : 1, kvh = head - HQ - kv * HKV;
+  const int page = page_tables[token_seq[m] * MAXP + pos / PAGE];
+  kv_layer[page * PAGE_ELEMS + (static_cast<long long>(kv * HKV + kvh) * PAGE + pos % PAGE) * D + d] =
+      f32_to_bf16(v);
+}
+
 }  // namespace telos_kernels

@@ -112,7 +112,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       "telos_kernels::embed_gather", "telos_kernels::rmsnorm",         "telos_kernels::qkv_rope_append",
       "telos_kernels::attn_split",   "telos_kernels::attn_combine",    "telos_kernels::linear_residual",
       "telos_kernels::linear_swiglu", "telos_kernels::linear_f32",     "telos_kernels::sample",
-      "telos_kernels::gemm_prefill_residual", "telos_kernels::gemm_prefill_swiglu"};
+      "telos_kernels::gemm_prefill_residual", "telos_kernels::gemm_prefill_swiglu",
+      "telos_kernels::gemm_prefill_bf16", "telos_kernels::qkv_rope_append_rows"};
   EXPECT_EQ(kinds, expected);
 
   // Every bucket launches something valid, decode buckets first and largest first.
@@ -130,22 +131,30 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       EXPECT_EQ(l.at("args").size(), k.kernels[kernel].at("args").size());
     }
 
-  // Prefill at 128 tokens runs o, gate/up and down on the wgmma + TMA GEMM, operands as tensor maps;
-  // prefill at 64 stays on the small-M GEMM.
+  // Prefill at 128 tokens runs qkv, o, gate/up and down on the wgmma + TMA GEMM, operands as
+  // tensor maps, the QKV epilogue as its own kernel; prefill at 64 stays on the small-M GEMM.
   auto instance_of = [&](const nlohmann::ordered_json& launch) {
     return k.kernels[launch.at("kernel").get<int>()].at("instance").get<std::string>();
   };
   const auto& p128 = buckets[4].at("launches");
-  EXPECT_EQ(instance_of(p128[5]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
-  EXPECT_EQ(p128[5].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
+  EXPECT_EQ(instance_of(p128[2]), "telos_kernels::gemm_prefill_bf16<128, 256, 128>");
+  EXPECT_EQ(p128[2].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
+                                                        "tmap:w:layers.0.qkv:256:128:256:64",
+                                                        "tmap:buf:qkv:128:256:64:64"}));
+  EXPECT_EQ(instance_of(p128[3]).rfind("telos_kernels::qkv_rope_append_rows<4, 2, 32, ", 0), 0u);
+  EXPECT_EQ(p128[3].at("grid"), nlohmann::ordered_json({8, 128, 1}));
+  EXPECT_EQ(p128[3].at("args")[0], "buf:qkv");
+  EXPECT_EQ(p128[3].at("args")[7], "kv:0");
+  EXPECT_EQ(instance_of(p128[6]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
+  EXPECT_EQ(p128[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
                                                 "tmap:w:layers.0.o:128:128:256:64", "buf:x"}));
-  EXPECT_EQ(p128[5].at("grid"), nlohmann::ordered_json({1, 1, 1}));
-  EXPECT_EQ(instance_of(p128[7]), "telos_kernels::gemm_prefill_swiglu<128, 256, 128>");
-  EXPECT_EQ(p128[7].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
+  EXPECT_EQ(p128[6].at("grid"), nlohmann::ordered_json({1, 1, 1}));
+  EXPECT_EQ(instance_of(p128[8]), "telos_kernels::gemm_prefill_swiglu<128, 256, 128>");
+  EXPECT_EQ(p128[8].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
                                                 "tmap:w:layers.0.gate_up:512:128:128:64",
                                                 "tmap:buf:act:128:256:64:64"}));
-  EXPECT_EQ(p128[7].at("grid"), nlohmann::ordered_json({2, 1, 1}));
-  EXPECT_EQ(instance_of(p128[8]), "telos_kernels::gemm_prefill_residual<128, 128, 256>");
+  EXPECT_EQ(p128[8].at("grid"), nlohmann::ordered_json({2, 1, 1}));
+  EXPECT_EQ(instance_of(p128[9]), "telos_kernels::gemm_prefill_residual<128, 128, 256>");
   EXPECT_EQ(instance_of(buckets[5].at("launches")[5]).rfind("telos_kernels::linear_residual<", 0), 0u);
   for (const auto& e : k.kernels) {
     const std::string instance = e.at("instance");
@@ -153,7 +162,11 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     EXPECT_EQ(e.at("dynamic_smem").get<int>(), tensor_core ? 230464 : 0) << instance;
     if (!tensor_core) continue;
     EXPECT_EQ(e.at("block"), nlohmann::ordered_json({384, 1, 1}));
-    const std::string body = ptx_function(t.ptx, e.at("entry"));
+    // Inline asm blocks close with a "}" in column 0, so take the PTX up to the next entry.
+    const std::string entry = e.at("entry");
+    const auto at = t.ptx.find(".entry " + entry + "(");
+    ASSERT_NE(at, std::string::npos) << instance;
+    const std::string body = t.ptx.substr(at, t.ptx.find(".entry ", at + 1) - at);
     EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"), std::string::npos) << instance;
     EXPECT_NE(body.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos) << instance;
     EXPECT_NE(body.find("setmaxnreg.inc.sync.aligned.u32 232"), std::string::npos) << instance;

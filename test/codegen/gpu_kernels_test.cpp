@@ -442,6 +442,109 @@ TEST(GpuKernels, QkvRopeAppend) {
   }
 }
 
+// The prefill QKV path: gemm_prefill_bf16 projects into a bf16 buffer, qkv_rope_append_rows adds the
+// bias, normalizes, rotates, writes q and appends k / v (ragged M, a padding row, distinct
+// positions per sequence so no two rows write one KV slot).
+TEST(GpuKernels, PrefillQkvGemmThenRows) {
+  TELOS_SKIP_WITHOUT_GPU();
+  const codegen::RopeInput llama3{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
+  const codegen::RopeInput plain{"default", 1000000.0};
+  constexpr int PAGE = 16, MAXP = 16, LAYERS = 2, POOL = 40, LAYER = 1;
+  for (const QkvShape& s : {QkvShape{128, 4, 2, 32, 0, 200, true, false, llama3},
+                           QkvShape{256, 4, 2, 32, 0, 401, false, true, plain},
+                           QkvShape{512, 8, 2, 128, 0, 130, true, false, plain}}) {
+    const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
+    const int NH = s.HQ + 2 * s.HKV, ROWS = NH * s.D;
+    const std::string gemm = "telos_kernels::gemm_prefill_bf16<" + I(s.M) + ", " + I(ROWS) + ", " + I(s.K) + ">";
+    const std::string rows = "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) +
+                             ", " + (s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", " +
+                             float_literal(1e-6) + ", " + I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) +
+                             "ll, telos_rope::Freqs>";
+    const std::vector<float> inv_freq = codegen::rope_inv_freq(s.rope, s.D);
+    TestModule mod(source_with_rope(inv_freq), {gemm, rows});
+    std::vector<float> Af, Wf;
+    DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af));
+    DeviceBuffer<std::uint16_t> dW(random_bf16(static_cast<std::size_t>(ROWS) * s.K, 0.05f, Wf));
+    DeviceBuffer<std::uint16_t> dqkv(static_cast<std::size_t>(s.M) * ROWS);
+    const std::vector<float> bias = random_floats(ROWS, 0.5f), qn = random_floats(s.D), kn = random_floats(s.D);
+    DeviceBuffer<float> dbias(bias), dqn(qn), dkn(kn);
+    std::vector<int> positions(s.M), token_seq(s.M);
+    for (int m = 0; m < s.M; ++m) {
+      positions[m] = m == s.M - 1 ? -1 : m / 2;
+      token_seq[m] = m % 2;
+    }
+    std::vector<int> pool(POOL);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng());
+    std::vector<int> page_tables(pool.begin(), pool.begin() + 2 * MAXP);
+    DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
+    DeviceBuffer<std::uint16_t> dkv(static_cast<std::size_t>(POOL) * page_elems);
+    DeviceBuffer<float> dq(static_cast<std::size_t>(s.M) * s.HQ * s.D);
+    const DeviceMap a_map(dA.get(), s.M, s.K, 128), w_map(dW.get(), ROWS, s.K, 256), y_map(dqkv.get(), s.M, ROWS, 64);
+    CUDA_OK(mod.launch(gemm, prefill_grid(s.M, ROWS, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
+                       kPrefillSmem));
+    CUDA_OK(mod.launch(rows, dim3(NH, s.M), s.D,
+                       {dqkv.get(), s.bias ? dbias.get() : nullptr, s.qk_norm ? dqn.get() : nullptr,
+                        s.qk_norm ? dkn.get() : nullptr, dpos.get(), dseq.get(), dpt.get(),
+                        dkv.get() + LAYER * 2LL * s.HKV * PAGE * s.D, dq.get()}));
+
+    const std::vector<double> y = gemm_ref(Af, Wf, s.M, ROWS, s.K);
+    std::vector<double> qref(static_cast<std::size_t>(s.M) * s.HQ * s.D);
+    std::vector<float> kv_expect(static_cast<std::size_t>(POOL) * page_elems, NAN);
+    std::vector<char> written(kv_expect.size(), 0);
+    for (int m = 0; m < s.M; ++m)
+      for (int h = 0; h < NH; ++h) {
+        std::vector<double> v(y.begin() + static_cast<std::size_t>(m) * ROWS + h * s.D,
+                              y.begin() + static_cast<std::size_t>(m) * ROWS + (h + 1) * s.D);
+        if (s.bias)
+          for (int d = 0; d < s.D; ++d) v[d] += bias[h * s.D + d];
+        const bool is_q = h < s.HQ, is_k = !is_q && h < s.HQ + s.HKV;
+        if (s.qk_norm && (is_q || is_k)) {
+          double ss = 0;
+          for (double e : v) ss += e * e;
+          const double inv = 1 / std::sqrt(ss / s.D + 1e-6);
+          for (int d = 0; d < s.D; ++d) v[d] *= inv * (is_q ? qn[d] : kn[d]);
+        }
+        const int pos = std::max(positions[m], 0);
+        if (is_q || is_k) {
+          std::vector<double> r(v);
+          for (int j = 0; j < s.D / 2; ++j) {
+            const double a = static_cast<double>(static_cast<float>(pos) * inv_freq[j]);
+            r[j] = v[j] * std::cos(a) - v[j + s.D / 2] * std::sin(a);
+            r[j + s.D / 2] = v[j + s.D / 2] * std::cos(a) + v[j] * std::sin(a);
+          }
+          v = r;
+        }
+        if (is_q) {
+          for (int d = 0; d < s.D; ++d) qref[(static_cast<std::size_t>(m) * s.HQ + h) * s.D + d] = v[d];
+        } else if (positions[m] >= 0) {
+          const int kv = is_k ? 0 : 1, kvh = h - s.HQ - kv * s.HKV;
+          const int page = page_tables[token_seq[m] * MAXP + positions[m] / PAGE];
+          for (int d = 0; d < s.D; ++d) {
+            const std::size_t at = page * page_elems + LAYER * 2LL * s.HKV * PAGE * s.D +
+                                   (static_cast<long long>(kv * s.HKV + kvh) * PAGE + positions[m] % PAGE) * s.D + d;
+            kv_expect[at] = static_cast<float>(v[d]);
+            written[at] = 1;
+          }
+        }
+      }
+    // The projection is rounded to bf16 (as transformers' is) before the epilogue: bf16 tolerance.
+    EXPECT_LT(rel_l2(dq.download(), qref), 1e-2) << "M=" << s.M << " D=" << s.D;
+    const auto kvb = dkv.download();
+    std::vector<float> got, want;
+    for (std::size_t i = 0; i < kvb.size(); ++i) {
+      if (written[i]) {
+        got.push_back(from_bf16(kvb[i]));
+        want.push_back(kv_expect[i]);
+      } else {
+        ASSERT_EQ(kvb[i], 0xffff) << "KV element " << i << " written but should not be";
+      }
+    }
+    ASSERT_FALSE(got.empty());
+    EXPECT_LT(rel_l2(got, want), 1e-2) << "M=" << s.M << " D=" << s.D;
+  }
+}
+
 // ---- paged attention --------------------------------------------------------------------------
 
 struct AttnShape {
