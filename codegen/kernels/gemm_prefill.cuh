@@ -62,6 +62,13 @@ __device__ __forceinline__ void prefill_tile_coords(unsigned t, unsigned tiles_m
   tn = r / rows;
 }
 
+// The executor writes the tensor maps to global memory with cudaMemcpy (the generic proxy); a
+// thread must order that write before its first TMA use of the map (the tensormap proxy). PTX:
+// membar/fence, fence.proxy.tensormap::generic.acquire (.sys: the writer was the host).
+__device__ __forceinline__ void acquire_tensor_map(const TensorMap* map) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;" ::"l"(map) : "memory");
+}
+
 // Two f32 -> one bf16x2 word (round to nearest even), `lo` in the low half. PTX: cvt.rn.bf16x2.f32.
 __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
   unsigned r;
@@ -128,9 +135,10 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
   const unsigned wg = warp_index() / 4;
 
   if (threadIdx.x == 0) {
+    acquire_tensor_map(a_map);
+    acquire_tensor_map(w_map);
     tma::prefetch_map(a_map);
     tma::prefetch_map(w_map);
-    if (out_map) tma::prefetch_map(out_map);
     for (unsigned s = 0; s < G::kStages; ++s) {
       mbarrier::init(full + 8 * s, 1);
       mbarrier::init(empty + 8 * s, G::kConsumers * 4);  // one arrival per consumer warp
@@ -169,6 +177,11 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
     const unsigned warp = warp_index() % 4;
     const unsigned lane = threadIdx.x % 32;
     const bool wg_leader = threadIdx.x % 128 == 0;
+    // Each consumer warpgroup's leader issues its TMA stores.
+    if (out_map && wg_leader) {
+      acquire_tensor_map(out_map);
+      tma::prefetch_map(out_map);
+    }
     mbarrier::StageRing<G::kStages> ring;
     float d[G::kBlockN / 2];
     for (unsigned u = blockIdx.x; u < units; u += gridDim.x) {
