@@ -23,6 +23,9 @@ for m in models/tiny-llama test/fixtures/tiny-qwen2 test/fixtures/tiny-qwen3; do
   "$BUILD/bin/telosc" compile "$m" --serving "$serving" -o "$CARRY/artifacts-p128/$name.telos"
 done
 rm -f "$serving"
+# The artifacts' PTX is most of their size and compresses well; run.sh unpacks them to /tmp.
+tar -C "$CARRY" -cJf "$CARRY/artifacts.tar.xz" artifacts artifacts-p128
+rm -rf "$CARRY/artifacts" "$CARRY/artifacts-p128"
 cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$BUILD/bin/telos-prefill-bench" "$CARRY/bin/"
 strip "$CARRY"/bin/*
 "$BUILD/bin/telos-prefill-bench" --compile-only "$CARRY/prefill-bench.cubin"
