@@ -88,7 +88,7 @@ GeneratedKernels generate_kernels(const CodegenInput& in, const CodegenOptions& 
     out.kernels.push_back({{"entry", entry},
                            {"instance", k.instance},
                            {"block", {k.block, 1, 1}},
-                           {"dynamic_smem", 0},
+                           {"dynamic_smem", k.dynamic_smem},
                            {"args", k.params},
                            {"grids", std::move(grids)},
                            {"resources", std::move(resources)}});

@@ -17,15 +17,28 @@ int pow2_at_least(int v) {
   return p;
 }
 
+// The prefill GEMM's launch shape (kernels/gemm_prefill.cuh, PrefillGemm): 384 threads, tiles of
+// 128 rows x 256 W rows, and its dynamic shared memory: 4 stages of (128 + 256) x 64 bf16,
+// 4 epilogue chunks of 64 x 64 bf16, 8 mbarriers, 1024 bytes of alignment slack.
+constexpr int kPrefillGemmThreads = 384;
+constexpr int kPrefillGemmSmem = 4 * (128 + 256) * 64 * 2 + 4 * 64 * 64 * 2 + 8 * 8 + 1024;
+constexpr int kSms = 132;  // H200: the persistent grid is one CTA per SM
+
+// Persistent grid of the prefill GEMM over `rows` x `cols` outputs in tiles of 128 x `tile_cols`.
+int prefill_gemm_grid(int rows, int cols, int tile_cols) {
+  const int tiles = ((rows + 127) / 128) * ((cols + tile_cols - 1) / tile_cols);
+  return std::min(tiles, kSms);
+}
+
 class PlanBuilder {
  public:
   explicit PlanBuilder(KernelPlan& plan) : plan_(plan) {}
 
-  int kernel(std::string instance, std::vector<std::string> params, int block) {
+  int kernel(std::string instance, std::vector<std::string> params, int block, int smem = 0) {
     auto it = index_.find(instance);
     if (it != index_.end()) return it->second;
     const int id = static_cast<int>(plan_.kernels.size());
-    plan_.kernels.push_back({instance, std::move(params), block});
+    plan_.kernels.push_back({instance, std::move(params), block, smem});
     index_.emplace(std::move(instance), id);
     return id;
   }
@@ -182,14 +195,15 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int norm_k = b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + I_(norm_threads) + ", " +
                                     eps + ", false>",
                                 {"x", "w", "rows", "out"}, norm_threads);
-    const int qkv_k = b.kernel(
+    // The small-M kernels, instantiated only by the buckets that launch them.
+    auto qkv_k = [&] { return b.kernel(
         "telos_kernels::qkv_rope_append<" + I_(H) + ", " + I_(HQ) + ", " + I_(HKV) + ", " +
             qkv_g.args() + ", " + I_(qkv_g.tiling.cluster) + ", " + (in.qkv_bias ? "true" : "false") + ", " +
             (in.qk_norm ? "true" : "false") + ", " + eps + ", " + I_(PAGE) + ", " + I_(MAXP) + ", " +
             I_(page_elems) + "ll, telos_rope::Freqs>",
         {"W", "A", "bias", "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer",
          "q_out"},
-        qkv_g.tiling.threads());
+        qkv_g.tiling.threads()); };
     const int split_k = b.kernel(
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
@@ -198,30 +212,81 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int combine_k = b.kernel("telos_kernels::attn_combine<" + I_(HQ) + ", " + I_(D) + ", " +
                                        I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
                                    {"part_o", "part_ml", "positions", "out"}, D);
-    const int o_k = b.kernel("telos_kernels::linear_residual<" + I_(HQ * D) + ", " + I_(H) + ", " +
-                                 o_g.args() + ">",
-                             {"W", "A", "x"}, o_g.tiling.threads());
-    const int gu_k = b.kernel("telos_kernels::linear_swiglu<" + I_(H) + ", " + I_(I) + ", " +
-                                  gu_g.args() + ">",
-                              {"W", "A", "act"}, gu_g.tiling.threads());
-    const int down_k = b.kernel("telos_kernels::linear_residual<" + I_(I) + ", " + I_(H) + ", " +
-                                    down_g.args() + ">",
-                                {"W", "A", "x"}, down_g.tiling.threads());
+    auto o_k = [&] {
+      return b.kernel("telos_kernels::linear_residual<" + I_(HQ * D) + ", " + I_(H) + ", " + o_g.args() + ">",
+                      {"W", "A", "x"}, o_g.tiling.threads());
+    };
+    auto gu_k = [&] {
+      return b.kernel("telos_kernels::linear_swiglu<" + I_(H) + ", " + I_(I) + ", " + gu_g.args() + ">",
+                      {"W", "A", "act"}, gu_g.tiling.threads());
+    };
+    auto down_k = [&] {
+      return b.kernel("telos_kernels::linear_residual<" + I_(I) + ", " + I_(H) + ", " + down_g.args() + ">",
+                      {"W", "A", "x"}, down_g.tiling.threads());
+    };
+    // Prefill at T >= kPrefillGemmMinRows: the tensor-core GEMM, operands through tensor maps.
+    const bool big = kind == "prefill" && T >= kPrefillGemmMinRows;
+    auto tmap = [&](const std::string& target, long long rows, long long cols, int box_rows) {
+      return "tmap:" + target + ":" + I_(rows) + ":" + I_(cols) + ":" + I_(box_rows) + ":64";
+    };
+    auto gemm = [&](const std::string& tmpl, int n, int k) {
+      return b.kernel("telos_kernels::" + tmpl + "<" + I_(T) + ", " + I_(n) + ", " + I_(k) + ">",
+                      {"a_map", "w_map", "out"}, kPrefillGemmThreads, kPrefillGemmSmem);
+    };
+    const int NH = HQ + 2 * HKV;
+    const int qkv_big = big ? gemm("gemm_prefill_bf16", NH * D, H) : -1;
+    const int qkv_rows_k =
+        big ? b.kernel("telos_kernels::qkv_rope_append_rows<" + I_(HQ) + ", " + I_(HKV) + ", " +
+                           I_(D) + ", " + (in.qkv_bias ? "true" : "false") + ", " +
+                           (in.qk_norm ? "true" : "false") + ", " + eps + ", " + I_(PAGE) + ", " +
+                           I_(MAXP) + ", " + I_(page_elems) + "ll, telos_rope::Freqs>",
+                       {"qkv", "bias", "q_norm", "k_norm", "positions", "token_seq", "page_tables",
+                        "kv_layer", "q_out"},
+                       D)
+            : -1;
+    const int o_big = big ? gemm("gemm_prefill_residual", H, HQ * D) : -1;
+    const int gu_big = big ? gemm("gemm_prefill_swiglu", I, H) : -1;
+    const int down_big = big ? gemm("gemm_prefill_residual", H, I) : -1;
     for (int l = 0; l < L; ++l) {
       const std::string w = "w:layers." + I_(l) + ".";
       launch(norm_k, {T, 1, 1}, {"buf:x", w + "attn_norm", "null", "buf:h"});
-      launch(qkv_k, {(HQ + 2 * HKV) * qkv_g.tiling.cluster, T / qkv_g.m_tile, 1},
-             {w + "qkv", "buf:h", in.qkv_bias ? w + "qkv_bias" : "null",
-              in.qk_norm ? w + "q_norm" : "null", in.qk_norm ? w + "k_norm" : "null",
-              "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l), "buf:q"});
+      const std::vector<std::string> qkv_epilogue = {
+          in.qkv_bias ? w + "qkv_bias" : "null", in.qk_norm ? w + "q_norm" : "null",
+          in.qk_norm ? w + "k_norm" : "null",   "desc:positions",
+          "desc:token_seq",                      "desc:page_tables",
+          "kv:" + I_(l),                         "buf:q"};
+      if (big) {
+        // The projection to bf16 on the tensor cores, then bias / QK norm / RoPE / KV append.
+        launch(qkv_big, {prefill_gemm_grid(T, NH * D, 256), 1, 1},
+               {tmap("buf:h", T, H, 128), tmap(w + "qkv", NH * D, H, 256),
+                tmap("buf:qkv", T, NH * D, 64)});
+        std::vector<std::string> args = {"buf:qkv"};
+        args.insert(args.end(), qkv_epilogue.begin(), qkv_epilogue.end());
+        launch(qkv_rows_k, {NH, T, 1}, std::move(args));
+      } else {
+        std::vector<std::string> args = {w + "qkv", "buf:h"};
+        args.insert(args.end(), qkv_epilogue.begin(), qkv_epilogue.end());
+        launch(qkv_k(), {NH * qkv_g.tiling.cluster, T / qkv_g.m_tile, 1}, std::move(args));
+      }
       launch(split_k, {T, HKV, plan.attn_num_splits},
              {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
               "buf:part_o", "buf:part_ml"});
       launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});
-      launch(o_k, {H / o_g.tiling.rows, T / o_g.m_tile, 1}, {w + "o", "buf:attn", "buf:x"});
-      launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});
-      launch(gu_k, {2 * I / gu_g.tiling.rows, T / gu_g.m_tile, 1}, {w + "gate_up", "buf:h", "buf:act"});
-      launch(down_k, {H / down_g.tiling.rows, T / down_g.m_tile, 1}, {w + "down", "buf:act", "buf:x"});
+      if (big) {
+        launch(o_big, {prefill_gemm_grid(T, H, 256), 1, 1},
+               {tmap("buf:attn", T, HQ * D, 128), tmap(w + "o", H, HQ * D, 256), "buf:x"});
+        launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});
+        launch(gu_big, {prefill_gemm_grid(T, I, 128), 1, 1},
+               {tmap("buf:h", T, H, 128), tmap(w + "gate_up", 2LL * I, H, 128),
+                tmap("buf:act", T, I, 64)});
+        launch(down_big, {prefill_gemm_grid(T, H, 256), 1, 1},
+               {tmap("buf:act", T, I, 128), tmap(w + "down", H, I, 256), "buf:x"});
+      } else {
+        launch(o_k(), {H / o_g.tiling.rows, T / o_g.m_tile, 1}, {w + "o", "buf:attn", "buf:x"});
+        launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});
+        launch(gu_k(), {2 * I / gu_g.tiling.rows, T / gu_g.m_tile, 1}, {w + "gate_up", "buf:h", "buf:act"});
+        launch(down_k(), {H / down_g.tiling.rows, T / down_g.m_tile, 1}, {w + "down", "buf:act", "buf:x"});
+      }
     }
     launch(b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + I_(norm_threads) + ", " + eps +
                         ", true>",
@@ -263,6 +328,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       {"logits", S * V * 4},
       {"sampled", S * 4},
   };
+  // The prefill QKV projection between its GEMM and its epilogue kernel.
+  int largest_gemm_prefill = 0;
+  for (int n : prefill)
+    if (n >= kPrefillGemmMinRows) largest_gemm_prefill = std::max(largest_gemm_prefill, n);
+  if (largest_gemm_prefill > 0)
+    plan.arena.push_back({"qkv", static_cast<long long>(largest_gemm_prefill) * (HQ + 2 * HKV) * D * 2});
   return plan;
 }
 

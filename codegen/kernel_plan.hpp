@@ -10,6 +10,9 @@
 //               sample_rows, sample_params)
 //   kv:L        layer L of KV page 0 (the pool base plus L * 2 * Hkv * page_size * D elements)
 //   null        a null pointer (an operand this model does not have)
+//   tmap:TARGET:ROWS:COLS:BOX_ROWS:BOX_COLS
+//               a TMA tensor map (in device memory) over the bf16 [ROWS, COLS] matrix at TARGET
+//               (w:NAME or buf:NAME), boxes of BOX_ROWS x BOX_COLS, 128-byte swizzle
 #include <array>
 #include <cstdint>
 #include <string>
@@ -23,6 +26,7 @@ struct KernelInstance {
   std::string instance;  // the template instance, e.g. "telos_kernels::rmsnorm<128, 32, 1e-05f, false>"
   std::vector<std::string> params;  // parameter names, in order (each a pointer)
   int block = 0;                    // threads per block
+  int dynamic_smem = 0;             // bytes of dynamic shared memory per block
 };
 
 struct Launch {
@@ -57,6 +61,10 @@ struct KernelPlan {
 
 // Throws telos::Error naming the field when the model is outside what the kernels support.
 KernelPlan plan_kernels(const CodegenInput& in);
+
+// Prefill buckets of at least this many tokens run their o, gate/up and down projections on the
+// wgmma + TMA GEMM (kernels/gemm_prefill.cuh); smaller ones, and decode, on the small-M GEMM.
+inline constexpr int kPrefillGemmMinRows = 128;
 
 // Attention cuts the context into splits of kAttnSplit positions (two 16-position chunks per
 // warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most

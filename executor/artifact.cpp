@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "support/checksum.hpp"
@@ -18,6 +19,7 @@ using nlohmann::json;
 class ManifestFields {
  public:
   explicit ManifestFields(std::string file) : file_(std::move(file)) {}
+  const std::string& file() const { return file_; }
 
   [[noreturn]] void refuse(const std::string& field, const std::string& what) const {
     fail(file_ + ": " + field + ": " + what);
@@ -259,7 +261,93 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& m) {
   return out;
 }
 
+// Every tmap: argument of the launch programs parses and fits inside the bf16 weight or arena
+// buffer it maps, so the GPU engine never encodes a map over memory it does not own.
+void check_tensor_map_args(const ManifestFields& f, const json& programs, const Artifact& a) {
+  if (!programs.is_object() || !programs.contains("buckets") || !programs.at("buckets").is_array())
+    return;
+  std::map<std::string, std::int64_t> arena;
+  if (programs.contains("arena") && programs.at("arena").is_array())
+    for (const json& b : programs.at("arena"))
+      if (b.is_object() && b.contains("buffer") && b.at("buffer").is_string() && b.contains("bytes") &&
+          b.at("bytes").is_number_integer())
+        arena[b.at("buffer").get<std::string>()] = b.at("bytes").get<std::int64_t>();
+  const json& buckets = programs.at("buckets");
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    if (!buckets[i].is_object() || !buckets[i].contains("launches")) continue;
+    const json& launches = buckets[i].at("launches");
+    for (std::size_t j = 0; j < launches.size(); ++j) {
+      if (!launches[j].is_object() || !launches[j].contains("args")) continue;
+      const json& args = launches[j].at("args");
+      for (std::size_t k = 0; k < args.size(); ++k) {
+        if (!args[k].is_string()) continue;
+        const std::string arg = args[k].get<std::string>();
+        if (arg.rfind("tmap:", 0) != 0) continue;
+        const std::string field = "programs.buckets[" + std::to_string(i) + "].launches[" +
+                                  std::to_string(j) + "].args[" + std::to_string(k) + "]";
+        const TensorMapArg t = parse_tensor_map_arg(arg, f.file() + ": " + field);
+        const std::int64_t need = t.rows * t.cols * 2;
+        std::int64_t have = 0;
+        if (t.target.rfind("w:", 0) == 0) {
+          const WeightTensor* w = a.find_tensor(t.target.substr(2));
+          if (!w) f.refuse(field, arg + ": no weight tensor \"" + t.target.substr(2) + "\"");
+          if (w->dtype != DType::BF16)
+            f.refuse(field, arg + ": tensor maps are bf16, the weight is " +
+                                std::string(dtype_name(w->dtype)));
+          have = static_cast<std::int64_t>(w->bytes);
+        } else {
+          auto it = arena.find(t.target.substr(4));
+          if (it == arena.end())
+            f.refuse(field, arg + ": no arena buffer \"" + t.target.substr(4) + "\"");
+          have = it->second;
+        }
+        if (need > have)
+          f.refuse(field, arg + ": the map spans " + std::to_string(need) + " bytes, but " +
+                              t.target + " has " + std::to_string(have));
+      }
+    }
+  }
+}
+
 }  // namespace
+
+TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& where) {
+  auto bad = [&](const std::string& what) -> void {
+    fail(where + ": " + arg + ": " + what +
+         " (expected tmap:<w:NAME|buf:NAME>:ROWS:COLS:BOX_ROWS:BOX_COLS)");
+  };
+  if (arg.rfind("tmap:", 0) != 0) bad("not a tensor-map argument");
+  // The four sizes are the last four fields; the target is everything between.
+  std::vector<std::string> fields;
+  std::size_t end = arg.size();
+  for (int i = 0; i < 4; ++i) {
+    const std::size_t colon = arg.rfind(':', end - 1);
+    if (colon == std::string::npos || colon < 5 || end == 0) bad("too few fields");
+    fields.insert(fields.begin(), arg.substr(colon + 1, end - colon - 1));
+    end = colon;
+  }
+  TensorMapArg t;
+  t.target = arg.substr(5, end - 5);
+  if (t.target.rfind("w:", 0) != 0 && t.target.rfind("buf:", 0) != 0)
+    bad("the target must be w:NAME or buf:NAME");
+  if (t.target == "w:" || t.target == "buf:") bad("the target names nothing");
+  std::int64_t v[4];
+  for (int i = 0; i < 4; ++i) {
+    const std::string& x = fields[static_cast<std::size_t>(i)];
+    if (x.empty() || x.size() > 12 || x.find_first_not_of("0123456789") != std::string::npos)
+      bad("\"" + x + "\" is not a positive integer");
+    v[i] = std::stoll(x);
+    if (v[i] <= 0) bad("sizes must be positive");
+  }
+  t.rows = v[0];
+  t.cols = v[1];
+  if (t.cols % 8 != 0) bad("COLS must be a multiple of 8 (rows of 16-byte multiples)");
+  if (v[2] > 256) bad("BOX_ROWS must be 1..256");
+  if (v[3] != 64) bad("BOX_COLS must be 64 (one 128-byte swizzle span of bf16)");
+  t.box_rows = static_cast<int>(v[2]);
+  t.box_cols = static_cast<int>(v[3]);
+  return t;
+}
 
 std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {
   namespace fs = std::filesystem;
@@ -404,6 +492,7 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {
                std::string(dtype_name(t->dtype)) +
                    (e.matrix ? " is not a floating-point type" : ", expected f32"));
   }
+  if (m.contains("programs")) check_tensor_map_args(f, m.at("programs"), *a);
   return a;
 }
 

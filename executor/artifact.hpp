@@ -71,6 +71,21 @@ struct WeightTensor {
   std::size_t bytes = 0;
 };
 
+// A `tmap:TARGET:ROWS:COLS:BOX_ROWS:BOX_COLS` launch argument (docs/artifact.md, "Kernels"): a
+// TMA tensor map over a row-major bf16 [ROWS, COLS] matrix at TARGET (`w:NAME` or `buf:NAME`),
+// read and written in BOX_ROWS x BOX_COLS boxes with the 128-byte swizzle.
+struct TensorMapArg {
+  std::string target;
+  std::int64_t rows = 0, cols = 0;
+  int box_rows = 0, box_cols = 0;
+};
+
+// Parses `arg` (which starts with "tmap:"); throws telos::Error naming `where` and what is wrong
+// when it is malformed: a target that is not w: or buf:, a non-positive or non-numeric size, COLS
+// not a multiple of 8 (TMA rows are multiples of 16 bytes), BOX_ROWS outside 1..256, BOX_COLS
+// other than 64 (one 128-byte swizzle span of bf16).
+TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& where);
+
 class Artifact {
  public:
   // Loads and verifies the artifact directory at `dir`. Throws telos::Error naming the file and

@@ -14,14 +14,6 @@
 
 namespace telos_kernels {
 
-// Two f32 rounded to nearest into bf16x2, `lo` in the low half (PTX ISA: Data Movement and
-// Conversion Instructions, cvt: with .bf16x2, input a goes to the upper half, b to the lower).
-__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
-  unsigned r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
 // d += a · b on one warp, A 16×16 bf16 (row), B 16×8 bf16 (col), f32 accumulators (PTX ISA:
 // Warp-level Matrix Multiply-Accumulate Instructions, mma.sync m16n8k16; fragment layouts there:
 // a0..a3 hold A[lane/4 (+8)][2·(lane%4) (+8) + {0,1}], b0/b1 hold B[2·(lane%4) (+8) +

@@ -19,6 +19,14 @@ __device__ __forceinline__ bf16 f32_to_bf16(float f) {
   return static_cast<bf16>(u >> 16);
 }
 
+// Two f32 as one bf16x2 register, `lo` in the low half (PTX ISA: cvt, .bf16x2 form; round to
+// nearest even).
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
 // Eight bf16 in one 16-byte load. Weights are read through the non-coherent path: they never
 // change while a kernel runs.
 __device__ __forceinline__ uint4 load8_nc(const bf16* p) {

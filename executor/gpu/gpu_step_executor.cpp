@@ -10,7 +10,9 @@
 #include <map>
 #include <ostream>
 #include <sstream>
+#include <stdexcept>
 
+#include "hexel/tensor_map_encode.h"
 #include "support/error.hpp"
 
 namespace telos::exec {
@@ -93,6 +95,11 @@ struct GpuStepExecutor::State {
   cudaLibrary_t library = nullptr;
   std::vector<cudaKernel_t> kernels;
   std::vector<dim3> blocks;
+  std::vector<unsigned> dynamic_smem;
+  // TMA tensor maps of the `tmap:` arguments, encoded once (weights and arena never move) and
+  // kept in device memory, 128 bytes each; `tmap_index` maps an argument to its slot.
+  hexel::TensorMap* tmaps = nullptr;
+  std::map<std::string, std::size_t> tmap_index;
   char* base = nullptr;
   std::map<std::string, char*> weights, arena;
   char* kv = nullptr;
@@ -129,6 +136,7 @@ struct GpuStepExecutor::State {
     for (auto& b : buckets)
       if (b.graph) cudaGraphExecDestroy(b.graph);
     if (library) cudaLibraryUnload(library);
+    if (tmaps) cudaFree(tmaps);
     if (base) cudaFree(base);
     if (desc_host) cudaFreeHost(desc_host);
     if (sampled_host) cudaFreeHost(sampled_host);
@@ -150,6 +158,7 @@ struct GpuStepExecutor::State {
       return it->second;
     }
     if (arg.rfind("kv:", 0) == 0) return kv + std::stoll(field("kv:")) * layer_bytes;
+    if (arg.rfind("tmap:", 0) == 0) return tmaps + tmap_index.at(arg);
     static const std::map<std::string, std::int64_t State::*> fields = {
         {"tokens", &State::off_tokens},           {"positions", &State::off_positions},
         {"token_seq", &State::off_token_seq},     {"sample_rows", &State::off_sample_rows},
@@ -165,7 +174,7 @@ struct GpuStepExecutor::State {
   void launch_all(const Bucket& b) {
     for (const auto& l : b.launches) {
       check(cudaLaunchKernel(reinterpret_cast<const void*>(kernels[l.kernel]), l.grid, blocks[l.kernel],
-                             const_cast<void**>(l.params.data()), 0, stream),
+                             const_cast<void**>(l.params.data()), dynamic_smem[l.kernel], stream),
             "launch");
     }
   }
@@ -379,6 +388,13 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     s.kernels.push_back(k);
     const auto& blk = table[i].at("block");
     s.blocks.emplace_back(blk.at(0).get<unsigned>(), blk.at(1).get<unsigned>(), blk.at(2).get<unsigned>());
+    const int smem = json_int(table[i], "dynamic_smem", "kernels[" + std::to_string(i) + "]");
+    // Above 48 KiB a kernel must opt in to its dynamic shared memory.
+    if (smem > 48 * 1024)
+      check(cudaFuncSetAttribute(reinterpret_cast<const void*>(k),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+            "shared memory of " + entry);
+    s.dynamic_smem.push_back(static_cast<unsigned>(smem));
   }
 
   // Sizes.
@@ -442,6 +458,33 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   check(cudaMallocHost(&s.logits_host, sizeof(float) * s.max_sample_rows * s.vocab), "pinned logits");
   std::memset(s.desc_host, 0, static_cast<std::size_t>(s.desc_bytes));
   check(cudaMemset(s.desc_dev, 0, static_cast<std::size_t>(s.desc_bytes)), "descriptor init");
+
+  // Tensor maps (the loader checked each tmap: argument against its weight or buffer).
+  std::vector<hexel::TensorMap> maps;
+  for (const auto& bj : programs.at("buckets"))
+    for (const auto& lj : bj.at("launches"))
+      for (const auto& arg_j : lj.at("args")) {
+        const std::string arg = arg_j.get<std::string>();
+        if (arg.rfind("tmap:", 0) != 0 || s.tmap_index.count(arg)) continue;
+        const TensorMapArg t = parse_tensor_map_arg(arg, "manifest.json: programs");
+        try {
+          maps.push_back(hexel::encode_2d(hexel::TmaDtype::BF16, s.resolve(t.target),
+                                          static_cast<std::uint64_t>(t.rows),
+                                          static_cast<std::uint64_t>(t.cols),
+                                          static_cast<std::uint64_t>(t.cols) * 2, t.box_rows,
+                                          t.box_cols, hexel::Swizzle::B128));
+        } catch (const std::runtime_error& e) {
+          fail("gpu engine: argument " + arg + ": " + e.what());
+        }
+        s.tmap_index[arg] = maps.size() - 1;
+      }
+  if (!maps.empty()) {
+    // cudaMalloc's alignment (256 bytes) covers the 64 a tensor map needs.
+    check(cudaMalloc(&s.tmaps, sizeof(hexel::TensorMap) * maps.size()), "tensor maps");
+    check(cudaMemcpy(s.tmaps, maps.data(), sizeof(hexel::TensorMap) * maps.size(),
+                     cudaMemcpyHostToDevice),
+          "tensor map upload");
+  }
 
   // Launch programs, captured one graph per bucket in manifest order (largest first).
   for (const auto& bj : programs.at("buckets")) {

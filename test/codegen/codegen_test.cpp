@@ -105,7 +105,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     ASSERT_FALSE(body.empty()) << "no PTX entry for " << instance;
     EXPECT_EQ(body.find(".local"), std::string::npos) << instance;
     // The GEMMs stream weights with 16-byte non-coherent loads into tensor-core MMAs.
-    if (instance.find("linear") != std::string::npos || instance.find("qkv_rope") != std::string::npos) {
+    if (instance.find("linear") != std::string::npos || instance.find("qkv_rope_append<") != std::string::npos) {
       EXPECT_NE(body.find("ld.global.nc.v4"), std::string::npos) << instance;
       EXPECT_NE(body.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos) << instance;
     }
@@ -117,7 +117,9 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   const std::set<std::string> expected = {
       "telos_kernels::embed_gather", "telos_kernels::rmsnorm",         "telos_kernels::qkv_rope_append",
       "telos_kernels::attn_split",   "telos_kernels::attn_combine",    "telos_kernels::linear_residual",
-      "telos_kernels::linear_swiglu", "telos_kernels::linear_f32",     "telos_kernels::sample"};
+      "telos_kernels::linear_swiglu", "telos_kernels::linear_f32",     "telos_kernels::sample",
+      "telos_kernels::gemm_prefill_residual", "telos_kernels::gemm_prefill_swiglu",
+      "telos_kernels::gemm_prefill_bf16", "telos_kernels::qkv_rope_append_rows"};
   EXPECT_EQ(kinds, expected);
 
   // Every bucket launches something valid, decode buckets first and largest first.
@@ -134,6 +136,47 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       ASSERT_LT(kernel, static_cast<int>(k.kernels.size()));
       EXPECT_EQ(l.at("args").size(), k.kernels[kernel].at("args").size());
     }
+
+  // Prefill at 128 tokens runs qkv, o, gate/up and down on the wgmma + TMA GEMM, operands as
+  // tensor maps, the QKV epilogue as its own kernel; prefill at 64 stays on the small-M GEMM.
+  auto instance_of = [&](const nlohmann::ordered_json& launch) {
+    return k.kernels[launch.at("kernel").get<int>()].at("instance").get<std::string>();
+  };
+  const auto& p128 = buckets[4].at("launches");
+  EXPECT_EQ(instance_of(p128[2]), "telos_kernels::gemm_prefill_bf16<128, 256, 128>");
+  EXPECT_EQ(p128[2].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
+                                                        "tmap:w:layers.0.qkv:256:128:256:64",
+                                                        "tmap:buf:qkv:128:256:64:64"}));
+  EXPECT_EQ(instance_of(p128[3]).rfind("telos_kernels::qkv_rope_append_rows<4, 2, 32, ", 0), 0u);
+  EXPECT_EQ(p128[3].at("grid"), nlohmann::ordered_json({8, 128, 1}));
+  EXPECT_EQ(p128[3].at("args")[0], "buf:qkv");
+  EXPECT_EQ(p128[3].at("args")[7], "kv:0");
+  EXPECT_EQ(instance_of(p128[6]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
+  EXPECT_EQ(p128[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
+                                                "tmap:w:layers.0.o:128:128:256:64", "buf:x"}));
+  EXPECT_EQ(p128[6].at("grid"), nlohmann::ordered_json({1, 1, 1}));
+  EXPECT_EQ(instance_of(p128[8]), "telos_kernels::gemm_prefill_swiglu<128, 256, 128>");
+  EXPECT_EQ(p128[8].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
+                                                "tmap:w:layers.0.gate_up:512:128:128:64",
+                                                "tmap:buf:act:128:256:64:64"}));
+  EXPECT_EQ(p128[8].at("grid"), nlohmann::ordered_json({2, 1, 1}));
+  EXPECT_EQ(instance_of(p128[9]), "telos_kernels::gemm_prefill_residual<128, 128, 256>");
+  EXPECT_EQ(instance_of(buckets[5].at("launches")[5]).rfind("telos_kernels::linear_residual<", 0), 0u);
+  for (const auto& e : k.kernels) {
+    const std::string instance = e.at("instance");
+    const bool tensor_core = instance.rfind("telos_kernels::gemm_prefill", 0) == 0;
+    EXPECT_EQ(e.at("dynamic_smem").get<int>(), tensor_core ? 230464 : 0) << instance;
+    if (!tensor_core) continue;
+    EXPECT_EQ(e.at("block"), nlohmann::ordered_json({384, 1, 1}));
+    // Inline asm blocks close with a "}" in column 0, so take the PTX up to the next entry.
+    const std::string entry = e.at("entry");
+    const auto at = t.ptx.find(".entry " + entry + "(");
+    ASSERT_NE(at, std::string::npos) << instance;
+    const std::string body = t.ptx.substr(at, t.ptx.find(".entry ", at + 1) - at);
+    EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"), std::string::npos) << instance;
+    EXPECT_NE(body.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos) << instance;
+    EXPECT_NE(body.find("setmaxnreg.inc.sync.aligned.u32 232"), std::string::npos) << instance;
+  }
 
   // The family's extras are wired into the QKV launch.
   const auto& first_qkv = buckets[0].at("launches")[2].at("args");
@@ -155,11 +198,13 @@ TEST(Codegen, RealSizeShapesCompileWithoutSpills) {
   for (const auto& e : k.kernels)
     EXPECT_EQ(e.at("resources").at("sm_90a").at("stack_frame"), 0) << e.at("instance");
   // Ragged decode bucket 6: one M tile of 6 tokens (16 rows per block, K split 8 ways); prefill
-  // 512: tiles of 64.
+  // 512: the tensor-core prefill GEMM at the real shape, no spills (checked by codegen itself).
   std::set<std::string> instances;
   for (const auto& e : k.kernels) instances.insert(e.at("instance").get<std::string>());
   EXPECT_EQ(instances.count("telos_kernels::linear_residual<2048, 2048, 16, 6, 8, 8>"), 1u);
-  EXPECT_EQ(instances.count("telos_kernels::linear_residual<2048, 2048, 16, 64, 8, 2>"), 1u);
+  EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_residual<512, 2048, 2048>"));
+  EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_swiglu<512, 8192, 2048>"));
+  EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_residual<512, 2048, 8192>"));
 }
 
 TEST(Codegen, MTileDividesEveryBucket) {

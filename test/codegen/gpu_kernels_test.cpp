@@ -9,6 +9,7 @@
 #include "codegen/kernel_plan.hpp"
 #include "codegen/nvrtc_driver.hpp"
 #include "codegen/rope_table.hpp"
+#include "hexel/tensor_map_encode.h"
 #include "test/codegen/gpu_test_support.hpp"
 
 namespace telos::gpu_test {
@@ -35,11 +36,16 @@ class TestModule {
   TestModule& operator=(const TestModule&) = delete;
 
   // Launches and waits; returns the first error.
-  cudaError_t launch(const std::string& instance, dim3 grid, dim3 block, std::vector<const void*> args) {
+  cudaError_t launch(const std::string& instance, dim3 grid, dim3 block, std::vector<const void*> args,
+                     int dynamic_smem = 0) {
     std::vector<void*> params;
     for (auto& a : args) params.push_back(&a);
-    cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(kernels_.at(instance)), grid, block,
-                                     params.data(), 0, nullptr);
+    const void* k = reinterpret_cast<const void*>(kernels_.at(instance));
+    if (dynamic_smem > 48 * 1024) {
+      const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_smem);
+      if (e != cudaSuccess) return e;
+    }
+    cudaError_t e = cudaLaunchKernel(k, grid, block, params.data(), static_cast<std::size_t>(dynamic_smem), nullptr);
     if (e != cudaSuccess) return e;
     return cudaDeviceSynchronize();
   }
@@ -189,6 +195,138 @@ TEST(GpuKernels, LinearRowsDoNotDependOnTheMTileOrTheOtherRows) {
   EXPECT_EQ(0, std::memcmp(mixed.data() + 13 * N, outs[0].data() + 13 * N, N * 4));
 }
 
+// ---- the prefill GEMM (wgmma + TMA) and its epilogues ------------------------------------------
+
+// What the plan gives the prefill GEMM (kernel_plan.cpp): 384 threads, its dynamic shared memory,
+// a persistent grid of at most one CTA per SM, operands as tensor maps in device memory.
+constexpr int kPrefillThreads = 384;
+constexpr int kPrefillSmem = 4 * (128 + 256) * 64 * 2 + 4 * 64 * 64 * 2 + 8 * 8 + 1024;
+int prefill_grid(int rows, int cols, int tile_cols) {
+  return std::min(((rows + 127) / 128) * ((cols + tile_cols - 1) / tile_cols), 132);
+}
+
+// A bf16 [rows, cols] tensor map in device memory, as the executor builds one for `tmap:`.
+class DeviceMap {
+ public:
+  DeviceMap(const void* base, int rows, int cols, int box_rows)
+      : buf_(std::vector<hexel::TensorMap>{hexel::encode_2d(
+            hexel::TmaDtype::BF16, base, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
+            static_cast<std::uint64_t>(cols) * 2, static_cast<std::uint32_t>(box_rows), 64, hexel::Swizzle::B128)}) {}
+  const void* get() const { return buf_.get(); }
+
+ private:
+  DeviceBuffer<hexel::TensorMap> buf_;
+};
+
+struct PrefillShape {
+  int M, N, K;
+};
+
+// Every epilogue on ragged shapes (M, N and K not multiples of the 128 x 256 x 64 tile), outputs
+// poisoned, plus 128 guard rows past M that must stay poisoned (stores clip at M).
+TEST(GpuKernels, PrefillGemmEpilogues) {
+  TELOS_SKIP_WITHOUT_GPU();
+  for (const PrefillShape& s : {PrefillShape{200, 384, 264}, PrefillShape{401, 520, 128},
+                                PrefillShape{128, 128, 64}, PrefillShape{130, 136, 1000}}) {
+    const std::string dims = "<" + I(s.M) + ", " + I(s.N) + ", " + I(s.K) + ">";
+    const std::string res = "telos_kernels::gemm_prefill_residual" + dims;
+    const std::string out = "telos_kernels::gemm_prefill_bf16" + dims;
+    const std::string glu = "telos_kernels::gemm_prefill_swiglu" + dims;
+    TestModule mod(source_with_rope(), {res, out, glu});
+    const std::size_t MN = static_cast<std::size_t>(s.M) * s.N, guard = 128 * static_cast<std::size_t>(s.N);
+    std::vector<float> Af, Wf;
+    const bf16v A = random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af);
+    const bf16v W = random_bf16(2 * static_cast<std::size_t>(s.N) * s.K, 0.05f, Wf);  // [2N, K]
+    std::vector<float> x0 = random_floats(MN);
+    DeviceBuffer<std::uint16_t> dA(A), dW(W), dy(MN + guard), dact(MN + guard);
+    DeviceBuffer<float> dx(MN + guard);
+    dx.upload(x0);
+    const DeviceMap a_map(dA.get(), s.M, s.K, 128), w_map(dW.get(), s.N, s.K, 256),
+        gu_map(dW.get(), 2 * s.N, s.K, 128), y_map(dy.get(), s.M, s.N, 64), act_map(dact.get(), s.M, s.N, 64);
+    CUDA_OK(mod.launch(res, prefill_grid(s.M, s.N, 256), kPrefillThreads, {a_map.get(), w_map.get(), dx.get()},
+                       kPrefillSmem));
+    CUDA_OK(mod.launch(out, prefill_grid(s.M, s.N, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
+                       kPrefillSmem));
+    CUDA_OK(mod.launch(glu, prefill_grid(s.M, s.N, 128), kPrefillThreads,
+                       {a_map.get(), gu_map.get(), act_map.get()}, kPrefillSmem));
+    const std::vector<double> ref = gemm_ref(Af, Wf, s.M, 2 * s.N, s.K);  // [M, 2N]: gate, then up
+    std::vector<double> y(MN), xr(MN), act(MN);
+    for (int m = 0; m < s.M; ++m)
+      for (int n = 0; n < s.N; ++n) {
+        const std::size_t i = static_cast<std::size_t>(m) * s.N + n, r = static_cast<std::size_t>(m) * 2 * s.N;
+        const double g = ref[r + n], u = ref[r + s.N + n];
+        y[i] = g;
+        xr[i] = x0[i] + g;
+        act[i] = g / (1.0 + std::exp(-g)) * u;
+      }
+    const std::string what = "M=" + I(s.M) + " N=" + I(s.N) + " K=" + I(s.K);
+    const auto x_out = dx.download();
+    const auto y_out = dy.download();
+    const auto act_out = dact.download();
+    std::vector<float> yf(MN), actf(MN);
+    for (std::size_t i = 0; i < MN; ++i) {
+      yf[i] = from_bf16(y_out[i]);
+      actf[i] = from_bf16(act_out[i]);
+    }
+    EXPECT_LT(rel_l2(std::vector<float>(x_out.begin(), x_out.begin() + MN), xr), 1e-5) << "residual " << what;
+    EXPECT_LT(rel_l2(yf, y), 1e-2) << "bf16 " << what;
+    EXPECT_LT(rel_l2(actf, act), 1e-2) << "swiglu " << what;
+    for (std::size_t i = MN; i < MN + guard; ++i) {
+      ASSERT_TRUE(std::isnan(x_out[i])) << "residual wrote past M, " << what;
+      ASSERT_EQ(y_out[i], 0xffff) << "bf16 store wrote past M, " << what;
+      ASSERT_EQ(act_out[i], 0xffff) << "swiglu store wrote past M, " << what;
+    }
+  }
+}
+
+// More tiles than SMs, so each CTA loops over several tiles and the stage ring wraps across tiles;
+// checked on a sample of rows against f64.
+TEST(GpuKernels, PrefillGemmPersistentTiles) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int M = 2100, N = 3072, K = 512;
+  const std::string out = "telos_kernels::gemm_prefill_bf16<" + I(M) + ", " + I(N) + ", " + I(K) + ">";
+  TestModule mod(source_with_rope(), {out});
+  std::vector<float> Af, Wf;
+  DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(M) * K, 1.f, Af)),
+      dW(random_bf16(static_cast<std::size_t>(N) * K, 0.05f, Wf)), dy(static_cast<std::size_t>(M) * N);
+  const DeviceMap a_map(dA.get(), M, K, 128), w_map(dW.get(), N, K, 256), y_map(dy.get(), M, N, 64);
+  CUDA_OK(mod.launch(out, prefill_grid(M, N, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
+                     kPrefillSmem));
+  const auto y = dy.download();
+  for (int m = 0; m < M; m += 37) {
+    std::vector<float> got(N);
+    std::vector<double> want(N);
+    for (int n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int k = 0; k < K; ++k) acc += double(Af[static_cast<std::size_t>(m) * K + k]) * Wf[static_cast<std::size_t>(n) * K + k];
+      want[n] = acc;
+      got[n] = from_bf16(y[static_cast<std::size_t>(m) * N + n]);
+    }
+    ASSERT_LT(rel_l2(got, want), 1e-2) << "row " << m;
+  }
+}
+
+// A row's result does not depend on how many rows the bucket has (batch invariance).
+TEST(GpuKernels, PrefillGemmRowsDoNotDependOnM) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int N = 512, K = 320;
+  const std::string small = "telos_kernels::gemm_prefill_residual<200, " + I(N) + ", " + I(K) + ">";
+  const std::string large = "telos_kernels::gemm_prefill_residual<401, " + I(N) + ", " + I(K) + ">";
+  TestModule mod(source_with_rope(), {small, large});
+  std::vector<float> Af, Wf;
+  DeviceBuffer<std::uint16_t> dA(random_bf16(401 * K, 1.f, Af)), dW(random_bf16(N * K, 0.05f, Wf));
+  const std::vector<float> x0 = random_floats(401 * N);
+  DeviceBuffer<float> x_small(x0), x_large(x0);
+  const DeviceMap a200(dA.get(), 200, K, 128), a401(dA.get(), 401, K, 128), w_map(dW.get(), N, K, 256);
+  CUDA_OK(mod.launch(small, prefill_grid(200, N, 256), kPrefillThreads, {a200.get(), w_map.get(), x_small.get()},
+                     kPrefillSmem));
+  CUDA_OK(mod.launch(large, prefill_grid(401, N, 256), kPrefillThreads, {a401.get(), w_map.get(), x_large.get()},
+                     kPrefillSmem));
+  const auto s = x_small.download(), l = x_large.download();
+  EXPECT_EQ(0, std::memcmp(s.data(), l.data(), 200 * N * sizeof(float)));
+  for (std::size_t i = 200 * N; i < s.size(); ++i) ASSERT_EQ(s[i], x0[i]) << "rows past M=200 were touched";
+}
+
 TEST(GpuKernels, GateUpSwiGlu) {
   TELOS_SKIP_WITHOUT_GPU();
   // N is I here; ROWS = 2 COLS (a block's gate rows and their up rows).
@@ -324,6 +462,110 @@ TEST(GpuKernels, QkvRopeAppend) {
     }
     ASSERT_FALSE(got.empty());
     EXPECT_LT(rel_l2(got, want), 1e-2) << "K=" << s.K << " D=" << s.D;
+  }
+}
+
+// The prefill QKV path: gemm_prefill_bf16 projects into a bf16 buffer, qkv_rope_append_rows adds the
+// bias, normalizes, rotates, writes q and appends k / v (ragged M, a padding row, distinct
+// positions per sequence so no two rows write one KV slot).
+TEST(GpuKernels, PrefillQkvGemmThenRows) {
+  TELOS_SKIP_WITHOUT_GPU();
+  const codegen::RopeInput llama3{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
+  const codegen::RopeInput plain{"default", 1000000.0};
+  constexpr int PAGE = 16, MAXP = 16, LAYERS = 2, POOL = 40, LAYER = 1;
+  // (The small-M tiling fields MT, KSPLIT, UNROLL, CLUSTER are unused here.)
+  for (const QkvShape& s : {QkvShape{128, 4, 2, 32, 0, 1, 1, 1, 200, true, false, llama3},
+                           QkvShape{256, 4, 2, 32, 0, 1, 1, 1, 401, false, true, plain},
+                           QkvShape{512, 8, 2, 128, 0, 1, 1, 1, 130, true, false, plain}}) {
+    const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
+    const int NH = s.HQ + 2 * s.HKV, ROWS = NH * s.D;
+    const std::string gemm = "telos_kernels::gemm_prefill_bf16<" + I(s.M) + ", " + I(ROWS) + ", " + I(s.K) + ">";
+    const std::string rows = "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) +
+                             ", " + (s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", " +
+                             float_literal(1e-6) + ", " + I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) +
+                             "ll, telos_rope::Freqs>";
+    const std::vector<float> inv_freq = codegen::rope_inv_freq(s.rope, s.D);
+    TestModule mod(source_with_rope(inv_freq), {gemm, rows});
+    std::vector<float> Af, Wf;
+    DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af));
+    DeviceBuffer<std::uint16_t> dW(random_bf16(static_cast<std::size_t>(ROWS) * s.K, 0.05f, Wf));
+    DeviceBuffer<std::uint16_t> dqkv(static_cast<std::size_t>(s.M) * ROWS);
+    const std::vector<float> bias = random_floats(ROWS, 0.5f), qn = random_floats(s.D), kn = random_floats(s.D);
+    DeviceBuffer<float> dbias(bias), dqn(qn), dkn(kn);
+    std::vector<int> positions(s.M), token_seq(s.M);
+    for (int m = 0; m < s.M; ++m) {
+      positions[m] = m == s.M - 1 ? -1 : m / 2;
+      token_seq[m] = m % 2;
+    }
+    std::vector<int> pool(POOL);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng());
+    std::vector<int> page_tables(pool.begin(), pool.begin() + 2 * MAXP);
+    DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
+    DeviceBuffer<std::uint16_t> dkv(static_cast<std::size_t>(POOL) * page_elems);
+    DeviceBuffer<float> dq(static_cast<std::size_t>(s.M) * s.HQ * s.D);
+    const DeviceMap a_map(dA.get(), s.M, s.K, 128), w_map(dW.get(), ROWS, s.K, 256), y_map(dqkv.get(), s.M, ROWS, 64);
+    CUDA_OK(mod.launch(gemm, prefill_grid(s.M, ROWS, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
+                       kPrefillSmem));
+    CUDA_OK(mod.launch(rows, dim3(NH, s.M), s.D,
+                       {dqkv.get(), s.bias ? dbias.get() : nullptr, s.qk_norm ? dqn.get() : nullptr,
+                        s.qk_norm ? dkn.get() : nullptr, dpos.get(), dseq.get(), dpt.get(),
+                        dkv.get() + LAYER * 2LL * s.HKV * PAGE * s.D, dq.get()}));
+
+    const std::vector<double> y = gemm_ref(Af, Wf, s.M, ROWS, s.K);
+    std::vector<double> qref(static_cast<std::size_t>(s.M) * s.HQ * s.D);
+    std::vector<float> kv_expect(static_cast<std::size_t>(POOL) * page_elems, NAN);
+    std::vector<char> written(kv_expect.size(), 0);
+    for (int m = 0; m < s.M; ++m)
+      for (int h = 0; h < NH; ++h) {
+        std::vector<double> v(y.begin() + static_cast<std::size_t>(m) * ROWS + h * s.D,
+                              y.begin() + static_cast<std::size_t>(m) * ROWS + (h + 1) * s.D);
+        if (s.bias)
+          for (int d = 0; d < s.D; ++d) v[d] += bias[h * s.D + d];
+        const bool is_q = h < s.HQ, is_k = !is_q && h < s.HQ + s.HKV;
+        if (s.qk_norm && (is_q || is_k)) {
+          double ss = 0;
+          for (double e : v) ss += e * e;
+          const double inv = 1 / std::sqrt(ss / s.D + 1e-6);
+          for (int d = 0; d < s.D; ++d) v[d] *= inv * (is_q ? qn[d] : kn[d]);
+        }
+        const int pos = std::max(positions[m], 0);
+        if (is_q || is_k) {
+          std::vector<double> r(v);
+          for (int j = 0; j < s.D / 2; ++j) {
+            const double a = static_cast<double>(static_cast<float>(pos) * inv_freq[j]);
+            r[j] = v[j] * std::cos(a) - v[j + s.D / 2] * std::sin(a);
+            r[j + s.D / 2] = v[j + s.D / 2] * std::cos(a) + v[j] * std::sin(a);
+          }
+          v = r;
+        }
+        if (is_q) {
+          for (int d = 0; d < s.D; ++d) qref[(static_cast<std::size_t>(m) * s.HQ + h) * s.D + d] = v[d];
+        } else if (positions[m] >= 0) {
+          const int kv = is_k ? 0 : 1, kvh = h - s.HQ - kv * s.HKV;
+          const int page = page_tables[token_seq[m] * MAXP + positions[m] / PAGE];
+          for (int d = 0; d < s.D; ++d) {
+            const std::size_t at = page * page_elems + LAYER * 2LL * s.HKV * PAGE * s.D +
+                                   (static_cast<long long>(kv * s.HKV + kvh) * PAGE + positions[m] % PAGE) * s.D + d;
+            kv_expect[at] = static_cast<float>(v[d]);
+            written[at] = 1;
+          }
+        }
+      }
+    // The projection is rounded to bf16 (as transformers' is) before the epilogue: bf16 tolerance.
+    EXPECT_LT(rel_l2(dq.download(), qref), 1e-2) << "M=" << s.M << " D=" << s.D;
+    const auto kvb = dkv.download();
+    std::vector<float> got, want;
+    for (std::size_t i = 0; i < kvb.size(); ++i) {
+      if (written[i]) {
+        got.push_back(from_bf16(kvb[i]));
+        want.push_back(kv_expect[i]);
+      } else {
+        ASSERT_EQ(kvb[i], 0xffff) << "KV element " << i << " written but should not be";
+      }
+    }
+    ASSERT_FALSE(got.empty());
+    EXPECT_LT(rel_l2(got, want), 1e-2) << "M=" << s.M << " D=" << s.D;
   }
 }
 

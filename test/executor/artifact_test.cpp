@@ -141,6 +141,60 @@ TEST(Artifact, RefusesMissingAndMalformedFieldsByName) {
   expect_refused(dir, {"manifest.json: not valid JSON"});
 }
 
+TEST(Artifact, ParsesTensorMapArguments) {
+  const TensorMapArg t = parse_tensor_map_arg("tmap:w:layers.0.o:4096:4096:256:64", "here");
+  EXPECT_EQ(t.target, "w:layers.0.o");
+  EXPECT_EQ(t.rows, 4096);
+  EXPECT_EQ(t.cols, 4096);
+  EXPECT_EQ(t.box_rows, 256);
+  EXPECT_EQ(t.box_cols, 64);
+  EXPECT_EQ(parse_tensor_map_arg("tmap:buf:act:200:14336:64:64", "here").target, "buf:act");
+  auto refused = [](const std::string& arg, const std::string& why) {
+    try {
+      parse_tensor_map_arg(arg, "programs.buckets[0].launches[1].args[0]");
+      ADD_FAILURE() << arg << " was accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("programs.buckets[0].launches[1].args[0]: " + arg), std::string::npos) << msg;
+      EXPECT_NE(msg.find(why), std::string::npos) << msg;
+    }
+  };
+  refused("tmap:w:128:128:128", "too few fields");
+  refused("tmap:kv:0:128:128:128:64", "must be w:NAME or buf:NAME");
+  refused("tmap:buf::128:128:128:64", "names nothing");
+  refused("tmap:w:o:128:12x:128:64", "\"12x\" is not a positive integer");
+  refused("tmap:w:o:0:128:128:64", "positive");
+  refused("tmap:w:o:128:100:128:64", "multiple of 8");
+  refused("tmap:w:o:128:128:512:64", "BOX_ROWS");
+  refused("tmap:w:o:128:128:128:32", "BOX_COLS must be 64");
+}
+
+TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {
+  const std::string dir = testing::temp_dir("tmap");
+  auto m = testing::write_tiny_artifact(dir, {});
+  auto with_arg = [&](const std::string& arg) {
+    auto c = m;
+    c["programs"] = {{"arena", {{{"buffer", "h"}, {"bytes", 4096}}}},
+                     {"buckets", {{{"kind", "prefill"},
+                                   {"launches", {{{"kernel", 0}, {"args", {"buf:h", arg}}}}}}}}};
+    testing::rewrite_manifest(dir, c);
+  };
+  with_arg("tmap:buf:h:16:64:16:64");  // 2048 bytes of 4096
+  EXPECT_NO_THROW(Artifact::load(dir));
+  with_arg("tmap:buf:h:64:64:64:64");
+  expect_refused(dir, {"programs.buckets[0].launches[0].args[1]", "spans 8192 bytes", "buf:h has 4096"});
+  with_arg("tmap:buf:hh:16:64:16:64");
+  expect_refused(dir, {"programs.buckets[0].launches[0].args[1]", "no arena buffer \"hh\""});
+  with_arg("tmap:w:nope:16:64:16:64");
+  expect_refused(dir, {"no weight tensor \"nope\""});
+  with_arg("tmap:w:embed:64:32:64:64");  // the whole bf16 [64, 32] embedding
+  EXPECT_NO_THROW(Artifact::load(dir));
+  with_arg("tmap:w:final_norm:16:64:16:64");
+  expect_refused(dir, {"tensor maps are bf16, the weight is f32"});
+  with_arg("tmap:buf:h:16:64:16:16");
+  expect_refused(dir, {"programs.buckets[0].launches[0].args[1]", "BOX_COLS must be 64"});
+}
+
 TEST(Artifact, ChecksTheTargetArchitecture) {
   const std::string dir = testing::temp_dir("arch");
   testing::write_tiny_artifact(dir, {});

@@ -1,0 +1,180 @@
+// telos-prefill-bench: times the prefill GEMM (codegen/kernels/gemm_prefill.cuh) on the
+// Llama-3.1-8B prefill shapes at M = 2048, 4096, 8192, 16384, each with the epilogue the plan
+// gives it (qkv: bf16 store; o and down: residual add into f32 x, and the bf16 store for a
+// like-for-like comparison; gate/up: SwiGLU), CUDA events around single launches, median of 20
+// after 3 warm-ups. Prints one line per case: "telos SHAPE M EPILOGUE N K MS"; the torch.matmul
+// side is codegen/bench/prefill_gemm_torch.py, run right after it in the same GPU session.
+//
+//   telos-prefill-bench --compile-only CUBIN   NVRTC only (no GPU): compiles every instance and
+//                                              writes CUBIN and CUBIN.names (instance → entry)
+//   telos-prefill-bench CUBIN                  loads them and times
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "codegen/compile_cache.hpp"
+#include "codegen/emit_source.hpp"
+#include "codegen/kernel_plan.hpp"
+#include "codegen/nvrtc_driver.hpp"
+#include "hexel/tensor_map_encode.h"
+
+namespace {
+
+using namespace telos::codegen;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "telos-prefill-bench: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+struct Case {
+  std::string shape, epilogue;
+  int M, N, K;  // N: output columns of the GEMM (gate/up: 2I, the SwiGLU writes I)
+  std::string instance() const {
+    const std::string tmpl = epilogue == "residual" ? "gemm_prefill_residual"
+                             : epilogue == "swiglu" ? "gemm_prefill_swiglu"
+                                                    : "gemm_prefill_bf16";
+    const int n = epilogue == "swiglu" ? N / 2 : N;
+    return "telos_kernels::" + tmpl + "<" + std::to_string(M) + ", " + std::to_string(n) + ", " +
+           std::to_string(K) + ">";
+  }
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (int m : {2048, 4096, 8192, 16384}) {
+    out.push_back({"qkv", "bf16", m, 6144, 4096});
+    out.push_back({"o", "bf16", m, 4096, 4096});
+    out.push_back({"o", "residual", m, 4096, 4096});
+    out.push_back({"gate_up", "swiglu", m, 28672, 4096});
+    out.push_back({"down", "bf16", m, 4096, 14336});
+    out.push_back({"down", "residual", m, 4096, 14336});
+  }
+  return out;
+}
+
+// The plan's launch shape (kernel_plan.cpp).
+constexpr int kThreads = 384;
+constexpr int kSmem = 4 * (128 + 256) * 64 * 2 + 4 * 64 * 64 * 2 + 8 * 8 + 1024;
+
+hexel::TensorMap* device_map(const void* base, int rows, int cols, int box_rows) {
+  const hexel::TensorMap map =
+      hexel::encode_2d(hexel::TmaDtype::BF16, base, static_cast<std::uint64_t>(rows),
+                       static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(cols) * 2,
+                       static_cast<std::uint32_t>(box_rows), 64, hexel::Swizzle::B128);
+  hexel::TensorMap* d = nullptr;
+  check(cudaMalloc(&d, sizeof map), "tensor map");
+  check(cudaMemcpy(d, &map, sizeof map, cudaMemcpyHostToDevice), "tensor map upload");
+  return d;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<Case> all = cases();
+  if (argc == 3 && std::string(argv[1]) == "--compile-only") {
+    std::vector<std::string> names;
+    for (const Case& c : all) names.push_back(c.instance());
+    KernelPlan plan;
+    plan.rope_inv_freq = {1.f};
+    const CompiledModule m =
+        compile_module(emit_source(plan), "sm_90a", names, CompileCache::default_root());
+    std::ofstream(argv[2], std::ios::binary) << m.cubin;
+    std::ofstream list(std::string(argv[2]) + ".names");
+    for (const auto& n : names) list << n << "\t" << m.lowered.at(n) << "\n";
+    return 0;
+  }
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: telos-prefill-bench [--compile-only] CUBIN\n");
+    return 2;
+  }
+  std::ifstream in(argv[1], std::ios::binary);
+  const std::string cubin((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::map<std::string, std::string> lowered;
+  std::ifstream list(std::string(argv[1]) + ".names");
+  for (std::string line; std::getline(list, line);) {
+    const auto tab = line.find('\t');
+    if (tab != std::string::npos) lowered[line.substr(0, tab)] = line.substr(tab + 1);
+  }
+  cudaLibrary_t lib = nullptr;
+  check(cudaLibraryLoadData(&lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "load");
+
+  // One set of buffers at the largest sizes, filled with small random-ish bf16 (the values do
+  // not change the timing, but zeros would let the tensor cores idle on power).
+  std::size_t a_elems = 0, w_elems = 0, y_elems = 0;
+  for (const Case& c : all) {
+    a_elems = std::max(a_elems, static_cast<std::size_t>(c.M) * c.K);
+    w_elems = std::max(w_elems, static_cast<std::size_t>(c.N) * c.K);
+    y_elems = std::max(y_elems, static_cast<std::size_t>(c.M) * c.N);
+  }
+  std::uint16_t *A = nullptr, *W = nullptr, *Y = nullptr;
+  float* X = nullptr;
+  check(cudaMalloc(&A, a_elems * 2), "A");
+  check(cudaMalloc(&W, w_elems * 2), "W");
+  check(cudaMalloc(&Y, y_elems * 2), "Y");
+  check(cudaMalloc(&X, y_elems * 4), "X");
+  {
+    std::vector<std::uint16_t> h(std::max(a_elems, w_elems));
+    std::uint32_t s = 12345;
+    for (auto& v : h) {
+      s = s * 1664525u + 1013904223u;
+      v = static_cast<std::uint16_t>(0x3c00u + (s >> 24) % 0x100u - 0x80u);  // |v| about 2^-8 .. 2^-6
+      if (s & 0x8000u) v |= 0x8000u;
+    }
+    check(cudaMemcpy(A, h.data(), a_elems * 2, cudaMemcpyHostToDevice), "A upload");
+    check(cudaMemcpy(W, h.data(), w_elems * 2, cudaMemcpyHostToDevice), "W upload");
+    check(cudaMemset(X, 0, y_elems * 4), "X init");
+  }
+
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (const Case& c : all) {
+    const std::string inst = c.instance();
+    cudaKernel_t k = nullptr;
+    check(cudaLibraryGetKernel(&k, lib, lowered.at(inst).c_str()), inst.c_str());
+    const void* fn = reinterpret_cast<const void*>(k);
+    check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "smem");
+    const bool glu = c.epilogue == "swiglu";
+    const int out_cols = glu ? c.N / 2 : c.N, tile_cols = glu ? 128 : 256;
+    hexel::TensorMap* a_map = device_map(A, c.M, c.K, 128);
+    hexel::TensorMap* w_map = device_map(W, c.N, c.K, glu ? 128 : 256);
+    hexel::TensorMap* y_map = device_map(Y, c.M, out_cols, 64);
+    const void* out = c.epilogue == "residual" ? static_cast<const void*>(X) : y_map;
+    std::vector<const void*> args = {a_map, w_map, out};
+    std::vector<void*> params;
+    for (auto& a : args) params.push_back(&a);
+    const int tiles = ((c.M + 127) / 128) * ((out_cols + tile_cols - 1) / tile_cols);
+    const dim3 grid(std::min(tiles, 132));
+    auto launch = [&] {
+      check(cudaLaunchKernel(fn, grid, kThreads, params.data(), kSmem, nullptr), inst.c_str());
+    };
+    for (int i = 0; i < 3; ++i) launch();
+    std::vector<float> t;
+    for (int i = 0; i < 20; ++i) {
+      cudaEventRecord(e0);
+      launch();
+      cudaEventRecord(e1);
+      check(cudaEventSynchronize(e1), "timing");
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    std::printf("telos %s %d %s %d %d %.4f\n", c.shape.c_str(), c.M, c.epilogue.c_str(), c.N, c.K,
+                t[t.size() / 2]);
+    std::fflush(stdout);
+    cudaFree(a_map);
+    cudaFree(w_map);
+    cudaFree(y_map);
+  }
+  cudaLibraryUnload(lib);
+  return 0;
+}

@@ -1,0 +1,53 @@
+"""torch.matmul on the prefill GEMM shapes, side by side with telos-prefill-bench's lines.
+
+Reads telos-prefill-bench's output (lines "telos SHAPE M EPILOGUE N K MS") from the file named
+as argv[1], times y = a @ w.T in bf16 for each distinct (M, N, K) the same way (CUDA events around
+single calls, median of 20 after 3 warm-ups) and prints one table, the ratio being torch time
+over Telos time (> 1: Telos is faster).
+"""
+import sys
+
+import torch
+
+
+def median_ms(fn, reps=20, warm=3):
+    for _ in range(warm):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    rows = []
+    with open(sys.argv[1]) as f:
+        for line in f:
+            p = line.split()
+            if len(p) == 7 and p[0] == "telos":
+                rows.append((p[1], int(p[2]), p[3], int(p[4]), int(p[5]), float(p[6])))
+    torch_ms = {}
+    for _, m, _, n, k, _ in rows:
+        if (m, n, k) in torch_ms:
+            continue
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        torch_ms[(m, n, k)] = median_ms(lambda: torch.matmul(a, w.T))
+        del a, w
+    print("| shape | M | N | K | epilogue | telos ms | TFLOP/s | torch ms | TFLOP/s | torch/telos |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for shape, m, epi, n, k, ms in rows:
+        t = torch_ms[(m, n, k)]
+        flop = 2.0 * m * n * k
+        print(f"| {shape} | {m} | {n} | {k} | {epi} | {ms:.3f} | {flop / ms / 1e9:.0f} | "
+              f"{t:.3f} | {flop / t / 1e9:.0f} | {t / ms:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,329 @@
+#pragma once
+// The prefill GEMM: y = A · Wᵀ for M ≥ 128 rows, A [M, K] bf16 activations and W [N, K] bf16
+// weights, row-major, f32 accumulation, on Hopper tensor cores. The structure is Hexel's proof
+// GEMM (hexel/examples/gemm_bf16.cuh): persistent (one CTA per SM), warp-specialised (warpgroup 0
+// is the TMA producer, warpgroups 1 and 2 the wgmma consumers, 64 rows of a 128-row tile each),
+// a ring of STAGES shared-memory stages between them, one wgmma m64n256k16 per 16 of K.
+//
+// Operands arrive through TMA tensor maps that the executor encodes once at load time and keeps
+// in device memory (launch argument `tmap:`, docs/artifact.md); the kernel reads them from global
+// memory through their generic address (PTX ISA, cp.async.bulk.tensor: the tensor-map operand
+// may live in the .param, .const or .global state space). Maps are 128B-swizzled bf16 with
+// 64-column boxes: A in 128-row boxes, W in 256-row boxes (128 for SwiGLU: gate and up halves),
+// bf16 outputs in 64 x 64 boxes.
+//
+// Ragged shapes: tiles past M or N load zeros (TMA fills out-of-bounds box elements with zeros)
+// and TMA stores drop out-of-bounds elements; the residual epilogue checks its bounds itself.
+//
+// Reduction order, for batch invariance: every output element sums K in 16-wide steps in order,
+// whatever M is, so a row's result does not depend on the bucket.
+#include "common.cuh"
+#include "hexel/matrix_ldst.cuh"
+#include "hexel/mbarrier.cuh"
+#include "hexel/sync.cuh"
+#include "hexel/tma.cuh"
+#include "hexel/wgmma.cuh"
+
+namespace telos_kernels {
+
+using hexel::TensorMap;
+
+struct PrefillGemm {
+  static constexpr unsigned kBlockM = 128;
+  static constexpr unsigned kBlockN = 256;
+  static constexpr unsigned kBlockK = 64;  // one 128-byte swizzle row of bf16
+  static constexpr unsigned kStages = 4;
+  static constexpr unsigned kConsumers = 2;  // warpgroups, 64 rows each
+  static constexpr unsigned kThreads = 128 * (1 + kConsumers);
+  static constexpr unsigned kGroupM = 16;  // tiles along M visited together, for L2 reuse
+  static constexpr unsigned kABytes = hexel::tma::tile_bytes<unsigned short>(kBlockK, kBlockM);
+  static constexpr unsigned kWBytes = hexel::tma::tile_bytes<unsigned short>(kBlockK, kBlockN);
+  static constexpr unsigned kStageBytes = kABytes + kWBytes;
+  // bf16 outputs leave in 64 x 64 chunks (128-byte rows, 128B-swizzled), two buffers per
+  // consumer so a TMA store drains while the next chunk is written.
+  static constexpr unsigned kChunkCols = 64;
+  static constexpr unsigned kChunkBytes = 64 * kChunkCols * 2;
+  static constexpr unsigned kEpilogueBytes = kConsumers * 2 * kChunkBytes;
+  // Stages, epilogue buffers, full[] and empty[] barriers; +1024 to align the base to the 128B
+  // swizzle repeat, which keeps the descriptors' base offsets zero.
+  static constexpr unsigned kSmemBytes =
+      kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8 + 1024;
+};
+
+// Linear work index -> (tile m, tile n), kGroupM tiles along M per sweep over N, so the CTAs
+// running at one time share A rows and W columns in L2.
+__device__ __forceinline__ void prefill_tile_coords(unsigned t, unsigned tiles_m, unsigned tiles_n,
+                                                    unsigned& tm, unsigned& tn) {
+  const unsigned per_group = PrefillGemm::kGroupM * tiles_n;
+  const unsigned first_m = (t / per_group) * PrefillGemm::kGroupM;
+  const unsigned rows = min(tiles_m - first_m, PrefillGemm::kGroupM);
+  const unsigned r = t % per_group;
+  tm = first_m + r % rows;
+  tn = r / rows;
+}
+
+// The executor writes the tensor maps to global memory with cudaMemcpy (the generic proxy); a
+// thread must order that write before its first TMA use of the map (the tensormap proxy). PTX:
+// membar/fence, fence.proxy.tensormap::generic.acquire (.sys: the writer was the host).
+__device__ __forceinline__ void acquire_tensor_map(const TensorMap* map) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;" ::"l"(map) : "memory");
+}
+
+// Epilogues. A consumer thread's accumulators (wgmma m64nNk16 f32 layout): d[4j + 2h + e] is row
+// 16 · warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e of its 64-row slab.
+//
+// kOutCols: output columns per tile; W rows per tile are always kBlockN. pack(d, j, h): the two
+// bf16 outputs of column pair (j, lane % 4) and row half h, for the TMA-store path.
+struct EpilogueStoreBf16 {
+  static constexpr unsigned kOutCols = PrefillGemm::kBlockN;
+  static constexpr bool kSplitW = false, kResidual = false;
+  __device__ __forceinline__ static unsigned pack(const float (&d)[PrefillGemm::kBlockN / 2],
+                                                  unsigned j, unsigned h) {
+    return pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+  }
+};
+
+// SwiGLU: the tile's first 128 W rows are gate rows j0.., the next 128 the up rows I + j0.. (two
+// TMA boxes per stage), so gate column c and its up column sit in the same thread, 16 column
+// blocks apart.
+struct EpilogueSwiGlu {
+  static constexpr unsigned kOutCols = PrefillGemm::kBlockN / 2;
+  static constexpr bool kSplitW = true, kResidual = false;
+  __device__ __forceinline__ static float act(float gate, float up) {
+    return gate / (1.f + expf(-gate)) * up;
+  }
+  __device__ __forceinline__ static unsigned pack(const float (&d)[PrefillGemm::kBlockN / 2],
+                                                  unsigned j, unsigned h) {
+    constexpr unsigned kUp = 4 * (kOutCols / 8);
+    return pack_bf16x2(act(d[4 * j + 2 * h], d[kUp + 4 * j + 2 * h]),
+                       act(d[4 * j + 2 * h + 1], d[kUp + 4 * j + 2 * h + 1]));
+  }
+};
+
+// x[m, n] += acc: straight from registers (read-modify-write of f32 pairs), bounds-checked.
+struct EpilogueResidual {
+  static constexpr unsigned kOutCols = PrefillGemm::kBlockN;
+  static constexpr bool kSplitW = false, kResidual = true;
+};
+
+// The whole kernel; the epilogue writes through `out_map` (bf16 TMA store) or `x` (residual).
+template <int M, int N, int K, class Epi>
+__device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const TensorMap* w_map,
+                                                  const TensorMap* out_map, float* x) {
+  using G = PrefillGemm;
+  using namespace hexel;
+  static_assert(M > 0 && N % 8 == 0 && K % 8 == 0, "TMA rows are multiples of 16 bytes");
+  extern __shared__ unsigned char smem_raw[];
+  const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const unsigned epilogue = base + G::kStages * G::kStageBytes;
+  const unsigned full = epilogue + G::kEpilogueBytes;
+  const unsigned empty = full + G::kStages * 8;
+  auto a_stage = [&](unsigned s) { return base + s * G::kStageBytes; };
+  auto w_stage = [&](unsigned s) { return base + s * G::kStageBytes + G::kABytes; };
+
+  constexpr unsigned tiles_m = (M + G::kBlockM - 1) / G::kBlockM;
+  constexpr unsigned tiles_n = (N + Epi::kOutCols - 1) / Epi::kOutCols;
+  constexpr unsigned units = tiles_m * tiles_n;
+  constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
+  const unsigned wg = warp_index() / 4;
+
+  if (threadIdx.x == 0) {
+    acquire_tensor_map(a_map);
+    acquire_tensor_map(w_map);
+    tma::prefetch_map(a_map);
+    tma::prefetch_map(w_map);
+    for (unsigned s = 0; s < G::kStages; ++s) {
+      mbarrier::init(full + 8 * s, 1);
+      mbarrier::init(empty + 8 * s, G::kConsumers * 4);  // one arrival per consumer warp
+    }
+    mbarrier::fence_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      mbarrier::StageRing<G::kStages> ring;
+      for (unsigned u = blockIdx.x; u < units; u += gridDim.x) {
+        unsigned tm, tn;
+        prefill_tile_coords(u, tiles_m, tiles_n, tm, tn);
+        for (unsigned kb = 0; kb < k_blocks; ++kb) {
+          mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
+          const unsigned bar = full + 8 * ring.index;
+          // Out-of-bounds box elements count too: the stage always receives kStageBytes.
+          mbarrier::arrive_expect_tx(bar, G::kStageBytes);
+          tma::load(a_stage(ring.index), a_map, bar, kb * G::kBlockK, tm * G::kBlockM);
+          if constexpr (Epi::kSplitW) {
+            constexpr unsigned half = G::kBlockN / 2;
+            tma::load(w_stage(ring.index), w_map, bar, kb * G::kBlockK, tn * half);
+            tma::load(w_stage(ring.index) + half * 128, w_map, bar, kb * G::kBlockK, N + tn * half);
+          } else {
+            tma::load(w_stage(ring.index), w_map, bar, kb * G::kBlockK, tn * G::kBlockN);
+          }
+          ring.advance();
+        }
+      }
+    }
+  } else {
+    setmaxnreg_inc<232>();
+    const unsigned cw = wg - 1;  // consumer index: rows 64 cw .. 64 cw + 63 of the tile
+    const unsigned warp = warp_index() % 4;
+    const unsigned lane = threadIdx.x % 32;
+    const bool wg_leader = threadIdx.x % 128 == 0;
+    // Each consumer warpgroup's leader issues its TMA stores.
+    if (out_map && wg_leader) {
+      acquire_tensor_map(out_map);
+      tma::prefetch_map(out_map);
+    }
+    mbarrier::StageRing<G::kStages> ring;
+    float d[G::kBlockN / 2];
+    for (unsigned u = blockIdx.x; u < units; u += gridDim.x) {
+      unsigned tm, tn;
+      prefill_tile_coords(u, tiles_m, tiles_n, tm, tn);
+      unsigned prev = 0;
+      for (unsigned kb = 0; kb < k_blocks; ++kb) {
+        mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
+        const auto a = wgmma::kmajor_desc(a_stage(ring.index) + cw * 64 * 128, Swizzle::B128);
+        const auto b = wgmma::kmajor_desc(w_stage(ring.index), Swizzle::B128);
+        wgmma::fence();
+#pragma unroll
+        for (unsigned kk = 0; kk < G::kBlockK / 16; ++kk)
+          wgmma::mma_ss<G::kBlockN>(d, a.advanced(kk * 32), b.advanced(kk * 32), kb > 0 || kk > 0);
+        wgmma::commit_group();
+        // One group stays in flight; once it is the only one, the previous stage has been read
+        // and goes back to the producer.
+        wgmma::wait_group<1>();
+        if (kb > 0 && lane == 0) mbarrier::arrive(empty + 8 * prev);
+        prev = ring.index;
+        ring.advance();
+      }
+      wgmma::wait_group<0>();
+      wgmma::fence_operand(d);
+      if (lane == 0) mbarrier::arrive(empty + 8 * prev);
+
+      const unsigned row0 = tm * G::kBlockM + cw * 64;
+      if constexpr (Epi::kResidual) {
+#pragma unroll
+        for (unsigned h = 0; h < 2; ++h) {
+          const unsigned m = row0 + 16 * warp + lane / 4 + 8 * h;
+          if (m >= static_cast<unsigned>(M)) continue;
+          float* xr = x + static_cast<long long>(m) * N;
+#pragma unroll
+          for (unsigned j = 0; j < G::kBlockN / 8; ++j) {
+            const unsigned n = tn * G::kBlockN + 8 * j + 2 * (lane % 4);
+            if (n >= static_cast<unsigned>(N)) continue;
+            float2* p = reinterpret_cast<float2*>(xr + n);
+            float2 v = *p;
+            v.x += d[4 * j + 2 * h];
+            v.y += d[4 * j + 2 * h + 1];
+            *p = v;
+          }
+        }
+      } else {
+        // Per 16 columns (column blocks j, j + 1) one stmatrix.x4 writes the warp's 16 rows:
+        // matrices (rows 0-7, j), (8-15, j), (0-7, j + 1), (8-15, j + 1), lane l addressing row
+        // l % 8 of matrix l / 8.
+        const unsigned quad = lane / 8, r_in = 16 * warp + 8 * (quad % 2) + lane % 8;
+#pragma unroll
+        for (unsigned ch = 0; ch < Epi::kOutCols / G::kChunkCols; ++ch) {
+          const unsigned buf = epilogue + (cw * 2 + ch % 2) * G::kChunkBytes;
+          // The store that last read this buffer (two chunks ago) must be done reading it.
+          if (wg_leader) tma::wait_group_read<1>();
+          named_barrier_sync(1 + cw, 128);
+#pragma unroll
+          for (unsigned q = 0; q < G::kChunkCols / 16; ++q) {
+            const unsigned j = ch * (G::kChunkCols / 8) + 2 * q;
+            const unsigned frag[4] = {Epi::pack(d, j, 0), Epi::pack(d, j, 1), Epi::pack(d, j + 1, 0),
+                                      Epi::pack(d, j + 1, 1)};
+            const unsigned col_bytes = 2 * (16 * q + 8 * (quad / 2));
+            stmatrix<4>(buf + swizzled_offset(r_in * 128 + col_bytes, Swizzle::B128), frag);
+          }
+          fence_proxy_async_smem();  // stmatrix writes, then the TMA store reads: proxy switch
+          named_barrier_sync(1 + cw, 128);
+          if (wg_leader) {
+            tma::store(out_map, buf, tn * Epi::kOutCols + ch * G::kChunkCols, row0);
+            tma::commit_group();
+          }
+        }
+      }
+    }
+    if (wg_leader) tma::wait_group<0>();
+  }
+}
+
+// y[m, n] = bf16((A · Wᵀ)[m, n]); y through a 64 x 64-box map of [M, N].
+template <int M, int N, int K>
+__global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_bf16(const TensorMap* a_map, const TensorMap* w_map, const TensorMap* y_map) {
+  prefill_gemm_body<M, N, K, EpilogueStoreBf16>(a_map, w_map, y_map, nullptr);
+}
+
+// x[m, n] += (A · Wᵀ)[m, n], x the f32 residual stream [M, N]: the attention output and down
+// projections.
+template <int M, int N, int K>
+__global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_residual(const TensorMap* a_map, const TensorMap* w_map, float* x) {
+  prefill_gemm_body<M, N, K, EpilogueResidual>(a_map, w_map, nullptr, x);
+}
+
+// act[m, j] = bf16(silu(g) · u), g = (A · Wᵀ)[m, j], u = (A · Wᵀ)[m, I + j], W = gate_up [2I, K]
+// (map with 128-row boxes), act through a 64 x 64-box map of [M, I].
+template <int M, int I, int K>
+__global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_swiglu(const TensorMap* a_map, const TensorMap* w_map, const TensorMap* act_map) {
+  prefill_gemm_body<M, I, K, EpilogueSwiGlu>(a_map, w_map, act_map, nullptr);
+}
+
+// The prefill QKV epilogue, after gemm_prefill_bf16 wrote the projection qkv [M, (HQ + 2 HKV) D]
+// (bf16, as transformers' projection is): block (head, m) adds the bias (Qwen2), applies the
+// per-head RMSNorm to q and k (Qwen3), rotates q and k (RoPE, rotate-half; Rope::inv_freq(i),
+// llama3 scaling included), then writes q (f32, [M, HQ D]) or appends k / v to the token's KV
+// page. Rows whose position is negative are padding: their k and v are not written. The same
+// steps as qkv_rope_append's epilogue in linear.cuh (decode), one token per block, D threads.
+template <int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
+          long long PAGE_ELEMS, class Rope>
+__global__ void __launch_bounds__(D)
+    qkv_rope_append_rows(const bf16* qkv, const float* bias, const float* q_norm,
+                         const float* k_norm, const int* positions, const int* token_seq,
+                         const int* page_tables, bf16* kv_layer, float* q_out) {
+  static_assert(D % 32 == 0 && D <= 256, "one thread per element of a head");
+  __shared__ float head_v[D];
+  __shared__ float scratch[D / 32];
+  const int head = blockIdx.x, m = blockIdx.y, d = threadIdx.x;
+  const bool is_q = head < HQ, is_k = !is_q && head < HQ + HKV;
+  float v = __uint_as_float(static_cast<unsigned>(qkv[static_cast<long long>(m) * (HQ + 2 * HKV) * D +
+                                                      head * D + d])
+                            << 16);
+  if constexpr (BIAS) v += bias[head * D + d];
+  if constexpr (QK_NORM) {
+    if (is_q || is_k) {
+      const float inv = rsqrtf(block_sum<D>(v * v, scratch) / D + EPS);
+      v = v * inv * (is_q ? q_norm : k_norm)[d];
+    }
+  }
+  const int pos = positions[m];
+  if (is_q || is_k) {
+    head_v[d] = v;
+    __syncthreads();
+    const int j = d % (D / 2);
+    // The angle is rounded to f32 as transformers computes it; reducing it by 2π in f64 keeps
+    // sincos on its short path (the long-argument path needs local memory).
+    const float angle = static_cast<float>(max(pos, 0)) * Rope::inv_freq(j);
+    const double turns = rint(static_cast<double>(angle) * 0.15915494309189535);
+    float sn, cs;
+    __sincosf(static_cast<float>(fma(-turns, 6.283185307179586, static_cast<double>(angle))), &sn, &cs);
+    const float x1 = head_v[j], x2 = head_v[j + D / 2];
+    v = d < D / 2 ? x1 * cs - x2 * sn : x2 * cs + x1 * sn;
+  }
+  if (is_q) {
+    q_out[static_cast<long long>(m) * HQ * D + head * D + d] = v;
+    return;
+  }
+  if (pos < 0) return;
+  const int kv = is_k ? 0 : 1, kvh = head - HQ - kv * HKV;
+  const int page = page_tables[token_seq[m] * MAXP + pos / PAGE];
+  kv_layer[page * PAGE_ELEMS + (static_cast<long long>(kv * HKV + kvh) * PAGE + pos % PAGE) * D + d] =
+      f32_to_bf16(v);
+}
+
+}  // namespace telos_kernels
