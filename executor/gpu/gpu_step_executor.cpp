@@ -205,6 +205,11 @@ struct GpuStepExecutor::State {
 
   // Packs the descriptor and queues copy, graph and copies back on the stream; collect() waits.
   void launch(const Step& step, std::span<const GpuSampling> sampling, bool want_logits) {
+    // The engine calls from its loop thread, not the one that loaded: the current device is per
+    // thread in the runtime API.
+    int current = -1;
+    check(cudaGetDevice(&current), "current device");
+    if (current != opt.device) check(cudaSetDevice(opt.device), "select device " + std::to_string(opt.device));
     int sampling_rows = 0;
     for (const auto& s : step.sequences) sampling_rows += s.samples ? 1 : 0;
     const Bucket& b = choose(step, sampling_rows);
