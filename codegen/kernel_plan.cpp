@@ -147,11 +147,13 @@ int gemm_m_tile(int rows, int max_tile) {
   return 1;
 }
 
-// Registers per thread: 65536 / threads, at most 255. A K step costs 8 registers of weights plus
-// 4 of activations per token tile of 8, next to 4 accumulators per token tile.
+// The kernels cap registers at 128 per thread. A K step in flight costs 8 registers of weights
+// plus 4 of activations per token tile of 8; about 96 registers go to those loads (the rest are
+// the 4 accumulators per token tile, addresses and indices), halved per doubling of the block
+// beyond 256 threads. (16 steps for a 16-token tile spilled: 8 steps of 16 registers.)
 int gemm_unroll(int m_tile, int threads) {
   const int tiles = (m_tile + 7) / 8;
-  return std::clamp(16 / tiles / std::max(1, threads / 256), 1, 8);
+  return std::clamp(96 / (8 + 4 * tiles) / std::max(1, threads / 256), 1, 8);
 }
 
 KernelPlan plan_kernels(const CodegenInput& in) {
