@@ -227,7 +227,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                       {"W", "A", "x"}, down_g.tiling.threads());
     };
     // Prefill at T >= kPrefillGemmMinRows: the tensor-core GEMM, operands through tensor maps.
-    const bool big = kind == "prefill" && T >= kPrefillGemmMinRows;
+    const bool big = !in.batch_invariant && kind == "prefill" && T >= kPrefillGemmMinRows;
     auto tmap = [&](const std::string& target, long long rows, long long cols, int box_rows) {
       return "tmap:" + target + ":" + I_(rows) + ":" + I_(cols) + ":" + I_(box_rows) + ":64";
     };

@@ -62,8 +62,9 @@ struct KernelPlan {
 // Throws telos::Error naming the field when the model is outside what the kernels support.
 KernelPlan plan_kernels(const CodegenInput& in);
 
-// Prefill buckets of at least this many tokens run their o, gate/up and down projections on the
-// wgmma + TMA GEMM (kernels/gemm_prefill.cuh); smaller ones, and decode, on the small-M GEMM.
+// With serving.batch_invariant false, prefill buckets of at least this many tokens run their qkv,
+// o, gate/up and down projections on the wgmma + TMA GEMM (kernels/gemm_prefill.cuh); smaller
+// ones, decode, and every bucket of a batch-invariant model, on the small-M GEMM.
 inline constexpr int kPrefillGemmMinRows = 128;
 
 // Attention cuts the context into splits of kAttnSplit positions (two 16-position chunks per

@@ -15,7 +15,7 @@ rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/artifacts" "$CARRY/artifacts-p1
 serving=$(mktemp)
 cat >"$serving" <<'JSON'
 {"max_batch": 8, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 128},
- "prefill_chunk": 128, "prefill_buckets": [128], "targets": ["sm_90a"]}
+ "prefill_chunk": 128, "prefill_buckets": [128], "targets": ["sm_90a"], "batch_invariant": false}
 JSON
 for m in models/tiny-llama test/fixtures/tiny-qwen2 test/fixtures/tiny-qwen3; do
   name=$(basename "$m")

@@ -50,6 +50,7 @@ template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int 
 __global__ void __launch_bounds__(128)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const bf16* kv_layer, float* part_o, float* part_ml) {
+  pdl_entry();
   constexpr int G = HQ / HKV, W = 4;
   constexpr int KS = D / 16, NT = D / 8, VW = D / 16;  // k-steps, n-tiles, V words per position
   static_assert(HQ % HKV == 0 && G <= 16 && D % 32 == 0 && D <= 128 && SPLIT % (16 * W) == 0,
@@ -247,6 +248,7 @@ __global__ void __launch_bounds__(128)
 template <int HQ, int D, int NSPLIT, int SPLIT>
 __global__ void __launch_bounds__(D)
     attn_combine(const float* part_o, const float* part_ml, const int* positions, bf16* out) {
+  pdl_entry();
   __shared__ float sm_m[NSPLIT], sm_w[NSPLIT], sm_l[NSPLIT];
   const int t = blockIdx.x, hq = blockIdx.y, d = threadIdx.x;
   const int pos = positions[t];

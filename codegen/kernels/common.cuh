@@ -11,6 +11,17 @@ namespace telos_kernels {
 
 using bf16 = unsigned short;
 
+// Programmatic dependent launch (PTX ISA: Parallel Synchronization and Communication
+// Instructions, griddepcontrol). The executor launches every kernel of a step after the first with
+// programmatic stream serialization, so a kernel's blocks may be scheduled while its predecessor
+// still runs; every kernel calls this first, before touching memory: it lets its own successor be
+// scheduled (once all of this grid's blocks have called it), then waits until the predecessor has
+// completed and its writes are visible. Launched without that attribute, both are no-ops.
+__device__ __forceinline__ void pdl_entry() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 // Round to nearest even; NaN stays NaN.
 __device__ __forceinline__ bf16 f32_to_bf16(float f) {
   unsigned u = __float_as_uint(f);

@@ -255,6 +255,7 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
 template <int M, int N, int K>
 __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_bf16(const TensorMap* a_map, const TensorMap* w_map, const TensorMap* y_map) {
+  pdl_entry();
   prefill_gemm_body<M, N, K, EpilogueStoreBf16>(a_map, w_map, y_map, nullptr);
 }
 
@@ -263,6 +264,7 @@ __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
 template <int M, int N, int K>
 __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_residual(const TensorMap* a_map, const TensorMap* w_map, float* x) {
+  pdl_entry();
   prefill_gemm_body<M, N, K, EpilogueResidual>(a_map, w_map, nullptr, x);
 }
 
@@ -271,6 +273,7 @@ __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
 template <int M, int I, int K>
 __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_swiglu(const TensorMap* a_map, const TensorMap* w_map, const TensorMap* act_map) {
+  pdl_entry();
   prefill_gemm_body<M, I, K, EpilogueSwiGlu>(a_map, w_map, act_map, nullptr);
 }
 
@@ -286,6 +289,7 @@ __global__ void __launch_bounds__(D)
     qkv_rope_append_rows(const bf16* qkv, const float* bias, const float* q_norm,
                          const float* k_norm, const int* positions, const int* token_seq,
                          const int* page_tables, bf16* kv_layer, float* q_out) {
+  pdl_entry();
   static_assert(D % 32 == 0 && D <= 256, "one thread per element of a head");
   __shared__ float head_v[D];
   __shared__ float scratch[D / 32];

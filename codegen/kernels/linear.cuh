@@ -170,6 +170,7 @@ struct ContiguousRows {
 template <int K, int N, int ROWS, int MT, int KSPLIT, int UNROLL>
 __global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks<ROWS, KSPLIT>)
     linear_residual(const bf16* W, const bf16* A, float* x) {
+  pdl_entry();
   static_assert(N % ROWS == 0, "a block owns whole row groups");
   constexpr int THREADS = kLinearThreads<ROWS, KSPLIT>;
   __shared__ float tile[MT][ROWS];
@@ -185,6 +186,7 @@ __global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks
 template <int K, int N, int ROWS, int MT, int KSPLIT, int UNROLL>
 __global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks<ROWS, KSPLIT>)
     linear_f32(const bf16* W, const bf16* A, float* y) {
+  pdl_entry();
   static_assert(N % ROWS == 0, "a block owns whole row groups");
   constexpr int THREADS = kLinearThreads<ROWS, KSPLIT>;
   __shared__ float tile[MT][ROWS];
@@ -210,6 +212,7 @@ struct GateUpRows {
 template <int K, int I, int ROWS, int MT, int KSPLIT, int UNROLL>
 __global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks<ROWS, KSPLIT>)
     linear_swiglu(const bf16* W, const bf16* A, bf16* act) {
+  pdl_entry();
   constexpr int COLS = ROWS / 2, THREADS = kLinearThreads<ROWS, KSPLIT>;
   static_assert(I % COLS == 0 && COLS % 8 == 0, "a block owns whole column groups");
   __shared__ float tile[MT][2 * COLS];
@@ -241,6 +244,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1)
         qkv_rope_append(const bf16* W, const bf16* A, const float* bias, const float* q_norm,
                         const float* k_norm, const int* positions, const int* token_seq,
                         const int* page_tables, bf16* kv_layer, float* q_out) {
+  pdl_entry();
   static_assert(D % 2 == 0, "RoPE rotates pairs");
   constexpr int THREADS = kLinearThreads<D, KSPLIT>;
   __shared__ float tile[MT][D];

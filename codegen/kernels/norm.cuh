@@ -9,6 +9,7 @@ namespace telos_kernels {
 template <int H, int THREADS>
 __global__ void __launch_bounds__(THREADS) embed_gather(const bf16* embed, const int* tokens,
                                                         float* x) {
+  pdl_entry();
   static_assert(H % 8 == 0, "rows are read 16 bytes at a time");
   const int t = blockIdx.x;
   const bf16* row = embed + static_cast<long long>(tokens[t]) * H;
@@ -27,6 +28,7 @@ __global__ void __launch_bounds__(THREADS) embed_gather(const bf16* embed, const
 template <int H, int THREADS, float EPS, bool GATHER>
 __global__ void __launch_bounds__(THREADS) rmsnorm(const float* x, const float* w, const int* rows,
                                                    bf16* out) {
+  pdl_entry();
   __shared__ float scratch[THREADS / 32];
   const int r = blockIdx.x;
   const int src = GATHER ? rows[r] : r;

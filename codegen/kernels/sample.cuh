@@ -41,6 +41,7 @@ __device__ __forceinline__ unsigned order_key(float f) {
 template <int V, int THREADS>
 __global__ void __launch_bounds__(THREADS) sample(const float* logits, const SampleParams* params,
                                                   const int* rows, int* tokens_out) {
+  pdl_entry();
   constexpr int PER = (V + THREADS - 1) / THREADS;  // each thread owns a contiguous run of indices
   __shared__ float scratch[32];
   __shared__ float warp_prefix[THREADS / 32];

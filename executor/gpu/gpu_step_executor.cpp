@@ -171,10 +171,25 @@ struct GpuStepExecutor::State {
     fail("manifest.json: programs: argument " + arg + ": unknown kind");
   }
 
+  // Every kernel after a step's first is launched with programmatic stream serialization (PTX
+  // griddepcontrol; codegen/kernels/common.cuh, pdl_entry): its blocks are scheduled while its
+  // predecessor finishes and wait there, so launch latency overlaps the previous kernel's tail.
+  // The first kernel follows the step descriptor's copy in plain stream order.
   void launch_all(const Bucket& b) {
-    for (const auto& l : b.launches) {
-      check(cudaLaunchKernel(reinterpret_cast<const void*>(kernels[l.kernel]), l.grid, blocks[l.kernel],
-                             const_cast<void**>(l.params.data()), dynamic_smem[l.kernel], stream),
+    cudaLaunchAttribute pdl{};
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    for (std::size_t i = 0; i < b.launches.size(); ++i) {
+      const auto& l = b.launches[i];
+      cudaLaunchConfig_t config{};
+      config.gridDim = l.grid;
+      config.blockDim = blocks[l.kernel];
+      config.dynamicSmemBytes = dynamic_smem[l.kernel];
+      config.stream = stream;
+      config.attrs = i == 0 ? nullptr : &pdl;
+      config.numAttrs = i == 0 ? 0 : 1;
+      check(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernels[l.kernel]),
+                                const_cast<void**>(l.params.data())),
             "launch");
     }
   }

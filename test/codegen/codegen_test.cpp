@@ -40,6 +40,7 @@ CodegenInput tiny(const std::string& family) {
   in.decode_buckets = {1, 2, 4, 8};
   in.prefill_buckets = {32, 64, 128};
   in.targets = {"sm_90a"};
+  in.batch_invariant = false;  // prefill buckets of >= 128 tokens on the tensor-core GEMM
   return in;
 }
 
@@ -61,6 +62,7 @@ CodegenInput llama_1b() {
   in.decode_buckets = {1, 6, 64};
   in.prefill_buckets = {512};
   in.targets = {"sm_90a"};
+  in.batch_invariant = false;  // prefill buckets of >= 128 tokens on the tensor-core GEMM
   return in;
 }
 
@@ -205,6 +207,26 @@ TEST(Codegen, RealSizeShapesCompileWithoutSpills) {
   EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_residual<512, 2048, 2048>"));
   EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_swiglu<512, 8192, 2048>"));
   EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_residual<512, 2048, 8192>"));
+}
+
+// serving.batch_invariant (the default) keeps every bucket on one GEMM family, so no row's result
+// depends on the size of its step.
+TEST(Codegen, BatchInvariantModelsUseOneGemmFamily) {
+  CodegenInput in = tiny("llama");
+  in.batch_invariant = true;
+  const KernelPlan plan = plan_kernels(in);
+  for (const KernelInstance& k : plan.kernels) {
+    EXPECT_EQ(k.instance.find("gemm_prefill"), std::string::npos) << k.instance;
+    EXPECT_EQ(k.instance.find("qkv_rope_append_rows"), std::string::npos) << k.instance;
+  }
+  bool saw_prefill_128 = false;
+  for (const BucketProgram& b : plan.buckets)
+    if (b.kind == "prefill" && b.size == 128) {
+      saw_prefill_128 = true;
+      for (const Launch& l : b.launches)
+        for (const std::string& a : l.args) EXPECT_NE(a.rfind("tmap:", 0), 0u) << a;
+    }
+  EXPECT_TRUE(saw_prefill_128);
 }
 
 TEST(Codegen, MTileDividesEveryBucket) {
