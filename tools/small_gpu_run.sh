@@ -32,13 +32,13 @@ run() {  # run NAME SECONDS COMMAND...
 BIT='*SmallGemmMatchesPrefillGemmBitForBit*'
 run "small GEMM == prefill GEMM, bit for bit" 40 "$C/bin/gpu_kernels_test" --gtest_filter="$BIT"
 run "all other kernel tests" 35 "$C/bin/gpu_kernels_test" --gtest_filter="-$BIT"
-run "tiny models (committed buckets)" 20 env TELOS_GPU_ARTIFACTS=$ART/artifacts "$C/bin/gpu_model_test"
-run "tiny models (prefill bucket 128)" 20 env TELOS_GPU_ARTIFACTS=$ART/artifacts-p128 "$C/bin/gpu_model_test"
-run "memcheck: QKV GEMM + rows (both GEMMs)" 15 \
+run "tiny models (committed buckets)" 12 env TELOS_GPU_ARTIFACTS=$ART/artifacts "$C/bin/gpu_model_test"
+run "tiny models (prefill bucket 128)" 12 env TELOS_GPU_ARTIFACTS=$ART/artifacts-p128 "$C/bin/gpu_model_test"
+run "memcheck: QKV GEMM + rows (both GEMMs)" 12 \
     compute-sanitizer --error-exitcode 9 --print-limit 20 --tool memcheck "$C/bin/gpu_kernels_test" \
     --gtest_filter='*QkvGemmThenRows*'
 t0=$SECONDS
-timeout 20 stdbuf -oL "$C/bin/telos-kernel-bench" >"$BENCH" 2>&1
+timeout 39 stdbuf -oL "$C/bin/telos-kernel-bench" >"$BENCH" 2>&1
 rc=$?
 rows+=("$(printf '%-40s | %-8s | %4ss' "telos-kernel-bench" "$([ $rc = 0 ] && echo done || echo FAIL:$rc)" $((SECONDS - t0)))")
 echo

@@ -29,11 +29,9 @@ struct SmallGemm {
   static constexpr unsigned kBlockK = PrefillGemm::kBlockK;
   static constexpr unsigned kThreads = 128 + 32;
   static constexpr unsigned kABytes = hexel::tma::tile_bytes<unsigned short>(kBlockK, kBlockM);
-  // Stages, then full[] and empty[] barriers; +1024 to align the base to the 128B swizzle repeat.
-  static constexpr unsigned smem_bytes(unsigned bn, unsigned stages) {
-    return stages * (kABytes + bn * kBlockK * 2) + 2 * stages * 8 + 1024;
-  }
 };
+// Dynamic shared memory (codegen: SmallGemmTiling::smem): STAGES stages of (64 + BN) x 64 bf16,
+// full[] and empty[] barriers, +1024 to align the base to the 128B swizzle repeat.
 
 // Epilogue kinds; the arithmetic of each is its prefill counterpart's (EpilogueStoreBf16,
 // EpilogueResidual, EpilogueSwiGlu).

@@ -188,7 +188,9 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       EXPECT_EQ(e.at("dynamic_smem").get<int>(), 0) << instance;
       continue;
     }
-    if (prefill) EXPECT_EQ(e.at("dynamic_smem").get<int>(), 230464) << instance;
+    if (prefill) {
+      EXPECT_EQ(e.at("dynamic_smem").get<int>(), 230464) << instance;
+    }
     EXPECT_EQ(e.at("block"), nlohmann::ordered_json({prefill ? 384 : 160, 1, 1}));
     // Inline asm blocks close with a "}" in column 0, so take the PTX up to the next entry.
     const std::string entry = e.at("entry");
@@ -199,7 +201,9 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n" + n + "k16.f32.bf16.bf16"), std::string::npos)
         << instance;
     EXPECT_NE(body.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos) << instance;
-    if (prefill) EXPECT_NE(body.find("setmaxnreg.inc.sync.aligned.u32 232"), std::string::npos) << instance;
+    if (prefill) {
+      EXPECT_NE(body.find("setmaxnreg.inc.sync.aligned.u32 232"), std::string::npos) << instance;
+    }
   }
 
   // The family's extras are wired into the QKV epilogue's launch.
