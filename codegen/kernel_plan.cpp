@@ -99,21 +99,26 @@ GemmTiling gemm_tiling(int n, int k) {
   return {16, 1};
 }
 
-// A QKV cluster is one head (48 heads for Llama-3.1-8B: too few to fill the GPU), so K is split as
-// far as 16 warps per block allow (at most 128 registers per thread), then over a cluster of the
-// fewest blocks (up to 8, the portable cluster size) that puts a block on every SM.
-GemmTiling gemm_qkv_tiling(int head_dim, int k, int heads) {
-  const int groups = head_dim / 16;
-  GemmTiling t{head_dim, 1, 1};
-  for (int ksplit : {8, 4, 2})
-    if (groups * ksplit <= 16 && k % (32 * ksplit) == 0) {
-      t.ksplit = ksplit;
-      break;
-    }
-  for (int cluster : {2, 4, 8}) {
-    if (heads * t.cluster >= 132 || k % (32 * t.ksplit * cluster) != 0) break;
-    t.cluster = cluster;
-  }
+int SmallGemmTiling::smem() const {
+  // Per stage a 64-row activation box and a bn-row weight box of 64 bf16, two mbarriers; 1024
+  // bytes to align the base to the 128B swizzle repeat (kernels/gemm_small.cuh, SmallGemm).
+  return stages * ((kSmallGemmBlockM + bn) * 64 * 2 + 16) + 1024;
+}
+
+// 32 weight rows per CTA (SwiGLU: 32 gate and 32 up rows), so the Llama-3.1-8B shapes have 128 to
+// 448 CTAs per 64-token tile; the stages fill what an SM's 228 KB (1 KB reserved per CTA) gives
+// the CTAs that share it when the whole grid is resident, 2 to 16 of them.
+SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu) {
+  SmallGemmTiling t;
+  t.bn = swiglu ? 64 : 32;
+  t.cols = swiglu ? t.bn / 2 : t.bn;
+  t.tiles_m = (tokens + kSmallGemmBlockM - 1) / kSmallGemmBlockM;
+  t.tiles_n = (n + t.cols - 1) / t.cols;
+  const int per_sm = (t.tiles_m * t.tiles_n + kSms - 1) / kSms;
+  const int budget = std::min(227 * 1024, 228 * 1024 / per_sm - 1024);
+  const int stage = (kSmallGemmBlockM + t.bn) * 64 * 2 + 16;
+  const int k_blocks = (k + 63) / 64;
+  t.stages = std::clamp((budget - 1024) / stage, 2, std::clamp(k_blocks, 2, 16));
   return t;
 }
 
@@ -185,11 +190,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     };
     const int T = tokens, S = sample_rows;
     auto I_ = [](long long v) { return std::to_string(v); };
-    const GemmLaunch qkv_g = gemm_launch(gemm_qkv_tiling(D, H, HQ + 2 * HKV), (HQ + 2 * HKV) * D, T, false),
-                     o_g = gemm_launch(gemm_tiling(H, HQ * D), H, T, true),
-                     gu_g = gemm_launch(gemm_tiling(2 * I, H), 2 * I, T, true),
-                     down_g = gemm_launch(gemm_tiling(H, I), H, T, true),
-                     lm_g = gemm_launch(gemm_tiling(V, H), V, S, true);
+    const GemmLaunch lm_g = gemm_launch(gemm_tiling(V, H), V, S, true);
 
     launch(b.kernel("telos_kernels::embed_gather<" + I_(H) + ", " + I_(embed_threads) + ">",
                     {"embed", "tokens", "x"}, embed_threads),
@@ -197,15 +198,6 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int norm_k = b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + I_(norm_threads) + ", " +
                                     eps + ", false>",
                                 {"x", "w", "rows", "out"}, norm_threads);
-    // The small-M kernels, instantiated only by the buckets that launch them.
-    auto qkv_k = [&] { return b.kernel(
-        "telos_kernels::qkv_rope_append<" + I_(H) + ", " + I_(HQ) + ", " + I_(HKV) + ", " +
-            qkv_g.args() + ", " + I_(qkv_g.tiling.cluster) + ", " + (in.qkv_bias ? "true" : "false") + ", " +
-            (in.qk_norm ? "true" : "false") + ", " + eps + ", " + I_(PAGE) + ", " + I_(MAXP) + ", " +
-            I_(page_elems) + "ll, telos_rope::Freqs>",
-        {"W", "A", "bias", "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer",
-         "q_out"},
-        qkv_g.tiling.threads()); };
     const int split_k = b.kernel(
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
@@ -214,81 +206,71 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int combine_k = b.kernel("telos_kernels::attn_combine<" + I_(HQ) + ", " + I_(D) + ", " +
                                        I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
                                    {"part_o", "part_ml", "positions", "out"}, D);
-    auto o_k = [&] {
-      return b.kernel("telos_kernels::linear_residual<" + I_(HQ * D) + ", " + I_(H) + ", " + o_g.args() + ">",
-                      {"W", "A", "x"}, o_g.tiling.threads());
-    };
-    auto gu_k = [&] {
-      return b.kernel("telos_kernels::linear_swiglu<" + I_(H) + ", " + I_(I) + ", " + gu_g.args() + ">",
-                      {"W", "A", "act"}, gu_g.tiling.threads());
-    };
-    auto down_k = [&] {
-      return b.kernel("telos_kernels::linear_residual<" + I_(I) + ", " + I_(H) + ", " + down_g.args() + ">",
-                      {"W", "A", "x"}, down_g.tiling.threads());
-    };
-    // Prefill at T >= kPrefillGemmMinRows: the tensor-core GEMM, operands through tensor maps.
-    const bool big = !in.batch_invariant && kind == "prefill" && T >= kPrefillGemmMinRows;
+    // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
+    // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each
+    // output element with the same wgmma chain over K and the same epilogue arithmetic
+    // (kernels/gemm_small.cuh), so a row's bits do not depend on which of them ran; a
+    // batch-invariant model relies on that (kSmallGemmMatchesPrefillGemm).
+    const bool big = (kSmallGemmMatchesPrefillGemm || !in.batch_invariant) && kind == "prefill" &&
+                     T >= kPrefillGemmMinRows;
     auto tmap = [&](const std::string& target, long long rows, long long cols, int box_rows) {
       return "tmap:" + target + ":" + I_(rows) + ":" + I_(cols) + ":" + I_(box_rows) + ":64";
     };
-    auto gemm = [&](const std::string& tmpl, int n, int k) {
-      return b.kernel("telos_kernels::" + tmpl + "<" + I_(T) + ", " + I_(n) + ", " + I_(k) + ">",
-                      {"a_map", "w_map", "out"}, kPrefillGemmThreads, kPrefillGemmSmem);
+    // One GEMM of W [n (2n for SwiGLU), k] over `a_buf` [T, k] into `out_buf` [T, n]; `epi` is
+    // bf16, residual or swiglu (the suffix of gemm_prefill_* / gemm_small_*).
+    struct Gemm {
+      int kernel;
+      std::array<int, 3> grid;
+      int a_box, w_box;  // tensor-map box rows of the activations and the weights
+      bool out_map;      // bf16 outputs leave through a 64 x 64-box map (prefill) or a pointer
+    };
+    auto gemm = [&](const std::string& epi, int n, int k) -> Gemm {
+      const bool swiglu = epi == "swiglu";
+      const std::string dims = "<" + I_(T) + ", " + I_(n) + ", " + I_(k);
+      if (big) {
+        const int cols = swiglu ? 128 : 256;
+        return {b.kernel("telos_kernels::gemm_prefill_" + epi + dims + ">", {"a_map", "w_map", "out"},
+                         kPrefillGemmThreads, kPrefillGemmSmem),
+                {prefill_gemm_grid(T, n, cols), 1, 1}, 128, cols, epi != "residual"};
+      }
+      const SmallGemmTiling t = small_gemm_tiling(n, k, T, swiglu);
+      return {b.kernel("telos_kernels::gemm_small_" + epi + dims + ", " + I_(t.bn) + ", " + I_(t.stages) + ">",
+                       {"a_map", "w_map", "out"}, kSmallGemmThreads, t.smem()),
+              {t.tiles_m, t.tiles_n, 1}, kSmallGemmBlockM, t.cols, false};
+    };
+    auto launch_gemm = [&](const Gemm& g, const std::string& a_buf, const std::string& w_name, long long w_rows,
+                           int k, const std::string& out_buf, long long n) {
+      launch(g.kernel, g.grid,
+             {tmap("buf:" + a_buf, T, k, g.a_box), tmap(w_name, w_rows, k, g.w_box),
+              g.out_map ? tmap("buf:" + out_buf, T, n, 64) : "buf:" + out_buf});
     };
     const int NH = HQ + 2 * HKV;
-    const int qkv_big = big ? gemm("gemm_prefill_bf16", NH * D, H) : -1;
+    const Gemm qkv_g = gemm("bf16", NH * D, H), o_g = gemm("residual", H, HQ * D),
+               gu_g = gemm("swiglu", I, H), down_g = gemm("residual", H, I);
     const int qkv_rows_k =
-        big ? b.kernel("telos_kernels::qkv_rope_append_rows<" + I_(HQ) + ", " + I_(HKV) + ", " +
-                           I_(D) + ", " + (in.qkv_bias ? "true" : "false") + ", " +
-                           (in.qk_norm ? "true" : "false") + ", " + eps + ", " + I_(PAGE) + ", " +
-                           I_(MAXP) + ", " + I_(page_elems) + "ll, telos_rope::Freqs>",
-                       {"qkv", "bias", "q_norm", "k_norm", "positions", "token_seq", "page_tables",
-                        "kv_layer", "q_out"},
-                       D)
-            : -1;
-    const int o_big = big ? gemm("gemm_prefill_residual", H, HQ * D) : -1;
-    const int gu_big = big ? gemm("gemm_prefill_swiglu", I, H) : -1;
-    const int down_big = big ? gemm("gemm_prefill_residual", H, I) : -1;
+        b.kernel("telos_kernels::qkv_rope_append_rows<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " +
+                     (in.qkv_bias ? "true" : "false") + ", " + (in.qk_norm ? "true" : "false") + ", " + eps +
+                     ", " + I_(PAGE) + ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, telos_rope::Freqs>",
+                 {"qkv", "bias", "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer",
+                  "q_out"},
+                 D);
     for (int l = 0; l < L; ++l) {
       const std::string w = "w:layers." + I_(l) + ".";
       launch(norm_k, {T, 1, 1}, {"buf:x", w + "attn_norm", "null", "buf:h"});
-      const std::vector<std::string> qkv_epilogue = {
-          in.qkv_bias ? w + "qkv_bias" : "null", in.qk_norm ? w + "q_norm" : "null",
-          in.qk_norm ? w + "k_norm" : "null",   "desc:positions",
-          "desc:token_seq",                      "desc:page_tables",
-          "kv:" + I_(l),                         "buf:q"};
-      if (big) {
-        // The projection to bf16 on the tensor cores, then bias / QK norm / RoPE / KV append.
-        launch(qkv_big, {prefill_gemm_grid(T, NH * D, 256), 1, 1},
-               {tmap("buf:h", T, H, 128), tmap(w + "qkv", NH * D, H, 256),
-                tmap("buf:qkv", T, NH * D, 64)});
-        std::vector<std::string> args = {"buf:qkv"};
-        args.insert(args.end(), qkv_epilogue.begin(), qkv_epilogue.end());
-        launch(qkv_rows_k, {NH, T, 1}, std::move(args));
-      } else {
-        std::vector<std::string> args = {w + "qkv", "buf:h"};
-        args.insert(args.end(), qkv_epilogue.begin(), qkv_epilogue.end());
-        launch(qkv_k(), {NH * qkv_g.tiling.cluster, T / qkv_g.m_tile, 1}, std::move(args));
-      }
+      // The projection to bf16 on the tensor cores, then bias / QK norm / RoPE / KV append.
+      launch_gemm(qkv_g, "h", w + "qkv", static_cast<long long>(NH) * D, H, "qkv", static_cast<long long>(NH) * D);
+      launch(qkv_rows_k, {NH, T, 1},
+             {"buf:qkv", in.qkv_bias ? w + "qkv_bias" : "null", in.qk_norm ? w + "q_norm" : "null",
+              in.qk_norm ? w + "k_norm" : "null", "desc:positions", "desc:token_seq", "desc:page_tables",
+              "kv:" + I_(l), "buf:q"});
       launch(split_k, {T, HKV, plan.attn_num_splits},
              {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
               "buf:part_o", "buf:part_ml"});
       launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});
-      if (big) {
-        launch(o_big, {prefill_gemm_grid(T, H, 256), 1, 1},
-               {tmap("buf:attn", T, HQ * D, 128), tmap(w + "o", H, HQ * D, 256), "buf:x"});
-        launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});
-        launch(gu_big, {prefill_gemm_grid(T, I, 128), 1, 1},
-               {tmap("buf:h", T, H, 128), tmap(w + "gate_up", 2LL * I, H, 128),
-                tmap("buf:act", T, I, 64)});
-        launch(down_big, {prefill_gemm_grid(T, H, 256), 1, 1},
-               {tmap("buf:act", T, I, 128), tmap(w + "down", H, I, 256), "buf:x"});
-      } else {
-        launch(o_k(), {H / o_g.tiling.rows, T / o_g.m_tile, 1}, {w + "o", "buf:attn", "buf:x"});
-        launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});
-        launch(gu_k(), {2 * I / gu_g.tiling.rows, T / gu_g.m_tile, 1}, {w + "gate_up", "buf:h", "buf:act"});
-        launch(down_k(), {H / down_g.tiling.rows, T / down_g.m_tile, 1}, {w + "down", "buf:act", "buf:x"});
-      }
+      launch_gemm(o_g, "attn", w + "o", H, HQ * D, "x", H);
+      launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});
+      launch_gemm(gu_g, "h", w + "gate_up", 2LL * I, H, "act", I);
+      launch_gemm(down_g, "act", w + "down", H, I, "x", H);
     }
     launch(b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + I_(norm_threads) + ", " + eps +
                         ", true>",
@@ -330,12 +312,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       {"logits", S * V * 4},
       {"sampled", S * 4},
   };
-  // The prefill QKV projection between its GEMM and its epilogue kernel.
-  int largest_gemm_prefill = 0;
-  for (int n : prefill)
-    if (n >= kPrefillGemmMinRows) largest_gemm_prefill = std::max(largest_gemm_prefill, n);
-  if (largest_gemm_prefill > 0)
-    plan.arena.push_back({"qkv", static_cast<long long>(largest_gemm_prefill) * (HQ + 2 * HKV) * D * 2});
+  // The QKV projection between its GEMM and its epilogue kernel.
+  plan.arena.push_back({"qkv", T * (HQ + 2 * HKV) * D * 2});
   return plan;
 }
 

@@ -62,10 +62,29 @@ struct KernelPlan {
 // Throws telos::Error naming the field when the model is outside what the kernels support.
 KernelPlan plan_kernels(const CodegenInput& in);
 
-// With serving.batch_invariant false, prefill buckets of at least this many tokens run their qkv,
-// o, gate/up and down projections on the wgmma + TMA GEMM (kernels/gemm_prefill.cuh); smaller
-// ones, decode, and every bucket of a batch-invariant model, on the small-M GEMM.
+// Prefill buckets of at least this many tokens run their qkv, o, gate/up and down projections on
+// the prefill GEMM (kernels/gemm_prefill.cuh); smaller ones, and decode, on the small-M GEMM
+// (kernels/gemm_small.cuh). With serving.batch_invariant true (the default) a model uses the
+// prefill GEMM only if the two give every row the same bits (kSmallGemmMatchesPrefillGemm).
 inline constexpr int kPrefillGemmMinRows = 128;
+// The GPU test GpuKernels.SmallGemmMatchesPrefillGemmBitForBit checks this claim on every epilogue
+// and ragged shapes; were it false, batch-invariant models would keep prefill on the small GEMM.
+inline constexpr bool kSmallGemmMatchesPrefillGemm = true;
+
+// The small-M GEMM's launch shape: one consumer warpgroup and a producer warp, 64-token M tiles.
+inline constexpr int kSmallGemmThreads = 160;
+inline constexpr int kSmallGemmBlockM = 64;
+
+// How the small-M GEMM covers `n` output columns over K = k for `tokens` rows: `bn` weight rows
+// per CTA (SwiGLU: bn / 2 gate rows and their up rows, so `cols` = bn / 2 outputs) and the depth of
+// its stage ring, as deep as the shared memory of the CTAs sharing an SM allows (the bytes in
+// flight are what reach the bandwidth). Neither changes the arithmetic.
+struct SmallGemmTiling {
+  int bn = 32, cols = 32, stages = 2;
+  int tiles_m = 1, tiles_n = 1;  // the grid
+  int smem() const;              // dynamic shared memory per CTA
+};
+SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu);
 
 // Attention cuts the context into splits of kAttnSplit positions (two 16-position chunks per
 // warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most
@@ -75,21 +94,16 @@ inline constexpr int kPrefillGemmMinRows = 128;
 constexpr int kAttnSplit = 128;
 int attn_partial_slots(int max_positions);
 
-// How a small-M GEMM over W [N, K] is cut (codegen/kernels/linear.cuh): `rows` weight rows per
+// How the LM head's GEMM over W [N, K] is cut (linear_f32, codegen/kernels/linear.cuh): `rows` weight rows per
 // block (a multiple of 16 dividing N) and `ksplit` K slices, one warp per (16 rows, slice). The
 // split fixes the reduction order, so it depends on the weight shape only, never on the bucket.
 struct GemmTiling {
   int rows = 16, ksplit = 1;
-  int cluster = 1;  // QKV only: blocks of a cluster split K further, rank 0 sums them
   int threads() const { return 32 * (rows / 16) * ksplit; }
 };
 
 // A GEMM whose block may own any multiple of 16 rows: N % 16 == 0, K % 32 == 0.
 GemmTiling gemm_tiling(int n, int k);
-
-// The QKV GEMM over `heads` heads, whose cluster owns one head of `head_dim` rows (its epilogue
-// needs the whole head).
-GemmTiling gemm_qkv_tiling(int head_dim, int k, int heads);
 
 // `t` (from gemm_tiling for N = n) with more rows per block for an M tile of more than 8 tokens:
 // the warps of a block that share a K slice share its activation loads (L1), so more row groups
@@ -112,12 +126,11 @@ int gemm_unroll(int m_tile, int threads);
 struct GemmLaunch {
   GemmTiling tiling;
   int m_tile = 1, unroll = 1;
-  // The template arguments ROWS, MT, KSPLIT, UNROLL of linear_* and qkv_rope_append.
+  // The template arguments ROWS, MT, KSPLIT, UNROLL of linear_f32.
   std::string args() const;
 };
 
-// `base` from gemm_tiling / gemm_qkv_tiling for W [n, K]; `widen` lets gemm_widen_for_tile add
-// rows per block (not for QKV, whose blocks are heads).
+// `base` from gemm_tiling for W [n, K]; `widen` lets gemm_widen_for_tile add rows per block.
 GemmLaunch gemm_launch(const GemmTiling& base, int n, int tokens, bool widen);
 
 // `v` rounded to f32 and printed as a CUDA C++ float literal that reads back to the same value.

@@ -1,8 +1,9 @@
 // telos-kernel-bench: times Telos kernels on the GPU against the copy bandwidth measured in the
 // same run (CUDA events, median of repetitions, weights rotated over several copies so L2 does
 // not serve them). Prints a table: kernel, shape, median µs, GB/s, % of copy bandwidth.
-//   decode GEMM (linear_f32, and the QKV kernel with its epilogue) at M = 1, 8, 64 on
-//   Llama-3.1-8B shapes, tiled as codegen tiles them;
+//   decode GEMMs at M = 1, 8, 64 on Llama-3.1-8B shapes, tiled as codegen tiles them: the
+//   small-M wgmma GEMM (gemm_small_*: qkv, o, gate_up with SwiGLU, down with the residual add)
+//   and linear_f32 (the LM head's GEMM, also on the other shapes for comparison);
 //   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k.
 #include <cuda_runtime.h>
 
@@ -17,6 +18,7 @@
 #include "codegen/emit_source.hpp"
 #include "codegen/kernel_plan.hpp"
 #include "codegen/nvrtc_driver.hpp"
+#include "hexel/tensor_map_encode.h"
 
 namespace {
 
@@ -60,12 +62,17 @@ struct Module {
     m = compile_module(emit_source(plan), "sm_90a", names, CompileCache::default_root());
     check(cudaLibraryLoadData(&lib, m.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "load");
   }
-  void launch(const std::string& name, dim3 grid, dim3 block, std::vector<const void*> args) {
+  void launch(const std::string& name, dim3 grid, dim3 block, std::vector<const void*> args, int smem = 0) {
     cudaKernel_t k;
     check(cudaLibraryGetKernel(&k, lib, m.lowered.at(name).c_str()), "kernel");
+    if (smem > 48 * 1024)
+      check(cudaFuncSetAttribute(reinterpret_cast<const void*>(k), cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+            "smem");
     std::vector<void*> p;
     for (auto& a : args) p.push_back(&a);
-    check(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, p.data(), 0, nullptr), "launch");
+    check(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, p.data(), static_cast<std::size_t>(smem),
+                           nullptr),
+          "launch");
   }
 };
 
@@ -87,6 +94,18 @@ void fill(void* p, std::size_t bytes) {
 }
 
 std::string I(long long v) { return std::to_string(v); }
+
+// A bf16 [rows, cols] tensor map (128B swizzle, 64-column boxes) in device memory, as the
+// executor builds one for a `tmap:` argument.
+void* device_map(const void* base, int rows, int cols, int box_rows) {
+  const hexel::TensorMap m = hexel::encode_2d(hexel::TmaDtype::BF16, base, static_cast<std::uint64_t>(rows),
+                                              static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(cols) * 2,
+                                              static_cast<std::uint32_t>(box_rows), 64, hexel::Swizzle::B128);
+  void* p;
+  check(cudaMalloc(&p, sizeof m), "alloc");
+  check(cudaMemcpy(p, &m, sizeof m, cudaMemcpyHostToDevice), "map");
+  return p;
+}
 
 }  // namespace
 
@@ -113,69 +132,71 @@ int main() {
   std::printf("\n%-34s | %-26s | %9s | %8s | %6s\n", "kernel", "shape", "median us", "GB/s", "% copy");
   std::printf("%-34s | %-26s | %9.1f | %8.0f | %6s\n", "cudaMemcpy D2D (read+write)", "2 GiB", copy_us, copy_gbs, "100");
 
-  // Decode GEMMs, Llama-3.1-8B: qkv [6144, 4096], gate_up [28672, 4096], down [4096, 14336],
-  // LM head [128256, 4096], each tiled as codegen tiles it (kernel_plan.hpp); and the QKV kernel
-  // the model runs (a cluster per head of 128 rows, RoPE and the KV append in its epilogue).
-  struct Gemm { const char* name; int N, K; };
-  const Gemm gemms[] = {{"qkv", 6144, 4096}, {"gate_up", 28672, 4096}, {"down", 4096, 14336}, {"lm_head", 128256, 4096}};
-  constexpr int QKV_HQ = 32, QKV_HKV = 8, QKV_D = 128, QKV_PAGE = 16;
-  constexpr long long QKV_PAGE_ELEMS = 2LL * QKV_HKV * QKV_PAGE * QKV_D;
+  // Decode GEMMs, Llama-3.1-8B: qkv [6144, 4096], o [4096, 4096], gate_up [28672, 4096], down
+  // [4096, 14336], LM head [128256, 4096]. gemm_small_* as the plan launches it (SwiGLU: N is I,
+  // W is [2I, K]; bf16 out for qkv, the f32 residual for o and down); linear_f32 on the same
+  // weights for comparison. Bytes: weights, activations read, outputs written.
+  struct Gemm { const char* name; const char* epi; int N, K; };
+  const Gemm gemms[] = {{"qkv", "bf16", 6144, 4096},       {"o", "residual", 4096, 4096},
+                        {"gate_up", "swiglu", 14336, 4096}, {"down", "residual", 4096, 14336},
+                        {"lm_head", "", 128256, 4096}};
   for (int M : {1, 8, 64}) {
-    std::vector<std::string> names;
+    std::vector<std::string> names, small;
     std::vector<GemmLaunch> launches;
+    std::vector<SmallGemmTiling> tilings;
     for (const Gemm& g : gemms) {
-      launches.push_back(gemm_launch(gemm_tiling(g.N, g.K), g.N, M, true));
-      names.push_back("telos_kernels::linear_f32<" + I(g.K) + ", " + I(g.N) + ", " + launches.back().args() + ">");
+      const bool swiglu = std::string(g.epi) == "swiglu";
+      const int rows = swiglu ? 2 * g.N : g.N;
+      launches.push_back(gemm_launch(gemm_tiling(rows, g.K), rows, M, true));
+      names.push_back("telos_kernels::linear_f32<" + I(g.K) + ", " + I(rows) + ", " + launches.back().args() + ">");
+      tilings.push_back(small_gemm_tiling(g.N, g.K, M, swiglu));
+      small.push_back(*g.epi ? "telos_kernels::gemm_small_" + std::string(g.epi) + "<" + I(M) + ", " + I(g.N) + ", " +
+                                   I(g.K) + ", " + I(tilings.back().bn) + ", " + I(tilings.back().stages) + ">"
+                             : "");
     }
-    const GemmLaunch qkv = gemm_launch(gemm_qkv_tiling(QKV_D, 4096, QKV_HQ + 2 * QKV_HKV), 6144, M, false);
-    const std::string qkv_name = "telos_kernels::qkv_rope_append<4096, " + I(QKV_HQ) + ", " + I(QKV_HKV) + ", " +
-                                 qkv.args() + ", " + I(qkv.tiling.cluster) + ", false, false, 1e-05f, " + I(QKV_PAGE) + ", 1, " +
-                                 I(QKV_PAGE_ELEMS) + "ll, telos_rope::Freqs>";
     std::vector<std::string> all = names;
-    all.push_back(qkv_name);
+    for (const auto& n : small)
+      if (!n.empty()) all.push_back(n);
     Module mod(all);
-    for (std::size_t gi = 0; gi <= 4; ++gi) {
-      const Gemm& g = gemms[gi == 4 ? 0 : gi];
-      const std::size_t wbytes = static_cast<std::size_t>(g.N) * g.K * 2;
+    for (std::size_t gi = 0; gi < std::size(gemms); ++gi) {
+      const Gemm& g = gemms[gi];
+      const bool swiglu = std::string(g.epi) == "swiglu";
+      const int rows = swiglu ? 2 * g.N : g.N;
+      const std::size_t wbytes = static_cast<std::size_t>(rows) * g.K * 2;
       const int copies = std::max<int>(2, static_cast<int>((400ull << 20) / wbytes) + 1);
       std::vector<void*> w(copies);
       for (auto& p : w) { check(cudaMalloc(&p, wbytes), "alloc"); fill(p, wbytes); }
       void *a, *y;
       check(cudaMalloc(&a, static_cast<std::size_t>(M) * g.K * 2), "alloc");
       fill(a, static_cast<std::size_t>(M) * g.K * 2);
-      check(cudaMalloc(&y, static_cast<std::size_t>(M) * g.N * 4), "alloc");
-      double us = 0;
-      if (gi < 4) {
-        const GemmLaunch& l = launches[gi];
-        us = median_us([&](int i) {
-          mod.launch(names[gi], dim3(g.N / l.tiling.rows, M / l.m_tile), l.tiling.threads(), {w[i % copies], a, y});
+      check(cudaMalloc(&y, static_cast<std::size_t>(M) * rows * 4), "alloc");
+      cudaMemset(y, 0, static_cast<std::size_t>(M) * rows * 4);
+      auto row = [&](const std::string& label, double us, double out_bytes) {
+        const double bytes = wbytes + static_cast<double>(M) * g.K * 2 + out_bytes;
+        char shape[64];
+        std::snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, rows, g.K);
+        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label.c_str(), shape, us, bytes / us / 1e3,
+                    100.0 * bytes / us / 1e3 / copy_gbs);
+      };
+      if (!small[gi].empty()) {
+        const SmallGemmTiling& t = tilings[gi];
+        void* a_map = device_map(a, M, g.K, kSmallGemmBlockM);
+        std::vector<void*> w_maps;
+        for (void* p : w) w_maps.push_back(device_map(p, rows, g.K, t.cols));
+        const double us = median_us([&](int i) {
+          mod.launch(small[gi], dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads, {a_map, w_maps[i % copies], y}, t.smem());
         });
-      } else {
-        // Token m is sequence m at position m % PAGE: one KV page per sequence, page m.
-        std::vector<int> hpos(M), hseq(M);
-        for (int m = 0; m < M; ++m) {
-          hpos[m] = m % QKV_PAGE;
-          hseq[m] = m;
-        }
-        void *pos, *seq, *kv;
-        check(cudaMalloc(&pos, M * 4), "alloc");
-        check(cudaMalloc(&seq, M * 4), "alloc");
-        check(cudaMalloc(&kv, static_cast<std::size_t>(M) * QKV_PAGE_ELEMS * 2), "alloc");
-        cudaMemcpy(pos, hpos.data(), M * 4, cudaMemcpyHostToDevice);
-        cudaMemcpy(seq, hseq.data(), M * 4, cudaMemcpyHostToDevice);
-        const void* none = nullptr;
-        us = median_us([&](int i) {
-          mod.launch(qkv_name, dim3((QKV_HQ + 2 * QKV_HKV) * qkv.tiling.cluster, M / qkv.m_tile), qkv.tiling.threads(),
-                     {w[i % copies], a, none, none, none, pos, seq, seq, kv, y});
-        });
-        for (void* p : {pos, seq, kv}) cudaFree(p);
+        // The residual reads and writes x (f32); the others write bf16.
+        const double out = std::string(g.epi) == "residual" ? 8.0 * M * g.N : 2.0 * M * g.N;
+        row("gemm_small_" + std::string(g.epi) + " " + g.name, us, out);
+        cudaFree(a_map);
+        for (void* p : w_maps) cudaFree(p);
       }
-      const double bytes = wbytes + static_cast<double>(M) * g.K * 2 + static_cast<double>(M) * g.N * 4;
-      char shape[64];
-      std::snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, g.N, g.K);
-      const std::string label = gi < 4 ? std::string("linear_f32 ") + g.name : "qkv_rope_append llama3-8b";
-      std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label.c_str(), shape, us, bytes / us / 1e3,
-                  100.0 * bytes / us / 1e3 / copy_gbs);
+      const GemmLaunch& l = launches[gi];
+      const double us = median_us([&](int i) {
+        mod.launch(names[gi], dim3(rows / l.tiling.rows, M / l.m_tile), l.tiling.threads(), {w[i % copies], a, y});
+      });
+      row(std::string("linear_f32 ") + g.name, us, 4.0 * M * rows);
       for (auto& p : w) cudaFree(p);
       cudaFree(a);
       cudaFree(y);

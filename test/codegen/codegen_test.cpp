@@ -106,8 +106,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     const std::string body = ptx_function(t.ptx, entry);
     ASSERT_FALSE(body.empty()) << "no PTX entry for " << instance;
     EXPECT_EQ(body.find(".local"), std::string::npos) << instance;
-    // The GEMMs stream weights with 16-byte non-coherent loads into tensor-core MMAs.
-    if (instance.find("linear") != std::string::npos || instance.find("qkv_rope_append<") != std::string::npos) {
+    // The LM head streams weights with 16-byte non-coherent loads into tensor-core MMAs.
+    if (instance.find("linear_f32") != std::string::npos) {
       EXPECT_NE(body.find("ld.global.nc.v4"), std::string::npos) << instance;
       EXPECT_NE(body.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos) << instance;
     }
@@ -117,11 +117,13 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     }
   }
   const std::set<std::string> expected = {
-      "telos_kernels::embed_gather", "telos_kernels::rmsnorm",         "telos_kernels::qkv_rope_append",
-      "telos_kernels::attn_split",   "telos_kernels::attn_combine",    "telos_kernels::linear_residual",
-      "telos_kernels::linear_swiglu", "telos_kernels::linear_f32",     "telos_kernels::sample",
+      "telos_kernels::embed_gather",          "telos_kernels::rmsnorm",
+      "telos_kernels::attn_split",            "telos_kernels::attn_combine",
+      "telos_kernels::linear_f32",            "telos_kernels::sample",
       "telos_kernels::gemm_prefill_residual", "telos_kernels::gemm_prefill_swiglu",
-      "telos_kernels::gemm_prefill_bf16", "telos_kernels::qkv_rope_append_rows"};
+      "telos_kernels::gemm_prefill_bf16",     "telos_kernels::qkv_rope_append_rows",
+      "telos_kernels::gemm_small_residual",   "telos_kernels::gemm_small_swiglu",
+      "telos_kernels::gemm_small_bf16"};
   EXPECT_EQ(kinds, expected);
 
   // Every bucket launches something valid, decode buckets first and largest first.
@@ -140,7 +142,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     }
 
   // Prefill at 128 tokens runs qkv, o, gate/up and down on the wgmma + TMA GEMM, operands as
-  // tensor maps, the QKV epilogue as its own kernel; prefill at 64 stays on the small-M GEMM.
+  // tensor maps, the QKV epilogue as its own kernel; prefill at 64 and decode run the small-M
+  // GEMM (the same wgmma chain per element) with the same launch sequence.
   auto instance_of = [&](const nlohmann::ordered_json& launch) {
     return k.kernels[launch.at("kernel").get<int>()].at("instance").get<std::string>();
   };
@@ -163,27 +166,52 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
                                                 "tmap:buf:act:128:256:64:64"}));
   EXPECT_EQ(p128[8].at("grid"), nlohmann::ordered_json({2, 1, 1}));
   EXPECT_EQ(instance_of(p128[9]), "telos_kernels::gemm_prefill_residual<128, 128, 256>");
-  EXPECT_EQ(instance_of(buckets[5].at("launches")[5]).rfind("telos_kernels::linear_residual<", 0), 0u);
+  // Prefill 64: one 64-token tile, 32 weight rows per CTA (SwiGLU: 32 gate and 32 up rows), the
+  // weights through maps of 32-row boxes, bf16 outputs through plain pointers.
+  const auto& p64 = buckets[5].at("launches");
+  EXPECT_EQ(instance_of(p64[2]), "telos_kernels::gemm_small_bf16<64, 256, 128, 32, 2>");
+  EXPECT_EQ(p64[2].at("args"), nlohmann::ordered_json({"tmap:buf:h:64:128:64:64",
+                                                       "tmap:w:layers.0.qkv:256:128:32:64", "buf:qkv"}));
+  EXPECT_EQ(p64[2].at("grid"), nlohmann::ordered_json({1, 8, 1}));
+  EXPECT_EQ(instance_of(p64[3]), instance_of(p128[3]));
+  EXPECT_EQ(instance_of(p64[6]), "telos_kernels::gemm_small_residual<64, 128, 128, 32, 2>");
+  EXPECT_EQ(p64[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:64:128:64:64",
+                                                       "tmap:w:layers.0.o:128:128:32:64", "buf:x"}));
+  EXPECT_EQ(instance_of(p64[8]), "telos_kernels::gemm_small_swiglu<64, 256, 128, 64, 2>");
+  EXPECT_EQ(p64[8].at("args"), nlohmann::ordered_json({"tmap:buf:h:64:128:64:64",
+                                                       "tmap:w:layers.0.gate_up:512:128:32:64", "buf:act"}));
+  EXPECT_EQ(p64[8].at("grid"), nlohmann::ordered_json({1, 8, 1}));
+  EXPECT_EQ(instance_of(p64[9]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 4>");
   for (const auto& e : k.kernels) {
     const std::string instance = e.at("instance");
-    const bool tensor_core = instance.rfind("telos_kernels::gemm_prefill", 0) == 0;
-    EXPECT_EQ(e.at("dynamic_smem").get<int>(), tensor_core ? 230464 : 0) << instance;
-    if (!tensor_core) continue;
-    EXPECT_EQ(e.at("block"), nlohmann::ordered_json({384, 1, 1}));
+    const bool prefill = instance.rfind("telos_kernels::gemm_prefill", 0) == 0;
+    const bool small = instance.rfind("telos_kernels::gemm_small", 0) == 0;
+    if (!prefill && !small) {
+      EXPECT_EQ(e.at("dynamic_smem").get<int>(), 0) << instance;
+      continue;
+    }
+    if (prefill) {
+      EXPECT_EQ(e.at("dynamic_smem").get<int>(), 230464) << instance;
+    }
+    EXPECT_EQ(e.at("block"), nlohmann::ordered_json({prefill ? 384 : 160, 1, 1}));
     // Inline asm blocks close with a "}" in column 0, so take the PTX up to the next entry.
     const std::string entry = e.at("entry");
     const auto at = t.ptx.find(".entry " + entry + "(");
     ASSERT_NE(at, std::string::npos) << instance;
     const std::string body = t.ptx.substr(at, t.ptx.find(".entry ", at + 1) - at);
-    EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"), std::string::npos) << instance;
+    const std::string n = prefill ? "256" : instance.find("swiglu") != std::string::npos ? "64" : "32";
+    EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n" + n + "k16.f32.bf16.bf16"), std::string::npos)
+        << instance;
     EXPECT_NE(body.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos) << instance;
-    EXPECT_NE(body.find("setmaxnreg.inc.sync.aligned.u32 232"), std::string::npos) << instance;
+    if (prefill) {
+      EXPECT_NE(body.find("setmaxnreg.inc.sync.aligned.u32 232"), std::string::npos) << instance;
+    }
   }
 
-  // The family's extras are wired into the QKV launch.
-  const auto& first_qkv = buckets[0].at("launches")[2].at("args");
-  EXPECT_EQ(first_qkv[2] != "null", GetParam() == "qwen2");
-  EXPECT_EQ(first_qkv[3] != "null", GetParam() == "qwen3");
+  // The family's extras are wired into the QKV epilogue's launch.
+  const auto& first_qkv = buckets[0].at("launches")[3].at("args");
+  EXPECT_EQ(first_qkv[1] != "null", GetParam() == "qwen2");
+  EXPECT_EQ(first_qkv[2] != "null", GetParam() == "qwen3");
 
   // A second generation comes from the cache, identical.
   const GeneratedKernels again = generate_kernels(tiny(GetParam()), {cache});
@@ -199,11 +227,11 @@ TEST(Codegen, RealSizeShapesCompileWithoutSpills) {
   const GeneratedKernels k = generate_kernels(llama_1b(), {""});
   for (const auto& e : k.kernels)
     EXPECT_EQ(e.at("resources").at("sm_90a").at("stack_frame"), 0) << e.at("instance");
-  // Ragged decode bucket 6: one M tile of 6 tokens (16 rows per block, K split 8 ways); prefill
+  // Ragged decode bucket 6: one M tile of 6 tokens, 64 CTAs of 32 weight rows, 16 stages; prefill
   // 512: the tensor-core prefill GEMM at the real shape, no spills (checked by codegen itself).
   std::set<std::string> instances;
   for (const auto& e : k.kernels) instances.insert(e.at("instance").get<std::string>());
-  EXPECT_EQ(instances.count("telos_kernels::linear_residual<2048, 2048, 16, 6, 8, 8>"), 1u);
+  EXPECT_EQ(instances.count("telos_kernels::gemm_small_residual<6, 2048, 2048, 32, 16>"), 1u);
   EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_residual<512, 2048, 2048>"));
   EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_swiglu<512, 8192, 2048>"));
   EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_residual<512, 2048, 8192>"));
@@ -253,15 +281,6 @@ TEST(Codegen, GemmTilingOfLlama8bShapes) {
   EXPECT_EQ(tiling(4096, 14336), (std::array<int, 3>{16, 8, 256}));   // down
   EXPECT_EQ(tiling(128256, 4096), (std::array<int, 3>{128, 1, 256})); // LM head: 1002 blocks
   EXPECT_EQ(tiling(512, 128), (std::array<int, 3>{16, 4, 128}));      // tiny: K has 4 steps
-  // QKV: 48 heads, each a cluster of 4 blocks of 16 warps (K split 2 × 4 ways): 192 blocks.
-  const GemmTiling qkv = gemm_qkv_tiling(128, 4096, 48);
-  EXPECT_EQ(qkv.rows, 128);
-  EXPECT_EQ(qkv.ksplit, 2);
-  EXPECT_EQ(qkv.cluster, 4);
-  EXPECT_EQ(qkv.threads(), 512);
-  EXPECT_EQ(gemm_qkv_tiling(32, 128, 8).ksplit, 4);
-  EXPECT_EQ(gemm_qkv_tiling(32, 128, 8).cluster, 1);  // K = 128 has no room for more slices
-  EXPECT_EQ(gemm_qkv_tiling(128, 4096, 160).cluster, 1);
   EXPECT_EQ(gemm_unroll(1, 256), 8);
   EXPECT_EQ(gemm_unroll(64, 256), 2);
   EXPECT_EQ(gemm_unroll(64, 512), 1);
@@ -274,6 +293,27 @@ TEST(Codegen, GemmTilingOfLlama8bShapes) {
   EXPECT_EQ(widened(28672, 4096), (std::array<int, 4>{128, 2, 64, 1}));
   EXPECT_EQ(widened(128256, 4096), (std::array<int, 4>{128, 1, 64, 2})); // the tile would pass 48 KB
   EXPECT_EQ(gemm_launch(gemm_tiling(4096, 14336), 4096, 8, true).tiling.rows, 16);
+}
+
+// The small-M GEMM covers the GPU at Llama-3.1-8B shapes, and its stage ring fills the shared
+// memory of the CTAs that share an SM (whole grid resident).
+TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
+  auto tiling = [](int n, int k, int tokens, bool swiglu) {
+    const SmallGemmTiling t = small_gemm_tiling(n, k, tokens, swiglu);
+    return std::array<int, 5>{t.bn, t.tiles_m, t.tiles_n, t.stages, t.smem()};
+  };
+  // o and down: 128 CTAs, one an SM, 16 stages of 12 KB (4 KB of weights each).
+  EXPECT_EQ(tiling(4096, 4096, 1, false), (std::array<int, 5>{32, 1, 128, 16, 16 * 12304 + 1024}));
+  EXPECT_EQ(tiling(4096, 14336, 64, false), (std::array<int, 5>{32, 1, 128, 16, 16 * 12304 + 1024}));
+  // qkv: 192 CTAs, two an SM, 9 stages each.
+  EXPECT_EQ(tiling(6144, 4096, 8, false), (std::array<int, 5>{32, 1, 192, 9, 9 * 12304 + 1024}));
+  // gate_up: 448 CTAs of 32 gate and 32 up rows, four an SM, 3 stages of 16 KB.
+  EXPECT_EQ(tiling(14336, 4096, 1, true), (std::array<int, 5>{64, 1, 448, 3, 3 * 16400 + 1024}));
+  // Two M tiles; the ring never goes below 2 stages nor beyond the K blocks.
+  EXPECT_EQ(tiling(14336, 4096, 100, true)[1], 2);
+  EXPECT_EQ(tiling(14336, 4096, 128, true)[3], 2);
+  EXPECT_EQ(tiling(128, 128, 1, false)[3], 2);
+  EXPECT_EQ(tiling(128, 256, 1, false)[3], 4);
 }
 
 TEST(Codegen, AttentionSplitIsAPerModelConstant) {

@@ -139,30 +139,23 @@ std::vector<double> gemm_ref(const std::vector<float>& A, const std::vector<floa
   return y;
 }
 
-// Ragged token counts inside one tile (3, 5, 13, 20 of a 24-token MMA span), several tiles, every
-// K split, unroll tails (K steps not a multiple of UNROLL), tiny and real-size N and K.
-TEST(GpuKernels, LinearResidualAndF32) {
+// The LM head's GEMM. Ragged token counts inside one tile (3, 5, 13, 20 of a 24-token MMA span),
+// several tiles, every K split, unroll tails (K steps not a multiple of UNROLL), tiny and real-size
+// N and K.
+TEST(GpuKernels, LinearF32) {
   TELOS_SKIP_WITHOUT_GPU();
   for (const GemmShape& s : {GemmShape{128, 128, 16, 3, 4, 8, 3}, GemmShape{128, 512, 32, 8, 2, 8, 16},
                             GemmShape{2048, 2048, 16, 5, 8, 3, 5}, GemmShape{8192, 2048, 128, 13, 1, 4, 13},
                             GemmShape{4096, 1024, 16, 20, 8, 2, 60}, GemmShape{1536, 2240, 64, 64, 2, 2, 128}}) {
-    const std::string res = "telos_kernels::linear_residual<" + s.args();
     const std::string f32 = "telos_kernels::linear_f32<" + s.args();
-    TestModule mod(source_with_rope(), {res, f32});
+    TestModule mod(source_with_rope(), {f32});
     std::vector<float> Af, Wf;
     const bf16v A = random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af);
     const bf16v W = random_bf16(static_cast<std::size_t>(s.N) * s.K, 0.05f, Wf);
-    const std::vector<float> x0 = random_floats(static_cast<std::size_t>(s.M) * s.N);
     DeviceBuffer<std::uint16_t> dA(A), dW(W);
-    DeviceBuffer<float> dx(x0), dy(static_cast<std::size_t>(s.M) * s.N);
-    const dim3 grid(s.N / s.ROWS, s.M / s.MT);
-    CUDA_OK(mod.launch(res, grid, s.threads(), {dW.get(), dA.get(), dx.get()}));
-    CUDA_OK(mod.launch(f32, grid, s.threads(), {dW.get(), dA.get(), dy.get()}));
-    const std::vector<double> y = gemm_ref(Af, Wf, s.M, s.N, s.K);
-    std::vector<double> xr(y.size());
-    for (std::size_t i = 0; i < y.size(); ++i) xr[i] = x0[i] + y[i];
-    EXPECT_LT(rel_l2(dy.download(), y), 1e-5) << s.args();
-    EXPECT_LT(rel_l2(dx.download(), xr), 1e-5) << s.args();
+    DeviceBuffer<float> dy(static_cast<std::size_t>(s.M) * s.N);
+    CUDA_OK(mod.launch(f32, dim3(s.N / s.ROWS, s.M / s.MT), s.threads(), {dW.get(), dA.get(), dy.get()}));
+    EXPECT_LT(rel_l2(dy.download(), gemm_ref(Af, Wf, s.M, s.N, s.K)), 1e-5) << s.args();
   }
 }
 
@@ -327,159 +320,119 @@ TEST(GpuKernels, PrefillGemmRowsDoNotDependOnM) {
   for (std::size_t i = 200 * N; i < s.size(); ++i) ASSERT_EQ(s[i], x0[i]) << "rows past M=200 were touched";
 }
 
-TEST(GpuKernels, GateUpSwiGlu) {
+// ---- the small-M GEMM (wgmma + TMA, 64-row tiles, narrow weight tiles) ---------------------------
+
+std::string small_gemm_name(const std::string& epi, int M, int N, int K, const codegen::SmallGemmTiling& t) {
+  return "telos_kernels::gemm_small_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) + ", " + I(t.bn) + ", " +
+         I(t.stages) + ">";
+}
+
+// Batch invariance across the two GEMMs (issue 4): for every epilogue, the small-M GEMM's output is
+// the prefill GEMM's, bit for bit, on the same inputs, at ragged M (1 to 200: one to four 64-row
+// tiles, one or two 128-row tiles) and N, K not multiples of either's tiles (a row in any 64-row
+// slab of a 128-row tile); the stage ring wraps
+// (K = 2000: 32 blocks, at most 16 stages). The small GEMM is also checked against f64, and its
+// stores must stop at M (64 guard rows stay poisoned).
+TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
-  // N is I here; ROWS = 2 COLS (a block's gate rows and their up rows).
-  for (const GemmShape& s : {GemmShape{128, 256, 16, 4, 4, 8, 8}, GemmShape{2048, 8192, 64, 6, 2, 8, 6},
-                            GemmShape{256, 512, 32, 13, 2, 3, 13}, GemmShape{512, 1024, 128, 64, 1, 2, 64}}) {
-    const int I_ = s.N, COLS = s.ROWS / 2;
-    const std::string k = "telos_kernels::linear_swiglu<" + s.args();
-    TestModule mod(source_with_rope(), {k});
-    std::vector<float> Af, Wf;
-    DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af));
-    DeviceBuffer<std::uint16_t> dW(random_bf16(2ull * I_ * s.K, 0.05f, Wf));
-    DeviceBuffer<std::uint16_t> dact(static_cast<std::size_t>(s.M) * I_);
-    CUDA_OK(mod.launch(k, dim3(I_ / COLS, s.M / s.MT), s.threads(), {dW.get(), dA.get(), dact.get()}));
-    const std::vector<double> gu = gemm_ref(Af, Wf, s.M, 2 * I_, s.K);
-    std::vector<double> ref(static_cast<std::size_t>(s.M) * I_);
-    for (int m = 0; m < s.M; ++m)
-      for (int j = 0; j < I_; ++j) {
-        const double g = gu[static_cast<std::size_t>(m) * 2 * I_ + j], u = gu[static_cast<std::size_t>(m) * 2 * I_ + I_ + j];
-        ref[static_cast<std::size_t>(m) * I_ + j] = g / (1 + std::exp(-g)) * u;
+  struct Shape {
+    int N, K;
+    std::vector<int> ms;
+  };
+  for (const Shape& shape : {Shape{520, 2000, {1, 5, 8, 64, 100, 200}}, Shape{136, 264, {8, 100}}}) {
+    const int N = shape.N, K = shape.K;
+    const std::vector<int>& ms = shape.ms;
+    std::vector<std::string> names;
+    for (int M : ms)
+      for (const std::string epi : {"bf16", "residual", "swiglu"}) {
+        names.push_back("telos_kernels::gemm_prefill_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) + ">");
+        names.push_back(small_gemm_name(epi, M, N, K, codegen::small_gemm_tiling(N, K, M, epi == "swiglu")));
       }
-    const auto act = dact.download();
-    std::vector<float> got(act.size());
-    for (std::size_t i = 0; i < act.size(); ++i) got[i] = from_bf16(act[i]);
-    EXPECT_LT(rel_l2(got, ref), 1e-2) << s.args();
+    TestModule mod(source_with_rope(), names);
+    constexpr int MAXM = 200, GUARD = 64;
+    std::vector<float> Af, Wf;
+    DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af));
+    DeviceBuffer<std::uint16_t> dW(random_bf16(2 * static_cast<std::size_t>(N) * K, 0.05f, Wf));  // [2N, K]
+    const std::vector<double> ref = gemm_ref(Af, Wf, MAXM, 2 * N, K);  // [M, 2N]: gate, then up
+    const std::vector<float> x0 = random_floats(static_cast<std::size_t>(MAXM + GUARD) * N);
+    std::size_t i = 0;
+    for (int M : ms) {
+      const std::size_t MN = static_cast<std::size_t>(M) * N, total = MN + static_cast<std::size_t>(GUARD) * N;
+      const std::string what = "M=" + I(M) + " N=" + I(N) + " K=" + I(K);
+      for (const std::string epi : {"bf16", "residual", "swiglu"}) {
+        const bool swiglu = epi == "swiglu", residual = epi == "residual";
+        const std::string& big = names[i++];
+        const std::string& small = names[i++];
+        const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, swiglu);
+        DeviceBuffer<std::uint16_t> y_big(total), y_small(total);
+        DeviceBuffer<float> x_big(std::vector<float>(x0.begin(), x0.begin() + total)),
+            x_small(std::vector<float>(x0.begin(), x0.begin() + total));
+        const DeviceMap a128(dA.get(), M, K, 128), a64(dA.get(), M, K, 64),
+            w_big(dW.get(), swiglu ? 2 * N : N, K, swiglu ? 128 : 256), w_small(dW.get(), swiglu ? 2 * N : N, K, t.cols),
+            y_map(y_big.get(), M, N, 64);
+        const void* big_out = residual ? static_cast<const void*>(x_big.get()) : y_map.get();
+        const void* small_out = residual ? static_cast<const void*>(x_small.get()) : y_small.get();
+        CUDA_OK(mod.launch(big, prefill_grid(M, N, swiglu ? 128 : 256), kPrefillThreads,
+                           {a128.get(), w_big.get(), big_out}, kPrefillSmem));
+        CUDA_OK(mod.launch(small, dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
+                           {a64.get(), w_small.get(), small_out}, t.smem()));
+        std::vector<float> got(MN);
+        std::vector<double> want(MN);
+        if (residual) {
+          const auto b = x_big.download(), sm = x_small.download();
+          EXPECT_EQ(0, std::memcmp(b.data(), sm.data(), MN * sizeof(float))) << "residual " << what;
+          for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(sm[e], x0[e]) << "residual wrote past M, " << what;
+          for (std::size_t e = 0; e < MN; ++e) {
+            got[e] = sm[e];
+            want[e] = x0[e] + ref[e / N * 2 * N + e % N];
+          }
+          EXPECT_LT(rel_l2(got, want), 1e-5) << "residual vs f64, " << what;
+        } else {
+          const auto b = y_big.download(), sm = y_small.download();
+          EXPECT_EQ(0, std::memcmp(b.data(), sm.data(), MN * sizeof(std::uint16_t))) << epi << " " << what;
+          for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(sm[e], 0xffff) << epi << " wrote past M, " << what;
+          for (std::size_t e = 0; e < MN; ++e) {
+            const std::size_t r = e / N * 2 * N + e % N;
+            const double g = ref[r], u = ref[r + N];
+            got[e] = from_bf16(sm[e]);
+            want[e] = swiglu ? g / (1.0 + std::exp(-g)) * u : g;
+          }
+          EXPECT_LT(rel_l2(got, want), 1e-2) << epi << " vs f64, " << what;
+        }
+      }
+    }
   }
 }
 
 // ---- QKV with bias, QK norm, RoPE and the KV append -------------------------------------------
 
 struct QkvShape {
-  int K, HQ, HKV, D, MT, KSPLIT, UNROLL, CLUSTER, M;
+  int K, HQ, HKV, D, M;
   bool bias, qk_norm;
   codegen::RopeInput rope;
 };
 
-TEST(GpuKernels, QkvRopeAppend) {
-  TELOS_SKIP_WITHOUT_GPU();
-  const codegen::RopeInput llama3{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
-  const codegen::RopeInput plain{"default", 1000000.0};
-  constexpr int PAGE = 16, MAXP = 8, LAYERS = 2, POOL = 20, LAYER = 1;
-  // Clusters of 1 to 8 blocks per head, ragged token counts, unroll tails.
-  for (const QkvShape& s : {QkvShape{128, 4, 2, 32, 1, 4, 8, 1, 5, false, false, llama3},
-                           QkvShape{128, 4, 2, 32, 4, 2, 8, 2, 8, true, false, plain},
-                           QkvShape{128, 4, 2, 32, 6, 1, 8, 4, 6, false, true, plain},
-                           QkvShape{2048, 32, 8, 64, 3, 4, 8, 4, 3, false, false, llama3},
-                           QkvShape{1536, 12, 2, 128, 2, 2, 8, 1, 4, true, false, plain},
-                           QkvShape{256, 4, 2, 64, 13, 2, 3, 2, 13, false, true, llama3},
-                           QkvShape{512, 4, 2, 128, 40, 2, 1, 8, 40, true, false, plain}}) {
-    const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
-    const std::string k = "telos_kernels::qkv_rope_append<" + I(s.K) + ", " + I(s.HQ) + ", " + I(s.HKV) + ", " +
-                          I(s.D) + ", " + I(s.MT) + ", " + I(s.KSPLIT) + ", " + I(s.UNROLL) + ", " + I(s.CLUSTER) + ", " +
-                          (s.bias ? "true" : "false") + ", " +
-                          (s.qk_norm ? "true" : "false") + ", " + float_literal(1e-6) + ", " + I(PAGE) +
-                          ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>";
-    const std::vector<float> inv_freq = codegen::rope_inv_freq(s.rope, s.D);
-    TestModule mod(source_with_rope(inv_freq), {k});
-    const int NH = s.HQ + 2 * s.HKV, ROWS = NH * s.D;
-    std::vector<float> Af, Wf;
-    DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af));
-    DeviceBuffer<std::uint16_t> dW(random_bf16(static_cast<std::size_t>(ROWS) * s.K, 0.05f, Wf));
-    const std::vector<float> bias = random_floats(ROWS, 0.5f), qn = random_floats(s.D), kn = random_floats(s.D);
-    DeviceBuffer<float> dbias(bias), dqn(qn), dkn(kn);
-    // Two sequences with scattered pages; the last row is padding.
-    std::vector<int> positions(s.M), token_seq(s.M);
-    std::uniform_int_distribution<int> posd(0, MAXP * PAGE - 1);
-    for (int m = 0; m < s.M; ++m) {
-      positions[m] = m == s.M - 1 ? -1 : posd(rng());
-      token_seq[m] = m % 2;
-    }
-    std::vector<int> pool(POOL);
-    std::iota(pool.begin(), pool.end(), 0);
-    std::shuffle(pool.begin(), pool.end(), rng());
-    std::vector<int> page_tables(pool.begin(), pool.begin() + 2 * MAXP);
-    DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
-    DeviceBuffer<std::uint16_t> dkv(static_cast<std::size_t>(POOL) * page_elems);
-    DeviceBuffer<float> dq(static_cast<std::size_t>(s.M) * s.HQ * s.D);
-    CUDA_OK(mod.launch(k, dim3(NH * s.CLUSTER, s.M / s.MT), 32 * (s.D / 16) * s.KSPLIT,
-                       {dW.get(), dA.get(), s.bias ? dbias.get() : nullptr, s.qk_norm ? dqn.get() : nullptr,
-                        s.qk_norm ? dkn.get() : nullptr, dpos.get(), dseq.get(), dpt.get(),
-                        dkv.get() + LAYER * 2LL * s.HKV * PAGE * s.D, dq.get()}));
-
-    // Reference.
-    std::vector<double> y = gemm_ref(Af, Wf, s.M, ROWS, s.K);
-    std::vector<double> qref(static_cast<std::size_t>(s.M) * s.HQ * s.D);
-    std::vector<float> kv_expect(static_cast<std::size_t>(POOL) * page_elems, NAN);
-    std::vector<char> written(kv_expect.size(), 0);
-    for (int m = 0; m < s.M; ++m)
-      for (int h = 0; h < NH; ++h) {
-        std::vector<double> v(y.begin() + m * ROWS + h * s.D, y.begin() + m * ROWS + (h + 1) * s.D);
-        if (s.bias)
-          for (int d = 0; d < s.D; ++d) v[d] += bias[h * s.D + d];
-        const bool is_q = h < s.HQ, is_k = !is_q && h < s.HQ + s.HKV;
-        if (s.qk_norm && (is_q || is_k)) {
-          double ss = 0;
-          for (double e : v) ss += e * e;
-          const double inv = 1 / std::sqrt(ss / s.D + 1e-6);
-          for (int d = 0; d < s.D; ++d) v[d] *= inv * (is_q ? qn[d] : kn[d]);
-        }
-        const int pos = std::max(positions[m], 0);
-        if (is_q || is_k) {
-          std::vector<double> r(v);
-          for (int j = 0; j < s.D / 2; ++j) {
-            const double a = static_cast<double>(static_cast<float>(pos) * inv_freq[j]);
-            r[j] = v[j] * std::cos(a) - v[j + s.D / 2] * std::sin(a);
-            r[j + s.D / 2] = v[j + s.D / 2] * std::cos(a) + v[j] * std::sin(a);
-          }
-          v = r;
-        }
-        if (is_q) {
-          for (int d = 0; d < s.D; ++d) qref[(static_cast<std::size_t>(m) * s.HQ + h) * s.D + d] = v[d];
-        } else if (positions[m] >= 0) {
-          const int kv = is_k ? 0 : 1, kvh = h - s.HQ - kv * s.HKV;
-          const int page = page_tables[token_seq[m] * MAXP + positions[m] / PAGE];
-          for (int d = 0; d < s.D; ++d) {
-            const std::size_t at = page * page_elems + LAYER * 2LL * s.HKV * PAGE * s.D +
-                                   (static_cast<long long>(kv * s.HKV + kvh) * PAGE + positions[m] % PAGE) * s.D + d;
-            kv_expect[at] = static_cast<float>(v[d]);
-            written[at] = 1;
-          }
-        }
-      }
-    const auto q = dq.download();
-    EXPECT_LT(rel_l2(q, qref), 1e-4) << "K=" << s.K << " D=" << s.D << " cluster " << s.CLUSTER;
-    const auto kvb = dkv.download();
-    std::vector<float> got, want;
-    for (std::size_t i = 0; i < kvb.size(); ++i) {
-      if (written[i]) {
-        got.push_back(from_bf16(kvb[i]));
-        want.push_back(kv_expect[i]);
-      } else {
-        ASSERT_EQ(kvb[i], 0xffff) << "KV element " << i << " written but should not be";
-      }
-    }
-    ASSERT_FALSE(got.empty());
-    EXPECT_LT(rel_l2(got, want), 1e-2) << "K=" << s.K << " D=" << s.D;
-  }
-}
-
-// The prefill QKV path: gemm_prefill_bf16 projects into a bf16 buffer, qkv_rope_append_rows adds the
-// bias, normalizes, rotates, writes q and appends k / v (ragged M, a padding row, distinct
-// positions per sequence so no two rows write one KV slot).
-TEST(GpuKernels, PrefillQkvGemmThenRows) {
+// The QKV path: the GEMM the plan picks for M (gemm_prefill_bf16 from 128 rows, else
+// gemm_small_bf16) projects into a bf16 buffer, qkv_rope_append_rows adds the bias, normalizes,
+// rotates, writes q and appends k / v (ragged M, a padding row, distinct positions per sequence so
+// no two rows write one KV slot).
+TEST(GpuKernels, QkvGemmThenRows) {
   TELOS_SKIP_WITHOUT_GPU();
   const codegen::RopeInput llama3{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
   const codegen::RopeInput plain{"default", 1000000.0};
   constexpr int PAGE = 16, MAXP = 16, LAYERS = 2, POOL = 40, LAYER = 1;
-  // (The small-M tiling fields MT, KSPLIT, UNROLL, CLUSTER are unused here.)
-  for (const QkvShape& s : {QkvShape{128, 4, 2, 32, 0, 1, 1, 1, 200, true, false, llama3},
-                           QkvShape{256, 4, 2, 32, 0, 1, 1, 1, 401, false, true, plain},
-                           QkvShape{512, 8, 2, 128, 0, 1, 1, 1, 130, true, false, plain}}) {
+  for (const QkvShape& s : {QkvShape{128, 4, 2, 32, 200, true, false, llama3},
+                           QkvShape{256, 4, 2, 32, 401, false, true, plain},
+                           QkvShape{512, 8, 2, 128, 130, true, false, plain},
+                           QkvShape{128, 4, 2, 32, 5, false, false, llama3},
+                           QkvShape{256, 4, 2, 64, 40, false, true, llama3},
+                           QkvShape{1536, 12, 2, 128, 100, true, false, plain}}) {
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     const int NH = s.HQ + 2 * s.HKV, ROWS = NH * s.D;
-    const std::string gemm = "telos_kernels::gemm_prefill_bf16<" + I(s.M) + ", " + I(ROWS) + ", " + I(s.K) + ">";
+    const bool big = s.M >= codegen::kPrefillGemmMinRows;
+    const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(ROWS, s.K, s.M, false);
+    const std::string gemm = big ? "telos_kernels::gemm_prefill_bf16<" + I(s.M) + ", " + I(ROWS) + ", " + I(s.K) + ">"
+                                 : small_gemm_name("bf16", s.M, ROWS, s.K, t);
     const std::string rows = "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) +
                              ", " + (s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", " +
                              float_literal(1e-6) + ", " + I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) +
@@ -504,9 +457,15 @@ TEST(GpuKernels, PrefillQkvGemmThenRows) {
     DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
     DeviceBuffer<std::uint16_t> dkv(static_cast<std::size_t>(POOL) * page_elems);
     DeviceBuffer<float> dq(static_cast<std::size_t>(s.M) * s.HQ * s.D);
-    const DeviceMap a_map(dA.get(), s.M, s.K, 128), w_map(dW.get(), ROWS, s.K, 256), y_map(dqkv.get(), s.M, ROWS, 64);
-    CUDA_OK(mod.launch(gemm, prefill_grid(s.M, ROWS, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
-                       kPrefillSmem));
+    if (big) {
+      const DeviceMap a_map(dA.get(), s.M, s.K, 128), w_map(dW.get(), ROWS, s.K, 256), y_map(dqkv.get(), s.M, ROWS, 64);
+      CUDA_OK(mod.launch(gemm, prefill_grid(s.M, ROWS, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
+                         kPrefillSmem));
+    } else {
+      const DeviceMap a_map(dA.get(), s.M, s.K, 64), w_map(dW.get(), ROWS, s.K, t.cols);
+      CUDA_OK(mod.launch(gemm, dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
+                         {a_map.get(), w_map.get(), dqkv.get()}, t.smem()));
+    }
     CUDA_OK(mod.launch(rows, dim3(NH, s.M), s.D,
                        {dqkv.get(), s.bias ? dbias.get() : nullptr, s.qk_norm ? dqn.get() : nullptr,
                         s.qk_norm ? dkn.get() : nullptr, dpos.get(), dseq.get(), dpt.get(),
