@@ -19,7 +19,7 @@ int pow2_at_least(int v) {
 
 // The prefill GEMM's launch shape (kernels/gemm_prefill.cuh, PrefillGemm): 384 threads, tiles of
 // 128 rows x 256 W rows, and its dynamic shared memory: 4 stages of (128 + 256) x 64 bf16,
-// 4 epilogue chunks of 64 x 64 bf16, 8 mbarriers, 1024 bytes of alignment slack.
+// 4 epilogue chunks of 64 rows x 128 bytes, 8 mbarriers, 1024 bytes of alignment slack.
 constexpr int kPrefillGemmThreads = 384;
 constexpr int kPrefillGemmSmem = 4 * (128 + 256) * 64 * 2 + 4 * 64 * 64 * 2 + 8 * 8 + 1024;
 constexpr int kSms = 132;  // H200: the persistent grid is one CTA per SM
@@ -228,8 +228,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     };
     // Prefill at T >= kPrefillGemmMinRows: the tensor-core GEMM, operands through tensor maps.
     const bool big = kind == "prefill" && T >= kPrefillGemmMinRows;
-    auto tmap = [&](const std::string& target, long long rows, long long cols, int box_rows) {
-      return "tmap:" + target + ":" + I_(rows) + ":" + I_(cols) + ":" + I_(box_rows) + ":64";
+    // bf16 maps have 64-column boxes; the f32 map of x (the residual epilogue's TMA reduction)
+    // has 32-column boxes: one 128-byte swizzle span either way.
+    auto tmap = [&](const std::string& target, long long rows, long long cols, int box_rows,
+                    int box_cols = 64) {
+      return "tmap:" + target + ":" + I_(rows) + ":" + I_(cols) + ":" + I_(box_rows) + ":" +
+             I_(box_cols);
     };
     auto gemm = [&](const std::string& tmpl, int n, int k) {
       return b.kernel("telos_kernels::" + tmpl + "<" + I_(T) + ", " + I_(n) + ", " + I_(k) + ">",
@@ -276,13 +280,15 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});
       if (big) {
         launch(o_big, {prefill_gemm_grid(T, H, 256), 1, 1},
-               {tmap("buf:attn", T, HQ * D, 128), tmap(w + "o", H, HQ * D, 256), "buf:x"});
+               {tmap("buf:attn", T, HQ * D, 128), tmap(w + "o", H, HQ * D, 256),
+                tmap("buf:x", T, H, 64, 32)});
         launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});
         launch(gu_big, {prefill_gemm_grid(T, I, 128), 1, 1},
                {tmap("buf:h", T, H, 128), tmap(w + "gate_up", 2LL * I, H, 128),
                 tmap("buf:act", T, I, 64)});
         launch(down_big, {prefill_gemm_grid(T, H, 256), 1, 1},
-               {tmap("buf:act", T, I, 128), tmap(w + "down", H, I, 256), "buf:x"});
+               {tmap("buf:act", T, I, 128), tmap(w + "down", H, I, 256),
+                tmap("buf:x", T, H, 64, 32)});
       } else {
         launch(o_k(), {H / o_g.tiling.rows, T / o_g.m_tile, 1}, {w + "o", "buf:attn", "buf:x"});
         launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});

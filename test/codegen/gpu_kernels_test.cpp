@@ -205,13 +205,15 @@ int prefill_grid(int rows, int cols, int tile_cols) {
   return std::min(((rows + 127) / 128) * ((cols + tile_cols - 1) / tile_cols), 132);
 }
 
-// A bf16 [rows, cols] tensor map in device memory, as the executor builds one for `tmap:`.
+// A [rows, cols] tensor map in device memory, as the executor builds one for `tmap:`: bf16 in
+// box_rows x 64 boxes, or f32 (the residual stream x) in box_rows x 32 boxes.
 class DeviceMap {
  public:
-  DeviceMap(const void* base, int rows, int cols, int box_rows)
+  DeviceMap(const void* base, int rows, int cols, int box_rows, hexel::TmaDtype dtype = hexel::TmaDtype::BF16)
       : buf_(std::vector<hexel::TensorMap>{hexel::encode_2d(
-            hexel::TmaDtype::BF16, base, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
-            static_cast<std::uint64_t>(cols) * 2, static_cast<std::uint32_t>(box_rows), 64, hexel::Swizzle::B128)}) {}
+            dtype, base, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
+            static_cast<std::uint64_t>(cols) * hexel::tma_dtype_bytes(dtype), static_cast<std::uint32_t>(box_rows),
+            128 / hexel::tma_dtype_bytes(dtype), hexel::Swizzle::B128)}) {}
   const void* get() const { return buf_.get(); }
 
  private:
@@ -242,8 +244,9 @@ TEST(GpuKernels, PrefillGemmEpilogues) {
     DeviceBuffer<float> dx(MN + guard);
     dx.upload(x0);
     const DeviceMap a_map(dA.get(), s.M, s.K, 128), w_map(dW.get(), s.N, s.K, 256),
-        gu_map(dW.get(), 2 * s.N, s.K, 128), y_map(dy.get(), s.M, s.N, 64), act_map(dact.get(), s.M, s.N, 64);
-    CUDA_OK(mod.launch(res, prefill_grid(s.M, s.N, 256), kPrefillThreads, {a_map.get(), w_map.get(), dx.get()},
+        gu_map(dW.get(), 2 * s.N, s.K, 128), y_map(dy.get(), s.M, s.N, 64), act_map(dact.get(), s.M, s.N, 64),
+        x_map(dx.get(), s.M, s.N, 64, hexel::TmaDtype::F32);
+    CUDA_OK(mod.launch(res, prefill_grid(s.M, s.N, 256), kPrefillThreads, {a_map.get(), w_map.get(), x_map.get()},
                        kPrefillSmem));
     CUDA_OK(mod.launch(out, prefill_grid(s.M, s.N, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
                        kPrefillSmem));
@@ -317,10 +320,11 @@ TEST(GpuKernels, PrefillGemmRowsDoNotDependOnM) {
   DeviceBuffer<std::uint16_t> dA(random_bf16(401 * K, 1.f, Af)), dW(random_bf16(N * K, 0.05f, Wf));
   const std::vector<float> x0 = random_floats(401 * N);
   DeviceBuffer<float> x_small(x0), x_large(x0);
-  const DeviceMap a200(dA.get(), 200, K, 128), a401(dA.get(), 401, K, 128), w_map(dW.get(), N, K, 256);
-  CUDA_OK(mod.launch(small, prefill_grid(200, N, 256), kPrefillThreads, {a200.get(), w_map.get(), x_small.get()},
+  const DeviceMap a200(dA.get(), 200, K, 128), a401(dA.get(), 401, K, 128), w_map(dW.get(), N, K, 256),
+      x200(x_small.get(), 200, N, 64, hexel::TmaDtype::F32), x401(x_large.get(), 401, N, 64, hexel::TmaDtype::F32);
+  CUDA_OK(mod.launch(small, prefill_grid(200, N, 256), kPrefillThreads, {a200.get(), w_map.get(), x200.get()},
                      kPrefillSmem));
-  CUDA_OK(mod.launch(large, prefill_grid(401, N, 256), kPrefillThreads, {a401.get(), w_map.get(), x_large.get()},
+  CUDA_OK(mod.launch(large, prefill_grid(401, N, 256), kPrefillThreads, {a401.get(), w_map.get(), x401.get()},
                      kPrefillSmem));
   const auto s = x_small.download(), l = x_large.download();
   EXPECT_EQ(0, std::memcmp(s.data(), l.data(), 200 * N * sizeof(float)));
