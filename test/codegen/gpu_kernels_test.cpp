@@ -331,6 +331,32 @@ TEST(GpuKernels, PrefillGemmRowsDoNotDependOnM) {
   for (std::size_t i = 200 * N; i < s.size(); ++i) ASSERT_EQ(s[i], x0[i]) << "rows past M=200 were touched";
 }
 
+// The residual epilogue is one f32 add of the accumulator per element, rounded to nearest even
+// (the TMA reduction; it would flush subnormals, which these values never are): into zeros it
+// leaves the accumulator itself, into x0 exactly the host's f32 x0 + acc. The small-M GEMM's
+// residual rows must match these bits.
+TEST(GpuKernels, PrefillResidualIsOneF32Add) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int M = 200, N = 384, K = 264;
+  const std::string res = "telos_kernels::gemm_prefill_residual<" + I(M) + ", " + I(N) + ", " + I(K) + ">";
+  TestModule mod(source_with_rope(), {res});
+  std::vector<float> Af, Wf;
+  DeviceBuffer<std::uint16_t> dA(random_bf16(M * K, 1.f, Af)), dW(random_bf16(N * K, 0.05f, Wf));
+  const std::vector<float> x0 = random_floats(M * N);
+  DeviceBuffer<float> acc(std::vector<float>(M * N, 0.f)), x(x0);
+  const DeviceMap a_map(dA.get(), M, K, 128), w_map(dW.get(), N, K, 256),
+      acc_map(acc.get(), M, N, 64, hexel::TmaDtype::F32), x_map(x.get(), M, N, 64, hexel::TmaDtype::F32);
+  CUDA_OK(mod.launch(res, prefill_grid(M, N, 256), kPrefillThreads, {a_map.get(), w_map.get(), acc_map.get()},
+                     kPrefillSmem));
+  CUDA_OK(mod.launch(res, prefill_grid(M, N, 256), kPrefillThreads, {a_map.get(), w_map.get(), x_map.get()},
+                     kPrefillSmem));
+  const auto a = acc.download(), got = x.download();
+  std::vector<float> want(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) want[i] = x0[i] + a[i];
+  EXPECT_LT(rel_l2(a, gemm_ref(Af, Wf, M, N, K)), 1e-5);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
+}
+
 TEST(GpuKernels, GateUpSwiGlu) {
   TELOS_SKIP_WITHOUT_GPU();
   // N is I here; ROWS = 2 COLS (a block's gate rows and their up rows).
