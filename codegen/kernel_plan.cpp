@@ -19,7 +19,7 @@ int pow2_at_least(int v) {
 
 // The prefill GEMM's launch shape (kernels/gemm_prefill.cuh, PrefillGemm): 384 threads, tiles of
 // 128 rows x 256 W rows, and its dynamic shared memory: 4 stages of (128 + 256) x 64 bf16,
-// 4 epilogue chunks of 64 x 64 bf16, 8 mbarriers, 1024 bytes of alignment slack.
+// 4 epilogue chunks of 64 rows x 128 bytes, 8 mbarriers, 1024 bytes of alignment slack.
 constexpr int kPrefillGemmThreads = 384;
 constexpr int kPrefillGemmSmem = 4 * (128 + 256) * 64 * 2 + 4 * 64 * 64 * 2 + 8 * 8 + 1024;
 constexpr int kSms = 132;  // H200: the persistent grid is one CTA per SM
@@ -213,8 +213,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     // batch-invariant model relies on that (kSmallGemmMatchesPrefillGemm).
     const bool big = (kSmallGemmMatchesPrefillGemm || !in.batch_invariant) && kind == "prefill" &&
                      T >= kPrefillGemmMinRows;
-    auto tmap = [&](const std::string& target, long long rows, long long cols, int box_rows) {
-      return "tmap:" + target + ":" + I_(rows) + ":" + I_(cols) + ":" + I_(box_rows) + ":64";
+    // bf16 maps have 64-column boxes; the f32 map of x (the prefill residual epilogue's TMA
+    // reduction) has 32-column boxes: one 128-byte swizzle span either way.
+    auto tmap = [&](const std::string& target, long long rows, long long cols, int box_rows,
+                    int box_cols = 64) {
+      return "tmap:" + target + ":" + I_(rows) + ":" + I_(cols) + ":" + I_(box_rows) + ":" +
+             I_(box_cols);
     };
     // One GEMM of W [n (2n for SwiGLU), k] over `a_buf` [T, k] into `out_buf` [T, n]; `epi` is
     // bf16, residual or swiglu (the suffix of gemm_prefill_* / gemm_small_*).
@@ -222,7 +226,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       int kernel;
       std::array<int, 3> grid;
       int a_box, w_box;  // tensor-map box rows of the activations and the weights
-      bool out_map;      // bf16 outputs leave through a 64 x 64-box map (prefill) or a pointer
+      int out_box_cols;  // prefill: outputs through a map (bf16: 64 x 64 boxes, the f32 residual
+                         // stream: 64 x 32); small-M: 0, a pointer
     };
     auto gemm = [&](const std::string& epi, int n, int k) -> Gemm {
       const bool swiglu = epi == "swiglu";
@@ -231,18 +236,18 @@ KernelPlan plan_kernels(const CodegenInput& in) {
         const int cols = swiglu ? 128 : 256;
         return {b.kernel("telos_kernels::gemm_prefill_" + epi + dims + ">", {"a_map", "w_map", "out"},
                          kPrefillGemmThreads, kPrefillGemmSmem),
-                {prefill_gemm_grid(T, n, cols), 1, 1}, 128, cols, epi != "residual"};
+                {prefill_gemm_grid(T, n, cols), 1, 1}, 128, cols, epi == "residual" ? 32 : 64};
       }
       const SmallGemmTiling t = small_gemm_tiling(n, k, T, swiglu);
       return {b.kernel("telos_kernels::gemm_small_" + epi + dims + ", " + I_(t.bn) + ", " + I_(t.stages) + ">",
                        {"a_map", "w_map", "out"}, kSmallGemmThreads, t.smem()),
-              {t.tiles_m, t.tiles_n, 1}, kSmallGemmBlockM, t.cols, false};
+              {t.tiles_m, t.tiles_n, 1}, kSmallGemmBlockM, t.cols, 0};
     };
     auto launch_gemm = [&](const Gemm& g, const std::string& a_buf, const std::string& w_name, long long w_rows,
                            int k, const std::string& out_buf, long long n) {
       launch(g.kernel, g.grid,
              {tmap("buf:" + a_buf, T, k, g.a_box), tmap(w_name, w_rows, k, g.w_box),
-              g.out_map ? tmap("buf:" + out_buf, T, n, 64) : "buf:" + out_buf});
+              g.out_box_cols ? tmap("buf:" + out_buf, T, n, 64, g.out_box_cols) : "buf:" + out_buf});
     };
     const int NH = HQ + 2 * HKV;
     const Gemm qkv_g = gemm("bf16", NH * D, H), o_g = gemm("residual", H, HQ * D),

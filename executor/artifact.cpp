@@ -262,7 +262,8 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& m) {
 }
 
 // Every tmap: argument of the launch programs parses and fits inside the bf16 weight or arena
-// buffer it maps, so the GPU engine never encodes a map over memory it does not own.
+// buffer it maps (f32 maps: arena buffers only), so the GPU engine never encodes a map over
+// memory it does not own.
 void check_tensor_map_args(const ManifestFields& f, const json& programs, const Artifact& a) {
   if (!programs.is_object() || !programs.contains("buckets") || !programs.at("buckets").is_array())
     return;
@@ -286,14 +287,16 @@ void check_tensor_map_args(const ManifestFields& f, const json& programs, const 
         const std::string field = "programs.buckets[" + std::to_string(i) + "].launches[" +
                                   std::to_string(j) + "].args[" + std::to_string(k) + "]";
         const TensorMapArg t = parse_tensor_map_arg(arg, f.file() + ": " + field);
-        const std::int64_t need = t.rows * t.cols * 2;
+        const std::int64_t need = t.rows * t.cols * t.elem_bytes;
         std::int64_t have = 0;
         if (t.target.rfind("w:", 0) == 0) {
           const WeightTensor* w = a.find_tensor(t.target.substr(2));
           if (!w) f.refuse(field, arg + ": no weight tensor \"" + t.target.substr(2) + "\"");
           if (w->dtype != DType::BF16)
-            f.refuse(field, arg + ": tensor maps are bf16, the weight is " +
+            f.refuse(field, arg + ": tensor maps over weights are bf16, the weight is " +
                                 std::string(dtype_name(w->dtype)));
+          if (t.elem_bytes != 2)
+            f.refuse(field, arg + ": a weight is bf16, its map's BOX_COLS must be 64");
           have = static_cast<std::int64_t>(w->bytes);
         } else {
           auto it = arena.find(t.target.substr(4));
@@ -343,9 +346,11 @@ TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& whe
   t.cols = v[1];
   if (t.cols % 8 != 0) bad("COLS must be a multiple of 8 (rows of 16-byte multiples)");
   if (v[2] > 256) bad("BOX_ROWS must be 1..256");
-  if (v[3] != 64) bad("BOX_COLS must be 64 (one 128-byte swizzle span of bf16)");
+  if (v[3] != 64 && v[3] != 32)
+    bad("BOX_COLS must be 64 (bf16) or 32 (f32): one 128-byte swizzle span");
   t.box_rows = static_cast<int>(v[2]);
   t.box_cols = static_cast<int>(v[3]);
+  t.elem_bytes = 128 / t.box_cols;
   return t;
 }
 

@@ -6,6 +6,9 @@
 # and with a single 128-token prefill bucket so every prompt runs through the tensor-core GEMM),
 # NVRTC-compiles the benchmark's kernels, and writes CARRY_DIR/run.sh, which runs on the GPU
 # machine from the repository root:  bash .gpu-carry-prefill/run.sh "$OUT/prefill"
+# (the residual-epilogue branch: tools/prefill_gpu_prepare.sh build-resid /work/main/.gpu-carry-resid,
+# then bash .gpu-carry-resid/run.sh "$OUT/resid"). The kernel templates are embedded in the
+# binaries, so the GPU machine's tree (main) only supplies the golden fixtures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-prefill}
@@ -32,4 +35,5 @@ strip "$CARRY"/bin/*
 cp codegen/bench/prefill_gemm_torch.py "$CARRY/"
 cp tools/prefill_gpu_run.sh "$CARRY/run.sh"
 du -sh "$CARRY"
-echo 'GPU command (repository root): bash .gpu-carry-prefill/run.sh "$OUT/prefill"'
+name=$(basename "$CARRY")
+echo "GPU command (repository root): bash $name/run.sh \"\$OUT/${name#.gpu-carry-}\""

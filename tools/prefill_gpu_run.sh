@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prefill GEMM's GPU check (copied to .gpu-carry-prefill/run.sh by prefill_gpu_prepare.sh):
+# The prefill GEMM's GPU check (copied to CARRY_DIR/run.sh by prefill_gpu_prepare.sh):
 # prefill GEMM tests, the tiny models end to end (as committed, and with every prompt through the
 # tensor-core GEMM), memcheck on the small prefill tests, then telos-prefill-bench beside
 # torch.matmul. Writes two logs to the directory given (checks.log, bench.log); prints the
@@ -15,8 +15,9 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
   if ls "$d"/libnvrtc.so.13* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"; break; fi
 done
 [ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"  # compute-sanitizer
-export TELOS_CACHE_DIR=/tmp/telos-kernel-cache-prefill TELOS_SOURCE_DIR=$PWD
-ART=/tmp/telos-prefill-artifacts
+NAME=$(basename "$C")
+export TELOS_CACHE_DIR=/tmp/telos-kernel-cache$NAME TELOS_SOURCE_DIR=$PWD
+ART=/tmp/telos-artifacts$NAME
 rm -rf "$ART" && mkdir -p "$ART" && tar -C "$ART" -xJf "$C/artifacts.tar.xz"
 declare -a rows
 run() {  # run NAME SECONDS COMMAND...
@@ -27,7 +28,7 @@ run() {  # run NAME SECONDS COMMAND...
   local rc=$?
   rows+=("$(printf '%-40s | %-8s | %4ss' "$name" "$([ $rc = 0 ] && echo pass || echo FAIL:$rc)" $((SECONDS - t0)))")
 }
-SMALL='*PrefillGemmEpilogues*:*PrefillGemmRowsDoNotDependOnM*:*PrefillQkvGemmThenRows*'
+SMALL='*PrefillGemmEpilogues*:*PrefillGemmRowsDoNotDependOnM*:*PrefillResidualIsOneF32Add*:*PrefillQkvGemmThenRows*'
 run "prefill GEMM tests" 35 "$C/bin/gpu_kernels_test" --gtest_filter='*Prefill*'
 run "memcheck: prefill GEMM (small shapes)" 25 \
     compute-sanitizer --error-exitcode 9 --print-limit 20 --tool memcheck "$C/bin/gpu_kernels_test" --gtest_filter="$SMALL"

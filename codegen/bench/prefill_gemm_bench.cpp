@@ -64,11 +64,15 @@ std::vector<Case> cases() {
 constexpr int kThreads = 384;
 constexpr int kSmem = 4 * (128 + 256) * 64 * 2 + 4 * 64 * 64 * 2 + 8 * 8 + 1024;
 
-hexel::TensorMap* device_map(const void* base, int rows, int cols, int box_rows) {
+// A tensor map as the executor encodes one for `tmap:` (docs/artifact.md): bf16 in 64-column
+// boxes, or f32 (the residual stream x) in 32-column boxes.
+hexel::TensorMap* device_map(const void* base, int rows, int cols, int box_rows,
+                             hexel::TmaDtype dtype = hexel::TmaDtype::BF16) {
+  const std::uint32_t elem = hexel::tma_dtype_bytes(dtype);
   const hexel::TensorMap map =
-      hexel::encode_2d(hexel::TmaDtype::BF16, base, static_cast<std::uint64_t>(rows),
-                       static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(cols) * 2,
-                       static_cast<std::uint32_t>(box_rows), 64, hexel::Swizzle::B128);
+      hexel::encode_2d(dtype, base, static_cast<std::uint64_t>(rows),
+                       static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(cols) * elem,
+                       static_cast<std::uint32_t>(box_rows), 128 / elem, hexel::Swizzle::B128);
   hexel::TensorMap* d = nullptr;
   check(cudaMalloc(&d, sizeof map), "tensor map");
   check(cudaMemcpy(d, &map, sizeof map, cudaMemcpyHostToDevice), "tensor map upload");
@@ -146,9 +150,10 @@ int main(int argc, char** argv) {
     const int out_cols = glu ? c.N / 2 : c.N, tile_cols = glu ? 128 : 256;
     hexel::TensorMap* a_map = device_map(A, c.M, c.K, 128);
     hexel::TensorMap* w_map = device_map(W, c.N, c.K, glu ? 128 : 256);
-    hexel::TensorMap* y_map = device_map(Y, c.M, out_cols, 64);
-    const void* out = c.epilogue == "residual" ? static_cast<const void*>(X) : y_map;
-    std::vector<const void*> args = {a_map, w_map, out};
+    const bool residual = c.epilogue == "residual";
+    hexel::TensorMap* y_map = residual ? device_map(X, c.M, out_cols, 64, hexel::TmaDtype::F32)
+                                       : device_map(Y, c.M, out_cols, 64);
+    std::vector<const void*> args = {a_map, w_map, y_map};
     std::vector<void*> params;
     for (auto& a : args) params.push_back(&a);
     const int tiles = ((c.M + 127) / 128) * ((out_cols + tile_cols - 1) / tile_cols);

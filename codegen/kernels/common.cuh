@@ -22,6 +22,15 @@ __device__ __forceinline__ void pdl_entry() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
+// a + b rounded to nearest even with subnormal inputs and result flushed to sign-preserving zero:
+// the add the TMA's f32 reduction performs (PTX ISA: cp.reduce.async.bulk.tensor, .add.f32), so a
+// residual added by a thread and one added by the TMA have the same bits. PTX: add.rn.ftz.f32.
+__device__ __forceinline__ float add_rn_ftz(float a, float b) {
+  float r;
+  asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
 // Round to nearest even; NaN stays NaN.
 __device__ __forceinline__ bf16 f32_to_bf16(float f) {
   unsigned u = __float_as_uint(f);

@@ -8,12 +8,12 @@
 // Operands arrive through TMA tensor maps that the executor encodes once at load time and keeps
 // in device memory (launch argument `tmap:`, docs/artifact.md); the kernel reads them from global
 // memory through their generic address (PTX ISA, cp.async.bulk.tensor: the tensor-map operand
-// may live in the .param, .const or .global state space). Maps are 128B-swizzled bf16 with
-// 64-column boxes: A in 128-row boxes, W in 256-row boxes (128 for SwiGLU: gate and up halves),
-// bf16 outputs in 64 x 64 boxes.
+// may live in the .param, .const or .global state space). Maps are 128B-swizzled with 128-byte
+// box rows: bf16 A in 128 x 64 boxes, W in 256 x 64 boxes (128 x 64 for SwiGLU: gate and up
+// halves), bf16 outputs in 64 x 64 boxes, the f32 residual stream x in 64 x 32 boxes.
 //
 // Ragged shapes: tiles past M or N load zeros (TMA fills out-of-bounds box elements with zeros)
-// and TMA stores drop out-of-bounds elements; the residual epilogue checks its bounds itself.
+// and TMA stores and reductions drop out-of-bounds elements.
 //
 // Reduction order, for batch invariance: every output element sums K in 16-wide steps in order,
 // whatever M is, so a row's result does not depend on the bucket.
@@ -39,10 +39,10 @@ struct PrefillGemm {
   static constexpr unsigned kABytes = hexel::tma::tile_bytes<unsigned short>(kBlockK, kBlockM);
   static constexpr unsigned kWBytes = hexel::tma::tile_bytes<unsigned short>(kBlockK, kBlockN);
   static constexpr unsigned kStageBytes = kABytes + kWBytes;
-  // bf16 outputs leave in 64 x 64 chunks (128-byte rows, 128B-swizzled), two buffers per
-  // consumer so a TMA store drains while the next chunk is written.
-  static constexpr unsigned kChunkCols = 64;
-  static constexpr unsigned kChunkBytes = 64 * kChunkCols * 2;
+  // Outputs leave in chunks of 64 rows x 128 bytes (128B-swizzled): 64 bf16 columns for a
+  // store, 32 f32 columns for the residual reduction. Two buffers per consumer, so the TMA
+  // drains one while the next chunk is written.
+  static constexpr unsigned kChunkBytes = 64 * 128;
   static constexpr unsigned kEpilogueBytes = kConsumers * 2 * kChunkBytes;
   // Stages, epilogue buffers, full[] and empty[] barriers; +1024 to align the base to the 128B
   // swizzle repeat, which keeps the descriptors' base offsets zero.
@@ -72,10 +72,11 @@ __device__ __forceinline__ void acquire_tensor_map(const TensorMap* map) {
 // Epilogues. A consumer thread's accumulators (wgmma m64nNk16 f32 layout): d[4j + 2h + e] is row
 // 16 · warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e of its 64-row slab.
 //
-// kOutCols: output columns per tile; W rows per tile are always kBlockN. pack(d, j, h): the two
-// bf16 outputs of column pair (j, lane % 4) and row half h, for the TMA-store path.
+// kOutCols: output columns per tile; W rows per tile are always kBlockN. kChunkCols: output
+// columns per 128-byte chunk row. pack(d, j, h): the two bf16 outputs of column pair
+// (j, lane % 4) and row half h, for the TMA-store path.
 struct EpilogueStoreBf16 {
-  static constexpr unsigned kOutCols = PrefillGemm::kBlockN;
+  static constexpr unsigned kOutCols = PrefillGemm::kBlockN, kChunkCols = 64;
   static constexpr bool kSplitW = false, kResidual = false;
   __device__ __forceinline__ static unsigned pack(const float (&d)[PrefillGemm::kBlockN / 2],
                                                   unsigned j, unsigned h) {
@@ -87,7 +88,7 @@ struct EpilogueStoreBf16 {
 // TMA boxes per stage), so gate column c and its up column sit in the same thread, 16 column
 // blocks apart.
 struct EpilogueSwiGlu {
-  static constexpr unsigned kOutCols = PrefillGemm::kBlockN / 2;
+  static constexpr unsigned kOutCols = PrefillGemm::kBlockN / 2, kChunkCols = 64;
   static constexpr bool kSplitW = true, kResidual = false;
   __device__ __forceinline__ static float act(float gate, float up) {
     return gate / (1.f + expf(-gate)) * up;
@@ -100,16 +101,25 @@ struct EpilogueSwiGlu {
   }
 };
 
-// x[m, n] += acc: straight from registers (read-modify-write of f32 pairs), bounds-checked.
+// x[m, n] += acc: the f32 accumulators go to shared memory as they are and the TMA adds them
+// into x at L2 (cp.reduce.async.bulk.tensor .add, f32: x ← add.rn.ftz(x, acc), one reduction per
+// element since one tile owns it, so deterministic whatever M is). The consumers only wait for a
+// buffer to have been read before refilling it, not for x's round trip.
 struct EpilogueResidual {
-  static constexpr unsigned kOutCols = PrefillGemm::kBlockN;
+  static constexpr unsigned kOutCols = PrefillGemm::kBlockN, kChunkCols = 32;
   static constexpr bool kSplitW = false, kResidual = true;
 };
 
-// The whole kernel; the epilogue writes through `out_map` (bf16 TMA store) or `x` (residual).
+// Two f32 to shared memory. PTX: st (.shared, .v2.f32).
+__device__ __forceinline__ void st_shared_f32x2(unsigned addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+
+// The whole kernel; the epilogue writes through `out_map`: a bf16 TMA store, or the residual's
+// f32 TMA reduction into x.
 template <int M, int N, int K, class Epi>
 __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const TensorMap* w_map,
-                                                  const TensorMap* out_map, float* x) {
+                                                  const TensorMap* out_map) {
   using G = PrefillGemm;
   using namespace hexel;
   static_assert(M > 0 && N % 8 == 0 && K % 8 == 0, "TMA rows are multiples of 16 bytes");
@@ -170,8 +180,8 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
     const unsigned warp = warp_index() % 4;
     const unsigned lane = threadIdx.x % 32;
     const bool wg_leader = threadIdx.x % 128 == 0;
-    // Each consumer warpgroup's leader issues its TMA stores.
-    if (out_map && wg_leader) {
+    // Each consumer warpgroup's leader issues its TMA stores (or reductions).
+    if (wg_leader) {
       acquire_tensor_map(out_map);
       tma::prefetch_map(out_map);
     }
@@ -202,48 +212,50 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
       if (lane == 0) mbarrier::arrive(empty + 8 * prev);
 
       const unsigned row0 = tm * G::kBlockM + cw * 64;
-      if constexpr (Epi::kResidual) {
+      // Per chunk: wait until the TMA has read the buffer's previous chunk (two chunks ago),
+      // fill it, switch proxies, and the leader hands it to the TMA.
 #pragma unroll
-        for (unsigned h = 0; h < 2; ++h) {
-          const unsigned m = row0 + 16 * warp + lane / 4 + 8 * h;
-          if (m >= static_cast<unsigned>(M)) continue;
-          float* xr = x + static_cast<long long>(m) * N;
+      for (unsigned ch = 0; ch < Epi::kOutCols / Epi::kChunkCols; ++ch) {
+        const unsigned buf = epilogue + (cw * 2 + ch % 2) * G::kChunkBytes;
+        if (wg_leader) tma::wait_group_read<1>();
+        named_barrier_sync(1 + cw, 128);
+        if constexpr (Epi::kResidual) {
+          // Column block j (8 f32 = 32 bytes) of row half h: lanes 4r..4r+3 write row r's 32
+          // bytes; with the swizzle the warp's 8 rows fall in 8 different 16-byte bank groups.
 #pragma unroll
-          for (unsigned j = 0; j < G::kBlockN / 8; ++j) {
-            const unsigned n = tn * G::kBlockN + 8 * j + 2 * (lane % 4);
-            if (n >= static_cast<unsigned>(N)) continue;
-            float2* p = reinterpret_cast<float2*>(xr + n);
-            float2 v = *p;
-            v.x += d[4 * j + 2 * h];
-            v.y += d[4 * j + 2 * h + 1];
-            *p = v;
+          for (unsigned jj = 0; jj < Epi::kChunkCols / 8; ++jj) {
+            const unsigned j = ch * (Epi::kChunkCols / 8) + jj;
+#pragma unroll
+            for (unsigned h = 0; h < 2; ++h) {
+              const unsigned r = 16 * warp + lane / 4 + 8 * h;
+              const unsigned off = r * 128 + 4 * (8 * jj + 2 * (lane % 4));
+              st_shared_f32x2(buf + swizzled_offset(off, Swizzle::B128), d[4 * j + 2 * h],
+                              d[4 * j + 2 * h + 1]);
+            }
           }
-        }
-      } else {
-        // Per 16 columns (column blocks j, j + 1) one stmatrix.x4 writes the warp's 16 rows:
-        // matrices (rows 0-7, j), (8-15, j), (0-7, j + 1), (8-15, j + 1), lane l addressing row
-        // l % 8 of matrix l / 8.
-        const unsigned quad = lane / 8, r_in = 16 * warp + 8 * (quad % 2) + lane % 8;
+        } else {
+          // Per 16 columns (column blocks j, j + 1) one stmatrix.x4 writes the warp's 16 rows:
+          // matrices (rows 0-7, j), (8-15, j), (0-7, j + 1), (8-15, j + 1), lane l addressing
+          // row l % 8 of matrix l / 8.
+          const unsigned quad = lane / 8, r_in = 16 * warp + 8 * (quad % 2) + lane % 8;
 #pragma unroll
-        for (unsigned ch = 0; ch < Epi::kOutCols / G::kChunkCols; ++ch) {
-          const unsigned buf = epilogue + (cw * 2 + ch % 2) * G::kChunkBytes;
-          // The store that last read this buffer (two chunks ago) must be done reading it.
-          if (wg_leader) tma::wait_group_read<1>();
-          named_barrier_sync(1 + cw, 128);
-#pragma unroll
-          for (unsigned q = 0; q < G::kChunkCols / 16; ++q) {
-            const unsigned j = ch * (G::kChunkCols / 8) + 2 * q;
-            const unsigned frag[4] = {Epi::pack(d, j, 0), Epi::pack(d, j, 1), Epi::pack(d, j + 1, 0),
-                                      Epi::pack(d, j + 1, 1)};
+          for (unsigned q = 0; q < Epi::kChunkCols / 16; ++q) {
+            const unsigned j = ch * (Epi::kChunkCols / 8) + 2 * q;
+            const unsigned frag[4] = {Epi::pack(d, j, 0), Epi::pack(d, j, 1),
+                                      Epi::pack(d, j + 1, 0), Epi::pack(d, j + 1, 1)};
             const unsigned col_bytes = 2 * (16 * q + 8 * (quad / 2));
             stmatrix<4>(buf + swizzled_offset(r_in * 128 + col_bytes, Swizzle::B128), frag);
           }
-          fence_proxy_async_smem();  // stmatrix writes, then the TMA store reads: proxy switch
-          named_barrier_sync(1 + cw, 128);
-          if (wg_leader) {
-            tma::store(out_map, buf, tn * Epi::kOutCols + ch * G::kChunkCols, row0);
-            tma::commit_group();
-          }
+        }
+        fence_proxy_async_smem();  // shared writes, then the TMA reads them: proxy switch
+        named_barrier_sync(1 + cw, 128);
+        if (wg_leader) {
+          const unsigned col = tn * Epi::kOutCols + ch * Epi::kChunkCols;
+          if constexpr (Epi::kResidual)
+            tma::reduce_add(out_map, buf, col, row0);
+          else
+            tma::store(out_map, buf, col, row0);
+          tma::commit_group();
         }
       }
     }
@@ -256,16 +268,16 @@ template <int M, int N, int K>
 __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_bf16(const TensorMap* a_map, const TensorMap* w_map, const TensorMap* y_map) {
   pdl_entry();
-  prefill_gemm_body<M, N, K, EpilogueStoreBf16>(a_map, w_map, y_map, nullptr);
+  prefill_gemm_body<M, N, K, EpilogueStoreBf16>(a_map, w_map, y_map);
 }
 
-// x[m, n] += (A · Wᵀ)[m, n], x the f32 residual stream [M, N]: the attention output and down
-// projections.
+// x[m, n] += (A · Wᵀ)[m, n], x the f32 residual stream [M, N] through an f32 map with 64 x 32
+// boxes: the attention output and down projections.
 template <int M, int N, int K>
 __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
-    gemm_prefill_residual(const TensorMap* a_map, const TensorMap* w_map, float* x) {
+    gemm_prefill_residual(const TensorMap* a_map, const TensorMap* w_map, const TensorMap* x_map) {
   pdl_entry();
-  prefill_gemm_body<M, N, K, EpilogueResidual>(a_map, w_map, nullptr, x);
+  prefill_gemm_body<M, N, K, EpilogueResidual>(a_map, w_map, x_map);
 }
 
 // act[m, j] = bf16(silu(g) · u), g = (A · Wᵀ)[m, j], u = (A · Wᵀ)[m, I + j], W = gate_up [2I, K]
@@ -274,7 +286,7 @@ template <int M, int I, int K>
 __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_swiglu(const TensorMap* a_map, const TensorMap* w_map, const TensorMap* act_map) {
   pdl_entry();
-  prefill_gemm_body<M, I, K, EpilogueSwiGlu>(a_map, w_map, act_map, nullptr);
+  prefill_gemm_body<M, I, K, EpilogueSwiGlu>(a_map, w_map, act_map);
 }
 
 // The prefill QKV epilogue, after gemm_prefill_bf16 wrote the projection qkv [M, (HQ + 2 HKV) D]

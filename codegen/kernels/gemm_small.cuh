@@ -132,8 +132,8 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const Te
       if constexpr (EPI == SmallEpi::Residual) {
         float2* p = reinterpret_cast<float2*>(static_cast<float*>(out) + at);
         float2 v = *p;
-        v.x += d[4 * j + 2 * h];
-        v.y += d[4 * j + 2 * h + 1];
+        v.x = add_rn_ftz(v.x, d[4 * j + 2 * h]);
+        v.y = add_rn_ftz(v.y, d[4 * j + 2 * h + 1]);
         *p = v;
       } else if constexpr (EPI == SmallEpi::SwiGlu) {
         constexpr unsigned kUp = 4 * (kOutCols / 8);

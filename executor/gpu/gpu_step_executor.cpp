@@ -488,11 +488,13 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
         if (arg.rfind("tmap:", 0) != 0 || s.tmap_index.count(arg)) continue;
         const TensorMapArg t = parse_tensor_map_arg(arg, "manifest.json: programs");
         try {
-          maps.push_back(hexel::encode_2d(hexel::TmaDtype::BF16, s.resolve(t.target),
-                                          static_cast<std::uint64_t>(t.rows),
-                                          static_cast<std::uint64_t>(t.cols),
-                                          static_cast<std::uint64_t>(t.cols) * 2, t.box_rows,
-                                          t.box_cols, hexel::Swizzle::B128));
+          // The element type follows from the box width (docs/artifact.md): 64 bf16 or 32 f32.
+          maps.push_back(hexel::encode_2d(
+              t.elem_bytes == 4 ? hexel::TmaDtype::F32 : hexel::TmaDtype::BF16,
+              s.resolve(t.target), static_cast<std::uint64_t>(t.rows),
+              static_cast<std::uint64_t>(t.cols),
+              static_cast<std::uint64_t>(t.cols) * static_cast<std::uint64_t>(t.elem_bytes),
+              t.box_rows, t.box_cols, hexel::Swizzle::B128));
         } catch (const std::runtime_error& e) {
           fail("gpu engine: argument " + arg + ": " + e.what());
         }

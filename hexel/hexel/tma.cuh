@@ -115,6 +115,19 @@ HEXEL_DEVICE void store(const TensorMap* map, uint32_t src, Coord... c) {
         : "memory");
 }
 
+// Tiled 2D reduction of one box from shared memory at `src` into global memory: each element
+// of the box is added to its element of the tensor (element type from the map); joins the current
+// bulk group. f32: rounds to nearest even, subnormal inputs and results flushed to sign-preserving
+// zero (PTX ISA, cp.reduce.async.bulk, the floating-point .add). Out-of-bounds elements are
+// skipped, as for store. PTX: cp.reduce.async.bulk.tensor (.add, .tile, .bulk_group).
+HEXEL_DEVICE void reduce_add(const TensorMap* map, uint32_t src, int32_t c0, int32_t c1) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group"
+      " [%0, {%2, %3}], [%1];" ::"l"(map_addr(map)),
+      "r"(src), "r"(c0), "r"(c1)
+      : "memory");
+}
+
 // Warms L2 with a 2D box without touching shared memory. PTX: cp.async.bulk.prefetch.tensor.
 HEXEL_DEVICE void prefetch_tile(const TensorMap* map, int32_t c0, int32_t c1) {
   asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];" ::"l"(map_addr(map)),

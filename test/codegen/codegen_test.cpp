@@ -158,7 +158,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(p128[3].at("args")[7], "kv:0");
   EXPECT_EQ(instance_of(p128[6]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
   EXPECT_EQ(p128[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
-                                                "tmap:w:layers.0.o:128:128:256:64", "buf:x"}));
+                                                "tmap:w:layers.0.o:128:128:256:64",
+                                                "tmap:buf:x:128:128:64:32"}));
   EXPECT_EQ(p128[6].at("grid"), nlohmann::ordered_json({1, 1, 1}));
   EXPECT_EQ(instance_of(p128[8]), "telos_kernels::gemm_prefill_swiglu<128, 256, 128>");
   EXPECT_EQ(p128[8].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
@@ -182,6 +183,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
                                                        "tmap:w:layers.0.gate_up:512:128:32:64", "buf:act"}));
   EXPECT_EQ(p64[8].at("grid"), nlohmann::ordered_json({1, 8, 1}));
   EXPECT_EQ(instance_of(p64[9]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 4>");
+  EXPECT_EQ(p128[9].at("args")[2], "tmap:buf:x:128:128:64:32");
   for (const auto& e : k.kernels) {
     const std::string instance = e.at("instance");
     const bool prefill = instance.rfind("telos_kernels::gemm_prefill", 0) == 0;
@@ -205,6 +207,11 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     EXPECT_NE(body.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos) << instance;
     if (prefill) {
       EXPECT_NE(body.find("setmaxnreg.inc.sync.aligned.u32 232"), std::string::npos) << instance;
+    }
+    // The prefill residual epilogue adds into x through TMA reductions, not loads and stores of x.
+    if (instance.rfind("telos_kernels::gemm_prefill_residual", 0) == 0) {
+      EXPECT_NE(body.find("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add"), std::string::npos);
+      EXPECT_EQ(body.find("ld.global"), std::string::npos) << instance;
     }
   }
 

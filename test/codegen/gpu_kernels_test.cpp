@@ -198,13 +198,15 @@ int prefill_grid(int rows, int cols, int tile_cols) {
   return std::min(((rows + 127) / 128) * ((cols + tile_cols - 1) / tile_cols), 132);
 }
 
-// A bf16 [rows, cols] tensor map in device memory, as the executor builds one for `tmap:`.
+// A [rows, cols] tensor map in device memory, as the executor builds one for `tmap:`: bf16 in
+// box_rows x 64 boxes, or f32 (the residual stream x) in box_rows x 32 boxes.
 class DeviceMap {
  public:
-  DeviceMap(const void* base, int rows, int cols, int box_rows)
+  DeviceMap(const void* base, int rows, int cols, int box_rows, hexel::TmaDtype dtype = hexel::TmaDtype::BF16)
       : buf_(std::vector<hexel::TensorMap>{hexel::encode_2d(
-            hexel::TmaDtype::BF16, base, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
-            static_cast<std::uint64_t>(cols) * 2, static_cast<std::uint32_t>(box_rows), 64, hexel::Swizzle::B128)}) {}
+            dtype, base, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
+            static_cast<std::uint64_t>(cols) * hexel::tma_dtype_bytes(dtype), static_cast<std::uint32_t>(box_rows),
+            128 / hexel::tma_dtype_bytes(dtype), hexel::Swizzle::B128)}) {}
   const void* get() const { return buf_.get(); }
 
  private:
@@ -235,8 +237,9 @@ TEST(GpuKernels, PrefillGemmEpilogues) {
     DeviceBuffer<float> dx(MN + guard);
     dx.upload(x0);
     const DeviceMap a_map(dA.get(), s.M, s.K, 128), w_map(dW.get(), s.N, s.K, 256),
-        gu_map(dW.get(), 2 * s.N, s.K, 128), y_map(dy.get(), s.M, s.N, 64), act_map(dact.get(), s.M, s.N, 64);
-    CUDA_OK(mod.launch(res, prefill_grid(s.M, s.N, 256), kPrefillThreads, {a_map.get(), w_map.get(), dx.get()},
+        gu_map(dW.get(), 2 * s.N, s.K, 128), y_map(dy.get(), s.M, s.N, 64), act_map(dact.get(), s.M, s.N, 64),
+        x_map(dx.get(), s.M, s.N, 64, hexel::TmaDtype::F32);
+    CUDA_OK(mod.launch(res, prefill_grid(s.M, s.N, 256), kPrefillThreads, {a_map.get(), w_map.get(), x_map.get()},
                        kPrefillSmem));
     CUDA_OK(mod.launch(out, prefill_grid(s.M, s.N, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
                        kPrefillSmem));
@@ -310,15 +313,44 @@ TEST(GpuKernels, PrefillGemmRowsDoNotDependOnM) {
   DeviceBuffer<std::uint16_t> dA(random_bf16(401 * K, 1.f, Af)), dW(random_bf16(N * K, 0.05f, Wf));
   const std::vector<float> x0 = random_floats(401 * N);
   DeviceBuffer<float> x_small(x0), x_large(x0);
-  const DeviceMap a200(dA.get(), 200, K, 128), a401(dA.get(), 401, K, 128), w_map(dW.get(), N, K, 256);
-  CUDA_OK(mod.launch(small, prefill_grid(200, N, 256), kPrefillThreads, {a200.get(), w_map.get(), x_small.get()},
+  const DeviceMap a200(dA.get(), 200, K, 128), a401(dA.get(), 401, K, 128), w_map(dW.get(), N, K, 256),
+      x200(x_small.get(), 200, N, 64, hexel::TmaDtype::F32), x401(x_large.get(), 401, N, 64, hexel::TmaDtype::F32);
+  CUDA_OK(mod.launch(small, prefill_grid(200, N, 256), kPrefillThreads, {a200.get(), w_map.get(), x200.get()},
                      kPrefillSmem));
-  CUDA_OK(mod.launch(large, prefill_grid(401, N, 256), kPrefillThreads, {a401.get(), w_map.get(), x_large.get()},
+  CUDA_OK(mod.launch(large, prefill_grid(401, N, 256), kPrefillThreads, {a401.get(), w_map.get(), x401.get()},
                      kPrefillSmem));
   const auto s = x_small.download(), l = x_large.download();
   EXPECT_EQ(0, std::memcmp(s.data(), l.data(), 200 * N * sizeof(float)));
   for (std::size_t i = 200 * N; i < s.size(); ++i) ASSERT_EQ(s[i], x0[i]) << "rows past M=200 were touched";
 }
+
+// The residual epilogue is one f32 add of the accumulator per element, rounded to nearest even
+// (the TMA reduction; it would flush subnormals, which these values never are): into zeros it
+// leaves the accumulator itself, into x0 exactly the host's f32 x0 + acc. The small-M GEMM's
+// residual rows must match these bits.
+TEST(GpuKernels, PrefillResidualIsOneF32Add) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int M = 200, N = 384, K = 264;
+  const std::string res = "telos_kernels::gemm_prefill_residual<" + I(M) + ", " + I(N) + ", " + I(K) + ">";
+  TestModule mod(source_with_rope(), {res});
+  std::vector<float> Af, Wf;
+  DeviceBuffer<std::uint16_t> dA(random_bf16(M * K, 1.f, Af)), dW(random_bf16(N * K, 0.05f, Wf));
+  const std::vector<float> x0 = random_floats(M * N);
+  DeviceBuffer<float> acc(std::vector<float>(M * N, 0.f)), x(x0);
+  const DeviceMap a_map(dA.get(), M, K, 128), w_map(dW.get(), N, K, 256),
+      acc_map(acc.get(), M, N, 64, hexel::TmaDtype::F32), x_map(x.get(), M, N, 64, hexel::TmaDtype::F32);
+  CUDA_OK(mod.launch(res, prefill_grid(M, N, 256), kPrefillThreads, {a_map.get(), w_map.get(), acc_map.get()},
+                     kPrefillSmem));
+  CUDA_OK(mod.launch(res, prefill_grid(M, N, 256), kPrefillThreads, {a_map.get(), w_map.get(), x_map.get()},
+                     kPrefillSmem));
+  const auto a = acc.download(), got = x.download();
+  std::vector<float> want(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) want[i] = x0[i] + a[i];
+  EXPECT_LT(rel_l2(a, gemm_ref(Af, Wf, M, N, K)), 1e-5);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
+}
+
+TEST(GpuKernels, GateUpSwiGlu) {
 
 // ---- the small-M GEMM (wgmma + TMA, 64-row tiles, narrow weight tiles) ---------------------------
 
@@ -369,8 +401,8 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
             x_small(std::vector<float>(x0.begin(), x0.begin() + total));
         const DeviceMap a128(dA.get(), M, K, 128), a64(dA.get(), M, K, 64),
             w_big(dW.get(), swiglu ? 2 * N : N, K, swiglu ? 128 : 256), w_small(dW.get(), swiglu ? 2 * N : N, K, t.cols),
-            y_map(y_big.get(), M, N, 64);
-        const void* big_out = residual ? static_cast<const void*>(x_big.get()) : y_map.get();
+            y_map(y_big.get(), M, N, 64), x_map(x_big.get(), M, N, 64, hexel::TmaDtype::F32);
+        const void* big_out = residual ? x_map.get() : y_map.get();
         const void* small_out = residual ? static_cast<const void*>(x_small.get()) : y_small.get();
         CUDA_OK(mod.launch(big, prefill_grid(M, N, swiglu ? 128 : 256), kPrefillThreads,
                            {a128.get(), w_big.get(), big_out}, kPrefillSmem));

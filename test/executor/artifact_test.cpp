@@ -148,7 +148,12 @@ TEST(Artifact, ParsesTensorMapArguments) {
   EXPECT_EQ(t.cols, 4096);
   EXPECT_EQ(t.box_rows, 256);
   EXPECT_EQ(t.box_cols, 64);
+  EXPECT_EQ(t.elem_bytes, 2);
   EXPECT_EQ(parse_tensor_map_arg("tmap:buf:act:200:14336:64:64", "here").target, "buf:act");
+  // 32-column boxes are f32 (the residual stream x, reduced into by the prefill GEMM).
+  const TensorMapArg x = parse_tensor_map_arg("tmap:buf:x:4096:4096:64:32", "here");
+  EXPECT_EQ(x.box_cols, 32);
+  EXPECT_EQ(x.elem_bytes, 4);
   auto refused = [](const std::string& arg, const std::string& why) {
     try {
       parse_tensor_map_arg(arg, "programs.buckets[0].launches[1].args[0]");
@@ -166,7 +171,7 @@ TEST(Artifact, ParsesTensorMapArguments) {
   refused("tmap:w:o:0:128:128:64", "positive");
   refused("tmap:w:o:128:100:128:64", "multiple of 8");
   refused("tmap:w:o:128:128:512:64", "BOX_ROWS");
-  refused("tmap:w:o:128:128:128:32", "BOX_COLS must be 64");
+  refused("tmap:w:o:128:128:128:16", "BOX_COLS must be 64 (bf16) or 32 (f32)");
 }
 
 TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {
@@ -190,9 +195,17 @@ TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {
   with_arg("tmap:w:embed:64:32:64:64");  // the whole bf16 [64, 32] embedding
   EXPECT_NO_THROW(Artifact::load(dir));
   with_arg("tmap:w:final_norm:16:64:16:64");
-  expect_refused(dir, {"tensor maps are bf16, the weight is f32"});
+  expect_refused(dir, {"tensor maps over weights are bf16, the weight is f32"});
+  with_arg("tmap:w:embed:64:32:64:32");
+  expect_refused(dir, {"a weight is bf16, its map's BOX_COLS must be 64"});
   with_arg("tmap:buf:h:16:64:16:16");
-  expect_refused(dir, {"programs.buckets[0].launches[0].args[1]", "BOX_COLS must be 64"});
+  expect_refused(dir, {"programs.buckets[0].launches[0].args[1]", "BOX_COLS must be 64 (bf16) or 32"});
+  // An f32 map counts 4 bytes an element: [16, 64] f32 is the whole 4096-byte buffer, [32, 64] is
+  // twice it.
+  with_arg("tmap:buf:h:16:64:16:32");
+  EXPECT_NO_THROW(Artifact::load(dir));
+  with_arg("tmap:buf:h:32:64:16:32");
+  expect_refused(dir, {"spans 8192 bytes", "buf:h has 4096"});
 }
 
 TEST(Artifact, ChecksTheTargetArchitecture) {
