@@ -350,8 +350,6 @@ TEST(GpuKernels, PrefillResidualIsOneF32Add) {
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
 }
 
-TEST(GpuKernels, GateUpSwiGlu) {
-
 // ---- the small-M GEMM (wgmma + TMA, 64-row tiles, narrow weight tiles) ---------------------------
 
 std::string small_gemm_name(const std::string& epi, int M, int N, int K, const codegen::SmallGemmTiling& t) {
