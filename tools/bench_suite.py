@@ -242,9 +242,9 @@ def main():
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "gpu": smi[0], "driver": smi[1] if len(smi) > 1 else "?", "cuda": torch.version.cuda,
             "torch": torch.__version__, "transformers": transformers.__version__,
-            "bandwidth": bandwidth, "command": "python3 " + " ".join(
-                [os.path.relpath(sys.argv[0])] + [a if not a.startswith("/") else os.path.basename(a)
-                                                  for a in sys.argv[1:]])}
+            "bandwidth": bandwidth,
+            "command": f"python3 tools/bench_suite.py --telosc BIN/telosc --telos-run BIN/telos-run "
+                       f"--work DIR --out OUT --models {args.models}" + (" --throughput" if args.throughput else "")}
     rows = []
     for name in args.models.split(","):
         try:

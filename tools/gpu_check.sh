@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# The GPU check of codegen and the GPU engine, in one invocation on the GPU machine:
-#   1. every kernel template against f64 references on fresh random inputs (gpu_kernels_test),
+# The GPU suite of codegen's kernels and the GPU engine, in one invocation on the GPU machine:
+#   1. every kernel template against f64 references on fresh random inputs, the small-M GEMM
+#      against the prefill GEMM bit for bit (gpu_kernels_test),
 #   2. the tiny models end to end against transformers' golden outputs, alone and in a mixed
-#      batch, graphs vs direct launches, seeded sampling vs batch (gpu_model_test),
-#   3. compute-sanitizer memcheck on both, racecheck and synccheck on the kernels,
-#   4. kernel timings against the copy bandwidth (telos-kernel-bench; GPU_CHECK_QUICK=1 skips
-#      this and racecheck/synccheck).
-# It prints a table last; full logs go to $OUT (or /tmp/telos-gpu-check).
+#      batch, graphs vs direct launches, seeded sampling vs batch, the engine's GPU sampling vs
+#      host sampling (gpu_model_test), on the committed buckets and again with one 128-token
+#      prefill bucket (every prompt through the prefill GEMM, decode through the small-M GEMM),
+#   3. compute-sanitizer: memcheck on both, racecheck and synccheck on the kernels,
+#   4. timings: telos-kernel-bench (decode GEMM and attention against the copy bandwidth),
+#      telos-prefill-bench beside torch.matmul, and telos-run bench on tiny-llama (host time per
+#      step, GPU idle gap, graph capture and memory report). GPU_CHECK_QUICK=1 skips racecheck,
+#      synccheck and the timings.
+# It prints a table last; logs go to $OUT (or /tmp/telos-gpu-check).
 #
-#   tools/gpu_check.sh --prepare [BUILD_DIR]   on the build machine: builds the tests and telosc in
+#   tools/gpu_check.sh --prepare [BUILD_DIR]   on the build machine: builds the binaries in
 #                                              BUILD_DIR (default build-cg), compiles the tiny
-#                                              models (with their kernels) into
-#                                              .gpu-carry/artifacts, copies binaries
+#                                              models with telosc, fills .gpu-carry/ (~20 MB)
 #   tools/gpu_check.sh                         on the GPU machine, from the repository root, with
 #                                              .gpu-carry carried along
 set -uo pipefail
@@ -21,14 +25,32 @@ CARRY=.gpu-carry
 if [ "${1:-}" = "--prepare" ]; then
   set -e
   BUILD=${2:-build-cg}
-  cmake --build "$BUILD" --target telosc gpu_kernels_test gpu_model_test telos-kernel-bench -j2
-  rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/artifacts"
+  cmake --build "$BUILD" --target telosc telos-run gpu_kernels_test gpu_model_test telos-kernel-bench \
+    telos-prefill-bench -j2
+  rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128"
+  p128=$(mktemp) b64=$(mktemp)
+  echo '{"max_batch": 8, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 128},
+         "prefill_chunk": 128, "prefill_buckets": [128]}' >"$p128"
+  echo '{"max_batch": 64, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 1152},
+         "prefill_chunk": 256}' >"$b64"
   for m in models/tiny-llama test/fixtures/tiny-qwen2 test/fixtures/tiny-qwen3; do
     name=$(basename "$m")
     "$BUILD/bin/telosc" compile "$m" -o "$CARRY/artifacts/$name.telos"
+    "$BUILD/bin/telosc" compile "$m" --serving "$p128" -o "$CARRY/artifacts-p128/$name.telos"
   done
-  cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$BUILD/bin/telos-kernel-bench" "$CARRY/bin/"
+  # tiny-llama as committed has max_batch 8; the engine's overhead is wanted at batch 1 and 64.
+  "$BUILD/bin/telosc" compile models/tiny-llama --serving "$b64" -o "$CARRY/artifacts/tiny-llama-b64.telos"
+  rm -f "$p128" "$b64"
+  cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$BUILD/bin/telos-kernel-bench" \
+     "$BUILD/bin/telos-prefill-bench" "$BUILD/bin/telos-run" "$CARRY/bin/"
   strip "$CARRY"/bin/*
+  "$BUILD/bin/telos-prefill-bench" --compile-only "$CARRY/prefill-bench.cubin"
+  cp codegen/bench/prefill_gemm_torch.py "$CARRY/"
+  # telos-run's shared libraries that a bare GPU machine lacks (the CUDA runtime is static).
+  for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu|httplib|brotli/ {print $3}'); do cp -L "$l" "$CARRY/lib/"; done
+  # Compressed: the artifacts' PTX and ICU's data are most of the bytes.
+  tar cJf "$CARRY/payload.tar.xz" -C "$CARRY" lib artifacts artifacts-p128
+  rm -rf "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128"
   du -sh "$CARRY"
   exit 0
 fi
@@ -43,7 +65,12 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
          $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, s, "lib") for p in nvidia.__path__ for s in os.listdir(p)))' 2>/dev/null); do
   if ls "$d"/libnvrtc.so.13* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"; break; fi
 done
-export TELOS_CACHE_DIR=/tmp/telos-kernel-cache TELOS_GPU_ARTIFACTS=$PWD/$CARRY/artifacts TELOS_SOURCE_DIR=$PWD
+[ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"  # compute-sanitizer
+P=/tmp/telos-gpu-check-payload
+rm -rf "$P" && mkdir -p "$P" && tar -C "$P" -xJf "$CARRY/payload.tar.xz"
+export LD_LIBRARY_PATH="$P/lib:$LD_LIBRARY_PATH"
+export TELOS_CACHE_DIR=/tmp/telos-kernel-cache TELOS_GPU_ARTIFACTS=$P/artifacts TELOS_SOURCE_DIR=$PWD
+B=$CARRY/bin
 
 declare -a rows
 run() {  # run NAME LOG COMMAND...
@@ -54,26 +81,32 @@ run() {  # run NAME LOG COMMAND...
   rows+=("$(printf '%-44s | %-6s | %4ss | %s' "$name" "$([ $rc = 0 ] && echo pass || echo FAIL:$rc)" $((SECONDS - t0)) "$log")")
 }
 
-run "kernels vs f64 references" kernels.log "$CARRY/bin/gpu_kernels_test"
-run "tiny models vs transformers" model.log "$CARRY/bin/gpu_model_test"
+run "kernels vs f64; small GEMM == prefill GEMM" kernels.log "$B/gpu_kernels_test"
+run "tiny models vs transformers" model.log "$B/gpu_model_test"
+run "tiny models, prefill bucket 128" model-p128.log env TELOS_GPU_ARTIFACTS="$P/artifacts-p128" "$B/gpu_model_test"
 CS="compute-sanitizer --error-exitcode 9 --print-limit 20"
-run "memcheck: kernels" memcheck-kernels.log $CS --tool memcheck "$CARRY/bin/gpu_kernels_test"
-run "memcheck: tiny models" memcheck-model.log $CS --tool memcheck "$CARRY/bin/gpu_model_test" \
+run "memcheck: kernels" memcheck-kernels.log $CS --tool memcheck "$B/gpu_kernels_test"
+run "memcheck: tiny models" memcheck-model.log $CS --tool memcheck "$B/gpu_model_test" \
     --gtest_filter='*MatchesTransformers*'
-# GPU_CHECK_QUICK=1 leaves out racecheck and synccheck (the slowest part).
 if [ -z "${GPU_CHECK_QUICK:-}" ]; then
-  run "racecheck: kernels" racecheck.log $CS --tool racecheck "$CARRY/bin/gpu_kernels_test" \
-      --gtest_filter='-*Sample*'
-  run "synccheck: kernels" synccheck.log $CS --tool synccheck "$CARRY/bin/gpu_kernels_test" \
-      --gtest_filter='-*Sample*'
-  run "kernel timings" bench.log "$CARRY/bin/telos-kernel-bench"
+  run "racecheck: kernels" racecheck.log $CS --tool racecheck "$B/gpu_kernels_test" --gtest_filter='-*Sample*'
+  run "synccheck: kernels" synccheck.log $CS --tool synccheck "$B/gpu_kernels_test" --gtest_filter='-*Sample*'
+  run "kernel timings (decode)" bench.log "$B/telos-kernel-bench"
+  run "prefill GEMM timings" prefill-bench.log "$B/telos-prefill-bench" "$CARRY/prefill-bench.cubin"
+  [ -s "$OUT/prefill-bench.log" ] && timeout 60 python3 "$CARRY/prefill_gemm_torch.py" "$OUT/prefill-bench.log" \
+    >>"$OUT/prefill-bench.log" 2>&1
+  run "engine overhead (telos-run bench)" engine-bench.log "$B/telos-run" bench \
+      "$P/artifacts/tiny-llama-b64.telos" --engine gpu --batch 1,8,64 --prompt-len 32 --gen 128 \
+      --mixed 32 --seed 1 --ttft 32,128,224
 fi
 
 echo
 grep -h "^CHECK" "$OUT/model.log" | sed 's/^CHECK | //' | tee "$OUT/model-table.txt"
 echo
 grep -hE "^\[  (FAILED|SKIPPED) |ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/*.log | sort | uniq -c | head -40
-[ -f "$OUT/bench.log" ] && { echo; cat "$OUT/bench.log"; }
+for f in bench.log prefill-bench.log engine-bench.log; do
+  [ -f "$OUT/$f" ] && { echo; grep -v '^\s*$' "$OUT/$f" | tail -40; }
+done
 echo
 printf '%-44s | %-6s | %5s | %s\n' check result time log
 for r in "${rows[@]}"; do echo "$r"; done | tee "$OUT/summary.txt"
