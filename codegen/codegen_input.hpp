@@ -26,9 +26,6 @@ struct CodegenInput {
   int max_batch = 0, max_seq_len = 0, kv_page_size = 0;
   std::vector<int> decode_buckets, prefill_buckets;  // ascending
   std::vector<std::string> targets;                  // "sm_90a"
-  // serving.batch_invariant: false lets prefill buckets of >= kPrefillGemmMinRows tokens use the
-  // tensor-core prefill GEMM, a different reduction order from the small-M GEMM's.
-  bool batch_invariant = true;
 };
 
 }  // namespace telos::codegen

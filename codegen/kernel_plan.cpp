@@ -209,10 +209,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
     // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each
     // output element with the same wgmma chain over K and the same epilogue arithmetic
-    // (kernels/gemm_small.cuh), so a row's bits do not depend on which of them ran; a
-    // batch-invariant model relies on that (kSmallGemmMatchesPrefillGemm).
-    const bool big = (kSmallGemmMatchesPrefillGemm || !in.batch_invariant) && kind == "prefill" &&
-                     T >= kPrefillGemmMinRows;
+    // (kernels/gemm_small.cuh), so a row's bits do not depend on which of them ran.
+    const bool big = kind == "prefill" && T >= kPrefillGemmMinRows;
     // bf16 maps have 64-column boxes; the f32 map of x (the prefill residual epilogue's TMA
     // reduction) has 32-column boxes: one 128-byte swizzle span either way.
     auto tmap = [&](const std::string& target, long long rows, long long cols, int box_rows,

@@ -64,12 +64,9 @@ KernelPlan plan_kernels(const CodegenInput& in);
 
 // Prefill buckets of at least this many tokens run their qkv, o, gate/up and down projections on
 // the prefill GEMM (kernels/gemm_prefill.cuh); smaller ones, and decode, on the small-M GEMM
-// (kernels/gemm_small.cuh). With serving.batch_invariant true (the default) a model uses the
-// prefill GEMM only if the two give every row the same bits (kSmallGemmMatchesPrefillGemm).
+// (kernels/gemm_small.cuh). The two give every row the same bits (batch invariance across
+// buckets; GPU test GpuKernels.SmallGemmMatchesPrefillGemmBitForBit), so the choice is speed only.
 inline constexpr int kPrefillGemmMinRows = 128;
-// The GPU test GpuKernels.SmallGemmMatchesPrefillGemmBitForBit checks this claim on every epilogue
-// and ragged shapes; were it false, batch-invariant models would keep prefill on the small GEMM.
-inline constexpr bool kSmallGemmMatchesPrefillGemm = true;
 
 // The small-M GEMM's launch shape: one consumer warpgroup and a producer warp, 64-token M tiles.
 inline constexpr int kSmallGemmThreads = 160;

@@ -362,7 +362,6 @@ codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& 
   for (auto b : serving.decode_buckets) in.decode_buckets.push_back(static_cast<int>(b));
   for (auto b : serving.prefill_buckets) in.prefill_buckets.push_back(static_cast<int>(b));
   in.targets = serving.targets;
-  in.batch_invariant = serving.batch_invariant;
   return in;
 }
 

@@ -15,8 +15,7 @@ constexpr double kDefaultMemoryFraction = 0.9;
 
 const std::vector<std::string> kFields = {"max_batch",       "max_seq_len",   "kv_page_size",
                                           "kv_pool",         "prefill_chunk", "decode_buckets",
-                                          "prefill_buckets", "targets",       "tensor_parallel",
-                                          "batch_invariant"};
+                                          "prefill_buckets", "targets",       "tensor_parallel"};
 
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -38,14 +37,6 @@ class FieldReader {
     auto it = object_.find(field);
     if (it == object_.end() || it->is_null()) return nullptr;
     return &*it;
-  }
-
-  // A JSON boolean; anything else is refused.
-  std::optional<bool> boolean(const std::string& field) const {
-    const nlohmann::json* v = get(field);
-    if (!v) return std::nullopt;
-    if (!v->is_boolean()) fail_field(field, "expected true or false, got " + v->dump());
-    return v->get<bool>();
   }
 
   // An integer in [lo, hi]; floats, strings and booleans are refused.
@@ -226,7 +217,6 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
     r.fail_field("tensor_parallel", std::to_string(c.tensor_parallel) +
                                         " is not supported yet: telosc does not shard weights, "
                                         "so only 1 is accepted");
-  c.batch_invariant = r.boolean("batch_invariant").value_or(true);
   return c;
 }
 
@@ -246,7 +236,6 @@ nlohmann::ordered_json serving_to_json(const ServingConfig& c) {
   j["prefill_buckets"] = c.prefill_buckets;
   j["targets"] = c.targets;
   j["tensor_parallel"] = c.tensor_parallel;
-  j["batch_invariant"] = c.batch_invariant;
   return j;
 }
 

@@ -24,11 +24,6 @@ struct ServingConfig {
   std::vector<std::int64_t> prefill_buckets;
   std::vector<std::string> targets;
   std::int64_t tensor_parallel = 1;
-  // Every row's result independent of its bucket and of the other rows (issue 4). While the
-  // prefill GEMM and the small-M GEMM are different kernel families (different reduction orders),
-  // true keeps every bucket on the small-M family; false lets prefill buckets of >= 128 tokens use
-  // the tensor-core prefill GEMM (faster prompts; a row's last bits then depend on its step).
-  bool batch_invariant = true;
 };
 
 // Upper bound on max_batch: a decode bucket larger than this no longer gains throughput from the

@@ -40,7 +40,6 @@ CodegenInput tiny(const std::string& family) {
   in.decode_buckets = {1, 2, 4, 8};
   in.prefill_buckets = {32, 64, 128};
   in.targets = {"sm_90a"};
-  in.batch_invariant = false;  // prefill buckets of >= 128 tokens on the tensor-core GEMM
   return in;
 }
 
@@ -62,7 +61,6 @@ CodegenInput llama_1b() {
   in.decode_buckets = {1, 6, 64};
   in.prefill_buckets = {512};
   in.targets = {"sm_90a"};
-  in.batch_invariant = false;  // prefill buckets of >= 128 tokens on the tensor-core GEMM
   return in;
 }
 
@@ -242,21 +240,6 @@ TEST(Codegen, RealSizeShapesCompileWithoutSpills) {
   EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_residual<512, 2048, 2048>"));
   EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_swiglu<512, 8192, 2048>"));
   EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_residual<512, 2048, 8192>"));
-}
-
-// serving.batch_invariant (the default) keeps a row's bits independent of its step: every bucket
-// runs the small-M GEMM, or the prefill GEMM where the two are bit-identical per row
-// (kSmallGemmMatchesPrefillGemm, checked on the GPU by SmallGemmMatchesPrefillGemmBitForBit).
-TEST(Codegen, BatchInvariantModelsUseOneGemmFamily) {
-  CodegenInput in = tiny("llama");
-  in.batch_invariant = true;
-  const KernelPlan plan = plan_kernels(in);
-  bool prefill_gemm = false;
-  for (const KernelInstance& k : plan.kernels) {
-    prefill_gemm |= k.instance.rfind("telos_kernels::gemm_prefill", 0) == 0;
-    EXPECT_EQ(k.instance.find("linear_residual"), std::string::npos) << k.instance;
-  }
-  EXPECT_EQ(prefill_gemm, kSmallGemmMatchesPrefillGemm);
 }
 
 TEST(Codegen, MTileDividesEveryBucket) {
