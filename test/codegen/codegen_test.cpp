@@ -104,6 +104,10 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     const std::string body = ptx_function(t.ptx, entry);
     ASSERT_FALSE(body.empty()) << "no PTX entry for " << instance;
     EXPECT_EQ(body.find(".local"), std::string::npos) << instance;
+    // The executor launches every kernel but a step's first with programmatic stream
+    // serialization: a kernel that did not wait for its predecessor could read its inputs early.
+    EXPECT_NE(body.find("griddepcontrol.wait"), std::string::npos) << instance;
+    EXPECT_NE(body.find("griddepcontrol.launch_dependents"), std::string::npos) << instance;
     // The LM head streams weights with 16-byte non-coherent loads into tensor-core MMAs.
     if (instance.find("linear_f32") != std::string::npos) {
       EXPECT_NE(body.find("ld.global.nc.v4"), std::string::npos) << instance;
