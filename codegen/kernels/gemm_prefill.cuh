@@ -50,6 +50,38 @@ struct PrefillGemm {
       kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8 + 1024;
 };
 
+// One output tile's main loop over K, the same code in the prefill and the small-M GEMM
+// (gemm_small.cuh), which is what makes their results bit-identical per row: for each 64-wide K
+// block, wait for its stage, accumulate its four k16 wgmma steps into d (from zero at the first),
+// keep one group in flight and give the previous stage back to the producer. `a_stage(s)` and
+// `w_stage(s)` are the shared-memory addresses of stage s's operands. Returns the last stage's
+// index: the caller releases it if anything loads after this tile.
+template <unsigned N, unsigned STAGES, class AStage, class WStage>
+__device__ __forceinline__ unsigned wgmma_k_loop(float (&d)[N / 2], hexel::mbarrier::StageRing<STAGES>& ring,
+                                                 unsigned k_blocks, unsigned full, unsigned empty,
+                                                 unsigned lane, AStage a_stage, WStage w_stage) {
+  using namespace hexel;
+  unsigned prev = 0;
+  for (unsigned kb = 0; kb < k_blocks; ++kb) {
+    mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
+    const auto a = wgmma::kmajor_desc(a_stage(ring.index), Swizzle::B128);
+    const auto b = wgmma::kmajor_desc(w_stage(ring.index), Swizzle::B128);
+    wgmma::fence();
+#pragma unroll
+    for (unsigned kk = 0; kk < PrefillGemm::kBlockK / 16; ++kk)
+      wgmma::mma_ss<N>(d, a.advanced(kk * 32), b.advanced(kk * 32), kb > 0 || kk > 0);
+    wgmma::commit_group();
+    // One group stays in flight; once it is the only one, the previous stage has been read.
+    wgmma::wait_group<1>();
+    if (kb > 0 && lane == 0) mbarrier::arrive(empty + 8 * prev);
+    prev = ring.index;
+    ring.advance();
+  }
+  wgmma::wait_group<0>();
+  wgmma::fence_operand(d);
+  return prev;
+}
+
 // Linear work index -> (tile m, tile n), kGroupM tiles along M per sweep over N, so the CTAs
 // running at one time share A rows and W columns in L2.
 __device__ __forceinline__ void prefill_tile_coords(unsigned t, unsigned tiles_m, unsigned tiles_n,
@@ -190,25 +222,10 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
     for (unsigned u = blockIdx.x; u < units; u += gridDim.x) {
       unsigned tm, tn;
       prefill_tile_coords(u, tiles_m, tiles_n, tm, tn);
-      unsigned prev = 0;
-      for (unsigned kb = 0; kb < k_blocks; ++kb) {
-        mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
-        const auto a = wgmma::kmajor_desc(a_stage(ring.index) + cw * 64 * 128, Swizzle::B128);
-        const auto b = wgmma::kmajor_desc(w_stage(ring.index), Swizzle::B128);
-        wgmma::fence();
-#pragma unroll
-        for (unsigned kk = 0; kk < G::kBlockK / 16; ++kk)
-          wgmma::mma_ss<G::kBlockN>(d, a.advanced(kk * 32), b.advanced(kk * 32), kb > 0 || kk > 0);
-        wgmma::commit_group();
-        // One group stays in flight; once it is the only one, the previous stage has been read
-        // and goes back to the producer.
-        wgmma::wait_group<1>();
-        if (kb > 0 && lane == 0) mbarrier::arrive(empty + 8 * prev);
-        prev = ring.index;
-        ring.advance();
-      }
-      wgmma::wait_group<0>();
-      wgmma::fence_operand(d);
+      // This consumer's 64 rows of the A stage.
+      const unsigned prev = wgmma_k_loop<G::kBlockN>(
+          d, ring, k_blocks, full, empty, lane, [&](unsigned st) { return a_stage(st) + cw * 64 * 128; },
+          w_stage);
       if (lane == 0) mbarrier::arrive(empty + 8 * prev);
 
       const unsigned row0 = tm * G::kBlockM + cw * 64;

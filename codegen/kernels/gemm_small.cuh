@@ -98,25 +98,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const Te
   const unsigned lane = threadIdx.x % 32;
   mbarrier::StageRing<STAGES> ring;
   float d[BN / 2];
-  unsigned prev = 0;
-  for (unsigned kb = 0; kb < k_blocks; ++kb) {
-    mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
-    const auto a = wgmma::kmajor_desc(a_stage(ring.index), Swizzle::B128);
-    const auto b = wgmma::kmajor_desc(w_stage(ring.index), Swizzle::B128);
-    wgmma::fence();
-#pragma unroll
-    for (unsigned kk = 0; kk < G::kBlockK / 16; ++kk)
-      wgmma::mma_ss<BN>(d, a.advanced(kk * 32), b.advanced(kk * 32), kb > 0 || kk > 0);
-    wgmma::commit_group();
-    // One group stays in flight; once it is the only one, the previous stage has been read and
-    // goes back to the producer.
-    wgmma::wait_group<1>();
-    if (kb > 0 && lane == 0) mbarrier::arrive(empty + 8 * prev);
-    prev = ring.index;
-    ring.advance();
-  }
-  wgmma::wait_group<0>();
-  wgmma::fence_operand(d);
+  wgmma_k_loop<BN>(d, ring, k_blocks, full, empty, lane, a_stage, w_stage);
   // The last stage needs no release: nothing loads after it.
 
   // d[4j + 2h + e]: row 16 warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e of the tile.
