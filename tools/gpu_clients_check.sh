@@ -4,7 +4,7 @@
 # libraries: both travel xz-compressed in a carry folder.
 #
 #   tools/gpu_clients_check.sh --prepare [BUILD_DIR]   here: fills .gpu-carry2/ (node, libs,
-#                                                      node_modules, test artifacts with kernels,
+#                                                      node_modules, test artifacts with kernels (xz),
 #                                                      stripped telos-run and telosc) from BUILD_DIR
 #                                                      (default build-cg), ~45 MB
 #   tools/gpu_clients_check.sh [OUT_DIR]               on the GPU machine, from the repository root,
@@ -24,6 +24,8 @@ if [ "${1:-}" = "--prepare" ]; then
   tar cJf "$C/lib.tar.xz" -C "$C" lib && rm -rf "$C/lib"
   xz -9 -c "$(command -v node)" > "$C/node.xz"
   tar cJf "$C/node_modules.tar.xz" -C test/server node_modules
+  # The artifacts' PTX compresses ~4x; the carry limit is 64 MiB with gpu_check's beside it.
+  tar cJf "$C/models.tar.xz" -C "$C" models && rm -rf "$C/models"
   du -sh "$C"
   exit 0
 fi
@@ -37,9 +39,10 @@ with lzma.open(".gpu-carry2/node.xz") as f, open("/tmp/telos-clients/node", "wb"
 os.chmod("/tmp/telos-clients/node", 0o755)
 tarfile.open(".gpu-carry2/lib.tar.xz").extractall("/tmp/telos-clients")
 tarfile.open(".gpu-carry2/node_modules.tar.xz").extractall("test/server")
+tarfile.open(".gpu-carry2/models.tar.xz").extractall("/tmp/telos-clients")
 PY
 export LD_LIBRARY_PATH=/tmp/telos-clients/lib:${LD_LIBRARY_PATH:-}
-export TELOS_RUN=$PWD/$C/telos-run TELOS_TEST_MODELS=$PWD/$C/models TELOS_TEST_ENGINE=gpu
+export TELOS_RUN=$PWD/$C/telos-run TELOS_TEST_MODELS=/tmp/telos-clients/models TELOS_TEST_ENGINE=gpu
 status=0
 for s in openai_sdk load http_errors; do
   t0=$SECONDS
