@@ -113,6 +113,7 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu) {
   t.bn = swiglu ? 64 : 32;
   t.cols = swiglu ? t.bn / 2 : t.bn;
   t.tiles_m = (tokens + kSmallGemmBlockM - 1) / kSmallGemmBlockM;
+  t.a_box = std::min(tokens, kSmallGemmBlockM);
   t.tiles_n = (n + t.cols - 1) / t.cols;
   const int per_sm = (t.tiles_m * t.tiles_n + kSms - 1) / kSms;
   const int budget = std::min(227 * 1024, 228 * 1024 / per_sm - 1024);
@@ -239,7 +240,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       const SmallGemmTiling t = small_gemm_tiling(n, k, T, swiglu);
       return {b.kernel("telos_kernels::gemm_small_" + epi + dims + ", " + I_(t.bn) + ", " + I_(t.stages) + ">",
                        {"a_map", "w_map", "out"}, kSmallGemmThreads, t.smem()),
-              {t.tiles_m, t.tiles_n, 1}, kSmallGemmBlockM, t.cols, 0};
+              {t.tiles_m, t.tiles_n, 1}, t.a_box, t.cols, 0};
     };
     auto launch_gemm = [&](const Gemm& g, const std::string& a_buf, const std::string& w_name, long long w_rows,
                            int k, const std::string& out_buf, long long n) {

@@ -75,9 +75,10 @@ inline constexpr int kSmallGemmBlockM = 64;
 // How the small-M GEMM covers `n` output columns over K = k for `tokens` rows: `bn` weight rows
 // per CTA (SwiGLU: bn / 2 gate rows and their up rows, so `cols` = bn / 2 outputs) and the depth of
 // its stage ring, as deep as the shared memory of the CTAs sharing an SM allows (the bytes in
-// flight are what reach the bandwidth). Neither changes the arithmetic.
+// flight are what reach the bandwidth). Neither changes the arithmetic. `a_box`: rows of the
+// activations' TMA box, the tokens up to 64 (kernels/gemm_small.cuh zeroes the rest of its tile).
 struct SmallGemmTiling {
-  int bn = 32, cols = 32, stages = 2;
+  int bn = 32, cols = 32, stages = 2, a_box = kSmallGemmBlockM;
   int tiles_m = 1, tiles_n = 1;  // the grid
   int smem() const;              // dynamic shared memory per CTA
 };

@@ -42,7 +42,7 @@ if [ "${1:-}" = "--prepare" ]; then
   "$BUILD/bin/telosc" compile models/tiny-llama --serving "$b64" -o "$CARRY/artifacts/tiny-llama-b64.telos"
   rm -f "$p128" "$b64"
   cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$BUILD/bin/telos-kernel-bench" \
-     "$BUILD/bin/telos-prefill-bench" "$BUILD/bin/telos-run" "$CARRY/bin/"
+     "$BUILD/bin/telos-prefill-bench" "$BUILD/bin/telos-run" "$BUILD/bin/telosc" "$CARRY/bin/"
   strip "$CARRY"/bin/*
   "$BUILD/bin/telos-prefill-bench" --compile-only "$CARRY/prefill-bench.cubin"
   cp codegen/bench/prefill_gemm_torch.py "$CARRY/"

@@ -5,6 +5,7 @@
 //   small-M wgmma GEMM (gemm_small_*: qkv, o, gate_up with SwiGLU, down with the residual add)
 //   and linear_f32 (the LM head's GEMM, also on the other shapes for comparison);
 //   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k.
+// `telos-kernel-bench --sweep` also times the small GEMM at other tilings than the plan's.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,8 +32,10 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
-// Median time in µs of `fn(i)` over `reps` runs after `warm` warm-ups.
-double median_us(const std::function<void(int)>& fn, int reps = 30, int warm = 5) {
+// Median time in µs of `fn(i)` over `reps` runs after `warm` warm-ups. With `batch` > 1, each
+// run times `batch` consecutive calls and counts their mean: kernels as a graph runs them, back
+// to back, without the launch latency of an idle stream in every figure.
+double median_us(const std::function<void(int)>& fn, int reps = 30, int warm = 5, int batch = 1) {
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
@@ -40,12 +43,12 @@ double median_us(const std::function<void(int)>& fn, int reps = 30, int warm = 5
   std::vector<float> t;
   for (int i = 0; i < reps; ++i) {
     cudaEventRecord(a);
-    fn(i);
+    for (int j = 0; j < batch; ++j) fn(i * batch + j);
     cudaEventRecord(b);
     check(cudaEventSynchronize(b), "timing");
     float ms = 0;
     cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms * 1000.f);
+    t.push_back(ms * 1000.f / batch);
   }
   std::sort(t.begin(), t.end());
   cudaEventDestroy(a);
@@ -109,7 +112,8 @@ void* device_map(const void* base, int rows, int cols, int box_rows) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool sweep = argc > 1 && std::string(argv[1]) == "--sweep";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("telos-kernel-bench: no CUDA GPU\n");
@@ -135,28 +139,48 @@ int main() {
   // Decode GEMMs, Llama-3.1-8B: qkv [6144, 4096], o [4096, 4096], gate_up [28672, 4096], down
   // [4096, 14336], LM head [128256, 4096]. gemm_small_* as the plan launches it (SwiGLU: N is I,
   // W is [2I, K]; bf16 out for qkv, the f32 residual for o and down); linear_f32 on the same
-  // weights for comparison. Bytes: weights, activations read, outputs written.
+  // weights for comparison. Bytes: weights, activations read, outputs written. With --sweep, the
+  // small GEMM also at other weight tiles and stage depths (the plan's choice is marked "plan").
+  // Every figure: 8 launches back to back, each on another copy of the weights.
   struct Gemm { const char* name; const char* epi; int N, K; };
   const Gemm gemms[] = {{"qkv", "bf16", 6144, 4096},       {"o", "residual", 4096, 4096},
                         {"gate_up", "swiglu", 14336, 4096}, {"down", "residual", 4096, 14336},
                         {"lm_head", "", 128256, 4096}};
+  constexpr int kBatch = 8;
   for (int M : {1, 8, 64}) {
-    std::vector<std::string> names, small;
+    std::vector<std::string> names;
     std::vector<GemmLaunch> launches;
-    std::vector<SmallGemmTiling> tilings;
-    for (const Gemm& g : gemms) {
+    // Per shape: (label, tiling, instance) of each small-GEMM variant timed.
+    struct Variant { std::string label; SmallGemmTiling t; std::string instance; };
+    std::vector<std::vector<Variant>> variants(std::size(gemms));
+    for (std::size_t gi = 0; gi < std::size(gemms); ++gi) {
+      const Gemm& g = gemms[gi];
       const bool swiglu = std::string(g.epi) == "swiglu";
       const int rows = swiglu ? 2 * g.N : g.N;
       launches.push_back(gemm_launch(gemm_tiling(rows, g.K), rows, M, true));
       names.push_back("telos_kernels::linear_f32<" + I(g.K) + ", " + I(rows) + ", " + launches.back().args() + ">");
-      tilings.push_back(small_gemm_tiling(g.N, g.K, M, swiglu));
-      small.push_back(*g.epi ? "telos_kernels::gemm_small_" + std::string(g.epi) + "<" + I(M) + ", " + I(g.N) + ", " +
-                                   I(g.K) + ", " + I(tilings.back().bn) + ", " + I(tilings.back().stages) + ">"
-                             : "");
+      if (!*g.epi) continue;
+      auto add = [&](const std::string& label, const SmallGemmTiling& t) {
+        variants[gi].push_back({label, t, "telos_kernels::gemm_small_" + std::string(g.epi) + "<" + I(M) + ", " +
+                                               I(g.N) + ", " + I(g.K) + ", " + I(t.bn) + ", " + I(t.stages) + ">"});
+      };
+      const SmallGemmTiling plan = small_gemm_tiling(g.N, g.K, M, swiglu);
+      add("plan", plan);
+      if (!sweep) continue;
+      for (int bn : swiglu ? std::vector<int>{32, 64, 128} : std::vector<int>{16, 32, 64})
+        for (int stages : {4, 8, 16}) {
+          SmallGemmTiling t = plan;
+          t.bn = bn;
+          t.cols = swiglu ? bn / 2 : bn;
+          t.tiles_n = (g.N + t.cols - 1) / t.cols;
+          t.stages = stages;
+          if (t.smem() > 227 * 1024 || (bn == plan.bn && stages == plan.stages)) continue;
+          add("bn" + I(bn) + " st" + I(stages), t);
+        }
     }
     std::vector<std::string> all = names;
-    for (const auto& n : small)
-      if (!n.empty()) all.push_back(n);
+    for (const auto& v : variants)
+      for (const Variant& x : v) all.push_back(x.instance);
     Module mod(all);
     for (std::size_t gi = 0; gi < std::size(gemms); ++gi) {
       const Gemm& g = gemms[gi];
@@ -178,24 +202,29 @@ int main() {
         std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label.c_str(), shape, us, bytes / us / 1e3,
                     100.0 * bytes / us / 1e3 / copy_gbs);
       };
-      if (!small[gi].empty()) {
-        const SmallGemmTiling& t = tilings[gi];
-        void* a_map = device_map(a, M, g.K, kSmallGemmBlockM);
+      for (const Variant& v : variants[gi]) {
+        const SmallGemmTiling& t = v.t;
+        void* a_map = device_map(a, M, g.K, t.a_box);
         std::vector<void*> w_maps;
         for (void* p : w) w_maps.push_back(device_map(p, rows, g.K, t.cols));
-        const double us = median_us([&](int i) {
-          mod.launch(small[gi], dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads, {a_map, w_maps[i % copies], y}, t.smem());
-        });
+        const double us = median_us(
+            [&](int i) {
+              mod.launch(v.instance, dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads, {a_map, w_maps[i % copies], y},
+                         t.smem());
+            },
+            30, 5, kBatch);
         // The residual reads and writes x (f32); the others write bf16.
         const double out = std::string(g.epi) == "residual" ? 8.0 * M * g.N : 2.0 * M * g.N;
-        row("gemm_small_" + std::string(g.epi) + " " + g.name, us, out);
+        row("gemm_small_" + std::string(g.epi) + " " + g.name + " " + v.label, us, out);
         cudaFree(a_map);
         for (void* p : w_maps) cudaFree(p);
       }
       const GemmLaunch& l = launches[gi];
-      const double us = median_us([&](int i) {
-        mod.launch(names[gi], dim3(rows / l.tiling.rows, M / l.m_tile), l.tiling.threads(), {w[i % copies], a, y});
-      });
+      const double us = median_us(
+          [&](int i) {
+            mod.launch(names[gi], dim3(rows / l.tiling.rows, M / l.m_tile), l.tiling.threads(), {w[i % copies], a, y});
+          },
+          30, 5, kBatch);
       row(std::string("linear_f32 ") + g.name, us, 4.0 * M * rows);
       for (auto& p : w) cudaFree(p);
       cudaFree(a);

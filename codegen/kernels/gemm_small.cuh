@@ -7,9 +7,12 @@
 // depends on the row of A and the column of B only, not on the instruction's N or on which
 // 64-row slab of the M tile holds the row (gpu_kernels_test checks this bit for bit).
 //
-// Shape: the tokens are the A operand, 64 rows per CTA (the M tile of one consumer warpgroup);
-// their map is built over the bucket's T rows, so TMA zero-fills rows past T and reads only T
-// rows from memory. The weights stream as the B operand in narrow tiles of BN rows (the grid has
+// Shape: the tokens are the A operand, 64 rows per CTA (the M tile of one consumer warpgroup).
+// Below 64 tokens the A box has only the bucket's T rows (the map's box, codegen): the TMA
+// moves T rows per stage instead of 64 (at batch 1, 1 row beside the 32 weight rows instead of
+// 64), and the consumers zero rows T..63 of every stage once at the start, which no load ever
+// touches again, so wgmma reads zeros there (row r of the result depends on row r of A only).
+// Above 64 tokens the map's rows end at T and TMA zero-fills the last tile's rows past T. The weights stream as the B operand in narrow tiles of BN rows (the grid has
 // one CTA per (64-token tile, BN weight rows), enough CTAs to cover the GPU), through a ring of
 // STAGES shared-memory stages: the bytes in flight per SM are what let a weight-streaming GEMM
 // reach the memory bandwidth, so the plan gives it as many stages as shared memory allows for the
@@ -17,6 +20,11 @@
 //
 // Warp roles: warps 0-3 are the consumer warpgroup (wgmma needs a warpgroup aligned to 4 warps),
 // warp 4's first lane the TMA producer. Registers are few (BN / 2 accumulators), so no setmaxnreg.
+//
+// Programmatic dependent launch: the producer fills the first stages' weight boxes before
+// griddepcontrol.wait (weights and tensor maps are never written by a kernel), so under PDL the
+// weight stream starts while the previous kernel finishes; the activation boxes, and every other
+// thread, wait for it.
 //
 // blockIdx.x is the M tile, blockIdx.y the weight tile: the CTAs that read the same weight tile
 // run side by side and share it in L2.
@@ -51,6 +59,9 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const Te
   constexpr unsigned kOutCols = kSplitW ? BN / 2 : BN;
   constexpr unsigned kWBytes = BN * G::kBlockK * 2;
   constexpr unsigned kStageBytes = G::kABytes + kWBytes;
+  // Rows of A the box loads; the stage keeps room for 64.
+  constexpr unsigned kARows = M < static_cast<int>(G::kBlockM) ? M : G::kBlockM;
+  constexpr unsigned kTxBytes = kARows * G::kBlockK * 2 + kWBytes;
   constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
   extern __shared__ unsigned char smem_raw[];
   const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -76,26 +87,51 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const Te
   if (warp_index() == 4) {
     if (threadIdx.x % 32 == 0) {
       mbarrier::StageRing<STAGES> ring;
-      for (unsigned kb = 0; kb < k_blocks; ++kb) {
-        mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
-        const unsigned bar = full + 8 * ring.index;
-        // Out-of-bounds box elements count too: the stage always receives kStageBytes.
-        mbarrier::arrive_expect_tx(bar, kStageBytes);
-        tma::load(a_stage(ring.index), a_map, bar, kb * G::kBlockK, tm * G::kBlockM);
+      auto load_w = [&](unsigned s, unsigned kb) {
+        const unsigned bar = full + 8 * s;
         if constexpr (kSplitW) {
-          tma::load(w_stage(ring.index), w_map, bar, kb * G::kBlockK, tn * kOutCols);
-          tma::load(w_stage(ring.index) + kOutCols * 128, w_map, bar, kb * G::kBlockK, N + tn * kOutCols);
+          tma::load(w_stage(s), w_map, bar, kb * G::kBlockK, tn * kOutCols);
+          tma::load(w_stage(s) + kOutCols * 128, w_map, bar, kb * G::kBlockK, N + tn * kOutCols);
         } else {
-          tma::load(w_stage(ring.index), w_map, bar, kb * G::kBlockK, tn * BN);
+          tma::load(w_stage(s), w_map, bar, kb * G::kBlockK, tn * BN);
         }
+      };
+      // The first pass over the ring: weights before the wait, activations after it. Each stage
+      // expects its A and W bytes (out-of-bounds box elements count too).
+      constexpr unsigned kFirst = STAGES < k_blocks ? STAGES : k_blocks;
+      for (unsigned kb = 0; kb < kFirst; ++kb) {
+        mbarrier::arrive_expect_tx(full + 8 * kb, kTxBytes);
+        load_w(kb, kb);
+      }
+      grid_dependency_wait();
+      for (unsigned kb = 0; kb < kFirst; ++kb)
+        tma::load(a_stage(kb), a_map, full + 8 * kb, kb * G::kBlockK, tm * G::kBlockM);
+      for (unsigned kb = 0; kb < kFirst; ++kb) ring.advance();
+      for (unsigned kb = kFirst; kb < k_blocks; ++kb) {
+        mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
+        mbarrier::arrive_expect_tx(full + 8 * ring.index, kTxBytes);
+        tma::load(a_stage(ring.index), a_map, full + 8 * ring.index, kb * G::kBlockK, tm * G::kBlockM);
+        load_w(ring.index, kb);
         ring.advance();
       }
     }
     return;
   }
+  grid_dependency_wait();
 
   const unsigned warp = warp_index();
   const unsigned lane = threadIdx.x % 32;
+  if constexpr (kARows < G::kBlockM) {
+    // Rows kARows..63 of every stage's A: zero, once (16-byte stores of whole 128-byte rows, so
+    // the swizzle, which permutes 16-byte chunks within a row, does not matter).
+    constexpr unsigned kChunks = (G::kBlockM - kARows) * 8;
+    for (unsigned i = threadIdx.x; i < STAGES * kChunks; i += 128) {
+      const unsigned addr = a_stage(i / kChunks) + kARows * 128 + (i % kChunks) * 16;
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
+    }
+    fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
+    named_barrier_sync(1, 128);
+  }
   mbarrier::StageRing<STAGES> ring;
   float d[BN / 2];
   wgmma_k_loop<BN>(d, ring, k_blocks, full, empty, lane, a_stage, w_stage);
@@ -135,7 +171,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const Te
 template <int M, int N, int K, int BN, int STAGES>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_bf16(const TensorMap* a_map, const TensorMap* w_map, bf16* y) {
-  pdl_entry();
+  hexel::launch_dependents();  // the wait is in the body (after the first weight loads)
   small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16>(a_map, w_map, y);
 }
 
@@ -143,7 +179,7 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
 template <int M, int N, int K, int BN, int STAGES>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_residual(const TensorMap* a_map, const TensorMap* w_map, float* x) {
-  pdl_entry();
+  hexel::launch_dependents();  // the wait is in the body
   small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual>(a_map, w_map, x);
 }
 
@@ -152,7 +188,7 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
 template <int M, int I, int K, int BN, int STAGES>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_swiglu(const TensorMap* a_map, const TensorMap* w_map, bf16* act) {
-  pdl_entry();
+  hexel::launch_dependents();  // the wait is in the body
   small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu>(a_map, w_map, act);
 }
 

@@ -185,6 +185,12 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
                                                        "tmap:w:layers.0.gate_up:512:128:32:64", "buf:act"}));
   EXPECT_EQ(p64[8].at("grid"), nlohmann::ordered_json({1, 8, 1}));
   EXPECT_EQ(instance_of(p64[9]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 4>");
+  // Decode at 8 tokens: the activations' boxes have the bucket's 8 rows, not 64 (the kernel
+  // expects that many bytes per stage).
+  const auto& d8 = buckets[0].at("launches");
+  EXPECT_EQ(instance_of(d8[2]).rfind("telos_kernels::gemm_small_bf16<8, 256, 128, 32, ", 0), 0u);
+  EXPECT_EQ(d8[2].at("args")[0], "tmap:buf:h:8:128:8:64");
+  EXPECT_EQ(d8[6].at("args")[0], "tmap:buf:attn:8:128:8:64");
   EXPECT_EQ(p128[9].at("args")[2], "tmap:buf:x:128:128:64:32");
   for (const auto& e : k.kernels) {
     const std::string instance = e.at("instance");

@@ -397,7 +397,7 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
         DeviceBuffer<std::uint16_t> y_big(total), y_small(total);
         DeviceBuffer<float> x_big(std::vector<float>(x0.begin(), x0.begin() + total)),
             x_small(std::vector<float>(x0.begin(), x0.begin() + total));
-        const DeviceMap a128(dA.get(), M, K, 128), a64(dA.get(), M, K, 64),
+        const DeviceMap a128(dA.get(), M, K, 128), a64(dA.get(), M, K, t.a_box),
             w_big(dW.get(), swiglu ? 2 * N : N, K, swiglu ? 128 : 256), w_small(dW.get(), swiglu ? 2 * N : N, K, t.cols),
             y_map(y_big.get(), M, N, 64), x_map(x_big.get(), M, N, 64, hexel::TmaDtype::F32);
         const void* big_out = residual ? x_map.get() : y_map.get();
@@ -492,7 +492,7 @@ TEST(GpuKernels, QkvGemmThenRows) {
       CUDA_OK(mod.launch(gemm, prefill_grid(s.M, ROWS, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
                          kPrefillSmem));
     } else {
-      const DeviceMap a_map(dA.get(), s.M, s.K, 64), w_map(dW.get(), ROWS, s.K, t.cols);
+      const DeviceMap a_map(dA.get(), s.M, s.K, t.a_box), w_map(dW.get(), ROWS, s.K, t.cols);
       CUDA_OK(mod.launch(gemm, dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
                          {a_map.get(), w_map.get(), dqkv.get()}, t.smem()));
     }
