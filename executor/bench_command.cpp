@@ -9,12 +9,19 @@
 //    packing, launch) and the device's idle gap between steps (GPU engine only);
 //  - --mixed N: N requests with prompt and output lengths drawn from --seed, through the
 //    scheduler at once: total time, output tokens/s, mean and largest TTFT;
-//  - --ttft L1,L2,...: one request at a time, prompt of L tokens: submit → first token.
+//  - --ttft L1,L2,...: one request at a time, prompt of L tokens: submit → first token;
+//  - --profile (GPU engine): after each batch run, the last decode step replayed as its graph
+//    and kernel by kernel (GpuStepExecutor::profile_last_step): time per kernel template, the
+//    sum against the graph's time (what programmatic launches overlap);
+//  - always: the process's resident memory at the end and its peak (VmRSS, VmHWM).
 // A table on stdout, or with --json one JSON object with every figure (issue 7's benchmark script
 // parses it).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -23,6 +30,7 @@
 
 #include "executor/commands.hpp"
 #include "executor/engine.hpp"
+#include "executor/gpu/gpu_step_executor.hpp"
 #include "support/error.hpp"
 
 namespace telos::exec {
@@ -40,6 +48,7 @@ struct BenchOptions {
   std::uint64_t seed = 0;
   std::vector<int> ttft;
   bool json = false;
+  bool profile = false;
   EngineChoice engine = EngineChoice::Auto;
 };
 
@@ -215,6 +224,49 @@ std::string cell(const nlohmann::json& v, int digits) {
   return v.is_null() ? "-" : fixed(v.get<double>(), digits);
 }
 
+// kB of a /proc/self/status line ("VmRSS:", "VmHWM:"); -1 where there is none.
+long long proc_status_kb(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(key, 0) == 0) return std::atoll(line.c_str() + key.size());
+  return -1;
+}
+
+// A step profile grouped by kernel instance, in first-launch order.
+nlohmann::json profile_json(const StepProfile& p) {
+  nlohmann::json kernels = nlohmann::json::array();
+  std::map<std::string, std::size_t> at;
+  for (const KernelTime& k : p.launches) {
+    auto [it, fresh] = at.emplace(k.instance, kernels.size());
+    if (fresh) kernels.push_back({{"instance", k.instance}, {"launches", 0}, {"total_us", 0.0}});
+    nlohmann::json& e = kernels[it->second];
+    e["launches"] = e["launches"].get<int>() + 1;
+    e["total_us"] = e["total_us"].get<double>() + k.us;
+  }
+  return {{"bucket", p.bucket}, {"graph_us", p.graph_us}, {"serial_us", p.serial_us}, {"kernels", kernels}};
+}
+
+// Per kernel template (the instance up to '<'): launches, µs, share of the serial sum.
+void print_profile(const nlohmann::json& p) {
+  std::map<std::string, std::pair<int, double>> by;
+  std::vector<std::string> order;
+  for (const nlohmann::json& k : p["kernels"]) {
+    const std::string inst = k["instance"];
+    const std::string name = inst.substr(0, inst.find('<'));
+    if (!by.count(name)) order.push_back(name);
+    by[name].first += k["launches"].get<int>();
+    by[name].second += k["total_us"].get<double>();
+  }
+  const double serial = p["serial_us"].get<double>();
+  std::cout << "profile of one " << p["bucket"].get<std::string>() << " step: graph "
+            << fixed(p["graph_us"].get<double>(), 1) << " us, kernels one by one "
+            << fixed(serial, 1) << " us\n";
+  std::printf("  %-40s %8s %10s %7s\n", "kernel", "launches", "total us", "share");
+  for (const std::string& name : order)
+    std::printf("  %-40s %8d %10s %6.1f%%\n", name.c_str(), by[name].first, fixed(by[name].second, 1).c_str(),
+                serial > 0 ? 100.0 * by[name].second / serial : 0.0);
+}
+
 void print_table(const nlohmann::json& r) {
   std::cout << "telos-run bench: " << r["model"].get<std::string>() << " on the "
             << r["engine"].get<std::string>() << " engine\n"
@@ -247,6 +299,10 @@ void print_table(const nlohmann::json& r) {
   for (const nlohmann::json& t : r["ttft"])
     std::cout << "ttft: prompt " << t["prompt_len"] << " tokens: "
               << fixed(t["ttft_s"].get<double>() * 1e3, 2) << " ms\n";
+  for (const nlohmann::json& run : r["runs"])
+    if (run.contains("profile")) print_profile(run["profile"]);
+  std::cout << "host memory: resident " << fixed(r["host_rss_mb"].get<double>(), 1) << " MB at the end, peak "
+            << fixed(r["host_peak_rss_mb"].get<double>(), 1) << " MB\n";
 }
 
 int run_bench(const BenchOptions& o) {
@@ -254,6 +310,8 @@ int run_bench(const BenchOptions& o) {
   check_flags(o, *artifact);
   std::unique_ptr<ModelBackend> backend = make_backend(artifact, o.engine, std::cerr);
   const std::string engine_name = backend->name();
+  GpuStepExecutor* gpu = dynamic_cast<GpuStepExecutor*>(backend.get());
+  if (o.profile && !gpu) fail("bench: --profile needs the gpu engine");
   EngineOptions options;
   options.record_step_timings = true;
   // Invariant checks cost host time per step: a benchmark measures the engine without them.
@@ -277,9 +335,17 @@ int run_bench(const BenchOptions& o) {
                            {"runs", nlohmann::json::array()},
                            {"mixed", nullptr},
                            {"ttft", nlohmann::json::array()}};
-  for (int b : o.batches) result["runs"].push_back(batch_run(*engine, b, o.prompt_len, o.gen, o.seed));
+  for (int b : o.batches) {
+    result["runs"].push_back(batch_run(*engine, b, o.prompt_len, o.gen, o.seed));
+    if (o.profile) {
+      engine->wait_idle();
+      result["runs"].back()["profile"] = profile_json(gpu->profile_last_step(20));
+    }
+  }
   if (o.mixed > 0) result["mixed"] = mixed_run(*engine, o.mixed, o.seed);
   for (int l : o.ttft) result["ttft"].push_back(ttft_run(*engine, l, o.seed));
+  result["host_rss_mb"] = static_cast<double>(proc_status_kb("VmRSS:")) / 1024.0;
+  result["host_peak_rss_mb"] = static_cast<double>(proc_status_kb("VmHWM:")) / 1024.0;
   if (o.json)
     std::cout << result.dump() << "\n";
   else
@@ -314,6 +380,8 @@ void add_bench_command(CLI::App& app, std::function<int()>& run) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", o->json, "One JSON object with every figure on stdout");
+  cmd->add_flag("--profile", o->profile,
+                "GPU engine: after each batch run, time the last decode step kernel by kernel");
   add_engine_option(*cmd, o->engine);
   cmd->callback([o, &run] { run = [o] { return run_bench(*o); }; });
 }

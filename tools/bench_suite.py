@@ -104,7 +104,7 @@ def bench_model(name, args, bandwidth):
     work = os.path.join(args.work, name)
     ckpt = os.path.join(work, "checkpoint")
     os.makedirs(ckpt, exist_ok=True)
-    model, config = make_checkpoint(name, ckpt, None, 0)
+    model, config, _ = make_checkpoint(name, ckpt, None, 0)
     weight_bytes = sum(p.numel() * 2 for p in model.parameters())
     row["weight_bytes"] = weight_bytes
     row["floor_ms_per_token"] = weight_bytes / bandwidth * 1e3
@@ -121,14 +121,16 @@ def bench_model(name, args, bandwidth):
     row["compile_warm_s"] = telosc_time(args.telosc, ckpt, serving, artifact, cache)
     subprocess.run(["rm", "-rf", ckpt])
 
-    decode, stderr = telos_bench(args.telos_run, artifact, ["--batch", "1", "--prompt-len", "32", "--gen", "256"])
+    decode, stderr = telos_bench(args.telos_run, artifact,
+                                 ["--batch", "1", "--prompt-len", "32", "--gen", "256", "--profile"])
     row["engine_log"] = [l for l in stderr.splitlines() if l.strip()][:20]
     row["telos"] = {"decode": decode}
     run = decode["runs"][0]
     row["telos_ms_per_token"] = run["ms_per_token"]
     row["load_s"] = decode["load_s"]
     row["load_to_first_token_s"] = decode["load_to_first_token_s"]
-    b64, _ = telos_bench(args.telos_run, artifact, ["--batch", "64", "--prompt-len", "32", "--gen", "64"])
+    b64, _ = telos_bench(args.telos_run, artifact,
+                         ["--batch", "64", "--prompt-len", "32", "--gen", "64", "--profile"])
     row["telos"]["batch64"] = b64
     if args.throughput:
         thr, _ = telos_bench(args.telos_run, artifact, ["--batch", "8,64,256", "--prompt-len", "512",
@@ -140,6 +142,30 @@ def bench_model(name, args, bandwidth):
 
 def fmt(v, digits=3):
     return "—" if v is None else f"{v:.{digits}f}"
+
+
+def profile_sections(rows):
+    """Where a decode step's time goes: `telos-run bench --profile` replays the last step of a run
+    as its graph and kernel by kernel (events between launches, no overlap)."""
+    lines = []
+    for r in rows:
+        for key, label in (("decode", "batch 1"), ("batch64", "batch 64")):
+            run = r.get("telos", {}).get(key, {}).get("runs", [{}])[0]
+            p = run.get("profile")
+            if not p:
+                continue
+            by = {}
+            for k in p["kernels"]:
+                name = k["instance"].split("<")[0].replace("telos_kernels::", "")
+                n, us = by.get(name, (0, 0.0))
+                by[name] = (n + k["launches"], us + k["total_us"])
+            lines += ["", f"### Where the time goes: {r['model']}, one decode step at {label} ({p['bucket']})", "",
+                      f"Graph (programmatic launches): {p['graph_us']:.1f} µs; the same kernels one by one: "
+                      f"{p['serial_us']:.1f} µs.", "",
+                      "| kernel | launches | µs | µs per launch | share |", "| --- | --- | --- | --- | --- |"]
+            for name, (n, us) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+                lines.append(f"| {name} | {n} | {us:.1f} | {us / n:.2f} | {100 * us / p['serial_us']:.1f}% |")
+    return lines
 
 
 def write_report(rows, meta, out):
@@ -172,8 +198,8 @@ def write_report(rows, meta, out):
             f"{fmt(run.get('gpu_idle_gap_us'), 1)} |")
     lines += ["", "## Batch 64 decode, load and compile", "",
               "| model | batch 64 ms/step | batch 64 tok/s | host µs/step | GPU idle µs | load s | "
-              "load to first token s | telosc cold s | telosc warm s |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "load to first token s | telosc cold s | telosc warm s | host RSS MB, end / peak |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if "error" in r:
             continue
@@ -182,7 +208,9 @@ def write_report(rows, meta, out):
             f"| {r['model']} | {fmt(run['ms_per_token'])} | {fmt(run['output_tokens_per_s'], 0)} | "
             f"{fmt(run.get('host_us_per_step'), 1)} | {fmt(run.get('gpu_idle_gap_us'), 1)} | "
             f"{fmt(r['load_s'], 2)} | {fmt(r['load_to_first_token_s'], 2)} | "
-            f"{fmt(r['compile_cold_s'], 1)} | {fmt(r['compile_warm_s'], 1)} |")
+            f"{fmt(r['compile_cold_s'], 1)} | {fmt(r['compile_warm_s'], 1)} | "
+            f"{fmt(r['telos']['batch64'].get('host_rss_mb'), 0)} / {fmt(r['telos']['batch64'].get('host_peak_rss_mb'), 0)} |")
+    lines += profile_sections(rows)
     thr_rows = [r for r in rows if "throughput" in r.get("telos", {})]
     if thr_rows:
         lines += ["", "## Throughput (512-token prompts, 128 outputs) and time to first token", "",

@@ -95,7 +95,7 @@ if [ -z "${GPU_CHECK_QUICK:-}" ]; then
   run "prefill GEMM timings" prefill-bench.log "$B/telos-prefill-bench" "$CARRY/prefill-bench.cubin"
   [ -s "$OUT/prefill-bench.log" ] && timeout 60 python3 "$CARRY/prefill_gemm_torch.py" "$OUT/prefill-bench.log" \
     >>"$OUT/prefill-bench.log" 2>&1
-  run "engine overhead (telos-run bench)" engine-bench.log "$B/telos-run" bench \
+  run "engine overhead (telos-run bench)" engine-bench.log "$B/telos-run" bench --profile \
       "$P/artifacts/tiny-llama-b64.telos" --engine gpu --batch 1,8,64 --prompt-len 32 --gen 128 \
       --mixed 32 --seed 1 --ttft 32,128,224
 fi

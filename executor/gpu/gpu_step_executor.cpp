@@ -94,6 +94,7 @@ struct GpuStepExecutor::State {
   cudaStream_t stream = nullptr;
   cudaLibrary_t library = nullptr;
   std::vector<cudaKernel_t> kernels;
+  std::vector<std::string> kernel_instances;
   std::vector<dim3> blocks;
   std::vector<unsigned> dynamic_smem;
   // TMA tensor maps of the `tmap:` arguments, encoded once (weights and arena never move) and
@@ -117,7 +118,8 @@ struct GpuStepExecutor::State {
 
   std::vector<Bucket> buckets;
 
-  // The step in flight between launch() and wait().
+  // The step in flight between launch() and wait(); `last` stays after it (profile_last_step).
+  const Bucket* last = nullptr;
   int pending_rows = 0;
   bool pending_logits = false;
   std::vector<std::uint8_t> pending_greedy;
@@ -273,6 +275,7 @@ struct GpuStepExecutor::State {
     check(cudaMemcpyAsync(desc_dev, desc_host, static_cast<std::size_t>(desc_bytes),
                           cudaMemcpyHostToDevice, stream),
           "step descriptor upload");
+    last = &b;
     if (timing) check(cudaEventRecord(graph_begin[parity], stream), "timing event");
     if (b.graph)
       check(cudaGraphLaunch(b.graph, stream), "graph launch");
@@ -406,6 +409,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     cudaKernel_t k = nullptr;
     check(cudaLibraryGetKernel(&k, s.library, entry.c_str()), "kernel " + entry);
     s.kernels.push_back(k);
+    s.kernel_instances.push_back(table[i].value("instance", entry));
     const auto& blk = table[i].at("block");
     s.blocks.emplace_back(blk.at(0).get<unsigned>(), blk.at(1).get<unsigned>(), blk.at(2).get<unsigned>());
     const int smem = json_int(table[i], "dynamic_smem", "kernels[" + std::to_string(i) + "]");
@@ -605,6 +609,69 @@ void GpuStepExecutor::set_step_timing(bool on) {
     }
   s.timing = on;
   s.have_previous = false;
+}
+
+StepProfile GpuStepExecutor::profile_last_step(int reps) {
+  State& s = *s_;
+  if (!s.last) fail("gpu engine: profile: no step has run yet");
+  check(cudaSetDevice(s.opt.device), "select device");
+  const State::Bucket& b = *s.last;
+  const std::size_t n = b.launches.size();
+  std::vector<cudaEvent_t> ev(n + 1);
+  for (auto& e : ev) check(cudaEventCreate(&e), "profile event");
+  auto elapsed_us = [&](cudaEvent_t from, cudaEvent_t to) {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, from, to), "profile timing");
+    return 1e3 * static_cast<double>(ms);
+  };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  reps = std::max(reps, 1);
+  // The kernel-by-kernel replay is itself a graph (plain launches with event records between
+  // them), so the host's launch rate never starves the GPU and each interval is GPU time.
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t serial = nullptr;
+  check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "profile capture");
+  check(cudaEventRecordWithFlags(ev[0], s.stream, cudaEventRecordExternal), "profile event");
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& l = b.launches[i];
+    check(cudaLaunchKernel(reinterpret_cast<const void*>(s.kernels[l.kernel]), l.grid, s.blocks[l.kernel],
+                           const_cast<void**>(l.params.data()), s.dynamic_smem[l.kernel], s.stream),
+          "launch");
+    check(cudaEventRecordWithFlags(ev[i + 1], s.stream, cudaEventRecordExternal), "profile event");
+  }
+  check(cudaStreamEndCapture(s.stream, &g), "profile capture");
+  const cudaError_t inst = cudaGraphInstantiate(&serial, g, 0);
+  cudaGraphDestroy(g);
+  check(inst, "profile graph");
+  std::vector<double> graph;
+  std::vector<std::vector<double>> per(n);
+  for (int r = 0; r < reps + 2; ++r) {  // the first two are warm-ups
+    check(cudaEventRecord(ev[0], s.stream), "profile event");
+    if (b.graph)
+      check(cudaGraphLaunch(b.graph, s.stream), "graph launch");
+    else
+      s.launch_all(b);
+    check(cudaEventRecord(ev[1], s.stream), "profile event");
+    check(cudaEventSynchronize(ev[1]), "profile");
+    if (r >= 2) graph.push_back(elapsed_us(ev[0], ev[1]));
+    check(cudaGraphLaunch(serial, s.stream), "profile graph launch");
+    check(cudaStreamSynchronize(s.stream), "profile");
+    if (r >= 2)
+      for (std::size_t i = 0; i < n; ++i) per[i].push_back(elapsed_us(ev[i], ev[i + 1]));
+  }
+  cudaGraphExecDestroy(serial);
+  for (auto& e : ev) cudaEventDestroy(e);
+  StepProfile p;
+  p.bucket = b.kind + ":" + std::to_string(b.size);
+  p.graph_us = median(graph);
+  for (std::size_t i = 0; i < n; ++i) {
+    p.launches.push_back({s.kernel_instances[b.launches[i].kernel], median(per[i])});
+    p.serial_us += p.launches.back().us;
+  }
+  return p;
 }
 
 std::string GpuStepExecutor::memory_report() const {

@@ -42,6 +42,18 @@ struct GpuExecutorOptions {
   bool progress = false;  // a weight upload progress line on `log` (when it is a terminal)
 };
 
+// One launch of a step's program and its time (profile_last_step).
+struct KernelTime {
+  std::string instance;  // the kernel table's instance, e.g. telos_kernels::rmsnorm<...>
+  double us = 0;
+};
+struct StepProfile {
+  std::string bucket;  // e.g. decode:1
+  double graph_us = 0;     // the bucket's graph (programmatic launches), median
+  double serial_us = 0;    // the sum of `launches`
+  std::vector<KernelTime> launches;  // in launch order, each timed alone, median
+};
+
 class GpuStepExecutor : public ModelBackend {
  public:
   GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuExecutorOptions options = {});
@@ -73,6 +85,13 @@ class GpuStepExecutor : public ModelBackend {
   // pool, activation arena, step descriptor, graphs, and everything this executor took beyond
   // weights, KV pool and arena (graphs, kernels, descriptor, allocation rounding).
   std::string memory_report() const;
+
+  // Diagnostics (telos-run bench --profile): replays the bucket of the last launched step, on its
+  // descriptor, `reps` times as its graph and `reps` times kernel by kernel with events between
+  // the launches (plain stream order: no overlap), and returns the medians. A step rewrites what
+  // it reads from scratch (embedding gather first, KV entries at its own positions), so replays
+  // leave the engine's state as the step left it. Call only while no step is in flight.
+  StepProfile profile_last_step(int reps);
 
  private:
   struct State;
