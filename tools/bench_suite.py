@@ -280,9 +280,10 @@ def main():
         except Exception as e:
             rows.append({"model": name, "error": str(e)[-1500:]})
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "telos"}), flush=True)
-    with open(os.path.join(args.out, "bench.json"), "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    write_report(rows, meta, args.out)
+        # After every model, so a run cut short keeps what it measured.
+        with open(os.path.join(args.out, "bench.json"), "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        write_report(rows, meta, args.out)
     plot(rows, args.out)
     print(open(os.path.join(args.out, "benchmarks.md")).read())
 

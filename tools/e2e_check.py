@@ -2,8 +2,9 @@
 """Telos against transformers at real model shapes, end to end (issues 5 and 7).
 
 For each named config of test/telosc/Inputs/configs/ (real configs, random weights):
-  1. transformers builds the model from the config with a fixed seed, weights rounded to bf16
-     (the artifact stores bf16, so both sides see the same numbers), and saves the checkpoint;
+  1. transformers builds the model from the config with a fixed seed, trains it briefly on a
+     synthetic language (below), rounds the weights to bf16 (the artifact stores bf16, so both
+     sides see the same numbers), and saves the checkpoint;
   2. telosc compiles it; telos-run runs it (the GPU engine when a GPU is present);
   3. the two are compared, transformers in fp32 being the reference:
      - teacher-forced logits at 64 positions of a fixed random sequence: relative L2 error per
@@ -12,14 +13,24 @@ For each named config of test/telosc/Inputs/configs/ (real configs, random weigh
        identical (limit 16), and where they part, transformers' top-2 margin there;
      - batch invariance: 64 mixed requests in one run against eight of them run alone.
 
+The synthetic language: 2048 words of the vocabulary and a random successor for each, so every
+text is a walk word -> successor. Random weights predict nothing (top-2 logit margins of
+0.001-0.03 of the logits' std, below bf16 inference noise, so argmax and greedy part at ties that
+say nothing about the engine); after --train-steps Adam steps on walks (all weights up to 3B
+parameters, beyond that the embeddings, norms and LM head, for memory) the model predicts the
+successor with a clear margin, as a real checkpoint predicts real text. The sequence and prompts
+below are walks; the batch-invariance prompts stay random.
+
     python3 tools/e2e_check.py --telosc BIN --telos-run BIN --work DIR [--out DIR]
                                [--models Llama-3.2-1B,Qwen2.5-1.5B] [--init-std S]
+                               [--train-steps N]
 
 Needs torch and transformers (the GPU machine has both). Prints one table row per model and
 writes e2e.json (every figure) to --out. Exits 1 when a check fails.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -36,7 +47,67 @@ SERVING = {"max_batch": 64, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {
            "prefill_chunk": 256}
 
 
-def make_checkpoint(name, out_dir, init_std, seed):
+class Language:
+    """WORDS words of the vocabulary, each with one random successor; a text is a walk."""
+    WORDS = 2048
+
+    def __init__(self, vocab, seed):
+        g = torch.Generator().manual_seed(seed + 7)
+        self.words = torch.randperm(vocab, generator=g)[:min(vocab, self.WORDS)]
+        self.succ = torch.full((vocab,), -1, dtype=torch.long)
+        self.succ[self.words] = self.words[torch.randperm(len(self.words), generator=g)]
+
+    def walks(self, count, length, g):
+        out = torch.empty(count, length, dtype=torch.long)
+        out[:, 0] = self.words[torch.randint(0, len(self.words), (count,), generator=g)]
+        for i in range(1, length):
+            out[:, i] = self.succ[out[:, i - 1]]
+        return out
+
+
+def train(model, language, steps, seed):
+    """`steps` Adam steps (warm-up over the first tenth, gradients clipped at norm 1) on batches
+    of walks of 64 words: 32 walks, or 8 for models above 3B parameters, which train only their
+    embeddings, norms and LM head (memory and time). Returns the first and last loss."""
+    big = sum(p.numel() for p in model.parameters()) > 3e9
+    params = [p for n, p in model.named_parameters()
+              if not big or any(k in n for k in ("embed", "lm_head", "norm"))]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.Adam(params, lr=1e-3)
+    warm = max(1, steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / warm))
+    g = torch.Generator().manual_seed(seed + 11)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    model.train()
+    losses = []
+    for _ in range(steps):
+        ids = language.walks(8 if big else 32, 64, g).cuda()
+        loss = model(ids, labels=ids).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+        p.grad = None
+    del opt, sched
+    torch.cuda.empty_cache()
+    if losses and not math.isfinite(losses[-1]):
+        raise RuntimeError(f"training diverged: last loss {losses[-1]}")
+    return (round(losses[0], 3), round(losses[-1], 4)) if losses else (None, None)
+
+
+def make_checkpoint(name, out_dir, init_std, seed, train_steps=0):
+    """Builds `name` with random weights (trained `train_steps` steps on the synthetic language
+    when > 0), rounds them to bf16 and saves the checkpoint. Returns the fp32 model (bf16 values),
+    its config and the (first, last) training loss."""
     config = transformers.AutoConfig.from_pretrained(os.path.join(CONFIGS, name))
     if init_std is not None:
         config.initializer_range = init_std
@@ -45,13 +116,14 @@ def make_checkpoint(name, out_dir, init_std, seed):
     with torch.device("cuda"):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32,
                                                               attn_implementation="eager")
+    losses = train(model, Language(config.vocab_size, seed), train_steps, seed)
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(p.to(torch.bfloat16).to(torch.float32))
     model.eval()
     model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
     model.to(torch.float32)
-    return model, config
+    return model, config, losses
 
 
 @torch.no_grad()
@@ -99,8 +171,9 @@ def check_model(name, args):
     ckpt, artifact = os.path.join(work, "checkpoint"), os.path.join(work, "model.telos")
     os.makedirs(ckpt, exist_ok=True)
     t0 = time.time()
-    model, config = make_checkpoint(name, ckpt, args.init_std, args.seed)
+    model, config, losses = make_checkpoint(name, ckpt, args.init_std, args.seed, args.train_steps)
     row["init_std"] = config.initializer_range
+    row["train_steps"], row["train_loss_first_last"] = args.train_steps, losses
     row["make_s"] = round(time.time() - t0, 1)
     serving = os.path.join(work, "serving.json")
     with open(serving, "w") as f:
@@ -114,8 +187,9 @@ def check_model(name, args):
 
     g = torch.Generator().manual_seed(args.seed + 1)
     vocab = config.vocab_size
-    sequence = torch.randint(0, vocab, (POSITIONS,), generator=g).tolist()
-    prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in (8, 1, 33, 100)]
+    language = Language(vocab, args.seed)
+    sequence = language.walks(1, POSITIONS, g)[0].tolist()
+    prompts = [language.walks(1, n, g)[0].tolist() for n in (8, 1, 33, 100)]
     ref_logits, ref_greedy = reference(model, sequence, prompts)
     # Yardstick: what bf16 inference costs on this model, transformers itself in bf16.
     with torch.no_grad():
@@ -182,6 +256,8 @@ def main():
     ap.add_argument("--init-std", type=float, default=None,
                     help="weights' init std (default: the config's initializer_range)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--train-steps", type=int, default=300,
+                    help="Adam steps on the synthetic language before the checks (0: random weights)")
     args = ap.parse_args()
     rows = []
     for name in args.models.split(","):
@@ -196,7 +272,7 @@ def main():
                    "gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
     print()
     print("model | pass | logits rel L2 median/max | argmax | transformers bf16: rel L2 median/max, "
-          "argmax | greedy identical prefix (of 32) | batch64 vs alone | compile s")
+          "argmax | greedy identical prefix (of 32) | batch64 vs alone | compile s | train loss")
     for r in rows:
         if "error" in r:
             print(f"{r['model']} | ERROR | {r['error'][:300]}")
@@ -206,7 +282,7 @@ def main():
               f"{r['logits_rel_l2_max']:.2e} | {r['argmax_agreement']:.3f} | "
               f"{r['hf_bf16_rel_l2_median']:.2e}/{r['hf_bf16_rel_l2_max']:.2e}, "
               f"{r['hf_bf16_argmax_agreement']:.3f} | {pref} | "
-              f"{r['batch64_alone_identical']} | {r['compile_s']}")
+              f"{r['batch64_alone_identical']} | {r['compile_s']} | {r['train_loss_first_last']}")
     sys.exit(0 if all(r["pass"] for r in rows) else 1)
 
 
