@@ -369,7 +369,9 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
     int N, K;
     std::vector<int> ms;
   };
-  for (const Shape& shape : {Shape{520, 2000, {1, 5, 8, 64, 100, 200}}, Shape{136, 264, {8, 100}}}) {
+  // N = 8448: SwiGLU on 128-row weight tiles (64 gate + 64 up rows, kernel_plan.cpp).
+  for (const Shape& shape :
+       {Shape{520, 2000, {1, 5, 8, 64, 100, 200}}, Shape{136, 264, {8, 100}}, Shape{8448, 264, {1, 70}}}) {
     const int N = shape.N, K = shape.K;
     const std::vector<int>& ms = shape.ms;
     std::vector<std::string> names;
