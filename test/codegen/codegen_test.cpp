@@ -302,8 +302,10 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   EXPECT_EQ(tiling(4096, 14336, 64, false), (std::array<int, 5>{32, 1, 128, 16, 16 * 12304 + 1024}));
   // qkv: 192 CTAs, two an SM, 9 stages each.
   EXPECT_EQ(tiling(6144, 4096, 8, false), (std::array<int, 5>{32, 1, 192, 9, 9 * 12304 + 1024}));
-  // gate_up: 448 CTAs of 32 gate and 32 up rows, four an SM, 3 stages of 16 KB.
-  EXPECT_EQ(tiling(14336, 4096, 1, true), (std::array<int, 5>{64, 1, 448, 3, 3 * 16400 + 1024}));
+  // gate_up: 224 CTAs of 64 gate and 64 up rows, two an SM, 4 stages of 24 KB (16 KB of weights).
+  EXPECT_EQ(tiling(14336, 4096, 1, true), (std::array<int, 5>{128, 1, 224, 4, 4 * 24592 + 1024}));
+  // Where 128-row tiles would leave SMs without a CTA (I = 8192: 128 CTAs), 64-row ones.
+  EXPECT_EQ(tiling(8192, 2048, 1, true)[0], 64);
   // Two M tiles; the ring never goes below 2 stages nor beyond the K blocks.
   EXPECT_EQ(tiling(14336, 4096, 100, true)[1], 2);
   EXPECT_EQ(tiling(14336, 4096, 128, true)[3], 2);
