@@ -17,9 +17,15 @@ using bf16 = unsigned short;
 // still runs; every kernel calls this first, before touching memory: it lets its own successor be
 // scheduled (once all of this grid's blocks have called it), then waits until the predecessor has
 // completed and its writes are visible. Launched without that attribute, both are no-ops.
-__device__ __forceinline__ void pdl_entry() {
+// A kernel that reads weights first calls the two halves itself: pdl_launch_dependents(), its
+// weight loads, then pdl_wait() before anything a previous kernel wrote.
+__device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_entry() {
+  pdl_launch_dependents();
+  pdl_wait();
 }
 
 // a + b rounded to nearest even with subnormal inputs and result flushed to sign-preserving zero:

@@ -24,12 +24,22 @@ __global__ void __launch_bounds__(THREADS) embed_gather(const bf16* embed, const
 
 // out[r] = bf16(x[src] / sqrt(mean(x[src]^2) + EPS) * w), one block per output row r. With
 // GATHER, src = rows[r] (the rows that sample, for the final norm) and a negative entry (a padding
-// row) writes zeros; otherwise src = r.
+// row) writes zeros; otherwise src = r. Each thread holds its elements of w and x in registers:
+// w is read before griddepcontrol.wait (a weight: no kernel writes it), so under PDL its load
+// overlaps the previous kernel's tail, and x is read once.
 template <int H, int THREADS, float EPS, bool GATHER>
 __global__ void __launch_bounds__(THREADS) rmsnorm(const float* x, const float* w, const int* rows,
                                                    bf16* out) {
-  pdl_entry();
+  constexpr int PER = (H + THREADS - 1) / THREADS;  // elements per thread: i = tid + k * THREADS
   __shared__ float scratch[THREADS / 32];
+  pdl_launch_dependents();
+  float wr[PER];
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int i = threadIdx.x + k * THREADS;
+    wr[k] = i < H ? w[i] : 0.f;
+  }
+  pdl_wait();
   const int r = blockIdx.x;
   const int src = GATHER ? rows[r] : r;
   bf16* o = out + static_cast<long long>(r) * H;
@@ -38,11 +48,21 @@ __global__ void __launch_bounds__(THREADS) rmsnorm(const float* x, const float* 
     return;
   }
   const float* in = x + static_cast<long long>(src) * H;
+  float xr[PER];
   float ss = 0.f;
-  for (int i = threadIdx.x; i < H; i += THREADS) ss = fmaf(in[i], in[i], ss);
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int i = threadIdx.x + k * THREADS;
+    xr[k] = i < H ? in[i] : 0.f;
+    if (i < H) ss = fmaf(xr[k], xr[k], ss);
+  }
   ss = block_sum<THREADS>(ss, scratch);
   const float inv = rsqrtf(ss / H + EPS);
-  for (int i = threadIdx.x; i < H; i += THREADS) o[i] = f32_to_bf16(in[i] * inv * w[i]);
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int i = threadIdx.x + k * THREADS;
+    if (i < H) o[i] = f32_to_bf16(xr[k] * inv * wr[k]);
+  }
 }
 
 }  // namespace telos_kernels

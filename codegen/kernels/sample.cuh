@@ -59,10 +59,23 @@ __global__ void __launch_bounds__(THREADS) sample(const float* logits, const Sam
   const int lo = tid * PER, hi = min(V, lo + PER);
 
   if (p.temperature <= 0.f || p.top_k == 1) {
+    // Greedy: the largest logit, lowest id among equals. Strided over the row (16-byte loads
+    // where V allows), so each warp load is coalesced; a thread meets its indices in increasing
+    // order, so `>` keeps its lowest among equals.
     float bv = -__int_as_float(0x7f800000);
     int bi = V;
-    for (int i = lo; i < hi; ++i)
-      if (lg[i] > bv) bv = lg[i], bi = i;
+    if constexpr (V % 4 == 0) {
+      for (int i = 4 * tid; i < V; i += 4 * THREADS) {
+        const float4 v = *reinterpret_cast<const float4*>(lg + i);
+        if (v.x > bv) bv = v.x, bi = i;
+        if (v.y > bv) bv = v.y, bi = i + 1;
+        if (v.z > bv) bv = v.z, bi = i + 2;
+        if (v.w > bv) bv = v.w, bi = i + 3;
+      }
+    } else {
+      for (int i = tid; i < V; i += THREADS)
+        if (lg[i] > bv) bv = lg[i], bi = i;
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
       const float ov = __shfl_xor_sync(0xffffffffu, bv, o);

@@ -246,20 +246,21 @@ struct GpuStepExecutor::State {
     for (std::size_t i = 0; i < step.sequences.size(); ++i) {
       const ScheduledSequence& s = step.sequences[i];
       const int n = static_cast<int>(s.tokens.size());
-      const std::string who = "gpu engine: request " + std::to_string(s.request);
+      auto who = [&] { return "gpu engine: request " + std::to_string(s.request); };
       if (s.first_position < 0 || s.first_position + n > max_pages * page_size)
-        fail(who + ": positions beyond the compiled max_seq_len");
+        fail(who() + ": positions beyond the compiled max_seq_len");
       const int needed = (s.first_position + n + page_size - 1) / page_size;
       if (static_cast<int>(s.page_table.size()) < needed)
-        fail(who + ": page table too short for its positions");
+        fail(who() + ": page table too short for its positions");
+      // Only the pages of positions up to the step's last are read (attention and the KV append
+      // stop at the token's position), so the rest of the row is left as it is.
       std::int32_t* row = pages + i * static_cast<std::size_t>(max_pages);
-      std::fill(row, row + max_pages, 0);
       for (int p = 0; p < needed; ++p) {
-        if (s.page_table[p] < 0 || s.page_table[p] >= kv_pages) fail(who + ": page id out of range");
+        if (s.page_table[p] < 0 || s.page_table[p] >= kv_pages) fail(who() + ": page id out of range");
         row[p] = s.page_table[p];
       }
       for (int j = 0; j < n; ++j, ++t) {
-        if (s.tokens[j] < 0 || s.tokens[j] >= vocab) fail(who + ": token id out of range");
+        if (s.tokens[j] < 0 || s.tokens[j] >= vocab) fail(who() + ": token id out of range");
         tok[t] = s.tokens[j];
         pos[t] = s.first_position + j;
         seq[t] = static_cast<std::int32_t>(i);
@@ -272,8 +273,10 @@ struct GpuStepExecutor::State {
       ++r;
     }
 
-    check(cudaMemcpyAsync(desc_dev, desc_host, static_cast<std::size_t>(desc_bytes),
-                          cudaMemcpyHostToDevice, stream),
+    // Everything up to the last sequence's page-table row: the page tables of max_batch
+    // sequences are most of the descriptor (0.5 MB at max_batch 256 and 8k positions).
+    const std::int64_t used = off_page_tables + 4LL * max_pages * static_cast<std::int64_t>(step.sequences.size());
+    check(cudaMemcpyAsync(desc_dev, desc_host, static_cast<std::size_t>(used), cudaMemcpyHostToDevice, stream),
           "step descriptor upload");
     last = &b;
     if (timing) check(cudaEventRecord(graph_begin[parity], stream), "timing event");
@@ -445,8 +448,9 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   field(s.off_positions, 4LL * s.max_tokens);
   field(s.off_token_seq, 4LL * s.max_tokens);
   field(s.off_sample_rows, 4LL * s.max_sample_rows);
-  field(s.off_page_tables, 4LL * s.max_batch * s.max_pages);
   field(s.off_params, static_cast<std::int64_t>(sizeof(DeviceSampleParams)) * s.max_sample_rows);
+  // Last, so that a step uploads only the rows of its sequences (launch()).
+  field(s.off_page_tables, 4LL * s.max_batch * s.max_pages);
   s.desc_bytes = off;
 
   const std::int64_t fixed = s.weight_bytes + s.arena_bytes + s.desc_bytes;
