@@ -44,15 +44,6 @@ std::int64_t device_free_bytes() {
   return static_cast<std::int64_t>(free_b);
 }
 
-// The sample kernel's SampleParams (codegen/kernels/sample.cuh), byte for byte.
-struct DeviceSampleParams {
-  float temperature, top_p, min_p;
-  std::int32_t top_k;
-  std::uint32_t seed_lo, seed_hi;
-  std::int32_t counter, reserved;
-};
-static_assert(sizeof(DeviceSampleParams) == 32);
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path + ": cannot open (the artifact has no kernels for this GPU)");
@@ -106,9 +97,7 @@ struct GpuStepExecutor::State {
   char* kv = nullptr;
 
   // Step descriptor: the same layout on host (pinned) and device.
-  int max_tokens = 0, max_sample_rows = 0, max_batch = 0, max_pages = 0;
-  std::int64_t off_tokens = 0, off_positions = 0, off_token_seq = 0, off_sample_rows = 0,
-               off_page_tables = 0, off_params = 0;
+  StepDescriptorLayout desc;
   char* desc_dev = nullptr;
   char* desc_host = nullptr;
   char* sampled_dev = nullptr;
@@ -161,14 +150,14 @@ struct GpuStepExecutor::State {
     }
     if (arg.rfind("kv:", 0) == 0) return kv + std::stoll(field("kv:")) * layer_bytes;
     if (arg.rfind("tmap:", 0) == 0) return tmaps + tmap_index.at(arg);
-    static const std::map<std::string, std::int64_t State::*> fields = {
-        {"tokens", &State::off_tokens},           {"positions", &State::off_positions},
-        {"token_seq", &State::off_token_seq},     {"sample_rows", &State::off_sample_rows},
-        {"page_tables", &State::off_page_tables}, {"sample_params", &State::off_params}};
+    const std::map<std::string, std::int64_t> fields = {
+        {"tokens", desc.off_tokens},           {"positions", desc.off_positions},
+        {"token_seq", desc.off_token_seq},     {"sample_rows", desc.off_sample_rows},
+        {"page_tables", desc.off_page_tables}, {"sample_params", desc.off_params}};
     if (arg.rfind("desc:", 0) == 0) {
       auto it = fields.find(field("desc:"));
       if (it == fields.end()) fail("manifest.json: programs: argument " + arg + ": no such field");
-      return desc_dev + this->*(it->second);
+      return desc_dev + it->second;
     }
     fail("manifest.json: programs: argument " + arg + ": unknown kind");
   }
@@ -207,7 +196,7 @@ struct GpuStepExecutor::State {
     const Bucket* best = nullptr;
     for (const auto& b : buckets) {
       const bool fits = b.kind == "decode" ? one_each && n <= b.size
-                                           : total <= b.tokens && n <= max_batch;
+                                           : total <= b.tokens && n <= desc.max_batch;
       if (!fits || sampling_rows > b.sample_rows) continue;
       // Prefer decode buckets for decode steps, then the smallest that fits.
       if (!best || (b.kind == "decode" && best->kind != "decode") ||
@@ -230,53 +219,10 @@ struct GpuStepExecutor::State {
     int sampling_rows = 0;
     for (const auto& s : step.sequences) sampling_rows += s.samples ? 1 : 0;
     const Bucket& b = choose(step, sampling_rows);
-    auto* tok = reinterpret_cast<std::int32_t*>(desc_host + off_tokens);
-    auto* pos = reinterpret_cast<std::int32_t*>(desc_host + off_positions);
-    auto* seq = reinterpret_cast<std::int32_t*>(desc_host + off_token_seq);
-    auto* rows = reinterpret_cast<std::int32_t*>(desc_host + off_sample_rows);
-    auto* pages = reinterpret_cast<std::int32_t*>(desc_host + off_page_tables);
-    auto* params = reinterpret_cast<DeviceSampleParams*>(desc_host + off_params);
-    std::fill(tok, tok + b.tokens, 0);
-    std::fill(pos, pos + b.tokens, -1);
-    std::fill(seq, seq + b.tokens, 0);
-    std::fill(rows, rows + b.sample_rows, -1);
-    std::memset(params, 0, sizeof(DeviceSampleParams) * static_cast<std::size_t>(b.sample_rows));
-
-    int t = 0, r = 0;
-    for (std::size_t i = 0; i < step.sequences.size(); ++i) {
-      const ScheduledSequence& s = step.sequences[i];
-      const int n = static_cast<int>(s.tokens.size());
-      auto who = [&] { return "gpu engine: request " + std::to_string(s.request); };
-      if (s.first_position < 0 || s.first_position + n > max_pages * page_size)
-        fail(who() + ": positions beyond the compiled max_seq_len");
-      const int needed = (s.first_position + n + page_size - 1) / page_size;
-      if (static_cast<int>(s.page_table.size()) < needed)
-        fail(who() + ": page table too short for its positions");
-      // Only the pages of positions up to the step's last are read (attention and the KV append
-      // stop at the token's position), so the rest of the row is left as it is.
-      std::int32_t* row = pages + i * static_cast<std::size_t>(max_pages);
-      for (int p = 0; p < needed; ++p) {
-        if (s.page_table[p] < 0 || s.page_table[p] >= kv_pages) fail(who() + ": page id out of range");
-        row[p] = s.page_table[p];
-      }
-      for (int j = 0; j < n; ++j, ++t) {
-        if (s.tokens[j] < 0 || s.tokens[j] >= vocab) fail(who() + ": token id out of range");
-        tok[t] = s.tokens[j];
-        pos[t] = s.first_position + j;
-        seq[t] = static_cast<std::int32_t>(i);
-      }
-      if (!s.samples) continue;
-      rows[r] = t - 1;
-      const GpuSampling g = i < sampling.size() ? sampling[i] : GpuSampling{};
-      params[r] = {g.temperature, g.top_p,  g.min_p, g.top_k, static_cast<std::uint32_t>(g.seed),
-                   static_cast<std::uint32_t>(g.seed >> 32), s.first_position + n, 0};
-      ++r;
-    }
-
-    // Everything up to the last sequence's page-table row: the page tables of max_batch
-    // sequences are most of the descriptor (0.5 MB at max_batch 256 and 8k positions).
-    const std::int64_t used = off_page_tables + 4LL * max_pages * static_cast<std::int64_t>(step.sequences.size());
-    check(cudaMemcpyAsync(desc_dev, desc_host, static_cast<std::size_t>(used), cudaMemcpyHostToDevice, stream),
+    const PackedStep packed = pack_step_descriptor(desc, step, b.tokens, b.sample_rows, sampling, desc_host);
+    const int r = packed.sample_rows;
+    check(cudaMemcpyAsync(desc_dev, desc_host, static_cast<std::size_t>(packed.upload), cudaMemcpyHostToDevice,
+                          stream),
           "step descriptor upload");
     last = &b;
     if (timing) check(cudaEventRecord(graph_begin[parity], stream), "timing event");
@@ -427,10 +373,6 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   // Sizes.
   const nlohmann::json& programs = m.at("programs");
   const nlohmann::json& d = programs.at("descriptor");
-  s.max_tokens = json_int(d, "max_tokens", "programs.descriptor");
-  s.max_sample_rows = json_int(d, "max_sample_rows", "programs.descriptor");
-  s.max_batch = json_int(d, "max_batch", "programs.descriptor");
-  s.max_pages = json_int(d, "max_pages_per_seq", "programs.descriptor");
   s.vocab = a.model().vocab_size;
   s.page_size = a.kv_cache().page_size;
   s.bytes_per_page = a.kv_cache().bytes_per_page;
@@ -439,19 +381,12 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   for (const auto& t : a.tensors()) s.weight_bytes += align_up(static_cast<std::int64_t>(t.bytes), 256);
   for (const auto& buf : programs.at("arena"))
     s.arena_bytes += align_up(buf.at("bytes").get<std::int64_t>(), 256);
-  std::int64_t off = 0;
-  auto field = [&](std::int64_t& at, std::int64_t bytes) {
-    at = off;
-    off = align_up(off + bytes, 256);
-  };
-  field(s.off_tokens, 4LL * s.max_tokens);
-  field(s.off_positions, 4LL * s.max_tokens);
-  field(s.off_token_seq, 4LL * s.max_tokens);
-  field(s.off_sample_rows, 4LL * s.max_sample_rows);
-  field(s.off_params, static_cast<std::int64_t>(sizeof(DeviceSampleParams)) * s.max_sample_rows);
-  // Last, so that a step uploads only the rows of its sequences (launch()).
-  field(s.off_page_tables, 4LL * s.max_batch * s.max_pages);
-  s.desc_bytes = off;
+  // The pool size is known below; the layout does not depend on it.
+  s.desc = StepDescriptorLayout::make(
+      json_int(d, "max_tokens", "programs.descriptor"), json_int(d, "max_sample_rows", "programs.descriptor"),
+      json_int(d, "max_batch", "programs.descriptor"), json_int(d, "max_pages_per_seq", "programs.descriptor"),
+      s.page_size, s.vocab, 0);
+  s.desc_bytes = s.desc.bytes;
 
   const std::int64_t fixed = s.weight_bytes + s.arena_bytes + s.desc_bytes;
   if (options.kv_pages > 0) {
@@ -467,6 +402,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     if (s.kv_pages < 1) fail(a.dir() + ": serving.kv_pool.memory_fraction leaves no room for KV pages");
   }
   s.kv_bytes = static_cast<std::int64_t>(s.kv_pages) * s.bytes_per_page;
+  s.desc.kv_pages = s.kv_pages;
 
   // One allocation: weights, KV pool, arena, descriptor.
   check(cudaMalloc(&s.base, static_cast<std::size_t>(fixed + s.kv_bytes)), "device memory");
@@ -482,8 +418,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   s.sampled_dev = s.arena.at("sampled");
   s.logits_dev = s.arena.at("logits");
   check(cudaMallocHost(&s.desc_host, static_cast<std::size_t>(s.desc_bytes)), "pinned descriptor");
-  check(cudaMallocHost(&s.sampled_host, sizeof(std::int32_t) * s.max_sample_rows), "pinned tokens");
-  check(cudaMallocHost(&s.logits_host, sizeof(float) * s.max_sample_rows * s.vocab), "pinned logits");
+  check(cudaMallocHost(&s.sampled_host, sizeof(std::int32_t) * s.desc.max_sample_rows), "pinned tokens");
+  check(cudaMallocHost(&s.logits_host, sizeof(float) * s.desc.max_sample_rows * s.vocab), "pinned logits");
   std::memset(s.desc_host, 0, static_cast<std::size_t>(s.desc_bytes));
   check(cudaMemset(s.desc_dev, 0, static_cast<std::size_t>(s.desc_bytes)), "descriptor init");
 

@@ -19,19 +19,11 @@
 #include <vector>
 
 #include "executor/artifact.hpp"
+#include "executor/gpu/step_descriptor.hpp"
 #include "executor/model_backend.hpp"
 #include "executor/scheduler.hpp"
 
 namespace telos::exec {
-
-// Sampling on the GPU, per sequence (the subset of SamplingParams the sample kernel implements).
-struct GpuSampling {
-  float temperature = 0.f;  // 0: greedy
-  float top_p = 1.f;
-  float min_p = 0.f;
-  int top_k = 0;
-  std::uint64_t seed = 0;
-};
 
 struct GpuExecutorOptions {
   int device = 0;

@@ -1,0 +1,126 @@
+// telos-host-bench: the engine's host work per step, without a device. The engine (scheduler,
+// page pool, event delivery) drives a backend that only packs the GPU engine's step descriptor
+// (executor/gpu/step_descriptor.hpp, the same code the GPU engine runs) and answers every
+// sampling row with a device-greedy token at once, so what is timed is what the host does between
+// two GPU steps: scheduling, descriptor packing, the engine's bookkeeping. Issue 5's target is
+// <= 20 us per decode step at batch 1 and 64.
+//
+//   telos-host-bench ARTIFACT [BATCH ...]     (default batches 1 8 64 256, capped at max_batch)
+//
+// Prints, per batch: host us per full-batch decode step (median, p90) and the loop's period.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/artifact.hpp"
+#include "executor/engine.hpp"
+#include "executor/gpu/step_descriptor.hpp"
+#include "support/error.hpp"
+
+namespace telos::exec {
+namespace {
+
+class PackOnlyBackend : public ModelBackend {
+ public:
+  explicit PackOnlyBackend(const Artifact& a) : vocab_(a.model().vocab_size) {
+    const auto& d = a.manifest().at("programs").at("descriptor");
+    pages_ = a.serving().kv_pool_pages.value_or(4096);
+    layout_ = StepDescriptorLayout::make(d.at("max_tokens"), d.at("max_sample_rows"), d.at("max_batch"),
+                                         d.at("max_pages_per_seq"), a.kv_cache().page_size, vocab_, pages_);
+    host_.resize(static_cast<std::size_t>(layout_.bytes));
+  }
+  int num_kv_pages() const override { return pages_; }
+  int vocab_size() const override { return vocab_; }
+  std::string name() const override { return "pack-only"; }
+  bool samples_on_device() const override { return true; }
+  void forward(const Step&, std::vector<float>&) override { fail("pack-only backend: no logits"); }
+  void launch(const Step& step, std::span<const std::uint8_t> device_greedy, bool want_logits) override {
+    if (want_logits) fail("pack-only backend: requests must be greedy");
+    int tokens = 0, rows = 0;
+    for (const auto& s : step.sequences) tokens += static_cast<int>(s.tokens.size()), rows += s.samples ? 1 : 0;
+    int bucket = 1;
+    while (bucket < tokens) bucket *= 2;
+    rows_ = pack_step_descriptor(layout_, step, std::min(bucket, layout_.max_tokens), rows, {}, host_.data())
+                .sample_rows;
+    greedy_ = device_greedy.size();
+  }
+  void wait(StepOutput& out) override {
+    out.device_tokens.assign(greedy_, 1);
+    out.logits.clear();
+  }
+
+ private:
+  int vocab_ = 0, pages_ = 0, rows_ = 0;
+  std::size_t greedy_ = 0;
+  StepDescriptorLayout layout_;
+  std::vector<char> host_;
+};
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: telos-host-bench ARTIFACT [BATCH ...]\n");
+    return 2;
+  }
+  auto artifact = Artifact::load(argv[1]);
+  std::vector<int> batches;
+  for (int i = 2; i < argc; ++i) batches.push_back(std::atoi(argv[i]));
+  if (batches.empty()) batches = {1, 8, 64, 256};
+  const int max_batch = artifact->serving().max_batch;
+  EngineOptions options;
+  options.record_step_timings = true;
+  options.check_invariants = false;
+  auto engine = Engine::create(artifact, std::make_unique<PackOnlyBackend>(*artifact), options);
+  const int prompt = 16, gen = std::min(256, engine->max_seq_len() - prompt);
+  std::printf("%s: prompt %d, %d generated per request\n%6s %14s %14s %14s\n", artifact->model().name.c_str(), prompt,
+              gen, "batch", "host us p50", "host us p90", "period us p50");
+  for (int batch : batches) {
+    if (batch > max_batch) continue;
+    engine->take_step_timings();
+    std::vector<RequestHandle> handles;
+    for (int i = 0; i < batch; ++i) {
+      GenerationRequest r;
+      for (int j = 0; j < prompt; ++j) r.prompt.push_back((i * 31 + j * 7) % artifact->model().vocab_size);
+      r.sampling.temperature = 0;
+      r.sampling.max_tokens = gen;
+      r.sampling.ignore_eos = true;
+      handles.push_back(engine->submit(std::move(r)));
+    }
+    for (auto& h : handles) {
+      RequestEvent e;
+      while (h->next(e)) {
+      }
+    }
+    engine->wait_idle();
+    std::vector<double> host, period;
+    const auto steps = engine->take_step_timings();
+    for (std::size_t i = 1; i < steps.size(); ++i)
+      if (steps[i].decode && steps[i].sequences == batch && steps[i - 1].decode && steps[i - 1].sequences == batch) {
+        host.push_back(steps[i].host_seconds * 1e6);
+        period.push_back(std::chrono::duration<double, std::micro>(steps[i].started - steps[i - 1].started).count());
+      }
+    std::printf("%6d %14.1f %14.1f %14.1f\n", batch, quantile(host, 0.5), quantile(host, 0.9), quantile(period, 0.5));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace telos::exec
+
+int main(int argc, char** argv) {
+  try {
+    return telos::exec::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "telos-host-bench: %s\n", e.what());
+    return 1;
+  }
+}

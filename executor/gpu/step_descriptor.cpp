@@ -1,0 +1,89 @@
+#include "executor/gpu/step_descriptor.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "support/error.hpp"
+
+namespace telos::exec {
+
+StepDescriptorLayout StepDescriptorLayout::make(int max_tokens, int max_sample_rows, int max_batch,
+                                                int max_pages, int page_size, int vocab, int kv_pages) {
+  StepDescriptorLayout l;
+  l.max_tokens = max_tokens;
+  l.max_sample_rows = max_sample_rows;
+  l.max_batch = max_batch;
+  l.max_pages = max_pages;
+  l.page_size = page_size;
+  l.vocab = vocab;
+  l.kv_pages = kv_pages;
+  std::int64_t off = 0;
+  auto field = [&](std::int64_t& at, std::int64_t bytes) {
+    at = off;
+    off = (off + bytes + 255) / 256 * 256;
+  };
+  field(l.off_tokens, 4LL * max_tokens);
+  field(l.off_positions, 4LL * max_tokens);
+  field(l.off_token_seq, 4LL * max_tokens);
+  field(l.off_sample_rows, 4LL * max_sample_rows);
+  field(l.off_params, static_cast<std::int64_t>(sizeof(DeviceSampleParams)) * max_sample_rows);
+  field(l.off_page_tables, 4LL * max_batch * max_pages);
+  l.bytes = off;
+  return l;
+}
+
+PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step, int bucket_tokens,
+                                int bucket_sample_rows, std::span<const GpuSampling> sampling, char* host) {
+  auto* tok = reinterpret_cast<std::int32_t*>(host + L.off_tokens);
+  auto* pos = reinterpret_cast<std::int32_t*>(host + L.off_positions);
+  auto* seq = reinterpret_cast<std::int32_t*>(host + L.off_token_seq);
+  auto* rows = reinterpret_cast<std::int32_t*>(host + L.off_sample_rows);
+  auto* pages = reinterpret_cast<std::int32_t*>(host + L.off_page_tables);
+  auto* params = reinterpret_cast<DeviceSampleParams*>(host + L.off_params);
+  if (bucket_tokens > L.max_tokens || bucket_sample_rows > L.max_sample_rows ||
+      static_cast<int>(step.sequences.size()) > L.max_batch)
+    fail("gpu engine: a step larger than the step descriptor");
+
+  int t = 0, r = 0;
+  for (std::size_t i = 0; i < step.sequences.size(); ++i) {
+    const ScheduledSequence& s = step.sequences[i];
+    const int n = static_cast<int>(s.tokens.size());
+    auto who = [&] { return "gpu engine: request " + std::to_string(s.request); };
+    if (s.first_position < 0 || s.first_position + n > L.max_pages * L.page_size)
+      fail(who() + ": positions beyond the compiled max_seq_len");
+    if (t + n > bucket_tokens || (s.samples && r >= bucket_sample_rows))
+      fail(who() + ": the step has more rows than its bucket");
+    const int needed = (s.first_position + n + L.page_size - 1) / L.page_size;
+    if (static_cast<int>(s.page_table.size()) < needed) fail(who() + ": page table too short for its positions");
+    // Only the pages of positions up to the step's last are read (attention and the KV append
+    // stop at the token's position), so the rest of the row is left as it is.
+    std::int32_t* row = pages + i * static_cast<std::size_t>(L.max_pages);
+    for (int p = 0; p < needed; ++p) {
+      if (s.page_table[p] < 0 || s.page_table[p] >= L.kv_pages) fail(who() + ": page id out of range");
+      row[p] = s.page_table[p];
+    }
+    for (int j = 0; j < n; ++j, ++t) {
+      if (s.tokens[j] < 0 || s.tokens[j] >= L.vocab) fail(who() + ": token id out of range");
+      tok[t] = s.tokens[j];
+      pos[t] = s.first_position + j;
+      seq[t] = static_cast<std::int32_t>(i);
+    }
+    if (!s.samples) continue;
+    rows[r] = t - 1;
+    const GpuSampling g = i < sampling.size() ? sampling[i] : GpuSampling{};
+    params[r] = {g.temperature, g.top_p,  g.min_p, g.top_k, static_cast<std::uint32_t>(g.seed),
+                 static_cast<std::uint32_t>(g.seed >> 32), s.first_position + n, 0};
+    ++r;
+  }
+  // Padding rows of the bucket.
+  std::fill(tok + t, tok + bucket_tokens, 0);
+  std::fill(pos + t, pos + bucket_tokens, -1);
+  std::fill(seq + t, seq + bucket_tokens, 0);
+  std::fill(rows + r, rows + bucket_sample_rows, -1);
+  if (bucket_sample_rows > r)
+    std::memset(params + r, 0, sizeof(DeviceSampleParams) * static_cast<std::size_t>(bucket_sample_rows - r));
+  return {r, L.off_page_tables + 4LL * L.max_pages * static_cast<std::int64_t>(step.sequences.size())};
+}
+
+}  // namespace telos::exec

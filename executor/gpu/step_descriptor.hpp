@@ -1,0 +1,58 @@
+#pragma once
+// The step descriptor (docs/artifact.md, "descriptor field"): what a GPU step reads besides
+// weights and the KV cache, one block of memory with the same layout in pinned host memory and
+// on the device. Its layout, and the packing of one scheduled Step into it, are plain C++ (no
+// CUDA), so both are unit-tested and timed on machines without a GPU.
+#include <cstdint>
+#include <span>
+
+#include "executor/scheduler.hpp"
+
+namespace telos::exec {
+
+// Sampling on the GPU, per sequence (the subset of SamplingParams the sample kernel implements).
+struct GpuSampling {
+  float temperature = 0.f;  // 0: greedy
+  float top_p = 1.f;
+  float min_p = 0.f;
+  int top_k = 0;
+  std::uint64_t seed = 0;
+};
+
+// The sample kernel's SampleParams (codegen/kernels/sample.cuh), byte for byte.
+struct DeviceSampleParams {
+  float temperature, top_p, min_p;
+  std::int32_t top_k;
+  std::uint32_t seed_lo, seed_hi;
+  std::int32_t counter, reserved;
+};
+static_assert(sizeof(DeviceSampleParams) == 32);
+
+// Field offsets in bytes, each field 256-byte aligned: tokens, positions, token_seq
+// [max_tokens] i32; sample_rows [max_sample_rows] i32; sample_params [max_sample_rows]; and last
+// page_tables [max_batch][max_pages] i32, so that a step uploads only the rows it uses.
+struct StepDescriptorLayout {
+  int max_tokens = 0, max_sample_rows = 0, max_batch = 0, max_pages = 0;
+  int page_size = 0, vocab = 0, kv_pages = 0;  // for the checks of pack_step_descriptor
+  std::int64_t off_tokens = 0, off_positions = 0, off_token_seq = 0, off_sample_rows = 0,
+               off_params = 0, off_page_tables = 0, bytes = 0;
+
+  static StepDescriptorLayout make(int max_tokens, int max_sample_rows, int max_batch, int max_pages,
+                                   int page_size, int vocab, int kv_pages);
+};
+
+struct PackedStep {
+  int sample_rows = 0;      // rows that sample, in step order
+  std::int64_t upload = 0;  // bytes from the descriptor's start that the device must receive
+};
+
+// Writes `step` into `host` (layout.bytes long) for a bucket of `bucket_tokens` token rows and
+// `bucket_sample_rows` sampling rows: the step's tokens first, padding rows after them (token 0,
+// position -1, sequence 0), sample rows -1 past the step's; sequence i's page-table row holds its
+// pages for positions up to its last (the rest of the row is not read and is left as it was).
+// `sampling[i]` is sequence i's (greedy where absent). Throws telos::Error naming the request on
+// a token id, position or page id out of range, before anything reaches the device.
+PackedStep pack_step_descriptor(const StepDescriptorLayout& layout, const Step& step, int bucket_tokens,
+                                int bucket_sample_rows, std::span<const GpuSampling> sampling, char* host);
+
+}  // namespace telos::exec

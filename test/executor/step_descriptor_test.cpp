@@ -1,0 +1,132 @@
+// The GPU engine's step descriptor, packed on the host (executor/gpu/step_descriptor.hpp): the
+// layout the kernels read (docs/artifact.md), padding rows, page-table rows, sampling rows, the
+// bytes a step uploads, and the refusals that keep bad ids from reaching the device.
+#include "executor/gpu/step_descriptor.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "support/error.hpp"
+
+namespace telos::exec {
+namespace {
+
+// max_tokens 32, 4 sampling rows, 4 sequences of up to 8 pages of 16 positions, vocab 100,
+// 20 KV pages.
+StepDescriptorLayout layout() { return StepDescriptorLayout::make(32, 4, 4, 8, 16, 100, 20); }
+
+struct Buffer {
+  std::vector<char> bytes;
+  explicit Buffer(const StepDescriptorLayout& l) : bytes(static_cast<std::size_t>(l.bytes), '\x5a') {}
+  const std::int32_t* i32(std::int64_t off) const { return reinterpret_cast<const std::int32_t*>(bytes.data() + off); }
+  const DeviceSampleParams* params(const StepDescriptorLayout& l) const {
+    return reinterpret_cast<const DeviceSampleParams*>(bytes.data() + l.off_params);
+  }
+};
+
+TEST(StepDescriptor, FieldsAreAlignedAndPageTablesComeLast) {
+  const StepDescriptorLayout l = layout();
+  for (std::int64_t off : {l.off_tokens, l.off_positions, l.off_token_seq, l.off_sample_rows, l.off_params,
+                           l.off_page_tables})
+    EXPECT_EQ(off % 256, 0);
+  EXPECT_LT(l.off_params, l.off_page_tables);
+  EXPECT_GE(l.off_page_tables, l.off_params + 4 * 32);
+  EXPECT_EQ(l.bytes, l.off_page_tables + 4 * 4 * 8 + 128);  // 128 B of page tables, rounded up to 256
+}
+
+TEST(StepDescriptor, PacksAPrefillChunkAndADecodeToken) {
+  const StepDescriptorLayout l = layout();
+  Buffer b(l);
+  const std::vector<std::int32_t> prompt = {7, 8, 9, 10, 11}, decode = {42};
+  const std::vector<PageId> pages_a = {3, 4}, pages_b = {9, 1, 2};
+  Step step;
+  // Request 5: positions 14..18 of its prompt (crosses into its second page), samples.
+  step.sequences.push_back({5, 14, std::span<const std::int32_t>(prompt), std::span<const PageId>(pages_a), true});
+  // Request 6: one decode token at position 40 (third page).
+  step.sequences.push_back({6, 40, std::span<const std::int32_t>(decode), std::span<const PageId>(pages_b), true});
+  step.num_tokens = 6;
+  const std::vector<GpuSampling> sampling = {{0.7f, 0.9f, 0.05f, 40, 0x1122334455667788ull}};
+  const PackedStep p = pack_step_descriptor(l, step, 8, 4, sampling, b.bytes.data());
+
+  EXPECT_EQ(p.sample_rows, 2);
+  EXPECT_EQ(p.upload, l.off_page_tables + 2 * 8 * 4);
+  const std::int32_t* tok = b.i32(l.off_tokens);
+  const std::int32_t* pos = b.i32(l.off_positions);
+  const std::int32_t* seq = b.i32(l.off_token_seq);
+  EXPECT_EQ(std::vector<std::int32_t>(tok, tok + 8), (std::vector<std::int32_t>{7, 8, 9, 10, 11, 42, 0, 0}));
+  EXPECT_EQ(std::vector<std::int32_t>(pos, pos + 8), (std::vector<std::int32_t>{14, 15, 16, 17, 18, 40, -1, -1}));
+  EXPECT_EQ(std::vector<std::int32_t>(seq, seq + 8), (std::vector<std::int32_t>{0, 0, 0, 0, 0, 1, 0, 0}));
+  // Rows past the bucket are not written.
+  EXPECT_EQ(tok[8], 0x5a5a5a5a);
+  const std::int32_t* rows = b.i32(l.off_sample_rows);
+  EXPECT_EQ(std::vector<std::int32_t>(rows, rows + 4), (std::vector<std::int32_t>{4, 5, -1, -1}));
+  const std::int32_t* pt = b.i32(l.off_page_tables);
+  EXPECT_EQ(pt[0], 3);
+  EXPECT_EQ(pt[1], 4);
+  EXPECT_EQ(pt[2], 0x5a5a5a5a);  // past position 18's page: left as it was
+  EXPECT_EQ(pt[8 + 0], 9);
+  EXPECT_EQ(pt[8 + 1], 1);
+  EXPECT_EQ(pt[8 + 2], 2);
+  const DeviceSampleParams* prm = b.params(l);
+  EXPECT_FLOAT_EQ(prm[0].temperature, 0.7f);
+  EXPECT_FLOAT_EQ(prm[0].top_p, 0.9f);
+  EXPECT_FLOAT_EQ(prm[0].min_p, 0.05f);
+  EXPECT_EQ(prm[0].top_k, 40);
+  EXPECT_EQ(prm[0].seed_lo, 0x55667788u);
+  EXPECT_EQ(prm[0].seed_hi, 0x11223344u);
+  EXPECT_EQ(prm[0].counter, 19);  // the position being sampled
+  // No sampling entry for request 6: greedy.
+  EXPECT_EQ(prm[1].temperature, 0.f);
+  EXPECT_EQ(prm[1].top_k, 0);
+  EXPECT_EQ(prm[1].counter, 41);
+  // Unused sampling rows of the bucket are zero.
+  DeviceSampleParams zero{};
+  EXPECT_EQ(std::memcmp(&prm[2], &zero, sizeof zero), 0);
+  EXPECT_EQ(std::memcmp(&prm[3], &zero, sizeof zero), 0);
+}
+
+TEST(StepDescriptor, AChunkThatDoesNotSampleHasNoSamplingRow) {
+  const StepDescriptorLayout l = layout();
+  Buffer b(l);
+  const std::vector<std::int32_t> chunk = {1, 2, 3};
+  const std::vector<PageId> pages = {0};
+  Step step;
+  step.sequences.push_back({9, 0, std::span<const std::int32_t>(chunk), std::span<const PageId>(pages), false});
+  const PackedStep p = pack_step_descriptor(l, step, 4, 1, {}, b.bytes.data());
+  EXPECT_EQ(p.sample_rows, 0);
+  EXPECT_EQ(b.i32(l.off_sample_rows)[0], -1);
+}
+
+void expect_refused(const Step& step, int bucket_tokens, const std::string& what) {
+  const StepDescriptorLayout l = layout();
+  Buffer b(l);
+  try {
+    pack_step_descriptor(l, step, bucket_tokens, 4, {}, b.bytes.data());
+    FAIL() << "accepted; expected: " << what;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+TEST(StepDescriptor, RefusesIdsAndPositionsOutOfRange) {
+  const std::vector<std::int32_t> ok = {5}, big = {100}, negative = {-1};
+  const std::vector<PageId> pages = {1, 2, 3}, bad_page = {20}, short_table = {1};
+  auto one = [](std::span<const std::int32_t> t, int first, std::span<const PageId> p) {
+    Step s;
+    s.sequences.push_back({77, first, t, p, true});
+    return s;
+  };
+  expect_refused(one(big, 0, pages), 4, "request 77: token id out of range");
+  expect_refused(one(negative, 0, pages), 4, "request 77: token id out of range");
+  expect_refused(one(ok, 0, bad_page), 4, "request 77: page id out of range");
+  expect_refused(one(ok, 20, short_table), 4, "request 77: page table too short");
+  expect_refused(one(ok, 8 * 16, pages), 4, "request 77: positions beyond the compiled max_seq_len");
+  expect_refused(one(ok, -1, pages), 4, "request 77: positions beyond the compiled max_seq_len");
+  const std::vector<std::int32_t> five = {1, 2, 3, 4, 5};
+  expect_refused(one(five, 0, pages), 4, "request 77: the step has more rows than its bucket");
+}
+
+}  // namespace
+}  // namespace telos::exec
