@@ -10,9 +10,10 @@
 //  - --mixed N: N requests with prompt and output lengths drawn from --seed, through the
 //    scheduler at once: total time, output tokens/s, mean and largest TTFT;
 //  - --ttft L1,L2,...: one request at a time, prompt of L tokens: submit → first token;
-//  - --profile (GPU engine): after each batch run, the last decode step replayed as its graph
-//    and kernel by kernel (GpuStepExecutor::profile_last_step): time per kernel template, the
-//    sum against the graph's time (what programmatic launches overlap);
+//  - --profile (GPU engine): after each batch run, a decode step of its largest bucket (a
+//    full-batch step) replayed as its graph and kernel by kernel (GpuStepExecutor::profile_step):
+//    time per kernel template, the sum against the graph's time (what programmatic launches
+//    overlap);
 //  - always: the process's resident memory at the end and its peak (VmRSS, VmHWM).
 // A table on stdout, or with --json one JSON object with every figure (issue 7's benchmark script
 // parses it).
@@ -335,13 +336,15 @@ int run_bench(const BenchOptions& o) {
                            {"runs", nlohmann::json::array()},
                            {"mixed", nullptr},
                            {"ttft", nlohmann::json::array()}};
+  if (o.profile) gpu->keep_step_descriptors(true);
   for (int b : o.batches) {
     result["runs"].push_back(batch_run(*engine, b, o.prompt_len, o.gen, o.seed));
     if (o.profile) {
       engine->wait_idle();
-      result["runs"].back()["profile"] = profile_json(gpu->profile_last_step(20));
+      result["runs"].back()["profile"] = profile_json(gpu->profile_step(20));
     }
   }
+  if (o.profile) gpu->keep_step_descriptors(false);
   if (o.mixed > 0) result["mixed"] = mixed_run(*engine, o.mixed, o.seed);
   for (int l : o.ttft) result["ttft"].push_back(ttft_run(*engine, l, o.seed));
   result["host_rss_mb"] = static_cast<double>(proc_status_kb("VmRSS:")) / 1024.0;

@@ -145,8 +145,9 @@ def fmt(v, digits=3):
 
 
 def profile_sections(rows):
-    """Where a decode step's time goes: `telos-run bench --profile` replays the last step of a run
-    as its graph and kernel by kernel (events between launches, no overlap)."""
+    """Where a decode step's time goes: `telos-run bench --profile` replays the first step of the
+    run's largest decode bucket (a full-batch step) as its graph and kernel by kernel (events
+    between launches, no overlap)."""
     lines = []
     for r in rows:
         for key, label in (("decode", "batch 1"), ("batch64", "batch 64")):

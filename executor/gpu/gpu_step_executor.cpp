@@ -107,8 +107,10 @@ struct GpuStepExecutor::State {
 
   std::vector<Bucket> buckets;
 
-  // The step in flight between launch() and wait(); `last` stays after it (profile_last_step).
-  const Bucket* last = nullptr;
+  // Descriptors kept for profile_step(), by bucket (keep_step_descriptors).
+  bool keep_descriptors = false;
+  std::map<const Bucket*, std::vector<char>> kept;
+  // The step in flight between launch() and wait().
   int pending_rows = 0;
   bool pending_logits = false;
   std::vector<std::uint8_t> pending_greedy;
@@ -224,7 +226,8 @@ struct GpuStepExecutor::State {
     check(cudaMemcpyAsync(desc_dev, desc_host, static_cast<std::size_t>(packed.upload), cudaMemcpyHostToDevice,
                           stream),
           "step descriptor upload");
-    last = &b;
+    // Once per bucket, so that keeping costs the measured steps nothing.
+    if (keep_descriptors && !kept.count(&b)) kept[&b].assign(desc_host, desc_host + packed.upload);
     if (timing) check(cudaEventRecord(graph_begin[parity], stream), "timing event");
     if (b.graph)
       check(cudaGraphLaunch(b.graph, stream), "graph launch");
@@ -551,11 +554,23 @@ void GpuStepExecutor::set_step_timing(bool on) {
   s.have_previous = false;
 }
 
-StepProfile GpuStepExecutor::profile_last_step(int reps) {
+void GpuStepExecutor::keep_step_descriptors(bool on) {
+  s_->keep_descriptors = on;
+  if (!on) s_->kept.clear();
+}
+
+StepProfile GpuStepExecutor::profile_step(int reps) {
   State& s = *s_;
-  if (!s.last) fail("gpu engine: profile: no step has run yet");
+  // Decode before prefill, then the most tokens.
+  auto rank = [](const State::Bucket* b) { return std::pair{b->kind == "decode", b->tokens}; };
+  const State::Bucket* pick = nullptr;
+  for (const auto& [bucket, bytes] : s.kept)
+    if (!pick || rank(bucket) > rank(pick)) pick = bucket;
+  if (!pick) fail("gpu engine: profile: no step was kept (keep_step_descriptors)");
   check(cudaSetDevice(s.opt.device), "select device");
-  const State::Bucket& b = *s.last;
+  const State::Bucket& b = *pick;
+  const std::vector<char>& bytes = s.kept.at(pick);
+  check(cudaMemcpy(s.desc_dev, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "profile descriptor");
   const std::size_t n = b.launches.size();
   std::vector<cudaEvent_t> ev(n + 1);
   for (auto& e : ev) check(cudaEventCreate(&e), "profile event");
@@ -606,6 +621,7 @@ StepProfile GpuStepExecutor::profile_last_step(int reps) {
   for (auto& e : ev) cudaEventDestroy(e);
   StepProfile p;
   p.bucket = b.kind + ":" + std::to_string(b.size);
+  s.kept.clear();
   p.graph_us = median(graph);
   for (std::size_t i = 0; i < n; ++i) {
     p.launches.push_back({s.kernel_instances[b.launches[i].kernel], median(per[i])});

@@ -78,12 +78,15 @@ class GpuStepExecutor : public ModelBackend {
   // weights, KV pool and arena (graphs, kernels, descriptor, allocation rounding).
   std::string memory_report() const;
 
-  // Diagnostics (telos-run bench --profile): replays the bucket of the last launched step, on its
-  // descriptor, `reps` times as its graph and `reps` times kernel by kernel with events between
-  // the launches (plain stream order: no overlap), and returns the medians. A step rewrites what
-  // it reads from scratch (embedding gather first, KV entries at its own positions), so replays
-  // leave the engine's state as the step left it. Call only while no step is in flight.
-  StepProfile profile_last_step(int reps);
+  // Diagnostics (telos-run bench --profile). While keeping is on, the first step of each bucket
+  // leaves a copy of its descriptor. profile_step() then takes the largest decode bucket kept
+  // (else the largest prefill bucket), uploads that descriptor, replays it
+  // `reps` times as its graph and `reps` times kernel by kernel with events between the launches
+  // (plain stream order: no overlap), returns the medians and forgets what was kept. A replay
+  // only rewrites what the step wrote (activations, KV entries at the step's positions, whose
+  // requests have ended by then). Call only while no step is in flight.
+  void keep_step_descriptors(bool on);
+  StepProfile profile_step(int reps);
 
  private:
   struct State;
