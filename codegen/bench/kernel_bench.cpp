@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
   std::printf("%-34s | %-26s | %9.1f | %8.0f | %6s\n", "cudaMemcpy D2D (read+write)", "2 GiB", copy_us, copy_gbs, "100");
 
   // Decode GEMMs, Llama-3.1-8B: qkv [6144, 4096], o [4096, 4096], gate_up [28672, 4096], down
-  // [4096, 14336], LM head [128256, 4096]. gemm_small_* as the plan launches it (SwiGLU: N is I,
+  // [4096, 14336], LM head [128256, 4096] (and Llama-3.2-1B's [128256, 2048], 47% of copy in a
+  // decode step, perf-log run G). gemm_small_* as the plan launches it (SwiGLU: N is I,
   // W is [2I, K]; bf16 out for qkv, the f32 residual for o and down); linear_f32 on the same
   // weights for comparison. Bytes: weights, activations read, outputs written. With --sweep, the
   // small GEMM also at other weight tiles and stage depths (the plan's choice is marked "plan").
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
   struct Gemm { const char* name; const char* epi; int N, K; };
   const Gemm gemms[] = {{"qkv", "bf16", 6144, 4096},       {"o", "residual", 4096, 4096},
                         {"gate_up", "swiglu", 14336, 4096}, {"down", "residual", 4096, 14336},
-                        {"lm_head", "", 128256, 4096}};
+                        {"lm_head", "", 128256, 4096}, {"lm_head_1b", "", 128256, 2048}};
   constexpr int kBatch = 8;
   for (int M : {1, 8, 64}) {
     std::vector<std::string> names;
