@@ -65,7 +65,10 @@ struct Module {
     m = compile_module(emit_source(plan), "sm_90a", names, CompileCache::default_root());
     check(cudaLibraryLoadData(&lib, m.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "load");
   }
-  void launch(const std::string& name, dim3 grid, dim3 block, std::vector<const void*> args, int smem = 0) {
+  // `pdl`: with programmatic stream serialization, as the engine launches every kernel of a step
+  // but the first (its pre-wait part overlaps the previous kernel).
+  void launch(const std::string& name, dim3 grid, dim3 block, std::vector<const void*> args, int smem = 0,
+              bool pdl = false) {
     cudaKernel_t k;
     check(cudaLibraryGetKernel(&k, lib, m.lowered.at(name).c_str()), "kernel");
     if (smem > 48 * 1024)
@@ -73,9 +76,16 @@ struct Module {
             "smem");
     std::vector<void*> p;
     for (auto& a : args) p.push_back(&a);
-    check(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, p.data(), static_cast<std::size_t>(smem),
-                           nullptr),
-          "launch");
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = static_cast<std::size_t>(smem);
+    config.attrs = pdl ? &attr : nullptr;
+    config.numAttrs = pdl ? 1 : 0;
+    check(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(k), p.data()), "launch");
   }
 };
 
@@ -142,7 +152,8 @@ int main(int argc, char** argv) {
   // W is [2I, K]; bf16 out for qkv, the f32 residual for o and down); linear_f32 on the same
   // weights for comparison. Bytes: weights, activations read, outputs written. With --sweep, the
   // small GEMM also at other weight tiles and stage depths (the plan's choice is marked "plan").
-  // Every figure: 8 launches back to back, each on another copy of the weights.
+  // Every figure: 8 launches back to back, each on another copy of the weights, all but the first
+  // with programmatic dependent launch as in a step's graph.
   struct Gemm { const char* name; const char* epi; int N, K; };
   const Gemm gemms[] = {{"qkv", "bf16", 6144, 4096},       {"o", "residual", 4096, 4096},
                         {"gate_up", "swiglu", 14336, 4096}, {"down", "residual", 4096, 14336},
@@ -211,7 +222,7 @@ int main(int argc, char** argv) {
         const double us = median_us(
             [&](int i) {
               mod.launch(v.instance, dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads, {a_map, w_maps[i % copies], y},
-                         t.smem());
+                         t.smem(), i % kBatch != 0);
             },
             30, 5, kBatch);
         // The residual reads and writes x (f32); the others write bf16.
@@ -223,7 +234,8 @@ int main(int argc, char** argv) {
       const GemmLaunch& l = launches[gi];
       const double us = median_us(
           [&](int i) {
-            mod.launch(names[gi], dim3(rows / l.tiling.rows, M / l.m_tile), l.tiling.threads(), {w[i % copies], a, y});
+            mod.launch(names[gi], dim3(rows / l.tiling.rows, M / l.m_tile), l.tiling.threads(), {w[i % copies], a, y}, 0,
+                       i % kBatch != 0);
           },
           30, 5, kBatch);
       row(std::string("linear_f32 ") + g.name, us, 4.0 * M * rows);
