@@ -35,7 +35,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_check import make_checkpoint  # noqa: E402
 
 TARGET_MS = {"Llama-3.2-1B": 0.68, "Llama-3.1-8B": 4.1}
-SERVING = {"max_batch": 256, "max_seq_len": 8448, "kv_page_size": 16, "prefill_chunk": 512}
+# A 2048-token step budget, as vLLM's chunked prefill defaults to: with 512, the throughput run's
+# 256 requests of 512-token prompts were admitted one per step and never decoded as one batch
+# (docs/benchmarks.md, run of 2026-11-30).
+SERVING = {"max_batch": 256, "max_seq_len": 8448, "kv_page_size": 16, "prefill_chunk": 2048}
 
 
 def median_ms(fn, reps=20, warm=3):
