@@ -226,19 +226,24 @@ KvCacheConfig read_kv_cache(const ManifestFields& f, const json& k, const ModelC
   return c;
 }
 
-// In 64 MiB windows, each dropped from this process's memory once hashed: weights.bin is one of
-// the files, and mapping all of it resident would make a 16 GB model's load peak at 16 GB of host
-// memory (issue 5: telos-run stays under 1 GB).
-std::uint64_t hash_file(const std::filesystem::path& path) {
-  MappedFile file(path.string());
+// XXH64 of `length` bytes of `file` from `offset`, in 64 MiB windows, each dropped from this
+// process's memory once hashed: weights.bin is one of the files and its largest tensors pass
+// 1 GB (the 8B shape's embedding), and keeping what was hashed resident would make loading a
+// 16 GB model peak at 16 GB of host memory (issue 5: telos-run stays under 1 GB).
+std::uint64_t hash_range(const MappedFile& file, std::size_t offset, std::size_t length) {
   constexpr std::size_t kWindow = std::size_t{64} << 20;
   Xxh64 h;
-  for (std::size_t at = 0; at < file.size(); at += kWindow) {
-    const std::size_t n = std::min(kWindow, file.size() - at);
+  for (std::size_t at = offset; at < offset + length; at += kWindow) {
+    const std::size_t n = std::min(kWindow, offset + length - at);
     h.update(file.data() + at, n);
     file.release(at, n);
   }
   return h.digest();
+}
+
+std::uint64_t hash_file(const std::filesystem::path& path) {
+  MappedFile file(path.string());
+  return hash_range(file, 0, file.size());
 }
 
 // The tensors docs/artifact.md says a model of this configuration has, with their shapes.
@@ -483,15 +488,11 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {
     wt.data = a->weights_.data() + offset;
     wt.bytes = static_cast<std::size_t>(bytes);
     const std::string want = f.string(t, named, "checksum");
-    const std::string got = checksum_string(xxh64(wt.data, wt.bytes));
+    const std::string got = checksum_string(hash_range(a->weights_, static_cast<std::size_t>(offset), wt.bytes));
     if (got != want)
       fail(weights_path.string() + ": tensor " + wt.name + " (offset " + std::to_string(offset) +
            ", " + std::to_string(bytes) + " bytes): checksum " + got + " does not match " +
            manifest_path + " " + named + ".checksum " + want);
-    // Reading for the checksum made the pages resident; drop them so that verifying a large
-    // model does not hold all of it in this process's memory (an engine faults back in what it
-    // reads, from the page cache).
-    a->weights_.release(static_cast<std::size_t>(offset), wt.bytes);
     a->tensors_.push_back(std::move(wt));
   }
 
