@@ -99,10 +99,14 @@ GemmTiling gemm_tiling(int n, int k) {
   return {16, 1};
 }
 
+// Rows of activations a stage holds: one 8-row group up to 8 tokens, else the 64-row tile
+// (kernels/gemm_small.cuh).
+static int small_gemm_a_rows(int a_box) { return a_box <= 8 ? 8 : kSmallGemmBlockM; }
+
 int SmallGemmTiling::smem() const {
-  // Per stage a 64-row activation box and a bn-row weight box of 64 bf16, two mbarriers; 1024
-  // bytes to align the base to the 128B swizzle repeat (kernels/gemm_small.cuh, SmallGemm).
-  return stages * ((kSmallGemmBlockM + bn) * 64 * 2 + 16) + 1024;
+  // Per stage the activation rows and a bn-row weight box of 64 bf16, two mbarriers; 1024 bytes
+  // to align the base to the 128B swizzle repeat (kernels/gemm_small.cuh).
+  return stages * ((small_gemm_a_rows(a_box) + bn) * 64 * 2 + 16) + 1024;
 }
 
 // 32 weight rows per CTA; SwiGLU 32 gate and 32 up rows, or 64 and 64 where that still gives
@@ -119,7 +123,7 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu) {
   t.tiles_n = (n + t.cols - 1) / t.cols;
   const int per_sm = (t.tiles_m * t.tiles_n + kSms - 1) / kSms;
   const int budget = std::min(227 * 1024, 228 * 1024 / per_sm - 1024);
-  const int stage = (kSmallGemmBlockM + t.bn) * 64 * 2 + 16;
+  const int stage = (small_gemm_a_rows(t.a_box) + t.bn) * 64 * 2 + 16;
   const int k_blocks = (k + 63) / 64;
   t.stages = std::clamp((budget - 1024) / stage, 2, std::clamp(k_blocks, 2, 16));
   return t;

@@ -297,13 +297,15 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
     const SmallGemmTiling t = small_gemm_tiling(n, k, tokens, swiglu);
     return std::array<int, 5>{t.bn, t.tiles_m, t.tiles_n, t.stages, t.smem()};
   };
-  // o and down: 128 CTAs, one an SM, 16 stages of 12 KB (4 KB of weights each).
-  EXPECT_EQ(tiling(4096, 4096, 1, false), (std::array<int, 5>{32, 1, 128, 16, 16 * 12304 + 1024}));
+  // o and down: 128 CTAs, one an SM, 16 stages; a stage holds 4 KB of weights and the tokens'
+  // rows: one 8-row group (1 KB) up to 8 tokens, the 64-row tile (8 KB) beyond.
+  EXPECT_EQ(tiling(4096, 4096, 1, false), (std::array<int, 5>{32, 1, 128, 16, 16 * 5136 + 1024}));
   EXPECT_EQ(tiling(4096, 14336, 64, false), (std::array<int, 5>{32, 1, 128, 16, 16 * 12304 + 1024}));
-  // qkv: 192 CTAs, two an SM, 9 stages each.
-  EXPECT_EQ(tiling(6144, 4096, 8, false), (std::array<int, 5>{32, 1, 192, 9, 9 * 12304 + 1024}));
-  // gate_up: 224 CTAs of 64 gate and 64 up rows, two an SM, 4 stages of 24 KB (16 KB of weights).
-  EXPECT_EQ(tiling(14336, 4096, 1, true), (std::array<int, 5>{128, 1, 224, 4, 4 * 24592 + 1024}));
+  // qkv: 192 CTAs, two an SM, 16 stages each at 8 tokens (9 at 64).
+  EXPECT_EQ(tiling(6144, 4096, 8, false), (std::array<int, 5>{32, 1, 192, 16, 16 * 5136 + 1024}));
+  EXPECT_EQ(tiling(6144, 4096, 64, false)[3], 9);
+  // gate_up: 224 CTAs of 64 gate and 64 up rows, two an SM, 6 stages of 17 KB (16 KB of weights).
+  EXPECT_EQ(tiling(14336, 4096, 1, true), (std::array<int, 5>{128, 1, 224, 6, 6 * 17424 + 1024}));
   // Where 128-row tiles would leave SMs without a CTA (I = 8192: 128 CTAs), 64-row ones.
   EXPECT_EQ(tiling(8192, 2048, 1, true)[0], 64);
   // Two M tiles; the ring never goes below 2 stages nor beyond the K blocks.
