@@ -85,6 +85,16 @@ int attn_partial_slots(int max_positions) {
   return std::min(32, (max_positions + kAttnSplit - 1) / kAttnSplit);
 }
 
+// Decode rows are one token per sequence: nothing to share. In prefill, the largest tile of whole
+// tokens that the 16 MMA rows hold (the kernel has no token count, so tiles must divide the
+// bucket): K/V traffic falls by that factor, the arithmetic of a row does not change.
+int attn_tokens_per_tile(bool prefill, int tokens, int group) {
+  int tpt = 1;
+  if (!prefill) return tpt;
+  while (2 * tpt * group <= 16 && tokens % (2 * tpt) == 0) tpt *= 2;
+  return tpt;
+}
+
 // Row groups per block: as many as keep the N / rows blocks of one M tile covering the GPU (132
 // SMs on an H200) twice, eight warps per block, the rest of the warps splitting K. Shapes with
 // few rows (attention output, down) get one group per block and K split eight ways, so there are
@@ -201,10 +211,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int norm_k = b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + I_(norm_threads) + ", " +
                                     eps + ", false>",
                                 {"x", "w", "rows", "out"}, norm_threads);
+    // Attention in tiles of tpt tokens (prefill), one token per block in decode.
+    const int tpt = attn_tokens_per_tile(kind == "prefill", T, HQ / HKV);
     const int split_k = b.kernel(
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
-            I_(plan.attn_num_splits) + ", " + scale_log2 + ">",
+            I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(tpt) + ">",
         {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128);
     const int combine_k = b.kernel("telos_kernels::attn_combine<" + I_(HQ) + ", " + I_(D) + ", " +
                                        I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
@@ -269,7 +281,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
              {"buf:qkv", in.qkv_bias ? w + "qkv_bias" : "null", in.qk_norm ? w + "q_norm" : "null",
               in.qk_norm ? w + "k_norm" : "null", "desc:positions", "desc:token_seq", "desc:page_tables",
               "kv:" + I_(l), "buf:q"});
-      launch(split_k, {T, HKV, plan.attn_num_splits},
+      launch(split_k, {T / tpt, HKV, plan.attn_num_splits},
              {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
               "buf:part_o", "buf:part_ml"});
       launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});

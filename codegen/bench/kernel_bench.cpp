@@ -240,7 +240,8 @@ int main(int argc, char** argv) {
     const int split = kAttnSplit, nsplit = attn_partial_slots(C);
     const long long page_elems = 2LL * L * HKV * PAGE * D;
     const std::string sk = "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) + ", " +
-                           I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " + float_literal(1.4426950408889634 / std::sqrt(128.0)) + ">";
+                           I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
+                           float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", 1>";
     const std::string ck = "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
     Module mod({sk, ck});
     for (int B : {1, 16, 64}) {

@@ -566,6 +566,56 @@ struct AttnShape {
   int HQ, HKV, D, PAGE, MAXP, SPLIT, NSPLIT;  // NSPLIT partial slots, splits dealt round-robin
 };
 
+// The attn_split instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens.
+std::string attn_split_instance(const AttnShape& s, long long page_elems, int tpt) {
+  return "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + I(s.PAGE) + ", " +
+         I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " + I(s.NSPLIT) + ", " +
+         float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " + I(tpt) + ">";
+}
+std::string attn_combine_instance(const AttnShape& s) {
+  return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
+}
+
+// `out` (bf16 [T, HQ, D], from attn_split + attn_combine) against softmax(q·kᵀ / sqrt(D))·v in
+// f64 over positions [0, position] of each token's sequence, K/V from layer `layer` of the paged
+// pool `kv_f` (the bf16 values as f32) through `page_tables`; padding rows must be zeros.
+void expect_attention_matches_f64(const AttnShape& s, int layers, int layer, const std::vector<float>& kv_f,
+                                  const std::vector<int>& page_tables, const std::vector<int>& positions,
+                                  const std::vector<int>& token_seq, const std::vector<float>& q, const bf16v& out) {
+  const int PAGE = s.PAGE, T = static_cast<int>(positions.size());
+  const long long page_elems = 2LL * layers * s.HKV * PAGE * s.D;
+  auto kv_at = [&](int seq, int p, int kv, int kvh, int d) {
+    const int page = page_tables[seq * s.MAXP + p / PAGE];
+    return kv_f[page * page_elems + layer * 2LL * s.HKV * PAGE * s.D +
+                (static_cast<long long>(kv * s.HKV + kvh) * PAGE + p % PAGE) * s.D + d];
+  };
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < s.HQ; ++h) {
+      std::vector<float> got(s.D);
+      for (int d = 0; d < s.D; ++d) got[d] = from_bf16(out[(static_cast<std::size_t>(t) * s.HQ + h) * s.D + d]);
+      if (positions[t] < 0) {
+        for (float v : got) ASSERT_EQ(v, 0.f) << "padding row " << t;
+        continue;
+      }
+      const int kvh = h / (s.HQ / s.HKV);
+      std::vector<double> sc(positions[t] + 1), ref(s.D, 0.0);
+      double mx = -INFINITY, sum = 0;
+      for (int p = 0; p <= positions[t]; ++p) {
+        double dot = 0;
+        for (int d = 0; d < s.D; ++d) dot += double(q[(static_cast<std::size_t>(t) * s.HQ + h) * s.D + d]) * kv_at(token_seq[t], p, 0, kvh, d);
+        sc[p] = dot / std::sqrt(double(s.D));
+        mx = std::max(mx, sc[p]);
+      }
+      for (int p = 0; p <= positions[t]; ++p) {
+        const double w = std::exp(sc[p] - mx);
+        sum += w;
+        for (int d = 0; d < s.D; ++d) ref[d] += w * kv_at(token_seq[t], p, 1, kvh, d);
+      }
+      for (double& v : ref) v /= sum;
+      EXPECT_LT(rel_l2(got, ref), 1e-2) << "D=" << s.D << " token " << t << " head " << h;
+    }
+}
+
 // GQA 1..16 (odd groups included), D 32..128, pages of 16 and of 7 positions (chunks and splits
 // cross page boundaries), a slot per split and splits sharing slots, and the plan's split and
 // slots on Llama-3.1-8B's head shape (at context 4800: 38 splits on 32 slots).
@@ -583,10 +633,7 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
     const int PAGE = s.PAGE;
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     const int NSPLIT = s.NSPLIT;
-    const std::string split = "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
-                              I(PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " + I(NSPLIT) + ", " +
-                              float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ">";
-    const std::string combine = "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(NSPLIT) + ", " + I(s.SPLIT) + ">";
+    const std::string split = attn_split_instance(s, page_elems, 1), combine = attn_combine_instance(s);
     TestModule mod(source_with_rope(), {split, combine});
     const int POOL = 2 * s.MAXP + 3, ctx = s.MAXP * PAGE;
     std::vector<float> kv_f;
@@ -612,37 +659,7 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
                        {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
     CUDA_OK(mod.launch(combine, dim3(T, s.HQ), s.D, {dpo.get(), dml.get(), dpos.get(), dout.get()}));
     const auto out = dout.download();
-
-    auto kv_at = [&](int seq, int p, int kv, int kvh, int d) {
-      const int page = page_tables[seq * s.MAXP + p / PAGE];
-      return kv_f[page * page_elems + LAYER * 2LL * s.HKV * PAGE * s.D +
-                  (static_cast<long long>(kv * s.HKV + kvh) * PAGE + p % PAGE) * s.D + d];
-    };
-    for (int t = 0; t < T; ++t)
-      for (int h = 0; h < s.HQ; ++h) {
-        std::vector<float> got(s.D);
-        for (int d = 0; d < s.D; ++d) got[d] = from_bf16(out[(static_cast<std::size_t>(t) * s.HQ + h) * s.D + d]);
-        if (positions[t] < 0) {
-          for (float v : got) ASSERT_EQ(v, 0.f);
-          continue;
-        }
-        const int kvh = h / (s.HQ / s.HKV);
-        std::vector<double> sc(positions[t] + 1), ref(s.D, 0.0);
-        double mx = -INFINITY, sum = 0;
-        for (int p = 0; p <= positions[t]; ++p) {
-          double dot = 0;
-          for (int d = 0; d < s.D; ++d) dot += double(q[(static_cast<std::size_t>(t) * s.HQ + h) * s.D + d]) * kv_at(token_seq[t], p, 0, kvh, d);
-          sc[p] = dot / std::sqrt(double(s.D));
-          mx = std::max(mx, sc[p]);
-        }
-        for (int p = 0; p <= positions[t]; ++p) {
-          const double w = std::exp(sc[p] - mx);
-          sum += w;
-          for (int d = 0; d < s.D; ++d) ref[d] += w * kv_at(token_seq[t], p, 1, kvh, d);
-        }
-        for (double& v : ref) v /= sum;
-        EXPECT_LT(rel_l2(got, ref), 1e-2) << "D=" << s.D << " token " << t << " head " << h;
-      }
+    expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
 
     // A decode row and a row several splits long alone give the same bits as inside the batch.
     for (const int r : {0, 10}) {
