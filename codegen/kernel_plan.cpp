@@ -85,6 +85,16 @@ int attn_partial_slots(int max_positions) {
   return std::min(32, (max_positions + kAttnSplit - 1) / kAttnSplit);
 }
 
+// Decode rows are one token per sequence: nothing to share. In prefill, the largest tile of whole
+// tokens that the 16 MMA rows hold (the kernel has no token count, so tiles must divide the
+// bucket): K/V traffic falls by that factor, the arithmetic of a row does not change.
+int attn_tokens_per_tile(bool prefill, int tokens, int group) {
+  int tpt = 1;
+  if (!prefill) return tpt;
+  while (2 * tpt * group <= 16 && tokens % (2 * tpt) == 0) tpt *= 2;
+  return tpt;
+}
+
 // Row groups per block: as many as keep the N / rows blocks of one M tile covering the GPU (132
 // SMs on an H200) twice, eight warps per block, the rest of the warps splitting K. Shapes with
 // few rows (attention output, down) get one group per block and K split eight ways, so there are
@@ -99,10 +109,14 @@ GemmTiling gemm_tiling(int n, int k) {
   return {16, 1};
 }
 
+// Rows of activations a stage holds: one 8-row group up to 8 tokens, else the 64-row tile
+// (kernels/gemm_small.cuh).
+static int small_gemm_a_rows(int a_box) { return a_box <= 8 ? 8 : kSmallGemmBlockM; }
+
 int SmallGemmTiling::smem() const {
-  // Per stage a 64-row activation box and a bn-row weight box of 64 bf16, two mbarriers; 1024
-  // bytes to align the base to the 128B swizzle repeat (kernels/gemm_small.cuh, SmallGemm).
-  return stages * ((kSmallGemmBlockM + bn) * 64 * 2 + 16) + 1024;
+  // Per stage the activation rows and a bn-row weight box of 64 bf16, two mbarriers; 1024 bytes
+  // to align the base to the 128B swizzle repeat (kernels/gemm_small.cuh).
+  return stages * ((small_gemm_a_rows(a_box) + bn) * 64 * 2 + 16) + 1024;
 }
 
 // 32 weight rows per CTA; SwiGLU 32 gate and 32 up rows, or 64 and 64 where that still gives
@@ -119,7 +133,7 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu) {
   t.tiles_n = (n + t.cols - 1) / t.cols;
   const int per_sm = (t.tiles_m * t.tiles_n + kSms - 1) / kSms;
   const int budget = std::min(227 * 1024, 228 * 1024 / per_sm - 1024);
-  const int stage = (kSmallGemmBlockM + t.bn) * 64 * 2 + 16;
+  const int stage = (small_gemm_a_rows(t.a_box) + t.bn) * 64 * 2 + 16;
   const int k_blocks = (k + 63) / 64;
   t.stages = std::clamp((budget - 1024) / stage, 2, std::clamp(k_blocks, 2, 16));
   return t;
@@ -201,10 +215,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int norm_k = b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + I_(norm_threads) + ", " +
                                     eps + ", false>",
                                 {"x", "w", "rows", "out"}, norm_threads);
+    // Attention in tiles of tpt tokens (prefill), one token per block in decode.
+    const int tpt = attn_tokens_per_tile(kind == "prefill", T, HQ / HKV);
     const int split_k = b.kernel(
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
-            I_(plan.attn_num_splits) + ", " + scale_log2 + ">",
+            I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(tpt) + ">",
         {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128);
     const int combine_k = b.kernel("telos_kernels::attn_combine<" + I_(HQ) + ", " + I_(D) + ", " +
                                        I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
@@ -269,7 +285,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
              {"buf:qkv", in.qkv_bias ? w + "qkv_bias" : "null", in.qk_norm ? w + "q_norm" : "null",
               in.qk_norm ? w + "k_norm" : "null", "desc:positions", "desc:token_seq", "desc:page_tables",
               "kv:" + I_(l), "buf:q"});
-      launch(split_k, {T, HKV, plan.attn_num_splits},
+      launch(split_k, {T / tpt, HKV, plan.attn_num_splits},
              {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
               "buf:part_o", "buf:part_ml"});
       launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});

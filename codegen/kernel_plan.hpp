@@ -92,6 +92,17 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu);
 constexpr int kAttnSplit = 128;
 int attn_partial_slots(int max_positions);
 
+// Tokens per tile of attn_split (its last template argument, TPT): a block reads K and V once for
+// TPT consecutive tokens, their G = num_heads / num_kv_heads query heads sharing the MMA's 16 rows
+// (TPT * G <= 16), so a prefill chunk of T tokens reads its context's K/V T / TPT times, not T.
+// Decode buckets keep 1: their rows are one token per sequence, there is nothing to share. Prefill
+// buckets take the largest power of two with TPT * G <= 16 that divides the bucket's tokens (the
+// kernel gets no token count, so its tiles must be whole; padding rows inside a tile have
+// position -1 and write nothing): Llama (G = 4) 4, Qwen3-0.6B (G = 2) 8, G = 16 1. The grid's x
+// is tokens / TPT. A token's bits are the same at every TPT (GPU test
+// GpuKernels.AttentionTilesMatchSingleTokensBitForBit), so the choice is speed only.
+int attn_tokens_per_tile(bool prefill, int tokens, int group);
+
 // How the LM head's GEMM over W [N, K] is cut (linear_f32, codegen/kernels/linear.cuh): `rows` weight rows per
 // block (a multiple of 16 dividing N) and `ksplit` K slices, one warp per (16 rows, slice). The
 // split fixes the reduction order, so it depends on the weight shape only, never on the bucket.

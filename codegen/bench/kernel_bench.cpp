@@ -4,7 +4,10 @@
 //   decode GEMMs at M = 1, 8, 64 on Llama-3.1-8B shapes, tiled as codegen tiles them: the
 //   small-M wgmma GEMM (gemm_small_*: qkv, o, gate_up with SwiGLU, down with the residual add)
 //   and linear_f32 (the LM head's GEMM, also on the other shapes for comparison);
-//   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k.
+//   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k;
+//   prefill attention: one sequence's 512-token chunk at context 8192, one token per block
+//   (TPT 1) against the plan's tiles of 4 tokens (TPT 4), GB/s counting the K/V bytes each
+//   block reads (per tile: positions up to the tile's last).
 // `telos-kernel-bench --sweep` also times the small GEMM at other tilings than the plan's.
 #include <cuda_runtime.h>
 
@@ -253,7 +256,8 @@ int main(int argc, char** argv) {
     const int split = kAttnSplit, nsplit = attn_partial_slots(C);
     const long long page_elems = 2LL * L * HKV * PAGE * D;
     const std::string sk = "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) + ", " +
-                           I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " + float_literal(1.4426950408889634 / std::sqrt(128.0)) + ">";
+                           I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
+                           float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", 1>";
     const std::string ck = "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
     Module mod({sk, ck});
     for (int B : {1, 16, 64}) {
@@ -286,6 +290,62 @@ int main(int argc, char** argv) {
                   100.0 * bytes / us / 1e3 / copy_gbs);
       for (void* p : {kv, q, po, pml, out, pos, seq, pt}) cudaFree(p);
     }
+  }
+
+  // Prefill attention, the same head shape: one sequence, a 512-token chunk at positions
+  // 7680..8191 (context 8192), split + combine as a prefill bucket launches them, one token per
+  // block (TPT 1) and in tiles of attn_tokens_per_tile's 4 tokens. Bytes: the K/V a block reads,
+  // positions 0 .. the last of its tile, per tile and KV head (TPT 1 reads the context once per
+  // token, TPT 4 once per 4 tokens). The two outputs must be the same bits.
+  {
+    constexpr int C = 8192, T = 512;
+    const int MAXP = C / PAGE, split = kAttnSplit, nsplit = attn_partial_slots(C);
+    const long long page_elems = 2LL * L * HKV * PAGE * D;
+    const int tiled = attn_tokens_per_tile(true, T, HQ / HKV);
+    auto sk = [&](int tpt) {
+      return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) + ", " + I(MAXP) +
+             ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
+             float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) + ">";
+    };
+    const std::string ck = "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
+    Module mod({sk(1), sk(tiled), ck});
+    const std::size_t pages = MAXP;
+    void *kv, *q, *po, *pml, *out, *pos, *seq, *pt;
+    check(cudaMalloc(&kv, pages * page_elems * 2), "alloc");
+    fill(kv, pages * page_elems * 2);
+    check(cudaMalloc(&q, static_cast<std::size_t>(T) * HQ * D * 4), "alloc");
+    cudaMemset(q, 0x3c, static_cast<std::size_t>(T) * HQ * D * 4);
+    check(cudaMalloc(&po, static_cast<std::size_t>(T) * HQ * nsplit * D * 4), "alloc");
+    check(cudaMalloc(&pml, static_cast<std::size_t>(T) * HQ * nsplit * 2 * 4), "alloc");
+    check(cudaMalloc(&out, static_cast<std::size_t>(T) * HQ * D * 2), "alloc");
+    std::vector<int> hpos(T), hseq(T, 0), hpt(pages);
+    for (int t = 0; t < T; ++t) hpos[t] = C - T + t;
+    for (std::size_t i = 0; i < pages; ++i) hpt[i] = static_cast<int>((i * 7919) % pages);
+    check(cudaMalloc(&pos, T * 4), "alloc");
+    check(cudaMalloc(&seq, T * 4), "alloc");
+    check(cudaMalloc(&pt, pages * 4), "alloc");
+    cudaMemcpy(pos, hpos.data(), T * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(seq, hseq.data(), T * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(pt, hpt.data(), pages * 4, cudaMemcpyHostToDevice);
+    std::vector<unsigned short> first_out;
+    for (int tpt : {1, tiled}) {
+      const double us = median_us([&](int) {
+        mod.launch(sk(tpt), dim3(T / tpt, HKV, nsplit), 128, {q, pos, seq, pt, kv, po, pml});
+        mod.launch(ck, dim3(T, HQ), D, {po, pml, pos, out});
+      });
+      double bytes = 0;
+      for (int t0 = 0; t0 < T; t0 += tpt) bytes += static_cast<double>(hpos[t0 + tpt - 1] + 1) * HKV * D * 2 * 2;
+      std::vector<unsigned short> o(static_cast<std::size_t>(T) * HQ * D);
+      check(cudaMemcpy(o.data(), out, o.size() * 2, cudaMemcpyDeviceToHost), "download");
+      if (first_out.empty()) first_out = o;
+      char label[64], shape[64];
+      std::snprintf(label, sizeof label, "attn prefill D128 GQA4 TPT=%d%s", tpt,
+                    tpt == 1 || o == first_out ? "" : " DIFF");
+      std::snprintf(shape, sizeof shape, "T=%d pos %d..%d", T, C - T, C - 1);
+      std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
+                  100.0 * bytes / us / 1e3 / copy_gbs);
+    }
+    for (void* p : {kv, q, po, pml, out, pos, seq, pt}) cudaFree(p);
   }
   check(cudaGetLastError(), "bench");
   return 0;

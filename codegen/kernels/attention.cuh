@@ -4,12 +4,13 @@
 // QKV kernel has already appended this step's keys and values). The context is cut into splits
 // of SPLIT positions at fixed absolute boundaries, dealt round-robin to NSPLIT partial slots
 // (slot z holds splits z, z + NSPLIT, ...: every slot has work from the first NSPLIT splits on,
-// and the partials stay NSPLIT per token at any context). attn_split computes one slot of one
-// token for one KV head (all G = HQ/HKV query heads that share it, so K and V are read once for
-// the group) with an online softmax on tensor cores, and attn_combine merges the slots in order.
+// and the partials stay NSPLIT per token at any context). attn_split computes one slot of a tile
+// of TPT consecutive tokens for one KV head (all G = HQ/HKV query heads that share it, of every
+// token of the tile, so K and V are read once for the group and, in prefill, once for the tile's
+// tokens) with an online softmax on tensor cores, and attn_combine merges the slots in order.
 // Split boundaries, the slot of a split, the 16-position chunks inside a split and the order in
-// which the warps' results are merged depend only on positions, never on the batch, so a row's
-// result does not depend on its bucket.
+// which the warps' results are merged depend only on positions, never on the batch or the tile,
+// so a row's result does not depend on its bucket.
 #include "common.cuh"
 
 namespace telos_kernels {
@@ -31,213 +32,290 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // Partial results, per (token, query head, slot): part_o [D] f32 sums weighted by
 // 2^(score - max) and part_ml {max (log2 domain), sum of weights}. SCALE_LOG2 = log2(e) / sqrt(D).
 //
-// A block is 4 warps on one (token, KV head, slot); warp w takes the 16-position chunks w, w + 4,
-// ... of each of the slot's splits, splits in ascending order. Per chunk, S = Q·Kᵀ is two m16n8k16
-// tiles per 16 dims (the G heads padded to the MMA's 16 rows) and O += P·V one per 8 dims, all from
-// registers: no shared memory until the warps merge. The MMA's reduction index may be any fixed
-// permutation as long as both operands use it, which lets every lane read whole 16-byte pieces of K
-// and V rows:
+// A block is 4 warps on one (tile of TPT consecutive tokens t0 = blockIdx.x · TPT .., KV head,
+// slot); the grid's x is T / TPT (the kernel has no T: every tile is whole, so the plan only picks
+// a TPT dividing the bucket's tokens; rows that do not exist are padding, position -1). The 16
+// MMA rows hold (token j, query head h) at row j·G + h for j < TPT (TPT · G <= 16), the rows past
+// TPT · G are zero. Sharing the rows is what lets the tile read K and V once for its TPT tokens.
+// Rows of a tile may belong to different sequences: the block runs one pass per maximal run of
+// equal token_seq (a segment), with that sequence's pages; in a pass, the rows taking part are
+// those of the segment whose position reaches the slot (position >= slot · SPLIT), every other row
+// is masked at every position and writes nothing.
+//
+// In a pass, warp w takes the 16-position chunks w, w + 4, ... of each of the slot's splits,
+// splits in ascending order, up to the largest position of the rows taking part. Per chunk,
+// S = Q·Kᵀ is two m16n8k16 tiles per 16 dims and O += P·V one per 8 dims; K and V go from
+// global memory straight to registers, Q's fragments come from shared memory (staged once per
+// block). A row's scores past its own position are -inf, so a chunk past it is an exact no-op for
+// that row (corr = 1, weights 0), and the row's arithmetic (the chunks it sees, their order, the
+// merge) is the same whatever else shares the tile: a token's bits are the same with TPT = 1
+// (decode buckets) and in a tile (prefill buckets). The MMA's reduction index may be any fixed
+// permutation as long as both operands use it, which lets every lane read whole 16-byte pieces
+// of K and V rows:
 //  - q·k: lane (g = lane/4, c = lane%4) loads dims 32j + 8c .. +7 of K row g of each 8-position
 //    tile; words 0, 1 are b0, b1 of k-step 2j and words 2, 3 those of k-step 2j + 1, and the Q
 //    fragments gather the matching dims;
 //  - p·v: lane (g, c) loads dims g·D/8 .. +D/8 of the V rows at chunk positions 2c, 2c+1, 2c+8,
 //    2c+9 (the positions its P fragment holds); output column g of n-tile n is dim g·D/8 + n, and
 //    b0/b1 pair the two positions' values with one byte permute each.
-// Positions past the end are clamped to the last valid one for the loads (finite data, in the
+// Positions past the pass's last one are clamped to it for the loads (finite data, in the
 // sequence's pages) and get weight 0.
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
-          float SCALE_LOG2>
-__global__ void __launch_bounds__(128)
+          float SCALE_LOG2, int TPT>
+__global__ void __launch_bounds__(128, 3)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const bf16* kv_layer, float* part_o, float* part_ml) {
   pdl_entry();
-  constexpr int G = HQ / HKV, W = 4;
+  constexpr int G = HQ / HKV, W = 4, R = TPT * G;  // R: MMA rows in use
   constexpr int KS = D / 16, NT = D / 8, VW = D / 16;  // k-steps, n-tiles, V words per position
-  static_assert(HQ % HKV == 0 && G <= 16 && D % 32 == 0 && D <= 128 && SPLIT % (16 * W) == 0,
+  static_assert(HQ % HKV == 0 && TPT >= 1 && R <= 16 && D % 32 == 0 && D <= 128 &&
+                    SPLIT % (16 * W) == 0,
                 "shape");
-  const int t = blockIdx.x, kvh = blockIdx.y, slot = blockIdx.z;
-  const int pos = positions[t];
-  // Padding rows (negative position) and slots whose first split starts past the token's
-  // position write nothing: the combine reads slots 0 .. min(position / SPLIT, NSPLIT - 1) only.
-  if (pos < slot * SPLIT) return;
+  const int t0 = blockIdx.x * TPT, kvh = blockIdx.y, slot = blockIdx.z;
+  const int first = slot * SPLIT;  // the slot's first position
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c4 = lane % 4;
-
-  unsigned qa[KS][4];
+  // This lane's MMA rows g and g + 8: token t0 + j of the tile, query head kvh·G + h.
+  const int j0 = g / G, h0 = g % G, j1 = (g + 8) / G, h1 = (g + 8) % G;
   {
-    const float* q0 = q + (static_cast<long long>(t) * HQ + kvh * G + g) * D;
-    const float* q1 = q0 + 8 * D;
+    // Nothing to do when the slot starts past every position of the tile (decode: most slots
+    // at short contexts); checked before any other load.
+    int last = positions[t0];
 #pragma unroll
-    for (int s = 0; s < KS; ++s) {
+    for (int j = 1; j < TPT; ++j) last = max(last, positions[t0 + j]);
+    if (last < first) return;
+  }
+  // Shared memory holds what the passes below read but should not keep in registers: at 168
+  // registers a thread (3 blocks an SM, __launch_bounds__) the o accumulators and the K/V loads
+  // in flight take the rest, and anything more spills.
+  //  - the tile's positions and its segments (maximal runs of equal token_seq: tokens of one
+  //    sequence are contiguous in a step) that reach this slot: first and end token, sequence,
+  //    largest position; only the segment index stays live across a pass;
+  //  - the Q fragments, scaled to bf16, in the MMA's A layout: one 16-byte piece per (k-step,
+  //    lane), the same for every warp, read as the chunk loop needs them.
+  __shared__ int sm_pos[TPT], sm_seq[TPT], sm_seg[TPT][4], sm_nseg;
+  __shared__ uint4 sm_q[KS][32];
+  if (threadIdx.x < TPT) {
+    sm_pos[threadIdx.x] = positions[t0 + threadIdx.x];
+    sm_seq[threadIdx.x] = token_seq[t0 + threadIdx.x];
+  }
+  {
+    const float* q0 = q + (static_cast<long long>(t0 + j0) * HQ + kvh * G + h0) * D;
+    const float* q1 = q + (static_cast<long long>(t0 + j1) * HQ + kvh * G + h1) * D;
+    for (int s = warp; s < KS; s += W) {
       const int d = 32 * (s / 2) + 8 * c4 + 4 * (s % 2);
       const float4 a =
-          g < G ? *reinterpret_cast<const float4*>(q0 + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+          g < R ? *reinterpret_cast<const float4*>(q0 + d) : make_float4(0.f, 0.f, 0.f, 0.f);
       const float4 b =
-          g + 8 < G ? *reinterpret_cast<const float4*>(q1 + d) : make_float4(0.f, 0.f, 0.f, 0.f);
-      qa[s][0] = pack_bf16x2(a.x * SCALE_LOG2, a.y * SCALE_LOG2);
-      qa[s][1] = pack_bf16x2(b.x * SCALE_LOG2, b.y * SCALE_LOG2);
-      qa[s][2] = pack_bf16x2(a.z * SCALE_LOG2, a.w * SCALE_LOG2);
-      qa[s][3] = pack_bf16x2(b.z * SCALE_LOG2, b.w * SCALE_LOG2);
+          g + 8 < R ? *reinterpret_cast<const float4*>(q1 + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+      sm_q[s][lane] = make_uint4(pack_bf16x2(a.x * SCALE_LOG2, a.y * SCALE_LOG2),
+                                 pack_bf16x2(b.x * SCALE_LOG2, b.y * SCALE_LOG2),
+                                 pack_bf16x2(a.z * SCALE_LOG2, a.w * SCALE_LOG2),
+                                 pack_bf16x2(b.z * SCALE_LOG2, b.w * SCALE_LOG2));
     }
   }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int n = 0;
+    for (int a = 0, b; a < TPT; a = b) {
+      int last = sm_pos[a];
+      for (b = a + 1; b < TPT && sm_seq[b] == sm_seq[a]; ++b) last = max(last, sm_pos[b]);
+      if (last < first) continue;  // padding, or no position of the segment reaches the slot
+      sm_seg[n][0] = a, sm_seg[n][1] = b, sm_seg[n][2] = sm_seq[a], sm_seg[n][3] = last;
+      ++n;
+    }
+    sm_nseg = n;
+  }
+  __syncthreads();
 
-  const int* pt = page_tables + token_seq[t] * MAXP;
   const bf16* k_base = kv_layer + static_cast<long long>(kvh) * PAGE * D + 8 * c4;
   const bf16* v_base = kv_layer + static_cast<long long>(HKV + kvh) * PAGE * D + g * (D / 8);
-  auto row = [&](int p) {
-    return static_cast<long long>(pt[p / PAGE]) * PAGE_ELEMS + (p % PAGE) * D;
-  };
-
   const float kNegInf = -__int_as_float(0x7f800000);
-  float o[NT][4];
-#pragma unroll
-  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;  // rows g and g + 8
-
-  for (int start = slot * SPLIT; start <= pos; start += NSPLIT * SPLIT) {
-    const int end = min(start + SPLIT, pos + 1);
-    for (int c = start + 16 * warp; c < end; c += 16 * W) {
-      // Every load of the chunk is issued before the first use.
-      uint4 kr[2][D / 32];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const bf16* k = k_base + row(min(c + 8 * i + g, end - 1));
-#pragma unroll
-        for (int j = 0; j < D / 32; ++j) kr[i][j] = load8(k + 32 * j);
-      }
-      unsigned vr[4][VW];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const bf16* v = v_base + row(min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1));
-        if constexpr (VW % 4 == 0) {
-#pragma unroll
-          for (int w = 0; w < VW; w += 4) {
-            const uint4 x = load8(v + 2 * w);
-            vr[e][w] = x.x, vr[e][w + 1] = x.y, vr[e][w + 2] = x.z, vr[e][w + 3] = x.w;
-          }
-        } else {
-#pragma unroll
-          for (int w = 0; w < VW; w += 2) {
-            const uint2 x = *reinterpret_cast<const uint2*>(v + 2 * w);
-            vr[e][w] = x.x, vr[e][w + 1] = x.y;
-          }
-        }
-      }
-
-      float s[2][4];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-#pragma unroll
-        for (int j = 0; j < D / 32; ++j) {
-          mma_bf16_16816(s[i], qa[2 * j], kr[i][j].x, kr[i][j].y);
-          mma_bf16_16816(s[i], qa[2 * j + 1], kr[i][j].z, kr[i][j].w);
-        }
-      }
-      // s[i][0..1]: row g, positions c + 8i + 2·c4 + {0,1}; s[i][2..3]: row g + 8, same positions.
-      float mx0 = kNegInf, mx1 = kNegInf;
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (c + 8 * i + 2 * c4 + h >= end) s[i][h] = s[i][2 + h] = kNegInf;
-          mx0 = fmaxf(mx0, s[i][h]);
-          mx1 = fmaxf(mx1, s[i][2 + h]);
-        }
-#pragma unroll
-      for (int x = 1; x < 4; x <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
-      }
-      // Position c is valid, so both maxima are finite from the first chunk on.
-      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-      const float corr0 = exp2f(m0 - n0), corr1 = exp2f(m1 - n1);
-      m0 = n0, m1 = n1;
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          s[i][h] = exp2f(s[i][h] - n0);
-          s[i][2 + h] = exp2f(s[i][2 + h] - n1);
-        }
-      l0 = fmaf(l0, corr0, (s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
-      l1 = fmaf(l1, corr1, (s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
-      const unsigned pa[4] = {pack_bf16x2(s[0][0], s[0][1]), pack_bf16x2(s[0][2], s[0][3]),
-                              pack_bf16x2(s[1][0], s[1][1]), pack_bf16x2(s[1][2], s[1][3])};
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        o[n][0] *= corr0, o[n][1] *= corr0, o[n][2] *= corr1, o[n][3] *= corr1;
-        // Low halves (even n) or high halves (odd n) of the two positions' words, the lower
-        // position in the low half (byte permute: CUDA __byte_perm).
-        const unsigned sel = n % 2 ? 0x7632u : 0x5410u;
-        mma_bf16_16816(o[n], pa, __byte_perm(vr[0][n / 2], vr[1][n / 2], sel),
-                       __byte_perm(vr[2][n / 2], vr[3][n / 2], sel));
-      }
-    }
-  }
-  // Each lane summed its own columns; the quad's sums are folded in a fixed order.
-#pragma unroll
-  for (int x = 1; x < 4; x <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, x);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, x);
-  }
-
-  // Merge the 4 warps: a common maximum, then a fixed tree ((0 + 2) + (1 + 3)) through shared
-  // memory. A warp without a chunk (m = -inf) contributes weight 0; warp 0 always has one.
   __shared__ float sm_m[W][16];
   __shared__ float sm_l[W / 2][16];
-  __shared__ float sm_o[W / 2][G][D];
-  if (c4 == 0) sm_m[warp][g] = m0, sm_m[warp][g + 8] = m1;
-  __syncthreads();
-  float mb0 = sm_m[0][g], mb1 = sm_m[0][g + 8];
+  __shared__ float sm_o[W / 2][R][D];
+
+  // One pass per segment [a, b) of the tile that reaches the slot. Padding rows (negative
+  // position) and rows whose position is before the slot's first split write nothing: the
+  // combine reads slots 0 .. min(position / SPLIT, NSPLIT - 1) only. The loop is uniform over
+  // the block (the merge synchronizes it).
+  for (int sg = 0; sg < sm_nseg; ++sg) {
+    const int a = sm_seg[sg][0], b = sm_seg[sg][1], seq = sm_seg[sg][2], pos_max = sm_seg[sg][3];
+
+    // A row's valid positions in this pass are [0, e): e = its position + 1 if it takes part,
+    // else 0 (masked throughout). Rows past R do not exist.
+    const int e0 = g < R && j0 >= a && j0 < b && sm_pos[j0] >= first ? sm_pos[j0] + 1 : 0;
+    const int e1 = g + 8 < R && j1 >= a && j1 < b && sm_pos[j1] >= first ? sm_pos[j1] + 1 : 0;
+    const int* pt = page_tables + seq * MAXP;
+    auto row = [&](int p) {
+      return static_cast<long long>(pt[p / PAGE]) * PAGE_ELEMS + (p % PAGE) * D;
+    };
+
+    float o[NT][4];
 #pragma unroll
-  for (int w = 1; w < W; ++w) mb0 = fmaxf(mb0, sm_m[w][g]), mb1 = fmaxf(mb1, sm_m[w][g + 8]);
-  const float sc0 = exp2f(m0 - mb0), sc1 = exp2f(m1 - mb1);
-  l0 *= sc0, l1 *= sc1;
+    for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;  // rows g and g + 8
+
+    for (int start = first; start <= pos_max; start += NSPLIT * SPLIT) {
+      const int end = min(start + SPLIT, pos_max + 1);  // the loads' last position + 1
+      for (int c = start + 16 * warp; c < end; c += 16 * W) {
+        // Every load of the chunk is issued before the first use.
+        uint4 kr[2][D / 32];
 #pragma unroll
-  for (int n = 0; n < NT; ++n) o[n][0] *= sc0, o[n][1] *= sc0, o[n][2] *= sc1, o[n][3] *= sc1;
+        for (int i = 0; i < 2; ++i) {
+          const bf16* k = k_base + row(min(c + 8 * i + g, end - 1));
+#pragma unroll
+          for (int j = 0; j < D / 32; ++j) kr[i][j] = load8(k + 32 * j);
+        }
+        unsigned vr[4][VW];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bf16* v = v_base + row(min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1));
+          if constexpr (VW % 4 == 0) {
+#pragma unroll
+            for (int w = 0; w < VW; w += 4) {
+              const uint4 x = load8(v + 2 * w);
+              vr[e][w] = x.x, vr[e][w + 1] = x.y, vr[e][w + 2] = x.z, vr[e][w + 3] = x.w;
+            }
+          } else {
+#pragma unroll
+            for (int w = 0; w < VW; w += 2) {
+              const uint2 x = *reinterpret_cast<const uint2*>(v + 2 * w);
+              vr[e][w] = x.x, vr[e][w + 1] = x.y;
+            }
+          }
+        }
+
+        float s[2][4];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+        for (int j = 0; j < D / 32; ++j) {
+          const uint4 x = sm_q[2 * j][lane], y = sm_q[2 * j + 1][lane];
+          const unsigned qx[4] = {x.x, x.y, x.z, x.w}, qy[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            mma_bf16_16816(s[i], qx, kr[i][j].x, kr[i][j].y);
+            mma_bf16_16816(s[i], qy, kr[i][j].z, kr[i][j].w);
+          }
+        }
+        // s[i][0..1]: row g, positions c + 8i + 2·c4 + {0,1}; s[i][2..3]: row g + 8, same
+        // positions. Chunk positions stay inside the split (SPLIT is a multiple of 64), so a
+        // row's end is its own position + 1 alone.
+        float mx0 = kNegInf, mx1 = kNegInf;
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int p = c + 8 * i + 2 * c4 + h;
+            if (p >= e0) s[i][h] = kNegInf;
+            if (p >= e1) s[i][2 + h] = kNegInf;
+            mx0 = fmaxf(mx0, s[i][h]);
+            mx1 = fmaxf(mx1, s[i][2 + h]);
+          }
+#pragma unroll
+        for (int x = 1; x < 4; x <<= 1) {
+          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+        }
+        // A row whose maximum is still -inf (no valid position yet: this warp's first chunks can
+        // lie past a row of the tile) keeps o = 0, l = 0: corr = 1 and weights 0, where
+        // exp2f(-inf - -inf) would be NaN. With a finite maximum the arithmetic is exactly the
+        // single-token kernel's; a chunk wholly past the row's position then gives corr =
+        // exp2f(0) = 1 and weights exp2f(-inf) = 0, an exact no-op.
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        const bool none0 = n0 == kNegInf, none1 = n1 == kNegInf;
+        const float corr0 = none0 ? 1.f : exp2f(m0 - n0), corr1 = none1 ? 1.f : exp2f(m1 - n1);
+        m0 = n0, m1 = n1;
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            s[i][h] = none0 ? 0.f : exp2f(s[i][h] - n0);
+            s[i][2 + h] = none1 ? 0.f : exp2f(s[i][2 + h] - n1);
+          }
+        l0 = fmaf(l0, corr0, (s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
+        l1 = fmaf(l1, corr1, (s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
+        const unsigned pa[4] = {pack_bf16x2(s[0][0], s[0][1]), pack_bf16x2(s[0][2], s[0][3]),
+                                pack_bf16x2(s[1][0], s[1][1]), pack_bf16x2(s[1][2], s[1][3])};
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          o[n][0] *= corr0, o[n][1] *= corr0, o[n][2] *= corr1, o[n][3] *= corr1;
+          // Low halves (even n) or high halves (odd n) of the two positions' words, the lower
+          // position in the low half (byte permute: CUDA __byte_perm).
+          const unsigned sel = n % 2 ? 0x7632u : 0x5410u;
+          mma_bf16_16816(o[n], pa, __byte_perm(vr[0][n / 2], vr[1][n / 2], sel),
+                         __byte_perm(vr[2][n / 2], vr[3][n / 2], sel));
+        }
+      }
+    }
+    // Each lane summed its own columns; the quad's sums are folded in a fixed order.
+#pragma unroll
+    for (int x = 1; x < 4; x <<= 1) {
+      l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+    }
+
+    // Merge the 4 warps: a common maximum, then a fixed tree ((0 + 2) + (1 + 3)) through shared
+    // memory. A warp without a valid position for a row (m = -inf) contributes weight 0; for a
+    // row taking part, warp 0 always has one (position slot · SPLIT). Rows not taking part may
+    // end up NaN here; they are never written. The previous pass's last reads of the shared
+    // arrays are behind a barrier of its merge.
+    if (c4 == 0) sm_m[warp][g] = m0, sm_m[warp][g + 8] = m1;
+    __syncthreads();
+    float mb0 = sm_m[0][g], mb1 = sm_m[0][g + 8];
+#pragma unroll
+    for (int w = 1; w < W; ++w) mb0 = fmaxf(mb0, sm_m[w][g]), mb1 = fmaxf(mb1, sm_m[w][g + 8]);
+    const float sc0 = exp2f(m0 - mb0), sc1 = exp2f(m1 - mb1);
+    l0 *= sc0, l1 *= sc1;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) o[n][0] *= sc0, o[n][1] *= sc0, o[n][2] *= sc1, o[n][3] *= sc1;
 
     // Output column 2·c4 + h of n-tile n is dim (2·c4 + h)·D/8 + n.
 #pragma unroll
-  for (int half = W / 2; half >= 1; half /= 2) {
-    if (warp >= half && warp < 2 * half) {
-      if (c4 == 0) sm_l[warp - half][g] = l0, sm_l[warp - half][g + 8] = l1;
+    for (int half = W / 2; half >= 1; half /= 2) {
+      if (warp >= half && warp < 2 * half) {
+        if (c4 == 0) sm_l[warp - half][g] = l0, sm_l[warp - half][g + 8] = l1;
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int d = (2 * c4 + h) * (D / 8) + n;
+            if (g < R) sm_o[warp - half][g][d] = o[n][h];
+            if (g + 8 < R) sm_o[warp - half][g + 8][d] = o[n][2 + h];
+          }
+      }
+      __syncthreads();
+      if (warp < half) {
+        l0 += sm_l[warp][g], l1 += sm_l[warp][g + 8];
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int d = (2 * c4 + h) * (D / 8) + n;
+            if (g < R) o[n][h] += sm_o[warp][g][d];
+            if (g + 8 < R) o[n][2 + h] += sm_o[warp][g + 8][d];
+          }
+      }
+      __syncthreads();
+    }
+    if (warp == 0) {
+      // Only the rows taking part in this pass are written.
+      const bool w0 = e0 > 0, w1 = e1 > 0;
+      const long long i0 = (static_cast<long long>(t0 + j0) * HQ + kvh * G + h0) * NSPLIT + slot;
+      const long long i1 = (static_cast<long long>(t0 + j1) * HQ + kvh * G + h1) * NSPLIT + slot;
 #pragma unroll
       for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int d = (2 * c4 + h) * (D / 8) + n;
-          if (g < G) sm_o[warp - half][g][d] = o[n][h];
-          if (g + 8 < G) sm_o[warp - half][g + 8][d] = o[n][2 + h];
+          if (w0) part_o[i0 * D + d] = o[n][h];
+          if (w1) part_o[i1 * D + d] = o[n][2 + h];
         }
+      if (c4 == 0) {
+        if (w0) part_ml[i0 * 2] = mb0, part_ml[i0 * 2 + 1] = l0;
+        if (w1) part_ml[i1 * 2] = mb1, part_ml[i1 * 2 + 1] = l1;
+      }
     }
-    __syncthreads();
-    if (warp < half) {
-      l0 += sm_l[warp][g], l1 += sm_l[warp][g + 8];
-#pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int d = (2 * c4 + h) * (D / 8) + n;
-          if (g < G) o[n][h] += sm_o[warp][g][d];
-          if (g + 8 < G) o[n][2 + h] += sm_o[warp][g + 8][d];
-        }
-    }
-    __syncthreads();
-  }
-  if (warp != 0) return;
-  const long long i0 = (static_cast<long long>(t) * HQ + kvh * G + g) * NSPLIT + slot;
-  const long long i1 = i0 + 8LL * NSPLIT;
-#pragma unroll
-  for (int n = 0; n < NT; ++n)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int d = (2 * c4 + h) * (D / 8) + n;
-      if (g < G) part_o[i0 * D + d] = o[n][h];
-      if (g + 8 < G) part_o[i1 * D + d] = o[n][2 + h];
-    }
-  if (c4 == 0) {
-    if (g < G) part_ml[i0 * 2] = mb0, part_ml[i0 * 2 + 1] = l0;
-    if (g + 8 < G) part_ml[i1 * 2] = mb1, part_ml[i1 * 2 + 1] = l1;
   }
 }
 

@@ -9,15 +9,13 @@
 //
 // Shape: the tokens are the A operand, 64 rows per CTA (the M tile of one consumer warpgroup).
 // Below 64 tokens the A box has only the bucket's T rows (the map's box, codegen): the TMA
-// moves T rows per stage instead of 64 (at batch 1, 1 row beside the 32 weight rows instead of
-// 64), and the consumers zero rows T..63 of every stage once at the start, which no load ever
-// touches again, so wgmma reads zeros there (row r of the result depends on row r of A only).
-// Above 64 tokens the map's rows end at T and TMA zero-fills the last tile's rows past T. The weights stream as the B operand in narrow tiles of BN rows (the grid has
-// one CTA per (64-token tile, BN weight rows), enough CTAs to cover the GPU), through a ring of
-// STAGES shared-memory stages: the bytes in flight per SM are what let a weight-streaming GEMM
-// reach the memory bandwidth, so the plan gives it as many stages as shared memory allows for the
-// CTAs that share an SM. No split of K: it would change the reduction order.
-//
+// moves T rows per stage instead of 64. Up to 8 tokens, a stage's A is a single 8-row group
+// (1 KB) and the wgmma descriptor's group stride is 0, so the instruction's 64 rows are that
+// group eight times over: rows 8..63 of the result repeat rows 0..7 and are not stored. Rows
+// T..7 of the group, and rows T..63 of the 8 KB A stage above 8 tokens, are zeroed once at the
+// start (no load touches them again), so wgmma reads zeros there (row r of the result depends
+// on row r of A only). Above 64 tokens the map's rows end at T and TMA zero-fills the last
+// tile's rows past T.
 // Warp roles: warps 0-3 are the consumer warpgroup (wgmma needs a warpgroup aligned to 4 warps),
 // warp 4's first lane the TMA producer. Registers are few (BN / 2 accumulators), so no setmaxnreg.
 //
@@ -36,10 +34,9 @@ struct SmallGemm {
   static constexpr unsigned kBlockM = 64;
   static constexpr unsigned kBlockK = PrefillGemm::kBlockK;
   static constexpr unsigned kThreads = 128 + 32;
-  static constexpr unsigned kABytes = hexel::tma::tile_bytes<unsigned short>(kBlockK, kBlockM);
 };
-// Dynamic shared memory (codegen: SmallGemmTiling::smem): STAGES stages of (64 + BN) x 64 bf16,
-// full[] and empty[] barriers, +1024 to align the base to the 128B swizzle repeat.
+// Dynamic shared memory (codegen: SmallGemmTiling::smem): STAGES stages of (8 or 64) + BN rows of
+// 64 bf16, full[] and empty[] barriers, +1024 to align the base to the 128B swizzle repeat.
 
 // Epilogue kinds; the arithmetic of each is its prefill counterpart's (EpilogueStoreBf16,
 // EpilogueResidual, EpilogueSwiGlu).
@@ -58,9 +55,13 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const Te
   constexpr bool kSplitW = EPI == SmallEpi::SwiGlu;
   constexpr unsigned kOutCols = kSplitW ? BN / 2 : BN;
   constexpr unsigned kWBytes = BN * G::kBlockK * 2;
-  constexpr unsigned kStageBytes = G::kABytes + kWBytes;
-  // Rows of A the box loads; the stage keeps room for 64.
+  // Rows of A the box loads, and the rows of A a stage holds: one 8-row group up to 8 tokens
+  // (read with group stride 0), else 64.
   constexpr unsigned kARows = M < static_cast<int>(G::kBlockM) ? M : G::kBlockM;
+  constexpr unsigned kASlotRows = kARows <= 8 ? 8 : G::kBlockM;
+  constexpr unsigned kASbo = kARows <= 8 ? 0 : 1024;
+  constexpr unsigned kASlot = kASlotRows * G::kBlockK * 2;
+  constexpr unsigned kStageBytes = kASlot + kWBytes;
   constexpr unsigned kTxBytes = kARows * G::kBlockK * 2 + kWBytes;
   constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
   extern __shared__ unsigned char smem_raw[];
@@ -68,7 +69,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const Te
   const unsigned full = base + STAGES * kStageBytes;
   const unsigned empty = full + STAGES * 8;
   auto a_stage = [&](unsigned s) { return base + s * kStageBytes; };
-  auto w_stage = [&](unsigned s) { return base + s * kStageBytes + G::kABytes; };
+  auto w_stage = [&](unsigned s) { return base + s * kStageBytes + kASlot; };
   const unsigned tm = blockIdx.x, tn = blockIdx.y;
 
   if (threadIdx.x == 0) {
@@ -121,10 +122,10 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const Te
 
   const unsigned warp = warp_index();
   const unsigned lane = threadIdx.x % 32;
-  if constexpr (kARows < G::kBlockM) {
-    // Rows kARows..63 of every stage's A: zero, once (16-byte stores of whole 128-byte rows, so
-    // the swizzle, which permutes 16-byte chunks within a row, does not matter).
-    constexpr unsigned kChunks = (G::kBlockM - kARows) * 8;
+  if constexpr (kARows < kASlotRows) {
+    // Rows kARows.. of every stage's A slot: zero, once (16-byte stores of whole 128-byte rows,
+    // so the swizzle, which permutes 16-byte chunks within a row, does not matter).
+    constexpr unsigned kChunks = (kASlotRows - kARows) * 8;
     for (unsigned i = threadIdx.x; i < STAGES * kChunks; i += 128) {
       const unsigned addr = a_stage(i / kChunks) + kARows * 128 + (i % kChunks) * 16;
       asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
@@ -134,7 +135,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const Te
   }
   mbarrier::StageRing<STAGES> ring;
   float d[BN / 2];
-  wgmma_k_loop<BN>(d, ring, k_blocks, full, empty, lane, a_stage, w_stage);
+  wgmma_k_loop<BN, STAGES, kASbo>(d, ring, k_blocks, full, empty, lane, a_stage, w_stage);
   // The last stage needs no release: nothing loads after it.
 
   // d[4j + 2h + e]: row 16 warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e of the tile.

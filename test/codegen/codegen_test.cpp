@@ -158,6 +158,10 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(p128[3].at("grid"), nlohmann::ordered_json({8, 128, 1}));
   EXPECT_EQ(p128[3].at("args")[0], "buf:qkv");
   EXPECT_EQ(p128[3].at("args")[7], "kv:0");
+  // Attention in tiles of 8 tokens (G = 2: 16 MMA rows) in prefill, one token per block in decode.
+  EXPECT_EQ(instance_of(p128[4]).rfind("telos_kernels::attn_split<4, 2, 32, ", 0), 0u);
+  EXPECT_EQ(instance_of(p128[4]).substr(instance_of(p128[4]).size() - 4), ", 8>");
+  EXPECT_EQ(p128[4].at("grid"), nlohmann::ordered_json({128 / 8, 2, 2}));
   EXPECT_EQ(instance_of(p128[6]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
   EXPECT_EQ(p128[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
                                                 "tmap:w:layers.0.o:128:128:256:64",
@@ -191,6 +195,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(instance_of(d8[2]).rfind("telos_kernels::gemm_small_bf16<8, 256, 128, 32, ", 0), 0u);
   EXPECT_EQ(d8[2].at("args")[0], "tmap:buf:h:8:128:8:64");
   EXPECT_EQ(d8[6].at("args")[0], "tmap:buf:attn:8:128:8:64");
+  EXPECT_EQ(instance_of(d8[4]).substr(instance_of(d8[4]).size() - 4), ", 1>");
+  EXPECT_EQ(d8[4].at("grid"), nlohmann::ordered_json({8, 2, 2}));
   EXPECT_EQ(p128[9].at("args")[2], "tmap:buf:x:128:128:64:32");
   for (const auto& e : k.kernels) {
     const std::string instance = e.at("instance");
@@ -297,13 +303,15 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
     const SmallGemmTiling t = small_gemm_tiling(n, k, tokens, swiglu);
     return std::array<int, 5>{t.bn, t.tiles_m, t.tiles_n, t.stages, t.smem()};
   };
-  // o and down: 128 CTAs, one an SM, 16 stages of 12 KB (4 KB of weights each).
-  EXPECT_EQ(tiling(4096, 4096, 1, false), (std::array<int, 5>{32, 1, 128, 16, 16 * 12304 + 1024}));
+  // o and down: 128 CTAs, one an SM, 16 stages; a stage holds 4 KB of weights and the tokens'
+  // rows: one 8-row group (1 KB) up to 8 tokens, the 64-row tile (8 KB) beyond.
+  EXPECT_EQ(tiling(4096, 4096, 1, false), (std::array<int, 5>{32, 1, 128, 16, 16 * 5136 + 1024}));
   EXPECT_EQ(tiling(4096, 14336, 64, false), (std::array<int, 5>{32, 1, 128, 16, 16 * 12304 + 1024}));
-  // qkv: 192 CTAs, two an SM, 9 stages each.
-  EXPECT_EQ(tiling(6144, 4096, 8, false), (std::array<int, 5>{32, 1, 192, 9, 9 * 12304 + 1024}));
-  // gate_up: 224 CTAs of 64 gate and 64 up rows, two an SM, 4 stages of 24 KB (16 KB of weights).
-  EXPECT_EQ(tiling(14336, 4096, 1, true), (std::array<int, 5>{128, 1, 224, 4, 4 * 24592 + 1024}));
+  // qkv: 192 CTAs, two an SM, 16 stages each at 8 tokens (9 at 64).
+  EXPECT_EQ(tiling(6144, 4096, 8, false), (std::array<int, 5>{32, 1, 192, 16, 16 * 5136 + 1024}));
+  EXPECT_EQ(tiling(6144, 4096, 64, false)[3], 9);
+  // gate_up: 224 CTAs of 64 gate and 64 up rows, two an SM, 6 stages of 17 KB (16 KB of weights).
+  EXPECT_EQ(tiling(14336, 4096, 1, true), (std::array<int, 5>{128, 1, 224, 6, 6 * 17424 + 1024}));
   // Where 128-row tiles would leave SMs without a CTA (I = 8192: 128 CTAs), 64-row ones.
   EXPECT_EQ(tiling(8192, 2048, 1, true)[0], 64);
   // Two M tiles; the ring never goes below 2 stages nor beyond the K blocks.
@@ -326,11 +334,49 @@ TEST(Codegen, AttentionSplitIsAPerModelConstant) {
   for (const BucketProgram& b : plan.buckets)
     for (const Launch& l : b.launches)
       if (plan.kernels[l.kernel].instance.find("attn_split") != std::string::npos) {
-        EXPECT_EQ(l.grid[0], b.tokens);
+        EXPECT_EQ(l.grid[0], b.kind == "prefill" ? b.tokens / 4 : b.tokens);
         EXPECT_EQ(l.grid[1], 8);
         EXPECT_EQ(l.grid[2], 32);
         EXPECT_EQ(plan.kernels[l.kernel].block, 128);
       }
+}
+
+// Prefill attention reads K/V once per tile of TPT tokens: the largest power of two with
+// TPT * G <= 16 that divides the bucket; decode keeps one token per block.
+TEST(Codegen, AttentionTokensPerTile) {
+  EXPECT_EQ(attn_tokens_per_tile(true, 512, 4), 4);   // Llama (GQA 32/8)
+  EXPECT_EQ(attn_tokens_per_tile(true, 512, 2), 8);   // Qwen3-0.6B (16/8)
+  EXPECT_EQ(attn_tokens_per_tile(true, 512, 16), 1);
+  EXPECT_EQ(attn_tokens_per_tile(true, 512, 1), 16);
+  EXPECT_EQ(attn_tokens_per_tile(true, 512, 3), 4);   // 12 of the 16 rows
+  EXPECT_EQ(attn_tokens_per_tile(true, 512, 8), 2);
+  EXPECT_EQ(attn_tokens_per_tile(true, 6, 2), 2);     // tiles must be whole
+  EXPECT_EQ(attn_tokens_per_tile(true, 97, 1), 1);
+  EXPECT_EQ(attn_tokens_per_tile(false, 64, 4), 1);  // decode: one token per sequence
+
+  // Llama-3.2-1B (G = 4): the prefill bucket's attn_split has TPT = 4 (the last template
+  // argument) and a grid of T / 4 tiles; the decode buckets' has TPT = 1 and one block per token.
+  const KernelPlan plan = plan_kernels(llama_1b());
+  const std::string prefix = "telos_kernels::attn_split<32, 8, 64, 16, 512, " +
+                             std::to_string(2LL * 16 * 8 * 16 * 64) + "ll, 128, 32, " +
+                             float_literal(1.4426950408889634 / 8.0) + ", ";
+  int seen_prefill = 0, seen_decode = 0;
+  for (const BucketProgram& b : plan.buckets)
+    for (const Launch& l : b.launches) {
+      const std::string& instance = plan.kernels[l.kernel].instance;
+      if (instance.find("attn_split") == std::string::npos) continue;
+      if (b.kind == "prefill") {
+        EXPECT_EQ(instance, prefix + "4>");
+        EXPECT_EQ(l.grid, (std::array<int, 3>{512 / 4, 8, 32}));
+        ++seen_prefill;
+      } else {
+        EXPECT_EQ(instance, prefix + "1>");
+        EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, 32}));
+        ++seen_decode;
+      }
+    }
+  EXPECT_EQ(seen_prefill, 16);     // one a layer
+  EXPECT_EQ(seen_decode, 3 * 16);  // three decode buckets
 }
 
 TEST(Codegen, Llama3RopeScaling) {

@@ -566,6 +566,56 @@ struct AttnShape {
   int HQ, HKV, D, PAGE, MAXP, SPLIT, NSPLIT;  // NSPLIT partial slots, splits dealt round-robin
 };
 
+// The attn_split instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens.
+std::string attn_split_instance(const AttnShape& s, long long page_elems, int tpt) {
+  return "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + I(s.PAGE) + ", " +
+         I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " + I(s.NSPLIT) + ", " +
+         float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " + I(tpt) + ">";
+}
+std::string attn_combine_instance(const AttnShape& s) {
+  return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
+}
+
+// `out` (bf16 [T, HQ, D], from attn_split + attn_combine) against softmax(q·kᵀ / sqrt(D))·v in
+// f64 over positions [0, position] of each token's sequence, K/V from layer `layer` of the paged
+// pool `kv_f` (the bf16 values as f32) through `page_tables`; padding rows must be zeros.
+void expect_attention_matches_f64(const AttnShape& s, int layers, int layer, const std::vector<float>& kv_f,
+                                  const std::vector<int>& page_tables, const std::vector<int>& positions,
+                                  const std::vector<int>& token_seq, const std::vector<float>& q, const bf16v& out) {
+  const int PAGE = s.PAGE, T = static_cast<int>(positions.size());
+  const long long page_elems = 2LL * layers * s.HKV * PAGE * s.D;
+  auto kv_at = [&](int seq, int p, int kv, int kvh, int d) {
+    const int page = page_tables[seq * s.MAXP + p / PAGE];
+    return kv_f[page * page_elems + layer * 2LL * s.HKV * PAGE * s.D +
+                (static_cast<long long>(kv * s.HKV + kvh) * PAGE + p % PAGE) * s.D + d];
+  };
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < s.HQ; ++h) {
+      std::vector<float> got(s.D);
+      for (int d = 0; d < s.D; ++d) got[d] = from_bf16(out[(static_cast<std::size_t>(t) * s.HQ + h) * s.D + d]);
+      if (positions[t] < 0) {
+        for (float v : got) ASSERT_EQ(v, 0.f) << "padding row " << t;
+        continue;
+      }
+      const int kvh = h / (s.HQ / s.HKV);
+      std::vector<double> sc(positions[t] + 1), ref(s.D, 0.0);
+      double mx = -INFINITY, sum = 0;
+      for (int p = 0; p <= positions[t]; ++p) {
+        double dot = 0;
+        for (int d = 0; d < s.D; ++d) dot += double(q[(static_cast<std::size_t>(t) * s.HQ + h) * s.D + d]) * kv_at(token_seq[t], p, 0, kvh, d);
+        sc[p] = dot / std::sqrt(double(s.D));
+        mx = std::max(mx, sc[p]);
+      }
+      for (int p = 0; p <= positions[t]; ++p) {
+        const double w = std::exp(sc[p] - mx);
+        sum += w;
+        for (int d = 0; d < s.D; ++d) ref[d] += w * kv_at(token_seq[t], p, 1, kvh, d);
+      }
+      for (double& v : ref) v /= sum;
+      EXPECT_LT(rel_l2(got, ref), 1e-2) << "D=" << s.D << " token " << t << " head " << h;
+    }
+}
+
 // GQA 1..16 (odd groups included), D 32..128, pages of 16 and of 7 positions (chunks and splits
 // cross page boundaries), a slot per split and splits sharing slots, and the plan's split and
 // slots on Llama-3.1-8B's head shape (at context 4800: 38 splits on 32 slots).
@@ -583,10 +633,7 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
     const int PAGE = s.PAGE;
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     const int NSPLIT = s.NSPLIT;
-    const std::string split = "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
-                              I(PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " + I(NSPLIT) + ", " +
-                              float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ">";
-    const std::string combine = "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(NSPLIT) + ", " + I(s.SPLIT) + ">";
+    const std::string split = attn_split_instance(s, page_elems, 1), combine = attn_combine_instance(s);
     TestModule mod(source_with_rope(), {split, combine});
     const int POOL = 2 * s.MAXP + 3, ctx = s.MAXP * PAGE;
     std::vector<float> kv_f;
@@ -612,37 +659,7 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
                        {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
     CUDA_OK(mod.launch(combine, dim3(T, s.HQ), s.D, {dpo.get(), dml.get(), dpos.get(), dout.get()}));
     const auto out = dout.download();
-
-    auto kv_at = [&](int seq, int p, int kv, int kvh, int d) {
-      const int page = page_tables[seq * s.MAXP + p / PAGE];
-      return kv_f[page * page_elems + LAYER * 2LL * s.HKV * PAGE * s.D +
-                  (static_cast<long long>(kv * s.HKV + kvh) * PAGE + p % PAGE) * s.D + d];
-    };
-    for (int t = 0; t < T; ++t)
-      for (int h = 0; h < s.HQ; ++h) {
-        std::vector<float> got(s.D);
-        for (int d = 0; d < s.D; ++d) got[d] = from_bf16(out[(static_cast<std::size_t>(t) * s.HQ + h) * s.D + d]);
-        if (positions[t] < 0) {
-          for (float v : got) ASSERT_EQ(v, 0.f);
-          continue;
-        }
-        const int kvh = h / (s.HQ / s.HKV);
-        std::vector<double> sc(positions[t] + 1), ref(s.D, 0.0);
-        double mx = -INFINITY, sum = 0;
-        for (int p = 0; p <= positions[t]; ++p) {
-          double dot = 0;
-          for (int d = 0; d < s.D; ++d) dot += double(q[(static_cast<std::size_t>(t) * s.HQ + h) * s.D + d]) * kv_at(token_seq[t], p, 0, kvh, d);
-          sc[p] = dot / std::sqrt(double(s.D));
-          mx = std::max(mx, sc[p]);
-        }
-        for (int p = 0; p <= positions[t]; ++p) {
-          const double w = std::exp(sc[p] - mx);
-          sum += w;
-          for (int d = 0; d < s.D; ++d) ref[d] += w * kv_at(token_seq[t], p, 1, kvh, d);
-        }
-        for (double& v : ref) v /= sum;
-        EXPECT_LT(rel_l2(got, ref), 1e-2) << "D=" << s.D << " token " << t << " head " << h;
-      }
+    expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
 
     // A decode row and a row several splits long alone give the same bits as inside the batch.
     for (const int r : {0, 10}) {
@@ -655,6 +672,112 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
       const auto alone = dout1.download();
       EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + static_cast<std::size_t>(r) * s.HQ * s.D, alone.size() * 2))
           << "D=" << s.D << " row " << r;
+    }
+  }
+}
+
+// Prefill buckets run attn_split in tiles of TPT tokens (K and V read once per tile; the plan's
+// attn_tokens_per_tile), decode buckets one token per block, and a decode token can share a
+// prefill bucket: a token's bits must not depend on TPT. For G = 1, 2, 4, 8 at D 64 and 128 (and
+// the plan's split and slots on Llama-3.1-8B's head shape past 32 splits), 32 rows of nine
+// sequences with ragged positions: contexts shorter than a split, ending mid-page, several
+// splits long, past NSPLIT · SPLIT (slots wrap: rows of a tile whose slot's last split lies past
+// some of them), chunks crossing a split boundary and a warp's first chunk lying past some rows
+// of its tile, tiles straddling two, three and more sequences, padding rows (position -1) inside
+// a tile and at the end. TPT = 1, 2 and 16 / G against each other: partials and outputs
+// memcmp-identical (partials poisoned first, so a tile must write exactly the entries TPT = 1
+// writes), and TPT = 1 against the f64 reference.
+TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int LAYERS = 2, LAYER = 1;
+  for (const AttnShape& s :
+       {AttnShape{2, 2, 64, 16, 40, 64, 3}, AttnShape{2, 2, 128, 7, 90, 128, 2},
+        AttnShape{4, 2, 64, 7, 90, 64, 3}, AttnShape{4, 2, 128, 16, 40, 128, 2},
+        AttnShape{8, 2, 64, 16, 40, 64, 4}, AttnShape{8, 2, 128, 7, 90, 64, 3},
+        AttnShape{16, 2, 64, 16, 40, 64, 3}, AttnShape{16, 2, 128, 7, 90, 128, 2},
+        AttnShape{32, 8, 128, 16, 300, codegen::kAttnSplit, codegen::attn_partial_slots(300 * 16)}}) {
+    const int G = s.HQ / s.HKV, PAGE = s.PAGE, NSPLIT = s.NSPLIT, SPLIT = s.SPLIT;
+    const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
+    std::vector<int> tpts = {1, 2};
+    if (16 / G != 2) tpts.push_back(16 / G);
+    std::vector<std::string> instances = {attn_combine_instance(s)};
+    for (int tpt : tpts) instances.push_back(attn_split_instance(s, page_elems, tpt));
+    TestModule mod(source_with_rope(), instances);
+
+    const int ctx = s.MAXP * PAGE, wrap = NSPLIT * SPLIT;
+    ASSERT_GT(ctx, wrap + 16) << "the shape's context must reach past NSPLIT * SPLIT";
+    ASSERT_GT(ctx, 3 * SPLIT + 8);
+    // Pages: a pool a few pages larger than one sequence; each sequence's table is its own
+    // shuffle of it, so sequences see different K/V.
+    constexpr int SEQS = 9;
+    const int POOL = s.MAXP + 5;
+    std::vector<float> kv_f;
+    DeviceBuffer<std::uint16_t> dkv(random_bf16(static_cast<std::size_t>(POOL) * page_elems, 1.f, kv_f));
+    std::vector<int> page_tables;
+    for (int i = 0; i < SEQS; ++i) {
+      std::vector<int> pool(POOL);
+      std::iota(pool.begin(), pool.end(), 0);
+      std::shuffle(pool.begin(), pool.end(), rng());
+      page_tables.insert(page_tables.end(), pool.begin(), pool.begin() + s.MAXP);
+    }
+    std::vector<int> positions, token_seq;
+    auto add = [&](int seq, int first, int n) {
+      for (int j = 0; j < n; ++j) positions.push_back(first + j), token_seq.push_back(seq);
+    };
+    auto pad = [&](int n) {  // as the engine pads: position -1, sequence 0
+      for (int j = 0; j < n; ++j) positions.push_back(-1), token_seq.push_back(0);
+    };
+    add(0, ctx - 3, 1);             //  0     decode, several splits (wrapped slots)
+    add(1, SPLIT + 13, 5);          //  1-5   prefill chunk across a 16-position chunk of a
+                                    //        split's first four: the slot's warp 1 starts at a
+                                    //        chunk past rows 1-3 (running max still -inf)
+    add(2, 0, 1);                   //  6     first position
+    add(3, SPLIT - 1, 2);           //  7-8   one split exactly, one split plus one
+    pad(1);                         //  9     padding inside the step (tiles of 2: with seq 3)
+    add(4, wrap - 5, 11);           // 10-20  prefill chunk across NSPLIT * SPLIT
+    add(5, 2 * SPLIT + 37, 1);      // 21     two splits and a part
+    add(6, 20, 1);                  // 22     shorter than a split, mid-page
+    add(7, ctx - 1, 1);             // 23     the whole context
+    add(8, 3 * SPLIT - 3, 6);       // 24-29  prefill chunk across a split boundary
+    pad(2);                         // 30-31  bucket padding
+    const int T = static_cast<int>(positions.size());
+    ASSERT_EQ(T, 32);
+    const std::vector<float> q = random_floats(static_cast<std::size_t>(T) * s.HQ * s.D);
+    DeviceBuffer<float> dq(q), dpo(static_cast<std::size_t>(T) * s.HQ * NSPLIT * s.D),
+        dml(static_cast<std::size_t>(T) * s.HQ * NSPLIT * 2);
+    DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
+    DeviceBuffer<std::uint16_t> dout(static_cast<std::size_t>(T) * s.HQ * s.D);
+    const std::uint16_t* kv_layer = dkv.get() + LAYER * 2LL * s.HKV * PAGE * s.D;
+
+    std::vector<float> po1, ml1;
+    bf16v out1;
+    for (int tpt : tpts) {
+      dpo.poison();
+      dml.poison();
+      dout.poison();
+      const std::string split = attn_split_instance(s, page_elems, tpt);
+      CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, NSPLIT), 128,
+                         {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
+      CUDA_OK(mod.launch(attn_combine_instance(s), dim3(T, s.HQ), s.D,
+                         {dpo.get(), dml.get(), dpos.get(), dout.get()}));
+      const auto po = dpo.download(), ml = dml.download();
+      const auto out = dout.download();
+      if (tpt == 1) {
+        expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
+        po1 = po, ml1 = ml, out1 = out;
+        continue;
+      }
+      EXPECT_EQ(0, std::memcmp(out.data(), out1.data(), out.size() * 2)) << "G=" << G << " D=" << s.D << " TPT=" << tpt;
+      EXPECT_EQ(0, std::memcmp(ml.data(), ml1.data(), ml.size() * 4)) << "G=" << G << " D=" << s.D << " TPT=" << tpt;
+      EXPECT_EQ(0, std::memcmp(po.data(), po1.data(), po.size() * 4)) << "G=" << G << " D=" << s.D << " TPT=" << tpt;
+      // The first differing output, to say which token and head.
+      for (std::size_t i = 0; i < out.size(); ++i)
+        if (out[i] != out1[i]) {
+          ADD_FAILURE() << "G=" << G << " D=" << s.D << " TPT=" << tpt << ": token " << i / (s.HQ * s.D) << " head "
+                        << i / s.D % s.HQ << " dim " << i % s.D << ": " << from_bf16(out[i]) << " vs "
+                        << from_bf16(out1[i]) << " with TPT = 1";
+          break;
+        }
     }
   }
 }
