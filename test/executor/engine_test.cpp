@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <mutex>
+#include <condition_variable>
 #include <random>
 #include <thread>
 
@@ -144,31 +146,71 @@ TEST(Engine, StopsOnStopTokensAndEos) {
                                       free_run.ids.begin() + static_cast<long>(first) + 1));
 }
 
-TEST(Engine, CancelEndsARequestAndFreesItsPages) {
-  auto engine = make_engine({}, "cancel");
-  // The fixture's max_seq_len (64) bounds a request to a few milliseconds of CPU steps, so on a
-  // loaded machine the whole request can finish between our reading its first token and our
-  // cancel (then it ends with Length, as RequestStream::cancel documents). A cancel must land
-  // mid-request in one of a few tries, and every try must leave the pool whole.
-  int cancelled = 0;
-  for (int attempt = 0; attempt < 8 && cancelled == 0; ++attempt) {
-    RequestHandle h = engine->submit(request({4, 9, 12}, 60, 1.0f, 3));
-    RequestEvent e;
-    ASSERT_TRUE(h->next(e));  // it is running
-    h->cancel();
-    const Result rest = collect(h);
-    EXPECT_TRUE(rest.finish == FinishReason::Cancelled || rest.finish == FinishReason::Length);
-    cancelled += rest.finish == FinishReason::Cancelled;
-    engine->wait_idle();
-    const EngineStats stats = engine->stats();
-    EXPECT_EQ(stats.kv_pages_used, 0);
-    EXPECT_EQ(stats.kv_pages_free, stats.kv_pages_total);
-    EXPECT_EQ(stats.running, 0);
+// The CPU reference model behind a gate: its first step passes, every later one waits while the
+// gate is closed (it starts closed; close() closes it again). A cancel then lands mid-request
+// whatever the machine's load (a tiny request otherwise finishes in about a millisecond, which a
+// loaded CI machine can spend between two lines of the test).
+class GatedAfterFirstStep : public ModelBackend {
+ public:
+  explicit GatedAfterFirstStep(std::shared_ptr<const Artifact> a) : inner_(std::move(a)) {}
+  int num_kv_pages() const override { return inner_.num_kv_pages(); }
+  int vocab_size() const override { return inner_.vocab_size(); }
+  std::string name() const override { return "cpu"; }
+  void forward(const Step& step, std::vector<float>& logits) override {
+    if (steps_++ >= 1) {
+      std::unique_lock lock(mutex_);
+      opened_.wait(lock, [&] { return open_; });
+    }
+    inner_.forward(step, logits);
   }
-  EXPECT_EQ(cancelled, 1);
-  // Cancel by id, of a request that may still be queued.
+  void open() {
+    {
+      std::lock_guard lock(mutex_);
+      open_ = true;
+    }
+    opened_.notify_all();
+  }
+  void close() {
+    std::lock_guard lock(mutex_);
+    open_ = false;
+  }
+
+ private:
+  CpuReferenceModel inner_;
+  std::atomic<int> steps_{0};
+  std::mutex mutex_;
+  std::condition_variable opened_;
+  bool open_ = false;
+};
+
+TEST(Engine, CancelEndsARequestAndFreesItsPages) {
+  const std::string dir = testing::temp_dir("cancel");
+  testing::write_tiny_artifact(dir, {});
+  auto artifact = Artifact::load(dir);
+  EngineOptions options;
+  options.check_invariants = true;
+  auto backend = std::make_unique<GatedAfterFirstStep>(artifact);
+  GatedAfterFirstStep* gate = backend.get();
+  auto engine = Engine::create(artifact, std::move(backend), options);
+  RequestHandle h = engine->submit(request({4, 9, 12}, 60, 1.0f, 3));
+  RequestEvent e;
+  ASSERT_TRUE(h->next(e));  // its first token: the engine now waits at the gate, mid-request
+  ASSERT_TRUE(e.token.has_value());
+  EXPECT_GT(engine->stats().kv_pages_used, 0);
+  h->cancel();
+  gate->open();
+  const Result rest = collect(h);
+  EXPECT_EQ(rest.finish, FinishReason::Cancelled);
+  engine->wait_idle();
+  const EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.kv_pages_used, 0);
+  EXPECT_EQ(stats.kv_pages_free, stats.kv_pages_total);
+  EXPECT_EQ(stats.running, 0);
+  // Cancel by id, of a request that may still be queued (or held at its first step).
+  gate->close();
   RequestHandle h2 = engine->submit(request({4}, 60, 1.0f, 4));
   engine->cancel(h2->id());
+  gate->open();
   EXPECT_EQ(collect(h2).finish, FinishReason::Cancelled);
   engine->wait_idle();
   EXPECT_EQ(engine->stats().kv_pages_used, 0);
