@@ -4,6 +4,12 @@ Reads telos-prefill-bench's output (lines "telos SHAPE M EPILOGUE N K MS") from 
 as argv[1], times y = a @ w.T in bf16 for each distinct (M, N, K) the same way (CUDA events around
 single calls, median of 20 after 3 warm-ups) and prints one table, the ratio being torch time
 over Telos time (> 1: Telos is faster).
+
+    prefill_gemm_torch.py --summary ROUND_LOG...
+
+reads the tables of several rounds (telos-prefill-bench, then this script, alternately: Telos and
+torch are timed one after the other, so one round can favour either by the run's drift) and
+prints per row the median ratio over the rounds and its range.
 """
 import sys
 
@@ -25,7 +31,26 @@ def median_ms(fn, reps=20, warm=3):
     return times[len(times) // 2]
 
 
+def summary(paths):
+    ratios = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if len(cells) == 10 and cells[1].isdigit():
+                    ratios.setdefault(tuple(cells[:5]), []).append(float(cells[9]))
+    print(f"torch/telos over {len(paths)} rounds (median, min, max)")
+    print("| shape | M | N | K | epilogue | median | min | max |")
+    print("|---|---|---|---|---|---|---|---|")
+    for key, r in ratios.items():
+        r.sort()
+        print(f"| {' | '.join(key)} | {r[len(r) // 2]:.3f} | {r[0]:.3f} | {r[-1]:.3f} |")
+
+
 def main():
+    if sys.argv[1] == "--summary":
+        summary(sys.argv[2:])
+        return
     rows = []
     with open(sys.argv[1]) as f:
         for line in f:
