@@ -384,7 +384,7 @@ void add_bench_command(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", o->json, "One JSON object with every figure on stdout");
   cmd->add_flag("--profile", o->profile,
-                "GPU engine: after each batch run, time the last decode step kernel by kernel");
+                "GPU engine: after each batch run, time a full-batch decode step kernel by kernel");
   add_engine_option(*cmd, o->engine);
   cmd->callback([o, &run] { run = [o] { return run_bench(*o); }; });
 }

@@ -34,7 +34,7 @@ struct GpuExecutorOptions {
   bool progress = false;  // a weight upload progress line on `log` (when it is a terminal)
 };
 
-// One launch of a step's program and its time (profile_last_step).
+// One launch of a step's program and its time (profile_step).
 struct KernelTime {
   std::string instance;  // the kernel table's instance, e.g. telos_kernels::rmsnorm<...>
   double us = 0;
