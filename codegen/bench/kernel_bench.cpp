@@ -248,104 +248,106 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Decode attention: HQ 32, HKV 8, D 128, page 16, batch B, every sequence at context C, the
-  // plan's split and partial slots.
-  constexpr int HQ = 32, HKV = 8, D = 128, PAGE = 16, L = 1;
-  for (int C : {4096, 32768}) {
-    const int MAXP = C / PAGE;
-    const int split = kAttnSplit, nsplit = attn_partial_slots(C);
-    const long long page_elems = 2LL * L * HKV * PAGE * D;
-    const std::string sk = "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) + ", " +
-                           I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
-                           float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", 1>";
-    const std::string ck = "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
-    Module mod({sk, ck});
-    for (int B : {1, 16, 64}) {
-      const std::size_t pages = static_cast<std::size_t>(B) * MAXP;
-      void *kv, *q, *po, *pml, *out, *pos, *seq, *pt;
-      check(cudaMalloc(&kv, pages * page_elems * 2), "alloc");
-      fill(kv, pages * page_elems * 2);
-      check(cudaMalloc(&q, static_cast<std::size_t>(B) * HQ * D * 4), "alloc");
-      cudaMemset(q, 0x3c, static_cast<std::size_t>(B) * HQ * D * 4);
-      check(cudaMalloc(&po, static_cast<std::size_t>(B) * HQ * nsplit * D * 4), "alloc");
-      check(cudaMalloc(&pml, static_cast<std::size_t>(B) * HQ * nsplit * 2 * 4), "alloc");
-      check(cudaMalloc(&out, static_cast<std::size_t>(B) * HQ * D * 2), "alloc");
-      std::vector<int> hpos(B, C - 1), hseq(B), hpt(pages);
-      for (int b = 0; b < B; ++b) hseq[b] = b;
-      for (std::size_t i = 0; i < pages; ++i) hpt[i] = static_cast<int>((i * 7919) % pages);
-      check(cudaMalloc(&pos, B * 4), "alloc");
-      check(cudaMalloc(&seq, B * 4), "alloc");
-      check(cudaMalloc(&pt, pages * 4), "alloc");
-      cudaMemcpy(pos, hpos.data(), B * 4, cudaMemcpyHostToDevice);
-      cudaMemcpy(seq, hseq.data(), B * 4, cudaMemcpyHostToDevice);
-      cudaMemcpy(pt, hpt.data(), pages * 4, cudaMemcpyHostToDevice);
-      const double us = median_us([&](int) {
-        mod.launch(sk, dim3(B, HKV, nsplit), 128, {q, pos, seq, pt, kv, po, pml});
-        mod.launch(ck, dim3(B, HQ), D, {po, pml, pos, out});
-      });
-      const double bytes = static_cast<double>(B) * C * HKV * D * 2 * 2;
-      char shape[64];
-      std::snprintf(shape, sizeof shape, "B=%d ctx=%d", B, C);
-      std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", "attn_split+combine D128 GQA4", shape, us, bytes / us / 1e3,
-                  100.0 * bytes / us / 1e3 / copy_gbs);
-      for (void* p : {kv, q, po, pml, out, pos, seq, pt}) cudaFree(p);
-    }
-  }
-
-  // Prefill attention, the same head shape: one sequence, a 512-token chunk at positions
-  // 7680..8191 (context 8192), split + combine as a prefill bucket launches them, one token per
-  // block (TPT 1) and in tiles of attn_tokens_per_tile's 4 tokens. Bytes: the K/V a block reads,
-  // positions 0 .. the last of its tile, per tile and KV head (TPT 1 reads the context once per
-  // token, TPT 4 once per 4 tokens). The two outputs must be the same bits.
-  {
-    constexpr int C = 8192, T = 512;
-    const int MAXP = C / PAGE, split = kAttnSplit, nsplit = attn_partial_slots(C);
-    const long long page_elems = 2LL * L * HKV * PAGE * D;
-    const int tiled = attn_tokens_per_tile(true, T, HQ / HKV);
-    auto sk = [&](int tpt) {
+  // Attention, HQ 32, HKV 8, D 128, page 16, the plan's split and partial slots for context C.
+  constexpr int HQ = 32, HKV = 8, D = 128, PAGE = 16;
+  struct Attn {
+    int C, MAXP, split, nsplit;
+    long long page_elems;
+    std::string split_kernel(int tpt) const {
       return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) + ", " + I(MAXP) +
              ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
              float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) + ">";
-    };
-    const std::string ck = "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
-    Module mod({sk(1), sk(tiled), ck});
-    const std::size_t pages = MAXP;
-    void *kv, *q, *po, *pml, *out, *pos, *seq, *pt;
-    check(cudaMalloc(&kv, pages * page_elems * 2), "alloc");
-    fill(kv, pages * page_elems * 2);
-    check(cudaMalloc(&q, static_cast<std::size_t>(T) * HQ * D * 4), "alloc");
-    cudaMemset(q, 0x3c, static_cast<std::size_t>(T) * HQ * D * 4);
-    check(cudaMalloc(&po, static_cast<std::size_t>(T) * HQ * nsplit * D * 4), "alloc");
-    check(cudaMalloc(&pml, static_cast<std::size_t>(T) * HQ * nsplit * 2 * 4), "alloc");
-    check(cudaMalloc(&out, static_cast<std::size_t>(T) * HQ * D * 2), "alloc");
-    std::vector<int> hpos(T), hseq(T, 0), hpt(pages);
+    }
+    std::string combine_kernel() const {
+      return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
+    }
+  };
+  auto attn = [](int C) {
+    return Attn{C, C / PAGE, kAttnSplit, attn_partial_slots(C), 2LL * HKV * PAGE * D};
+  };
+  // Device buffers of `rows` query tokens at positions `hpos` of sequences `hseq`, each with
+  // MAXP pages of random K/V (pages scattered over the pool).
+  struct AttnBuffers {
+    void *kv = nullptr, *q = nullptr, *po = nullptr, *pml = nullptr, *out = nullptr, *pos = nullptr,
+         *seq = nullptr, *pt = nullptr;
+    AttnBuffers(const Attn& at, const std::vector<int>& hpos, const std::vector<int>& hseq, int seqs) {
+      const std::size_t rows = hpos.size(), pages = static_cast<std::size_t>(seqs) * at.MAXP;
+      check(cudaMalloc(&kv, pages * at.page_elems * 2), "alloc");
+      fill(kv, pages * at.page_elems * 2);
+      check(cudaMalloc(&q, rows * HQ * D * 4), "alloc");
+      cudaMemset(q, 0x3c, rows * HQ * D * 4);
+      check(cudaMalloc(&po, rows * HQ * at.nsplit * D * 4), "alloc");
+      check(cudaMalloc(&pml, rows * HQ * at.nsplit * 2 * 4), "alloc");
+      check(cudaMalloc(&out, rows * HQ * D * 2), "alloc");
+      std::vector<int> hpt(pages);
+      for (std::size_t i = 0; i < pages; ++i) hpt[i] = static_cast<int>((i * 7919) % pages);
+      check(cudaMalloc(&pos, rows * 4), "alloc");
+      check(cudaMalloc(&seq, rows * 4), "alloc");
+      check(cudaMalloc(&pt, pages * 4), "alloc");
+      cudaMemcpy(pos, hpos.data(), rows * 4, cudaMemcpyHostToDevice);
+      cudaMemcpy(seq, hseq.data(), rows * 4, cudaMemcpyHostToDevice);
+      cudaMemcpy(pt, hpt.data(), pages * 4, cudaMemcpyHostToDevice);
+    }
+    ~AttnBuffers() {
+      for (void* p : {kv, q, po, pml, out, pos, seq, pt}) cudaFree(p);
+    }
+  };
+  auto attn_row = [&](const char* label, const char* shape, double us, double bytes) {
+    std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
+                100.0 * bytes / us / 1e3 / copy_gbs);
+  };
+
+  // Decode: batch B, every sequence at context C.
+  for (int C : {4096, 32768}) {
+    const Attn at = attn(C);
+    const std::string sk = at.split_kernel(1), ck = at.combine_kernel();
+    Module mod({sk, ck});
+    for (int B : {1, 16, 64}) {
+      std::vector<int> hpos(B, C - 1), hseq(B);
+      for (int b = 0; b < B; ++b) hseq[b] = b;
+      const AttnBuffers m(at, hpos, hseq, B);
+      const double us = median_us([&](int) {
+        mod.launch(sk, dim3(B, HKV, at.nsplit), 128, {m.q, m.pos, m.seq, m.pt, m.kv, m.po, m.pml});
+        mod.launch(ck, dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out});
+      });
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "B=%d ctx=%d", B, C);
+      attn_row("attn_split+combine D128 GQA4", shape, us, static_cast<double>(B) * C * HKV * D * 2 * 2);
+    }
+  }
+
+  // Prefill: one sequence, a 512-token chunk at positions 7680..8191 (context 8192), split +
+  // combine as a prefill bucket launches them, one token per block (TPT 1) and in tiles of
+  // attn_tokens_per_tile's 4 tokens. Bytes: the K/V a block reads, positions 0 .. the last of its
+  // tile, per tile and KV head (TPT 1 reads the context once per token, TPT 4 once per 4 tokens).
+  // The two outputs must be the same bits.
+  {
+    constexpr int C = 8192, T = 512;
+    const Attn at = attn(C);
+    const int tiled = attn_tokens_per_tile(true, T, HQ / HKV);
+    const std::string ck = at.combine_kernel();
+    Module mod({at.split_kernel(1), at.split_kernel(tiled), ck});
+    std::vector<int> hpos(T), hseq(T, 0);
     for (int t = 0; t < T; ++t) hpos[t] = C - T + t;
-    for (std::size_t i = 0; i < pages; ++i) hpt[i] = static_cast<int>((i * 7919) % pages);
-    check(cudaMalloc(&pos, T * 4), "alloc");
-    check(cudaMalloc(&seq, T * 4), "alloc");
-    check(cudaMalloc(&pt, pages * 4), "alloc");
-    cudaMemcpy(pos, hpos.data(), T * 4, cudaMemcpyHostToDevice);
-    cudaMemcpy(seq, hseq.data(), T * 4, cudaMemcpyHostToDevice);
-    cudaMemcpy(pt, hpt.data(), pages * 4, cudaMemcpyHostToDevice);
+    const AttnBuffers m(at, hpos, hseq, 1);
     std::vector<unsigned short> first_out;
     for (int tpt : {1, tiled}) {
+      const std::string sk = at.split_kernel(tpt);
       const double us = median_us([&](int) {
-        mod.launch(sk(tpt), dim3(T / tpt, HKV, nsplit), 128, {q, pos, seq, pt, kv, po, pml});
-        mod.launch(ck, dim3(T, HQ), D, {po, pml, pos, out});
+        mod.launch(sk, dim3(T / tpt, HKV, at.nsplit), 128, {m.q, m.pos, m.seq, m.pt, m.kv, m.po, m.pml});
+        mod.launch(ck, dim3(T, HQ), D, {m.po, m.pml, m.pos, m.out});
       });
       double bytes = 0;
       for (int t0 = 0; t0 < T; t0 += tpt) bytes += static_cast<double>(hpos[t0 + tpt - 1] + 1) * HKV * D * 2 * 2;
       std::vector<unsigned short> o(static_cast<std::size_t>(T) * HQ * D);
-      check(cudaMemcpy(o.data(), out, o.size() * 2, cudaMemcpyDeviceToHost), "download");
+      check(cudaMemcpy(o.data(), m.out, o.size() * 2, cudaMemcpyDeviceToHost), "download");
       if (first_out.empty()) first_out = o;
       char label[64], shape[64];
       std::snprintf(label, sizeof label, "attn prefill D128 GQA4 TPT=%d%s", tpt,
                     tpt == 1 || o == first_out ? "" : " DIFF");
       std::snprintf(shape, sizeof shape, "T=%d pos %d..%d", T, C - T, C - 1);
-      std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
-                  100.0 * bytes / us / 1e3 / copy_gbs);
+      attn_row(label, shape, us, bytes);
     }
-    for (void* p : {kv, q, po, pml, out, pos, seq, pt}) cudaFree(p);
   }
   check(cudaGetLastError(), "bench");
   return 0;
