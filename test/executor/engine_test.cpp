@@ -150,18 +150,15 @@ TEST(Engine, StopsOnStopTokensAndEos) {
 // gate is closed (it starts closed; close() closes it again). A cancel then lands mid-request
 // whatever the machine's load (a tiny request otherwise finishes in about a millisecond, which a
 // loaded CI machine can spend between two lines of the test).
-class GatedAfterFirstStep : public ModelBackend {
+class GatedAfterFirstStep : public CpuReferenceModel {
  public:
-  explicit GatedAfterFirstStep(std::shared_ptr<const Artifact> a) : inner_(std::move(a)) {}
-  int num_kv_pages() const override { return inner_.num_kv_pages(); }
-  int vocab_size() const override { return inner_.vocab_size(); }
-  std::string name() const override { return "cpu"; }
+  using CpuReferenceModel::CpuReferenceModel;
   void forward(const Step& step, std::vector<float>& logits) override {
     if (steps_++ >= 1) {
       std::unique_lock lock(mutex_);
       opened_.wait(lock, [&] { return open_; });
     }
-    inner_.forward(step, logits);
+    CpuReferenceModel::forward(step, logits);
   }
   void open() {
     {
@@ -176,7 +173,6 @@ class GatedAfterFirstStep : public ModelBackend {
   }
 
  private:
-  CpuReferenceModel inner_;
   std::atomic<int> steps_{0};
   std::mutex mutex_;
   std::condition_variable opened_;
@@ -275,21 +271,15 @@ TEST(Engine, StatsCountRequestsAndTokens) {
 }
 
 // A backend that fails any step containing token 63, and otherwise computes normally.
-class FailingOnToken63 : public ModelBackend {
+class FailingOnToken63 : public CpuReferenceModel {
  public:
-  explicit FailingOnToken63(std::shared_ptr<const Artifact> a) : inner_(std::move(a)) {}
-  int num_kv_pages() const override { return inner_.num_kv_pages(); }
-  int vocab_size() const override { return inner_.vocab_size(); }
-  std::string name() const override { return "cpu"; }
+  using CpuReferenceModel::CpuReferenceModel;
   void forward(const Step& step, std::vector<float>& logits) override {
     for (const ScheduledSequence& q : step.sequences)
       for (std::int32_t t : q.tokens)
         if (t == 63) fail("injected failure on token 63");
-    inner_.forward(step, logits);
+    CpuReferenceModel::forward(step, logits);
   }
-
- private:
-  CpuReferenceModel inner_;
 };
 
 TEST(Engine, ABackendFailureFailsItsRequestsAndTheEngineServesOn) {
@@ -315,15 +305,9 @@ TEST(Engine, ABackendFailureFailsItsRequestsAndTheEngineServesOn) {
 // A backend that samples greedy rows "on the device" the way the GPU engine does: launch() only
 // queues, wait() computes, and the logits come back only when asked for (otherwise they are
 // poisoned, so that an engine reading them would sample garbage).
-class DeviceGreedy : public ModelBackend {
+class DeviceGreedy : public CpuReferenceModel {
  public:
-  explicit DeviceGreedy(std::shared_ptr<const Artifact> a) : inner_(std::move(a)) {}
-  int num_kv_pages() const override { return inner_.num_kv_pages(); }
-  int vocab_size() const override { return inner_.vocab_size(); }
-  std::string name() const override { return "cpu"; }
-  void forward(const Step& step, std::vector<float>& logits) override {
-    inner_.forward(step, logits);
-  }
+  using CpuReferenceModel::CpuReferenceModel;
   bool samples_on_device() const override { return true; }
   void launch(const Step& step, std::span<const std::uint8_t> device_greedy,
               bool want_logits) override {
@@ -335,7 +319,7 @@ class DeviceGreedy : public ModelBackend {
     EXPECT_TRUE(want_logits || all_greedy) << "a row sampled on the host needs the logits";
   }
   void wait(StepOutput& out) override {
-    inner_.forward(*step_, out.logits);
+    CpuReferenceModel::forward(*step_, out.logits);
     const auto vocab = static_cast<std::size_t>(vocab_size());
     out.device_tokens.assign(greedy_.size(), -1);
     for (std::size_t r = 0; r < greedy_.size(); ++r) {
@@ -351,7 +335,6 @@ class DeviceGreedy : public ModelBackend {
   int device_rows = 0;
 
  private:
-  CpuReferenceModel inner_;
   const Step* step_ = nullptr;
   std::vector<std::uint8_t> greedy_;
   bool want_logits_ = false;
