@@ -44,8 +44,7 @@ class PackOnlyBackend : public ModelBackend {
     for (const auto& s : step.sequences) tokens += static_cast<int>(s.tokens.size()), rows += s.samples ? 1 : 0;
     int bucket = 1;
     while (bucket < tokens) bucket *= 2;
-    rows_ = pack_step_descriptor(layout_, step, std::min(bucket, layout_.max_tokens), rows, {}, host_.data())
-                .sample_rows;
+    pack_step_descriptor(layout_, step, std::min(bucket, layout_.max_tokens), rows, {}, host_.data());
     greedy_ = device_greedy.size();
   }
   void wait(StepOutput& out) override {
@@ -54,7 +53,7 @@ class PackOnlyBackend : public ModelBackend {
   }
 
  private:
-  int vocab_ = 0, pages_ = 0, rows_ = 0;
+  int vocab_ = 0, pages_ = 0;
   std::size_t greedy_ = 0;
   StepDescriptorLayout layout_;
   std::vector<char> host_;
