@@ -78,7 +78,7 @@ struct GpuStepExecutor::State {
   GpuExecutorOptions opt;
   int vocab = 0, page_size = 0, kv_pages = 0;
   std::int64_t bytes_per_page = 0, layer_bytes = 0;
-  std::int64_t weight_bytes = 0, kv_bytes = 0, arena_bytes = 0, desc_bytes = 0;
+  std::int64_t weight_bytes = 0, kv_bytes = 0, arena_bytes = 0;
   std::int64_t graph_bytes = 0;  // device memory the graphs took (cudaMemGetInfo around capture)
   std::int64_t total_bytes = 0;  // device memory this executor took (context aside)
 
@@ -389,9 +389,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
       json_int(d, "max_tokens", "programs.descriptor"), json_int(d, "max_sample_rows", "programs.descriptor"),
       json_int(d, "max_batch", "programs.descriptor"), json_int(d, "max_pages_per_seq", "programs.descriptor"),
       s.page_size, s.vocab, 0);
-  s.desc_bytes = s.desc.bytes;
 
-  const std::int64_t fixed = s.weight_bytes + s.arena_bytes + s.desc_bytes;
+  const std::int64_t fixed = s.weight_bytes + s.arena_bytes + s.desc.bytes;
   if (options.kv_pages > 0) {
     s.kv_pages = options.kv_pages;
   } else if (a.serving().kv_pool_pages) {
@@ -420,11 +419,11 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   s.desc_dev = p;
   s.sampled_dev = s.arena.at("sampled");
   s.logits_dev = s.arena.at("logits");
-  check(cudaMallocHost(&s.desc_host, static_cast<std::size_t>(s.desc_bytes)), "pinned descriptor");
+  check(cudaMallocHost(&s.desc_host, static_cast<std::size_t>(s.desc.bytes)), "pinned descriptor");
   check(cudaMallocHost(&s.sampled_host, sizeof(std::int32_t) * s.desc.max_sample_rows), "pinned tokens");
   check(cudaMallocHost(&s.logits_host, sizeof(float) * s.desc.max_sample_rows * s.vocab), "pinned logits");
-  std::memset(s.desc_host, 0, static_cast<std::size_t>(s.desc_bytes));
-  check(cudaMemset(s.desc_dev, 0, static_cast<std::size_t>(s.desc_bytes)), "descriptor init");
+  std::memset(s.desc_host, 0, static_cast<std::size_t>(s.desc.bytes));
+  check(cudaMemset(s.desc_dev, 0, static_cast<std::size_t>(s.desc.bytes)), "descriptor init");
 
   // Tensor maps (the loader checked each tmap: argument against its weight or buffer).
   std::vector<hexel::TensorMap> maps;
@@ -637,7 +636,7 @@ std::string GpuStepExecutor::memory_report() const {
     << "kv pool " << s.kv_bytes << " B (" << s.kv_pages << " pages, "
     << static_cast<std::int64_t>(s.kv_pages) * s.page_size << " tokens)\n"
     << "activation arena " << s.arena_bytes << " B\n"
-    << "step descriptor " << s.desc_bytes << " B\n"
+    << "step descriptor " << s.desc.bytes << " B\n"
     << "graphs " << s.graph_bytes << " B (" << s.buckets.size() << " buckets)\n"
     << "beyond weights, kv pool and arena " << s.total_bytes - s.weight_bytes - s.kv_bytes - s.arena_bytes
     << " B (graphs, kernels, descriptor, rounding; target <= 1 GiB)\n";
