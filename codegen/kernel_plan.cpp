@@ -113,10 +113,18 @@ GemmTiling gemm_tiling(int n, int k) {
 // (kernels/gemm_small.cuh).
 static int small_gemm_a_rows(int a_box) { return a_box <= 8 ? 8 : kSmallGemmBlockM; }
 
+// Per stage the activation rows (none with the norm prologue) and a bn-row weight box of 64
+// bf16, and two mbarriers.
+static int small_gemm_stage_bytes(int a_box, int bn, bool norm) {
+  return ((norm ? 0 : small_gemm_a_rows(a_box)) + bn) * 64 * 2 + 16;
+}
+
 int SmallGemmTiling::smem() const {
-  // Per stage the activation rows and a bn-row weight box of 64 bf16, two mbarriers; 1024 bytes
-  // to align the base to the 128B swizzle repeat (kernels/gemm_small.cuh).
-  return stages * ((small_gemm_a_rows(a_box) + bn) * 64 * 2 + 16) + 1024;
+  // The stages; with the norm prologue the resident A (16 bytes per token per 8 of K, a zero
+  // tail of 128, rounded up to 1 KB) and the norm's 8 x 4 warp sums; 1024 bytes to align the base
+  // to the 128B swizzle repeat (kernels/gemm_small.cuh).
+  const int resident = norm_blocks > 0 ? (norm_blocks * 8 * a_box * 16 + 128 + 1023) / 1024 * 1024 + 8 * 4 * 4 : 0;
+  return stages * small_gemm_stage_bytes(a_box, bn, norm_blocks > 0) + resident + 1024;
 }
 
 // 32 weight rows per CTA; SwiGLU 32 gate and 32 up rows, or 64 and 64 where that still gives
@@ -124,18 +132,23 @@ int SmallGemmTiling::smem() const {
 // 448 CTAs of 64 rows; perf-log run F's sweep). The 8B shapes have 128 to 224 CTAs per 64-token
 // tile; the stages fill what an SM's 228 KB (1 KB reserved per CTA) gives the CTAs that share it
 // when the whole grid is resident, 2 to 16 of them.
-SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu) {
+SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm) {
   SmallGemmTiling t;
   t.bn = swiglu ? (n / 64 >= kSms ? 128 : 64) : 32;
   t.cols = swiglu ? t.bn / 2 : t.bn;
   t.tiles_m = (tokens + kSmallGemmBlockM - 1) / kSmallGemmBlockM;
   t.a_box = std::min(tokens, kSmallGemmBlockM);
   t.tiles_n = (n + t.cols - 1) / t.cols;
+  const int k_blocks = (k + 63) / 64;
+  if (norm) {
+    if (tokens > kSmallGemmNormMaxRows) fail("codegen: the small GEMM's norm prologue takes at most 8 tokens");
+    t.norm_blocks = k_blocks;
+  }
   const int per_sm = (t.tiles_m * t.tiles_n + kSms - 1) / kSms;
   const int budget = std::min(227 * 1024, 228 * 1024 / per_sm - 1024);
-  const int stage = (small_gemm_a_rows(t.a_box) + t.bn) * 64 * 2 + 16;
-  const int k_blocks = (k + 63) / 64;
-  t.stages = std::clamp((budget - 1024) / stage, 2, std::clamp(k_blocks, 2, 16));
+  const int stage = small_gemm_stage_bytes(t.a_box, t.bn, norm);
+  const int resident = t.smem() - t.stages * stage - 1024;
+  t.stages = std::clamp((budget - 1024 - resident) / stage, 2, std::clamp(k_blocks, 2, 16));
   return t;
 }
 
@@ -194,7 +207,6 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   plan.attn_num_splits = attn_partial_slots(MAXP * PAGE);
   plan.rope_inv_freq = rope_inv_freq(in.rope, D);
 
-  const int norm_threads = std::clamp(H / 8 / 32 * 32, 32, 1024);
   const int embed_threads = std::clamp(H / 8 / 32 * 32, 32, 256);
   const int sample_threads = std::clamp(pow2_at_least(V / 16), 128, 1024);
   const std::string lm_head = in.tie_word_embeddings ? "w:embed" : "w:lm_head";
@@ -212,9 +224,6 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     launch(b.kernel("telos_kernels::embed_gather<" + I_(H) + ", " + I_(embed_threads) + ">",
                     {"embed", "tokens", "x"}, embed_threads),
            {T, 1, 1}, {"w:embed", "desc:tokens", "buf:x"});
-    const int norm_k = b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + I_(norm_threads) + ", " +
-                                    eps + ", false>",
-                                {"x", "w", "rows", "out"}, norm_threads);
     // Attention in tiles of tpt tokens (prefill), one token per block in decode.
     const int tpt = attn_tokens_per_tile(kind == "prefill", T, HQ / HKV);
     const int split_k = b.kernel(
@@ -246,7 +255,10 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       int out_box_cols;  // prefill: outputs through a map (bf16: 64 x 64 boxes, the f32 residual
                          // stream: 64 x 32); small-M: 0, a pointer
     };
-    auto gemm = [&](const std::string& epi, int n, int k) -> Gemm {
+    // Buckets of up to kSmallGemmNormMaxRows tokens fold the norms before the QKV and gate/up
+    // projections into those GEMMs (gemm_small_norm_*: A = RMSNorm(x), computed in the kernel).
+    const bool fold_norm = !big && T <= kSmallGemmNormMaxRows;
+    auto gemm = [&](const std::string& epi, int n, int k, bool norm = false) -> Gemm {
       const bool swiglu = epi == "swiglu";
       const std::string dims = "<" + I_(T) + ", " + I_(n) + ", " + I_(k);
       if (big) {
@@ -255,7 +267,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                          kPrefillGemmThreads, kPrefillGemmSmem),
                 {prefill_gemm_grid(T, n, cols), 1, 1}, 128, cols, epi == "residual" ? 32 : 64};
       }
-      const SmallGemmTiling t = small_gemm_tiling(n, k, T, swiglu);
+      const SmallGemmTiling t = small_gemm_tiling(n, k, T, swiglu, norm);
+      if (norm)
+        return {b.kernel("telos_kernels::gemm_small_norm_" + epi + dims + ", " + I_(t.bn) + ", " + I_(t.stages) +
+                             ", " + eps + ">",
+                         {"x", "norm_w", "w_map", "out"}, kSmallGemmThreads, t.smem()),
+                {t.tiles_m, t.tiles_n, 1}, 0, t.cols, 0};
       return {b.kernel("telos_kernels::gemm_small_" + epi + dims + ", " + I_(t.bn) + ", " + I_(t.stages) + ">",
                        {"a_map", "w_map", "out"}, kSmallGemmThreads, t.smem()),
               {t.tiles_m, t.tiles_n, 1}, t.a_box, t.cols, 0};
@@ -266,9 +283,21 @@ KernelPlan plan_kernels(const CodegenInput& in) {
              {tmap("buf:" + a_buf, T, k, g.a_box), tmap(w_name, w_rows, k, g.w_box),
               g.out_box_cols ? tmap("buf:" + out_buf, T, n, 64, g.out_box_cols) : "buf:" + out_buf});
     };
+    // The norm `norm_w` of x, then a GEMM over it: one launch when the bucket folds the norm.
+    auto launch_norm_gemm = [&](const Gemm& g, const std::string& norm_w, const std::string& w_name,
+                                long long w_rows, int k, const std::string& out_buf, long long n) {
+      if (fold_norm) {
+        launch(g.kernel, g.grid, {"buf:x", norm_w, tmap(w_name, w_rows, k, g.w_box), "buf:" + out_buf});
+        return;
+      }
+      launch(b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + eps + ", false>", {"x", "w", "rows", "out"},
+                      kNormThreads),
+             {T, 1, 1}, {"buf:x", norm_w, "null", "buf:h"});
+      launch_gemm(g, "h", w_name, w_rows, k, out_buf, n);
+    };
     const int NH = HQ + 2 * HKV;
-    const Gemm qkv_g = gemm("bf16", NH * D, H), o_g = gemm("residual", H, HQ * D),
-               gu_g = gemm("swiglu", I, H), down_g = gemm("residual", H, I);
+    const Gemm qkv_g = gemm("bf16", NH * D, H, fold_norm), o_g = gemm("residual", H, HQ * D),
+               gu_g = gemm("swiglu", I, H, fold_norm), down_g = gemm("residual", H, I);
     const int qkv_rows_k =
         b.kernel("telos_kernels::qkv_rope_append_rows<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " +
                      (in.qkv_bias ? "true" : "false") + ", " + (in.qk_norm ? "true" : "false") + ", " + eps +
@@ -278,9 +307,9 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                  D);
     for (int l = 0; l < L; ++l) {
       const std::string w = "w:layers." + I_(l) + ".";
-      launch(norm_k, {T, 1, 1}, {"buf:x", w + "attn_norm", "null", "buf:h"});
       // The projection to bf16 on the tensor cores, then bias / QK norm / RoPE / KV append.
-      launch_gemm(qkv_g, "h", w + "qkv", static_cast<long long>(NH) * D, H, "qkv", static_cast<long long>(NH) * D);
+      launch_norm_gemm(qkv_g, w + "attn_norm", w + "qkv", static_cast<long long>(NH) * D, H, "qkv",
+                       static_cast<long long>(NH) * D);
       launch(qkv_rows_k, {NH, T, 1},
              {"buf:qkv", in.qkv_bias ? w + "qkv_bias" : "null", in.qk_norm ? w + "q_norm" : "null",
               in.qk_norm ? w + "k_norm" : "null", "desc:positions", "desc:token_seq", "desc:page_tables",
@@ -290,13 +319,11 @@ KernelPlan plan_kernels(const CodegenInput& in) {
               "buf:part_o", "buf:part_ml"});
       launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});
       launch_gemm(o_g, "attn", w + "o", H, HQ * D, "x", H);
-      launch(norm_k, {T, 1, 1}, {"buf:x", w + "mlp_norm", "null", "buf:h"});
-      launch_gemm(gu_g, "h", w + "gate_up", 2LL * I, H, "act", I);
+      launch_norm_gemm(gu_g, w + "mlp_norm", w + "gate_up", 2LL * I, H, "act", I);
       launch_gemm(down_g, "act", w + "down", H, I, "x", H);
     }
-    launch(b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + I_(norm_threads) + ", " + eps +
-                        ", true>",
-                    {"x", "w", "rows", "out"}, norm_threads),
+    launch(b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + eps + ", true>", {"x", "w", "rows", "out"},
+                    kNormThreads),
            {S, 1, 1}, {"buf:x", "w:final_norm", "desc:sample_rows", "buf:hf"});
     launch(b.kernel("telos_kernels::linear_f32<" + I_(H) + ", " + I_(V) + ", " + lm_g.args() + ">",
                     {"W", "A", "y"}, lm_g.tiling.threads()),

@@ -68,6 +68,10 @@ KernelPlan plan_kernels(const CodegenInput& in);
 // buckets; GPU test GpuKernels.SmallGemmMatchesPrefillGemmBitForBit), so the choice is speed only.
 inline constexpr int kPrefillGemmMinRows = 128;
 
+// RMSNorm's block (kernels/norm.cuh, kNormThreads): its reduction's partition is part of the
+// arithmetic, shared by the rmsnorm kernel and the small GEMM's norm prologue.
+inline constexpr int kNormThreads = 128;
+
 // The small-M GEMM's launch shape: one consumer warpgroup and a producer warp, 64-token M tiles.
 inline constexpr int kSmallGemmThreads = 160;
 inline constexpr int kSmallGemmBlockM = 64;
@@ -77,12 +81,20 @@ inline constexpr int kSmallGemmBlockM = 64;
 // its stage ring, as deep as the shared memory of the CTAs sharing an SM allows (the bytes in
 // flight are what reach the bandwidth). Neither changes the arithmetic. `a_box`: rows of the
 // activations' TMA box, the tokens up to 64 (kernels/gemm_small.cuh zeroes the rest of its tile).
+// `norm_blocks`: with the norm prologue (gemm_small_norm_*, up to kSmallGemmNormMaxRows tokens),
+// the K blocks of the resident normalized A (64 · 2 bytes per token each), and the stages hold
+// weights only.
 struct SmallGemmTiling {
   int bn = 32, cols = 32, stages = 2, a_box = kSmallGemmBlockM;
   int tiles_m = 1, tiles_n = 1;  // the grid
+  int norm_blocks = 0;
   int smem() const;              // dynamic shared memory per CTA
 };
-SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu);
+SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm = false);
+
+// Buckets of up to this many tokens fold the RMSNorm before the QKV and gate/up projections into
+// the GEMM (its A is one 8-row group for the whole K); larger ones launch rmsnorm into h.
+inline constexpr int kSmallGemmNormMaxRows = 8;
 
 // Attention cuts the context into splits of kAttnSplit positions (two 16-position chunks per
 // warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most

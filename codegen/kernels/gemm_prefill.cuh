@@ -53,25 +53,31 @@ struct PrefillGemm {
 // One output tile's main loop over K, the same code in the prefill and the small-M GEMM
 // (gemm_small.cuh), which is what makes their results bit-identical per row: for each 64-wide K
 // block, wait for its stage, accumulate its four k16 wgmma steps into d (from zero at the first),
-// keep one group in flight and give the previous stage back to the producer. `a_stage(s)` and
-// `w_stage(s)` are the shared-memory addresses of stage s's operands. A_SBO is the byte distance
-// between the A stage's 8-row groups (dense: 1024; 0 makes every group read the first 8 rows,
-// for an M of at most 8, gemm_small.cuh). Returns the last stage's index: the caller releases it
-// if anything loads after this tile.
-template <unsigned N, unsigned STAGES, unsigned A_SBO = 1024, class AStage, class WStage>
+// keep one group in flight and give the previous stage back to the producer. `a_stage(s, kb)` and
+// `w_stage(s)` are the shared-memory addresses of K block kb's operands in stage s (the small
+// GEMM's normalized A stays resident for the whole K, one block per kb). A_SBO is the byte
+// distance between the A stage's 8-row groups (dense: 1024; 0 makes every group read the first 8
+// rows, for an M of at most 8, gemm_small.cuh). A is 128B-swizzled (TMA's layout) unless A_LBO is
+// non-zero: then it is the interleaved layout (no swizzle; PTX ISA, wgmma "Shared Memory Matrix
+// Layout": 8 x 16-byte core matrices, rows 16 bytes apart, A_LBO bytes between core matrices
+// along K), so a K step of 16 is 2 · A_LBO bytes. Returns the last stage's index: the caller
+// releases it if anything loads after this tile.
+template <unsigned N, unsigned STAGES, unsigned A_SBO = 1024, unsigned A_LBO = 0, class AStage, class WStage>
 __device__ __forceinline__ unsigned wgmma_k_loop(float (&d)[N / 2], hexel::mbarrier::StageRing<STAGES>& ring,
                                                  unsigned k_blocks, unsigned full, unsigned empty,
                                                  unsigned lane, AStage a_stage, WStage w_stage) {
   using namespace hexel;
+  constexpr Swizzle kASwizzle = A_LBO ? Swizzle::None : Swizzle::B128;
+  constexpr unsigned kAStep = A_LBO ? 2 * A_LBO : 32;
   unsigned prev = 0;
   for (unsigned kb = 0; kb < k_blocks; ++kb) {
     mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
-    const auto a = wgmma::SmemDesc::make(a_stage(ring.index), Swizzle::B128, 16, A_SBO);
+    const auto a = wgmma::SmemDesc::make(a_stage(ring.index, kb), kASwizzle, A_LBO ? A_LBO : 16, A_SBO);
     const auto b = wgmma::kmajor_desc(w_stage(ring.index), Swizzle::B128);
     wgmma::fence();
 #pragma unroll
     for (unsigned kk = 0; kk < PrefillGemm::kBlockK / 16; ++kk)
-      wgmma::mma_ss<N>(d, a.advanced(kk * 32), b.advanced(kk * 32), kb > 0 || kk > 0);
+      wgmma::mma_ss<N>(d, a.advanced(kk * kAStep), b.advanced(kk * 32), kb > 0 || kk > 0);
     wgmma::commit_group();
     // One group stays in flight; once it is the only one, the previous stage has been read.
     wgmma::wait_group<1>();
@@ -171,7 +177,7 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
   const unsigned epilogue = base + G::kStages * G::kStageBytes;
   const unsigned full = epilogue + G::kEpilogueBytes;
   const unsigned empty = full + G::kStages * 8;
-  auto a_stage = [&](unsigned s) { return base + s * G::kStageBytes; };
+  auto a_stage = [&](unsigned s, unsigned = 0) { return base + s * G::kStageBytes; };
   auto w_stage = [&](unsigned s) { return base + s * G::kStageBytes + G::kABytes; };
 
   constexpr unsigned tiles_m = (M + G::kBlockM - 1) / G::kBlockM;
@@ -235,7 +241,7 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
       prefill_tile_coords(u, tiles_m, tiles_n, tm, tn);
       // This consumer's 64 rows of the A stage.
       const unsigned prev = wgmma_k_loop<G::kBlockN>(
-          d, ring, k_blocks, full, empty, lane, [&](unsigned st) { return a_stage(st) + cw * 64 * 128; },
+          d, ring, k_blocks, full, empty, lane, [&](unsigned st, unsigned) { return a_stage(st) + cw * 64 * 128; },
           w_stage);
       if (lane == 0) mbarrier::arrive(empty + 8 * prev);
 

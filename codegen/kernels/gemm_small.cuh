@@ -26,7 +26,19 @@
 //
 // blockIdx.x is the M tile, blockIdx.y the weight tile: the CTAs that read the same weight tile
 // run side by side and share it in L2.
+//
+// Norm prologue (NORM, up to 8 tokens): A is RMSNorm(x) computed by the kernel itself instead of
+// a separate rmsnorm launch writing h: the consumer warpgroup normalizes x's rows with the
+// rmsnorm kernel's arithmetic (norm.cuh: the same 128-thread partition and reduction, so A has the
+// bits h would have had) straight into a resident A region of the whole K, and the stages carry
+// weights only. That region is the interleaved (unswizzled) wgmma layout with the M rows of each
+// 8-element K chunk packed together: chunk c of row r at 16 · (c · M + r). A core matrix of chunk
+// c then starts at 16 · c · M and its rows M..7 are the next chunks' rows: finite values whose
+// result rows (M..7, and every 8-row group after the first, read with group stride 0) are never
+// stored. So A takes K · M · 2 bytes (8 KB at M = 1, K = 4096) instead of K · 16. The producer
+// never waits for the previous kernel: every load it issues is a weight.
 #include "gemm_prefill.cuh"
+#include "norm.cuh"
 
 namespace telos_kernels {
 
@@ -44,14 +56,17 @@ enum class SmallEpi { StoreBf16, Residual, SwiGlu };
 
 // BN weight rows per tile (for SwiGLU: BN / 2 gate rows then their BN / 2 up rows); N output
 // columns (SwiGLU: I, with W [2I, K]). `out` is bf16 [M, N] (StoreBf16, SwiGlu) or the f32
-// residual stream x [M, N] (Residual).
-template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI>
-__device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const TensorMap* w_map, void* out) {
+// residual stream x [M, N] (Residual). A is a_map's [M, K] bf16 rows, or with NORM the rows of
+// RMSNorm(x) with weights norm_w (x f32 [M, K]; a_map unused).
+template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM = false, float EPS = 0.f>
+__device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const float* x, const float* norm_w,
+                                                const TensorMap* w_map, void* out) {
   using G = SmallGemm;
   using namespace hexel;
   static_assert(M > 0 && N % 8 == 0 && K % 8 == 0, "TMA rows are multiples of 16 bytes");
   static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "wgmma N, and whole 8-column blocks per half");
   static_assert(STAGES >= 2, "one stage computes while the next loads");
+  static_assert(!NORM || M <= 8, "the norm prologue keeps one 8-row group of A for the whole K");
   constexpr bool kSplitW = EPI == SmallEpi::SwiGlu;
   constexpr unsigned kOutCols = kSplitW ? BN / 2 : BN;
   constexpr unsigned kWBytes = BN * G::kBlockK * 2;
@@ -60,22 +75,32 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const Te
   constexpr unsigned kARows = M < static_cast<int>(G::kBlockM) ? M : G::kBlockM;
   constexpr unsigned kASlotRows = kARows <= 8 ? 8 : G::kBlockM;
   constexpr unsigned kASbo = kARows <= 8 ? 0 : 1024;
-  constexpr unsigned kASlot = kASlotRows * G::kBlockK * 2;
-  constexpr unsigned kStageBytes = kASlot + kWBytes;
-  constexpr unsigned kTxBytes = kARows * G::kBlockK * 2 + kWBytes;
   constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
+  // With NORM the A region holds all of K ahead of the stages, which hold W only: M rows of 16
+  // bytes per K chunk, 128 zero bytes after the last (the last core matrix's rows past M read
+  // them), rounded up to keep the stages 1024-byte aligned.
+  constexpr unsigned kASlot = NORM ? 0 : kASlotRows * G::kBlockK * 2;
+  constexpr unsigned kAChunks = k_blocks * 8;
+  constexpr unsigned kAResident = NORM ? (kAChunks * M * 16 + 128 + 1023) / 1024 * 1024 : 0;
+  constexpr unsigned kStageBytes = kASlot + kWBytes;
+  constexpr unsigned kTxBytes = (NORM ? 0 : kARows * G::kBlockK * 2) + kWBytes;
   extern __shared__ unsigned char smem_raw[];
   const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const unsigned full = base + STAGES * kStageBytes;
+  const unsigned stages = base + kAResident;
+  const unsigned full = stages + STAGES * kStageBytes;
   const unsigned empty = full + STAGES * 8;
-  auto a_stage = [&](unsigned s) { return base + s * kStageBytes; };
-  auto w_stage = [&](unsigned s) { return base + s * kStageBytes + kASlot; };
+  auto a_stage = [&](unsigned s, unsigned kb = 0) {
+    return NORM ? base + kb * 8 * M * 16 : stages + s * kStageBytes;
+  };
+  auto w_stage = [&](unsigned s) { return stages + s * kStageBytes + kASlot; };
   const unsigned tm = blockIdx.x, tn = blockIdx.y;
 
   if (threadIdx.x == 0) {
-    acquire_tensor_map(a_map);
+    if constexpr (!NORM) {
+      acquire_tensor_map(a_map);
+      tma::prefetch_map(a_map);
+    }
     acquire_tensor_map(w_map);
-    tma::prefetch_map(a_map);
     tma::prefetch_map(w_map);
     for (unsigned s = 0; s < STAGES; ++s) {
       mbarrier::init(full + 8 * s, 1);
@@ -97,6 +122,9 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const Te
           tma::load(w_stage(s), w_map, bar, kb * G::kBlockK, tn * BN);
         }
       };
+      auto load_a = [&](unsigned s, unsigned kb) {
+        if constexpr (!NORM) tma::load(a_stage(s), a_map, full + 8 * s, kb * G::kBlockK, tm * G::kBlockM);
+      };
       // The first pass over the ring: weights before the wait, activations after it. Each stage
       // expects its A and W bytes (out-of-bounds box elements count too).
       constexpr unsigned kFirst = STAGES < k_blocks ? STAGES : k_blocks;
@@ -104,38 +132,74 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const Te
         mbarrier::arrive_expect_tx(full + 8 * kb, kTxBytes);
         load_w(kb, kb);
       }
-      grid_dependency_wait();
-      for (unsigned kb = 0; kb < kFirst; ++kb)
-        tma::load(a_stage(kb), a_map, full + 8 * kb, kb * G::kBlockK, tm * G::kBlockM);
+      if constexpr (!NORM) {
+        grid_dependency_wait();
+        for (unsigned kb = 0; kb < kFirst; ++kb) load_a(kb, kb);
+      }
       for (unsigned kb = 0; kb < kFirst; ++kb) ring.advance();
       for (unsigned kb = kFirst; kb < k_blocks; ++kb) {
         mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
         mbarrier::arrive_expect_tx(full + 8 * ring.index, kTxBytes);
-        tma::load(a_stage(ring.index), a_map, full + 8 * ring.index, kb * G::kBlockK, tm * G::kBlockM);
+        load_a(ring.index, kb);
         load_w(ring.index, kb);
         ring.advance();
       }
     }
     return;
   }
-  grid_dependency_wait();
 
   const unsigned warp = warp_index();
   const unsigned lane = threadIdx.x % 32;
-  if constexpr (kARows < kASlotRows) {
-    // Rows kARows.. of every stage's A slot: zero, once (16-byte stores of whole 128-byte rows,
-    // so the swizzle, which permutes 16-byte chunks within a row, does not matter).
-    constexpr unsigned kChunks = (kASlotRows - kARows) * 8;
-    for (unsigned i = threadIdx.x; i < STAGES * kChunks; i += 128) {
-      const unsigned addr = a_stage(i / kChunks) + kARows * 128 + (i % kChunks) * 16;
-      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
+  if constexpr (NORM) {
+    // The norm's weights before the wait (no kernel writes them), x after it. Pass 1: every row's
+    // sum of squares (no barrier between rows, so their loads overlap); pass 2: the rows as
+    // 16-byte chunks (zeros for K past its end) and the zero tail.
+    const int t = threadIdx.x;
+    float w8[kNormChunks<K>][8];
+    rms_load_w<K>(norm_w, t, w8);
+    grid_dependency_wait();
+    float* scratch = reinterpret_cast<float*>(smem_raw + (empty + STAGES * 8 - smem_addr(smem_raw)));
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      const float ss = rms_partial<K>(x + static_cast<long long>(r) * K, t);
+      if (lane == 0) scratch[4 * r + warp] = ss;
     }
+    named_barrier_sync(1, 128);
+    auto st16 = [](unsigned addr, uint4 v) {
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                   : "memory");
+    };
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      const float* row = x + static_cast<long long>(r) * K;
+      const float sums[4] = {scratch[4 * r], scratch[4 * r + 1], scratch[4 * r + 2], scratch[4 * r + 3]};
+      const float inv = rms_inv<K, EPS>(sums);
+#pragma unroll
+      for (int k = 0; k < kNormChunks<K>; ++k) {
+        const int c = t + k * kNormThreads;
+        if (c < static_cast<int>(kAChunks)) st16(base + (c * M + r) * 16, rms_apply8<K>(row, c, inv, w8[k]));
+      }
+    }
+    if (t < 8) st16(base + kAChunks * M * 16 + 16 * t, make_uint4(0u, 0u, 0u, 0u));
     fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
     named_barrier_sync(1, 128);
+  } else {
+    grid_dependency_wait();
+    if constexpr (kARows < kASlotRows) {
+      // Rows kARows.. of every stage's A slot: zero, once (16-byte stores of whole 128-byte rows,
+      // so the swizzle, which permutes 16-byte chunks within a row, does not matter).
+      constexpr unsigned kChunks = (kASlotRows - kARows) * 8;
+      for (unsigned i = threadIdx.x; i < STAGES * kChunks; i += 128) {
+        const unsigned addr = a_stage(i / kChunks) + kARows * 128 + (i % kChunks) * 16;
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
+      }
+      fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
+      named_barrier_sync(1, 128);
+    }
   }
   mbarrier::StageRing<STAGES> ring;
   float d[BN / 2];
-  wgmma_k_loop<BN, STAGES, kASbo>(d, ring, k_blocks, full, empty, lane, a_stage, w_stage);
+  wgmma_k_loop<BN, STAGES, kASbo, NORM ? M * 16 : 0>(d, ring, k_blocks, full, empty, lane, a_stage, w_stage);
   // The last stage needs no release: nothing loads after it.
 
   // d[4j + 2h + e]: row 16 warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e of the tile.
@@ -173,7 +237,7 @@ template <int M, int N, int K, int BN, int STAGES>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_bf16(const TensorMap* a_map, const TensorMap* w_map, bf16* y) {
   hexel::launch_dependents();  // the wait is in the body (after the first weight loads)
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16>(a_map, w_map, y);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16>(a_map, nullptr, nullptr, w_map, y);
 }
 
 // x[m, n] += (A · Wᵀ)[m, n], x the f32 residual stream: the attention output and down projections.
@@ -181,7 +245,7 @@ template <int M, int N, int K, int BN, int STAGES>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_residual(const TensorMap* a_map, const TensorMap* w_map, float* x) {
   hexel::launch_dependents();  // the wait is in the body
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual>(a_map, w_map, x);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual>(a_map, nullptr, nullptr, w_map, x);
 }
 
 // act[m, j] = bf16(silu(g) · u), g = (A · Wᵀ)[m, j], u = (A · Wᵀ)[m, I + j], W = gate_up [2I, K]
@@ -190,7 +254,23 @@ template <int M, int I, int K, int BN, int STAGES>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_swiglu(const TensorMap* a_map, const TensorMap* w_map, bf16* act) {
   hexel::launch_dependents();  // the wait is in the body
-  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu>(a_map, w_map, act);
+  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu>(a_map, nullptr, nullptr, w_map, act);
+}
+
+// The same two with the norm that feeds them (decode, up to 8 tokens): A = RMSNorm(x) with
+// weights norm_w, computed in the kernel (see the norm prologue above).
+template <int M, int N, int K, int BN, int STAGES, float EPS>
+__global__ void __launch_bounds__(SmallGemm::kThreads)
+    gemm_small_norm_bf16(const float* x, const float* norm_w, const TensorMap* w_map, bf16* y) {
+  hexel::launch_dependents();  // the wait is in the body
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, true, EPS>(nullptr, x, norm_w, w_map, y);
+}
+
+template <int M, int I, int K, int BN, int STAGES, float EPS>
+__global__ void __launch_bounds__(SmallGemm::kThreads)
+    gemm_small_norm_swiglu(const float* x, const float* norm_w, const TensorMap* w_map, bf16* act) {
+  hexel::launch_dependents();  // the wait is in the body
+  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, true, EPS>(nullptr, x, norm_w, w_map, act);
 }
 
 }  // namespace telos_kernels

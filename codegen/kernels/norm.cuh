@@ -22,46 +22,95 @@ __global__ void __launch_bounds__(THREADS) embed_gather(const bf16* embed, const
   }
 }
 
-// out[r] = bf16(x[src] / sqrt(mean(x[src]^2) + EPS) * w), one block per output row r. With
-// GATHER, src = rows[r] (the rows that sample, for the final norm) and a negative entry (a padding
-// row) writes zeros; otherwise src = r. Each thread holds its elements of w and x in registers:
-// w is read before griddepcontrol.wait (a weight: no kernel writes it), so under PDL its load
-// overlaps the previous kernel's tail, and x is read once.
-template <int H, int THREADS, float EPS, bool GATHER>
-__global__ void __launch_bounds__(THREADS) rmsnorm(const float* x, const float* w, const int* rows,
-                                                   bf16* out) {
-  constexpr int PER = (H + THREADS - 1) / THREADS;  // elements per thread: i = tid + k * THREADS
-  __shared__ float scratch[THREADS / 32];
-  pdl_launch_dependents();
-  float wr[PER];
+// RMSNorm of one row, the same arithmetic wherever it runs (the rmsnorm kernel below, the
+// small GEMM's norm prologue in gemm_small.cuh), so a row's bits do not depend on which kernel
+// normalized it: 128 threads (kNormThreads); thread t owns the 8-element chunks c = t, t + 128, ...
+// (elements 8c .. 8c + 7) and sums their squares in that order with fmaf (rms_partial); each warp
+// sums its 32 partials with butterflies and the four warp sums are added as (w0 + w1) + (w2 + w3)
+// (rms_inv); an element is bf16(x · inv · w) (rms_apply8).
+constexpr int kNormThreads = 128;
+template <int H>
+constexpr int kNormChunks = (H / 8 + kNormThreads - 1) / kNormThreads;  // chunks per thread
+
+template <int H>
+__device__ __forceinline__ float rms_partial(const float* row, int t) {
+  static_assert(H % 8 == 0, "rows are read 8 elements at a time");
+  float ss = 0.f;
 #pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    const int i = threadIdx.x + k * THREADS;
-    wr[k] = i < H ? w[i] : 0.f;
+  for (int k = 0; k < kNormChunks<H>; ++k) {
+    const int c = t + k * kNormThreads;
+    if (c < H / 8) {
+      const float4 a = reinterpret_cast<const float4*>(row)[2 * c];
+      const float4 b = reinterpret_cast<const float4*>(row)[2 * c + 1];
+      ss = fmaf(a.x, a.x, ss), ss = fmaf(a.y, a.y, ss), ss = fmaf(a.z, a.z, ss), ss = fmaf(a.w, a.w, ss);
+      ss = fmaf(b.x, b.x, ss), ss = fmaf(b.y, b.y, ss), ss = fmaf(b.z, b.z, ss), ss = fmaf(b.w, b.w, ss);
+    }
   }
+  return warp_sum(ss);
+}
+
+// inv = 1 / sqrt(mean(x²) + EPS) from the four warp sums of rms_partial.
+template <int H, float EPS>
+__device__ __forceinline__ float rms_inv(const float (&warp_sums)[4]) {
+  return rsqrtf(((warp_sums[0] + warp_sums[1]) + (warp_sums[2] + warp_sums[3])) / H + EPS);
+}
+
+// Chunk c of a normalized row as 8 packed bf16 (zeros past H); w8 holds w[8c .. 8c + 7].
+template <int H>
+__device__ __forceinline__ uint4 rms_apply8(const float* row, int c, float inv, const float (&w8)[8]) {
+  if (c >= H / 8) return make_uint4(0u, 0u, 0u, 0u);
+  const float4 a = reinterpret_cast<const float4*>(row)[2 * c];
+  const float4 b = reinterpret_cast<const float4*>(row)[2 * c + 1];
+  const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  unsigned u[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    u[i] = static_cast<unsigned>(f32_to_bf16(x[2 * i] * inv * w8[2 * i])) |
+           static_cast<unsigned>(f32_to_bf16(x[2 * i + 1] * inv * w8[2 * i + 1])) << 16;
+  return make_uint4(u[0], u[1], u[2], u[3]);
+}
+
+// A thread's weights of the norm: w8[k] = w[8c .. 8c + 7] for its chunks c = t + 128 k (zeros past H).
+template <int H>
+__device__ __forceinline__ void rms_load_w(const float* w, int t, float (&w8)[kNormChunks<H>][8]) {
+#pragma unroll
+  for (int k = 0; k < kNormChunks<H>; ++k) {
+    const int c = t + k * kNormThreads;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) w8[k][e] = c < H / 8 ? w[8 * c + e] : 0.f;
+  }
+}
+
+// out[r] = bf16(x[src] / sqrt(mean(x[src]^2) + EPS) * w), one block of kNormThreads per output
+// row r. With GATHER, src = rows[r] (the rows that sample, for the final norm) and a negative entry
+// (a padding row) writes zeros; otherwise src = r. w is read before griddepcontrol.wait (a weight:
+// no kernel writes it), so under PDL its load overlaps the previous kernel's tail.
+template <int H, float EPS, bool GATHER>
+__global__ void __launch_bounds__(kNormThreads) rmsnorm(const float* x, const float* w, const int* rows,
+                                                        bf16* out) {
+  __shared__ float scratch[4];
+  pdl_launch_dependents();
+  const int t = threadIdx.x;
+  float w8[kNormChunks<H>][8];
+  rms_load_w<H>(w, t, w8);
   pdl_wait();
   const int r = blockIdx.x;
   const int src = GATHER ? rows[r] : r;
-  bf16* o = out + static_cast<long long>(r) * H;
+  uint4* o = reinterpret_cast<uint4*>(out + static_cast<long long>(r) * H);
   if (src < 0) {
-    for (int i = threadIdx.x; i < H; i += THREADS) o[i] = 0;
+    for (int c = t; c < H / 8; c += kNormThreads) o[c] = make_uint4(0u, 0u, 0u, 0u);
     return;
   }
   const float* in = x + static_cast<long long>(src) * H;
-  float xr[PER];
-  float ss = 0.f;
+  const float ss = rms_partial<H>(in, t);
+  if (t % 32 == 0) scratch[t / 32] = ss;
+  __syncthreads();
+  const float sums[4] = {scratch[0], scratch[1], scratch[2], scratch[3]};
+  const float inv = rms_inv<H, EPS>(sums);
 #pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    const int i = threadIdx.x + k * THREADS;
-    xr[k] = i < H ? in[i] : 0.f;
-    if (i < H) ss = fmaf(xr[k], xr[k], ss);
-  }
-  ss = block_sum<THREADS>(ss, scratch);
-  const float inv = rsqrtf(ss / H + EPS);
-#pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    const int i = threadIdx.x + k * THREADS;
-    if (i < H) o[i] = f32_to_bf16(xr[k] * inv * wr[k]);
+  for (int k = 0; k < kNormChunks<H>; ++k) {
+    const int c = t + k * kNormThreads;
+    if (c < H / 8) o[c] = rms_apply8<H>(in, c, inv, w8[k]);
   }
 }
 

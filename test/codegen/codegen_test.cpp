@@ -125,7 +125,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       "telos_kernels::gemm_prefill_residual", "telos_kernels::gemm_prefill_swiglu",
       "telos_kernels::gemm_prefill_bf16",     "telos_kernels::qkv_rope_append_rows",
       "telos_kernels::gemm_small_residual",   "telos_kernels::gemm_small_swiglu",
-      "telos_kernels::gemm_small_bf16"};
+      "telos_kernels::gemm_small_bf16",       "telos_kernels::gemm_small_norm_bf16",
+      "telos_kernels::gemm_small_norm_swiglu"};
   EXPECT_EQ(kinds, expected);
 
   // Every bucket launches something valid, decode buckets first and largest first.
@@ -189,14 +190,20 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
                                                        "tmap:w:layers.0.gate_up:512:128:32:64", "buf:act"}));
   EXPECT_EQ(p64[8].at("grid"), nlohmann::ordered_json({1, 8, 1}));
   EXPECT_EQ(instance_of(p64[9]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 4>");
-  // Decode at 8 tokens: the activations' boxes have the bucket's 8 rows, not 64 (the kernel
-  // expects that many bytes per stage).
+  // Decode at 8 tokens: the norms fold into the QKV and gate/up GEMMs (A = RMSNorm(x) in the
+  // kernel, no rmsnorm launch, the stages hold weights only); the o projection's activations come
+  // in boxes of the bucket's 8 rows, not 64 (the kernel expects that many bytes per stage).
   const auto& d8 = buckets[0].at("launches");
-  EXPECT_EQ(instance_of(d8[2]).rfind("telos_kernels::gemm_small_bf16<8, 256, 128, 32, ", 0), 0u);
-  EXPECT_EQ(d8[2].at("args")[0], "tmap:buf:h:8:128:8:64");
-  EXPECT_EQ(d8[6].at("args")[0], "tmap:buf:attn:8:128:8:64");
-  EXPECT_EQ(instance_of(d8[4]).substr(instance_of(d8[4]).size() - 4), ", 1>");
-  EXPECT_EQ(d8[4].at("grid"), nlohmann::ordered_json({8, 2, 2}));
+  ASSERT_EQ(d8.size(), 1u + 7u * 2u + 3u);  // embed, 7 a layer, final norm, LM head, sample
+  EXPECT_EQ(instance_of(d8[1]).rfind("telos_kernels::gemm_small_norm_bf16<8, 256, 128, 32, ", 0), 0u);
+  EXPECT_EQ(d8[1].at("args"), nlohmann::ordered_json({"buf:x", "w:layers.0.attn_norm",
+                                                      "tmap:w:layers.0.qkv:256:128:32:64", "buf:qkv"}));
+  EXPECT_EQ(d8[5].at("args")[0], "tmap:buf:attn:8:128:8:64");
+  EXPECT_EQ(instance_of(d8[6]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
+  EXPECT_EQ(d8[6].at("args")[0], "buf:x");
+  EXPECT_EQ(d8[6].at("args")[1], "w:layers.0.mlp_norm");
+  EXPECT_EQ(instance_of(d8[3]).substr(instance_of(d8[3]).size() - 4), ", 1>");
+  EXPECT_EQ(d8[3].at("grid"), nlohmann::ordered_json({8, 2, 2}));
   EXPECT_EQ(p128[9].at("args")[2], "tmap:buf:x:128:128:64:32");
   for (const auto& e : k.kernels) {
     const std::string instance = e.at("instance");
@@ -219,6 +226,10 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n" + n + "k16.f32.bf16.bf16"), std::string::npos)
         << instance;
     EXPECT_NE(body.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos) << instance;
+    // The folded norm reads x with plain loads and writes A to shared memory itself.
+    if (instance.rfind("telos_kernels::gemm_small_norm", 0) == 0) {
+      EXPECT_NE(body.find("ld.global.v4.f32"), std::string::npos) << instance;
+    }
     if (prefill) {
       EXPECT_NE(body.find("setmaxnreg.inc.sync.aligned.u32 232"), std::string::npos) << instance;
     }
@@ -230,7 +241,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   }
 
   // The family's extras are wired into the QKV epilogue's launch.
-  const auto& first_qkv = buckets[0].at("launches")[3].at("args");
+  const auto& first_qkv = buckets[0].at("launches")[2].at("args");
   EXPECT_EQ(first_qkv[1] != "null", GetParam() == "qwen2");
   EXPECT_EQ(first_qkv[2] != "null", GetParam() == "qwen3");
 

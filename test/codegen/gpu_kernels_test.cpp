@@ -69,12 +69,13 @@ std::string I(long long v) { return std::to_string(v); }
 
 TEST(GpuKernels, EmbedAndRmsNorm) {
   TELOS_SKIP_WITHOUT_GPU();
-  for (int H : {128, 1536, 2048}) {
-    const int threads = std::clamp(H / 8 / 32 * 32, 32, 1024), V = 100, T = 5;
+  for (int H : {128, 1536, 2048, 4096}) {
+    const int threads = codegen::kNormThreads, embed_threads = std::clamp(H / 8 / 32 * 32, 32, 256), V = 100,
+              T = 5;
     const std::string eps = float_literal(1e-6);
-    const std::string embed = "telos_kernels::embed_gather<" + I(H) + ", " + I(std::min(threads, 256)) + ">";
-    const std::string norm = "telos_kernels::rmsnorm<" + I(H) + ", " + I(threads) + ", " + eps + ", false>";
-    const std::string gather = "telos_kernels::rmsnorm<" + I(H) + ", " + I(threads) + ", " + eps + ", true>";
+    const std::string embed = "telos_kernels::embed_gather<" + I(H) + ", " + I(embed_threads) + ">";
+    const std::string norm = "telos_kernels::rmsnorm<" + I(H) + ", " + eps + ", false>";
+    const std::string gather = "telos_kernels::rmsnorm<" + I(H) + ", " + eps + ", true>";
     TestModule mod(source_with_rope(), {embed, norm, gather});
     std::vector<float> table_f, w = random_floats(H, 1.f);
     const bf16v table = random_bf16(static_cast<std::size_t>(V) * H, 1.f, table_f);
@@ -84,7 +85,7 @@ TEST(GpuKernels, EmbedAndRmsNorm) {
     DeviceBuffer<int> d_tokens(tokens), d_rows(rows);
     DeviceBuffer<float> d_x(static_cast<std::size_t>(T) * H), d_w(w);
     DeviceBuffer<std::uint16_t> d_h(static_cast<std::size_t>(T) * H), d_hf(3 * static_cast<std::size_t>(H));
-    CUDA_OK(mod.launch(embed, T, std::min(threads, 256), {d_table.get(), d_tokens.get(), d_x.get()}));
+    CUDA_OK(mod.launch(embed, T, embed_threads, {d_table.get(), d_tokens.get(), d_x.get()}));
     CUDA_OK(mod.launch(norm, T, threads, {d_x.get(), d_w.get(), nullptr, d_h.get()}));
     CUDA_OK(mod.launch(gather, 3, threads, {d_x.get(), d_w.get(), d_rows.get(), d_hf.get()}));
     const auto x = d_x.download();
@@ -431,6 +432,64 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
           }
           EXPECT_LT(rel_l2(got, want), 1e-2) << epi << " vs f64, " << what;
         }
+      }
+    }
+  }
+}
+
+// The norm prologue (decode buckets up to 8 tokens): gemm_small_norm_{bf16,swiglu} on x must give
+// the bits of rmsnorm into h then gemm_small_{bf16,swiglu} on h, at every M up to 8, with K not a
+// multiple of 64 (the last block's tail is zeros) and the ring wrapping; rows past M stay poisoned.
+TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int N, K;
+  };
+  const std::string eps = float_literal(1e-5);
+  for (const Shape& shape : {Shape{520, 2000}, Shape{8448, 1024}, Shape{96, 4096}}) {
+    const int N = shape.N, K = shape.K;
+    const std::vector<int> ms = {1, 3, 8};
+    std::vector<std::string> names = {"telos_kernels::rmsnorm<" + I(K) + ", " + eps + ", false>"};
+    for (int M : ms)
+      for (const std::string epi : {"bf16", "swiglu"}) {
+        const bool swiglu = epi == "swiglu";
+        names.push_back(small_gemm_name(epi, M, N, K, codegen::small_gemm_tiling(N, K, M, swiglu)));
+        const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, swiglu, true);
+        names.push_back("telos_kernels::gemm_small_norm_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) + ", " +
+                        I(t.bn) + ", " + I(t.stages) + ", " + eps + ">");
+      }
+    TestModule mod(source_with_rope(), names);
+    constexpr int MAXM = 8, GUARD = 8;
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(MAXM) * K, 2.f);
+    const std::vector<float> nw = random_floats(K, 1.f);
+    std::vector<float> Wf;
+    DeviceBuffer<std::uint16_t> dW(random_bf16(2 * static_cast<std::size_t>(N) * K, 0.05f, Wf));
+    DeviceBuffer<float> dx(x), dnw(nw);
+    std::size_t i = 1;
+    for (int M : ms) {
+      DeviceBuffer<std::uint16_t> h(static_cast<std::size_t>(M) * K);
+      CUDA_OK(mod.launch(names[0], M, codegen::kNormThreads, {dx.get(), dnw.get(), nullptr, h.get()}));
+      for (const std::string epi : {"bf16", "swiglu"}) {
+        const bool swiglu = epi == "swiglu";
+        const std::string& plain = names[i++];
+        const std::string& fused = names[i++];
+        const std::string what = epi + " M=" + I(M) + " N=" + I(N) + " K=" + I(K);
+        const codegen::SmallGemmTiling tp = codegen::small_gemm_tiling(N, K, M, swiglu),
+                                       tf = codegen::small_gemm_tiling(N, K, M, swiglu, true);
+        const std::size_t MN = static_cast<std::size_t>(M) * N, total = MN + static_cast<std::size_t>(GUARD) * N;
+        DeviceBuffer<std::uint16_t> y_plain(total), y_fused(total);
+        const DeviceMap a_map(h.get(), M, K, tp.a_box), wp(dW.get(), swiglu ? 2 * N : N, K, tp.cols),
+            wf(dW.get(), swiglu ? 2 * N : N, K, tf.cols);
+        CUDA_OK(mod.launch(plain, dim3(tp.tiles_m, tp.tiles_n), codegen::kSmallGemmThreads,
+                           {a_map.get(), wp.get(), y_plain.get()}, tp.smem()));
+        CUDA_OK(mod.launch(fused, dim3(tf.tiles_m, tf.tiles_n), codegen::kSmallGemmThreads,
+                           {dx.get(), dnw.get(), wf.get(), y_fused.get()}, tf.smem()));
+        const auto a = y_plain.download(), b = y_fused.download();
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), MN * sizeof(std::uint16_t))) << what;
+        for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(b[e], 0xffff) << "wrote past M, " << what;
+        std::size_t nans = 0;
+        for (std::size_t e = 0; e < MN; ++e) nans += std::isnan(from_bf16(b[e]));
+        EXPECT_EQ(nans, 0u) << what;
       }
     }
   }
