@@ -145,7 +145,8 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
     t.norm_blocks = k_blocks;
   }
   const int per_sm = (t.tiles_m * t.tiles_n + kSms - 1) / kSms;
-  const int budget = std::min(227 * 1024, 228 * 1024 / per_sm - 1024);
+  // Less 1 KB for the static shared memory of the folded QKV epilogue (gemm_small_norm_qkv).
+  const int budget = std::min(227 * 1024, 228 * 1024 / per_sm - 1024) - (norm ? 1024 : 0);
   const int stage = small_gemm_stage_bytes(t.a_box, t.bn, norm);
   const int resident = t.smem() - t.stages * stage - 1024;
   t.stages = std::clamp((budget - 1024 - resident) / stage, 2, std::clamp(k_blocks, 2, 16));
@@ -212,6 +213,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   const std::string lm_head = in.tie_word_embeddings ? "w:embed" : "w:lm_head";
   const std::string scale_log2 = float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D)));
 
+  int qkv_arrival_counters = 0;  // gemm_small_norm_qkv's, when a bucket folds the QKV epilogue
   auto program = [&](const std::string& kind, int size, int tokens, int sample_rows) {
     BucketProgram p{kind, size, tokens, sample_rows, {}};
     auto launch = [&](int k, std::array<int, 3> grid, std::vector<std::string> args) {
@@ -296,24 +298,51 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       launch_gemm(g, "h", w_name, w_rows, k, out_buf, n);
     };
     const int NH = HQ + 2 * HKV;
-    const Gemm qkv_g = gemm("bf16", NH * D, H, fold_norm), o_g = gemm("residual", H, HQ * D),
-               gu_g = gemm("swiglu", I, H, fold_norm), down_g = gemm("residual", H, I);
-    const int qkv_rows_k =
-        b.kernel("telos_kernels::qkv_rope_append_rows<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " +
-                     (in.qkv_bias ? "true" : "false") + ", " + (in.qk_norm ? "true" : "false") + ", " + eps +
-                     ", " + I_(PAGE) + ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, telos_rope::Freqs>",
-                 {"qkv", "bias", "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer",
-                  "q_out"},
-                 D);
+    const Gemm o_g = gemm("residual", H, HQ * D), gu_g = gemm("swiglu", I, H, fold_norm),
+               down_g = gemm("residual", H, I);
+    // The QKV epilogue (bias, QK norm, RoPE, q out, K/V appended to their pages): its own kernel
+    // after the projection, or folded with the norm into the projection (gemm_small_norm_qkv).
+    const std::string qkv_epi = std::string(in.qkv_bias ? "true" : "false") + ", " + (in.qk_norm ? "true" : "false") +
+                                ", " + (fold_norm ? "" : eps + ", ") + I_(PAGE) + ", " + I_(MAXP) + ", " +
+                                I_(page_elems) + "ll, telos_rope::Freqs>";
+    const std::vector<std::string> qkv_epi_params = {"bias",      "q_norm",      "k_norm",   "positions",
+                                                     "token_seq", "page_tables", "kv_layer", "q_out"};
+    auto qkv_epi_args = [&](const std::string& w, int l) {
+      return std::vector<std::string>{in.qkv_bias ? w + "qkv_bias" : "null", in.qk_norm ? w + "q_norm" : "null",
+                                      in.qk_norm ? w + "k_norm" : "null",  "desc:positions",
+                                      "desc:token_seq",                    "desc:page_tables",
+                                      "kv:" + I_(l),                       "buf:q"};
+    };
+    auto launch_qkv = [&](const std::string& w, int l) {
+      const long long rows = static_cast<long long>(NH) * D;
+      std::vector<std::string> args = qkv_epi_args(w, l);
+      if (fold_norm) {
+        const SmallGemmTiling t = small_gemm_tiling(NH * D, H, T, false, true);
+        std::vector<std::string> params = {"x", "norm_w", "w_map", "qkv"};
+        params.insert(params.end(), qkv_epi_params.begin(), qkv_epi_params.end());
+        params.push_back("arrivals");
+        const int k = b.kernel("telos_kernels::gemm_small_norm_qkv<" + I_(T) + ", " + I_(H) + ", " + I_(t.bn) + ", " +
+                                   I_(t.stages) + ", " + eps + ", " + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " +
+                                   qkv_epi,
+                               params, kSmallGemmThreads, t.smem());
+        args.insert(args.begin(), {"buf:x", w + "attn_norm", tmap(w + "qkv", rows, H, t.cols), "buf:qkv"});
+        args.push_back("buf:qkv_arrivals");
+        launch(k, {t.tiles_m, t.tiles_n, 1}, args);
+        return;
+      }
+      launch_norm_gemm(gemm("bf16", NH * D, H), w + "attn_norm", w + "qkv", rows, H, "qkv", rows);
+      std::vector<std::string> params = {"qkv"};
+      params.insert(params.end(), qkv_epi_params.begin(), qkv_epi_params.end());
+      const int k = b.kernel("telos_kernels::qkv_rope_append_rows<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " +
+                                 qkv_epi,
+                             params, D);
+      args.insert(args.begin(), "buf:qkv");
+      launch(k, {NH, T, 1}, args);
+    };
+    if (fold_norm) qkv_arrival_counters = NH;
     for (int l = 0; l < L; ++l) {
       const std::string w = "w:layers." + I_(l) + ".";
-      // The projection to bf16 on the tensor cores, then bias / QK norm / RoPE / KV append.
-      launch_norm_gemm(qkv_g, w + "attn_norm", w + "qkv", static_cast<long long>(NH) * D, H, "qkv",
-                       static_cast<long long>(NH) * D);
-      launch(qkv_rows_k, {NH, T, 1},
-             {"buf:qkv", in.qkv_bias ? w + "qkv_bias" : "null", in.qk_norm ? w + "q_norm" : "null",
-              in.qk_norm ? w + "k_norm" : "null", "desc:positions", "desc:token_seq", "desc:page_tables",
-              "kv:" + I_(l), "buf:q"});
+      launch_qkv(w, l);
       launch(split_k, {T / tpt, HKV, plan.attn_num_splits},
              {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
               "buf:part_o", "buf:part_ml"});
@@ -361,8 +390,10 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       {"logits", S * V * 4},
       {"sampled", S * 4},
   };
-  // The QKV projection between its GEMM and its epilogue kernel.
+  // The QKV projection between its GEMM and its epilogue.
   plan.arena.push_back({"qkv", T * (HQ + 2 * HKV) * D * 2});
+  // Arrival counters of gemm_small_norm_qkv, one per head, zero between launches.
+  if (qkv_arrival_counters > 0) plan.arena.push_back({"qkv_arrivals", qkv_arrival_counters * 4LL});
   return plan;
 }
 

@@ -323,48 +323,58 @@ __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
   prefill_gemm_body<M, I, K, EpilogueSwiGlu>(a_map, w_map, act_map);
 }
 
-// The prefill QKV epilogue, after gemm_prefill_bf16 wrote the projection qkv [M, (HQ + 2 HKV) D]
-// (bf16, as transformers' projection is): block (head, m) adds the bias (Qwen2), applies the
+// The QKV epilogue of one (token m, head) row of D values: adds the bias (Qwen2), applies the
 // per-head RMSNorm to q and k (Qwen3), rotates q and k (RoPE, rotate-half; Rope::inv_freq(i),
 // llama3 scaling included), then writes q (f32, [M, HQ D]) or appends k / v to the token's KV
-// page. Rows whose position is negative are padding: their k and v are not written. The same
-// steps as qkv_rope_append's epilogue in linear.cuh (decode), one token per block, D threads.
-template <int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
-          long long PAGE_ELEMS, class Rope>
-__global__ void __launch_bounds__(D)
-    qkv_rope_append_rows(const bf16* qkv, const float* bias, const float* q_norm,
-                         const float* k_norm, const int* positions, const int* token_seq,
-                         const int* page_tables, bf16* kv_layer, float* q_out) {
-  pdl_entry();
+// page. `v` is thread d's element of the bf16 projection, as f32. Rows whose position is negative
+// are padding: their k and v are not written. Threads d >= D (a GEMM's warpgroup when D < 128)
+// only take part in the barriers; `sync` is the barrier of the threads running the row, `head_v`
+// D floats and `scratch` 4 floats of shared memory. The norm's sum is block_sum's order over D
+// threads (warp butterflies, then the warp sums), so qkv_rope_append_rows and the small GEMM's
+// folded epilogue (gemm_small.cuh) give a row the same bits.
+template <int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP, long long PAGE_ELEMS,
+          class Rope, class Sync>
+__device__ __forceinline__ void qkv_rope_row(float v, int head, int m, int d, const float* bias,
+                                             const float* q_norm, const float* k_norm, const int* positions,
+                                             const int* token_seq, const int* page_tables, bf16* kv_layer,
+                                             float* q_out, float* head_v, float* scratch, Sync sync) {
   static_assert(D % 32 == 0 && D <= 256, "one thread per element of a head");
-  __shared__ float head_v[D];
-  __shared__ float scratch[D / 32];
-  const int head = blockIdx.x, m = blockIdx.y, d = threadIdx.x;
+  const bool on = d < D;
   const bool is_q = head < HQ, is_k = !is_q && head < HQ + HKV;
-  float v = __uint_as_float(static_cast<unsigned>(qkv[static_cast<long long>(m) * (HQ + 2 * HKV) * D +
-                                                      head * D + d])
-                            << 16);
-  if constexpr (BIAS) v += bias[head * D + d];
+  if constexpr (BIAS) {
+    if (on) v += bias[head * D + d];
+  }
   if constexpr (QK_NORM) {
     if (is_q || is_k) {
-      const float inv = rsqrtf(block_sum<D>(v * v, scratch) / D + EPS);
-      v = v * inv * (is_q ? q_norm : k_norm)[d];
+      constexpr int kWarps = D / 32;
+      float ss = warp_sum(v * v);
+      if constexpr (kWarps > 1) {
+        sync();  // scratch may still be read by a previous row
+        if (d % 32 == 0 && on) scratch[d / 32] = ss;
+        sync();
+        ss = warp_sum(d % 32 < kWarps ? scratch[d % 32] : 0.f);
+      }
+      if (on) v = v * rsqrtf(ss / D + EPS) * (is_q ? q_norm : k_norm)[d];
     }
   }
   const int pos = positions[m];
   if (is_q || is_k) {
-    head_v[d] = v;
-    __syncthreads();
-    const int j = d % (D / 2);
-    // The angle is rounded to f32 as transformers computes it; reducing it by 2π in f64 keeps
-    // sincos on its short path (the long-argument path needs local memory).
-    const float angle = static_cast<float>(max(pos, 0)) * Rope::inv_freq(j);
-    const double turns = rint(static_cast<double>(angle) * 0.15915494309189535);
-    float sn, cs;
-    __sincosf(static_cast<float>(fma(-turns, 6.283185307179586, static_cast<double>(angle))), &sn, &cs);
-    const float x1 = head_v[j], x2 = head_v[j + D / 2];
-    v = d < D / 2 ? x1 * cs - x2 * sn : x2 * cs + x1 * sn;
+    sync();  // head_v may still be read by a previous row
+    if (on) head_v[d] = v;
+    sync();
+    if (on) {
+      const int j = d % (D / 2);
+      // The angle is rounded to f32 as transformers computes it; reducing it by 2π in f64 keeps
+      // sincos on its short path (the long-argument path needs local memory).
+      const float angle = static_cast<float>(max(pos, 0)) * Rope::inv_freq(j);
+      const double turns = rint(static_cast<double>(angle) * 0.15915494309189535);
+      float sn, cs;
+      __sincosf(static_cast<float>(fma(-turns, 6.283185307179586, static_cast<double>(angle))), &sn, &cs);
+      const float x1 = head_v[j], x2 = head_v[j + D / 2];
+      v = d < D / 2 ? x1 * cs - x2 * sn : x2 * cs + x1 * sn;
+    }
   }
+  if (!on) return;
   if (is_q) {
     q_out[static_cast<long long>(m) * HQ * D + head * D + d] = v;
     return;
@@ -374,6 +384,27 @@ __global__ void __launch_bounds__(D)
   const int page = page_tables[token_seq[m] * MAXP + pos / PAGE];
   kv_layer[page * PAGE_ELEMS + (static_cast<long long>(kv * HKV + kvh) * PAGE + pos % PAGE) * D + d] =
       f32_to_bf16(v);
+}
+
+// The QKV epilogue as its own kernel, after a GEMM wrote the projection qkv [M, (HQ + 2 HKV) D]
+// (bf16, as transformers' projection is): block (head, m), D threads, qkv_rope_row. Decode
+// buckets of up to 8 tokens fold it into the QKV GEMM instead (gemm_small_norm_qkv).
+template <int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
+          long long PAGE_ELEMS, class Rope>
+__global__ void __launch_bounds__(D)
+    qkv_rope_append_rows(const bf16* qkv, const float* bias, const float* q_norm,
+                         const float* k_norm, const int* positions, const int* token_seq,
+                         const int* page_tables, bf16* kv_layer, float* q_out) {
+  pdl_entry();
+  __shared__ float head_v[D];
+  __shared__ float scratch[D / 32];
+  const int head = blockIdx.x, m = blockIdx.y, d = threadIdx.x;
+  const float v = __uint_as_float(static_cast<unsigned>(qkv[static_cast<long long>(m) * (HQ + 2 * HKV) * D +
+                                                            head * D + d])
+                                  << 16);
+  qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
+      v, head, m, d, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q_out, head_v, scratch,
+      [] { __syncthreads(); });
 }
 
 }  // namespace telos_kernels

@@ -257,20 +257,55 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
   small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu>(a_map, nullptr, nullptr, w_map, act);
 }
 
-// The same two with the norm that feeds them (decode, up to 8 tokens): A = RMSNorm(x) with
+// The gate/up projection with the norm that feeds it (decode, up to 8 tokens): A = RMSNorm(x) with
 // weights norm_w, computed in the kernel (see the norm prologue above).
-template <int M, int N, int K, int BN, int STAGES, float EPS>
-__global__ void __launch_bounds__(SmallGemm::kThreads)
-    gemm_small_norm_bf16(const float* x, const float* norm_w, const TensorMap* w_map, bf16* y) {
-  hexel::launch_dependents();  // the wait is in the body
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, true, EPS>(nullptr, x, norm_w, w_map, y);
-}
-
 template <int M, int I, int K, int BN, int STAGES, float EPS>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_norm_swiglu(const float* x, const float* norm_w, const TensorMap* w_map, bf16* act) {
   hexel::launch_dependents();  // the wait is in the body
   small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, true, EPS>(nullptr, x, norm_w, w_map, act);
+}
+
+// The QKV projection of a decode bucket of up to 8 tokens in one launch: the norm prologue, the
+// GEMM into qkv (bf16 [M, (HQ + 2 HKV) D], as gemm_small_bf16), then the QKV epilogue
+// (qkv_rope_row, gemm_prefill.cuh: bias, QK norm, RoPE, q out, K/V appended). A head's D columns
+// span D / BN CTAs; each CTA counts its arrival in arrivals[head] after its stores (fence, then
+// an atomic: the threadfence-reduction pattern), and the last to arrive reads the head's row back
+// from L2 and runs the epilogue on it for every token, then returns the counter to zero (the
+// arena starts zeroed, docs/artifact.md). The epilogue reads the same bf16 values that
+// qkv_rope_append_rows would, so every bucket gives a row the same bits.
+template <int M, int K, int BN, int STAGES, float EPS, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, int PAGE,
+          int MAXP, long long PAGE_ELEMS, class Rope>
+__global__ void __launch_bounds__(SmallGemm::kThreads)
+    gemm_small_norm_qkv(const float* x, const float* norm_w, const TensorMap* w_map, bf16* qkv, const float* bias,
+                        const float* q_norm, const float* k_norm, const int* positions, const int* token_seq,
+                        const int* page_tables, bf16* kv_layer, float* q_out, unsigned* arrivals) {
+  constexpr int NH = HQ + 2 * HKV, N = NH * D;
+  static_assert(D % BN == 0 && D <= 128, "a weight tile lies inside one head; a thread per element");
+  hexel::launch_dependents();  // the wait is in the body
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, true, EPS>(nullptr, x, norm_w, w_map, qkv);
+  if (hexel::warp_index() == 4) return;  // the producer warp
+  __shared__ float head_v[D];
+  __shared__ float scratch[4];
+  __shared__ unsigned last;
+  const int head = blockIdx.y * BN / D, d = threadIdx.x;
+  auto sync = [] { hexel::named_barrier_sync(2, 128); };
+  __threadfence();  // this thread's qkv stores, before the arrival
+  sync();
+  if (d == 0) {
+    last = atomicAdd(&arrivals[head], 1u) == D / BN - 1;
+    if (last) arrivals[head] = 0;
+  }
+  sync();
+  if (!last) return;
+  __threadfence();
+  for (int m = 0; m < M; ++m) {
+    const bf16* p = qkv + static_cast<long long>(m) * N + head * D + d;
+    const float v = d < D ? __uint_as_float(static_cast<unsigned>(__ldcg(p)) << 16) : 0.f;
+    qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
+        v, head, m, d, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q_out, head_v, scratch,
+        sync);
+  }
 }
 
 }  // namespace telos_kernels

@@ -125,7 +125,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       "telos_kernels::gemm_prefill_residual", "telos_kernels::gemm_prefill_swiglu",
       "telos_kernels::gemm_prefill_bf16",     "telos_kernels::qkv_rope_append_rows",
       "telos_kernels::gemm_small_residual",   "telos_kernels::gemm_small_swiglu",
-      "telos_kernels::gemm_small_bf16",       "telos_kernels::gemm_small_norm_bf16",
+      "telos_kernels::gemm_small_bf16",       "telos_kernels::gemm_small_norm_qkv",
       "telos_kernels::gemm_small_norm_swiglu"};
   EXPECT_EQ(kinds, expected);
 
@@ -191,19 +191,27 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(p64[8].at("grid"), nlohmann::ordered_json({1, 8, 1}));
   EXPECT_EQ(instance_of(p64[9]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 4>");
   // Decode at 8 tokens: the norms fold into the QKV and gate/up GEMMs (A = RMSNorm(x) in the
-  // kernel, no rmsnorm launch, the stages hold weights only); the o projection's activations come
-  // in boxes of the bucket's 8 rows, not 64 (the kernel expects that many bytes per stage).
+  // kernel, no rmsnorm launch, the stages hold weights only) and the QKV epilogue into the QKV
+  // GEMM (its last CTA per head, counted in qkv_arrivals); the o projection's activations come in
+  // boxes of the bucket's 8 rows, not 64 (the kernel expects that many bytes per stage).
   const auto& d8 = buckets[0].at("launches");
-  ASSERT_EQ(d8.size(), 1u + 7u * 2u + 3u);  // embed, 7 a layer, final norm, LM head, sample
-  EXPECT_EQ(instance_of(d8[1]).rfind("telos_kernels::gemm_small_norm_bf16<8, 256, 128, 32, ", 0), 0u);
-  EXPECT_EQ(d8[1].at("args"), nlohmann::ordered_json({"buf:x", "w:layers.0.attn_norm",
-                                                      "tmap:w:layers.0.qkv:256:128:32:64", "buf:qkv"}));
-  EXPECT_EQ(d8[5].at("args")[0], "tmap:buf:attn:8:128:8:64");
-  EXPECT_EQ(instance_of(d8[6]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
-  EXPECT_EQ(d8[6].at("args")[0], "buf:x");
-  EXPECT_EQ(d8[6].at("args")[1], "w:layers.0.mlp_norm");
-  EXPECT_EQ(instance_of(d8[3]).substr(instance_of(d8[3]).size() - 4), ", 1>");
-  EXPECT_EQ(d8[3].at("grid"), nlohmann::ordered_json({8, 2, 2}));
+  ASSERT_EQ(d8.size(), 1u + 6u * 2u + 3u);  // embed, 6 a layer, final norm, LM head, sample
+  EXPECT_EQ(instance_of(d8[1]).rfind("telos_kernels::gemm_small_norm_qkv<8, 128, 32, ", 0), 0u);
+  const auto& qkv_args = d8[1].at("args");
+  ASSERT_EQ(qkv_args.size(), 13u);
+  EXPECT_EQ(qkv_args[0], "buf:x");
+  EXPECT_EQ(qkv_args[1], "w:layers.0.attn_norm");
+  EXPECT_EQ(qkv_args[2], "tmap:w:layers.0.qkv:256:128:32:64");
+  EXPECT_EQ(qkv_args[3], "buf:qkv");
+  EXPECT_EQ(qkv_args[10], "kv:0");
+  EXPECT_EQ(qkv_args[11], "buf:q");
+  EXPECT_EQ(qkv_args[12], "buf:qkv_arrivals");
+  EXPECT_EQ(d8[4].at("args")[0], "tmap:buf:attn:8:128:8:64");
+  EXPECT_EQ(instance_of(d8[5]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
+  EXPECT_EQ(d8[5].at("args")[0], "buf:x");
+  EXPECT_EQ(d8[5].at("args")[1], "w:layers.0.mlp_norm");
+  EXPECT_EQ(instance_of(d8[2]).substr(instance_of(d8[2]).size() - 4), ", 1>");
+  EXPECT_EQ(d8[2].at("grid"), nlohmann::ordered_json({8, 2, 2}));
   EXPECT_EQ(p128[9].at("args")[2], "tmap:buf:x:128:128:64:32");
   for (const auto& e : k.kernels) {
     const std::string instance = e.at("instance");
@@ -240,10 +248,12 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     }
   }
 
-  // The family's extras are wired into the QKV epilogue's launch.
-  const auto& first_qkv = buckets[0].at("launches")[2].at("args");
-  EXPECT_EQ(first_qkv[1] != "null", GetParam() == "qwen2");
-  EXPECT_EQ(first_qkv[2] != "null", GetParam() == "qwen3");
+  // The family's extras are wired into the QKV epilogue's launch, folded (decode 8) or not
+  // (prefill 64).
+  EXPECT_EQ(qkv_args[4] != "null", GetParam() == "qwen2");
+  EXPECT_EQ(qkv_args[5] != "null", GetParam() == "qwen3");
+  EXPECT_EQ(p64[3].at("args")[1] != "null", GetParam() == "qwen2");
+  EXPECT_EQ(p64[3].at("args")[2] != "null", GetParam() == "qwen3");
 
   // A second generation comes from the cache, identical.
   const GeneratedKernels again = generate_kernels(tiny(GetParam()), {cache});

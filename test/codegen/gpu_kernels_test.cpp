@@ -437,9 +437,10 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   }
 }
 
-// The norm prologue (decode buckets up to 8 tokens): gemm_small_norm_{bf16,swiglu} on x must give
-// the bits of rmsnorm into h then gemm_small_{bf16,swiglu} on h, at every M up to 8, with K not a
-// multiple of 64 (the last block's tail is zeros) and the ring wrapping; rows past M stay poisoned.
+// The norm prologue (decode buckets up to 8 tokens): gemm_small_norm_swiglu on x must give the
+// bits of rmsnorm into h then gemm_small_swiglu on h, at every M up to 8, with K not a multiple
+// of 64 (the last block's tail is zeros) and the ring wrapping; rows past M stay poisoned.
+// (The QKV GEMM's fold, which also carries the epilogue, is QkvFoldedMatchesGemmThenRows.)
 TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Shape {
@@ -450,14 +451,12 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
     const int N = shape.N, K = shape.K;
     const std::vector<int> ms = {1, 3, 8};
     std::vector<std::string> names = {"telos_kernels::rmsnorm<" + I(K) + ", " + eps + ", false>"};
-    for (int M : ms)
-      for (const std::string epi : {"bf16", "swiglu"}) {
-        const bool swiglu = epi == "swiglu";
-        names.push_back(small_gemm_name(epi, M, N, K, codegen::small_gemm_tiling(N, K, M, swiglu)));
-        const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, swiglu, true);
-        names.push_back("telos_kernels::gemm_small_norm_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) + ", " +
-                        I(t.bn) + ", " + I(t.stages) + ", " + eps + ">");
-      }
+    for (int M : ms) {
+      names.push_back(small_gemm_name("swiglu", M, N, K, codegen::small_gemm_tiling(N, K, M, true)));
+      const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, true, true);
+      names.push_back("telos_kernels::gemm_small_norm_swiglu<" + I(M) + ", " + I(N) + ", " + I(K) + ", " + I(t.bn) +
+                      ", " + I(t.stages) + ", " + eps + ">");
+    }
     TestModule mod(source_with_rope(), names);
     constexpr int MAXM = 8, GUARD = 8;
     const std::vector<float> x = random_floats(static_cast<std::size_t>(MAXM) * K, 2.f);
@@ -469,28 +468,24 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
     for (int M : ms) {
       DeviceBuffer<std::uint16_t> h(static_cast<std::size_t>(M) * K);
       CUDA_OK(mod.launch(names[0], M, codegen::kNormThreads, {dx.get(), dnw.get(), nullptr, h.get()}));
-      for (const std::string epi : {"bf16", "swiglu"}) {
-        const bool swiglu = epi == "swiglu";
-        const std::string& plain = names[i++];
-        const std::string& fused = names[i++];
-        const std::string what = epi + " M=" + I(M) + " N=" + I(N) + " K=" + I(K);
-        const codegen::SmallGemmTiling tp = codegen::small_gemm_tiling(N, K, M, swiglu),
-                                       tf = codegen::small_gemm_tiling(N, K, M, swiglu, true);
-        const std::size_t MN = static_cast<std::size_t>(M) * N, total = MN + static_cast<std::size_t>(GUARD) * N;
-        DeviceBuffer<std::uint16_t> y_plain(total), y_fused(total);
-        const DeviceMap a_map(h.get(), M, K, tp.a_box), wp(dW.get(), swiglu ? 2 * N : N, K, tp.cols),
-            wf(dW.get(), swiglu ? 2 * N : N, K, tf.cols);
-        CUDA_OK(mod.launch(plain, dim3(tp.tiles_m, tp.tiles_n), codegen::kSmallGemmThreads,
-                           {a_map.get(), wp.get(), y_plain.get()}, tp.smem()));
-        CUDA_OK(mod.launch(fused, dim3(tf.tiles_m, tf.tiles_n), codegen::kSmallGemmThreads,
-                           {dx.get(), dnw.get(), wf.get(), y_fused.get()}, tf.smem()));
-        const auto a = y_plain.download(), b = y_fused.download();
-        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), MN * sizeof(std::uint16_t))) << what;
-        for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(b[e], 0xffff) << "wrote past M, " << what;
-        std::size_t nans = 0;
-        for (std::size_t e = 0; e < MN; ++e) nans += std::isnan(from_bf16(b[e]));
-        EXPECT_EQ(nans, 0u) << what;
-      }
+      const std::string& plain = names[i++];
+      const std::string& fused = names[i++];
+      const std::string what = "M=" + I(M) + " N=" + I(N) + " K=" + I(K);
+      const codegen::SmallGemmTiling tp = codegen::small_gemm_tiling(N, K, M, true),
+                                     tf = codegen::small_gemm_tiling(N, K, M, true, true);
+      const std::size_t MN = static_cast<std::size_t>(M) * N, total = MN + static_cast<std::size_t>(GUARD) * N;
+      DeviceBuffer<std::uint16_t> y_plain(total), y_fused(total);
+      const DeviceMap a_map(h.get(), M, K, tp.a_box), wp(dW.get(), 2 * N, K, tp.cols), wf(dW.get(), 2 * N, K, tf.cols);
+      CUDA_OK(mod.launch(plain, dim3(tp.tiles_m, tp.tiles_n), codegen::kSmallGemmThreads,
+                         {a_map.get(), wp.get(), y_plain.get()}, tp.smem()));
+      CUDA_OK(mod.launch(fused, dim3(tf.tiles_m, tf.tiles_n), codegen::kSmallGemmThreads,
+                         {dx.get(), dnw.get(), wf.get(), y_fused.get()}, tf.smem()));
+      const auto a = y_plain.download(), b = y_fused.download();
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), MN * sizeof(std::uint16_t))) << what;
+      for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(b[e], 0xffff) << "wrote past M, " << what;
+      std::size_t nans = 0;
+      for (std::size_t e = 0; e < MN; ++e) nans += std::isnan(from_bf16(b[e]));
+      EXPECT_EQ(nans, 0u) << what;
     }
   }
 }
@@ -616,6 +611,86 @@ TEST(GpuKernels, QkvGemmThenRows) {
     }
     ASSERT_FALSE(got.empty());
     EXPECT_LT(rel_l2(got, want), 1e-2) << "M=" << s.M << " D=" << s.D;
+  }
+}
+
+// The folded QKV projection of decode buckets up to 8 tokens (gemm_small_norm_qkv: norm, GEMM
+// and epilogue in one launch, the epilogue run by each head's last CTA) against rmsnorm, then
+// gemm_small_bf16, then qkv_rope_append_rows: q and the KV pool must be the same bits, every
+// arrival counter back to zero, and a second launch (counters reused) the same again. Bias, QK
+// norm, D 32 / 64 / 128, a padding row, two sequences.
+TEST(GpuKernels, QkvFoldedMatchesGemmThenRows) {
+  TELOS_SKIP_WITHOUT_GPU();
+  const codegen::RopeInput llama3{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
+  const codegen::RopeInput plain{"default", 1000000.0};
+  constexpr int PAGE = 16, MAXP = 16, LAYERS = 2, POOL = 40, LAYER = 1;
+  const std::string eps = float_literal(1e-6);
+  for (const QkvShape& s : {QkvShape{128, 4, 2, 32, 5, true, false, llama3},
+                           QkvShape{256, 4, 2, 64, 8, false, true, llama3},
+                           QkvShape{2000, 8, 2, 128, 1, true, true, plain},
+                           QkvShape{4096, 32, 8, 128, 3, false, false, llama3}}) {
+    const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
+    const int NH = s.HQ + 2 * s.HKV, ROWS = NH * s.D;
+    const std::string extras = std::string(s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", ";
+    const std::string tail = I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>";
+    const codegen::SmallGemmTiling tp = codegen::small_gemm_tiling(ROWS, s.K, s.M, false),
+                                   tf = codegen::small_gemm_tiling(ROWS, s.K, s.M, false, true);
+    const std::string norm = "telos_kernels::rmsnorm<" + I(s.K) + ", " + eps + ", false>";
+    const std::string gemm = small_gemm_name("bf16", s.M, ROWS, s.K, tp);
+    const std::string rows = "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) +
+                             ", " + extras + eps + ", " + tail;
+    const std::string folded = "telos_kernels::gemm_small_norm_qkv<" + I(s.M) + ", " + I(s.K) + ", " + I(tf.bn) +
+                               ", " + I(tf.stages) + ", " + eps + ", " + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) +
+                               ", " + extras + tail;
+    TestModule mod(source_with_rope(codegen::rope_inv_freq(s.rope, s.D)), {norm, gemm, rows, folded});
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(s.M) * s.K, 2.f), nw = random_floats(s.K);
+    std::vector<float> Wf;
+    DeviceBuffer<std::uint16_t> dW(random_bf16(static_cast<std::size_t>(ROWS) * s.K, 0.05f, Wf));
+    DeviceBuffer<float> dx(x), dnw(nw), dbias(random_floats(ROWS, 0.5f)), dqn(random_floats(s.D)),
+        dkn(random_floats(s.D));
+    std::vector<int> positions(s.M), token_seq(s.M);
+    for (int m = 0; m < s.M; ++m) {
+      positions[m] = m == s.M - 1 && s.M > 1 ? -1 : 37 + 5 * m;
+      token_seq[m] = m % 2;
+    }
+    std::vector<int> pool(POOL);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng());
+    DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(std::vector<int>(pool.begin(), pool.begin() + 2 * MAXP));
+    const std::size_t pool_elems = static_cast<std::size_t>(POOL) * page_elems;
+    DeviceBuffer<std::uint16_t> kv_ref(pool_elems), kv_got(pool_elems), h(static_cast<std::size_t>(s.M) * s.K),
+        qkv_ref(static_cast<std::size_t>(s.M) * ROWS), qkv_got(static_cast<std::size_t>(s.M) * ROWS);
+    DeviceBuffer<float> q_ref(static_cast<std::size_t>(s.M) * s.HQ * s.D), q_got(static_cast<std::size_t>(s.M) * s.HQ * s.D);
+    DeviceBuffer<unsigned> arrivals(std::vector<unsigned>(NH, 0u));
+    const void* bias = s.bias ? dbias.get() : nullptr;
+    const void* qn = s.qk_norm ? dqn.get() : nullptr;
+    const void* kn = s.qk_norm ? dkn.get() : nullptr;
+    const long long layer_off = LAYER * 2LL * s.HKV * PAGE * s.D;
+    CUDA_OK(mod.launch(norm, s.M, codegen::kNormThreads, {dx.get(), dnw.get(), nullptr, h.get()}));
+    const DeviceMap a_map(h.get(), s.M, s.K, tp.a_box), wp(dW.get(), ROWS, s.K, tp.cols), wf(dW.get(), ROWS, s.K, tf.cols);
+    CUDA_OK(mod.launch(gemm, dim3(tp.tiles_m, tp.tiles_n), codegen::kSmallGemmThreads,
+                       {a_map.get(), wp.get(), qkv_ref.get()}, tp.smem()));
+    CUDA_OK(mod.launch(rows, dim3(NH, s.M), s.D,
+                       {qkv_ref.get(), bias, qn, kn, dpos.get(), dseq.get(), dpt.get(), kv_ref.get() + layer_off,
+                        q_ref.get()}));
+    const auto want_q = q_ref.download();
+    const auto want_kv = kv_ref.download();
+    const std::string what = "M=" + I(s.M) + " D=" + I(s.D) + " K=" + I(s.K);
+    for (int launch = 0; launch < 2; ++launch) {
+      q_got.poison();
+      CUDA_OK(mod.launch(folded, dim3(tf.tiles_m, tf.tiles_n), codegen::kSmallGemmThreads,
+                         {dx.get(), dnw.get(), wf.get(), qkv_got.get(), bias, qn, kn, dpos.get(), dseq.get(),
+                          dpt.get(), kv_got.get() + layer_off, q_got.get(), arrivals.get()},
+                         tf.smem()));
+      const auto got_q = q_got.download();
+      const auto got_kv = kv_got.download();
+      EXPECT_EQ(0, std::memcmp(got_q.data(), want_q.data(), want_q.size() * sizeof(float))) << what;
+      EXPECT_EQ(0, std::memcmp(got_kv.data(), want_kv.data(), want_kv.size() * 2)) << what;
+      for (unsigned c : arrivals.download()) ASSERT_EQ(c, 0u) << "an arrival counter left non-zero, " << what;
+      std::size_t nans = 0;
+      for (float v : got_q) nans += std::isnan(v);
+      EXPECT_EQ(nans, 0u) << what;
+    }
   }
 }
 
