@@ -389,27 +389,39 @@ __global__ void __launch_bounds__(128, 3)
   }
   __syncthreads();
   // Each thread owns ITEMS (row, dim) outputs (consecutive threads consecutive dims) and walks
-  // the slots once for all of them, so their part_o loads are in flight together.
-  constexpr int ITEMS = (R * D + 127) / 128;
+  // the slots once for all of them, UNROLL slots at a time: first every load of the group (about
+  // 32 a thread in flight together: the merge waits on L2 latency, not bytes), then the fmaf
+  // chains in slot order. Loads past a row's last slot re-read that slot (a padding row, or an
+  // item past the tile, reads an in-bounds partial) and are not used.
+  constexpr int ITEMS = (R * D + 127) / 128, UNROLL = ITEMS >= 32 ? 1 : 32 / ITEMS;
   float acc[ITEMS], sum[ITEMS];
   int ls[ITEMS], ls_max = -1;
+  const float* po[ITEMS];
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
-    const int i = threadIdx.x + 128 * k;
+    const int i = threadIdx.x + 128 * k, r = min(i / D, R - 1);
     acc[k] = sum[k] = 0.f;
-    ls[k] = i < R * D ? last_slot(i / D) : -1;
+    ls[k] = i < R * D ? last_slot(r) : -1;
     ls_max = max(ls_max, ls[k]);
+    po[k] = part_o + row_index(r) * NSPLIT * D + i % D;
   }
-#pragma unroll 4
-  for (int sl = 0; sl <= ls_max; ++sl)
+  for (int s0 = 0; s0 <= ls_max; s0 += UNROLL) {
+    float v[UNROLL][ITEMS];
 #pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-      const int i = threadIdx.x + 128 * k, r = i / D;
-      if (sl <= ls[k]) {
-        sum[k] = fmaf(sm_sum[r][sl], sm_w[r][sl], sum[k]);
-        acc[k] = fmaf(__ldcg(part_o + (row_index(r) * NSPLIT + sl) * D + i % D), sm_w[r][sl], acc[k]);
+    for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) v[u][k] = __ldcg(po[k] + min(s0 + u, max(ls[k], 0)) * D);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        const int sl = s0 + u, r = (threadIdx.x + 128 * k) / D;
+        if (sl <= ls[k]) {
+          sum[k] = fmaf(sm_sum[r][sl], sm_w[r][sl], sum[k]);
+          acc[k] = fmaf(v[u][k], sm_w[r][sl], acc[k]);
+        }
       }
-    }
+  }
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
     const int i = threadIdx.x + 128 * k;
