@@ -57,7 +57,7 @@ declare -a rows
 run() {  # run NAME TIMEOUT COMMAND...
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
-  echo "=== $name: $*" >>"$T"
+  printf '=== %s\n$ %s\n' "$name" "$*" >>"$T"
   timeout "$limit" "$@" >>"$T" 2>&1
   local rc=$?
   rows+=("$(printf '%-40s | %-7s | %4ss' "$name" "$([ $rc = 0 ] && echo pass || echo FAIL:$rc)" $((SECONDS - t0)))")
@@ -75,7 +75,7 @@ timeout 28 "$C/bin/telos-kernel-bench" --attention >"$LOGS/bench.log" 2>&1
 rows+=("$(printf '%-40s | %-7s | %4ss' "kernel bench (attention)" "rc=$?" $((SECONDS - t0)))")
 
 echo
-grep -hE "^\[  (FAILED|SKIPPED) |ERROR SUMMARY|RACECHECK SUMMARY|^\[  PASSED" "$T" | sort | uniq -c
+grep -hE "^=== |^\[  (PASSED|SKIPPED|FAILED) *\] [0-9]+ test|^\[  FAILED  \] [A-Za-z]|ERROR SUMMARY|RACECHECK SUMMARY" "$T"
 echo
 grep -v '^\s*$' "$LOGS/bench.log" | tail -14
 echo
