@@ -425,7 +425,8 @@ __global__ void __launch_bounds__(128, 3)
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
     const int i = threadIdx.x + 128 * k;
-    if (i < R * D) out[row_index(i / D) * D + i % D] = ls[k] < 0 ? bf16(0) : f32_to_bf16(acc[k] / sum[k]);
+    if (i < R * D)
+      out[row_index(i / D) * D + i % D] = ls[k] < 0 ? bf16(0) : f32_to_bf16(acc[k] / sum[k]);
   }
 }
 
