@@ -226,16 +226,15 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     launch(b.kernel("telos_kernels::embed_gather<" + I_(H) + ", " + I_(embed_threads) + ">",
                     {"embed", "tokens", "x"}, embed_threads),
            {T, 1, 1}, {"w:embed", "desc:tokens", "buf:x"});
-    // Attention in tiles of tpt tokens (prefill), one token per block in decode.
+    // Attention in tiles of tpt tokens (prefill), one token per block in decode; one launch
+    // computes the slots and merges them (kernels/attention.cuh).
     const int tpt = attn_tokens_per_tile(kind == "prefill", T, HQ / HKV);
     const int split_k = b.kernel(
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
             I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(tpt) + ">",
-        {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128);
-    const int combine_k = b.kernel("telos_kernels::attn_combine<" + I_(HQ) + ", " + I_(D) + ", " +
-                                       I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
-                                   {"part_o", "part_ml", "positions", "out"}, D);
+        {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml", "arrivals", "out"},
+        128);
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
     // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each
     // output element with the same wgmma chain over K and the same epilogue arithmetic
@@ -345,8 +344,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       launch_qkv(w, l);
       launch(split_k, {T / tpt, HKV, plan.attn_num_splits},
              {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
-              "buf:part_o", "buf:part_ml"});
-      launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});
+              "buf:part_o", "buf:part_ml", "buf:attn_arrivals", "buf:attn"});
       launch_gemm(o_g, "attn", w + "o", H, HQ * D, "x", H);
       launch_norm_gemm(gu_g, w + "mlp_norm", w + "gate_up", 2LL * I, H, "act", I);
       launch_gemm(down_g, "act", w + "down", H, I, "x", H);
@@ -384,6 +382,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       {"q", T * HQ * D * 4},
       {"part_o", T * HQ * plan.attn_num_splits * D * 4},
       {"part_ml", T * HQ * plan.attn_num_splits * 2 * 4},
+      // One arrival counter per (tile, KV head) of attn_split, zero between launches.
+      {"attn_arrivals", T * HKV * 4},
       {"attn", T * HQ * D * 2},
       {"act", T * I * 2},
       {"hf", S * H * 2},

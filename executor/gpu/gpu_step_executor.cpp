@@ -412,6 +412,9 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   char* p = s.base + s.weight_bytes;
   s.kv = p;
   p += s.kv_bytes;
+  // The arena starts zeroed (docs/artifact.md): kernels that keep state across launches, such as
+  // attention's arrival counters, leave it zero after each launch and rely on the first one.
+  check(cudaMemset(p, 0, static_cast<std::size_t>(s.arena_bytes)), "arena init");
   for (const auto& buf : programs.at("arena")) {
     s.arena[buf.at("buffer").get<std::string>()] = p;
     p += align_up(buf.at("bytes").get<std::int64_t>(), 256);

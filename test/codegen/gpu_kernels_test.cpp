@@ -706,11 +706,20 @@ std::string attn_split_instance(const AttnShape& s, long long page_elems, int tp
          I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " + I(s.NSPLIT) + ", " +
          float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " + I(tpt) + ">";
 }
-std::string attn_combine_instance(const AttnShape& s) {
-  return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
+
+// attn_split's arrival counters, one per (tile, KV head), zero as the engine's arena starts.
+DeviceBuffer<unsigned> attn_arrivals(int tokens, const AttnShape& s) {
+  return DeviceBuffer<unsigned>(std::vector<unsigned>(static_cast<std::size_t>(tokens) * s.HKV, 0u));
 }
 
-// `out` (bf16 [T, HQ, D], from attn_split + attn_combine) against softmax(q·kᵀ / sqrt(D))·v in
+// After a launch, every tile's last block must have set its counter back to zero (the next
+// launch, or graph replay, counts from there).
+void expect_arrivals_reset(const DeviceBuffer<unsigned>& arrivals) {
+  const auto a = arrivals.download();
+  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], 0u) << "arrival counter " << i << " left nonzero";
+}
+
+// `out` (bf16 [T, HQ, D], from attn_split) against softmax(q·kᵀ / sqrt(D))·v in
 // f64 over positions [0, position] of each token's sequence, K/V from layer `layer` of the paged
 // pool `kv_f` (the bf16 values as f32) through `page_tables`; padding rows must be zeros.
 void expect_attention_matches_f64(const AttnShape& s, int layers, int layer, const std::vector<float>& kv_f,
@@ -752,8 +761,10 @@ void expect_attention_matches_f64(const AttnShape& s, int layers, int layer, con
 
 // GQA 1..16 (odd groups included), D 32..128, pages of 16 and of 7 positions (chunks and splits
 // cross page boundaries), a slot per split and splits sharing slots, and the plan's split and
-// slots on Llama-3.1-8B's head shape (at context 4800: 38 splits on 32 slots).
-TEST(GpuKernels, PagedAttentionSplitAndCombine) {
+// slots on Llama-3.1-8B's head shape (at context 4800: 38 splits on 32 slots). attn_split merges
+// its slots in the same launch: a second launch (as a graph replays it, counting from the zeros
+// the first left) gives the same bits, and so does a row alone.
+TEST(GpuKernels, PagedAttentionSplitAndMerge) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int LAYERS = 2, LAYER = 1;
   constexpr int SPLIT = codegen::kAttnSplit;
@@ -767,8 +778,8 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
     const int PAGE = s.PAGE;
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     const int NSPLIT = s.NSPLIT;
-    const std::string split = attn_split_instance(s, page_elems, 1), combine = attn_combine_instance(s);
-    TestModule mod(source_with_rope(), {split, combine});
+    const std::string split = attn_split_instance(s, page_elems, 1);
+    TestModule mod(source_with_rope(), {split});
     const int POOL = 2 * s.MAXP + 3, ctx = s.MAXP * PAGE;
     std::vector<float> kv_f;
     DeviceBuffer<std::uint16_t> dkv(random_bf16(static_cast<std::size_t>(POOL) * page_elems, 1.f, kv_f));
@@ -788,12 +799,23 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
         dml(static_cast<std::size_t>(T) * s.HQ * NSPLIT * 2);
     DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
     DeviceBuffer<std::uint16_t> dout(static_cast<std::size_t>(T) * s.HQ * s.D);
+    DeviceBuffer<unsigned> darr = attn_arrivals(T, s);
     const std::uint16_t* kv_layer = dkv.get() + LAYER * 2LL * s.HKV * PAGE * s.D;
     CUDA_OK(mod.launch(split, dim3(T, s.HKV, NSPLIT), 128,
-                       {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
-    CUDA_OK(mod.launch(combine, dim3(T, s.HQ), s.D, {dpo.get(), dml.get(), dpos.get(), dout.get()}));
+                       {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get(), darr.get(),
+                        dout.get()}));
     const auto out = dout.download();
+    expect_arrivals_reset(darr);
     expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
+
+    dout.poison();
+    dpo.poison();
+    dml.poison();
+    CUDA_OK(mod.launch(split, dim3(T, s.HKV, NSPLIT), 128,
+                       {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get(), darr.get(),
+                        dout.get()}));
+    expect_arrivals_reset(darr);
+    EXPECT_EQ(0, std::memcmp(dout.download().data(), out.data(), out.size() * 2)) << "D=" << s.D << " second launch";
 
     // A decode row and a row several splits long alone give the same bits as inside the batch.
     for (const int r : {0, 10}) {
@@ -801,9 +823,10 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
       DeviceBuffer<std::uint16_t> dout1(static_cast<std::size_t>(s.HQ) * s.D);
       const float* q1 = dq.get() + static_cast<std::size_t>(r) * s.HQ * s.D;
       CUDA_OK(mod.launch(split, dim3(1, s.HKV, NSPLIT), 128,
-                         {q1, dpos1.get(), dseq1.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
-      CUDA_OK(mod.launch(combine, dim3(1, s.HQ), s.D, {dpo.get(), dml.get(), dpos1.get(), dout1.get()}));
+                         {q1, dpos1.get(), dseq1.get(), dpt.get(), kv_layer, dpo.get(), dml.get(), darr.get(),
+                          dout1.get()}));
       const auto alone = dout1.download();
+      expect_arrivals_reset(darr);
       EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + static_cast<std::size_t>(r) * s.HQ * s.D, alone.size() * 2))
           << "D=" << s.D << " row " << r;
     }
@@ -834,7 +857,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     std::vector<int> tpts = {1, 2};
     if (16 / G != 2) tpts.push_back(16 / G);
-    std::vector<std::string> instances = {attn_combine_instance(s)};
+    std::vector<std::string> instances;
     for (int tpt : tpts) instances.push_back(attn_split_instance(s, page_elems, tpt));
     TestModule mod(source_with_rope(), instances);
 
@@ -881,6 +904,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
         dml(static_cast<std::size_t>(T) * s.HQ * NSPLIT * 2);
     DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
     DeviceBuffer<std::uint16_t> dout(static_cast<std::size_t>(T) * s.HQ * s.D);
+    DeviceBuffer<unsigned> darr = attn_arrivals(T, s);
     const std::uint16_t* kv_layer = dkv.get() + LAYER * 2LL * s.HKV * PAGE * s.D;
 
     std::vector<float> po1, ml1;
@@ -891,11 +915,11 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       dout.poison();
       const std::string split = attn_split_instance(s, page_elems, tpt);
       CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, NSPLIT), 128,
-                         {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
-      CUDA_OK(mod.launch(attn_combine_instance(s), dim3(T, s.HQ), s.D,
-                         {dpo.get(), dml.get(), dpos.get(), dout.get()}));
+                         {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get(), darr.get(),
+                          dout.get()}));
       const auto po = dpo.download(), ml = dml.download();
       const auto out = dout.download();
+      expect_arrivals_reset(darr);
       if (tpt == 1) {
         expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
         po1 = po, ml1 = ml, out1 = out;
