@@ -210,8 +210,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const GemmLaunch lm_g = gemm_launch(gemm_tiling(V, H), V, S, true);
 
     launch(b.kernel("telos_kernels::embed_gather<" + I_(H) + ", " + I_(embed_threads) + ">",
-                    {"embed", "tokens", "x"}, embed_threads),
-           {T, 1, 1}, {"w:embed", "desc:tokens", "buf:x"});
+                    {"embed", "tokens", "sampled", "x"}, embed_threads),
+           {T, 1, 1}, {"w:embed", "desc:tokens", "buf:sampled", "buf:x"});
     const int norm_k = b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + I_(norm_threads) + ", " +
                                     eps + ", false>",
                                 {"x", "w", "rows", "out"}, norm_threads);
