@@ -171,7 +171,7 @@ void Engine::stop_admitting() {
 
 void Engine::wait_idle() {
   std::unique_lock lock(mutex_);
-  idle_.wait(lock, [&] { return in_flight_ == 0; });
+  idle_.wait(lock, [&] { return in_flight_ == 0 && steps_on_device_ == 0; });
 }
 
 EngineStats Engine::stats() const {
@@ -247,7 +247,9 @@ void Engine::loop() {
 }
 
 bool Engine::can_overlap(const Launched& in_flight) const {
-  if (!backend_->feeds_sampled_tokens() || in_flight.want_logits || in_flight.committed) return false;
+  if (!options_.overlap_steps || !backend_->feeds_sampled_tokens() || in_flight.want_logits ||
+      in_flight.committed)
+    return false;
   return std::all_of(in_flight.device_greedy.begin(), in_flight.device_greedy.end(),
                      [](std::uint8_t g) { return g != 0; });
 }
@@ -442,9 +444,10 @@ void Engine::deliver() {
     stats_.preemptions = scheduler_.num_preemptions();
     for (Delivery& d : deliveries_) d.stream->push(std::move(d.event));
     in_flight_ -= finished;
+    steps_on_device_ = num_launched_;
   }
   deliveries_.clear();
-  if (finished > 0) idle_.notify_all();
+  if (finished > 0 || num_launched_ == 0) idle_.notify_all();
 }
 
 }  // namespace telos::exec

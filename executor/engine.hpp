@@ -180,6 +180,9 @@ struct EngineOptions {
 #endif
   // Keep a StepTiming per step for take_step_timings(), and ask the backend for device timing.
   bool record_step_timings = false;
+  // Launch step N+1 before waiting for step N where the backend can feed it (see above); false:
+  // always wait first (telos-run bench --no-overlap compares the two).
+  bool overlap_steps = true;
 };
 
 class Engine {
@@ -202,7 +205,7 @@ class Engine {
   void cancel(RequestId id);
   // Stops admitting requests: later submit() calls throw. Queued and running ones continue.
   void stop_admitting();
-  // Waits until no request is queued or running.
+  // Waits until no request is queued or running and no step is on the device.
   void wait_idle();
 
   EngineStats stats() const;
@@ -288,6 +291,9 @@ class Engine {
   bool shutting_down_ = false;
   RequestId next_id_ = 1;
   std::size_t in_flight_ = 0;  // submitted and not yet finished
+  // Steps on the device as of the last deliver(): an overlapped step may outlive its requests
+  // (they stopped at the step before), and wait_idle() waits for it too.
+  int steps_on_device_ = 0;
   EngineStats stats_;
   LatencySamples latency_;
   std::vector<StepTiming> step_timings_;

@@ -71,6 +71,8 @@ void Scheduler::preempt(RequestId id) {
 
 Step Scheduler::schedule() {
   Step step;
+  // One allocation per step instead of one per doubling while the batch fills.
+  step.sequences.reserve(static_cast<std::size_t>(limits_.max_batch));
   int budget = limits_.token_budget;
   auto add_chunk = [&](SequenceState& s, int count) {
     ScheduledSequence seq;

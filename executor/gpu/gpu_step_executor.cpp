@@ -116,6 +116,9 @@ struct GpuStepExecutor::State {
   // Sampling rows of the last step launched: the `sampled` buffer holds that step's tokens when
   // the next step's embedding kernel reads it.
   int last_sample_rows = 0;
+  // Every bucket's embed_gather reads fed tokens from `sampled` (artifacts written before fed
+  // tokens existed pass it no such buffer: the engine must not feed them).
+  bool feeds = true;
   // Pinned logits: one buffer, since a step is launched while another is in flight only when the
   // one in flight wants no logits.
   float* logits_host = nullptr;
@@ -495,6 +498,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     b.size = json_int(bj, "size", "programs.buckets[]");
     b.tokens = json_int(bj, "tokens", "programs.buckets[]");
     b.sample_rows = json_int(bj, "sample_rows", "programs.buckets[]");
+    const auto& first_args = bj.at("launches").at(0).at("args");
+    s.feeds = s.feeds && std::find(first_args.begin(), first_args.end(), "buf:sampled") != first_args.end();
     for (const auto& lj : bj.at("launches")) {
       State::LaunchRecord l;
       l.kernel = lj.at("kernel").get<int>();
@@ -548,6 +553,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
 GpuStepExecutor::~GpuStepExecutor() = default;
 
 int GpuStepExecutor::num_kv_pages() const { return s_->kv_pages; }
+bool GpuStepExecutor::feeds_sampled_tokens() const { return s_->feeds; }
 int GpuStepExecutor::vocab_size() const { return s_->vocab; }
 
 void GpuStepExecutor::forward(const Step& step, std::vector<float>& logits) {

@@ -65,7 +65,8 @@ class GpuStepExecutor : public ModelBackend {
   // logits are wanted.
   void forward(const Step& step, std::vector<float>& logits) override;
   bool samples_on_device() const override { return true; }
-  bool feeds_sampled_tokens() const override { return true; }
+  // When the artifact's embed_gather launches read `sampled` (docs/artifact.md).
+  bool feeds_sampled_tokens() const override;
   void launch(const Step& step, std::span<const std::uint8_t> device_greedy,
               bool want_logits) override;
   void wait(StepOutput& out) override;
