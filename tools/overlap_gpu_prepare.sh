@@ -67,13 +67,14 @@ run() {  # run NAME LIMIT_S LOG COMMAND...
   local rc=$?
   rows+=("$(printf '%-46s | %-7s | %4ss' "$name" "$([ $rc = 0 ] && echo pass || echo FAIL:$rc)" $((SECONDS - t0)))")
 }
-run "embed_gather with fed tokens" 40 "$T" "$C/bin/gpu_kernels_test" --gtest_filter='*EmbedAndRmsNorm*'
+# Limits add up to 145 s.
+run "embed_gather with fed tokens" 20 "$T" "$C/bin/gpu_kernels_test" --gtest_filter='*EmbedAndRmsNorm*'
 run "tiny models vs transformers; engine overlap" 50 "$T" "$C/bin/gpu_model_test"
-run "memcheck: overlapped engine" 40 "$T" compute-sanitizer --error-exitcode 9 --print-limit 20 \
+run "memcheck: overlapped engine" 35 "$T" compute-sanitizer --error-exitcode 9 --print-limit 20 \
     --tool memcheck "$C/bin/gpu_model_test" --gtest_filter='*EngineSamplesGreedy*/0'
 for mode in overlap no-overlap; do
   flag=""; [ $mode = no-overlap ] && flag=--no-overlap
-  run "telos-run bench batch 1,64 ($mode)" 30 "$B" "$C/bin/telos-run" bench "$P/artifacts/tiny-llama-b64.telos" \
+  run "telos-run bench batch 1,64 ($mode)" 20 "$B" "$C/bin/telos-run" bench "$P/artifacts/tiny-llama-b64.telos" \
       --engine gpu --batch 1,64 --prompt-len 32 --gen 128 --seed 1 --json $flag
 done
 echo
