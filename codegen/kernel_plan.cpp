@@ -224,8 +224,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const GemmLaunch lm_g = gemm_launch(gemm_tiling(V, H), V, S, true);
 
     launch(b.kernel("telos_kernels::embed_gather<" + I_(H) + ", " + I_(embed_threads) + ">",
-                    {"embed", "tokens", "x"}, embed_threads),
-           {T, 1, 1}, {"w:embed", "desc:tokens", "buf:x"});
+                    {"embed", "tokens", "sampled", "x"}, embed_threads),
+           {T, 1, 1}, {"w:embed", "desc:tokens", "buf:sampled", "buf:x"});
     // Attention in tiles of tpt tokens (prefill), one token per block in decode; one launch
     // computes the slots and merges them (kernels/attention.cuh).
     const int tpt = attn_tokens_per_tile(kind == "prefill", T, HQ / HKV);

@@ -6,7 +6,9 @@
 //  - per --batch size B: B requests of --prompt-len tokens generating --gen each, submitted
 //    together: total time, output tokens/s, the median decode step (ms per token; full-batch
 //    decode steps after the first), the host time per decode step (scheduling, descriptor
-//    packing, launch) and the device's idle gap between steps (GPU engine only);
+//    packing, launch), how many of those steps were launched before the previous one was back
+//    (overlapped; --no-overlap turns that off) and the device's idle gap between steps (GPU
+//    engine only);
 //  - --mixed N: N requests with prompt and output lengths drawn from --seed, through the
 //    scheduler at once: total time, output tokens/s, mean and largest TTFT;
 //  - --ttft L1,L2,...: one request at a time, prompt of L tokens: submit → first token;
@@ -50,6 +52,7 @@ struct BenchOptions {
   std::vector<int> ttft;
   bool json = false;
   bool profile = false;
+  bool no_overlap = false;
   EngineChoice engine = EngineChoice::Auto;
 };
 
@@ -125,6 +128,7 @@ nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std
   // per token is the interval from one such step's start to the next's: the loop's period,
   // sampling and event delivery included.
   std::vector<double> step_s, host_s, gap_s;
+  int overlapped = 0;
   const std::vector<StepTiming> steps = engine.take_step_timings();
   for (std::size_t i = 1; i < steps.size(); ++i) {
     const StepTiming& t = steps[i];
@@ -133,6 +137,7 @@ nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std
     step_s.push_back(seconds(t.started - before.started));
     host_s.push_back(t.host_seconds);
     if (t.idle_gap_seconds >= 0) gap_s.push_back(t.idle_gap_seconds);
+    overlapped += t.overlapped ? 1 : 0;
   }
   return {{"batch", batch},
           {"prompt_len", prompt_len},
@@ -141,6 +146,7 @@ nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std
           {"total_s", total},
           {"output_tokens_per_s", tokens / total},
           {"decode_steps", step_s.size()},
+          {"overlapped_steps", overlapped},
           {"ms_per_token", or_null(!step_s.empty(), quantile(step_s, 0.5) * 1e3)},
           {"host_us_per_step", or_null(!host_s.empty(), quantile(host_s, 0.5) * 1e6)},
           {"host_us_per_step_p90", or_null(!host_s.empty(), quantile(host_s, 0.9) * 1e6)},
@@ -317,6 +323,7 @@ int run_bench(const BenchOptions& o) {
   options.record_step_timings = true;
   // Invariant checks cost host time per step: a benchmark measures the engine without them.
   options.check_invariants = false;
+  options.overlap_steps = !o.no_overlap;
   std::unique_ptr<Engine> engine = Engine::create(artifact, std::move(backend), options);
   const double load = seconds(Clock::now() - kProcessStart);
 
@@ -385,6 +392,9 @@ void add_bench_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--json", o->json, "One JSON object with every figure on stdout");
   cmd->add_flag("--profile", o->profile,
                 "GPU engine: after each batch run, time a full-batch decode step kernel by kernel");
+  cmd->add_flag("--no-overlap", o->no_overlap,
+                "Wait for each step before scheduling the next (the engine's synchronous loop, for "
+                "comparison)");
   add_engine_option(*cmd, o->engine);
   cmd->callback([o, &run] { run = [o] { return run_bench(*o); }; });
 }

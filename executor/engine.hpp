@@ -14,8 +14,22 @@
 // runs the loop: take new submissions and cancellations, schedule a step (continuous batching,
 // see scheduler.hpp), launch it on the backend, and while the device computes, deliver the
 // previous step's events to the requests' streams; then wait for the step, sample, and queue the
-// new events. A decode step needs the previous step's tokens, so the host work that overlaps the
-// device is the delivery of events and statistics, not the next schedule.
+// new events.
+//
+// Overlapped steps: when every sampling row of the step N in flight is sampled on the device and
+// the backend feeds_sampled_tokens(), the loop schedules and launches N+1 before waiting for N.
+// Each request of N that goes on gets a placeholder next token -(r+1), "what row r of the
+// previous step sampled", which the device resolves itself; the host resolves it when N comes
+// back (Scheduler::resolve_token). So the GPU has N+1 queued while the host samples N, and the
+// host's per-step work hides behind the device. What the host cannot know yet:
+//  - a request that stops at N on EOS or a stop id: its row of N+1 computes a discarded token.
+//    Its pages go back to the pool when N is collected; N+1's write to them is harmless because
+//    whatever reuses them runs after N+1 on the device (steps run in launch order).
+//  - max_tokens is known: a request whose N token is its last gets no placeholder and no row.
+// Every other case (rows sampled on the host, logits wanted, a backend without device feeding)
+// waits for N before scheduling N+1. The tokens, finish reasons and event order are what the
+// synchronous loop produces; only the step boundaries may differ (a stopped request holds its
+// slot and pages one schedule longer).
 //
 // Greedy requests without penalties, logprobs or prompt logits are sampled on the device when the
 // backend can (samples_on_device): only their tokens come back, not the logits. Everything else is
@@ -154,6 +168,7 @@ struct StepTiming {
   Clock::time_point started;     // when its scheduling began
   double host_seconds = 0;       // scheduling, descriptor packing and launch, on the host
   double idle_gap_seconds = -1;  // device idle since the previous step; negative when unknown
+  bool overlapped = false;       // launched while the previous step was still in flight
 };
 
 struct EngineOptions {
@@ -165,6 +180,9 @@ struct EngineOptions {
 #endif
   // Keep a StepTiming per step for take_step_timings(), and ask the backend for device timing.
   bool record_step_timings = false;
+  // Launch step N+1 before waiting for step N where the backend can feed it (see above); false:
+  // always wait first (telos-run bench --no-overlap compares the two).
+  bool overlap_steps = true;
 };
 
 class Engine {
@@ -187,7 +205,7 @@ class Engine {
   void cancel(RequestId id);
   // Stops admitting requests: later submit() calls throw. Queued and running ones continue.
   void stop_admitting();
-  // Waits until no request is queued or running.
+  // Waits until no request is queued or running and no step is on the device.
   void wait_idle();
 
   EngineStats stats() const;
@@ -210,14 +228,30 @@ class Engine {
     std::vector<std::int32_t> generated;
     Clock::time_point submitted, first_scheduled, first_token;
     bool scheduled = false;
+    // Position of the placeholder token of an overlapped step (see above), -1 when none.
+    int pending_position = -1;
+  };
+  // A launched step until it is collected.
+  struct Launched {
+    Step step;
+    std::vector<std::uint8_t> device_greedy;  // per sampling row
+    bool want_logits = false;
+    bool committed = false;  // scheduler_.commit ran (before the next schedule, when overlapped)
+    bool overlapped = false;
+    Clock::time_point started;
+    double host_seconds = 0;
   };
 
   void loop();
-  // Schedules and launches a step; false when nothing was launched (an empty step, or a launch
-  // that failed and failed its requests).
-  bool launch_step(Step& step);
-  // Waits for the launched step, samples and queues the resulting events.
-  void complete_step(const Step& step, Clock::time_point started, double host_seconds);
+  // Schedules a step and launches it into the next slot of launched_ (nothing when the step is
+  // empty; a launch that throws fails the step's requests).
+  void launch_step(bool overlapped);
+  // Whether the step in flight can feed the next one its tokens on the device.
+  bool can_overlap(const Launched& in_flight) const;
+  // Commits the step in flight and gives each request that goes on its placeholder token.
+  void append_placeholders(Launched& in_flight);
+  // Waits for the oldest launched step, samples and queues the resulting events.
+  void complete_step();
   // Fails every request of `step` with `what`: their KV pages cannot be trusted any more.
   void fail_step(const Step& step, const std::string& what);
   // Removes the request from the scheduler (returning its pages), completes `event` with the
@@ -237,7 +271,9 @@ class Engine {
   Sampler sampler_;
   std::unordered_map<RequestId, Live> live_;
   StepOutput output_;
-  std::vector<std::uint8_t> device_greedy_;  // per sampling row of the step being launched
+  // Launched steps, oldest first: launched_[oldest_], then the other one when two are in flight.
+  Launched launched_[2];
+  int oldest_ = 0, num_launched_ = 0;
   struct Delivery {
     RequestHandle stream;
     RequestEvent event;
@@ -255,6 +291,9 @@ class Engine {
   bool shutting_down_ = false;
   RequestId next_id_ = 1;
   std::size_t in_flight_ = 0;  // submitted and not yet finished
+  // Steps on the device as of the last deliver(): an overlapped step may outlive its requests
+  // (they stopped at the step before), and wait_idle() waits for it too.
+  int steps_on_device_ = 0;
   EngineStats stats_;
   LatencySamples latency_;
   std::vector<StepTiming> step_timings_;

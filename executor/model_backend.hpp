@@ -48,10 +48,19 @@ class ModelBackend {
   // logits, need to come back to the host).
   virtual bool samples_on_device() const { return false; }
 
+  // True when launch() takes a step while the previous one is still in flight, and a token id
+  // -(r+1) in it stands for the token the device sampled in row r of the previously launched step
+  // (which then asked for no logits and for a greedy token in every row). The engine uses that to
+  // schedule and launch step N+1 before step N's tokens reach the host (engine.hpp). Such a
+  // backend reads `step` only inside launch(): the engine's bookkeeping changes what its spans
+  // point at before wait().
+  virtual bool feeds_sampled_tokens() const { return false; }
+
   // Starts `step`. `device_greedy` has one entry per sampling row: nonzero asks the device for
   // that row's greedy token (only honoured when samples_on_device()). `want_logits` asks for the
   // logits of every sampling row; it must be set when any row is sampled on the host. Throws
-  // like forward(); at most one step is in flight.
+  // like forward(); at most one step is in flight, two with feeds_sampled_tokens(), and wait()
+  // collects them in launch order.
   virtual void launch(const Step& step, std::span<const std::uint8_t> /*device_greedy*/,
                       bool /*want_logits*/) {
     launched_ = &step;

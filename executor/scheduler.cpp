@@ -71,6 +71,8 @@ void Scheduler::preempt(RequestId id) {
 
 Step Scheduler::schedule() {
   Step step;
+  // One allocation per step instead of one per doubling while the batch fills.
+  step.sequences.reserve(static_cast<std::size_t>(limits_.max_batch));
   int budget = limits_.token_budget;
   auto add_chunk = [&](SequenceState& s, int count) {
     ScheduledSequence seq;
@@ -163,7 +165,9 @@ Step Scheduler::schedule() {
 
 void Scheduler::commit(const Step& step) {
   for (const ScheduledSequence& q : step.sequences) {
-    SequenceState& s = sequences_.at(q.request);
+    auto it = sequences_.find(q.request);
+    if (it == sequences_.end()) continue;
+    SequenceState& s = it->second;
     s.num_computed = q.first_position + static_cast<int>(q.tokens.size());
   }
 }
@@ -173,6 +177,15 @@ void Scheduler::append_token(RequestId id, std::int32_t token) {
   if (static_cast<int>(s.tokens.size()) >= s.max_len)
     fail("scheduler: request " + std::to_string(id) + " is already at its length limit");
   s.tokens.push_back(token);
+}
+
+void Scheduler::resolve_token(RequestId id, int position, std::int32_t token) {
+  SequenceState& s = sequences_.at(id);
+  if (position < s.prompt_len || position >= static_cast<int>(s.tokens.size()) ||
+      s.tokens[static_cast<std::size_t>(position)] >= 0)
+    fail("scheduler: request " + std::to_string(id) + " has no placeholder at position " +
+         std::to_string(position));
+  s.tokens[static_cast<std::size_t>(position)] = token;
 }
 
 void Scheduler::remove(RequestId id) {

@@ -89,10 +89,15 @@ class Scheduler {
                          int prompt_len, int max_new_tokens);
 
   Step schedule();
-  // Records that the step ran: every scheduled token now has its K and V in the cache.
+  // Records that the step ran: every scheduled token now has its K and V in the cache. Requests
+  // removed since the step was scheduled are skipped (an overlapped step may outlive them).
   void commit(const Step& step);
-  // Appends a token sampled for a sequence whose chunk had `samples` set.
+  // Appends a token sampled for a sequence whose chunk had `samples` set. A negative token is a
+  // placeholder for one not sampled yet (the engine's overlapped steps, engine.hpp): it may be
+  // scheduled like any token, and resolve_token() later replaces it.
   void append_token(RequestId id, std::int32_t token);
+  // Replaces the placeholder at `position` with the sampled token.
+  void resolve_token(RequestId id, int position, std::int32_t token);
   // Ends a request wherever it is (finished, cancelled, failed); its pages return to the pool.
   // Unknown ids are ignored, so a cancel racing a finish is harmless.
   void remove(RequestId id);

@@ -5,14 +5,17 @@
 
 namespace telos_kernels {
 
-// x[t] = embed[tokens[t]], one block per token.
+// x[t] = embed[tokens[t]], one block per token. A token -(r+1) is fed from the device: the token
+// the previous step sampled in row r (docs/artifact.md), so the host launches a decode step
+// before it has seen the previous step's tokens.
 template <int H, int THREADS>
 __global__ void __launch_bounds__(THREADS) embed_gather(const bf16* embed, const int* tokens,
-                                                        float* x) {
+                                                        const int* sampled, float* x) {
   pdl_entry();
   static_assert(H % 8 == 0, "rows are read 16 bytes at a time");
   const int t = blockIdx.x;
-  const bf16* row = embed + static_cast<long long>(tokens[t]) * H;
+  const int token = tokens[t] < 0 ? sampled[-tokens[t] - 1] : tokens[t];
+  const bf16* row = embed + static_cast<long long>(token) * H;
   float* out = x + static_cast<long long>(t) * H;
   for (int i = threadIdx.x; i < H / 8; i += THREADS) {
     float f[8];

@@ -7,7 +7,9 @@
 //
 //   telos-host-bench ARTIFACT [BATCH ...]     (default batches 1 8 64 256, capped at max_batch)
 //
-// Prints, per batch: host us per full-batch decode step (median, p90) and the loop's period.
+// Prints, per batch: host us per full-batch decode step (median, p90: scheduling, packing and launch,
+// which an overlapped step does while the device runs the step before it), the loop's period, and
+// the share of those steps launched overlapped (engine.hpp; the backend feeds sampled tokens).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,32 +33,41 @@ class PackOnlyBackend : public ModelBackend {
     pages_ = a.serving().kv_pool_pages.value_or(4096);
     layout_ = StepDescriptorLayout::make(d.at("max_tokens"), d.at("max_sample_rows"), d.at("max_batch"),
                                          d.at("max_pages_per_seq"), a.kv_cache().page_size, vocab_, pages_);
-    host_.resize(static_cast<std::size_t>(layout_.bytes));
+    for (auto& h : host_) h.resize(static_cast<std::size_t>(layout_.bytes));
   }
   int num_kv_pages() const override { return pages_; }
   int vocab_size() const override { return vocab_; }
   std::string name() const override { return "pack-only"; }
   bool samples_on_device() const override { return true; }
+  bool feeds_sampled_tokens() const override { return true; }
   void forward(const Step&, std::vector<float>&) override { fail("pack-only backend: no logits"); }
+  // Like the GPU engine: two descriptors alternate, so packing a step leaves the one in flight alone.
   void launch(const Step& step, std::span<const std::uint8_t> device_greedy, bool want_logits) override {
     if (want_logits) fail("pack-only backend: requests must be greedy");
     int tokens = 0, rows = 0;
     for (const auto& s : step.sequences) tokens += static_cast<int>(s.tokens.size()), rows += s.samples ? 1 : 0;
     int bucket = 1;
     while (bucket < tokens) bucket *= 2;
-    pack_step_descriptor(layout_, step, std::min(bucket, layout_.max_tokens), rows, {}, host_.data());
-    greedy_ = device_greedy.size();
+    const int slot = (oldest_ + in_flight_) % 2;
+    pack_step_descriptor(layout_, step, std::min(bucket, layout_.max_tokens), rows, {}, fed_rows_,
+                         host_[slot].data());
+    fed_rows_ = rows;
+    greedy_[slot] = device_greedy.size();
+    ++in_flight_;
   }
   void wait(StepOutput& out) override {
-    out.device_tokens.assign(greedy_, 1);
+    out.device_tokens.assign(greedy_[oldest_], 1);
     out.logits.clear();
+    oldest_ ^= 1;
+    --in_flight_;
   }
 
  private:
   int vocab_ = 0, pages_ = 0;
-  std::size_t greedy_ = 0;
+  int oldest_ = 0, in_flight_ = 0, fed_rows_ = 0;
+  std::size_t greedy_[2] = {};
   StepDescriptorLayout layout_;
-  std::vector<char> host_;
+  std::vector<char> host_[2];
 };
 
 double quantile(std::vector<double> v, double q) {
@@ -80,8 +91,8 @@ int run(int argc, char** argv) {
   options.check_invariants = false;
   auto engine = Engine::create(artifact, std::make_unique<PackOnlyBackend>(*artifact), options);
   const int prompt = 16, gen = std::min(256, engine->max_seq_len() - prompt);
-  std::printf("%s: prompt %d, %d generated per request\n%6s %14s %14s %14s\n", artifact->model().name.c_str(), prompt,
-              gen, "batch", "host us p50", "host us p90", "period us p50");
+  std::printf("%s: prompt %d, %d generated per request\n%6s %14s %14s %14s %12s\n", artifact->model().name.c_str(),
+              prompt, gen, "batch", "host us p50", "host us p90", "period us p50", "overlapped");
   for (int batch : batches) {
     if (batch > max_batch) continue;
     engine->take_step_timings();
@@ -101,13 +112,16 @@ int run(int argc, char** argv) {
     }
     engine->wait_idle();
     std::vector<double> host, period;
+    int overlapped = 0;
     const auto steps = engine->take_step_timings();
     for (std::size_t i = 1; i < steps.size(); ++i)
       if (steps[i].decode && steps[i].sequences == batch && steps[i - 1].decode && steps[i - 1].sequences == batch) {
         host.push_back(steps[i].host_seconds * 1e6);
         period.push_back(std::chrono::duration<double, std::micro>(steps[i].started - steps[i - 1].started).count());
+        overlapped += steps[i].overlapped ? 1 : 0;
       }
-    std::printf("%6d %14.1f %14.1f %14.1f\n", batch, quantile(host, 0.5), quantile(host, 0.9), quantile(period, 0.5));
+    std::printf("%6d %14.1f %14.1f %14.1f %11.0f%%\n", batch, quantile(host, 0.5), quantile(host, 0.9),
+                quantile(period, 0.5), host.empty() ? 0.0 : 100.0 * overlapped / static_cast<double>(host.size()));
   }
   return 0;
 }

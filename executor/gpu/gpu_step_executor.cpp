@@ -99,10 +99,28 @@ struct GpuStepExecutor::State {
   // Step descriptor: the same layout on host (pinned) and device.
   StepDescriptorLayout desc;
   char* desc_dev = nullptr;
-  char* desc_host = nullptr;
   char* sampled_dev = nullptr;
   char* logits_dev = nullptr;
-  std::int32_t* sampled_host = nullptr;
+  // One step's host side. Two alternate, so that step N+1 is packed and launched while step N is
+  // in flight (ModelBackend::feeds_sampled_tokens) without touching N's pinned buffers.
+  struct Slot {
+    char* desc_host = nullptr;             // pinned
+    std::int32_t* sampled_host = nullptr;  // pinned
+    cudaEvent_t done = nullptr;            // recorded after the step's copies back
+    int rows = 0;                          // sampling rows
+    bool logits = false;                   // the logits come back to logits_host
+    std::vector<std::uint8_t> greedy;      // per sampling row: the engine wants the device's pick
+  };
+  Slot slots[2];
+  int oldest = 0, in_flight = 0;
+  // Sampling rows of the last step launched: the `sampled` buffer holds that step's tokens when
+  // the next step's embedding kernel reads it.
+  int last_sample_rows = 0;
+  // Every bucket's embed_gather reads fed tokens from `sampled` (artifacts written before fed
+  // tokens existed pass it no such buffer: the engine must not feed them).
+  bool feeds = true;
+  // Pinned logits: one buffer, since a step is launched while another is in flight only when the
+  // one in flight wants no logits.
   float* logits_host = nullptr;
 
   std::vector<Bucket> buckets;
@@ -110,29 +128,29 @@ struct GpuStepExecutor::State {
   // Descriptors kept for profile_step(), by bucket (keep_step_descriptors).
   bool keep_descriptors = false;
   std::map<const Bucket*, std::vector<char>> kept;
-  // The step in flight between launch() and wait().
-  int pending_rows = 0;
-  bool pending_logits = false;
-  std::vector<std::uint8_t> pending_greedy;
-  // Idle gap timing: events at the start and end of each step's graph, alternating between two
-  // pairs so that the previous step's end is still there when this step's start is read.
+  // Idle gap timing: events at the start and end of each step's graph, by step number modulo 3:
+  // when step k is collected, step k+1 may have recorded its pair already and step k-1's end
+  // must still be there.
   bool timing = false;
-  cudaEvent_t graph_begin[2] = {}, graph_end[2] = {};
-  int parity = 0;
-  bool have_previous = false;
+  cudaEvent_t graph_begin[3] = {}, graph_end[3] = {};
+  std::uint64_t launched = 0, collected = 0;  // steps so far
+  std::uint64_t timed_from = 0;               // the first step launched with timing on
 
   ~State() {
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 3; ++i) {
       if (graph_begin[i]) cudaEventDestroy(graph_begin[i]);
       if (graph_end[i]) cudaEventDestroy(graph_end[i]);
+    }
+    for (Slot& sl : slots) {
+      if (sl.done) cudaEventDestroy(sl.done);
+      if (sl.desc_host) cudaFreeHost(sl.desc_host);
+      if (sl.sampled_host) cudaFreeHost(sl.sampled_host);
     }
     for (auto& b : buckets)
       if (b.graph) cudaGraphExecDestroy(b.graph);
     if (library) cudaLibraryUnload(library);
     if (tmaps) cudaFree(tmaps);
     if (base) cudaFree(base);
-    if (desc_host) cudaFreeHost(desc_host);
-    if (sampled_host) cudaFreeHost(sampled_host);
     if (logits_host) cudaFreeHost(logits_host);
     if (stream) cudaStreamDestroy(stream);
   }
@@ -211,8 +229,13 @@ struct GpuStepExecutor::State {
     return *best;
   }
 
-  // Packs the descriptor and queues copy, graph and copies back on the stream; collect() waits.
-  void launch(const Step& step, std::span<const GpuSampling> sampling, bool want_logits) {
+  // Packs the descriptor into the next slot and queues copy, graph, copies back and the slot's
+  // event on the stream; collect() waits for the oldest slot.
+  void launch(const Step& step, std::span<const GpuSampling> sampling, bool want_logits,
+              std::span<const std::uint8_t> greedy) {
+    if (in_flight == 2) fail("gpu engine: a third step launched before the first was collected");
+    if (want_logits && in_flight == 1 && slots[oldest].logits)
+      fail("gpu engine: two steps in flight both want logits");
     // The engine calls from its loop thread, not the one that loaded: the current device is per
     // thread in the runtime API.
     int current = -1;
@@ -221,49 +244,60 @@ struct GpuStepExecutor::State {
     int sampling_rows = 0;
     for (const auto& s : step.sequences) sampling_rows += s.samples ? 1 : 0;
     const Bucket& b = choose(step, sampling_rows);
-    const PackedStep packed = pack_step_descriptor(desc, step, b.tokens, b.sample_rows, sampling, desc_host);
+    Slot& slot = slots[(oldest + in_flight) % 2];
+    // Negative tokens read what the last step launched sampled (embed_gather), which is still
+    // in the `sampled` buffer when this step's first kernel runs: steps run in stream order.
+    const PackedStep packed =
+        pack_step_descriptor(desc, step, b.tokens, b.sample_rows, sampling, last_sample_rows, slot.desc_host);
     const int r = packed.sample_rows;
-    check(cudaMemcpyAsync(desc_dev, desc_host, static_cast<std::size_t>(packed.upload), cudaMemcpyHostToDevice,
-                          stream),
+    check(cudaMemcpyAsync(desc_dev, slot.desc_host, static_cast<std::size_t>(packed.upload),
+                          cudaMemcpyHostToDevice, stream),
           "step descriptor upload");
     // Once per bucket, so that keeping costs the measured steps nothing.
-    if (keep_descriptors && !kept.count(&b)) kept[&b].assign(desc_host, desc_host + packed.upload);
-    if (timing) check(cudaEventRecord(graph_begin[parity], stream), "timing event");
+    if (keep_descriptors && !kept.count(&b)) kept[&b].assign(slot.desc_host, slot.desc_host + packed.upload);
+    const int ev = static_cast<int>(launched % 3);
+    if (timing) check(cudaEventRecord(graph_begin[ev], stream), "timing event");
     if (b.graph)
       check(cudaGraphLaunch(b.graph, stream), "graph launch");
     else
       launch_all(b);
-    if (timing) check(cudaEventRecord(graph_end[parity], stream), "timing event");
-    check(cudaMemcpyAsync(sampled_host, sampled_dev, sizeof(std::int32_t) * r,
-                          cudaMemcpyDeviceToHost, stream),
+    if (timing) check(cudaEventRecord(graph_end[ev], stream), "timing event");
+    check(cudaMemcpyAsync(slot.sampled_host, sampled_dev, sizeof(std::int32_t) * r, cudaMemcpyDeviceToHost,
+                          stream),
           "sampled tokens download");
     if (want_logits)
       check(cudaMemcpyAsync(logits_host, logits_dev, sizeof(float) * r * vocab,
                             cudaMemcpyDeviceToHost, stream),
             "logits download");
-    pending_rows = r;
-    pending_logits = want_logits;
+    check(cudaEventRecord(slot.done, stream), "step event");
+    slot.rows = r;
+    slot.logits = want_logits;
+    slot.greedy.assign(greedy.begin(), greedy.end());
+    last_sample_rows = r;
+    ++launched;
+    ++in_flight;
   }
 
-  // Waits for the launched step; returns the idle gap before it (negative when unknown).
+  // Waits for the oldest launched step; returns the idle gap before it (negative when unknown).
   double collect(std::vector<std::int32_t>& tokens_out, std::vector<float>* logits_out) {
-    check(cudaStreamSynchronize(stream), "step");
-    tokens_out.assign(sampled_host, sampled_host + pending_rows);
+    if (in_flight == 0) fail("gpu engine: wait without a launched step");
+    Slot& slot = slots[oldest];
+    oldest ^= 1;
+    --in_flight;
+    const std::uint64_t step = collected++;
+    check(cudaEventSynchronize(slot.done), "step");
+    tokens_out.assign(slot.sampled_host, slot.sampled_host + slot.rows);
     if (logits_out) {
-      if (pending_logits)
-        logits_out->assign(logits_host, logits_host + static_cast<std::size_t>(pending_rows) * vocab);
+      if (slot.logits)
+        logits_out->assign(logits_host, logits_host + static_cast<std::size_t>(slot.rows) * vocab);
       else
         logits_out->clear();
     }
     double gap = -1;
-    if (timing) {
-      if (have_previous) {
-        float ms = 0;
-        check(cudaEventElapsedTime(&ms, graph_end[parity ^ 1], graph_begin[parity]), "idle gap");
-        gap = ms * 1e-3;
-      }
-      have_previous = true;
-      parity ^= 1;
+    if (timing && step > timed_from) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, graph_end[(step - 1) % 3], graph_begin[step % 3]), "idle gap");
+      gap = ms * 1e-3;
     }
     return gap;
   }
@@ -422,10 +456,13 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   s.desc_dev = p;
   s.sampled_dev = s.arena.at("sampled");
   s.logits_dev = s.arena.at("logits");
-  check(cudaMallocHost(&s.desc_host, static_cast<std::size_t>(s.desc.bytes)), "pinned descriptor");
-  check(cudaMallocHost(&s.sampled_host, sizeof(std::int32_t) * s.desc.max_sample_rows), "pinned tokens");
+  for (State::Slot& slot : s.slots) {
+    check(cudaMallocHost(&slot.desc_host, static_cast<std::size_t>(s.desc.bytes)), "pinned descriptor");
+    check(cudaMallocHost(&slot.sampled_host, sizeof(std::int32_t) * s.desc.max_sample_rows), "pinned tokens");
+    check(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), "step event");
+    std::memset(slot.desc_host, 0, static_cast<std::size_t>(s.desc.bytes));
+  }
   check(cudaMallocHost(&s.logits_host, sizeof(float) * s.desc.max_sample_rows * s.vocab), "pinned logits");
-  std::memset(s.desc_host, 0, static_cast<std::size_t>(s.desc.bytes));
   check(cudaMemset(s.desc_dev, 0, static_cast<std::size_t>(s.desc.bytes)), "descriptor init");
 
   // Tensor maps (the loader checked each tmap: argument against its weight or buffer).
@@ -464,6 +501,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     b.size = json_int(bj, "size", "programs.buckets[]");
     b.tokens = json_int(bj, "tokens", "programs.buckets[]");
     b.sample_rows = json_int(bj, "sample_rows", "programs.buckets[]");
+    const auto& first_args = bj.at("launches").at(0).at("args");
+    s.feeds = s.feeds && std::find(first_args.begin(), first_args.end(), "buf:sampled") != first_args.end();
     for (const auto& lj : bj.at("launches")) {
       State::LaunchRecord l;
       l.kernel = lj.at("kernel").get<int>();
@@ -517,17 +556,18 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
 GpuStepExecutor::~GpuStepExecutor() = default;
 
 int GpuStepExecutor::num_kv_pages() const { return s_->kv_pages; }
+bool GpuStepExecutor::feeds_sampled_tokens() const { return s_->feeds; }
 int GpuStepExecutor::vocab_size() const { return s_->vocab; }
 
 void GpuStepExecutor::forward(const Step& step, std::vector<float>& logits) {
   std::vector<std::int32_t> tokens;
-  s_->launch(step, {}, true);
+  s_->launch(step, {}, true, {});
   s_->collect(tokens, &logits);
 }
 
 void GpuStepExecutor::run(const Step& step, std::span<const GpuSampling> sampling,
                           std::vector<std::int32_t>& tokens, std::vector<float>* logits) {
-  s_->launch(step, sampling, logits != nullptr);
+  s_->launch(step, sampling, logits != nullptr, {});
   s_->collect(tokens, logits);
 }
 
@@ -535,25 +575,25 @@ void GpuStepExecutor::launch(const Step& step, std::span<const std::uint8_t> dev
                              bool want_logits) {
   // Every row's parameters are greedy (GpuSampling{}); rows the engine samples on the host just
   // ignore the device's pick.
-  s_->pending_greedy.assign(device_greedy.begin(), device_greedy.end());
-  s_->launch(step, {}, want_logits);
+  s_->launch(step, {}, want_logits, device_greedy);
 }
 
 void GpuStepExecutor::wait(StepOutput& out) {
+  const State::Slot& slot = s_->slots[s_->oldest];
   out.idle_gap_seconds = s_->collect(out.device_tokens, &out.logits);
   for (std::size_t r = 0; r < out.device_tokens.size(); ++r)
-    if (r >= s_->pending_greedy.size() || !s_->pending_greedy[r]) out.device_tokens[r] = -1;
+    if (r >= slot.greedy.size() || !slot.greedy[r]) out.device_tokens[r] = -1;
 }
 
 void GpuStepExecutor::set_step_timing(bool on) {
   State& s = *s_;
   if (on)
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 3; ++i) {
       if (!s.graph_begin[i]) check(cudaEventCreate(&s.graph_begin[i]), "timing event");
       if (!s.graph_end[i]) check(cudaEventCreate(&s.graph_end[i]), "timing event");
     }
   s.timing = on;
-  s.have_previous = false;
+  s.timed_from = s.launched;
 }
 
 void GpuStepExecutor::keep_step_descriptors(bool on) {

@@ -9,8 +9,11 @@
 // CUDA graph per bucket of the manifest's launch programs, largest first.
 // A step: pack the step descriptor (token ids, positions, page tables, sampling parameters) in
 // pinned memory, one H2D copy, one graph launch, one D2H copy of the sampled tokens (and of the
-// logits when asked). launch() returns once that is queued; wait() synchronizes. Nothing about
-// kernels is decided at run time: the launch programs are codegen's (docs/artifact.md, "Kernels").
+// logits when asked), one event. launch() returns once that is queued; wait() waits for the
+// oldest step's event. Two steps may be in flight, each with its own pinned descriptor and tokens,
+// and a token -(r+1) of the second is the first's sampled row r, read on the device
+// (feeds_sampled_tokens). Nothing about kernels is decided at run time: the launch programs are
+// codegen's (docs/artifact.md, "Kernels").
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -62,6 +65,8 @@ class GpuStepExecutor : public ModelBackend {
   // logits are wanted.
   void forward(const Step& step, std::vector<float>& logits) override;
   bool samples_on_device() const override { return true; }
+  // When the artifact's embed_gather launches read `sampled` (docs/artifact.md).
+  bool feeds_sampled_tokens() const override;
   void launch(const Step& step, std::span<const std::uint8_t> device_greedy,
               bool want_logits) override;
   void wait(StepOutput& out) override;

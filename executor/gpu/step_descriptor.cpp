@@ -34,7 +34,8 @@ StepDescriptorLayout StepDescriptorLayout::make(int max_tokens, int max_sample_r
 }
 
 PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step, int bucket_tokens,
-                                int bucket_sample_rows, std::span<const GpuSampling> sampling, char* host) {
+                                int bucket_sample_rows, std::span<const GpuSampling> sampling, int fed_rows,
+                                char* host) {
   auto* tok = reinterpret_cast<std::int32_t*>(host + L.off_tokens);
   auto* pos = reinterpret_cast<std::int32_t*>(host + L.off_positions);
   auto* seq = reinterpret_cast<std::int32_t*>(host + L.off_token_seq);
@@ -64,7 +65,7 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
       row[p] = s.page_table[p];
     }
     for (int j = 0; j < n; ++j, ++t) {
-      if (s.tokens[j] < 0 || s.tokens[j] >= L.vocab) fail(who() + ": token id out of range");
+      if (s.tokens[j] >= L.vocab || s.tokens[j] < -fed_rows) fail(who() + ": token id out of range");
       tok[t] = s.tokens[j];
       pos[t] = s.first_position + j;
       seq[t] = static_cast<std::int32_t>(i);

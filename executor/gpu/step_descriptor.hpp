@@ -50,9 +50,13 @@ struct PackedStep {
 // `bucket_sample_rows` sampling rows: the step's tokens first, padding rows after them (token 0,
 // position -1, sequence 0), sample rows -1 past the step's; sequence i's page-table row holds its
 // pages for positions up to its last (the rest of the row is not read and is left as it was).
-// `sampling[i]` is sequence i's (greedy where absent). Throws telos::Error naming the request on
-// a token id, position or page id out of range, before anything reaches the device.
+// `sampling[i]` is sequence i's (greedy where absent). A token -(r+1) is passed on as it is: the
+// embedding kernel reads the token that row r of the previous step sampled (ModelBackend::
+// feeds_sampled_tokens); `fed_rows` is that step's number of sampling rows (0: none may be fed).
+// Throws telos::Error naming the request on a token id, position or page id out of range, before
+// anything reaches the device.
 PackedStep pack_step_descriptor(const StepDescriptorLayout& layout, const Step& step, int bucket_tokens,
-                                int bucket_sample_rows, std::span<const GpuSampling> sampling, char* host);
+                                int bucket_sample_rows, std::span<const GpuSampling> sampling, int fed_rows,
+                                char* host);
 
 }  // namespace telos::exec

@@ -79,13 +79,14 @@ TEST(GpuKernels, EmbedAndRmsNorm) {
     TestModule mod(source_with_rope(), {embed, norm, gather});
     std::vector<float> table_f, w = random_floats(H, 1.f);
     const bf16v table = random_bf16(static_cast<std::size_t>(V) * H, 1.f, table_f);
-    const std::vector<int> tokens = {3, 99, 0, 3, 42};
+    // What the rows embed; the device gets row 2 as a fed token: -2, row 1 of `sampled`.
+    const std::vector<int> tokens = {3, 99, 0, 3, 42}, fed = {3, 99, -2, 3, 42}, sampled = {7, 0};
     const std::vector<int> rows = {4, -1, 0};
     DeviceBuffer<std::uint16_t> d_table(table);
-    DeviceBuffer<int> d_tokens(tokens), d_rows(rows);
+    DeviceBuffer<int> d_tokens(fed), d_sampled(sampled), d_rows(rows);
     DeviceBuffer<float> d_x(static_cast<std::size_t>(T) * H), d_w(w);
     DeviceBuffer<std::uint16_t> d_h(static_cast<std::size_t>(T) * H), d_hf(3 * static_cast<std::size_t>(H));
-    CUDA_OK(mod.launch(embed, T, embed_threads, {d_table.get(), d_tokens.get(), d_x.get()}));
+    CUDA_OK(mod.launch(embed, T, embed_threads, {d_table.get(), d_tokens.get(), d_sampled.get(), d_x.get()}));
     CUDA_OK(mod.launch(norm, T, threads, {d_x.get(), d_w.get(), nullptr, d_h.get()}));
     CUDA_OK(mod.launch(gather, 3, threads, {d_x.get(), d_w.get(), d_rows.get(), d_hf.get()}));
     const auto x = d_x.download();

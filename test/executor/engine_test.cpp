@@ -9,6 +9,8 @@
 #include <cmath>
 #include <mutex>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -397,6 +399,170 @@ TEST(Engine, DeviceGreedySamplingMatchesHostSampling) {
   }
   EXPECT_TRUE(device->take_step_timings().empty());
   EXPECT_EQ(device->stats().kv_pages_used, 0);
+}
+
+// A backend that feeds sampled tokens the way the GPU engine does (feeds_sampled_tokens): it takes
+// a second step while one is in flight, copies what it needs at launch (the engine changes what a
+// Step's spans point at before wait), and resolves a token -(r+1) to what row r of the step
+// computed before it picked, greedy in every row like the GPU's sample kernel. Overlapped steps
+// are counted.
+class DeviceFed : public CpuReferenceModel {
+ public:
+  using CpuReferenceModel::CpuReferenceModel;
+  bool samples_on_device() const override { return true; }
+  bool feeds_sampled_tokens() const override { return true; }
+  void launch(const Step& step, std::span<const std::uint8_t> device_greedy,
+              bool want_logits) override {
+    EXPECT_LT(queue_.size(), 2u) << "a third step launched before the first was collected";
+    if (!queue_.empty()) {
+      ++overlapped_launches;
+      EXPECT_FALSE(queue_.front().want_logits) << "overlapped a step whose logits are wanted";
+    }
+    Launched l;
+    l.greedy.assign(device_greedy.begin(), device_greedy.end());
+    l.want_logits = want_logits;
+    l.step.num_tokens = step.num_tokens;
+    l.step.bucket_kind = step.bucket_kind;
+    l.step.bucket = step.bucket;
+    for (const ScheduledSequence& seq : step.sequences) {
+      l.tokens.emplace_back(seq.tokens.begin(), seq.tokens.end());
+      l.pages.emplace_back(seq.page_table.begin(), seq.page_table.end());
+      l.step.sequences.push_back(seq);
+    }
+    queue_.push_back(std::move(l));
+  }
+  void wait(StepOutput& out) override {
+    if (before_wait) before_wait();
+    Launched l = std::move(queue_.front());
+    queue_.pop_front();
+    for (std::size_t i = 0; i < l.step.sequences.size(); ++i) {
+      for (std::int32_t& t : l.tokens[i]) {
+        if (t >= 0) continue;
+        const auto r = static_cast<std::size_t>(-t - 1);
+        EXPECT_LT(r, sampled_.size()) << "a fed token names no row of the previous step";
+        t = r < sampled_.size() ? sampled_[r] : 0;
+        ++fed_tokens;
+      }
+      l.step.sequences[i].tokens = l.tokens[i];
+      l.step.sequences[i].page_table = l.pages[i];
+    }
+    CpuReferenceModel::forward(l.step, out.logits);
+    const auto vocab = static_cast<std::size_t>(vocab_size());
+    sampled_.clear();
+    out.device_tokens.assign(l.greedy.size(), -1);
+    for (std::size_t r = 0; r < l.greedy.size(); ++r) {
+      const auto row = out.logits.begin() + static_cast<std::ptrdiff_t>(r * vocab);
+      sampled_.push_back(static_cast<std::int32_t>(
+          std::max_element(row, row + static_cast<std::ptrdiff_t>(vocab)) - row));
+      if (l.greedy[r]) out.device_tokens[r] = sampled_.back();
+    }
+    if (!l.want_logits) std::fill(out.logits.begin(), out.logits.end(), std::nanf(""));
+  }
+  int overlapped_launches = 0, fed_tokens = 0;
+  std::function<void()> before_wait;  // on the engine's thread, while the next step may be in flight
+
+ private:
+  struct Launched {
+    Step step;
+    std::vector<std::vector<std::int32_t>> tokens;
+    std::vector<std::vector<PageId>> pages;
+    std::vector<std::uint8_t> greedy;
+    bool want_logits = false;
+  };
+  std::deque<Launched> queue_;
+  std::vector<std::int32_t> sampled_;  // every row's greedy pick of the last step computed
+};
+
+// Randomized workloads on the synchronous engine and on the overlapped one: mixed prompt lengths
+// and max_tokens, EOS and stop ids, some rows sampled on the host (which fall back to waiting),
+// a pool small enough to preempt. Every request gets the same tokens and finish reason; cancelled
+// ones a prefix of what the synchronous engine generates. No page is left behind, the scheduler
+// invariant holds after every step, and the overlapped path is really taken.
+TEST(Engine, OverlappedStepsMatchTheSynchronousEngine) {
+  for (int kv_pages : {64, 12}) {
+    TinyArtifactSpec spec;
+    spec.kv_pages = kv_pages;
+    // Cancellations land from the backend's wait(), so that they find requests with a step in
+    // flight whatever the machine's speed: each counts down the waits until its cancel().
+    std::mutex cancel_mutex;
+    std::vector<std::pair<RequestHandle, int>> cancels;
+    const std::string dir = testing::temp_dir("overlap");
+    testing::write_tiny_artifact(dir, spec);
+    auto artifact = Artifact::load(dir);
+    EngineOptions options;
+    options.check_invariants = true;
+    options.record_step_timings = true;
+    auto sync = Engine::create(artifact, std::make_unique<CpuReferenceModel>(artifact), options);
+    auto fed_backend = std::make_unique<DeviceFed>(artifact);
+    DeviceFed* fed_view = fed_backend.get();
+    fed_view->before_wait = [&] {
+      std::lock_guard lock(cancel_mutex);
+      for (auto& [handle, waits] : cancels)
+        if (waits > 0 && --waits == 0) handle->cancel();
+    };
+    auto overlapped = Engine::create(artifact, std::move(fed_backend), options);
+
+    std::mt19937 rng(static_cast<unsigned>(kv_pages));
+    auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    int finishes[4] = {};  // by FinishReason
+    for (int round = 0; round < 6; ++round) {
+      std::vector<GenerationRequest> requests;
+      std::vector<int> cancel_after;  // waits before cancelling; 0: never
+      for (int i = 0; i < 10; ++i) {
+        GenerationRequest r;
+        const int len = uniform(1, 20);
+        for (int j = 0; j < len; ++j) r.prompt.push_back(uniform(0, spec.vocab_size - 1));
+        r.sampling.max_tokens = uniform(1, 24);
+        r.sampling.seed = static_cast<std::uint64_t>(i);
+        r.sampling.ignore_eos = uniform(0, 1) == 0;
+        if (uniform(0, 2) == 0) r.sampling.stop_token_ids = {uniform(0, spec.vocab_size - 1)};
+        r.sampling.temperature = uniform(0, 5) == 0 ? 1.0f : 0.0f;  // 1: sampled on the host
+        if (uniform(0, 7) == 0) r.sampling.min_tokens = std::min(3, *r.sampling.max_tokens);  // host rows until then
+        requests.push_back(r);
+        cancel_after.push_back(uniform(0, 4) == 0 ? uniform(1, 8) : 0);
+      }
+      std::vector<RequestHandle> hs, ho;
+      for (const GenerationRequest& r : requests) hs.push_back(sync->submit(r));
+      {
+        std::lock_guard lock(cancel_mutex);
+        for (std::size_t i = 0; i < requests.size(); ++i) {
+          ho.push_back(overlapped->submit(requests[i]));
+          if (cancel_after[i] > 0) cancels.emplace_back(ho.back(), cancel_after[i]);
+        }
+      }
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        const Result want = collect(hs[i]);
+        const Result got = collect(ho[i]);
+        ++finishes[static_cast<int>(got.finish)];
+        if (got.finish == FinishReason::Cancelled) {
+          ASSERT_LE(got.ids.size(), want.ids.size()) << "round " << round << " request " << i;
+          EXPECT_TRUE(std::equal(got.ids.begin(), got.ids.end(), want.ids.begin()))
+              << "round " << round << " request " << i;
+        } else {
+          EXPECT_EQ(got.finish, want.finish) << "round " << round << " request " << i;
+          EXPECT_EQ(got.ids, want.ids) << "round " << round << " request " << i;
+        }
+      }
+    }
+    // The workload exercises every way of ending but failure.
+    EXPECT_GT(finishes[static_cast<int>(FinishReason::Stop)], 0);
+    EXPECT_GT(finishes[static_cast<int>(FinishReason::Length)], 0);
+    EXPECT_GT(finishes[static_cast<int>(FinishReason::Cancelled)], 0);
+    EXPECT_EQ(finishes[static_cast<int>(FinishReason::Error)], 0);
+    overlapped->wait_idle();
+    EXPECT_EQ(overlapped->stats().kv_pages_used, 0);
+    EXPECT_EQ(sync->stats().kv_pages_used, 0);
+    if (kv_pages == 12) {
+      EXPECT_GT(overlapped->stats().preemptions, 0u);
+    }
+    EXPECT_GT(fed_view->fed_tokens, 0);
+    int timed_overlapped = 0;
+    for (const StepTiming& t : overlapped->take_step_timings()) timed_overlapped += t.overlapped ? 1 : 0;
+    EXPECT_EQ(timed_overlapped, fed_view->overlapped_launches);
+    // Most decode steps of these workloads can overlap (a fifth of the requests sample on the host).
+    EXPECT_GT(fed_view->overlapped_launches, 50) << "kv_pages " << kv_pages;
+    for (const StepTiming& t : sync->take_step_timings()) EXPECT_FALSE(t.overlapped);
+  }
 }
 
 // Several client threads submit, read and cancel at once (what the HTTP server does): every

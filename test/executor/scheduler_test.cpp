@@ -304,5 +304,31 @@ TEST(Scheduler, RandomizedLifecyclesLeakNoPageWhenDecodesOutnumberTheBudget) {
   run_random_lifecycles(8, 4, 7);
 }
 
+// The engine's overlapped steps: a placeholder token is scheduled like any other before it is
+// known, then resolved in place; a step committed after one of its requests ended skips it.
+TEST(Scheduler, PlaceholderTokensAreScheduledAndResolvedInPlace) {
+  KvPagePool pool(64);
+  Scheduler s(limits(), pool);
+  s.add(1, prompt(3), 4);
+  s.add(2, prompt(5), 4);
+  const Step prefill = s.schedule();
+  s.commit(prefill);
+  s.append_token(1, -1);  // row 0 of the prefill step
+  s.append_token(2, -2);
+  const Step decode = s.schedule();
+  ASSERT_EQ(decode.sequences.size(), 2u);
+  EXPECT_EQ(decode.sequences[0].tokens[0], -1);
+  EXPECT_EQ(decode.sequences[0].first_position, 3);
+  EXPECT_EQ(decode.sequences[1].tokens[0], -2);
+  s.resolve_token(1, 3, 40);
+  EXPECT_EQ(s.find(1)->tokens.back(), 40);
+  EXPECT_THROW(s.resolve_token(1, 3, 41), Error);  // no placeholder there any more
+  EXPECT_THROW(s.resolve_token(2, 4, 41), Error);  // a prompt token
+  s.remove(2);
+  s.commit(decode);
+  EXPECT_EQ(s.find(1)->num_computed, 4);
+  s.check_invariant();
+}
+
 }  // namespace
 }  // namespace telos::exec

@@ -48,7 +48,7 @@ TEST(StepDescriptor, PacksAPrefillChunkAndADecodeToken) {
   step.sequences.push_back({6, 40, std::span<const std::int32_t>(decode), std::span<const PageId>(pages_b), true});
   step.num_tokens = 6;
   const std::vector<GpuSampling> sampling = {{0.7f, 0.9f, 0.05f, 40, 0x1122334455667788ull}};
-  const PackedStep p = pack_step_descriptor(l, step, 8, 4, sampling, b.bytes.data());
+  const PackedStep p = pack_step_descriptor(l, step, 8, 4, sampling, 0, b.bytes.data());
 
   EXPECT_EQ(p.sample_rows, 2);
   EXPECT_EQ(p.upload, l.off_page_tables + 2 * 8 * 4);
@@ -94,16 +94,16 @@ TEST(StepDescriptor, AChunkThatDoesNotSampleHasNoSamplingRow) {
   const std::vector<PageId> pages = {0};
   Step step;
   step.sequences.push_back({9, 0, std::span<const std::int32_t>(chunk), std::span<const PageId>(pages), false});
-  const PackedStep p = pack_step_descriptor(l, step, 4, 1, {}, b.bytes.data());
+  const PackedStep p = pack_step_descriptor(l, step, 4, 1, {}, 0, b.bytes.data());
   EXPECT_EQ(p.sample_rows, 0);
   EXPECT_EQ(b.i32(l.off_sample_rows)[0], -1);
 }
 
-void expect_refused(const Step& step, int bucket_tokens, const std::string& what) {
+void expect_refused(const Step& step, int bucket_tokens, const std::string& what, int fed_rows = 0) {
   const StepDescriptorLayout l = layout();
   Buffer b(l);
   try {
-    pack_step_descriptor(l, step, bucket_tokens, 4, {}, b.bytes.data());
+    pack_step_descriptor(l, step, bucket_tokens, 4, {}, fed_rows, b.bytes.data());
     FAIL() << "accepted; expected: " << what;
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
@@ -120,12 +120,32 @@ TEST(StepDescriptor, RefusesIdsAndPositionsOutOfRange) {
   };
   expect_refused(one(big, 0, pages), 4, "request 77: token id out of range");
   expect_refused(one(negative, 0, pages), 4, "request 77: token id out of range");
+  // -3 is row 2 of the previous step, which had two sampling rows.
+  const std::vector<std::int32_t> row2 = {-3};
+  expect_refused(one(row2, 0, pages), 4, "request 77: token id out of range", 2);
   expect_refused(one(ok, 0, bad_page), 4, "request 77: page id out of range");
   expect_refused(one(ok, 20, short_table), 4, "request 77: page table too short");
   expect_refused(one(ok, 8 * 16, pages), 4, "request 77: positions beyond the compiled max_seq_len");
   expect_refused(one(ok, -1, pages), 4, "request 77: positions beyond the compiled max_seq_len");
   const std::vector<std::int32_t> five = {1, 2, 3, 4, 5};
   expect_refused(one(five, 0, pages), 4, "request 77: the step has more rows than its bucket");
+}
+
+// An overlapped decode step: -(r+1) stands for the token row r of the previous step sampled, and
+// reaches the device as it is (the embedding kernel resolves it).
+TEST(StepDescriptor, PassesFedTokensOn) {
+  const StepDescriptorLayout l = layout();
+  Buffer b(l);
+  const std::vector<std::int32_t> fed_a = {-2}, fed_b = {-1}, known = {42};
+  const std::vector<PageId> pages = {3};
+  Step step;
+  step.sequences.push_back({1, 4, std::span<const std::int32_t>(fed_a), std::span<const PageId>(pages), true});
+  step.sequences.push_back({2, 7, std::span<const std::int32_t>(known), std::span<const PageId>(pages), true});
+  step.sequences.push_back({3, 9, std::span<const std::int32_t>(fed_b), std::span<const PageId>(pages), true});
+  const PackedStep p = pack_step_descriptor(l, step, 4, 4, {}, 2, b.bytes.data());
+  EXPECT_EQ(p.sample_rows, 3);
+  const std::int32_t* tok = b.i32(l.off_tokens);
+  EXPECT_EQ(std::vector<std::int32_t>(tok, tok + 4), (std::vector<std::int32_t>{-2, 42, -1, 0}));
 }
 
 }  // namespace
