@@ -226,15 +226,16 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     launch(b.kernel("telos_kernels::embed_gather<" + I_(H) + ", " + I_(embed_threads) + ">",
                     {"embed", "tokens", "sampled", "x"}, embed_threads),
            {T, 1, 1}, {"w:embed", "desc:tokens", "buf:sampled", "buf:x"});
-    // Attention in tiles of tpt tokens (prefill), one token per block in decode; one launch
-    // computes the slots and merges them (kernels/attention.cuh).
+    // Attention in tiles of tpt tokens (prefill), one token per block in decode.
     const int tpt = attn_tokens_per_tile(kind == "prefill", T, HQ / HKV);
     const int split_k = b.kernel(
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
             I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(tpt) + ">",
-        {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml", "arrivals", "out"},
-        128);
+        {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128);
+    const int combine_k = b.kernel("telos_kernels::attn_combine<" + I_(HQ) + ", " + I_(D) + ", " +
+                                       I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
+                                   {"part_o", "part_ml", "positions", "out"}, D);
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
     // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each
     // output element with the same wgmma chain over K and the same epilogue arithmetic
@@ -259,6 +260,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     // Buckets of up to kSmallGemmNormMaxRows tokens fold the norms before the QKV and gate/up
     // projections into those GEMMs (gemm_small_norm_*: A = RMSNorm(x), computed in the kernel).
     const bool fold_norm = !big && T <= kSmallGemmNormMaxRows;
+    const bool fold_qkv = fold_norm && T <= kSmallGemmQkvFoldMaxRows;
     auto gemm = [&](const std::string& epi, int n, int k, bool norm = false) -> Gemm {
       const bool swiglu = epi == "swiglu";
       const std::string dims = "<" + I_(T) + ", " + I_(n) + ", " + I_(k);
@@ -302,7 +304,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     // The QKV epilogue (bias, QK norm, RoPE, q out, K/V appended to their pages): its own kernel
     // after the projection, or folded with the norm into the projection (gemm_small_norm_qkv).
     const std::string qkv_epi = std::string(in.qkv_bias ? "true" : "false") + ", " + (in.qk_norm ? "true" : "false") +
-                                ", " + (fold_norm ? "" : eps + ", ") + I_(PAGE) + ", " + I_(MAXP) + ", " +
+                                ", " + (fold_qkv ? "" : eps + ", ") + I_(PAGE) + ", " + I_(MAXP) + ", " +
                                 I_(page_elems) + "ll, telos_rope::Freqs>";
     const std::vector<std::string> qkv_epi_params = {"bias",      "q_norm",      "k_norm",   "positions",
                                                      "token_seq", "page_tables", "kv_layer", "q_out"};
@@ -315,7 +317,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     auto launch_qkv = [&](const std::string& w, int l) {
       const long long rows = static_cast<long long>(NH) * D;
       std::vector<std::string> args = qkv_epi_args(w, l);
-      if (fold_norm) {
+      if (fold_qkv) {
         const SmallGemmTiling t = small_gemm_tiling(NH * D, H, T, false, true);
         std::vector<std::string> params = {"x", "norm_w", "w_map", "qkv"};
         params.insert(params.end(), qkv_epi_params.begin(), qkv_epi_params.end());
@@ -329,7 +331,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
         launch(k, {t.tiles_m, t.tiles_n, 1}, args);
         return;
       }
-      launch_norm_gemm(gemm("bf16", NH * D, H), w + "attn_norm", w + "qkv", rows, H, "qkv", rows);
+      launch_norm_gemm(gemm("bf16", NH * D, H, fold_norm), w + "attn_norm", w + "qkv", rows, H, "qkv", rows);
       std::vector<std::string> params = {"qkv"};
       params.insert(params.end(), qkv_epi_params.begin(), qkv_epi_params.end());
       const int k = b.kernel("telos_kernels::qkv_rope_append_rows<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " +
@@ -338,13 +340,14 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       args.insert(args.begin(), "buf:qkv");
       launch(k, {NH, T, 1}, args);
     };
-    if (fold_norm) qkv_arrival_counters = NH;
+    if (fold_qkv) qkv_arrival_counters = NH;
     for (int l = 0; l < L; ++l) {
       const std::string w = "w:layers." + I_(l) + ".";
       launch_qkv(w, l);
       launch(split_k, {T / tpt, HKV, plan.attn_num_splits},
              {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
-              "buf:part_o", "buf:part_ml", "buf:attn_arrivals", "buf:attn"});
+              "buf:part_o", "buf:part_ml"});
+      launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});
       launch_gemm(o_g, "attn", w + "o", H, HQ * D, "x", H);
       launch_norm_gemm(gu_g, w + "mlp_norm", w + "gate_up", 2LL * I, H, "act", I);
       launch_gemm(down_g, "act", w + "down", H, I, "x", H);
@@ -382,8 +385,6 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       {"q", T * HQ * D * 4},
       {"part_o", T * HQ * plan.attn_num_splits * D * 4},
       {"part_ml", T * HQ * plan.attn_num_splits * 2 * 4},
-      // One arrival counter per (tile, KV head) of attn_split, zero between launches.
-      {"attn_arrivals", T * HKV * 4},
       {"attn", T * HQ * D * 2},
       {"act", T * I * 2},
       {"hf", S * H * 2},

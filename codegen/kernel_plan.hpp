@@ -96,6 +96,12 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
 // the GEMM (its A is one 8-row group for the whole K); larger ones launch rmsnorm into h.
 inline constexpr int kSmallGemmNormMaxRows = 8;
 
+// One-token decode buckets also fold the QKV epilogue into the QKV GEMM (gemm_small_norm_qkv: the
+// last CTA of each head runs it for every token in turn, a serial tail that grows with the
+// tokens: on the Llama-3.2-1B shape at 8 tokens the folded kernel took 23 µs a launch against
+// 16 + 5 for the GEMM and the epilogue's own launch; docs/perf-log.md, run J).
+inline constexpr int kSmallGemmQkvFoldMaxRows = 1;
+
 // Attention cuts the context into splits of kAttnSplit positions (two 16-position chunks per
 // warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most
 // 32, since the f32 partials in the arena grow with them. Both depend on the model only, never on

@@ -4,13 +4,11 @@
 //   decode GEMMs at M = 1, 8, 64 on Llama-3.1-8B shapes, tiled as codegen tiles them: the
 //   small-M wgmma GEMM (gemm_small_*: qkv, o, gate_up with SwiGLU, down with the residual add)
 //   and linear_f32 (the LM head's GEMM, also on the other shapes for comparison);
-//   decode attention (attn_split, which merges its slots itself), head dim 128, GQA 32/8,
-//   context 4k-32k;
+//   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k;
 //   prefill attention: one sequence's 512-token chunk at context 8192, one token per block
 //   (TPT 1) against the plan's tiles of 4 tokens (TPT 4), GB/s counting the K/V bytes each
 //   block reads (per tile: positions up to the tile's last).
-// `telos-kernel-bench --sweep` also times the small GEMM at other tilings than the plan's;
-// `telos-kernel-bench --attention` times the copy and the attention rows only.
+// `telos-kernel-bench --sweep` also times the small GEMM at other tilings than the plan's.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -129,7 +127,6 @@ void* device_map(const void* base, int rows, int cols, int box_rows) {
 
 int main(int argc, char** argv) {
   const bool sweep = argc > 1 && std::string(argv[1]) == "--sweep";
-  const bool attention_only = argc > 1 && std::string(argv[1]) == "--attention";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("telos-kernel-bench: no CUDA GPU\n");
@@ -165,8 +162,7 @@ int main(int argc, char** argv) {
                         {"gate_up", "swiglu", 14336, 4096}, {"down", "residual", 4096, 14336},
                         {"lm_head", "", 128256, 4096}, {"lm_head_1b", "", 128256, 2048}};
   constexpr int kBatch = 8;
-  const std::vector<int> gemm_tokens = attention_only ? std::vector<int>{} : std::vector<int>{1, 8, 64};
-  for (int M : gemm_tokens) {
+  for (int M : {1, 8, 64}) {
     std::vector<std::string> names;
     std::vector<GemmLaunch> launches;
     // Per shape: (label, tiling, instance) of each small-GEMM variant timed.
@@ -262,6 +258,9 @@ int main(int argc, char** argv) {
              ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
              float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) + ">";
     }
+    std::string combine_kernel() const {
+      return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
+    }
   };
   auto attn = [](int C) {
     return Attn{C, C / PAGE, kAttnSplit, attn_partial_slots(C), 2LL * HKV * PAGE * D};
@@ -269,8 +268,8 @@ int main(int argc, char** argv) {
   // Device buffers of `rows` query tokens at positions `hpos` of sequences `hseq`, each with
   // MAXP pages of random K/V (pages scattered over the pool).
   struct AttnBuffers {
-    void *kv = nullptr, *q = nullptr, *po = nullptr, *pml = nullptr, *arrivals = nullptr, *out = nullptr,
-         *pos = nullptr, *seq = nullptr, *pt = nullptr;
+    void *kv = nullptr, *q = nullptr, *po = nullptr, *pml = nullptr, *out = nullptr, *pos = nullptr,
+         *seq = nullptr, *pt = nullptr;
     AttnBuffers(const Attn& at, const std::vector<int>& hpos, const std::vector<int>& hseq, int seqs) {
       const std::size_t rows = hpos.size(), pages = static_cast<std::size_t>(seqs) * at.MAXP;
       check(cudaMalloc(&kv, pages * at.page_elems * 2), "alloc");
@@ -279,9 +278,6 @@ int main(int argc, char** argv) {
       cudaMemset(q, 0x3c, rows * HQ * D * 4);
       check(cudaMalloc(&po, rows * HQ * at.nsplit * D * 4), "alloc");
       check(cudaMalloc(&pml, rows * HQ * at.nsplit * 2 * 4), "alloc");
-      // One counter per (token, KV head) covers every tiling; zero, as the engine's arena starts.
-      check(cudaMalloc(&arrivals, rows * HKV * 4), "alloc");
-      check(cudaMemset(arrivals, 0, rows * HKV * 4), "zero");
       check(cudaMalloc(&out, rows * HQ * D * 2), "alloc");
       std::vector<int> hpt(pages);
       for (std::size_t i = 0; i < pages; ++i) hpt[i] = static_cast<int>((i * 7919) % pages);
@@ -293,7 +289,7 @@ int main(int argc, char** argv) {
       cudaMemcpy(pt, hpt.data(), pages * 4, cudaMemcpyHostToDevice);
     }
     ~AttnBuffers() {
-      for (void* p : {kv, q, po, pml, arrivals, out, pos, seq, pt}) cudaFree(p);
+      for (void* p : {kv, q, po, pml, out, pos, seq, pt}) cudaFree(p);
     }
   };
   auto attn_row = [&](const char* label, const char* shape, double us, double bytes) {
@@ -302,25 +298,26 @@ int main(int argc, char** argv) {
   };
 
   // Decode: batch B, every sequence at context C.
-  for (int C : {4096, 8192, 32768}) {
+  for (int C : {4096, 32768}) {
     const Attn at = attn(C);
-    const std::string sk = at.split_kernel(1);
-    Module mod({sk});
+    const std::string sk = at.split_kernel(1), ck = at.combine_kernel();
+    Module mod({sk, ck});
     for (int B : {1, 16, 64}) {
       std::vector<int> hpos(B, C - 1), hseq(B);
       for (int b = 0; b < B; ++b) hseq[b] = b;
       const AttnBuffers m(at, hpos, hseq, B);
       const double us = median_us([&](int) {
-        mod.launch(sk, dim3(B, HKV, at.nsplit), 128, {m.q, m.pos, m.seq, m.pt, m.kv, m.po, m.pml, m.arrivals, m.out});
+        mod.launch(sk, dim3(B, HKV, at.nsplit), 128, {m.q, m.pos, m.seq, m.pt, m.kv, m.po, m.pml});
+        mod.launch(ck, dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out});
       });
       char shape[64];
       std::snprintf(shape, sizeof shape, "B=%d ctx=%d", B, C);
-      attn_row("attn_split (merged) D128 GQA4", shape, us, static_cast<double>(B) * C * HKV * D * 2 * 2);
+      attn_row("attn_split+combine D128 GQA4", shape, us, static_cast<double>(B) * C * HKV * D * 2 * 2);
     }
   }
 
-  // Prefill: one sequence, a 512-token chunk at positions 7680..8191 (context 8192), attention
-  // as a prefill bucket launches it, one token per block (TPT 1) and in tiles of
+  // Prefill: one sequence, a 512-token chunk at positions 7680..8191 (context 8192), split +
+  // combine as a prefill bucket launches them, one token per block (TPT 1) and in tiles of
   // attn_tokens_per_tile's 4 tokens. Bytes: the K/V a block reads, positions 0 .. the last of its
   // tile, per tile and KV head (TPT 1 reads the context once per token, TPT 4 once per 4 tokens).
   // The two outputs must be the same bits.
@@ -328,7 +325,8 @@ int main(int argc, char** argv) {
     constexpr int C = 8192, T = 512;
     const Attn at = attn(C);
     const int tiled = attn_tokens_per_tile(true, T, HQ / HKV);
-    Module mod({at.split_kernel(1), at.split_kernel(tiled)});
+    const std::string ck = at.combine_kernel();
+    Module mod({at.split_kernel(1), at.split_kernel(tiled), ck});
     std::vector<int> hpos(T), hseq(T, 0);
     for (int t = 0; t < T; ++t) hpos[t] = C - T + t;
     const AttnBuffers m(at, hpos, hseq, 1);
@@ -336,8 +334,8 @@ int main(int argc, char** argv) {
     for (int tpt : {1, tiled}) {
       const std::string sk = at.split_kernel(tpt);
       const double us = median_us([&](int) {
-        mod.launch(sk, dim3(T / tpt, HKV, at.nsplit), 128,
-                   {m.q, m.pos, m.seq, m.pt, m.kv, m.po, m.pml, m.arrivals, m.out});
+        mod.launch(sk, dim3(T / tpt, HKV, at.nsplit), 128, {m.q, m.pos, m.seq, m.pt, m.kv, m.po, m.pml});
+        mod.launch(ck, dim3(T, HQ), D, {m.po, m.pml, m.pos, m.out});
       });
       double bytes = 0;
       for (int t0 = 0; t0 < T; t0 += tpt) bytes += static_cast<double>(hpos[t0 + tpt - 1] + 1) * HKV * D * 2 * 2;

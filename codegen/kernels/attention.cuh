@@ -7,12 +7,10 @@
 // and the partials stay NSPLIT per token at any context). attn_split computes one slot of a tile
 // of TPT consecutive tokens for one KV head (all G = HQ/HKV query heads that share it, of every
 // token of the tile, so K and V are read once for the group and, in prefill, once for the tile's
-// tokens) with an online softmax on tensor cores; the last of the tile's slots to finish merges
-// the slots in order and writes the output, in the same launch (one kernel per layer instead of
-// a split and a combine: the launch, not the merge's bytes, was the combine's cost).
+// tokens) with an online softmax on tensor cores, and attn_combine merges the slots in order.
 // Split boundaries, the slot of a split, the 16-position chunks inside a split and the order in
-// which the warps' results and the slots are merged depend only on positions, never on the
-// batch, the tile or which block finishes last, so a row's result does not depend on its bucket.
+// which the warps' results are merged depend only on positions, never on the batch or the tile,
+// so a row's result does not depend on its bucket.
 #include "common.cuh"
 
 namespace telos_kernels {
@@ -62,21 +60,11 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 //    b0/b1 pair the two positions' values with one byte permute each.
 // Positions past the pass's last one are clamped to it for the loads (finite data, in the
 // sequence's pages) and get weight 0.
-//
-// The merge: out[t, hq·D + d] = bf16(softmax-weighted sum) over the slots 0 .. min(position /
-// SPLIT, NSPLIT - 1) of the row, in slot order; padding rows (negative position) get zeros. The
-// blocks of a (tile, KV head) that reach the slots' work are those of slots 0 .. min(last /
-// SPLIT, NSPLIT - 1), last the tile's largest position (the others return at once); each counts
-// itself in arrivals[tile · HKV + KV head] after its partials, and the one that completes the
-// count merges every (token, query head) of the tile and sets the counter back to 0, so every
-// launch (and graph replay) finds it zero; the engine zeroes the arena once at load. The merge
-// reads partials only, in a fixed order, so its bits do not depend on which block came last. A
-// tile of padding alone has no slot work: slot 0's block writes its zeros.
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2, int TPT>
 __global__ void __launch_bounds__(128, 3)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
-               const bf16* kv_layer, float* part_o, float* part_ml, unsigned* arrivals, bf16* out) {
+               const bf16* kv_layer, float* part_o, float* part_ml) {
   pdl_entry();
   constexpr int G = HQ / HKV, W = 4, R = TPT * G;  // R: MMA rows in use
   constexpr int KS = D / 16, NT = D / 8, VW = D / 16;  // k-steps, n-tiles, V words per position
@@ -94,12 +82,7 @@ __global__ void __launch_bounds__(128, 3)
     int last = positions[t0];
 #pragma unroll
     for (int j = 1; j < TPT; ++j) last = max(last, positions[t0 + j]);
-    if (last < first) {
-      if (last < 0 && slot == 0)
-        for (int i = threadIdx.x; i < R * D; i += 128)
-          out[(static_cast<long long>(t0 + i / (G * D)) * HQ + kvh * G) * D + i % (G * D)] = 0;
-      return;
-    }
+    if (last < first) return;
   }
   // Shared memory holds what the passes below read but should not keep in registers: at 168
   // registers a thread (3 blocks an SM, __launch_bounds__) the o accumulators and the K/V loads
@@ -149,15 +132,11 @@ __global__ void __launch_bounds__(128, 3)
   const float kNegInf = -__int_as_float(0x7f800000);
   __shared__ float sm_m[W][16];
   __shared__ float sm_l[W / 2][16];
-  // The warps' outputs [W / 2][R][D] in the passes, the slots' {max, weight, sum} [3][R][NSPLIT]
-  // in the merge after them.
-  constexpr int O_FLOATS = W / 2 * R * D, MERGE_FLOATS = 3 * R * NSPLIT;
-  __shared__ float sm_buf[O_FLOATS > MERGE_FLOATS ? O_FLOATS : MERGE_FLOATS];
-  float(*const sm_o)[R][D] = reinterpret_cast<float(*)[R][D]>(sm_buf);
+  __shared__ float sm_o[W / 2][R][D];
 
   // One pass per segment [a, b) of the tile that reaches the slot. Padding rows (negative
   // position) and rows whose position is before the slot's first split write nothing: the
-  // merge reads slots 0 .. min(position / SPLIT, NSPLIT - 1) only. The loop is uniform over
+  // combine reads slots 0 .. min(position / SPLIT, NSPLIT - 1) only. The loop is uniform over
   // the block (the merge synchronizes it).
   for (int sg = 0; sg < sm_nseg; ++sg) {
     const int a = sm_seg[sg][0], b = sm_seg[sg][1], seq = sm_seg[sg][2], pos_max = sm_seg[sg][3];
@@ -338,96 +317,40 @@ __global__ void __launch_bounds__(128, 3)
       }
     }
   }
+}
 
-  // Arrival (PTX ISA, Memory Consistency Model: a release pattern, fence then atomic, on the
-  // writers' side; an acquire pattern, atomic then fence, on the merging block's). Warp 0, the
-  // only writer of partials, fences its stores; the barrier orders them before thread 0's atomic.
-  __shared__ bool sm_merge;
-  if (warp == 0) __threadfence();
+// out[t, hq*D + d] = bf16(softmax-weighted sum), merging the slots 0..min(position/SPLIT,
+// NSPLIT - 1) in order.
+// Padding rows (negative position) get zeros. The slots' {max, sum} are loaded once, in
+// parallel, into shared memory, so the per-dim loop only waits on independent part_o loads.
+template <int HQ, int D, int NSPLIT, int SPLIT>
+__global__ void __launch_bounds__(D)
+    attn_combine(const float* part_o, const float* part_ml, const int* positions, bf16* out) {
+  pdl_entry();
+  __shared__ float sm_m[NSPLIT], sm_w[NSPLIT], sm_l[NSPLIT];
+  const int t = blockIdx.x, hq = blockIdx.y, d = threadIdx.x;
+  const int pos = positions[t];
+  bf16* o = out + (static_cast<long long>(t) * HQ + hq) * D;
+  if (pos < 0) {
+    o[d] = 0;
+    return;
+  }
+  const long long base = (static_cast<long long>(t) * HQ + hq) * NSPLIT;
+  const int last = min(pos / SPLIT, NSPLIT - 1);
+  for (int s = d; s <= last; s += D)
+    sm_m[s] = part_ml[(base + s) * 2], sm_l[s] = part_ml[(base + s) * 2 + 1];
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int last = sm_pos[0];
-#pragma unroll
-    for (int j = 1; j < TPT; ++j) last = max(last, sm_pos[j]);
-    unsigned* count = arrivals + blockIdx.x * HKV + kvh;
-    const unsigned blocks = min(last / SPLIT, NSPLIT - 1) + 1;  // the slots that reach here
-    sm_merge = atomicAdd(count, 1u) == blocks - 1;
-    if (sm_merge) {
-      __threadfence();
-      *count = 0;  // no other block of this launch touches it again
-    }
-  }
+  float mx = -__int_as_float(0x7f800000);
+  for (int s = 0; s <= last; ++s) mx = fmaxf(mx, sm_m[s]);
+  for (int s = d; s <= last; s += D) sm_w[s] = exp2f(sm_m[s] - mx);
   __syncthreads();
-  if (!sm_merge) return;
-
-  // The merge, per row: the maximum of the slots' maxima, weights exp2f(m_s - max), then the sum
-  // and the output accumulated with fmaf in slot order. Partials of other blocks are read through
-  // L2 (ld.global.cg), never the SM's possibly stale L1.
-  float(*const sm_mx)[NSPLIT] = reinterpret_cast<float(*)[NSPLIT]>(sm_buf);  // [R][NSPLIT]
-  float(*const sm_w)[NSPLIT] = sm_mx + R, (*const sm_sum)[NSPLIT] = sm_mx + 2 * R;
-  // A row's last slot, -1 for padding; row r is token r / G, query head kvh·G + r % G.
-  auto last_slot = [&](int r) {
-    const int pos = sm_pos[r / G];
-    return pos < 0 ? -1 : min(pos / SPLIT, NSPLIT - 1);
-  };
-  auto row_index = [&](int r) { return static_cast<long long>(t0 + r / G) * HQ + kvh * G + r % G; };
-  for (int i = threadIdx.x; i < R * NSPLIT; i += 128) {
-    const int r = i / NSPLIT, sl = i % NSPLIT;
-    if (sl <= last_slot(r)) {
-      const long long at = (row_index(r) * NSPLIT + sl) * 2;
-      sm_mx[r][sl] = __ldcg(part_ml + at), sm_sum[r][sl] = __ldcg(part_ml + at + 1);
-    }
+  float l = 0.f, acc = 0.f;
+#pragma unroll 8
+  for (int s = 0; s <= last; ++s) {
+    l = fmaf(sm_l[s], sm_w[s], l);
+    acc = fmaf(part_o[(base + s) * D + d], sm_w[s], acc);
   }
-  __syncthreads();
-  for (int i = threadIdx.x; i < R * NSPLIT; i += 128) {
-    const int r = i / NSPLIT, sl = i % NSPLIT, ls = last_slot(r);
-    if (sl <= ls) {
-      float mx = kNegInf;
-      for (int z = 0; z <= ls; ++z) mx = fmaxf(mx, sm_mx[r][z]);
-      sm_w[r][sl] = exp2f(sm_mx[r][sl] - mx);
-    }
-  }
-  __syncthreads();
-  // Each thread owns ITEMS (row, dim) outputs (consecutive threads consecutive dims) and walks
-  // the slots once for all of them, UNROLL slots at a time: first every load of the group (about
-  // 32 a thread in flight together: the merge waits on L2 latency, not bytes), then the fmaf
-  // chains in slot order. Loads past a row's last slot re-read that slot (a padding row, or an
-  // item past the tile, reads an in-bounds partial) and are not used.
-  constexpr int ITEMS = (R * D + 127) / 128, UNROLL = ITEMS >= 32 ? 1 : 32 / ITEMS;
-  float acc[ITEMS], sum[ITEMS];
-  int ls[ITEMS], ls_max = -1;
-  const float* po[ITEMS];
-#pragma unroll
-  for (int k = 0; k < ITEMS; ++k) {
-    const int i = threadIdx.x + 128 * k, r = min(i / D, R - 1);
-    acc[k] = sum[k] = 0.f;
-    ls[k] = i < R * D ? last_slot(r) : -1;
-    ls_max = max(ls_max, ls[k]);
-    po[k] = part_o + row_index(r) * NSPLIT * D + i % D;
-  }
-  for (int s0 = 0; s0 <= ls_max; s0 += UNROLL) {
-    float v[UNROLL][ITEMS];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u)
-#pragma unroll
-      for (int k = 0; k < ITEMS; ++k) v[u][k] = __ldcg(po[k] + min(s0 + u, max(ls[k], 0)) * D);
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u)
-#pragma unroll
-      for (int k = 0; k < ITEMS; ++k) {
-        const int sl = s0 + u, r = (threadIdx.x + 128 * k) / D;
-        if (sl <= ls[k]) {
-          sum[k] = fmaf(sm_sum[r][sl], sm_w[r][sl], sum[k]);
-          acc[k] = fmaf(v[u][k], sm_w[r][sl], acc[k]);
-        }
-      }
-  }
-#pragma unroll
-  for (int k = 0; k < ITEMS; ++k) {
-    const int i = threadIdx.x + 128 * k;
-    if (i < R * D)
-      out[row_index(i / D) * D + i % D] = ls[k] < 0 ? bf16(0) : f32_to_bf16(acc[k] / sum[k]);
-  }
+  o[d] = f32_to_bf16(acc / l);
 }
 
 }  // namespace telos_kernels

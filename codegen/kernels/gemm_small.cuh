@@ -165,9 +165,11 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
       if (lane == 0) scratch[4 * r + warp] = ss;
     }
     named_barrier_sync(1, 128);
+    // No "memory" clobber: x's loads for the next rows may move above these stores (they do not
+    // alias), so the rows' L2 round trips overlap; the fence and barrier below are ordered after
+    // every store (volatile asm keeps its order).
     auto st16 = [](unsigned addr, uint4 v) {
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                   : "memory");
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
     };
 #pragma unroll
     for (int r = 0; r < M; ++r) {
@@ -257,8 +259,15 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
   small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu>(a_map, nullptr, nullptr, w_map, act);
 }
 
-// The gate/up projection with the norm that feeds it (decode, up to 8 tokens): A = RMSNorm(x) with
-// weights norm_w, computed in the kernel (see the norm prologue above).
+// The QKV and gate/up projections with the norm that feeds them (decode, up to 8 tokens):
+// A = RMSNorm(x) with weights norm_w, computed in the kernel (see the norm prologue above).
+template <int M, int N, int K, int BN, int STAGES, float EPS>
+__global__ void __launch_bounds__(SmallGemm::kThreads)
+    gemm_small_norm_bf16(const float* x, const float* norm_w, const TensorMap* w_map, bf16* y) {
+  hexel::launch_dependents();  // the wait is in the body
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, true, EPS>(nullptr, x, norm_w, w_map, y);
+}
+
 template <int M, int I, int K, int BN, int STAGES, float EPS>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_norm_swiglu(const float* x, const float* norm_w, const TensorMap* w_map, bf16* act) {
@@ -266,7 +275,7 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
   small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, true, EPS>(nullptr, x, norm_w, w_map, act);
 }
 
-// The QKV projection of a decode bucket of up to 8 tokens in one launch: the norm prologue, the
+// The QKV projection of a one-token decode bucket in one launch: the norm prologue, the
 // GEMM into qkv (bf16 [M, (HQ + 2 HKV) D], as gemm_small_bf16), then the QKV epilogue
 // (qkv_rope_row, gemm_prefill.cuh: bias, QK norm, RoPE, q out, K/V appended). A head's D columns
 // span D / BN CTAs; each CTA counts its arrival in arrivals[head] after its stores (fence, then

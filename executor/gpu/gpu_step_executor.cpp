@@ -446,8 +446,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   char* p = s.base + s.weight_bytes;
   s.kv = p;
   p += s.kv_bytes;
-  // The arena starts zeroed (docs/artifact.md): kernels that keep state across launches, such as
-  // attention's arrival counters, leave it zero after each launch and rely on the first one.
+  // The arena starts zeroed (docs/artifact.md): kernels that keep state across launches (the
+  // folded QKV epilogue's arrival counters) leave it zero after each launch and rely on the first.
   check(cudaMemset(p, 0, static_cast<std::size_t>(s.arena_bytes)), "arena init");
   for (const auto& buf : programs.at("arena")) {
     s.arena[buf.at("buffer").get<std::string>()] = p;

@@ -3,7 +3,6 @@
 // refuses otherwise), and the PTX has what the kernels are built around.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <regex>
@@ -121,13 +120,13 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   }
   const std::set<std::string> expected = {
       "telos_kernels::embed_gather",          "telos_kernels::rmsnorm",
-      "telos_kernels::attn_split",            "telos_kernels::linear_f32",
-      "telos_kernels::sample",
+      "telos_kernels::attn_split",            "telos_kernels::attn_combine",
+      "telos_kernels::linear_f32",            "telos_kernels::sample",
       "telos_kernels::gemm_prefill_residual", "telos_kernels::gemm_prefill_swiglu",
       "telos_kernels::gemm_prefill_bf16",     "telos_kernels::qkv_rope_append_rows",
       "telos_kernels::gemm_small_residual",   "telos_kernels::gemm_small_swiglu",
-      "telos_kernels::gemm_small_bf16",       "telos_kernels::gemm_small_norm_qkv",
-      "telos_kernels::gemm_small_norm_swiglu"};
+      "telos_kernels::gemm_small_bf16",       "telos_kernels::gemm_small_norm_bf16",
+      "telos_kernels::gemm_small_norm_swiglu", "telos_kernels::gemm_small_norm_qkv"};
   EXPECT_EQ(kinds, expected);
 
   // Every bucket launches something valid, decode buckets first and largest first.
@@ -164,20 +163,17 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(instance_of(p128[4]).rfind("telos_kernels::attn_split<4, 2, 32, ", 0), 0u);
   EXPECT_EQ(instance_of(p128[4]).substr(instance_of(p128[4]).size() - 4), ", 8>");
   EXPECT_EQ(p128[4].at("grid"), nlohmann::ordered_json({128 / 8, 2, 2}));
-  // It merges its slots itself (no combine launch): arrival counters, then the output.
-  EXPECT_EQ(p128[4].at("args")[7], "buf:attn_arrivals");
-  EXPECT_EQ(p128[4].at("args")[8], "buf:attn");
-  EXPECT_EQ(instance_of(p128[5]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
-  EXPECT_EQ(p128[5].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
+  EXPECT_EQ(instance_of(p128[6]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
+  EXPECT_EQ(p128[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
                                                 "tmap:w:layers.0.o:128:128:256:64",
                                                 "tmap:buf:x:128:128:64:32"}));
-  EXPECT_EQ(p128[5].at("grid"), nlohmann::ordered_json({1, 1, 1}));
-  EXPECT_EQ(instance_of(p128[7]), "telos_kernels::gemm_prefill_swiglu<128, 256, 128>");
-  EXPECT_EQ(p128[7].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
+  EXPECT_EQ(p128[6].at("grid"), nlohmann::ordered_json({1, 1, 1}));
+  EXPECT_EQ(instance_of(p128[8]), "telos_kernels::gemm_prefill_swiglu<128, 256, 128>");
+  EXPECT_EQ(p128[8].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
                                                 "tmap:w:layers.0.gate_up:512:128:128:64",
                                                 "tmap:buf:act:128:256:64:64"}));
-  EXPECT_EQ(p128[7].at("grid"), nlohmann::ordered_json({2, 1, 1}));
-  EXPECT_EQ(instance_of(p128[8]), "telos_kernels::gemm_prefill_residual<128, 128, 256>");
+  EXPECT_EQ(p128[8].at("grid"), nlohmann::ordered_json({2, 1, 1}));
+  EXPECT_EQ(instance_of(p128[9]), "telos_kernels::gemm_prefill_residual<128, 128, 256>");
   // Prefill 64: one 64-token tile, 32 weight rows per CTA (SwiGLU: 32 gate and 32 up rows), the
   // weights through maps of 32-row boxes, bf16 outputs through plain pointers.
   const auto& p64 = buckets[5].at("launches");
@@ -186,22 +182,36 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
                                                        "tmap:w:layers.0.qkv:256:128:32:64", "buf:qkv"}));
   EXPECT_EQ(p64[2].at("grid"), nlohmann::ordered_json({1, 8, 1}));
   EXPECT_EQ(instance_of(p64[3]), instance_of(p128[3]));
-  EXPECT_EQ(instance_of(p64[5]), "telos_kernels::gemm_small_residual<64, 128, 128, 32, 2>");
-  EXPECT_EQ(p64[5].at("args"), nlohmann::ordered_json({"tmap:buf:attn:64:128:64:64",
+  EXPECT_EQ(instance_of(p64[6]), "telos_kernels::gemm_small_residual<64, 128, 128, 32, 2>");
+  EXPECT_EQ(p64[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:64:128:64:64",
                                                        "tmap:w:layers.0.o:128:128:32:64", "buf:x"}));
-  EXPECT_EQ(instance_of(p64[7]), "telos_kernels::gemm_small_swiglu<64, 256, 128, 64, 2>");
-  EXPECT_EQ(p64[7].at("args"), nlohmann::ordered_json({"tmap:buf:h:64:128:64:64",
+  EXPECT_EQ(instance_of(p64[8]), "telos_kernels::gemm_small_swiglu<64, 256, 128, 64, 2>");
+  EXPECT_EQ(p64[8].at("args"), nlohmann::ordered_json({"tmap:buf:h:64:128:64:64",
                                                        "tmap:w:layers.0.gate_up:512:128:32:64", "buf:act"}));
-  EXPECT_EQ(p64[7].at("grid"), nlohmann::ordered_json({1, 8, 1}));
-  EXPECT_EQ(instance_of(p64[8]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 4>");
+  EXPECT_EQ(p64[8].at("grid"), nlohmann::ordered_json({1, 8, 1}));
+  EXPECT_EQ(instance_of(p64[9]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 4>");
   // Decode at 8 tokens: the norms fold into the QKV and gate/up GEMMs (A = RMSNorm(x) in the
-  // kernel, no rmsnorm launch, the stages hold weights only) and the QKV epilogue into the QKV
-  // GEMM (its last CTA per head, counted in qkv_arrivals); the o projection's activations come in
-  // boxes of the bucket's 8 rows, not 64 (the kernel expects that many bytes per stage).
+  // kernel, no rmsnorm launch, the stages hold weights only); the o projection's activations come
+  // in boxes of the bucket's 8 rows, not 64 (the kernel expects that many bytes per stage).
   const auto& d8 = buckets[0].at("launches");
-  ASSERT_EQ(d8.size(), 1u + 5u * 2u + 3u);  // embed, 5 a layer, final norm, LM head, sample
-  EXPECT_EQ(instance_of(d8[1]).rfind("telos_kernels::gemm_small_norm_qkv<8, 128, 32, ", 0), 0u);
-  const auto& qkv_args = d8[1].at("args");
+  ASSERT_EQ(d8.size(), 1u + 7u * 2u + 3u);  // embed, 7 a layer, final norm, LM head, sample
+  EXPECT_EQ(instance_of(d8[1]).rfind("telos_kernels::gemm_small_norm_bf16<8, 256, 128, 32, ", 0), 0u);
+  EXPECT_EQ(d8[1].at("args"), nlohmann::ordered_json({"buf:x", "w:layers.0.attn_norm",
+                                                      "tmap:w:layers.0.qkv:256:128:32:64", "buf:qkv"}));
+  EXPECT_EQ(instance_of(d8[2]), instance_of(p128[3]));
+  EXPECT_EQ(instance_of(d8[3]).substr(instance_of(d8[3]).size() - 4), ", 1>");
+  EXPECT_EQ(d8[3].at("grid"), nlohmann::ordered_json({8, 2, 2}));
+  EXPECT_EQ(d8[5].at("args")[0], "tmap:buf:attn:8:128:8:64");
+  EXPECT_EQ(instance_of(d8[6]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
+  EXPECT_EQ(d8[6].at("args")[0], "buf:x");
+  EXPECT_EQ(d8[6].at("args")[1], "w:layers.0.mlp_norm");
+  // Decode at 1 token: the QKV epilogue folds into the QKV GEMM as well (its last CTA per head,
+  // counted in qkv_arrivals): 6 launches a layer.
+  ASSERT_EQ(buckets[3].at("size"), 1);
+  const auto& d1 = buckets[3].at("launches");
+  ASSERT_EQ(d1.size(), 1u + 6u * 2u + 3u);
+  EXPECT_EQ(instance_of(d1[1]).rfind("telos_kernels::gemm_small_norm_qkv<1, 128, 32, ", 0), 0u);
+  const auto& qkv_args = d1[1].at("args");
   ASSERT_EQ(qkv_args.size(), 13u);
   EXPECT_EQ(qkv_args[0], "buf:x");
   EXPECT_EQ(qkv_args[1], "w:layers.0.attn_norm");
@@ -210,13 +220,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(qkv_args[10], "kv:0");
   EXPECT_EQ(qkv_args[11], "buf:q");
   EXPECT_EQ(qkv_args[12], "buf:qkv_arrivals");
-  EXPECT_EQ(instance_of(d8[2]).substr(instance_of(d8[2]).size() - 4), ", 1>");
-  EXPECT_EQ(d8[2].at("grid"), nlohmann::ordered_json({8, 2, 2}));
-  EXPECT_EQ(d8[3].at("args")[0], "tmap:buf:attn:8:128:8:64");
-  EXPECT_EQ(instance_of(d8[4]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
-  EXPECT_EQ(d8[4].at("args")[0], "buf:x");
-  EXPECT_EQ(d8[4].at("args")[1], "w:layers.0.mlp_norm");
-  EXPECT_EQ(p128[8].at("args")[2], "tmap:buf:x:128:128:64:32");
+  EXPECT_EQ(instance_of(d1[2]).rfind("telos_kernels::attn_split<", 0), 0u);
+  EXPECT_EQ(p128[9].at("args")[2], "tmap:buf:x:128:128:64:32");
   for (const auto& e : k.kernels) {
     const std::string instance = e.at("instance");
     const bool prefill = instance.rfind("telos_kernels::gemm_prefill", 0) == 0;
@@ -364,11 +369,6 @@ TEST(Codegen, AttentionSplitIsAPerModelConstant) {
         EXPECT_EQ(l.grid[2], 32);
         EXPECT_EQ(plan.kernels[l.kernel].block, 128);
       }
-  // One arrival counter per (tile, KV head): a decode token is a tile of one.
-  const auto arrivals = std::find_if(plan.arena.begin(), plan.arena.end(),
-                                     [](const ArenaBuffer& a) { return a.name == "attn_arrivals"; });
-  ASSERT_NE(arrivals, plan.arena.end());
-  EXPECT_EQ(arrivals->bytes, static_cast<std::int64_t>(plan.max_tokens) * 8 * 4);
 }
 
 // Prefill attention reads K/V once per tile of TPT tokens: the largest power of two with

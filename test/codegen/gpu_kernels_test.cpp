@@ -438,9 +438,10 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   }
 }
 
-// The norm prologue (decode buckets up to 8 tokens): gemm_small_norm_swiglu on x must give the
-// bits of rmsnorm into h then gemm_small_swiglu on h, at every M up to 8, with K not a multiple
-// of 64 (the last block's tail is zeros) and the ring wrapping; rows past M stay poisoned.
+// The norm prologue (decode buckets up to 8 tokens): gemm_small_norm_{bf16,swiglu} on x must give
+// the bits of rmsnorm into h then gemm_small_{bf16,swiglu} on h, at every M up to 8, with K not a
+// multiple of 64 (the last block's tail is zeros) and the ring wrapping; rows past M stay
+// poisoned.
 // (The QKV GEMM's fold, which also carries the epilogue, is QkvFoldedMatchesGemmThenRows.)
 TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
   TELOS_SKIP_WITHOUT_GPU();
@@ -452,12 +453,14 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
     const int N = shape.N, K = shape.K;
     const std::vector<int> ms = {1, 3, 8};
     std::vector<std::string> names = {"telos_kernels::rmsnorm<" + I(K) + ", " + eps + ", false>"};
-    for (int M : ms) {
-      names.push_back(small_gemm_name("swiglu", M, N, K, codegen::small_gemm_tiling(N, K, M, true)));
-      const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, true, true);
-      names.push_back("telos_kernels::gemm_small_norm_swiglu<" + I(M) + ", " + I(N) + ", " + I(K) + ", " + I(t.bn) +
-                      ", " + I(t.stages) + ", " + eps + ">");
-    }
+    for (int M : ms)
+      for (const std::string epi : {"bf16", "swiglu"}) {
+        const bool swiglu = epi == "swiglu";
+        names.push_back(small_gemm_name(epi, M, N, K, codegen::small_gemm_tiling(N, K, M, swiglu)));
+        const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, swiglu, true);
+        names.push_back("telos_kernels::gemm_small_norm_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) + ", " +
+                        I(t.bn) + ", " + I(t.stages) + ", " + eps + ">");
+      }
     TestModule mod(source_with_rope(), names);
     constexpr int MAXM = 8, GUARD = 8;
     const std::vector<float> x = random_floats(static_cast<std::size_t>(MAXM) * K, 2.f);
@@ -469,24 +472,28 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
     for (int M : ms) {
       DeviceBuffer<std::uint16_t> h(static_cast<std::size_t>(M) * K);
       CUDA_OK(mod.launch(names[0], M, codegen::kNormThreads, {dx.get(), dnw.get(), nullptr, h.get()}));
-      const std::string& plain = names[i++];
-      const std::string& fused = names[i++];
-      const std::string what = "M=" + I(M) + " N=" + I(N) + " K=" + I(K);
-      const codegen::SmallGemmTiling tp = codegen::small_gemm_tiling(N, K, M, true),
-                                     tf = codegen::small_gemm_tiling(N, K, M, true, true);
-      const std::size_t MN = static_cast<std::size_t>(M) * N, total = MN + static_cast<std::size_t>(GUARD) * N;
-      DeviceBuffer<std::uint16_t> y_plain(total), y_fused(total);
-      const DeviceMap a_map(h.get(), M, K, tp.a_box), wp(dW.get(), 2 * N, K, tp.cols), wf(dW.get(), 2 * N, K, tf.cols);
-      CUDA_OK(mod.launch(plain, dim3(tp.tiles_m, tp.tiles_n), codegen::kSmallGemmThreads,
-                         {a_map.get(), wp.get(), y_plain.get()}, tp.smem()));
-      CUDA_OK(mod.launch(fused, dim3(tf.tiles_m, tf.tiles_n), codegen::kSmallGemmThreads,
-                         {dx.get(), dnw.get(), wf.get(), y_fused.get()}, tf.smem()));
-      const auto a = y_plain.download(), b = y_fused.download();
-      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), MN * sizeof(std::uint16_t))) << what;
-      for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(b[e], 0xffff) << "wrote past M, " << what;
-      std::size_t nans = 0;
-      for (std::size_t e = 0; e < MN; ++e) nans += std::isnan(from_bf16(b[e]));
-      EXPECT_EQ(nans, 0u) << what;
+      for (const std::string epi : {"bf16", "swiglu"}) {
+        const bool swiglu = epi == "swiglu";
+        const std::string& plain = names[i++];
+        const std::string& fused = names[i++];
+        const std::string what = epi + " M=" + I(M) + " N=" + I(N) + " K=" + I(K);
+        const codegen::SmallGemmTiling tp = codegen::small_gemm_tiling(N, K, M, swiglu),
+                                       tf = codegen::small_gemm_tiling(N, K, M, swiglu, true);
+        const std::size_t MN = static_cast<std::size_t>(M) * N, total = MN + static_cast<std::size_t>(GUARD) * N;
+        DeviceBuffer<std::uint16_t> y_plain(total), y_fused(total);
+        const int w_rows = swiglu ? 2 * N : N;
+        const DeviceMap a_map(h.get(), M, K, tp.a_box), wp(dW.get(), w_rows, K, tp.cols), wf(dW.get(), w_rows, K, tf.cols);
+        CUDA_OK(mod.launch(plain, dim3(tp.tiles_m, tp.tiles_n), codegen::kSmallGemmThreads,
+                           {a_map.get(), wp.get(), y_plain.get()}, tp.smem()));
+        CUDA_OK(mod.launch(fused, dim3(tf.tiles_m, tf.tiles_n), codegen::kSmallGemmThreads,
+                           {dx.get(), dnw.get(), wf.get(), y_fused.get()}, tf.smem()));
+        const auto a = y_plain.download(), b = y_fused.download();
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), MN * sizeof(std::uint16_t))) << what;
+        for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(b[e], 0xffff) << "wrote past M, " << what;
+        std::size_t nans = 0;
+        for (std::size_t e = 0; e < MN; ++e) nans += std::isnan(from_bf16(b[e]));
+        EXPECT_EQ(nans, 0u) << what;
+      }
     }
   }
 }
@@ -615,11 +622,12 @@ TEST(GpuKernels, QkvGemmThenRows) {
   }
 }
 
-// The folded QKV projection of decode buckets up to 8 tokens (gemm_small_norm_qkv: norm, GEMM
-// and epilogue in one launch, the epilogue run by each head's last CTA) against rmsnorm, then
-// gemm_small_bf16, then qkv_rope_append_rows: q and the KV pool must be the same bits, every
-// arrival counter back to zero, and a second launch (counters reused) the same again. Bias, QK
-// norm, D 32 / 64 / 128, a padding row, two sequences.
+// The folded QKV projection (gemm_small_norm_qkv: norm, GEMM and epilogue in one launch, the
+// epilogue run by each head's last CTA; the plan uses it for one-token buckets, the kernel takes up
+// to 8 tokens and is checked at 1, 3, 5 and 8) against rmsnorm, then gemm_small_bf16, then
+// qkv_rope_append_rows: q and the KV pool must be the same bits, every arrival counter back to
+// zero, and a second launch (counters reused) the same again. Bias, QK norm, D 32 / 64 / 128, a
+// padding row, two sequences.
 TEST(GpuKernels, QkvFoldedMatchesGemmThenRows) {
   TELOS_SKIP_WITHOUT_GPU();
   const codegen::RopeInput llama3{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
@@ -707,20 +715,11 @@ std::string attn_split_instance(const AttnShape& s, long long page_elems, int tp
          I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " + I(s.NSPLIT) + ", " +
          float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " + I(tpt) + ">";
 }
-
-// attn_split's arrival counters, one per (tile, KV head), zero as the engine's arena starts.
-DeviceBuffer<unsigned> attn_arrivals(int tokens, const AttnShape& s) {
-  return DeviceBuffer<unsigned>(std::vector<unsigned>(static_cast<std::size_t>(tokens) * s.HKV, 0u));
+std::string attn_combine_instance(const AttnShape& s) {
+  return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
 }
 
-// After a launch, every tile's last block must have set its counter back to zero (the next
-// launch, or graph replay, counts from there).
-void expect_arrivals_reset(const DeviceBuffer<unsigned>& arrivals) {
-  const auto a = arrivals.download();
-  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], 0u) << "arrival counter " << i << " left nonzero";
-}
-
-// `out` (bf16 [T, HQ, D], from attn_split) against softmax(q·kᵀ / sqrt(D))·v in
+// `out` (bf16 [T, HQ, D], from attn_split + attn_combine) against softmax(q·kᵀ / sqrt(D))·v in
 // f64 over positions [0, position] of each token's sequence, K/V from layer `layer` of the paged
 // pool `kv_f` (the bf16 values as f32) through `page_tables`; padding rows must be zeros.
 void expect_attention_matches_f64(const AttnShape& s, int layers, int layer, const std::vector<float>& kv_f,
@@ -762,10 +761,8 @@ void expect_attention_matches_f64(const AttnShape& s, int layers, int layer, con
 
 // GQA 1..16 (odd groups included), D 32..128, pages of 16 and of 7 positions (chunks and splits
 // cross page boundaries), a slot per split and splits sharing slots, and the plan's split and
-// slots on Llama-3.1-8B's head shape (at context 4800: 38 splits on 32 slots). attn_split merges
-// its slots in the same launch: a second launch (as a graph replays it, counting from the zeros
-// the first left) gives the same bits, and so does a row alone.
-TEST(GpuKernels, PagedAttentionSplitAndMerge) {
+// slots on Llama-3.1-8B's head shape (at context 4800: 38 splits on 32 slots).
+TEST(GpuKernels, PagedAttentionSplitAndCombine) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int LAYERS = 2, LAYER = 1;
   constexpr int SPLIT = codegen::kAttnSplit;
@@ -779,8 +776,8 @@ TEST(GpuKernels, PagedAttentionSplitAndMerge) {
     const int PAGE = s.PAGE;
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     const int NSPLIT = s.NSPLIT;
-    const std::string split = attn_split_instance(s, page_elems, 1);
-    TestModule mod(source_with_rope(), {split});
+    const std::string split = attn_split_instance(s, page_elems, 1), combine = attn_combine_instance(s);
+    TestModule mod(source_with_rope(), {split, combine});
     const int POOL = 2 * s.MAXP + 3, ctx = s.MAXP * PAGE;
     std::vector<float> kv_f;
     DeviceBuffer<std::uint16_t> dkv(random_bf16(static_cast<std::size_t>(POOL) * page_elems, 1.f, kv_f));
@@ -800,23 +797,12 @@ TEST(GpuKernels, PagedAttentionSplitAndMerge) {
         dml(static_cast<std::size_t>(T) * s.HQ * NSPLIT * 2);
     DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
     DeviceBuffer<std::uint16_t> dout(static_cast<std::size_t>(T) * s.HQ * s.D);
-    DeviceBuffer<unsigned> darr = attn_arrivals(T, s);
     const std::uint16_t* kv_layer = dkv.get() + LAYER * 2LL * s.HKV * PAGE * s.D;
     CUDA_OK(mod.launch(split, dim3(T, s.HKV, NSPLIT), 128,
-                       {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get(), darr.get(),
-                        dout.get()}));
+                       {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
+    CUDA_OK(mod.launch(combine, dim3(T, s.HQ), s.D, {dpo.get(), dml.get(), dpos.get(), dout.get()}));
     const auto out = dout.download();
-    expect_arrivals_reset(darr);
     expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
-
-    dout.poison();
-    dpo.poison();
-    dml.poison();
-    CUDA_OK(mod.launch(split, dim3(T, s.HKV, NSPLIT), 128,
-                       {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get(), darr.get(),
-                        dout.get()}));
-    expect_arrivals_reset(darr);
-    EXPECT_EQ(0, std::memcmp(dout.download().data(), out.data(), out.size() * 2)) << "D=" << s.D << " second launch";
 
     // A decode row and a row several splits long alone give the same bits as inside the batch.
     for (const int r : {0, 10}) {
@@ -824,10 +810,9 @@ TEST(GpuKernels, PagedAttentionSplitAndMerge) {
       DeviceBuffer<std::uint16_t> dout1(static_cast<std::size_t>(s.HQ) * s.D);
       const float* q1 = dq.get() + static_cast<std::size_t>(r) * s.HQ * s.D;
       CUDA_OK(mod.launch(split, dim3(1, s.HKV, NSPLIT), 128,
-                         {q1, dpos1.get(), dseq1.get(), dpt.get(), kv_layer, dpo.get(), dml.get(), darr.get(),
-                          dout1.get()}));
+                         {q1, dpos1.get(), dseq1.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
+      CUDA_OK(mod.launch(combine, dim3(1, s.HQ), s.D, {dpo.get(), dml.get(), dpos1.get(), dout1.get()}));
       const auto alone = dout1.download();
-      expect_arrivals_reset(darr);
       EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + static_cast<std::size_t>(r) * s.HQ * s.D, alone.size() * 2))
           << "D=" << s.D << " row " << r;
     }
@@ -858,7 +843,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     std::vector<int> tpts = {1, 2};
     if (16 / G != 2) tpts.push_back(16 / G);
-    std::vector<std::string> instances;
+    std::vector<std::string> instances = {attn_combine_instance(s)};
     for (int tpt : tpts) instances.push_back(attn_split_instance(s, page_elems, tpt));
     TestModule mod(source_with_rope(), instances);
 
@@ -905,7 +890,6 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
         dml(static_cast<std::size_t>(T) * s.HQ * NSPLIT * 2);
     DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
     DeviceBuffer<std::uint16_t> dout(static_cast<std::size_t>(T) * s.HQ * s.D);
-    DeviceBuffer<unsigned> darr = attn_arrivals(T, s);
     const std::uint16_t* kv_layer = dkv.get() + LAYER * 2LL * s.HKV * PAGE * s.D;
 
     std::vector<float> po1, ml1;
@@ -916,11 +900,11 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       dout.poison();
       const std::string split = attn_split_instance(s, page_elems, tpt);
       CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, NSPLIT), 128,
-                         {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get(), darr.get(),
-                          dout.get()}));
+                         {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
+      CUDA_OK(mod.launch(attn_combine_instance(s), dim3(T, s.HQ), s.D,
+                         {dpo.get(), dml.get(), dpos.get(), dout.get()}));
       const auto po = dpo.download(), ml = dml.download();
       const auto out = dout.download();
-      expect_arrivals_reset(darr);
       if (tpt == 1) {
         expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
         po1 = po, ml1 = ml, out1 = out;
