@@ -213,6 +213,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   const std::string lm_head = in.tie_word_embeddings ? "w:embed" : "w:lm_head";
   const std::string scale_log2 = float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D)));
 
+  // Weight bytes of one layer (bf16 projections), for the norm fold's choice.
+  const long long layer_bytes = 2LL * H * ((HQ + 2LL * HKV) * D + HQ * D + 3LL * I);
   int qkv_arrival_counters = 0;  // gemm_small_norm_qkv's, when a bucket folds the QKV epilogue
   auto program = [&](const std::string& kind, int size, int tokens, int sample_rows) {
     BucketProgram p{kind, size, tokens, sample_rows, {}};
@@ -259,7 +261,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     };
     // Buckets of up to kSmallGemmNormMaxRows tokens fold the norms before the QKV and gate/up
     // projections into those GEMMs (gemm_small_norm_*: A = RMSNorm(x), computed in the kernel).
-    const bool fold_norm = !big && T <= kSmallGemmNormMaxRows;
+    const bool fold_norm = !big && T <= kSmallGemmNormMaxRows && layer_bytes <= kSmallGemmNormFoldMaxLayerBytes;
     const bool fold_qkv = fold_norm && T <= kSmallGemmQkvFoldMaxRows;
     auto gemm = [&](const std::string& epi, int n, int k, bool norm = false) -> Gemm {
       const bool swiglu = epi == "swiglu";

@@ -93,8 +93,15 @@ struct SmallGemmTiling {
 SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm = false);
 
 // Buckets of up to this many tokens fold the RMSNorm before the QKV and gate/up projections into
-// the GEMM (its A is one 8-row group for the whole K); larger ones launch rmsnorm into h.
+// the GEMM (A, M rows, resident for the whole K); larger ones launch rmsnorm into h ...
 inline constexpr int kSmallGemmNormMaxRows = 8;
+
+// ... and only for models whose layers hold at most this many weight bytes. The fold trades the
+// rmsnorm launch (2-3 us in a graph under PDL) for the prologue's latency after the wait and for
+// the window in which the GEMM's weights streamed in under the short rmsnorm: on the H200 the folds
+// took the Llama-3.2-1B shape (60 MB a layer) from 1.133 to 1.08 ms/token but the Llama-3.1-8B
+// shape (436 MB a layer, its GEMMs bandwidth-bound) from 5.03 to 5.25 (docs/perf-log.md, run J).
+inline constexpr long long kSmallGemmNormFoldMaxLayerBytes = 128LL << 20;
 
 // One-token decode buckets also fold the QKV epilogue into the QKV GEMM (gemm_small_norm_qkv: the
 // last CTA of each head runs it for every token in turn, a serial tail that grows with the
