@@ -119,12 +119,15 @@ static int small_gemm_stage_bytes(int a_box, int bn, bool norm) {
   return ((norm ? 0 : small_gemm_a_rows(a_box)) + bn) * 64 * 2 + 16;
 }
 
+int SmallGemmTiling::resident_bytes() const {
+  // With the norm prologue the resident A (16 bytes per token per 8 of K, a zero tail of 128,
+  // rounded up to 1 KB) and the norm's 8 x 4 warp sums (kernels/gemm_small.cuh).
+  return norm_blocks > 0 ? (norm_blocks * 8 * a_box * 16 + 128 + 1023) / 1024 * 1024 + 8 * 4 * 4 : 0;
+}
+
 int SmallGemmTiling::smem() const {
-  // The stages; with the norm prologue the resident A (16 bytes per token per 8 of K, a zero
-  // tail of 128, rounded up to 1 KB) and the norm's 8 x 4 warp sums; 1024 bytes to align the base
-  // to the 128B swizzle repeat (kernels/gemm_small.cuh).
-  const int resident = norm_blocks > 0 ? (norm_blocks * 8 * a_box * 16 + 128 + 1023) / 1024 * 1024 + 8 * 4 * 4 : 0;
-  return stages * small_gemm_stage_bytes(a_box, bn, norm_blocks > 0) + resident + 1024;
+  // The stages, the resident bytes, and 1024 bytes to align the base to the 128B swizzle repeat.
+  return stages * small_gemm_stage_bytes(a_box, bn, norm_blocks > 0) + resident_bytes() + 1024;
 }
 
 // 32 weight rows per CTA; SwiGLU 32 gate and 32 up rows, or 64 and 64 where that still gives
@@ -148,8 +151,7 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   // Less 1 KB for the static shared memory of the folded QKV epilogue (gemm_small_norm_qkv).
   const int budget = std::min(227 * 1024, 228 * 1024 / per_sm - 1024) - (norm ? 1024 : 0);
   const int stage = small_gemm_stage_bytes(t.a_box, t.bn, norm);
-  const int resident = t.smem() - t.stages * stage - 1024;
-  t.stages = std::clamp((budget - 1024 - resident) / stage, 2, std::clamp(k_blocks, 2, 16));
+  t.stages = std::clamp((budget - 1024 - t.resident_bytes()) / stage, 2, std::clamp(k_blocks, 2, 16));
   return t;
 }
 
@@ -306,8 +308,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     // The QKV epilogue (bias, QK norm, RoPE, q out, K/V appended to their pages): its own kernel
     // after the projection, or folded with the norm into the projection (gemm_small_norm_qkv).
     const std::string qkv_epi = std::string(in.qkv_bias ? "true" : "false") + ", " + (in.qk_norm ? "true" : "false") +
-                                ", " + (fold_qkv ? "" : eps + ", ") + I_(PAGE) + ", " + I_(MAXP) + ", " +
-                                I_(page_elems) + "ll, telos_rope::Freqs>";
+                                ", " + eps + ", " + I_(PAGE) + ", " + I_(MAXP) + ", " + I_(page_elems) +
+                                "ll, telos_rope::Freqs>";
     const std::vector<std::string> qkv_epi_params = {"bias",      "q_norm",      "k_norm",   "positions",
                                                      "token_seq", "page_tables", "kv_layer", "q_out"};
     auto qkv_epi_args = [&](const std::string& w, int l) {
@@ -325,8 +327,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
         params.insert(params.end(), qkv_epi_params.begin(), qkv_epi_params.end());
         params.push_back("arrivals");
         const int k = b.kernel("telos_kernels::gemm_small_norm_qkv<" + I_(T) + ", " + I_(H) + ", " + I_(t.bn) + ", " +
-                                   I_(t.stages) + ", " + eps + ", " + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " +
-                                   qkv_epi,
+                                   I_(t.stages) + ", " + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + qkv_epi,
                                params, kSmallGemmThreads, t.smem());
         args.insert(args.begin(), {"buf:x", w + "attn_norm", tmap(w + "qkv", rows, H, t.cols), "buf:qkv"});
         args.push_back("buf:qkv_arrivals");

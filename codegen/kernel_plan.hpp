@@ -89,6 +89,7 @@ struct SmallGemmTiling {
   int tiles_m = 1, tiles_n = 1;  // the grid
   int norm_blocks = 0;
   int smem() const;              // dynamic shared memory per CTA
+  int resident_bytes() const;    // of smem(): what is not the stages (the norm prologue's A and sums)
 };
 SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm = false);
 

@@ -283,7 +283,9 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
 // from L2 and runs the epilogue on it for every token, then returns the counter to zero (the
 // arena starts zeroed, docs/artifact.md). The epilogue reads the same bf16 values that
 // qkv_rope_append_rows would, so every bucket gives a row the same bits.
-template <int M, int K, int BN, int STAGES, float EPS, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, int PAGE,
+// EPS is the model's RMSNorm epsilon, for the input norm and the QK norm alike; the template
+// arguments after D are qkv_rope_append_rows's after its D.
+template <int M, int K, int BN, int STAGES, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE,
           int MAXP, long long PAGE_ELEMS, class Rope>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_norm_qkv(const float* x, const float* norm_w, const TensorMap* w_map, bf16* qkv, const float* bias,

@@ -640,17 +640,17 @@ TEST(GpuKernels, QkvFoldedMatchesGemmThenRows) {
                            QkvShape{4096, 32, 8, 128, 3, false, false, llama3}}) {
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     const int NH = s.HQ + 2 * s.HKV, ROWS = NH * s.D;
-    const std::string extras = std::string(s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", ";
-    const std::string tail = I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>";
+    // The template arguments both take after D.
+    const std::string epi = std::string(s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", " +
+                            eps + ", " + I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>";
     const codegen::SmallGemmTiling tp = codegen::small_gemm_tiling(ROWS, s.K, s.M, false),
                                    tf = codegen::small_gemm_tiling(ROWS, s.K, s.M, false, true);
     const std::string norm = "telos_kernels::rmsnorm<" + I(s.K) + ", " + eps + ", false>";
     const std::string gemm = small_gemm_name("bf16", s.M, ROWS, s.K, tp);
     const std::string rows = "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) +
-                             ", " + extras + eps + ", " + tail;
+                             ", " + epi;
     const std::string folded = "telos_kernels::gemm_small_norm_qkv<" + I(s.M) + ", " + I(s.K) + ", " + I(tf.bn) +
-                               ", " + I(tf.stages) + ", " + eps + ", " + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) +
-                               ", " + extras + tail;
+                               ", " + I(tf.stages) + ", " + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + epi;
     TestModule mod(source_with_rope(codegen::rope_inv_freq(s.rope, s.D)), {norm, gemm, rows, folded});
     const std::vector<float> x = random_floats(static_cast<std::size_t>(s.M) * s.K, 2.f), nw = random_floats(s.K);
     std::vector<float> Wf;
