@@ -719,6 +719,23 @@ std::string attn_combine_instance(const AttnShape& s) {
   return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
 }
 
+// One step's attention on the device: q, positions, token_seq and page tables in, the slots'
+// partials and the output (poisoned) for T = positions.size() tokens.
+struct AttnStep {
+  DeviceBuffer<float> q, part_o, part_ml;
+  DeviceBuffer<int> pos, seq, pt;
+  DeviceBuffer<std::uint16_t> out;
+  AttnStep(const AttnShape& s, const std::vector<float>& qv, const std::vector<int>& positions,
+           const std::vector<int>& token_seq, const std::vector<int>& page_tables)
+      : q(qv),
+        part_o(positions.size() * s.HQ * s.NSPLIT * s.D),
+        part_ml(positions.size() * s.HQ * s.NSPLIT * 2),
+        pos(positions),
+        seq(token_seq),
+        pt(page_tables),
+        out(positions.size() * s.HQ * s.D) {}
+};
+
 // `out` (bf16 [T, HQ, D], from attn_split + attn_combine) against softmax(q·kᵀ / sqrt(D))·v in
 // f64 over positions [0, position] of each token's sequence, K/V from layer `layer` of the paged
 // pool `kv_f` (the bf16 values as f32) through `page_tables`; padding rows must be zeros.
@@ -793,25 +810,22 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
     const std::vector<int> token_seq = {0, 1, 1, 1, 1, 1, 0, 0, 1, 0, 1};
     const int T = static_cast<int>(positions.size());
     const std::vector<float> q = random_floats(static_cast<std::size_t>(T) * s.HQ * s.D);
-    DeviceBuffer<float> dq(q), dpo(static_cast<std::size_t>(T) * s.HQ * NSPLIT * s.D),
-        dml(static_cast<std::size_t>(T) * s.HQ * NSPLIT * 2);
-    DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
-    DeviceBuffer<std::uint16_t> dout(static_cast<std::size_t>(T) * s.HQ * s.D);
+    AttnStep a(s, q, positions, token_seq, page_tables);
     const std::uint16_t* kv_layer = dkv.get() + LAYER * 2LL * s.HKV * PAGE * s.D;
     CUDA_OK(mod.launch(split, dim3(T, s.HKV, NSPLIT), 128,
-                       {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
-    CUDA_OK(mod.launch(combine, dim3(T, s.HQ), s.D, {dpo.get(), dml.get(), dpos.get(), dout.get()}));
-    const auto out = dout.download();
+                       {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(), a.part_ml.get()}));
+    CUDA_OK(mod.launch(combine, dim3(T, s.HQ), s.D, {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
+    const auto out = a.out.download();
     expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
 
     // A decode row and a row several splits long alone give the same bits as inside the batch.
     for (const int r : {0, 10}) {
       DeviceBuffer<int> dpos1(std::vector<int>{positions[r]}), dseq1(std::vector<int>{token_seq[r]});
       DeviceBuffer<std::uint16_t> dout1(static_cast<std::size_t>(s.HQ) * s.D);
-      const float* q1 = dq.get() + static_cast<std::size_t>(r) * s.HQ * s.D;
+      const float* q1 = a.q.get() + static_cast<std::size_t>(r) * s.HQ * s.D;
       CUDA_OK(mod.launch(split, dim3(1, s.HKV, NSPLIT), 128,
-                         {q1, dpos1.get(), dseq1.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
-      CUDA_OK(mod.launch(combine, dim3(1, s.HQ), s.D, {dpo.get(), dml.get(), dpos1.get(), dout1.get()}));
+                         {q1, dpos1.get(), dseq1.get(), a.pt.get(), kv_layer, a.part_o.get(), a.part_ml.get()}));
+      CUDA_OK(mod.launch(combine, dim3(1, s.HQ), s.D, {a.part_o.get(), a.part_ml.get(), dpos1.get(), dout1.get()}));
       const auto alone = dout1.download();
       EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + static_cast<std::size_t>(r) * s.HQ * s.D, alone.size() * 2))
           << "D=" << s.D << " row " << r;
@@ -886,25 +900,22 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
     const int T = static_cast<int>(positions.size());
     ASSERT_EQ(T, 32);
     const std::vector<float> q = random_floats(static_cast<std::size_t>(T) * s.HQ * s.D);
-    DeviceBuffer<float> dq(q), dpo(static_cast<std::size_t>(T) * s.HQ * NSPLIT * s.D),
-        dml(static_cast<std::size_t>(T) * s.HQ * NSPLIT * 2);
-    DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
-    DeviceBuffer<std::uint16_t> dout(static_cast<std::size_t>(T) * s.HQ * s.D);
+    AttnStep a(s, q, positions, token_seq, page_tables);
     const std::uint16_t* kv_layer = dkv.get() + LAYER * 2LL * s.HKV * PAGE * s.D;
 
     std::vector<float> po1, ml1;
     bf16v out1;
     for (int tpt : tpts) {
-      dpo.poison();
-      dml.poison();
-      dout.poison();
+      a.part_o.poison();
+      a.part_ml.poison();
+      a.out.poison();
       const std::string split = attn_split_instance(s, page_elems, tpt);
       CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, NSPLIT), 128,
-                         {dq.get(), dpos.get(), dseq.get(), dpt.get(), kv_layer, dpo.get(), dml.get()}));
+                         {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(), a.part_ml.get()}));
       CUDA_OK(mod.launch(attn_combine_instance(s), dim3(T, s.HQ), s.D,
-                         {dpo.get(), dml.get(), dpos.get(), dout.get()}));
-      const auto po = dpo.download(), ml = dml.download();
-      const auto out = dout.download();
+                         {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
+      const auto po = a.part_o.download(), ml = a.part_ml.download();
+      const auto out = a.out.download();
       if (tpt == 1) {
         expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
         po1 = po, ml1 = ml, out1 = out;

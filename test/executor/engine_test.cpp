@@ -44,13 +44,23 @@ Result collect(const RequestHandle& h) {
   return r;
 }
 
-std::unique_ptr<Engine> make_engine(const TinyArtifactSpec& spec, const std::string& name) {
+// A tiny artifact written to a fresh temporary directory `name`, loaded.
+std::shared_ptr<const Artifact> tiny_artifact(const TinyArtifactSpec& spec, const std::string& name) {
   const std::string dir = testing::temp_dir(name);
   testing::write_tiny_artifact(dir, spec);
-  auto artifact = Artifact::load(dir);
+  return Artifact::load(dir);
+}
+
+// Every test engine checks the page pool and scheduler invariants after each step.
+EngineOptions checked_options() {
   EngineOptions options;
   options.check_invariants = true;
-  return Engine::create(artifact, std::make_unique<CpuReferenceModel>(artifact), options);
+  return options;
+}
+
+std::unique_ptr<Engine> make_engine(const TinyArtifactSpec& spec, const std::string& name) {
+  auto artifact = tiny_artifact(spec, name);
+  return Engine::create(artifact, std::make_unique<CpuReferenceModel>(artifact), checked_options());
 }
 
 GenerationRequest request(std::vector<std::int32_t> prompt, int max_tokens, float temperature,
@@ -182,11 +192,8 @@ class GatedAfterFirstStep : public CpuReferenceModel {
 };
 
 TEST(Engine, CancelEndsARequestAndFreesItsPages) {
-  const std::string dir = testing::temp_dir("cancel");
-  testing::write_tiny_artifact(dir, {});
-  auto artifact = Artifact::load(dir);
-  EngineOptions options;
-  options.check_invariants = true;
+  auto artifact = tiny_artifact({}, "cancel");
+  EngineOptions options = checked_options();
   auto backend = std::make_unique<GatedAfterFirstStep>(artifact);
   GatedAfterFirstStep* gate = backend.get();
   auto engine = Engine::create(artifact, std::move(backend), options);
@@ -285,11 +292,8 @@ class FailingOnToken63 : public CpuReferenceModel {
 };
 
 TEST(Engine, ABackendFailureFailsItsRequestsAndTheEngineServesOn) {
-  const std::string dir = testing::temp_dir("failing");
-  testing::write_tiny_artifact(dir, {});
-  auto artifact = Artifact::load(dir);
-  EngineOptions options;
-  options.check_invariants = true;
+  auto artifact = tiny_artifact({}, "failing");
+  EngineOptions options = checked_options();
   auto engine = Engine::create(artifact, std::make_unique<FailingOnToken63>(artifact), options);
   RequestHandle bad = engine->submit(request({5, 63, 5}, 4, 0, 1));
   RequestEvent e, last;
@@ -345,11 +349,8 @@ class DeviceGreedy : public CpuReferenceModel {
 // Greedy requests sampled on the device give the tokens host sampling gives; requests that need
 // the logits (logprobs, penalties, prompt logits, sampled) still get them, in the same steps.
 TEST(Engine, DeviceGreedySamplingMatchesHostSampling) {
-  const std::string dir = testing::temp_dir("device-greedy");
-  testing::write_tiny_artifact(dir, {});
-  auto artifact = Artifact::load(dir);
-  EngineOptions options;
-  options.check_invariants = true;
+  auto artifact = tiny_artifact({}, "device-greedy");
+  EngineOptions options = checked_options();
   options.record_step_timings = true;
   auto host = Engine::create(artifact, std::make_unique<CpuReferenceModel>(artifact), options);
   auto device_backend = std::make_unique<DeviceGreedy>(artifact);
@@ -486,11 +487,8 @@ TEST(Engine, OverlappedStepsMatchTheSynchronousEngine) {
     // flight whatever the machine's speed: each counts down the waits until its cancel().
     std::mutex cancel_mutex;
     std::vector<std::pair<RequestHandle, int>> cancels;
-    const std::string dir = testing::temp_dir("overlap");
-    testing::write_tiny_artifact(dir, spec);
-    auto artifact = Artifact::load(dir);
-    EngineOptions options;
-    options.check_invariants = true;
+    auto artifact = tiny_artifact(spec, "overlap");
+    EngineOptions options = checked_options();
     options.record_step_timings = true;
     auto sync = Engine::create(artifact, std::make_unique<CpuReferenceModel>(artifact), options);
     auto fed_backend = std::make_unique<DeviceFed>(artifact);
