@@ -135,9 +135,9 @@ int SmallGemmTiling::smem() const {
 // 448 CTAs of 64 rows; perf-log run F's sweep). The 8B shapes have 128 to 224 CTAs per 64-token
 // tile; the stages fill what an SM's 228 KB (1 KB reserved per CTA) gives the CTAs that share it
 // when the whole grid is resident, 2 to 16 of them.
-SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm) {
+SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm, const SmallGemmLimits& limits) {
   SmallGemmTiling t;
-  t.bn = swiglu ? (n / 64 >= kSms ? 128 : 64) : 32;
+  t.bn = limits.bn > 0 ? limits.bn : swiglu ? (n / 64 >= kSms ? 128 : 64) : 32;
   t.cols = swiglu ? t.bn / 2 : t.bn;
   t.tiles_m = (tokens + kSmallGemmBlockM - 1) / kSmallGemmBlockM;
   t.a_box = std::min(tokens, kSmallGemmBlockM);
@@ -149,9 +149,9 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   }
   const int per_sm = (t.tiles_m * t.tiles_n + kSms - 1) / kSms;
   // Less 1 KB for the static shared memory of the folded QKV epilogue (gemm_small_norm_qkv).
-  const int budget = std::min(227 * 1024, 228 * 1024 / per_sm - 1024) - (norm ? 1024 : 0);
+  const int budget = std::min(227 * 1024, limits.smem_per_sm / per_sm - 1024) - (norm ? 1024 : 0);
   const int stage = small_gemm_stage_bytes(t.a_box, t.bn, norm);
-  t.stages = std::clamp((budget - 1024 - t.resident_bytes()) / stage, 2, std::clamp(k_blocks, 2, 16));
+  t.stages = std::clamp((budget - 1024 - t.resident_bytes()) / stage, 2, std::clamp(k_blocks, 2, limits.max_stages));
   return t;
 }
 

@@ -91,7 +91,16 @@ struct SmallGemmTiling {
   int smem() const;              // dynamic shared memory per CTA
   int resident_bytes() const;    // of smem(): what is not the stages (the norm prologue's A and sums)
 };
-SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm = false);
+// What the tiling may use (telos-kernel-bench times other choices than the plan's): the shared
+// memory of an SM that the grid's resident CTAs fill together, the most stages of a CTA's ring,
+// and the weight rows per tile (0: the plan's choice).
+struct SmallGemmLimits {
+  int smem_per_sm = 228 * 1024;
+  int max_stages = 16;
+  int bn = 0;
+};
+SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm = false,
+                                  const SmallGemmLimits& limits = {});
 
 // Buckets of up to this many tokens fold the RMSNorm before the QKV and gate/up projections into
 // the GEMM (A, M rows, resident for the whole K); larger ones launch rmsnorm into h ...
@@ -110,12 +119,14 @@ inline constexpr long long kSmallGemmNormFoldMaxLayerBytes = 128LL << 20;
 // 16 + 5 for the GEMM and the epilogue's own launch; docs/perf-log.md, run J).
 inline constexpr int kSmallGemmQkvFoldMaxRows = 1;
 
-// Attention cuts the context into splits of kAttnSplit positions (two 16-position chunks per
+// Attention cuts the context into splits of kAttnSplit positions (four 16-position chunks per
 // warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most
 // 32, since the f32 partials in the arena grow with them. Both depend on the model only, never on
-// the batch. Batch 1 at context 4k keeps all 32 slots of each KV head busy (256 blocks for 8 KV
-// heads) whatever the model's max_seq_len.
-constexpr int kAttnSplit = 128;
+// the batch. 256 positions rather than 128 (H200, 8 layers back to back with PDL, GQA 32/8, D 128;
+// docs/perf-log.md, run K): ctx 4k batch 16 / 64 47 / 53% -> 59 / 69% of copy, batch 1 25 -> 27%;
+// ctx 32k batch 1 / 16 / 64 65 / 89 / 92% -> 65 / 89 / 93%: a block's fixed cost (Q staging, the
+// merge of its warps, the partials' stores) is spread over twice the K/V.
+constexpr int kAttnSplit = 256;
 int attn_partial_slots(int max_positions);
 
 // Tokens per tile of attn_split (its last template argument, TPT): a block reads K and V once for

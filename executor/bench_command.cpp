@@ -127,7 +127,7 @@ nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std
   // Full-batch decode steps after the first (which follows the prefill and pays for it). The time
   // per token is the interval from one such step's start to the next's: the loop's period,
   // sampling and event delivery included.
-  std::vector<double> step_s, host_s, gap_s;
+  std::vector<double> step_s, host_s, gap_s, api_s;
   int overlapped = 0;
   const std::vector<StepTiming> steps = engine.take_step_timings();
   for (std::size_t i = 1; i < steps.size(); ++i) {
@@ -137,6 +137,7 @@ nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std
     step_s.push_back(seconds(t.started - before.started));
     host_s.push_back(t.host_seconds);
     if (t.idle_gap_seconds >= 0) gap_s.push_back(t.idle_gap_seconds);
+    if (t.launch_call_seconds >= 0) api_s.push_back(t.launch_call_seconds);
     overlapped += t.overlapped ? 1 : 0;
   }
   return {{"batch", batch},
@@ -150,6 +151,7 @@ nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std
           {"ms_per_token", or_null(!step_s.empty(), quantile(step_s, 0.5) * 1e3)},
           {"host_us_per_step", or_null(!host_s.empty(), quantile(host_s, 0.5) * 1e6)},
           {"host_us_per_step_p90", or_null(!host_s.empty(), quantile(host_s, 0.9) * 1e6)},
+          {"host_launch_calls_us_per_step", or_null(!api_s.empty(), quantile(api_s, 0.5) * 1e6)},
           {"gpu_idle_gap_us", or_null(!gap_s.empty(), quantile(gap_s, 0.5) * 1e6)},
           {"gpu_idle_gap_us_p90", or_null(!gap_s.empty(), quantile(gap_s, 0.9) * 1e6)}};
 }
@@ -250,7 +252,11 @@ nlohmann::json profile_json(const StepProfile& p) {
     e["launches"] = e["launches"].get<int>() + 1;
     e["total_us"] = e["total_us"].get<double>() + k.us;
   }
-  return {{"bucket", p.bucket}, {"graph_us", p.graph_us}, {"serial_us", p.serial_us}, {"kernels", kernels}};
+  return {{"bucket", p.bucket},
+          {"graph_us", p.graph_us},
+          {"serial_us", p.serial_us},
+          {"launch_host_us", p.launch_host_us},
+          {"kernels", kernels}};
 }
 
 // Per kernel template (the instance up to '<'): launches, µs, share of the serial sum.
@@ -267,7 +273,8 @@ void print_profile(const nlohmann::json& p) {
   const double serial = p["serial_us"].get<double>();
   std::cout << "profile of one " << p["bucket"].get<std::string>() << " step: graph "
             << fixed(p["graph_us"].get<double>(), 1) << " us, kernels one by one "
-            << fixed(serial, 1) << " us\n";
+            << fixed(serial, 1) << " us; host time of the graph launch "
+            << fixed(p["launch_host_us"].get<double>(), 1) << " us\n";
   std::printf("  %-40s %8s %10s %7s\n", "kernel", "launches", "total us", "share");
   for (const std::string& name : order)
     std::printf("  %-40s %8d %10s %6.1f%%\n", name.c_str(), by[name].first, fixed(by[name].second, 1).c_str(),

@@ -341,6 +341,7 @@ void Engine::complete_step() {
     t.started = done.started;
     t.host_seconds = done.host_seconds;
     t.idle_gap_seconds = output_.idle_gap_seconds;
+    t.launch_call_seconds = output_.launch_call_seconds;
     t.overlapped = done.overlapped;
     std::lock_guard lock(mutex_);
     step_timings_.push_back(t);

@@ -26,6 +26,9 @@ struct StepOutput {
   // Seconds the device sat idle between the end of the previous step's computation and the start
   // of this one's; negative when unknown (no device, timing off, or no previous step).
   double idle_gap_seconds = -1;
+  // Seconds the host spent in the device API calls that launched this step (descriptor copy,
+  // graph launch, copies back, event); negative when unknown. Part of the engine's host time.
+  double launch_call_seconds = -1;
 };
 
 class ModelBackend {
@@ -70,6 +73,7 @@ class ModelBackend {
     const Step* step = launched_;
     launched_ = nullptr;
     out.idle_gap_seconds = -1;
+    out.launch_call_seconds = -1;
     forward(*step, out.logits);
     out.device_tokens.clear();
   }

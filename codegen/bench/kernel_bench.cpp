@@ -15,6 +15,9 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <future>
+#include <memory>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -111,6 +114,12 @@ void fill(void* p, std::size_t bytes) {
 
 std::string I(long long v) { return std::to_string(v); }
 
+// gemm_small_<epi><M, N, K, BN, STAGES> as codegen names it (epi: bf16, residual, swiglu).
+std::string small_gemm_instance(const std::string& epi, int M, int N, int K, const SmallGemmTiling& t) {
+  return "telos_kernels::gemm_small_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) + ", " + I(t.bn) + ", " +
+         I(t.stages) + ">";
+}
+
 // A bf16 [rows, cols] tensor map (128B swizzle, 64-column boxes) in device memory, as the
 // executor builds one for a `tmap:` argument.
 void* device_map(const void* base, int rows, int cols, int box_rows) {
@@ -132,6 +141,7 @@ int main(int argc, char** argv) {
     std::printf("telos-kernel-bench: no CUDA GPU\n");
     return 0;
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every row reaches the log before a later failure
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   std::printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
@@ -176,8 +186,7 @@ int main(int argc, char** argv) {
       names.push_back("telos_kernels::linear_f32<" + I(g.K) + ", " + I(rows) + ", " + launches.back().args() + ">");
       if (!*g.epi) continue;
       auto add = [&](const std::string& label, const SmallGemmTiling& t) {
-        variants[gi].push_back({label, t, "telos_kernels::gemm_small_" + std::string(g.epi) + "<" + I(M) + ", " +
-                                               I(g.N) + ", " + I(g.K) + ", " + I(t.bn) + ", " + I(t.stages) + ">"});
+        variants[gi].push_back({label, t, small_gemm_instance(g.epi, M, g.N, g.K, t)});
       };
       const SmallGemmTiling plan = small_gemm_tiling(g.N, g.K, M, swiglu);
       add("plan", plan);
@@ -248,6 +257,110 @@ int main(int argc, char** argv) {
     }
   }
 
+  // One decode layer's four GEMMs as a step's graph chains them (qkv; o with the residual; gate/up
+  // with SwiGLU; down with the residual; the small kernels between them left out), 8 layers per
+  // timed run, each layer on another copy of the weights, all but the first launch with PDL: what
+  // the GEMMs lose at their boundaries. Configurations: the plan's tiles; stages cut to half an
+  // SM's shared memory, so that the next GEMM's CTAs fit beside them ("half"); up to 48 stages
+  // instead of 16 where the shared memory allows ("deep": more of the weights in flight before the
+  // wait); and 16-row weight tiles for qkv, o and down with deep rings ("bn16 deep": twice the
+  // CTAs; the 1B shape's o and down have 64 CTAs of 32 rows for 132 SMs). None beat the plan on
+  // the H200 (docs/perf-log.md, run K), nor did prefetching weight boxes to L2 before the wait.
+  {
+    struct Shape { const char* name; int H, QKV, I; };
+    const Shape shapes[] = {{"8B", 4096, 6144, 14336}, {"1B", 2048, 3072, 8192}};
+    struct Cfg { const char* label; SmallGemmLimits limits; };
+    const Cfg cfgs[] = {{"plan", {}},
+                        {"half", {114 * 1024, 16, 0}},
+                        {"deep", {228 * 1024, 48, 0}},
+                        {"bn16 deep", {228 * 1024, 48, 16}}};
+    constexpr int kLayers = 8;
+    struct Op { std::string epi; int N, K, rows; };
+    auto layer_ops = [](const Shape& sh) {
+      return std::array<Op, 4>{Op{"bf16", sh.QKV, sh.H, sh.QKV}, Op{"residual", sh.H, sh.H, sh.H},
+                               Op{"swiglu", sh.I, sh.H, 2 * sh.I}, Op{"residual", sh.H, sh.I, sh.H}};
+    };
+    // Per (shape, M): every configuration's four tilings and instances, compiled side by side.
+    struct Chain { const Shape* sh; int M; std::vector<SmallGemmTiling> tiles; std::vector<std::string> names; };
+    std::vector<Chain> chains;
+    for (const Shape& sh : shapes)
+      for (int M : {1, 8}) {
+        Chain ch{&sh, M, {}, {}};
+        for (const Cfg& c : cfgs)
+          for (const Op& op : layer_ops(sh)) {
+            // bn16 leaves SwiGLU's tiles as the plan has them (16 rows would be 8 gate + 8 up).
+            SmallGemmLimits limits = c.limits;
+            if (op.epi == "swiglu") limits.bn = 0;
+            ch.tiles.push_back(small_gemm_tiling(op.N, op.K, M, op.epi == "swiglu", false, limits));
+            ch.names.push_back(small_gemm_instance(op.epi, M, op.N, op.K, ch.tiles.back()));
+          }
+        chains.push_back(std::move(ch));
+      }
+    std::vector<std::future<std::unique_ptr<Module>>> modules;
+    for (const Chain& ch : chains)
+      modules.push_back(std::async(std::launch::async, [&ch] { return std::make_unique<Module>(ch.names); }));
+    for (std::size_t chi = 0; chi < chains.size(); ++chi) {
+      {
+        const Shape& sh = *chains[chi].sh;
+        const int M = chains[chi].M;
+        const auto ops = layer_ops(sh);
+        const std::vector<SmallGemmTiling>& tiles = chains[chi].tiles;
+        const std::vector<std::string>& names = chains[chi].names;
+        const std::unique_ptr<Module> module = modules[chi].get();  // get() hands the module over
+        Module& mod = *module;
+        double layer_bytes = 0;
+        for (const Op& op : ops) layer_bytes += 2.0 * op.rows * op.K;
+        const int copies = std::max(2, static_cast<int>((400ull << 20) / layer_bytes) + 1);
+        std::vector<std::vector<void*>> w(copies, std::vector<void*>(4));
+        for (auto& layer : w)
+          for (int k = 0; k < 4; ++k) {
+            const std::size_t bytes = static_cast<std::size_t>(ops[k].rows) * ops[k].K * 2;
+            check(cudaMalloc(&layer[k], bytes), "alloc");
+            fill(layer[k], bytes);
+          }
+        void *a_h, *act, *qkv, *x;
+        check(cudaMalloc(&a_h, static_cast<std::size_t>(M) * sh.H * 2), "alloc");
+        fill(a_h, static_cast<std::size_t>(M) * sh.H * 2);
+        check(cudaMalloc(&act, static_cast<std::size_t>(M) * sh.I * 2), "alloc");
+        fill(act, static_cast<std::size_t>(M) * sh.I * 2);
+        check(cudaMalloc(&qkv, static_cast<std::size_t>(M) * sh.QKV * 2), "alloc");
+        check(cudaMalloc(&x, static_cast<std::size_t>(M) * sh.H * 4), "alloc");
+        cudaMemset(x, 0, static_cast<std::size_t>(M) * sh.H * 4);
+        void* outs[4] = {qkv, x, act, x};
+        for (std::size_t ci = 0; ci < std::size(cfgs); ++ci) {
+          std::vector<void*> a_maps(4);
+          std::vector<std::vector<void*>> w_maps(copies, std::vector<void*>(4));
+          for (int k = 0; k < 4; ++k) {
+            const SmallGemmTiling& t = tiles[ci * 4 + k];
+            a_maps[k] = device_map(k == 3 ? act : a_h, M, ops[k].K, t.a_box);
+            for (int c = 0; c < copies; ++c) w_maps[c][k] = device_map(w[c][k], ops[k].rows, ops[k].K, t.cols);
+          }
+          const double us = median_us(
+              [&](int i) {
+                const int k = i % 4, c = (i / 4) % copies;
+                const SmallGemmTiling& t = tiles[ci * 4 + k];
+                mod.launch(names[ci * 4 + k], dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads,
+                           {a_maps[k], w_maps[c][k], outs[k]}, t.smem(), i % (4 * kLayers) != 0);
+              },
+              20, 4 * kLayers, 4 * kLayers);
+          const double layer_us = 4 * us;
+          char label[64], shape[64];
+          std::snprintf(label, sizeof label, "layer GEMMs %s %s", sh.name, cfgs[ci].label);
+          std::snprintf(shape, sizeof shape, "M=%d (%d+%d+%d+%d st)", M, tiles[ci * 4].stages, tiles[ci * 4 + 1].stages,
+                        tiles[ci * 4 + 2].stages, tiles[ci * 4 + 3].stages);
+          std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, layer_us, layer_bytes / layer_us / 1e3,
+                      100.0 * layer_bytes / layer_us / 1e3 / copy_gbs);
+          for (void* p : a_maps) cudaFree(p);
+          for (auto& l : w_maps)
+            for (void* p : l) cudaFree(p);
+        }
+        for (auto& layer : w)
+          for (void* p : layer) cudaFree(p);
+        for (void* p : {a_h, act, qkv, x}) cudaFree(p);
+      }
+    }
+  }
+
   // Attention, HQ 32, HKV 8, D 128, page 16, the plan's split and partial slots for context C.
   constexpr int HQ = 32, HKV = 8, D = 128, PAGE = 16;
   struct Attn {
@@ -270,10 +383,14 @@ int main(int argc, char** argv) {
   struct AttnBuffers {
     void *kv = nullptr, *q = nullptr, *po = nullptr, *pml = nullptr, *out = nullptr, *pos = nullptr,
          *seq = nullptr, *pt = nullptr;
-    AttnBuffers(const Attn& at, const std::vector<int>& hpos, const std::vector<int>& hseq, int seqs) {
+    std::size_t layer_bytes = 0;  // one copy of the K/V pages (a layer's)
+    // `copies` copies of the pages, as consecutive layers (kv_layer(c)).
+    AttnBuffers(const Attn& at, const std::vector<int>& hpos, const std::vector<int>& hseq, int seqs,
+                int copies = 1) {
       const std::size_t rows = hpos.size(), pages = static_cast<std::size_t>(seqs) * at.MAXP;
-      check(cudaMalloc(&kv, pages * at.page_elems * 2), "alloc");
-      fill(kv, pages * at.page_elems * 2);
+      layer_bytes = pages * at.page_elems * 2;
+      check(cudaMalloc(&kv, layer_bytes * copies), "alloc");
+      fill(kv, layer_bytes * copies);
       check(cudaMalloc(&q, rows * HQ * D * 4), "alloc");
       cudaMemset(q, 0x3c, rows * HQ * D * 4);
       check(cudaMalloc(&po, rows * HQ * at.nsplit * D * 4), "alloc");
@@ -291,28 +408,53 @@ int main(int argc, char** argv) {
     ~AttnBuffers() {
       for (void* p : {kv, q, po, pml, out, pos, seq, pt}) cudaFree(p);
     }
+    void* kv_layer(int c) const { return static_cast<char*>(kv) + layer_bytes * c; }
   };
   auto attn_row = [&](const char* label, const char* shape, double us, double bytes) {
     std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
                 100.0 * bytes / us / 1e3 / copy_gbs);
   };
 
-  // Decode: batch B, every sequence at context C.
+  // Decode: batch B, every sequence at context C. "alone": one split + combine at a time on an
+  // idle stream; the others as a step's graph runs them: 8 layers back to back, each on another
+  // copy of the K/V pages (400 MB or more in all, so L2 does not serve them), with PDL, at the
+  // plan's split (positions per split, partial slots) and at other splits.
   for (int C : {4096, 32768}) {
-    const Attn at = attn(C);
-    const std::string sk = at.split_kernel(1), ck = at.combine_kernel();
-    Module mod({sk, ck});
+    const Attn plan = attn(C);
+    std::vector<std::pair<std::string, Attn>> vars{{"", plan}};
+    for (auto [split, nsplit] : {std::pair{128, 32}, std::pair{512, 32}}) {
+      Attn v = plan;
+      v.split = split;
+      v.nsplit = std::min(nsplit, (C + split - 1) / split);
+      vars.push_back({" split" + I(split) + "x" + I(v.nsplit), v});
+    }
+    std::vector<std::string> names;
+    for (const auto& [label, v] : vars) {
+      names.push_back(v.split_kernel(1));
+      names.push_back(v.combine_kernel());
+    }
+    Module mod(names);
     for (int B : {1, 16, 64}) {
       std::vector<int> hpos(B, C - 1), hseq(B);
       for (int b = 0; b < B; ++b) hseq[b] = b;
-      const AttnBuffers m(at, hpos, hseq, B);
-      const double us = median_us([&](int) {
-        mod.launch(sk, dim3(B, HKV, at.nsplit), 128, {m.q, m.pos, m.seq, m.pt, m.kv, m.po, m.pml});
-        mod.launch(ck, dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out});
-      });
+      const double bytes = static_cast<double>(B) * C * HKV * D * 2 * 2;
+      const int copies = std::max(1, static_cast<int>(std::ceil((400 << 20) / bytes)));
+      const AttnBuffers m(plan, hpos, hseq, B, copies);
       char shape[64];
       std::snprintf(shape, sizeof shape, "B=%d ctx=%d", B, C);
-      attn_row("attn_split+combine D128 GQA4", shape, us, static_cast<double>(B) * C * HKV * D * 2 * 2);
+      for (std::size_t vi = 0; vi < vars.size(); ++vi) {
+        const Attn& at = vars[vi].second;
+        const std::string &sk = names[2 * vi], &ck = names[2 * vi + 1];
+        auto step = [&](int i, bool split_pdl, bool combine_pdl) {
+          mod.launch(sk, dim3(B, HKV, at.nsplit), 128, {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0,
+                     split_pdl);
+          mod.launch(ck, dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, combine_pdl);
+        };
+        if (vi == 0)
+          attn_row("attn_split+combine alone", shape, median_us([&](int i) { step(i, false, false); }), bytes);
+        attn_row(("attn_split+combine PDL" + vars[vi].first).c_str(), shape,
+                 median_us([&](int i) { step(i, i % kBatch != 0, true); }, 30, 5, kBatch), bytes);
+      }
     }
   }
 

@@ -110,6 +110,7 @@ struct GpuStepExecutor::State {
     int rows = 0;                          // sampling rows
     bool logits = false;                   // the logits come back to logits_host
     std::vector<std::uint8_t> greedy;      // per sampling row: the engine wants the device's pick
+    double api_seconds = 0;                // the host's time in the launch's device API calls
   };
   Slot slots[2];
   int oldest = 0, in_flight = 0;
@@ -250,6 +251,7 @@ struct GpuStepExecutor::State {
     const PackedStep packed =
         pack_step_descriptor(desc, step, b.tokens, b.sample_rows, sampling, last_sample_rows, slot.desc_host);
     const int r = packed.sample_rows;
+    const auto api_start = std::chrono::steady_clock::now();
     check(cudaMemcpyAsync(desc_dev, slot.desc_host, static_cast<std::size_t>(packed.upload),
                           cudaMemcpyHostToDevice, stream),
           "step descriptor upload");
@@ -270,6 +272,7 @@ struct GpuStepExecutor::State {
                             cudaMemcpyDeviceToHost, stream),
             "logits download");
     check(cudaEventRecord(slot.done, stream), "step event");
+    slot.api_seconds = seconds_since(api_start);
     slot.rows = r;
     slot.logits = want_logits;
     slot.greedy.assign(greedy.begin(), greedy.end());
@@ -580,6 +583,7 @@ void GpuStepExecutor::launch(const Step& step, std::span<const std::uint8_t> dev
 
 void GpuStepExecutor::wait(StepOutput& out) {
   const State::Slot& slot = s_->slots[s_->oldest];
+  out.launch_call_seconds = slot.api_seconds;
   out.idle_gap_seconds = s_->collect(out.device_tokens, &out.logits);
   for (std::size_t r = 0; r < out.device_tokens.size(); ++r)
     if (r >= slot.greedy.size() || !slot.greedy[r]) out.device_tokens[r] = -1;
@@ -643,14 +647,16 @@ StepProfile GpuStepExecutor::profile_step(int reps) {
   const cudaError_t inst = cudaGraphInstantiate(&serial, g, 0);
   cudaGraphDestroy(g);
   check(inst, "profile graph");
-  std::vector<double> graph;
+  std::vector<double> graph, launch_host;
   std::vector<std::vector<double>> per(n);
   for (int r = 0; r < reps + 2; ++r) {  // the first two are warm-ups
     check(cudaEventRecord(ev[0], s.stream), "profile event");
+    const auto t0 = std::chrono::steady_clock::now();
     if (b.graph)
       check(cudaGraphLaunch(b.graph, s.stream), "graph launch");
     else
       s.launch_all(b);
+    if (r >= 2) launch_host.push_back(seconds_since(t0) * 1e6);
     check(cudaEventRecord(ev[1], s.stream), "profile event");
     check(cudaEventSynchronize(ev[1]), "profile");
     if (r >= 2) graph.push_back(elapsed_us(ev[0], ev[1]));
@@ -665,6 +671,7 @@ StepProfile GpuStepExecutor::profile_step(int reps) {
   p.bucket = b.kind + ":" + std::to_string(b.size);
   s.kept.clear();
   p.graph_us = median(graph);
+  p.launch_host_us = median(launch_host);
   for (std::size_t i = 0; i < n; ++i) {
     p.launches.push_back({s.kernel_instances[b.launches[i].kernel], median(per[i])});
     p.serial_us += p.launches.back().us;

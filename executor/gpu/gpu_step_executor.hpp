@@ -46,6 +46,7 @@ struct StepProfile {
   std::string bucket;  // e.g. decode:1
   double graph_us = 0;     // the bucket's graph (programmatic launches), median
   double serial_us = 0;    // the sum of `launches`
+  double launch_host_us = 0;  // the host's time in cudaGraphLaunch (the launches without graphs), median
   std::vector<KernelTime> launches;  // in launch order, each timed alone, median
 };
 

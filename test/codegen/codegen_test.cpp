@@ -162,7 +162,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   // Attention in tiles of 8 tokens (G = 2: 16 MMA rows) in prefill, one token per block in decode.
   EXPECT_EQ(instance_of(p128[4]).rfind("telos_kernels::attn_split<4, 2, 32, ", 0), 0u);
   EXPECT_EQ(instance_of(p128[4]).substr(instance_of(p128[4]).size() - 4), ", 8>");
-  EXPECT_EQ(p128[4].at("grid"), nlohmann::ordered_json({128 / 8, 2, 2}));
+  // One partial slot: max_seq_len 256 is one split.
+  EXPECT_EQ(p128[4].at("grid"), nlohmann::ordered_json({128 / 8, 2, 1}));
   EXPECT_EQ(instance_of(p128[6]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
   EXPECT_EQ(p128[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
                                                 "tmap:w:layers.0.o:128:128:256:64",
@@ -200,7 +201,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
                                                       "tmap:w:layers.0.qkv:256:128:32:64", "buf:qkv"}));
   EXPECT_EQ(instance_of(d8[2]), instance_of(p128[3]));
   EXPECT_EQ(instance_of(d8[3]).substr(instance_of(d8[3]).size() - 4), ", 1>");
-  EXPECT_EQ(d8[3].at("grid"), nlohmann::ordered_json({8, 2, 2}));
+  EXPECT_EQ(d8[3].at("grid"), nlohmann::ordered_json({8, 2, 1}));
   EXPECT_EQ(d8[5].at("args")[0], "tmap:buf:attn:8:128:8:64");
   EXPECT_EQ(instance_of(d8[6]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
   EXPECT_EQ(d8[6].at("args")[0], "buf:x");
@@ -352,12 +353,14 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
 }
 
 TEST(Codegen, AttentionSplitIsAPerModelConstant) {
-  // Splits of 128 positions; a slot per split up to 32 of them, then splits share slots.
-  EXPECT_EQ(attn_partial_slots(256), 2);
-  EXPECT_EQ(attn_partial_slots(4096), 32);
-  EXPECT_EQ(attn_partial_slots(4097), 32);
+  // Splits of 256 positions; a slot per split up to 32 of them, then splits share slots.
+  EXPECT_EQ(attn_partial_slots(256), 1);
+  EXPECT_EQ(attn_partial_slots(257), 2);
+  EXPECT_EQ(attn_partial_slots(4096), 16);
+  EXPECT_EQ(attn_partial_slots(8192), 32);
+  EXPECT_EQ(attn_partial_slots(8193), 32);
   EXPECT_EQ(attn_partial_slots(131072), 32);
-  EXPECT_EQ(attn_partial_slots(200), 2);
+  EXPECT_EQ(attn_partial_slots(200), 1);
   const KernelPlan plan = plan_kernels(llama_1b());
   EXPECT_EQ(plan.attn_split, kAttnSplit);
   EXPECT_EQ(plan.attn_num_splits, 32);
@@ -388,7 +391,7 @@ TEST(Codegen, AttentionTokensPerTile) {
   // argument) and a grid of T / 4 tiles; the decode buckets' has TPT = 1 and one block per token.
   const KernelPlan plan = plan_kernels(llama_1b());
   const std::string prefix = "telos_kernels::attn_split<32, 8, 64, 16, 512, " +
-                             std::to_string(2LL * 16 * 8 * 16 * 64) + "ll, 128, 32, " +
+                             std::to_string(2LL * 16 * 8 * 16 * 64) + "ll, 256, 32, " +
                              float_literal(1.4426950408889634 / 8.0) + ", ";
   int seen_prefill = 0, seen_decode = 0;
   for (const BucketProgram& b : plan.buckets)
