@@ -281,6 +281,16 @@ int main(int argc, char** argv) {
                                Op{"swiglu", sh.I, sh.H, 2 * sh.I}, Op{"residual", sh.H, sh.I, sh.H}};
     };
     // Per (shape, M): every configuration's four tilings and instances, compiled side by side.
+    // At M = 1 also the four GEMMs of all 8 layers in one persistent launch (decode_persistent.cuh),
+    // its ring as deep as the shared memory allows beside the resident A of the largest K.
+    auto persistent_stages = [](const Shape& sh) {
+      const int resident = (std::max(sh.H, sh.I) / 8 * 16 + 128 + 1023) / 1024 * 1024;
+      return (227 * 1024 - 1024 - resident) / (8192 + 16);
+    };
+    auto persistent_smem = [&](const Shape& sh) {
+      const int resident = (std::max(sh.H, sh.I) / 8 * 16 + 128 + 1023) / 1024 * 1024;
+      return 1024 + resident + persistent_stages(sh) * (8192 + 16);
+    };
     struct Chain { const Shape* sh; int M; std::vector<SmallGemmTiling> tiles; std::vector<std::string> names; };
     std::vector<Chain> chains;
     for (const Shape& sh : shapes)
@@ -294,6 +304,9 @@ int main(int argc, char** argv) {
             ch.tiles.push_back(small_gemm_tiling(op.N, op.K, M, op.epi == "swiglu", false, limits));
             ch.names.push_back(small_gemm_instance(op.epi, M, op.N, op.K, ch.tiles.back()));
           }
+        if (M == 1)
+          ch.names.push_back("telos_kernels::layer_gemms_persistent<1, " + I(sh.H) + ", " + I(sh.QKV) + ", " + I(sh.I) +
+                             ", " + I(kLayers) + ", " + I(persistent_stages(sh)) + ">");
         chains.push_back(std::move(ch));
       }
     std::vector<std::future<std::unique_ptr<Module>>> modules;
@@ -327,6 +340,19 @@ int main(int argc, char** argv) {
         check(cudaMalloc(&x, static_cast<std::size_t>(M) * sh.H * 4), "alloc");
         cudaMemset(x, 0, static_cast<std::size_t>(M) * sh.H * 4);
         void* outs[4] = {qkv, x, act, x};
+        // What one run of 8 layers leaves (qkv and act of the last layer, x summed over all),
+        // for the bit comparison of the plan's kernels with the persistent launch.
+        struct Result { std::vector<char> qkv, act, x; };
+        auto result = [&] {
+          Result r{std::vector<char>(static_cast<std::size_t>(M) * sh.QKV * 2),
+                   std::vector<char>(static_cast<std::size_t>(M) * sh.I * 2),
+                   std::vector<char>(static_cast<std::size_t>(M) * sh.H * 4)};
+          check(cudaMemcpy(r.qkv.data(), qkv, r.qkv.size(), cudaMemcpyDeviceToHost), "download");
+          check(cudaMemcpy(r.act.data(), act, r.act.size(), cudaMemcpyDeviceToHost), "download");
+          check(cudaMemcpy(r.x.data(), x, r.x.size(), cudaMemcpyDeviceToHost), "download");
+          return r;
+        };
+        Result plan_result;
         for (std::size_t ci = 0; ci < std::size(cfgs); ++ci) {
           std::vector<void*> a_maps(4);
           std::vector<std::vector<void*>> w_maps(copies, std::vector<void*>(4));
@@ -335,14 +361,19 @@ int main(int argc, char** argv) {
             a_maps[k] = device_map(k == 3 ? act : a_h, M, ops[k].K, t.a_box);
             for (int c = 0; c < copies; ++c) w_maps[c][k] = device_map(w[c][k], ops[k].rows, ops[k].K, t.cols);
           }
-          const double us = median_us(
-              [&](int i) {
-                const int k = i % 4, c = (i / 4) % copies;
-                const SmallGemmTiling& t = tiles[ci * 4 + k];
-                mod.launch(names[ci * 4 + k], dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads,
-                           {a_maps[k], w_maps[c][k], outs[k]}, t.smem(), i % (4 * kLayers) != 0);
-              },
-              20, 4 * kLayers, 4 * kLayers);
+          auto launch = [&](int i) {
+            const int k = i % 4, c = (i / 4) % copies;
+            const SmallGemmTiling& t = tiles[ci * 4 + k];
+            mod.launch(names[ci * 4 + k], dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads,
+                       {a_maps[k], w_maps[c][k], outs[k]}, t.smem(), i % (4 * kLayers) != 0);
+          };
+          const double us = median_us(launch, 20, 4 * kLayers, 4 * kLayers);
+          if (ci == 0) {
+            cudaMemset(x, 0, static_cast<std::size_t>(M) * sh.H * 4);
+            for (int i = 0; i < 4 * kLayers; ++i) launch(i);
+            check(cudaDeviceSynchronize(), "plan run");
+            plan_result = result();
+          }
           const double layer_us = 4 * us;
           char label[64], shape[64];
           std::snprintf(label, sizeof label, "layer GEMMs %s %s", sh.name, cfgs[ci].label);
@@ -353,6 +384,38 @@ int main(int argc, char** argv) {
           for (void* p : a_maps) cudaFree(p);
           for (auto& l : w_maps)
             for (void* p : l) cudaFree(p);
+        }
+        if (M == 1) {
+          // The persistent launch: layer l on weight copy l % copies, as the chain's 8 layers.
+          std::vector<hexel::TensorMap> hmaps;
+          for (int l = 0; l < kLayers; ++l)
+            for (int k = 0; k < 4; ++k)
+              hmaps.push_back(hexel::encode_2d(hexel::TmaDtype::BF16, w[l % copies][k],
+                                               static_cast<std::uint64_t>(ops[k].rows),
+                                               static_cast<std::uint64_t>(ops[k].K),
+                                               static_cast<std::uint64_t>(ops[k].K) * 2, 32, 64, hexel::Swizzle::B128));
+          void *maps, *sync;
+          check(cudaMalloc(&maps, hmaps.size() * sizeof(hexel::TensorMap)), "alloc");
+          check(cudaMemcpy(maps, hmaps.data(), hmaps.size() * sizeof(hexel::TensorMap), cudaMemcpyHostToDevice), "maps");
+          check(cudaMalloc(&sync, 8), "alloc");
+          cudaMemset(sync, 0, 8);
+          const int sms = prop.multiProcessorCount;
+          auto launch = [&](int) {
+            mod.launch(names.back(), dim3(sms), 128 + 32, {maps, a_h, a_h, a_h, act, qkv, x, sync}, persistent_smem(sh));
+          };
+          const double layer_us = median_us(launch, 20, 3) / kLayers;
+          cudaMemset(x, 0, static_cast<std::size_t>(M) * sh.H * 4);
+          launch(0);
+          check(cudaDeviceSynchronize(), "persistent run");
+          const Result r = result();
+          const bool same = r.qkv == plan_result.qkv && r.act == plan_result.act && r.x == plan_result.x;
+          char label[64], shape[64];
+          std::snprintf(label, sizeof label, "layer GEMMs %s persistent%s", sh.name, same ? "" : " DIFF");
+          std::snprintf(shape, sizeof shape, "M=%d (%d st of 8 KB)", M, persistent_stages(sh));
+          std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, layer_us, layer_bytes / layer_us / 1e3,
+                      100.0 * layer_bytes / layer_us / 1e3 / copy_gbs);
+          cudaFree(maps);
+          cudaFree(sync);
         }
         for (auto& layer : w)
           for (void* p : layer) cudaFree(p);
@@ -439,7 +502,9 @@ int main(int argc, char** argv) {
       for (int b = 0; b < B; ++b) hseq[b] = b;
       const double bytes = static_cast<double>(B) * C * HKV * D * 2 * 2;
       const int copies = std::max(1, static_cast<int>(std::ceil((400 << 20) / bytes)));
-      const AttnBuffers m(plan, hpos, hseq, B, copies);
+      Attn widest = plan;  // partials for the most slots of any variant
+      for (const auto& v : vars) widest.nsplit = std::max(widest.nsplit, v.second.nsplit);
+      const AttnBuffers m(widest, hpos, hseq, B, copies);
       char shape[64];
       std::snprintf(shape, sizeof shape, "B=%d ctx=%d", B, C);
       for (std::size_t vi = 0; vi < vars.size(); ++vi) {

@@ -852,7 +852,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
         AttnShape{4, 2, 64, 7, 90, 64, 3}, AttnShape{4, 2, 128, 16, 40, 128, 2},
         AttnShape{8, 2, 64, 16, 40, 64, 4}, AttnShape{8, 2, 128, 7, 90, 64, 3},
         AttnShape{16, 2, 64, 16, 40, 64, 3}, AttnShape{16, 2, 128, 7, 90, 128, 2},
-        AttnShape{32, 8, 128, 16, 300, codegen::kAttnSplit, codegen::attn_partial_slots(300 * 16)}}) {
+        AttnShape{32, 8, 128, 16, 520, codegen::kAttnSplit, codegen::attn_partial_slots(520 * 16)}}) {
     const int G = s.HQ / s.HKV, PAGE = s.PAGE, NSPLIT = s.NSPLIT, SPLIT = s.SPLIT;
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     std::vector<int> tpts = {1, 2};
