@@ -155,6 +155,30 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   return t;
 }
 
+MlpPersistentTiling mlp_persistent_tiling(int h, int ko, int i) {
+  MlpPersistentTiling t;
+  // A slot holds 64 / bn K blocks of a tile, so K must be whole slots; the smallest tile that
+  // allows it, from the preferred one up.
+  const auto slots_ok = [](int k, int bn) { return k % (64 * (64 / bn)) == 0; };
+  const auto pick = [&](int k, int n, int preferred) {
+    for (int bn : {preferred, 32, 64})
+      if (bn >= preferred && slots_ok(k, bn) && n % bn == 0) return bn;
+    return 0;
+  };
+  const int preferred = h / 32 >= kSms * 3 / 4 ? 32 : 16;
+  t.bo = pick(ko, h, preferred);
+  t.bd = pick(i, h, preferred);
+  t.bg = slots_ok(h, 64) && i % 32 == 0 ? 64 : 0;
+  t.fits = t.bo > 0 && t.bd > 0 && t.bg > 0;
+  // Resident A: 16 bytes per 8 columns of the largest K (one token), a zero tail, whole KBs; 256
+  // bytes of static shared memory (the norm's sums) and 1 KB of alignment.
+  const int resident = (std::max({h, ko, i}) / 8 * 16 + 128 + 1023) / 1024 * 1024;
+  t.stages = (227 * 1024 - 1024 - 256 - resident) / (8192 + 16);
+  t.smem = 1024 + resident + t.stages * (8192 + 16);
+  t.fits = t.fits && t.stages >= 4;
+  return t;
+}
+
 // Up to 16 warps (128 registers a thread) and still about one block per SM; the shared tile
 // [m_tile][rows] f32 stays within 48 KB.
 GemmTiling gemm_widen_for_tile(GemmTiling t, int n, int m_tile) {
@@ -218,6 +242,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   // Weight bytes of one layer (bf16 projections), for the norm fold's choice.
   const long long layer_bytes = 2LL * H * ((HQ + 2LL * HKV) * D + HQ * D + 3LL * I);
   int qkv_arrival_counters = 0;  // gemm_small_norm_qkv's, when a bucket folds the QKV epilogue
+  bool uses_mlp_sync = false;    // mlp_block_persistent's grid-wide counters
   auto program = [&](const std::string& kind, int size, int tokens, int sample_rows) {
     BucketProgram p{kind, size, tokens, sample_rows, {}};
     auto launch = [&](int k, std::array<int, 3> grid, std::vector<std::string> args) {
@@ -344,6 +369,17 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       launch(k, {NH, T, 1}, args);
     };
     if (fold_qkv) qkv_arrival_counters = NH;
+    const MlpPersistentTiling mlp_t = mlp_persistent_tiling(H, HQ * D, I);
+    const bool mlp_persistent = kind == "decode" && T <= kMlpPersistentMaxRows && mlp_t.fits;
+    const int mlp_k =
+        mlp_persistent
+            ? b.kernel("telos_kernels::mlp_block_persistent<" + I_(T) + ", " + I_(H) + ", " + I_(HQ * D) + ", " +
+                           I_(I) + ", " + I_(mlp_t.stages) + ", " + I_(mlp_t.bo) + ", " + I_(mlp_t.bg) + ", " +
+                           I_(mlp_t.bd) + ", " + eps + ">",
+                       {"o_map", "gu_map", "down_map", "attn", "norm_w", "x", "act", "sync"}, kMlpPersistentThreads,
+                       mlp_t.smem)
+            : -1;
+    if (mlp_persistent) uses_mlp_sync = true;
     for (int l = 0; l < L; ++l) {
       const std::string w = "w:layers." + I_(l) + ".";
       launch_qkv(w, l);
@@ -351,6 +387,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
              {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
               "buf:part_o", "buf:part_ml"});
       launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});
+      if (mlp_persistent) {
+        launch(mlp_k, {kSms, 1, 1},
+               {tmap(w + "o", H, HQ * D, mlp_t.bo), tmap(w + "gate_up", 2LL * I, H, mlp_t.bg / 2),
+                tmap(w + "down", H, I, mlp_t.bd), "buf:attn", w + "mlp_norm", "buf:x", "buf:act", "buf:mlp_sync"});
+        continue;
+      }
       launch_gemm(o_g, "attn", w + "o", H, HQ * D, "x", H);
       launch_norm_gemm(gu_g, w + "mlp_norm", w + "gate_up", 2LL * I, H, "act", I);
       launch_gemm(down_g, "act", w + "down", H, I, "x", H);
@@ -398,6 +440,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   plan.arena.push_back({"qkv", T * (HQ + 2 * HKV) * D * 2});
   // Arrival counters of gemm_small_norm_qkv, one per head, zero between launches.
   if (qkv_arrival_counters > 0) plan.arena.push_back({"qkv_arrivals", qkv_arrival_counters * 4LL});
+  // mlp_block_persistent's two counters, zero between launches.
+  if (uses_mlp_sync) plan.arena.push_back({"mlp_sync", 8});
   return plan;
 }
 

@@ -119,6 +119,24 @@ inline constexpr long long kSmallGemmNormFoldMaxLayerBytes = 128LL << 20;
 // 16 + 5 for the GEMM and the epilogue's own launch; docs/perf-log.md, run J).
 inline constexpr int kSmallGemmQkvFoldMaxRows = 1;
 
+// Decode buckets of up to this many tokens run a layer's MLP half (o with the residual, the norm,
+// gate/up with SwiGLU, down with the residual) as one persistent launch (mlp_block_persistent,
+// kernels/decode_persistent.cuh: one weight stream per SM across the three GEMMs, grid-wide counts
+// between them; a kernel boundary drains the stream for ~4.5 µs, docs/perf-log.md runs K and L).
+// Its grid is kSms CTAs that must all be resident at once: the artifact is for the H200's 132 SMs.
+inline constexpr int kMlpPersistentMaxRows = 1;
+inline constexpr int kMlpPersistentThreads = 160;  // the consumer warpgroup and the producer warp
+
+// mlp_block_persistent's tiles and ring for a model: weight rows per tile of o, gate/up (gate + up)
+// and down (16 where 32-row tiles would leave SMs without one: the 1B shape's o and down have 64
+// of them, 67.6 against 62.8% of copy in run L; more where K is not whole 8 KB slots of 16-row
+// tiles), and the ring's 8 KB slots beside the resident A of the largest K.
+struct MlpPersistentTiling {
+  int bo = 32, bg = 64, bd = 32, stages = 0, smem = 0;
+  bool fits = false;  // the model's shapes divide into whole slots and tiles
+};
+MlpPersistentTiling mlp_persistent_tiling(int h, int ko, int i);
+
 // Attention cuts the context into splits of kAttnSplit positions (four 16-position chunks per
 // warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most
 // 32, since the f32 partials in the arena grow with them. Both depend on the model only, never on

@@ -282,7 +282,12 @@ int main(int argc, char** argv) {
     };
     // Per (shape, M): every configuration's four tilings and instances, compiled side by side.
     // At M = 1 also the four GEMMs of all 8 layers in one persistent launch (decode_persistent.cuh),
-    // its ring as deep as the shared memory allows beside the resident A of the largest K.
+    // its ring as deep as the shared memory allows beside the resident A of the largest K, with
+    // 32-row tiles (gate/up 32 + 32) and with 16-row tiles for qkv, o and down (twice the tiles: the
+    // 1B shape's o and down have 64 tiles of 32 rows for 132 CTAs).
+    struct PersistentTiles { const char* label; std::array<int, 4> bn; };
+    const PersistentTiles persistent_tiles[] = {{"persistent", {32, 32, 64, 32}},
+                                                {"persistent bn16", {16, 16, 64, 16}}};
     auto persistent_stages = [](const Shape& sh) {
       const int resident = (std::max(sh.H, sh.I) / 8 * 16 + 128 + 1023) / 1024 * 1024;
       return (227 * 1024 - 1024 - resident) / (8192 + 16);
@@ -305,8 +310,10 @@ int main(int argc, char** argv) {
             ch.names.push_back(small_gemm_instance(op.epi, M, op.N, op.K, ch.tiles.back()));
           }
         if (M == 1)
-          ch.names.push_back("telos_kernels::layer_gemms_persistent<1, " + I(sh.H) + ", " + I(sh.QKV) + ", " + I(sh.I) +
-                             ", " + I(kLayers) + ", " + I(persistent_stages(sh)) + ">");
+          for (const PersistentTiles& p : persistent_tiles)
+            ch.names.push_back("telos_kernels::layer_gemms_persistent<1, " + I(sh.H) + ", " + I(sh.QKV) + ", " +
+                               I(sh.I) + ", " + I(kLayers) + ", " + I(persistent_stages(sh)) + ", " + I(p.bn[0]) +
+                               ", " + I(p.bn[1]) + ", " + I(p.bn[2]) + ", " + I(p.bn[3]) + ">");
         chains.push_back(std::move(ch));
       }
     std::vector<std::future<std::unique_ptr<Module>>> modules;
@@ -385,15 +392,18 @@ int main(int argc, char** argv) {
           for (auto& l : w_maps)
             for (void* p : l) cudaFree(p);
         }
-        if (M == 1) {
+        for (std::size_t pi = 0; M == 1 && pi < std::size(persistent_tiles); ++pi) {
           // The persistent launch: layer l on weight copy l % copies, as the chain's 8 layers.
+          const PersistentTiles& pt = persistent_tiles[pi];
           std::vector<hexel::TensorMap> hmaps;
           for (int l = 0; l < kLayers; ++l)
             for (int k = 0; k < 4; ++k)
               hmaps.push_back(hexel::encode_2d(hexel::TmaDtype::BF16, w[l % copies][k],
                                                static_cast<std::uint64_t>(ops[k].rows),
                                                static_cast<std::uint64_t>(ops[k].K),
-                                               static_cast<std::uint64_t>(ops[k].K) * 2, 32, 64, hexel::Swizzle::B128));
+                                               static_cast<std::uint64_t>(ops[k].K) * 2,
+                                               static_cast<std::uint32_t>(k == 2 ? pt.bn[k] / 2 : pt.bn[k]), 64,
+                                               hexel::Swizzle::B128));
           void *maps, *sync;
           check(cudaMalloc(&maps, hmaps.size() * sizeof(hexel::TensorMap)), "alloc");
           check(cudaMemcpy(maps, hmaps.data(), hmaps.size() * sizeof(hexel::TensorMap), cudaMemcpyHostToDevice), "maps");
@@ -401,7 +411,8 @@ int main(int argc, char** argv) {
           cudaMemset(sync, 0, 8);
           const int sms = prop.multiProcessorCount;
           auto launch = [&](int) {
-            mod.launch(names.back(), dim3(sms), 128 + 32, {maps, a_h, a_h, a_h, act, qkv, x, sync}, persistent_smem(sh));
+            mod.launch(names[names.size() - std::size(persistent_tiles) + pi], dim3(sms), 128 + 32,
+                       {maps, a_h, a_h, a_h, act, qkv, x, sync}, persistent_smem(sh));
           };
           const double layer_us = median_us(launch, 20, 3) / kLayers;
           cudaMemset(x, 0, static_cast<std::size_t>(M) * sh.H * 4);
@@ -410,7 +421,7 @@ int main(int argc, char** argv) {
           const Result r = result();
           const bool same = r.qkv == plan_result.qkv && r.act == plan_result.act && r.x == plan_result.x;
           char label[64], shape[64];
-          std::snprintf(label, sizeof label, "layer GEMMs %s persistent%s", sh.name, same ? "" : " DIFF");
+          std::snprintf(label, sizeof label, "layer GEMMs %s %s%s", sh.name, pt.label, same ? "" : " DIFF");
           std::snprintf(shape, sizeof shape, "M=%d (%d st of 8 KB)", M, persistent_stages(sh));
           std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, layer_us, layer_bytes / layer_us / 1e3,
                       100.0 * layer_bytes / layer_us / 1e3 / copy_gbs);

@@ -15,8 +15,9 @@
 // instruction's N), with the interleaved resident A of the norm prologue (gemm_small.cuh) and the
 // same epilogue arithmetic; gpu_kernels_test compares them bit for bit.
 //
-// Tiles: 32 weight rows (qkv, o, down; 4 KB a K block) or 32 gate + 32 up rows (gate/up; 8 KB a
-// K block); a ring slot is 8 KB: two K blocks of a 32-row tile, or one of a gate/up tile. Tile g
+// Tiles: BN weight rows per phase (BQ, BO, BG, BD: 16, 32 or 64; gate/up's are BG / 2 gate and
+// BG / 2 up rows); a ring slot is 8 KB, 64 / BN K blocks of a tile (a K block of a BN-row tile is
+// BN · 128 bytes). Tile g
 // of the whole launch (layers, then phases, then tiles in order) belongs to CTA g mod gridDim.x,
 // so every CTA streams about as many bytes as any other over a layer, and a CTA with no tile in a
 // phase streams its next phase's weights meanwhile.
@@ -35,26 +36,29 @@ struct LayerGemms {
   static constexpr unsigned kThreads = 128 + 32;
 };
 
-// The four GEMMs of a layer, by phase (0 qkv, 1 o, 2 gate/up, 3 down): K, and tiles (32 output
-// columns each).
-template <int H, int NQKV, int I>
+// The four GEMMs of a layer, by phase (0 qkv, 1 o, 2 gate/up, 3 down): K, weight rows per tile,
+// and tiles.
+template <int H, int NQKV, int I, int BQ, int BO, int BG, int BD>
 struct LayerGemmOps {
   static constexpr int kMaxK = H > I ? H : I;
   __device__ static constexpr unsigned k(int op) { return op == 3 ? I : H; }
-  __device__ static constexpr unsigned tiles(int op) { return (op == 0 ? NQKV : op == 2 ? I : H) / 32; }
+  __device__ static constexpr unsigned bn(int op) { return op == 0 ? BQ : op == 1 ? BO : op == 2 ? BG : BD; }
+  __device__ static constexpr unsigned tiles(int op) {
+    return (op == 0 ? NQKV : op == 2 ? 2 * I : H) / bn(op);
+  }
 };
 
-// One tile of layer_gemms_persistent: BN weight rows (32, or 64 for gate/up), the K blocks in
-// order, each its four k16 steps (wgmma_k_loop's sequence, gemm_prefill.cuh), from the ring's
-// slots (KB_PER_SLOT K blocks each) and the resident interleaved A at `a_base`; then
-// gemm_small_body's epilogue for output columns t · kOutCols ...
+// One tile of layer_gemms_persistent: BN weight rows, the K blocks in order, each its four k16
+// steps (wgmma_k_loop's sequence, gemm_prefill.cuh), from the ring's slots (64 / BN K blocks each)
+// and the resident interleaved A at `a_base`; then gemm_small_body's epilogue for output columns
+// t · kOutCols ...
 template <int M, unsigned BN, SmallEpi EPI, unsigned STAGES>
 __device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGES>& ring, unsigned a_base,
                                                 unsigned ring_base, unsigned full, unsigned empty, unsigned t,
                                                 unsigned K, unsigned N, void* out) {
   using namespace hexel;
   constexpr unsigned kALbo = M * 16;
-  constexpr unsigned kBlocksPerSlot = BN == 64 ? 1 : 2;
+  constexpr unsigned kBlocksPerSlot = 64 / BN;
   constexpr unsigned kOutCols = EPI == SmallEpi::SwiGlu ? BN / 2 : BN;
   const unsigned warp = warp_index(), lane = threadIdx.x % 32;
   float d[BN / 2];
@@ -68,7 +72,7 @@ __device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGE
     for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
       const unsigned kb = sl * kBlocksPerSlot + j;
       const auto a = wgmma::SmemDesc::make(a_base + kb * 8 * M * 16, Swizzle::None, kALbo, 0);
-      const auto b = wgmma::kmajor_desc(slot + j * 4096, Swizzle::B128);
+      const auto b = wgmma::kmajor_desc(slot + j * BN * 128, Swizzle::B128);
 #pragma unroll
       for (unsigned kk = 0; kk < 4; ++kk)
         wgmma::mma_ss<BN>(d, a.advanced(kk * 2 * kALbo), b.advanced(kk * 32), kb > 0 || kk > 0);
@@ -109,115 +113,256 @@ __device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGE
   }
 }
 
-// maps: [LAYERS][4] weight maps (qkv, o, down: 32 x 64 boxes of [N, K]; gate/up: 32 x 64 boxes of
-// [2I, K]). A of each phase: h (qkv), attn (o), h2 (gate/up), act (down), bf16 [M, K]; outputs qkv
+// The setup every persistent kernel here shares: shared memory (the resident A of K_MAX columns,
+// then the ring of STAGES 8 KB slots and their full / empty barriers), initialised barriers.
+template <int M, int K_MAX, int STAGES>
+struct PersistentSmem {
+  static constexpr unsigned kAResident = (K_MAX / 8 * M * 16 + 128 + 1023) / 1024 * 1024;
+  static constexpr unsigned kBytes = 1024 + kAResident + STAGES * (LayerGemms::kSlotBytes + 16);
+  unsigned base, ring_base, full, empty;
+  __device__ explicit PersistentSmem(unsigned char* raw) {
+    base = (hexel::smem_addr(raw) + 1023u) & ~1023u;
+    ring_base = base + kAResident;
+    full = ring_base + STAGES * LayerGemms::kSlotBytes;
+    empty = full + STAGES * 8;
+    if (threadIdx.x == 0) {
+      for (unsigned s = 0; s < STAGES; ++s) {
+        hexel::mbarrier::init(full + 8 * s, 1);
+        hexel::mbarrier::init(empty + 8 * s, 4);  // one arrival per consumer warp
+      }
+      hexel::mbarrier::fence_init();
+    }
+    __syncthreads();
+  }
+};
+
+// This CTA's first tile of a phase whose tiles start at global index g0 (tile g is CTA g mod G's).
+__device__ __forceinline__ unsigned persistent_first_tile(unsigned g0) {
+  return (blockIdx.x + gridDim.x - g0 % gridDim.x) % gridDim.x;
+}
+
+// The producer's part of one phase: every K block of this CTA's tiles into the ring, in the order
+// layer_gemm_tile consumes them. A tile is `bn` rows of `map` (rows t · bn ..), or with `up_row` > 0
+// (SwiGLU) bn / 2 gate rows t · bn / 2 .. and the up rows up_row + t · bn / 2 ...
+template <unsigned STAGES>
+__device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base,
+                                                  unsigned full, unsigned empty, const TensorMap* map, unsigned k,
+                                                  unsigned bn, unsigned tiles, unsigned up_row, unsigned g0) {
+  using namespace hexel;
+  acquire_tensor_map(map);
+  const unsigned per_slot = 64 / bn, slots = k / 64 / per_slot;
+  for (unsigned t = persistent_first_tile(g0); t < tiles; t += gridDim.x)
+    for (unsigned sl = 0; sl < slots; ++sl) {
+      const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes, bar = full + 8 * ring.index;
+      mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
+      mbarrier::arrive_expect_tx(bar, LayerGemms::kSlotBytes);
+      for (unsigned j = 0; j < per_slot; ++j) {
+        const unsigned kb = sl * per_slot + j, dst = slot + j * bn * 128;
+        if (up_row > 0) {
+          tma::load(dst, map, bar, kb * 64, t * bn / 2);
+          tma::load(dst + bn / 2 * 128, map, bar, kb * 64, up_row + t * bn / 2);
+        } else {
+          tma::load(dst, map, bar, kb * 64, t * bn);
+        }
+      }
+      ring.advance();
+    }
+}
+
+// The grid-wide count of finished phases (sync[0]; see the top of this file): wait until it
+// reaches `target` (thread 0 polls, then the 128 consumer threads meet), and add this CTA's 1
+// once its stores are done.
+__device__ __forceinline__ void persistent_wait(const unsigned* sync, unsigned target) {
+  if (threadIdx.x == 0) {
+    unsigned seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync) : "memory");
+    } while (seen < target);
+    __threadfence();
+  }
+  hexel::named_barrier_sync(1, 128);
+}
+__device__ __forceinline__ void persistent_arrive(unsigned* sync) {
+  __threadfence();
+  hexel::named_barrier_sync(1, 128);
+  if (threadIdx.x == 0) atomicAdd(&sync[0], 1u);
+}
+// The last CTA to finish returns the count (and its own counter, sync[1]) to zero for the next launch.
+__device__ __forceinline__ void persistent_finish(unsigned* sync) {
+  if (threadIdx.x == 0 && atomicAdd(&sync[1], 1u) == gridDim.x - 1) {
+    sync[0] = 0;
+    sync[1] = 0;
+  }
+}
+
+// M rows of a bf16 [M, K] A from global memory (L2: other CTAs wrote it in this launch) into the
+// resident interleaved layout (chunk c of row r at 16 (c M + r)), the zero tail after the last
+// chunk (the last core matrix's rows past M read it), then the fence for wgmma and the meeting.
+template <int M>
+__device__ __forceinline__ void persistent_load_a(unsigned base, const bf16* a, unsigned K) {
+  const unsigned tid = threadIdx.x;
+  for (unsigned c = tid; c < K / 8; c += 128)
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      const uint4 v = __ldcg(reinterpret_cast<const uint4*>(a + static_cast<long long>(r) * K) + c);
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(base + (c * M + r) * 16), "r"(v.x), "r"(v.y),
+                   "r"(v.z), "r"(v.w));
+    }
+  if (tid < 8) asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(base + (K / 8 * M + tid) * 16), "r"(0u));
+  hexel::fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
+  hexel::named_barrier_sync(1, 128);
+}
+
+// maps: [LAYERS][4] weight maps (qkv, o, down: BN x 64 boxes of [N, K]; gate/up: BG / 2 x 64 boxes
+// of [2I, K]). A of each phase: h (qkv), attn (o), h2 (gate/up), act (down), bf16 [M, K]; outputs qkv
 // (bf16 [M, NQKV]), x (f32 [M, H], += for o and down), act (bf16 [M, I]).
-template <int M, int H, int NQKV, int I, int LAYERS, int STAGES>
+template <int M, int H, int NQKV, int I, int LAYERS, int STAGES, int BQ, int BO, int BG, int BD>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     layer_gemms_persistent(const TensorMap* maps, const bf16* h, const bf16* attn, const bf16* h2, bf16* act,
                            bf16* qkv, float* x, unsigned* sync) {
   using namespace hexel;
-  using Ops = LayerGemmOps<H, NQKV, I>;
+  using Ops = LayerGemmOps<H, NQKV, I, BQ, BO, BG, BD>;
   static_assert(M >= 1 && M <= 8, "one 8-row group of A, read with group stride 0");
-  static_assert(H % 128 == 0 && I % 128 == 0 && NQKV % 32 == 0, "whole tiles and two K blocks a slot");
-  constexpr unsigned kAResident = (Ops::kMaxK / 8 * M * 16 + 128 + 1023) / 1024 * 1024;
+  static_assert(H % 256 == 0 && I % 256 == 0, "whole slots of up to four K blocks");
+  static_assert(NQKV % BQ == 0 && H % BO == 0 && I % (BG / 2) == 0 && H % BD == 0, "whole tiles");
+  static_assert((BQ == 16 || BQ == 32 || BQ == 64) && (BO == 16 || BO == 32 || BO == 64) &&
+                    (BG == 32 || BG == 64) && (BD == 16 || BD == 32 || BD == 64),
+                "a K block of a tile divides the 8 KB slot; gate/up halves are whole 8-row groups");
   extern __shared__ unsigned char smem_raw[];
-  const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const unsigned ring_base = base + kAResident;
-  const unsigned full = ring_base + STAGES * LayerGemms::kSlotBytes;
-  const unsigned empty = full + STAGES * 8;
-  const unsigned G = gridDim.x, cta = blockIdx.x;
-  // This CTA's first tile in a phase whose tiles start at global index g0.
-  auto first_tile = [&](unsigned g0) { return (cta + G - g0 % G) % G; };
-
-  if (threadIdx.x == 0) {
-    for (unsigned s = 0; s < STAGES; ++s) {
-      mbarrier::init(full + 8 * s, 1);
-      mbarrier::init(empty + 8 * s, 4);  // one arrival per consumer warp
-    }
-    mbarrier::fence_init();
-  }
-  __syncthreads();
+  const PersistentSmem<M, Ops::kMaxK, STAGES> sm(smem_raw);
+  mbarrier::StageRing<STAGES> ring;
 
   if (warp_index() == 4) {
     if (threadIdx.x % 32 != 0) return;
-    mbarrier::StageRing<STAGES> ring;
     unsigned g0 = 0;
     for (int l = 0; l < LAYERS; ++l)
       for (int op = 0; op < 4; ++op) {
-        const TensorMap* map = maps + 4 * l + op;
-        acquire_tensor_map(map);
-        const unsigned slots = op == 2 ? Ops::k(op) / 64 : Ops::k(op) / 128;
-        for (unsigned t = first_tile(g0); t < Ops::tiles(op); t += G)
-          for (unsigned sl = 0; sl < slots; ++sl) {
-            const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes, bar = full + 8 * ring.index;
-            mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
-            mbarrier::arrive_expect_tx(bar, LayerGemms::kSlotBytes);
-            if (op == 2) {
-              tma::load(slot, map, bar, sl * 64, t * 32);
-              tma::load(slot + 4096, map, bar, sl * 64, I + t * 32);
-            } else {
-              tma::load(slot, map, bar, 2 * sl * 64, t * 32);
-              tma::load(slot + 4096, map, bar, (2 * sl + 1) * 64, t * 32);
-            }
-            ring.advance();
-          }
+        persistent_stream(ring, sm.ring_base, sm.full, sm.empty, maps + 4 * l + op, Ops::k(op), Ops::bn(op),
+                          Ops::tiles(op), op == 2 ? I : 0, g0);
         g0 += Ops::tiles(op);
       }
     return;
   }
 
-  const unsigned tid = threadIdx.x;
-  mbarrier::StageRing<STAGES> ring;
   unsigned g0 = 0, phase = 0;
   for (int l = 0; l < LAYERS; ++l)
     for (int op = 0; op < 4; ++op, ++phase) {
-      // Wait until every CTA has finished the previous phases, then load this phase's A.
-      if (tid == 0) {
-        const unsigned target = phase * G;
-        unsigned seen;
-        do {
-          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync) : "memory");
-        } while (seen < target);
-        __threadfence();
-      }
-      named_barrier_sync(1, 128);
-      const unsigned K = Ops::k(op);
-      const unsigned first = first_tile(g0);
+      persistent_wait(sync, phase * gridDim.x);
+      const unsigned K = Ops::k(op), first = persistent_first_tile(g0);
       if (first < Ops::tiles(op)) {
-        const bf16* a = op == 0 ? h : op == 1 ? attn : op == 2 ? h2 : act;
-        // Rows of A as 16-byte chunks into the interleaved layout, then the zero tail (the last
-        // core matrix's rows past M read it).
-        for (unsigned c = tid; c < K / 8; c += 128)
-#pragma unroll
-          for (int r = 0; r < M; ++r) {
-            const uint4 v = __ldcg(reinterpret_cast<const uint4*>(a + static_cast<long long>(r) * K) + c);
-            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(base + (c * M + r) * 16), "r"(v.x),
-                         "r"(v.y), "r"(v.z), "r"(v.w));
-          }
-        if (tid < 8)
-          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(base + (K / 8 * M + tid) * 16), "r"(0u));
-        fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
-        named_barrier_sync(1, 128);
-        for (unsigned t = first; t < Ops::tiles(op); t += G) {
+        persistent_load_a<M>(sm.base, op == 0 ? h : op == 1 ? attn : op == 2 ? h2 : act, K);
+        for (unsigned t = first; t < Ops::tiles(op); t += gridDim.x) {
           if (op == 0)
-            layer_gemm_tile<M, 32, SmallEpi::StoreBf16>(ring, base, ring_base, full, empty, t, K, NQKV, qkv);
+            layer_gemm_tile<M, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, t, K, NQKV, qkv);
+          else if (op == 1)
+            layer_gemm_tile<M, BO, SmallEpi::Residual>(ring, sm.base, sm.ring_base, sm.full, sm.empty, t, K, H, x);
           else if (op == 2)
-            layer_gemm_tile<M, 64, SmallEpi::SwiGlu>(ring, base, ring_base, full, empty, t, K, I, act);
+            layer_gemm_tile<M, BG, SmallEpi::SwiGlu>(ring, sm.base, sm.ring_base, sm.full, sm.empty, t, K, I, act);
           else
-            layer_gemm_tile<M, 32, SmallEpi::Residual>(ring, base, ring_base, full, empty, t, K, H, x);
+            layer_gemm_tile<M, BD, SmallEpi::Residual>(ring, sm.base, sm.ring_base, sm.full, sm.empty, t, K, H, x);
         }
       }
-      // This phase's stores, then the CTA's arrival.
-      __threadfence();
-      named_barrier_sync(1, 128);
-      if (tid == 0) atomicAdd(&sync[0], 1u);
+      persistent_arrive(sync);
       g0 += Ops::tiles(op);
     }
-  if (tid == 0 && atomicAdd(&sync[1], 1u) == G - 1) {
-    sync[0] = 0;
-    sync[1] = 0;
+  persistent_finish(sync);
+}
+
+// The MLP half of a one-token decode layer in one launch, as the plan runs it (decode buckets of
+// kMlpPersistentMaxRows tokens): x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x += down(act),
+// three phases of one weight stream (o, then gate/up, then down, the producer never waiting for
+// activations) instead of three or four launches, each of which would drain the stream at its
+// boundary (docs/perf-log.md, runs K and L). The rows' bits are those of gemm_small_residual,
+// rmsnorm / the norm prologue and gemm_small_swiglu (the same wgmma chains, norm.cuh's arithmetic).
+// Maps: o [H, KO] in BO x 64 boxes, gate/up [2I, H] in BG / 2 x 64 boxes, down [H, I] in BD x 64
+// boxes. Grid: one CTA per SM, all resident together (the grid-wide count); sync: two counters,
+// zero at launch and after it.
+template <int M, int H, int KO, int I, int STAGES, int BO, int BG, int BD, float EPS>
+__global__ void __launch_bounds__(LayerGemms::kThreads, 1)
+    mlp_block_persistent(const TensorMap* o_map, const TensorMap* gu_map, const TensorMap* down_map,
+                         const bf16* attn, const float* norm_w, float* x, bf16* act, unsigned* sync) {
+  using namespace hexel;
+  static_assert(M >= 1 && M <= 8, "one 8-row group of A, read with group stride 0");
+  static_assert((BO == 16 || BO == 32 || BO == 64) && (BG == 32 || BG == 64) && (BD == 16 || BD == 32 || BD == 64),
+                "a K block of a tile divides the 8 KB slot; gate/up halves are whole 8-row groups");
+  static_assert(KO % (64 * (64 / BO)) == 0 && H % (64 * (64 / BG)) == 0 && I % (64 * (64 / BD)) == 0,
+                "whole slots");
+  static_assert(H % BO == 0 && I % (BG / 2) == 0 && H % BD == 0, "whole tiles");
+  constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
+  constexpr unsigned kTilesO = H / BO, kTilesGu = 2 * I / BG, kTilesDown = H / BD;
+  launch_dependents();  // the waits come later: weights first
+  extern __shared__ unsigned char smem_raw[];
+  const PersistentSmem<M, kMaxK, STAGES> sm(smem_raw);
+  mbarrier::StageRing<STAGES> ring;
+
+  if (warp_index() == 4) {
+    // Weights only (no kernel writes them): the stream starts while the previous kernel runs.
+    if (threadIdx.x % 32 != 0) return;
+    persistent_stream(ring, sm.ring_base, sm.full, sm.empty, o_map, KO, BO, kTilesO, 0, 0);
+    persistent_stream(ring, sm.ring_base, sm.full, sm.empty, gu_map, H, BG, kTilesGu, I, kTilesO);
+    persistent_stream(ring, sm.ring_base, sm.full, sm.empty, down_map, I, BD, kTilesDown, 0, kTilesO + kTilesGu);
+    return;
   }
+
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  float w8[kNormChunks<H>][8];
+  rms_load_w<H>(norm_w, t, w8);
+  grid_dependency_wait();  // attn and x are the previous kernels'
+
+  // x += o(attn).
+  unsigned first = persistent_first_tile(0);
+  if (first < kTilesO) {
+    persistent_load_a<M>(sm.base, attn, KO);
+    for (unsigned tile = first; tile < kTilesO; tile += gridDim.x)
+      layer_gemm_tile<M, BO, SmallEpi::Residual>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, KO, H, x);
+  }
+  persistent_arrive(sync);
+
+  // act = SwiGLU(gate_up(RMSNorm(x))), the norm as the small GEMM's prologue computes it (every row's
+  // sum of squares, then the rows as 16-byte chunks of the interleaved A).
+  persistent_wait(sync, gridDim.x);
+  first = persistent_first_tile(kTilesO);
+  if (first < kTilesGu) {
+    __shared__ float scratch[4 * M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      const float ss = rms_partial<H>(x + static_cast<long long>(r) * H, t);
+      if (lane == 0) scratch[4 * r + warp] = ss;
+    }
+    named_barrier_sync(1, 128);
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      const float* row = x + static_cast<long long>(r) * H;
+      const float sums[4] = {scratch[4 * r], scratch[4 * r + 1], scratch[4 * r + 2], scratch[4 * r + 3]};
+      const float inv = rms_inv<H, EPS>(sums);
+#pragma unroll
+      for (int k = 0; k < kNormChunks<H>; ++k) {
+        const int c = t + k * kNormThreads;
+        if (c < H / 8) {
+          const uint4 v = rms_apply8<H>(row, c, inv, w8[k]);
+          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(sm.base + (c * M + r) * 16), "r"(v.x),
+                       "r"(v.y), "r"(v.z), "r"(v.w));
+        }
+      }
+    }
+    if (t < 8)
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(sm.base + (H / 8 * M + t) * 16), "r"(0u));
+    fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
+    named_barrier_sync(1, 128);
+    for (unsigned tile = first; tile < kTilesGu; tile += gridDim.x)
+      layer_gemm_tile<M, BG, SmallEpi::SwiGlu>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, I, act);
+  }
+  persistent_arrive(sync);
+
+  // x += down(act).
+  persistent_wait(sync, 2 * gridDim.x);
+  first = persistent_first_tile(kTilesO + kTilesGu);
+  if (first < kTilesDown) {
+    persistent_load_a<M>(sm.base, act, I);
+    for (unsigned tile = first; tile < kTilesDown; tile += gridDim.x)
+      layer_gemm_tile<M, BD, SmallEpi::Residual>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, I, H, x);
+  }
+  persistent_finish(sync);
 }
 
 }  // namespace telos_kernels

@@ -75,8 +75,9 @@ std::string temp_cache(const std::string& name) {
 std::string ptx_function(const std::string& ptx, const std::string& entry) {
   const auto at = ptx.find(".entry " + entry + "(");
   if (at == std::string::npos) return "";
-  const auto end = ptx.find("\n}\n", at);
-  return ptx.substr(at, end - at);
+  // Up to the next entry: a line holding only "}" may close an inline asm block (mbarrier waits).
+  const auto end = ptx.find(".entry ", at + 1);
+  return ptx.substr(at, end == std::string::npos ? std::string::npos : end - at);
 }
 
 class CodegenFamily : public ::testing::TestWithParam<std::string> {};
@@ -126,7 +127,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       "telos_kernels::gemm_prefill_bf16",     "telos_kernels::qkv_rope_append_rows",
       "telos_kernels::gemm_small_residual",   "telos_kernels::gemm_small_swiglu",
       "telos_kernels::gemm_small_bf16",       "telos_kernels::gemm_small_norm_bf16",
-      "telos_kernels::gemm_small_norm_swiglu", "telos_kernels::gemm_small_norm_qkv"};
+      "telos_kernels::gemm_small_norm_swiglu", "telos_kernels::gemm_small_norm_qkv",
+      "telos_kernels::mlp_block_persistent"};
   EXPECT_EQ(kinds, expected);
 
   // Every bucket launches something valid, decode buckets first and largest first.
@@ -207,10 +209,10 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(d8[6].at("args")[0], "buf:x");
   EXPECT_EQ(d8[6].at("args")[1], "w:layers.0.mlp_norm");
   // Decode at 1 token: the QKV epilogue folds into the QKV GEMM as well (its last CTA per head,
-  // counted in qkv_arrivals): 6 launches a layer.
+  // counted in qkv_arrivals), and the MLP half is one persistent launch: 4 launches a layer.
   ASSERT_EQ(buckets[3].at("size"), 1);
   const auto& d1 = buckets[3].at("launches");
-  ASSERT_EQ(d1.size(), 1u + 6u * 2u + 3u);
+  ASSERT_EQ(d1.size(), 1u + 4u * 2u + 3u);
   EXPECT_EQ(instance_of(d1[1]).rfind("telos_kernels::gemm_small_norm_qkv<1, 128, 32, ", 0), 0u);
   const auto& qkv_args = d1[1].at("args");
   ASSERT_EQ(qkv_args.size(), 13u);
@@ -227,6 +229,16 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     const std::string instance = e.at("instance");
     const bool prefill = instance.rfind("telos_kernels::gemm_prefill", 0) == 0;
     const bool small = instance.rfind("telos_kernels::gemm_small", 0) == 0;
+    if (instance.rfind("telos_kernels::mlp_block_persistent", 0) == 0) {
+      // One CTA per SM: the ring fills what the resident A leaves of the 227 KB.
+      EXPECT_GT(e.at("dynamic_smem").get<int>(), 114 * 1024) << instance;
+      EXPECT_LE(e.at("dynamic_smem").get<int>(), 227 * 1024) << instance;
+      EXPECT_EQ(e.at("block"), nlohmann::ordered_json({160, 1, 1}));
+      const std::string body = ptx_function(t.ptx, e.at("entry"));
+      EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"), std::string::npos);
+      EXPECT_NE(body.find("ld.acquire.gpu.global.u32"), std::string::npos);  // the grid-wide count
+      continue;
+    }
     if (!prefill && !small) {
       EXPECT_EQ(e.at("dynamic_smem").get<int>(), 0) << instance;
       continue;
@@ -235,11 +247,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       EXPECT_EQ(e.at("dynamic_smem").get<int>(), 230464) << instance;
     }
     EXPECT_EQ(e.at("block"), nlohmann::ordered_json({prefill ? 384 : 160, 1, 1}));
-    // Inline asm blocks close with a "}" in column 0, so take the PTX up to the next entry.
-    const std::string entry = e.at("entry");
-    const auto at = t.ptx.find(".entry " + entry + "(");
-    ASSERT_NE(at, std::string::npos) << instance;
-    const std::string body = t.ptx.substr(at, t.ptx.find(".entry ", at + 1) - at);
+    const std::string body = ptx_function(t.ptx, e.at("entry"));
+    ASSERT_FALSE(body.empty()) << instance;
     const std::string n = prefill ? "256" : instance.find("swiglu") != std::string::npos ? "64" : "32";
     EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n" + n + "k16.f32.bf16.bf16"), std::string::npos)
         << instance;
