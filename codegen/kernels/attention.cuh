@@ -32,12 +32,13 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // Partial results, per (token, query head, slot): part_o [D] f32 sums weighted by
 // 2^(score - max) and part_ml {max (log2 domain), sum of weights}. SCALE_LOG2 = log2(e) / sqrt(D).
 //
-// A block is 4 warps on one (tile of TPT consecutive tokens t0 = blockIdx.x · TPT .., KV head,
-// slot); the grid's x is T / TPT (the kernel has no T: every tile is whole, so the plan only picks
-// a TPT dividing the bucket's tokens; rows that do not exist are padding, position -1). The 16
-// MMA rows hold (token j, query head h) at row j·G + h for j < TPT (TPT · G <= 16), the rows past
-// TPT · G are zero. Sharing the rows is what lets the tile read K and V once for its TPT tokens.
-// Rows of a tile may belong to different sequences: the block runs one pass per maximal run of
+// A work item is 4 warps on one (tile of TPT consecutive tokens t0 = tile · TPT .., KV head,
+// slot); attn_split runs one item a block, its grid is (T / TPT, HKV, NSPLIT) (the kernel has no
+// T: every tile is whole, so the plan only picks a TPT dividing the bucket's tokens; rows that do
+// not exist are padding, position -1). The 16 MMA rows hold (token j, query head h) at row j·G + h
+// for j < TPT (TPT · G <= 16), the rows past TPT · G are zero. Sharing the rows is what lets the
+// tile read K and V once for its TPT tokens.
+// Rows of a tile may belong to different sequences: the item runs one pass per maximal run of
 // equal token_seq (a segment), with that sequence's pages; in a pass, the rows taking part are
 // those of the segment whose position reaches the slot (position >= slot · SPLIT), every other row
 // is masked at every position and writes nothing.
@@ -46,7 +47,7 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // splits in ascending order, up to the largest position of the rows taking part. Per chunk,
 // S = Q·Kᵀ is two m16n8k16 tiles per 16 dims and O += P·V one per 8 dims; K and V go from
 // global memory straight to registers, Q's fragments come from shared memory (staged once per
-// block). A row's scores past its own position are -inf, so a chunk past it is an exact no-op for
+// item). A row's scores past its own position are -inf, so a chunk past it is an exact no-op for
 // that row (corr = 1, weights 0), and the row's arithmetic (the chunks it sees, their order, the
 // merge) is the same whatever else shares the tile: a token's bits are the same with TPT = 1
 // (decode buckets) and in a tile (prefill buckets). The MMA's reduction index may be any fixed
@@ -60,18 +61,27 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 //    b0/b1 pair the two positions' values with one byte permute each.
 // Positions past the pass's last one are clamped to it for the loads (finite data, in the
 // sequence's pages) and get weight 0.
+//
+// attn_split_block is one work item with its indices explicit, so that a persistent decode
+// kernel (decode_persistent.cuh) can run a layer's attention items on its consumer warpgroup
+// inside one launch; attn_split is the same body, one item a block. The item runs on threads
+// 0..127 (threadIdx.x < 128 only, no blockIdx) and `sync` is a barrier of exactly those 128
+// threads (__syncthreads() in attn_split, a named barrier over 128 threads where other warps share
+// the block); all 128 call it the same number of times (the early return is uniform). The same
+// threads may run items back to back without a barrier in between: a shared array is written
+// again only after a sync() that every earlier read of it comes before.
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
-          float SCALE_LOG2, int TPT>
-__global__ void __launch_bounds__(128, 3)
-    attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
-               const bf16* kv_layer, float* part_o, float* part_ml) {
-  pdl_entry();
+          float SCALE_LOG2, int TPT, class Sync>
+__device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, const float* q,
+                                                 const int* positions, const int* token_seq,
+                                                 const int* page_tables, const bf16* kv_layer,
+                                                 float* part_o, float* part_ml, Sync sync) {
   constexpr int G = HQ / HKV, W = 4, R = TPT * G;  // R: MMA rows in use
   constexpr int KS = D / 16, NT = D / 8, VW = D / 16;  // k-steps, n-tiles, V words per position
   static_assert(HQ % HKV == 0 && TPT >= 1 && R <= 16 && D % 32 == 0 && D <= 128 &&
                     SPLIT % (16 * W) == 0,
                 "shape");
-  const int t0 = blockIdx.x * TPT, kvh = blockIdx.y, slot = blockIdx.z;
+  const int t0 = tile * TPT;
   const int first = slot * SPLIT;  // the slot's first position
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c4 = lane % 4;
   // This lane's MMA rows g and g + 8: token t0 + j of the tile, query head kvh·G + h.
@@ -113,7 +123,7 @@ __global__ void __launch_bounds__(128, 3)
                                  pack_bf16x2(b.z * SCALE_LOG2, b.w * SCALE_LOG2));
     }
   }
-  __syncthreads();
+  sync();
   if (threadIdx.x == 0) {
     int n = 0;
     for (int a = 0, b; a < TPT; a = b) {
@@ -125,7 +135,7 @@ __global__ void __launch_bounds__(128, 3)
     }
     sm_nseg = n;
   }
-  __syncthreads();
+  sync();
 
   const bf16* k_base = kv_layer + static_cast<long long>(kvh) * PAGE * D + 8 * c4;
   const bf16* v_base = kv_layer + static_cast<long long>(HKV + kvh) * PAGE * D + g * (D / 8);
@@ -137,7 +147,7 @@ __global__ void __launch_bounds__(128, 3)
   // One pass per segment [a, b) of the tile that reaches the slot. Padding rows (negative
   // position) and rows whose position is before the slot's first split write nothing: the
   // combine reads slots 0 .. min(position / SPLIT, NSPLIT - 1) only. The loop is uniform over
-  // the block (the merge synchronizes it).
+  // the item's threads (the merge synchronizes it).
   for (int sg = 0; sg < sm_nseg; ++sg) {
     const int a = sm_seg[sg][0], b = sm_seg[sg][1], seq = sm_seg[sg][2], pos_max = sm_seg[sg][3];
 
@@ -261,7 +271,7 @@ __global__ void __launch_bounds__(128, 3)
     // end up NaN here; they are never written. The previous pass's last reads of the shared
     // arrays are behind a barrier of its merge.
     if (c4 == 0) sm_m[warp][g] = m0, sm_m[warp][g + 8] = m1;
-    __syncthreads();
+    sync();
     float mb0 = sm_m[0][g], mb1 = sm_m[0][g + 8];
 #pragma unroll
     for (int w = 1; w < W; ++w) mb0 = fmaxf(mb0, sm_m[w][g]), mb1 = fmaxf(mb1, sm_m[w][g + 8]);
@@ -284,7 +294,7 @@ __global__ void __launch_bounds__(128, 3)
             if (g + 8 < R) sm_o[warp - half][g + 8][d] = o[n][2 + h];
           }
       }
-      __syncthreads();
+      sync();
       if (warp < half) {
         l0 += sm_l[warp][g], l1 += sm_l[warp][g + 8];
 #pragma unroll
@@ -296,7 +306,7 @@ __global__ void __launch_bounds__(128, 3)
             if (g + 8 < R) o[n][2 + h] += sm_o[warp][g + 8][d];
           }
       }
-      __syncthreads();
+      sync();
     }
     if (warp == 0) {
       // Only the rows taking part in this pass are written.
@@ -319,16 +329,34 @@ __global__ void __launch_bounds__(128, 3)
   }
 }
 
+template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
+          float SCALE_LOG2, int TPT>
+__global__ void __launch_bounds__(128, 3)
+    attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
+               const bf16* kv_layer, float* part_o, float* part_ml) {
+  pdl_entry();
+  attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT>(
+      blockIdx.x, blockIdx.y, blockIdx.z, q, positions, token_seq, page_tables, kv_layer, part_o,
+      part_ml, [] { __syncthreads(); });
+}
+
 // out[t, hq*D + d] = bf16(softmax-weighted sum), merging the slots 0..min(position/SPLIT,
 // NSPLIT - 1) in order.
 // Padding rows (negative position) get zeros. The slots' {max, sum} are loaded once, in
 // parallel, into shared memory, so the per-dim loop only waits on independent part_o loads.
-template <int HQ, int D, int NSPLIT, int SPLIT>
-__global__ void __launch_bounds__(D)
-    attn_combine(const float* part_o, const float* part_ml, const int* positions, bf16* out) {
-  pdl_entry();
+//
+// attn_combine_row is one (token t, query head hq) row with its indices explicit, for the
+// persistent decode kernel as attn_split_block is; attn_combine runs one row a block. The row runs
+// on threads 0..D-1, thread d making dim d (threadIdx.x < D only, no blockIdx), and `sync` is a
+// barrier of exactly those D threads; all D call it the same number of times (the early return
+// is uniform). Rows run back to back by the same threads need a sync() in between: the last loop
+// reads sm_l and sm_w with no barrier after it.
+template <int HQ, int D, int NSPLIT, int SPLIT, class Sync>
+__device__ __forceinline__ void attn_combine_row(int t, int hq, const float* part_o,
+                                                 const float* part_ml, const int* positions,
+                                                 bf16* out, Sync sync) {
   __shared__ float sm_m[NSPLIT], sm_w[NSPLIT], sm_l[NSPLIT];
-  const int t = blockIdx.x, hq = blockIdx.y, d = threadIdx.x;
+  const int d = threadIdx.x;
   const int pos = positions[t];
   bf16* o = out + (static_cast<long long>(t) * HQ + hq) * D;
   if (pos < 0) {
@@ -339,11 +367,11 @@ __global__ void __launch_bounds__(D)
   const int last = min(pos / SPLIT, NSPLIT - 1);
   for (int s = d; s <= last; s += D)
     sm_m[s] = part_ml[(base + s) * 2], sm_l[s] = part_ml[(base + s) * 2 + 1];
-  __syncthreads();
+  sync();
   float mx = -__int_as_float(0x7f800000);
   for (int s = 0; s <= last; ++s) mx = fmaxf(mx, sm_m[s]);
   for (int s = d; s <= last; s += D) sm_w[s] = exp2f(sm_m[s] - mx);
-  __syncthreads();
+  sync();
   float l = 0.f, acc = 0.f;
 #pragma unroll 8
   for (int s = 0; s <= last; ++s) {
@@ -351,6 +379,14 @@ __global__ void __launch_bounds__(D)
     acc = fmaf(part_o[(base + s) * D + d], sm_w[s], acc);
   }
   o[d] = f32_to_bf16(acc / l);
+}
+
+template <int HQ, int D, int NSPLIT, int SPLIT>
+__global__ void __launch_bounds__(D)
+    attn_combine(const float* part_o, const float* part_ml, const int* positions, bf16* out) {
+  pdl_entry();
+  attn_combine_row<HQ, D, NSPLIT, SPLIT>(blockIdx.x, blockIdx.y, part_o, part_ml, positions, out,
+                                         [] { __syncthreads(); });
 }
 
 }  // namespace telos_kernels

@@ -421,6 +421,58 @@ TEST(Codegen, AttentionTokensPerTile) {
   EXPECT_EQ(seen_decode, 3 * 16);  // three decode buckets
 }
 
+// The persistent decode kernel runs attention's work items on its consumer warpgroup (threads
+// 0..127) while another warp of the block does something else, so the bodies must synchronize
+// through the barrier they are given, never the whole block (a bar.sync 0 there would wait for
+// the other warp forever). Two kernels of that shape at Llama-3.1-8B's sizes (D = 128: the
+// combine's D threads are the warpgroup) run the items in grid-stride loops with warp 4 gone.
+TEST(Codegen, AttentionBodiesRunOnANamedBarrier) {
+  const std::string source = R"(#include "attention.cuh"
+#include "hexel/sync.cuh"
+namespace telos_test {
+using telos_kernels::bf16;
+template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
+          float SCALE_LOG2, int TPT>
+__global__ void __launch_bounds__(160) split_items(const float* q, const int* positions,
+    const int* token_seq, const int* page_tables, const bf16* kv_layer, float* part_o,
+    float* part_ml, const int* tiles) {
+  if (threadIdx.x >= 128) return;
+  for (int i = blockIdx.x; i < tiles[0] * HKV * NSPLIT; i += gridDim.x)
+    telos_kernels::attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2,
+                                    TPT>(i / (HKV * NSPLIT), i / NSPLIT % HKV, i % NSPLIT, q,
+        positions, token_seq, page_tables, kv_layer, part_o, part_ml,
+        [] { hexel::named_barrier_sync(1, 128); });
+}
+template <int HQ, int D, int NSPLIT, int SPLIT>
+__global__ void __launch_bounds__(160) combine_rows(const float* part_o, const float* part_ml,
+    const int* positions, bf16* out, const int* tokens) {
+  if (threadIdx.x >= D) return;
+  const auto sync = [] { hexel::named_barrier_sync(1, D); };
+  for (int i = blockIdx.x; i < tokens[0] * HQ; i += gridDim.x) {
+    telos_kernels::attn_combine_row<HQ, D, NSPLIT, SPLIT>(i / HQ, i % HQ, part_o, part_ml,
+                                                          positions, out, sync);
+    sync();
+  }
+}
+}  // namespace telos_test
+)";
+  const std::vector<std::string> names = {
+      "telos_test::split_items<32, 8, 128, 16, 528, 262144ll, 256, 32, 0.127517432f, 1>",
+      "telos_test::combine_rows<32, 128, 32, 256>"};
+  const CompiledModule m = compile_module(source, "sm_90a", names, "");
+  const std::regex whole_block(R"(bar(rier)?\.sync(\.aligned)?\s+0\s*;)");
+  for (const auto& name : names) {
+    const std::string entry = m.lowered.at(name);
+    const std::string body = ptx_function(m.ptx, entry);
+    ASSERT_FALSE(body.empty()) << name;
+    EXPECT_NE(body.find("bar.sync"), std::string::npos) << name;
+    EXPECT_FALSE(std::regex_search(body, whole_block)) << name;
+    const KernelResources& r = m.resources.at(entry);
+    EXPECT_EQ(r.spill_stores, 0) << name;
+    EXPECT_EQ(r.stack_frame, 0) << name;
+  }
+}
+
 TEST(Codegen, Llama3RopeScaling) {
   // Wavelengths longer than original/low_freq_factor are slowed by `factor`; short ones kept.
   const RopeInput rope{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
