@@ -498,6 +498,86 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
   }
 }
 
+// The persistent MLP half of a one-token decode layer (mlp_block_persistent) gives the bits of the
+// kernels it replaces: gemm_small_residual (o), rmsnorm, gemm_small_swiglu (gate/up), gemm_small_residual
+// (down), for x and act, at the tiny, Llama-3.2-1B, Qwen2.5-1.5B, Qwen3-0.6B and Llama-3.1-8B shapes (the plan's tiles
+// and rings, mlp_persistent_tiling), and its grid-wide counters are zero after each launch (a second
+// launch from the same inputs gives the same bits).
+TEST(GpuKernels, MlpBlockPersistentMatchesSeparateKernels) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int H, KO, I;
+  };
+  const std::string eps = float_literal(1e-5);
+  int sms = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  for (const Shape& s : {Shape{128, 128, 256}, Shape{2048, 2048, 8192}, Shape{1536, 1536, 8960}, Shape{1024, 2048, 3072},
+                         Shape{4096, 4096, 14336}}) {
+    const std::string what = "H=" + I(s.H) + " KO=" + I(s.KO) + " I=" + I(s.I);
+    const codegen::MlpPersistentTiling mt = codegen::mlp_persistent_tiling(s.H, s.KO, s.I);
+    ASSERT_TRUE(mt.fits) << what;
+    const codegen::SmallGemmTiling to = codegen::small_gemm_tiling(s.H, s.KO, 1, false),
+                                   tg = codegen::small_gemm_tiling(s.I, s.H, 1, true),
+                                   td = codegen::small_gemm_tiling(s.H, s.I, 1, false);
+    const std::string persistent = "telos_kernels::mlp_block_persistent<1, " + I(s.H) + ", " + I(s.KO) + ", " +
+                                   I(s.I) + ", " + I(mt.stages) + ", " + I(mt.bo) + ", " + I(mt.bg) + ", " +
+                                   I(mt.bd) + ", " + eps + ">";
+    const std::vector<std::string> names = {small_gemm_name("residual", 1, s.H, s.KO, to),
+                                            "telos_kernels::rmsnorm<" + I(s.H) + ", " + eps + ", false>",
+                                            small_gemm_name("swiglu", 1, s.I, s.H, tg),
+                                            small_gemm_name("residual", 1, s.H, s.I, td), persistent};
+    TestModule mod(source_with_rope(), names);
+    std::vector<float> f;
+    const std::vector<float> x = random_floats(s.H, 2.f), nw = random_floats(s.H, 1.f);
+    DeviceBuffer<std::uint16_t> attn(random_bf16(s.KO, 1.f, f));
+    DeviceBuffer<std::uint16_t> wo(random_bf16(static_cast<std::size_t>(s.H) * s.KO, 0.05f, f));
+    DeviceBuffer<std::uint16_t> wgu(random_bf16(2 * static_cast<std::size_t>(s.I) * s.H, 0.05f, f));
+    DeviceBuffer<std::uint16_t> wd(random_bf16(static_cast<std::size_t>(s.H) * s.I, 0.05f, f));
+    DeviceBuffer<float> dnw(nw);
+
+    // The separate kernels, as a bucket of more tokens runs them (one token here).
+    DeviceBuffer<float> x_sep(x);
+    DeviceBuffer<std::uint16_t> h(s.H), act_sep(s.I);
+    {
+      const DeviceMap a(attn.get(), 1, s.KO, to.a_box), w(wo.get(), s.H, s.KO, to.cols);
+      CUDA_OK(mod.launch(names[0], dim3(to.tiles_m, to.tiles_n), codegen::kSmallGemmThreads, {a.get(), w.get(), x_sep.get()},
+                         to.smem()));
+    }
+    CUDA_OK(mod.launch(names[1], 1, codegen::kNormThreads, {x_sep.get(), dnw.get(), nullptr, h.get()}));
+    {
+      const DeviceMap a(h.get(), 1, s.H, tg.a_box), w(wgu.get(), 2 * s.I, s.H, tg.cols);
+      CUDA_OK(mod.launch(names[2], dim3(tg.tiles_m, tg.tiles_n), codegen::kSmallGemmThreads,
+                         {a.get(), w.get(), act_sep.get()}, tg.smem()));
+    }
+    {
+      const DeviceMap a(act_sep.get(), 1, s.I, td.a_box), w(wd.get(), s.H, s.I, td.cols);
+      CUDA_OK(mod.launch(names[3], dim3(td.tiles_m, td.tiles_n), codegen::kSmallGemmThreads, {a.get(), w.get(), x_sep.get()},
+                         td.smem()));
+    }
+    const std::vector<float> want_x = x_sep.download();
+    const std::vector<std::uint16_t> want_act = act_sep.download();
+    std::size_t nans = 0;
+    for (float v : want_x) nans += std::isnan(v);
+    ASSERT_EQ(nans, 0u) << what;
+
+    // The persistent launch, twice from the same inputs (its counters must be back at zero).
+    const DeviceMap mo(wo.get(), s.H, s.KO, mt.bo), mg(wgu.get(), 2 * s.I, s.H, mt.bg / 2), md(wd.get(), s.H, s.I, mt.bd);
+    DeviceBuffer<unsigned> sync(std::vector<unsigned>{0u, 0u});
+    for (int run = 0; run < 2; ++run) {
+      DeviceBuffer<float> x_p(x);
+      DeviceBuffer<std::uint16_t> act_p(s.I);
+      CUDA_OK(mod.launch(persistent, sms, codegen::kMlpPersistentThreads,
+                         {mo.get(), mg.get(), md.get(), attn.get(), dnw.get(), x_p.get(), act_p.get(), sync.get()},
+                         mt.smem));
+      const auto got_x = x_p.download();
+      const auto got_act = act_p.download();
+      EXPECT_EQ(0, std::memcmp(got_x.data(), want_x.data(), want_x.size() * sizeof(float))) << what << " run " << run;
+      EXPECT_EQ(0, std::memcmp(got_act.data(), want_act.data(), want_act.size() * 2)) << what << " run " << run;
+      EXPECT_EQ(sync.download(), (std::vector<unsigned>{0u, 0u})) << what << " run " << run;
+    }
+  }
+}
+
 // ---- QKV with bias, QK norm, RoPE and the KV append -------------------------------------------
 
 struct QkvShape {
