@@ -155,27 +155,28 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   return t;
 }
 
-MlpPersistentTiling mlp_persistent_tiling(int h, int ko, int i) {
-  MlpPersistentTiling t;
+PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim) {
+  PersistentLayerTiling t;
   // A slot holds 64 / bn K blocks of a tile, so K must be whole slots; the smallest tile that
   // allows it, from the preferred one up.
   const auto slots_ok = [](int k, int bn) { return k % (64 * (64 / bn)) == 0; };
-  const auto pick = [&](int k, int n, int preferred) {
+  const auto pick = [&](int k, int n) {
+    const int preferred = n / 32 >= kSms * 3 / 4 ? 32 : 16;
     for (int bn : {preferred, 32, 64})
       if (bn >= preferred && slots_ok(k, bn) && n % bn == 0) return bn;
     return 0;
   };
-  const int preferred = h / 32 >= kSms * 3 / 4 ? 32 : 16;
-  t.bo = pick(ko, h, preferred);
-  t.bd = pick(i, h, preferred);
+  t.bq = pick(h, nqkv);
+  t.bo = pick(ko, h);
+  t.bd = pick(i, h);
   t.bg = slots_ok(h, 64) && i % 32 == 0 ? 64 : 0;
-  t.fits = t.bo > 0 && t.bd > 0 && t.bg > 0;
-  // Resident A: 16 bytes per 8 columns of the largest K (one token), a zero tail, whole KBs; 256
-  // bytes of static shared memory (the norm's sums) and 1 KB of alignment.
+  // Resident A: 16 bytes per 8 columns of the largest K (one token), a zero tail, whole KBs; 16 KB
+  // for the static shared memory (attn_split_block's 8.6 KB at head dim 128, the QKV epilogue's,
+  // the norm's) and 1 KB of alignment.
   const int resident = (std::max({h, ko, i}) / 8 * 16 + 128 + 1023) / 1024 * 1024;
-  t.stages = (227 * 1024 - 1024 - 256 - resident) / (8192 + 16);
+  t.stages = (227 * 1024 - 1024 - 16 * 1024 - resident) / (8192 + 16);
   t.smem = 1024 + resident + t.stages * (8192 + 16);
-  t.fits = t.fits && t.stages >= 4;
+  t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
   return t;
 }
 
@@ -242,7 +243,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   // Weight bytes of one layer (bf16 projections), for the norm fold's choice.
   const long long layer_bytes = 2LL * H * ((HQ + 2LL * HKV) * D + HQ * D + 3LL * I);
   int qkv_arrival_counters = 0;  // gemm_small_norm_qkv's, when a bucket folds the QKV epilogue
-  bool uses_mlp_sync = false;    // mlp_block_persistent's grid-wide counters
+  bool uses_layer_sync = false;  // decode_layer_persistent's grid-wide counters
   auto program = [&](const std::string& kind, int size, int tokens, int sample_rows) {
     BucketProgram p{kind, size, tokens, sample_rows, {}};
     auto launch = [&](int k, std::array<int, 3> grid, std::vector<std::string> args) {
@@ -368,31 +369,41 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       args.insert(args.begin(), "buf:qkv");
       launch(k, {NH, T, 1}, args);
     };
-    if (fold_qkv) qkv_arrival_counters = NH;
-    const MlpPersistentTiling mlp_t = mlp_persistent_tiling(H, HQ * D, I);
-    const bool mlp_persistent = kind == "decode" && T <= kMlpPersistentMaxRows && mlp_t.fits;
-    const int mlp_k =
-        mlp_persistent
-            ? b.kernel("telos_kernels::mlp_block_persistent<" + I_(T) + ", " + I_(H) + ", " + I_(HQ * D) + ", " +
-                           I_(I) + ", " + I_(mlp_t.stages) + ", " + I_(mlp_t.bo) + ", " + I_(mlp_t.bg) + ", " +
-                           I_(mlp_t.bd) + ", " + eps + ">",
-                       {"o_map", "gu_map", "down_map", "attn", "norm_w", "x", "act", "sync"}, kMlpPersistentThreads,
-                       mlp_t.smem)
+    const PersistentLayerTiling layer_t = decode_layer_tiling(H, NH * D, HQ * D, I, D);
+    const bool layer_persistent = kind == "decode" && T <= kDecodeLayerPersistentMaxRows && layer_t.fits;
+    if (fold_qkv && !layer_persistent) qkv_arrival_counters = NH;
+    const int layer_k =
+        layer_persistent
+            ? b.kernel("telos_kernels::decode_layer_persistent<" + I_(H) + ", " + I_(HQ) + ", " + I_(HKV) + ", " +
+                           I_(D) + ", " + qkv_epi.substr(0, qkv_epi.size() - 1) + ", " + I_(plan.attn_split) + ", " +
+                           I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(I) + ", " +
+                           I_(layer_t.stages) + ", " + I_(layer_t.bq) + ", " + I_(layer_t.bo) + ", " +
+                           I_(layer_t.bg) + ", " + I_(layer_t.bd) + ">",
+                       {"qkv_map", "o_map", "gu_map", "down_map", "attn_norm", "mlp_norm", "bias", "q_norm",
+                        "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x", "qkv", "q", "part_o",
+                        "part_ml", "attn", "act", "sync"},
+                       kPersistentThreads, layer_t.smem)
             : -1;
-    if (mlp_persistent) uses_mlp_sync = true;
+    if (layer_persistent) uses_layer_sync = true;
     for (int l = 0; l < L; ++l) {
       const std::string w = "w:layers." + I_(l) + ".";
+      if (layer_persistent) {
+        const long long rows = static_cast<long long>(NH) * D;
+        const std::vector<std::string> epi = qkv_epi_args(w, l);  // bias, q_norm, k_norm, positions, ...
+        std::vector<std::string> args = {tmap(w + "qkv", rows, H, layer_t.bq), tmap(w + "o", H, HQ * D, layer_t.bo),
+                                         tmap(w + "gate_up", 2LL * I, H, layer_t.bg / 2),
+                                         tmap(w + "down", H, I, layer_t.bd), w + "attn_norm", w + "mlp_norm"};
+        args.insert(args.end(), epi.begin(), epi.begin() + 7);  // up to kv:l; q goes after x and qkv
+        args.insert(args.end(), {"buf:x", "buf:qkv", "buf:q", "buf:part_o", "buf:part_ml", "buf:attn", "buf:act",
+                                 "buf:layer_sync"});
+        launch(layer_k, {kSms, 1, 1}, args);
+        continue;
+      }
       launch_qkv(w, l);
       launch(split_k, {T / tpt, HKV, plan.attn_num_splits},
              {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
               "buf:part_o", "buf:part_ml"});
       launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});
-      if (mlp_persistent) {
-        launch(mlp_k, {kSms, 1, 1},
-               {tmap(w + "o", H, HQ * D, mlp_t.bo), tmap(w + "gate_up", 2LL * I, H, mlp_t.bg / 2),
-                tmap(w + "down", H, I, mlp_t.bd), "buf:attn", w + "mlp_norm", "buf:x", "buf:act", "buf:mlp_sync"});
-        continue;
-      }
       launch_gemm(o_g, "attn", w + "o", H, HQ * D, "x", H);
       launch_norm_gemm(gu_g, w + "mlp_norm", w + "gate_up", 2LL * I, H, "act", I);
       launch_gemm(down_g, "act", w + "down", H, I, "x", H);
@@ -440,8 +451,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   plan.arena.push_back({"qkv", T * (HQ + 2 * HKV) * D * 2});
   // Arrival counters of gemm_small_norm_qkv, one per head, zero between launches.
   if (qkv_arrival_counters > 0) plan.arena.push_back({"qkv_arrivals", qkv_arrival_counters * 4LL});
-  // mlp_block_persistent's two counters, zero between launches.
-  if (uses_mlp_sync) plan.arena.push_back({"mlp_sync", 8});
+  // decode_layer_persistent's two grid-wide counters, zero between launches.
+  if (uses_layer_sync) plan.arena.push_back({"layer_sync", 8});
   return plan;
 }
 

@@ -27,6 +27,7 @@
 // gridDim.x), so the count only reaches p · gridDim.x when every CTA has finished phases < p. The
 // last CTA to finish (sync[1]) returns both to zero for the next launch. Every CTA must be resident
 // at once: one CTA per SM (the shared memory takes more than half an SM) and gridDim.x <= SMs.
+#include "attention.cuh"
 #include "gemm_small.cuh"
 
 namespace telos_kernels {
@@ -268,100 +269,186 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   persistent_finish(sync);
 }
 
-// The MLP half of a one-token decode layer in one launch, as the plan runs it (decode buckets of
-// kMlpPersistentMaxRows tokens): x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x += down(act),
-// three phases of one weight stream (o, then gate/up, then down, the producer never waiting for
-// activations) instead of three or four launches, each of which would drain the stream at its
-// boundary (docs/perf-log.md, runs K and L). The rows' bits are those of gemm_small_residual,
-// rmsnorm / the norm prologue and gemm_small_swiglu (the same wgmma chains, norm.cuh's arithmetic).
-// Maps: o [H, KO] in BO x 64 boxes, gate/up [2I, H] in BG / 2 x 64 boxes, down [H, I] in BD x 64
-// boxes. Grid: one CTA per SM, all resident together (the grid-wide count); sync: two counters,
-// zero at launch and after it.
-template <int M, int H, int KO, int I, int STAGES, int BO, int BG, int BD, float EPS>
-__global__ void __launch_bounds__(LayerGemms::kThreads, 1)
-    mlp_block_persistent(const TensorMap* o_map, const TensorMap* gu_map, const TensorMap* down_map,
-                         const bf16* attn, const float* norm_w, float* x, bf16* act, unsigned* sync) {
-  using namespace hexel;
-  static_assert(M >= 1 && M <= 8, "one 8-row group of A, read with group stride 0");
+// RMSNorm of x's M rows (f32 [M, H], written by other CTAs in this launch or by earlier kernels)
+// into the resident interleaved A, with the arithmetic of the rmsnorm kernel and the small GEMM's
+// norm prologue (norm.cuh): every row's sum of squares first, then the rows as 16-byte chunks; the
+// zero tail; the fence for wgmma and the meeting. w8: this thread's norm weights (rms_load_w).
+template <int M, int H, float EPS>
+__device__ __forceinline__ void persistent_norm_a(unsigned base, const float* x,
+                                                  const float (&w8)[kNormChunks<H>][8]) {
+  __shared__ float scratch[4 * M];
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    const float ss = rms_partial<H, true>(x + static_cast<long long>(r) * H, t);
+    if (lane == 0) scratch[4 * r + warp] = ss;
+  }
+  hexel::named_barrier_sync(1, 128);
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    const float* row = x + static_cast<long long>(r) * H;
+    const float sums[4] = {scratch[4 * r], scratch[4 * r + 1], scratch[4 * r + 2], scratch[4 * r + 3]};
+    const float inv = rms_inv<H, EPS>(sums);
+#pragma unroll
+    for (int k = 0; k < kNormChunks<H>; ++k) {
+      const int c = t + k * kNormThreads;
+      if (c < H / 8) {
+        const uint4 v = rms_apply8<H, true>(row, c, inv, w8[k]);
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(base + (c * M + r) * 16), "r"(v.x), "r"(v.y),
+                     "r"(v.z), "r"(v.w));
+      }
+    }
+  }
+  if (t < 8) asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(base + (H / 8 * M + t) * 16), "r"(0u));
+  hexel::fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
+  hexel::named_barrier_sync(1, 128);
+}
+
+// The MLP half of a layer's decode step: x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x +=
+// down(act), three phases of one weight stream. Shapes: o [H, KO] in BO x 64 boxes, gate/up [2I, H]
+// in BG / 2 x 64 boxes, down [H, I] in BD x 64 boxes. `phase0` is the grid-wide count of phases
+// before it in its launch and `g0` the global index of its first tile (o's), so the kernel that
+// runs it may run phases of its own first (decode_layer_persistent: the attention half).
+template <int H, int KO, int I, int BO, int BG, int BD>
+struct MlpPhases {
   static_assert((BO == 16 || BO == 32 || BO == 64) && (BG == 32 || BG == 64) && (BD == 16 || BD == 32 || BD == 64),
                 "a K block of a tile divides the 8 KB slot; gate/up halves are whole 8-row groups");
   static_assert(KO % (64 * (64 / BO)) == 0 && H % (64 * (64 / BG)) == 0 && I % (64 * (64 / BD)) == 0,
                 "whole slots");
   static_assert(H % BO == 0 && I % (BG / 2) == 0 && H % BD == 0, "whole tiles");
+  static constexpr unsigned kTilesO = H / BO, kTilesGu = 2 * I / BG, kTilesDown = H / BD;
+  static constexpr unsigned kTiles = kTilesO + kTilesGu + kTilesDown;
+
+  // The producer's weights of the three phases.
+  template <unsigned STAGES>
+  __device__ static void stream(hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base, unsigned full,
+                                unsigned empty, const TensorMap* o_map, const TensorMap* gu_map,
+                                const TensorMap* down_map, unsigned g0) {
+    persistent_stream(ring, ring_base, full, empty, o_map, KO, BO, kTilesO, 0, g0);
+    persistent_stream(ring, ring_base, full, empty, gu_map, H, BG, kTilesGu, I, g0 + kTilesO);
+    persistent_stream(ring, ring_base, full, empty, down_map, I, BD, kTilesDown, 0, g0 + kTilesO + kTilesGu);
+  }
+
+  // The consumers: x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x += down(act). Waits for the
+  // count to reach phase0 · gridDim.x first; arrives after o and after gate/up (the caller arrives
+  // after down if anything follows in the launch).
+  template <int M, float EPS, unsigned STAGES>
+  __device__ static void run(hexel::mbarrier::StageRing<STAGES>& ring, unsigned base, unsigned ring_base,
+                             unsigned full, unsigned empty, const bf16* attn, const float* norm_w, float* x, bf16* act,
+                             unsigned* sync, unsigned phase0, unsigned g0) {
+    float w8[kNormChunks<H>][8];
+    rms_load_w<H>(norm_w, threadIdx.x, w8);  // a weight: its load overlaps the o tiles
+    persistent_wait(sync, phase0 * gridDim.x);
+    unsigned first = persistent_first_tile(g0);
+    if (first < kTilesO) {
+      persistent_load_a<M>(base, attn, KO);
+      for (unsigned tile = first; tile < kTilesO; tile += gridDim.x)
+        layer_gemm_tile<M, BO, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, KO, H, x);
+    }
+    persistent_arrive(sync);
+    persistent_wait(sync, (phase0 + 1) * gridDim.x);
+    first = persistent_first_tile(g0 + kTilesO);
+    if (first < kTilesGu) {
+      persistent_norm_a<M, H, EPS>(base, x, w8);
+      for (unsigned tile = first; tile < kTilesGu; tile += gridDim.x)
+        layer_gemm_tile<M, BG, SmallEpi::SwiGlu>(ring, base, ring_base, full, empty, tile, H, I, act);
+    }
+    persistent_arrive(sync);
+    persistent_wait(sync, (phase0 + 2) * gridDim.x);
+    first = persistent_first_tile(g0 + kTilesO + kTilesGu);
+    if (first < kTilesDown) {
+      persistent_load_a<M>(base, act, I);
+      for (unsigned tile = first; tile < kTilesDown; tile += gridDim.x)
+        layer_gemm_tile<M, BD, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, I, H, x);
+    }
+  }
+};
+
+// A whole one-token decode layer in one launch: the attention half (RMSNorm + the QKV GEMM; the QKV
+// epilogue per head, qkv_rope_row; the attention splits, attn_split_block per (KV head, slot); the
+// combine, attn_combine_row per query head) and then MlpPhases, seven phases between grid-wide
+// counts, one weight stream (qkv, o, gate/up, down) per SM. Every piece is the code the separate
+// kernels run, so the rows have their bits. Template arguments: the model's (qkv_rope_append_rows'
+// and attn_split's after D), then the MLP's and the ring's; args as those kernels' (the maps in
+// BQ / BO / BG / 2 / BD x 64 boxes).
+template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
+          long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I, int STAGES, int BQ,
+          int BO, int BG, int BD>
+__global__ void __launch_bounds__(LayerGemms::kThreads, 1)
+    decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map, const TensorMap* gu_map,
+                            const TensorMap* down_map, const float* attn_norm, const float* mlp_norm, const float* bias,
+                            const float* q_norm, const float* k_norm, const int* positions, const int* token_seq,
+                            const int* page_tables, bf16* kv_layer, float* x, bf16* qkv, float* q, float* part_o,
+                            float* part_ml, bf16* attn, bf16* act, unsigned* sync) {
+  using namespace hexel;
+  constexpr int NH = HQ + 2 * HKV, NQKV = NH * D, KO = HQ * D;
+  using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
+  static_assert((BQ == 16 || BQ == 32 || BQ == 64) && H % (64 * (64 / BQ)) == 0 && NQKV % BQ == 0, "QKV tiles");
+  static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
+  constexpr unsigned kTilesQkv = NQKV / BQ;
   constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
-  constexpr unsigned kTilesO = H / BO, kTilesGu = 2 * I / BG, kTilesDown = H / BD;
   launch_dependents();  // the waits come later: weights first
   extern __shared__ unsigned char smem_raw[];
-  const PersistentSmem<M, kMaxK, STAGES> sm(smem_raw);
+  const PersistentSmem<1, kMaxK, STAGES> sm(smem_raw);
   mbarrier::StageRing<STAGES> ring;
-
   if (warp_index() == 4) {
-    // Weights only (no kernel writes them): the stream starts while the previous kernel runs.
-    if (threadIdx.x % 32 != 0) return;
-    persistent_stream(ring, sm.ring_base, sm.full, sm.empty, o_map, KO, BO, kTilesO, 0, 0);
-    persistent_stream(ring, sm.ring_base, sm.full, sm.empty, gu_map, H, BG, kTilesGu, I, kTilesO);
-    persistent_stream(ring, sm.ring_base, sm.full, sm.empty, down_map, I, BD, kTilesDown, 0, kTilesO + kTilesGu);
+    if (threadIdx.x % 32 == 0) {
+      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, qkv_map, H, BQ, kTilesQkv, 0, 0);
+      Mlp::stream(ring, sm.ring_base, sm.full, sm.empty, o_map, gu_map, down_map, kTilesQkv);
+    }
     return;
   }
-
-  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int t = threadIdx.x;
+  auto sync128 = [] { named_barrier_sync(1, 128); };
   float w8[kNormChunks<H>][8];
-  rms_load_w<H>(norm_w, t, w8);
-  grid_dependency_wait();  // attn and x are the previous kernels'
+  rms_load_w<H>(attn_norm, t, w8);
+  grid_dependency_wait();  // x, and the KV pages, are the previous kernels'
 
-  // x += o(attn).
+  // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16).
   unsigned first = persistent_first_tile(0);
-  if (first < kTilesO) {
-    persistent_load_a<M>(sm.base, attn, KO);
-    for (unsigned tile = first; tile < kTilesO; tile += gridDim.x)
-      layer_gemm_tile<M, BO, SmallEpi::Residual>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, KO, H, x);
+  if (first < kTilesQkv) {
+    persistent_norm_a<1, H, EPS>(sm.base, x, w8);
+    for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
+      layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV, qkv);
   }
   persistent_arrive(sync);
 
-  // act = SwiGLU(gate_up(RMSNorm(x))), the norm as the small GEMM's prologue computes it (every row's
-  // sum of squares, then the rows as 16-byte chunks of the interleaved A).
+  // Phase 1: the QKV epilogue, a head per work item (q to `q`, K/V appended to their pages).
   persistent_wait(sync, gridDim.x);
-  first = persistent_first_tile(kTilesO);
-  if (first < kTilesGu) {
-    __shared__ float scratch[4 * M];
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      const float ss = rms_partial<H>(x + static_cast<long long>(r) * H, t);
-      if (lane == 0) scratch[4 * r + warp] = ss;
+  {
+    __shared__ float head_v[D];
+    __shared__ float scratch[D / 32 > 0 ? D / 32 : 1];
+    for (unsigned head = blockIdx.x; head < static_cast<unsigned>(NH); head += gridDim.x) {
+      const float v = t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(qkv + head * D + t)) << 16) : 0.f;
+      qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
+          v, static_cast<int>(head), 0, t, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q,
+          head_v, scratch, sync128);
     }
-    named_barrier_sync(1, 128);
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      const float* row = x + static_cast<long long>(r) * H;
-      const float sums[4] = {scratch[4 * r], scratch[4 * r + 1], scratch[4 * r + 2], scratch[4 * r + 3]};
-      const float inv = rms_inv<H, EPS>(sums);
-#pragma unroll
-      for (int k = 0; k < kNormChunks<H>; ++k) {
-        const int c = t + k * kNormThreads;
-        if (c < H / 8) {
-          const uint4 v = rms_apply8<H>(row, c, inv, w8[k]);
-          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(sm.base + (c * M + r) * 16), "r"(v.x),
-                       "r"(v.y), "r"(v.z), "r"(v.w));
-        }
-      }
-    }
-    if (t < 8)
-      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(sm.base + (H / 8 * M + t) * 16), "r"(0u));
-    fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
-    named_barrier_sync(1, 128);
-    for (unsigned tile = first; tile < kTilesGu; tile += gridDim.x)
-      layer_gemm_tile<M, BG, SmallEpi::SwiGlu>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, I, act);
   }
   persistent_arrive(sync);
 
-  // x += down(act).
+  // Phase 2: the attention splits, a (KV head, slot) per work item.
   persistent_wait(sync, 2 * gridDim.x);
-  first = persistent_first_tile(kTilesO + kTilesGu);
-  if (first < kTilesDown) {
-    persistent_load_a<M>(sm.base, act, I);
-    for (unsigned tile = first; tile < kTilesDown; tile += gridDim.x)
-      layer_gemm_tile<M, BD, SmallEpi::Residual>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, I, H, x);
-  }
+  for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
+    attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1>(
+        0, static_cast<int>(item / NSPLIT), static_cast<int>(item % NSPLIT), q, positions, token_seq, page_tables,
+        kv_layer, part_o, part_ml, sync128);
+  persistent_arrive(sync);
+
+  // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
+  // row's last loop reads shared memory the next one writes).
+  persistent_wait(sync, 3 * gridDim.x);
+  if (t < D)
+    for (unsigned hq = blockIdx.x; hq < static_cast<unsigned>(HQ); hq += gridDim.x) {
+      auto sync_d = [] { named_barrier_sync(2, D); };
+      attn_combine_row<HQ, D, NSPLIT, SPLIT>(0, static_cast<int>(hq), part_o, part_ml, positions, attn, sync_d);
+      sync_d();
+    }
+  persistent_arrive(sync);
+
+  // Phases 4-6: the MLP half.
+  Mlp::template run<1, EPS>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x, act, sync, 4,
+                            kTilesQkv);
   persistent_finish(sync);
 }
 

@@ -30,12 +30,20 @@ __global__ void __launch_bounds__(THREADS) embed_gather(const bf16* embed, const
 // normalized it: 128 threads (kNormThreads); thread t owns the 8-element chunks c = t, t + 128, ...
 // (elements 8c .. 8c + 7) and sums their squares in that order with fmaf (rms_partial); each warp
 // sums its 32 partials with butterflies and the four warp sums are added as (w0 + w1) + (w2 + w3)
-// (rms_inv); an element is bf16(x · inv · w) (rms_apply8).
+// (rms_inv); an element is bf16(x · inv · w) (rms_apply8). With L2_ONLY the row is read past L1
+// (ld.global.cg): a persistent kernel reads x again after other CTAs changed it, when its L1 may
+// still hold the old lines.
 constexpr int kNormThreads = 128;
 template <int H>
 constexpr int kNormChunks = (H / 8 + kNormThreads - 1) / kNormThreads;  // chunks per thread
 
-template <int H>
+template <bool L2_ONLY>
+__device__ __forceinline__ float4 rms_load4(const float* p) {
+  if constexpr (L2_ONLY) return __ldcg(reinterpret_cast<const float4*>(p));
+  return *reinterpret_cast<const float4*>(p);
+}
+
+template <int H, bool L2_ONLY = false>
 __device__ __forceinline__ float rms_partial(const float* row, int t) {
   static_assert(H % 8 == 0, "rows are read 8 elements at a time");
   float ss = 0.f;
@@ -43,8 +51,8 @@ __device__ __forceinline__ float rms_partial(const float* row, int t) {
   for (int k = 0; k < kNormChunks<H>; ++k) {
     const int c = t + k * kNormThreads;
     if (c < H / 8) {
-      const float4 a = reinterpret_cast<const float4*>(row)[2 * c];
-      const float4 b = reinterpret_cast<const float4*>(row)[2 * c + 1];
+      const float4 a = rms_load4<L2_ONLY>(row + 8 * c);
+      const float4 b = rms_load4<L2_ONLY>(row + 8 * c + 4);
       ss = fmaf(a.x, a.x, ss), ss = fmaf(a.y, a.y, ss), ss = fmaf(a.z, a.z, ss), ss = fmaf(a.w, a.w, ss);
       ss = fmaf(b.x, b.x, ss), ss = fmaf(b.y, b.y, ss), ss = fmaf(b.z, b.z, ss), ss = fmaf(b.w, b.w, ss);
     }
@@ -59,11 +67,11 @@ __device__ __forceinline__ float rms_inv(const float (&warp_sums)[4]) {
 }
 
 // Chunk c of a normalized row as 8 packed bf16 (zeros past H); w8 holds w[8c .. 8c + 7].
-template <int H>
+template <int H, bool L2_ONLY = false>
 __device__ __forceinline__ uint4 rms_apply8(const float* row, int c, float inv, const float (&w8)[8]) {
   if (c >= H / 8) return make_uint4(0u, 0u, 0u, 0u);
-  const float4 a = reinterpret_cast<const float4*>(row)[2 * c];
-  const float4 b = reinterpret_cast<const float4*>(row)[2 * c + 1];
+  const float4 a = rms_load4<L2_ONLY>(row + 8 * c);
+  const float4 b = rms_load4<L2_ONLY>(row + 8 * c + 4);
   const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
   unsigned u[4];
 #pragma unroll

@@ -127,8 +127,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       "telos_kernels::gemm_prefill_bf16",     "telos_kernels::qkv_rope_append_rows",
       "telos_kernels::gemm_small_residual",   "telos_kernels::gemm_small_swiglu",
       "telos_kernels::gemm_small_bf16",       "telos_kernels::gemm_small_norm_bf16",
-      "telos_kernels::gemm_small_norm_swiglu", "telos_kernels::gemm_small_norm_qkv",
-      "telos_kernels::mlp_block_persistent"};
+      "telos_kernels::gemm_small_norm_swiglu", "telos_kernels::decode_layer_persistent"};
   EXPECT_EQ(kinds, expected);
 
   // Every bucket launches something valid, decode buckets first and largest first.
@@ -208,28 +207,27 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(instance_of(d8[6]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
   EXPECT_EQ(d8[6].at("args")[0], "buf:x");
   EXPECT_EQ(d8[6].at("args")[1], "w:layers.0.mlp_norm");
-  // Decode at 1 token: the QKV epilogue folds into the QKV GEMM as well (its last CTA per head,
-  // counted in qkv_arrivals), and the MLP half is one persistent launch: 4 launches a layer.
+  // Decode at 1 token: each layer is one persistent launch (decode_layer_persistent), a CTA per SM.
   ASSERT_EQ(buckets[3].at("size"), 1);
   const auto& d1 = buckets[3].at("launches");
-  ASSERT_EQ(d1.size(), 1u + 4u * 2u + 3u);
-  EXPECT_EQ(instance_of(d1[1]).rfind("telos_kernels::gemm_small_norm_qkv<1, 128, 32, ", 0), 0u);
-  const auto& qkv_args = d1[1].at("args");
-  ASSERT_EQ(qkv_args.size(), 13u);
-  EXPECT_EQ(qkv_args[0], "buf:x");
-  EXPECT_EQ(qkv_args[1], "w:layers.0.attn_norm");
-  EXPECT_EQ(qkv_args[2], "tmap:w:layers.0.qkv:256:128:32:64");
-  EXPECT_EQ(qkv_args[3], "buf:qkv");
-  EXPECT_EQ(qkv_args[10], "kv:0");
-  EXPECT_EQ(qkv_args[11], "buf:q");
-  EXPECT_EQ(qkv_args[12], "buf:qkv_arrivals");
-  EXPECT_EQ(instance_of(d1[2]).rfind("telos_kernels::attn_split<", 0), 0u);
+  ASSERT_EQ(d1.size(), 1u + 1u * 2u + 3u);
+  EXPECT_EQ(instance_of(d1[1]).rfind("telos_kernels::decode_layer_persistent<128, 4, 2, 32, ", 0), 0u);
+  EXPECT_EQ(d1[1].at("grid"), nlohmann::ordered_json({132, 1, 1}));
+  const auto& layer_args = d1[1].at("args");
+  ASSERT_EQ(layer_args.size(), 21u);
+  EXPECT_EQ(layer_args[0], "tmap:w:layers.0.qkv:256:128:32:64");
+  EXPECT_EQ(layer_args[4], "w:layers.0.attn_norm");
+  EXPECT_EQ(layer_args[5], "w:layers.0.mlp_norm");
+  EXPECT_EQ(layer_args[12], "kv:0");
+  EXPECT_EQ(layer_args[13], "buf:x");
+  EXPECT_EQ(layer_args[20], "buf:layer_sync");
+  EXPECT_EQ(instance_of(d1[2]), instance_of(d1[1]));  // the same instance for every layer
   EXPECT_EQ(p128[9].at("args")[2], "tmap:buf:x:128:128:64:32");
   for (const auto& e : k.kernels) {
     const std::string instance = e.at("instance");
     const bool prefill = instance.rfind("telos_kernels::gemm_prefill", 0) == 0;
     const bool small = instance.rfind("telos_kernels::gemm_small", 0) == 0;
-    if (instance.rfind("telos_kernels::mlp_block_persistent", 0) == 0) {
+    if (instance.rfind("telos_kernels::decode_layer_persistent", 0) == 0) {
       // One CTA per SM: the ring fills what the resident A leaves of the 227 KB.
       EXPECT_GT(e.at("dynamic_smem").get<int>(), 114 * 1024) << instance;
       EXPECT_LE(e.at("dynamic_smem").get<int>(), 227 * 1024) << instance;
@@ -267,10 +265,10 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     }
   }
 
-  // The family's extras are wired into the QKV epilogue's launch, folded (decode 8) or not
-  // (prefill 64).
-  EXPECT_EQ(qkv_args[4] != "null", GetParam() == "qwen2");
-  EXPECT_EQ(qkv_args[5] != "null", GetParam() == "qwen3");
+  // The family's extras are wired into the QKV epilogue's launch, in the persistent layer (decode 1)
+  // or its own kernel (prefill 64).
+  EXPECT_EQ(layer_args[6] != "null", GetParam() == "qwen2");
+  EXPECT_EQ(layer_args[7] != "null", GetParam() == "qwen3");
   EXPECT_EQ(p64[3].at("args")[1] != "null", GetParam() == "qwen2");
   EXPECT_EQ(p64[3].at("args")[2] != "null", GetParam() == "qwen3");
 
@@ -418,7 +416,7 @@ TEST(Codegen, AttentionTokensPerTile) {
       }
     }
   EXPECT_EQ(seen_prefill, 16);     // one a layer
-  EXPECT_EQ(seen_decode, 3 * 16);  // three decode buckets
+  EXPECT_EQ(seen_decode, 2 * 16);  // three decode buckets, decode:1's layers persistent
 }
 
 // The persistent decode kernel runs attention's work items on its consumer warpgroup (threads

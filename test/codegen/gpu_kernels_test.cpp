@@ -498,12 +498,35 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
   }
 }
 
-// The persistent MLP half of a one-token decode layer (mlp_block_persistent) gives the bits of the
-// kernels it replaces: gemm_small_residual (o), rmsnorm, gemm_small_swiglu (gate/up), gemm_small_residual
-// (down), for x and act, at the tiny, Llama-3.2-1B, Qwen2.5-1.5B, Qwen3-0.6B and Llama-3.1-8B shapes (the plan's tiles
-// and rings, mlp_persistent_tiling), and its grid-wide counters are zero after each launch (a second
-// launch from the same inputs gives the same bits).
-TEST(GpuKernels, MlpBlockPersistentMatchesSeparateKernels) {
+// The MLP half of decode_layer_persistent (MlpPhases), run alone by a test kernel, gives the bits
+// of the kernels it replaces: gemm_small_residual (o), rmsnorm, gemm_small_swiglu (gate/up),
+// gemm_small_residual (down), for x and act, at the tiny, Llama-3.2-1B, Qwen2.5-1.5B, Qwen3-0.6B and
+// Llama-3.1-8B shapes (the plan's tiles, decode_layer_tiling), and its grid-wide counters are zero
+// after each launch (a second launch from the same inputs gives the same bits). The whole layer is
+// checked through the models: one-token steps (decode_layer_persistent) against the same rows in
+// larger buckets, bit for bit (gpu_model_test).
+const char* kMlpTestKernel = R"(
+namespace telos_kernels {
+template <int M, int H, int KO, int I, int STAGES, int BO, int BG, int BD, float EPS>
+__global__ void __launch_bounds__(LayerGemms::kThreads, 1)
+    mlp_phases_test(const TensorMap* o_map, const TensorMap* gu_map, const TensorMap* down_map, const bf16* attn,
+                    const float* norm_w, float* x, bf16* act, unsigned* sync) {
+  using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
+  constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
+  extern __shared__ unsigned char smem_raw[];
+  const PersistentSmem<M, kMaxK, STAGES> sm(smem_raw);
+  hexel::mbarrier::StageRing<STAGES> ring;
+  if (hexel::warp_index() == 4) {
+    if (threadIdx.x % 32 == 0) Mlp::stream(ring, sm.ring_base, sm.full, sm.empty, o_map, gu_map, down_map, 0);
+    return;
+  }
+  Mlp::template run<M, EPS>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, norm_w, x, act, sync, 0, 0);
+  persistent_finish(sync);
+}
+}  // namespace telos_kernels
+)";
+
+TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Shape {
     int H, KO, I;
@@ -514,19 +537,20 @@ TEST(GpuKernels, MlpBlockPersistentMatchesSeparateKernels) {
   for (const Shape& s : {Shape{128, 128, 256}, Shape{2048, 2048, 8192}, Shape{1536, 1536, 8960}, Shape{1024, 2048, 3072},
                          Shape{4096, 4096, 14336}}) {
     const std::string what = "H=" + I(s.H) + " KO=" + I(s.KO) + " I=" + I(s.I);
-    const codegen::MlpPersistentTiling mt = codegen::mlp_persistent_tiling(s.H, s.KO, s.I);
+    // The QKV rows do not matter here: nqkv = H, head dim 64.
+    const codegen::PersistentLayerTiling mt = codegen::decode_layer_tiling(s.H, s.H, s.KO, s.I, 64);
     ASSERT_TRUE(mt.fits) << what;
     const codegen::SmallGemmTiling to = codegen::small_gemm_tiling(s.H, s.KO, 1, false),
                                    tg = codegen::small_gemm_tiling(s.I, s.H, 1, true),
                                    td = codegen::small_gemm_tiling(s.H, s.I, 1, false);
-    const std::string persistent = "telos_kernels::mlp_block_persistent<1, " + I(s.H) + ", " + I(s.KO) + ", " +
+    const std::string persistent = "telos_kernels::mlp_phases_test<1, " + I(s.H) + ", " + I(s.KO) + ", " +
                                    I(s.I) + ", " + I(mt.stages) + ", " + I(mt.bo) + ", " + I(mt.bg) + ", " +
                                    I(mt.bd) + ", " + eps + ">";
     const std::vector<std::string> names = {small_gemm_name("residual", 1, s.H, s.KO, to),
                                             "telos_kernels::rmsnorm<" + I(s.H) + ", " + eps + ", false>",
                                             small_gemm_name("swiglu", 1, s.I, s.H, tg),
                                             small_gemm_name("residual", 1, s.H, s.I, td), persistent};
-    TestModule mod(source_with_rope(), names);
+    TestModule mod(source_with_rope() + kMlpTestKernel, names);
     std::vector<float> f;
     const std::vector<float> x = random_floats(s.H, 2.f), nw = random_floats(s.H, 1.f);
     DeviceBuffer<std::uint16_t> attn(random_bf16(s.KO, 1.f, f));
@@ -566,7 +590,7 @@ TEST(GpuKernels, MlpBlockPersistentMatchesSeparateKernels) {
     for (int run = 0; run < 2; ++run) {
       DeviceBuffer<float> x_p(x);
       DeviceBuffer<std::uint16_t> act_p(s.I);
-      CUDA_OK(mod.launch(persistent, sms, codegen::kMlpPersistentThreads,
+      CUDA_OK(mod.launch(persistent, sms, codegen::kPersistentThreads,
                          {mo.get(), mg.get(), md.get(), attn.get(), dnw.get(), x_p.get(), act_p.get(), sync.get()},
                          mt.smem));
       const auto got_x = x_p.download();
