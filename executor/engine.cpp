@@ -205,12 +205,15 @@ void Engine::loop() {
       shutting_down = shutting_down_;
     }
 
-    for (Live& l : incoming) {
-      const RequestId id = l.stream->id();
-      live_.emplace(id, std::move(l));
+    for (Live& incoming_live : incoming) {
+      const RequestId id = incoming_live.stream->id();
+      Live& l = live_.emplace(id, std::move(incoming_live)).first->second;
       try {
         // submit() made the same checks, so this does not throw in practice.
-        scheduler_.add(id, live_.at(id).request.prompt, live_.at(id).max_tokens);
+        l.slot = scheduler_.add(id, l.request.prompt, l.max_tokens);
+        if (static_cast<std::size_t>(l.slot) >= live_by_slot_.size())
+          live_by_slot_.resize(static_cast<std::size_t>(l.slot) + 1, nullptr);
+        live_by_slot_[static_cast<std::size_t>(l.slot)] = &l;
       } catch (const Error& e) {
         RequestEvent event;
         event.error = e.what();
@@ -261,9 +264,9 @@ void Engine::append_placeholders(Launched& in_flight) {
   for (const ScheduledSequence& seq : in_flight.step.sequences) {
     if (!seq.samples) continue;
     const std::int32_t r = row++;
-    auto it = live_.find(seq.request);
-    if (it == live_.end()) continue;  // cancelled while in flight
-    Live& l = it->second;
+    Live* live = live_of(seq);
+    if (!live) continue;  // cancelled while in flight
+    Live& l = *live;
     // The request's last token: it ends at this step with Length, so it has nothing to schedule.
     if (static_cast<int>(l.generated.size()) + 1 >= l.max_tokens) continue;
     l.pending_position = seq.first_position + static_cast<int>(seq.tokens.size());
@@ -274,7 +277,7 @@ void Engine::append_placeholders(Launched& in_flight) {
 void Engine::launch_step(bool overlapped) {
   const Clock::time_point started = Clock::now();
   Launched& next = launched_[(oldest_ + num_launched_) % 2];
-  next.step = scheduler_.schedule();
+  scheduler_.schedule(next.step);
   if (next.step.empty()) return;
   next.device_greedy.clear();
   next.want_logits = false;
@@ -283,7 +286,8 @@ void Engine::launch_step(bool overlapped) {
   next.started = started;
   const bool on_device = backend_->samples_on_device();
   for (const ScheduledSequence& seq : next.step.sequences) {
-    Live& l = live_.at(seq.request);
+    // Every sequence just scheduled belongs to a live request.
+    Live& l = *live_by_slot_[static_cast<std::size_t>(seq.slot)];
     if (!l.scheduled) {
       l.scheduled = true;
       l.first_scheduled = started;
@@ -354,11 +358,11 @@ void Engine::complete_step() {
   for (const ScheduledSequence& seq : step.sequences) {
     if (!seq.samples) continue;
     const std::size_t r = row++;
-    auto it = live_.find(seq.request);
+    Live* live = live_of(seq);
     // Ended while the step was in flight: cancelled, or stopped at the step before (then this
     // row computed a token nobody wants).
-    if (it == live_.end()) continue;
-    Live& l = it->second;
+    if (!live) continue;
+    Live& l = *live;
     const SamplingParams& params = l.request.sampling;
     RequestEvent event;
     if (done.device_greedy[r]) {
@@ -403,6 +407,7 @@ void Engine::finish(RequestId id, FinishReason reason, RequestEvent event) {
   const SequenceState* state = scheduler_.find(id);
   event.timings.preemptions = state ? state->preemptions : 0;
   scheduler_.remove(id);
+  if (l.slot >= 0) live_by_slot_[static_cast<std::size_t>(l.slot)] = nullptr;
 
   const Clock::time_point now = Clock::now();
   event.finish = reason;
