@@ -39,30 +39,45 @@ std::string_view finish_reason_name(FinishReason reason) {
 // ---- RequestStream ----
 
 void RequestStream::push(RequestEvent event) {
+  bool was_empty;
   {
     std::lock_guard lock(mutex_);
+    was_empty = head_ == events_.size();
     events_.push_back(std::move(event));
   }
-  ready_.notify_all();
+  // Readers wait only while nothing is unread, so only the first unread event needs a wake-up.
+  if (was_empty) ready_.notify_all();
+}
+
+void RequestStream::take(RequestEvent& out) {
+  out = std::move(events_[head_++]);
+  if (out.finish) finished_taken_ = true;
+  if (head_ == events_.size()) {
+    // All read: start over at the front, keeping the storage, so that a reader who keeps up
+    // costs no allocation per event.
+    events_.clear();
+    head_ = 0;
+  } else if (head_ >= 64 && 2 * head_ >= events_.size()) {
+    // A reader that stays behind: drop the read events so that the storage stays within twice
+    // the unread ones (moving at most as many events as were read since the last drop).
+    events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(head_));
+    head_ = 0;
+  }
 }
 
 bool RequestStream::next(RequestEvent& out) {
   std::unique_lock lock(mutex_);
   if (finished_taken_) return false;
-  ready_.wait(lock, [&] { return !events_.empty(); });
-  out = std::move(events_.front());
-  events_.pop_front();
-  if (out.finish) finished_taken_ = true;
+  ready_.wait(lock, [&] { return head_ < events_.size(); });
+  take(out);
   return true;
 }
 
 RequestStream::Poll RequestStream::next_for(RequestEvent& out, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
   if (finished_taken_) return Poll::Ended;
-  if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return Poll::Timeout;
-  out = std::move(events_.front());
-  events_.pop_front();
-  if (out.finish) finished_taken_ = true;
+  if (!ready_.wait_for(lock, timeout, [&] { return head_ < events_.size(); })) return Poll::Timeout;
+  take(out);
   return Poll::Event;
 }
 

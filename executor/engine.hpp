@@ -45,7 +45,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -128,11 +127,17 @@ class RequestStream {
  private:
   friend class Engine;
   void push(RequestEvent event);
+  // Moves the oldest unread event to `out`; the caller holds mutex_ and has seen one.
+  void take(RequestEvent& out);
 
   const RequestId id_;
   mutable std::mutex mutex_;
   std::condition_variable ready_;
-  std::deque<RequestEvent> events_;
+  // Unread events are events_[head_..]. A vector whose storage is reused, not a deque: a deque
+  // allocates a node every few events on the engine's thread and the reader frees it on its own,
+  // which kept the loop thread's malloc arena growing and trimming every step.
+  std::vector<RequestEvent> events_;
+  std::size_t head_ = 0;
   bool finished_taken_ = false;
   // The engine loop looks at this before every step; a live request always keeps the loop busy,
   // so no wake-up is needed.

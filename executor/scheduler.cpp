@@ -161,6 +161,11 @@ void Scheduler::schedule(Step& step) {
     if (!pool_.allocate(pages_for(static_cast<int>(s.tokens.size())), s.pages)) break;
     waiting_.pop_front();
     s.running = true;
+    // Room for every token and page it can reach, taken once it runs (not while it waits, where
+    // a long queue would hold it): growing them while it decodes would reallocate in the steps
+    // where a batch that started together crosses the same sizes.
+    s.tokens.reserve(static_cast<std::size_t>(s.max_len));
+    s.pages.reserve(static_cast<std::size_t>(pages_for(s.max_len)));
     insert_by_arrival(running_, slot);
     add_chunk(slot, std::min(static_cast<int>(s.tokens.size()), budget));
   }
