@@ -39,30 +39,45 @@ std::string_view finish_reason_name(FinishReason reason) {
 // ---- RequestStream ----
 
 void RequestStream::push(RequestEvent event) {
+  bool was_empty;
   {
     std::lock_guard lock(mutex_);
+    was_empty = head_ == events_.size();
     events_.push_back(std::move(event));
   }
-  ready_.notify_all();
+  // Readers wait only while nothing is unread, so only the first unread event needs a wake-up.
+  if (was_empty) ready_.notify_all();
+}
+
+void RequestStream::take(RequestEvent& out) {
+  out = std::move(events_[head_++]);
+  if (out.finish) finished_taken_ = true;
+  if (head_ == events_.size()) {
+    // All read: start over at the front, keeping the storage, so that a reader who keeps up
+    // costs no allocation per event.
+    events_.clear();
+    head_ = 0;
+  } else if (head_ >= 64 && 2 * head_ >= events_.size()) {
+    // A reader that stays behind: drop the read events so that the storage stays within twice
+    // the unread ones (moving at most as many events as were read since the last drop).
+    events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(head_));
+    head_ = 0;
+  }
 }
 
 bool RequestStream::next(RequestEvent& out) {
   std::unique_lock lock(mutex_);
   if (finished_taken_) return false;
-  ready_.wait(lock, [&] { return !events_.empty(); });
-  out = std::move(events_.front());
-  events_.pop_front();
-  if (out.finish) finished_taken_ = true;
+  ready_.wait(lock, [&] { return head_ < events_.size(); });
+  take(out);
   return true;
 }
 
 RequestStream::Poll RequestStream::next_for(RequestEvent& out, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
   if (finished_taken_) return Poll::Ended;
-  if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return Poll::Timeout;
-  out = std::move(events_.front());
-  events_.pop_front();
-  if (out.finish) finished_taken_ = true;
+  if (!ready_.wait_for(lock, timeout, [&] { return head_ < events_.size(); })) return Poll::Timeout;
+  take(out);
   return Poll::Event;
 }
 
@@ -205,12 +220,15 @@ void Engine::loop() {
       shutting_down = shutting_down_;
     }
 
-    for (Live& l : incoming) {
-      const RequestId id = l.stream->id();
-      live_.emplace(id, std::move(l));
+    for (Live& incoming_live : incoming) {
+      const RequestId id = incoming_live.stream->id();
+      Live& l = live_.emplace(id, std::move(incoming_live)).first->second;
       try {
         // submit() made the same checks, so this does not throw in practice.
-        scheduler_.add(id, live_.at(id).request.prompt, live_.at(id).max_tokens);
+        l.slot = scheduler_.add(id, l.request.prompt, l.max_tokens);
+        if (static_cast<std::size_t>(l.slot) >= live_by_slot_.size())
+          live_by_slot_.resize(static_cast<std::size_t>(l.slot) + 1, nullptr);
+        live_by_slot_[static_cast<std::size_t>(l.slot)] = &l;
       } catch (const Error& e) {
         RequestEvent event;
         event.error = e.what();
@@ -261,9 +279,9 @@ void Engine::append_placeholders(Launched& in_flight) {
   for (const ScheduledSequence& seq : in_flight.step.sequences) {
     if (!seq.samples) continue;
     const std::int32_t r = row++;
-    auto it = live_.find(seq.request);
-    if (it == live_.end()) continue;  // cancelled while in flight
-    Live& l = it->second;
+    Live* live = live_of(seq);
+    if (!live) continue;  // cancelled while in flight
+    Live& l = *live;
     // The request's last token: it ends at this step with Length, so it has nothing to schedule.
     if (static_cast<int>(l.generated.size()) + 1 >= l.max_tokens) continue;
     l.pending_position = seq.first_position + static_cast<int>(seq.tokens.size());
@@ -274,7 +292,7 @@ void Engine::append_placeholders(Launched& in_flight) {
 void Engine::launch_step(bool overlapped) {
   const Clock::time_point started = Clock::now();
   Launched& next = launched_[(oldest_ + num_launched_) % 2];
-  next.step = scheduler_.schedule();
+  scheduler_.schedule(next.step);
   if (next.step.empty()) return;
   next.device_greedy.clear();
   next.want_logits = false;
@@ -283,7 +301,8 @@ void Engine::launch_step(bool overlapped) {
   next.started = started;
   const bool on_device = backend_->samples_on_device();
   for (const ScheduledSequence& seq : next.step.sequences) {
-    Live& l = live_.at(seq.request);
+    // Every sequence just scheduled belongs to a live request.
+    Live& l = *live_by_slot_[static_cast<std::size_t>(seq.slot)];
     if (!l.scheduled) {
       l.scheduled = true;
       l.first_scheduled = started;
@@ -354,11 +373,11 @@ void Engine::complete_step() {
   for (const ScheduledSequence& seq : step.sequences) {
     if (!seq.samples) continue;
     const std::size_t r = row++;
-    auto it = live_.find(seq.request);
+    Live* live = live_of(seq);
     // Ended while the step was in flight: cancelled, or stopped at the step before (then this
     // row computed a token nobody wants).
-    if (it == live_.end()) continue;
-    Live& l = it->second;
+    if (!live) continue;
+    Live& l = *live;
     const SamplingParams& params = l.request.sampling;
     RequestEvent event;
     if (done.device_greedy[r]) {
@@ -403,6 +422,7 @@ void Engine::finish(RequestId id, FinishReason reason, RequestEvent event) {
   const SequenceState* state = scheduler_.find(id);
   event.timings.preemptions = state ? state->preemptions : 0;
   scheduler_.remove(id);
+  if (l.slot >= 0) live_by_slot_[static_cast<std::size_t>(l.slot)] = nullptr;
 
   const Clock::time_point now = Clock::now();
   event.finish = reason;

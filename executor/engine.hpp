@@ -45,7 +45,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -128,11 +127,17 @@ class RequestStream {
  private:
   friend class Engine;
   void push(RequestEvent event);
+  // Moves the oldest unread event to `out`; the caller holds mutex_ and has seen one.
+  void take(RequestEvent& out);
 
   const RequestId id_;
   mutable std::mutex mutex_;
   std::condition_variable ready_;
-  std::deque<RequestEvent> events_;
+  // Unread events are events_[head_..]. A vector whose storage is reused, not a deque: a deque
+  // allocates a node every few events on the engine's thread and the reader frees it on its own,
+  // which kept the loop thread's malloc arena growing and trimming every step.
+  std::vector<RequestEvent> events_;
+  std::size_t head_ = 0;
   bool finished_taken_ = false;
   // The engine loop looks at this before every step; a live request always keeps the loop busy,
   // so no wake-up is needed.
@@ -231,6 +236,7 @@ class Engine {
     bool scheduled = false;
     // Position of the placeholder token of an overlapped step (see above), -1 when none.
     int pending_position = -1;
+    int slot = -1;  // in the scheduler (ScheduledSequence::slot), -1 until it is added
   };
   // A launched step until it is collected.
   struct Launched {
@@ -260,6 +266,12 @@ class Engine {
   void finish(RequestId id, FinishReason reason, RequestEvent event = {});
   // Hands the queued events to their streams and refreshes the statistics.
   void deliver();
+  // The live request a scheduled sequence belongs to, or null when it has ended (a step in
+  // flight may outlive its requests, and their slots may be taken by newer ones).
+  Live* live_of(const ScheduledSequence& seq) const {
+    Live* l = live_by_slot_[static_cast<std::size_t>(seq.slot)];
+    return l && l->stream->id() == seq.request ? l : nullptr;
+  }
 
   std::shared_ptr<const Artifact> artifact_;
   std::unique_ptr<ModelBackend> backend_;
@@ -271,6 +283,9 @@ class Engine {
   Scheduler scheduler_;
   Sampler sampler_;
   std::unordered_map<RequestId, Live> live_;
+  // live_'s entries by scheduler slot (null where none), so that a step finds its requests by
+  // index instead of hashing every sequence's id; the map's nodes do not move.
+  std::vector<Live*> live_by_slot_;
   StepOutput output_;
   // Launched steps, oldest first: launched_[oldest_], then the other one when two are in flight.
   Launched launched_[2];

@@ -34,49 +34,66 @@ void Scheduler::check_fits(const SchedulerLimits& limits, int pool_pages, const 
          std::to_string(pool_pages));
 }
 
-void Scheduler::add(RequestId id, std::vector<std::int32_t> prompt, int max_new_tokens) {
+int Scheduler::add(RequestId id, std::vector<std::int32_t> prompt, int max_new_tokens) {
   const std::string who = "request " + std::to_string(id);
-  if (sequences_.count(id)) fail(who + ": the id is already in use");
+  if (slot_of_.count(id)) fail(who + ": the id is already in use");
   check_fits(limits_, pool_.num_pages(), who, static_cast<int>(prompt.size()), max_new_tokens);
-  SequenceState s;
+  int slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<int>(slots_.size());
+    slots_.emplace_back();
+    slot_used_.push_back(false);
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  SequenceState& s = slots_[static_cast<std::size_t>(slot)];
+  s = SequenceState{};
   s.id = id;
   s.arrival = next_arrival_++;
   s.prompt_len = static_cast<int>(prompt.size());
   s.max_len = s.prompt_len + max_new_tokens;
   s.tokens = std::move(prompt);
-  sequences_.emplace(id, std::move(s));
-  waiting_.push_back(id);
+  slot_used_[static_cast<std::size_t>(slot)] = true;
+  slot_of_.emplace(id, slot);
+  waiting_.push_back(slot);
+  return slot;
 }
 
-void Scheduler::insert_by_arrival(std::vector<RequestId>& list, RequestId id) {
-  const std::uint64_t arrival = sequences_.at(id).arrival;
-  auto pos = std::find_if(list.begin(), list.end(),
-                          [&](RequestId other) { return sequences_.at(other).arrival > arrival; });
-  list.insert(pos, id);
+void Scheduler::insert_by_arrival(std::vector<int>& list, int slot) {
+  const std::uint64_t arrival = slots_[static_cast<std::size_t>(slot)].arrival;
+  auto pos = std::find_if(list.begin(), list.end(), [&](int other) {
+    return slots_[static_cast<std::size_t>(other)].arrival > arrival;
+  });
+  list.insert(pos, slot);
 }
 
-void Scheduler::preempt(RequestId id) {
-  SequenceState& s = sequences_.at(id);
+void Scheduler::preempt(int slot) {
+  SequenceState& s = slots_[static_cast<std::size_t>(slot)];
   pool_.release_all(s.pages);
   s.num_computed = 0;
   s.running = false;
   ++s.preemptions;
   ++preemptions_;
-  running_.erase(std::find(running_.begin(), running_.end(), id));
-  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](RequestId other) {
-    return sequences_.at(other).arrival > s.arrival;
+  running_.erase(std::find(running_.begin(), running_.end(), slot));
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(), [&](int other) {
+    return slots_[static_cast<std::size_t>(other)].arrival > s.arrival;
   });
-  waiting_.insert(pos, id);
+  waiting_.insert(pos, slot);
 }
 
-Step Scheduler::schedule() {
-  Step step;
-  // One allocation per step instead of one per doubling while the batch fills.
+void Scheduler::schedule(Step& step) {
+  // clear() keeps the capacity of the step's sequence vector; the first schedule into a step
+  // reserves max_batch entries at once, instead of one allocation per doubling while it fills.
+  step.sequences.clear();
   step.sequences.reserve(static_cast<std::size_t>(limits_.max_batch));
+  step.num_tokens = 0;
   int budget = limits_.token_budget;
-  auto add_chunk = [&](SequenceState& s, int count) {
+  auto add_chunk = [&](int slot, int count) {
+    SequenceState& s = slots_[static_cast<std::size_t>(slot)];
     ScheduledSequence seq;
     seq.request = s.id;
+    seq.slot = slot;
     seq.first_position = s.num_computed;
     seq.tokens = std::span<const std::int32_t>(s.tokens).subspan(
         static_cast<std::size_t>(s.num_computed), static_cast<std::size_t>(count));
@@ -95,55 +112,62 @@ Step Scheduler::schedule() {
   };
   int decoders = 0;
   bool prompt_ready = false;
-  for (RequestId id : running_) {
-    const int r = remaining(sequences_.at(id));
+  for (int slot : running_) {
+    const int r = remaining(slots_[static_cast<std::size_t>(slot)]);
     decoders += r == 1;
     prompt_ready = prompt_ready || r > 1;
   }
   if (!waiting_.empty() && num_running() < limits_.max_batch &&
-      pages_for(static_cast<int>(sequences_.at(waiting_.front()).tokens.size())) <=
+      pages_for(static_cast<int>(slots_[static_cast<std::size_t>(waiting_.front())].tokens.size())) <=
           pool_.free_pages())
     prompt_ready = true;
   const bool prompt_turn = prompt_ready && decoders >= budget && !last_step_prompt_turn_;
   last_step_prompt_turn_ = prompt_turn;
 
-  // 1. Decode, oldest first. Victims of preemption are always younger than the request being
-  // served, so none of them is already in the step.
-  const std::vector<RequestId> by_age = prompt_turn ? std::vector<RequestId>{} : running_;
-  for (RequestId id : by_age) {
-    SequenceState& s = sequences_.at(id);
-    if (!s.running || remaining(s) != 1) continue;
+  // 1. Decode, oldest first. Victims of preemption are always the youngest, at the back of
+  // running_: none of them is already in the step, and walking running_ by index meets exactly
+  // the requests that are still running.
+  for (std::size_t i = 0; !prompt_turn && i < running_.size(); ++i) {
+    const int slot = running_[i];
+    SequenceState& s = slots_[static_cast<std::size_t>(slot)];
+    if (remaining(s) != 1) continue;
     bool has_page = s.num_computed < static_cast<int>(s.pages.size()) * limits_.page_size;
     while (!has_page) {
       if (pool_.allocate(1, s.pages)) {
         has_page = true;
       } else {
-        RequestId youngest = running_.back();
+        const int youngest = running_.back();
         preempt(youngest);
-        if (youngest == id) break;
+        if (youngest == slot) break;
       }
     }
     if (!has_page) continue;
-    add_chunk(s, 1);
+    add_chunk(slot, 1);
   }
 
   // 2. The rest of the prompts of running requests, oldest first, within the budget.
-  for (RequestId id : running_) {
+  for (int slot : running_) {
     if (budget <= 0) break;
-    SequenceState& s = sequences_.at(id);
+    const SequenceState& s = slots_[static_cast<std::size_t>(slot)];
     // One remaining token was served (or preempted) by the decode pass above.
-    if (remaining(s) > 1) add_chunk(s, std::min(remaining(s), budget));
+    if (remaining(s) > 1) add_chunk(slot, std::min(remaining(s), budget));
   }
 
   // 3. Admission in arrival order. A request takes pages for all its known tokens now, so its
   // prompt chunks never wait for pages later.
   while (!waiting_.empty() && budget > 0 && num_running() < limits_.max_batch) {
-    SequenceState& s = sequences_.at(waiting_.front());
+    const int slot = waiting_.front();
+    SequenceState& s = slots_[static_cast<std::size_t>(slot)];
     if (!pool_.allocate(pages_for(static_cast<int>(s.tokens.size())), s.pages)) break;
     waiting_.pop_front();
     s.running = true;
-    insert_by_arrival(running_, s.id);
-    add_chunk(s, std::min(static_cast<int>(s.tokens.size()), budget));
+    // Room for every token and page it can reach, taken once it runs (not while it waits, where
+    // a long queue would hold it): growing them while it decodes would reallocate in the steps
+    // where a batch that started together crosses the same sizes.
+    s.tokens.reserve(static_cast<std::size_t>(s.max_len));
+    s.pages.reserve(static_cast<std::size_t>(pages_for(s.max_len)));
+    insert_by_arrival(running_, slot);
+    add_chunk(slot, std::min(static_cast<int>(s.tokens.size()), budget));
   }
 
   const bool all_single =
@@ -160,27 +184,26 @@ Step Scheduler::schedule() {
     step.bucket = *std::lower_bound(limits_.prefill_buckets.begin(), limits_.prefill_buckets.end(),
                                     step.num_tokens);
   }
-  return step;
 }
 
 void Scheduler::commit(const Step& step) {
   for (const ScheduledSequence& q : step.sequences) {
-    auto it = sequences_.find(q.request);
-    if (it == sequences_.end()) continue;
-    SequenceState& s = it->second;
-    s.num_computed = q.first_position + static_cast<int>(q.tokens.size());
+    const auto slot = static_cast<std::size_t>(q.slot);
+    // Removed since the step was scheduled, and perhaps the slot taken by a later request.
+    if (!slot_used_[slot] || slots_[slot].id != q.request) continue;
+    slots_[slot].num_computed = q.first_position + static_cast<int>(q.tokens.size());
   }
 }
 
 void Scheduler::append_token(RequestId id, std::int32_t token) {
-  SequenceState& s = sequences_.at(id);
+  SequenceState& s = slots_.at(static_cast<std::size_t>(slot_of_.at(id)));
   if (static_cast<int>(s.tokens.size()) >= s.max_len)
     fail("scheduler: request " + std::to_string(id) + " is already at its length limit");
   s.tokens.push_back(token);
 }
 
 void Scheduler::resolve_token(RequestId id, int position, std::int32_t token) {
-  SequenceState& s = sequences_.at(id);
+  SequenceState& s = slots_.at(static_cast<std::size_t>(slot_of_.at(id)));
   if (position < s.prompt_len || position >= static_cast<int>(s.tokens.size()) ||
       s.tokens[static_cast<std::size_t>(position)] >= 0)
     fail("scheduler: request " + std::to_string(id) + " has no placeholder at position " +
@@ -189,25 +212,33 @@ void Scheduler::resolve_token(RequestId id, int position, std::int32_t token) {
 }
 
 void Scheduler::remove(RequestId id) {
-  auto it = sequences_.find(id);
-  if (it == sequences_.end()) return;
-  pool_.release_all(it->second.pages);
-  if (it->second.running)
-    running_.erase(std::find(running_.begin(), running_.end(), id));
+  auto it = slot_of_.find(id);
+  if (it == slot_of_.end()) return;
+  const int slot = it->second;
+  SequenceState& s = slots_[static_cast<std::size_t>(slot)];
+  pool_.release_all(s.pages);
+  if (s.running)
+    running_.erase(std::find(running_.begin(), running_.end(), slot));
   else
-    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
-  sequences_.erase(it);
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), slot));
+  // The tokens go now, not when the slot is reused: a finished request's memory is not held.
+  s.tokens = {};
+  slot_used_[static_cast<std::size_t>(slot)] = false;
+  free_slots_.push_back(slot);
+  slot_of_.erase(it);
 }
 
 const SequenceState* Scheduler::find(RequestId id) const {
-  auto it = sequences_.find(id);
-  return it == sequences_.end() ? nullptr : &it->second;
+  auto it = slot_of_.find(id);
+  return it == slot_of_.end() ? nullptr : &slots_[static_cast<std::size_t>(it->second)];
 }
 
 void Scheduler::check_invariant() const {
   std::vector<std::span<const PageId>> tables;
-  for (const auto& [id, s] : sequences_) {
-    const std::string who = "scheduler invariant: request " + std::to_string(id);
+  for (std::size_t slot = 0; slot < slots_.size(); ++slot) {
+    if (!slot_used_[slot]) continue;
+    const SequenceState& s = slots_[slot];
+    const std::string who = "scheduler invariant: request " + std::to_string(s.id);
     if (!s.running && !s.pages.empty()) fail(who + " is waiting but holds pages");
     if (s.num_computed > static_cast<int>(s.pages.size()) * limits_.page_size)
       fail(who + " has more computed positions than its pages hold");
@@ -217,7 +248,7 @@ void Scheduler::check_invariant() const {
     tables.emplace_back(s.pages);
   }
   if (num_running() > limits_.max_batch) fail("scheduler invariant: more running than max_batch");
-  if (running_.size() + waiting_.size() != sequences_.size())
+  if (running_.size() + waiting_.size() != slot_of_.size())
     fail("scheduler invariant: a request is in neither queue or in both");
   pool_.check_invariant(tables);
 }

@@ -50,6 +50,10 @@ struct ScheduledSequence {
   std::span<const std::int32_t> tokens;  // the new tokens this step computes
   std::span<const PageId> page_table;    // page i holds positions [i*page_size, (i+1)*page_size)
   bool samples = false;                  // the chunk ends the known tokens: a next token is sampled
+  // The request's slot (Scheduler::add): the engine keeps per-request state in vectors indexed by
+  // it instead of looking ids up in maps every step. A slot is reused once its request is removed,
+  // so a step that outlives its request (an overlapped one) must compare `request` before use.
+  int slot = -1;
 };
 
 enum class BucketKind { Decode, Prefill };
@@ -81,14 +85,22 @@ class Scheduler {
  public:
   Scheduler(SchedulerLimits limits, KvPagePool& pool);
 
-  // Queues a request. Throws telos::Error naming the request when it can never run: an empty
-  // prompt, prompt + max_new_tokens over max_seq_len, or more pages than the whole pool.
-  void add(RequestId id, std::vector<std::int32_t> prompt, int max_new_tokens);
+  // Queues a request and returns its slot (ScheduledSequence::slot). Throws
+  // telos::Error naming the request when it can never run: an empty prompt, prompt +
+  // max_new_tokens over max_seq_len, or more pages than the whole pool.
+  int add(RequestId id, std::vector<std::int32_t> prompt, int max_new_tokens);
   // The checks add() makes, for callers that want to refuse a request before queueing it.
   static void check_fits(const SchedulerLimits& limits, int pool_pages, const std::string& who,
                          int prompt_len, int max_new_tokens);
 
-  Step schedule();
+  // Builds the next step into `step`, reusing its storage: the engine schedules into the step
+  // slot it launched two steps ago, so a step costs no heap allocation in steady state.
+  void schedule(Step& step);
+  Step schedule() {
+    Step step;
+    schedule(step);
+    return step;
+  }
   // Records that the step ran: every scheduled token now has its K and V in the cache. Requests
   // removed since the step was scheduled are skipped (an overlapped step may outlive them).
   void commit(const Step& step);
@@ -117,14 +129,19 @@ class Scheduler {
   int pages_for(int positions) const {
     return (positions + limits_.page_size - 1) / limits_.page_size;
   }
-  void preempt(RequestId id);
-  void insert_by_arrival(std::vector<RequestId>& list, RequestId id);
+  void preempt(int slot);
+  void insert_by_arrival(std::vector<int>& list, int slot);
 
   SchedulerLimits limits_;
   KvPagePool& pool_;
-  std::unordered_map<RequestId, SequenceState> sequences_;
-  std::deque<RequestId> waiting_;   // by arrival
-  std::vector<RequestId> running_;  // by arrival
+  // Requests by slot, so that schedule() and commit() index a vector where they would otherwise
+  // hash an id per sequence per step; slot_of_ serves the calls that name a request by id.
+  std::vector<SequenceState> slots_;
+  std::vector<bool> slot_used_;
+  std::vector<int> free_slots_;  // slots of removed requests, reused before the vector grows
+  std::unordered_map<RequestId, int> slot_of_;
+  std::deque<int> waiting_;   // slots, by arrival
+  std::vector<int> running_;  // slots, by arrival
   std::uint64_t next_arrival_ = 0;
   std::uint64_t preemptions_ = 0;
   bool last_step_prompt_turn_ = false;  // see schedule(): decodes and prompts alternate

@@ -69,6 +69,7 @@ struct GpuStepExecutor::State {
   };
   struct Bucket {
     std::string kind;
+    bool decode = false;  // kind == "decode", which choose() asks of every bucket every step
     int size = 0, tokens = 0, sample_rows = 0;
     std::vector<LaunchRecord> launches;
     cudaGraphExec_t graph = nullptr;
@@ -216,12 +217,10 @@ struct GpuStepExecutor::State {
     }
     const Bucket* best = nullptr;
     for (const auto& b : buckets) {
-      const bool fits = b.kind == "decode" ? one_each && n <= b.size
-                                           : total <= b.tokens && n <= desc.max_batch;
+      const bool fits = b.decode ? one_each && n <= b.size : total <= b.tokens && n <= desc.max_batch;
       if (!fits || sampling_rows > b.sample_rows) continue;
       // Prefer decode buckets for decode steps, then the smallest that fits.
-      if (!best || (b.kind == "decode" && best->kind != "decode") ||
-          (b.kind == best->kind && b.tokens < best->tokens))
+      if (!best || (b.decode && !best->decode) || (b.decode == best->decode && b.tokens < best->tokens))
         best = &b;
     }
     if (!best)
@@ -501,6 +500,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   for (const auto& bj : programs.at("buckets")) {
     State::Bucket b;
     b.kind = bj.at("kind").get<std::string>();
+    b.decode = b.kind == "decode";
     b.size = json_int(bj, "size", "programs.buckets[]");
     b.tokens = json_int(bj, "tokens", "programs.buckets[]");
     b.sample_rows = json_int(bj, "sample_rows", "programs.buckets[]");

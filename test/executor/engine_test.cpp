@@ -123,6 +123,22 @@ TEST_P(EngineFamilies, BatchCompositionChangesNothing) {
   }
 }
 
+// A stream whose reader comes only after the request has ended holds every event, and hands
+// them over in order (the stream's storage drops read events as the reader catches up).
+TEST(Engine, AReaderFarBehindGetsEveryEventInOrder) {
+  TinyArtifactSpec spec;
+  spec.max_seq_len = 256;
+  spec.kv_pages = 128;
+  auto engine = make_engine(spec, "late-reader");
+  const Result live = collect(engine->submit(request({3, 1, 4}, 200, 0.0f, 1)));
+  RequestHandle late = engine->submit(request({3, 1, 4}, 200, 0.0f, 1));
+  engine->wait_idle();
+  const Result buffered = collect(late);
+  EXPECT_EQ(buffered.finish, FinishReason::Length);
+  ASSERT_EQ(buffered.ids.size(), 200u);
+  EXPECT_EQ(buffered.ids, live.ids);
+}
+
 // A prefill chunk of 4 tokens, and a pool so small that requests are preempted and recomputed,
 // give the same tokens as one-step prefill with room to spare.
 TEST_P(EngineFamilies, ChunkingAndPreemptionChangeNothing) {

@@ -330,5 +330,49 @@ TEST(Scheduler, PlaceholderTokensAreScheduledAndResolvedInPlace) {
   s.check_invariant();
 }
 
+// Slots are reused: a step that outlives its request must not touch the request that took the
+// slot after it (the engine commits an overlapped step after requests of it have ended).
+TEST(Scheduler, AStepCommittedAfterItsRequestLeftSparesTheSlotsNextHolder) {
+  KvPagePool pool(64);
+  Scheduler s(limits(), pool);
+  const int slot = s.add(1, prompt(6), 4);
+  const Step step = s.schedule();
+  ASSERT_EQ(step.sequences.size(), 1u);
+  EXPECT_EQ(step.sequences[0].slot, slot);
+  s.remove(1);
+  EXPECT_EQ(s.add(2, prompt(3), 4), slot);
+  s.commit(step);
+  EXPECT_EQ(s.find(2)->num_computed, 0);
+  const Step next = s.schedule();  // request 2's whole prompt, from position 0
+  ASSERT_EQ(next.sequences.size(), 1u);
+  EXPECT_EQ(next.sequences[0].request, 2u);
+  EXPECT_EQ(next.sequences[0].first_position, 0);
+  EXPECT_EQ(next.sequences[0].tokens.size(), 3u);
+  run(s, next);
+  EXPECT_EQ(s.find(2)->num_computed, 3);
+}
+
+// schedule(Step&) refills a step in place: what was in it before leaves no trace.
+TEST(Scheduler, SchedulingIntoAUsedStepReplacesItsContents) {
+  KvPagePool pool(64);
+  Scheduler s(limits(), pool);
+  s.add(1, prompt(10), 4);
+  s.add(2, prompt(3), 4);
+  Step step;
+  s.schedule(step);
+  ASSERT_EQ(step.sequences.size(), 2u);
+  EXPECT_EQ(step.num_tokens, 13);
+  EXPECT_EQ(step.bucket_kind, BucketKind::Prefill);
+  run(s, step);
+  s.schedule(step);  // two decodes
+  ASSERT_EQ(step.sequences.size(), 2u);
+  EXPECT_EQ(step.num_tokens, 2);
+  EXPECT_EQ(step.bucket_kind, BucketKind::Decode);
+  EXPECT_EQ(step.bucket, 2);
+  EXPECT_EQ(step.sequences[0].first_position, 10);
+  EXPECT_EQ(step.sequences[1].first_position, 3);
+  run(s, step);
+}
+
 }  // namespace
 }  // namespace telos::exec
