@@ -94,22 +94,7 @@ __device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGE
 #pragma unroll
     for (unsigned j = 0; j < kOutCols / 8; ++j) {
       const unsigned n = t * kOutCols + 8 * j + 2 * (lane % 4);
-      const long long at = static_cast<long long>(m) * N + n;
-      if constexpr (EPI == SmallEpi::Residual) {
-        float2* p = reinterpret_cast<float2*>(static_cast<float*>(out) + at);
-        float2 v = __ldcg(p);
-        v.x = add_rn_ftz(v.x, d[4 * j + 2 * hh]);
-        v.y = add_rn_ftz(v.y, d[4 * j + 2 * hh + 1]);
-        *p = v;
-      } else if constexpr (EPI == SmallEpi::SwiGlu) {
-        constexpr unsigned kUp = 4 * (kOutCols / 8);
-        *reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at) =
-            pack_bf16x2(EpilogueSwiGlu::act(d[4 * j + 2 * hh], d[kUp + 4 * j + 2 * hh]),
-                        EpilogueSwiGlu::act(d[4 * j + 2 * hh + 1], d[kUp + 4 * j + 2 * hh + 1]));
-      } else {
-        *reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at) =
-            pack_bf16x2(d[4 * j + 2 * hh], d[4 * j + 2 * hh + 1]);
-      }
+      small_gemm_store<EPI, BN, true>(d, hh, j, out, static_cast<long long>(m) * N + n);
     }
   }
 }

@@ -54,6 +54,33 @@ struct SmallGemm {
 // EpilogueResidual, EpilogueSwiGlu).
 enum class SmallEpi { StoreBf16, Residual, SwiGlu };
 
+// The epilogue of one accumulator pair of a small-M GEMM tile: d[4j + 2h], d[4j + 2h + 1] (with
+// SwiGLU their up halves kUp further) into columns n, n + 1 of row m of `out`, at = m · N + n, with
+// the prefill epilogues' arithmetic. L2_ONLY reads the residual past L1 (a persistent kernel whose
+// other CTAs wrote it in the same launch).
+template <SmallEpi EPI, unsigned BN, bool L2_ONLY = false>
+__device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsigned h, unsigned j, void* out,
+                                                 long long at) {
+  if constexpr (EPI == SmallEpi::Residual) {
+    float2* p = reinterpret_cast<float2*>(static_cast<float*>(out) + at);
+    float2 v;
+    if constexpr (L2_ONLY)
+      v = __ldcg(p);
+    else
+      v = *p;
+    v.x = add_rn_ftz(v.x, d[4 * j + 2 * h]);
+    v.y = add_rn_ftz(v.y, d[4 * j + 2 * h + 1]);
+    *p = v;
+  } else if constexpr (EPI == SmallEpi::SwiGlu) {
+    constexpr unsigned kUp = 4 * (BN / 2 / 8);
+    *reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at) =
+        pack_bf16x2(EpilogueSwiGlu::act(d[4 * j + 2 * h], d[kUp + 4 * j + 2 * h]),
+                    EpilogueSwiGlu::act(d[4 * j + 2 * h + 1], d[kUp + 4 * j + 2 * h + 1]));
+  } else {
+    *reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at) = pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+  }
+}
+
 // BN weight rows per tile (for SwiGLU: BN / 2 gate rows then their BN / 2 up rows); N output
 // columns (SwiGLU: I, with W [2I, K]). `out` is bf16 [M, N] (StoreBf16, SwiGlu) or the f32
 // residual stream x [M, N] (Residual). A is a_map's [M, K] bf16 rows, or with NORM the rows of
@@ -213,22 +240,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
     for (unsigned j = 0; j < kOutCols / 8; ++j) {
       const unsigned n = tn * kOutCols + 8 * j + 2 * (lane % 4);
       if (n >= static_cast<unsigned>(N)) continue;
-      const long long at = static_cast<long long>(m) * N + n;
-      if constexpr (EPI == SmallEpi::Residual) {
-        float2* p = reinterpret_cast<float2*>(static_cast<float*>(out) + at);
-        float2 v = *p;
-        v.x = add_rn_ftz(v.x, d[4 * j + 2 * h]);
-        v.y = add_rn_ftz(v.y, d[4 * j + 2 * h + 1]);
-        *p = v;
-      } else if constexpr (EPI == SmallEpi::SwiGlu) {
-        constexpr unsigned kUp = 4 * (kOutCols / 8);
-        *reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at) =
-            pack_bf16x2(EpilogueSwiGlu::act(d[4 * j + 2 * h], d[kUp + 4 * j + 2 * h]),
-                        EpilogueSwiGlu::act(d[4 * j + 2 * h + 1], d[kUp + 4 * j + 2 * h + 1]));
-      } else {
-        *reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at) =
-            pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-      }
+      small_gemm_store<EPI, BN>(d, h, j, out, static_cast<long long>(m) * N + n);
     }
   }
 }
