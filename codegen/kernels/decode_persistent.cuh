@@ -1,14 +1,17 @@
 #pragma once
-// The first piece of the persistent decode kernel (issue 7: a decode step's launches each pay a
-// boundary of ~4.5 µs in which the weight stream stops, docs/perf-log.md run K). Here: the four
-// GEMMs of a layer (qkv; o with the residual; gate/up with SwiGLU; down with the residual), for
-// LAYERS layers, in one launch of one CTA per SM. Each CTA's producer streams the weight boxes of
-// all its tiles, phase after phase and layer after layer, through one ring of shared memory without
-// ever waiting for activations; the consumers wait at each phase for a grid-wide count (every CTA
-// has finished the previous phase's stores), load the phase's activations into a resident A and
-// run their tiles. So the memory system keeps streaming across the phase boundaries, which a kernel
-// boundary cannot (the ring drains while the grid completes and the next one starts). telos-kernel-
-// bench times it against the same GEMMs as separate kernels ("layer GEMMs"); no plan uses it yet.
+// Persistent decode kernels (issue 7: a decode step's launches each pay a boundary of ~4.5 µs in
+// which the weight stream stops, docs/perf-log.md runs K–N). One CTA per SM; its producer warp
+// streams the weight boxes of all its tiles, phase after phase, through one ring of shared memory
+// without ever waiting for activations; its consumer warpgroup waits at each phase for a grid-wide
+// count (every CTA has finished the previous phase's stores), loads the phase's activations into a
+// resident A and runs its tiles or work items. So the memory system keeps streaming across the
+// phase boundaries, which a kernel boundary cannot (the ring drains while the grid completes and
+// the next one starts).
+//  - decode_layer_persistent: a whole one-token decode layer (the plan's decode buckets of
+//    kDecodeLayerPersistentMaxRows tokens), its attention half's phases and then MlpPhases.
+//  - layer_gemms_persistent: only the four GEMMs of a layer (qkv; o with the residual; gate/up with
+//    SwiGLU; down with the residual) for LAYERS layers, the prototype telos-kernel-bench times
+//    against the same GEMMs as separate kernels ("layer GEMMs").
 //
 // Bits: every output element is the same wgmma m64nNk16 chain over K, in 64-element blocks in
 // order from zero, as gemm_small_* computes it (the per-element result does not depend on the
