@@ -334,6 +334,31 @@ TEST(Codegen, GemmTilingOfLlama8bShapes) {
   EXPECT_EQ(gemm_launch(gemm_tiling(4096, 14336), 4096, 8, true).tiling.rows, 16);
 }
 
+// The persistent decode layer's tiles: 32 rows where that gives an SM a tile or more (the 8B's
+// 4096- and 6144-row matrices), 16 where it would not (the 1B's o and down: 64 tiles of 32 rows),
+// larger where K is not whole 8 KB slots of 16-row tiles (tiny's o, K 128); gate/up 32 + 32; the
+// ring fills what the resident A (the largest K) and 16 KB of static shared memory leave of 227 KB.
+// Shapes it cannot take (K not whole slots) run the kernel-per-operation path.
+TEST(Codegen, DecodeLayerTiling) {
+  auto tiling = [](int h, int nqkv, int ko, int i, int d) {
+    const PersistentLayerTiling t = decode_layer_tiling(h, nqkv, ko, i, d);
+    return std::array<int, 7>{t.bq, t.bo, t.bg, t.bd, t.stages, t.smem, t.fits ? 1 : 0};
+  };
+  // Llama-3.1-8B: resident A 28 KB + 128 B (K 14336), 22 slots.
+  EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 128), (std::array<int, 7>{32, 32, 64, 32, 22, 211296, 1}));
+  // Llama-3.2-1B: 96 qkv and 64 o / down tiles of 32 rows would leave SMs idle.
+  EXPECT_EQ(tiling(2048, 3072, 2048, 8192, 64), (std::array<int, 7>{16, 16, 64, 16, 24, 215424, 1}));
+  // Qwen3-0.6B: o's K (Hq · D = 2048) differs from H.
+  EXPECT_EQ(tiling(1024, 4096, 2048, 3072, 128), (std::array<int, 7>{32, 16, 64, 16, 25, 213392, 1}));
+  // tiny-llama: o's K 128 is not a slot of 16-row tiles (four K blocks), so 32 rows.
+  EXPECT_EQ(tiling(128, 256, 128, 256, 32)[1], 32);
+  // Not whole slots, or a head dimension attention does not take: the plan keeps separate kernels.
+  EXPECT_EQ(tiling(1000, 3000, 1000, 3000, 100)[6], 0);
+  EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 256)[6], 0);
+  for (auto t : {tiling(4096, 6144, 4096, 14336, 128), tiling(2048, 3072, 2048, 8192, 64)})
+    EXPECT_LE(t[5] + 16 * 1024, 227 * 1024);
+}
+
 // The small-M GEMM covers the GPU at Llama-3.1-8B shapes, and its stage ring fills the shared
 // memory of the CTAs that share an SM (whole grid resident).
 TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
