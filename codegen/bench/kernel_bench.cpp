@@ -282,20 +282,15 @@ int main(int argc, char** argv) {
     };
     // Per (shape, M): every configuration's four tilings and instances, compiled side by side.
     // At M = 1 also the four GEMMs of all 8 layers in one persistent launch (decode_persistent.cuh),
-    // its ring as deep as the shared memory allows beside the resident A of the largest K, with
-    // 32-row tiles (gate/up 32 + 32) and with 16-row tiles for qkv, o and down (twice the tiles: the
-    // 1B shape's o and down have 64 tiles of 32 rows for 132 CTAs).
+    // its ring the plan's (below), with 32-row tiles (gate/up 32 + 32) and with 16-row tiles for
+    // qkv, o and down (twice the tiles: the 1B shape's o and down have 64 tiles of 32 rows for 132
+    // CTAs).
     struct PersistentTiles { const char* label; std::array<int, 4> bn; };
     const PersistentTiles persistent_tiles[] = {{"persistent", {32, 32, 64, 32}},
                                                 {"persistent bn16", {16, 16, 64, 16}}};
-    auto persistent_stages = [](const Shape& sh) {
-      const int resident = (std::max(sh.H, sh.I) / 8 * 16 + 128 + 1023) / 1024 * 1024;
-      return (227 * 1024 - 1024 - resident) / (8192 + 16);
-    };
-    auto persistent_smem = [&](const Shape& sh) {
-      const int resident = (std::max(sh.H, sh.I) / 8 * 16 + 128 + 1023) / 1024 * 1024;
-      return 1024 + resident + persistent_stages(sh) * (8192 + 16);
-    };
+    // The ring of the plan's persistent layer (decode_layer_tiling), so the prototype streams
+    // through as many slots as decode_layer_persistent does.
+    auto ring = [](const Shape& sh) { return decode_layer_tiling(sh.H, sh.QKV, sh.H, sh.I, 128); };
     struct Chain { const Shape* sh; int M; std::vector<SmallGemmTiling> tiles; std::vector<std::string> names; };
     std::vector<Chain> chains;
     for (const Shape& sh : shapes)
@@ -312,7 +307,7 @@ int main(int argc, char** argv) {
         if (M == 1)
           for (const PersistentTiles& p : persistent_tiles)
             ch.names.push_back("telos_kernels::layer_gemms_persistent<1, " + I(sh.H) + ", " + I(sh.QKV) + ", " +
-                               I(sh.I) + ", " + I(kLayers) + ", " + I(persistent_stages(sh)) + ", " + I(p.bn[0]) +
+                               I(sh.I) + ", " + I(kLayers) + ", " + I(ring(sh).stages) + ", " + I(p.bn[0]) +
                                ", " + I(p.bn[1]) + ", " + I(p.bn[2]) + ", " + I(p.bn[3]) + ">");
         chains.push_back(std::move(ch));
       }
@@ -412,7 +407,7 @@ int main(int argc, char** argv) {
           const int sms = prop.multiProcessorCount;
           auto launch = [&](int) {
             mod.launch(names[names.size() - std::size(persistent_tiles) + pi], dim3(sms), 128 + 32,
-                       {maps, a_h, a_h, a_h, act, qkv, x, sync}, persistent_smem(sh));
+                       {maps, a_h, a_h, a_h, act, qkv, x, sync}, ring(sh).smem);
           };
           const double layer_us = median_us(launch, 20, 3) / kLayers;
           cudaMemset(x, 0, static_cast<std::size_t>(M) * sh.H * 4);
@@ -422,7 +417,7 @@ int main(int argc, char** argv) {
           const bool same = r.qkv == plan_result.qkv && r.act == plan_result.act && r.x == plan_result.x;
           char label[64], shape[64];
           std::snprintf(label, sizeof label, "layer GEMMs %s %s%s", sh.name, pt.label, same ? "" : " DIFF");
-          std::snprintf(shape, sizeof shape, "M=%d (%d st of 8 KB)", M, persistent_stages(sh));
+          std::snprintf(shape, sizeof shape, "M=%d (%d st of 8 KB)", M, ring(sh).stages);
           std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, layer_us, layer_bytes / layer_us / 1e3,
                       100.0 * layer_bytes / layer_us / 1e3 / copy_gbs);
           cudaFree(maps);

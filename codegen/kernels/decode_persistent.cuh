@@ -258,38 +258,14 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
 }
 
 // RMSNorm of x's M rows (f32 [M, H], written by other CTAs in this launch or by earlier kernels)
-// into the resident interleaved A, with the arithmetic of the rmsnorm kernel and the small GEMM's
-// norm prologue (norm.cuh): every row's sum of squares first, then the rows as 16-byte chunks; the
-// zero tail; the fence for wgmma and the meeting. w8: this thread's norm weights (rms_load_w).
+// into the resident interleaved A: the small GEMM's norm prologue (rms_rows_interleaved), x read
+// past L1. w8: this thread's norm weights (rms_load_w).
 template <int M, int H, float EPS>
 __device__ __forceinline__ void persistent_norm_a(unsigned base, const float* x,
                                                   const float (&w8)[kNormChunks<H>][8]) {
   __shared__ float scratch[4 * M];
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-#pragma unroll
-  for (int r = 0; r < M; ++r) {
-    const float ss = rms_partial<H, true>(x + static_cast<long long>(r) * H, t);
-    if (lane == 0) scratch[4 * r + warp] = ss;
-  }
-  hexel::named_barrier_sync(1, 128);
-#pragma unroll
-  for (int r = 0; r < M; ++r) {
-    const float* row = x + static_cast<long long>(r) * H;
-    const float sums[4] = {scratch[4 * r], scratch[4 * r + 1], scratch[4 * r + 2], scratch[4 * r + 3]};
-    const float inv = rms_inv<H, EPS>(sums);
-#pragma unroll
-    for (int k = 0; k < kNormChunks<H>; ++k) {
-      const int c = t + k * kNormThreads;
-      if (c < H / 8) {
-        const uint4 v = rms_apply8<H, true>(row, c, inv, w8[k]);
-        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(base + (c * M + r) * 16), "r"(v.x), "r"(v.y),
-                     "r"(v.z), "r"(v.w));
-      }
-    }
-  }
-  if (t < 8) asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(base + (H / 8 * M + t) * 16), "r"(0u));
-  hexel::fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
-  hexel::named_barrier_sync(1, 128);
+  rms_rows_interleaved<M, H, EPS, H / 8, true>(base, x, w8, scratch, t, warp, lane);
 }
 
 // The MLP half of a layer's decode step: x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x +=

@@ -54,6 +54,44 @@ struct SmallGemm {
 // EpilogueResidual, EpilogueSwiGlu).
 enum class SmallEpi { StoreBf16, Residual, SwiGlu };
 
+// RMSNorm of x's M rows [M, K] (f32) into A resident in shared memory at `base`, in the interleaved
+// wgmma layout (chunk c of row r at 16 (c M + r)), with the rmsnorm kernel's arithmetic (norm.cuh),
+// by the 128 consumer threads (t, its warp and lane): pass 1, every row's sum of squares (no barrier
+// between rows, so their loads overlap) into scratch[4 M]; pass 2, chunks 0 .. CHUNKS - 1 of every
+// row (zeros past K), then the 128-byte zero tail the last core matrix's rows past M read; the fence
+// for wgmma and the meeting. w8: this thread's norm weights (rms_load_w). L2_ONLY: x read past L1.
+template <int M, int K, float EPS, unsigned CHUNKS, bool L2_ONLY, class Warp>
+__device__ __forceinline__ void rms_rows_interleaved(unsigned base, const float* x, const float (&w8)[kNormChunks<K>][8],
+                                                     float* scratch, int t, Warp warp, Warp lane) {
+  using namespace hexel;
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    const float ss = rms_partial<K, L2_ONLY>(x + static_cast<long long>(r) * K, t);
+    if (lane == 0) scratch[4 * r + warp] = ss;
+  }
+  named_barrier_sync(1, 128);
+  // No "memory" clobber: x's loads for the next rows may move above these stores (they do not
+  // alias), so the rows' L2 round trips overlap; the fence and barrier below are ordered after
+  // every store (volatile asm keeps its order).
+  auto st16 = [](unsigned addr, uint4 v) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+  };
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    const float* row = x + static_cast<long long>(r) * K;
+    const float sums[4] = {scratch[4 * r], scratch[4 * r + 1], scratch[4 * r + 2], scratch[4 * r + 3]};
+    const float inv = rms_inv<K, EPS>(sums);
+#pragma unroll
+    for (int k = 0; k < kNormChunks<K>; ++k) {
+      const int c = t + k * kNormThreads;
+      if (c < static_cast<int>(CHUNKS)) st16(base + (c * M + r) * 16, rms_apply8<K, L2_ONLY>(row, c, inv, w8[k]));
+    }
+  }
+  if (t < 8) st16(base + CHUNKS * M * 16 + 16 * t, make_uint4(0u, 0u, 0u, 0u));
+  fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
+  named_barrier_sync(1, 128);
+}
+
 // The epilogue of one accumulator pair of a small-M GEMM tile: d[4j + 2h], d[4j + 2h + 1] (with
 // SwiGLU their up halves kUp further) into columns n, n + 1 of row m of `out`, at = m · N + n, with
 // the prefill epilogues' arithmetic. L2_ONLY reads the residual past L1 (a persistent kernel whose
@@ -178,40 +216,13 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   const unsigned warp = warp_index();
   const unsigned lane = threadIdx.x % 32;
   if constexpr (NORM) {
-    // The norm's weights before the wait (no kernel writes them), x after it. Pass 1: every row's
-    // sum of squares (no barrier between rows, so their loads overlap); pass 2: the rows as
-    // 16-byte chunks (zeros for K past its end) and the zero tail.
+    // The norm's weights before the wait (no kernel writes them), x after it.
     const int t = threadIdx.x;
     float w8[kNormChunks<K>][8];
     rms_load_w<K>(norm_w, t, w8);
     grid_dependency_wait();
     float* scratch = reinterpret_cast<float*>(smem_raw + (empty + STAGES * 8 - smem_addr(smem_raw)));
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      const float ss = rms_partial<K>(x + static_cast<long long>(r) * K, t);
-      if (lane == 0) scratch[4 * r + warp] = ss;
-    }
-    named_barrier_sync(1, 128);
-    // No "memory" clobber: x's loads for the next rows may move above these stores (they do not
-    // alias), so the rows' L2 round trips overlap; the fence and barrier below are ordered after
-    // every store (volatile asm keeps its order).
-    auto st16 = [](unsigned addr, uint4 v) {
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
-    };
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-      const float* row = x + static_cast<long long>(r) * K;
-      const float sums[4] = {scratch[4 * r], scratch[4 * r + 1], scratch[4 * r + 2], scratch[4 * r + 3]};
-      const float inv = rms_inv<K, EPS>(sums);
-#pragma unroll
-      for (int k = 0; k < kNormChunks<K>; ++k) {
-        const int c = t + k * kNormThreads;
-        if (c < static_cast<int>(kAChunks)) st16(base + (c * M + r) * 16, rms_apply8<K>(row, c, inv, w8[k]));
-      }
-    }
-    if (t < 8) st16(base + kAChunks * M * 16 + 16 * t, make_uint4(0u, 0u, 0u, 0u));
-    fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
-    named_barrier_sync(1, 128);
+    rms_rows_interleaved<M, K, EPS, kAChunks, false>(base, x, w8, scratch, t, warp, lane);
   } else {
     grid_dependency_wait();
     if constexpr (kARows < kASlotRows) {
