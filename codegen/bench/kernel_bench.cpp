@@ -65,10 +65,11 @@ double median_us(const std::function<void(int)>& fn, int reps = 30, int warm = 5
 struct Module {
   cudaLibrary_t lib = nullptr;
   CompiledModule m;
-  Module(const std::vector<std::string>& names) {
+  // `defines`: source lines put before the generated source (TELOS_PHASE_TRACE).
+  explicit Module(const std::vector<std::string>& names, const std::string& defines = "") {
     KernelPlan plan;
     plan.rope_inv_freq.assign(64, 1.f);  // head dim 128: the QKV epilogue reads 64 frequencies
-    m = compile_module(emit_source(plan), "sm_90a", names, CompileCache::default_root());
+    m = compile_module(defines + emit_source(plan), "sm_90a", names, CompileCache::default_root());
     check(cudaLibraryLoadData(&lib, m.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "load");
   }
   // `pdl`: with programmatic stream serialization, as the engine launches every kernel of a step
@@ -427,6 +428,129 @@ int main(int argc, char** argv) {
           for (void* p : layer) cudaFree(p);
         for (void* p : {a_h, act, qkv, x}) cudaFree(p);
       }
+    }
+  }
+
+  // One-token decode layers as a step runs them: decode_layer_persistent (the plan's tiles and
+  // ring, decode_layer_tiling), 8 layers back to back with PDL, each on its own copy of the weights
+  // and of the K/V pages (one sequence at context C, max_seq_len 8448 as bench_suite compiles), at
+  // the Llama-3.2-1B and Llama-3.1-8B shapes, with the producer's L2 prefetch distance L2_AHEAD at 0
+  // and others. Bytes: the layer's weights and the K/V read. Then the phase timeline of the last
+  // layer of one such run (the same instances compiled with TELOS_PHASE_TRACE): per event, the
+  // median and the latest CTA, µs after the first CTA's entry (decode_persistent.cuh, phase_trace).
+  {
+    struct LayerShape { const char* name; int H, HQ, HKV, D, I; };
+    const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
+    constexpr int kMaxSeq = 8448, kPage = 16, kMaxp = kMaxSeq / kPage, kLayers = 8;
+    const int nsplit = attn_partial_slots(kMaxSeq);
+    const unsigned aheads[] = {0, 16, 32, 64};
+    const char* events[16] = {"entry",        "p0 qkv start",    "p0 end",         "p1 rope start",
+                              "p1 end",       "p2 split start",  "p2 end",         "p3 combine start",
+                              "p3 end",       "p4 o start",      "p4 end",         "p5 gate/up start",
+                              "p5 end",       "p6 down start",   "p6 end",         "producer done"};
+    for (const LayerShape& sh : shapes) {
+      const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
+      const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D);
+      const long long page_elems = 2LL * sh.HKV * kPage * sh.D;
+      auto instance = [&](unsigned ahead) {
+        return "telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " + I(sh.HKV) + ", " +
+               I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " + I(kPage) + ", " + I(kMaxp) + ", " +
+               I(page_elems) + "ll, telos_rope::Freqs, " + I(kAttnSplit) + ", " + I(nsplit) + ", " +
+               float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " + I(sh.I) + ", " +
+               I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) + ", " + I(lt.bd) + ", " +
+               I(ahead) + "u>";
+      };
+      std::vector<std::string> names;
+      for (unsigned a : aheads) names.push_back(instance(a));
+      auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
+      Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
+      const std::unique_ptr<Module> mod = plain.get();
+      const std::size_t w_rows[4] = {static_cast<std::size_t>(NQKV), static_cast<std::size_t>(sh.H),
+                                     2 * static_cast<std::size_t>(sh.I), static_cast<std::size_t>(sh.H)};
+      const std::size_t w_cols[4] = {static_cast<std::size_t>(sh.H), static_cast<std::size_t>(KO),
+                                     static_cast<std::size_t>(sh.H), static_cast<std::size_t>(sh.I)};
+      const int boxes[4] = {lt.bq, lt.bo, lt.bg / 2, lt.bd};
+      double w_bytes = 0;
+      for (int k = 0; k < 4; ++k) w_bytes += 2.0 * w_rows[k] * w_cols[k];
+      const std::size_t kv_bytes = static_cast<std::size_t>(kMaxp) * page_elems * 2;
+      const int copies = std::max(2, static_cast<int>((400ull << 20) / (w_bytes + kv_bytes)) + 1);
+      struct Copy { void* w[4]; void* maps[4]; void* kv; };
+      std::vector<Copy> cs(copies);
+      for (Copy& c : cs) {
+        for (int k = 0; k < 4; ++k) {
+          check(cudaMalloc(&c.w[k], 2 * w_rows[k] * w_cols[k]), "alloc");
+          fill(c.w[k], 2 * w_rows[k] * w_cols[k]);
+          c.maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]), boxes[k]);
+        }
+        check(cudaMalloc(&c.kv, kv_bytes), "alloc");
+        fill(c.kv, kv_bytes);
+      }
+      auto dev = [](std::size_t bytes, bool random) {
+        void* p;
+        check(cudaMalloc(&p, bytes), "alloc");
+        if (random) fill(p, bytes);
+        else cudaMemset(p, 0, bytes);
+        return p;
+      };
+      void *norm_a = dev(4ull * sh.H, true), *norm_m = dev(4ull * sh.H, true), *pos = dev(4, false),
+           *seq = dev(4, false), *pt = dev(4ull * kMaxp, false), *x = dev(4ull * sh.H, true),
+           *qkv = dev(2ull * NQKV, false), *q = dev(4ull * KO, false),
+           *po = dev(4ull * sh.HQ * nsplit * sh.D, false), *pml = dev(8ull * sh.HQ * nsplit, false),
+           *attn_out = dev(2ull * KO, false), *act = dev(2ull * sh.I, false), *sync = dev(8, false);
+      std::vector<int> hpt(kMaxp);
+      for (int i = 0; i < kMaxp; ++i) hpt[i] = (i * 7) % kMaxp;  // scattered pages
+      cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice);
+      for (int C : {288, 4096}) {
+        const int position = C - 1;
+        cudaMemcpy(pos, &position, 4, cudaMemcpyHostToDevice);
+        const double bytes = w_bytes + static_cast<double>(C) * sh.HKV * sh.D * 2 * 2;
+        auto launch = [&](Module& m, const std::string& name, int i, bool pdl) {
+          const Copy& c = cs[i % copies];
+          const void* null = nullptr;
+          m.launch(name, dim3(prop.multiProcessorCount), 160,
+                                        {c.maps[0], c.maps[1], c.maps[2], c.maps[3], norm_a, norm_m, null, null, null,
+                                         pos, seq, pt, c.kv, x, qkv, q, po, pml, attn_out, act, sync},
+                                        lt.smem, pdl);
+        };
+        for (std::size_t ai = 0; ai < std::size(aheads); ++ai) {
+          const double us = median_us([&](int i) { launch(*mod, names[ai], i, i % kLayers != 0); }, 20, 2 * kLayers,
+                                      kLayers);
+          char label[64], shape[64];
+          std::snprintf(label, sizeof label, "decode layer %s L2_AHEAD=%u", sh.name, aheads[ai]);
+          std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, lt.bq, lt.bo, lt.bg, lt.bd);
+          std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
+                      100.0 * bytes / us / 1e3 / copy_gbs);
+        }
+        for (std::size_t ai : {std::size_t{0}, std::size_t{2}}) {
+          for (int i = 0; i < 2 * kLayers; ++i) launch(traced, names[ai], i, i % kLayers != 0);
+          check(cudaDeviceSynchronize(), "traced run");
+          void* trace = nullptr;
+          std::size_t trace_bytes = 0;
+          check(cudaLibraryGetGlobal(&trace, &trace_bytes, traced.lib, "telos_phase_trace"), "trace");
+          std::vector<unsigned long long> t(trace_bytes / 8);
+          check(cudaMemcpy(t.data(), trace, trace_bytes, cudaMemcpyDeviceToHost), "trace");
+          const int ctas = prop.multiProcessorCount;
+          unsigned long long t0 = ~0ull;
+          for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * 16]);
+          std::printf("  timeline %s ctx=%d L2_AHEAD=%u (µs after the first entry: median / last CTA):", sh.name, C,
+                      aheads[ai]);
+          for (int e = 0; e < 16; ++e) {
+            std::vector<double> v;
+            for (int b = 0; b < ctas; ++b) v.push_back((static_cast<double>(t[b * 16 + e]) - t0) / 1e3);
+            std::sort(v.begin(), v.end());
+            std::printf("%s %s %.1f/%.1f", e % 4 == 0 ? "\n   " : ";", events[e], v[v.size() / 2], v.back());
+          }
+          std::printf("\n");
+        }
+      }
+      for (Copy& c : cs) {
+        for (int k = 0; k < 4; ++k) {
+          cudaFree(c.w[k]);
+          cudaFree(c.maps[k]);
+        }
+        cudaFree(c.kv);
+      }
+      for (void* p : {norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync}) cudaFree(p);
     }
   }
 

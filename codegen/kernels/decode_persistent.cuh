@@ -130,32 +130,82 @@ __device__ __forceinline__ unsigned persistent_first_tile(unsigned g0) {
   return (blockIdx.x + gridDim.x - g0 % gridDim.x) % gridDim.x;
 }
 
-// The producer's part of one phase: every K block of this CTA's tiles into the ring, in the order
-// layer_gemm_tile consumes them. A tile is `bn` rows of `map` (rows t · bn ..), or with `up_row` > 0
-// (SwiGLU) bn / 2 gate rows t · bn / 2 .. and the up rows up_row + t · bn / 2 ...
-template <unsigned STAGES>
-__device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base,
-                                                  unsigned full, unsigned empty, const TensorMap* map, unsigned k,
-                                                  unsigned bn, unsigned tiles, unsigned up_row, unsigned g0) {
-  using namespace hexel;
-  acquire_tensor_map(map);
-  const unsigned per_slot = 64 / bn, slots = k / 64 / per_slot;
-  for (unsigned t = persistent_first_tile(g0); t < tiles; t += gridDim.x)
-    for (unsigned sl = 0; sl < slots; ++sl) {
-      const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes, bar = full + 8 * ring.index;
-      mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
-      mbarrier::arrive_expect_tx(bar, LayerGemms::kSlotBytes);
-      for (unsigned j = 0; j < per_slot; ++j) {
-        const unsigned kb = sl * per_slot + j, dst = slot + j * bn * 128;
-        if (up_row > 0) {
-          tma::load(dst, map, bar, kb * 64, t * bn / 2);
-          tma::load(dst + bn / 2 * 128, map, bar, kb * 64, up_row + t * bn / 2);
-        } else {
-          tma::load(dst, map, bar, kb * 64, t * bn);
-        }
-      }
-      ring.advance();
+// One phase of a producer's weight stream: `tiles` tiles of `bn` rows of `map` (rows t · bn ..), or
+// with `up_row` > 0 (SwiGLU) bn / 2 gate rows t · bn / 2 .. and the up rows up_row + t · bn / 2 ..;
+// K in slots of 64 / bn K blocks; its first tile has the launch's global tile index g0.
+struct StreamPhase {
+  const TensorMap* map;
+  unsigned k, bn, tiles, up_row, g0;
+};
+
+// A position in one CTA's sequence of ring slots over a list of phases (in shared memory, so
+// that a runtime phase index needs no local memory): phase p, tile t, slot sl of the tile.
+class StreamCursor {
+ public:
+  __device__ StreamCursor(const StreamPhase* phases, int n) : ph_(phases), n_(n) { enter(0); }
+  __device__ bool valid() const { return p_ < n_; }
+  __device__ void next() {
+    if (++sl_ == ph_[p_].k / 64 / (64 / ph_[p_].bn)) {
+      sl_ = 0;
+      t_ += gridDim.x;
+      if (t_ >= ph_[p_].tiles) enter(p_ + 1);
     }
+  }
+  // fn(byte offset in the 8 KB slot, map, column, row) for every box of the current slot.
+  template <class F>
+  __device__ void boxes(F&& fn) const {
+    const StreamPhase& s = ph_[p_];
+    const unsigned per_slot = 64 / s.bn;
+    for (unsigned j = 0; j < per_slot; ++j) {
+      const unsigned kb = sl_ * per_slot + j;
+      if (s.up_row > 0) {
+        fn(j * s.bn * 128, s.map, kb * 64, t_ * s.bn / 2);
+        fn(j * s.bn * 128 + s.bn / 2 * 128, s.map, kb * 64, s.up_row + t_ * s.bn / 2);
+      } else {
+        fn(j * s.bn * 128, s.map, kb * 64, t_ * s.bn);
+      }
+    }
+  }
+
+ private:
+  // The first phase from p on in which this CTA has a tile, at that tile.
+  __device__ void enter(int p) {
+    for (p_ = p; p_ < n_; ++p_) {
+      sl_ = 0;
+      t_ = persistent_first_tile(ph_[p_].g0);
+      if (t_ < ph_[p_].tiles) return;
+    }
+  }
+  const StreamPhase* ph_;
+  int n_, p_ = 0;
+  unsigned t_ = 0, sl_ = 0;
+};
+
+// The producer's part of `n` phases (`phases` in shared memory): every K block of this CTA's
+// tiles into the ring, in the order layer_gemm_tile consumes them. The producer never waits for
+// activations, only for free slots. With AHEAD > 0 it also prefetches into L2 the slot AHEAD slots
+// past each one it loads (never the first STAGES, which the ring takes at once): while the
+// consumers run work that frees no slot (the attention phases), DRAM goes on streaming the weights
+// that come next, and the ring refills from L2 afterwards (PTX ISA, cp.async.bulk.prefetch.tensor).
+template <unsigned AHEAD, unsigned STAGES>
+__device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base,
+                                                  unsigned full, unsigned empty, const StreamPhase* phases, int n) {
+  using namespace hexel;
+  for (int p = 0; p < n; ++p) acquire_tensor_map(phases[p].map);
+  StreamCursor load(phases, n), pre(phases, n);
+  unsigned loaded = 0, fetched = 0;  // slots loaded, slots prefetched or skipped
+  if constexpr (AHEAD > 0)
+    for (; fetched < STAGES && pre.valid(); ++fetched) pre.next();
+  for (; load.valid(); load.next(), ++loaded) {
+    if constexpr (AHEAD > 0)
+      for (; fetched <= loaded + AHEAD && pre.valid(); pre.next(), ++fetched)
+        pre.boxes([](unsigned, const TensorMap* map, unsigned c, unsigned r) { tma::prefetch_tile(map, c, r); });
+    const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes, bar = full + 8 * ring.index;
+    mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
+    mbarrier::arrive_expect_tx(bar, LayerGemms::kSlotBytes);
+    load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) { tma::load(slot + off, map, bar, c, r); });
+    ring.advance();
+  }
 }
 
 // The grid-wide count of finished phases (sync[0]; see the top of this file): wait until it
@@ -183,6 +233,25 @@ __device__ __forceinline__ void persistent_finish(unsigned* sync) {
     sync[1] = 0;
   }
 }
+
+// Phase timeline, for telos-kernel-bench only (its module defines TELOS_PHASE_TRACE; an artifact's
+// never does): the consumers' thread 0 of each CTA writes %globaltimer (ns) at the layer kernel's
+// events to telos_phase_trace[blockIdx.x][event]: 0 entry, 1 + 2p the start of phase p (its wait
+// met), 2 + 2p its end (before the arrival), and the producer's thread (128) its last load issued
+// at 15. Each launch overwrites the last one's.
+constexpr int kTraceEvents = 16, kTraceCtas = 256;
+#ifdef TELOS_PHASE_TRACE
+extern "C" {  // unmangled, for cudaLibraryGetGlobal
+__device__ unsigned long long telos_phase_trace[kTraceCtas * kTraceEvents];
+}
+__device__ __forceinline__ void phase_trace(int event) {
+  unsigned long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  if (threadIdx.x % 128 == 0 && blockIdx.x < kTraceCtas) telos_phase_trace[blockIdx.x * kTraceEvents + event] = ns;
+}
+#else
+__device__ __forceinline__ void phase_trace(int) {}
+#endif
 
 // M rows of a bf16 [M, K] A from global memory (L2: other CTAs wrote it in this launch) into the
 // resident interleaved layout (chunk c of row r at 16 (c M + r)), the zero tail after the last
@@ -223,13 +292,14 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
 
   if (warp_index() == 4) {
     if (threadIdx.x % 32 != 0) return;
+    __shared__ StreamPhase phases[4 * LAYERS];
     unsigned g0 = 0;
     for (int l = 0; l < LAYERS; ++l)
       for (int op = 0; op < 4; ++op) {
-        persistent_stream(ring, sm.ring_base, sm.full, sm.empty, maps + 4 * l + op, Ops::k(op), Ops::bn(op),
-                          Ops::tiles(op), op == 2 ? I : 0, g0);
+        phases[4 * l + op] = {maps + 4 * l + op, Ops::k(op), Ops::bn(op), Ops::tiles(op), op == 2 ? I : 0u, g0};
         g0 += Ops::tiles(op);
       }
+    persistent_stream<0>(ring, sm.ring_base, sm.full, sm.empty, phases, 4 * LAYERS);
     return;
   }
 
@@ -283,14 +353,21 @@ struct MlpPhases {
   static constexpr unsigned kTilesO = H / BO, kTilesGu = 2 * I / BG, kTilesDown = H / BD;
   static constexpr unsigned kTiles = kTilesO + kTilesGu + kTilesDown;
 
-  // The producer's weights of the three phases.
+  // The three phases of the producer's weight stream, o's first tile at global index g0.
+  __device__ static void stream_phases(const TensorMap* o_map, const TensorMap* gu_map, const TensorMap* down_map,
+                                       unsigned g0, StreamPhase* out) {
+    out[0] = {o_map, KO, BO, kTilesO, 0, g0};
+    out[1] = {gu_map, H, BG, kTilesGu, I, g0 + kTilesO};
+    out[2] = {down_map, I, BD, kTilesDown, 0, g0 + kTilesO + kTilesGu};
+  }
+  // The producer's weights of the three phases, alone in their launch.
   template <unsigned STAGES>
   __device__ static void stream(hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base, unsigned full,
                                 unsigned empty, const TensorMap* o_map, const TensorMap* gu_map,
                                 const TensorMap* down_map, unsigned g0) {
-    persistent_stream(ring, ring_base, full, empty, o_map, KO, BO, kTilesO, 0, g0);
-    persistent_stream(ring, ring_base, full, empty, gu_map, H, BG, kTilesGu, I, g0 + kTilesO);
-    persistent_stream(ring, ring_base, full, empty, down_map, I, BD, kTilesDown, 0, g0 + kTilesO + kTilesGu);
+    __shared__ StreamPhase phases[3];
+    stream_phases(o_map, gu_map, down_map, g0, phases);
+    persistent_stream<0>(ring, ring_base, full, empty, phases, 3);
   }
 
   // The consumers: x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x += down(act). Waits for the
@@ -303,28 +380,34 @@ struct MlpPhases {
     float w8[kNormChunks<H>][8];
     rms_load_w<H>(norm_w, threadIdx.x, w8);  // a weight: its load overlaps the o tiles
     persistent_wait(sync, phase0 * gridDim.x);
+    phase_trace(1 + 2 * phase0);
     unsigned first = persistent_first_tile(g0);
     if (first < kTilesO) {
       persistent_load_a<M>(base, attn, KO);
       for (unsigned tile = first; tile < kTilesO; tile += gridDim.x)
         layer_gemm_tile<M, BO, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, KO, H, x);
     }
+    phase_trace(2 + 2 * phase0);
     persistent_arrive(sync);
     persistent_wait(sync, (phase0 + 1) * gridDim.x);
+    phase_trace(3 + 2 * phase0);
     first = persistent_first_tile(g0 + kTilesO);
     if (first < kTilesGu) {
       persistent_norm_a<M, H, EPS>(base, x, w8);
       for (unsigned tile = first; tile < kTilesGu; tile += gridDim.x)
         layer_gemm_tile<M, BG, SmallEpi::SwiGlu>(ring, base, ring_base, full, empty, tile, H, I, act);
     }
+    phase_trace(4 + 2 * phase0);
     persistent_arrive(sync);
     persistent_wait(sync, (phase0 + 2) * gridDim.x);
+    phase_trace(5 + 2 * phase0);
     first = persistent_first_tile(g0 + kTilesO + kTilesGu);
     if (first < kTilesDown) {
       persistent_load_a<M>(base, act, I);
       for (unsigned tile = first; tile < kTilesDown; tile += gridDim.x)
         layer_gemm_tile<M, BD, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, I, H, x);
     }
+    phase_trace(6 + 2 * phase0);
   }
 };
 
@@ -333,11 +416,11 @@ struct MlpPhases {
 // combine, attn_combine_row per query head) and then MlpPhases, seven phases between grid-wide
 // counts, one weight stream (qkv, o, gate/up, down) per SM. Every piece is the code the separate
 // kernels run, so the rows have their bits. Template arguments: the model's (qkv_rope_append_rows'
-// and attn_split's after D), then the MLP's and the ring's; args as those kernels' (the maps in
-// BQ / BO / BG / 2 / BD x 64 boxes).
+// and attn_split's after D), then the MLP's and the ring's, and the producer's L2 prefetch distance
+// in slots (persistent_stream); args as those kernels' (the maps in BQ / BO / BG / 2 / BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I, int STAGES, int BQ,
-          int BO, int BG, int BD>
+          int BO, int BG, int BD, unsigned L2_AHEAD = 0>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map, const TensorMap* gu_map,
                             const TensorMap* down_map, const float* attn_norm, const float* mlp_norm, const float* bias,
@@ -357,16 +440,21 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   mbarrier::StageRing<STAGES> ring;
   if (warp_index() == 4) {
     if (threadIdx.x % 32 == 0) {
-      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, qkv_map, H, BQ, kTilesQkv, 0, 0);
-      Mlp::stream(ring, sm.ring_base, sm.full, sm.empty, o_map, gu_map, down_map, kTilesQkv);
+      __shared__ StreamPhase phases[4];
+      phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0};
+      Mlp::stream_phases(o_map, gu_map, down_map, kTilesQkv, phases + 1);
+      persistent_stream<L2_AHEAD>(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
+      phase_trace(15);
     }
     return;
   }
   const int t = threadIdx.x;
+  phase_trace(0);
   auto sync128 = [] { named_barrier_sync(1, 128); };
   float w8[kNormChunks<H>][8];
   rms_load_w<H>(attn_norm, t, w8);
   grid_dependency_wait();  // x, and the KV pages, are the previous kernels'
+  phase_trace(1);
 
   // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16).
   unsigned first = persistent_first_tile(0);
@@ -375,10 +463,12 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
       layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV, qkv);
   }
+  phase_trace(2);
   persistent_arrive(sync);
 
   // Phase 1: the QKV epilogue, a head per work item (q to `q`, K/V appended to their pages).
   persistent_wait(sync, gridDim.x);
+  phase_trace(3);
   {
     __shared__ float head_v[D];
     __shared__ float scratch[D / 32 > 0 ? D / 32 : 1];
@@ -389,25 +479,30 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
           head_v, scratch, sync128);
     }
   }
+  phase_trace(4);
   persistent_arrive(sync);
 
   // Phase 2: the attention splits, a (KV head, slot) per work item.
   persistent_wait(sync, 2 * gridDim.x);
+  phase_trace(5);
   for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1>(
         0, static_cast<int>(item / NSPLIT), static_cast<int>(item % NSPLIT), q, positions, token_seq, page_tables,
         kv_layer, part_o, part_ml, sync128);
+  phase_trace(6);
   persistent_arrive(sync);
 
   // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
   // row's last loop reads shared memory the next one writes).
   persistent_wait(sync, 3 * gridDim.x);
+  phase_trace(7);
   if (t < D)
     for (unsigned hq = blockIdx.x; hq < static_cast<unsigned>(HQ); hq += gridDim.x) {
       auto sync_d = [] { named_barrier_sync(2, D); };
       attn_combine_row<HQ, D, NSPLIT, SPLIT>(0, static_cast<int>(hq), part_o, part_ml, positions, attn, sync_d);
       sync_d();
     }
+  phase_trace(8);
   persistent_arrive(sync);
 
   // Phases 4-6: the MLP half.
