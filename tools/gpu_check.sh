@@ -91,6 +91,12 @@ run "memcheck: tiny models" memcheck-model.log $CS --tool memcheck "$B/gpu_model
 if [ -z "${GPU_CHECK_QUICK:-}" ]; then
   run "racecheck: kernels" racecheck.log $CS --tool racecheck "$B/gpu_kernels_test" --gtest_filter='-*Sample*'
   run "synccheck: kernels" synccheck.log $CS --tool synccheck "$B/gpu_kernels_test" --gtest_filter='-*Sample*'
+  # The tiny models' steps: their one-token steps run decode_layer_persistent whole (its attention
+  # phases are not in the kernel tests).
+  run "racecheck: tiny models" racecheck-model.log $CS --tool racecheck "$B/gpu_model_test" \
+      --gtest_filter='*MatchesTransformers*'
+  run "synccheck: tiny models" synccheck-model.log $CS --tool synccheck "$B/gpu_model_test" \
+      --gtest_filter='*MatchesTransformers*'
   run "kernel timings (decode)" bench.log "$B/telos-kernel-bench"
   # Three rounds of Telos then torch (not interleaved within a process), and the median ratio.
   for r in 1 2 3; do
