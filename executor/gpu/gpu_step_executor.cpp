@@ -280,7 +280,8 @@ struct GpuStepExecutor::State {
     // A step is launched only while at most one is in flight, so N-2 was collected, and collect()
     // waited for N-2's slot.done, which the download stream records after N-2's graph_done. The
     // same holds for sampled_dev[p], which this graph writes: N-2's copy of it to the host is
-    // behind that slot.done, and step N-1's embed_gather, its reader, runs before this graph.
+    // behind that slot.done, and step N-1's embed_gather, its reader, runs before this graph. And
+    // for the slot's pinned buffers, which N-2 used: its upload is done before its graph began.
     check(cudaMemcpyAsync(desc_dev[p], slot.desc_host, static_cast<std::size_t>(packed.upload),
                           cudaMemcpyHostToDevice, upload),
           "step descriptor upload");
