@@ -27,7 +27,8 @@ struct StepOutput {
   // of this one's; negative when unknown (no device, timing off, or no previous step).
   double idle_gap_seconds = -1;
   // Seconds the host spent in the device API calls that launched this step (descriptor copy,
-  // graph launch, copies back, event); negative when unknown. Part of the engine's host time.
+  // graph launch, copies back, events and the streams' waits on them); negative when unknown.
+  // Part of the engine's host time.
   double launch_call_seconds = -1;
 };
 

@@ -71,8 +71,9 @@ struct GpuStepExecutor::State {
     std::string kind;
     bool decode = false;  // kind == "decode", which choose() asks of every bucket every step
     int size = 0, tokens = 0, sample_rows = 0;
-    std::vector<LaunchRecord> launches;
-    cudaGraphExec_t graph = nullptr;
+    // By step parity (parity_copy): the arguments, and the graph captured from them.
+    std::vector<LaunchRecord> launches[2];
+    cudaGraphExec_t graph[2] = {};
   };
 
   std::shared_ptr<const Artifact> art;
@@ -83,7 +84,9 @@ struct GpuStepExecutor::State {
   std::int64_t graph_bytes = 0;  // device memory the graphs took (cudaMemGetInfo around capture)
   std::int64_t total_bytes = 0;  // device memory this executor took (context aside)
 
-  cudaStream_t stream = nullptr;
+  // Graphs run on `stream`; a step's descriptor goes up on `upload` and its tokens come back on
+  // `download`, beside the other step's graph (launch()).
+  cudaStream_t stream = nullptr, upload = nullptr, download = nullptr;
   cudaLibrary_t library = nullptr;
   std::vector<cudaKernel_t> kernels;
   std::vector<std::string> kernel_instances;
@@ -97,17 +100,23 @@ struct GpuStepExecutor::State {
   std::map<std::string, char*> weights, arena;
   char* kv = nullptr;
 
-  // Step descriptor: the same layout on host (pinned) and device.
+  // Step descriptor: the same layout on host (pinned) and device. The device has one descriptor
+  // and one `sampled` per step parity (launched % 2; parity_copy): sampled_dev[0] is the arena's
+  // buffer, sampled_dev[1] one more of its size after the descriptors.
   StepDescriptorLayout desc;
-  char* desc_dev = nullptr;
-  char* sampled_dev = nullptr;
+  char* desc_dev[2] = {};
+  char* sampled_dev[2] = {};
+  std::int64_t sampled_bytes = 0;
   char* logits_dev = nullptr;
+  // By parity: the descriptor's upload done (upload stream), the step's graph done (main stream).
+  cudaEvent_t desc_ready[2] = {}, graph_done[2] = {};
   // One step's host side. Two alternate, so that step N+1 is packed and launched while step N is
-  // in flight (ModelBackend::feeds_sampled_tokens) without touching N's pinned buffers.
+  // in flight (ModelBackend::feeds_sampled_tokens) without touching N's pinned buffers. Step N
+  // uses slot N % 2, like its parity.
   struct Slot {
     char* desc_host = nullptr;             // pinned
     std::int32_t* sampled_host = nullptr;  // pinned
-    cudaEvent_t done = nullptr;            // recorded after the step's copies back
+    cudaEvent_t done = nullptr;            // recorded after the step's copies back (download stream)
     int rows = 0;                          // sampling rows
     bool logits = false;                   // the logits come back to logits_host
     std::vector<std::uint8_t> greedy;      // per sampling row: the engine wants the device's pick
@@ -143,23 +152,32 @@ struct GpuStepExecutor::State {
       if (graph_begin[i]) cudaEventDestroy(graph_begin[i]);
       if (graph_end[i]) cudaEventDestroy(graph_end[i]);
     }
+    for (int i = 0; i < 2; ++i) {
+      if (desc_ready[i]) cudaEventDestroy(desc_ready[i]);
+      if (graph_done[i]) cudaEventDestroy(graph_done[i]);
+    }
     for (Slot& sl : slots) {
       if (sl.done) cudaEventDestroy(sl.done);
       if (sl.desc_host) cudaFreeHost(sl.desc_host);
       if (sl.sampled_host) cudaFreeHost(sl.sampled_host);
     }
     for (auto& b : buckets)
-      if (b.graph) cudaGraphExecDestroy(b.graph);
+      for (cudaGraphExec_t g : b.graph)
+        if (g) cudaGraphExecDestroy(g);
     if (library) cudaLibraryUnload(library);
     if (tmaps) cudaFree(tmaps);
     if (base) cudaFree(base);
     if (logits_host) cudaFreeHost(logits_host);
-    if (stream) cudaStreamDestroy(stream);
+    for (cudaStream_t st : {stream, upload, download})
+      if (st) cudaStreamDestroy(st);
   }
 
-  void* resolve(const std::string& arg) const {
+  // The device address of argument `arg` of a bucket's launch `launch` in a step of parity
+  // `parity`.
+  void* resolve(const std::string& arg, std::size_t launch, int parity) const {
     auto field = [&](const std::string& prefix) { return arg.substr(prefix.size()); };
     if (arg == "null") return nullptr;
+    if (arg == "buf:sampled") return sampled_dev[parity_copy(arg, launch, parity)];
     if (arg.rfind("w:", 0) == 0) {
       auto it = weights.find(field("w:"));
       if (it == weights.end()) fail("manifest.json: programs: argument " + arg + ": no such weight");
@@ -179,7 +197,7 @@ struct GpuStepExecutor::State {
     if (arg.rfind("desc:", 0) == 0) {
       auto it = fields.find(field("desc:"));
       if (it == fields.end()) fail("manifest.json: programs: argument " + arg + ": no such field");
-      return desc_dev + it->second;
+      return desc_dev[parity_copy(arg, launch, parity)] + it->second;
     }
     fail("manifest.json: programs: argument " + arg + ": unknown kind");
   }
@@ -187,13 +205,14 @@ struct GpuStepExecutor::State {
   // Every kernel after a step's first is launched with programmatic stream serialization (PTX
   // griddepcontrol; codegen/kernels/common.cuh, pdl_entry): its blocks are scheduled while its
   // predecessor finishes and wait there, so launch latency overlaps the previous kernel's tail.
-  // The first kernel follows the step descriptor's copy in plain stream order.
-  void launch_all(const Bucket& b) {
+  // The first kernel follows the previous step's graph and the wait for the step descriptor's copy
+  // in plain stream order.
+  void launch_all(const Bucket& b, int parity) {
     cudaLaunchAttribute pdl{};
     pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     pdl.val.programmaticStreamSerializationAllowed = 1;
-    for (std::size_t i = 0; i < b.launches.size(); ++i) {
-      const auto& l = b.launches[i];
+    for (std::size_t i = 0; i < b.launches[parity].size(); ++i) {
+      const auto& l = b.launches[parity][i];
       cudaLaunchConfig_t config{};
       config.gridDim = l.grid;
       config.blockDim = blocks[l.kernel];
@@ -229,8 +248,12 @@ struct GpuStepExecutor::State {
     return *best;
   }
 
-  // Packs the descriptor into the next slot and queues copy, graph, copies back and the slot's
-  // event on the stream; collect() waits for the oldest slot.
+  // Packs the descriptor into the next slot and queues, for step N of parity p = N % 2: its
+  // descriptor's copy to desc_dev[p] on the upload stream; a wait for it and graph p on the main
+  // stream; a wait for that graph and the copies back of sampled_dev[p] (and of the logits) on the
+  // download stream, then the slot's event. So the main stream holds only graphs and waits on
+  // events that are due before the previous graph ends: step N+1's graph follows step N's by the
+  // launch latency alone. collect() waits for the oldest slot.
   void launch(const Step& step, std::span<const GpuSampling> sampling, bool want_logits,
               std::span<const std::uint8_t> greedy) {
     if (in_flight == 2) fail("gpu engine: a third step launched before the first was collected");
@@ -244,33 +267,50 @@ struct GpuStepExecutor::State {
     int sampling_rows = 0;
     for (const auto& s : step.sequences) sampling_rows += s.samples ? 1 : 0;
     const Bucket& b = choose(step, sampling_rows);
+    const int p = static_cast<int>(launched % 2);
     Slot& slot = slots[(oldest + in_flight) % 2];
-    // Negative tokens read what the last step launched sampled (embed_gather), which is still
-    // in the `sampled` buffer when this step's first kernel runs: steps run in stream order.
+    // Negative tokens read what the last step launched sampled (embed_gather reads the other
+    // parity's `sampled`), which its graph wrote before this step's graph starts: graphs run in
+    // the main stream's order.
     const PackedStep packed =
         pack_step_descriptor(desc, step, b.tokens, b.sample_rows, sampling, last_sample_rows, slot.desc_host);
     const int r = packed.sample_rows;
     const auto api_start = std::chrono::steady_clock::now();
-    check(cudaMemcpyAsync(desc_dev, slot.desc_host, static_cast<std::size_t>(packed.upload),
-                          cudaMemcpyHostToDevice, stream),
+    // No wait before overwriting desc_dev[p]: step N-2 read it last, and N-2's graph is done.
+    // A step is launched only while at most one is in flight, so N-2 was collected, and collect()
+    // waited for N-2's slot.done, which the download stream records after N-2's graph_done. The
+    // same holds for sampled_dev[p], which this graph writes: N-2's copy of it to the host is
+    // behind that slot.done, and step N-1's embed_gather, its reader, runs before this graph. And
+    // for the slot's pinned buffers, which N-2 used: its upload is done before its graph began.
+    check(cudaMemcpyAsync(desc_dev[p], slot.desc_host, static_cast<std::size_t>(packed.upload),
+                          cudaMemcpyHostToDevice, upload),
           "step descriptor upload");
+    check(cudaEventRecord(desc_ready[p], upload), "step event");
+    check(cudaStreamWaitEvent(stream, desc_ready[p], 0), "step event");
+    // The logits buffer has one copy: a step in flight that brings logits back must be done
+    // copying them before this graph overwrites them (the engine does not launch such a step
+    // overlapped; forward() and run() collect before the next launch).
+    if (in_flight == 1 && slots[oldest].logits)
+      check(cudaStreamWaitEvent(stream, slots[oldest].done, 0), "step event");
     // Once per bucket, so that keeping costs the measured steps nothing.
     if (keep_descriptors && !kept.count(&b)) kept[&b].assign(slot.desc_host, slot.desc_host + packed.upload);
     const int ev = static_cast<int>(launched % 3);
     if (timing) check(cudaEventRecord(graph_begin[ev], stream), "timing event");
-    if (b.graph)
-      check(cudaGraphLaunch(b.graph, stream), "graph launch");
+    if (b.graph[p])
+      check(cudaGraphLaunch(b.graph[p], stream), "graph launch");
     else
-      launch_all(b);
+      launch_all(b, p);
     if (timing) check(cudaEventRecord(graph_end[ev], stream), "timing event");
-    check(cudaMemcpyAsync(slot.sampled_host, sampled_dev, sizeof(std::int32_t) * r, cudaMemcpyDeviceToHost,
-                          stream),
+    check(cudaEventRecord(graph_done[p], stream), "step event");
+    check(cudaStreamWaitEvent(download, graph_done[p], 0), "step event");
+    check(cudaMemcpyAsync(slot.sampled_host, sampled_dev[p], sizeof(std::int32_t) * r, cudaMemcpyDeviceToHost,
+                          download),
           "sampled tokens download");
     if (want_logits)
       check(cudaMemcpyAsync(logits_host, logits_dev, sizeof(float) * r * vocab,
-                            cudaMemcpyDeviceToHost, stream),
+                            cudaMemcpyDeviceToHost, download),
             "logits download");
-    check(cudaEventRecord(slot.done, stream), "step event");
+    check(cudaEventRecord(slot.done, download), "step event");
     slot.api_seconds = seconds_since(api_start);
     slot.rows = r;
     slot.logits = want_logits;
@@ -384,7 +424,12 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   check(cudaGetDeviceProperties(&prop, options.device), "device properties");
   const std::string arch = "sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + "a";
   a.check_target(arch);
-  check(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "stream");
+  for (cudaStream_t* st : {&s.stream, &s.upload, &s.download})
+    check(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking), "stream");
+  for (int i = 0; i < 2; ++i) {
+    check(cudaEventCreateWithFlags(&s.desc_ready[i], cudaEventDisableTiming), "step event");
+    check(cudaEventCreateWithFlags(&s.graph_done[i], cudaEventDisableTiming), "step event");
+  }
   const std::int64_t free_at_start = device_free_bytes();
 
   // Kernels.
@@ -418,15 +463,19 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   s.layer_bytes = s.bytes_per_page / a.kv_cache().num_layers;
 
   for (const auto& t : a.tensors()) s.weight_bytes += align_up(static_cast<std::int64_t>(t.bytes), 256);
-  for (const auto& buf : programs.at("arena"))
-    s.arena_bytes += align_up(buf.at("bytes").get<std::int64_t>(), 256);
+  for (const auto& buf : programs.at("arena")) {
+    const std::int64_t bytes = align_up(buf.at("bytes").get<std::int64_t>(), 256);
+    s.arena_bytes += bytes;
+    if (buf.at("buffer") == "sampled") s.sampled_bytes = bytes;
+  }
   // The pool size is known below; the layout does not depend on it.
   s.desc = StepDescriptorLayout::make(
       json_int(d, "max_tokens", "programs.descriptor"), json_int(d, "max_sample_rows", "programs.descriptor"),
       json_int(d, "max_batch", "programs.descriptor"), json_int(d, "max_pages_per_seq", "programs.descriptor"),
       s.page_size, s.vocab, 0);
 
-  const std::int64_t fixed = s.weight_bytes + s.arena_bytes + s.desc.bytes;
+  // Beside the arena: the step descriptors and the second `sampled`, one of each per step parity.
+  const std::int64_t fixed = s.weight_bytes + s.arena_bytes + 2 * s.desc.bytes + s.sampled_bytes;
   if (options.kv_pages > 0) {
     s.kv_pages = options.kv_pages;
   } else if (a.serving().kv_pool_pages) {
@@ -442,7 +491,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   s.kv_bytes = static_cast<std::int64_t>(s.kv_pages) * s.bytes_per_page;
   s.desc.kv_pages = s.kv_pages;
 
-  // One allocation: weights, KV pool, arena, descriptor.
+  // One allocation: weights, KV pool, arena, descriptors, second `sampled`.
   check(cudaMalloc(&s.base, static_cast<std::size_t>(fixed + s.kv_bytes)), "device memory");
   s.upload_weights(a, options.log, options.progress);
   char* p = s.base + s.weight_bytes;
@@ -455,8 +504,10 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     s.arena[buf.at("buffer").get<std::string>()] = p;
     p += align_up(buf.at("bytes").get<std::int64_t>(), 256);
   }
-  s.desc_dev = p;
-  s.sampled_dev = s.arena.at("sampled");
+  s.desc_dev[0] = p;
+  s.desc_dev[1] = p + s.desc.bytes;
+  s.sampled_dev[0] = s.arena.at("sampled");
+  s.sampled_dev[1] = p + 2 * s.desc.bytes;
   s.logits_dev = s.arena.at("logits");
   for (State::Slot& slot : s.slots) {
     check(cudaMallocHost(&slot.desc_host, static_cast<std::size_t>(s.desc.bytes)), "pinned descriptor");
@@ -465,7 +516,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     std::memset(slot.desc_host, 0, static_cast<std::size_t>(s.desc.bytes));
   }
   check(cudaMallocHost(&s.logits_host, sizeof(float) * s.desc.max_sample_rows * s.vocab), "pinned logits");
-  check(cudaMemset(s.desc_dev, 0, static_cast<std::size_t>(s.desc.bytes)), "descriptor init");
+  // Zeroed like the arena, the second `sampled` with them.
+  check(cudaMemset(p, 0, static_cast<std::size_t>(2 * s.desc.bytes + s.sampled_bytes)), "descriptor init");
 
   // Tensor maps (the loader checked each tmap: argument against its weight or buffer).
   std::vector<hexel::TensorMap> maps;
@@ -475,11 +527,14 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
         const std::string arg = arg_j.get<std::string>();
         if (arg.rfind("tmap:", 0) != 0 || s.tmap_index.count(arg)) continue;
         const TensorMapArg t = parse_tensor_map_arg(arg, "manifest.json: programs");
+        // A map is encoded once, for one address.
+        if (parity_copy(t.target, 0, 0) >= 0)
+          fail("gpu engine: argument " + arg + ": a tensor map of a buffer with one copy per step parity");
         try {
           // The element type follows from the box width (docs/artifact.md): 64 bf16 or 32 f32.
           maps.push_back(hexel::encode_2d(
               t.elem_bytes == 4 ? hexel::TmaDtype::F32 : hexel::TmaDtype::BF16,
-              s.resolve(t.target), static_cast<std::uint64_t>(t.rows),
+              s.resolve(t.target, 0, 0), static_cast<std::uint64_t>(t.rows),
               static_cast<std::uint64_t>(t.cols),
               static_cast<std::uint64_t>(t.cols) * static_cast<std::uint64_t>(t.elem_bytes),
               t.box_rows, t.box_cols, hexel::Swizzle::B128));
@@ -496,7 +551,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
           "tensor map upload");
   }
 
-  // Launch programs, captured one graph per bucket in manifest order (largest first).
+  // Launch programs, captured two graphs per bucket (one per step parity) in manifest order
+  // (largest first).
   for (const auto& bj : programs.at("buckets")) {
     State::Bucket b;
     b.kind = bj.at("kind").get<std::string>();
@@ -506,17 +562,21 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     b.sample_rows = json_int(bj, "sample_rows", "programs.buckets[]");
     const auto& first_args = bj.at("launches").at(0).at("args");
     s.feeds = s.feeds && std::find(first_args.begin(), first_args.end(), "buf:sampled") != first_args.end();
-    for (const auto& lj : bj.at("launches")) {
-      State::LaunchRecord l;
-      l.kernel = lj.at("kernel").get<int>();
-      if (l.kernel < 0 || l.kernel >= static_cast<int>(s.kernels.size()))
-        fail("manifest.json: programs: launch of kernel " + std::to_string(l.kernel) + ": no such kernel");
-      const auto& g = lj.at("grid");
-      l.grid = dim3(g.at(0).get<unsigned>(), g.at(1).get<unsigned>(), g.at(2).get<unsigned>());
-      for (const auto& arg : lj.at("args")) l.values.push_back(s.resolve(arg.get<std::string>()));
-      for (auto& v : l.values) l.params.push_back(&v);
-      b.launches.push_back(std::move(l));
-    }
+    const auto& launches = bj.at("launches");
+    for (int parity = 0; parity < 2; ++parity)
+      for (std::size_t i = 0; i < launches.size(); ++i) {
+        const auto& lj = launches[i];
+        State::LaunchRecord l;
+        l.kernel = lj.at("kernel").get<int>();
+        if (l.kernel < 0 || l.kernel >= static_cast<int>(s.kernels.size()))
+          fail("manifest.json: programs: launch of kernel " + std::to_string(l.kernel) + ": no such kernel");
+        const auto& g = lj.at("grid");
+        l.grid = dim3(g.at(0).get<unsigned>(), g.at(1).get<unsigned>(), g.at(2).get<unsigned>());
+        for (const auto& arg : lj.at("args"))
+          l.values.push_back(s.resolve(arg.get<std::string>(), i, parity));
+        for (auto& v : l.values) l.params.push_back(&v);
+        b.launches[parity].push_back(std::move(l));
+      }
     s.buckets.push_back(std::move(b));
   }
   if (options.use_graphs) {
@@ -526,23 +586,27 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     std::ostringstream times;
     for (auto& b : s.buckets) {
       const auto t0 = std::chrono::steady_clock::now();
-      cudaGraph_t graph = nullptr;
-      check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-      s.launch_all(b);
-      check(cudaStreamEndCapture(s.stream, &graph), "end capture");
-      const cudaError_t e = cudaGraphInstantiate(&b.graph, graph, 0);
-      cudaGraphDestroy(graph);
       const std::string name = b.kind + ":" + std::to_string(b.size);
-      check(e, "instantiate graph for " + name);
-      // Uploaded now, so the first step does not pay for it and the memory shows below.
-      check(cudaGraphUpload(b.graph, s.stream), "upload graph for " + name);
+      for (int parity = 0; parity < 2; ++parity) {
+        cudaGraph_t graph = nullptr;
+        check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+        s.launch_all(b, parity);
+        check(cudaStreamEndCapture(s.stream, &graph), "end capture");
+        const cudaError_t e = cudaGraphInstantiate(&b.graph[parity], graph, 0);
+        cudaGraphDestroy(graph);
+        check(e, "instantiate graph for " + name);
+        // Uploaded now, so the first step does not pay for it and the memory shows below.
+        check(cudaGraphUpload(b.graph[parity], s.stream), "upload graph for " + name);
+      }
       check(cudaStreamSynchronize(s.stream), "upload graph for " + name);
       times << " " << name << " " << std::fixed << std::setprecision(1)
             << seconds_since(t0) * 1e3 << " ms";
     }
     s.graph_bytes = free_before - device_free_bytes();
+    // Times per bucket, both parities' graphs together.
     if (options.log)
-      *options.log << "telos-run: captured " << s.buckets.size() << " graphs in " << std::fixed
+      *options.log << "telos-run: captured " << 2 * s.buckets.size()
+                   << " graphs (2 per bucket, one per step parity) in " << std::fixed
                    << std::setprecision(1) << seconds_since(started) * 1e3 << " ms, "
                    << mib(s.graph_bytes) << " of graph memory:" << times.str() << "\n"
                    << std::defaultfloat;
@@ -616,8 +680,13 @@ StepProfile GpuStepExecutor::profile_step(int reps) {
   check(cudaSetDevice(s.opt.device), "select device");
   const State::Bucket& b = *pick;
   const std::vector<char>& bytes = s.kept.at(pick);
-  check(cudaMemcpy(s.desc_dev, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "profile descriptor");
-  const std::size_t n = b.launches.size();
+  // Parity 0's descriptor, graph and launches; on the stream they run on, so that the graph reads
+  // the whole descriptor (a plain cudaMemcpy from pageable memory may return before its DMA ends
+  // and would be ordered only against the legacy default stream).
+  const auto& launches = b.launches[0];
+  check(cudaMemcpyAsync(s.desc_dev[0], bytes.data(), bytes.size(), cudaMemcpyHostToDevice, s.stream),
+        "profile descriptor");
+  const std::size_t n = launches.size();
   std::vector<cudaEvent_t> ev(n + 1);
   for (auto& e : ev) check(cudaEventCreate(&e), "profile event");
   auto elapsed_us = [&](cudaEvent_t from, cudaEvent_t to) {
@@ -637,7 +706,7 @@ StepProfile GpuStepExecutor::profile_step(int reps) {
   check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "profile capture");
   check(cudaEventRecordWithFlags(ev[0], s.stream, cudaEventRecordExternal), "profile event");
   for (std::size_t i = 0; i < n; ++i) {
-    const auto& l = b.launches[i];
+    const auto& l = launches[i];
     check(cudaLaunchKernel(reinterpret_cast<const void*>(s.kernels[l.kernel]), l.grid, s.blocks[l.kernel],
                            const_cast<void**>(l.params.data()), s.dynamic_smem[l.kernel], s.stream),
           "launch");
@@ -652,10 +721,10 @@ StepProfile GpuStepExecutor::profile_step(int reps) {
   for (int r = 0; r < reps + 2; ++r) {  // the first two are warm-ups
     check(cudaEventRecord(ev[0], s.stream), "profile event");
     const auto t0 = std::chrono::steady_clock::now();
-    if (b.graph)
-      check(cudaGraphLaunch(b.graph, s.stream), "graph launch");
+    if (b.graph[0])
+      check(cudaGraphLaunch(b.graph[0], s.stream), "graph launch");
     else
-      s.launch_all(b);
+      s.launch_all(b, 0);
     if (r >= 2) launch_host.push_back(seconds_since(t0) * 1e6);
     check(cudaEventRecord(ev[1], s.stream), "profile event");
     check(cudaEventSynchronize(ev[1]), "profile");
@@ -673,7 +742,7 @@ StepProfile GpuStepExecutor::profile_step(int reps) {
   p.graph_us = median(graph);
   p.launch_host_us = median(launch_host);
   for (std::size_t i = 0; i < n; ++i) {
-    p.launches.push_back({s.kernel_instances[b.launches[i].kernel], median(per[i])});
+    p.launches.push_back({s.kernel_instances[launches[i].kernel], median(per[i])});
     p.serial_us += p.launches.back().us;
   }
   return p;
@@ -686,10 +755,12 @@ std::string GpuStepExecutor::memory_report() const {
     << "kv pool " << s.kv_bytes << " B (" << s.kv_pages << " pages, "
     << static_cast<std::int64_t>(s.kv_pages) * s.page_size << " tokens)\n"
     << "activation arena " << s.arena_bytes << " B\n"
-    << "step descriptor " << s.desc.bytes << " B\n"
-    << "graphs " << s.graph_bytes << " B (" << s.buckets.size() << " buckets)\n"
+    << "step descriptors " << 2 * s.desc.bytes << " B and second sampled " << s.sampled_bytes
+    << " B (one of each per step parity)\n"
+    << "graphs " << s.graph_bytes << " B (" << 2 * s.buckets.size() << " graphs: " << s.buckets.size()
+    << " buckets, one per step parity)\n"
     << "beyond weights, kv pool and arena " << s.total_bytes - s.weight_bytes - s.kv_bytes - s.arena_bytes
-    << " B (graphs, kernels, descriptor, rounding; target <= 1 GiB)\n";
+    << " B (graphs, kernels, descriptors, second sampled, rounding; target <= 1 GiB)\n";
   return o.str();
 }
 

@@ -3,17 +3,20 @@
 //
 // Load: check the artifact targets this device, load kernels/<arch>.cubin (CUDA runtime library
 // API, so nothing links libcuda and binaries start on machines without a driver), carve weights,
-// the KV page pool, the activation arena and the step descriptor from one cudaMalloc, upload the
+// the KV page pool, the activation arena and two step descriptors from one cudaMalloc, upload the
 // weights through two pinned staging buffers (the copy of one overlaps the filling of the other;
-// the mapped weights.bin pages are dropped behind, so host memory stays small), and capture one
-// CUDA graph per bucket of the manifest's launch programs, largest first.
+// the mapped weights.bin pages are dropped behind, so host memory stays small), and capture two
+// CUDA graphs per bucket of the manifest's launch programs (one per step parity), largest first.
 // A step: pack the step descriptor (token ids, positions, page tables, sampling parameters) in
-// pinned memory, one H2D copy, one graph launch, one D2H copy of the sampled tokens (and of the
-// logits when asked), one event. launch() returns once that is queued; wait() waits for the
-// oldest step's event. Two steps may be in flight, each with its own pinned descriptor and tokens,
-// and a token -(r+1) of the second is the first's sampled row r, read on the device
-// (feeds_sampled_tokens). Nothing about kernels is decided at run time: the launch programs are
-// codegen's (docs/artifact.md, "Kernels").
+// pinned memory, one H2D copy on an upload stream, one graph launch on the main stream, one D2H
+// copy of the sampled tokens (and of the logits when asked) and one event on a download stream,
+// tied together by events. Steps alternate between two device descriptors and two `sampled`
+// buffers (step parity, docs/artifact.md), so the copies run beside the other step's graph and
+// the main stream holds nothing between two steps' graphs. launch() returns once that is queued;
+// wait() waits for the oldest step's event. Two steps may be in flight, each with its own pinned
+// descriptor and tokens, and a token -(r+1) of the second is the first's sampled row r, read on
+// the device (feeds_sampled_tokens). Nothing about kernels is decided at run time: the launch
+// programs are codegen's (docs/artifact.md, "Kernels").
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -80,13 +83,14 @@ class GpuStepExecutor : public ModelBackend {
            std::vector<float>* logits);
 
   // Bytes of device memory by use, and the KV pool size in tokens, one line each: weights, KV
-  // pool, activation arena, step descriptor, graphs, and everything this executor took beyond
-  // weights, KV pool and arena (graphs, kernels, descriptor, allocation rounding).
+  // pool, activation arena, step descriptors and second `sampled`, graphs, and everything this
+  // executor took beyond weights, KV pool and arena (graphs, kernels, descriptors, allocation
+  // rounding).
   std::string memory_report() const;
 
   // Diagnostics (telos-run bench --profile). While keeping is on, the first step of each bucket
   // leaves a copy of its descriptor. profile_step() then takes the largest decode bucket kept
-  // (else the largest prefill bucket), uploads that descriptor, replays it
+  // (else the largest prefill bucket), uploads that descriptor to parity 0's copy, replays it
   // `reps` times as its graph and `reps` times kernel by kernel with events between the launches
   // (plain stream order: no overlap), returns the medians and forgets what was kept. A replay
   // only rewrites what the step wrote (activations, KV entries at the step's positions, whose

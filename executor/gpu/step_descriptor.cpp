@@ -87,4 +87,10 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
   return {r, L.off_page_tables + 4LL * L.max_pages * static_cast<std::int64_t>(step.sequences.size())};
 }
 
+int parity_copy(std::string_view arg, std::size_t launch, int parity) {
+  if (arg.starts_with("desc:")) return parity;
+  if (arg == "buf:sampled") return launch == 0 ? 1 - parity : parity;
+  return -1;
+}
+
 }  // namespace telos::exec

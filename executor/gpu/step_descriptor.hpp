@@ -3,8 +3,10 @@
 // weights and the KV cache, one block of memory with the same layout in pinned host memory and
 // on the device. Its layout, and the packing of one scheduled Step into it, are plain C++ (no
 // CUDA), so both are unit-tested and timed on machines without a GPU.
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "executor/scheduler.hpp"
 
@@ -58,5 +60,14 @@ struct PackedStep {
 PackedStep pack_step_descriptor(const StepDescriptorLayout& layout, const Step& step, int bucket_tokens,
                                 int bucket_sample_rows, std::span<const GpuSampling> sampling, int fed_rows,
                                 char* host);
+
+// Step parity (docs/artifact.md, "Step parity"): the device holds two step descriptors and two
+// `sampled` buffers, and the step launched N-th uses copy N % 2, so that a step's descriptor upload
+// and its tokens' download run beside the other step's graph instead of between the graphs. The
+// copy that argument `arg` of launch `launch` in a bucket's program names in a step of parity
+// `parity`: a `desc:` field that step's own; `buf:sampled` that step's own (its `sample` writes
+// it) except in the first launch, `embed_gather`, which reads the tokens the previous step
+// sampled, in the other copy. -1: the argument has one copy.
+int parity_copy(std::string_view arg, std::size_t launch, int parity);
 
 }  // namespace telos::exec

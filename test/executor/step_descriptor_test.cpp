@@ -1,11 +1,13 @@
 // The GPU engine's step descriptor, packed on the host (executor/gpu/step_descriptor.hpp): the
 // layout the kernels read (docs/artifact.md), padding rows, page-table rows, sampling rows, the
-// bytes a step uploads, and the refusals that keep bad ids from reaching the device.
+// bytes a step uploads, the refusals that keep bad ids from reaching the device, and which of the
+// two device copies (step parity) a launch argument names.
 #include "executor/gpu/step_descriptor.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "support/error.hpp"
@@ -146,6 +148,45 @@ TEST(StepDescriptor, PassesFedTokensOn) {
   EXPECT_EQ(p.sample_rows, 3);
   const std::int32_t* tok = b.i32(l.off_tokens);
   EXPECT_EQ(std::vector<std::int32_t>(tok, tok + 4), (std::vector<std::int32_t>{-2, 42, -1, 0}));
+}
+
+// A bucket's program as codegen writes it (codegen/kernel_plan.cpp): embed_gather first, a
+// layer's attention, sample last.
+const std::vector<std::vector<std::string>> kProgram = {
+    {"w:embed", "desc:tokens", "buf:sampled", "buf:x"},
+    {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:0", "buf:part_o"},
+    {"buf:logits", "desc:sample_params", "desc:sample_rows", "buf:sampled"}};
+
+TEST(StepParity, DescriptorFieldsAreTheStepsOwnCopy) {
+  for (int parity : {0, 1})
+    for (std::size_t launch = 0; launch < kProgram.size(); ++launch)
+      for (const std::string& arg : kProgram[launch])
+        if (arg.starts_with("desc:")) {
+          EXPECT_EQ(parity_copy(arg, launch, parity), parity) << arg;
+        }
+}
+
+TEST(StepParity, SampleWritesItsOwnCopyAndTheNextStepsEmbedReadsIt) {
+  for (int step = 0; step < 4; ++step) {
+    const int parity = step % 2, next = (step + 1) % 2;
+    const int written = parity_copy(kProgram[2][3], 2, parity);
+    EXPECT_EQ(written, parity);
+    EXPECT_EQ(parity_copy(kProgram[0][2], 0, next), written) << "step " << step;
+    // The step's own embed_gather reads the other copy, never the one its sample is writing.
+    EXPECT_EQ(parity_copy(kProgram[0][2], 0, parity), 1 - parity);
+  }
+}
+
+TEST(StepParity, EverythingElseHasOneCopy) {
+  for (int parity : {0, 1})
+    for (std::size_t launch = 0; launch < kProgram.size(); ++launch)
+      for (const std::string& arg : kProgram[launch])
+        if (!arg.starts_with("desc:") && arg != "buf:sampled") {
+          EXPECT_EQ(parity_copy(arg, launch, parity), -1) << arg;
+        }
+  // Names that only start like a parity argument.
+  EXPECT_EQ(parity_copy("buf:sampled_rows", 0, 1), -1);
+  EXPECT_EQ(parity_copy("tmap:buf:x:64:64:64:32", 0, 1), -1);
 }
 
 }  // namespace
