@@ -434,8 +434,8 @@ int main(int argc, char** argv) {
   // One-token decode layers as a step runs them: decode_layer_persistent (the plan's tiles and
   // ring, decode_layer_tiling), 8 layers back to back with PDL, each on its own copy of the weights
   // and of the K/V pages (one sequence at context C, max_seq_len 8448 as bench_suite compiles), at
-  // the Llama-3.2-1B and Llama-3.1-8B shapes, with the producer's L2 prefetch distance L2_AHEAD at 0
-  // and others. Bytes: the layer's weights and the K/V read. Then the phase timeline of the last
+  // the Llama-3.2-1B and Llama-3.1-8B shapes (L2 prefetch ahead of the ring measured here and
+  // rejected: docs/perf-log.md, change 18). Bytes: the layer's weights and the K/V read. Then the phase timeline of the last
   // layer of one such run (the same instances compiled with TELOS_PHASE_TRACE): per event, the
   // median and the latest CTA, µs after the first CTA's entry (decode_persistent.cuh, phase_trace).
   {
@@ -443,7 +443,6 @@ int main(int argc, char** argv) {
     const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
     constexpr int kMaxSeq = 8448, kPage = 16, kMaxp = kMaxSeq / kPage, kLayers = 8;
     const int nsplit = attn_partial_slots(kMaxSeq);
-    const unsigned aheads[] = {0, 16, 32, 64};
     const char* events[16] = {"entry",        "p0 qkv start",    "p0 end",         "p1 rope start",
                               "p1 end",       "p2 split start",  "p2 end",         "p3 combine start",
                               "p3 end",       "p4 o start",      "p4 end",         "p5 gate/up start",
@@ -452,16 +451,11 @@ int main(int argc, char** argv) {
       const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
       const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D);
       const long long page_elems = 2LL * sh.HKV * kPage * sh.D;
-      auto instance = [&](unsigned ahead) {
-        return "telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " + I(sh.HKV) + ", " +
+      const std::vector<std::string> names = {"telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " + I(sh.HKV) + ", " +
                I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " + I(kPage) + ", " + I(kMaxp) + ", " +
                I(page_elems) + "ll, telos_rope::Freqs, " + I(kAttnSplit) + ", " + I(nsplit) + ", " +
                float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " + I(sh.I) + ", " +
-               I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) + ", " + I(lt.bd) + ", " +
-               I(ahead) + "u>";
-      };
-      std::vector<std::string> names;
-      for (unsigned a : aheads) names.push_back(instance(a));
+               I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) + ", " + I(lt.bd) + ">"};
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
       const std::unique_ptr<Module> mod = plain.get();
@@ -512,31 +506,32 @@ int main(int argc, char** argv) {
                                          pos, seq, pt, c.kv, x, qkv, q, po, pml, attn_out, act, sync},
                                         lt.smem, pdl);
         };
-        for (std::size_t ai = 0; ai < std::size(aheads); ++ai) {
-          const double us = median_us([&](int i) { launch(*mod, names[ai], i, i % kLayers != 0); }, 20, 2 * kLayers,
+        {
+          const double us = median_us([&](int i) { launch(*mod, names[0], i, i % kLayers != 0); }, 20, 2 * kLayers,
                                       kLayers);
           char label[64], shape[64];
-          std::snprintf(label, sizeof label, "decode layer %s L2_AHEAD=%u", sh.name, aheads[ai]);
+          std::snprintf(label, sizeof label, "decode layer %s", sh.name);
           std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, lt.bq, lt.bo, lt.bg, lt.bd);
           std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
                       100.0 * bytes / us / 1e3 / copy_gbs);
         }
-        for (std::size_t ai : {std::size_t{0}, std::size_t{2}}) {
-          for (int i = 0; i < 2 * kLayers; ++i) launch(traced, names[ai], i, i % kLayers != 0);
+        {
+          for (int i = 0; i < 2 * kLayers; ++i) launch(traced, names[0], i, i % kLayers != 0);
           check(cudaDeviceSynchronize(), "traced run");
           void* trace = nullptr;
           std::size_t trace_bytes = 0;
           check(cudaLibraryGetGlobal(&trace, &trace_bytes, traced.lib, "telos_phase_trace"), "trace");
           std::vector<unsigned long long> t(trace_bytes / 8);
           check(cudaMemcpy(t.data(), trace, trace_bytes, cudaMemcpyDeviceToHost), "trace");
+          // From the layer's start: the first CTA past its dependency wait (a CTA enters early where
+          // the previous layer left its SM early, and waits).
           const int ctas = prop.multiProcessorCount;
           unsigned long long t0 = ~0ull;
-          for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * 16]);
-          std::printf("  timeline %s ctx=%d L2_AHEAD=%u (µs after the first entry: median / last CTA):", sh.name, C,
-                      aheads[ai]);
+          for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * 16 + 1]);
+          std::printf("  timeline %s ctx=%d (µs after the first CTA's phase 0 start: median / last CTA):", sh.name, C);
           for (int e = 0; e < 16; ++e) {
             std::vector<double> v;
-            for (int b = 0; b < ctas; ++b) v.push_back((static_cast<double>(t[b * 16 + e]) - t0) / 1e3);
+            for (int b = 0; b < ctas; ++b) v.push_back((static_cast<double>(t[b * 16 + e]) - static_cast<double>(t0)) / 1e3);
             std::sort(v.begin(), v.end());
             std::printf("%s %s %.1f/%.1f", e % 4 == 0 ? "\n   " : ";", events[e], v[v.size() / 2], v.back());
           }

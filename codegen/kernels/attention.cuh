@@ -70,8 +70,12 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // the block); all 128 call it the same number of times (the early return is uniform). The same
 // threads may run items back to back without a barrier in between: a shared array is written
 // again only after a sync() that every earlier read of it comes before.
+// LOAD_AHEAD: each warp issues its next chunk's K/V loads before computing the current one (the
+// registers of a second chunk: 64 more a thread at head dim 128, which attn_split's 168 at three
+// blocks an SM do not have; the persistent decode layer, one block an SM, has them). Loads only:
+// the arithmetic and its order, hence every bit, are the same either way.
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
-          float SCALE_LOG2, int TPT, class Sync>
+          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, class Sync>
 __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, const float* q,
                                                  const int* positions, const int* token_seq,
                                                  const int* page_tables, const bf16* kv_layer,
@@ -165,96 +169,125 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;  // rows g and g + 8
 
-    for (int start = first; start <= pos_max; start += NSPLIT * SPLIT) {
-      const int end = min(start + SPLIT, pos_max + 1);  // the loads' last position + 1
-      for (int c = start + 16 * warp; c < end; c += 16 * W) {
-        // Every load of the chunk is issued before the first use.
-        uint4 kr[2][D / 32];
+    // A chunk's K and V (16 positions from c; positions past `end` - 1 clamped to it) into
+    // registers, every load issued before the first use.
+    auto load_chunk = [&](int c, int end, uint4 (&kr)[2][D / 32], unsigned (&vr)[4][VW]) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const bf16* k = k_base + row(min(c + 8 * i + g, end - 1));
+#pragma unroll
+        for (int j = 0; j < D / 32; ++j) kr[i][j] = load8(k + 32 * j);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const bf16* v = v_base + row(min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1));
+        if constexpr (VW % 4 == 0) {
+#pragma unroll
+          for (int w = 0; w < VW; w += 4) {
+            const uint4 x = load8(v + 2 * w);
+            vr[e][w] = x.x, vr[e][w + 1] = x.y, vr[e][w + 2] = x.z, vr[e][w + 3] = x.w;
+          }
+        } else {
+#pragma unroll
+          for (int w = 0; w < VW; w += 2) {
+            const uint2 x = *reinterpret_cast<const uint2*>(v + 2 * w);
+            vr[e][w] = x.x, vr[e][w + 1] = x.y;
+          }
+        }
+      }
+    };
+    // The chunk's arithmetic: scores, the online softmax, o += P·V.
+    auto run_chunk = [&](int c, const uint4 (&kr)[2][D / 32], const unsigned (&vr)[4][VW]) {
+      float s[2][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j) {
+        const uint4 x = sm_q[2 * j][lane], y = sm_q[2 * j + 1][lane];
+        const unsigned qx[4] = {x.x, x.y, x.z, x.w}, qy[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const bf16* k = k_base + row(min(c + 8 * i + g, end - 1));
-#pragma unroll
-          for (int j = 0; j < D / 32; ++j) kr[i][j] = load8(k + 32 * j);
+          mma_bf16_16816(s[i], qx, kr[i][j].x, kr[i][j].y);
+          mma_bf16_16816(s[i], qy, kr[i][j].z, kr[i][j].w);
         }
+      }
+      // s[i][0..1]: row g, positions c + 8i + 2·c4 + {0,1}; s[i][2..3]: row g + 8, same
+      // positions. Chunk positions stay inside the split (SPLIT is a multiple of 64), so a
+      // row's end is its own position + 1 alone.
+      float mx0 = kNegInf, mx1 = kNegInf;
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int p = c + 8 * i + 2 * c4 + h;
+          if (p >= e0) s[i][h] = kNegInf;
+          if (p >= e1) s[i][2 + h] = kNegInf;
+          mx0 = fmaxf(mx0, s[i][h]);
+          mx1 = fmaxf(mx1, s[i][2 + h]);
+        }
+#pragma unroll
+      for (int x = 1; x < 4; x <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+      }
+      // A row whose maximum is still -inf (no valid position yet: this warp's first chunks can
+      // lie past a row of the tile) keeps o = 0, l = 0: corr = 1 and weights 0, where
+      // exp2f(-inf - -inf) would be NaN. With a finite maximum the arithmetic is exactly the
+      // single-token kernel's; a chunk wholly past the row's position then gives corr =
+      // exp2f(0) = 1 and weights exp2f(-inf) = 0, an exact no-op.
+      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+      const bool none0 = n0 == kNegInf, none1 = n1 == kNegInf;
+      const float corr0 = none0 ? 1.f : exp2f(m0 - n0), corr1 = none1 ? 1.f : exp2f(m1 - n1);
+      m0 = n0, m1 = n1;
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          s[i][h] = none0 ? 0.f : exp2f(s[i][h] - n0);
+          s[i][2 + h] = none1 ? 0.f : exp2f(s[i][2 + h] - n1);
+        }
+      l0 = fmaf(l0, corr0, (s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
+      l1 = fmaf(l1, corr1, (s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
+      const unsigned pa[4] = {pack_bf16x2(s[0][0], s[0][1]), pack_bf16x2(s[0][2], s[0][3]),
+                              pack_bf16x2(s[1][0], s[1][1]), pack_bf16x2(s[1][2], s[1][3])};
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        o[n][0] *= corr0, o[n][1] *= corr0, o[n][2] *= corr1, o[n][3] *= corr1;
+        // Low halves (even n) or high halves (odd n) of the two positions' words, the lower
+        // position in the low half (byte permute: CUDA __byte_perm).
+        const unsigned sel = n % 2 ? 0x7632u : 0x5410u;
+        mma_bf16_16816(o[n], pa, __byte_perm(vr[0][n / 2], vr[1][n / 2], sel),
+                       __byte_perm(vr[2][n / 2], vr[3][n / 2], sel));
+      }
+    };
+    for (int start = first; start <= pos_max; start += NSPLIT * SPLIT) {
+      const int end = min(start + SPLIT, pos_max + 1);  // the loads' last position + 1
+      if constexpr (LOAD_AHEAD) {
+        // The next chunk's loads are in flight while this one computes (its positions clamped
+        // like the last chunk's, so the load past the last chunk reads valid pages).
+        uint4 kr[2][D / 32];
         unsigned vr[4][VW];
+        load_chunk(start + 16 * warp, end, kr, vr);
+        for (int c = start + 16 * warp; c < end; c += 16 * W) {
+          uint4 kn[2][D / 32];
+          unsigned vn[4][VW];
+          load_chunk(c + 16 * W, end, kn, vn);
+          run_chunk(c, kr, vr);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const bf16* v = v_base + row(min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1));
-          if constexpr (VW % 4 == 0) {
+          for (int i = 0; i < 2; ++i)
 #pragma unroll
-            for (int w = 0; w < VW; w += 4) {
-              const uint4 x = load8(v + 2 * w);
-              vr[e][w] = x.x, vr[e][w + 1] = x.y, vr[e][w + 2] = x.z, vr[e][w + 3] = x.w;
-            }
-          } else {
+            for (int j = 0; j < D / 32; ++j) kr[i][j] = kn[i][j];
 #pragma unroll
-            for (int w = 0; w < VW; w += 2) {
-              const uint2 x = *reinterpret_cast<const uint2*>(v + 2 * w);
-              vr[e][w] = x.x, vr[e][w + 1] = x.y;
-            }
-          }
+          for (int e = 0; e < 4; ++e)
+#pragma unroll
+            for (int w = 0; w < VW; ++w) vr[e][w] = vn[e][w];
         }
-
-        float s[2][4];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-#pragma unroll
-        for (int j = 0; j < D / 32; ++j) {
-          const uint4 x = sm_q[2 * j][lane], y = sm_q[2 * j + 1][lane];
-          const unsigned qx[4] = {x.x, x.y, x.z, x.w}, qy[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            mma_bf16_16816(s[i], qx, kr[i][j].x, kr[i][j].y);
-            mma_bf16_16816(s[i], qy, kr[i][j].z, kr[i][j].w);
-          }
-        }
-        // s[i][0..1]: row g, positions c + 8i + 2·c4 + {0,1}; s[i][2..3]: row g + 8, same
-        // positions. Chunk positions stay inside the split (SPLIT is a multiple of 64), so a
-        // row's end is its own position + 1 alone.
-        float mx0 = kNegInf, mx1 = kNegInf;
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int p = c + 8 * i + 2 * c4 + h;
-            if (p >= e0) s[i][h] = kNegInf;
-            if (p >= e1) s[i][2 + h] = kNegInf;
-            mx0 = fmaxf(mx0, s[i][h]);
-            mx1 = fmaxf(mx1, s[i][2 + h]);
-          }
-#pragma unroll
-        for (int x = 1; x < 4; x <<= 1) {
-          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
-          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
-        }
-        // A row whose maximum is still -inf (no valid position yet: this warp's first chunks can
-        // lie past a row of the tile) keeps o = 0, l = 0: corr = 1 and weights 0, where
-        // exp2f(-inf - -inf) would be NaN. With a finite maximum the arithmetic is exactly the
-        // single-token kernel's; a chunk wholly past the row's position then gives corr =
-        // exp2f(0) = 1 and weights exp2f(-inf) = 0, an exact no-op.
-        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-        const bool none0 = n0 == kNegInf, none1 = n1 == kNegInf;
-        const float corr0 = none0 ? 1.f : exp2f(m0 - n0), corr1 = none1 ? 1.f : exp2f(m1 - n1);
-        m0 = n0, m1 = n1;
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            s[i][h] = none0 ? 0.f : exp2f(s[i][h] - n0);
-            s[i][2 + h] = none1 ? 0.f : exp2f(s[i][2 + h] - n1);
-          }
-        l0 = fmaf(l0, corr0, (s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
-        l1 = fmaf(l1, corr1, (s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
-        const unsigned pa[4] = {pack_bf16x2(s[0][0], s[0][1]), pack_bf16x2(s[0][2], s[0][3]),
-                                pack_bf16x2(s[1][0], s[1][1]), pack_bf16x2(s[1][2], s[1][3])};
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          o[n][0] *= corr0, o[n][1] *= corr0, o[n][2] *= corr1, o[n][3] *= corr1;
-          // Low halves (even n) or high halves (odd n) of the two positions' words, the lower
-          // position in the low half (byte permute: CUDA __byte_perm).
-          const unsigned sel = n % 2 ? 0x7632u : 0x5410u;
-          mma_bf16_16816(o[n], pa, __byte_perm(vr[0][n / 2], vr[1][n / 2], sel),
-                         __byte_perm(vr[2][n / 2], vr[3][n / 2], sel));
+      } else {
+        for (int c = start + 16 * warp; c < end; c += 16 * W) {
+          uint4 kr[2][D / 32];
+          unsigned vr[4][VW];
+          load_chunk(c, end, kr, vr);
+          run_chunk(c, kr, vr);
         }
       }
     }

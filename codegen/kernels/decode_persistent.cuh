@@ -139,67 +139,71 @@ struct StreamPhase {
 };
 
 // A position in one CTA's sequence of ring slots over a list of phases (in shared memory, so
-// that a runtime phase index needs no local memory): phase p, tile t, slot sl of the tile.
+// that a runtime phase index needs no local memory): phase p, tile t, slot sl of the tile. The
+// current phase's fields live in registers: the producer is one thread issuing a slot's boxes
+// back to back, and a shared-memory load per box (the TMA's asm clobbers memory, so nothing read
+// from memory survives it) made it slower than DRAM (telos-kernel-bench, session 6).
 class StreamCursor {
  public:
-  __device__ StreamCursor(const StreamPhase* phases, int n) : ph_(phases), n_(n) { enter(0); }
-  __device__ bool valid() const { return p_ < n_; }
-  __device__ void next() {
-    if (++sl_ == ph_[p_].k / 64 / (64 / ph_[p_].bn)) {
+  __device__ __forceinline__ StreamCursor(const StreamPhase* phases, int n) : ph_(phases), n_(n) { enter(0); }
+  __device__ __forceinline__ bool valid() const { return p_ < n_; }
+  __device__ __forceinline__ void next() {
+    if (++sl_ == slots_) {
       sl_ = 0;
       t_ += gridDim.x;
-      if (t_ >= ph_[p_].tiles) enter(p_ + 1);
+      row_ += gridDim.x * (up_row_ > 0 ? bn_ / 2 : bn_);
+      if (t_ >= tiles_) enter(p_ + 1);
     }
   }
   // fn(byte offset in the 8 KB slot, map, column, row) for every box of the current slot.
   template <class F>
-  __device__ void boxes(F&& fn) const {
-    const StreamPhase& s = ph_[p_];
-    const unsigned per_slot = 64 / s.bn;
-    for (unsigned j = 0; j < per_slot; ++j) {
-      const unsigned kb = sl_ * per_slot + j;
-      if (s.up_row > 0) {
-        fn(j * s.bn * 128, s.map, kb * 64, t_ * s.bn / 2);
-        fn(j * s.bn * 128 + s.bn / 2 * 128, s.map, kb * 64, s.up_row + t_ * s.bn / 2);
+  __device__ __forceinline__ void boxes(F&& fn) const {
+    for (unsigned j = 0; j < per_slot_; ++j) {
+      const unsigned col = (sl_ * per_slot_ + j) * 64, off = j * bn_ * 128;
+      if (up_row_ > 0) {
+        fn(off, map_, col, row_);
+        fn(off + bn_ / 2 * 128, map_, col, up_row_ + row_);
       } else {
-        fn(j * s.bn * 128, s.map, kb * 64, t_ * s.bn);
+        fn(off, map_, col, row_);
       }
     }
   }
 
  private:
   // The first phase from p on in which this CTA has a tile, at that tile.
-  __device__ void enter(int p) {
+  __device__ __forceinline__ void enter(int p) {
     for (p_ = p; p_ < n_; ++p_) {
+      const StreamPhase s = ph_[p_];
+      map_ = s.map;
+      bn_ = s.bn;
+      tiles_ = s.tiles;
+      up_row_ = s.up_row;
+      per_slot_ = 64 / s.bn;
+      slots_ = s.k / 64 / per_slot_;
       sl_ = 0;
-      t_ = persistent_first_tile(ph_[p_].g0);
-      if (t_ < ph_[p_].tiles) return;
+      t_ = persistent_first_tile(s.g0);
+      row_ = t_ * (up_row_ > 0 ? bn_ / 2 : bn_);
+      if (t_ < tiles_) return;
     }
   }
   const StreamPhase* ph_;
   int n_, p_ = 0;
-  unsigned t_ = 0, sl_ = 0;
+  const TensorMap* map_ = nullptr;
+  unsigned bn_ = 0, tiles_ = 0, up_row_ = 0, per_slot_ = 0, slots_ = 0;
+  unsigned t_ = 0, sl_ = 0, row_ = 0;  // tile, slot of the tile, first weight row of the tile
 };
 
 // The producer's part of `n` phases (`phases` in shared memory): every K block of this CTA's
 // tiles into the ring, in the order layer_gemm_tile consumes them. The producer never waits for
-// activations, only for free slots. With AHEAD > 0 it also prefetches into L2 the slot AHEAD slots
-// past each one it loads (never the first STAGES, which the ring takes at once): while the
-// consumers run work that frees no slot (the attention phases), DRAM goes on streaming the weights
-// that come next, and the ring refills from L2 afterwards (PTX ISA, cp.async.bulk.prefetch.tensor).
-template <unsigned AHEAD, unsigned STAGES>
+// activations, only for free slots. (An L2 prefetch running ahead of the ring, cp.async.bulk.
+// prefetch.tensor of the slot 16-64 slots ahead, made every shape slower: docs/perf-log.md,
+// change 18.)
+template <unsigned STAGES>
 __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base,
                                                   unsigned full, unsigned empty, const StreamPhase* phases, int n) {
   using namespace hexel;
   for (int p = 0; p < n; ++p) acquire_tensor_map(phases[p].map);
-  StreamCursor load(phases, n), pre(phases, n);
-  unsigned loaded = 0, fetched = 0;  // slots loaded, slots prefetched or skipped
-  if constexpr (AHEAD > 0)
-    for (; fetched < STAGES && pre.valid(); ++fetched) pre.next();
-  for (; load.valid(); load.next(), ++loaded) {
-    if constexpr (AHEAD > 0)
-      for (; fetched <= loaded + AHEAD && pre.valid(); pre.next(), ++fetched)
-        pre.boxes([](unsigned, const TensorMap* map, unsigned c, unsigned r) { tma::prefetch_tile(map, c, r); });
+  for (StreamCursor load(phases, n); load.valid(); load.next()) {
     const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes, bar = full + 8 * ring.index;
     mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
     mbarrier::arrive_expect_tx(bar, LayerGemms::kSlotBytes);
@@ -299,7 +303,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
         phases[4 * l + op] = {maps + 4 * l + op, Ops::k(op), Ops::bn(op), Ops::tiles(op), op == 2 ? I : 0u, g0};
         g0 += Ops::tiles(op);
       }
-    persistent_stream<0>(ring, sm.ring_base, sm.full, sm.empty, phases, 4 * LAYERS);
+    persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4 * LAYERS);
     return;
   }
 
@@ -367,7 +371,7 @@ struct MlpPhases {
                                 const TensorMap* down_map, unsigned g0) {
     __shared__ StreamPhase phases[3];
     stream_phases(o_map, gu_map, down_map, g0, phases);
-    persistent_stream<0>(ring, ring_base, full, empty, phases, 3);
+    persistent_stream(ring, ring_base, full, empty, phases, 3);
   }
 
   // The consumers: x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x += down(act). Waits for the
@@ -416,11 +420,11 @@ struct MlpPhases {
 // combine, attn_combine_row per query head) and then MlpPhases, seven phases between grid-wide
 // counts, one weight stream (qkv, o, gate/up, down) per SM. Every piece is the code the separate
 // kernels run, so the rows have their bits. Template arguments: the model's (qkv_rope_append_rows'
-// and attn_split's after D), then the MLP's and the ring's, and the producer's L2 prefetch distance
-// in slots (persistent_stream); args as those kernels' (the maps in BQ / BO / BG / 2 / BD x 64 boxes).
+// and attn_split's after D), then the MLP's and the ring's; args as those kernels' (the maps in
+// BQ / BO / BG / 2 / BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I, int STAGES, int BQ,
-          int BO, int BG, int BD, unsigned L2_AHEAD = 0>
+          int BO, int BG, int BD>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map, const TensorMap* gu_map,
                             const TensorMap* down_map, const float* attn_norm, const float* mlp_norm, const float* bias,
@@ -443,7 +447,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
       __shared__ StreamPhase phases[4];
       phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0};
       Mlp::stream_phases(o_map, gu_map, down_map, kTilesQkv, phases + 1);
-      persistent_stream<L2_AHEAD>(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
+      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
       phase_trace(15);
     }
     return;
@@ -486,7 +490,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   persistent_wait(sync, 2 * gridDim.x);
   phase_trace(5);
   for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
-    attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1>(
+    attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
         0, static_cast<int>(item / NSPLIT), static_cast<int>(item % NSPLIT), q, positions, token_seq, page_tables,
         kv_layer, part_o, part_ml, sync128);
   phase_trace(6);
