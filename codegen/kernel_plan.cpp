@@ -415,8 +415,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                     {"W", "A", "y"}, lm_g.tiling.threads()),
            {V / lm_g.tiling.rows, S / lm_g.m_tile, 1}, {lm_head, "buf:hf", "buf:logits"});
     launch(b.kernel("telos_kernels::sample<" + I_(V) + ", " + I_(sample_threads) + ">",
-                    {"logits", "params", "rows", "tokens_out"}, sample_threads),
-           {S, 1, 1}, {"buf:logits", "desc:sample_params", "desc:sample_rows", "buf:sampled"});
+                    {"logits", "params", "rows", "tokens_out", "tokens_host"}, sample_threads),
+           {S, 1, 1}, {"buf:logits", "desc:sample_params", "desc:sample_rows", "buf:sampled", "host:sampled"});
     plan.max_tokens = std::max(plan.max_tokens, T);
     plan.max_sample_rows = std::max(plan.max_sample_rows, S);
     plan.buckets.push_back(std::move(p));

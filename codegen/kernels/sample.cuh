@@ -38,9 +38,13 @@ __device__ __forceinline__ unsigned order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// Row r's token goes to tokens_out[r] (device memory: the next step's embedding reads it) and to
+// tokens_host[r], the step's pinned host buffer mapped into the device's address space (docs/
+// artifact.md, `host:sampled`): the host reads its tokens there once the step's event has
+// completed, so no copy back is queued between steps.
 template <int V, int THREADS>
 __global__ void __launch_bounds__(THREADS) sample(const float* logits, const SampleParams* params,
-                                                  const int* rows, int* tokens_out) {
+                                                  const int* rows, int* tokens_out, int* tokens_host) {
   pdl_entry();
   constexpr int PER = (V + THREADS - 1) / THREADS;  // each thread owns a contiguous run of indices
   __shared__ float scratch[32];
@@ -50,8 +54,9 @@ __global__ void __launch_bounds__(THREADS) sample(const float* logits, const Sam
   __shared__ int best_i[THREADS / 32];
 
   const int r = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  auto put = [&](int token) { tokens_out[r] = token, tokens_host[r] = token; };
   if (rows[r] < 0) {
-    if (tid == 0) tokens_out[r] = 0;
+    if (tid == 0) put(0);
     return;
   }
   const float* lg = logits + static_cast<long long>(r) * V;
@@ -87,7 +92,7 @@ __global__ void __launch_bounds__(THREADS) sample(const float* logits, const Sam
     if (tid == 0) {
       for (int w = 1; w < THREADS / 32; ++w)
         if (best_v[w] > bv || (best_v[w] == bv && best_i[w] < bi)) bv = best_v[w], bi = best_i[w];
-      tokens_out[r] = bi < V ? bi : 0;
+      put(bi < V ? bi : 0);
     }
     return;
   }
@@ -161,7 +166,7 @@ __global__ void __launch_bounds__(THREADS) sample(const float* logits, const Sam
     }
   }
   __syncthreads();
-  if (tid == 0) tokens_out[r] = chosen < V ? chosen : max(last_kept, 0);
+  if (tid == 0) put(chosen < V ? chosen : max(last_kept, 0));
 }
 
 }  // namespace telos_kernels

@@ -84,9 +84,9 @@ struct GpuStepExecutor::State {
   std::int64_t graph_bytes = 0;  // device memory the graphs took (cudaMemGetInfo around capture)
   std::int64_t total_bytes = 0;  // device memory this executor took (context aside)
 
-  // Graphs run on `stream`; a step's descriptor goes up on `upload` and its tokens come back on
-  // `download`, beside the other step's graph (launch()).
-  cudaStream_t stream = nullptr, upload = nullptr, download = nullptr;
+  // Graphs run on `stream`; a step's descriptor goes up on `upload`, beside the other step's graph
+  // (launch()).
+  cudaStream_t stream = nullptr, upload = nullptr;
   cudaLibrary_t library = nullptr;
   std::vector<cudaKernel_t> kernels;
   std::vector<std::string> kernel_instances;
@@ -101,22 +101,22 @@ struct GpuStepExecutor::State {
   char* kv = nullptr;
 
   // Step descriptor: the same layout on host (pinned) and device. The device has one descriptor
-  // and one `sampled` per step parity (launched % 2; parity_copy): sampled_dev[0] is the arena's
-  // buffer, sampled_dev[1] one more of its size after the descriptors.
+  // per step parity (launched % 2; parity_copy).
   StepDescriptorLayout desc;
   char* desc_dev[2] = {};
-  char* sampled_dev[2] = {};
-  std::int64_t sampled_bytes = 0;
   char* logits_dev = nullptr;
-  // By parity: the descriptor's upload done (upload stream), the step's graph done (main stream).
-  cudaEvent_t desc_ready[2] = {}, graph_done[2] = {};
+  // By parity: the descriptor's upload done (upload stream).
+  cudaEvent_t desc_ready[2] = {};
   // One step's host side. Two alternate, so that step N+1 is packed and launched while step N is
   // in flight (ModelBackend::feeds_sampled_tokens) without touching N's pinned buffers. Step N
   // uses slot N % 2, like its parity.
   struct Slot {
     char* desc_host = nullptr;             // pinned
-    std::int32_t* sampled_host = nullptr;  // pinned
-    cudaEvent_t done = nullptr;            // recorded after the step's copies back (download stream)
+    // Pinned and mapped: the step's sample kernel writes its tokens here (`host:sampled`, through
+    // the device's view of it).
+    std::int32_t* sampled_host = nullptr;
+    void* sampled_host_device = nullptr;
+    cudaEvent_t done = nullptr;  // recorded after the step's graph (and its logits' copy back)
     int rows = 0;                          // sampling rows
     bool logits = false;                   // the logits come back to logits_host
     std::vector<std::uint8_t> greedy;      // per sampling row: the engine wants the device's pick
@@ -154,7 +154,6 @@ struct GpuStepExecutor::State {
     }
     for (int i = 0; i < 2; ++i) {
       if (desc_ready[i]) cudaEventDestroy(desc_ready[i]);
-      if (graph_done[i]) cudaEventDestroy(graph_done[i]);
     }
     for (Slot& sl : slots) {
       if (sl.done) cudaEventDestroy(sl.done);
@@ -168,16 +167,16 @@ struct GpuStepExecutor::State {
     if (tmaps) cudaFree(tmaps);
     if (base) cudaFree(base);
     if (logits_host) cudaFreeHost(logits_host);
-    for (cudaStream_t st : {stream, upload, download})
+    for (cudaStream_t st : {stream, upload})
       if (st) cudaStreamDestroy(st);
   }
 
   // The device address of argument `arg` of a bucket's launch `launch` in a step of parity
   // `parity`.
-  void* resolve(const std::string& arg, std::size_t launch, int parity) const {
+  void* resolve(const std::string& arg, int parity) const {
     auto field = [&](const std::string& prefix) { return arg.substr(prefix.size()); };
     if (arg == "null") return nullptr;
-    if (arg == "buf:sampled") return sampled_dev[parity_copy(arg, launch, parity)];
+    if (arg == "host:sampled") return slots[parity_copy(arg, parity)].sampled_host_device;
     if (arg.rfind("w:", 0) == 0) {
       auto it = weights.find(field("w:"));
       if (it == weights.end()) fail("manifest.json: programs: argument " + arg + ": no such weight");
@@ -197,7 +196,7 @@ struct GpuStepExecutor::State {
     if (arg.rfind("desc:", 0) == 0) {
       auto it = fields.find(field("desc:"));
       if (it == fields.end()) fail("manifest.json: programs: argument " + arg + ": no such field");
-      return desc_dev[parity_copy(arg, launch, parity)] + it->second;
+      return desc_dev[parity_copy(arg, parity)] + it->second;
     }
     fail("manifest.json: programs: argument " + arg + ": unknown kind");
   }
@@ -248,12 +247,12 @@ struct GpuStepExecutor::State {
     return *best;
   }
 
-  // Packs the descriptor into the next slot and queues, for step N of parity p = N % 2: its
-  // descriptor's copy to desc_dev[p] on the upload stream; a wait for it and graph p on the main
-  // stream; a wait for that graph and the copies back of sampled_dev[p] (and of the logits) on the
-  // download stream, then the slot's event. So the main stream holds only graphs and waits on
-  // events that are due before the previous graph ends: step N+1's graph follows step N's by the
-  // launch latency alone. collect() waits for the oldest slot.
+  // Packs the descriptor into slot p and queues, for step N of parity p = N % 2: its descriptor's
+  // copy to desc_dev[p] on the upload stream; a wait for it, graph p (whose sample kernel writes
+  // the tokens into slot p's mapped pinned buffer) and the slot's event on the main stream (the
+  // logits' copy back before the event when asked). So the main stream holds only graphs and a
+  // wait due before the previous graph ends: step N+1's graph follows step N's by the launch
+  // latency alone. collect() waits for the oldest slot.
   void launch(const Step& step, std::span<const GpuSampling> sampling, bool want_logits,
               std::span<const std::uint8_t> greedy) {
     if (in_flight == 2) fail("gpu engine: a third step launched before the first was collected");
@@ -267,31 +266,26 @@ struct GpuStepExecutor::State {
     int sampling_rows = 0;
     for (const auto& s : step.sequences) sampling_rows += s.samples ? 1 : 0;
     const Bucket& b = choose(step, sampling_rows);
+    // Slot and parity agree: each launch moves both oldest + in_flight and launched on by one,
+    // each collect moves oldest on and in_flight back.
     const int p = static_cast<int>(launched % 2);
-    Slot& slot = slots[(oldest + in_flight) % 2];
-    // Negative tokens read what the last step launched sampled (embed_gather reads the other
-    // parity's `sampled`), which its graph wrote before this step's graph starts: graphs run in
-    // the main stream's order.
+    Slot& slot = slots[p];
+    // Negative tokens read what the last step launched sampled (embed_gather reads `sampled`),
+    // which its graph wrote before this step's graph starts: graphs run in the main stream's order.
     const PackedStep packed =
         pack_step_descriptor(desc, step, b.tokens, b.sample_rows, sampling, last_sample_rows, slot.desc_host);
     const int r = packed.sample_rows;
     const auto api_start = std::chrono::steady_clock::now();
     // No wait before overwriting desc_dev[p]: step N-2 read it last, and N-2's graph is done.
     // A step is launched only while at most one is in flight, so N-2 was collected, and collect()
-    // waited for N-2's slot.done, which the download stream records after N-2's graph_done. The
-    // same holds for sampled_dev[p], which this graph writes: N-2's copy of it to the host is
-    // behind that slot.done, and step N-1's embed_gather, its reader, runs before this graph. And
-    // for the slot's pinned buffers, which N-2 used: its upload is done before its graph began.
+    // waited for N-2's slot.done, recorded after N-2's graph. The same holds for the slot's pinned
+    // buffers, which N-2 used: its upload was done before its graph began, and collect() read its
+    // tokens before this launch.
     check(cudaMemcpyAsync(desc_dev[p], slot.desc_host, static_cast<std::size_t>(packed.upload),
                           cudaMemcpyHostToDevice, upload),
           "step descriptor upload");
     check(cudaEventRecord(desc_ready[p], upload), "step event");
     check(cudaStreamWaitEvent(stream, desc_ready[p], 0), "step event");
-    // The logits buffer has one copy: a step in flight that brings logits back must be done
-    // copying them before this graph overwrites them (the engine does not launch such a step
-    // overlapped; forward() and run() collect before the next launch).
-    if (in_flight == 1 && slots[oldest].logits)
-      check(cudaStreamWaitEvent(stream, slots[oldest].done, 0), "step event");
     // Once per bucket, so that keeping costs the measured steps nothing.
     if (keep_descriptors && !kept.count(&b)) kept[&b].assign(slot.desc_host, slot.desc_host + packed.upload);
     const int ev = static_cast<int>(launched % 3);
@@ -301,16 +295,13 @@ struct GpuStepExecutor::State {
     else
       launch_all(b, p);
     if (timing) check(cudaEventRecord(graph_end[ev], stream), "timing event");
-    check(cudaEventRecord(graph_done[p], stream), "step event");
-    check(cudaStreamWaitEvent(download, graph_done[p], 0), "step event");
-    check(cudaMemcpyAsync(slot.sampled_host, sampled_dev[p], sizeof(std::int32_t) * r, cudaMemcpyDeviceToHost,
-                          download),
-          "sampled tokens download");
+    // The logits' copy back is in stream order: the next graph, which overwrites them, waits for
+    // it (the engine does not overlap a step that wants logits anyway).
     if (want_logits)
       check(cudaMemcpyAsync(logits_host, logits_dev, sizeof(float) * r * vocab,
-                            cudaMemcpyDeviceToHost, download),
+                            cudaMemcpyDeviceToHost, stream),
             "logits download");
-    check(cudaEventRecord(slot.done, download), "step event");
+    check(cudaEventRecord(slot.done, stream), "step event");
     slot.api_seconds = seconds_since(api_start);
     slot.rows = r;
     slot.logits = want_logits;
@@ -424,12 +415,9 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   check(cudaGetDeviceProperties(&prop, options.device), "device properties");
   const std::string arch = "sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + "a";
   a.check_target(arch);
-  for (cudaStream_t* st : {&s.stream, &s.upload, &s.download})
+  for (cudaStream_t* st : {&s.stream, &s.upload})
     check(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking), "stream");
-  for (int i = 0; i < 2; ++i) {
-    check(cudaEventCreateWithFlags(&s.desc_ready[i], cudaEventDisableTiming), "step event");
-    check(cudaEventCreateWithFlags(&s.graph_done[i], cudaEventDisableTiming), "step event");
-  }
+  for (cudaEvent_t& e : s.desc_ready) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "step event");
   const std::int64_t free_at_start = device_free_bytes();
 
   // Kernels.
@@ -463,19 +451,16 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   s.layer_bytes = s.bytes_per_page / a.kv_cache().num_layers;
 
   for (const auto& t : a.tensors()) s.weight_bytes += align_up(static_cast<std::int64_t>(t.bytes), 256);
-  for (const auto& buf : programs.at("arena")) {
-    const std::int64_t bytes = align_up(buf.at("bytes").get<std::int64_t>(), 256);
-    s.arena_bytes += bytes;
-    if (buf.at("buffer") == "sampled") s.sampled_bytes = bytes;
-  }
+  for (const auto& buf : programs.at("arena"))
+    s.arena_bytes += align_up(buf.at("bytes").get<std::int64_t>(), 256);
   // The pool size is known below; the layout does not depend on it.
   s.desc = StepDescriptorLayout::make(
       json_int(d, "max_tokens", "programs.descriptor"), json_int(d, "max_sample_rows", "programs.descriptor"),
       json_int(d, "max_batch", "programs.descriptor"), json_int(d, "max_pages_per_seq", "programs.descriptor"),
       s.page_size, s.vocab, 0);
 
-  // Beside the arena: the step descriptors and the second `sampled`, one of each per step parity.
-  const std::int64_t fixed = s.weight_bytes + s.arena_bytes + 2 * s.desc.bytes + s.sampled_bytes;
+  // Beside the arena: the step descriptors, one per step parity.
+  const std::int64_t fixed = s.weight_bytes + s.arena_bytes + 2 * s.desc.bytes;
   if (options.kv_pages > 0) {
     s.kv_pages = options.kv_pages;
   } else if (a.serving().kv_pool_pages) {
@@ -491,7 +476,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   s.kv_bytes = static_cast<std::int64_t>(s.kv_pages) * s.bytes_per_page;
   s.desc.kv_pages = s.kv_pages;
 
-  // One allocation: weights, KV pool, arena, descriptors, second `sampled`.
+  // One allocation: weights, KV pool, arena, descriptors.
   check(cudaMalloc(&s.base, static_cast<std::size_t>(fixed + s.kv_bytes)), "device memory");
   s.upload_weights(a, options.log, options.progress);
   char* p = s.base + s.weight_bytes;
@@ -506,18 +491,17 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   }
   s.desc_dev[0] = p;
   s.desc_dev[1] = p + s.desc.bytes;
-  s.sampled_dev[0] = s.arena.at("sampled");
-  s.sampled_dev[1] = p + 2 * s.desc.bytes;
   s.logits_dev = s.arena.at("logits");
   for (State::Slot& slot : s.slots) {
     check(cudaMallocHost(&slot.desc_host, static_cast<std::size_t>(s.desc.bytes)), "pinned descriptor");
-    check(cudaMallocHost(&slot.sampled_host, sizeof(std::int32_t) * s.desc.max_sample_rows), "pinned tokens");
+    check(cudaHostAlloc(&slot.sampled_host, sizeof(std::int32_t) * s.desc.max_sample_rows, cudaHostAllocMapped),
+          "pinned tokens");
+    check(cudaHostGetDevicePointer(&slot.sampled_host_device, slot.sampled_host, 0), "pinned tokens");
     check(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), "step event");
     std::memset(slot.desc_host, 0, static_cast<std::size_t>(s.desc.bytes));
   }
   check(cudaMallocHost(&s.logits_host, sizeof(float) * s.desc.max_sample_rows * s.vocab), "pinned logits");
-  // Zeroed like the arena, the second `sampled` with them.
-  check(cudaMemset(p, 0, static_cast<std::size_t>(2 * s.desc.bytes + s.sampled_bytes)), "descriptor init");
+  check(cudaMemset(p, 0, static_cast<std::size_t>(2 * s.desc.bytes)), "descriptor init");
 
   // Tensor maps (the loader checked each tmap: argument against its weight or buffer).
   std::vector<hexel::TensorMap> maps;
@@ -527,14 +511,11 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
         const std::string arg = arg_j.get<std::string>();
         if (arg.rfind("tmap:", 0) != 0 || s.tmap_index.count(arg)) continue;
         const TensorMapArg t = parse_tensor_map_arg(arg, "manifest.json: programs");
-        // A map is encoded once, for one address.
-        if (parity_copy(t.target, 0, 0) >= 0)
-          fail("gpu engine: argument " + arg + ": a tensor map of a buffer with one copy per step parity");
         try {
           // The element type follows from the box width (docs/artifact.md): 64 bf16 or 32 f32.
           maps.push_back(hexel::encode_2d(
               t.elem_bytes == 4 ? hexel::TmaDtype::F32 : hexel::TmaDtype::BF16,
-              s.resolve(t.target, 0, 0), static_cast<std::uint64_t>(t.rows),
+              s.resolve(t.target, 0), static_cast<std::uint64_t>(t.rows),
               static_cast<std::uint64_t>(t.cols),
               static_cast<std::uint64_t>(t.cols) * static_cast<std::uint64_t>(t.elem_bytes),
               t.box_rows, t.box_cols, hexel::Swizzle::B128));
@@ -562,6 +543,15 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     b.sample_rows = json_int(bj, "sample_rows", "programs.buckets[]");
     const auto& first_args = bj.at("launches").at(0).at("args");
     s.feeds = s.feeds && std::find(first_args.begin(), first_args.end(), "buf:sampled") != first_args.end();
+    // The tokens reach the host only through the sample kernel's `host:sampled`.
+    const auto& launches_j = bj.at("launches");
+    if (std::none_of(launches_j.begin(), launches_j.end(), [](const nlohmann::json& lj) {
+          const auto& a = lj.at("args");
+          return std::find(a.begin(), a.end(), "host:sampled") != a.end();
+        }))
+      fail("manifest.json: programs: bucket " + b.kind + ":" + std::to_string(b.size) +
+           " passes no launch host:sampled (an artifact written before the sample kernel wrote its "
+           "tokens to the host): compile it again with this telosc");
     const auto& launches = bj.at("launches");
     for (int parity = 0; parity < 2; ++parity)
       for (std::size_t i = 0; i < launches.size(); ++i) {
@@ -573,7 +563,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
         const auto& g = lj.at("grid");
         l.grid = dim3(g.at(0).get<unsigned>(), g.at(1).get<unsigned>(), g.at(2).get<unsigned>());
         for (const auto& arg : lj.at("args"))
-          l.values.push_back(s.resolve(arg.get<std::string>(), i, parity));
+          l.values.push_back(s.resolve(arg.get<std::string>(), parity));
         for (auto& v : l.values) l.params.push_back(&v);
         b.launches[parity].push_back(std::move(l));
       }
@@ -755,12 +745,11 @@ std::string GpuStepExecutor::memory_report() const {
     << "kv pool " << s.kv_bytes << " B (" << s.kv_pages << " pages, "
     << static_cast<std::int64_t>(s.kv_pages) * s.page_size << " tokens)\n"
     << "activation arena " << s.arena_bytes << " B\n"
-    << "step descriptors " << 2 * s.desc.bytes << " B and second sampled " << s.sampled_bytes
-    << " B (one of each per step parity)\n"
+    << "step descriptors " << 2 * s.desc.bytes << " B (one per step parity)\n"
     << "graphs " << s.graph_bytes << " B (" << 2 * s.buckets.size() << " graphs: " << s.buckets.size()
     << " buckets, one per step parity)\n"
     << "beyond weights, kv pool and arena " << s.total_bytes - s.weight_bytes - s.kv_bytes - s.arena_bytes
-    << " B (graphs, kernels, descriptors, second sampled, rounding; target <= 1 GiB)\n";
+    << " B (graphs, kernels, descriptors, rounding; target <= 1 GiB)\n";
   return o.str();
 }
 

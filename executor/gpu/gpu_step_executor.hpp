@@ -8,11 +8,11 @@
 // the mapped weights.bin pages are dropped behind, so host memory stays small), and capture two
 // CUDA graphs per bucket of the manifest's launch programs (one per step parity), largest first.
 // A step: pack the step descriptor (token ids, positions, page tables, sampling parameters) in
-// pinned memory, one H2D copy on an upload stream, one graph launch on the main stream, one D2H
-// copy of the sampled tokens (and of the logits when asked) and one event on a download stream,
-// tied together by events. Steps alternate between two device descriptors and two `sampled`
-// buffers (step parity, docs/artifact.md), so the copies run beside the other step's graph and
-// the main stream holds nothing between two steps' graphs. launch() returns once that is queued;
+// pinned memory, one H2D copy and an event on an upload stream, then on the main stream a wait for
+// it, one graph launch (its sample kernel writes the tokens straight into the step's mapped pinned
+// buffer: no copy back) and one event (after a D2H copy of the logits when asked). Steps alternate
+// between two device descriptors (step parity, docs/artifact.md), so the upload runs beside the
+// other step's graph and the main stream holds nothing between two steps' graphs. launch() returns once that is queued;
 // wait() waits for the oldest step's event. Two steps may be in flight, each with its own pinned
 // descriptor and tokens, and a token -(r+1) of the second is the first's sampled row r, read on
 // the device (feeds_sampled_tokens). Nothing about kernels is decided at run time: the launch
@@ -83,7 +83,7 @@ class GpuStepExecutor : public ModelBackend {
            std::vector<float>* logits);
 
   // Bytes of device memory by use, and the KV pool size in tokens, one line each: weights, KV
-  // pool, activation arena, step descriptors and second `sampled`, graphs, and everything this
+  // pool, activation arena, step descriptors, graphs, and everything this
   // executor took beyond weights, KV pool and arena (graphs, kernels, descriptors, allocation
   // rounding).
   std::string memory_report() const;

@@ -87,9 +87,8 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
   return {r, L.off_page_tables + 4LL * L.max_pages * static_cast<std::int64_t>(step.sequences.size())};
 }
 
-int parity_copy(std::string_view arg, std::size_t launch, int parity) {
-  if (arg.starts_with("desc:")) return parity;
-  if (arg == "buf:sampled") return launch == 0 ? 1 - parity : parity;
+int parity_copy(std::string_view arg, int parity) {
+  if (arg.starts_with("desc:") || arg == "host:sampled") return parity;
   return -1;
 }
 

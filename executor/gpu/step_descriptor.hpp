@@ -61,13 +61,12 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& layout, const Step& 
                                 int bucket_sample_rows, std::span<const GpuSampling> sampling, int fed_rows,
                                 char* host);
 
-// Step parity (docs/artifact.md, "Step parity"): the device holds two step descriptors and two
-// `sampled` buffers, and the step launched N-th uses copy N % 2, so that a step's descriptor upload
-// and its tokens' download run beside the other step's graph instead of between the graphs. The
-// copy that argument `arg` of launch `launch` in a bucket's program names in a step of parity
-// `parity`: a `desc:` field that step's own; `buf:sampled` that step's own (its `sample` writes
-// it) except in the first launch, `embed_gather`, which reads the tokens the previous step
-// sampled, in the other copy. -1: the argument has one copy.
-int parity_copy(std::string_view arg, std::size_t launch, int parity);
+// Step parity (docs/artifact.md, "Step parity"): the device holds two step descriptors and the
+// host two pinned token buffers, and the step launched N-th uses copy N % 2, so that a step's
+// descriptor upload runs beside the other step's graph instead of between the graphs. The copy
+// that argument `arg` names in a step of parity `parity`: a `desc:` field, or `host:sampled` (the
+// tokens the step's sample kernel writes to the host), that step's own; -1: the argument has one
+// copy.
+int parity_copy(std::string_view arg, int parity);
 
 }  // namespace telos::exec

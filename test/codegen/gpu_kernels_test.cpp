@@ -1096,21 +1096,23 @@ TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
     std::vector<SampleParams> params(3, SampleParams{0.f, 1.f, 0.f, 0, 1, 0, 5, 0});
     DeviceBuffer<float> dl(lg);
     DeviceBuffer<SampleParams> dp(params);
-    DeviceBuffer<int> rows(std::vector<int>{0, 1, -1}), out(3);
-    CUDA_OK(mod.launch(k, 3, 128, {dl.get(), dp.get(), rows.get(), out.get()}));
+    DeviceBuffer<int> rows(std::vector<int>{0, 1, -1}), out(3), out_host(3);
+    CUDA_OK(mod.launch(k, 3, 128, {dl.get(), dp.get(), rows.get(), out.get(), out_host.get()}));
     const auto tok = out.download();
     EXPECT_EQ(tok[0], std::max_element(lg.begin(), lg.begin() + V) - lg.begin());
     EXPECT_EQ(tok[1], 7);
     EXPECT_EQ(tok[2], 0);
+    EXPECT_EQ(out_host.download(), tok) << "the host's copy of the tokens (tokens_host)";
   }
   // Greedy over a real vocabulary.
   {
     std::vector<float> lg = random_floats(128256);
     DeviceBuffer<float> dl(lg);
     DeviceBuffer<SampleParams> dp(std::vector<SampleParams>{{0.f, 1.f, 0.f, 0, 1, 0, 5, 0}});
-    DeviceBuffer<int> rows(std::vector<int>{0}), out(1);
-    CUDA_OK(mod.launch(big, 1, 1024, {dl.get(), dp.get(), rows.get(), out.get()}));
+    DeviceBuffer<int> rows(std::vector<int>{0}), out(1), out_host(1);
+    CUDA_OK(mod.launch(big, 1, 1024, {dl.get(), dp.get(), rows.get(), out.get(), out_host.get()}));
     EXPECT_EQ(out.download()[0], std::max_element(lg.begin(), lg.end()) - lg.begin());
+    EXPECT_EQ(out_host.download(), out.download());
   }
   // Seeded draws: R rows of the same logits with counters 0..R-1. Every token is in the kept set,
   // the histogram matches the exact distribution, and a row alone gives the same token.
@@ -1128,9 +1130,10 @@ TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
     }
     DeviceBuffer<float> dl(lg);
     DeviceBuffer<SampleParams> dp(params);
-    DeviceBuffer<int> drows(rows), out(R);
-    CUDA_OK(mod.launch(k, R, 128, {dl.get(), dp.get(), drows.get(), out.get()}));
+    DeviceBuffer<int> drows(rows), out(R), out_host(R);
+    CUDA_OK(mod.launch(k, R, 128, {dl.get(), dp.get(), drows.get(), out.get(), out_host.get()}));
     const auto tok = out.download();
+    EXPECT_EQ(out_host.download(), tok);
     const std::vector<double> want = sample_distribution(one, base);
     std::vector<double> hist(V, 0.0);
     for (int t : tok) {
@@ -1143,9 +1146,10 @@ TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
     EXPECT_LT(tv, 0.04) << "total variation between the draws and the exact distribution";
 
     DeviceBuffer<SampleParams> dp1(std::vector<SampleParams>{params[123]});
-    DeviceBuffer<int> drow1(std::vector<int>{0}), out1(1);
-    CUDA_OK(mod.launch(k, 1, 128, {dl.get(), dp1.get(), drow1.get(), out1.get()}));
+    DeviceBuffer<int> drow1(std::vector<int>{0}), out1(1), out1_host(1);
+    CUDA_OK(mod.launch(k, 1, 128, {dl.get(), dp1.get(), drow1.get(), out1.get(), out1_host.get()}));
     EXPECT_EQ(out1.download()[0], tok[123]);
+    EXPECT_EQ(out1_host.download()[0], tok[123]);
   }
 }
 

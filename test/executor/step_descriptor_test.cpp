@@ -155,38 +155,29 @@ TEST(StepDescriptor, PassesFedTokensOn) {
 const std::vector<std::vector<std::string>> kProgram = {
     {"w:embed", "desc:tokens", "buf:sampled", "buf:x"},
     {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:0", "buf:part_o"},
-    {"buf:logits", "desc:sample_params", "desc:sample_rows", "buf:sampled"}};
+    {"buf:logits", "desc:sample_params", "desc:sample_rows", "buf:sampled", "host:sampled"}};
 
-TEST(StepParity, DescriptorFieldsAreTheStepsOwnCopy) {
+TEST(StepParity, DescriptorFieldsAndHostTokensAreTheStepsOwnCopy) {
   for (int parity : {0, 1})
-    for (std::size_t launch = 0; launch < kProgram.size(); ++launch)
-      for (const std::string& arg : kProgram[launch])
-        if (arg.starts_with("desc:")) {
-          EXPECT_EQ(parity_copy(arg, launch, parity), parity) << arg;
+    for (const auto& launch : kProgram)
+      for (const std::string& arg : launch)
+        if (arg.starts_with("desc:") || arg == "host:sampled") {
+          EXPECT_EQ(parity_copy(arg, parity), parity) << arg;
         }
-}
-
-TEST(StepParity, SampleWritesItsOwnCopyAndTheNextStepsEmbedReadsIt) {
-  for (int step = 0; step < 4; ++step) {
-    const int parity = step % 2, next = (step + 1) % 2;
-    const int written = parity_copy(kProgram[2][3], 2, parity);
-    EXPECT_EQ(written, parity);
-    EXPECT_EQ(parity_copy(kProgram[0][2], 0, next), written) << "step " << step;
-    // The step's own embed_gather reads the other copy, never the one its sample is writing.
-    EXPECT_EQ(parity_copy(kProgram[0][2], 0, parity), 1 - parity);
-  }
 }
 
 TEST(StepParity, EverythingElseHasOneCopy) {
+  // `sampled` on the device included: the next step's embed_gather reads it in stream order.
   for (int parity : {0, 1})
-    for (std::size_t launch = 0; launch < kProgram.size(); ++launch)
-      for (const std::string& arg : kProgram[launch])
-        if (!arg.starts_with("desc:") && arg != "buf:sampled") {
-          EXPECT_EQ(parity_copy(arg, launch, parity), -1) << arg;
+    for (const auto& launch : kProgram)
+      for (const std::string& arg : launch)
+        if (!arg.starts_with("desc:") && arg != "host:sampled") {
+          EXPECT_EQ(parity_copy(arg, parity), -1) << arg;
         }
   // Names that only start like a parity argument.
-  EXPECT_EQ(parity_copy("buf:sampled_rows", 0, 1), -1);
-  EXPECT_EQ(parity_copy("tmap:buf:x:64:64:64:32", 0, 1), -1);
+  EXPECT_EQ(parity_copy("buf:sampled_rows", 1), -1);
+  EXPECT_EQ(parity_copy("host:sampled_x", 1), -1);
+  EXPECT_EQ(parity_copy("tmap:buf:x:64:64:64:32", 1), -1);
 }
 
 }  // namespace
