@@ -155,7 +155,7 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   return t;
 }
 
-PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim, int layers) {
+PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim) {
   PersistentLayerTiling t;
   // A slot holds 64 / bn K blocks of a tile, so K must be whole slots; the smallest tile that
   // allows it, from the preferred one up.
@@ -172,9 +172,9 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   t.bg = slots_ok(h, 64) && i % 32 == 0 ? 64 : 0;
   // Resident A: 16 bytes per 8 columns of the largest K (one token), a zero tail, whole KBs; 16 KB
   // for the static shared memory (attn_split_block's 8.6 KB at head dim 128, the QKV epilogue's,
-  // the norm's) and the producer's phase list (4 phases of 32 bytes a layer); 1 KB of alignment.
+  // the norm's) and 1 KB of alignment.
   const int resident = (std::max({h, ko, i}) / 8 * 16 + 128 + 1023) / 1024 * 1024;
-  t.stages = (227 * 1024 - 1024 - 16 * 1024 - 128 * layers - resident) / (8192 + 16);
+  t.stages = (227 * 1024 - 1024 - 16 * 1024 - resident) / (8192 + 16);
   t.smem = 1024 + resident + t.stages * (8192 + 16);
   t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
   return t;
@@ -243,7 +243,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   // Weight bytes of one layer (bf16 projections), for the norm fold's choice.
   const long long layer_bytes = 2LL * H * ((HQ + 2LL * HKV) * D + HQ * D + 3LL * I);
   int qkv_arrival_counters = 0;  // gemm_small_norm_qkv's, when a bucket folds the QKV epilogue
-  bool uses_layer_sync = false;  // decode_step_persistent's grid-wide counters
+  bool uses_layer_sync = false;  // decode_layer_persistent's grid-wide counters
   auto program = [&](const std::string& kind, int size, int tokens, int sample_rows) {
     BucketProgram p{kind, size, tokens, sample_rows, {}};
     auto launch = [&](int k, std::array<int, 3> grid, std::vector<std::string> args) {
@@ -369,33 +369,36 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       args.insert(args.begin(), "buf:qkv");
       launch(k, {NH, T, 1}, args);
     };
-    const PersistentLayerTiling layer_t = decode_layer_tiling(H, NH * D, HQ * D, I, D, L);
-    const bool step_persistent = kind == "decode" && T <= kDecodeLayerPersistentMaxRows && layer_t.fits;
-    if (fold_qkv && !step_persistent) qkv_arrival_counters = NH;
-    if (step_persistent) {
-      // Every layer in one launch; per-layer operands as `layers:` arrays ({} is the layer).
-      uses_layer_sync = true;
-      const int k = b.kernel(
-          "telos_kernels::decode_step_persistent<" + I_(H) + ", " + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " +
-              qkv_epi.substr(0, qkv_epi.size() - 1) + ", " + I_(plan.attn_split) + ", " + I_(plan.attn_num_splits) +
-              ", " + scale_log2 + ", " + I_(I) + ", " + I_(layer_t.stages) + ", " + I_(layer_t.bq) + ", " +
-              I_(layer_t.bo) + ", " + I_(layer_t.bg) + ", " + I_(layer_t.bd) + ", " + I_(L) + ">",
-          {"qkv_maps", "o_maps", "gu_maps", "down_maps", "attn_norms", "mlp_norms", "biases", "q_norms", "k_norms",
-           "positions", "token_seq", "page_tables", "kv", "x", "qkv", "q", "part_o", "part_ml", "attn", "act",
-           "sync"},
-          kPersistentThreads, layer_t.smem);
-      const std::string layers = "layers:" + I_(L) + ":", w = "w:layers.{}.";
-      const long long rows = static_cast<long long>(NH) * D;
-      launch(k, {kSms, 1, 1},
-             {layers + tmap(w + "qkv", rows, H, layer_t.bq), layers + tmap(w + "o", H, HQ * D, layer_t.bo),
-              layers + tmap(w + "gate_up", 2LL * I, H, layer_t.bg / 2), layers + tmap(w + "down", H, I, layer_t.bd),
-              layers + w + "attn_norm", layers + w + "mlp_norm", in.qkv_bias ? layers + w + "qkv_bias" : "null",
-              in.qk_norm ? layers + w + "q_norm" : "null", in.qk_norm ? layers + w + "k_norm" : "null",
-              "desc:positions", "desc:token_seq", "desc:page_tables", "kv:0", "buf:x", "buf:qkv", "buf:q",
-              "buf:part_o", "buf:part_ml", "buf:attn", "buf:act", "buf:layer_sync"});
-    }
-    for (int l = 0; l < L && !step_persistent; ++l) {
+    const PersistentLayerTiling layer_t = decode_layer_tiling(H, NH * D, HQ * D, I, D);
+    const bool layer_persistent = kind == "decode" && T <= kDecodeLayerPersistentMaxRows && layer_t.fits;
+    if (fold_qkv && !layer_persistent) qkv_arrival_counters = NH;
+    const int layer_k =
+        layer_persistent
+            ? b.kernel("telos_kernels::decode_layer_persistent<" + I_(H) + ", " + I_(HQ) + ", " + I_(HKV) + ", " +
+                           I_(D) + ", " + qkv_epi.substr(0, qkv_epi.size() - 1) + ", " + I_(plan.attn_split) + ", " +
+                           I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(I) + ", " +
+                           I_(layer_t.stages) + ", " + I_(layer_t.bq) + ", " + I_(layer_t.bo) + ", " +
+                           I_(layer_t.bg) + ", " + I_(layer_t.bd) + ">",
+                       {"qkv_map", "o_map", "gu_map", "down_map", "attn_norm", "mlp_norm", "bias", "q_norm",
+                        "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x", "qkv", "q", "part_o",
+                        "part_ml", "attn", "act", "sync"},
+                       kPersistentThreads, layer_t.smem)
+            : -1;
+    if (layer_persistent) uses_layer_sync = true;
+    for (int l = 0; l < L; ++l) {
       const std::string w = "w:layers." + I_(l) + ".";
+      if (layer_persistent) {
+        const long long rows = static_cast<long long>(NH) * D;
+        const std::vector<std::string> epi = qkv_epi_args(w, l);  // bias, q_norm, k_norm, positions, ...
+        std::vector<std::string> args = {tmap(w + "qkv", rows, H, layer_t.bq), tmap(w + "o", H, HQ * D, layer_t.bo),
+                                         tmap(w + "gate_up", 2LL * I, H, layer_t.bg / 2),
+                                         tmap(w + "down", H, I, layer_t.bd), w + "attn_norm", w + "mlp_norm"};
+        args.insert(args.end(), epi.begin(), epi.begin() + 7);  // up to kv:l; q goes after x and qkv
+        args.insert(args.end(), {"buf:x", "buf:qkv", "buf:q", "buf:part_o", "buf:part_ml", "buf:attn", "buf:act",
+                                 "buf:layer_sync"});
+        launch(layer_k, {kSms, 1, 1}, args);
+        continue;
+      }
       launch_qkv(w, l);
       launch(split_k, {T / tpt, HKV, plan.attn_num_splits},
              {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
@@ -448,7 +451,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   plan.arena.push_back({"qkv", T * (HQ + 2 * HKV) * D * 2});
   // Arrival counters of gemm_small_norm_qkv, one per head, zero between launches.
   if (qkv_arrival_counters > 0) plan.arena.push_back({"qkv_arrivals", qkv_arrival_counters * 4LL});
-  // decode_step_persistent's two grid-wide counters, zero between launches.
+  // decode_layer_persistent's two grid-wide counters, zero between launches.
   if (uses_layer_sync) plan.arena.push_back({"layer_sync", 8});
   return plan;
 }

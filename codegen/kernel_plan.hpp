@@ -114,33 +114,31 @@ inline constexpr int kSmallGemmNormMaxRows = 8;
 inline constexpr long long kSmallGemmNormFoldMaxLayerBytes = 128LL << 20;
 
 // One-token decode buckets also fold the QKV epilogue into the QKV GEMM where their layers are not
-// run by decode_step_persistent (shapes it does not take) (gemm_small_norm_qkv: the
+// run whole by decode_layer_persistent (shapes it does not take) (gemm_small_norm_qkv: the
 // last CTA of each head runs it for every token in turn, a serial tail that grows with the
 // tokens: on the Llama-3.2-1B shape at 8 tokens the folded kernel took 23 µs a launch against
 // 16 + 5 for the GEMM and the epilogue's own launch; docs/perf-log.md, run J).
 inline constexpr int kSmallGemmQkvFoldMaxRows = 1;
 
-// Decode buckets of up to this many tokens run all their layers as one persistent launch
-// (decode_step_persistent, kernels/decode_persistent.cuh: per layer seven phases, norm + QKV GEMM,
-// the QKV epilogue, attention splits, the combine, o, norm + gate/up, down, between grid-wide
-// counts, one weight stream per SM through a ring of shared memory; a kernel boundary drains the
-// stream for ~4.5 µs, docs/perf-log.md runs K to N, and a launch per layer cannot stream the next
-// layer's weights while its own CTAs finish). Its grid is kSms CTAs that must all be resident at
-// once: the artifact is for the H200's 132 SMs.
+// Decode buckets of up to this many tokens run each layer as one persistent launch
+// (decode_layer_persistent, kernels/decode_persistent.cuh: its seven phases, norm + QKV GEMM, the
+// QKV epilogue, attention splits, the combine, o, norm + gate/up, down, between grid-wide counts, one
+// weight stream per SM through a ring of shared memory; a kernel boundary drains the stream for
+// ~4.5 µs, docs/perf-log.md runs K to N). Its grid is kSms CTAs that must all be resident at once:
+// the artifact is for the H200's 132 SMs.
 inline constexpr int kDecodeLayerPersistentMaxRows = 1;
 inline constexpr int kPersistentThreads = 160;  // the consumer warpgroup and the producer warp
 
-// decode_step_persistent's tiles and ring for a model: weight rows per tile of qkv, o, gate/up
+// decode_layer_persistent's tiles and ring for a model: weight rows per tile of qkv, o, gate/up
 // (gate + up) and down (16 where 32-row tiles would leave SMs without one: the 1B shape's o and
 // down have 64 of them, 67.6 against 62.8% of copy in run L; more where K is not whole 8 KB slots
-// of 16-row tiles), and the ring's 8 KB slots beside the resident A of the largest K, the
-// attention's static shared memory and the producer's list of 4 phases a layer. `nqkv` is
-// (Hq + 2 Hkv) D, `ko` Hq D.
+// of 16-row tiles), and the ring's 8 KB slots beside the resident A of the largest K and the
+// attention's static shared memory. `nqkv` is (Hq + 2 Hkv) D, `ko` Hq D.
 struct PersistentLayerTiling {
   int bq = 32, bo = 32, bg = 64, bd = 32, stages = 0, smem = 0;
   bool fits = false;  // the model's shapes divide into whole slots and tiles
 };
-PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim, int layers);
+PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim);
 
 // Attention cuts the context into splits of kAttnSplit positions (four 16-position chunks per
 // warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most

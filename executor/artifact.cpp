@@ -288,30 +288,6 @@ void check_tensor_map_args(const ManifestFields& f, const json& programs, const 
       if (b.is_object() && b.contains("buffer") && b.at("buffer").is_string() && b.contains("bytes") &&
           b.at("bytes").is_number_integer())
         arena[b.at("buffer").get<std::string>()] = b.at("bytes").get<std::int64_t>();
-  // A tensor-map argument against its weight (bf16) or arena buffer, and its size.
-  auto check_map = [&](const std::string& arg, const std::string& field) {
-    const TensorMapArg t = parse_tensor_map_arg(arg, f.file() + ": " + field);
-    const std::int64_t need = t.rows * t.cols * t.elem_bytes;
-    std::int64_t have = 0;
-    if (t.target.rfind("w:", 0) == 0) {
-      const WeightTensor* w = a.find_tensor(t.target.substr(2));
-      if (!w) f.refuse(field, arg + ": no weight tensor \"" + t.target.substr(2) + "\"");
-      if (w->dtype != DType::BF16)
-        f.refuse(field, arg + ": tensor maps over weights are bf16, the weight is " +
-                            std::string(dtype_name(w->dtype)));
-      if (t.elem_bytes != 2)
-        f.refuse(field, arg + ": a weight is bf16, its map's BOX_COLS must be 64");
-      have = static_cast<std::int64_t>(w->bytes);
-    } else {
-      auto it = arena.find(t.target.substr(4));
-      if (it == arena.end())
-        f.refuse(field, arg + ": no arena buffer \"" + t.target.substr(4) + "\"");
-      have = it->second;
-    }
-    if (need > have)
-      f.refuse(field, arg + ": the map spans " + std::to_string(need) + " bytes, but " +
-                          t.target + " has " + std::to_string(have));
-  };
   const json& buckets = programs.at("buckets");
   for (std::size_t i = 0; i < buckets.size(); ++i) {
     if (!buckets[i].is_object() || !buckets[i].contains("launches")) continue;
@@ -322,21 +298,30 @@ void check_tensor_map_args(const ManifestFields& f, const json& programs, const 
       for (std::size_t k = 0; k < args.size(); ++k) {
         if (!args[k].is_string()) continue;
         const std::string arg = args[k].get<std::string>();
+        if (arg.rfind("tmap:", 0) != 0) continue;
         const std::string field = "programs.buckets[" + std::to_string(i) + "].launches[" +
                                   std::to_string(j) + "].args[" + std::to_string(k) + "]";
-        if (arg.rfind("layers:", 0) == 0) {
-          const LayerListArg list = parse_layer_list_arg(arg, f.file() + ": " + field);
-          for (int e = 0; e < list.count; ++e) {
-            const std::string element = list.element(e);
-            if (list.maps())
-              check_map(element, field);
-            else if (!a.find_tensor(element.substr(2)))
-              f.refuse(field, arg + ": element " + std::to_string(e) + ": no weight tensor \"" +
-                                  element.substr(2) + "\"");
-          }
-          continue;
+        const TensorMapArg t = parse_tensor_map_arg(arg, f.file() + ": " + field);
+        const std::int64_t need = t.rows * t.cols * t.elem_bytes;
+        std::int64_t have = 0;
+        if (t.target.rfind("w:", 0) == 0) {
+          const WeightTensor* w = a.find_tensor(t.target.substr(2));
+          if (!w) f.refuse(field, arg + ": no weight tensor \"" + t.target.substr(2) + "\"");
+          if (w->dtype != DType::BF16)
+            f.refuse(field, arg + ": tensor maps over weights are bf16, the weight is " +
+                                std::string(dtype_name(w->dtype)));
+          if (t.elem_bytes != 2)
+            f.refuse(field, arg + ": a weight is bf16, its map's BOX_COLS must be 64");
+          have = static_cast<std::int64_t>(w->bytes);
+        } else {
+          auto it = arena.find(t.target.substr(4));
+          if (it == arena.end())
+            f.refuse(field, arg + ": no arena buffer \"" + t.target.substr(4) + "\"");
+          have = it->second;
         }
-        if (arg.rfind("tmap:", 0) == 0) check_map(arg, field);
+        if (need > have)
+          f.refuse(field, arg + ": the map spans " + std::to_string(need) + " bytes, but " +
+                              t.target + " has " + std::to_string(have));
       }
     }
   }
@@ -382,33 +367,6 @@ TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& whe
   t.box_cols = static_cast<int>(v[3]);
   t.elem_bytes = 128 / t.box_cols;
   return t;
-}
-
-std::string LayerListArg::element(int i) const {
-  std::string out = element_template;
-  for (std::size_t at = out.find("{}"); at != std::string::npos; at = out.find("{}", at))
-    out.replace(at, 2, std::to_string(i));
-  return out;
-}
-
-LayerListArg parse_layer_list_arg(const std::string& arg, const std::string& where) {
-  auto bad = [&](const std::string& what) -> void {
-    fail(where + ": " + arg + ": " + what + " (expected layers:COUNT:<w:NAME|tmap:...> with {} for the layer)");
-  };
-  if (arg.rfind("layers:", 0) != 0) bad("not a per-layer argument");
-  const std::size_t colon = arg.find(':', 7);
-  if (colon == std::string::npos) bad("too few fields");
-  const std::string count = arg.substr(7, colon - 7);
-  if (count.empty() || count.size() > 6 || count.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoi(count) <= 0)
-    bad("\"" + count + "\" is not a positive integer");
-  LayerListArg l;
-  l.count = std::stoi(count);
-  l.element_template = arg.substr(colon + 1);
-  if (l.element_template.rfind("w:", 0) != 0 && l.element_template.rfind("tmap:", 0) != 0)
-    bad("the elements must be w: or tmap: arguments");
-  if (l.element_template.find("{}") == std::string::npos) bad("the template has no {} for the layer");
-  return l;
 }
 
 std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {

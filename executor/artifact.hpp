@@ -88,20 +88,6 @@ struct TensorMapArg {
 // other than 64 (bf16) or 32 (f32), the two 128-byte swizzle spans.
 TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& where);
 
-// `layers:COUNT:TEMPLATE`: an array of COUNT operands, one per layer, element i being TEMPLATE with
-// every "{}" replaced by i. TEMPLATE is a weight (`w:NAME`, an array of device pointers) or a
-// tensor map (`tmap:...`, an array of 128-byte maps), e.g. `layers:16:w:layers.{}.attn_norm`.
-struct LayerListArg {
-  int count = 0;
-  std::string element_template;
-  std::string element(int i) const;
-  bool maps() const { return element_template.rfind("tmap:", 0) == 0; }
-};
-
-// Parses `arg` (which starts with "layers:"); throws telos::Error naming `where` and what is
-// wrong: a COUNT that is not a positive integer, a template of another kind, or one without "{}".
-LayerListArg parse_layer_list_arg(const std::string& arg, const std::string& where);
-
 class Artifact {
  public:
   // Loads and verifies the artifact directory at `dir`. Throws telos::Error naming the file and

@@ -290,8 +290,8 @@ int main(int argc, char** argv) {
     const PersistentTiles persistent_tiles[] = {{"persistent", {32, 32, 64, 32}},
                                                 {"persistent bn16", {16, 16, 64, 16}}};
     // The ring of the plan's persistent layer (decode_layer_tiling), so the prototype streams
-    // through as many slots as decode_step_persistent does.
-    auto ring = [](const Shape& sh) { return decode_layer_tiling(sh.H, sh.QKV, sh.H, sh.I, 128, kLayers); };
+    // through as many slots as decode_layer_persistent does.
+    auto ring = [](const Shape& sh) { return decode_layer_tiling(sh.H, sh.QKV, sh.H, sh.I, 128); };
     struct Chain { const Shape* sh; int M; std::vector<SmallGemmTiling> tiles; std::vector<std::string> names; };
     std::vector<Chain> chains;
     for (const Shape& sh : shapes)
@@ -431,14 +431,13 @@ int main(int argc, char** argv) {
     }
   }
 
-  // One-token decode steps of 8 layers: decode_step_persistent (the plan's tiles and ring,
-  // decode_layer_tiling), one launch of 8 layers back to back with PDL, layer l on weight copy
-  // l % copies, its K/V pages the pool's layer l (one sequence at context C, max_seq_len 8448 as
-  // bench_suite compiles), at the Llama-3.2-1B and Llama-3.1-8B shapes (an L2 prefetch ahead of the
-  // ring was measured here and rejected: docs/perf-log.md, change 18). Figures per layer; bytes: the
-  // layer's weights and the K/V read. Then the phase timeline of the last layer of one launch (the
-  // same instance compiled with TELOS_PHASE_TRACE): per event, the median and the latest CTA, µs
-  // after the first CTA's phase-0 start (decode_persistent.cuh, phase_trace).
+  // One-token decode layers as a step runs them: decode_layer_persistent (the plan's tiles and
+  // ring, decode_layer_tiling), 8 layers back to back with PDL, each on its own copy of the weights
+  // and of the K/V pages (one sequence at context C, max_seq_len 8448 as bench_suite compiles), at
+  // the Llama-3.2-1B and Llama-3.1-8B shapes (L2 prefetch ahead of the ring measured here and
+  // rejected: docs/perf-log.md, change 18). Bytes: the layer's weights and the K/V read. Then the phase timeline of the last
+  // layer of one such run (the same instances compiled with TELOS_PHASE_TRACE): per event, the
+  // median and the latest CTA, µs after the first CTA's entry (decode_persistent.cuh, phase_trace).
   {
     struct LayerShape { const char* name; int H, HQ, HKV, D, I; };
     const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
@@ -450,15 +449,13 @@ int main(int argc, char** argv) {
                               "p5 end",       "p6 down start",   "p6 end",         "producer done"};
     for (const LayerShape& sh : shapes) {
       const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
-      const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, kLayers);
-      const long long layer_kv = 2LL * sh.HKV * kPage * sh.D, page_elems = kLayers * layer_kv;
-      const std::vector<std::string> names = {
-          "telos_kernels::decode_step_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " + I(sh.HKV) + ", " + I(sh.D) +
-          ", false, false, " + float_literal(1e-5) + ", " + I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) +
-          "ll, telos_rope::Freqs, " + I(kAttnSplit) + ", " + I(nsplit) + ", " +
-          float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " + I(sh.I) + ", " +
-          I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) + ", " + I(lt.bd) + ", " + I(kLayers) +
-          ">"};
+      const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D);
+      const long long page_elems = 2LL * sh.HKV * kPage * sh.D;
+      const std::vector<std::string> names = {"telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " + I(sh.HKV) + ", " +
+               I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " + I(kPage) + ", " + I(kMaxp) + ", " +
+               I(page_elems) + "ll, telos_rope::Freqs, " + I(kAttnSplit) + ", " + I(nsplit) + ", " +
+               float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " + I(sh.I) + ", " +
+               I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) + ", " + I(lt.bd) + ">"};
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
       const std::unique_ptr<Module> mod = plain.get();
@@ -466,23 +463,22 @@ int main(int argc, char** argv) {
                                      2 * static_cast<std::size_t>(sh.I), static_cast<std::size_t>(sh.H)};
       const std::size_t w_cols[4] = {static_cast<std::size_t>(sh.H), static_cast<std::size_t>(KO),
                                      static_cast<std::size_t>(sh.H), static_cast<std::size_t>(sh.I)};
-      const unsigned boxes[4] = {static_cast<unsigned>(lt.bq), static_cast<unsigned>(lt.bo),
-                                 static_cast<unsigned>(lt.bg / 2), static_cast<unsigned>(lt.bd)};
+      const int boxes[4] = {lt.bq, lt.bo, lt.bg / 2, lt.bd};
       double w_bytes = 0;
       for (int k = 0; k < 4; ++k) w_bytes += 2.0 * w_rows[k] * w_cols[k];
-      const int copies = std::max(2, static_cast<int>((400ull << 20) / w_bytes) + 1);
-      std::vector<std::array<void*, 4>> w(copies);
-      for (auto& c : w)
+      const std::size_t kv_bytes = static_cast<std::size_t>(kMaxp) * page_elems * 2;
+      const int copies = std::max(2, static_cast<int>((400ull << 20) / (w_bytes + kv_bytes)) + 1);
+      struct Copy { void* w[4]; void* maps[4]; void* kv; };
+      std::vector<Copy> cs(copies);
+      for (Copy& c : cs) {
         for (int k = 0; k < 4; ++k) {
-          check(cudaMalloc(&c[k], 2 * w_rows[k] * w_cols[k]), "alloc");
-          fill(c[k], 2 * w_rows[k] * w_cols[k]);
+          check(cudaMalloc(&c.w[k], 2 * w_rows[k] * w_cols[k]), "alloc");
+          fill(c.w[k], 2 * w_rows[k] * w_cols[k]);
+          c.maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]), boxes[k]);
         }
-      // The per-layer arrays: maps [op][layer] (one array per op), norm pointers.
-      std::vector<hexel::TensorMap> hmaps;
-      for (int k = 0; k < 4; ++k)
-        for (int l = 0; l < kLayers; ++l)
-          hmaps.push_back(hexel::encode_2d(hexel::TmaDtype::BF16, w[l % copies][k], w_rows[k], w_cols[k], w_cols[k] * 2,
-                                           boxes[k], 64, hexel::Swizzle::B128));
+        check(cudaMalloc(&c.kv, kv_bytes), "alloc");
+        fill(c.kv, kv_bytes);
+      }
       auto dev = [](std::size_t bytes, bool random) {
         void* p;
         check(cudaMalloc(&p, bytes), "alloc");
@@ -490,19 +486,11 @@ int main(int argc, char** argv) {
         else cudaMemset(p, 0, bytes);
         return p;
       };
-      void* maps = dev(hmaps.size() * sizeof(hexel::TensorMap), false);
-      check(cudaMemcpy(maps, hmaps.data(), hmaps.size() * sizeof(hexel::TensorMap), cudaMemcpyHostToDevice), "maps");
-      auto* m0 = static_cast<hexel::TensorMap*>(maps);
       void *norm_a = dev(4ull * sh.H, true), *norm_m = dev(4ull * sh.H, true), *pos = dev(4, false),
            *seq = dev(4, false), *pt = dev(4ull * kMaxp, false), *x = dev(4ull * sh.H, true),
            *qkv = dev(2ull * NQKV, false), *q = dev(4ull * KO, false),
            *po = dev(4ull * sh.HQ * nsplit * sh.D, false), *pml = dev(8ull * sh.HQ * nsplit, false),
-           *attn_out = dev(2ull * KO, false), *act = dev(2ull * sh.I, false), *sync = dev(8, false),
-           *kv = dev(static_cast<std::size_t>(kMaxp) * page_elems * 2, true);
-      const std::vector<void*> hnorm_a(kLayers, norm_a), hnorm_m(kLayers, norm_m);
-      void *norms_a = dev(8 * kLayers, false), *norms_m = dev(8 * kLayers, false);
-      cudaMemcpy(norms_a, hnorm_a.data(), 8 * kLayers, cudaMemcpyHostToDevice);
-      cudaMemcpy(norms_m, hnorm_m.data(), 8 * kLayers, cudaMemcpyHostToDevice);
+           *attn_out = dev(2ull * KO, false), *act = dev(2ull * sh.I, false), *sync = dev(8, false);
       std::vector<int> hpt(kMaxp);
       for (int i = 0; i < kMaxp; ++i) hpt[i] = (i * 7) % kMaxp;  // scattered pages
       cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice);
@@ -510,47 +498,54 @@ int main(int argc, char** argv) {
         const int position = C - 1;
         cudaMemcpy(pos, &position, 4, cudaMemcpyHostToDevice);
         const double bytes = w_bytes + static_cast<double>(C) * sh.HKV * sh.D * 2 * 2;
-        auto launch = [&](Module& m) {
+        auto launch = [&](Module& m, const std::string& name, int i, bool pdl) {
+          const Copy& c = cs[i % copies];
           const void* null = nullptr;
-          m.launch(names[0], dim3(prop.multiProcessorCount), 160,
-                   {m0, m0 + kLayers, m0 + 2 * kLayers, m0 + 3 * kLayers, norms_a, norms_m, null, null, null, pos, seq,
-                    pt, kv, x, qkv, q, po, pml, attn_out, act, sync},
-                   lt.smem);
+          m.launch(name, dim3(prop.multiProcessorCount), 160,
+                                        {c.maps[0], c.maps[1], c.maps[2], c.maps[3], norm_a, norm_m, null, null, null,
+                                         pos, seq, pt, c.kv, x, qkv, q, po, pml, attn_out, act, sync},
+                                        lt.smem, pdl);
         };
         {
-          const double us = median_us([&](int) { launch(*mod); }, 20, 3) / kLayers;
+          const double us = median_us([&](int i) { launch(*mod, names[0], i, i % kLayers != 0); }, 20, 2 * kLayers,
+                                      kLayers);
           char label[64], shape[64];
-          std::snprintf(label, sizeof label, "decode step %s, per layer", sh.name);
+          std::snprintf(label, sizeof label, "decode layer %s", sh.name);
           std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, lt.bq, lt.bo, lt.bg, lt.bd);
           std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
                       100.0 * bytes / us / 1e3 / copy_gbs);
         }
         {
-          launch(traced);
+          for (int i = 0; i < 2 * kLayers; ++i) launch(traced, names[0], i, i % kLayers != 0);
           check(cudaDeviceSynchronize(), "traced run");
           void* trace = nullptr;
           std::size_t trace_bytes = 0;
           check(cudaLibraryGetGlobal(&trace, &trace_bytes, traced.lib, "telos_phase_trace"), "trace");
           std::vector<unsigned long long> t(trace_bytes / 8);
           check(cudaMemcpy(t.data(), trace, trace_bytes, cudaMemcpyDeviceToHost), "trace");
+          // From the layer's start: the first CTA past its dependency wait (a CTA enters early where
+          // the previous layer left its SM early, and waits).
           const int ctas = prop.multiProcessorCount;
           unsigned long long t0 = ~0ull;
           for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * 16 + 1]);
-          std::printf("  timeline %s ctx=%d, last layer (µs after the first CTA's phase 0 start: median / last CTA):",
-                      sh.name, C);
-          for (int e = 1; e < 16; ++e) {
+          std::printf("  timeline %s ctx=%d (µs after the first CTA's phase 0 start: median / last CTA):", sh.name, C);
+          for (int e = 0; e < 16; ++e) {
             std::vector<double> v;
             for (int b = 0; b < ctas; ++b) v.push_back((static_cast<double>(t[b * 16 + e]) - static_cast<double>(t0)) / 1e3);
             std::sort(v.begin(), v.end());
-            std::printf("%s %s %.1f/%.1f", e % 4 == 1 ? "\n   " : ";", events[e], v[v.size() / 2], v.back());
+            std::printf("%s %s %.1f/%.1f", e % 4 == 0 ? "\n   " : ";", events[e], v[v.size() / 2], v.back());
           }
           std::printf("\n");
         }
       }
-      for (auto& c : w)
-        for (void* p : c) cudaFree(p);
-      for (void* p : {maps, norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync, kv, norms_a, norms_m})
-        cudaFree(p);
+      for (Copy& c : cs) {
+        for (int k = 0; k < 4; ++k) {
+          cudaFree(c.w[k]);
+          cudaFree(c.maps[k]);
+        }
+        cudaFree(c.kv);
+      }
+      for (void* p : {norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync}) cudaFree(p);
     }
   }
 

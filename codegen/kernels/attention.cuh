@@ -71,9 +71,9 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // threads may run items back to back without a barrier in between: a shared array is written
 // again only after a sync() that every earlier read of it comes before.
 // LOAD_AHEAD: each warp issues its next chunk's K/V loads before computing the current one (the
-// registers of a second chunk: 32 more a thread at head dim 64, 64 at 128, which attn_split's 168
-// at three blocks an SM do not have; the persistent decode step uses it at head dim 64). Loads
-// only: the arithmetic and its order, hence every bit, are the same either way.
+// registers of a second chunk: 64 more a thread at head dim 128, which attn_split's 168 at three
+// blocks an SM do not have; the persistent decode layer, one block an SM, has them). Loads only:
+// the arithmetic and its order, hence every bit, are the same either way.
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, class Sync>
 __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, const float* q,

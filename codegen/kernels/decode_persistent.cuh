@@ -7,8 +7,8 @@
 // resident A and runs its tiles or work items. So the memory system keeps streaming across the
 // phase boundaries, which a kernel boundary cannot (the ring drains while the grid completes and
 // the next one starts).
-//  - decode_step_persistent: every layer of a one-token decode step (the plan's decode buckets of
-//    kDecodeLayerPersistentMaxRows tokens), each its attention half's phases and then MlpPhases.
+//  - decode_layer_persistent: a whole one-token decode layer (the plan's decode buckets of
+//    kDecodeLayerPersistentMaxRows tokens), its attention half's phases and then MlpPhases.
 //  - layer_gemms_persistent: only the four GEMMs of a layer (qkv; o with the residual; gate/up with
 //    SwiGLU; down with the residual) for LAYERS layers, the prototype telos-kernel-bench times
 //    against the same GEMMs as separate kernels ("layer GEMMs").
@@ -346,7 +346,7 @@ __device__ __forceinline__ void persistent_norm_a(unsigned base, const float* x,
 // down(act), three phases of one weight stream. Shapes: o [H, KO] in BO x 64 boxes, gate/up [2I, H]
 // in BG / 2 x 64 boxes, down [H, I] in BD x 64 boxes. `phase0` is the grid-wide count of phases
 // before it in its launch and `g0` the global index of its first tile (o's), so the kernel that
-// runs it may run phases of its own first (decode_step_persistent: the attention half).
+// runs it may run phases of its own first (decode_layer_persistent: the attention half).
 template <int H, int KO, int I, int BO, int BG, int BD>
 struct MlpPhases {
   static_assert((BO == 16 || BO == 32 || BO == 64) && (BG == 32 || BG == 64) && (BD == 16 || BD == 32 || BD == 64),
@@ -415,37 +415,28 @@ struct MlpPhases {
   }
 };
 
-// Every layer of a one-token decode step in one launch: per layer the attention half (RMSNorm +
-// the QKV GEMM; the QKV epilogue per head, qkv_rope_row; the attention splits, attn_split_block per
-// (KV head, slot); the combine, attn_combine_row per query head) and then MlpPhases, seven phases
-// between grid-wide counts, LAYERS · 7 in all, over one weight stream (every layer's qkv, o,
-// gate/up, down) per SM: the producer streams layer l + 1's QKV weights while the consumers finish
-// layer l, which a launch per layer cannot (its CTAs hold the SMs' shared memory until they exit).
-// Every piece is the code the separate kernels run, so the rows have their bits. Template
-// arguments: the model's (qkv_rope_append_rows' and attn_split's after D), then the MLP's, the
-// ring's and the layer count. Per-layer operands are arrays indexed by layer (docs/artifact.md,
-// `layers:` arguments): the maps (in BQ / BO / BG / 2 / BD x 64 boxes) and the norm, bias and QK-norm
-// weights (bias, q_norm, k_norm null where the model has none); kv is layer 0's K/V (kv:0), layer
-// l's is LAYER_KV elements on.
+// A whole one-token decode layer in one launch: the attention half (RMSNorm + the QKV GEMM; the QKV
+// epilogue per head, qkv_rope_row; the attention splits, attn_split_block per (KV head, slot); the
+// combine, attn_combine_row per query head) and then MlpPhases, seven phases between grid-wide
+// counts, one weight stream (qkv, o, gate/up, down) per SM. Every piece is the code the separate
+// kernels run, so the rows have their bits. Template arguments: the model's (qkv_rope_append_rows'
+// and attn_split's after D), then the MLP's and the ring's; args as those kernels' (the maps in
+// BQ / BO / BG / 2 / BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I, int STAGES, int BQ,
-          int BO, int BG, int BD, int LAYERS>
+          int BO, int BG, int BD>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
-    decode_step_persistent(const TensorMap* qkv_maps, const TensorMap* o_maps, const TensorMap* gu_maps,
-                           const TensorMap* down_maps, const float* const* attn_norms,
-                           const float* const* mlp_norms, const float* const* biases,
-                           const float* const* q_norms, const float* const* k_norms, const int* positions,
-                           const int* token_seq, const int* page_tables, bf16* kv, float* x, bf16* qkv, float* q,
-                           float* part_o, float* part_ml, bf16* attn, bf16* act, unsigned* sync) {
+    decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map, const TensorMap* gu_map,
+                            const TensorMap* down_map, const float* attn_norm, const float* mlp_norm, const float* bias,
+                            const float* q_norm, const float* k_norm, const int* positions, const int* token_seq,
+                            const int* page_tables, bf16* kv_layer, float* x, bf16* qkv, float* q, float* part_o,
+                            float* part_ml, bf16* attn, bf16* act, unsigned* sync) {
   using namespace hexel;
   constexpr int NH = HQ + 2 * HKV, NQKV = NH * D, KO = HQ * D;
-  constexpr long long LAYER_KV = 2LL * HKV * PAGE * D;  // kv:L is L · LAYER_KV elements past kv:0
-  constexpr unsigned kPhases = 7;                       // grid-wide counts a layer
   using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
   static_assert((BQ == 16 || BQ == 32 || BQ == 64) && H % (64 * (64 / BQ)) == 0 && NQKV % BQ == 0, "QKV tiles");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
-  static_assert(LAYERS >= 1, "layers");
-  constexpr unsigned kTilesQkv = NQKV / BQ, kTilesLayer = kTilesQkv + Mlp::kTiles;
+  constexpr unsigned kTilesQkv = NQKV / BQ;
   constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
   launch_dependents();  // the waits come later: weights first
   extern __shared__ unsigned char smem_raw[];
@@ -453,12 +444,10 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   mbarrier::StageRing<STAGES> ring;
   if (warp_index() == 4) {
     if (threadIdx.x % 32 == 0) {
-      __shared__ StreamPhase phases[4 * LAYERS];
-      for (int l = 0; l < LAYERS; ++l) {
-        phases[4 * l] = {qkv_maps + l, H, BQ, kTilesQkv, 0, l * kTilesLayer};
-        Mlp::stream_phases(o_maps + l, gu_maps + l, down_maps + l, l * kTilesLayer + kTilesQkv, phases + 4 * l + 1);
-      }
-      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4 * LAYERS);
+      __shared__ StreamPhase phases[4];
+      phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0};
+      Mlp::stream_phases(o_map, gu_map, down_map, kTilesQkv, phases + 1);
+      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
       phase_trace(15);
     }
     return;
@@ -466,77 +455,63 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   const int t = threadIdx.x;
   phase_trace(0);
   auto sync128 = [] { named_barrier_sync(1, 128); };
-  for (int l = 0; l < LAYERS; ++l) {
-    const unsigned phase0 = l * kPhases, g0 = l * kTilesLayer;
-    bf16* kv_layer = kv + l * LAYER_KV;
-    float w8[kNormChunks<H>][8];
-    rms_load_w<H>(attn_norms[l], t, w8);
-    if (l == 0)
-      grid_dependency_wait();  // x, and the KV pages, are the previous kernels'
-    else
-      persistent_wait(sync, phase0 * gridDim.x);  // the previous layer's down, x complete
-    phase_trace(1);
+  float w8[kNormChunks<H>][8];
+  rms_load_w<H>(attn_norm, t, w8);
+  grid_dependency_wait();  // x, and the KV pages, are the previous kernels'
+  phase_trace(1);
 
-    // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16).
-    unsigned first = persistent_first_tile(g0);
-    if (first < kTilesQkv) {
-      persistent_norm_a<1, H, EPS>(sm.base, x, w8);
-      for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
-        layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV,
-                                                    qkv);
-    }
-    phase_trace(2);
-    persistent_arrive(sync);
-
-    // Phase 1: the QKV epilogue, a head per work item (q to `q`, K/V appended to their pages).
-    persistent_wait(sync, (phase0 + 1) * gridDim.x);
-    phase_trace(3);
-    {
-      __shared__ float head_v[D];
-      __shared__ float scratch[D / 32 > 0 ? D / 32 : 1];
-      const float* bias = BIAS ? biases[l] : nullptr;
-      const float* q_norm = QK_NORM ? q_norms[l] : nullptr;
-      const float* k_norm = QK_NORM ? k_norms[l] : nullptr;
-      for (unsigned head = blockIdx.x; head < static_cast<unsigned>(NH); head += gridDim.x) {
-        const float v = t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(qkv + head * D + t)) << 16) : 0.f;
-        qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
-            v, static_cast<int>(head), 0, t, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q,
-            head_v, scratch, sync128);
-      }
-    }
-    phase_trace(4);
-    persistent_arrive(sync);
-
-    // Phase 2: the attention splits, a (KV head, slot) per work item.
-    persistent_wait(sync, (phase0 + 2) * gridDim.x);
-    phase_trace(5);
-    // The next chunk's loads ahead where a head's registers allow it (at head dim 128 the second
-    // chunk's 64 registers a thread spill in this kernel).
-    for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
-      attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, (D <= 64)>(
-          0, static_cast<int>(item / NSPLIT), static_cast<int>(item % NSPLIT), q, positions, token_seq, page_tables,
-          kv_layer, part_o, part_ml, sync128);
-    phase_trace(6);
-    persistent_arrive(sync);
-
-    // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
-    // row's last loop reads shared memory the next one writes).
-    persistent_wait(sync, (phase0 + 3) * gridDim.x);
-    phase_trace(7);
-    if (t < D)
-      for (unsigned hq = blockIdx.x; hq < static_cast<unsigned>(HQ); hq += gridDim.x) {
-        auto sync_d = [] { named_barrier_sync(2, D); };
-        attn_combine_row<HQ, D, NSPLIT, SPLIT>(0, static_cast<int>(hq), part_o, part_ml, positions, attn, sync_d);
-        sync_d();
-      }
-    phase_trace(8);
-    persistent_arrive(sync);
-
-    // Phases 4-6: the MLP half; the next layer's phase 0 waits for this one's down.
-    Mlp::template run<1, EPS>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norms[l], x, act, sync,
-                              phase0 + 4, g0 + kTilesQkv);
-    if (l + 1 < LAYERS) persistent_arrive(sync);
+  // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16).
+  unsigned first = persistent_first_tile(0);
+  if (first < kTilesQkv) {
+    persistent_norm_a<1, H, EPS>(sm.base, x, w8);
+    for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
+      layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV, qkv);
   }
+  phase_trace(2);
+  persistent_arrive(sync);
+
+  // Phase 1: the QKV epilogue, a head per work item (q to `q`, K/V appended to their pages).
+  persistent_wait(sync, gridDim.x);
+  phase_trace(3);
+  {
+    __shared__ float head_v[D];
+    __shared__ float scratch[D / 32 > 0 ? D / 32 : 1];
+    for (unsigned head = blockIdx.x; head < static_cast<unsigned>(NH); head += gridDim.x) {
+      const float v = t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(qkv + head * D + t)) << 16) : 0.f;
+      qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
+          v, static_cast<int>(head), 0, t, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q,
+          head_v, scratch, sync128);
+    }
+  }
+  phase_trace(4);
+  persistent_arrive(sync);
+
+  // Phase 2: the attention splits, a (KV head, slot) per work item.
+  persistent_wait(sync, 2 * gridDim.x);
+  phase_trace(5);
+  for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
+    attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
+        0, static_cast<int>(item / NSPLIT), static_cast<int>(item % NSPLIT), q, positions, token_seq, page_tables,
+        kv_layer, part_o, part_ml, sync128);
+  phase_trace(6);
+  persistent_arrive(sync);
+
+  // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
+  // row's last loop reads shared memory the next one writes).
+  persistent_wait(sync, 3 * gridDim.x);
+  phase_trace(7);
+  if (t < D)
+    for (unsigned hq = blockIdx.x; hq < static_cast<unsigned>(HQ); hq += gridDim.x) {
+      auto sync_d = [] { named_barrier_sync(2, D); };
+      attn_combine_row<HQ, D, NSPLIT, SPLIT>(0, static_cast<int>(hq), part_o, part_ml, positions, attn, sync_d);
+      sync_d();
+    }
+  phase_trace(8);
+  persistent_arrive(sync);
+
+  // Phases 4-6: the MLP half.
+  Mlp::template run<1, EPS>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x, act, sync, 4,
+                            kTilesQkv);
   persistent_finish(sync);
 }
 

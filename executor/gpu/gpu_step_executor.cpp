@@ -92,13 +92,10 @@ struct GpuStepExecutor::State {
   std::vector<std::string> kernel_instances;
   std::vector<dim3> blocks;
   std::vector<unsigned> dynamic_smem;
-  // TMA tensor maps of the `tmap:` arguments and of `layers:` lists of them, encoded once (weights
-  // and arena never move) and kept in device memory, 128 bytes each; `tmap_index` maps an argument
-  // to its (first) slot. `layers:` lists of weights: device pointers, likewise.
+  // TMA tensor maps of the `tmap:` arguments, encoded once (weights and arena never move) and
+  // kept in device memory, 128 bytes each; `tmap_index` maps an argument to its slot.
   hexel::TensorMap* tmaps = nullptr;
   std::map<std::string, std::size_t> tmap_index;
-  void** pointers = nullptr;
-  std::map<std::string, std::size_t> pointer_index;
   char* base = nullptr;
   std::map<std::string, char*> weights, arena;
   char* kv = nullptr;
@@ -168,7 +165,6 @@ struct GpuStepExecutor::State {
         if (g) cudaGraphExecDestroy(g);
     if (library) cudaLibraryUnload(library);
     if (tmaps) cudaFree(tmaps);
-    if (pointers) cudaFree(pointers);
     if (base) cudaFree(base);
     if (logits_host) cudaFreeHost(logits_host);
     for (cudaStream_t st : {stream, upload})
@@ -193,11 +189,6 @@ struct GpuStepExecutor::State {
     }
     if (arg.rfind("kv:", 0) == 0) return kv + std::stoll(field("kv:")) * layer_bytes;
     if (arg.rfind("tmap:", 0) == 0) return tmaps + tmap_index.at(arg);
-    if (arg.rfind("layers:", 0) == 0) {
-      // Built at load (the tensor maps' loop): the first element of the list's array.
-      if (auto it = tmap_index.find(arg); it != tmap_index.end()) return tmaps + it->second;
-      return pointers + pointer_index.at(arg);
-    }
     const std::map<std::string, std::int64_t> fields = {
         {"tokens", desc.off_tokens},           {"positions", desc.off_positions},
         {"token_seq", desc.off_token_seq},     {"sample_rows", desc.off_sample_rows},
@@ -512,52 +503,33 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   check(cudaMallocHost(&s.logits_host, sizeof(float) * s.desc.max_sample_rows * s.vocab), "pinned logits");
   check(cudaMemset(p, 0, static_cast<std::size_t>(2 * s.desc.bytes)), "descriptor init");
 
-  // Tensor maps (the loader checked each tmap: argument, and each element of a layers: list of
-  // them, against its weight or buffer), and the device pointers of layers: lists of weights. A
-  // list's elements are consecutive in their array.
+  // Tensor maps (the loader checked each tmap: argument against its weight or buffer).
   std::vector<hexel::TensorMap> maps;
-  std::vector<void*> pointers;
-  auto encode = [&](const std::string& arg) {
-    const TensorMapArg t = parse_tensor_map_arg(arg, "manifest.json: programs");
-    try {
-      // The element type follows from the box width (docs/artifact.md): 64 bf16 or 32 f32.
-      maps.push_back(hexel::encode_2d(t.elem_bytes == 4 ? hexel::TmaDtype::F32 : hexel::TmaDtype::BF16,
-                                      s.resolve(t.target, 0), static_cast<std::uint64_t>(t.rows),
-                                      static_cast<std::uint64_t>(t.cols),
-                                      static_cast<std::uint64_t>(t.cols) * static_cast<std::uint64_t>(t.elem_bytes),
-                                      t.box_rows, t.box_cols, hexel::Swizzle::B128));
-    } catch (const std::runtime_error& e) {
-      fail("gpu engine: argument " + arg + ": " + e.what());
-    }
-  };
   for (const auto& bj : programs.at("buckets"))
     for (const auto& lj : bj.at("launches"))
       for (const auto& arg_j : lj.at("args")) {
         const std::string arg = arg_j.get<std::string>();
-        if (arg.rfind("tmap:", 0) == 0 && !s.tmap_index.count(arg)) {
-          s.tmap_index[arg] = maps.size();
-          encode(arg);
-        } else if (arg.rfind("layers:", 0) == 0 && !s.tmap_index.count(arg) && !s.pointer_index.count(arg)) {
-          const LayerListArg list = parse_layer_list_arg(arg, "manifest.json: programs");
-          if (list.maps()) {
-            s.tmap_index[arg] = maps.size();
-            for (int e = 0; e < list.count; ++e) encode(list.element(e));
-          } else {
-            s.pointer_index[arg] = pointers.size();
-            for (int e = 0; e < list.count; ++e) pointers.push_back(s.resolve(list.element(e), 0));
-          }
+        if (arg.rfind("tmap:", 0) != 0 || s.tmap_index.count(arg)) continue;
+        const TensorMapArg t = parse_tensor_map_arg(arg, "manifest.json: programs");
+        try {
+          // The element type follows from the box width (docs/artifact.md): 64 bf16 or 32 f32.
+          maps.push_back(hexel::encode_2d(
+              t.elem_bytes == 4 ? hexel::TmaDtype::F32 : hexel::TmaDtype::BF16,
+              s.resolve(t.target, 0), static_cast<std::uint64_t>(t.rows),
+              static_cast<std::uint64_t>(t.cols),
+              static_cast<std::uint64_t>(t.cols) * static_cast<std::uint64_t>(t.elem_bytes),
+              t.box_rows, t.box_cols, hexel::Swizzle::B128));
+        } catch (const std::runtime_error& e) {
+          fail("gpu engine: argument " + arg + ": " + e.what());
         }
+        s.tmap_index[arg] = maps.size() - 1;
       }
   if (!maps.empty()) {
     // cudaMalloc's alignment (256 bytes) covers the 64 a tensor map needs.
     check(cudaMalloc(&s.tmaps, sizeof(hexel::TensorMap) * maps.size()), "tensor maps");
-    check(cudaMemcpy(s.tmaps, maps.data(), sizeof(hexel::TensorMap) * maps.size(), cudaMemcpyHostToDevice),
+    check(cudaMemcpy(s.tmaps, maps.data(), sizeof(hexel::TensorMap) * maps.size(),
+                     cudaMemcpyHostToDevice),
           "tensor map upload");
-  }
-  if (!pointers.empty()) {
-    check(cudaMalloc(&s.pointers, sizeof(void*) * pointers.size()), "per-layer pointers");
-    check(cudaMemcpy(s.pointers, pointers.data(), sizeof(void*) * pointers.size(), cudaMemcpyHostToDevice),
-          "per-layer pointer upload");
   }
 
   // Launch programs, captured two graphs per bucket (one per step parity) in manifest order

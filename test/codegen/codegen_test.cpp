@@ -127,7 +127,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       "telos_kernels::gemm_prefill_bf16",     "telos_kernels::qkv_rope_append_rows",
       "telos_kernels::gemm_small_residual",   "telos_kernels::gemm_small_swiglu",
       "telos_kernels::gemm_small_bf16",       "telos_kernels::gemm_small_norm_bf16",
-      "telos_kernels::gemm_small_norm_swiglu", "telos_kernels::decode_step_persistent"};
+      "telos_kernels::gemm_small_norm_swiglu", "telos_kernels::decode_layer_persistent"};
   EXPECT_EQ(kinds, expected);
 
   // Every bucket launches something valid, decode buckets first and largest first.
@@ -207,28 +207,27 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(instance_of(d8[6]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
   EXPECT_EQ(d8[6].at("args")[0], "buf:x");
   EXPECT_EQ(d8[6].at("args")[1], "w:layers.0.mlp_norm");
-  // Decode at 1 token: every layer in one persistent launch (decode_step_persistent), a CTA per
-  // SM, its per-layer operands as layers: arrays.
+  // Decode at 1 token: each layer is one persistent launch (decode_layer_persistent), a CTA per SM.
   ASSERT_EQ(buckets[3].at("size"), 1);
   const auto& d1 = buckets[3].at("launches");
-  ASSERT_EQ(d1.size(), 1u + 1u + 3u);
-  EXPECT_EQ(instance_of(d1[1]).rfind("telos_kernels::decode_step_persistent<128, 4, 2, 32, ", 0), 0u);
-  EXPECT_NE(instance_of(d1[1]).find(", 2>"), std::string::npos);  // two layers
+  ASSERT_EQ(d1.size(), 1u + 1u * 2u + 3u);
+  EXPECT_EQ(instance_of(d1[1]).rfind("telos_kernels::decode_layer_persistent<128, 4, 2, 32, ", 0), 0u);
   EXPECT_EQ(d1[1].at("grid"), nlohmann::ordered_json({132, 1, 1}));
   const auto& layer_args = d1[1].at("args");
   ASSERT_EQ(layer_args.size(), 21u);
-  EXPECT_EQ(layer_args[0], "layers:2:tmap:w:layers.{}.qkv:256:128:32:64");
-  EXPECT_EQ(layer_args[4], "layers:2:w:layers.{}.attn_norm");
-  EXPECT_EQ(layer_args[5], "layers:2:w:layers.{}.mlp_norm");
+  EXPECT_EQ(layer_args[0], "tmap:w:layers.0.qkv:256:128:32:64");
+  EXPECT_EQ(layer_args[4], "w:layers.0.attn_norm");
+  EXPECT_EQ(layer_args[5], "w:layers.0.mlp_norm");
   EXPECT_EQ(layer_args[12], "kv:0");
   EXPECT_EQ(layer_args[13], "buf:x");
   EXPECT_EQ(layer_args[20], "buf:layer_sync");
+  EXPECT_EQ(instance_of(d1[2]), instance_of(d1[1]));  // the same instance for every layer
   EXPECT_EQ(p128[9].at("args")[2], "tmap:buf:x:128:128:64:32");
   for (const auto& e : k.kernels) {
     const std::string instance = e.at("instance");
     const bool prefill = instance.rfind("telos_kernels::gemm_prefill", 0) == 0;
     const bool small = instance.rfind("telos_kernels::gemm_small", 0) == 0;
-    if (instance.rfind("telos_kernels::decode_step_persistent", 0) == 0) {
+    if (instance.rfind("telos_kernels::decode_layer_persistent", 0) == 0) {
       // One CTA per SM: the ring fills what the resident A leaves of the 227 KB.
       EXPECT_GT(e.at("dynamic_smem").get<int>(), 114 * 1024) << instance;
       EXPECT_LE(e.at("dynamic_smem").get<int>(), 227 * 1024) << instance;
@@ -338,28 +337,25 @@ TEST(Codegen, GemmTilingOfLlama8bShapes) {
 // The persistent decode layer's tiles: 32 rows where that gives an SM a tile or more (the 8B's
 // 4096- and 6144-row matrices), 16 where it would not (the 1B's o and down: 64 tiles of 32 rows),
 // larger where K is not whole 8 KB slots of 16-row tiles (tiny's o, K 128); gate/up 32 + 32; the
-// ring fills what the resident A (the largest K), 16 KB of static shared memory and the phase list
-// leave of 227 KB.
+// ring fills what the resident A (the largest K) and 16 KB of static shared memory leave of 227 KB.
 // Shapes it cannot take (K not whole slots) run the kernel-per-operation path.
 TEST(Codegen, DecodeLayerTiling) {
-  auto tiling = [](int h, int nqkv, int ko, int i, int d, int layers) {
-    const PersistentLayerTiling t = decode_layer_tiling(h, nqkv, ko, i, d, layers);
+  auto tiling = [](int h, int nqkv, int ko, int i, int d) {
+    const PersistentLayerTiling t = decode_layer_tiling(h, nqkv, ko, i, d);
     return std::array<int, 7>{t.bq, t.bo, t.bg, t.bd, t.stages, t.smem, t.fits ? 1 : 0};
   };
-  // Llama-3.1-8B (32 layers): resident A 28 KB + 128 B (K 14336), 4 KB of phase list, 22 slots.
-  EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 128, 32), (std::array<int, 7>{32, 32, 64, 32, 22, 211296, 1}));
-  // Llama-3.2-1B (16 layers): 96 qkv and 64 o / down tiles of 32 rows would leave SMs idle.
-  EXPECT_EQ(tiling(2048, 3072, 2048, 8192, 64, 16), (std::array<int, 7>{16, 16, 64, 16, 23, 207216, 1}));
-  // Qwen3-0.6B (28 layers): o's K (Hq · D = 2048) differs from H.
-  EXPECT_EQ(tiling(1024, 4096, 2048, 3072, 128, 28), (std::array<int, 7>{32, 16, 64, 16, 24, 205184, 1}));
-  // The phase list takes 128 bytes a layer from the ring.
-  EXPECT_LT(tiling(2048, 3072, 2048, 8192, 64, 80)[4], tiling(2048, 3072, 2048, 8192, 64, 16)[4]);
+  // Llama-3.1-8B: resident A 28 KB + 128 B (K 14336), 22 slots.
+  EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 128), (std::array<int, 7>{32, 32, 64, 32, 22, 211296, 1}));
+  // Llama-3.2-1B: 96 qkv and 64 o / down tiles of 32 rows would leave SMs idle.
+  EXPECT_EQ(tiling(2048, 3072, 2048, 8192, 64), (std::array<int, 7>{16, 16, 64, 16, 24, 215424, 1}));
+  // Qwen3-0.6B: o's K (Hq · D = 2048) differs from H.
+  EXPECT_EQ(tiling(1024, 4096, 2048, 3072, 128), (std::array<int, 7>{32, 16, 64, 16, 25, 213392, 1}));
   // tiny-llama: o's K 128 is not a slot of 16-row tiles (four K blocks), so 32 rows.
-  EXPECT_EQ(tiling(128, 256, 128, 256, 32, 2)[1], 32);
+  EXPECT_EQ(tiling(128, 256, 128, 256, 32)[1], 32);
   // Not whole slots, or a head dimension attention does not take: the plan keeps separate kernels.
-  EXPECT_EQ(tiling(1000, 3000, 1000, 3000, 100, 2)[6], 0);
-  EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 256, 32)[6], 0);
-  for (auto t : {tiling(4096, 6144, 4096, 14336, 128, 32), tiling(2048, 3072, 2048, 8192, 64, 16)})
+  EXPECT_EQ(tiling(1000, 3000, 1000, 3000, 100)[6], 0);
+  EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 256)[6], 0);
+  for (auto t : {tiling(4096, 6144, 4096, 14336, 128), tiling(2048, 3072, 2048, 8192, 64)})
     EXPECT_LE(t[5] + 16 * 1024, 227 * 1024);
 }
 

@@ -498,12 +498,12 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
   }
 }
 
-// The MLP half of decode_step_persistent's layers (MlpPhases), run alone by a test kernel, gives the bits
+// The MLP half of decode_layer_persistent (MlpPhases), run alone by a test kernel, gives the bits
 // of the kernels it replaces: gemm_small_residual (o), rmsnorm, gemm_small_swiglu (gate/up),
 // gemm_small_residual (down), for x and act, at the tiny, Llama-3.2-1B, Qwen2.5-1.5B, Qwen3-0.6B and
 // Llama-3.1-8B shapes (the plan's tiles, decode_layer_tiling), and its grid-wide counters are zero
 // after each launch (a second launch from the same inputs gives the same bits). The whole layer is
-// checked through the models: one-token steps (decode_step_persistent) against the same rows in
+// checked through the models: one-token steps (decode_layer_persistent) against the same rows in
 // larger buckets, bit for bit (gpu_model_test).
 const char* kMlpTestKernel = R"(
 namespace telos_kernels {
@@ -538,7 +538,7 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
                          Shape{4096, 4096, 14336}}) {
     const std::string what = "H=" + I(s.H) + " KO=" + I(s.KO) + " I=" + I(s.I);
     // The QKV rows do not matter here: nqkv = H, head dim 64.
-    const codegen::PersistentLayerTiling mt = codegen::decode_layer_tiling(s.H, s.H, s.KO, s.I, 64, 1);
+    const codegen::PersistentLayerTiling mt = codegen::decode_layer_tiling(s.H, s.H, s.KO, s.I, 64);
     ASSERT_TRUE(mt.fits) << what;
     const codegen::SmallGemmTiling to = codegen::small_gemm_tiling(s.H, s.KO, 1, false),
                                    tg = codegen::small_gemm_tiling(s.I, s.H, 1, true),

@@ -208,58 +208,6 @@ TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {
   expect_refused(dir, {"spans 8192 bytes", "buf:h has 4096"});
 }
 
-TEST(Artifact, ParsesLayerListArguments) {
-  const LayerListArg l = parse_layer_list_arg("layers:16:w:layers.{}.attn_norm", "here");
-  EXPECT_EQ(l.count, 16);
-  EXPECT_FALSE(l.maps());
-  EXPECT_EQ(l.element(0), "w:layers.0.attn_norm");
-  EXPECT_EQ(l.element(15), "w:layers.15.attn_norm");
-  const LayerListArg m = parse_layer_list_arg("layers:2:tmap:w:layers.{}.qkv:3072:2048:16:64", "here");
-  EXPECT_TRUE(m.maps());
-  EXPECT_EQ(m.element(1), "tmap:w:layers.1.qkv:3072:2048:16:64");
-  auto refused = [](const std::string& arg, const std::string& why) {
-    try {
-      parse_layer_list_arg(arg, "programs.buckets[0].launches[1].args[2]");
-      ADD_FAILURE() << arg << " was accepted";
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find("programs.buckets[0].launches[1].args[2]: " + arg), std::string::npos) << msg;
-      EXPECT_NE(msg.find(why), std::string::npos) << msg;
-    }
-  };
-  refused("layers:16", "too few fields");
-  refused("layers:0:w:layers.{}.o", "\"0\" is not a positive integer");
-  refused("layers:x:w:layers.{}.o", "\"x\" is not a positive integer");
-  refused("layers:2:buf:x{}", "must be w: or tmap:");
-  refused("layers:2:w:layers.0.o", "no {} for the layer");
-}
-
-// The loader expands every element of a layers: list: each names a weight, and each map passes
-// the tensor-map checks.
-TEST(Artifact, RefusesLayerListsWhoseElementsNameNothing) {
-  const std::string dir = testing::temp_dir("layers");
-  auto m = testing::write_tiny_artifact(dir, {});  // two layers
-  auto with_arg = [&](const std::string& arg) {
-    auto c = m;
-    c["programs"] = {{"arena", {{{"buffer", "h"}, {"bytes", 4096}}}},
-                     {"buckets", {{{"kind", "decode"},
-                                   {"launches", {{{"kernel", 0}, {"args", {"buf:h", arg}}}}}}}}};
-    testing::rewrite_manifest(dir, c);
-  };
-  with_arg("layers:2:w:layers.{}.attn_norm");
-  EXPECT_NO_THROW(Artifact::load(dir));
-  with_arg("layers:2:tmap:w:layers.{}.qkv:64:32:16:64");
-  EXPECT_NO_THROW(Artifact::load(dir));
-  with_arg("layers:3:w:layers.{}.attn_norm");
-  expect_refused(dir, {"programs.buckets[0].launches[0].args[1]", "element 2", "no weight tensor \"layers.2.attn_norm\""});
-  with_arg("layers:2:tmap:w:layers.{}.qkv:128:32:16:64");
-  expect_refused(dir, {"programs.buckets[0].launches[0].args[1]", "tmap:w:layers.0.qkv:128:32:16:64", "spans 8192 bytes"});
-  with_arg("layers:2:tmap:w:layers.{}.attn_norm:1:32:1:64");
-  expect_refused(dir, {"tensor maps over weights are bf16, the weight is f32"});
-  with_arg("layers:2:w:layers.1.attn_norm");
-  expect_refused(dir, {"programs.buckets[0].launches[0].args[1]", "no {} for the layer"});
-}
-
 TEST(Artifact, ChecksTheTargetArchitecture) {
   const std::string dir = testing::temp_dir("arch");
   testing::write_tiny_artifact(dir, {});
