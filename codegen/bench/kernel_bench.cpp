@@ -133,6 +133,16 @@ void* device_map(const void* base, int rows, int cols, int box_rows) {
   return p;
 }
 
+// The ways decode_layer_persistent meets its grid-wide counts (telos_kernels::GridCount,
+// decode_persistent.cuh), as its last template argument, and their labels in the table.
+struct GridCountVariant {
+  const char* name;
+  const char* label;
+};
+constexpr GridCountVariant kGridCounts[] = {{"telos_kernels::GridCount::Fenced", "V0 fenced"},
+                                            {"telos_kernels::GridCount::Release", "V1 release"},
+                                            {"telos_kernels::GridCount::ReleaseBackoff", "V2 backoff"}};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -438,6 +448,8 @@ int main(int argc, char** argv) {
   // rejected: docs/perf-log.md, change 18). Bytes: the layer's weights and the K/V read. Then the phase timeline of the last
   // layer of one such run (the same instances compiled with TELOS_PHASE_TRACE): per event, the
   // median and the latest CTA, µs after the first CTA's entry (decode_persistent.cuh, phase_trace).
+  // Each way of meeting the grid-wide counts (GridCount: V0 the plan's, V1, V2) is a row and a
+  // timeline of its own, so they compare within one run (issue 7).
   {
     struct LayerShape { const char* name; int H, HQ, HKV, D, I; };
     const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
@@ -451,11 +463,13 @@ int main(int argc, char** argv) {
       const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
       const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D);
       const long long page_elems = 2LL * sh.HKV * kPage * sh.D;
-      const std::vector<std::string> names = {"telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " + I(sh.HKV) + ", " +
-               I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " + I(kPage) + ", " + I(kMaxp) + ", " +
-               I(page_elems) + "ll, telos_rope::Freqs, " + I(kAttnSplit) + ", " + I(nsplit) + ", " +
+      const std::string prefix = "telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " +
+               I(sh.HKV) + ", " + I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " + I(kPage) + ", " +
+               I(kMaxp) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " + I(kAttnSplit) + ", " + I(nsplit) + ", " +
                float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " + I(sh.I) + ", " +
-               I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) + ", " + I(lt.bd) + ">"};
+               I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) + ", " + I(lt.bd) + ", ";
+      std::vector<std::string> names;
+      for (const GridCountVariant& v : kGridCounts) names.push_back(prefix + v.name + ">");
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
       const std::unique_ptr<Module> mod = plain.get();
@@ -506,17 +520,17 @@ int main(int argc, char** argv) {
                                          pos, seq, pt, c.kv, x, qkv, q, po, pml, attn_out, act, sync},
                                         lt.smem, pdl);
         };
-        {
-          const double us = median_us([&](int i) { launch(*mod, names[0], i, i % kLayers != 0); }, 20, 2 * kLayers,
+        for (std::size_t vi = 0; vi < names.size(); ++vi) {
+          const double us = median_us([&](int i) { launch(*mod, names[vi], i, i % kLayers != 0); }, 20, 2 * kLayers,
                                       kLayers);
           char label[64], shape[64];
-          std::snprintf(label, sizeof label, "decode layer %s", sh.name);
+          std::snprintf(label, sizeof label, "decode layer %s %s", sh.name, kGridCounts[vi].label);
           std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, lt.bq, lt.bo, lt.bg, lt.bd);
           std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
                       100.0 * bytes / us / 1e3 / copy_gbs);
         }
-        {
-          for (int i = 0; i < 2 * kLayers; ++i) launch(traced, names[0], i, i % kLayers != 0);
+        for (std::size_t vi = 0; vi < names.size(); ++vi) {
+          for (int i = 0; i < 2 * kLayers; ++i) launch(traced, names[vi], i, i % kLayers != 0);
           check(cudaDeviceSynchronize(), "traced run");
           void* trace = nullptr;
           std::size_t trace_bytes = 0;
@@ -528,7 +542,8 @@ int main(int argc, char** argv) {
           const int ctas = prop.multiProcessorCount;
           unsigned long long t0 = ~0ull;
           for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * 16 + 1]);
-          std::printf("  timeline %s ctx=%d (µs after the first CTA's phase 0 start: median / last CTA):", sh.name, C);
+          std::printf("  timeline %s ctx=%d %s (µs after the first CTA's phase 0 start: median / last CTA):", sh.name,
+                      C, kGridCounts[vi].label);
           for (int e = 0; e < 16; ++e) {
             std::vector<double> v;
             for (int b = 0; b < ctas; ++b) v.push_back((static_cast<double>(t[b * 16 + e]) - static_cast<double>(t0)) / 1e3);

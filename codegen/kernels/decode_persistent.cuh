@@ -212,23 +212,67 @@ __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STA
   }
 }
 
-// The grid-wide count of finished phases (sync[0]; see the top of this file): wait until it
-// reaches `target` (thread 0 polls, then the 128 consumer threads meet), and add this CTA's 1
-// once its stores are done.
+// How a CTA's consumers meet the grid-wide count of finished phases (sync[0]; see the top of this
+// file): wait until it reaches `target` (thread 0 polls, then the 128 consumer threads meet), and
+// add this CTA's 1 once its stores are done. After a GEMM phase a count costs 4-5 µs where DRAM
+// streams the next phase's weights, ~1 µs where it is idle (docs/perf-log.md, runs O-R), so the
+// variants below are timed side by side (telos-kernel-bench, "decode layer"); the plan uses Fenced
+// until one is measured faster (issue 7).
+//  - Fenced (V0): every consumer thread runs __threadfence (membar.gl, i.e. fence.sc.gpu) before
+//    the meeting, thread 0 adds with atom (a returned value), polls with ld.acquire.gpu in a tight
+//    loop and fences again.
+//  - Release (V1): the consumers meet first, then thread 0 alone releases (fence.acq_rel.gpu;
+//    red.relaxed.gpu.global.add: no returned value to wait for); it polls with ld.acquire.gpu and
+//    no fence after. This is the shape of cooperative groups' grid sync (cooperative_groups/
+//    details/sync.h: bar.sync, then one thread's atom.add.release.gpu; ld.acquire.gpu polls, then
+//    bar.sync). Why one thread's fence covers the other 127 threads' stores, in the terms of the
+//    PTX ISA's Memory Consistency Model ("Ordering of memory operations"): bar.sync synchronizes
+//    the participating threads, so each thread's stores precede thread 0's fence in base causality
+//    order (program order, then synchronizes-with through the barrier, then program order); the
+//    fence.acq_rel + red.relaxed is a release pattern at gpu scope, and release patterns are
+//    cumulative: everything that precedes the fence in causality order, not only thread 0's own
+//    accesses, precedes the red, and so precedes, for the CTA whose acquire (ld.acquire.gpu, or
+//    ld.relaxed then fence.acq_rel: an acquire pattern) observes the count, everything after its
+//    own bar.sync. The same argument orders this CTA's reads of a phase before another CTA's writes
+//    in a later phase (x is read by gate/up's norm and written by down).
+//  - ReleaseBackoff (V2): V1's arrival; the polls are ld.relaxed.gpu with __nanosleep between them
+//    (32 ns, doubling, capped at 256 ns) so that 132 CTAs do not keep one L2 line busy while DRAM
+//    streams, and one fence.acq_rel.gpu after the poll that sees the target (the acquire pattern).
+enum class GridCount { Fenced, Release, ReleaseBackoff };
+
+template <GridCount COUNT = GridCount::Fenced>
 __device__ __forceinline__ void persistent_wait(const unsigned* sync, unsigned target) {
   if (threadIdx.x == 0) {
     unsigned seen;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync) : "memory");
-    } while (seen < target);
-    __threadfence();
+    if constexpr (COUNT == GridCount::ReleaseBackoff) {
+      for (unsigned ns = 32;; ns = ns < 256 ? 2 * ns : 256) {
+        // PTX: ld (.relaxed.gpu), Memory Consistency Model.
+        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync) : "memory");
+        if (seen >= target) break;
+        __nanosleep(ns);
+      }
+      asm volatile("fence.acq_rel.gpu;" ::: "memory");  // PTX: fence (the acquire pattern)
+    } else {
+      do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync) : "memory");
+      } while (seen < target);
+      if constexpr (COUNT == GridCount::Fenced) __threadfence();
+    }
   }
   hexel::named_barrier_sync(1, 128);
 }
+template <GridCount COUNT = GridCount::Fenced>
 __device__ __forceinline__ void persistent_arrive(unsigned* sync) {
-  __threadfence();
-  hexel::named_barrier_sync(1, 128);
-  if (threadIdx.x == 0) atomicAdd(&sync[0], 1u);
+  if constexpr (COUNT == GridCount::Fenced) {
+    __threadfence();
+    hexel::named_barrier_sync(1, 128);
+    if (threadIdx.x == 0) atomicAdd(&sync[0], 1u);
+  } else {
+    hexel::named_barrier_sync(1, 128);
+    // PTX: fence, red (the release pattern; see above for the other threads' stores).
+    if (threadIdx.x == 0)
+      asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(sync) : "memory");
+  }
 }
 // The last CTA to finish returns the count (and its own counter, sync[1]) to zero for the next launch.
 __device__ __forceinline__ void persistent_finish(unsigned* sync) {
@@ -375,15 +419,15 @@ struct MlpPhases {
   }
 
   // The consumers: x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x += down(act). Waits for the
-  // count to reach phase0 · gridDim.x first; arrives after o and after gate/up (the caller arrives
-  // after down if anything follows in the launch).
-  template <int M, float EPS, unsigned STAGES>
+  // count (COUNT's way) to reach phase0 · gridDim.x first; arrives after o and after gate/up (the
+  // caller arrives after down if anything follows in the launch).
+  template <int M, float EPS, GridCount COUNT, unsigned STAGES>
   __device__ static void run(hexel::mbarrier::StageRing<STAGES>& ring, unsigned base, unsigned ring_base,
                              unsigned full, unsigned empty, const bf16* attn, const float* norm_w, float* x, bf16* act,
                              unsigned* sync, unsigned phase0, unsigned g0) {
     float w8[kNormChunks<H>][8];
     rms_load_w<H>(norm_w, threadIdx.x, w8);  // a weight: its load overlaps the o tiles
-    persistent_wait(sync, phase0 * gridDim.x);
+    persistent_wait<COUNT>(sync, phase0 * gridDim.x);
     phase_trace(1 + 2 * phase0);
     unsigned first = persistent_first_tile(g0);
     if (first < kTilesO) {
@@ -392,8 +436,8 @@ struct MlpPhases {
         layer_gemm_tile<M, BO, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, KO, H, x);
     }
     phase_trace(2 + 2 * phase0);
-    persistent_arrive(sync);
-    persistent_wait(sync, (phase0 + 1) * gridDim.x);
+    persistent_arrive<COUNT>(sync);
+    persistent_wait<COUNT>(sync, (phase0 + 1) * gridDim.x);
     phase_trace(3 + 2 * phase0);
     first = persistent_first_tile(g0 + kTilesO);
     if (first < kTilesGu) {
@@ -402,8 +446,8 @@ struct MlpPhases {
         layer_gemm_tile<M, BG, SmallEpi::SwiGlu>(ring, base, ring_base, full, empty, tile, H, I, act);
     }
     phase_trace(4 + 2 * phase0);
-    persistent_arrive(sync);
-    persistent_wait(sync, (phase0 + 2) * gridDim.x);
+    persistent_arrive<COUNT>(sync);
+    persistent_wait<COUNT>(sync, (phase0 + 2) * gridDim.x);
     phase_trace(5 + 2 * phase0);
     first = persistent_first_tile(g0 + kTilesO + kTilesGu);
     if (first < kTilesDown) {
@@ -420,11 +464,12 @@ struct MlpPhases {
 // combine, attn_combine_row per query head) and then MlpPhases, seven phases between grid-wide
 // counts, one weight stream (qkv, o, gate/up, down) per SM. Every piece is the code the separate
 // kernels run, so the rows have their bits. Template arguments: the model's (qkv_rope_append_rows'
-// and attn_split's after D), then the MLP's and the ring's; args as those kernels' (the maps in
-// BQ / BO / BG / 2 / BD x 64 boxes).
+// and attn_split's after D), then the MLP's and the ring's, then how the grid-wide counts are met
+// (the plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels'
+// (the maps in BQ / BO / BG / 2 / BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I, int STAGES, int BQ,
-          int BO, int BG, int BD>
+          int BO, int BG, int BD, GridCount COUNT = GridCount::Fenced>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map, const TensorMap* gu_map,
                             const TensorMap* down_map, const float* attn_norm, const float* mlp_norm, const float* bias,
@@ -468,10 +513,10 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
       layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV, qkv);
   }
   phase_trace(2);
-  persistent_arrive(sync);
+  persistent_arrive<COUNT>(sync);
 
   // Phase 1: the QKV epilogue, a head per work item (q to `q`, K/V appended to their pages).
-  persistent_wait(sync, gridDim.x);
+  persistent_wait<COUNT>(sync, gridDim.x);
   phase_trace(3);
   {
     __shared__ float head_v[D];
@@ -484,21 +529,21 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     }
   }
   phase_trace(4);
-  persistent_arrive(sync);
+  persistent_arrive<COUNT>(sync);
 
   // Phase 2: the attention splits, a (KV head, slot) per work item.
-  persistent_wait(sync, 2 * gridDim.x);
+  persistent_wait<COUNT>(sync, 2 * gridDim.x);
   phase_trace(5);
   for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
         0, static_cast<int>(item / NSPLIT), static_cast<int>(item % NSPLIT), q, positions, token_seq, page_tables,
         kv_layer, part_o, part_ml, sync128);
   phase_trace(6);
-  persistent_arrive(sync);
+  persistent_arrive<COUNT>(sync);
 
   // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
   // row's last loop reads shared memory the next one writes).
-  persistent_wait(sync, 3 * gridDim.x);
+  persistent_wait<COUNT>(sync, 3 * gridDim.x);
   phase_trace(7);
   if (t < D)
     for (unsigned hq = blockIdx.x; hq < static_cast<unsigned>(HQ); hq += gridDim.x) {
@@ -507,11 +552,13 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
       sync_d();
     }
   phase_trace(8);
-  persistent_arrive(sync);
+  persistent_arrive<COUNT>(sync);
 
   // Phases 4-6: the MLP half.
-  Mlp::template run<1, EPS>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x, act, sync, 4,
-                            kTilesQkv);
+  constexpr unsigned kMlpPhase0 = 4;
+  static_assert(2 + 2 * (kMlpPhase0 + 2) < kTraceEvents - 1, "phase_trace: the phases' events below the producer's");
+  Mlp::template run<1, EPS, COUNT>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x, act, sync,
+                                   kMlpPhase0, kTilesQkv);
   persistent_finish(sync);
 }
 

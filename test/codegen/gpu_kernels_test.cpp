@@ -501,13 +501,14 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
 // The MLP half of decode_layer_persistent (MlpPhases), run alone by a test kernel, gives the bits
 // of the kernels it replaces: gemm_small_residual (o), rmsnorm, gemm_small_swiglu (gate/up),
 // gemm_small_residual (down), for x and act, at the tiny, Llama-3.2-1B, Qwen2.5-1.5B, Qwen3-0.6B and
-// Llama-3.1-8B shapes (the plan's tiles, decode_layer_tiling), and its grid-wide counters are zero
-// after each launch (a second launch from the same inputs gives the same bits). The whole layer is
+// Llama-3.1-8B shapes (the plan's tiles, decode_layer_tiling), with every way of meeting the
+// grid-wide counts (GridCount), and its counters are zero after each launch (a second launch from
+// the same inputs gives the same bits). The whole layer is
 // checked through the models: one-token steps (decode_layer_persistent) against the same rows in
 // larger buckets, bit for bit (gpu_model_test).
 const char* kMlpTestKernel = R"(
 namespace telos_kernels {
-template <int M, int H, int KO, int I, int STAGES, int BO, int BG, int BD, float EPS>
+template <int M, int H, int KO, int I, int STAGES, int BO, int BG, int BD, float EPS, GridCount COUNT>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     mlp_phases_test(const TensorMap* o_map, const TensorMap* gu_map, const TensorMap* down_map, const bf16* attn,
                     const float* norm_w, float* x, bf16* act, unsigned* sync) {
@@ -520,7 +521,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     if (threadIdx.x % 32 == 0) Mlp::stream(ring, sm.ring_base, sm.full, sm.empty, o_map, gu_map, down_map, 0);
     return;
   }
-  Mlp::template run<M, EPS>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, norm_w, x, act, sync, 0, 0);
+  Mlp::template run<M, EPS, COUNT>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, norm_w, x, act, sync, 0, 0);
   persistent_finish(sync);
 }
 }  // namespace telos_kernels
@@ -543,13 +544,16 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
     const codegen::SmallGemmTiling to = codegen::small_gemm_tiling(s.H, s.KO, 1, false),
                                    tg = codegen::small_gemm_tiling(s.I, s.H, 1, true),
                                    td = codegen::small_gemm_tiling(s.H, s.I, 1, false);
-    const std::string persistent = "telos_kernels::mlp_phases_test<1, " + I(s.H) + ", " + I(s.KO) + ", " +
-                                   I(s.I) + ", " + I(mt.stages) + ", " + I(mt.bo) + ", " + I(mt.bg) + ", " +
-                                   I(mt.bd) + ", " + eps + ">";
-    const std::vector<std::string> names = {small_gemm_name("residual", 1, s.H, s.KO, to),
-                                            "telos_kernels::rmsnorm<" + I(s.H) + ", " + eps + ", false>",
-                                            small_gemm_name("swiglu", 1, s.I, s.H, tg),
-                                            small_gemm_name("residual", 1, s.H, s.I, td), persistent};
+    std::vector<std::string> persistent;  // one instance per GridCount
+    for (const char* count : {"Fenced", "Release", "ReleaseBackoff"})
+      persistent.push_back("telos_kernels::mlp_phases_test<1, " + I(s.H) + ", " + I(s.KO) + ", " + I(s.I) + ", " +
+                           I(mt.stages) + ", " + I(mt.bo) + ", " + I(mt.bg) + ", " + I(mt.bd) + ", " + eps +
+                           ", telos_kernels::GridCount::" + count + ">");
+    std::vector<std::string> names = {small_gemm_name("residual", 1, s.H, s.KO, to),
+                                      "telos_kernels::rmsnorm<" + I(s.H) + ", " + eps + ", false>",
+                                      small_gemm_name("swiglu", 1, s.I, s.H, tg),
+                                      small_gemm_name("residual", 1, s.H, s.I, td)};
+    names.insert(names.end(), persistent.begin(), persistent.end());
     TestModule mod(source_with_rope() + kMlpTestKernel, names);
     std::vector<float> f;
     const std::vector<float> x = random_floats(s.H, 2.f), nw = random_floats(s.H, 1.f);
@@ -584,20 +588,24 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
     for (float v : want_x) nans += std::isnan(v);
     ASSERT_EQ(nans, 0u) << what;
 
-    // The persistent launch, twice from the same inputs (its counters must be back at zero).
+    // The persistent launch of each GridCount, twice from the same inputs (its counters must be back
+    // at zero), one counter pair for all of them in turn.
     const DeviceMap mo(wo.get(), s.H, s.KO, mt.bo), mg(wgu.get(), 2 * s.I, s.H, mt.bg / 2), md(wd.get(), s.H, s.I, mt.bd);
     DeviceBuffer<unsigned> sync(std::vector<unsigned>{0u, 0u});
-    for (int run = 0; run < 2; ++run) {
-      DeviceBuffer<float> x_p(x);
-      DeviceBuffer<std::uint16_t> act_p(s.I);
-      CUDA_OK(mod.launch(persistent, sms, codegen::kPersistentThreads,
-                         {mo.get(), mg.get(), md.get(), attn.get(), dnw.get(), x_p.get(), act_p.get(), sync.get()},
-                         mt.smem));
-      const auto got_x = x_p.download();
-      const auto got_act = act_p.download();
-      EXPECT_EQ(0, std::memcmp(got_x.data(), want_x.data(), want_x.size() * sizeof(float))) << what << " run " << run;
-      EXPECT_EQ(0, std::memcmp(got_act.data(), want_act.data(), want_act.size() * 2)) << what << " run " << run;
-      EXPECT_EQ(sync.download(), (std::vector<unsigned>{0u, 0u})) << what << " run " << run;
+    for (const std::string& kernel : persistent) {
+      for (int run = 0; run < 2; ++run) {
+        DeviceBuffer<float> x_p(x);
+        DeviceBuffer<std::uint16_t> act_p(s.I);
+        CUDA_OK(mod.launch(kernel, sms, codegen::kPersistentThreads,
+                           {mo.get(), mg.get(), md.get(), attn.get(), dnw.get(), x_p.get(), act_p.get(), sync.get()},
+                           mt.smem));
+        const auto got_x = x_p.download();
+        const auto got_act = act_p.download();
+        const std::string at = what + " " + kernel + " run " + I(run);
+        EXPECT_EQ(0, std::memcmp(got_x.data(), want_x.data(), want_x.size() * sizeof(float))) << at;
+        EXPECT_EQ(0, std::memcmp(got_act.data(), want_act.data(), want_act.size() * 2)) << at;
+        EXPECT_EQ(sync.download(), (std::vector<unsigned>{0u, 0u})) << at;
+      }
     }
   }
 }
