@@ -8,7 +8,9 @@
 //    decode steps after the first), the host time per decode step (scheduling, descriptor
 //    packing, launch), how many of those steps were launched before the previous one was back
 //    (overlapped; --no-overlap turns that off) and the device's idle gap between steps (GPU
-//    engine only);
+//    engine only); GPU engine: of the host time, the device API calls that launch the step, in
+//    total and by call group (descriptor upload, stream wait, graph launch, the rest: issue 5's
+//    question of which grows with the batch) with the descriptor bytes uploaded, medians;
 //  - --mixed N: N requests with prompt and output lengths drawn from --seed, through the
 //    scheduler at once: total time, output tokens/s, mean and largest TTFT;
 //  - --ttft L1,L2,...: one request at a time, prompt of L tokens: submit → first token;
@@ -128,6 +130,7 @@ nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std
   // per token is the interval from one such step's start to the next's: the loop's period,
   // sampling and event delivery included.
   std::vector<double> step_s, host_s, gap_s, api_s;
+  std::vector<double> upload_s, wait_s, graph_s, other_s, upload_bytes;
   int overlapped = 0;
   const std::vector<StepTiming> steps = engine.take_step_timings();
   for (std::size_t i = 1; i < steps.size(); ++i) {
@@ -138,6 +141,14 @@ nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std
     host_s.push_back(t.host_seconds);
     if (t.idle_gap_seconds >= 0) gap_s.push_back(t.idle_gap_seconds);
     if (t.launch_call_seconds >= 0) api_s.push_back(t.launch_call_seconds);
+    const LaunchCallTimes& c = t.launch_calls;
+    if (c.upload_bytes >= 0) {
+      upload_s.push_back(c.upload_seconds);
+      wait_s.push_back(c.wait_seconds);
+      graph_s.push_back(c.graph_launch_seconds);
+      other_s.push_back(c.other_seconds);
+      upload_bytes.push_back(static_cast<double>(c.upload_bytes));
+    }
     overlapped += t.overlapped ? 1 : 0;
   }
   return {{"batch", batch},
@@ -152,6 +163,11 @@ nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std
           {"host_us_per_step", or_null(!host_s.empty(), quantile(host_s, 0.5) * 1e6)},
           {"host_us_per_step_p90", or_null(!host_s.empty(), quantile(host_s, 0.9) * 1e6)},
           {"host_launch_calls_us_per_step", or_null(!api_s.empty(), quantile(api_s, 0.5) * 1e6)},
+          {"host_upload_us", or_null(!upload_s.empty(), quantile(upload_s, 0.5) * 1e6)},
+          {"host_wait_us", or_null(!wait_s.empty(), quantile(wait_s, 0.5) * 1e6)},
+          {"host_graph_launch_us", or_null(!graph_s.empty(), quantile(graph_s, 0.5) * 1e6)},
+          {"host_other_us", or_null(!other_s.empty(), quantile(other_s, 0.5) * 1e6)},
+          {"descriptor_upload_bytes", or_null(!upload_bytes.empty(), quantile(upload_bytes, 0.5))},
           {"gpu_idle_gap_us", or_null(!gap_s.empty(), quantile(gap_s, 0.5) * 1e6)},
           {"gpu_idle_gap_us_p90", or_null(!gap_s.empty(), quantile(gap_s, 0.9) * 1e6)}};
 }
@@ -300,6 +316,14 @@ void print_table(const nlohmann::json& r) {
                   cell(run["gpu_idle_gap_us"], 1).c_str(),
                   cell(run["gpu_idle_gap_us_p90"], 1).c_str());
   }
+  for (const nlohmann::json& run : r["runs"])
+    if (!run["host_upload_us"].is_null())
+      std::cout << "launch calls at batch " << run["batch"] << ": upload "
+                << fixed(run["host_upload_us"].get<double>(), 1) << ", wait "
+                << fixed(run["host_wait_us"].get<double>(), 1) << ", graph launch "
+                << fixed(run["host_graph_launch_us"].get<double>(), 1) << ", other "
+                << fixed(run["host_other_us"].get<double>(), 1) << " us; descriptor "
+                << fixed(run["descriptor_upload_bytes"].get<double>(), 0) << " bytes (medians)\n";
   if (!r["mixed"].is_null()) {
     const nlohmann::json& m = r["mixed"];
     std::cout << "mixed: " << m["requests"] << " requests (seed " << m["seed"] << ", prompts "

@@ -361,6 +361,7 @@ void Engine::complete_step() {
     t.host_seconds = done.host_seconds;
     t.idle_gap_seconds = output_.idle_gap_seconds;
     t.launch_call_seconds = output_.launch_call_seconds;
+    t.launch_calls = output_.launch_calls;
     t.overlapped = done.overlapped;
     std::lock_guard lock(mutex_);
     step_timings_.push_back(t);

@@ -16,6 +16,17 @@
 
 namespace telos::exec {
 
+// The host's time in one step's device API launch calls, by call group, and the bytes of its
+// descriptor upload (issue 5: which of them grows with the batch). Negative when unknown (no
+// device). The four times add up to StepOutput::launch_call_seconds.
+struct LaunchCallTimes {
+  double upload_seconds = -1;        // the descriptor's H2D copy and the event recorded after it
+  double wait_seconds = -1;          // the main stream's wait for that event
+  double graph_launch_seconds = -1;  // the graph launch, or the kernel launches without graphs
+  double other_seconds = -1;         // timing events, the logits' copy back, the step's event
+  std::int64_t upload_bytes = -1;
+};
+
 // What wait() hands back for one step.
 struct StepOutput {
   // One entry per sampling row (sequences with `samples` set, in step order): the greedy token
@@ -30,6 +41,7 @@ struct StepOutput {
   // graph launch, copies back, events and the streams' waits on them); negative when unknown.
   // Part of the engine's host time.
   double launch_call_seconds = -1;
+  LaunchCallTimes launch_calls;  // launch_call_seconds by call group
 };
 
 class ModelBackend {
@@ -75,6 +87,7 @@ class ModelBackend {
     launched_ = nullptr;
     out.idle_gap_seconds = -1;
     out.launch_call_seconds = -1;
+    out.launch_calls = {};
     forward(*step, out.logits);
     out.device_tokens.clear();
   }

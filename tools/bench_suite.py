@@ -152,10 +152,22 @@ def host_cell(run):
     return f"{fmt(run.get('host_us_per_step'), 1)} ({fmt(run.get('host_launch_calls_us_per_step'), 1)})"
 
 
+def launch_calls_line(run):
+    """The run's host time in the launch calls by call group, and the descriptor bytes uploaded
+    per step (medians over its full-batch decode steps; telos-run bench), or None before they
+    were measured."""
+    if run.get("host_upload_us") is None:
+        return None
+    return (f"Launch calls: upload {run['host_upload_us']:.1f}, wait {run['host_wait_us']:.1f}, "
+            f"graph launch {run['host_graph_launch_us']:.1f}, other {run['host_other_us']:.1f} µs "
+            f"(medians; total {fmt(run.get('host_launch_calls_us_per_step'), 1)} µs); descriptor "
+            f"upload {run['descriptor_upload_bytes'] / 1e3:.1f} KB per step.")
+
+
 def profile_sections(rows):
     """Where a decode step's time goes: `telos-run bench --profile` replays the first step of the
     run's largest decode bucket (a full-batch step) as its graph and kernel by kernel (events
-    between launches, no overlap)."""
+    between launches, no overlap); the run's launch calls by call group above the kernels."""
     lines = []
     for r in rows:
         for key, label in (("decode", "batch 1"), ("batch64", "batch 64")):
@@ -171,8 +183,11 @@ def profile_sections(rows):
             lines += ["", f"### Where the time goes: {r['model']}, one decode step at {label} ({p['bucket']})", "",
                       f"Graph (programmatic launches): {p['graph_us']:.1f} µs; the same kernels one by one: "
                       f"{p['serial_us']:.1f} µs. Host time of the graph launch (cudaGraphLaunch, part of "
-                      f"the host time per step): {p.get('launch_host_us', float('nan')):.1f} µs.", "",
-                      "| kernel | launches | µs | µs per launch | share |", "| --- | --- | --- | --- | --- |"]
+                      f"the host time per step): {p.get('launch_host_us', float('nan')):.1f} µs.", ""]
+            calls = launch_calls_line(run)
+            if calls:
+                lines += [calls, ""]
+            lines += ["| kernel | launches | µs | µs per launch | share |", "| --- | --- | --- | --- | --- |"]
             for name, (n, us) in sorted(by.items(), key=lambda kv: -kv[1][1]):
                 lines.append(f"| {name} | {n} | {us:.1f} | {us / n:.2f} | {100 * us / p['serial_us']:.1f}% |")
     return lines

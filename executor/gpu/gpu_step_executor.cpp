@@ -121,6 +121,7 @@ struct GpuStepExecutor::State {
     bool logits = false;                   // the logits come back to logits_host
     std::vector<std::uint8_t> greedy;      // per sampling row: the engine wants the device's pick
     double api_seconds = 0;                // the host's time in the launch's device API calls
+    LaunchCallTimes calls;                 // api_seconds by call group
   };
   Slot slots[2];
   int oldest = 0, in_flight = 0;
@@ -275,7 +276,9 @@ struct GpuStepExecutor::State {
     const PackedStep packed =
         pack_step_descriptor(desc, step, b.tokens, b.sample_rows, sampling, last_sample_rows, slot.desc_host);
     const int r = packed.sample_rows;
-    const auto api_start = std::chrono::steady_clock::now();
+    // Clock reads between the call groups (tens of ns each) split api_seconds (LaunchCallTimes).
+    using clock = std::chrono::steady_clock;
+    const clock::time_point api_start = clock::now();
     // No wait before overwriting desc_dev[p]: step N-2 read it last, and N-2's graph is done.
     // A step is launched only while at most one is in flight, so N-2 was collected, and collect()
     // waited for N-2's slot.done, recorded after N-2's graph. The same holds for the slot's pinned
@@ -285,15 +288,19 @@ struct GpuStepExecutor::State {
                           cudaMemcpyHostToDevice, upload),
           "step descriptor upload");
     check(cudaEventRecord(desc_ready[p], upload), "step event");
+    const clock::time_point uploaded = clock::now();
     check(cudaStreamWaitEvent(stream, desc_ready[p], 0), "step event");
+    const clock::time_point waited = clock::now();
     // Once per bucket, so that keeping costs the measured steps nothing.
     if (keep_descriptors && !kept.count(&b)) kept[&b].assign(slot.desc_host, slot.desc_host + packed.upload);
     const int ev = static_cast<int>(launched % 3);
     if (timing) check(cudaEventRecord(graph_begin[ev], stream), "timing event");
+    const clock::time_point graph_start = clock::now();
     if (b.graph[p])
       check(cudaGraphLaunch(b.graph[p], stream), "graph launch");
     else
       launch_all(b, p);
+    const clock::time_point graph_queued = clock::now();
     if (timing) check(cudaEventRecord(graph_end[ev], stream), "timing event");
     // The logits' copy back is in stream order: the next graph, which overwrites them, waits for
     // it (the engine does not overlap a step that wants logits anyway).
@@ -302,7 +309,14 @@ struct GpuStepExecutor::State {
                             cudaMemcpyDeviceToHost, stream),
             "logits download");
     check(cudaEventRecord(slot.done, stream), "step event");
-    slot.api_seconds = seconds_since(api_start);
+    const clock::time_point api_end = clock::now();
+    const auto secs = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    slot.api_seconds = secs(api_end - api_start);
+    slot.calls.upload_seconds = secs(uploaded - api_start);
+    slot.calls.wait_seconds = secs(waited - uploaded);
+    slot.calls.graph_launch_seconds = secs(graph_queued - graph_start);
+    slot.calls.other_seconds = secs((graph_start - waited) + (api_end - graph_queued));
+    slot.calls.upload_bytes = packed.upload;
     slot.rows = r;
     slot.logits = want_logits;
     slot.greedy.assign(greedy.begin(), greedy.end());
@@ -638,6 +652,7 @@ void GpuStepExecutor::launch(const Step& step, std::span<const std::uint8_t> dev
 void GpuStepExecutor::wait(StepOutput& out) {
   const State::Slot& slot = s_->slots[s_->oldest];
   out.launch_call_seconds = slot.api_seconds;
+  out.launch_calls = slot.calls;
   out.idle_gap_seconds = s_->collect(out.device_tokens, &out.logits);
   for (std::size_t r = 0; r < out.device_tokens.size(); ++r)
     if (r >= slot.greedy.size() || !slot.greedy[r]) out.device_tokens[r] = -1;

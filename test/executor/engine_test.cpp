@@ -353,6 +353,10 @@ class DeviceGreedy : public CpuReferenceModel {
     }
     if (!want_logits_) std::fill(out.logits.begin(), out.logits.end(), std::nanf(""));
     out.idle_gap_seconds = 1e-6;
+    // Launch call times as the GPU engine reports them, the bytes tied to the step so that a test
+    // can tell each step's timing got its own step's figures.
+    out.launch_call_seconds = 10e-6;
+    out.launch_calls = {1e-6, 2e-6, 3e-6, 4e-6, 64 * static_cast<std::int64_t>(step_->num_tokens)};
   }
   int device_rows = 0;
 
@@ -410,12 +414,28 @@ TEST(Engine, DeviceGreedySamplingMatchesHostSampling) {
     EXPECT_EQ(t.decode, t.tokens == t.sequences);
     EXPECT_GE(t.host_seconds, 0);
     EXPECT_EQ(t.idle_gap_seconds, 1e-6);
+    EXPECT_EQ(t.launch_call_seconds, 10e-6);
+    EXPECT_EQ(t.launch_calls.upload_seconds, 1e-6);
+    EXPECT_EQ(t.launch_calls.wait_seconds, 2e-6);
+    EXPECT_EQ(t.launch_calls.graph_launch_seconds, 3e-6);
+    EXPECT_EQ(t.launch_calls.other_seconds, 4e-6);
+    EXPECT_EQ(t.launch_calls.upload_bytes, 64 * t.tokens);
     if (i > 0) {
       EXPECT_GT(t.started, timings[i - 1].started);
     }
   }
   EXPECT_TRUE(device->take_step_timings().empty());
   EXPECT_EQ(device->stats().kv_pages_used, 0);
+  // The reference backend has no device calls: its launch call figures say unknown.
+  host->wait_idle();
+  const std::vector<StepTiming> host_timings = host->take_step_timings();
+  ASSERT_FALSE(host_timings.empty());
+  for (const StepTiming& t : host_timings) {
+    EXPECT_LT(t.launch_call_seconds, 0);
+    EXPECT_LT(t.launch_calls.upload_seconds, 0);
+    EXPECT_LT(t.launch_calls.graph_launch_seconds, 0);
+    EXPECT_EQ(t.launch_calls.upload_bytes, -1);
+  }
 }
 
 // A backend that feeds sampled tokens the way the GPU engine does (feeds_sampled_tokens): it takes
