@@ -151,6 +151,10 @@ nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std
     }
     overlapped += t.overlapped ? 1 : 0;
   }
+  // A quantile of `v` times `scale`, or null when nothing was measured.
+  auto stat = [](const std::vector<double>& v, double q, double scale) {
+    return or_null(!v.empty(), quantile(v, q) * scale);
+  };
   return {{"batch", batch},
           {"prompt_len", prompt_len},
           {"gen", gen},
@@ -159,17 +163,17 @@ nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std
           {"output_tokens_per_s", tokens / total},
           {"decode_steps", step_s.size()},
           {"overlapped_steps", overlapped},
-          {"ms_per_token", or_null(!step_s.empty(), quantile(step_s, 0.5) * 1e3)},
-          {"host_us_per_step", or_null(!host_s.empty(), quantile(host_s, 0.5) * 1e6)},
-          {"host_us_per_step_p90", or_null(!host_s.empty(), quantile(host_s, 0.9) * 1e6)},
-          {"host_launch_calls_us_per_step", or_null(!api_s.empty(), quantile(api_s, 0.5) * 1e6)},
-          {"host_upload_us", or_null(!upload_s.empty(), quantile(upload_s, 0.5) * 1e6)},
-          {"host_wait_us", or_null(!wait_s.empty(), quantile(wait_s, 0.5) * 1e6)},
-          {"host_graph_launch_us", or_null(!graph_s.empty(), quantile(graph_s, 0.5) * 1e6)},
-          {"host_other_us", or_null(!other_s.empty(), quantile(other_s, 0.5) * 1e6)},
-          {"descriptor_upload_bytes", or_null(!upload_bytes.empty(), quantile(upload_bytes, 0.5))},
-          {"gpu_idle_gap_us", or_null(!gap_s.empty(), quantile(gap_s, 0.5) * 1e6)},
-          {"gpu_idle_gap_us_p90", or_null(!gap_s.empty(), quantile(gap_s, 0.9) * 1e6)}};
+          {"ms_per_token", stat(step_s, 0.5, 1e3)},
+          {"host_us_per_step", stat(host_s, 0.5, 1e6)},
+          {"host_us_per_step_p90", stat(host_s, 0.9, 1e6)},
+          {"host_launch_calls_us_per_step", stat(api_s, 0.5, 1e6)},
+          {"host_upload_us", stat(upload_s, 0.5, 1e6)},
+          {"host_wait_us", stat(wait_s, 0.5, 1e6)},
+          {"host_graph_launch_us", stat(graph_s, 0.5, 1e6)},
+          {"host_other_us", stat(other_s, 0.5, 1e6)},
+          {"descriptor_upload_bytes", stat(upload_bytes, 0.5, 1)},
+          {"gpu_idle_gap_us", stat(gap_s, 0.5, 1e6)},
+          {"gpu_idle_gap_us_p90", stat(gap_s, 0.9, 1e6)}};
 }
 
 // Prompts uniform in [32, 1024] and outputs in [16, 256] tokens, narrowed to fit max_seq_len

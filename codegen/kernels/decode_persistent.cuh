@@ -301,6 +301,16 @@ __device__ __forceinline__ void phase_trace(int event) {
 __device__ __forceinline__ void phase_trace(int) {}
 #endif
 
+// From the end of phase `p` to the start of phase p + 1: this CTA's arrival, then the wait for
+// every CTA's (the count at (p + 1) · gridDim.x), traced as events 2 + 2p and 3 + 2p.
+template <GridCount COUNT>
+__device__ __forceinline__ void persistent_next_phase(unsigned* sync, unsigned p) {
+  phase_trace(2 + 2 * p);
+  persistent_arrive<COUNT>(sync);
+  persistent_wait<COUNT>(sync, (p + 1) * gridDim.x);
+  phase_trace(3 + 2 * p);
+}
+
 // M rows of a bf16 [M, K] A from global memory (L2: other CTAs wrote it in this launch) into the
 // resident interleaved layout (chunk c of row r at 16 (c M + r)), the zero tail after the last
 // chunk (the last core matrix's rows past M read it), then the fence for wgmma and the meeting.
@@ -435,20 +445,14 @@ struct MlpPhases {
       for (unsigned tile = first; tile < kTilesO; tile += gridDim.x)
         layer_gemm_tile<M, BO, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, KO, H, x);
     }
-    phase_trace(2 + 2 * phase0);
-    persistent_arrive<COUNT>(sync);
-    persistent_wait<COUNT>(sync, (phase0 + 1) * gridDim.x);
-    phase_trace(3 + 2 * phase0);
+    persistent_next_phase<COUNT>(sync, phase0);
     first = persistent_first_tile(g0 + kTilesO);
     if (first < kTilesGu) {
       persistent_norm_a<M, H, EPS>(base, x, w8);
       for (unsigned tile = first; tile < kTilesGu; tile += gridDim.x)
         layer_gemm_tile<M, BG, SmallEpi::SwiGlu>(ring, base, ring_base, full, empty, tile, H, I, act);
     }
-    phase_trace(4 + 2 * phase0);
-    persistent_arrive<COUNT>(sync);
-    persistent_wait<COUNT>(sync, (phase0 + 2) * gridDim.x);
-    phase_trace(5 + 2 * phase0);
+    persistent_next_phase<COUNT>(sync, phase0 + 1);
     first = persistent_first_tile(g0 + kTilesO + kTilesGu);
     if (first < kTilesDown) {
       persistent_load_a<M>(base, act, I);
@@ -512,12 +516,9 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
       layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV, qkv);
   }
-  phase_trace(2);
-  persistent_arrive<COUNT>(sync);
+  persistent_next_phase<COUNT>(sync, 0);
 
   // Phase 1: the QKV epilogue, a head per work item (q to `q`, K/V appended to their pages).
-  persistent_wait<COUNT>(sync, gridDim.x);
-  phase_trace(3);
   {
     __shared__ float head_v[D];
     __shared__ float scratch[D / 32 > 0 ? D / 32 : 1];
@@ -528,23 +529,17 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
           head_v, scratch, sync128);
     }
   }
-  phase_trace(4);
-  persistent_arrive<COUNT>(sync);
+  persistent_next_phase<COUNT>(sync, 1);
 
   // Phase 2: the attention splits, a (KV head, slot) per work item.
-  persistent_wait<COUNT>(sync, 2 * gridDim.x);
-  phase_trace(5);
   for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
         0, static_cast<int>(item / NSPLIT), static_cast<int>(item % NSPLIT), q, positions, token_seq, page_tables,
         kv_layer, part_o, part_ml, sync128);
-  phase_trace(6);
-  persistent_arrive<COUNT>(sync);
+  persistent_next_phase<COUNT>(sync, 2);
 
   // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
   // row's last loop reads shared memory the next one writes).
-  persistent_wait<COUNT>(sync, 3 * gridDim.x);
-  phase_trace(7);
   if (t < D)
     for (unsigned hq = blockIdx.x; hq < static_cast<unsigned>(HQ); hq += gridDim.x) {
       auto sync_d = [] { named_barrier_sync(2, D); };
