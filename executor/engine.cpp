@@ -134,41 +134,58 @@ Engine::~Engine() {
 }
 
 RequestHandle Engine::submit(GenerationRequest request) {
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  return submit_all(std::move(one)).front();
+}
+
+std::vector<RequestHandle> Engine::submit_all(std::vector<GenerationRequest> requests) {
   const ModelConfig& model = artifact_->model();
   std::unique_lock lock(mutex_);
-  const RequestId id = next_id_++;
-  const std::string who = "request " + std::to_string(id);
+  std::vector<Live> lives;
   try {
-    if (!admitting_) fail(who + ": the engine is shutting down and admits no new requests");
-    for (std::size_t i = 0; i < request.prompt.size(); ++i) {
-      const std::int32_t t = request.prompt[i];
-      if (t < 0 || t >= model.vocab_size)
-        fail(who + ": prompt token " + std::to_string(i) + " is " + std::to_string(t) +
-             ", outside the vocabulary of " + std::to_string(model.vocab_size));
-    }
-    validate(request.sampling, model.vocab_size, who);
-    const int prompt_len = static_cast<int>(request.prompt.size());
-    const int max_tokens =
-        request.sampling.max_tokens.value_or(std::max(1, limits_.max_seq_len - prompt_len));
-    Scheduler::check_fits(limits_, pool_.num_pages(), who, prompt_len, max_tokens);
+    for (std::size_t r = 0; r < requests.size(); ++r) {
+      GenerationRequest& request = requests[r];
+      const std::string who = "request " + std::to_string(next_id_ + r);
+      if (!admitting_) fail(who + ": the engine is shutting down and admits no new requests");
+      for (std::size_t i = 0; i < request.prompt.size(); ++i) {
+        const std::int32_t t = request.prompt[i];
+        if (t < 0 || t >= model.vocab_size)
+          fail(who + ": prompt token " + std::to_string(i) + " is " + std::to_string(t) +
+               ", outside the vocabulary of " + std::to_string(model.vocab_size));
+      }
+      validate(request.sampling, model.vocab_size, who);
+      const int prompt_len = static_cast<int>(request.prompt.size());
+      const int max_tokens =
+          request.sampling.max_tokens.value_or(std::max(1, limits_.max_seq_len - prompt_len));
+      Scheduler::check_fits(limits_, pool_.num_pages(), who, prompt_len, max_tokens);
 
-    Live live;
-    live.stream = std::make_shared<RequestStream>(id);
-    live.seed = request.sampling.seed ? *request.sampling.seed : std::random_device{}();
-    live.max_tokens = max_tokens;
-    live.request = std::move(request);
-    live.submitted = Clock::now();
-    RequestHandle handle = live.stream;
+      Live live;
+      live.stream = std::make_shared<RequestStream>(next_id_ + r);
+      live.seed = request.sampling.seed ? *request.sampling.seed : std::random_device{}();
+      live.max_tokens = max_tokens;
+      live.request = std::move(request);
+      lives.push_back(std::move(live));
+    }
+  } catch (const Error&) {
+    // Every id was taken, as one submit() after another would have: the failing one is named.
+    next_id_ += requests.size();
+    stats_.requests_rejected += requests.size();
+    throw;
+  }
+  next_id_ += requests.size();
+  std::vector<RequestHandle> handles;
+  const Clock::time_point now = Clock::now();
+  for (Live& live : lives) {
+    live.submitted = now;
+    handles.push_back(live.stream);
     submitted_.push_back(std::move(live));
     ++in_flight_;
     ++stats_.requests_submitted;
-    lock.unlock();
-    wake_.notify_all();
-    return handle;
-  } catch (const Error&) {
-    ++stats_.requests_rejected;
-    throw;
   }
+  lock.unlock();
+  wake_.notify_all();
+  return handles;
 }
 
 void Engine::cancel(RequestId id) {

@@ -208,6 +208,9 @@ class Engine {
   // value, a prompt plus max_tokens beyond max_seq_len, more KV pages than the pool has, or an
   // engine that is shutting down.
   RequestHandle submit(GenerationRequest request);
+  // Queues several requests at once (the same checks; all or none): the loop sees them together,
+  // so they are scheduled into the same steps (telos-run bench's batches).
+  std::vector<RequestHandle> submit_all(std::vector<GenerationRequest> requests);
   // Ends a request (see RequestStream::cancel). Unknown or finished ids are ignored.
   void cancel(RequestId id);
   // Stops admitting requests: later submit() calls throw. Queued and running ones continue.
