@@ -448,7 +448,7 @@ int main(int argc, char** argv) {
   // rejected: docs/perf-log.md, change 18). Bytes: the layer's weights and the K/V read. Then the phase timeline of the last
   // layer of one such run (the same instances compiled with TELOS_PHASE_TRACE): per event, the
   // median and the latest CTA, µs after the first CTA's entry (decode_persistent.cuh, phase_trace).
-  // Each way of meeting the grid-wide counts (GridCount: V0 the plan's, V1, V2) is a row and a
+  // Each way of meeting the grid-wide counts (GridCount: V0, V1 the plan's, V2) is a row and a
   // timeline of its own, so they compare within one run (issue 7).
   {
     struct LayerShape { const char* name; int H, HQ, HKV, D, I; };

@@ -216,8 +216,8 @@ __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STA
 // file): wait until it reaches `target` (thread 0 polls, then the 128 consumer threads meet), and
 // add this CTA's 1 once its stores are done. After a GEMM phase a count costs 4-5 µs where DRAM
 // streams the next phase's weights, ~1 µs where it is idle (docs/perf-log.md, runs O-R), so the
-// variants below are timed side by side (telos-kernel-bench, "decode layer"); the plan uses Fenced
-// until one is measured faster (issue 7).
+// variants below are timed side by side (telos-kernel-bench, "decode layer"). The plan uses Release:
+// 3 µs a layer faster than Fenced at the 1B and 8B shapes, Backoff in between (run S, session 7).
 //  - Fenced (V0): every consumer thread runs __threadfence (membar.gl, i.e. fence.sc.gpu) before
 //    the meeting, thread 0 adds with atom (a returned value), polls with ld.acquire.gpu in a tight
 //    loop and fences again.
@@ -240,7 +240,7 @@ __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STA
 //    streams, and one fence.acq_rel.gpu after the poll that sees the target (the acquire pattern).
 enum class GridCount { Fenced, Release, ReleaseBackoff };
 
-template <GridCount COUNT = GridCount::Fenced>
+template <GridCount COUNT = GridCount::Release>
 __device__ __forceinline__ void persistent_wait(const unsigned* sync, unsigned target) {
   if (threadIdx.x == 0) {
     unsigned seen;
@@ -261,7 +261,7 @@ __device__ __forceinline__ void persistent_wait(const unsigned* sync, unsigned t
   }
   hexel::named_barrier_sync(1, 128);
 }
-template <GridCount COUNT = GridCount::Fenced>
+template <GridCount COUNT = GridCount::Release>
 __device__ __forceinline__ void persistent_arrive(unsigned* sync) {
   if constexpr (COUNT == GridCount::Fenced) {
     __threadfence();
@@ -473,7 +473,7 @@ struct MlpPhases {
 // (the maps in BQ / BO / BG / 2 / BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I, int STAGES, int BQ,
-          int BO, int BG, int BD, GridCount COUNT = GridCount::Fenced>
+          int BO, int BG, int BD, GridCount COUNT = GridCount::Release>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map, const TensorMap* gu_map,
                             const TensorMap* down_map, const float* attn_norm, const float* mlp_norm, const float* bias,
