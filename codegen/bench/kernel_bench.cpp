@@ -133,16 +133,6 @@ void* device_map(const void* base, int rows, int cols, int box_rows) {
   return p;
 }
 
-// The ways decode_layer_persistent meets its grid-wide counts (telos_kernels::GridCount,
-// decode_persistent.cuh), as its last template argument, and their labels in the table.
-struct GridCountVariant {
-  const char* name;
-  const char* label;
-};
-constexpr GridCountVariant kGridCounts[] = {{"telos_kernels::GridCount::Fenced", "V0 fenced"},
-                                            {"telos_kernels::GridCount::Release", "V1 release"},
-                                            {"telos_kernels::GridCount::ReleaseBackoff", "V2 backoff"}};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -448,8 +438,11 @@ int main(int argc, char** argv) {
   // rejected: docs/perf-log.md, change 18). Bytes: the layer's weights and the K/V read. Then the phase timeline of the last
   // layer of one such run (the same instances compiled with TELOS_PHASE_TRACE): per event, the
   // median and the latest CTA, µs after the first CTA's entry (decode_persistent.cuh, phase_trace).
-  // Each way of meeting the grid-wide counts (GridCount: V0, V1 the plan's, V2) is a row and a
-  // timeline of its own, so they compare within one run (issue 7).
+  // Variants, each a row and a timeline of its own so that they compare within one run (issue 7):
+  // the plan's tiles with the plan's grid-wide counts (GridCount V1) and with V0's (run S: V1 3 µs
+  // a layer faster, V2 between them), and V1 with gate/up tiles of 32 rows and with QKV tiles of 16
+  // too (fewer rows a tile, more tiles: a phase's tiles spread more evenly over the SMs, where
+  // 448 gate/up tiles of 64 rows leave the 8B's last CTAs a whole tile behind, run S).
   {
     struct LayerShape { const char* name; int H, HQ, HKV, D, I; };
     const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
@@ -463,13 +456,20 @@ int main(int argc, char** argv) {
       const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
       const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D);
       const long long page_elems = 2LL * sh.HKV * kPage * sh.D;
-      const std::string prefix = "telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " +
-               I(sh.HKV) + ", " + I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " + I(kPage) + ", " +
-               I(kMaxp) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " + I(kAttnSplit) + ", " + I(nsplit) + ", " +
-               float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " + I(sh.I) + ", " +
-               I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) + ", " + I(lt.bd) + ", ";
+      struct Variant { std::string label; int bq, bo, bg, bd; const char* count; };
+      std::vector<Variant> variants = {{"V1 plan", lt.bq, lt.bo, lt.bg, lt.bd, "Release"},
+                                       {"V0 plan", lt.bq, lt.bo, lt.bg, lt.bd, "Fenced"}};
+      if (lt.bg != 32) variants.push_back({"V1 bg32", lt.bq, lt.bo, 32, lt.bd, "Release"});
+      if (lt.bq != 16 && sh.H % (64 * 4) == 0)
+        variants.push_back({"V1 bq16 bg32", 16, lt.bo, 32, lt.bd, "Release"});
       std::vector<std::string> names;
-      for (const GridCountVariant& v : kGridCounts) names.push_back(prefix + v.name + ">");
+      for (const Variant& v : variants)
+        names.push_back("telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " + I(sh.HKV) +
+                        ", " + I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " + I(kPage) + ", " +
+                        I(kMaxp) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " + I(kAttnSplit) + ", " +
+                        I(nsplit) + ", " + float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) +
+                        ", " + I(sh.I) + ", " + I(lt.stages) + ", " + I(v.bq) + ", " + I(v.bo) + ", " + I(v.bg) +
+                        ", " + I(v.bd) + ", telos_kernels::GridCount::" + v.count + ">");
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
       const std::unique_ptr<Module> mod = plain.get();
@@ -477,18 +477,23 @@ int main(int argc, char** argv) {
                                      2 * static_cast<std::size_t>(sh.I), static_cast<std::size_t>(sh.H)};
       const std::size_t w_cols[4] = {static_cast<std::size_t>(sh.H), static_cast<std::size_t>(KO),
                                      static_cast<std::size_t>(sh.H), static_cast<std::size_t>(sh.I)};
-      const int boxes[4] = {lt.bq, lt.bo, lt.bg / 2, lt.bd};
       double w_bytes = 0;
       for (int k = 0; k < 4; ++k) w_bytes += 2.0 * w_rows[k] * w_cols[k];
       const std::size_t kv_bytes = static_cast<std::size_t>(kMaxp) * page_elems * 2;
       const int copies = std::max(2, static_cast<int>((400ull << 20) / (w_bytes + kv_bytes)) + 1);
-      struct Copy { void* w[4]; void* maps[4]; void* kv; };
+      struct Copy { void* w[4]; std::vector<std::array<void*, 4>> maps; void* kv; };
       std::vector<Copy> cs(copies);
       for (Copy& c : cs) {
         for (int k = 0; k < 4; ++k) {
           check(cudaMalloc(&c.w[k], 2 * w_rows[k] * w_cols[k]), "alloc");
           fill(c.w[k], 2 * w_rows[k] * w_cols[k]);
-          c.maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]), boxes[k]);
+        }
+        for (const Variant& v : variants) {
+          const int boxes[4] = {v.bq, v.bo, v.bg / 2, v.bd};
+          std::array<void*, 4> maps;
+          for (int k = 0; k < 4; ++k)
+            maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]), boxes[k]);
+          c.maps.push_back(maps);
         }
         check(cudaMalloc(&c.kv, kv_bytes), "alloc");
         fill(c.kv, kv_bytes);
@@ -512,25 +517,27 @@ int main(int argc, char** argv) {
         const int position = C - 1;
         cudaMemcpy(pos, &position, 4, cudaMemcpyHostToDevice);
         const double bytes = w_bytes + static_cast<double>(C) * sh.HKV * sh.D * 2 * 2;
-        auto launch = [&](Module& m, const std::string& name, int i, bool pdl) {
+        auto launch = [&](Module& m, std::size_t vi, int i, bool pdl) {
           const Copy& c = cs[i % copies];
           const void* null = nullptr;
-          m.launch(name, dim3(prop.multiProcessorCount), 160,
-                                        {c.maps[0], c.maps[1], c.maps[2], c.maps[3], norm_a, norm_m, null, null, null,
+          const std::array<void*, 4>& maps = c.maps[vi];
+          m.launch(names[vi], dim3(prop.multiProcessorCount), 160,
+                                        {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null, null,
                                          pos, seq, pt, c.kv, x, qkv, q, po, pml, attn_out, act, sync},
                                         lt.smem, pdl);
         };
         for (std::size_t vi = 0; vi < names.size(); ++vi) {
-          const double us = median_us([&](int i) { launch(*mod, names[vi], i, i % kLayers != 0); }, 20, 2 * kLayers,
+          const double us = median_us([&](int i) { launch(*mod, vi, i, i % kLayers != 0); }, 20, 2 * kLayers,
                                       kLayers);
+          const Variant& v = variants[vi];
           char label[64], shape[64];
-          std::snprintf(label, sizeof label, "decode layer %s %s", sh.name, kGridCounts[vi].label);
-          std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, lt.bq, lt.bo, lt.bg, lt.bd);
+          std::snprintf(label, sizeof label, "decode layer %s %s", sh.name, v.label.c_str());
+          std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, v.bq, v.bo, v.bg, v.bd);
           std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
                       100.0 * bytes / us / 1e3 / copy_gbs);
         }
         for (std::size_t vi = 0; vi < names.size(); ++vi) {
-          for (int i = 0; i < 2 * kLayers; ++i) launch(traced, names[vi], i, i % kLayers != 0);
+          for (int i = 0; i < 2 * kLayers; ++i) launch(traced, vi, i, i % kLayers != 0);
           check(cudaDeviceSynchronize(), "traced run");
           void* trace = nullptr;
           std::size_t trace_bytes = 0;
@@ -543,7 +550,7 @@ int main(int argc, char** argv) {
           unsigned long long t0 = ~0ull;
           for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * 16 + 1]);
           std::printf("  timeline %s ctx=%d %s (µs after the first CTA's phase 0 start: median / last CTA):", sh.name,
-                      C, kGridCounts[vi].label);
+                      C, variants[vi].label.c_str());
           for (int e = 0; e < 16; ++e) {
             std::vector<double> v;
             for (int b = 0; b < ctas; ++b) v.push_back((static_cast<double>(t[b * 16 + e]) - static_cast<double>(t0)) / 1e3);
@@ -554,10 +561,9 @@ int main(int argc, char** argv) {
         }
       }
       for (Copy& c : cs) {
-        for (int k = 0; k < 4; ++k) {
-          cudaFree(c.w[k]);
-          cudaFree(c.maps[k]);
-        }
+        for (int k = 0; k < 4; ++k) cudaFree(c.w[k]);
+        for (const std::array<void*, 4>& maps : c.maps)
+          for (void* m : maps) cudaFree(m);
         cudaFree(c.kv);
       }
       for (void* p : {norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync}) cudaFree(p);
