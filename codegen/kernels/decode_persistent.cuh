@@ -463,6 +463,10 @@ struct MlpPhases {
   }
 };
 
+// decode_layer_persistent's L2 prefetch of the context's K/V: at most this many bytes a layer, a
+// third of the H200's 50 MB L2 (the weights stream through the rest).
+constexpr long long kKvPrefetchBytes = 16LL << 20;
+
 // A whole one-token decode layer in one launch: the attention half (RMSNorm + the QKV GEMM; the QKV
 // epilogue per head, qkv_rope_row; the attention splits, attn_split_block per (KV head, slot); the
 // combine, attn_combine_row per query head) and then MlpPhases, seven phases between grid-wide
@@ -517,6 +521,21 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
       layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV, qkv);
   }
   persistent_next_phase<COUNT>(sync, 0);
+
+  // The context's K/V of this layer into L2, a page's slice of the layer per thread over the whole
+  // grid, so that the attention items' chunk loads (phase 2) wait on L2 rather than DRAM: their
+  // chunks are a chain of dependent loads, ~6 µs an item at 256 positions from DRAM (run S). Issued
+  // after QKV, so that less than the ring's worth of weights passes through L2 before the items
+  // read it; at most kKvPrefetchBytes (the first pages: every slot's first split). Loads only.
+  {
+    constexpr long long kLayerPageElems = 2LL * HKV * PAGE * D;
+    constexpr int kMaxPages = static_cast<int>(kKvPrefetchBytes / (2 * kLayerPageElems));
+    const int pos = positions[0];
+    const int pages = pos < 0 ? 0 : min(pos / PAGE + 1, kMaxPages);
+    const int* pt = page_tables + token_seq[0] * MAXP;
+    for (int p = blockIdx.x + gridDim.x * t; p < pages; p += gridDim.x * 128)
+      tma::prefetch_bytes(kv_layer + static_cast<long long>(pt[p]) * PAGE_ELEMS, 2 * kLayerPageElems);
+  }
 
   // Phase 1: the QKV epilogue, a head per work item (q to `q`, K/V appended to their pages).
   {

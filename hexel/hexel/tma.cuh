@@ -135,6 +135,12 @@ HEXEL_DEVICE void prefetch_tile(const TensorMap* map, int32_t c0, int32_t c1) {
                : "memory");
 }
 
+// Warms L2 with `bytes` contiguous bytes at `src` (16-byte aligned, a multiple of 16), without
+// touching shared memory or waiting. PTX: cp.async.bulk.prefetch (.L2.global).
+HEXEL_DEVICE void prefetch_bytes(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
+
 // Contiguous global -> shared copy of `bytes` (multiple of 16, both addresses 16-aligned),
 // completing on `bar`. PTX: cp.async.bulk (shared::cluster.global, .mbarrier::complete_tx).
 HEXEL_DEVICE void copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
