@@ -21,8 +21,10 @@
 //   memnode SIZE N STATE   the alternative: the graph starts with a memcpy node from the pinned
 //                           buffer (no separate upload call), N pdl kernels after it; "gpu us"
 //                           minus the pdl graph's gives the device time the copy adds.
-//   step    SIZE N CALL    the engine's five calls in its order, queue 2 deep, split like
-//                           telos-run bench's LaunchCallTimes (upload = copy + record).
+//   step    SHAPE LEN CALL the engine's five calls in its order, queue 2 deep, for bench_suite's
+//                           four decode shapes (descriptor bytes, graph nodes) with 2 us kernels
+//                           and with the model's real step length; upload (copy + record, as
+//                           telos-run bench splits it), launch, and all5 (the five together).
 // "busy%" is the share of timed calls after which the previous step (or the busy kernel) was still
 // running: the state the call actually saw.
 // Exit codes: 0 ok, 1 CUDA error or no device, 2 usage.
@@ -33,7 +35,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -44,6 +45,7 @@ constexpr int kBlocks = 132;  // one per H200 SM, like the engine's decode GEMMs
 constexpr int kThreads = 128;
 constexpr unsigned long long kSpinNs = 2000;
 constexpr unsigned long long kBusyNs = 100000;  // the busy kernel: longer than any timed call
+constexpr int kMinCalls = 300;                  // timed calls a row, at least (p90 of >= 300)
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
@@ -188,43 +190,58 @@ class Bench {
   }
 
   // The engine's launch(), call for call: copy and record on the upload stream, the main stream's
-  // wait, the graph, the slot's event; then collect() waits for the step before.
+  // wait, the graph, the slot's event; then collect() waits for the step before. Each of the
+  // four decode shapes bench_suite measures (descriptor bytes, graph nodes, ms a step on the H200,
+  // docs/benchmarks.md) runs twice: with 2 us kernels, and with kernels as long as that model's
+  // step, so a call's cost can be told apart by node count and by how long the host waited.
   void steps() {
-    const std::pair<std::size_t, int> shapes[] = {{36 * 1024, 20}, {169 * 1024, 290}};
-    for (auto [bytes, n] : shapes) {
-      Graphs g(*this, Build::pdl, n, 0);
-      std::vector<double> upload, wait, launch, other;
-      int still_busy = 0;
-      for (int i = 0; i < kWarmup + calls_; ++i) {
-        const int p = i % 2;
-        const Clock::time_point a = Clock::now();
-        check(cudaMemcpyAsync(dev_, host_, bytes, cudaMemcpyHostToDevice, upload_), "copy");
-        check(cudaEventRecord(ready_, upload_), "record");
-        const Clock::time_point b = Clock::now();
-        check(cudaStreamWaitEvent(main_, ready_, 0), "wait");
-        const Clock::time_point c = Clock::now();
-        check(cudaGraphLaunch(g.exec[p], main_), "graph launch");
-        const Clock::time_point d = Clock::now();
-        check(cudaEventRecord(done_[p], main_), "record");
-        const Clock::time_point e = Clock::now();
-        const bool running = i > 0 && cudaEventQuery(done_[p ^ 1]) == cudaErrorNotReady;
-        if (i > 0) check(cudaEventSynchronize(done_[p ^ 1]), "step");
-        if (i < kWarmup) continue;
-        upload.push_back(us(b - a)), wait.push_back(us(c - b)), launch.push_back(us(d - c));
-        other.push_back(us(e - d));
-        still_busy += running;
+    struct Shape {
+      const char* name;
+      std::size_t bytes;
+      int nodes;
+      double step_ms;
+    };
+    const Shape shapes[] = {{"1B-b1", 36 * 1024, 20, 1.06},
+                            {"8B-b1", 36 * 1024, 36, 4.72},
+                            {"1B-b64", 169 * 1024, 145, 1.75},
+                            {"8B-b64", 169 * 1024, 290, 6.38}};
+    for (const Shape& shape : shapes)
+      for (bool real_length : {false, true}) {
+        const auto spin_ns = real_length ? static_cast<unsigned long long>(shape.step_ms * 1e6 / shape.nodes) : kSpinNs;
+        Graphs g(*this, Build::pdl, shape.nodes, 0, spin_ns);
+        std::vector<double> upload, launch, total;
+        int still_busy = 0;
+        // The long steps take ~14 ms a call together: the minimum of calls keeps a pass short.
+        for (int i = 0; i < kStepWarmup + kMinCalls; ++i) {
+          const int p = i % 2;
+          const Clock::time_point a = Clock::now();
+          check(cudaMemcpyAsync(dev_, host_, shape.bytes, cudaMemcpyHostToDevice, upload_), "copy");
+          check(cudaEventRecord(ready_, upload_), "record");
+          const Clock::time_point b = Clock::now();
+          check(cudaStreamWaitEvent(main_, ready_, 0), "wait");
+          const Clock::time_point c = Clock::now();
+          check(cudaGraphLaunch(g.exec[p], main_), "graph launch");
+          const Clock::time_point d = Clock::now();
+          check(cudaEventRecord(done_[p], main_), "record");
+          const Clock::time_point e = Clock::now();
+          const bool running = i > 0 && cudaEventQuery(done_[p ^ 1]) == cudaErrorNotReady;
+          if (i > 0) check(cudaEventSynchronize(done_[p ^ 1]), "step");
+          if (i < kStepWarmup) continue;
+          upload.push_back(us(b - a)), launch.push_back(us(d - c)), total.push_back(us(e - a));
+          still_busy += running;
+        }
+        check(cudaStreamSynchronize(main_), "step");
+        char name[64];
+        std::snprintf(name, sizeof name, "%s %.2fms", shape.name,
+                      real_length ? shape.step_ms : static_cast<double>(shape.nodes) * kSpinNs * 1e-6);
+        add("step", std::string(name) + " upload", upload, still_busy);
+        add("step", std::string(name) + " launch", launch, still_busy);
+        add("step", std::string(name) + " all5", total, still_busy);
       }
-      check(cudaStreamSynchronize(main_), "step");
-      const std::string name = kb(bytes) + " " + std::to_string(n);
-      add("step", name + " upload", upload, still_busy);
-      add("step", name + " wait", wait, still_busy);
-      add("step", name + " launch", launch, still_busy);
-      add("step", name + " record", other, still_busy);
-    }
   }
 
  private:
-  static constexpr int kWarmup = 50;
+  static constexpr int kWarmup = 50, kStepWarmup = 20;
   static constexpr std::size_t kSizes[] = {4 * 1024, 36 * 1024, 169 * 1024};
   static constexpr std::size_t kMaxBytes = 169 * 1024;
 
@@ -254,7 +271,8 @@ class Bench {
 
   // Two instances of one captured graph, one per step parity as the engine keeps them.
   struct Graphs {
-    Graphs(Bench& bench, Build b, int n, std::size_t copy_bytes) : bench(bench) {
+    Graphs(Bench& bench, Build b, int n, std::size_t copy_bytes, unsigned long long spin_ns = kSpinNs)
+        : bench(bench) {
       for (cudaGraphExec_t& e : exec) {
         cudaGraph_t graph = nullptr;
         check(cudaStreamBeginCapture(bench.main_, cudaStreamCaptureModeThreadLocal), "capture");
@@ -262,7 +280,7 @@ class Bench {
           check(cudaMemcpyAsync(bench.dev_, bench.host_, copy_bytes, cudaMemcpyHostToDevice, bench.main_),
                 "capture copy");
         // The first kernel follows the step's start in plain stream order, as in the engine.
-        for (int i = 0; i < n; ++i) check(bench.launch_kernel(b, kSpinNs, b != Build::plain && i > 0), "capture");
+        for (int i = 0; i < n; ++i) check(bench.launch_kernel(b, spin_ns, b != Build::plain && i > 0), "capture");
         check(cudaStreamEndCapture(bench.main_, &graph), "capture");
         const cudaError_t err = cudaGraphInstantiate(&e, graph, 0);
         cudaGraphDestroy(graph);
@@ -372,7 +390,7 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
-  if (calls < 300) {
+  if (calls < kMinCalls) {
     std::fprintf(stderr, "telos-launch-bench: --calls must be at least 300 (p90 needs them)\n");
     return 2;
   }
