@@ -14,7 +14,8 @@
 //                           order), pdl (programmatic stream serialization on every kernel after
 //                           the first, as the engine launches), pdl8 (pdl, 8 kernel parameters).
 //                           STATE: idle (launch, then synchronize) or queue2 (the engine's pattern:
-//                           launch N+1 while N runs, then wait for N; two graph instances by parity).
+//                           launch N+1 while N runs, then wait for N; two graph instances by
+//                           parity).
 //   copy    SIZE STATE     cudaMemcpyAsync H2D pinned on the upload stream, then cudaEventRecord
 //                           and the main stream's cudaStreamWaitEvent; busy = a 100 us kernel runs
 //                           on the main stream meanwhile.
@@ -83,8 +84,8 @@ __global__ void spin_kernel(unsigned long long ns) {
 
 // Eight parameters, as the engine's kernels carry pointers and sizes; the store never happens
 // (ns is never 0) but keeps every parameter live.
-__global__ void spin_kernel8(unsigned long long ns, int* out, const int* a, const int* b, const int* c,
-                             const int* d, int e, int f) {
+__global__ void spin_kernel8(unsigned long long ns, int* out, const int* a, const int* b,
+                             const int* c, const int* d, int e, int f) {
   pdl_entry();
   spin(ns);
   if (ns == 0 && threadIdx.x == 0) *out = *a + *b + *c + *d + e + f;
@@ -102,10 +103,14 @@ struct Row {
 };
 
 using Clock = std::chrono::steady_clock;
-double us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+double us(Clock::duration d) {
+  return std::chrono::duration<double, std::micro>(d).count();
+}
 
 enum class Build { plain, pdl, pdl8 };
-const char* build_name(Build b) { return b == Build::plain ? "plain" : b == Build::pdl ? "pdl" : "pdl8"; }
+const char* build_name(Build b) {
+  return b == Build::plain ? "plain" : b == Build::pdl ? "pdl" : "pdl8";
+}
 
 class Bench {
  public:
@@ -186,8 +191,9 @@ class Bench {
         const std::string name = kb(bytes) + " " + std::to_string(n);
         Row& r = time_graph(g, "memnode", name + " idle", false);
         r.gpu_us = g.gpu_us();
-        std::printf("# memnode %s: the copy adds %.2f us of GPU time to the %d-kernel graph (%.2f us)\n",
-                    name.c_str(), r.gpu_us - base, n, base);
+        std::printf(
+            "# memnode %s: the copy adds %.2f us of GPU time to the %d-kernel graph (%.2f us)\n",
+            name.c_str(), r.gpu_us - base, n, base);
         time_graph(g, "memnode", name + " queue2", true);
       }
     }
@@ -211,7 +217,9 @@ class Bench {
                             {"8B-b64", 169 * 1024, 290, 6.38}};
     for (const Shape& shape : shapes)
       for (bool real_length : {false, true}) {
-        const auto spin_ns = real_length ? static_cast<unsigned long long>(shape.step_ms * 1e6 / shape.nodes) : kSpinNs;
+        const auto spin_ns =
+            real_length ? static_cast<unsigned long long>(shape.step_ms * 1e6 / shape.nodes)
+                        : kSpinNs;
         Graphs g(*this, Build::pdl, shape.nodes, 0, spin_ns);
         std::vector<double> upload, launch, total;
         int still_busy = 0;
@@ -236,8 +244,9 @@ class Bench {
         }
         check(cudaStreamSynchronize(main_), "step");
         char name[64];
-        std::snprintf(name, sizeof name, "%s %.2fms", shape.name,
-                      real_length ? shape.step_ms : static_cast<double>(shape.nodes) * kSpinNs * 1e-6);
+        std::snprintf(
+            name, sizeof name, "%s %.2fms", shape.name,
+            real_length ? shape.step_ms : static_cast<double>(shape.nodes) * kSpinNs * 1e-6);
         add("step", std::string(name) + " upload", upload, still_busy);
         add("step", std::string(name) + " launch", launch, still_busy);
         add("step", std::string(name) + " all5", total, still_busy);
@@ -275,16 +284,19 @@ class Bench {
 
   // Two instances of one captured graph, one per step parity as the engine keeps them.
   struct Graphs {
-    Graphs(Bench& bench, Build b, int n, std::size_t copy_bytes, unsigned long long spin_ns = kSpinNs)
+    Graphs(Bench& bench, Build b, int n, std::size_t copy_bytes,
+           unsigned long long spin_ns = kSpinNs)
         : bench(bench) {
       for (cudaGraphExec_t& e : exec) {
         cudaGraph_t graph = nullptr;
         check(cudaStreamBeginCapture(bench.main_, cudaStreamCaptureModeThreadLocal), "capture");
         if (copy_bytes)
-          check(cudaMemcpyAsync(bench.dev_, bench.host_, copy_bytes, cudaMemcpyHostToDevice, bench.main_),
+          check(cudaMemcpyAsync(bench.dev_, bench.host_, copy_bytes, cudaMemcpyHostToDevice,
+                                bench.main_),
                 "capture copy");
         // The first kernel follows the step's start in plain stream order, as in the engine.
-        for (int i = 0; i < n; ++i) check(bench.launch_kernel(b, spin_ns, b != Build::plain && i > 0), "capture");
+        for (int i = 0; i < n; ++i)
+          check(bench.launch_kernel(b, spin_ns, b != Build::plain && i > 0), "capture");
         check(cudaStreamEndCapture(bench.main_, &graph), "capture");
         const cudaError_t err = cudaGraphInstantiate(&e, graph, 0);
         cudaGraphDestroy(graph);
@@ -339,8 +351,10 @@ class Bench {
     return add(group, name, t, still_busy);
   }
 
-  Row& add(const char* group, const std::string& name, const std::vector<double>& t, int still_busy) {
-    rows.push_back({group, name, quantile(t, 0.5), quantile(t, 0.9), 100.0 * still_busy / static_cast<double>(t.size())});
+  Row& add(const char* group, const std::string& name, const std::vector<double>& t,
+           int still_busy) {
+    rows.push_back({group, name, quantile(t, 0.5), quantile(t, 0.9),
+                    100.0 * still_busy / static_cast<double>(t.size())});
     return rows.back();
   }
 
@@ -353,9 +367,11 @@ class Bench {
 };
 
 void print_table(const std::vector<Row>& rows) {
-  std::printf("%-8s %-22s %9s %9s %6s %9s\n", "group", "case", "host p50", "host p90", "busy%", "gpu us");
+  std::printf("%-8s %-22s %9s %9s %6s %9s\n", "group", "case", "host p50", "host p90", "busy%",
+              "gpu us");
   for (const Row& r : rows) {
-    std::printf("%-8s %-22s %9.2f %9.2f %5.0f%%", r.group.c_str(), r.name.c_str(), r.median, r.p90, r.busy_share);
+    std::printf("%-8s %-22s %9.2f %9.2f %5.0f%%", r.group.c_str(), r.name.c_str(), r.median, r.p90,
+                r.busy_share);
     if (r.gpu_us >= 0)
       std::printf(" %9.2f\n", r.gpu_us);
     else
@@ -363,16 +379,20 @@ void print_table(const std::vector<Row>& rows) {
   }
 }
 
-void write_json(const std::vector<Row>& rows, const char* path, const cudaDeviceProp& prop, int driver, int calls) {
+void write_json(const std::vector<Row>& rows, const char* path, const cudaDeviceProp& prop,
+                int driver, int calls) {
   FILE* f = std::fopen(path, "w");
   if (!f) throw std::runtime_error(std::string("cannot write ") + path);
-  std::fprintf(f, "{\"device\": \"%s\", \"driver\": %d, \"runtime\": %d, \"calls\": %d, \"rows\": [", prop.name, driver,
-               CUDART_VERSION, calls);
+  std::fprintf(f,
+               "{\"device\": \"%s\", \"driver\": %d, \"runtime\": %d, \"calls\": %d, \"rows\": [",
+               prop.name, driver, CUDART_VERSION, calls);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    std::fprintf(f, "%s\n  {\"group\": \"%s\", \"case\": \"%s\", \"host_us_p50\": %.3f, \"host_us_p90\": %.3f, "
-                 "\"busy_percent\": %.1f",
-                 i ? "," : "", r.group.c_str(), r.name.c_str(), r.median, r.p90, r.busy_share);
+    std::fprintf(
+        f,
+        "%s\n  {\"group\": \"%s\", \"case\": \"%s\", \"host_us_p50\": %.3f, \"host_us_p90\": %.3f, "
+        "\"busy_percent\": %.1f",
+        i ? "," : "", r.group.c_str(), r.name.c_str(), r.median, r.p90, r.busy_share);
     if (r.gpu_us >= 0) std::fprintf(f, ", \"gpu_us\": %.3f", r.gpu_us);
     std::fprintf(f, "}");
   }
@@ -401,11 +421,12 @@ int run(int argc, char** argv) {
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "device 0");
   if (prop.major != 9)
-    throw std::runtime_error(std::string("needs a compute capability 9.0 GPU (sm_90a), found ") + prop.name);
+    throw std::runtime_error(std::string("needs a compute capability 9.0 GPU (sm_90a), found ") +
+                             prop.name);
   int driver = 0;
   check(cudaDriverGetVersion(&driver), "driver version");
-  std::printf("# %s, driver %d, runtime %d, %d timed calls per row after 50 warm-up\n", prop.name, driver,
-              CUDART_VERSION, calls);
+  std::printf("# %s, driver %d, runtime %d, %d timed calls per row after 50 warm-up\n", prop.name,
+              driver, CUDART_VERSION, calls);
   Bench bench(calls);
   bench.graphs();
   bench.copies();
