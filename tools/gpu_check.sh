@@ -9,7 +9,8 @@
 #   3. compute-sanitizer: memcheck on both, racecheck and synccheck on the kernels,
 #   4. timings: telos-kernel-bench (decode GEMM and attention against the copy bandwidth),
 #      telos-prefill-bench beside torch.matmul, and telos-run bench on tiny-llama (host time per
-#      step, GPU idle gap, graph capture and memory report). GPU_CHECK_QUICK=1 skips racecheck,
+#      step, GPU idle gap, graph capture and memory report), telos-launch-bench (the host's cost
+#      of each CUDA call of a step, two passes). GPU_CHECK_QUICK=1 skips racecheck,
 #      synccheck and the timings.
 # It prints a table last; logs go to $OUT (or /tmp/telos-gpu-check).
 #
@@ -27,6 +28,8 @@ if [ "${1:-}" = "--prepare" ]; then
   BUILD=${2:-build-cg}
   cmake --build "$BUILD" --target telosc telos-run gpu_kernels_test gpu_model_test telos-kernel-bench \
     telos-prefill-bench -j2
+  # telos-launch-bench is built where CMake found nvcc (executor/bench).
+  cmake --build "$BUILD" --target telos-launch-bench -j2 2>/dev/null || true
   rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128"
   p128=$(mktemp) b64=$(mktemp)
   echo '{"max_batch": 8, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 128},
@@ -43,6 +46,7 @@ if [ "${1:-}" = "--prepare" ]; then
   rm -f "$p128" "$b64"
   cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$BUILD/bin/telos-kernel-bench" \
      "$BUILD/bin/telos-prefill-bench" "$BUILD/bin/telos-run" "$BUILD/bin/telosc" "$CARRY/bin/"
+  [ -x "$BUILD/bin/telos-launch-bench" ] && cp "$BUILD/bin/telos-launch-bench" "$CARRY/bin/"
   strip "$CARRY"/bin/*
   "$BUILD/bin/telos-prefill-bench" --compile-only "$CARRY/prefill-bench.cubin"
   cp codegen/bench/prefill_gemm_torch.py "$CARRY/"
@@ -108,13 +112,15 @@ if [ -z "${GPU_CHECK_QUICK:-}" ]; then
   run "engine overhead (telos-run bench)" engine-bench.log "$B/telos-run" bench --profile \
       "$P/artifacts/tiny-llama-b64.telos" --engine gpu --batch 1,8,64 --prompt-len 32 --gen 128 \
       --mixed 32 --seed 1 --ttft 32,128,224
+  [ -x "$B/telos-launch-bench" ] && run "host cost per CUDA call (2 passes)" launch-bench.log \
+      bash tools/launch_bench.sh "$B/telos-launch-bench" "$OUT/launch-bench"
 fi
 
 echo
 grep -h "^CHECK" "$OUT/model.log" | sed 's/^CHECK | //' | tee "$OUT/model-table.txt"
 echo
 grep -hE "^\[  (FAILED|SKIPPED) |ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/*.log | sort | uniq -c | head -40
-for f in bench.log prefill-bench.log engine-bench.log; do
+for f in bench.log prefill-bench.log engine-bench.log launch-bench.log; do
   [ -f "$OUT/$f" ] && { echo; grep -v '^\s*$' "$OUT/$f" | tail -40; }
 done
 echo

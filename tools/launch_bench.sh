@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
 # Issue 5 on the H200: telos-launch-bench twice (two passes in one call, so run-to-run spread shows
-# next to the figures), then one table of both passes. Copied into the carry folder as run.sh by
-# tools/glb_gpu_prepare.sh; run from the repository root:
+# next to the figures), then one table of both passes. tools/gpu_check.sh runs it in full mode:
 #
-#   bash .gpu-carry-glb/run.sh LOGDIR      (LOGDIR default $OUT/glb; writes pass1.json, pass2.json)
+#   bash tools/launch_bench.sh BINARY LOGDIR      (writes LOGDIR/pass1.json, pass2.json)
 #
 # Exit code: the first failing pass's, else 0.
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-logs=${1:-${OUT:-.}/glb}
+bench=$1
+logs=$2
 mkdir -p "$logs"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 for pass in 1 2; do
-  timeout 28 "$here/telos-launch-bench" --json "$logs/pass$pass.json" >/dev/null || {
+  timeout 28 "$bench" --json "$logs/pass$pass.json" >/dev/null || {
     rc=$?
     echo "telos-launch-bench pass $pass failed (rc $rc)"
     exit "$rc"
