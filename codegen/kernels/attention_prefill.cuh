@@ -186,6 +186,9 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         ring.advance();
       }
     }
+    // No thread leaves with copies in flight into a stage the consumers have yet to read.
+    // PTX ISA: cp.async.wait_all.
+    asm volatile("cp.async.wait_all;" ::: "memory");
   } else {
     setmaxnreg_inc<232>();
     const int cw = threadIdx.x / 128 - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63
