@@ -1059,6 +1059,8 @@ std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int 
          I(s.MAXP) + ", " + I(page_elems) + "ll, " + float_literal(1.4426950408889634 / std::sqrt(double(s.D))) +
          ", " + I(tpt) + ">";
 }
+// The tests' source: a wait that never completes traps (a failed launch) instead of hanging the run.
+const char* kAttnPrefillSource = "#define HEXEL_DEBUG_WAIT_LIMIT 100000000\n#include \"attention_prefill.cuh\"\n";
 int attn_prefill_smem(int D) {
   const int stages = D == 128 ? 2 : 4;
   return 128 * D * 2 + stages * 2 * 128 * D * 2 + 3 * stages * 8 + 1024;
@@ -1140,7 +1142,7 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
                         Case{{12, 2, 128, 16, 40, 0, 0}, 16}, Case{{4, 2, 128, 7, 60, 0, 0}, 64}}) {
     const AttnShape& s = c.s;
     PagedKv pool(s, 3);
-    TestModule mod("#include \"attention_prefill.cuh\"\n", {attn_prefill_instance(s, pool.page_elems, c.tpt)});
+    TestModule mod(kAttnPrefillSource, {attn_prefill_instance(s, pool.page_elems, c.tpt)});
     const int ctx = s.MAXP * s.PAGE;
     std::vector<int> positions, token_seq;
     auto add = [&](int seq, int first, int n) {
@@ -1180,7 +1182,7 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
     const AttnShape& s = c.s;
     const int G = s.HQ / s.HKV, L = 300, NY = 37;
     PagedKv pool(s, 2);  // sequence 0: the prompt; 1: the other sequence
-    TestModule mod("#include \"attention_prefill.cuh\"\n", {attn_prefill_instance(s, pool.page_elems, c.tpt_big),
+    TestModule mod(kAttnPrefillSource, {attn_prefill_instance(s, pool.page_elems, c.tpt_big),
                                                             attn_prefill_instance(s, pool.page_elems, c.tpt_small)});
     const std::size_t row = static_cast<std::size_t>(s.HQ) * s.D;
     const std::vector<float> qx = random_floats(L * row), qy = random_floats(NY * row);
