@@ -37,8 +37,9 @@
 // barrier (count 128), so S = Q·Kᵀ can start before V has landed. Positions past the segment's
 // last one are zero-filled (cp.async src-size 0). cp.async writes through the generic proxy and
 // wgmma reads through the async proxy: each consumer thread issues fence.proxy.async after its
-// wait on a full barrier, before the wgmma that reads the stage. Consumer warps release a stage
-// on its empty barrier (count 8: one arrival per consumer warp) after their P·V has completed.
+// wait on a full barrier, before the wgmma that reads the stage. Consumer warps release a stage's
+// K on its empty_k barrier once their S = Q·Kᵀ has completed and its V on empty_v once their P·V
+// has (count 8: one arrival per consumer warp), so the next K block can load while V is in use.
 //
 // Shared memory (128B-swizzled, every operand 1024-byte aligned so descriptors need no base
 // offset; bf16 rows of 64 elements = 128 bytes, a D-wide row in D / 64 column blocks):
@@ -60,9 +61,13 @@
 // registers: the S accumulator of columns 16k .. 16k + 15 is exactly the thread's register-A
 // fragment of k-step k (rows l/4 and l/4 + 8, k 2(l%4) + {0,1} and + 8), packed to bf16.
 // The output is o / l in bf16.
+// OVERLAP (what the plan uses; false is the plain order, kept as the bit-for-bit reference of the
+// GPU tests): block b's S = Q·Kᵀ is issued together with block b - 1's P·V, and the softmax of
+// block b runs while that P·V is on the tensor cores (FlashAttention-3's intra-warpgroup
+// overlap); each row still sees the same operations in the same order.
 //
-// Registers: S (BN/2 f32), O (D/2 f32) and P (BN/4 b32) per consumer thread: setmaxnreg gives
-// the consumers 232 and the producer 40.
+// Registers: S (BN/2 f32), O (D/2 f32) and P (BN/4 b32, two of them with OVERLAP) per consumer
+// thread: setmaxnreg gives the consumers 232 and the producer 40.
 #include "common.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/swizzle.cuh"
@@ -81,8 +86,9 @@ struct AttnPrefill {
   static constexpr unsigned kQBytes = kRows * D * 2;
   static constexpr unsigned kKvBytes = kBlockN * D * 2;  // one of K or V, one stage
   static constexpr unsigned kStageBytes = 2 * kKvBytes;
-  // Q, the stages, full_k / full_v / empty barriers; +1024 to align the base to the swizzle repeat.
-  static constexpr unsigned kSmemBytes = kQBytes + kStages * kStageBytes + 3 * kStages * 8 + 1024;
+  // Q, the stages, full_k / full_v / empty_k / empty_v barriers; +1024 to align the base to the
+  // swizzle repeat.
+  static constexpr unsigned kSmemBytes = kQBytes + kStages * kStageBytes + 4 * kStages * 8 + 1024;
 };
 
 // 16 bytes global -> shared, bypassing L1; `src_bytes` 0 writes 16 zero bytes and reads nothing.
@@ -109,7 +115,8 @@ __device__ __forceinline__ float ex2(float x) {
 // out[t, (kvh · G + h) · D + d] = bf16(softmax over keys [0, position] of the row's sequence ·
 // V); see the header comment. Launch: grid (HKV, T / TPT), AttnPrefill<D>::kThreads threads,
 // AttnPrefill<D>::kSmemBytes dynamic shared memory.
-template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2, int TPT>
+template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2, int TPT,
+          bool OVERLAP = true>
 __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     attn_prefill(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                  const bf16* kv_layer, bf16* out) {
@@ -126,7 +133,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   auto k_stage = [&](unsigned s) { return base + C::kQBytes + s * C::kStageBytes; };
   auto v_stage = [&](unsigned s) { return k_stage(s) + C::kKvBytes; };
   const unsigned full_k = base + C::kQBytes + S * C::kStageBytes;
-  const unsigned full_v = full_k + 8 * S, empty = full_v + 8 * S;
+  const unsigned full_v = full_k + 8 * S, empty_k = full_v + 8 * S, empty_v = empty_k + 8 * S;
   // Segments of the tile: first and end token, sequence, largest position.
   __shared__ int sm_seg[TPT][4];
   __shared__ int sm_nseg;
@@ -138,7 +145,8 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     for (int s = 0; s < S; ++s) {
       mbarrier::init(full_k + 8 * s, 128);
       mbarrier::init(full_v + 8 * s, 128);
-      mbarrier::init(empty + 8 * s, 8);
+      mbarrier::init(empty_k + 8 * s, 8);
+      mbarrier::init(empty_v + 8 * s, 8);
     }
     mbarrier::fence_init();
     int n = 0;
@@ -165,9 +173,9 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       const int seq = sm_seg[sg][2], pos_max = sm_seg[sg][3];
       const int* pt = page_tables + seq * MAXP;
       for (int b = 0; b <= pos_max / BN; ++b) {
-        mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
 #pragma unroll
         for (int kv = 0; kv < 2; ++kv) {
+          mbarrier::wait_parity((kv == 0 ? empty_k : empty_v) + 8 * ring.index, ring.phase ^ 1u);
           const unsigned dst0 = kv == 0 ? k_stage(ring.index) : v_stage(ring.index);
           const bf16* src0 = kv_layer + static_cast<long long>(kv * HKV + kvh) * PAGE * D;
 #pragma unroll 4
@@ -234,24 +242,38 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
       float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
 
-      for (int b = 0; b <= pos_max / BN; ++b) {
-        const unsigned st = ring.index;
-        float s[BN / 2];
-        mbarrier::wait_parity(full_k + 8 * st, ring.phase);
+      // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for).
+      auto issue_s = [&](unsigned st, unsigned phase, float (&sc)[BN / 2]) {
+        mbarrier::wait_parity(full_k + 8 * st, phase);
         fence_proxy_async_smem();  // the stage was written by cp.async (generic proxy)
-        {
-          const auto k_desc = wgmma::kmajor_desc(k_stage(st), Swizzle::B128);
-          wgmma::fence();
+        const auto k_desc = wgmma::kmajor_desc(k_stage(st), Swizzle::B128);
+        wgmma::fence();
 #pragma unroll
-          for (int kk = 0; kk < D / 16; ++kk) {
-            const unsigned off_q = (kk / 4) * (C::kRows * 128) + (kk % 4) * 32;
-            const unsigned off_k = (kk / 4) * (BN * 128) + (kk % 4) * 32;
-            wgmma::mma_ss<BN>(s, q_desc.advanced(off_q), k_desc.advanced(off_k), kk > 0);
-          }
-          wgmma::commit_group();
-          wgmma::wait_group<0>();
-          wgmma::fence_operand(s);
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const unsigned off_q = (kk / 4) * (C::kRows * 128) + (kk % 4) * 32;
+          const unsigned off_k = (kk / 4) * (BN * 128) + (kk % 4) * 32;
+          wgmma::mma_ss<BN>(sc, q_desc.advanced(off_q), k_desc.advanced(off_k), kk > 0);
         }
+        wgmma::commit_group();
+      };
+      // Waits until stage st's V has landed.
+      auto wait_v = [&](unsigned st, unsigned phase) {
+        mbarrier::wait_parity(full_v + 8 * st, phase);
+        fence_proxy_async_smem();
+      };
+      // O += P·V with V at `v_desc` (issued and committed). Everything the issue needs is
+      // computed before it, so nothing but wgmma sits between a group's instructions.
+      auto issue_pv = [&](wgmma::SmemDesc v_desc, const unsigned (&pa)[BN / 16][4]) {
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+          wgmma::mma_rs<D, wgmma::AbType::BF16, wgmma::Major::MN>(o, pa[kk], v_desc.advanced(kk * 2048), true);
+        wgmma::commit_group();
+      };
+      // The online softmax of block b's scores, in place: masks keys past each row's limit,
+      // updates the running maximum and sum, leaves the weights in sc and returns the
+      // corrections for o.
+      auto softmax = [&](int b, float (&sc)[BN / 2], float& corr0, float& corr1) {
         // Column 8n + 2·quad + e of the block is key position b·BN + that.
         const int last = b * BN + BN - 1;
         if (last > lim0 || last > lim1) {
@@ -260,15 +282,15 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int key = b * BN + 8 * n + 2 * quad + e;
-              if (key > lim0) s[4 * n + e] = kNegInf;
-              if (key > lim1) s[4 * n + 2 + e] = kNegInf;
+              if (key > lim0) sc[4 * n + e] = kNegInf;
+              if (key > lim1) sc[4 * n + 2 + e] = kNegInf;
             }
         }
         float mx0 = m0, mx1 = m1;
 #pragma unroll
         for (int n = 0; n < BN / 8; ++n) {
-          mx0 = fmaxf(mx0, fmaxf(s[4 * n], s[4 * n + 1]));
-          mx1 = fmaxf(mx1, fmaxf(s[4 * n + 2], s[4 * n + 3]));
+          mx0 = fmaxf(mx0, fmaxf(sc[4 * n], sc[4 * n + 1]));
+          mx1 = fmaxf(mx1, fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
         }
 #pragma unroll
         for (int x = 1; x < 4; x <<= 1) {
@@ -277,49 +299,107 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         }
         // An unchanged maximum gives a correction of exactly 1 (a block past the row: an exact
         // no-op); from -inf (the row's first block) exp2(-inf) = 0 scales the zeros.
-        const float corr0 = mx0 == m0 ? 1.f : ex2((m0 - mx0) * SCALE_LOG2);
-        const float corr1 = mx1 == m1 ? 1.f : ex2((m1 - mx1) * SCALE_LOG2);
+        corr0 = mx0 == m0 ? 1.f : ex2((m0 - mx0) * SCALE_LOG2);
+        corr1 = mx1 == m1 ? 1.f : ex2((m1 - mx1) * SCALE_LOG2);
         m0 = mx0, m1 = mx1;
         const float ms0 = mx0 * SCALE_LOG2, ms1 = mx1 * SCALE_LOG2;
         float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
         for (int n = 0; n < BN / 8; ++n) {
-          s[4 * n] = ex2(fmaf(s[4 * n], SCALE_LOG2, -ms0));
-          s[4 * n + 1] = ex2(fmaf(s[4 * n + 1], SCALE_LOG2, -ms0));
-          s[4 * n + 2] = ex2(fmaf(s[4 * n + 2], SCALE_LOG2, -ms1));
-          s[4 * n + 3] = ex2(fmaf(s[4 * n + 3], SCALE_LOG2, -ms1));
-          sum0 += s[4 * n] + s[4 * n + 1];
-          sum1 += s[4 * n + 2] + s[4 * n + 3];
+          sc[4 * n] = ex2(fmaf(sc[4 * n], SCALE_LOG2, -ms0));
+          sc[4 * n + 1] = ex2(fmaf(sc[4 * n + 1], SCALE_LOG2, -ms0));
+          sc[4 * n + 2] = ex2(fmaf(sc[4 * n + 2], SCALE_LOG2, -ms1));
+          sc[4 * n + 3] = ex2(fmaf(sc[4 * n + 3], SCALE_LOG2, -ms1));
+          sum0 += sc[4 * n] + sc[4 * n + 1];
+          sum1 += sc[4 * n + 2] + sc[4 * n + 3];
         }
         l0 = fmaf(l0, corr0, sum0);
         l1 = fmaf(l1, corr1, sum1);
+      };
+      // The weights as bf16 in the register-A fragments of the block's k-steps (accumulator
+      // columns 16kk .. 16kk + 15).
+      auto pack = [&](const float (&sc)[BN / 2], unsigned (&pa)[BN / 16][4]) {
 #pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
+        for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) pa[kk][i] = pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
+      };
+      auto rescale = [&](float corr0, float corr1) {
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
           o[4 * n] *= corr0, o[4 * n + 1] *= corr0, o[4 * n + 2] *= corr1, o[4 * n + 3] *= corr1;
-        }
-        // P's register-A fragment of k-step kk: accumulator columns 16kk .. 16kk + 15.
-        unsigned pa[BN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-          pa[kk][0] = pack_bf16x2(s[8 * kk], s[8 * kk + 1]);
-          pa[kk][1] = pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
-          pa[kk][2] = pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
-          pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
-        }
-        mbarrier::wait_parity(full_v + 8 * st, ring.phase);
-        fence_proxy_async_smem();
-        {
-          const auto v_desc = wgmma::SmemDesc::make(v_stage(st), Swizzle::B128, BN * 128, 1024);
-          wgmma::fence();
-#pragma unroll
-          for (int kk = 0; kk < BN / 16; ++kk)
-            wgmma::mma_rs<D, wgmma::AbType::BF16, wgmma::Major::MN>(o, pa[kk], v_desc.advanced(kk * 2048), true);
-          wgmma::commit_group();
+      };
+      // One arrival per warp: the warp's reads of that stage's K (or V) are complete.
+      auto release = [&](unsigned bar) {
+        if (lane == 0) mbarrier::arrive(bar);
+      };
+
+      auto v_desc = [&](unsigned st) { return wgmma::SmemDesc::make(v_stage(st), Swizzle::B128, BN * 128, 1024); };
+
+      const int nb = pos_max / BN + 1;
+      unsigned pa[BN / 16][4];
+      if constexpr (!OVERLAP) {
+        for (int b = 0; b < nb; ++b) {
+          const unsigned st = ring.index, phase = ring.phase;
+          float sc[BN / 2];
+          issue_s(st, phase, sc);
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(sc);
+          release(empty_k + 8 * st);
+          float corr0, corr1;
+          softmax(b, sc, corr0, corr1);
+          rescale(corr0, corr1);
+          pack(sc, pa);
+          wait_v(st, phase);
+          issue_pv(v_desc(st), pa);
           wgmma::wait_group<0>();
           wgmma::fence_operand(o);
+          release(empty_v + 8 * st);
+          ring.advance();
         }
-        if (lane == 0) mbarrier::arrive(empty + 8 * st);
+      } else {
+        // Block b's S = Q·Kᵀ is issued with block b - 1's P·V and its softmax runs while that
+        // P·V is on the tensor cores. Registers an in-flight wgmma reads are not written until
+        // it has completed (ptxas would serialize the wgmmas otherwise): the softmax works in
+        // place on S (complete), and o's rescale and the bf16 P come after the P·V's wait.
+        // Each row sees the same operations in the same order as without the overlap.
+        unsigned pst = ring.index, pphase = ring.phase;  // the stage whose P·V is pending
+        {
+          float sc[BN / 2];
+          issue_s(pst, pphase, sc);
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(sc);
+          release(empty_k + 8 * pst);
+          float corr0, corr1;
+          softmax(0, sc, corr0, corr1);
+          rescale(corr0, corr1);
+          pack(sc, pa);
+        }
         ring.advance();
+        for (int b = 1; b < nb; ++b) {
+          const unsigned st = ring.index, phase = ring.phase;
+          float sc[BN / 2];
+          issue_s(st, phase, sc);
+          wait_v(pst, pphase);
+          issue_pv(v_desc(pst), pa);
+          wgmma::wait_group<1>();
+          wgmma::fence_operand(sc);
+          release(empty_k + 8 * st);
+          float corr0, corr1;
+          softmax(b, sc, corr0, corr1);
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(o);
+          release(empty_v + 8 * pst);
+          rescale(corr0, corr1);
+          pack(sc, pa);
+          pst = st, pphase = phase;
+          ring.advance();
+        }
+        wait_v(pst, pphase);
+        issue_pv(v_desc(pst), pa);
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(o);
+        release(empty_v + 8 * pst);
       }
 
       // The quad's partial sums, folded in a fixed order; then this segment's rows are written.

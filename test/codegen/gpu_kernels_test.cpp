@@ -1054,10 +1054,11 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
 // The attn_prefill instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, its launch
 // (grid (HKV, T / TPT), 384 threads) and its dynamic shared memory (AttnPrefill<D>::kSmemBytes:
 // Q, 2 stages of K and V at D = 128 or 4 at D = 64, 3 barriers a stage, 1024 for alignment).
-std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int tpt) {
+// OVERLAP false: the softmax does not overlap the P·V (the same bits by construction).
+std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int tpt, bool overlap = true) {
   return "telos_kernels::attn_prefill<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + I(s.PAGE) + ", " +
          I(s.MAXP) + ", " + I(page_elems) + "ll, " + float_literal(1.4426950408889634 / std::sqrt(double(s.D))) +
-         ", " + I(tpt) + ">";
+         ", " + I(tpt) + (overlap ? ", true>" : ", false>");
 }
 // The tests' source: a wait that never completes traps (a failed launch) instead of hanging the run.
 const char* kAttnPrefillSource = "#define HEXEL_DEBUG_WAIT_LIMIT 100000000\n#include \"attention_prefill.cuh\"\n";
@@ -1109,7 +1110,7 @@ struct PagedKv {
 // One attn_prefill launch over a step (T = positions.size(), a multiple of tpt) with the pool's
 // bits `kv`; returns the output (poisoned before the launch).
 bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, int tpt, const std::vector<float>& q,
-                       const std::vector<int>& positions, const std::vector<int>& token_seq) {
+                       const std::vector<int>& positions, const std::vector<int>& token_seq, bool overlap = true) {
   const AttnShape& s = pool.s;
   const int T = static_cast<int>(positions.size());
   EXPECT_EQ(T % tpt, 0);
@@ -1118,7 +1119,7 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
   DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(pool.page_tables);
   DeviceBuffer<std::uint16_t> out(static_cast<std::size_t>(T) * s.HQ * s.D);
   const cudaError_t e =
-      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt), dim3(s.HKV, T / tpt), 384,
+      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap), dim3(s.HKV, T / tpt), 384,
                  {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(), out.get()},
                  attn_prefill_smem(s.D));
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
@@ -1130,7 +1131,8 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
 // step: a chunk that starts at a position > 0 mid-page (the previous chunks' K/V in the pages) and
 // runs past a tile; a padding row; a second sequence from position 0 starting mid-tile, two key
 // blocks long and ending mid-page; a single row with the whole context; padding to a whole tile.
-// Every position a sequence has not reached holds NaN, and so does every page of no sequence.
+// Every position a sequence has not reached holds NaN, and so does every page of no sequence. Both
+// variants of the kernel (with and without the softmax / P·V overlap).
 TEST(GpuKernels, PrefillAttentionMatchesF64) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Case {
@@ -1142,7 +1144,8 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
                         Case{{12, 2, 128, 16, 40, 0, 0}, 16}, Case{{4, 2, 128, 7, 60, 0, 0}, 64}}) {
     const AttnShape& s = c.s;
     PagedKv pool(s, 3);
-    TestModule mod(kAttnPrefillSource, {attn_prefill_instance(s, pool.page_elems, c.tpt)});
+    TestModule mod(kAttnPrefillSource, {attn_prefill_instance(s, pool.page_elems, c.tpt),
+                                        attn_prefill_instance(s, pool.page_elems, c.tpt, false)});
     const int ctx = s.MAXP * s.PAGE;
     std::vector<int> positions, token_seq;
     auto add = [&](int seq, int first, int n) {
@@ -1160,9 +1163,12 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
     const int T = static_cast<int>(positions.size());
     const std::vector<float> q = random_floats(static_cast<std::size_t>(T) * s.HQ * s.D);
     const bf16v kv = pool.with_nan_tails({first0 + n0, n1, ctx});
-    const bf16v out = run_attn_prefill(mod, pool, kv, c.tpt, q, positions, token_seq);
-    expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f, pool.page_tables, positions,
-                                 token_seq, q, out);
+    for (const bool overlap : {true, false}) {
+      SCOPED_TRACE(overlap ? "with the softmax / P·V overlap" : "without the overlap");
+      const bf16v out = run_attn_prefill(mod, pool, kv, c.tpt, q, positions, token_seq, overlap);
+      expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f, pool.page_tables, positions,
+                                   token_seq, q, out);
+    }
   }
 }
 
@@ -1170,7 +1176,8 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
 // key blocks, ending mid-block and mid-page) computed as one step must give the same bits as the
 // same prompt in chunks of 64 + 77 + 159 tokens, each chunk its own step with NaN in every position
 // it has not reached, the second chunk behind another sequence's 37 tokens (so its first row is
-// mid-tile), and with the whole prompt and the chunks in tiles of 128 / G and of 32 / G tokens.
+// mid-tile), and with the whole prompt and the chunks in tiles of 128 / G and of 32 / G tokens;
+// and the kernel without the softmax / P·V overlap gives the same bits as with it.
 TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Case {
@@ -1183,13 +1190,14 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
     const int G = s.HQ / s.HKV, L = 300, NY = 37;
     PagedKv pool(s, 2);  // sequence 0: the prompt; 1: the other sequence
     TestModule mod(kAttnPrefillSource, {attn_prefill_instance(s, pool.page_elems, c.tpt_big),
-                                                            attn_prefill_instance(s, pool.page_elems, c.tpt_small)});
+                                        attn_prefill_instance(s, pool.page_elems, c.tpt_small),
+                                        attn_prefill_instance(s, pool.page_elems, c.tpt_big, false)});
     const std::size_t row = static_cast<std::size_t>(s.HQ) * s.D;
     const std::vector<float> qx = random_floats(L * row), qy = random_floats(NY * row);
 
     // A step: optionally the other sequence's NY rows (positions 10 ..), then prompt rows [a, b),
     // then padding to a whole tile; returns the prompt rows' outputs.
-    auto step = [&](int tpt, int a, int b, bool other) {
+    auto step = [&](int tpt, int a, int b, bool other, bool overlap = true) {
       std::vector<int> positions, token_seq;
       std::vector<float> q;
       if (other)
@@ -1207,7 +1215,7 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
         q.insert(q.end(), row, 0.f);
       }
       const bf16v out = run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}), tpt, q,
-                                         positions, token_seq);
+                                         positions, token_seq, overlap);
       return bf16v(out.begin() + first * row, out.begin() + (first + (b - a)) * row);
     };
     const bf16v whole = step(c.tpt_big, 0, L, false);
@@ -1222,8 +1230,10 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
       chunked.insert(chunked.end(), part.begin(), part.end());
     }
     const bf16v small_tiles = step(c.tpt_small, 0, L, true);
-    for (const auto& [name, got] :
-         {std::pair<const char*, const bf16v*>{"chunked", &chunked}, {"small tiles", &small_tiles}}) {
+    const bf16v plain = step(c.tpt_big, 0, L, false, false);
+    for (const auto& [name, got] : {std::pair<const char*, const bf16v*>{"chunked", &chunked},
+                                    {"small tiles", &small_tiles},
+                                    {"without overlap", &plain}}) {
       ASSERT_EQ(got->size(), whole.size());
       for (std::size_t i = 0; i < whole.size(); ++i)
         if ((*got)[i] != whole[i]) {
