@@ -43,9 +43,9 @@ void check(cudaError_t e, const char* what) {
 constexpr int kHQ = 32, kHKV = 8, kD = 128, kPage = 16, kTpt = 32;
 constexpr int kMaxT = 16384, kMaxP = kMaxT / kPage;
 constexpr long long kPageElems = 2LL * kHKV * kPage * kD;  // a one-layer pool
-// AttnPrefill<128>: 384 threads; Q, two stages of K and V, 3 barriers a stage, 1024 to align.
+// AttnPrefill<128>: 384 threads; Q, two stages of K and V, 4 barriers a stage, 1024 to align.
 constexpr int kThreads = 384;
-constexpr int kSmem = 128 * kD * 2 + 2 * 2 * 128 * kD * 2 + 3 * 2 * 8 + 1024;
+constexpr int kSmem = 128 * kD * 2 + 2 * 2 * 128 * kD * 2 + 4 * 2 * 8 + 1024;
 
 std::string instance() {
   return "telos_kernels::attn_prefill<" + std::to_string(kHQ) + ", " + std::to_string(kHKV) + ", " +

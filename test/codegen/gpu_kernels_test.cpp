@@ -1053,7 +1053,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
 
 // The attn_prefill instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, its launch
 // (grid (HKV, T / TPT), 384 threads) and its dynamic shared memory (AttnPrefill<D>::kSmemBytes:
-// Q, 2 stages of K and V at D = 128 or 4 at D = 64, 3 barriers a stage, 1024 for alignment).
+// Q, 2 stages of K and V at D = 128 or 4 at D = 64, 4 barriers a stage, 1024 for alignment).
 // OVERLAP false: the softmax does not overlap the P·V (the same bits by construction).
 std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int tpt, bool overlap = true) {
   return "telos_kernels::attn_prefill<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + I(s.PAGE) + ", " +
@@ -1064,7 +1064,7 @@ std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int 
 const char* kAttnPrefillSource = "#define HEXEL_DEBUG_WAIT_LIMIT 100000000\n#include \"attention_prefill.cuh\"\n";
 int attn_prefill_smem(int D) {
   const int stages = D == 128 ? 2 : 4;
-  return 128 * D * 2 + stages * 2 * 128 * D * 2 + 3 * stages * 8 + 1024;
+  return 128 * D * 2 + stages * 2 * 128 * D * 2 + 4 * stages * 8 + 1024;
 }
 
 // A paged KV pool of `pages` pages (2 layers, attention reads layer 1) with random bf16 K/V and
