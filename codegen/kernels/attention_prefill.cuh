@@ -64,7 +64,9 @@
 // OVERLAP (what the plan uses; false is the plain order, kept as the bit-for-bit reference of the
 // GPU tests): block b's S = Q·Kᵀ is issued together with block b - 1's P·V, and the softmax of
 // block b runs while that P·V is on the tensor cores (FlashAttention-3's intra-warpgroup
-// overlap); each row still sees the same operations in the same order.
+// overlap), and the two consumer warpgroups take turns issuing their wgmmas (ping-pong on named
+// barriers 3 and 4), so one's softmax overlaps the other's products; each row still sees the
+// same operations in the same order.
 //
 // Registers: S (BN/2 f32), O (D/2 f32) and P (BN/4 b32, two of them with OVERLAP) per consumer
 // thread: setmaxnreg gives the consumers 232 and the producer 40.
@@ -231,6 +233,9 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     }
 
     const auto q_desc = wgmma::kmajor_desc(sq + cw * 64 * 128, Swizzle::B128);
+    if constexpr (OVERLAP) {
+      if (cw == 1) named_barrier_arrive(3, 256);  // warpgroup 0 issues first
+    }
     mbarrier::StageRing<S> ring;
     for (int sg = 0; sg < nseg; ++sg) {
       const int a = sm_seg[sg][0], b_end = sm_seg[sg][1], pos_max = sm_seg[sg][3];
@@ -242,10 +247,13 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
       float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
 
-      // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for).
-      auto issue_s = [&](unsigned st, unsigned phase, float (&sc)[BN / 2]) {
+      // Waits until stage st's K has landed.
+      auto wait_k = [&](unsigned st, unsigned phase) {
         mbarrier::wait_parity(full_k + 8 * st, phase);
         fence_proxy_async_smem();  // the stage was written by cp.async (generic proxy)
+      };
+      // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for).
+      auto issue_s = [&](unsigned st, float (&sc)[BN / 2]) {
         const auto k_desc = wgmma::kmajor_desc(k_stage(st), Swizzle::B128);
         wgmma::fence();
 #pragma unroll
@@ -342,7 +350,8 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         for (int b = 0; b < nb; ++b) {
           const unsigned st = ring.index, phase = ring.phase;
           float sc[BN / 2];
-          issue_s(st, phase, sc);
+          wait_k(st, phase);
+          issue_s(st, sc);
           wgmma::wait_group<0>();
           wgmma::fence_operand(sc);
           release(empty_k + 8 * st);
@@ -363,10 +372,21 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         // it has completed (ptxas would serialize the wgmmas otherwise): the softmax works in
         // place on S (complete), and o's rescale and the bf16 P come after the P·V's wait.
         // Each row sees the same operations in the same order as without the overlap.
+        // The two consumer warpgroups take turns issuing (ping-pong): each issue phase starts
+        // with a wait on the warpgroup's own named barrier (3 + cw, 256 threads) and ends with an
+        // arrival on the other's, so one warpgroup's softmax runs while the other's wgmmas
+        // have the tensor cores. Both run the same number of phases (the same segments and
+        // blocks); warpgroup 1 grants the first turn (see above the segment loop) and
+        // warpgroup 0 takes the last arrival at the end.
+        auto turn_begin = [&] { named_barrier_sync(3 + cw, 256); };
+        auto turn_end = [&] { named_barrier_arrive(3 + (1 - cw), 256); };
         unsigned pst = ring.index, pphase = ring.phase;  // the stage whose P·V is pending
         {
           float sc[BN / 2];
-          issue_s(pst, pphase, sc);
+          wait_k(pst, pphase);
+          turn_begin();
+          issue_s(pst, sc);
+          turn_end();
           wgmma::wait_group<0>();
           wgmma::fence_operand(sc);
           release(empty_k + 8 * pst);
@@ -379,9 +399,13 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         for (int b = 1; b < nb; ++b) {
           const unsigned st = ring.index, phase = ring.phase;
           float sc[BN / 2];
-          issue_s(st, phase, sc);
+          wait_k(st, phase);
           wait_v(pst, pphase);
-          issue_pv(v_desc(pst), pa);
+          const auto vd = v_desc(pst);
+          turn_begin();
+          issue_s(st, sc);
+          issue_pv(vd, pa);
+          turn_end();
           wgmma::wait_group<1>();
           wgmma::fence_operand(sc);
           release(empty_k + 8 * st);
@@ -396,7 +420,10 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           ring.advance();
         }
         wait_v(pst, pphase);
-        issue_pv(v_desc(pst), pa);
+        const auto vd = v_desc(pst);
+        turn_begin();
+        issue_pv(vd, pa);
+        turn_end();
         wgmma::wait_group<0>();
         wgmma::fence_operand(o);
         release(empty_v + 8 * pst);
@@ -415,6 +442,9 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         if (lim1 >= 0)
           *reinterpret_cast<unsigned*>(out1 + 8 * n) = pack_bf16x2(o[4 * n + 2] * inv1, o[4 * n + 3] * inv1);
       }
+    }
+    if constexpr (OVERLAP) {
+      if (cw == 0) named_barrier_sync(3, 256);  // warpgroup 1's last arrival
     }
   }
 }
