@@ -68,8 +68,8 @@
 // barriers 3 and 4), so one's softmax overlaps the other's products; each row still sees the
 // same operations in the same order.
 //
-// Registers: S (BN/2 f32), O (D/2 f32) and P (BN/4 b32, two of them with OVERLAP) per consumer
-// thread: setmaxnreg gives the consumers 232 and the producer 40.
+// Registers: S (BN/2 f32), O (D/2 f32) and P (BN/4 b32) per consumer thread: setmaxnreg gives
+// the consumers 232 and the producer 40.
 #include "common.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/swizzle.cuh"
