@@ -50,8 +50,9 @@ constexpr int kSmem = 128 * kD * 2 + 2 * 2 * 128 * kD * 2 + 4 * 2 * 8 + 1024;
 std::string instance() {
   return "telos_kernels::attn_prefill<" + std::to_string(kHQ) + ", " + std::to_string(kHKV) + ", " +
          std::to_string(kD) + ", " + std::to_string(kPage) + ", " + std::to_string(kMaxP) + ", " +
-         std::to_string(kPageElems) + "ll, " + float_literal(1.4426950408889634 / std::sqrt(double(kD))) + ", " +
-         std::to_string(kTpt) + ">";
+         std::to_string(kPageElems) + "ll, " +
+         float_literal(1.4426950408889634 / std::sqrt(double(kD))) + ", " + std::to_string(kTpt) +
+         ">";
 }
 
 float from_bf16(std::uint16_t h) {
@@ -71,10 +72,11 @@ std::uint16_t to_bf16(float f) {
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--compile-only") {
-    const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", {instance()},
-                                            CompileCache::default_root());
+    const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a",
+                                            {instance()}, CompileCache::default_root());
     std::ofstream(argv[2], std::ios::binary) << m.cubin;
-    std::ofstream(std::string(argv[2]) + ".names") << instance() << "\t" << m.lowered.at(instance()) << "\n";
+    std::ofstream(std::string(argv[2]) + ".names")
+        << instance() << "\t" << m.lowered.at(instance()) << "\n";
     return 0;
   }
   if (argc != 2) {
@@ -124,7 +126,8 @@ int main(int argc, char** argv) {
   check(cudaMemcpy(dpt, pages.data(), kMaxP * 4, cudaMemcpyHostToDevice), "page table upload");
 
   auto kv_at = [&](int p, int which, int kvh, int d) {
-    return from_bf16(kv[pages[p / kPage] * kPageElems + (static_cast<long long>(which * kHKV + kvh) * kPage + p % kPage) * kD + d]);
+    return from_bf16(kv[pages[p / kPage] * kPageElems +
+                        (static_cast<long long>(which * kHKV + kvh) * kPage + p % kPage) * kD + d]);
   };
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
@@ -134,11 +137,14 @@ int main(int argc, char** argv) {
     std::vector<void*> params;
     for (auto& a : args) params.push_back(&a);
     const dim3 grid(kHKV, T / kTpt);
-    auto launch = [&] { check(cudaLaunchKernel(fn, grid, kThreads, params.data(), kSmem, nullptr), "launch"); };
+    auto launch = [&] {
+      check(cudaLaunchKernel(fn, grid, kThreads, params.data(), kSmem, nullptr), "launch");
+    };
     check(cudaMemset(dout, 0xff, static_cast<std::size_t>(T) * kHQ * kD * 2), "poison");
     launch();
     check(cudaDeviceSynchronize(), "first launch");
-    // Rows (t, h) for t = 0, T - 1 and h = 0, 31 against f64 (q rounded to bf16 as the kernel does).
+    // Rows (t, h) for t = 0, T - 1 and h = 0, 31 against f64 (q rounded to bf16 as the kernel
+    // does).
     double num = 0, den = 0;
     for (const int t : {0, T - 1})
       for (const int h : {0, kHQ - 1}) {
@@ -148,7 +154,8 @@ int main(int argc, char** argv) {
         for (int p = 0; p <= t; ++p) {
           double dot = 0;
           for (int d = 0; d < kD; ++d)
-            dot += double(from_bf16(to_bf16(q[(static_cast<std::size_t>(t) * kHQ + h) * kD + d]))) * kv_at(p, 0, kvh, d);
+            dot += double(from_bf16(to_bf16(q[(static_cast<std::size_t>(t) * kHQ + h) * kD + d]))) *
+                   kv_at(p, 0, kvh, d);
           sc[p] = dot / std::sqrt(double(kD));
           mx = std::max(mx, sc[p]);
         }
@@ -179,8 +186,8 @@ int main(int argc, char** argv) {
       times.push_back(ms);
     }
     std::sort(times.begin(), times.end());
-    std::printf("telos attn_prefill %d %d %d %d %.4f %.2e\n", T, kHQ, kHKV, kD, times[times.size() / 2],
-                std::sqrt(num / den));
+    std::printf("telos attn_prefill %d %d %d %d %.4f %.2e\n", T, kHQ, kHKV, kD,
+                times[times.size() / 2], std::sqrt(num / den));
     std::fflush(stdout);
   }
   cudaLibraryUnload(lib);

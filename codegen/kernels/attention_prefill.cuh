@@ -81,9 +81,9 @@ namespace telos_kernels {
 template <int D>
 struct AttnPrefill {
   static_assert(D == 64 || D == 128, "head dims of whole 128-byte swizzle rows, at most 128");
-  static constexpr int kRows = 128;      // MMA rows a CTA: two consumer warpgroups of 64
-  static constexpr int kBlockN = 128;    // key positions a block
-  static constexpr int kThreads = 384;   // producer warpgroup + two consumer warpgroups
+  static constexpr int kRows = 128;     // MMA rows a CTA: two consumer warpgroups of 64
+  static constexpr int kBlockN = 128;   // key positions a block
+  static constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
   static constexpr int kStages = D == 128 ? 2 : 4;
   static constexpr unsigned kQBytes = kRows * D * 2;
   static constexpr unsigned kKvBytes = kBlockN * D * 2;  // one of K or V, one stage
@@ -117,8 +117,8 @@ __device__ __forceinline__ float ex2(float x) {
 // out[t, (kvh · G + h) · D + d] = bf16(softmax over keys [0, position] of the row's sequence ·
 // V); see the header comment. Launch: grid (HKV, T / TPT), AttnPrefill<D>::kThreads threads,
 // AttnPrefill<D>::kSmemBytes dynamic shared memory.
-template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2, int TPT,
-          bool OVERLAP = true>
+template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2,
+          int TPT, bool OVERLAP = true>
 __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     attn_prefill(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                  const bf16* kv_layer, bf16* out) {
@@ -185,9 +185,9 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
             const int c = tid + 128 * k, p = c / kPieces, i = c % kPieces;
             const int pos = b * BN + p;
             const bool valid = pos <= pos_max;
-            const bf16* src =
-                valid ? src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS + (pos % PAGE) * D + 8 * i
-                      : kv_layer;
+            const bf16* src = valid ? src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
+                                          (pos % PAGE) * D + 8 * i
+                                    : kv_layer;
             const unsigned dst = dst0 + (i / 8) * (BN * 128) + p * 128 + (((i % 8) ^ (p % 8)) * 16);
             cp_async_16(dst, src, valid ? 16u : 0u);
           }
@@ -210,11 +210,14 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
       if (r < R && positions[t0 + j] >= 0) {
         const float* src = q + (static_cast<long long>(t0 + j) * HQ + kvh * G + r % G) * D + 8 * i;
-        const float4 a = *reinterpret_cast<const float4*>(src), b = *reinterpret_cast<const float4*>(src + 4);
-        v = make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w));
+        const float4 a = *reinterpret_cast<const float4*>(src),
+                     b = *reinterpret_cast<const float4*>(src + 4);
+        v = make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y),
+                       pack_bf16x2(b.z, b.w));
       }
       const unsigned dst = sq + (i / 8) * (C::kRows * 128) + r * 128 + (((i % 8) ^ (r % 8)) * 16);
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(v.x), "r"(v.y),
+                   "r"(v.z), "r"(v.w)
                    : "memory");
     }
     fence_proxy_async_smem();  // generic-proxy stores, then wgmma reads them
@@ -253,7 +256,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         fence_proxy_async_smem();  // the stage was written by cp.async (generic proxy)
       };
       // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for).
-      auto issue_s = [&](unsigned st, float (&sc)[BN / 2]) {
+      auto issue_s = [&](unsigned st, float(&sc)[BN / 2]) {
         const auto k_desc = wgmma::kmajor_desc(k_stage(st), Swizzle::B128);
         wgmma::fence();
 #pragma unroll
@@ -271,17 +274,18 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       };
       // O += P·V with V at `v_desc` (issued and committed). Everything the issue needs is
       // computed before it, so nothing but wgmma sits between a group's instructions.
-      auto issue_pv = [&](wgmma::SmemDesc v_desc, const unsigned (&pa)[BN / 16][4]) {
+      auto issue_pv = [&](wgmma::SmemDesc v_desc, const unsigned(&pa)[BN / 16][4]) {
         wgmma::fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk)
-          wgmma::mma_rs<D, wgmma::AbType::BF16, wgmma::Major::MN>(o, pa[kk], v_desc.advanced(kk * 2048), true);
+          wgmma::mma_rs<D, wgmma::AbType::BF16, wgmma::Major::MN>(o, pa[kk],
+                                                                  v_desc.advanced(kk * 2048), true);
         wgmma::commit_group();
       };
       // The online softmax of block b's scores, in place: masks keys past each row's limit,
       // updates the running maximum and sum, leaves the weights in sc and returns the
       // corrections for o.
-      auto softmax = [&](int b, float (&sc)[BN / 2], float& corr0, float& corr1) {
+      auto softmax = [&](int b, float(&sc)[BN / 2], float& corr0, float& corr1) {
         // Column 8n + 2·quad + e of the block is key position b·BN + that.
         const int last = b * BN + BN - 1;
         if (last > lim0 || last > lim1) {
@@ -326,11 +330,12 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       };
       // The weights as bf16 in the register-A fragments of the block's k-steps (accumulator
       // columns 16kk .. 16kk + 15).
-      auto pack = [&](const float (&sc)[BN / 2], unsigned (&pa)[BN / 16][4]) {
+      auto pack = [&](const float(&sc)[BN / 2], unsigned(&pa)[BN / 16][4]) {
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) pa[kk][i] = pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
+          for (int i = 0; i < 4; ++i)
+            pa[kk][i] = pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
       };
       auto rescale = [&](float corr0, float corr1) {
 #pragma unroll
@@ -342,7 +347,9 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         if (lane == 0) mbarrier::arrive(bar);
       };
 
-      auto v_desc = [&](unsigned st) { return wgmma::SmemDesc::make(v_stage(st), Swizzle::B128, BN * 128, 1024); };
+      auto v_desc = [&](unsigned st) {
+        return wgmma::SmemDesc::make(v_stage(st), Swizzle::B128, BN * 128, 1024);
+      };
 
       const int nb = pos_max / BN + 1;
       unsigned pa[BN / 16][4];
@@ -438,9 +445,12 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       const float inv0 = 1.f / l0, inv1 = 1.f / l1;
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
-        if (lim0 >= 0) *reinterpret_cast<unsigned*>(out0 + 8 * n) = pack_bf16x2(o[4 * n] * inv0, o[4 * n + 1] * inv0);
+        if (lim0 >= 0)
+          *reinterpret_cast<unsigned*>(out0 + 8 * n) =
+              pack_bf16x2(o[4 * n] * inv0, o[4 * n + 1] * inv0);
         if (lim1 >= 0)
-          *reinterpret_cast<unsigned*>(out1 + 8 * n) = pack_bf16x2(o[4 * n + 2] * inv1, o[4 * n + 3] * inv1);
+          *reinterpret_cast<unsigned*>(out1 + 8 * n) =
+              pack_bf16x2(o[4 * n + 2] * inv1, o[4 * n + 3] * inv1);
       }
     }
     if constexpr (OVERLAP) {
