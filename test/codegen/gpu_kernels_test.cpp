@@ -3,6 +3,7 @@
 // outputs poisoned first, plus bit-for-bit batch invariance. Skipped without a Hopper GPU.
 #include <algorithm>
 #include <numeric>
+#include <tuple>
 
 #include "codegen/compile_cache.hpp"
 #include "codegen/emit_source.hpp"
@@ -1042,6 +1043,203 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
           ADD_FAILURE() << "G=" << G << " D=" << s.D << " TPT=" << tpt << ": token " << i / (s.HQ * s.D) << " head "
                         << i / s.D % s.HQ << " dim " << i % s.D << ": " << from_bf16(out[i]) << " vs "
                         << from_bf16(out1[i]) << " with TPT = 1";
+          break;
+        }
+    }
+  }
+}
+
+// ---- prefill attention on wgmma (attention_prefill.cuh) ----------------------------------------
+
+// The attn_prefill instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, its launch
+// (grid (HKV, T / TPT), 384 threads) and its dynamic shared memory (AttnPrefill<D>::kSmemBytes:
+// Q, 2 stages of K and V at D = 128 or 4 at D = 64, 4 barriers a stage, 1024 for alignment).
+// OVERLAP false: the softmax does not overlap the P·V (the same bits by construction).
+std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int tpt, bool overlap = true) {
+  return "telos_kernels::attn_prefill<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + I(s.PAGE) + ", " +
+         I(s.MAXP) + ", " + I(page_elems) + "ll, " + float_literal(1.4426950408889634 / std::sqrt(double(s.D))) +
+         ", " + I(tpt) + (overlap ? ", true>" : ", false>");
+}
+// The tests' source: a wait that never completes traps (a failed launch) instead of hanging the run.
+const char* kAttnPrefillSource = "#define HEXEL_DEBUG_WAIT_LIMIT 100000000\n#include \"attention_prefill.cuh\"\n";
+int attn_prefill_smem(int D) {
+  const int stages = D == 128 ? 2 : 4;
+  return 128 * D * 2 + stages * 2 * 128 * D * 2 + 4 * stages * 8 + 1024;
+}
+
+// A paged KV pool of `pages` pages (2 layers, attention reads layer 1) with random bf16 K/V and
+// `seqs` sequences on disjoint pages (each its own shuffle), so one sequence's unwritten tail can
+// hold NaN without touching another's keys.
+struct PagedKv {
+  static constexpr int kLayers = 2, kLayer = 1;
+  AttnShape s;
+  long long page_elems;
+  std::vector<int> page_tables;
+  std::vector<float> kv_f;  // the bf16 values as f32, for the reference
+  bf16v kv;
+  PagedKv(const AttnShape& shape, int seqs) : s(shape), page_elems(2LL * kLayers * shape.HKV * shape.PAGE * shape.D) {
+    const int pages = seqs * s.MAXP + 3;
+    kv = random_bf16(static_cast<std::size_t>(pages) * page_elems, 1.f, kv_f);
+    std::vector<int> pool(pages);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng());
+    page_tables.assign(pool.begin(), pool.begin() + seqs * s.MAXP);
+  }
+  long long layer_offset() const { return kLayer * 2LL * s.HKV * s.PAGE * s.D; }
+  // The pool's bits with NaN in layer kLayer at every position >= end[seq] of each sequence (what a
+  // kernel must never read: not yet written in a real step) and in pages of no sequence.
+  bf16v with_nan_tails(const std::vector<int>& end) const {
+    bf16v bits = kv;
+    std::vector<bool> used(kv.size() / page_elems, false);
+    for (std::size_t seq = 0; seq < end.size(); ++seq)
+      for (int p = 0; p < s.MAXP * s.PAGE; ++p) {
+        const int page = page_tables[seq * s.MAXP + p / s.PAGE];
+        used[page] = true;
+        if (p < end[seq]) continue;
+        for (int kv2 = 0; kv2 < 2; ++kv2)
+          for (int h = 0; h < s.HKV; ++h)
+            for (int d = 0; d < s.D; ++d)
+              bits[page * page_elems + layer_offset() + (static_cast<long long>(kv2 * s.HKV + h) * s.PAGE + p % s.PAGE) * s.D + d] = 0x7fc0;
+      }
+    for (std::size_t page = 0; page < used.size(); ++page)
+      if (!used[page]) std::fill_n(bits.begin() + page * page_elems, page_elems, 0x7fc0);
+    return bits;
+  }
+};
+
+// One attn_prefill launch over a step (T = positions.size(), a multiple of tpt) with the pool's
+// bits `kv`; returns the output (poisoned before the launch).
+bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, int tpt, const std::vector<float>& q,
+                       const std::vector<int>& positions, const std::vector<int>& token_seq, bool overlap = true) {
+  const AttnShape& s = pool.s;
+  const int T = static_cast<int>(positions.size());
+  EXPECT_EQ(T % tpt, 0);
+  DeviceBuffer<std::uint16_t> dkv(kv);
+  DeviceBuffer<float> dq(q);
+  DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(pool.page_tables);
+  DeviceBuffer<std::uint16_t> out(static_cast<std::size_t>(T) * s.HQ * s.D);
+  const cudaError_t e =
+      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap), dim3(s.HKV, T / tpt), 384,
+                 {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(), out.get()},
+                 attn_prefill_smem(s.D));
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  return out.download();
+}
+
+// Against f64, GQA 1, 2, 4, 6 (Qwen2.5-1.5B's 12/2), 8 at D 64 and 128, pages of 16 and of 7
+// positions, in the tile the plan would use (128 / G tokens, rounded down to a power of two). One
+// step: a chunk that starts at a position > 0 mid-page (the previous chunks' K/V in the pages) and
+// runs past a tile; a padding row; a second sequence from position 0 starting mid-tile, two key
+// blocks long and ending mid-page; a single row with the whole context; padding to a whole tile.
+// Every position a sequence has not reached holds NaN, and so does every page of no sequence. Both
+// variants of the kernel (with and without the softmax / P·V overlap).
+TEST(GpuKernels, PrefillAttentionMatchesF64) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Case {
+    AttnShape s;
+    int tpt;
+  };
+  for (const Case& c : {Case{{8, 8, 64, 16, 40, 0, 0}, 128}, Case{{32, 8, 128, 16, 40, 0, 0}, 32},
+                        Case{{8, 2, 64, 7, 60, 0, 0}, 32}, Case{{16, 2, 128, 16, 40, 0, 0}, 16},
+                        Case{{12, 2, 128, 16, 40, 0, 0}, 16}, Case{{4, 2, 128, 7, 60, 0, 0}, 64}}) {
+    const AttnShape& s = c.s;
+    PagedKv pool(s, 3);
+    TestModule mod(kAttnPrefillSource, {attn_prefill_instance(s, pool.page_elems, c.tpt),
+                                        attn_prefill_instance(s, pool.page_elems, c.tpt, false)});
+    const int ctx = s.MAXP * s.PAGE;
+    std::vector<int> positions, token_seq;
+    auto add = [&](int seq, int first, int n) {
+      for (int j = 0; j < n; ++j) positions.push_back(first + j), token_seq.push_back(seq);
+    };
+    auto pad = [&](int n) {
+      for (int j = 0; j < n; ++j) positions.push_back(-1), token_seq.push_back(0);
+    };
+    const int first0 = 3 * s.PAGE + 5, n0 = c.tpt + 13, n1 = 150;
+    add(0, first0, n0);
+    pad(1);
+    add(1, 0, n1);
+    add(2, ctx - 1, 1);
+    pad((c.tpt - static_cast<int>(positions.size()) % c.tpt) % c.tpt);
+    const int T = static_cast<int>(positions.size());
+    const std::vector<float> q = random_floats(static_cast<std::size_t>(T) * s.HQ * s.D);
+    const bf16v kv = pool.with_nan_tails({first0 + n0, n1, ctx});
+    for (const bool overlap : {true, false}) {
+      SCOPED_TRACE(overlap ? "with the softmax / P·V overlap" : "without the overlap");
+      const bf16v out = run_attn_prefill(mod, pool, kv, c.tpt, q, positions, token_seq, overlap);
+      expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f, pool.page_tables, positions,
+                                   token_seq, q, out);
+    }
+  }
+}
+
+// A row's bits depend only on its own position and data (issue 4): one prompt of 300 tokens (three
+// key blocks, ending mid-block and mid-page) computed as one step must give the same bits as the
+// same prompt in chunks of 64 + 77 + 159 tokens, each chunk its own step with NaN in every position
+// it has not reached, the second chunk behind another sequence's 37 tokens (so its first row is
+// mid-tile), and with the whole prompt and the chunks in tiles of 128 / G and of 32 / G tokens;
+// and the kernel without the softmax / P·V overlap gives the same bits as with it.
+TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Case {
+    AttnShape s;
+    int tpt_big, tpt_small;
+  };
+  for (const Case& c : {Case{{32, 8, 128, 16, 24, 0, 0}, 32, 8}, Case{{8, 8, 64, 7, 50, 0, 0}, 128, 32},
+                        Case{{16, 2, 128, 16, 24, 0, 0}, 16, 4}}) {
+    const AttnShape& s = c.s;
+    const int G = s.HQ / s.HKV, L = 300, NY = 37;
+    PagedKv pool(s, 2);  // sequence 0: the prompt; 1: the other sequence
+    TestModule mod(kAttnPrefillSource, {attn_prefill_instance(s, pool.page_elems, c.tpt_big),
+                                        attn_prefill_instance(s, pool.page_elems, c.tpt_small),
+                                        attn_prefill_instance(s, pool.page_elems, c.tpt_big, false)});
+    const std::size_t row = static_cast<std::size_t>(s.HQ) * s.D;
+    const std::vector<float> qx = random_floats(L * row), qy = random_floats(NY * row);
+
+    // A step: optionally the other sequence's NY rows (positions 10 ..), then prompt rows [a, b),
+    // then padding to a whole tile; returns the prompt rows' outputs.
+    auto step = [&](int tpt, int a, int b, bool other, bool overlap = true) {
+      std::vector<int> positions, token_seq;
+      std::vector<float> q;
+      if (other)
+        for (int j = 0; j < NY; ++j) {
+          positions.push_back(10 + j), token_seq.push_back(1);
+          q.insert(q.end(), qy.begin() + j * row, qy.begin() + (j + 1) * row);
+        }
+      const std::size_t first = positions.size();
+      for (int p = a; p < b; ++p) {
+        positions.push_back(p), token_seq.push_back(0);
+        q.insert(q.end(), qx.begin() + p * row, qx.begin() + (p + 1) * row);
+      }
+      while (positions.size() % tpt) {
+        positions.push_back(-1), token_seq.push_back(0);
+        q.insert(q.end(), row, 0.f);
+      }
+      const bf16v out = run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}), tpt, q,
+                                         positions, token_seq, overlap);
+      return bf16v(out.begin() + first * row, out.begin() + (first + (b - a)) * row);
+    };
+    const bf16v whole = step(c.tpt_big, 0, L, false);
+    std::size_t nans = 0;
+    for (std::uint16_t v : whole) nans += (v & 0x7fffu) > 0x7f80u;
+    ASSERT_EQ(nans, 0u) << "G=" << G << " D=" << s.D;
+    bf16v chunked;
+    for (const auto& [a, b, tpt, other] :
+         {std::tuple{0, 64, c.tpt_small, false}, std::tuple{64, 141, c.tpt_big, true},
+          std::tuple{141, L, c.tpt_small, false}}) {
+      const bf16v part = step(tpt, a, b, other);
+      chunked.insert(chunked.end(), part.begin(), part.end());
+    }
+    const bf16v small_tiles = step(c.tpt_small, 0, L, true);
+    const bf16v plain = step(c.tpt_big, 0, L, false, false);
+    for (const auto& [name, got] : {std::pair<const char*, const bf16v*>{"chunked", &chunked},
+                                    {"small tiles", &small_tiles},
+                                    {"without overlap", &plain}}) {
+      ASSERT_EQ(got->size(), whole.size());
+      for (std::size_t i = 0; i < whole.size(); ++i)
+        if ((*got)[i] != whole[i]) {
+          ADD_FAILURE() << "G=" << G << " D=" << s.D << " " << name << ": token " << i / row << " head "
+                        << i / s.D % s.HQ << " dim " << i % s.D << ": " << from_bf16((*got)[i]) << " vs "
+                        << from_bf16(whole[i]) << " in one step";
           break;
         }
     }

@@ -1,0 +1,213 @@
+// telos-attn-prefill-bench: times attn_prefill (codegen/kernels/attention_prefill.cuh), causal
+// prefill attention on Llama-3.1-8B's head shape (32 query heads, 8 KV heads, D = 128), one
+// sequence of T = 4096, 8192, 16384 prompt tokens (positions 0 .. T-1, K/V in 16-position pages
+// placed in a shuffled order), in the tiles a prefill bucket would use (32 tokens: 128 rows at
+// G = 4). CUDA events around single launches, median of 20 after 3 warm-ups. Before timing, the
+// first and last token's heads 0 and 31 are checked against f64 (relative L2 error printed), so a
+// fast wrong kernel does not pass for a fast one. Prints one line per case and variant:
+// "telos attn_prefill T HQ HKV D MS REL_ERR" (the plan's kernel; attn_prefill_plain: without the
+// overlaps); the torch SDPA side is
+// codegen/bench/attention_prefill_torch.py, run right after it in the same GPU session.
+//
+//   telos-attn-prefill-bench --compile-only CUBIN   NVRTC only (no GPU): compiles the instances,
+//                                                   writes CUBIN and CUBIN.names
+//   telos-attn-prefill-bench CUBIN                  loads them and times
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codegen/compile_cache.hpp"
+#include "codegen/kernel_plan.hpp"
+#include "codegen/nvrtc_driver.hpp"
+
+namespace {
+
+using namespace telos::codegen;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "telos-attn-prefill-bench: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+constexpr int kHQ = 32, kHKV = 8, kD = 128, kPage = 16, kTpt = 32;
+constexpr int kMaxT = 16384, kMaxP = kMaxT / kPage;
+constexpr long long kPageElems = 2LL * kHKV * kPage * kD;  // a one-layer pool
+// AttnPrefill<128>: 384 threads; Q, two stages of K and V, 4 barriers a stage, 1024 to align.
+constexpr int kThreads = 384;
+constexpr int kSmem = 128 * kD * 2 + 2 * 2 * 128 * kD * 2 + 4 * 2 * 8 + 1024;
+
+// The kernel the plan uses (OVERLAP) and the plain order (no softmax / P·V overlap, no ping-pong):
+// what the overlaps are worth.
+std::string instance(bool overlap) {
+  return "telos_kernels::attn_prefill<" + std::to_string(kHQ) + ", " + std::to_string(kHKV) + ", " +
+         std::to_string(kD) + ", " + std::to_string(kPage) + ", " + std::to_string(kMaxP) + ", " +
+         std::to_string(kPageElems) + "ll, " +
+         float_literal(1.4426950408889634 / std::sqrt(double(kD))) + ", " + std::to_string(kTpt) +
+         (overlap ? ", true>" : ", false>");
+}
+
+float from_bf16(std::uint16_t h) {
+  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+std::uint16_t to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--compile-only") {
+    const std::vector<std::string> names = {instance(true), instance(false)};
+    const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names,
+                                            CompileCache::default_root());
+    std::ofstream(argv[2], std::ios::binary) << m.cubin;
+    std::ofstream list(std::string(argv[2]) + ".names");
+    for (const auto& n : names) list << n << "\t" << m.lowered.at(n) << "\n";
+    return 0;
+  }
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: telos-attn-prefill-bench [--compile-only] CUBIN\n");
+    return 2;
+  }
+  std::ifstream in(argv[1], std::ios::binary);
+  const std::string cubin((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::map<std::string, std::string> lowered;
+  std::ifstream list(std::string(argv[1]) + ".names");
+  for (std::string line; std::getline(list, line);) {
+    const auto tab = line.find('\t');
+    if (tab != std::string::npos) lowered[line.substr(0, tab)] = line.substr(tab + 1);
+  }
+  cudaLibrary_t lib = nullptr;
+  check(cudaLibraryLoadData(&lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "load");
+  auto kernel = [&](bool overlap) {
+    cudaKernel_t k = nullptr;
+    check(cudaLibraryGetKernel(&k, lib, lowered.at(instance(overlap)).c_str()), "kernel");
+    const void* fn = reinterpret_cast<const void*>(k);
+    check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "smem");
+    return fn;
+  };
+
+  // Inputs at the largest T: q ~ N(0, 1) in f32, K/V ~ N(0, 1) in bf16, pages shuffled.
+  std::mt19937 rng(12345);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const std::size_t q_elems = static_cast<std::size_t>(kMaxT) * kHQ * kD;
+  std::vector<float> q(q_elems);
+  for (auto& v : q) v = nd(rng);
+  std::vector<std::uint16_t> kv(static_cast<std::size_t>(kMaxP) * kPageElems);
+  for (auto& v : kv) v = to_bf16(nd(rng));
+  std::vector<int> pages(kMaxP);
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), rng);
+  std::vector<int> positions(kMaxT), token_seq(kMaxT, 0);
+  std::iota(positions.begin(), positions.end(), 0);
+
+  float* dq = nullptr;
+  std::uint16_t *dkv = nullptr, *dout = nullptr;
+  int *dpos = nullptr, *dseq = nullptr, *dpt = nullptr;
+  check(cudaMalloc(&dq, q_elems * 4), "q");
+  check(cudaMalloc(&dkv, kv.size() * 2), "kv");
+  check(cudaMalloc(&dout, q_elems * 2), "out");
+  check(cudaMalloc(&dpos, kMaxT * 4), "positions");
+  check(cudaMalloc(&dseq, kMaxT * 4), "token_seq");
+  check(cudaMalloc(&dpt, kMaxP * 4), "page table");
+  check(cudaMemcpy(dq, q.data(), q_elems * 4, cudaMemcpyHostToDevice), "q upload");
+  check(cudaMemcpy(dkv, kv.data(), kv.size() * 2, cudaMemcpyHostToDevice), "kv upload");
+  check(cudaMemcpy(dpos, positions.data(), kMaxT * 4, cudaMemcpyHostToDevice), "positions upload");
+  check(cudaMemcpy(dseq, token_seq.data(), kMaxT * 4, cudaMemcpyHostToDevice), "token_seq upload");
+  check(cudaMemcpy(dpt, pages.data(), kMaxP * 4, cudaMemcpyHostToDevice), "page table upload");
+
+  auto kv_at = [&](int p, int which, int kvh, int d) {
+    return from_bf16(kv[pages[p / kPage] * kPageElems +
+                        (static_cast<long long>(which * kHKV + kvh) * kPage + p % kPage) * kD + d]);
+  };
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (const int T : {4096, 8192, 16384}) {
+    // Rows (t, h) for t = 0, T - 1 and h = 0, 31 in f64 (q rounded to bf16 as the kernel does).
+    std::vector<std::pair<std::size_t, std::vector<double>>> refs;
+    for (const int t : {0, T - 1})
+      for (const int h : {0, kHQ - 1}) {
+        const int kvh = h / (kHQ / kHKV);
+        const std::size_t row = static_cast<std::size_t>(t) * kHQ + h;
+        std::vector<double> sc(t + 1), ref(kD, 0.0);
+        double mx = -INFINITY, sum = 0;
+        for (int p = 0; p <= t; ++p) {
+          double dot = 0;
+          for (int d = 0; d < kD; ++d)
+            dot += double(from_bf16(to_bf16(q[row * kD + d]))) * kv_at(p, 0, kvh, d);
+          sc[p] = dot / std::sqrt(double(kD));
+          mx = std::max(mx, sc[p]);
+        }
+        for (int p = 0; p <= t; ++p) {
+          const double w = std::exp(sc[p] - mx);
+          sum += w;
+          for (int d = 0; d < kD; ++d) ref[d] += w * kv_at(p, 1, kvh, d);
+        }
+        for (double& r : ref) r /= sum;
+        refs.emplace_back(row, std::move(ref));
+      }
+    // The plain order first: if the overlapped kernel fails, its figure is still there.
+    for (const bool overlap : {false, true}) {
+      const void* fn = kernel(overlap);
+      std::vector<const void*> args = {dq, dpos, dseq, dpt, dkv, dout};
+      std::vector<void*> params;
+      for (auto& a : args) params.push_back(&a);
+      const dim3 grid(kHKV, T / kTpt);
+      auto launch = [&] {
+        check(cudaLaunchKernel(fn, grid, kThreads, params.data(), kSmem, nullptr), "launch");
+      };
+      check(cudaMemset(dout, 0xff, static_cast<std::size_t>(T) * kHQ * kD * 2), "poison");
+      launch();
+      check(cudaDeviceSynchronize(), "first launch");
+      double num = 0, den = 0;
+      for (const auto& [row, ref] : refs) {
+        std::vector<std::uint16_t> got(kD);
+        check(cudaMemcpy(got.data(), dout + row * kD, kD * 2, cudaMemcpyDeviceToHost),
+              "row download");
+        for (int d = 0; d < kD; ++d) {
+          const double g = from_bf16(got[d]);
+          num += std::isfinite(g) ? (g - ref[d]) * (g - ref[d]) : INFINITY;
+          den += ref[d] * ref[d];
+        }
+      }
+      for (int i = 0; i < 2; ++i) launch();
+      std::vector<float> times;
+      for (int i = 0; i < 20; ++i) {
+        cudaEventRecord(e0);
+        launch();
+        cudaEventRecord(e1);
+        check(cudaEventSynchronize(e1), "timing");
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        times.push_back(ms);
+      }
+      std::sort(times.begin(), times.end());
+      std::printf("telos %s %d %d %d %d %.4f %.2e\n",
+                  overlap ? "attn_prefill" : "attn_prefill_plain", T, kHQ, kHKV, kD,
+                  times[times.size() / 2], std::sqrt(num / den));
+      std::fflush(stdout);
+    }
+  }
+  cudaLibraryUnload(lib);
+  return 0;
+}

@@ -1,0 +1,88 @@
+"""torch SDPA beside telos-attn-prefill-bench: causal prefill attention, head dim 128.
+
+Reads telos-attn-prefill-bench's output (lines "telos attn_prefill T HQ HKV D MS REL_ERR", and
+"telos attn_prefill_plain ..." for the kernel without its overlaps) from the file named as
+argv[1]. For each T, times torch.nn.functional.scaled_dot_product_attention(
+is_causal=True) on contiguous bf16 q [1, HQ, T, D], k and v [1, HKV, T, D] with each backend
+(flash, efficient, cudnn) through torch.nn.attention.sdpa_kernel: enable_gqa=True where the
+backend takes it, else K/V repeated to HQ heads (the table says which). CUDA events around single
+calls, median of 20 after 3 warm-ups, as the Telos side. Prints one table: TFLOP/s counted as
+4 T^2 D HQ / 2 (causal), and the fastest backend's time over Telos's (> 1: Telos is faster).
+"""
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def median_ms(fn, reps=20, warm=3):
+    for _ in range(warm):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def time_backend(backend, q, k, v):
+    """(ms, how) for one backend, or (None, reason) when it cannot run the shape."""
+    hq, hkv = q.shape[1], k.shape[1]
+    with sdpa_kernel([backend]):
+        try:
+            F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            torch.cuda.synchronize()
+            return median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)), "gqa"
+        except RuntimeError:
+            pass
+        kr = k.repeat_interleave(hq // hkv, dim=1).contiguous()
+        vr = v.repeat_interleave(hq // hkv, dim=1).contiguous()
+        try:
+            F.scaled_dot_product_attention(q, kr, vr, is_causal=True)
+            torch.cuda.synchronize()
+            return median_ms(lambda: F.scaled_dot_product_attention(q, kr, vr, is_causal=True)), "repeat"
+        except RuntimeError as e:
+            return None, str(e).splitlines()[0][:40]
+
+
+def main():
+    rows, plain = [], {}
+    with open(sys.argv[1]) as f:
+        for line in f:
+            p = line.split()
+            if len(p) == 8 and p[0] == "telos" and p[1] == "attn_prefill":
+                rows.append((int(p[2]), int(p[3]), int(p[4]), int(p[5]), float(p[6]), float(p[7])))
+            elif len(p) == 8 and p[0] == "telos" and p[1] == "attn_prefill_plain":
+                plain[int(p[2])] = float(p[6])
+    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
+                ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    print("| T | telos ms | TFLOP/s | rel err | plain TFLOP/s | " + " | ".join(f"{n} ms" for n, _ in backends)
+          + " | fastest | TFLOP/s | fastest/telos |")
+    print("|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
+    for t, hq, hkv, d, ms, err in rows:
+        q = torch.randn(1, hq, t, d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(1, hkv, t, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(1, hkv, t, d, device="cuda", dtype=torch.bfloat16)
+        cells, best = [], None
+        for name, b in backends:
+            bms, how = time_backend(b, q, k, v)
+            cells.append(f"{bms:.3f} ({how})" if bms is not None else f"n/a: {how}")
+            if bms is not None and (best is None or bms < best[1]):
+                best = (name, bms)
+        flop = 4.0 * t * t * d * hq / 2
+        tail = f"{best[0]} | {flop / best[1] / 1e9:.0f} | {best[1] / ms:.3f}" if best else "none | - | -"
+        pl = f"{flop / plain[t] / 1e9:.0f}" if t in plain else "-"
+        print(f"| {t} | {ms:.3f} | {flop / ms / 1e9:.0f} | {err:.1e} | {pl} | " + " | ".join(cells) + f" | {tail} |")
+        del q, k, v
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,462 @@
+#pragma once
+// Causal attention for prompt tokens over the paged KV cache on Hopper tensor cores (wgmma), with
+// a FlashAttention-style online softmax: the same inputs and output as attn_split + attn_combine
+// (attention.cuh), for prefill buckets, where a tile of rows reads each K/V block once.
+//
+// Rows. A CTA computes one KV head kvh for a tile of TPT consecutive tokens t0 = tile · TPT ..:
+// MMA row r = j · G + h is token t0 + j, query head kvh · G + h (G = HQ / HKV), so the G query
+// heads that share a KV head share its K/V reads. 128 rows a CTA, two consumer warpgroups of 64
+// (wgmma m64); rows r >= TPT · G exist in no token (the plan picks TPT <= 128 / G dividing the
+// bucket's tokens: the kernel has no T, the grid is (HKV, T / TPT)). Tiles are visited last
+// first (blockIdx.y counts down), so the longest causal rows start first and the short ones fill
+// the tail.
+//
+// Key blocks. The keys are cut into blocks of BN = 128 positions at fixed absolute boundaries
+// (block b = positions [b · BN, (b + 1) · BN)). A row at position p visits blocks 0 .. p / BN in
+// ascending order; its scores past p are -inf. Every row of the tile runs through the same block
+// loop (up to the block holding the largest position of its sequence's rows in the tile), and a
+// block wholly past a row's position is an exact no-op for it: its running maximum does not
+// change, so the correction is exactly 1 (not computed: the rule is `m_new == m_old ? 1 : ...`),
+// its weights are exp2(-inf) = 0, and o += 0 · v leaves o as it is (v finite: keys past the
+// sequence's last position are zero-filled, never read). A row's bits therefore depend only on
+// its own q, position and sequence: not on TPT, the other rows of the tile, nor how the prompt
+// was chunked (the previous chunks' K/V are in the pages at the same absolute positions).
+//
+// Sequences. Tokens of one sequence are consecutive in a step, but a tile may hold several
+// sequences (short prompts, a chunk boundary). The tile runs one pass per segment (a maximal run
+// of equal token_seq with a position >= 0), the K/V blocks of that sequence's pages; in a pass,
+// the rows of other segments are masked at every key (their results, NaN, are never written) and
+// each row is written after its own segment's pass. Padding rows (position -1) get zeros.
+//
+// Warp roles (384 threads, one CTA an SM): warpgroup 0 is the producer, warpgroups 1 and 2 the
+// consumers (rows 0-63 and 64-127). The producer's 128 threads copy K and V blocks with cp.async
+// (16 bytes a thread and instruction; positions are looked up in the page table one by one, so
+// any page size works) into a ring of STAGES stages, straight into the 128B-swizzled layout
+// wgmma reads (hexel/swizzle.cuh: the 16-byte chunk index XOR the row index mod 8), and each
+// thread signals completion with cp.async.mbarrier.arrive.noinc on the stage's full_k / full_v
+// barrier (count 128), so S = Q·Kᵀ can start before V has landed. Positions past the segment's
+// last one are zero-filled (cp.async src-size 0). cp.async writes through the generic proxy and
+// wgmma reads through the async proxy: each consumer thread issues fence.proxy.async after its
+// wait on a full barrier, before the wgmma that reads the stage. Consumer warps release a stage's
+// K on its empty_k barrier once their S = Q·Kᵀ has completed and its V on empty_v once their P·V
+// has (count 8: one arrival per consumer warp), so the next K block can load while V is in use.
+//
+// Shared memory (128B-swizzled, every operand 1024-byte aligned so descriptors need no base
+// offset; bf16 rows of 64 elements = 128 bytes, a D-wide row in D / 64 column blocks):
+//  - Q  [D/64][128 rows][64]: staged once by the consumers from q (f32 -> bf16), K-major A.
+//  - K  [D/64][BN][64] per stage: B of S = Q·Kᵀ, K-major (rows = positions, contiguous along D),
+//    the same as a GEMM weight tile: SBO = 1024 (8 rows), k-step 16 = +32 bytes inside a row.
+//  - V  [D/64][BN][64] per stage: B of O += P·V is [position = k][dim = n], contiguous along n:
+//    N-major (trans-b = 1). PTX ISA, wgmma "Shared Memory Matrix Layout" / matrix descriptor: for
+//    MN-major swizzled layouts the leading byte offset is the distance between (swizzle bytes /
+//    16) = 8 groups of 8 elements along N, i.e. between 64-dim column blocks (BN · 128 bytes
+//    here), and the stride byte offset the distance between groups of 8 along K (8 positions =
+//    1024 bytes). A k-step of 16 positions is +2048 bytes.
+//
+// Consumers, per key block: S = Q·Kᵀ (D/16 wgmma m64nBNk16, both operands in shared memory),
+// then the online softmax in registers (thread = 2 rows × BN/4 columns; a row lives in the 4
+// lanes of a quad: max by two xor-shuffles; the row sum is kept per lane and folded across the
+// quad once at the end, in a fixed order), scores scaled inside exp2 (p = 2^(s · SCALE_LOG2 -
+// m · SCALE_LOG2), SCALE_LOG2 = log2(e) / sqrt(D)), o *= correction, then O += P·V with P from
+// registers: the S accumulator of columns 16k .. 16k + 15 is exactly the thread's register-A
+// fragment of k-step k (rows l/4 and l/4 + 8, k 2(l%4) + {0,1} and + 8), packed to bf16.
+// The output is o / l in bf16.
+// OVERLAP (what the plan uses; false is the plain order, kept as the bit-for-bit reference of the
+// GPU tests): block b's S = Q·Kᵀ is issued together with block b - 1's P·V, and the softmax of
+// block b runs while that P·V is on the tensor cores (FlashAttention-3's intra-warpgroup
+// overlap), and the two consumer warpgroups take turns issuing their wgmmas (ping-pong on named
+// barriers 3 and 4), so one's softmax overlaps the other's products; each row still sees the
+// same operations in the same order.
+//
+// Registers: S (BN/2 f32), O (D/2 f32) and P (BN/4 b32) per consumer thread: setmaxnreg gives
+// the consumers 232 and the producer 40.
+#include "common.cuh"
+#include "hexel/mbarrier.cuh"
+#include "hexel/swizzle.cuh"
+#include "hexel/sync.cuh"
+#include "hexel/wgmma.cuh"
+
+namespace telos_kernels {
+
+template <int D>
+struct AttnPrefill {
+  static_assert(D == 64 || D == 128, "head dims of whole 128-byte swizzle rows, at most 128");
+  static constexpr int kRows = 128;     // MMA rows a CTA: two consumer warpgroups of 64
+  static constexpr int kBlockN = 128;   // key positions a block
+  static constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+  static constexpr int kStages = D == 128 ? 2 : 4;
+  static constexpr unsigned kQBytes = kRows * D * 2;
+  static constexpr unsigned kKvBytes = kBlockN * D * 2;  // one of K or V, one stage
+  static constexpr unsigned kStageBytes = 2 * kKvBytes;
+  // Q, the stages, full_k / full_v / empty_k / empty_v barriers; +1024 to align the base to the
+  // swizzle repeat.
+  static constexpr unsigned kSmemBytes = kQBytes + kStages * kStageBytes + 4 * kStages * 8 + 1024;
+};
+
+// 16 bytes global -> shared, bypassing L1; `src_bytes` 0 writes 16 zero bytes and reads nothing.
+// PTX ISA: Data Movement, cp.async (.cg, cp-size 16, src-size).
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, unsigned src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
+// The mbarrier at `bar` receives one arrival once every cp.async this thread issued so far has
+// completed; .noinc: that arrival counts against the barrier's expected count (the producer's 128
+// threads are the count). PTX ISA: cp.async.mbarrier.arrive.
+__device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+// 2^x on the special function unit: ex2(-inf) = +0, ex2(0) = 1. PTX ISA: ex2 (.approx.ftz.f32).
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// out[t, (kvh · G + h) · D + d] = bf16(softmax over keys [0, position] of the row's sequence ·
+// V); see the header comment. Launch: grid (HKV, T / TPT), AttnPrefill<D>::kThreads threads,
+// AttnPrefill<D>::kSmemBytes dynamic shared memory.
+template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2,
+          int TPT, bool OVERLAP = true>
+__global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
+    attn_prefill(const float* q, const int* positions, const int* token_seq, const int* page_tables,
+                 const bf16* kv_layer, bf16* out) {
+  using C = AttnPrefill<D>;
+  using namespace hexel;
+  constexpr int G = HQ / HKV, BN = C::kBlockN, S = C::kStages;
+  static_assert(HQ % HKV == 0 && TPT >= 1 && TPT * G <= C::kRows, "a tile's rows fit 128");
+  constexpr int R = TPT * G;  // rows in use
+  const float kNegInf = -__int_as_float(0x7f800000);
+
+  extern __shared__ unsigned char smem_raw[];
+  const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const unsigned sq = base;
+  auto k_stage = [&](unsigned s) { return base + C::kQBytes + s * C::kStageBytes; };
+  auto v_stage = [&](unsigned s) { return k_stage(s) + C::kKvBytes; };
+  const unsigned full_k = base + C::kQBytes + S * C::kStageBytes;
+  const unsigned full_v = full_k + 8 * S, empty_k = full_v + 8 * S, empty_v = empty_k + 8 * S;
+  // Segments of the tile: first and end token, sequence, largest position.
+  __shared__ int sm_seg[TPT][4];
+  __shared__ int sm_nseg;
+
+  const int kvh = blockIdx.x;
+  const int t0 = (gridDim.y - 1 - blockIdx.y) * TPT;
+  pdl_entry();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbarrier::init(full_k + 8 * s, 128);
+      mbarrier::init(full_v + 8 * s, 128);
+      mbarrier::init(empty_k + 8 * s, 8);
+      mbarrier::init(empty_v + 8 * s, 8);
+    }
+    mbarrier::fence_init();
+    int n = 0;
+    for (int a = 0, b; a < TPT; a = b) {
+      const int seq = token_seq[t0 + a];
+      int last = positions[t0 + a];
+      for (b = a + 1; b < TPT && token_seq[t0 + b] == seq; ++b) last = max(last, positions[t0 + b]);
+      if (last < 0) continue;  // padding only
+      sm_seg[n][0] = a, sm_seg[n][1] = b, sm_seg[n][2] = seq, sm_seg[n][3] = last;
+      ++n;
+    }
+    sm_nseg = n;
+  }
+  __syncthreads();
+  const int nseg = sm_nseg;
+
+  if (threadIdx.x < 128) {
+    // Producer: every thread copies 16-byte pieces i of positions p (16 threads a D = 128 row).
+    setmaxnreg_dec<40>();
+    constexpr int kPieces = D / 8, kPerThread = BN * kPieces / 128;
+    const int tid = threadIdx.x;
+    mbarrier::StageRing<S> ring;
+    for (int sg = 0; sg < nseg; ++sg) {
+      const int seq = sm_seg[sg][2], pos_max = sm_seg[sg][3];
+      const int* pt = page_tables + seq * MAXP;
+      for (int b = 0; b <= pos_max / BN; ++b) {
+#pragma unroll
+        for (int kv = 0; kv < 2; ++kv) {
+          mbarrier::wait_parity((kv == 0 ? empty_k : empty_v) + 8 * ring.index, ring.phase ^ 1u);
+          const unsigned dst0 = kv == 0 ? k_stage(ring.index) : v_stage(ring.index);
+          const bf16* src0 = kv_layer + static_cast<long long>(kv * HKV + kvh) * PAGE * D;
+#pragma unroll 4
+          for (int k = 0; k < kPerThread; ++k) {
+            const int c = tid + 128 * k, p = c / kPieces, i = c % kPieces;
+            const int pos = b * BN + p;
+            const bool valid = pos <= pos_max;
+            const bf16* src = valid ? src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
+                                          (pos % PAGE) * D + 8 * i
+                                    : kv_layer;
+            const unsigned dst = dst0 + (i / 8) * (BN * 128) + p * 128 + (((i % 8) ^ (p % 8)) * 16);
+            cp_async_16(dst, src, valid ? 16u : 0u);
+          }
+          cp_async_arrive_noinc((kv == 0 ? full_k : full_v) + 8 * ring.index);
+        }
+        ring.advance();
+      }
+    }
+    // No thread leaves with copies in flight into a stage the consumers have yet to read.
+    // PTX ISA: cp.async.wait_all.
+    asm volatile("cp.async.wait_all;" ::: "memory");
+  } else {
+    setmaxnreg_inc<232>();
+    const int cw = threadIdx.x / 128 - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63
+    const int wt = threadIdx.x % 128, warp = wt / 32, lane = wt % 32, quad = lane % 4;
+
+    // Stage this warpgroup's 64 rows of Q as bf16 (zeros for rows of no token or of padding).
+    for (int c = wt; c < 64 * (D / 8); c += 128) {
+      const int r = 64 * cw + c / (D / 8), i = c % (D / 8), j = r / G;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (r < R && positions[t0 + j] >= 0) {
+        const float* src = q + (static_cast<long long>(t0 + j) * HQ + kvh * G + r % G) * D + 8 * i;
+        const float4 a = *reinterpret_cast<const float4*>(src),
+                     b = *reinterpret_cast<const float4*>(src + 4);
+        v = make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y),
+                       pack_bf16x2(b.z, b.w));
+      }
+      const unsigned dst = sq + (i / 8) * (C::kRows * 128) + r * 128 + (((i % 8) ^ (r % 8)) * 16);
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(v.x), "r"(v.y),
+                   "r"(v.z), "r"(v.w)
+                   : "memory");
+    }
+    fence_proxy_async_smem();  // generic-proxy stores, then wgmma reads them
+    named_barrier_sync(1 + cw, 128);
+
+    // This thread's rows: r0 (accumulator registers 4j + {0,1}) and r1 = r0 + 8 (4j + {2,3}).
+    const int r0 = 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
+    const int j0 = r0 / G, j1 = r1 / G;
+    const int p0 = r0 < R ? positions[t0 + j0] : -2, p1 = r1 < R ? positions[t0 + j1] : -2;
+    bf16* out0 = out + (static_cast<long long>(t0 + j0) * HQ + kvh * G + r0 % G) * D + 2 * quad;
+    bf16* out1 = out + (static_cast<long long>(t0 + j1) * HQ + kvh * G + r1 % G) * D + 2 * quad;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {  // padding rows: zeros
+      if (p0 == -1) *reinterpret_cast<unsigned*>(out0 + 8 * n) = 0u;
+      if (p1 == -1) *reinterpret_cast<unsigned*>(out1 + 8 * n) = 0u;
+    }
+
+    const auto q_desc = wgmma::kmajor_desc(sq + cw * 64 * 128, Swizzle::B128);
+    if constexpr (OVERLAP) {
+      if (cw == 1) named_barrier_arrive(3, 256);  // warpgroup 0 issues first
+    }
+    mbarrier::StageRing<S> ring;
+    for (int sg = 0; sg < nseg; ++sg) {
+      const int a = sm_seg[sg][0], b_end = sm_seg[sg][1], pos_max = sm_seg[sg][3];
+      // The last key each row may see in this pass; -1: none (not in the segment).
+      const int lim0 = r0 < R && j0 >= a && j0 < b_end ? p0 : -1;
+      const int lim1 = r1 < R && j1 >= a && j1 < b_end ? p1 : -1;
+      float o[D / 2];
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+      float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
+
+      // Waits until stage st's K has landed.
+      auto wait_k = [&](unsigned st, unsigned phase) {
+        mbarrier::wait_parity(full_k + 8 * st, phase);
+        fence_proxy_async_smem();  // the stage was written by cp.async (generic proxy)
+      };
+      // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for).
+      auto issue_s = [&](unsigned st, float(&sc)[BN / 2]) {
+        const auto k_desc = wgmma::kmajor_desc(k_stage(st), Swizzle::B128);
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const unsigned off_q = (kk / 4) * (C::kRows * 128) + (kk % 4) * 32;
+          const unsigned off_k = (kk / 4) * (BN * 128) + (kk % 4) * 32;
+          wgmma::mma_ss<BN>(sc, q_desc.advanced(off_q), k_desc.advanced(off_k), kk > 0);
+        }
+        wgmma::commit_group();
+      };
+      // Waits until stage st's V has landed.
+      auto wait_v = [&](unsigned st, unsigned phase) {
+        mbarrier::wait_parity(full_v + 8 * st, phase);
+        fence_proxy_async_smem();
+      };
+      // O += P·V with V at `v_desc` (issued and committed). Everything the issue needs is
+      // computed before it, so nothing but wgmma sits between a group's instructions.
+      auto issue_pv = [&](wgmma::SmemDesc v_desc, const unsigned(&pa)[BN / 16][4]) {
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+          wgmma::mma_rs<D, wgmma::AbType::BF16, wgmma::Major::MN>(o, pa[kk],
+                                                                  v_desc.advanced(kk * 2048), true);
+        wgmma::commit_group();
+      };
+      // The online softmax of block b's scores, in place: masks keys past each row's limit,
+      // updates the running maximum and sum, leaves the weights in sc and returns the
+      // corrections for o.
+      auto softmax = [&](int b, float(&sc)[BN / 2], float& corr0, float& corr1) {
+        // Column 8n + 2·quad + e of the block is key position b·BN + that.
+        const int last = b * BN + BN - 1;
+        if (last > lim0 || last > lim1) {
+#pragma unroll
+          for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = b * BN + 8 * n + 2 * quad + e;
+              if (key > lim0) sc[4 * n + e] = kNegInf;
+              if (key > lim1) sc[4 * n + 2 + e] = kNegInf;
+            }
+        }
+        float mx0 = m0, mx1 = m1;
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) {
+          mx0 = fmaxf(mx0, fmaxf(sc[4 * n], sc[4 * n + 1]));
+          mx1 = fmaxf(mx1, fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
+        }
+#pragma unroll
+        for (int x = 1; x < 4; x <<= 1) {
+          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+        }
+        // An unchanged maximum gives a correction of exactly 1 (a block past the row: an exact
+        // no-op); from -inf (the row's first block) exp2(-inf) = 0 scales the zeros.
+        corr0 = mx0 == m0 ? 1.f : ex2((m0 - mx0) * SCALE_LOG2);
+        corr1 = mx1 == m1 ? 1.f : ex2((m1 - mx1) * SCALE_LOG2);
+        m0 = mx0, m1 = mx1;
+        const float ms0 = mx0 * SCALE_LOG2, ms1 = mx1 * SCALE_LOG2;
+        float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+        for (int n = 0; n < BN / 8; ++n) {
+          sc[4 * n] = ex2(fmaf(sc[4 * n], SCALE_LOG2, -ms0));
+          sc[4 * n + 1] = ex2(fmaf(sc[4 * n + 1], SCALE_LOG2, -ms0));
+          sc[4 * n + 2] = ex2(fmaf(sc[4 * n + 2], SCALE_LOG2, -ms1));
+          sc[4 * n + 3] = ex2(fmaf(sc[4 * n + 3], SCALE_LOG2, -ms1));
+          sum0 += sc[4 * n] + sc[4 * n + 1];
+          sum1 += sc[4 * n + 2] + sc[4 * n + 3];
+        }
+        l0 = fmaf(l0, corr0, sum0);
+        l1 = fmaf(l1, corr1, sum1);
+      };
+      // The weights as bf16 in the register-A fragments of the block's k-steps (accumulator
+      // columns 16kk .. 16kk + 15).
+      auto pack = [&](const float(&sc)[BN / 2], unsigned(&pa)[BN / 16][4]) {
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            pa[kk][i] = pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
+      };
+      auto rescale = [&](float corr0, float corr1) {
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+          o[4 * n] *= corr0, o[4 * n + 1] *= corr0, o[4 * n + 2] *= corr1, o[4 * n + 3] *= corr1;
+      };
+      // One arrival per warp: the warp's reads of that stage's K (or V) are complete.
+      auto release = [&](unsigned bar) {
+        if (lane == 0) mbarrier::arrive(bar);
+      };
+
+      auto v_desc = [&](unsigned st) {
+        return wgmma::SmemDesc::make(v_stage(st), Swizzle::B128, BN * 128, 1024);
+      };
+
+      const int nb = pos_max / BN + 1;
+      unsigned pa[BN / 16][4];
+      if constexpr (!OVERLAP) {
+        for (int b = 0; b < nb; ++b) {
+          const unsigned st = ring.index, phase = ring.phase;
+          float sc[BN / 2];
+          wait_k(st, phase);
+          issue_s(st, sc);
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(sc);
+          release(empty_k + 8 * st);
+          float corr0, corr1;
+          softmax(b, sc, corr0, corr1);
+          rescale(corr0, corr1);
+          pack(sc, pa);
+          wait_v(st, phase);
+          issue_pv(v_desc(st), pa);
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(o);
+          release(empty_v + 8 * st);
+          ring.advance();
+        }
+      } else {
+        // Block b's S = Q·Kᵀ is issued with block b - 1's P·V and its softmax runs while that
+        // P·V is on the tensor cores. Registers an in-flight wgmma reads are not written until
+        // it has completed (ptxas would serialize the wgmmas otherwise): the softmax works in
+        // place on S (complete), and o's rescale and the bf16 P come after the P·V's wait.
+        // Each row sees the same operations in the same order as without the overlap.
+        // The two consumer warpgroups take turns issuing (ping-pong): each issue phase starts
+        // with a wait on the warpgroup's own named barrier (3 + cw, 256 threads) and ends with an
+        // arrival on the other's, so one warpgroup's softmax runs while the other's wgmmas
+        // have the tensor cores. Both run the same number of phases (the same segments and
+        // blocks); warpgroup 1 grants the first turn (see above the segment loop) and
+        // warpgroup 0 takes the last arrival at the end.
+        auto turn_begin = [&] { named_barrier_sync(3 + cw, 256); };
+        auto turn_end = [&] { named_barrier_arrive(3 + (1 - cw), 256); };
+        unsigned pst = ring.index, pphase = ring.phase;  // the stage whose P·V is pending
+        {
+          float sc[BN / 2];
+          wait_k(pst, pphase);
+          turn_begin();
+          issue_s(pst, sc);
+          turn_end();
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(sc);
+          release(empty_k + 8 * pst);
+          float corr0, corr1;
+          softmax(0, sc, corr0, corr1);
+          rescale(corr0, corr1);
+          pack(sc, pa);
+        }
+        ring.advance();
+        for (int b = 1; b < nb; ++b) {
+          const unsigned st = ring.index, phase = ring.phase;
+          float sc[BN / 2];
+          wait_k(st, phase);
+          wait_v(pst, pphase);
+          const auto vd = v_desc(pst);
+          turn_begin();
+          issue_s(st, sc);
+          issue_pv(vd, pa);
+          turn_end();
+          wgmma::wait_group<1>();
+          wgmma::fence_operand(sc);
+          release(empty_k + 8 * st);
+          float corr0, corr1;
+          softmax(b, sc, corr0, corr1);
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(o);
+          release(empty_v + 8 * pst);
+          rescale(corr0, corr1);
+          pack(sc, pa);
+          pst = st, pphase = phase;
+          ring.advance();
+        }
+        wait_v(pst, pphase);
+        const auto vd = v_desc(pst);
+        turn_begin();
+        issue_pv(vd, pa);
+        turn_end();
+        wgmma::wait_group<0>();
+        wgmma::fence_operand(o);
+        release(empty_v + 8 * pst);
+      }
+
+      // The quad's partial sums, folded in a fixed order; then this segment's rows are written.
+#pragma unroll
+      for (int x = 1; x < 4; x <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+      }
+      const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        if (lim0 >= 0)
+          *reinterpret_cast<unsigned*>(out0 + 8 * n) =
+              pack_bf16x2(o[4 * n] * inv0, o[4 * n + 1] * inv0);
+        if (lim1 >= 0)
+          *reinterpret_cast<unsigned*>(out1 + 8 * n) =
+              pack_bf16x2(o[4 * n + 2] * inv1, o[4 * n + 3] * inv1);
+      }
+    }
+    if constexpr (OVERLAP) {
+      if (cw == 0) named_barrier_sync(3, 256);  // warpgroup 1's last arrival
+    }
+  }
+}
+
+}  // namespace telos_kernels
