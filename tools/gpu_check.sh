@@ -8,7 +8,7 @@
 #      prefill bucket (every prompt through the prefill GEMM, decode through the small-M GEMM),
 #   3. compute-sanitizer: memcheck on both, racecheck and synccheck on the kernels,
 #   4. timings: telos-kernel-bench (decode GEMM and attention against the copy bandwidth),
-#      telos-prefill-bench beside torch.matmul, and telos-run bench on tiny-llama (host time per
+#      telos-prefill-bench beside torch.matmul, telos-attn-prefill-bench beside torch SDPA, telos-run bench on tiny-llama (host time per
 #      step, GPU idle gap, graph capture and memory report), telos-launch-bench (the host's cost
 #      of each CUDA call of a step, two passes). GPU_CHECK_QUICK=1 skips racecheck,
 #      synccheck and the timings.
@@ -27,7 +27,7 @@ if [ "${1:-}" = "--prepare" ]; then
   set -e
   BUILD=${2:-build-cg}
   cmake --build "$BUILD" --target telosc telos-run gpu_kernels_test gpu_model_test telos-kernel-bench \
-    telos-prefill-bench -j2
+    telos-prefill-bench telos-attn-prefill-bench -j2
   # telos-launch-bench is built where CMake found nvcc (executor/bench).
   cmake --build "$BUILD" --target telos-launch-bench -j2 2>/dev/null || true
   rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128"
@@ -45,11 +45,14 @@ if [ "${1:-}" = "--prepare" ]; then
   "$BUILD/bin/telosc" compile models/tiny-llama --serving "$b64" -o "$CARRY/artifacts/tiny-llama-b64.telos"
   rm -f "$p128" "$b64"
   cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$BUILD/bin/telos-kernel-bench" \
-     "$BUILD/bin/telos-prefill-bench" "$BUILD/bin/telos-run" "$BUILD/bin/telosc" "$CARRY/bin/"
+     "$BUILD/bin/telos-prefill-bench" "$BUILD/bin/telos-attn-prefill-bench" "$BUILD/bin/telos-run" \
+     "$BUILD/bin/telosc" "$CARRY/bin/"
   [ -x "$BUILD/bin/telos-launch-bench" ] && cp "$BUILD/bin/telos-launch-bench" "$CARRY/bin/"
   strip "$CARRY"/bin/*
   "$BUILD/bin/telos-prefill-bench" --compile-only "$CARRY/prefill-bench.cubin"
   cp codegen/bench/prefill_gemm_torch.py "$CARRY/"
+  "$BUILD/bin/telos-attn-prefill-bench" --compile-only "$CARRY/attn-prefill.cubin"
+  cp codegen/bench/attention_prefill_torch.py "$CARRY/"
   # telos-run's shared libraries that a bare GPU machine lacks (the CUDA runtime is static).
   for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu|httplib|brotli/ {print $3}'); do cp -L "$l" "$CARRY/lib/"; done
   # Compressed: the artifacts' PTX and ICU's data are most of the bytes.
@@ -109,6 +112,10 @@ if [ -z "${GPU_CHECK_QUICK:-}" ]; then
       "$OUT/prefill-bench-$r.log" >>"$OUT/prefill-bench-$r.log" 2>&1
   done
   python3 "$CARRY/prefill_gemm_torch.py" --summary "$OUT"/prefill-bench-[123].log >"$OUT/prefill-bench.log" 2>&1
+  # Prompt attention (attn_prefill) beside torch SDPA's backends, T = 4k, 8k, 16k.
+  run "prefill attention timings" attn-prefill-bench.log "$B/telos-attn-prefill-bench" "$CARRY/attn-prefill.cubin"
+  [ -s "$OUT/attn-prefill-bench.log" ] && timeout 60 python3 "$CARRY/attention_prefill_torch.py" \
+    "$OUT/attn-prefill-bench.log" >>"$OUT/attn-prefill-bench.log" 2>&1
   run "engine overhead (telos-run bench)" engine-bench.log "$B/telos-run" bench --profile \
       "$P/artifacts/tiny-llama-b64.telos" --engine gpu --batch 1,8,64 --prompt-len 32 --gen 128 \
       --mixed 32 --seed 1 --ttft 32,128,224
@@ -120,7 +127,7 @@ echo
 grep -h "^CHECK" "$OUT/model.log" | sed 's/^CHECK | //' | tee "$OUT/model-table.txt"
 echo
 grep -hE "^\[  (FAILED|SKIPPED) |ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/*.log | sort | uniq -c | head -40
-for f in bench.log prefill-bench.log engine-bench.log launch-bench.log; do
+for f in bench.log prefill-bench.log attn-prefill-bench.log engine-bench.log launch-bench.log; do
   [ -f "$OUT/$f" ] && { echo; grep -v '^\s*$' "$OUT/$f" | tail -40; }
 done
 echo
