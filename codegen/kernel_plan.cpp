@@ -85,6 +85,21 @@ int attn_partial_slots(int max_positions) {
   return std::min(32, (max_positions + kAttnSplit - 1) / kAttnSplit);
 }
 
+bool attn_prefill_fits(int head_dim, int group) {
+  return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 128;
+}
+
+int attn_prefill_tokens_per_tile(int tokens, int group) {
+  int tpt = 1;
+  while (2 * tpt * group <= 128 && tokens % (2 * tpt) == 0) tpt *= 2;
+  return tpt;
+}
+
+int attn_prefill_smem(int head_dim) {
+  const int stages = head_dim == 128 ? 2 : 4;
+  return 128 * head_dim * 2 + stages * 2 * 128 * head_dim * 2 + 4 * stages * 8 + 1024;
+}
+
 // Decode rows are one token per sequence: nothing to share. In prefill, the largest tile of whole
 // tokens that the 16 MMA rows hold (the kernel has no token count, so tiles must divide the
 // bucket): K/V traffic falls by that factor, the arithmetic of a row does not change.
@@ -266,6 +281,19 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int combine_k = b.kernel("telos_kernels::attn_combine<" + I_(HQ) + ", " + I_(D) + ", " +
                                        I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
                                    {"part_o", "part_ml", "positions", "out"}, D);
+    // Prompt rows of a prefill bucket on attn_prefill where it takes the head dim: the split
+    // kernels then see the generated rows only (desc:split_positions; docs/artifact.md, "Prompt and
+    // generated tokens").
+    const bool prompt_attn = kind == "prefill" && attn_prefill_fits(D, HQ / HKV);
+    const int prompt_tpt = attn_prefill_tokens_per_tile(T, HQ / HKV);
+    const int prompt_k =
+        prompt_attn ? b.kernel("telos_kernels::attn_prefill<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " +
+                                   I_(PAGE) + ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + scale_log2 + ", " +
+                                   I_(prompt_tpt) + ">",
+                               {"q", "positions", "token_seq", "page_tables", "kv_layer", "out"}, kAttnPrefillThreads,
+                               attn_prefill_smem(D))
+                    : -1;
+    const std::string split_positions = prompt_attn ? "desc:split_positions" : "desc:positions";
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
     // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each
     // output element with the same wgmma chain over K and the same epilogue arithmetic
@@ -401,9 +429,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       }
       launch_qkv(w, l);
       launch(split_k, {T / tpt, HKV, plan.attn_num_splits},
-             {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
-              "buf:part_o", "buf:part_ml"});
-      launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", "desc:positions", "buf:attn"});
+             {"buf:q", split_positions, "desc:token_seq", "desc:page_tables", "kv:" + I_(l), "buf:part_o",
+              "buf:part_ml"});
+      launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", split_positions, "buf:attn"});
+      if (prompt_attn)
+        launch(prompt_k, {HKV, T / prompt_tpt, 1},
+               {"buf:q", "desc:prompt_positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l), "buf:attn"});
       launch_gemm(o_g, "attn", w + "o", H, HQ * D, "x", H);
       launch_norm_gemm(gu_g, w + "mlp_norm", w + "gate_up", 2LL * I, H, "act", I);
       launch_gemm(down_g, "act", w + "down", H, I, "x", H);

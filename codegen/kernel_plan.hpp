@@ -150,6 +150,16 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
 constexpr int kAttnSplit = 256;
 int attn_partial_slots(int max_positions);
 
+// attn_prefill (codegen/kernels/attention_prefill.cuh), the prompt rows' attention in prefill
+// buckets: whether it takes the model's head dim and group (64 or 128; G query heads a KV head
+// within its 128 rows), the tokens a tile (the largest power of two dividing the bucket whose G
+// heads fit 128 rows), and its launch: threads and dynamic shared memory (AttnPrefill<D>'s
+// kSmemBytes, restated for the host: Q, the K/V stages, their barriers, 1 KB of alignment).
+inline constexpr int kAttnPrefillThreads = 384;
+bool attn_prefill_fits(int head_dim, int group);
+int attn_prefill_tokens_per_tile(int tokens, int group);
+int attn_prefill_smem(int head_dim);
+
 // Tokens per tile of attn_split (its last template argument, TPT): a block reads K and V once for
 // TPT consecutive tokens, their G = num_heads / num_kv_heads query heads sharing the MMA's 16 rows
 // (TPT * G <= 16), so a prefill chunk of T tokens reads its context's K/V T / TPT times, not T.

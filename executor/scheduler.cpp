@@ -99,6 +99,7 @@ void Scheduler::schedule(Step& step) {
         static_cast<std::size_t>(s.num_computed), static_cast<std::size_t>(count));
     seq.page_table = s.pages;
     seq.samples = s.num_computed + count == static_cast<int>(s.tokens.size());
+    seq.prompt_len = s.prompt_len;
     step.sequences.push_back(seq);
     step.num_tokens += count;
     budget -= count;
@@ -110,12 +111,15 @@ void Scheduler::schedule(Step& step) {
   auto remaining = [](const SequenceState& s) {
     return static_cast<int>(s.tokens.size()) - s.num_computed;
   };
+  // A decoder's one remaining token is one it generated; a prompt's last token is a prompt token
+  // (and goes with the prompts, within the budget: a step holding it is a prefill step).
+  auto decoding = [&](const SequenceState& s) { return remaining(s) == 1 && s.num_computed >= s.prompt_len; };
   int decoders = 0;
   bool prompt_ready = false;
   for (int slot : running_) {
-    const int r = remaining(slots_[static_cast<std::size_t>(slot)]);
-    decoders += r == 1;
-    prompt_ready = prompt_ready || r > 1;
+    const SequenceState& s = slots_[static_cast<std::size_t>(slot)];
+    decoders += decoding(s);
+    prompt_ready = prompt_ready || (remaining(s) >= 1 && !decoding(s));
   }
   if (!waiting_.empty() && num_running() < limits_.max_batch &&
       pages_for(static_cast<int>(slots_[static_cast<std::size_t>(waiting_.front())].tokens.size())) <=
@@ -130,7 +134,7 @@ void Scheduler::schedule(Step& step) {
   for (std::size_t i = 0; !prompt_turn && i < running_.size(); ++i) {
     const int slot = running_[i];
     SequenceState& s = slots_[static_cast<std::size_t>(slot)];
-    if (remaining(s) != 1) continue;
+    if (!decoding(s)) continue;
     bool has_page = s.num_computed < static_cast<int>(s.pages.size()) * limits_.page_size;
     while (!has_page) {
       if (pool_.allocate(1, s.pages)) {
@@ -149,8 +153,8 @@ void Scheduler::schedule(Step& step) {
   for (int slot : running_) {
     if (budget <= 0) break;
     const SequenceState& s = slots_[static_cast<std::size_t>(slot)];
-    // One remaining token was served (or preempted) by the decode pass above.
-    if (remaining(s) > 1) add_chunk(slot, std::min(remaining(s), budget));
+    // A decoder's token was served (or preempted) by the decode pass above.
+    if (remaining(s) >= 1 && !decoding(s)) add_chunk(slot, std::min(remaining(s), budget));
   }
 
   // 3. Admission in arrival order. A request takes pages for all its known tokens now, so its
@@ -170,10 +174,14 @@ void Scheduler::schedule(Step& step) {
     add_chunk(slot, std::min(static_cast<int>(s.tokens.size()), budget));
   }
 
-  const bool all_single =
-      std::all_of(step.sequences.begin(), step.sequences.end(),
-                  [](const ScheduledSequence& q) { return q.tokens.size() == 1; });
-  if (all_single) {
+  // A decode step holds one generated token per sequence; a prompt's last token alone (a one-token
+  // prompt, or a chunk's remainder) makes a prefill step, so that prompt tokens always meet the
+  // prefill buckets' attention and a request's bits do not depend on what it shares a step with.
+  const bool all_generated_single =
+      std::all_of(step.sequences.begin(), step.sequences.end(), [](const ScheduledSequence& q) {
+        return q.tokens.size() == 1 && q.first_position >= q.prompt_len;
+      });
+  if (all_generated_single) {
     step.bucket_kind = BucketKind::Decode;
     const int n = static_cast<int>(step.sequences.size());
     step.bucket =

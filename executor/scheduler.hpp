@@ -54,6 +54,10 @@ struct ScheduledSequence {
   // it instead of looking ids up in maps every step. A slot is reused once its request is removed,
   // so a step that outlives its request (an overlapped one) must compare `request` before use.
   int slot = -1;
+  // Positions below it are the request's prompt, the rest tokens it generated (recomputed after a
+  // preemption): attention computes the two with different kernels in prefill buckets, and a step
+  // holding a prompt token is never a decode step (docs/artifact.md, "Prompt and generated tokens").
+  int prompt_len = 0;
 };
 
 enum class BucketKind { Decode, Prefill };

@@ -45,9 +45,9 @@ void check(cudaError_t e, const char* what) {
 constexpr int kHQ = 32, kHKV = 8, kD = 128, kPage = 16, kTpt = 32;
 constexpr int kMaxT = 16384, kMaxP = kMaxT / kPage;
 constexpr long long kPageElems = 2LL * kHKV * kPage * kD;  // a one-layer pool
-// AttnPrefill<128>: 384 threads; Q, two stages of K and V, 4 barriers a stage, 1024 to align.
-constexpr int kThreads = 384;
-constexpr int kSmem = 128 * kD * 2 + 2 * 2 * 128 * kD * 2 + 4 * 2 * 8 + 1024;
+// AttnPrefill<128>'s launch, as the plan states it (codegen/kernel_plan.hpp).
+constexpr int kThreads = telos::codegen::kAttnPrefillThreads;
+const int kSmem = telos::codegen::attn_prefill_smem(kD);
 
 // The kernel the plan uses (OVERLAP) and the plain order (no softmax / P·V overlap, no ping-pong):
 // what the overlaps are worth.

@@ -193,6 +193,7 @@ struct GpuStepExecutor::State {
     const std::map<std::string, std::int64_t> fields = {
         {"tokens", desc.off_tokens},           {"positions", desc.off_positions},
         {"token_seq", desc.off_token_seq},     {"sample_rows", desc.off_sample_rows},
+        {"split_positions", desc.off_split_positions}, {"prompt_positions", desc.off_prompt_positions},
         {"page_tables", desc.off_page_tables}, {"sample_params", desc.off_params}};
     if (arg.rfind("desc:", 0) == 0) {
       auto it = fields.find(field("desc:"));

@@ -26,6 +26,8 @@ StepDescriptorLayout StepDescriptorLayout::make(int max_tokens, int max_sample_r
   field(l.off_tokens, 4LL * max_tokens);
   field(l.off_positions, 4LL * max_tokens);
   field(l.off_token_seq, 4LL * max_tokens);
+  field(l.off_split_positions, 4LL * max_tokens);
+  field(l.off_prompt_positions, 4LL * max_tokens);
   field(l.off_sample_rows, 4LL * max_sample_rows);
   field(l.off_params, static_cast<std::int64_t>(sizeof(DeviceSampleParams)) * max_sample_rows);
   field(l.off_page_tables, 4LL * max_batch * max_pages);
@@ -39,6 +41,8 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
   auto* tok = reinterpret_cast<std::int32_t*>(host + L.off_tokens);
   auto* pos = reinterpret_cast<std::int32_t*>(host + L.off_positions);
   auto* seq = reinterpret_cast<std::int32_t*>(host + L.off_token_seq);
+  auto* split_pos = reinterpret_cast<std::int32_t*>(host + L.off_split_positions);
+  auto* prompt_pos = reinterpret_cast<std::int32_t*>(host + L.off_prompt_positions);
   auto* rows = reinterpret_cast<std::int32_t*>(host + L.off_sample_rows);
   auto* pages = reinterpret_cast<std::int32_t*>(host + L.off_page_tables);
   auto* params = reinterpret_cast<DeviceSampleParams*>(host + L.off_params);
@@ -67,8 +71,11 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
     for (int j = 0; j < n; ++j, ++t) {
       if (s.tokens[j] >= L.vocab || s.tokens[j] < -fed_rows) fail(who() + ": token id out of range");
       tok[t] = s.tokens[j];
-      pos[t] = s.first_position + j;
+      const int p = s.first_position + j;
+      pos[t] = p;
       seq[t] = static_cast<std::int32_t>(i);
+      split_pos[t] = p >= s.prompt_len ? p : -1;
+      prompt_pos[t] = p < s.prompt_len ? p : -2;
     }
     if (!s.samples) continue;
     rows[r] = t - 1;
@@ -81,6 +88,8 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
   std::fill(tok + t, tok + bucket_tokens, 0);
   std::fill(pos + t, pos + bucket_tokens, -1);
   std::fill(seq + t, seq + bucket_tokens, 0);
+  std::fill(split_pos + t, split_pos + bucket_tokens, -1);
+  std::fill(prompt_pos + t, prompt_pos + bucket_tokens, -1);
   std::fill(rows + r, rows + bucket_sample_rows, -1);
   if (bucket_sample_rows > r)
     std::memset(params + r, 0, sizeof(DeviceSampleParams) * static_cast<std::size_t>(bucket_sample_rows - r));

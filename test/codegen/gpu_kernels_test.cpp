@@ -1052,8 +1052,8 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
 // ---- prefill attention on wgmma (attention_prefill.cuh) ----------------------------------------
 
 // The attn_prefill instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, its launch
-// (grid (HKV, T / TPT), 384 threads) and its dynamic shared memory (AttnPrefill<D>::kSmemBytes:
-// Q, 2 stages of K and V at D = 128 or 4 at D = 64, 4 barriers a stage, 1024 for alignment).
+// (grid (HKV, T / TPT), 384 threads) and its dynamic shared memory (codegen::attn_prefill_smem, the
+// plan's statement of AttnPrefill<D>::kSmemBytes).
 // OVERLAP false: the softmax does not overlap the P·V (the same bits by construction).
 std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int tpt, bool overlap = true) {
   return "telos_kernels::attn_prefill<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + I(s.PAGE) + ", " +
@@ -1062,10 +1062,6 @@ std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int 
 }
 // The tests' source: a wait that never completes traps (a failed launch) instead of hanging the run.
 const char* kAttnPrefillSource = "#define HEXEL_DEBUG_WAIT_LIMIT 100000000\n#include \"attention_prefill.cuh\"\n";
-int attn_prefill_smem(int D) {
-  const int stages = D == 128 ? 2 : 4;
-  return 128 * D * 2 + stages * 2 * 128 * D * 2 + 4 * stages * 8 + 1024;
-}
 
 // A paged KV pool of `pages` pages (2 layers, attention reads layer 1) with random bf16 K/V and
 // `seqs` sequences on disjoint pages (each its own shuffle), so one sequence's unwritten tail can
@@ -1121,7 +1117,7 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
   const cudaError_t e =
       mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap), dim3(s.HKV, T / tpt), 384,
                  {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(), out.get()},
-                 attn_prefill_smem(s.D));
+                 codegen::attn_prefill_smem(s.D));
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   return out.download();
 }

@@ -97,12 +97,16 @@ TEST(Scheduler, PadsToTheSmallestBucketThatHoldsTheStep) {
   KvPagePool pool(64);
   Scheduler s(limits(4, 16), pool);
   for (RequestId id = 1; id <= 3; ++id) s.add(id, prompt(1), 8);
-  Step first = s.schedule();  // three one-token prompts: a decode-shaped step
-  EXPECT_EQ(first.bucket_kind, BucketKind::Decode);
-  EXPECT_EQ(first.bucket, 4);
+  // Three one-token prompts: one token a sequence, but prompt tokens, so a prefill step (a prompt
+  // token always meets the prefill buckets' attention, docs/artifact.md).
+  Step first = s.schedule();
+  EXPECT_EQ(first.bucket_kind, BucketKind::Prefill);
+  EXPECT_EQ(first.bucket, 8);
+  for (const ScheduledSequence& q : first.sequences) EXPECT_EQ(q.prompt_len, 1);
   run(s, first);
   s.remove(3);
-  Step second = s.schedule();
+  Step second = s.schedule();  // their first generated tokens: a decode step
+  EXPECT_EQ(second.bucket_kind, BucketKind::Decode);
   EXPECT_EQ(second.bucket, 2);
   run(s, second);
   s.add(4, prompt(5), 4);
