@@ -1,9 +1,12 @@
 #pragma once
-// A bench's kernels travel to the GPU machine compiled: `--compile-only CUBIN` on the build machine
-// writes the cubin and, beside it, CUBIN.names (one line an instance: its name, a tab, its lowered
-// entry name), so the GPU machine needs no NVRTC to run the bench.
+// What the prefill benches (telos-prefill-bench, telos-attn-prefill-bench) share:
+//  - their kernels travel to the GPU machine compiled: `--compile-only CUBIN` on the build machine
+//    writes the cubin and, beside it, CUBIN.names (one line an instance: its name, a tab, its
+//    lowered entry name), so the GPU machine needs no NVRTC to run the bench;
+//  - their timing: CUDA events around single launches, the median after warm-up.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -37,6 +40,30 @@ inline BenchCubin load_bench_cubin(const std::string& path) {
   }
   b.status = cudaLibraryLoadData(&b.lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
   return b;
+}
+
+// Median milliseconds of `reps` single launches, each between two events, after `warm` launches.
+// `check(error, what)` reports a failed wait.
+template <class Launch, class Check>
+float median_event_ms(Launch launch, Check check, int warm = 3, int reps = 20) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int i = 0; i < warm; ++i) launch();
+  std::vector<float> times;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(e0);
+    launch();
+    cudaEventRecord(e1);
+    check(cudaEventSynchronize(e1), "timing");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    times.push_back(ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
 }
 
 }  // namespace telos::codegen
