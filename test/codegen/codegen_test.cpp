@@ -445,6 +445,58 @@ TEST(Codegen, AttentionTokensPerTile) {
   EXPECT_EQ(seen_decode, 2 * 16);  // three decode buckets, decode:1's layers persistent
 }
 
+// Prompt and generated tokens (docs/artifact.md): in a prefill bucket the split kernels read
+// desc:split_positions and attn_prefill (after them, tiles of 32 tokens at G = 4) writes the prompt
+// rows from desc:prompt_positions; decode buckets keep desc:positions; a head dim attn_prefill does
+// not take (32, the tiny fixtures') keeps the split kernels on desc:positions everywhere.
+TEST(Codegen, PromptRowsOfPrefillBucketsRunOnAttnPrefill) {
+  EXPECT_TRUE(attn_prefill_fits(64, 4));
+  EXPECT_TRUE(attn_prefill_fits(128, 6));
+  EXPECT_FALSE(attn_prefill_fits(32, 2));
+  EXPECT_EQ(attn_prefill_tokens_per_tile(512, 4), 32);
+  EXPECT_EQ(attn_prefill_tokens_per_tile(512, 6), 16);  // 96 of the 128 rows
+  EXPECT_EQ(attn_prefill_tokens_per_tile(16, 2), 16);   // tiles must be whole
+  const auto positions_arg = [](const KernelPlan& plan, const Launch& l) {
+    const std::vector<std::string>& params = plan.kernels[l.kernel].params;
+    const auto at = std::find(params.begin(), params.end(), "positions") - params.begin();
+    return at < static_cast<long>(l.args.size()) ? l.args[at] : std::string("(none)");
+  };
+  {
+    const KernelPlan plan = plan_kernels(llama_1b());
+    int prompt_launches = 0;
+    for (const BucketProgram& b : plan.buckets)
+      for (std::size_t i = 0; i < b.launches.size(); ++i) {
+        const Launch& l = b.launches[i];
+        const std::string& instance = plan.kernels[l.kernel].instance;
+        if (instance.find("attn_prefill") != std::string::npos) {
+          ASSERT_EQ(b.kind, "prefill");
+          EXPECT_EQ(positions_arg(plan, l), "desc:prompt_positions");
+          EXPECT_EQ(l.grid, (std::array<int, 3>{8, 512 / 32, 1}));
+          EXPECT_EQ(plan.kernels[l.kernel].block, kAttnPrefillThreads);
+          EXPECT_EQ(plan.kernels[l.kernel].dynamic_smem, attn_prefill_smem(64));
+          ASSERT_GE(i, 2u);  // after the split kernels, whose zeros it overwrites for prompt rows
+          EXPECT_NE(plan.kernels[b.launches[i - 1].kernel].instance.find("attn_combine"), std::string::npos);
+          ++prompt_launches;
+        } else if (instance.find("attn_split") != std::string::npos ||
+                   instance.find("attn_combine") != std::string::npos) {
+          EXPECT_EQ(positions_arg(plan, l), b.kind == "prefill" ? "desc:split_positions" : "desc:positions");
+        }
+      }
+    EXPECT_EQ(prompt_launches, 16);  // one a layer of the one prefill bucket
+  }
+  {
+    const KernelPlan plan = plan_kernels(tiny("llama"));
+    for (const BucketProgram& b : plan.buckets)
+      for (const Launch& l : b.launches) {
+        const std::string& instance = plan.kernels[l.kernel].instance;
+        EXPECT_EQ(instance.find("attn_prefill"), std::string::npos);
+        if (instance.find("attn_split") != std::string::npos) {
+          EXPECT_EQ(positions_arg(plan, l), "desc:positions");
+        }
+      }
+  }
+}
+
 // The persistent decode kernel runs attention's work items on its consumer warpgroup (threads
 // 0..127) while another warp of the block does something else, so the bodies must synchronize
 // through the barrier they are given, never the whole block (a bar.sync 0 there would wait for
