@@ -17,7 +17,8 @@
 
 namespace telos::codegen {
 
-inline void save_bench_cubin(const std::string& path, const CompiledModule& m, const std::vector<std::string>& names) {
+inline void save_bench_cubin(const std::string& path, const CompiledModule& m,
+                             const std::vector<std::string>& names) {
   std::ofstream(path, std::ios::binary) << m.cubin;
   std::ofstream list(path + ".names");
   for (const auto& n : names) list << n << "\t" << m.lowered.at(n) << "\n";

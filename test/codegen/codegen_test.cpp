@@ -1,6 +1,8 @@
 // Codegen without a GPU: every kernel template instantiates and compiles through NVRTC for sm_90a
 // for each model family and for a real-size shape, with zero spills and no local memory (codegen
 // refuses otherwise), and the PTX has what the kernels are built around.
+#include "codegen/codegen.hpp"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -9,7 +11,6 @@
 #include <regex>
 #include <set>
 
-#include "codegen/codegen.hpp"
 #include "codegen/kernel_plan.hpp"
 #include "codegen/nvrtc_driver.hpp"
 #include "codegen/rope_table.hpp"
@@ -475,11 +476,13 @@ TEST(Codegen, PromptRowsOfPrefillBucketsRunOnAttnPrefill) {
           EXPECT_EQ(plan.kernels[l.kernel].block, kAttnPrefillThreads);
           EXPECT_EQ(plan.kernels[l.kernel].dynamic_smem, attn_prefill_smem(64));
           ASSERT_GE(i, 2u);  // after the split kernels, whose zeros it overwrites for prompt rows
-          EXPECT_NE(plan.kernels[b.launches[i - 1].kernel].instance.find("attn_combine"), std::string::npos);
+          EXPECT_NE(plan.kernels[b.launches[i - 1].kernel].instance.find("attn_combine"),
+                    std::string::npos);
           ++prompt_launches;
         } else if (instance.find("attn_split") != std::string::npos ||
                    instance.find("attn_combine") != std::string::npos) {
-          EXPECT_EQ(positions_arg(plan, l), b.kind == "prefill" ? "desc:split_positions" : "desc:positions");
+          EXPECT_EQ(positions_arg(plan, l),
+                    b.kind == "prefill" ? "desc:split_positions" : "desc:positions");
         }
       }
     EXPECT_EQ(prompt_launches, 16);  // one a layer of the one prefill bucket
@@ -564,19 +567,23 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
   for (const Shape& s : {Shape{32, 8, 64, 32}, Shape{32, 8, 128, 32}, Shape{12, 2, 128, 16},
                          Shape{16, 8, 128, 64}, Shape{8, 8, 64, 128}, Shape{64, 8, 128, 16}}) {
     const long long page_elems = 2LL * 2 * s.hkv * 16 * s.d;
-    names.push_back("telos_kernels::attn_prefill<" + std::to_string(s.hq) + ", " + std::to_string(s.hkv) +
-                    ", " + std::to_string(s.d) + ", 16, 512, " + std::to_string(page_elems) + "ll, " +
-                    float_literal(1.4426950408889634 / std::sqrt(double(s.d))) + ", " + std::to_string(s.tpt) +
-                    ", true>");
+    names.push_back("telos_kernels::attn_prefill<" + std::to_string(s.hq) + ", " +
+                    std::to_string(s.hkv) + ", " + std::to_string(s.d) + ", 16, 512, " +
+                    std::to_string(page_elems) + "ll, " +
+                    float_literal(1.4426950408889634 / std::sqrt(double(s.d))) + ", " +
+                    std::to_string(s.tpt) + ", true>");
   }
-  names.push_back("telos_kernels::attn_prefill<32, 8, 128, 16, 512, 65536ll, 0.127517432f, 32, false>");
-  const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
+  names.push_back(
+      "telos_kernels::attn_prefill<32, 8, 128, 16, 512, 65536ll, 0.127517432f, 32, false>");
+  const CompiledModule m =
+      compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
   EXPECT_EQ(m.log.find("C7513"), std::string::npos) << m.log;
   for (const auto& name : names) {
     const std::string entry = m.lowered.at(name);
     const std::string body = ptx_function(m.ptx, entry);
     ASSERT_FALSE(body.empty()) << name;
-    EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), std::string::npos) << name;
+    EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), std::string::npos)
+        << name;
     EXPECT_NE(body.find("cp.async.mbarrier.arrive.noinc"), std::string::npos) << name;
     const KernelResources& r = m.resources.at(entry);
     EXPECT_EQ(r.spill_stores, 0) << name;
