@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -503,12 +504,15 @@ __global__ void __launch_bounds__(160) combine_rows(const float* part_o, const f
 // and the GQA 1 / 8 extremes of the GPU tests, with and without the softmax / P·V overlap. Every
 // instance compiles without spills or a stack frame (the consumers' S, O and P registers fit
 // under setmaxnreg's 232), runs both products on wgmma, and ptxas does not serialize the wgmmas
-// (its C7513 warning: a register an in-flight wgmma reads written before the wait).
+// (its C7513 warning: a register an in-flight wgmma reads written before the wait). Pages of 16
+// (the engine's) load K/V by TMA with the cp.async tail; pages of 7 (the GPU tests' odd size) by
+// cp.async alone. The stages and the static segment table fit the 227 KB a CTA may have.
 TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
   struct Shape {
     int hq, hkv, d, tpt;
   };
   std::vector<std::string> names;
+  std::map<std::string, int> head_dim;
   for (const Shape& s : {Shape{32, 8, 64, 32}, Shape{32, 8, 128, 32}, Shape{12, 2, 128, 16},
                          Shape{16, 8, 128, 64}, Shape{8, 8, 64, 128}, Shape{64, 8, 128, 16}}) {
     const long long page_elems = 2LL * 2 * s.hkv * 16 * s.d;
@@ -516,8 +520,13 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
                     ", " + std::to_string(s.d) + ", 16, 512, " + std::to_string(page_elems) + "ll, " +
                     float_literal(1.4426950408889634 / std::sqrt(double(s.d))) + ", " + std::to_string(s.tpt) +
                     ", true>");
+    head_dim[names.back()] = s.d;
   }
   names.push_back("telos_kernels::attn_prefill<32, 8, 128, 16, 512, 65536ll, 0.127517432f, 32, false>");
+  head_dim[names.back()] = 128;
+  const std::string odd_page = "telos_kernels::attn_prefill<8, 8, 128, 7, 512, 28672ll, 0.127517432f, 128, true>";
+  names.push_back(odd_page);
+  head_dim[odd_page] = 128;
   const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
   EXPECT_EQ(m.log.find("C7513"), std::string::npos) << m.log;
   for (const auto& name : names) {
@@ -526,7 +535,9 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
     ASSERT_FALSE(body.empty()) << name;
     EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), std::string::npos) << name;
     EXPECT_NE(body.find("cp.async.mbarrier.arrive.noinc"), std::string::npos) << name;
+    EXPECT_EQ(body.find("cp.async.bulk.tensor.2d") != std::string::npos, name != odd_page) << name;
     const KernelResources& r = m.resources.at(entry);
+    EXPECT_LE(r.shared_static + attn_prefill_smem(head_dim.at(name)), 232448) << name;
     EXPECT_EQ(r.spill_stores, 0) << name;
     EXPECT_EQ(r.spill_loads, 0) << name;
     EXPECT_EQ(r.stack_frame, 0) << name;
