@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   auto v_stage = [&](unsigned s) { return k_stage(s) + C::kKvBytes; };
   const unsigned full_k = base + C::kQBytes + S * C::kStageBytes;
   const unsigned full_v = full_k + 8 * S, empty_k = full_v + 8 * S, empty_v = empty_k + 8 * S;
-  // Segments of the tile: first and end token, sequence, largest position.
+  // Segments of the tile (the sequence is the first token's token_seq).
   __shared__ AttnPrefillSegment sm_seg[TPT];
   __shared__ int sm_nseg;
 
