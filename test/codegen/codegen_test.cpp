@@ -544,6 +544,31 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
   }
 }
 
+// Llama-3.2-1B's prefill bucket runs attn_prefill once a layer, reading that layer's K/V through
+// `tmap:kv:L:ROWS:COLS:BOX_ROWS:BOX_COLS` (docs/artifact.md): ROWS a page's rows (2 · 16 layers ·
+// 8 heads · 16 positions), COLS the head dim, boxes of a page by 64 dims; the launch states the
+// kernel's threads and shared memory (3 stages at D = 128, 6 at 64).
+TEST(Codegen, PrefillAttentionReadsKvThroughATensorMap) {
+  const KernelPlan plan = plan_kernels(llama_1b());
+  int layer = 0;
+  for (const BucketProgram& b : plan.buckets)
+    for (const Launch& l : b.launches) {
+      const KernelInstance& k = plan.kernels[l.kernel];
+      if (k.instance.rfind("telos_kernels::attn_prefill<", 0) != 0) continue;
+      ASSERT_EQ(b.kind, "prefill");
+      EXPECT_EQ(k.params, std::vector<std::string>({"q", "positions", "token_seq", "page_tables", "kv_layer",
+                                                    "kv_map", "out"}));
+      ASSERT_EQ(l.args.size(), 7u);
+      EXPECT_EQ(l.args[4], "kv:" + std::to_string(layer));
+      EXPECT_EQ(l.args[5], "tmap:kv:" + std::to_string(layer) + ":" + std::to_string(2 * 16 * 8 * 16) + ":64:16:64");
+      EXPECT_EQ(k.block, kAttnPrefillThreads);
+      EXPECT_EQ(k.dynamic_smem, 128 * 64 * 2 + 6 * 2 * 128 * 64 * 2 + 4 * 6 * 8 + 1024);
+      ++layer;
+    }
+  EXPECT_EQ(layer, 16);
+  EXPECT_EQ(attn_prefill_smem(128), 128 * 128 * 2 + 3 * 2 * 128 * 128 * 2 + 4 * 3 * 8 + 1024);
+}
+
 TEST(Codegen, Llama3RopeScaling) {
   // Wavelengths longer than original/low_freq_factor are slowed by `factor`; short ones kept.
   const RopeInput rope{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
