@@ -503,7 +503,7 @@ __global__ void __launch_bounds__(160) combine_rows(const float* part_o, const f
 // Llama-3.2-1B (32/8/64), Llama-3.1-8B (32/8/128), Qwen2.5-1.5B (12/2/128), Qwen3-0.6B (16/8/128),
 // and the GQA 1 / 8 extremes of the GPU tests, with and without the softmax / P·V overlap. Every
 // instance compiles without spills or a stack frame (the consumers' S, O and P registers fit
-// under setmaxnreg's 232), runs both products on wgmma, and ptxas does not serialize the wgmmas
+// under setmaxnreg's 240), runs both products on wgmma, and ptxas does not serialize the wgmmas
 // (its C7513 warning: a register an in-flight wgmma reads written before the wait). Pages of 16
 // (the engine's) load K/V by TMA with the cp.async tail; pages of 7 (the GPU tests' odd size) by
 // cp.async alone. The stages and the static segment table fit the 227 KB a CTA may have.
