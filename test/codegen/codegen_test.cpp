@@ -529,12 +529,15 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
   head_dim[odd_page] = 128;
   const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
   EXPECT_EQ(m.log.find("C7513"), std::string::npos) << m.log;
+  // ptxas allocates each role's code within its setmaxnreg count (C7508: setmaxnreg ignored).
+  EXPECT_EQ(m.log.find("C7508"), std::string::npos) << m.log;
   for (const auto& name : names) {
     const std::string entry = m.lowered.at(name);
     const std::string body = ptx_function(m.ptx, entry);
     ASSERT_FALSE(body.empty()) << name;
     EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), std::string::npos) << name;
     EXPECT_NE(body.find("cp.async.mbarrier.arrive.noinc"), std::string::npos) << name;
+    EXPECT_NE(body.find("setmaxnreg.dec.sync.aligned.u32 24"), std::string::npos) << name;
     EXPECT_EQ(body.find("cp.async.bulk.tensor.2d") != std::string::npos, name != odd_page) << name;
     const KernelResources& r = m.resources.at(entry);
     EXPECT_LE(r.shared_static + attn_prefill_smem(head_dim.at(name)), 232448) << name;
