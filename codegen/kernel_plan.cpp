@@ -287,12 +287,13 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const bool prompt_attn = kind == "prefill" && attn_prefill_fits(D, HQ / HKV);
     const int prompt_tpt = attn_prefill_tokens_per_tile(T, HQ / HKV);
     const int prompt_k =
-        prompt_attn ? b.kernel("telos_kernels::attn_prefill<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " +
-                                   I_(PAGE) + ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + scale_log2 + ", " +
-                                   I_(prompt_tpt) + ">",
-                               {"q", "positions", "token_seq", "page_tables", "kv_layer", "kv_map", "out"}, kAttnPrefillThreads,
-                               attn_prefill_smem(D))
-                    : -1;
+        prompt_attn
+            ? b.kernel("telos_kernels::attn_prefill<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) +
+                           ", " + I_(PAGE) + ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " +
+                           scale_log2 + ", " + I_(prompt_tpt) + ">",
+                       {"q", "positions", "token_seq", "page_tables", "kv_layer", "kv_map", "out"},
+                       kAttnPrefillThreads, attn_prefill_smem(D))
+            : -1;
     const std::string split_positions = prompt_attn ? "desc:split_positions" : "desc:positions";
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
     // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each
@@ -434,8 +435,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", split_positions, "buf:attn"});
       if (prompt_attn)
         launch(prompt_k, {HKV, T / prompt_tpt, 1},
-               {"buf:q", "desc:prompt_positions", "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
-                tmap("kv:" + I_(l), page_elems / D, D, PAGE), "buf:attn"});
+               {"buf:q", "desc:prompt_positions", "desc:token_seq", "desc:page_tables",
+                "kv:" + I_(l), tmap("kv:" + I_(l), page_elems / D, D, PAGE), "buf:attn"});
       launch_gemm(o_g, "attn", w + "o", H, HQ * D, "x", H);
       launch_norm_gemm(gu_g, w + "mlp_norm", w + "gate_up", 2LL * I, H, "act", I);
       launch_gemm(down_g, "act", w + "down", H, I, "x", H);

@@ -319,8 +319,8 @@ void check_tensor_map_args(const ManifestFields& f, const json& programs, const 
           if (t.rows * t.cols * 2 != kv.bytes_per_page || t.box_rows != kv.page_size)
             f.refuse(field, arg + ": a KV map's ROWS are one page's (" +
                                 std::to_string(kv.bytes_per_page / (2 * kv.head_dim)) +
-                                ") and its BOX_ROWS the page size (" + std::to_string(kv.page_size) +
-                                ")");
+                                ") and its BOX_ROWS the page size (" +
+                                std::to_string(kv.page_size) + ")");
           continue;
         }
         if (t.target.rfind("w:", 0) == 0) {
@@ -365,7 +365,8 @@ TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& whe
   }
   TensorMapArg t;
   t.target = arg.substr(5, end - 5);
-  if (t.target.rfind("w:", 0) != 0 && t.target.rfind("buf:", 0) != 0 && t.target.rfind("kv:", 0) != 0)
+  if (t.target.rfind("w:", 0) != 0 && t.target.rfind("buf:", 0) != 0 &&
+      t.target.rfind("kv:", 0) != 0)
     bad("the target must be w:NAME, buf:NAME or kv:L");
   if (t.target == "w:" || t.target == "buf:" || t.target == "kv:") bad("the target names nothing");
   std::int64_t v[4];

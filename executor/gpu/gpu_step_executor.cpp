@@ -519,7 +519,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   check(cudaMallocHost(&s.logits_host, sizeof(float) * s.desc.max_sample_rows * s.vocab), "pinned logits");
   check(cudaMemset(p, 0, static_cast<std::size_t>(2 * s.desc.bytes)), "descriptor init");
 
-  // Tensor maps (the loader checked each tmap: argument against its weight, buffer or the KV cache).
+  // Tensor maps (the loader checked each tmap: argument against its weight, buffer or the KV
+  // cache).
   std::vector<hexel::TensorMap> maps;
   for (const auto& bj : programs.at("buckets"))
     for (const auto& lj : bj.at("launches"))
@@ -532,16 +533,16 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
             // The pool from layer L's base to its end, rows of one position of one head
             // (docs/artifact.md): kernels address a row as page · ROWS + offset in int32.
             const std::int64_t layer = std::stoll(t.target.substr(3));
-            const std::int64_t rows =
-                static_cast<std::int64_t>(s.kv_pages) * t.rows - layer * (t.rows / a.kv_cache().num_layers);
-            if (static_cast<std::int64_t>(s.kv_pages) * t.rows > std::numeric_limits<std::int32_t>::max())
+            const std::int64_t rows = static_cast<std::int64_t>(s.kv_pages) * t.rows -
+                                      layer * (t.rows / a.kv_cache().num_layers);
+            if (static_cast<std::int64_t>(s.kv_pages) * t.rows >
+                std::numeric_limits<std::int32_t>::max())
               fail("the KV pool's " + std::to_string(s.kv_pages) +
                    " pages hold more rows than 32-bit TMA coordinates reach");
-            maps.push_back(hexel::encode_2d(hexel::TmaDtype::BF16, s.resolve(t.target, 0),
-                                            static_cast<std::uint64_t>(rows),
-                                            static_cast<std::uint64_t>(t.cols),
-                                            static_cast<std::uint64_t>(t.cols) * 2, t.box_rows,
-                                            t.box_cols, hexel::Swizzle::B128));
+            maps.push_back(hexel::encode_2d(
+                hexel::TmaDtype::BF16, s.resolve(t.target, 0), static_cast<std::uint64_t>(rows),
+                static_cast<std::uint64_t>(t.cols), static_cast<std::uint64_t>(t.cols) * 2,
+                t.box_rows, t.box_cols, hexel::Swizzle::B128));
             s.tmap_index[arg] = maps.size() - 1;
             continue;
           }

@@ -524,7 +524,8 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
   }
   names.push_back("telos_kernels::attn_prefill<32, 8, 128, 16, 512, 65536ll, 0.127517432f, 32, false>");
   head_dim[names.back()] = 128;
-  const std::string odd_page = "telos_kernels::attn_prefill<8, 8, 128, 7, 512, 28672ll, 0.127517432f, 128, true>";
+  const std::string odd_page =
+      "telos_kernels::attn_prefill<8, 8, 128, 7, 512, 28672ll, 0.127517432f, 128, true>";
   names.push_back(odd_page);
   head_dim[odd_page] = 128;
   const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
@@ -559,11 +560,12 @@ TEST(Codegen, PrefillAttentionReadsKvThroughATensorMap) {
       const KernelInstance& k = plan.kernels[l.kernel];
       if (k.instance.rfind("telos_kernels::attn_prefill<", 0) != 0) continue;
       ASSERT_EQ(b.kind, "prefill");
-      EXPECT_EQ(k.params, std::vector<std::string>({"q", "positions", "token_seq", "page_tables", "kv_layer",
-                                                    "kv_map", "out"}));
+      EXPECT_EQ(k.params, std::vector<std::string>({"q", "positions", "token_seq", "page_tables",
+                                                    "kv_layer", "kv_map", "out"}));
       ASSERT_EQ(l.args.size(), 7u);
       EXPECT_EQ(l.args[4], "kv:" + std::to_string(layer));
-      EXPECT_EQ(l.args[5], "tmap:kv:" + std::to_string(layer) + ":" + std::to_string(2 * 16 * 8 * 16) + ":64:16:64");
+      EXPECT_EQ(l.args[5], "tmap:kv:" + std::to_string(layer) + ":" +
+                               std::to_string(2 * 16 * 8 * 16) + ":64:16:64");
       EXPECT_EQ(k.block, kAttnPrefillThreads);
       EXPECT_EQ(k.dynamic_smem, 128 * 64 * 2 + 6 * 2 * 128 * 64 * 2 + 4 * 6 * 8 + 1024);
       ++layer;

@@ -1115,13 +1115,14 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
   DeviceBuffer<float> dq(q);
   DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(pool.page_tables);
   DeviceBuffer<std::uint16_t> out(static_cast<std::size_t>(T) * s.HQ * s.D);
-  const DeviceMap kv_map(dkv.get() + pool.layer_offset(),
-                         static_cast<int>((static_cast<long long>(kv.size()) - pool.layer_offset()) / s.D), s.D,
-                         s.PAGE);
+  const DeviceMap kv_map(
+      dkv.get() + pool.layer_offset(),
+      static_cast<int>((static_cast<long long>(kv.size()) - pool.layer_offset()) / s.D), s.D,
+      s.PAGE);
   const cudaError_t e =
       mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap), dim3(s.HKV, T / tpt), 384,
-                 {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(), kv_map.get(),
-                  out.get()},
+                 {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(),
+                  kv_map.get(), out.get()},
                  codegen::attn_prefill_smem(s.D));
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   return out.download();

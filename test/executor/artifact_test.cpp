@@ -219,15 +219,17 @@ TEST(Artifact, ChecksKvTensorMaps) {
   auto m = testing::write_tiny_artifact(dir, spec);  // pages of 4: 2 · 2 · 4 · 2 · 64 · 2 bytes
   auto with_arg = [&](const std::string& arg) {
     auto c = m;
-    c["programs"] = {{"arena", {{{"buffer", "h"}, {"bytes", 4096}}}},
-                     {"buckets", {{{"kind", "prefill"},
-                                   {"launches", {{{"kernel", 0}, {"args", {"kv:1", arg}}}}}}}}};
+    c["programs"] = {
+        {"arena", {{{"buffer", "h"}, {"bytes", 4096}}}},
+        {"buckets",
+         {{{"kind", "prefill"}, {"launches", {{{"kernel", 0}, {"args", {"kv:1", arg}}}}}}}}};
     testing::rewrite_manifest(dir, c);
   };
   with_arg("tmap:kv:1:32:64:4:64");
   EXPECT_NO_THROW(Artifact::load(dir));
   with_arg("tmap:kv:2:32:64:4:64");
-  expect_refused(dir, {"programs.buckets[0].launches[0].args[1]", "\"2\" is not a layer of the KV cache"});
+  expect_refused(
+      dir, {"programs.buckets[0].launches[0].args[1]", "\"2\" is not a layer of the KV cache"});
   with_arg("tmap:kv:1x:32:64:4:64");
   expect_refused(dir, {"\"1x\" is not a layer of the KV cache"});
   with_arg("tmap:kv:1:16:128:4:64");
