@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "codegen/bench/bench_cubin.hpp"
 #include "codegen/compile_cache.hpp"
 #include "codegen/kernel_plan.hpp"
 #include "codegen/nvrtc_driver.hpp"
@@ -81,25 +82,17 @@ int main(int argc, char** argv) {
     const std::vector<std::string> names = {instance(true), instance(false)};
     const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names,
                                             CompileCache::default_root());
-    std::ofstream(argv[2], std::ios::binary) << m.cubin;
-    std::ofstream list(std::string(argv[2]) + ".names");
-    for (const auto& n : names) list << n << "\t" << m.lowered.at(n) << "\n";
+    save_bench_cubin(argv[2], m, names);
     return 0;
   }
   if (argc != 2) {
     std::fprintf(stderr, "usage: telos-attn-prefill-bench [--compile-only] CUBIN\n");
     return 2;
   }
-  std::ifstream in(argv[1], std::ios::binary);
-  const std::string cubin((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::map<std::string, std::string> lowered;
-  std::ifstream list(std::string(argv[1]) + ".names");
-  for (std::string line; std::getline(list, line);) {
-    const auto tab = line.find('\t');
-    if (tab != std::string::npos) lowered[line.substr(0, tab)] = line.substr(tab + 1);
-  }
-  cudaLibrary_t lib = nullptr;
-  check(cudaLibraryLoadData(&lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "load");
+  const BenchCubin loaded = load_bench_cubin(argv[1]);
+  check(loaded.status, "load");
+  cudaLibrary_t lib = loaded.lib;
+  const std::map<std::string, std::string>& lowered = loaded.lowered;
   auto kernel = [&](bool overlap) {
     cudaKernel_t k = nullptr;
     check(cudaLibraryGetKernel(&k, lib, lowered.at(instance(overlap)).c_str()), "kernel");

@@ -15,20 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-
-def median_ms(fn, reps=20, warm=3):
-    for _ in range(warm):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
+# The same timing as the prefill GEMM's peer (both scripts sit side by side, in codegen/bench/ and
+# in the GPU carry folder).
+from prefill_gemm_torch import median_ms
 
 
 def time_backend(backend, q, k, v):

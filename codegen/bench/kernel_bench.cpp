@@ -440,7 +440,7 @@ int main(int argc, char** argv) {
   // median and the latest CTA, µs after the first CTA's entry (decode_persistent.cuh, phase_trace).
   // Variants, each a row and a timeline of its own so that they compare within one run (issue 7):
   // the plan's tiles with the plan's grid-wide counts (GridCount V1) and with V0's (run S: V1 3 µs
-  // a layer faster, V2 between them), and V1 with gate/up tiles of 32 rows and with QKV tiles of 16
+  // a layer faster), and V1 with gate/up tiles of 32 rows and with QKV tiles of 16
   // too (fewer rows a tile, more tiles: a phase's tiles spread more evenly over the SMs, where
   // 448 gate/up tiles of 64 rows leave the 8B's last CTAs a whole tile behind, run S).
   {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/bench/bench_cubin.hpp"
 #include "codegen/compile_cache.hpp"
 #include "codegen/emit_source.hpp"
 #include "codegen/kernel_plan.hpp"
@@ -90,25 +91,17 @@ int main(int argc, char** argv) {
     plan.rope_inv_freq = {1.f};
     const CompiledModule m =
         compile_module(emit_source(plan), "sm_90a", names, CompileCache::default_root());
-    std::ofstream(argv[2], std::ios::binary) << m.cubin;
-    std::ofstream list(std::string(argv[2]) + ".names");
-    for (const auto& n : names) list << n << "\t" << m.lowered.at(n) << "\n";
+    save_bench_cubin(argv[2], m, names);
     return 0;
   }
   if (argc != 2) {
     std::fprintf(stderr, "usage: telos-prefill-bench [--compile-only] CUBIN\n");
     return 2;
   }
-  std::ifstream in(argv[1], std::ios::binary);
-  const std::string cubin((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::map<std::string, std::string> lowered;
-  std::ifstream list(std::string(argv[1]) + ".names");
-  for (std::string line; std::getline(list, line);) {
-    const auto tab = line.find('\t');
-    if (tab != std::string::npos) lowered[line.substr(0, tab)] = line.substr(tab + 1);
-  }
-  cudaLibrary_t lib = nullptr;
-  check(cudaLibraryLoadData(&lib, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "load");
+  const BenchCubin loaded = load_bench_cubin(argv[1]);
+  check(loaded.status, "load");
+  cudaLibrary_t lib = loaded.lib;
+  const std::map<std::string, std::string>& lowered = loaded.lowered;
 
   // One set of buffers at the largest sizes, filled with small random-ish bf16 (the values do
   // not change the timing, but zeros would let the tensor cores idle on power).

@@ -217,7 +217,8 @@ __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STA
 // add this CTA's 1 once its stores are done. After a GEMM phase a count costs 4-5 µs where DRAM
 // streams the next phase's weights, ~1 µs where it is idle (docs/perf-log.md, runs O-R), so the
 // variants below are timed side by side (telos-kernel-bench, "decode layer"). The plan uses Release:
-// 3 µs a layer faster than Fenced at the 1B and 8B shapes, Backoff in between (run S, session 7).
+// 3 µs a layer faster than Fenced at the 1B and 8B shapes (run S, session 7; a third variant that
+// polled with __nanosleep back-off between them was measured there and removed).
 //  - Fenced (V0): every consumer thread runs __threadfence (membar.gl, i.e. fence.sc.gpu) before
 //    the meeting, thread 0 adds with atom (a returned value), polls with ld.acquire.gpu in a tight
 //    loop and fences again.
@@ -231,33 +232,19 @@ __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STA
 //    order (program order, then synchronizes-with through the barrier, then program order); the
 //    fence.acq_rel + red.relaxed is a release pattern at gpu scope, and release patterns are
 //    cumulative: everything that precedes the fence in causality order, not only thread 0's own
-//    accesses, precedes the red, and so precedes, for the CTA whose acquire (ld.acquire.gpu, or
-//    ld.relaxed then fence.acq_rel: an acquire pattern) observes the count, everything after its
-//    own bar.sync. The same argument orders this CTA's reads of a phase before another CTA's writes
+//    accesses, precedes the red, and so precedes, for the CTA whose acquire (ld.acquire.gpu) observes
+//    the count, everything after its own bar.sync. The same argument orders this CTA's reads of a phase before another CTA's writes
 //    in a later phase (x is read by gate/up's norm and written by down).
-//  - ReleaseBackoff (V2): V1's arrival; the polls are ld.relaxed.gpu with __nanosleep between them
-//    (32 ns, doubling, capped at 256 ns) so that 132 CTAs do not keep one L2 line busy while DRAM
-//    streams, and one fence.acq_rel.gpu after the poll that sees the target (the acquire pattern).
-enum class GridCount { Fenced, Release, ReleaseBackoff };
+enum class GridCount { Fenced, Release };
 
 template <GridCount COUNT = GridCount::Release>
 __device__ __forceinline__ void persistent_wait(const unsigned* sync, unsigned target) {
   if (threadIdx.x == 0) {
     unsigned seen;
-    if constexpr (COUNT == GridCount::ReleaseBackoff) {
-      for (unsigned ns = 32;; ns = ns < 256 ? 2 * ns : 256) {
-        // PTX: ld (.relaxed.gpu), Memory Consistency Model.
-        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync) : "memory");
-        if (seen >= target) break;
-        __nanosleep(ns);
-      }
-      asm volatile("fence.acq_rel.gpu;" ::: "memory");  // PTX: fence (the acquire pattern)
-    } else {
-      do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync) : "memory");
-      } while (seen < target);
-      if constexpr (COUNT == GridCount::Fenced) __threadfence();
-    }
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync) : "memory");
+    } while (seen < target);
+    if constexpr (COUNT == GridCount::Fenced) __threadfence();
   }
   hexel::named_barrier_sync(1, 128);
 }

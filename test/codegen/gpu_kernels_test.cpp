@@ -546,7 +546,7 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
                                    tg = codegen::small_gemm_tiling(s.I, s.H, 1, true),
                                    td = codegen::small_gemm_tiling(s.H, s.I, 1, false);
     std::vector<std::string> persistent;  // one instance per GridCount
-    for (const char* count : {"Fenced", "Release", "ReleaseBackoff"})
+    for (const char* count : {"Fenced", "Release"})
       persistent.push_back("telos_kernels::mlp_phases_test<1, " + I(s.H) + ", " + I(s.KO) + ", " + I(s.I) + ", " +
                            I(mt.stages) + ", " + I(mt.bo) + ", " + I(mt.bg) + ", " + I(mt.bd) + ", " + eps +
                            ", telos_kernels::GridCount::" + count + ">");
