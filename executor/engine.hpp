@@ -174,7 +174,7 @@ struct StepTiming {
   double host_seconds = 0;       // scheduling, descriptor packing and launch, on the host
   double idle_gap_seconds = -1;  // device idle since the previous step; negative when unknown
   double launch_call_seconds = -1;  // of host_seconds, in the device API's launch calls; < 0: unknown
-  LaunchCallTimes launch_calls;      // launch_call_seconds by call group (model_backend.hpp)
+  LaunchCallTimes launch_calls;     // launch_call_seconds by call group (model_backend.hpp)
   bool overlapped = false;       // launched while the previous step was still in flight
 };
 

@@ -113,7 +113,9 @@ void Scheduler::schedule(Step& step) {
   };
   // A decoder's one remaining token is one it generated; a prompt's last token is a prompt token
   // (and goes with the prompts, within the budget: a step holding it is a prefill step).
-  auto decoding = [&](const SequenceState& s) { return remaining(s) == 1 && s.num_computed >= s.prompt_len; };
+  auto decoding = [&](const SequenceState& s) {
+    return remaining(s) == 1 && s.num_computed >= s.prompt_len;
+  };
   int decoders = 0;
   bool prompt_ready = false;
   for (int slot : running_) {

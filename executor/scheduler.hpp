@@ -56,7 +56,8 @@ struct ScheduledSequence {
   int slot = -1;
   // Positions below it are the request's prompt, the rest tokens it generated (recomputed after a
   // preemption): attention computes the two with different kernels in prefill buckets, and a step
-  // holding a prompt token is never a decode step (docs/artifact.md, "Prompt and generated tokens").
+  // holding a prompt token is never a decode step (docs/artifact.md, "Prompt and generated
+  // tokens").
   int prompt_len = 0;
 };
 

@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "codegen/bench/bench_cubin.hpp"
+#include "codegen/bench/bench_support.hpp"
 #include "codegen/compile_cache.hpp"
 #include "codegen/kernel_plan.hpp"
 #include "codegen/nvrtc_driver.hpp"
@@ -141,9 +141,6 @@ int main(int argc, char** argv) {
     return from_bf16(kv[pages[p / kPage] * kPageElems +
                         (static_cast<long long>(which * kHKV + kvh) * kPage + p % kPage) * kD + d]);
   };
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
   for (const int T : {4096, 8192, 16384}) {
     // Rows (t, h) for t = 0, T - 1 and h = 0, 31 in f64 (q rounded to bf16 as the kernel does).
     std::vector<std::pair<std::size_t, std::vector<double>>> refs;
@@ -192,21 +189,10 @@ int main(int argc, char** argv) {
           den += ref[d] * ref[d];
         }
       }
-      for (int i = 0; i < 2; ++i) launch();
-      std::vector<float> times;
-      for (int i = 0; i < 20; ++i) {
-        cudaEventRecord(e0);
-        launch();
-        cudaEventRecord(e1);
-        check(cudaEventSynchronize(e1), "timing");
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        times.push_back(ms);
-      }
-      std::sort(times.begin(), times.end());
+      const float ms = median_event_ms(launch, check, 2);
       std::printf("telos %s %d %d %d %d %.4f %.2e\n",
-                  overlap ? "attn_prefill" : "attn_prefill_plain", T, kHQ, kHKV, kD,
-                  times[times.size() / 2], std::sqrt(num / den));
+                  overlap ? "attn_prefill" : "attn_prefill_plain", T, kHQ, kHKV, kD, ms,
+                  std::sqrt(num / den));
       std::fflush(stdout);
     }
   }

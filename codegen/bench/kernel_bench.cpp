@@ -435,14 +435,15 @@ int main(int argc, char** argv) {
   // ring, decode_layer_tiling), 8 layers back to back with PDL, each on its own copy of the weights
   // and of the K/V pages (one sequence at context C, max_seq_len 8448 as bench_suite compiles), at
   // the Llama-3.2-1B and Llama-3.1-8B shapes (L2 prefetch ahead of the ring measured here and
-  // rejected: docs/perf-log.md, change 18). Bytes: the layer's weights and the K/V read. Then the phase timeline of the last
-  // layer of one such run (the same instances compiled with TELOS_PHASE_TRACE): per event, the
-  // median and the latest CTA, µs after the first CTA's entry (decode_persistent.cuh, phase_trace).
-  // Variants, each a row and a timeline of its own so that they compare within one run (issue 7):
-  // the plan's tiles with the plan's grid-wide counts (GridCount V1) and with V0's (run S: V1 3 µs
-  // a layer faster), and V1 with gate/up tiles of 32 rows and with QKV tiles of 16
-  // too (fewer rows a tile, more tiles: a phase's tiles spread more evenly over the SMs, where
-  // 448 gate/up tiles of 64 rows leave the 8B's last CTAs a whole tile behind, run S).
+  // rejected: docs/perf-log.md, change 18). Bytes: the layer's weights and the K/V read. Then the
+  // phase timeline of the last layer of one such run (the same instances compiled with
+  // TELOS_PHASE_TRACE): per event, the median and the latest CTA, µs after the first CTA's entry
+  // (decode_persistent.cuh, phase_trace). Variants, each a row and a timeline of its own so that
+  // they compare within one run (issue 7): the plan's tiles with the plan's grid-wide counts
+  // (GridCount V1) and with V0's (run S: V1 3 µs a layer faster), and V1 with gate/up tiles of 32
+  // rows and with QKV tiles of 16 too (fewer rows a tile, more tiles: a phase's tiles spread more
+  // evenly over the SMs, where 448 gate/up tiles of 64 rows leave the 8B's last CTAs a whole tile
+  // behind, run S).
   {
     struct LayerShape { const char* name; int H, HQ, HKV, D, I; };
     const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
@@ -456,7 +457,11 @@ int main(int argc, char** argv) {
       const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
       const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D);
       const long long page_elems = 2LL * sh.HKV * kPage * sh.D;
-      struct Variant { std::string label; int bq, bo, bg, bd; const char* count; };
+      struct Variant {
+        std::string label;
+        int bq, bo, bg, bd;
+        const char* count;
+      };
       std::vector<Variant> variants = {{"V1 plan", lt.bq, lt.bo, lt.bg, lt.bd, "Release"},
                                        {"V0 plan", lt.bq, lt.bo, lt.bg, lt.bd, "Fenced"}};
       if (lt.bg != 32) variants.push_back({"V1 bg32", lt.bq, lt.bo, 32, lt.bd, "Release"});
@@ -464,24 +469,31 @@ int main(int argc, char** argv) {
         variants.push_back({"V1 bq16 bg32", 16, lt.bo, 32, lt.bd, "Release"});
       std::vector<std::string> names;
       for (const Variant& v : variants)
-        names.push_back("telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " + I(sh.HKV) +
-                        ", " + I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " + I(kPage) + ", " +
-                        I(kMaxp) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " + I(kAttnSplit) + ", " +
-                        I(nsplit) + ", " + float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) +
-                        ", " + I(sh.I) + ", " + I(lt.stages) + ", " + I(v.bq) + ", " + I(v.bo) + ", " + I(v.bg) +
-                        ", " + I(v.bd) + ", telos_kernels::GridCount::" + v.count + ">");
+        names.push_back(
+            "telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " +
+            I(sh.HKV) + ", " + I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " +
+            I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " +
+            I(kAttnSplit) + ", " + I(nsplit) + ", " +
+            float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
+            I(sh.I) + ", " + I(lt.stages) + ", " + I(v.bq) + ", " + I(v.bo) + ", " + I(v.bg) +
+            ", " + I(v.bd) + ", telos_kernels::GridCount::" + v.count + ">");
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
       const std::unique_ptr<Module> mod = plain.get();
       const std::size_t w_rows[4] = {static_cast<std::size_t>(NQKV), static_cast<std::size_t>(sh.H),
                                      2 * static_cast<std::size_t>(sh.I), static_cast<std::size_t>(sh.H)};
       const std::size_t w_cols[4] = {static_cast<std::size_t>(sh.H), static_cast<std::size_t>(KO),
-                                     static_cast<std::size_t>(sh.H), static_cast<std::size_t>(sh.I)};
+                                     static_cast<std::size_t>(sh.H),
+                                     static_cast<std::size_t>(sh.I)};
       double w_bytes = 0;
       for (int k = 0; k < 4; ++k) w_bytes += 2.0 * w_rows[k] * w_cols[k];
       const std::size_t kv_bytes = static_cast<std::size_t>(kMaxp) * page_elems * 2;
       const int copies = std::max(2, static_cast<int>((400ull << 20) / (w_bytes + kv_bytes)) + 1);
-      struct Copy { void* w[4]; std::vector<std::array<void*, 4>> maps; void* kv; };
+      struct Copy {
+        void* w[4];
+        std::vector<std::array<void*, 4>> maps;
+        void* kv;
+      };
       std::vector<Copy> cs(copies);
       for (Copy& c : cs) {
         for (int k = 0; k < 4; ++k) {
@@ -492,7 +504,8 @@ int main(int argc, char** argv) {
           const int boxes[4] = {v.bq, v.bo, v.bg / 2, v.bd};
           std::array<void*, 4> maps;
           for (int k = 0; k < 4; ++k)
-            maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]), boxes[k]);
+            maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]),
+                                 boxes[k]);
           c.maps.push_back(maps);
         }
         check(cudaMalloc(&c.kv, kv_bytes), "alloc");
@@ -521,18 +534,20 @@ int main(int argc, char** argv) {
           const Copy& c = cs[i % copies];
           const void* null = nullptr;
           const std::array<void*, 4>& maps = c.maps[vi];
-          m.launch(names[vi], dim3(prop.multiProcessorCount), 160,
-                                        {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null, null,
-                                         pos, seq, pt, c.kv, x, qkv, q, po, pml, attn_out, act, sync},
-                                        lt.smem, pdl);
+          m.launch(
+              names[vi], dim3(prop.multiProcessorCount), 160,
+              {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null,     null, pos, seq,
+               pt,      c.kv,    x,       qkv,     q,      po,     pml,  attn_out, act,  sync},
+              lt.smem, pdl);
         };
         for (std::size_t vi = 0; vi < names.size(); ++vi) {
-          const double us = median_us([&](int i) { launch(*mod, vi, i, i % kLayers != 0); }, 20, 2 * kLayers,
-                                      kLayers);
+          const double us = median_us([&](int i) { launch(*mod, vi, i, i % kLayers != 0); }, 20,
+                                      2 * kLayers, kLayers);
           const Variant& v = variants[vi];
           char label[64], shape[64];
           std::snprintf(label, sizeof label, "decode layer %s %s", sh.name, v.label.c_str());
-          std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, v.bq, v.bo, v.bg, v.bd);
+          std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, v.bq,
+                        v.bo, v.bg, v.bd);
           std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
                       100.0 * bytes / us / 1e3 / copy_gbs);
         }
@@ -549,8 +564,10 @@ int main(int argc, char** argv) {
           const int ctas = prop.multiProcessorCount;
           unsigned long long t0 = ~0ull;
           for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * 16 + 1]);
-          std::printf("  timeline %s ctx=%d %s (µs after the first CTA's phase 0 start: median / last CTA):", sh.name,
-                      C, variants[vi].label.c_str());
+          std::printf(
+              "  timeline %s ctx=%d %s (µs after the first CTA's phase 0 start: median / last "
+              "CTA):",
+              sh.name, C, variants[vi].label.c_str());
           for (int e = 0; e < 16; ++e) {
             std::vector<double> v;
             for (int b = 0; b < ctas; ++b) v.push_back((static_cast<double>(t[b * 16 + e]) - static_cast<double>(t0)) / 1e3);

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/bench/bench_cubin.hpp"
+#include "codegen/bench/bench_support.hpp"
 #include "codegen/compile_cache.hpp"
 #include "codegen/emit_source.hpp"
 #include "codegen/kernel_plan.hpp"
@@ -130,9 +130,6 @@ int main(int argc, char** argv) {
     check(cudaMemset(X, 0, y_elems * 4), "X init");
   }
 
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
   for (const Case& c : all) {
     const std::string inst = c.instance();
     cudaKernel_t k = nullptr;
@@ -154,20 +151,8 @@ int main(int argc, char** argv) {
     auto launch = [&] {
       check(cudaLaunchKernel(fn, grid, kThreads, params.data(), kSmem, nullptr), inst.c_str());
     };
-    for (int i = 0; i < 3; ++i) launch();
-    std::vector<float> t;
-    for (int i = 0; i < 20; ++i) {
-      cudaEventRecord(e0);
-      launch();
-      cudaEventRecord(e1);
-      check(cudaEventSynchronize(e1), "timing");
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
     std::printf("telos %s %d %s %d %d %.4f\n", c.shape.c_str(), c.M, c.epilogue.c_str(), c.N, c.K,
-                t[t.size() / 2]);
+                median_event_ms(launch, check));
     std::fflush(stdout);
     cudaFree(a_map);
     cudaFree(w_map);

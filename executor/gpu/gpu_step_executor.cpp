@@ -192,10 +192,14 @@ struct GpuStepExecutor::State {
     if (arg.rfind("kv:", 0) == 0) return kv + std::stoll(field("kv:")) * layer_bytes;
     if (arg.rfind("tmap:", 0) == 0) return tmaps + tmap_index.at(arg);
     const std::map<std::string, std::int64_t> fields = {
-        {"tokens", desc.off_tokens},           {"positions", desc.off_positions},
-        {"token_seq", desc.off_token_seq},     {"sample_rows", desc.off_sample_rows},
-        {"split_positions", desc.off_split_positions}, {"prompt_positions", desc.off_prompt_positions},
-        {"page_tables", desc.off_page_tables}, {"sample_params", desc.off_params}};
+        {"tokens", desc.off_tokens},
+        {"positions", desc.off_positions},
+        {"token_seq", desc.off_token_seq},
+        {"sample_rows", desc.off_sample_rows},
+        {"split_positions", desc.off_split_positions},
+        {"prompt_positions", desc.off_prompt_positions},
+        {"page_tables", desc.off_page_tables},
+        {"sample_params", desc.off_params}};
     if (arg.rfind("desc:", 0) == 0) {
       auto it = fields.find(field("desc:"));
       if (it == fields.end()) fail("manifest.json: programs: argument " + arg + ": no such field");

@@ -31,13 +31,15 @@ struct DeviceSampleParams {
 static_assert(sizeof(DeviceSampleParams) == 32);
 
 // Field offsets in bytes, each field 256-byte aligned: tokens, positions, token_seq,
-// split_positions, prompt_positions [max_tokens] i32; sample_rows [max_sample_rows] i32; sample_params [max_sample_rows]; and last
-// page_tables [max_batch][max_pages] i32, so that a step uploads only the rows it uses.
+// split_positions, prompt_positions [max_tokens] i32; sample_rows [max_sample_rows] i32;
+// sample_params [max_sample_rows]; and last page_tables [max_batch][max_pages] i32, so that a step
+// uploads only the rows it uses.
 struct StepDescriptorLayout {
   int max_tokens = 0, max_sample_rows = 0, max_batch = 0, max_pages = 0;
   int page_size = 0, vocab = 0, kv_pages = 0;  // for the checks of pack_step_descriptor
   std::int64_t off_tokens = 0, off_positions = 0, off_token_seq = 0, off_split_positions = 0,
-               off_prompt_positions = 0, off_sample_rows = 0, off_params = 0, off_page_tables = 0, bytes = 0;
+               off_prompt_positions = 0, off_sample_rows = 0, off_params = 0, off_page_tables = 0,
+               bytes = 0;
 
   static StepDescriptorLayout make(int max_tokens, int max_sample_rows, int max_batch, int max_pages,
                                    int page_size, int vocab, int kv_pages);
@@ -52,13 +54,13 @@ struct PackedStep {
 // `bucket_sample_rows` sampling rows: the step's tokens first, padding rows after them (token 0,
 // position -1, sequence 0), sample rows -1 past the step's; split_positions holds the positions of
 // generated tokens (-1 for prompt tokens and padding) and prompt_positions those of prompt tokens
-// (-2 for generated tokens, -1 for padding), for the two attention kernels of prefill buckets; sequence i's page-table row holds its
-// pages for positions up to its last (the rest of the row is not read and is left as it was).
-// `sampling[i]` is sequence i's (greedy where absent). A token -(r+1) is passed on as it is: the
-// embedding kernel reads the token that row r of the previous step sampled (ModelBackend::
-// feeds_sampled_tokens); `fed_rows` is that step's number of sampling rows (0: none may be fed).
-// Throws telos::Error naming the request on a token id, position or page id out of range, before
-// anything reaches the device.
+// (-2 for generated tokens, -1 for padding), for the two attention kernels of prefill buckets;
+// sequence i's page-table row holds its pages for positions up to its last (the rest of the row is
+// not read and is left as it was). `sampling[i]` is sequence i's (greedy where absent). A token
+// -(r+1) is passed on as it is: the embedding kernel reads the token that row r of the previous
+// step sampled (ModelBackend:: feeds_sampled_tokens); `fed_rows` is that step's number of sampling
+// rows (0: none may be fed). Throws telos::Error naming the request on a token id, position or page
+// id out of range, before anything reaches the device.
 PackedStep pack_step_descriptor(const StepDescriptorLayout& layout, const Step& step, int bucket_tokens,
                                 int bucket_sample_rows, std::span<const GpuSampling> sampling, int fed_rows,
                                 char* host);

@@ -30,8 +30,9 @@ struct Buffer {
 
 TEST(StepDescriptor, FieldsAreAlignedAndPageTablesComeLast) {
   const StepDescriptorLayout l = layout();
-  for (std::int64_t off : {l.off_tokens, l.off_positions, l.off_token_seq, l.off_split_positions,
-                           l.off_prompt_positions, l.off_sample_rows, l.off_params, l.off_page_tables})
+  for (std::int64_t off :
+       {l.off_tokens, l.off_positions, l.off_token_seq, l.off_split_positions,
+        l.off_prompt_positions, l.off_sample_rows, l.off_params, l.off_page_tables})
     EXPECT_EQ(off % 256, 0);
   EXPECT_LT(l.off_params, l.off_page_tables);
   EXPECT_GE(l.off_page_tables, l.off_params + 4 * 32);
@@ -44,8 +45,8 @@ TEST(StepDescriptor, PacksAPrefillChunkAndADecodeToken) {
   const std::vector<std::int32_t> prompt = {7, 8, 9, 10, 11}, decode = {42};
   const std::vector<PageId> pages_a = {3, 4}, pages_b = {9, 1, 2};
   Step step;
-  // Request 5: positions 14..18 (crosses into its second page), samples; its prompt is 17 tokens, so
-  // 17 and 18 are generated tokens recomputed (after a preemption).
+  // Request 5: positions 14..18 (crosses into its second page), samples; its prompt is 17 tokens,
+  // so 17 and 18 are generated tokens recomputed (after a preemption).
   step.sequences.push_back({5, 14, std::span<const std::int32_t>(prompt), std::span<const PageId>(pages_a), true});
   step.sequences.back().prompt_len = 17;
   // Request 6: one decode token at position 40 (third page).
@@ -67,7 +68,8 @@ TEST(StepDescriptor, PacksAPrefillChunkAndADecodeToken) {
   // attn_prefill (-2: a generated token, left to the split kernels), -1 for padding in both.
   const std::int32_t* split = b.i32(l.off_split_positions);
   const std::int32_t* prompt_rows = b.i32(l.off_prompt_positions);
-  EXPECT_EQ(std::vector<std::int32_t>(split, split + 8), (std::vector<std::int32_t>{-1, -1, -1, 17, 18, 40, -1, -1}));
+  EXPECT_EQ(std::vector<std::int32_t>(split, split + 8),
+            (std::vector<std::int32_t>{-1, -1, -1, 17, 18, 40, -1, -1}));
   EXPECT_EQ(std::vector<std::int32_t>(prompt_rows, prompt_rows + 8),
             (std::vector<std::int32_t>{14, 15, 16, -2, -2, -2, -1, -1}));
   // Rows past the bucket are not written.
