@@ -430,8 +430,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       }
       launch_qkv(w, l);
       launch(split_k, {T / tpt, HKV, plan.attn_num_splits},
-             {"buf:q", split_positions, "desc:token_seq", "desc:page_tables", "kv:" + I_(l), "buf:part_o",
-              "buf:part_ml"});
+             {"buf:q", split_positions, "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
+              "buf:part_o", "buf:part_ml"});
       launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", split_positions, "buf:attn"});
       if (prompt_attn)
         launch(prompt_k, {HKV, T / prompt_tpt, 1},

@@ -1,6 +1,8 @@
 // Codegen without a GPU: every kernel template instantiates and compiles through NVRTC for sm_90a
 // for each model family and for a real-size shape, with zero spills and no local memory (codegen
 // refuses otherwise), and the PTX has what the kernels are built around.
+#include "codegen/codegen.hpp"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -10,7 +12,6 @@
 #include <regex>
 #include <set>
 
-#include "codegen/codegen.hpp"
 #include "codegen/kernel_plan.hpp"
 #include "codegen/nvrtc_driver.hpp"
 #include "codegen/rope_table.hpp"
@@ -516,19 +517,22 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
   for (const Shape& s : {Shape{32, 8, 64, 32}, Shape{32, 8, 128, 32}, Shape{12, 2, 128, 16},
                          Shape{16, 8, 128, 64}, Shape{8, 8, 64, 128}, Shape{64, 8, 128, 16}}) {
     const long long page_elems = 2LL * 2 * s.hkv * 16 * s.d;
-    names.push_back("telos_kernels::attn_prefill<" + std::to_string(s.hq) + ", " + std::to_string(s.hkv) +
-                    ", " + std::to_string(s.d) + ", 16, 512, " + std::to_string(page_elems) + "ll, " +
-                    float_literal(1.4426950408889634 / std::sqrt(double(s.d))) + ", " + std::to_string(s.tpt) +
-                    ", true>");
+    names.push_back("telos_kernels::attn_prefill<" + std::to_string(s.hq) + ", " +
+                    std::to_string(s.hkv) + ", " + std::to_string(s.d) + ", 16, 512, " +
+                    std::to_string(page_elems) + "ll, " +
+                    float_literal(1.4426950408889634 / std::sqrt(double(s.d))) + ", " +
+                    std::to_string(s.tpt) + ", true>");
     head_dim[names.back()] = s.d;
   }
-  names.push_back("telos_kernels::attn_prefill<32, 8, 128, 16, 512, 65536ll, 0.127517432f, 32, false>");
+  names.push_back(
+      "telos_kernels::attn_prefill<32, 8, 128, 16, 512, 65536ll, 0.127517432f, 32, false>");
   head_dim[names.back()] = 128;
   const std::string odd_page =
       "telos_kernels::attn_prefill<8, 8, 128, 7, 512, 28672ll, 0.127517432f, 128, true>";
   names.push_back(odd_page);
   head_dim[odd_page] = 128;
-  const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
+  const CompiledModule m =
+      compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
   EXPECT_EQ(m.log.find("C7513"), std::string::npos) << m.log;
   // ptxas allocates each role's code within its setmaxnreg count (C7508: setmaxnreg ignored).
   EXPECT_EQ(m.log.find("C7508"), std::string::npos) << m.log;
@@ -536,7 +540,8 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
     const std::string entry = m.lowered.at(name);
     const std::string body = ptx_function(m.ptx, entry);
     ASSERT_FALSE(body.empty()) << name;
-    EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), std::string::npos) << name;
+    EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), std::string::npos)
+        << name;
     EXPECT_NE(body.find("cp.async.mbarrier.arrive.noinc"), std::string::npos) << name;
     EXPECT_NE(body.find("setmaxnreg.dec.sync.aligned.u32 24"), std::string::npos) << name;
     EXPECT_EQ(body.find("cp.async.bulk.tensor.2d") != std::string::npos, name != odd_page) << name;

@@ -501,8 +501,8 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
 
 // The MLP half of decode_layer_persistent (MlpPhases), run alone by a test kernel, gives the bits
 // of the kernels it replaces: gemm_small_residual (o), rmsnorm, gemm_small_swiglu (gate/up),
-// gemm_small_residual (down), for x and act, at the tiny, Llama-3.2-1B, Qwen2.5-1.5B, Qwen3-0.6B and
-// Llama-3.1-8B shapes (the plan's tiles, decode_layer_tiling), with every way of meeting the
+// gemm_small_residual (down), for x and act, at the tiny, Llama-3.2-1B, Qwen2.5-1.5B, Qwen3-0.6B
+// and Llama-3.1-8B shapes (the plan's tiles, decode_layer_tiling), with every way of meeting the
 // grid-wide counts (GridCount), and its counters are zero after each launch (a second launch from
 // the same inputs gives the same bits). The whole layer is
 // checked through the models: one-token steps (decode_layer_persistent) against the same rows in
@@ -547,9 +547,9 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
                                    td = codegen::small_gemm_tiling(s.H, s.I, 1, false);
     std::vector<std::string> persistent;  // one instance per GridCount
     for (const char* count : {"Fenced", "Release"})
-      persistent.push_back("telos_kernels::mlp_phases_test<1, " + I(s.H) + ", " + I(s.KO) + ", " + I(s.I) + ", " +
-                           I(mt.stages) + ", " + I(mt.bo) + ", " + I(mt.bg) + ", " + I(mt.bd) + ", " + eps +
-                           ", telos_kernels::GridCount::" + count + ">");
+      persistent.push_back("telos_kernels::mlp_phases_test<1, " + I(s.H) + ", " + I(s.KO) + ", " +
+                           I(s.I) + ", " + I(mt.stages) + ", " + I(mt.bo) + ", " + I(mt.bg) + ", " +
+                           I(mt.bd) + ", " + eps + ", telos_kernels::GridCount::" + count + ">");
     std::vector<std::string> names = {small_gemm_name("residual", 1, s.H, s.KO, to),
                                       "telos_kernels::rmsnorm<" + I(s.H) + ", " + eps + ", false>",
                                       small_gemm_name("swiglu", 1, s.I, s.H, tg),
@@ -589,8 +589,8 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
     for (float v : want_x) nans += std::isnan(v);
     ASSERT_EQ(nans, 0u) << what;
 
-    // The persistent launch of each GridCount, twice from the same inputs (its counters must be back
-    // at zero), one counter pair for all of them in turn.
+    // The persistent launch of each GridCount, twice from the same inputs (its counters must be
+    // back at zero), one counter pair for all of them in turn.
     const DeviceMap mo(wo.get(), s.H, s.KO, mt.bo), mg(wgu.get(), 2 * s.I, s.H, mt.bg / 2), md(wd.get(), s.H, s.I, mt.bd);
     DeviceBuffer<unsigned> sync(std::vector<unsigned>{0u, 0u});
     for (const std::string& kernel : persistent) {
@@ -598,7 +598,8 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
         DeviceBuffer<float> x_p(x);
         DeviceBuffer<std::uint16_t> act_p(s.I);
         CUDA_OK(mod.launch(kernel, sms, codegen::kPersistentThreads,
-                           {mo.get(), mg.get(), md.get(), attn.get(), dnw.get(), x_p.get(), act_p.get(), sync.get()},
+                           {mo.get(), mg.get(), md.get(), attn.get(), dnw.get(), x_p.get(),
+                            act_p.get(), sync.get()},
                            mt.smem));
         const auto got_x = x_p.download();
         const auto got_act = act_p.download();
@@ -1055,13 +1056,17 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
 // (grid (HKV, T / TPT), 384 threads) and its dynamic shared memory (codegen::attn_prefill_smem, the
 // plan's statement of AttnPrefill<D>::kSmemBytes).
 // OVERLAP false: the softmax does not overlap the P·V (the same bits by construction).
-std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int tpt, bool overlap = true) {
-  return "telos_kernels::attn_prefill<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + I(s.PAGE) + ", " +
-         I(s.MAXP) + ", " + I(page_elems) + "ll, " + float_literal(1.4426950408889634 / std::sqrt(double(s.D))) +
-         ", " + I(tpt) + (overlap ? ", true>" : ", false>");
+std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int tpt,
+                                  bool overlap = true) {
+  return "telos_kernels::attn_prefill<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
+         I(s.PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " +
+         float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " + I(tpt) +
+         (overlap ? ", true>" : ", false>");
 }
-// The tests' source: a wait that never completes traps (a failed launch) instead of hanging the run.
-const char* kAttnPrefillSource = "#define HEXEL_DEBUG_WAIT_LIMIT 100000000\n#include \"attention_prefill.cuh\"\n";
+// The tests' source: a wait that never completes traps (a failed launch) instead of hanging the
+// run.
+const char* kAttnPrefillSource =
+    "#define HEXEL_DEBUG_WAIT_LIMIT 100000000\n#include \"attention_prefill.cuh\"\n";
 
 // A paged KV pool of `pages` pages (2 layers, attention reads layer 1) with random bf16 K/V and
 // `seqs` sequences on disjoint pages (each its own shuffle), so one sequence's unwritten tail can
@@ -1073,7 +1078,8 @@ struct PagedKv {
   std::vector<int> page_tables;
   std::vector<float> kv_f;  // the bf16 values as f32, for the reference
   bf16v kv;
-  PagedKv(const AttnShape& shape, int seqs) : s(shape), page_elems(2LL * kLayers * shape.HKV * shape.PAGE * shape.D) {
+  PagedKv(const AttnShape& shape, int seqs)
+      : s(shape), page_elems(2LL * kLayers * shape.HKV * shape.PAGE * shape.D) {
     const int pages = seqs * s.MAXP + 3;
     kv = random_bf16(static_cast<std::size_t>(pages) * page_elems, 1.f, kv_f);
     std::vector<int> pool(pages);
@@ -1095,7 +1101,9 @@ struct PagedKv {
         for (int kv2 = 0; kv2 < 2; ++kv2)
           for (int h = 0; h < s.HKV; ++h)
             for (int d = 0; d < s.D; ++d)
-              bits[page * page_elems + layer_offset() + (static_cast<long long>(kv2 * s.HKV + h) * s.PAGE + p % s.PAGE) * s.D + d] = 0x7fc0;
+              bits[page * page_elems + layer_offset() +
+                   (static_cast<long long>(kv2 * s.HKV + h) * s.PAGE + p % s.PAGE) * s.D + d] =
+                  0x7fc0;
       }
     for (std::size_t page = 0; page < used.size(); ++page)
       if (!used[page]) std::fill_n(bits.begin() + page * page_elems, page_elems, 0x7fc0);
@@ -1106,8 +1114,9 @@ struct PagedKv {
 // One attn_prefill launch over a step (T = positions.size(), a multiple of tpt) with the pool's
 // bits `kv` and the map the engine builds for `tmap:kv:1:...` (rows of D from layer 1's base to
 // the pool's end, boxes of a page); returns the output (poisoned before the launch).
-bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, int tpt, const std::vector<float>& q,
-                       const std::vector<int>& positions, const std::vector<int>& token_seq, bool overlap = true) {
+bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, int tpt,
+                       const std::vector<float>& q, const std::vector<int>& positions,
+                       const std::vector<int>& token_seq, bool overlap = true) {
   const AttnShape& s = pool.s;
   const int T = static_cast<int>(positions.size());
   EXPECT_EQ(T % tpt, 0);
@@ -1170,8 +1179,8 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
     for (const bool overlap : {true, false}) {
       SCOPED_TRACE(overlap ? "with the softmax / P·V overlap" : "without the overlap");
       const bf16v out = run_attn_prefill(mod, pool, kv, c.tpt, q, positions, token_seq, overlap);
-      expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f, pool.page_tables, positions,
-                                   token_seq, q, out);
+      expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f,
+                                   pool.page_tables, positions, token_seq, q, out);
     }
   }
 }
@@ -1188,14 +1197,16 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
     AttnShape s;
     int tpt_big, tpt_small;
   };
-  for (const Case& c : {Case{{32, 8, 128, 16, 24, 0, 0}, 32, 8}, Case{{8, 8, 64, 7, 50, 0, 0}, 128, 32},
-                        Case{{16, 2, 128, 16, 24, 0, 0}, 16, 4}}) {
+  for (const Case& c :
+       {Case{{32, 8, 128, 16, 24, 0, 0}, 32, 8}, Case{{8, 8, 64, 7, 50, 0, 0}, 128, 32},
+        Case{{16, 2, 128, 16, 24, 0, 0}, 16, 4}}) {
     const AttnShape& s = c.s;
     const int G = s.HQ / s.HKV, L = 300, NY = 37;
     PagedKv pool(s, 2);  // sequence 0: the prompt; 1: the other sequence
-    TestModule mod(kAttnPrefillSource, {attn_prefill_instance(s, pool.page_elems, c.tpt_big),
-                                        attn_prefill_instance(s, pool.page_elems, c.tpt_small),
-                                        attn_prefill_instance(s, pool.page_elems, c.tpt_big, false)});
+    TestModule mod(kAttnPrefillSource,
+                   {attn_prefill_instance(s, pool.page_elems, c.tpt_big),
+                    attn_prefill_instance(s, pool.page_elems, c.tpt_small),
+                    attn_prefill_instance(s, pool.page_elems, c.tpt_big, false)});
     const std::size_t row = static_cast<std::size_t>(s.HQ) * s.D;
     const std::vector<float> qx = random_floats(L * row), qy = random_floats(NY * row);
 
@@ -1218,8 +1229,8 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
         positions.push_back(-1), token_seq.push_back(0);
         q.insert(q.end(), row, 0.f);
       }
-      const bf16v out = run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}), tpt, q,
-                                         positions, token_seq, overlap);
+      const bf16v out = run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}),
+                                         tpt, q, positions, token_seq, overlap);
       return bf16v(out.begin() + first * row, out.begin() + (first + (b - a)) * row);
     };
     const bf16v whole = step(c.tpt_big, 0, L, false);
@@ -1241,9 +1252,9 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
       ASSERT_EQ(got->size(), whole.size());
       for (std::size_t i = 0; i < whole.size(); ++i)
         if ((*got)[i] != whole[i]) {
-          ADD_FAILURE() << "G=" << G << " D=" << s.D << " " << name << ": token " << i / row << " head "
-                        << i / s.D % s.HQ << " dim " << i % s.D << ": " << from_bf16((*got)[i]) << " vs "
-                        << from_bf16(whole[i]) << " in one step";
+          ADD_FAILURE() << "G=" << G << " D=" << s.D << " " << name << ": token " << i / row
+                        << " head " << i / s.D % s.HQ << " dim " << i % s.D << ": "
+                        << from_bf16((*got)[i]) << " vs " << from_bf16(whole[i]) << " in one step";
           break;
         }
     }
