@@ -96,7 +96,7 @@ int attn_prefill_tokens_per_tile(int tokens, int group) {
 }
 
 int attn_prefill_smem(int head_dim) {
-  const int stages = head_dim == 128 ? 2 : 4;
+  const int stages = head_dim == 128 ? 3 : 6;
   return 128 * head_dim * 2 + stages * 2 * 128 * head_dim * 2 + 4 * stages * 8 + 1024;
 }
 
@@ -291,7 +291,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
             ? b.kernel("telos_kernels::attn_prefill<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) +
                            ", " + I_(PAGE) + ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " +
                            scale_log2 + ", " + I_(prompt_tpt) + ">",
-                       {"q", "positions", "token_seq", "page_tables", "kv_layer", "out"},
+                       {"q", "positions", "token_seq", "page_tables", "kv_layer", "kv_map", "out"},
                        kAttnPrefillThreads, attn_prefill_smem(D))
             : -1;
     const std::string split_positions = prompt_attn ? "desc:split_positions" : "desc:positions";
@@ -436,7 +436,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       if (prompt_attn)
         launch(prompt_k, {HKV, T / prompt_tpt, 1},
                {"buf:q", "desc:prompt_positions", "desc:token_seq", "desc:page_tables",
-                "kv:" + I_(l), "buf:attn"});
+                "kv:" + I_(l), tmap("kv:" + I_(l), page_elems / D, D, PAGE), "buf:attn"});
       launch_gemm(o_g, "attn", w + "o", H, HQ * D, "x", H);
       launch_norm_gemm(gu_g, w + "mlp_norm", w + "gate_up", 2LL * I, H, "act", I);
       launch_gemm(down_g, "act", w + "down", H, I, "x", H);

@@ -154,7 +154,8 @@ int attn_partial_slots(int max_positions);
 // buckets: whether it takes the model's head dim and group (64 or 128; G query heads a KV head
 // within its 128 rows), the tokens a tile (the largest power of two dividing the bucket whose G
 // heads fit 128 rows), and its launch: threads and dynamic shared memory (AttnPrefill<D>'s
-// kSmemBytes, restated for the host: Q, the K/V stages, their barriers, 1 KB of alignment).
+// kSmemBytes, restated for the host: Q, the K/V stages (3 at D 128, 6 at D 64), their barriers,
+// 1 KB of alignment). It reads K/V through `tmap:kv:L:...` (docs/artifact.md).
 inline constexpr int kAttnPrefillThreads = 384;
 bool attn_prefill_fits(int head_dim, int group);
 int attn_prefill_tokens_per_tile(int tokens, int group);

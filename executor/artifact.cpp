@@ -304,6 +304,25 @@ void check_tensor_map_args(const ManifestFields& f, const json& programs, const 
         const TensorMapArg t = parse_tensor_map_arg(arg, f.file() + ": " + field);
         const std::int64_t need = t.rows * t.cols * t.elem_bytes;
         std::int64_t have = 0;
+        if (t.target.rfind("kv:", 0) == 0) {
+          // The pool from layer L's base, a page's rows at a time: the engine spans the map over
+          // the pages it allocates, so only its shape is checked here.
+          const KvCacheConfig& kv = a.kv_cache();
+          const std::string l = t.target.substr(3);
+          if (l.empty() || l.size() > 6 || l.find_first_not_of("0123456789") != std::string::npos ||
+              std::stoi(l) >= kv.num_layers)
+            f.refuse(field, arg + ": \"" + l + "\" is not a layer of the KV cache");
+          if (t.elem_bytes != 2 || t.cols != kv.head_dim || kv.head_dim % 64 != 0)
+            f.refuse(field, arg + ": a KV map's rows are one position of one head (COLS " +
+                                std::to_string(kv.head_dim) +
+                                ", a multiple of 64), read in bf16 boxes of 64 columns");
+          if (t.rows * t.cols * 2 != kv.bytes_per_page || t.box_rows != kv.page_size)
+            f.refuse(field, arg + ": a KV map's ROWS are one page's (" +
+                                std::to_string(kv.bytes_per_page / (2 * kv.head_dim)) +
+                                ") and its BOX_ROWS the page size (" +
+                                std::to_string(kv.page_size) + ")");
+          continue;
+        }
         if (t.target.rfind("w:", 0) == 0) {
           const WeightTensor* w = a.find_tensor(t.target.substr(2));
           if (!w) f.refuse(field, arg + ": no weight tensor \"" + t.target.substr(2) + "\"");
@@ -332,7 +351,7 @@ void check_tensor_map_args(const ManifestFields& f, const json& programs, const 
 TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& where) {
   auto bad = [&](const std::string& what) -> void {
     fail(where + ": " + arg + ": " + what +
-         " (expected tmap:<w:NAME|buf:NAME>:ROWS:COLS:BOX_ROWS:BOX_COLS)");
+         " (expected tmap:<w:NAME|buf:NAME|kv:L>:ROWS:COLS:BOX_ROWS:BOX_COLS)");
   };
   if (arg.rfind("tmap:", 0) != 0) bad("not a tensor-map argument");
   // The four sizes are the last four fields; the target is everything between.
@@ -346,9 +365,10 @@ TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& whe
   }
   TensorMapArg t;
   t.target = arg.substr(5, end - 5);
-  if (t.target.rfind("w:", 0) != 0 && t.target.rfind("buf:", 0) != 0)
-    bad("the target must be w:NAME or buf:NAME");
-  if (t.target == "w:" || t.target == "buf:") bad("the target names nothing");
+  if (t.target.rfind("w:", 0) != 0 && t.target.rfind("buf:", 0) != 0 &&
+      t.target.rfind("kv:", 0) != 0)
+    bad("the target must be w:NAME, buf:NAME or kv:L");
+  if (t.target == "w:" || t.target == "buf:" || t.target == "kv:") bad("the target names nothing");
   std::int64_t v[4];
   for (int i = 0; i < 4; ++i) {
     const std::string& x = fields[static_cast<std::size_t>(i)];

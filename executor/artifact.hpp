@@ -83,8 +83,8 @@ struct TensorMapArg {
 };
 
 // Parses `arg` (which starts with "tmap:"); throws telos::Error naming `where` and what is wrong
-// when it is malformed: a target that is not w: or buf:, a non-positive or non-numeric size, COLS
-// not a multiple of 8 (TMA rows are multiples of 16 bytes), BOX_ROWS outside 1..256, BOX_COLS
+// when it is malformed: a target that is not w:, buf: or kv:, a non-positive or non-numeric size,
+// COLS not a multiple of 8 (TMA rows are multiples of 16 bytes), BOX_ROWS outside 1..256, BOX_COLS
 // other than 64 (bf16) or 32 (f32), the two 128-byte swizzle spans.
 TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& where);
 

@@ -2,12 +2,13 @@
 // prefill attention on Llama-3.1-8B's head shape (32 query heads, 8 KV heads, D = 128), one
 // sequence of T = 4096, 8192, 16384 prompt tokens (positions 0 .. T-1, K/V in 16-position pages
 // placed in a shuffled order), in the tiles a prefill bucket would use (32 tokens: 128 rows at
-// G = 4). CUDA events around single launches, median of 20 after 3 warm-ups. Before timing, the
-// first and last token's heads 0 and 31 are checked against f64 (relative L2 error printed), so a
-// fast wrong kernel does not pass for a fast one. Prints one line per case and variant:
-// "telos attn_prefill T HQ HKV D MS REL_ERR" (the plan's kernel; attn_prefill_plain: without the
-// overlaps); the torch SDPA side is
-// codegen/bench/attention_prefill_torch.py, run right after it in the same GPU session.
+// G = 4), K/V through the tensor map the engine builds for `tmap:kv:` (docs/artifact.md). CUDA
+// events around single launches, median of 20 after 3 warm-ups. Before timing, the first and last
+// token's heads 0 and 31 are checked against f64 (relative L2 error printed), so a fast wrong
+// kernel does not pass for a fast one. Prints one line per case and variant: "telos attn_prefill T
+// HQ HKV D MS REL_ERR" (the plan's kernel; attn_prefill_plain: without the overlaps); the torch
+// SDPA side is codegen/bench/attention_prefill_torch.py, run right after it in the same GPU
+// session.
 //
 //   telos-attn-prefill-bench --compile-only CUBIN   NVRTC only (no GPU): compiles the instances,
 //                                                   writes CUBIN and CUBIN.names
@@ -31,6 +32,7 @@
 #include "codegen/compile_cache.hpp"
 #include "codegen/kernel_plan.hpp"
 #include "codegen/nvrtc_driver.hpp"
+#include "hexel/tensor_map_encode.h"
 
 namespace {
 
@@ -127,6 +129,13 @@ int main(int argc, char** argv) {
   check(cudaMemcpy(dpos, positions.data(), kMaxT * 4, cudaMemcpyHostToDevice), "positions upload");
   check(cudaMemcpy(dseq, token_seq.data(), kMaxT * 4, cudaMemcpyHostToDevice), "token_seq upload");
   check(cudaMemcpy(dpt, pages.data(), kMaxP * 4, cudaMemcpyHostToDevice), "page table upload");
+  // The pool in rows of one position of one head, boxes of a page, as the engine encodes it.
+  const std::vector<hexel::TensorMap> map = {hexel::encode_2d(
+      hexel::TmaDtype::BF16, dkv, kv.size() / kD, kD, kD * 2, kPage, 64, hexel::Swizzle::B128)};
+  hexel::TensorMap* dmap = nullptr;
+  check(cudaMalloc(&dmap, sizeof(hexel::TensorMap)), "tensor map");
+  check(cudaMemcpy(dmap, map.data(), sizeof(hexel::TensorMap), cudaMemcpyHostToDevice),
+        "tensor map upload");
 
   auto kv_at = [&](int p, int which, int kvh, int d) {
     return from_bf16(kv[pages[p / kPage] * kPageElems +
@@ -159,7 +168,7 @@ int main(int argc, char** argv) {
     // The plain order first: if the overlapped kernel fails, its figure is still there.
     for (const bool overlap : {false, true}) {
       const void* fn = kernel(overlap);
-      std::vector<const void*> args = {dq, dpos, dseq, dpt, dkv, dout};
+      std::vector<const void*> args = {dq, dpos, dseq, dpt, dkv, dmap, dout};
       std::vector<void*> params;
       for (auto& a : args) params.push_back(&a);
       const dim3 grid(kHKV, T / kTpt);

@@ -29,17 +29,28 @@
 // each row is written after its own segment's pass. Padding rows (position -1) get zeros.
 //
 // Warp roles (384 threads, one CTA an SM): warpgroup 0 is the producer, warpgroups 1 and 2 the
-// consumers (rows 0-63 and 64-127). The producer's 128 threads copy K and V blocks with cp.async
-// (16 bytes a thread and instruction; positions are looked up in the page table one by one, so
-// any page size works) into a ring of STAGES stages, straight into the 128B-swizzled layout
-// wgmma reads (hexel/swizzle.cuh: the 16-byte chunk index XOR the row index mod 8), and each
-// thread signals completion with cp.async.mbarrier.arrive.noinc on the stage's full_k / full_v
-// barrier (count 128), so S = Q·Kᵀ can start before V has landed. Positions past the segment's
-// last one are zero-filled (cp.async src-size 0). cp.async writes through the generic proxy and
-// wgmma reads through the async proxy: each consumer thread issues fence.proxy.async after its
-// wait on a full barrier, before the wgmma that reads the stage. Consumer warps release a stage's
-// K on its empty_k barrier once their S = Q·Kᵀ has completed and its V on empty_v once their P·V
-// has (count 8: one arrival per consumer warp), so the next K block can load while V is in use.
+// consumers (rows 0-63 and 64-127). The producer fills a ring of STAGES stages with K and V blocks
+// in the 128B-swizzled layout wgmma reads (hexel/swizzle.cuh: the 16-byte chunk index XOR the row
+// index mod 8), K and V on their own full_k / full_v barriers, so S = Q·Kᵀ can start before V has
+// landed. Positions past the segment's last one are zero-filled. Two ways, by page size:
+//  - TMA (PAGE a multiple of 8 dividing BN, the engine's pages): one producer warp. A block's
+//    whole pages up to the segment's last position come by TMA through `kv_map`, a 2D map over
+//    the pool from this layer's base (rows of D elements, boxes of PAGE rows x 64 columns, the
+//    128-byte swizzle; docs/artifact.md, `tmap:kv:`): lane i issues page i's boxes (its own
+//    page-table entry, one coalesced read), lane 0 arms the barrier with their bytes. A page at
+//    a multiple of 8 rows is 1024-byte aligned in the stage, so the TMA swizzle is the layout
+//    above. The page holding the last position and those after it (the segment's last block
+//    only) come by cp.async from the warp's 32 lanes, zero-filled past the last position, so
+//    nothing past it is read: a page's unwritten tail may hold anything, NaN included. Each lane
+//    signals its copies with cp.async.mbarrier.arrive.noinc: a full barrier expects 33 arrivals
+//    (32 lanes and the arming) and the TMA bytes.
+//  - cp.async (any other page size): the producer's 128 threads copy 16 bytes a thread and
+//    instruction, each position looked up in the page table, and arrive as above (count 128).
+// The stage bytes are the same either way. cp.async writes through the generic proxy and wgmma
+// reads through the async proxy: each consumer thread issues fence.proxy.async after its wait on
+// a full barrier, before the wgmma that reads the stage. Consumer warps release a stage's K on
+// its empty_k barrier once their S = Q·Kᵀ has completed and its V on empty_v once their P·V has
+// (count 8: one arrival per consumer warp), so the next K block can load while V is in use.
 //
 // Shared memory (128B-swizzled, every operand 1024-byte aligned so descriptors need no base
 // offset; bf16 rows of 64 elements = 128 bytes, a D-wide row in D / 64 column blocks):
@@ -69,11 +80,14 @@
 // same operations in the same order.
 //
 // Registers: S (BN/2 f32), O (D/2 f32) and P (BN/4 b32) per consumer thread: setmaxnreg gives
-// the consumers 232 and the producer 40.
+// the consumers 240 and the producer 24 (128 · 24 + 256 · 240 <= 64 K registers an SM).
+// Stages: 3 at D = 128 (Q 32 KB + 3 x 64 KB = 224 KB, under the 227 KB a CTA may have with the
+// segment table), 6 at D = 64 (16 KB + 6 x 32 KB).
 #include "common.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/swizzle.cuh"
 #include "hexel/sync.cuh"
+#include "hexel/tma.cuh"
 #include "hexel/wgmma.cuh"
 
 namespace telos_kernels {
@@ -84,13 +98,21 @@ struct AttnPrefill {
   static constexpr int kRows = 128;     // MMA rows a CTA: two consumer warpgroups of 64
   static constexpr int kBlockN = 128;   // key positions a block
   static constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
-  static constexpr int kStages = D == 128 ? 2 : 4;
+  static constexpr int kStages = D == 128 ? 3 : 6;
   static constexpr unsigned kQBytes = kRows * D * 2;
   static constexpr unsigned kKvBytes = kBlockN * D * 2;  // one of K or V, one stage
   static constexpr unsigned kStageBytes = 2 * kKvBytes;
   // Q, the stages, full_k / full_v / empty_k / empty_v barriers; +1024 to align the base to the
   // swizzle repeat.
   static constexpr unsigned kSmemBytes = kQBytes + kStages * kStageBytes + 4 * kStages * 8 + 1024;
+  // Shared memory a CTA may have on sm_90 (227 KB, dynamic and static together).
+  static constexpr unsigned kSmemLimit = 232448;
+};
+
+// A segment of a tile: tokens [first, end) of one sequence, the largest position among them.
+struct AttnPrefillSegment {
+  short first, end;
+  int last;
 };
 
 // 16 bytes global -> shared, bypassing L1; `src_bytes` 0 writes 16 zero bytes and reads nothing.
@@ -115,18 +137,25 @@ __device__ __forceinline__ float ex2(float x) {
 }
 
 // out[t, (kvh · G + h) · D + d] = bf16(softmax over keys [0, position] of the row's sequence ·
-// V); see the header comment. Launch: grid (HKV, T / TPT), AttnPrefill<D>::kThreads threads,
+// V); see the header comment. `kv_map`: the tensor map of `tmap:kv:L:...` over the pool from
+// kv_layer (rows of D, boxes of PAGE x 64, 128-byte swizzle), read when PAGE is a multiple of 8
+// dividing the key block. Launch: grid (HKV, T / TPT), AttnPrefill<D>::kThreads threads,
 // AttnPrefill<D>::kSmemBytes dynamic shared memory.
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2,
           int TPT, bool OVERLAP = true>
 __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     attn_prefill(const float* q, const int* positions, const int* token_seq, const int* page_tables,
-                 const bf16* kv_layer, bf16* out) {
+                 const bf16* kv_layer, const hexel::TensorMap* kv_map, bf16* out) {
   using C = AttnPrefill<D>;
   using namespace hexel;
   constexpr int G = HQ / HKV, BN = C::kBlockN, S = C::kStages;
   static_assert(HQ % HKV == 0 && TPT >= 1 && TPT * G <= C::kRows, "a tile's rows fit 128");
   constexpr int R = TPT * G;  // rows in use
+  static_assert(C::kSmemBytes + sizeof(AttnPrefillSegment) * TPT + sizeof(int) <= C::kSmemLimit,
+                "the stages and the segment table fit a CTA's shared memory");
+  // K/V by TMA where whole pages tile a key block at swizzle-atom (8-row) boundaries.
+  constexpr bool kTma = PAGE % 8 == 0 && BN % PAGE == 0;
+  constexpr unsigned kFullCount = kTma ? 33 : 128;
   const float kNegInf = -__int_as_float(0x7f800000);
 
   extern __shared__ unsigned char smem_raw[];
@@ -136,8 +165,8 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   auto v_stage = [&](unsigned s) { return k_stage(s) + C::kKvBytes; };
   const unsigned full_k = base + C::kQBytes + S * C::kStageBytes;
   const unsigned full_v = full_k + 8 * S, empty_k = full_v + 8 * S, empty_v = empty_k + 8 * S;
-  // Segments of the tile: first and end token, sequence, largest position.
-  __shared__ int sm_seg[TPT][4];
+  // Segments of the tile (the sequence is the first token's token_seq).
+  __shared__ AttnPrefillSegment sm_seg[TPT];
   __shared__ int sm_nseg;
 
   const int kvh = blockIdx.x;
@@ -145,8 +174,8 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   pdl_entry();
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
-      mbarrier::init(full_k + 8 * s, 128);
-      mbarrier::init(full_v + 8 * s, 128);
+      mbarrier::init(full_k + 8 * s, kFullCount);
+      mbarrier::init(full_v + 8 * s, kFullCount);
       mbarrier::init(empty_k + 8 * s, 8);
       mbarrier::init(empty_v + 8 * s, 8);
     }
@@ -157,7 +186,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       int last = positions[t0 + a];
       for (b = a + 1; b < TPT && token_seq[t0 + b] == seq; ++b) last = max(last, positions[t0 + b]);
       if (last < 0) continue;  // padding only
-      sm_seg[n][0] = a, sm_seg[n][1] = b, sm_seg[n][2] = seq, sm_seg[n][3] = last;
+      sm_seg[n] = {static_cast<short>(a), static_cast<short>(b), last};
       ++n;
     }
     sm_nseg = n;
@@ -166,41 +195,89 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   const int nseg = sm_nseg;
 
   if (threadIdx.x < 128) {
-    // Producer: every thread copies 16-byte pieces i of positions p (16 threads a D = 128 row).
-    setmaxnreg_dec<40>();
-    constexpr int kPieces = D / 8, kPerThread = BN * kPieces / 128;
-    const int tid = threadIdx.x;
+    setmaxnreg_dec<24>();
+    constexpr int kPieces = D / 8;  // 16-byte pieces a position
     mbarrier::StageRing<S> ring;
-    for (int sg = 0; sg < nseg; ++sg) {
-      const int seq = sm_seg[sg][2], pos_max = sm_seg[sg][3];
-      const int* pt = page_tables + seq * MAXP;
-      for (int b = 0; b <= pos_max / BN; ++b) {
+    if constexpr (kTma) {
+      // One warp: lane i issues the TMA boxes of the block's page i; the tail by cp.async.
+      if (threadIdx.x >= 32) return;
+      const int lane = threadIdx.x;
+      constexpr int kPageRows = static_cast<int>(PAGE_ELEMS / D);  // a page's stride in map rows
+      if (lane == 0) {
+        tma::acquire_map(kv_map);
+        tma::prefetch_map(kv_map);
+      }
+      for (int sg = 0; sg < nseg; ++sg) {
+        const int pos_max = sm_seg[sg].last;
+        const int* pt = page_tables + token_seq[t0 + sm_seg[sg].first] * MAXP;
+        for (int b = 0; b <= pos_max / BN; ++b) {
+          // Rows [0, whole) of the block are whole pages up to pos_max; the rest is the tail.
+          const int whole = min(BN, (pos_max + 1) / PAGE * PAGE - b * BN);
+          const int page = lane < whole / PAGE ? pt[b * (BN / PAGE) + lane] : 0;
 #pragma unroll
-        for (int kv = 0; kv < 2; ++kv) {
-          mbarrier::wait_parity((kv == 0 ? empty_k : empty_v) + 8 * ring.index, ring.phase ^ 1u);
-          const unsigned dst0 = kv == 0 ? k_stage(ring.index) : v_stage(ring.index);
-          const bf16* src0 = kv_layer + static_cast<long long>(kv * HKV + kvh) * PAGE * D;
-#pragma unroll 4
-          for (int k = 0; k < kPerThread; ++k) {
-            const int c = tid + 128 * k, p = c / kPieces, i = c % kPieces;
-            const int pos = b * BN + p;
-            const bool valid = pos <= pos_max;
-            const bf16* src = valid ? src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
-                                          (pos % PAGE) * D + 8 * i
-                                    : kv_layer;
-            const unsigned dst = dst0 + (i / 8) * (BN * 128) + p * 128 + (((i % 8) ^ (p % 8)) * 16);
-            cp_async_16(dst, src, valid ? 16u : 0u);
+          for (int kv = 0; kv < 2; ++kv) {
+            mbarrier::wait_parity((kv == 0 ? empty_k : empty_v) + 8 * ring.index, ring.phase ^ 1u);
+            const unsigned dst0 = kv == 0 ? k_stage(ring.index) : v_stage(ring.index);
+            const unsigned full = (kv == 0 ? full_k : full_v) + 8 * ring.index;
+            if (lane == 0) mbarrier::arrive_expect_tx(full, static_cast<unsigned>(whole) * D * 2);
+            __syncwarp();
+            if (lane < whole / PAGE) {
+              const int row = page * kPageRows + (kv * HKV + kvh) * PAGE;
+#pragma unroll
+              for (int c = 0; c < D / 64; ++c)
+                tma::load(dst0 + c * (BN * 128) + lane * PAGE * 128, kv_map, full, 64 * c, row);
+            }
+            const bf16* src0 = kv_layer + static_cast<long long>(kv * HKV + kvh) * PAGE * D;
+            for (int c = whole * kPieces + lane; c < BN * kPieces; c += 32) {
+              const int p = c / kPieces, i = c % kPieces, pos = b * BN + p;
+              const bool valid = pos <= pos_max;
+              const bf16* src = valid ? src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
+                                            (pos % PAGE) * D + 8 * i
+                                      : kv_layer;
+              cp_async_16(dst0 + (i / 8) * (BN * 128) + p * 128 + (((i % 8) ^ (p % 8)) * 16), src,
+                          valid ? 16u : 0u);
+            }
+            cp_async_arrive_noinc(full);
           }
-          cp_async_arrive_noinc((kv == 0 ? full_k : full_v) + 8 * ring.index);
+          ring.advance();
         }
-        ring.advance();
+      }
+    } else {
+      // Every thread copies 16-byte pieces i of positions p (16 threads a D = 128 row).
+      constexpr int kPerThread = BN * kPieces / 128;
+      const int tid = threadIdx.x;
+      for (int sg = 0; sg < nseg; ++sg) {
+        const int pos_max = sm_seg[sg].last;
+        const int* pt = page_tables + token_seq[t0 + sm_seg[sg].first] * MAXP;
+        for (int b = 0; b <= pos_max / BN; ++b) {
+#pragma unroll
+          for (int kv = 0; kv < 2; ++kv) {
+            mbarrier::wait_parity((kv == 0 ? empty_k : empty_v) + 8 * ring.index, ring.phase ^ 1u);
+            const unsigned dst0 = kv == 0 ? k_stage(ring.index) : v_stage(ring.index);
+            const bf16* src0 = kv_layer + static_cast<long long>(kv * HKV + kvh) * PAGE * D;
+#pragma unroll 4
+            for (int k = 0; k < kPerThread; ++k) {
+              const int c = tid + 128 * k, p = c / kPieces, i = c % kPieces;
+              const int pos = b * BN + p;
+              const bool valid = pos <= pos_max;
+              const bf16* src = valid ? src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
+                                            (pos % PAGE) * D + 8 * i
+                                      : kv_layer;
+              const unsigned dst =
+                  dst0 + (i / 8) * (BN * 128) + p * 128 + (((i % 8) ^ (p % 8)) * 16);
+              cp_async_16(dst, src, valid ? 16u : 0u);
+            }
+            cp_async_arrive_noinc((kv == 0 ? full_k : full_v) + 8 * ring.index);
+          }
+          ring.advance();
+        }
       }
     }
     // No thread leaves with copies in flight into a stage the consumers have yet to read.
     // PTX ISA: cp.async.wait_all.
     asm volatile("cp.async.wait_all;" ::: "memory");
   } else {
-    setmaxnreg_inc<232>();
+    setmaxnreg_inc<240>();
     const int cw = threadIdx.x / 128 - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63
     const int wt = threadIdx.x % 128, warp = wt / 32, lane = wt % 32, quad = lane % 4;
 
@@ -241,7 +318,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     }
     mbarrier::StageRing<S> ring;
     for (int sg = 0; sg < nseg; ++sg) {
-      const int a = sm_seg[sg][0], b_end = sm_seg[sg][1], pos_max = sm_seg[sg][3];
+      const int a = sm_seg[sg].first, b_end = sm_seg[sg].end, pos_max = sm_seg[sg].last;
       // The last key each row may see in this pass; -1: none (not in the segment).
       const int lim0 = r0 < R && j0 >= a && j0 < b_end ? p0 : -1;
       const int lim1 = r1 < R && j1 >= a && j1 < b_end ? p1 : -1;

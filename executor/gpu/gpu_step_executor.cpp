@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <ostream>
 #include <sstream>
@@ -522,7 +523,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   check(cudaMallocHost(&s.logits_host, sizeof(float) * s.desc.max_sample_rows * s.vocab), "pinned logits");
   check(cudaMemset(p, 0, static_cast<std::size_t>(2 * s.desc.bytes)), "descriptor init");
 
-  // Tensor maps (the loader checked each tmap: argument against its weight or buffer).
+  // Tensor maps (the loader checked each tmap: argument against its weight, buffer or the KV
+  // cache).
   std::vector<hexel::TensorMap> maps;
   for (const auto& bj : programs.at("buckets"))
     for (const auto& lj : bj.at("launches"))
@@ -531,6 +533,23 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
         if (arg.rfind("tmap:", 0) != 0 || s.tmap_index.count(arg)) continue;
         const TensorMapArg t = parse_tensor_map_arg(arg, "manifest.json: programs");
         try {
+          if (t.target.rfind("kv:", 0) == 0) {
+            // The pool from layer L's base to its end, rows of one position of one head
+            // (docs/artifact.md): kernels address a row as page · ROWS + offset in int32.
+            const std::int64_t layer = std::stoll(t.target.substr(3));
+            const std::int64_t rows = static_cast<std::int64_t>(s.kv_pages) * t.rows -
+                                      layer * (t.rows / a.kv_cache().num_layers);
+            if (static_cast<std::int64_t>(s.kv_pages) * t.rows >
+                std::numeric_limits<std::int32_t>::max())
+              fail("the KV pool's " + std::to_string(s.kv_pages) +
+                   " pages hold more rows than 32-bit TMA coordinates reach");
+            maps.push_back(hexel::encode_2d(
+                hexel::TmaDtype::BF16, s.resolve(t.target, 0), static_cast<std::uint64_t>(rows),
+                static_cast<std::uint64_t>(t.cols), static_cast<std::uint64_t>(t.cols) * 2,
+                t.box_rows, t.box_cols, hexel::Swizzle::B128));
+            s.tmap_index[arg] = maps.size() - 1;
+            continue;
+          }
           // The element type follows from the box width (docs/artifact.md): 64 bf16 or 32 f32.
           maps.push_back(hexel::encode_2d(
               t.elem_bytes == 4 ? hexel::TmaDtype::F32 : hexel::TmaDtype::BF16,

@@ -28,6 +28,14 @@ HEXEL_DEVICE void prefetch_map(const TensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map_addr(map)) : "memory");
 }
 
+// Orders a map written to global memory through the generic proxy (the host's cudaMemcpy) before
+// this thread's first copy through it (the tensormap proxy). PTX ISA: membar/fence
+// (fence.proxy.tensormap::generic.acquire, .sys: the writer was the host).
+HEXEL_DEVICE void acquire_map(const TensorMap* map) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;" ::"l"(map_addr(map))
+               : "memory");
+}
+
 // Tiled load of one box into this CTA's shared memory at `dst`, completing `bytes` on `bar`.
 // Rank = number of coordinates (1..5). PTX: cp.async.bulk.tensor (.tile, .mbarrier::complete_tx).
 template <class... Coord>

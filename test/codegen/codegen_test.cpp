@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -446,60 +447,6 @@ TEST(Codegen, AttentionTokensPerTile) {
   EXPECT_EQ(seen_decode, 2 * 16);  // three decode buckets, decode:1's layers persistent
 }
 
-// Prompt and generated tokens (docs/artifact.md): in a prefill bucket the split kernels read
-// desc:split_positions and attn_prefill (after them, tiles of 32 tokens at G = 4) writes the prompt
-// rows from desc:prompt_positions; decode buckets keep desc:positions; a head dim attn_prefill does
-// not take (32, the tiny fixtures') keeps the split kernels on desc:positions everywhere.
-TEST(Codegen, PromptRowsOfPrefillBucketsRunOnAttnPrefill) {
-  EXPECT_TRUE(attn_prefill_fits(64, 4));
-  EXPECT_TRUE(attn_prefill_fits(128, 6));
-  EXPECT_FALSE(attn_prefill_fits(32, 2));
-  EXPECT_EQ(attn_prefill_tokens_per_tile(512, 4), 32);
-  EXPECT_EQ(attn_prefill_tokens_per_tile(512, 6), 16);  // 96 of the 128 rows
-  EXPECT_EQ(attn_prefill_tokens_per_tile(16, 2), 16);   // tiles must be whole
-  const auto positions_arg = [](const KernelPlan& plan, const Launch& l) {
-    const std::vector<std::string>& params = plan.kernels[l.kernel].params;
-    const auto at = std::find(params.begin(), params.end(), "positions") - params.begin();
-    return at < static_cast<long>(l.args.size()) ? l.args[at] : std::string("(none)");
-  };
-  {
-    const KernelPlan plan = plan_kernels(llama_1b());
-    int prompt_launches = 0;
-    for (const BucketProgram& b : plan.buckets)
-      for (std::size_t i = 0; i < b.launches.size(); ++i) {
-        const Launch& l = b.launches[i];
-        const std::string& instance = plan.kernels[l.kernel].instance;
-        if (instance.find("attn_prefill") != std::string::npos) {
-          ASSERT_EQ(b.kind, "prefill");
-          EXPECT_EQ(positions_arg(plan, l), "desc:prompt_positions");
-          EXPECT_EQ(l.grid, (std::array<int, 3>{8, 512 / 32, 1}));
-          EXPECT_EQ(plan.kernels[l.kernel].block, kAttnPrefillThreads);
-          EXPECT_EQ(plan.kernels[l.kernel].dynamic_smem, attn_prefill_smem(64));
-          ASSERT_GE(i, 2u);  // after the split kernels, whose zeros it overwrites for prompt rows
-          EXPECT_NE(plan.kernels[b.launches[i - 1].kernel].instance.find("attn_combine"),
-                    std::string::npos);
-          ++prompt_launches;
-        } else if (instance.find("attn_split") != std::string::npos ||
-                   instance.find("attn_combine") != std::string::npos) {
-          EXPECT_EQ(positions_arg(plan, l),
-                    b.kind == "prefill" ? "desc:split_positions" : "desc:positions");
-        }
-      }
-    EXPECT_EQ(prompt_launches, 16);  // one a layer of the one prefill bucket
-  }
-  {
-    const KernelPlan plan = plan_kernels(tiny("llama"));
-    for (const BucketProgram& b : plan.buckets)
-      for (const Launch& l : b.launches) {
-        const std::string& instance = plan.kernels[l.kernel].instance;
-        EXPECT_EQ(instance.find("attn_prefill"), std::string::npos);
-        if (instance.find("attn_split") != std::string::npos) {
-          EXPECT_EQ(positions_arg(plan, l), "desc:positions");
-        }
-      }
-  }
-}
-
 // The persistent decode kernel runs attention's work items on its consumer warpgroup (threads
 // 0..127) while another warp of the block does something else, so the bodies must synchronize
 // through the barrier they are given, never the whole block (a bar.sync 0 there would wait for
@@ -557,13 +504,16 @@ __global__ void __launch_bounds__(160) combine_rows(const float* part_o, const f
 // Llama-3.2-1B (32/8/64), Llama-3.1-8B (32/8/128), Qwen2.5-1.5B (12/2/128), Qwen3-0.6B (16/8/128),
 // and the GQA 1 / 8 extremes of the GPU tests, with and without the softmax / P·V overlap. Every
 // instance compiles without spills or a stack frame (the consumers' S, O and P registers fit
-// under setmaxnreg's 232), runs both products on wgmma, and ptxas does not serialize the wgmmas
-// (its C7513 warning: a register an in-flight wgmma reads written before the wait).
+// under setmaxnreg's 240), runs both products on wgmma, and ptxas does not serialize the wgmmas
+// (its C7513 warning: a register an in-flight wgmma reads written before the wait). Pages of 16
+// (the engine's) load K/V by TMA with the cp.async tail; pages of 7 (the GPU tests' odd size) by
+// cp.async alone. The stages and the static segment table fit the 227 KB a CTA may have.
 TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
   struct Shape {
     int hq, hkv, d, tpt;
   };
   std::vector<std::string> names;
+  std::map<std::string, int> head_dim;
   for (const Shape& s : {Shape{32, 8, 64, 32}, Shape{32, 8, 128, 32}, Shape{12, 2, 128, 16},
                          Shape{16, 8, 128, 64}, Shape{8, 8, 64, 128}, Shape{64, 8, 128, 16}}) {
     const long long page_elems = 2LL * 2 * s.hkv * 16 * s.d;
@@ -572,12 +522,20 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
                     std::to_string(page_elems) + "ll, " +
                     float_literal(1.4426950408889634 / std::sqrt(double(s.d))) + ", " +
                     std::to_string(s.tpt) + ", true>");
+    head_dim[names.back()] = s.d;
   }
   names.push_back(
       "telos_kernels::attn_prefill<32, 8, 128, 16, 512, 65536ll, 0.127517432f, 32, false>");
+  head_dim[names.back()] = 128;
+  const std::string odd_page =
+      "telos_kernels::attn_prefill<8, 8, 128, 7, 512, 28672ll, 0.127517432f, 128, true>";
+  names.push_back(odd_page);
+  head_dim[odd_page] = 128;
   const CompiledModule m =
       compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
   EXPECT_EQ(m.log.find("C7513"), std::string::npos) << m.log;
+  // ptxas allocates each role's code within its setmaxnreg count (C7508: setmaxnreg ignored).
+  EXPECT_EQ(m.log.find("C7508"), std::string::npos) << m.log;
   for (const auto& name : names) {
     const std::string entry = m.lowered.at(name);
     const std::string body = ptx_function(m.ptx, entry);
@@ -585,11 +543,40 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
     EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), std::string::npos)
         << name;
     EXPECT_NE(body.find("cp.async.mbarrier.arrive.noinc"), std::string::npos) << name;
+    EXPECT_NE(body.find("setmaxnreg.dec.sync.aligned.u32 24"), std::string::npos) << name;
+    EXPECT_EQ(body.find("cp.async.bulk.tensor.2d") != std::string::npos, name != odd_page) << name;
     const KernelResources& r = m.resources.at(entry);
+    EXPECT_LE(r.shared_static + attn_prefill_smem(head_dim.at(name)), 232448) << name;
     EXPECT_EQ(r.spill_stores, 0) << name;
     EXPECT_EQ(r.spill_loads, 0) << name;
     EXPECT_EQ(r.stack_frame, 0) << name;
   }
+}
+
+// Llama-3.2-1B's prefill bucket runs attn_prefill once a layer, reading that layer's K/V through
+// `tmap:kv:L:ROWS:COLS:BOX_ROWS:BOX_COLS` (docs/artifact.md): ROWS a page's rows (2 · 16 layers ·
+// 8 heads · 16 positions), COLS the head dim, boxes of a page by 64 dims; the launch states the
+// kernel's threads and shared memory (3 stages at D = 128, 6 at 64).
+TEST(Codegen, PrefillAttentionReadsKvThroughATensorMap) {
+  const KernelPlan plan = plan_kernels(llama_1b());
+  int layer = 0;
+  for (const BucketProgram& b : plan.buckets)
+    for (const Launch& l : b.launches) {
+      const KernelInstance& k = plan.kernels[l.kernel];
+      if (k.instance.rfind("telos_kernels::attn_prefill<", 0) != 0) continue;
+      ASSERT_EQ(b.kind, "prefill");
+      EXPECT_EQ(k.params, std::vector<std::string>({"q", "positions", "token_seq", "page_tables",
+                                                    "kv_layer", "kv_map", "out"}));
+      ASSERT_EQ(l.args.size(), 7u);
+      EXPECT_EQ(l.args[4], "kv:" + std::to_string(layer));
+      EXPECT_EQ(l.args[5], "tmap:kv:" + std::to_string(layer) + ":" +
+                               std::to_string(2 * 16 * 8 * 16) + ":64:16:64");
+      EXPECT_EQ(k.block, kAttnPrefillThreads);
+      EXPECT_EQ(k.dynamic_smem, 128 * 64 * 2 + 6 * 2 * 128 * 64 * 2 + 4 * 6 * 8 + 1024);
+      ++layer;
+    }
+  EXPECT_EQ(layer, 16);
+  EXPECT_EQ(attn_prefill_smem(128), 128 * 128 * 2 + 3 * 2 * 128 * 128 * 2 + 4 * 3 * 8 + 1024);
 }
 
 TEST(Codegen, Llama3RopeScaling) {

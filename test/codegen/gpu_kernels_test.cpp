@@ -1112,7 +1112,8 @@ struct PagedKv {
 };
 
 // One attn_prefill launch over a step (T = positions.size(), a multiple of tpt) with the pool's
-// bits `kv`; returns the output (poisoned before the launch).
+// bits `kv` and the map the engine builds for `tmap:kv:1:...` (rows of D from layer 1's base to
+// the pool's end, boxes of a page); returns the output (poisoned before the launch).
 bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, int tpt,
                        const std::vector<float>& q, const std::vector<int>& positions,
                        const std::vector<int>& token_seq, bool overlap = true) {
@@ -1123,10 +1124,15 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
   DeviceBuffer<float> dq(q);
   DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(pool.page_tables);
   DeviceBuffer<std::uint16_t> out(static_cast<std::size_t>(T) * s.HQ * s.D);
-  const cudaError_t e = mod.launch(
-      attn_prefill_instance(s, pool.page_elems, tpt, overlap), dim3(s.HKV, T / tpt), 384,
-      {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(), out.get()},
-      codegen::attn_prefill_smem(s.D));
+  const DeviceMap kv_map(
+      dkv.get() + pool.layer_offset(),
+      static_cast<int>((static_cast<long long>(kv.size()) - pool.layer_offset()) / s.D), s.D,
+      s.PAGE);
+  const cudaError_t e =
+      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap), dim3(s.HKV, T / tpt), 384,
+                 {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(),
+                  kv_map.get(), out.get()},
+                 codegen::attn_prefill_smem(s.D));
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   return out.download();
 }
@@ -1137,7 +1143,9 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
 // runs past a tile; a padding row; a second sequence from position 0 starting mid-tile, two key
 // blocks long and ending mid-page; a single row with the whole context; padding to a whole tile.
 // Every position a sequence has not reached holds NaN, and so does every page of no sequence. Both
-// variants of the kernel (with and without the softmax / P·V overlap).
+// variants of the kernel (with and without the softmax / P·V overlap). Pages of 16 load K/V by TMA
+// (whole pages) and cp.async (the page of a sequence's last position, zero-filled past it); pages
+// of 7 by cp.async alone.
 TEST(GpuKernels, PrefillAttentionMatchesF64) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Case {

@@ -165,7 +165,9 @@ TEST(Artifact, ParsesTensorMapArguments) {
     }
   };
   refused("tmap:w:128:128:128", "too few fields");
-  refused("tmap:kv:0:128:128:128:64", "must be w:NAME or buf:NAME");
+  EXPECT_EQ(parse_tensor_map_arg("tmap:kv:3:8192:128:16:64", "here").target, "kv:3");
+  refused("tmap:kvx:0:128:128:128:64", "must be w:NAME, buf:NAME or kv:L");
+  refused("tmap:kv::128:128:128:64", "names nothing");
   refused("tmap:buf::128:128:128:64", "names nothing");
   refused("tmap:w:o:128:12x:128:64", "\"12x\" is not a positive integer");
   refused("tmap:w:o:0:128:128:64", "positive");
@@ -206,6 +208,38 @@ TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {
   EXPECT_NO_THROW(Artifact::load(dir));
   with_arg("tmap:buf:h:32:64:16:32");
   expect_refused(dir, {"spans 8192 bytes", "buf:h has 4096"});
+}
+
+// A KV map (attn_prefill's K/V by TMA): layer L of the pool in rows of one position of one head,
+// ROWS a page's rows, boxes of a page; the engine sizes it to the pool it allocates.
+TEST(Artifact, ChecksKvTensorMaps) {
+  const std::string dir = testing::temp_dir("tmap_kv");
+  testing::TinyArtifactSpec spec;
+  spec.hidden_size = 256, spec.num_heads = 4, spec.num_kv_heads = 2, spec.head_dim = 64;
+  auto m = testing::write_tiny_artifact(dir, spec);  // pages of 4: 2 · 2 · 4 · 2 · 64 · 2 bytes
+  auto with_arg = [&](const std::string& arg) {
+    auto c = m;
+    c["programs"] = {
+        {"arena", {{{"buffer", "h"}, {"bytes", 4096}}}},
+        {"buckets",
+         {{{"kind", "prefill"}, {"launches", {{{"kernel", 0}, {"args", {"kv:1", arg}}}}}}}}};
+    testing::rewrite_manifest(dir, c);
+  };
+  with_arg("tmap:kv:1:32:64:4:64");
+  EXPECT_NO_THROW(Artifact::load(dir));
+  with_arg("tmap:kv:2:32:64:4:64");
+  expect_refused(
+      dir, {"programs.buckets[0].launches[0].args[1]", "\"2\" is not a layer of the KV cache"});
+  with_arg("tmap:kv:1x:32:64:4:64");
+  expect_refused(dir, {"\"1x\" is not a layer of the KV cache"});
+  with_arg("tmap:kv:1:16:128:4:64");
+  expect_refused(dir, {"a KV map's rows are one position of one head (COLS 64"});
+  with_arg("tmap:kv:1:32:64:4:32");
+  expect_refused(dir, {"read in bf16 boxes of 64 columns"});
+  with_arg("tmap:kv:1:64:64:4:64");
+  expect_refused(dir, {"a KV map's ROWS are one page's (32) and its BOX_ROWS the page size (4)"});
+  with_arg("tmap:kv:1:32:64:8:64");
+  expect_refused(dir, {"a KV map's ROWS are one page's (32)"});
 }
 
 TEST(Artifact, ChecksTheTargetArchitecture) {
