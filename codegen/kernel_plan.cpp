@@ -281,16 +281,17 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int combine_k = b.kernel("telos_kernels::attn_combine<" + I_(HQ) + ", " + I_(D) + ", " +
                                        I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
                                    {"part_o", "part_ml", "positions", "out"}, D);
-    // Prompt rows of a prefill bucket on attn_prefill where it takes the head dim: the split
-    // kernels then see the generated rows only (desc:split_positions; docs/artifact.md, "Prompt and
-    // generated tokens").
+    // Prompt rows of a prefill bucket on attn_prefill where it takes the head dim, in the plain
+    // order (no softmax / P·V overlap: faster at 4k-16k since its K/V come by TMA; perf-log, run
+    // W): the split kernels then see the generated rows only (desc:split_positions;
+    // docs/artifact.md, "Prompt and generated tokens").
     const bool prompt_attn = kind == "prefill" && attn_prefill_fits(D, HQ / HKV);
     const int prompt_tpt = attn_prefill_tokens_per_tile(T, HQ / HKV);
     const int prompt_k =
         prompt_attn
             ? b.kernel("telos_kernels::attn_prefill<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) +
                            ", " + I_(PAGE) + ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " +
-                           scale_log2 + ", " + I_(prompt_tpt) + ">",
+                           scale_log2 + ", " + I_(prompt_tpt) + ", false>",
                        {"q", "positions", "token_seq", "page_tables", "kv_layer", "kv_map", "out"},
                        kAttnPrefillThreads, attn_prefill_smem(D))
             : -1;

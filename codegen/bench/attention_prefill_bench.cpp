@@ -6,9 +6,9 @@
 // events around single launches, median of 20 after 3 warm-ups. Before timing, the first and last
 // token's heads 0 and 31 are checked against f64 (relative L2 error printed), so a fast wrong
 // kernel does not pass for a fast one. Prints one line per case and variant: "telos attn_prefill T
-// HQ HKV D MS REL_ERR" (the plan's kernel; attn_prefill_plain: without the overlaps); the torch
-// SDPA side is codegen/bench/attention_prefill_torch.py, run right after it in the same GPU
-// session.
+// HQ HKV D MS REL_ERR" (with the overlaps; attn_prefill_plain: without them, the plan's kernel
+// since run W in docs/perf-log.md); the torch SDPA side is
+// codegen/bench/attention_prefill_torch.py, run right after it in the same GPU session.
 //
 //   telos-attn-prefill-bench --compile-only CUBIN   NVRTC only (no GPU): compiles the instances,
 //                                                   writes CUBIN and CUBIN.names
@@ -52,8 +52,8 @@ constexpr long long kPageElems = 2LL * kHKV * kPage * kD;  // a one-layer pool
 constexpr int kThreads = telos::codegen::kAttnPrefillThreads;
 const int kSmem = telos::codegen::attn_prefill_smem(kD);
 
-// The kernel the plan uses (OVERLAP) and the plain order (no softmax / P·V overlap, no ping-pong):
-// what the overlaps are worth.
+// With the overlaps (OVERLAP) and the plain order the plan uses (no softmax / P·V overlap, no
+// ping-pong): what the overlaps are worth.
 std::string instance(bool overlap) {
   return "telos_kernels::attn_prefill<" + std::to_string(kHQ) + ", " + std::to_string(kHKV) + ", " +
          std::to_string(kD) + ", " + std::to_string(kPage) + ", " + std::to_string(kMaxP) + ", " +
