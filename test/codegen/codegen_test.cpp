@@ -402,7 +402,8 @@ TEST(Codegen, AttentionSplitIsAPerModelConstant) {
   for (const BucketProgram& b : plan.buckets)
     for (const Launch& l : b.launches)
       if (plan.kernels[l.kernel].instance.find("attn_split") != std::string::npos) {
-        EXPECT_EQ(l.grid[0], b.kind == "prefill" ? b.tokens / 4 : b.tokens);
+        // Prefill: tiles of 4 over the first max_batch (64) rows, the generated ones.
+        EXPECT_EQ(l.grid[0], b.kind == "prefill" ? 64 / 4 : b.tokens);
         EXPECT_EQ(l.grid[1], 8);
         EXPECT_EQ(l.grid[2], 32);
         EXPECT_EQ(plan.kernels[l.kernel].block, 128);
