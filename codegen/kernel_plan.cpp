@@ -296,6 +296,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                        kAttnPrefillThreads, attn_prefill_smem(D))
             : -1;
     const std::string split_positions = prompt_attn ? "desc:split_positions" : "desc:positions";
+    // There the generated rows are the step's first, at most max_batch of them (the engine packs
+    // them so), and the split kernels cover those rows only: in whole tiles of tpt, which end
+    // within the bucket since tpt divides T. Every other row of `attn` is attn_prefill's (its
+    // prompt rows, zeros for padding).
+    const int split_rows = prompt_attn ? std::min(T, in.max_batch) : T;
+    const int split_tiles = (split_rows + tpt - 1) / tpt;
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
     // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each
     // output element with the same wgmma chain over K and the same epilogue arithmetic
@@ -430,10 +436,11 @@ KernelPlan plan_kernels(const CodegenInput& in) {
         continue;
       }
       launch_qkv(w, l);
-      launch(split_k, {T / tpt, HKV, plan.attn_num_splits},
+      launch(split_k, {split_tiles, HKV, plan.attn_num_splits},
              {"buf:q", split_positions, "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
               "buf:part_o", "buf:part_ml"});
-      launch(combine_k, {T, HQ, 1}, {"buf:part_o", "buf:part_ml", split_positions, "buf:attn"});
+      launch(combine_k, {split_rows, HQ, 1},
+             {"buf:part_o", "buf:part_ml", split_positions, "buf:attn"});
       if (prompt_attn)
         launch(prompt_k, {HKV, T / prompt_tpt, 1},
                {"buf:q", "desc:prompt_positions", "desc:token_seq", "desc:page_tables",

@@ -89,6 +89,16 @@ void Scheduler::schedule(Step& step) {
   step.sequences.reserve(static_cast<std::size_t>(limits_.max_batch));
   step.num_tokens = 0;
   int budget = limits_.token_budget;
+  // Generated tokens the step may still take: at most max_batch a step (decode steps by their
+  // size; a prefill step runs the split kernels over its first max_batch rows only, which the
+  // GPU engine fills with the step's generated tokens; docs/artifact.md, "Prompt and generated
+  // tokens").
+  int generated_left = limits_.max_batch;
+  // How many of the next `count` tokens of `s` fit that: its prompt tokens all, then as many
+  // generated ones (recomputed after a preemption) as are left.
+  auto within_generated = [&](const SequenceState& s, int count) {
+    return std::min(count, std::max(0, s.prompt_len - s.num_computed) + generated_left);
+  };
   auto add_chunk = [&](int slot, int count) {
     SequenceState& s = slots_[static_cast<std::size_t>(slot)];
     ScheduledSequence seq;
@@ -103,6 +113,7 @@ void Scheduler::schedule(Step& step) {
     step.sequences.push_back(seq);
     step.num_tokens += count;
     budget -= count;
+    generated_left -= std::clamp(s.num_computed + count - s.prompt_len, 0, count);
   };
 
   // When max_batch exceeds the budget, decodes alone can spend it step after step and prompts
@@ -155,8 +166,12 @@ void Scheduler::schedule(Step& step) {
   for (int slot : running_) {
     if (budget <= 0) break;
     const SequenceState& s = slots_[static_cast<std::size_t>(slot)];
-    // A decoder's token was served (or preempted) by the decode pass above.
-    if (remaining(s) >= 1 && !decoding(s)) add_chunk(slot, std::min(remaining(s), budget));
+    // A decoder's token was served (or preempted) by the decode pass above. A request recomputing
+    // its generated tokens may get none of them this step; but it is running and not decoding, so
+    // the decode pass took at most max_batch - 1 and the oldest such request gets one at least.
+    if (remaining(s) < 1 || decoding(s)) continue;
+    const int count = within_generated(s, std::min(remaining(s), budget));
+    if (count > 0) add_chunk(slot, count);
   }
 
   // 3. Admission in arrival order. A request takes pages for all its known tokens now, so its
@@ -173,7 +188,8 @@ void Scheduler::schedule(Step& step) {
     s.tokens.reserve(static_cast<std::size_t>(s.max_len));
     s.pages.reserve(static_cast<std::size_t>(pages_for(s.max_len)));
     insert_by_arrival(running_, slot);
-    add_chunk(slot, std::min(static_cast<int>(s.tokens.size()), budget));
+    // num_computed is 0 here and a prompt has a token at least: the chunk is never empty.
+    add_chunk(slot, within_generated(s, std::min(static_cast<int>(s.tokens.size()), budget)));
   }
 
   // A decode step holds one generated token per sequence; a prompt's last token alone (a one-token

@@ -14,6 +14,9 @@
 //     prompt tokens thus never exceeds the largest prefill bucket.
 //     When the decodes alone spend the budget (max_batch > prefill_chunk), every other step
 //     serves prompts only, so that new requests still get in.
+//     A step holds at most max_batch generated tokens (decodes, and tokens a preempted request
+//     generated before, recomputed): the GPU's prefill buckets run the split attention kernels
+//     over their first max_batch rows only; a recomputing request's chunk stops at that limit.
 //  3. Waiting requests are admitted in arrival order while the batch has room (serving.max_batch),
 //     the budget is not spent and the pool has pages for all of their known tokens; the first that
 //     does not fit stops admission, so a big request is not overtaken forever by small ones.

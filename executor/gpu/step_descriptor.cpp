@@ -50,15 +50,31 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
       static_cast<int>(step.sequences.size()) > L.max_batch)
     fail("gpu engine: a step larger than the step descriptor");
 
-  int t = 0, r = 0;
+  // Generated tokens take rows 0..g-1 and prompt tokens rows g..: prefill buckets launch the
+  // split kernels over the first max_batch rows only (docs/artifact.md, "Prompt and generated
+  // tokens"), so a step may hold at most max_batch generated tokens.
+  int generated = 0, total = 0;
+  for (const ScheduledSequence& s : step.sequences) {
+    const int n = static_cast<int>(s.tokens.size());
+    generated += std::clamp(s.first_position + n - s.prompt_len, 0, n);
+    total += n;
+    auto who = [&] { return "gpu engine: request " + std::to_string(s.request); };
+    if (total > bucket_tokens) fail(who() + ": the step has more rows than its bucket");
+    if (generated > L.max_batch)
+      fail(who() + ": the step has more generated tokens than max_batch " +
+           std::to_string(L.max_batch) +
+           " (prefill buckets run the split kernels over rows 0..max_batch-1 only)");
+  }
+
+  int next_generated = 0, next_prompt = generated, r = 0;
   for (std::size_t i = 0; i < step.sequences.size(); ++i) {
     const ScheduledSequence& s = step.sequences[i];
     const int n = static_cast<int>(s.tokens.size());
     auto who = [&] { return "gpu engine: request " + std::to_string(s.request); };
     if (s.first_position < 0 || s.first_position + n > L.max_pages * L.page_size)
       fail(who() + ": positions beyond the compiled max_seq_len");
-    if (t + n > bucket_tokens || (s.samples && r >= bucket_sample_rows))
-      fail(who() + ": the step has more rows than its bucket");
+    if (s.samples && r >= bucket_sample_rows)
+      fail(who() + ": the step has more sampling rows than its bucket");
     const int needed = (s.first_position + n + L.page_size - 1) / L.page_size;
     if (static_cast<int>(s.page_table.size()) < needed) fail(who() + ": page table too short for its positions");
     // Only the pages of positions up to the step's last are read (attention and the KV append
@@ -68,28 +84,30 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
       if (s.page_table[p] < 0 || s.page_table[p] >= L.kv_pages) fail(who() + ": page id out of range");
       row[p] = s.page_table[p];
     }
-    for (int j = 0; j < n; ++j, ++t) {
+    int t = -1;  // the row of the sequence's last token
+    for (int j = 0; j < n; ++j) {
       if (s.tokens[j] >= L.vocab || s.tokens[j] < -fed_rows) fail(who() + ": token id out of range");
-      tok[t] = s.tokens[j];
       const int p = s.first_position + j;
+      t = p >= s.prompt_len ? next_generated++ : next_prompt++;
+      tok[t] = s.tokens[j];
       pos[t] = p;
       seq[t] = static_cast<std::int32_t>(i);
       split_pos[t] = p >= s.prompt_len ? p : -1;
       prompt_pos[t] = p < s.prompt_len ? p : -2;
     }
     if (!s.samples) continue;
-    rows[r] = t - 1;
+    rows[r] = t;
     const GpuSampling g = i < sampling.size() ? sampling[i] : GpuSampling{};
     params[r] = {g.temperature, g.top_p,  g.min_p, g.top_k, static_cast<std::uint32_t>(g.seed),
                  static_cast<std::uint32_t>(g.seed >> 32), s.first_position + n, 0};
     ++r;
   }
   // Padding rows of the bucket.
-  std::fill(tok + t, tok + bucket_tokens, 0);
-  std::fill(pos + t, pos + bucket_tokens, -1);
-  std::fill(seq + t, seq + bucket_tokens, 0);
-  std::fill(split_pos + t, split_pos + bucket_tokens, -1);
-  std::fill(prompt_pos + t, prompt_pos + bucket_tokens, -1);
+  std::fill(tok + total, tok + bucket_tokens, 0);
+  std::fill(pos + total, pos + bucket_tokens, -1);
+  std::fill(seq + total, seq + bucket_tokens, 0);
+  std::fill(split_pos + total, split_pos + bucket_tokens, -1);
+  std::fill(prompt_pos + total, prompt_pos + bucket_tokens, -1);
   std::fill(rows + r, rows + bucket_sample_rows, -1);
   if (bucket_sample_rows > r)
     std::memset(params + r, 0, sizeof(DeviceSampleParams) * static_cast<std::size_t>(bucket_sample_rows - r));

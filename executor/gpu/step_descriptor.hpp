@@ -51,16 +51,19 @@ struct PackedStep {
 };
 
 // Writes `step` into `host` (layout.bytes long) for a bucket of `bucket_tokens` token rows and
-// `bucket_sample_rows` sampling rows: the step's tokens first, padding rows after them (token 0,
-// position -1, sequence 0), sample rows -1 past the step's; split_positions holds the positions of
-// generated tokens (-1 for prompt tokens and padding) and prompt_positions those of prompt tokens
-// (-2 for generated tokens, -1 for padding), for the two attention kernels of prefill buckets;
-// sequence i's page-table row holds its pages for positions up to its last (the rest of the row is
-// not read and is left as it was). `sampling[i]` is sequence i's (greedy where absent). A token
-// -(r+1) is passed on as it is: the embedding kernel reads the token that row r of the previous
-// step sampled (ModelBackend:: feeds_sampled_tokens); `fed_rows` is that step's number of sampling
-// rows (0: none may be fed). Throws telos::Error naming the request on a token id, position or page
-// id out of range, before anything reaches the device.
+// `bucket_sample_rows` sampling rows. Rows: the step's generated tokens (positions at or past their
+// request's prompt_len) first, then its prompt tokens, each in sequence order, then padding rows
+// (token 0, position -1, sequence 0); a sampling row names the row of its sequence's last token,
+// -1 past the step's. split_positions holds the positions of generated tokens (-1 for prompt
+// tokens and padding) and prompt_positions those of prompt tokens (-2 for generated tokens, -1 for
+// padding), for the two attention kernels of prefill buckets; sequence i's page-table row holds its
+// pages for positions up to its last (the rest of the row is not read and is left as it was).
+// `sampling[i]` is sequence i's (greedy where absent). A token -(r+1) is passed on as it is: the
+// embedding kernel reads the token that row r of the previous step sampled (ModelBackend::
+// feeds_sampled_tokens); `fed_rows` is that step's number of sampling rows (0: none may be fed).
+// Throws telos::Error naming the request, before anything reaches the device, on a token id,
+// position or page id out of range, more tokens than the bucket, or more generated tokens than
+// max_batch (a prefill bucket's split kernels cover its first max_batch rows only).
 PackedStep pack_step_descriptor(const StepDescriptorLayout& layout, const Step& step, int bucket_tokens,
                                 int bucket_sample_rows, std::span<const GpuSampling> sampling, int fed_rows,
                                 char* host);

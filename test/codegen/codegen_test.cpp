@@ -402,7 +402,8 @@ TEST(Codegen, AttentionSplitIsAPerModelConstant) {
   for (const BucketProgram& b : plan.buckets)
     for (const Launch& l : b.launches)
       if (plan.kernels[l.kernel].instance.find("attn_split") != std::string::npos) {
-        EXPECT_EQ(l.grid[0], b.kind == "prefill" ? b.tokens / 4 : b.tokens);
+        // Prefill: tiles of 4 over the first max_batch (64) rows, the generated ones.
+        EXPECT_EQ(l.grid[0], b.kind == "prefill" ? 64 / 4 : b.tokens);
         EXPECT_EQ(l.grid[1], 8);
         EXPECT_EQ(l.grid[2], 32);
         EXPECT_EQ(plan.kernels[l.kernel].block, 128);
@@ -423,7 +424,8 @@ TEST(Codegen, AttentionTokensPerTile) {
   EXPECT_EQ(attn_tokens_per_tile(false, 64, 4), 1);  // decode: one token per sequence
 
   // Llama-3.2-1B (G = 4): the prefill bucket's attn_split has TPT = 4 (the last template
-  // argument) and a grid of T / 4 tiles; the decode buckets' has TPT = 1 and one block per token.
+  // argument) and a grid of max_batch / 4 tiles (the generated rows; attn_prefill has the prompt
+  // rows); the decode buckets' has TPT = 1 and one block per token.
   const KernelPlan plan = plan_kernels(llama_1b());
   const std::string prefix = "telos_kernels::attn_split<32, 8, 64, 16, 512, " +
                              std::to_string(2LL * 16 * 8 * 16 * 64) + "ll, 256, 32, " +
@@ -435,7 +437,7 @@ TEST(Codegen, AttentionTokensPerTile) {
       if (instance.find("attn_split") == std::string::npos) continue;
       if (b.kind == "prefill") {
         EXPECT_EQ(instance, prefix + "4>");
-        EXPECT_EQ(l.grid, (std::array<int, 3>{512 / 4, 8, 32}));
+        EXPECT_EQ(l.grid, (std::array<int, 3>{64 / 4, 8, 32}));
         ++seen_prefill;
       } else {
         EXPECT_EQ(instance, prefix + "1>");
@@ -445,6 +447,107 @@ TEST(Codegen, AttentionTokensPerTile) {
     }
   EXPECT_EQ(seen_prefill, 16);     // one a layer
   EXPECT_EQ(seen_decode, 2 * 16);  // three decode buckets, decode:1's layers persistent
+}
+
+// Prompt and generated tokens (docs/artifact.md): in a prefill bucket the split kernels read
+// desc:split_positions and attn_prefill (after them, tiles of 32 tokens at G = 4) writes the prompt
+// rows from desc:prompt_positions; decode buckets keep desc:positions; a head dim attn_prefill does
+// not take (32, the tiny fixtures') keeps the split kernels on desc:positions everywhere.
+TEST(Codegen, PromptRowsOfPrefillBucketsRunOnAttnPrefill) {
+  EXPECT_TRUE(attn_prefill_fits(64, 4));
+  EXPECT_TRUE(attn_prefill_fits(128, 6));
+  EXPECT_FALSE(attn_prefill_fits(32, 2));
+  EXPECT_EQ(attn_prefill_tokens_per_tile(512, 4), 32);
+  EXPECT_EQ(attn_prefill_tokens_per_tile(512, 6), 16);  // 96 of the 128 rows
+  EXPECT_EQ(attn_prefill_tokens_per_tile(16, 2), 16);   // tiles must be whole
+  const auto positions_arg = [](const KernelPlan& plan, const Launch& l) {
+    const std::vector<std::string>& params = plan.kernels[l.kernel].params;
+    const auto at = std::find(params.begin(), params.end(), "positions") - params.begin();
+    return at < static_cast<long>(l.args.size()) ? l.args[at] : std::string("(none)");
+  };
+  {
+    const KernelPlan plan = plan_kernels(llama_1b());
+    int prompt_launches = 0;
+    for (const BucketProgram& b : plan.buckets)
+      for (std::size_t i = 0; i < b.launches.size(); ++i) {
+        const Launch& l = b.launches[i];
+        const std::string& instance = plan.kernels[l.kernel].instance;
+        if (instance.find("attn_prefill") != std::string::npos) {
+          ASSERT_EQ(b.kind, "prefill");
+          EXPECT_EQ(positions_arg(plan, l), "desc:prompt_positions");
+          EXPECT_EQ(l.grid, (std::array<int, 3>{8, 512 / 32, 1}));
+          EXPECT_EQ(plan.kernels[l.kernel].block, kAttnPrefillThreads);
+          EXPECT_EQ(plan.kernels[l.kernel].dynamic_smem, attn_prefill_smem(64));
+          ASSERT_GE(i, 2u);  // after the split kernels, whose zeros it overwrites for prompt rows
+          EXPECT_NE(plan.kernels[b.launches[i - 1].kernel].instance.find("attn_combine"),
+                    std::string::npos);
+          ++prompt_launches;
+        } else if (instance.find("attn_split") != std::string::npos ||
+                   instance.find("attn_combine") != std::string::npos) {
+          EXPECT_EQ(positions_arg(plan, l),
+                    b.kind == "prefill" ? "desc:split_positions" : "desc:positions");
+        }
+      }
+    EXPECT_EQ(prompt_launches, 16);  // one a layer of the one prefill bucket
+  }
+  {
+    const KernelPlan plan = plan_kernels(tiny("llama"));
+    for (const BucketProgram& b : plan.buckets)
+      for (const Launch& l : b.launches) {
+        const std::string& instance = plan.kernels[l.kernel].instance;
+        EXPECT_EQ(instance.find("attn_prefill"), std::string::npos);
+        if (instance.find("attn_split") != std::string::npos) {
+          EXPECT_EQ(positions_arg(plan, l), "desc:positions");
+        }
+      }
+  }
+}
+
+// A prefill step's generated rows are its first, at most max_batch of them (the engine packs them
+// so: executor/gpu/step_descriptor.hpp): the split kernels of a prefill bucket that has
+// attn_prefill cover min(T, max_batch) rows (attn_split in whole tiles of TPT), not the bucket's T;
+// decode buckets, and prefill buckets without attn_prefill (head dim 32), keep all T rows.
+TEST(Codegen, SplitKernelsOfPrefillBucketsCoverTheGeneratedRowsOnly) {
+  // {attn_split's grid x, attn_combine's grid x} of each bucket, by kind and size; checks that
+  // every layer of a bucket has the same.
+  const auto split_grids = [](const KernelPlan& plan) {
+    std::map<std::pair<std::string, int>, std::pair<int, int>> grids;
+    for (const BucketProgram& b : plan.buckets) {
+      std::set<int> split, combine;
+      for (const Launch& l : b.launches) {
+        const std::string& instance = plan.kernels[l.kernel].instance;
+        if (instance.find("attn_split<") != std::string::npos) split.insert(l.grid[0]);
+        if (instance.find("attn_combine<") != std::string::npos) combine.insert(l.grid[0]);
+      }
+      if (split.empty() && combine.empty()) continue;  // decode_layer_persistent
+      EXPECT_EQ(split.size(), 1u) << b.kind << " " << b.size;
+      EXPECT_EQ(combine.size(), 1u) << b.kind << " " << b.size;
+      grids[{b.kind, b.size}] = {*split.begin(), *combine.begin()};
+    }
+    return grids;
+  };
+  using Grids = std::map<std::pair<std::string, int>, std::pair<int, int>>;
+  CodegenInput in = llama_1b();  // G = 4: TPT 4 in prefill buckets; max_batch 64
+  in.prefill_buckets = {32, 512};
+  EXPECT_EQ(split_grids(plan_kernels(in)),
+            (Grids{{{"prefill", 512}, {64 / 4, 64}},
+                   {{"prefill", 32}, {32 / 4, 32}},  // T below max_batch: all T rows
+                   {{"decode", 6}, {6, 6}},
+                   {{"decode", 64}, {64, 64}}}));
+  // max_batch 6: two tiles of 4 rows, the second's last two rows prompt or padding (-1 in
+  // desc:split_positions, written by no split kernel).
+  in.max_batch = 6;
+  in.decode_buckets = {1, 6};
+  EXPECT_EQ(
+      split_grids(plan_kernels(in)),
+      (Grids{{{"prefill", 512}, {2, 6}}, {{"prefill", 32}, {2, 6}}, {{"decode", 6}, {6, 6}}}));
+  // Head dim 32 (attn_prefill does not take it): the split kernels have every row of every bucket.
+  const KernelPlan tiny_plan = plan_kernels(tiny("llama"));
+  for (const auto& [bucket, grid] : split_grids(tiny_plan)) {
+    const int tpt = attn_tokens_per_tile(bucket.first == "prefill", bucket.second, 2);
+    EXPECT_EQ(grid, std::make_pair(bucket.second / tpt, bucket.second))
+        << bucket.first << " " << bucket.second;
+  }
 }
 
 // The persistent decode kernel runs attention's work items on its consumer warpgroup (threads

@@ -61,6 +61,7 @@ struct Seq {
   std::vector<std::int32_t> tokens;
   std::vector<PageId> pages;
   int computed = 0;
+  int prompt_len = 0;  // tokens past it are generated: at most max_batch of those a step
 };
 
 class PagePool {
@@ -95,6 +96,7 @@ std::vector<std::int32_t> step(GpuStepExecutor& ex, std::vector<Seq*> seqs, int 
     q.tokens = std::span<const std::int32_t>(s->tokens).subspan(static_cast<std::size_t>(s->computed), static_cast<std::size_t>(n));
     q.page_table = s->pages;
     q.samples = s->computed + n == static_cast<int>(s->tokens.size());
+    q.prompt_len = s->prompt_len;
     st.num_tokens += n;
     st.sequences.push_back(q);
   }
@@ -143,7 +145,10 @@ std::vector<Generated> generate(GpuStepExecutor& ex, const Artifact& art, const 
   const int chunk = cases.size() == 1 ? largest_prefill : kBatchChunk;
   PagePool pool(ex.num_kv_pages());
   std::vector<Seq> seqs(cases.size());
-  for (std::size_t i = 0; i < cases.size(); ++i) seqs[i].tokens = cases[i].prompt;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    seqs[i].tokens = cases[i].prompt;
+    seqs[i].prompt_len = static_cast<int>(cases[i].prompt.size());
+  }
   std::vector<Generated> out(cases.size());
   const std::size_t want = cases.front().greedy.size();
   while (true) {

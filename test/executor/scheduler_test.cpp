@@ -172,6 +172,33 @@ TEST(Scheduler, PreemptsTheYoungestWhenThePoolRunsOut) {
   run(s, again);
 }
 
+// A step holds at most max_batch generated tokens (the GPU's prefill buckets run the split
+// attention kernels over their first max_batch rows): a preempted request recomputes the tokens it
+// generated at most max_batch a step, beside the decodes, and its prompt within the budget.
+TEST(Scheduler, RecomputedTokensCountAgainstMaxBatch) {
+  // 6 pages of 4 positions, max_batch 2. Request 1 (prompt 12) and request 2 (prompt 2) decode
+  // side by side until request 1 needs a page for position 16 and the pool is empty: request 2,
+  // younger, is preempted with its prompt and the 5 tokens it generated.
+  KvPagePool pool(6);
+  Scheduler s(limits(2, 16, 4, 32), pool);
+  s.add(1, prompt(12), 8);
+  s.add(2, prompt(2), 16);
+  while (s.num_preemptions() == 0) run(s, s.schedule());
+  ASSERT_NE(s.find(2), nullptr);
+  EXPECT_EQ(s.find(2)->tokens.size(), 7u);
+  s.remove(1);
+  // Back alone: its 2 prompt tokens and 2 of its 5 generated ones, then 2, then the last one it
+  // knows, alone: a decode.
+  std::vector<int> chunks;
+  while (s.find(2)->num_computed < 7) {
+    Step step = s.schedule();
+    ASSERT_EQ(step.sequences.size(), 1u);
+    chunks.push_back(static_cast<int>(step.sequences[0].tokens.size()));
+    s.commit(step);
+  }
+  EXPECT_EQ(chunks, (std::vector<int>{4, 2, 1}));
+}
+
 TEST(Scheduler, ARequestAloneIsNeverPreemptedAndPreemptsItselfLast) {
   // 3 pages: request 1 grows to fill them; request 2, younger, gives way every time.
   KvPagePool pool(3);
@@ -272,6 +299,13 @@ void run_random_lifecycles(int max_batch, int budget, unsigned seed) {
     if (step.bucket_kind == BucketKind::Prefill) {
       ASSERT_LE(step.num_tokens, budget);
     }
+    // At most max_batch generated tokens (decodes and recomputed ones): the GPU's prefill buckets
+    // run the split kernels over that many rows.
+    int generated_tokens = 0;
+    for (const ScheduledSequence& q : step.sequences)
+      generated_tokens += std::max(0, q.first_position + static_cast<int>(q.tokens.size()) -
+                                          std::max(q.first_position, q.prompt_len));
+    ASSERT_LE(generated_tokens, max_batch);
     if (step.bucket_kind == BucketKind::Decode)
       ASSERT_GE(step.bucket, static_cast<int>(step.sequences.size()));
     else

@@ -61,21 +61,27 @@ TEST(StepDescriptor, PacksAPrefillChunkAndADecodeToken) {
   const std::int32_t* tok = b.i32(l.off_tokens);
   const std::int32_t* pos = b.i32(l.off_positions);
   const std::int32_t* seq = b.i32(l.off_token_seq);
-  EXPECT_EQ(std::vector<std::int32_t>(tok, tok + 8), (std::vector<std::int32_t>{7, 8, 9, 10, 11, 42, 0, 0}));
-  EXPECT_EQ(std::vector<std::int32_t>(pos, pos + 8), (std::vector<std::int32_t>{14, 15, 16, 17, 18, 40, -1, -1}));
-  EXPECT_EQ(std::vector<std::int32_t>(seq, seq + 8), (std::vector<std::int32_t>{0, 0, 0, 0, 0, 1, 0, 0}));
+  // Generated tokens first (17 and 18 of request 5, then request 6's), then the prompt tokens: the
+  // split kernels of prefill buckets cover the first max_batch rows only.
+  EXPECT_EQ(std::vector<std::int32_t>(tok, tok + 8),
+            (std::vector<std::int32_t>{10, 11, 42, 7, 8, 9, 0, 0}));
+  EXPECT_EQ(std::vector<std::int32_t>(pos, pos + 8),
+            (std::vector<std::int32_t>{17, 18, 40, 14, 15, 16, -1, -1}));
+  EXPECT_EQ(std::vector<std::int32_t>(seq, seq + 8),
+            (std::vector<std::int32_t>{0, 0, 1, 0, 0, 0, 0, 0}));
   // The two attention kernels' rows: generated tokens for the split kernels, prompt tokens for
   // attn_prefill (-2: a generated token, left to the split kernels), -1 for padding in both.
   const std::int32_t* split = b.i32(l.off_split_positions);
   const std::int32_t* prompt_rows = b.i32(l.off_prompt_positions);
   EXPECT_EQ(std::vector<std::int32_t>(split, split + 8),
-            (std::vector<std::int32_t>{-1, -1, -1, 17, 18, 40, -1, -1}));
+            (std::vector<std::int32_t>{17, 18, 40, -1, -1, -1, -1, -1}));
   EXPECT_EQ(std::vector<std::int32_t>(prompt_rows, prompt_rows + 8),
-            (std::vector<std::int32_t>{14, 15, 16, -2, -2, -2, -1, -1}));
+            (std::vector<std::int32_t>{-2, -2, -2, 14, 15, 16, -1, -1}));
   // Rows past the bucket are not written.
   EXPECT_EQ(tok[8], 0x5a5a5a5a);
   const std::int32_t* rows = b.i32(l.off_sample_rows);
-  EXPECT_EQ(std::vector<std::int32_t>(rows, rows + 4), (std::vector<std::int32_t>{4, 5, -1, -1}));
+  // A sampling row names the row of its sequence's last token (request 5's: position 18).
+  EXPECT_EQ(std::vector<std::int32_t>(rows, rows + 4), (std::vector<std::int32_t>{1, 2, -1, -1}));
   const std::int32_t* pt = b.i32(l.off_page_tables);
   EXPECT_EQ(pt[0], 3);
   EXPECT_EQ(pt[1], 4);
@@ -143,6 +149,44 @@ TEST(StepDescriptor, RefusesIdsAndPositionsOutOfRange) {
   expect_refused(one(ok, -1, pages), 4, "request 77: positions beyond the compiled max_seq_len");
   const std::vector<std::int32_t> five = {1, 2, 3, 4, 5};
   expect_refused(one(five, 0, pages), 4, "request 77: the step has more rows than its bucket");
+}
+
+// A prompt chunk scheduled before a decode token still leaves row 0 to the decode token, and a
+// step with more generated tokens than max_batch (4 here) is refused: the split kernels of a
+// prefill bucket run over its first max_batch rows only.
+TEST(StepDescriptor, GeneratedTokensComeFirstAndAtMostMaxBatch) {
+  const StepDescriptorLayout l = layout();
+  Buffer b(l);
+  const std::vector<std::int32_t> prompt = {1, 2, 3}, decode = {4};
+  const std::vector<PageId> pages = {1, 2};
+  auto i32s = [&](std::int64_t off, int n) {
+    return std::vector<std::int32_t>(b.i32(off), b.i32(off) + n);
+  };
+  Step step;
+  step.sequences.push_back(
+      {1, 0, std::span<const std::int32_t>(prompt), std::span<const PageId>(pages), true});
+  step.sequences.back().prompt_len = 3;
+  step.sequences.push_back(
+      {2, 20, std::span<const std::int32_t>(decode), std::span<const PageId>(pages), true});
+  step.sequences.back().prompt_len = 5;
+  pack_step_descriptor(l, step, 8, 4, {}, 0, b.bytes.data());
+  EXPECT_EQ(i32s(l.off_split_positions, 4), (std::vector<std::int32_t>{20, -1, -1, -1}));
+  EXPECT_EQ(i32s(l.off_prompt_positions, 4), (std::vector<std::int32_t>{-2, 0, 1, 2}));
+  EXPECT_EQ(i32s(l.off_token_seq, 4), (std::vector<std::int32_t>{1, 0, 0, 0}));
+  EXPECT_EQ(i32s(l.off_sample_rows, 2), (std::vector<std::int32_t>{3, 0}));
+
+  // Request 78 recomputes positions 10..14 after a preemption, all past its 10-token prompt: five
+  // generated tokens, one more than max_batch, within the bucket's 8 rows.
+  const std::vector<std::int32_t> recomputed = {1, 2, 3, 4, 5};
+  Step over;
+  over.sequences.push_back(
+      {78, 10, std::span<const std::int32_t>(recomputed), std::span<const PageId>(pages), true});
+  over.sequences.back().prompt_len = 10;
+  expect_refused(over, 8, "request 78: the step has more generated tokens than max_batch 4");
+  // Four of them fit.
+  over.sequences.back().tokens = std::span<const std::int32_t>(recomputed).first(4);
+  pack_step_descriptor(l, over, 8, 4, {}, 0, b.bytes.data());
+  EXPECT_EQ(i32s(l.off_split_positions, 5), (std::vector<std::int32_t>{10, 11, 12, 13, -1}));
 }
 
 // An overlapped decode step: -(r+1) stands for the token row r of the previous step sampled, and
