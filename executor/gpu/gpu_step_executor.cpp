@@ -235,14 +235,19 @@ struct GpuStepExecutor::State {
   const Bucket& choose(const Step& step, int sampling_rows) const {
     const int n = static_cast<int>(step.sequences.size());
     int total = 0;
-    bool one_each = true;
+    // Decode buckets take steps of one generated token a sequence only: a prompt token always
+    // meets a prefill bucket's attention (attn_prefill where the plan has it), as the scheduler's
+    // bucket kind says, so its bits never depend on what shares its step (docs/artifact.md,
+    // "Prompt and generated tokens").
+    bool generated_single = true;
     for (const auto& s : step.sequences) {
       total += static_cast<int>(s.tokens.size());
-      one_each = one_each && s.tokens.size() == 1;
+      generated_single = generated_single && s.tokens.size() == 1 && s.first_position >= s.prompt_len;
     }
     const Bucket* best = nullptr;
     for (const auto& b : buckets) {
-      const bool fits = b.decode ? one_each && n <= b.size : total <= b.tokens && n <= desc.max_batch;
+      const bool fits =
+          b.decode ? generated_single && n <= b.size : total <= b.tokens && n <= desc.max_batch;
       if (!fits || sampling_rows > b.sample_rows) continue;
       // Prefer decode buckets for decode steps, then the smallest that fits.
       if (!best || (b.decode && !best->decode) || (b.decode == best->decode && b.tokens < best->tokens))
