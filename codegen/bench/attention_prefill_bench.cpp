@@ -81,8 +81,7 @@ std::uint16_t to_bf16(float f) {
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--compile-only") {
-    const std::vector<std::string> names = {instance(true), instance(false),
-                                            instance(false, true)};
+    const std::vector<std::string> names = {instance(true), instance(false), instance(false, true)};
     const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names,
                                             CompileCache::default_root());
     save_bench_cubin(argv[2], m, names);
@@ -201,8 +200,7 @@ int main(int argc, char** argv) {
                   overlap   ? "attn_prefill"
                   : q_split ? "attn_prefill_plain_qsplit"
                             : "attn_prefill_plain",
-                  T, kHQ, kHKV, kD, ms,
-                  std::sqrt(num / den));
+                  T, kHQ, kHKV, kD, ms, std::sqrt(num / den));
       std::fflush(stdout);
     }
   }

@@ -322,15 +322,19 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
 
     // Q_lo = bf16(q - Q_hi) as the register-A fragments of S's k-steps (hexel/wgmma.cuh, mma_rs:
     // qlo[kk][0] row r0, k 16kk + 2·quad + {0,1}; [1] row r1; [2] and [3] the same at k + 8),
-    // zeros where Q_hi is (rows of no token or of padding). q - Q_hi is exact in f32.
+    // zeros where Q_hi is (rows of no token or of padding). q - Q_hi is exact in f32. Without
+    // Q_SPLIT the array is only named (by issue_s's discarded branch) and takes no registers.
     unsigned qlo[Q_SPLIT ? D / 16 : 1][4];
     if constexpr (Q_SPLIT) {
-      const float* q0 = q + (static_cast<long long>(t0 + j0) * HQ + kvh * G + r0 % G) * D + 2 * quad;
-      const float* q1 = q + (static_cast<long long>(t0 + j1) * HQ + kvh * G + r1 % G) * D + 2 * quad;
+      const float* q0 =
+          q + (static_cast<long long>(t0 + j0) * HQ + kvh * G + r0 % G) * D + 2 * quad;
+      const float* q1 =
+          q + (static_cast<long long>(t0 + j1) * HQ + kvh * G + r1 % G) * D + 2 * quad;
       auto lo_pair = [](const float* src) {
         const float2 x = *reinterpret_cast<const float2*>(src);
         const unsigned hi = pack_bf16x2(x.x, x.y);
-        return pack_bf16x2(x.x - __uint_as_float(hi << 16), x.y - __uint_as_float(hi & 0xffff0000u));
+        return pack_bf16x2(x.x - __uint_as_float(hi << 16),
+                           x.y - __uint_as_float(hi & 0xffff0000u));
       };
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
