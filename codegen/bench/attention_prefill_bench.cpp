@@ -7,7 +7,9 @@
 // token's heads 0 and 31 are checked against f64 (relative L2 error printed), so a fast wrong
 // kernel does not pass for a fast one. Prints one line per case and variant: "telos attn_prefill T
 // HQ HKV D MS REL_ERR" (with the overlaps; attn_prefill_plain: without them, the plan's kernel
-// since run W in docs/perf-log.md); the torch SDPA side is
+// since run W in docs/perf-log.md; attn_prefill_plain_qsplit: the plain order with Q in two bf16
+// parts, Q_SPLIT, its reference from q in f32, the others' from q rounded to bf16 as they round
+// it); the torch SDPA side is
 // codegen/bench/attention_prefill_torch.py, run right after it in the same GPU session.
 //
 //   telos-attn-prefill-bench --compile-only CUBIN   NVRTC only (no GPU): compiles the instances,
@@ -53,13 +55,13 @@ constexpr int kThreads = telos::codegen::kAttnPrefillThreads;
 const int kSmem = telos::codegen::attn_prefill_smem(kD);
 
 // With the overlaps (OVERLAP) and the plain order the plan uses (no softmax / P·V overlap, no
-// ping-pong): what the overlaps are worth.
-std::string instance(bool overlap) {
+// ping-pong): what the overlaps are worth; Q_SPLIT (the plain order only): what Q_lo's wgmmas cost.
+std::string instance(bool overlap, bool q_split = false) {
   return "telos_kernels::attn_prefill<" + std::to_string(kHQ) + ", " + std::to_string(kHKV) + ", " +
          std::to_string(kD) + ", " + std::to_string(kPage) + ", " + std::to_string(kMaxP) + ", " +
          std::to_string(kPageElems) + "ll, " +
          float_literal(1.4426950408889634 / std::sqrt(double(kD))) + ", " + std::to_string(kTpt) +
-         (overlap ? ", true>" : ", false>");
+         (overlap ? ", true" : ", false") + (q_split ? ", true>" : ">");
 }
 
 float from_bf16(std::uint16_t h) {
@@ -79,7 +81,7 @@ std::uint16_t to_bf16(float f) {
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--compile-only") {
-    const std::vector<std::string> names = {instance(true), instance(false)};
+    const std::vector<std::string> names = {instance(true), instance(false), instance(false, true)};
     const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names,
                                             CompileCache::default_root());
     save_bench_cubin(argv[2], m, names);
@@ -93,9 +95,9 @@ int main(int argc, char** argv) {
   check(loaded.status, "load");
   cudaLibrary_t lib = loaded.lib;
   const std::map<std::string, std::string>& lowered = loaded.lowered;
-  auto kernel = [&](bool overlap) {
+  auto kernel = [&](bool overlap, bool q_split) {
     cudaKernel_t k = nullptr;
-    check(cudaLibraryGetKernel(&k, lib, lowered.at(instance(overlap)).c_str()), "kernel");
+    check(cudaLibraryGetKernel(&k, lib, lowered.at(instance(overlap, q_split)).c_str()), "kernel");
     const void* fn = reinterpret_cast<const void*>(k);
     check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "smem");
     return fn;
@@ -142,32 +144,36 @@ int main(int argc, char** argv) {
                         (static_cast<long long>(which * kHKV + kvh) * kPage + p % kPage) * kD + d]);
   };
   for (const int T : {4096, 8192, 16384}) {
-    // Rows (t, h) for t = 0, T - 1 and h = 0, 31 in f64 (q rounded to bf16 as the kernel does).
-    std::vector<std::pair<std::size_t, std::vector<double>>> refs;
+    // Rows (t, h) for t = 0, T - 1 and h = 0, 31 in f64, q rounded to bf16 as the kernel without
+    // Q_SPLIT does (refs[0]) and q in f32 (refs[1]).
+    std::vector<std::pair<std::size_t, std::vector<double>>> refs[2];
     for (const int t : {0, T - 1})
-      for (const int h : {0, kHQ - 1}) {
-        const int kvh = h / (kHQ / kHKV);
-        const std::size_t row = static_cast<std::size_t>(t) * kHQ + h;
-        std::vector<double> sc(t + 1), ref(kD, 0.0);
-        double mx = -INFINITY, sum = 0;
-        for (int p = 0; p <= t; ++p) {
-          double dot = 0;
-          for (int d = 0; d < kD; ++d)
-            dot += double(from_bf16(to_bf16(q[row * kD + d]))) * kv_at(p, 0, kvh, d);
-          sc[p] = dot / std::sqrt(double(kD));
-          mx = std::max(mx, sc[p]);
+      for (const int h : {0, kHQ - 1})
+        for (const bool exact_q : {false, true}) {
+          const int kvh = h / (kHQ / kHKV);
+          const std::size_t row = static_cast<std::size_t>(t) * kHQ + h;
+          std::vector<double> sc(t + 1), ref(kD, 0.0);
+          double mx = -INFINITY, sum = 0;
+          for (int p = 0; p <= t; ++p) {
+            double dot = 0;
+            for (int d = 0; d < kD; ++d) {
+              const float qd = q[row * kD + d];
+              dot += double(exact_q ? qd : from_bf16(to_bf16(qd))) * kv_at(p, 0, kvh, d);
+            }
+            sc[p] = dot / std::sqrt(double(kD));
+            mx = std::max(mx, sc[p]);
+          }
+          for (int p = 0; p <= t; ++p) {
+            const double w = std::exp(sc[p] - mx);
+            sum += w;
+            for (int d = 0; d < kD; ++d) ref[d] += w * kv_at(p, 1, kvh, d);
+          }
+          for (double& r : ref) r /= sum;
+          refs[exact_q].emplace_back(row, std::move(ref));
         }
-        for (int p = 0; p <= t; ++p) {
-          const double w = std::exp(sc[p] - mx);
-          sum += w;
-          for (int d = 0; d < kD; ++d) ref[d] += w * kv_at(p, 1, kvh, d);
-        }
-        for (double& r : ref) r /= sum;
-        refs.emplace_back(row, std::move(ref));
-      }
     // The plain order first: if the overlapped kernel fails, its figure is still there.
-    for (const bool overlap : {false, true}) {
-      const void* fn = kernel(overlap);
+    for (const auto& [overlap, q_split] : {std::pair{false, false}, {false, true}, {true, false}}) {
+      const void* fn = kernel(overlap, q_split);
       std::vector<const void*> args = {dq, dpos, dseq, dpt, dkv, dmap, dout};
       std::vector<void*> params;
       for (auto& a : args) params.push_back(&a);
@@ -179,7 +185,7 @@ int main(int argc, char** argv) {
       launch();
       check(cudaDeviceSynchronize(), "first launch");
       double num = 0, den = 0;
-      for (const auto& [row, ref] : refs) {
+      for (const auto& [row, ref] : refs[q_split]) {
         std::vector<std::uint16_t> got(kD);
         check(cudaMemcpy(got.data(), dout + row * kD, kD * 2, cudaMemcpyDeviceToHost),
               "row download");
@@ -191,8 +197,10 @@ int main(int argc, char** argv) {
       }
       const float ms = median_event_ms(launch, check, 2);
       std::printf("telos %s %d %d %d %d %.4f %.2e\n",
-                  overlap ? "attn_prefill" : "attn_prefill_plain", T, kHQ, kHKV, kD, ms,
-                  std::sqrt(num / den));
+                  overlap   ? "attn_prefill"
+                  : q_split ? "attn_prefill_plain_qsplit"
+                            : "attn_prefill_plain",
+                  T, kHQ, kHKV, kD, ms, std::sqrt(num / den));
       std::fflush(stdout);
     }
   }

@@ -1,7 +1,8 @@
 """torch SDPA beside telos-attn-prefill-bench: causal prefill attention, head dim 128.
 
-Reads telos-attn-prefill-bench's output (lines "telos attn_prefill T HQ HKV D MS REL_ERR", and
-"telos attn_prefill_plain ..." for the kernel without its overlaps) from the file named as
+Reads telos-attn-prefill-bench's output (lines "telos attn_prefill T HQ HKV D MS REL_ERR",
+"telos attn_prefill_plain ..." for the kernel without its overlaps and
+"telos attn_prefill_plain_qsplit ..." for it with Q in two bf16 parts) from the file named as
 argv[1]. For each T, times torch.nn.functional.scaled_dot_product_attention(
 is_causal=True) on contiguous bf16 q [1, HQ, T, D], k and v [1, HKV, T, D] with each backend
 (flash, efficient, cudnn) through torch.nn.attention.sdpa_kernel: enable_gqa=True where the
@@ -41,7 +42,7 @@ def time_backend(backend, q, k, v):
 
 
 def main():
-    rows, plain = [], {}
+    rows, plain, qsplit = [], {}, {}
     with open(sys.argv[1]) as f:
         for line in f:
             p = line.split()
@@ -49,12 +50,14 @@ def main():
                 rows.append((int(p[2]), int(p[3]), int(p[4]), int(p[5]), float(p[6]), float(p[7])))
             elif len(p) == 8 and p[0] == "telos" and p[1] == "attn_prefill_plain":
                 plain[int(p[2])] = float(p[6])
+            elif len(p) == 8 and p[0] == "telos" and p[1] == "attn_prefill_plain_qsplit":
+                qsplit[int(p[2])] = float(p[6])
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                 ("cudnn", SDPBackend.CUDNN_ATTENTION)]
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
-    print("| T | telos ms | TFLOP/s | rel err | plain TFLOP/s | " + " | ".join(f"{n} ms" for n, _ in backends)
-          + " | fastest | TFLOP/s | fastest/telos |")
-    print("|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
+    print("| T | telos ms | TFLOP/s | rel err | plain TFLOP/s | plain Q_SPLIT TFLOP/s | "
+          + " | ".join(f"{n} ms" for n, _ in backends) + " | fastest | TFLOP/s | fastest/telos |")
+    print("|---|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
     for t, hq, hkv, d, ms, err in rows:
         q = torch.randn(1, hq, t, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(1, hkv, t, d, device="cuda", dtype=torch.bfloat16)
@@ -68,7 +71,9 @@ def main():
         flop = 4.0 * t * t * d * hq / 2
         tail = f"{best[0]} | {flop / best[1] / 1e9:.0f} | {best[1] / ms:.3f}" if best else "none | - | -"
         pl = f"{flop / plain[t] / 1e9:.0f}" if t in plain else "-"
-        print(f"| {t} | {ms:.3f} | {flop / ms / 1e9:.0f} | {err:.1e} | {pl} | " + " | ".join(cells) + f" | {tail} |")
+        qs = f"{flop / qsplit[t] / 1e9:.0f}" if t in qsplit else "-"
+        print(f"| {t} | {ms:.3f} | {flop / ms / 1e9:.0f} | {err:.1e} | {pl} | {qs} | " + " | ".join(cells)
+              + f" | {tail} |")
         del q, k, v
         torch.cuda.empty_cache()
 

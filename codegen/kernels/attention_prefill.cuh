@@ -79,8 +79,16 @@
 // barriers 3 and 4), so one's softmax overlaps the other's products; each row still sees the
 // same operations in the same order.
 //
-// Registers: S (BN/2 f32), O (D/2 f32) and P (BN/4 b32) per consumer thread: setmaxnreg gives
-// the consumers 240 and the producer 24 (128 · 24 + 256 · 240 <= 64 K registers an SM).
+// Q_SPLIT: S = Q_hi·Kᵀ + Q_lo·Kᵀ with Q_hi = bf16(q) (the staged Q) and Q_lo = bf16(q - Q_hi), so
+// a score carries ~16 bits of q's mantissa instead of 8: rounding q to bf16 moves a score by up to
+// 2^-9 · |q|·|k|, which decides the weights of sharp rows (scores · SCALE_LOG2 of 10-30). Shared
+// memory has no room for a second Q at D = 128, so Q_lo lives in registers as the register-A
+// fragments of S's k-steps (4 b32 a k-step, D/16 k-steps: 32 at D = 128, read from q once); each
+// k-step issues Q_hi's wgmma (from shared memory) and then Q_lo's (from registers) into the same
+// accumulator, the same order for every row.
+// Registers: S (BN/2 f32), O (D/2 f32), P (BN/4 b32) and with Q_SPLIT Q_lo (D/4 b32) per consumer
+// thread: setmaxnreg gives the consumers 240 and the producer 24 (128 · 24 + 256 · 240 <= 64 K
+// registers an SM).
 // Stages: 3 at D = 128 (Q 32 KB + 3 x 64 KB = 224 KB, under the 227 KB a CTA may have with the
 // segment table), 6 at D = 64 (16 KB + 6 x 32 KB).
 #include "common.cuh"
@@ -140,9 +148,9 @@ __device__ __forceinline__ float ex2(float x) {
 // V); see the header comment. `kv_map`: the tensor map of `tmap:kv:L:...` over the pool from
 // kv_layer (rows of D, boxes of PAGE x 64, 128-byte swizzle), read when PAGE is a multiple of 8
 // dividing the key block. Launch: grid (HKV, T / TPT), AttnPrefill<D>::kThreads threads,
-// AttnPrefill<D>::kSmemBytes dynamic shared memory.
+// AttnPrefill<D>::kSmemBytes dynamic shared memory (the same with Q_SPLIT).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2,
-          int TPT, bool OVERLAP = true>
+          int TPT, bool OVERLAP = true, bool Q_SPLIT = false>
 __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     attn_prefill(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                  const bf16* kv_layer, const hexel::TensorMap* kv_map, bf16* out) {
@@ -312,6 +320,31 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       if (p1 == -1) *reinterpret_cast<unsigned*>(out1 + 8 * n) = 0u;
     }
 
+    // Q_lo = bf16(q - Q_hi) as the register-A fragments of S's k-steps (hexel/wgmma.cuh, mma_rs:
+    // qlo[kk][0] row r0, k 16kk + 2·quad + {0,1}; [1] row r1; [2] and [3] the same at k + 8),
+    // zeros where Q_hi is (rows of no token or of padding). q - Q_hi is exact in f32. Without
+    // Q_SPLIT the array is only named (by issue_s's discarded branch) and takes no registers.
+    unsigned qlo[Q_SPLIT ? D / 16 : 1][4];
+    if constexpr (Q_SPLIT) {
+      const float* q0 =
+          q + (static_cast<long long>(t0 + j0) * HQ + kvh * G + r0 % G) * D + 2 * quad;
+      const float* q1 =
+          q + (static_cast<long long>(t0 + j1) * HQ + kvh * G + r1 % G) * D + 2 * quad;
+      auto lo_pair = [](const float* src) {
+        const float2 x = *reinterpret_cast<const float2*>(src);
+        const unsigned hi = pack_bf16x2(x.x, x.y);
+        return pack_bf16x2(x.x - __uint_as_float(hi << 16),
+                           x.y - __uint_as_float(hi & 0xffff0000u));
+      };
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        qlo[kk][0] = p0 >= 0 ? lo_pair(q0 + 16 * kk) : 0u;
+        qlo[kk][1] = p1 >= 0 ? lo_pair(q1 + 16 * kk) : 0u;
+        qlo[kk][2] = p0 >= 0 ? lo_pair(q0 + 16 * kk + 8) : 0u;
+        qlo[kk][3] = p1 >= 0 ? lo_pair(q1 + 16 * kk + 8) : 0u;
+      }
+    }
+
     const auto q_desc = wgmma::kmajor_desc(sq + cw * 64 * 128, Swizzle::B128);
     if constexpr (OVERLAP) {
       if (cw == 1) named_barrier_arrive(3, 256);  // warpgroup 0 issues first
@@ -332,7 +365,8 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         mbarrier::wait_parity(full_k + 8 * st, phase);
         fence_proxy_async_smem();  // the stage was written by cp.async (generic proxy)
       };
-      // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for).
+      // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for); with Q_SPLIT
+      // each k-step adds Q_lo's product after Q_hi's.
       auto issue_s = [&](unsigned st, float(&sc)[BN / 2]) {
         const auto k_desc = wgmma::kmajor_desc(k_stage(st), Swizzle::B128);
         wgmma::fence();
@@ -341,6 +375,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           const unsigned off_q = (kk / 4) * (C::kRows * 128) + (kk % 4) * 32;
           const unsigned off_k = (kk / 4) * (BN * 128) + (kk % 4) * 32;
           wgmma::mma_ss<BN>(sc, q_desc.advanced(off_q), k_desc.advanced(off_k), kk > 0);
+          if constexpr (Q_SPLIT) wgmma::mma_rs<BN>(sc, qlo[kk], k_desc.advanced(off_k), true);
         }
         wgmma::commit_group();
       };

@@ -610,7 +610,10 @@ __global__ void __launch_bounds__(160) combine_rows(const float* part_o, const f
 // under setmaxnreg's 240), runs both products on wgmma, and ptxas does not serialize the wgmmas
 // (its C7513 warning: a register an in-flight wgmma reads written before the wait). Pages of 16
 // (the engine's) load K/V by TMA with the cp.async tail; pages of 7 (the GPU tests' odd size) by
-// cp.async alone. The stages and the static segment table fit the 227 KB a CTA may have.
+// cp.async alone. The stages and the static segment table fit the 227 KB a CTA may have. With Q in
+// two bf16 parts (Q_SPLIT, D 64 and 128, both orders) the consumers also hold Q_lo's register-A
+// fragments (D/4 registers) and S takes Q_lo's wgmmas from registers with K-major B (trans-b 0:
+// the PTX ends in "p, 1, 1, 0;", which neither the SS wgmma nor P·V's trans-b 1 does).
 TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
   struct Shape {
     int hq, hkv, d, tpt;
@@ -634,9 +637,22 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
       "telos_kernels::attn_prefill<8, 8, 128, 7, 512, 28672ll, 0.127517432f, 128, true>";
   names.push_back(odd_page);
   head_dim[odd_page] = 128;
+  std::set<std::string> q_split;
+  for (const int d : {64, 128})
+    for (const bool overlap : {true, false}) {
+      names.push_back("telos_kernels::attn_prefill<32, 8, " + std::to_string(d) + ", 16, 512, " +
+                      std::to_string(2LL * 2 * 8 * 16 * d) + "ll, " +
+                      float_literal(1.4426950408889634 / std::sqrt(double(d))) + ", 32, " +
+                      (overlap ? "true" : "false") + ", true>");
+      head_dim[names.back()] = d;
+      q_split.insert(names.back());
+    }
   const CompiledModule m =
       compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
   EXPECT_EQ(m.log.find("C7513"), std::string::npos) << m.log;
+  // Nor for want of registers (C7512: what the consumers' 240 would give way to first; with
+  // Q_SPLIT and the overlap they need 217-232).
+  EXPECT_EQ(m.log.find("C7512"), std::string::npos) << m.log;
   // ptxas allocates each role's code within its setmaxnreg count (C7508: setmaxnreg ignored).
   EXPECT_EQ(m.log.find("C7508"), std::string::npos) << m.log;
   for (const auto& name : names) {
@@ -648,6 +664,7 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
     EXPECT_NE(body.find("cp.async.mbarrier.arrive.noinc"), std::string::npos) << name;
     EXPECT_NE(body.find("setmaxnreg.dec.sync.aligned.u32 24"), std::string::npos) << name;
     EXPECT_EQ(body.find("cp.async.bulk.tensor.2d") != std::string::npos, name != odd_page) << name;
+    EXPECT_EQ(body.find("p, 1, 1, 0;") != std::string::npos, q_split.count(name) > 0) << name;
     const KernelResources& r = m.resources.at(entry);
     EXPECT_LE(r.shared_static + attn_prefill_smem(head_dim.at(name)), 232448) << name;
     EXPECT_EQ(r.spill_stores, 0) << name;

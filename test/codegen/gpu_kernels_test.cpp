@@ -850,12 +850,12 @@ struct AttnStep {
         out(positions.size() * s.HQ * s.D) {}
 };
 
-// `out` (bf16 [T, HQ, D], from attn_split + attn_combine) against softmax(q·kᵀ / sqrt(D))·v in
-// f64 over positions [0, position] of each token's sequence, K/V from layer `layer` of the paged
-// pool `kv_f` (the bf16 values as f32) through `page_tables`; padding rows must be zeros.
-void expect_attention_matches_f64(const AttnShape& s, int layers, int layer, const std::vector<float>& kv_f,
+// softmax(q·kᵀ / sqrt(D))·v in f64 for every row of a step (bf16 [T, HQ, D] order; zeros for
+// padding rows) over positions [0, position] of each token's sequence, q as given (f32), K/V from
+// layer `layer` of the paged pool `kv_f` (the bf16 values as f32) through `page_tables`.
+std::vector<double> attention_f64(const AttnShape& s, int layers, int layer, const std::vector<float>& kv_f,
                                   const std::vector<int>& page_tables, const std::vector<int>& positions,
-                                  const std::vector<int>& token_seq, const std::vector<float>& q, const bf16v& out) {
+                                  const std::vector<int>& token_seq, const std::vector<float>& q) {
   const int PAGE = s.PAGE, T = static_cast<int>(positions.size());
   const long long page_elems = 2LL * layers * s.HKV * PAGE * s.D;
   auto kv_at = [&](int seq, int p, int kv, int kvh, int d) {
@@ -863,20 +863,18 @@ void expect_attention_matches_f64(const AttnShape& s, int layers, int layer, con
     return kv_f[page * page_elems + layer * 2LL * s.HKV * PAGE * s.D +
                 (static_cast<long long>(kv * s.HKV + kvh) * PAGE + p % PAGE) * s.D + d];
   };
+  std::vector<double> out(static_cast<std::size_t>(T) * s.HQ * s.D, 0.0);
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < s.HQ; ++h) {
-      std::vector<float> got(s.D);
-      for (int d = 0; d < s.D; ++d) got[d] = from_bf16(out[(static_cast<std::size_t>(t) * s.HQ + h) * s.D + d]);
-      if (positions[t] < 0) {
-        for (float v : got) ASSERT_EQ(v, 0.f) << "padding row " << t;
-        continue;
-      }
+      if (positions[t] < 0) continue;
       const int kvh = h / (s.HQ / s.HKV);
-      std::vector<double> sc(positions[t] + 1), ref(s.D, 0.0);
+      const std::size_t row = static_cast<std::size_t>(t) * s.HQ + h;
+      std::vector<double> sc(positions[t] + 1);
+      double* ref = out.data() + row * s.D;
       double mx = -INFINITY, sum = 0;
       for (int p = 0; p <= positions[t]; ++p) {
         double dot = 0;
-        for (int d = 0; d < s.D; ++d) dot += double(q[(static_cast<std::size_t>(t) * s.HQ + h) * s.D + d]) * kv_at(token_seq[t], p, 0, kvh, d);
+        for (int d = 0; d < s.D; ++d) dot += double(q[row * s.D + d]) * kv_at(token_seq[t], p, 0, kvh, d);
         sc[p] = dot / std::sqrt(double(s.D));
         mx = std::max(mx, sc[p]);
       }
@@ -885,8 +883,28 @@ void expect_attention_matches_f64(const AttnShape& s, int layers, int layer, con
         sum += w;
         for (int d = 0; d < s.D; ++d) ref[d] += w * kv_at(token_seq[t], p, 1, kvh, d);
       }
-      for (double& v : ref) v /= sum;
-      EXPECT_LT(rel_l2(got, ref), 1e-2) << "D=" << s.D << " token " << t << " head " << h;
+      for (int d = 0; d < s.D; ++d) ref[d] /= sum;
+    }
+  return out;
+}
+
+// `out` (bf16 [T, HQ, D]) against attention_f64, 1e-2 relative L2 a row; padding rows must be
+// zeros.
+void expect_attention_matches_f64(const AttnShape& s, int layers, int layer, const std::vector<float>& kv_f,
+                                  const std::vector<int>& page_tables, const std::vector<int>& positions,
+                                  const std::vector<int>& token_seq, const std::vector<float>& q, const bf16v& out) {
+  const std::vector<double> ref = attention_f64(s, layers, layer, kv_f, page_tables, positions, token_seq, q);
+  for (std::size_t t = 0; t < positions.size(); ++t)
+    for (int h = 0; h < s.HQ; ++h) {
+      const std::size_t row = t * s.HQ + h;
+      std::vector<float> got(s.D);
+      for (int d = 0; d < s.D; ++d) got[d] = from_bf16(out[row * s.D + d]);
+      if (positions[t] < 0) {
+        for (float v : got) ASSERT_EQ(v, 0.f) << "padding row " << t;
+        continue;
+      }
+      const std::vector<double> want(ref.begin() + row * s.D, ref.begin() + (row + 1) * s.D);
+      EXPECT_LT(rel_l2(got, want), 1e-2) << "D=" << s.D << " token " << t << " head " << h;
     }
 }
 
@@ -1055,13 +1073,14 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
 // The attn_prefill instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, its launch
 // (grid (HKV, T / TPT), 384 threads) and its dynamic shared memory (codegen::attn_prefill_smem, the
 // plan's statement of AttnPrefill<D>::kSmemBytes).
-// OVERLAP false: the softmax does not overlap the P·V (the same bits by construction).
+// OVERLAP false: the softmax does not overlap the P·V (the same bits by construction). Q_SPLIT:
+// scores from Q in two bf16 parts (hi + lo).
 std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int tpt,
-                                  bool overlap = true) {
+                                  bool overlap = true, bool q_split = false) {
   return "telos_kernels::attn_prefill<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
          I(s.PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " +
          float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " + I(tpt) +
-         (overlap ? ", true>" : ", false>");
+         (overlap ? ", true" : ", false") + (q_split ? ", true>" : ">");
 }
 // The tests' source: a wait that never completes traps (a failed launch) instead of hanging the
 // run.
@@ -1116,7 +1135,8 @@ struct PagedKv {
 // the pool's end, boxes of a page); returns the output (poisoned before the launch).
 bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, int tpt,
                        const std::vector<float>& q, const std::vector<int>& positions,
-                       const std::vector<int>& token_seq, bool overlap = true) {
+                       const std::vector<int>& token_seq, bool overlap = true,
+                       bool q_split = false) {
   const AttnShape& s = pool.s;
   const int T = static_cast<int>(positions.size());
   EXPECT_EQ(T % tpt, 0);
@@ -1129,7 +1149,8 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
       static_cast<int>((static_cast<long long>(kv.size()) - pool.layer_offset()) / s.D), s.D,
       s.PAGE);
   const cudaError_t e =
-      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap), dim3(s.HKV, T / tpt), 384,
+      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap, q_split),
+                 dim3(s.HKV, T / tpt), 384,
                  {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(),
                   kv_map.get(), out.get()},
                  codegen::attn_prefill_smem(s.D));
@@ -1143,9 +1164,9 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
 // runs past a tile; a padding row; a second sequence from position 0 starting mid-tile, two key
 // blocks long and ending mid-page; a single row with the whole context; padding to a whole tile.
 // Every position a sequence has not reached holds NaN, and so does every page of no sequence. Both
-// variants of the kernel (with and without the softmax / P·V overlap). Pages of 16 load K/V by TMA
-// (whole pages) and cp.async (the page of a sequence's last position, zero-filled past it); pages
-// of 7 by cp.async alone.
+// variants of the kernel (with and without the softmax / P·V overlap), each with Q in bf16 and
+// with Q in two bf16 parts (Q_SPLIT). Pages of 16 load K/V by TMA (whole pages) and cp.async (the
+// page of a sequence's last position, zero-filled past it); pages of 7 by cp.async alone.
 TEST(GpuKernels, PrefillAttentionMatchesF64) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Case {
@@ -1157,8 +1178,11 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
                         Case{{12, 2, 128, 16, 40, 0, 0}, 16}, Case{{4, 2, 128, 7, 60, 0, 0}, 64}}) {
     const AttnShape& s = c.s;
     PagedKv pool(s, 3);
-    TestModule mod(kAttnPrefillSource, {attn_prefill_instance(s, pool.page_elems, c.tpt),
-                                        attn_prefill_instance(s, pool.page_elems, c.tpt, false)});
+    std::vector<std::string> names;
+    for (const bool q_split : {false, true})
+      for (const bool overlap : {true, false})
+        names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt, overlap, q_split));
+    TestModule mod(kAttnPrefillSource, names);
     const int ctx = s.MAXP * s.PAGE;
     std::vector<int> positions, token_seq;
     auto add = [&](int seq, int first, int n) {
@@ -1176,12 +1200,15 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
     const int T = static_cast<int>(positions.size());
     const std::vector<float> q = random_floats(static_cast<std::size_t>(T) * s.HQ * s.D);
     const bf16v kv = pool.with_nan_tails({first0 + n0, n1, ctx});
-    for (const bool overlap : {true, false}) {
-      SCOPED_TRACE(overlap ? "with the softmax / P·V overlap" : "without the overlap");
-      const bf16v out = run_attn_prefill(mod, pool, kv, c.tpt, q, positions, token_seq, overlap);
-      expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f,
-                                   pool.page_tables, positions, token_seq, q, out);
-    }
+    for (const bool q_split : {false, true})
+      for (const bool overlap : {true, false}) {
+        SCOPED_TRACE(std::string(overlap ? "with the softmax / P·V overlap" : "without the overlap") +
+                     (q_split ? ", Q in two bf16 parts" : ", Q in bf16"));
+        const bf16v out =
+            run_attn_prefill(mod, pool, kv, c.tpt, q, positions, token_seq, overlap, q_split);
+        expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f,
+                                     pool.page_tables, positions, token_seq, q, out);
+      }
   }
 }
 
@@ -1190,7 +1217,8 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
 // same prompt in chunks of 64 + 77 + 159 tokens, each chunk its own step with NaN in every position
 // it has not reached, the second chunk behind another sequence's 37 tokens (so its first row is
 // mid-tile), and with the whole prompt and the chunks in tiles of 128 / G and of 32 / G tokens;
-// and the kernel without the softmax / P·V overlap gives the same bits as with it.
+// and the kernel without the softmax / P·V overlap gives the same bits as with it. The same again
+// with Q in two bf16 parts (Q_SPLIT), against its own whole-prompt step.
 TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Case {
@@ -1203,16 +1231,19 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
     const AttnShape& s = c.s;
     const int G = s.HQ / s.HKV, L = 300, NY = 37;
     PagedKv pool(s, 2);  // sequence 0: the prompt; 1: the other sequence
-    TestModule mod(kAttnPrefillSource,
-                   {attn_prefill_instance(s, pool.page_elems, c.tpt_big),
-                    attn_prefill_instance(s, pool.page_elems, c.tpt_small),
-                    attn_prefill_instance(s, pool.page_elems, c.tpt_big, false)});
+    std::vector<std::string> names;
+    for (const bool q_split : {false, true}) {
+      names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, true, q_split));
+      names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_small, true, q_split));
+      names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, false, q_split));
+    }
+    TestModule mod(kAttnPrefillSource, names);
     const std::size_t row = static_cast<std::size_t>(s.HQ) * s.D;
     const std::vector<float> qx = random_floats(L * row), qy = random_floats(NY * row);
 
     // A step: optionally the other sequence's NY rows (positions 10 ..), then prompt rows [a, b),
     // then padding to a whole tile; returns the prompt rows' outputs.
-    auto step = [&](int tpt, int a, int b, bool other, bool overlap = true) {
+    auto step = [&](bool q_split, int tpt, int a, int b, bool other, bool overlap = true) {
       std::vector<int> positions, token_seq;
       std::vector<float> q;
       if (other)
@@ -1230,35 +1261,122 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
         q.insert(q.end(), row, 0.f);
       }
       const bf16v out = run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}),
-                                         tpt, q, positions, token_seq, overlap);
+                                         tpt, q, positions, token_seq, overlap, q_split);
       return bf16v(out.begin() + first * row, out.begin() + (first + (b - a)) * row);
     };
-    const bf16v whole = step(c.tpt_big, 0, L, false);
-    std::size_t nans = 0;
-    for (std::uint16_t v : whole) nans += (v & 0x7fffu) > 0x7f80u;
-    ASSERT_EQ(nans, 0u) << "G=" << G << " D=" << s.D;
-    bf16v chunked;
-    for (const auto& [a, b, tpt, other] :
-         {std::tuple{0, 64, c.tpt_small, false}, std::tuple{64, 141, c.tpt_big, true},
-          std::tuple{141, L, c.tpt_small, false}}) {
-      const bf16v part = step(tpt, a, b, other);
-      chunked.insert(chunked.end(), part.begin(), part.end());
-    }
-    const bf16v small_tiles = step(c.tpt_small, 0, L, true);
-    const bf16v plain = step(c.tpt_big, 0, L, false, false);
-    for (const auto& [name, got] : {std::pair<const char*, const bf16v*>{"chunked", &chunked},
-                                    {"small tiles", &small_tiles},
-                                    {"without overlap", &plain}}) {
-      ASSERT_EQ(got->size(), whole.size());
-      for (std::size_t i = 0; i < whole.size(); ++i)
-        if ((*got)[i] != whole[i]) {
-          ADD_FAILURE() << "G=" << G << " D=" << s.D << " " << name << ": token " << i / row
-                        << " head " << i / s.D % s.HQ << " dim " << i % s.D << ": "
-                        << from_bf16((*got)[i]) << " vs " << from_bf16(whole[i]) << " in one step";
-          break;
-        }
+    for (const bool q_split : {false, true}) {
+      SCOPED_TRACE(q_split ? "Q in two bf16 parts" : "Q in bf16");
+      const bf16v whole = step(q_split, c.tpt_big, 0, L, false);
+      std::size_t nans = 0;
+      for (std::uint16_t v : whole) nans += (v & 0x7fffu) > 0x7f80u;
+      ASSERT_EQ(nans, 0u) << "G=" << G << " D=" << s.D;
+      bf16v chunked;
+      for (const auto& [a, b, tpt, other] :
+           {std::tuple{0, 64, c.tpt_small, false}, std::tuple{64, 141, c.tpt_big, true},
+            std::tuple{141, L, c.tpt_small, false}}) {
+        const bf16v part = step(q_split, tpt, a, b, other);
+        chunked.insert(chunked.end(), part.begin(), part.end());
+      }
+      const bf16v small_tiles = step(q_split, c.tpt_small, 0, L, true);
+      const bf16v plain = step(q_split, c.tpt_big, 0, L, false, false);
+      for (const auto& [name, got] : {std::pair<const char*, const bf16v*>{"chunked", &chunked},
+                                      {"small tiles", &small_tiles},
+                                      {"without overlap", &plain}}) {
+        ASSERT_EQ(got->size(), whole.size());
+        for (std::size_t i = 0; i < whole.size(); ++i)
+          if ((*got)[i] != whole[i]) {
+            ADD_FAILURE() << "G=" << G << " D=" << s.D << " " << name << ": token " << i / row
+                          << " head " << i / s.D % s.HQ << " dim " << i % s.D << ": "
+                          << from_bf16((*got)[i]) << " vs " << from_bf16(whole[i]) << " in one step";
+            break;
+          }
+      }
     }
   }
+}
+
+// Q in two bf16 parts (Q_SPLIT) against Q rounded to bf16 where the rounding matters: large queries
+// (|q| = 200) in an 8-dimensional subspace U and keys (N(0, 1), Llama-3.1-8B's head shape) whose
+// components in U are scaled down to 0.25 (|k| ~ sqrt(D)), so the scores' spread (s · log2(e) /
+// sqrt(D) reaches ~25-30, sharp rows of a few keys, as in a trained model's) is small against
+// |q|·|k|, while the rounding of q moves a score by ~2^-9 · |q|·|k| / sqrt(3 D) in a random
+// direction. Over one prompt of 320 tokens, every row in f64 with q in f32: the error of the
+// scores from Q in bf16 makes ~1.3e-2 relative L2 over all rows, with the split ~1.7e-3 (the bf16
+// output's and P's rounding); the split must be below a quarter of the bf16-Q error in both
+// orders (an emulation of the kernel's arithmetic on the host gives a ratio of 7-8).
+TEST(GpuKernels, PrefillAttentionQSplitKeepsSharpScores) {
+  TELOS_SKIP_WITHOUT_GPU();
+  const AttnShape s{32, 8, 128, 16, 24, 0, 0};
+  constexpr int kTpt = 32, L = 320, M = 8;
+  constexpr double kQNorm = 200, kKeyInU = 0.25;
+  PagedKv pool(s, 1);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  // U: M orthonormal directions (Gram-Schmidt on Gaussian vectors).
+  std::vector<std::vector<double>> U(M, std::vector<double>(s.D));
+  for (int j = 0; j < M; ++j) {
+    for (double& x : U[j]) x = nd(rng());
+    for (int i = 0; i < j; ++i) {
+      double dot = 0;
+      for (int d = 0; d < s.D; ++d) dot += U[j][d] * U[i][d];
+      for (int d = 0; d < s.D; ++d) U[j][d] -= dot * U[i][d];
+    }
+    double norm = 0;
+    for (double x : U[j]) norm += x * x;
+    for (double& x : U[j]) x /= std::sqrt(norm);
+  }
+  // Every key of the layer attention reads: its U components replaced by kKeyInU · N(0, 1).
+  for (std::size_t page = 0; page < pool.kv.size() / pool.page_elems; ++page)
+    for (int h = 0; h < s.HKV; ++h)
+      for (int r = 0; r < s.PAGE; ++r) {
+        const std::size_t at = page * pool.page_elems + pool.layer_offset() +
+                               (static_cast<std::size_t>(h) * s.PAGE + r) * s.D;
+        std::vector<double> k(pool.kv_f.begin() + at, pool.kv_f.begin() + at + s.D);
+        for (int j = 0; j < M; ++j) {
+          double dot = 0;
+          for (int d = 0; d < s.D; ++d) dot += k[d] * U[j][d];
+          const double c = kKeyInU * nd(rng()) - dot;
+          for (int d = 0; d < s.D; ++d) k[d] += c * U[j][d];
+        }
+        for (int d = 0; d < s.D; ++d) {
+          pool.kv[at + d] = to_bf16(static_cast<float>(k[d]));
+          pool.kv_f[at + d] = from_bf16(pool.kv[at + d]);
+        }
+      }
+  std::vector<int> positions(L), token_seq(L, 0);
+  std::iota(positions.begin(), positions.end(), 0);
+  std::vector<float> q(static_cast<std::size_t>(L) * s.HQ * s.D);
+  for (std::size_t row = 0; row < q.size() / s.D; ++row) {
+    std::vector<double> w(M);
+    double norm = 0;
+    for (double& x : w) x = nd(rng()), norm += x * x;
+    for (int d = 0; d < s.D; ++d) {
+      double v = 0;
+      for (int j = 0; j < M; ++j) v += w[j] * U[j][d];
+      q[row * s.D + d] = static_cast<float>(kQNorm * v / std::sqrt(norm));
+    }
+  }
+  const std::vector<double> ref = attention_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f,
+                                                pool.page_tables, positions, token_seq, q);
+  const bf16v kv = pool.with_nan_tails({L});
+  TestModule mod(kAttnPrefillSource,
+                 {attn_prefill_instance(s, pool.page_elems, kTpt, false, false),
+                  attn_prefill_instance(s, pool.page_elems, kTpt, false, true),
+                  attn_prefill_instance(s, pool.page_elems, kTpt, true, true)});
+  auto error = [&](bool overlap, bool q_split) {
+    const bf16v out =
+        run_attn_prefill(mod, pool, kv, kTpt, q, positions, token_seq, overlap, q_split);
+    std::vector<float> got(out.size());
+    for (std::size_t i = 0; i < out.size(); ++i) got[i] = from_bf16(out[i]);
+    return rel_l2(got, ref);
+  };
+  const double bf16_q = error(false, false);
+  const double split_plain = error(false, true), split_overlap = error(true, true);
+  std::printf("attn_prefill rel L2 over %d rows: Q in bf16 %.3e, Q_SPLIT %.3e (plain order), %.3e "
+              "(overlap)\n",
+              L * s.HQ, bf16_q, split_plain, split_overlap);
+  EXPECT_LT(split_plain, bf16_q / 4);
+  EXPECT_LT(split_overlap, bf16_q / 4);
+  EXPECT_LT(split_plain, 5e-3);
 }
 
 // ---- sampling ---------------------------------------------------------------------------------
