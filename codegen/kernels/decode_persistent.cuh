@@ -211,7 +211,9 @@ __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STA
   for (StreamCursor load(phases, n); load.valid(); load.next()) {
     const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes, bar = full + 8 * ring.index;
     if constexpr (LEAD > 0) {
-      while (!mbarrier::try_wait_parity(empty + 8 * ring.index, ring.phase ^ 1u))
+      // test_wait, not try_wait: try_wait suspends the thread until the slot frees or a
+      // system-dependent limit passes, and with it no prefetch was issued (run Y).
+      while (!mbarrier::test_wait_parity(empty + 8 * ring.index, ring.phase ^ 1u))
         if (lead < LEAD && ahead.valid()) {
           ahead.boxes([](unsigned, const TensorMap* map, unsigned c, unsigned r) { tma::prefetch_tile(map, c, r); });
           ahead.next();
