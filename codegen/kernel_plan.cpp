@@ -283,16 +283,17 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                                    {"part_o", "part_ml", "positions", "out"}, D);
     // Prompt rows of a prefill bucket on attn_prefill where it takes the head dim, in the plain
     // order (no softmax / P·V overlap: faster at 4k-16k since its K/V come by TMA; perf-log, run
-    // W) and with Q in two bf16 parts (Q_SPLIT: bf16 Q alone put the 8B's worst teacher-forced
-    // position over the 2e-2 bound, run X): the split kernels then see the generated rows only
-    // (desc:split_positions; docs/artifact.md, "Prompt and generated tokens").
+    // W), Q in bf16 (Q_SPLIT costs 16-23% of the kernel and did not lower the 8B's worst
+    // teacher-forced position beyond the noise of bf16 activations, run Z): the split kernels
+    // then see the generated rows only (desc:split_positions; docs/artifact.md, "Prompt and
+    // generated tokens").
     const bool prompt_attn = kind == "prefill" && attn_prefill_fits(D, HQ / HKV);
     const int prompt_tpt = attn_prefill_tokens_per_tile(T, HQ / HKV);
     const int prompt_k =
         prompt_attn
             ? b.kernel("telos_kernels::attn_prefill<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) +
                            ", " + I_(PAGE) + ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " +
-                           scale_log2 + ", " + I_(prompt_tpt) + ", false, true>",
+                           scale_log2 + ", " + I_(prompt_tpt) + ", false>",
                        {"q", "positions", "token_seq", "page_tables", "kv_layer", "kv_map", "out"},
                        kAttnPrefillThreads, attn_prefill_smem(D))
             : -1;

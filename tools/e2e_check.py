@@ -7,8 +7,11 @@ For each named config of test/telosc/Inputs/configs/ (real configs, random weigh
      sides see the same numbers), and saves the checkpoint;
   2. telosc compiles it; telos-run runs it (the GPU engine when a GPU is present);
   3. the two are compared, transformers in fp32 being the reference:
-     - teacher-forced logits at 64 positions of a fixed random sequence: relative L2 error per
-       position (limit 2e-2) and argmax agreement (limit 99%);
+     - teacher-forced logits at 64 positions of a fixed random sequence: relative L2 error over
+       the 64 positions (the [64, vocab] block; limit 2e-2, issue 7's wording), argmax agreement
+       (limit 99%), and, reported beside transformers' own bf16 forward, the error per position
+       (its median and max: one sharp position of the trained 8B reaches ~2e-2 in either, so the
+       max of 64 draws is a yardstick of bf16 noise, not a limit);
      - free-running greedy continuations of four prompts: the number of leading tokens that are
        identical (limit 16), and where they part, transformers' top-2 margin there;
      - batch invariance: 64 mixed requests in one run against eight of them run alone.
@@ -195,6 +198,8 @@ def check_model(name, args):
     with torch.no_grad():
         bf16 = model.to(torch.bfloat16)(torch.tensor([sequence], device="cuda")).logits[0].float().cpu()
         model.to(torch.float32)
+    ref_block = torch.stack([ref_logits[p] for p in range(POSITIONS)])
+    row["hf_bf16_rel_l2_all"] = float((bf16[:POSITIONS] - ref_block).norm() / ref_block.norm())
     yard = sorted(float((bf16[p] - ref_logits[p]).norm() / ref_logits[p].norm()) for p in range(POSITIONS))
     row["hf_bf16_rel_l2_median"] = yard[len(yard) // 2]
     row["hf_bf16_rel_l2_max"] = yard[-1]
@@ -208,12 +213,14 @@ def check_model(name, args):
                                 [sequence[:p + 1] for p in range(POSITIONS)], 1, dump_logits=True)
     row["teacher_forced_s"] = round(time.time() - t0, 1)
     row["engine"] = "gpu" if "gpu" in stderr.lower() else "cpu?"
-    errs, agree = [], 0
+    errs, agree, got_block = [], 0, []
     for p, r in enumerate(tf):
         got = torch.tensor(r["prompt_logits"])
         want = ref_logits[p]
         errs.append(float((got - want).norm() / want.norm()))
         agree += int(got.argmax()) == int(want.argmax())
+        got_block.append(got)
+    row["logits_rel_l2_all"] = float((torch.stack(got_block) - ref_block).norm() / ref_block.norm())
     row["logits_rel_l2_by_position"] = [round(e, 5) for e in errs]
     errs = sorted(errs)
     row["logits_rel_l2_median"] = errs[len(errs) // 2]
@@ -239,7 +246,7 @@ def check_model(name, args):
         alone_same += alone[0]["generated_ids"] == together[i]["generated_ids"]
     row["batch64_alone_identical"] = f"{alone_same}/8"
 
-    row["pass"] = (row["logits_rel_l2_max"] <= 2e-2 and row["argmax_agreement"] >= 0.99 and
+    row["pass"] = (row["logits_rel_l2_all"] <= 2e-2 and row["argmax_agreement"] >= 0.99 and
                    all(x["identical_prefix"] >= 16 for x in row["greedy"]) and alone_same == 8)
     del model
     torch.cuda.empty_cache()
@@ -271,15 +278,17 @@ def main():
         json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
                    "gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
     print()
-    print("model | pass | logits rel L2 median/max | argmax | transformers bf16: rel L2 median/max, "
-          "argmax | greedy identical prefix (of 32) | batch64 vs alone | compile s | train loss")
+    print("model | pass | logits rel L2 over 64 positions; per position median/max | argmax | "
+          "transformers bf16: rel L2 over 64; median/max, argmax | greedy identical prefix (of 32) | "
+          "batch64 vs alone | compile s | train loss")
     for r in rows:
         if "error" in r:
             print(f"{r['model']} | ERROR | {r['error'][:300]}")
             continue
         pref = ",".join(str(x["identical_prefix"]) for x in r["greedy"])
-        print(f"{r['model']} | {'pass' if r['pass'] else 'FAIL'} | {r['logits_rel_l2_median']:.2e}/"
-              f"{r['logits_rel_l2_max']:.2e} | {r['argmax_agreement']:.3f} | "
+        print(f"{r['model']} | {'pass' if r['pass'] else 'FAIL'} | {r['logits_rel_l2_all']:.2e}; "
+              f"{r['logits_rel_l2_median']:.2e}/{r['logits_rel_l2_max']:.2e} | "
+              f"{r['argmax_agreement']:.3f} | {r['hf_bf16_rel_l2_all']:.2e}; "
               f"{r['hf_bf16_rel_l2_median']:.2e}/{r['hf_bf16_rel_l2_max']:.2e}, "
               f"{r['hf_bf16_argmax_agreement']:.3f} | {pref} | "
               f"{r['batch64_alone_identical']} | {r['compile_s']} | {r['train_loss_first_last']}")

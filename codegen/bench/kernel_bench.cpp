@@ -439,10 +439,11 @@ int main(int argc, char** argv) {
   // phase timeline of the last layer of one such run (the same instances compiled with
   // TELOS_PHASE_TRACE): per event, the median and the latest CTA, µs after the first CTA's entry
   // (decode_persistent.cuh, phase_trace). Variants, each a row and a timeline of its own so that
-  // they compare within one run (issue 7): the plan's (GridCount V1, no L2 lead), and the producer
-  // warming L2 up to 16 / 32 / 48 slots ahead of its loads while the ring is full (L2_LEAD:
-  // persistent_stream). Measured there and dropped from this list: the V0 counts (run S: V1 3 µs a
-  // layer faster), gate/up tiles of 32 rows and QKV tiles of 16 (run T: no gain).
+  // they compare within one run (issue 7): the plan's tiles with the plan's grid-wide counts
+  // (GridCount V1) and with V0's (run S: V1 3 µs a layer faster), and V1 with gate/up tiles of 32
+  // rows and with QKV tiles of 16 too (fewer rows a tile, more tiles: a phase's tiles spread more
+  // evenly over the SMs, where 448 gate/up tiles of 64 rows leave the 8B's last CTAs a whole tile
+  // behind, run S).
   {
     struct LayerShape { const char* name; int H, HQ, HKV, D, I; };
     const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
@@ -460,12 +461,12 @@ int main(int argc, char** argv) {
         std::string label;
         int bq, bo, bg, bd;
         const char* count;
-        int lead;
       };
-      std::vector<Variant> variants = {{"V1 plan", lt.bq, lt.bo, lt.bg, lt.bd, "Release", 0},
-                                       {"V1 L2 lead 16", lt.bq, lt.bo, lt.bg, lt.bd, "Release", 16},
-                                       {"V1 L2 lead 32", lt.bq, lt.bo, lt.bg, lt.bd, "Release", 32},
-                                       {"V1 L2 lead 48", lt.bq, lt.bo, lt.bg, lt.bd, "Release", 48}};
+      std::vector<Variant> variants = {{"V1 plan", lt.bq, lt.bo, lt.bg, lt.bd, "Release"},
+                                       {"V0 plan", lt.bq, lt.bo, lt.bg, lt.bd, "Fenced"}};
+      if (lt.bg != 32) variants.push_back({"V1 bg32", lt.bq, lt.bo, 32, lt.bd, "Release"});
+      if (lt.bq != 16 && sh.H % (64 * 4) == 0)
+        variants.push_back({"V1 bq16 bg32", 16, lt.bo, 32, lt.bd, "Release"});
       std::vector<std::string> names;
       for (const Variant& v : variants)
         names.push_back(
@@ -475,7 +476,7 @@ int main(int argc, char** argv) {
             I(kAttnSplit) + ", " + I(nsplit) + ", " +
             float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
             I(sh.I) + ", " + I(lt.stages) + ", " + I(v.bq) + ", " + I(v.bo) + ", " + I(v.bg) +
-            ", " + I(v.bd) + ", telos_kernels::GridCount::" + v.count + ", " + I(v.lead) + ">");
+            ", " + I(v.bd) + ", telos_kernels::GridCount::" + v.count + ">");
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
       const std::unique_ptr<Module> mod = plain.get();

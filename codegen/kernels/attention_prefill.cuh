@@ -72,8 +72,9 @@
 // registers: the S accumulator of columns 16k .. 16k + 15 is exactly the thread's register-A
 // fragment of k-step k (rows l/4 and l/4 + 8, k 2(l%4) + {0,1} and + 8), packed to bf16.
 // The output is o / l in bf16.
-// OVERLAP (what the plan uses; false is the plain order, kept as the bit-for-bit reference of the
-// GPU tests): block b's S = Q·Kᵀ is issued together with block b - 1's P·V, and the softmax of
+// The plan uses the plain order with Q in bf16 (OVERLAP and Q_SPLIT false: the fastest at 4k-16k,
+// docs/perf-log.md runs W and Z); the GPU tests and the bench keep both options measured.
+// OVERLAP (false is the plain order, the bit-for-bit reference of the GPU tests): block b's S = Q·Kᵀ is issued together with block b - 1's P·V, and the softmax of
 // block b runs while that P·V is on the tensor cores (FlashAttention-3's intra-warpgroup
 // overlap), and the two consumer warpgroups take turns issuing their wgmmas (ping-pong on named
 // barriers 3 and 4), so one's softmax overlaps the other's products; each row still sees the
@@ -85,7 +86,9 @@
 // memory has no room for a second Q at D = 128, so Q_lo lives in registers as the register-A
 // fragments of S's k-steps (4 b32 a k-step, D/16 k-steps: 32 at D = 128, read from q once); each
 // k-step issues Q_hi's wgmma (from shared memory) and then Q_lo's (from registers) into the same
-// accumulator, the same order for every row.
+// accumulator, the same order for every row. It cuts the error of sharp rows 7.5x (run Z's test)
+// for 16-23% of the kernel's time; end to end the 8B's logits did not show it (bf16 activations'
+// noise is larger), so the plan leaves it off.
 // Registers: S (BN/2 f32), O (D/2 f32), P (BN/4 b32) and with Q_SPLIT Q_lo (D/4 b32) per consumer
 // thread: setmaxnreg gives the consumers 240 and the producer 24 (128 · 24 + 256 · 240 <= 64 K
 // registers an SM).

@@ -195,42 +195,21 @@ class StreamCursor {
 
 // The producer's part of `n` phases (`phases` in shared memory): every K block of this CTA's
 // tiles into the ring, in the order layer_gemm_tile consumes them. The producer never waits for
-// activations, only for free slots. With LEAD > 0, while it waits for a free slot (the ring full:
-// the consumers are in the attention half or a grid-wide count) it warms L2 with the slots that
-// come after the ring's, up to LEAD slots ahead of its next load (cp.async.bulk.prefetch.tensor),
-// so DRAM keeps streaming while the ring cannot take more; it never prefetches while a slot is
-// free. (A prefetch a fixed 16-64 slots ahead of every load, free slot or not, made every shape
-// slower: it competed with the demand loads when the ring ran empty; docs/perf-log.md, change 18.)
-template <unsigned STAGES, unsigned LEAD = 0>
+// activations, only for free slots. (An L2 prefetch running ahead of the ring, cp.async.bulk.
+// prefetch.tensor of the slot 16-64 slots ahead, made every shape slower: docs/perf-log.md,
+// change 18; so did prefetching only while the ring is full, polled with mbarrier.test_wait:
+// changes 25 and 25b, 3-20 µs a layer slower.)
+template <unsigned STAGES>
 __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base,
                                                   unsigned full, unsigned empty, const StreamPhase* phases, int n) {
   using namespace hexel;
   for (int p = 0; p < n; ++p) acquire_tensor_map(phases[p].map);
-  StreamCursor ahead(phases, n);  // LEAD > 0: the first slot neither loaded nor prefetched
-  unsigned lead = 0;              // how many slots past `load` `ahead` is
   for (StreamCursor load(phases, n); load.valid(); load.next()) {
     const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes, bar = full + 8 * ring.index;
-    if constexpr (LEAD > 0) {
-      // test_wait, not try_wait: try_wait suspends the thread until the slot frees or a
-      // system-dependent limit passes, and with it no prefetch was issued (run Y).
-      while (!mbarrier::test_wait_parity(empty + 8 * ring.index, ring.phase ^ 1u))
-        if (lead < LEAD && ahead.valid()) {
-          ahead.boxes([](unsigned, const TensorMap* map, unsigned c, unsigned r) { tma::prefetch_tile(map, c, r); });
-          ahead.next();
-          ++lead;
-        }
-    } else {
-      mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
-    }
+    mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
     mbarrier::arrive_expect_tx(bar, LayerGemms::kSlotBytes);
     load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) { tma::load(slot + off, map, bar, c, r); });
     ring.advance();
-    if constexpr (LEAD > 0) {
-      if (lead > 0)
-        --lead;
-      else
-        ahead.next();
-    }
   }
 }
 
@@ -482,12 +461,11 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // counts, one weight stream (qkv, o, gate/up, down) per SM. Every piece is the code the separate
 // kernels run, so the rows have their bits. Template arguments: the model's (qkv_rope_append_rows'
 // and attn_split's after D), then the MLP's and the ring's, then how the grid-wide counts are met
-// (the plan leaves the default; telos-kernel-bench times every GridCount) and how many slots the
-// producer may warm L2 ahead of its loads while the ring is full (persistent_stream's LEAD);
-// args as those kernels' (the maps in BQ / BO / BG / 2 / BD x 64 boxes).
+// (the plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels'
+// (the maps in BQ / BO / BG / 2 / BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I, int STAGES, int BQ,
-          int BO, int BG, int BD, GridCount COUNT = GridCount::Release, unsigned L2_LEAD = 0>
+          int BO, int BG, int BD, GridCount COUNT = GridCount::Release>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map, const TensorMap* gu_map,
                             const TensorMap* down_map, const float* attn_norm, const float* mlp_norm, const float* bias,
@@ -510,7 +488,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
       __shared__ StreamPhase phases[4];
       phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0};
       Mlp::stream_phases(o_map, gu_map, down_map, kTilesQkv, phases + 1);
-      persistent_stream<STAGES, L2_LEAD>(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
+      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
       phase_trace(15);
     }
     return;
