@@ -203,7 +203,7 @@ template <unsigned STAGES>
 __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base,
                                                   unsigned full, unsigned empty, const StreamPhase* phases, int n) {
   using namespace hexel;
-  for (int p = 0; p < n; ++p) acquire_tensor_map(phases[p].map);
+  for (int p = 0; p < n; ++p) hexel::tma::acquire_map(phases[p].map);
   for (StreamCursor load(phases, n); load.valid(); load.next()) {
     const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes, bar = full + 8 * ring.index;
     mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);

@@ -102,13 +102,6 @@ __device__ __forceinline__ void prefill_tile_coords(unsigned t, unsigned tiles_m
   tn = r / rows;
 }
 
-// The executor writes the tensor maps to global memory with cudaMemcpy (the generic proxy); a
-// thread must order that write before its first TMA use of the map (the tensormap proxy). PTX:
-// membar/fence, fence.proxy.tensormap::generic.acquire (.sys: the writer was the host).
-__device__ __forceinline__ void acquire_tensor_map(const TensorMap* map) {
-  asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;" ::"l"(map) : "memory");
-}
-
 // Epilogues. A consumer thread's accumulators (wgmma m64nNk16 f32 layout): d[4j + 2h + e] is row
 // 16 · warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e of its 64-row slab.
 //
@@ -187,8 +180,8 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
   const unsigned wg = warp_index() / 4;
 
   if (threadIdx.x == 0) {
-    acquire_tensor_map(a_map);
-    acquire_tensor_map(w_map);
+    hexel::tma::acquire_map(a_map);
+    hexel::tma::acquire_map(w_map);
     tma::prefetch_map(a_map);
     tma::prefetch_map(w_map);
     for (unsigned s = 0; s < G::kStages; ++s) {
@@ -231,7 +224,7 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
     const bool wg_leader = threadIdx.x % 128 == 0;
     // Each consumer warpgroup's leader issues its TMA stores (or reductions).
     if (wg_leader) {
-      acquire_tensor_map(out_map);
+      hexel::tma::acquire_map(out_map);
       tma::prefetch_map(out_map);
     }
     mbarrier::StageRing<G::kStages> ring;

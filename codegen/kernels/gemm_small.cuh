@@ -162,10 +162,10 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
 
   if (threadIdx.x == 0) {
     if constexpr (!NORM) {
-      acquire_tensor_map(a_map);
+      hexel::tma::acquire_map(a_map);
       tma::prefetch_map(a_map);
     }
-    acquire_tensor_map(w_map);
+    hexel::tma::acquire_map(w_map);
     tma::prefetch_map(w_map);
     for (unsigned s = 0; s < STAGES; ++s) {
       mbarrier::init(full + 8 * s, 1);

@@ -13,6 +13,7 @@ extern "C" __global__ void tma_kernel(const __grid_constant__ hexel::TensorMap m
   const uint32_t dst = smem_addr(smem);
   const uint32_t bar = smem_addr(smem + 65536);
   tma::prefetch_map(&map);
+  tma::acquire_map(&map);
   tma::load(dst, &map, bar, 1);
   tma::load(dst, &map, bar, 1, 2);
   tma::load(dst, &map, bar, 1, 2, 3);
@@ -34,6 +35,7 @@ extern "C" __global__ void tma_kernel(const __grid_constant__ hexel::TensorMap m
 }
 // CHECK-LABEL: .entry tma_kernel
 // CHECK: prefetch.tensormap
+// CHECK: fence.proxy.tensormap::generic.acquire.sys
 // CHECK: cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes
 // CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes
 // CHECK: cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes
