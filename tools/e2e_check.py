@@ -26,7 +26,7 @@ below are walks; the batch-invariance prompts stay random.
 
     python3 tools/e2e_check.py --telosc BIN --telos-run BIN --work DIR [--out DIR]
                                [--models Llama-3.2-1B,Qwen2.5-1.5B] [--init-std S]
-                               [--train-steps N]
+                               [--train-steps N] [--keep-work]
 
 Needs torch and transformers (the GPU machine has both). Prints one table row per model and
 writes e2e.json (every figure) to --out. Exits 1 when a check fails.
@@ -35,6 +35,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -263,6 +264,8 @@ def main():
     ap.add_argument("--init-std", type=float, default=None,
                     help="weights' init std (default: the config's initializer_range)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep-work", action="store_true",
+                    help="keep each model's checkpoint and artifact under --work (default: removed)")
     ap.add_argument("--train-steps", type=int, default=300,
                     help="Adam steps on the synthetic language before the checks (0: random weights)")
     args = ap.parse_args()
@@ -272,6 +275,11 @@ def main():
             rows.append(check_model(name, args))
         except Exception as e:  # report and go on with the next model
             rows.append({"model": name, "pass": False, "error": str(e)[-1500:]})
+        finally:
+            # The 8B's checkpoint and artifact take ~32 GB: kept, the next model's (or a
+            # bench_suite run after this one) ran out of disk on the GPU machine.
+            if not args.keep_work:
+                shutil.rmtree(os.path.join(args.work, name), ignore_errors=True)
         print(json.dumps(rows[-1]), flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "e2e.json"), "w") as f:
