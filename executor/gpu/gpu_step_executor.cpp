@@ -68,10 +68,8 @@ struct GpuStepExecutor::State {
     std::vector<void*> values;  // one device pointer per kernel parameter
     std::vector<void*> params;  // pointers to `values`, what cudaLaunchKernel takes
   };
-  struct Bucket {
+  struct Bucket : BucketShape {  // decode: kind == "decode"
     std::string kind;
-    bool decode = false;  // kind == "decode", which choose() asks of every bucket every step
-    int size = 0, tokens = 0, sample_rows = 0;
     // By step parity (parity_copy): the arguments, and the graph captured from them.
     std::vector<LaunchRecord> launches[2];
     cudaGraphExec_t graph[2] = {};
@@ -137,6 +135,7 @@ struct GpuStepExecutor::State {
   float* logits_host = nullptr;
 
   std::vector<Bucket> buckets;
+  std::vector<BucketShape> bucket_shapes;  // buckets' shapes, what choose_bucket() reads
 
   // Descriptors kept for profile_step(), by bucket (keep_step_descriptors).
   bool keep_descriptors = false;
@@ -233,30 +232,8 @@ struct GpuStepExecutor::State {
   }
 
   const Bucket& choose(const Step& step, int sampling_rows) const {
-    const int n = static_cast<int>(step.sequences.size());
-    int total = 0;
-    // Decode buckets take steps of one generated token a sequence only: a prompt token always
-    // meets a prefill bucket's attention (attn_prefill where the plan has it), as the scheduler's
-    // bucket kind says, so its bits never depend on what shares its step (docs/artifact.md,
-    // "Prompt and generated tokens").
-    bool generated_single = true;
-    for (const auto& s : step.sequences) {
-      total += static_cast<int>(s.tokens.size());
-      generated_single = generated_single && s.tokens.size() == 1 && s.first_position >= s.prompt_len;
-    }
-    const Bucket* best = nullptr;
-    for (const auto& b : buckets) {
-      const bool fits =
-          b.decode ? generated_single && n <= b.size : total <= b.tokens && n <= desc.max_batch;
-      if (!fits || sampling_rows > b.sample_rows) continue;
-      // Prefer decode buckets for decode steps, then the smallest that fits.
-      if (!best || (b.decode && !best->decode) || (b.decode == best->decode && b.tokens < best->tokens))
-        best = &b;
-    }
-    if (!best)
-      fail("gpu engine: a step of " + std::to_string(n) + " sequences and " + std::to_string(total) +
-           " tokens fits no bucket of this artifact");
-    return *best;
+    return buckets[static_cast<std::size_t>(
+        choose_bucket(bucket_shapes, step, sampling_rows, desc.max_batch))];
   }
 
   // Packs the descriptor into slot p and queues, for step N of parity p = N % 2: its descriptor's
@@ -610,6 +587,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
         for (auto& v : l.values) l.params.push_back(&v);
         b.launches[parity].push_back(std::move(l));
       }
+    s.bucket_shapes.push_back(b);
     s.buckets.push_back(std::move(b));
   }
   if (options.use_graphs) {

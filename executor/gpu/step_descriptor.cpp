@@ -119,4 +119,29 @@ int parity_copy(std::string_view arg, int parity) {
   return -1;
 }
 
+int choose_bucket(std::span<const BucketShape> buckets, const Step& step, int sampling_rows,
+                  int max_batch) {
+  const int n = static_cast<int>(step.sequences.size());
+  int total = 0;
+  bool generated_single = true;
+  for (const ScheduledSequence& s : step.sequences) {
+    total += static_cast<int>(s.tokens.size());
+    generated_single = generated_single && s.tokens.size() == 1 && s.first_position >= s.prompt_len;
+  }
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(buckets.size()); ++i) {
+    const BucketShape& b = buckets[static_cast<std::size_t>(i)];
+    const bool fits =
+        b.decode ? generated_single && n <= b.size : total <= b.tokens && n <= max_batch;
+    if (!fits || sampling_rows > b.sample_rows) continue;
+    const BucketShape* c = best < 0 ? nullptr : &buckets[static_cast<std::size_t>(best)];
+    // Decode buckets first, then the smallest that fits.
+    if (!c || (b.decode && !c->decode) || (b.decode == c->decode && b.tokens < c->tokens)) best = i;
+  }
+  if (best < 0)
+    fail("gpu engine: a step of " + std::to_string(n) + " sequences and " + std::to_string(total) +
+         " tokens fits no bucket of this artifact");
+  return best;
+}
+
 }  // namespace telos::exec

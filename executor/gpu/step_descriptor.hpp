@@ -68,6 +68,22 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& layout, const Step& 
                                 int bucket_sample_rows, std::span<const GpuSampling> sampling, int fed_rows,
                                 char* host);
 
+// A bucket as the choice of a step's graph sees it: a decode bucket holds `size` sequences of one
+// token, a prefill bucket `tokens` tokens of up to max_batch sequences; either samples at most
+// `sample_rows` rows.
+struct BucketShape {
+  bool decode = false;
+  int size = 0, tokens = 0, sample_rows = 0;
+};
+
+// The bucket a step runs in (an index into `buckets`): a decode bucket only for a step of one
+// generated token a sequence (a prompt token always meets a prefill bucket's attention, as the
+// scheduler's bucket kind says, so its bits never depend on what shares its step: docs/artifact.md,
+// "Prompt and generated tokens"), preferred there; otherwise the smallest prefill bucket that
+// holds the step. Throws telos::Error when none fits.
+int choose_bucket(std::span<const BucketShape> buckets, const Step& step, int sampling_rows,
+                  int max_batch);
+
 // Step parity (docs/artifact.md, "Step parity"): the device holds two step descriptors and the
 // host two pinned token buffers, and the step launched N-th uses copy N % 2, so that a step's
 // descriptor upload runs beside the other step's graph instead of between the graphs. The copy

@@ -213,6 +213,35 @@ const std::vector<std::vector<std::string>> kProgram = {
     {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:0", "buf:part_o"},
     {"buf:logits", "desc:sample_params", "desc:sample_rows", "buf:sampled", "host:sampled"}};
 
+// The bucket a step runs in: decode buckets only for one generated token a sequence (a one-token
+// prompt chunk beside decodes goes to a prefill bucket, so the prompt token meets attn_prefill as
+// it would alone), preferred there, then the smallest prefill bucket that holds the step.
+TEST(ChooseBucket, DecodeBucketsTakeGeneratedTokensOnly) {
+  const std::vector<BucketShape> buckets = {
+      {false, 4, 64, 4}, {false, 4, 16, 4}, {true, 4, 4, 4}, {true, 1, 1, 1}};
+  const std::vector<std::int32_t> ids(65, 7);
+  auto seq = [&](int first_position, int n, int prompt_len) {
+    ScheduledSequence q;
+    q.first_position = first_position;
+    q.tokens = std::span<const std::int32_t>(ids).first(static_cast<std::size_t>(n));
+    q.prompt_len = prompt_len;
+    return q;
+  };
+  Step step;
+  step.sequences = {seq(9, 1, 5)};  // one decode token
+  EXPECT_EQ(choose_bucket(buckets, step, 1, 4), 3);
+  step.sequences = {seq(9, 1, 5), seq(3, 1, 2)};  // two decode tokens
+  EXPECT_EQ(choose_bucket(buckets, step, 2, 4), 2);
+  step.sequences = {seq(9, 1, 5), seq(4, 1, 5)};  // a decode token and a prompt's last token
+  EXPECT_EQ(choose_bucket(buckets, step, 2, 4), 1);
+  step.sequences = {seq(0, 1, 1)};  // a one-token prompt alone
+  EXPECT_EQ(choose_bucket(buckets, step, 1, 4), 1);
+  step.sequences = {seq(0, 20, 20)};  // past the 16-token bucket
+  EXPECT_EQ(choose_bucket(buckets, step, 1, 4), 0);
+  step.sequences = {seq(0, 65, 65)};
+  EXPECT_THROW(choose_bucket(buckets, step, 1, 4), Error);
+}
+
 TEST(StepParity, DescriptorFieldsAndHostTokensAreTheStepsOwnCopy) {
   for (int parity : {0, 1})
     for (const auto& launch : kProgram)
