@@ -65,20 +65,6 @@ HEXEL_DEVICE bool try_wait_parity(uint32_t bar, uint32_t parity) {
   return done != 0;
 }
 
-// The same test without suspending: try_wait may hold the thread for a system-dependent time
-// before it reports an incomplete phase, test_wait answers at once (for a thread that has other
-// work to do while it waits). PTX: mbarrier.test_wait.parity.
-HEXEL_DEVICE bool test_wait_parity(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      " selp.u32 %0, 1, 0, p;\n}"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
 // Blocks until phase `parity` completes; traps after HEXEL_DEBUG_WAIT_LIMIT polls in debug.
 HEXEL_DEVICE void wait_parity(uint32_t bar, uint32_t parity) {
   WaitGuard guard;

@@ -33,7 +33,6 @@ extern "C" __global__ void mbarrier_kernel(unsigned* out) {
   mbarrier::arrive_remote(bar);
   mbarrier::wait_parity_cluster(bar, 0);
   out[threadIdx.x] = mbarrier::try_wait_parity(bar, 1) ? ring.index : 0;
-  out[threadIdx.x + blockDim.x] = mbarrier::test_wait_parity(bar, 0) ? 1u : 0u;
 }
 // CHECK-LABEL: .entry mbarrier_kernel
 // CHECK: mbarrier.init.shared::cta.b64
@@ -45,5 +44,4 @@ extern "C" __global__ void mbarrier_kernel(unsigned* out) {
 // CHECK: mbarrier.arrive.release.cluster.shared::cluster.b64
 // CHECK: mbarrier.arrive.shared::cluster.b64 _,
 // CHECK: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64
-// CHECK: mbarrier.test_wait.parity.shared::cta.b64
 // DEBUG: trap;
