@@ -8,7 +8,8 @@
 //   prefill attention: one sequence's 512-token chunk at context 8192, one token per block
 //   (TPT 1) against the plan's tiles of 4 tokens (TPT 4), GB/s counting the K/V bytes each
 //   block reads (per tile: positions up to the tile's last).
-// `telos-kernel-bench --sweep` also times the small GEMM at other tilings than the plan's.
+// `telos-kernel-bench --sweep` also times the small GEMM at other tilings than the plan's;
+// `telos-kernel-bench --decode-layer` times only the copy bandwidth and the one-token decode layers.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -137,6 +138,7 @@ void* device_map(const void* base, int rows, int cols, int box_rows) {
 
 int main(int argc, char** argv) {
   const bool sweep = argc > 1 && std::string(argv[1]) == "--sweep";
+  const bool decode_layer_only = argc > 1 && std::string(argv[1]) == "--decode-layer";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("telos-kernel-bench: no CUDA GPU\n");
@@ -159,6 +161,154 @@ int main(int argc, char** argv) {
   cudaFree(dst);
   std::printf("\n%-34s | %-26s | %9s | %8s | %6s\n", "kernel", "shape", "median us", "GB/s", "% copy");
   std::printf("%-34s | %-26s | %9.1f | %8.0f | %6s\n", "cudaMemcpy D2D (read+write)", "2 GiB", copy_us, copy_gbs, "100");
+
+  // One-token decode layers as a step runs them: decode_layer_persistent (the plan's tiles and
+  // ring, decode_layer_tiling, its grid-wide counts, GridCount V1), 8 layers back to back with PDL,
+  // each on its own copy of the weights and of the K/V pages (one sequence at context C,
+  // max_seq_len 8448 as bench_suite compiles), at the Llama-3.2-1B and Llama-3.1-8B shapes. Bytes:
+  // the layer's weights and the K/V read. Then the phase timeline of the last layer of one such run
+  // (the same instances compiled with TELOS_PHASE_TRACE): per event, the median and the latest CTA,
+  // µs after the first CTA's entry (decode_persistent.cuh, phase_trace). Variants, each a row and a
+  // timeline of its own so that they compare within one run (issue 7): the plan's attention split
+  // (kAttnSplit positions) and shorter ones (at a context under NSPLIT splits, more (KV head, slot)
+  // items with fewer chunks each). Measured here and dropped from this list: L2 prefetch ahead of
+  // the ring (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs
+  // a layer faster), gate/up tiles of 32 rows and QKV tiles of 16 (run T: no gain), the combine
+  // folded into o's A (session 9 run 1: slower). With --decode-layer, only this section (after the
+  // copy bandwidth).
+  {
+    struct LayerShape { const char* name; int H, HQ, HKV, D, I; };
+    const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
+    constexpr int kMaxSeq = 8448, kPage = 16, kMaxp = kMaxSeq / kPage, kLayers = 8;
+    const int nsplit = attn_partial_slots(kMaxSeq);
+    const char* events[16] = {"entry",        "p0 qkv start",    "p0 end",         "p1 rope start",
+                              "p1 end",       "p2 split start",  "p2 end",         "p3 combine start",
+                              "p3 end",       "p4 o start",      "p4 end",         "p5 gate/up start",
+                              "p5 end",       "p6 down start",   "p6 end",         "producer done"};
+    for (const LayerShape& sh : shapes) {
+      const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
+      const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D);
+      const long long page_elems = 2LL * sh.HKV * kPage * sh.D;
+      struct Variant {
+        std::string label;
+        int split;
+      };
+      std::vector<Variant> variants = {{"V1 plan", kAttnSplit}};
+      for (int split : {128, 64})
+        if (split != kAttnSplit) variants.push_back({"V1 split" + I(split), split});
+      std::vector<std::string> names;
+      for (const Variant& v : variants)
+        names.push_back(
+            "telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " +
+            I(sh.HKV) + ", " + I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " +
+            I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " +
+            I(v.split) + ", " + I(nsplit) + ", " +
+            float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
+            I(sh.I) + ", " + I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) +
+            ", " + I(lt.bd) + ", telos_kernels::GridCount::Release>");
+      auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
+      Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
+      const std::unique_ptr<Module> mod = plain.get();
+      const std::size_t w_rows[4] = {static_cast<std::size_t>(NQKV), static_cast<std::size_t>(sh.H),
+                                     2 * static_cast<std::size_t>(sh.I), static_cast<std::size_t>(sh.H)};
+      const std::size_t w_cols[4] = {static_cast<std::size_t>(sh.H), static_cast<std::size_t>(KO),
+                                     static_cast<std::size_t>(sh.H),
+                                     static_cast<std::size_t>(sh.I)};
+      double w_bytes = 0;
+      for (int k = 0; k < 4; ++k) w_bytes += 2.0 * w_rows[k] * w_cols[k];
+      const std::size_t kv_bytes = static_cast<std::size_t>(kMaxp) * page_elems * 2;
+      const int copies = std::max(2, static_cast<int>((400ull << 20) / (w_bytes + kv_bytes)) + 1);
+      struct Copy {
+        void* w[4];
+        void* maps[4];
+        void* kv;
+      };
+      std::vector<Copy> cs(copies);
+      for (Copy& c : cs) {
+        for (int k = 0; k < 4; ++k) {
+          check(cudaMalloc(&c.w[k], 2 * w_rows[k] * w_cols[k]), "alloc");
+          fill(c.w[k], 2 * w_rows[k] * w_cols[k]);
+        }
+        const int boxes[4] = {lt.bq, lt.bo, lt.bg / 2, lt.bd};
+        for (int k = 0; k < 4; ++k)
+          c.maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]), boxes[k]);
+        check(cudaMalloc(&c.kv, kv_bytes), "alloc");
+        fill(c.kv, kv_bytes);
+      }
+      auto dev = [](std::size_t bytes, bool random) {
+        void* p;
+        check(cudaMalloc(&p, bytes), "alloc");
+        if (random) fill(p, bytes);
+        else cudaMemset(p, 0, bytes);
+        return p;
+      };
+      void *norm_a = dev(4ull * sh.H, true), *norm_m = dev(4ull * sh.H, true), *pos = dev(4, false),
+           *seq = dev(4, false), *pt = dev(4ull * kMaxp, false), *x = dev(4ull * sh.H, true),
+           *qkv = dev(2ull * NQKV, false), *q = dev(4ull * KO, false),
+           *po = dev(4ull * sh.HQ * nsplit * sh.D, false), *pml = dev(8ull * sh.HQ * nsplit, false),
+           *attn_out = dev(2ull * KO, false), *act = dev(2ull * sh.I, false), *sync = dev(8, false);
+      std::vector<int> hpt(kMaxp);
+      for (int i = 0; i < kMaxp; ++i) hpt[i] = (i * 7) % kMaxp;  // scattered pages
+      cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice);
+      for (int C : {160, 288, 4096}) {
+        const int position = C - 1;
+        cudaMemcpy(pos, &position, 4, cudaMemcpyHostToDevice);
+        const double bytes = w_bytes + static_cast<double>(C) * sh.HKV * sh.D * 2 * 2;
+        auto launch = [&](Module& m, std::size_t vi, int i, bool pdl) {
+          const Copy& c = cs[i % copies];
+          const void* null = nullptr;
+          const auto& maps = c.maps;
+          m.launch(
+              names[vi], dim3(prop.multiProcessorCount), 160,
+              {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null,     null, pos, seq,
+               pt,      c.kv,    x,       qkv,     q,      po,     pml,  attn_out, act,  sync},
+              lt.smem, pdl);
+        };
+        for (std::size_t vi = 0; vi < names.size(); ++vi) {
+          const double us = median_us([&](int i) { launch(*mod, vi, i, i % kLayers != 0); }, 20,
+                                      2 * kLayers, kLayers);
+          char label[64], shape[64];
+          std::snprintf(label, sizeof label, "decode layer %s %s", sh.name, variants[vi].label.c_str());
+          std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, lt.bq,
+                        lt.bo, lt.bg, lt.bd);
+          std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
+                      100.0 * bytes / us / 1e3 / copy_gbs);
+        }
+        for (std::size_t vi = 0; vi < names.size(); ++vi) {
+          for (int i = 0; i < 2 * kLayers; ++i) launch(traced, vi, i, i % kLayers != 0);
+          check(cudaDeviceSynchronize(), "traced run");
+          void* trace = nullptr;
+          std::size_t trace_bytes = 0;
+          check(cudaLibraryGetGlobal(&trace, &trace_bytes, traced.lib, "telos_phase_trace"), "trace");
+          std::vector<unsigned long long> t(trace_bytes / 8);
+          check(cudaMemcpy(t.data(), trace, trace_bytes, cudaMemcpyDeviceToHost), "trace");
+          // From the layer's start: the first CTA past its dependency wait (a CTA enters early where
+          // the previous layer left its SM early, and waits).
+          const int ctas = prop.multiProcessorCount;
+          unsigned long long t0 = ~0ull;
+          for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * 16 + 1]);
+          std::printf(
+              "  timeline %s ctx=%d %s (µs after the first CTA's phase 0 start: median / last "
+              "CTA):",
+              sh.name, C, variants[vi].label.c_str());
+          for (int e = 0; e < 16; ++e) {
+            std::vector<double> v;
+            for (int b = 0; b < ctas; ++b) v.push_back((static_cast<double>(t[b * 16 + e]) - static_cast<double>(t0)) / 1e3);
+            std::sort(v.begin(), v.end());
+            std::printf("%s %s %.1f/%.1f", e % 4 == 0 ? "\n   " : ";", events[e], v[v.size() / 2], v.back());
+          }
+          std::printf("\n");
+        }
+      }
+      for (Copy& c : cs) {
+        for (int k = 0; k < 4; ++k) cudaFree(c.w[k]);
+        for (void* m : c.maps) cudaFree(m);
+        cudaFree(c.kv);
+      }
+      for (void* p : {norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync}) cudaFree(p);
+    }
+  }
+  if (decode_layer_only) return 0;
 
   // Decode GEMMs, Llama-3.1-8B: qkv [6144, 4096], o [4096, 4096], gate_up [28672, 4096], down
   // [4096, 14336], LM head [128256, 4096] (and Llama-3.2-1B's [128256, 2048], 47% of copy in a
@@ -431,162 +581,6 @@ int main(int argc, char** argv) {
     }
   }
 
-  // One-token decode layers as a step runs them: decode_layer_persistent (the plan's tiles and
-  // ring, decode_layer_tiling), 8 layers back to back with PDL, each on its own copy of the weights
-  // and of the K/V pages (one sequence at context C, max_seq_len 8448 as bench_suite compiles), at
-  // the Llama-3.2-1B and Llama-3.1-8B shapes (L2 prefetch ahead of the ring measured here and
-  // rejected: docs/perf-log.md, change 18). Bytes: the layer's weights and the K/V read. Then the
-  // phase timeline of the last layer of one such run (the same instances compiled with
-  // TELOS_PHASE_TRACE): per event, the median and the latest CTA, µs after the first CTA's entry
-  // (decode_persistent.cuh, phase_trace). Variants, each a row and a timeline of its own so that
-  // they compare within one run (issue 7): the plan's tiles with the plan's grid-wide counts
-  // (GridCount V1) and with V0's (run S: V1 3 µs a layer faster), and V1 with gate/up tiles of 32
-  // rows and with QKV tiles of 16 too (fewer rows a tile, more tiles: a phase's tiles spread more
-  // evenly over the SMs, where 448 gate/up tiles of 64 rows leave the 8B's last CTAs a whole tile
-  // behind, run S).
-  {
-    struct LayerShape { const char* name; int H, HQ, HKV, D, I; };
-    const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
-    constexpr int kMaxSeq = 8448, kPage = 16, kMaxp = kMaxSeq / kPage, kLayers = 8;
-    const int nsplit = attn_partial_slots(kMaxSeq);
-    const char* events[16] = {"entry",        "p0 qkv start",    "p0 end",         "p1 rope start",
-                              "p1 end",       "p2 split start",  "p2 end",         "p3 combine start",
-                              "p3 end",       "p4 o start",      "p4 end",         "p5 gate/up start",
-                              "p5 end",       "p6 down start",   "p6 end",         "producer done"};
-    for (const LayerShape& sh : shapes) {
-      const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
-      const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D);
-      const long long page_elems = 2LL * sh.HKV * kPage * sh.D;
-      struct Variant {
-        std::string label;
-        int bq, bo, bg, bd;
-        const char* count;
-      };
-      std::vector<Variant> variants = {{"V1 plan", lt.bq, lt.bo, lt.bg, lt.bd, "Release"},
-                                       {"V0 plan", lt.bq, lt.bo, lt.bg, lt.bd, "Fenced"}};
-      if (lt.bg != 32) variants.push_back({"V1 bg32", lt.bq, lt.bo, 32, lt.bd, "Release"});
-      if (lt.bq != 16 && sh.H % (64 * 4) == 0)
-        variants.push_back({"V1 bq16 bg32", 16, lt.bo, 32, lt.bd, "Release"});
-      std::vector<std::string> names;
-      for (const Variant& v : variants)
-        names.push_back(
-            "telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " +
-            I(sh.HKV) + ", " + I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " +
-            I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " +
-            I(kAttnSplit) + ", " + I(nsplit) + ", " +
-            float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
-            I(sh.I) + ", " + I(lt.stages) + ", " + I(v.bq) + ", " + I(v.bo) + ", " + I(v.bg) +
-            ", " + I(v.bd) + ", telos_kernels::GridCount::" + v.count + ">");
-      auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
-      Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
-      const std::unique_ptr<Module> mod = plain.get();
-      const std::size_t w_rows[4] = {static_cast<std::size_t>(NQKV), static_cast<std::size_t>(sh.H),
-                                     2 * static_cast<std::size_t>(sh.I), static_cast<std::size_t>(sh.H)};
-      const std::size_t w_cols[4] = {static_cast<std::size_t>(sh.H), static_cast<std::size_t>(KO),
-                                     static_cast<std::size_t>(sh.H),
-                                     static_cast<std::size_t>(sh.I)};
-      double w_bytes = 0;
-      for (int k = 0; k < 4; ++k) w_bytes += 2.0 * w_rows[k] * w_cols[k];
-      const std::size_t kv_bytes = static_cast<std::size_t>(kMaxp) * page_elems * 2;
-      const int copies = std::max(2, static_cast<int>((400ull << 20) / (w_bytes + kv_bytes)) + 1);
-      struct Copy {
-        void* w[4];
-        std::vector<std::array<void*, 4>> maps;
-        void* kv;
-      };
-      std::vector<Copy> cs(copies);
-      for (Copy& c : cs) {
-        for (int k = 0; k < 4; ++k) {
-          check(cudaMalloc(&c.w[k], 2 * w_rows[k] * w_cols[k]), "alloc");
-          fill(c.w[k], 2 * w_rows[k] * w_cols[k]);
-        }
-        for (const Variant& v : variants) {
-          const int boxes[4] = {v.bq, v.bo, v.bg / 2, v.bd};
-          std::array<void*, 4> maps;
-          for (int k = 0; k < 4; ++k)
-            maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]),
-                                 boxes[k]);
-          c.maps.push_back(maps);
-        }
-        check(cudaMalloc(&c.kv, kv_bytes), "alloc");
-        fill(c.kv, kv_bytes);
-      }
-      auto dev = [](std::size_t bytes, bool random) {
-        void* p;
-        check(cudaMalloc(&p, bytes), "alloc");
-        if (random) fill(p, bytes);
-        else cudaMemset(p, 0, bytes);
-        return p;
-      };
-      void *norm_a = dev(4ull * sh.H, true), *norm_m = dev(4ull * sh.H, true), *pos = dev(4, false),
-           *seq = dev(4, false), *pt = dev(4ull * kMaxp, false), *x = dev(4ull * sh.H, true),
-           *qkv = dev(2ull * NQKV, false), *q = dev(4ull * KO, false),
-           *po = dev(4ull * sh.HQ * nsplit * sh.D, false), *pml = dev(8ull * sh.HQ * nsplit, false),
-           *attn_out = dev(2ull * KO, false), *act = dev(2ull * sh.I, false), *sync = dev(8, false);
-      std::vector<int> hpt(kMaxp);
-      for (int i = 0; i < kMaxp; ++i) hpt[i] = (i * 7) % kMaxp;  // scattered pages
-      cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice);
-      for (int C : {288, 4096}) {
-        const int position = C - 1;
-        cudaMemcpy(pos, &position, 4, cudaMemcpyHostToDevice);
-        const double bytes = w_bytes + static_cast<double>(C) * sh.HKV * sh.D * 2 * 2;
-        auto launch = [&](Module& m, std::size_t vi, int i, bool pdl) {
-          const Copy& c = cs[i % copies];
-          const void* null = nullptr;
-          const std::array<void*, 4>& maps = c.maps[vi];
-          m.launch(
-              names[vi], dim3(prop.multiProcessorCount), 160,
-              {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null,     null, pos, seq,
-               pt,      c.kv,    x,       qkv,     q,      po,     pml,  attn_out, act,  sync},
-              lt.smem, pdl);
-        };
-        for (std::size_t vi = 0; vi < names.size(); ++vi) {
-          const double us = median_us([&](int i) { launch(*mod, vi, i, i % kLayers != 0); }, 20,
-                                      2 * kLayers, kLayers);
-          const Variant& v = variants[vi];
-          char label[64], shape[64];
-          std::snprintf(label, sizeof label, "decode layer %s %s", sh.name, v.label.c_str());
-          std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, v.bq,
-                        v.bo, v.bg, v.bd);
-          std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
-                      100.0 * bytes / us / 1e3 / copy_gbs);
-        }
-        for (std::size_t vi = 0; vi < names.size(); ++vi) {
-          for (int i = 0; i < 2 * kLayers; ++i) launch(traced, vi, i, i % kLayers != 0);
-          check(cudaDeviceSynchronize(), "traced run");
-          void* trace = nullptr;
-          std::size_t trace_bytes = 0;
-          check(cudaLibraryGetGlobal(&trace, &trace_bytes, traced.lib, "telos_phase_trace"), "trace");
-          std::vector<unsigned long long> t(trace_bytes / 8);
-          check(cudaMemcpy(t.data(), trace, trace_bytes, cudaMemcpyDeviceToHost), "trace");
-          // From the layer's start: the first CTA past its dependency wait (a CTA enters early where
-          // the previous layer left its SM early, and waits).
-          const int ctas = prop.multiProcessorCount;
-          unsigned long long t0 = ~0ull;
-          for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * 16 + 1]);
-          std::printf(
-              "  timeline %s ctx=%d %s (µs after the first CTA's phase 0 start: median / last "
-              "CTA):",
-              sh.name, C, variants[vi].label.c_str());
-          for (int e = 0; e < 16; ++e) {
-            std::vector<double> v;
-            for (int b = 0; b < ctas; ++b) v.push_back((static_cast<double>(t[b * 16 + e]) - static_cast<double>(t0)) / 1e3);
-            std::sort(v.begin(), v.end());
-            std::printf("%s %s %.1f/%.1f", e % 4 == 0 ? "\n   " : ";", events[e], v[v.size() / 2], v.back());
-          }
-          std::printf("\n");
-        }
-      }
-      for (Copy& c : cs) {
-        for (int k = 0; k < 4; ++k) cudaFree(c.w[k]);
-        for (const std::array<void*, 4>& maps : c.maps)
-          for (void* m : maps) cudaFree(m);
-        cudaFree(c.kv);
-      }
-      for (void* p : {norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync}) cudaFree(p);
-    }
-  }
-
   // Attention, HQ 32, HKV 8, D 128, page 16, the plan's split and partial slots for context C.
   constexpr int HQ = 32, HKV = 8, D = 128, PAGE = 16;
   struct Attn {
@@ -648,7 +642,7 @@ int main(int argc, char** argv) {
   for (int C : {4096, 32768}) {
     const Attn plan = attn(C);
     std::vector<std::pair<std::string, Attn>> vars{{"", plan}};
-    for (auto [split, nsplit] : {std::pair{128, 32}, std::pair{512, 32}}) {
+    for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
       Attn v = plan;
       v.split = split;
       v.nsplit = std::min(nsplit, (C + split - 1) / split);

@@ -7,7 +7,12 @@
 // whether the GPU is still running the previous step. Nothing here loads an artifact: the kernels
 // are stand-ins that spin ~2 us on %globaltimer across 132 blocks.
 //
-//   telos-launch-bench [--calls N] [--json PATH]
+//   telos-launch-bench [--calls N] [--json PATH] [--wait auto|spin|yield|block] [--steps-only]
+//
+// --wait sets how the host waits for the GPU (cudaSetDeviceFlags before the context exists:
+// cudaDeviceScheduleAuto, the default, Spin, Yield or BlockingSync), to tell whether the calls
+// cost more after a long step because of how the host waited through it; --steps-only runs the
+// step rows alone.
 //
 // Table rows (host us; "gpu us" is the graph's device time between CUDA events, idle):
 //   graph   BUILD N STATE   cudaGraphLaunch of a straight line of N kernels. BUILD: plain (stream
@@ -403,14 +408,30 @@ void write_json(const std::vector<Row>& rows, const char* path, const cudaDevice
 int run(int argc, char** argv) {
   int calls = 500;
   const char* json = nullptr;
+  unsigned wait_flag = cudaDeviceScheduleAuto;
+  bool steps_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--calls" && i + 1 < argc) {
       calls = std::atoi(argv[++i]);
     } else if (a == "--json" && i + 1 < argc) {
       json = argv[++i];
+    } else if (a == "--steps-only") {
+      steps_only = true;
+    } else if (a == "--wait" && i + 1 < argc) {
+      const std::string w = argv[++i];
+      if (w == "auto") wait_flag = cudaDeviceScheduleAuto;
+      else if (w == "spin") wait_flag = cudaDeviceScheduleSpin;
+      else if (w == "yield") wait_flag = cudaDeviceScheduleYield;
+      else if (w == "block") wait_flag = cudaDeviceScheduleBlockingSync;
+      else {
+        std::fprintf(stderr, "telos-launch-bench: --wait takes auto, spin, yield or block\n");
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "usage: telos-launch-bench [--calls N (>= 300)] [--json PATH]\n");
+      std::fprintf(stderr,
+                   "usage: telos-launch-bench [--calls N (>= 300)] [--json PATH] "
+                   "[--wait auto|spin|yield|block] [--steps-only]\n");
       return 2;
     }
   }
@@ -418,6 +439,8 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "telos-launch-bench: --calls must be at least 300 (p90 needs them)\n");
     return 2;
   }
+  // Before the first call that creates the primary context (CUDA runtime API, cudaSetDeviceFlags).
+  check(cudaSetDeviceFlags(wait_flag), "device flags");
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "device 0");
   if (prop.major != 9)
@@ -425,12 +448,14 @@ int run(int argc, char** argv) {
                              prop.name);
   int driver = 0;
   check(cudaDriverGetVersion(&driver), "driver version");
-  std::printf("# %s, driver %d, runtime %d, %d timed calls per row after 50 warm-up\n", prop.name,
-              driver, CUDART_VERSION, calls);
+  std::printf("# %s, driver %d, runtime %d, %d timed calls per row after 50 warm-up, wait flag %u\n",
+              prop.name, driver, CUDART_VERSION, calls, wait_flag);
   Bench bench(calls);
-  bench.graphs();
-  bench.copies();
-  bench.memcpy_nodes();
+  if (!steps_only) {
+    bench.graphs();
+    bench.copies();
+    bench.memcpy_nodes();
+  }
   bench.steps();
   if (json) write_json(bench.rows, json, prop, driver, calls);
   print_table(bench.rows);
