@@ -6,7 +6,10 @@
 #      batch, graphs vs direct launches, seeded sampling vs batch, the engine's GPU sampling vs
 #      host sampling (gpu_model_test), on the committed buckets and again with one 128-token
 #      prefill bucket (every prompt through the prefill GEMM, decode through the small-M GEMM),
-#   3. compute-sanitizer: memcheck on both, racecheck and synccheck on the kernels,
+#   3. compute-sanitizer: memcheck on both, racecheck and synccheck on the kernels, synccheck on
+#      the tiny models' test, racecheck on short telos-run generate runs of each tiny model
+#      (racecheck of the whole gpu_model_test process dies without a hazard after its work ran
+#      clean: docs/perf-log.md, session 9 runs 3-5),
 #   4. timings: telos-kernel-bench (decode GEMM and attention against the copy bandwidth),
 #      telos-prefill-bench beside torch.matmul, telos-attn-prefill-bench beside torch SDPA, telos-run bench on tiny-llama (host time per
 #      step, GPU idle gap, graph capture and memory report), telos-launch-bench (the host's cost
@@ -99,9 +102,19 @@ if [ -z "${GPU_CHECK_QUICK:-}" ]; then
   run "racecheck: kernels" racecheck.log $CS --tool racecheck "$B/gpu_kernels_test" --gtest_filter='-*Sample*'
   run "synccheck: kernels" synccheck.log $CS --tool synccheck "$B/gpu_kernels_test" --gtest_filter='-*Sample*'
   # The tiny models' steps: their one-token steps run decode_layer_persistent whole (its attention
-  # phases are not in the kernel tests).
-  run "racecheck: tiny models" racecheck-model.log $CS --tool racecheck "$B/gpu_model_test" \
-      --gtest_filter='*MatchesTransformers*'
+  # phases are not in the kernel tests). Racecheck on short telos-run generate runs (a 40- and a
+  # 3-token prompt, 20 tokens each; one request with logprobs, the logits' copy back): a long
+  # gpu_model_test process dies under racecheck with no hazard reported.
+  # shellcheck disable=SC2016  # expanded by the inner bash, from the exported CS, B and P
+  CS="$CS" B="$B" P="$P" run "racecheck: tiny models (telos-run generate)" racecheck-model.log bash -c '
+    rc=0
+    for m in tiny-llama tiny-qwen2 tiny-qwen3; do
+      $CS --tool racecheck "$B/telos-run" generate "$P/artifacts/$m.telos" --engine gpu \
+          --prompt-ids "$(seq -s, 1 40)" --prompt-ids 7,8,9 --max-tokens 20 || rc=1
+      $CS --tool racecheck "$B/telos-run" generate "$P/artifacts/$m.telos" --engine gpu \
+          --prompt-ids 1,2,3,4,5 --max-tokens 5 --logprobs 2 || rc=1
+    done
+    exit $rc'
   run "synccheck: tiny models" synccheck-model.log $CS --tool synccheck "$B/gpu_model_test" \
       --gtest_filter='*MatchesTransformers*'
   run "kernel timings (decode)" bench.log "$B/telos-kernel-bench"
