@@ -416,8 +416,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                            I_(D) + ", " + qkv_epi.substr(0, qkv_epi.size() - 1) + ", " + I_(plan.attn_split) + ", " +
                            I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(I) + ", " +
                            I_(layer_t.stages) + ", " + I_(layer_t.bq) + ", " + I_(layer_t.bo) + ", " +
-                           I_(layer_t.bg) + ", " + I_(layer_t.bd) + ", telos_kernels::GridCount::Release, " +
-                           (D % layer_t.bq == 0 ? "true" : "false") + ">",
+                           I_(layer_t.bg) + ", " + I_(layer_t.bd) + ">",
                        {"qkv_map", "o_map", "gu_map", "down_map", "attn_norm", "mlp_norm", "bias", "q_norm",
                         "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x", "qkv", "q", "part_o",
                         "part_ml", "attn", "act", "sync"},
@@ -495,9 +494,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   plan.arena.push_back({"qkv", T * (HQ + 2 * HKV) * D * 2});
   // Arrival counters of gemm_small_norm_qkv, one per head, zero between launches.
   if (qkv_arrival_counters > 0) plan.arena.push_back({"qkv_arrivals", qkv_arrival_counters * 4LL});
-  // decode_layer_persistent's two grid-wide counters and its heads' arrival counters (FOLD_ROPE),
-  // zero between launches.
-  if (uses_layer_sync) plan.arena.push_back({"layer_sync", 4LL * (2 + HQ + 2 * HKV)});
+  // decode_layer_persistent's two grid-wide counters, zero between launches.
+  if (uses_layer_sync) plan.arena.push_back({"layer_sync", 8});
   return plan;
 }
 

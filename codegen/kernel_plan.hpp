@@ -121,9 +121,8 @@ inline constexpr long long kSmallGemmNormFoldMaxLayerBytes = 128LL << 20;
 inline constexpr int kSmallGemmQkvFoldMaxRows = 1;
 
 // Decode buckets of up to this many tokens run each layer as one persistent launch
-// (decode_layer_persistent, kernels/decode_persistent.cuh: its six phases, norm + QKV GEMM with the
-// QKV epilogue of each head by the CTA that finishes the head (FOLD_ROPE where a QKV tile lies in
-// one head), attention splits, the combine, o, norm + gate/up, down, between grid-wide counts, one
+// (decode_layer_persistent, kernels/decode_persistent.cuh: its seven phases, norm + QKV GEMM, the
+// QKV epilogue, attention splits, the combine, o, norm + gate/up, down, between grid-wide counts, one
 // weight stream per SM through a ring of shared memory; a kernel boundary drains the stream for
 // ~4.5 µs, docs/perf-log.md runs K to N). Its grid is kSms CTAs that must all be resident at once:
 // the artifact is for the H200's 132 SMs.

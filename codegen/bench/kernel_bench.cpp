@@ -169,24 +169,18 @@ int main(int argc, char** argv) {
   // the layer's weights and the K/V read. Then the phase timeline of the last layer of one such run
   // (the same instances compiled with TELOS_PHASE_TRACE): per event, the median and the latest CTA,
   // µs after the first CTA's entry (decode_persistent.cuh, phase_trace). Variants, each a row and a
-  // timeline of its own so that they compare within one run (issue 7): the plan's (each head's QKV
-  // epilogue in the QKV phase, FOLD_ROPE) and the epilogue as a phase of its own. Measured here and
-  // dropped from this list: L2 prefetch ahead of the ring (change 18) or while the ring is full
-  // (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer faster), gate/up tiles of 32 rows and
-  // QKV tiles of 16 (run T: no gain), the combine folded into o's A (session 9 run 1: slower),
-  // attention splits of 64 and 128 positions (session 9 run 2). With --decode-layer, only this
-  // section (after the copy bandwidth).
+  // timeline of its own so that they compare within one run (issue 7): the plan's attention split
+  // (kAttnSplit positions) and shorter ones (at a context under NSPLIT splits, more (KV head, slot)
+  // items with fewer chunks each). Measured here and dropped from this list: L2 prefetch ahead of
+  // the ring (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs
+  // a layer faster), gate/up tiles of 32 rows and QKV tiles of 16 (run T: no gain), the combine
+  // folded into o's A (session 9 run 1: slower). With --decode-layer, only this section (after the
+  // copy bandwidth).
   {
     struct LayerShape { const char* name; int H, HQ, HKV, D, I; };
     const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
     constexpr int kMaxSeq = 8448, kPage = 16, kMaxp = kMaxSeq / kPage, kLayers = 8;
     const int nsplit = attn_partial_slots(kMaxSeq);
-    // Event names by index (decode_persistent.cuh, phase_trace), with the QKV epilogue folded and as
-    // its own phase; an empty name is an event the variant does not write.
-    const char* fold_events[16] = {"entry",       "p0 qkv+rope start", "p0 end",       "p1 split start",
-                                   "p1 end",      "p2 combine start",  "p2 end",       "p3 o start",
-                                   "p3 end",      "p4 gate/up start",  "p4 end",       "p5 down start",
-                                   "p5 end",      "",                  "",             "producer done"};
     const char* events[16] = {"entry",        "p0 qkv start",    "p0 end",         "p1 rope start",
                               "p1 end",       "p2 split start",  "p2 end",         "p3 combine start",
                               "p3 end",       "p4 o start",      "p4 end",         "p5 gate/up start",
@@ -197,19 +191,21 @@ int main(int argc, char** argv) {
       const long long page_elems = 2LL * sh.HKV * kPage * sh.D;
       struct Variant {
         std::string label;
-        bool fold;
+        int split;
       };
-      const std::vector<Variant> variants = {{"V1 plan", true}, {"V1 rope phase", false}};
+      std::vector<Variant> variants = {{"V1 plan", kAttnSplit}};
+      for (int split : {128, 64})
+        if (split != kAttnSplit) variants.push_back({"V1 split" + I(split), split});
       std::vector<std::string> names;
       for (const Variant& v : variants)
         names.push_back(
             "telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " +
             I(sh.HKV) + ", " + I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " +
             I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " +
-            I(kAttnSplit) + ", " + I(nsplit) + ", " +
+            I(v.split) + ", " + I(nsplit) + ", " +
             float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
             I(sh.I) + ", " + I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) +
-            ", " + I(lt.bd) + ", telos_kernels::GridCount::Release, " + (v.fold ? "true" : "false") + ">");
+            ", " + I(lt.bd) + ", telos_kernels::GridCount::Release>");
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
       const std::unique_ptr<Module> mod = plain.get();
@@ -250,8 +246,7 @@ int main(int argc, char** argv) {
            *seq = dev(4, false), *pt = dev(4ull * kMaxp, false), *x = dev(4ull * sh.H, true),
            *qkv = dev(2ull * NQKV, false), *q = dev(4ull * KO, false),
            *po = dev(4ull * sh.HQ * nsplit * sh.D, false), *pml = dev(8ull * sh.HQ * nsplit, false),
-           *attn_out = dev(2ull * KO, false), *act = dev(2ull * sh.I, false),
-           *sync = dev(4ull * (2 + NH), false);
+           *attn_out = dev(2ull * KO, false), *act = dev(2ull * sh.I, false), *sync = dev(8, false);
       std::vector<int> hpt(kMaxp);
       for (int i = 0; i < kMaxp; ++i) hpt[i] = (i * 7) % kMaxp;  // scattered pages
       cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice);
@@ -296,13 +291,11 @@ int main(int argc, char** argv) {
               "  timeline %s ctx=%d %s (µs after the first CTA's phase 0 start: median / last "
               "CTA):",
               sh.name, C, variants[vi].label.c_str());
-          const char* const* names_e = variants[vi].fold ? fold_events : events;
-          for (int e = 0, shown = 0; e < 16; ++e) {
-            if (!*names_e[e]) continue;  // not written by this variant (a stale value of another)
+          for (int e = 0; e < 16; ++e) {
             std::vector<double> v;
             for (int b = 0; b < ctas; ++b) v.push_back((static_cast<double>(t[b * 16 + e]) - static_cast<double>(t0)) / 1e3);
             std::sort(v.begin(), v.end());
-            std::printf("%s %s %.1f/%.1f", shown++ % 4 == 0 ? "\n   " : ";", names_e[e], v[v.size() / 2], v.back());
+            std::printf("%s %s %.1f/%.1f", e % 4 == 0 ? "\n   " : ";", events[e], v[v.size() / 2], v.back());
           }
           std::printf("\n");
         }

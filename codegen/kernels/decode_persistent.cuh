@@ -457,21 +457,15 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 
 // A whole one-token decode layer in one launch: the attention half (RMSNorm + the QKV GEMM; the QKV
 // epilogue per head, qkv_rope_row; the attention splits, attn_split_block per (KV head, slot); the
-// combine, attn_combine_row per query head) and then MlpPhases, six phases between grid-wide counts
-// (seven without FOLD_ROPE), one weight stream (qkv, o, gate/up, down) per SM. Every piece is the
-// code the separate kernels run, so the rows have their bits. Template arguments: the model's
-// (qkv_rope_append_rows' and attn_split's after D), then the MLP's and the ring's, then how the
-// grid-wide counts are met (the plan leaves the default; telos-kernel-bench times every GridCount)
-// and where the QKV epilogue runs: FOLD_ROPE (the plan's), in the QKV phase by the CTA that
-// finishes a head's last tile, gemm_small_norm_qkv's arrival pattern on counters sync[2 ..
-// 2 + HQ + 2 HKV) (a head's D / BQ tiles count in; the last reads the head back from L2 and resets
-// its counter), so no phase and no grid-wide count of its own; else a phase of its own, a head per
-// CTA (telos-kernel-bench's comparison). Args as those kernels' (the maps in BQ / BO / BG / 2 / BD
-// x 64 boxes); `sync` holds the two grid-wide counters and the heads' arrival counters, all zero
-// between launches (docs/artifact.md, layer_sync).
+// combine, attn_combine_row per query head) and then MlpPhases, seven phases between grid-wide
+// counts, one weight stream (qkv, o, gate/up, down) per SM. Every piece is the code the separate
+// kernels run, so the rows have their bits. Template arguments: the model's (qkv_rope_append_rows'
+// and attn_split's after D), then the MLP's and the ring's, then how the grid-wide counts are met
+// (the plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels'
+// (the maps in BQ / BO / BG / 2 / BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I, int STAGES, int BQ,
-          int BO, int BG, int BD, GridCount COUNT = GridCount::Release, bool FOLD_ROPE = true>
+          int BO, int BG, int BD, GridCount COUNT = GridCount::Release>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map, const TensorMap* gu_map,
                             const TensorMap* down_map, const float* attn_norm, const float* mlp_norm, const float* bias,
@@ -483,11 +477,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
   static_assert((BQ == 16 || BQ == 32 || BQ == 64) && H % (64 * (64 / BQ)) == 0 && NQKV % BQ == 0, "QKV tiles");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
-  static_assert(!FOLD_ROPE || D % BQ == 0, "FOLD_ROPE: a QKV tile lies inside one head");
   constexpr unsigned kTilesQkv = NQKV / BQ;
   constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
-  // The phases before the attention splits' (QKV, and the QKV epilogue's without FOLD_ROPE).
-  constexpr unsigned kAttnPhase = FOLD_ROPE ? 1 : 2;
   launch_dependents();  // the waits come later: weights first
   extern __shared__ unsigned char smem_raw[];
   const PersistentSmem<1, kMaxK, STAGES> sm(smem_raw);
@@ -510,48 +501,21 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   grid_dependency_wait();  // x, and the KV pages, are the previous kernels'
   phase_trace(1);
 
-  // The QKV epilogue of one head (q to `q`, K/V appended to their pages), from qkv in L2.
-  __shared__ float head_v[D];
-  __shared__ float scratch[D / 32 > 0 ? D / 32 : 1];
-  auto epilogue = [&](unsigned head) {
-    const float v = t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(qkv + head * D + t)) << 16) : 0.f;
-    qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
-        v, static_cast<int>(head), 0, t, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q, head_v,
-        scratch, sync128);
-  };
-
-  // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16); with FOLD_ROPE, each head's epilogue by the CTA that
-  // stores its last tile.
+  // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16).
   unsigned first = persistent_first_tile(0);
   if (first < kTilesQkv) {
     persistent_norm_a<1, H, EPS>(sm.base, x, w8);
-    for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x) {
+    for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
       layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV, qkv);
-      if constexpr (FOLD_ROPE) {
-        __shared__ unsigned last;
-        const unsigned head = tile * BQ / D;
-        unsigned* arrivals = sync + 2;
-        __threadfence();  // this thread's qkv stores, before the arrival
-        sync128();
-        if (t == 0) {
-          last = atomicAdd(&arrivals[head], 1u) == D / BQ - 1;
-          if (last) arrivals[head] = 0;
-        }
-        sync128();
-        if (last) {
-          __threadfence();
-          epilogue(head);
-        }
-      }
-    }
   }
+  persistent_next_phase<COUNT>(sync, 0);
 
   // The context's K/V of this layer into L2, a page's slice of the layer per thread over the whole
-  // grid, so that the attention items' chunk loads wait on L2 rather than DRAM: their chunks are a
-  // chain of dependent loads, ~6 µs an item at 256 positions from DRAM (run S). Issued after this
-  // CTA's QKV tiles, so that less than the ring's worth of weights passes through L2 before the
-  // items read it; at most kKvPrefetchBytes (the first pages: every slot's first split). Loads only.
-  auto prefetch_kv = [&] {
+  // grid, so that the attention items' chunk loads (phase 2) wait on L2 rather than DRAM: their
+  // chunks are a chain of dependent loads, ~6 µs an item at 256 positions from DRAM (run S). Issued
+  // after QKV, so that less than the ring's worth of weights passes through L2 before the items
+  // read it; at most kKvPrefetchBytes (the first pages: every slot's first split). Loads only.
+  {
     constexpr long long kLayerPageElems = 2LL * HKV * PAGE * D;
     constexpr int kMaxPages = static_cast<int>(kKvPrefetchBytes / (2 * kLayerPageElems));
     const int pos = positions[0];
@@ -559,38 +523,41 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     const int* pt = page_tables + token_seq[0] * MAXP;
     for (int p = blockIdx.x + gridDim.x * t; p < pages; p += gridDim.x * 128)
       tma::prefetch_bytes(kv_layer + static_cast<long long>(pt[p]) * PAGE_ELEMS, 2 * kLayerPageElems);
-  };
-  if constexpr (FOLD_ROPE) {
-    prefetch_kv();
-    persistent_next_phase<COUNT>(sync, 0);
-  } else {
-    persistent_next_phase<COUNT>(sync, 0);
-    prefetch_kv();
-    // Phase 1: the QKV epilogue, a head per work item.
-    for (unsigned head = blockIdx.x; head < static_cast<unsigned>(NH); head += gridDim.x) epilogue(head);
-    persistent_next_phase<COUNT>(sync, 1);
   }
 
-  // The attention splits, a (KV head, slot) per work item.
+  // Phase 1: the QKV epilogue, a head per work item (q to `q`, K/V appended to their pages).
+  {
+    __shared__ float head_v[D];
+    __shared__ float scratch[D / 32 > 0 ? D / 32 : 1];
+    for (unsigned head = blockIdx.x; head < static_cast<unsigned>(NH); head += gridDim.x) {
+      const float v = t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(qkv + head * D + t)) << 16) : 0.f;
+      qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
+          v, static_cast<int>(head), 0, t, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q,
+          head_v, scratch, sync128);
+    }
+  }
+  persistent_next_phase<COUNT>(sync, 1);
+
+  // Phase 2: the attention splits, a (KV head, slot) per work item.
   for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
         0, static_cast<int>(item / NSPLIT), static_cast<int>(item % NSPLIT), q, positions, token_seq, page_tables,
         kv_layer, part_o, part_ml, sync128);
-  persistent_next_phase<COUNT>(sync, kAttnPhase);
+  persistent_next_phase<COUNT>(sync, 2);
 
-  // The combine, a query head per work item on D threads (a meeting between items: a row's last
-  // loop reads shared memory the next one writes).
+  // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
+  // row's last loop reads shared memory the next one writes).
   if (t < D)
     for (unsigned hq = blockIdx.x; hq < static_cast<unsigned>(HQ); hq += gridDim.x) {
       auto sync_d = [] { named_barrier_sync(2, D); };
       attn_combine_row<HQ, D, NSPLIT, SPLIT>(0, static_cast<int>(hq), part_o, part_ml, positions, attn, sync_d);
       sync_d();
     }
-  phase_trace(2 + 2 * (kAttnPhase + 1));
+  phase_trace(8);
   persistent_arrive<COUNT>(sync);
 
-  // The MLP half's three phases.
-  constexpr unsigned kMlpPhase0 = kAttnPhase + 2;
+  // Phases 4-6: the MLP half.
+  constexpr unsigned kMlpPhase0 = 4;
   static_assert(2 + 2 * (kMlpPhase0 + 2) < kTraceEvents - 1, "phase_trace: the phases' events below the producer's");
   Mlp::template run<1, EPS, COUNT>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x, act, sync,
                                    kMlpPhase0, kTilesQkv);
