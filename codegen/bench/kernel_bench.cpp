@@ -169,13 +169,13 @@ int main(int argc, char** argv) {
   // the layer's weights and the K/V read. Then the phase timeline of the last layer of one such run
   // (the same instances compiled with TELOS_PHASE_TRACE): per event, the median and the latest CTA,
   // µs after the first CTA's entry (decode_persistent.cuh, phase_trace). Variants, each a row and a
-  // timeline of its own so that they compare within one run (issue 7): the plan's attention split
-  // (kAttnSplit positions) and shorter ones (at a context under NSPLIT splits, more (KV head, slot)
-  // items with fewer chunks each). Measured here and dropped from this list: L2 prefetch ahead of
-  // the ring (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs
-  // a layer faster), gate/up tiles of 32 rows and QKV tiles of 16 (run T: no gain), the combine
-  // folded into o's A (session 9 run 1: slower). With --decode-layer, only this section (after the
-  // copy bandwidth).
+  // timeline of its own so that they compare within one run (issue 7); today only the plan's.
+  // Measured here and dropped from this list (docs/perf-log.md): L2 prefetch ahead of the ring
+  // (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer
+  // faster), gate/up tiles of 32 rows and QKV tiles of 16 (run T: no gain), the combine folded into
+  // o's A (change 26), attention splits of 64 and 128 positions (change 27), each head's QKV
+  // epilogue in the QKV phase on the CTA that finishes the head (change 28, branch fold-rope). With
+  // --decode-layer, only this section (after the copy bandwidth).
   {
     struct LayerShape { const char* name; int H, HQ, HKV, D, I; };
     const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
@@ -191,21 +191,19 @@ int main(int argc, char** argv) {
       const long long page_elems = 2LL * sh.HKV * kPage * sh.D;
       struct Variant {
         std::string label;
-        int split;
+        const char* count;  // the GridCount template argument
       };
-      std::vector<Variant> variants = {{"V1 plan", kAttnSplit}};
-      for (int split : {128, 64})
-        if (split != kAttnSplit) variants.push_back({"V1 split" + I(split), split});
+      const std::vector<Variant> variants = {{"V1 plan", "Release"}};
       std::vector<std::string> names;
       for (const Variant& v : variants)
         names.push_back(
             "telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " +
             I(sh.HKV) + ", " + I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " +
             I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " +
-            I(v.split) + ", " + I(nsplit) + ", " +
+            I(kAttnSplit) + ", " + I(nsplit) + ", " +
             float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
             I(sh.I) + ", " + I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) +
-            ", " + I(lt.bd) + ", telos_kernels::GridCount::Release>");
+            ", " + I(lt.bd) + ", telos_kernels::GridCount::" + v.count + ">");
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
       const std::unique_ptr<Module> mod = plain.get();
