@@ -9,7 +9,8 @@
 //   (TPT 1) against the plan's tiles of 4 tokens (TPT 4), GB/s counting the K/V bytes each
 //   block reads (per tile: positions up to the tile's last).
 // `telos-kernel-bench --sweep` also times the small GEMM at other tilings than the plan's;
-// `telos-kernel-bench --decode-layer` times only the copy bandwidth and the one-token decode layers.
+// `telos-kernel-bench --decode-layer` times only the copy bandwidth and the one-token decode
+// layers.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -177,14 +178,17 @@ int main(int argc, char** argv) {
   // epilogue in the QKV phase on the CTA that finishes the head (change 28, branch fold-rope). With
   // --decode-layer, only this section (after the copy bandwidth).
   {
-    struct LayerShape { const char* name; int H, HQ, HKV, D, I; };
+    struct LayerShape {
+      const char* name;
+      int H, HQ, HKV, D, I;
+    };
     const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
     constexpr int kMaxSeq = 8448, kPage = 16, kMaxp = kMaxSeq / kPage, kLayers = 8;
     const int nsplit = attn_partial_slots(kMaxSeq);
-    const char* events[16] = {"entry",        "p0 qkv start",    "p0 end",         "p1 rope start",
-                              "p1 end",       "p2 split start",  "p2 end",         "p3 combine start",
-                              "p3 end",       "p4 o start",      "p4 end",         "p5 gate/up start",
-                              "p5 end",       "p6 down start",   "p6 end",         "producer done"};
+    const char* events[16] = {"entry",  "p0 qkv start",   "p0 end", "p1 rope start",
+                              "p1 end", "p2 split start", "p2 end", "p3 combine start",
+                              "p3 end", "p4 o start",     "p4 end", "p5 gate/up start",
+                              "p5 end", "p6 down start",  "p6 end", "producer done"};
     for (const LayerShape& sh : shapes) {
       const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
       const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D);
@@ -208,7 +212,8 @@ int main(int argc, char** argv) {
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
       const std::unique_ptr<Module> mod = plain.get();
       const std::size_t w_rows[4] = {static_cast<std::size_t>(NQKV), static_cast<std::size_t>(sh.H),
-                                     2 * static_cast<std::size_t>(sh.I), static_cast<std::size_t>(sh.H)};
+                                     2 * static_cast<std::size_t>(sh.I),
+                                     static_cast<std::size_t>(sh.H)};
       const std::size_t w_cols[4] = {static_cast<std::size_t>(sh.H), static_cast<std::size_t>(KO),
                                      static_cast<std::size_t>(sh.H),
                                      static_cast<std::size_t>(sh.I)};
@@ -229,15 +234,18 @@ int main(int argc, char** argv) {
         }
         const int boxes[4] = {lt.bq, lt.bo, lt.bg / 2, lt.bd};
         for (int k = 0; k < 4; ++k)
-          c.maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]), boxes[k]);
+          c.maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]),
+                                 boxes[k]);
         check(cudaMalloc(&c.kv, kv_bytes), "alloc");
         fill(c.kv, kv_bytes);
       }
       auto dev = [](std::size_t bytes, bool random) {
         void* p;
         check(cudaMalloc(&p, bytes), "alloc");
-        if (random) fill(p, bytes);
-        else cudaMemset(p, 0, bytes);
+        if (random)
+          fill(p, bytes);
+        else
+          cudaMemset(p, 0, bytes);
         return p;
       };
       void *norm_a = dev(4ull * sh.H, true), *norm_m = dev(4ull * sh.H, true), *pos = dev(4, false),
@@ -266,7 +274,8 @@ int main(int argc, char** argv) {
           const double us = median_us([&](int i) { launch(*mod, vi, i, i % kLayers != 0); }, 20,
                                       2 * kLayers, kLayers);
           char label[64], shape[64];
-          std::snprintf(label, sizeof label, "decode layer %s %s", sh.name, variants[vi].label.c_str());
+          std::snprintf(label, sizeof label, "decode layer %s %s", sh.name,
+                        variants[vi].label.c_str());
           std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, lt.bq,
                         lt.bo, lt.bg, lt.bd);
           std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
@@ -277,11 +286,12 @@ int main(int argc, char** argv) {
           check(cudaDeviceSynchronize(), "traced run");
           void* trace = nullptr;
           std::size_t trace_bytes = 0;
-          check(cudaLibraryGetGlobal(&trace, &trace_bytes, traced.lib, "telos_phase_trace"), "trace");
+          check(cudaLibraryGetGlobal(&trace, &trace_bytes, traced.lib, "telos_phase_trace"),
+                "trace");
           std::vector<unsigned long long> t(trace_bytes / 8);
           check(cudaMemcpy(t.data(), trace, trace_bytes, cudaMemcpyDeviceToHost), "trace");
-          // From the layer's start: the first CTA past its dependency wait (a CTA enters early where
-          // the previous layer left its SM early, and waits).
+          // From the layer's start: the first CTA past its dependency wait (a CTA enters early
+          // where the previous layer left its SM early, and waits).
           const int ctas = prop.multiProcessorCount;
           unsigned long long t0 = ~0ull;
           for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * 16 + 1]);
@@ -291,9 +301,11 @@ int main(int argc, char** argv) {
               sh.name, C, variants[vi].label.c_str());
           for (int e = 0; e < 16; ++e) {
             std::vector<double> v;
-            for (int b = 0; b < ctas; ++b) v.push_back((static_cast<double>(t[b * 16 + e]) - static_cast<double>(t0)) / 1e3);
+            for (int b = 0; b < ctas; ++b)
+              v.push_back((static_cast<double>(t[b * 16 + e]) - static_cast<double>(t0)) / 1e3);
             std::sort(v.begin(), v.end());
-            std::printf("%s %s %.1f/%.1f", e % 4 == 0 ? "\n   " : ";", events[e], v[v.size() / 2], v.back());
+            std::printf("%s %s %.1f/%.1f", e % 4 == 0 ? "\n   " : ";", events[e], v[v.size() / 2],
+                        v.back());
           }
           std::printf("\n");
         }
@@ -303,7 +315,8 @@ int main(int argc, char** argv) {
         for (void* m : c.maps) cudaFree(m);
         cudaFree(c.kv);
       }
-      for (void* p : {norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync}) cudaFree(p);
+      for (void* p : {norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync})
+        cudaFree(p);
     }
   }
   if (decode_layer_only) return 0;
