@@ -420,10 +420,14 @@ int run(int argc, char** argv) {
       steps_only = true;
     } else if (a == "--wait" && i + 1 < argc) {
       const std::string w = argv[++i];
-      if (w == "auto") wait_flag = cudaDeviceScheduleAuto;
-      else if (w == "spin") wait_flag = cudaDeviceScheduleSpin;
-      else if (w == "yield") wait_flag = cudaDeviceScheduleYield;
-      else if (w == "block") wait_flag = cudaDeviceScheduleBlockingSync;
+      if (w == "auto")
+        wait_flag = cudaDeviceScheduleAuto;
+      else if (w == "spin")
+        wait_flag = cudaDeviceScheduleSpin;
+      else if (w == "yield")
+        wait_flag = cudaDeviceScheduleYield;
+      else if (w == "block")
+        wait_flag = cudaDeviceScheduleBlockingSync;
       else {
         std::fprintf(stderr, "telos-launch-bench: --wait takes auto, spin, yield or block\n");
         return 2;
@@ -448,8 +452,9 @@ int run(int argc, char** argv) {
                              prop.name);
   int driver = 0;
   check(cudaDriverGetVersion(&driver), "driver version");
-  std::printf("# %s, driver %d, runtime %d, %d timed calls per row after 50 warm-up, wait flag %u\n",
-              prop.name, driver, CUDART_VERSION, calls, wait_flag);
+  std::printf(
+      "# %s, driver %d, runtime %d, %d timed calls per row after 50 warm-up, wait flag %u\n",
+      prop.name, driver, CUDART_VERSION, calls, wait_flag);
   Bench bench(calls);
   if (!steps_only) {
     bench.graphs();
