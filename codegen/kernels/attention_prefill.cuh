@@ -76,9 +76,10 @@
 // docs/perf-log.md runs W and Z); the GPU tests and the bench keep both options measured.
 // OVERLAP (false is the plain order, the bit-for-bit reference of the GPU tests): block b's
 // S = Q·Kᵀ is issued together with block b - 1's P·V, and the softmax of block b runs while that
-// P·V is on the tensor cores (FlashAttention-3's intra-warpgroup overlap), and the two consumer warpgroups take turns issuing their wgmmas (ping-pong on named
-// barriers 3 and 4), so one's softmax overlaps the other's products; each row still sees the
-// same operations in the same order.
+// P·V is on the tensor cores (FlashAttention-3's intra-warpgroup overlap), and the two consumer
+// warpgroups take turns issuing their wgmmas (ping-pong on named barriers 3 and 4), so one's
+// softmax overlaps the other's products; each row still sees the same operations in the same
+// order.
 //
 // Q_SPLIT: S = Q_hi·Kᵀ + Q_lo·Kᵀ with Q_hi = bf16(q) (the staged Q) and Q_lo = bf16(q - Q_hi), so
 // a score carries ~16 bits of q's mantissa instead of 8: rounding q to bf16 moves a score by up to
