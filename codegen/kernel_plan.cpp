@@ -273,11 +273,6 @@ KernelPlan plan_kernels(const CodegenInput& in) {
            {T, 1, 1}, {"w:embed", "desc:tokens", "buf:sampled", "buf:x"});
     // Attention in tiles of tpt tokens (prefill), one token per block in decode.
     const int tpt = attn_tokens_per_tile(kind == "prefill", T, HQ / HKV);
-    const int split_k = b.kernel(
-        "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
-            ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
-            I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(tpt) + ">",
-        {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128);
     const int combine_k = b.kernel("telos_kernels::attn_combine<" + I_(HQ) + ", " + I_(D) + ", " +
                                        I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
                                    {"part_o", "part_ml", "positions", "out"}, D);
@@ -304,6 +299,13 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     // prompt rows, zeros for padding).
     const int split_rows = prompt_attn ? std::min(T, in.max_batch) : T;
     const int split_tiles = (split_rows + tpt - 1) / tpt;
+    const bool split_ahead = tpt == 1 && split_rows <= kAttnSplitAheadMaxRows;
+    const int split_k = b.kernel(
+        "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
+            ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
+            I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(tpt) +
+            (split_ahead ? ", true>" : ">"),
+        {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128);
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
     // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each
     // output element with the same wgmma chain over K and the same epilogue arithmetic

@@ -149,6 +149,11 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
 // merge of its warps, the partials' stores) is spread over twice the K/V.
 constexpr int kAttnSplit = 256;
 int attn_partial_slots(int max_positions);
+// attn_split loads each warp's next chunk while it computes one (LOAD_AHEAD: two blocks an SM
+// instead of three, for the registers) in buckets of one token a tile with at most this many
+// split rows: there the items are too few to fill three blocks an SM and the chain of chunk loads
+// is the item's time. The loads only: the bits are the same either way.
+constexpr int kAttnSplitAheadMaxRows = 8;
 
 // attn_prefill (codegen/kernels/attention_prefill.cuh), the prompt rows' attention in prefill
 // buckets: whether it takes the model's head dim and group (64 or 128; G query heads a KV head

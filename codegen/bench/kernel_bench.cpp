@@ -597,10 +597,11 @@ int main(int argc, char** argv) {
   struct Attn {
     int C, MAXP, split, nsplit;
     long long page_elems;
+    bool ahead = false;  // attn_split's LOAD_AHEAD
     std::string split_kernel(int tpt) const {
       return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) + ", " + I(MAXP) +
              ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
-             float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) + ">";
+             float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) + (ahead ? ", true>" : ">");
     }
     std::string combine_kernel() const {
       return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
@@ -653,6 +654,9 @@ int main(int argc, char** argv) {
   for (int C : {4096, 32768}) {
     const Attn plan = attn(C);
     std::vector<std::pair<std::string, Attn>> vars{{"", plan}};
+    Attn ahead = plan;
+    ahead.ahead = true;
+    vars.push_back({" load-ahead", ahead});
     for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
       Attn v = plan;
       v.split = split;

@@ -90,27 +90,77 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c4 = lane % 4;
   // This lane's MMA rows g and g + 8: token t0 + j of the tile, query head kvh·G + h.
   const int j0 = g / G, h0 = g % G, j1 = (g + 8) / G, h1 = (g + 8) % G;
-  {
-    // Nothing to do when the slot starts past every position of the tile (decode: most slots
-    // at short contexts); checked before any other load.
+  // One token (TPT == 1, the decode buckets): its position and sequence are loaded together and
+  // stay in registers; the item is one pass, with no segment scan and no barrier for it.
+  int pos1 = 0, seq1 = 0;
+  if constexpr (TPT == 1) {
+    pos1 = positions[t0], seq1 = token_seq[t0];
+    if (pos1 < first) return;  // the slot starts past the token (most slots at short contexts)
+  } else {
+    // Nothing to do when the slot starts past every position of the tile; checked before any
+    // other load.
     int last = positions[t0];
 #pragma unroll
     for (int j = 1; j < TPT; ++j) last = max(last, positions[t0 + j]);
     if (last < first) return;
   }
+
+  const bf16* k_base = kv_layer + static_cast<long long>(kvh) * PAGE * D + 8 * c4;
+  const bf16* v_base = kv_layer + static_cast<long long>(HKV + kvh) * PAGE * D + g * (D / 8);
+  const int* pt = page_tables + seq1 * MAXP;  // the pass's sequence's page table
+  auto row = [&](int p) {
+    return static_cast<long long>(pt[p / PAGE]) * PAGE_ELEMS + (p % PAGE) * D;
+  };
+  // A chunk's K and V (16 positions from c; positions past `end` - 1 clamped to it) into
+  // registers, every load issued before the first use.
+  auto load_chunk = [&](int c, int end, uint4 (&kr)[2][D / 32], unsigned (&vr)[4][VW]) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const bf16* k = k_base + row(min(c + 8 * i + g, end - 1));
+#pragma unroll
+      for (int j = 0; j < D / 32; ++j) kr[i][j] = load8(k + 32 * j);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const bf16* v = v_base + row(min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1));
+      if constexpr (VW % 4 == 0) {
+#pragma unroll
+        for (int w = 0; w < VW; w += 4) {
+          const uint4 x = load8(v + 2 * w);
+          vr[e][w] = x.x, vr[e][w + 1] = x.y, vr[e][w + 2] = x.z, vr[e][w + 3] = x.w;
+        }
+      } else {
+#pragma unroll
+        for (int w = 0; w < VW; w += 2) {
+          const uint2 x = *reinterpret_cast<const uint2*>(v + 2 * w);
+          vr[e][w] = x.x, vr[e][w + 1] = x.y;
+        }
+      }
+    }
+  };
+  // The chunk whose loads are in flight (with LOAD_AHEAD, the next one). One token with
+  // LOAD_AHEAD: the warp's first chunk is issued here, before Q's staging and its barrier, so
+  // that its page-table and K/V loads overlap them.
+  uint4 kr[2][D / 32];
+  unsigned vr[4][VW];
+  if constexpr (TPT == 1 && LOAD_AHEAD)
+    load_chunk(first + 16 * warp, min(first + SPLIT, pos1 + 1), kr, vr);
+
   // Shared memory holds what the passes below read but should not keep in registers: at 168
   // registers a thread (3 blocks an SM, __launch_bounds__) the o accumulators and the K/V loads
   // in flight take the rest, and anything more spills.
-  //  - the tile's positions and its segments (maximal runs of equal token_seq: tokens of one
-  //    sequence are contiguous in a step) that reach this slot: first and end token, sequence,
-  //    largest position; only the segment index stays live across a pass;
+  //  - with TPT > 1, the tile's positions and its segments (maximal runs of equal token_seq:
+  //    tokens of one sequence are contiguous in a step) that reach this slot: first and end
+  //    token, sequence, largest position; only the segment index stays live across a pass;
   //  - the Q fragments, scaled to bf16, in the MMA's A layout: one 16-byte piece per (k-step,
   //    lane), the same for every warp, read as the chunk loop needs them.
   __shared__ int sm_pos[TPT], sm_seq[TPT], sm_seg[TPT][4], sm_nseg;
   __shared__ uint4 sm_q[KS][32];
-  if (threadIdx.x < TPT) {
-    sm_pos[threadIdx.x] = positions[t0 + threadIdx.x];
-    sm_seq[threadIdx.x] = token_seq[t0 + threadIdx.x];
+  if constexpr (TPT > 1) {
+    if (threadIdx.x < TPT) {
+      sm_pos[threadIdx.x] = positions[t0 + threadIdx.x];
+      sm_seq[threadIdx.x] = token_seq[t0 + threadIdx.x];
+    }
   }
   {
     const float* q0 = q + (static_cast<long long>(t0 + j0) * HQ + kvh * G + h0) * D;
@@ -128,21 +178,23 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     }
   }
   sync();
-  if (threadIdx.x == 0) {
-    int n = 0;
-    for (int a = 0, b; a < TPT; a = b) {
-      int last = sm_pos[a];
-      for (b = a + 1; b < TPT && sm_seq[b] == sm_seq[a]; ++b) last = max(last, sm_pos[b]);
-      if (last < first) continue;  // padding, or no position of the segment reaches the slot
-      sm_seg[n][0] = a, sm_seg[n][1] = b, sm_seg[n][2] = sm_seq[a], sm_seg[n][3] = last;
-      ++n;
+  int nseg = 1;
+  if constexpr (TPT > 1) {
+    if (threadIdx.x == 0) {
+      int n = 0;
+      for (int a = 0, b; a < TPT; a = b) {
+        int last = sm_pos[a];
+        for (b = a + 1; b < TPT && sm_seq[b] == sm_seq[a]; ++b) last = max(last, sm_pos[b]);
+        if (last < first) continue;  // padding, or no position of the segment reaches the slot
+        sm_seg[n][0] = a, sm_seg[n][1] = b, sm_seg[n][2] = sm_seq[a], sm_seg[n][3] = last;
+        ++n;
+      }
+      sm_nseg = n;
     }
-    sm_nseg = n;
+    sync();
+    nseg = sm_nseg;
   }
-  sync();
 
-  const bf16* k_base = kv_layer + static_cast<long long>(kvh) * PAGE * D + 8 * c4;
-  const bf16* v_base = kv_layer + static_cast<long long>(HKV + kvh) * PAGE * D + g * (D / 8);
   const float kNegInf = -__int_as_float(0x7f800000);
   __shared__ float sm_m[W][16];
   __shared__ float sm_l[W / 2][16];
@@ -152,50 +204,23 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   // position) and rows whose position is before the slot's first split write nothing: the
   // combine reads slots 0 .. min(position / SPLIT, NSPLIT - 1) only. The loop is uniform over
   // the item's threads (the merge synchronizes it).
-  for (int sg = 0; sg < sm_nseg; ++sg) {
-    const int a = sm_seg[sg][0], b = sm_seg[sg][1], seq = sm_seg[sg][2], pos_max = sm_seg[sg][3];
-
+  for (int sg = 0; sg < nseg; ++sg) {
     // A row's valid positions in this pass are [0, e): e = its position + 1 if it takes part,
     // else 0 (masked throughout). Rows past R do not exist.
-    const int e0 = g < R && j0 >= a && j0 < b && sm_pos[j0] >= first ? sm_pos[j0] + 1 : 0;
-    const int e1 = g + 8 < R && j1 >= a && j1 < b && sm_pos[j1] >= first ? sm_pos[j1] + 1 : 0;
-    const int* pt = page_tables + seq * MAXP;
-    auto row = [&](int p) {
-      return static_cast<long long>(pt[p / PAGE]) * PAGE_ELEMS + (p % PAGE) * D;
-    };
+    int pos_max = pos1, e0 = g < R ? pos1 + 1 : 0, e1 = g + 8 < R ? pos1 + 1 : 0;
+    if constexpr (TPT > 1) {
+      const int a = sm_seg[sg][0], b = sm_seg[sg][1];
+      pos_max = sm_seg[sg][3];
+      e0 = g < R && j0 >= a && j0 < b && sm_pos[j0] >= first ? sm_pos[j0] + 1 : 0;
+      e1 = g + 8 < R && j1 >= a && j1 < b && sm_pos[j1] >= first ? sm_pos[j1] + 1 : 0;
+      pt = page_tables + sm_seg[sg][2] * MAXP;
+    }
 
     float o[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;  // rows g and g + 8
 
-    // A chunk's K and V (16 positions from c; positions past `end` - 1 clamped to it) into
-    // registers, every load issued before the first use.
-    auto load_chunk = [&](int c, int end, uint4 (&kr)[2][D / 32], unsigned (&vr)[4][VW]) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const bf16* k = k_base + row(min(c + 8 * i + g, end - 1));
-#pragma unroll
-        for (int j = 0; j < D / 32; ++j) kr[i][j] = load8(k + 32 * j);
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const bf16* v = v_base + row(min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1));
-        if constexpr (VW % 4 == 0) {
-#pragma unroll
-          for (int w = 0; w < VW; w += 4) {
-            const uint4 x = load8(v + 2 * w);
-            vr[e][w] = x.x, vr[e][w + 1] = x.y, vr[e][w + 2] = x.z, vr[e][w + 3] = x.w;
-          }
-        } else {
-#pragma unroll
-          for (int w = 0; w < VW; w += 2) {
-            const uint2 x = *reinterpret_cast<const uint2*>(v + 2 * w);
-            vr[e][w] = x.x, vr[e][w + 1] = x.y;
-          }
-        }
-      }
-    };
     // The chunk's arithmetic: scores, the online softmax, o += P·V.
     auto run_chunk = [&](int c, const uint4 (&kr)[2][D / 32], const unsigned (&vr)[4][VW]) {
       float s[2][4];
@@ -264,10 +289,9 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
       const int end = min(start + SPLIT, pos_max + 1);  // the loads' last position + 1
       if constexpr (LOAD_AHEAD) {
         // The next chunk's loads are in flight while this one computes (its positions clamped
-        // like the last chunk's, so the load past the last chunk reads valid pages).
-        uint4 kr[2][D / 32];
-        unsigned vr[4][VW];
-        load_chunk(start + 16 * warp, end, kr, vr);
+        // like the last chunk's, so the load past the last chunk reads valid pages). One
+        // token's first chunk was issued before Q's staging.
+        if (TPT > 1 || start != first) load_chunk(start + 16 * warp, end, kr, vr);
         for (int c = start + 16 * warp; c < end; c += 16 * W) {
           uint4 kn[2][D / 32];
           unsigned vn[4][VW];
@@ -284,8 +308,6 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
         }
       } else {
         for (int c = start + 16 * warp; c < end; c += 16 * W) {
-          uint4 kr[2][D / 32];
-          unsigned vr[4][VW];
           load_chunk(c, end, kr, vr);
           run_chunk(c, kr, vr);
         }
@@ -362,13 +384,15 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   }
 }
 
+// LOAD_AHEAD here takes two blocks an SM instead of three (its registers); the plan picks it for
+// buckets with too few items to fill three blocks an SM anyway (kernel_plan.hpp).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
-          float SCALE_LOG2, int TPT>
-__global__ void __launch_bounds__(128, 3)
+          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false>
+__global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : 3)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const bf16* kv_layer, float* part_o, float* part_ml) {
   pdl_entry();
-  attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT>(
+  attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD>(
       blockIdx.x, blockIdx.y, blockIdx.z, q, positions, token_seq, page_tables, kv_layer, part_o,
       part_ml, [] { __syncthreads(); });
 }
