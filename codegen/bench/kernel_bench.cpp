@@ -185,10 +185,13 @@ int main(int argc, char** argv) {
     const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
     constexpr int kMaxSeq = 8448, kPage = 16, kMaxp = kMaxSeq / kPage, kLayers = 8;
     const int nsplit = attn_partial_slots(kMaxSeq);
-    const char* events[16] = {"entry",  "p0 qkv start",   "p0 end", "p1 rope start",
-                              "p1 end", "p2 split start", "p2 end", "p3 combine start",
-                              "p3 end", "p4 o start",     "p4 end", "p5 gate/up start",
-                              "p5 end", "p6 down start",  "p6 end", "producer done"};
+    // decode_persistent.cuh's kTraceEvents: 16 events, then the arrivals after phases 0..6.
+    constexpr int kEvents = 24;
+    const char* events[kEvents] = {"entry",  "p0 qkv start",   "p0 end", "p1 rope start",
+                                   "p1 end", "p2 split start", "p2 end", "p3 combine start",
+                                   "p3 end", "p4 o start",     "p4 end", "p5 gate/up start",
+                                   "p5 end", "p6 down start",  "p6 end", "producer done",
+                                   "arrived p0", "p1", "p2", "p3", "p4", "p5", "p6", nullptr};
     for (const LayerShape& sh : shapes) {
       const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
       const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D);
@@ -197,7 +200,7 @@ int main(int argc, char** argv) {
         std::string label;
         const char* count;  // the GridCount template argument
       };
-      const std::vector<Variant> variants = {{"V1 plan", "Release"}};
+      const std::vector<Variant> variants = {{"V1 plan", "Release"}, {"V2 red.release", "ReleaseRed"}};
       std::vector<std::string> names;
       for (const Variant& v : variants)
         names.push_back(
@@ -294,15 +297,15 @@ int main(int argc, char** argv) {
           // where the previous layer left its SM early, and waits).
           const int ctas = prop.multiProcessorCount;
           unsigned long long t0 = ~0ull;
-          for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * 16 + 1]);
+          for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * kEvents + 1]);
           std::printf(
               "  timeline %s ctx=%d %s (µs after the first CTA's phase 0 start: median / last "
               "CTA):",
               sh.name, C, variants[vi].label.c_str());
-          for (int e = 0; e < 16; ++e) {
+          for (int e = 0; e < kEvents - 1; ++e) {
             std::vector<double> v;
             for (int b = 0; b < ctas; ++b)
-              v.push_back((static_cast<double>(t[b * 16 + e]) - static_cast<double>(t0)) / 1e3);
+              v.push_back((static_cast<double>(t[b * kEvents + e]) - static_cast<double>(t0)) / 1e3);
             std::sort(v.begin(), v.end());
             std::printf("%s %s %.1f/%.1f", e % 4 == 0 ? "\n   " : ";", events[e], v[v.size() / 2],
                         v.back());

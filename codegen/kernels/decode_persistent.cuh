@@ -236,7 +236,9 @@ __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STA
 //    accesses, precedes the red, and so precedes, for the CTA whose acquire (ld.acquire.gpu) observes
 //    the count, everything after its own bar.sync. The same argument orders this CTA's reads of a phase before another CTA's writes
 //    in a later phase (x is read by gate/up's norm and written by down).
-enum class GridCount { Fenced, Release };
+//  - ReleaseRed (V2): as Release, the release in one instruction (red.release.gpu) instead of a
+//    fence and a relaxed red (timed beside V1 in telos-kernel-bench).
+enum class GridCount { Fenced, Release, ReleaseRed };
 
 template <GridCount COUNT = GridCount::Release>
 __device__ __forceinline__ void persistent_wait(const unsigned* sync, unsigned target) {
@@ -255,11 +257,14 @@ __device__ __forceinline__ void persistent_arrive(unsigned* sync) {
     __threadfence();
     hexel::named_barrier_sync(1, 128);
     if (threadIdx.x == 0) atomicAdd(&sync[0], 1u);
-  } else {
+  } else if constexpr (COUNT == GridCount::Release) {
     hexel::named_barrier_sync(1, 128);
     // PTX: fence, red (the release pattern; see above for the other threads' stores).
     if (threadIdx.x == 0)
       asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(sync) : "memory");
+  } else {
+    hexel::named_barrier_sync(1, 128);
+    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sync) : "memory");
   }
 }
 // The last CTA to finish returns the count (and its own counter, sync[1]) to zero for the next launch.
@@ -273,9 +278,9 @@ __device__ __forceinline__ void persistent_finish(unsigned* sync) {
 // Phase timeline, for telos-kernel-bench only (its module defines TELOS_PHASE_TRACE; an artifact's
 // never does): the consumers' thread 0 of each CTA writes %globaltimer (ns) at the layer kernel's
 // events to telos_phase_trace[blockIdx.x][event]: 0 entry, 1 + 2p the start of phase p (its wait
-// met), 2 + 2p its end (before the arrival), and the producer's thread (128) its last load issued
-// at 15. Each launch overwrites the last one's.
-constexpr int kTraceEvents = 16, kTraceCtas = 256;
+// met), 2 + 2p its end (before the arrival), 16 + p its arrival issued (after the release), and
+// the producer's thread (128) its last load issued at 15. Each launch overwrites the last one's.
+constexpr int kTraceEvents = 24, kTraceCtas = 256;
 #ifdef TELOS_PHASE_TRACE
 extern "C" {  // unmangled, for cudaLibraryGetGlobal
 __device__ unsigned long long telos_phase_trace[kTraceCtas * kTraceEvents];
@@ -290,11 +295,12 @@ __device__ __forceinline__ void phase_trace(int) {}
 #endif
 
 // From the end of phase `p` to the start of phase p + 1: this CTA's arrival, then the wait for
-// every CTA's (the count at (p + 1) · gridDim.x), traced as events 2 + 2p and 3 + 2p.
+// every CTA's (the count at (p + 1) · gridDim.x), traced as events 2 + 2p, 16 + p and 3 + 2p.
 template <GridCount COUNT>
 __device__ __forceinline__ void persistent_next_phase(unsigned* sync, unsigned p) {
   phase_trace(2 + 2 * p);
   persistent_arrive<COUNT>(sync);
+  phase_trace(16 + p);
   persistent_wait<COUNT>(sync, (p + 1) * gridDim.x);
   phase_trace(3 + 2 * p);
 }
@@ -555,10 +561,12 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     }
   phase_trace(8);
   persistent_arrive<COUNT>(sync);
+  phase_trace(16 + 3);
 
   // Phases 4-6: the MLP half.
   constexpr unsigned kMlpPhase0 = 4;
-  static_assert(2 + 2 * (kMlpPhase0 + 2) < kTraceEvents - 1, "phase_trace: the phases' events below the producer's");
+  static_assert(2 + 2 * (kMlpPhase0 + 2) < 15 && 16 + kMlpPhase0 + 2 < kTraceEvents,
+                "phase_trace: the phases' events below the producer's (15), the arrivals after it");
   Mlp::template run<1, EPS, COUNT>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x, act, sync,
                                    kMlpPhase0, kTilesQkv);
   persistent_finish(sync);
