@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
                                    "p1 end", "p2 split start", "p2 end", "p3 combine start",
                                    "p3 end", "p4 o start",     "p4 end", "p5 gate/up start",
                                    "p5 end", "p6 down start",  "p6 end", "producer done",
-                                   "arrived p0", "p1", "p2", "p3", "p4", "p5", "p6", nullptr};
+                                   "arrived p0", "p1", "p2", "p3", "p4", "p5", nullptr, nullptr};
     for (const LayerShape& sh : shapes) {
       const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
       const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D);
@@ -199,8 +199,11 @@ int main(int argc, char** argv) {
       struct Variant {
         std::string label;
         const char* count;  // the GridCount template argument
+        bool act_poll;      // ACT_POLL
       };
-      const std::vector<Variant> variants = {{"V1 plan", "Release"}, {"V2 red.release", "ReleaseRed"}};
+      const std::vector<Variant> variants = {{"V1 plan", "Release", true},
+                                             {"V1 count gate/up", "Release", false},
+                                             {"V9 no fence (diag)", "Unfenced", true}};
       std::vector<std::string> names;
       for (const Variant& v : variants)
         names.push_back(
@@ -210,7 +213,8 @@ int main(int argc, char** argv) {
             I(kAttnSplit) + ", " + I(nsplit) + ", " +
             float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
             I(sh.I) + ", " + I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) +
-            ", " + I(lt.bd) + ", telos_kernels::GridCount::" + v.count + ">");
+            ", " + I(lt.bd) + ", telos_kernels::GridCount::" + v.count +
+            (v.act_poll ? ", true>" : ", false>"));
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
       const std::unique_ptr<Module> mod = plain.get();
@@ -302,7 +306,7 @@ int main(int argc, char** argv) {
               "  timeline %s ctx=%d %s (µs after the first CTA's phase 0 start: median / last "
               "CTA):",
               sh.name, C, variants[vi].label.c_str());
-          for (int e = 0; e < kEvents - 1; ++e) {
+          for (int e = 0; e < kEvents - 2; ++e) {  // down's arrival is not traced
             std::vector<double> v;
             for (int b = 0; b < ctas; ++b)
               v.push_back((static_cast<double>(t[b * kEvents + e]) - static_cast<double>(t0)) / 1e3);

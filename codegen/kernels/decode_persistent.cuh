@@ -236,9 +236,8 @@ __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STA
 //    accesses, precedes the red, and so precedes, for the CTA whose acquire (ld.acquire.gpu) observes
 //    the count, everything after its own bar.sync. The same argument orders this CTA's reads of a phase before another CTA's writes
 //    in a later phase (x is read by gate/up's norm and written by down).
-//  - ReleaseRed (V2): as Release, the release in one instruction (red.release.gpu) instead of a
-//    fence and a relaxed red (timed beside V1 in telos-kernel-bench).
-enum class GridCount { Fenced, Release, ReleaseRed };
+//  - Unfenced (V9): DIAGNOSTIC ONLY, not a correct count: the red alone, to time the fence.
+enum class GridCount { Fenced, Release, Unfenced };
 
 template <GridCount COUNT = GridCount::Release>
 __device__ __forceinline__ void persistent_wait(const unsigned* sync, unsigned target) {
@@ -264,7 +263,7 @@ __device__ __forceinline__ void persistent_arrive(unsigned* sync) {
       asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(sync) : "memory");
   } else {
     hexel::named_barrier_sync(1, 128);
-    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sync) : "memory");
+    if (threadIdx.x == 0) asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(sync) : "memory");
   }
 }
 // The last CTA to finish returns the count (and its own counter, sync[1]) to zero for the next launch.
@@ -319,6 +318,59 @@ __device__ __forceinline__ void persistent_load_a(unsigned base, const bf16* a, 
                    "r"(v.z), "r"(v.w));
     }
   if (tid < 8) asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(base + (K / 8 * M + tid) * 16), "r"(0u));
+  hexel::fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
+  hexel::named_barrier_sync(1, 128);
+}
+
+// act without a grid-wide count: decode_layer_persistent's down phase reads act as persistent_load_a
+// reads A, but act carries its own readiness. Every word of it is kActPending (two bf16 NaNs with
+// the sign and every payload bit set; small_gemm_store writes 0x7FFF7FFF, NaNs too, where SwiGLU
+// would give it) from before the layer's first count, and gate/up's SwiGLU epilogue overwrites each
+// word once with a gpu-scope relaxed store (small_gemm_store, L2_ONLY); here each thread reads its 16-byte
+// pieces with gpu-scope relaxed loads, all of them first, then again those with a pending word until
+// none has. The words are the unit (PTX ISA, Memory Consistency Model, "Vector Data-types": a
+// vector access is its elements' accesses; an aligned 32-bit access is single-copy atomic), so a
+// word is either pending or final. The count it replaces cost 2.5-4.4 µs a layer at the 1B shape: its release
+// fence waits while the producer refills the ring for down (perf-log, session 10 runs 2-3).
+constexpr unsigned kActPending = 0xffffffffu;
+template <int M, unsigned K>
+__device__ __forceinline__ void persistent_poll_a(unsigned base, const bf16* a) {
+  static_assert(K % 8 == 0, "whole 16-byte pieces");
+  constexpr unsigned kChunks = K / 8, kPer = (kChunks + 127) / 128;
+  const unsigned tid = threadIdx.x;
+  auto load = [](const bf16* p) {
+    uint4 v;
+    asm volatile("ld.relaxed.gpu.global.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+  };
+  auto pending = [](const uint4& v) {
+    return v.x == kActPending || v.y == kActPending || v.z == kActPending || v.w == kActPending;
+  };
+#pragma unroll
+  for (int r = 0; r < M; ++r) {
+    uint4 v[kPer];
+#pragma unroll
+    for (unsigned i = 0; i < kPer; ++i)
+      if (tid + 128 * i < kChunks) v[i] = load(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
+    for (bool again = true; again;) {
+      again = false;
+#pragma unroll
+      for (unsigned i = 0; i < kPer; ++i)
+        if (tid + 128 * i < kChunks && pending(v[i])) {
+          v[i] = load(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
+          again = true;
+        }
+    }
+#pragma unroll
+    for (unsigned i = 0; i < kPer; ++i)
+      if (tid + 128 * i < kChunks)
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(base + ((tid + 128 * i) * M + r) * 16),
+                     "r"(v[i].x), "r"(v[i].y), "r"(v[i].z), "r"(v[i].w));
+  }
+  if (tid < 8) asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(base + (kChunks * M + tid) * 16), "r"(0u));
   hexel::fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
   hexel::named_barrier_sync(1, 128);
 }
@@ -423,9 +475,11 @@ struct MlpPhases {
   }
 
   // The consumers: x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x += down(act). Waits for the
-  // count (COUNT's way) to reach phase0 · gridDim.x first; arrives after o and after gate/up (the
-  // caller arrives after down if anything follows in the launch).
-  template <int M, float EPS, GridCount COUNT, unsigned STAGES>
+  // count (COUNT's way) to reach phase0 · gridDim.x first; arrives after o and, without ACT_POLL,
+  // after gate/up (the caller arrives after down if anything follows in the launch). ACT_POLL: no
+  // count between gate/up and down, down polls act (persistent_poll_a; the caller has set act to
+  // kActPending before phase0's count).
+  template <int M, float EPS, GridCount COUNT, bool ACT_POLL, unsigned STAGES>
   __device__ static void run(hexel::mbarrier::StageRing<STAGES>& ring, unsigned base, unsigned ring_base,
                              unsigned full, unsigned empty, const bf16* attn, const float* norm_w, float* x, bf16* act,
                              unsigned* sync, unsigned phase0, unsigned g0) {
@@ -446,10 +500,18 @@ struct MlpPhases {
       for (unsigned tile = first; tile < kTilesGu; tile += gridDim.x)
         layer_gemm_tile<M, BG, SmallEpi::SwiGlu>(ring, base, ring_base, full, empty, tile, H, I, act);
     }
-    persistent_next_phase<COUNT>(sync, phase0 + 1);
+    if constexpr (ACT_POLL)
+      phase_trace(2 + 2 * (phase0 + 1));
+    else
+      persistent_next_phase<COUNT>(sync, phase0 + 1);
     first = persistent_first_tile(g0 + kTilesO + kTilesGu);
     if (first < kTilesDown) {
-      persistent_load_a<M>(base, act, I);
+      if constexpr (ACT_POLL) {
+        persistent_poll_a<M, I>(base, act);
+        phase_trace(3 + 2 * (phase0 + 1));
+      } else {
+        persistent_load_a<M>(base, act, I);
+      }
       for (unsigned tile = first; tile < kTilesDown; tile += gridDim.x)
         layer_gemm_tile<M, BD, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, I, H, x);
     }
@@ -471,7 +533,7 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // (the maps in BQ / BO / BG / 2 / BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I, int STAGES, int BQ,
-          int BO, int BG, int BD, GridCount COUNT = GridCount::Release>
+          int BO, int BG, int BD, GridCount COUNT = GridCount::Release, bool ACT_POLL = true>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map, const TensorMap* gu_map,
                             const TensorMap* down_map, const float* attn_norm, const float* mlp_norm, const float* bias,
@@ -505,6 +567,13 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   float w8[kNormChunks<H>][8];
   rms_load_w<H>(attn_norm, t, w8);
   grid_dependency_wait();  // x, and the KV pages, are the previous kernels'
+  if constexpr (ACT_POLL) {
+    // act pending (persistent_poll_a): before this CTA's first arrival, so before every CTA's
+    // gate/up stores; after the wait, so after the previous kernels' reads of it.
+    for (unsigned w = blockIdx.x * 128 + t; w < static_cast<unsigned>(I / 2); w += gridDim.x * 128)
+      asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(reinterpret_cast<unsigned*>(act) + w), "r"(kActPending)
+                   : "memory");
+  }
   phase_trace(1);
 
   // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16).
@@ -567,7 +636,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   constexpr unsigned kMlpPhase0 = 4;
   static_assert(2 + 2 * (kMlpPhase0 + 2) < 15 && 16 + kMlpPhase0 + 2 < kTraceEvents,
                 "phase_trace: the phases' events below the producer's (15), the arrivals after it");
-  Mlp::template run<1, EPS, COUNT>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x, act, sync,
+  Mlp::template run<1, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x, act, sync,
                                    kMlpPhase0, kTilesQkv);
   persistent_finish(sync);
 }

@@ -94,8 +94,9 @@ __device__ __forceinline__ void rms_rows_interleaved(unsigned base, const float*
 
 // The epilogue of one accumulator pair of a small-M GEMM tile: d[4j + 2h], d[4j + 2h + 1] (with
 // SwiGLU their up halves kUp further) into columns n, n + 1 of row m of `out`, at = m · N + n, with
-// the prefill epilogues' arithmetic. L2_ONLY reads the residual past L1 (a persistent kernel whose
-// other CTAs wrote it in the same launch).
+// the prefill epilogues' arithmetic. L2_ONLY (a persistent kernel whose other CTAs read or wrote
+// the output in the same launch) reads the residual past L1 and writes SwiGLU's act with gpu-scope
+// relaxed stores (decode_layer_persistent's down phase polls them: persistent_poll_a).
 template <SmallEpi EPI, unsigned BN, bool L2_ONLY = false>
 __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsigned h, unsigned j, void* out,
                                                  long long at) {
@@ -111,9 +112,14 @@ __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsig
     *p = v;
   } else if constexpr (EPI == SmallEpi::SwiGlu) {
     constexpr unsigned kUp = 4 * (BN / 2 / 8);
-    *reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at) =
-        pack_bf16x2(EpilogueSwiGlu::act(d[4 * j + 2 * h], d[kUp + 4 * j + 2 * h]),
-                    EpilogueSwiGlu::act(d[4 * j + 2 * h + 1], d[kUp + 4 * j + 2 * h + 1]));
+    unsigned* p = reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at);
+    const unsigned v = pack_bf16x2(EpilogueSwiGlu::act(d[4 * j + 2 * h], d[kUp + 4 * j + 2 * h]),
+                                   EpilogueSwiGlu::act(d[4 * j + 2 * h + 1], d[kUp + 4 * j + 2 * h + 1]));
+    if constexpr (L2_ONLY)  // never the poll's pending word (two NaNs either way)
+      asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v == 0xffffffffu ? 0x7fff7fffu : v)
+                   : "memory");
+    else
+      *p = v;
   } else {
     *reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at) = pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
   }
