@@ -200,10 +200,14 @@ int main(int argc, char** argv) {
         std::string label;
         const char* count;  // the GridCount template argument
         bool act_poll;      // ACT_POLL
+        int inflight = 0;   // INFLIGHT
       };
       const std::vector<Variant> variants = {{"V1 plan", "Release", true},
                                              {"V1 count gate/up", "Release", false},
-                                             {"V9 no fence (diag)", "Unfenced", true}};
+                                             {"V9 no fence (diag)", "Unfenced", true},
+                                             {"inflight 4", "Release", true, 4},
+                                             {"inflight 8", "Release", true, 8},
+                                             {"inflight 12", "Release", true, 12}};
       std::vector<std::string> names;
       for (const Variant& v : variants)
         names.push_back(
@@ -214,7 +218,7 @@ int main(int argc, char** argv) {
             float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
             I(sh.I) + ", " + I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) +
             ", " + I(lt.bd) + ", telos_kernels::GridCount::" + v.count +
-            (v.act_poll ? ", true>" : ", false>"));
+            (v.act_poll ? ", true, " : ", false, ") + I(v.inflight) + ">");
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
       const std::unique_ptr<Module> mod = plain.get();

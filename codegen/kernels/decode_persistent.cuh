@@ -199,13 +199,25 @@ class StreamCursor {
 // prefetch.tensor of the slot 16-64 slots ahead, made every shape slower: docs/perf-log.md,
 // change 18; so did prefetching only while the ring is full, polled with mbarrier.test_wait:
 // changes 25 and 25b, 3-20 µs a layer slower.)
-template <unsigned STAGES>
+// INFLIGHT > 0: at most that many slots' loads outstanding (a load waits for the one INFLIGHT
+// slots before it to land), so that the memory system's queues stay short for everything else
+// (the counts' fences, the attention items' loads); 0: as many as the ring has free slots.
+template <unsigned STAGES, int INFLIGHT = 0>
 __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base,
                                                   unsigned full, unsigned empty, const StreamPhase* phases, int n) {
   using namespace hexel;
+  static_assert(INFLIGHT >= 0 && INFLIGHT < static_cast<int>(STAGES), "a cap below the ring's depth");
   for (int p = 0; p < n; ++p) hexel::tma::acquire_map(phases[p].map);
+  mbarrier::StageRing<STAGES> landed;  // INFLIGHT slots behind `ring`
+  int issued = 0;
   for (StreamCursor load(phases, n); load.valid(); load.next()) {
     const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes, bar = full + 8 * ring.index;
+    if constexpr (INFLIGHT > 0) {
+      if (issued++ >= INFLIGHT) {
+        mbarrier::wait_parity(full + 8 * landed.index, landed.phase);
+        landed.advance();
+      }
+    }
     mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
     mbarrier::arrive_expect_tx(bar, LayerGemms::kSlotBytes);
     load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) { tma::load(slot + off, map, bar, c, r); });
@@ -533,7 +545,7 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // (the maps in BQ / BO / BG / 2 / BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I, int STAGES, int BQ,
-          int BO, int BG, int BD, GridCount COUNT = GridCount::Release, bool ACT_POLL = true>
+          int BO, int BG, int BD, GridCount COUNT = GridCount::Release, bool ACT_POLL = true, int INFLIGHT = 0>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map, const TensorMap* gu_map,
                             const TensorMap* down_map, const float* attn_norm, const float* mlp_norm, const float* bias,
@@ -556,7 +568,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
       __shared__ StreamPhase phases[4];
       phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0};
       Mlp::stream_phases(o_map, gu_map, down_map, kTilesQkv, phases + 1);
-      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
+      persistent_stream<STAGES, INFLIGHT>(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
       phase_trace(15);
     }
     return;

@@ -503,13 +503,16 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
 // of the kernels it replaces: gemm_small_residual (o), rmsnorm, gemm_small_swiglu (gate/up),
 // gemm_small_residual (down), for x and act, at the tiny, Llama-3.2-1B, Qwen2.5-1.5B, Qwen3-0.6B
 // and Llama-3.1-8B shapes (the plan's tiles, decode_layer_tiling), with every way of meeting the
-// grid-wide counts (GridCount), and its counters are zero after each launch (a second launch from
+// grid-wide counts (GridCount), with and without the count between gate/up and down (ACT_POLL:
+// down polls act, which the host sets pending first as decode_layer_persistent does on the device),
+// and its counters are zero after each launch (a second launch from
 // the same inputs gives the same bits). The whole layer is
 // checked through the models: one-token steps (decode_layer_persistent) against the same rows in
 // larger buckets, bit for bit (gpu_model_test).
 const char* kMlpTestKernel = R"(
 namespace telos_kernels {
-template <int M, int H, int KO, int I, int STAGES, int BO, int BG, int BD, float EPS, GridCount COUNT>
+template <int M, int H, int KO, int I, int STAGES, int BO, int BG, int BD, float EPS, GridCount COUNT,
+          bool ACT_POLL>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     mlp_phases_test(const TensorMap* o_map, const TensorMap* gu_map, const TensorMap* down_map, const bf16* attn,
                     const float* norm_w, float* x, bf16* act, unsigned* sync) {
@@ -522,7 +525,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     if (threadIdx.x % 32 == 0) Mlp::stream(ring, sm.ring_base, sm.full, sm.empty, o_map, gu_map, down_map, 0);
     return;
   }
-  Mlp::template run<M, EPS, COUNT>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, norm_w, x, act, sync, 0, 0);
+  Mlp::template run<M, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, norm_w, x, act, sync, 0, 0);
   persistent_finish(sync);
 }
 }  // namespace telos_kernels
@@ -545,8 +548,8 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
     const codegen::SmallGemmTiling to = codegen::small_gemm_tiling(s.H, s.KO, 1, false),
                                    tg = codegen::small_gemm_tiling(s.I, s.H, 1, true),
                                    td = codegen::small_gemm_tiling(s.H, s.I, 1, false);
-    std::vector<std::string> persistent;  // one instance per GridCount
-    for (const char* count : {"Fenced", "Release"})
+    std::vector<std::string> persistent;  // GridCount, ACT_POLL
+    for (const char* count : {"Fenced, false", "Release, false", "Release, true"})
       persistent.push_back("telos_kernels::mlp_phases_test<1, " + I(s.H) + ", " + I(s.KO) + ", " +
                            I(s.I) + ", " + I(mt.stages) + ", " + I(mt.bo) + ", " + I(mt.bg) + ", " +
                            I(mt.bd) + ", " + eps + ", telos_kernels::GridCount::" + count + ">");
@@ -596,7 +599,9 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
     for (const std::string& kernel : persistent) {
       for (int run = 0; run < 2; ++run) {
         DeviceBuffer<float> x_p(x);
-        DeviceBuffer<std::uint16_t> act_p(s.I);
+        DeviceBuffer<std::uint16_t> act_p(s.I);  // poisoned
+        if (kernel.ends_with("true>"))  // act pending (every bf16 0xFFFF) where down polls it
+          act_p.upload(std::vector<std::uint16_t>(s.I, 0xffff));
         CUDA_OK(mod.launch(kernel, sms, codegen::kPersistentThreads,
                            {mo.get(), mg.get(), md.get(), attn.get(), dnw.get(), x_p.get(),
                             act_p.get(), sync.get()},
