@@ -170,12 +170,16 @@ int main(int argc, char** argv) {
   // the layer's weights and the K/V read. Then the phase timeline of the last layer of one such run
   // (the same instances compiled with TELOS_PHASE_TRACE): per event, the median and the latest CTA,
   // µs after the first CTA's entry (decode_persistent.cuh, phase_trace). Variants, each a row and a
-  // timeline of its own so that they compare within one run (issue 7); today only the plan's.
+  // timeline of its own so that they compare within one run (issue 7): the plan's, and the same
+  // with the count between gate/up and down (ACT_POLL off; change 31). The trace also has each
+  // CTA's arrival after a phase (its release issued).
   // Measured here and dropped from this list (docs/perf-log.md): L2 prefetch ahead of the ring
   // (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer
   // faster), gate/up tiles of 32 rows and QKV tiles of 16 (run T: no gain), the combine folded into
   // o's A (change 26), attention splits of 64 and 128 positions (change 27), each head's QKV
-  // epilogue in the QKV phase on the CTA that finishes the head (change 28, branch fold-rope). With
+  // epilogue in the QKV phase on the CTA that finishes the head (change 28, branch fold-rope), other
+  // releases for the counts (red.release, fence.release; session 10 run 3), a cap on the ring's loads
+  // in flight (change 32). With
   // --decode-layer, only this section (after the copy bandwidth).
   {
     struct LayerShape {
@@ -200,14 +204,9 @@ int main(int argc, char** argv) {
         std::string label;
         const char* count;  // the GridCount template argument
         bool act_poll;      // ACT_POLL
-        int inflight = 0;   // INFLIGHT
       };
       const std::vector<Variant> variants = {{"V1 plan", "Release", true},
-                                             {"V1 count gate/up", "Release", false},
-                                             {"V9 no fence (diag)", "Unfenced", true},
-                                             {"inflight 4", "Release", true, 4},
-                                             {"inflight 8", "Release", true, 8},
-                                             {"inflight 12", "Release", true, 12}};
+                                             {"V1 count gate/up", "Release", false}};
       std::vector<std::string> names;
       for (const Variant& v : variants)
         names.push_back(
@@ -218,7 +217,7 @@ int main(int argc, char** argv) {
             float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
             I(sh.I) + ", " + I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) +
             ", " + I(lt.bd) + ", telos_kernels::GridCount::" + v.count +
-            (v.act_poll ? ", true, " : ", false, ") + I(v.inflight) + ">");
+            (v.act_poll ? ", true>" : ", false>"));
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
       const std::unique_ptr<Module> mod = plain.get();

@@ -198,26 +198,15 @@ class StreamCursor {
 // activations, only for free slots. (An L2 prefetch running ahead of the ring, cp.async.bulk.
 // prefetch.tensor of the slot 16-64 slots ahead, made every shape slower: docs/perf-log.md,
 // change 18; so did prefetching only while the ring is full, polled with mbarrier.test_wait:
-// changes 25 and 25b, 3-20 µs a layer slower.)
-// INFLIGHT > 0: at most that many slots' loads outstanding (a load waits for the one INFLIGHT
-// slots before it to land), so that the memory system's queues stay short for everything else
-// (the counts' fences, the attention items' loads); 0: as many as the ring has free slots.
-template <unsigned STAGES, int INFLIGHT = 0>
+// changes 25 and 25b, 3-20 µs a layer slower; so did a cap of 4-12 slots on the loads in flight,
+// change 32, 1-11 µs.)
+template <unsigned STAGES>
 __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base,
                                                   unsigned full, unsigned empty, const StreamPhase* phases, int n) {
   using namespace hexel;
-  static_assert(INFLIGHT >= 0 && INFLIGHT < static_cast<int>(STAGES), "a cap below the ring's depth");
   for (int p = 0; p < n; ++p) hexel::tma::acquire_map(phases[p].map);
-  mbarrier::StageRing<STAGES> landed;  // INFLIGHT slots behind `ring`
-  int issued = 0;
   for (StreamCursor load(phases, n); load.valid(); load.next()) {
     const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes, bar = full + 8 * ring.index;
-    if constexpr (INFLIGHT > 0) {
-      if (issued++ >= INFLIGHT) {
-        mbarrier::wait_parity(full + 8 * landed.index, landed.phase);
-        landed.advance();
-      }
-    }
     mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
     mbarrier::arrive_expect_tx(bar, LayerGemms::kSlotBytes);
     load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) { tma::load(slot + off, map, bar, c, r); });
@@ -248,8 +237,10 @@ __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STA
 //    accesses, precedes the red, and so precedes, for the CTA whose acquire (ld.acquire.gpu) observes
 //    the count, everything after its own bar.sync. The same argument orders this CTA's reads of a phase before another CTA's writes
 //    in a later phase (x is read by gate/up's norm and written by down).
-//  - Unfenced (V9): DIAGNOSTIC ONLY, not a correct count: the red alone, to time the fence.
-enum class GridCount { Fenced, Release, Unfenced };
+// (Run 3 of session 10 timed two more releases, red.release.gpu alone and fence.release.gpu + red,
+// the same as Release; and the red without a fence, not a correct count, 3-4 µs a layer faster:
+// the release fence waits while the ring refills. Change 31, ACT_POLL, takes one count away.)
+enum class GridCount { Fenced, Release };
 
 template <GridCount COUNT = GridCount::Release>
 __device__ __forceinline__ void persistent_wait(const unsigned* sync, unsigned target) {
@@ -268,14 +259,11 @@ __device__ __forceinline__ void persistent_arrive(unsigned* sync) {
     __threadfence();
     hexel::named_barrier_sync(1, 128);
     if (threadIdx.x == 0) atomicAdd(&sync[0], 1u);
-  } else if constexpr (COUNT == GridCount::Release) {
+  } else {
     hexel::named_barrier_sync(1, 128);
     // PTX: fence, red (the release pattern; see above for the other threads' stores).
     if (threadIdx.x == 0)
       asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(sync) : "memory");
-  } else {
-    hexel::named_barrier_sync(1, 128);
-    if (threadIdx.x == 0) asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(sync) : "memory");
   }
 }
 // The last CTA to finish returns the count (and its own counter, sync[1]) to zero for the next launch.
@@ -545,7 +533,7 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // (the maps in BQ / BO / BG / 2 / BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I, int STAGES, int BQ,
-          int BO, int BG, int BD, GridCount COUNT = GridCount::Release, bool ACT_POLL = true, int INFLIGHT = 0>
+          int BO, int BG, int BD, GridCount COUNT = GridCount::Release, bool ACT_POLL = true>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map, const TensorMap* gu_map,
                             const TensorMap* down_map, const float* attn_norm, const float* mlp_norm, const float* bias,
@@ -568,7 +556,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
       __shared__ StreamPhase phases[4];
       phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0};
       Mlp::stream_phases(o_map, gu_map, down_map, kTilesQkv, phases + 1);
-      persistent_stream<STAGES, INFLIGHT>(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
+      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
       phase_trace(15);
     }
     return;
