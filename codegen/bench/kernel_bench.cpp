@@ -177,10 +177,10 @@ int main(int argc, char** argv) {
   // (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer
   // faster), gate/up tiles of 32 rows and QKV tiles of 16 (run T: no gain), the combine folded into
   // o's A (change 26), attention splits of 64 and 128 positions (change 27), each head's QKV
-  // epilogue in the QKV phase on the CTA that finishes the head (change 28, branch fold-rope), other
-  // releases for the counts (red.release, fence.release; session 10 run 3), a cap on the ring's loads
-  // in flight (change 32). With
-  // --decode-layer, only this section (after the copy bandwidth).
+  // epilogue in the QKV phase on the CTA that finishes the head (change 28, branch fold-rope),
+  // other releases for the counts (red.release, fence.release; session 10 run 3), a cap on the
+  // ring's loads in flight (change 32). With --decode-layer, only this section (after the copy
+  // bandwidth).
   {
     struct LayerShape {
       const char* name;
@@ -189,13 +189,13 @@ int main(int argc, char** argv) {
     const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
     constexpr int kMaxSeq = 8448, kPage = 16, kMaxp = kMaxSeq / kPage, kLayers = 8;
     const int nsplit = attn_partial_slots(kMaxSeq);
-    // decode_persistent.cuh's kTraceEvents: 16 events, then the arrivals after phases 0..6.
-    constexpr int kEvents = 24;
-    const char* events[kEvents] = {"entry",  "p0 qkv start",   "p0 end", "p1 rope start",
-                                   "p1 end", "p2 split start", "p2 end", "p3 combine start",
-                                   "p3 end", "p4 o start",     "p4 end", "p5 gate/up start",
-                                   "p5 end", "p6 down start",  "p6 end", "producer done",
-                                   "arrived p0", "p1", "p2", "p3", "p4", "p5", nullptr, nullptr};
+    // decode_persistent.cuh's kTraceEvents: these 16, then from 16 + p each CTA's arrival after
+    // phase p (0..5; down's is not traced).
+    constexpr int kEvents = 24, kFirstArrival = 16, kArrivals = 6;
+    const char* events[kFirstArrival] = {"entry",  "p0 qkv start",   "p0 end", "p1 rope start",
+                                    "p1 end", "p2 split start", "p2 end", "p3 combine start",
+                                    "p3 end", "p4 o start",     "p4 end", "p5 gate/up start",
+                                    "p5 end", "p6 down start",  "p6 end", "producer done"};
     for (const LayerShape& sh : shapes) {
       const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
       const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D);
@@ -309,12 +309,19 @@ int main(int argc, char** argv) {
               "  timeline %s ctx=%d %s (µs after the first CTA's phase 0 start: median / last "
               "CTA):",
               sh.name, C, variants[vi].label.c_str());
-          for (int e = 0; e < kEvents - 2; ++e) {  // down's arrival is not traced
+          for (int e = 0; e < kFirstArrival + kArrivals; ++e) {
             std::vector<double> v;
             for (int b = 0; b < ctas; ++b)
-              v.push_back((static_cast<double>(t[b * kEvents + e]) - static_cast<double>(t0)) / 1e3);
+              v.push_back((static_cast<double>(t[b * kEvents + e]) - static_cast<double>(t0)) /
+                          1e3);
             std::sort(v.begin(), v.end());
-            std::printf("%s %s %.1f/%.1f", e % 4 == 0 ? "\n   " : ";", events[e], v[v.size() / 2],
+            char name[32];
+            if (e < kFirstArrival)
+              std::snprintf(name, sizeof name, "%s", events[e]);
+            else
+              std::snprintf(name, sizeof name, "%sp%d", e == kFirstArrival ? "arrived " : "",
+                            e - kFirstArrival);
+            std::printf("%s %s %.1f/%.1f", e % 4 == 0 ? "\n   " : ";", name, v[v.size() / 2],
                         v.back());
           }
           std::printf("\n");
@@ -609,9 +616,10 @@ int main(int argc, char** argv) {
     long long page_elems;
     bool ahead = false;  // attn_split's LOAD_AHEAD
     std::string split_kernel(int tpt) const {
-      return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) + ", " + I(MAXP) +
-             ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
-             float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) + (ahead ? ", true>" : ">");
+      return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) +
+             ", " + I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
+             float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) +
+             (ahead ? ", true>" : ">");
     }
     std::string combine_kernel() const {
       return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";

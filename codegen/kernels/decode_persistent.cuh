@@ -636,8 +636,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   constexpr unsigned kMlpPhase0 = 4;
   static_assert(2 + 2 * (kMlpPhase0 + 2) < 15 && 16 + kMlpPhase0 + 2 < kTraceEvents,
                 "phase_trace: the phases' events below the producer's (15), the arrivals after it");
-  Mlp::template run<1, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x, act, sync,
-                                   kMlpPhase0, kTilesQkv);
+  Mlp::template run<1, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x,
+                                             act, sync, kMlpPhase0, kTilesQkv);
   persistent_finish(sync);
 }
 
