@@ -375,7 +375,8 @@ void Engine::complete_step() {
     t.tokens = step.num_tokens;
     t.decode = step.num_tokens == t.sequences;
     t.started = done.started;
-    t.host_seconds = done.host_seconds;
+    // The bench's idle-gap events (LaunchCallTimes::timing_seconds) are not a step's host work.
+    t.host_seconds = done.host_seconds - std::max(0.0, output_.launch_calls.timing_seconds);
     t.idle_gap_seconds = output_.idle_gap_seconds;
     t.launch_call_seconds = output_.launch_call_seconds;
     t.launch_calls = output_.launch_calls;

@@ -18,12 +18,15 @@ namespace telos::exec {
 
 // The host's time in one step's device API launch calls, by call group, and the bytes of its
 // descriptor upload (issue 5: which of them grows with the batch). Negative when unknown (no
-// device). The four times add up to StepOutput::launch_call_seconds.
+// device). The four times add up to StepOutput::launch_call_seconds. The bench's idle-gap events
+// (timing on) are not a step's calls in production: their time is apart, in timing_seconds, and in
+// none of the others nor in the step's host time.
 struct LaunchCallTimes {
   double upload_seconds = -1;        // the descriptor's H2D copy and the event recorded after it
   double wait_seconds = -1;          // the main stream's wait for that event
   double graph_launch_seconds = -1;  // the graph launch, or the kernel launches without graphs
-  double other_seconds = -1;         // timing events, the logits' copy back, the step's event
+  double other_seconds = -1;         // the logits' copy back, the step's event
+  double timing_seconds = -1;        // the bench's two idle-gap events (0 with timing off)
   std::int64_t upload_bytes = -1;
 };
 

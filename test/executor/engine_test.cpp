@@ -356,7 +356,10 @@ class DeviceGreedy : public CpuReferenceModel {
     // Launch call times as the GPU engine reports them, the bytes tied to the step so that a test
     // can tell each step's timing got its own step's figures.
     out.launch_call_seconds = 10e-6;
-    out.launch_calls = {1e-6, 2e-6, 3e-6, 4e-6, 64 * static_cast<std::int64_t>(step_->num_tokens)};
+    LaunchCallTimes& c = out.launch_calls;
+    c.upload_seconds = 1e-6, c.wait_seconds = 2e-6, c.graph_launch_seconds = 3e-6;
+    c.other_seconds = 4e-6, c.timing_seconds = 0;
+    c.upload_bytes = 64 * static_cast<std::int64_t>(step_->num_tokens);
   }
   int device_rows = 0;
 
