@@ -69,18 +69,8 @@ OUT=${OUT:-/tmp/telos-gpu-check}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 
-# NVRTC for the kernel tests (they compile their instances at run time): the toolkit's, else the
-# one PyTorch's wheels carry.
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-         $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, s, "lib") for p in nvidia.__path__ for s in os.listdir(p)))' 2>/dev/null); do
-  if ls "$d"/libnvrtc.so.13* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"; break; fi
-done
-[ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"  # compute-sanitizer
-P=/tmp/telos-gpu-check-payload
-rm -rf "$P" && mkdir -p "$P" && tar -C "$P" -xJf "$CARRY/payload.tar.xz"
-export LD_LIBRARY_PATH="$P/lib:$LD_LIBRARY_PATH"
-export TELOS_CACHE_DIR=/tmp/telos-kernel-cache TELOS_GPU_ARTIFACTS=$P/artifacts TELOS_SOURCE_DIR=$PWD
-B=$CARRY/bin
+# NVRTC, compute-sanitizer, the payload in $P, the binaries in $B.
+source tools/gpu_env.sh
 
 declare -a rows
 run() {  # run NAME LOG COMMAND...
