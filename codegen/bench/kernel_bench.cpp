@@ -193,9 +193,9 @@ int main(int argc, char** argv) {
     // phase p (0..5; down's is not traced).
     constexpr int kEvents = 24, kFirstArrival = 16, kArrivals = 6;
     const char* events[kFirstArrival] = {"entry",  "p0 qkv start",   "p0 end", "p1 rope start",
-                                    "p1 end", "p2 split start", "p2 end", "p3 combine start",
-                                    "p3 end", "p4 o start",     "p4 end", "p5 gate/up start",
-                                    "p5 end", "p6 down start",  "p6 end", "producer done"};
+                                         "p1 end", "p2 split start", "p2 end", "p3 combine start",
+                                         "p3 end", "p4 o start",     "p4 end", "p5 gate/up start",
+                                         "p5 end", "p6 down start",  "p6 end", "producer done"};
     for (const LayerShape& sh : shapes) {
       const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
       const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D);

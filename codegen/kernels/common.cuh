@@ -53,6 +53,21 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
   return r;
 }
 
+// Gpu-scope relaxed accesses (PTX ISA: st / ld with .relaxed.gpu, Memory Consistency Model): a
+// word that other CTAs of the same launch poll, and the poll's 16-byte read (a vector access is
+// its 32-bit elements' accesses, each single-copy atomic).
+__device__ __forceinline__ void st_relaxed_gpu(unsigned* p, unsigned v) {
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint4 ld_relaxed_gpu_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
 // Eight bf16 in one 16-byte load. Weights are read through the non-coherent path: they never
 // change while a kernel runs.
 __device__ __forceinline__ uint4 load8_nc(const bf16* p) {

@@ -305,47 +305,30 @@ __device__ __forceinline__ void persistent_next_phase(unsigned* sync, unsigned p
 }
 
 // M rows of a bf16 [M, K] A from global memory (L2: other CTAs wrote it in this launch) into the
-// resident interleaved layout (chunk c of row r at 16 (c M + r)), the zero tail after the last
-// chunk (the last core matrix's rows past M read it), then the fence for wgmma and the meeting.
+// resident interleaved layout (gemm_small.cuh: a_store_chunk, a_finish).
 template <int M>
 __device__ __forceinline__ void persistent_load_a(unsigned base, const bf16* a, unsigned K) {
-  const unsigned tid = threadIdx.x;
-  for (unsigned c = tid; c < K / 8; c += 128)
+  for (unsigned c = threadIdx.x; c < K / 8; c += 128)
 #pragma unroll
-    for (int r = 0; r < M; ++r) {
-      const uint4 v = __ldcg(reinterpret_cast<const uint4*>(a + static_cast<long long>(r) * K) + c);
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(base + (c * M + r) * 16), "r"(v.x), "r"(v.y),
-                   "r"(v.z), "r"(v.w));
-    }
-  if (tid < 8) asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(base + (K / 8 * M + tid) * 16), "r"(0u));
-  hexel::fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
-  hexel::named_barrier_sync(1, 128);
+    for (int r = 0; r < M; ++r)
+      a_store_chunk<M>(base, c, r, __ldcg(reinterpret_cast<const uint4*>(a + static_cast<long long>(r) * K) + c));
+  a_finish<M>(base, K / 8, threadIdx.x);
 }
 
 // act without a grid-wide count: decode_layer_persistent's down phase reads act as persistent_load_a
-// reads A, but act carries its own readiness. Every word of it is kActPending (two bf16 NaNs with
-// the sign and every payload bit set; small_gemm_store writes 0x7FFF7FFF, NaNs too, where SwiGLU
-// would give it) from before the layer's first count, and gate/up's SwiGLU epilogue overwrites each
-// word once with a gpu-scope relaxed store (small_gemm_store, L2_ONLY); here each thread reads its 16-byte
-// pieces with gpu-scope relaxed loads, all of them first, then again those with a pending word until
-// none has. The words are the unit (PTX ISA, Memory Consistency Model, "Vector Data-types": a
-// vector access is its elements' accesses; an aligned 32-bit access is single-copy atomic), so a
-// word is either pending or final. The count it replaces cost 2.5-4.4 µs a layer at the 1B shape: its release
-// fence waits while the producer refills the ring for down (perf-log, session 10 runs 2-3).
-constexpr unsigned kActPending = 0xffffffffu;
+// reads A, but act carries its own readiness. Every word of it is kActPending (gemm_small.cuh) from
+// before the layer's first count, and gate/up's SwiGLU epilogue overwrites each word once with a
+// gpu-scope relaxed store (small_gemm_store, L2_ONLY); here each thread reads its 16-byte pieces
+// with gpu-scope relaxed loads, all of them first, then again those with a pending word until none
+// has. The words are the unit (an aligned 32-bit access is single-copy atomic; common.cuh,
+// ld_relaxed_gpu_v4), so a word is either pending or final. The count it replaces cost 2.5-4.4 µs
+// a layer at the 1B shape: its release fence waits while the producer refills the ring for down
+// (perf-log, session 10 runs 2-3).
 template <int M, unsigned K>
 __device__ __forceinline__ void persistent_poll_a(unsigned base, const bf16* a) {
   static_assert(K % 8 == 0, "whole 16-byte pieces");
   constexpr unsigned kChunks = K / 8, kPer = (kChunks + 127) / 128;
   const unsigned tid = threadIdx.x;
-  auto load = [](const bf16* p) {
-    uint4 v;
-    asm volatile("ld.relaxed.gpu.global.v4.b32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p)
-                 : "memory");
-    return v;
-  };
   auto pending = [](const uint4& v) {
     return v.x == kActPending || v.y == kActPending || v.z == kActPending || v.w == kActPending;
   };
@@ -354,25 +337,21 @@ __device__ __forceinline__ void persistent_poll_a(unsigned base, const bf16* a) 
     uint4 v[kPer];
 #pragma unroll
     for (unsigned i = 0; i < kPer; ++i)
-      if (tid + 128 * i < kChunks) v[i] = load(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
+      if (tid + 128 * i < kChunks) v[i] = ld_relaxed_gpu_v4(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
     for (bool again = true; again;) {
       again = false;
 #pragma unroll
       for (unsigned i = 0; i < kPer; ++i)
         if (tid + 128 * i < kChunks && pending(v[i])) {
-          v[i] = load(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
+          v[i] = ld_relaxed_gpu_v4(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
           again = true;
         }
     }
 #pragma unroll
     for (unsigned i = 0; i < kPer; ++i)
-      if (tid + 128 * i < kChunks)
-        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(base + ((tid + 128 * i) * M + r) * 16),
-                     "r"(v[i].x), "r"(v[i].y), "r"(v[i].z), "r"(v[i].w));
+      if (tid + 128 * i < kChunks) a_store_chunk<M>(base, tid + 128 * i, r, v[i]);
   }
-  if (tid < 8) asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(base + (kChunks * M + tid) * 16), "r"(0u));
-  hexel::fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
-  hexel::named_barrier_sync(1, 128);
+  a_finish<M>(base, kChunks, tid);
 }
 
 // maps: [LAYERS][4] weight maps (qkv, o, down: BN x 64 boxes of [N, K]; gate/up: BG / 2 x 64 boxes
@@ -571,8 +550,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     // act pending (persistent_poll_a): before this CTA's first arrival, so before every CTA's
     // gate/up stores; after the wait, so after the previous kernels' reads of it.
     for (unsigned w = blockIdx.x * 128 + t; w < static_cast<unsigned>(I / 2); w += gridDim.x * 128)
-      asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(reinterpret_cast<unsigned*>(act) + w), "r"(kActPending)
-                   : "memory");
+      st_relaxed_gpu(reinterpret_cast<unsigned*>(act) + w, kActPending);
   }
   phase_trace(1);
 

@@ -54,6 +54,24 @@ struct SmallGemm {
 // EpilogueResidual, EpilogueSwiGlu).
 enum class SmallEpi { StoreBf16, Residual, SwiGlu };
 
+// A resident in shared memory at `base` in the interleaved wgmma layout: chunk c (eight bf16) of
+// row r at 16 (c M + r). No "memory" clobber on the stores: the caller's global loads for later
+// chunks may move above them (they do not alias), so their L2 round trips overlap; a_finish's
+// fence and barrier are ordered after every store (volatile asm keeps its order).
+template <int M>
+__device__ __forceinline__ void a_store_chunk(unsigned base, unsigned c, int r, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(base + (c * M + r) * 16), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w));
+}
+// After the last of `chunks` chunks, by the 128 consumer threads (t): the 128-byte zero tail the
+// last core matrix's rows past M read, then the fence for wgmma and the meeting.
+template <int M>
+__device__ __forceinline__ void a_finish(unsigned base, unsigned chunks, unsigned t) {
+  if (t < 8) a_store_chunk<1>(base, chunks * M + t, 0, make_uint4(0u, 0u, 0u, 0u));
+  hexel::fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
+  hexel::named_barrier_sync(1, 128);
+}
+
 // RMSNorm of x's M rows [M, K] (f32) into A resident in shared memory at `base`, in the interleaved
 // wgmma layout (chunk c of row r at 16 (c M + r)), with the rmsnorm kernel's arithmetic (norm.cuh),
 // by the 128 consumer threads (t, its warp and lane): pass 1, every row's sum of squares (no barrier
@@ -70,12 +88,6 @@ __device__ __forceinline__ void rms_rows_interleaved(unsigned base, const float*
     if (lane == 0) scratch[4 * r + warp] = ss;
   }
   named_barrier_sync(1, 128);
-  // No "memory" clobber: x's loads for the next rows may move above these stores (they do not
-  // alias), so the rows' L2 round trips overlap; the fence and barrier below are ordered after
-  // every store (volatile asm keeps its order).
-  auto st16 = [](unsigned addr, uint4 v) {
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
-  };
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     const float* row = x + static_cast<long long>(r) * K;
@@ -84,13 +96,16 @@ __device__ __forceinline__ void rms_rows_interleaved(unsigned base, const float*
 #pragma unroll
     for (int k = 0; k < kNormChunks<K>; ++k) {
       const int c = t + k * kNormThreads;
-      if (c < static_cast<int>(CHUNKS)) st16(base + (c * M + r) * 16, rms_apply8<K, L2_ONLY>(row, c, inv, w8[k]));
+      if (c < static_cast<int>(CHUNKS)) a_store_chunk<M>(base, c, r, rms_apply8<K, L2_ONLY>(row, c, inv, w8[k]));
     }
   }
-  if (t < 8) st16(base + CHUNKS * M * 16 + 16 * t, make_uint4(0u, 0u, 0u, 0u));
-  fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
-  named_barrier_sync(1, 128);
+  a_finish<M>(base, CHUNKS, t);
 }
+
+// A word of act not yet written (decode_layer_persistent marks act so and its down phase polls:
+// persistent_poll_a): two bf16 NaNs with the sign and every payload bit set. small_gemm_store
+// writes 0x7FFF7FFF, NaNs too, where SwiGLU would give it.
+constexpr unsigned kActPending = 0xffffffffu;
 
 // The epilogue of one accumulator pair of a small-M GEMM tile: d[4j + 2h], d[4j + 2h + 1] (with
 // SwiGLU their up halves kUp further) into columns n, n + 1 of row m of `out`, at = m · N + n, with
@@ -115,9 +130,8 @@ __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsig
     unsigned* p = reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at);
     const unsigned v = pack_bf16x2(EpilogueSwiGlu::act(d[4 * j + 2 * h], d[kUp + 4 * j + 2 * h]),
                                    EpilogueSwiGlu::act(d[4 * j + 2 * h + 1], d[kUp + 4 * j + 2 * h + 1]));
-    if constexpr (L2_ONLY)  // never the poll's pending word (two NaNs either way)
-      asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v == 0xffffffffu ? 0x7fff7fffu : v)
-                   : "memory");
+    if constexpr (L2_ONLY)
+      st_relaxed_gpu(p, v == kActPending ? 0x7fff7fffu : v);
     else
       *p = v;
   } else {
