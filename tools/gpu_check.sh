@@ -44,6 +44,14 @@ if [ "${1:-}" = "--prepare" ]; then
     "$BUILD/bin/telosc" compile "$m" -o "$CARRY/artifacts/$name.telos"
     "$BUILD/bin/telosc" compile "$m" --serving "$p128" -o "$CARRY/artifacts-p128/$name.telos"
   done
+  # tiny-llama past its committed 256 positions (a copy with max_position_embeddings 512), for
+  # one-token steps past the first attention split (gpu_model_test, GpuModelLongContext).
+  long=$(mktemp -d)
+  cp models/tiny-llama/* "$long/"
+  sed -i 's/"max_position_embeddings": 256/"max_position_embeddings": 512/' "$long/config.json"
+  echo '{"max_batch": 8, "max_seq_len": 512, "kv_page_size": 16, "kv_pool": {"pages": 128}}' >"$p128"
+  "$BUILD/bin/telosc" compile "$long" --serving "$p128" -o "$CARRY/artifacts/tiny-llama-long.telos"
+  rm -rf "$long"
   # tiny-llama as committed has max_batch 8; the engine's overhead is wanted at batch 1 and 64.
   "$BUILD/bin/telosc" compile models/tiny-llama --serving "$b64" -o "$CARRY/artifacts/tiny-llama-b64.telos"
   rm -f "$p128" "$b64"

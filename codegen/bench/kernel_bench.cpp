@@ -292,12 +292,15 @@ int main(int argc, char** argv) {
                       100.0 * bytes / us / 1e3 / copy_gbs);
         }
         for (std::size_t vi = 0; vi < names.size(); ++vi) {
-          for (int i = 0; i < 2 * kLayers; ++i) launch(traced, vi, i, i % kLayers != 0);
-          check(cudaDeviceSynchronize(), "traced run");
           void* trace = nullptr;
           std::size_t trace_bytes = 0;
           check(cudaLibraryGetGlobal(&trace, &trace_bytes, traced.lib, "telos_phase_trace"),
                 "trace");
+          // Zero first: an event a variant never reaches (the combine of a one-split context,
+          // gate/up's arrival under ACT_POLL) prints as "-", not as another launch's time.
+          check(cudaMemset(trace, 0, trace_bytes), "trace");
+          for (int i = 0; i < 2 * kLayers; ++i) launch(traced, vi, i, i % kLayers != 0);
+          check(cudaDeviceSynchronize(), "traced run");
           std::vector<unsigned long long> t(trace_bytes / 8);
           check(cudaMemcpy(t.data(), trace, trace_bytes, cudaMemcpyDeviceToHost), "trace");
           // From the layer's start: the first CTA past its dependency wait (a CTA enters early
@@ -312,8 +315,9 @@ int main(int argc, char** argv) {
           for (int e = 0; e < kFirstArrival + kArrivals; ++e) {
             std::vector<double> v;
             for (int b = 0; b < ctas; ++b)
-              v.push_back((static_cast<double>(t[b * kEvents + e]) - static_cast<double>(t0)) /
-                          1e3);
+              if (t[b * kEvents + e] != 0)
+                v.push_back((static_cast<double>(t[b * kEvents + e]) - static_cast<double>(t0)) /
+                            1e3);
             std::sort(v.begin(), v.end());
             char name[32];
             if (e < kFirstArrival)
@@ -321,8 +325,11 @@ int main(int argc, char** argv) {
             else
               std::snprintf(name, sizeof name, "%sp%d", e == kFirstArrival ? "arrived " : "",
                             e - kFirstArrival);
-            std::printf("%s %s %.1f/%.1f", e % 4 == 0 ? "\n   " : ";", name, v[v.size() / 2],
-                        v.back());
+            if (v.empty())
+              std::printf("%s %s -", e % 4 == 0 ? "\n   " : ";", name);
+            else
+              std::printf("%s %s %.1f/%.1f", e % 4 == 0 ? "\n   " : ";", name, v[v.size() / 2],
+                          v.back());
           }
           std::printf("\n");
         }

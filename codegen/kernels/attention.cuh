@@ -74,12 +74,16 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // registers of a second chunk: 64 more a thread at head dim 128, which attn_split's 168 at three
 // blocks an SM do not have; the persistent decode layer, one block an SM, has them). Loads only:
 // the arithmetic and its order, hence every bit, are the same either way.
+// `out` (non-null): the caller guarantees that every row of the item has one split only (position
+// < SPLIT), and the item writes the rows' final bf16 values to out as attn_combine would from this
+// one slot, instead of part_o / part_ml (the persistent decode layer's short contexts: no combine).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, class Sync>
 __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, const float* q,
                                                  const int* positions, const int* token_seq,
                                                  const int* page_tables, const bf16* kv_layer,
-                                                 float* part_o, float* part_ml, Sync sync) {
+                                                 float* part_o, float* part_ml, Sync sync,
+                                                 bf16* out = nullptr) {
   constexpr int G = HQ / HKV, W = 4, R = TPT * G;  // R: MMA rows in use
   constexpr int KS = D / 16, NT = D / 8, VW = D / 16;  // k-steps, n-tiles, V words per position
   static_assert(HQ % HKV == 0 && TPT >= 1 && R <= 16 && D % 32 == 0 && D <= 128 &&
@@ -363,7 +367,24 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
       }
       sync();
     }
-    if (warp == 0) {
+    if (warp == 0 && out) {
+      // The rows' only slot: attn_combine_row's operations on it, on the same values (the weight
+      // exp2f(m - max(-inf, m)), one fmaf each into zero, the division), so the same bits.
+      const bool w0 = e0 > 0, w1 = e1 > 0;
+      const float ninf = -__int_as_float(0x7f800000);
+      const float s0 = exp2f(mb0 - fmaxf(ninf, mb0)), s1 = exp2f(mb1 - fmaxf(ninf, mb1));
+      const float d0 = fmaf(l0, s0, 0.f), d1 = fmaf(l1, s1, 0.f);
+      const long long r0 = (static_cast<long long>(t0 + j0) * HQ + kvh * G + h0) * D;
+      const long long r1 = (static_cast<long long>(t0 + j1) * HQ + kvh * G + h1) * D;
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int d = (2 * c4 + h) * (D / 8) + n;
+          if (w0) out[r0 + d] = f32_to_bf16(fmaf(o[n][h], s0, 0.f) / d0);
+          if (w1) out[r1 + d] = f32_to_bf16(fmaf(o[n][2 + h], s1, 0.f) / d1);
+        }
+    } else if (warp == 0) {
       // Only the rows taking part in this pass are written.
       const bool w0 = e0 > 0, w1 = e1 > 0;
       const long long i0 = (static_cast<long long>(t0 + j0) * HQ + kvh * G + h0) * NSPLIT + slot;

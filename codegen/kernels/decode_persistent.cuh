@@ -253,17 +253,20 @@ __device__ __forceinline__ void persistent_wait(const unsigned* sync, unsigned t
   }
   hexel::named_barrier_sync(1, 128);
 }
+// `phases`: how many phases this arrival ends (more than one where a CTA has no work in the later
+// ones and no reason to wait between them).
 template <GridCount COUNT = GridCount::Release>
-__device__ __forceinline__ void persistent_arrive(unsigned* sync) {
+__device__ __forceinline__ void persistent_arrive(unsigned* sync, unsigned phases = 1) {
   if constexpr (COUNT == GridCount::Fenced) {
     __threadfence();
     hexel::named_barrier_sync(1, 128);
-    if (threadIdx.x == 0) atomicAdd(&sync[0], 1u);
+    if (threadIdx.x == 0) atomicAdd(&sync[0], phases);
   } else {
     hexel::named_barrier_sync(1, 128);
     // PTX: fence, red (the release pattern; see above for the other threads' stores).
     if (threadIdx.x == 0)
-      asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(sync) : "memory");
+      asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(sync), "r"(phases)
+                   : "memory");
   }
 }
 // The last CTA to finish returns the count (and its own counter, sync[1]) to zero for the next launch.
@@ -504,8 +507,8 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 
 // A whole one-token decode layer in one launch: the attention half (RMSNorm + the QKV GEMM; the QKV
 // epilogue per head, qkv_rope_row; the attention splits, attn_split_block per (KV head, slot); the
-// combine, attn_combine_row per query head) and then MlpPhases, seven phases between grid-wide
-// counts, one weight stream (qkv, o, gate/up, down) per SM. Every piece is the code the separate
+// combine, attn_combine_row per query head, where the context is longer than one split) and then
+// MlpPhases, seven phases between grid-wide counts (six without the combine), one weight stream (qkv, o, gate/up, down) per SM. Every piece is the code the separate
 // kernels run, so the rows have their bits. Template arguments: the model's (qkv_rope_append_rows'
 // and attn_split's after D), then the MLP's and the ring's, then how the grid-wide counts are met
 // (the plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels'
@@ -562,6 +565,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
       layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV, qkv);
   }
   persistent_next_phase<COUNT>(sync, 0);
+  const int pos = positions[0];
 
   // The context's K/V of this layer into L2, a page's slice of the layer per thread over the whole
   // grid, so that the attention items' chunk loads (phase 2) wait on L2 rather than DRAM: their
@@ -571,7 +575,6 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   {
     constexpr long long kLayerPageElems = 2LL * HKV * PAGE * D;
     constexpr int kMaxPages = static_cast<int>(kKvPrefetchBytes / (2 * kLayerPageElems));
-    const int pos = positions[0];
     const int pages = pos < 0 ? 0 : min(pos / PAGE + 1, kMaxPages);
     const int* pt = page_tables + token_seq[0] * MAXP;
     for (int p = blockIdx.x + gridDim.x * t; p < pages; p += gridDim.x * 128)
@@ -591,24 +594,33 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   }
   persistent_next_phase<COUNT>(sync, 1);
 
-  // Phase 2: the attention splits, a (KV head, slot) per work item.
+  // Phase 2: the attention splits, a (KV head, slot) per work item. A context of one split (position
+  // < SPLIT) needs no combine: the items write attn as the combine would (attn_split_block's `out`,
+  // the same bits), and this arrival ends phase 3 too, so o waits for one count fewer. Every CTA
+  // reads the same position, so all take the same branch.
+  const bool one_split = pos >= 0 && pos < SPLIT;
   for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
         0, static_cast<int>(item / NSPLIT), static_cast<int>(item % NSPLIT), q, positions, token_seq, page_tables,
-        kv_layer, part_o, part_ml, sync128);
-  persistent_next_phase<COUNT>(sync, 2);
-
-  // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
-  // row's last loop reads shared memory the next one writes).
-  if (t < D)
-    for (unsigned hq = blockIdx.x; hq < static_cast<unsigned>(HQ); hq += gridDim.x) {
-      auto sync_d = [] { named_barrier_sync(2, D); };
-      attn_combine_row<HQ, D, NSPLIT, SPLIT>(0, static_cast<int>(hq), part_o, part_ml, positions, attn, sync_d);
-      sync_d();
-    }
-  phase_trace(8);
-  persistent_arrive<COUNT>(sync);
-  phase_trace(16 + 3);
+        kv_layer, part_o, part_ml, sync128, one_split ? attn : nullptr);
+  if (one_split) {
+    phase_trace(2 + 2 * 2);
+    persistent_arrive<COUNT>(sync, 2);
+    phase_trace(16 + 2);
+  } else {
+    persistent_next_phase<COUNT>(sync, 2);
+    // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
+    // row's last loop reads shared memory the next one writes).
+    if (t < D)
+      for (unsigned hq = blockIdx.x; hq < static_cast<unsigned>(HQ); hq += gridDim.x) {
+        auto sync_d = [] { named_barrier_sync(2, D); };
+        attn_combine_row<HQ, D, NSPLIT, SPLIT>(0, static_cast<int>(hq), part_o, part_ml, positions, attn, sync_d);
+        sync_d();
+      }
+    phase_trace(8);
+    persistent_arrive<COUNT>(sync);
+    phase_trace(16 + 3);
+  }
 
   // Phases 4-6: the MLP half.
   constexpr unsigned kMlpPhase0 = 4;

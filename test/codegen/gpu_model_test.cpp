@@ -375,5 +375,37 @@ TEST_P(GpuModel, EngineSamplesGreedyOnTheDeviceLikeTheHost) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, GpuModel, ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3"));
 
+// Past the first attention split (256 positions): a sequence whose one-token steps run from
+// position 250 to 265 alone (decode_layer_persistent, which skips the combine while the context is
+// one split and runs it after) and beside another such sequence, in step with it (two-row buckets:
+// the separate split and combine kernels): every step's logits bit for bit (through each step's gap
+// of the largest logit to token 0's, in units of the logits' RMS: a function of every logit) and
+// the ids. Needs tiny-llama-long.telos (tools/gpu_check.sh: tiny-llama at max_seq_len 512).
+TEST(GpuModelLongContext, OneTokenStepsAcrossTheFirstSplitMatchTheBatch) {
+  TELOS_SKIP_WITHOUT_GPU();
+  const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
+  const std::string path = dir + "/tiny-llama-long.telos";
+  if (dir.empty() || !std::filesystem::exists(path))
+    GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory holding tiny-llama-long.telos";
+  const auto art = Artifact::load(path);
+  ASSERT_GE(art->serving().max_seq_len, 266);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<std::int32_t> id(0, art->model().vocab_size - 1);
+  GoldenCase long_case, other;
+  for (GoldenCase* c : {&long_case, &other}) {
+    for (int i = 0; i < 250; ++i) c->prompt.push_back(id(rng));
+    c->greedy.assign(16, 0);  // only its length is used: 16 generated tokens
+  }
+  GpuStepExecutor ex(art, GpuExecutorOptions{.kv_pages = kPoolPages});
+  const Generated alone = generate(ex, *art, {long_case}, {GpuSampling{}})[0];
+  const Generated batch = generate(ex, *art, {long_case, other}, {GpuSampling{}, GpuSampling{}})[0];
+  ASSERT_EQ(alone.golden_gap.size(), 16u);
+  const bool same = alone.ids == batch.ids && alone.golden_gap == batch.golden_gap &&
+                    std::memcmp(alone.prompt_logits.data(), batch.prompt_logits.data(),
+                                alone.prompt_logits.size() * 4) == 0;
+  report("tiny-llama: positions 250-265 alone vs in batch", same ? "bit-identical" : "differ", same);
+  EXPECT_TRUE(same);
+}
+
 }  // namespace
 }  // namespace telos::exec
