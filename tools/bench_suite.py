@@ -19,6 +19,12 @@ transformers at run time):
 
 Writes OUT/benchmarks.md (the tables, hardware, versions, commands, date), OUT/bench.json (every
 figure) and OUT/decode_latency.png (ms/token: Telos, transformers, the floor).
+
+The torch work (the copy bandwidth; each model's checkpoint and its transformers run) happens in
+child processes of this script (--child-ceiling, --child-peer), which exit before telos-run starts:
+the process that runs telos-run holds no CUDA context of its own. An idle PyTorch context on the
+same GPU made telos-run's host time per step 2-4x what the same artifact measured alone (issue 5;
+docs/perf-log.md, session 11 run 2).
 """
 import argparse
 import datetime
@@ -102,18 +108,30 @@ def telos_bench(telos_run, artifact, args):
     return json.loads(res.stdout), res.stderr
 
 
+def child_peer(name, ckpt):
+    """In a child process: the checkpoint at ckpt and transformers' decode on it."""
+    model, config, _ = make_checkpoint(name, ckpt, None, 0)
+    return {"weight_bytes": sum(p.numel() * 2 for p in model.parameters()),
+            "transformers_ms_per_token": transformers_decode_ms(model, config.vocab_size)}
+
+
+def run_child(args):
+    """This script with `args` in a child process; the JSON object it prints last."""
+    res = subprocess.run([sys.executable, os.path.abspath(__file__)] + args, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"bench_suite {' '.join(args)} failed: {res.stderr[-2000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
 def bench_model(name, args, bandwidth):
     row = {"model": name}
     work = os.path.join(args.work, name)
     ckpt = os.path.join(work, "checkpoint")
     os.makedirs(ckpt, exist_ok=True)
-    model, config, _ = make_checkpoint(name, ckpt, None, 0)
-    weight_bytes = sum(p.numel() * 2 for p in model.parameters())
-    row["weight_bytes"] = weight_bytes
-    row["floor_ms_per_token"] = weight_bytes / bandwidth * 1e3
-    row["transformers_ms_per_token"] = transformers_decode_ms(model, config.vocab_size)
-    del model
-    torch.cuda.empty_cache()
+    peer = run_child(["--child-peer", name, ckpt])
+    row["weight_bytes"] = peer["weight_bytes"]
+    row["floor_ms_per_token"] = peer["weight_bytes"] / bandwidth * 1e3
+    row["transformers_ms_per_token"] = peer["transformers_ms_per_token"]
 
     serving = os.path.join(work, "serving.json")
     with open(serving, "w") as f:
@@ -281,6 +299,12 @@ def plot(rows, out):
 
 
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--child-ceiling":
+        print(json.dumps({"bandwidth": copy_bandwidth()}))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--child-peer":
+        print(json.dumps(child_peer(sys.argv[2], sys.argv[3])))
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--telosc", required=True)
     ap.add_argument("--telos-run", required=True)
@@ -290,7 +314,7 @@ def main():
     ap.add_argument("--throughput", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    bandwidth = copy_bandwidth()
+    bandwidth = run_child(["--child-ceiling"])["bandwidth"]
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip().split(", ")
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
