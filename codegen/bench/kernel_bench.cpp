@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
   // o's A (change 26), attention splits of 64 and 128 positions (change 27), each head's QKV
   // epilogue in the QKV phase on the CTA that finishes the head (change 28, branch fold-rope),
   // other releases for the counts (red.release, fence.release; session 10 run 3), a cap on the
-  // ring's loads in flight (change 32), the ring held during the attention half (change 34).
+  // ring's loads in flight (change 32), the ring held during the attention half (change 34), the
+  // next layer's QKV weights prefetched into L2 after the layer's last load (change 36).
   // With --decode-layer, only this section (after the copy bandwidth).
   {
     struct LayerShape {

@@ -200,7 +200,8 @@ class StreamCursor {
 // change 18; so did prefetching only while the ring is full, polled with mbarrier.test_wait:
 // changes 25 and 25b, 3-20 µs a layer slower; so did a cap of 4-12 slots on the loads in flight,
 // change 32, 1-11 µs; holding the loads after QKV until the attention half's counts, change 34,
-// 0 to +1.4 µs on the 1B and +6-8 on the 8B.)
+// 0 to +1.4 µs on the 1B and +6-8 on the 8B; the next layer's QKV boxes prefetched after the last
+// load, change 36, 0 on the 1B and +6 on the 8B.)
 template <unsigned STAGES>
 __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base,
                                                   unsigned full, unsigned empty, const StreamPhase* phases, int n) {
