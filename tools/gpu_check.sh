@@ -95,7 +95,7 @@ run "tiny models, prefill bucket 128" model-p128.log env TELOS_GPU_ARTIFACTS="$P
 CS="compute-sanitizer --error-exitcode 9 --print-limit 20"
 run "memcheck: kernels" memcheck-kernels.log $CS --tool memcheck "$B/gpu_kernels_test"
 run "memcheck: tiny models" memcheck-model.log $CS --tool memcheck "$B/gpu_model_test" \
-    --gtest_filter='*MatchesTransformers*'
+    --gtest_filter='*MatchesTransformers*:*LongContext*'
 if [ -z "${GPU_CHECK_QUICK:-}" ]; then
   run "racecheck: kernels" racecheck.log $CS --tool racecheck "$B/gpu_kernels_test" --gtest_filter='-*Sample*'
   run "synccheck: kernels" synccheck.log $CS --tool synccheck "$B/gpu_kernels_test" --gtest_filter='-*Sample*'
@@ -112,9 +112,12 @@ if [ -z "${GPU_CHECK_QUICK:-}" ]; then
       $CS --tool racecheck "$B/telos-run" generate "$P/artifacts/$m.telos" --engine gpu \
           --prompt-ids 1,2,3,4,5 --max-tokens 5 --logprobs 2 || rc=1
     done
+    # One-token steps past the first attention split (positions 250-261: the combine phase).
+    $CS --tool racecheck "$B/telos-run" generate "$P/artifacts/tiny-llama-long.telos" --engine gpu \
+        --prompt-ids "$(seq -s, 1 250)" --max-tokens 12 || rc=1
     exit $rc'
   run "synccheck: tiny models" synccheck-model.log $CS --tool synccheck "$B/gpu_model_test" \
-      --gtest_filter='*MatchesTransformers*'
+      --gtest_filter='*MatchesTransformers*:*LongContext*'
   run "kernel timings (decode)" bench.log "$B/telos-kernel-bench"
   # Three rounds of Telos then torch (not interleaved within a process), and the median ratio.
   for r in 1 2 3; do
