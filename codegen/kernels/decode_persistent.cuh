@@ -510,11 +510,12 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // A whole one-token decode layer in one launch: the attention half (RMSNorm + the QKV GEMM; the QKV
 // epilogue per head, qkv_rope_row; the attention splits, attn_split_block per (KV head, slot); the
 // combine, attn_combine_row per query head, where the context is longer than one split) and then
-// MlpPhases, seven phases between grid-wide counts (six without the combine), one weight stream (qkv, o, gate/up, down) per SM. Every piece is the code the separate
-// kernels run, so the rows have their bits. Template arguments: the model's (qkv_rope_append_rows'
-// and attn_split's after D), then the MLP's and the ring's, then how the grid-wide counts are met
-// (the plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels'
-// (the maps in BQ / BO / BG / 2 / BD x 64 boxes).
+// MlpPhases, seven phases between grid-wide counts (six without the combine), one weight stream (qkv,
+// o, gate/up, down) per SM. Every piece is the code the separate kernels run, so the rows have their
+// bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's after D), then the
+// MLP's and the ring's, then how the grid-wide counts are met (the plan leaves the default;
+// telos-kernel-bench times every GridCount); args as those kernels' (the maps in BQ / BO / BG / 2 /
+// BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I, int STAGES, int BQ,
           int BO, int BG, int BD, GridCount COUNT = GridCount::Release, bool ACT_POLL = true>

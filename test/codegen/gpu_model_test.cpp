@@ -403,7 +403,8 @@ TEST(GpuModelLongContext, OneTokenStepsAcrossTheFirstSplitMatchTheBatch) {
   const bool same = alone.ids == batch.ids && alone.golden_gap == batch.golden_gap &&
                     std::memcmp(alone.prompt_logits.data(), batch.prompt_logits.data(),
                                 alone.prompt_logits.size() * 4) == 0;
-  report("tiny-llama: positions 250-265 alone vs in batch", same ? "bit-identical" : "differ", same);
+  report("tiny-llama: positions 250-265 alone vs in batch", same ? "bit-identical" : "differ",
+         same);
   EXPECT_TRUE(same);
 }
 
