@@ -14,12 +14,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <future>
 #include <memory>
-#include <array>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,10 +80,12 @@ struct Module {
     cudaKernel_t k;
     check(cudaLibraryGetKernel(&k, lib, m.lowered.at(name).c_str()), "kernel");
     const void* f = reinterpret_cast<const void*>(k);
-    if (smem > 48 * 1024) check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "smem");
+    if (smem > 48 * 1024)
+      check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "smem");
     // Reported, not required: -1 where the runtime does not answer for a library's kernel.
     int blocks = -1;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, block, smem) != cudaSuccess) blocks = -1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, block, smem) != cudaSuccess)
+      blocks = -1;
     cudaFuncAttributes a{};
     if (cudaFuncGetAttributes(&a, f) != cudaSuccess) a.numRegs = -1;
     cudaGetLastError();
@@ -302,8 +304,8 @@ int main(int argc, char** argv) {
       cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice);
       for (std::size_t vi = 0; vi < names.size(); ++vi) {
         const auto [blocks, regs] = mod->occupancy(names[vi], 160, variants[vi].smem);
-        std::printf("  %s %s: %d B of dynamic shared memory, %d registers, %d CTA(s) an SM\n", sh.name,
-                    variants[vi].label.c_str(), variants[vi].smem, regs, blocks);
+        std::printf("  %s %s: %d B of dynamic shared memory, %d registers, %d CTA(s) an SM\n",
+                    sh.name, variants[vi].label.c_str(), variants[vi].smem, regs, blocks);
       }
       for (int C : {160, 288, 4096}) {
         const int position = C - 1;
