@@ -134,8 +134,11 @@ inline constexpr int kPersistentThreads = 160;  // the consumer warpgroup and th
 // down have 64 of them, 67.6 against 62.8% of copy in run L; more where K is not whole 8 KB slots
 // of 16-row tiles), and the ring's 8 KB slots beside the resident A of the largest K and the
 // attention's static shared memory. `nqkv` is (Hq + 2 Hkv) D, `ko` Hq D.
+// A ring slot: 8 KB of weights and its pair of barriers.
+inline constexpr int kPersistentSlotBytes = 8192 + 16;
 struct PersistentLayerTiling {
   int bq = 32, bo = 32, bg = 64, bd = 32, stages = 0, smem = 0;
+  int resident = 0;   // bytes of the resident A (whole KBs)
   bool fits = false;  // the model's shapes divide into whole slots and tiles
 };
 PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim);

@@ -183,11 +183,10 @@ def host_cell(bench):
     """Host µs per step, and of it the device API calls that launch the step (telos-run bench):
     the median over the processes that measured it, and their range."""
     procs = bench.get("host_processes") or [bench["runs"][0]]
-    def med(key):
-        v = sorted(p[key] for p in procs if p.get(key) is not None)
-        return statistics.median(v) if v else None
-    cell = f"{fmt(med('host_us_per_step'), 1)} ({fmt(med('host_launch_calls_us_per_step'), 1)})"
-    host = [p["host_us_per_step"] for p in procs if p.get("host_us_per_step") is not None]
+    values = {k: [p[k] for p in procs if p.get(k) is not None] for k in HOST_KEYS}
+    med = {k: statistics.median(v) if v else None for k, v in values.items()}
+    cell = f"{fmt(med['host_us_per_step'], 1)} ({fmt(med['host_launch_calls_us_per_step'], 1)})"
+    host = values["host_us_per_step"]
     if len(host) > 1:
         cell += f", {len(host)} processes {min(host):.1f}–{max(host):.1f}"
     return cell

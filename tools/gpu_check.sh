@@ -46,12 +46,12 @@ if [ "${1:-}" = "--prepare" ]; then
   done
   # tiny-llama past its committed 256 positions (a copy with max_position_embeddings 512), for
   # one-token steps past the first attention split (gpu_model_test, GpuModelLongContext).
-  long=$(mktemp -d)
+  long=$(mktemp -d) long_serving=$(mktemp)
   cp models/tiny-llama/* "$long/"
   sed -i 's/"max_position_embeddings": 256/"max_position_embeddings": 512/' "$long/config.json"
-  echo '{"max_batch": 8, "max_seq_len": 512, "kv_page_size": 16, "kv_pool": {"pages": 128}}' >"$p128"
-  "$BUILD/bin/telosc" compile "$long" --serving "$p128" -o "$CARRY/artifacts/tiny-llama-long.telos"
-  rm -rf "$long"
+  echo '{"max_batch": 8, "max_seq_len": 512, "kv_page_size": 16, "kv_pool": {"pages": 128}}' >"$long_serving"
+  "$BUILD/bin/telosc" compile "$long" --serving "$long_serving" -o "$CARRY/artifacts/tiny-llama-long.telos"
+  rm -rf "$long" "$long_serving"
   # tiny-llama as committed has max_batch 8; the engine's overhead is wanted at batch 1 and 64.
   "$BUILD/bin/telosc" compile models/tiny-llama --serving "$b64" -o "$CARRY/artifacts/tiny-llama-b64.telos"
   rm -f "$p128" "$b64"

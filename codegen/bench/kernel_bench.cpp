@@ -75,13 +75,18 @@ struct Module {
     m = compile_module(defines + emit_source(plan), "sm_90a", names, CompileCache::default_root());
     check(cudaLibraryLoadData(&lib, m.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "load");
   }
-  // CTAs of `name` the driver places on one SM at once, and its registers a thread (-1: unknown).
-  std::pair<int, int> occupancy(const std::string& name, int block, int smem) {
+  // The kernel `name`, allowed `smem` bytes of dynamic shared memory.
+  const void* kernel(const std::string& name, int smem) {
     cudaKernel_t k;
     check(cudaLibraryGetKernel(&k, lib, m.lowered.at(name).c_str()), "kernel");
     const void* f = reinterpret_cast<const void*>(k);
     if (smem > 48 * 1024)
       check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "smem");
+    return f;
+  }
+  // CTAs of `name` the driver places on one SM at once, and its registers a thread (-1: unknown).
+  std::pair<int, int> occupancy(const std::string& name, int block, int smem) {
+    const void* f = kernel(name, smem);
     // Reported, not required: -1 where the runtime does not answer for a library's kernel.
     int blocks = -1;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, block, smem) != cudaSuccess)
@@ -95,11 +100,7 @@ struct Module {
   // but the first (its pre-wait part overlaps the previous kernel).
   void launch(const std::string& name, dim3 grid, dim3 block, std::vector<const void*> args, int smem = 0,
               bool pdl = false) {
-    cudaKernel_t k;
-    check(cudaLibraryGetKernel(&k, lib, m.lowered.at(name).c_str()), "kernel");
-    if (smem > 48 * 1024)
-      check(cudaFuncSetAttribute(reinterpret_cast<const void*>(k), cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-            "smem");
+    const void* k = kernel(name, smem);
     std::vector<void*> p;
     for (auto& a : args) p.push_back(&a);
     cudaLaunchAttribute attr{};
@@ -111,7 +112,7 @@ struct Module {
     config.dynamicSmemBytes = static_cast<std::size_t>(smem);
     config.attrs = pdl ? &attr : nullptr;
     config.numAttrs = pdl ? 1 : 0;
-    check(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(k), p.data()), "launch");
+    check(cudaLaunchKernelExC(&config, k, p.data()), "launch");
   }
 };
 
@@ -235,9 +236,8 @@ int main(int argc, char** argv) {
       // driver allows. The 1B only: the 8B's instance takes 228 registers a thread (telosc's
       // manifest), over the 204 that two CTAs of 160 threads leave.
       if (sh.D == 64) {
-        const int resident = lt.smem - 1024 - lt.stages * (8192 + 16);
-        const int two = (113 * 1024 - 10 * 1024 - 1024 - resident) / (8192 + 16);
-        const int smem_two = 1024 + resident + two * (8192 + 16);
+        const int two = (113 * 1024 - 10 * 1024 - 1024 - lt.resident) / kPersistentSlotBytes;
+        const int smem_two = 1024 + lt.resident + two * kPersistentSlotBytes;
         if (two >= 4) {
           variants.push_back({"V1 " + I(two) + " st two a SM", "Release", true, two, smem_two});
           variants.push_back({"V1 " + I(two) + " st one a SM", "Release", true, two, 120 * 1024});
