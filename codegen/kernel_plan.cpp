@@ -188,9 +188,9 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   // Resident A: 16 bytes per 8 columns of the largest K (one token), a zero tail, whole KBs; 16 KB
   // for the static shared memory (attn_split_block's 8.6 KB at head dim 128, the QKV epilogue's,
   // the norm's) and 1 KB of alignment.
-  t.resident = (std::max({h, ko, i}) / 8 * 16 + 128 + 1023) / 1024 * 1024;
-  t.stages = (227 * 1024 - 1024 - 16 * 1024 - t.resident) / kPersistentSlotBytes;
-  t.smem = 1024 + t.resident + t.stages * kPersistentSlotBytes;
+  const int resident = (std::max({h, ko, i}) / 8 * 16 + 128 + 1023) / 1024 * 1024;
+  t.stages = (227 * 1024 - 1024 - 16 * 1024 - resident) / kPersistentSlotBytes;
+  t.smem = 1024 + resident + t.stages * kPersistentSlotBytes;
   t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
   return t;
 }

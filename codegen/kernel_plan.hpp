@@ -138,7 +138,6 @@ inline constexpr int kPersistentThreads = 160;  // the consumer warpgroup and th
 inline constexpr int kPersistentSlotBytes = 8192 + 16;
 struct PersistentLayerTiling {
   int bq = 32, bo = 32, bg = 64, bd = 32, stages = 0, smem = 0;
-  int resident = 0;   // bytes of the resident A (whole KBs)
   bool fits = false;  // the model's shapes divide into whole slots and tiles
 };
 PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim);

@@ -223,26 +223,9 @@ int main(int argc, char** argv) {
         std::string label;
         const char* count;  // the GridCount template argument
         bool act_poll;      // ACT_POLL
-        int stages;         // ring slots
-        int smem;           // dynamic shared memory a CTA
       };
-      std::vector<Variant> variants = {{"V1 plan", "Release", true, lt.stages, lt.smem},
-                                       {"V1 count gate/up", "Release", false, lt.stages, lt.smem}};
-      // Two layer launches resident on an SM (perf-log, "Next (after session 11)"): a CTA within
-      // half the SM's 228 KB (1 KB a CTA reserved; this kernel's static shared memory is under 10
-      // KB), so the next launch's CTA is placed at this one's start (programmatic launch) and its
-      // producer fills its ring while its consumers wait. Its control: the same ring with the
-      // shared memory asked for padded past half, one CTA an SM. The occupancy line says what the
-      // driver allows. The 1B only: the 8B's instance takes 228 registers a thread (telosc's
-      // manifest), over the 204 that two CTAs of 160 threads leave.
-      if (sh.D == 64) {
-        const int two = (113 * 1024 - 10 * 1024 - 1024 - lt.resident) / kPersistentSlotBytes;
-        const int smem_two = 1024 + lt.resident + two * kPersistentSlotBytes;
-        if (two >= 4) {
-          variants.push_back({"V1 " + I(two) + " st two a SM", "Release", true, two, smem_two});
-          variants.push_back({"V1 " + I(two) + " st one a SM", "Release", true, two, 120 * 1024});
-        }
-      }
+      const std::vector<Variant> variants = {{"V1 plan", "Release", true},
+                                             {"V1 count gate/up", "Release", false}};
       std::vector<std::string> names;
       for (const Variant& v : variants)
         names.push_back(
@@ -251,7 +234,7 @@ int main(int argc, char** argv) {
             I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " +
             I(kAttnSplit) + ", " + I(nsplit) + ", " +
             float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
-            I(sh.I) + ", " + I(v.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) +
+            I(sh.I) + ", " + I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) +
             ", " + I(lt.bd) + ", telos_kernels::GridCount::" + v.count +
             (v.act_poll ? ", true>" : ", false>"));
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
@@ -303,9 +286,9 @@ int main(int argc, char** argv) {
       for (int i = 0; i < kMaxp; ++i) hpt[i] = (i * 7) % kMaxp;  // scattered pages
       cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice);
       for (std::size_t vi = 0; vi < names.size(); ++vi) {
-        const auto [blocks, regs] = mod->occupancy(names[vi], 160, variants[vi].smem);
+        const auto [blocks, regs] = mod->occupancy(names[vi], 160, lt.smem);
         std::printf("  %s %s: %d B of dynamic shared memory, %d registers, %d CTA(s) an SM\n",
-                    sh.name, variants[vi].label.c_str(), variants[vi].smem, regs, blocks);
+                    sh.name, variants[vi].label.c_str(), lt.smem, regs, blocks);
       }
       for (int C : {160, 288, 4096}) {
         const int position = C - 1;
@@ -319,7 +302,7 @@ int main(int argc, char** argv) {
               names[vi], dim3(prop.multiProcessorCount), 160,
               {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null,     null, pos, seq,
                pt,      c.kv,    x,       qkv,     q,      po,     pml,  attn_out, act,  sync},
-              variants[vi].smem, pdl);
+              lt.smem, pdl);
         };
         for (std::size_t vi = 0; vi < names.size(); ++vi) {
           const double us = median_us([&](int i) { launch(*mod, vi, i, i % kLayers != 0); }, 20,
@@ -327,7 +310,7 @@ int main(int argc, char** argv) {
           char label[64], shape[64];
           std::snprintf(label, sizeof label, "decode layer %s %s", sh.name,
                         variants[vi].label.c_str());
-          std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, variants[vi].stages,
+          std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages,
                         lt.bq, lt.bo, lt.bg, lt.bd);
           std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
                       100.0 * bytes / us / 1e3 / copy_gbs);
