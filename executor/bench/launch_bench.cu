@@ -7,12 +7,12 @@
 // whether the GPU is still running the previous step. Nothing here loads an artifact: the kernels
 // are stand-ins that spin ~2 us on %globaltimer across 132 blocks.
 //
-//   telos-launch-bench [--calls N] [--json PATH] [--wait auto|spin|yield|block] [--steps-only]
+//   telos-launch-bench [--calls N] [--json PATH] [--wait auto|spin|yield|block|poll] [--steps-only]
 //
 // --wait sets how the host waits for the GPU (cudaSetDeviceFlags before the context exists:
-// cudaDeviceScheduleAuto, the default, Spin, Yield or BlockingSync), to tell whether the calls
-// cost more after a long step because of how the host waited through it; --steps-only runs the
-// step rows alone.
+// cudaDeviceScheduleAuto, the default, Spin, Yield or BlockingSync; poll: Auto, and each wait a loop
+// of cudaEventQuery, as the engine waits), to tell whether the calls cost more after a long step
+// because of how the host waited through it; --steps-only runs the step rows alone.
 //
 // Table rows (host us; "gpu us" is the graph's device time between CUDA events, idle):
 //   graph   BUILD N STATE   cudaGraphLaunch of a straight line of N kernels. BUILD: plain (stream
@@ -55,6 +55,17 @@ constexpr int kMinCalls = 300;                  // timed calls a row, at least (
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// --wait poll: the host waits for a step by calling cudaEventQuery until the event is done, as
+// telos-run's engine does, instead of in cudaEventSynchronize.
+bool g_poll = false;
+void wait_event(cudaEvent_t e, const char* what) {
+  if (!g_poll) return check(cudaEventSynchronize(e), what);
+  cudaError_t r;
+  while ((r = cudaEventQuery(e)) == cudaErrorNotReady) {
+  }
+  check(r, what);
 }
 
 // PTX ISA, "Special Registers: %globaltimer": a nanosecond timer, the same on every SM.
@@ -242,7 +253,7 @@ class Bench {
           check(cudaEventRecord(done_[p], main_), "record");
           const Clock::time_point e = Clock::now();
           const bool running = i > 0 && cudaEventQuery(done_[p ^ 1]) == cudaErrorNotReady;
-          if (i > 0) check(cudaEventSynchronize(done_[p ^ 1]), "step");
+          if (i > 0) wait_event(done_[p ^ 1], "step");
           if (i < kStepWarmup) continue;
           upload.push_back(us(b - a)), launch.push_back(us(d - c)), total.push_back(us(e - a));
           still_busy += running;
@@ -344,7 +355,7 @@ class Bench {
       if (queue2) {
         check(cudaEventRecord(done_[p], main_), "record");
         running = i > 0 && cudaEventQuery(done_[p ^ 1]) == cudaErrorNotReady;
-        if (i > 0) check(cudaEventSynchronize(done_[p ^ 1]), "graph");
+        if (i > 0) wait_event(done_[p ^ 1], "graph");
       } else {
         check(cudaStreamSynchronize(main_), "graph");
       }
@@ -428,14 +439,16 @@ int run(int argc, char** argv) {
         wait_flag = cudaDeviceScheduleYield;
       else if (w == "block")
         wait_flag = cudaDeviceScheduleBlockingSync;
+      else if (w == "poll")
+        g_poll = true;
       else {
-        std::fprintf(stderr, "telos-launch-bench: --wait takes auto, spin, yield or block\n");
+        std::fprintf(stderr, "telos-launch-bench: --wait takes auto, spin, yield, block or poll\n");
         return 2;
       }
     } else {
       std::fprintf(stderr,
                    "usage: telos-launch-bench [--calls N (>= 300)] [--json PATH] "
-                   "[--wait auto|spin|yield|block] [--steps-only]\n");
+                   "[--wait auto|spin|yield|block|poll] [--steps-only]\n");
       return 2;
     }
   }
@@ -453,8 +466,8 @@ int run(int argc, char** argv) {
   int driver = 0;
   check(cudaDriverGetVersion(&driver), "driver version");
   std::printf(
-      "# %s, driver %d, runtime %d, %d timed calls per row after 50 warm-up, wait flag %u\n",
-      prop.name, driver, CUDART_VERSION, calls, wait_flag);
+      "# %s, driver %d, runtime %d, %d timed calls per row after 50 warm-up, wait flag %u%s\n",
+      prop.name, driver, CUDART_VERSION, calls, wait_flag, g_poll ? ", cudaEventQuery loop" : "");
   Bench bench(calls);
   if (!steps_only) {
     bench.graphs();

@@ -331,7 +331,13 @@ struct GpuStepExecutor::State {
     oldest ^= 1;
     --in_flight;
     const std::uint64_t step = collected++;
-    check(cudaEventSynchronize(slot.done), "step");
+    // A loop of event queries rather than cudaEventSynchronize: on the GPU machine (a VM) the
+    // calls after a long wait in the driver's own spin cost 2-4x in slow spells (docs/perf-log.md,
+    // session 13); the query loop keeps the thread running in the process.
+    cudaError_t done;
+    while ((done = cudaEventQuery(slot.done)) == cudaErrorNotReady) {
+    }
+    check(done, "step");
     tokens_out.assign(slot.sampled_host, slot.sampled_host + slot.rows);
     if (logits_out) {
       if (slot.logits)
