@@ -331,9 +331,9 @@ struct GpuStepExecutor::State {
     oldest ^= 1;
     --in_flight;
     const std::uint64_t step = collected++;
-    // A loop of event queries rather than cudaEventSynchronize: on the GPU machine (a VM) the
-    // calls after a long wait in the driver's own spin cost 2-4x in slow spells (docs/perf-log.md,
-    // session 13); the query loop keeps the thread running in the process.
+    // A loop of event queries rather than cudaEventSynchronize's own spin: on the GPU machine (a
+    // VM) the calls after a long wait in that spin cost up to 6x in its slow spells, after the
+    // query loop at most 2x (telos-launch-bench --wait auto / poll, docs/perf-log.md session 13).
     cudaError_t done;
     while ((done = cudaEventQuery(slot.done)) == cudaErrorNotReady) {
     }
