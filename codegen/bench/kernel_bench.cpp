@@ -10,7 +10,7 @@
 //   block reads (per tile: positions up to the tile's last).
 // `telos-kernel-bench --sweep` also times the small GEMM at other tilings than the plan's;
 // `telos-kernel-bench --decode-layer` times only the copy bandwidth and the one-token decode
-// layers.
+// layers; `telos-kernel-bench --sample` only the copy bandwidth and the sampler.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -158,6 +158,7 @@ void* device_map(const void* base, int rows, int cols, int box_rows) {
 int main(int argc, char** argv) {
   const bool sweep = argc > 1 && std::string(argv[1]) == "--sweep";
   const bool decode_layer_only = argc > 1 && std::string(argv[1]) == "--decode-layer";
+  const bool sample_only = argc > 1 && std::string(argv[1]) == "--sample";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("telos-kernel-bench: no CUDA GPU\n");
@@ -180,6 +181,67 @@ int main(int argc, char** argv) {
   cudaFree(dst);
   std::printf("\n%-34s | %-26s | %9s | %8s | %6s\n", "kernel", "shape", "median us", "GB/s", "% copy");
   std::printf("%-34s | %-26s | %9.1f | %8.0f | %6s\n", "cudaMemcpy D2D (read+write)", "2 GiB", copy_us, copy_gbs, "100");
+
+  // The sampler (sample.cuh) at Llama's vocabulary, 128256, with the plan's 1024 threads a row: R
+  // rows that sample, f32 logits in [-8, 8) from a fixed generator, one SampleParams for every row
+  // in each mode (greedy; temperature 0.8; with top_p 0.9; with top_k 50; with top_k 50, top_p 0.9
+  // and min_p 0.05), each figure one launch on an idle stream, as bench_suite's profile times a
+  // step's sample node. Bytes: the logits, read once. The batch-1 benchmark samples greedily; a
+  // client of an OpenAI-style server usually sends a temperature and top_p.
+  if (!decode_layer_only) {
+    constexpr int V = 128256, kThreads = 1024;
+    struct Params {  // sample.cuh's SampleParams
+      float temperature, top_p, min_p;
+      int top_k;
+      unsigned seed_lo, seed_hi;
+      int counter, reserved;
+    };
+    struct Mode {
+      const char* name;
+      Params p;
+    };
+    const Mode modes[] = {{"greedy", {0.f, 1.f, 0.f, 0, 1, 0, 0, 0}},
+                          {"temperature 0.8", {0.8f, 1.f, 0.f, 0, 1, 0, 0, 0}},
+                          {"t 0.8, top_p 0.9", {0.8f, 0.9f, 0.f, 0, 1, 0, 0, 0}},
+                          {"t 0.8, top_k 50", {0.8f, 1.f, 0.f, 50, 1, 0, 0, 0}},
+                          {"t 0.8, k 50, p 0.9, min_p 0.05", {0.8f, 0.9f, 0.05f, 50, 1, 0, 0, 0}}};
+    const std::string kernel = "telos_kernels::sample<" + I(V) + ", " + I(kThreads) + ">";
+    Module mod({kernel});
+    constexpr int kMaxRows = 64;
+    std::vector<float> hl(static_cast<std::size_t>(kMaxRows) * V);
+    unsigned x = 2463534242u;
+    for (float& v : hl) {
+      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+      v = static_cast<float>(x >> 8) * (16.f / 16777216.f) - 8.f;
+    }
+    std::vector<int> hrows(kMaxRows);
+    for (int r = 0; r < kMaxRows; ++r) hrows[r] = r;
+    void *logits, *params, *rows, *out, *out_host;
+    check(cudaMalloc(&logits, hl.size() * 4), "alloc");
+    check(cudaMalloc(&params, sizeof(Params) * kMaxRows), "alloc");
+    check(cudaMalloc(&rows, 4 * kMaxRows), "alloc");
+    check(cudaMalloc(&out, 4 * kMaxRows), "alloc");
+    check(cudaMalloc(&out_host, 4 * kMaxRows), "alloc");
+    check(cudaMemcpy(logits, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice), "upload");
+    check(cudaMemcpy(rows, hrows.data(), 4 * kMaxRows, cudaMemcpyHostToDevice), "upload");
+    for (const Mode& m : modes) {
+      const std::vector<Params> hp(kMaxRows, m.p);
+      check(cudaMemcpy(params, hp.data(), sizeof(Params) * kMaxRows, cudaMemcpyHostToDevice),
+            "upload");
+      for (int R : {1, 64}) {
+        const double us = median_us([&](int) {
+          mod.launch(kernel, dim3(R), kThreads, {logits, params, rows, out, out_host});
+        });
+        char label[64], shape[64];
+        std::snprintf(label, sizeof label, "sample %s", m.name);
+        std::snprintf(shape, sizeof shape, "V=%d, %d row(s)", V, R);
+        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us,
+                    4.0 * V * R / us / 1e3, 100.0 * 4.0 * V * R / us / 1e3 / copy_gbs);
+      }
+    }
+    for (void* p : {logits, params, rows, out, out_host}) cudaFree(p);
+  }
+  if (sample_only) return 0;
 
   // One-token decode layers as a step runs them: decode_layer_persistent (the plan's tiles and
   // ring, decode_layer_tiling, its grid-wide counts, GridCount V1), 8 layers back to back with PDL,
