@@ -259,6 +259,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   const long long layer_bytes = 2LL * H * ((HQ + 2LL * HKV) * D + HQ * D + 3LL * I);
   int qkv_arrival_counters = 0;  // gemm_small_norm_qkv's, when a bucket folds the QKV epilogue
   bool uses_layer_sync = false;  // decode_layer_persistent's grid-wide counters
+  long long max_lm_candidates = 0;  // linear_f32's greedy candidates, all of a bucket's rows
   auto program = [&](const std::string& kind, int size, int tokens, int sample_rows) {
     BucketProgram p{kind, size, tokens, sample_rows, {}};
     auto launch = [&](int k, std::array<int, 3> grid, std::vector<std::string> args) {
@@ -456,12 +457,22 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     launch(b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + eps + ", true>", {"x", "w", "rows", "out"},
                     kNormThreads),
            {S, 1, 1}, {"buf:x", "w:final_norm", "desc:sample_rows", "buf:hf"});
+    // The LM head with the first stage of greedy sampling: a candidate per block of its rows and
+    // token (`lm_cand`), which sample's greedy rows reduce. The widened tiling of larger buckets
+    // gives fewer candidates a row, and the same token.
+    const int candidates = V / lm_g.tiling.rows;
+    max_lm_candidates = std::max(max_lm_candidates, static_cast<long long>(S) * candidates);
     launch(b.kernel("telos_kernels::linear_f32<" + I_(H) + ", " + I_(V) + ", " + lm_g.args() + ">",
-                    {"W", "A", "y"}, lm_g.tiling.threads()),
-           {V / lm_g.tiling.rows, S / lm_g.m_tile, 1}, {lm_head, "buf:hf", "buf:logits"});
-    launch(b.kernel("telos_kernels::sample<" + I_(V) + ", " + I_(sample_threads) + ">",
-                    {"logits", "params", "rows", "tokens_out", "tokens_host"}, sample_threads),
-           {S, 1, 1}, {"buf:logits", "desc:sample_params", "desc:sample_rows", "buf:sampled", "host:sampled"});
+                    {"W", "A", "y", "cand"}, lm_g.tiling.threads()),
+           {V / lm_g.tiling.rows, S / lm_g.m_tile, 1},
+           {lm_head, "buf:hf", "buf:logits", "buf:lm_cand"});
+    launch(
+        b.kernel("telos_kernels::sample<" + I_(V) + ", " + I_(sample_threads) + ", " +
+                     I_(candidates) + ">",
+                 {"logits", "cand", "params", "rows", "tokens_out", "tokens_host"}, sample_threads),
+        {S, 1, 1},
+        {"buf:logits", "buf:lm_cand", "desc:sample_params", "desc:sample_rows", "buf:sampled",
+         "host:sampled"});
     plan.max_tokens = std::max(plan.max_tokens, T);
     plan.max_sample_rows = std::max(plan.max_sample_rows, S);
     plan.buckets.push_back(std::move(p));
@@ -490,6 +501,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       {"act", T * I * 2},
       {"hf", S * H * 2},
       {"logits", S * V * 4},
+      {"lm_cand", max_lm_candidates * 8},
       {"sampled", S * 4},
   };
   // The QKV projection between its GEMM and its epilogue.

@@ -17,6 +17,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <memory>
@@ -186,8 +187,9 @@ int main(int argc, char** argv) {
   // rows that sample, f32 logits in [-8, 8) from a fixed generator, one SampleParams for every row
   // in each mode (greedy; temperature 0.8; with top_p 0.9; with top_k 50; with top_k 50, top_p 0.9
   // and min_p 0.05), each figure one launch on an idle stream, as bench_suite's profile times a
-  // step's sample node. Bytes: the logits, read once. The batch-1 benchmark samples greedily; a
-  // client of an OpenAI-style server usually sends a temperature and top_p.
+  // step's sample node. Bytes: the logits, read once (greedy reads the candidates: 8 KB a row). The
+  // batch-1 benchmark samples greedily; a client of an OpenAI-style server usually sends a
+  // temperature and top_p.
   if (!decode_layer_only) {
     constexpr int V = 128256, kThreads = 1024;
     struct Params {  // sample.cuh's SampleParams
@@ -205,7 +207,10 @@ int main(int argc, char** argv) {
                           {"t 0.8, top_p 0.9", {0.8f, 0.9f, 0.f, 0, 1, 0, 0, 0}},
                           {"t 0.8, top_k 50", {0.8f, 1.f, 0.f, 50, 1, 0, 0, 0}},
                           {"t 0.8, k 50, p 0.9, min_p 0.05", {0.8f, 0.9f, 0.05f, 50, 1, 0, 0, 0}}};
-    const std::string kernel = "telos_kernels::sample<" + I(V) + ", " + I(kThreads) + ">";
+    // Greedy rows read the LM head's candidates: the 1B plan's 1002 blocks of 128 logits.
+    constexpr int G = V / 128;
+    const std::string kernel =
+        "telos_kernels::sample<" + I(V) + ", " + I(kThreads) + ", " + I(G) + ">";
     Module mod({kernel});
     constexpr int kMaxRows = 64;
     std::vector<float> hl(static_cast<std::size_t>(kMaxRows) * V);
@@ -216,8 +221,20 @@ int main(int argc, char** argv) {
     }
     std::vector<int> hrows(kMaxRows);
     for (int r = 0; r < kMaxRows; ++r) hrows[r] = r;
-    void *logits, *params, *rows, *out, *out_host;
+    // Candidates as linear_f32 writes them (common.cuh, greedy_candidate; the logits are finite).
+    std::vector<unsigned long long> hc(static_cast<std::size_t>(kMaxRows) * G, 0);
+    for (std::size_t i = 0; i < hl.size(); ++i) {
+      unsigned u;
+      std::memcpy(&u, &hl[i], 4);
+      const unsigned long long key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+      const unsigned j = static_cast<unsigned>(i % V);
+      unsigned long long& best = hc[i / V * G + j / (V / G)];
+      best = std::max(best, key << 32 | ~j);
+    }
+    void *logits, *cand, *params, *rows, *out, *out_host;
     check(cudaMalloc(&logits, hl.size() * 4), "alloc");
+    check(cudaMalloc(&cand, hc.size() * 8), "alloc");
+    check(cudaMemcpy(cand, hc.data(), hc.size() * 8, cudaMemcpyHostToDevice), "upload");
     check(cudaMalloc(&params, sizeof(Params) * kMaxRows), "alloc");
     check(cudaMalloc(&rows, 4 * kMaxRows), "alloc");
     check(cudaMalloc(&out, 4 * kMaxRows), "alloc");
@@ -230,7 +247,7 @@ int main(int argc, char** argv) {
             "upload");
       for (int R : {1, 64}) {
         const double us = median_us([&](int) {
-          mod.launch(kernel, dim3(R), kThreads, {logits, params, rows, out, out_host});
+          mod.launch(kernel, dim3(R), kThreads, {logits, cand, params, rows, out, out_host});
         });
         char label[64], shape[64];
         std::snprintf(label, sizeof label, "sample %s", m.name);
@@ -239,7 +256,7 @@ int main(int argc, char** argv) {
                     4.0 * V * R / us / 1e3, 100.0 * 4.0 * V * R / us / 1e3 / copy_gbs);
       }
     }
-    for (void* p : {logits, params, rows, out, out_host}) cudaFree(p);
+    for (void* p : {logits, cand, params, rows, out, out_host}) cudaFree(p);
   }
   if (sample_only) return 0;
 
@@ -515,17 +532,21 @@ int main(int argc, char** argv) {
         cudaFree(a_map);
         for (void* p : w_maps) cudaFree(p);
       }
+      // With the greedy candidates, as the plan launches the LM head.
       const GemmLaunch& l = launches[gi];
+      void* cand;
+      check(cudaMalloc(&cand, 8ull * M * (rows / l.tiling.rows)), "alloc");
       const double us = median_us(
           [&](int i) {
-            mod.launch(names[gi], dim3(rows / l.tiling.rows, M / l.m_tile), l.tiling.threads(), {w[i % copies], a, y}, 0,
-                       i % kBatch != 0);
+            mod.launch(names[gi], dim3(rows / l.tiling.rows, M / l.m_tile), l.tiling.threads(),
+                       {w[i % copies], a, y, cand}, 0, i % kBatch != 0);
           },
           30, 5, kBatch);
       row(std::string("linear_f32 ") + g.name, us, 4.0 * M * rows);
       for (auto& p : w) cudaFree(p);
       cudaFree(a);
       cudaFree(y);
+      cudaFree(cand);
     }
   }
 

@@ -106,6 +106,38 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Larger float, larger key (for non-NaN values; -0 below +0).
+__device__ __forceinline__ unsigned order_key(float f) {
+  const unsigned u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Greedy sampling's candidate for logit `v` at vocabulary index `i` (linear_f32 reduces its block's
+// columns to one per token, sample its row's candidates): the value's key in the high word and ~i
+// in the low word, so the largest candidate is the largest logit and, among equal logits, the
+// lowest index. -0 counts as +0 (__fadd_rn(-0, +0) is +0), as a float comparison has it. 0, no
+// candidate, for NaN and -inf, which a comparison with a running maximum that starts at -inf never
+// picks.
+__device__ __forceinline__ unsigned long long greedy_candidate(float v, int i) {
+  return v > -__int_as_float(0x7f800000)
+             ? (static_cast<unsigned long long>(order_key(__fadd_rn(v, 0.f))) << 32) |
+                   static_cast<unsigned>(~i)
+             : 0ull;
+}
+// The vocabulary index of a candidate that is not 0.
+__device__ __forceinline__ int greedy_candidate_index(unsigned long long c) {
+  return static_cast<int>(~static_cast<unsigned>(c));
+}
+
+__device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const unsigned long long w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+
 // Sum over a block of THREADS threads (a multiple of 32); every thread gets the result. `scratch`
 // holds THREADS / 32 floats. The order (warp butterflies, then warp 0 over the warp sums) is fixed.
 template <int THREADS>

@@ -129,10 +129,13 @@ __device__ __forceinline__ void linear_tile(const bf16* __restrict__ W, const bf
   }
 }
 
-// y[m, n] = (A · Wᵀ)[m, n] in f32: the LM head's logits.
+// y[m, n] = (A · Wᵀ)[m, n] in f32: the LM head's logits. With the first stage of greedy sampling:
+// cand[m, g] (N / ROWS a token) is the greedy candidate (common.cuh) of block g's ROWS logits of
+// token m, the largest and, among equals, the lowest index, so sample's greedy rows reduce N / ROWS
+// candidates instead of N logits and pick the same token. Null: logits only.
 template <int K, int N, int ROWS, int MT, int KSPLIT, int UNROLL>
 __global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks<ROWS, KSPLIT>)
-    linear_f32(const bf16* W, const bf16* A, float* y) {
+    linear_f32(const bf16* W, const bf16* A, float* y, unsigned long long* cand) {
   pdl_entry();
   static_assert(N % ROWS == 0, "a block owns whole row groups");
   constexpr int THREADS = kLinearThreads<ROWS, KSPLIT>;
@@ -142,6 +145,19 @@ __global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks
   for (int i = threadIdx.x; i < MT * ROWS; i += THREADS) {
     const int m = i / ROWS, r = i % ROWS;
     y[static_cast<long long>(m0 + m) * N + g * ROWS + r] = tile[m][r];
+  }
+  if (cand != nullptr) {
+    // A warp a token (linear_tile ends with a barrier, so the tile is complete).
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int m = warp; m < MT; m += THREADS / 32) {
+      unsigned long long best = 0;
+      for (int r = lane; r < ROWS; r += 32) {
+        const unsigned long long c = greedy_candidate(tile[m][r], g * ROWS + r);
+        best = c > best ? c : best;
+      }
+      best = warp_max_u64(best);
+      if (lane == 0) cand[static_cast<long long>(m0 + m) * (N / ROWS) + g] = best;
+    }
   }
 }
 

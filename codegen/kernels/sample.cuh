@@ -2,7 +2,8 @@
 // Sampling, one block per row that samples. A row's token depends only on its logits and its
 // parameters (seed and counter included), never on the other rows.
 //
-//  - temperature <= 0 or top_k == 1: greedy, the lowest index among the maxima;
+//  - temperature <= 0 or top_k == 1: greedy, the lowest index among the maxima, from the LM
+//    head's per-block candidates (linear_f32);
 //  - otherwise weights w_i = exp((logit_i - max) / temperature), restricted to the top_k largest
 //    logits (ties at the k-th value are all kept), to w_i >= min_p (w_max is 1), then to the
 //    smallest set of largest weights whose mass reaches top_p of what is left; the token is the
@@ -32,26 +33,21 @@ __device__ __forceinline__ unsigned long long splitmix64(unsigned long long z) {
   return z ^ (z >> 31);
 }
 
-// Larger float, larger key (for non-NaN values).
-__device__ __forceinline__ unsigned order_key(float f) {
-  const unsigned u = __float_as_uint(f);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
 // Row r's token goes to tokens_out[r] (device memory: the next step's embedding reads it) and to
 // tokens_host[r], the step's pinned host buffer mapped into the device's address space (docs/
 // artifact.md, `host:sampled`): the host reads its tokens there once the step's event has
-// completed, so no copy back is queued between steps.
-template <int V, int THREADS>
-__global__ void __launch_bounds__(THREADS) sample(const float* logits, const SampleParams* params,
-                                                  const int* rows, int* tokens_out, int* tokens_host) {
+// completed, so no copy back is queued between steps. Greedy rows read the row's G candidates
+// (`cand`, G a row: the LM head's first stage, linear_f32), the others its V logits.
+template <int V, int THREADS, int G>
+__global__ void __launch_bounds__(THREADS)
+    sample(const float* logits, const unsigned long long* cand, const SampleParams* params,
+           const int* rows, int* tokens_out, int* tokens_host) {
   pdl_entry();
   constexpr int PER = (V + THREADS - 1) / THREADS;  // each thread owns a contiguous run of indices
   __shared__ float scratch[32];
   __shared__ float warp_prefix[THREADS / 32];
   __shared__ int chosen, last_kept;
-  __shared__ float best_v[THREADS / 32];
-  __shared__ int best_i[THREADS / 32];
+  __shared__ unsigned long long best_c[THREADS / 32];
 
   const int r = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   auto put = [&](int token) { tokens_out[r] = token, tokens_host[r] = token; };
@@ -64,48 +60,17 @@ __global__ void __launch_bounds__(THREADS) sample(const float* logits, const Sam
   const int lo = tid * PER, hi = min(V, lo + PER);
 
   if (p.temperature <= 0.f || p.top_k == 1) {
-    // Greedy: the largest logit, lowest id among equals. Strided over the row (16-byte loads
-    // where V allows), so each warp load is coalesced; a thread meets its indices in increasing
-    // order, so `>` keeps its lowest among equals. The row is in L2 (the LM head just wrote it):
-    // kAhead loads a thread are issued before the first compare, so a block waits for
-    // V / (4 · THREADS · kAhead) L2 round trips rather than V / (4 · THREADS) (128256 logits at
-    // 1024 threads: 4 instead of 32, ~1 µs each).
-    const float ninf = -__int_as_float(0x7f800000);
-    float bv = ninf;
-    int bi = V;
-    if constexpr (V % 4 == 0) {
-      constexpr int kVec = V / 4, kAhead = 8;
-      const float4* lg4 = reinterpret_cast<const float4*>(lg);
-      for (int j0 = tid; j0 < kVec; j0 += kAhead * THREADS) {
-        float4 v[kAhead];
-#pragma unroll
-        for (int u = 0; u < kAhead; ++u)
-          v[u] = j0 + u * THREADS < kVec ? lg4[j0 + u * THREADS] : make_float4(ninf, ninf, ninf, ninf);
-#pragma unroll
-        for (int u = 0; u < kAhead; ++u) {
-          const int i = 4 * (j0 + u * THREADS);
-          if (v[u].x > bv) bv = v[u].x, bi = i;
-          if (v[u].y > bv) bv = v[u].y, bi = i + 1;
-          if (v[u].z > bv) bv = v[u].z, bi = i + 2;
-          if (v[u].w > bv) bv = v[u].w, bi = i + 3;
-        }
-      }
-    } else {
-      for (int i = tid; i < V; i += THREADS)
-        if (lg[i] > bv) bv = lg[i], bi = i;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-    }
-    if (lane == 0) best_v[warp] = bv, best_i[warp] = bi;
+    // Greedy: the largest candidate is the largest logit, lowest id among equals; none (every
+    // logit NaN or -inf) gives 0. One load a thread for G up to THREADS.
+    const unsigned long long* c = cand + static_cast<long long>(r) * G;
+    unsigned long long best = 0;
+    for (int j = tid; j < G; j += THREADS) best = c[j] > best ? c[j] : best;
+    best = warp_max_u64(best);
+    if (lane == 0) best_c[warp] = best;
     __syncthreads();
     if (tid == 0) {
-      for (int w = 1; w < THREADS / 32; ++w)
-        if (best_v[w] > bv || (best_v[w] == bv && best_i[w] < bi)) bv = best_v[w], bi = best_i[w];
-      put(bi < V ? bi : 0);
+      for (int w = 1; w < THREADS / 32; ++w) best = best_c[w] > best ? best_c[w] : best;
+      put(best != 0 ? greedy_candidate_index(best) : 0);
     }
     return;
   }

@@ -142,6 +142,27 @@ std::vector<double> gemm_ref(const std::vector<float>& A, const std::vector<floa
   return y;
 }
 
+// sample.cuh's greedy candidates on the host: per row and block of N / G logits, the largest,
+// lowest index among equals (-0 as +0), as (order key << 32 | ~index); 0 where the block has only
+// NaN and -inf.
+std::vector<std::uint64_t> greedy_candidates(const std::vector<float>& logits, int rows, int n,
+                                             int g) {
+  std::vector<std::uint64_t> c(static_cast<std::size_t>(rows) * g, 0);
+  for (int m = 0; m < rows; ++m)
+    for (int j = 0; j < n; ++j) {
+      const float v = logits[static_cast<std::size_t>(m) * n + j] + 0.f;
+      if (!(v > -INFINITY)) continue;
+      std::uint32_t u;
+      std::memcpy(&u, &v, 4);
+      const std::uint32_t key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+      const std::uint64_t k =
+          (static_cast<std::uint64_t>(key) << 32) | static_cast<std::uint32_t>(~j);
+      std::uint64_t& best = c[static_cast<std::size_t>(m) * g + j / (n / g)];
+      best = std::max(best, k);
+    }
+  return c;
+}
+
 // The LM head's GEMM. Ragged token counts inside one tile (3, 5, 13, 20 of a 24-token MMA span),
 // several tiles, every K split, unroll tails (K steps not a multiple of UNROLL), tiny and real-size
 // N and K.
@@ -157,8 +178,13 @@ TEST(GpuKernels, LinearF32) {
     const bf16v W = random_bf16(static_cast<std::size_t>(s.N) * s.K, 0.05f, Wf);
     DeviceBuffer<std::uint16_t> dA(A), dW(W);
     DeviceBuffer<float> dy(static_cast<std::size_t>(s.M) * s.N);
-    CUDA_OK(mod.launch(f32, dim3(s.N / s.ROWS, s.M / s.MT), s.threads(), {dW.get(), dA.get(), dy.get()}));
-    EXPECT_LT(rel_l2(dy.download(), gemm_ref(Af, Wf, s.M, s.N, s.K)), 1e-5) << s.args();
+    DeviceBuffer<std::uint64_t> dc(static_cast<std::size_t>(s.M) * (s.N / s.ROWS));
+    CUDA_OK(mod.launch(f32, dim3(s.N / s.ROWS, s.M / s.MT), s.threads(),
+                       {dW.get(), dA.get(), dy.get(), dc.get()}));
+    const std::vector<float> y = dy.download();
+    EXPECT_LT(rel_l2(y, gemm_ref(Af, Wf, s.M, s.N, s.K)), 1e-5) << s.args();
+    EXPECT_EQ(dc.download(), greedy_candidates(y, s.M, s.N, s.N / s.ROWS))
+        << "each block's greedy candidate of its logits, " << s.args();
   }
 }
 
@@ -177,7 +203,8 @@ TEST(GpuKernels, LinearRowsDoNotDependOnTheMTileOrTheOtherRows) {
   std::vector<std::vector<float>> outs;
   for (std::size_t i = 0; i < tiles.size(); ++i) {
     DeviceBuffer<float> dy(M * N);
-    CUDA_OK(mod.launch(names[i], dim3(N / ROWS, M / tiles[i]), 32 * (ROWS / 16) * KSPLIT, {dW.get(), dA.get(), dy.get()}));
+    CUDA_OK(mod.launch(names[i], dim3(N / ROWS, M / tiles[i]), 32 * (ROWS / 16) * KSPLIT,
+                       {dW.get(), dA.get(), dy.get(), nullptr}));
     outs.push_back(dy.download());
   }
   for (std::size_t i = 1; i < tiles.size(); ++i)
@@ -186,7 +213,8 @@ TEST(GpuKernels, LinearRowsDoNotDependOnTheMTileOrTheOtherRows) {
   std::copy(A.begin() + 13 * K, A.begin() + 14 * K, other.begin() + 13 * K);
   DeviceBuffer<std::uint16_t> dB(other);
   DeviceBuffer<float> dy(M * N);
-  CUDA_OK(mod.launch(names[3], dim3(N / ROWS, 1), 32 * (ROWS / 16) * KSPLIT, {dW.get(), dB.get(), dy.get()}));
+  CUDA_OK(mod.launch(names[3], dim3(N / ROWS, 1), 32 * (ROWS / 16) * KSPLIT,
+                     {dW.get(), dB.get(), dy.get(), nullptr}));
   const auto mixed = dy.download();
   EXPECT_EQ(0, std::memcmp(mixed.data() + 13 * N, outs[0].data() + 13 * N, N * 4));
 }
@@ -1428,33 +1456,46 @@ std::vector<double> sample_distribution(const std::vector<float>& lg, const Samp
 
 TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
   TELOS_SKIP_WITHOUT_GPU();
-  constexpr int V = 512, R = 16384;
-  const std::string k = "telos_kernels::sample<" + I(V) + ", 128>";
-  const std::string big = "telos_kernels::sample<128256, 1024>";
+  // Greedy rows read the LM head's candidates (linear_f32): 16 blocks of 32 logits a row here, and
+  // the 1B plan's 1002 blocks of 128 at the real vocabulary.
+  constexpr int V = 512, R = 16384, G = 16, kBigV = 128256, kBigG = 1002;
+  const std::string k = "telos_kernels::sample<" + I(V) + ", 128, " + I(G) + ">";
+  const std::string big = "telos_kernels::sample<" + I(kBigV) + ", 1024, " + I(kBigG) + ">";
   TestModule mod(source_with_rope(), {k, big});
 
-  // Greedy: the lowest index among tied maxima; padding rows give 0.
+  // Greedy: the lowest index among tied maxima (also across blocks, and -0 tied with +0); NaN and
+  // -inf never chosen, and a row of nothing else gives 0; padding rows give 0.
   {
-    std::vector<float> lg = random_floats(3 * V);
+    std::vector<float> lg = random_floats(5 * V);
     lg[V + 7] = lg[V + 300] = 50.f;
-    std::vector<SampleParams> params(3, SampleParams{0.f, 1.f, 0.f, 0, 1, 0, 5, 0});
+    for (int i = 0; i < V; ++i) lg[2 * V + i] = i % 3 == 0 ? -0.f : -1.f;
+    lg[2 * V + 1] = 0.f;  // +0 after -0 at index 0: index 0 wins
+    for (int i = 0; i < V; ++i) lg[3 * V + i] = i % 2 ? NAN : -INFINITY;
+    lg[V * 4 + 9] = NAN;
+    std::vector<SampleParams> params(5, SampleParams{0.f, 1.f, 0.f, 0, 1, 0, 5, 0});
     DeviceBuffer<float> dl(lg);
+    DeviceBuffer<std::uint64_t> dc(greedy_candidates(lg, 5, V, G));
     DeviceBuffer<SampleParams> dp(params);
-    DeviceBuffer<int> rows(std::vector<int>{0, 1, -1}), out(3), out_host(3);
-    CUDA_OK(mod.launch(k, 3, 128, {dl.get(), dp.get(), rows.get(), out.get(), out_host.get()}));
+    DeviceBuffer<int> rows(std::vector<int>{0, 1, 2, 3, -1}), out(5), out_host(5);
+    CUDA_OK(mod.launch(k, 5, 128,
+                       {dl.get(), dc.get(), dp.get(), rows.get(), out.get(), out_host.get()}));
     const auto tok = out.download();
     EXPECT_EQ(tok[0], std::max_element(lg.begin(), lg.begin() + V) - lg.begin());
     EXPECT_EQ(tok[1], 7);
     EXPECT_EQ(tok[2], 0);
+    EXPECT_EQ(tok[3], 0);
+    EXPECT_EQ(tok[4], 0);
     EXPECT_EQ(out_host.download(), tok) << "the host's copy of the tokens (tokens_host)";
   }
   // Greedy over a real vocabulary.
   {
-    std::vector<float> lg = random_floats(128256);
+    std::vector<float> lg = random_floats(kBigV);
     DeviceBuffer<float> dl(lg);
+    DeviceBuffer<std::uint64_t> dc(greedy_candidates(lg, 1, kBigV, kBigG));
     DeviceBuffer<SampleParams> dp(std::vector<SampleParams>{{0.f, 1.f, 0.f, 0, 1, 0, 5, 0}});
     DeviceBuffer<int> rows(std::vector<int>{0}), out(1), out_host(1);
-    CUDA_OK(mod.launch(big, 1, 1024, {dl.get(), dp.get(), rows.get(), out.get(), out_host.get()}));
+    CUDA_OK(mod.launch(big, 1, 1024,
+                       {dl.get(), dc.get(), dp.get(), rows.get(), out.get(), out_host.get()}));
     EXPECT_EQ(out.download()[0], std::max_element(lg.begin(), lg.end()) - lg.begin());
     EXPECT_EQ(out_host.download(), out.download());
   }
@@ -1473,9 +1514,11 @@ TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
       rows[r] = r;
     }
     DeviceBuffer<float> dl(lg);
+    DeviceBuffer<std::uint64_t> dc(greedy_candidates(lg, R, V, G));  // not read: no greedy row
     DeviceBuffer<SampleParams> dp(params);
     DeviceBuffer<int> drows(rows), out(R), out_host(R);
-    CUDA_OK(mod.launch(k, R, 128, {dl.get(), dp.get(), drows.get(), out.get(), out_host.get()}));
+    CUDA_OK(mod.launch(k, R, 128,
+                       {dl.get(), dc.get(), dp.get(), drows.get(), out.get(), out_host.get()}));
     const auto tok = out.download();
     EXPECT_EQ(out_host.download(), tok);
     const std::vector<double> want = sample_distribution(one, base);
@@ -1491,7 +1534,8 @@ TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
 
     DeviceBuffer<SampleParams> dp1(std::vector<SampleParams>{params[123]});
     DeviceBuffer<int> drow1(std::vector<int>{0}), out1(1), out1_host(1);
-    CUDA_OK(mod.launch(k, 1, 128, {dl.get(), dp1.get(), drow1.get(), out1.get(), out1_host.get()}));
+    CUDA_OK(mod.launch(k, 1, 128,
+                       {dl.get(), dc.get(), dp1.get(), drow1.get(), out1.get(), out1_host.get()}));
     EXPECT_EQ(out1.download()[0], tok[123]);
     EXPECT_EQ(out1_host.download()[0], tok[123]);
   }
