@@ -1,6 +1,7 @@
 // telos-run bench: how fast an artifact runs on this machine. Every scenario uses synthetic prompts
-// (token ids from a fixed seed) and greedy decoding with ignore_eos, so lengths are exact and runs
-// repeat. Figures:
+// (token ids from a fixed seed) with ignore_eos, so lengths are exact and runs repeat; decoding is
+// greedy unless --temperature (with --top-p, --top-k, --min-p) asks for sampling, each request
+// seeded from --seed and its place in the run. Figures:
 //  - always: artifact load time (process start → engine ready, graphs captured) and load → first
 //    token (a one-token warm-up request submitted once the engine is ready);
 //  - per --batch size B: B requests of --prompt-len tokens generating --gen each, submitted
@@ -23,12 +24,13 @@
 // A table on stdout, or with --json one JSON object with every figure (issue 7's benchmark script
 // parses it).
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <map>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -56,6 +58,13 @@ struct BenchOptions {
   bool json = false;
   bool profile = false;
   bool no_overlap = false;
+  // Every request's sampling (ignore_eos, max_tokens and seed set per request).
+  SamplingParams sampling = [] {
+    SamplingParams p;
+    p.temperature = 0;
+    p.ignore_eos = true;
+    return p;
+  }();
   EngineChoice engine = EngineChoice::Auto;
 };
 
@@ -78,12 +87,14 @@ std::vector<std::int32_t> synthetic_prompt(std::mt19937_64& rng, int length, int
   return prompt;
 }
 
-GenerationRequest greedy_request(std::vector<std::int32_t> prompt, int gen) {
+// A request of `gen` tokens with the bench's sampling and the seed `seed`.
+GenerationRequest bench_request(const SamplingParams& sampling, std::vector<std::int32_t> prompt,
+                                int gen, std::uint64_t seed) {
   GenerationRequest r;
   r.prompt = std::move(prompt);
-  r.sampling.temperature = 0;
-  r.sampling.ignore_eos = true;
+  r.sampling = sampling;
   r.sampling.max_tokens = gen;
+  r.sampling.seed = seed;
   return r;
 }
 
@@ -108,16 +119,26 @@ Finished drain(const RequestHandle& h) {
   return f;
 }
 
+// `f` as the double of its shortest decimal form (0.8f as 0.8, not 0.800000011920929), for the
+// JSON.
+double decimal(float f) {
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, f).ptr;
+  return std::strtod(std::string(buf, end).c_str(), nullptr);
+}
+
 nlohmann::json or_null(bool known, double value) {
   return known ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
-nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std::uint64_t seed) {
+nlohmann::json batch_run(Engine& engine, const SamplingParams& sampling, int batch, int prompt_len,
+                         int gen, std::uint64_t seed) {
   const int vocab = engine.artifact().model().vocab_size;
   std::mt19937_64 rng(seed);
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < batch; ++i)
-    requests.push_back(greedy_request(synthetic_prompt(rng, prompt_len, vocab), gen));
+    requests.push_back(
+        bench_request(sampling, synthetic_prompt(rng, prompt_len, vocab), gen, seed + i));
   engine.take_step_timings();
   const Clock::time_point start = Clock::now();
   // At once, so the batch is scheduled into the same steps (one by one, the loop could start the
@@ -182,7 +203,8 @@ nlohmann::json batch_run(Engine& engine, int batch, int prompt_len, int gen, std
 
 // Prompts uniform in [32, 1024] and outputs in [16, 256] tokens, narrowed to fit max_seq_len
 // (prompts to at most half of it, outputs to the rest) so that small artifacts run it too.
-nlohmann::json mixed_run(Engine& engine, int n, std::uint64_t seed) {
+nlohmann::json mixed_run(Engine& engine, const SamplingParams& sampling, int n,
+                         std::uint64_t seed) {
   const int vocab = engine.artifact().model().vocab_size;
   const int max_len = engine.max_seq_len();
   const int prompt_hi = std::min(1024, max_len / 2), prompt_lo = std::min(32, prompt_hi);
@@ -192,7 +214,8 @@ nlohmann::json mixed_run(Engine& engine, int n, std::uint64_t seed) {
   std::vector<GenerationRequest> requests;
   for (int i = 0; i < n; ++i) {
     const int p = prompt_len(rng);
-    requests.push_back(greedy_request(synthetic_prompt(rng, p, vocab), out_len(rng)));
+    const int gen = out_len(rng);
+    requests.push_back(bench_request(sampling, synthetic_prompt(rng, p, vocab), gen, seed + i));
   }
   const Clock::time_point start = Clock::now();
   // At once, so the batch is scheduled into the same steps (one by one, the loop could start the
@@ -220,13 +243,15 @@ nlohmann::json mixed_run(Engine& engine, int n, std::uint64_t seed) {
           {"max_ttft_s", *std::max_element(ttft.begin(), ttft.end())}};
 }
 
-nlohmann::json ttft_run(Engine& engine, int prompt_len, std::uint64_t seed) {
+nlohmann::json ttft_run(Engine& engine, const SamplingParams& sampling, int prompt_len,
+                        std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   // The median of three, so that one stray scheduling delay does not decide the figure.
   std::vector<double> ttft;
   for (int i = 0; i < 3; ++i) {
-    RequestHandle h = engine.submit(greedy_request(
-        synthetic_prompt(rng, prompt_len, engine.artifact().model().vocab_size), 1));
+    RequestHandle h = engine.submit(bench_request(
+        sampling, synthetic_prompt(rng, prompt_len, engine.artifact().model().vocab_size), 1,
+        seed + i));
     ttft.push_back(drain(h).first_token_seconds);
     engine.wait_idle();
   }
@@ -311,6 +336,12 @@ void print_table(const nlohmann::json& r) {
             << r["engine"].get<std::string>() << " engine\n"
             << "load " << fixed(r["load_s"].get<double>(), 3) << " s, load to first token "
             << fixed(r["load_to_first_token_s"].get<double>(), 3) << " s\n";
+  const nlohmann::json& sp = r["sampling"];
+  if (sp["temperature"].get<double>() <= 0)
+    std::cout << "sampling: greedy\n";
+  else
+    std::cout << "sampling: temperature " << sp["temperature"] << ", top_p " << sp["top_p"]
+              << ", top_k " << sp["top_k"] << ", min_p " << sp["min_p"] << "\n";
   if (!r["runs"].empty()) {
     std::printf("%6s %7s %5s %9s %10s %9s %11s %11s %13s %13s\n", "batch", "prompt", "gen",
                 "total s", "tok/s", "ms/token", "host us", "host us p90", "gpu idle us",
@@ -356,6 +387,7 @@ void print_table(const nlohmann::json& r) {
 int run_bench(const BenchOptions& o) {
   std::shared_ptr<const Artifact> artifact = Artifact::load(o.artifact);
   check_flags(o, *artifact);
+  validate(o.sampling, artifact->model().vocab_size, "bench");
   std::unique_ptr<ModelBackend> backend = make_backend(artifact, o.engine, std::cerr);
   const std::string engine_name = backend->name();
   GpuStepExecutor* gpu = dynamic_cast<GpuStepExecutor*>(backend.get());
@@ -371,14 +403,19 @@ int run_bench(const BenchOptions& o) {
   // Warm-up, and the first token a freshly started server could give.
   std::mt19937_64 rng(o.seed);
   const int warm_len = std::min(o.prompt_len, engine->max_seq_len() - 1);
-  drain(engine->submit(greedy_request(
-      synthetic_prompt(rng, warm_len, artifact->model().vocab_size), 1)));
+  drain(engine->submit(bench_request(
+      o.sampling, synthetic_prompt(rng, warm_len, artifact->model().vocab_size), 1, o.seed)));
   const double load_to_first = seconds(Clock::now() - kProcessStart);
   engine->wait_idle();
 
   nlohmann::json result = {{"artifact", o.artifact},
                            {"model", artifact->model().name},
                            {"engine", engine_name},
+                           {"sampling",
+                            {{"temperature", decimal(o.sampling.temperature)},
+                             {"top_p", decimal(o.sampling.top_p)},
+                             {"top_k", o.sampling.top_k},
+                             {"min_p", decimal(o.sampling.min_p)}}},
                            {"load_s", load},
                            {"load_to_first_token_s", load_to_first},
                            {"runs", nlohmann::json::array()},
@@ -386,15 +423,15 @@ int run_bench(const BenchOptions& o) {
                            {"ttft", nlohmann::json::array()}};
   if (o.profile) gpu->keep_step_descriptors(true);
   for (int b : o.batches) {
-    result["runs"].push_back(batch_run(*engine, b, o.prompt_len, o.gen, o.seed));
+    result["runs"].push_back(batch_run(*engine, o.sampling, b, o.prompt_len, o.gen, o.seed));
     if (o.profile) {
       engine->wait_idle();
       result["runs"].back()["profile"] = profile_json(gpu->profile_step(20));
     }
   }
   if (o.profile) gpu->keep_step_descriptors(false);
-  if (o.mixed > 0) result["mixed"] = mixed_run(*engine, o.mixed, o.seed);
-  for (int l : o.ttft) result["ttft"].push_back(ttft_run(*engine, l, o.seed));
+  if (o.mixed > 0) result["mixed"] = mixed_run(*engine, o.sampling, o.mixed, o.seed);
+  for (int l : o.ttft) result["ttft"].push_back(ttft_run(*engine, o.sampling, l, o.seed));
   result["host_rss_mb"] = static_cast<double>(proc_status_kb("VmRSS:")) / 1024.0;
   result["host_peak_rss_mb"] = static_cast<double>(proc_status_kb("VmHWM:")) / 1024.0;
   if (o.json)
@@ -430,6 +467,19 @@ void add_bench_command(CLI::App& app, std::function<int()>& run) {
                   "comma-separated (e.g. 512,2048,8192)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--temperature", o->sampling.temperature,
+                  "Sample every request at this temperature (default 0: greedy)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", o->sampling.top_p,
+                  "With --temperature: nucleus mass in (0, 1] (default 1: off)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--top-k", o->sampling.top_k,
+                  "With --temperature: keep the k most likely tokens (default 0: off)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--min-p", o->sampling.min_p,
+                  "With --temperature: keep tokens at least min-p times as likely as the best "
+                  "(default 0: off)")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--json", o->json, "One JSON object with every figure on stdout");
   cmd->add_flag("--profile", o->profile,
                 "GPU engine: after each batch run, time a full-batch decode step kernel by kernel");

@@ -277,7 +277,8 @@ int main(int argc, char** argv) {
   // epilogue in the QKV phase on the CTA that finishes the head (change 28, branch fold-rope),
   // other releases for the counts (red.release, fence.release; session 10 run 3), a cap on the
   // ring's loads in flight (change 32), the ring held during the attention half (change 34), the
-  // next layer's QKV weights prefetched into L2 after the layer's last load (change 36).
+  // next layer's QKV weights prefetched into L2 after the layer's last load (change 36), two layer
+  // launches resident on an SM with a 10-slot ring (change 37).
   // With --decode-layer, only this section (after the copy bandwidth).
   {
     struct LayerShape {
