@@ -84,9 +84,10 @@ class PagePool {
 // One step over `seqs`: every sequence computes its tokens from `computed` on (at most `chunk` of
 // them) and samples when that reaches its end. Returns the sampled tokens in sequence order and
 // the logits of the sampling rows.
-std::vector<std::int32_t> step(GpuStepExecutor& ex, std::vector<Seq*> seqs, int page_size, PagePool& pool,
-                               std::span<const GpuSampling> sampling, std::vector<float>* logits,
-                               std::vector<bool>* sampled_mask, int chunk) {
+std::vector<std::int32_t> step(GpuStepExecutor& ex, std::vector<Seq*> seqs, int page_size,
+                               PagePool& pool, std::span<const DeviceSampling> sampling,
+                               std::vector<float>* logits, std::vector<bool>* sampled_mask,
+                               int chunk) {
   Step st;
   for (Seq* s : seqs) {
     const int n = std::min(chunk, static_cast<int>(s->tokens.size()) - s->computed);
@@ -137,8 +138,10 @@ struct Generated {
   std::vector<double> golden_gap;    // teacher-forced only
 };
 
-std::vector<Generated> generate(GpuStepExecutor& ex, const Artifact& art, const std::vector<GoldenCase>& cases,
-                                const std::vector<GpuSampling>& sampling, bool teacher_forced = false) {
+std::vector<Generated> generate(GpuStepExecutor& ex, const Artifact& art,
+                                const std::vector<GoldenCase>& cases,
+                                const std::vector<DeviceSampling>& sampling,
+                                bool teacher_forced = false) {
   const int page_size = art.kv_cache().page_size, V = art.model().vocab_size;
   int largest_prefill = 0;
   for (int b : art.serving().prefill_buckets) largest_prefill = std::max(largest_prefill, b);
@@ -157,7 +160,7 @@ std::vector<Generated> generate(GpuStepExecutor& ex, const Artifact& art, const 
     for (std::size_t i = 0; i < seqs.size(); ++i)
       if (out[i].ids.size() < want) active.push_back(&seqs[i]), index.push_back(i);
     if (active.empty()) break;
-    std::vector<GpuSampling> samp;
+    std::vector<DeviceSampling> samp;
     for (std::size_t i : index) samp.push_back(sampling[i]);
     std::vector<float> lg;
     std::vector<bool> sampled;
@@ -226,12 +229,12 @@ TEST_P(GpuModel, MatchesTransformersAloneAndInAMixedBatch) {
   const std::vector<GoldenCase> cases = load_golden(model);
   GpuStepExecutor ex(art, GpuExecutorOptions{.kv_pages = kPoolPages});
   std::printf("%s: %s", model.c_str(), ex.memory_report().c_str());
-  const std::vector<GpuSampling> greedy(cases.size());
+  const std::vector<DeviceSampling> greedy(cases.size());
 
   std::vector<Generated> alone;
   for (std::size_t c = 0; c < cases.size(); ++c) {
-    alone.push_back(generate(ex, *art, {cases[c]}, {GpuSampling{}})[0]);
-    const Generated forced = generate(ex, *art, {cases[c]}, {GpuSampling{}}, true)[0];
+    alone.push_back(generate(ex, *art, {cases[c]}, {DeviceSampling{}})[0]);
+    const Generated forced = generate(ex, *art, {cases[c]}, {DeviceSampling{}}, true)[0];
     check_case(model + " case " + std::to_string(c) + " alone", cases[c], alone.back(), forced);
   }
   const std::vector<Generated> batch = generate(ex, *art, cases, greedy);
@@ -257,7 +260,7 @@ TEST_P(GpuModel, GraphsMatchDirectLaunchesAndSeededSamplingIgnoresTheBatch) {
   GpuStepExecutor graphs(art, GpuExecutorOptions{.kv_pages = kPoolPages}),
       direct(art, GpuExecutorOptions{.kv_pages = kPoolPages, .use_graphs = false});
 
-  const std::vector<GpuSampling> greedy(cases.size());
+  const std::vector<DeviceSampling> greedy(cases.size());
   const std::vector<Generated> g = generate(graphs, *art, cases, greedy);
   const std::vector<Generated> d = generate(direct, *art, cases, greedy);
   bool same = true;
@@ -267,7 +270,7 @@ TEST_P(GpuModel, GraphsMatchDirectLaunchesAndSeededSamplingIgnoresTheBatch) {
   report(model + ": graphs vs direct launches", same ? "bit-identical" : "differ", same);
   EXPECT_TRUE(same);
 
-  std::vector<GpuSampling> sampled(cases.size());
+  std::vector<DeviceSampling> sampled(cases.size());
   for (std::size_t c = 0; c < cases.size(); ++c)
     sampled[c] = {.temperature = 0.9f, .top_p = 0.95f, .min_p = 0.f, .top_k = 50, .seed = 1000 + c};
   const std::vector<Generated> batch = generate(graphs, *art, cases, sampled);
@@ -397,8 +400,9 @@ TEST(GpuModelLongContext, OneTokenStepsAcrossTheFirstSplitMatchTheBatch) {
     c->greedy.assign(16, 0);  // only its length is used: 16 generated tokens
   }
   GpuStepExecutor ex(art, GpuExecutorOptions{.kv_pages = kPoolPages});
-  const Generated alone = generate(ex, *art, {long_case}, {GpuSampling{}})[0];
-  const Generated batch = generate(ex, *art, {long_case, other}, {GpuSampling{}, GpuSampling{}})[0];
+  const Generated alone = generate(ex, *art, {long_case}, {DeviceSampling{}})[0];
+  const Generated batch =
+      generate(ex, *art, {long_case, other}, {DeviceSampling{}, DeviceSampling{}})[0];
   ASSERT_EQ(alone.golden_gap.size(), 16u);
   const bool same = alone.ids == batch.ids && alone.golden_gap == batch.golden_gap &&
                     std::memcmp(alone.prompt_logits.data(), batch.prompt_logits.data(),
