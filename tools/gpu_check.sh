@@ -22,9 +22,13 @@
 #                                              models with telosc, fills .gpu-carry/ (~20 MB)
 #   tools/gpu_check.sh                         on the GPU machine, from the repository root, with
 #                                              .gpu-carry carried along
+# CARRY=DIR (both sides; tools/gpu_env.sh reads it too) names another folder than .gpu-carry, so
+# that a branch's build can travel in the same call as main's: check the branch out, build, and
+# `CARRY=.gpu-carry-BRANCH tools/gpu_check.sh --prepare`; on the GPU machine
+# `CARRY=.gpu-carry-BRANCH tools/gpu_check.sh` (or source gpu_env.sh with it) runs that build.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-CARRY=.gpu-carry
+CARRY=${CARRY:-.gpu-carry}
 
 if [ "${1:-}" = "--prepare" ]; then
   set -e
