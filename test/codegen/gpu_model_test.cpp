@@ -376,6 +376,80 @@ TEST_P(GpuModel, EngineSamplesGreedyOnTheDeviceLikeTheHost) {
   report(model + ": engine median idle gap, host per decode step", buf, true);
 }
 
+// Through the engine, requests with a temperature, top_k and top_p are drawn by the device's sample
+// kernel (draws_on_device): each golden case's tokens are the same alone and in a batch with the
+// others and with a request the host samples (top_p with min_p); the draws are not the greedy
+// tokens; and the decode steps are launched overlapped, as greedy ones are.
+TEST_P(GpuModel, EngineDrawsSampledRowsOnTheDevice) {
+  TELOS_SKIP_WITHOUT_GPU();
+  const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
+  if (dir.empty())
+    GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory of tiny-model artifacts";
+  const std::string model = GetParam();
+  const auto art = Artifact::load(dir + "/" + model + ".telos");
+  const std::vector<GoldenCase> cases = load_golden(model);
+  EngineOptions options;
+  options.check_invariants = true;
+  options.record_step_timings = true;
+  auto engine = Engine::create(
+      art, std::make_unique<GpuStepExecutor>(art, GpuExecutorOptions{.kv_pages = kPoolPages}),
+      options);
+  auto request = [&](std::size_t i) {
+    GenerationRequest r;
+    r.prompt = cases[i].prompt;
+    r.sampling.temperature = 1.0f;
+    r.sampling.top_k = 40;
+    r.sampling.top_p = 0.9f;
+    r.sampling.seed = 7 + i;
+    r.sampling.ignore_eos = true;
+    r.sampling.max_tokens = static_cast<int>(cases[i].greedy.size());
+    return r;
+  };
+  auto tokens = [](const RequestHandle& h) {
+    std::vector<std::int32_t> ids;
+    RequestEvent e;
+    while (h->next(e)) {
+      if (e.token) ids.push_back(e.token->token);
+      if (e.finish) {
+        EXPECT_EQ(*e.finish, FinishReason::Length) << e.error;
+      }
+    }
+    return ids;
+  };
+  std::vector<std::vector<std::int32_t>> alone;
+  bool drawn = false;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    alone.push_back(tokens(engine->submit(request(i))));
+    drawn = drawn || alone.back() != cases[i].greedy;
+  }
+  engine->wait_idle();
+  int decodes = 0, overlapped = 0;
+  for (const StepTiming& t : engine->take_step_timings()) {
+    decodes += t.decode ? 1 : 0;
+    overlapped += t.decode && t.overlapped ? 1 : 0;
+  }
+  std::vector<GenerationRequest> batch;
+  for (std::size_t i = 0; i < cases.size(); ++i) batch.push_back(request(i));
+  GenerationRequest host_row = request(0);
+  host_row.sampling.min_p = 0.05f;
+  batch.push_back(host_row);
+  const std::vector<RequestHandle> hs = engine->submit_all(batch);
+  bool same = true;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<std::int32_t> got = tokens(hs[i]);
+    same = same && got == alone[i];
+    EXPECT_EQ(got, alone[i]) << model << " case " << i;
+  }
+  EXPECT_EQ(tokens(hs.back()).size(), cases[0].greedy.size());
+  report(model + ": engine device draws alone vs in a batch", same ? "identical" : "differ", same);
+  EXPECT_TRUE(drawn) << "every drawn sequence is the greedy one";
+  report(model + ": engine drawn decode steps launched overlapped",
+         std::to_string(overlapped) + " of " + std::to_string(decodes), 2 * overlapped > decodes);
+  EXPECT_GT(2 * overlapped, decodes);
+  engine->wait_idle();
+  EXPECT_EQ(engine->stats().kv_pages_used, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, GpuModel, ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3"));
 
 // Past the first attention split (256 positions): a sequence whose one-token steps run from
