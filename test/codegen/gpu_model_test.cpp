@@ -297,6 +297,20 @@ class HostSampledGpu : public ModelBackend {
   GpuStepExecutor inner_;
 };
 
+// Engine options of these tests: invariants checked after every step, step timings recorded.
+EngineOptions checked_timed_options() {
+  EngineOptions options;
+  options.check_invariants = true;
+  options.record_step_timings = true;
+  return options;
+}
+// An engine over the GPU executor with those options.
+std::unique_ptr<Engine> device_engine(const std::shared_ptr<const Artifact>& art) {
+  return Engine::create(
+      art, std::make_unique<GpuStepExecutor>(art, GpuExecutorOptions{.kv_pages = kPoolPages}),
+      checked_timed_options());
+}
+
 // Through the engine (scheduler, overlap of event delivery with the device): greedy tokens picked
 // on the device equal those the host sampler picks from the logits, for every golden case in one
 // batch, half of them stopping on a stop id mid-way; the device engine launches its decode steps
@@ -309,13 +323,10 @@ TEST_P(GpuModel, EngineSamplesGreedyOnTheDeviceLikeTheHost) {
   const std::string model = GetParam();
   const auto art = Artifact::load(dir + "/" + model + ".telos");
   const std::vector<GoldenCase> cases = load_golden(model);
-  EngineOptions options;
-  options.check_invariants = true;
-  options.record_step_timings = true;
-  auto device = Engine::create(art, std::make_unique<GpuStepExecutor>(art, GpuExecutorOptions{.kv_pages = kPoolPages}),
-                               options);
-  auto host = Engine::create(art, std::make_unique<HostSampledGpu>(art, GpuExecutorOptions{.kv_pages = kPoolPages}),
-                             options);
+  auto device = device_engine(art);
+  auto host = Engine::create(
+      art, std::make_unique<HostSampledGpu>(art, GpuExecutorOptions{.kv_pages = kPoolPages}),
+      checked_timed_options());
   auto run = [&](Engine& engine) {
     std::vector<RequestHandle> handles;
     for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -388,12 +399,7 @@ TEST_P(GpuModel, EngineDrawsSampledRowsOnTheDevice) {
   const std::string model = GetParam();
   const auto art = Artifact::load(dir + "/" + model + ".telos");
   const std::vector<GoldenCase> cases = load_golden(model);
-  EngineOptions options;
-  options.check_invariants = true;
-  options.record_step_timings = true;
-  auto engine = Engine::create(
-      art, std::make_unique<GpuStepExecutor>(art, GpuExecutorOptions{.kv_pages = kPoolPages}),
-      options);
+  auto engine = device_engine(art);
   auto request = [&](std::size_t i) {
     GenerationRequest r;
     r.prompt = cases[i].prompt;
