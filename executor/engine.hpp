@@ -32,9 +32,14 @@
 // slot and pages one schedule longer).
 //
 // Greedy requests without penalties, logprobs or prompt logits are sampled on the device when the
-// backend can (samples_on_device): only their tokens come back, not the logits. Everything else is
-// sampled on the host from the step's logits. Both pick the lowest id among the largest logits,
-// so the tokens are the same either way.
+// backend can (samples_on_device): only their tokens come back, not the logits. Both pick the
+// lowest id among the largest logits, so the tokens are the same either way. Requests with a
+// temperature (and top_k, top_p or min_p) are drawn on the device too when the backend can
+// (draws_on_device), unless they set both top_p and min_p (the host applies top_p first, as
+// Hugging Face does; the sample kernel min_p first). A device draw is a function of the request's
+// seed and the position, so it repeats alone, in any batch and after a preemption, but it is not
+// the host sampler's draw for the same seed. Everything else is sampled on the host from the
+// step's logits.
 // Events of one request arrive in order; a stream never blocks the loop (it is an unbounded
 // queue, and a request produces at most max_seq_len events).
 //
@@ -245,7 +250,8 @@ class Engine {
   // A launched step until it is collected.
   struct Launched {
     Step step;
-    std::vector<std::uint8_t> device_greedy;  // per sampling row
+    std::vector<std::uint8_t> device_picks;       // per sampling row
+    std::vector<DeviceSampling> device_sampling;  // per sampling row
     bool want_logits = false;
     bool committed = false;  // scheduler_.commit ran (before the next schedule, when overlapped)
     bool overlapped = false;

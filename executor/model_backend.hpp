@@ -30,10 +30,21 @@ struct LaunchCallTimes {
   std::int64_t upload_bytes = -1;
 };
 
+// A sampling row's parameters when the device picks its token (samples_on_device): the subset of
+// SamplingParams that codegen/kernels/sample.cuh implements. Temperature 0 is greedy; otherwise
+// the draw is a function of the seed and the position being sampled.
+struct DeviceSampling {
+  float temperature = 0.f;  // 0: greedy
+  float top_p = 1.f;
+  float min_p = 0.f;
+  int top_k = 0;
+  std::uint64_t seed = 0;
+};
+
 // What wait() hands back for one step.
 struct StepOutput {
-  // One entry per sampling row (sequences with `samples` set, in step order): the greedy token
-  // the device picked when the launch asked for it for that row, else -1.
+  // One entry per sampling row (sequences with `samples` set, in step order): the token the
+  // device picked when the launch asked for it for that row, else -1.
   std::vector<std::int32_t> device_tokens;
   // The vocab_size logits of every sampling row, in step order, when the launch wanted them.
   std::vector<float> logits;
@@ -66,6 +77,8 @@ class ModelBackend {
   // True when launch() can pick greedy tokens on the device (then only those tokens, not the
   // logits, need to come back to the host).
   virtual bool samples_on_device() const { return false; }
+  // True when it can also draw them at a temperature, with top_k, top_p or min_p (DeviceSampling).
+  virtual bool draws_on_device() const { return false; }
 
   // True when launch() takes a step while the previous one is still in flight, and a token id
   // -(r+1) in it stands for the token the device sampled in row r of the previously launched step
@@ -75,13 +88,14 @@ class ModelBackend {
   // point at before wait().
   virtual bool feeds_sampled_tokens() const { return false; }
 
-  // Starts `step`. `device_greedy` has one entry per sampling row: nonzero asks the device for
-  // that row's greedy token (only honoured when samples_on_device()). `want_logits` asks for the
-  // logits of every sampling row; it must be set when any row is sampled on the host. Throws
-  // like forward(); at most one step is in flight, two with feeds_sampled_tokens(), and wait()
-  // collects them in launch order.
-  virtual void launch(const Step& step, std::span<const std::uint8_t> /*device_greedy*/,
-                      bool /*want_logits*/) {
+  // Starts `step`. `device_picks` has one entry per sampling row: nonzero asks the device for
+  // that row's token, drawn with that row's `device_sampling` entry (greedy unless
+  // draws_on_device(); only honoured when samples_on_device()). `want_logits` asks for the logits
+  // of every sampling row; it must be set when any row is sampled on the host. Throws like
+  // forward(); at most one step is in flight, two with feeds_sampled_tokens(), and wait() collects
+  // them in launch order.
+  virtual void launch(const Step& step, std::span<const std::uint8_t> /*device_picks*/,
+                      std::span<const DeviceSampling> /*device_sampling*/, bool /*want_logits*/) {
     launched_ = &step;
   }
   // Waits for the launched step. Throws like forward().

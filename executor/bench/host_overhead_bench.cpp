@@ -42,7 +42,8 @@ class PackOnlyBackend : public ModelBackend {
   bool feeds_sampled_tokens() const override { return true; }
   void forward(const Step&, std::vector<float>&) override { fail("pack-only backend: no logits"); }
   // Like the GPU engine: two descriptors alternate, so packing a step leaves the one in flight alone.
-  void launch(const Step& step, std::span<const std::uint8_t> device_greedy, bool want_logits) override {
+  void launch(const Step& step, std::span<const std::uint8_t> device_picks,
+              std::span<const DeviceSampling>, bool want_logits) override {
     if (want_logits) fail("pack-only backend: requests must be greedy");
     int tokens = 0, rows = 0;
     for (const auto& s : step.sequences) tokens += static_cast<int>(s.tokens.size()), rows += s.samples ? 1 : 0;
@@ -52,7 +53,7 @@ class PackOnlyBackend : public ModelBackend {
     pack_step_descriptor(layout_, step, std::min(bucket, layout_.max_tokens), rows, {}, fed_rows_,
                          host_[slot].data());
     fed_rows_ = rows;
-    greedy_[slot] = device_greedy.size();
+    greedy_[slot] = device_picks.size();
     ++in_flight_;
   }
   void wait(StepOutput& out) override {

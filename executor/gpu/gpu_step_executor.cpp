@@ -83,6 +83,8 @@ struct GpuStepExecutor::State {
   std::int64_t graph_bytes = 0;  // device memory the graphs took (cudaMemGetInfo around capture)
   std::int64_t total_bytes = 0;  // device memory this executor took (context aside)
 
+  // launch()'s per-sequence sampling parameters, reused from step to step.
+  std::vector<DeviceSampling> sampling_scratch;
   // Graphs run on `stream`; a step's descriptor goes up on `upload`, beside the other step's graph
   // (launch()).
   cudaStream_t stream = nullptr, upload = nullptr;
@@ -118,7 +120,7 @@ struct GpuStepExecutor::State {
     cudaEvent_t done = nullptr;  // recorded after the step's graph (and its logits' copy back)
     int rows = 0;                          // sampling rows
     bool logits = false;                   // the logits come back to logits_host
-    std::vector<std::uint8_t> greedy;      // per sampling row: the engine wants the device's pick
+    std::vector<std::uint8_t> picks;       // per sampling row: the engine wants the device's pick
     double api_seconds = 0;                // the host's time in the launch's device API calls
     LaunchCallTimes calls;                 // api_seconds by call group
   };
@@ -242,8 +244,8 @@ struct GpuStepExecutor::State {
   // logits' copy back before the event when asked). So the main stream holds only graphs and a
   // wait due before the previous graph ends: step N+1's graph follows step N's by the launch
   // latency alone. collect() waits for the oldest slot.
-  void launch(const Step& step, std::span<const GpuSampling> sampling, bool want_logits,
-              std::span<const std::uint8_t> greedy) {
+  void launch(const Step& step, std::span<const DeviceSampling> sampling, bool want_logits,
+              std::span<const std::uint8_t> picks) {
     if (in_flight == 2) fail("gpu engine: a third step launched before the first was collected");
     if (want_logits && in_flight == 1 && slots[oldest].logits)
       fail("gpu engine: two steps in flight both want logits");
@@ -318,7 +320,7 @@ struct GpuStepExecutor::State {
     slot.calls.upload_bytes = packed.upload;
     slot.rows = r;
     slot.logits = want_logits;
-    slot.greedy.assign(greedy.begin(), greedy.end());
+    slot.picks.assign(picks.begin(), picks.end());
     last_sample_rows = r;
     ++launched;
     ++in_flight;
@@ -660,17 +662,26 @@ void GpuStepExecutor::forward(const Step& step, std::vector<float>& logits) {
   s_->collect(tokens, &logits);
 }
 
-void GpuStepExecutor::run(const Step& step, std::span<const GpuSampling> sampling,
+void GpuStepExecutor::run(const Step& step, std::span<const DeviceSampling> sampling,
                           std::vector<std::int32_t>& tokens, std::vector<float>* logits) {
   s_->launch(step, sampling, logits != nullptr, {});
   s_->collect(tokens, logits);
 }
 
-void GpuStepExecutor::launch(const Step& step, std::span<const std::uint8_t> device_greedy,
-                             bool want_logits) {
-  // Every row's parameters are greedy (GpuSampling{}); rows the engine samples on the host just
-  // ignore the device's pick.
-  s_->launch(step, {}, want_logits, device_greedy);
+void GpuStepExecutor::launch(const Step& step, std::span<const std::uint8_t> device_picks,
+                             std::span<const DeviceSampling> device_sampling, bool want_logits) {
+  // Per sequence, as the descriptor takes them: a picked row's parameters; greedy for the others
+  // (the engine samples those on the host and ignores the device's pick).
+  std::vector<DeviceSampling>& per_seq = s_->sampling_scratch;
+  per_seq.assign(step.sequences.size(), DeviceSampling{});
+  std::size_t row = 0;
+  for (std::size_t i = 0; i < step.sequences.size(); ++i) {
+    if (!step.sequences[i].samples) continue;
+    if (row < device_picks.size() && device_picks[row] && row < device_sampling.size())
+      per_seq[i] = device_sampling[row];
+    ++row;
+  }
+  s_->launch(step, per_seq, want_logits, device_picks);
 }
 
 void GpuStepExecutor::wait(StepOutput& out) {
@@ -679,7 +690,7 @@ void GpuStepExecutor::wait(StepOutput& out) {
   out.launch_calls = slot.calls;
   out.idle_gap_seconds = s_->collect(out.device_tokens, &out.logits);
   for (std::size_t r = 0; r < out.device_tokens.size(); ++r)
-    if (r >= slot.greedy.size() || !slot.greedy[r]) out.device_tokens[r] = -1;
+    if (r >= slot.picks.size() || !slot.picks[r]) out.device_tokens[r] = -1;
 }
 
 void GpuStepExecutor::set_step_timing(bool on) {

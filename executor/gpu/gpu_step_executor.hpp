@@ -65,22 +65,23 @@ class GpuStepExecutor : public ModelBackend {
   std::string name() const override { return "gpu"; }
 
   // ModelBackend: forward() brings back the logits of every sampling sequence for the engine's
-  // sampler; launch()/wait() bring back only the greedy tokens picked on the device unless the
-  // logits are wanted.
+  // sampler; launch()/wait() bring back only the tokens picked on the device (greedy or drawn by
+  // the sample kernel) unless the logits are wanted.
   void forward(const Step& step, std::vector<float>& logits) override;
   bool samples_on_device() const override { return true; }
+  bool draws_on_device() const override { return true; }
   // When the artifact's embed_gather launches read `sampled` (docs/artifact.md).
   bool feeds_sampled_tokens() const override;
-  void launch(const Step& step, std::span<const std::uint8_t> device_greedy,
-              bool want_logits) override;
+  void launch(const Step& step, std::span<const std::uint8_t> device_picks,
+              std::span<const DeviceSampling> device_sampling, bool want_logits) override;
   void wait(StepOutput& out) override;
   void set_step_timing(bool on) override;
 
   // Runs `step` and samples on the GPU: `tokens` gets one token per sequence with `samples` set,
   // in step order, drawn with that sequence's `sampling` entry (indexed like step.sequences).
   // With `logits` non-null it also gets those rows' logits.
-  void run(const Step& step, std::span<const GpuSampling> sampling, std::vector<std::int32_t>& tokens,
-           std::vector<float>* logits);
+  void run(const Step& step, std::span<const DeviceSampling> sampling,
+           std::vector<std::int32_t>& tokens, std::vector<float>* logits);
 
   // Bytes of device memory by use, and the KV pool size in tokens, one line each: weights, KV
   // pool, activation arena, step descriptors, graphs, and everything this

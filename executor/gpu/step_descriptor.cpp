@@ -36,8 +36,8 @@ StepDescriptorLayout StepDescriptorLayout::make(int max_tokens, int max_sample_r
 }
 
 PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step, int bucket_tokens,
-                                int bucket_sample_rows, std::span<const GpuSampling> sampling, int fed_rows,
-                                char* host) {
+                                int bucket_sample_rows, std::span<const DeviceSampling> sampling,
+                                int fed_rows, char* host) {
   auto* tok = reinterpret_cast<std::int32_t*>(host + L.off_tokens);
   auto* pos = reinterpret_cast<std::int32_t*>(host + L.off_positions);
   auto* seq = reinterpret_cast<std::int32_t*>(host + L.off_token_seq);
@@ -97,7 +97,7 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
     }
     if (!s.samples) continue;
     rows[r] = t;
-    const GpuSampling g = i < sampling.size() ? sampling[i] : GpuSampling{};
+    const DeviceSampling g = i < sampling.size() ? sampling[i] : DeviceSampling{};
     params[r] = {g.temperature, g.top_p,  g.min_p, g.top_k, static_cast<std::uint32_t>(g.seed),
                  static_cast<std::uint32_t>(g.seed >> 32), s.first_position + n, 0};
     ++r;

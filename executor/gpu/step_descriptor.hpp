@@ -8,18 +8,10 @@
 #include <span>
 #include <string_view>
 
+#include "executor/model_backend.hpp"
 #include "executor/scheduler.hpp"
 
 namespace telos::exec {
-
-// Sampling on the GPU, per sequence (the subset of SamplingParams the sample kernel implements).
-struct GpuSampling {
-  float temperature = 0.f;  // 0: greedy
-  float top_p = 1.f;
-  float min_p = 0.f;
-  int top_k = 0;
-  std::uint64_t seed = 0;
-};
 
 // The sample kernel's SampleParams (codegen/kernels/sample.cuh), byte for byte.
 struct DeviceSampleParams {
@@ -64,9 +56,9 @@ struct PackedStep {
 // Throws telos::Error naming the request, before anything reaches the device, on a token id,
 // position or page id out of range, more tokens than the bucket, or more generated tokens than
 // max_batch (a prefill bucket's split kernels cover its first max_batch rows only).
-PackedStep pack_step_descriptor(const StepDescriptorLayout& layout, const Step& step, int bucket_tokens,
-                                int bucket_sample_rows, std::span<const GpuSampling> sampling, int fed_rows,
-                                char* host);
+PackedStep pack_step_descriptor(const StepDescriptorLayout& layout, const Step& step,
+                                int bucket_tokens, int bucket_sample_rows,
+                                std::span<const DeviceSampling> sampling, int fed_rows, char* host);
 
 // A bucket as the choice of a step's graph sees it: a decode bucket holds `size` sequences of one
 // token, a prefill bucket `tokens` tokens of up to max_batch sequences; either samples at most

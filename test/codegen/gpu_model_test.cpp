@@ -84,9 +84,10 @@ class PagePool {
 // One step over `seqs`: every sequence computes its tokens from `computed` on (at most `chunk` of
 // them) and samples when that reaches its end. Returns the sampled tokens in sequence order and
 // the logits of the sampling rows.
-std::vector<std::int32_t> step(GpuStepExecutor& ex, std::vector<Seq*> seqs, int page_size, PagePool& pool,
-                               std::span<const GpuSampling> sampling, std::vector<float>* logits,
-                               std::vector<bool>* sampled_mask, int chunk) {
+std::vector<std::int32_t> step(GpuStepExecutor& ex, std::vector<Seq*> seqs, int page_size,
+                               PagePool& pool, std::span<const DeviceSampling> sampling,
+                               std::vector<float>* logits, std::vector<bool>* sampled_mask,
+                               int chunk) {
   Step st;
   for (Seq* s : seqs) {
     const int n = std::min(chunk, static_cast<int>(s->tokens.size()) - s->computed);
@@ -137,8 +138,10 @@ struct Generated {
   std::vector<double> golden_gap;    // teacher-forced only
 };
 
-std::vector<Generated> generate(GpuStepExecutor& ex, const Artifact& art, const std::vector<GoldenCase>& cases,
-                                const std::vector<GpuSampling>& sampling, bool teacher_forced = false) {
+std::vector<Generated> generate(GpuStepExecutor& ex, const Artifact& art,
+                                const std::vector<GoldenCase>& cases,
+                                const std::vector<DeviceSampling>& sampling,
+                                bool teacher_forced = false) {
   const int page_size = art.kv_cache().page_size, V = art.model().vocab_size;
   int largest_prefill = 0;
   for (int b : art.serving().prefill_buckets) largest_prefill = std::max(largest_prefill, b);
@@ -157,7 +160,7 @@ std::vector<Generated> generate(GpuStepExecutor& ex, const Artifact& art, const 
     for (std::size_t i = 0; i < seqs.size(); ++i)
       if (out[i].ids.size() < want) active.push_back(&seqs[i]), index.push_back(i);
     if (active.empty()) break;
-    std::vector<GpuSampling> samp;
+    std::vector<DeviceSampling> samp;
     for (std::size_t i : index) samp.push_back(sampling[i]);
     std::vector<float> lg;
     std::vector<bool> sampled;
@@ -226,12 +229,12 @@ TEST_P(GpuModel, MatchesTransformersAloneAndInAMixedBatch) {
   const std::vector<GoldenCase> cases = load_golden(model);
   GpuStepExecutor ex(art, GpuExecutorOptions{.kv_pages = kPoolPages});
   std::printf("%s: %s", model.c_str(), ex.memory_report().c_str());
-  const std::vector<GpuSampling> greedy(cases.size());
+  const std::vector<DeviceSampling> greedy(cases.size());
 
   std::vector<Generated> alone;
   for (std::size_t c = 0; c < cases.size(); ++c) {
-    alone.push_back(generate(ex, *art, {cases[c]}, {GpuSampling{}})[0]);
-    const Generated forced = generate(ex, *art, {cases[c]}, {GpuSampling{}}, true)[0];
+    alone.push_back(generate(ex, *art, {cases[c]}, {DeviceSampling{}})[0]);
+    const Generated forced = generate(ex, *art, {cases[c]}, {DeviceSampling{}}, true)[0];
     check_case(model + " case " + std::to_string(c) + " alone", cases[c], alone.back(), forced);
   }
   const std::vector<Generated> batch = generate(ex, *art, cases, greedy);
@@ -257,7 +260,7 @@ TEST_P(GpuModel, GraphsMatchDirectLaunchesAndSeededSamplingIgnoresTheBatch) {
   GpuStepExecutor graphs(art, GpuExecutorOptions{.kv_pages = kPoolPages}),
       direct(art, GpuExecutorOptions{.kv_pages = kPoolPages, .use_graphs = false});
 
-  const std::vector<GpuSampling> greedy(cases.size());
+  const std::vector<DeviceSampling> greedy(cases.size());
   const std::vector<Generated> g = generate(graphs, *art, cases, greedy);
   const std::vector<Generated> d = generate(direct, *art, cases, greedy);
   bool same = true;
@@ -267,7 +270,7 @@ TEST_P(GpuModel, GraphsMatchDirectLaunchesAndSeededSamplingIgnoresTheBatch) {
   report(model + ": graphs vs direct launches", same ? "bit-identical" : "differ", same);
   EXPECT_TRUE(same);
 
-  std::vector<GpuSampling> sampled(cases.size());
+  std::vector<DeviceSampling> sampled(cases.size());
   for (std::size_t c = 0; c < cases.size(); ++c)
     sampled[c] = {.temperature = 0.9f, .top_p = 0.95f, .min_p = 0.f, .top_k = 50, .seed = 1000 + c};
   const std::vector<Generated> batch = generate(graphs, *art, cases, sampled);
@@ -294,6 +297,20 @@ class HostSampledGpu : public ModelBackend {
   GpuStepExecutor inner_;
 };
 
+// Engine options of these tests: invariants checked after every step, step timings recorded.
+EngineOptions checked_timed_options() {
+  EngineOptions options;
+  options.check_invariants = true;
+  options.record_step_timings = true;
+  return options;
+}
+// An engine over the GPU executor with those options.
+std::unique_ptr<Engine> device_engine(const std::shared_ptr<const Artifact>& art) {
+  return Engine::create(
+      art, std::make_unique<GpuStepExecutor>(art, GpuExecutorOptions{.kv_pages = kPoolPages}),
+      checked_timed_options());
+}
+
 // Through the engine (scheduler, overlap of event delivery with the device): greedy tokens picked
 // on the device equal those the host sampler picks from the logits, for every golden case in one
 // batch, half of them stopping on a stop id mid-way; the device engine launches its decode steps
@@ -306,13 +323,10 @@ TEST_P(GpuModel, EngineSamplesGreedyOnTheDeviceLikeTheHost) {
   const std::string model = GetParam();
   const auto art = Artifact::load(dir + "/" + model + ".telos");
   const std::vector<GoldenCase> cases = load_golden(model);
-  EngineOptions options;
-  options.check_invariants = true;
-  options.record_step_timings = true;
-  auto device = Engine::create(art, std::make_unique<GpuStepExecutor>(art, GpuExecutorOptions{.kv_pages = kPoolPages}),
-                               options);
-  auto host = Engine::create(art, std::make_unique<HostSampledGpu>(art, GpuExecutorOptions{.kv_pages = kPoolPages}),
-                             options);
+  auto device = device_engine(art);
+  auto host = Engine::create(
+      art, std::make_unique<HostSampledGpu>(art, GpuExecutorOptions{.kv_pages = kPoolPages}),
+      checked_timed_options());
   auto run = [&](Engine& engine) {
     std::vector<RequestHandle> handles;
     for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -373,6 +387,75 @@ TEST_P(GpuModel, EngineSamplesGreedyOnTheDeviceLikeTheHost) {
   report(model + ": engine median idle gap, host per decode step", buf, true);
 }
 
+// Through the engine, requests with a temperature, top_k and top_p are drawn by the device's sample
+// kernel (draws_on_device): each golden case's tokens are the same alone and in a batch with the
+// others and with a request the host samples (top_p with min_p); the draws are not the greedy
+// tokens; and the decode steps are launched overlapped, as greedy ones are.
+TEST_P(GpuModel, EngineDrawsSampledRowsOnTheDevice) {
+  TELOS_SKIP_WITHOUT_GPU();
+  const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
+  if (dir.empty())
+    GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory of tiny-model artifacts";
+  const std::string model = GetParam();
+  const auto art = Artifact::load(dir + "/" + model + ".telos");
+  const std::vector<GoldenCase> cases = load_golden(model);
+  auto engine = device_engine(art);
+  auto request = [&](std::size_t i) {
+    GenerationRequest r;
+    r.prompt = cases[i].prompt;
+    r.sampling.temperature = 1.0f;
+    r.sampling.top_k = 40;
+    r.sampling.top_p = 0.9f;
+    r.sampling.seed = 7 + i;
+    r.sampling.ignore_eos = true;
+    r.sampling.max_tokens = static_cast<int>(cases[i].greedy.size());
+    return r;
+  };
+  auto tokens = [](const RequestHandle& h) {
+    std::vector<std::int32_t> ids;
+    RequestEvent e;
+    while (h->next(e)) {
+      if (e.token) ids.push_back(e.token->token);
+      if (e.finish) {
+        EXPECT_EQ(*e.finish, FinishReason::Length) << e.error;
+      }
+    }
+    return ids;
+  };
+  std::vector<std::vector<std::int32_t>> alone;
+  bool drawn = false;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    alone.push_back(tokens(engine->submit(request(i))));
+    drawn = drawn || alone.back() != cases[i].greedy;
+  }
+  engine->wait_idle();
+  int decodes = 0, overlapped = 0;
+  for (const StepTiming& t : engine->take_step_timings()) {
+    decodes += t.decode ? 1 : 0;
+    overlapped += t.decode && t.overlapped ? 1 : 0;
+  }
+  std::vector<GenerationRequest> batch;
+  for (std::size_t i = 0; i < cases.size(); ++i) batch.push_back(request(i));
+  GenerationRequest host_row = request(0);
+  host_row.sampling.min_p = 0.05f;
+  batch.push_back(host_row);
+  const std::vector<RequestHandle> hs = engine->submit_all(batch);
+  bool same = true;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<std::int32_t> got = tokens(hs[i]);
+    same = same && got == alone[i];
+    EXPECT_EQ(got, alone[i]) << model << " case " << i;
+  }
+  EXPECT_EQ(tokens(hs.back()).size(), cases[0].greedy.size());
+  report(model + ": engine device draws alone vs in a batch", same ? "identical" : "differ", same);
+  EXPECT_TRUE(drawn) << "every drawn sequence is the greedy one";
+  report(model + ": engine drawn decode steps launched overlapped",
+         std::to_string(overlapped) + " of " + std::to_string(decodes), 2 * overlapped > decodes);
+  EXPECT_GT(2 * overlapped, decodes);
+  engine->wait_idle();
+  EXPECT_EQ(engine->stats().kv_pages_used, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiny, GpuModel, ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3"));
 
 // Past the first attention split (256 positions): a sequence whose one-token steps run from
@@ -397,8 +480,9 @@ TEST(GpuModelLongContext, OneTokenStepsAcrossTheFirstSplitMatchTheBatch) {
     c->greedy.assign(16, 0);  // only its length is used: 16 generated tokens
   }
   GpuStepExecutor ex(art, GpuExecutorOptions{.kv_pages = kPoolPages});
-  const Generated alone = generate(ex, *art, {long_case}, {GpuSampling{}})[0];
-  const Generated batch = generate(ex, *art, {long_case, other}, {GpuSampling{}, GpuSampling{}})[0];
+  const Generated alone = generate(ex, *art, {long_case}, {DeviceSampling{}})[0];
+  const Generated batch =
+      generate(ex, *art, {long_case, other}, {DeviceSampling{}, DeviceSampling{}})[0];
   ASSERT_EQ(alone.golden_gap.size(), 16u);
   const bool same = alone.ids == batch.ids && alone.golden_gap == batch.golden_gap &&
                     std::memcmp(alone.prompt_logits.data(), batch.prompt_logits.data(),

@@ -331,10 +331,10 @@ class DeviceGreedy : public CpuReferenceModel {
  public:
   using CpuReferenceModel::CpuReferenceModel;
   bool samples_on_device() const override { return true; }
-  void launch(const Step& step, std::span<const std::uint8_t> device_greedy,
-              bool want_logits) override {
+  void launch(const Step& step, std::span<const std::uint8_t> device_picks,
+              std::span<const DeviceSampling>, bool want_logits) override {
     step_ = &step;
-    greedy_.assign(device_greedy.begin(), device_greedy.end());
+    greedy_.assign(device_picks.begin(), device_picks.end());
     want_logits_ = want_logits;
     bool all_greedy = true;
     for (std::uint8_t g : greedy_) all_greedy = all_greedy && g;
@@ -444,22 +444,27 @@ TEST(Engine, DeviceGreedySamplingMatchesHostSampling) {
 // A backend that feeds sampled tokens the way the GPU engine does (feeds_sampled_tokens): it takes
 // a second step while one is in flight, copies what it needs at launch (the engine changes what a
 // Step's spans point at before wait), and resolves a token -(r+1) to what row r of the step
-// computed before it picked, greedy in every row like the GPU's sample kernel. Overlapped steps
-// are counted.
+// computed before it picked: greedy like the GPU's sample kernel, or, with `draws`, for a row with
+// a temperature a draw that depends only on the row's logits, seed and position (Gumbel-max with
+// hashed noise; top_k, top_p and min_p are not modelled). Overlapped steps and steps that wanted
+// logits are counted.
 class DeviceFed : public CpuReferenceModel {
  public:
   using CpuReferenceModel::CpuReferenceModel;
   bool samples_on_device() const override { return true; }
+  bool draws_on_device() const override { return draws; }
   bool feeds_sampled_tokens() const override { return true; }
-  void launch(const Step& step, std::span<const std::uint8_t> device_greedy,
-              bool want_logits) override {
+  void launch(const Step& step, std::span<const std::uint8_t> device_picks,
+              std::span<const DeviceSampling> device_sampling, bool want_logits) override {
     EXPECT_LT(queue_.size(), 2u) << "a third step launched before the first was collected";
     if (!queue_.empty()) {
       ++overlapped_launches;
       EXPECT_FALSE(queue_.front().want_logits) << "overlapped a step whose logits are wanted";
     }
+    logits_launches += want_logits ? 1 : 0;
     Launched l;
-    l.greedy.assign(device_greedy.begin(), device_greedy.end());
+    l.greedy.assign(device_picks.begin(), device_picks.end());
+    l.sampling.assign(device_sampling.begin(), device_sampling.end());
     l.want_logits = want_logits;
     l.step.num_tokens = step.num_tokens;
     l.step.bucket_kind = step.bucket_kind;
@@ -490,15 +495,23 @@ class DeviceFed : public CpuReferenceModel {
     const auto vocab = static_cast<std::size_t>(vocab_size());
     sampled_.clear();
     out.device_tokens.assign(l.greedy.size(), -1);
-    for (std::size_t r = 0; r < l.greedy.size(); ++r) {
+    std::size_t r = 0;
+    for (const ScheduledSequence& seq : l.step.sequences) {
+      if (!seq.samples) continue;
       const auto row = out.logits.begin() + static_cast<std::ptrdiff_t>(r * vocab);
-      sampled_.push_back(static_cast<std::int32_t>(
-          std::max_element(row, row + static_cast<std::ptrdiff_t>(vocab)) - row));
+      const int position = seq.first_position + static_cast<int>(seq.tokens.size());
+      const bool drawn = l.greedy[r] && draws && l.sampling[r].temperature > 0;
+      sampled_.push_back(
+          drawn ? draw(row, vocab, l.sampling[r], position)
+                : static_cast<std::int32_t>(
+                      std::max_element(row, row + static_cast<std::ptrdiff_t>(vocab)) - row));
       if (l.greedy[r]) out.device_tokens[r] = sampled_.back();
+      ++r;
     }
     if (!l.want_logits) std::fill(out.logits.begin(), out.logits.end(), std::nanf(""));
   }
-  int overlapped_launches = 0, fed_tokens = 0;
+  int overlapped_launches = 0, fed_tokens = 0, logits_launches = 0;
+  bool draws = false;
   std::function<void()> before_wait;  // on the engine's thread, while the next step may be in flight
 
  private:
@@ -506,9 +519,26 @@ class DeviceFed : public CpuReferenceModel {
     Step step;
     std::vector<std::vector<std::int32_t>> tokens;
     std::vector<std::vector<PageId>> pages;
-    std::vector<std::uint8_t> greedy;
+    std::vector<std::uint8_t> greedy;  // per sampling row: the device picks
+    std::vector<DeviceSampling> sampling;
     bool want_logits = false;
   };
+  static std::int32_t draw(std::vector<float>::const_iterator logits, std::size_t vocab,
+                           const DeviceSampling& s, int position) {
+    std::int32_t best = 0;
+    double best_v = -INFINITY;
+    for (std::size_t i = 0; i < vocab; ++i) {
+      std::uint64_t z =
+          s.seed ^ (static_cast<std::uint64_t>(position) << 32) ^ (i * 0x9e3779b97f4a7c15ull);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      const double u = (static_cast<double>((z ^ (z >> 31)) >> 11) + 0.5) / 9007199254740992.0;
+      const double v =
+          logits[static_cast<std::ptrdiff_t>(i)] / s.temperature - std::log(-std::log(u));
+      if (v > best_v) best_v = v, best = static_cast<std::int32_t>(i);
+    }
+    return best;
+  }
   std::deque<Launched> queue_;
   std::vector<std::int32_t> sampled_;  // every row's greedy pick of the last step computed
 };
@@ -600,6 +630,64 @@ TEST(Engine, OverlappedStepsMatchTheSynchronousEngine) {
     EXPECT_GT(fed_view->overlapped_launches, 50) << "kv_pages " << kv_pages;
     for (const StepTiming& t : sync->take_step_timings()) EXPECT_FALSE(t.overlapped);
   }
+}
+
+// Requests with a temperature are drawn on the device when the backend can (draws_on_device): no
+// logits come back for them, their steps overlap, and a request's tokens are the same alone and
+// in a batch, since the draw depends only on its logits, seed and position. The host still samples
+// rows with penalties, and rows with both top_p and min_p (engine.hpp).
+TEST(Engine, DeviceDrawsSampledRowsAndOverlapsThem) {
+  TinyArtifactSpec spec;
+  auto artifact = tiny_artifact(spec, "draws");
+  auto make = [&](DeviceFed*& view) {
+    auto backend = std::make_unique<DeviceFed>(artifact);
+    backend->draws = true;
+    view = backend.get();
+    return Engine::create(artifact, std::move(backend), checked_options());
+  };
+  auto req = [&](int i, float temperature) {
+    GenerationRequest r;
+    r.prompt = {3, 5 + i, 7, 2 * i + 1};
+    r.sampling.temperature = temperature;
+    r.sampling.top_p = 0.9f;
+    r.sampling.top_k = 20;
+    r.sampling.seed = static_cast<std::uint64_t>(100 + i);
+    r.sampling.max_tokens = 12;
+    r.sampling.ignore_eos = true;
+    return r;
+  };
+  DeviceFed* alone_view = nullptr;
+  auto alone = make(alone_view);
+  std::vector<Result> drawn, greedy;
+  for (int i = 0; i < 4; ++i) {
+    drawn.push_back(collect(alone->submit(req(i, 0.8f))));
+    greedy.push_back(collect(alone->submit(req(i, 0.0f))));
+    ASSERT_EQ(drawn.back().ids.size(), 12u);
+  }
+  EXPECT_EQ(alone_view->logits_launches, 0) << "a drawn or greedy row asked for the logits";
+  EXPECT_GT(alone_view->overlapped_launches, 0);
+  bool differs = false;
+  for (int i = 0; i < 4; ++i) differs = differs || drawn[i].ids != greedy[i].ids;
+  EXPECT_TRUE(differs) << "the draws are all greedy";
+
+  DeviceFed* batch_view = nullptr;
+  auto batch = make(batch_view);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 4; ++i) requests.push_back(req(i, 0.8f));
+  GenerationRequest host_min_p = req(5, 0.8f), host_penalty = req(6, 0.8f);
+  host_min_p.sampling.min_p = 0.1f;
+  host_penalty.sampling.repetition_penalty = 1.2f;
+  requests.push_back(host_min_p);
+  requests.push_back(host_penalty);
+  const std::vector<RequestHandle> hs = batch->submit_all(requests);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(collect(hs[static_cast<std::size_t>(i)]).ids, drawn[static_cast<std::size_t>(i)].ids)
+        << "request " << i;
+  EXPECT_EQ(collect(hs[4]).ids.size(), 12u);
+  EXPECT_EQ(collect(hs[5]).ids.size(), 12u);
+  EXPECT_GT(batch_view->logits_launches, 0) << "the host rows' steps brought no logits back";
+  batch->wait_idle();
+  EXPECT_EQ(batch->stats().kv_pages_used, 0);
 }
 
 // Several client threads submit, read and cancel at once (what the HTTP server does): every

@@ -53,7 +53,7 @@ TEST(StepDescriptor, PacksAPrefillChunkAndADecodeToken) {
   step.sequences.push_back({6, 40, std::span<const std::int32_t>(decode), std::span<const PageId>(pages_b), true});
   step.sequences.back().prompt_len = 30;
   step.num_tokens = 6;
-  const std::vector<GpuSampling> sampling = {{0.7f, 0.9f, 0.05f, 40, 0x1122334455667788ull}};
+  const std::vector<DeviceSampling> sampling = {{0.7f, 0.9f, 0.05f, 40, 0x1122334455667788ull}};
   const PackedStep p = pack_step_descriptor(l, step, 8, 4, sampling, 0, b.bytes.data());
 
   EXPECT_EQ(p.sample_rows, 2);
