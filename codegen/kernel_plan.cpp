@@ -251,7 +251,11 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   plan.rope_inv_freq = rope_inv_freq(in.rope, D);
 
   const int embed_threads = std::clamp(H / 8 / 32 * 32, 32, 256);
-  const int sample_threads = std::clamp(pow2_at_least(V / 16), 128, 1024);
+  // sample holds a row in registers, spread over a cluster of up to 8 blocks (the portable
+  // cluster size) of up to 512 threads: 32 values a thread at V = 128256 (8 x 512 threads), 4 for
+  // the tiny fixtures (one block of 128).
+  const int sample_cluster = std::clamp(pow2_at_least((V + 16383) / 16384), 1, 8);
+  const int sample_threads = std::clamp(pow2_at_least(V / (32 * sample_cluster)), 128, 512);
   const std::string lm_head = in.tie_word_embeddings ? "w:embed" : "w:lm_head";
   const std::string scale_log2 = float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D)));
 
@@ -468,9 +472,9 @@ KernelPlan plan_kernels(const CodegenInput& in) {
            {lm_head, "buf:hf", "buf:logits", "buf:lm_cand"});
     launch(
         b.kernel("telos_kernels::sample<" + I_(V) + ", " + I_(sample_threads) + ", " +
-                     I_(candidates) + ">",
+                     I_(candidates) + ", " + I_(sample_cluster) + ">",
                  {"logits", "cand", "params", "rows", "tokens_out", "tokens_host"}, sample_threads),
-        {S, 1, 1},
+        {S * sample_cluster, 1, 1},
         {"buf:logits", "buf:lm_cand", "desc:sample_params", "desc:sample_rows", "buf:sampled",
          "host:sampled"});
     plan.max_tokens = std::max(plan.max_tokens, T);

@@ -183,7 +183,8 @@ int main(int argc, char** argv) {
   std::printf("\n%-34s | %-26s | %9s | %8s | %6s\n", "kernel", "shape", "median us", "GB/s", "% copy");
   std::printf("%-34s | %-26s | %9.1f | %8.0f | %6s\n", "cudaMemcpy D2D (read+write)", "2 GiB", copy_us, copy_gbs, "100");
 
-  // The sampler (sample.cuh) at Llama's vocabulary, 128256, with the plan's 1024 threads a row: R
+  // The sampler (sample.cuh) at Llama's vocabulary, 128256, with the plan's cluster of 8 blocks of
+  // 512 threads a row (kernel_plan.cpp): R
   // rows that sample, f32 logits in [-8, 8) from a fixed generator, one SampleParams for every row
   // in each mode (greedy; temperature 0.8; with top_p 0.9; with top_k 50; with top_k 50, top_p 0.9
   // and min_p 0.05), each figure one launch on an idle stream, as bench_suite's profile times a
@@ -191,7 +192,7 @@ int main(int argc, char** argv) {
   // batch-1 benchmark samples greedily; a client of an OpenAI-style server usually sends a
   // temperature and top_p.
   if (!decode_layer_only) {
-    constexpr int V = 128256, kThreads = 1024;
+    constexpr int V = 128256, kThreads = 512, kCluster = 8;
     struct Params {  // sample.cuh's SampleParams
       float temperature, top_p, min_p;
       int top_k;
@@ -210,7 +211,7 @@ int main(int argc, char** argv) {
     // Greedy rows read the LM head's candidates: the 1B plan's 1002 blocks of 128 logits.
     constexpr int G = V / 128;
     const std::string kernel =
-        "telos_kernels::sample<" + I(V) + ", " + I(kThreads) + ", " + I(G) + ">";
+        "telos_kernels::sample<" + I(V) + ", " + I(kThreads) + ", " + I(G) + ", " + I(kCluster) + ">";
     Module mod({kernel});
     constexpr int kMaxRows = 64;
     std::vector<float> hl(static_cast<std::size_t>(kMaxRows) * V);
@@ -247,7 +248,7 @@ int main(int argc, char** argv) {
             "upload");
       for (int R : {1, 64}) {
         const double us = median_us([&](int) {
-          mod.launch(kernel, dim3(R), kThreads, {logits, cand, params, rows, out, out_host});
+          mod.launch(kernel, dim3(R * kCluster), kThreads, {logits, cand, params, rows, out, out_host});
         });
         char label[64], shape[64];
         std::snprintf(label, sizeof label, "sample %s", m.name);

@@ -1,17 +1,24 @@
 #pragma once
-// Sampling, one block per row that samples. A row's token depends only on its logits and its
-// parameters (seed and counter included), never on the other rows.
+// Sampling, one cluster of C blocks per row that samples. A row's token depends only on its
+// logits and its parameters (seed and counter included), never on the other rows.
 //
 //  - temperature <= 0 or top_k == 1: greedy, the lowest index among the maxima, from the LM
 //    head's per-block candidates (linear_f32);
 //  - otherwise weights w_i = exp((logit_i - max) / temperature), restricted to the top_k largest
 //    logits (ties at the k-th value are all kept), to w_i >= min_p (w_max is 1), then to the
 //    smallest set of largest weights whose mass reaches top_p of what is left; the token is the
-//    first index whose running sum (in index order) exceeds u * mass, u uniform in [0, 1) drawn
-//    from (seed, counter).
-// The k-th largest logit and the top-p threshold are found by a 32-step bitwise search over
-// order-preserving integer keys: exact, and no sort.
+//    first whose running sum exceeds u * mass, u uniform in [0, 1) drawn from (seed, counter), in
+//    the kernel's fixed order of the vocabulary (block, thread, then the thread's values: index
+//    rank * THREADS * PER + j * THREADS + thread holds the thread's j-th value), which depends on
+//    the shape only. NaN logits count as -inf.
+// The k-th largest logit and the top-p threshold are found by a bitwise search over
+// order-preserving integer keys, exact and without a sort: one bit a step, each step one
+// reduction over the cluster; the search ends early once the interval left holds one value (a
+// row of distinct logits: about log2(V) steps rather than 32). The row lives in registers, PER
+// values a thread, so a step reads no memory; C blocks (a cluster, distributed shared memory for
+// the reductions) spread the row over C SMs.
 #include "common.cuh"
+#include "hexel/cluster.cuh"
 
 namespace telos_kernels {
 
@@ -33,35 +40,54 @@ __device__ __forceinline__ unsigned long long splitmix64(unsigned long long z) {
   return z ^ (z >> 31);
 }
 
+// How sample's cluster reductions combine two partials of slot `slot`: kMax a maximum, kSum a sum,
+// kSearch the search's sums (slots 0, 1), smallest key (2) and largest key (3), keys as float bits.
+enum ReduceKind { kMax, kSum, kSearch };
+__device__ __forceinline__ float combine(ReduceKind kind, int slot, float a, float b) {
+  if (kind == kMax) return fmaxf(a, b);
+  if (kind == kSum || slot < 2) return a + b;
+  const unsigned ua = __float_as_uint(a), ub = __float_as_uint(b);
+  return __uint_as_float(slot == 2 ? min(ua, ub) : max(ua, ub));
+}
+
 // Row r's token goes to tokens_out[r] (device memory: the next step's embedding reads it) and to
 // tokens_host[r], the step's pinned host buffer mapped into the device's address space (docs/
 // artifact.md, `host:sampled`): the host reads its tokens there once the step's event has
 // completed, so no copy back is queued between steps. Greedy rows read the row's G candidates
-// (`cand`, G a row: the LM head's first stage, linear_f32), the others its V logits.
-template <int V, int THREADS, int G>
-__global__ void __launch_bounds__(THREADS)
+// (`cand`, G a row: the LM head's first stage, linear_f32), the others its V logits. The grid is
+// C blocks a row.
+template <int V, int THREADS, int G, int C>
+__global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
     sample(const float* logits, const unsigned long long* cand, const SampleParams* params,
            const int* rows, int* tokens_out, int* tokens_host) {
   pdl_entry();
-  constexpr int PER = (V + THREADS - 1) / THREADS;  // each thread owns a contiguous run of indices
-  __shared__ float scratch[32];
-  __shared__ float warp_prefix[THREADS / 32];
-  __shared__ int chosen, last_kept;
-  __shared__ unsigned long long best_c[THREADS / 32];
+  constexpr int kWarps = THREADS / 32;
+  constexpr int PER = (V + C * THREADS - 1) / (C * THREADS);  // values a thread holds
+  constexpr int kSlice = PER * THREADS;                      // values a block holds
+  // A thread keeps its first kRegs values (key and weight) in registers and reads the rest again
+  // from the logits at each pass; a row of more than 64 values a thread is read again whole, in
+  // loops that are not unrolled (registers need unrolled loops).
+  constexpr int kRegs = 32;
+  constexpr bool kUnrolled = PER <= 64;
+  constexpr int kHeld = kUnrolled ? (PER < kRegs ? PER : kRegs) : 0;
+  __shared__ float red[kWarps][4];  // per-warp partials of a reduction
+  __shared__ float pub[2][4];       // this block's partials, read by the cluster (two, alternating)
+  __shared__ float res[4];          // a reduction's result
+  __shared__ unsigned long long best_c[kWarps];
 
-  const int r = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int r = blockIdx.x / C, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int rank = C > 1 ? static_cast<int>(hexel::cluster::cta_rank()) : 0;
   auto put = [&](int token) { tokens_out[r] = token, tokens_host[r] = token; };
   if (rows[r] < 0) {
-    if (tid == 0) put(0);
+    if (rank == 0 && tid == 0) put(0);
     return;
   }
-  const float* lg = logits + static_cast<long long>(r) * V;
   const SampleParams p = params[r];
-  const int lo = tid * PER, hi = min(V, lo + PER);
 
   if (p.temperature <= 0.f || p.top_k == 1) {
     // Greedy: the largest candidate is the largest logit, lowest id among equals; none (every
-    // logit NaN or -inf) gives 0. One load a thread for G up to THREADS.
+    // logit NaN or -inf) gives 0. One load a thread for G up to THREADS; the cluster's first block.
+    if (rank != 0) return;
     const unsigned long long* c = cand + static_cast<long long>(r) * G;
     unsigned long long best = 0;
     for (int j = tid; j < G; j += THREADS) best = c[j] > best ? c[j] : best;
@@ -69,82 +95,217 @@ __global__ void __launch_bounds__(THREADS)
     if (lane == 0) best_c[warp] = best;
     __syncthreads();
     if (tid == 0) {
-      for (int w = 1; w < THREADS / 32; ++w) best = best_c[w] > best ? best_c[w] : best;
+      for (int w = 1; w < kWarps; ++w) best = best_c[w] > best ? best_c[w] : best;
       put(best != 0 ? greedy_candidate_index(best) : 0);
     }
     return;
   }
 
-  float mx = -__int_as_float(0x7f800000);
-  for (int i = lo; i < hi; ++i) mx = fmaxf(mx, lg[i]);
-  mx = block_max<THREADS>(mx, scratch);
-  const float inv_t = 1.f / p.temperature;
-  auto weight = [&](int i) { return expf((lg[i] - mx) * inv_t); };
-
-  // The k-th largest key: the largest key with at least top_k keys >= it.
-  unsigned k_key = 0;
-  if (p.top_k > 1 && p.top_k < V) {
-    for (int bit = 31; bit >= 0; --bit) {
-      const unsigned cand = k_key | (1u << bit);
-      float n = 0.f;
-      for (int i = lo; i < hi; ++i) n += order_key(lg[i]) >= cand ? 1.f : 0.f;
-      if (block_sum<THREADS>(n, scratch) >= static_cast<float>(p.top_k)) k_key = cand;
+  // Four values reduced over the cluster as `kind` says, in a fixed order (warp butterflies,
+  // warps in order, blocks in rank order); every thread gets the results.
+  int parity = 0;
+  auto reduce = [&](float (&v)[4], ReduceKind kind) {
+    auto op = [kind](int slot, float a, float b) { return combine(kind, slot, a, b); };
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = op(j, v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
+    if (lane == 0)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) red[warp][j] = v[j];
+    __syncthreads();
+    if (tid < 4) {
+      float s = red[0][tid];
+      for (int w = 1; w < kWarps; ++w) s = op(tid, s, red[w][tid]);
+      pub[parity][tid] = s;
     }
+    if constexpr (C > 1) {
+      hexel::cluster::sync();
+      if (tid < 4) {
+        const unsigned a = hexel::smem_addr(&pub[parity][tid]);
+        float s = __uint_as_float(hexel::cluster::load_u32(hexel::cluster::map_shared(a, 0)));
+        for (int c = 1; c < C; ++c)
+          s = op(tid, s, __uint_as_float(hexel::cluster::load_u32(hexel::cluster::map_shared(a, c))));
+        res[tid] = s;
+      }
+    } else {
+      if (tid < 4) res[tid] = pub[parity][tid];
+    }
+    __syncthreads();
+    parity ^= 1;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = res[j];
+  };
+  // Before a block leaves, no other block may still read its `pub`.
+  auto leave = [&] {
+    if constexpr (C > 1) hexel::cluster::sync();
+  };
+
+  const float ninf = -__int_as_float(0x7f800000);
+  const int base = rank * kSlice + tid;  // the index of this thread's value j is base + j * THREADS
+  const float* lg = logits + static_cast<long long>(r) * V;
+  auto logit = [&](int j) {  // NaN as -inf, -inf past the vocabulary
+    const int i = base + j * THREADS;
+    const float x = i < V ? lg[i] : ninf;
+    return x == x ? x : ninf;
+  };
+  float w[kHeld > 0 ? kHeld : 1];
+  unsigned key[kHeld > 0 ? kHeld : 1];
+  float m[4] = {ninf, 0.f, 0.f, 0.f};
+#pragma unroll(kUnrolled ? PER : 1)
+  for (int j = 0; j < PER; ++j) {
+    const float x = logit(j);
+    if (kHeld > 0 && j < kHeld) w[j] = x;
+    m[0] = fmaxf(m[0], x);
   }
-  auto kept = [&](int i) {
-    return order_key(lg[i]) >= k_key && (p.min_p <= 0.f || weight(i) >= p.min_p);
+  reduce(m, kMax);
+  const float mx = m[0];
+  if (mx == ninf) {  // every logit NaN or -inf
+    if (rank == 0 && tid == 0) put(0);
+    leave();
+    return;
+  }
+  const float scale = 1.4426950408889634f / p.temperature;  // log2(e) / temperature
+  auto weight = [&](float x) { return x == mx ? 1.f : exp2f((x - mx) * scale); };
+#pragma unroll
+  for (int j = 0; j < kHeld; ++j) key[j] = order_key(w[j]), w[j] = weight(w[j]);
+  // What is kept so far: keys from `k_min` up, weights from `w_min` up (others weigh 0).
+  unsigned k_min = 0;
+  float w_min = 0.f;
+  auto value = [&](int j, unsigned& k, float& x) {
+    if (kHeld > 0 && j < kHeld) {
+      k = key[j], x = w[j];
+    } else {
+      const float l = logit(j);
+      k = order_key(l), x = weight(l);
+    }
+    if (k < k_min || x < w_min) x = 0.f;
   };
-  auto mass_at_least = [&](unsigned key) {
-    float s = 0.f;
-    for (int i = lo; i < hi; ++i)
-      if (order_key(lg[i]) >= key && kept(i)) s += weight(i);
-    return block_sum<THREADS>(s, scratch);
+
+  // The largest key T whose measure (of the values with keys >= T) reaches `target`: by count
+  // (every value counts) or by mass (the values of positive weight), `n_all` values counting in
+  // all. The measure at key 0 reaches it. Bit by bit from the top; the interval [lo, hi) left
+  // holds T, and once it holds one value that counts, that value's key is T (every key above it
+  // in the interval measures as hi does, every key up to it as lo does).
+  auto search = [&](float target, bool by_count, float n_all) {
+    unsigned lo = 0;
+    unsigned long long hi = 1ull << 32;
+    float n_lo = n_all, n_hi = 0.f;
+    for (int bit = 31; bit >= 0; --bit) {
+      const unsigned cand = lo | (1u << bit);
+      // v: measure over keys >= cand, count of those, the smallest key in [cand, hi) and the
+      // largest in [lo, cand) among the values that count.
+      float v[4] = {0.f, 0.f, __uint_as_float(0xffffffffu), __uint_as_float(0u)};
+#pragma unroll(kUnrolled ? PER : 1)
+      for (int j = 0; j < PER; ++j) {
+        unsigned k;
+        float x;
+        value(j, k, x);
+        if (!by_count && x <= 0.f) continue;
+        if (k >= cand) {
+          v[0] += by_count ? 1.f : x, v[1] += 1.f;
+          if (k < hi) v[2] = __uint_as_float(min(__float_as_uint(v[2]), k));
+        } else if (k >= lo) {
+          v[3] = __uint_as_float(max(__float_as_uint(v[3]), k));
+        }
+      }
+      reduce(v, kSearch);
+      if (v[0] >= target) {
+        lo = cand;
+        if (v[1] - n_hi == 1.f) return __float_as_uint(v[2]);
+        n_lo = v[1];
+      } else {
+        hi = cand;
+        if (n_lo - v[1] == 1.f) return __float_as_uint(v[3]);
+        n_hi = v[1];
+      }
+    }
+    return lo;
   };
-  unsigned p_key = 0;
-  float total = mass_at_least(0);
+
+  // top_k: every value counts (C * kSlice of them, padding included), the measure is the count.
+  if (p.top_k > 1 && p.top_k < V)
+    k_min = search(static_cast<float>(p.top_k), true, static_cast<float>(C * kSlice));
+  if (p.min_p > 0.f) w_min = fminf(p.min_p, 1.f);  // the largest weight, 1, always stays
+  // top_p: the values of positive weight count, the measure is their mass.
   if (p.top_p < 1.f) {
-    const float target = p.top_p * total;
-    for (int bit = 31; bit >= 0; --bit) {
-      const unsigned cand = p_key | (1u << bit);
-      if (mass_at_least(cand) >= target) p_key = cand;
+    float t[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll(kUnrolled ? PER : 1)
+    for (int j = 0; j < PER; ++j) {
+      unsigned k;
+      float x;
+      value(j, k, x);
+      t[0] += x, t[1] += x > 0.f ? 1.f : 0.f;
     }
-    total = mass_at_least(p_key);
+    reduce(t, kSum);
+    k_min = search(fmaxf(p.top_p * t[0], 1e-38f), false, t[1]);
   }
 
-  const unsigned long long seed = (static_cast<unsigned long long>(p.seed_hi) << 32) | p.seed_lo;
-  const unsigned long long bits = splitmix64(seed ^ splitmix64(static_cast<unsigned long long>(p.counter)));
-  const float u = static_cast<float>(bits >> 40) * (1.f / 16777216.f) * total;
-
-  // Exclusive prefix of the per-thread masses, in thread order.
+  // The draw: this thread's range of the running sum, [start, end), in the fixed order; ranges
+  // meet exactly (each end is the next start, the same float operations), so u falls in one.
   float own = 0.f;
-  int own_last = -1;
-  for (int i = lo; i < hi; ++i)
-    if (order_key(lg[i]) >= p_key && kept(i)) own += weight(i), own_last = i;
+#pragma unroll(kUnrolled ? PER : 1)
+  for (int j = 0; j < PER; ++j) {
+    unsigned k;
+    float x;
+    value(j, k, x);
+    own += x;
+  }
   float incl = own;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    const float v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
+    const float x = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += x;
   }
-  if (lane == 31) warp_prefix[warp] = incl;
-  if (tid == 0) chosen = V, last_kept = -1;
+  float excl = __shfl_up_sync(0xffffffffu, incl, 1);
+  if (lane == 0) excl = 0.f;
+  if (lane == 31) red[warp][0] = incl;
   __syncthreads();
-  float before = incl - own;
-  for (int w = 0; w < warp; ++w) before += warp_prefix[w];
-  if (own_last >= 0) atomicMax(&last_kept, own_last);
-  if (own > 0.f && u >= before && u < before + own) {
-    float run = before;
-    for (int i = lo; i < hi; ++i) {
-      if (!(order_key(lg[i]) >= p_key && kept(i))) continue;
-      run += weight(i);
-      if (run > u) {
-        atomicMin(&chosen, i);
-        break;
+  float warp_base = 0.f, block_total = 0.f;
+  for (int k = 0; k < kWarps; ++k) {
+    if (k == warp) warp_base = block_total;
+    block_total += red[k][0];
+  }
+  float offset = 0.f, total = block_total;
+  if constexpr (C > 1) {
+    if (tid == 0) pub[parity][0] = block_total;
+    hexel::cluster::sync();
+    if (tid == 0) {
+      const unsigned a = hexel::smem_addr(&pub[parity][0]);
+      float run = 0.f;
+      for (int c = 0; c < C; ++c) {
+        if (c == rank) res[0] = run;
+        run += __uint_as_float(hexel::cluster::load_u32(hexel::cluster::map_shared(a, c)));
+      }
+      res[1] = run;
+    }
+    __syncthreads();
+    offset = res[0], total = res[1];
+  }
+  const unsigned long long seed = (static_cast<unsigned long long>(p.seed_hi) << 32) | p.seed_lo;
+  const unsigned long long bits = splitmix64(seed ^ splitmix64(static_cast<unsigned long long>(p.counter)));
+  float u = static_cast<float>(bits >> 40) * (1.f / 16777216.f) * total;
+  u = fminf(u, __uint_as_float(__float_as_uint(total) - 1u));  // below total (total > 0)
+  const float start = offset + (warp_base + excl), end = offset + (warp_base + incl);
+  if (start <= u && u < end) {
+    float run = start;
+    int token = -1;
+    int last = -1;
+#pragma unroll(kUnrolled ? PER : 1)
+    for (int j = 0; j < PER; ++j) {
+      unsigned k;
+      float x;
+      value(j, k, x);
+      if (token < 0 && x > 0.f) {
+        run += x;
+        last = base + j * THREADS;
+        if (run > u) token = last;
       }
     }
+    if (token < 0) token = last;  // rounding: the thread's last weighed value
+    put(token);
   }
-  __syncthreads();
-  if (tid == 0) put(chosen < V ? chosen : max(last_kept, 0));
+  leave();
 }
 
 }  // namespace telos_kernels

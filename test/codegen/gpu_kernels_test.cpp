@@ -1422,8 +1422,11 @@ struct SampleParams {
 };
 
 // The exact distribution of the sample kernel's rules, in f64.
-std::vector<double> sample_distribution(const std::vector<float>& lg, const SampleParams& p) {
+// NaN logits count as -inf.
+std::vector<double> sample_distribution(std::vector<float> lg, const SampleParams& p) {
   const int V = static_cast<int>(lg.size());
+  for (float& x : lg)
+    if (std::isnan(x)) x = -INFINITY;
   std::vector<int> order(V);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return lg[a] > lg[b]; });
@@ -1457,10 +1460,12 @@ std::vector<double> sample_distribution(const std::vector<float>& lg, const Samp
 TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
   TELOS_SKIP_WITHOUT_GPU();
   // Greedy rows read the LM head's candidates (linear_f32): 16 blocks of 32 logits a row here, and
-  // the 1B plan's 1002 blocks of 128 at the real vocabulary.
-  constexpr int V = 512, R = 16384, G = 16, kBigV = 128256, kBigG = 1002;
-  const std::string k = "telos_kernels::sample<" + I(V) + ", 128, " + I(G) + ">";
-  const std::string big = "telos_kernels::sample<" + I(kBigV) + ", 1024, " + I(kBigG) + ">";
+  // the 1B plan's 1002 blocks of 128 at the real vocabulary. The real vocabulary's instance is the
+  // plan's: a cluster of 8 blocks of 512 threads a row (kernel_plan.cpp).
+  constexpr int V = 512, R = 16384, G = 16, kBigV = 128256, kBigG = 1002, kBigC = 8;
+  const std::string k = "telos_kernels::sample<" + I(V) + ", 128, " + I(G) + ", 1>";
+  const std::string big =
+      "telos_kernels::sample<" + I(kBigV) + ", 512, " + I(kBigG) + ", " + I(kBigC) + ">";
   TestModule mod(source_with_rope(), {k, big});
 
   // Greedy: the lowest index among tied maxima (also across blocks, and -0 tied with +0); NaN and
@@ -1487,58 +1492,90 @@ TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
     EXPECT_EQ(tok[4], 0);
     EXPECT_EQ(out_host.download(), tok) << "the host's copy of the tokens (tokens_host)";
   }
-  // Greedy over a real vocabulary.
+  // Greedy over a real vocabulary; a padding row beside it.
   {
-    std::vector<float> lg = random_floats(kBigV);
+    std::vector<float> lg = random_floats(2 * kBigV);
     DeviceBuffer<float> dl(lg);
-    DeviceBuffer<std::uint64_t> dc(greedy_candidates(lg, 1, kBigV, kBigG));
-    DeviceBuffer<SampleParams> dp(std::vector<SampleParams>{{0.f, 1.f, 0.f, 0, 1, 0, 5, 0}});
-    DeviceBuffer<int> rows(std::vector<int>{0}), out(1), out_host(1);
-    CUDA_OK(mod.launch(big, 1, 1024,
+    DeviceBuffer<std::uint64_t> dc(greedy_candidates(lg, 2, kBigV, kBigG));
+    DeviceBuffer<SampleParams> dp(std::vector<SampleParams>(2, {0.f, 1.f, 0.f, 0, 1, 0, 5, 0}));
+    DeviceBuffer<int> rows(std::vector<int>{0, -1}), out(std::vector<int>{-5, -5}),
+        out_host(std::vector<int>{-5, -5});
+    CUDA_OK(mod.launch(big, 2 * kBigC, 512,
                        {dl.get(), dc.get(), dp.get(), rows.get(), out.get(), out_host.get()}));
-    EXPECT_EQ(out.download()[0], std::max_element(lg.begin(), lg.end()) - lg.begin());
+    EXPECT_EQ(out.download(),
+              (std::vector<int>{static_cast<int>(std::max_element(lg.begin(), lg.begin() + kBigV) - lg.begin()), 0}));
     EXPECT_EQ(out_host.download(), out.download());
   }
-  // Seeded draws: R rows of the same logits with counters 0..R-1. Every token is in the kept set,
-  // the histogram matches the exact distribution, and a row alone gives the same token.
-  for (const SampleParams& base : {SampleParams{0.8f, 1.f, 0.f, 20, 7, 1, 0, 0},
-                                  SampleParams{1.0f, 0.9f, 0.f, 0, 9, 0, 0, 0},
-                                  SampleParams{1.3f, 0.95f, 0.01f, 40, 3, 3, 0, 0}}) {
-    const std::vector<float> one = random_floats(V, 2.f);
+  // Seeded draws: `rows` rows of the same logits with counters 0..rows-1. Every token is in the
+  // kept set, the histogram matches the exact distribution within `tv_max` (total variation), and
+  // a row alone gives the same token.
+  auto draws = [&](const std::string& kernel, int vocab, int cluster, int threads,
+                   const std::vector<float>& one, const SampleParams& base, int n_rows,
+                   double tv_max) {
+    SCOPED_TRACE(kernel + " temperature " + std::to_string(base.temperature) + " top_p " +
+                 std::to_string(base.top_p) + " min_p " + std::to_string(base.min_p) + " top_k " +
+                 std::to_string(base.top_k));
     std::vector<float> lg;
-    std::vector<SampleParams> params(R, base);
-    std::vector<int> rows(R);
-    for (int r = 0; r < R; ++r) {
+    lg.reserve(static_cast<std::size_t>(n_rows) * vocab);
+    std::vector<SampleParams> params(n_rows, base);
+    std::vector<int> rows(n_rows);
+    for (int r = 0; r < n_rows; ++r) {
       lg.insert(lg.end(), one.begin(), one.end());
       params[r].counter = r;
       rows[r] = r;
     }
     DeviceBuffer<float> dl(lg);
-    DeviceBuffer<std::uint64_t> dc(greedy_candidates(lg, R, V, G));  // not read: no greedy row
+    DeviceBuffer<std::uint64_t> dc(std::vector<std::uint64_t>(
+        static_cast<std::size_t>(n_rows) * (vocab == V ? G : kBigG), 0));  // not read: no greedy row
     DeviceBuffer<SampleParams> dp(params);
-    DeviceBuffer<int> drows(rows), out(R), out_host(R);
-    CUDA_OK(mod.launch(k, R, 128,
+    DeviceBuffer<int> drows(rows), out(std::vector<int>(n_rows, -5)), out_host(n_rows);
+    CUDA_OK(mod.launch(kernel, n_rows * cluster, threads,
                        {dl.get(), dc.get(), dp.get(), drows.get(), out.get(), out_host.get()}));
     const auto tok = out.download();
     EXPECT_EQ(out_host.download(), tok);
     const std::vector<double> want = sample_distribution(one, base);
-    std::vector<double> hist(V, 0.0);
+    // The kept set's edges, computed here in f64 and by the kernel in f32, may differ by a value
+    // or two where a row keeps most of its vocabulary: the membership check uses a set a hair
+    // wider (top_p + 1e-4 of the mass, min_p less 1e-4 of itself).
+    SampleParams wider = base;
+    wider.top_p = std::min(1.f, base.top_p + 1e-4f), wider.min_p = base.min_p * (1 - 1e-4f);
+    const std::vector<double> kept = sample_distribution(one, wider);
+    std::vector<double> hist(vocab, 0.0);
     for (int t : tok) {
-      ASSERT_TRUE(t >= 0 && t < V);
-      ASSERT_GT(want[t], 0.0) << "token " << t << " is outside the kept set";
-      hist[t] += 1.0 / R;
+      ASSERT_TRUE(t >= 0 && t < vocab) << t;
+      ASSERT_GT(kept[t], 0.0) << "token " << t << " is outside the kept set";
+      hist[t] += 1.0 / n_rows;
     }
     double tv = 0;
-    for (int i = 0; i < V; ++i) tv += std::abs(hist[i] - want[i]) / 2;
-    EXPECT_LT(tv, 0.04) << "total variation between the draws and the exact distribution";
+    for (int i = 0; i < vocab; ++i) tv += std::abs(hist[i] - want[i]) / 2;
+    EXPECT_LT(tv, tv_max) << "total variation between the draws and the exact distribution";
 
     DeviceBuffer<SampleParams> dp1(std::vector<SampleParams>{params[123]});
     DeviceBuffer<int> drow1(std::vector<int>{0}), out1(1), out1_host(1);
-    CUDA_OK(mod.launch(k, 1, 128,
+    CUDA_OK(mod.launch(kernel, cluster, threads,
                        {dl.get(), dc.get(), dp1.get(), drow1.get(), out1.get(), out1_host.get()}));
     EXPECT_EQ(out1.download()[0], tok[123]);
     EXPECT_EQ(out1_host.download()[0], tok[123]);
+  };
+  for (const SampleParams& base : {SampleParams{0.8f, 1.f, 0.f, 20, 7, 1, 0, 0},
+                                  SampleParams{1.0f, 0.9f, 0.f, 0, 9, 0, 0, 0},
+                                  SampleParams{1.3f, 0.95f, 0.01f, 40, 3, 3, 0, 0},
+                                  SampleParams{0.7f, 1.f, 0.f, 0, 5, 0, 0, 0}}) {
+    draws(k, V, 1, 128, random_floats(V, 2.f), base, R, 0.04);
   }
+  // The real vocabulary over a cluster. Peaked logits (a few large ones over a wide, flat rest,
+  // ties among the large ones, a NaN and -inf) keep a small set, so 1024 draws test its shape; a
+  // flat row keeps most of the vocabulary (top_p 0.95 alone: the longest search) and tests the
+  // kept set and alone vs in a batch.
+  std::vector<float> peaked = random_floats(kBigV, 1.f), flat = random_floats(kBigV, 0.5f);
+  for (int i = 0; i < 6; ++i) peaked[1000 + 20011 * i] = 19.f + 0.25f * static_cast<float>(i % 4);
+  peaked[5] = NAN, peaked[6] = -INFINITY, peaked[kBigV - 1] = 20.f;
+  for (const SampleParams& base : {SampleParams{1.0f, 1.f, 0.f, 4, 11, 0, 0, 0},
+                                  SampleParams{0.8f, 0.9f, 0.f, 0, 12, 0, 0, 0},
+                                  SampleParams{1.2f, 0.95f, 0.02f, 50, 13, 0, 0, 0}}) {
+    draws(big, kBigV, kBigC, 512, peaked, base, 1024, 0.08);
+  }
+  draws(big, kBigV, kBigC, 512, flat, SampleParams{0.8f, 0.95f, 0.f, 0, 14, 0, 0, 0}, 256, 1.0);
 }
 
 }  // namespace
