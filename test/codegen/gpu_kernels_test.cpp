@@ -1578,5 +1578,45 @@ TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
   draws(big, kBigV, kBigC, 512, flat, SampleParams{0.8f, 0.95f, 0.f, 0, 14, 0, 0, 0}, 256, 1.0);
 }
 
+// The cluster sampler at the real vocabulary in one small launch (compute-sanitizer's racecheck and
+// synccheck run this one: tools/gpu_check.sh): rows of different parameters side by side, each
+// token in its row's kept set, a padding row and a row of only NaN give 0.
+TEST(GpuKernels, ClusterDrawsStayInTheKeptSet) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int V = 128256, G = 1002, C = 8;
+  const std::string k = "telos_kernels::sample<" + I(V) + ", 512, " + I(G) + ", " + I(C) + ">";
+  TestModule mod(source_with_rope(), {k});
+  std::vector<float> peaked = random_floats(V, 1.f), flat = random_floats(V, 0.5f);
+  for (int i = 0; i < 6; ++i) peaked[77 + 19001 * i] = 19.f + 0.5f * static_cast<float>(i);
+  const std::vector<SampleParams> params = {
+      {1.0f, 1.f, 0.f, 4, 1, 0, 3, 0},      {0.8f, 0.9f, 0.f, 0, 2, 0, 4, 0},
+      {0.8f, 0.95f, 0.f, 0, 3, 0, 5, 0},    {1.2f, 0.95f, 0.02f, 50, 4, 0, 6, 0},
+      {0.7f, 1.f, 0.f, 0, 5, 0, 7, 0},      {1.0f, 0.9f, 0.f, 0, 6, 0, 8, 0},
+      {1.0f, 0.9f, 0.f, 0, 7, 0, 9, 0}};
+  const std::vector<const std::vector<float>*> row_logits = {&peaked, &peaked, &flat, &flat, &flat};
+  std::vector<float> lg;
+  for (const auto* row : row_logits) lg.insert(lg.end(), row->begin(), row->end());
+  lg.insert(lg.end(), V, NAN);          // row 5: only NaN
+  lg.insert(lg.end(), flat.begin(), flat.end());  // row 6: padding
+  DeviceBuffer<float> dl(lg);
+  DeviceBuffer<std::uint64_t> dc(std::vector<std::uint64_t>(7 * G, 0));
+  DeviceBuffer<SampleParams> dp(params);
+  DeviceBuffer<int> rows(std::vector<int>{0, 1, 2, 3, 4, 5, -1}), out(std::vector<int>(7, -5)),
+      out_host(7);
+  CUDA_OK(mod.launch(k, 7 * C, 512,
+                     {dl.get(), dc.get(), dp.get(), rows.get(), out.get(), out_host.get()}));
+  const auto tok = out.download();
+  EXPECT_EQ(out_host.download(), tok);
+  for (int r = 0; r < 5; ++r) {
+    SampleParams wider = params[r];  // as in the test above: the f32 kept set's edges
+    wider.top_p = std::min(1.f, wider.top_p + 1e-4f), wider.min_p *= 1 - 1e-4f;
+    const std::vector<double> kept = sample_distribution(*row_logits[r], wider);
+    ASSERT_TRUE(tok[r] >= 0 && tok[r] < V) << "row " << r << ": " << tok[r];
+    EXPECT_GT(kept[tok[r]], 0.0) << "row " << r << ": token " << tok[r] << " outside the kept set";
+  }
+  EXPECT_EQ(tok[5], 0) << "a row of only NaN";
+  EXPECT_EQ(tok[6], 0) << "a padding row";
+}
+
 }  // namespace
 }  // namespace telos::gpu_test
