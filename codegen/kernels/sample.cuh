@@ -66,7 +66,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   constexpr int kSlice = PER * THREADS;                      // values a block holds
   // A thread keeps its first kRegs values (key and weight) in registers and reads the rest again
   // from the logits at each pass; a row of more than 64 values a thread is read again whole, in
-  // loops that are not unrolled (registers need unrolled loops).
+  // loops unrolled by 4 only (registers need loops unrolled whole).
   constexpr int kRegs = 32;
   constexpr bool kUnrolled = PER <= 64;
   constexpr int kHeld = kUnrolled ? (PER < kRegs ? PER : kRegs) : 0;
@@ -101,35 +101,49 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
     return;
   }
 
-  // Four values reduced over the cluster as `kind` says, in a fixed order (warp butterflies,
-  // warps in order, blocks in rank order); every thread gets the results.
+  // Four values reduced over the cluster as `kind` says, in a fixed order (butterflies over a
+  // warp's lanes, then over the block's warps in warp 0, then over the cluster's blocks in warp
+  // 0, a block's partials at the lane of its rank): every block computes the same results, and
+  // every thread gets them.
   int parity = 0;
   auto reduce = [&](float (&v)[4], ReduceKind kind) {
-    auto op = [kind](int slot, float a, float b) { return combine(kind, slot, a, b); };
+    auto butterfly = [&](int width) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
+      for (int o = 16; o > 0; o >>= 1)
+        if (o < width)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = op(j, v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
+          for (int j = 0; j < 4; ++j)
+            v[j] = combine(kind, j, v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
+    };
+    butterfly(32);
     if (lane == 0)
 #pragma unroll
       for (int j = 0; j < 4; ++j) red[warp][j] = v[j];
     __syncthreads();
-    if (tid < 4) {
-      float s = red[0][tid];
-      for (int w = 1; w < kWarps; ++w) s = op(tid, s, red[w][tid]);
-      pub[parity][tid] = s;
+    if (warp == 0) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = red[lane % kWarps][j];
+      butterfly(kWarps);
+      if (lane == 0)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) pub[parity][j] = v[j];
     }
     if constexpr (C > 1) {
       hexel::cluster::sync();
-      if (tid < 4) {
-        const unsigned a = hexel::smem_addr(&pub[parity][tid]);
-        float s = __uint_as_float(hexel::cluster::load_u32(hexel::cluster::map_shared(a, 0)));
-        for (int c = 1; c < C; ++c)
-          s = op(tid, s, __uint_as_float(hexel::cluster::load_u32(hexel::cluster::map_shared(a, c))));
-        res[tid] = s;
+      if (warp == 0) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          v[j] = __uint_as_float(hexel::cluster::load_u32(
+              hexel::cluster::map_shared(hexel::smem_addr(&pub[parity][j]), lane % C)));
+        butterfly(C);
+        if (lane == 0)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) res[j] = v[j];
       }
     } else {
-      if (tid < 4) res[tid] = pub[parity][tid];
+      if (tid == 0)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) res[j] = pub[parity][j];
     }
     __syncthreads();
     parity ^= 1;
@@ -152,7 +166,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   float w[kHeld > 0 ? kHeld : 1];
   unsigned key[kHeld > 0 ? kHeld : 1];
   float m[4] = {ninf, 0.f, 0.f, 0.f};
-#pragma unroll(kUnrolled ? PER : 1)
+#pragma unroll(kUnrolled ? PER : 4)
   for (int j = 0; j < PER; ++j) {
     const float x = logit(j);
     if (kHeld > 0 && j < kHeld) w[j] = x;
@@ -169,7 +183,8 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   auto weight = [&](float x) { return x == mx ? 1.f : exp2f((x - mx) * scale); };
 #pragma unroll
   for (int j = 0; j < kHeld; ++j) key[j] = order_key(w[j]), w[j] = weight(w[j]);
-  // What is kept so far: keys from `k_min` up, weights from `w_min` up (others weigh 0).
+  // What is kept so far: keys from `k_min` up, weights from `w_min` up; the others weigh 0 (in
+  // registers the cuts are applied once, as they are made).
   unsigned k_min = 0;
   float w_min = 0.f;
   auto value = [&](int j, unsigned& k, float& x) {
@@ -178,59 +193,70 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
     } else {
       const float l = logit(j);
       k = order_key(l), x = weight(l);
+      if (k < k_min || x < w_min) x = 0.f;
     }
-    if (k < k_min || x < w_min) x = 0.f;
   };
 
   // The largest key T whose measure (of the values with keys >= T) reaches `target`: by count
   // (every value counts) or by mass (the values of positive weight), `n_all` values counting in
-  // all. The measure at key 0 reaches it. Bit by bit from the top; the interval [lo, hi) left
-  // holds T, and once it holds one value that counts, that value's key is T (every key above it
-  // in the interval measures as hi does, every key up to it as lo does).
+  // all. The measure at key 0 reaches it. Bit by bit from the top; the interval [lo, lo + 2^(bit
+  // + 1)) left holds T, and once it holds one value that counts, that value's key is T (every key
+  // above it in the interval measures as the interval's top does, every key up to it as lo
+  // does). A thread keeps its measure over the keys above the interval, so a step only looks
+  // closer at the values inside it.
   auto search = [&](float target, bool by_count, float n_all) {
     unsigned lo = 0;
-    unsigned long long hi = 1ull << 32;
-    float n_lo = n_all, n_hi = 0.f;
+    float n_lo = n_all, n_hi = 0.f, above_m = 0.f, above_n = 0.f;
     for (int bit = 31; bit >= 0; --bit) {
-      const unsigned cand = lo | (1u << bit);
-      // v: measure over keys >= cand, count of those, the smallest key in [cand, hi) and the
+      const unsigned cand = lo | (1u << bit), span_m1 = bit == 31 ? 0xffffffffu : (2u << bit) - 1u;
+      // v: measure over keys >= cand, count of those, the smallest key in [cand, top) and the
       // largest in [lo, cand) among the values that count.
-      float v[4] = {0.f, 0.f, __uint_as_float(0xffffffffu), __uint_as_float(0u)};
-#pragma unroll(kUnrolled ? PER : 1)
+      float v[4] = {above_m, above_n, __uint_as_float(0xffffffffu), __uint_as_float(0u)};
+#pragma unroll(kUnrolled ? PER : 4)
       for (int j = 0; j < PER; ++j) {
         unsigned k;
         float x;
         value(j, k, x);
-        if (!by_count && x <= 0.f) continue;
-        if (k >= cand) {
-          v[0] += by_count ? 1.f : x, v[1] += 1.f;
-          if (k < hi) v[2] = __uint_as_float(min(__float_as_uint(v[2]), k));
-        } else if (k >= lo) {
-          v[3] = __uint_as_float(max(__float_as_uint(v[3]), k));
+        if ((by_count || x > 0.f) && k - lo <= span_m1) {
+          if (k >= cand) {
+            v[0] += by_count ? 1.f : x, v[1] += 1.f;
+            v[2] = __uint_as_float(min(__float_as_uint(v[2]), k));
+          } else {
+            v[3] = __uint_as_float(max(__float_as_uint(v[3]), k));
+          }
         }
       }
+      const float mine_m = v[0], mine_n = v[1];
       reduce(v, kSearch);
       if (v[0] >= target) {
         lo = cand;
         if (v[1] - n_hi == 1.f) return __float_as_uint(v[2]);
         n_lo = v[1];
       } else {
-        hi = cand;
         if (n_lo - v[1] == 1.f) return __float_as_uint(v[3]);
-        n_hi = v[1];
+        n_hi = v[1], above_m = mine_m, above_n = mine_n;
       }
     }
     return lo;
   };
 
   // top_k: every value counts (C * kSlice of them, padding included), the measure is the count.
-  if (p.top_k > 1 && p.top_k < V)
+  if (p.top_k > 1 && p.top_k < V) {
     k_min = search(static_cast<float>(p.top_k), true, static_cast<float>(C * kSlice));
-  if (p.min_p > 0.f) w_min = fminf(p.min_p, 1.f);  // the largest weight, 1, always stays
+#pragma unroll
+    for (int j = 0; j < kHeld; ++j)
+      if (key[j] < k_min) w[j] = 0.f;
+  }
+  if (p.min_p > 0.f) {
+    w_min = fminf(p.min_p, 1.f);  // the largest weight, 1, always stays
+#pragma unroll
+    for (int j = 0; j < kHeld; ++j)
+      if (w[j] < w_min) w[j] = 0.f;
+  }
   // top_p: the values of positive weight count, the measure is their mass.
   if (p.top_p < 1.f) {
     float t[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll(kUnrolled ? PER : 1)
+#pragma unroll(kUnrolled ? PER : 4)
     for (int j = 0; j < PER; ++j) {
       unsigned k;
       float x;
@@ -239,12 +265,15 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
     }
     reduce(t, kSum);
     k_min = search(fmaxf(p.top_p * t[0], 1e-38f), false, t[1]);
+#pragma unroll
+    for (int j = 0; j < kHeld; ++j)
+      if (key[j] < k_min) w[j] = 0.f;
   }
 
   // The draw: this thread's range of the running sum, [start, end), in the fixed order; ranges
   // meet exactly (each end is the next start, the same float operations), so u falls in one.
   float own = 0.f;
-#pragma unroll(kUnrolled ? PER : 1)
+#pragma unroll(kUnrolled ? PER : 4)
   for (int j = 0; j < PER; ++j) {
     unsigned k;
     float x;
@@ -291,7 +320,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
     float run = start;
     int token = -1;
     int last = -1;
-#pragma unroll(kUnrolled ? PER : 1)
+#pragma unroll(kUnrolled ? PER : 4)
     for (int j = 0; j < PER; ++j) {
       unsigned k;
       float x;
