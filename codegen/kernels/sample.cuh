@@ -40,15 +40,13 @@ __device__ __forceinline__ unsigned long long splitmix64(unsigned long long z) {
   return z ^ (z >> 31);
 }
 
-// How sample's cluster reductions combine two partials of slot `slot`: kMax a maximum, kSum a sum,
-// kSearch the search's sums (slots 0, 1), smallest key (2) and largest key (3), keys as float bits.
-enum ReduceKind { kMax, kSum, kSearch };
-__device__ __forceinline__ float combine(ReduceKind kind, int slot, float a, float b) {
-  if (kind == kMax) return fmaxf(a, b);
-  if (kind == kSum || slot < 2) return a + b;
-  const unsigned ua = __float_as_uint(a), ub = __float_as_uint(b);
-  return __uint_as_float(slot == 2 ? min(ua, ub) : max(ua, ub));
-}
+// A partial of sample's cluster reductions: a float sum, and a count, a smallest and a largest
+// key (u32: one redux.sync a warp, PTX ISA "Parallel Synchronization and Communication
+// Instructions: redux.sync").
+struct SamplePartial {
+  float sum;
+  unsigned count, min_key, max_key;
+};
 
 // Row r's token goes to tokens_out[r] (device memory: the next step's embedding reads it) and to
 // tokens_host[r], the step's pinned host buffer mapped into the device's address space (docs/
@@ -70,9 +68,9 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   constexpr int kRegs = 32;
   constexpr bool kUnrolled = PER <= 64;
   constexpr int kHeld = kUnrolled ? (PER < kRegs ? PER : kRegs) : 0;
-  __shared__ float red[kWarps][4];  // per-warp partials of a reduction
-  __shared__ float pub[2][4];       // this block's partials, read by the cluster (two, alternating)
-  __shared__ float res[4];          // a reduction's result
+  __shared__ SamplePartial red[kWarps];  // per-warp partials of a reduction
+  __shared__ SamplePartial pub[2];       // this block's partial, read by the cluster (alternating)
+  __shared__ SamplePartial res;          // a reduction's result
   __shared__ unsigned long long best_c[kWarps];
 
   const int r = blockIdx.x / C, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -101,54 +99,51 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
     return;
   }
 
-  // Four values reduced over the cluster as `kind` says, in a fixed order (butterflies over a
-  // warp's lanes, then over the block's warps in warp 0, then over the cluster's blocks in warp
-  // 0, a block's partials at the lane of its rank): every block computes the same results, and
-  // every thread gets them.
+  // A partial reduced over the cluster in a fixed order (the sum by butterflies over a warp's
+  // lanes, then over the block's warps in warp 0, then over the cluster's blocks in warp 0, a
+  // block's partial at the lane of its rank; the integers by redux.sync at the same stages): every
+  // block computes the same result, and every thread gets it.
   int parity = 0;
-  auto reduce = [&](float (&v)[4], ReduceKind kind) {
-    auto butterfly = [&](int width) {
+  auto reduce = [&](SamplePartial v) {
+    auto warp_reduce = [&](int width) {
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1)
-        if (o < width)
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-            v[j] = combine(kind, j, v[j], __shfl_xor_sync(0xffffffffu, v[j], o));
+        if (o < width) v.sum += __shfl_xor_sync(0xffffffffu, v.sum, o);
+      v.count = __reduce_add_sync(0xffffffffu, v.count);
+      v.min_key = __reduce_min_sync(0xffffffffu, v.min_key);
+      v.max_key = __reduce_max_sync(0xffffffffu, v.max_key);
     };
-    butterfly(32);
-    if (lane == 0)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) red[warp][j] = v[j];
+    const SamplePartial none{0.f, 0u, 0xffffffffu, 0u};
+    warp_reduce(32);
+    if (lane == 0) red[warp] = v;
     __syncthreads();
     if (warp == 0) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = red[lane % kWarps][j];
-      butterfly(kWarps);
-      if (lane == 0)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) pub[parity][j] = v[j];
+      v = lane < kWarps ? red[lane] : none;
+      warp_reduce(kWarps);
+      if (lane == 0) pub[parity] = v;
     }
     if constexpr (C > 1) {
       hexel::cluster::sync();
       if (warp == 0) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          v[j] = __uint_as_float(hexel::cluster::load_u32(
-              hexel::cluster::map_shared(hexel::smem_addr(&pub[parity][j]), lane % C)));
-        butterfly(C);
-        if (lane == 0)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) res[j] = v[j];
+        v = none;
+        if (lane < C) {
+          auto remote = [&](const void* field) {
+            return hexel::cluster::load_u32(hexel::cluster::map_shared(hexel::smem_addr(field), lane));
+          };
+          v.sum = __uint_as_float(remote(&pub[parity].sum));
+          v.count = remote(&pub[parity].count);
+          v.min_key = remote(&pub[parity].min_key);
+          v.max_key = remote(&pub[parity].max_key);
+        }
+        warp_reduce(C);
+        if (lane == 0) res = v;
       }
     } else {
-      if (tid == 0)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) res[j] = pub[parity][j];
+      if (tid == 0) res = pub[parity];
     }
     __syncthreads();
     parity ^= 1;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) v[j] = res[j];
+    return res;
   };
   // Before a block leaves, no other block may still read its `pub`.
   auto leave = [&] {
@@ -165,15 +160,15 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   };
   float w[kHeld > 0 ? kHeld : 1];
   unsigned key[kHeld > 0 ? kHeld : 1];
-  float m[4] = {ninf, 0.f, 0.f, 0.f};
+  unsigned top = 0;  // the largest key
 #pragma unroll(kUnrolled ? PER : 4)
   for (int j = 0; j < PER; ++j) {
     const float x = logit(j);
     if (kHeld > 0 && j < kHeld) w[j] = x;
-    m[0] = fmaxf(m[0], x);
+    top = max(top, order_key(x));
   }
-  reduce(m, kMax);
-  const float mx = m[0];
+  top = reduce({0.f, 0u, 0xffffffffu, top}).max_key;
+  const float mx = __uint_as_float(top & 0x80000000u ? top & 0x7fffffffu : ~top);
   if (mx == ninf) {  // every logit NaN or -inf
     if (rank == 0 && tid == 0) put(0);
     leave();
@@ -204,14 +199,14 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   // above it in the interval measures as the interval's top does, every key up to it as lo
   // does). A thread keeps its measure over the keys above the interval, so a step only looks
   // closer at the values inside it.
-  auto search = [&](float target, bool by_count, float n_all) {
-    unsigned lo = 0;
-    float n_lo = n_all, n_hi = 0.f, above_m = 0.f, above_n = 0.f;
+  auto search = [&](float target, bool by_count, unsigned n_all) {
+    unsigned lo = 0, n_lo = n_all, n_hi = 0, above_n = 0;
+    float above_m = 0.f;
     for (int bit = 31; bit >= 0; --bit) {
       const unsigned cand = lo | (1u << bit), span_m1 = bit == 31 ? 0xffffffffu : (2u << bit) - 1u;
-      // v: measure over keys >= cand, count of those, the smallest key in [cand, top) and the
-      // largest in [lo, cand) among the values that count.
-      float v[4] = {above_m, above_n, __uint_as_float(0xffffffffu), __uint_as_float(0u)};
+      // The mass and count over keys >= cand, the smallest key in [cand, top) and the largest in
+      // [lo, cand), among the values that count.
+      SamplePartial v{above_m, above_n, 0xffffffffu, 0u};
 #pragma unroll(kUnrolled ? PER : 4)
       for (int j = 0; j < PER; ++j) {
         unsigned k;
@@ -219,22 +214,23 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
         value(j, k, x);
         if ((by_count || x > 0.f) && k - lo <= span_m1) {
           if (k >= cand) {
-            v[0] += by_count ? 1.f : x, v[1] += 1.f;
-            v[2] = __uint_as_float(min(__float_as_uint(v[2]), k));
+            v.sum += x, ++v.count;
+            v.min_key = min(v.min_key, k);
           } else {
-            v[3] = __uint_as_float(max(__float_as_uint(v[3]), k));
+            v.max_key = max(v.max_key, k);
           }
         }
       }
-      const float mine_m = v[0], mine_n = v[1];
-      reduce(v, kSearch);
-      if (v[0] >= target) {
+      const float mine_m = v.sum;
+      const unsigned mine_n = v.count;
+      v = reduce(v);
+      if ((by_count ? static_cast<float>(v.count) : v.sum) >= target) {
         lo = cand;
-        if (v[1] - n_hi == 1.f) return __float_as_uint(v[2]);
-        n_lo = v[1];
+        if (v.count - n_hi == 1) return v.min_key;
+        n_lo = v.count;
       } else {
-        if (n_lo - v[1] == 1.f) return __float_as_uint(v[3]);
-        n_hi = v[1], above_m = mine_m, above_n = mine_n;
+        if (n_lo - v.count == 1) return v.max_key;
+        n_hi = v.count, above_m = mine_m, above_n = mine_n;
       }
     }
     return lo;
@@ -242,7 +238,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
 
   // top_k: every value counts (C * kSlice of them, padding included), the measure is the count.
   if (p.top_k > 1 && p.top_k < V) {
-    k_min = search(static_cast<float>(p.top_k), true, static_cast<float>(C * kSlice));
+    k_min = search(static_cast<float>(p.top_k), true, C * kSlice);
 #pragma unroll
     for (int j = 0; j < kHeld; ++j)
       if (key[j] < k_min) w[j] = 0.f;
@@ -255,16 +251,16 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   }
   // top_p: the values of positive weight count, the measure is their mass.
   if (p.top_p < 1.f) {
-    float t[4] = {0.f, 0.f, 0.f, 0.f};
+    SamplePartial t{0.f, 0u, 0xffffffffu, 0u};
 #pragma unroll(kUnrolled ? PER : 4)
     for (int j = 0; j < PER; ++j) {
       unsigned k;
       float x;
       value(j, k, x);
-      t[0] += x, t[1] += x > 0.f ? 1.f : 0.f;
+      t.sum += x, t.count += x > 0.f ? 1u : 0u;
     }
-    reduce(t, kSum);
-    k_min = search(fmaxf(p.top_p * t[0], 1e-38f), false, t[1]);
+    t = reduce(t);
+    k_min = search(fmaxf(p.top_p * t.sum, 1e-38f), false, t.count);
 #pragma unroll
     for (int j = 0; j < kHeld; ++j)
       if (key[j] < k_min) w[j] = 0.f;
@@ -288,28 +284,28 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   }
   float excl = __shfl_up_sync(0xffffffffu, incl, 1);
   if (lane == 0) excl = 0.f;
-  if (lane == 31) red[warp][0] = incl;
+  if (lane == 31) red[warp].sum = incl;
   __syncthreads();
   float warp_base = 0.f, block_total = 0.f;
   for (int k = 0; k < kWarps; ++k) {
     if (k == warp) warp_base = block_total;
-    block_total += red[k][0];
+    block_total += red[k].sum;
   }
   float offset = 0.f, total = block_total;
   if constexpr (C > 1) {
-    if (tid == 0) pub[parity][0] = block_total;
+    if (tid == 0) pub[parity].sum = block_total;
     hexel::cluster::sync();
     if (tid == 0) {
-      const unsigned a = hexel::smem_addr(&pub[parity][0]);
+      const unsigned a = hexel::smem_addr(&pub[parity].sum);
       float run = 0.f;
       for (int c = 0; c < C; ++c) {
-        if (c == rank) res[0] = run;
+        if (c == rank) res.sum = run;
         run += __uint_as_float(hexel::cluster::load_u32(hexel::cluster::map_shared(a, c)));
       }
-      res[1] = run;
+      res.max_key = __float_as_uint(run);
     }
     __syncthreads();
-    offset = res[0], total = res[1];
+    offset = res.sum, total = __uint_as_float(res.max_key);
   }
   const unsigned long long seed = (static_cast<unsigned long long>(p.seed_hi) << 32) | p.seed_lo;
   const unsigned long long bits = splitmix64(seed ^ splitmix64(static_cast<unsigned long long>(p.counter)));
