@@ -14,9 +14,9 @@
 // The k-th largest logit and the top-p threshold are found by a bitwise search over
 // order-preserving integer keys, exact and without a sort: one bit a step, each step one
 // reduction over the cluster; the search ends early once the interval left holds one value (a
-// row of distinct logits: about log2(V) steps rather than 32). The row lives in registers, PER
-// values a thread, so a step reads no memory; C blocks (a cluster, distributed shared memory for
-// the reductions) spread the row over C SMs.
+// row of distinct logits: ~17-24 steps rather than 32, as close as the values around the cut
+// sit). The row lives in registers (up to 32 values a thread), so a step reads no memory; C
+// blocks (a cluster, distributed shared memory for the reductions) spread the row over C SMs.
 #include "common.cuh"
 #include "hexel/cluster.cuh"
 
