@@ -210,8 +210,8 @@ int main(int argc, char** argv) {
                           {"t 0.8, k 50, p 0.9, min_p 0.05", {0.8f, 0.9f, 0.05f, 50, 1, 0, 0, 0}}};
     // Greedy rows read the LM head's candidates: the 1B plan's 1002 blocks of 128 logits.
     constexpr int G = V / 128;
-    const std::string kernel =
-        "telos_kernels::sample<" + I(V) + ", " + I(kThreads) + ", " + I(G) + ", " + I(kCluster) + ">";
+    const std::string kernel = "telos_kernels::sample<" + I(V) + ", " + I(kThreads) + ", " + I(G) +
+                               ", " + I(kCluster) + ">";
     Module mod({kernel});
     constexpr int kMaxRows = 64;
     std::vector<float> hl(static_cast<std::size_t>(kMaxRows) * V);
@@ -248,7 +248,8 @@ int main(int argc, char** argv) {
             "upload");
       for (int R : {1, 64}) {
         const double us = median_us([&](int) {
-          mod.launch(kernel, dim3(R * kCluster), kThreads, {logits, cand, params, rows, out, out_host});
+          mod.launch(kernel, dim3(R * kCluster), kThreads,
+                     {logits, cand, params, rows, out, out_host});
         });
         char label[64], shape[64];
         std::snprintf(label, sizeof label, "sample %s", m.name);

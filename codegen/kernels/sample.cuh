@@ -61,7 +61,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   pdl_entry();
   constexpr int kWarps = THREADS / 32;
   constexpr int PER = (V + C * THREADS - 1) / (C * THREADS);  // values a thread holds
-  constexpr int kSlice = PER * THREADS;                      // values a block holds
+  constexpr int kSlice = PER * THREADS;                       // values a block holds
   // A thread keeps its first kRegs values (key and weight) in registers and reads the rest again
   // from the logits at each pass; a row of more than 64 values a thread is read again whole, in
   // loops unrolled by 4 only (registers need loops unrolled whole).
@@ -128,7 +128,8 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
         v = none;
         if (lane < C) {
           auto remote = [&](const void* field) {
-            return hexel::cluster::load_u32(hexel::cluster::map_shared(hexel::smem_addr(field), lane));
+            return hexel::cluster::load_u32(
+                hexel::cluster::map_shared(hexel::smem_addr(field), lane));
           };
           v.sum = __uint_as_float(remote(&pub[parity].sum));
           v.count = remote(&pub[parity].count);
@@ -308,7 +309,8 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
     offset = res.sum, total = __uint_as_float(res.max_key);
   }
   const unsigned long long seed = (static_cast<unsigned long long>(p.seed_hi) << 32) | p.seed_lo;
-  const unsigned long long bits = splitmix64(seed ^ splitmix64(static_cast<unsigned long long>(p.counter)));
+  const unsigned long long bits =
+      splitmix64(seed ^ splitmix64(static_cast<unsigned long long>(p.counter)));
   float u = static_cast<float>(bits >> 40) * (1.f / 16777216.f) * total;
   u = fminf(u, __uint_as_float(__float_as_uint(total) - 1u));  // below total (total > 0)
   const float start = offset + (warp_base + excl), end = offset + (warp_base + incl);

@@ -1502,8 +1502,10 @@ TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
         out_host(std::vector<int>{-5, -5});
     CUDA_OK(mod.launch(big, 2 * kBigC, 512,
                        {dl.get(), dc.get(), dp.get(), rows.get(), out.get(), out_host.get()}));
-    EXPECT_EQ(out.download(),
-              (std::vector<int>{static_cast<int>(std::max_element(lg.begin(), lg.begin() + kBigV) - lg.begin()), 0}));
+    EXPECT_EQ(
+        out.download(),
+        (std::vector<int>{
+            static_cast<int>(std::max_element(lg.begin(), lg.begin() + kBigV) - lg.begin()), 0}));
     EXPECT_EQ(out_host.download(), out.download());
   }
   // Seeded draws: `rows` rows of the same logits with counters 0..rows-1. Every token is in the
@@ -1525,8 +1527,9 @@ TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
       rows[r] = r;
     }
     DeviceBuffer<float> dl(lg);
-    DeviceBuffer<std::uint64_t> dc(std::vector<std::uint64_t>(
-        static_cast<std::size_t>(n_rows) * (vocab == V ? G : kBigG), 0));  // not read: no greedy row
+    // The greedy candidates, not read: no row is greedy.
+    const std::size_t n_cand = static_cast<std::size_t>(n_rows) * (vocab == V ? G : kBigG);
+    DeviceBuffer<std::uint64_t> dc(std::vector<std::uint64_t>(n_cand, 0));
     DeviceBuffer<SampleParams> dp(params);
     DeviceBuffer<int> drows(rows), out(std::vector<int>(n_rows, -5)), out_host(n_rows);
     CUDA_OK(mod.launch(kernel, n_rows * cluster, threads,
@@ -1557,10 +1560,10 @@ TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
     EXPECT_EQ(out1.download()[0], tok[123]);
     EXPECT_EQ(out1_host.download()[0], tok[123]);
   };
-  for (const SampleParams& base : {SampleParams{0.8f, 1.f, 0.f, 20, 7, 1, 0, 0},
-                                  SampleParams{1.0f, 0.9f, 0.f, 0, 9, 0, 0, 0},
-                                  SampleParams{1.3f, 0.95f, 0.01f, 40, 3, 3, 0, 0},
-                                  SampleParams{0.7f, 1.f, 0.f, 0, 5, 0, 0, 0}}) {
+  for (const SampleParams& base :
+       {SampleParams{0.8f, 1.f, 0.f, 20, 7, 1, 0, 0}, SampleParams{1.0f, 0.9f, 0.f, 0, 9, 0, 0, 0},
+        SampleParams{1.3f, 0.95f, 0.01f, 40, 3, 3, 0, 0},
+        SampleParams{0.7f, 1.f, 0.f, 0, 5, 0, 0, 0}}) {
     draws(k, V, 1, 128, random_floats(V, 2.f), base, R, 0.04);
   }
   // The real vocabulary over a cluster. Peaked logits (a few large ones over a wide, flat rest,
@@ -1570,9 +1573,9 @@ TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
   std::vector<float> peaked = random_floats(kBigV, 1.f), flat = random_floats(kBigV, 0.5f);
   for (int i = 0; i < 6; ++i) peaked[1000 + 20011 * i] = 19.f + 0.25f * static_cast<float>(i % 4);
   peaked[5] = NAN, peaked[6] = -INFINITY, peaked[kBigV - 1] = 20.f;
-  for (const SampleParams& base : {SampleParams{1.0f, 1.f, 0.f, 4, 11, 0, 0, 0},
-                                  SampleParams{0.8f, 0.9f, 0.f, 0, 12, 0, 0, 0},
-                                  SampleParams{1.2f, 0.95f, 0.02f, 50, 13, 0, 0, 0}}) {
+  for (const SampleParams& base :
+       {SampleParams{1.0f, 1.f, 0.f, 4, 11, 0, 0, 0}, SampleParams{0.8f, 0.9f, 0.f, 0, 12, 0, 0, 0},
+        SampleParams{1.2f, 0.95f, 0.02f, 50, 13, 0, 0, 0}}) {
     draws(big, kBigV, kBigC, 512, peaked, base, 1024, 0.08);
   }
   draws(big, kBigV, kBigC, 512, flat, SampleParams{0.8f, 0.95f, 0.f, 0, 14, 0, 0, 0}, 256, 1.0);
@@ -1589,14 +1592,14 @@ TEST(GpuKernels, ClusterDrawsStayInTheKeptSet) {
   std::vector<float> peaked = random_floats(V, 1.f), flat = random_floats(V, 0.5f);
   for (int i = 0; i < 6; ++i) peaked[77 + 19001 * i] = 19.f + 0.5f * static_cast<float>(i);
   const std::vector<SampleParams> params = {
-      {1.0f, 1.f, 0.f, 4, 1, 0, 3, 0},      {0.8f, 0.9f, 0.f, 0, 2, 0, 4, 0},
-      {0.8f, 0.95f, 0.f, 0, 3, 0, 5, 0},    {1.2f, 0.95f, 0.02f, 50, 4, 0, 6, 0},
-      {0.7f, 1.f, 0.f, 0, 5, 0, 7, 0},      {1.0f, 0.9f, 0.f, 0, 6, 0, 8, 0},
+      {1.0f, 1.f, 0.f, 4, 1, 0, 3, 0},   {0.8f, 0.9f, 0.f, 0, 2, 0, 4, 0},
+      {0.8f, 0.95f, 0.f, 0, 3, 0, 5, 0}, {1.2f, 0.95f, 0.02f, 50, 4, 0, 6, 0},
+      {0.7f, 1.f, 0.f, 0, 5, 0, 7, 0},   {1.0f, 0.9f, 0.f, 0, 6, 0, 8, 0},
       {1.0f, 0.9f, 0.f, 0, 7, 0, 9, 0}};
   const std::vector<const std::vector<float>*> row_logits = {&peaked, &peaked, &flat, &flat, &flat};
   std::vector<float> lg;
   for (const auto* row : row_logits) lg.insert(lg.end(), row->begin(), row->end());
-  lg.insert(lg.end(), V, NAN);          // row 5: only NaN
+  lg.insert(lg.end(), V, NAN);                    // row 5: only NaN
   lg.insert(lg.end(), flat.begin(), flat.end());  // row 6: padding
   DeviceBuffer<float> dl(lg);
   DeviceBuffer<std::uint64_t> dc(std::vector<std::uint64_t>(7 * G, 0));
