@@ -1,6 +1,6 @@
 #pragma once
 // What every Telos kernel template shares: bf16 as raw bits (so the templates need no toolkit
-// header under NVRTC), 16-byte vector loads, warp and block reductions with a fixed order.
+// header under NVRTC), 16-byte vector loads, warp reductions with a fixed order.
 //
 // Conventions of every kernel in codegen/kernels/:
 //  - every dimension is a template parameter; only the number of rows (tokens) comes from the grid;
@@ -136,40 +136,6 @@ __device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v)
     v = w > v ? w : v;
   }
   return v;
-}
-
-// Sum over a block of THREADS threads (a multiple of 32); every thread gets the result. `scratch`
-// holds THREADS / 32 floats. The order (warp butterflies, then warp 0 over the warp sums) is fixed.
-template <int THREADS>
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-  constexpr int kWarps = THREADS / 32;
-  v = warp_sum(v);
-  if constexpr (kWarps == 1) {
-    return v;
-  } else {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    __syncthreads();  // scratch may still be read by a previous call
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    float t = lane < kWarps ? scratch[lane] : 0.f;
-    return warp_sum(t);
-  }
-}
-
-template <int THREADS>
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-  constexpr int kWarps = THREADS / 32;
-  v = warp_max(v);
-  if constexpr (kWarps == 1) {
-    return v;
-  } else {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    __syncthreads();
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    float t = lane < kWarps ? scratch[lane] : -__int_as_float(0x7f800000);
-    return warp_max(t);
-  }
 }
 
 }  // namespace telos_kernels

@@ -322,8 +322,8 @@ __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
 // page. `v` is thread d's element of the bf16 projection, as f32. Rows whose position is negative
 // are padding: their k and v are not written. Threads d >= D (a GEMM's warpgroup when D < 128)
 // only take part in the barriers; `sync` is the barrier of the threads running the row, `head_v`
-// D floats and `scratch` 4 floats of shared memory. The norm's sum is block_sum's order over D
-// threads (warp butterflies, then the warp sums), so qkv_rope_append_rows and the small GEMM's
+// D floats and `scratch` 4 floats of shared memory. The norm's sum has one order over D threads
+// (warp butterflies, then the warp sums), so qkv_rope_append_rows and the small GEMM's
 // folded epilogue (gemm_small.cuh) give a row the same bits.
 template <int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP, long long PAGE_ELEMS,
           class Rope, class Sync>
