@@ -11,11 +11,11 @@
 //    the kernel's fixed order of the vocabulary (block, thread, then the thread's values: index
 //    rank * THREADS * PER + j * THREADS + thread holds the thread's j-th value), which depends on
 //    the shape only. NaN logits count as -inf.
-// The k-th largest logit and the top-p threshold are found by a bitwise search over
-// order-preserving integer keys, exact and without a sort: one bit a step, each step one
-// reduction over the cluster; the search ends early once the interval left holds one value (a
-// row of distinct logits: ~17-24 steps rather than 32, as close as the values around the cut
-// sit). The row lives in registers (up to 32 values a thread), so a step reads no memory; C
+// The k-th largest logit and the top-p threshold are found by a search over order-preserving
+// integer keys, exact and without a sort: two bits a step (three pivots cut the interval left
+// into four), each step one reduction over the cluster; the search ends early once the interval
+// left holds one value (a row of distinct logits: ~9-12 steps rather than 16, as close as the
+// values around the cut sit). The row lives in registers (up to 32 values a thread), so a step reads no memory; C
 // blocks (a cluster, distributed shared memory for the reductions) spread the row over C SMs.
 #include "common.cuh"
 #include "hexel/cluster.cuh"
@@ -40,12 +40,13 @@ __device__ __forceinline__ unsigned long long splitmix64(unsigned long long z) {
   return z ^ (z >> 31);
 }
 
-// A partial of sample's cluster reductions: a float sum, and a count, a smallest and a largest
-// key (u32: one redux.sync a warp, PTX ISA "Parallel Synchronization and Communication
-// Instructions: redux.sync").
+// A partial of sample's cluster reductions: three float sums and three counts (the search's
+// measures at its three pivots; other reductions use the first), four smallest keys (one for
+// each quarter of the search's interval) and a largest key (u32 fields: one redux.sync a warp,
+// PTX ISA "Parallel Synchronization and Communication Instructions: redux.sync").
 struct SamplePartial {
-  float sum;
-  unsigned count, min_key, max_key;
+  float sum[3];
+  unsigned count[3], min_key[4], max_key;
 };
 
 // Row r's token goes to tokens_out[r] (device memory: the next step's embedding reads it) and to
@@ -108,12 +109,19 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
     auto warp_reduce = [&](int width) {
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1)
-        if (o < width) v.sum += __shfl_xor_sync(0xffffffffu, v.sum, o);
-      v.count = __reduce_add_sync(0xffffffffu, v.count);
-      v.min_key = __reduce_min_sync(0xffffffffu, v.min_key);
+        if (o < width)
+#pragma unroll
+          for (int i = 0; i < 3; ++i) v.sum[i] += __shfl_xor_sync(0xffffffffu, v.sum[i], o);
+#pragma unroll
+      for (int i = 0; i < 3; ++i) v.count[i] = __reduce_add_sync(0xffffffffu, v.count[i]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v.min_key[i] = __reduce_min_sync(0xffffffffu, v.min_key[i]);
       v.max_key = __reduce_max_sync(0xffffffffu, v.max_key);
     };
-    const SamplePartial none{0.f, 0u, 0xffffffffu, 0u};
+    const SamplePartial none{{0.f, 0.f, 0.f},
+                             {0u, 0u, 0u},
+                             {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+                             0u};
     warp_reduce(32);
     if (lane == 0) red[warp] = v;
     __syncthreads();
@@ -131,10 +139,15 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
             return hexel::cluster::load_u32(
                 hexel::cluster::map_shared(hexel::smem_addr(field), lane));
           };
-          v.sum = __uint_as_float(remote(&pub[parity].sum));
-          v.count = remote(&pub[parity].count);
-          v.min_key = remote(&pub[parity].min_key);
-          v.max_key = remote(&pub[parity].max_key);
+          const SamplePartial& b = pub[parity];
+#pragma unroll
+          for (int i = 0; i < 3; ++i) {
+            v.sum[i] = __uint_as_float(remote(&b.sum[i]));
+            v.count[i] = remote(&b.count[i]);
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) v.min_key[i] = remote(&b.min_key[i]);
+          v.max_key = remote(&b.max_key);
         }
         warp_reduce(C);
         if (lane == 0) res = v;
@@ -168,7 +181,11 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
     if (kHeld > 0 && j < kHeld) w[j] = x;
     top = max(top, order_key(x));
   }
-  top = reduce({0.f, 0u, 0xffffffffu, top}).max_key;
+  {
+    SamplePartial t{};
+    t.max_key = top;
+    top = reduce(t).max_key;
+  }
   const float mx = __uint_as_float(top & 0x80000000u ? top & 0x7fffffffu : ~top);
   if (mx == ninf) {  // every logit NaN or -inf
     if (rank == 0 && tid == 0) put(0);
@@ -195,44 +212,61 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
 
   // The largest key T whose measure (of the values with keys >= T) reaches `target`: by count
   // (every value counts) or by mass (the values of positive weight), `n_all` values counting in
-  // all. The measure at key 0 reaches it. Bit by bit from the top; the interval [lo, lo + 2^(bit
-  // + 1)) left holds T, and once it holds one value that counts, that value's key is T (every key
-  // above it in the interval measures as the interval's top does, every key up to it as lo
-  // does). A thread keeps its measure over the keys above the interval, so a step only looks
-  // closer at the values inside it.
+  // all. The measure at key 0 reaches it. Two bits a step from the top: the interval [lo, lo +
+  // 4q) left holds T, and the pivots lo + q, lo + 2q, lo + 3q cut it into quarters; T lies in the
+  // quarter from the largest pivot whose measure reaches the target (lo's does). Once that
+  // quarter holds one value that counts, that value's key is T (every key above it in the quarter
+  // measures as the quarter's top does, every key up to it as the quarter's bottom does). A
+  // thread keeps its measure over the keys above the interval, so a step only looks closer at
+  // the values inside it.
   auto search = [&](float target, bool by_count, unsigned n_all) {
     unsigned lo = 0, n_lo = n_all, n_hi = 0, above_n = 0;
     float above_m = 0.f;
-    for (int bit = 31; bit >= 0; --bit) {
-      const unsigned cand = lo | (1u << bit), span_m1 = bit == 31 ? 0xffffffffu : (2u << bit) - 1u;
-      // The mass and count over keys >= cand, the smallest key in [cand, top) and the largest in
-      // [lo, cand), among the values that count.
-      SamplePartial v{above_m, above_n, 0xffffffffu, 0u};
+    for (int shift = 30; shift >= 0; shift -= 2) {
+      const unsigned span_m1 = shift == 30 ? 0xffffffffu : (4u << shift) - 1u;
+      // Over the values that count: the mass and count over keys >= each pivot (sum[i], count[i]
+      // for pivot lo + (i + 1)q), and the smallest key in each quarter.
+      SamplePartial v{{above_m, above_m, above_m},
+                      {above_n, above_n, above_n},
+                      {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+                      0u};
 #pragma unroll(kUnrolled ? PER : 4)
       for (int j = 0; j < PER; ++j) {
         unsigned k;
         float x;
         value(j, k, x);
-        if ((by_count || x > 0.f) && k - lo <= span_m1) {
-          if (k >= cand) {
-            v.sum += x, ++v.count;
-            v.min_key = min(v.min_key, k);
-          } else {
-            v.max_key = max(v.max_key, k);
-          }
+        const unsigned d = k - lo;
+        if ((by_count || x > 0.f) && d <= span_m1) {
+          const unsigned quarter = d >> shift;
+#pragma unroll
+          for (int i = 0; i < 3; ++i)
+            if (quarter > static_cast<unsigned>(i)) v.sum[i] += x, ++v.count[i];
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            if (quarter == static_cast<unsigned>(i)) v.min_key[i] = min(v.min_key[i], k);
         }
       }
-      const float mine_m = v.sum;
-      const unsigned mine_n = v.count;
+      const SamplePartial mine = v;
       v = reduce(v);
-      if ((by_count ? static_cast<float>(v.count) : v.sum) >= target) {
-        lo = cand;
-        if (v.count - n_hi == 1) return v.min_key;
-        n_lo = v.count;
-      } else {
-        if (n_lo - v.count == 1) return v.max_key;
-        n_hi = v.count, above_m = mine_m, above_n = mine_n;
-      }
+      // The quarter that holds T, and with it (selected in registers: no indexed array) the
+      // counts at its bottom and top, its smallest key and this thread's measure at its top.
+      // Measures do not grow with the pivot (sums of the same non-negative terms and more, in
+      // the same order), so the last pivot that reaches the target is the largest.
+      int at = 0;
+      unsigned n_at = n_lo, n_next = v.count[0], key_at = v.min_key[0];
+      float mine_m = mine.sum[0];
+      unsigned mine_n = mine.count[0];
+#pragma unroll
+      for (int i = 0; i < 3; ++i)
+        if ((by_count ? static_cast<float>(v.count[i]) : v.sum[i]) >= target) {
+          at = i + 1, n_at = v.count[i], key_at = v.min_key[i + 1];
+          n_next = i < 2 ? v.count[i + 1] : n_hi;
+          mine_m = i < 2 ? mine.sum[i + 1] : above_m;
+          mine_n = i < 2 ? mine.count[i + 1] : above_n;
+        }
+      if (n_at - n_next == 1) return key_at;
+      lo += static_cast<unsigned>(at) << shift;
+      n_lo = n_at, n_hi = n_next, above_m = mine_m, above_n = mine_n;
     }
     return lo;
   };
@@ -252,16 +286,16 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   }
   // top_p: the values of positive weight count, the measure is their mass.
   if (p.top_p < 1.f) {
-    SamplePartial t{0.f, 0u, 0xffffffffu, 0u};
+    SamplePartial t{};
 #pragma unroll(kUnrolled ? PER : 4)
     for (int j = 0; j < PER; ++j) {
       unsigned k;
       float x;
       value(j, k, x);
-      t.sum += x, t.count += x > 0.f ? 1u : 0u;
+      t.sum[0] += x, t.count[0] += x > 0.f ? 1u : 0u;
     }
     t = reduce(t);
-    k_min = search(fmaxf(p.top_p * t.sum, 1e-38f), false, t.count);
+    k_min = search(fmaxf(p.top_p * t.sum[0], 1e-38f), false, t.count[0]);
 #pragma unroll
     for (int j = 0; j < kHeld; ++j)
       if (key[j] < k_min) w[j] = 0.f;
@@ -285,28 +319,28 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   }
   float excl = __shfl_up_sync(0xffffffffu, incl, 1);
   if (lane == 0) excl = 0.f;
-  if (lane == 31) red[warp].sum = incl;
+  if (lane == 31) red[warp].sum[0] = incl;
   __syncthreads();
   float warp_base = 0.f, block_total = 0.f;
   for (int k = 0; k < kWarps; ++k) {
     if (k == warp) warp_base = block_total;
-    block_total += red[k].sum;
+    block_total += red[k].sum[0];
   }
   float offset = 0.f, total = block_total;
   if constexpr (C > 1) {
-    if (tid == 0) pub[parity].sum = block_total;
+    if (tid == 0) pub[parity].sum[0] = block_total;
     hexel::cluster::sync();
     if (tid == 0) {
-      const unsigned a = hexel::smem_addr(&pub[parity].sum);
+      const unsigned a = hexel::smem_addr(&pub[parity].sum[0]);
       float run = 0.f;
       for (int c = 0; c < C; ++c) {
-        if (c == rank) res.sum = run;
+        if (c == rank) res.sum[0] = run;
         run += __uint_as_float(hexel::cluster::load_u32(hexel::cluster::map_shared(a, c)));
       }
       res.max_key = __float_as_uint(run);
     }
     __syncthreads();
-    offset = res.sum, total = __uint_as_float(res.max_key);
+    offset = res.sum[0], total = __uint_as_float(res.max_key);
   }
   const unsigned long long seed = (static_cast<unsigned long long>(p.seed_hi) << 32) | p.seed_lo;
   const unsigned long long bits =
