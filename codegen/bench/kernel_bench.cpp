@@ -10,7 +10,8 @@
 //   block reads (per tile: positions up to the tile's last).
 // `telos-kernel-bench --sweep` also times the small GEMM at other tilings than the plan's;
 // `telos-kernel-bench --decode-layer` times only the copy bandwidth and the one-token decode
-// layers; `telos-kernel-bench --sample` only the copy bandwidth and the sampler.
+// layers; `telos-kernel-bench --sample` only the copy bandwidth and the sampler;
+// `telos-kernel-bench --attention` only the copy bandwidth and decode attention.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
   const bool sweep = argc > 1 && std::string(argv[1]) == "--sweep";
   const bool decode_layer_only = argc > 1 && std::string(argv[1]) == "--decode-layer";
   const bool sample_only = argc > 1 && std::string(argv[1]) == "--sample";
+  const bool attention_only = argc > 1 && std::string(argv[1]) == "--attention";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("telos-kernel-bench: no CUDA GPU\n");
@@ -191,7 +193,7 @@ int main(int argc, char** argv) {
   // step's sample node. Bytes: the logits, read once (greedy reads the candidates: 8 KB a row). The
   // batch-1 benchmark samples greedily; a client of an OpenAI-style server usually sends a
   // temperature and top_p.
-  if (!decode_layer_only) {
+  if (!decode_layer_only && !attention_only) {
     constexpr int V = 128256, kThreads = 512, kCluster = 8;
     struct Params {  // sample.cuh's SampleParams
       float temperature, top_p, min_p;
@@ -282,7 +284,7 @@ int main(int argc, char** argv) {
   // next layer's QKV weights prefetched into L2 after the layer's last load (change 36), two layer
   // launches resident on an SM with a 10-slot ring (change 37).
   // With --decode-layer, only this section (after the copy bandwidth).
-  {
+  if (!attention_only) {
     struct LayerShape {
       const char* name;
       int H, HQ, HKV, D, I;
@@ -465,6 +467,7 @@ int main(int argc, char** argv) {
                         {"lm_head", "", 128256, 4096}, {"lm_head_1b", "", 128256, 2048}};
   constexpr int kBatch = 8;
   for (int M : {1, 8, 64}) {
+    if (attention_only) break;
     std::vector<std::string> names;
     std::vector<GemmLaunch> launches;
     // Per shape: (label, tiling, instance) of each small-GEMM variant timed.
@@ -731,12 +734,13 @@ int main(int argc, char** argv) {
   struct Attn {
     int C, MAXP, split, nsplit;
     long long page_elems;
-    bool ahead = false;  // attn_split's LOAD_AHEAD
+    bool ahead = false;     // attn_split's LOAD_AHEAD
+    bool prefetch = false;  // attn_split's PREFETCH
     std::string split_kernel(int tpt) const {
       return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) +
              ", " + I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
-             float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) +
-             (ahead ? ", true>" : ">");
+             float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) + ", " +
+             (ahead ? "true" : "false") + ", " + (prefetch ? "true" : "false") + ">";
     }
     std::string combine_kernel() const {
       return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
@@ -792,6 +796,10 @@ int main(int argc, char** argv) {
     Attn ahead = plan;
     ahead.ahead = true;
     vars.push_back({" load-ahead", ahead});
+    for (Attn v : {plan, ahead}) {
+      v.prefetch = true;
+      vars.push_back({v.ahead ? " load-ahead prefetch" : " prefetch", v});
+    }
     for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
       Attn v = plan;
       v.split = split;
