@@ -156,9 +156,6 @@ int attn_partial_slots(int max_positions);
 // split rows: there the items are too few to fill three blocks an SM and the chain of chunk loads
 // is the item's time. The loads only: the bits are the same either way.
 constexpr int kAttnSplitAheadMaxRows = 8;
-// In the same buckets each item also asks L2 for its slot's first split before it waits on the
-// kernel before it (PREFETCH; the loads only again): at most two blocks an SM and 128 KB a block
-// (D 128), 34 MB of L2 at once, within the 50 MB that still hold them when the loads come.
 
 // attn_prefill (codegen/kernels/attention_prefill.cuh), the prompt rows' attention in prefill
 // buckets: whether it takes the model's head dim and group (64 or 128; G query heads a KV head

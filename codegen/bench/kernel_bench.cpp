@@ -565,7 +565,7 @@ int main(int argc, char** argv) {
   // wait); and 16-row weight tiles for qkv, o and down with deep rings ("bn16 deep": twice the
   // CTAs; the 1B shape's o and down have 64 CTAs of 32 rows for 132 SMs). None beat the plan on
   // the H200 (docs/perf-log.md, run K), nor did prefetching weight boxes to L2 before the wait.
-  {
+  if (!attention_only) {
     struct Shape { const char* name; int H, QKV, I; };
     const Shape shapes[] = {{"8B", 4096, 6144, 14336}, {"1B", 2048, 3072, 8192}};
     struct Cfg { const char* label; SmallGemmLimits limits; };
@@ -734,13 +734,12 @@ int main(int argc, char** argv) {
   struct Attn {
     int C, MAXP, split, nsplit;
     long long page_elems;
-    bool ahead = false;     // attn_split's LOAD_AHEAD
-    bool prefetch = false;  // attn_split's PREFETCH
+    bool ahead = false;  // attn_split's LOAD_AHEAD
     std::string split_kernel(int tpt) const {
       return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) +
              ", " + I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
-             float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) + ", " +
-             (ahead ? "true" : "false") + ", " + (prefetch ? "true" : "false") + ">";
+             float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) +
+             (ahead ? ", true>" : ">");
     }
     std::string combine_kernel() const {
       return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
@@ -796,10 +795,6 @@ int main(int argc, char** argv) {
     Attn ahead = plan;
     ahead.ahead = true;
     vars.push_back({" load-ahead", ahead});
-    for (Attn v : {plan, ahead}) {
-      v.prefetch = true;
-      vars.push_back({v.ahead ? " load-ahead prefetch" : " prefetch", v});
-    }
     for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
       Attn v = plan;
       v.split = split;

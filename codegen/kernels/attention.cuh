@@ -12,7 +12,6 @@
 // which the warps' results are merged depend only on positions, never on the batch or the tile,
 // so a row's result does not depend on its bucket.
 #include "common.cuh"
-#include "hexel/tma.cuh"
 
 namespace telos_kernels {
 
@@ -406,43 +405,14 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   }
 }
 
-// One token's item (TPT = 1) asks L2 for the K and V pages of its slot's first split, one bulk
-// prefetch for each page's K and for each page's V (PTX ISA: cp.async.bulk.prefetch), before it
-// waits on its predecessor:
-// positions, sequences and page tables are the step's descriptor, written before the step's first
-// kernel, and the pages before this token's position were written by earlier steps. (A page this
-// step's QKV kernel is still writing may be prefetched too: L2 is where those writes land, so the
-// loads after the wait see them; the prefetch changes no value.) With programmatic launch the
-// item's K/V stream from DRAM while the kernels before it finish.
-template <int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT>
-__device__ __forceinline__ void attn_split_prefetch(int t, int kvh, int slot, const int* positions,
-                                                    const int* token_seq, const int* page_tables,
-                                                    const bf16* kv_layer) {
-  const int first = slot * SPLIT, pos = positions[t];
-  if (pos < first) return;
-  const int p0 = first / PAGE, pages = (min(first + SPLIT, pos + 1) - 1) / PAGE - p0 + 1;
-  const int* pt = page_tables + token_seq[t] * MAXP + p0;
-  for (int i = threadIdx.x; i < 2 * pages; i += blockDim.x) {  // K of page i / 2 (even), V (odd)
-    const long long head = static_cast<long long>(i % 2 * HKV + kvh) * PAGE * D;
-    hexel::tma::prefetch_bytes(kv_layer + pt[i / 2] * PAGE_ELEMS + head, PAGE * D * 2);
-  }
-}
-
 // LOAD_AHEAD here takes two blocks an SM instead of three (its registers); the plan picks it for
-// buckets with too few items to fill three blocks an SM anyway (kernel_plan.hpp). PREFETCH (one
-// token a tile only): attn_split_prefetch before the wait on the predecessor.
+// buckets with too few items to fill three blocks an SM anyway (kernel_plan.hpp).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
-          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PREFETCH = false>
+          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false>
 __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : 3)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const bf16* kv_layer, float* part_o, float* part_ml) {
-  static_assert(!PREFETCH || TPT == 1, "prefetch: one token a tile");
-  pdl_launch_dependents();
-  if constexpr (PREFETCH)
-    attn_split_prefetch<HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT>(blockIdx.x, blockIdx.y, blockIdx.z,
-                                                               positions, token_seq, page_tables,
-                                                               kv_layer);
-  pdl_wait();
+  pdl_entry();
   attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD>(
       blockIdx.x, blockIdx.y, blockIdx.z, q, positions, token_seq, page_tables, kv_layer, part_o,
       part_ml, [] { __syncthreads(); });

@@ -204,9 +204,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(d8[1].at("args"), nlohmann::ordered_json({"buf:x", "w:layers.0.attn_norm",
                                                       "tmap:w:layers.0.qkv:256:128:32:64", "buf:qkv"}));
   EXPECT_EQ(instance_of(d8[2]), instance_of(p128[3]));
-  // One token a block, the next chunk's loads ahead and the first split prefetched (8 rows:
-  // kAttnSplitAheadMaxRows).
-  EXPECT_EQ(instance_of(d8[3]).substr(instance_of(d8[3]).size() - 16), ", 1, true, true>");
+  // One token a block, the next chunk's loads ahead (8 rows: kAttnSplitAheadMaxRows).
+  EXPECT_EQ(instance_of(d8[3]).substr(instance_of(d8[3]).size() - 10), ", 1, true>");
   EXPECT_EQ(d8[3].at("grid"), nlohmann::ordered_json({8, 2, 1}));
   EXPECT_EQ(d8[5].at("args")[0], "tmap:buf:attn:8:128:8:64");
   EXPECT_EQ(instance_of(d8[6]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
@@ -444,8 +443,7 @@ TEST(Codegen, AttentionTokensPerTile) {
   // Llama-3.2-1B (G = 4): the prefill bucket's attn_split has TPT = 4 (the last template
   // argument) and a grid of max_batch / 4 tiles (the generated rows; attn_prefill has the prompt
   // rows); the decode buckets' has TPT = 1 and one block per token, and loads ahead (LOAD_AHEAD,
-  // two blocks an SM) and prefetches its first split (PREFETCH) in buckets of at most
-  // kAttnSplitAheadMaxRows tokens.
+  // two blocks an SM) in buckets of at most kAttnSplitAheadMaxRows tokens.
   const KernelPlan plan = plan_kernels(llama_1b());
   const std::string prefix = "telos_kernels::attn_split<32, 8, 64, 16, 512, " +
                              std::to_string(2LL * 16 * 8 * 16 * 64) + "ll, 256, 32, " +
@@ -460,7 +458,7 @@ TEST(Codegen, AttentionTokensPerTile) {
         EXPECT_EQ(l.grid, (std::array<int, 3>{64 / 4, 8, 32}));
         ++seen_prefill;
       } else {
-        EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows ? "1, true, true>" : "1>"));
+        EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows ? "1, true>" : "1>"));
         EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, 32}));
         ++seen_decode;
       }

@@ -856,14 +856,12 @@ struct AttnShape {
   int HQ, HKV, D, PAGE, MAXP, SPLIT, NSPLIT;  // NSPLIT partial slots, splits dealt round-robin
 };
 
-// The attn_split instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, with its
-// LOAD_AHEAD and PREFETCH options.
-std::string attn_split_instance(const AttnShape& s, long long page_elems, int tpt, bool ahead = false,
-                                bool prefetch = false) {
+// The attn_split instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, loading
+// ahead (LOAD_AHEAD) or not.
+std::string attn_split_instance(const AttnShape& s, long long page_elems, int tpt, bool ahead = false) {
   return "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + I(s.PAGE) + ", " +
          I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " + I(s.NSPLIT) + ", " +
-         float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " + I(tpt) + ", " +
-         (ahead ? "true" : "false") + ", " + (prefetch ? "true" : "false") + ">";
+         float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " + I(tpt) + (ahead ? ", true>" : ">");
 }
 std::string attn_combine_instance(const AttnShape& s) {
   return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
@@ -1011,8 +1009,8 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
 // of its tile, tiles straddling two, three and more sequences, padding rows (position -1) inside
 // a tile and at the end. TPT = 1, 2 and 16 / G against each other: partials and outputs
 // memcmp-identical (partials poisoned first, so a tile must write exactly the entries TPT = 1
-// writes), and TPT = 1 against the f64 reference. TPT = 1 with LOAD_AHEAD, PREFETCH and both
-// (loads moved or added, the arithmetic untouched) memcmp-identical too.
+// writes), and TPT = 1 against the f64 reference. TPT = 1 with LOAD_AHEAD (loads moved, the
+// arithmetic untouched) memcmp-identical too.
 TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int LAYERS = 2, LAYER = 1;
@@ -1026,12 +1024,12 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     struct Variant {
       int tpt;
-      bool ahead, prefetch;
+      bool ahead;
     };
-    std::vector<Variant> variants = {{1, false, false}, {1, true, false}, {1, false, true}, {1, true, true}, {2, false, false}};
-    if (16 / G != 2) variants.push_back({16 / G, false, false});
+    std::vector<Variant> variants = {{1, false}, {1, true}, {2, false}};
+    if (16 / G != 2) variants.push_back({16 / G, false});
     std::vector<std::string> instances = {attn_combine_instance(s)};
-    for (const Variant& v : variants) instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead, v.prefetch));
+    for (const Variant& v : variants) instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead));
     TestModule mod(source_with_rope(), instances);
 
     const int ctx = s.MAXP * PAGE, wrap = NSPLIT * SPLIT;
@@ -1083,15 +1081,15 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       a.part_o.poison();
       a.part_ml.poison();
       a.out.poison();
-      const std::string split = attn_split_instance(s, page_elems, tpt, v.ahead, v.prefetch);
+      const std::string split = attn_split_instance(s, page_elems, tpt, v.ahead);
       CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, NSPLIT), 128,
                          {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(), a.part_ml.get()}));
       CUDA_OK(mod.launch(attn_combine_instance(s), dim3(T, s.HQ), s.D,
                          {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
       const auto po = a.part_o.download(), ml = a.part_ml.download();
       const auto out = a.out.download();
-      const std::string opts = std::string(v.ahead ? " load-ahead" : "") + (v.prefetch ? " prefetch" : "");
-      if (tpt == 1 && !v.ahead && !v.prefetch) {
+      const std::string opts = v.ahead ? " load-ahead" : "";
+      if (tpt == 1 && !v.ahead) {
         expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
         po1 = po, ml1 = ml, out1 = out;
         continue;
