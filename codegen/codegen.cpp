@@ -70,8 +70,15 @@ GeneratedKernels generate_kernels(const CodegenInput& in, const CodegenOptions& 
     for (std::size_t t = 0; t < modules.size(); ++t) {
       const std::string& arch = in.targets[t];
       auto it = modules[t].resources.find(entry);
+      // Seen once on the GPU machine and never reproduced (docs/perf-log.md, session 15 runs
+      // 3-4): the message says how much of the report there was, to tell a short log from a
+      // garbled one.
       if (it == modules[t].resources.end())
-        fail("codegen: ptxas reported nothing for kernel " + k.instance + " (" + arch + ")");
+        fail("codegen: ptxas reported nothing for kernel " + k.instance + " (" + arch +
+             "); its report (" + std::to_string(modules[t].log.size()) + " bytes of NVRTC's log) named " +
+             std::to_string(modules[t].resources.size()) + " of the " +
+             std::to_string(plan.kernels.size()) + " kernels" +
+             (modules[t].from_cache ? ", read from the kernel cache" : ""));
       const KernelResources& r = it->second;
       if (r.spill_stores || r.spill_loads || r.stack_frame)
         fail("codegen: kernel " + k.instance + " (" + entry + ") uses local memory on " + arch +
