@@ -236,23 +236,14 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
         float x;
         value(j, k, x);
         const unsigned d = k - lo;
-        const bool inside = (by_count || x > 0.f) && d <= span_m1;
-        // A warp skips the value when none of its lanes holds it inside the interval, as most
-        // do after the first steps (the interval keeps a quarter a step); the loop is uniform
-        // over the warp's lanes.
-        if (__any_sync(0xffffffffu, inside) && inside) {
-          // Selects rather than branches on the quarter, which the compiler could otherwise
-          // turn into an indexed (local memory) array; adding +0 leaves a sum's bits as they are.
+        if ((by_count || x > 0.f) && d <= span_m1) {
           const unsigned quarter = d >> shift;
 #pragma unroll
-          for (int i = 0; i < 3; ++i) {
-            const bool above = quarter > static_cast<unsigned>(i);
-            v.sum[i] += above ? x : 0.f;
-            v.count[i] += above ? 1u : 0u;
-          }
+          for (int i = 0; i < 3; ++i)
+            if (quarter > static_cast<unsigned>(i)) v.sum[i] += x, ++v.count[i];
 #pragma unroll
           for (int i = 0; i < 4; ++i)
-            v.min_key[i] = min(v.min_key[i], quarter == static_cast<unsigned>(i) ? k : 0xffffffffu);
+            if (quarter == static_cast<unsigned>(i)) v.min_key[i] = min(v.min_key[i], k);
         }
       }
       const SamplePartial mine = v;
