@@ -73,6 +73,12 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   __shared__ SamplePartial pub[2];       // this block's partial, read by the cluster (alternating)
   __shared__ SamplePartial res;          // a reduction's result
   __shared__ unsigned long long best_c[kWarps];
+  // The search's values inside its interval once the whole cluster holds at most kList of them:
+  // this block's, in order (thread, then the thread's values), keys and weights.
+  constexpr int kList = 4096;
+  __shared__ unsigned list_key[kList];
+  __shared__ float list_w[kList];
+  __shared__ int list_base[kWarps + 1];
 
   const int r = blockIdx.x / C, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int rank = C > 1 ? static_cast<int>(hexel::cluster::cta_rank()) : 0;
@@ -218,10 +224,13 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   // quarter holds one value that counts, that value's key is T (every key above it in the quarter
   // measures as the quarter's top does, every key up to it as the quarter's bottom does). A
   // thread keeps its measure over the keys above the interval, so a step only looks closer at
-  // the values inside it.
+  // the values inside it. Once the cluster's interval holds at most kList values (the counts say
+  // how many), each block copies its values inside it into its list, and the steps after that
+  // read the list (a few values a thread) instead of every value of the row.
   auto search = [&](float target, bool by_count, unsigned n_all) {
     unsigned lo = 0, n_lo = n_all, n_hi = 0, above_n = 0;
     float above_m = 0.f;
+    int listed = -1;  // the values in this block's list; -1: none yet
     for (int shift = 30; shift >= 0; shift -= 2) {
       const unsigned span_m1 = shift == 30 ? 0xffffffffu : (4u << shift) - 1u;
       // Over the values that count: the mass and count over keys >= each pivot (sum[i], count[i]
@@ -230,11 +239,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
                       {above_n, above_n, above_n},
                       {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
                       0u};
-#pragma unroll(kUnrolled ? PER : 4)
-      for (int j = 0; j < PER; ++j) {
-        unsigned k;
-        float x;
-        value(j, k, x);
+      auto count_in = [&](unsigned k, float x) {
         const unsigned d = k - lo;
         if ((by_count || x > 0.f) && d <= span_m1) {
           const unsigned quarter = d >> shift;
@@ -244,6 +249,53 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
 #pragma unroll
           for (int i = 0; i < 4; ++i)
             if (quarter == static_cast<unsigned>(i)) v.min_key[i] = min(v.min_key[i], k);
+        }
+      };
+      if (listed < 0 && n_lo - n_hi <= static_cast<unsigned>(kList)) {
+        // This thread's values inside [lo, lo + 4q) go to the list from its offset: an exclusive
+        // scan of the threads' counts (warp scans, then the warps' totals in order).
+        auto inside = [&](unsigned k, float x) { return (by_count || x > 0.f) && k - lo <= span_m1; };
+        int mine_n = 0;
+#pragma unroll(kUnrolled ? PER : 4)
+        for (int j = 0; j < PER; ++j) {
+          unsigned k;
+          float x;
+          value(j, k, x);
+          mine_n += inside(k, x) ? 1 : 0;
+        }
+        int incl = mine_n;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const int y = __shfl_up_sync(0xffffffffu, incl, o);
+          if (lane >= o) incl += y;
+        }
+        if (lane == 31) list_base[warp + 1] = incl;
+        __syncthreads();
+        if (tid == 0) {
+          list_base[0] = 0;
+          for (int w8 = 1; w8 <= kWarps; ++w8) list_base[w8] += list_base[w8 - 1];
+        }
+        __syncthreads();
+        int at = list_base[warp] + incl - mine_n;
+#pragma unroll(kUnrolled ? PER : 4)
+        for (int j = 0; j < PER; ++j) {
+          unsigned k;
+          float x;
+          value(j, k, x);
+          if (inside(k, x)) list_key[at] = k, list_w[at] = x, ++at;
+        }
+        listed = list_base[kWarps];
+        __syncthreads();
+      }
+      if (listed >= 0) {
+        for (int e = tid; e < listed; e += THREADS) count_in(list_key[e], list_w[e]);
+      } else {
+#pragma unroll(kUnrolled ? PER : 4)
+        for (int j = 0; j < PER; ++j) {
+          unsigned k;
+          float x;
+          value(j, k, x);
+          count_in(k, x);
         }
       }
       const SamplePartial mine = v;
