@@ -75,9 +75,9 @@ GeneratedKernels generate_kernels(const CodegenInput& in, const CodegenOptions& 
       // garbled one.
       if (it == modules[t].resources.end())
         fail("codegen: ptxas reported nothing for kernel " + k.instance + " (" + arch +
-             "); its report (" + std::to_string(modules[t].log.size()) + " bytes of NVRTC's log) named " +
-             std::to_string(modules[t].resources.size()) + " of the " +
-             std::to_string(plan.kernels.size()) + " kernels" +
+             "); its report (" + std::to_string(modules[t].log.size()) +
+             " bytes of NVRTC's log) named " + std::to_string(modules[t].resources.size()) +
+             " of the " + std::to_string(plan.kernels.size()) + " kernels" +
              (modules[t].from_cache ? ", read from the kernel cache" : ""));
       const KernelResources& r = it->second;
       if (r.spill_stores || r.spill_loads || r.stack_frame)

@@ -14,9 +14,11 @@
 // The k-th largest logit and the top-p threshold are found by a search over order-preserving
 // integer keys, exact and without a sort: two bits a step (three pivots cut the interval left
 // into four), each step one reduction over the cluster; the search ends early once the interval
-// left holds one value (a row of distinct logits: ~9-12 steps rather than 16, as close as the
-// values around the cut sit). The row lives in registers (up to 32 values a thread), so a step reads no memory; C
-// blocks (a cluster, distributed shared memory for the reductions) spread the row over C SMs.
+// left holds one value (a row of distinct logits: ~9-13 steps rather than 16, as close as the
+// values around the cut sit). The row lives in registers (up to 32 values a thread), so a step
+// reads no global memory, and once the interval holds at most a few thousand values each block
+// keeps its own in a shared-memory list that the last steps read instead. C blocks (a cluster,
+// distributed shared memory for the reductions) spread the row over C SMs.
 #include "common.cuh"
 #include "hexel/cluster.cuh"
 
@@ -124,10 +126,8 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
       for (int i = 0; i < 4; ++i) v.min_key[i] = __reduce_min_sync(0xffffffffu, v.min_key[i]);
       v.max_key = __reduce_max_sync(0xffffffffu, v.max_key);
     };
-    const SamplePartial none{{0.f, 0.f, 0.f},
-                             {0u, 0u, 0u},
-                             {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
-                             0u};
+    const SamplePartial none{
+        {0.f, 0.f, 0.f}, {0u, 0u, 0u}, {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, 0u};
     warp_reduce(32);
     if (lane == 0) red[warp] = v;
     __syncthreads();
@@ -254,7 +254,9 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
       if (listed < 0 && n_lo - n_hi <= static_cast<unsigned>(kList)) {
         // This thread's values inside [lo, lo + 4q) go to the list from its offset: an exclusive
         // scan of the threads' counts (warp scans, then the warps' totals in order).
-        auto inside = [&](unsigned k, float x) { return (by_count || x > 0.f) && k - lo <= span_m1; };
+        auto inside = [&](unsigned k, float x) {
+          return (by_count || x > 0.f) && k - lo <= span_m1;
+        };
         int mine_n = 0;
 #pragma unroll(kUnrolled ? PER : 4)
         for (int j = 0; j < PER; ++j) {

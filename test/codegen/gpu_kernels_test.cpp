@@ -858,10 +858,12 @@ struct AttnShape {
 
 // The attn_split instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, loading
 // ahead (LOAD_AHEAD) or not.
-std::string attn_split_instance(const AttnShape& s, long long page_elems, int tpt, bool ahead = false) {
-  return "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + I(s.PAGE) + ", " +
-         I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " + I(s.NSPLIT) + ", " +
-         float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " + I(tpt) + (ahead ? ", true>" : ">");
+std::string attn_split_instance(const AttnShape& s, long long page_elems, int tpt,
+                                bool ahead = false) {
+  return "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
+         I(s.PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " +
+         I(s.NSPLIT) + ", " + float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " +
+         I(tpt) + (ahead ? ", true>" : ">");
 }
 std::string attn_combine_instance(const AttnShape& s) {
   return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
@@ -1029,7 +1031,8 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
     std::vector<Variant> variants = {{1, false}, {1, true}, {2, false}};
     if (16 / G != 2) variants.push_back({16 / G, false});
     std::vector<std::string> instances = {attn_combine_instance(s)};
-    for (const Variant& v : variants) instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead));
+    for (const Variant& v : variants)
+      instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead));
     TestModule mod(source_with_rope(), instances);
 
     const int ctx = s.MAXP * PAGE, wrap = NSPLIT * SPLIT;
@@ -1094,15 +1097,19 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
         po1 = po, ml1 = ml, out1 = out;
         continue;
       }
-      EXPECT_EQ(0, std::memcmp(out.data(), out1.data(), out.size() * 2)) << "G=" << G << " D=" << s.D << " TPT=" << tpt << opts;
-      EXPECT_EQ(0, std::memcmp(ml.data(), ml1.data(), ml.size() * 4)) << "G=" << G << " D=" << s.D << " TPT=" << tpt << opts;
-      EXPECT_EQ(0, std::memcmp(po.data(), po1.data(), po.size() * 4)) << "G=" << G << " D=" << s.D << " TPT=" << tpt << opts;
+      EXPECT_EQ(0, std::memcmp(out.data(), out1.data(), out.size() * 2))
+          << "G=" << G << " D=" << s.D << " TPT=" << tpt << opts;
+      EXPECT_EQ(0, std::memcmp(ml.data(), ml1.data(), ml.size() * 4))
+          << "G=" << G << " D=" << s.D << " TPT=" << tpt << opts;
+      EXPECT_EQ(0, std::memcmp(po.data(), po1.data(), po.size() * 4))
+          << "G=" << G << " D=" << s.D << " TPT=" << tpt << opts;
       // The first differing output, to say which token and head.
       for (std::size_t i = 0; i < out.size(); ++i)
         if (out[i] != out1[i]) {
-          ADD_FAILURE() << "G=" << G << " D=" << s.D << " TPT=" << tpt << opts << ": token " << i / (s.HQ * s.D) << " head "
-                        << i / s.D % s.HQ << " dim " << i % s.D << ": " << from_bf16(out[i]) << " vs "
-                        << from_bf16(out1[i]) << " with TPT = 1";
+          ADD_FAILURE() << "G=" << G << " D=" << s.D << " TPT=" << tpt << opts << ": token "
+                        << i / (s.HQ * s.D) << " head " << i / s.D % s.HQ << " dim " << i % s.D
+                        << ": " << from_bf16(out[i]) << " vs " << from_bf16(out1[i])
+                        << " with TPT = 1";
           break;
         }
     }
