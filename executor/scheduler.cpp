@@ -108,6 +108,7 @@ void Scheduler::schedule(Step& step) {
     seq.tokens = std::span<const std::int32_t>(s.tokens).subspan(
         static_cast<std::size_t>(s.num_computed), static_cast<std::size_t>(count));
     seq.page_table = s.pages;
+    seq.page_epoch = s.preemptions;
     seq.samples = s.num_computed + count == static_cast<int>(s.tokens.size());
     seq.prompt_len = s.prompt_len;
     step.sequences.push_back(seq);

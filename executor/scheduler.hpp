@@ -62,6 +62,10 @@ struct ScheduledSequence {
   // holding a prompt token is never a decode step (docs/artifact.md, "Prompt and generated
   // tokens").
   int prompt_len = 0;
+  // The request's preemptions so far: while it stays the same, page_table only grows (a
+  // preemption frees the pages and the recomputation takes new ones), so a copy of its first
+  // entries made earlier is still right (the GPU descriptor's page rows, step_descriptor.hpp).
+  int page_epoch = 0;
 };
 
 enum class BucketKind { Decode, Prefill };

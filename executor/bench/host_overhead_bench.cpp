@@ -5,7 +5,9 @@
 // two GPU steps: scheduling, descriptor packing, the engine's bookkeeping. Issue 5's target is
 // <= 20 us per decode step at batch 1 and 64.
 //
-//   telos-host-bench ARTIFACT [BATCH ...]     (default batches 1 8 64 256, capped at max_batch)
+//   telos-host-bench ARTIFACT [--prompt-len N] [BATCH ...]
+//       (default prompt 16 tokens, batches 1 8 64 256 capped at max_batch; a long prompt shows the
+//       per-step work that grows with the context, such as the page tables' packing)
 //
 // Prints, per batch: host us per full-batch decode step (median, p90: scheduling, packing and launch,
 // which an overlapped step does while the device runs the step before it), the loop's period, and
@@ -51,7 +53,7 @@ class PackOnlyBackend : public ModelBackend {
     while (bucket < tokens) bucket *= 2;
     const int slot = (oldest_ + in_flight_) % 2;
     pack_step_descriptor(layout_, step, std::min(bucket, layout_.max_tokens), rows, {}, fed_rows_,
-                         host_[slot].data());
+                         host_[slot].data(), &page_rows_[slot]);
     fed_rows_ = rows;
     greedy_[slot] = device_picks.size();
     ++in_flight_;
@@ -69,6 +71,7 @@ class PackOnlyBackend : public ModelBackend {
   std::size_t greedy_[2] = {};
   StepDescriptorLayout layout_;
   std::vector<char> host_[2];
+  PageRowCache page_rows_[2];
 };
 
 double quantile(std::vector<double> v, double q) {
@@ -79,19 +82,29 @@ double quantile(std::vector<double> v, double q) {
 
 int run(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: telos-host-bench ARTIFACT [BATCH ...]\n");
+    std::fprintf(stderr, "usage: telos-host-bench ARTIFACT [--prompt-len N] [BATCH ...]\n");
     return 2;
   }
   auto artifact = Artifact::load(argv[1]);
   std::vector<int> batches;
-  for (int i = 2; i < argc; ++i) batches.push_back(std::atoi(argv[i]));
+  int prompt = 16;
+  for (int i = 2; i < argc; ++i) {
+    if (std::string(argv[i]) == "--prompt-len" && i + 1 < argc)
+      prompt = std::atoi(argv[++i]);
+    else
+      batches.push_back(std::atoi(argv[i]));
+  }
+  if (prompt < 1) fail("telos-host-bench: --prompt-len must be at least 1");
   if (batches.empty()) batches = {1, 8, 64, 256};
   const int max_batch = artifact->serving().max_batch;
   EngineOptions options;
   options.record_step_timings = true;
   options.check_invariants = false;
   auto engine = Engine::create(artifact, std::make_unique<PackOnlyBackend>(*artifact), options);
-  const int prompt = 16, gen = std::min(256, engine->max_seq_len() - prompt);
+  if (prompt >= engine->max_seq_len())
+    fail("telos-host-bench: --prompt-len " + std::to_string(prompt) + " leaves no room below max_seq_len " +
+         std::to_string(engine->max_seq_len()));
+  const int gen = std::min(256, engine->max_seq_len() - prompt);
   std::printf("%s: prompt %d, %d generated per request\n%6s %14s %14s %14s %12s\n", artifact->model().name.c_str(),
               prompt, gen, "batch", "host us p50", "host us p90", "period us p50", "overlapped");
   for (int batch : batches) {

@@ -37,7 +37,7 @@ StepDescriptorLayout StepDescriptorLayout::make(int max_tokens, int max_sample_r
 
 PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step, int bucket_tokens,
                                 int bucket_sample_rows, std::span<const DeviceSampling> sampling,
-                                int fed_rows, char* host) {
+                                int fed_rows, char* host, PageRowCache* page_rows) {
   auto* tok = reinterpret_cast<std::int32_t*>(host + L.off_tokens);
   auto* pos = reinterpret_cast<std::int32_t*>(host + L.off_positions);
   auto* seq = reinterpret_cast<std::int32_t*>(host + L.off_token_seq);
@@ -79,11 +79,22 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
     if (static_cast<int>(s.page_table.size()) < needed) fail(who() + ": page table too short for its positions");
     // Only the pages of positions up to the step's last are read (attention and the KV append
     // stop at the token's position), so the rest of the row is left as it is.
+    // Entries the row already holds for this request and page_epoch stay (they were checked when
+    // written); the row's record changes only once the new ones are in.
     std::int32_t* row = pages + i * static_cast<std::size_t>(L.max_pages);
-    for (int p = 0; p < needed; ++p) {
+    int from = 0;
+    if (page_rows) {
+      if (page_rows->rows.size() < static_cast<std::size_t>(L.max_batch))
+        page_rows->rows.resize(static_cast<std::size_t>(L.max_batch));
+      const PageRowCache::Row& held = page_rows->rows[i];
+      if (held.request == s.request && held.epoch == s.page_epoch && held.written <= needed)
+        from = held.written;
+    }
+    for (int p = from; p < needed; ++p) {
       if (s.page_table[p] < 0 || s.page_table[p] >= L.kv_pages) fail(who() + ": page id out of range");
       row[p] = s.page_table[p];
     }
+    if (page_rows) page_rows->rows[i] = {s.request, s.page_epoch, needed};
     int t = -1;  // the row of the sequence's last token
     for (int j = 0; j < n; ++j) {
       if (s.tokens[j] >= L.vocab || s.tokens[j] < -fed_rows) fail(who() + ": token id out of range");

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "executor/model_backend.hpp"
 #include "executor/scheduler.hpp"
@@ -37,6 +38,19 @@ struct StepDescriptorLayout {
                                    int page_size, int vocab, int kv_pages);
 };
 
+// What one descriptor buffer's page-table rows hold: per row, the request whose pages it holds,
+// that request's page_epoch, and how many of its entries are written. Packing the next step into
+// the same buffer then writes only the entries a sequence added since (one page every page_size
+// tokens) instead of its whole table again (at batch 64 and 8k positions, 33k entries a step).
+struct PageRowCache {
+  struct Row {
+    RequestId request = 0;
+    int epoch = -1;  // -1: nothing written
+    int written = 0;
+  };
+  std::vector<Row> rows;  // max_batch
+};
+
 struct PackedStep {
   int sample_rows = 0;      // rows that sample, in step order
   std::int64_t upload = 0;  // bytes from the descriptor's start that the device must receive
@@ -50,7 +64,9 @@ struct PackedStep {
 // tokens and padding) and prompt_positions those of prompt tokens (-2 for generated tokens, -1 for
 // padding), for the two attention kernels of prefill buckets; sequence i's page-table row holds its
 // pages for positions up to its last (the rest of the row is not read and is left as it was).
-// `sampling[i]` is sequence i's (greedy where absent). A token -(r+1) is passed on as it is: the
+// `sampling[i]` is sequence i's (greedy where absent). With `page_rows` (this buffer's, kept
+// from the last step packed into it, empty the first time), a row that holds the same request at
+// the same page_epoch gets only its new entries. A token -(r+1) is passed on as it is: the
 // embedding kernel reads the token that row r of the previous step sampled (ModelBackend::
 // feeds_sampled_tokens); `fed_rows` is that step's number of sampling rows (0: none may be fed).
 // Throws telos::Error naming the request, before anything reaches the device, on a token id,
@@ -58,7 +74,8 @@ struct PackedStep {
 // max_batch (a prefill bucket's split kernels cover its first max_batch rows only).
 PackedStep pack_step_descriptor(const StepDescriptorLayout& layout, const Step& step,
                                 int bucket_tokens, int bucket_sample_rows,
-                                std::span<const DeviceSampling> sampling, int fed_rows, char* host);
+                                std::span<const DeviceSampling> sampling, int fed_rows, char* host,
+                                PageRowCache* page_rows = nullptr);
 
 // A bucket as the choice of a step's graph sees it: a decode bucket holds `size` sequences of one
 // token, a prefill bucket `tokens` tokens of up to max_batch sequences; either samples at most

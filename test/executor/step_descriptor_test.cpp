@@ -7,8 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
+#include <random>
 #include <string>
 #include <vector>
+
+#include "executor/kv_page_pool.hpp"
+#include "executor/scheduler.hpp"
 
 #include "support/error.hpp"
 
@@ -216,6 +221,101 @@ const std::vector<std::vector<std::string>> kProgram = {
 // The bucket a step runs in: decode buckets only for one generated token a sequence (a one-token
 // prompt chunk beside decodes goes to a prefill bucket, so the prompt token meets attn_prefill as
 // it would alone), preferred there, then the smallest prefill bucket that holds the step.
+// With a PageRowCache, a row that holds the same request at the same page_epoch gets only its new
+// entries (the ones before are left as they are: poisoned here, they stay poisoned), and a row
+// whose request or page_epoch changed is written whole.
+TEST(StepDescriptor, PageRowsWriteOnlyWhatASequenceAdded) {
+  const StepDescriptorLayout l = layout();
+  Buffer b(l);
+  PageRowCache rows;
+  const std::vector<std::int32_t> tok = {5};
+  std::vector<PageId> pages = {3, 4};
+  auto step_at = [&](RequestId id, int position, int epoch) {
+    Step step;
+    step.sequences.push_back({id, position, std::span<const std::int32_t>(tok), std::span<const PageId>(pages), true});
+    step.sequences.back().prompt_len = 1;
+    step.sequences.back().page_epoch = epoch;
+    step.num_tokens = 1;
+    return step;
+  };
+  std::int32_t* row = reinterpret_cast<std::int32_t*>(b.bytes.data() + l.off_page_tables);
+  pack_step_descriptor(l, step_at(9, 20, 0), 1, 1, {}, 0, b.bytes.data(), &rows);
+  EXPECT_EQ(std::vector<std::int32_t>(row, row + 2), (std::vector<std::int32_t>{3, 4}));
+  row[0] = row[1] = -7;  // what the buffer held stays unless rewritten
+  pages.push_back(11);
+  pack_step_descriptor(l, step_at(9, 33, 0), 1, 1, {}, 0, b.bytes.data(), &rows);
+  EXPECT_EQ(std::vector<std::int32_t>(row, row + 3), (std::vector<std::int32_t>{-7, -7, 11}));
+  // The same request after a preemption (new pages, a new epoch): the whole row again.
+  pages = {6, 2, 8};
+  pack_step_descriptor(l, step_at(9, 33, 1), 1, 1, {}, 0, b.bytes.data(), &rows);
+  EXPECT_EQ(std::vector<std::int32_t>(row, row + 3), (std::vector<std::int32_t>{6, 2, 8}));
+  // Another request in the row: the whole row.
+  row[0] = -7;
+  pages = {1, 5, 7};
+  pack_step_descriptor(l, step_at(10, 33, 1), 1, 1, {}, 0, b.bytes.data(), &rows);
+  EXPECT_EQ(std::vector<std::int32_t>(row, row + 3), (std::vector<std::int32_t>{1, 5, 7}));
+  // A refused step leaves the row's record as it was: a bad new entry is not taken for written.
+  pages = {1, 5, 7, 99};
+  EXPECT_THROW(pack_step_descriptor(l, step_at(10, 50, 1), 1, 1, {}, 0, b.bytes.data(), &rows), Error);
+  pages = {1, 5, 7, 12};
+  pack_step_descriptor(l, step_at(10, 50, 1), 1, 1, {}, 0, b.bytes.data(), &rows);
+  EXPECT_EQ(std::vector<std::int32_t>(row, row + 4), (std::vector<std::int32_t>{1, 5, 7, 12}));
+}
+
+// The scheduler's real steps over thousands of request lifecycles with preemptions (a pool small
+// enough to force them), packed as the GPU engine packs them, two buffers alternating with their
+// PageRowCaches: every sequence's page-table row equals a full pack's, step after step.
+TEST(StepDescriptor, PageRowsMatchAFullPackOverRandomLifecycles) {
+  const StepDescriptorLayout l = StepDescriptorLayout::make(16, 4, 4, 12, 4, 100, 24);
+  KvPagePool pool(24);
+  Scheduler s(SchedulerLimits{4, 48, 4, 16, {1, 2, 4}, {16}}, pool);
+  std::mt19937 rng(5);
+  Buffer parity[2] = {Buffer(l), Buffer(l)};
+  PageRowCache rows[2];
+  std::map<RequestId, int> live;
+  RequestId next_id = 1;
+  int steps = 0, done = 0;
+  const int total = 1500;
+  while (done < total) {
+    while (next_id <= static_cast<RequestId>(total) && s.num_waiting() < 4 &&
+           std::uniform_int_distribution<int>(0, 2)(rng) != 0) {
+      const int p = std::uniform_int_distribution<int>(1, 30)(rng);
+      s.add(next_id, std::vector<std::int32_t>(static_cast<std::size_t>(p), 3),
+            std::uniform_int_distribution<int>(1, 48 - p)(rng));
+      live[next_id++] = 0;
+    }
+    const Step step = s.schedule();
+    if (step.empty()) continue;
+    Buffer& b = parity[steps % 2];
+    pack_step_descriptor(l, step, 16, 4, {}, 0, b.bytes.data(), &rows[steps % 2]);
+    Buffer full(l);
+    pack_step_descriptor(l, step, 16, 4, {}, 0, full.bytes.data());
+    for (std::size_t i = 0; i < step.sequences.size(); ++i) {
+      const ScheduledSequence& q = step.sequences[i];
+      const int needed = (q.first_position + static_cast<int>(q.tokens.size()) + 3) / 4;
+      const std::int32_t* got = b.i32(l.off_page_tables) + i * 12;
+      const std::int32_t* want = full.i32(l.off_page_tables) + i * 12;
+      ASSERT_EQ(std::vector<std::int32_t>(got, got + needed), std::vector<std::int32_t>(want, want + needed))
+          << "step " << steps << " request " << q.request << " (page_epoch " << q.page_epoch << ")";
+    }
+    s.commit(step);
+    for (const ScheduledSequence& q : step.sequences) {
+      if (!q.samples) continue;
+      const SequenceState* st = s.find(q.request);
+      if (std::uniform_int_distribution<int>(0, 19)(rng) == 0 || st->prompt_len + ++live[q.request] == st->max_len) {
+        s.remove(q.request);
+        live.erase(q.request);
+        ++done;
+      } else {
+        s.append_token(q.request, 7);
+      }
+    }
+    ++steps;
+    ASSERT_LT(steps, 100000) << "no progress";
+  }
+  EXPECT_GT(s.num_preemptions(), 0u) << "the pool was meant to be small enough to preempt";
+}
+
 TEST(ChooseBucket, DecodeBucketsTakeGeneratedTokensOnly) {
   const std::vector<BucketShape> buckets = {
       {false, 4, 64, 4}, {false, 4, 16, 4}, {true, 4, 4, 4}, {true, 1, 1, 1}};
