@@ -108,7 +108,7 @@ void Scheduler::schedule(Step& step) {
     seq.tokens = std::span<const std::int32_t>(s.tokens).subspan(
         static_cast<std::size_t>(s.num_computed), static_cast<std::size_t>(count));
     seq.page_table = s.pages;
-    seq.page_epoch = s.preemptions;
+    seq.pages_id = s.pages_id;
     seq.samples = s.num_computed + count == static_cast<int>(s.tokens.size());
     seq.prompt_len = s.prompt_len;
     step.sequences.push_back(seq);
@@ -183,6 +183,7 @@ void Scheduler::schedule(Step& step) {
     if (!pool_.allocate(pages_for(static_cast<int>(s.tokens.size())), s.pages)) break;
     waiting_.pop_front();
     s.running = true;
+    s.pages_id = next_pages_id_++;
     // Room for every token and page it can reach, taken once it runs (not while it waits, where
     // a long queue would hold it): growing them while it decodes would reallocate in the steps
     // where a batch that started together crosses the same sizes.

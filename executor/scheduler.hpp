@@ -62,10 +62,11 @@ struct ScheduledSequence {
   // holding a prompt token is never a decode step (docs/artifact.md, "Prompt and generated
   // tokens").
   int prompt_len = 0;
-  // The request's preemptions so far: while it stays the same, page_table only grows (a
-  // preemption frees the pages and the recomputation takes new ones), so a copy of its first
-  // entries made earlier is still right (the GPU descriptor's page rows, step_descriptor.hpp).
-  int page_epoch = 0;
+  // Names this page table while it only grows: the scheduler gives a request a new one each time
+  // it is admitted (first, and again after a preemption freed its pages), so a copy of its first
+  // entries made under the same id is still right (the GPU descriptor's page rows,
+  // step_descriptor.hpp). 0: not named (every entry is written each step).
+  std::uint64_t pages_id = 0;
 };
 
 enum class BucketKind { Decode, Prefill };
@@ -91,6 +92,7 @@ struct SequenceState {
   std::vector<PageId> pages;
   bool running = false;
   int preemptions = 0;
+  std::uint64_t pages_id = 0;  // ScheduledSequence::pages_id; new at each admission
 };
 
 class Scheduler {
@@ -155,6 +157,7 @@ class Scheduler {
   std::deque<int> waiting_;   // slots, by arrival
   std::vector<int> running_;  // slots, by arrival
   std::uint64_t next_arrival_ = 0;
+  std::uint64_t next_pages_id_ = 1;
   std::uint64_t preemptions_ = 0;
   bool last_step_prompt_turn_ = false;  // see schedule(): decodes and prompts alternate
 };

@@ -79,22 +79,21 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
     if (static_cast<int>(s.page_table.size()) < needed) fail(who() + ": page table too short for its positions");
     // Only the pages of positions up to the step's last are read (attention and the KV append
     // stop at the token's position), so the rest of the row is left as it is.
-    // Entries the row already holds for this request and page_epoch stay (they were checked when
-    // written); the row's record changes only once the new ones are in.
+    // Entries the row already holds for this page table stay (they were checked when written);
+    // the row's record changes only once the new ones are in.
     std::int32_t* row = pages + i * static_cast<std::size_t>(L.max_pages);
     int from = 0;
     if (page_rows) {
       if (page_rows->rows.size() < static_cast<std::size_t>(L.max_batch))
         page_rows->rows.resize(static_cast<std::size_t>(L.max_batch));
       const PageRowCache::Row& held = page_rows->rows[i];
-      if (held.request == s.request && held.epoch == s.page_epoch && held.written <= needed)
-        from = held.written;
+      if (s.pages_id != 0 && held.pages_id == s.pages_id && held.written <= needed) from = held.written;
     }
     for (int p = from; p < needed; ++p) {
       if (s.page_table[p] < 0 || s.page_table[p] >= L.kv_pages) fail(who() + ": page id out of range");
       row[p] = s.page_table[p];
     }
-    if (page_rows) page_rows->rows[i] = {s.request, s.page_epoch, needed};
+    if (page_rows) page_rows->rows[i] = {s.pages_id, needed};
     int t = -1;  // the row of the sequence's last token
     for (int j = 0; j < n; ++j) {
       if (s.tokens[j] >= L.vocab || s.tokens[j] < -fed_rows) fail(who() + ": token id out of range");

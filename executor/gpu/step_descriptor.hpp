@@ -38,14 +38,13 @@ struct StepDescriptorLayout {
                                    int page_size, int vocab, int kv_pages);
 };
 
-// What one descriptor buffer's page-table rows hold: per row, the request whose pages it holds,
-// that request's page_epoch, and how many of its entries are written. Packing the next step into
+// What one descriptor buffer's page-table rows hold: per row, the page table (its
+// ScheduledSequence::pages_id) whose first `written` entries it holds. Packing the next step into
 // the same buffer then writes only the entries a sequence added since (one page every page_size
 // tokens) instead of its whole table again (at batch 64 and 8k positions, 33k entries a step).
 struct PageRowCache {
   struct Row {
-    RequestId request = 0;
-    int epoch = -1;  // -1: nothing written
+    std::uint64_t pages_id = 0;  // 0: nothing known
     int written = 0;
   };
   std::vector<Row> rows;  // max_batch
@@ -65,8 +64,8 @@ struct PackedStep {
 // padding), for the two attention kernels of prefill buckets; sequence i's page-table row holds its
 // pages for positions up to its last (the rest of the row is not read and is left as it was).
 // `sampling[i]` is sequence i's (greedy where absent). With `page_rows` (this buffer's, kept
-// from the last step packed into it, empty the first time), a row that holds the same request at
-// the same page_epoch gets only its new entries. A token -(r+1) is passed on as it is: the
+// from the last step packed into it, empty the first time), a row that holds the same page table
+// (the same nonzero pages_id) gets only its new entries. A token -(r+1) is passed on as it is: the
 // embedding kernel reads the token that row r of the previous step sampled (ModelBackend::
 // feeds_sampled_tokens); `fed_rows` is that step's number of sampling rows (0: none may be fed).
 // Throws telos::Error naming the request, before anything reaches the device, on a token id,

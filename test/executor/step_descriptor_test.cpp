@@ -221,44 +221,47 @@ const std::vector<std::vector<std::string>> kProgram = {
 // The bucket a step runs in: decode buckets only for one generated token a sequence (a one-token
 // prompt chunk beside decodes goes to a prefill bucket, so the prompt token meets attn_prefill as
 // it would alone), preferred there, then the smallest prefill bucket that holds the step.
-// With a PageRowCache, a row that holds the same request at the same page_epoch gets only its new
-// entries (the ones before are left as they are: poisoned here, they stay poisoned), and a row
-// whose request or page_epoch changed is written whole.
+// With a PageRowCache, a row that holds the same page table (pages_id) gets only its new entries
+// (the ones before are left as they are: poisoned here, they stay poisoned), and a row whose
+// pages_id changed, or is 0 (not named), is written whole.
 TEST(StepDescriptor, PageRowsWriteOnlyWhatASequenceAdded) {
   const StepDescriptorLayout l = layout();
   Buffer b(l);
   PageRowCache rows;
   const std::vector<std::int32_t> tok = {5};
   std::vector<PageId> pages = {3, 4};
-  auto step_at = [&](RequestId id, int position, int epoch) {
+  auto step_at = [&](std::uint64_t pages_id, int position) {
     Step step;
-    step.sequences.push_back({id, position, std::span<const std::int32_t>(tok), std::span<const PageId>(pages), true});
+    step.sequences.push_back({9, position, std::span<const std::int32_t>(tok), std::span<const PageId>(pages), true});
     step.sequences.back().prompt_len = 1;
-    step.sequences.back().page_epoch = epoch;
+    step.sequences.back().pages_id = pages_id;
     step.num_tokens = 1;
     return step;
   };
   std::int32_t* row = reinterpret_cast<std::int32_t*>(b.bytes.data() + l.off_page_tables);
-  pack_step_descriptor(l, step_at(9, 20, 0), 1, 1, {}, 0, b.bytes.data(), &rows);
+  pack_step_descriptor(l, step_at(4, 20), 1, 1, {}, 0, b.bytes.data(), &rows);
   EXPECT_EQ(std::vector<std::int32_t>(row, row + 2), (std::vector<std::int32_t>{3, 4}));
   row[0] = row[1] = -7;  // what the buffer held stays unless rewritten
   pages.push_back(11);
-  pack_step_descriptor(l, step_at(9, 33, 0), 1, 1, {}, 0, b.bytes.data(), &rows);
+  pack_step_descriptor(l, step_at(4, 33), 1, 1, {}, 0, b.bytes.data(), &rows);
   EXPECT_EQ(std::vector<std::int32_t>(row, row + 3), (std::vector<std::int32_t>{-7, -7, 11}));
-  // The same request after a preemption (new pages, a new epoch): the whole row again.
+  // The same request after a preemption (new pages, a new pages_id): the whole row again.
   pages = {6, 2, 8};
-  pack_step_descriptor(l, step_at(9, 33, 1), 1, 1, {}, 0, b.bytes.data(), &rows);
+  pack_step_descriptor(l, step_at(5, 33), 1, 1, {}, 0, b.bytes.data(), &rows);
   EXPECT_EQ(std::vector<std::int32_t>(row, row + 3), (std::vector<std::int32_t>{6, 2, 8}));
-  // Another request in the row: the whole row.
-  row[0] = -7;
-  pages = {1, 5, 7};
-  pack_step_descriptor(l, step_at(10, 33, 1), 1, 1, {}, 0, b.bytes.data(), &rows);
-  EXPECT_EQ(std::vector<std::int32_t>(row, row + 3), (std::vector<std::int32_t>{1, 5, 7}));
+  // Not named (pages_id 0, as a caller without a scheduler builds steps): the whole row, twice.
+  for (int k = 0; k < 2; ++k) {
+    row[0] = -7;
+    pages = {1, 5, 7};
+    pack_step_descriptor(l, step_at(0, 33), 1, 1, {}, 0, b.bytes.data(), &rows);
+    EXPECT_EQ(std::vector<std::int32_t>(row, row + 3), (std::vector<std::int32_t>{1, 5, 7}));
+  }
   // A refused step leaves the row's record as it was: a bad new entry is not taken for written.
+  pack_step_descriptor(l, step_at(6, 33), 1, 1, {}, 0, b.bytes.data(), &rows);
   pages = {1, 5, 7, 99};
-  EXPECT_THROW(pack_step_descriptor(l, step_at(10, 50, 1), 1, 1, {}, 0, b.bytes.data(), &rows), Error);
+  EXPECT_THROW(pack_step_descriptor(l, step_at(6, 50), 1, 1, {}, 0, b.bytes.data(), &rows), Error);
   pages = {1, 5, 7, 12};
-  pack_step_descriptor(l, step_at(10, 50, 1), 1, 1, {}, 0, b.bytes.data(), &rows);
+  pack_step_descriptor(l, step_at(6, 50), 1, 1, {}, 0, b.bytes.data(), &rows);
   EXPECT_EQ(std::vector<std::int32_t>(row, row + 4), (std::vector<std::int32_t>{1, 5, 7, 12}));
 }
 
@@ -296,7 +299,7 @@ TEST(StepDescriptor, PageRowsMatchAFullPackOverRandomLifecycles) {
       const std::int32_t* got = b.i32(l.off_page_tables) + i * 12;
       const std::int32_t* want = full.i32(l.off_page_tables) + i * 12;
       ASSERT_EQ(std::vector<std::int32_t>(got, got + needed), std::vector<std::int32_t>(want, want + needed))
-          << "step " << steps << " request " << q.request << " (page_epoch " << q.page_epoch << ")";
+          << "step " << steps << " request " << q.request << " (pages_id " << q.pages_id << ")";
     }
     s.commit(step);
     for (const ScheduledSequence& q : step.sequences) {
