@@ -9,9 +9,10 @@
 //       (default prompt 16 tokens, batches 1 8 64 256 capped at max_batch; a long prompt shows the
 //       per-step work that grows with the context, such as the page tables' packing)
 //
-// Prints, per batch: host us per full-batch decode step (median, p90: scheduling, packing and launch,
-// which an overlapped step does while the device runs the step before it), the loop's period, and
-// the share of those steps launched overlapped (engine.hpp; the backend feeds sampled tokens).
+// Prints, per batch: host us per full-batch decode step (median, p90: scheduling, packing and
+// launch, which an overlapped step does while the device runs the step before it), the loop's
+// period, and the share of those steps launched overlapped (engine.hpp; the backend feeds sampled
+// tokens).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -102,8 +103,8 @@ int run(int argc, char** argv) {
   options.check_invariants = false;
   auto engine = Engine::create(artifact, std::make_unique<PackOnlyBackend>(*artifact), options);
   if (prompt >= engine->max_seq_len())
-    fail("telos-host-bench: --prompt-len " + std::to_string(prompt) + " leaves no room below max_seq_len " +
-         std::to_string(engine->max_seq_len()));
+    fail("telos-host-bench: --prompt-len " + std::to_string(prompt) +
+         " leaves no room below max_seq_len " + std::to_string(engine->max_seq_len()));
   const int gen = std::min(256, engine->max_seq_len() - prompt);
   std::printf("%s: prompt %d, %d generated per request\n%6s %14s %14s %14s %12s\n", artifact->model().name.c_str(),
               prompt, gen, "batch", "host us p50", "host us p90", "period us p50", "overlapped");

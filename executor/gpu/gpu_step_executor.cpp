@@ -265,8 +265,8 @@ struct GpuStepExecutor::State {
     // Negative tokens read what the last step launched sampled (embed_gather reads `sampled`),
     // which its graph wrote before this step's graph starts: graphs run in the main stream's order.
     const PackedStep packed =
-        pack_step_descriptor(desc, step, b.tokens, b.sample_rows, sampling, last_sample_rows, slot.desc_host,
-                             &slot.page_rows);
+        pack_step_descriptor(desc, step, b.tokens, b.sample_rows, sampling, last_sample_rows,
+                             slot.desc_host, &slot.page_rows);
     const int r = packed.sample_rows;
     // Clock reads between the call groups (tens of ns each) split api_seconds (LaunchCallTimes).
     using clock = std::chrono::steady_clock;

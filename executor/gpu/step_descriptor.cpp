@@ -87,7 +87,8 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
       if (page_rows->rows.size() < static_cast<std::size_t>(L.max_batch))
         page_rows->rows.resize(static_cast<std::size_t>(L.max_batch));
       const PageRowCache::Row& held = page_rows->rows[i];
-      if (s.pages_id != 0 && held.pages_id == s.pages_id && held.written <= needed) from = held.written;
+      if (s.pages_id != 0 && held.pages_id == s.pages_id && held.written <= needed)
+        from = held.written;
     }
     for (int p = from; p < needed; ++p) {
       if (s.page_table[p] < 0 || s.page_table[p] >= L.kv_pages) fail(who() + ": page id out of range");

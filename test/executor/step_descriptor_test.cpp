@@ -14,7 +14,6 @@
 
 #include "executor/kv_page_pool.hpp"
 #include "executor/scheduler.hpp"
-
 #include "support/error.hpp"
 
 namespace telos::exec {
@@ -232,7 +231,8 @@ TEST(StepDescriptor, PageRowsWriteOnlyWhatASequenceAdded) {
   std::vector<PageId> pages = {3, 4};
   auto step_at = [&](std::uint64_t pages_id, int position) {
     Step step;
-    step.sequences.push_back({9, position, std::span<const std::int32_t>(tok), std::span<const PageId>(pages), true});
+    step.sequences.push_back(
+        {9, position, std::span<const std::int32_t>(tok), std::span<const PageId>(pages), true});
     step.sequences.back().prompt_len = 1;
     step.sequences.back().pages_id = pages_id;
     step.num_tokens = 1;
@@ -298,14 +298,16 @@ TEST(StepDescriptor, PageRowsMatchAFullPackOverRandomLifecycles) {
       const int needed = (q.first_position + static_cast<int>(q.tokens.size()) + 3) / 4;
       const std::int32_t* got = b.i32(l.off_page_tables) + i * 12;
       const std::int32_t* want = full.i32(l.off_page_tables) + i * 12;
-      ASSERT_EQ(std::vector<std::int32_t>(got, got + needed), std::vector<std::int32_t>(want, want + needed))
+      ASSERT_EQ(std::vector<std::int32_t>(got, got + needed),
+                std::vector<std::int32_t>(want, want + needed))
           << "step " << steps << " request " << q.request << " (pages_id " << q.pages_id << ")";
     }
     s.commit(step);
     for (const ScheduledSequence& q : step.sequences) {
       if (!q.samples) continue;
       const SequenceState* st = s.find(q.request);
-      if (std::uniform_int_distribution<int>(0, 19)(rng) == 0 || st->prompt_len + ++live[q.request] == st->max_len) {
+      if (std::uniform_int_distribution<int>(0, 19)(rng) == 0 ||
+          st->prompt_len + ++live[q.request] == st->max_len) {
         s.remove(q.request);
         live.erase(q.request);
         ++done;
