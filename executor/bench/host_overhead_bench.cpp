@@ -90,12 +90,14 @@ int run(int argc, char** argv) {
   std::vector<int> batches;
   int prompt = 16;
   for (int i = 2; i < argc; ++i) {
-    if (std::string(argv[i]) == "--prompt-len" && i + 1 < argc)
-      prompt = std::atoi(argv[++i]);
-    else
+    if (std::string(argv[i]) != "--prompt-len") {
       batches.push_back(std::atoi(argv[i]));
+      continue;
+    }
+    if (i + 1 == argc) fail("--prompt-len needs a number of tokens");
+    prompt = std::atoi(argv[++i]);
   }
-  if (prompt < 1) fail("telos-host-bench: --prompt-len must be at least 1");
+  if (prompt < 1) fail("--prompt-len must be at least 1");
   if (batches.empty()) batches = {1, 8, 64, 256};
   const int max_batch = artifact->serving().max_batch;
   EngineOptions options;
@@ -103,7 +105,7 @@ int run(int argc, char** argv) {
   options.check_invariants = false;
   auto engine = Engine::create(artifact, std::make_unique<PackOnlyBackend>(*artifact), options);
   if (prompt >= engine->max_seq_len())
-    fail("telos-host-bench: --prompt-len " + std::to_string(prompt) +
+    fail("--prompt-len " + std::to_string(prompt) +
          " leaves no room below max_seq_len " + std::to_string(engine->max_seq_len()));
   const int gen = std::min(256, engine->max_seq_len() - prompt);
   std::printf("%s: prompt %d, %d generated per request\n%6s %14s %14s %14s %12s\n", artifact->model().name.c_str(),
