@@ -105,8 +105,8 @@ int run(int argc, char** argv) {
   options.check_invariants = false;
   auto engine = Engine::create(artifact, std::make_unique<PackOnlyBackend>(*artifact), options);
   if (prompt >= engine->max_seq_len())
-    fail("--prompt-len " + std::to_string(prompt) +
-         " leaves no room below max_seq_len " + std::to_string(engine->max_seq_len()));
+    fail("--prompt-len " + std::to_string(prompt) + " leaves no room below max_seq_len " +
+         std::to_string(engine->max_seq_len()));
   const int gen = std::min(256, engine->max_seq_len() - prompt);
   std::printf("%s: prompt %d, %d generated per request\n%6s %14s %14s %14s %12s\n", artifact->model().name.c_str(),
               prompt, gen, "batch", "host us p50", "host us p90", "period us p50", "overlapped");
