@@ -11,6 +11,7 @@ and whose data is a hole (truncate): 16 GB for the 8B shape, taking no disk unti
 docs/perf-log.md, session 15 runs 3-6, used it for telos-run bench processes on the H200.
 """
 import json
+import math
 import os
 import struct
 import sys
@@ -41,11 +42,9 @@ def main():
         shapes[p + "mlp.down_proj.weight"] = [h, inter]
     header, offset = {}, 0
     for name, shape in shapes.items():
-        n = 2
-        for dim in shape:
-            n *= dim
-        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + n]}
-        offset += n
+        end = offset + 2 * math.prod(shape)  # bf16
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, end]}
+        offset = end
     raw = json.dumps(header).encode()
     raw += b" " * (-len(raw) % 8)
     os.makedirs(out, exist_ok=True)
