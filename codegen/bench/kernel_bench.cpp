@@ -466,8 +466,9 @@ int main(int argc, char** argv) {
                         {"gate_up", "swiglu", 14336, 4096}, {"down", "residual", 4096, 14336},
                         {"lm_head", "", 128256, 4096}, {"lm_head_1b", "", 128256, 2048}};
   constexpr int kBatch = 8;
-  for (int M : {1, 8, 64}) {
-    if (attention_only) break;
+  const std::vector<int> gemm_rows =
+      attention_only ? std::vector<int>{} : std::vector<int>{1, 8, 64};
+  for (int M : gemm_rows) {
     std::vector<std::string> names;
     std::vector<GemmLaunch> launches;
     // Per shape: (label, tiling, instance) of each small-GEMM variant timed.

@@ -239,10 +239,11 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
                       {above_n, above_n, above_n},
                       {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
                       0u};
+      // A value that counts, inside [lo, lo + 4q).
+      auto inside = [&](unsigned k, float x) { return (by_count || x > 0.f) && k - lo <= span_m1; };
       auto count_in = [&](unsigned k, float x) {
-        const unsigned d = k - lo;
-        if ((by_count || x > 0.f) && d <= span_m1) {
-          const unsigned quarter = d >> shift;
+        if (inside(k, x)) {
+          const unsigned quarter = (k - lo) >> shift;
 #pragma unroll
           for (int i = 0; i < 3; ++i)
             if (quarter > static_cast<unsigned>(i)) v.sum[i] += x, ++v.count[i];
@@ -254,9 +255,6 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
       if (listed < 0 && n_lo - n_hi <= static_cast<unsigned>(kList)) {
         // This thread's values inside [lo, lo + 4q) go to the list from its offset: an exclusive
         // scan of the threads' counts (warp scans, then the warps' totals in order).
-        auto inside = [&](unsigned k, float x) {
-          return (by_count || x > 0.f) && k - lo <= span_m1;
-        };
         int mine_n = 0;
 #pragma unroll(kUnrolled ? PER : 4)
         for (int j = 0; j < PER; ++j) {

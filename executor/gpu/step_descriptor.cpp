@@ -66,6 +66,8 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
            " (prefill buckets run the split kernels over rows 0..max_batch-1 only)");
   }
 
+  // A buffer's record has a row for each sequence a step can hold (empty the first time).
+  if (page_rows) page_rows->rows.resize(static_cast<std::size_t>(L.max_batch));
   int next_generated = 0, next_prompt = generated, r = 0;
   for (std::size_t i = 0; i < step.sequences.size(); ++i) {
     const ScheduledSequence& s = step.sequences[i];
@@ -84,8 +86,6 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
     std::int32_t* row = pages + i * static_cast<std::size_t>(L.max_pages);
     int from = 0;
     if (page_rows) {
-      if (page_rows->rows.size() < static_cast<std::size_t>(L.max_batch))
-        page_rows->rows.resize(static_cast<std::size_t>(L.max_batch));
       const PageRowCache::Row& held = page_rows->rows[i];
       if (s.pages_id != 0 && held.pages_id == s.pages_id && held.written <= needed)
         from = held.written;
