@@ -12,7 +12,11 @@
 //    engine only); GPU engine: of the host time, the device API calls that launch the step, in
 //    total and by call group (descriptor upload, stream wait, graph launch, the rest: issue 5's
 //    question of which grows with the batch) with the descriptor bytes uploaded, medians; the
-//    bench's own idle-gap events (two a step) are timed apart and left out of the host time;
+//    bench's own idle-gap events (two a step) are timed apart and left out of the host time; the
+//    loop thread's CPU time over the same work (below the host time by what it spent off its CPU),
+//    and over the whole run the share of the machine's CPU time stolen by the hypervisor
+//    (/proc/stat) and the process's involuntary context switches: whether a slow step was slow
+//    work or a descheduled thread;
 //  - --mixed N: N requests with prompt and output lengths drawn from --seed, through the
 //    scheduler at once: total time, output tokens/s, mean and largest TTFT;
 //  - --ttft L1,L2,...: one request at a time, prompt of L tokens: submit → first token;
@@ -35,6 +39,9 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+
+#include <sys/resource.h>
+#include <time.h>
 
 #include "executor/commands.hpp"
 #include "executor/engine.hpp"
@@ -131,6 +138,42 @@ nlohmann::json or_null(bool known, double value) {
   return known ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
+// The machine's CPU time so far, from /proc/stat's first line: all of it and the part stolen by
+// the hypervisor (other guests ran on the vCPUs), in clock ticks; {0, 0} where unreadable.
+struct CpuTicks {
+  double total = 0, steal = 0;
+};
+CpuTicks cpu_ticks() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (!(in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) || cpu != "cpu")
+    return {};
+  return {user + nice + system + idle + iowait + irq + softirq + steal, steal};
+}
+
+// What reading the thread CPU clock twice in a row measures (median of 201 pairs, µs): the clock's
+// own cost, which each step's host_cpu_us_per_step includes once (a system call where the vDSO
+// does not serve that clock).
+double thread_cpu_clock_us() {
+  std::vector<double> d;
+  for (int i = 0; i < 201; ++i) {
+    timespec a{}, b{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+    d.push_back(1e6 * static_cast<double>(b.tv_sec - a.tv_sec) + 1e-3 * static_cast<double>(b.tv_nsec - a.tv_nsec));
+  }
+  std::nth_element(d.begin(), d.begin() + 100, d.end());
+  return d[100];
+}
+
+// The process's involuntary context switches so far (preempted while runnable).
+long involuntary_switches() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_nivcsw;
+}
+
 nlohmann::json batch_run(Engine& engine, const SamplingParams& sampling, int batch, int prompt_len,
                          int gen, std::uint64_t seed) {
   const int vocab = engine.artifact().model().vocab_size;
@@ -140,6 +183,8 @@ nlohmann::json batch_run(Engine& engine, const SamplingParams& sampling, int bat
     requests.push_back(
         bench_request(sampling, synthetic_prompt(rng, prompt_len, vocab), gen, seed + i));
   engine.take_step_timings();
+  const CpuTicks ticks_before = cpu_ticks();
+  const long switches_before = involuntary_switches();
   const Clock::time_point start = Clock::now();
   // At once, so the batch is scheduled into the same steps (one by one, the loop could start the
   // first request's prefill before the last arrived, and no step would hold the whole batch).
@@ -148,11 +193,14 @@ nlohmann::json batch_run(Engine& engine, const SamplingParams& sampling, int bat
   for (const RequestHandle& h : handles) tokens += drain(h).tokens;
   const double total = seconds(Clock::now() - start);
   engine.wait_idle();
+  const CpuTicks ticks_after = cpu_ticks();
+  const long switches = involuntary_switches() - switches_before;
+  const double ticks = ticks_after.total - ticks_before.total;
 
   // Full-batch decode steps after the first (which follows the prefill and pays for it). The time
   // per token is the interval from one such step's start to the next's: the loop's period,
   // sampling and event delivery included.
-  std::vector<double> step_s, host_s, gap_s, api_s;
+  std::vector<double> step_s, host_s, host_cpu_s, gap_s, api_s;
   std::vector<double> upload_s, wait_s, graph_s, other_s, timing_s, upload_bytes;
   int overlapped = 0;
   const std::vector<StepTiming> steps = engine.take_step_timings();
@@ -162,6 +210,7 @@ nlohmann::json batch_run(Engine& engine, const SamplingParams& sampling, int bat
     if (!t.decode || t.sequences != batch || !before.decode || before.sequences != batch) continue;
     step_s.push_back(seconds(t.started - before.started));
     host_s.push_back(t.host_seconds);
+    if (t.host_cpu_seconds >= 0) host_cpu_s.push_back(t.host_cpu_seconds);
     if (t.idle_gap_seconds >= 0) gap_s.push_back(t.idle_gap_seconds);
     if (t.launch_call_seconds >= 0) api_s.push_back(t.launch_call_seconds);
     const LaunchCallTimes& c = t.launch_calls;
@@ -190,6 +239,10 @@ nlohmann::json batch_run(Engine& engine, const SamplingParams& sampling, int bat
           {"ms_per_token", stat(step_s, 0.5, 1e3)},
           {"host_us_per_step", stat(host_s, 0.5, 1e6)},
           {"host_us_per_step_p90", stat(host_s, 0.9, 1e6)},
+          {"host_cpu_us_per_step", stat(host_cpu_s, 0.5, 1e6)},
+          {"thread_cpu_clock_us", thread_cpu_clock_us()},
+          {"cpu_steal_pct", or_null(ticks > 0, 100 * (ticks_after.steal - ticks_before.steal) / ticks)},
+          {"involuntary_switches", switches},
           {"host_launch_calls_us_per_step", stat(api_s, 0.5, 1e6)},
           {"host_upload_us", stat(upload_s, 0.5, 1e6)},
           {"host_wait_us", stat(wait_s, 0.5, 1e6)},
@@ -356,6 +409,12 @@ void print_table(const nlohmann::json& r) {
                   cell(run["gpu_idle_gap_us"], 1).c_str(),
                   cell(run["gpu_idle_gap_us_p90"], 1).c_str());
   }
+  for (const nlohmann::json& run : r["runs"])
+    std::cout << "host at batch " << run["batch"] << ": " << cell(run["host_cpu_us_per_step"], 1)
+              << " us of CPU time a step (median; the clock's own cost "
+              << fixed(run["thread_cpu_clock_us"].get<double>(), 1) << " us of it); over the run, CPU stolen by the hypervisor "
+              << cell(run["cpu_steal_pct"], 2) << "% of the machine's, "
+              << run["involuntary_switches"].get<long>() << " involuntary context switches\n";
   for (const nlohmann::json& run : r["runs"])
     if (!run["host_upload_us"].is_null())
       std::cout << "launch calls at batch " << run["batch"] << ": upload "

@@ -1,5 +1,7 @@
 #include "executor/engine.hpp"
 
+#include <time.h>
+
 #include <algorithm>
 #include <random>
 
@@ -11,6 +13,13 @@ namespace {
 // Latency samples kept between two take_latency_samples() calls; beyond this, new ones are
 // dropped so that a server nobody scrapes does not grow without bound.
 constexpr std::size_t kMaxLatencySamples = 100000;
+
+// The calling thread's CPU time in seconds.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 double seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -307,6 +316,8 @@ void Engine::append_placeholders(Launched& in_flight) {
 }
 
 void Engine::launch_step(bool overlapped) {
+  // Read outside the wall-clock interval, so that host_seconds does not include the clock's call.
+  const double cpu_started = options_.record_step_timings ? thread_cpu_seconds() : 0;
   const Clock::time_point started = Clock::now();
   Launched& next = launched_[(oldest_ + num_launched_) % 2];
   scheduler_.schedule(next.step);
@@ -349,6 +360,7 @@ void Engine::launch_step(bool overlapped) {
     return;
   }
   next.host_seconds = seconds(Clock::now() - started);
+  if (options_.record_step_timings) next.host_cpu_seconds = thread_cpu_seconds() - cpu_started;
   ++num_launched_;
 }
 
@@ -381,6 +393,7 @@ void Engine::complete_step() {
     t.started = done.started;
     // The bench's idle-gap events (LaunchCallTimes::timing_seconds) are not a step's host work.
     t.host_seconds = done.host_seconds - std::max(0.0, output_.launch_calls.timing_seconds);
+    t.host_cpu_seconds = done.host_cpu_seconds - std::max(0.0, output_.launch_calls.timing_seconds);
     t.idle_gap_seconds = output_.idle_gap_seconds;
     t.launch_call_seconds = output_.launch_call_seconds;
     t.launch_calls = output_.launch_calls;

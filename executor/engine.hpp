@@ -177,6 +177,9 @@ struct StepTiming {
   bool decode = false;        // one token per sequence
   Clock::time_point started;     // when its scheduling began
   double host_seconds = 0;       // scheduling, descriptor packing and launch, on the host
+  // The loop thread's CPU time over the same work (CLOCK_THREAD_CPUTIME_ID): below host_seconds by
+  // what the thread spent off its CPU (preempted, or its vCPU descheduled by the hypervisor).
+  double host_cpu_seconds = -1;
   double idle_gap_seconds = -1;  // device idle since the previous step; negative when unknown
   double launch_call_seconds = -1;  // of host_seconds, in the device API's launch calls; < 0: unknown
   LaunchCallTimes launch_calls;     // launch_call_seconds by call group (model_backend.hpp)
@@ -257,6 +260,7 @@ class Engine {
     bool overlapped = false;
     Clock::time_point started;
     double host_seconds = 0;
+    double host_cpu_seconds = -1;  // only with EngineOptions::record_step_timings
   };
 
   void loop();

@@ -49,7 +49,8 @@ TARGET_MS = {"Llama-3.2-1B": 0.68, "Llama-3.1-8B": 4.1}
 SAMPLED = ["--temperature", "0.8", "--top-p", "0.95"]
 # Processes that measure the host time per step at each batch, and what each keeps of it.
 HOST_PROCESSES = 7
-HOST_KEYS = ("host_us_per_step", "host_launch_calls_us_per_step", "gpu_idle_gap_us")
+HOST_KEYS = ("host_us_per_step", "host_launch_calls_us_per_step", "gpu_idle_gap_us",
+             "host_cpu_us_per_step", "thread_cpu_clock_us", "cpu_steal_pct", "involuntary_switches")
 # A 2048-token step budget, as vLLM's chunked prefill defaults to: with 512, the throughput run's
 # 256 requests of 512-token prompts were admitted one per step and never decoded as one batch
 # (docs/benchmarks.md, run of 2026-11-30).
@@ -203,6 +204,27 @@ def host_cell(bench):
     return cell
 
 
+def host_process_section(rows):
+    """Each host-time process as measured: wall-clock µs a step, the loop thread's CPU time over the
+    same work (lower by the time it was off its CPU; it includes one read of that clock, whose cost
+    is the last figure), the share of the machine's CPU time the
+    hypervisor stole over the run, and the process's involuntary context switches."""
+    lines = ["", "### Host time per step, process by process", "",
+             "Wall-clock µs / thread CPU µs a step (medians over the run's full-batch decode "
+             "steps), CPU stolen by the hypervisor over the run (% of the machine's), involuntary "
+             "context switches; the thread CPU clock's own cost, included once in the CPU figure:", ""]
+    for r in rows:
+        for key, label in (("decode", "batch 1"), ("batch64", "batch 64")):
+            procs = r.get("telos", {}).get(key, {}).get("host_processes") or []
+            cells = [f"{fmt(p.get('host_us_per_step'), 1)} / {fmt(p.get('host_cpu_us_per_step'), 1)} "
+                     f"({fmt(p.get('cpu_steal_pct'), 2)}%, {p.get('involuntary_switches', '—')}; clock "
+                     f"{fmt(p.get('thread_cpu_clock_us'), 1)})"
+                     for p in procs]
+            if cells:
+                lines.append(f"- {r['model']}, {label}: " + "; ".join(cells))
+    return lines
+
+
 def launch_calls_line(run):
     """The run's host time in the launch calls by call group, and the descriptor bytes uploaded
     per step (medians over its full-batch decode steps; telos-run bench), or None before they
@@ -291,6 +313,7 @@ def write_report(rows, meta, out):
             f"{fmt(r['load_s'], 2)} | {fmt(r['load_to_first_token_s'], 2)} | "
             f"{fmt(r['compile_cold_s'], 1)} | {fmt(r['compile_warm_s'], 1)} | "
             f"{fmt(r['telos']['batch64'].get('host_rss_mb'), 0)} / {fmt(r['telos']['batch64'].get('host_peak_rss_mb'), 0)} |")
+    lines += host_process_section(rows)
     lines += profile_sections(rows)
     thr_rows = [r for r in rows if "throughput" in r.get("telos", {})]
     if thr_rows:
