@@ -251,13 +251,11 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   plan.rope_inv_freq = rope_inv_freq(in.rope, D);
 
   const int embed_threads = std::clamp(H / 8 / 32 * 32, 32, 256);
-  // sample holds a row in registers, spread over a cluster of up to 16 blocks (past the portable
-  // 8: the loaders opt each such kernel in) of up to 512 threads: 16 values a thread at V = 128256
-  // (16 x 512 threads), 19 at 151936, 4 for the tiny fixtures (one block of 128). A search step's
-  // time is mostly its pass over a thread's values, so more blocks a row make each step shorter
-  // (docs/perf-log.md, change 48).
-  const int sample_cluster = std::clamp(pow2_at_least((V + 8191) / 8192), 1, 16);
-  const int sample_threads = std::clamp(pow2_at_least(V / (16 * sample_cluster)), 128, 512);
+  // sample holds a row in registers, spread over a cluster of up to 8 blocks (the portable
+  // cluster size) of up to 512 threads: 32 values a thread at V = 128256 (8 x 512 threads), 4 for
+  // the tiny fixtures (one block of 128).
+  const int sample_cluster = std::clamp(pow2_at_least((V + 16383) / 16384), 1, 8);
+  const int sample_threads = std::clamp(pow2_at_least(V / (32 * sample_cluster)), 128, 512);
   const std::string lm_head = in.tie_word_embeddings ? "w:embed" : "w:lm_head";
   const std::string scale_log2 = float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D)));
 

@@ -22,7 +22,6 @@
 #include <functional>
 #include <future>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,7 +70,6 @@ double median_us(const std::function<void(int)>& fn, int reps = 30, int warm = 5
 struct Module {
   cudaLibrary_t lib = nullptr;
   CompiledModule m;
-  std::set<std::string> cluster_checked;  // kernels whose cluster size was looked at
   // `defines`: source lines put before the generated source (TELOS_PHASE_TRACE).
   explicit Module(const std::vector<std::string>& names, const std::string& defines = "") {
     KernelPlan plan;
@@ -86,14 +84,6 @@ struct Module {
     const void* f = reinterpret_cast<const void*>(k);
     if (smem > 48 * 1024)
       check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "smem");
-    // Clusters past the portable 8 blocks opt in, as telos-run's loader does (once a kernel, so
-    // that a timed launch does not pay for it).
-    if (cluster_checked.insert(name).second) {
-      cudaFuncAttributes fa{};
-      check(cudaFuncGetAttributes(&fa, f), "attributes");
-      if (fa.requiredClusterWidth * fa.requiredClusterHeight * fa.requiredClusterDepth > 8)
-        check(cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), "cluster size");
-    }
     return f;
   }
   // CTAs of `name` the driver places on one SM at once, and its registers a thread (-1: unknown).
@@ -195,8 +185,8 @@ int main(int argc, char** argv) {
   std::printf("\n%-34s | %-26s | %9s | %8s | %6s\n", "kernel", "shape", "median us", "GB/s", "% copy");
   std::printf("%-34s | %-26s | %9.1f | %8.0f | %6s\n", "cudaMemcpy D2D (read+write)", "2 GiB", copy_us, copy_gbs, "100");
 
-  // The sampler (sample.cuh) at Llama's vocabulary, 128256, with the plan's cluster of 16 blocks
-  // of 512 threads a row (kernel_plan.cpp) and, to compare in the same run, the portable 8: R
+  // The sampler (sample.cuh) at Llama's vocabulary, 128256, with the plan's cluster of 8 blocks of
+  // 512 threads a row (kernel_plan.cpp): R
   // rows that sample, f32 logits in [-8, 8) from a fixed generator, one SampleParams for every row
   // in each mode (greedy; temperature 0.8; with top_p 0.9; with top_k 50; with top_k 50, top_p 0.9
   // and min_p 0.05), each figure one launch on an idle stream, as bench_suite's profile times a
@@ -204,8 +194,7 @@ int main(int argc, char** argv) {
   // batch-1 benchmark samples greedily; a client of an OpenAI-style server usually sends a
   // temperature and top_p.
   if (!decode_layer_only && !attention_only) {
-    constexpr int V = 128256, kThreads = 512;
-    constexpr int kClusters[] = {16, 8};  // the plan's first
+    constexpr int V = 128256, kThreads = 512, kCluster = 8;
     struct Params {  // sample.cuh's SampleParams
       float temperature, top_p, min_p;
       int top_k;
@@ -223,10 +212,9 @@ int main(int argc, char** argv) {
                           {"t 0.8, k 50, p 0.9, min_p 0.05", {0.8f, 0.9f, 0.05f, 50, 1, 0, 0, 0}}};
     // Greedy rows read the LM head's candidates: the 1B plan's 1002 blocks of 128 logits.
     constexpr int G = V / 128;
-    auto kernel = [&](int cluster) {
-      return "telos_kernels::sample<" + I(V) + ", " + I(kThreads) + ", " + I(G) + ", " + I(cluster) + ">";
-    };
-    Module mod({kernel(kClusters[0]), kernel(kClusters[1])});
+    const std::string kernel = "telos_kernels::sample<" + I(V) + ", " + I(kThreads) + ", " + I(G) +
+                               ", " + I(kCluster) + ">";
+    Module mod({kernel});
     constexpr int kMaxRows = 64;
     std::vector<float> hl(static_cast<std::size_t>(kMaxRows) * V);
     unsigned x = 2463534242u;
@@ -260,18 +248,17 @@ int main(int argc, char** argv) {
       const std::vector<Params> hp(kMaxRows, m.p);
       check(cudaMemcpy(params, hp.data(), sizeof(Params) * kMaxRows, cudaMemcpyHostToDevice),
             "upload");
-      for (int cluster : kClusters)
-        for (int R : {1, 64}) {
-          const double us = median_us([&](int) {
-            mod.launch(kernel(cluster), dim3(R * cluster), kThreads,
-                       {logits, cand, params, rows, out, out_host});
-          });
-          char label[64], shape[64];
-          std::snprintf(label, sizeof label, "sample %s", m.name);
-          std::snprintf(shape, sizeof shape, "V=%d, %d row(s), C=%d", V, R, cluster);
-          std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us,
-                      4.0 * V * R / us / 1e3, 100.0 * 4.0 * V * R / us / 1e3 / copy_gbs);
-        }
+      for (int R : {1, 64}) {
+        const double us = median_us([&](int) {
+          mod.launch(kernel, dim3(R * kCluster), kThreads,
+                     {logits, cand, params, rows, out, out_host});
+        });
+        char label[64], shape[64];
+        std::snprintf(label, sizeof label, "sample %s", m.name);
+        std::snprintf(shape, sizeof shape, "V=%d, %d row(s)", V, R);
+        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us,
+                    4.0 * V * R / us / 1e3, 100.0 * 4.0 * V * R / us / 1e3 / copy_gbs);
+      }
     }
     for (void* p : {logits, cand, params, rows, out, out_host}) cudaFree(p);
   }

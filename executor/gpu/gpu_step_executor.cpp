@@ -463,14 +463,6 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
             "shared memory of " + entry);
     s.dynamic_smem.push_back(static_cast<unsigned>(smem));
-    // A cluster of more than 8 blocks (sample at a large vocabulary) is past the portable size:
-    // its kernel must opt in before it launches (CUDA programming guide, thread block clusters).
-    cudaFuncAttributes fa{};
-    check(cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(k)), "attributes of " + entry);
-    if (fa.requiredClusterWidth * fa.requiredClusterHeight * fa.requiredClusterDepth > 8)
-      check(cudaFuncSetAttribute(reinterpret_cast<const void*>(k),
-                                 cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
-            "cluster size of " + entry);
   }
 
   // Sizes.

@@ -300,8 +300,8 @@ TEST(Codegen, RealSizeShapesCompileWithoutSpills) {
   EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_residual<512, 2048, 8192>"));
 }
 
-// The sampler holds a row in registers over a cluster of 16 blocks of 512 threads at a real
-// vocabulary (16 values a thread at 128256), so a bucket launches 16 blocks a sampling row; the
+// The sampler holds a row in registers over a cluster of 8 blocks of 512 threads at a real
+// vocabulary (32 values a thread at 128256), so a bucket launches 8 blocks a sampling row; the
 // greedy candidates come from the LM head's blocks of 128 rows (1002 a row).
 TEST(Codegen, SamplerSpansAClusterOfBlocksARow) {
   const GeneratedKernels k = generate_kernels(llama_1b(), {""});
@@ -311,9 +311,9 @@ TEST(Codegen, SamplerSpansAClusterOfBlocksARow) {
       const std::string instance = k.kernels[l.at("kernel").get<int>()].at("instance");
       if (instance.rfind("telos_kernels::sample<", 0) != 0) continue;
       samplers.insert(instance);
-      EXPECT_EQ(l.at("grid")[0].get<int>(), 16 * b.at("sample_rows").get<int>()) << instance;
+      EXPECT_EQ(l.at("grid")[0].get<int>(), 8 * b.at("sample_rows").get<int>()) << instance;
     }
-  EXPECT_EQ(samplers, std::set<std::string>{"telos_kernels::sample<128256, 512, 1002, 16>"});
+  EXPECT_EQ(samplers, std::set<std::string>{"telos_kernels::sample<128256, 512, 1002, 8>"});
 }
 
 TEST(Codegen, MTileDividesEveryBucket) {
