@@ -16,7 +16,8 @@
 //    loop thread's CPU time over the same work (below the host time by what it spent off its CPU),
 //    and over the whole run the share of the machine's CPU time stolen by the hypervisor
 //    (/proc/stat) and the process's involuntary context switches: whether a slow step was slow
-//    work or a descheduled thread;
+//    work or a descheduled thread; before the run, a probe of the CPU's speed (an integer chain,
+//    random walks over 128 KB and 64 MB): whether slow work is a slow core or slow memory;
 //  - --mixed N: N requests with prompt and output lengths drawn from --seed, through the
 //    scheduler at once: total time, output tokens/s, mean and largest TTFT;
 //  - --ttft L1,L2,...: one request at a time, prompt of L tokens: submit → first token;
@@ -167,6 +168,54 @@ double thread_cpu_clock_us() {
   return d[100];
 }
 
+// How fast this process's CPU runs, by three loops of fixed work (ns a step, median of 5 runs of
+// each): `alu` a chain of dependent integer operations (the core alone), `cache` a random walk
+// over 128 KB (the core's caches), `dram` a random walk over 64 MB (memory and address
+// translation). Slow host steps with a slow `alu` are a slow core; with only the walks slow, the
+// process's memory.
+struct CpuProbe {
+  double alu_ns = 0, cache_ns = 0, dram_ns = 0;
+};
+CpuProbe cpu_probe() {
+  auto median_ns = [](auto&& loop, long steps) {
+    std::vector<double> t;
+    for (int i = 0; i < 5; ++i) {
+      const Clock::time_point a = Clock::now();
+      loop(steps);
+      t.push_back(1e9 * seconds(Clock::now() - a) / static_cast<double>(steps));
+    }
+    std::nth_element(t.begin(), t.begin() + 2, t.end());
+    return t[2];
+  };
+  volatile std::uint64_t sink = 0;
+  CpuProbe p;
+  p.alu_ns = median_ns(
+      [&](long n) {
+        std::uint64_t x = 88172645463325252ull;
+        for (long i = 0; i < n; ++i) x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        sink = x;
+      },
+      2000000);
+  // A random cycle through `n` slots (Sattolo's shuffle): each load's address is the last load.
+  auto walk_ns = [&](std::size_t n, long steps) {
+    std::vector<std::uint32_t> next(n);
+    for (std::size_t i = 0; i < n; ++i) next[i] = static_cast<std::uint32_t>(i);
+    std::mt19937_64 rng(7);
+    for (std::size_t i = n - 1; i > 0; --i)
+      std::swap(next[i], next[std::uniform_int_distribution<std::size_t>(0, i - 1)(rng)]);
+    return median_ns(
+        [&](long k) {
+          std::uint32_t at = 0;
+          for (long i = 0; i < k; ++i) at = next[at];
+          sink = at;
+        },
+        steps);
+  };
+  p.cache_ns = walk_ns(32 * 1024, 1000000);
+  p.dram_ns = walk_ns(16 * 1024 * 1024, 200000);
+  return p;
+}
+
 // The process's involuntary context switches so far (preempted while runnable).
 long involuntary_switches() {
   rusage u{};
@@ -183,6 +232,7 @@ nlohmann::json batch_run(Engine& engine, const SamplingParams& sampling, int bat
     requests.push_back(
         bench_request(sampling, synthetic_prompt(rng, prompt_len, vocab), gen, seed + i));
   engine.take_step_timings();
+  const CpuProbe probe = cpu_probe();
   const CpuTicks ticks_before = cpu_ticks();
   const long switches_before = involuntary_switches();
   const Clock::time_point start = Clock::now();
@@ -241,6 +291,7 @@ nlohmann::json batch_run(Engine& engine, const SamplingParams& sampling, int bat
           {"host_us_per_step_p90", stat(host_s, 0.9, 1e6)},
           {"host_cpu_us_per_step", stat(host_cpu_s, 0.5, 1e6)},
           {"thread_cpu_clock_us", thread_cpu_clock_us()},
+          {"cpu_probe_ns", {{"alu", probe.alu_ns}, {"cache", probe.cache_ns}, {"dram", probe.dram_ns}}},
           {"cpu_steal_pct", or_null(ticks > 0, 100 * (ticks_after.steal - ticks_before.steal) / ticks)},
           {"involuntary_switches", switches},
           {"host_launch_calls_us_per_step", stat(api_s, 0.5, 1e6)},
@@ -414,7 +465,11 @@ void print_table(const nlohmann::json& r) {
               << " us of CPU time a step (median; the clock's own cost "
               << fixed(run["thread_cpu_clock_us"].get<double>(), 1) << " us of it); over the run, CPU stolen by the hypervisor "
               << cell(run["cpu_steal_pct"], 2) << "% of the machine's, "
-              << run["involuntary_switches"].get<long>() << " involuntary context switches\n";
+              << run["involuntary_switches"].get<long>() << " involuntary context switches; CPU probe "
+              << fixed(run["cpu_probe_ns"]["alu"].get<double>(), 2) << " / "
+              << fixed(run["cpu_probe_ns"]["cache"].get<double>(), 2) << " / "
+              << fixed(run["cpu_probe_ns"]["dram"].get<double>(), 1)
+              << " ns a step (integer chain / 128 KB walk / 64 MB walk)\n";
   for (const nlohmann::json& run : r["runs"])
     if (!run["host_upload_us"].is_null())
       std::cout << "launch calls at batch " << run["batch"] << ": upload "

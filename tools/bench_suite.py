@@ -50,7 +50,8 @@ SAMPLED = ["--temperature", "0.8", "--top-p", "0.95"]
 # Processes that measure the host time per step at each batch, and what each keeps of it.
 HOST_PROCESSES = 7
 HOST_KEYS = ("host_us_per_step", "host_launch_calls_us_per_step", "gpu_idle_gap_us",
-             "host_cpu_us_per_step", "thread_cpu_clock_us", "cpu_steal_pct", "involuntary_switches")
+             "host_cpu_us_per_step", "thread_cpu_clock_us", "cpu_steal_pct", "involuntary_switches",
+             "cpu_probe_ns")
 # A 2048-token step budget, as vLLM's chunked prefill defaults to: with 512, the throughput run's
 # 256 requests of 512-token prompts were admitted one per step and never decoded as one batch
 # (docs/benchmarks.md, run of 2026-11-30).
@@ -212,13 +213,19 @@ def host_process_section(rows):
     lines = ["", "### Host time per step, process by process", "",
              "Wall-clock µs / thread CPU µs a step (medians over the run's full-batch decode "
              "steps), CPU stolen by the hypervisor over the run (% of the machine's), involuntary "
-             "context switches; the thread CPU clock's own cost, included once in the CPU figure:", ""]
+             "context switches; the thread CPU clock's own cost, included once in the CPU figure; the CPU "
+             "probe before the run, ns a step: a dependent integer chain / a random walk over 128 KB / "
+             "over 64 MB (telos-run bench):", ""]
+
+    def probe(p):
+        return "—" if not p else f"{p['alu']:.2f} / {p['cache']:.2f} / {p['dram']:.0f}"
+
     for r in rows:
         for key, label in (("decode", "batch 1"), ("batch64", "batch 64")):
             procs = r.get("telos", {}).get(key, {}).get("host_processes") or []
             cells = [f"{fmt(p.get('host_us_per_step'), 1)} / {fmt(p.get('host_cpu_us_per_step'), 1)} "
                      f"({fmt(p.get('cpu_steal_pct'), 2)}%, {p.get('involuntary_switches', '—')}; clock "
-                     f"{fmt(p.get('thread_cpu_clock_us'), 1)})"
+                     f"{fmt(p.get('thread_cpu_clock_us'), 1)}; probe {probe(p.get('cpu_probe_ns'))})"
                      for p in procs]
             if cells:
                 lines.append(f"- {r['model']}, {label}: " + "; ".join(cells))
