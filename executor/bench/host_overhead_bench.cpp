@@ -113,15 +113,19 @@ int run(int argc, char** argv) {
   for (int batch : batches) {
     if (batch > max_batch) continue;
     engine->take_step_timings();
-    std::vector<RequestHandle> handles;
+    std::vector<GenerationRequest> requests;
     for (int i = 0; i < batch; ++i) {
       GenerationRequest r;
       for (int j = 0; j < prompt; ++j) r.prompt.push_back((i * 31 + j * 7) % artifact->model().vocab_size);
       r.sampling.temperature = 0;
       r.sampling.max_tokens = gen;
       r.sampling.ignore_eos = true;
-      handles.push_back(engine->submit(std::move(r)));
+      requests.push_back(std::move(r));
     }
+    // At once, as telos-run bench submits a batch: one by one, the loop could admit the first
+    // requests before the last arrived, and the steps around a late admission would depend on the
+    // timing of this thread against the engine's.
+    const std::vector<RequestHandle> handles = engine->submit_all(std::move(requests));
     for (auto& h : handles) {
       RequestEvent e;
       while (h->next(e)) {
