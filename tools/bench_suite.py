@@ -208,8 +208,8 @@ def host_cell(bench):
 def host_process_section(rows):
     """Each host-time process as measured: wall-clock µs a step, the loop thread's CPU time over the
     same work (lower by the time it was off its CPU; it includes one read of that clock, whose cost
-    is the last figure), the share of the machine's CPU time the
-    hypervisor stole over the run, and the process's involuntary context switches."""
+    is given), the share of the machine's CPU time the hypervisor stole over the run, the process's
+    involuntary context switches, and telos-run bench's probe of the CPU's speed before the run."""
     lines = ["", "### Host time per step, process by process", "",
              "Wall-clock µs / thread CPU µs a step (medians over the run's full-batch decode "
              "steps), CPU stolen by the hypervisor over the run (% of the machine's), involuntary "
