@@ -28,6 +28,9 @@
 //  - always: the process's resident memory at the end and its peak (VmRSS, VmHWM).
 // A table on stdout, or with --json one JSON object with every figure (issue 7's benchmark script
 // parses it).
+#include <sys/resource.h>
+#include <time.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -40,9 +43,6 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
-
-#include <sys/resource.h>
-#include <time.h>
 
 #include "executor/commands.hpp"
 #include "executor/engine.hpp"
@@ -148,7 +148,8 @@ CpuTicks cpu_ticks() {
   std::ifstream in("/proc/stat");
   std::string cpu;
   double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  if (!(in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) || cpu != "cpu")
+  if (!(in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) ||
+      cpu != "cpu")
     return {};
   return {user + nice + system + idle + iowait + irq + softirq + steal, steal};
 }
@@ -162,7 +163,8 @@ double thread_cpu_clock_us() {
     timespec a{}, b{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
-    d.push_back(1e6 * static_cast<double>(b.tv_sec - a.tv_sec) + 1e-3 * static_cast<double>(b.tv_nsec - a.tv_nsec));
+    d.push_back(1e6 * static_cast<double>(b.tv_sec - a.tv_sec) +
+                1e-3 * static_cast<double>(b.tv_nsec - a.tv_nsec));
   }
   std::nth_element(d.begin(), d.begin() + 100, d.end());
   return d[100];
@@ -246,6 +248,10 @@ nlohmann::json batch_run(Engine& engine, const SamplingParams& sampling, int bat
   const CpuTicks ticks_after = cpu_ticks();
   const long switches = involuntary_switches() - switches_before;
   const double ticks = ticks_after.total - ticks_before.total;
+  const nlohmann::json steal_pct =
+      or_null(ticks > 0, 100 * (ticks_after.steal - ticks_before.steal) / ticks);
+  const nlohmann::json probe_json = {
+      {"alu", probe.alu_ns}, {"cache", probe.cache_ns}, {"dram", probe.dram_ns}};
 
   // Full-batch decode steps after the first (which follows the prefill and pays for it). The time
   // per token is the interval from one such step's start to the next's: the loop's period,
@@ -291,8 +297,8 @@ nlohmann::json batch_run(Engine& engine, const SamplingParams& sampling, int bat
           {"host_us_per_step_p90", stat(host_s, 0.9, 1e6)},
           {"host_cpu_us_per_step", stat(host_cpu_s, 0.5, 1e6)},
           {"thread_cpu_clock_us", thread_cpu_clock_us()},
-          {"cpu_probe_ns", {{"alu", probe.alu_ns}, {"cache", probe.cache_ns}, {"dram", probe.dram_ns}}},
-          {"cpu_steal_pct", or_null(ticks > 0, 100 * (ticks_after.steal - ticks_before.steal) / ticks)},
+          {"cpu_probe_ns", probe_json},
+          {"cpu_steal_pct", steal_pct},
           {"involuntary_switches", switches},
           {"host_launch_calls_us_per_step", stat(api_s, 0.5, 1e6)},
           {"host_upload_us", stat(upload_s, 0.5, 1e6)},
@@ -463,9 +469,11 @@ void print_table(const nlohmann::json& r) {
   for (const nlohmann::json& run : r["runs"])
     std::cout << "host at batch " << run["batch"] << ": " << cell(run["host_cpu_us_per_step"], 1)
               << " us of CPU time a step (median; the clock's own cost "
-              << fixed(run["thread_cpu_clock_us"].get<double>(), 1) << " us of it); over the run, CPU stolen by the hypervisor "
+              << fixed(run["thread_cpu_clock_us"].get<double>(), 1)
+              << " us of it); over the run, CPU stolen by the hypervisor "
               << cell(run["cpu_steal_pct"], 2) << "% of the machine's, "
-              << run["involuntary_switches"].get<long>() << " involuntary context switches; CPU probe "
+              << run["involuntary_switches"].get<long>()
+              << " involuntary context switches; CPU probe "
               << fixed(run["cpu_probe_ns"]["alu"].get<double>(), 2) << " / "
               << fixed(run["cpu_probe_ns"]["cache"].get<double>(), 2) << " / "
               << fixed(run["cpu_probe_ns"]["dram"].get<double>(), 1)
