@@ -21,6 +21,7 @@
 // distributed shared memory for the reductions) spread the row over C SMs.
 #include "common.cuh"
 #include "hexel/cluster.cuh"
+#include "hexel/mbarrier.cuh"
 
 namespace telos_kernels {
 
@@ -45,10 +46,11 @@ __device__ __forceinline__ unsigned long long splitmix64(unsigned long long z) {
 // A partial of sample's cluster reductions: three float sums and three counts (the search's
 // measures at its three pivots; other reductions use the first), four smallest keys (one for
 // each quarter of the search's interval) and a largest key (u32 fields: one redux.sync a warp,
-// PTX ISA "Parallel Synchronization and Communication Instructions: redux.sync").
-struct SamplePartial {
+// PTX ISA "Parallel Synchronization and Communication Instructions: redux.sync"). 48 bytes, 16
+// aligned: three 16-byte st.async to another block of the cluster.
+struct alignas(16) SamplePartial {
   float sum[3];
-  unsigned count[3], min_key[4], max_key;
+  unsigned count[3], min_key[4], max_key, unused;
 };
 
 // Row r's token goes to tokens_out[r] (device memory: the next step's embedding reads it) and to
@@ -72,8 +74,12 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   constexpr bool kUnrolled = PER <= 64;
   constexpr int kHeld = kUnrolled ? (PER < kRegs ? PER : kRegs) : 0;
   __shared__ SamplePartial red[kWarps];  // per-warp partials of a reduction
-  __shared__ SamplePartial pub[2];       // this block's partial, read by the cluster (alternating)
+  __shared__ SamplePartial pub[2];       // the draw: this block's total, read by the cluster
   __shared__ SamplePartial res;          // a reduction's result
+  // The cluster's partials of a reduction, by parity and block rank, each pushed by its block
+  // (st.async), and the barrier per parity whose phase completes once all C have arrived.
+  __shared__ SamplePartial inbox[2][C];
+  __shared__ alignas(8) unsigned long long inbox_bar[2];
   __shared__ unsigned long long best_c[kWarps];
   // The search's values inside its interval once the whole cluster holds at most kList of them:
   // this block's, in order (thread, then the thread's values), keys and weights.
@@ -108,11 +114,25 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
     return;
   }
 
+  // Every block's inbox barriers exist before any block pushes to them.
+  if constexpr (C > 1) {
+    if (tid == 0) {
+      hexel::mbarrier::init(hexel::smem_addr(&inbox_bar[0]), 1);
+      hexel::mbarrier::init(hexel::smem_addr(&inbox_bar[1]), 1);
+      hexel::mbarrier::fence_init();
+    }
+    hexel::cluster::sync();
+  }
+
   // A partial reduced over the cluster in a fixed order (the sum by butterflies over a warp's
   // lanes, then over the block's warps in warp 0, then over the cluster's blocks in warp 0, a
   // block's partial at the lane of its rank; the integers by redux.sync at the same stages): every
-  // block computes the same result, and every thread gets it.
+  // block computes the same result, and every thread gets it. Across the cluster, warp 0 of each
+  // block pushes the block's partial into every block's inbox[parity] and waits for its own to
+  // hold all C. Inbox p is written again two reductions later, by a block that has by then
+  // received every block's next partial, which each block sends only after reading inbox p.
   int parity = 0;
+  unsigned phases = 0;  // bit p: the phase of inbox_bar[p] to wait for next
   auto reduce = [&](SamplePartial v) {
     auto warp_reduce = [&](int width) {
 #pragma unroll
@@ -134,32 +154,28 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
     if (warp == 0) {
       v = lane < kWarps ? red[lane] : none;
       warp_reduce(kWarps);
-      if (lane == 0) pub[parity] = v;
-    }
-    if constexpr (C > 1) {
-      hexel::cluster::sync();
-      if (warp == 0) {
-        v = none;
+      if constexpr (C > 1) {
+        // Lane 0 holds the block's sums (the integers every lane): lanes 0 .. C - 1 push them.
+#pragma unroll
+        for (int i = 0; i < 3; ++i) v.sum[i] = __shfl_sync(0xffffffffu, v.sum[i], 0);
+        const unsigned bar = hexel::smem_addr(&inbox_bar[parity]);
+        if (lane == 0) hexel::mbarrier::arrive_expect_tx(bar, C * sizeof(SamplePartial));
         if (lane < C) {
-          auto remote = [&](const void* field) {
-            return hexel::cluster::load_u32(
-                hexel::cluster::map_shared(hexel::smem_addr(field), lane));
-          };
-          const SamplePartial& b = pub[parity];
-#pragma unroll
-          for (int i = 0; i < 3; ++i) {
-            v.sum[i] = __uint_as_float(remote(&b.sum[i]));
-            v.count[i] = remote(&b.count[i]);
-          }
-#pragma unroll
-          for (int i = 0; i < 4; ++i) v.min_key[i] = remote(&b.min_key[i]);
-          v.max_key = remote(&b.max_key);
+          const unsigned to = hexel::cluster::map_shared(hexel::smem_addr(&inbox[parity][rank]), lane);
+          const unsigned to_bar = hexel::cluster::map_shared(bar, lane);
+          hexel::cluster::store_async_v4(to, __float_as_uint(v.sum[0]), __float_as_uint(v.sum[1]),
+                                         __float_as_uint(v.sum[2]), v.count[0], to_bar);
+          hexel::cluster::store_async_v4(to + 16, v.count[1], v.count[2], v.min_key[0],
+                                         v.min_key[1], to_bar);
+          hexel::cluster::store_async_v4(to + 32, v.min_key[2], v.min_key[3], v.max_key, 0u,
+                                         to_bar);
         }
+        hexel::mbarrier::wait_parity_cluster(bar, (phases >> parity) & 1u);
+        phases ^= 1u << parity;
+        v = lane < C ? inbox[parity][lane] : none;
         warp_reduce(C);
-        if (lane == 0) res = v;
       }
-    } else {
-      if (tid == 0) res = pub[parity];
+      if (lane == 0) res = v;
     }
     __syncthreads();
     parity ^= 1;

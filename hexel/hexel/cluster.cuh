@@ -54,6 +54,19 @@ HEXEL_DEVICE void store_u32(uint32_t cluster_addr, uint32_t v) {
   asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(cluster_addr), "r"(v) : "memory");
 }
 
+// Stores four words into a CTA's shared memory through a shared::cluster address (16-byte aligned)
+// and completes 16 bytes of transaction on that CTA's mbarrier `cluster_bar` (also a
+// shared::cluster address, in the same CTA), without waiting: the receiver arrives on the barrier
+// expecting the bytes and waits for its phase, after which the words are visible to it.
+// PTX: st.async (.shared::cluster.mbarrier::complete_tx::bytes.v4.b32).
+HEXEL_DEVICE void store_async_v4(uint32_t cluster_addr, uint32_t a, uint32_t b, uint32_t c,
+                                 uint32_t d, uint32_t cluster_bar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
+      ::"r"(cluster_addr), "r"(a), "r"(b), "r"(c), "r"(d), "r"(cluster_bar)
+      : "memory");
+}
+
 // Cluster barrier, split in halves so independent work can sit between them; every thread of
 // every CTA in the cluster takes part. PTX: barrier.cluster.arrive.release / wait.acquire.
 HEXEL_DEVICE void arrive() {
