@@ -18,7 +18,8 @@
 // values around the cut sit). The row lives in registers (up to 32 values a thread), so a step
 // reads no global memory, and once the interval holds at most a few thousand values each block
 // keeps its own in a shared-memory list that the last steps read instead. C blocks (a cluster,
-// distributed shared memory for the reductions) spread the row over C SMs.
+// each reduction's block partials pushed into every block's shared memory by st.async) spread
+// the row over C SMs.
 #include "common.cuh"
 #include "hexel/cluster.cuh"
 #include "hexel/mbarrier.cuh"
