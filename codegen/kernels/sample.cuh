@@ -162,7 +162,8 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
         const unsigned bar = hexel::smem_addr(&inbox_bar[parity]);
         if (lane == 0) hexel::mbarrier::arrive_expect_tx(bar, C * sizeof(SamplePartial));
         if (lane < C) {
-          const unsigned to = hexel::cluster::map_shared(hexel::smem_addr(&inbox[parity][rank]), lane);
+          const unsigned to =
+              hexel::cluster::map_shared(hexel::smem_addr(&inbox[parity][rank]), lane);
           const unsigned to_bar = hexel::cluster::map_shared(bar, lane);
           hexel::cluster::store_async_v4(to, __float_as_uint(v.sum[0]), __float_as_uint(v.sum[1]),
                                          __float_as_uint(v.sum[2]), v.count[0], to_bar);

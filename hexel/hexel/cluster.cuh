@@ -62,8 +62,10 @@ HEXEL_DEVICE void store_u32(uint32_t cluster_addr, uint32_t v) {
 HEXEL_DEVICE void store_async_v4(uint32_t cluster_addr, uint32_t a, uint32_t b, uint32_t c,
                                  uint32_t d, uint32_t cluster_bar) {
   asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
-      ::"r"(cluster_addr), "r"(a), "r"(b), "r"(c), "r"(d), "r"(cluster_bar)
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 "
+      "[%0], {%1, %2, %3, %4}, [%5];"
+      :
+      : "r"(cluster_addr), "r"(a), "r"(b), "r"(c), "r"(d), "r"(cluster_bar)
       : "memory");
 }
 
