@@ -82,7 +82,7 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 
 # NVRTC, compute-sanitizer, the payload in $P, the binaries in $B.
-source tools/gpu_env.sh
+source tools/gpu_env.sh || exit 1
 
 declare -a rows
 run() {  # run NAME LOG COMMAND...
