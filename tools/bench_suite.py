@@ -13,8 +13,10 @@ transformers at run time):
     first token for 512/2048/8192-token prompts;
   - the peer: transformers eager in bf16 on the same weights, batch 1, 256 greedy steps after a
     32-token prompt, CUDA events around the decode steps;
-  - the ceiling: device-to-device copy bandwidth (read + write bytes / time, median of 20),
-    and the floor it gives: weight bytes / bandwidth per decoded token at batch 1.
+  - the ceilings: device-to-device copy bandwidth (read + write bytes / time, median of 20), and
+    the floor it gives: weight bytes / bandwidth per decoded token at batch 1; with --throughput
+    also the bf16 matmul rate (torch.matmul, 8192 cubed), and each throughput batch's decode-step
+    floor: its bytes at the bandwidth or its FLOPs at that rate, whichever is longer.
 
     python3 tools/bench_suite.py --telosc BIN --telos-run BIN --work DIR --out DIR
                                  [--models Llama-3.2-1B,Llama-3.1-8B] [--throughput]
@@ -71,6 +73,34 @@ def median_ms(fn, reps=20, warm=3):
         times.append(a.elapsed_time(b))
     times.sort()
     return times[len(times) // 2]
+
+
+def matmul_rate():
+    """The tensor cores' bf16 rate as torch.matmul (cuBLAS) reaches it: FLOP/s of an 8192-cubed
+    product, median of 20."""
+    n = 8192
+    a = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+    ms = median_ms(lambda: torch.matmul(a, b))
+    del a, b
+    return 2 * n ** 3 / (ms * 1e-3)
+
+
+def decode_step_floor_ms(config, weight_bytes, batch, context, bandwidth, flops):
+    """The shortest a decode step of `batch` sequences at `context` positions each can take: its
+    bytes (every weight once, each sequence's K and V over the context) at the copy bandwidth, or
+    its FLOPs (2 a weight a token, and the attention's 4 · context · heads · head_dim a token a
+    layer) at the matmul rate, whichever is longer. Returns (ms, "memory" or "compute"). The
+    weights count as the batch-1 floor counts them, every tensor: an untied embedding table, of
+    which a step reads a row a token, makes both figures a few percent high (the 8B's: 6.5%)."""
+    layers, heads = config["num_hidden_layers"], config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads", heads)
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    kv_bytes = batch * context * layers * 2 * kv_heads * head_dim * 2
+    step_flops = 2 * (weight_bytes / 2) * batch + 4 * batch * context * layers * heads * head_dim
+    memory_ms = (weight_bytes + kv_bytes) / bandwidth * 1e3
+    compute_ms = step_flops / flops * 1e3
+    return (memory_ms, "memory") if memory_ms >= compute_ms else (compute_ms, "compute")
 
 
 def copy_bandwidth():
@@ -186,6 +216,16 @@ def bench_model(name, args, bandwidth):
                                                         "--ttft", "512,2048,8192"])
         row["telos"]["throughput"] = thr
     return row
+
+
+def model_config(name):
+    """The model's config.json from test/telosc/Inputs/configs (None if absent)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "telosc", "Inputs",
+                        "configs", name, "config.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
 
 
 def fmt(v, digits=3):
@@ -325,11 +365,25 @@ def write_report(rows, meta, out):
     thr_rows = [r for r in rows if "throughput" in r.get("telos", {})]
     if thr_rows:
         lines += ["", "## Throughput (512-token prompts, 128 outputs) and time to first token", "",
-                  "| model | batch | output tok/s | total s | ms/step (decode) |", "| --- | --- | --- | --- | --- |"]
+                  "The floor of a decode step: its bytes (the weights once, each sequence's K and V "
+                  "at the mean decode context, 576 positions) at the copy bandwidth, or its FLOPs "
+                  f"at the bf16 matmul rate measured in the same run ({fmt(meta.get('flops', 0) / 1e12, 0)} "
+                  "TFLOP/s, torch.matmul 8192³), whichever is longer.", "",
+                  "| model | batch | output tok/s | total s | ms/step (decode) | floor ms/step (bound) "
+                  "| Telos % of floor |", "| --- | --- | --- | --- | --- | --- | --- |"]
         for r in thr_rows:
+            config = model_config(r["model"])
             for run in r["telos"]["throughput"]["runs"]:
+                floor = bound = None
+                if config and meta.get("flops"):
+                    floor, bound = decode_step_floor_ms(config, r["weight_bytes"], run["batch"],
+                                                        run["prompt_len"] + run["gen"] // 2,
+                                                        meta["bandwidth"], meta["flops"])
+                step = run.get("ms_per_token")
                 lines.append(f"| {r['model']} | {run['batch']} | {fmt(run['output_tokens_per_s'], 0)} | "
-                             f"{fmt(run['total_s'], 2)} | {fmt(run['ms_per_token'])} |")
+                             f"{fmt(run['total_s'], 2)} | {fmt(step)} | "
+                             f"{fmt(floor)} ({bound or '—'}) | "
+                             f"{fmt(100 * floor / step if floor and step else None, 0)}% |")
         for r in thr_rows:
             t = r["telos"]["throughput"]
             if t.get("mixed"):
@@ -367,7 +421,7 @@ def plot(rows, out):
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--child-ceiling":
-        print(json.dumps({"bandwidth": copy_bandwidth()}))
+        print(json.dumps({"bandwidth": copy_bandwidth(), "flops": matmul_rate()}))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--child-peer":
         print(json.dumps(child_peer(sys.argv[2], sys.argv[3])))
@@ -381,13 +435,14 @@ def main():
     ap.add_argument("--throughput", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    bandwidth = run_child(["--child-ceiling"])["bandwidth"]
+    ceiling = run_child(["--child-ceiling"])
+    bandwidth = ceiling["bandwidth"]
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip().split(", ")
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "gpu": smi[0], "driver": smi[1] if len(smi) > 1 else "?", "cuda": torch.version.cuda,
             "torch": torch.__version__, "transformers": transformers.__version__,
-            "bandwidth": bandwidth,
+            "bandwidth": bandwidth, "flops": ceiling["flops"],
             "command": f"python3 tools/bench_suite.py --telosc BIN/telosc --telos-run BIN/telos-run "
                        f"--work DIR --out OUT --models {args.models}" + (" --throughput" if args.throughput else "")}
     rows = []
