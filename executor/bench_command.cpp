@@ -15,7 +15,8 @@
 //    bench's own idle-gap events (two a step) are timed apart and left out of the host time; the
 //    loop thread's CPU time over the same work (below the host time by what it spent off its CPU),
 //    and over the whole run the share of the machine's CPU time stolen by the hypervisor
-//    (/proc/stat) and the process's involuntary context switches: whether a slow step was slow
+//    (/proc/stat; null when the run took less than one of its clock ticks) and the process's
+//    involuntary context switches: whether a slow step was slow
 //    work or a descheduled thread; before the run, a probe of the CPU's speed (an integer chain,
 //    random walks over 128 KB and 64 MB): whether slow work is a slow core or slow memory;
 //  - --mixed N: N requests with prompt and output lengths drawn from --seed, through the
@@ -471,8 +472,10 @@ void print_table(const nlohmann::json& r) {
               << " us of CPU time a step (median; the clock's own cost "
               << fixed(run["thread_cpu_clock_us"].get<double>(), 1)
               << " us of it); over the run, CPU stolen by the hypervisor "
-              << cell(run["cpu_steal_pct"], 2) << "% of the machine's, "
-              << run["involuntary_switches"].get<long>()
+              << (run["cpu_steal_pct"].is_null()
+                      ? std::string("-")
+                      : fixed(run["cpu_steal_pct"].get<double>(), 2) + "%")
+              << " of the machine's, " << run["involuntary_switches"].get<long>()
               << " involuntary context switches; CPU probe "
               << fixed(run["cpu_probe_ns"]["alu"].get<double>(), 2) << " / "
               << fixed(run["cpu_probe_ns"]["cache"].get<double>(), 2) << " / "

@@ -236,7 +236,8 @@ def host_cell(bench):
     """Host µs per step, and of it the device API calls that launch the step (telos-run bench):
     the median over the processes that measured it, and their range."""
     procs = bench.get("host_processes") or [bench["runs"][0]]
-    values = {k: [p[k] for p in procs if p.get(k) is not None] for k in HOST_KEYS}
+    values = {k: [p[k] for p in procs if p.get(k) is not None]
+              for k in ("host_us_per_step", "host_launch_calls_us_per_step")}
     med = {k: statistics.median(v) if v else None for k, v in values.items()}
     cell = f"{fmt(med['host_us_per_step'], 1)} ({fmt(med['host_launch_calls_us_per_step'], 1)})"
     host = values["host_us_per_step"]
@@ -257,6 +258,9 @@ def host_process_section(rows):
              "probe before the run, ns a step: a dependent integer chain / a random walk over 128 KB / "
              "over 64 MB (telos-run bench):", ""]
 
+    def steal(v):  # null where the run was shorter than a clock tick of /proc/stat
+        return "—" if v is None else f"{v:.2f}%"
+
     def probe(p):
         return "—" if not p else f"{p['alu']:.2f} / {p['cache']:.2f} / {p['dram']:.0f}"
 
@@ -264,7 +268,7 @@ def host_process_section(rows):
         for key, label in (("decode", "batch 1"), ("batch64", "batch 64")):
             procs = r.get("telos", {}).get(key, {}).get("host_processes") or []
             cells = [f"{fmt(p.get('host_us_per_step'), 1)} / {fmt(p.get('host_cpu_us_per_step'), 1)} "
-                     f"({fmt(p.get('cpu_steal_pct'), 2)}%, {p.get('involuntary_switches', '—')}; clock "
+                     f"({steal(p.get('cpu_steal_pct'))}, {p.get('involuntary_switches', '—')}; clock "
                      f"{fmt(p.get('thread_cpu_clock_us'), 1)}; probe {probe(p.get('cpu_probe_ns'))})"
                      for p in procs]
             if cells:
