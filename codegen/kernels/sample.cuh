@@ -75,7 +75,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   constexpr bool kUnrolled = PER <= 64;
   constexpr int kHeld = kUnrolled ? (PER < kRegs ? PER : kRegs) : 0;
   __shared__ SamplePartial red[kWarps];  // per-warp partials of a reduction
-  __shared__ SamplePartial pub[2];       // the draw: this block's total, read by the cluster
+  __shared__ float block_sum;            // the draw: this block's total, read by the cluster
   __shared__ SamplePartial res;          // a reduction's result
   // The cluster's partials of a reduction, by parity and block rank, each pushed by its block
   // (st.async), and the barrier per parity whose phase completes once all C have arrived.
@@ -183,7 +183,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
     parity ^= 1;
     return res;
   };
-  // Before a block leaves, no other block may still read its `pub`.
+  // Before a block leaves, no other block may still read its `block_sum`.
   auto leave = [&] {
     if constexpr (C > 1) hexel::cluster::sync();
   };
@@ -398,10 +398,10 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   }
   float offset = 0.f, total = block_total;
   if constexpr (C > 1) {
-    if (tid == 0) pub[parity].sum[0] = block_total;
+    if (tid == 0) block_sum = block_total;
     hexel::cluster::sync();
     if (tid == 0) {
-      const unsigned a = hexel::smem_addr(&pub[parity].sum[0]);
+      const unsigned a = hexel::smem_addr(&block_sum);
       float run = 0.f;
       for (int c = 0; c < C; ++c) {
         if (c == rank) res.sum[0] = run;
