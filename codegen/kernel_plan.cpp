@@ -85,6 +85,11 @@ int attn_partial_slots(int max_positions) {
   return std::min(32, (max_positions + kAttnSplit - 1) / kAttnSplit);
 }
 
+int attn_grid_slots(int tiles, int kv_heads, int partial_slots) {
+  const int pairs = std::max(1, tiles * kv_heads);
+  return std::clamp((kAttnSplitGridBlocks + pairs - 1) / pairs, 1, partial_slots);
+}
+
 bool attn_prefill_fits(int head_dim, int group) {
   return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 128;
 }
@@ -445,7 +450,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
         continue;
       }
       launch_qkv(w, l);
-      launch(split_k, {split_tiles, HKV, plan.attn_num_splits},
+      launch(split_k, {split_tiles, HKV, attn_grid_slots(split_tiles, HKV, plan.attn_num_splits)},
              {"buf:q", split_positions, "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
               "buf:part_o", "buf:part_ml"});
       launch(combine_k, {split_rows, HQ, 1},

@@ -151,6 +151,14 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
 // merge of its warps, the partials' stores) is spread over twice the K/V.
 constexpr int kAttnSplit = 256;
 int attn_partial_slots(int max_positions);
+// attn_split's grid along the slots, S (its z): each block runs slots z, z + S, ... of its (tile,
+// KV head) one after another. Every slot as its own block (S = NSPLIT) leaves most blocks empty at
+// short contexts in buckets of many rows (batch 256, 8 KV heads, 32 slots: 65536 blocks, each
+// launched to read a position and exit), so S is the smallest that still gives the bucket about
+// kAttnSplitGridBlocks blocks (five waves at three 128-thread blocks on each of an H200's 132
+// SMs), at most NSPLIT. Which block runs a slot changes no bit, so S may depend on the bucket.
+constexpr int kAttnSplitGridBlocks = 2048;
+int attn_grid_slots(int tiles, int kv_heads, int partial_slots);
 // attn_split loads each warp's next chunk while it computes one (LOAD_AHEAD: two blocks an SM
 // instead of three, for the registers) in buckets of one token a tile with at most this many
 // split rows: there the items are too few to fill three blocks an SM and the chain of chunk loads

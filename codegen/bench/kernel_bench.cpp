@@ -4,7 +4,9 @@
 //   decode GEMMs at M = 1, 8, 64 on Llama-3.1-8B shapes, tiled as codegen tiles them: the
 //   small-M wgmma GEMM (gemm_small_*: qkv, o, gate_up with SwiGLU, down with the residual add)
 //   and linear_f32 (the LM head's GEMM, also on the other shapes for comparison);
-//   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k;
+//   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k, and
+//   batches 16-256 at contexts 576 and 4096 in a model of 32 partial slots, attn_split's grid
+//   along the slots at 32 and at the plan's attn_grid_slots;
 //   prefill attention: one sequence's 512-token chunk at context 8192, one token per block
 //   (TPT 1) against the plan's tiles of 4 tokens (TPT 4), GB/s counting the K/V bytes each
 //   block reads (per tile: positions up to the tile's last).
@@ -832,6 +834,36 @@ int main(int argc, char** argv) {
                  median_us([&](int i) { step(i, i % kBatch != 0, true); }, 30, 5, kBatch), bytes);
       }
     }
+  }
+
+  // Decode in a model of 32 partial slots (max_seq_len 8192 or more, as bench_suite's artifacts),
+  // batches 16-256 at contexts of 576 positions (bench_suite's throughput runs: 512-token prompts
+  // and half of the 128 outputs) and 4096: attn_split's grid along the slots at 32 (a block a
+  // slot, most of them empty at 576) and at the plan's attn_grid_slots (a block runs slots z, z +
+  // S, ...). 8 layers back to back with PDL, as above; the bytes are the K/V read.
+  for (int C : {576, 4096}) {
+    Attn at = attn(C);
+    at.nsplit = attn_partial_slots(8192);
+    Module mod({at.split_kernel(1), at.combine_kernel()});
+    for (int B : {16, 64, 256}) {
+        std::vector<int> hpos(B, C - 1), hseq(B);
+        for (int b = 0; b < B; ++b) hseq[b] = b;
+        const double bytes = static_cast<double>(B) * C * HKV * D * 2 * 2;
+        const int copies = std::max(1, static_cast<int>(std::ceil((400 << 20) / bytes)));
+        const AttnBuffers m(at, hpos, hseq, B, copies);
+        char shape[64];
+        std::snprintf(shape, sizeof shape, "B=%d ctx=%d of 32 slots", B, C);
+        for (int slots : {at.nsplit, attn_grid_slots(B, HKV, at.nsplit)}) {
+          auto step = [&](int i) {
+            mod.launch(at.split_kernel(1), dim3(B, HKV, slots), 128,
+                       {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0, i % kBatch != 0);
+            mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
+          };
+          const std::string label = "attn_split+combine PDL z=" + I(slots) +
+                                    (slots == attn_grid_slots(B, HKV, at.nsplit) ? " plan" : "");
+          attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
+        }
+      }
   }
 
   // Prefill: one sequence, a 512-token chunk at positions 7680..8191 (context 8192), split +

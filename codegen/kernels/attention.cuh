@@ -4,7 +4,7 @@
 // QKV kernel has already appended this step's keys and values). The context is cut into splits
 // of SPLIT positions at fixed absolute boundaries, dealt round-robin to NSPLIT partial slots
 // (slot z holds splits z, z + NSPLIT, ...: every slot has work from the first NSPLIT splits on,
-// and the partials stay NSPLIT per token at any context). attn_split computes one slot of a tile
+// and the partials stay NSPLIT per token at any context). attn_split computes the slots of a tile
 // of TPT consecutive tokens for one KV head (all G = HQ/HKV query heads that share it, of every
 // token of the tile, so K and V are read once for the group and, in prefill, once for the tile's
 // tokens) with an online softmax on tensor cores, and attn_combine merges the slots in order.
@@ -33,9 +33,12 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // 2^(score - max) and part_ml {max (log2 domain), sum of weights}. SCALE_LOG2 = log2(e) / sqrt(D).
 //
 // A work item is 4 warps on one (tile of TPT consecutive tokens t0 = tile · TPT .., KV head,
-// slot); attn_split runs one item a block, its grid is (T / TPT, HKV, NSPLIT) (the kernel has no
-// T: every tile is whole, so the plan only picks a TPT dividing the bucket's tokens; rows that do
-// not exist are padding, position -1). The 16 MMA rows hold (token j, query head h) at row j·G + h
+// slot); attn_split's grid is (T / TPT, HKV, S) (the kernel has no T: every tile is whole, so the
+// plan only picks a TPT dividing the bucket's tokens; rows that do not exist are padding,
+// position -1), and block z runs the items of slots z, z + S, ... < NSPLIT one after another, so
+// that a bucket of many rows need not launch NSPLIT blocks a row, most of them empty at short
+// contexts (S is the plan's, per bucket: kernel_plan.hpp). Each slot's item is computed the same
+// whichever block runs it, so S changes no bit. The 16 MMA rows hold (token j, query head h) at row j·G + h
 // for j < TPT (TPT · G <= 16), the rows past TPT · G are zero. Sharing the rows is what lets the
 // tile read K and V once for its TPT tokens.
 // Rows of a tile may belong to different sequences: the item runs one pass per maximal run of
@@ -413,9 +416,12 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : 3)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const bf16* kv_layer, float* part_o, float* part_ml) {
   pdl_entry();
-  attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD>(
-      blockIdx.x, blockIdx.y, blockIdx.z, q, positions, token_seq, page_tables, kv_layer, part_o,
-      part_ml, [] { __syncthreads(); });
+  // Items back to back need no barrier between them (attn_split_block); a slot past every
+  // position of the tile returns at once, and so do the later ones.
+  for (unsigned slot = blockIdx.z; slot < NSPLIT; slot += gridDim.z)
+    attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD>(
+        blockIdx.x, blockIdx.y, static_cast<int>(slot), q, positions, token_seq, page_tables,
+        kv_layer, part_o, part_ml, [] { __syncthreads(); });
 }
 
 // out[t, hq*D + d] = bf16(softmax-weighted sum), merging the slots 0..min(position/SPLIT,

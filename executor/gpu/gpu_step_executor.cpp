@@ -118,7 +118,11 @@ struct GpuStepExecutor::State {
     // the device's view of it).
     std::int32_t* sampled_host = nullptr;
     void* sampled_host_device = nullptr;
-    cudaEvent_t done = nullptr;  // recorded after the step's graph (and its logits' copy back)
+    // The step's graph done: recorded by the graph's last node (an external event-record node,
+    // so that a step costs no event-record call; cudaEventRecord after the launch without
+    // graphs).
+    cudaEvent_t done = nullptr;
+    cudaEvent_t logits_done = nullptr;  // recorded after the logits' copy back, when it has one
     int rows = 0;                          // sampling rows
     bool logits = false;                   // the logits come back to logits_host
     std::vector<std::uint8_t> picks;       // per sampling row: the engine wants the device's pick
@@ -152,6 +156,10 @@ struct GpuStepExecutor::State {
   std::uint64_t timed_from = 0;               // the first step launched with timing on
 
   ~State() {
+    // The graphs first: their event-record nodes name the slots' events.
+    for (auto& b : buckets)
+      for (cudaGraphExec_t g : b.graph)
+        if (g) cudaGraphExecDestroy(g);
     for (int i = 0; i < 3; ++i) {
       if (graph_begin[i]) cudaEventDestroy(graph_begin[i]);
       if (graph_end[i]) cudaEventDestroy(graph_end[i]);
@@ -161,12 +169,10 @@ struct GpuStepExecutor::State {
     }
     for (Slot& sl : slots) {
       if (sl.done) cudaEventDestroy(sl.done);
+      if (sl.logits_done) cudaEventDestroy(sl.logits_done);
       if (sl.desc_host) cudaFreeHost(sl.desc_host);
       if (sl.sampled_host) cudaFreeHost(sl.sampled_host);
     }
-    for (auto& b : buckets)
-      for (cudaGraphExec_t g : b.graph)
-        if (g) cudaGraphExecDestroy(g);
     if (library) cudaLibraryUnload(library);
     if (tmaps) cudaFree(tmaps);
     if (base) cudaFree(base);
@@ -273,9 +279,9 @@ struct GpuStepExecutor::State {
     const clock::time_point api_start = clock::now();
     // No wait before overwriting desc_dev[p]: step N-2 read it last, and N-2's graph is done.
     // A step is launched only while at most one is in flight, so N-2 was collected, and collect()
-    // waited for N-2's slot.done, recorded after N-2's graph. The same holds for the slot's pinned
-    // buffers, which N-2 used: its upload was done before its graph began, and collect() read its
-    // tokens before this launch.
+    // waited for N-2's slot.done, which N-2's graph recorded last (or for the logits' copy after
+    // it). The same holds for the slot's pinned buffers, which N-2 used: its upload was done
+    // before its graph began, and collect() read its tokens before this launch.
     check(cudaMemcpyAsync(desc_dev[p], slot.desc_host, static_cast<std::size_t>(packed.upload),
                           cudaMemcpyHostToDevice, upload),
           "step descriptor upload");
@@ -303,13 +309,17 @@ struct GpuStepExecutor::State {
       check(cudaEventRecord(graph_end[ev], stream), "timing event");
       timing_calls += clock::now() - graph_queued;
     }
+    // A graph records slot.done itself (its last node).
+    if (!b.graph[p]) check(cudaEventRecord(slot.done, stream), "step event");
     // The logits' copy back is in stream order: the next graph, which overwrites them, waits for
-    // it (the engine does not overlap a step that wants logits anyway).
-    if (want_logits)
+    // it (the engine does not overlap a step that wants logits anyway). collect() waits for its
+    // own event then.
+    if (want_logits) {
       check(cudaMemcpyAsync(logits_host, logits_dev, sizeof(float) * r * vocab,
                             cudaMemcpyDeviceToHost, stream),
             "logits download");
-    check(cudaEventRecord(slot.done, stream), "step event");
+      check(cudaEventRecord(slot.logits_done, stream), "step event");
+    }
     const clock::time_point api_end = clock::now();
     const auto secs = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
     slot.api_seconds = secs(api_end - api_start - timing_calls);
@@ -338,8 +348,9 @@ struct GpuStepExecutor::State {
     // A loop of event queries rather than cudaEventSynchronize's own spin: on the GPU machine (a
     // VM) the calls after a long wait in that spin cost up to 6x in its slow spells, after the
     // query loop at most 2x (telos-launch-bench --wait auto / poll, docs/perf-log.md session 13).
+    const cudaEvent_t step_done = slot.logits ? slot.logits_done : slot.done;
     cudaError_t done;
-    while ((done = cudaEventQuery(slot.done)) == cudaErrorNotReady) {
+    while ((done = cudaEventQuery(step_done)) == cudaErrorNotReady) {
     }
     check(done, "step");
     tokens_out.assign(slot.sampled_host, slot.sampled_host + slot.rows);
@@ -521,6 +532,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
           "pinned tokens");
     check(cudaHostGetDevicePointer(&slot.sampled_host_device, slot.sampled_host, 0), "pinned tokens");
     check(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), "step event");
+    check(cudaEventCreateWithFlags(&slot.logits_done, cudaEventDisableTiming), "step event");
     std::memset(slot.desc_host, 0, static_cast<std::size_t>(s.desc.bytes));
   }
   check(cudaMallocHost(&s.logits_host, sizeof(float) * s.desc.max_sample_rows * s.vocab), "pinned logits");
@@ -623,6 +635,10 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
         cudaGraph_t graph = nullptr;
         check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "begin capture");
         s.launch_all(b, parity);
+        // The step's done event as the graph's last node: each launch records it (CUDA runtime
+        // API, cudaEventRecordWithFlags, cudaEventRecordExternal during capture).
+        check(cudaEventRecordWithFlags(s.slots[parity].done, s.stream, cudaEventRecordExternal),
+              "capture the step's done event");
         check(cudaStreamEndCapture(s.stream, &graph), "end capture");
         const cudaError_t e = cudaGraphInstantiate(&b.graph[parity], graph, 0);
         cudaGraphDestroy(graph);

@@ -422,9 +422,24 @@ TEST(Codegen, AttentionSplitIsAPerModelConstant) {
         // Prefill: tiles of 4 over the first max_batch (64) rows, the generated ones.
         EXPECT_EQ(l.grid[0], b.kind == "prefill" ? 64 / 4 : b.tokens);
         EXPECT_EQ(l.grid[1], 8);
-        EXPECT_EQ(l.grid[2], 32);
+        EXPECT_EQ(l.grid[2], attn_grid_slots(l.grid[0], 8, 32));
         EXPECT_EQ(plan.kernels[l.kernel].block, 128);
       }
+}
+
+// attn_split's grid along the slots: about kAttnSplitGridBlocks blocks a bucket, each slot still
+// computed (a block runs slots z, z + S, ...), never more blocks a (tile, KV head) than slots.
+TEST(Codegen, AttentionGridSlotsPerBucket) {
+  EXPECT_EQ(kAttnSplitGridBlocks, 2048);
+  EXPECT_EQ(attn_grid_slots(1, 8, 32), 32);    // batch 1: every slot in parallel
+  EXPECT_EQ(attn_grid_slots(6, 8, 32), 32);    // 2048 / 48 = 42.7, capped at the slots
+  EXPECT_EQ(attn_grid_slots(16, 8, 32), 16);   // 128 pairs: 2048 blocks
+  EXPECT_EQ(attn_grid_slots(64, 8, 32), 4);
+  EXPECT_EQ(attn_grid_slots(48, 8, 32), 6);    // 384 pairs: 5.33 rounded up
+  EXPECT_EQ(attn_grid_slots(256, 8, 32), 1);   // 2048 pairs already
+  EXPECT_EQ(attn_grid_slots(512, 8, 32), 1);
+  EXPECT_EQ(attn_grid_slots(1, 8, 3), 3);      // a short model: its own slots
+  EXPECT_EQ(attn_grid_slots(64, 2, 32), 16);   // fewer KV heads, more slots a pair
 }
 
 // Prefill attention reads K/V once per tile of TPT tokens: the largest power of two with
@@ -455,11 +470,11 @@ TEST(Codegen, AttentionTokensPerTile) {
       if (instance.find("attn_split") == std::string::npos) continue;
       if (b.kind == "prefill") {
         EXPECT_EQ(instance, prefix + "4>");
-        EXPECT_EQ(l.grid, (std::array<int, 3>{64 / 4, 8, 32}));
+        EXPECT_EQ(l.grid, (std::array<int, 3>{64 / 4, 8, 16}));  // 128 pairs, 16 slots each
         ++seen_prefill;
       } else {
         EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows ? "1, true>" : "1>"));
-        EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, 32}));
+        EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, b.tokens == 64 ? 4 : 32}));
         ++seen_decode;
       }
     }

@@ -1012,7 +1012,8 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
 // a tile and at the end. TPT = 1, 2 and 16 / G against each other: partials and outputs
 // memcmp-identical (partials poisoned first, so a tile must write exactly the entries TPT = 1
 // writes), and TPT = 1 against the f64 reference. TPT = 1 with LOAD_AHEAD (loads moved, the
-// arithmetic untouched) memcmp-identical too.
+// arithmetic untouched) memcmp-identical too, and grids of fewer blocks along the slots than
+// NSPLIT (attn_grid_slots: a block runs slots z, z + S, ...; S = 1 and NSPLIT - 1).
 TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int LAYERS = 2, LAYER = 1;
@@ -1027,9 +1028,11 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
     struct Variant {
       int tpt;
       bool ahead;
+      int slots;  // the grid's z
     };
-    std::vector<Variant> variants = {{1, false}, {1, true}, {2, false}};
-    if (16 / G != 2) variants.push_back({16 / G, false});
+    std::vector<Variant> variants = {{1, false, NSPLIT}, {1, true, NSPLIT}, {2, false, NSPLIT},
+                                     {1, false, 1}, {1, true, NSPLIT - 1}, {2, false, 1}};
+    if (16 / G != 2) variants.push_back({16 / G, false, NSPLIT}), variants.push_back({16 / G, false, 1});
     std::vector<std::string> instances = {attn_combine_instance(s)};
     for (const Variant& v : variants)
       instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead));
@@ -1085,14 +1088,15 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       a.part_ml.poison();
       a.out.poison();
       const std::string split = attn_split_instance(s, page_elems, tpt, v.ahead);
-      CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, NSPLIT), 128,
+      CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, v.slots), 128,
                          {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(), a.part_ml.get()}));
       CUDA_OK(mod.launch(attn_combine_instance(s), dim3(T, s.HQ), s.D,
                          {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
       const auto po = a.part_o.download(), ml = a.part_ml.download();
       const auto out = a.out.download();
-      const std::string opts = v.ahead ? " load-ahead" : "";
-      if (tpt == 1 && !v.ahead) {
+      const std::string opts =
+          std::string(v.ahead ? " load-ahead" : "") + (v.slots != NSPLIT ? " slots " + I(v.slots) : "");
+      if (tpt == 1 && !v.ahead && v.slots == NSPLIT) {
         expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
         po1 = po, ml1 = ml, out1 = out;
         continue;
