@@ -277,6 +277,10 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int T = tokens, S = sample_rows;
     auto I_ = [](long long v) { return std::to_string(v); };
     const GemmLaunch lm_g = gemm_launch(gemm_tiling(V, H), V, S, true);
+    // linear_f32's row groups are the grid's y (at most 65535 blocks).
+    if (V / lm_g.tiling.rows > 65535)
+      fail("codegen: a vocabulary of " + I_(V) + " needs " + I_(V / lm_g.tiling.rows) +
+           " LM head blocks of " + I_(lm_g.tiling.rows) + " rows, more than a grid's y takes (65535)");
 
     launch(b.kernel("telos_kernels::embed_gather<" + I_(H) + ", " + I_(embed_threads) + ">",
                     {"embed", "tokens", "sampled", "x"}, embed_threads),
@@ -473,7 +477,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     max_lm_candidates = std::max(max_lm_candidates, static_cast<long long>(S) * candidates);
     launch(b.kernel("telos_kernels::linear_f32<" + I_(H) + ", " + I_(V) + ", " + lm_g.args() + ">",
                     {"W", "A", "y", "cand"}, lm_g.tiling.threads()),
-           {V / lm_g.tiling.rows, S / lm_g.m_tile, 1},
+           {S / lm_g.m_tile, V / lm_g.tiling.rows, 1},
            {lm_head, "buf:hf", "buf:logits", "buf:lm_cand"});
     launch(
         b.kernel("telos_kernels::sample<" + I_(V) + ", " + I_(sample_threads) + ", " +

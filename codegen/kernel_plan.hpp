@@ -155,9 +155,13 @@ int attn_partial_slots(int max_positions);
 // KV head) one after another. Every slot as its own block (S = NSPLIT) leaves most blocks empty at
 // short contexts in buckets of many rows (batch 256, 8 KV heads, 32 slots: 65536 blocks, each
 // launched to read a position and exit), so S is the smallest that still gives the bucket about
-// kAttnSplitGridBlocks blocks (five waves at three 128-thread blocks on each of an H200's 132
-// SMs), at most NSPLIT. Which block runs a slot changes no bit, so S may depend on the bucket.
-constexpr int kAttnSplitGridBlocks = 2048;
+// kAttnSplitGridBlocks blocks, at most NSPLIT. Which block runs a slot changes no bit, so S may
+// depend on the bucket. 8192 from telos-kernel-bench --sweep's rows (H200, D 128, 32 slots; per
+// layer, z = 32 against the best z, which this target picks): ctx 576 batch 64 81.1 / 71.8 µs
+// (z = 16), batch 256 308.7 / 256.4 (z = 4); ctx 4096 batch 64 363.4 / 361.7, batch 256 1410.9 /
+// 1376.5; batch 16 the same at every z >= 8; fewer blocks lose (batch 256 z = 1: 268.7 and
+// 1479.8; docs/perf-log.md, change 50).
+constexpr int kAttnSplitGridBlocks = 8192;
 int attn_grid_slots(int tiles, int kv_heads, int partial_slots);
 // attn_split loads each warp's next chunk while it computes one (LOAD_AHEAD: two blocks an SM
 // instead of three, for the registers) in buckets of one token a tile with at most this many

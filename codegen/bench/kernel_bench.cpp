@@ -1,9 +1,10 @@
 // telos-kernel-bench: times Telos kernels on the GPU against the copy bandwidth measured in the
 // same run (CUDA events, median of repetitions, weights rotated over several copies so L2 does
 // not serve them). Prints a table: kernel, shape, median µs, GB/s, % of copy bandwidth.
-//   decode GEMMs at M = 1, 8, 64 on Llama-3.1-8B shapes, tiled as codegen tiles them: the
-//   small-M wgmma GEMM (gemm_small_*: qkv, o, gate_up with SwiGLU, down with the residual add)
-//   and linear_f32 (the LM head's GEMM, also on the other shapes for comparison);
+//   decode GEMMs at M = 1, 8, 64, 256 on Llama-3.1-8B and Llama-3.2-1B shapes, tiled as codegen
+//   tiles them: the small-M wgmma GEMM (gemm_small_*: qkv, o, gate_up with SwiGLU, down with the
+//   residual add) and linear_f32 (the LM head's GEMM, also on the other shapes for comparison),
+//   and the LM head at 64 and 256 tokens in M tiles of 8-64 tokens;
 //   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k, and
 //   batches 16-256 at contexts 576 and 4096 in a model of 32 partial slots, attn_split's grid
 //   along the slots at 32 and at the plan's attn_grid_slots;
@@ -455,9 +456,10 @@ int main(int argc, char** argv) {
   }
   if (decode_layer_only) return 0;
 
-  // Decode GEMMs, Llama-3.1-8B: qkv [6144, 4096], o [4096, 4096], gate_up [28672, 4096], down
-  // [4096, 14336], LM head [128256, 4096] (and Llama-3.2-1B's [128256, 2048], 47% of copy in a
-  // decode step, perf-log run G). gemm_small_* as the plan launches it (SwiGLU: N is I,
+  // Decode GEMMs at M = 1, 8, 64, 256, Llama-3.1-8B: qkv [6144, 4096], o [4096, 4096], gate_up [28672, 4096], down
+  // [4096, 14336], LM head [128256, 4096]; Llama-3.2-1B's (suffix _1b): LM head [128256, 2048],
+  // qkv [3072, 2048], o [2048, 2048], gate_up [16384, 2048], down [2048, 8192] (its o and down
+  // have 64 CTAs of 32 rows for 132 SMs). gemm_small_* as the plan launches it (SwiGLU: N is I,
   // W is [2I, K]; bf16 out for qkv, the f32 residual for o and down); linear_f32 on the same
   // weights for comparison. Bytes: weights, activations read, outputs written. With --sweep, the
   // small GEMM also at other weight tiles and stage depths (the plan's choice is marked "plan").
@@ -466,10 +468,12 @@ int main(int argc, char** argv) {
   struct Gemm { const char* name; const char* epi; int N, K; };
   const Gemm gemms[] = {{"qkv", "bf16", 6144, 4096},       {"o", "residual", 4096, 4096},
                         {"gate_up", "swiglu", 14336, 4096}, {"down", "residual", 4096, 14336},
-                        {"lm_head", "", 128256, 4096}, {"lm_head_1b", "", 128256, 2048}};
+                        {"lm_head", "", 128256, 4096},      {"lm_head_1b", "", 128256, 2048},
+                        {"qkv_1b", "bf16", 3072, 2048},     {"o_1b", "residual", 2048, 2048},
+                        {"gate_up_1b", "swiglu", 8192, 2048}, {"down_1b", "residual", 2048, 8192}};
   constexpr int kBatch = 8;
   const std::vector<int> gemm_rows =
-      attention_only ? std::vector<int>{} : std::vector<int>{1, 8, 64};
+      attention_only ? std::vector<int>{} : std::vector<int>{1, 8, 64, 256};
   for (int M : gemm_rows) {
     std::vector<std::string> names;
     std::vector<GemmLaunch> launches;
@@ -547,7 +551,7 @@ int main(int argc, char** argv) {
       check(cudaMalloc(&cand, 8ull * M * (rows / l.tiling.rows)), "alloc");
       const double us = median_us(
           [&](int i) {
-            mod.launch(names[gi], dim3(rows / l.tiling.rows, M / l.m_tile), l.tiling.threads(),
+            mod.launch(names[gi], dim3(M / l.m_tile, rows / l.tiling.rows), l.tiling.threads(),
                        {w[i % copies], a, y, cand}, 0, i % kBatch != 0);
           },
           30, 5, kBatch);
@@ -557,6 +561,57 @@ int main(int argc, char** argv) {
       cudaFree(y);
       cudaFree(cand);
     }
+  }
+
+  // The LM head at 64 and 256 tokens with other M tiles than the plan's (a token's bits are the
+  // same at every MT: GPU test LinearRowsDoNotDependOnTheMTileOrTheOtherRows): a smaller tile
+  // leaves registers for more K steps in flight (gemm_unroll) and reads each weight once per tile,
+  // the tiles of a row group being consecutive blocks (so all but the first from L2). Same
+  // timing as above.
+  if (!attention_only) {
+    for (int M : {64, 256})
+      for (const auto& [name, K] : {std::pair{"lm_head", 4096}, std::pair{"lm_head_1b", 2048}}) {
+        constexpr int N = 128256;
+        const GemmTiling base = gemm_tiling(N, K);
+        const GemmLaunch plan = gemm_launch(base, N, M, true);
+        std::vector<GemmLaunch> ls;
+        std::vector<std::string> names;
+        for (int mt : {8, 16, 32, 64}) {
+          GemmLaunch l = plan;
+          l.m_tile = mt;
+          l.tiling = gemm_widen_for_tile(base, N, mt);
+          l.unroll = gemm_unroll(mt, l.tiling.threads());
+          ls.push_back(l);
+          names.push_back("telos_kernels::linear_f32<" + I(K) + ", " + I(N) + ", " + l.args() + ">");
+        }
+        Module mod(names);
+        const std::size_t wbytes = static_cast<std::size_t>(N) * K * 2;
+        std::vector<void*> w(2);
+        for (auto& p : w) { check(cudaMalloc(&p, wbytes), "alloc"); fill(p, wbytes); }
+        void *a, *y, *cand;
+        check(cudaMalloc(&a, static_cast<std::size_t>(M) * K * 2), "alloc");
+        fill(a, static_cast<std::size_t>(M) * K * 2);
+        check(cudaMalloc(&y, static_cast<std::size_t>(M) * N * 4), "alloc");
+        check(cudaMalloc(&cand, 8ull * M * (N / 16)), "alloc");
+        for (std::size_t i = 0; i < ls.size(); ++i) {
+          const GemmLaunch& l = ls[i];
+          const double us = median_us(
+              [&](int r) {
+                mod.launch(names[i], dim3(M / l.m_tile, N / l.tiling.rows), l.tiling.threads(),
+                           {w[r % 2], a, y, cand}, 0, r % kBatch != 0);
+              },
+              30, 5, kBatch);
+          const double bytes = wbytes + static_cast<double>(M) * K * 2 + 4.0 * M * N;
+          char label[64], shape[64];
+          std::snprintf(label, sizeof label, "linear_f32 %s MT=%d%s", name, l.m_tile,
+                        l.m_tile == plan.m_tile ? " plan" : "");
+          std::snprintf(shape, sizeof shape, "M=%d N=%d K=%d (%s)", M, N, K, l.args().c_str());
+          std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
+                      100.0 * bytes / us / 1e3 / copy_gbs);
+        }
+        for (void* p : w) cudaFree(p);
+        for (void* p : {a, y, cand}) cudaFree(p);
+      }
   }
 
   // One decode layer's four GEMMs as a step's graph chains them (qkv; o with the residual; gate/up
@@ -840,7 +895,8 @@ int main(int argc, char** argv) {
   // batches 16-256 at contexts of 576 positions (bench_suite's throughput runs: 512-token prompts
   // and half of the 128 outputs) and 4096: attn_split's grid along the slots at 32 (a block a
   // slot, most of them empty at 576) and at the plan's attn_grid_slots (a block runs slots z, z +
-  // S, ...). 8 layers back to back with PDL, as above; the bytes are the K/V read.
+  // S, ...); with --sweep at every power of two from 32 down to 1. 8 layers back to back with PDL,
+  // as above; the bytes are the K/V read.
   for (int C : {576, 4096}) {
     Attn at = attn(C);
     at.nsplit = attn_partial_slots(8192);
@@ -853,14 +909,21 @@ int main(int argc, char** argv) {
         const AttnBuffers m(at, hpos, hseq, B, copies);
         char shape[64];
         std::snprintf(shape, sizeof shape, "B=%d ctx=%d of 32 slots", B, C);
-        for (int slots : {at.nsplit, attn_grid_slots(B, HKV, at.nsplit)}) {
+        const int plan_slots = attn_grid_slots(B, HKV, at.nsplit);
+        std::vector<int> zs = {plan_slots};
+        if (sweep) {
+          for (int z = at.nsplit; z >= 1; z /= 2)
+            if (z != plan_slots) zs.push_back(z);
+        } else if (plan_slots != at.nsplit) {
+          zs.insert(zs.begin(), at.nsplit);
+        }
+        for (int slots : zs) {
           auto step = [&](int i) {
             mod.launch(at.split_kernel(1), dim3(B, HKV, slots), 128,
                        {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0, i % kBatch != 0);
             mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
           };
-          const std::string label = "attn_split+combine PDL z=" + I(slots) +
-                                    (slots == attn_grid_slots(B, HKV, at.nsplit) ? " plan" : "");
+          const std::string label = "attn_split+combine PDL z=" + I(slots) + (slots == plan_slots ? " plan" : "");
           attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
         }
       }

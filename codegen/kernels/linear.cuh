@@ -4,10 +4,13 @@
 // fragments with 16-byte non-coherent loads, no shared-memory staging.
 //
 // The MMA is mma.m16n8k16 with its operands swapped: its M is 16 weight rows (W is the row-major
-// A operand) and its N is 8 tokens (the activations are the column-major B operand). Block (g, mt)
-// owns ROWS contiguous weight rows for the
-// MT tokens of tile mt; warp w takes row group w % (ROWS / 16) and K slice w / (ROWS / 16) of
-// KSPLIT equal slices. The results land in a shared tile [MT][ROWS] for the epilogue.
+// A operand) and its N is 8 tokens (the activations are the column-major B operand). Block
+// (blockIdx.x, blockIdx.y) = (mt, g) owns ROWS contiguous weight rows g for the MT tokens of tile
+// mt; warp w takes row group w % (ROWS / 16) and K slice w / (ROWS / 16) of KSPLIT equal slices.
+// The results land in a shared tile [MT][ROWS] for the epilogue. The M tiles of one row group are
+// consecutive blocks, so they run together and all but the first read its weights from L2 (with
+// g the fastest index, the blocks of a weight row group came a whole pass over the weights apart,
+// and a bucket of 256 tokens read every weight byte from memory four times).
 //
 // K permutation. A dot product does not care in which order K is laid out as long as both
 // operands use the same order, so a lane loads 8 contiguous bf16 of its row (lanes 4g..4g+3 read
@@ -140,7 +143,7 @@ __global__ void __launch_bounds__(kLinearThreads<ROWS, KSPLIT>, kLinearMinBlocks
   static_assert(N % ROWS == 0, "a block owns whole row groups");
   constexpr int THREADS = kLinearThreads<ROWS, KSPLIT>;
   __shared__ float tile[MT][ROWS];
-  const int m0 = blockIdx.y * MT, g = blockIdx.x;
+  const int m0 = blockIdx.x * MT, g = blockIdx.y;
   linear_tile<K, MT, ROWS, KSPLIT, UNROLL>(W, A, m0, g, tile);
   for (int i = threadIdx.x; i < MT * ROWS; i += THREADS) {
     const int m = i / ROWS, r = i % ROWS;

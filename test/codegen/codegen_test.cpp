@@ -11,6 +11,9 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "codegen/kernel_plan.hpp"
 #include "codegen/nvrtc_driver.hpp"
@@ -404,6 +407,27 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   EXPECT_EQ(tiling(128, 256, 1, false)[3], 4);
 }
 
+// The LM head's grid: its M tiles along x, its row groups along y, so that the M tiles of one row
+// group are consecutive blocks (they run together and share the weights through L2).
+TEST(Codegen, LmHeadGridHasTheMTilesAlongX) {
+  const KernelPlan plan = plan_kernels(llama_1b());
+  int seen = 0;
+  for (const BucketProgram& b : plan.buckets)
+    for (const Launch& l : b.launches) {
+      const std::string& instance = plan.kernels[l.kernel].instance;
+      if (instance.find("linear_f32") == std::string::npos) continue;
+      // linear_f32<K, N, ROWS, MT, KSPLIT, UNROLL>
+      std::vector<int> args;
+      std::stringstream in(instance.substr(instance.find('<') + 1));
+      for (std::string a; std::getline(in, a, ',');) args.push_back(std::stoi(a));
+      ASSERT_EQ(args.size(), 6u) << instance;
+      EXPECT_EQ(args[1], 128256);
+      EXPECT_EQ(l.grid, (std::array<int, 3>{b.sample_rows / args[3], 128256 / args[2], 1})) << instance;
+      ++seen;
+    }
+  EXPECT_EQ(seen, static_cast<int>(plan.buckets.size()));
+}
+
 TEST(Codegen, AttentionSplitIsAPerModelConstant) {
   // Splits of 256 positions; a slot per split up to 32 of them, then splits share slots.
   EXPECT_EQ(attn_partial_slots(256), 1);
@@ -430,16 +454,16 @@ TEST(Codegen, AttentionSplitIsAPerModelConstant) {
 // attn_split's grid along the slots: about kAttnSplitGridBlocks blocks a bucket, each slot still
 // computed (a block runs slots z, z + S, ...), never more blocks a (tile, KV head) than slots.
 TEST(Codegen, AttentionGridSlotsPerBucket) {
-  EXPECT_EQ(kAttnSplitGridBlocks, 2048);
+  EXPECT_EQ(kAttnSplitGridBlocks, 8192);
   EXPECT_EQ(attn_grid_slots(1, 8, 32), 32);    // batch 1: every slot in parallel
-  EXPECT_EQ(attn_grid_slots(6, 8, 32), 32);    // 2048 / 48 = 42.7, capped at the slots
-  EXPECT_EQ(attn_grid_slots(16, 8, 32), 16);   // 128 pairs: 2048 blocks
-  EXPECT_EQ(attn_grid_slots(64, 8, 32), 4);
-  EXPECT_EQ(attn_grid_slots(48, 8, 32), 6);    // 384 pairs: 5.33 rounded up
-  EXPECT_EQ(attn_grid_slots(256, 8, 32), 1);   // 2048 pairs already
-  EXPECT_EQ(attn_grid_slots(512, 8, 32), 1);
+  EXPECT_EQ(attn_grid_slots(16, 8, 32), 32);   // 8192 / 128 = 64, capped at the slots
+  EXPECT_EQ(attn_grid_slots(64, 8, 32), 16);   // 512 pairs: 8192 blocks
+  EXPECT_EQ(attn_grid_slots(48, 8, 32), 22);   // 384 pairs: 21.3 rounded up
+  EXPECT_EQ(attn_grid_slots(256, 8, 32), 4);
+  EXPECT_EQ(attn_grid_slots(1024, 8, 32), 1);  // 8192 pairs already
+  EXPECT_EQ(attn_grid_slots(2048, 8, 32), 1);
   EXPECT_EQ(attn_grid_slots(1, 8, 3), 3);      // a short model: its own slots
-  EXPECT_EQ(attn_grid_slots(64, 2, 32), 16);   // fewer KV heads, more slots a pair
+  EXPECT_EQ(attn_grid_slots(256, 2, 32), 16);  // fewer KV heads, more slots a pair
 }
 
 // Prefill attention reads K/V once per tile of TPT tokens: the largest power of two with
@@ -470,11 +494,11 @@ TEST(Codegen, AttentionTokensPerTile) {
       if (instance.find("attn_split") == std::string::npos) continue;
       if (b.kind == "prefill") {
         EXPECT_EQ(instance, prefix + "4>");
-        EXPECT_EQ(l.grid, (std::array<int, 3>{64 / 4, 8, 16}));  // 128 pairs, 16 slots each
+        EXPECT_EQ(l.grid, (std::array<int, 3>{64 / 4, 8, 32}));  // 128 pairs, every slot
         ++seen_prefill;
       } else {
         EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows ? "1, true>" : "1>"));
-        EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, b.tokens == 64 ? 4 : 32}));
+        EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, b.tokens == 64 ? 16 : 32}));
         ++seen_decode;
       }
     }

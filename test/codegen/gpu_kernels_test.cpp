@@ -179,7 +179,7 @@ TEST(GpuKernels, LinearF32) {
     DeviceBuffer<std::uint16_t> dA(A), dW(W);
     DeviceBuffer<float> dy(static_cast<std::size_t>(s.M) * s.N);
     DeviceBuffer<std::uint64_t> dc(static_cast<std::size_t>(s.M) * (s.N / s.ROWS));
-    CUDA_OK(mod.launch(f32, dim3(s.N / s.ROWS, s.M / s.MT), s.threads(),
+    CUDA_OK(mod.launch(f32, dim3(s.M / s.MT, s.N / s.ROWS), s.threads(),
                        {dW.get(), dA.get(), dy.get(), dc.get()}));
     const std::vector<float> y = dy.download();
     EXPECT_LT(rel_l2(y, gemm_ref(Af, Wf, s.M, s.N, s.K)), 1e-5) << s.args();
@@ -203,7 +203,7 @@ TEST(GpuKernels, LinearRowsDoNotDependOnTheMTileOrTheOtherRows) {
   std::vector<std::vector<float>> outs;
   for (std::size_t i = 0; i < tiles.size(); ++i) {
     DeviceBuffer<float> dy(M * N);
-    CUDA_OK(mod.launch(names[i], dim3(N / ROWS, M / tiles[i]), 32 * (ROWS / 16) * KSPLIT,
+    CUDA_OK(mod.launch(names[i], dim3(M / tiles[i], N / ROWS), 32 * (ROWS / 16) * KSPLIT,
                        {dW.get(), dA.get(), dy.get(), nullptr}));
     outs.push_back(dy.download());
   }
@@ -213,7 +213,7 @@ TEST(GpuKernels, LinearRowsDoNotDependOnTheMTileOrTheOtherRows) {
   std::copy(A.begin() + 13 * K, A.begin() + 14 * K, other.begin() + 13 * K);
   DeviceBuffer<std::uint16_t> dB(other);
   DeviceBuffer<float> dy(M * N);
-  CUDA_OK(mod.launch(names[3], dim3(N / ROWS, 1), 32 * (ROWS / 16) * KSPLIT,
+  CUDA_OK(mod.launch(names[3], dim3(1, N / ROWS), 32 * (ROWS / 16) * KSPLIT,
                      {dW.get(), dB.get(), dy.get(), nullptr}));
   const auto mixed = dy.download();
   EXPECT_EQ(0, std::memcmp(mixed.data() + 13 * N, outs[0].data() + 13 * N, N * 4));
