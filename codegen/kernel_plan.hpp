@@ -156,12 +156,14 @@ int attn_partial_slots(int max_positions);
 // short contexts in buckets of many rows (batch 256, 8 KV heads, 32 slots: 65536 blocks, each
 // launched to read a position and exit), so S is the smallest that still gives the bucket about
 // kAttnSplitGridBlocks blocks, at most NSPLIT. Which block runs a slot changes no bit, so S may
-// depend on the bucket. 8192 from telos-kernel-bench --sweep's rows (H200, D 128, 32 slots; per
-// layer, z = 32 against the best z, which this target picks): ctx 576 batch 64 81.1 / 71.8 µs
-// (z = 16), batch 256 308.7 / 256.4 (z = 4); ctx 4096 batch 64 363.4 / 361.7, batch 256 1410.9 /
-// 1376.5; batch 16 the same at every z >= 8; fewer blocks lose (batch 256 z = 1: 268.7 and
-// 1479.8; docs/perf-log.md, change 50).
-constexpr int kAttnSplitGridBlocks = 8192;
+// depend on the bucket. 4096 from telos-kernel-bench --sweep's rows (H200, D 128, 32 slots; µs a
+// layer, z = 32 / this target's z / the best z): ctx 576 batch 64 81.1 / 70.3 (z = 8, the best),
+// batch 256 308.7 / 253.7 (z = 2, the best); ctx 4096 batch 64 363.4 / 364.9 / 361.7, batch 256
+// 1410.9 / 1401.6 / 1376.5; batch 16 the same at every z >= 8. Fewer blocks lose where every slot
+// has work (batch 256, z = 1: 268.7 and 1479.8); more cost their empty blocks at contexts shorter
+// than a split (the 1B's batch-64 step at contexts 33-96: 11.5 µs a layer at z = 4, 17.4 at z =
+// 16). docs/perf-log.md, change 50 and session 17 runs 3-4.
+constexpr int kAttnSplitGridBlocks = 4096;
 int attn_grid_slots(int tiles, int kv_heads, int partial_slots);
 // attn_split loads each warp's next chunk while it computes one (LOAD_AHEAD: two blocks an SM
 // instead of three, for the registers) in buckets of one token a tile with at most this many

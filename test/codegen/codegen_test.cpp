@@ -454,16 +454,16 @@ TEST(Codegen, AttentionSplitIsAPerModelConstant) {
 // attn_split's grid along the slots: about kAttnSplitGridBlocks blocks a bucket, each slot still
 // computed (a block runs slots z, z + S, ...), never more blocks a (tile, KV head) than slots.
 TEST(Codegen, AttentionGridSlotsPerBucket) {
-  EXPECT_EQ(kAttnSplitGridBlocks, 8192);
+  EXPECT_EQ(kAttnSplitGridBlocks, 4096);
   EXPECT_EQ(attn_grid_slots(1, 8, 32), 32);    // batch 1: every slot in parallel
-  EXPECT_EQ(attn_grid_slots(16, 8, 32), 32);   // 8192 / 128 = 64, capped at the slots
-  EXPECT_EQ(attn_grid_slots(64, 8, 32), 16);   // 512 pairs: 8192 blocks
-  EXPECT_EQ(attn_grid_slots(48, 8, 32), 22);   // 384 pairs: 21.3 rounded up
-  EXPECT_EQ(attn_grid_slots(256, 8, 32), 4);
-  EXPECT_EQ(attn_grid_slots(1024, 8, 32), 1);  // 8192 pairs already
+  EXPECT_EQ(attn_grid_slots(16, 8, 32), 32);   // 128 pairs: 4096 blocks
+  EXPECT_EQ(attn_grid_slots(64, 8, 32), 8);    // 512 pairs
+  EXPECT_EQ(attn_grid_slots(48, 8, 32), 11);   // 384 pairs: 10.7 rounded up
+  EXPECT_EQ(attn_grid_slots(256, 8, 32), 2);
+  EXPECT_EQ(attn_grid_slots(512, 8, 32), 1);   // 4096 pairs already
   EXPECT_EQ(attn_grid_slots(2048, 8, 32), 1);
   EXPECT_EQ(attn_grid_slots(1, 8, 3), 3);      // a short model: its own slots
-  EXPECT_EQ(attn_grid_slots(256, 2, 32), 16);  // fewer KV heads, more slots a pair
+  EXPECT_EQ(attn_grid_slots(256, 2, 32), 8);   // fewer KV heads, more slots a pair
 }
 
 // Prefill attention reads K/V once per tile of TPT tokens: the largest power of two with
@@ -498,7 +498,7 @@ TEST(Codegen, AttentionTokensPerTile) {
         ++seen_prefill;
       } else {
         EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows ? "1, true>" : "1>"));
-        EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, b.tokens == 64 ? 16 : 32}));
+        EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, b.tokens == 64 ? 8 : 32}));
         ++seen_decode;
       }
     }
