@@ -5,7 +5,8 @@
 //   tiles them: the small-M wgmma GEMM (gemm_small_*: qkv, o, gate_up with SwiGLU, down with the
 //   residual add) and linear_f32 (the LM head's GEMM, also on the other shapes for comparison),
 //   and the LM head at 64 and 256 tokens in M tiles of 8-64 tokens;
-//   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k, and
+//   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k (the
+//   plan's kernel, with LOAD_AHEAD, PAGE_AHEAD, both, and at other splits), and
 //   batches 16-256 at contexts 576 and 4096 in a model of 32 partial slots, attn_split's grid
 //   along the slots at 32 and at the plan's attn_grid_slots;
 //   prefill attention: one sequence's 512-token chunk at context 8192, one token per block
@@ -803,11 +804,12 @@ int main(int argc, char** argv) {
     int C, MAXP, split, nsplit;
     long long page_elems;
     bool ahead = false;  // attn_split's LOAD_AHEAD
+    bool pages = false;  // and PAGE_AHEAD
     std::string split_kernel(int tpt) const {
       return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) +
              ", " + I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
              float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) +
-             (ahead ? ", true>" : ">");
+             (pages ? (ahead ? ", true, true>" : ", false, true>") : ahead ? ", true>" : ">");
     }
     std::string combine_kernel() const {
       return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
@@ -863,6 +865,11 @@ int main(int argc, char** argv) {
     Attn ahead = plan;
     ahead.ahead = true;
     vars.push_back({" load-ahead", ahead});
+    Attn pages = plan;
+    pages.pages = true;
+    vars.push_back({" page-ahead", pages});
+    ahead.pages = true;
+    vars.push_back({" load+page-ahead", ahead});
     for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
       Attn v = plan;
       v.split = split;
@@ -905,12 +912,14 @@ int main(int argc, char** argv) {
   // batches 16-256 at contexts of 576 positions (bench_suite's throughput runs: 512-token prompts
   // and half of the 128 outputs) and 4096: attn_split's grid along the slots at 32 (a block a
   // slot, most of them empty at 576) and at the plan's attn_grid_slots (a block runs slots z, z +
-  // S, ...); with --sweep at every power of two from 32 down to 1. 8 layers back to back with PDL,
-  // as above; the bytes are the K/V read.
+  // S, ...); with --sweep at every power of two from 32 down to 1; at the plan's z also with
+  // PAGE_AHEAD. 8 layers back to back with PDL, as above; the bytes are the K/V read.
   for (int C : {576, 4096}) {
     Attn at = attn(C);
     at.nsplit = attn_partial_slots(8192);
-    Module mod({at.split_kernel(1), at.combine_kernel()});
+    Attn at_pages = at;
+    at_pages.pages = true;
+    Module mod({at.split_kernel(1), at.combine_kernel(), at_pages.split_kernel(1)});
     for (int B : {16, 64, 256}) {
         std::vector<int> hpos(B, C - 1), hseq(B);
         for (int b = 0; b < B; ++b) hseq[b] = b;
@@ -927,15 +936,18 @@ int main(int argc, char** argv) {
         } else if (plan_slots != at.nsplit) {
           zs.insert(zs.begin(), at.nsplit);
         }
-        for (int slots : zs) {
-          auto step = [&](int i) {
-            mod.launch(at.split_kernel(1), dim3(B, HKV, slots), 128,
-                       {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0, i % kBatch != 0);
-            mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
-          };
-          const std::string label = "attn_split+combine PDL z=" + I(slots) + (slots == plan_slots ? " plan" : "");
-          attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
-        }
+        for (int slots : zs)
+          for (const Attn* a : {&at, &at_pages}) {
+            if (a->pages && slots != plan_slots) continue;
+            auto step = [&](int i) {
+              mod.launch(a->split_kernel(1), dim3(B, HKV, slots), 128,
+                         {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0, i % kBatch != 0);
+              mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
+            };
+            const std::string label = "attn_split+combine PDL z=" + I(slots) + (slots == plan_slots ? " plan" : "") +
+                                      (a->pages ? " page-ahead" : "");
+            attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
+          }
       }
   }
 

@@ -77,11 +77,14 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // registers of a second chunk: 64 more a thread at head dim 128, which attn_split's 168 at three
 // blocks an SM do not have; the persistent decode layer, one block an SM, has them). Loads only:
 // the arithmetic and its order, hence every bit, are the same either way.
+// PAGE_AHEAD (PAGE a multiple of 16, so that a chunk lies in one page): the page ids of a warp's
+// chunks of a split are loaded together when the split starts (lane j holds chunk j's), so that a
+// chunk's K/V loads wait on no page-table load of their own. Loads only, as LOAD_AHEAD.
 // `out` (non-null): the caller guarantees that every row of the item has one split only (position
 // < SPLIT), and the item writes the rows' final bf16 values to out as attn_combine would from this
 // one slot, instead of part_o / part_ml (the persistent decode layer's short contexts: no combine).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
-          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, class Sync>
+          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false, class Sync>
 __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, const float* q,
                                                  const int* positions, const int* token_seq,
                                                  const int* page_tables, const bf16* kv_layer,
@@ -92,6 +95,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   static_assert(HQ % HKV == 0 && TPT >= 1 && R <= 16 && D % 32 == 0 && D <= 128 &&
                     SPLIT % (16 * W) == 0,
                 "shape");
+  static_assert(!PAGE_AHEAD || (PAGE % 16 == 0 && SPLIT / (16 * W) < 32),
+                "PAGE_AHEAD: a chunk in one page, a split's chunks a warp within its lanes");
   const int t0 = tile * TPT;
   const int first = slot * SPLIT;  // the slot's first position
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c4 = lane % 4;
@@ -115,12 +120,28 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   const bf16* k_base = kv_layer + static_cast<long long>(kvh) * PAGE * D + 8 * c4;
   const bf16* v_base = kv_layer + static_cast<long long>(HKV + kvh) * PAGE * D + g * (D / 8);
   const int* pt = page_tables + seq1 * MAXP;  // the pass's sequence's page table
-  auto row = [&](int p) {
-    return static_cast<long long>(pt[p / PAGE]) * PAGE_ELEMS + (p % PAGE) * D;
+  // PAGE_AHEAD: lane j of a warp holds the page of the warp's chunk j of the split from `start`
+  // (start + 16 · (warp + W · j), clamped to end - 1 as the loads clamp their positions), j up to
+  // SPLIT / (16 · W): one past the split's last, which the loads ahead of the last chunk read.
+  int split_pg = 0, split_start = 0;
+  auto load_split_pages = [&](int start, int end) {
+    split_start = start;
+    if (lane <= SPLIT / (16 * W)) split_pg = pt[min(start + 16 * (warp + W * lane), end - 1) / PAGE];
   };
   // A chunk's K and V (16 positions from c; positions past `end` - 1 clamped to it) into
-  // registers, every load issued before the first use.
+  // registers, every load issued before the first use. With PAGE_AHEAD the chunk's page comes from
+  // its lane of split_pg (a chunk past `end` reads position end - 1, in that lane's page too).
   auto load_chunk = [&](int c, int end, uint4 (&kr)[2][D / 32], unsigned (&vr)[4][VW]) {
+    long long page_base = 0;
+    if constexpr (PAGE_AHEAD)
+      page_base = static_cast<long long>(__shfl_sync(0xffffffffu, split_pg, (c - split_start) / (16 * W))) *
+                  PAGE_ELEMS;
+    auto row = [&](int p) {
+      if constexpr (PAGE_AHEAD)
+        return page_base + (p % PAGE) * D;
+      else
+        return static_cast<long long>(pt[p / PAGE]) * PAGE_ELEMS + (p % PAGE) * D;
+    };
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const bf16* k = k_base + row(min(c + 8 * i + g, end - 1));
@@ -150,8 +171,10 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   // that its page-table and K/V loads overlap them.
   uint4 kr[2][D / 32];
   unsigned vr[4][VW];
-  if constexpr (TPT == 1 && LOAD_AHEAD)
+  if constexpr (TPT == 1 && LOAD_AHEAD) {
+    if constexpr (PAGE_AHEAD) load_split_pages(first, min(first + SPLIT, pos1 + 1));
     load_chunk(first + 16 * warp, min(first + SPLIT, pos1 + 1), kr, vr);
+  }
 
   // Shared memory holds what the passes below read but should not keep in registers: at 168
   // registers a thread (3 blocks an SM, __launch_bounds__) the o accumulators and the K/V loads
@@ -294,6 +317,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     };
     for (int start = first; start <= pos_max; start += NSPLIT * SPLIT) {
       const int end = min(start + SPLIT, pos_max + 1);  // the loads' last position + 1
+      // (Again for the first split of one token loaded ahead: the same ids, from L1.)
+      if constexpr (PAGE_AHEAD) load_split_pages(start, end);
       if constexpr (LOAD_AHEAD) {
         // The next chunk's loads are in flight while this one computes (its positions clamped
         // like the last chunk's, so the load past the last chunk reads valid pages). One
@@ -411,7 +436,7 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
 // LOAD_AHEAD here takes two blocks an SM instead of three (its registers); the plan picks it for
 // buckets with too few items to fill three blocks an SM anyway (kernel_plan.hpp).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
-          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false>
+          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false>
 __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : 3)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const bf16* kv_layer, float* part_o, float* part_ml) {
@@ -419,7 +444,7 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : 3)
   // Items back to back need no barrier between them (attn_split_block); a slot past every
   // position of the tile returns at once, and so do the later ones.
   for (unsigned slot = blockIdx.z; slot < NSPLIT; slot += gridDim.z)
-    attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD>(
+    attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD, PAGE_AHEAD>(
         blockIdx.x, blockIdx.y, static_cast<int>(slot), q, positions, token_seq, page_tables,
         kv_layer, part_o, part_ml, [] { __syncthreads(); });
 }

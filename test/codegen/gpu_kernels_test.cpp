@@ -857,13 +857,13 @@ struct AttnShape {
 };
 
 // The attn_split instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, loading
-// ahead (LOAD_AHEAD) or not.
+// ahead (LOAD_AHEAD) or not, with a split's page ids loaded at its start (PAGE_AHEAD) or not.
 std::string attn_split_instance(const AttnShape& s, long long page_elems, int tpt,
-                                bool ahead = false) {
+                                bool ahead = false, bool pages = false) {
   return "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
          I(s.PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " +
          I(s.NSPLIT) + ", " + float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " +
-         I(tpt) + (ahead ? ", true>" : ">");
+         I(tpt) + (pages ? (ahead ? ", true, true>" : ", false, true>") : ahead ? ", true>" : ">");
 }
 std::string attn_combine_instance(const AttnShape& s) {
   return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
@@ -1013,7 +1013,9 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
 // memcmp-identical (partials poisoned first, so a tile must write exactly the entries TPT = 1
 // writes), and TPT = 1 against the f64 reference. TPT = 1 with LOAD_AHEAD (loads moved, the
 // arithmetic untouched) memcmp-identical too, and grids of fewer blocks along the slots than
-// NSPLIT (attn_grid_slots: a block runs slots z, z + S, ...; S = 1 and NSPLIT - 1).
+// NSPLIT (attn_grid_slots: a block runs slots z, z + S, ...; S = 1 and NSPLIT - 1), and with pages
+// of 16 positions PAGE_AHEAD (a split's page ids loaded at its start) with and without LOAD_AHEAD
+// and in tiles.
 TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int LAYERS = 2, LAYER = 1;
@@ -1029,13 +1031,18 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       int tpt;
       bool ahead;
       int slots;  // the grid's z
+      bool pages = false;
     };
     std::vector<Variant> variants = {{1, false, NSPLIT}, {1, true, NSPLIT}, {2, false, NSPLIT},
                                      {1, false, 1}, {1, true, NSPLIT - 1}, {2, false, 1}};
     if (16 / G != 2) variants.push_back({16 / G, false, NSPLIT}), variants.push_back({16 / G, false, 1});
+    if (PAGE % 16 == 0)
+      for (const Variant& v : std::vector<Variant>{
+               {1, false, NSPLIT, true}, {1, true, NSPLIT, true}, {1, true, 1, true}, {16 / G, false, NSPLIT, true}})
+        variants.push_back(v);
     std::vector<std::string> instances = {attn_combine_instance(s)};
     for (const Variant& v : variants)
-      instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead));
+      instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages));
     TestModule mod(source_with_rope(), instances);
 
     const int ctx = s.MAXP * PAGE, wrap = NSPLIT * SPLIT;
@@ -1087,16 +1094,16 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       a.part_o.poison();
       a.part_ml.poison();
       a.out.poison();
-      const std::string split = attn_split_instance(s, page_elems, tpt, v.ahead);
+      const std::string split = attn_split_instance(s, page_elems, tpt, v.ahead, v.pages);
       CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, v.slots), 128,
                          {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(), a.part_ml.get()}));
       CUDA_OK(mod.launch(attn_combine_instance(s), dim3(T, s.HQ), s.D,
                          {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
       const auto po = a.part_o.download(), ml = a.part_ml.download();
       const auto out = a.out.download();
-      const std::string opts =
-          std::string(v.ahead ? " load-ahead" : "") + (v.slots != NSPLIT ? " slots " + I(v.slots) : "");
-      if (tpt == 1 && !v.ahead && v.slots == NSPLIT) {
+      const std::string opts = std::string(v.ahead ? " load-ahead" : "") + (v.pages ? " page-ahead" : "") +
+                               (v.slots != NSPLIT ? " slots " + I(v.slots) : "");
+      if (tpt == 1 && !v.ahead && !v.pages && v.slots == NSPLIT) {
         expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
         po1 = po, ml1 = ml, out1 = out;
         continue;
