@@ -516,19 +516,21 @@ int main(int argc, char** argv) {
   }
   if (decode_layer_only) return 0;
 
-  // Decode GEMMs at M = 1, 8, 64, 256, Llama-3.1-8B: qkv [6144, 4096], o [4096, 4096], gate_up [28672, 4096], down
-  // [4096, 14336], LM head [128256, 4096]; Llama-3.2-1B's (suffix _1b): LM head [128256, 2048],
-  // qkv [3072, 2048], o [2048, 2048], gate_up [16384, 2048], down [2048, 8192] (its o and down
-  // have 64 CTAs of 32 rows for 132 SMs). gemm_small_* as the plan launches it (SwiGLU: N is I,
-  // W is [2I, K]; bf16 out for qkv, the f32 residual for o and down); linear_f32 on the same
-  // weights for comparison. Bytes: weights, activations read, outputs written. With --sweep, the
+  // Decode GEMMs at M = 1, 8, 64, 256, Llama-3.1-8B: qkv [6144, 4096], o [4096, 4096], gate_up
+  // [28672, 4096], down [4096, 14336], LM head [128256, 4096]; Llama-3.2-1B's (suffix _1b): LM
+  // head [128256, 2048], qkv [3072, 2048], o [2048, 2048], gate_up [16384, 2048], down [2048,
+  // 8192] (its o and down have 64 CTAs of 32 rows for 132 SMs). gemm_small_* as the plan launches
+  // it (SwiGLU: N is I, W is [2I, K]; bf16 out for qkv, the f32 residual for o and down);
+  // linear_f32 on the same weights for comparison (the plan's LM head). The LM heads also on the
+  // small GEMM (gemm_small_f32cand: f32 logits and the greedy candidates; not in the plan) at 32-
+  // to 256-row weight tiles. Bytes: weights, activations read, outputs written. With --sweep, the
   // small GEMM also at other weight tiles and stage depths (the plan's choice is marked "plan").
   // Every figure: 8 launches back to back, each on another copy of the weights, all but the first
   // with programmatic dependent launch as in a step's graph.
   struct Gemm { const char* name; const char* epi; int N, K; };
   const Gemm gemms[] = {{"qkv", "bf16", 6144, 4096},       {"o", "residual", 4096, 4096},
                         {"gate_up", "swiglu", 14336, 4096}, {"down", "residual", 4096, 14336},
-                        {"lm_head", "", 128256, 4096},      {"lm_head_1b", "", 128256, 2048},
+                        {"lm_head", "f32cand", 128256, 4096}, {"lm_head_1b", "f32cand", 128256, 2048},
                         {"qkv_1b", "bf16", 3072, 2048},     {"o_1b", "residual", 2048, 2048},
                         {"gate_up_1b", "swiglu", 8192, 2048}, {"down_1b", "residual", 2048, 8192}};
   constexpr int kBatch = 8;
@@ -552,6 +554,15 @@ int main(int argc, char** argv) {
       };
       const SmallGemmTiling plan = small_gemm_tiling(g.N, g.K, M, swiglu);
       add("plan", plan);
+      // The LM head on the small GEMM (not the plan's LM head yet): wider weight tiles too.
+      if (std::string(g.epi) == "f32cand")
+        for (int bn : {64, 128, 256}) {
+          SmallGemmTiling t = plan;
+          t.bn = t.cols = bn;
+          t.tiles_n = g.N / bn;
+          while (t.stages > 2 && t.smem() > 227 * 1024) --t.stages;
+          add("bn" + I(bn) + " st" + I(t.stages), t);
+        }
       if (!sweep) continue;
       for (int bn : swiglu ? std::vector<int>{32, 64, 128} : std::vector<int>{16, 32, 64})
         for (int stages : {4, 8, 16}) {
@@ -581,6 +592,9 @@ int main(int argc, char** argv) {
       fill(a, static_cast<std::size_t>(M) * g.K * 2);
       check(cudaMalloc(&y, static_cast<std::size_t>(M) * rows * 4), "alloc");
       cudaMemset(y, 0, static_cast<std::size_t>(M) * rows * 4);
+      // The greedy candidates (the LM heads'): a 16-row block's at most.
+      void* cand;
+      check(cudaMalloc(&cand, 8ull * M * (rows / 16)), "alloc");
       auto row = [&](const std::string& label, double us, double out_bytes) {
         const double bytes = wbytes + static_cast<double>(M) * g.K * 2 + out_bytes;
         char shape[64];
@@ -595,20 +609,21 @@ int main(int argc, char** argv) {
         for (void* p : w) w_maps.push_back(device_map(p, rows, g.K, t.cols));
         const double us = median_us(
             [&](int i) {
-              mod.launch(v.instance, dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads, {a_map, w_maps[i % copies], y},
-                         t.smem(), i % kBatch != 0);
+              std::vector<const void*> args = {a_map, w_maps[i % copies], y};
+              if (std::string(g.epi) == "f32cand") args.push_back(cand);
+              mod.launch(v.instance, dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads, args, t.smem(), i % kBatch != 0);
             },
             30, 5, kBatch);
-        // The residual reads and writes x (f32); the others write bf16.
-        const double out = std::string(g.epi) == "residual" ? 8.0 * M * g.N : 2.0 * M * g.N;
+        // The residual reads and writes x (f32), the LM head writes f32; the others write bf16.
+        const double out = std::string(g.epi) == "residual" ? 8.0 * M * g.N
+                           : std::string(g.epi) == "f32cand" ? 4.0 * M * g.N
+                                                             : 2.0 * M * g.N;
         row("gemm_small_" + std::string(g.epi) + " " + g.name + " " + v.label, us, out);
         cudaFree(a_map);
         for (void* p : w_maps) cudaFree(p);
       }
       // With the greedy candidates, as the plan launches the LM head.
       const GemmLaunch& l = launches[gi];
-      void* cand;
-      check(cudaMalloc(&cand, 8ull * M * (rows / l.tiling.rows)), "alloc");
       const double us = median_us(
           [&](int i) {
             mod.launch(names[gi], dim3(M / l.m_tile, rows / l.tiling.rows), l.tiling.threads(),

@@ -51,8 +51,10 @@ struct SmallGemm {
 // 64 bf16, full[] and empty[] barriers, +1024 to align the base to the 128B swizzle repeat.
 
 // Epilogue kinds; the arithmetic of each is its prefill counterpart's (EpilogueStoreBf16,
-// EpilogueResidual, EpilogueSwiGlu).
-enum class SmallEpi { StoreBf16, Residual, SwiGlu };
+// EpilogueResidual, EpilogueSwiGlu). F32Cand (the LM head; no prefill counterpart): the f32
+// results, and per row the greedy candidate of the tile's BN columns (linear.cuh's first stage of
+// greedy sampling: the largest and, among equals, the lowest index).
+enum class SmallEpi { StoreBf16, Residual, SwiGlu, F32Cand };
 
 // A resident in shared memory at `base` in the interleaved wgmma layout: chunk c (eight bf16) of
 // row r at 16 (c M + r). No "memory" clobber on the stores: the caller's global loads for later
@@ -134,24 +136,29 @@ __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsig
       st_relaxed_gpu(p, v == kActPending ? 0x7fff7fffu : v);
     else
       *p = v;
+  } else if constexpr (EPI == SmallEpi::F32Cand) {
+    *reinterpret_cast<float2*>(static_cast<float*>(out) + at) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
   } else {
     *reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at) = pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
   }
 }
 
 // BN weight rows per tile (for SwiGLU: BN / 2 gate rows then their BN / 2 up rows); N output
-// columns (SwiGLU: I, with W [2I, K]). `out` is bf16 [M, N] (StoreBf16, SwiGlu) or the f32
-// residual stream x [M, N] (Residual). A is a_map's [M, K] bf16 rows, or with NORM the rows of
-// RMSNorm(x) with weights norm_w (x f32 [M, K]; a_map unused).
+// columns (SwiGLU: I, with W [2I, K]). `out` is bf16 [M, N] (StoreBf16, SwiGlu), the f32
+// residual stream x [M, N] (Residual) or f32 [M, N] (F32Cand, with the candidates in cand [M, N /
+// BN] where cand is not null). A is a_map's [M, K] bf16 rows, or with NORM the rows of RMSNorm(x)
+// with weights norm_w (x f32 [M, K]; a_map unused).
 template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM = false, float EPS = 0.f>
 __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const float* x, const float* norm_w,
-                                                const TensorMap* w_map, void* out) {
+                                                const TensorMap* w_map, void* out,
+                                                unsigned long long* cand = nullptr) {
   using G = SmallGemm;
   using namespace hexel;
   static_assert(M > 0 && N % 8 == 0 && K % 8 == 0, "TMA rows are multiples of 16 bytes");
   static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "wgmma N, and whole 8-column blocks per half");
   static_assert(STAGES >= 2, "one stage computes while the next loads");
   static_assert(!NORM || M <= 8, "the norm prologue keeps one 8-row group of A for the whole K");
+  static_assert(EPI != SmallEpi::F32Cand || N % BN == 0, "the candidates are per whole tile");
   constexpr bool kSplitW = EPI == SmallEpi::SwiGlu;
   constexpr unsigned kOutCols = kSplitW ? BN / 2 : BN;
   constexpr unsigned kWBytes = BN * G::kBlockK * 2;
@@ -266,6 +273,25 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
 #pragma unroll
   for (unsigned h = 0; h < 2; ++h) {
     const unsigned m = tm * G::kBlockM + 16 * warp + lane / 4 + 8 * h;
+    if constexpr (EPI == SmallEpi::F32Cand) {
+      // The row's candidate over the tile: each lane's 2 BN / 8 values, then its quad's (the four
+      // lanes holding the row). Every lane takes part in the shuffles; rows past M store nothing.
+      unsigned long long best = 0;
+#pragma unroll
+      for (unsigned j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (unsigned e = 0; e < 2; ++e) {
+          const unsigned long long c = greedy_candidate(d[4 * j + 2 * h + e], tn * BN + 8 * j + 2 * (lane % 4) + e);
+          best = c > best ? c : best;
+        }
+#pragma unroll
+      for (unsigned o = 1; o < 4; o <<= 1) {
+        const unsigned long long c = __shfl_xor_sync(0xffffffffu, best, o);
+        best = c > best ? c : best;
+      }
+      if (m < static_cast<unsigned>(M) && cand != nullptr && lane % 4 == 0)
+        cand[static_cast<long long>(m) * (N / BN) + tn] = best;
+    }
     if (m >= static_cast<unsigned>(M)) continue;
 #pragma unroll
     for (unsigned j = 0; j < kOutCols / 8; ++j) {
@@ -300,6 +326,17 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_swiglu(const TensorMap* a_map, const TensorMap* w_map, bf16* act) {
   hexel::launch_dependents();  // the wait is in the body
   small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu>(a_map, nullptr, nullptr, w_map, act);
+}
+
+// y[m, n] = (A · Wᵀ)[m, n] in f32: the LM head's logits, as linear_f32 (linear.cuh) computes
+// them but on the wgmma chain and TMA ring of the other projections, with the same first stage of
+// greedy sampling: cand[m, t] (N / BN a token) the greedy candidate of weight tile t's logits of
+// token m; null: logits only. A map: [M, K] (the gathered sample rows); W map: [N, K], BN x 64.
+template <int M, int N, int K, int BN, int STAGES>
+__global__ void __launch_bounds__(SmallGemm::kThreads)
+    gemm_small_f32cand(const TensorMap* a_map, const TensorMap* w_map, float* y, unsigned long long* cand) {
+  hexel::launch_dependents();  // the wait is in the body
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::F32Cand>(a_map, nullptr, nullptr, w_map, y, cand);
 }
 
 // The QKV and gate/up projections with the norm that feeds them (decode, up to 8 tokens):

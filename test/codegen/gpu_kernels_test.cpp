@@ -467,6 +467,64 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   }
 }
 
+// The LM head on the small GEMM (gemm_small_f32cand): f32 logits against f64 and each tile's greedy
+// candidates against those of the logits it wrote (linear_f32's first stage of sampling), at
+// ragged M (1 to 130: one to three 64-row tiles), weight tiles of 32 to 256 rows, K not a multiple
+// of 64 with the ring wrapping; rows past M stay poisoned; a row's bits are the same at every M
+// and every tile width (batch invariance), and a null cand writes the logits alone.
+TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int N = 1024, K = 2000, MAXM = 130, GUARD = 64;
+  const std::vector<int> ms = {1, 7, 64, 130}, bns = {32, 128, 256};
+  auto tiling = [&](int M, int bn) {
+    codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, false);
+    t.bn = t.cols = bn;
+    t.tiles_n = N / bn;
+    t.stages = std::min(t.stages, 4);
+    return t;
+  };
+  std::vector<std::string> names;
+  for (int M : ms)
+    for (int bn : bns) names.push_back(small_gemm_name("f32cand", M, N, K, tiling(M, bn)));
+  TestModule mod(source_with_rope(), names);
+  std::vector<float> Af, Wf;
+  DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af));
+  DeviceBuffer<std::uint16_t> dW(random_bf16(static_cast<std::size_t>(N) * K, 0.05f, Wf));
+  const std::vector<double> ref = gemm_ref(Af, Wf, MAXM, N, K);
+  std::vector<float> first_row;
+  std::size_t i = 0;
+  for (int M : ms)
+    for (int bn : bns) {
+      const codegen::SmallGemmTiling t = tiling(M, bn);
+      const std::string what = "M=" + I(M) + " BN=" + I(bn);
+      const std::size_t MN = static_cast<std::size_t>(M) * N, total = MN + static_cast<std::size_t>(GUARD) * N;
+      DeviceBuffer<float> y(total);
+      DeviceBuffer<std::uint64_t> cand(static_cast<std::size_t>(M) * (N / bn));
+      const DeviceMap a(dA.get(), M, K, t.a_box), w(dW.get(), N, K, bn);
+      CUDA_OK(mod.launch(names[i], dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
+                         {a.get(), w.get(), y.get(), cand.get()}, t.smem()));
+      const std::vector<float> out = y.download();
+      for (std::size_t e = MN; e < total; ++e) {
+        std::uint32_t u;
+        std::memcpy(&u, &out[e], 4);
+        ASSERT_EQ(u, 0xffffffffu) << "wrote past M, " << what;
+      }
+      const std::vector<float> got(out.begin(), out.begin() + MN);
+      EXPECT_LT(rel_l2(got, std::vector<double>(ref.begin(), ref.begin() + MN)), 1e-5) << what;
+      EXPECT_EQ(cand.download(), greedy_candidates(got, M, N, N / bn)) << what;
+      if (first_row.empty()) first_row.assign(got.begin(), got.begin() + N);
+      EXPECT_EQ(0, std::memcmp(first_row.data(), got.data(), N * sizeof(float))) << "row 0, " << what;
+      if (M == 7 && bn == 128) {
+        DeviceBuffer<float> y2(MN);
+        CUDA_OK(mod.launch(names[i], dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
+                           {a.get(), w.get(), y2.get(), nullptr}, t.smem()));
+        const std::vector<float> alone = y2.download();
+        EXPECT_EQ(0, std::memcmp(alone.data(), got.data(), MN * sizeof(float))) << "null cand, " << what;
+      }
+      ++i;
+    }
+}
+
 // The norm prologue (decode buckets up to 8 tokens): gemm_small_norm_{bf16,swiglu} on x must give
 // the bits of rmsnorm into h then gemm_small_{bf16,swiglu} on h, at every M up to 8, with K not a
 // multiple of 64 (the last block's tail is zeros) and the ring wrapping; rows past M stay
