@@ -280,7 +280,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     // linear_f32's row groups are the grid's y (at most 65535 blocks).
     if (V / lm_g.tiling.rows > 65535)
       fail("codegen: a vocabulary of " + I_(V) + " needs " + I_(V / lm_g.tiling.rows) +
-           " LM head blocks of " + I_(lm_g.tiling.rows) + " rows, more than a grid's y takes (65535)");
+           " LM head blocks of " + I_(lm_g.tiling.rows) +
+           " rows, more than a grid's y takes (65535)");
 
     launch(b.kernel("telos_kernels::embed_gather<" + I_(H) + ", " + I_(embed_threads) + ">",
                     {"embed", "tokens", "sampled", "x"}, embed_threads),

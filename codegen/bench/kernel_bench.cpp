@@ -211,12 +211,16 @@ int main(int argc, char** argv) {
           l.tiling = gemm_widen_for_tile(base, N, mt);
           l.unroll = gemm_unroll(mt, l.tiling.threads());
           ls.push_back(l);
-          names.push_back("telos_kernels::linear_f32<" + I(K) + ", " + I(N) + ", " + l.args() + ">");
+          names.push_back("telos_kernels::linear_f32<" + I(K) + ", " + I(N) + ", " + l.args() +
+                          ">");
         }
         Module mod(names);
         const std::size_t wbytes = static_cast<std::size_t>(N) * K * 2;
         std::vector<void*> w(2);
-        for (auto& p : w) { check(cudaMalloc(&p, wbytes), "alloc"); fill(p, wbytes); }
+        for (auto& p : w) {
+          check(cudaMalloc(&p, wbytes), "alloc");
+          fill(p, wbytes);
+        }
         void *a, *y, *cand;
         check(cudaMalloc(&a, static_cast<std::size_t>(M) * K * 2), "alloc");
         fill(a, static_cast<std::size_t>(M) * K * 2);
@@ -528,11 +532,12 @@ int main(int argc, char** argv) {
   // Every figure: 8 launches back to back, each on another copy of the weights, all but the first
   // with programmatic dependent launch as in a step's graph.
   struct Gemm { const char* name; const char* epi; int N, K; };
-  const Gemm gemms[] = {{"qkv", "bf16", 6144, 4096},       {"o", "residual", 4096, 4096},
-                        {"gate_up", "swiglu", 14336, 4096}, {"down", "residual", 4096, 14336},
-                        {"lm_head", "f32cand", 128256, 4096}, {"lm_head_1b", "f32cand", 128256, 2048},
-                        {"qkv_1b", "bf16", 3072, 2048},     {"o_1b", "residual", 2048, 2048},
-                        {"gate_up_1b", "swiglu", 8192, 2048}, {"down_1b", "residual", 2048, 8192}};
+  const Gemm gemms[] = {
+      {"qkv", "bf16", 6144, 4096},          {"o", "residual", 4096, 4096},
+      {"gate_up", "swiglu", 14336, 4096},   {"down", "residual", 4096, 14336},
+      {"lm_head", "f32cand", 128256, 4096}, {"lm_head_1b", "f32cand", 128256, 2048},
+      {"qkv_1b", "bf16", 3072, 2048},       {"o_1b", "residual", 2048, 2048},
+      {"gate_up_1b", "swiglu", 8192, 2048}, {"down_1b", "residual", 2048, 8192}};
   constexpr int kBatch = 8;
   const std::vector<int> gemm_rows =
       attention_only ? std::vector<int>{} : std::vector<int>{1, 8, 64, 256};
@@ -611,11 +616,12 @@ int main(int argc, char** argv) {
             [&](int i) {
               std::vector<const void*> args = {a_map, w_maps[i % copies], y};
               if (std::string(g.epi) == "f32cand") args.push_back(cand);
-              mod.launch(v.instance, dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads, args, t.smem(), i % kBatch != 0);
+              mod.launch(v.instance, dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads, args, t.smem(),
+                         i % kBatch != 0);
             },
             30, 5, kBatch);
         // The residual reads and writes x (f32), the LM head writes f32; the others write bf16.
-        const double out = std::string(g.epi) == "residual" ? 8.0 * M * g.N
+        const double out = std::string(g.epi) == "residual"  ? 8.0 * M * g.N
                            : std::string(g.epi) == "f32cand" ? 4.0 * M * g.N
                                                              : 2.0 * M * g.N;
         row("gemm_small_" + std::string(g.epi) + " " + g.name + " " + v.label, us, out);
@@ -824,7 +830,9 @@ int main(int argc, char** argv) {
       return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) +
              ", " + I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
              float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) +
-             (pages ? (ahead ? ", true, true>" : ", false, true>") : ahead ? ", true>" : ">");
+             (pages   ? (ahead ? ", true, true>" : ", false, true>")
+              : ahead ? ", true>"
+                      : ">");
     }
     std::string combine_kernel() const {
       return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
@@ -936,34 +944,36 @@ int main(int argc, char** argv) {
     at_pages.pages = true;
     Module mod({at.split_kernel(1), at.combine_kernel(), at_pages.split_kernel(1)});
     for (int B : {16, 64, 256}) {
-        std::vector<int> hpos(B, C - 1), hseq(B);
-        for (int b = 0; b < B; ++b) hseq[b] = b;
-        const double bytes = static_cast<double>(B) * C * HKV * D * 2 * 2;
-        const int copies = std::max(1, static_cast<int>(std::ceil((400 << 20) / bytes)));
-        const AttnBuffers m(at, hpos, hseq, B, copies);
-        char shape[64];
-        std::snprintf(shape, sizeof shape, "B=%d ctx=%d of 32 slots", B, C);
-        const int plan_slots = attn_grid_slots(B, HKV, at.nsplit);
-        std::vector<int> zs = {plan_slots};
-        if (sweep) {
-          for (int z = at.nsplit; z >= 1; z /= 2)
-            if (z != plan_slots) zs.push_back(z);
-        } else if (plan_slots != at.nsplit) {
-          zs.insert(zs.begin(), at.nsplit);
-        }
-        for (int slots : zs)
-          for (const Attn* a : {&at, &at_pages}) {
-            if (a->pages && slots != plan_slots) continue;
-            auto step = [&](int i) {
-              mod.launch(a->split_kernel(1), dim3(B, HKV, slots), 128,
-                         {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0, i % kBatch != 0);
-              mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
-            };
-            const std::string label = "attn_split+combine PDL z=" + I(slots) + (slots == plan_slots ? " plan" : "") +
-                                      (a->pages ? " page-ahead" : "");
-            attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
-          }
+      std::vector<int> hpos(B, C - 1), hseq(B);
+      for (int b = 0; b < B; ++b) hseq[b] = b;
+      const double bytes = static_cast<double>(B) * C * HKV * D * 2 * 2;
+      const int copies = std::max(1, static_cast<int>(std::ceil((400 << 20) / bytes)));
+      const AttnBuffers m(at, hpos, hseq, B, copies);
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "B=%d ctx=%d of 32 slots", B, C);
+      const int plan_slots = attn_grid_slots(B, HKV, at.nsplit);
+      std::vector<int> zs = {plan_slots};
+      if (sweep) {
+        for (int z = at.nsplit; z >= 1; z /= 2)
+          if (z != plan_slots) zs.push_back(z);
+      } else if (plan_slots != at.nsplit) {
+        zs.insert(zs.begin(), at.nsplit);
       }
+      for (int slots : zs)
+        for (const Attn* a : {&at, &at_pages}) {
+          if (a->pages && slots != plan_slots) continue;
+          auto step = [&](int i) {
+            mod.launch(a->split_kernel(1), dim3(B, HKV, slots), 128,
+                       {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0,
+                       i % kBatch != 0);
+            mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
+          };
+          const std::string label = "attn_split+combine PDL z=" + I(slots) +
+                                    (slots == plan_slots ? " plan" : "") +
+                                    (a->pages ? " page-ahead" : "");
+          attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
+        }
+    }
   }
 
   // Prefill: one sequence, a 512-token chunk at positions 7680..8191 (context 8192), split +

@@ -38,13 +38,13 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // position -1), and block z runs the items of slots z, z + S, ... < NSPLIT one after another, so
 // that a bucket of many rows need not launch NSPLIT blocks a row, most of them empty at short
 // contexts (S is the plan's, per bucket: kernel_plan.hpp). Each slot's item is computed the same
-// whichever block runs it, so S changes no bit. The 16 MMA rows hold (token j, query head h) at row j·G + h
-// for j < TPT (TPT · G <= 16), the rows past TPT · G are zero. Sharing the rows is what lets the
-// tile read K and V once for its TPT tokens.
-// Rows of a tile may belong to different sequences: the item runs one pass per maximal run of
-// equal token_seq (a segment), with that sequence's pages; in a pass, the rows taking part are
-// those of the segment whose position reaches the slot (position >= slot · SPLIT), every other row
-// is masked at every position and writes nothing.
+// whichever block runs it, so S changes no bit. The 16 MMA rows hold (token j, query head h) at row
+// j·G + h for j < TPT (TPT · G <= 16), the rows past TPT · G are zero. Sharing the rows is what
+// lets the tile read K and V once for its TPT tokens. Rows of a tile may belong to different
+// sequences: the item runs one pass per maximal run of equal token_seq (a segment), with that
+// sequence's pages; in a pass, the rows taking part are those of the segment whose position reaches
+// the slot (position >= slot · SPLIT), every other row is masked at every position and writes
+// nothing.
 //
 // In a pass, warp w takes the 16-position chunks w, w + 4, ... of each of the slot's splits,
 // splits in ascending order, up to the largest position of the rows taking part. Per chunk,
@@ -126,16 +126,18 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   int split_pg = 0, split_start = 0;
   auto load_split_pages = [&](int start, int end) {
     split_start = start;
-    if (lane <= SPLIT / (16 * W)) split_pg = pt[min(start + 16 * (warp + W * lane), end - 1) / PAGE];
+    if (lane <= SPLIT / (16 * W))
+      split_pg = pt[min(start + 16 * (warp + W * lane), end - 1) / PAGE];
   };
   // A chunk's K and V (16 positions from c; positions past `end` - 1 clamped to it) into
   // registers, every load issued before the first use. With PAGE_AHEAD the chunk's page comes from
   // its lane of split_pg (a chunk past `end` reads position end - 1, in that lane's page too).
-  auto load_chunk = [&](int c, int end, uint4 (&kr)[2][D / 32], unsigned (&vr)[4][VW]) {
+  auto load_chunk = [&](int c, int end, uint4(&kr)[2][D / 32], unsigned(&vr)[4][VW]) {
     long long page_base = 0;
     if constexpr (PAGE_AHEAD)
-      page_base = static_cast<long long>(__shfl_sync(0xffffffffu, split_pg, (c - split_start) / (16 * W))) *
-                  PAGE_ELEMS;
+      page_base =
+          static_cast<long long>(__shfl_sync(0xffffffffu, split_pg, (c - split_start) / (16 * W))) *
+          PAGE_ELEMS;
     auto row = [&](int p) {
       if constexpr (PAGE_AHEAD)
         return page_base + (p % PAGE) * D;
@@ -444,9 +446,10 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : 3)
   // Items back to back need no barrier between them (attn_split_block); a slot past every
   // position of the tile returns at once, and so do the later ones.
   for (unsigned slot = blockIdx.z; slot < NSPLIT; slot += gridDim.z)
-    attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD, PAGE_AHEAD>(
-        blockIdx.x, blockIdx.y, static_cast<int>(slot), q, positions, token_seq, page_tables,
-        kv_layer, part_o, part_ml, [] { __syncthreads(); });
+    attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD,
+                     PAGE_AHEAD>(blockIdx.x, blockIdx.y, static_cast<int>(slot), q, positions,
+                                 token_seq, page_tables, kv_layer, part_o, part_ml,
+                                 [] { __syncthreads(); });
 }
 
 // out[t, hq*D + d] = bf16(softmax-weighted sum), merging the slots 0..min(position/SPLIT,

@@ -137,7 +137,8 @@ __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsig
     else
       *p = v;
   } else if constexpr (EPI == SmallEpi::F32Cand) {
-    *reinterpret_cast<float2*>(static_cast<float*>(out) + at) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+    *reinterpret_cast<float2*>(static_cast<float*>(out) + at) =
+        make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
   } else {
     *reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at) = pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
   }
@@ -149,9 +150,9 @@ __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsig
 // BN] where cand is not null). A is a_map's [M, K] bf16 rows, or with NORM the rows of RMSNorm(x)
 // with weights norm_w (x f32 [M, K]; a_map unused).
 template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM = false, float EPS = 0.f>
-__device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const float* x, const float* norm_w,
-                                                const TensorMap* w_map, void* out,
-                                                unsigned long long* cand = nullptr) {
+__device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const float* x,
+                                                const float* norm_w, const TensorMap* w_map,
+                                                void* out, unsigned long long* cand = nullptr) {
   using G = SmallGemm;
   using namespace hexel;
   static_assert(M > 0 && N % 8 == 0 && K % 8 == 0, "TMA rows are multiples of 16 bytes");
@@ -281,7 +282,8 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
       for (unsigned j = 0; j < BN / 8; ++j)
 #pragma unroll
         for (unsigned e = 0; e < 2; ++e) {
-          const unsigned long long c = greedy_candidate(d[4 * j + 2 * h + e], tn * BN + 8 * j + 2 * (lane % 4) + e);
+          const unsigned long long c =
+              greedy_candidate(d[4 * j + 2 * h + e], tn * BN + 8 * j + 2 * (lane % 4) + e);
           best = c > best ? c : best;
         }
 #pragma unroll
@@ -334,7 +336,8 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
 // token m; null: logits only. A map: [M, K] (the gathered sample rows); W map: [N, K], BN x 64.
 template <int M, int N, int K, int BN, int STAGES>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
-    gemm_small_f32cand(const TensorMap* a_map, const TensorMap* w_map, float* y, unsigned long long* cand) {
+    gemm_small_f32cand(const TensorMap* a_map, const TensorMap* w_map, float* y,
+                       unsigned long long* cand) {
   hexel::launch_dependents();  // the wait is in the body
   small_gemm_body<M, N, K, BN, STAGES, SmallEpi::F32Cand>(a_map, nullptr, nullptr, w_map, y, cand);
 }

@@ -1,7 +1,8 @@
 #pragma once
-// The LM head's GEMM: y = A · Wᵀ with A [M, K] bf16 activations and W [N, K] bf16 weights, row-major (K contiguous, docs/artifact.md). It is memory
-// bound: every weight byte is read once per M tile, straight from global memory into tensor-core
-// fragments with 16-byte non-coherent loads, no shared-memory staging.
+// The LM head's GEMM: y = A · Wᵀ with A [M, K] bf16 activations and W [N, K] bf16 weights,
+// row-major (K contiguous, docs/artifact.md). It is memory bound: every weight byte is read once
+// per M tile, straight from global memory into tensor-core fragments with 16-byte non-coherent
+// loads, no shared-memory staging.
 //
 // The MMA is mma.m16n8k16 with its operands swapped: its M is 16 weight rows (W is the row-major
 // A operand) and its N is 8 tokens (the activations are the column-major B operand). Block
@@ -20,8 +21,8 @@
 //
 // Reduction order, for batch invariance: within a K slice the MMAs accumulate in K order; the
 // KSPLIT slice sums are added in slice order through the shared tile. KSPLIT is fixed per weight
-// shape (codegen/kernel_plan.cpp), and each output column of an MMA depends only on its own token, so a token's result is the same for
-// every MT, every position in the tile and every other token.
+// shape (codegen/kernel_plan.cpp), and each output column of an MMA depends only on its own token,
+// so a token's result is the same for every MT, every position in the tile and every other token.
 #include "common.cuh"
 
 namespace telos_kernels {

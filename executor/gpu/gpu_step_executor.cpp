@@ -122,7 +122,7 @@ struct GpuStepExecutor::State {
     // so that a step costs no event-record call; cudaEventRecord after the launch without
     // graphs).
     cudaEvent_t done = nullptr;
-    cudaEvent_t logits_done = nullptr;  // recorded after the logits' copy back, when it has one
+    cudaEvent_t logits_done = nullptr;     // recorded after the logits' copy back, when it has one
     int rows = 0;                          // sampling rows
     bool logits = false;                   // the logits come back to logits_host
     std::vector<std::uint8_t> picks;       // per sampling row: the engine wants the device's pick

@@ -422,7 +422,8 @@ TEST(Codegen, LmHeadGridHasTheMTilesAlongX) {
       for (std::string a; std::getline(in, a, ',');) args.push_back(std::stoi(a));
       ASSERT_EQ(args.size(), 6u) << instance;
       EXPECT_EQ(args[1], 128256);
-      EXPECT_EQ(l.grid, (std::array<int, 3>{b.sample_rows / args[3], 128256 / args[2], 1})) << instance;
+      EXPECT_EQ(l.grid, (std::array<int, 3>{b.sample_rows / args[3], 128256 / args[2], 1}))
+          << instance;
       ++seen;
     }
   EXPECT_EQ(seen, static_cast<int>(plan.buckets.size()));
@@ -455,15 +456,15 @@ TEST(Codegen, AttentionSplitIsAPerModelConstant) {
 // computed (a block runs slots z, z + S, ...), never more blocks a (tile, KV head) than slots.
 TEST(Codegen, AttentionGridSlotsPerBucket) {
   EXPECT_EQ(kAttnSplitGridBlocks, 4096);
-  EXPECT_EQ(attn_grid_slots(1, 8, 32), 32);    // batch 1: every slot in parallel
-  EXPECT_EQ(attn_grid_slots(16, 8, 32), 32);   // 128 pairs: 4096 blocks
-  EXPECT_EQ(attn_grid_slots(64, 8, 32), 8);    // 512 pairs
-  EXPECT_EQ(attn_grid_slots(48, 8, 32), 11);   // 384 pairs: 10.7 rounded up
+  EXPECT_EQ(attn_grid_slots(1, 8, 32), 32);   // batch 1: every slot in parallel
+  EXPECT_EQ(attn_grid_slots(16, 8, 32), 32);  // 128 pairs: 4096 blocks
+  EXPECT_EQ(attn_grid_slots(64, 8, 32), 8);   // 512 pairs
+  EXPECT_EQ(attn_grid_slots(48, 8, 32), 11);  // 384 pairs: 10.7 rounded up
   EXPECT_EQ(attn_grid_slots(256, 8, 32), 2);
-  EXPECT_EQ(attn_grid_slots(512, 8, 32), 1);   // 4096 pairs already
+  EXPECT_EQ(attn_grid_slots(512, 8, 32), 1);  // 4096 pairs already
   EXPECT_EQ(attn_grid_slots(2048, 8, 32), 1);
-  EXPECT_EQ(attn_grid_slots(1, 8, 3), 3);      // a short model: its own slots
-  EXPECT_EQ(attn_grid_slots(256, 2, 32), 8);   // fewer KV heads, more slots a pair
+  EXPECT_EQ(attn_grid_slots(1, 8, 3), 3);     // a short model: its own slots
+  EXPECT_EQ(attn_grid_slots(256, 2, 32), 8);  // fewer KV heads, more slots a pair
 }
 
 // Prefill attention reads K/V once per tile of TPT tokens: the largest power of two with

@@ -497,7 +497,8 @@ TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
     for (int bn : bns) {
       const codegen::SmallGemmTiling t = tiling(M, bn);
       const std::string what = "M=" + I(M) + " BN=" + I(bn);
-      const std::size_t MN = static_cast<std::size_t>(M) * N, total = MN + static_cast<std::size_t>(GUARD) * N;
+      const std::size_t MN = static_cast<std::size_t>(M) * N,
+                        total = MN + static_cast<std::size_t>(GUARD) * N;
       DeviceBuffer<float> y(total);
       DeviceBuffer<std::uint64_t> cand(static_cast<std::size_t>(M) * (N / bn));
       const DeviceMap a(dA.get(), M, K, t.a_box), w(dW.get(), N, K, bn);
@@ -513,13 +514,15 @@ TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
       EXPECT_LT(rel_l2(got, std::vector<double>(ref.begin(), ref.begin() + MN)), 1e-5) << what;
       EXPECT_EQ(cand.download(), greedy_candidates(got, M, N, N / bn)) << what;
       if (first_row.empty()) first_row.assign(got.begin(), got.begin() + N);
-      EXPECT_EQ(0, std::memcmp(first_row.data(), got.data(), N * sizeof(float))) << "row 0, " << what;
+      EXPECT_EQ(0, std::memcmp(first_row.data(), got.data(), N * sizeof(float)))
+          << "row 0, " << what;
       if (M == 7 && bn == 128) {
         DeviceBuffer<float> y2(MN);
         CUDA_OK(mod.launch(names[i], dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
                            {a.get(), w.get(), y2.get(), nullptr}, t.smem()));
         const std::vector<float> alone = y2.download();
-        EXPECT_EQ(0, std::memcmp(alone.data(), got.data(), MN * sizeof(float))) << "null cand, " << what;
+        EXPECT_EQ(0, std::memcmp(alone.data(), got.data(), MN * sizeof(float)))
+            << "null cand, " << what;
       }
       ++i;
     }
@@ -921,7 +924,10 @@ std::string attn_split_instance(const AttnShape& s, long long page_elems, int tp
   return "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
          I(s.PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " +
          I(s.NSPLIT) + ", " + float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " +
-         I(tpt) + (pages ? (ahead ? ", true, true>" : ", false, true>") : ahead ? ", true>" : ">");
+         I(tpt) +
+         (pages   ? (ahead ? ", true, true>" : ", false, true>")
+          : ahead ? ", true>"
+                  : ">");
 }
 std::string attn_combine_instance(const AttnShape& s) {
   return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
@@ -1091,12 +1097,15 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       int slots;  // the grid's z
       bool pages = false;
     };
-    std::vector<Variant> variants = {{1, false, NSPLIT}, {1, true, NSPLIT}, {2, false, NSPLIT},
-                                     {1, false, 1}, {1, true, NSPLIT - 1}, {2, false, 1}};
-    if (16 / G != 2) variants.push_back({16 / G, false, NSPLIT}), variants.push_back({16 / G, false, 1});
+    std::vector<Variant> variants = {{1, false, NSPLIT}, {1, true, NSPLIT},     {2, false, NSPLIT},
+                                     {1, false, 1},      {1, true, NSPLIT - 1}, {2, false, 1}};
+    if (16 / G != 2)
+      variants.push_back({16 / G, false, NSPLIT}), variants.push_back({16 / G, false, 1});
     if (PAGE % 16 == 0)
-      for (const Variant& v : std::vector<Variant>{
-               {1, false, NSPLIT, true}, {1, true, NSPLIT, true}, {1, true, 1, true}, {16 / G, false, NSPLIT, true}})
+      for (const Variant& v : std::vector<Variant>{{1, false, NSPLIT, true},
+                                                   {1, true, NSPLIT, true},
+                                                   {1, true, 1, true},
+                                                   {16 / G, false, NSPLIT, true}})
         variants.push_back(v);
     std::vector<std::string> instances = {attn_combine_instance(s)};
     for (const Variant& v : variants)
@@ -1154,12 +1163,14 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       a.out.poison();
       const std::string split = attn_split_instance(s, page_elems, tpt, v.ahead, v.pages);
       CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, v.slots), 128,
-                         {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(), a.part_ml.get()}));
+                         {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(),
+                          a.part_ml.get()}));
       CUDA_OK(mod.launch(attn_combine_instance(s), dim3(T, s.HQ), s.D,
                          {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
       const auto po = a.part_o.download(), ml = a.part_ml.download();
       const auto out = a.out.download();
-      const std::string opts = std::string(v.ahead ? " load-ahead" : "") + (v.pages ? " page-ahead" : "") +
+      const std::string opts = std::string(v.ahead ? " load-ahead" : "") +
+                               (v.pages ? " page-ahead" : "") +
                                (v.slots != NSPLIT ? " slots " + I(v.slots) : "");
       if (tpt == 1 && !v.ahead && !v.pages && v.slots == NSPLIT) {
         expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
