@@ -374,9 +374,11 @@ int main(int argc, char** argv) {
         std::string label;
         const char* count;  // the GridCount template argument
         bool act_poll;      // ACT_POLL
+        bool pages = false;  // PAGE_AHEAD
       };
       const std::vector<Variant> variants = {{"V1 plan", "Release", true},
-                                             {"V1 count gate/up", "Release", false}};
+                                             {"V1 count gate/up", "Release", false},
+                                             {"V1 page-ahead", "Release", true, true}};
       std::vector<std::string> names;
       for (const Variant& v : variants)
         names.push_back(
@@ -387,7 +389,7 @@ int main(int argc, char** argv) {
             float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
             I(sh.I) + ", " + I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) +
             ", " + I(lt.bd) + ", telos_kernels::GridCount::" + v.count +
-            (v.act_poll ? ", true>" : ", false>"));
+            (v.act_poll ? ", true" : ", false") + (v.pages ? ", true>" : ">"));
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
       const std::unique_ptr<Module> mod = plain.get();
