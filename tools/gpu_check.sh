@@ -13,7 +13,8 @@
 #   4. timings: telos-kernel-bench (decode GEMM and attention against the copy bandwidth),
 #      telos-prefill-bench beside torch.matmul, telos-attn-prefill-bench beside torch SDPA, telos-run bench on tiny-llama (host time per
 #      step, GPU idle gap, graph capture and memory report), telos-launch-bench (the host's cost
-#      of each CUDA call of a step, two passes). GPU_CHECK_QUICK=1 skips racecheck,
+#      of each CUDA call of a step, two passes), telos-device-launch-probe (steps launched from
+#      the device: host time and GPU gaps against host launches). GPU_CHECK_QUICK=1 skips racecheck,
 #      synccheck and the timings.
 # It prints a table last; logs go to $OUT (or /tmp/telos-gpu-check).
 #
@@ -35,8 +36,9 @@ if [ "${1:-}" = "--prepare" ]; then
   BUILD=${2:-build-cg}
   cmake --build "$BUILD" --target telosc telos-run gpu_kernels_test gpu_model_test telos-kernel-bench \
     telos-prefill-bench telos-attn-prefill-bench -j2
-  # telos-launch-bench is built where CMake found nvcc (executor/bench).
-  cmake --build "$BUILD" --target telos-launch-bench -j2 2>/dev/null || true
+  # telos-launch-bench and telos-device-launch-probe are built where CMake found nvcc
+  # (executor/bench).
+  cmake --build "$BUILD" --target telos-launch-bench telos-device-launch-probe -j2 2>/dev/null || true
   rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128"
   p128=$(mktemp) b64=$(mktemp)
   echo '{"max_batch": 8, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 128},
@@ -63,6 +65,7 @@ if [ "${1:-}" = "--prepare" ]; then
      "$BUILD/bin/telos-prefill-bench" "$BUILD/bin/telos-attn-prefill-bench" "$BUILD/bin/telos-run" \
      "$BUILD/bin/telosc" "$CARRY/bin/"
   [ -x "$BUILD/bin/telos-launch-bench" ] && cp "$BUILD/bin/telos-launch-bench" "$CARRY/bin/"
+  [ -x "$BUILD/bin/telos-device-launch-probe" ] && cp "$BUILD/bin/telos-device-launch-probe" "$CARRY/bin/"
   strip "$CARRY"/bin/*
   "$BUILD/bin/telos-prefill-bench" --compile-only "$CARRY/prefill-bench.cubin"
   cp codegen/bench/prefill_gemm_torch.py "$CARRY/"
@@ -140,13 +143,15 @@ if [ -z "${GPU_CHECK_QUICK:-}" ]; then
       --mixed 32 --seed 1 --ttft 32,128,224
   [ -x "$B/telos-launch-bench" ] && run "host cost per CUDA call (2 passes)" launch-bench.log \
       bash tools/launch_bench.sh "$B/telos-launch-bench" "$OUT/launch-bench"
+  [ -x "$B/telos-device-launch-probe" ] && run "steps launched from the device (probe)" \
+      device-launch.log "$B/telos-device-launch-probe"
 fi
 
 echo
 grep -h "^CHECK" "$OUT/model.log" | sed 's/^CHECK | //' | tee "$OUT/model-table.txt"
 echo
 grep -hE "^\[  (FAILED|SKIPPED) |ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/*.log | sort | uniq -c | head -40
-for f in bench.log prefill-bench.log attn-prefill-bench.log engine-bench.log launch-bench.log; do
+for f in bench.log prefill-bench.log attn-prefill-bench.log engine-bench.log launch-bench.log device-launch.log; do
   [ -f "$OUT/$f" ] && { echo; grep -v '^\s*$' "$OUT/$f" | tail -40; }
 done
 echo
