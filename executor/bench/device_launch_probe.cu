@@ -60,11 +60,11 @@ __device__ __forceinline__ void spin(unsigned long long ns) {
 // What the step kernels and the scheduler share: device memory but `posted` and `completed`,
 // which are mapped pinned memory (the host writes posted, the device writes completed).
 struct Shared {
-  unsigned* done;                  // steps done (device memory)
-  unsigned long long* begin;       // per step: its first kernel's start
-  unsigned long long* end;         // per step: its last kernel's end
+  unsigned* done;                   // steps done (device memory)
+  unsigned long long* begin;        // per step: its first kernel's start
+  unsigned long long* end;          // per step: its last kernel's end
   const volatile unsigned* posted;  // steps the host has posted, or kExit
-  volatile unsigned* completed;    // steps done, for the host
+  volatile unsigned* completed;     // steps done, for the host
 };
 
 __global__ void step_first(Shared s, unsigned long long ns) {
@@ -202,14 +202,17 @@ struct Probe {
     }
     check(cudaStreamSynchronize(stream), "steps");
     std::vector<unsigned long long> b(steps), e(steps);
-    check(cudaMemcpy(b.data(), s.begin, sizeof(unsigned long long) * steps, cudaMemcpyDeviceToHost), "stamps");
-    check(cudaMemcpy(e.data(), s.end, sizeof(unsigned long long) * steps, cudaMemcpyDeviceToHost), "stamps");
+    check(cudaMemcpy(b.data(), s.begin, sizeof(unsigned long long) * steps, cudaMemcpyDeviceToHost),
+          "stamps");
+    check(cudaMemcpy(e.data(), s.end, sizeof(unsigned long long) * steps, cudaMemcpyDeviceToHost),
+          "stamps");
     check(cudaGraphExecDestroy(step), "destroy");
     std::vector<double> gap_us;
-    for (int i = 10; i + 1 < steps; ++i) gap_us.push_back((static_cast<double>(b[i + 1]) - e[i]) * 1e-3);
+    for (int i = 10; i + 1 < steps; ++i)
+      gap_us.push_back((static_cast<double>(b[i + 1]) - e[i]) * 1e-3);
     host_us.erase(host_us.begin(), host_us.begin() + std::min<std::size_t>(10, host_us.size()));
-    std::printf("%-14s | %8.2f | %11.2f | %11.2f | %11.2f | %11.2f\n", mode, step_ns * 1e-6, pct(host_us, 0.5),
-                pct(host_us, 0.9), pct(gap_us, 0.5), pct(gap_us, 0.9));
+    std::printf("%-14s | %8.2f | %11.2f | %11.2f | %11.2f | %11.2f\n", mode, step_ns * 1e-6,
+                pct(host_us, 0.5), pct(host_us, 0.9), pct(gap_us, 0.5), pct(gap_us, 0.9));
   }
 };
 
@@ -238,10 +241,10 @@ int main(int argc, char** argv) {
     }
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, 0), "device");
-    std::printf("%s, %d SMs; %d steps a row, %d kernels a step\n", prop.name, prop.multiProcessorCount, steps,
-                kKernels);
-    std::printf("%-14s | %8s | %11s | %11s | %11s | %11s\n", "mode", "step ms", "host us p50", "host us p90",
-                "gap us p50", "gap us p90");
+    std::printf("%s, %d SMs; %d steps a row, %d kernels a step\n", prop.name,
+                prop.multiProcessorCount, steps, kKernels);
+    std::printf("%-14s | %8s | %11s | %11s | %11s | %11s\n", "mode", "step ms", "host us p50",
+                "host us p90", "gap us p50", "gap us p90");
     Probe probe(steps);
     for (unsigned long long ns : {100000ull, 1000000ull, 5000000ull})
       for (const char* mode : {"host", "device", "device-serial"}) probe.run(mode, ns, steps);
