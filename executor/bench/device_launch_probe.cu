@@ -122,6 +122,8 @@ struct Probe {
     s.completed = dev + 1;
   }
   ~Probe() {
+    posted() = kExit;  // a scheduler still waiting (a run that failed) ends
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     cudaStreamSynchronize(stream);
     cudaFree(s.done);
     cudaFree(s.begin);
@@ -131,6 +133,18 @@ struct Probe {
   }
   volatile unsigned& posted() { return reinterpret_cast<volatile unsigned*>(host_posted)[0]; }
   unsigned completed() const { return reinterpret_cast<volatile unsigned*>(host_posted)[1]; }
+
+  // Spins until at least `n` steps are done; a step that never ends (a device launch refused, a
+  // trap) fails the probe after 10 s with the stream's error instead of hanging it.
+  void wait_done(int n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (unsigned k = 0; static_cast<int>(completed()) < n; ++k)
+      if (k % 4096 == 0 && std::chrono::steady_clock::now() - t0 > std::chrono::seconds(10)) {
+        const cudaError_t e = cudaStreamQuery(stream);
+        throw std::runtime_error("step " + std::to_string(n - 1) +
+                                 " not done after 10 s (stream: " + cudaGetErrorString(e) + ")");
+      }
+  }
 
   void reset() {
     check(cudaStreamSynchronize(stream), "sync");
@@ -174,8 +188,7 @@ struct Probe {
     const std::string m = mode;
     if (m == "host") {
       for (int i = 0; i < steps; ++i) {
-        while (static_cast<int>(completed()) + 1 < i) {  // steps i - 1 and i in flight at most
-        }
+        wait_done(i - 1);  // steps i - 1 and i in flight at most
         const auto t0 = clock::now();
         check(cudaGraphLaunch(step, stream), "launch");
         host_us.push_back(std::chrono::duration<double, std::micro>(clock::now() - t0).count());
@@ -186,15 +199,13 @@ struct Probe {
       const bool serial = m == "device-serial";
       for (int i = 0; i < steps; ++i) {
         // Serial: step i - 1 done; else steps i - 1 and i in flight at most, as above.
-        while (static_cast<int>(completed()) + (serial ? 0 : 1) < i) {
-        }
+        wait_done(serial ? i : i - 1);
         const auto t0 = clock::now();
         posted() = static_cast<unsigned>(i + 1);
         std::atomic_thread_fence(std::memory_order_seq_cst);
         host_us.push_back(std::chrono::duration<double, std::micro>(clock::now() - t0).count());
       }
-      while (completed() < static_cast<unsigned>(steps)) {
-      }
+      wait_done(steps);
       posted() = kExit;
       std::atomic_thread_fence(std::memory_order_seq_cst);
       check(cudaStreamSynchronize(stream), "scheduler exit");
