@@ -16,9 +16,9 @@
 //    loop thread's CPU time over the same work (below the host time by what it spent off its CPU),
 //    and over the whole run the share of the machine's CPU time stolen by the hypervisor
 //    (/proc/stat; null when the run took less than one of its clock ticks) and the process's
-//    involuntary context switches: whether a slow step was slow
-//    work or a descheduled thread; before the run, a probe of the CPU's speed (an integer chain,
-//    random walks over 128 KB and 64 MB): whether slow work is a slow core or slow memory;
+//    involuntary context switches: whether a slow step was slow work or a descheduled thread;
+//    before the run, a probe of the CPU's speed (an integer chain, random walks over 128 KB and
+//    64 MB): whether slow work is a slow core or slow memory;
 //  - --mixed N: N requests with prompt and output lengths drawn from --seed, through the
 //    scheduler at once: total time, output tokens/s, mean and largest TTFT;
 //  - --ttft L1,L2,...: one request at a time, prompt of L tokens: submit → first token;

@@ -3,8 +3,7 @@
 // not serve them). Prints a table: kernel, shape, median µs, GB/s, % of copy bandwidth.
 //   decode GEMMs at M = 1, 8, 64, 256 on Llama-3.1-8B and Llama-3.2-1B shapes, tiled as codegen
 //   tiles them: the small-M wgmma GEMM (gemm_small_*: qkv, o, gate_up with SwiGLU, down with the
-//   residual add) and linear_f32 (the LM head's GEMM, also on the other shapes for comparison),
-//   and the LM head at 64 and 256 tokens in M tiles of 8-64 tokens;
+//   residual add) and linear_f32 (the LM head's GEMM, also on the other shapes for comparison);
 //   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k (the
 //   plan's kernel, with LOAD_AHEAD, PAGE_AHEAD, both, and at other splits), and
 //   batches 16-256 at contexts 576 and 4096 in a model of 32 partial slots, attn_split's grid
@@ -15,8 +14,7 @@
 // `telos-kernel-bench --sweep` also times the small GEMM at other tilings than the plan's;
 // `telos-kernel-bench --decode-layer` times only the copy bandwidth and the one-token decode
 // layers; `telos-kernel-bench --sample` only the copy bandwidth and the sampler;
-// `telos-kernel-bench --attention` only the copy bandwidth and decode attention;
-// `telos-kernel-bench --lm-head` only the copy bandwidth and the LM head's M tiles.
+// `telos-kernel-bench --attention` only the copy bandwidth and decode attention.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -167,7 +165,6 @@ int main(int argc, char** argv) {
   const bool decode_layer_only = argc > 1 && std::string(argv[1]) == "--decode-layer";
   const bool sample_only = argc > 1 && std::string(argv[1]) == "--sample";
   const bool attention_only = argc > 1 && std::string(argv[1]) == "--attention";
-  const bool lm_head_only = argc > 1 && std::string(argv[1]) == "--lm-head";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("telos-kernel-bench: no CUDA GPU\n");
@@ -190,67 +187,6 @@ int main(int argc, char** argv) {
   cudaFree(dst);
   std::printf("\n%-34s | %-26s | %9s | %8s | %6s\n", "kernel", "shape", "median us", "GB/s", "% copy");
   std::printf("%-34s | %-26s | %9.1f | %8.0f | %6s\n", "cudaMemcpy D2D (read+write)", "2 GiB", copy_us, copy_gbs, "100");
-
-  // The LM head at 64 and 256 tokens with other M tiles than the plan's (a token's bits are the
-  // same at every MT: GPU test LinearRowsDoNotDependOnTheMTileOrTheOtherRows): a smaller tile
-  // leaves registers for more K steps in flight (gemm_unroll) and reads each weight once per tile,
-  // the tiles of a row group being consecutive blocks (so all but the first from L2). Timed as
-  // the decode GEMMs below (8 launches back to back, PDL), on two copies of the weights.
-  auto lm_head_rows = [&] {
-    constexpr int kBatch = 8;
-    for (int M : {64, 256})
-      for (const auto& [name, K] : {std::pair{"lm_head", 4096}, std::pair{"lm_head_1b", 2048}}) {
-        constexpr int N = 128256;
-        const GemmTiling base = gemm_tiling(N, K);
-        const GemmLaunch plan = gemm_launch(base, N, M, true);
-        std::vector<GemmLaunch> ls;
-        std::vector<std::string> names;
-        for (int mt : {8, 16, 32, 64}) {
-          GemmLaunch l = plan;
-          l.m_tile = mt;
-          l.tiling = gemm_widen_for_tile(base, N, mt);
-          l.unroll = gemm_unroll(mt, l.tiling.threads());
-          ls.push_back(l);
-          names.push_back("telos_kernels::linear_f32<" + I(K) + ", " + I(N) + ", " + l.args() +
-                          ">");
-        }
-        Module mod(names);
-        const std::size_t wbytes = static_cast<std::size_t>(N) * K * 2;
-        std::vector<void*> w(2);
-        for (auto& p : w) {
-          check(cudaMalloc(&p, wbytes), "alloc");
-          fill(p, wbytes);
-        }
-        void *a, *y, *cand;
-        check(cudaMalloc(&a, static_cast<std::size_t>(M) * K * 2), "alloc");
-        fill(a, static_cast<std::size_t>(M) * K * 2);
-        check(cudaMalloc(&y, static_cast<std::size_t>(M) * N * 4), "alloc");
-        check(cudaMalloc(&cand, 8ull * M * (N / 16)), "alloc");
-        for (std::size_t i = 0; i < ls.size(); ++i) {
-          const GemmLaunch& l = ls[i];
-          const double us = median_us(
-              [&](int r) {
-                mod.launch(names[i], dim3(M / l.m_tile, N / l.tiling.rows), l.tiling.threads(),
-                           {w[r % 2], a, y, cand}, 0, r % kBatch != 0);
-              },
-              30, 5, kBatch);
-          const double bytes = wbytes + static_cast<double>(M) * K * 2 + 4.0 * M * N;
-          char label[64], shape[64];
-          std::snprintf(label, sizeof label, "linear_f32 %s MT=%d%s", name, l.m_tile,
-                        l.m_tile == plan.m_tile ? " plan" : "");
-          std::snprintf(shape, sizeof shape, "M=%d N=%d K=%d (%s)", M, N, K, l.args().c_str());
-          std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
-                      100.0 * bytes / us / 1e3 / copy_gbs);
-        }
-        for (void* p : w) cudaFree(p);
-        for (void* p : {a, y, cand}) cudaFree(p);
-      }
-  };
-
-  if (lm_head_only) {
-    lm_head_rows();
-    return 0;
-  }
 
   // The sampler (sample.cuh) at Llama's vocabulary, 128256, with the plan's cluster of 8 blocks of
   // 512 threads a row (kernel_plan.cpp): R
@@ -646,8 +582,6 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (!attention_only) lm_head_rows();
-
   // One decode layer's four GEMMs as a step's graph chains them (qkv; o with the residual; gate/up
   // with SwiGLU; down with the residual; the small kernels between them left out), 8 layers per
   // timed run, each layer on another copy of the weights, all but the first launch with PDL: what
@@ -832,9 +766,7 @@ int main(int argc, char** argv) {
       return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) +
              ", " + I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
              float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) +
-             (pages   ? (ahead ? ", true, true>" : ", false, true>")
-              : ahead ? ", true>"
-                      : ">");
+             (ahead ? ", true" : ", false") + (pages ? ", true>" : ", false>");
     }
     std::string combine_kernel() const {
       return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";

@@ -924,10 +924,7 @@ std::string attn_split_instance(const AttnShape& s, long long page_elems, int tp
   return "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
          I(s.PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " +
          I(s.NSPLIT) + ", " + float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " +
-         I(tpt) +
-         (pages   ? (ahead ? ", true, true>" : ", false, true>")
-          : ahead ? ", true>"
-                  : ">");
+         I(tpt) + (ahead ? ", true" : ", false") + (pages ? ", true>" : ", false>");
 }
 std::string attn_combine_instance(const AttnShape& s) {
   return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
