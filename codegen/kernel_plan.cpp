@@ -115,20 +115,6 @@ int attn_tokens_per_tile(bool prefill, int tokens, int group) {
   return tpt;
 }
 
-// Row groups per block: as many as keep the N / rows blocks of one M tile covering the GPU (132
-// SMs on an H200) twice, eight warps per block, the rest of the warps splitting K. Shapes with
-// few rows (attention output, down) get one group per block and K split eight ways, so there are
-// enough blocks and enough weight loads in flight per SM.
-GemmTiling gemm_tiling(int n, int k) {
-  for (int groups : {8, 4, 2, 1}) {
-    const int ksplit = 8 / groups;
-    if (n % (16 * groups) == 0 && k % (32 * ksplit) == 0 && n / (16 * groups) >= 264) return {16 * groups, ksplit};
-  }
-  for (int ksplit : {8, 4, 2})
-    if (k % (32 * ksplit) == 0) return {16, ksplit};
-  return {16, 1};
-}
-
 // Rows of activations a stage holds: one 8-row group up to 8 tokens, else the 64-row tile
 // (kernels/gemm_small.cuh).
 static int small_gemm_a_rows(int a_box) { return a_box <= 8 ? 8 : kSmallGemmBlockM; }
@@ -175,6 +161,16 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   return t;
 }
 
+SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows) {
+  for (int bn : {128, 64, 32, 16})
+    if (vocab % bn == 0) {
+      SmallGemmLimits limits;
+      limits.bn = bn;
+      return small_gemm_tiling(vocab, hidden, rows, false, false, limits);
+    }
+  fail("codegen: vocab_size " + std::to_string(vocab) + " is not a multiple of 16 (the LM head's weight tiles)");
+}
+
 PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim) {
   PersistentLayerTiling t;
   // A slot holds 64 / bn K blocks of a tile, so K must be whole slots; the smallest tile that
@@ -198,45 +194,6 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   t.smem = 1024 + resident + t.stages * kPersistentSlotBytes;
   t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
   return t;
-}
-
-// Up to 16 warps (128 registers a thread) and still about one block per SM; the shared tile
-// [m_tile][rows] f32 stays within 48 KB.
-GemmTiling gemm_widen_for_tile(GemmTiling t, int n, int m_tile) {
-  if (m_tile <= 8) return t;
-  while (n % (2 * t.rows) == 0 && 2 * t.rows / 16 * t.ksplit <= 16 && n / (2 * t.rows) >= 120 &&
-         m_tile * 2 * t.rows * 4 <= 48 * 1024)
-    t.rows *= 2;
-  return t;
-}
-
-std::string GemmLaunch::args() const {
-  return std::to_string(tiling.rows) + ", " + std::to_string(m_tile) + ", " + std::to_string(tiling.ksplit) + ", " +
-         std::to_string(unroll);
-}
-
-GemmLaunch gemm_launch(const GemmTiling& base, int n, int tokens, bool widen) {
-  GemmLaunch g{base, gemm_m_tile(tokens, gemm_max_m_tile(base.rows)), 1};
-  if (widen) g.tiling = gemm_widen_for_tile(base, n, g.m_tile);
-  g.unroll = gemm_unroll(g.m_tile, g.tiling.threads());
-  return g;
-}
-
-int gemm_max_m_tile(int block_rows) { return std::min(64, 48 * 1024 / 4 / block_rows); }
-
-int gemm_m_tile(int rows, int max_tile) {
-  for (int mt = std::min(rows, max_tile); mt > 1; --mt)
-    if (rows % mt == 0) return mt;
-  return 1;
-}
-
-// The kernels cap registers at 128 per thread. A K step in flight costs 8 registers of weights
-// plus 4 of activations per token tile of 8; about 96 registers go to those loads (the rest are
-// the 4 accumulators per token tile, addresses and indices), halved per doubling of the block
-// beyond 256 threads. (16 steps for a 16-token tile spilled: 8 steps of 16 registers.)
-int gemm_unroll(int m_tile, int threads) {
-  const int tiles = (m_tile + 7) / 8;
-  return std::clamp(96 / (8 + 4 * tiles) / std::max(1, threads / 256), 1, 8);
 }
 
 KernelPlan plan_kernels(const CodegenInput& in) {
@@ -268,7 +225,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   const long long layer_bytes = 2LL * H * ((HQ + 2LL * HKV) * D + HQ * D + 3LL * I);
   int qkv_arrival_counters = 0;  // gemm_small_norm_qkv's, when a bucket folds the QKV epilogue
   bool uses_layer_sync = false;  // decode_layer_persistent's grid-wide counters
-  long long max_lm_candidates = 0;  // linear_f32's greedy candidates, all of a bucket's rows
+  long long max_lm_candidates = 0;  // the LM head's greedy candidates, all of a bucket's rows
   auto program = [&](const std::string& kind, int size, int tokens, int sample_rows) {
     BucketProgram p{kind, size, tokens, sample_rows, {}};
     auto launch = [&](int k, std::array<int, 3> grid, std::vector<std::string> args) {
@@ -276,12 +233,11 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     };
     const int T = tokens, S = sample_rows;
     auto I_ = [](long long v) { return std::to_string(v); };
-    const GemmLaunch lm_g = gemm_launch(gemm_tiling(V, H), V, S, true);
-    // linear_f32's row groups are the grid's y (at most 65535 blocks).
-    if (V / lm_g.tiling.rows > 65535)
-      fail("codegen: a vocabulary of " + I_(V) + " needs " + I_(V / lm_g.tiling.rows) +
-           " LM head blocks of " + I_(lm_g.tiling.rows) +
-           " rows, more than a grid's y takes (65535)");
+    const SmallGemmTiling lm_t = lm_head_tiling(V, H, S);
+    // The weight tiles are the grid's y (at most 65535 blocks).
+    if (lm_t.tiles_n > 65535)
+      fail("codegen: a vocabulary of " + I_(V) + " needs " + I_(lm_t.tiles_n) + " LM head blocks of " +
+           I_(lm_t.bn) + " rows, more than a grid's y takes (65535)");
 
     launch(b.kernel("telos_kernels::embed_gather<" + I_(H) + ", " + I_(embed_threads) + ">",
                     {"embed", "tokens", "sampled", "x"}, embed_threads),
@@ -318,8 +274,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int split_k = b.kernel(
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
-            I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(tpt) +
-            (split_ahead ? ", true>" : ">"),
+            I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(tpt) + (split_ahead ? ", true" : ", false") +
+            (attn_split_page_ahead(PAGE) ? ", true>" : ", false>"),
         {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128);
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
     // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each
@@ -471,15 +427,15 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     launch(b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + eps + ", true>", {"x", "w", "rows", "out"},
                     kNormThreads),
            {S, 1, 1}, {"buf:x", "w:final_norm", "desc:sample_rows", "buf:hf"});
-    // The LM head with the first stage of greedy sampling: a candidate per block of its rows and
-    // token (`lm_cand`), which sample's greedy rows reduce. The widened tiling of larger buckets
-    // gives fewer candidates a row, and the same token.
-    const int candidates = V / lm_g.tiling.rows;
+    // The LM head with the first stage of greedy sampling: a candidate per weight tile and row
+    // (`lm_cand`), which sample's greedy rows reduce; over the final norm's S gathered rows (hf).
+    const int candidates = V / lm_t.bn;
     max_lm_candidates = std::max(max_lm_candidates, static_cast<long long>(S) * candidates);
-    launch(b.kernel("telos_kernels::linear_f32<" + I_(H) + ", " + I_(V) + ", " + lm_g.args() + ">",
-                    {"W", "A", "y", "cand"}, lm_g.tiling.threads()),
-           {S / lm_g.m_tile, V / lm_g.tiling.rows, 1},
-           {lm_head, "buf:hf", "buf:logits", "buf:lm_cand"});
+    launch(b.kernel("telos_kernels::gemm_small_f32cand<" + I_(S) + ", " + I_(V) + ", " + I_(H) + ", " +
+                        I_(lm_t.bn) + ", " + I_(lm_t.stages) + ">",
+                    {"a_map", "w_map", "y", "cand"}, kSmallGemmThreads, lm_t.smem()),
+           {lm_t.tiles_m, lm_t.tiles_n, 1},
+           {tmap("buf:hf", S, H, lm_t.a_box), tmap(lm_head, V, H, lm_t.cols), "buf:logits", "buf:lm_cand"});
     launch(
         b.kernel("telos_kernels::sample<" + I_(V) + ", " + I_(sample_threads) + ", " +
                      I_(candidates) + ", " + I_(sample_cluster) + ">",

@@ -102,6 +102,14 @@ struct SmallGemmLimits {
 SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm = false,
                                   const SmallGemmLimits& limits = {});
 
+// The LM head on the small GEMM (gemm_small_f32cand: f32 logits, and each weight tile's greedy
+// candidate a row for the sampler): weight tiles of the largest of 128, 64, 32, 16 rows that
+// divides the vocabulary (128 on the H200 at V = 128256: 97-100% of copy at 1-8 rows, 96% at 64,
+// against 93% for 32-row tiles and 96% for the mma.sync LM head it replaced; docs/perf-log.md,
+// change 56). The tile is fixed by the vocabulary, so every bucket gives a row the same
+// candidates; the logits' bits do not depend on the tile at all (the wgmma chain over K).
+SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows);
+
 // Buckets of up to this many tokens fold the RMSNorm before the QKV and gate/up projections into
 // the GEMM (A, M rows, resident for the whole K); larger ones launch rmsnorm into h ...
 inline constexpr int kSmallGemmNormMaxRows = 8;
@@ -170,6 +178,10 @@ int attn_grid_slots(int tiles, int kv_heads, int partial_slots);
 // split rows: there the items are too few to fill three blocks an SM and the chain of chunk loads
 // is the item's time. The loads only: the bits are the same either way.
 constexpr int kAttnSplitAheadMaxRows = 8;
+// attn_split loads a split's page ids together when the split starts (PAGE_AHEAD) wherever a
+// 16-position chunk lies in one page: 0.5-1.5% faster in every decode row timed on the H200, none
+// slower (docs/perf-log.md, change 53). The loads only: the same bits either way.
+inline bool attn_split_page_ahead(int page_size) { return page_size % 16 == 0 && kAttnSplit / 64 < 32; }
 
 // attn_prefill (codegen/kernels/attention_prefill.cuh), the prompt rows' attention in prefill
 // buckets: whether it takes the model's head dim and group (64 or 128; G query heads a KV head
@@ -192,45 +204,6 @@ int attn_prefill_smem(int head_dim);
 // is tokens / TPT. A token's bits are the same at every TPT (GPU test
 // GpuKernels.AttentionTilesMatchSingleTokensBitForBit), so the choice is speed only.
 int attn_tokens_per_tile(bool prefill, int tokens, int group);
-
-// How the LM head's GEMM over W [N, K] is cut (linear_f32, codegen/kernels/linear.cuh): `rows` weight rows per
-// block (a multiple of 16 dividing N) and `ksplit` K slices, one warp per (16 rows, slice). The
-// split fixes the reduction order, so it depends on the weight shape only, never on the bucket.
-struct GemmTiling {
-  int rows = 16, ksplit = 1;
-  int threads() const { return 32 * (rows / 16) * ksplit; }
-};
-
-// A GEMM whose block may own any multiple of 16 rows: N % 16 == 0, K % 32 == 0.
-GemmTiling gemm_tiling(int n, int k);
-
-// `t` (from gemm_tiling for N = n) with more rows per block for an M tile of more than 8 tokens:
-// the warps of a block that share a K slice share its activation loads (L1), so more row groups
-// per block means fewer activation bytes from L2 per weight byte. The split of K is unchanged.
-GemmTiling gemm_widen_for_tile(GemmTiling t, int n, int m_tile);
-
-// Tokens per GEMM block: the whole bucket up to `max_tile` (64, less where the shared tile
-// [MT][rows] f32 would pass 48 KB), else the largest divisor of `rows` up to it, so no bucket
-// needs padding rows beyond its own.
-int gemm_m_tile(int rows, int max_tile = 64);
-
-// The largest M tile whose shared tile of `block_rows` f32 columns fits in 48 KB (at most 64).
-int gemm_max_m_tile(int block_rows);
-
-// 32-element K steps whose weight loads a warp issues together: as many as the registers of a
-// block of `threads` allow next to the accumulators of `m_tile` tokens. Arithmetic is unchanged.
-int gemm_unroll(int m_tile, int threads);
-
-// A GEMM as a bucket launches it: its tiling, M tile and unroll for `tokens` tokens.
-struct GemmLaunch {
-  GemmTiling tiling;
-  int m_tile = 1, unroll = 1;
-  // The template arguments ROWS, MT, KSPLIT, UNROLL of linear_f32.
-  std::string args() const;
-};
-
-// `base` from gemm_tiling for W [n, K]; `widen` lets gemm_widen_for_tile add rows per block.
-GemmLaunch gemm_launch(const GemmTiling& base, int n, int tokens, bool widen);
 
 // `v` rounded to f32 and printed as a CUDA C++ float literal that reads back to the same value.
 std::string float_literal(double v);

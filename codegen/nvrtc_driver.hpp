@@ -22,7 +22,7 @@ struct CompiledModule {
   bool from_cache = false;
 };
 
-// The kernel headers as NVRTC sees them: include name ("linear.cuh") -> contents.
+// The kernel headers as NVRTC sees them: include name ("norm.cuh") -> contents.
 const std::map<std::string, std::string>& kernel_headers();
 
 // "13.0"

@@ -3,9 +3,9 @@
 // not serve them). Prints a table: kernel, shape, median µs, GB/s, % of copy bandwidth.
 //   decode GEMMs at M = 1, 8, 64, 256 on Llama-3.1-8B and Llama-3.2-1B shapes, tiled as codegen
 //   tiles them: the small-M wgmma GEMM (gemm_small_*: qkv, o, gate_up with SwiGLU, down with the
-//   residual add) and linear_f32 (the LM head's GEMM, also on the other shapes for comparison);
+//   residual add, the LM head's f32 logits and greedy candidates);
 //   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k (the
-//   plan's kernel, with LOAD_AHEAD, PAGE_AHEAD, both, and at other splits), and
+//   plan's kernel (PAGE_AHEAD), with LOAD_AHEAD too, and at other splits), and
 //   batches 16-256 at contexts 576 and 4096 in a model of 32 partial slots, attn_split's grid
 //   along the slots at 32 and at the plan's attn_grid_slots;
 //   prefill attention: one sequence's 512-token chunk at context 8192, one token per block
@@ -140,7 +140,7 @@ void fill(void* p, std::size_t bytes) {
 
 std::string I(long long v) { return std::to_string(v); }
 
-// gemm_small_<epi><M, N, K, BN, STAGES> as codegen names it (epi: bf16, residual, swiglu).
+// gemm_small_<epi><M, N, K, BN, STAGES> as codegen names it (epi: bf16, residual, swiglu, f32cand).
 std::string small_gemm_instance(const std::string& epi, int M, int N, int K, const SmallGemmTiling& t) {
   return "telos_kernels::gemm_small_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) + ", " + I(t.bn) + ", " +
          I(t.stages) + ">";
@@ -227,7 +227,7 @@ int main(int argc, char** argv) {
     }
     std::vector<int> hrows(kMaxRows);
     for (int r = 0; r < kMaxRows; ++r) hrows[r] = r;
-    // Candidates as linear_f32 writes them (common.cuh, greedy_candidate; the logits are finite).
+    // Candidates as the LM head writes them (common.cuh, greedy_candidate; the logits are finite).
     std::vector<unsigned long long> hc(static_cast<std::size_t>(kMaxRows) * G, 0);
     for (std::size_t i = 0; i < hl.size(); ++i) {
       unsigned u;
@@ -310,11 +310,8 @@ int main(int argc, char** argv) {
         std::string label;
         const char* count;  // the GridCount template argument
         bool act_poll;      // ACT_POLL
-        bool pages = false;  // PAGE_AHEAD
       };
-      const std::vector<Variant> variants = {{"V1 plan", "Release", true},
-                                             {"V1 count gate/up", "Release", false},
-                                             {"V1 page-ahead", "Release", true, true}};
+      const std::vector<Variant> variants = {{"V1 plan", "Release", true}, {"V1 count gate/up", "Release", false}};
       std::vector<std::string> names;
       for (const Variant& v : variants)
         names.push_back(
@@ -325,7 +322,7 @@ int main(int argc, char** argv) {
             float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
             I(sh.I) + ", " + I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) +
             ", " + I(lt.bd) + ", telos_kernels::GridCount::" + v.count +
-            (v.act_poll ? ", true" : ", false") + (v.pages ? ", true>" : ">"));
+            (v.act_poll ? ", true>" : ", false>"));
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
       const std::unique_ptr<Module> mod = plain.get();
@@ -462,11 +459,9 @@ int main(int argc, char** argv) {
   // [28672, 4096], down [4096, 14336], LM head [128256, 4096]; Llama-3.2-1B's (suffix _1b): LM
   // head [128256, 2048], qkv [3072, 2048], o [2048, 2048], gate_up [16384, 2048], down [2048,
   // 8192] (its o and down have 64 CTAs of 32 rows for 132 SMs). gemm_small_* as the plan launches
-  // it (SwiGLU: N is I, W is [2I, K]; bf16 out for qkv, the f32 residual for o and down);
-  // linear_f32 on the same weights for comparison (the plan's LM head). The LM heads also on the
-  // small GEMM (gemm_small_f32cand: f32 logits and the greedy candidates; not in the plan) at 32-
-  // to 256-row weight tiles. Bytes: weights, activations read, outputs written. With --sweep, the
-  // small GEMM also at other weight tiles and stage depths (the plan's choice is marked "plan").
+  // it (SwiGLU: N is I, W is [2I, K]; bf16 out for qkv, the f32 residual for o and down, the LM
+  // head's f32 logits and greedy candidates). Bytes: weights, activations read, outputs written.
+  // With --sweep, also at other weight tiles and stage depths (the plan's choice is marked "plan").
   // Every figure: 8 launches back to back, each on another copy of the weights, all but the first
   // with programmatic dependent launch as in a step's graph.
   struct Gemm { const char* name; const char* epi; int N, K; };
@@ -480,35 +475,24 @@ int main(int argc, char** argv) {
   const std::vector<int> gemm_rows =
       attention_only ? std::vector<int>{} : std::vector<int>{1, 8, 64, 256};
   for (int M : gemm_rows) {
-    std::vector<std::string> names;
-    std::vector<GemmLaunch> launches;
     // Per shape: (label, tiling, instance) of each small-GEMM variant timed.
     struct Variant { std::string label; SmallGemmTiling t; std::string instance; };
     std::vector<std::vector<Variant>> variants(std::size(gemms));
     for (std::size_t gi = 0; gi < std::size(gemms); ++gi) {
       const Gemm& g = gemms[gi];
       const bool swiglu = std::string(g.epi) == "swiglu";
-      const int rows = swiglu ? 2 * g.N : g.N;
-      launches.push_back(gemm_launch(gemm_tiling(rows, g.K), rows, M, true));
-      names.push_back("telos_kernels::linear_f32<" + I(g.K) + ", " + I(rows) + ", " + launches.back().args() + ">");
-      if (!*g.epi) continue;
       auto add = [&](const std::string& label, const SmallGemmTiling& t) {
         variants[gi].push_back({label, t, small_gemm_instance(g.epi, M, g.N, g.K, t)});
       };
-      const SmallGemmTiling plan = small_gemm_tiling(g.N, g.K, M, swiglu);
+      const SmallGemmTiling plan = std::string(g.epi) == "f32cand" ? lm_head_tiling(g.N, g.K, M)
+                                                                   : small_gemm_tiling(g.N, g.K, M, swiglu);
       add("plan", plan);
-      // The LM head on the small GEMM (not the plan's LM head yet): wider weight tiles too.
-      if (std::string(g.epi) == "f32cand")
-        for (int bn : {64, 128, 256}) {
-          SmallGemmTiling t = plan;
-          t.bn = t.cols = bn;
-          t.tiles_n = g.N / bn;
-          while (t.stages > 2 && t.smem() > 227 * 1024) --t.stages;
-          add("bn" + I(bn) + " st" + I(t.stages), t);
-        }
       if (!sweep) continue;
-      for (int bn : swiglu ? std::vector<int>{32, 64, 128} : std::vector<int>{16, 32, 64})
-        for (int stages : {4, 8, 16}) {
+      const std::vector<int> bns = swiglu                              ? std::vector<int>{32, 64, 128}
+                                   : std::string(g.epi) == "f32cand" ? std::vector<int>{64, 128, 256}
+                                                                     : std::vector<int>{16, 32, 64};
+      for (int bn : bns)
+        for (int stages : {2, 4, 8, 16}) {
           SmallGemmTiling t = plan;
           t.bn = bn;
           t.cols = swiglu ? bn / 2 : bn;
@@ -518,7 +502,7 @@ int main(int argc, char** argv) {
           add("bn" + I(bn) + " st" + I(stages), t);
         }
     }
-    std::vector<std::string> all = names;
+    std::vector<std::string> all;
     for (const auto& v : variants)
       for (const Variant& x : v) all.push_back(x.instance);
     Module mod(all);
@@ -535,7 +519,7 @@ int main(int argc, char** argv) {
       fill(a, static_cast<std::size_t>(M) * g.K * 2);
       check(cudaMalloc(&y, static_cast<std::size_t>(M) * rows * 4), "alloc");
       cudaMemset(y, 0, static_cast<std::size_t>(M) * rows * 4);
-      // The greedy candidates (the LM heads'): a 16-row block's at most.
+      // The greedy candidates (the LM heads'): a 16-row tile's at most.
       void* cand;
       check(cudaMalloc(&cand, 8ull * M * (rows / 16)), "alloc");
       auto row = [&](const std::string& label, double us, double out_bytes) {
@@ -566,15 +550,6 @@ int main(int argc, char** argv) {
         cudaFree(a_map);
         for (void* p : w_maps) cudaFree(p);
       }
-      // With the greedy candidates, as the plan launches the LM head.
-      const GemmLaunch& l = launches[gi];
-      const double us = median_us(
-          [&](int i) {
-            mod.launch(names[gi], dim3(M / l.m_tile, rows / l.tiling.rows), l.tiling.threads(),
-                       {w[i % copies], a, y, cand}, 0, i % kBatch != 0);
-          },
-          30, 5, kBatch);
-      row(std::string("linear_f32 ") + g.name, us, 4.0 * M * rows);
       for (auto& p : w) cudaFree(p);
       cudaFree(a);
       cudaFree(y);
@@ -761,7 +736,7 @@ int main(int argc, char** argv) {
     int C, MAXP, split, nsplit;
     long long page_elems;
     bool ahead = false;  // attn_split's LOAD_AHEAD
-    bool pages = false;  // and PAGE_AHEAD
+    bool pages = attn_split_page_ahead(PAGE);  // and PAGE_AHEAD, as the plan takes it
     std::string split_kernel(int tpt) const {
       return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) +
              ", " + I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
@@ -822,11 +797,6 @@ int main(int argc, char** argv) {
     Attn ahead = plan;
     ahead.ahead = true;
     vars.push_back({" load-ahead", ahead});
-    Attn pages = plan;
-    pages.pages = true;
-    vars.push_back({" page-ahead", pages});
-    ahead.pages = true;
-    vars.push_back({" load+page-ahead", ahead});
     for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
       Attn v = plan;
       v.split = split;
@@ -869,14 +839,12 @@ int main(int argc, char** argv) {
   // batches 16-256 at contexts of 576 positions (bench_suite's throughput runs: 512-token prompts
   // and half of the 128 outputs) and 4096: attn_split's grid along the slots at 32 (a block a
   // slot, most of them empty at 576) and at the plan's attn_grid_slots (a block runs slots z, z +
-  // S, ...); with --sweep at every power of two from 32 down to 1; at the plan's z also with
-  // PAGE_AHEAD. 8 layers back to back with PDL, as above; the bytes are the K/V read.
+  // S, ...); with --sweep at every power of two from 32 down to 1. 8 layers back to back with PDL,
+  // as above; the bytes are the K/V read.
   for (int C : {576, 4096}) {
     Attn at = attn(C);
     at.nsplit = attn_partial_slots(8192);
-    Attn at_pages = at;
-    at_pages.pages = true;
-    Module mod({at.split_kernel(1), at.combine_kernel(), at_pages.split_kernel(1)});
+    Module mod({at.split_kernel(1), at.combine_kernel()});
     for (int B : {16, 64, 256}) {
       std::vector<int> hpos(B, C - 1), hseq(B);
       for (int b = 0; b < B; ++b) hseq[b] = b;
@@ -893,20 +861,15 @@ int main(int argc, char** argv) {
       } else if (plan_slots != at.nsplit) {
         zs.insert(zs.begin(), at.nsplit);
       }
-      for (int slots : zs)
-        for (const Attn* a : {&at, &at_pages}) {
-          if (a->pages && slots != plan_slots) continue;
-          auto step = [&](int i) {
-            mod.launch(a->split_kernel(1), dim3(B, HKV, slots), 128,
-                       {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0,
-                       i % kBatch != 0);
-            mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
-          };
-          const std::string label = "attn_split+combine PDL z=" + I(slots) +
-                                    (slots == plan_slots ? " plan" : "") +
-                                    (a->pages ? " page-ahead" : "");
-          attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
-        }
+      for (int slots : zs) {
+        auto step = [&](int i) {
+          mod.launch(at.split_kernel(1), dim3(B, HKV, slots), 128,
+                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0, i % kBatch != 0);
+          mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
+        };
+        const std::string label = "attn_split+combine PDL z=" + I(slots) + (slots == plan_slots ? " plan" : "");
+        attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
+      }
     }
   }
 

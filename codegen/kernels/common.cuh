@@ -112,12 +112,12 @@ __device__ __forceinline__ unsigned order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// Greedy sampling's candidate for logit `v` at vocabulary index `i` (linear_f32 reduces its block's
-// columns to one per token, sample its row's candidates): the value's key in the high word and ~i
-// in the low word, so the largest candidate is the largest logit and, among equal logits, the
-// lowest index. -0 counts as +0 (__fadd_rn(-0, +0) is +0), as a float comparison has it. 0, no
-// candidate, for NaN and -inf, which a comparison with a running maximum that starts at -inf never
-// picks.
+// Greedy sampling's candidate for logit `v` at vocabulary index `i` (gemm_small_f32cand reduces
+// its tile's columns to one per token, sample its row's candidates): the value's key in the high
+// word and ~i in the low word, so the largest candidate is the largest logit and, among equal
+// logits, the lowest index. -0 counts as +0 (__fadd_rn(-0, +0) is +0), as a float comparison has
+// it. 0, no candidate, for NaN and -inf, which a comparison with a running maximum that starts at
+// -inf never picks.
 __device__ __forceinline__ unsigned long long greedy_candidate(float v, int i) {
   return v > -__int_as_float(0x7f800000)
              ? (static_cast<unsigned long long>(order_key(__fadd_rn(v, 0.f))) << 32) |

@@ -514,13 +514,11 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // o, gate/up, down) per SM. Every piece is the code the separate kernels run, so the rows have their
 // bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's after D), then the
 // MLP's and the ring's, then how the grid-wide counts are met (the plan leaves the default;
-// telos-kernel-bench times every GridCount), then the attention items' PAGE_AHEAD (attn_split_block;
-// the same bits; telos-kernel-bench times it, the plan does not take it yet); args as those
-// kernels' (the maps in BQ / BO / BG / 2 / BD x 64 boxes).
+// telos-kernel-bench times every GridCount); args as those kernels' (the maps in BQ / BO / BG / 2 /
+// BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I, int STAGES, int BQ,
-          int BO, int BG, int BD, GridCount COUNT = GridCount::Release, bool ACT_POLL = true,
-          bool PAGE_AHEAD = false>
+          int BO, int BG, int BD, GridCount COUNT = GridCount::Release, bool ACT_POLL = true>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map, const TensorMap* gu_map,
                             const TensorMap* down_map, const float* attn_norm, const float* mlp_norm, const float* bias,
@@ -605,7 +603,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   // reads the same position, so all take the same branch.
   const bool one_split = pos >= 0 && pos < SPLIT;
   for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
-    attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true, PAGE_AHEAD>(
+    attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
         0, static_cast<int>(item / NSPLIT), static_cast<int>(item % NSPLIT), q, positions, token_seq, page_tables,
         kv_layer, part_o, part_ml, sync128, one_split ? attn : nullptr);
   if (one_split) {

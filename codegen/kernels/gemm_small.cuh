@@ -52,8 +52,8 @@ struct SmallGemm {
 
 // Epilogue kinds; the arithmetic of each is its prefill counterpart's (EpilogueStoreBf16,
 // EpilogueResidual, EpilogueSwiGlu). F32Cand (the LM head; no prefill counterpart): the f32
-// results, and per row the greedy candidate of the tile's BN columns (linear.cuh's first stage of
-// greedy sampling: the largest and, among equals, the lowest index).
+// results, and per row the greedy candidate of the tile's BN columns (the first stage of greedy
+// sampling, common.cuh's greedy_candidate: the largest and, among equals, the lowest index).
 enum class SmallEpi { StoreBf16, Residual, SwiGlu, F32Cand };
 
 // A resident in shared memory at `base` in the interleaved wgmma layout: chunk c (eight bf16) of
@@ -330,10 +330,10 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
   small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu>(a_map, nullptr, nullptr, w_map, act);
 }
 
-// y[m, n] = (A · Wᵀ)[m, n] in f32: the LM head's logits, as linear_f32 (linear.cuh) computes
-// them but on the wgmma chain and TMA ring of the other projections, with the same first stage of
-// greedy sampling: cand[m, t] (N / BN a token) the greedy candidate of weight tile t's logits of
-// token m; null: logits only. A map: [M, K] (the gathered sample rows); W map: [N, K], BN x 64.
+// y[m, n] = (A · Wᵀ)[m, n] in f32: the LM head's logits, on the wgmma chain and TMA ring of the
+// other projections, with the first stage of greedy sampling: cand[m, t] (N / BN a token) the
+// greedy candidate of weight tile t's logits of token m; null: logits only. A map: [M, K] (the
+// gathered sample rows); W map: [N, K], BN x 64.
 template <int M, int N, int K, int BN, int STAGES>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_f32cand(const TensorMap* a_map, const TensorMap* w_map, float* y,

@@ -3,7 +3,7 @@
 // logits and its parameters (seed and counter included), never on the other rows.
 //
 //  - temperature <= 0 or top_k == 1: greedy, the lowest index among the maxima, from the LM
-//    head's per-block candidates (linear_f32);
+//    head's per-tile candidates (gemm_small_f32cand);
 //  - otherwise weights w_i = exp((logit_i - max) / temperature), restricted to the top_k largest
 //    logits (ties at the k-th value are all kept), to w_i >= min_p (w_max is 1), then to the
 //    smallest set of largest weights whose mass reaches top_p of what is left; the token is the
@@ -58,8 +58,8 @@ struct alignas(16) SamplePartial {
 // tokens_host[r], the step's pinned host buffer mapped into the device's address space (docs/
 // artifact.md, `host:sampled`): the host reads its tokens there once the step's event has
 // completed, so no copy back is queued between steps. Greedy rows read the row's G candidates
-// (`cand`, G a row: the LM head's first stage, linear_f32), the others its V logits. The grid is
-// C blocks a row.
+// (`cand`, G a row: the LM head's first stage, gemm_small_f32cand), the others its V logits. The
+// grid is C blocks a row.
 template <int V, int THREADS, int G, int C>
 __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
     sample(const float* logits, const unsigned long long* cand, const SampleParams* params,

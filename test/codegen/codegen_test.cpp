@@ -115,10 +115,10 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     // serialization: a kernel that did not wait for its predecessor could read its inputs early.
     EXPECT_NE(body.find("griddepcontrol.wait"), std::string::npos) << instance;
     EXPECT_NE(body.find("griddepcontrol.launch_dependents"), std::string::npos) << instance;
-    // The LM head streams weights with 16-byte non-coherent loads into tensor-core MMAs.
-    if (instance.find("linear_f32") != std::string::npos) {
-      EXPECT_NE(body.find("ld.global.nc.v4"), std::string::npos) << instance;
-      EXPECT_NE(body.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos) << instance;
+    // The LM head runs on the small GEMM: weights by TMA into wgmma.
+    if (instance.find("gemm_small_f32cand") != std::string::npos) {
+      EXPECT_NE(body.find("cp.async.bulk.tensor.2d"), std::string::npos) << instance;
+      EXPECT_NE(body.find("wgmma.mma_async"), std::string::npos) << instance;
     }
     // Decode attention's q·k and p·v run on tensor cores.
     if (instance.find("attn_split") != std::string::npos) {
@@ -128,7 +128,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   const std::set<std::string> expected = {
       "telos_kernels::embed_gather",          "telos_kernels::rmsnorm",
       "telos_kernels::attn_split",            "telos_kernels::attn_combine",
-      "telos_kernels::linear_f32",            "telos_kernels::sample",
+      "telos_kernels::gemm_small_f32cand",    "telos_kernels::sample",
       "telos_kernels::gemm_prefill_residual", "telos_kernels::gemm_prefill_swiglu",
       "telos_kernels::gemm_prefill_bf16",     "telos_kernels::qkv_rope_append_rows",
       "telos_kernels::gemm_small_residual",   "telos_kernels::gemm_small_swiglu",
@@ -168,7 +168,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(p128[3].at("args")[7], "kv:0");
   // Attention in tiles of 8 tokens (G = 2: 16 MMA rows) in prefill, one token per block in decode.
   EXPECT_EQ(instance_of(p128[4]).rfind("telos_kernels::attn_split<4, 2, 32, ", 0), 0u);
-  EXPECT_EQ(instance_of(p128[4]).substr(instance_of(p128[4]).size() - 4), ", 8>");
+  EXPECT_EQ(instance_of(p128[4]).substr(instance_of(p128[4]).size() - 17), ", 8, false, true>");
   // One partial slot: max_seq_len 256 is one split.
   EXPECT_EQ(p128[4].at("grid"), nlohmann::ordered_json({128 / 8, 2, 1}));
   EXPECT_EQ(instance_of(p128[6]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
@@ -207,8 +207,9 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(d8[1].at("args"), nlohmann::ordered_json({"buf:x", "w:layers.0.attn_norm",
                                                       "tmap:w:layers.0.qkv:256:128:32:64", "buf:qkv"}));
   EXPECT_EQ(instance_of(d8[2]), instance_of(p128[3]));
-  // One token a block, the next chunk's loads ahead (8 rows: kAttnSplitAheadMaxRows).
-  EXPECT_EQ(instance_of(d8[3]).substr(instance_of(d8[3]).size() - 10), ", 1, true>");
+  // One token a block, the next chunk's loads ahead (8 rows: kAttnSplitAheadMaxRows), the split's
+  // page ids loaded when it starts.
+  EXPECT_EQ(instance_of(d8[3]).substr(instance_of(d8[3]).size() - 16), ", 1, true, true>");
   EXPECT_EQ(d8[3].at("grid"), nlohmann::ordered_json({8, 2, 1}));
   EXPECT_EQ(d8[5].at("args")[0], "tmap:buf:attn:8:128:8:64");
   EXPECT_EQ(instance_of(d8[6]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
@@ -254,7 +255,11 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     EXPECT_EQ(e.at("block"), nlohmann::ordered_json({prefill ? 384 : 160, 1, 1}));
     const std::string body = ptx_function(t.ptx, e.at("entry"));
     ASSERT_FALSE(body.empty()) << instance;
-    const std::string n = prefill ? "256" : instance.find("swiglu") != std::string::npos ? "64" : "32";
+    // The LM head (f32cand): 128-row weight tiles for the tiny vocabulary of 512.
+    const std::string n = prefill                                        ? "256"
+                          : instance.find("swiglu") != std::string::npos  ? "64"
+                          : instance.find("f32cand") != std::string::npos ? "128"
+                                                                          : "32";
     EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n" + n + "k16.f32.bf16.bf16"), std::string::npos)
         << instance;
     EXPECT_NE(body.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos) << instance;
@@ -319,44 +324,6 @@ TEST(Codegen, SamplerSpansAClusterOfBlocksARow) {
   EXPECT_EQ(samplers, std::set<std::string>{"telos_kernels::sample<128256, 512, 1002, 8>"});
 }
 
-TEST(Codegen, MTileDividesEveryBucket) {
-  EXPECT_EQ(gemm_m_tile(1), 1);
-  EXPECT_EQ(gemm_m_tile(6), 6);
-  EXPECT_EQ(gemm_m_tile(13), 13);
-  EXPECT_EQ(gemm_m_tile(64), 64);
-  EXPECT_EQ(gemm_m_tile(100), 50);
-  EXPECT_EQ(gemm_m_tile(512), 64);
-  EXPECT_EQ(gemm_m_tile(97), 1);  // prime: correct, but every token re-reads the weights
-  EXPECT_EQ(gemm_m_tile(64, gemm_max_m_tile(256)), 32);  // head_dim 256: the tile stays in 48 KB
-  EXPECT_EQ(gemm_max_m_tile(128), 64);
-}
-
-// The split of K is a function of the weight shape alone (it fixes the reduction order), and the
-// Llama-3.1-8B shapes get enough blocks to fill 132 SMs.
-TEST(Codegen, GemmTilingOfLlama8bShapes) {
-  auto tiling = [](int n, int k) {
-    const GemmTiling t = gemm_tiling(n, k);
-    return std::array<int, 3>{t.rows, t.ksplit, t.threads()};
-  };
-  EXPECT_EQ(tiling(4096, 4096), (std::array<int, 3>{16, 8, 256}));    // attention output
-  EXPECT_EQ(tiling(28672, 4096), (std::array<int, 3>{64, 2, 256}));   // gate_up: 448 blocks
-  EXPECT_EQ(tiling(4096, 14336), (std::array<int, 3>{16, 8, 256}));   // down
-  EXPECT_EQ(tiling(128256, 4096), (std::array<int, 3>{128, 1, 256})); // LM head: 1002 blocks
-  EXPECT_EQ(tiling(512, 128), (std::array<int, 3>{16, 4, 128}));      // tiny: K has 4 steps
-  EXPECT_EQ(gemm_unroll(1, 256), 8);
-  EXPECT_EQ(gemm_unroll(64, 256), 2);
-  EXPECT_EQ(gemm_unroll(64, 512), 1);
-  // 64-token tiles: more rows per block share the activation loads; the split of K stays.
-  auto widened = [](int n, int k) {
-    const GemmLaunch l = gemm_launch(gemm_tiling(n, k), n, 64, true);
-    return std::array<int, 4>{l.tiling.rows, l.tiling.ksplit, l.m_tile, l.unroll};
-  };
-  EXPECT_EQ(widened(4096, 14336), (std::array<int, 4>{32, 8, 64, 1}));   // 128 blocks of 16 warps
-  EXPECT_EQ(widened(28672, 4096), (std::array<int, 4>{128, 2, 64, 1}));
-  EXPECT_EQ(widened(128256, 4096), (std::array<int, 4>{128, 1, 64, 2})); // the tile would pass 48 KB
-  EXPECT_EQ(gemm_launch(gemm_tiling(4096, 14336), 4096, 8, true).tiling.rows, 16);
-}
-
 // The persistent decode layer's tiles: 32 rows where that gives an SM a tile or more (the 8B's
 // 4096- and 6144-row matrices), 16 where it would not (the 1B's o and down: 64 tiles of 32 rows),
 // larger where K is not whole 8 KB slots of 16-row tiles (tiny's o, K 128); gate/up 32 + 32; the
@@ -407,26 +374,34 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   EXPECT_EQ(tiling(128, 256, 1, false)[3], 4);
 }
 
-// The LM head's grid: its M tiles along x, its row groups along y, so that the M tiles of one row
-// group are consecutive blocks (they run together and share the weights through L2).
-TEST(Codegen, LmHeadGridHasTheMTilesAlongX) {
+// The LM head on the small GEMM: in every bucket over the final norm's sample rows (hf) and the
+// tied embedding, weight tiles of 128 rows (1002 for 128256), M tiles of 64 rows along x; the
+// tile is the largest of 128, 64, 32, 16 dividing the vocabulary, never chosen per bucket.
+TEST(Codegen, LmHeadRunsOnTheSmallGemm) {
   const KernelPlan plan = plan_kernels(llama_1b());
   int seen = 0;
   for (const BucketProgram& b : plan.buckets)
     for (const Launch& l : b.launches) {
       const std::string& instance = plan.kernels[l.kernel].instance;
-      if (instance.find("linear_f32") == std::string::npos) continue;
-      // linear_f32<K, N, ROWS, MT, KSPLIT, UNROLL>
-      std::vector<int> args;
-      std::stringstream in(instance.substr(instance.find('<') + 1));
-      for (std::string a; std::getline(in, a, ',');) args.push_back(std::stoi(a));
-      ASSERT_EQ(args.size(), 6u) << instance;
-      EXPECT_EQ(args[1], 128256);
-      EXPECT_EQ(l.grid, (std::array<int, 3>{b.sample_rows / args[3], 128256 / args[2], 1}))
+      if (instance.find("gemm_small_f32cand") == std::string::npos) continue;
+      const int S = b.sample_rows, box = std::min(S, 64);
+      const SmallGemmTiling t = lm_head_tiling(128256, 2048, S);
+      EXPECT_EQ(instance, "telos_kernels::gemm_small_f32cand<" + std::to_string(S) + ", 128256, 2048, 128, " +
+                              std::to_string(t.stages) + ">");
+      EXPECT_EQ(l.grid, (std::array<int, 3>{(S + 63) / 64, 1002, 1})) << instance;
+      EXPECT_EQ(l.args, (std::vector<std::string>{"tmap:buf:hf:" + std::to_string(S) + ":2048:" +
+                                                      std::to_string(box) + ":64",
+                                                  "tmap:w:embed:128256:2048:128:64", "buf:logits", "buf:lm_cand"}))
           << instance;
+      EXPECT_EQ(plan.kernels[l.kernel].dynamic_smem, t.smem()) << instance;
       ++seen;
     }
   EXPECT_EQ(seen, static_cast<int>(plan.buckets.size()));
+  EXPECT_EQ(lm_head_tiling(512, 128, 1).bn, 128);
+  EXPECT_EQ(lm_head_tiling(528, 128, 1).bn, 16);
+  EXPECT_EQ(lm_head_tiling(151936, 1536, 64).bn, 128);  // Qwen2.5
+  EXPECT_EQ(lm_head_tiling(151936, 1536, 64).tiles_n, 1187);
+  EXPECT_THROW(lm_head_tiling(1000, 128, 1), Error);
 }
 
 TEST(Codegen, AttentionSplitIsAPerModelConstant) {
@@ -483,7 +458,8 @@ TEST(Codegen, AttentionTokensPerTile) {
   // Llama-3.2-1B (G = 4): the prefill bucket's attn_split has TPT = 4 (the last template
   // argument) and a grid of max_batch / 4 tiles (the generated rows; attn_prefill has the prompt
   // rows); the decode buckets' has TPT = 1 and one block per token, and loads ahead (LOAD_AHEAD,
-  // two blocks an SM) in buckets of at most kAttnSplitAheadMaxRows tokens.
+  // two blocks an SM) in buckets of at most kAttnSplitAheadMaxRows tokens. Every bucket loads a
+  // split's page ids when it starts (PAGE_AHEAD: pages of 16 positions).
   const KernelPlan plan = plan_kernels(llama_1b());
   const std::string prefix = "telos_kernels::attn_split<32, 8, 64, 16, 512, " +
                              std::to_string(2LL * 16 * 8 * 16 * 64) + "ll, 256, 32, " +
@@ -494,17 +470,19 @@ TEST(Codegen, AttentionTokensPerTile) {
       const std::string& instance = plan.kernels[l.kernel].instance;
       if (instance.find("attn_split") == std::string::npos) continue;
       if (b.kind == "prefill") {
-        EXPECT_EQ(instance, prefix + "4>");
+        EXPECT_EQ(instance, prefix + "4, false, true>");
         EXPECT_EQ(l.grid, (std::array<int, 3>{64 / 4, 8, 32}));  // 128 pairs, every slot
         ++seen_prefill;
       } else {
-        EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows ? "1, true>" : "1>"));
+        EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows ? "1, true, true>" : "1, false, true>"));
         EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, b.tokens == 64 ? 8 : 32}));
         ++seen_decode;
       }
     }
   EXPECT_EQ(seen_prefill, 16);     // one a layer
   EXPECT_EQ(seen_decode, 2 * 16);  // three decode buckets, decode:1's layers persistent
+  EXPECT_TRUE(attn_split_page_ahead(16));
+  EXPECT_FALSE(attn_split_page_ahead(8));  // a 16-position chunk would span two pages
 }
 
 // Prompt and generated tokens (docs/artifact.md): in a prefill bucket the split kernels read

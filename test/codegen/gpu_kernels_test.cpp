@@ -121,15 +121,6 @@ TEST(GpuKernels, EmbedAndRmsNorm) {
 
 // ---- the small-M GEMM and its epilogues -------------------------------------------------------
 
-// A GEMM instance: K, N, ROWS per block, MT tokens per block, KSPLIT, UNROLL; M tokens in all.
-struct GemmShape {
-  int K, N, ROWS, MT, KSPLIT, UNROLL, M;
-  std::string args() const {
-    return I(K) + ", " + I(N) + ", " + I(ROWS) + ", " + I(MT) + ", " + I(KSPLIT) + ", " + I(UNROLL) + ">";
-  }
-  int threads() const { return 32 * (ROWS / 16) * KSPLIT; }
-};
-
 // y = A · Wᵀ in f64 from the bf16 values.
 std::vector<double> gemm_ref(const std::vector<float>& A, const std::vector<float>& W, int M, int N, int K) {
   std::vector<double> y(static_cast<std::size_t>(M) * N);
@@ -142,7 +133,7 @@ std::vector<double> gemm_ref(const std::vector<float>& A, const std::vector<floa
   return y;
 }
 
-// sample.cuh's greedy candidates on the host: per row and block of N / G logits, the largest,
+// The greedy candidates on the host (common.cuh): per row and block of N / G logits, the largest,
 // lowest index among equals (-0 as +0), as (order key << 32 | ~index); 0 where the block has only
 // NaN and -inf.
 std::vector<std::uint64_t> greedy_candidates(const std::vector<float>& logits, int rows, int n,
@@ -161,62 +152,6 @@ std::vector<std::uint64_t> greedy_candidates(const std::vector<float>& logits, i
       best = std::max(best, k);
     }
   return c;
-}
-
-// The LM head's GEMM. Ragged token counts inside one tile (3, 5, 13, 20 of a 24-token MMA span),
-// several tiles, every K split, unroll tails (K steps not a multiple of UNROLL), tiny and real-size
-// N and K.
-TEST(GpuKernels, LinearF32) {
-  TELOS_SKIP_WITHOUT_GPU();
-  for (const GemmShape& s : {GemmShape{128, 128, 16, 3, 4, 8, 3}, GemmShape{128, 512, 32, 8, 2, 8, 16},
-                            GemmShape{2048, 2048, 16, 5, 8, 3, 5}, GemmShape{8192, 2048, 128, 13, 1, 4, 13},
-                            GemmShape{4096, 1024, 16, 20, 8, 2, 60}, GemmShape{1536, 2240, 64, 64, 2, 2, 128}}) {
-    const std::string f32 = "telos_kernels::linear_f32<" + s.args();
-    TestModule mod(source_with_rope(), {f32});
-    std::vector<float> Af, Wf;
-    const bf16v A = random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af);
-    const bf16v W = random_bf16(static_cast<std::size_t>(s.N) * s.K, 0.05f, Wf);
-    DeviceBuffer<std::uint16_t> dA(A), dW(W);
-    DeviceBuffer<float> dy(static_cast<std::size_t>(s.M) * s.N);
-    DeviceBuffer<std::uint64_t> dc(static_cast<std::size_t>(s.M) * (s.N / s.ROWS));
-    CUDA_OK(mod.launch(f32, dim3(s.M / s.MT, s.N / s.ROWS), s.threads(),
-                       {dW.get(), dA.get(), dy.get(), dc.get()}));
-    const std::vector<float> y = dy.download();
-    EXPECT_LT(rel_l2(y, gemm_ref(Af, Wf, s.M, s.N, s.K)), 1e-5) << s.args();
-    EXPECT_EQ(dc.download(), greedy_candidates(y, s.M, s.N, s.N / s.ROWS))
-        << "each block's greedy candidate of its logits, " << s.args();
-  }
-}
-
-// A token's logits are the same bits whatever the M tile, its place in the tile, and the other
-// tokens of the batch.
-TEST(GpuKernels, LinearRowsDoNotDependOnTheMTileOrTheOtherRows) {
-  TELOS_SKIP_WITHOUT_GPU();
-  constexpr int K = 2048, N = 256, M = 24, ROWS = 32, KSPLIT = 4;
-  const std::vector<int> tiles = {1, 3, 8, 24};
-  std::vector<std::string> names;
-  for (int mt : tiles) names.push_back("telos_kernels::linear_f32<" + GemmShape{K, N, ROWS, mt, KSPLIT, 2, M}.args());
-  TestModule mod(source_with_rope(), names);
-  std::vector<float> Af, Wf, Bf;
-  bf16v A = random_bf16(M * K, 1.f, Af), other = random_bf16(M * K, 1.f, Bf);
-  DeviceBuffer<std::uint16_t> dA(A), dW(random_bf16(N * K, 0.05f, Wf));
-  std::vector<std::vector<float>> outs;
-  for (std::size_t i = 0; i < tiles.size(); ++i) {
-    DeviceBuffer<float> dy(M * N);
-    CUDA_OK(mod.launch(names[i], dim3(M / tiles[i], N / ROWS), 32 * (ROWS / 16) * KSPLIT,
-                       {dW.get(), dA.get(), dy.get(), nullptr}));
-    outs.push_back(dy.download());
-  }
-  for (std::size_t i = 1; i < tiles.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * 4)) << "MT=" << tiles[i];
-  // Token 13 among other tokens: the same bits as in the first batch.
-  std::copy(A.begin() + 13 * K, A.begin() + 14 * K, other.begin() + 13 * K);
-  DeviceBuffer<std::uint16_t> dB(other);
-  DeviceBuffer<float> dy(M * N);
-  CUDA_OK(mod.launch(names[3], dim3(1, N / ROWS), 32 * (ROWS / 16) * KSPLIT,
-                     {dW.get(), dB.get(), dy.get(), nullptr}));
-  const auto mixed = dy.download();
-  EXPECT_EQ(0, std::memcmp(mixed.data() + 13 * N, outs[0].data() + 13 * N, N * 4));
 }
 
 // ---- the prefill GEMM (wgmma + TMA) and its epilogues ------------------------------------------
@@ -468,7 +403,7 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
 }
 
 // The LM head on the small GEMM (gemm_small_f32cand): f32 logits against f64 and each tile's greedy
-// candidates against those of the logits it wrote (linear_f32's first stage of sampling), at
+// candidates against those of the logits it wrote (the first stage of greedy sampling), at
 // ragged M (1 to 130: one to three 64-row tiles), weight tiles of 32 to 256 rows, K not a multiple
 // of 64 with the ring wrapping; rows past M stay poisoned; a row's bits are the same at every M
 // and every tile width (batch invariance), and a null cand writes the logits alone.
@@ -1551,8 +1486,8 @@ std::vector<double> sample_distribution(std::vector<float> lg, const SampleParam
 
 TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
   TELOS_SKIP_WITHOUT_GPU();
-  // Greedy rows read the LM head's candidates (linear_f32): 16 blocks of 32 logits a row here, and
-  // the 1B plan's 1002 blocks of 128 at the real vocabulary. The real vocabulary's instance is the
+  // Greedy rows read the LM head's candidates (gemm_small_f32cand): 16 tiles of 32 logits a row
+  // here, and the 1B plan's 1002 tiles of 128 at the real vocabulary. The real vocabulary's instance is the
   // plan's: a cluster of 8 blocks of 512 threads a row (kernel_plan.cpp).
   constexpr int V = 512, R = 16384, G = 16, kBigV = 128256, kBigG = 1002, kBigC = 8;
   const std::string k = "telos_kernels::sample<" + I(V) + ", 128, " + I(G) + ", 1>";
