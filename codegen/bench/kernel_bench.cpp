@@ -14,7 +14,9 @@
 // `telos-kernel-bench --sweep` also times the small GEMM at other tilings than the plan's;
 // `telos-kernel-bench --decode-layer` times only the copy bandwidth and the one-token decode
 // layers; `telos-kernel-bench --sample` only the copy bandwidth and the sampler;
-// `telos-kernel-bench --attention` only the copy bandwidth and decode attention.
+// `telos-kernel-bench --attention` only the copy bandwidth and decode attention;
+// `telos-kernel-bench --gemm` only the copy bandwidth and the decode GEMMs at the full-batch bucket
+// (M = 256), swept over weight tiles of 32-256 rows and 2-8 stages.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -165,6 +167,7 @@ int main(int argc, char** argv) {
   const bool decode_layer_only = argc > 1 && std::string(argv[1]) == "--decode-layer";
   const bool sample_only = argc > 1 && std::string(argv[1]) == "--sample";
   const bool attention_only = argc > 1 && std::string(argv[1]) == "--attention";
+  const bool gemm_only = argc > 1 && std::string(argv[1]) == "--gemm";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("telos-kernel-bench: no CUDA GPU\n");
@@ -196,7 +199,7 @@ int main(int argc, char** argv) {
   // step's sample node. Bytes: the logits, read once (greedy reads the candidates: 8 KB a row). The
   // batch-1 benchmark samples greedily; a client of an OpenAI-style server usually sends a
   // temperature and top_p.
-  if (!decode_layer_only && !attention_only) {
+  if (!decode_layer_only && !attention_only && !gemm_only) {
     constexpr int V = 128256, kThreads = 512, kCluster = 8;
     struct Params {  // sample.cuh's SampleParams
       float temperature, top_p, min_p;
@@ -287,7 +290,7 @@ int main(int argc, char** argv) {
   // next layer's QKV weights prefetched into L2 after the layer's last load (change 36), two layer
   // launches resident on an SM with a 10-slot ring (change 37).
   // With --decode-layer, only this section (after the copy bandwidth).
-  if (!attention_only) {
+  if (!attention_only && !gemm_only) {
     struct LayerShape {
       const char* name;
       int H, HQ, HKV, D, I;
@@ -472,8 +475,9 @@ int main(int argc, char** argv) {
       {"qkv_1b", "bf16", 3072, 2048},       {"o_1b", "residual", 2048, 2048},
       {"gate_up_1b", "swiglu", 8192, 2048}, {"down_1b", "residual", 2048, 8192}};
   constexpr int kBatch = 8;
-  const std::vector<int> gemm_rows =
-      attention_only ? std::vector<int>{} : std::vector<int>{1, 8, 64, 256};
+  const std::vector<int> gemm_rows = attention_only ? std::vector<int>{}
+                                    : gemm_only    ? std::vector<int>{256}
+                                                   : std::vector<int>{1, 8, 64, 256};
   for (int M : gemm_rows) {
     // Per shape: (label, tiling, instance) of each small-GEMM variant timed.
     struct Variant { std::string label; SmallGemmTiling t; std::string instance; };
@@ -487,12 +491,13 @@ int main(int argc, char** argv) {
       const SmallGemmTiling plan = std::string(g.epi) == "f32cand" ? lm_head_tiling(g.N, g.K, M)
                                                                    : small_gemm_tiling(g.N, g.K, M, swiglu);
       add("plan", plan);
-      if (!sweep) continue;
-      const std::vector<int> bns = swiglu                              ? std::vector<int>{32, 64, 128}
+      if (!sweep && !gemm_only) continue;
+      const std::vector<int> bns = gemm_only                           ? std::vector<int>{32, 64, 128, 256}
+                                   : swiglu                            ? std::vector<int>{32, 64, 128}
                                    : std::string(g.epi) == "f32cand" ? std::vector<int>{64, 128, 256}
                                                                      : std::vector<int>{16, 32, 64};
       for (int bn : bns)
-        for (int stages : {2, 4, 8, 16}) {
+        for (int stages : gemm_only ? std::vector<int>{2, 4, 8} : std::vector<int>{4, 8, 16}) {
           SmallGemmTiling t = plan;
           t.bn = bn;
           t.cols = swiglu ? bn / 2 : bn;
@@ -556,6 +561,8 @@ int main(int argc, char** argv) {
       cudaFree(cand);
     }
   }
+
+  if (gemm_only) return 0;
 
   // One decode layer's four GEMMs as a step's graph chains them (qkv; o with the residual; gate/up
   // with SwiGLU; down with the residual; the small kernels between them left out), 8 layers per
