@@ -327,13 +327,29 @@ std::string small_gemm_name(const std::string& epi, int M, int N, int K, const c
 // the prefill GEMM's, bit for bit, on the same inputs, at ragged M (1 to 200: one to four 64-row
 // tiles, one or two 128-row tiles) and N, K not multiples of either's tiles (a row in any 64-row
 // slab of a 128-row tile); the stage ring wraps
-// (K = 2000: 32 blocks, at most 16 stages). The small GEMM is also checked against f64, and its
-// stores must stop at M (64 guard rows stay poisoned).
+// (K = 2000: 32 blocks, at most 16 stages). The small GEMM runs at the plan's tiling and, from 100
+// rows on, also at wider weight tiles (64-256 rows, 4 stages: the full-batch buckets' candidates,
+// docs/perf-log.md session 18 run 5), each bit for bit the prefill GEMM's. It is also checked
+// against f64, and its stores must stop at M (64 guard rows stay poisoned).
 TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Shape {
     int N, K;
     std::vector<int> ms;
+  };
+  // The small GEMM's tilings run for M rows: the plan's, and wider ones from 100 rows on.
+  auto tilings = [](int N, int K, int M, bool swiglu) {
+    std::vector<codegen::SmallGemmTiling> ts = {codegen::small_gemm_tiling(N, K, M, swiglu)};
+    if (M < 100) return ts;
+    for (int bn : swiglu ? std::vector<int>{128, 256} : std::vector<int>{64, 128, 256}) {
+      codegen::SmallGemmTiling t = ts[0];
+      t.bn = bn;
+      t.cols = swiglu ? bn / 2 : bn;
+      t.tiles_n = (N + t.cols - 1) / t.cols;
+      t.stages = 4;
+      if (t.bn != ts[0].bn) ts.push_back(t);
+    }
+    return ts;
   };
   // N = 8448: SwiGLU on 128-row weight tiles (64 gate + 64 up rows, kernel_plan.cpp).
   for (const Shape& shape :
@@ -344,7 +360,8 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
     for (int M : ms)
       for (const std::string epi : {"bf16", "residual", "swiglu"}) {
         names.push_back("telos_kernels::gemm_prefill_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) + ">");
-        names.push_back(small_gemm_name(epi, M, N, K, codegen::small_gemm_tiling(N, K, M, epi == "swiglu")));
+        for (const codegen::SmallGemmTiling& t : tilings(N, K, M, epi == "swiglu"))
+          names.push_back(small_gemm_name(epi, M, N, K, t));
       }
     TestModule mod(source_with_rope(), names);
     constexpr int MAXM = 200, GUARD = 64;
@@ -356,46 +373,49 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
     std::size_t i = 0;
     for (int M : ms) {
       const std::size_t MN = static_cast<std::size_t>(M) * N, total = MN + static_cast<std::size_t>(GUARD) * N;
-      const std::string what = "M=" + I(M) + " N=" + I(N) + " K=" + I(K);
       for (const std::string epi : {"bf16", "residual", "swiglu"}) {
         const bool swiglu = epi == "swiglu", residual = epi == "residual";
         const std::string& big = names[i++];
-        const std::string& small = names[i++];
-        const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, swiglu);
-        DeviceBuffer<std::uint16_t> y_big(total), y_small(total);
-        DeviceBuffer<float> x_big(std::vector<float>(x0.begin(), x0.begin() + total)),
-            x_small(std::vector<float>(x0.begin(), x0.begin() + total));
-        const DeviceMap a128(dA.get(), M, K, 128), a64(dA.get(), M, K, t.a_box),
-            w_big(dW.get(), swiglu ? 2 * N : N, K, swiglu ? 128 : 256), w_small(dW.get(), swiglu ? 2 * N : N, K, t.cols),
+        DeviceBuffer<std::uint16_t> y_big(total);
+        DeviceBuffer<float> x_big(std::vector<float>(x0.begin(), x0.begin() + total));
+        const DeviceMap a128(dA.get(), M, K, 128), w_big(dW.get(), swiglu ? 2 * N : N, K, swiglu ? 128 : 256),
             y_map(y_big.get(), M, N, 64), x_map(x_big.get(), M, N, 64, hexel::TmaDtype::F32);
-        const void* big_out = residual ? x_map.get() : y_map.get();
-        const void* small_out = residual ? static_cast<const void*>(x_small.get()) : y_small.get();
         CUDA_OK(mod.launch(big, prefill_grid(M, N, swiglu ? 128 : 256), kPrefillThreads,
-                           {a128.get(), w_big.get(), big_out}, kPrefillSmem));
-        CUDA_OK(mod.launch(small, dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
-                           {a64.get(), w_small.get(), small_out}, t.smem()));
-        std::vector<float> got(MN);
-        std::vector<double> want(MN);
-        if (residual) {
-          const auto b = x_big.download(), sm = x_small.download();
-          EXPECT_EQ(0, std::memcmp(b.data(), sm.data(), MN * sizeof(float))) << "residual " << what;
-          for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(sm[e], x0[e]) << "residual wrote past M, " << what;
-          for (std::size_t e = 0; e < MN; ++e) {
-            got[e] = sm[e];
-            want[e] = x0[e] + ref[e / N * 2 * N + e % N];
+                           {a128.get(), w_big.get(), residual ? x_map.get() : y_map.get()}, kPrefillSmem));
+        const auto b16 = y_big.download();
+        const auto b32 = x_big.download();
+        for (const codegen::SmallGemmTiling& t : tilings(N, K, M, swiglu)) {
+          const std::string& small = names[i++];
+          const std::string what = "M=" + I(M) + " N=" + I(N) + " K=" + I(K) + " BN=" + I(t.bn) + " st" + I(t.stages);
+          DeviceBuffer<std::uint16_t> y_small(total);
+          DeviceBuffer<float> x_small(std::vector<float>(x0.begin(), x0.begin() + total));
+          const DeviceMap a64(dA.get(), M, K, t.a_box), w_small(dW.get(), swiglu ? 2 * N : N, K, t.cols);
+          const void* small_out = residual ? static_cast<const void*>(x_small.get()) : y_small.get();
+          CUDA_OK(mod.launch(small, dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
+                             {a64.get(), w_small.get(), small_out}, t.smem()));
+          std::vector<float> got(MN);
+          std::vector<double> want(MN);
+          if (residual) {
+            const auto sm = x_small.download();
+            EXPECT_EQ(0, std::memcmp(b32.data(), sm.data(), MN * sizeof(float))) << "residual " << what;
+            for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(sm[e], x0[e]) << "residual wrote past M, " << what;
+            for (std::size_t e = 0; e < MN; ++e) {
+              got[e] = sm[e];
+              want[e] = x0[e] + ref[e / N * 2 * N + e % N];
+            }
+            EXPECT_LT(rel_l2(got, want), 1e-5) << "residual vs f64, " << what;
+          } else {
+            const auto sm = y_small.download();
+            EXPECT_EQ(0, std::memcmp(b16.data(), sm.data(), MN * sizeof(std::uint16_t))) << epi << " " << what;
+            for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(sm[e], 0xffff) << epi << " wrote past M, " << what;
+            for (std::size_t e = 0; e < MN; ++e) {
+              const std::size_t r = e / N * 2 * N + e % N;
+              const double g = ref[r], u = ref[r + N];
+              got[e] = from_bf16(sm[e]);
+              want[e] = swiglu ? g / (1.0 + std::exp(-g)) * u : g;
+            }
+            EXPECT_LT(rel_l2(got, want), 1e-2) << epi << " vs f64, " << what;
           }
-          EXPECT_LT(rel_l2(got, want), 1e-5) << "residual vs f64, " << what;
-        } else {
-          const auto b = y_big.download(), sm = y_small.download();
-          EXPECT_EQ(0, std::memcmp(b.data(), sm.data(), MN * sizeof(std::uint16_t))) << epi << " " << what;
-          for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(sm[e], 0xffff) << epi << " wrote past M, " << what;
-          for (std::size_t e = 0; e < MN; ++e) {
-            const std::size_t r = e / N * 2 * N + e % N;
-            const double g = ref[r], u = ref[r + N];
-            got[e] = from_bf16(sm[e]);
-            want[e] = swiglu ? g / (1.0 + std::exp(-g)) * u : g;
-          }
-          EXPECT_LT(rel_l2(got, want), 1e-2) << epi << " vs f64, " << what;
         }
       }
     }
