@@ -140,12 +140,26 @@ int SmallGemmTiling::smem() const {
 // every SM a CTA (the Llama-3.1-8B gate/up: 224 CTAs of 4 stages, 90% of copy against 87% for
 // 448 CTAs of 64 rows; perf-log run F's sweep). The 8B shapes have 128 to 224 CTAs per 64-token
 // tile; the stages fill what an SM's 228 KB (1 KB reserved per CTA) gives the CTAs that share it
-// when the whole grid is resident, 2 to 16 of them.
+// when the whole grid is resident, 2 to 16 of them. From two M tiles on, wider tiles of 4-8 stages:
+// at 256 tokens (telos-kernel-bench --gemm, docs/perf-log.md session 18 run 5) the 8B's qkv 62.8 ->
+// 30.7 µs, o 44.3 -> 33.6, gate/up 141.1 -> 118.2, down 122.8 -> 74.1; the 1B's 18.2 -> 9.8, 14.9
+// -> 12.9, 59.8 -> 35.1, 38.3 -> 29.8.
 SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm, const SmallGemmLimits& limits) {
   SmallGemmTiling t;
-  t.bn = limits.bn > 0 ? limits.bn : swiglu ? (n / 64 >= kSms ? 128 : 64) : 32;
-  t.cols = swiglu ? t.bn / 2 : t.bn;
   t.tiles_m = (tokens + kSmallGemmBlockM - 1) / kSmallGemmBlockM;
+  // Two or more M tiles: every weight tile is read once per M tile and every M tile of A once per
+  // weight tile, so wider weight tiles: SwiGLU 128 gate + 128 up rows; the others the widest of
+  // 128 and 64 rows that still gives 2/3 of the SMs a CTA, else 32.
+  const bool wide = limits.bn == 0 && !norm && t.tiles_m >= 2;
+  t.bn = limits.bn > 0 ? limits.bn : swiglu ? (n / 64 >= kSms ? 128 : 64) : 32;
+  if (wide && swiglu) t.bn = 256;
+  if (wide && !swiglu)
+    for (int bn : {128, 64})
+      if (t.tiles_m * ((n + bn - 1) / bn) >= kSms * 2 / 3) {
+        t.bn = bn;
+        break;
+      }
+  t.cols = swiglu ? t.bn / 2 : t.bn;
   t.a_box = std::min(tokens, kSmallGemmBlockM);
   t.tiles_n = (n + t.cols - 1) / t.cols;
   const int k_blocks = (k + 63) / 64;
@@ -157,7 +171,11 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   // Less 1 KB for the static shared memory of the folded QKV epilogue (gemm_small_norm_qkv).
   const int budget = std::min(227 * 1024, limits.smem_per_sm / per_sm - 1024) - (norm ? 1024 : 0);
   const int stage = small_gemm_stage_bytes(t.a_box, t.bn, norm);
-  t.stages = std::clamp((budget - 1024 - t.resident_bytes()) / stage, 2, std::clamp(k_blocks, 2, limits.max_stages));
+  const int max_stages = std::clamp(k_blocks, 2, limits.max_stages);
+  t.stages = std::clamp((budget - 1024 - t.resident_bytes()) / stage, 2, max_stages);
+  // The wide tiles' grid is not resident at once (up to 4 CTAs an SM's worth at 256 tokens): 4 to 8
+  // stages, the best measured at 256 tokens, whatever the SM's share.
+  if (wide) t.stages = std::clamp(t.stages, std::min(4, max_stages), std::min(8, max_stages));
   return t;
 }
 

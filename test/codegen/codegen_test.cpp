@@ -367,11 +367,21 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   EXPECT_EQ(tiling(14336, 4096, 1, true), (std::array<int, 5>{128, 1, 224, 6, 6 * 17424 + 1024}));
   // Where 128-row tiles would leave SMs without a CTA (I = 8192: 128 CTAs), 64-row ones.
   EXPECT_EQ(tiling(8192, 2048, 1, true)[0], 64);
-  // Two M tiles; the ring never goes below 2 stages nor beyond the K blocks.
-  EXPECT_EQ(tiling(14336, 4096, 100, true)[1], 2);
-  EXPECT_EQ(tiling(14336, 4096, 128, true)[3], 2);
+  // The ring never goes below 2 stages nor beyond the K blocks.
   EXPECT_EQ(tiling(128, 128, 1, false)[3], 2);
   EXPECT_EQ(tiling(128, 256, 1, false)[3], 4);
+  // From two M tiles on, wider weight tiles of 4 to 8 stages: SwiGLU 128 gate + 128 up rows; the
+  // others 128 rows where that gives 88 CTAs or more (2/3 of 132 SMs), else 64, else 32.
+  EXPECT_EQ(tiling(14336, 4096, 100, true), (std::array<int, 5>{256, 2, 112, 4, 4 * 40976 + 1024}));
+  EXPECT_EQ(tiling(14336, 4096, 256, true), (std::array<int, 5>{256, 4, 112, 4, 4 * 40976 + 1024}));
+  EXPECT_EQ(tiling(6144, 4096, 256, false), (std::array<int, 5>{128, 4, 48, 4, 4 * 24592 + 1024}));
+  EXPECT_EQ(tiling(4096, 4096, 256, false), (std::array<int, 5>{128, 4, 32, 8, 8 * 24592 + 1024}));
+  EXPECT_EQ(tiling(4096, 14336, 256, false)[3], 8);
+  EXPECT_EQ(tiling(3072, 2048, 256, false)[0], 128);  // Llama-3.2-1B: 96 CTAs
+  EXPECT_EQ(tiling(2048, 2048, 256, false)[0], 64);   // 128 CTAs of 64 rows, 64 of 128
+  EXPECT_EQ(tiling(2048, 2048, 128, false)[0], 32);   // two M tiles: 128 CTAs of 32 rows
+  EXPECT_EQ(tiling(2048, 2048, 64, false)[0], 32);    // one M tile: the narrow tiles as before
+  EXPECT_EQ(tiling(128, 128, 100, false)[3], 2);      // K = 2 blocks: the ring stays within K
 }
 
 // The LM head on the small GEMM: in every bucket over the final norm's sample rows (hf) and the
