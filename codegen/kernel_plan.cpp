@@ -186,7 +186,8 @@ SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows) {
       limits.bn = bn;
       return small_gemm_tiling(vocab, hidden, rows, false, false, limits);
     }
-  fail("codegen: vocab_size " + std::to_string(vocab) + " is not a multiple of 16 (the LM head's weight tiles)");
+  fail("codegen: vocab_size " + std::to_string(vocab) +
+       " is not a multiple of 16 (the LM head's weight tiles)");
 }
 
 PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim) {
@@ -254,8 +255,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const SmallGemmTiling lm_t = lm_head_tiling(V, H, S);
     // The weight tiles are the grid's y (at most 65535 blocks).
     if (lm_t.tiles_n > 65535)
-      fail("codegen: a vocabulary of " + I_(V) + " needs " + I_(lm_t.tiles_n) + " LM head blocks of " +
-           I_(lm_t.bn) + " rows, more than a grid's y takes (65535)");
+      fail("codegen: a vocabulary of " + I_(V) + " needs " + I_(lm_t.tiles_n) +
+           " LM head blocks of " + I_(lm_t.bn) + " rows, more than a grid's y takes (65535)");
 
     launch(b.kernel("telos_kernels::embed_gather<" + I_(H) + ", " + I_(embed_threads) + ">",
                     {"embed", "tokens", "sampled", "x"}, embed_threads),
@@ -292,7 +293,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int split_k = b.kernel(
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
-            I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(tpt) + (split_ahead ? ", true" : ", false") +
+            I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(tpt) +
+            (split_ahead ? ", true" : ", false") +
             (attn_split_page_ahead(PAGE) ? ", true>" : ", false>"),
         {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128);
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
@@ -449,11 +451,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     // (`lm_cand`), which sample's greedy rows reduce; over the final norm's S gathered rows (hf).
     const int candidates = V / lm_t.bn;
     max_lm_candidates = std::max(max_lm_candidates, static_cast<long long>(S) * candidates);
-    launch(b.kernel("telos_kernels::gemm_small_f32cand<" + I_(S) + ", " + I_(V) + ", " + I_(H) + ", " +
-                        I_(lm_t.bn) + ", " + I_(lm_t.stages) + ">",
+    launch(b.kernel("telos_kernels::gemm_small_f32cand<" + I_(S) + ", " + I_(V) + ", " + I_(H) +
+                        ", " + I_(lm_t.bn) + ", " + I_(lm_t.stages) + ">",
                     {"a_map", "w_map", "y", "cand"}, kSmallGemmThreads, lm_t.smem()),
            {lm_t.tiles_m, lm_t.tiles_n, 1},
-           {tmap("buf:hf", S, H, lm_t.a_box), tmap(lm_head, V, H, lm_t.cols), "buf:logits", "buf:lm_cand"});
+           {tmap("buf:hf", S, H, lm_t.a_box), tmap(lm_head, V, H, lm_t.cols), "buf:logits",
+            "buf:lm_cand"});
     launch(
         b.kernel("telos_kernels::sample<" + I_(V) + ", " + I_(sample_threads) + ", " +
                      I_(candidates) + ", " + I_(sample_cluster) + ">",

@@ -181,7 +181,9 @@ constexpr int kAttnSplitAheadMaxRows = 8;
 // attn_split loads a split's page ids together when the split starts (PAGE_AHEAD) wherever a
 // 16-position chunk lies in one page: 0.5-1.5% faster in every decode row timed on the H200, none
 // slower (docs/perf-log.md, change 53). The loads only: the same bits either way.
-inline bool attn_split_page_ahead(int page_size) { return page_size % 16 == 0 && kAttnSplit / 64 < 32; }
+inline bool attn_split_page_ahead(int page_size) {
+  return page_size % 16 == 0 && kAttnSplit / 64 < 32;
+}
 
 // attn_prefill (codegen/kernels/attention_prefill.cuh), the prompt rows' attention in prefill
 // buckets: whether it takes the model's head dim and group (64 or 128; G query heads a KV head

@@ -314,7 +314,8 @@ int main(int argc, char** argv) {
         const char* count;  // the GridCount template argument
         bool act_poll;      // ACT_POLL
       };
-      const std::vector<Variant> variants = {{"V1 plan", "Release", true}, {"V1 count gate/up", "Release", false}};
+      const std::vector<Variant> variants = {{"V1 plan", "Release", true},
+                                             {"V1 count gate/up", "Release", false}};
       std::vector<std::string> names;
       for (const Variant& v : variants)
         names.push_back(
@@ -476,8 +477,8 @@ int main(int argc, char** argv) {
       {"gate_up_1b", "swiglu", 8192, 2048}, {"down_1b", "residual", 2048, 8192}};
   constexpr int kBatch = 8;
   const std::vector<int> gemm_rows = attention_only ? std::vector<int>{}
-                                    : gemm_only    ? std::vector<int>{256}
-                                                   : std::vector<int>{1, 8, 64, 256};
+                                     : gemm_only    ? std::vector<int>{256}
+                                                    : std::vector<int>{1, 8, 64, 256};
   for (int M : gemm_rows) {
     // Per shape: (label, tiling, instance) of each small-GEMM variant timed.
     struct Variant { std::string label; SmallGemmTiling t; std::string instance; };
@@ -488,14 +489,16 @@ int main(int argc, char** argv) {
       auto add = [&](const std::string& label, const SmallGemmTiling& t) {
         variants[gi].push_back({label, t, small_gemm_instance(g.epi, M, g.N, g.K, t)});
       };
-      const SmallGemmTiling plan = std::string(g.epi) == "f32cand" ? lm_head_tiling(g.N, g.K, M)
-                                                                   : small_gemm_tiling(g.N, g.K, M, swiglu);
+      const SmallGemmTiling plan = std::string(g.epi) == "f32cand"
+                                       ? lm_head_tiling(g.N, g.K, M)
+                                       : small_gemm_tiling(g.N, g.K, M, swiglu);
       add("plan", plan);
       if (!sweep && !gemm_only) continue;
-      const std::vector<int> bns = gemm_only                           ? std::vector<int>{32, 64, 128, 256}
-                                   : swiglu                            ? std::vector<int>{32, 64, 128}
-                                   : std::string(g.epi) == "f32cand" ? std::vector<int>{64, 128, 256}
-                                                                     : std::vector<int>{16, 32, 64};
+      const std::vector<int> bns = gemm_only ? std::vector<int>{32, 64, 128, 256}
+                                   : swiglu  ? std::vector<int>{32, 64, 128}
+                                   : std::string(g.epi) == "f32cand"
+                                       ? std::vector<int>{64, 128, 256}
+                                       : std::vector<int>{16, 32, 64};
       for (int bn : bns)
         for (int stages : gemm_only ? std::vector<int>{2, 4, 8} : std::vector<int>{4, 8, 16}) {
           SmallGemmTiling t = plan;
@@ -871,10 +874,12 @@ int main(int argc, char** argv) {
       for (int slots : zs) {
         auto step = [&](int i) {
           mod.launch(at.split_kernel(1), dim3(B, HKV, slots), 128,
-                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0, i % kBatch != 0);
+                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0,
+                     i % kBatch != 0);
           mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
         };
-        const std::string label = "attn_split+combine PDL z=" + I(slots) + (slots == plan_slots ? " plan" : "");
+        const std::string label =
+            "attn_split+combine PDL z=" + I(slots) + (slots == plan_slots ? " plan" : "");
         attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
       }
     }

@@ -510,21 +510,24 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // A whole one-token decode layer in one launch: the attention half (RMSNorm + the QKV GEMM; the QKV
 // epilogue per head, qkv_rope_row; the attention splits, attn_split_block per (KV head, slot); the
 // combine, attn_combine_row per query head, where the context is longer than one split) and then
-// MlpPhases, seven phases between grid-wide counts (six without the combine), one weight stream (qkv,
-// o, gate/up, down) per SM. Every piece is the code the separate kernels run, so the rows have their
-// bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's after D), then the
-// MLP's and the ring's, then how the grid-wide counts are met (the plan leaves the default;
-// telos-kernel-bench times every GridCount); args as those kernels' (the maps in BQ / BO / BG / 2 /
-// BD x 64 boxes).
+// MlpPhases, seven phases between grid-wide counts (six without the combine), one weight stream
+// (qkv, o, gate/up, down) per SM. Every piece is the code the separate kernels run, so the rows
+// have their bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's after
+// D), then the MLP's and the ring's, then how the grid-wide counts are met (the plan leaves the
+// default; telos-kernel-bench times every GridCount); args as those kernels' (the maps in BQ / BO /
+// BG / 2 / BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
-          long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I, int STAGES, int BQ,
-          int BO, int BG, int BD, GridCount COUNT = GridCount::Release, bool ACT_POLL = true>
+          long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
+          int STAGES, int BQ, int BO, int BG, int BD, GridCount COUNT = GridCount::Release,
+          bool ACT_POLL = true>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
-    decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map, const TensorMap* gu_map,
-                            const TensorMap* down_map, const float* attn_norm, const float* mlp_norm, const float* bias,
-                            const float* q_norm, const float* k_norm, const int* positions, const int* token_seq,
-                            const int* page_tables, bf16* kv_layer, float* x, bf16* qkv, float* q, float* part_o,
-                            float* part_ml, bf16* attn, bf16* act, unsigned* sync) {
+    decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map,
+                            const TensorMap* gu_map, const TensorMap* down_map,
+                            const float* attn_norm, const float* mlp_norm, const float* bias,
+                            const float* q_norm, const float* k_norm, const int* positions,
+                            const int* token_seq, const int* page_tables, bf16* kv_layer, float* x,
+                            bf16* qkv, float* q, float* part_o, float* part_ml, bf16* attn,
+                            bf16* act, unsigned* sync) {
   using namespace hexel;
   constexpr int NH = HQ + 2 * HKV, NQKV = NH * D, KO = HQ * D;
   using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
@@ -604,8 +607,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   const bool one_split = pos >= 0 && pos < SPLIT;
   for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
-        0, static_cast<int>(item / NSPLIT), static_cast<int>(item % NSPLIT), q, positions, token_seq, page_tables,
-        kv_layer, part_o, part_ml, sync128, one_split ? attn : nullptr);
+        0, static_cast<int>(item / NSPLIT), static_cast<int>(item % NSPLIT), q, positions,
+        token_seq, page_tables, kv_layer, part_o, part_ml, sync128, one_split ? attn : nullptr);
   if (one_split) {
     phase_trace(2 + 2 * 2);
     persistent_arrive<COUNT>(sync, 2);

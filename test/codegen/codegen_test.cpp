@@ -125,15 +125,22 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       EXPECT_NE(body.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), std::string::npos);
     }
   }
-  const std::set<std::string> expected = {
-      "telos_kernels::embed_gather",          "telos_kernels::rmsnorm",
-      "telos_kernels::attn_split",            "telos_kernels::attn_combine",
-      "telos_kernels::gemm_small_f32cand",    "telos_kernels::sample",
-      "telos_kernels::gemm_prefill_residual", "telos_kernels::gemm_prefill_swiglu",
-      "telos_kernels::gemm_prefill_bf16",     "telos_kernels::qkv_rope_append_rows",
-      "telos_kernels::gemm_small_residual",   "telos_kernels::gemm_small_swiglu",
-      "telos_kernels::gemm_small_bf16",       "telos_kernels::gemm_small_norm_bf16",
-      "telos_kernels::gemm_small_norm_swiglu", "telos_kernels::decode_layer_persistent"};
+  const std::set<std::string> expected = {"telos_kernels::embed_gather",
+                                          "telos_kernels::rmsnorm",
+                                          "telos_kernels::attn_split",
+                                          "telos_kernels::attn_combine",
+                                          "telos_kernels::gemm_small_f32cand",
+                                          "telos_kernels::sample",
+                                          "telos_kernels::gemm_prefill_residual",
+                                          "telos_kernels::gemm_prefill_swiglu",
+                                          "telos_kernels::gemm_prefill_bf16",
+                                          "telos_kernels::qkv_rope_append_rows",
+                                          "telos_kernels::gemm_small_residual",
+                                          "telos_kernels::gemm_small_swiglu",
+                                          "telos_kernels::gemm_small_bf16",
+                                          "telos_kernels::gemm_small_norm_bf16",
+                                          "telos_kernels::gemm_small_norm_swiglu",
+                                          "telos_kernels::decode_layer_persistent"};
   EXPECT_EQ(kinds, expected);
 
   // Every bucket launches something valid, decode buckets first and largest first.
@@ -256,7 +263,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     const std::string body = ptx_function(t.ptx, e.at("entry"));
     ASSERT_FALSE(body.empty()) << instance;
     // The LM head (f32cand): 128-row weight tiles for the tiny vocabulary of 512.
-    const std::string n = prefill                                        ? "256"
+    const std::string n = prefill                                         ? "256"
                           : instance.find("swiglu") != std::string::npos  ? "64"
                           : instance.find("f32cand") != std::string::npos ? "128"
                                                                           : "32";
@@ -396,12 +403,13 @@ TEST(Codegen, LmHeadRunsOnTheSmallGemm) {
       if (instance.find("gemm_small_f32cand") == std::string::npos) continue;
       const int S = b.sample_rows, box = std::min(S, 64);
       const SmallGemmTiling t = lm_head_tiling(128256, 2048, S);
-      EXPECT_EQ(instance, "telos_kernels::gemm_small_f32cand<" + std::to_string(S) + ", 128256, 2048, 128, " +
-                              std::to_string(t.stages) + ">");
+      EXPECT_EQ(instance, "telos_kernels::gemm_small_f32cand<" + std::to_string(S) +
+                              ", 128256, 2048, 128, " + std::to_string(t.stages) + ">");
       EXPECT_EQ(l.grid, (std::array<int, 3>{(S + 63) / 64, 1002, 1})) << instance;
-      EXPECT_EQ(l.args, (std::vector<std::string>{"tmap:buf:hf:" + std::to_string(S) + ":2048:" +
-                                                      std::to_string(box) + ":64",
-                                                  "tmap:w:embed:128256:2048:128:64", "buf:logits", "buf:lm_cand"}))
+      EXPECT_EQ(l.args,
+                (std::vector<std::string>{
+                    "tmap:buf:hf:" + std::to_string(S) + ":2048:" + std::to_string(box) + ":64",
+                    "tmap:w:embed:128256:2048:128:64", "buf:logits", "buf:lm_cand"}))
           << instance;
       EXPECT_EQ(plan.kernels[l.kernel].dynamic_smem, t.smem()) << instance;
       ++seen;
@@ -484,7 +492,8 @@ TEST(Codegen, AttentionTokensPerTile) {
         EXPECT_EQ(l.grid, (std::array<int, 3>{64 / 4, 8, 32}));  // 128 pairs, every slot
         ++seen_prefill;
       } else {
-        EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows ? "1, true, true>" : "1, false, true>"));
+        EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows ? "1, true, true>"
+                                                                         : "1, false, true>"));
         EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, b.tokens == 64 ? 8 : 32}));
         ++seen_decode;
       }

@@ -372,33 +372,41 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
     const std::vector<float> x0 = random_floats(static_cast<std::size_t>(MAXM + GUARD) * N);
     std::size_t i = 0;
     for (int M : ms) {
-      const std::size_t MN = static_cast<std::size_t>(M) * N, total = MN + static_cast<std::size_t>(GUARD) * N;
+      const std::size_t MN = static_cast<std::size_t>(M) * N,
+                        total = MN + static_cast<std::size_t>(GUARD) * N;
       for (const std::string epi : {"bf16", "residual", "swiglu"}) {
         const bool swiglu = epi == "swiglu", residual = epi == "residual";
         const std::string& big = names[i++];
         DeviceBuffer<std::uint16_t> y_big(total);
         DeviceBuffer<float> x_big(std::vector<float>(x0.begin(), x0.begin() + total));
-        const DeviceMap a128(dA.get(), M, K, 128), w_big(dW.get(), swiglu ? 2 * N : N, K, swiglu ? 128 : 256),
+        const DeviceMap a128(dA.get(), M, K, 128),
+            w_big(dW.get(), swiglu ? 2 * N : N, K, swiglu ? 128 : 256),
             y_map(y_big.get(), M, N, 64), x_map(x_big.get(), M, N, 64, hexel::TmaDtype::F32);
         CUDA_OK(mod.launch(big, prefill_grid(M, N, swiglu ? 128 : 256), kPrefillThreads,
-                           {a128.get(), w_big.get(), residual ? x_map.get() : y_map.get()}, kPrefillSmem));
+                           {a128.get(), w_big.get(), residual ? x_map.get() : y_map.get()},
+                           kPrefillSmem));
         const auto b16 = y_big.download();
         const auto b32 = x_big.download();
         for (const codegen::SmallGemmTiling& t : tilings(N, K, M, swiglu)) {
           const std::string& small = names[i++];
-          const std::string what = "M=" + I(M) + " N=" + I(N) + " K=" + I(K) + " BN=" + I(t.bn) + " st" + I(t.stages);
+          const std::string what =
+              "M=" + I(M) + " N=" + I(N) + " K=" + I(K) + " BN=" + I(t.bn) + " st" + I(t.stages);
           DeviceBuffer<std::uint16_t> y_small(total);
           DeviceBuffer<float> x_small(std::vector<float>(x0.begin(), x0.begin() + total));
-          const DeviceMap a64(dA.get(), M, K, t.a_box), w_small(dW.get(), swiglu ? 2 * N : N, K, t.cols);
-          const void* small_out = residual ? static_cast<const void*>(x_small.get()) : y_small.get();
+          const DeviceMap a64(dA.get(), M, K, t.a_box),
+              w_small(dW.get(), swiglu ? 2 * N : N, K, t.cols);
+          const void* small_out =
+              residual ? static_cast<const void*>(x_small.get()) : y_small.get();
           CUDA_OK(mod.launch(small, dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
                              {a64.get(), w_small.get(), small_out}, t.smem()));
           std::vector<float> got(MN);
           std::vector<double> want(MN);
           if (residual) {
             const auto sm = x_small.download();
-            EXPECT_EQ(0, std::memcmp(b32.data(), sm.data(), MN * sizeof(float))) << "residual " << what;
-            for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(sm[e], x0[e]) << "residual wrote past M, " << what;
+            EXPECT_EQ(0, std::memcmp(b32.data(), sm.data(), MN * sizeof(float)))
+                << "residual " << what;
+            for (std::size_t e = MN; e < total; ++e)
+              ASSERT_EQ(sm[e], x0[e]) << "residual wrote past M, " << what;
             for (std::size_t e = 0; e < MN; ++e) {
               got[e] = sm[e];
               want[e] = x0[e] + ref[e / N * 2 * N + e % N];
@@ -406,8 +414,10 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
             EXPECT_LT(rel_l2(got, want), 1e-5) << "residual vs f64, " << what;
           } else {
             const auto sm = y_small.download();
-            EXPECT_EQ(0, std::memcmp(b16.data(), sm.data(), MN * sizeof(std::uint16_t))) << epi << " " << what;
-            for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(sm[e], 0xffff) << epi << " wrote past M, " << what;
+            EXPECT_EQ(0, std::memcmp(b16.data(), sm.data(), MN * sizeof(std::uint16_t)))
+                << epi << " " << what;
+            for (std::size_t e = MN; e < total; ++e)
+              ASSERT_EQ(sm[e], 0xffff) << epi << " wrote past M, " << what;
             for (std::size_t e = 0; e < MN; ++e) {
               const std::size_t r = e / N * 2 * N + e % N;
               const double g = ref[r], u = ref[r + N];
@@ -1507,8 +1517,8 @@ std::vector<double> sample_distribution(std::vector<float> lg, const SampleParam
 TEST(GpuKernels, SampleGreedyExactAndSeededDrawsMatchTheDistribution) {
   TELOS_SKIP_WITHOUT_GPU();
   // Greedy rows read the LM head's candidates (gemm_small_f32cand): 16 tiles of 32 logits a row
-  // here, and the 1B plan's 1002 tiles of 128 at the real vocabulary. The real vocabulary's instance is the
-  // plan's: a cluster of 8 blocks of 512 threads a row (kernel_plan.cpp).
+  // here, and the 1B plan's 1002 tiles of 128 at the real vocabulary. The real vocabulary's
+  // instance is the plan's: a cluster of 8 blocks of 512 threads a row (kernel_plan.cpp).
   constexpr int V = 512, R = 16384, G = 16, kBigV = 128256, kBigG = 1002, kBigC = 8;
   const std::string k = "telos_kernels::sample<" + I(V) + ", 128, " + I(G) + ", 1>";
   const std::string big =
