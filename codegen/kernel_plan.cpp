@@ -63,7 +63,7 @@ void check_model(const CodegenInput& in) {
        "num_heads must be a multiple of num_kv_heads");
   need(in.num_heads / in.num_kv_heads <= 16, "at most 16 query heads per KV head");
   need(in.vocab_size > 0 && in.num_layers > 0, "vocab_size and num_layers must be positive");
-  need(in.vocab_size % 16 == 0, "vocab_size must be a multiple of 16 (the LM head's row groups)");
+  need(in.vocab_size % 16 == 0, "vocab_size must be a multiple of 16 (the LM head's weight tiles)");
   need(in.kv_page_size > 0 && in.max_seq_len > 0 && in.max_batch > 0,
        "serving.kv_page_size, max_seq_len and max_batch must be positive");
   need(!in.decode_buckets.empty() || !in.prefill_buckets.empty(), "no buckets to compile");
