@@ -181,8 +181,9 @@ constexpr int kAttnSplitAheadMaxRows = 8;
 // attn_split loads a split's page ids together when the split starts (PAGE_AHEAD) wherever a
 // 16-position chunk lies in one page: 0.5-1.5% faster in every decode row timed on the H200, none
 // slower (docs/perf-log.md, change 53). The loads only: the same bits either way.
+static_assert(kAttnSplit / 64 < 32, "PAGE_AHEAD: a warp's chunks of a split within its lanes");
 inline bool attn_split_page_ahead(int page_size) {
-  return page_size % 16 == 0 && kAttnSplit / 64 < 32;
+  return page_size % 16 == 0;
 }
 
 // attn_prefill (codegen/kernels/attention_prefill.cuh), the prompt rows' attention in prefill

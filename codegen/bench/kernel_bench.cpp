@@ -485,20 +485,18 @@ int main(int argc, char** argv) {
     std::vector<std::vector<Variant>> variants(std::size(gemms));
     for (std::size_t gi = 0; gi < std::size(gemms); ++gi) {
       const Gemm& g = gemms[gi];
-      const bool swiglu = std::string(g.epi) == "swiglu";
+      const bool swiglu = std::string(g.epi) == "swiglu", f32cand = std::string(g.epi) == "f32cand";
       auto add = [&](const std::string& label, const SmallGemmTiling& t) {
         variants[gi].push_back({label, t, small_gemm_instance(g.epi, M, g.N, g.K, t)});
       };
-      const SmallGemmTiling plan = std::string(g.epi) == "f32cand"
-                                       ? lm_head_tiling(g.N, g.K, M)
-                                       : small_gemm_tiling(g.N, g.K, M, swiglu);
+      const SmallGemmTiling plan =
+          f32cand ? lm_head_tiling(g.N, g.K, M) : small_gemm_tiling(g.N, g.K, M, swiglu);
       add("plan", plan);
       if (!sweep && !gemm_only) continue;
       const std::vector<int> bns = gemm_only ? std::vector<int>{32, 64, 128, 256}
                                    : swiglu  ? std::vector<int>{32, 64, 128}
-                                   : std::string(g.epi) == "f32cand"
-                                       ? std::vector<int>{64, 128, 256}
-                                       : std::vector<int>{16, 32, 64};
+                                   : f32cand ? std::vector<int>{64, 128, 256}
+                                             : std::vector<int>{16, 32, 64};
       for (int bn : bns)
         for (int stages : gemm_only ? std::vector<int>{2, 4, 8} : std::vector<int>{4, 8, 16}) {
           SmallGemmTiling t = plan;
@@ -516,7 +514,7 @@ int main(int argc, char** argv) {
     Module mod(all);
     for (std::size_t gi = 0; gi < std::size(gemms); ++gi) {
       const Gemm& g = gemms[gi];
-      const bool swiglu = std::string(g.epi) == "swiglu";
+      const bool swiglu = std::string(g.epi) == "swiglu", f32cand = std::string(g.epi) == "f32cand";
       const int rows = swiglu ? 2 * g.N : g.N;
       const std::size_t wbytes = static_cast<std::size_t>(rows) * g.K * 2;
       const int copies = std::max<int>(2, static_cast<int>((400ull << 20) / wbytes) + 1);
@@ -545,15 +543,15 @@ int main(int argc, char** argv) {
         const double us = median_us(
             [&](int i) {
               std::vector<const void*> args = {a_map, w_maps[i % copies], y};
-              if (std::string(g.epi) == "f32cand") args.push_back(cand);
+              if (f32cand) args.push_back(cand);
               mod.launch(v.instance, dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads, args, t.smem(),
                          i % kBatch != 0);
             },
             30, 5, kBatch);
         // The residual reads and writes x (f32), the LM head writes f32; the others write bf16.
-        const double out = std::string(g.epi) == "residual"  ? 8.0 * M * g.N
-                           : std::string(g.epi) == "f32cand" ? 4.0 * M * g.N
-                                                             : 2.0 * M * g.N;
+        const double out = std::string(g.epi) == "residual" ? 8.0 * M * g.N
+                           : f32cand                        ? 4.0 * M * g.N
+                                                            : 2.0 * M * g.N;
         row("gemm_small_" + std::string(g.epi) + " " + g.name + " " + v.label, us, out);
         cudaFree(a_map);
         for (void* p : w_maps) cudaFree(p);
