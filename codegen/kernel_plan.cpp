@@ -215,11 +215,6 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   return t;
 }
 
-int attn_split_ring_smem(int head_dim, int ring) {
-  const int pieces = 2 * (head_dim / 32) + 4 * (head_dim % 64 == 0 ? head_dim / 64 : head_dim / 32);
-  return ring * 4 * 32 * 16 * pieces;
-}
-
 KernelPlan plan_kernels(const CodegenInput& in) {
   check_model(in);
   KernelPlan plan;
@@ -295,15 +290,13 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int split_rows = prompt_attn ? std::min(T, in.max_batch) : T;
     const int split_tiles = (split_rows + tpt - 1) / tpt;
     const bool split_ahead = tpt == 1 && split_rows <= kAttnSplitAheadMaxRows;
-    const int split_ring = split_ahead ? 0 : kAttnSplitRing;
     const int split_k = b.kernel(
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
             I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(tpt) +
-            (split_ahead ? ", true" : ", false") + (attn_split_page_ahead(PAGE) ? ", true" : ", false") +
-            (split_ring ? ", " + I_(split_ring) + ">" : ">"),
-        {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128,
-        attn_split_ring_smem(D, split_ring));
+            (split_ahead ? ", true" : ", false") +
+            (attn_split_page_ahead(PAGE) ? ", true>" : ", false>"),
+        {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128);
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
     // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each
     // output element with the same wgmma chain over K and the same epilogue arithmetic

@@ -178,13 +178,6 @@ int attn_grid_slots(int tiles, int kv_heads, int partial_slots);
 // split rows: there the items are too few to fill three blocks an SM and the chain of chunk loads
 // is the item's time. The loads only: the bits are the same either way.
 constexpr int kAttnSplitAheadMaxRows = 8;
-// Everywhere else attn_split copies each warp's next chunks into shared memory while it computes
-// one (RING, kAttnSplitRing stages a warp, cp.async): loads ahead without LOAD_AHEAD's registers,
-// so three blocks an SM stay resident. attn_split_ring_smem: its dynamic shared memory
-// (attn_split_ring_bytes<D>, restated for the host: a lane's 16-byte K pieces and its 16- or
-// 8-byte V pieces, 512 bytes a piece a warp, 4 warps). The loads only: the same bits either way.
-constexpr int kAttnSplitRing = 2;
-int attn_split_ring_smem(int head_dim, int ring);
 // attn_split loads a split's page ids together when the split starts (PAGE_AHEAD) wherever a
 // 16-position chunk lies in one page: 0.5-1.5% faster in every decode row timed on the H200, none
 // slower (docs/perf-log.md, change 53). The loads only: the same bits either way.

@@ -745,14 +745,12 @@ int main(int argc, char** argv) {
     long long page_elems;
     bool ahead = false;  // attn_split's LOAD_AHEAD
     bool pages = attn_split_page_ahead(PAGE);  // and PAGE_AHEAD, as the plan takes it
-    int ring = 0;                               // RING stages (0: none)
     std::string split_kernel(int tpt) const {
       return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) +
              ", " + I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
              float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) +
-             (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") + (ring ? ", " + I(ring) + ">" : ">");
+             (ahead ? ", true" : ", false") + (pages ? ", true>" : ", false>");
     }
-    int smem() const { return attn_split_ring_smem(D, ring); }
     std::string combine_kernel() const {
       return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
     }
@@ -807,11 +805,6 @@ int main(int argc, char** argv) {
     Attn ahead = plan;
     ahead.ahead = true;
     vars.push_back({" load-ahead", ahead});
-    for (int ring : {2, 3}) {
-      Attn r = plan;
-      r.ring = ring;
-      vars.push_back({" ring" + I(ring), r});
-    }
     for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
       Attn v = plan;
       v.split = split;
@@ -838,8 +831,8 @@ int main(int argc, char** argv) {
         const Attn& at = vars[vi].second;
         const std::string &sk = names[2 * vi], &ck = names[2 * vi + 1];
         auto step = [&](int i, bool split_pdl, bool combine_pdl) {
-          mod.launch(sk, dim3(B, HKV, at.nsplit), 128, {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml},
-                     at.smem(), split_pdl);
+          mod.launch(sk, dim3(B, HKV, at.nsplit), 128, {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0,
+                     split_pdl);
           mod.launch(ck, dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, combine_pdl);
         };
         if (vi == 0)
@@ -859,9 +852,7 @@ int main(int argc, char** argv) {
   for (int C : {576, 4096}) {
     Attn at = attn(C);
     at.nsplit = attn_partial_slots(8192);
-    std::vector<Attn> rings;  // the plan's slots with RING 2 and 3
-    for (int ring : {2, 3}) rings.push_back(at), rings.back().ring = ring;
-    Module mod({at.split_kernel(1), at.combine_kernel(), rings[0].split_kernel(1), rings[1].split_kernel(1)});
+    Module mod({at.split_kernel(1), at.combine_kernel()});
     for (int B : {16, 64, 256}) {
       std::vector<int> hpos(B, C - 1), hseq(B);
       for (int b = 0; b < B; ++b) hseq[b] = b;
@@ -889,15 +880,6 @@ int main(int argc, char** argv) {
             "attn_split+combine PDL z=" + I(slots) + (slots == plan_slots ? " plan" : "");
         attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
       }
-      for (const Attn& r : rings) {
-        auto step = [&](int i) {
-          mod.launch(r.split_kernel(1), dim3(B, HKV, plan_slots), 128,
-                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, r.smem(), i % kBatch != 0);
-          mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
-        };
-        const std::string label = "attn_split+combine PDL z=" + I(plan_slots) + " ring" + I(r.ring);
-        attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
-      }
     }
   }
 
@@ -909,19 +891,17 @@ int main(int argc, char** argv) {
   {
     constexpr int C = 8192, T = 512;
     const Attn at = attn(C);
-    Attn ring = at;
-    ring.ring = kAttnSplitRing;
     const int tiled = attn_tokens_per_tile(true, T, HQ / HKV);
     const std::string ck = at.combine_kernel();
-    Module mod({at.split_kernel(1), at.split_kernel(tiled), ring.split_kernel(tiled), ck});
+    Module mod({at.split_kernel(1), at.split_kernel(tiled), ck});
     std::vector<int> hpos(T), hseq(T, 0);
     for (int t = 0; t < T; ++t) hpos[t] = C - T + t;
     const AttnBuffers m(at, hpos, hseq, 1);
     std::vector<unsigned short> first_out;
-    for (auto [tpt, a] : {std::pair<int, const Attn*>{1, &at}, {tiled, &at}, {tiled, &ring}}) {
-      const std::string sk = a->split_kernel(tpt);
+    for (int tpt : {1, tiled}) {
+      const std::string sk = at.split_kernel(tpt);
       const double us = median_us([&](int) {
-        mod.launch(sk, dim3(T / tpt, HKV, at.nsplit), 128, {m.q, m.pos, m.seq, m.pt, m.kv, m.po, m.pml}, a->smem());
+        mod.launch(sk, dim3(T / tpt, HKV, at.nsplit), 128, {m.q, m.pos, m.seq, m.pt, m.kv, m.po, m.pml});
         mod.launch(ck, dim3(T, HQ), D, {m.po, m.pml, m.pos, m.out});
       });
       double bytes = 0;
@@ -930,7 +910,7 @@ int main(int argc, char** argv) {
       check(cudaMemcpy(o.data(), m.out, o.size() * 2, cudaMemcpyDeviceToHost), "download");
       if (first_out.empty()) first_out = o;
       char label[64], shape[64];
-      std::snprintf(label, sizeof label, "attn prefill D128 GQA4 TPT=%d%s%s", tpt, a->ring ? " ring" : "",
+      std::snprintf(label, sizeof label, "attn prefill D128 GQA4 TPT=%d%s", tpt,
                     tpt == 1 || o == first_out ? "" : " DIFF");
       std::snprintf(shape, sizeof shape, "T=%d pos %d..%d", T, C - T, C - 1);
       attn_row(label, shape, us, bytes);

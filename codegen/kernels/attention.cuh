@@ -12,7 +12,6 @@
 // which the warps' results are merged depend only on positions, never on the batch or the tile,
 // so a row's result does not depend on its bucket.
 #include "common.cuh"
-#include "hexel/async_copy.cuh"
 
 namespace telos_kernels {
 
@@ -81,31 +80,16 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // PAGE_AHEAD (PAGE a multiple of 16, so that a chunk lies in one page): the page ids of a warp's
 // chunks of a split are loaded together when the split starts (lane j holds chunk j's), so that a
 // chunk's K/V loads wait on no page-table load of their own. Loads only, as LOAD_AHEAD.
-// RING (attn_split, where LOAD_AHEAD's registers would cost a block an SM): each warp copies its
-// chunks' K/V pieces ahead into RING stages of shared memory at `ring` (RING - 1 chunks in flight
-// while it computes one; cp.async, each lane its own 16-byte pieces, read back by the same lane
-// into the registers load_chunk would have filled), so the loads of a split run while its chunks
-// compute with no registers added. The same values in the same registers: the same bits.
-// attn_split_ring_bytes gives the shared memory (a warp's stage: 32 lanes x the chunk's pieces).
 // `out` (non-null): the caller guarantees that every row of the item has one split only (position
 // < SPLIT), and the item writes the rows' final bf16 values to out as attn_combine would from this
 // one slot, instead of part_o / part_ml (the persistent decode layer's short contexts: no combine).
-// A lane's pieces of a chunk: K's 16-byte pieces, then V's, 16 bytes each where a position's V
-// words come in fours (D a multiple of 64), else 8.
-template <int D>
-constexpr int kAttnChunkPieces = 2 * (D / 32) + 4 * (D % 64 == 0 ? D / 64 : D / 32);
-template <int D>
-__host__ __device__ constexpr unsigned attn_split_ring_bytes(int ring) {
-  return static_cast<unsigned>(ring) * 4 * 32 * 16 * kAttnChunkPieces<D>;
-}
-
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
-          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false, int RING = 0, class Sync>
+          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false, class Sync>
 __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, const float* q,
                                                  const int* positions, const int* token_seq,
                                                  const int* page_tables, const bf16* kv_layer,
                                                  float* part_o, float* part_ml, Sync sync,
-                                                 bf16* out = nullptr, unsigned ring = 0) {
+                                                 bf16* out = nullptr) {
   constexpr int G = HQ / HKV, W = 4, R = TPT * G;  // R: MMA rows in use
   constexpr int KS = D / 16, NT = D / 8, VW = D / 16;  // k-steps, n-tiles, V words per position
   static_assert(HQ % HKV == 0 && TPT >= 1 && R <= 16 && D % 32 == 0 && D <= 128 &&
@@ -113,7 +97,6 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
                 "shape");
   static_assert(!PAGE_AHEAD || (PAGE % 16 == 0 && SPLIT / (16 * W) < 32),
                 "PAGE_AHEAD: a chunk in one page, a split's chunks a warp within its lanes");
-  static_assert(RING == 0 || (RING >= 2 && RING <= 4 && !LOAD_AHEAD), "RING: 2-4 stages, not with LOAD_AHEAD");
   const int t0 = tile * TPT;
   const int first = slot * SPLIT;  // the slot's first position
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c4 = lane % 4;
@@ -146,11 +129,10 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     if (lane <= SPLIT / (16 * W))
       split_pg = pt[min(start + 16 * (warp + W * lane), end - 1) / PAGE];
   };
-  // A chunk's K and V (16 positions from c; positions past `end` - 1 clamped to it): this lane's
-  // K rows c + 8i + g (dims 8 c4 .. of each 32, kp[i]) and V positions c + 2 c4 + (e & 1) + 8 (e >> 1)
-  // (dims g D/8 .., vp[e]). With PAGE_AHEAD the chunk's page comes from its lane of split_pg (a
-  // chunk past `end` reads position end - 1, in that lane's page too).
-  auto chunk_rows = [&](int c, int end, const bf16* (&kp)[2], const bf16* (&vp)[4]) {
+  // A chunk's K and V (16 positions from c; positions past `end` - 1 clamped to it) into
+  // registers, every load issued before the first use. With PAGE_AHEAD the chunk's page comes from
+  // its lane of split_pg (a chunk past `end` reads position end - 1, in that lane's page too).
+  auto load_chunk = [&](int c, int end, uint4(&kr)[2][D / 32], unsigned(&vr)[4][VW]) {
     long long page_base = 0;
     if constexpr (PAGE_AHEAD)
       page_base =
@@ -163,105 +145,29 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
         return static_cast<long long>(pt[p / PAGE]) * PAGE_ELEMS + (p % PAGE) * D;
     };
 #pragma unroll
-    for (int i = 0; i < 2; ++i) kp[i] = k_base + row(min(c + 8 * i + g, end - 1));
+    for (int i = 0; i < 2; ++i) {
+      const bf16* k = k_base + row(min(c + 8 * i + g, end - 1));
 #pragma unroll
-    for (int e = 0; e < 4; ++e) vp[e] = v_base + row(min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1));
-  };
-  // The chunk into registers, every load issued before the first use.
-  auto load_chunk = [&](int c, int end, uint4(&kr)[2][D / 32], unsigned(&vr)[4][VW]) {
-    const bf16 *kp[2], *vp[4];
-    chunk_rows(c, end, kp, vp);
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < D / 32; ++j) kr[i][j] = load8(kp[i] + 32 * j);
+      for (int j = 0; j < D / 32; ++j) kr[i][j] = load8(k + 32 * j);
+    }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
+      const bf16* v = v_base + row(min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1));
       if constexpr (VW % 4 == 0) {
 #pragma unroll
         for (int w = 0; w < VW; w += 4) {
-          const uint4 x = load8(vp[e] + 2 * w);
+          const uint4 x = load8(v + 2 * w);
           vr[e][w] = x.x, vr[e][w + 1] = x.y, vr[e][w + 2] = x.z, vr[e][w + 3] = x.w;
         }
       } else {
 #pragma unroll
         for (int w = 0; w < VW; w += 2) {
-          const uint2 x = *reinterpret_cast<const uint2*>(vp[e] + 2 * w);
+          const uint2 x = *reinterpret_cast<const uint2*>(v + 2 * w);
           vr[e][w] = x.x, vr[e][w + 1] = x.y;
         }
       }
     }
   };
-  // RING: piece n of this lane's chunk in stage s at ring + ((warp RING + s) P + n) 512 + 16 lane
-  // (P pieces a chunk: K (i, j) at i D/32 + j, then V (e, w / VP) at 2 D/32 + e VW/VP + w / VP,
-  // VP = 4 words a piece, or 2 in the low half of the slot), so a lane reads back only its own
-  // pieces and the reads of a warp are conflict-free.
-  constexpr int kPieces = kAttnChunkPieces<D>, VP = VW % 4 == 0 ? 4 : 2;
-  auto v_piece_index = [](int e, int w) { return 2 * (D / 32) + e * (VW / VP) + w / VP; };
-  auto piece_addr = [&](int s, int n) {
-    return ring + static_cast<unsigned>(((warp * RING + s) * kPieces + n) * 512 + 16 * lane);
-  };
-  auto issue_chunk = [&](int s, int c, int end) {
-    const bf16 *kp[2], *vp[4];
-    chunk_rows(c, end, kp, vp);
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < D / 32; ++j) hexel::async_copy::copy16(piece_addr(s, i * (D / 32) + j), kp[i] + 32 * j);
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-#pragma unroll
-      for (int w = 0; w < VW; w += VP)
-        if constexpr (VP == 4)
-          hexel::async_copy::copy16(piece_addr(s, v_piece_index(e, w)), vp[e] + 2 * w);
-        else
-          hexel::async_copy::copy8(piece_addr(s, v_piece_index(e, w)), vp[e] + 2 * w);
-    hexel::async_copy::commit_group();
-  };
-  auto read_chunk = [&](int s, uint4(&kr)[2][D / 32], unsigned(&vr)[4][VW]) {
-    auto ld = [](unsigned a) {
-      uint4 x;
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w) : "r"(a));
-      return x;
-    };
-    auto ld2 = [](unsigned a) {
-      uint2 x;
-      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(x.x), "=r"(x.y) : "r"(a));
-      return x;
-    };
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < D / 32; ++j) kr[i][j] = ld(piece_addr(s, i * (D / 32) + j));
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-#pragma unroll
-      for (int w = 0; w < VW; w += VP)
-        if constexpr (VP == 4) {
-          const uint4 x = ld(piece_addr(s, v_piece_index(e, w)));
-          vr[e][w] = x.x, vr[e][w + 1] = x.y, vr[e][w + 2] = x.z, vr[e][w + 3] = x.w;
-        } else {
-          const uint2 x = ld2(piece_addr(s, v_piece_index(e, w)));
-          vr[e][w] = x.x, vr[e][w + 1] = x.y;
-        }
-  };
-  // Waits until this lane's chunk copies are all retired but the last `pending` groups.
-  auto ring_wait = [](int pending) {
-    if (pending >= 3)
-      hexel::async_copy::wait_group<3>();
-    else if (pending == 2)
-      hexel::async_copy::wait_group<2>();
-    else if (pending == 1)
-      hexel::async_copy::wait_group<1>();
-    else
-      hexel::async_copy::wait_group<0>();
-  };
-  // A warp's chunks of a split [start, end): c0 = start + 16 warp, every 16 W positions.
-  auto warp_chunks = [&](int start, int end) {
-    const int c0 = start + 16 * warp;
-    return c0 < end ? (end - c0 + 16 * W - 1) / (16 * W) : 0;
-  };
-  int ring_k = 0;  // RING: this warp's chunks issued before the current split (stage = index % RING)
   // The chunk whose loads are in flight (with LOAD_AHEAD, the next one). One token with
   // LOAD_AHEAD: the warp's first chunk is issued here, before Q's staging and its barrier, so
   // that its page-table and K/V loads overlap them.
@@ -270,11 +176,6 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   if constexpr (TPT == 1 && LOAD_AHEAD) {
     if constexpr (PAGE_AHEAD) load_split_pages(first, min(first + SPLIT, pos1 + 1));
     load_chunk(first + 16 * warp, min(first + SPLIT, pos1 + 1), kr, vr);
-  }
-  if constexpr (TPT == 1 && RING > 0) {
-    const int end = min(first + SPLIT, pos1 + 1), n = warp_chunks(first, end);
-    if constexpr (PAGE_AHEAD) load_split_pages(first, end);
-    for (int i = 0; i < min(n, RING - 1); ++i) issue_chunk(i, first + 16 * warp + 16 * W * i, end);
   }
 
   // Shared memory holds what the passes below read but should not keep in registers: at 168
@@ -439,20 +340,6 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
 #pragma unroll
             for (int w = 0; w < VW; ++w) vr[e][w] = vn[e][w];
         }
-      } else if constexpr (RING > 0) {
-        // Chunk i of the warp's n in stage (ring_k + i) % RING; chunk i + RING - 1 goes into the
-        // stage chunk i - 1 was read from. One token's first split: its first chunks were issued
-        // before Q's staging.
-        const int c0 = start + 16 * warp, n = warp_chunks(start, end);
-        if (TPT > 1 || start != first)
-          for (int i = 0; i < min(n, RING - 1); ++i) issue_chunk((ring_k + i) % RING, c0 + 16 * W * i, end);
-        for (int i = 0; i < n; ++i) {
-          if (i + RING - 1 < n) issue_chunk((ring_k + i + RING - 1) % RING, c0 + 16 * W * (i + RING - 1), end);
-          ring_wait(min(RING - 1, n - 1 - i));
-          read_chunk((ring_k + i) % RING, kr, vr);
-          run_chunk(c0 + 16 * W * i, kr, vr);
-        }
-        ring_k += n;
       } else {
         for (int c = start + 16 * warp; c < end; c += 16 * W) {
           load_chunk(c, end, kr, vr);
@@ -549,22 +436,20 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
 }
 
 // LOAD_AHEAD here takes two blocks an SM instead of three (its registers); the plan picks it for
-// buckets with too few items to fill three blocks an SM anyway (kernel_plan.hpp). RING takes
-// attn_split_ring_bytes<D>(RING) of dynamic shared memory (three blocks an SM up to 64 KB).
+// buckets with too few items to fill three blocks an SM anyway (kernel_plan.hpp).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
-          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false, int RING = 0>
-__global__ void __launch_bounds__(128, LOAD_AHEAD || attn_split_ring_bytes<D>(RING) > 64 * 1024 ? 2 : 3)
+          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false>
+__global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : 3)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const bf16* kv_layer, float* part_o, float* part_ml) {
   pdl_entry();
-  extern __shared__ __align__(16) unsigned char attn_ring[];
   // Items back to back need no barrier between them (attn_split_block); a slot past every
   // position of the tile returns at once, and so do the later ones.
   for (unsigned slot = blockIdx.z; slot < NSPLIT; slot += gridDim.z)
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD,
-                     PAGE_AHEAD, RING>(blockIdx.x, blockIdx.y, static_cast<int>(slot), q, positions,
-                                       token_seq, page_tables, kv_layer, part_o, part_ml,
-                                       [] { __syncthreads(); }, nullptr, hexel::smem_addr(attn_ring));
+                     PAGE_AHEAD>(blockIdx.x, blockIdx.y, static_cast<int>(slot), q, positions,
+                                 token_seq, page_tables, kv_layer, part_o, part_ml,
+                                 [] { __syncthreads(); });
 }
 
 // out[t, hq*D + d] = bf16(softmax-weighted sum), merging the slots 0..min(position/SPLIT,

@@ -2,7 +2,6 @@
 // Including the Blackwell headers costs nothing on sm_90a: their inline functions emit PTX only
 // when a kernel calls them.
 #pragma once
-#include "hexel/async_copy.cuh"
 #include "hexel/cluster.cuh"
 #include "hexel/cluster_launch_control.cuh"
 #include "hexel/config.cuh"

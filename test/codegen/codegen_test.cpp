@@ -175,7 +175,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(p128[3].at("args")[7], "kv:0");
   // Attention in tiles of 8 tokens (G = 2: 16 MMA rows) in prefill, one token per block in decode.
   EXPECT_EQ(instance_of(p128[4]).rfind("telos_kernels::attn_split<4, 2, 32, ", 0), 0u);
-  EXPECT_EQ(instance_of(p128[4]).substr(instance_of(p128[4]).size() - 20), ", 8, false, true, 2>");
+  EXPECT_EQ(instance_of(p128[4]).substr(instance_of(p128[4]).size() - 17), ", 8, false, true>");
   // One partial slot: max_seq_len 256 is one split.
   EXPECT_EQ(p128[4].at("grid"), nlohmann::ordered_json({128 / 8, 2, 1}));
   EXPECT_EQ(instance_of(p128[6]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
@@ -250,12 +250,6 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       const std::string body = ptx_function(t.ptx, e.at("entry"));
       EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"), std::string::npos);
       EXPECT_NE(body.find("ld.acquire.gpu.global.u32"), std::string::npos);  // the grid-wide count
-      continue;
-    }
-    if (instance.rfind("telos_kernels::attn_split<", 0) == 0 && instance.find(", 2>") != std::string::npos) {
-      // RING: the chunks' stages (head dim 32: 8-byte V pieces), copied by cp.async.
-      EXPECT_EQ(e.at("dynamic_smem").get<int>(), attn_split_ring_smem(32, 2)) << instance;
-      EXPECT_NE(ptx_function(t.ptx, e.at("entry")).find("cp.async.ca.shared.global"), std::string::npos);
       continue;
     }
     if (!prefill && !small) {
@@ -482,9 +476,8 @@ TEST(Codegen, AttentionTokensPerTile) {
   // Llama-3.2-1B (G = 4): the prefill bucket's attn_split has TPT = 4 (the last template
   // argument) and a grid of max_batch / 4 tiles (the generated rows; attn_prefill has the prompt
   // rows); the decode buckets' has TPT = 1 and one block per token, and loads ahead (LOAD_AHEAD,
-  // two blocks an SM) in buckets of at most kAttnSplitAheadMaxRows tokens, through kAttnSplitRing
-  // stages of shared memory (RING) in the others and in prefill. Every bucket loads a split's page
-  // ids when it starts (PAGE_AHEAD: pages of 16 positions).
+  // two blocks an SM) in buckets of at most kAttnSplitAheadMaxRows tokens. Every bucket loads a
+  // split's page ids when it starts (PAGE_AHEAD: pages of 16 positions).
   const KernelPlan plan = plan_kernels(llama_1b());
   const std::string prefix = "telos_kernels::attn_split<32, 8, 64, 16, 512, " +
                              std::to_string(2LL * 16 * 8 * 16 * 64) + "ll, 256, 32, " +
@@ -494,16 +487,13 @@ TEST(Codegen, AttentionTokensPerTile) {
     for (const Launch& l : b.launches) {
       const std::string& instance = plan.kernels[l.kernel].instance;
       if (instance.find("attn_split") == std::string::npos) continue;
-      const int smem = plan.kernels[l.kernel].dynamic_smem;
       if (b.kind == "prefill") {
-        EXPECT_EQ(instance, prefix + "4, false, true, 2>");
-        EXPECT_EQ(smem, attn_split_ring_smem(64, kAttnSplitRing));
+        EXPECT_EQ(instance, prefix + "4, false, true>");
         EXPECT_EQ(l.grid, (std::array<int, 3>{64 / 4, 8, 32}));  // 128 pairs, every slot
         ++seen_prefill;
       } else {
-        const bool ahead = b.tokens <= kAttnSplitAheadMaxRows;
-        EXPECT_EQ(instance, prefix + (ahead ? "1, true, true>" : "1, false, true, 2>"));
-        EXPECT_EQ(smem, ahead ? 0 : attn_split_ring_smem(64, kAttnSplitRing));
+        EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows ? "1, true, true>"
+                                                                         : "1, false, true>"));
         EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, b.tokens == 64 ? 8 : 32}));
         ++seen_decode;
       }
@@ -512,13 +502,6 @@ TEST(Codegen, AttentionTokensPerTile) {
   EXPECT_EQ(seen_decode, 2 * 16);  // three decode buckets, decode:1's layers persistent
   EXPECT_TRUE(attn_split_page_ahead(16));
   EXPECT_FALSE(attn_split_page_ahead(8));  // a 16-position chunk would span two pages
-  // The ring's shared memory: 4 warps x 32 lanes x 16 bytes a piece; K 2 D / 32 pieces, V 4 D / 64
-  // (8-byte pieces, one a 16-byte slot, 4 D / 32 where D is not a multiple of 64).
-  EXPECT_EQ(attn_split_ring_smem(128, 2), 2 * 2048 * 16);
-  EXPECT_EQ(attn_split_ring_smem(64, 3), 3 * 2048 * 8);
-  EXPECT_EQ(attn_split_ring_smem(32, 2), 2 * 2048 * 6);
-  EXPECT_EQ(attn_split_ring_smem(96, 2), 2 * 2048 * 18);
-  EXPECT_EQ(attn_split_ring_smem(128, 0), 0);
 }
 
 // Prompt and generated tokens (docs/artifact.md): in a prefill bucket the split kernels read

@@ -883,16 +883,13 @@ struct AttnShape {
 };
 
 // The attn_split instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, loading
-// ahead (LOAD_AHEAD) or not, with a split's page ids loaded at its start (PAGE_AHEAD) or not,
-// copying chunks ahead through `ring` stages of shared memory (RING, codegen::attn_split_ring_smem
-// bytes) or not.
+// ahead (LOAD_AHEAD) or not, with a split's page ids loaded at its start (PAGE_AHEAD) or not.
 std::string attn_split_instance(const AttnShape& s, long long page_elems, int tpt,
-                                bool ahead = false, bool pages = false, int ring = 0) {
+                                bool ahead = false, bool pages = false) {
   return "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
          I(s.PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " +
          I(s.NSPLIT) + ", " + float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " +
-         I(tpt) + (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
-         (ring ? ", " + I(ring) + ">" : ">");
+         I(tpt) + (ahead ? ", true" : ", false") + (pages ? ", true>" : ", false>");
 }
 std::string attn_combine_instance(const AttnShape& s) {
   return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
@@ -991,10 +988,7 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     const int NSPLIT = s.NSPLIT;
     const std::string split = attn_split_instance(s, page_elems, 1), combine = attn_combine_instance(s);
-    // The same through a ring of shared-memory stages (RING: 16-byte V pieces at D 64 and 128, 8-byte
-    // ones at D 32 and 96): the same bits.
-    const std::string ring = attn_split_instance(s, page_elems, 1, false, false, 2);
-    TestModule mod(source_with_rope(), {split, combine, ring});
+    TestModule mod(source_with_rope(), {split, combine});
     const int POOL = 2 * s.MAXP + 3, ctx = s.MAXP * PAGE;
     std::vector<float> kv_f;
     DeviceBuffer<std::uint16_t> dkv(random_bf16(static_cast<std::size_t>(POOL) * page_elems, 1.f, kv_f));
@@ -1017,12 +1011,6 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
     CUDA_OK(mod.launch(combine, dim3(T, s.HQ), s.D, {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
     const auto out = a.out.download();
     expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
-    a.out.poison();
-    CUDA_OK(mod.launch(ring, dim3(T, s.HKV, NSPLIT), 128,
-                       {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(), a.part_ml.get()},
-                       codegen::attn_split_ring_smem(s.D, 2)));
-    CUDA_OK(mod.launch(combine, dim3(T, s.HQ), s.D, {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
-    EXPECT_EQ(0, std::memcmp(a.out.download().data(), out.data(), out.size() * 2)) << "D=" << s.D << " ring";
 
     // A decode row and a row several splits long alone give the same bits as inside the batch.
     for (const int r : {0, 10}) {
@@ -1053,8 +1041,7 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
 // arithmetic untouched) memcmp-identical too, and grids of fewer blocks along the slots than
 // NSPLIT (attn_grid_slots: a block runs slots z, z + S, ...; S = 1 and NSPLIT - 1), and with pages
 // of 16 positions PAGE_AHEAD (a split's page ids loaded at its start) with and without LOAD_AHEAD
-// and in tiles; RING (chunks copied ahead through 2 and 3 stages of shared memory) one token a
-// block and in tiles, with and without PAGE_AHEAD, every slot a block and one block for all.
+// and in tiles.
 TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int LAYERS = 2, LAYER = 1;
@@ -1071,7 +1058,6 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       bool ahead;
       int slots;  // the grid's z
       bool pages = false;
-      int ring = 0;
     };
     std::vector<Variant> variants = {{1, false, NSPLIT}, {1, true, NSPLIT},     {2, false, NSPLIT},
                                      {1, false, 1},      {1, true, NSPLIT - 1}, {2, false, 1}};
@@ -1083,15 +1069,9 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
                                                    {1, true, 1, true},
                                                    {16 / G, false, NSPLIT, true}})
         variants.push_back(v);
-    const bool pages = PAGE % 16 == 0;
-    for (const Variant& v : std::vector<Variant>{{1, false, NSPLIT, pages, 2},
-                                                 {1, false, 1, false, 3},
-                                                 {16 / G, false, NSPLIT, pages, 2},
-                                                 {2, false, 1, pages, 3}})
-      variants.push_back(v);
     std::vector<std::string> instances = {attn_combine_instance(s)};
     for (const Variant& v : variants)
-      instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages, v.ring));
+      instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages));
     TestModule mod(source_with_rope(), instances);
 
     const int ctx = s.MAXP * PAGE, wrap = NSPLIT * SPLIT;
@@ -1143,17 +1123,16 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       a.part_o.poison();
       a.part_ml.poison();
       a.out.poison();
-      const std::string split = attn_split_instance(s, page_elems, tpt, v.ahead, v.pages, v.ring);
+      const std::string split = attn_split_instance(s, page_elems, tpt, v.ahead, v.pages);
       CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, v.slots), 128,
                          {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(),
-                          a.part_ml.get()},
-                         codegen::attn_split_ring_smem(s.D, v.ring)));
+                          a.part_ml.get()}));
       CUDA_OK(mod.launch(attn_combine_instance(s), dim3(T, s.HQ), s.D,
                          {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
       const auto po = a.part_o.download(), ml = a.part_ml.download();
       const auto out = a.out.download();
       const std::string opts = std::string(v.ahead ? " load-ahead" : "") +
-                               (v.pages ? " page-ahead" : "") + (v.ring ? " ring " + I(v.ring) : "") +
+                               (v.pages ? " page-ahead" : "") +
                                (v.slots != NSPLIT ? " slots " + I(v.slots) : "");
       if (tpt == 1 && !v.ahead && !v.pages && v.slots == NSPLIT) {
         expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
