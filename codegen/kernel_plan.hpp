@@ -178,6 +178,13 @@ int attn_grid_slots(int tiles, int kv_heads, int partial_slots);
 // split rows: there the items are too few to fill three blocks an SM and the chain of chunk loads
 // is the item's time. The loads only: the bits are the same either way.
 constexpr int kAttnSplitAheadMaxRows = 8;
+// Buckets of at least this many split rows (and no LOAD_AHEAD) run attn_split four blocks an SM
+// (its BLOCKS: 128 registers a thread, no spills at head dim 128) instead of three: 16 warps an SM
+// for a kernel bound by its loads' latency. H200, D 128, 8 layers with PDL (docs/perf-log.md change
+// 59): batch 256 ctx 576 257.0 -> 238.7 µs, ctx 4096 1393.8 -> 1272.1; batch 64 ctx 576 70.9 ->
+// 67.8, ctx 4096 361.5 -> 334.3, ctx 32768 2108.2 -> 2027.0; batch 16 ctx 4096 105.3 -> 98.4 but
+// ctx 576 20.9 -> 22.9. Registers only: the same bits.
+constexpr int kAttnSplitFourBlocksMinRows = 64;
 // attn_split loads a split's page ids together when the split starts (PAGE_AHEAD) wherever a
 // 16-position chunk lies in one page: 0.5-1.5% faster in every decode row timed on the H200, none
 // slower (docs/perf-log.md, change 53). The loads only: the same bits either way.

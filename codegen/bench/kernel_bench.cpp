@@ -745,11 +745,13 @@ int main(int argc, char** argv) {
     long long page_elems;
     bool ahead = false;  // attn_split's LOAD_AHEAD
     bool pages = attn_split_page_ahead(PAGE);  // and PAGE_AHEAD, as the plan takes it
+    int blocks = 0;                             // blocks an SM (0: the kernel's default)
     std::string split_kernel(int tpt) const {
       return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) +
              ", " + I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
              float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) +
-             (ahead ? ", true" : ", false") + (pages ? ", true>" : ", false>");
+             (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
+             (blocks ? ", " + I(blocks) + ">" : ">");
     }
     std::string combine_kernel() const {
       return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
@@ -805,6 +807,9 @@ int main(int argc, char** argv) {
     Attn ahead = plan;
     ahead.ahead = true;
     vars.push_back({" load-ahead", ahead});
+    Attn four = plan;
+    four.blocks = 4;
+    vars.push_back({" 4 blocks", four});
     for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
       Attn v = plan;
       v.split = split;
@@ -852,7 +857,9 @@ int main(int argc, char** argv) {
   for (int C : {576, 4096}) {
     Attn at = attn(C);
     at.nsplit = attn_partial_slots(8192);
-    Module mod({at.split_kernel(1), at.combine_kernel()});
+    Attn four = at;
+    four.blocks = 4;
+    Module mod({at.split_kernel(1), at.combine_kernel(), four.split_kernel(1)});
     for (int B : {16, 64, 256}) {
       std::vector<int> hpos(B, C - 1), hseq(B);
       for (int b = 0; b < B; ++b) hseq[b] = b;
@@ -880,6 +887,15 @@ int main(int argc, char** argv) {
             "attn_split+combine PDL z=" + I(slots) + (slots == plan_slots ? " plan" : "");
         attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
       }
+      {
+        auto step = [&](int i) {
+          mod.launch(four.split_kernel(1), dim3(B, HKV, plan_slots), 128,
+                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0, i % kBatch != 0);
+          mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
+        };
+        const std::string label = "attn_split+combine PDL z=" + I(plan_slots) + " 4 blocks";
+        attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
+      }
     }
   }
 
@@ -891,15 +907,17 @@ int main(int argc, char** argv) {
   {
     constexpr int C = 8192, T = 512;
     const Attn at = attn(C);
+    Attn four = at;
+    four.blocks = 4;
     const int tiled = attn_tokens_per_tile(true, T, HQ / HKV);
     const std::string ck = at.combine_kernel();
-    Module mod({at.split_kernel(1), at.split_kernel(tiled), ck});
+    Module mod({at.split_kernel(1), at.split_kernel(tiled), four.split_kernel(tiled), ck});
     std::vector<int> hpos(T), hseq(T, 0);
     for (int t = 0; t < T; ++t) hpos[t] = C - T + t;
     const AttnBuffers m(at, hpos, hseq, 1);
     std::vector<unsigned short> first_out;
-    for (int tpt : {1, tiled}) {
-      const std::string sk = at.split_kernel(tpt);
+    for (auto [tpt, a] : {std::pair<int, const Attn*>{1, &at}, {tiled, &at}, {tiled, &four}}) {
+      const std::string sk = a->split_kernel(tpt);
       const double us = median_us([&](int) {
         mod.launch(sk, dim3(T / tpt, HKV, at.nsplit), 128, {m.q, m.pos, m.seq, m.pt, m.kv, m.po, m.pml});
         mod.launch(ck, dim3(T, HQ), D, {m.po, m.pml, m.pos, m.out});
@@ -910,7 +928,7 @@ int main(int argc, char** argv) {
       check(cudaMemcpy(o.data(), m.out, o.size() * 2, cudaMemcpyDeviceToHost), "download");
       if (first_out.empty()) first_out = o;
       char label[64], shape[64];
-      std::snprintf(label, sizeof label, "attn prefill D128 GQA4 TPT=%d%s", tpt,
+      std::snprintf(label, sizeof label, "attn prefill D128 GQA4 TPT=%d%s%s", tpt, a->blocks ? " 4 blocks" : "",
                     tpt == 1 || o == first_out ? "" : " DIFF");
       std::snprintf(shape, sizeof shape, "T=%d pos %d..%d", T, C - T, C - 1);
       attn_row(label, shape, us, bytes);

@@ -175,7 +175,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(p128[3].at("args")[7], "kv:0");
   // Attention in tiles of 8 tokens (G = 2: 16 MMA rows) in prefill, one token per block in decode.
   EXPECT_EQ(instance_of(p128[4]).rfind("telos_kernels::attn_split<4, 2, 32, ", 0), 0u);
-  EXPECT_EQ(instance_of(p128[4]).substr(instance_of(p128[4]).size() - 17), ", 8, false, true>");
+  // Four blocks an SM: the bucket's split rows reach kAttnSplitFourBlocksMinRows.
+  EXPECT_EQ(instance_of(p128[4]).substr(instance_of(p128[4]).size() - 20), ", 8, false, true, 4>");
   // One partial slot: max_seq_len 256 is one split.
   EXPECT_EQ(p128[4].at("grid"), nlohmann::ordered_json({128 / 8, 2, 1}));
   EXPECT_EQ(instance_of(p128[6]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
@@ -476,8 +477,10 @@ TEST(Codegen, AttentionTokensPerTile) {
   // Llama-3.2-1B (G = 4): the prefill bucket's attn_split has TPT = 4 (the last template
   // argument) and a grid of max_batch / 4 tiles (the generated rows; attn_prefill has the prompt
   // rows); the decode buckets' has TPT = 1 and one block per token, and loads ahead (LOAD_AHEAD,
-  // two blocks an SM) in buckets of at most kAttnSplitAheadMaxRows tokens. Every bucket loads a
-  // split's page ids when it starts (PAGE_AHEAD: pages of 16 positions).
+  // two blocks an SM) in buckets of at most kAttnSplitAheadMaxRows tokens; from
+  // kAttnSplitFourBlocksMinRows split rows on (the prefill buckets' 64 and decode:64) it runs four
+  // blocks an SM. Every bucket loads a split's page ids when it starts (PAGE_AHEAD: pages of 16
+  // positions).
   const KernelPlan plan = plan_kernels(llama_1b());
   const std::string prefix = "telos_kernels::attn_split<32, 8, 64, 16, 512, " +
                              std::to_string(2LL * 16 * 8 * 16 * 64) + "ll, 256, 32, " +
@@ -488,12 +491,13 @@ TEST(Codegen, AttentionTokensPerTile) {
       const std::string& instance = plan.kernels[l.kernel].instance;
       if (instance.find("attn_split") == std::string::npos) continue;
       if (b.kind == "prefill") {
-        EXPECT_EQ(instance, prefix + "4, false, true>");
+        EXPECT_EQ(instance, prefix + "4, false, true, 4>");  // 64 split rows: four blocks an SM
         EXPECT_EQ(l.grid, (std::array<int, 3>{64 / 4, 8, 32}));  // 128 pairs, every slot
         ++seen_prefill;
       } else {
-        EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows ? "1, true, true>"
-                                                                         : "1, false, true>"));
+        EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows            ? "1, true, true>"
+                                      : b.tokens >= kAttnSplitFourBlocksMinRows ? "1, false, true, 4>"
+                                                                                : "1, false, true>"));
         EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, b.tokens == 64 ? 8 : 32}));
         ++seen_decode;
       }

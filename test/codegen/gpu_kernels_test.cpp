@@ -885,11 +885,12 @@ struct AttnShape {
 // The attn_split instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, loading
 // ahead (LOAD_AHEAD) or not, with a split's page ids loaded at its start (PAGE_AHEAD) or not.
 std::string attn_split_instance(const AttnShape& s, long long page_elems, int tpt,
-                                bool ahead = false, bool pages = false) {
+                                bool ahead = false, bool pages = false, int blocks = 0) {
   return "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
          I(s.PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " +
          I(s.NSPLIT) + ", " + float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " +
-         I(tpt) + (ahead ? ", true" : ", false") + (pages ? ", true>" : ", false>");
+         I(tpt) + (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
+         (blocks ? ", " + I(blocks) + ">" : ">");
 }
 std::string attn_combine_instance(const AttnShape& s) {
   return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
@@ -1058,6 +1059,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       bool ahead;
       int slots;  // the grid's z
       bool pages = false;
+      int blocks = 0;
     };
     std::vector<Variant> variants = {{1, false, NSPLIT}, {1, true, NSPLIT},     {2, false, NSPLIT},
                                      {1, false, 1},      {1, true, NSPLIT - 1}, {2, false, 1}};
@@ -1069,9 +1071,11 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
                                                    {1, true, 1, true},
                                                    {16 / G, false, NSPLIT, true}})
         variants.push_back(v);
+    for (const Variant& v : std::vector<Variant>{{1, false, NSPLIT, PAGE % 16 == 0, 4}, {16 / G, false, 1, false, 4}})
+      variants.push_back(v);
     std::vector<std::string> instances = {attn_combine_instance(s)};
     for (const Variant& v : variants)
-      instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages));
+      instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages, v.blocks));
     TestModule mod(source_with_rope(), instances);
 
     const int ctx = s.MAXP * PAGE, wrap = NSPLIT * SPLIT;
@@ -1123,7 +1127,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       a.part_o.poison();
       a.part_ml.poison();
       a.out.poison();
-      const std::string split = attn_split_instance(s, page_elems, tpt, v.ahead, v.pages);
+      const std::string split = attn_split_instance(s, page_elems, tpt, v.ahead, v.pages, v.blocks);
       CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, v.slots), 128,
                          {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(),
                           a.part_ml.get()}));
@@ -1132,7 +1136,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       const auto po = a.part_o.download(), ml = a.part_ml.download();
       const auto out = a.out.download();
       const std::string opts = std::string(v.ahead ? " load-ahead" : "") +
-                               (v.pages ? " page-ahead" : "") +
+                               (v.pages ? " page-ahead" : "") + (v.blocks ? " blocks " + I(v.blocks) : "") +
                                (v.slots != NSPLIT ? " slots " + I(v.slots) : "");
       if (tpt == 1 && !v.ahead && !v.pages && v.slots == NSPLIT) {
         expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
