@@ -295,8 +295,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
             I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(tpt) +
-            (split_ahead ? ", true" : ", false") + (attn_split_page_ahead(PAGE) ? ", true" : ", false") +
-            (split_four ? ", 4>" : ">"),
+            (split_ahead ? ", true" : ", false") +
+            (attn_split_page_ahead(PAGE) ? ", true" : ", false") + (split_four ? ", 4>" : ">"),
         {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128);
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
     // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each

@@ -5,12 +5,13 @@
 //   tiles them: the small-M wgmma GEMM (gemm_small_*: qkv, o, gate_up with SwiGLU, down with the
 //   residual add, the LM head's f32 logits and greedy candidates);
 //   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k (the
-//   plan's kernel (PAGE_AHEAD), with LOAD_AHEAD too, and at other splits), and
-//   batches 16-256 at contexts 576 and 4096 in a model of 32 partial slots, attn_split's grid
-//   along the slots at 32 and at the plan's attn_grid_slots;
+//   plan's kernel (PAGE_AHEAD) three blocks an SM, with LOAD_AHEAD too, four blocks an SM, and at
+//   other splits), and batches 16-256 at contexts 576 and 4096 in a model of 32 partial slots,
+//   attn_split's grid along the slots at 32 and at the plan's attn_grid_slots, the plan's blocks
+//   an SM (four from kAttnSplitFourBlocksMinRows rows) and the other choice;
 //   prefill attention: one sequence's 512-token chunk at context 8192, one token per block
-//   (TPT 1) against the plan's tiles of 4 tokens (TPT 4), GB/s counting the K/V bytes each
-//   block reads (per tile: positions up to the tile's last).
+//   (TPT 1) against the plan's tiles of 4 tokens (TPT 4, three and four blocks an SM), GB/s
+//   counting the K/V bytes each block reads (per tile: positions up to the tile's last).
 // `telos-kernel-bench --sweep` also times the small GEMM at other tilings than the plan's;
 // `telos-kernel-bench --decode-layer` times only the copy bandwidth and the one-token decode
 // layers; `telos-kernel-bench --sample` only the copy bandwidth and the sampler;
@@ -745,7 +746,7 @@ int main(int argc, char** argv) {
     long long page_elems;
     bool ahead = false;  // attn_split's LOAD_AHEAD
     bool pages = attn_split_page_ahead(PAGE);  // and PAGE_AHEAD, as the plan takes it
-    int blocks = 0;                             // blocks an SM (0: the kernel's default)
+    int blocks = 0;                            // blocks an SM (0: the kernel's default)
     std::string split_kernel(int tpt) const {
       return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) +
              ", " + I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
@@ -876,26 +877,22 @@ int main(int argc, char** argv) {
       } else if (plan_slots != at.nsplit) {
         zs.insert(zs.begin(), at.nsplit);
       }
-      for (int slots : zs) {
+      // The plan's blocks an SM (four from kAttnSplitFourBlocksMinRows rows), and at the plan's
+      // slots the other choice.
+      const bool four_plan = B >= kAttnSplitFourBlocksMinRows;
+      const Attn &planned = four_plan ? four : at, &other = four_plan ? at : four;
+      auto row = [&](const Attn& a, int slots, const std::string& note) {
         auto step = [&](int i) {
-          mod.launch(at.split_kernel(1), dim3(B, HKV, slots), 128,
+          mod.launch(a.split_kernel(1), dim3(B, HKV, slots), 128,
                      {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0,
                      i % kBatch != 0);
           mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
         };
-        const std::string label =
-            "attn_split+combine PDL z=" + I(slots) + (slots == plan_slots ? " plan" : "");
+        const std::string label = "attn_split+combine PDL z=" + I(slots) + note;
         attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
-      }
-      {
-        auto step = [&](int i) {
-          mod.launch(four.split_kernel(1), dim3(B, HKV, plan_slots), 128,
-                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0, i % kBatch != 0);
-          mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
-        };
-        const std::string label = "attn_split+combine PDL z=" + I(plan_slots) + " 4 blocks";
-        attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
-      }
+      };
+      for (int slots : zs) row(planned, slots, slots == plan_slots ? " plan" : "");
+      row(other, plan_slots, four_plan ? " 3 blocks" : " 4 blocks");
     }
   }
 
@@ -928,8 +925,8 @@ int main(int argc, char** argv) {
       check(cudaMemcpy(o.data(), m.out, o.size() * 2, cudaMemcpyDeviceToHost), "download");
       if (first_out.empty()) first_out = o;
       char label[64], shape[64];
-      std::snprintf(label, sizeof label, "attn prefill D128 GQA4 TPT=%d%s%s", tpt, a->blocks ? " 4 blocks" : "",
-                    tpt == 1 || o == first_out ? "" : " DIFF");
+      std::snprintf(label, sizeof label, "attn prefill D128 GQA4 TPT=%d%s%s", tpt,
+                    a->blocks ? " 4 blocks" : "", tpt == 1 || o == first_out ? "" : " DIFF");
       std::snprintf(shape, sizeof shape, "T=%d pos %d..%d", T, C - T, C - 1);
       attn_row(label, shape, us, bytes);
     }

@@ -179,8 +179,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   }
 
   // Shared memory holds what the passes below read but should not keep in registers: at 128-168
-  // registers a thread (3 or 4 blocks an SM, __launch_bounds__) the o accumulators and the K/V loads
-  // in flight take the rest, and anything more spills.
+  // registers a thread (3 or 4 blocks an SM, __launch_bounds__) the o accumulators and the K/V
+  // loads in flight take the rest, and anything more spills.
   //  - with TPT > 1, the tile's positions and its segments (maximal runs of equal token_seq:
   //    tokens of one sequence are contiguous in a step) that reach this slot: first and end
   //    token, sequence, largest position; only the segment index stays live across a pass;
@@ -440,7 +440,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
 // SM otherwise (3: 140 registers at head dim 128; 4: 128, no spills), the plan's per bucket
 // (kAttnSplitFourBlocksMinRows). Launch bounds move registers only: the same bits at any BLOCKS.
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
-          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false, int BLOCKS = 3>
+          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false,
+          int BLOCKS = 3>
 __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const bf16* kv_layer, float* part_o, float* part_ml) {

@@ -491,13 +491,14 @@ TEST(Codegen, AttentionTokensPerTile) {
       const std::string& instance = plan.kernels[l.kernel].instance;
       if (instance.find("attn_split") == std::string::npos) continue;
       if (b.kind == "prefill") {
-        EXPECT_EQ(instance, prefix + "4, false, true, 4>");  // 64 split rows: four blocks an SM
+        EXPECT_EQ(instance, prefix + "4, false, true, 4>");      // 64 split rows: four blocks an SM
         EXPECT_EQ(l.grid, (std::array<int, 3>{64 / 4, 8, 32}));  // 128 pairs, every slot
         ++seen_prefill;
       } else {
-        EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows            ? "1, true, true>"
-                                      : b.tokens >= kAttnSplitFourBlocksMinRows ? "1, false, true, 4>"
-                                                                                : "1, false, true>"));
+        EXPECT_EQ(instance,
+                  prefix + (b.tokens <= kAttnSplitAheadMaxRows        ? "1, true, true>"
+                            : b.tokens >= kAttnSplitFourBlocksMinRows ? "1, false, true, 4>"
+                                                                      : "1, false, true>"));
         EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, b.tokens == 64 ? 8 : 32}));
         ++seen_decode;
       }

@@ -1071,7 +1071,8 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
                                                    {1, true, 1, true},
                                                    {16 / G, false, NSPLIT, true}})
         variants.push_back(v);
-    for (const Variant& v : std::vector<Variant>{{1, false, NSPLIT, PAGE % 16 == 0, 4}, {16 / G, false, 1, false, 4}})
+    for (const Variant& v :
+         std::vector<Variant>{{1, false, NSPLIT, PAGE % 16 == 0, 4}, {16 / G, false, 1, false, 4}})
       variants.push_back(v);
     std::vector<std::string> instances = {attn_combine_instance(s)};
     for (const Variant& v : variants)
@@ -1136,7 +1137,8 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       const auto po = a.part_o.download(), ml = a.part_ml.download();
       const auto out = a.out.download();
       const std::string opts = std::string(v.ahead ? " load-ahead" : "") +
-                               (v.pages ? " page-ahead" : "") + (v.blocks ? " blocks " + I(v.blocks) : "") +
+                               (v.pages ? " page-ahead" : "") +
+                               (v.blocks ? " blocks " + I(v.blocks) : "") +
                                (v.slots != NSPLIT ? " slots " + I(v.slots) : "");
       if (tpt == 1 && !v.ahead && !v.pages && v.slots == NSPLIT) {
         expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
