@@ -80,11 +80,7 @@ GeneratedKernels generate_kernels(const CodegenInput& in, const CodegenOptions& 
              " of the " + std::to_string(plan.kernels.size()) + " kernels" +
              (modules[t].from_cache ? ", read from the kernel cache" : ""));
       const KernelResources& r = it->second;
-      if (r.spill_stores || r.spill_loads || r.stack_frame)
-        fail("codegen: kernel " + k.instance + " (" + entry + ") uses local memory on " + arch +
-             ": " + std::to_string(r.stack_frame) + " bytes stack frame, " +
-             std::to_string(r.spill_stores) + " bytes spill stores, " +
-             std::to_string(r.spill_loads) + " bytes spill loads; Telos kernels must not spill");
+      check_kernel_resources(k.instance, entry, arch, r, k.dynamic_smem);
       resources[arch] = {{"registers", r.registers},
                          {"shared_static", r.shared_static},
                          {"stack_frame", r.stack_frame},

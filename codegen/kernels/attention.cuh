@@ -230,7 +230,11 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   const float kNegInf = -__int_as_float(0x7f800000);
   __shared__ float sm_m[W][16];
   __shared__ float sm_l[W / 2][16];
-  __shared__ float sm_o[W / 2][R][D];
+  // The merge's o rows, one float of padding after every 32 (dim d at d + d / 32): a warp's
+  // stores of one (n-tile, column) pair, dims 32 · c4 + ... of rows g, then fall in 16 or 32
+  // different banks instead of one (16-way conflicts before; docs/perf-log.md change 60).
+  constexpr int kORow = D + (D + 31) / 32;
+  __shared__ float sm_o[W / 2][R][kORow];
 
   // One pass per segment [a, b) of the tile that reaches the slot. Padding rows (negative
   // position) and rows whose position is before the slot's first split write nothing: the
@@ -378,9 +382,9 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
         for (int n = 0; n < NT; ++n)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int d = (2 * c4 + h) * (D / 8) + n;
-            if (g < R) sm_o[warp - half][g][d] = o[n][h];
-            if (g + 8 < R) sm_o[warp - half][g + 8][d] = o[n][2 + h];
+            const int d = (2 * c4 + h) * (D / 8) + n, at = d + d / 32;
+            if (g < R) sm_o[warp - half][g][at] = o[n][h];
+            if (g + 8 < R) sm_o[warp - half][g + 8][at] = o[n][2 + h];
           }
       }
       sync();
@@ -390,9 +394,9 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
         for (int n = 0; n < NT; ++n)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int d = (2 * c4 + h) * (D / 8) + n;
-            if (g < R) o[n][h] += sm_o[warp][g][d];
-            if (g + 8 < R) o[n][2 + h] += sm_o[warp][g + 8][d];
+            const int d = (2 * c4 + h) * (D / 8) + n, at = d + d / 32;
+            if (g < R) o[n][h] += sm_o[warp][g][at];
+            if (g + 8 < R) o[n][2 + h] += sm_o[warp][g + 8][at];
           }
       }
       sync();

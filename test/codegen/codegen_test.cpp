@@ -803,5 +803,30 @@ TEST(Codegen, ParsesPtxasReport) {
   EXPECT_EQ(k.shared_static, 4096);
 }
 
+// A kernel that spills, or whose static and dynamic shared memory together pass the 227 KB a
+// block may have, fails the compile with a message naming it; at the limit it passes.
+TEST(Codegen, KernelResourcesOverTheLimitsFailNamingTheKernel) {
+  auto message = [](const KernelResources& r, int dynamic_smem) -> std::string {
+    try {
+      check_kernel_resources("telos_kernels::k<1>", "_Z1kILi1EEvv", "sm_90a", r, dynamic_smem);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  KernelResources r;
+  r.registers = 128;
+  r.shared_static = 8 * 1024;
+  EXPECT_EQ(message(r, kMaxSmemPerBlock - 8 * 1024), "");
+  const std::string over = message(r, kMaxSmemPerBlock - 8 * 1024 + 16);
+  EXPECT_NE(over.find("telos_kernels::k<1>"), std::string::npos) << over;
+  EXPECT_NE(over.find("8192 bytes of static and 224272 of dynamic shared memory on sm_90a"), std::string::npos)
+      << over;
+  r.spill_stores = 4;
+  const std::string spill = message(r, 0);
+  EXPECT_NE(spill.find("_Z1kILi1EEvv"), std::string::npos) << spill;
+  EXPECT_NE(spill.find("must not spill"), std::string::npos) << spill;
+}
+
 }  // namespace
 }  // namespace telos::codegen
