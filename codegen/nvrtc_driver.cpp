@@ -81,16 +81,18 @@ std::map<std::string, KernelResources> parse_ptxas_log(const std::string& log) {
   return out;
 }
 
-void check_kernel_resources(const std::string& instance, const std::string& entry, const std::string& arch,
-                            const KernelResources& r, int dynamic_smem) {
+void check_kernel_resources(const std::string& instance, const std::string& entry,
+                            const std::string& arch, const KernelResources& r, int dynamic_smem) {
   if (r.spill_stores || r.spill_loads || r.stack_frame)
     fail("codegen: kernel " + instance + " (" + entry + ") uses local memory on " + arch + ": " +
          std::to_string(r.stack_frame) + " bytes stack frame, " + std::to_string(r.spill_stores) +
-         " bytes spill stores, " + std::to_string(r.spill_loads) + " bytes spill loads; Telos kernels must not spill");
+         " bytes spill stores, " + std::to_string(r.spill_loads) +
+         " bytes spill loads; Telos kernels must not spill");
   if (r.shared_static + dynamic_smem > kMaxSmemPerBlock)
-    fail("codegen: kernel " + instance + " (" + entry + ") needs " + std::to_string(r.shared_static) +
-         " bytes of static and " + std::to_string(dynamic_smem) + " of dynamic shared memory on " + arch +
-         ", more than the " + std::to_string(kMaxSmemPerBlock) + " a block may have");
+    fail("codegen: kernel " + instance + " (" + entry + ") needs " +
+         std::to_string(r.shared_static) + " bytes of static and " + std::to_string(dynamic_smem) +
+         " of dynamic shared memory on " + arch + ", more than the " +
+         std::to_string(kMaxSmemPerBlock) + " a block may have");
 }
 
 CompiledModule compile_module(const std::string& source, const std::string& arch,

@@ -45,7 +45,7 @@ constexpr int kMaxSmemPerBlock = 227 * 1024;
 // static shared memory plus the plan's dynamic shared memory within kMaxSmemPerBlock, so that a
 // plan the device cannot launch fails the compile with the kernel's name instead of the load.
 // Throws telos::Error naming `instance` (its `entry`) and `arch`.
-void check_kernel_resources(const std::string& instance, const std::string& entry, const std::string& arch,
-                            const KernelResources& r, int dynamic_smem);
+void check_kernel_resources(const std::string& instance, const std::string& entry,
+                            const std::string& arch, const KernelResources& r, int dynamic_smem);
 
 }  // namespace telos::codegen

@@ -820,7 +820,8 @@ TEST(Codegen, KernelResourcesOverTheLimitsFailNamingTheKernel) {
   EXPECT_EQ(message(r, kMaxSmemPerBlock - 8 * 1024), "");
   const std::string over = message(r, kMaxSmemPerBlock - 8 * 1024 + 16);
   EXPECT_NE(over.find("telos_kernels::k<1>"), std::string::npos) << over;
-  EXPECT_NE(over.find("8192 bytes of static and 224272 of dynamic shared memory on sm_90a"), std::string::npos)
+  EXPECT_NE(over.find("8192 bytes of static and 224272 of dynamic shared memory on sm_90a"),
+            std::string::npos)
       << over;
   r.spill_stores = 4;
   const std::string spill = message(r, 0);
