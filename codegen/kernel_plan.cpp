@@ -215,6 +215,10 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   return t;
 }
 
+bool attn_split_four_blocks(int head_dim, int group) {
+  return head_dim <= 64 || group == 2 || group == 4 || group == 8;
+}
+
 KernelPlan plan_kernels(const CodegenInput& in) {
   check_model(in);
   KernelPlan plan;
@@ -290,7 +294,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int split_rows = prompt_attn ? std::min(T, in.max_batch) : T;
     const int split_tiles = (split_rows + tpt - 1) / tpt;
     const bool split_ahead = tpt == 1 && split_rows <= kAttnSplitAheadMaxRows;
-    const bool split_four = !split_ahead && split_rows >= kAttnSplitFourBlocksMinRows;
+    const bool split_four = !split_ahead && split_rows >= kAttnSplitFourBlocksMinRows &&
+                            attn_split_four_blocks(D, HQ / HKV);
     const int split_k = b.kernel(
         "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
             ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +

@@ -183,8 +183,12 @@ constexpr int kAttnSplitAheadMaxRows = 8;
 // for a kernel bound by its loads' latency. H200, D 128, 8 layers with PDL (docs/perf-log.md change
 // 59): batch 256 ctx 576 257.0 -> 238.7 µs, ctx 4096 1393.8 -> 1272.1; batch 64 ctx 576 70.9 ->
 // 67.8, ctx 4096 361.5 -> 334.3, ctx 32768 2108.2 -> 2027.0; batch 16 ctx 4096 105.3 -> 98.4 but
-// ctx 576 20.9 -> 22.9. Registers only: the same bits.
+// ctx 576 20.9 -> 22.9. Registers only: the same bits. Only where the 128 registers hold without
+// spills for every tile the plan gives (ptxas, CUDA 13.0): head dim 64 or less at any group; head
+// dim 128 with G = 2, 4 or 8 (Qwen2.5-1.5B's G = 6 at one token a block, G = 1 in tiles of 16 and
+// G = 16 spill): attn_split_four_blocks; test Codegen.AttnSplitFourBlocksCompileWithoutSpills.
 constexpr int kAttnSplitFourBlocksMinRows = 64;
+bool attn_split_four_blocks(int head_dim, int group);
 // attn_split loads a split's page ids together when the split starts (PAGE_AHEAD) wherever a
 // 16-position chunk lies in one page: 0.5-1.5% faster in every decode row timed on the H200, none
 // slower (docs/perf-log.md, change 53). The loads only: the same bits either way.

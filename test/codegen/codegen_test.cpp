@@ -662,6 +662,36 @@ __global__ void __launch_bounds__(160) combine_rows(const float* part_o, const f
   }
 }
 
+// attn_split four blocks an SM (128 registers) wherever attn_split_four_blocks allows it: head dim
+// 128 at G = 2, 4, 8 and head dim 64 at G = 1-16, one token a block and in the plan's tiles
+// (attn_tokens_per_tile: the largest power of two with TPT · G <= 16), compile without spills; and
+// the rule refuses the shapes that spill under ptxas (G = 6 and 16 at head dim 128).
+TEST(Codegen, AttnSplitFourBlocksCompileWithoutSpills) {
+  std::vector<std::string> names;
+  for (int d : {64, 128})
+    for (int g : {1, 2, 3, 4, 6, 8, 16}) {
+      if (!attn_split_four_blocks(d, g)) continue;
+      for (int tpt : {1, attn_tokens_per_tile(true, 1024, g)}) {
+        const long long page_elems = 2LL * 2 * 2 * 16 * d;
+        names.push_back("telos_kernels::attn_split<" + std::to_string(2 * g) + ", 2, " +
+                        std::to_string(d) + ", 16, 528, " + std::to_string(page_elems) +
+                        "ll, 256, 32, " + float_literal(1.4426950408889634 / std::sqrt(double(d))) +
+                        ", " + std::to_string(tpt) + ", false, true, 4>");
+      }
+    }
+  EXPECT_EQ(names.size(), 2u * 7 + 2u * 3);
+  const CompiledModule m = compile_module("#include \"attention.cuh\"\n", "sm_90a", names, "");
+  for (const auto& name : names) {
+    const KernelResources& r = m.resources.at(m.lowered.at(name));
+    EXPECT_EQ(r.stack_frame, 0) << name;
+    EXPECT_EQ(r.spill_stores, 0) << name;
+    EXPECT_LE(r.registers, 128) << name;
+  }
+  EXPECT_FALSE(attn_split_four_blocks(128, 6));
+  EXPECT_FALSE(attn_split_four_blocks(128, 16));
+  EXPECT_FALSE(attn_split_four_blocks(128, 1));
+}
+
 // The prefill attention kernel (kernels/attention_prefill.cuh) at the real head shapes, in the
 // tiles of TPT = 128 / G (rounded down to a power of two) tokens a prefill bucket would use:
 // Llama-3.2-1B (32/8/64), Llama-3.1-8B (32/8/128), Qwen2.5-1.5B (12/2/128), Qwen3-0.6B (16/8/128),
