@@ -879,7 +879,8 @@ int main(int argc, char** argv) {
       }
       // The plan's blocks an SM (four from kAttnSplitFourBlocksMinRows rows), and at the plan's
       // slots the other choice.
-      const bool four_plan = B >= kAttnSplitFourBlocksMinRows;
+      const bool four_plan =
+          B >= kAttnSplitFourBlocksMinRows && attn_split_four_blocks(D, HQ / HKV);
       const Attn &planned = four_plan ? four : at, &other = four_plan ? at : four;
       auto row = [&](const Attn& a, int slots, const std::string& note) {
         auto step = [&](int i) {
