@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 
+#include "codegen/nvrtc_driver.hpp"
 #include "codegen/rope_table.hpp"
 #include "support/error.hpp"
 
@@ -169,7 +170,8 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   }
   const int per_sm = (t.tiles_m * t.tiles_n + kSms - 1) / kSms;
   // Less 1 KB for the static shared memory of the folded QKV epilogue (gemm_small_norm_qkv).
-  const int budget = std::min(227 * 1024, limits.smem_per_sm / per_sm - 1024) - (norm ? 1024 : 0);
+  const int budget =
+      std::min(kMaxSmemPerBlock, limits.smem_per_sm / per_sm - 1024) - (norm ? 1024 : 0);
   const int stage = small_gemm_stage_bytes(t.a_box, t.bn, norm);
   const int max_stages = std::clamp(k_blocks, 2, limits.max_stages);
   t.stages = std::clamp((budget - 1024 - t.resident_bytes()) / stage, 2, max_stages);
@@ -209,7 +211,7 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   // for the static shared memory (attn_split_block's 8.6 KB at head dim 128, the QKV epilogue's,
   // the norm's) and 1 KB of alignment.
   const int resident = (std::max({h, ko, i}) / 8 * 16 + 128 + 1023) / 1024 * 1024;
-  t.stages = (227 * 1024 - 1024 - 16 * 1024 - resident) / kPersistentSlotBytes;
+  t.stages = (kMaxSmemPerBlock - 1024 - 16 * 1024 - resident) / kPersistentSlotBytes;
   t.smem = 1024 + resident + t.stages * kPersistentSlotBytes;
   t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
   return t;

@@ -754,6 +754,11 @@ int main(int argc, char** argv) {
              (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
              (blocks ? ", " + I(blocks) + ">" : ">");
     }
+    Attn with_blocks(int b) const {  // the same kernel at b blocks an SM
+      Attn a = *this;
+      a.blocks = b;
+      return a;
+    }
     std::string combine_kernel() const {
       return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
     }
@@ -808,9 +813,7 @@ int main(int argc, char** argv) {
     Attn ahead = plan;
     ahead.ahead = true;
     vars.push_back({" load-ahead", ahead});
-    Attn four = plan;
-    four.blocks = 4;
-    vars.push_back({" 4 blocks", four});
+    vars.push_back({" 4 blocks", plan.with_blocks(4)});
     for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
       Attn v = plan;
       v.split = split;
@@ -858,8 +861,7 @@ int main(int argc, char** argv) {
   for (int C : {576, 4096}) {
     Attn at = attn(C);
     at.nsplit = attn_partial_slots(8192);
-    Attn four = at;
-    four.blocks = 4;
+    const Attn four = at.with_blocks(4);
     Module mod({at.split_kernel(1), at.combine_kernel(), four.split_kernel(1)});
     for (int B : {16, 64, 256}) {
       std::vector<int> hpos(B, C - 1), hseq(B);
@@ -904,9 +906,7 @@ int main(int argc, char** argv) {
   // The two outputs must be the same bits.
   {
     constexpr int C = 8192, T = 512;
-    const Attn at = attn(C);
-    Attn four = at;
-    four.blocks = 4;
+    const Attn at = attn(C), four = at.with_blocks(4);
     const int tiled = attn_tokens_per_tile(true, T, HQ / HKV);
     const std::string ck = at.combine_kernel();
     Module mod({at.split_kernel(1), at.split_kernel(tiled), four.split_kernel(tiled), ck});
