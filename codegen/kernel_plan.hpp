@@ -88,6 +88,10 @@ struct SmallGemmTiling {
   int bn = 32, cols = 32, stages = 2, a_box = kSmallGemmBlockM;
   int tiles_m = 1, tiles_n = 1;  // the grid
   int norm_blocks = 0;
+  // CTAs along M sharing each weight tile by TMA multicast (the gemm_small_*_cl kernels; 1: none):
+  // it divides tiles_m, and the weight map's box is cols / cluster rows (gemm_small.cuh).
+  int cluster = 1;
+  int w_box() const { return cols / cluster; }
   int smem() const;              // dynamic shared memory per CTA
   int resident_bytes() const;    // of smem(): what is not the stages (the norm prologue's A and sums)
 };

@@ -143,10 +143,11 @@ void fill(void* p, std::size_t bytes) {
 
 std::string I(long long v) { return std::to_string(v); }
 
-// gemm_small_<epi><M, N, K, BN, STAGES> as codegen names it (epi: bf16, residual, swiglu, f32cand).
+// gemm_small_<epi><M, N, K, BN, STAGES> as codegen names it (epi: bf16, residual, swiglu, f32cand),
+// gemm_small_<epi>_cl<..., CL> on clusters.
 std::string small_gemm_instance(const std::string& epi, int M, int N, int K, const SmallGemmTiling& t) {
-  return "telos_kernels::gemm_small_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) + ", " + I(t.bn) + ", " +
-         I(t.stages) + ">";
+  return "telos_kernels::gemm_small_" + epi + (t.cluster > 1 ? "_cl<" : "<") + I(M) + ", " + I(N) + ", " + I(K) +
+         ", " + I(t.bn) + ", " + I(t.stages) + (t.cluster > 1 ? ", " + I(t.cluster) : "") + ">";
 }
 
 // A bf16 [rows, cols] tensor map (128B swizzle, 64-column boxes) in device memory, as the
@@ -493,6 +494,13 @@ int main(int argc, char** argv) {
       const SmallGemmTiling plan =
           f32cand ? lm_head_tiling(g.N, g.K, M) : small_gemm_tiling(g.N, g.K, M, swiglu);
       add("plan", plan);
+      // The plan's tiles on clusters of 2 and 4 M tiles sharing each weight tile (multicast).
+      for (int cl : {2, 4})
+        if (plan.tiles_m % cl == 0 && plan.cols % (8 * cl) == 0) {
+          SmallGemmTiling t = plan;
+          t.cluster = cl;
+          add("plan cl" + I(cl), t);
+        }
       if (!sweep && !gemm_only) continue;
       const std::vector<int> bns = gemm_only ? std::vector<int>{32, 64, 128, 256}
                                    : swiglu  ? std::vector<int>{32, 64, 128}
@@ -540,7 +548,7 @@ int main(int argc, char** argv) {
         const SmallGemmTiling& t = v.t;
         void* a_map = device_map(a, M, g.K, t.a_box);
         std::vector<void*> w_maps;
-        for (void* p : w) w_maps.push_back(device_map(p, rows, g.K, t.cols));
+        for (void* p : w) w_maps.push_back(device_map(p, rows, g.K, t.w_box()));
         const double us = median_us(
             [&](int i) {
               std::vector<const void*> args = {a_map, w_maps[i % copies], y};

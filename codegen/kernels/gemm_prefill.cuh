@@ -18,6 +18,7 @@
 // Reduction order, for batch invariance: every output element sums K in 16-wide steps in order,
 // whatever M is, so a row's result does not depend on the bucket.
 #include "common.cuh"
+#include "hexel/cluster.cuh"
 #include "hexel/matrix_ldst.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/sync.cuh"
@@ -60,9 +61,12 @@ struct PrefillGemm {
 // rows, for an M of at most 8, gemm_small.cuh). A is 128B-swizzled (TMA's layout) unless A_LBO is
 // non-zero: then it is the interleaved layout (no swizzle; PTX ISA, wgmma "Shared Memory Matrix
 // Layout": 8 x 16-byte core matrices, rows 16 bytes apart, A_LBO bytes between core matrices
-// along K), so a K step of 16 is 2 · A_LBO bytes. Returns the last stage's index: the caller
+// along K), so a K step of 16 is 2 · A_LBO bytes. CL: the CTAs of the cluster whose producers
+// write into this CTA's stages (gemm_small.cuh's weight multicast); a stage read is released to
+// the empty barrier of each of them (ranks 0 .. CL - 1). Returns the last stage's index: the caller
 // releases it if anything loads after this tile.
-template <unsigned N, unsigned STAGES, unsigned A_SBO = 1024, unsigned A_LBO = 0, class AStage, class WStage>
+template <unsigned N, unsigned STAGES, unsigned A_SBO = 1024, unsigned A_LBO = 0, unsigned CL = 1, class AStage,
+          class WStage>
 __device__ __forceinline__ unsigned wgmma_k_loop(float (&d)[N / 2], hexel::mbarrier::StageRing<STAGES>& ring,
                                                  unsigned k_blocks, unsigned full, unsigned empty,
                                                  unsigned lane, AStage a_stage, WStage w_stage) {
@@ -81,7 +85,14 @@ __device__ __forceinline__ unsigned wgmma_k_loop(float (&d)[N / 2], hexel::mbarr
     wgmma::commit_group();
     // One group stays in flight; once it is the only one, the previous stage has been read.
     wgmma::wait_group<1>();
-    if (kb > 0 && lane == 0) mbarrier::arrive(empty + 8 * prev);
+    if (kb > 0 && lane == 0) {
+      if constexpr (CL == 1) {
+        mbarrier::arrive(empty + 8 * prev);
+      } else {
+#pragma unroll
+        for (unsigned r = 0; r < CL; ++r) mbarrier::arrive_remote(cluster::map_shared(empty + 8 * prev, r));
+      }
+    }
     prev = ring.index;
     ring.advance();
   }

@@ -27,6 +27,15 @@
 // blockIdx.x is the M tile, blockIdx.y the weight tile: the CTAs that read the same weight tile
 // run side by side and share it in L2.
 //
+// Weight multicast (CL > 1, the gemm_small_*_cl kernels; two or more M tiles, no norm prologue):
+// the CL CTAs of a cluster are CL consecutive M tiles of one weight tile; each loads 1/CL of every
+// weight stage (BN / CL rows; SwiGLU: a gate and an up slice) and TMA multicasts it into all CL
+// CTAs' stages, so the weight tile crosses L2 → SM once per cluster instead of once per M tile. A
+// CTA's stage is full when its own A and all CL slices have landed; a slot is refilled only after
+// the consumers of all CL CTAs have released it (each consumer warp arrives on the empty barrier
+// of every CTA of the cluster). Loads only: every element's wgmma chain, hence every bit, is the
+// same at any CL.
+//
 // Norm prologue (NORM, up to 8 tokens): A is RMSNorm(x) computed by the kernel itself instead of
 // a separate rmsnorm launch writing h: the consumer warpgroup normalizes x's rows with the
 // rmsnorm kernel's arithmetic (norm.cuh: the same 128-thread partition and reduction, so A has the
@@ -149,7 +158,8 @@ __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsig
 // residual stream x [M, N] (Residual) or f32 [M, N] (F32Cand, with the candidates in cand [M, N /
 // BN] where cand is not null). A is a_map's [M, K] bf16 rows, or with NORM the rows of RMSNorm(x)
 // with weights norm_w (x f32 [M, K]; a_map unused).
-template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM = false, float EPS = 0.f>
+template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM = false, float EPS = 0.f,
+          int CL = 1>
 __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const float* x,
                                                 const float* norm_w, const TensorMap* w_map,
                                                 void* out, unsigned long long* cand = nullptr) {
@@ -162,6 +172,11 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   static_assert(EPI != SmallEpi::F32Cand || N % BN == 0, "the candidates are per whole tile");
   constexpr bool kSplitW = EPI == SmallEpi::SwiGlu;
   constexpr unsigned kOutCols = kSplitW ? BN / 2 : BN;
+  // A multicast slice: whole 8-row swizzle repeats (1024 bytes), so each lands where the CTA's own
+  // load of those rows would have.
+  constexpr unsigned kSliceRows = kOutCols / CL;
+  static_assert(CL >= 1 && CL <= 16 && (CL == 1 || (!NORM && kOutCols % (8 * CL) == 0)),
+                "weight multicast: 8-row slices, no norm prologue");
   constexpr unsigned kWBytes = BN * G::kBlockK * 2;
   // Rows of A the box loads, and the rows of A a stage holds: one 8-row group up to 8 tokens
   // (read with group stride 0), else 64.
@@ -187,6 +202,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   };
   auto w_stage = [&](unsigned s) { return stages + s * kStageBytes + kASlot; };
   const unsigned tm = blockIdx.x, tn = blockIdx.y;
+  const unsigned rank = CL > 1 ? cluster::cta_rank() : 0;  // = tm % CL
 
   if (threadIdx.x == 0) {
     if constexpr (!NORM) {
@@ -197,18 +213,28 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
     tma::prefetch_map(w_map);
     for (unsigned s = 0; s < STAGES; ++s) {
       mbarrier::init(full + 8 * s, 1);
-      mbarrier::init(empty + 8 * s, 4);  // one arrival per consumer warp
+      mbarrier::init(empty + 8 * s, 4 * CL);  // one arrival per consumer warp of the cluster
     }
     mbarrier::fence_init();
   }
-  __syncthreads();
+  if constexpr (CL > 1)
+    cluster::sync();  // every peer's barriers exist before a multicast or a remote arrival
+  else
+    __syncthreads();
 
   if (warp_index() == 4) {
     if (threadIdx.x % 32 == 0) {
       mbarrier::StageRing<STAGES> ring;
       auto load_w = [&](unsigned s, unsigned kb) {
         const unsigned bar = full + 8 * s;
-        if constexpr (kSplitW) {
+        if constexpr (CL > 1) {
+          constexpr uint16_t kAll = (1u << CL) - 1u;
+          const unsigned at = rank * kSliceRows;
+          tma::load_multicast(w_stage(s) + at * 128, w_map, bar, kAll, kb * G::kBlockK, tn * kOutCols + at);
+          if constexpr (kSplitW)
+            tma::load_multicast(w_stage(s) + (kOutCols + at) * 128, w_map, bar, kAll, kb * G::kBlockK,
+                                N + tn * kOutCols + at);
+        } else if constexpr (kSplitW) {
           tma::load(w_stage(s), w_map, bar, kb * G::kBlockK, tn * kOutCols);
           tma::load(w_stage(s) + kOutCols * 128, w_map, bar, kb * G::kBlockK, N + tn * kOutCols);
         } else {
@@ -237,6 +263,11 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
         load_w(ring.index, kb);
         ring.advance();
       }
+    }
+    // No CTA of a cluster exits while a peer may still multicast into it or arrive on its barriers.
+    if constexpr (CL > 1) {
+      __syncwarp();
+      cluster::sync();
     }
     return;
   }
@@ -267,7 +298,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   }
   mbarrier::StageRing<STAGES> ring;
   float d[BN / 2];
-  wgmma_k_loop<BN, STAGES, kASbo, NORM ? M * 16 : 0>(d, ring, k_blocks, full, empty, lane, a_stage, w_stage);
+  wgmma_k_loop<BN, STAGES, kASbo, NORM ? M * 16 : 0, CL>(d, ring, k_blocks, full, empty, lane, a_stage, w_stage);
   // The last stage needs no release: nothing loads after it.
 
   // d[4j + 2h + e]: row 16 warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e of the tile.
@@ -301,6 +332,10 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
       if (n >= static_cast<unsigned>(N)) continue;
       small_gemm_store<EPI, BN>(d, h, j, out, static_cast<long long>(m) * N + n);
     }
+  }
+  if constexpr (CL > 1) {
+    __syncwarp();
+    cluster::sync();
   }
 }
 
@@ -344,6 +379,37 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
 
 // The QKV and gate/up projections with the norm that feeds them (decode, up to 8 tokens):
 // A = RMSNorm(x) with weights norm_w, computed in the kernel (see the norm prologue above).
+// The same four kernels on clusters of CL consecutive M tiles sharing each weight tile by multicast
+// (small_gemm_body; grid.x a multiple of CL): the same arguments, the same bits.
+template <int M, int N, int K, int BN, int STAGES, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SmallGemm::kThreads)
+    gemm_small_bf16_cl(const TensorMap* a_map, const TensorMap* w_map, bf16* y) {
+  hexel::launch_dependents();
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, false, 0.f, CL>(a_map, nullptr, nullptr, w_map, y);
+}
+
+template <int M, int N, int K, int BN, int STAGES, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SmallGemm::kThreads)
+    gemm_small_residual_cl(const TensorMap* a_map, const TensorMap* w_map, float* x) {
+  hexel::launch_dependents();
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual, false, 0.f, CL>(a_map, nullptr, nullptr, w_map, x);
+}
+
+template <int M, int I, int K, int BN, int STAGES, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SmallGemm::kThreads)
+    gemm_small_swiglu_cl(const TensorMap* a_map, const TensorMap* w_map, bf16* act) {
+  hexel::launch_dependents();
+  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, false, 0.f, CL>(a_map, nullptr, nullptr, w_map, act);
+}
+
+template <int M, int N, int K, int BN, int STAGES, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SmallGemm::kThreads)
+    gemm_small_f32cand_cl(const TensorMap* a_map, const TensorMap* w_map, float* y, unsigned long long* cand) {
+  hexel::launch_dependents();
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::F32Cand, false, 0.f, CL>(a_map, nullptr, nullptr, w_map, y,
+                                                                          cand);
+}
+
 template <int M, int N, int K, int BN, int STAGES, float EPS>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_norm_bf16(const float* x, const float* norm_w, const TensorMap* w_map, bf16* y) {

@@ -319,8 +319,20 @@ TEST(GpuKernels, PrefillResidualIsOneF32Add) {
 // ---- the small-M GEMM (wgmma + TMA, 64-row tiles, narrow weight tiles) ---------------------------
 
 std::string small_gemm_name(const std::string& epi, int M, int N, int K, const codegen::SmallGemmTiling& t) {
-  return "telos_kernels::gemm_small_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) + ", " + I(t.bn) + ", " +
-         I(t.stages) + ">";
+  return "telos_kernels::gemm_small_" + epi + (t.cluster > 1 ? "_cl<" : "<") + I(M) + ", " + I(N) + ", " + I(K) +
+         ", " + I(t.bn) + ", " + I(t.stages) + (t.cluster > 1 ? ", " + I(t.cluster) : "") + ">";
+}
+
+// The tiling `t` again on clusters of 2 and 4 M tiles sharing each weight tile by multicast, where
+// they divide its M tiles and its weight rows.
+std::vector<codegen::SmallGemmTiling> with_clusters(const codegen::SmallGemmTiling& t) {
+  std::vector<codegen::SmallGemmTiling> ts = {t};
+  for (int cl : {2, 4})
+    if (t.tiles_m % cl == 0 && t.cols % (8 * cl) == 0) {
+      ts.push_back(t);
+      ts.back().cluster = cl;
+    }
+  return ts;
 }
 
 // Batch invariance across the two GEMMs (issue 4): for every epilogue, the small-M GEMM's output is
@@ -329,8 +341,10 @@ std::string small_gemm_name(const std::string& epi, int M, int N, int K, const c
 // slab of a 128-row tile); the stage ring wraps
 // (K = 2000: 32 blocks, at most 16 stages). The small GEMM runs at the plan's tiling and, from 100
 // rows on, also at wider weight tiles (64-256 rows, 4 stages: the full-batch buckets' candidates,
-// docs/perf-log.md session 18 run 5), each bit for bit the prefill GEMM's. It is also checked
-// against f64, and its stores must stop at M (64 guard rows stay poisoned).
+// docs/perf-log.md session 18 run 5), each bit for bit the prefill GEMM's, and each of those on
+// clusters of 2 and 4 M tiles sharing the weight tiles by multicast (the _cl kernels) where they
+// divide the M tiles (100 rows: two; 200: four). It is also checked against f64, and its stores
+// must stop at M (64 guard rows stay poisoned).
 TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Shape {
@@ -339,15 +353,17 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   };
   // The small GEMM's tilings run for M rows: the plan's, and wider ones from 100 rows on.
   auto tilings = [](int N, int K, int M, bool swiglu) {
-    std::vector<codegen::SmallGemmTiling> ts = {codegen::small_gemm_tiling(N, K, M, swiglu)};
-    if (M < 100) return ts;
+    const codegen::SmallGemmTiling plan = codegen::small_gemm_tiling(N, K, M, swiglu);
+    if (M < 100) return std::vector<codegen::SmallGemmTiling>{plan};
+    std::vector<codegen::SmallGemmTiling> ts = with_clusters(plan);
     for (int bn : swiglu ? std::vector<int>{128, 256} : std::vector<int>{64, 128, 256}) {
-      codegen::SmallGemmTiling t = ts[0];
+      codegen::SmallGemmTiling t = plan;
       t.bn = bn;
       t.cols = swiglu ? bn / 2 : bn;
       t.tiles_n = (N + t.cols - 1) / t.cols;
       t.stages = 4;
-      if (t.bn != ts[0].bn) ts.push_back(t);
+      if (t.bn != plan.bn)
+        for (const codegen::SmallGemmTiling& c : with_clusters(t)) ts.push_back(c);
     }
     return ts;
   };
@@ -389,12 +405,12 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
         const auto b32 = x_big.download();
         for (const codegen::SmallGemmTiling& t : tilings(N, K, M, swiglu)) {
           const std::string& small = names[i++];
-          const std::string what =
-              "M=" + I(M) + " N=" + I(N) + " K=" + I(K) + " BN=" + I(t.bn) + " st" + I(t.stages);
+          const std::string what = "M=" + I(M) + " N=" + I(N) + " K=" + I(K) + " BN=" + I(t.bn) + " st" +
+                                   I(t.stages) + " cl" + I(t.cluster);
           DeviceBuffer<std::uint16_t> y_small(total);
           DeviceBuffer<float> x_small(std::vector<float>(x0.begin(), x0.begin() + total));
           const DeviceMap a64(dA.get(), M, K, t.a_box),
-              w_small(dW.get(), swiglu ? 2 * N : N, K, t.cols);
+              w_small(dW.get(), swiglu ? 2 * N : N, K, t.w_box());
           const void* small_out =
               residual ? static_cast<const void*>(x_small.get()) : y_small.get();
           CUDA_OK(mod.launch(small, dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
@@ -434,13 +450,14 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
 
 // The LM head on the small GEMM (gemm_small_f32cand): f32 logits against f64 and each tile's greedy
 // candidates against those of the logits it wrote (the first stage of greedy sampling), at
-// ragged M (1 to 130: one to three 64-row tiles), weight tiles of 32 to 256 rows, K not a multiple
-// of 64 with the ring wrapping; rows past M stay poisoned; a row's bits are the same at every M
-// and every tile width (batch invariance), and a null cand writes the logits alone.
+// ragged M (1 to 200: one to four 64-row tiles), weight tiles of 32 to 256 rows (at 200 rows also on
+// clusters of 2 and 4 M tiles sharing them by multicast), K not a multiple of 64 with the ring
+// wrapping; rows past M stay poisoned; a row's bits are the same at every M, tile width and
+// cluster (batch invariance), and a null cand writes the logits alone.
 TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
   TELOS_SKIP_WITHOUT_GPU();
-  constexpr int N = 1024, K = 2000, MAXM = 130, GUARD = 64;
-  const std::vector<int> ms = {1, 7, 64, 130}, bns = {32, 128, 256};
+  constexpr int N = 1024, K = 2000, MAXM = 200, GUARD = 64;
+  const std::vector<int> ms = {1, 7, 64, 130, 200}, bns = {32, 128, 256};
   auto tiling = [&](int M, int bn) {
     codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, false);
     t.bn = t.cols = bn;
@@ -450,7 +467,9 @@ TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
   };
   std::vector<std::string> names;
   for (int M : ms)
-    for (int bn : bns) names.push_back(small_gemm_name("f32cand", M, N, K, tiling(M, bn)));
+    for (int bn : bns)
+      for (const codegen::SmallGemmTiling& t : with_clusters(tiling(M, bn)))
+        names.push_back(small_gemm_name("f32cand", M, N, K, t));
   TestModule mod(source_with_rope(), names);
   std::vector<float> Af, Wf;
   DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af));
@@ -459,14 +478,14 @@ TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
   std::vector<float> first_row;
   std::size_t i = 0;
   for (int M : ms)
-    for (int bn : bns) {
-      const codegen::SmallGemmTiling t = tiling(M, bn);
-      const std::string what = "M=" + I(M) + " BN=" + I(bn);
+    for (int bn : bns)
+      for (const codegen::SmallGemmTiling& t : with_clusters(tiling(M, bn))) {
+      const std::string what = "M=" + I(M) + " BN=" + I(bn) + " cl" + I(t.cluster);
       const std::size_t MN = static_cast<std::size_t>(M) * N,
                         total = MN + static_cast<std::size_t>(GUARD) * N;
       DeviceBuffer<float> y(total);
       DeviceBuffer<std::uint64_t> cand(static_cast<std::size_t>(M) * (N / bn));
-      const DeviceMap a(dA.get(), M, K, t.a_box), w(dW.get(), N, K, bn);
+      const DeviceMap a(dA.get(), M, K, t.a_box), w(dW.get(), N, K, t.w_box());
       CUDA_OK(mod.launch(names[i], dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
                          {a.get(), w.get(), y.get(), cand.get()}, t.smem()));
       const std::vector<float> out = y.download();
