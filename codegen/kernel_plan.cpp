@@ -178,6 +178,12 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   // The wide tiles' grid is not resident at once (up to 4 CTAs an SM's worth at 256 tokens): 4 to 8
   // stages, the best measured at 256 tokens, whatever the SM's share.
   if (wide) t.stages = std::clamp(t.stages, std::min(4, max_stages), std::min(8, max_stages));
+  // One wave of 128-row weight tiles on an even number of M tiles (the 8B's o and down at 256
+  // tokens: 128 CTAs, one an SM): clusters of two M tiles sharing each weight tile by multicast.
+  // H200, M = 256, µs: o 33.9 -> 31.1, down 73.8 -> 63.9; no gain or a loss for multi-wave grids
+  // (qkv, gate/up), 64-row tiles (the 1B's o and down) and clusters of four (docs/perf-log.md,
+  // change 61). Loads only: the same bits.
+  if (wide && !swiglu && t.bn == 128 && t.tiles_m % 2 == 0 && t.tiles_m * t.tiles_n <= kSms) t.cluster = 2;
   return t;
 }
 
@@ -345,9 +351,11 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                              ", " + eps + ">",
                          {"x", "norm_w", "w_map", "out"}, kSmallGemmThreads, t.smem()),
                 {t.tiles_m, t.tiles_n, 1}, 0, t.cols, 0};
-      return {b.kernel("telos_kernels::gemm_small_" + epi + dims + ", " + I_(t.bn) + ", " + I_(t.stages) + ">",
+      const std::string cl = t.cluster > 1 ? ", " + I_(t.cluster) : "";
+      return {b.kernel("telos_kernels::gemm_small_" + epi + (t.cluster > 1 ? "_cl" : "") + dims + ", " + I_(t.bn) +
+                           ", " + I_(t.stages) + cl + ">",
                        {"a_map", "w_map", "out"}, kSmallGemmThreads, t.smem()),
-              {t.tiles_m, t.tiles_n, 1}, t.a_box, t.cols, 0};
+              {t.tiles_m, t.tiles_n, 1}, t.a_box, t.w_box(), 0};
     };
     auto launch_gemm = [&](const Gemm& g, const std::string& a_buf, const std::string& w_name, long long w_rows,
                            int k, const std::string& out_buf, long long n) {

@@ -494,9 +494,10 @@ int main(int argc, char** argv) {
       const SmallGemmTiling plan =
           f32cand ? lm_head_tiling(g.N, g.K, M) : small_gemm_tiling(g.N, g.K, M, swiglu);
       add("plan", plan);
-      // The plan's tiles on clusters of 2 and 4 M tiles sharing each weight tile (multicast).
-      for (int cl : {2, 4})
-        if (plan.tiles_m % cl == 0 && plan.cols % (8 * cl) == 0) {
+      // The plan's tiles on the other clusters of 1, 2 and 4 M tiles (sharing each weight tile by
+      // multicast).
+      for (int cl : {1, 2, 4})
+        if (cl != plan.cluster && plan.tiles_m % cl == 0 && plan.cols % (8 * cl) == 0) {
           SmallGemmTiling t = plan;
           t.cluster = cl;
           add("plan cl" + I(cl), t);
@@ -512,9 +513,15 @@ int main(int argc, char** argv) {
           t.bn = bn;
           t.cols = swiglu ? bn / 2 : bn;
           t.tiles_n = (g.N + t.cols - 1) / t.cols;
+          t.cluster = 1;
           t.stages = stages;
-          if (t.smem() > 227 * 1024 || (bn == plan.bn && stages == plan.stages)) continue;
-          add("bn" + I(bn) + " st" + I(stages), t);
+          if (t.smem() > 227 * 1024) continue;
+          if (bn != plan.bn || stages != plan.stages) add("bn" + I(bn) + " st" + I(stages), t);
+          // --gemm: each tiling also on clusters of two M tiles (weight multicast).
+          if (gemm_only && t.tiles_m % 2 == 0 && t.cols % 16 == 0 && (bn != plan.bn || stages != plan.stages)) {
+            t.cluster = 2;
+            add("bn" + I(bn) + " st" + I(stages) + " cl2", t);
+          }
         }
     }
     std::vector<std::string> all;
@@ -678,7 +685,7 @@ int main(int argc, char** argv) {
           for (int k = 0; k < 4; ++k) {
             const SmallGemmTiling& t = tiles[ci * 4 + k];
             a_maps[k] = device_map(k == 3 ? act : a_h, M, ops[k].K, t.a_box);
-            for (int c = 0; c < copies; ++c) w_maps[c][k] = device_map(w[c][k], ops[k].rows, ops[k].K, t.cols);
+            for (int c = 0; c < copies; ++c) w_maps[c][k] = device_map(w[c][k], ops[k].rows, ops[k].K, t.w_box());
           }
           auto launch = [&](int i) {
             const int k = i % 4, c = (i / 4) % copies;

@@ -390,6 +390,19 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   EXPECT_EQ(tiling(2048, 2048, 128, false)[0], 32);   // two M tiles: 128 CTAs of 32 rows
   EXPECT_EQ(tiling(2048, 2048, 64, false)[0], 32);    // one M tile: the narrow tiles as before
   EXPECT_EQ(tiling(128, 128, 100, false)[3], 2);      // K = 2 blocks: the ring stays within K
+  // One wave of 128-row tiles on four M tiles (the 8B's o and down at 256 tokens): clusters of two
+  // M tiles, each loading 64 of the 128 rows (the weight map's box); nowhere else.
+  for (int k : {4096, 14336}) {
+    const SmallGemmTiling t = small_gemm_tiling(4096, k, 256, false);
+    EXPECT_EQ(t.cluster, 2);
+    EXPECT_EQ(t.w_box(), 64);
+  }
+  EXPECT_EQ(small_gemm_tiling(6144, 4096, 256, false).cluster, 1);   // 192 CTAs: more than a wave
+  EXPECT_EQ(small_gemm_tiling(14336, 4096, 256, true).cluster, 1);   // SwiGLU
+  EXPECT_EQ(small_gemm_tiling(2048, 2048, 256, false).cluster, 1);   // 64-row tiles
+  EXPECT_EQ(small_gemm_tiling(4096, 4096, 128, false).cluster, 1);   // two M tiles: 64-row tiles
+  EXPECT_EQ(small_gemm_tiling(4096, 4096, 64, false).cluster, 1);
+  EXPECT_EQ(small_gemm_tiling(4096, 4096, 192, false).cluster, 1);   // three M tiles
 }
 
 // The LM head on the small GEMM: in every bucket over the final norm's sample rows (hf) and the

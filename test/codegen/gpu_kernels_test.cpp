@@ -323,12 +323,12 @@ std::string small_gemm_name(const std::string& epi, int M, int N, int K, const c
          ", " + I(t.bn) + ", " + I(t.stages) + (t.cluster > 1 ? ", " + I(t.cluster) : "") + ">";
 }
 
-// The tiling `t` again on clusters of 2 and 4 M tiles sharing each weight tile by multicast, where
-// they divide its M tiles and its weight rows.
+// The tiling `t`, then the same tiles on the other clusters of 1, 2 and 4 M tiles (sharing each
+// weight tile by multicast) that divide its M tiles and its weight rows.
 std::vector<codegen::SmallGemmTiling> with_clusters(const codegen::SmallGemmTiling& t) {
   std::vector<codegen::SmallGemmTiling> ts = {t};
-  for (int cl : {2, 4})
-    if (t.tiles_m % cl == 0 && t.cols % (8 * cl) == 0) {
+  for (int cl : {1, 2, 4})
+    if (cl != t.cluster && t.tiles_m % cl == 0 && t.cols % (8 * cl) == 0) {
       ts.push_back(t);
       ts.back().cluster = cl;
     }
