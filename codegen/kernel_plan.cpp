@@ -183,7 +183,8 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   // H200, M = 256, µs: o 33.9 -> 31.1, down 73.8 -> 63.9; no gain or a loss for multi-wave grids
   // (qkv, gate/up), 64-row tiles (the 1B's o and down) and clusters of four (docs/perf-log.md,
   // change 61). Loads only: the same bits.
-  if (wide && !swiglu && t.bn == 128 && t.tiles_m % 2 == 0 && t.tiles_m * t.tiles_n <= kSms) t.cluster = 2;
+  if (wide && !swiglu && t.bn == 128 && t.tiles_m % 2 == 0 && t.tiles_m * t.tiles_n <= kSms)
+    t.cluster = 2;
   return t;
 }
 
@@ -351,10 +352,10 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                              ", " + eps + ">",
                          {"x", "norm_w", "w_map", "out"}, kSmallGemmThreads, t.smem()),
                 {t.tiles_m, t.tiles_n, 1}, 0, t.cols, 0};
-      const std::string cl = t.cluster > 1 ? ", " + I_(t.cluster) : "";
-      return {b.kernel("telos_kernels::gemm_small_" + epi + (t.cluster > 1 ? "_cl" : "") + dims + ", " + I_(t.bn) +
-                           ", " + I_(t.stages) + cl + ">",
-                       {"a_map", "w_map", "out"}, kSmallGemmThreads, t.smem()),
+      const std::string name = "telos_kernels::gemm_small_" + epi + (t.cluster > 1 ? "_cl" : "") +
+                               dims + ", " + I_(t.bn) + ", " + I_(t.stages) +
+                               (t.cluster > 1 ? ", " + I_(t.cluster) : "") + ">";
+      return {b.kernel(name, {"a_map", "w_map", "out"}, kSmallGemmThreads, t.smem()),
               {t.tiles_m, t.tiles_n, 1}, t.a_box, t.w_box(), 0};
     };
     auto launch_gemm = [&](const Gemm& g, const std::string& a_buf, const std::string& w_name, long long w_rows,

@@ -146,8 +146,9 @@ std::string I(long long v) { return std::to_string(v); }
 // gemm_small_<epi><M, N, K, BN, STAGES> as codegen names it (epi: bf16, residual, swiglu, f32cand),
 // gemm_small_<epi>_cl<..., CL> on clusters.
 std::string small_gemm_instance(const std::string& epi, int M, int N, int K, const SmallGemmTiling& t) {
-  return "telos_kernels::gemm_small_" + epi + (t.cluster > 1 ? "_cl<" : "<") + I(M) + ", " + I(N) + ", " + I(K) +
-         ", " + I(t.bn) + ", " + I(t.stages) + (t.cluster > 1 ? ", " + I(t.cluster) : "") + ">";
+  return "telos_kernels::gemm_small_" + epi + (t.cluster > 1 ? "_cl<" : "<") + I(M) + ", " + I(N) +
+         ", " + I(K) + ", " + I(t.bn) + ", " + I(t.stages) +
+         (t.cluster > 1 ? ", " + I(t.cluster) : "") + ">";
 }
 
 // A bf16 [rows, cols] tensor map (128B swizzle, 64-column boxes) in device memory, as the
@@ -518,7 +519,8 @@ int main(int argc, char** argv) {
           if (t.smem() > 227 * 1024) continue;
           if (bn != plan.bn || stages != plan.stages) add("bn" + I(bn) + " st" + I(stages), t);
           // --gemm: each tiling also on clusters of two M tiles (weight multicast).
-          if (gemm_only && t.tiles_m % 2 == 0 && t.cols % 16 == 0 && (bn != plan.bn || stages != plan.stages)) {
+          if (gemm_only && t.tiles_m % 2 == 0 && t.cols % 16 == 0 &&
+              (bn != plan.bn || stages != plan.stages)) {
             t.cluster = 2;
             add("bn" + I(bn) + " st" + I(stages) + " cl2", t);
           }
@@ -685,7 +687,8 @@ int main(int argc, char** argv) {
           for (int k = 0; k < 4; ++k) {
             const SmallGemmTiling& t = tiles[ci * 4 + k];
             a_maps[k] = device_map(k == 3 ? act : a_h, M, ops[k].K, t.a_box);
-            for (int c = 0; c < copies; ++c) w_maps[c][k] = device_map(w[c][k], ops[k].rows, ops[k].K, t.w_box());
+            for (int c = 0; c < copies; ++c)
+              w_maps[c][k] = device_map(w[c][k], ops[k].rows, ops[k].K, t.w_box());
           }
           auto launch = [&](int i) {
             const int k = i % 4, c = (i / 4) % copies;

@@ -65,9 +65,10 @@ struct PrefillGemm {
 // write into this CTA's stages (gemm_small.cuh's weight multicast); a stage read is released to
 // the empty barrier of each of them (ranks 0 .. CL - 1). Returns the last stage's index: the caller
 // releases it if anything loads after this tile.
-template <unsigned N, unsigned STAGES, unsigned A_SBO = 1024, unsigned A_LBO = 0, unsigned CL = 1, class AStage,
-          class WStage>
-__device__ __forceinline__ unsigned wgmma_k_loop(float (&d)[N / 2], hexel::mbarrier::StageRing<STAGES>& ring,
+template <unsigned N, unsigned STAGES, unsigned A_SBO = 1024, unsigned A_LBO = 0, unsigned CL = 1,
+          class AStage, class WStage>
+__device__ __forceinline__ unsigned wgmma_k_loop(float (&d)[N / 2],
+                                                 hexel::mbarrier::StageRing<STAGES>& ring,
                                                  unsigned k_blocks, unsigned full, unsigned empty,
                                                  unsigned lane, AStage a_stage, WStage w_stage) {
   using namespace hexel;
@@ -90,7 +91,8 @@ __device__ __forceinline__ unsigned wgmma_k_loop(float (&d)[N / 2], hexel::mbarr
         mbarrier::arrive(empty + 8 * prev);
       } else {
 #pragma unroll
-        for (unsigned r = 0; r < CL; ++r) mbarrier::arrive_remote(cluster::map_shared(empty + 8 * prev, r));
+        for (unsigned r = 0; r < CL; ++r)
+          mbarrier::arrive_remote(cluster::map_shared(empty + 8 * prev, r));
       }
     }
     prev = ring.index;

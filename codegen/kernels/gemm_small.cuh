@@ -230,10 +230,11 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
         if constexpr (CL > 1) {
           constexpr uint16_t kAll = (1u << CL) - 1u;
           const unsigned at = rank * kSliceRows;
-          tma::load_multicast(w_stage(s) + at * 128, w_map, bar, kAll, kb * G::kBlockK, tn * kOutCols + at);
+          tma::load_multicast(w_stage(s) + at * 128, w_map, bar, kAll, kb * G::kBlockK,
+                              tn * kOutCols + at);
           if constexpr (kSplitW)
-            tma::load_multicast(w_stage(s) + (kOutCols + at) * 128, w_map, bar, kAll, kb * G::kBlockK,
-                                N + tn * kOutCols + at);
+            tma::load_multicast(w_stage(s) + (kOutCols + at) * 128, w_map, bar, kAll,
+                                kb * G::kBlockK, N + tn * kOutCols + at);
         } else if constexpr (kSplitW) {
           tma::load(w_stage(s), w_map, bar, kb * G::kBlockK, tn * kOutCols);
           tma::load(w_stage(s) + kOutCols * 128, w_map, bar, kb * G::kBlockK, N + tn * kOutCols);
@@ -298,7 +299,8 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   }
   mbarrier::StageRing<STAGES> ring;
   float d[BN / 2];
-  wgmma_k_loop<BN, STAGES, kASbo, NORM ? M * 16 : 0, CL>(d, ring, k_blocks, full, empty, lane, a_stage, w_stage);
+  wgmma_k_loop<BN, STAGES, kASbo, NORM ? M * 16 : 0, CL>(d, ring, k_blocks, full, empty, lane,
+                                                         a_stage, w_stage);
   // The last stage needs no release: nothing loads after it.
 
   // d[4j + 2h + e]: row 16 warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e of the tile.
@@ -385,29 +387,33 @@ template <int M, int N, int K, int BN, int STAGES, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SmallGemm::kThreads)
     gemm_small_bf16_cl(const TensorMap* a_map, const TensorMap* w_map, bf16* y) {
   hexel::launch_dependents();
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, false, 0.f, CL>(a_map, nullptr, nullptr, w_map, y);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, false, 0.f, CL>(a_map, nullptr, nullptr,
+                                                                            w_map, y);
 }
 
 template <int M, int N, int K, int BN, int STAGES, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SmallGemm::kThreads)
     gemm_small_residual_cl(const TensorMap* a_map, const TensorMap* w_map, float* x) {
   hexel::launch_dependents();
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual, false, 0.f, CL>(a_map, nullptr, nullptr, w_map, x);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual, false, 0.f, CL>(a_map, nullptr, nullptr,
+                                                                           w_map, x);
 }
 
 template <int M, int I, int K, int BN, int STAGES, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SmallGemm::kThreads)
     gemm_small_swiglu_cl(const TensorMap* a_map, const TensorMap* w_map, bf16* act) {
   hexel::launch_dependents();
-  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, false, 0.f, CL>(a_map, nullptr, nullptr, w_map, act);
+  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, false, 0.f, CL>(a_map, nullptr, nullptr,
+                                                                         w_map, act);
 }
 
 template <int M, int N, int K, int BN, int STAGES, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SmallGemm::kThreads)
-    gemm_small_f32cand_cl(const TensorMap* a_map, const TensorMap* w_map, float* y, unsigned long long* cand) {
+    gemm_small_f32cand_cl(const TensorMap* a_map, const TensorMap* w_map, float* y,
+                          unsigned long long* cand) {
   hexel::launch_dependents();
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::F32Cand, false, 0.f, CL>(a_map, nullptr, nullptr, w_map, y,
-                                                                          cand);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::F32Cand, false, 0.f, CL>(a_map, nullptr, nullptr,
+                                                                          w_map, y, cand);
 }
 
 template <int M, int N, int K, int BN, int STAGES, float EPS>

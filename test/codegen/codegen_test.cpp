@@ -397,12 +397,12 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
     EXPECT_EQ(t.cluster, 2);
     EXPECT_EQ(t.w_box(), 64);
   }
-  EXPECT_EQ(small_gemm_tiling(6144, 4096, 256, false).cluster, 1);   // 192 CTAs: more than a wave
-  EXPECT_EQ(small_gemm_tiling(14336, 4096, 256, true).cluster, 1);   // SwiGLU
-  EXPECT_EQ(small_gemm_tiling(2048, 2048, 256, false).cluster, 1);   // 64-row tiles
-  EXPECT_EQ(small_gemm_tiling(4096, 4096, 128, false).cluster, 1);   // two M tiles: 64-row tiles
+  EXPECT_EQ(small_gemm_tiling(6144, 4096, 256, false).cluster, 1);  // 192 CTAs: more than a wave
+  EXPECT_EQ(small_gemm_tiling(14336, 4096, 256, true).cluster, 1);  // SwiGLU
+  EXPECT_EQ(small_gemm_tiling(2048, 2048, 256, false).cluster, 1);  // 64-row tiles
+  EXPECT_EQ(small_gemm_tiling(4096, 4096, 128, false).cluster, 1);  // two M tiles: 64-row tiles
   EXPECT_EQ(small_gemm_tiling(4096, 4096, 64, false).cluster, 1);
-  EXPECT_EQ(small_gemm_tiling(4096, 4096, 192, false).cluster, 1);   // three M tiles
+  EXPECT_EQ(small_gemm_tiling(4096, 4096, 192, false).cluster, 1);  // three M tiles
 }
 
 // The LM head on the small GEMM: in every bucket over the final norm's sample rows (hf) and the

@@ -319,8 +319,9 @@ TEST(GpuKernels, PrefillResidualIsOneF32Add) {
 // ---- the small-M GEMM (wgmma + TMA, 64-row tiles, narrow weight tiles) ---------------------------
 
 std::string small_gemm_name(const std::string& epi, int M, int N, int K, const codegen::SmallGemmTiling& t) {
-  return "telos_kernels::gemm_small_" + epi + (t.cluster > 1 ? "_cl<" : "<") + I(M) + ", " + I(N) + ", " + I(K) +
-         ", " + I(t.bn) + ", " + I(t.stages) + (t.cluster > 1 ? ", " + I(t.cluster) : "") + ">";
+  return "telos_kernels::gemm_small_" + epi + (t.cluster > 1 ? "_cl<" : "<") + I(M) + ", " + I(N) +
+         ", " + I(K) + ", " + I(t.bn) + ", " + I(t.stages) +
+         (t.cluster > 1 ? ", " + I(t.cluster) : "") + ">";
 }
 
 // The tiling `t`, then the same tiles on the other clusters of 1, 2 and 4 M tiles (sharing each
@@ -405,8 +406,8 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
         const auto b32 = x_big.download();
         for (const codegen::SmallGemmTiling& t : tilings(N, K, M, swiglu)) {
           const std::string& small = names[i++];
-          const std::string what = "M=" + I(M) + " N=" + I(N) + " K=" + I(K) + " BN=" + I(t.bn) + " st" +
-                                   I(t.stages) + " cl" + I(t.cluster);
+          const std::string what = "M=" + I(M) + " N=" + I(N) + " K=" + I(K) + " BN=" + I(t.bn) +
+                                   " st" + I(t.stages) + " cl" + I(t.cluster);
           DeviceBuffer<std::uint16_t> y_small(total);
           DeviceBuffer<float> x_small(std::vector<float>(x0.begin(), x0.begin() + total));
           const DeviceMap a64(dA.get(), M, K, t.a_box),
@@ -450,8 +451,8 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
 
 // The LM head on the small GEMM (gemm_small_f32cand): f32 logits against f64 and each tile's greedy
 // candidates against those of the logits it wrote (the first stage of greedy sampling), at
-// ragged M (1 to 200: one to four 64-row tiles), weight tiles of 32 to 256 rows (at 200 rows also on
-// clusters of 2 and 4 M tiles sharing them by multicast), K not a multiple of 64 with the ring
+// ragged M (1 to 200: one to four 64-row tiles), weight tiles of 32 to 256 rows (at 200 rows also
+// on clusters of 2 and 4 M tiles sharing them by multicast), K not a multiple of 64 with the ring
 // wrapping; rows past M stay poisoned; a row's bits are the same at every M, tile width and
 // cluster (batch invariance), and a null cand writes the logits alone.
 TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
@@ -480,36 +481,36 @@ TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
   for (int M : ms)
     for (int bn : bns)
       for (const codegen::SmallGemmTiling& t : with_clusters(tiling(M, bn))) {
-      const std::string what = "M=" + I(M) + " BN=" + I(bn) + " cl" + I(t.cluster);
-      const std::size_t MN = static_cast<std::size_t>(M) * N,
-                        total = MN + static_cast<std::size_t>(GUARD) * N;
-      DeviceBuffer<float> y(total);
-      DeviceBuffer<std::uint64_t> cand(static_cast<std::size_t>(M) * (N / bn));
-      const DeviceMap a(dA.get(), M, K, t.a_box), w(dW.get(), N, K, t.w_box());
-      CUDA_OK(mod.launch(names[i], dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
-                         {a.get(), w.get(), y.get(), cand.get()}, t.smem()));
-      const std::vector<float> out = y.download();
-      for (std::size_t e = MN; e < total; ++e) {
-        std::uint32_t u;
-        std::memcpy(&u, &out[e], 4);
-        ASSERT_EQ(u, 0xffffffffu) << "wrote past M, " << what;
-      }
-      const std::vector<float> got(out.begin(), out.begin() + MN);
-      EXPECT_LT(rel_l2(got, std::vector<double>(ref.begin(), ref.begin() + MN)), 1e-5) << what;
-      EXPECT_EQ(cand.download(), greedy_candidates(got, M, N, N / bn)) << what;
-      if (first_row.empty()) first_row.assign(got.begin(), got.begin() + N);
-      EXPECT_EQ(0, std::memcmp(first_row.data(), got.data(), N * sizeof(float)))
-          << "row 0, " << what;
-      if (M == 7 && bn == 128) {
-        DeviceBuffer<float> y2(MN);
+        const std::string what = "M=" + I(M) + " BN=" + I(bn) + " cl" + I(t.cluster);
+        const std::size_t MN = static_cast<std::size_t>(M) * N,
+                          total = MN + static_cast<std::size_t>(GUARD) * N;
+        DeviceBuffer<float> y(total);
+        DeviceBuffer<std::uint64_t> cand(static_cast<std::size_t>(M) * (N / bn));
+        const DeviceMap a(dA.get(), M, K, t.a_box), w(dW.get(), N, K, t.w_box());
         CUDA_OK(mod.launch(names[i], dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
-                           {a.get(), w.get(), y2.get(), nullptr}, t.smem()));
-        const std::vector<float> alone = y2.download();
-        EXPECT_EQ(0, std::memcmp(alone.data(), got.data(), MN * sizeof(float)))
-            << "null cand, " << what;
+                           {a.get(), w.get(), y.get(), cand.get()}, t.smem()));
+        const std::vector<float> out = y.download();
+        for (std::size_t e = MN; e < total; ++e) {
+          std::uint32_t u;
+          std::memcpy(&u, &out[e], 4);
+          ASSERT_EQ(u, 0xffffffffu) << "wrote past M, " << what;
+        }
+        const std::vector<float> got(out.begin(), out.begin() + MN);
+        EXPECT_LT(rel_l2(got, std::vector<double>(ref.begin(), ref.begin() + MN)), 1e-5) << what;
+        EXPECT_EQ(cand.download(), greedy_candidates(got, M, N, N / bn)) << what;
+        if (first_row.empty()) first_row.assign(got.begin(), got.begin() + N);
+        EXPECT_EQ(0, std::memcmp(first_row.data(), got.data(), N * sizeof(float)))
+            << "row 0, " << what;
+        if (M == 7 && bn == 128) {
+          DeviceBuffer<float> y2(MN);
+          CUDA_OK(mod.launch(names[i], dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
+                             {a.get(), w.get(), y2.get(), nullptr}, t.smem()));
+          const std::vector<float> alone = y2.download();
+          EXPECT_EQ(0, std::memcmp(alone.data(), got.data(), MN * sizeof(float)))
+              << "null cand, " << what;
+        }
+        ++i;
       }
-      ++i;
-    }
 }
 
 // The norm prologue (decode buckets up to 8 tokens): gemm_small_norm_{bf16,swiglu} on x must give
