@@ -379,8 +379,6 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
   small_gemm_body<M, N, K, BN, STAGES, SmallEpi::F32Cand>(a_map, nullptr, nullptr, w_map, y, cand);
 }
 
-// The QKV and gate/up projections with the norm that feeds them (decode, up to 8 tokens):
-// A = RMSNorm(x) with weights norm_w, computed in the kernel (see the norm prologue above).
 // The same four kernels on clusters of CL consecutive M tiles sharing each weight tile by multicast
 // (small_gemm_body; grid.x a multiple of CL): the same arguments, the same bits.
 template <int M, int N, int K, int BN, int STAGES, int CL>
@@ -416,6 +414,8 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SmallGemm::kThreads
                                                                           w_map, y, cand);
 }
 
+// The QKV and gate/up projections with the norm that feeds them (decode, up to 8 tokens):
+// A = RMSNorm(x) with weights norm_w, computed in the kernel (see the norm prologue above).
 template <int M, int N, int K, int BN, int STAGES, float EPS>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_norm_bf16(const float* x, const float* norm_w, const TensorMap* w_map, bf16* y) {
