@@ -496,9 +496,11 @@ int main(int argc, char** argv) {
           f32cand ? lm_head_tiling(g.N, g.K, M) : small_gemm_tiling(g.N, g.K, M, swiglu);
       add("plan", plan);
       // The plan's tiles on the other clusters of 1, 2 and 4 M tiles (sharing each weight tile by
-      // multicast).
+      // multicast); outside --gemm and --sweep (gpu_check's run) only without, where the plan
+      // has one.
       for (int cl : {1, 2, 4})
-        if (cl != plan.cluster && plan.tiles_m % cl == 0 && plan.cols % (8 * cl) == 0) {
+        if (cl != plan.cluster && plan.tiles_m % cl == 0 && plan.cols % (8 * cl) == 0 &&
+            (cl == 1 || sweep || gemm_only)) {
           SmallGemmTiling t = plan;
           t.cluster = cl;
           add("plan cl" + I(cl), t);
