@@ -183,7 +183,7 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   // H200, M = 256, µs: o 33.9 -> 31.1, down 73.8 -> 63.9; no gain or a loss for multi-wave grids
   // (qkv, gate/up), 64-row tiles (the 1B's o and down) and clusters of four (docs/perf-log.md,
   // change 61). Loads only: the same bits.
-  if (wide && !swiglu && t.bn == 128 && t.tiles_m % 2 == 0 && t.tiles_m * t.tiles_n <= kSms)
+  if (wide && !swiglu && t.bn == 128 && t.cluster_fits(2) && t.tiles_m * t.tiles_n <= kSms)
     t.cluster = 2;
   return t;
 }

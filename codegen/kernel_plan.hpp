@@ -92,6 +92,9 @@ struct SmallGemmTiling {
   // it divides tiles_m, and the weight map's box is cols / cluster rows (gemm_small.cuh).
   int cluster = 1;
   int w_box() const { return cols / cluster; }
+  // Whether these tiles may run on clusters of `cl` M tiles: cl divides the M tiles and each CTA's
+  // slice of a weight tile is whole 8-row swizzle repeats (gemm_small.cuh's static_assert).
+  bool cluster_fits(int cl) const { return tiles_m % cl == 0 && cols % (8 * cl) == 0; }
   int smem() const;              // dynamic shared memory per CTA
   int resident_bytes() const;    // of smem(): what is not the stages (the norm prologue's A and sums)
 };

@@ -499,8 +499,7 @@ int main(int argc, char** argv) {
       // multicast); outside --gemm and --sweep (gpu_check's run) only without, where the plan
       // has one.
       for (int cl : {1, 2, 4})
-        if (cl != plan.cluster && plan.tiles_m % cl == 0 && plan.cols % (8 * cl) == 0 &&
-            (cl == 1 || sweep || gemm_only)) {
+        if (cl != plan.cluster && plan.cluster_fits(cl) && (cl == 1 || sweep || gemm_only)) {
           SmallGemmTiling t = plan;
           t.cluster = cl;
           add("plan cl" + I(cl), t);
@@ -518,11 +517,10 @@ int main(int argc, char** argv) {
           t.tiles_n = (g.N + t.cols - 1) / t.cols;
           t.cluster = 1;
           t.stages = stages;
-          if (t.smem() > 227 * 1024) continue;
+          if (t.smem() > kMaxSmemPerBlock) continue;
           if (bn != plan.bn || stages != plan.stages) add("bn" + I(bn) + " st" + I(stages), t);
           // --gemm: each tiling also on clusters of two M tiles (weight multicast).
-          if (gemm_only && t.tiles_m % 2 == 0 && t.cols % 16 == 0 &&
-              (bn != plan.bn || stages != plan.stages)) {
+          if (gemm_only && t.cluster_fits(2) && (bn != plan.bn || stages != plan.stages)) {
             t.cluster = 2;
             add("bn" + I(bn) + " st" + I(stages) + " cl2", t);
           }

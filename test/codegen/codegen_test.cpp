@@ -403,6 +403,15 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   EXPECT_EQ(small_gemm_tiling(4096, 4096, 128, false).cluster, 1);  // two M tiles: 64-row tiles
   EXPECT_EQ(small_gemm_tiling(4096, 4096, 64, false).cluster, 1);
   EXPECT_EQ(small_gemm_tiling(4096, 4096, 192, false).cluster, 1);  // three M tiles
+  // What a cluster needs of the tiles: it divides the M tiles, and a CTA's slice of a weight tile
+  // is whole 8-row groups.
+  const SmallGemmTiling o = small_gemm_tiling(4096, 4096, 256, false);  // 4 M tiles of 128 rows
+  EXPECT_TRUE(o.cluster_fits(4));
+  EXPECT_FALSE(o.cluster_fits(3));
+  EXPECT_FALSE(small_gemm_tiling(4096, 4096, 192, false).cluster_fits(2));
+  const SmallGemmTiling narrow = lm_head_tiling(16 * 1001, 2048, 256);  // 16-row tiles, 4 M tiles
+  EXPECT_TRUE(narrow.cluster_fits(2));
+  EXPECT_FALSE(narrow.cluster_fits(4));  // slices of 4 rows
 }
 
 // The LM head on the small GEMM: in every bucket over the final norm's sample rows (hf) and the

@@ -329,7 +329,7 @@ std::string small_gemm_name(const std::string& epi, int M, int N, int K, const c
 std::vector<codegen::SmallGemmTiling> with_clusters(const codegen::SmallGemmTiling& t) {
   std::vector<codegen::SmallGemmTiling> ts = {t};
   for (int cl : {1, 2, 4})
-    if (cl != t.cluster && t.tiles_m % cl == 0 && t.cols % (8 * cl) == 0) {
+    if (cl != t.cluster && t.cluster_fits(cl)) {
       ts.push_back(t);
       ts.back().cluster = cl;
     }
