@@ -57,6 +57,12 @@ def check(name, ckpt, args):
         from e2e_check import make_checkpoint  # torch and transformers: imported only here
         ckpt = os.path.join(work, "checkpoint")
         make_checkpoint(name, ckpt, None, args.seed)
+        # The model it built is garbage now; its memory must leave torch's cache before telos-run
+        # sizes its KV pool (the 8B's fp32 copy alone is 32 GB).
+        import gc
+        import torch
+        gc.collect()
+        torch.cuda.empty_cache()
     with open(os.path.join(ckpt, "config.json")) as f:
         config = json.load(f)
     # The prefill chunk is at most max_seq_len, itself at most the model's positions (the tiny
