@@ -189,6 +189,13 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
 }
 
 SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows) {
+  if (rows > kSmallGemmBlockM && vocab % 256 == 0) {
+    SmallGemmLimits limits;
+    limits.bn = 256;
+    SmallGemmTiling t = small_gemm_tiling(vocab, hidden, rows, false, false, limits);
+    t.stages = std::min(4, std::max(2, (hidden + 63) / 64));
+    return t;
+  }
   for (int bn : {128, 64, 32, 16})
     if (vocab % bn == 0) {
       SmallGemmLimits limits;

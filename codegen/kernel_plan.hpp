@@ -113,8 +113,12 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
 // candidate a row for the sampler): weight tiles of the largest of 128, 64, 32, 16 rows that
 // divides the vocabulary (128 on the H200 at V = 128256: 97-100% of copy at 1-8 rows, 96% at 64,
 // against 93% for 32-row tiles and 96% for the mma.sync LM head it replaced; docs/perf-log.md,
-// change 56). The tile is fixed by the vocabulary, so every bucket gives a row the same
-// candidates; the logits' bits do not depend on the tile at all (the wgmma chain over K).
+// change 56). From two M tiles of rows on (more than 64), 256-row tiles of 4 stages where 256
+// divides the vocabulary (H200, 256 rows: 8B 659 -> 583 µs, 1B 342 -> 311; perf-log session 20
+// run 5, change 62). The logits' bits do not depend on the tile (the wgmma chain over K), and a
+// row's greedy token not on how its candidates partition the vocabulary (the largest logit, the
+// lowest id among equals), which is all the sampler reads them for; so the tile, and the
+// candidate count a row, may differ per bucket.
 SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows);
 
 // Buckets of up to this many tokens fold the RMSNorm before the QKV and gate/up projections into

@@ -495,6 +495,12 @@ int main(int argc, char** argv) {
       const SmallGemmTiling plan =
           f32cand ? lm_head_tiling(g.N, g.K, M) : small_gemm_tiling(g.N, g.K, M, swiglu);
       add("plan", plan);
+      // The LM head's 128-row tiles where the plan takes 256 (change 62), timed beside them.
+      if (f32cand && plan.bn == 256 && !sweep && !gemm_only) {
+        SmallGemmLimits narrow;
+        narrow.bn = 128;
+        add("bn128", small_gemm_tiling(g.N, g.K, M, false, false, narrow));
+      }
       // The plan's tiles on the other clusters of 1, 2 and 4 M tiles (sharing each weight tile by
       // multicast); outside --gemm and --sweep (gpu_check's run) only without, where the plan
       // has one.

@@ -415,8 +415,9 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
 }
 
 // The LM head on the small GEMM: in every bucket over the final norm's sample rows (hf) and the
-// tied embedding, weight tiles of 128 rows (1002 for 128256), M tiles of 64 rows along x; the
-// tile is the largest of 128, 64, 32, 16 dividing the vocabulary, never chosen per bucket.
+// tied embedding, M tiles of 64 rows along x; weight tiles of 128 rows (1002 for 128256) up to 64
+// rows, 256 (501) above, where 256 divides the vocabulary; else the largest of 128, 64, 32, 16
+// dividing it. The sampler's greedy rows take the bucket's candidate count.
 TEST(Codegen, LmHeadRunsOnTheSmallGemm) {
   const KernelPlan plan = plan_kernels(llama_1b());
   int seen = 0;
@@ -424,17 +425,25 @@ TEST(Codegen, LmHeadRunsOnTheSmallGemm) {
     for (const Launch& l : b.launches) {
       const std::string& instance = plan.kernels[l.kernel].instance;
       if (instance.find("gemm_small_f32cand") == std::string::npos) continue;
-      const int S = b.sample_rows, box = std::min(S, 64);
+      const int S = b.sample_rows, box = std::min(S, 64), bn = S > 64 ? 256 : 128;
       const SmallGemmTiling t = lm_head_tiling(128256, 2048, S);
+      EXPECT_EQ(t.stages, S > 64 ? 4 : t.stages);
       EXPECT_EQ(instance, "telos_kernels::gemm_small_f32cand<" + std::to_string(S) +
-                              ", 128256, 2048, 128, " + std::to_string(t.stages) + ">");
-      EXPECT_EQ(l.grid, (std::array<int, 3>{(S + 63) / 64, 1002, 1})) << instance;
+                              ", 128256, 2048, " + std::to_string(bn) + ", " +
+                              std::to_string(t.stages) + ">");
+      EXPECT_EQ(l.grid, (std::array<int, 3>{(S + 63) / 64, 128256 / bn, 1})) << instance;
       EXPECT_EQ(l.args,
                 (std::vector<std::string>{
                     "tmap:buf:hf:" + std::to_string(S) + ":2048:" + std::to_string(box) + ":64",
-                    "tmap:w:embed:128256:2048:128:64", "buf:logits", "buf:lm_cand"}))
+                    "tmap:w:embed:128256:2048:" + std::to_string(bn) + ":64", "buf:logits",
+                    "buf:lm_cand"}))
           << instance;
       EXPECT_EQ(plan.kernels[l.kernel].dynamic_smem, t.smem()) << instance;
+      // The sampler after it reads this bucket's candidate count a row.
+      const std::string& sample = plan.kernels[b.launches.back().kernel].instance;
+      EXPECT_EQ(sample.rfind("telos_kernels::sample<128256, ", 0), 0u) << sample;
+      EXPECT_NE(sample.find(", " + std::to_string(128256 / bn) + ", "), std::string::npos)
+          << sample;
       ++seen;
     }
   EXPECT_EQ(seen, static_cast<int>(plan.buckets.size()));
@@ -442,6 +451,10 @@ TEST(Codegen, LmHeadRunsOnTheSmallGemm) {
   EXPECT_EQ(lm_head_tiling(528, 128, 1).bn, 16);
   EXPECT_EQ(lm_head_tiling(151936, 1536, 64).bn, 128);  // Qwen2.5
   EXPECT_EQ(lm_head_tiling(151936, 1536, 64).tiles_n, 1187);
+  EXPECT_EQ(lm_head_tiling(151936, 1536, 256).bn, 128);  // 256 does not divide it
+  EXPECT_EQ(lm_head_tiling(128256, 4096, 65).bn, 256);
+  EXPECT_EQ(lm_head_tiling(128256, 4096, 64).bn, 128);
+  EXPECT_EQ(lm_head_tiling(512, 64, 256).stages, 2);  // one K block: the fewest stages
   EXPECT_THROW(lm_head_tiling(1000, 128, 1), Error);
 }
 
