@@ -117,13 +117,15 @@ int attn_tokens_per_tile(bool prefill, int tokens, int group) {
 }
 
 // Rows of activations a stage holds: one 8-row group up to 8 tokens, else the 64-row tile
-// (kernels/gemm_small.cuh).
-static int small_gemm_a_rows(int a_box) { return a_box <= 8 ? 8 : kSmallGemmBlockM; }
+// (kernels/gemm_small.cuh); `block_m` rows otherwise.
+static int small_gemm_a_rows(int a_box, int block_m) {
+  return a_box <= 8 ? 8 : block_m;
+}
 
 // Per stage the activation rows (none with the norm prologue) and a bn-row weight box of 64
 // bf16, and two mbarriers.
-static int small_gemm_stage_bytes(int a_box, int bn, bool norm) {
-  return ((norm ? 0 : small_gemm_a_rows(a_box)) + bn) * 64 * 2 + 16;
+static int small_gemm_stage_bytes(int a_box, int bn, bool norm, int block_m = kSmallGemmBlockM) {
+  return ((norm ? 0 : small_gemm_a_rows(a_box, block_m)) + bn) * 64 * 2 + 16;
 }
 
 int SmallGemmTiling::resident_bytes() const {
@@ -134,7 +136,28 @@ int SmallGemmTiling::resident_bytes() const {
 
 int SmallGemmTiling::smem() const {
   // The stages, the resident bytes, and 1024 bytes to align the base to the 128B swizzle repeat.
-  return stages * small_gemm_stage_bytes(a_box, bn, norm_blocks > 0) + resident_bytes() + 1024;
+  return stages * small_gemm_stage_bytes(a_box, bn, norm_blocks > 0, block_m()) + resident_bytes() +
+         1024;
+}
+
+std::string SmallGemmTiling::instance(const std::string& epi, int m, int n, int k) const {
+  auto I_ = [](int v) { return std::to_string(v); };
+  const bool cl = cluster > 1 || warpgroups > 1;
+  return "telos_kernels::gemm_small_" + epi + (cl ? "_cl<" : "<") + I_(m) + ", " + I_(n) + ", " +
+         I_(k) + ", " + I_(bn) + ", " + I_(stages) + (cl ? ", " + I_(cluster) : "") +
+         (warpgroups > 1 ? ", " + I_(warpgroups) : "") + ">";
+}
+
+SmallGemmTiling small_gemm_two_warpgroups(SmallGemmTiling t, int tokens) {
+  if (t.norm_blocks > 0 || tokens <= kSmallGemmBlockM)
+    fail("codegen: two consumer warpgroups need more than 64 tokens and no norm prologue");
+  t.warpgroups = 2;
+  t.tiles_m = (tokens + t.block_m() - 1) / t.block_m();
+  t.a_box = std::min(tokens, t.block_m());
+  const int stage = small_gemm_stage_bytes(t.a_box, t.bn, false, t.block_m());
+  t.stages = std::max(2, std::min(t.stages, (kMaxSmemPerBlock - 1024) / stage));
+  if (t.cluster > 1 && !t.cluster_fits(t.cluster)) t.cluster = 1;
+  return t;
 }
 
 // 32 weight rows per CTA; SwiGLU 32 gate and 32 up rows, or 64 and 64 where that still gives
@@ -359,11 +382,11 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                              ", " + eps + ">",
                          {"x", "norm_w", "w_map", "out"}, kSmallGemmThreads, t.smem()),
                 {t.tiles_m, t.tiles_n, 1}, 0, t.cols, 0};
-      const std::string name = "telos_kernels::gemm_small_" + epi + (t.cluster > 1 ? "_cl" : "") +
-                               dims + ", " + I_(t.bn) + ", " + I_(t.stages) +
-                               (t.cluster > 1 ? ", " + I_(t.cluster) : "") + ">";
-      return {b.kernel(name, {"a_map", "w_map", "out"}, kSmallGemmThreads, t.smem()),
-              {t.tiles_m, t.tiles_n, 1}, t.a_box, t.w_box(), 0};
+      return {b.kernel(t.instance(epi, T, n, k), {"a_map", "w_map", "out"}, t.threads(), t.smem()),
+              {t.tiles_m, t.tiles_n, 1},
+              t.a_box,
+              t.w_box(),
+              0};
     };
     auto launch_gemm = [&](const Gemm& g, const std::string& a_buf, const std::string& w_name, long long w_rows,
                            int k, const std::string& out_buf, long long n) {
@@ -475,9 +498,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     // (`lm_cand`), which sample's greedy rows reduce; over the final norm's S gathered rows (hf).
     const int candidates = V / lm_t.bn;
     max_lm_candidates = std::max(max_lm_candidates, static_cast<long long>(S) * candidates);
-    launch(b.kernel("telos_kernels::gemm_small_f32cand<" + I_(S) + ", " + I_(V) + ", " + I_(H) +
-                        ", " + I_(lm_t.bn) + ", " + I_(lm_t.stages) + ">",
-                    {"a_map", "w_map", "y", "cand"}, kSmallGemmThreads, lm_t.smem()),
+    launch(b.kernel(lm_t.instance("f32cand", S, V, H), {"a_map", "w_map", "y", "cand"},
+                    lm_t.threads(), lm_t.smem()),
            {lm_t.tiles_m, lm_t.tiles_n, 1},
            {tmap("buf:hf", S, H, lm_t.a_box), tmap(lm_head, V, H, lm_t.cols), "buf:logits",
             "buf:lm_cand"});

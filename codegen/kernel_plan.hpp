@@ -95,6 +95,15 @@ struct SmallGemmTiling {
   // Whether these tiles may run on clusters of `cl` M tiles: cl divides the M tiles and each CTA's
   // slice of a weight tile is whole 8-row swizzle repeats (gemm_small.cuh's static_assert).
   bool cluster_fits(int cl) const { return tiles_m % cl == 0 && cols % (8 * cl) == 0; }
+  // Consumer warpgroups a CTA: 1, or 2 on M tiles of 128 rows (each warpgroup 64 rows of A against
+  // the same weight stages; small_gemm_two_warpgroups). The plan takes 1 (docs/perf-log.md,
+  // change 63: timed by telos-kernel-bench beside the plan's tiles).
+  int warpgroups = 1;
+  int block_m() const { return kSmallGemmBlockM * warpgroups; }
+  int threads() const { return 128 * warpgroups + 32; }
+  // The kernel instance for these tiles: gemm_small_<epi><M, N, K, BN, STAGES>, or on clusters or
+  // two warpgroups gemm_small_<epi>_cl<..., CL[, WG]> (epi: bf16, residual, swiglu, f32cand).
+  std::string instance(const std::string& epi, int m, int n, int k) const;
   int smem() const;              // dynamic shared memory per CTA
   int resident_bytes() const;    // of smem(): what is not the stages (the norm prologue's A and sums)
 };
@@ -120,6 +129,10 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
 // lowest id among equals), which is all the sampler reads them for; so the tile, and the
 // candidate count a row, may differ per bucket.
 SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows);
+
+// `t` (for `tokens` rows, no norm prologue, more than 64 tokens) on two consumer warpgroups a CTA:
+// M tiles of 128 rows, the A box 128 rows, as many of t's stages as fit the shared memory.
+SmallGemmTiling small_gemm_two_warpgroups(SmallGemmTiling t, int tokens);
 
 // Buckets of up to this many tokens fold the RMSNorm before the QKV and gate/up projections into
 // the GEMM (A, M rows, resident for the whole K); larger ones launch rmsnorm into h ...

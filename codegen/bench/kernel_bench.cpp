@@ -143,14 +143,6 @@ void fill(void* p, std::size_t bytes) {
 
 std::string I(long long v) { return std::to_string(v); }
 
-// gemm_small_<epi><M, N, K, BN, STAGES> as codegen names it (epi: bf16, residual, swiglu, f32cand),
-// gemm_small_<epi>_cl<..., CL> on clusters.
-std::string small_gemm_instance(const std::string& epi, int M, int N, int K, const SmallGemmTiling& t) {
-  return "telos_kernels::gemm_small_" + epi + (t.cluster > 1 ? "_cl<" : "<") + I(M) + ", " + I(N) +
-         ", " + I(K) + ", " + I(t.bn) + ", " + I(t.stages) +
-         (t.cluster > 1 ? ", " + I(t.cluster) : "") + ">";
-}
-
 // A bf16 [rows, cols] tensor map (128B swizzle, 64-column boxes) in device memory, as the
 // executor builds one for a `tmap:` argument.
 void* device_map(const void* base, int rows, int cols, int box_rows) {
@@ -490,7 +482,7 @@ int main(int argc, char** argv) {
       const Gemm& g = gemms[gi];
       const bool swiglu = std::string(g.epi) == "swiglu", f32cand = std::string(g.epi) == "f32cand";
       auto add = [&](const std::string& label, const SmallGemmTiling& t) {
-        variants[gi].push_back({label, t, small_gemm_instance(g.epi, M, g.N, g.K, t)});
+        variants[gi].push_back({label, t, t.instance(g.epi, M, g.N, g.K)});
       };
       const SmallGemmTiling plan =
           f32cand ? lm_head_tiling(g.N, g.K, M) : small_gemm_tiling(g.N, g.K, M, swiglu);
@@ -501,6 +493,18 @@ int main(int argc, char** argv) {
         narrow.bn = 128;
         add("bn128", small_gemm_tiling(g.N, g.K, M, false, false, narrow));
       }
+      // Two consumer warpgroups a CTA on 128-row M tiles (change 63), at the plan's weight tile and
+      // at half of it (as many CTAs as the plan's), without clusters.
+      if (M > kSmallGemmBlockM && plan.norm_blocks == 0)
+        for (int bn : {plan.bn, plan.bn / 2}) {
+          SmallGemmTiling t = plan;
+          t.bn = bn;
+          t.cols = swiglu ? bn / 2 : bn;
+          t.tiles_n = (g.N + t.cols - 1) / t.cols;
+          t.cluster = 1;
+          if (t.cols < 16 || (f32cand && g.N % bn != 0)) continue;
+          add("wg2 bn" + I(bn), small_gemm_two_warpgroups(t, M));
+        }
       // The plan's tiles on the other clusters of 1, 2 and 4 M tiles (sharing each weight tile by
       // multicast); outside --gemm and --sweep (gpu_check's run) only without, where the plan
       // has one.
@@ -568,7 +572,7 @@ int main(int argc, char** argv) {
             [&](int i) {
               std::vector<const void*> args = {a_map, w_maps[i % copies], y};
               if (f32cand) args.push_back(cand);
-              mod.launch(v.instance, dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads, args, t.smem(),
+              mod.launch(v.instance, dim3(t.tiles_m, t.tiles_n), t.threads(), args, t.smem(),
                          i % kBatch != 0);
             },
             30, 5, kBatch);
@@ -634,7 +638,7 @@ int main(int argc, char** argv) {
             SmallGemmLimits limits = c.limits;
             if (op.epi == "swiglu") limits.bn = 0;
             ch.tiles.push_back(small_gemm_tiling(op.N, op.K, M, op.epi == "swiglu", false, limits));
-            ch.names.push_back(small_gemm_instance(op.epi, M, op.N, op.K, ch.tiles.back()));
+            ch.names.push_back(ch.tiles.back().instance(op.epi, M, op.N, op.K));
           }
         if (M == 1)
           for (const PersistentTiles& p : persistent_tiles)

@@ -18,6 +18,11 @@
 // tile's rows past T.
 // Warp roles: warps 0-3 are the consumer warpgroup (wgmma needs a warpgroup aligned to 4 warps),
 // warp 4's first lane the TMA producer. Registers are few (BN / 2 accumulators), so no setmaxnreg.
+// With WG = 2 (the _cl kernels' last argument; more than 64 tokens, no norm prologue) the M tile is
+// 128 rows: warps 0-3 and 4-7 are two consumer warpgroups, each on 64 rows of the stage's A (its
+// own 8 KB half) against the same weight box, and warp 8's first lane the producer; a stage is
+// released when all eight consumer warps have read it. Each row's chain is the one above: the same
+// bits.
 //
 // Programmatic dependent launch: the producer fills the first stages' weight boxes before
 // griddepcontrol.wait (weights and tensor maps are never written by a kernel), so under PDL the
@@ -159,7 +164,7 @@ __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsig
 // BN] where cand is not null). A is a_map's [M, K] bf16 rows, or with NORM the rows of RMSNorm(x)
 // with weights norm_w (x f32 [M, K]; a_map unused).
 template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM = false, float EPS = 0.f,
-          int CL = 1>
+          int CL = 1, int WG = 1>
 __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const float* x,
                                                 const float* norm_w, const TensorMap* w_map,
                                                 void* out, unsigned long long* cand = nullptr) {
@@ -170,6 +175,10 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   static_assert(STAGES >= 2, "one stage computes while the next loads");
   static_assert(!NORM || M <= 8, "the norm prologue keeps one 8-row group of A for the whole K");
   static_assert(EPI != SmallEpi::F32Cand || N % BN == 0, "the candidates are per whole tile");
+  static_assert(WG == 1 || (WG == 2 && !NORM && M > static_cast<int>(G::kBlockM)),
+                "two consumer warpgroups: 128-row M tiles of more than 64 tokens, A from TMA");
+  constexpr unsigned kTileM = G::kBlockM * WG;  // rows of A a CTA
+  constexpr unsigned kConsumerThreads = 128 * WG;
   constexpr bool kSplitW = EPI == SmallEpi::SwiGlu;
   constexpr unsigned kOutCols = kSplitW ? BN / 2 : BN;
   // A multicast slice: whole 8-row swizzle repeats (1024 bytes), so each lands where the CTA's own
@@ -179,9 +188,9 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
                 "weight multicast: 8-row slices, no norm prologue");
   constexpr unsigned kWBytes = BN * G::kBlockK * 2;
   // Rows of A the box loads, and the rows of A a stage holds: one 8-row group up to 8 tokens
-  // (read with group stride 0), else 64.
-  constexpr unsigned kARows = M < static_cast<int>(G::kBlockM) ? M : G::kBlockM;
-  constexpr unsigned kASlotRows = kARows <= 8 ? 8 : G::kBlockM;
+  // (read with group stride 0), else the M tile's.
+  constexpr unsigned kARows = M < static_cast<int>(kTileM) ? M : kTileM;
+  constexpr unsigned kASlotRows = kARows <= 8 ? 8 : kTileM;
   constexpr unsigned kASbo = kARows <= 8 ? 0 : 1024;
   constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
   // With NORM the A region holds all of K ahead of the stages, which hold W only: M rows of 16
@@ -213,7 +222,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
     tma::prefetch_map(w_map);
     for (unsigned s = 0; s < STAGES; ++s) {
       mbarrier::init(full + 8 * s, 1);
-      mbarrier::init(empty + 8 * s, 4 * CL);  // one arrival per consumer warp of the cluster
+      mbarrier::init(empty + 8 * s, 4 * WG * CL);  // one arrival per consumer warp of the cluster
     }
     mbarrier::fence_init();
   }
@@ -222,7 +231,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   else
     __syncthreads();
 
-  if (warp_index() == 4) {
+  if (warp_index() == 4 * WG) {
     if (threadIdx.x % 32 == 0) {
       mbarrier::StageRing<STAGES> ring;
       auto load_w = [&](unsigned s, unsigned kb) {
@@ -243,7 +252,8 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
         }
       };
       auto load_a = [&](unsigned s, unsigned kb) {
-        if constexpr (!NORM) tma::load(a_stage(s), a_map, full + 8 * s, kb * G::kBlockK, tm * G::kBlockM);
+        if constexpr (!NORM)
+          tma::load(a_stage(s), a_map, full + 8 * s, kb * G::kBlockK, tm * kTileM);
       };
       // The first pass over the ring: weights before the wait, activations after it. Each stage
       // expects its A and W bytes (out-of-bounds box elements count too).
@@ -273,7 +283,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
     return;
   }
 
-  const unsigned warp = warp_index();
+  const unsigned warp = warp_index() % 4, wg = WG > 1 ? warp_index() / 4 : 0;
   const unsigned lane = threadIdx.x % 32;
   if constexpr (NORM) {
     // The norm's weights before the wait (no kernel writes them), x after it.
@@ -289,24 +299,26 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
       // Rows kARows.. of every stage's A slot: zero, once (16-byte stores of whole 128-byte rows,
       // so the swizzle, which permutes 16-byte chunks within a row, does not matter).
       constexpr unsigned kChunks = (kASlotRows - kARows) * 8;
-      for (unsigned i = threadIdx.x; i < STAGES * kChunks; i += 128) {
+      for (unsigned i = threadIdx.x; i < STAGES * kChunks; i += kConsumerThreads) {
         const unsigned addr = a_stage(i / kChunks) + kARows * 128 + (i % kChunks) * 16;
         asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
       }
       fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
-      named_barrier_sync(1, 128);
+      named_barrier_sync(1, kConsumerThreads);
     }
   }
   mbarrier::StageRing<STAGES> ring;
   float d[BN / 2];
+  // This warpgroup's 64 rows of the stage's A.
+  auto a_rows = [&](unsigned s, unsigned kb) { return a_stage(s, kb) + wg * G::kBlockM * 128; };
   wgmma_k_loop<BN, STAGES, kASbo, NORM ? M * 16 : 0, CL>(d, ring, k_blocks, full, empty, lane,
-                                                         a_stage, w_stage);
+                                                         a_rows, w_stage);
   // The last stage needs no release: nothing loads after it.
 
   // d[4j + 2h + e]: row 16 warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e of the tile.
 #pragma unroll
   for (unsigned h = 0; h < 2; ++h) {
-    const unsigned m = tm * G::kBlockM + 16 * warp + lane / 4 + 8 * h;
+    const unsigned m = tm * kTileM + wg * G::kBlockM + 16 * warp + lane / 4 + 8 * h;
     if constexpr (EPI == SmallEpi::F32Cand) {
       // The row's candidate over the tile: each lane's 2 BN / 8 values, then its quad's (the four
       // lanes holding the row). Every lane takes part in the shuffles; rows past M store nothing.
@@ -380,38 +392,39 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
 }
 
 // The same four kernels on clusters of CL consecutive M tiles sharing each weight tile by multicast
-// (small_gemm_body; grid.x a multiple of CL): the same arguments, the same bits.
-template <int M, int N, int K, int BN, int STAGES, int CL>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SmallGemm::kThreads)
+// (small_gemm_body; grid.x a multiple of CL), and with WG = 2 on 128-row M tiles of two consumer
+// warpgroups (128 · WG + 32 threads): the same arguments, the same bits.
+template <int M, int N, int K, int BN, int STAGES, int CL, int WG = 1>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128 * WG + 32)
     gemm_small_bf16_cl(const TensorMap* a_map, const TensorMap* w_map, bf16* y) {
   hexel::launch_dependents();
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, false, 0.f, CL>(a_map, nullptr, nullptr,
-                                                                            w_map, y);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, false, 0.f, CL, WG>(a_map, nullptr,
+                                                                                nullptr, w_map, y);
 }
 
-template <int M, int N, int K, int BN, int STAGES, int CL>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SmallGemm::kThreads)
+template <int M, int N, int K, int BN, int STAGES, int CL, int WG = 1>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128 * WG + 32)
     gemm_small_residual_cl(const TensorMap* a_map, const TensorMap* w_map, float* x) {
   hexel::launch_dependents();
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual, false, 0.f, CL>(a_map, nullptr, nullptr,
-                                                                           w_map, x);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual, false, 0.f, CL, WG>(a_map, nullptr,
+                                                                               nullptr, w_map, x);
 }
 
-template <int M, int I, int K, int BN, int STAGES, int CL>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SmallGemm::kThreads)
+template <int M, int I, int K, int BN, int STAGES, int CL, int WG = 1>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128 * WG + 32)
     gemm_small_swiglu_cl(const TensorMap* a_map, const TensorMap* w_map, bf16* act) {
   hexel::launch_dependents();
-  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, false, 0.f, CL>(a_map, nullptr, nullptr,
-                                                                         w_map, act);
+  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, false, 0.f, CL, WG>(a_map, nullptr,
+                                                                             nullptr, w_map, act);
 }
 
-template <int M, int N, int K, int BN, int STAGES, int CL>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(SmallGemm::kThreads)
+template <int M, int N, int K, int BN, int STAGES, int CL, int WG = 1>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128 * WG + 32)
     gemm_small_f32cand_cl(const TensorMap* a_map, const TensorMap* w_map, float* y,
                           unsigned long long* cand) {
   hexel::launch_dependents();
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::F32Cand, false, 0.f, CL>(a_map, nullptr, nullptr,
-                                                                          w_map, y, cand);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::F32Cand, false, 0.f, CL, WG>(
+      a_map, nullptr, nullptr, w_map, y, cand);
 }
 
 // The QKV and gate/up projections with the norm that feeds them (decode, up to 8 tokens):

@@ -414,6 +414,42 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   EXPECT_FALSE(narrow.cluster_fits(4));  // slices of 4 rows
 }
 
+// Two consumer warpgroups a CTA (telos-kernel-bench's and gpu_kernels_test's variant, not the
+// plan's): 128-row M tiles and A boxes, 288 threads, the stages that fit, the cluster kept where it
+// still divides the M tiles; the instance is the _cl kernel's with WG last.
+TEST(Codegen, SmallGemmOnTwoWarpgroups) {
+  const SmallGemmTiling o = small_gemm_tiling(4096, 4096, 256, false);  // 128-row tiles, cl2
+  EXPECT_EQ(o.instance("residual", 256, 4096, 4096),
+            "telos_kernels::gemm_small_residual_cl<256, 4096, 4096, 128, 8, 2>");
+  const SmallGemmTiling t = small_gemm_two_warpgroups(o, 256);
+  EXPECT_EQ(t.warpgroups, 2);
+  EXPECT_EQ(t.block_m(), 128);
+  EXPECT_EQ(t.threads(), 288);
+  EXPECT_EQ(t.tiles_m, 2);
+  EXPECT_EQ(t.a_box, 128);
+  EXPECT_EQ(t.cluster, 2);
+  EXPECT_EQ(t.stages, 7);  // 32 KB stages (128 rows of A, 128 of W): 7 fit in 227 KB
+  EXPECT_LE(t.smem(), 227 * 1024);
+  EXPECT_EQ(t.smem(), 7 * ((128 + 128) * 128 + 16) + 1024);
+  EXPECT_EQ(t.instance("residual", 256, 4096, 4096),
+            "telos_kernels::gemm_small_residual_cl<256, 4096, 4096, 128, 7, 2, 2>");
+  SmallGemmTiling plain = o;
+  plain.cluster = 1;
+  EXPECT_EQ(plain.instance("residual", 256, 4096, 4096),
+            "telos_kernels::gemm_small_residual<256, 4096, 4096, 128, 8>");
+  EXPECT_EQ(small_gemm_two_warpgroups(plain, 256).instance("residual", 256, 4096, 4096),
+            "telos_kernels::gemm_small_residual_cl<256, 4096, 4096, 128, 7, 1, 2>");
+  // 100 rows: one M tile, its box the 100 rows (the kernel zeroes the other 28); a cluster of two
+  // no longer divides the M tiles.
+  const SmallGemmTiling r =
+      small_gemm_two_warpgroups(small_gemm_tiling(4096, 4096, 200, false), 100);
+  EXPECT_EQ(r.tiles_m, 1);
+  EXPECT_EQ(r.a_box, 100);
+  EXPECT_EQ(r.cluster, 1);
+  EXPECT_THROW(small_gemm_two_warpgroups(small_gemm_tiling(4096, 4096, 64, false), 64), Error);
+  EXPECT_THROW(small_gemm_two_warpgroups(small_gemm_tiling(4096, 4096, 8, false, true), 8), Error);
+}
+
 // The LM head on the small GEMM: in every bucket over the final norm's sample rows (hf) and the
 // tied embedding, M tiles of 64 rows along x; weight tiles of 128 rows (1002 for 128256) up to 64
 // rows, 256 (501) above, where 256 divides the vocabulary; else the largest of 128, 64, 32, 16

@@ -318,12 +318,6 @@ TEST(GpuKernels, PrefillResidualIsOneF32Add) {
 
 // ---- the small-M GEMM (wgmma + TMA, 64-row tiles, narrow weight tiles) ---------------------------
 
-std::string small_gemm_name(const std::string& epi, int M, int N, int K, const codegen::SmallGemmTiling& t) {
-  return "telos_kernels::gemm_small_" + epi + (t.cluster > 1 ? "_cl<" : "<") + I(M) + ", " + I(N) +
-         ", " + I(K) + ", " + I(t.bn) + ", " + I(t.stages) +
-         (t.cluster > 1 ? ", " + I(t.cluster) : "") + ">";
-}
-
 // The tiling `t`, then the same tiles on the other clusters of 1, 2 and 4 M tiles (sharing each
 // weight tile by multicast) that divide its M tiles and its weight rows.
 std::vector<codegen::SmallGemmTiling> with_clusters(const codegen::SmallGemmTiling& t) {
@@ -344,8 +338,9 @@ std::vector<codegen::SmallGemmTiling> with_clusters(const codegen::SmallGemmTili
 // rows on, also at wider weight tiles (64-256 rows, 4 stages: the full-batch buckets' candidates,
 // docs/perf-log.md session 18 run 5), each bit for bit the prefill GEMM's, and each of those on
 // clusters of 2 and 4 M tiles sharing the weight tiles by multicast (the _cl kernels) where they
-// divide the M tiles (100 rows: two; 200: four). It is also checked against f64, and its stores
-// must stop at M (64 guard rows stay poisoned).
+// divide the M tiles (100 rows: two; 200: four), and on two consumer warpgroups a CTA (128-row M
+// tiles, WG = 2; 100 rows: one M tile whose last 28 rows the kernel zeroes). It is also checked
+// against f64, and its stores must stop at M (64 guard rows stay poisoned).
 TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Shape {
@@ -366,6 +361,15 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
       if (t.bn != plan.bn)
         for (const codegen::SmallGemmTiling& c : with_clusters(t)) ts.push_back(c);
     }
+    // Each tiling without a cluster also on two consumer warpgroups (128-row M tiles), and the
+    // plan's on clusters of two of those where they fit.
+    for (std::size_t j = 0, n = ts.size(); j < n; ++j)
+      if (ts[j].cluster == 1) ts.push_back(codegen::small_gemm_two_warpgroups(ts[j], M));
+    codegen::SmallGemmTiling two = codegen::small_gemm_two_warpgroups(plan, M);
+    if (two.cluster_fits(2)) {
+      two.cluster = 2;
+      ts.push_back(two);
+    }
     return ts;
   };
   // N = 8448: SwiGLU on 128-row weight tiles (64 gate + 64 up rows, kernel_plan.cpp).
@@ -378,7 +382,7 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
       for (const std::string epi : {"bf16", "residual", "swiglu"}) {
         names.push_back("telos_kernels::gemm_prefill_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) + ">");
         for (const codegen::SmallGemmTiling& t : tilings(N, K, M, epi == "swiglu"))
-          names.push_back(small_gemm_name(epi, M, N, K, t));
+          names.push_back(t.instance(epi, M, N, K));
       }
     TestModule mod(source_with_rope(), names);
     constexpr int MAXM = 200, GUARD = 64;
@@ -407,14 +411,15 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
         for (const codegen::SmallGemmTiling& t : tilings(N, K, M, swiglu)) {
           const std::string& small = names[i++];
           const std::string what = "M=" + I(M) + " N=" + I(N) + " K=" + I(K) + " BN=" + I(t.bn) +
-                                   " st" + I(t.stages) + " cl" + I(t.cluster);
+                                   " st" + I(t.stages) + " cl" + I(t.cluster) + " wg" +
+                                   I(t.warpgroups);
           DeviceBuffer<std::uint16_t> y_small(total);
           DeviceBuffer<float> x_small(std::vector<float>(x0.begin(), x0.begin() + total));
           const DeviceMap a64(dA.get(), M, K, t.a_box),
               w_small(dW.get(), swiglu ? 2 * N : N, K, t.w_box());
           const void* small_out =
               residual ? static_cast<const void*>(x_small.get()) : y_small.get();
-          CUDA_OK(mod.launch(small, dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
+          CUDA_OK(mod.launch(small, dim3(t.tiles_m, t.tiles_n), t.threads(),
                              {a64.get(), w_small.get(), small_out}, t.smem()));
           std::vector<float> got(MN);
           std::vector<double> want(MN);
@@ -466,11 +471,18 @@ TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
     t.stages = std::min(t.stages, 4);
     return t;
   };
+  // The tilings of M rows at a weight tile: on clusters, and from 130 rows also on two consumer
+  // warpgroups (128-row M tiles).
+  auto variants = [&](int M, int bn) {
+    std::vector<codegen::SmallGemmTiling> ts = with_clusters(tiling(M, bn));
+    if (M > 64) ts.push_back(codegen::small_gemm_two_warpgroups(tiling(M, bn), M));
+    return ts;
+  };
   std::vector<std::string> names;
   for (int M : ms)
     for (int bn : bns)
-      for (const codegen::SmallGemmTiling& t : with_clusters(tiling(M, bn)))
-        names.push_back(small_gemm_name("f32cand", M, N, K, t));
+      for (const codegen::SmallGemmTiling& t : variants(M, bn))
+        names.push_back(t.instance("f32cand", M, N, K));
   TestModule mod(source_with_rope(), names);
   std::vector<float> Af, Wf;
   DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af));
@@ -480,14 +492,15 @@ TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
   std::size_t i = 0;
   for (int M : ms)
     for (int bn : bns)
-      for (const codegen::SmallGemmTiling& t : with_clusters(tiling(M, bn))) {
-        const std::string what = "M=" + I(M) + " BN=" + I(bn) + " cl" + I(t.cluster);
+      for (const codegen::SmallGemmTiling& t : variants(M, bn)) {
+        const std::string what =
+            "M=" + I(M) + " BN=" + I(bn) + " cl" + I(t.cluster) + " wg" + I(t.warpgroups);
         const std::size_t MN = static_cast<std::size_t>(M) * N,
                           total = MN + static_cast<std::size_t>(GUARD) * N;
         DeviceBuffer<float> y(total);
         DeviceBuffer<std::uint64_t> cand(static_cast<std::size_t>(M) * (N / bn));
         const DeviceMap a(dA.get(), M, K, t.a_box), w(dW.get(), N, K, t.w_box());
-        CUDA_OK(mod.launch(names[i], dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
+        CUDA_OK(mod.launch(names[i], dim3(t.tiles_m, t.tiles_n), t.threads(),
                            {a.get(), w.get(), y.get(), cand.get()}, t.smem()));
         const std::vector<float> out = y.download();
         for (std::size_t e = MN; e < total; ++e) {
@@ -503,7 +516,7 @@ TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
             << "row 0, " << what;
         if (M == 7 && bn == 128) {
           DeviceBuffer<float> y2(MN);
-          CUDA_OK(mod.launch(names[i], dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
+          CUDA_OK(mod.launch(names[i], dim3(t.tiles_m, t.tiles_n), t.threads(),
                              {a.get(), w.get(), y2.get(), nullptr}, t.smem()));
           const std::vector<float> alone = y2.download();
           EXPECT_EQ(0, std::memcmp(alone.data(), got.data(), MN * sizeof(float)))
@@ -531,7 +544,7 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
     for (int M : ms)
       for (const std::string epi : {"bf16", "swiglu"}) {
         const bool swiglu = epi == "swiglu";
-        names.push_back(small_gemm_name(epi, M, N, K, codegen::small_gemm_tiling(N, K, M, swiglu)));
+        names.push_back(codegen::small_gemm_tiling(N, K, M, swiglu).instance(epi, M, N, K));
         const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, swiglu, true);
         names.push_back("telos_kernels::gemm_small_norm_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) + ", " +
                         I(t.bn) + ", " + I(t.stages) + ", " + eps + ">");
@@ -627,10 +640,10 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
       persistent.push_back("telos_kernels::mlp_phases_test<1, " + I(s.H) + ", " + I(s.KO) + ", " +
                            I(s.I) + ", " + I(mt.stages) + ", " + I(mt.bo) + ", " + I(mt.bg) + ", " +
                            I(mt.bd) + ", " + eps + ", telos_kernels::GridCount::" + count + ">");
-    std::vector<std::string> names = {small_gemm_name("residual", 1, s.H, s.KO, to),
+    std::vector<std::string> names = {to.instance("residual", 1, s.H, s.KO),
                                       "telos_kernels::rmsnorm<" + I(s.H) + ", " + eps + ", false>",
-                                      small_gemm_name("swiglu", 1, s.I, s.H, tg),
-                                      small_gemm_name("residual", 1, s.H, s.I, td)};
+                                      tg.instance("swiglu", 1, s.I, s.H),
+                                      td.instance("residual", 1, s.H, s.I)};
     names.insert(names.end(), persistent.begin(), persistent.end());
     TestModule mod(source_with_rope() + kMlpTestKernel, names);
     std::vector<float> f;
@@ -718,8 +731,9 @@ TEST(GpuKernels, QkvGemmThenRows) {
     const int NH = s.HQ + 2 * s.HKV, ROWS = NH * s.D;
     const bool big = s.M >= codegen::kPrefillGemmMinRows;
     const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(ROWS, s.K, s.M, false);
-    const std::string gemm = big ? "telos_kernels::gemm_prefill_bf16<" + I(s.M) + ", " + I(ROWS) + ", " + I(s.K) + ">"
-                                 : small_gemm_name("bf16", s.M, ROWS, s.K, t);
+    const std::string gemm =
+        big ? "telos_kernels::gemm_prefill_bf16<" + I(s.M) + ", " + I(ROWS) + ", " + I(s.K) + ">"
+            : t.instance("bf16", s.M, ROWS, s.K);
     const std::string rows = "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) +
                              ", " + (s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", " +
                              float_literal(1e-6) + ", " + I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) +
@@ -839,7 +853,7 @@ TEST(GpuKernels, QkvFoldedMatchesGemmThenRows) {
     const codegen::SmallGemmTiling tp = codegen::small_gemm_tiling(ROWS, s.K, s.M, false),
                                    tf = codegen::small_gemm_tiling(ROWS, s.K, s.M, false, true);
     const std::string norm = "telos_kernels::rmsnorm<" + I(s.K) + ", " + eps + ", false>";
-    const std::string gemm = small_gemm_name("bf16", s.M, ROWS, s.K, tp);
+    const std::string gemm = tp.instance("bf16", s.M, ROWS, s.K);
     const std::string rows = "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) +
                              ", " + epi;
     const std::string folded = "telos_kernels::gemm_small_norm_qkv<" + I(s.M) + ", " + I(s.K) + ", " + I(tf.bn) +
