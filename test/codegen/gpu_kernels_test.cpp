@@ -361,15 +361,17 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
       if (t.bn != plan.bn)
         for (const codegen::SmallGemmTiling& c : with_clusters(t)) ts.push_back(c);
     }
-    // Each tiling without a cluster also on two consumer warpgroups (128-row M tiles), and the
-    // plan's on clusters of two of those where they fit.
-    for (std::size_t j = 0, n = ts.size(); j < n; ++j)
-      if (ts[j].cluster == 1) ts.push_back(codegen::small_gemm_two_warpgroups(ts[j], M));
-    codegen::SmallGemmTiling two = codegen::small_gemm_two_warpgroups(plan, M);
+    // The plan's tiles and the last wider ones also on two consumer warpgroups (128-row M tiles),
+    // the plan's also on clusters of two of those where they fit.
+    codegen::SmallGemmTiling two = codegen::small_gemm_two_warpgroups(plan, M), wide = ts.back();
+    two.cluster = 1;
+    ts.push_back(two);
     if (two.cluster_fits(2)) {
       two.cluster = 2;
       ts.push_back(two);
     }
+    wide.cluster = 1;
+    if (wide.bn != plan.bn) ts.push_back(codegen::small_gemm_two_warpgroups(wide, M));
     return ts;
   };
   // N = 8448: SwiGLU on 128-row weight tiles (64 gate + 64 up rows, kernel_plan.cpp).
@@ -471,11 +473,11 @@ TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
     t.stages = std::min(t.stages, 4);
     return t;
   };
-  // The tilings of M rows at a weight tile: on clusters, and from 130 rows also on two consumer
-  // warpgroups (128-row M tiles).
+  // The tilings of M rows at a weight tile: on clusters, and from 130 rows at 128- and 256-row
+  // weight tiles also on two consumer warpgroups (128-row M tiles).
   auto variants = [&](int M, int bn) {
     std::vector<codegen::SmallGemmTiling> ts = with_clusters(tiling(M, bn));
-    if (M > 64) ts.push_back(codegen::small_gemm_two_warpgroups(tiling(M, bn), M));
+    if (M > 64 && bn >= 128) ts.push_back(codegen::small_gemm_two_warpgroups(tiling(M, bn), M));
     return ts;
   };
   std::vector<std::string> names;
