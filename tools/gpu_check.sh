@@ -10,7 +10,8 @@
 #      the tiny models' test, racecheck on short telos-run generate runs of each tiny model
 #      (racecheck of the whole gpu_model_test process dies without a hazard after its work ran
 #      clean: docs/perf-log.md, session 9 runs 3-5),
-#   4. timings: telos-kernel-bench (decode GEMM and attention against the copy bandwidth),
+#   4. timings: telos-kernel-bench (decode GEMM and attention against the copy bandwidth; its
+#      decode GEMMs also beside torch.matmul, codegen/bench/decode_gemm_torch.py),
 #      telos-prefill-bench beside torch.matmul, telos-attn-prefill-bench beside torch SDPA, telos-run bench on tiny-llama (host time per
 #      step, GPU idle gap, graph capture and memory report), telos-launch-bench (the host's cost
 #      of each CUDA call of a step, two passes), telos-device-launch-probe (steps launched from
@@ -71,7 +72,7 @@ if [ "${1:-}" = "--prepare" ]; then
   "$BUILD/bin/telos-prefill-bench" --compile-only "$CARRY/prefill-bench.cubin"
   cp codegen/bench/prefill_gemm_torch.py "$CARRY/"
   "$BUILD/bin/telos-attn-prefill-bench" --compile-only "$CARRY/attn-prefill.cubin"
-  cp codegen/bench/attention_prefill_torch.py "$CARRY/"
+  cp codegen/bench/attention_prefill_torch.py codegen/bench/decode_gemm_torch.py "$CARRY/"
   # telos-run's shared libraries that a bare GPU machine lacks (the CUDA runtime is static).
   for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu|httplib|brotli/ {print $3}'); do cp -L "$l" "$CARRY/lib/"; done
   # Compressed: the artifacts' PTX and ICU's data are most of the bytes.
@@ -136,6 +137,9 @@ if [ -z "${GPU_CHECK_QUICK:-}" ]; then
   run "synccheck: tiny models" synccheck-model.log $CS --tool synccheck "$B/gpu_model_test" \
       --gtest_filter='*MatchesTransformers*:*LongContext*'
   run "kernel timings (decode)" bench.log "$B/telos-kernel-bench"
+  # The decode GEMMs' peer: torch.matmul (cuBLAS) on the same shapes, timed the same way.
+  [ -s "$OUT/bench.log" ] && STEP_TIMEOUT=90 run "decode GEMM timings of torch.matmul" decode-gemm-torch.log \
+    python3 "$CARRY/decode_gemm_torch.py" "$OUT/bench.log"
   # Three rounds of Telos then torch (not interleaved within a process), and the median ratio.
   for r in 1 2 3; do
     run "prefill GEMM timings, round $r" prefill-bench-$r.log "$B/telos-prefill-bench" "$CARRY/prefill-bench.cubin"
@@ -161,7 +165,8 @@ echo
 grep -h "^CHECK" "$OUT/model.log" | sed 's/^CHECK | //' | tee "$OUT/model-table.txt"
 echo
 grep -hE "^\[  (FAILED|SKIPPED) |ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/*.log | sort | uniq -c | head -40
-for f in bench.log prefill-bench.log attn-prefill-bench.log engine-bench.log launch-bench.log device-launch.log; do
+for f in bench.log decode-gemm-torch.log prefill-bench.log attn-prefill-bench.log engine-bench.log launch-bench.log \
+  device-launch.log; do
   [ -f "$OUT/$f" ] && { echo; grep -v '^\s*$' "$OUT/$f" | tail -40; }
 done
 echo

@@ -1,0 +1,63 @@
+"""torch.matmul (cuBLAS) on telos-kernel-bench's decode GEMM shapes, beside its plan's rows.
+
+Reads telos-kernel-bench's output (lines "gemm_small_EPI NAME plan | M=.. N=.. K=.. | US | GB/s |
+% copy") from the file named as argv[1] and times y = a @ w.T in bf16 for each the way the kernel
+bench times its own: 8 calls back to back between two CUDA events, each on another copy of the
+weights (at least 400 MB of copies, so that the weights come from DRAM, not L2), the median of 30
+such runs after 5, divided by 8. N is the weight's rows (SwiGLU's gate and up together). torch
+does the matmul only: no residual add, no SwiGLU, bf16 logits where the LM head's are f32 (so
+the peer's figure is a lower bound of what the fused kernel does). Prints one table; the ratio is
+torch's time over Telos's (> 1: Telos is faster).
+"""
+import re
+import sys
+
+import torch
+
+ROW = re.compile(r"^gemm_small_(\w+) (\w+) plan\s*\| M=(\d+) N=(\d+) K=(\d+)\s*\|\s*([\d.]+)")
+BATCH = 8
+
+
+def median_us(fn, reps=30, warm=5):
+    for i in range(warm):
+        fn(i)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for r in range(reps):
+        start.record()
+        for j in range(BATCH):
+            fn(r * BATCH + j)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / BATCH)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    rows = []
+    with open(sys.argv[1]) as f:
+        for line in f:
+            m = ROW.match(line)
+            if m:
+                epi, name, M, N, K, us = m.groups()
+                rows.append((name, epi, int(M), int(N), int(K), float(us)))
+    if not rows:
+        sys.exit(f"{sys.argv[1]}: no telos-kernel-bench decode GEMM rows")
+    print("torch.matmul (bf16 out, matmul only) beside telos-kernel-bench's plan rows, "
+          f"{BATCH} calls back to back on rotating weight copies")
+    print("| GEMM | M | N | K | telos µs | torch µs | torch/telos |")
+    print("|---|---|---|---|---|---|---|")
+    for name, epi, M, N, K, us in rows:
+        wbytes = N * K * 2
+        copies = max(2, (400 << 20) // wbytes + 1)
+        ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        t = median_us(lambda i: torch.matmul(a, ws[i % copies].T))
+        print(f"| {name} ({epi}) | {M} | {N} | {K} | {us:.1f} | {t:.1f} | {t / us:.3f} |")
+        del ws, a
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
