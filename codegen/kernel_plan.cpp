@@ -116,8 +116,8 @@ int attn_tokens_per_tile(bool prefill, int tokens, int group) {
   return tpt;
 }
 
-// Rows of activations a stage holds: one 8-row group up to 8 tokens, else the 64-row tile
-// (kernels/gemm_small.cuh); `block_m` rows otherwise.
+// Rows of activations a stage holds: one 8-row group up to 8 tokens, else the M tile's `block_m`
+// (kernels/gemm_small.cuh).
 static int small_gemm_a_rows(int a_box, int block_m) {
   return a_box <= 8 ? 8 : block_m;
 }
@@ -146,6 +146,14 @@ std::string SmallGemmTiling::instance(const std::string& epi, int m, int n, int 
   return "telos_kernels::gemm_small_" + epi + (cl ? "_cl<" : "<") + I_(m) + ", " + I_(n) + ", " +
          I_(k) + ", " + I_(bn) + ", " + I_(stages) + (cl ? ", " + I_(cluster) : "") +
          (warpgroups > 1 ? ", " + I_(warpgroups) : "") + ">";
+}
+
+SmallGemmTiling SmallGemmTiling::with_bn(int rows, int n, bool swiglu) const {
+  SmallGemmTiling t = *this;
+  t.bn = rows;
+  t.cols = swiglu ? rows / 2 : rows;
+  t.tiles_n = (n + t.cols - 1) / t.cols;
+  return t;
 }
 
 SmallGemmTiling small_gemm_two_warpgroups(SmallGemmTiling t, int tokens) {
@@ -501,7 +509,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     launch(b.kernel(lm_t.instance("f32cand", S, V, H), {"a_map", "w_map", "y", "cand"},
                     lm_t.threads(), lm_t.smem()),
            {lm_t.tiles_m, lm_t.tiles_n, 1},
-           {tmap("buf:hf", S, H, lm_t.a_box), tmap(lm_head, V, H, lm_t.cols), "buf:logits",
+           {tmap("buf:hf", S, H, lm_t.a_box), tmap(lm_head, V, H, lm_t.w_box()), "buf:logits",
             "buf:lm_cand"});
     launch(
         b.kernel("telos_kernels::sample<" + I_(V) + ", " + I_(sample_threads) + ", " +

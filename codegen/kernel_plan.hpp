@@ -104,6 +104,9 @@ struct SmallGemmTiling {
   // The kernel instance for these tiles: gemm_small_<epi><M, N, K, BN, STAGES>, or on clusters or
   // two warpgroups gemm_small_<epi>_cl<..., CL[, WG]> (epi: bf16, residual, swiglu, f32cand).
   std::string instance(const std::string& epi, int m, int n, int k) const;
+  // These tiles with `rows` weight rows a tile over n output columns (SwiGLU: rows / 2 gate and
+  // rows / 2 up rows): bn, cols and tiles_n; nothing else changes.
+  SmallGemmTiling with_bn(int rows, int n, bool swiglu) const;
   int smem() const;              // dynamic shared memory per CTA
   int resident_bytes() const;    // of smem(): what is not the stages (the norm prologue's A and sums)
 };

@@ -90,12 +90,13 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 source tools/gpu_env.sh || exit 1
 
 declare -a rows
+row() { rows+=("$(printf '%-44s | %-6s | %4ss | %s' "$@")"); }  # row NAME RESULT SECONDS LOG
 run() {  # run NAME LOG COMMAND... (STEP_TIMEOUT=SECONDS before it: a limit other than 150 s)
   local name=$1 log=$2; shift 2
   local t0=$SECONDS
   timeout "${STEP_TIMEOUT:-150}" "$@" >"$OUT/$log" 2>&1
   local rc=$?
-  rows+=("$(printf '%-44s | %-6s | %4ss | %s' "$name" "$([ $rc = 0 ] && echo pass || echo FAIL:$rc)" $((SECONDS - t0)) "$log")")
+  row "$name" "$([ $rc = 0 ] && echo pass || echo FAIL:$rc)" $((SECONDS - t0)) "$log"
 }
 
 # The last two steps (the host's cost per CUDA call, device-launched steps) repeat figures that
@@ -103,7 +104,7 @@ run() {  # run NAME LOG COMMAND... (STEP_TIMEOUT=SECONDS before it: a limit othe
 # that a call of 570 s still prints the table) they are skipped with a row that says so.
 skip_late() {  # skip_late NAME: true, and a "skipped" row, when the budget is spent
   [ "$SECONDS" -le "${GPU_CHECK_BUDGET_S:-500}" ] && return 1
-  rows+=("$(printf '%-44s | %-6s | %4ss | %s' "$1" skip 0 "(past GPU_CHECK_BUDGET_S)")")
+  row "$1" skip 0 "(past GPU_CHECK_BUDGET_S)"
 }
 
 # 138 s in session 17's first run, before more attention variants and the LM head's test.

@@ -9,29 +9,16 @@ does the matmul only: no residual add, no SwiGLU, bf16 logits where the LM head'
 the peer's figure is a lower bound of what the fused kernel does). Prints one table; the ratio is
 torch's time over Telos's (> 1: Telos is faster).
 """
+import itertools
 import re
 import sys
 
 import torch
 
+from prefill_gemm_torch import median_ms
+
 ROW = re.compile(r"^gemm_small_(\w+) (\w+) plan\s*\| M=(\d+) N=(\d+) K=(\d+)\s*\|\s*([\d.]+)")
 BATCH = 8
-
-
-def median_us(fn, reps=30, warm=5):
-    for i in range(warm):
-        fn(i)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for r in range(reps):
-        start.record()
-        for j in range(BATCH):
-            fn(r * BATCH + j)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / BATCH)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main():
@@ -53,7 +40,13 @@ def main():
         copies = max(2, (400 << 20) // wbytes + 1)
         ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-        t = median_us(lambda i: torch.matmul(a, ws[i % copies].T))
+        turn = itertools.count()  # the next call's weight copy
+
+        def calls():
+            for _ in range(BATCH):
+                torch.matmul(a, ws[next(turn) % copies].T)
+
+        t = median_ms(calls, reps=30, warm=5) * 1000.0 / BATCH
         print(f"| {name} ({epi}) | {M} | {N} | {K} | {us:.1f} | {t:.1f} | {t / us:.3f} |")
         del ws, a
         torch.cuda.empty_cache()

@@ -497,10 +497,7 @@ int main(int argc, char** argv) {
       // at half of it (as many CTAs as the plan's), without clusters.
       if (M > kSmallGemmBlockM && plan.norm_blocks == 0)
         for (int bn : {plan.bn, plan.bn / 2}) {
-          SmallGemmTiling t = plan;
-          t.bn = bn;
-          t.cols = swiglu ? bn / 2 : bn;
-          t.tiles_n = (g.N + t.cols - 1) / t.cols;
+          SmallGemmTiling t = plan.with_bn(bn, g.N, swiglu);
           t.cluster = 1;
           if (t.cols < 16 || (f32cand && g.N % bn != 0)) continue;
           add("wg2 bn" + I(bn), small_gemm_two_warpgroups(t, M));
@@ -521,10 +518,7 @@ int main(int argc, char** argv) {
                                              : std::vector<int>{16, 32, 64};
       for (int bn : bns)
         for (int stages : gemm_only ? std::vector<int>{2, 4, 8} : std::vector<int>{4, 8, 16}) {
-          SmallGemmTiling t = plan;
-          t.bn = bn;
-          t.cols = swiglu ? bn / 2 : bn;
-          t.tiles_n = (g.N + t.cols - 1) / t.cols;
+          SmallGemmTiling t = plan.with_bn(bn, g.N, swiglu);
           t.cluster = 1;
           t.stages = stages;
           if (t.smem() > kMaxSmemPerBlock) continue;

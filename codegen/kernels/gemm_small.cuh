@@ -56,10 +56,13 @@
 
 namespace telos_kernels {
 
+// A block: WG consumer warpgroups and the producer's warp (WG = 2: the _cl kernels' option).
+__host__ __device__ constexpr unsigned small_gemm_threads(unsigned wg) { return 128 * wg + 32; }
+
 struct SmallGemm {
   static constexpr unsigned kBlockM = 64;
   static constexpr unsigned kBlockK = PrefillGemm::kBlockK;
-  static constexpr unsigned kThreads = 128 + 32;
+  static constexpr unsigned kThreads = small_gemm_threads(1);
 };
 // Dynamic shared memory (codegen: SmallGemmTiling::smem): STAGES stages of (8 or 64) + BN rows of
 // 64 bf16, full[] and empty[] barriers, +1024 to align the base to the 128B swizzle repeat.
@@ -395,7 +398,7 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
 // (small_gemm_body; grid.x a multiple of CL), and with WG = 2 on 128-row M tiles of two consumer
 // warpgroups (128 · WG + 32 threads): the same arguments, the same bits.
 template <int M, int N, int K, int BN, int STAGES, int CL, int WG = 1>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128 * WG + 32)
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(small_gemm_threads(WG))
     gemm_small_bf16_cl(const TensorMap* a_map, const TensorMap* w_map, bf16* y) {
   hexel::launch_dependents();
   small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, false, 0.f, CL, WG>(a_map, nullptr,
@@ -403,7 +406,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128 * WG + 32)
 }
 
 template <int M, int N, int K, int BN, int STAGES, int CL, int WG = 1>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128 * WG + 32)
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(small_gemm_threads(WG))
     gemm_small_residual_cl(const TensorMap* a_map, const TensorMap* w_map, float* x) {
   hexel::launch_dependents();
   small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual, false, 0.f, CL, WG>(a_map, nullptr,
@@ -411,7 +414,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128 * WG + 32)
 }
 
 template <int M, int I, int K, int BN, int STAGES, int CL, int WG = 1>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128 * WG + 32)
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(small_gemm_threads(WG))
     gemm_small_swiglu_cl(const TensorMap* a_map, const TensorMap* w_map, bf16* act) {
   hexel::launch_dependents();
   small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, false, 0.f, CL, WG>(a_map, nullptr,
@@ -419,7 +422,7 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128 * WG + 32)
 }
 
 template <int M, int N, int K, int BN, int STAGES, int CL, int WG = 1>
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(128 * WG + 32)
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(small_gemm_threads(WG))
     gemm_small_f32cand_cl(const TensorMap* a_map, const TensorMap* w_map, float* y,
                           unsigned long long* cand) {
   hexel::launch_dependents();

@@ -353,10 +353,7 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
     if (M < 100) return std::vector<codegen::SmallGemmTiling>{plan};
     std::vector<codegen::SmallGemmTiling> ts = with_clusters(plan);
     for (int bn : swiglu ? std::vector<int>{128, 256} : std::vector<int>{64, 128, 256}) {
-      codegen::SmallGemmTiling t = plan;
-      t.bn = bn;
-      t.cols = swiglu ? bn / 2 : bn;
-      t.tiles_n = (N + t.cols - 1) / t.cols;
+      codegen::SmallGemmTiling t = plan.with_bn(bn, N, swiglu);
       t.stages = 4;
       if (t.bn != plan.bn)
         for (const codegen::SmallGemmTiling& c : with_clusters(t)) ts.push_back(c);
@@ -467,9 +464,7 @@ TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
   constexpr int N = 1024, K = 2000, MAXM = 200, GUARD = 64;
   const std::vector<int> ms = {1, 7, 64, 130, 200}, bns = {32, 128, 256};
   auto tiling = [&](int M, int bn) {
-    codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, false);
-    t.bn = t.cols = bn;
-    t.tiles_n = N / bn;
+    codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, false).with_bn(bn, N, false);
     t.stages = std::min(t.stages, 4);
     return t;
   };
