@@ -96,8 +96,7 @@ struct SmallGemmTiling {
   // slice of a weight tile is whole 8-row swizzle repeats (gemm_small.cuh's static_assert).
   bool cluster_fits(int cl) const { return tiles_m % cl == 0 && cols % (8 * cl) == 0; }
   // Consumer warpgroups a CTA: 1, or 2 on M tiles of 128 rows (each warpgroup 64 rows of A against
-  // the same weight stages; small_gemm_two_warpgroups). The plan takes 1 (docs/perf-log.md,
-  // change 63: timed by telos-kernel-bench beside the plan's tiles).
+  // the same weight stages; small_gemm_two_warpgroups; where the plan takes 2: small_gemm_tiling).
   int warpgroups = 1;
   int block_m() const { return kSmallGemmBlockM * warpgroups; }
   int threads() const { return 128 * warpgroups + 32; }
@@ -112,11 +111,13 @@ struct SmallGemmTiling {
 };
 // What the tiling may use (telos-kernel-bench times other choices than the plan's): the shared
 // memory of an SM that the grid's resident CTAs fill together, the most stages of a CTA's ring,
-// and the weight rows per tile (0: the plan's choice).
+// the weight rows per tile (0: the plan's choice), and the consumer warpgroups a CTA (0: the
+// plan's choice; 1: one, as the plan before change 63).
 struct SmallGemmLimits {
   int smem_per_sm = 228 * 1024;
   int max_stages = 16;
   int bn = 0;
+  int warpgroups = 0;
 };
 SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm = false,
                                   const SmallGemmLimits& limits = {});
@@ -130,8 +131,14 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
 // run 5, change 62). The logits' bits do not depend on the tile (the wgmma chain over K), and a
 // row's greedy token not on how its candidates partition the vocabulary (the largest logit, the
 // lowest id among equals), which is all the sampler reads them for; so the tile, and the
-// candidate count a row, may differ per bucket.
-SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows);
+// candidate count a row, may differ per bucket. The 256-row tiles run on two consumer warpgroups
+// a CTA where the hidden size is at most kSmallGemmTwoWarpgroupsMaxK (`warpgroups`: 0 the plan's
+// choice, 1 one warpgroup; the same bits either way).
+SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups = 0);
+
+// The deepest K at which the plan runs the small GEMM's wide tiles on two consumer warpgroups
+// (small_gemm_tiling; H200 at 256 rows: faster at K = 2048 and 4096, not at 8192 and 14336).
+inline constexpr int kSmallGemmTwoWarpgroupsMaxK = 4096;
 
 // `t` (for `tokens` rows, no norm prologue, more than 64 tokens) on two consumer warpgroups a CTA:
 // M tiles of 128 rows, the A box 128 rows, as many of t's stages as fit the shared memory.

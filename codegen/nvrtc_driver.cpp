@@ -23,7 +23,11 @@ void check(nvrtcResult r, const std::string& what) {
 }
 
 std::vector<std::string> compile_options(const std::string& arch) {
-  return {"--gpu-architecture=" + arch, "--std=c++20", "--ptxas-options=-v", "-lineinfo"};
+  // --no-cache: NVRTC (12.9 on) keeps its own cache of compiled programs where a driver is
+  // installed, and a program it finds there comes back without ptxas's report, whose resources
+  // the manifest records and whose spills fail the compile; Telos caches by content itself
+  // (CompileCache, with the report).
+  return {"--gpu-architecture=" + arch, "--std=c++20", "--ptxas-options=-v", "-lineinfo", "--no-cache"};
 }
 
 std::uint64_t cache_key(const std::string& source, const std::string& arch,

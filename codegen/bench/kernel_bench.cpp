@@ -493,9 +493,15 @@ int main(int argc, char** argv) {
         narrow.bn = 128;
         add("bn128", small_gemm_tiling(g.N, g.K, M, false, false, narrow));
       }
-      // Two consumer warpgroups a CTA on 128-row M tiles (change 63), at the plan's weight tile and
-      // at half of it (as many CTAs as the plan's), without clusters.
-      if (M > kSmallGemmBlockM && plan.norm_blocks == 0)
+      // Where the plan runs two consumer warpgroups a CTA (change 63), its one-warpgroup tiles
+      // ("wg1"); where it runs one on more than 64 rows, two on 128-row M tiles at the plan's
+      // weight tile and at half of it (as many CTAs as the plan's), without clusters.
+      if (plan.warpgroups == 2) {
+        SmallGemmLimits one;
+        one.warpgroups = 1;
+        add("wg1", f32cand ? lm_head_tiling(g.N, g.K, M, 1)
+                           : small_gemm_tiling(g.N, g.K, M, swiglu, false, one));
+      } else if (M > kSmallGemmBlockM && plan.norm_blocks == 0)
         for (int bn : {plan.bn, plan.bn / 2}) {
           SmallGemmTiling t = plan.with_bn(bn, g.N, swiglu);
           t.cluster = 1;

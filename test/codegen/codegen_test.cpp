@@ -360,65 +360,86 @@ TEST(Codegen, DecodeLayerTiling) {
 // The small-M GEMM covers the GPU at Llama-3.1-8B shapes, and its stage ring fills the shared
 // memory of the CTAs that share an SM (whole grid resident).
 TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
-  auto tiling = [](int n, int k, int tokens, bool swiglu) {
-    const SmallGemmTiling t = small_gemm_tiling(n, k, tokens, swiglu);
-    return std::array<int, 5>{t.bn, t.tiles_m, t.tiles_n, t.stages, t.smem()};
+  SmallGemmLimits one;  // one consumer warpgroup a CTA, as the plan up to change 62
+  one.warpgroups = 1;
+  auto tiling = [](int n, int k, int tokens, bool swiglu, const SmallGemmLimits& limits = {}) {
+    const SmallGemmTiling t = small_gemm_tiling(n, k, tokens, swiglu, false, limits);
+    return std::array<int, 6>{t.bn, t.tiles_m, t.tiles_n, t.stages, t.smem(), t.warpgroups};
   };
   // o and down: 128 CTAs, one an SM, 16 stages; a stage holds 4 KB of weights and the tokens'
   // rows: one 8-row group (1 KB) up to 8 tokens, the 64-row tile (8 KB) beyond.
-  EXPECT_EQ(tiling(4096, 4096, 1, false), (std::array<int, 5>{32, 1, 128, 16, 16 * 5136 + 1024}));
-  EXPECT_EQ(tiling(4096, 14336, 64, false), (std::array<int, 5>{32, 1, 128, 16, 16 * 12304 + 1024}));
+  EXPECT_EQ(tiling(4096, 4096, 1, false), (std::array<int, 6>{32, 1, 128, 16, 16 * 5136 + 1024, 1}));
+  EXPECT_EQ(tiling(4096, 14336, 64, false), (std::array<int, 6>{32, 1, 128, 16, 16 * 12304 + 1024, 1}));
   // qkv: 192 CTAs, two an SM, 16 stages each at 8 tokens (9 at 64).
-  EXPECT_EQ(tiling(6144, 4096, 8, false), (std::array<int, 5>{32, 1, 192, 16, 16 * 5136 + 1024}));
+  EXPECT_EQ(tiling(6144, 4096, 8, false), (std::array<int, 6>{32, 1, 192, 16, 16 * 5136 + 1024, 1}));
   EXPECT_EQ(tiling(6144, 4096, 64, false)[3], 9);
   // gate_up: 224 CTAs of 64 gate and 64 up rows, two an SM, 6 stages of 17 KB (16 KB of weights).
-  EXPECT_EQ(tiling(14336, 4096, 1, true), (std::array<int, 5>{128, 1, 224, 6, 6 * 17424 + 1024}));
+  EXPECT_EQ(tiling(14336, 4096, 1, true), (std::array<int, 6>{128, 1, 224, 6, 6 * 17424 + 1024, 1}));
   // Where 128-row tiles would leave SMs without a CTA (I = 8192: 128 CTAs), 64-row ones.
   EXPECT_EQ(tiling(8192, 2048, 1, true)[0], 64);
   // The ring never goes below 2 stages nor beyond the K blocks.
   EXPECT_EQ(tiling(128, 128, 1, false)[3], 2);
   EXPECT_EQ(tiling(128, 256, 1, false)[3], 4);
-  // From two M tiles on, wider weight tiles of 4 to 8 stages: SwiGLU 128 gate + 128 up rows; the
-  // others 128 rows where that gives 88 CTAs or more (2/3 of 132 SMs), else 64, else 32.
-  EXPECT_EQ(tiling(14336, 4096, 100, true), (std::array<int, 5>{256, 2, 112, 4, 4 * 40976 + 1024}));
-  EXPECT_EQ(tiling(14336, 4096, 256, true), (std::array<int, 5>{256, 4, 112, 4, 4 * 40976 + 1024}));
-  EXPECT_EQ(tiling(6144, 4096, 256, false), (std::array<int, 5>{128, 4, 48, 4, 4 * 24592 + 1024}));
-  EXPECT_EQ(tiling(4096, 4096, 256, false), (std::array<int, 5>{128, 4, 32, 8, 8 * 24592 + 1024}));
-  EXPECT_EQ(tiling(4096, 14336, 256, false)[3], 8);
-  EXPECT_EQ(tiling(3072, 2048, 256, false)[0], 128);  // Llama-3.2-1B: 96 CTAs
-  EXPECT_EQ(tiling(2048, 2048, 256, false)[0], 64);   // 128 CTAs of 64 rows, 64 of 128
-  EXPECT_EQ(tiling(2048, 2048, 128, false)[0], 32);   // two M tiles: 128 CTAs of 32 rows
+  // From two M tiles on, on one warpgroup: wider weight tiles of 4 to 8 stages: SwiGLU 128 gate +
+  // 128 up rows; the others 128 rows where that gives 88 CTAs or more (2/3 of 132 SMs), else 64,
+  // else 32.
+  EXPECT_EQ(tiling(14336, 4096, 100, true, one), (std::array<int, 6>{256, 2, 112, 4, 4 * 40976 + 1024, 1}));
+  EXPECT_EQ(tiling(14336, 4096, 256, true, one), (std::array<int, 6>{256, 4, 112, 4, 4 * 40976 + 1024, 1}));
+  EXPECT_EQ(tiling(6144, 4096, 256, false, one), (std::array<int, 6>{128, 4, 48, 4, 4 * 24592 + 1024, 1}));
+  EXPECT_EQ(tiling(4096, 4096, 256, false, one), (std::array<int, 6>{128, 4, 32, 8, 8 * 24592 + 1024, 1}));
+  EXPECT_EQ(tiling(3072, 2048, 256, false, one)[0], 128);  // Llama-3.2-1B: 96 CTAs
+  EXPECT_EQ(tiling(2048, 2048, 256, false, one)[0], 64);   // 128 CTAs of 64 rows, 64 of 128
+  EXPECT_EQ(tiling(2048, 2048, 128, false, one)[0], 32);   // two M tiles: 128 CTAs of 32 rows
+  // The plan, up to K = 4096: two consumer warpgroups on 128-row M tiles and A boxes (288
+  // threads, 32 KB of A a stage at 128 rows), the same weight tiles for SwiGLU and the same
+  // stages; the others' weight tiles again the widest that gives 88 CTAs, now on 128-row tiles.
+  EXPECT_EQ(tiling(14336, 4096, 100, true), (std::array<int, 6>{256, 1, 112, 4, 4 * 49168 + 1024, 2}));
+  EXPECT_EQ(tiling(14336, 4096, 256, true), (std::array<int, 6>{256, 2, 112, 4, 4 * 49168 + 1024, 2}));
+  EXPECT_EQ(tiling(6144, 4096, 256, false), (std::array<int, 6>{128, 2, 48, 4, 4 * 32784 + 1024, 2}));
+  EXPECT_EQ(tiling(4096, 4096, 256, false), (std::array<int, 6>{64, 2, 64, 8, 8 * 24592 + 1024, 2}));
+  EXPECT_EQ(tiling(3072, 2048, 256, false)[0], 64);   // Llama-3.2-1B: 96 CTAs
+  EXPECT_EQ(tiling(2048, 2048, 256, false)[0], 32);   // 128 CTAs
+  EXPECT_EQ(tiling(2048, 2048, 128, false)[0], 32);   // one M tile: 64 CTAs, none narrower
+  EXPECT_EQ(small_gemm_tiling(4096, 4096, 256, false).threads(), 288);
+  // Deeper K (the downs) stays on one warpgroup: 8 stages, and clusters below.
+  EXPECT_EQ(tiling(4096, 14336, 256, false), (std::array<int, 6>{128, 4, 32, 8, 8 * 24592 + 1024, 1}));
+  EXPECT_EQ(tiling(2048, 8192, 256, false)[5], 1);
   EXPECT_EQ(tiling(2048, 2048, 64, false)[0], 32);    // one M tile: the narrow tiles as before
+  EXPECT_EQ(tiling(2048, 2048, 64, false)[5], 1);
   EXPECT_EQ(tiling(128, 128, 100, false)[3], 2);      // K = 2 blocks: the ring stays within K
-  // One wave of 128-row tiles on four M tiles (the 8B's o and down at 256 tokens): clusters of two
-  // M tiles, each loading 64 of the 128 rows (the weight map's box); nowhere else.
-  for (int k : {4096, 14336}) {
-    const SmallGemmTiling t = small_gemm_tiling(4096, k, 256, false);
+  // One wave of 128-row tiles on four M tiles of one warpgroup (the 8B's down at 256 tokens, and
+  // its o on one warpgroup): clusters of two M tiles, each loading 64 of the 128 rows (the weight
+  // map's box); nowhere else.
+  for (const SmallGemmTiling& t :
+       {small_gemm_tiling(4096, 14336, 256, false), small_gemm_tiling(4096, 4096, 256, false, false, one)}) {
     EXPECT_EQ(t.cluster, 2);
     EXPECT_EQ(t.w_box(), 64);
   }
-  EXPECT_EQ(small_gemm_tiling(6144, 4096, 256, false).cluster, 1);  // 192 CTAs: more than a wave
-  EXPECT_EQ(small_gemm_tiling(14336, 4096, 256, true).cluster, 1);  // SwiGLU
-  EXPECT_EQ(small_gemm_tiling(2048, 2048, 256, false).cluster, 1);  // 64-row tiles
-  EXPECT_EQ(small_gemm_tiling(4096, 4096, 128, false).cluster, 1);  // two M tiles: 64-row tiles
+  EXPECT_EQ(small_gemm_tiling(4096, 4096, 256, false).cluster, 1);  // two warpgroups: none
+  EXPECT_EQ(small_gemm_tiling(6144, 4096, 256, false, false, one).cluster, 1);  // 192 CTAs
+  EXPECT_EQ(small_gemm_tiling(14336, 4096, 256, true, false, one).cluster, 1);  // SwiGLU
+  EXPECT_EQ(small_gemm_tiling(2048, 2048, 256, false, false, one).cluster, 1);  // 64-row tiles
+  EXPECT_EQ(small_gemm_tiling(4096, 4096, 128, false, false, one).cluster, 1);  // 64-row tiles
   EXPECT_EQ(small_gemm_tiling(4096, 4096, 64, false).cluster, 1);
-  EXPECT_EQ(small_gemm_tiling(4096, 4096, 192, false).cluster, 1);  // three M tiles
+  EXPECT_EQ(small_gemm_tiling(4096, 14336, 192, false).cluster, 1);  // three M tiles
   // What a cluster needs of the tiles: it divides the M tiles, and a CTA's slice of a weight tile
   // is whole 8-row groups.
-  const SmallGemmTiling o = small_gemm_tiling(4096, 4096, 256, false);  // 4 M tiles of 128 rows
+  const SmallGemmTiling o = small_gemm_tiling(4096, 14336, 256, false);  // 4 M tiles of 128 rows
   EXPECT_TRUE(o.cluster_fits(4));
   EXPECT_FALSE(o.cluster_fits(3));
-  EXPECT_FALSE(small_gemm_tiling(4096, 4096, 192, false).cluster_fits(2));
+  EXPECT_FALSE(small_gemm_tiling(4096, 14336, 192, false).cluster_fits(2));
   const SmallGemmTiling narrow = lm_head_tiling(16 * 1001, 2048, 256);  // 16-row tiles, 4 M tiles
   EXPECT_TRUE(narrow.cluster_fits(2));
   EXPECT_FALSE(narrow.cluster_fits(4));  // slices of 4 rows
 }
 
-// Two consumer warpgroups a CTA (telos-kernel-bench's and gpu_kernels_test's variant, not the
-// plan's): 128-row M tiles and A boxes, 288 threads, the stages that fit, the cluster kept where it
-// still divides the M tiles; the instance is the _cl kernel's with WG last.
+// Two consumer warpgroups a CTA from a one-warpgroup tiling: 128-row M tiles and A boxes, 288
+// threads, the stages that fit, the cluster kept where it still divides the M tiles; the instance
+// is the _cl kernel's with WG last.
 TEST(Codegen, SmallGemmOnTwoWarpgroups) {
-  const SmallGemmTiling o = small_gemm_tiling(4096, 4096, 256, false);  // 128-row tiles, cl2
+  SmallGemmLimits one;
+  one.warpgroups = 1;
+  const SmallGemmTiling o = small_gemm_tiling(4096, 4096, 256, false, false, one);  // 128 rows, cl2
   EXPECT_EQ(o.instance("residual", 256, 4096, 4096),
             "telos_kernels::gemm_small_residual_cl<256, 4096, 4096, 128, 8, 2>");
   const SmallGemmTiling t = small_gemm_two_warpgroups(o, 256);
@@ -439,10 +460,13 @@ TEST(Codegen, SmallGemmOnTwoWarpgroups) {
             "telos_kernels::gemm_small_residual<256, 4096, 4096, 128, 8>");
   EXPECT_EQ(small_gemm_two_warpgroups(plain, 256).instance("residual", 256, 4096, 4096),
             "telos_kernels::gemm_small_residual_cl<256, 4096, 4096, 128, 7, 1, 2>");
+  // The plan's own: 64-row weight tiles, no cluster, 8 stages.
+  EXPECT_EQ(small_gemm_tiling(4096, 4096, 256, false).instance("residual", 256, 4096, 4096),
+            "telos_kernels::gemm_small_residual_cl<256, 4096, 4096, 64, 8, 1, 2>");
   // 100 rows: one M tile, its box the 100 rows (the kernel zeroes the other 28); a cluster of two
   // no longer divides the M tiles.
   const SmallGemmTiling r =
-      small_gemm_two_warpgroups(small_gemm_tiling(4096, 4096, 200, false), 100);
+      small_gemm_two_warpgroups(small_gemm_tiling(4096, 4096, 200, false, false, one), 100);
   EXPECT_EQ(r.tiles_m, 1);
   EXPECT_EQ(r.a_box, 100);
   EXPECT_EQ(r.cluster, 1);
@@ -491,6 +515,17 @@ TEST(Codegen, LmHeadRunsOnTheSmallGemm) {
   EXPECT_EQ(lm_head_tiling(128256, 4096, 65).bn, 256);
   EXPECT_EQ(lm_head_tiling(128256, 4096, 64).bn, 128);
   EXPECT_EQ(lm_head_tiling(512, 64, 256).stages, 2);  // one K block: the fewest stages
+  // The 256-row tiles on two consumer warpgroups up to a hidden size of 4096 (4 stages of 48 KB).
+  const SmallGemmTiling two = lm_head_tiling(128256, 4096, 256);
+  EXPECT_EQ(two.warpgroups, 2);
+  EXPECT_EQ(two.tiles_m, 2);
+  EXPECT_EQ(two.stages, 4);
+  EXPECT_EQ(two.instance("f32cand", 256, 128256, 4096),
+            "telos_kernels::gemm_small_f32cand_cl<256, 128256, 4096, 256, 4, 1, 2>");
+  EXPECT_EQ(lm_head_tiling(128256, 4096, 256, 1).warpgroups, 1);
+  EXPECT_EQ(lm_head_tiling(128256, 4096, 256, 1).tiles_m, 4);
+  EXPECT_EQ(lm_head_tiling(128256, 8192, 256).warpgroups, 1);
+  EXPECT_EQ(lm_head_tiling(128256, 4096, 64).warpgroups, 1);
   EXPECT_THROW(lm_head_tiling(1000, 128, 1), Error);
 }
 

@@ -347,10 +347,14 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
     int N, K;
     std::vector<int> ms;
   };
-  // The small GEMM's tilings run for M rows: the plan's, and wider ones from 100 rows on.
+  // The small GEMM's tilings run for M rows: the plan's, and from 100 rows on the one-warpgroup
+  // tiling and wider ones.
   auto tilings = [](int N, int K, int M, bool swiglu) {
-    const codegen::SmallGemmTiling plan = codegen::small_gemm_tiling(N, K, M, swiglu);
-    if (M < 100) return std::vector<codegen::SmallGemmTiling>{plan};
+    const codegen::SmallGemmTiling actual = codegen::small_gemm_tiling(N, K, M, swiglu);
+    if (M < 100) return std::vector<codegen::SmallGemmTiling>{actual};
+    codegen::SmallGemmLimits one;
+    one.warpgroups = 1;
+    const codegen::SmallGemmTiling plan = codegen::small_gemm_tiling(N, K, M, swiglu, false, one);
     std::vector<codegen::SmallGemmTiling> ts = with_clusters(plan);
     for (int bn : swiglu ? std::vector<int>{128, 256} : std::vector<int>{64, 128, 256}) {
       codegen::SmallGemmTiling t = plan.with_bn(bn, N, swiglu);
@@ -369,6 +373,11 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
     }
     wide.cluster = 1;
     if (wide.bn != plan.bn) ts.push_back(codegen::small_gemm_two_warpgroups(wide, M));
+    // The plan's own two-warpgroup tiles where they are none of the above.
+    const std::string mine = actual.instance("bf16", M, N, K);
+    if (std::none_of(ts.begin(), ts.end(),
+                     [&](const codegen::SmallGemmTiling& t) { return t.instance("bf16", M, N, K) == mine; }))
+      ts.push_back(actual);
     return ts;
   };
   // N = 8448: SwiGLU on 128-row weight tiles (64 gate + 64 up rows, kernel_plan.cpp).
@@ -463,8 +472,10 @@ TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int N = 1024, K = 2000, MAXM = 200, GUARD = 64;
   const std::vector<int> ms = {1, 7, 64, 130, 200}, bns = {32, 128, 256};
+  codegen::SmallGemmLimits one;
+  one.warpgroups = 1;
   auto tiling = [&](int M, int bn) {
-    codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, false).with_bn(bn, N, false);
+    codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, false, false, one).with_bn(bn, N, false);
     t.stages = std::min(t.stages, 4);
     return t;
   };
@@ -760,8 +771,8 @@ TEST(GpuKernels, QkvGemmThenRows) {
       CUDA_OK(mod.launch(gemm, prefill_grid(s.M, ROWS, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
                          kPrefillSmem));
     } else {
-      const DeviceMap a_map(dA.get(), s.M, s.K, t.a_box), w_map(dW.get(), ROWS, s.K, t.cols);
-      CUDA_OK(mod.launch(gemm, dim3(t.tiles_m, t.tiles_n), codegen::kSmallGemmThreads,
+      const DeviceMap a_map(dA.get(), s.M, s.K, t.a_box), w_map(dW.get(), ROWS, s.K, t.w_box());
+      CUDA_OK(mod.launch(gemm, dim3(t.tiles_m, t.tiles_n), t.threads(),
                          {a_map.get(), w_map.get(), dqkv.get()}, t.smem()));
     }
     CUDA_OK(mod.launch(rows, dim3(NH, s.M), s.D,
