@@ -219,10 +219,11 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   // Two consumer warpgroups a CTA on 128-row M tiles (change 63): every weight tile is read once
   // per 128 rows and each SM has twice the MMAs in flight. SwiGLU keeps its 256-row tiles; the
   // others take the widest of 128 and 64 rows that still gives 2/3 of the SMs a CTA on the
-  // 128-row M tiles, else 32; no clusters; the stages as above. H200, 256 rows, µs (docs/perf-log.md,
-  // session 22 run 1): the 8B's qkv 31.2 -> 29.6, o 31.1 -> 28.9, gate/up 112.7 -> 95.1; the 1B's
-  // 10.9 -> 10.0, 13.0 -> 12.2, 34.8 -> 28.8; not the downs (K = 14336: 64.0 -> 65.6; K = 8192:
-  // 30.2 -> 29.7), hence kSmallGemmTwoWarpgroupsMaxK. The same bits as one warpgroup.
+  // 128-row M tiles, else 32; no clusters; the stages as above. H200, 256 rows, µs
+  // (docs/perf-log.md, session 22 run 1): the 8B's qkv 31.2 -> 29.6, o 31.1 -> 28.9, gate/up 112.7
+  // -> 95.1; the 1B's 10.9 -> 10.0, 13.0 -> 12.2, 34.8 -> 28.8; not the downs (K = 14336: 64.0
+  // -> 65.6; K = 8192: 30.2 -> 29.7), hence kSmallGemmTwoWarpgroupsMaxK. The same bits as one
+  // warpgroup.
   if (wide && k <= kSmallGemmTwoWarpgroupsMaxK && limits.warpgroups != 1) {
     const int tiles_m = (tokens + 2 * kSmallGemmBlockM - 1) / (2 * kSmallGemmBlockM);
     int bn = swiglu ? t.bn : 32;
@@ -247,7 +248,8 @@ SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups) 
     t.stages = std::min(4, std::max(2, (hidden + 63) / 64));
     // H200, 256 rows (session 22 run 1): 8B 543.6 -> 476.0 µs, 1B 296.1 -> 266.1 on two
     // warpgroups (4 stages of 48 KB).
-    if (hidden <= kSmallGemmTwoWarpgroupsMaxK && warpgroups != 1) return small_gemm_two_warpgroups(t, rows);
+    if (hidden <= kSmallGemmTwoWarpgroupsMaxK && warpgroups != 1)
+      return small_gemm_two_warpgroups(t, rows);
     return t;
   }
   for (int bn : {128, 64, 32, 16})

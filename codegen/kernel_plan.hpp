@@ -230,6 +230,12 @@ static_assert(kAttnSplit / 64 < 32, "PAGE_AHEAD: a warp's chunks of a split with
 inline bool attn_split_page_ahead(int page_size) {
   return page_size % 16 == 0;
 }
+// attn_split's dynamic shared memory with BULK ring slots a warp (kernels/attention.cuh: pages of
+// 16 positions, one token a block): four warps' slots of a page's K and V, and an mbarrier a slot.
+// Not in the plan: telos-kernel-bench --attention times it beside the plan's kernel (change 65).
+inline int attn_split_ring_bytes(int page_size, int head_dim, int bulk) {
+  return 4 * bulk * (2 * page_size * head_dim * 2 + 8);
+}
 
 // attn_prefill (codegen/kernels/attention_prefill.cuh), the prompt rows' attention in prefill
 // buckets: whether it takes the model's head dim and group (64 or 128; G query heads a KV head

@@ -27,7 +27,8 @@ std::vector<std::string> compile_options(const std::string& arch) {
   // installed, and a program it finds there comes back without ptxas's report, whose resources
   // the manifest records and whose spills fail the compile; Telos caches by content itself
   // (CompileCache, with the report).
-  return {"--gpu-architecture=" + arch, "--std=c++20", "--ptxas-options=-v", "-lineinfo", "--no-cache"};
+  return {"--gpu-architecture=" + arch, "--std=c++20", "--ptxas-options=-v", "-lineinfo",
+          "--no-cache"};
 }
 
 std::uint64_t cache_key(const std::string& source, const std::string& arch,

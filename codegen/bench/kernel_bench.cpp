@@ -15,9 +15,11 @@
 // `telos-kernel-bench --sweep` also times the small GEMM at other tilings than the plan's;
 // `telos-kernel-bench --decode-layer` times only the copy bandwidth and the one-token decode
 // layers; `telos-kernel-bench --sample` only the copy bandwidth and the sampler;
-// `telos-kernel-bench --attention` only the copy bandwidth and decode attention;
+// `telos-kernel-bench --attention` only the copy bandwidth and decode attention, with the rows of
+// attn_split through BULK ring slots (change 65) beside the plan's;
 // `telos-kernel-bench --gemm` only the copy bandwidth and the decode GEMMs at the full-batch bucket
-// (M = 256), swept over weight tiles of 32-256 rows and 2-8 stages.
+// (M = 256), swept over weight tiles of 32-256 rows and 2-8 stages, with clusters of two and, where
+// the plan has one consumer warpgroup, on two.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -493,9 +495,10 @@ int main(int argc, char** argv) {
         narrow.bn = 128;
         add("bn128", small_gemm_tiling(g.N, g.K, M, false, false, narrow));
       }
-      // Where the plan runs two consumer warpgroups a CTA (change 63), its one-warpgroup tiles
-      // ("wg1"); where it runs one on more than 64 rows, two on 128-row M tiles at the plan's
-      // weight tile and at half of it (as many CTAs as the plan's), without clusters.
+      // Where the plan runs two consumer warpgroups a CTA (change 64), its one-warpgroup tiles
+      // ("wg1"); where it runs one on more than 64 rows (the downs, K > 4096), two on 128-row M
+      // tiles at the plan's weight tile and at half of it (as many CTAs as the plan's), without
+      // clusters and on clusters of two (each weight tile multicast to both CTAs' 128 rows).
       if (plan.warpgroups == 2) {
         SmallGemmLimits one;
         one.warpgroups = 1;
@@ -506,7 +509,12 @@ int main(int argc, char** argv) {
           SmallGemmTiling t = plan.with_bn(bn, g.N, swiglu);
           t.cluster = 1;
           if (t.cols < 16 || (f32cand && g.N % bn != 0)) continue;
-          add("wg2 bn" + I(bn), small_gemm_two_warpgroups(t, M));
+          SmallGemmTiling two = small_gemm_two_warpgroups(t, M);
+          add("wg2 bn" + I(bn), two);
+          if (two.cluster_fits(2)) {
+            two.cluster = 2;
+            add("wg2 bn" + I(bn) + " cl2", two);
+          }
         }
       // The plan's tiles on the other clusters of 1, 2 and 4 M tiles (sharing each weight tile by
       // multicast); outside --gemm and --sweep (gpu_check's run) only without, where the plan
@@ -533,6 +541,19 @@ int main(int argc, char** argv) {
           if (gemm_only && t.cluster_fits(2) && (bn != plan.bn || stages != plan.stages)) {
             t.cluster = 2;
             add("bn" + I(bn) + " st" + I(stages) + " cl2", t);
+          }
+          // --gemm, where the plan has one warpgroup on more than 64 rows (the downs): each
+          // tiling also on two (128-row M tiles) where its stages fit, alone and on clusters of
+          // two.
+          if (gemm_only && plan.warpgroups == 1 && M > kSmallGemmBlockM && plan.norm_blocks == 0) {
+            t.cluster = 1;
+            SmallGemmTiling two = small_gemm_two_warpgroups(t, M);
+            if (two.stages != stages) continue;
+            add("wg2 bn" + I(bn) + " st" + I(stages), two);
+            if (two.cluster_fits(2)) {
+              two.cluster = 2;
+              add("wg2 bn" + I(bn) + " st" + I(stages) + " cl2", two);
+            }
           }
         }
     }
@@ -775,16 +796,26 @@ int main(int argc, char** argv) {
     bool ahead = false;  // attn_split's LOAD_AHEAD
     bool pages = attn_split_page_ahead(PAGE);  // and PAGE_AHEAD, as the plan takes it
     int blocks = 0;                            // blocks an SM (0: the kernel's default)
+    int bulk = 0;  // BULK ring slots a warp (change 65; no PAGE_AHEAD), 0: none
     std::string split_kernel(int tpt) const {
       return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) +
              ", " + I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
              float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) +
              (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
-             (blocks ? ", " + I(blocks) + ">" : ">");
+             (blocks || bulk ? ", " + I(blocks ? blocks : 3) : "") + (bulk ? ", " + I(bulk) : "") +
+             ">";
     }
+    int smem() const { return bulk ? attn_split_ring_bytes(PAGE, D, bulk) : 0; }
     Attn with_blocks(int b) const {  // the same kernel at b blocks an SM
       Attn a = *this;
       a.blocks = b;
+      return a;
+    }
+    // The same attention through BULK ring slots a warp at b blocks an SM.
+    Attn with_bulk(int slots, int b) const {
+      Attn a = with_blocks(b);
+      a.pages = false;
+      a.bulk = slots;
       return a;
     }
     std::string combine_kernel() const {
@@ -842,6 +873,11 @@ int main(int argc, char** argv) {
     ahead.ahead = true;
     vars.push_back({" load-ahead", ahead});
     vars.push_back({" 4 blocks", plan.with_blocks(4)});
+    // --attention: through BULK ring slots (change 65): 2 slots a warp at three blocks an SM (the
+    // shared memory's limit at head dim 128), 3 at two, 4 (128 KB: one block an SM).
+    if (attention_only)
+      for (auto [slots, blocks] : {std::pair{2, 3}, std::pair{3, 2}, std::pair{4, 2}})
+        vars.push_back({" bulk" + I(slots), plan.with_bulk(slots, blocks)});
     for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
       Attn v = plan;
       v.split = split;
@@ -868,7 +904,8 @@ int main(int argc, char** argv) {
         const Attn& at = vars[vi].second;
         const std::string &sk = names[2 * vi], &ck = names[2 * vi + 1];
         auto step = [&](int i, bool split_pdl, bool combine_pdl) {
-          mod.launch(sk, dim3(B, HKV, at.nsplit), 128, {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0,
+          mod.launch(sk, dim3(B, HKV, at.nsplit), 128,
+                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, at.smem(),
                      split_pdl);
           mod.launch(ck, dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, combine_pdl);
         };
@@ -890,7 +927,15 @@ int main(int argc, char** argv) {
     Attn at = attn(C);
     at.nsplit = attn_partial_slots(8192);
     const Attn four = at.with_blocks(4);
-    Module mod({at.split_kernel(1), at.combine_kernel(), four.split_kernel(1)});
+    // --attention: also through BULK ring slots (change 65), at the plan's slots.
+    std::vector<std::pair<std::string, Attn>> bulks;
+    if (attention_only)
+      for (auto [slots, blocks] : {std::pair{2, 3}, std::pair{3, 2}, std::pair{4, 2}})
+        bulks.push_back({" bulk" + I(slots), at.with_bulk(slots, blocks)});
+    std::vector<std::string> names = {at.split_kernel(1), at.combine_kernel(),
+                                      four.split_kernel(1)};
+    for (const auto& b : bulks) names.push_back(b.second.split_kernel(1));
+    Module mod(names);
     for (int B : {16, 64, 256}) {
       std::vector<int> hpos(B, C - 1), hseq(B);
       for (int b = 0; b < B; ++b) hseq[b] = b;
@@ -915,7 +960,7 @@ int main(int argc, char** argv) {
       auto row = [&](const Attn& a, int slots, const std::string& note) {
         auto step = [&](int i) {
           mod.launch(a.split_kernel(1), dim3(B, HKV, slots), 128,
-                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, 0,
+                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, a.smem(),
                      i % kBatch != 0);
           mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
         };
@@ -924,6 +969,7 @@ int main(int argc, char** argv) {
       };
       for (int slots : zs) row(planned, slots, slots == plan_slots ? " plan" : "");
       row(other, plan_slots, four_plan ? " 3 blocks" : " 4 blocks");
+      for (const auto& [label, b] : bulks) row(b, plan_slots, label);
     }
   }
 

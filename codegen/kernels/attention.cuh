@@ -12,6 +12,8 @@
 // which the warps' results are merged depend only on positions, never on the batch or the tile,
 // so a row's result does not depend on its bucket.
 #include "common.cuh"
+#include "hexel/mbarrier.cuh"
+#include "hexel/tma.cuh"
 
 namespace telos_kernels {
 
@@ -80,16 +82,30 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // PAGE_AHEAD (PAGE a multiple of 16, so that a chunk lies in one page): the page ids of a warp's
 // chunks of a split are loaded together when the split starts (lane j holds chunk j's), so that a
 // chunk's K/V loads wait on no page-table load of their own. Loads only, as LOAD_AHEAD.
+// BULK (one token an item, pages of 16 positions, without LOAD_AHEAD): each warp streams its
+// chunks through a ring of BULK slots of shared memory at `ring` (attn_split_ring_bytes), a slot
+// one chunk's page of K and of V (2 · 16 · D bf16), filled by two bulk copies that lane 0 issues
+// (PTX ISA: cp.async.bulk, completing on the slot's mbarrier), the warp's first BULK chunks
+// before Q's staging; for each chunk, across its splits, the lanes wait on its slot, read it into
+// the registers load_chunk fills, with the same rows (positions clamped to end - 1: the slot holds
+// the whole page, whose rows past the sequence's last position were never written), compute, and
+// give the slot the chunk BULK later (after the compute: its registers would not fit beside the
+// chunk's under three blocks an SM). The same values in the same registers, so the same bits;
+// change 58's per-lane ring kept one chunk ahead and paid 16 copies a lane a chunk, this one keeps
+// up to BULK - 1 chunks in flight a warp through a compute for two copies a chunk. The page ids of
+// a warp's next 32 chunks are loaded together, lane j holding chunk j's.
 // `out` (non-null): the caller guarantees that every row of the item has one split only (position
 // < SPLIT), and the item writes the rows' final bf16 values to out as attn_combine would from this
 // one slot, instead of part_o / part_ml (the persistent decode layer's short contexts: no combine).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
-          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false, class Sync>
+          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false, int BULK = 0,
+          class Sync>
 __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, const float* q,
                                                  const int* positions, const int* token_seq,
                                                  const int* page_tables, const bf16* kv_layer,
                                                  float* part_o, float* part_ml, Sync sync,
-                                                 bf16* out = nullptr) {
+                                                 bf16* out = nullptr,
+                                                 unsigned char* ring = nullptr) {
   constexpr int G = HQ / HKV, W = 4, R = TPT * G;  // R: MMA rows in use
   constexpr int KS = D / 16, NT = D / 8, VW = D / 16;  // k-steps, n-tiles, V words per position
   static_assert(HQ % HKV == 0 && TPT >= 1 && R <= 16 && D % 32 == 0 && D <= 128 &&
@@ -97,6 +113,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
                 "shape");
   static_assert(!PAGE_AHEAD || (PAGE % 16 == 0 && SPLIT / (16 * W) < 32),
                 "PAGE_AHEAD: a chunk in one page, a split's chunks a warp within its lanes");
+  static_assert(BULK == 0 || (TPT == 1 && PAGE == 16 && !LOAD_AHEAD && !PAGE_AHEAD),
+                "BULK: one token an item, a chunk one whole page, no other load scheme");
   const int t0 = tile * TPT;
   const int first = slot * SPLIT;  // the slot's first position
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c4 = lane % 4;
@@ -129,6 +147,27 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     if (lane <= SPLIT / (16 * W))
       split_pg = pt[min(start + 16 * (warp + W * lane), end - 1) / PAGE];
   };
+  // Row loads into registers: this lane's D / 32 16-byte pieces of a K row from k, its VW words
+  // of a V row from v.
+  auto load_k_row = [&](const bf16* k, uint4(&kk)[D / 32]) {
+#pragma unroll
+    for (int j = 0; j < D / 32; ++j) kk[j] = load8(k + 32 * j);
+  };
+  auto load_v_row = [&](const bf16* v, unsigned(&vv)[VW]) {
+    if constexpr (VW % 4 == 0) {
+#pragma unroll
+      for (int w = 0; w < VW; w += 4) {
+        const uint4 x = load8(v + 2 * w);
+        vv[w] = x.x, vv[w + 1] = x.y, vv[w + 2] = x.z, vv[w + 3] = x.w;
+      }
+    } else {
+#pragma unroll
+      for (int w = 0; w < VW; w += 2) {
+        const uint2 x = *reinterpret_cast<const uint2*>(v + 2 * w);
+        vv[w] = x.x, vv[w + 1] = x.y;
+      }
+    }
+  };
   // A chunk's K and V (16 positions from c; positions past `end` - 1 clamped to it) into
   // registers, every load issued before the first use. With PAGE_AHEAD the chunk's page comes from
   // its lane of split_pg (a chunk past `end` reads position end - 1, in that lane's page too).
@@ -145,27 +184,51 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
         return static_cast<long long>(pt[p / PAGE]) * PAGE_ELEMS + (p % PAGE) * D;
     };
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const bf16* k = k_base + row(min(c + 8 * i + g, end - 1));
+    for (int i = 0; i < 2; ++i) load_k_row(k_base + row(min(c + 8 * i + g, end - 1)), kr[i]);
 #pragma unroll
-      for (int j = 0; j < D / 32; ++j) kr[i][j] = load8(k + 32 * j);
-    }
+    for (int e = 0; e < 4; ++e)
+      load_v_row(v_base + row(min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1)), vr[e]);
+  };
+  // BULK: the same rows of the chunk's page from its slot at ks (K, then V).
+  auto read_slot = [&](const bf16* ks, int c, int end, uint4(&kr)[2][D / 32],
+                       unsigned(&vr)[4][VW]) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const bf16* v = v_base + row(min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1));
-      if constexpr (VW % 4 == 0) {
+    for (int i = 0; i < 2; ++i)
+      load_k_row(ks + (min(c + 8 * i + g, end - 1) - c) * D + 8 * c4, kr[i]);
 #pragma unroll
-        for (int w = 0; w < VW; w += 4) {
-          const uint4 x = load8(v + 2 * w);
-          vr[e][w] = x.x, vr[e][w + 1] = x.y, vr[e][w + 2] = x.z, vr[e][w + 3] = x.w;
-        }
-      } else {
-#pragma unroll
-        for (int w = 0; w < VW; w += 2) {
-          const uint2 x = *reinterpret_cast<const uint2*>(v + 2 * w);
-          vr[e][w] = x.x, vr[e][w + 1] = x.y;
-        }
-      }
+    for (int e = 0; e < 4; ++e)
+      load_v_row(
+          ks + (PAGE + min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1) - c) * D + g * (D / 8),
+          vr[e]);
+  };
+  // BULK: chunk n of this warp's sequence (its splits in ascending order, chunks w, w + W, ... of
+  // each) starts at chunk_at(n); the sequence ends at the first one past the token's position.
+  // Slot n % BULK of the warp's ring holds it, its mbarrier completing phase n / BULK.
+  constexpr int kPageBytes = PAGE * D * 2, kChunksPerSplit = SPLIT / (16 * W);
+  auto chunk_at = [&](int n) {
+    return first + (n / kChunksPerSplit) * (NSPLIT * SPLIT) +
+           16 * (warp + W * (n % kChunksPerSplit));
+  };
+  unsigned ring_slots = 0, ring_bars = 0;
+  int win_page = 0, win_base = 0;  // lane j: the page of chunk win_base + j
+  auto load_window = [&](int base) {
+    win_base = base;
+    const int c = chunk_at(base + lane);
+    win_page = c <= pos1 ? pt[c / PAGE] : 0;
+  };
+  // Chunk n (at most pos1) into its slot: every lane calls it (the window's shuffle), lane 0
+  // copies.
+  auto issue_chunk = [&](int n) {
+    if (n - win_base >= 32) load_window(win_base + 32);
+    const long long page = __shfl_sync(0xffffffffu, win_page, n - win_base);
+    if (lane == 0) {
+      const unsigned bar = ring_bars + 8 * (n % BULK),
+                     dst = ring_slots + (n % BULK) * 2 * kPageBytes;
+      const bf16* src = kv_layer + page * PAGE_ELEMS + static_cast<long long>(kvh) * PAGE * D;
+      hexel::mbarrier::arrive_expect_tx(bar, 2 * kPageBytes);
+      hexel::tma::copy_g2s(dst, src, kPageBytes, bar);
+      hexel::tma::copy_g2s(dst + kPageBytes, src + static_cast<long long>(HKV) * PAGE * D,
+                           kPageBytes, bar);
     }
   };
   // The chunk whose loads are in flight (with LOAD_AHEAD, the next one). One token with
@@ -176,6 +239,19 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   if constexpr (TPT == 1 && LOAD_AHEAD) {
     if constexpr (PAGE_AHEAD) load_split_pages(first, min(first + SPLIT, pos1 + 1));
     load_chunk(first + 16 * warp, min(first + SPLIT, pos1 + 1), kr, vr);
+  }
+  // BULK: the warp's barriers (set up again for every item: the last item's chunks have all been
+  // waited for) and its first BULK chunks, issued before Q's staging like LOAD_AHEAD's.
+  if constexpr (BULK > 0) {
+    ring_slots = hexel::smem_addr(ring) + warp * BULK * 2 * kPageBytes;
+    ring_bars = hexel::smem_addr(ring) + W * BULK * 2 * kPageBytes + warp * BULK * 8;
+    if (lane == 0) {
+      for (int b = 0; b < BULK; ++b) hexel::mbarrier::init(ring_bars + 8 * b, 1);
+      hexel::mbarrier::fence_init();
+    }
+    __syncwarp();
+    load_window(0);
+    for (int n = 0; n < BULK && chunk_at(n) <= pos1; ++n) issue_chunk(n);
   }
 
   // Shared memory holds what the passes below read but should not keep in registers: at 128-168
@@ -321,33 +397,50 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
                        __byte_perm(vr[2][n / 2], vr[3][n / 2], sel));
       }
     };
-    for (int start = first; start <= pos_max; start += NSPLIT * SPLIT) {
-      const int end = min(start + SPLIT, pos_max + 1);  // the loads' last position + 1
-      // (Again for the first split of one token loaded ahead: the same ids, from L1.)
-      if constexpr (PAGE_AHEAD) load_split_pages(start, end);
-      if constexpr (LOAD_AHEAD) {
-        // The next chunk's loads are in flight while this one computes (its positions clamped
-        // like the last chunk's, so the load past the last chunk reads valid pages). One
-        // token's first chunk was issued before Q's staging.
-        if (TPT > 1 || start != first) load_chunk(start + 16 * warp, end, kr, vr);
-        for (int c = start + 16 * warp; c < end; c += 16 * W) {
-          uint4 kn[2][D / 32];
-          unsigned vn[4][VW];
-          load_chunk(c + 16 * W, end, kn, vn);
-          run_chunk(c, kr, vr);
+    if constexpr (BULK > 0) {
+      // The same chunks in the same order as the loop below.
+      for (int n = 0;; ++n) {
+        const int c = chunk_at(n);
+        if (c > pos_max) break;
+        const int start = c - 16 * (warp + W * (n % kChunksPerSplit));
+        const int end = min(start + SPLIT, pos_max + 1);
+        hexel::mbarrier::wait_parity(ring_bars + 8 * (n % BULK), (n / BULK) & 1);
+        const bf16* ks =
+            reinterpret_cast<const bf16*>(ring + (warp * BULK + n % BULK) * 2 * kPageBytes);
+        read_slot(ks, c, end, kr, vr);
+        run_chunk(c, kr, vr);
+        __syncwarp();  // every lane has read the slot: it takes chunk n + BULK
+        if (chunk_at(n + BULK) <= pos_max) issue_chunk(n + BULK);
+      }
+    } else {
+      for (int start = first; start <= pos_max; start += NSPLIT * SPLIT) {
+        const int end = min(start + SPLIT, pos_max + 1);  // the loads' last position + 1
+        // (Again for the first split of one token loaded ahead: the same ids, from L1.)
+        if constexpr (PAGE_AHEAD) load_split_pages(start, end);
+        if constexpr (LOAD_AHEAD) {
+          // The next chunk's loads are in flight while this one computes (its positions clamped
+          // like the last chunk's, so the load past the last chunk reads valid pages). One
+          // token's first chunk was issued before Q's staging.
+          if (TPT > 1 || start != first) load_chunk(start + 16 * warp, end, kr, vr);
+          for (int c = start + 16 * warp; c < end; c += 16 * W) {
+            uint4 kn[2][D / 32];
+            unsigned vn[4][VW];
+            load_chunk(c + 16 * W, end, kn, vn);
+            run_chunk(c, kr, vr);
 #pragma unroll
-          for (int i = 0; i < 2; ++i)
+            for (int i = 0; i < 2; ++i)
 #pragma unroll
-            for (int j = 0; j < D / 32; ++j) kr[i][j] = kn[i][j];
+              for (int j = 0; j < D / 32; ++j) kr[i][j] = kn[i][j];
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
+            for (int e = 0; e < 4; ++e)
 #pragma unroll
-            for (int w = 0; w < VW; ++w) vr[e][w] = vn[e][w];
-        }
-      } else {
-        for (int c = start + 16 * warp; c < end; c += 16 * W) {
-          load_chunk(c, end, kr, vr);
-          run_chunk(c, kr, vr);
+              for (int w = 0; w < VW; ++w) vr[e][w] = vn[e][w];
+          }
+        } else {
+          for (int c = start + 16 * warp; c < end; c += 16 * W) {
+            load_chunk(c, end, kr, vr);
+            run_chunk(c, kr, vr);
+          }
         }
       }
     }
@@ -443,20 +536,22 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
 // buckets with too few items to fill three blocks an SM anyway (kernel_plan.hpp). BLOCKS: blocks an
 // SM otherwise (3: 140 registers at head dim 128; 4: 128, no spills), the plan's per bucket
 // (kAttnSplitFourBlocksMinRows). Launch bounds move registers only: the same bits at any BLOCKS.
+// BULK: ring slots a warp (attn_split_block), in attn_split_ring_bytes of dynamic shared memory.
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false,
-          int BLOCKS = 3>
+          int BLOCKS = 3, int BULK = 0>
 __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const bf16* kv_layer, float* part_o, float* part_ml) {
+  extern __shared__ __align__(128) unsigned char attn_split_ring[];
   pdl_entry();
   // Items back to back need no barrier between them (attn_split_block); a slot past every
   // position of the tile returns at once, and so do the later ones.
   for (unsigned slot = blockIdx.z; slot < NSPLIT; slot += gridDim.z)
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD,
-                     PAGE_AHEAD>(blockIdx.x, blockIdx.y, static_cast<int>(slot), q, positions,
-                                 token_seq, page_tables, kv_layer, part_o, part_ml,
-                                 [] { __syncthreads(); });
+                     PAGE_AHEAD, BULK>(
+        blockIdx.x, blockIdx.y, static_cast<int>(slot), q, positions, token_seq, page_tables,
+        kv_layer, part_o, part_ml, [] { __syncthreads(); }, nullptr, attn_split_ring);
 }
 
 // out[t, hq*D + d] = bf16(softmax-weighted sum), merging the slots 0..min(position/SPLIT,

@@ -368,13 +368,17 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   };
   // o and down: 128 CTAs, one an SM, 16 stages; a stage holds 4 KB of weights and the tokens'
   // rows: one 8-row group (1 KB) up to 8 tokens, the 64-row tile (8 KB) beyond.
-  EXPECT_EQ(tiling(4096, 4096, 1, false), (std::array<int, 6>{32, 1, 128, 16, 16 * 5136 + 1024, 1}));
-  EXPECT_EQ(tiling(4096, 14336, 64, false), (std::array<int, 6>{32, 1, 128, 16, 16 * 12304 + 1024, 1}));
+  EXPECT_EQ(tiling(4096, 4096, 1, false),
+            (std::array<int, 6>{32, 1, 128, 16, 16 * 5136 + 1024, 1}));
+  EXPECT_EQ(tiling(4096, 14336, 64, false),
+            (std::array<int, 6>{32, 1, 128, 16, 16 * 12304 + 1024, 1}));
   // qkv: 192 CTAs, two an SM, 16 stages each at 8 tokens (9 at 64).
-  EXPECT_EQ(tiling(6144, 4096, 8, false), (std::array<int, 6>{32, 1, 192, 16, 16 * 5136 + 1024, 1}));
+  EXPECT_EQ(tiling(6144, 4096, 8, false),
+            (std::array<int, 6>{32, 1, 192, 16, 16 * 5136 + 1024, 1}));
   EXPECT_EQ(tiling(6144, 4096, 64, false)[3], 9);
   // gate_up: 224 CTAs of 64 gate and 64 up rows, two an SM, 6 stages of 17 KB (16 KB of weights).
-  EXPECT_EQ(tiling(14336, 4096, 1, true), (std::array<int, 6>{128, 1, 224, 6, 6 * 17424 + 1024, 1}));
+  EXPECT_EQ(tiling(14336, 4096, 1, true),
+            (std::array<int, 6>{128, 1, 224, 6, 6 * 17424 + 1024, 1}));
   // Where 128-row tiles would leave SMs without a CTA (I = 8192: 128 CTAs), 64-row ones.
   EXPECT_EQ(tiling(8192, 2048, 1, true)[0], 64);
   // The ring never goes below 2 stages nor beyond the K blocks.
@@ -383,26 +387,35 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   // From two M tiles on, on one warpgroup: wider weight tiles of 4 to 8 stages: SwiGLU 128 gate +
   // 128 up rows; the others 128 rows where that gives 88 CTAs or more (2/3 of 132 SMs), else 64,
   // else 32.
-  EXPECT_EQ(tiling(14336, 4096, 100, true, one), (std::array<int, 6>{256, 2, 112, 4, 4 * 40976 + 1024, 1}));
-  EXPECT_EQ(tiling(14336, 4096, 256, true, one), (std::array<int, 6>{256, 4, 112, 4, 4 * 40976 + 1024, 1}));
-  EXPECT_EQ(tiling(6144, 4096, 256, false, one), (std::array<int, 6>{128, 4, 48, 4, 4 * 24592 + 1024, 1}));
-  EXPECT_EQ(tiling(4096, 4096, 256, false, one), (std::array<int, 6>{128, 4, 32, 8, 8 * 24592 + 1024, 1}));
+  EXPECT_EQ(tiling(14336, 4096, 100, true, one),
+            (std::array<int, 6>{256, 2, 112, 4, 4 * 40976 + 1024, 1}));
+  EXPECT_EQ(tiling(14336, 4096, 256, true, one),
+            (std::array<int, 6>{256, 4, 112, 4, 4 * 40976 + 1024, 1}));
+  EXPECT_EQ(tiling(6144, 4096, 256, false, one),
+            (std::array<int, 6>{128, 4, 48, 4, 4 * 24592 + 1024, 1}));
+  EXPECT_EQ(tiling(4096, 4096, 256, false, one),
+            (std::array<int, 6>{128, 4, 32, 8, 8 * 24592 + 1024, 1}));
   EXPECT_EQ(tiling(3072, 2048, 256, false, one)[0], 128);  // Llama-3.2-1B: 96 CTAs
   EXPECT_EQ(tiling(2048, 2048, 256, false, one)[0], 64);   // 128 CTAs of 64 rows, 64 of 128
   EXPECT_EQ(tiling(2048, 2048, 128, false, one)[0], 32);   // two M tiles: 128 CTAs of 32 rows
   // The plan, up to K = 4096: two consumer warpgroups on 128-row M tiles and A boxes (288
   // threads, 32 KB of A a stage at 128 rows), the same weight tiles for SwiGLU and the same
   // stages; the others' weight tiles again the widest that gives 88 CTAs, now on 128-row tiles.
-  EXPECT_EQ(tiling(14336, 4096, 100, true), (std::array<int, 6>{256, 1, 112, 4, 4 * 49168 + 1024, 2}));
-  EXPECT_EQ(tiling(14336, 4096, 256, true), (std::array<int, 6>{256, 2, 112, 4, 4 * 49168 + 1024, 2}));
-  EXPECT_EQ(tiling(6144, 4096, 256, false), (std::array<int, 6>{128, 2, 48, 4, 4 * 32784 + 1024, 2}));
-  EXPECT_EQ(tiling(4096, 4096, 256, false), (std::array<int, 6>{64, 2, 64, 8, 8 * 24592 + 1024, 2}));
-  EXPECT_EQ(tiling(3072, 2048, 256, false)[0], 64);   // Llama-3.2-1B: 96 CTAs
-  EXPECT_EQ(tiling(2048, 2048, 256, false)[0], 32);   // 128 CTAs
-  EXPECT_EQ(tiling(2048, 2048, 128, false)[0], 32);   // one M tile: 64 CTAs, none narrower
+  EXPECT_EQ(tiling(14336, 4096, 100, true),
+            (std::array<int, 6>{256, 1, 112, 4, 4 * 49168 + 1024, 2}));
+  EXPECT_EQ(tiling(14336, 4096, 256, true),
+            (std::array<int, 6>{256, 2, 112, 4, 4 * 49168 + 1024, 2}));
+  EXPECT_EQ(tiling(6144, 4096, 256, false),
+            (std::array<int, 6>{128, 2, 48, 4, 4 * 32784 + 1024, 2}));
+  EXPECT_EQ(tiling(4096, 4096, 256, false),
+            (std::array<int, 6>{64, 2, 64, 8, 8 * 24592 + 1024, 2}));
+  EXPECT_EQ(tiling(3072, 2048, 256, false)[0], 64);  // Llama-3.2-1B: 96 CTAs
+  EXPECT_EQ(tiling(2048, 2048, 256, false)[0], 32);  // 128 CTAs
+  EXPECT_EQ(tiling(2048, 2048, 128, false)[0], 32);  // one M tile: 64 CTAs, none narrower
   EXPECT_EQ(small_gemm_tiling(4096, 4096, 256, false).threads(), 288);
   // Deeper K (the downs) stays on one warpgroup: 8 stages, and clusters below.
-  EXPECT_EQ(tiling(4096, 14336, 256, false), (std::array<int, 6>{128, 4, 32, 8, 8 * 24592 + 1024, 1}));
+  EXPECT_EQ(tiling(4096, 14336, 256, false),
+            (std::array<int, 6>{128, 4, 32, 8, 8 * 24592 + 1024, 1}));
   EXPECT_EQ(tiling(2048, 8192, 256, false)[5], 1);
   EXPECT_EQ(tiling(2048, 2048, 64, false)[0], 32);    // one M tile: the narrow tiles as before
   EXPECT_EQ(tiling(2048, 2048, 64, false)[5], 1);
@@ -410,8 +423,8 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   // One wave of 128-row tiles on four M tiles of one warpgroup (the 8B's down at 256 tokens, and
   // its o on one warpgroup): clusters of two M tiles, each loading 64 of the 128 rows (the weight
   // map's box); nowhere else.
-  for (const SmallGemmTiling& t :
-       {small_gemm_tiling(4096, 14336, 256, false), small_gemm_tiling(4096, 4096, 256, false, false, one)}) {
+  for (const SmallGemmTiling& t : {small_gemm_tiling(4096, 14336, 256, false),
+                                   small_gemm_tiling(4096, 4096, 256, false, false, one)}) {
     EXPECT_EQ(t.cluster, 2);
     EXPECT_EQ(t.w_box(), 64);
   }
@@ -796,6 +809,38 @@ TEST(Codegen, AttnSplitFourBlocksCompileWithoutSpills) {
   EXPECT_FALSE(attn_split_four_blocks(128, 6));
   EXPECT_FALSE(attn_split_four_blocks(128, 16));
   EXPECT_FALSE(attn_split_four_blocks(128, 1));
+}
+
+// attn_split through BULK ring slots (change 65, telos-kernel-bench --attention's variant) at the
+// Llama shapes' head dims and groups: 2 slots a warp under three blocks' registers, 3 and 4 under
+// two's; no spills or stack frame, and the ring with the kernel's static shared memory fits the
+// SM at least `resident` times (attn_split_ring_bytes: 64 KB at head dim 128 and 2 slots, three
+// blocks; 4 slots, 128 KB: one).
+TEST(Codegen, AttnSplitBulkRingCompilesWithoutSpills) {
+  struct Case {
+    int hq, d, bulk, blocks, resident;
+  };
+  const Case cases[] = {
+      {32, 128, 2, 3, 3}, {32, 128, 3, 2, 2}, {32, 128, 4, 2, 1}, {32, 64, 2, 3, 3}};
+  std::vector<std::string> names;
+  for (const Case& c : cases) {
+    const long long page_elems = 2LL * 2 * 8 * 16 * c.d;
+    names.push_back("telos_kernels::attn_split<" + std::to_string(c.hq) + ", 8, " +
+                    std::to_string(c.d) + ", 16, 528, " + std::to_string(page_elems) +
+                    "ll, 256, 32, " + float_literal(1.4426950408889634 / std::sqrt(double(c.d))) +
+                    ", 1, false, false, " + std::to_string(c.blocks) + ", " +
+                    std::to_string(c.bulk) + ">");
+  }
+  const CompiledModule m = compile_module("#include \"attention.cuh\"\n", "sm_90a", names, "");
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const KernelResources& r = m.resources.at(m.lowered.at(names[i]));
+    EXPECT_EQ(r.stack_frame, 0) << names[i];
+    EXPECT_EQ(r.spill_stores, 0) << names[i];
+    EXPECT_LE(r.registers, 65536 / (128 * cases[i].blocks)) << names[i];
+    const int per_block = attn_split_ring_bytes(16, cases[i].d, cases[i].bulk) + r.shared_static;
+    EXPECT_LE(cases[i].resident * (per_block + 1024), 228 * 1024) << names[i];
+  }
+  EXPECT_EQ(attn_split_ring_bytes(16, 128, 2), 4 * 2 * (8192 + 8));
 }
 
 // The prefill attention kernel (kernels/attention_prefill.cuh) at the real head shapes, in the

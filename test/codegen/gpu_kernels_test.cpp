@@ -375,8 +375,9 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
     if (wide.bn != plan.bn) ts.push_back(codegen::small_gemm_two_warpgroups(wide, M));
     // The plan's own two-warpgroup tiles where they are none of the above.
     const std::string mine = actual.instance("bf16", M, N, K);
-    if (std::none_of(ts.begin(), ts.end(),
-                     [&](const codegen::SmallGemmTiling& t) { return t.instance("bf16", M, N, K) == mine; }))
+    if (std::none_of(ts.begin(), ts.end(), [&](const codegen::SmallGemmTiling& t) {
+          return t.instance("bf16", M, N, K) == mine;
+        }))
       ts.push_back(actual);
     return ts;
   };
@@ -475,7 +476,8 @@ TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
   codegen::SmallGemmLimits one;
   one.warpgroups = 1;
   auto tiling = [&](int M, int bn) {
-    codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, false, false, one).with_bn(bn, N, false);
+    codegen::SmallGemmTiling t =
+        codegen::small_gemm_tiling(N, K, M, false, false, one).with_bn(bn, N, false);
     t.stages = std::min(t.stages, 4);
     return t;
   };
@@ -926,13 +928,15 @@ struct AttnShape {
 
 // The attn_split instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, loading
 // ahead (LOAD_AHEAD) or not, with a split's page ids loaded at its start (PAGE_AHEAD) or not.
+// `bulk`: through that many BULK ring slots a warp (blocks an SM then explicit, 3 by default).
 std::string attn_split_instance(const AttnShape& s, long long page_elems, int tpt,
-                                bool ahead = false, bool pages = false, int blocks = 0) {
+                                bool ahead = false, bool pages = false, int blocks = 0,
+                                int bulk = 0) {
   return "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
          I(s.PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " +
          I(s.NSPLIT) + ", " + float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " +
          I(tpt) + (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
-         (blocks ? ", " + I(blocks) + ">" : ">");
+         (blocks || bulk ? ", " + I(blocks ? blocks : 3) : "") + (bulk ? ", " + I(bulk) : "") + ">";
 }
 std::string attn_combine_instance(const AttnShape& s) {
   return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
@@ -1084,7 +1088,8 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
 // arithmetic untouched) memcmp-identical too, and grids of fewer blocks along the slots than
 // NSPLIT (attn_grid_slots: a block runs slots z, z + S, ...; S = 1 and NSPLIT - 1), and with pages
 // of 16 positions PAGE_AHEAD (a split's page ids loaded at its start) with and without LOAD_AHEAD
-// and in tiles.
+// and in tiles, and BULK (a warp's chunks through 2-4 ring slots of shared memory filled by bulk
+// copies; on one block along the slots, the items of every slot through the same ring).
 TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int LAYERS = 2, LAYER = 1;
@@ -1102,6 +1107,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       int slots;  // the grid's z
       bool pages = false;
       int blocks = 0;
+      int bulk = 0;
     };
     std::vector<Variant> variants = {{1, false, NSPLIT}, {1, true, NSPLIT},     {2, false, NSPLIT},
                                      {1, false, 1},      {1, true, NSPLIT - 1}, {2, false, 1}};
@@ -1116,9 +1122,15 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
     for (const Variant& v :
          std::vector<Variant>{{1, false, NSPLIT, PAGE % 16 == 0, 4}, {16 / G, false, 1, false, 4}})
       variants.push_back(v);
+    if (PAGE == 16)
+      for (const Variant& v : std::vector<Variant>{{1, false, NSPLIT, false, 3, 2},
+                                                   {1, false, 1, false, 2, 3},
+                                                   {1, false, NSPLIT - 1, false, 2, 4}})
+        variants.push_back(v);
     std::vector<std::string> instances = {attn_combine_instance(s)};
     for (const Variant& v : variants)
-      instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages, v.blocks));
+      instances.push_back(
+          attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages, v.blocks, v.bulk));
     TestModule mod(source_with_rope(), instances);
 
     const int ctx = s.MAXP * PAGE, wrap = NSPLIT * SPLIT;
@@ -1170,19 +1182,21 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       a.part_o.poison();
       a.part_ml.poison();
       a.out.poison();
-      const std::string split = attn_split_instance(s, page_elems, tpt, v.ahead, v.pages, v.blocks);
+      const std::string split =
+          attn_split_instance(s, page_elems, tpt, v.ahead, v.pages, v.blocks, v.bulk);
       CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, v.slots), 128,
                          {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(),
-                          a.part_ml.get()}));
+                          a.part_ml.get()},
+                         v.bulk ? codegen::attn_split_ring_bytes(PAGE, s.D, v.bulk) : 0));
       CUDA_OK(mod.launch(attn_combine_instance(s), dim3(T, s.HQ), s.D,
                          {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
       const auto po = a.part_o.download(), ml = a.part_ml.download();
       const auto out = a.out.download();
-      const std::string opts = std::string(v.ahead ? " load-ahead" : "") +
-                               (v.pages ? " page-ahead" : "") +
-                               (v.blocks ? " blocks " + I(v.blocks) : "") +
-                               (v.slots != NSPLIT ? " slots " + I(v.slots) : "");
-      if (tpt == 1 && !v.ahead && !v.pages && v.slots == NSPLIT) {
+      const std::string opts =
+          std::string(v.ahead ? " load-ahead" : "") + (v.pages ? " page-ahead" : "") +
+          (v.bulk ? " bulk " + I(v.bulk) : "") + (v.blocks ? " blocks " + I(v.blocks) : "") +
+          (v.slots != NSPLIT ? " slots " + I(v.slots) : "");
+      if (tpt == 1 && !v.ahead && !v.pages && !v.blocks && !v.bulk && v.slots == NSPLIT) {
         expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
         po1 = po, ml1 = ml, out1 = out;
         continue;
