@@ -93,7 +93,9 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // chunk's under three blocks an SM). The same values in the same registers, so the same bits;
 // change 58's per-lane ring kept one chunk ahead and paid 16 copies a lane a chunk, this one keeps
 // up to BULK - 1 chunks in flight a warp through a compute for two copies a chunk. The page ids of
-// a warp's next 32 chunks are loaded together, lane j holding chunk j's.
+// a warp's next 32 chunks are loaded together, lane j holding chunk j's. `ring_used`: the chunks
+// this warp has taken through its ring in the caller's earlier items (the slots and barrier phases
+// continue from there), -1 before the first, whose start sets up the barriers.
 // `out` (non-null): the caller guarantees that every row of the item has one split only (position
 // < SPLIT), and the item writes the rows' final bf16 values to out as attn_combine would from this
 // one slot, instead of part_o / part_ml (the persistent decode layer's short contexts: no combine).
@@ -105,7 +107,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
                                                  const int* page_tables, const bf16* kv_layer,
                                                  float* part_o, float* part_ml, Sync sync,
                                                  bf16* out = nullptr,
-                                                 unsigned char* ring = nullptr) {
+                                                 unsigned char* ring = nullptr,
+                                                 int* ring_used = nullptr) {
   constexpr int G = HQ / HKV, W = 4, R = TPT * G;  // R: MMA rows in use
   constexpr int KS = D / 16, NT = D / 8, VW = D / 16;  // k-steps, n-tiles, V words per position
   static_assert(HQ % HKV == 0 && TPT >= 1 && R <= 16 && D % 32 == 0 && D <= 128 &&
@@ -203,13 +206,15 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   };
   // BULK: chunk n of this warp's sequence (its splits in ascending order, chunks w, w + W, ... of
   // each) starts at chunk_at(n); the sequence ends at the first one past the token's position.
-  // Slot n % BULK of the warp's ring holds it, its mbarrier completing phase n / BULK.
+  // Slot (taken + n) % BULK of the warp's ring holds it, its mbarrier completing that phase
+  // (taken: the chunks of the caller's earlier items).
   constexpr int kPageBytes = PAGE * D * 2, kChunksPerSplit = SPLIT / (16 * W);
   auto chunk_at = [&](int n) {
     return first + (n / kChunksPerSplit) * (NSPLIT * SPLIT) +
            16 * (warp + W * (n % kChunksPerSplit));
   };
   unsigned ring_slots = 0, ring_bars = 0;
+  int taken = 0;
   int win_page = 0, win_base = 0;  // lane j: the page of chunk win_base + j
   auto load_window = [&](int base) {
     win_base = base;
@@ -222,8 +227,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     if (n - win_base >= 32) load_window(win_base + 32);
     const long long page = __shfl_sync(0xffffffffu, win_page, n - win_base);
     if (lane == 0) {
-      const unsigned bar = ring_bars + 8 * (n % BULK),
-                     dst = ring_slots + (n % BULK) * 2 * kPageBytes;
+      const unsigned bar = ring_bars + 8 * ((taken + n) % BULK),
+                     dst = ring_slots + (taken + n) % BULK * 2 * kPageBytes;
       const bf16* src = kv_layer + page * PAGE_ELEMS + static_cast<long long>(kvh) * PAGE * D;
       hexel::mbarrier::arrive_expect_tx(bar, 2 * kPageBytes);
       hexel::tma::copy_g2s(dst, src, kPageBytes, bar);
@@ -240,16 +245,20 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     if constexpr (PAGE_AHEAD) load_split_pages(first, min(first + SPLIT, pos1 + 1));
     load_chunk(first + 16 * warp, min(first + SPLIT, pos1 + 1), kr, vr);
   }
-  // BULK: the warp's barriers (set up again for every item: the last item's chunks have all been
-  // waited for) and its first BULK chunks, issued before Q's staging like LOAD_AHEAD's.
+  // BULK: the warp's barriers (set up in its first item) and its first BULK chunks, issued before
+  // Q's staging like LOAD_AHEAD's.
   if constexpr (BULK > 0) {
     ring_slots = hexel::smem_addr(ring) + warp * BULK * 2 * kPageBytes;
     ring_bars = hexel::smem_addr(ring) + W * BULK * 2 * kPageBytes + warp * BULK * 8;
-    if (lane == 0) {
-      for (int b = 0; b < BULK; ++b) hexel::mbarrier::init(ring_bars + 8 * b, 1);
-      hexel::mbarrier::fence_init();
+    if (*ring_used < 0) {
+      if (lane == 0) {
+        for (int b = 0; b < BULK; ++b) hexel::mbarrier::init(ring_bars + 8 * b, 1);
+        hexel::mbarrier::fence_init();
+      }
+      __syncwarp();
+      *ring_used = 0;
     }
-    __syncwarp();
+    taken = *ring_used;
     load_window(0);
     for (int n = 0; n < BULK && chunk_at(n) <= pos1; ++n) issue_chunk(n);
   }
@@ -399,19 +408,21 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     };
     if constexpr (BULK > 0) {
       // The same chunks in the same order as the loop below.
-      for (int n = 0;; ++n) {
+      int n = 0;
+      for (;; ++n) {
         const int c = chunk_at(n);
         if (c > pos_max) break;
         const int start = c - 16 * (warp + W * (n % kChunksPerSplit));
         const int end = min(start + SPLIT, pos_max + 1);
-        hexel::mbarrier::wait_parity(ring_bars + 8 * (n % BULK), (n / BULK) & 1);
-        const bf16* ks =
-            reinterpret_cast<const bf16*>(ring + (warp * BULK + n % BULK) * 2 * kPageBytes);
+        const int k = (taken + n) % BULK;
+        hexel::mbarrier::wait_parity(ring_bars + 8 * k, ((taken + n) / BULK) & 1);
+        const bf16* ks = reinterpret_cast<const bf16*>(ring + (warp * BULK + k) * 2 * kPageBytes);
         read_slot(ks, c, end, kr, vr);
         run_chunk(c, kr, vr);
         __syncwarp();  // every lane has read the slot: it takes chunk n + BULK
         if (chunk_at(n + BULK) <= pos_max) issue_chunk(n + BULK);
       }
+      *ring_used = taken + n;
     } else {
       for (int start = first; start <= pos_max; start += NSPLIT * SPLIT) {
         const int end = min(start + SPLIT, pos_max + 1);  // the loads' last position + 1
@@ -544,6 +555,7 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const bf16* kv_layer, float* part_o, float* part_ml) {
   extern __shared__ __align__(128) unsigned char attn_split_ring[];
+  int ring_used = -1;  // BULK: the chunks each warp has taken through its ring
   pdl_entry();
   // Items back to back need no barrier between them (attn_split_block); a slot past every
   // position of the tile returns at once, and so do the later ones.
@@ -551,7 +563,7 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD,
                      PAGE_AHEAD, BULK>(
         blockIdx.x, blockIdx.y, static_cast<int>(slot), q, positions, token_seq, page_tables,
-        kv_layer, part_o, part_ml, [] { __syncthreads(); }, nullptr, attn_split_ring);
+        kv_layer, part_o, part_ml, [] { __syncthreads(); }, nullptr, attn_split_ring, &ring_used);
 }
 
 // out[t, hq*D + d] = bf16(softmax-weighted sum), merging the slots 0..min(position/SPLIT,
