@@ -16,8 +16,8 @@
 #      step, GPU idle gap, graph capture and memory report), telos-launch-bench (the host's cost
 #      of each CUDA call of a step, two passes), telos-device-launch-probe (steps launched from
 #      the device: host time and GPU gaps against host launches). GPU_CHECK_QUICK=1 skips racecheck,
-#      synccheck and the timings; the last two timings are skipped once the script has run
-#      GPU_CHECK_BUDGET_S seconds (default 500), so that a 570-second call still ends with the table.
+#      synccheck and the timings; a timing is skipped when it would start past GPU_CHECK_BUDGET_S
+#      seconds of the script (default 500), so that a 570-second call still ends with the table.
 # It prints a table last; logs go to $OUT (or /tmp/telos-gpu-check).
 #
 #   tools/gpu_check.sh --prepare [BUILD_DIR]   on the build machine: builds the binaries in
@@ -99,9 +99,9 @@ run() {  # run NAME LOG COMMAND... (STEP_TIMEOUT=SECONDS before it: a limit othe
   row "$name" "$([ $rc = 0 ] && echo pass || echo FAIL:$rc)" $((SECONDS - t0)) "$log"
 }
 
-# The last two steps (the host's cost per CUDA call, device-launched steps) repeat figures that
-# sessions 16-21 measured alike; past GPU_CHECK_BUDGET_S seconds of this script (default 500, so
-# that a call of 570 s still prints the table) they are skipped with a row that says so.
+# The timings come after every check; a timing that would start past GPU_CHECK_BUDGET_S seconds
+# of this script (default 500: the longest, the kernel bench, takes ~60 s, so that a call of 570 s
+# still prints the table) is skipped with a row that says so, the checks never.
 skip_late() {  # skip_late NAME: true, and a "skipped" row, when the budget is spent
   [ "$SECONDS" -le "${GPU_CHECK_BUDGET_S:-500}" ] && return 1
   row "$1" skip 0 "(past GPU_CHECK_BUDGET_S)"
@@ -137,22 +137,27 @@ if [ -z "${GPU_CHECK_QUICK:-}" ]; then
     exit $rc'
   run "synccheck: tiny models" synccheck-model.log $CS --tool synccheck "$B/gpu_model_test" \
       --gtest_filter='*MatchesTransformers*:*LongContext*'
-  run "kernel timings (decode)" bench.log "$B/telos-kernel-bench"
+  skip_late "kernel timings (decode)" || run "kernel timings (decode)" bench.log "$B/telos-kernel-bench"
   # The decode GEMMs' peer: torch.matmul (cuBLAS) on the same shapes, timed the same way.
-  [ -s "$OUT/bench.log" ] && STEP_TIMEOUT=90 run "decode GEMM timings of torch.matmul" decode-gemm-torch.log \
-    python3 "$CARRY/decode_gemm_torch.py" "$OUT/bench.log"
+  [ -s "$OUT/bench.log" ] && ! skip_late "decode GEMM timings of torch.matmul" &&
+    STEP_TIMEOUT=90 run "decode GEMM timings of torch.matmul" decode-gemm-torch.log \
+      python3 "$CARRY/decode_gemm_torch.py" "$OUT/bench.log"
   # Three rounds of Telos then torch (not interleaved within a process), and the median ratio.
   for r in 1 2 3; do
+    skip_late "prefill GEMM timings, round $r" && continue
     run "prefill GEMM timings, round $r" prefill-bench-$r.log "$B/telos-prefill-bench" "$CARRY/prefill-bench.cubin"
     [ -s "$OUT/prefill-bench-$r.log" ] && timeout 60 python3 "$CARRY/prefill_gemm_torch.py" \
       "$OUT/prefill-bench-$r.log" >>"$OUT/prefill-bench-$r.log" 2>&1
   done
-  python3 "$CARRY/prefill_gemm_torch.py" --summary "$OUT"/prefill-bench-[123].log >"$OUT/prefill-bench.log" 2>&1
+  ls "$OUT"/prefill-bench-[123].log >/dev/null 2>&1 &&
+    python3 "$CARRY/prefill_gemm_torch.py" --summary "$OUT"/prefill-bench-[123].log >"$OUT/prefill-bench.log" 2>&1
   # Prompt attention (attn_prefill) beside torch SDPA's backends, T = 4k, 8k, 16k.
-  run "prefill attention timings" attn-prefill-bench.log "$B/telos-attn-prefill-bench" "$CARRY/attn-prefill.cubin"
+  skip_late "prefill attention timings" ||
+    run "prefill attention timings" attn-prefill-bench.log "$B/telos-attn-prefill-bench" "$CARRY/attn-prefill.cubin"
   [ -s "$OUT/attn-prefill-bench.log" ] && timeout 60 python3 "$CARRY/attention_prefill_torch.py" \
     "$OUT/attn-prefill-bench.log" >>"$OUT/attn-prefill-bench.log" 2>&1
-  run "engine overhead (telos-run bench)" engine-bench.log "$B/telos-run" bench --profile \
+  skip_late "engine overhead (telos-run bench)" ||
+    run "engine overhead (telos-run bench)" engine-bench.log "$B/telos-run" bench --profile \
       "$P/artifacts/tiny-llama-b64.telos" --engine gpu --batch 1,8,64 --prompt-len 32 --gen 128 \
       --mixed 32 --seed 1 --ttft 32,128,224
   [ -x "$B/telos-launch-bench" ] && ! skip_late "host cost per CUDA call (2 passes)" &&
