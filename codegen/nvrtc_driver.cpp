@@ -2,11 +2,12 @@
 
 #include <nvrtc.h>
 
+#include <algorithm>
+#include <future>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "codegen/compile_cache.hpp"
 #include "support/checksum.hpp"
@@ -165,6 +166,24 @@ CompiledModule compile_module(const std::string& source, const std::string& arch
   cache.store(key, {{"module.ptx", m.ptx}, {"module.cubin", m.cubin}, {"log.txt", m.log},
                     {"names.json", names.dump(1)}});
   return m;
+}
+
+std::vector<CompiledModule> compile_modules(const std::string& source, const std::string& arch,
+                                            const std::vector<std::string>& name_expressions,
+                                            const std::string& cache_dir, int parts) {
+  const int n = static_cast<int>(name_expressions.size());
+  parts = std::clamp(parts, 1, std::max(n, 1));
+  std::vector<std::vector<std::string>> groups(parts);
+  for (int i = 0; i < n; ++i) groups[i % parts].push_back(name_expressions[i]);
+  std::vector<std::future<CompiledModule>> jobs;
+  for (const auto& g : groups)
+    jobs.push_back(std::async(std::launch::async, [&source, &arch, &cache_dir, &g] {
+      return compile_module(source, arch, g, cache_dir);
+    }));
+  for (auto& j : jobs) j.wait();
+  std::vector<CompiledModule> modules;
+  for (auto& j : jobs) modules.push_back(j.get());
+  return modules;
 }
 
 }  // namespace telos::codegen

@@ -36,6 +36,15 @@ CompiledModule compile_module(const std::string& source, const std::string& arch
                               const std::vector<std::string>& name_expressions,
                               const std::string& cache_dir);
 
+// compile_module on `parts` groups of the names at once, one thread each (names i, i + parts, ...
+// in group i; at most one group a name): NVRTC compiles a program on one thread, so a caller that
+// loads many instances (the GPU tests, the kernel benches) waits for its largest group instead of
+// the whole set. Each group is its own module (load each). Throws the first failure in group
+// order, after every group has finished.
+std::vector<CompiledModule> compile_modules(const std::string& source, const std::string& arch,
+                                            const std::vector<std::string>& name_expressions,
+                                            const std::string& cache_dir, int parts);
+
 // Parses ptxas' verbose output (NVRTC's log with --ptxas-options=-v) into per-entry resources.
 std::map<std::string, KernelResources> parse_ptxas_log(const std::string& log);
 

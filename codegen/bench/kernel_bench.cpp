@@ -29,8 +29,10 @@
 #include <cstring>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -76,19 +78,31 @@ double median_us(const std::function<void(int)>& fn, int reps = 30, int warm = 5
 }
 
 struct Module {
-  cudaLibrary_t lib = nullptr;
-  CompiledModule m;
-  // `defines`: source lines put before the generated source (TELOS_PHASE_TRACE).
-  explicit Module(const std::vector<std::string>& names, const std::string& defines = "") {
+  std::vector<cudaLibrary_t> libs;
+  std::map<std::string, std::pair<cudaLibrary_t, std::string>> entries;  // name -> library, entry
+  // `defines`: source lines put before the generated source (TELOS_PHASE_TRACE). `parts`: modules
+  // compiled at once (codegen::compile_modules; 0: one a hardware thread); a caller that reads a
+  // module's __device__ variable takes 1, so that there is one of it (libs.front()'s).
+  explicit Module(const std::vector<std::string>& names, const std::string& defines = "",
+                  int parts = 0) {
     KernelPlan plan;
     plan.rope_inv_freq.assign(64, 1.f);  // head dim 128: the QKV epilogue reads 64 frequencies
-    m = compile_module(defines + emit_source(plan), "sm_90a", names, CompileCache::default_root());
-    check(cudaLibraryLoadData(&lib, m.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "load");
+    const int n =
+        parts > 0 ? parts : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    for (const CompiledModule& m : compile_modules(defines + emit_source(plan), "sm_90a", names,
+                                                   CompileCache::default_root(), n)) {
+      cudaLibrary_t lib = nullptr;
+      check(cudaLibraryLoadData(&lib, m.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+            "load");
+      libs.push_back(lib);
+      for (const auto& [name, entry] : m.lowered) entries[name] = {lib, entry};
+    }
   }
   // The kernel `name`, allowed `smem` bytes of dynamic shared memory.
   const void* kernel(const std::string& name, int smem) {
     cudaKernel_t k;
-    check(cudaLibraryGetKernel(&k, lib, m.lowered.at(name).c_str()), "kernel");
+    const auto& [lib, entry] = entries.at(name);
+    check(cudaLibraryGetKernel(&k, lib, entry.c_str()), "kernel");
     const void* f = reinterpret_cast<const void*>(k);
     if (smem > 48 * 1024)
       check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "smem");
@@ -325,7 +339,7 @@ int main(int argc, char** argv) {
             ", " + I(lt.bd) + ", telos_kernels::GridCount::" + v.count +
             (v.act_poll ? ", true>" : ", false>"));
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
-      Module traced(names, "#define TELOS_PHASE_TRACE 1\n");
+      Module traced(names, "#define TELOS_PHASE_TRACE 1\n", 1);
       const std::unique_ptr<Module> mod = plain.get();
       const std::size_t w_rows[4] = {static_cast<std::size_t>(NQKV), static_cast<std::size_t>(sh.H),
                                      2 * static_cast<std::size_t>(sh.I),
@@ -405,8 +419,9 @@ int main(int argc, char** argv) {
         for (std::size_t vi = 0; vi < names.size(); ++vi) {
           void* trace = nullptr;
           std::size_t trace_bytes = 0;
-          check(cudaLibraryGetGlobal(&trace, &trace_bytes, traced.lib, "telos_phase_trace"),
-                "trace");
+          check(
+              cudaLibraryGetGlobal(&trace, &trace_bytes, traced.libs.front(), "telos_phase_trace"),
+              "trace");
           // Zero first: an event a variant never reaches (the combine of a one-split context,
           // gate/up's arrival under ACT_POLL) prints as "-", not as another launch's time.
           check(cudaMemset(trace, 0, trace_bytes), "trace");

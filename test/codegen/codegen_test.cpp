@@ -781,6 +781,30 @@ __global__ void __launch_bounds__(160) combine_rows(const float* part_o, const f
   }
 }
 
+// compile_modules (the GPU tests' and the kernel bench's parallel compiles): names i, i + parts,
+// ... in module i, each module reporting its own kernels; more parts than names give a module a
+// name; a name that does not compile throws, naming NVRTC's complaint.
+TEST(Codegen, CompileModulesSplitsTheNamesOverModules) {
+  const std::string eps = float_literal(1e-5);
+  std::vector<std::string> names;
+  for (int h : {128, 256, 512, 1024, 2048})
+    names.push_back("telos_kernels::rmsnorm<" + std::to_string(h) + ", " + eps + ", false>");
+  const std::vector<CompiledModule> ms =
+      compile_modules("#include \"norm.cuh\"\n", "sm_90a", names, "", 3);
+  ASSERT_EQ(ms.size(), 3u);
+  for (int i = 0; i < 5; ++i) {
+    const CompiledModule& m = ms[i % 3];
+    ASSERT_EQ(m.lowered.count(names[i]), 1u) << names[i];
+    EXPECT_EQ(m.resources.count(m.lowered.at(names[i])), 1u) << names[i];
+    EXPECT_EQ(ms[(i + 1) % 3].lowered.count(names[i]), 0u) << names[i];
+  }
+  EXPECT_EQ(ms[2].lowered.size(), 1u);
+  EXPECT_EQ(compile_modules("#include \"norm.cuh\"\n", "sm_90a", names, "", 16).size(), 5u);
+  std::vector<std::string> bad = names;
+  bad.push_back("telos_kernels::no_such_kernel<1>");
+  EXPECT_THROW(compile_modules("#include \"norm.cuh\"\n", "sm_90a", bad, "", 2), Error);
+}
+
 // attn_split four blocks an SM (128 registers) wherever attn_split_four_blocks allows it: head dim
 // 128 at G = 2, 4, 8 and head dim 64 at G = 1-16, one token a block and in the plan's tiles
 // (attn_tokens_per_tile: the largest power of two with TPT · G <= 16), compile without spills; and
