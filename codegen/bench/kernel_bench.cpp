@@ -18,8 +18,9 @@
 // `telos-kernel-bench --attention` only the copy bandwidth and decode attention, with the rows of
 // attn_split through BULK ring slots (change 65) beside the plan's;
 // `telos-kernel-bench --gemm` only the copy bandwidth and the decode GEMMs at the full-batch bucket
-// (M = 256), swept over weight tiles of 32-256 rows and 2-8 stages, with clusters of two and, where
-// the plan has one consumer warpgroup, on two.
+// (M = 256), swept over weight tiles of 32-256 rows and 2, 4, 6 and 8 stages, with clusters of two
+// and, where the plan has one consumer warpgroup, on two (on two, the plan's own: the stages its
+// one-warpgroup tiling had, which the sweep's 6 and 8 test).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -546,7 +547,7 @@ int main(int argc, char** argv) {
                                    : f32cand ? std::vector<int>{64, 128, 256}
                                              : std::vector<int>{16, 32, 64};
       for (int bn : bns)
-        for (int stages : gemm_only ? std::vector<int>{2, 4, 8} : std::vector<int>{4, 8, 16}) {
+        for (int stages : gemm_only ? std::vector<int>{2, 4, 6, 8} : std::vector<int>{4, 8, 16}) {
           SmallGemmTiling t = plan.with_bn(bn, g.N, swiglu);
           t.cluster = 1;
           t.stages = stages;
