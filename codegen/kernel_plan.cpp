@@ -216,8 +216,8 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   // change 61). Loads only: the same bits.
   if (wide && !swiglu && t.bn == 128 && t.cluster_fits(2) && t.tiles_m * t.tiles_n <= kSms)
     t.cluster = 2;
-  // Two consumer warpgroups a CTA on 128-row M tiles (change 63): every weight tile is read once
-  // per 128 rows and each SM has twice the MMAs in flight. SwiGLU keeps its 256-row tiles; the
+  // Two consumer warpgroups a CTA on 128-row M tiles (changes 63, 64): every weight tile is read
+  // once per 128 rows and each SM has twice the MMAs in flight. SwiGLU keeps its 256-row tiles; the
   // others take the widest of 128 and 64 rows that still gives 2/3 of the SMs a CTA on the
   // 128-row M tiles, else 32; no clusters; the stages as above. H200, 256 rows, µs
   // (docs/perf-log.md, session 22 run 1): the 8B's qkv 31.2 -> 29.6, o 31.1 -> 28.9, gate/up 112.7
