@@ -5,18 +5,18 @@
 //   tiles them: the small-M wgmma GEMM (gemm_small_*: qkv, o, gate_up with SwiGLU, down with the
 //   residual add, the LM head's f32 logits and greedy candidates);
 //   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k (the
-//   plan's kernel (PAGE_AHEAD) three blocks an SM, with LOAD_AHEAD too, four blocks an SM, and at
-//   other splits), and batches 16-256 at contexts 576 and 4096 in a model of 32 partial slots,
-//   attn_split's grid along the slots at 32 and at the plan's attn_grid_slots, the plan's blocks
-//   an SM (four from kAttnSplitFourBlocksMinRows rows) and the other choice;
+//   plan's kernel (PAGE_AHEAD) three blocks an SM, with LOAD_AHEAD too, four blocks an SM, through
+//   2-4 BULK ring slots a warp (change 65), and at other splits), and batches 16-256 at contexts
+//   576 and 4096 in a model of 32 partial slots, attn_split's grid along the slots at 32 and at
+//   the plan's attn_grid_slots, the plan's blocks an SM (four from kAttnSplitFourBlocksMinRows
+//   rows), the other choice and the BULK variants;
 //   prefill attention: one sequence's 512-token chunk at context 8192, one token per block
 //   (TPT 1) against the plan's tiles of 4 tokens (TPT 4, three and four blocks an SM), GB/s
 //   counting the K/V bytes each block reads (per tile: positions up to the tile's last).
 // `telos-kernel-bench --sweep` also times the small GEMM at other tilings than the plan's;
 // `telos-kernel-bench --decode-layer` times only the copy bandwidth and the one-token decode
 // layers; `telos-kernel-bench --sample` only the copy bandwidth and the sampler;
-// `telos-kernel-bench --attention` only the copy bandwidth and decode attention, with the rows of
-// attn_split through BULK ring slots (change 65) beside the plan's;
+// `telos-kernel-bench --attention` only the copy bandwidth and decode attention;
 // `telos-kernel-bench --gemm` only the copy bandwidth and the decode GEMMs at the full-batch bucket
 // (M = 256), swept over weight tiles of 32-256 rows and 2, 4, 6 and 8 stages, with clusters of two
 // and, where the plan has one consumer warpgroup, on two (on two, the plan's own: the stages its
@@ -889,9 +889,9 @@ int main(int argc, char** argv) {
     ahead.ahead = true;
     vars.push_back({" load-ahead", ahead});
     vars.push_back({" 4 blocks", plan.with_blocks(4)});
-    // --attention: through BULK ring slots (change 65): 2 slots a warp at three blocks an SM (the
-    // shared memory's limit at head dim 128), 3 at two, 4 (128 KB: one block an SM).
-    if (attention_only)
+    // Through BULK ring slots (change 65; not with --sweep): 2 slots a warp at three blocks an SM
+    // (the shared memory's limit at head dim 128), 3 at two, 4 (128 KB: one block an SM).
+    if (!sweep)
       for (auto [slots, blocks] : {std::pair{2, 3}, std::pair{3, 2}, std::pair{4, 2}})
         vars.push_back({" bulk" + I(slots), plan.with_bulk(slots, blocks)});
     for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
@@ -943,9 +943,9 @@ int main(int argc, char** argv) {
     Attn at = attn(C);
     at.nsplit = attn_partial_slots(8192);
     const Attn four = at.with_blocks(4);
-    // --attention: also through BULK ring slots (change 65), at the plan's slots.
+    // Also through BULK ring slots (change 65; not with --sweep), at the plan's slots.
     std::vector<std::pair<std::string, Attn>> bulks;
-    if (attention_only)
+    if (!sweep)
       for (auto [slots, blocks] : {std::pair{2, 3}, std::pair{3, 2}, std::pair{4, 2}})
         bulks.push_back({" bulk" + I(slots), at.with_bulk(slots, blocks)});
     std::vector<std::string> names = {at.split_kernel(1), at.combine_kernel(),
