@@ -287,6 +287,16 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   return t;
 }
 
+std::string AttnSplitKernel::instance() const {
+  auto I_ = [](long long v) { return std::to_string(v); };
+  return "telos_kernels::attn_split<" + I_(hq) + ", " + I_(hkv) + ", " + I_(d) + ", " + I_(page) +
+         ", " + I_(maxp) + ", " + I_(page_elems) + "ll, " + I_(split) + ", " + I_(nsplit) + ", " +
+         float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(d))) + ", " + I_(tpt) +
+         (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
+         (blocks || bulk ? ", " + I_(blocks ? blocks : 3) : "") + (bulk ? ", " + I_(bulk) : "") +
+         ">";
+}
+
 bool attn_split_four_blocks(int head_dim, int group) {
   return head_dim <= 64 || group == 2 || group == 4 || group == 8;
 }
@@ -368,12 +378,13 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const bool split_ahead = tpt == 1 && split_rows <= kAttnSplitAheadMaxRows;
     const bool split_four = !split_ahead && split_rows >= kAttnSplitFourBlocksMinRows &&
                             attn_split_four_blocks(D, HQ / HKV);
+    AttnSplitKernel split_kernel{
+        HQ, HKV, D, PAGE, MAXP, page_elems, plan.attn_split, plan.attn_num_splits, tpt};
+    split_kernel.ahead = split_ahead;
+    split_kernel.pages = attn_split_page_ahead(PAGE);
+    split_kernel.blocks = split_four ? 4 : 0;
     const int split_k = b.kernel(
-        "telos_kernels::attn_split<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + I_(PAGE) +
-            ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " + I_(plan.attn_split) + ", " +
-            I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(tpt) +
-            (split_ahead ? ", true" : ", false") +
-            (attn_split_page_ahead(PAGE) ? ", true" : ", false") + (split_four ? ", 4>" : ">"),
+        split_kernel.instance(),
         {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128);
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
     // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each

@@ -232,10 +232,23 @@ inline bool attn_split_page_ahead(int page_size) {
 }
 // attn_split's dynamic shared memory with BULK ring slots a warp (kernels/attention.cuh: pages of
 // 16 positions, one token a block): four warps' slots of a page's K and V, and an mbarrier a slot.
-// Not in the plan: telos-kernel-bench --attention times it beside the plan's kernel (change 65).
+// Not in the plan: telos-kernel-bench times it beside the plan's kernel (change 65).
 inline int attn_split_ring_bytes(int page_size, int head_dim, int bulk) {
   return 4 * bulk * (2 * page_size * head_dim * 2 + 8);
 }
+// An attn_split instance (kernels/attention.cuh) as the plan, the benches and the tests name it:
+// the head shape, the KV pool's page geometry, the split and its partial slots, tokens a tile,
+// LOAD_AHEAD, PAGE_AHEAD, blocks an SM (0: the kernel's default, 3) and BULK ring slots a warp
+// (0: none); the scale is log2(e) / sqrt(d).
+struct AttnSplitKernel {
+  int hq = 0, hkv = 0, d = 0, page = 0, maxp = 0;
+  long long page_elems = 0;
+  int split = 0, nsplit = 0, tpt = 1;
+  bool ahead = false, pages = false;
+  int blocks = 0, bulk = 0;
+  std::string instance() const;
+  int smem() const { return bulk ? attn_split_ring_bytes(page, d, bulk) : 0; }
+};
 
 // attn_prefill (codegen/kernels/attention_prefill.cuh), the prompt rows' attention in prefill
 // buckets: whether it takes the model's head dim and group (64 or 128; G query heads a KV head

@@ -813,15 +813,11 @@ int main(int argc, char** argv) {
     bool pages = attn_split_page_ahead(PAGE);  // and PAGE_AHEAD, as the plan takes it
     int blocks = 0;                            // blocks an SM (0: the kernel's default)
     int bulk = 0;  // BULK ring slots a warp (change 65; no PAGE_AHEAD), 0: none
-    std::string split_kernel(int tpt) const {
-      return "telos_kernels::attn_split<" + I(HQ) + ", " + I(HKV) + ", " + I(D) + ", " + I(PAGE) +
-             ", " + I(MAXP) + ", " + I(page_elems) + "ll, " + I(split) + ", " + I(nsplit) + ", " +
-             float_literal(1.4426950408889634 / std::sqrt(128.0)) + ", " + I(tpt) +
-             (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
-             (blocks || bulk ? ", " + I(blocks ? blocks : 3) : "") + (bulk ? ", " + I(bulk) : "") +
-             ">";
+    AttnSplitKernel kernel(int tpt) const {
+      return {HQ, HKV, D, PAGE, MAXP, page_elems, split, nsplit, tpt, ahead, pages, blocks, bulk};
     }
-    int smem() const { return bulk ? attn_split_ring_bytes(PAGE, D, bulk) : 0; }
+    std::string split_kernel(int tpt) const { return kernel(tpt).instance(); }
+    int smem() const { return kernel(1).smem(); }
     Attn with_blocks(int b) const {  // the same kernel at b blocks an SM
       Attn a = *this;
       a.blocks = b;
@@ -838,6 +834,10 @@ int main(int argc, char** argv) {
       return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
     }
   };
+  // attn_split through BULK ring slots (change 65; not with --sweep), {slots a warp, blocks an
+  // SM}: 2 slots at three blocks (the shared memory's limit at head dim 128), 3 at two, 4 (128 KB:
+  // one block an SM).
+  constexpr std::pair<int, int> kBulkVariants[] = {{2, 3}, {3, 2}, {4, 2}};
   auto attn = [](int C) {
     return Attn{C, C / PAGE, kAttnSplit, attn_partial_slots(C), 2LL * HKV * PAGE * D};
   };
@@ -889,10 +889,8 @@ int main(int argc, char** argv) {
     ahead.ahead = true;
     vars.push_back({" load-ahead", ahead});
     vars.push_back({" 4 blocks", plan.with_blocks(4)});
-    // Through BULK ring slots (change 65; not with --sweep): 2 slots a warp at three blocks an SM
-    // (the shared memory's limit at head dim 128), 3 at two, 4 (128 KB: one block an SM).
     if (!sweep)
-      for (auto [slots, blocks] : {std::pair{2, 3}, std::pair{3, 2}, std::pair{4, 2}})
+      for (auto [slots, blocks] : kBulkVariants)
         vars.push_back({" bulk" + I(slots), plan.with_bulk(slots, blocks)});
     for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
       Attn v = plan;
@@ -943,10 +941,10 @@ int main(int argc, char** argv) {
     Attn at = attn(C);
     at.nsplit = attn_partial_slots(8192);
     const Attn four = at.with_blocks(4);
-    // Also through BULK ring slots (change 65; not with --sweep), at the plan's slots.
+    // Also through BULK ring slots (not with --sweep), at the plan's slots.
     std::vector<std::pair<std::string, Attn>> bulks;
     if (!sweep)
-      for (auto [slots, blocks] : {std::pair{2, 3}, std::pair{3, 2}, std::pair{4, 2}})
+      for (auto [slots, blocks] : kBulkVariants)
         bulks.push_back({" bulk" + I(slots), at.with_bulk(slots, blocks)});
     std::vector<std::string> names = {at.split_kernel(1), at.combine_kernel(),
                                       four.split_kernel(1)};

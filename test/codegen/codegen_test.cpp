@@ -815,11 +815,10 @@ TEST(Codegen, AttnSplitFourBlocksCompileWithoutSpills) {
     for (int g : {1, 2, 3, 4, 6, 8, 16}) {
       if (!attn_split_four_blocks(d, g)) continue;
       for (int tpt : {1, attn_tokens_per_tile(true, 1024, g)}) {
-        const long long page_elems = 2LL * 2 * 2 * 16 * d;
-        names.push_back("telos_kernels::attn_split<" + std::to_string(2 * g) + ", 2, " +
-                        std::to_string(d) + ", 16, 528, " + std::to_string(page_elems) +
-                        "ll, 256, 32, " + float_literal(1.4426950408889634 / std::sqrt(double(d))) +
-                        ", " + std::to_string(tpt) + ", false, true, 4>");
+        AttnSplitKernel k{2 * g, 2, d, 16, 528, 2LL * 2 * 2 * 16 * d, 256, 32, tpt};
+        k.pages = true;
+        k.blocks = 4;
+        names.push_back(k.instance());
       }
     }
   EXPECT_EQ(names.size(), 2u * 7 + 2u * 3);
@@ -848,12 +847,10 @@ TEST(Codegen, AttnSplitBulkRingCompilesWithoutSpills) {
       {32, 128, 2, 3, 3}, {32, 128, 3, 2, 2}, {32, 128, 4, 2, 1}, {32, 64, 2, 3, 3}};
   std::vector<std::string> names;
   for (const Case& c : cases) {
-    const long long page_elems = 2LL * 2 * 8 * 16 * c.d;
-    names.push_back("telos_kernels::attn_split<" + std::to_string(c.hq) + ", 8, " +
-                    std::to_string(c.d) + ", 16, 528, " + std::to_string(page_elems) +
-                    "ll, 256, 32, " + float_literal(1.4426950408889634 / std::sqrt(double(c.d))) +
-                    ", 1, false, false, " + std::to_string(c.blocks) + ", " +
-                    std::to_string(c.bulk) + ">");
+    AttnSplitKernel k{c.hq, 8, c.d, 16, 528, 2LL * 2 * 8 * 16 * c.d, 256, 32, 1};
+    k.blocks = c.blocks;
+    k.bulk = c.bulk;
+    names.push_back(k.instance());
   }
   const CompiledModule m = compile_module("#include \"attention.cuh\"\n", "sm_90a", names, "");
   for (std::size_t i = 0; i < names.size(); ++i) {

@@ -939,16 +939,14 @@ struct AttnShape {
 };
 
 // The attn_split instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, loading
-// ahead (LOAD_AHEAD) or not, with a split's page ids loaded at its start (PAGE_AHEAD) or not.
-// `bulk`: through that many BULK ring slots a warp (blocks an SM then explicit, 3 by default).
+// ahead (LOAD_AHEAD) or not, with a split's page ids loaded at its start (PAGE_AHEAD) or not, at
+// `blocks` blocks an SM (0: the default) and through `bulk` BULK ring slots a warp (0: none).
 std::string attn_split_instance(const AttnShape& s, long long page_elems, int tpt,
                                 bool ahead = false, bool pages = false, int blocks = 0,
                                 int bulk = 0) {
-  return "telos_kernels::attn_split<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
-         I(s.PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " + I(s.SPLIT) + ", " +
-         I(s.NSPLIT) + ", " + float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " +
-         I(tpt) + (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
-         (blocks || bulk ? ", " + I(blocks ? blocks : 3) : "") + (bulk ? ", " + I(bulk) : "") + ">";
+  return codegen::AttnSplitKernel{s.HQ,     s.HKV, s.D,   s.PAGE, s.MAXP, page_elems, s.SPLIT,
+                                  s.NSPLIT, tpt,   ahead, pages,  blocks, bulk}
+      .instance();
 }
 std::string attn_combine_instance(const AttnShape& s) {
   return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
