@@ -237,6 +237,19 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
     two.cluster = 1;
     return small_gemm_two_warpgroups(two, tokens);
   }
+  // Above that K, where one warpgroup's tiles take clusters of two (the 8B's down at 256 tokens):
+  // two warpgroups at half the weight tile, still on clusters of two 128-row M tiles, as many
+  // CTAs. H200, M = 256, N 4096, K 14336 (session 23 run 1): 64.4 -> 59.8 µs; without the
+  // cluster 65.6, at the whole tile 84.0. The same bits as one warpgroup.
+  if (t.cluster == 2 && limits.warpgroups != 1) {
+    SmallGemmTiling two = t.with_bn(t.bn / 2, n, swiglu);
+    two.cluster = 1;
+    two = small_gemm_two_warpgroups(two, tokens);
+    if (two.cluster_fits(2)) {
+      two.cluster = 2;
+      return two;
+    }
+  }
   return t;
 }
 
@@ -380,12 +393,16 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                             attn_split_four_blocks(D, HQ / HKV);
     AttnSplitKernel split_kernel{
         HQ, HKV, D, PAGE, MAXP, page_elems, plan.attn_split, plan.attn_num_splits, tpt};
+    const bool split_bulk = !split_ahead && !split_four && tpt == 1 &&
+                            split_rows >= kAttnSplitBulkMinRows && attn_split_bulk_fits(PAGE, HQ / HKV);
     split_kernel.ahead = split_ahead;
-    split_kernel.pages = attn_split_page_ahead(PAGE);
+    split_kernel.pages = attn_split_page_ahead(PAGE) && !split_bulk;
     split_kernel.blocks = split_four ? 4 : 0;
+    split_kernel.bulk = split_bulk ? kAttnSplitBulk : 0;
     const int split_k = b.kernel(
         split_kernel.instance(),
-        {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128);
+        {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128,
+        split_kernel.smem());
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
     // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each
     // output element with the same wgmma chain over K and the same epilogue arithmetic

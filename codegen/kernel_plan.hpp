@@ -232,9 +232,24 @@ inline bool attn_split_page_ahead(int page_size) {
 }
 // attn_split's dynamic shared memory with BULK ring slots a warp (kernels/attention.cuh: pages of
 // 16 positions, one token a block): four warps' slots of a page's K and V, and an mbarrier a slot.
-// Not in the plan: telos-kernel-bench times it beside the plan's kernel (change 65).
 inline int attn_split_ring_bytes(int page_size, int head_dim, int bulk) {
   return 4 * bulk * (2 * page_size * head_dim * 2 + 8);
+}
+// Buckets of at least kAttnSplitBulkMinRows split rows, one token a tile, that run neither
+// LOAD_AHEAD nor four blocks an SM stream each warp's chunks through kAttnSplitBulk ring slots of
+// bulk copies (BULK, three blocks an SM; pages of 16 positions) instead of the lanes' own loads.
+// H200, D 128, G 4, 8 layers with PDL, µs a layer, the plan's kernel against BULK = 2 (docs/
+// perf-log.md, change 65 and session 23 run 1): batch 16 ctx 4096 108.5 -> 92.7, ctx 32768 555.6 ->
+// 510.0, but ctx 576 20.5 -> 22.4; batch 64 at three blocks ctx 4096 366.3 -> 321.3, ctx 576 69.5
+// -> 67.6 (four blocks, where their registers fit, stay: 331.1 / 64.7). BULK = 3 and 4 lose
+// (their two blocks an SM). Loads only: the same bits. Where the ring and the kernel's static
+// shared memory still fit three blocks an SM: groups of up to 6 query heads (Q's staging grows
+// with G: at head dim 128, G = 8 and 16 leave room for two; test
+// Codegen.AttnSplitBulkRingCompilesWithoutSpills).
+constexpr int kAttnSplitBulkMinRows = 16;
+constexpr int kAttnSplitBulk = 2;
+inline bool attn_split_bulk_fits(int page_size, int group) {
+  return page_size == 16 && group <= 6;
 }
 // An attn_split instance (kernels/attention.cuh) as the plan, the benches and the tests name it:
 // the head shape, the KV pool's page geometry, the split and its partial slots, tokens a tile,

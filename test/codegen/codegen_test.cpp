@@ -413,9 +413,16 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   EXPECT_EQ(tiling(2048, 2048, 256, false)[0], 32);  // 128 CTAs
   EXPECT_EQ(tiling(2048, 2048, 128, false)[0], 32);  // one M tile: 64 CTAs, none narrower
   EXPECT_EQ(small_gemm_tiling(4096, 4096, 256, false).threads(), 288);
-  // Deeper K (the downs) stays on one warpgroup: 8 stages, and clusters below.
-  EXPECT_EQ(tiling(4096, 14336, 256, false),
+  // Deeper K (the downs) stays on one warpgroup (8 stages, clusters below) except where those
+  // tiles take clusters of two: then two warpgroups at half the weight tile, still on clusters of
+  // two (the 8B's down at 256 tokens).
+  EXPECT_EQ(tiling(4096, 14336, 256, false, one),
             (std::array<int, 6>{128, 4, 32, 8, 8 * 24592 + 1024, 1}));
+  EXPECT_EQ(tiling(4096, 14336, 256, false),
+            (std::array<int, 6>{64, 2, 64, 8, 8 * 24592 + 1024, 2}));
+  EXPECT_EQ(small_gemm_tiling(4096, 14336, 256, false).cluster, 2);
+  EXPECT_EQ(small_gemm_tiling(4096, 14336, 256, false).w_box(), 32);
+  EXPECT_EQ(tiling(4096, 14336, 128, false)[5], 1);  // 64-row tiles of one warpgroup, no cluster
   EXPECT_EQ(tiling(2048, 8192, 256, false)[5], 1);
   EXPECT_EQ(tiling(2048, 2048, 64, false)[0], 32);    // one M tile: the narrow tiles as before
   EXPECT_EQ(tiling(2048, 2048, 64, false)[5], 1);
@@ -423,7 +430,7 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   // One wave of 128-row tiles on four M tiles of one warpgroup (the 8B's down at 256 tokens, and
   // its o on one warpgroup): clusters of two M tiles, each loading 64 of the 128 rows (the weight
   // map's box); nowhere else.
-  for (const SmallGemmTiling& t : {small_gemm_tiling(4096, 14336, 256, false),
+  for (const SmallGemmTiling& t : {small_gemm_tiling(4096, 14336, 256, false, false, one),
                                    small_gemm_tiling(4096, 4096, 256, false, false, one)}) {
     EXPECT_EQ(t.cluster, 2);
     EXPECT_EQ(t.w_box(), 64);
@@ -435,9 +442,10 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   EXPECT_EQ(small_gemm_tiling(4096, 4096, 128, false, false, one).cluster, 1);  // 64-row tiles
   EXPECT_EQ(small_gemm_tiling(4096, 4096, 64, false).cluster, 1);
   EXPECT_EQ(small_gemm_tiling(4096, 14336, 192, false).cluster, 1);  // three M tiles
+  EXPECT_EQ(small_gemm_tiling(4096, 14336, 192, false).warpgroups, 1);
   // What a cluster needs of the tiles: it divides the M tiles, and a CTA's slice of a weight tile
   // is whole 8-row groups.
-  const SmallGemmTiling o = small_gemm_tiling(4096, 14336, 256, false);  // 4 M tiles of 128 rows
+  const SmallGemmTiling o = small_gemm_tiling(4096, 14336, 256, false, false, one);  // 4 M tiles
   EXPECT_TRUE(o.cluster_fits(4));
   EXPECT_FALSE(o.cluster_fits(3));
   EXPECT_FALSE(small_gemm_tiling(4096, 14336, 192, false).cluster_fits(2));
@@ -626,6 +634,54 @@ TEST(Codegen, AttentionTokensPerTile) {
   EXPECT_EQ(seen_decode, 2 * 16);  // three decode buckets, decode:1's layers persistent
   EXPECT_TRUE(attn_split_page_ahead(16));
   EXPECT_FALSE(attn_split_page_ahead(8));  // a 16-position chunk would span two pages
+}
+
+// BULK in the plan (kAttnSplitBulkMinRows): decode buckets of 16 to 63 rows, one token a tile, and
+// buckets of more rows where four blocks an SM do not fit (head dim 128, G = 6: Qwen2.5-1.5B),
+// stream their chunks through kAttnSplitBulk ring slots a warp at three blocks an SM, without
+// PAGE_AHEAD, with the ring as the kernel's dynamic shared memory; the others keep their loads.
+TEST(Codegen, AttnSplitBulkInBucketsOfSixteenRowsOrMore) {
+  auto split_kernels = [](const CodegenInput& in) {
+    std::map<int, KernelInstance> by_bucket;  // decode bucket size -> its attn_split
+    const KernelPlan plan = plan_kernels(in);
+    for (const BucketProgram& b : plan.buckets)
+      for (const Launch& l : b.launches)
+        if (b.kind == "decode" &&
+            plan.kernels[l.kernel].instance.find("attn_split<") != std::string::npos)
+          by_bucket[b.size] = plan.kernels[l.kernel];
+    return by_bucket;
+  };
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  CodegenInput in = llama_1b();
+  in.decode_buckets = {1, 8, 15, 16, 32, 63, 64};
+  const auto llama = split_kernels(in);
+  for (const int size : {8, 15, 16, 32, 63, 64}) {
+    const KernelInstance& k = llama.at(size);
+    const bool bulk = size >= kAttnSplitBulkMinRows && size < kAttnSplitFourBlocksMinRows;
+    EXPECT_EQ(ends_with(k.instance, "1, false, false, 3, " + std::to_string(kAttnSplitBulk) + ">"),
+              bulk)
+        << k.instance;
+    EXPECT_EQ(k.dynamic_smem, bulk ? attn_split_ring_bytes(16, 64, kAttnSplitBulk) : 0) << size;
+  }
+  EXPECT_TRUE(ends_with(llama.at(64).instance, "1, false, true, 4>"));
+
+  CodegenInput qwen = in;  // Qwen2.5-1.5B's heads: 12 query heads on 2 KV heads of 128 dims
+  qwen.num_heads = 12;
+  qwen.num_kv_heads = 2;
+  qwen.head_dim = 128;
+  qwen.hidden_size = 1536;
+  ASSERT_FALSE(attn_split_four_blocks(128, 6));
+  EXPECT_TRUE(ends_with(split_kernels(qwen).at(64).instance, "1, false, false, 3, 2>"));
+  EXPECT_EQ(split_kernels(qwen).at(64).dynamic_smem, attn_split_ring_bytes(16, 128, 2));
+
+  CodegenInput pages8 = in;  // a chunk of 16 positions spans two pages: no BULK
+  pages8.kv_page_size = 8;
+  EXPECT_EQ(split_kernels(pages8).at(32).dynamic_smem, 0);
+  EXPECT_FALSE(attn_split_bulk_fits(8, 4));
+  EXPECT_TRUE(attn_split_bulk_fits(16, 6));
+  EXPECT_FALSE(attn_split_bulk_fits(16, 8));  // two blocks an SM: the test below
 }
 
 // Prompt and generated tokens (docs/artifact.md): in a prefill bucket the split kernels read
@@ -834,17 +890,19 @@ TEST(Codegen, AttnSplitFourBlocksCompileWithoutSpills) {
   EXPECT_FALSE(attn_split_four_blocks(128, 1));
 }
 
-// attn_split through BULK ring slots (change 65, telos-kernel-bench --attention's variant) at the
-// Llama shapes' head dims and groups: 2 slots a warp under three blocks' registers, 3 and 4 under
+// attn_split through BULK ring slots (change 65; the plan's kAttnSplitBulk) at the Llama shapes'
+// head dims and groups and G = 6, 1, 8 and 16: 2 slots a warp under three blocks' registers, 3 and 4 under
 // two's; no spills or stack frame, and the ring with the kernel's static shared memory fits the
 // SM at least `resident` times (attn_split_ring_bytes: 64 KB at head dim 128 and 2 slots, three
-// blocks; 4 slots, 128 KB: one).
+// blocks; 4 slots, 128 KB: one; at G = 8 and 16, Q's staging leaves room for two, hence
+// attn_split_bulk_fits).
 TEST(Codegen, AttnSplitBulkRingCompilesWithoutSpills) {
   struct Case {
     int hq, d, bulk, blocks, resident;
   };
   const Case cases[] = {
-      {32, 128, 2, 3, 3}, {32, 128, 3, 2, 2}, {32, 128, 4, 2, 1}, {32, 64, 2, 3, 3}};
+      {32, 128, 2, 3, 3}, {32, 128, 3, 2, 2}, {32, 128, 4, 2, 1}, {32, 64, 2, 3, 3},
+      {48, 128, 2, 3, 3}, {8, 128, 2, 3, 3}, {64, 128, 2, 3, 2}, {128, 128, 2, 3, 2}};
   std::vector<std::string> names;
   for (const Case& c : cases) {
     AttnSplitKernel k{c.hq, 8, c.d, 16, 528, 2LL * 2 * 8 * 16 * c.d, 256, 32, 1};
