@@ -947,8 +947,10 @@ int main(int argc, char** argv) {
       for (auto [slots, blocks] : kBulkVariants)
         bulks.push_back({" bulk" + I(slots), at.with_bulk(slots, blocks)});
     std::vector<std::string> names = {at.split_kernel(1), at.combine_kernel(),
-                                      four.split_kernel(1)};
-    for (const auto& b : bulks) names.push_back(b.second.split_kernel(1));
+                                      four.split_kernel(1),
+                                      at.with_bulk(kAttnSplitBulk, 3).split_kernel(1)};
+    for (const auto& b : bulks)
+      if (b.second.bulk != kAttnSplitBulk) names.push_back(b.second.split_kernel(1));
     Module mod(names);
     for (int B : {16, 64, 256}) {
       std::vector<int> hpos(B, C - 1), hseq(B);
@@ -966,11 +968,16 @@ int main(int argc, char** argv) {
       } else if (plan_slots != at.nsplit) {
         zs.insert(zs.begin(), at.nsplit);
       }
-      // The plan's blocks an SM (four from kAttnSplitFourBlocksMinRows rows), and at the plan's
-      // slots the other choice.
+      // The plan's kernel (four blocks an SM from kAttnSplitFourBlocksMinRows rows, else the
+      // BULK ring from kAttnSplitBulkMinRows), and at the plan's slots the other block count of
+      // the lanes' own loads.
       const bool four_plan =
           B >= kAttnSplitFourBlocksMinRows && attn_split_four_blocks(D, HQ / HKV);
-      const Attn &planned = four_plan ? four : at, &other = four_plan ? at : four;
+      const bool bulk_plan = !four_plan && B >= kAttnSplitBulkMinRows &&
+                             attn_split_bulk_fits(PAGE, HQ / HKV);
+      const Attn bulk_kernel = at.with_bulk(kAttnSplitBulk, 3);
+      const Attn &planned = four_plan ? four : bulk_plan ? bulk_kernel : at;
+      const Attn& other = four_plan ? at : four;
       auto row = [&](const Attn& a, int slots, const std::string& note) {
         auto step = [&](int i) {
           mod.launch(a.split_kernel(1), dim3(B, HKV, slots), 128,
@@ -982,8 +989,10 @@ int main(int argc, char** argv) {
         attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
       };
       for (int slots : zs) row(planned, slots, slots == plan_slots ? " plan" : "");
+      if (bulk_plan) row(at, plan_slots, " lanes");  // the plan up to change 66
       row(other, plan_slots, four_plan ? " 3 blocks" : " 4 blocks");
-      for (const auto& [label, b] : bulks) row(b, plan_slots, label);
+      for (const auto& [label, b] : bulks)
+        if (!(bulk_plan && b.bulk == kAttnSplitBulk)) row(b, plan_slots, label);
     }
   }
 
