@@ -242,7 +242,9 @@ inline int attn_split_ring_bytes(int page_size, int head_dim, int bulk) {
 // perf-log.md, change 65 and session 23 run 1): batch 16 ctx 4096 108.5 -> 92.7, ctx 32768 555.6 ->
 // 510.0, but ctx 576 20.5 -> 22.4; batch 64 at three blocks ctx 4096 366.3 -> 321.3, ctx 576 69.5
 // -> 67.6 (four blocks, where their registers fit, stay: 331.1 / 64.7). BULK = 3 and 4 lose
-// (their two blocks an SM). Loads only: the same bits. Where the ring and the kernel's static
+// (their two blocks an SM). In the engine (`telos-run bench`, batch 16, session 23 runs 2-3): 8B
+// 7.79 -> 7.32 ms a token at 4096-token prompts, 5.14 -> 5.20 at 512; 1B 1.887 -> 1.824 and 1.305
+// -> 1.294. Loads only: the same bits. Where the ring and the kernel's static
 // shared memory still fit three blocks an SM: groups of up to 6 query heads (Q's staging grows
 // with G: at head dim 128, G = 8 and 16 leave room for two; test
 // Codegen.AttnSplitBulkRingCompilesWithoutSpills).
