@@ -394,15 +394,16 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     AttnSplitKernel split_kernel{
         HQ, HKV, D, PAGE, MAXP, page_elems, plan.attn_split, plan.attn_num_splits, tpt};
     const bool split_bulk = !split_ahead && !split_four && tpt == 1 &&
-                            split_rows >= kAttnSplitBulkMinRows && attn_split_bulk_fits(PAGE, HQ / HKV);
+                            split_rows >= kAttnSplitBulkMinRows &&
+                            attn_split_bulk_fits(PAGE, HQ / HKV);
     split_kernel.ahead = split_ahead;
     split_kernel.pages = attn_split_page_ahead(PAGE) && !split_bulk;
     split_kernel.blocks = split_four ? 4 : 0;
     split_kernel.bulk = split_bulk ? kAttnSplitBulk : 0;
-    const int split_k = b.kernel(
-        split_kernel.instance(),
-        {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"}, 128,
-        split_kernel.smem());
+    const int split_k =
+        b.kernel(split_kernel.instance(),
+                 {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"},
+                 128, split_kernel.smem());
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
     // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each
     // output element with the same wgmma chain over K and the same epilogue arithmetic

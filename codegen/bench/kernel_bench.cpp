@@ -946,8 +946,7 @@ int main(int argc, char** argv) {
     if (!sweep)
       for (auto [slots, blocks] : kBulkVariants)
         bulks.push_back({" bulk" + I(slots), at.with_bulk(slots, blocks)});
-    std::vector<std::string> names = {at.split_kernel(1), at.combine_kernel(),
-                                      four.split_kernel(1),
+    std::vector<std::string> names = {at.split_kernel(1), at.combine_kernel(), four.split_kernel(1),
                                       at.with_bulk(kAttnSplitBulk, 3).split_kernel(1)};
     for (const auto& b : bulks)
       if (b.second.bulk != kAttnSplitBulk) names.push_back(b.second.split_kernel(1));
@@ -973,10 +972,10 @@ int main(int argc, char** argv) {
       // the lanes' own loads.
       const bool four_plan =
           B >= kAttnSplitFourBlocksMinRows && attn_split_four_blocks(D, HQ / HKV);
-      const bool bulk_plan = !four_plan && B >= kAttnSplitBulkMinRows &&
-                             attn_split_bulk_fits(PAGE, HQ / HKV);
+      const bool bulk_plan =
+          !four_plan && B >= kAttnSplitBulkMinRows && attn_split_bulk_fits(PAGE, HQ / HKV);
       const Attn bulk_kernel = at.with_bulk(kAttnSplitBulk, 3);
-      const Attn &planned = four_plan ? four : bulk_plan ? bulk_kernel : at;
+      const Attn& planned = four_plan ? four : bulk_plan ? bulk_kernel : at;
       const Attn& other = four_plan ? at : four;
       auto row = [&](const Attn& a, int slots, const std::string& note) {
         auto step = [&](int i) {
