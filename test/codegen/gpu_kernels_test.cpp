@@ -1099,8 +1099,9 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
 // NSPLIT (attn_grid_slots: a block runs slots z, z + S, ...; S = 1 and NSPLIT - 1), and with pages
 // of 16 positions PAGE_AHEAD (a split's page ids loaded at its start) with and without LOAD_AHEAD
 // and in tiles, and BULK (a warp's chunks through 2-4 ring slots of shared memory filled by bulk
-// copies; on one block along the slots, the items of every slot through the same ring; the last
-// shape gives a warp more than 32 chunks in an item, past its first window of page ids).
+// copies; on one block along the slots, the items of every slot through the same ring; the
+// shape of 270 pages gives a warp more than 32 chunks in an item, past its first window of page
+// ids; the last has Qwen2.5-1.5B's G = 6, which the plan runs on BULK from 16 rows).
 TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int LAYERS = 2, LAYER = 1;
@@ -1110,7 +1111,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
         AttnShape{8, 2, 64, 16, 40, 64, 4}, AttnShape{8, 2, 128, 7, 90, 64, 3},
         AttnShape{16, 2, 64, 16, 40, 64, 3}, AttnShape{16, 2, 128, 7, 90, 128, 2},
         AttnShape{32, 8, 128, 16, 520, codegen::kAttnSplit, codegen::attn_partial_slots(520 * 16)},
-        AttnShape{8, 2, 64, 16, 270, 64, 2}}) {
+        AttnShape{8, 2, 64, 16, 270, 64, 2}, AttnShape{12, 2, 128, 16, 40, 128, 2}}) {
     const int G = s.HQ / s.HKV, PAGE = s.PAGE, NSPLIT = s.NSPLIT, SPLIT = s.SPLIT;
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     struct Variant {
