@@ -946,8 +946,20 @@ int main(int argc, char** argv) {
     if (!sweep)
       for (auto [slots, blocks] : kBulkVariants)
         bulks.push_back({" bulk" + I(slots), at.with_bulk(slots, blocks)});
-    std::vector<std::string> names = {at.split_kernel(1), at.combine_kernel(), four.split_kernel(1),
-                                      at.with_bulk(kAttnSplitBulk, 3).split_kernel(1)};
+    // And the plan's kernels at splits of 512 positions (16 slots): half the items at ctx 576
+    // (2 a row instead of 3), so half their fixed chains (Q, page ids, the first chunk, the
+    // warps' merge, the partials) for the same chunks; a diagnostic of the short-context rows
+    // (docs/perf-log.md, change 65 result), not a plan choice (the split is per model).
+    Attn at512 = at;
+    at512.split = 2 * kAttnSplit;
+    at512.nsplit = std::min(32, (8192 + at512.split - 1) / at512.split);
+    std::vector<std::string> names = {at.split_kernel(1),
+                                      at.combine_kernel(),
+                                      four.split_kernel(1),
+                                      at.with_bulk(kAttnSplitBulk, 3).split_kernel(1),
+                                      at512.combine_kernel(),
+                                      at512.with_blocks(4).split_kernel(1),
+                                      at512.with_bulk(kAttnSplitBulk, 3).split_kernel(1)};
     for (const auto& b : bulks)
       if (b.second.bulk != kAttnSplitBulk) names.push_back(b.second.split_kernel(1));
     Module mod(names);
@@ -982,7 +994,7 @@ int main(int argc, char** argv) {
           mod.launch(a.split_kernel(1), dim3(B, HKV, slots), 128,
                      {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, a.smem(),
                      i % kBatch != 0);
-          mod.launch(at.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
+          mod.launch(a.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
         };
         const std::string label = "attn_split+combine PDL z=" + I(slots) + note;
         attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
@@ -992,6 +1004,11 @@ int main(int argc, char** argv) {
       row(other, plan_slots, four_plan ? " 3 blocks" : " 4 blocks");
       for (const auto& [label, b] : bulks)
         if (!(bulk_plan && b.bulk == kAttnSplitBulk)) row(b, plan_slots, label);
+      if (!sweep)
+        row(four_plan   ? at512.with_blocks(4)
+            : bulk_plan ? at512.with_bulk(kAttnSplitBulk, 3)
+                        : at512,
+            attn_grid_slots(B, HKV, at512.nsplit), " plan split512");
     }
   }
 
