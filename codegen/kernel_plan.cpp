@@ -240,7 +240,8 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   // Above that K, where one warpgroup's tiles take clusters of two (the 8B's down at 256 tokens):
   // two warpgroups at half the weight tile, still on clusters of two 128-row M tiles, as many
   // CTAs. H200, M = 256, N 4096, K 14336 (session 23 run 1): 64.4 -> 59.8 µs; without the
-  // cluster 65.6, at the whole tile 84.0. The same bits as one warpgroup.
+  // cluster 65.6, at the whole tile 84.0; the 8B's batch-256 step 16.19 -> 16.12 ms (run 2,
+  // `telos-run bench`). The same bits as one warpgroup.
   if (t.cluster == 2 && limits.warpgroups != 1) {
     SmallGemmTiling two = t.with_bn(t.bn / 2, n, swiglu);
     two.cluster = 1;

@@ -244,10 +244,9 @@ inline int attn_split_ring_bytes(int page_size, int head_dim, int bulk) {
 // -> 67.6 (four blocks, where their registers fit, stay: 331.1 / 64.7). BULK = 3 and 4 lose
 // (their two blocks an SM). In the engine (`telos-run bench`, batch 16, session 23 runs 2-3): 8B
 // 7.79 -> 7.32 ms a token at 4096-token prompts, 5.14 -> 5.20 at 512; 1B 1.887 -> 1.824 and 1.305
-// -> 1.294. Loads only: the same bits. Where the ring and the kernel's static
-// shared memory still fit three blocks an SM: groups of up to 6 query heads (Q's staging grows
-// with G: at head dim 128, G = 8 and 16 leave room for two; test
-// Codegen.AttnSplitBulkRingCompilesWithoutSpills).
+// -> 1.294. Loads only: the same bits. Where the ring and the kernel's static shared memory
+// still fit three blocks an SM: groups of up to 6 query heads (Q's staging grows with G: at head
+// dim 128, G = 8 and 16 leave room for two; test Codegen.AttnSplitBulkRingCompilesWithoutSpills).
 constexpr int kAttnSplitBulkMinRows = 16;
 constexpr int kAttnSplitBulk = 2;
 inline bool attn_split_bulk_fits(int page_size, int group) {
