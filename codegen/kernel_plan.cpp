@@ -243,13 +243,9 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   // cluster 65.6, at the whole tile 84.0; the 8B's batch-256 step 16.19 -> 16.12 ms (run 2,
   // `telos-run bench`). The same bits as one warpgroup.
   if (t.cluster == 2 && limits.warpgroups != 1) {
-    SmallGemmTiling two = t.with_bn(t.bn / 2, n, swiglu);
-    two.cluster = 1;
-    two = small_gemm_two_warpgroups(two, tokens);
-    if (two.cluster_fits(2)) {
-      two.cluster = 2;
-      return two;
-    }
+    // small_gemm_two_warpgroups keeps the cluster where it still fits its 128-row M tiles.
+    const SmallGemmTiling two = small_gemm_two_warpgroups(t.with_bn(t.bn / 2, n, swiglu), tokens);
+    if (two.cluster == 2) return two;
   }
   return t;
 }
@@ -309,6 +305,19 @@ std::string AttnSplitKernel::instance() const {
          (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
          (blocks || bulk ? ", " + I_(blocks ? blocks : 3) : "") + (bulk ? ", " + I_(bulk) : "") +
          ">";
+}
+
+AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows) {
+  const int group = k.hq / k.hkv;
+  k.ahead = k.tpt == 1 && split_rows <= kAttnSplitAheadMaxRows;
+  const bool four =
+      !k.ahead && split_rows >= kAttnSplitFourBlocksMinRows && attn_split_four_blocks(k.d, group);
+  const bool bulk = !k.ahead && !four && k.tpt == 1 && split_rows >= kAttnSplitBulkMinRows &&
+                    attn_split_bulk_fits(k.page, group);
+  k.pages = attn_split_page_ahead(k.page) && !bulk;
+  k.blocks = four ? 4 : 0;
+  k.bulk = bulk ? kAttnSplitBulk : 0;
+  return k;
 }
 
 bool attn_split_four_blocks(int head_dim, int group) {
@@ -389,18 +398,9 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     // prompt rows, zeros for padding).
     const int split_rows = prompt_attn ? std::min(T, in.max_batch) : T;
     const int split_tiles = (split_rows + tpt - 1) / tpt;
-    const bool split_ahead = tpt == 1 && split_rows <= kAttnSplitAheadMaxRows;
-    const bool split_four = !split_ahead && split_rows >= kAttnSplitFourBlocksMinRows &&
-                            attn_split_four_blocks(D, HQ / HKV);
-    AttnSplitKernel split_kernel{
-        HQ, HKV, D, PAGE, MAXP, page_elems, plan.attn_split, plan.attn_num_splits, tpt};
-    const bool split_bulk = !split_ahead && !split_four && tpt == 1 &&
-                            split_rows >= kAttnSplitBulkMinRows &&
-                            attn_split_bulk_fits(PAGE, HQ / HKV);
-    split_kernel.ahead = split_ahead;
-    split_kernel.pages = attn_split_page_ahead(PAGE) && !split_bulk;
-    split_kernel.blocks = split_four ? 4 : 0;
-    split_kernel.bulk = split_bulk ? kAttnSplitBulk : 0;
+    const AttnSplitKernel split_kernel = attn_split_for_rows(
+        {HQ, HKV, D, PAGE, MAXP, page_elems, plan.attn_split, plan.attn_num_splits, tpt},
+        split_rows);
     const int split_k =
         b.kernel(split_kernel.instance(),
                  {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"},

@@ -265,6 +265,11 @@ struct AttnSplitKernel {
   std::string instance() const;
   int smem() const { return bulk ? attn_split_ring_bytes(page, d, bulk) : 0; }
 };
+// `k` (its shape, split and TPT) with the plan's load scheme and blocks an SM for a bucket of
+// `split_rows` split rows: LOAD_AHEAD up to kAttnSplitAheadMaxRows at TPT 1, else four blocks from
+// kAttnSplitFourBlocksMinRows where attn_split_four_blocks, else BULK from kAttnSplitBulkMinRows
+// where attn_split_bulk_fits; PAGE_AHEAD wherever attn_split_page_ahead and not BULK.
+AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows);
 
 // attn_prefill (codegen/kernels/attention_prefill.cuh), the prompt rows' attention in prefill
 // buckets: whether it takes the model's head dim and group (64 or 128; G query heads a KV head

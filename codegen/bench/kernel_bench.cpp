@@ -823,6 +823,13 @@ int main(int argc, char** argv) {
       a.blocks = b;
       return a;
     }
+    // The same attention as the plan loads it in a bucket of `rows` tokens (attn_split_for_rows).
+    Attn planned_for(int rows) const {
+      const AttnSplitKernel k = attn_split_for_rows(kernel(1), rows);
+      Attn a = *this;
+      a.ahead = k.ahead, a.pages = k.pages, a.blocks = k.blocks, a.bulk = k.bulk;
+      return a;
+    }
     // The same attention through BULK ring slots a warp at b blocks an SM.
     Attn with_bulk(int slots, int b) const {
       Attn a = with_blocks(b);
@@ -953,17 +960,17 @@ int main(int argc, char** argv) {
     Attn at512 = at;
     at512.split = 2 * kAttnSplit;
     at512.nsplit = std::min(32, (8192 + at512.split - 1) / at512.split);
-    std::vector<std::string> names = {at.split_kernel(1),
-                                      at.combine_kernel(),
-                                      four.split_kernel(1),
-                                      at.with_bulk(kAttnSplitBulk, 3).split_kernel(1),
-                                      at512.combine_kernel(),
-                                      at512.with_blocks(4).split_kernel(1),
-                                      at512.with_bulk(kAttnSplitBulk, 3).split_kernel(1)};
-    for (const auto& b : bulks)
-      if (b.second.bulk != kAttnSplitBulk) names.push_back(b.second.split_kernel(1));
+    constexpr int kBatches[] = {16, 64, 256};
+    std::vector<std::string> names = {at.combine_kernel(), at512.combine_kernel()};
+    auto add_name = [&](const std::string& n) {
+      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    };
+    for (const Attn& a : {at, four}) add_name(a.split_kernel(1));
+    for (int B : kBatches)
+      for (const Attn& a : {at, at512}) add_name(a.planned_for(B).split_kernel(1));
+    for (const auto& b : bulks) add_name(b.second.split_kernel(1));
     Module mod(names);
-    for (int B : {16, 64, 256}) {
+    for (int B : kBatches) {
       std::vector<int> hpos(B, C - 1), hseq(B);
       for (int b = 0; b < B; ++b) hseq[b] = b;
       const double bytes = static_cast<double>(B) * C * HKV * D * 2 * 2;
@@ -979,15 +986,10 @@ int main(int argc, char** argv) {
       } else if (plan_slots != at.nsplit) {
         zs.insert(zs.begin(), at.nsplit);
       }
-      // The plan's kernel (four blocks an SM from kAttnSplitFourBlocksMinRows rows, else the
-      // BULK ring from kAttnSplitBulkMinRows), and at the plan's slots the other block count of
-      // the lanes' own loads.
-      const bool four_plan =
-          B >= kAttnSplitFourBlocksMinRows && attn_split_four_blocks(D, HQ / HKV);
-      const bool bulk_plan =
-          !four_plan && B >= kAttnSplitBulkMinRows && attn_split_bulk_fits(PAGE, HQ / HKV);
-      const Attn bulk_kernel = at.with_bulk(kAttnSplitBulk, 3);
-      const Attn& planned = four_plan ? four : bulk_plan ? bulk_kernel : at;
+      // The plan's kernel (attn_split_for_rows: four blocks an SM or the BULK ring at these
+      // rows), and at the plan's slots the lanes' own loads at the other block count.
+      const Attn planned = at.planned_for(B);
+      const bool four_plan = planned.blocks == 4, bulk_plan = planned.bulk > 0;
       const Attn& other = four_plan ? at : four;
       auto row = [&](const Attn& a, int slots, const std::string& note) {
         auto step = [&](int i) {
@@ -1005,10 +1007,7 @@ int main(int argc, char** argv) {
       for (const auto& [label, b] : bulks)
         if (!(bulk_plan && b.bulk == kAttnSplitBulk)) row(b, plan_slots, label);
       if (!sweep)
-        row(four_plan   ? at512.with_blocks(4)
-            : bulk_plan ? at512.with_bulk(kAttnSplitBulk, 3)
-                        : at512,
-            attn_grid_slots(B, HKV, at512.nsplit), " plan split512");
+        row(at512.planned_for(B), attn_grid_slots(B, HKV, at512.nsplit), " plan split512");
     }
   }
 
