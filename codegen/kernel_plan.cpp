@@ -310,10 +310,10 @@ std::string AttnSplitKernel::instance() const {
 AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows) {
   const int group = k.hq / k.hkv;
   k.ahead = k.tpt == 1 && split_rows <= kAttnSplitAheadMaxRows;
-  const bool four =
-      !k.ahead && split_rows >= kAttnSplitFourBlocksMinRows && attn_split_four_blocks(k.d, group);
-  const bool bulk = !k.ahead && !four && k.tpt == 1 && split_rows >= kAttnSplitBulkMinRows &&
+  const bool bulk = !k.ahead && k.tpt == 1 && split_rows >= kAttnSplitBulkMinRows &&
                     attn_split_bulk_fits(k.page, group);
+  const bool four = !k.ahead && !bulk && split_rows >= kAttnSplitFourBlocksMinRows &&
+                    attn_split_four_blocks(k.d, group);
   k.pages = attn_split_page_ahead(k.page) && !bulk;
   k.blocks = four ? 4 : 0;
   k.bulk = bulk ? kAttnSplitBulk : 0;

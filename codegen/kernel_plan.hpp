@@ -235,18 +235,21 @@ inline bool attn_split_page_ahead(int page_size) {
 inline int attn_split_ring_bytes(int page_size, int head_dim, int bulk) {
   return 4 * bulk * (2 * page_size * head_dim * 2 + 8);
 }
-// Buckets of at least kAttnSplitBulkMinRows split rows, one token a tile, that run neither
-// LOAD_AHEAD nor four blocks an SM stream each warp's chunks through kAttnSplitBulk ring slots of
-// bulk copies (BULK, three blocks an SM; pages of 16 positions) instead of the lanes' own loads.
-// H200, D 128, G 4, 8 layers with PDL, µs a layer, the plan's kernel against BULK = 2 (docs/
+// Buckets of at least kAttnSplitBulkMinRows split rows, one token a tile, without LOAD_AHEAD,
+// stream each warp's chunks through kAttnSplitBulk ring slots of bulk copies (BULK, three blocks
+// an SM; pages of 16 positions) instead of the lanes' own loads, and a block's items (slots z,
+// z + S, ...) through one ring, each item's last chunks beside the next one's first (change 67).
+// H200, D 128, G 4, 8 layers with PDL, µs a layer, the lanes' kernel against BULK = 2 (docs/
 // perf-log.md, change 65 and session 23 run 1): batch 16 ctx 4096 108.5 -> 92.7, ctx 32768 555.6 ->
-// 510.0, but ctx 576 20.5 -> 22.4; batch 64 at three blocks ctx 4096 366.3 -> 321.3, ctx 576 69.5
-// -> 67.6 (four blocks, where their registers fit, stay: 331.1 / 64.7). BULK = 3 and 4 lose
-// (their two blocks an SM). In the engine (`telos-run bench`, batch 16, session 23 runs 2-3): 8B
-// 7.79 -> 7.32 ms a token at 4096-token prompts, 5.14 -> 5.20 at 512; 1B 1.887 -> 1.824 and 1.305
-// -> 1.294. Loads only: the same bits. Where the ring and the kernel's static shared memory
-// still fit three blocks an SM: groups of up to 6 query heads (Q's staging grows with G: at head
-// dim 128, G = 8 and 16 leave room for two; test Codegen.AttnSplitBulkRingCompilesWithoutSpills).
+// 510.0, but ctx 576 20.5 -> 22.4. With change 67 against four blocks an SM (session 24 run 2):
+// batch 64 ctx 4096 333.0 -> 312.9 (80.5% of copy), ctx 576 64.3 -> 67.3; batch 256 ctx 4096
+// 1250.4 -> 1130.9, ctx 576 231.0 -> 225.2. BULK = 3 and 4 lose (their two blocks an SM). In the
+// engine (`telos-run bench`, batch 16, session 23 runs 2-3): 8B 7.79 -> 7.32 ms a token at
+// 4096-token prompts, 5.14 -> 5.20 at 512; 1B 1.887 -> 1.824 and 1.305 -> 1.294. Loads only: the
+// same bits. Where the ring and the kernel's static shared memory still fit three blocks an SM:
+// groups of up to 6 query heads (Q's staging grows with G: at head dim 128, G = 8 and 16 leave
+// room for two; test Codegen.AttnSplitBulkRingCompilesWithoutSpills); elsewhere four blocks from
+// kAttnSplitFourBlocksMinRows rows stay.
 constexpr int kAttnSplitBulkMinRows = 16;
 constexpr int kAttnSplitBulk = 2;
 inline bool attn_split_bulk_fits(int page_size, int group) {
@@ -266,9 +269,10 @@ struct AttnSplitKernel {
   int smem() const { return bulk ? attn_split_ring_bytes(page, d, bulk) : 0; }
 };
 // `k` (its shape, split and TPT) with the plan's load scheme and blocks an SM for a bucket of
-// `split_rows` split rows: LOAD_AHEAD up to kAttnSplitAheadMaxRows at TPT 1, else four blocks from
-// kAttnSplitFourBlocksMinRows where attn_split_four_blocks, else BULK from kAttnSplitBulkMinRows
-// where attn_split_bulk_fits; PAGE_AHEAD wherever attn_split_page_ahead and not BULK.
+// `split_rows` split rows: LOAD_AHEAD up to kAttnSplitAheadMaxRows at TPT 1, else BULK from
+// kAttnSplitBulkMinRows where attn_split_bulk_fits, else four blocks from
+// kAttnSplitFourBlocksMinRows where attn_split_four_blocks; PAGE_AHEAD wherever
+// attn_split_page_ahead and not BULK.
 AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows);
 
 // attn_prefill (codegen/kernels/attention_prefill.cuh), the prompt rows' attention in prefill

@@ -93,12 +93,22 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // chunk's under three blocks an SM). The same values in the same registers, so the same bits;
 // change 58's per-lane ring kept one chunk ahead and paid 16 copies a lane a chunk, this one keeps
 // up to BULK - 1 chunks in flight a warp through a compute for two copies a chunk. The page ids of
-// a warp's next 32 chunks are loaded together, lane j holding chunk j's. `ring_used`: the chunks
-// this warp has taken through its ring in the caller's earlier items (the slots and barrier phases
-// continue from there), -1 before the first, whose start sets up the barriers.
+// a warp's next 32 chunks are loaded together, lane j holding chunk j's. `ring_state`: the warp's
+// ring across the items the caller runs back to back, which must all be of the same tile and KV
+// head (attn_split's slots z, z + S, ... of one block): `used` chunks taken by the earlier items
+// (the slots and barrier phases continue from there; -1 before the first, whose start sets up the
+// barriers). The ring streams on from one item into the next (change 67): `next_slot` (-1: none)
+// is the slot the caller runs next, and where this item's chunks end before the ring is full,
+// the ring takes the next item's first chunks (`ahead` of them, at most BULK), so they are in
+// flight through this item's last chunks, its merge and its partials' stores instead of starting
+// after them. Q, the same token's and head's, is staged once, by the first item.
 // `out` (non-null): the caller guarantees that every row of the item has one split only (position
 // < SPLIT), and the item writes the rows' final bf16 values to out as attn_combine would from this
 // one slot, instead of part_o / part_ml (the persistent decode layer's short contexts: no combine).
+struct AttnRing {
+  int used = -1;  // chunks the warp's earlier items took through the ring; -1: not set up
+  int ahead = 0;  // chunks of the next item the previous one already issued
+};
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false, int BULK = 0,
           class Sync>
@@ -108,7 +118,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
                                                  float* part_o, float* part_ml, Sync sync,
                                                  bf16* out = nullptr,
                                                  unsigned char* ring = nullptr,
-                                                 int* ring_used = nullptr) {
+                                                 AttnRing* ring_state = nullptr,
+                                                 int next_slot = -1) {
   constexpr int G = HQ / HKV, W = 4, R = TPT * G;  // R: MMA rows in use
   constexpr int KS = D / 16, NT = D / 8, VW = D / 16;  // k-steps, n-tiles, V words per position
   static_assert(HQ % HKV == 0 && TPT >= 1 && R <= 16 && D % 32 == 0 && D <= 128 &&
@@ -209,10 +220,12 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   // Slot (taken + n) % BULK of the warp's ring holds it, its mbarrier completing that phase
   // (taken: the chunks of the caller's earlier items).
   constexpr int kPageBytes = PAGE * D * 2, kChunksPerSplit = SPLIT / (16 * W);
-  auto chunk_at = [&](int n) {
-    return first + (n / kChunksPerSplit) * (NSPLIT * SPLIT) +
+  // Chunk n of the warp's sequence in the item of slot first / SPLIT.
+  auto chunk_of = [&](int slot_first, int n) {
+    return slot_first + (n / kChunksPerSplit) * (NSPLIT * SPLIT) +
            16 * (warp + W * (n % kChunksPerSplit));
   };
+  auto chunk_at = [&](int n) { return chunk_of(first, n); };
   unsigned ring_slots = 0, ring_bars = 0;
   int taken = 0;
   int win_page = 0, win_base = 0;  // lane j: the page of chunk win_base + j
@@ -221,19 +234,33 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     const int c = chunk_at(base + lane);
     win_page = c <= pos1 ? pt[c / PAGE] : 0;
   };
-  // Chunk n (at most pos1) into its slot: every lane calls it (the window's shuffle), lane 0
-  // copies.
-  auto issue_chunk = [&](int n) {
-    if (n - win_base >= 32) load_window(win_base + 32);
-    const long long page = __shfl_sync(0xffffffffu, win_page, n - win_base);
+  // Ring position `at` (taken + chunks before it) takes the page's K and V: lane 0 copies.
+  auto copy_page = [&](int at, long long page) {
     if (lane == 0) {
-      const unsigned bar = ring_bars + 8 * ((taken + n) % BULK),
-                     dst = ring_slots + (taken + n) % BULK * 2 * kPageBytes;
+      const unsigned bar = ring_bars + 8 * (at % BULK), dst = ring_slots + at % BULK * 2 * kPageBytes;
       const bf16* src = kv_layer + page * PAGE_ELEMS + static_cast<long long>(kvh) * PAGE * D;
       hexel::mbarrier::arrive_expect_tx(bar, 2 * kPageBytes);
       hexel::tma::copy_g2s(dst, src, kPageBytes, bar);
       hexel::tma::copy_g2s(dst + kPageBytes, src + static_cast<long long>(HKV) * PAGE * D,
                            kPageBytes, bar);
+    }
+  };
+  // Chunk n (at most pos1) into its slot: every lane calls it (the window's shuffle).
+  auto issue_chunk = [&](int n) {
+    if (n - win_base >= 32) load_window(win_base + 32);
+    copy_page(taken + n, __shfl_sync(0xffffffffu, win_page, n - win_base));
+  };
+  // The ring streams on into the next item: `total` chunks of this item for this warp, then the
+  // next item's (first position next_first; lane j < BULK holds the page of its chunk j).
+  int total = 0, next_first = -1, next_page = 0, next_issued = 0;
+  // Ring position taken + n: this item's chunk n, or past them the next item's chunk n - total
+  // where it exists (every lane calls it; its conditions are the warp's).
+  auto issue_any = [&](int n) {
+    if (n < total) {
+      issue_chunk(n);
+    } else if (next_first >= 0 && chunk_of(next_first, n - total) <= pos1) {
+      copy_page(taken + n, __shfl_sync(0xffffffffu, next_page, n - total));
+      next_issued = n - total + 1;
     }
   };
   // The chunk whose loads are in flight (with LOAD_AHEAD, the next one). One token with
@@ -246,21 +273,31 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     load_chunk(first + 16 * warp, min(first + SPLIT, pos1 + 1), kr, vr);
   }
   // BULK: the warp's barriers (set up in its first item) and its first BULK chunks, issued before
-  // Q's staging like LOAD_AHEAD's.
+  // Q's staging like LOAD_AHEAD's (those the previous item issued are in flight already), and
+  // where this item's end first, the next item's.
+  bool stage_q = true;
   if constexpr (BULK > 0) {
     ring_slots = hexel::smem_addr(ring) + warp * BULK * 2 * kPageBytes;
     ring_bars = hexel::smem_addr(ring) + W * BULK * 2 * kPageBytes + warp * BULK * 8;
-    if (*ring_used < 0) {
+    if (ring_state->used < 0) {
       if (lane == 0) {
         for (int b = 0; b < BULK; ++b) hexel::mbarrier::init(ring_bars + 8 * b, 1);
         hexel::mbarrier::fence_init();
       }
       __syncwarp();
-      *ring_used = 0;
+      ring_state->used = 0, ring_state->ahead = 0;
+    } else {
+      stage_q = false;  // an earlier item of this token and head staged it
     }
-    taken = *ring_used;
+    taken = ring_state->used;
     load_window(0);
-    for (int n = 0; n < BULK && chunk_at(n) <= pos1; ++n) issue_chunk(n);
+    while (chunk_at(total) <= pos1) ++total;
+    if (next_slot >= 0 && next_slot * SPLIT <= pos1) {
+      next_first = next_slot * SPLIT;
+      const int c = chunk_of(next_first, lane);
+      if (lane < BULK && c <= pos1) next_page = pt[c / PAGE];
+    }
+    for (int n = ring_state->ahead; n < BULK; ++n) issue_any(n);
   }
 
   // Shared memory holds what the passes below read but should not keep in registers: at 128-168
@@ -279,7 +316,7 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
       sm_seq[threadIdx.x] = token_seq[t0 + threadIdx.x];
     }
   }
-  {
+  if (stage_q) {
     const float* q0 = q + (static_cast<long long>(t0 + j0) * HQ + kvh * G + h0) * D;
     const float* q1 = q + (static_cast<long long>(t0 + j1) * HQ + kvh * G + h1) * D;
     for (int s = warp; s < KS; s += W) {
@@ -293,8 +330,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
                                  pack_bf16x2(a.z * SCALE_LOG2, a.w * SCALE_LOG2),
                                  pack_bf16x2(b.z * SCALE_LOG2, b.w * SCALE_LOG2));
     }
+    sync();
   }
-  sync();
   int nseg = 1;
   if constexpr (TPT > 1) {
     if (threadIdx.x == 0) {
@@ -420,9 +457,9 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
         read_slot(ks, c, end, kr, vr);
         run_chunk(c, kr, vr);
         __syncwarp();  // every lane has read the slot: it takes chunk n + BULK
-        if (chunk_at(n + BULK) <= pos_max) issue_chunk(n + BULK);
+        issue_any(n + BULK);
       }
-      *ring_used = taken + n;
+      ring_state->used = taken + n, ring_state->ahead = next_issued;
     } else {
       for (int start = first; start <= pos_max; start += NSPLIT * SPLIT) {
         const int end = min(start + SPLIT, pos_max + 1);  // the loads' last position + 1
@@ -555,15 +592,18 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const bf16* kv_layer, float* part_o, float* part_ml) {
   extern __shared__ __align__(128) unsigned char attn_split_ring[];
-  int ring_used = -1;  // BULK: the chunks each warp has taken through its ring
+  AttnRing ring;  // BULK: each warp's ring across the block's items
   pdl_entry();
   // Items back to back need no barrier between them (attn_split_block); a slot past every
   // position of the tile returns at once, and so do the later ones.
-  for (unsigned slot = blockIdx.z; slot < NSPLIT; slot += gridDim.z)
+  for (unsigned slot = blockIdx.z; slot < NSPLIT; slot += gridDim.z) {
+    const unsigned next = slot + gridDim.z;
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD,
                      PAGE_AHEAD, BULK>(
         blockIdx.x, blockIdx.y, static_cast<int>(slot), q, positions, token_seq, page_tables,
-        kv_layer, part_o, part_ml, [] { __syncthreads(); }, nullptr, attn_split_ring, &ring_used);
+        kv_layer, part_o, part_ml, [] { __syncthreads(); }, nullptr, attn_split_ring, &ring,
+        next < NSPLIT ? static_cast<int>(next) : -1);
+  }
 }
 
 // out[t, hq*D + d] = bf16(softmax-weighted sum), merging the slots 0..min(position/SPLIT,

@@ -604,10 +604,10 @@ TEST(Codegen, AttentionTokensPerTile) {
   // Llama-3.2-1B (G = 4): the prefill bucket's attn_split has TPT = 4 (the last template
   // argument) and a grid of max_batch / 4 tiles (the generated rows; attn_prefill has the prompt
   // rows); the decode buckets' has TPT = 1 and one block per token, and loads ahead (LOAD_AHEAD,
-  // two blocks an SM) in buckets of at most kAttnSplitAheadMaxRows tokens; from
-  // kAttnSplitFourBlocksMinRows split rows on (the prefill buckets' 64 and decode:64) it runs four
-  // blocks an SM. Every bucket loads a split's page ids when it starts (PAGE_AHEAD: pages of 16
-  // positions).
+  // two blocks an SM) in buckets of at most kAttnSplitAheadMaxRows tokens and from
+  // kAttnSplitBulkMinRows rows on (decode:64) streams through the BULK ring; the prefill bucket's
+  // 64 split rows in tiles of 4 run four blocks an SM. The others load a split's page ids when it
+  // starts (PAGE_AHEAD: pages of 16 positions).
   const KernelPlan plan = plan_kernels(llama_1b());
   const std::string prefix = "telos_kernels::attn_split<32, 8, 64, 16, 512, " +
                              std::to_string(2LL * 16 * 8 * 16 * 64) + "ll, 256, 32, " +
@@ -623,9 +623,9 @@ TEST(Codegen, AttentionTokensPerTile) {
         ++seen_prefill;
       } else {
         EXPECT_EQ(instance,
-                  prefix + (b.tokens <= kAttnSplitAheadMaxRows        ? "1, true, true>"
-                            : b.tokens >= kAttnSplitFourBlocksMinRows ? "1, false, true, 4>"
-                                                                      : "1, false, true>"));
+                  prefix + (b.tokens <= kAttnSplitAheadMaxRows  ? "1, true, true>"
+                            : b.tokens >= kAttnSplitBulkMinRows ? "1, false, false, 3, 2>"
+                                                                : "1, false, true>"));
         EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, b.tokens == 64 ? 8 : 32}));
         ++seen_decode;
       }
@@ -636,10 +636,11 @@ TEST(Codegen, AttentionTokensPerTile) {
   EXPECT_FALSE(attn_split_page_ahead(8));  // a 16-position chunk would span two pages
 }
 
-// BULK in the plan (kAttnSplitBulkMinRows): decode buckets of 16 to 63 rows, one token a tile, and
-// buckets of more rows where four blocks an SM do not fit (head dim 128, G = 6: Qwen2.5-1.5B),
+// BULK in the plan (kAttnSplitBulkMinRows): decode buckets of 16 rows or more, one token a tile,
+// where the ring fits (attn_split_bulk_fits: pages of 16, G up to 6, Qwen2.5-1.5B's included),
 // stream their chunks through kAttnSplitBulk ring slots a warp at three blocks an SM, without
-// PAGE_AHEAD, with the ring as the kernel's dynamic shared memory; the others keep their loads.
+// PAGE_AHEAD, with the ring as the kernel's dynamic shared memory; the others keep their loads
+// (G = 8: four blocks an SM from kAttnSplitFourBlocksMinRows rows).
 TEST(Codegen, AttnSplitBulkInBucketsOfSixteenRowsOrMore) {
   auto split_kernels = [](const CodegenInput& in) {
     std::map<int, KernelInstance> by_bucket;  // decode bucket size -> its attn_split
@@ -659,13 +660,17 @@ TEST(Codegen, AttnSplitBulkInBucketsOfSixteenRowsOrMore) {
   const auto llama = split_kernels(in);
   for (const int size : {8, 15, 16, 32, 63, 64}) {
     const KernelInstance& k = llama.at(size);
-    const bool bulk = size >= kAttnSplitBulkMinRows && size < kAttnSplitFourBlocksMinRows;
+    const bool bulk = size >= kAttnSplitBulkMinRows;
     EXPECT_EQ(ends_with(k.instance, "1, false, false, 3, " + std::to_string(kAttnSplitBulk) + ">"),
               bulk)
         << k.instance;
     EXPECT_EQ(k.dynamic_smem, bulk ? attn_split_ring_bytes(16, 64, kAttnSplitBulk) : 0) << size;
   }
-  EXPECT_TRUE(ends_with(llama.at(64).instance, "1, false, true, 4>"));
+  CodegenInput g8 = in;  // 8 query heads a KV head: no ring, four blocks an SM from 64 rows
+  g8.num_kv_heads = 4;
+  ASSERT_FALSE(attn_split_bulk_fits(16, 8));
+  EXPECT_TRUE(ends_with(split_kernels(g8).at(32).instance, "1, false, true>"));
+  EXPECT_TRUE(ends_with(split_kernels(g8).at(64).instance, "1, false, true, 4>"));
 
   CodegenInput qwen = in;  // Qwen2.5-1.5B's heads: 12 query heads on 2 KV heads of 128 dims
   qwen.num_heads = 12;

@@ -1099,7 +1099,8 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
 // NSPLIT (attn_grid_slots: a block runs slots z, z + S, ...; S = 1 and NSPLIT - 1), and with pages
 // of 16 positions PAGE_AHEAD (a split's page ids loaded at its start) with and without LOAD_AHEAD
 // and in tiles, and BULK (a warp's chunks through 2-4 ring slots of shared memory filled by bulk
-// copies; on one block along the slots, the items of every slot through the same ring; the
+// copies; on one block along the slots, the items of every slot through the same ring, each
+// item's last chunks beside the next one's first; the
 // shape of 270 pages gives a warp more than 32 chunks in an item, past its first window of page
 // ids; the last has Qwen2.5-1.5B's G = 6, which the plan runs on BULK from 16 rows).
 TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
@@ -1137,6 +1138,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       variants.push_back(v);
     if (PAGE == 16)
       for (const Variant& v : std::vector<Variant>{{1, false, NSPLIT, false, 3, 2},
+                                                   {1, false, 1, false, 3, 2},
                                                    {1, false, 1, false, 2, 3},
                                                    {1, false, NSPLIT - 1, false, 2, 4}})
         variants.push_back(v);
