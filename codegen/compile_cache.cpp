@@ -35,6 +35,9 @@ std::optional<std::map<std::string, std::string>> CompileCache::find(std::uint64
     files[e.path().filename().string()] = s.str();
   }
   if (ec) return std::nullopt;
+  // A hit marks the entry as used now, so that the entries a run used can be told from the rest
+  // (tools/gpu_check.sh carries those to the next GPU machine); a read-only cache stays usable.
+  fs::last_write_time(dir, fs::file_time_type::clock::now(), ec);
   return files;
 }
 

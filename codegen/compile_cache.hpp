@@ -14,7 +14,8 @@ class CompileCache {
  public:
   explicit CompileCache(std::string root) : root_(std::move(root)) {}
 
-  // The files of entry `key` (file name -> contents), or nothing when absent.
+  // The files of entry `key` (file name -> contents), or nothing when absent. A hit sets the
+  // entry directory's modification time to now (where the cache is writable).
   std::optional<std::map<std::string, std::string>> find(std::uint64_t key) const;
   // Publishes entry `key`; an entry that appeared meanwhile wins (same key, same content).
   void store(std::uint64_t key, const std::map<std::string, std::string>& files) const;

@@ -25,6 +25,9 @@
 #                                              models with telosc, fills .gpu-carry/ (~20 MB)
 #   tools/gpu_check.sh                         on the GPU machine, from the repository root, with
 #                                              .gpu-carry carried along
+# The GPU run packs the kernel cache entries it used into $OUT/kernel-cache.tar.xz; saved on the
+# build machine as .gpu-kernel-cache.tar.xz (or $KERNEL_CACHE), the next --prepare carries it and
+# the next run's tests and benches load their modules instead of compiling them (tools/gpu_env.sh).
 # CARRY=DIR (both sides; tools/gpu_env.sh reads it too) names another folder than .gpu-carry, so
 # that a branch's build can travel in the same call as main's: check the branch out, build, and
 # `CARRY=.gpu-carry-BRANCH tools/gpu_check.sh --prepare`; on the GPU machine
@@ -78,6 +81,10 @@ if [ "${1:-}" = "--prepare" ]; then
   # Compressed: the artifacts' PTX and ICU's data are most of the bytes.
   tar cJf "$CARRY/payload.tar.xz" -C "$CARRY" lib artifacts artifacts-p128
   rm -rf "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128"
+  # The kernel cache the last GPU run packed ($OUT/kernel-cache.tar.xz there, saved here as
+  # KERNEL_CACHE, default .gpu-kernel-cache.tar.xz): tools/gpu_env.sh unpacks it.
+  KERNEL_CACHE=${KERNEL_CACHE:-.gpu-kernel-cache.tar.xz}
+  [ -f "$KERNEL_CACHE" ] && cp "$KERNEL_CACHE" "$CARRY/kernel-cache.tar.xz"
   du -sh "$CARRY"
   exit 0
 fi
@@ -175,6 +182,8 @@ for f in bench.log decode-gemm-torch.log prefill-bench.log attn-prefill-bench.lo
   device-launch.log; do
   [ -f "$OUT/$f" ] && { echo; grep -v '^\s*$' "$OUT/$f" | tail -40; }
 done
+echo
+pack_kernel_cache "$OUT/kernel-cache.tar.xz"
 echo
 printf '%-44s | %-6s | %5s | %s\n' check result time log
 for r in "${rows[@]}"; do echo "$r"; done | tee "$OUT/summary.txt"

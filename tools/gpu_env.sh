@@ -26,3 +26,23 @@ rm -rf "$P" && mkdir -p "$P" && tar -C "$P" -xJf "$CARRY/payload.tar.xz"
 export LD_LIBRARY_PATH="$P/lib:$LD_LIBRARY_PATH"
 export TELOS_CACHE_DIR=/tmp/telos-kernel-cache TELOS_GPU_ARTIFACTS=$P/artifacts TELOS_SOURCE_DIR=$PWD
 B=$PWD/$CARRY/bin
+# The kernel cache a previous GPU run packed (pack_kernel_cache), carried by --prepare as
+# $CARRY/kernel-cache.tar.xz: NVRTC is the same build on both machines, so its entries hit and the
+# tests' and benches' modules are not compiled again (~90 s of a gpu_check on a fresh machine).
+# Entries are keyed by their whole input (source, headers, NVRTC version, options): a stale one
+# is never read. The marker is the time after unpacking: entries read or written later are this
+# run's.
+mkdir -p "$TELOS_CACHE_DIR"
+[ -f "$CARRY/kernel-cache.tar.xz" ] && tar -C "$TELOS_CACHE_DIR" -xJf "$CARRY/kernel-cache.tar.xz"
+KERNEL_CACHE_MARK=$(mktemp) && export KERNEL_CACHE_MARK
+# pack_kernel_cache FILE: the cache entries this run used (read or compiled since the marker), as
+# one tarball for the next --prepare (tools/gpu_check.sh: $OUT/kernel-cache.tar.xz).
+pack_kernel_cache() {
+  local names
+  names=$(cd "$TELOS_CACHE_DIR" && find . -mindepth 1 -maxdepth 1 -type d ! -name '*.tmp.*' \
+            -newer "$KERNEL_CACHE_MARK" | sort)
+  [ -n "$names" ] || return 0
+  # shellcheck disable=SC2086  # entry names are hex digits
+  tar -C "$TELOS_CACHE_DIR" -cJf "$1" $names &&
+    echo "kernel cache: $(echo "$names" | wc -l) entries, $(du -h "$1" | cut -f1) packed in $1"
+}

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -292,11 +293,22 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(p64[3].at("args")[1] != "null", GetParam() == "qwen2");
   EXPECT_EQ(p64[3].at("args")[2] != "null", GetParam() == "qwen3");
 
-  // A second generation comes from the cache, identical.
+  // A second generation comes from the cache, identical, and marks the entries it read as used
+  // now (their directories' modification time; tools/gpu_check.sh carries such entries along).
+  namespace fs = std::filesystem;
+  const auto long_ago = fs::file_time_type::clock::now() - std::chrono::hours(48);
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(cache)) {
+    fs::last_write_time(e.path(), long_ago);
+    entries.push_back(e.path());
+  }
+  ASSERT_FALSE(entries.empty());
   const GeneratedKernels again = generate_kernels(tiny(GetParam()), {cache});
   EXPECT_TRUE(again.targets[0].from_cache);
   EXPECT_EQ(again.targets[0].cubin, t.cubin);
   EXPECT_EQ(again.kernels, k.kernels);
+  for (const fs::path& e : entries)
+    EXPECT_GT(fs::last_write_time(e), long_ago + std::chrono::hours(47)) << e;
   std::filesystem::remove_all(cache);
 }
 
