@@ -634,10 +634,9 @@ TEST(Codegen, AttentionTokensPerTile) {
         EXPECT_EQ(l.grid, (std::array<int, 3>{64 / 4, 8, 32}));  // 128 pairs, every slot
         ++seen_prefill;
       } else {
-        EXPECT_EQ(instance,
-                  prefix + (b.tokens <= kAttnSplitAheadMaxRows  ? "1, true, true>"
-                            : b.tokens >= kAttnSplitBulkMinRows ? "1, false, false, 3, 2>"
-                                                                : "1, false, true>"));
+        EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows  ? "1, true, true>"
+                                      : b.tokens >= kAttnSplitBulkMinRows ? "1, false, false, 3, 2>"
+                                                                          : "1, false, true>"));
         EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, b.tokens == 64 ? 8 : 32}));
         ++seen_decode;
       }
