@@ -1,15 +1,17 @@
 """torch SDPA beside telos-attn-prefill-bench: causal prefill attention, head dim 128.
 
 Reads telos-attn-prefill-bench's output (lines "telos attn_prefill T HQ HKV D MS REL_ERR",
-"telos attn_prefill_plain ..." for the kernel without its overlaps and
-"telos attn_prefill_plain_qsplit ..." for it with Q in two bf16 parts) from the file named as
+"telos attn_prefill_plain ..." for the kernel without its overlaps,
+"telos attn_prefill_plain_qsplit ..." for it with Q in two bf16 parts and
+"telos attn_prefill_plain_stagger ..." for it with warpgroup 1 started a product behind warpgroup
+0) from the file named as
 argv[1]. For each T, times torch.nn.functional.scaled_dot_product_attention(
 is_causal=True) on contiguous bf16 q [1, HQ, T, D], k and v [1, HKV, T, D] with each backend
 (flash, efficient, cudnn) through torch.nn.attention.sdpa_kernel: enable_gqa=True where the
 backend takes it, else K/V repeated to HQ heads (the table says which). CUDA events around single
 calls, median of 20 after 3 warm-ups, as the Telos side. Prints one table: TFLOP/s counted as
 4 T^2 D HQ / 2 (causal), and the fastest backend's time over the plan's kernel's (the plain order,
-kernel_plan.cpp; > 1: Telos is faster), the overlapped and Q_SPLIT variants beside it.
+kernel_plan.cpp; > 1: Telos is faster), the overlapped, Q_SPLIT and STAGGER variants beside it.
 """
 import sys
 
@@ -43,7 +45,7 @@ def time_backend(backend, q, k, v):
 
 
 def main():
-    rows, plain, qsplit = [], {}, {}
+    rows, plain, qsplit, stagger = [], {}, {}, {}
     with open(sys.argv[1]) as f:
         for line in f:
             p = line.split()
@@ -53,12 +55,15 @@ def main():
                 plain[int(p[2])] = float(p[6])
             elif len(p) == 8 and p[0] == "telos" and p[1] == "attn_prefill_plain_qsplit":
                 qsplit[int(p[2])] = float(p[6])
+            elif len(p) == 8 and p[0] == "telos" and p[1] == "attn_prefill_plain_stagger":
+                stagger[int(p[2])] = float(p[6])
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                 ("cudnn", SDPBackend.CUDNN_ATTENTION)]
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     print("| T | telos (plan: plain) ms | TFLOP/s | rel err | overlapped TFLOP/s | plain Q_SPLIT TFLOP/s | "
-          + " | ".join(f"{n} ms" for n, _ in backends) + " | fastest | TFLOP/s | fastest/telos |")
-    print("|---|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
+          "plain STAGGER TFLOP/s | " + " | ".join(f"{n} ms" for n, _ in backends)
+          + " | fastest | TFLOP/s | fastest/telos |")
+    print("|---|---|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
     for t, hq, hkv, d, overlapped_ms, err in rows:
         ms = plain.get(t, overlapped_ms)  # the plan's kernel; the overlapped one if plain is missing
         q = torch.randn(1, hq, t, d, device="cuda", dtype=torch.bfloat16)
@@ -74,7 +79,8 @@ def main():
         tail = f"{best[0]} | {flop / best[1] / 1e9:.0f} | {best[1] / ms:.3f}" if best else "none | - | -"
         ov = f"{flop / overlapped_ms / 1e9:.0f}"
         qs = f"{flop / qsplit[t] / 1e9:.0f}" if t in qsplit else "-"
-        print(f"| {t} | {ms:.3f} | {flop / ms / 1e9:.0f} | {err:.1e} | {ov} | {qs} | " + " | ".join(cells)
+        st = f"{flop / stagger[t] / 1e9:.0f}" if t in stagger else "-"
+        print(f"| {t} | {ms:.3f} | {flop / ms / 1e9:.0f} | {err:.1e} | {ov} | {qs} | {st} | " + " | ".join(cells)
               + f" | {tail} |")
         del q, k, v
         torch.cuda.empty_cache()
