@@ -273,8 +273,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     load_chunk(first + 16 * warp, min(first + SPLIT, pos1 + 1), kr, vr);
   }
   // BULK: the warp's barriers (set up in its first item) and its first BULK chunks, issued before
-  // Q's staging like LOAD_AHEAD's (those the previous item issued are in flight already), and
-  // where this item's end first, the next item's.
+  // Q's staging like LOAD_AHEAD's (those the previous item issued are in flight already), and,
+  // where this item's chunks end first, the next item's.
   bool stage_q = true;
   if constexpr (BULK > 0) {
     ring_slots = hexel::smem_addr(ring) + warp * BULK * 2 * kPageBytes;
