@@ -1006,13 +1006,13 @@ int main(int argc, char** argv) {
       row(other, plan_slots, four_plan ? " 3 blocks" : " 4 blocks");
       for (const auto& [label, b] : bulks)
         if (!(bulk_plan && b.bulk == kAttnSplitBulk)) row(b, plan_slots, label);
-      // The plan's ring at fewer blocks along the slots: each block's items stream through one
-      // ring, the next item's first chunks in flight behind the current one's (change 67).
-      if (!sweep)
+      if (!sweep) {
+        // The ring at fewer blocks along the slots: each block's items stream through one ring,
+        // the next item's first chunks in flight behind the current one's (change 67).
         for (int z = plan_slots / 2; z >= std::max(1, plan_slots / 4); z /= 2)
           row(at.with_bulk(kAttnSplitBulk, 3), z, " bulk" + I(kAttnSplitBulk));
-      if (!sweep)
         row(at512.planned_for(B), attn_grid_slots(B, HKV, at512.nsplit), " plan split512");
+      }
     }
   }
 
