@@ -2,8 +2,9 @@
 // prefill attention on Llama-3.1-8B's head shape (32 query heads, 8 KV heads, D = 128), one
 // sequence of T = 4096, 8192, 16384 prompt tokens (positions 0 .. T-1, K/V in 16-position pages
 // placed in a shuffled order), in the tiles a prefill bucket would use (32 tokens: 128 rows at
-// G = 4), K/V through the tensor map the engine builds for `tmap:kv:` (docs/artifact.md). CUDA
-// events around single launches, median of 20 after 3 warm-ups. Before timing, the first and last
+// G = 4), K/V through the tensor map the engine builds for `tmap:kv:` (docs/artifact.md). Timed
+// under load (bench_support.hpp, steady_event_ms): the median of 20 back-to-back launches after
+// ~100 ms of them. Before timing, the first and last
 // token's heads 0 and 31 are checked against f64 (relative L2 error printed), so a fast wrong
 // kernel does not pass for a fast one. Prints one line per case and variant: "telos attn_prefill T
 // HQ HKV D MS REL_ERR" (with the overlaps; attn_prefill_plain: without them, the plan's kernel
@@ -55,16 +56,13 @@ constexpr int kThreads = telos::codegen::kAttnPrefillThreads;
 const int kSmem = telos::codegen::attn_prefill_smem(kD);
 
 // With the overlaps (OVERLAP) and the plain order the plan uses (no softmax / P·V overlap, no
-// ping-pong): what the overlaps are worth; Q_SPLIT (the plain order only): what Q_lo's wgmmas cost;
-// STAGGER (the plain order, warpgroup 1 a product behind warpgroup 0): whether the plain order's
-// warpgroups run their softmaxes at the same time (docs/perf-log.md, session 24 run 5).
-std::string instance(bool overlap, bool q_split = false, bool stagger = false) {
+// ping-pong): what the overlaps are worth; Q_SPLIT (the plain order only): what Q_lo's wgmmas cost.
+std::string instance(bool overlap, bool q_split = false) {
   return "telos_kernels::attn_prefill<" + std::to_string(kHQ) + ", " + std::to_string(kHKV) + ", " +
          std::to_string(kD) + ", " + std::to_string(kPage) + ", " + std::to_string(kMaxP) + ", " +
          std::to_string(kPageElems) + "ll, " +
          float_literal(1.4426950408889634 / std::sqrt(double(kD))) + ", " + std::to_string(kTpt) +
-         (overlap ? ", true" : ", false") + (q_split ? ", true" : ", false") +
-         (stagger ? ", true>" : ">");
+         (overlap ? ", true" : ", false") + (q_split ? ", true>" : ">");
 }
 
 float from_bf16(std::uint16_t h) {
@@ -84,8 +82,7 @@ std::uint16_t to_bf16(float f) {
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--compile-only") {
-    const std::vector<std::string> names = {instance(true), instance(false), instance(false, true),
-                                            instance(false, false, true)};
+    const std::vector<std::string> names = {instance(true), instance(false), instance(false, true)};
     const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names,
                                             CompileCache::default_root());
     save_bench_cubin(argv[2], m, names);
@@ -99,10 +96,9 @@ int main(int argc, char** argv) {
   check(loaded.status, "load");
   cudaLibrary_t lib = loaded.lib;
   const std::map<std::string, std::string>& lowered = loaded.lowered;
-  auto kernel = [&](bool overlap, bool q_split, bool stagger) {
+  auto kernel = [&](bool overlap, bool q_split) {
     cudaKernel_t k = nullptr;
-    check(cudaLibraryGetKernel(&k, lib, lowered.at(instance(overlap, q_split, stagger)).c_str()),
-          "kernel");
+    check(cudaLibraryGetKernel(&k, lib, lowered.at(instance(overlap, q_split)).c_str()), "kernel");
     const void* fn = reinterpret_cast<const void*>(k);
     check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "smem");
     return fn;
@@ -177,10 +173,8 @@ int main(int argc, char** argv) {
           refs[exact_q].emplace_back(row, std::move(ref));
         }
     // The plain order first: if the overlapped kernel fails, its figure is still there.
-    for (const auto& [overlap, q_split, stagger] :
-         {std::tuple{false, false, false}, std::tuple{false, true, false},
-          std::tuple{true, false, false}, std::tuple{false, false, true}}) {
-      const void* fn = kernel(overlap, q_split, stagger);
+    for (const auto& [overlap, q_split] : {std::pair{false, false}, {false, true}, {true, false}}) {
+      const void* fn = kernel(overlap, q_split);
       std::vector<const void*> args = {dq, dpos, dseq, dpt, dkv, dmap, dout};
       std::vector<void*> params;
       for (auto& a : args) params.push_back(&a);
@@ -202,11 +196,10 @@ int main(int argc, char** argv) {
           den += ref[d] * ref[d];
         }
       }
-      const float ms = median_event_ms(launch, check, 2);
+      const float ms = steady_event_ms(launch, check);
       std::printf("telos %s %d %d %d %d %.4f %.2e\n",
                   overlap   ? "attn_prefill"
                   : q_split ? "attn_prefill_plain_qsplit"
-                  : stagger ? "attn_prefill_plain_stagger"
                             : "attn_prefill_plain",
                   T, kHQ, kHKV, kD, ms, std::sqrt(num / den));
       std::fflush(stdout);

@@ -2,16 +2,14 @@
 
 Reads telos-attn-prefill-bench's output (lines "telos attn_prefill T HQ HKV D MS REL_ERR",
 "telos attn_prefill_plain ..." for the kernel without its overlaps,
-"telos attn_prefill_plain_qsplit ..." for it with Q in two bf16 parts and
-"telos attn_prefill_plain_stagger ..." for it with warpgroup 1 started a product behind warpgroup
-0) from the file named as
+"telos attn_prefill_plain_qsplit ..." for it with Q in two bf16 parts) from the file named as
 argv[1]. For each T, times torch.nn.functional.scaled_dot_product_attention(
 is_causal=True) on contiguous bf16 q [1, HQ, T, D], k and v [1, HKV, T, D] with each backend
 (flash, efficient, cudnn) through torch.nn.attention.sdpa_kernel: enable_gqa=True where the
-backend takes it, else K/V repeated to HQ heads (the table says which). CUDA events around single
-calls, median of 20 after 3 warm-ups, as the Telos side. Prints one table: TFLOP/s counted as
+backend takes it, else K/V repeated to HQ heads (the table says which). Timed under load as the
+Telos side (prefill_gemm_torch.steady_ms). Prints one table: TFLOP/s counted as
 4 T^2 D HQ / 2 (causal), and the fastest backend's time over the plan's kernel's (the plain order,
-kernel_plan.cpp; > 1: Telos is faster), the overlapped, Q_SPLIT and STAGGER variants beside it.
+kernel_plan.cpp; > 1: Telos is faster), the overlapped and Q_SPLIT variants beside it.
 """
 import sys
 
@@ -21,7 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # The same timing as the prefill GEMM's peer (both scripts sit side by side, in codegen/bench/ and
 # in the GPU carry folder).
-from prefill_gemm_torch import median_ms
+from prefill_gemm_torch import steady_ms
 
 
 def time_backend(backend, q, k, v):
@@ -31,7 +29,7 @@ def time_backend(backend, q, k, v):
         try:
             F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
             torch.cuda.synchronize()
-            return median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)), "gqa"
+            return steady_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)), "gqa"
         except RuntimeError:
             pass
         kr = k.repeat_interleave(hq // hkv, dim=1).contiguous()
@@ -39,13 +37,13 @@ def time_backend(backend, q, k, v):
         try:
             F.scaled_dot_product_attention(q, kr, vr, is_causal=True)
             torch.cuda.synchronize()
-            return median_ms(lambda: F.scaled_dot_product_attention(q, kr, vr, is_causal=True)), "repeat"
+            return steady_ms(lambda: F.scaled_dot_product_attention(q, kr, vr, is_causal=True)), "repeat"
         except RuntimeError as e:
             return None, str(e).splitlines()[0][:40]
 
 
 def main():
-    rows, plain, qsplit, stagger = [], {}, {}, {}
+    rows, plain, qsplit = [], {}, {}
     with open(sys.argv[1]) as f:
         for line in f:
             p = line.split()
@@ -55,15 +53,13 @@ def main():
                 plain[int(p[2])] = float(p[6])
             elif len(p) == 8 and p[0] == "telos" and p[1] == "attn_prefill_plain_qsplit":
                 qsplit[int(p[2])] = float(p[6])
-            elif len(p) == 8 and p[0] == "telos" and p[1] == "attn_prefill_plain_stagger":
-                stagger[int(p[2])] = float(p[6])
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                 ("cudnn", SDPBackend.CUDNN_ATTENTION)]
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     print("| T | telos (plan: plain) ms | TFLOP/s | rel err | overlapped TFLOP/s | plain Q_SPLIT TFLOP/s | "
-          "plain STAGGER TFLOP/s | " + " | ".join(f"{n} ms" for n, _ in backends)
+          " | ".join(f"{n} ms" for n, _ in backends)
           + " | fastest | TFLOP/s | fastest/telos |")
-    print("|---|---|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
+    print("|---|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
     for t, hq, hkv, d, overlapped_ms, err in rows:
         ms = plain.get(t, overlapped_ms)  # the plan's kernel; the overlapped one if plain is missing
         q = torch.randn(1, hq, t, d, device="cuda", dtype=torch.bfloat16)
@@ -79,8 +75,7 @@ def main():
         tail = f"{best[0]} | {flop / best[1] / 1e9:.0f} | {best[1] / ms:.3f}" if best else "none | - | -"
         ov = f"{flop / overlapped_ms / 1e9:.0f}"
         qs = f"{flop / qsplit[t] / 1e9:.0f}" if t in qsplit else "-"
-        st = f"{flop / stagger[t] / 1e9:.0f}" if t in stagger else "-"
-        print(f"| {t} | {ms:.3f} | {flop / ms / 1e9:.0f} | {err:.1e} | {ov} | {qs} | {st} | " + " | ".join(cells)
+        print(f"| {t} | {ms:.3f} | {flop / ms / 1e9:.0f} | {err:.1e} | {ov} | {qs} | " + " | ".join(cells)
               + f" | {tail} |")
         del q, k, v
         torch.cuda.empty_cache()

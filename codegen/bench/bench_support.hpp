@@ -3,7 +3,8 @@
 //  - their kernels travel to the GPU machine compiled: `--compile-only CUBIN` on the build machine
 //    writes the cubin and, beside it, CUBIN.names (one line an instance: its name, a tab, its
 //    lowered entry name), so the GPU machine needs no NVRTC to run the bench;
-//  - their timing: CUDA events around single launches, the median after warm-up.
+//  - their timing: back-to-back launches with an event between each two, the median after a
+//    warm-up at load (steady_event_ms; the torch side is prefill_gemm_torch.py's steady_ms).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,26 +44,32 @@ inline BenchCubin load_bench_cubin(const std::string& path) {
   return b;
 }
 
-// Median milliseconds of `reps` single launches, each between two events, after `warm` launches.
-// `check(error, what)` reports a failed wait.
+// Median milliseconds of `reps` launches issued back to back with an event between each two (no
+// host wait between them, so the GPU does not idle), after back-to-back launches for about
+// `warm_ms` of GPU time: every case is timed at the clocks a sustained load runs at. (Single
+// launches between host waits let the clocks follow what ran before: the same shape moved 13%
+// between rounds, docs/perf-log.md session 25 run 1.) `check(error, what)` reports a failed wait.
 template <class Launch, class Check>
-float median_event_ms(Launch launch, Check check, int warm = 3, int reps = 20) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
+float steady_event_ms(Launch launch, Check check, float warm_ms = 100.f, int reps = 20) {
+  std::vector<cudaEvent_t> ev(reps + 1);
+  for (auto& e : ev) cudaEventCreate(&e);
+  cudaEventRecord(ev[0]);
+  launch();
+  cudaEventRecord(ev[1]);
+  check(cudaEventSynchronize(ev[1]), "timing");
+  float once = 0;
+  cudaEventElapsedTime(&once, ev[0], ev[1]);
+  const int warm = std::max(3, static_cast<int>(warm_ms / std::max(once, 1e-3f)));
   for (int i = 0; i < warm; ++i) launch();
-  std::vector<float> times;
+  cudaEventRecord(ev[0]);
   for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(e0);
     launch();
-    cudaEventRecord(e1);
-    check(cudaEventSynchronize(e1), "timing");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    times.push_back(ms);
+    cudaEventRecord(ev[i + 1]);
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  check(cudaEventSynchronize(ev[reps]), "timing");
+  std::vector<float> times(reps);
+  for (int i = 0; i < reps; ++i) cudaEventElapsedTime(&times[i], ev[i], ev[i + 1]);
+  for (auto& e : ev) cudaEventDestroy(e);
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }

@@ -1,8 +1,8 @@
 // telos-prefill-bench: times the prefill GEMM (codegen/kernels/gemm_prefill.cuh) on the
 // Llama-3.1-8B prefill shapes at M = 2048, 4096, 8192, 16384, each with the epilogue the plan
 // gives it (qkv: bf16 store; o and down: residual add into f32 x, and the bf16 store for a
-// like-for-like comparison; gate/up: SwiGLU), CUDA events around single launches, median of 20
-// after 3 warm-ups. Prints one line per case: "telos SHAPE M EPILOGUE N K MS"; the torch.matmul
+// like-for-like comparison; gate/up: SwiGLU), timed under load (bench_support.hpp,
+// steady_event_ms: the median of 20 back-to-back launches after ~100 ms of them). Prints one line per case: "telos SHAPE M EPILOGUE N K MS"; the torch.matmul
 // side is codegen/bench/prefill_gemm_torch.py, run right after it in the same GPU session.
 //
 //   telos-prefill-bench --compile-only CUBIN   NVRTC only (no GPU): compiles every instance and
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
       check(cudaLaunchKernel(fn, grid, kThreads, params.data(), kSmem, nullptr), inst.c_str());
     };
     std::printf("telos %s %d %s %d %d %.4f\n", c.shape.c_str(), c.M, c.epilogue.c_str(), c.N, c.K,
-                median_event_ms(launch, check));
+                steady_event_ms(launch, check));
     std::fflush(stdout);
     cudaFree(a_map);
     cudaFree(w_map);

@@ -1,8 +1,9 @@
 """torch.matmul on the prefill GEMM shapes, side by side with telos-prefill-bench's lines.
 
 Reads telos-prefill-bench's output (lines "telos SHAPE M EPILOGUE N K MS") from the file named
-as argv[1], times y = a @ w.T in bf16 for each distinct (M, N, K) the same way (CUDA events around
-single calls, median of 20 after 3 warm-ups) and prints one table, the ratio being torch time
+as argv[1], times y = a @ w.T in bf16 for each distinct (M, N, K) the same way (steady_ms: the
+median of 20 back-to-back calls with an event between each two, after ~100 ms of calls, as
+bench_support.hpp's steady_event_ms) and prints one table, the ratio being torch time
 over Telos time (> 1: Telos is faster).
 
     prefill_gemm_torch.py --summary ROUND_LOG...
@@ -29,6 +30,25 @@ def median_ms(fn, reps=20, warm=3):
         times.append(start.elapsed_time(end))
     times.sort()
     return times[len(times) // 2]
+
+
+def steady_ms(fn, reps=20, warm_ms=100.0):
+    """Median ms of `reps` back-to-back calls, an event between each two (no host wait between
+    them), after calls for about `warm_ms` of GPU time: timed at the clocks of a sustained load."""
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
+    events[0].record()
+    fn()
+    events[1].record()
+    events[1].synchronize()
+    for _ in range(max(3, int(warm_ms / max(events[0].elapsed_time(events[1]), 1e-3)))):
+        fn()
+    events[0].record()
+    for i in range(reps):
+        fn()
+        events[i + 1].record()
+    events[reps].synchronize()
+    times = sorted(events[i].elapsed_time(events[i + 1]) for i in range(reps))
+    return times[reps // 2]
 
 
 def summary(paths):
@@ -63,7 +83,7 @@ def main():
             continue
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        torch_ms[(m, n, k)] = median_ms(lambda: torch.matmul(a, w.T))
+        torch_ms[(m, n, k)] = steady_ms(lambda: torch.matmul(a, w.T))
         del a, w
     print("| shape | M | N | K | epilogue | telos ms | TFLOP/s | torch ms | TFLOP/s | torch/telos |")
     print("|---|---|---|---|---|---|---|---|---|---|")

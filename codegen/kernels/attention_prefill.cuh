@@ -90,10 +90,6 @@
 // accumulator, the same order for every row. It cuts the error of sharp rows 7.5x (run Z's test)
 // for 16-23% of the kernel's time; end to end the 8B's logits did not show it (bf16 activations'
 // noise is larger), so the plan leaves it off.
-// STAGGER (the plain order only; a bench variant, docs/perf-log.md session 24 run 5): warpgroup 1
-// starts its first block once warpgroup 0's first S = Q·Kᵀ has completed (named barrier 3), so the
-// two do not wait on the same stage, issue their products together and then run their softmaxes
-// together; the same operations for every row, so the same bits.
 // Registers: S (BN/2 f32), O (D/2 f32), P (BN/4 b32) and with Q_SPLIT Q_lo (D/4 b32) per consumer
 // thread: setmaxnreg gives the consumers 240 and the producer 24 (128 · 24 + 256 · 240 <= 64 K
 // registers an SM).
@@ -158,7 +154,7 @@ __device__ __forceinline__ float ex2(float x) {
 // dividing the key block. Launch: grid (HKV, T / TPT), AttnPrefill<D>::kThreads threads,
 // AttnPrefill<D>::kSmemBytes dynamic shared memory (the same with Q_SPLIT).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2,
-          int TPT, bool OVERLAP = true, bool Q_SPLIT = false, bool STAGGER = false>
+          int TPT, bool OVERLAP = true, bool Q_SPLIT = false>
 __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     attn_prefill(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                  const bf16* kv_layer, const hexel::TensorMap* kv_map, bf16* out) {
@@ -166,7 +162,6 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   using namespace hexel;
   constexpr int G = HQ / HKV, BN = C::kBlockN, S = C::kStages;
   static_assert(HQ % HKV == 0 && TPT >= 1 && TPT * G <= C::kRows, "a tile's rows fit 128");
-  static_assert(!(STAGGER && OVERLAP), "STAGGER is a variant of the plain order");
   constexpr int R = TPT * G;  // rows in use
   static_assert(C::kSmemBytes + sizeof(AttnPrefillSegment) * TPT + sizeof(int) <= C::kSmemLimit,
                 "the stages and the segment table fit a CTA's shared memory");
@@ -358,9 +353,6 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     if constexpr (OVERLAP) {
       if (cw == 1) named_barrier_arrive(3, 256);  // warpgroup 0 issues first
     }
-    if constexpr (STAGGER) {
-      if (cw == 1 && nseg > 0) named_barrier_sync(3, 256);  // warpgroup 0's first S is done
-    }
     mbarrier::StageRing<S> ring;
     for (int sg = 0; sg < nseg; ++sg) {
       const int a = sm_seg[sg].first, b_end = sm_seg[sg].end, pos_max = sm_seg[sg].last;
@@ -486,9 +478,6 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           wgmma::wait_group<0>();
           wgmma::fence_operand(sc);
           release(empty_k + 8 * st);
-          if constexpr (STAGGER) {
-            if (cw == 0 && sg == 0 && b == 0) named_barrier_arrive(3, 256);
-          }
           float corr0, corr1;
           softmax(b, sc, corr0, corr1);
           rescale(corr0, corr1);

@@ -1243,15 +1243,13 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
 // (grid (HKV, T / TPT), 384 threads) and its dynamic shared memory (codegen::attn_prefill_smem, the
 // plan's statement of AttnPrefill<D>::kSmemBytes).
 // OVERLAP false: the softmax does not overlap the P·V (the same bits by construction). Q_SPLIT:
-// scores from Q in two bf16 parts (hi + lo). STAGGER (without OVERLAP): warpgroup 1 starts behind
-// warpgroup 0's first product (the same bits).
+// scores from Q in two bf16 parts (hi + lo).
 std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int tpt,
-                                  bool overlap = true, bool q_split = false, bool stagger = false) {
+                                  bool overlap = true, bool q_split = false) {
   return "telos_kernels::attn_prefill<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
          I(s.PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " +
          float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " + I(tpt) +
-         (overlap ? ", true" : ", false") + (q_split ? ", true" : ", false") +
-         (stagger ? ", true>" : ">");
+         (overlap ? ", true" : ", false") + (q_split ? ", true>" : ">");
 }
 // The tests' source: a wait that never completes traps (a failed launch) instead of hanging the
 // run.
@@ -1306,8 +1304,8 @@ struct PagedKv {
 // the pool's end, boxes of a page); returns the output (poisoned before the launch).
 bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, int tpt,
                        const std::vector<float>& q, const std::vector<int>& positions,
-                       const std::vector<int>& token_seq, bool overlap = true, bool q_split = false,
-                       bool stagger = false) {
+                       const std::vector<int>& token_seq, bool overlap = true,
+                       bool q_split = false) {
   const AttnShape& s = pool.s;
   const int T = static_cast<int>(positions.size());
   EXPECT_EQ(T % tpt, 0);
@@ -1320,7 +1318,7 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
       static_cast<int>((static_cast<long long>(kv.size()) - pool.layer_offset()) / s.D), s.D,
       s.PAGE);
   const cudaError_t e =
-      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap, q_split, stagger),
+      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap, q_split),
                  dim3(s.HKV, T / tpt), 384,
                  {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(),
                   kv_map.get(), out.get()},
@@ -1336,9 +1334,8 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
 // blocks long and ending mid-page; a single row with the whole context; padding to a whole tile.
 // Every position a sequence has not reached holds NaN, and so does every page of no sequence. Both
 // variants of the kernel (with and without the softmax / P·V overlap), each with Q in bf16 and
-// with Q in two bf16 parts (Q_SPLIT), and the plain order with its warpgroups staggered (STAGGER).
-// Pages of 16 load K/V by TMA (whole pages) and cp.async (the page of a sequence's last position,
-// zero-filled past it); pages of 7 by cp.async alone.
+// with Q in two bf16 parts (Q_SPLIT). Pages of 16 load K/V by TMA (whole pages) and cp.async (the
+// page of a sequence's last position, zero-filled past it); pages of 7 by cp.async alone.
 TEST(GpuKernels, PrefillAttentionMatchesF64) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Case {
@@ -1354,7 +1351,6 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
     for (const bool q_split : {false, true})
       for (const bool overlap : {true, false})
         names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt, overlap, q_split));
-    names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt, false, false, true));
     TestModule mod(kAttnPrefillSource, names);
     const int ctx = s.MAXP * s.PAGE;
     std::vector<int> positions, token_seq;
@@ -1382,11 +1378,6 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
         expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f,
                                      pool.page_tables, positions, token_seq, q, out);
       }
-    SCOPED_TRACE("without the overlap, warpgroups staggered");
-    const bf16v staggered =
-        run_attn_prefill(mod, pool, kv, c.tpt, q, positions, token_seq, false, false, true);
-    expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f, pool.page_tables,
-                                 positions, token_seq, q, staggered);
   }
 }
 
@@ -1395,9 +1386,8 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
 // same prompt in chunks of 64 + 77 + 159 tokens, each chunk its own step with NaN in every position
 // it has not reached, the second chunk behind another sequence's 37 tokens (so its first row is
 // mid-tile), and with the whole prompt and the chunks in tiles of 128 / G and of 32 / G tokens;
-// and the kernel without the softmax / P·V overlap gives the same bits as with it, and so does
-// that order with its warpgroups staggered (STAGGER, Q in bf16). The same again with Q in two bf16
-// parts (Q_SPLIT), against its own whole-prompt step.
+// and the kernel without the softmax / P·V overlap gives the same bits as with it. The same again
+// with Q in two bf16 parts (Q_SPLIT), against its own whole-prompt step.
 TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Case {
@@ -1416,15 +1406,13 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
       names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_small, true, q_split));
       names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, false, q_split));
     }
-    names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, false, false, true));
     TestModule mod(kAttnPrefillSource, names);
     const std::size_t row = static_cast<std::size_t>(s.HQ) * s.D;
     const std::vector<float> qx = random_floats(L * row), qy = random_floats(NY * row);
 
     // A step: optionally the other sequence's NY rows (positions 10 ..), then prompt rows [a, b),
     // then padding to a whole tile; returns the prompt rows' outputs.
-    auto step = [&](bool q_split, int tpt, int a, int b, bool other, bool overlap = true,
-                    bool stagger = false) {
+    auto step = [&](bool q_split, int tpt, int a, int b, bool other, bool overlap = true) {
       std::vector<int> positions, token_seq;
       std::vector<float> q;
       if (other)
@@ -1442,7 +1430,7 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
         q.insert(q.end(), row, 0.f);
       }
       const bf16v out = run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}),
-                                         tpt, q, positions, token_seq, overlap, q_split, stagger);
+                                         tpt, q, positions, token_seq, overlap, q_split);
       return bf16v(out.begin() + first * row, out.begin() + (first + (b - a)) * row);
     };
     for (const bool q_split : {false, true}) {
@@ -1460,14 +1448,9 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
       }
       const bf16v small_tiles = step(q_split, c.tpt_small, 0, L, true);
       const bf16v plain = step(q_split, c.tpt_big, 0, L, false, false);
-      std::vector<std::pair<const char*, const bf16v*>> others = {
-          {"chunked", &chunked}, {"small tiles", &small_tiles}, {"without overlap", &plain}};
-      bf16v staggered;  // STAGGER is instantiated with Q in bf16 only
-      if (!q_split) {
-        staggered = step(false, c.tpt_big, 0, L, false, false, true);
-        others.push_back({"without overlap, staggered", &staggered});
-      }
-      for (const auto& [name, got] : others) {
+      for (const auto& [name, got] : {std::pair<const char*, const bf16v*>{"chunked", &chunked},
+                                      {"small tiles", &small_tiles},
+                                      {"without overlap", &plain}}) {
         ASSERT_EQ(got->size(), whole.size());
         for (std::size_t i = 0; i < whole.size(); ++i)
           if ((*got)[i] != whole[i]) {
