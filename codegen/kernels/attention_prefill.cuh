@@ -184,62 +184,87 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   const int kvh = blockIdx.x;
   const int t0 = (gridDim.y - 1 - blockIdx.y) * TPT;
   pdl_entry();
-  // The prologue costs one round trip to global memory a role, and only the consumers wait on
-  // it: warp 0 reads the tile's token_seq and positions at once (a lane a token), scans them
-  // through shuffles, signals the segments on named barrier 1 without waiting and starts the
-  // K/V loads, while the consumers load their Q rows. (A serial scan, then Q staged behind a CTA
-  // barrier, then the first loads were ~25% of a consumer's samples at T = 4096:
-  // docs/perf-log.md, session 25 runs 2-3.)
-  if (threadIdx.x < 128) {
-    if (threadIdx.x < 32) {
-      const int lane = threadIdx.x;
-      if (lane == 0) {
-        for (int s = 0; s < S; ++s) {
-          mbarrier::init(full_k + 8 * s, kFullCount);
-          mbarrier::init(full_v + 8 * s, kFullCount);
-          mbarrier::init(empty_k + 8 * s, 8);
-          mbarrier::init(empty_v + 8 * s, 8);
-        }
-        mbarrier::fence_init();
+  // The prologue costs one round trip to global memory a role, all before the barrier: warp 0
+  // reads the tile's token_seq and positions at once (a lane a token) and scans them through
+  // shuffles; the consumers load their Q rows meanwhile. (A serial scan and Q staged behind it
+  // were ~17% of a consumer's time at T = 4096: docs/perf-log.md, session 25 run 2.)
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    if (lane == 0) {
+      for (int s = 0; s < S; ++s) {
+        mbarrier::init(full_k + 8 * s, kFullCount);
+        mbarrier::init(full_v + 8 * s, kFullCount);
+        mbarrier::init(empty_k + 8 * s, 8);
+        mbarrier::init(empty_v + 8 * s, 8);
       }
-      constexpr int kTok = (TPT + 31) / 32;  // tokens a lane
-      int tseq[kTok], tpos[kTok];
-  #pragma unroll
-      for (int i = 0; i < kTok; ++i) {
-        const int j = 32 * i + lane;
-        tseq[i] = j < TPT ? token_seq[t0 + j] : 0;
-        tpos[i] = j < TPT ? positions[t0 + j] : 0;
-      }
-      // Runs of equal token_seq, token by token (lane l % 32's register l / 32, by shuffle), the
-      // same on every lane; lane 0 writes the segments that hold a position.
-      int n = 0, first = 0, seq = 0, last = -1;
-      auto close = [&](int end) {
-        if (last < 0) return;  // padding only
-        if (lane == 0) sm_seg[n] = {static_cast<short>(first), static_cast<short>(end), last};
-        ++n;
-      };
-  #pragma unroll
-      for (int i = 0; i < kTok; ++i)
-        for (int l = 0; l < 32 && 32 * i + l < TPT; ++l) {
-          const int t = 32 * i + l;
-          const int ts = __shfl_sync(0xffffffffu, tseq[i], l);
-          const int tp = __shfl_sync(0xffffffffu, tpos[i], l);
-          if (t > 0 && ts == seq) {
-            last = max(last, tp);
-            continue;
-          }
-          if (t > 0) close(t);
-          first = t, seq = ts, last = tp;
-        }
-      close(TPT);
-      if (lane == 0) sm_nseg = n;
-      __syncwarp();
-      named_barrier_arrive(1, C::kThreads);  // the segments are written; no wait
-    } else {
-      named_barrier_sync(1, C::kThreads);
+      mbarrier::fence_init();
     }
-    setmaxnreg_dec<24>();  // warp 0 after its scan: the same instruction in the four warps
-    const int nseg = sm_nseg;
+    constexpr int kTok = (TPT + 31) / 32;  // tokens a lane
+    int tseq[kTok], tpos[kTok];
+#pragma unroll
+    for (int i = 0; i < kTok; ++i) {
+      const int j = 32 * i + lane;
+      tseq[i] = j < TPT ? token_seq[t0 + j] : 0;
+      tpos[i] = j < TPT ? positions[t0 + j] : 0;
+    }
+    // Runs of equal token_seq, token by token (lane l % 32's register l / 32, by shuffle), the
+    // same on every lane; lane 0 writes the segments that hold a position.
+    int n = 0, first = 0, seq = 0, last = -1;
+    auto close = [&](int end) {
+      if (last < 0) return;  // padding only
+      if (lane == 0) sm_seg[n] = {static_cast<short>(first), static_cast<short>(end), last};
+      ++n;
+    };
+#pragma unroll
+    for (int i = 0; i < kTok; ++i)
+      for (int l = 0; l < 32 && 32 * i + l < TPT; ++l) {
+        const int t = 32 * i + l;
+        const int ts = __shfl_sync(0xffffffffu, tseq[i], l);
+        const int tp = __shfl_sync(0xffffffffu, tpos[i], l);
+        if (t > 0 && ts == seq) {
+          last = max(last, tp);
+          continue;
+        }
+        if (t > 0) close(t);
+        first = t, seq = ts, last = tp;
+      }
+    close(TPT);
+    if (lane == 0) sm_nseg = n;
+  } else if (threadIdx.x >= 128) {
+    // Stage this warpgroup's 64 rows of Q as bf16 (zeros for rows of no token or of padding):
+    // every load first, then the stores.
+    const int cw = threadIdx.x / 128 - 1, wt = threadIdx.x % 128;
+    constexpr int kIt = 64 * (D / 8) / 128;  // 16-byte pieces a thread
+    float4 qa[kIt], qb[kIt];
+    bool live[kIt];
+#pragma unroll
+    for (int k = 0; k < kIt; ++k) {
+      const int c = wt + 128 * k, r = 64 * cw + c / (D / 8), i = c % (D / 8), j = r / G;
+      live[k] = r < R && positions[t0 + j] >= 0;
+      const float* src =
+          q + (static_cast<long long>(t0 + min(j, TPT - 1)) * HQ + kvh * G + r % G) * D + 8 * i;
+      qa[k] = *reinterpret_cast<const float4*>(src);
+      qb[k] = *reinterpret_cast<const float4*>(src + 4);
+    }
+#pragma unroll
+    for (int k = 0; k < kIt; ++k) {
+      const int c = wt + 128 * k, r = 64 * cw + c / (D / 8), i = c % (D / 8);
+      const float4 a = qa[k], b = qb[k];
+      const uint4 v = live[k] ? make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w),
+                                           pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w))
+                              : make_uint4(0u, 0u, 0u, 0u);
+      const unsigned dst = sq + (i / 8) * (C::kRows * 128) + r * 128 + (((i % 8) ^ (r % 8)) * 16);
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(v.x), "r"(v.y),
+                   "r"(v.z), "r"(v.w)
+                   : "memory");
+    }
+    fence_proxy_async_smem();  // generic-proxy stores, then wgmma reads them (after the barrier)
+  }
+  __syncthreads();
+  const int nseg = sm_nseg;
+
+  if (threadIdx.x < 128) {
+    setmaxnreg_dec<24>();
     constexpr int kPieces = D / 8;  // 16-byte pieces a position
     mbarrier::StageRing<S> ring;
     if constexpr (kTma) {
@@ -321,38 +346,9 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     // PTX ISA: cp.async.wait_all.
     asm volatile("cp.async.wait_all;" ::: "memory");
   } else {
+    setmaxnreg_inc<240>();
     const int cw = threadIdx.x / 128 - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63
     const int wt = threadIdx.x % 128, warp = wt / 32, lane = wt % 32, quad = lane % 4;
-    // Stage this warpgroup's 64 rows of Q as bf16 (zeros for rows of no token or of padding):
-    // every load first, then the stores.
-    constexpr int kIt = 64 * (D / 8) / 128;  // 16-byte pieces a thread
-    float4 qa[kIt], qb[kIt];
-    bool live[kIt];
-#pragma unroll
-    for (int k = 0; k < kIt; ++k) {
-      const int c = wt + 128 * k, r = 64 * cw + c / (D / 8), i = c % (D / 8), j = r / G;
-      live[k] = r < R && positions[t0 + j] >= 0;
-      const float* src =
-          q + (static_cast<long long>(t0 + min(j, TPT - 1)) * HQ + kvh * G + r % G) * D + 8 * i;
-      qa[k] = *reinterpret_cast<const float4*>(src);
-      qb[k] = *reinterpret_cast<const float4*>(src + 4);
-    }
-#pragma unroll
-    for (int k = 0; k < kIt; ++k) {
-      const int c = wt + 128 * k, r = 64 * cw + c / (D / 8), i = c % (D / 8);
-      const float4 a = qa[k], b = qb[k];
-      const uint4 v = live[k] ? make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w),
-                                           pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w))
-                              : make_uint4(0u, 0u, 0u, 0u);
-      const unsigned dst = sq + (i / 8) * (C::kRows * 128) + r * 128 + (((i % 8) ^ (r % 8)) * 16);
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(v.x), "r"(v.y),
-                   "r"(v.z), "r"(v.w)
-                   : "memory");
-    }
-    fence_proxy_async_smem();  // generic-proxy stores, then wgmma reads them (after the barrier)
-    named_barrier_sync(1, C::kThreads);  // the segments are written, and the other rows of Q
-    const int nseg = sm_nseg;
-    setmaxnreg_inc<240>();
 
     // This thread's rows: r0 (accumulator registers 4j + {0,1}) and r1 = r0 + 8 (4j + {2,3}).
     const int r0 = 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
