@@ -12,8 +12,8 @@
 #      clean: docs/perf-log.md, session 9 runs 3-5),
 #   4. timings: telos-kernel-bench (decode GEMM and attention against the copy bandwidth; its
 #      decode GEMMs also beside torch.matmul, codegen/bench/decode_gemm_torch.py),
-#      telos-prefill-bench beside torch.matmul, telos-attn-prefill-bench beside torch SDPA, telos-run bench on tiny-llama (host time per
-#      step, GPU idle gap, graph capture and memory report), telos-launch-bench (the host's cost
+#      the prefill GEMM beside torch.matmul and attn_prefill beside torch SDPA (each pair
+#      interleaved in one process), telos-run bench on tiny-llama (host time per step, GPU idle gap, graph capture and memory report), telos-launch-bench (the host's cost
 #      of each CUDA call of a step, two passes), telos-device-launch-probe (steps launched from
 #      the device: host time and GPU gaps against host launches). GPU_CHECK_QUICK=1 skips racecheck,
 #      synccheck and the timings; a timing is skipped when it would start past GPU_CHECK_BUDGET_S
@@ -149,20 +149,15 @@ if [ -z "${GPU_CHECK_QUICK:-}" ]; then
   [ -s "$OUT/bench.log" ] && ! skip_late "decode GEMM timings of torch.matmul" &&
     STEP_TIMEOUT=90 run "decode GEMM timings of torch.matmul" decode-gemm-torch.log \
       python3 "$CARRY/decode_gemm_torch.py" "$OUT/bench.log"
-  # Three rounds of Telos then torch (not interleaved within a process), and the median ratio.
-  for r in 1 2 3; do
-    skip_late "prefill GEMM timings, round $r" && continue
-    run "prefill GEMM timings, round $r" prefill-bench-$r.log "$B/telos-prefill-bench" "$CARRY/prefill-bench.cubin"
-    [ -s "$OUT/prefill-bench-$r.log" ] && timeout 60 python3 "$CARRY/prefill_gemm_torch.py" \
-      "$OUT/prefill-bench-$r.log" >>"$OUT/prefill-bench-$r.log" 2>&1
-  done
-  ls "$OUT"/prefill-bench-[123].log >/dev/null 2>&1 &&
-    python3 "$CARRY/prefill_gemm_torch.py" --summary "$OUT"/prefill-bench-[123].log >"$OUT/prefill-bench.log" 2>&1
-  # Prompt attention (attn_prefill) beside torch SDPA's backends, T = 4k, 8k, 16k.
-  skip_late "prefill attention timings" ||
-    run "prefill attention timings" attn-prefill-bench.log "$B/telos-attn-prefill-bench" "$CARRY/attn-prefill.cubin"
-  [ -s "$OUT/attn-prefill-bench.log" ] && timeout 60 python3 "$CARRY/attention_prefill_torch.py" \
-    "$OUT/attn-prefill-bench.log" >>"$OUT/attn-prefill-bench.log" 2>&1
+  # The prefill GEMM beside torch.matmul and attn_prefill beside torch SDPA, each pair interleaved
+  # in one process (our kernels loaded from the benches' cubins through the driver API), so both
+  # sides run on the same clocks.
+  skip_late "prefill GEMM beside torch.matmul (3 rounds)" ||
+    STEP_TIMEOUT=180 run "prefill GEMM beside torch.matmul (3 rounds)" prefill-bench.log \
+      python3 "$CARRY/prefill_gemm_torch.py" "$CARRY/prefill-bench.cubin" 3
+  skip_late "prefill attention beside torch SDPA (2 rounds)" ||
+    STEP_TIMEOUT=180 run "prefill attention beside torch SDPA (2 rounds)" attn-prefill-bench.log \
+      python3 "$CARRY/attention_prefill_torch.py" "$CARRY/attn-prefill.cubin" 2
   skip_late "engine overhead (telos-run bench)" ||
     run "engine overhead (telos-run bench)" engine-bench.log "$B/telos-run" bench --profile \
       "$P/artifacts/tiny-llama-b64.telos" --engine gpu --batch 1,8,64 --prompt-len 32 --gen 128 \

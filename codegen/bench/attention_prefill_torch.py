@@ -1,84 +1,152 @@
-"""torch SDPA beside telos-attn-prefill-bench: causal prefill attention, head dim 128.
+"""Telos's prompt attention (attn_prefill) beside torch SDPA's backends, interleaved in one process.
 
-Reads telos-attn-prefill-bench's output (lines "telos attn_prefill T HQ HKV D MS REL_ERR",
-"telos attn_prefill_plain ..." for the kernel without its overlaps,
-"telos attn_prefill_plain_qsplit ..." for it with Q in two bf16 parts) from the file named as
-argv[1]. For each T, times torch.nn.functional.scaled_dot_product_attention(
-is_causal=True) on contiguous bf16 q [1, HQ, T, D], k and v [1, HKV, T, D] with each backend
-(flash, efficient, cudnn) through torch.nn.attention.sdpa_kernel: enable_gqa=True where the
-backend takes it, else K/V repeated to HQ heads (the table says which). Timed under load as the
-Telos side (prefill_gemm_torch.steady_ms). Prints one table: TFLOP/s counted as
-4 T^2 D HQ / 2 (causal), and the fastest backend's time over the plan's kernel's (the plain order,
-kernel_plan.cpp; > 1: Telos is faster), the overlapped and Q_SPLIT variants beside it.
+    attention_prefill_torch.py CUBIN [ROUNDS]
+
+Loads CUBIN and CUBIN.names (what `telos-attn-prefill-bench --compile-only` writes: attn_prefill
+on Llama-3.1-8B's head shape, 32 query heads, 8 KV heads, D = 128, pages of 16 positions, tiles of
+32 tokens; the plan's plain order, the overlapped one and the plain order with Q in two bf16
+parts) through the driver API (prefill_gemm_torch.Driver), and for one sequence of T = 4096,
+8192, 16384 prompt tokens (q in f32 [T, HQ, D] as the engine's QKV epilogue leaves it, K/V in a
+paged pool, the pages in a shuffled order, read through the tensor map the engine builds for
+`tmap:kv:`, docs/artifact.md) times our three kernels and
+torch.nn.functional.scaled_dot_product_attention(is_causal=True) with each backend (flash,
+efficient, cudnn through torch.nn.attention.sdpa_kernel, on contiguous bf16 q [1, HQ, T, D], k
+and v [1, HKV, T, D]: enable_gqa=True where the backend takes it, else K/V repeated to HQ heads;
+the table says which), one after the other in every repetition, an event between each two,
+medians of 20, after ~2 s of load before the first T and ~200 ms before the others: every
+kernel runs on the same clocks (see prefill_gemm_torch.py for what separate processes did to the
+GEMM's ratio). The plan's kernel's output (poisoned with NaN first) is checked against the
+fastest backend's (relative L2 at most 2e-2). Prints a table a round, TFLOP/s counted as
+4 T^2 D HQ / 2 (causal), and the fastest backend's time over the plan's kernel's (> 1: Telos is
+faster), then per T the median of that ratio over the rounds and its range.
 """
+import re
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-# The same timing as the prefill GEMM's peer (both scripts sit side by side, in codegen/bench/ and
-# in the GPU carry folder).
-from prefill_gemm_torch import steady_ms
+from prefill_gemm_torch import Driver, steady_ms
+
+THREADS = 384  # codegen::kAttnPrefillThreads
 
 
-def time_backend(backend, q, k, v):
-    """(ms, how) for one backend, or (None, reason) when it cannot run the shape."""
+def smem(d):
+    """codegen::attn_prefill_smem: Q, the stages of K and V, their barriers, the alignment."""
+    stages = 3 if d == 128 else 6
+    return 128 * d * 2 + stages * 2 * 128 * d * 2 + 4 * stages * 8 + 1024
+
+
+def backend_call(backend, q, k, v):
+    """(callable, how) for one backend, or (None, reason) when it cannot run the shape."""
     hq, hkv = q.shape[1], k.shape[1]
-    with sdpa_kernel([backend]):
+    for how, kk, vv, gqa in (("gqa", k, v, True), ("repeat", None, None, False)):
+        if kk is None:
+            kk = k.repeat_interleave(hq // hkv, dim=1).contiguous()
+            vv = v.repeat_interleave(hq // hkv, dim=1).contiguous()
+
+        def call(kk=kk, vv=vv, gqa=gqa):
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, kk, vv, is_causal=True, enable_gqa=gqa)
+
         try:
-            F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            call()
             torch.cuda.synchronize()
-            return steady_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)), "gqa"
-        except RuntimeError:
-            pass
-        kr = k.repeat_interleave(hq // hkv, dim=1).contiguous()
-        vr = v.repeat_interleave(hq // hkv, dim=1).contiguous()
-        try:
-            F.scaled_dot_product_attention(q, kr, vr, is_causal=True)
-            torch.cuda.synchronize()
-            return steady_ms(lambda: F.scaled_dot_product_attention(q, kr, vr, is_causal=True)), "repeat"
+            return call, how
         except RuntimeError as e:
-            return None, str(e).splitlines()[0][:40]
+            reason = str(e).splitlines()[0][:40]
+    return None, reason
 
 
 def main():
-    rows, plain, qsplit = [], {}, {}
-    with open(sys.argv[1]) as f:
-        for line in f:
-            p = line.split()
-            if len(p) == 8 and p[0] == "telos" and p[1] == "attn_prefill":
-                rows.append((int(p[2]), int(p[3]), int(p[4]), int(p[5]), float(p[6]), float(p[7])))
-            elif len(p) == 8 and p[0] == "telos" and p[1] == "attn_prefill_plain":
-                plain[int(p[2])] = float(p[6])
-            elif len(p) == 8 and p[0] == "telos" and p[1] == "attn_prefill_plain_qsplit":
-                qsplit[int(p[2])] = float(p[6])
+    cubin, rounds = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    drv = Driver()
+    module = drv.load(cubin)
+    kernels = {}
+    for line in open(cubin + ".names"):
+        inst, entry = line.rstrip("\n").split("\t")
+        m = re.fullmatch(r"telos_kernels::attn_prefill<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)ll, "
+                         r"[^,]+, (\d+), (true|false), (true|false)>", inst)
+        hq, hkv, d, page, maxp, page_elems, tpt = (int(m.group(i)) for i in range(1, 8))
+        name = "overlapped" if m.group(8) == "true" else "Q_SPLIT" if m.group(9) == "true" else "plan"
+        kernels[name] = drv.function(module, entry, smem(d))
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                 ("cudnn", SDPBackend.CUDNN_ATTENTION)]
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
-    print("| T | telos (plan: plain) ms | TFLOP/s | rel err | overlapped TFLOP/s | plain Q_SPLIT TFLOP/s | "
-          " | ".join(f"{n} ms" for n, _ in backends)
-          + " | fastest | TFLOP/s | fastest/telos |")
-    print("|---|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
-    for t, hq, hkv, d, overlapped_ms, err in rows:
-        ms = plain.get(t, overlapped_ms)  # the plan's kernel; the overlapped one if plain is missing
-        q = torch.randn(1, hq, t, d, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(1, hkv, t, d, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn(1, hkv, t, d, device="cuda", dtype=torch.bfloat16)
-        cells, best = [], None
-        for name, b in backends:
-            bms, how = time_backend(b, q, k, v)
-            cells.append(f"{bms:.3f} ({how})" if bms is not None else f"n/a: {how}")
-            if bms is not None and (best is None or bms < best[1]):
-                best = (name, bms)
-        flop = 4.0 * t * t * d * hq / 2
-        tail = f"{best[0]} | {flop / best[1] / 1e9:.0f} | {best[1] / ms:.3f}" if best else "none | - | -"
-        ov = f"{flop / overlapped_ms / 1e9:.0f}"
-        qs = f"{flop / qsplit[t] / 1e9:.0f}" if t in qsplit else "-"
-        print(f"| {t} | {ms:.3f} | {flop / ms / 1e9:.0f} | {err:.1e} | {ov} | {qs} | " + " | ".join(cells)
-              + f" | {tail} |")
-        del q, k, v
-        torch.cuda.empty_cache()
+    gen = torch.Generator().manual_seed(12345)
+    ratios = {}
+    first = True
+    for r in range(rounds):
+        print(f"round {r + 1}: telos and torch SDPA interleaved in one process "
+              f"(torch {torch.__version__}, {torch.cuda.get_device_name()})")
+        print("| T | telos (plan: plain) ms | TFLOP/s | rel err | overlapped TFLOP/s | plain Q_SPLIT TFLOP/s | "
+              + " | ".join(f"{n} ms" for n, _ in backends) + " | fastest | TFLOP/s | fastest/telos |")
+        print("|---|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
+        for t in (4096, 8192, 16384):
+            q = torch.randn(t, hq, d, device="cuda")
+            k = torch.randn(hkv, t, d, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn(hkv, t, d, device="cuda", dtype=torch.bfloat16)
+            # The pool: page p holds [K, V][kv head][slot][dim]; logical page i is pool page pages[i].
+            n_pages = t // page
+            pages = torch.randperm(maxp, generator=gen)[:n_pages].to(torch.int32)
+            pool = torch.zeros(maxp, 2, hkv, page, d, device="cuda", dtype=torch.bfloat16)
+            for which, x in ((0, k), (1, v)):
+                pool[pages.long(), which] = x.view(hkv, n_pages, page, d).permute(1, 0, 2, 3)
+            assert pool[0].numel() == page_elems
+            kv_map = drv.tensor_map(pool.view(-1, d), page)
+            page_table = torch.zeros(maxp, device="cuda", dtype=torch.int32)
+            page_table[:n_pages] = pages.cuda()
+            positions = torch.arange(t, device="cuda", dtype=torch.int32)
+            token_seq = torch.zeros(t, device="cuda", dtype=torch.int32)
+            out = torch.empty(t, hq, d, device="cuda", dtype=torch.bfloat16)
+            args = [x.data_ptr() for x in (q, positions, token_seq, page_table, pool, kv_map, out)]
+            ours = {name: (lambda f=f: drv.launch(f, (hkv, t // tpt), THREADS, smem(d), args))
+                    for name, f in kernels.items()}
+            qb = q.to(torch.bfloat16).permute(1, 0, 2).unsqueeze(0).contiguous()
+            kb, vb = k.unsqueeze(0), v.unsqueeze(0)
+            peers, cells = {}, {}
+            for name, b in backends:
+                call, how = backend_call(b, qb, kb, vb)
+                if call is None:
+                    cells[name] = f"n/a: {how}"
+                else:
+                    peers[name] = (call, how)
+            calls = list(ours.items()) + [(n, c) for n, (c, _) in peers.items()]
+            steady_ms(lambda: [c() for _, c in calls], reps=3, warm_ms=2000.0 if first else 200.0)
+            first = False
+            reps = 20
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(reps * len(calls) + 1)]
+            ev[0].record()
+            for i in range(reps):
+                for j, (_, c) in enumerate(calls):
+                    c()
+                    ev[i * len(calls) + j + 1].record()
+            ev[-1].synchronize()
+            ms = {n: sorted(ev[i * len(calls) + j].elapsed_time(ev[i * len(calls) + j + 1])
+                            for i in range(reps))[reps // 2] for j, (n, _) in enumerate(calls)}
+            best = min(peers, key=lambda n: ms[n])
+            out.fill_(float("nan"))
+            ours["plan"]()
+            ref = peers[best][0]()[0].permute(1, 0, 2).float()
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            if not err <= 2e-2:  # NaN fails too
+                raise RuntimeError(f"T={t}: relative L2 error {err} against {best}")
+            flop = 4.0 * t * t * d * hq / 2
+            tf = lambda n: f"{flop / ms[n] / 1e9:.0f}"
+            for n, (_, how) in peers.items():
+                cells[n] = f"{ms[n]:.3f} ({how})"
+            ratio = ms[best] / ms["plan"]
+            ratios.setdefault(t, []).append(ratio)
+            print(f"| {t} | {ms['plan']:.3f} | {tf('plan')} | {err:.1e} | {tf('overlapped')} | {tf('Q_SPLIT')} | "
+                  + " | ".join(cells[n] for n, _ in backends) + f" | {best} | {tf(best)} | {ratio:.3f} |")
+            del q, k, v, pool, kv_map, out, qb, peers, calls, ours
+            torch.cuda.empty_cache()
+    print(f"fastest/telos over {rounds} rounds (median, min, max)")
+    print("| T | median | min | max |")
+    print("|---|---|---|---|")
+    for t, v in ratios.items():
+        v.sort()
+        print(f"| {t} | {v[len(v) // 2]:.3f} | {v[0]:.3f} | {v[-1]:.3f} |")
 
 
 if __name__ == "__main__":

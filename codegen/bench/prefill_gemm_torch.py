@@ -1,28 +1,24 @@
-"""torch.matmul on the prefill GEMM shapes, side by side with telos-prefill-bench's lines.
+"""Telos's prefill GEMM beside torch.matmul (cuBLAS), interleaved in one process.
 
-Reads telos-prefill-bench's output (lines "telos SHAPE M EPILOGUE N K MS") from the file named
-as argv[1], times y = a @ w.T in bf16 for each distinct (M, N, K) the same way (steady_ms: the
-median of 20 back-to-back calls with an event between each two, after ~100 ms of calls, as
-bench_support.hpp's steady_event_ms) and prints one table, the ratio being torch time
-over Telos time (> 1: Telos is faster).
+    prefill_gemm_torch.py CUBIN [ROUNDS]
 
-    prefill_gemm_torch.py --summary ROUND_LOG...
+Loads CUBIN and CUBIN.names (what `telos-prefill-bench --compile-only` writes: the prefill GEMM
+on Llama-3.1-8B's shapes at M = 2048 .. 16384, each with the epilogue the plan gives it) through
+the driver API (ctypes, libcuda), launches each of our kernels on torch's stream with tensor maps
+encoded as the executor encodes them, and times every launch of ours followed by one
+torch.matmul of the same shape (y = a @ w.T in bf16, N(0, 1) operands), an event between each
+two, medians of 20 pairs, after ~2 s of load before the first shape and ~200 ms before each
+other one. Both sides run on the same clocks: timed in separate processes one after the other,
+whichever side started in a fresh process ran its first shapes on the higher clocks of a card
+whose power average had not caught up yet (0.86 -> 1.0 at M = 2048; docs/perf-log.md, session 25
+runs 4-5). Prints one table a round (the ratio is torch time over Telos time: > 1, Telos is
+faster) and per row the median ratio over the rounds and its range. The bf16 epilogue's output,
+poisoned with NaN first, is checked against torch's (relative L2 at most 1e-2), so a fast wrong
+kernel does not pass. The residual epilogue also reads and writes the f32 residual stream (the
+peer does not); the SwiGLU one writes half the columns.
 
-reads the tables of several rounds (telos-prefill-bench, then this script, alternately: Telos and
-torch are timed one after the other, so one round can favour either by the run's drift) and
-prints per row the median ratio over the rounds and its range.
-
-    prefill_gemm_torch.py --paired CUBIN [ROUNDS]
-
-times both in one process, interleaved: the cubin and CUBIN.names that `telos-prefill-bench
---compile-only` writes are loaded through the driver API (ctypes, libcuda), each of our kernels
-is launched on torch's stream with tensor maps encoded as the executor encodes them, and every
-timed launch of ours is followed by one torch.matmul of the same shape, an event between each
-two, after ~2 s of load (the card's power average settles in about a second: before it, clocks
-run higher, so whichever side ran first in a fresh process was timed on faster clocks; docs/
-perf-log.md, session 25 run 4). Prints one table a round and the summary over the rounds. The bf16
-epilogue's output is checked against torch's (relative L2) so a fast wrong kernel does not pass.
-
+The timing helpers here are shared with decode_gemm_torch.py (median_ms: single calls between
+host waits) and attention_prefill_torch.py (steady_ms: back-to-back calls after a warm-up).
 """
 import ctypes
 import re
@@ -65,22 +61,6 @@ def steady_ms(fn, reps=20, warm_ms=100.0):
     return times[reps // 2]
 
 
-def summary(paths):
-    ratios = {}
-    for path in paths:
-        with open(path) as f:
-            for line in f:
-                cells = [c.strip() for c in line.strip().strip("|").split("|")]
-                if len(cells) == 10 and cells[1].isdigit():
-                    ratios.setdefault(tuple(cells[:5]), []).append(float(cells[9]))
-    print(f"torch/telos over {len(paths)} rounds (median, min, max)")
-    print("| shape | M | N | K | epilogue | median | min | max |")
-    print("|---|---|---|---|---|---|---|---|")
-    for key, r in ratios.items():
-        r.sort()
-        print(f"| {' | '.join(key)} | {r[len(r) // 2]:.3f} | {r[0]:.3f} | {r[-1]:.3f} |")
-
-
 class Driver:
     """The few driver API calls the paired mode needs (libcuda through ctypes)."""
 
@@ -106,7 +86,7 @@ class Driver:
         return f
 
     def tensor_map(self, t, box_rows):
-        """A 2D map over a row-major matrix as hexel::encode_2d makes one: 128-byte box rows, the
+        """A 2D map over a row-major matrix as hexel::encode_2d makes one: box_rows x 128 bytes, the
         128-byte swizzle, L2 promotion 256 B; copied to the device (the kernels read maps from
         global memory, as the executor keeps them)."""
         dtype = {torch.bfloat16: 9, torch.float32: 7}[t.dtype]  # CU_TENSOR_MAP_DATA_TYPE_*
@@ -122,11 +102,12 @@ class Driver:
         return torch.tensor(list(ctypes.string_at(raw, 128)), dtype=torch.uint8, device="cuda")
 
     def launch(self, f, grid, threads, smem, args):
+        """f<<<grid (x, y), threads, smem, torch's stream>>>(args): device addresses."""
         ptrs = [ctypes.c_void_p(a) for a in args]
         params = (ctypes.c_void_p * len(ptrs))(*[ctypes.addressof(p) for p in ptrs])
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        self.check(self.cu.cuLaunchKernel(f, grid, 1, 1, threads, 1, 1, smem, stream, params, None),
-                   "cuLaunchKernel")
+        self.check(self.cu.cuLaunchKernel(f, grid[0], grid[1], 1, threads, 1, 1, smem, stream, params,
+                                          None), "cuLaunchKernel")
 
 
 # The plan's launch shape (kernel_plan.cpp; telos-prefill-bench's kThreads and kSmem).
@@ -158,10 +139,11 @@ def paired(cubin, rounds):
             maps = [drv.tensor_map(a, 128), drv.tensor_map(w, 128 if epi == "swiglu" else 256),
                     drv.tensor_map(y, 64)]
             tiles = -(-M // 128) * -(-n // (128 if epi == "swiglu" else 256))
-            ours = lambda: drv.launch(f, min(tiles, sm), THREADS, SMEM, [t.data_ptr() for t in maps])
+            ours = lambda: drv.launch(f, (min(tiles, sm), 1), THREADS, SMEM, [t.data_ptr() for t in maps])
             peer = lambda: torch.matmul(a, w.T)
             err = "-"
             if epi == "bf16":
+                y.fill_(float("nan"))
                 ours()
                 ref = peer().float()
                 e = ((y.float() - ref).norm() / ref.norm()).item()
@@ -201,33 +183,7 @@ def paired(cubin, rounds):
 
 
 def main():
-    if sys.argv[1] == "--summary":
-        summary(sys.argv[2:])
-        return
-    if sys.argv[1] == "--paired":
-        paired(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 3)
-        return
-    rows = []
-    with open(sys.argv[1]) as f:
-        for line in f:
-            p = line.split()
-            if len(p) == 7 and p[0] == "telos":
-                rows.append((p[1], int(p[2]), p[3], int(p[4]), int(p[5]), float(p[6])))
-    torch_ms = {}
-    for _, m, _, n, k, _ in rows:
-        if (m, n, k) in torch_ms:
-            continue
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        torch_ms[(m, n, k)] = steady_ms(lambda: torch.matmul(a, w.T))
-        del a, w
-    print("| shape | M | N | K | epilogue | telos ms | TFLOP/s | torch ms | TFLOP/s | torch/telos |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for shape, m, epi, n, k, ms in rows:
-        t = torch_ms[(m, n, k)]
-        flop = 2.0 * m * n * k
-        print(f"| {shape} | {m} | {n} | {k} | {epi} | {ms:.3f} | {flop / ms / 1e9:.0f} | "
-              f"{t:.3f} | {flop / t / 1e9:.0f} | {t / ms:.3f} |")
+    paired(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3)
 
 
 if __name__ == "__main__":
