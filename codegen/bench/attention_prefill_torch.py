@@ -67,9 +67,10 @@ def main():
     for line in open(cubin + ".names"):
         inst, entry = line.rstrip("\n").split("\t")
         m = re.fullmatch(r"telos_kernels::attn_prefill<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)ll, "
-                         r"[^,]+, (\d+), (true|false), (true|false)>", inst)
+                         r"[^,]+, (\d+)(?:, (true|false))?(?:, (true|false))?>", inst)
         hq, hkv, d, page, maxp, page_elems, tpt = (int(m.group(i)) for i in range(1, 8))
-        name = "overlapped" if m.group(8) == "true" else "Q_SPLIT" if m.group(9) == "true" else "plan"
+        # OVERLAP defaults to true, Q_SPLIT to false (attention_prefill.cuh)
+        name = "overlapped" if m.group(8) in (None, "true") else "Q_SPLIT" if m.group(9) == "true" else "plan"
         kernels[name] = drv.function(module, entry, smem(d))
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                 ("cudnn", SDPBackend.CUDNN_ATTENTION)]
