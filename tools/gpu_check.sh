@@ -13,9 +13,10 @@
 #   4. timings: telos-kernel-bench (decode GEMM and attention against the copy bandwidth; its
 #      decode GEMMs also beside torch.matmul, codegen/bench/decode_gemm_torch.py),
 #      the prefill GEMM beside torch.matmul and attn_prefill beside torch SDPA (each pair
-#      interleaved in one process), telos-run bench on tiny-llama (host time per step, GPU idle gap, graph capture and memory report), telos-launch-bench (the host's cost
-#      of each CUDA call of a step, two passes), telos-device-launch-probe (steps launched from
-#      the device: host time and GPU gaps against host launches). GPU_CHECK_QUICK=1 skips racecheck,
+#      interleaved in one process), telos-run bench on tiny-llama (host time per step, GPU idle
+#      gap, graph capture and memory report), telos-launch-bench (the host's cost of each CUDA
+#      call of a step, two passes), telos-device-launch-probe (steps launched from the device:
+#      host time and GPU gaps against host launches). GPU_CHECK_QUICK=1 skips racecheck,
 #      synccheck and the timings; a timing is skipped when it would start past GPU_CHECK_BUDGET_S
 #      seconds of the script (default 500), so that a 570-second call still ends with the table.
 # It prints a table last; logs go to $OUT (or /tmp/telos-gpu-check).

@@ -1,17 +1,16 @@
-// telos-attn-prefill-bench: times attn_prefill (codegen/kernels/attention_prefill.cuh), causal
-// prefill attention on Llama-3.1-8B's head shape (32 query heads, 8 KV heads, D = 128), one
-// sequence of T = 4096, 8192, 16384 prompt tokens (positions 0 .. T-1, K/V in 16-position pages
-// placed in a shuffled order), in the tiles a prefill bucket would use (32 tokens: 128 rows at
-// G = 4), K/V through the tensor map the engine builds for `tmap:kv:` (docs/artifact.md). Timed
-// under load (bench_support.hpp, steady_event_ms): the median of 20 back-to-back launches after
-// ~100 ms of them. Before timing, the first and last
-// token's heads 0 and 31 are checked against f64 (relative L2 error printed), so a fast wrong
-// kernel does not pass for a fast one. Prints one line per case and variant: "telos attn_prefill T
+// telos-attn-prefill-bench: attn_prefill (codegen/kernels/attention_prefill.cuh), causal prefill
+// attention on Llama-3.1-8B's head shape (32 query heads, 8 KV heads, D = 128), one sequence of
+// T = 4096, 8192, 16384 prompt tokens (positions 0 .. T-1, K/V in 16-position pages placed in a
+// shuffled order), in the tiles a prefill bucket would use (32 tokens: 128 rows at G = 4), K/V
+// through the tensor map the engine builds for `tmap:kv:` (docs/artifact.md). `--compile-only`
+// writes the cubin that codegen/bench/attention_prefill_torch.py loads to time our kernels beside
+// torch SDPA in one process (the issue-4 figure). The timing mode runs ours alone: the first and
+// last token's heads 0 and 31 checked against f64 (relative L2 error printed), then timed under
+// load (bench_support.hpp, steady_event_ms), one line per case and variant: "telos attn_prefill T
 // HQ HKV D MS REL_ERR" (with the overlaps; attn_prefill_plain: without them, the plan's kernel
 // since run W in docs/perf-log.md; attn_prefill_plain_qsplit: the plain order with Q in two bf16
 // parts, Q_SPLIT, its reference from q in f32, the others' from q rounded to bf16 as they round
-// it); the torch SDPA side is
-// codegen/bench/attention_prefill_torch.py, run right after it in the same GPU session.
+// it): a process of our kernels only, for profilers (ncu).
 //
 //   telos-attn-prefill-bench --compile-only CUBIN   NVRTC only (no GPU): compiles the instances,
 //                                                   writes CUBIN and CUBIN.names

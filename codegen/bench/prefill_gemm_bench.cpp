@@ -1,9 +1,11 @@
-// telos-prefill-bench: times the prefill GEMM (codegen/kernels/gemm_prefill.cuh) on the
-// Llama-3.1-8B prefill shapes at M = 2048, 4096, 8192, 16384, each with the epilogue the plan
-// gives it (qkv: bf16 store; o and down: residual add into f32 x, and the bf16 store for a
-// like-for-like comparison; gate/up: SwiGLU), timed under load (bench_support.hpp,
-// steady_event_ms: the median of 20 back-to-back launches after ~100 ms of them). Prints one line per case: "telos SHAPE M EPILOGUE N K MS"; the torch.matmul
-// side is codegen/bench/prefill_gemm_torch.py, run right after it in the same GPU session.
+// telos-prefill-bench: the prefill GEMM (codegen/kernels/gemm_prefill.cuh) on the Llama-3.1-8B
+// prefill shapes at M = 2048, 4096, 8192, 16384, each with the epilogue the plan gives it (qkv:
+// bf16 store; o and down: residual add into f32 x, and the bf16 store for a like-for-like
+// comparison; gate/up: SwiGLU). `--compile-only` writes the cubin that
+// codegen/bench/prefill_gemm_torch.py loads to time our kernels beside torch.matmul in one
+// process (the issue-4 figure); the timing mode times ours alone under load (bench_support.hpp,
+// steady_event_ms: the median of 20 back-to-back launches after ~100 ms of them), one line per
+// case, "telos SHAPE M EPILOGUE N K MS": a process of our kernels only, for profilers (ncu).
 //
 //   telos-prefill-bench --compile-only CUBIN   NVRTC only (no GPU): compiles every instance and
 //                                              writes CUBIN and CUBIN.names (instance → entry)
@@ -11,8 +13,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>

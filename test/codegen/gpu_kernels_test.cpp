@@ -1317,12 +1317,11 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
       dkv.get() + pool.layer_offset(),
       static_cast<int>((static_cast<long long>(kv.size()) - pool.layer_offset()) / s.D), s.D,
       s.PAGE);
-  const cudaError_t e =
-      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap, q_split),
-                 dim3(s.HKV, T / tpt), 384,
-                 {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(),
-                  kv_map.get(), out.get()},
-                 codegen::attn_prefill_smem(s.D));
+  const cudaError_t e = mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap, q_split),
+                                   dim3(s.HKV, T / tpt), 384,
+                                   {dq.get(), dpos.get(), dseq.get(), dpt.get(),
+                                    dkv.get() + pool.layer_offset(), kv_map.get(), out.get()},
+                                   codegen::attn_prefill_smem(s.D));
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   return out.download();
 }
