@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from prefill_gemm_torch import Driver, steady_ms
+from prefill_gemm_torch import Driver, interleaved_ms
 
 THREADS = 384  # codegen::kAttnPrefillThreads
 
@@ -40,11 +40,11 @@ def smem(d):
 
 def backend_call(backend, q, k, v):
     """(callable, how) for one backend, or (None, reason) when it cannot run the shape."""
-    hq, hkv = q.shape[1], k.shape[1]
-    for how, kk, vv, gqa in (("gqa", k, v, True), ("repeat", None, None, False)):
-        if kk is None:
-            kk = k.repeat_interleave(hq // hkv, dim=1).contiguous()
-            vv = v.repeat_interleave(hq // hkv, dim=1).contiguous()
+    g = q.shape[1] // k.shape[1]
+    for how in ("gqa", "repeat"):
+        gqa = how == "gqa"
+        kk, vv = (k, v) if gqa else (k.repeat_interleave(g, dim=1).contiguous(),
+                                      v.repeat_interleave(g, dim=1).contiguous())
 
         def call(kk=kk, vv=vv, gqa=gqa):
             with sdpa_kernel([backend]):
@@ -113,18 +113,9 @@ def main():
                 else:
                     peers[name] = (call, how)
             calls = list(ours.items()) + [(n, c) for n, (c, _) in peers.items()]
-            steady_ms(lambda: [c() for _, c in calls], reps=3, warm_ms=2000.0 if first else 200.0)
+            ms = dict(zip([n for n, _ in calls],
+                          interleaved_ms([c for _, c in calls], 2000.0 if first else 200.0)))
             first = False
-            reps = 20
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(reps * len(calls) + 1)]
-            ev[0].record()
-            for i in range(reps):
-                for j, (_, c) in enumerate(calls):
-                    c()
-                    ev[i * len(calls) + j + 1].record()
-            ev[-1].synchronize()
-            ms = {n: sorted(ev[i * len(calls) + j].elapsed_time(ev[i * len(calls) + j + 1])
-                            for i in range(reps))[reps // 2] for j, (n, _) in enumerate(calls)}
             best = min(peers, key=lambda n: ms[n])
             out.fill_(float("nan"))
             ours["plan"]()

@@ -4,7 +4,8 @@
 //    writes the cubin and, beside it, CUBIN.names (one line an instance: its name, a tab, its
 //    lowered entry name), so the GPU machine needs no NVRTC to run the bench;
 //  - their timing: back-to-back launches with an event between each two, the median after a
-//    warm-up at load (steady_event_ms; the torch side is prefill_gemm_torch.py's steady_ms).
+//    warm-up at load (steady_event_ms; the issue-4 figures come from the paired scripts,
+//    prefill_gemm_torch.py's interleaved_ms, which time ours beside torch's in one process).
 #include <cuda_runtime.h>
 
 #include <algorithm>

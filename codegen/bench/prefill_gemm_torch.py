@@ -18,7 +18,7 @@ kernel does not pass. The residual epilogue also reads and writes the f32 residu
 peer does not); the SwiGLU one writes half the columns.
 
 The timing helpers here are shared with decode_gemm_torch.py (median_ms: single calls between
-host waits) and attention_prefill_torch.py (steady_ms: back-to-back calls after a warm-up).
+host waits) and attention_prefill_torch.py (interleaved_ms, with Driver).
 """
 import ctypes
 import re
@@ -42,23 +42,29 @@ def median_ms(fn, reps=20, warm=3):
     return times[len(times) // 2]
 
 
-def steady_ms(fn, reps=20, warm_ms=100.0):
-    """Median ms of `reps` back-to-back calls, an event between each two (no host wait between
-    them), after calls for about `warm_ms` of GPU time: timed at the clocks of a sustained load."""
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
-    events[0].record()
-    fn()
-    events[1].record()
-    events[1].synchronize()
-    for _ in range(max(3, int(warm_ms / max(events[0].elapsed_time(events[1]), 1e-3)))):
-        fn()
-    events[0].record()
+def interleaved_ms(calls, warm_ms, reps=20):
+    """Median ms of each of `calls`, run one after the other in every one of `reps` repetitions
+    with an event between each two, after all of them in turn for about `warm_ms` of GPU time:
+    every call timed on the same clocks."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for c in calls:
+        c()
+    end.record()
+    end.synchronize()
+    for _ in range(max(3, int(warm_ms / max(start.elapsed_time(end), 1e-3)))):
+        for c in calls:
+            c()
+    n = len(calls)
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(reps * n + 1)]
+    ev[0].record()
     for i in range(reps):
-        fn()
-        events[i + 1].record()
-    events[reps].synchronize()
-    times = sorted(events[i].elapsed_time(events[i + 1]) for i in range(reps))
-    return times[reps // 2]
+        for j, c in enumerate(calls):
+            c()
+            ev[i * n + j + 1].record()
+    ev[-1].synchronize()
+    return [sorted(ev[i * n + j].elapsed_time(ev[i * n + j + 1]) for i in range(reps))[reps // 2]
+            for j in range(n)]
 
 
 class Driver:
@@ -150,20 +156,8 @@ def paired(cubin, rounds):
                 if not e <= 1e-2:  # NaN fails too
                     raise RuntimeError(f"{shape} M={M}: relative L2 error {e} against torch.matmul")
                 err = f"{e:.1e}"
-            pair = lambda: (ours(), peer())
-            steady_ms(pair, reps=3, warm_ms=2000.0 if first else 200.0)
+            t_ours, t_peer = interleaved_ms([ours, peer], 2000.0 if first else 200.0)
             first = False
-            reps = 20
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(2 * reps + 1)]
-            ev[0].record()
-            for i in range(reps):
-                ours()
-                ev[2 * i + 1].record()
-                peer()
-                ev[2 * i + 2].record()
-            ev[-1].synchronize()
-            t_ours = sorted(ev[2 * i].elapsed_time(ev[2 * i + 1]) for i in range(reps))[reps // 2]
-            t_peer = sorted(ev[2 * i + 1].elapsed_time(ev[2 * i + 2]) for i in range(reps))[reps // 2]
             rows.append((shape, M, epi, N, K, t_ours, t_peer, err))
             del a, w, y, maps
         print(f"round {r + 1}: telos and torch.matmul interleaved in one process ({torch.cuda.get_device_name()})")
