@@ -441,12 +441,8 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       // corrections for o.
       auto softmax = [&](int b, float(&sc)[BN / 2], float& corr0, float& corr1) {
         // Column 8n + 2·quad + e of the block is key position b·BN + that.
-        // The overlapped order masks every block, without a branch: the branch on the rows' own
-        // limits is divergent, and after it ptxas waits for every wgmma in flight (the P·V this
-        // softmax should overlap; session 25's SASS profile: a WARPGROUP.DEPBAR 0 after its
-        // reconvergence, 6% of the samples). The same bits either way.
         const int last = b * BN + BN - 1;
-        if (OVERLAP || last > lim0 || last > lim1) {
+        if (last > lim0 || last > lim1) {
 #pragma unroll
           for (int n = 0; n < BN / 8; ++n)
 #pragma unroll
@@ -576,7 +572,9 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           release(empty_k + 8 * st);
           float corr0, corr1;
           softmax(b, sc, corr0, corr1);
-          wgmma::wait_group<0>();
+          // After the softmax in the SASS too: a plain wait_group<0> here was scheduled above
+          // the softmax's arithmetic, which then never overlapped the P·V (perf-log change 74).
+          wgmma::wait_group_after<0>(l0, l1);
           wgmma::fence_operand(o);
           release(empty_v + 8 * pst);
           rescale(corr0, corr1);

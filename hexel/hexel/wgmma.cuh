@@ -40,6 +40,21 @@ HEXEL_DEVICE void wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+// wait_group<N> issued only once x and y are computed. ptxas schedules a wait as early as its
+// block allows (the instruction reads no register), so arithmetic written between two waits to
+// overlap a group in flight can end up after the second one: FlashAttention's softmax of block b
+// between the wait for its S = Q·Kᵀ and the wait for block b - 1's P·V (docs/perf-log.md, change
+// 74). Here the wait is the body of a loop whose trip count depends on x and y (1, or 2 when
+// either holds the bit pattern 0x7f800001, a signalling NaN that no arithmetic instruction
+// returns: waiting twice would be harmless), so it cannot move above their computation.
+// PTX: wgmma.wait_group.
+template <int N>
+HEXEL_DEVICE void wait_group_after(float x, float y) {
+  const int n = 1 + ((__float_as_uint(x) == 0x7f800001u) | (__float_as_uint(y) == 0x7f800001u));
+#pragma unroll 1
+  for (int i = 0; i < n; ++i) wait_group<N>();
+}
+
 // Pins accumulator registers: keeps the compiler from moving their reads or writes across an
 // in-flight wgmma (an empty asm that claims to read and write them).
 template <int R>
