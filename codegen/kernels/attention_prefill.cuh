@@ -73,7 +73,8 @@
 // fragment of k-step k (rows l/4 and l/4 + 8, k 2(l%4) + {0,1} and + 8), packed to bf16.
 // The output is o / l in bf16.
 // The plan uses the plain order with Q in bf16 (OVERLAP and Q_SPLIT false: the fastest at 4k-16k,
-// docs/perf-log.md runs W and Z); the GPU tests and the bench keep both options measured.
+// docs/perf-log.md runs W and Z, change 74); the GPU tests and the bench keep both options
+// measured.
 // OVERLAP (false is the plain order, the bit-for-bit reference of the GPU tests): block b's
 // S = Q·Kᵀ is issued together with block b - 1's P·V, and the softmax of block b runs while that
 // P·V is on the tensor cores (FlashAttention-3's intra-warpgroup overlap), and the two consumer
