@@ -655,4 +655,89 @@ __global__ void __launch_bounds__(D)
                                          [] { __syncthreads(); });
 }
 
+// attn_combine_row on one warp, lane l making dims l, l + 32, ...: the slots' {max, sum} in lane s,
+// the maximum by shuffles (a maximum does not depend on its order), and then every operation of
+// attn_combine_row in its order (the weights exp2f(m - max), l and each dim's sum as fmaf chains
+// over the slots in order, the division), so the same bits. Loads bypass L1 (ld.global.cg): the
+// partials come from other blocks of the same launch (attn_split_combine). NSPLIT <= 32.
+template <int HQ, int D, int NSPLIT, int SPLIT>
+__device__ __forceinline__ void attn_combine_row_warp(int t, int hq, const float* part_o,
+                                                      const float* part_ml, const int* positions,
+                                                      bf16* out) {
+  static_assert(NSPLIT <= 32 && D % 32 == 0, "a slot a lane, whole warps of dims");
+  const int lane = threadIdx.x % 32;
+  const int pos = positions[t];
+  bf16* o = out + (static_cast<long long>(t) * HQ + hq) * D;
+  if (pos < 0) {
+#pragma unroll
+    for (int k = 0; k < D / 32; ++k) o[lane + 32 * k] = 0;
+    return;
+  }
+  const long long base = (static_cast<long long>(t) * HQ + hq) * NSPLIT;
+  const int last = min(pos / SPLIT, NSPLIT - 1);
+  const float ninf = -__int_as_float(0x7f800000);
+  const float m = lane <= last ? __ldcg(part_ml + (base + lane) * 2) : ninf;
+  const float ls = lane <= last ? __ldcg(part_ml + (base + lane) * 2 + 1) : 0.f;
+  float mx = m;
+#pragma unroll
+  for (int x = 16; x >= 1; x /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
+  const float w = exp2f(m - mx);
+  float l = 0.f, acc[D / 32];
+#pragma unroll
+  for (int k = 0; k < D / 32; ++k) acc[k] = 0.f;
+#pragma unroll 4
+  for (int s = 0; s <= last; ++s) {
+    const float ws = __shfl_sync(0xffffffffu, w, s);
+    l = fmaf(__shfl_sync(0xffffffffu, ls, s), ws, l);
+#pragma unroll
+    for (int k = 0; k < D / 32; ++k)
+      acc[k] = fmaf(__ldcg(part_o + (base + s) * D + lane + 32 * k), ws, acc[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < D / 32; ++k) o[lane + 32 * k] = f32_to_bf16(acc[k] / l);
+}
+
+// attn_split with the combine folded in: the same items, then each block adds the items it ran to
+// arrivals[tile · HKV + kvh] (after its partials' stores: a fence, then an atomic, the
+// threadfence-reduction pattern of gemm_small_norm_qkv), and the block whose arrival completes the
+// NSPLIT items of its tile and KV head merges that tile's rows of the head's G query heads, a warp
+// a row (attn_combine_row_warp: attn_combine's bits), and returns the counter to zero (the arena
+// starts zeroed, docs/artifact.md). One launch and one grid boundary a layer fewer than attn_split
+// followed by attn_combine, for the same output.
+template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
+          float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false,
+          int BLOCKS = 3, int BULK = 0>
+__global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
+    attn_split_combine(const float* q, const int* positions, const int* token_seq,
+                       const int* page_tables, const bf16* kv_layer, float* part_o, float* part_ml,
+                       bf16* out, unsigned* arrivals) {
+  extern __shared__ __align__(128) unsigned char attn_split_ring[];
+  AttnRing ring;
+  pdl_entry();
+  unsigned items = 0;
+  for (unsigned slot = blockIdx.z; slot < NSPLIT; slot += gridDim.z, ++items) {
+    const unsigned next = slot + gridDim.z;
+    attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD,
+                     PAGE_AHEAD, BULK>(
+        blockIdx.x, blockIdx.y, static_cast<int>(slot), q, positions, token_seq, page_tables,
+        kv_layer, part_o, part_ml, [] { __syncthreads(); }, nullptr, attn_split_ring, &ring,
+        next < NSPLIT ? static_cast<int>(next) : -1);
+  }
+  __shared__ bool last;
+  __threadfence();  // this thread's partial stores, before the arrival
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* count = arrivals + blockIdx.x * HKV + blockIdx.y;
+    last = atomicAdd(count, items) + items == NSPLIT;
+    if (last) *count = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  constexpr int G = HQ / HKV;
+  for (int r = threadIdx.x / 32; r < TPT * G; r += 4)
+    attn_combine_row_warp<HQ, D, NSPLIT, SPLIT>(blockIdx.x * TPT + r / G, blockIdx.y * G + r % G,
+                                                part_o, part_ml, positions, out);
+}
+
 }  // namespace telos_kernels

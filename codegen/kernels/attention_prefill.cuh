@@ -575,7 +575,12 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           softmax(b, sc, corr0, corr1);
           // After the softmax in the SASS too: a plain wait_group<0> here was scheduled above
           // the softmax's arithmetic, which then never overlapped the P·V (perf-log change 74).
-          wgmma::wait_group_after<0>(l0, l1);
+          // With Q_SPLIT (Q_lo's 32 more registers) the ordered wait spills (20 bytes at D 128),
+          // so that pairing, never a plan's, keeps the plain wait.
+          if constexpr (Q_SPLIT)
+            wgmma::wait_group<0>();
+          else
+            wgmma::wait_group_after<0>(l0, l1);
           wgmma::fence_operand(o);
           release(empty_v + 8 * pst);
           rescale(corr0, corr1);
