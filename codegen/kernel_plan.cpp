@@ -299,8 +299,10 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
 
 std::string AttnSplitKernel::instance() const {
   auto I_ = [](long long v) { return std::to_string(v); };
-  return std::string(combine ? "telos_kernels::attn_split_combine<" : "telos_kernels::attn_split<") + I_(hq) + ", " + I_(hkv) + ", " + I_(d) + ", " + I_(page) +
-         ", " + I_(maxp) + ", " + I_(page_elems) + "ll, " + I_(split) + ", " + I_(nsplit) + ", " +
+  return std::string(combine ? "telos_kernels::attn_split_combine<"
+                             : "telos_kernels::attn_split<") +
+         I_(hq) + ", " + I_(hkv) + ", " + I_(d) + ", " + I_(page) + ", " + I_(maxp) + ", " +
+         I_(page_elems) + "ll, " + I_(split) + ", " + I_(nsplit) + ", " +
          float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(d))) + ", " + I_(tpt) +
          (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
          (blocks || bulk ? ", " + I_(blocks ? blocks : 3) : "") + (bulk ? ", " + I_(bulk) : "") +
@@ -607,7 +609,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   // Arrival counters of gemm_small_norm_qkv, one per head, zero between launches.
   if (qkv_arrival_counters > 0) plan.arena.push_back({"qkv_arrivals", qkv_arrival_counters * 4LL});
   // Arrival counters of attn_split_combine, one per tile and KV head, zero between launches.
-  if (attn_arrival_counters > 0) plan.arena.push_back({"attn_arrivals", attn_arrival_counters * 4LL});
+  if (attn_arrival_counters > 0)
+    plan.arena.push_back({"attn_arrivals", attn_arrival_counters * 4LL});
   // decode_layer_persistent's two grid-wide counters, zero between launches.
   if (uses_layer_sync) plan.arena.push_back({"layer_sync", 8});
   return plan;

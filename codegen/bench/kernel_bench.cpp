@@ -813,9 +813,11 @@ int main(int argc, char** argv) {
     bool pages = attn_split_page_ahead(PAGE);  // and PAGE_AHEAD, as the plan takes it
     int blocks = 0;                            // blocks an SM (0: the kernel's default)
     int bulk = 0;  // BULK ring slots a warp (change 65; no PAGE_AHEAD), 0: none
-    bool combine = false;  // attn_split_combine (the plan's since change 75): no attn_combine launch
+    // attn_split_combine (the plan's since change 75): no attn_combine launch.
+    bool combine = false;
     AttnSplitKernel kernel(int tpt) const {
-      return {HQ, HKV, D, PAGE, MAXP, page_elems, split, nsplit, tpt, ahead, pages, blocks, bulk, combine};
+      return {HQ,     HKV, D,     PAGE,  MAXP,   page_elems, split,
+              nsplit, tpt, ahead, pages, blocks, bulk,       combine};
     }
     std::string split_kernel(int tpt) const { return kernel(tpt).instance(); }
     int smem() const { return kernel(1).smem(); }
@@ -890,14 +892,17 @@ int main(int argc, char** argv) {
     }
     void* kv_layer(int c) const { return static_cast<char*>(kv) + layer_bytes * c; }
   };
-  // One layer of decode attention over `rows` tokens (one a tile) on K/V copy `c`: attn_split_combine,
-  // or attn_split then attn_combine (the combine under PDL unless `combine_pdl` is false).
+  // One layer of decode attention over `rows` tokens (one a tile) on K/V copy `c`:
+  // attn_split_combine, or attn_split then attn_combine (the combine under PDL unless `combine_pdl`
+  // is false).
   auto attn_step = [](Module& mod, const Attn& a, const AttnBuffers& m, int rows, int slots, int c,
                       bool split_pdl, bool combine_pdl) {
     std::vector<const void*> args = {m.q, m.pos, m.seq, m.pt, m.kv_layer(c), m.po, m.pml};
     if (a.combine) args.insert(args.end(), {m.out, m.arrivals});
     mod.launch(a.split_kernel(1), dim3(rows, HKV, slots), 128, args, a.smem(), split_pdl);
-    if (!a.combine) mod.launch(a.combine_kernel(), dim3(rows, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, combine_pdl);
+    if (!a.combine)
+      mod.launch(a.combine_kernel(), dim3(rows, HQ), D, {m.po, m.pml, m.pos, m.out}, 0,
+                 combine_pdl);
   };
   auto attn_row = [&](const char* label, const char* shape, double us, double bytes) {
     std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
@@ -1015,9 +1020,12 @@ int main(int argc, char** argv) {
       const bool four_plan = planned.blocks == 4, bulk_plan = planned.bulk > 0;
       const Attn& other = four_plan ? at : four;
       auto row = [&](const Attn& a, int slots, const std::string& note) {
-        auto step = [&](int i) { attn_step(mod, a, m, B, slots, i % copies, i % kBatch != 0, true); };
+        auto step = [&](int i) {
+          attn_step(mod, a, m, B, slots, i % copies, i % kBatch != 0, true);
+        };
         const std::string label =
-            std::string(a.combine ? "attn_split_combine PDL z=" : "attn_split+combine PDL z=") + I(slots) + note;
+            std::string(a.combine ? "attn_split_combine PDL z=" : "attn_split+combine PDL z=") +
+            I(slots) + note;
         attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
       };
       for (int slots : zs) row(planned, slots, slots == plan_slots ? " plan" : "");

@@ -181,13 +181,13 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(p128[4].at("grid"), nlohmann::ordered_json({128 / 8, 2, 1}));
   EXPECT_EQ(instance_of(p128[5]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
   EXPECT_EQ(p128[5].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
-                                                "tmap:w:layers.0.o:128:128:256:64",
-                                                "tmap:buf:x:128:128:64:32"}));
+                                                        "tmap:w:layers.0.o:128:128:256:64",
+                                                        "tmap:buf:x:128:128:64:32"}));
   EXPECT_EQ(p128[5].at("grid"), nlohmann::ordered_json({1, 1, 1}));
   EXPECT_EQ(instance_of(p128[7]), "telos_kernels::gemm_prefill_swiglu<128, 256, 128>");
   EXPECT_EQ(p128[7].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
-                                                "tmap:w:layers.0.gate_up:512:128:128:64",
-                                                "tmap:buf:act:128:256:64:64"}));
+                                                        "tmap:w:layers.0.gate_up:512:128:128:64",
+                                                        "tmap:buf:act:128:256:64:64"}));
   EXPECT_EQ(p128[7].at("grid"), nlohmann::ordered_json({2, 1, 1}));
   EXPECT_EQ(instance_of(p128[8]), "telos_kernels::gemm_prefill_residual<128, 128, 256>");
   // Prefill 64: one 64-token tile, 32 weight rows per CTA (SwiGLU: 32 gate and 32 up rows), the
@@ -199,11 +199,13 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(p64[2].at("grid"), nlohmann::ordered_json({1, 8, 1}));
   EXPECT_EQ(instance_of(p64[3]), instance_of(p128[3]));
   EXPECT_EQ(instance_of(p64[5]), "telos_kernels::gemm_small_residual<64, 128, 128, 32, 2>");
-  EXPECT_EQ(p64[5].at("args"), nlohmann::ordered_json({"tmap:buf:attn:64:128:64:64",
-                                                       "tmap:w:layers.0.o:128:128:32:64", "buf:x"}));
+  EXPECT_EQ(p64[5].at("args"),
+            nlohmann::ordered_json(
+                {"tmap:buf:attn:64:128:64:64", "tmap:w:layers.0.o:128:128:32:64", "buf:x"}));
   EXPECT_EQ(instance_of(p64[7]), "telos_kernels::gemm_small_swiglu<64, 256, 128, 64, 2>");
-  EXPECT_EQ(p64[7].at("args"), nlohmann::ordered_json({"tmap:buf:h:64:128:64:64",
-                                                       "tmap:w:layers.0.gate_up:512:128:32:64", "buf:act"}));
+  EXPECT_EQ(p64[7].at("args"),
+            nlohmann::ordered_json(
+                {"tmap:buf:h:64:128:64:64", "tmap:w:layers.0.gate_up:512:128:32:64", "buf:act"}));
   EXPECT_EQ(p64[7].at("grid"), nlohmann::ordered_json({1, 8, 1}));
   EXPECT_EQ(instance_of(p64[8]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 4>");
   // Decode at 8 tokens: the norms fold into the QKV and gate/up GEMMs (A = RMSNorm(x) in the
@@ -220,7 +222,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(instance_of(d8[3]).substr(instance_of(d8[3]).size() - 16), ", 1, true, true>");
   EXPECT_EQ(d8[3].at("grid"), nlohmann::ordered_json({8, 2, 1}));
   EXPECT_EQ(d8[4].at("args")[0], "tmap:buf:attn:8:128:8:64");
-  EXPECT_EQ(instance_of(d8[5]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
+  EXPECT_EQ(instance_of(d8[5]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0),
+            0u);
   EXPECT_EQ(d8[5].at("args")[0], "buf:x");
   EXPECT_EQ(d8[5].at("args")[1], "w:layers.0.mlp_norm");
   // Decode at 1 token: each layer is one persistent launch (decode_layer_persistent), a CTA per SM.
@@ -762,7 +765,8 @@ TEST(Codegen, PromptRowsOfPrefillBucketsRunOnAttnPrefill) {
 TEST(Codegen, SplitKernelsOfPrefillBucketsCoverTheGeneratedRowsOnly) {
   // attn_split_combine's grid x of each bucket, by kind and size; checks that every layer of a
   // bucket has the same, and its output and counters.
-  const auto split_grids = [](const KernelPlan& plan) -> std::map<std::pair<std::string, int>, int> {
+  const auto split_grids =
+      [](const KernelPlan& plan) -> std::map<std::pair<std::string, int>, int> {
     std::map<std::pair<std::string, int>, int> grids;
     for (const BucketProgram& b : plan.buckets) {
       std::set<int> split;

@@ -1159,8 +1159,8 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
     if (PAGE == 16) variants.push_back({1, false, 1, false, 3, 2, true});
     std::vector<std::string> instances = {attn_combine_instance(s)};
     for (const Variant& v : variants)
-      instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages, v.blocks,
-                                              v.bulk, v.combine));
+      instances.push_back(
+          attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages, v.blocks, v.bulk, v.combine));
     // BULK's slots are waited for on mbarriers: a wait that never completes traps (a failed
     // launch) instead of hanging the run.
     TestModule mod("#define HEXEL_DEBUG_WAIT_LIMIT 100000000\n" + source_with_rope(), instances);
@@ -1218,9 +1218,8 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       a.out.poison();
       const std::string split =
           attn_split_instance(s, page_elems, tpt, v.ahead, v.pages, v.blocks, v.bulk, v.combine);
-      std::vector<const void*> args = {a.q.get(),  a.pos.get(),    a.seq.get(),
-                                       a.pt.get(), kv_layer,       a.part_o.get(),
-                                       a.part_ml.get()};
+      std::vector<const void*> args = {a.q.get(), a.pos.get(),    a.seq.get(),    a.pt.get(),
+                                       kv_layer,  a.part_o.get(), a.part_ml.get()};
       if (v.combine) args.insert(args.end(), {a.out.get(), arrivals.get()});
       const int smem = v.bulk ? codegen::attn_split_ring_bytes(PAGE, s.D, v.bulk) : 0;
       // attn_split_combine twice: the second launch finds the first's counters back at zero.
@@ -1229,7 +1228,8 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
         CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, v.slots), 128, args, smem));
       }
       if (v.combine) {
-        for (unsigned c : arrivals.download()) ASSERT_EQ(c, 0u) << "an arrival counter left nonzero";
+        for (unsigned c : arrivals.download())
+          ASSERT_EQ(c, 0u) << "an arrival counter left nonzero";
       } else {
         CUDA_OK(mod.launch(attn_combine_instance(s), dim3(T, s.HQ), s.D,
                            {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
