@@ -299,10 +299,8 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
 
 std::string AttnSplitKernel::instance() const {
   auto I_ = [](long long v) { return std::to_string(v); };
-  return std::string(combine ? "telos_kernels::attn_split_combine<"
-                             : "telos_kernels::attn_split<") +
-         I_(hq) + ", " + I_(hkv) + ", " + I_(d) + ", " + I_(page) + ", " + I_(maxp) + ", " +
-         I_(page_elems) + "ll, " + I_(split) + ", " + I_(nsplit) + ", " +
+  return "telos_kernels::attn_split<" + I_(hq) + ", " + I_(hkv) + ", " + I_(d) + ", " + I_(page) +
+         ", " + I_(maxp) + ", " + I_(page_elems) + "ll, " + I_(split) + ", " + I_(nsplit) + ", " +
          float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(d))) + ", " + I_(tpt) +
          (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
          (blocks || bulk ? ", " + I_(blocks ? blocks : 3) : "") + (bulk ? ", " + I_(bulk) : "") +
@@ -354,7 +352,6 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   // Weight bytes of one layer (bf16 projections), for the norm fold's choice.
   const long long layer_bytes = 2LL * H * ((HQ + 2LL * HKV) * D + HQ * D + 3LL * I);
   int qkv_arrival_counters = 0;  // gemm_small_norm_qkv's, when a bucket folds the QKV epilogue
-  int attn_arrival_counters = 0;  // attn_split_combine's, a tile and KV head of the largest bucket
   bool uses_layer_sync = false;  // decode_layer_persistent's grid-wide counters
   long long max_lm_candidates = 0;  // the LM head's greedy candidates, all of a bucket's rows
   auto program = [&](const std::string& kind, int size, int tokens, int sample_rows) {
@@ -375,6 +372,9 @@ KernelPlan plan_kernels(const CodegenInput& in) {
            {T, 1, 1}, {"w:embed", "desc:tokens", "buf:sampled", "buf:x"});
     // Attention in tiles of tpt tokens (prefill), one token per block in decode.
     const int tpt = attn_tokens_per_tile(kind == "prefill", T, HQ / HKV);
+    const int combine_k = b.kernel("telos_kernels::attn_combine<" + I_(HQ) + ", " + I_(D) + ", " +
+                                       I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
+                                   {"part_o", "part_ml", "positions", "out"}, D);
     // Prompt rows of a prefill bucket on attn_prefill where it takes the head dim, in the plain
     // order (no softmax / P·V overlap: faster at 4k-16k since its K/V come by TMA; perf-log, run
     // W), Q in bf16 (Q_SPLIT costs 16-23% of the kernel and did not lower the 8B's worst
@@ -398,15 +398,13 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     // prompt rows, zeros for padding).
     const int split_rows = prompt_attn ? std::min(T, in.max_batch) : T;
     const int split_tiles = (split_rows + tpt - 1) / tpt;
-    AttnSplitKernel split_kernel = attn_split_for_rows(
+    const AttnSplitKernel split_kernel = attn_split_for_rows(
         {HQ, HKV, D, PAGE, MAXP, page_elems, plan.attn_split, plan.attn_num_splits, tpt},
         split_rows);
-    split_kernel.combine = true;
-    const int split_k = b.kernel(split_kernel.instance(),
-                                 {"q", "positions", "token_seq", "page_tables", "kv_layer",
-                                  "part_o", "part_ml", "out", "arrivals"},
-                                 128, split_kernel.smem());
-    attn_arrival_counters = std::max(attn_arrival_counters, split_tiles * HKV);
+    const int split_k =
+        b.kernel(split_kernel.instance(),
+                 {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"},
+                 128, split_kernel.smem());
     // Prefill at T >= kPrefillGemmMinRows: the prefill GEMM (128-row tiles, persistent grid);
     // every other bucket the small-M GEMM (64-row tiles, narrow weight tiles). Both compute each
     // output element with the same wgmma chain over K and the same epilogue arithmetic
@@ -545,7 +543,9 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       launch_qkv(w, l);
       launch(split_k, {split_tiles, HKV, attn_grid_slots(split_tiles, HKV, plan.attn_num_splits)},
              {"buf:q", split_positions, "desc:token_seq", "desc:page_tables", "kv:" + I_(l),
-              "buf:part_o", "buf:part_ml", "buf:attn", "buf:attn_arrivals"});
+              "buf:part_o", "buf:part_ml"});
+      launch(combine_k, {split_rows, HQ, 1},
+             {"buf:part_o", "buf:part_ml", split_positions, "buf:attn"});
       if (prompt_attn)
         launch(prompt_k, {HKV, T / prompt_tpt, 1},
                {"buf:q", "desc:prompt_positions", "desc:token_seq", "desc:page_tables",
@@ -608,9 +608,6 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   plan.arena.push_back({"qkv", T * (HQ + 2 * HKV) * D * 2});
   // Arrival counters of gemm_small_norm_qkv, one per head, zero between launches.
   if (qkv_arrival_counters > 0) plan.arena.push_back({"qkv_arrivals", qkv_arrival_counters * 4LL});
-  // Arrival counters of attn_split_combine, one per tile and KV head, zero between launches.
-  if (attn_arrival_counters > 0)
-    plan.arena.push_back({"attn_arrivals", attn_arrival_counters * 4LL});
   // decode_layer_persistent's two grid-wide counters, zero between launches.
   if (uses_layer_sync) plan.arena.push_back({"layer_sync", 8});
   return plan;

@@ -258,16 +258,13 @@ inline bool attn_split_bulk_fits(int page_size, int group) {
 // An attn_split instance (kernels/attention.cuh) as the plan, the benches and the tests name it:
 // the head shape, the KV pool's page geometry, the split and its partial slots, tokens a tile,
 // LOAD_AHEAD, PAGE_AHEAD, blocks an SM (0: the kernel's default, 3) and BULK ring slots a warp
-// (0: none); the scale is log2(e) / sqrt(d). `combine`: attn_split_combine, the same template with
-// attn_combine folded in (its last block a tile and KV head merges the slots; two more arguments,
-// `out` and `arrivals`), which the plan launches in place of attn_split + attn_combine.
+// (0: none); the scale is log2(e) / sqrt(d).
 struct AttnSplitKernel {
   int hq = 0, hkv = 0, d = 0, page = 0, maxp = 0;
   long long page_elems = 0;
   int split = 0, nsplit = 0, tpt = 1;
   bool ahead = false, pages = false;
   int blocks = 0, bulk = 0;
-  bool combine = false;
   std::string instance() const;
   int smem() const { return bulk ? attn_split_ring_bytes(page, d, bulk) : 0; }
 };

@@ -813,11 +813,8 @@ int main(int argc, char** argv) {
     bool pages = attn_split_page_ahead(PAGE);  // and PAGE_AHEAD, as the plan takes it
     int blocks = 0;                            // blocks an SM (0: the kernel's default)
     int bulk = 0;  // BULK ring slots a warp (change 65; no PAGE_AHEAD), 0: none
-    // attn_split_combine (the plan's since change 75): no attn_combine launch.
-    bool combine = false;
     AttnSplitKernel kernel(int tpt) const {
-      return {HQ,     HKV, D,     PAGE,  MAXP,   page_elems, split,
-              nsplit, tpt, ahead, pages, blocks, bulk,       combine};
+      return {HQ, HKV, D, PAGE, MAXP, page_elems, split, nsplit, tpt, ahead, pages, blocks, bulk};
     }
     std::string split_kernel(int tpt) const { return kernel(tpt).instance(); }
     int smem() const { return kernel(1).smem(); }
@@ -831,7 +828,6 @@ int main(int argc, char** argv) {
       const AttnSplitKernel k = attn_split_for_rows(kernel(1), rows);
       Attn a = *this;
       a.ahead = k.ahead, a.pages = k.pages, a.blocks = k.blocks, a.bulk = k.bulk;
-      a.combine = true;  // as the plan launches it
       return a;
     }
     // The same attention through BULK ring slots a warp at b blocks an SM.
@@ -839,12 +835,6 @@ int main(int argc, char** argv) {
       Attn a = with_blocks(b);
       a.pages = false;
       a.bulk = slots;
-      return a;
-    }
-    // The same kernel with attn_combine folded in (attn_split_combine) or not.
-    Attn combined(bool on = true) const {
-      Attn a = *this;
-      a.combine = on;
       return a;
     }
     std::string combine_kernel() const {
@@ -862,7 +852,7 @@ int main(int argc, char** argv) {
   // MAXP pages of random K/V (pages scattered over the pool).
   struct AttnBuffers {
     void *kv = nullptr, *q = nullptr, *po = nullptr, *pml = nullptr, *out = nullptr, *pos = nullptr,
-         *seq = nullptr, *pt = nullptr, *arrivals = nullptr;
+         *seq = nullptr, *pt = nullptr;
     std::size_t layer_bytes = 0;  // one copy of the K/V pages (a layer's)
     // `copies` copies of the pages, as consecutive layers (kv_layer(c)).
     AttnBuffers(const Attn& at, const std::vector<int>& hpos, const std::vector<int>& hseq, int seqs,
@@ -876,8 +866,6 @@ int main(int argc, char** argv) {
       check(cudaMalloc(&po, rows * HQ * at.nsplit * D * 4), "alloc");
       check(cudaMalloc(&pml, rows * HQ * at.nsplit * 2 * 4), "alloc");
       check(cudaMalloc(&out, rows * HQ * D * 2), "alloc");
-      check(cudaMalloc(&arrivals, rows * HKV * 4), "alloc");  // attn_split_combine's counters
-      cudaMemset(arrivals, 0, rows * HKV * 4);
       std::vector<int> hpt(pages);
       for (std::size_t i = 0; i < pages; ++i) hpt[i] = static_cast<int>((i * 7919) % pages);
       check(cudaMalloc(&pos, rows * 4), "alloc");
@@ -888,21 +876,9 @@ int main(int argc, char** argv) {
       cudaMemcpy(pt, hpt.data(), pages * 4, cudaMemcpyHostToDevice);
     }
     ~AttnBuffers() {
-      for (void* p : {kv, q, po, pml, out, pos, seq, pt, arrivals}) cudaFree(p);
+      for (void* p : {kv, q, po, pml, out, pos, seq, pt}) cudaFree(p);
     }
     void* kv_layer(int c) const { return static_cast<char*>(kv) + layer_bytes * c; }
-  };
-  // One layer of decode attention over `rows` tokens (one a tile) on K/V copy `c`:
-  // attn_split_combine, or attn_split then attn_combine (the combine under PDL unless `combine_pdl`
-  // is false).
-  auto attn_step = [](Module& mod, const Attn& a, const AttnBuffers& m, int rows, int slots, int c,
-                      bool split_pdl, bool combine_pdl) {
-    std::vector<const void*> args = {m.q, m.pos, m.seq, m.pt, m.kv_layer(c), m.po, m.pml};
-    if (a.combine) args.insert(args.end(), {m.out, m.arrivals});
-    mod.launch(a.split_kernel(1), dim3(rows, HKV, slots), 128, args, a.smem(), split_pdl);
-    if (!a.combine)
-      mod.launch(a.combine_kernel(), dim3(rows, HQ), D, {m.po, m.pml, m.pos, m.out}, 0,
-                 combine_pdl);
   };
   auto attn_row = [&](const char* label, const char* shape, double us, double bytes) {
     std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
@@ -929,11 +905,6 @@ int main(int argc, char** argv) {
       v.nsplit = std::min(nsplit, (C + split - 1) / split);
       vars.push_back({" split" + I(split) + "x" + I(v.nsplit), v});
     }
-    // The combine folded into the split kernel (attn_split_combine, change 75) beside the kernels
-    // the plan takes at batch 1 (load-ahead), 16 (bulk2) and 64 (bulk2 or four blocks).
-    for (const std::string which : {"", " load-ahead", " 4 blocks", " bulk2"})
-      for (const auto& [label, v] : std::vector<std::pair<std::string, Attn>>(vars))
-        if (label == which) vars.push_back({label + " fused", v.combined()});
     std::vector<std::string> names;
     for (const auto& [label, v] : vars) {
       names.push_back(v.split_kernel(1));
@@ -952,8 +923,12 @@ int main(int argc, char** argv) {
       std::snprintf(shape, sizeof shape, "B=%d ctx=%d", B, C);
       for (std::size_t vi = 0; vi < vars.size(); ++vi) {
         const Attn& at = vars[vi].second;
+        const std::string &sk = names[2 * vi], &ck = names[2 * vi + 1];
         auto step = [&](int i, bool split_pdl, bool combine_pdl) {
-          attn_step(mod, at, m, B, at.nsplit, i % copies, split_pdl, combine_pdl);
+          mod.launch(sk, dim3(B, HKV, at.nsplit), 128,
+                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, at.smem(),
+                     split_pdl);
+          mod.launch(ck, dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, combine_pdl);
         };
         if (vi == 0)
           attn_row("attn_split+combine alone", shape, median_us([&](int i) { step(i, false, false); }), bytes);
@@ -992,10 +967,7 @@ int main(int argc, char** argv) {
     };
     for (const Attn& a : {at, four}) add_name(a.split_kernel(1));
     for (int B : kBatches)
-      for (const Attn& a : {at, at512}) {
-        add_name(a.planned_for(B).split_kernel(1));
-        add_name(a.planned_for(B).combined(false).split_kernel(1));
-      }
+      for (const Attn& a : {at, at512}) add_name(a.planned_for(B).split_kernel(1));
     for (const auto& b : bulks) add_name(b.second.split_kernel(1));
     Module mod(names);
     for (int B : kBatches) {
@@ -1021,15 +993,15 @@ int main(int argc, char** argv) {
       const Attn& other = four_plan ? at : four;
       auto row = [&](const Attn& a, int slots, const std::string& note) {
         auto step = [&](int i) {
-          attn_step(mod, a, m, B, slots, i % copies, i % kBatch != 0, true);
+          mod.launch(a.split_kernel(1), dim3(B, HKV, slots), 128,
+                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, a.smem(),
+                     i % kBatch != 0);
+          mod.launch(a.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
         };
-        const std::string label =
-            std::string(a.combine ? "attn_split_combine PDL z=" : "attn_split+combine PDL z=") +
-            I(slots) + note;
+        const std::string label = "attn_split+combine PDL z=" + I(slots) + note;
         attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
       };
       for (int slots : zs) row(planned, slots, slots == plan_slots ? " plan" : "");
-      row(planned.combined(false), plan_slots, " plan unfused");  // the plan up to change 75
       if (bulk_plan) row(at, plan_slots, " lanes");  // the plan up to change 66
       row(other, plan_slots, four_plan ? " 3 blocks" : " 4 blocks");
       for (const auto& [label, b] : bulks)

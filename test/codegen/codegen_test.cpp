@@ -128,7 +128,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   }
   const std::set<std::string> expected = {"telos_kernels::embed_gather",
                                           "telos_kernels::rmsnorm",
-                                          "telos_kernels::attn_split_combine",
+                                          "telos_kernels::attn_split",
+                                          "telos_kernels::attn_combine",
                                           "telos_kernels::gemm_small_f32cand",
                                           "telos_kernels::sample",
                                           "telos_kernels::gemm_prefill_residual",
@@ -174,22 +175,22 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(p128[3].at("args")[0], "buf:qkv");
   EXPECT_EQ(p128[3].at("args")[7], "kv:0");
   // Attention in tiles of 8 tokens (G = 2: 16 MMA rows) in prefill, one token per block in decode.
-  EXPECT_EQ(instance_of(p128[4]).rfind("telos_kernels::attn_split_combine<4, 2, 32, ", 0), 0u);
+  EXPECT_EQ(instance_of(p128[4]).rfind("telos_kernels::attn_split<4, 2, 32, ", 0), 0u);
   // Four blocks an SM: the bucket's split rows reach kAttnSplitFourBlocksMinRows.
   EXPECT_EQ(instance_of(p128[4]).substr(instance_of(p128[4]).size() - 20), ", 8, false, true, 4>");
   // One partial slot: max_seq_len 256 is one split.
   EXPECT_EQ(p128[4].at("grid"), nlohmann::ordered_json({128 / 8, 2, 1}));
-  EXPECT_EQ(instance_of(p128[5]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
-  EXPECT_EQ(p128[5].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
-                                                        "tmap:w:layers.0.o:128:128:256:64",
-                                                        "tmap:buf:x:128:128:64:32"}));
-  EXPECT_EQ(p128[5].at("grid"), nlohmann::ordered_json({1, 1, 1}));
-  EXPECT_EQ(instance_of(p128[7]), "telos_kernels::gemm_prefill_swiglu<128, 256, 128>");
-  EXPECT_EQ(p128[7].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
-                                                        "tmap:w:layers.0.gate_up:512:128:128:64",
-                                                        "tmap:buf:act:128:256:64:64"}));
-  EXPECT_EQ(p128[7].at("grid"), nlohmann::ordered_json({2, 1, 1}));
-  EXPECT_EQ(instance_of(p128[8]), "telos_kernels::gemm_prefill_residual<128, 128, 256>");
+  EXPECT_EQ(instance_of(p128[6]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
+  EXPECT_EQ(p128[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
+                                                "tmap:w:layers.0.o:128:128:256:64",
+                                                "tmap:buf:x:128:128:64:32"}));
+  EXPECT_EQ(p128[6].at("grid"), nlohmann::ordered_json({1, 1, 1}));
+  EXPECT_EQ(instance_of(p128[8]), "telos_kernels::gemm_prefill_swiglu<128, 256, 128>");
+  EXPECT_EQ(p128[8].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
+                                                "tmap:w:layers.0.gate_up:512:128:128:64",
+                                                "tmap:buf:act:128:256:64:64"}));
+  EXPECT_EQ(p128[8].at("grid"), nlohmann::ordered_json({2, 1, 1}));
+  EXPECT_EQ(instance_of(p128[9]), "telos_kernels::gemm_prefill_residual<128, 128, 256>");
   // Prefill 64: one 64-token tile, 32 weight rows per CTA (SwiGLU: 32 gate and 32 up rows), the
   // weights through maps of 32-row boxes, bf16 outputs through plain pointers.
   const auto& p64 = buckets[5].at("launches");
@@ -198,21 +199,19 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
                                                        "tmap:w:layers.0.qkv:256:128:32:64", "buf:qkv"}));
   EXPECT_EQ(p64[2].at("grid"), nlohmann::ordered_json({1, 8, 1}));
   EXPECT_EQ(instance_of(p64[3]), instance_of(p128[3]));
-  EXPECT_EQ(instance_of(p64[5]), "telos_kernels::gemm_small_residual<64, 128, 128, 32, 2>");
-  EXPECT_EQ(p64[5].at("args"),
-            nlohmann::ordered_json(
-                {"tmap:buf:attn:64:128:64:64", "tmap:w:layers.0.o:128:128:32:64", "buf:x"}));
-  EXPECT_EQ(instance_of(p64[7]), "telos_kernels::gemm_small_swiglu<64, 256, 128, 64, 2>");
-  EXPECT_EQ(p64[7].at("args"),
-            nlohmann::ordered_json(
-                {"tmap:buf:h:64:128:64:64", "tmap:w:layers.0.gate_up:512:128:32:64", "buf:act"}));
-  EXPECT_EQ(p64[7].at("grid"), nlohmann::ordered_json({1, 8, 1}));
-  EXPECT_EQ(instance_of(p64[8]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 4>");
+  EXPECT_EQ(instance_of(p64[6]), "telos_kernels::gemm_small_residual<64, 128, 128, 32, 2>");
+  EXPECT_EQ(p64[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:64:128:64:64",
+                                                       "tmap:w:layers.0.o:128:128:32:64", "buf:x"}));
+  EXPECT_EQ(instance_of(p64[8]), "telos_kernels::gemm_small_swiglu<64, 256, 128, 64, 2>");
+  EXPECT_EQ(p64[8].at("args"), nlohmann::ordered_json({"tmap:buf:h:64:128:64:64",
+                                                       "tmap:w:layers.0.gate_up:512:128:32:64", "buf:act"}));
+  EXPECT_EQ(p64[8].at("grid"), nlohmann::ordered_json({1, 8, 1}));
+  EXPECT_EQ(instance_of(p64[9]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 4>");
   // Decode at 8 tokens: the norms fold into the QKV and gate/up GEMMs (A = RMSNorm(x) in the
   // kernel, no rmsnorm launch, the stages hold weights only); the o projection's activations come
   // in boxes of the bucket's 8 rows, not 64 (the kernel expects that many bytes per stage).
   const auto& d8 = buckets[0].at("launches");
-  ASSERT_EQ(d8.size(), 1u + 6u * 2u + 3u);  // embed, 6 a layer, final norm, LM head, sample
+  ASSERT_EQ(d8.size(), 1u + 7u * 2u + 3u);  // embed, 7 a layer, final norm, LM head, sample
   EXPECT_EQ(instance_of(d8[1]).rfind("telos_kernels::gemm_small_norm_bf16<8, 256, 128, 32, ", 0), 0u);
   EXPECT_EQ(d8[1].at("args"), nlohmann::ordered_json({"buf:x", "w:layers.0.attn_norm",
                                                       "tmap:w:layers.0.qkv:256:128:32:64", "buf:qkv"}));
@@ -221,11 +220,10 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   // page ids loaded when it starts.
   EXPECT_EQ(instance_of(d8[3]).substr(instance_of(d8[3]).size() - 16), ", 1, true, true>");
   EXPECT_EQ(d8[3].at("grid"), nlohmann::ordered_json({8, 2, 1}));
-  EXPECT_EQ(d8[4].at("args")[0], "tmap:buf:attn:8:128:8:64");
-  EXPECT_EQ(instance_of(d8[5]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0),
-            0u);
-  EXPECT_EQ(d8[5].at("args")[0], "buf:x");
-  EXPECT_EQ(d8[5].at("args")[1], "w:layers.0.mlp_norm");
+  EXPECT_EQ(d8[5].at("args")[0], "tmap:buf:attn:8:128:8:64");
+  EXPECT_EQ(instance_of(d8[6]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
+  EXPECT_EQ(d8[6].at("args")[0], "buf:x");
+  EXPECT_EQ(d8[6].at("args")[1], "w:layers.0.mlp_norm");
   // Decode at 1 token: each layer is one persistent launch (decode_layer_persistent), a CTA per SM.
   ASSERT_EQ(buckets[3].at("size"), 1);
   const auto& d1 = buckets[3].at("launches");
@@ -241,7 +239,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(layer_args[13], "buf:x");
   EXPECT_EQ(layer_args[20], "buf:layer_sync");
   EXPECT_EQ(instance_of(d1[2]), instance_of(d1[1]));  // the same instance for every layer
-  EXPECT_EQ(p128[8].at("args")[2], "tmap:buf:x:128:128:64:32");
+  EXPECT_EQ(p128[9].at("args")[2], "tmap:buf:x:128:128:64:32");
   for (const auto& e : k.kernels) {
     const std::string instance = e.at("instance");
     const bool prefill = instance.rfind("telos_kernels::gemm_prefill", 0) == 0;
@@ -623,7 +621,7 @@ TEST(Codegen, AttentionTokensPerTile) {
   // 64 split rows in tiles of 4 run four blocks an SM. The others load a split's page ids when it
   // starts (PAGE_AHEAD: pages of 16 positions).
   const KernelPlan plan = plan_kernels(llama_1b());
-  const std::string prefix = "telos_kernels::attn_split_combine<32, 8, 64, 16, 512, " +
+  const std::string prefix = "telos_kernels::attn_split<32, 8, 64, 16, 512, " +
                              std::to_string(2LL * 16 * 8 * 16 * 64) + "ll, 256, 32, " +
                              float_literal(1.4426950408889634 / 8.0) + ", ";
   int seen_prefill = 0, seen_decode = 0;
@@ -656,12 +654,12 @@ TEST(Codegen, AttentionTokensPerTile) {
 // (G = 8: four blocks an SM from kAttnSplitFourBlocksMinRows rows).
 TEST(Codegen, AttnSplitBulkInBucketsOfSixteenRowsOrMore) {
   auto split_kernels = [](const CodegenInput& in) {
-    std::map<int, KernelInstance> by_bucket;  // decode bucket size -> its attn_split_combine
+    std::map<int, KernelInstance> by_bucket;  // decode bucket size -> its attn_split
     const KernelPlan plan = plan_kernels(in);
     for (const BucketProgram& b : plan.buckets)
       for (const Launch& l : b.launches)
         if (b.kind == "decode" &&
-            plan.kernels[l.kernel].instance.find("attn_split_combine<") != std::string::npos)
+            plan.kernels[l.kernel].instance.find("attn_split<") != std::string::npos)
           by_bucket[b.size] = plan.kernels[l.kernel];
     return by_bucket;
   };
@@ -731,11 +729,12 @@ TEST(Codegen, PromptRowsOfPrefillBucketsRunOnAttnPrefill) {
           EXPECT_EQ(l.grid, (std::array<int, 3>{8, 512 / 32, 1}));
           EXPECT_EQ(plan.kernels[l.kernel].block, kAttnPrefillThreads);
           EXPECT_EQ(plan.kernels[l.kernel].dynamic_smem, attn_prefill_smem(64));
-          ASSERT_GE(i, 1u);  // after the split kernel, whose zeros it overwrites for prompt rows
-          EXPECT_NE(plan.kernels[b.launches[i - 1].kernel].instance.find("attn_split_combine"),
+          ASSERT_GE(i, 2u);  // after the split kernels, whose zeros it overwrites for prompt rows
+          EXPECT_NE(plan.kernels[b.launches[i - 1].kernel].instance.find("attn_combine"),
                     std::string::npos);
           ++prompt_launches;
-        } else if (instance.find("attn_split") != std::string::npos) {
+        } else if (instance.find("attn_split") != std::string::npos ||
+                   instance.find("attn_combine") != std::string::npos) {
           EXPECT_EQ(positions_arg(plan, l),
                     b.kind == "prefill" ? "desc:split_positions" : "desc:positions");
         }
@@ -756,63 +755,49 @@ TEST(Codegen, PromptRowsOfPrefillBucketsRunOnAttnPrefill) {
 }
 
 // A prefill step's generated rows are its first, at most max_batch of them (the engine packs them
-// so: executor/gpu/step_descriptor.hpp): the split kernel of a prefill bucket that has
-// attn_prefill covers min(T, max_batch) rows in whole tiles of TPT (its combine writes the tiles'
-// prompt and padding rows as zeros, which attn_prefill, launched after it, overwrites), not the
-// bucket's T; decode buckets, and prefill buckets without attn_prefill (head dim 32), keep all T
-// rows. The split kernel is attn_split_combine, whose combine writes buf:attn, with one arrival
-// counter a tile and KV head (buf:attn_arrivals, sized for the largest bucket's).
+// so: executor/gpu/step_descriptor.hpp): the split kernels of a prefill bucket that has
+// attn_prefill cover min(T, max_batch) rows (attn_split in whole tiles of TPT), not the bucket's T;
+// decode buckets, and prefill buckets without attn_prefill (head dim 32), keep all T rows.
 TEST(Codegen, SplitKernelsOfPrefillBucketsCoverTheGeneratedRowsOnly) {
-  // attn_split_combine's grid x of each bucket, by kind and size; checks that every layer of a
-  // bucket has the same, and its output and counters.
-  const auto split_grids =
-      [](const KernelPlan& plan) -> std::map<std::pair<std::string, int>, int> {
-    std::map<std::pair<std::string, int>, int> grids;
+  // {attn_split's grid x, attn_combine's grid x} of each bucket, by kind and size; checks that
+  // every layer of a bucket has the same.
+  const auto split_grids = [](const KernelPlan& plan) {
+    std::map<std::pair<std::string, int>, std::pair<int, int>> grids;
     for (const BucketProgram& b : plan.buckets) {
-      std::set<int> split;
+      std::set<int> split, combine;
       for (const Launch& l : b.launches) {
         const std::string& instance = plan.kernels[l.kernel].instance;
-        EXPECT_EQ(instance.find("attn_combine<"), std::string::npos);
-        if (instance.find("attn_split_combine<") == std::string::npos) continue;
-        split.insert(l.grid[0]);
-        if (l.args.size() != 9u) {
-          ADD_FAILURE() << "attn_split_combine with " << l.args.size() << " arguments";
-          continue;
-        }
-        EXPECT_EQ(l.args[7], "buf:attn");
-        EXPECT_EQ(l.args[8], "buf:attn_arrivals");
+        if (instance.find("attn_split<") != std::string::npos) split.insert(l.grid[0]);
+        if (instance.find("attn_combine<") != std::string::npos) combine.insert(l.grid[0]);
       }
-      if (split.empty()) continue;  // decode_layer_persistent
+      if (split.empty() && combine.empty()) continue;  // decode_layer_persistent
       EXPECT_EQ(split.size(), 1u) << b.kind << " " << b.size;
-      grids[{b.kind, b.size}] = *split.begin();
+      EXPECT_EQ(combine.size(), 1u) << b.kind << " " << b.size;
+      grids[{b.kind, b.size}] = {*split.begin(), *combine.begin()};
     }
     return grids;
   };
-  const auto counters = [](const KernelPlan& plan) -> std::int64_t {
-    for (const auto& a : plan.arena)
-      if (a.name == "attn_arrivals") return a.bytes / 4;
-    return -1;
-  };
-  using Grids = std::map<std::pair<std::string, int>, int>;
-  CodegenInput in = llama_1b();  // G = 4: TPT 4 in prefill buckets; max_batch 64; 8 KV heads
+  using Grids = std::map<std::pair<std::string, int>, std::pair<int, int>>;
+  CodegenInput in = llama_1b();  // G = 4: TPT 4 in prefill buckets; max_batch 64
   in.prefill_buckets = {32, 512};
-  EXPECT_EQ(split_grids(plan_kernels(in)), (Grids{{{"prefill", 512}, 64 / 4},
-                                                  {{"prefill", 32}, 32 / 4},  // T below max_batch
-                                                  {{"decode", 6}, 6},
-                                                  {{"decode", 64}, 64}}));
-  EXPECT_EQ(counters(plan_kernels(in)), 64 * 8);  // decode:64's 64 tiles of one token
+  EXPECT_EQ(split_grids(plan_kernels(in)),
+            (Grids{{{"prefill", 512}, {64 / 4, 64}},
+                   {{"prefill", 32}, {32 / 4, 32}},  // T below max_batch: all T rows
+                   {{"decode", 6}, {6, 6}},
+                   {{"decode", 64}, {64, 64}}}));
   // max_batch 6: two tiles of 4 rows, the second's last two rows prompt or padding (-1 in
-  // desc:split_positions).
+  // desc:split_positions, written by no split kernel).
   in.max_batch = 6;
   in.decode_buckets = {1, 6};
-  EXPECT_EQ(split_grids(plan_kernels(in)),
-            (Grids{{{"prefill", 512}, 2}, {{"prefill", 32}, 2}, {{"decode", 6}, 6}}));
-  EXPECT_EQ(counters(plan_kernels(in)), 6 * 8);
+  EXPECT_EQ(
+      split_grids(plan_kernels(in)),
+      (Grids{{{"prefill", 512}, {2, 6}}, {{"prefill", 32}, {2, 6}}, {{"decode", 6}, {6, 6}}}));
   // Head dim 32 (attn_prefill does not take it): the split kernels have every row of every bucket.
   const KernelPlan tiny_plan = plan_kernels(tiny("llama"));
   for (const auto& [bucket, grid] : split_grids(tiny_plan)) {
     const int tpt = attn_tokens_per_tile(bucket.first == "prefill", bucket.second, 2);
-    EXPECT_EQ(grid, bucket.second / tpt) << bucket.first << " " << bucket.second;
+    EXPECT_EQ(grid, std::make_pair(bucket.second / tpt, bucket.second))
+        << bucket.first << " " << bucket.second;
   }
 }
 

@@ -940,13 +940,12 @@ struct AttnShape {
 
 // The attn_split instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, loading
 // ahead (LOAD_AHEAD) or not, with a split's page ids loaded at its start (PAGE_AHEAD) or not, at
-// `blocks` blocks an SM (0: the default) and through `bulk` BULK ring slots a warp (0: none);
-// `combine`: attn_split_combine, the same with attn_combine folded in.
+// `blocks` blocks an SM (0: the default) and through `bulk` BULK ring slots a warp (0: none).
 std::string attn_split_instance(const AttnShape& s, long long page_elems, int tpt,
                                 bool ahead = false, bool pages = false, int blocks = 0,
-                                int bulk = 0, bool combine = false) {
+                                int bulk = 0) {
   return codegen::AttnSplitKernel{s.HQ,     s.HKV, s.D,   s.PAGE, s.MAXP, page_elems, s.SPLIT,
-                                  s.NSPLIT, tpt,   ahead, pages,  blocks, bulk,       combine}
+                                  s.NSPLIT, tpt,   ahead, pages,  blocks, bulk}
       .instance();
 }
 std::string attn_combine_instance(const AttnShape& s) {
@@ -1104,11 +1103,6 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
 // item's last chunks beside the next one's first; the
 // shape of 270 pages gives a warp more than 32 chunks in an item, past its first window of page
 // ids; the last has Qwen2.5-1.5B's G = 6, which the plan runs on BULK from 16 rows).
-// attn_split_combine (the plan's: the combine folded into the split kernel's last block a tile
-// and KV head) in tiles and single tokens, on one block along the slots and on all of them, with
-// LOAD_AHEAD, PAGE_AHEAD and BULK: outputs and partials memcmp-identical to attn_split +
-// attn_combine, launched twice (the second finds its arrival counters back at zero) and leaving
-// every counter zero.
 TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int LAYERS = 2, LAYER = 1;
@@ -1128,7 +1122,6 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       bool pages = false;
       int blocks = 0;
       int bulk = 0;
-      bool combine = false;  // attn_split_combine
     };
     std::vector<Variant> variants = {{1, false, NSPLIT}, {1, true, NSPLIT},     {2, false, NSPLIT},
                                      {1, false, 1},      {1, true, NSPLIT - 1}, {2, false, 1}};
@@ -1149,18 +1142,10 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
                                                    {1, false, 1, false, 2, 3},
                                                    {1, false, NSPLIT - 1, false, 2, 4}})
         variants.push_back(v);
-    for (Variant v : std::vector<Variant>{{1, false, NSPLIT},
-                                          {1, true, NSPLIT - 1, PAGE % 16 == 0},
-                                          {16 / G, false, 1, PAGE % 16 == 0},
-                                          {2, false, NSPLIT}}) {
-      v.combine = true;
-      variants.push_back(v);
-    }
-    if (PAGE == 16) variants.push_back({1, false, 1, false, 3, 2, true});
     std::vector<std::string> instances = {attn_combine_instance(s)};
     for (const Variant& v : variants)
       instances.push_back(
-          attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages, v.blocks, v.bulk, v.combine));
+          attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages, v.blocks, v.bulk));
     // BULK's slots are waited for on mbarriers: a wait that never completes traps (a failed
     // launch) instead of hanging the run.
     TestModule mod("#define HEXEL_DEBUG_WAIT_LIMIT 100000000\n" + source_with_rope(), instances);
@@ -1209,39 +1194,26 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
 
     std::vector<float> po1, ml1;
     bf16v out1;
-    // attn_split_combine's arrival counters, a tile and KV head (tiles of one token: the most).
-    DeviceBuffer<unsigned> arrivals(std::vector<unsigned>(static_cast<std::size_t>(T) * s.HKV, 0u));
     for (const Variant& v : variants) {
       const int tpt = v.tpt;
       a.part_o.poison();
       a.part_ml.poison();
       a.out.poison();
       const std::string split =
-          attn_split_instance(s, page_elems, tpt, v.ahead, v.pages, v.blocks, v.bulk, v.combine);
-      std::vector<const void*> args = {a.q.get(), a.pos.get(),    a.seq.get(),    a.pt.get(),
-                                       kv_layer,  a.part_o.get(), a.part_ml.get()};
-      if (v.combine) args.insert(args.end(), {a.out.get(), arrivals.get()});
-      const int smem = v.bulk ? codegen::attn_split_ring_bytes(PAGE, s.D, v.bulk) : 0;
-      // attn_split_combine twice: the second launch finds the first's counters back at zero.
-      for (int run = 0; run < (v.combine ? 2 : 1); ++run) {
-        if (run == 1) a.out.poison();
-        CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, v.slots), 128, args, smem));
-      }
-      if (v.combine) {
-        for (unsigned c : arrivals.download())
-          ASSERT_EQ(c, 0u) << "an arrival counter left nonzero";
-      } else {
-        CUDA_OK(mod.launch(attn_combine_instance(s), dim3(T, s.HQ), s.D,
-                           {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
-      }
+          attn_split_instance(s, page_elems, tpt, v.ahead, v.pages, v.blocks, v.bulk);
+      CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, v.slots), 128,
+                         {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(),
+                          a.part_ml.get()},
+                         v.bulk ? codegen::attn_split_ring_bytes(PAGE, s.D, v.bulk) : 0));
+      CUDA_OK(mod.launch(attn_combine_instance(s), dim3(T, s.HQ), s.D,
+                         {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
       const auto po = a.part_o.download(), ml = a.part_ml.download();
       const auto out = a.out.download();
       const std::string opts =
           std::string(v.ahead ? " load-ahead" : "") + (v.pages ? " page-ahead" : "") +
           (v.bulk ? " bulk " + I(v.bulk) : "") + (v.blocks ? " blocks " + I(v.blocks) : "") +
-          (v.slots != NSPLIT ? " slots " + I(v.slots) : "") + (v.combine ? " combined" : "");
-      if (tpt == 1 && !v.ahead && !v.pages && !v.blocks && !v.bulk && v.slots == NSPLIT &&
-          !v.combine) {
+          (v.slots != NSPLIT ? " slots " + I(v.slots) : "");
+      if (tpt == 1 && !v.ahead && !v.pages && !v.blocks && !v.bulk && v.slots == NSPLIT) {
         expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
         po1 = po, ml1 = ml, out1 = out;
         continue;
