@@ -8,7 +8,8 @@
 // last token's heads 0 and 31 checked against f64 (relative L2 error printed), then timed under
 // load (bench_support.hpp, steady_event_ms), one line per case and variant: "telos attn_prefill T
 // HQ HKV D MS REL_ERR" (with the overlaps; attn_prefill_plain: without them, the plan's kernel
-// since run W in docs/perf-log.md; attn_prefill_plain_qsplit: the plain order with Q in two bf16
+// since run W in docs/perf-log.md; attn_prefill_noturns: the overlaps within a warpgroup without
+// the ping-pong turns; attn_prefill_plain_qsplit: the plain order with Q in two bf16
 // parts, Q_SPLIT, its reference from q in f32, the others' from q rounded to bf16 as they round
 // it): a process of our kernels only, for profilers (ncu).
 //
@@ -55,13 +56,18 @@ constexpr int kThreads = telos::codegen::kAttnPrefillThreads;
 const int kSmem = telos::codegen::attn_prefill_smem(kD);
 
 // With the overlaps (OVERLAP) and the plain order the plan uses (no softmax / P·V overlap, no
-// ping-pong): what the overlaps are worth; Q_SPLIT (the plain order only): what Q_lo's wgmmas cost.
-std::string instance(bool overlap, bool q_split = false) {
+// ping-pong): what the overlaps are worth; the overlap within a warpgroup without the ping-pong
+// turns (TURNS false); Q_SPLIT (the plain order only): what Q_lo's wgmmas cost.
+std::string instance(bool overlap, bool q_split = false, bool turns = true) {
   return "telos_kernels::attn_prefill<" + std::to_string(kHQ) + ", " + std::to_string(kHKV) + ", " +
          std::to_string(kD) + ", " + std::to_string(kPage) + ", " + std::to_string(kMaxP) + ", " +
          std::to_string(kPageElems) + "ll, " +
          float_literal(1.4426950408889634 / std::sqrt(double(kD))) + ", " + std::to_string(kTpt) +
-         (overlap ? ", true" : ", false") + (q_split ? ", true>" : ">");
+         (overlap ? ", true" : ", false") +
+         (q_split ? ", true"
+          : turns ? ""
+                  : ", false") +
+         (turns ? ">" : ", false>");
 }
 
 float from_bf16(std::uint16_t h) {
@@ -81,7 +87,8 @@ std::uint16_t to_bf16(float f) {
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--compile-only") {
-    const std::vector<std::string> names = {instance(true), instance(false), instance(false, true)};
+    const std::vector<std::string> names = {instance(true), instance(false), instance(false, true),
+                                            instance(true, false, false)};
     const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names,
                                             CompileCache::default_root());
     save_bench_cubin(argv[2], m, names);
@@ -95,9 +102,10 @@ int main(int argc, char** argv) {
   check(loaded.status, "load");
   cudaLibrary_t lib = loaded.lib;
   const std::map<std::string, std::string>& lowered = loaded.lowered;
-  auto kernel = [&](bool overlap, bool q_split) {
+  auto kernel = [&](bool overlap, bool q_split, bool turns) {
     cudaKernel_t k = nullptr;
-    check(cudaLibraryGetKernel(&k, lib, lowered.at(instance(overlap, q_split)).c_str()), "kernel");
+    check(cudaLibraryGetKernel(&k, lib, lowered.at(instance(overlap, q_split, turns)).c_str()),
+          "kernel");
     const void* fn = reinterpret_cast<const void*>(k);
     check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "smem");
     return fn;
@@ -172,8 +180,14 @@ int main(int argc, char** argv) {
           refs[exact_q].emplace_back(row, std::move(ref));
         }
     // The plain order first: if the overlapped kernel fails, its figure is still there.
-    for (const auto& [overlap, q_split] : {std::pair{false, false}, {false, true}, {true, false}}) {
-      const void* fn = kernel(overlap, q_split);
+    struct Variant {
+      bool overlap, q_split, turns;
+    };
+    for (const auto& [overlap, q_split, turns] : {Variant{false, false, true},
+                                                  {false, true, true},
+                                                  {true, false, true},
+                                                  {true, false, false}}) {
+      const void* fn = kernel(overlap, q_split, turns);
       std::vector<const void*> args = {dq, dpos, dseq, dpt, dkv, dmap, dout};
       std::vector<void*> params;
       for (auto& a : args) params.push_back(&a);
@@ -197,7 +211,7 @@ int main(int argc, char** argv) {
       }
       const float ms = steady_event_ms(launch, check);
       std::printf("telos %s %d %d %d %d %.4f %.2e\n",
-                  overlap   ? "attn_prefill"
+                  overlap   ? (turns ? "attn_prefill" : "attn_prefill_noturns")
                   : q_split ? "attn_prefill_plain_qsplit"
                             : "attn_prefill_plain",
                   T, kHQ, kHKV, kD, ms, std::sqrt(num / den));

@@ -4,11 +4,12 @@
 
 Loads CUBIN and CUBIN.names (what `telos-attn-prefill-bench --compile-only` writes: attn_prefill
 on Llama-3.1-8B's head shape, 32 query heads, 8 KV heads, D = 128, pages of 16 positions, tiles of
-32 tokens; the plan's plain order, the overlapped one and the plain order with Q in two bf16
-parts) through the driver API (prefill_gemm_torch.Driver), and for one sequence of T = 4096,
+32 tokens; the plan's plain order, the overlapped one, the overlapped one without its ping-pong
+turns (TURNS false) and the plain order with Q in two bf16 parts) through the driver API
+(prefill_gemm_torch.Driver), and for one sequence of T = 4096,
 8192, 16384 prompt tokens (q in f32 [T, HQ, D] as the engine's QKV epilogue leaves it, K/V in a
 paged pool, the pages in a shuffled order, read through the tensor map the engine builds for
-`tmap:kv:`, docs/artifact.md) times our three kernels and
+`tmap:kv:`, docs/artifact.md) times our four kernels and
 torch.nn.functional.scaled_dot_product_attention(is_causal=True) with each backend (flash,
 efficient, cudnn through torch.nn.attention.sdpa_kernel, on contiguous bf16 q [1, HQ, T, D], k
 and v [1, HKV, T, D]: enable_gqa=True where the backend takes it, else K/V repeated to HQ heads;
@@ -67,10 +68,13 @@ def main():
     for line in open(cubin + ".names"):
         inst, entry = line.rstrip("\n").split("\t")
         m = re.fullmatch(r"telos_kernels::attn_prefill<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)ll, "
-                         r"[^,]+, (\d+)(?:, (true|false))?(?:, (true|false))?>", inst)
+                         r"[^,]+, (\d+)(?:, (true|false))?(?:, (true|false))?(?:, (true|false))?>", inst)
         hq, hkv, d, page, maxp, page_elems, tpt = (int(m.group(i)) for i in range(1, 8))
-        # OVERLAP defaults to true, Q_SPLIT to false (attention_prefill.cuh)
-        name = "overlapped" if m.group(8) in (None, "true") else "Q_SPLIT" if m.group(9) == "true" else "plan"
+        # OVERLAP defaults to true, Q_SPLIT to false, TURNS to true (attention_prefill.cuh)
+        if m.group(8) in (None, "true"):
+            name = "overlapped" if m.group(10) in (None, "true") else "no turns"
+        else:
+            name = "Q_SPLIT" if m.group(9) == "true" else "plan"
         kernels[name] = drv.function(module, entry, smem(d))
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                 ("cudnn", SDPBackend.CUDNN_ATTENTION)]
@@ -80,9 +84,10 @@ def main():
     for r in range(rounds):
         print(f"round {r + 1}: telos and torch SDPA interleaved in one process "
               f"(torch {torch.__version__}, {torch.cuda.get_device_name()})")
-        print("| T | telos (plan: plain) ms | TFLOP/s | rel err | overlapped TFLOP/s | plain Q_SPLIT TFLOP/s | "
-              + " | ".join(f"{n} ms" for n, _ in backends) + " | fastest | TFLOP/s | fastest/telos |")
-        print("|---|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
+        print("| T | telos (plan: plain) ms | TFLOP/s | rel err | overlapped TFLOP/s | overlapped, no turns "
+              "TFLOP/s | plain Q_SPLIT TFLOP/s | " + " | ".join(f"{n} ms" for n, _ in backends)
+              + " | fastest | TFLOP/s | fastest/telos |")
+        print("|---|---|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
         for t in (4096, 8192, 16384):
             q = torch.randn(t, hq, d, device="cuda")
             k = torch.randn(hkv, t, d, device="cuda", dtype=torch.bfloat16)
@@ -129,7 +134,8 @@ def main():
                 cells[n] = f"{ms[n]:.3f} ({how})"
             ratio = ms[best] / ms["plan"]
             ratios.setdefault(t, []).append(ratio)
-            print(f"| {t} | {ms['plan']:.3f} | {tf('plan')} | {err:.1e} | {tf('overlapped')} | {tf('Q_SPLIT')} | "
+            print(f"| {t} | {ms['plan']:.3f} | {tf('plan')} | {err:.1e} | {tf('overlapped')} | {tf('no turns')} | "
+                  f"{tf('Q_SPLIT')} | "
                   + " | ".join(cells[n] for n, _ in backends) + f" | {best} | {tf(best)} | {ratio:.3f} |")
             del q, k, v, pool, kv_map, out, qb, peers, calls, ours
             torch.cuda.empty_cache()

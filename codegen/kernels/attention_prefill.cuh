@@ -80,7 +80,10 @@
 // P·V is on the tensor cores (FlashAttention-3's intra-warpgroup overlap), and the two consumer
 // warpgroups take turns issuing their wgmmas (ping-pong on named barriers 3 and 4), so one's
 // softmax overlaps the other's products; each row still sees the same operations in the same
-// order.
+// order. TURNS false (with OVERLAP): the overlap within a warpgroup only, no ping-pong (the
+// warpgroups issue when ready, as in the plain order; session 26's question: whether the turns
+// are what keep the overlapped order under the plain one, docs/perf-log.md change 74). Loads and
+// scheduling only: the same bits.
 //
 // Q_SPLIT: S = Q_hi·Kᵀ + Q_lo·Kᵀ with Q_hi = bf16(q) (the staged Q) and Q_lo = bf16(q - Q_hi), so
 // a score carries ~16 bits of q's mantissa instead of 8: rounding q to bf16 moves a score by up to
@@ -155,7 +158,7 @@ __device__ __forceinline__ float ex2(float x) {
 // dividing the key block. Launch: grid (HKV, T / TPT), AttnPrefill<D>::kThreads threads,
 // AttnPrefill<D>::kSmemBytes dynamic shared memory (the same with Q_SPLIT).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2,
-          int TPT, bool OVERLAP = true, bool Q_SPLIT = false>
+          int TPT, bool OVERLAP = true, bool Q_SPLIT = false, bool TURNS = true>
 __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     attn_prefill(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                  const bf16* kv_layer, const hexel::TensorMap* kv_map, bf16* out) {
@@ -389,7 +392,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     }
 
     const auto q_desc = wgmma::kmajor_desc(sq + cw * 64 * 128, Swizzle::B128);
-    if constexpr (OVERLAP) {
+    if constexpr (OVERLAP && TURNS) {
       if (cw == 1) named_barrier_arrive(3, 256);  // warpgroup 0 issues first
     }
     mbarrier::StageRing<S> ring;
@@ -540,8 +543,12 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         // have the tensor cores. Both run the same number of phases (the same segments and
         // blocks); warpgroup 1 grants the first turn (see above the segment loop) and
         // warpgroup 0 takes the last arrival at the end.
-        auto turn_begin = [&] { named_barrier_sync(3 + cw, 256); };
-        auto turn_end = [&] { named_barrier_arrive(3 + (1 - cw), 256); };
+        auto turn_begin = [&] {
+          if constexpr (TURNS) named_barrier_sync(3 + cw, 256);
+        };
+        auto turn_end = [&] {
+          if constexpr (TURNS) named_barrier_arrive(3 + (1 - cw), 256);
+        };
         unsigned pst = ring.index, pphase = ring.phase;  // the stage whose P·V is pending
         {
           float sc[BN / 2];
@@ -615,7 +622,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
               pack_bf16x2(o[4 * n + 2] * inv1, o[4 * n + 3] * inv1);
       }
     }
-    if constexpr (OVERLAP) {
+    if constexpr (OVERLAP && TURNS) {
       if (cw == 0) named_barrier_sync(3, 256);  // warpgroup 1's last arrival
     }
   }

@@ -983,6 +983,14 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
       head_dim[names.back()] = d;
       q_split.insert(names.back());
     }
+  // The overlaps without the ping-pong turns (TURNS false).
+  for (const int d : {64, 128}) {
+    names.push_back("telos_kernels::attn_prefill<32, 8, " + std::to_string(d) + ", 16, 512, " +
+                    std::to_string(2LL * 2 * 8 * 16 * d) + "ll, " +
+                    float_literal(1.4426950408889634 / std::sqrt(double(d))) +
+                    ", 32, true, false, false>");
+    head_dim[names.back()] = d;
+  }
   const CompiledModule m =
       compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
   EXPECT_EQ(m.log.find("C7513"), std::string::npos) << m.log;

@@ -1243,13 +1243,18 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
 // (grid (HKV, T / TPT), 384 threads) and its dynamic shared memory (codegen::attn_prefill_smem, the
 // plan's statement of AttnPrefill<D>::kSmemBytes).
 // OVERLAP false: the softmax does not overlap the P·V (the same bits by construction). Q_SPLIT:
-// scores from Q in two bf16 parts (hi + lo).
+// scores from Q in two bf16 parts (hi + lo). TURNS false (with OVERLAP): no ping-pong between the
+// consumer warpgroups.
 std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int tpt,
-                                  bool overlap = true, bool q_split = false) {
+                                  bool overlap = true, bool q_split = false, bool turns = true) {
   return "telos_kernels::attn_prefill<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
          I(s.PAGE) + ", " + I(s.MAXP) + ", " + I(page_elems) + "ll, " +
          float_literal(1.4426950408889634 / std::sqrt(double(s.D))) + ", " + I(tpt) +
-         (overlap ? ", true" : ", false") + (q_split ? ", true>" : ">");
+         (overlap ? ", true" : ", false") +
+         (q_split ? ", true"
+          : turns ? ""
+                  : ", false") +
+         (turns ? ">" : ", false>");
 }
 // The tests' source: a wait that never completes traps (a failed launch) instead of hanging the
 // run.
@@ -1304,8 +1309,8 @@ struct PagedKv {
 // the pool's end, boxes of a page); returns the output (poisoned before the launch).
 bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, int tpt,
                        const std::vector<float>& q, const std::vector<int>& positions,
-                       const std::vector<int>& token_seq, bool overlap = true,
-                       bool q_split = false) {
+                       const std::vector<int>& token_seq, bool overlap = true, bool q_split = false,
+                       bool turns = true) {
   const AttnShape& s = pool.s;
   const int T = static_cast<int>(positions.size());
   EXPECT_EQ(T % tpt, 0);
@@ -1317,11 +1322,12 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
       dkv.get() + pool.layer_offset(),
       static_cast<int>((static_cast<long long>(kv.size()) - pool.layer_offset()) / s.D), s.D,
       s.PAGE);
-  const cudaError_t e = mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap, q_split),
-                                   dim3(s.HKV, T / tpt), 384,
-                                   {dq.get(), dpos.get(), dseq.get(), dpt.get(),
-                                    dkv.get() + pool.layer_offset(), kv_map.get(), out.get()},
-                                   codegen::attn_prefill_smem(s.D));
+  const cudaError_t e =
+      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap, q_split, turns),
+                 dim3(s.HKV, T / tpt), 384,
+                 {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(),
+                  kv_map.get(), out.get()},
+                 codegen::attn_prefill_smem(s.D));
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   return out.download();
 }
@@ -1385,8 +1391,9 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
 // same prompt in chunks of 64 + 77 + 159 tokens, each chunk its own step with NaN in every position
 // it has not reached, the second chunk behind another sequence's 37 tokens (so its first row is
 // mid-tile), and with the whole prompt and the chunks in tiles of 128 / G and of 32 / G tokens;
-// and the kernel without the softmax / P·V overlap gives the same bits as with it. The same again
-// with Q in two bf16 parts (Q_SPLIT), against its own whole-prompt step.
+// and the kernel without the softmax / P·V overlap, and (Q in bf16) with it but without the
+// ping-pong turns, give the same bits as with both. The same again with Q in two bf16 parts
+// (Q_SPLIT), against its own whole-prompt step.
 TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Case {
@@ -1405,13 +1412,15 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
       names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_small, true, q_split));
       names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, false, q_split));
     }
+    names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, true, false, false));
     TestModule mod(kAttnPrefillSource, names);
     const std::size_t row = static_cast<std::size_t>(s.HQ) * s.D;
     const std::vector<float> qx = random_floats(L * row), qy = random_floats(NY * row);
 
     // A step: optionally the other sequence's NY rows (positions 10 ..), then prompt rows [a, b),
     // then padding to a whole tile; returns the prompt rows' outputs.
-    auto step = [&](bool q_split, int tpt, int a, int b, bool other, bool overlap = true) {
+    auto step = [&](bool q_split, int tpt, int a, int b, bool other, bool overlap = true,
+                    bool turns = true) {
       std::vector<int> positions, token_seq;
       std::vector<float> q;
       if (other)
@@ -1429,7 +1438,7 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
         q.insert(q.end(), row, 0.f);
       }
       const bf16v out = run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}),
-                                         tpt, q, positions, token_seq, overlap, q_split);
+                                         tpt, q, positions, token_seq, overlap, q_split, turns);
       return bf16v(out.begin() + first * row, out.begin() + (first + (b - a)) * row);
     };
     for (const bool q_split : {false, true}) {
@@ -1447,9 +1456,12 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
       }
       const bf16v small_tiles = step(q_split, c.tpt_small, 0, L, true);
       const bf16v plain = step(q_split, c.tpt_big, 0, L, false, false);
+      // The overlap without the turns (Q in bf16 only; with Q_SPLIT it would compare itself).
+      const bf16v no_turns = q_split ? whole : step(false, c.tpt_big, 0, L, false, true, false);
       for (const auto& [name, got] : {std::pair<const char*, const bf16v*>{"chunked", &chunked},
                                       {"small tiles", &small_tiles},
-                                      {"without overlap", &plain}}) {
+                                      {"without overlap", &plain},
+                                      {"without turns", &no_turns}}) {
         ASSERT_EQ(got->size(), whole.size());
         for (std::size_t i = 0; i < whole.size(); ++i)
           if ((*got)[i] != whole[i]) {
