@@ -101,6 +101,16 @@ int attn_prefill_tokens_per_tile(int tokens, int group) {
   return tpt;
 }
 
+std::string attn_prefill_instance(int hq, int hkv, int d, int page, int maxp, long long page_elems,
+                                  int tpt, bool overlap, bool q_split, bool turns) {
+  auto I_ = [](long long v) { return std::to_string(v); };
+  auto B_ = [](bool v) { return std::string(v ? ", true" : ", false"); };
+  return "telos_kernels::attn_prefill<" + I_(hq) + ", " + I_(hkv) + ", " + I_(d) + ", " + I_(page) +
+         ", " + I_(maxp) + ", " + I_(page_elems) + "ll, " +
+         float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(d))) + ", " + I_(tpt) +
+         B_(overlap) + (q_split || !turns ? B_(q_split) : "") + (turns ? "" : B_(turns)) + ">";
+}
+
 int attn_prefill_smem(int head_dim) {
   const int stages = head_dim == 128 ? 3 : 6;
   return 128 * head_dim * 2 + stages * 2 * 128 * head_dim * 2 + 4 * stages * 8 + 1024;
@@ -385,9 +395,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int prompt_tpt = attn_prefill_tokens_per_tile(T, HQ / HKV);
     const int prompt_k =
         prompt_attn
-            ? b.kernel("telos_kernels::attn_prefill<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) +
-                           ", " + I_(PAGE) + ", " + I_(MAXP) + ", " + I_(page_elems) + "ll, " +
-                           scale_log2 + ", " + I_(prompt_tpt) + ", false>",
+            ? b.kernel(attn_prefill_instance(HQ, HKV, D, PAGE, MAXP, page_elems, prompt_tpt, false),
                        {"q", "positions", "token_seq", "page_tables", "kv_layer", "kv_map", "out"},
                        kAttnPrefillThreads, attn_prefill_smem(D))
             : -1;

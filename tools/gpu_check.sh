@@ -116,9 +116,6 @@ skip_late() {  # skip_late NAME [SECONDS]: true, and a "skipped" row, when the b
   [ $((SECONDS + ${2:-60})) -le "${GPU_CHECK_BUDGET_S:-540}" ] && return 1
   row "$1" skip 0 "(past GPU_CHECK_BUDGET_S)"
 }
-# The kernel cache entries used so far: packed once the checks have run, before the timings (so
-# that a call cut short in the timings still brings them back), and again at the end with the
-# timings' own modules.
 
 # 138 s in session 17's first run, before more attention variants and the LM head's test.
 STEP_TIMEOUT=300 run "kernels vs f64; small GEMM == prefill GEMM" kernels.log "$B/gpu_kernels_test"
@@ -150,6 +147,8 @@ if [ -z "${GPU_CHECK_QUICK:-}" ]; then
     exit $rc'
   run "synccheck: tiny models" synccheck-model.log $CS --tool synccheck "$B/gpu_model_test" \
       --gtest_filter='*MatchesTransformers*:*LongContext*'
+  # The kernel cache entries used so far, packed before the timings (a call cut short in them
+  # still brings the checks' entries back) and again at the end with the timings' own modules.
   pack_kernel_cache "$OUT/kernel-cache.tar.xz"
   skip_late "kernel timings (decode)" 90 || run "kernel timings (decode)" bench.log "$B/telos-kernel-bench"
   # The decode GEMMs' peer: torch.matmul (cuBLAS) on the same shapes, timed the same way.

@@ -59,15 +59,8 @@ const int kSmem = telos::codegen::attn_prefill_smem(kD);
 // ping-pong): what the overlaps are worth; the overlap within a warpgroup without the ping-pong
 // turns (TURNS false); Q_SPLIT (the plain order only): what Q_lo's wgmmas cost.
 std::string instance(bool overlap, bool q_split = false, bool turns = true) {
-  return "telos_kernels::attn_prefill<" + std::to_string(kHQ) + ", " + std::to_string(kHKV) + ", " +
-         std::to_string(kD) + ", " + std::to_string(kPage) + ", " + std::to_string(kMaxP) + ", " +
-         std::to_string(kPageElems) + "ll, " +
-         float_literal(1.4426950408889634 / std::sqrt(double(kD))) + ", " + std::to_string(kTpt) +
-         (overlap ? ", true" : ", false") +
-         (q_split ? ", true"
-          : turns ? ""
-                  : ", false") +
-         (turns ? ">" : ", false>");
+  return telos::codegen::attn_prefill_instance(kHQ, kHKV, kD, kPage, kMaxP, kPageElems, kTpt,
+                                               overlap, q_split, turns);
 }
 
 float from_bf16(std::uint16_t h) {

@@ -950,6 +950,19 @@ TEST(Codegen, AttnSplitBulkRingCompilesWithoutSpills) {
 // two bf16 parts (Q_SPLIT, D 64 and 128, both orders) the consumers also hold Q_lo's register-A
 // fragments (D/4 registers) and S takes Q_lo's wgmmas from registers with K-major B (trans-b 0:
 // the PTX ends in "p, 1, 1, 0;", which neither the SS wgmma nor P·V's trans-b 1 does).
+// attn_prefill's instance names: OVERLAP always, Q_SPLIT and TURNS only where they leave the
+// kernel's defaults (false, true), as the plan, the bench and the tests have named them.
+TEST(Codegen, PrefillAttentionInstanceNames) {
+  const std::string head =
+      "telos_kernels::attn_prefill<32, 8, 128, 16, 512, 65536ll, 0.127517432f, 32";
+  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, false), head + ", false>");
+  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, true), head + ", true>");
+  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, false, true),
+            head + ", false, true>");
+  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, true, false, false),
+            head + ", true, false, false>");
+}
+
 TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
   struct Shape {
     int hq, hkv, d, tpt;
@@ -985,10 +998,8 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
     }
   // The overlaps without the ping-pong turns (TURNS false).
   for (const int d : {64, 128}) {
-    names.push_back("telos_kernels::attn_prefill<32, 8, " + std::to_string(d) + ", 16, 512, " +
-                    std::to_string(2LL * 2 * 8 * 16 * d) + "ll, " +
-                    float_literal(1.4426950408889634 / std::sqrt(double(d))) +
-                    ", 32, true, false, false>");
+    names.push_back(
+        attn_prefill_instance(32, 8, d, 16, 512, 2LL * 2 * 8 * 16 * d, 32, true, false, false));
     head_dim[names.back()] = d;
   }
   const CompiledModule m =
