@@ -102,14 +102,23 @@ int attn_prefill_tokens_per_tile(int tokens, int group) {
 }
 
 std::string attn_prefill_instance(int hq, int hkv, int d, int page, int maxp, long long page_elems,
-                                  int tpt, bool overlap, bool q_split, bool turns) {
+                                  int tpt, bool overlap, bool q_split, bool turns, int nt) {
   auto I_ = [](long long v) { return std::to_string(v); };
   auto B_ = [](bool v) { return std::string(v ? ", true" : ", false"); };
   return "telos_kernels::attn_prefill<" + I_(hq) + ", " + I_(hkv) + ", " + I_(d) + ", " + I_(page) +
          ", " + I_(maxp) + ", " + I_(page_elems) + "ll, " +
          float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(d))) + ", " + I_(tpt) +
-         B_(overlap) + (q_split || !turns ? B_(q_split) : "") + (turns ? "" : B_(turns)) + ">";
+         B_(overlap) + (q_split || !turns || nt > 0 ? B_(q_split) : "") +
+         (!turns || nt > 0 ? B_(turns) : "") + (nt > 0 ? ", " + I_(nt) : "") + ">";
 }
+
+bool attn_prefill_persistent_fits(int head_dim, int page, int tpt) {
+  // Two tables of tpt segments (8 bytes each) and their counts, four mbarriers, beside the rest.
+  return page % 8 == 0 && 128 % page == 0 &&
+         attn_prefill_smem(head_dim) + 2 * (8 * tpt + 4) + 32 <= 232448;
+}
+
+int attn_prefill_persistent_grid(int hkv, int tiles) { return std::min(hkv * tiles, kSms); }
 
 int attn_prefill_smem(int head_dim) {
   const int stages = head_dim == 128 ? 3 : 6;
@@ -392,10 +401,14 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     // then see the generated rows only (desc:split_positions; docs/artifact.md, "Prompt and
     // generated tokens").
     const bool prompt_attn = kind == "prefill" && attn_prefill_fits(D, HQ / HKV);
+    // Persistent where it fits (perf-log, change 72): the CTAs run the tiles in turn through one
+    // K/V ring, the same bits.
     const int prompt_tpt = attn_prefill_tokens_per_tile(T, HQ / HKV);
+    const int prompt_nt = attn_prefill_persistent_fits(D, PAGE, prompt_tpt) ? T / prompt_tpt : 0;
     const int prompt_k =
         prompt_attn
-            ? b.kernel(attn_prefill_instance(HQ, HKV, D, PAGE, MAXP, page_elems, prompt_tpt, false),
+            ? b.kernel(attn_prefill_instance(HQ, HKV, D, PAGE, MAXP, page_elems, prompt_tpt, false,
+                                             false, true, prompt_nt),
                        {"q", "positions", "token_seq", "page_tables", "kv_layer", "kv_map", "out"},
                        kAttnPrefillThreads, attn_prefill_smem(D))
             : -1;
@@ -555,7 +568,9 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       launch(combine_k, {split_rows, HQ, 1},
              {"buf:part_o", "buf:part_ml", split_positions, "buf:attn"});
       if (prompt_attn)
-        launch(prompt_k, {HKV, T / prompt_tpt, 1},
+        launch(prompt_k,
+               prompt_nt > 0 ? std::array<int, 3>{attn_prefill_persistent_grid(HKV, prompt_nt), 1, 1}
+                             : std::array<int, 3>{HKV, T / prompt_tpt, 1},
                {"buf:q", "desc:prompt_positions", "desc:token_seq", "desc:page_tables",
                 "kv:" + I_(l), tmap("kv:" + I_(l), page_elems / D, D, PAGE), "buf:attn"});
       launch_gemm(o_g, "attn", w + "o", H, HQ * D, "x", H);

@@ -11,7 +11,9 @@
 // since run W in docs/perf-log.md; attn_prefill_noturns: the overlaps within a warpgroup without
 // the ping-pong turns; attn_prefill_plain_qsplit: the plain order with Q in two bf16
 // parts, Q_SPLIT, its reference from q in f32, the others' from q rounded to bf16 as they round
-// it): a process of our kernels only, for profilers (ncu).
+// it; attn_prefill_plain_persistent: the plain order persistent, NT = T / 32, on
+// attn_prefill_persistent_grid CTAs, what the plan runs from change 72 on): a process of our
+// kernels only, for profilers (ncu).
 //
 //   telos-attn-prefill-bench --compile-only CUBIN   NVRTC only (no GPU): compiles the instances,
 //                                                   writes CUBIN and CUBIN.names
@@ -57,11 +59,13 @@ const int kSmem = telos::codegen::attn_prefill_smem(kD);
 
 // With the overlaps (OVERLAP) and the plain order the plan uses (no softmax / P·V overlap, no
 // ping-pong): what the overlaps are worth; the overlap within a warpgroup without the ping-pong
-// turns (TURNS false); Q_SPLIT (the plain order only): what Q_lo's wgmmas cost.
-std::string instance(bool overlap, bool q_split = false, bool turns = true) {
+// turns (TURNS false); Q_SPLIT (the plain order only): what Q_lo's wgmmas cost; NT > 0: the
+// persistent form for T = NT · 32.
+std::string instance(bool overlap, bool q_split = false, bool turns = true, int nt = 0) {
   return telos::codegen::attn_prefill_instance(kHQ, kHKV, kD, kPage, kMaxP, kPageElems, kTpt,
-                                               overlap, q_split, turns);
+                                               overlap, q_split, turns, nt);
 }
+constexpr int kTs[] = {4096, 8192, 16384};
 
 float from_bf16(std::uint16_t h) {
   const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
@@ -80,8 +84,9 @@ std::uint16_t to_bf16(float f) {
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--compile-only") {
-    const std::vector<std::string> names = {instance(true), instance(false), instance(false, true),
-                                            instance(true, false, false)};
+    std::vector<std::string> names = {instance(true), instance(false), instance(false, true),
+                                      instance(true, false, false)};
+    for (const int T : kTs) names.push_back(instance(false, false, true, T / kTpt));
     const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names,
                                             CompileCache::default_root());
     save_bench_cubin(argv[2], m, names);
@@ -95,9 +100,9 @@ int main(int argc, char** argv) {
   check(loaded.status, "load");
   cudaLibrary_t lib = loaded.lib;
   const std::map<std::string, std::string>& lowered = loaded.lowered;
-  auto kernel = [&](bool overlap, bool q_split, bool turns) {
+  auto kernel = [&](bool overlap, bool q_split, bool turns, int nt) {
     cudaKernel_t k = nullptr;
-    check(cudaLibraryGetKernel(&k, lib, lowered.at(instance(overlap, q_split, turns)).c_str()),
+    check(cudaLibraryGetKernel(&k, lib, lowered.at(instance(overlap, q_split, turns, nt)).c_str()),
           "kernel");
     const void* fn = reinterpret_cast<const void*>(k);
     check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "smem");
@@ -144,7 +149,7 @@ int main(int argc, char** argv) {
     return from_bf16(kv[pages[p / kPage] * kPageElems +
                         (static_cast<long long>(which * kHKV + kvh) * kPage + p % kPage) * kD + d]);
   };
-  for (const int T : {4096, 8192, 16384}) {
+  for (const int T : kTs) {
     // Rows (t, h) for t = 0, T - 1 and h = 0, 31 in f64, q rounded to bf16 as the kernel without
     // Q_SPLIT does (refs[0]) and q in f32 (refs[1]).
     std::vector<std::pair<std::size_t, std::vector<double>>> refs[2];
@@ -172,19 +177,22 @@ int main(int argc, char** argv) {
           for (double& r : ref) r /= sum;
           refs[exact_q].emplace_back(row, std::move(ref));
         }
-    // The plain order first: if the overlapped kernel fails, its figure is still there.
+    // The plain orders first: if the overlapped kernel fails, their figures are still there.
     struct Variant {
-      bool overlap, q_split, turns;
+      bool overlap, q_split, turns, persistent;
     };
-    for (const auto& [overlap, q_split, turns] : {Variant{false, false, true},
-                                                  {false, true, true},
-                                                  {true, false, true},
-                                                  {true, false, false}}) {
-      const void* fn = kernel(overlap, q_split, turns);
+    for (const auto& [overlap, q_split, turns, persistent] :
+         {Variant{false, false, true, true},
+          {false, false, true, false},
+          {false, true, true, false},
+          {true, false, true, false},
+          {true, false, false, false}}) {
+      const int nt = persistent ? T / kTpt : 0;
+      const void* fn = kernel(overlap, q_split, turns, nt);
       std::vector<const void*> args = {dq, dpos, dseq, dpt, dkv, dmap, dout};
       std::vector<void*> params;
       for (auto& a : args) params.push_back(&a);
-      const dim3 grid(kHKV, T / kTpt);
+      const dim3 grid = persistent ? dim3(attn_prefill_persistent_grid(kHKV, nt)) : dim3(kHKV, T / kTpt);
       auto launch = [&] {
         check(cudaLaunchKernel(fn, grid, kThreads, params.data(), kSmem, nullptr), "launch");
       };
@@ -204,9 +212,10 @@ int main(int argc, char** argv) {
       }
       const float ms = steady_event_ms(launch, check);
       std::printf("telos %s %d %d %d %d %.4f %.2e\n",
-                  overlap   ? (turns ? "attn_prefill" : "attn_prefill_noturns")
-                  : q_split ? "attn_prefill_plain_qsplit"
-                            : "attn_prefill_plain",
+                  overlap      ? (turns ? "attn_prefill" : "attn_prefill_noturns")
+                  : q_split    ? "attn_prefill_plain_qsplit"
+                  : persistent ? "attn_prefill_plain_persistent"
+                               : "attn_prefill_plain",
                   T, kHQ, kHKV, kD, ms, std::sqrt(num / den));
       std::fflush(stdout);
     }

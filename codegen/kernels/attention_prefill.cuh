@@ -28,6 +28,16 @@
 // the rows of other segments are masked at every key (their results, NaN, are never written) and
 // each row is written after its own segment's pass. Padding rows (position -1) get zeros.
 //
+// Persistent (NT = T / TPT > 0, K/V by TMA): min(HKV · NT, SMs) CTAs, each running its share of
+// the HKV · NT tiles one after the other through the same K/V ring, so the next tile's first K/V
+// blocks are in flight while the consumers finish the current one and a CTA's setup (barriers,
+// the first loads) is paid once, not per tile (about a tenth of a consumer's time at T = 4096:
+// docs/perf-log.md, change 72). The producer warp scans each tile's segments into one of two
+// tables (the tile k % 2 of its CTA) behind mbarriers seg_full (the producer's lane 0) and
+// seg_empty (a consumer warp each), and asks L2 for the tile's Q rows; the consumers restage their
+// 64 rows of Q a tile at a time between two warpgroup barriers. Loads and scheduling only: a
+// row's bits are those of a tile a CTA.
+//
 // Warp roles (384 threads, one CTA an SM): warpgroup 0 is the producer, warpgroups 1 and 2 the
 // consumers (rows 0-63 and 64-127). The producer fills a ring of STAGES stages with K and V blocks
 // in the 128B-swizzled layout wgmma reads (hexel/swizzle.cuh: the 16-byte chunk index XOR the row
@@ -96,9 +106,10 @@
 // noise is larger), so the plan leaves it off.
 // Registers: S (BN/2 f32), O (D/2 f32), P (BN/4 b32) and with Q_SPLIT Q_lo (D/4 b32) per consumer
 // thread: setmaxnreg gives the consumers 240 and the producer 24 (128 · 24 + 256 · 240 <= 64 K
-// registers an SM).
+// registers an SM); persistent, 232 and 40 (the producer's scan spills at 24).
 // Stages: 3 at D = 128 (Q 32 KB + 3 x 64 KB = 224 KB, under the 227 KB a CTA may have with the
-// segment table), 6 at D = 64 (16 KB + 6 x 32 KB).
+// segment table; two tables, persistent, fit up to 64 tokens a tile), 6 at D = 64 (16 KB + 6 x
+// 32 KB).
 #include "common.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/swizzle.cuh"
@@ -155,10 +166,12 @@ __device__ __forceinline__ float ex2(float x) {
 // out[t, (kvh · G + h) · D + d] = bf16(softmax over keys [0, position] of the row's sequence ·
 // V); see the header comment. `kv_map`: the tensor map of `tmap:kv:L:...` over the pool from
 // kv_layer (rows of D, boxes of PAGE x 64, 128-byte swizzle), read when PAGE is a multiple of 8
-// dividing the key block. Launch: grid (HKV, T / TPT), AttnPrefill<D>::kThreads threads,
-// AttnPrefill<D>::kSmemBytes dynamic shared memory (the same with Q_SPLIT).
+// dividing the key block. Launch: AttnPrefill<D>::kThreads threads, AttnPrefill<D>::kSmemBytes
+// dynamic shared memory (the same with Q_SPLIT), and the grid (HKV, T / TPT) with NT = 0, a tile
+// a CTA; with NT = T / TPT > 0 (persistent, attn_prefill_persistent_grid CTAs), each CTA runs
+// its share of the HKV · NT tiles in turn through one K/V ring (see "Persistent" above).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2,
-          int TPT, bool OVERLAP = true, bool Q_SPLIT = false, bool TURNS = true>
+          int TPT, bool OVERLAP = true, bool Q_SPLIT = false, bool TURNS = true, int NT = 0>
 __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     attn_prefill(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                  const bf16* kv_layer, const hexel::TensorMap* kv_map, bf16* out) {
@@ -167,10 +180,15 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   constexpr int G = HQ / HKV, BN = C::kBlockN, S = C::kStages;
   static_assert(HQ % HKV == 0 && TPT >= 1 && TPT * G <= C::kRows, "a tile's rows fit 128");
   constexpr int R = TPT * G;  // rows in use
-  static_assert(C::kSmemBytes + sizeof(AttnPrefillSegment) * TPT + sizeof(int) <= C::kSmemLimit,
-                "the stages and the segment table fit a CTA's shared memory");
+  constexpr bool kPersistent = NT > 0;
+  constexpr int kTables = kPersistent ? 2 : 1;  // segment tables: the producer fills one ahead
+  static_assert(C::kSmemBytes + kTables * (sizeof(AttnPrefillSegment) * TPT + sizeof(int)) +
+                        16 * kTables <=
+                    C::kSmemLimit,
+                "the stages and the segment tables fit a CTA's shared memory");
   // K/V by TMA where whole pages tile a key block at swizzle-atom (8-row) boundaries.
   constexpr bool kTma = PAGE % 8 == 0 && BN % PAGE == 0;
+  static_assert(kTma || !kPersistent, "persistent tiles only with K/V by TMA (one producer warp)");
   constexpr unsigned kFullCount = kTma ? 33 : 128;
   const float kNegInf = -__int_as_float(0x7f800000);
 
@@ -181,28 +199,36 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   auto v_stage = [&](unsigned s) { return k_stage(s) + C::kKvBytes; };
   const unsigned full_k = base + C::kQBytes + S * C::kStageBytes;
   const unsigned full_v = full_k + 8 * S, empty_k = full_v + 8 * S, empty_v = empty_k + 8 * S;
-  // Segments of the tile (the sequence is the first token's token_seq).
-  __shared__ AttnPrefillSegment sm_seg[TPT];
-  __shared__ int sm_nseg;
+  // Segments of a tile (the sequence is the first token's token_seq); persistent: table k % 2
+  // holds the CTA's k-th tile, written by the producer once seg_empty says the consumers are done
+  // with its previous tile and published by seg_full (one arrival: the producer's lane 0).
+  __shared__ AttnPrefillSegment sm_seg[kTables][TPT];
+  __shared__ int sm_nseg[kTables];
+  __shared__ alignas(8) unsigned long long sm_seg_bar[2 * kTables];
+  const unsigned seg_full = smem_addr(sm_seg_bar), seg_empty = seg_full + 8 * kTables;
 
-  const int kvh = blockIdx.x;
-  const int t0 = (gridDim.y - 1 - blockIdx.y) * TPT;
-  pdl_entry();
-  // The prologue costs one round trip to global memory a role, all before the barrier: warp 0
-  // reads the tile's token_seq and positions at once (a lane a token) and scans them through
-  // shuffles; the consumers load their Q rows meanwhile. (A serial scan and Q staged behind it
-  // were ~17% of a consumer's time at T = 4096: docs/perf-log.md, session 25 run 2.)
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    if (lane == 0) {
-      for (int s = 0; s < S; ++s) {
-        mbarrier::init(full_k + 8 * s, kFullCount);
-        mbarrier::init(full_v + 8 * s, kFullCount);
-        mbarrier::init(empty_k + 8 * s, 8);
-        mbarrier::init(empty_v + 8 * s, 8);
-      }
-      mbarrier::fence_init();
+  // This CTA's k-th tile: its KV head and first token, false past its last. A tile a CTA (NT = 0):
+  // blockIdx.y counts down, so the longest causal rows start first. Persistent: tile i (longest
+  // first: i / HKV counts the tiles down from the last) goes to CTA i mod gridDim.x, in rounds
+  // that alternate direction, so every CTA's share of long and short tiles is about the same.
+  auto tile_of = [&](int k, int& kvh, int& t0) -> bool {
+    if constexpr (!kPersistent) {
+      kvh = blockIdx.x;
+      t0 = (gridDim.y - 1 - blockIdx.y) * TPT;
+      return k == 0;
+    } else {
+      const int g = gridDim.x;
+      const int i = k * g + (k % 2 == 0 ? blockIdx.x : g - 1 - blockIdx.x);
+      kvh = i % HKV;
+      t0 = (NT - 1 - i / HKV) * TPT;
+      return i < HKV * NT;
     }
+  };
+  // Warp 0: the segments of the tile at t0 into table tb. Reads the tile's token_seq and positions
+  // at once (a lane a token) and scans them through shuffles; lane 0 writes the segments that hold
+  // a position. (A serial scan and Q staged behind it were ~17% of a consumer's time at T = 4096:
+  // docs/perf-log.md, session 25 run 2.)
+  auto scan_tile = [&](int lane, int t0, int tb) {
     constexpr int kTok = (TPT + 31) / 32;  // tokens a lane
     int tseq[kTok], tpos[kTok];
 #pragma unroll
@@ -212,11 +238,11 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       tpos[i] = j < TPT ? positions[t0 + j] : 0;
     }
     // Runs of equal token_seq, token by token (lane l % 32's register l / 32, by shuffle), the
-    // same on every lane; lane 0 writes the segments that hold a position.
+    // same on every lane.
     int n = 0, first = 0, seq = 0, last = -1;
     auto close = [&](int end) {
       if (last < 0) return;  // padding only
-      if (lane == 0) sm_seg[n] = {static_cast<short>(first), static_cast<short>(end), last};
+      if (lane == 0) sm_seg[tb][n] = {static_cast<short>(first), static_cast<short>(end), last};
       ++n;
     };
 #pragma unroll
@@ -233,11 +259,12 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         first = t, seq = ts, last = tp;
       }
     close(TPT);
-    if (lane == 0) sm_nseg = n;
-  } else if (threadIdx.x >= 128) {
-    // Stage this warpgroup's 64 rows of Q as bf16 (zeros for rows of no token or of padding):
-    // every load first, then the stores.
-    const int cw = threadIdx.x / 128 - 1, wt = threadIdx.x % 128;
+    if (lane == 0) sm_nseg[tb] = n;
+  };
+  // A consumer thread (wt of warpgroup cw): its warpgroup's 64 rows of the tile's Q as bf16 (zeros
+  // for rows of no token or of padding), every load first, then the stores and the fence for
+  // wgmma; `between` runs after the loads, before the stores.
+  auto stage_q = [&](int cw, int wt, int kvh, int t0, auto&& between) {
     constexpr int kIt = 64 * (D / 8) / 128;  // 16-byte pieces a thread
     float4 qa[kIt], qb[kIt];
     bool live[kIt];
@@ -250,6 +277,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       qa[k] = *reinterpret_cast<const float4*>(src);
       qb[k] = *reinterpret_cast<const float4*>(src + 4);
     }
+    between();
 #pragma unroll
     for (int k = 0; k < kIt; ++k) {
       const int c = wt + 128 * k, r = 64 * cw + c / (D / 8), i = c % (D / 8);
@@ -262,13 +290,45 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
                    "r"(v.z), "r"(v.w)
                    : "memory");
     }
-    fence_proxy_async_smem();  // generic-proxy stores, then wgmma reads them (after the barrier)
+    fence_proxy_async_smem();  // generic-proxy stores, then wgmma reads them (after a barrier)
+  };
+
+  pdl_entry();
+  // The prologue costs one round trip to global memory a role, all before the barrier: warp 0
+  // scans the first tile (a tile a CTA) while the consumers load their Q rows.
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    if (lane == 0) {
+      for (int s = 0; s < S; ++s) {
+        mbarrier::init(full_k + 8 * s, kFullCount);
+        mbarrier::init(full_v + 8 * s, kFullCount);
+        mbarrier::init(empty_k + 8 * s, 8);
+        mbarrier::init(empty_v + 8 * s, 8);
+      }
+      if constexpr (kPersistent)
+        for (int tb = 0; tb < kTables; ++tb) {
+          mbarrier::init(seg_full + 8 * tb, 1);
+          mbarrier::init(seg_empty + 8 * tb, 8);  // one arrival per consumer warp
+        }
+      mbarrier::fence_init();
+    }
+    if constexpr (!kPersistent) {
+      int kvh, t0;
+      tile_of(0, kvh, t0);
+      scan_tile(lane, t0, 0);
+    }
+  } else if (threadIdx.x >= 128) {
+    if constexpr (!kPersistent) {
+      int kvh, t0;
+      tile_of(0, kvh, t0);
+      stage_q(threadIdx.x / 128 - 1, threadIdx.x % 128, kvh, t0, [] {});
+    }
   }
   __syncthreads();
-  const int nseg = sm_nseg;
 
   if (threadIdx.x < 128) {
-    setmaxnreg_dec<24>();
+    // The producer; with persistent tiles it also scans (40 registers: the scan spills at 24).
+    setmaxnreg_dec<kPersistent ? 32 : 24>();
     constexpr int kPieces = D / 8;  // 16-byte pieces a position
     mbarrier::StageRing<S> ring;
     if constexpr (kTma) {
@@ -280,48 +340,66 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         tma::acquire_map(kv_map);
         tma::prefetch_map(kv_map);
       }
-      for (int sg = 0; sg < nseg; ++sg) {
-        const int pos_max = sm_seg[sg].last;
-        const int* pt = page_tables + token_seq[t0 + sm_seg[sg].first] * MAXP;
-        for (int b = 0; b <= pos_max / BN; ++b) {
-          // Rows [0, whole) of the block are whole pages up to pos_max; the rest is the tail.
-          const int whole = min(BN, (pos_max + 1) / PAGE * PAGE - b * BN);
-          const int page = lane < whole / PAGE ? pt[b * (BN / PAGE) + lane] : 0;
+      int kvh, t0;
+      for (int k = 0; tile_of(k, kvh, t0); ++k) {
+        const int tb = k % kTables;
+        if constexpr (kPersistent) {
+          // Table tb is free once the consumers are done with tile k - 2; the scan, then its
+          // publication (the arrival releases lane 0's writes), and this tile's Q rows into L2
+          // (a lane a token: its G heads are contiguous), ahead of the consumers' staging.
+          mbarrier::wait_parity(seg_empty + 8 * tb, ((k / 2) & 1) ^ 1u);
+          scan_tile(lane, t0, tb);
+          __syncwarp();
+          if (lane == 0) mbarrier::arrive(seg_full + 8 * tb);
+          for (int j = lane; j < TPT; j += 32)
+            tma::prefetch_bytes(q + (static_cast<long long>(t0 + j) * HQ + kvh * G) * D, G * D * 4);
+        }
+        const int nseg = sm_nseg[tb];
+        for (int sg = 0; sg < nseg; ++sg) {
+          const int pos_max = sm_seg[tb][sg].last;
+          const int* pt = page_tables + token_seq[t0 + sm_seg[tb][sg].first] * MAXP;
+          for (int b = 0; b <= pos_max / BN; ++b) {
+            // Rows [0, whole) of the block are whole pages up to pos_max; the rest is the tail.
+            const int whole = min(BN, (pos_max + 1) / PAGE * PAGE - b * BN);
+            const int page = lane < whole / PAGE ? pt[b * (BN / PAGE) + lane] : 0;
 #pragma unroll
-          for (int kv = 0; kv < 2; ++kv) {
-            mbarrier::wait_parity((kv == 0 ? empty_k : empty_v) + 8 * ring.index, ring.phase ^ 1u);
-            const unsigned dst0 = kv == 0 ? k_stage(ring.index) : v_stage(ring.index);
-            const unsigned full = (kv == 0 ? full_k : full_v) + 8 * ring.index;
-            if (lane == 0) mbarrier::arrive_expect_tx(full, static_cast<unsigned>(whole) * D * 2);
-            __syncwarp();
-            if (lane < whole / PAGE) {
-              const int row = page * kPageRows + (kv * HKV + kvh) * PAGE;
+            for (int kv = 0; kv < 2; ++kv) {
+              mbarrier::wait_parity((kv == 0 ? empty_k : empty_v) + 8 * ring.index, ring.phase ^ 1u);
+              const unsigned dst0 = kv == 0 ? k_stage(ring.index) : v_stage(ring.index);
+              const unsigned full = (kv == 0 ? full_k : full_v) + 8 * ring.index;
+              if (lane == 0) mbarrier::arrive_expect_tx(full, static_cast<unsigned>(whole) * D * 2);
+              __syncwarp();
+              if (lane < whole / PAGE) {
+                const int row = page * kPageRows + (kv * HKV + kvh) * PAGE;
 #pragma unroll
-              for (int c = 0; c < D / 64; ++c)
-                tma::load(dst0 + c * (BN * 128) + lane * PAGE * 128, kv_map, full, 64 * c, row);
+                for (int c = 0; c < D / 64; ++c)
+                  tma::load(dst0 + c * (BN * 128) + lane * PAGE * 128, kv_map, full, 64 * c, row);
+              }
+              const bf16* src0 = kv_layer + static_cast<long long>(kv * HKV + kvh) * PAGE * D;
+              for (int c = whole * kPieces + lane; c < BN * kPieces; c += 32) {
+                const int p = c / kPieces, i = c % kPieces, pos = b * BN + p;
+                const bool valid = pos <= pos_max;
+                const bf16* src = valid ? src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
+                                              (pos % PAGE) * D + 8 * i
+                                        : kv_layer;
+                cp_async_16(dst0 + (i / 8) * (BN * 128) + p * 128 + (((i % 8) ^ (p % 8)) * 16), src,
+                            valid ? 16u : 0u);
+              }
+              cp_async_arrive_noinc(full);
             }
-            const bf16* src0 = kv_layer + static_cast<long long>(kv * HKV + kvh) * PAGE * D;
-            for (int c = whole * kPieces + lane; c < BN * kPieces; c += 32) {
-              const int p = c / kPieces, i = c % kPieces, pos = b * BN + p;
-              const bool valid = pos <= pos_max;
-              const bf16* src = valid ? src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
-                                            (pos % PAGE) * D + 8 * i
-                                      : kv_layer;
-              cp_async_16(dst0 + (i / 8) * (BN * 128) + p * 128 + (((i % 8) ^ (p % 8)) * 16), src,
-                          valid ? 16u : 0u);
-            }
-            cp_async_arrive_noinc(full);
+            ring.advance();
           }
-          ring.advance();
         }
       }
     } else {
       // Every thread copies 16-byte pieces i of positions p (16 threads a D = 128 row).
       constexpr int kPerThread = BN * kPieces / 128;
       const int tid = threadIdx.x;
-      for (int sg = 0; sg < nseg; ++sg) {
-        const int pos_max = sm_seg[sg].last;
-        const int* pt = page_tables + token_seq[t0 + sm_seg[sg].first] * MAXP;
+      int kvh, t0;
+      tile_of(0, kvh, t0);
+      for (int sg = 0; sg < sm_nseg[0]; ++sg) {
+        const int pos_max = sm_seg[0][sg].last;
+        const int* pt = page_tables + token_seq[t0 + sm_seg[0][sg].first] * MAXP;
         for (int b = 0; b <= pos_max / BN; ++b) {
 #pragma unroll
           for (int kv = 0; kv < 2; ++kv) {
@@ -353,273 +431,289 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     setmaxnreg_inc<240>();
     const int cw = threadIdx.x / 128 - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63
     const int wt = threadIdx.x % 128, warp = wt / 32, lane = wt % 32, quad = lane % 4;
-
-    // This thread's rows: r0 (accumulator registers 4j + {0,1}) and r1 = r0 + 8 (4j + {2,3}).
-    const int r0 = 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
-    const int j0 = r0 / G, j1 = r1 / G;
-    const int p0 = r0 < R ? positions[t0 + j0] : -2, p1 = r1 < R ? positions[t0 + j1] : -2;
-    bf16* out0 = out + (static_cast<long long>(t0 + j0) * HQ + kvh * G + r0 % G) * D + 2 * quad;
-    bf16* out1 = out + (static_cast<long long>(t0 + j1) * HQ + kvh * G + r1 % G) * D + 2 * quad;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {  // padding rows: zeros
-      if (p0 == -1) *reinterpret_cast<unsigned*>(out0 + 8 * n) = 0u;
-      if (p1 == -1) *reinterpret_cast<unsigned*>(out1 + 8 * n) = 0u;
-    }
-
-    // Q_lo = bf16(q - Q_hi) as the register-A fragments of S's k-steps (hexel/wgmma.cuh, mma_rs:
-    // qlo[kk][0] row r0, k 16kk + 2·quad + {0,1}; [1] row r1; [2] and [3] the same at k + 8),
-    // zeros where Q_hi is (rows of no token or of padding). q - Q_hi is exact in f32. Without
-    // Q_SPLIT the array is only named (by issue_s's discarded branch) and takes no registers.
-    unsigned qlo[Q_SPLIT ? D / 16 : 1][4];
-    if constexpr (Q_SPLIT) {
-      const float* q0 =
-          q + (static_cast<long long>(t0 + j0) * HQ + kvh * G + r0 % G) * D + 2 * quad;
-      const float* q1 =
-          q + (static_cast<long long>(t0 + j1) * HQ + kvh * G + r1 % G) * D + 2 * quad;
-      auto lo_pair = [](const float* src) {
-        const float2 x = *reinterpret_cast<const float2*>(src);
-        const unsigned hi = pack_bf16x2(x.x, x.y);
-        return pack_bf16x2(x.x - __uint_as_float(hi << 16),
-                           x.y - __uint_as_float(hi & 0xffff0000u));
-      };
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        qlo[kk][0] = p0 >= 0 ? lo_pair(q0 + 16 * kk) : 0u;
-        qlo[kk][1] = p1 >= 0 ? lo_pair(q1 + 16 * kk) : 0u;
-        qlo[kk][2] = p0 >= 0 ? lo_pair(q0 + 16 * kk + 8) : 0u;
-        qlo[kk][3] = p1 >= 0 ? lo_pair(q1 + 16 * kk + 8) : 0u;
-      }
-    }
-
-    const auto q_desc = wgmma::kmajor_desc(sq + cw * 64 * 128, Swizzle::B128);
     if constexpr (OVERLAP && TURNS) {
       if (cw == 1) named_barrier_arrive(3, 256);  // warpgroup 0 issues first
     }
     mbarrier::StageRing<S> ring;
-    for (int sg = 0; sg < nseg; ++sg) {
-      const int a = sm_seg[sg].first, b_end = sm_seg[sg].end, pos_max = sm_seg[sg].last;
-      // The last key each row may see in this pass; -1: none (not in the segment).
-      const int lim0 = r0 < R && j0 >= a && j0 < b_end ? p0 : -1;
-      const int lim1 = r1 < R && j1 >= a && j1 < b_end ? p1 : -1;
-      float o[D / 2];
+    int kvh, t0;
+    for (int k = 0; tile_of(k, kvh, t0); ++k) {
+      const int tb = k % kTables;
+      // This thread's rows: r0 (accumulator registers 4j + {0,1}) and r1 = r0 + 8 (4j + {2,3}).
+      const int r0 = 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
+      const int j0 = r0 / G, j1 = r1 / G;
+      const int p0 = r0 < R ? positions[t0 + j0] : -2, p1 = r1 < R ? positions[t0 + j1] : -2;
+      if constexpr (kPersistent) {
+        // Q of this tile into the warpgroup's rows: the loads first, then (once every warp of the
+        // warpgroup is done with the previous tile's Q: warpgroup barrier 1 + cw) the stores, a
+        // second meeting, and the tile's segment table.
+        stage_q(cw, wt, kvh, t0, [&] { named_barrier_sync(1 + cw, 128); });
+        named_barrier_sync(1 + cw, 128);
+        mbarrier::wait_parity(seg_full + 8 * tb, (k / 2) & 1);
+      }
+      const int nseg = sm_nseg[tb];
+      bf16* out0 = out + (static_cast<long long>(t0 + j0) * HQ + kvh * G + r0 % G) * D + 2 * quad;
+      bf16* out1 = out + (static_cast<long long>(t0 + j1) * HQ + kvh * G + r1 % G) * D + 2 * quad;
 #pragma unroll
-      for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-      float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
+      for (int n = 0; n < D / 8; ++n) {  // padding rows: zeros
+        if (p0 == -1) *reinterpret_cast<unsigned*>(out0 + 8 * n) = 0u;
+        if (p1 == -1) *reinterpret_cast<unsigned*>(out1 + 8 * n) = 0u;
+      }
 
-      // Waits until stage st's K has landed.
-      auto wait_k = [&](unsigned st, unsigned phase) {
-        mbarrier::wait_parity(full_k + 8 * st, phase);
-        fence_proxy_async_smem();  // the stage was written by cp.async (generic proxy)
-      };
-      // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for); with Q_SPLIT
-      // each k-step adds Q_lo's product after Q_hi's.
-      auto issue_s = [&](unsigned st, float(&sc)[BN / 2]) {
-        const auto k_desc = wgmma::kmajor_desc(k_stage(st), Swizzle::B128);
-        wgmma::fence();
-#pragma unroll
+      // Q_lo = bf16(q - Q_hi) as the register-A fragments of S's k-steps (hexel/wgmma.cuh, mma_rs:
+      // qlo[kk][0] row r0, k 16kk + 2·quad + {0,1}; [1] row r1; [2] and [3] the same at k + 8),
+      // zeros where Q_hi is (rows of no token or of padding). q - Q_hi is exact in f32. Without
+      // Q_SPLIT the array is only named (by issue_s's discarded branch) and takes no registers.
+      unsigned qlo[Q_SPLIT ? D / 16 : 1][4];
+      if constexpr (Q_SPLIT) {
+        const float* q0 =
+            q + (static_cast<long long>(t0 + j0) * HQ + kvh * G + r0 % G) * D + 2 * quad;
+        const float* q1 =
+            q + (static_cast<long long>(t0 + j1) * HQ + kvh * G + r1 % G) * D + 2 * quad;
+        auto lo_pair = [](const float* src) {
+          const float2 x = *reinterpret_cast<const float2*>(src);
+          const unsigned hi = pack_bf16x2(x.x, x.y);
+          return pack_bf16x2(x.x - __uint_as_float(hi << 16),
+                             x.y - __uint_as_float(hi & 0xffff0000u));
+        };
+  #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
-          const unsigned off_q = (kk / 4) * (C::kRows * 128) + (kk % 4) * 32;
-          const unsigned off_k = (kk / 4) * (BN * 128) + (kk % 4) * 32;
-          wgmma::mma_ss<BN>(sc, q_desc.advanced(off_q), k_desc.advanced(off_k), kk > 0);
-          if constexpr (Q_SPLIT) wgmma::mma_rs<BN>(sc, qlo[kk], k_desc.advanced(off_k), true);
+          qlo[kk][0] = p0 >= 0 ? lo_pair(q0 + 16 * kk) : 0u;
+          qlo[kk][1] = p1 >= 0 ? lo_pair(q1 + 16 * kk) : 0u;
+          qlo[kk][2] = p0 >= 0 ? lo_pair(q0 + 16 * kk + 8) : 0u;
+          qlo[kk][3] = p1 >= 0 ? lo_pair(q1 + 16 * kk + 8) : 0u;
         }
-        wgmma::commit_group();
-      };
-      // Waits until stage st's V has landed.
-      auto wait_v = [&](unsigned st, unsigned phase) {
-        mbarrier::wait_parity(full_v + 8 * st, phase);
-        fence_proxy_async_smem();
-      };
-      // O += P·V with V at `v_desc` (issued and committed). Everything the issue needs is
-      // computed before it, so nothing but wgmma sits between a group's instructions.
-      auto issue_pv = [&](wgmma::SmemDesc v_desc, const unsigned(&pa)[BN / 16][4]) {
-        wgmma::fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-          wgmma::mma_rs<D, wgmma::AbType::BF16, wgmma::Major::MN>(o, pa[kk],
-                                                                  v_desc.advanced(kk * 2048), true);
-        wgmma::commit_group();
-      };
-      // The online softmax of block b's scores, in place: masks keys past each row's limit,
-      // updates the running maximum and sum, leaves the weights in sc and returns the
-      // corrections for o.
-      auto softmax = [&](int b, float(&sc)[BN / 2], float& corr0, float& corr1) {
-        // Column 8n + 2·quad + e of the block is key position b·BN + that.
-        const int last = b * BN + BN - 1;
-        if (last > lim0 || last > lim1) {
-#pragma unroll
-          for (int n = 0; n < BN / 8; ++n)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = b * BN + 8 * n + 2 * quad + e;
-              if (key > lim0) sc[4 * n + e] = kNegInf;
-              if (key > lim1) sc[4 * n + 2 + e] = kNegInf;
-            }
-        }
-        float mx0 = m0, mx1 = m1;
-#pragma unroll
-        for (int n = 0; n < BN / 8; ++n) {
-          mx0 = fmaxf(mx0, fmaxf(sc[4 * n], sc[4 * n + 1]));
-          mx1 = fmaxf(mx1, fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
-        }
-#pragma unroll
-        for (int x = 1; x < 4; x <<= 1) {
-          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
-          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
-        }
-        // An unchanged maximum gives a correction of exactly 1 (a block past the row: an exact
-        // no-op); from -inf (the row's first block) exp2(-inf) = 0 scales the zeros.
-        corr0 = mx0 == m0 ? 1.f : ex2((m0 - mx0) * SCALE_LOG2);
-        corr1 = mx1 == m1 ? 1.f : ex2((m1 - mx1) * SCALE_LOG2);
-        m0 = mx0, m1 = mx1;
-        const float ms0 = mx0 * SCALE_LOG2, ms1 = mx1 * SCALE_LOG2;
-        float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-        for (int n = 0; n < BN / 8; ++n) {
-          sc[4 * n] = ex2(fmaf(sc[4 * n], SCALE_LOG2, -ms0));
-          sc[4 * n + 1] = ex2(fmaf(sc[4 * n + 1], SCALE_LOG2, -ms0));
-          sc[4 * n + 2] = ex2(fmaf(sc[4 * n + 2], SCALE_LOG2, -ms1));
-          sc[4 * n + 3] = ex2(fmaf(sc[4 * n + 3], SCALE_LOG2, -ms1));
-          sum0 += sc[4 * n] + sc[4 * n + 1];
-          sum1 += sc[4 * n + 2] + sc[4 * n + 3];
-        }
-        l0 = fmaf(l0, corr0, sum0);
-        l1 = fmaf(l1, corr1, sum1);
-      };
-      // The weights as bf16 in the register-A fragments of the block's k-steps (accumulator
-      // columns 16kk .. 16kk + 15).
-      auto pack = [&](const float(&sc)[BN / 2], unsigned(&pa)[BN / 16][4]) {
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            pa[kk][i] = pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
-      };
-      auto rescale = [&](float corr0, float corr1) {
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n)
-          o[4 * n] *= corr0, o[4 * n + 1] *= corr0, o[4 * n + 2] *= corr1, o[4 * n + 3] *= corr1;
-      };
-      // One arrival per warp: the warp's reads of that stage's K (or V) are complete.
-      auto release = [&](unsigned bar) {
-        if (lane == 0) mbarrier::arrive(bar);
-      };
+      }
 
-      auto v_desc = [&](unsigned st) {
-        return wgmma::SmemDesc::make(v_stage(st), Swizzle::B128, BN * 128, 1024);
-      };
+      const auto q_desc = wgmma::kmajor_desc(sq + cw * 64 * 128, Swizzle::B128);
+      for (int sg = 0; sg < nseg; ++sg) {
+        const int a = sm_seg[tb][sg].first, b_end = sm_seg[tb][sg].end, pos_max = sm_seg[tb][sg].last;
+        // The last key each row may see in this pass; -1: none (not in the segment).
+        const int lim0 = r0 < R && j0 >= a && j0 < b_end ? p0 : -1;
+        const int lim1 = r1 < R && j1 >= a && j1 < b_end ? p1 : -1;
+        float o[D / 2];
+  #pragma unroll
+        for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+        float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
 
-      const int nb = pos_max / BN + 1;
-      unsigned pa[BN / 16][4];
-      if constexpr (!OVERLAP) {
-        for (int b = 0; b < nb; ++b) {
-          const unsigned st = ring.index, phase = ring.phase;
-          float sc[BN / 2];
-          wait_k(st, phase);
-          issue_s(st, sc);
-          wgmma::wait_group<0>();
-          wgmma::fence_operand(sc);
-          release(empty_k + 8 * st);
-          float corr0, corr1;
-          softmax(b, sc, corr0, corr1);
-          rescale(corr0, corr1);
-          pack(sc, pa);
-          wait_v(st, phase);
-          issue_pv(v_desc(st), pa);
-          wgmma::wait_group<0>();
-          wgmma::fence_operand(o);
-          release(empty_v + 8 * st);
+        // Waits until stage st's K has landed.
+        auto wait_k = [&](unsigned st, unsigned phase) {
+          mbarrier::wait_parity(full_k + 8 * st, phase);
+          fence_proxy_async_smem();  // the stage was written by cp.async (generic proxy)
+        };
+        // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for); with Q_SPLIT
+        // each k-step adds Q_lo's product after Q_hi's.
+        auto issue_s = [&](unsigned st, float(&sc)[BN / 2]) {
+          const auto k_desc = wgmma::kmajor_desc(k_stage(st), Swizzle::B128);
+          wgmma::fence();
+  #pragma unroll
+          for (int kk = 0; kk < D / 16; ++kk) {
+            const unsigned off_q = (kk / 4) * (C::kRows * 128) + (kk % 4) * 32;
+            const unsigned off_k = (kk / 4) * (BN * 128) + (kk % 4) * 32;
+            wgmma::mma_ss<BN>(sc, q_desc.advanced(off_q), k_desc.advanced(off_k), kk > 0);
+            if constexpr (Q_SPLIT) wgmma::mma_rs<BN>(sc, qlo[kk], k_desc.advanced(off_k), true);
+          }
+          wgmma::commit_group();
+        };
+        // Waits until stage st's V has landed.
+        auto wait_v = [&](unsigned st, unsigned phase) {
+          mbarrier::wait_parity(full_v + 8 * st, phase);
+          fence_proxy_async_smem();
+        };
+        // O += P·V with V at `v_desc` (issued and committed). Everything the issue needs is
+        // computed before it, so nothing but wgmma sits between a group's instructions.
+        auto issue_pv = [&](wgmma::SmemDesc v_desc, const unsigned(&pa)[BN / 16][4]) {
+          wgmma::fence();
+  #pragma unroll
+          for (int kk = 0; kk < BN / 16; ++kk)
+            wgmma::mma_rs<D, wgmma::AbType::BF16, wgmma::Major::MN>(o, pa[kk],
+                                                                    v_desc.advanced(kk * 2048), true);
+          wgmma::commit_group();
+        };
+        // The online softmax of block b's scores, in place: masks keys past each row's limit,
+        // updates the running maximum and sum, leaves the weights in sc and returns the
+        // corrections for o.
+        auto softmax = [&](int b, float(&sc)[BN / 2], float& corr0, float& corr1) {
+          // Column 8n + 2·quad + e of the block is key position b·BN + that.
+          const int last = b * BN + BN - 1;
+          if (last > lim0 || last > lim1) {
+  #pragma unroll
+            for (int n = 0; n < BN / 8; ++n)
+  #pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int key = b * BN + 8 * n + 2 * quad + e;
+                if (key > lim0) sc[4 * n + e] = kNegInf;
+                if (key > lim1) sc[4 * n + 2 + e] = kNegInf;
+              }
+          }
+          float mx0 = m0, mx1 = m1;
+  #pragma unroll
+          for (int n = 0; n < BN / 8; ++n) {
+            mx0 = fmaxf(mx0, fmaxf(sc[4 * n], sc[4 * n + 1]));
+            mx1 = fmaxf(mx1, fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
+          }
+  #pragma unroll
+          for (int x = 1; x < 4; x <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+          }
+          // An unchanged maximum gives a correction of exactly 1 (a block past the row: an exact
+          // no-op); from -inf (the row's first block) exp2(-inf) = 0 scales the zeros.
+          corr0 = mx0 == m0 ? 1.f : ex2((m0 - mx0) * SCALE_LOG2);
+          corr1 = mx1 == m1 ? 1.f : ex2((m1 - mx1) * SCALE_LOG2);
+          m0 = mx0, m1 = mx1;
+          const float ms0 = mx0 * SCALE_LOG2, ms1 = mx1 * SCALE_LOG2;
+          float sum0 = 0.f, sum1 = 0.f;
+  #pragma unroll
+          for (int n = 0; n < BN / 8; ++n) {
+            sc[4 * n] = ex2(fmaf(sc[4 * n], SCALE_LOG2, -ms0));
+            sc[4 * n + 1] = ex2(fmaf(sc[4 * n + 1], SCALE_LOG2, -ms0));
+            sc[4 * n + 2] = ex2(fmaf(sc[4 * n + 2], SCALE_LOG2, -ms1));
+            sc[4 * n + 3] = ex2(fmaf(sc[4 * n + 3], SCALE_LOG2, -ms1));
+            sum0 += sc[4 * n] + sc[4 * n + 1];
+            sum1 += sc[4 * n + 2] + sc[4 * n + 3];
+          }
+          l0 = fmaf(l0, corr0, sum0);
+          l1 = fmaf(l1, corr1, sum1);
+        };
+        // The weights as bf16 in the register-A fragments of the block's k-steps (accumulator
+        // columns 16kk .. 16kk + 15).
+        auto pack = [&](const float(&sc)[BN / 2], unsigned(&pa)[BN / 16][4]) {
+  #pragma unroll
+          for (int kk = 0; kk < BN / 16; ++kk)
+  #pragma unroll
+            for (int i = 0; i < 4; ++i)
+              pa[kk][i] = pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
+        };
+        auto rescale = [&](float corr0, float corr1) {
+  #pragma unroll
+          for (int n = 0; n < D / 8; ++n)
+            o[4 * n] *= corr0, o[4 * n + 1] *= corr0, o[4 * n + 2] *= corr1, o[4 * n + 3] *= corr1;
+        };
+        // One arrival per warp: the warp's reads of that stage's K (or V) are complete.
+        auto release = [&](unsigned bar) {
+          if (lane == 0) mbarrier::arrive(bar);
+        };
+
+        auto v_desc = [&](unsigned st) {
+          return wgmma::SmemDesc::make(v_stage(st), Swizzle::B128, BN * 128, 1024);
+        };
+
+        const int nb = pos_max / BN + 1;
+        unsigned pa[BN / 16][4];
+        if constexpr (!OVERLAP) {
+          for (int b = 0; b < nb; ++b) {
+            const unsigned st = ring.index, phase = ring.phase;
+            float sc[BN / 2];
+            wait_k(st, phase);
+            issue_s(st, sc);
+            wgmma::wait_group<0>();
+            wgmma::fence_operand(sc);
+            release(empty_k + 8 * st);
+            float corr0, corr1;
+            softmax(b, sc, corr0, corr1);
+            rescale(corr0, corr1);
+            pack(sc, pa);
+            wait_v(st, phase);
+            issue_pv(v_desc(st), pa);
+            wgmma::wait_group<0>();
+            wgmma::fence_operand(o);
+            release(empty_v + 8 * st);
+            ring.advance();
+          }
+        } else {
+          // Block b's S = Q·Kᵀ is issued with block b - 1's P·V and its softmax runs while that
+          // P·V is on the tensor cores. Registers an in-flight wgmma reads are not written until
+          // it has completed (ptxas would serialize the wgmmas otherwise): the softmax works in
+          // place on S (complete), and o's rescale and the bf16 P come after the P·V's wait.
+          // Each row sees the same operations in the same order as without the overlap.
+          // The two consumer warpgroups take turns issuing (ping-pong): each issue phase starts
+          // with a wait on the warpgroup's own named barrier (3 + cw, 256 threads) and ends with an
+          // arrival on the other's, so one warpgroup's softmax runs while the other's wgmmas
+          // have the tensor cores. Both run the same number of phases (the same segments and
+          // blocks); warpgroup 1 grants the first turn (see above the segment loop) and
+          // warpgroup 0 takes the last arrival at the end.
+          auto turn_begin = [&] {
+            if constexpr (TURNS) named_barrier_sync(3 + cw, 256);
+          };
+          auto turn_end = [&] {
+            if constexpr (TURNS) named_barrier_arrive(3 + (1 - cw), 256);
+          };
+          unsigned pst = ring.index, pphase = ring.phase;  // the stage whose P·V is pending
+          {
+            float sc[BN / 2];
+            wait_k(pst, pphase);
+            turn_begin();
+            issue_s(pst, sc);
+            turn_end();
+            wgmma::wait_group<0>();
+            wgmma::fence_operand(sc);
+            release(empty_k + 8 * pst);
+            float corr0, corr1;
+            softmax(0, sc, corr0, corr1);
+            rescale(corr0, corr1);
+            pack(sc, pa);
+          }
           ring.advance();
-        }
-      } else {
-        // Block b's S = Q·Kᵀ is issued with block b - 1's P·V and its softmax runs while that
-        // P·V is on the tensor cores. Registers an in-flight wgmma reads are not written until
-        // it has completed (ptxas would serialize the wgmmas otherwise): the softmax works in
-        // place on S (complete), and o's rescale and the bf16 P come after the P·V's wait.
-        // Each row sees the same operations in the same order as without the overlap.
-        // The two consumer warpgroups take turns issuing (ping-pong): each issue phase starts
-        // with a wait on the warpgroup's own named barrier (3 + cw, 256 threads) and ends with an
-        // arrival on the other's, so one warpgroup's softmax runs while the other's wgmmas
-        // have the tensor cores. Both run the same number of phases (the same segments and
-        // blocks); warpgroup 1 grants the first turn (see above the segment loop) and
-        // warpgroup 0 takes the last arrival at the end.
-        auto turn_begin = [&] {
-          if constexpr (TURNS) named_barrier_sync(3 + cw, 256);
-        };
-        auto turn_end = [&] {
-          if constexpr (TURNS) named_barrier_arrive(3 + (1 - cw), 256);
-        };
-        unsigned pst = ring.index, pphase = ring.phase;  // the stage whose P·V is pending
-        {
-          float sc[BN / 2];
-          wait_k(pst, pphase);
-          turn_begin();
-          issue_s(pst, sc);
-          turn_end();
-          wgmma::wait_group<0>();
-          wgmma::fence_operand(sc);
-          release(empty_k + 8 * pst);
-          float corr0, corr1;
-          softmax(0, sc, corr0, corr1);
-          rescale(corr0, corr1);
-          pack(sc, pa);
-        }
-        ring.advance();
-        for (int b = 1; b < nb; ++b) {
-          const unsigned st = ring.index, phase = ring.phase;
-          float sc[BN / 2];
-          wait_k(st, phase);
+          for (int b = 1; b < nb; ++b) {
+            const unsigned st = ring.index, phase = ring.phase;
+            float sc[BN / 2];
+            wait_k(st, phase);
+            wait_v(pst, pphase);
+            const auto vd = v_desc(pst);
+            turn_begin();
+            issue_s(st, sc);
+            issue_pv(vd, pa);
+            turn_end();
+            wgmma::wait_group<1>();
+            wgmma::fence_operand(sc);
+            release(empty_k + 8 * st);
+            float corr0, corr1;
+            softmax(b, sc, corr0, corr1);
+            // After the softmax in the SASS too: a plain wait_group<0> here was scheduled above
+            // the softmax's arithmetic, which then never overlapped the P·V (perf-log change 74).
+            // With Q_SPLIT (Q_lo's 32 more registers) the ordered wait spills (20 bytes at D 128),
+            // so that pairing, never a plan's, keeps the plain wait.
+            if constexpr (Q_SPLIT)
+              wgmma::wait_group<0>();
+            else
+              wgmma::wait_group_after<0>(l0, l1);
+            wgmma::fence_operand(o);
+            release(empty_v + 8 * pst);
+            rescale(corr0, corr1);
+            pack(sc, pa);
+            pst = st, pphase = phase;
+            ring.advance();
+          }
           wait_v(pst, pphase);
           const auto vd = v_desc(pst);
           turn_begin();
-          issue_s(st, sc);
           issue_pv(vd, pa);
           turn_end();
-          wgmma::wait_group<1>();
-          wgmma::fence_operand(sc);
-          release(empty_k + 8 * st);
-          float corr0, corr1;
-          softmax(b, sc, corr0, corr1);
-          // After the softmax in the SASS too: a plain wait_group<0> here was scheduled above
-          // the softmax's arithmetic, which then never overlapped the P·V (perf-log change 74).
-          // With Q_SPLIT (Q_lo's 32 more registers) the ordered wait spills (20 bytes at D 128),
-          // so that pairing, never a plan's, keeps the plain wait.
-          if constexpr (Q_SPLIT)
-            wgmma::wait_group<0>();
-          else
-            wgmma::wait_group_after<0>(l0, l1);
+          wgmma::wait_group<0>();
           wgmma::fence_operand(o);
           release(empty_v + 8 * pst);
-          rescale(corr0, corr1);
-          pack(sc, pa);
-          pst = st, pphase = phase;
-          ring.advance();
         }
-        wait_v(pst, pphase);
-        const auto vd = v_desc(pst);
-        turn_begin();
-        issue_pv(vd, pa);
-        turn_end();
-        wgmma::wait_group<0>();
-        wgmma::fence_operand(o);
-        release(empty_v + 8 * pst);
-      }
 
-      // The quad's partial sums, folded in a fixed order; then this segment's rows are written.
-#pragma unroll
-      for (int x = 1; x < 4; x <<= 1) {
-        l0 += __shfl_xor_sync(0xffffffffu, l0, x);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+        // The quad's partial sums, folded in a fixed order; then this segment's rows are written.
+  #pragma unroll
+        for (int x = 1; x < 4; x <<= 1) {
+          l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+          l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+        }
+        const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+  #pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          if (lim0 >= 0)
+            *reinterpret_cast<unsigned*>(out0 + 8 * n) =
+                pack_bf16x2(o[4 * n] * inv0, o[4 * n + 1] * inv0);
+          if (lim1 >= 0)
+            *reinterpret_cast<unsigned*>(out1 + 8 * n) =
+                pack_bf16x2(o[4 * n + 2] * inv1, o[4 * n + 3] * inv1);
+        }
       }
-      const float inv0 = 1.f / l0, inv1 = 1.f / l1;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        if (lim0 >= 0)
-          *reinterpret_cast<unsigned*>(out0 + 8 * n) =
-              pack_bf16x2(o[4 * n] * inv0, o[4 * n + 1] * inv0);
-        if (lim1 >= 0)
-          *reinterpret_cast<unsigned*>(out1 + 8 * n) =
-              pack_bf16x2(o[4 * n + 2] * inv1, o[4 * n + 3] * inv1);
+      if constexpr (kPersistent) {
+        __syncwarp();
+        if (lane == 0) mbarrier::arrive(seg_empty + 8 * tb);  // this warp is done with table tb
       }
     }
     if constexpr (OVERLAP && TURNS) {

@@ -711,6 +711,14 @@ TEST(Codegen, PromptRowsOfPrefillBucketsRunOnAttnPrefill) {
   EXPECT_EQ(attn_prefill_tokens_per_tile(512, 4), 32);
   EXPECT_EQ(attn_prefill_tokens_per_tile(512, 6), 16);  // 96 of the 128 rows
   EXPECT_EQ(attn_prefill_tokens_per_tile(16, 2), 16);   // tiles must be whole
+  // Persistent where K/V come by TMA and two segment tables fit: not with pages of 7, nor at D 128
+  // with 128 tokens a tile (MHA); at most one CTA an SM.
+  EXPECT_TRUE(attn_prefill_persistent_fits(128, 16, 64));
+  EXPECT_TRUE(attn_prefill_persistent_fits(64, 16, 128));
+  EXPECT_FALSE(attn_prefill_persistent_fits(128, 16, 128));
+  EXPECT_FALSE(attn_prefill_persistent_fits(128, 7, 32));
+  EXPECT_EQ(attn_prefill_persistent_grid(8, 16), 128);
+  EXPECT_EQ(attn_prefill_persistent_grid(8, 128), 132);
   const auto positions_arg = [](const KernelPlan& plan, const Launch& l) {
     const std::vector<std::string>& params = plan.kernels[l.kernel].params;
     const auto at = std::find(params.begin(), params.end(), "positions") - params.begin();
@@ -726,7 +734,9 @@ TEST(Codegen, PromptRowsOfPrefillBucketsRunOnAttnPrefill) {
         if (instance.find("attn_prefill") != std::string::npos) {
           ASSERT_EQ(b.kind, "prefill");
           EXPECT_EQ(positions_arg(plan, l), "desc:prompt_positions");
-          EXPECT_EQ(l.grid, (std::array<int, 3>{8, 512 / 32, 1}));
+          // Persistent (512 / 32 tiles of each of 8 KV heads on 128 CTAs).
+          EXPECT_NE(instance.find(", 32, false, false, true, 16>"), std::string::npos) << instance;
+          EXPECT_EQ(l.grid, (std::array<int, 3>{8 * 512 / 32, 1, 1}));
           EXPECT_EQ(plan.kernels[l.kernel].block, kAttnPrefillThreads);
           EXPECT_EQ(plan.kernels[l.kernel].dynamic_smem, attn_prefill_smem(64));
           ASSERT_GE(i, 2u);  // after the split kernels, whose zeros it overwrites for prompt rows
@@ -949,7 +959,8 @@ TEST(Codegen, AttnSplitBulkRingCompilesWithoutSpills) {
 // cp.async alone. The stages and the static segment table fit the 227 KB a CTA may have. With Q in
 // two bf16 parts (Q_SPLIT, D 64 and 128, both orders) the consumers also hold Q_lo's register-A
 // fragments (D/4 registers) and S takes Q_lo's wgmmas from registers with K-major B (trans-b 0:
-// the PTX ends in "p, 1, 1, 0;", which neither the SS wgmma nor P·V's trans-b 1 does).
+// the PTX ends in "p, 1, 1, 0;", which neither the SS wgmma nor P·V's trans-b 1 does). The
+// persistent form (NT > 0) likewise, both orders, at 32 and 64 tokens a tile (two segment tables).
 // attn_prefill's instance names: OVERLAP always, Q_SPLIT and TURNS only where they leave the
 // kernel's defaults (false, true), as the plan, the bench and the tests have named them.
 TEST(Codegen, PrefillAttentionInstanceNames) {
@@ -961,6 +972,8 @@ TEST(Codegen, PrefillAttentionInstanceNames) {
             head + ", false, true>");
   EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, true, false, false),
             head + ", true, false, false>");
+  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, false, false, true, 128),
+            head + ", false, false, true, 128>");
 }
 
 TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
@@ -1002,6 +1015,16 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
         attn_prefill_instance(32, 8, d, 16, 512, 2LL * 2 * 8 * 16 * d, 32, true, false, false));
     head_dim[names.back()] = d;
   }
+  // Persistent (NT > 0), both orders; its producer keeps 32 registers (the scan of each tile).
+  std::set<std::string> persistent;
+  for (const int d : {64, 128})
+    for (const bool overlap : {true, false})
+      for (const auto& [hq, tpt] : {std::pair{32, 32}, std::pair{16, 64}}) {
+        names.push_back(attn_prefill_instance(hq, 8, d, 16, 512, 2LL * 2 * 8 * 16 * d, tpt,
+                                              overlap, false, true, 4096 / tpt));
+        head_dim[names.back()] = d;
+        persistent.insert(names.back());
+      }
   const CompiledModule m =
       compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
   EXPECT_EQ(m.log.find("C7513"), std::string::npos) << m.log;
@@ -1017,7 +1040,10 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
     EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"), std::string::npos)
         << name;
     EXPECT_NE(body.find("cp.async.mbarrier.arrive.noinc"), std::string::npos) << name;
-    EXPECT_NE(body.find("setmaxnreg.dec.sync.aligned.u32 24"), std::string::npos) << name;
+    EXPECT_NE(body.find(persistent.count(name) > 0 ? "setmaxnreg.dec.sync.aligned.u32 32"
+                                                   : "setmaxnreg.dec.sync.aligned.u32 24"),
+              std::string::npos)
+        << name;
     EXPECT_EQ(body.find("cp.async.bulk.tensor.2d") != std::string::npos, name != odd_page) << name;
     EXPECT_EQ(body.find("p, 1, 1, 0;") != std::string::npos, q_split.count(name) > 0) << name;
     const KernelResources& r = m.resources.at(entry);

@@ -1245,10 +1245,12 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
 // OVERLAP false: the softmax does not overlap the P·V (the same bits by construction). Q_SPLIT:
 // scores from Q in two bf16 parts (hi + lo). TURNS false (with OVERLAP): no ping-pong between the
 // consumer warpgroups.
+// NT > 0: the persistent form over NT tiles of each KV head.
 std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int tpt,
-                                  bool overlap = true, bool q_split = false, bool turns = true) {
+                                  bool overlap = true, bool q_split = false, bool turns = true,
+                                  int nt = 0) {
   return codegen::attn_prefill_instance(s.HQ, s.HKV, s.D, s.PAGE, s.MAXP, page_elems, tpt, overlap,
-                                        q_split, turns);
+                                        q_split, turns, nt);
 }
 // The tests' source: a wait that never completes traps (a failed launch) instead of hanging the
 // run.
@@ -1300,11 +1302,12 @@ struct PagedKv {
 
 // One attn_prefill launch over a step (T = positions.size(), a multiple of tpt) with the pool's
 // bits `kv` and the map the engine builds for `tmap:kv:1:...` (rows of D from layer 1's base to
-// the pool's end, boxes of a page); returns the output (poisoned before the launch).
+// the pool's end, boxes of a page); returns the output (poisoned before the launch). ctas > 0: the
+// persistent form on that many CTAs.
 bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, int tpt,
                        const std::vector<float>& q, const std::vector<int>& positions,
                        const std::vector<int>& token_seq, bool overlap = true, bool q_split = false,
-                       bool turns = true) {
+                       bool turns = true, int ctas = 0) {
   const AttnShape& s = pool.s;
   const int T = static_cast<int>(positions.size());
   EXPECT_EQ(T % tpt, 0);
@@ -1317,8 +1320,9 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
       static_cast<int>((static_cast<long long>(kv.size()) - pool.layer_offset()) / s.D), s.D,
       s.PAGE);
   const cudaError_t e =
-      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap, q_split, turns),
-                 dim3(s.HKV, T / tpt), 384,
+      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap, q_split, turns,
+                                       ctas > 0 ? T / tpt : 0),
+                 ctas > 0 ? dim3(ctas) : dim3(s.HKV, T / tpt), 384,
                  {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(),
                   kv_map.get(), out.get()},
                  codegen::attn_prefill_smem(s.D));
@@ -1334,7 +1338,10 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
 // Every position a sequence has not reached holds NaN, and so does every page of no sequence. Both
 // variants of the kernel (with and without the softmax / P·V overlap), each with Q in bf16 and
 // with Q in two bf16 parts (Q_SPLIT). Pages of 16 load K/V by TMA (whole pages) and cp.async (the
-// page of a sequence's last position, zero-filled past it); pages of 7 by cp.async alone.
+// page of a sequence's last position, zero-filled past it); pages of 7 by cp.async alone. With
+// pages of 16 also the persistent form (Q in bf16, both orders) on 3 CTAs, each running its
+// tiles in turn (both segment tables, the ring across tiles, and the turns of the overlapped
+// order across tiles).
 TEST(GpuKernels, PrefillAttentionMatchesF64) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Case {
@@ -1346,11 +1353,6 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
                         Case{{12, 2, 128, 16, 40, 0, 0}, 16}, Case{{4, 2, 128, 7, 60, 0, 0}, 64}}) {
     const AttnShape& s = c.s;
     PagedKv pool(s, 3);
-    std::vector<std::string> names;
-    for (const bool q_split : {false, true})
-      for (const bool overlap : {true, false})
-        names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt, overlap, q_split));
-    TestModule mod(kAttnPrefillSource, names);
     const int ctx = s.MAXP * s.PAGE;
     std::vector<int> positions, token_seq;
     auto add = [&](int seq, int first, int n) {
@@ -1366,17 +1368,30 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
     add(2, ctx - 1, 1);
     pad((c.tpt - static_cast<int>(positions.size()) % c.tpt) % c.tpt);
     const int T = static_cast<int>(positions.size());
+    const bool persistent = codegen::attn_prefill_persistent_fits(s.D, s.PAGE, c.tpt);
+    std::vector<std::string> names;
+    for (const bool q_split : {false, true})
+      for (const bool overlap : {true, false})
+        names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt, overlap, q_split));
+    if (persistent)
+      for (const bool overlap : {true, false})
+        names.push_back(
+            attn_prefill_instance(s, pool.page_elems, c.tpt, overlap, false, true, T / c.tpt));
+    TestModule mod(kAttnPrefillSource, names);
     const std::vector<float> q = random_floats(static_cast<std::size_t>(T) * s.HQ * s.D);
     const bf16v kv = pool.with_nan_tails({first0 + n0, n1, ctx});
-    for (const bool q_split : {false, true})
-      for (const bool overlap : {true, false}) {
-        SCOPED_TRACE(std::string(overlap ? "with the softmax / P·V overlap" : "without the overlap") +
-                     (q_split ? ", Q in two bf16 parts" : ", Q in bf16"));
-        const bf16v out =
-            run_attn_prefill(mod, pool, kv, c.tpt, q, positions, token_seq, overlap, q_split);
-        expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f,
-                                     pool.page_tables, positions, token_seq, q, out);
-      }
+    for (const int ctas : {0, 3})
+      for (const bool q_split : {false, true})
+        for (const bool overlap : {true, false}) {
+          if (ctas > 0 && (!persistent || q_split)) continue;
+          SCOPED_TRACE(std::string(overlap ? "with the softmax / P·V overlap" : "without the overlap") +
+                       (q_split ? ", Q in two bf16 parts" : ", Q in bf16") +
+                       (ctas > 0 ? ", persistent on 3 CTAs" : ""));
+          const bf16v out = run_attn_prefill(mod, pool, kv, c.tpt, q, positions, token_seq, overlap,
+                                             q_split, true, ctas);
+          expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f,
+                                       pool.page_tables, positions, token_seq, q, out);
+        }
   }
 }
 
@@ -1386,8 +1401,9 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
 // it has not reached, the second chunk behind another sequence's 37 tokens (so its first row is
 // mid-tile), and with the whole prompt and the chunks in tiles of 128 / G and of 32 / G tokens;
 // and the kernel without the softmax / P·V overlap, and (Q in bf16) with it but without the
-// ping-pong turns, give the same bits as with both. The same again with Q in two bf16 parts
-// (Q_SPLIT), against its own whole-prompt step.
+// ping-pong turns, and (pages of 16) the persistent form on 3 CTAs and on a CTA a tile, give the
+// same bits as with both. The same again with Q in two bf16 parts (Q_SPLIT), against its own
+// whole-prompt step.
 TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Case {
@@ -1407,6 +1423,11 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
       names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, false, q_split));
     }
     names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, true, false, false));
+    // The whole prompt's tiles, for the persistent form.
+    const int nt = (L + c.tpt_big - 1) / c.tpt_big;
+    const bool persistent = codegen::attn_prefill_persistent_fits(s.D, s.PAGE, c.tpt_big);
+    if (persistent)
+      names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, false, false, true, nt));
     TestModule mod(kAttnPrefillSource, names);
     const std::size_t row = static_cast<std::size_t>(s.HQ) * s.D;
     const std::vector<float> qx = random_floats(L * row), qy = random_floats(NY * row);
@@ -1414,7 +1435,7 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
     // A step: optionally the other sequence's NY rows (positions 10 ..), then prompt rows [a, b),
     // then padding to a whole tile; returns the prompt rows' outputs.
     auto step = [&](bool q_split, int tpt, int a, int b, bool other, bool overlap = true,
-                    bool turns = true) {
+                    bool turns = true, int ctas = 0) {
       std::vector<int> positions, token_seq;
       std::vector<float> q;
       if (other)
@@ -1432,7 +1453,8 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
         q.insert(q.end(), row, 0.f);
       }
       const bf16v out = run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}),
-                                         tpt, q, positions, token_seq, overlap, q_split, turns);
+                                         tpt, q, positions, token_seq, overlap, q_split, turns,
+                                         ctas);
       return bf16v(out.begin() + first * row, out.begin() + (first + (b - a)) * row);
     };
     for (const bool q_split : {false, true}) {
@@ -1455,6 +1477,14 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
       // The overlap without the turns (with Q in bf16; the kernel has no Q_SPLIT form of it).
       const bf16v no_turns = q_split ? bf16v{} : step(false, c.tpt_big, 0, L, false, true, false);
       if (!q_split) others.push_back({"without turns", &no_turns});
+      // Persistent, the plain order (Q in bf16): 3 CTAs, and a CTA a tile.
+      bf16v persistent3, persistent_all;
+      if (persistent && !q_split) {
+        persistent3 = step(false, c.tpt_big, 0, L, false, false, true, 3);
+        persistent_all = step(false, c.tpt_big, 0, L, false, false, true, s.HKV * nt);
+        others.push_back({"persistent on 3 CTAs", &persistent3});
+        others.push_back({"persistent, a CTA a tile", &persistent_all});
+      }
       for (const auto& [name, got] : others) {
         ASSERT_EQ(got->size(), whole.size());
         for (std::size_t i = 0; i < whole.size(); ++i)
