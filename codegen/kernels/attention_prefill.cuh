@@ -263,8 +263,8 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   };
   // A consumer thread (wt of warpgroup cw): its warpgroup's 64 rows of the tile's Q as bf16 (zeros
   // for rows of no token or of padding), every load first, then the stores and the fence for
-  // wgmma; `between` runs after the loads, before the stores.
-  auto stage_q = [&](int cw, int wt, int kvh, int t0, auto&& between) {
+  // wgmma; with `meet`, a meeting of the warpgroup (barrier 1 + cw) between the two.
+  auto stage_q = [&](int cw, int wt, int kvh, int t0, bool meet) {
     constexpr int kIt = 64 * (D / 8) / 128;  // 16-byte pieces a thread
     float4 qa[kIt], qb[kIt];
     bool live[kIt];
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       qa[k] = *reinterpret_cast<const float4*>(src);
       qb[k] = *reinterpret_cast<const float4*>(src + 4);
     }
-    between();
+    if (meet) named_barrier_sync(1 + cw, 128);
 #pragma unroll
     for (int k = 0; k < kIt; ++k) {
       const int c = wt + 128 * k, r = 64 * cw + c / (D / 8), i = c % (D / 8);
@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     if constexpr (!kPersistent) {
       int kvh, t0;
       tile_of(0, kvh, t0);
-      stage_q(threadIdx.x / 128 - 1, threadIdx.x % 128, kvh, t0, [] {});
+      stage_q(threadIdx.x / 128 - 1, threadIdx.x % 128, kvh, t0, false);
     }
   }
   __syncthreads();
@@ -446,7 +446,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         // Q of this tile into the warpgroup's rows: the loads first, then (once every warp of the
         // warpgroup is done with the previous tile's Q: warpgroup barrier 1 + cw) the stores, a
         // second meeting, and the tile's segment table.
-        stage_q(cw, wt, kvh, t0, [&] { named_barrier_sync(1 + cw, 128); });
+        stage_q(cw, wt, kvh, t0, true);
         named_barrier_sync(1 + cw, 128);
         mbarrier::wait_parity(seg_full + 8 * tb, (k / 2) & 1);
       }
