@@ -105,8 +105,13 @@
 // for 16-23% of the kernel's time; end to end the 8B's logits did not show it (bf16 activations'
 // noise is larger), so the plan leaves it off.
 // Registers: S (BN/2 f32), O (D/2 f32), P (BN/4 b32) and with Q_SPLIT Q_lo (D/4 b32) per consumer
-// thread: setmaxnreg gives the consumers 240 and the producer 24 (128 · 24 + 256 · 240 <= 64 K
-// registers an SM); persistent, 232 and 40 (the producer's scan spills at 24).
+// thread: setmaxnreg gives the consumers 240 and the producer 24; persistent, 232 and 40 (the
+// producer's scan of each tile spills at 24). The consumers' increase must come out of what the
+// producer gives back, (168 - 24) · 128 = (240 - 168) · 256, (168 - 40) · 128 = (232 - 168) · 256,
+// the CTA's 384 · 168 registers at launch (__launch_bounds__(384, 1): 65536 / 384 rounded down to
+// 8): an increase the pool cannot cover blocks setmaxnreg for ever (session 27's first run of the
+// persistent form hung at 32 / 240). At 232 the overlapped order's ordered P·V wait spills (16
+// bytes), so the persistent overlapped order keeps the plain wait, as Q_SPLIT does.
 // Stages: 3 at D = 128 (Q 32 KB + 3 x 64 KB = 224 KB, under the 227 KB a CTA may have with the
 // segment table; two tables, persistent, fit up to 64 tokens a tile), 6 at D = 64 (16 KB + 6 x
 // 32 KB).
@@ -181,6 +186,10 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   static_assert(HQ % HKV == 0 && TPT >= 1 && TPT * G <= C::kRows, "a tile's rows fit 128");
   constexpr int R = TPT * G;  // rows in use
   constexpr bool kPersistent = NT > 0;
+  constexpr int kLaunchRegs = 65536 / C::kThreads / 8 * 8, kProducerRegs = kPersistent ? 40 : 24,
+                kConsumerRegs = kPersistent ? 232 : 240;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= C::kThreads * kLaunchRegs,
+                "setmaxnreg: the consumers' registers come out of what the producer gives back");
   constexpr int kTables = kPersistent ? 2 : 1;  // segment tables: the producer fills one ahead
   static_assert(C::kSmemBytes + kTables * (sizeof(AttnPrefillSegment) * TPT + sizeof(int)) +
                         16 * kTables <=
@@ -328,7 +337,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
 
   if (threadIdx.x < 128) {
     // The producer; with persistent tiles it also scans (40 registers: the scan spills at 24).
-    setmaxnreg_dec<kPersistent ? 32 : 24>();
+    setmaxnreg_dec<kProducerRegs>();
     constexpr int kPieces = D / 8;  // 16-byte pieces a position
     mbarrier::StageRing<S> ring;
     if constexpr (kTma) {
@@ -428,7 +437,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     // PTX ISA: cp.async.wait_all.
     asm volatile("cp.async.wait_all;" ::: "memory");
   } else {
-    setmaxnreg_inc<240>();
+    setmaxnreg_inc<kConsumerRegs>();
     const int cw = threadIdx.x / 128 - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63
     const int wt = threadIdx.x % 128, warp = wt / 32, lane = wt % 32, quad = lane % 4;
     if constexpr (OVERLAP && TURNS) {
@@ -672,8 +681,9 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
             // After the softmax in the SASS too: a plain wait_group<0> here was scheduled above
             // the softmax's arithmetic, which then never overlapped the P·V (perf-log change 74).
             // With Q_SPLIT (Q_lo's 32 more registers) the ordered wait spills (20 bytes at D 128),
-            // so that pairing, never a plan's, keeps the plain wait.
-            if constexpr (Q_SPLIT)
+            // and persistent (232 registers) 16 bytes, so those pairings, never a plan's, keep the
+            // plain wait.
+            if constexpr (Q_SPLIT || kPersistent)
               wgmma::wait_group<0>();
             else
               wgmma::wait_group_after<0>(l0, l1);
