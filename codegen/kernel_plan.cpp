@@ -118,7 +118,9 @@ bool attn_prefill_persistent_fits(int head_dim, int page, int tpt) {
          attn_prefill_smem(head_dim) + 2 * (8 * tpt + 4) + 32 <= 232448;
 }
 
-int attn_prefill_persistent_grid(int hkv, int tiles) { return std::min(hkv * tiles, kSms); }
+int attn_prefill_persistent_grid(int hkv, int tiles) {
+  return std::min(hkv * tiles, kSms);
+}
 
 int attn_prefill_smem(int head_dim) {
   const int stages = head_dim == 128 ? 3 : 6;
@@ -569,8 +571,9 @@ KernelPlan plan_kernels(const CodegenInput& in) {
              {"buf:part_o", "buf:part_ml", split_positions, "buf:attn"});
       if (prompt_attn)
         launch(prompt_k,
-               prompt_nt > 0 ? std::array<int, 3>{attn_prefill_persistent_grid(HKV, prompt_nt), 1, 1}
-                             : std::array<int, 3>{HKV, T / prompt_tpt, 1},
+               prompt_nt > 0
+                   ? std::array<int, 3>{attn_prefill_persistent_grid(HKV, prompt_nt), 1, 1}
+                   : std::array<int, 3>{HKV, T / prompt_tpt, 1},
                {"buf:q", "desc:prompt_positions", "desc:token_seq", "desc:page_tables",
                 "kv:" + I_(l), tmap("kv:" + I_(l), page_elems / D, D, PAGE), "buf:attn"});
       launch_gemm(o_g, "attn", w + "o", H, HQ * D, "x", H);

@@ -181,18 +181,18 @@ int main(int argc, char** argv) {
     struct Variant {
       bool overlap, q_split, turns, persistent;
     };
-    for (const auto& [overlap, q_split, turns, persistent] :
-         {Variant{false, false, true, true},
-          {false, false, true, false},
-          {false, true, true, false},
-          {true, false, true, false},
-          {true, false, false, false}}) {
+    for (const auto& [overlap, q_split, turns, persistent] : {Variant{false, false, true, true},
+                                                              {false, false, true, false},
+                                                              {false, true, true, false},
+                                                              {true, false, true, false},
+                                                              {true, false, false, false}}) {
       const int nt = persistent ? T / kTpt : 0;
       const void* fn = kernel(overlap, q_split, turns, nt);
       std::vector<const void*> args = {dq, dpos, dseq, dpt, dkv, dmap, dout};
       std::vector<void*> params;
       for (auto& a : args) params.push_back(&a);
-      const dim3 grid = persistent ? dim3(attn_prefill_persistent_grid(kHKV, nt)) : dim3(kHKV, T / kTpt);
+      const dim3 grid =
+          persistent ? dim3(attn_prefill_persistent_grid(kHKV, nt)) : dim3(kHKV, T / kTpt);
       auto launch = [&] {
         check(cudaLaunchKernel(fn, grid, kThreads, params.data(), kSmem, nullptr), "launch");
       };

@@ -34,7 +34,7 @@
 // the first loads) is paid once, not per tile (about a tenth of a consumer's time at T = 4096:
 // docs/perf-log.md, change 72). The producer warp scans each tile's segments into one of two
 // tables (the tile k % 2 of its CTA) behind mbarriers seg_full (the producer's lane 0) and
-// seg_empty (a consumer warp each), and asks L2 for the tile's Q rows; the consumers restage their
+// seg_empty (every consumer thread), and asks L2 for the tile's Q rows; the consumers restage their
 // 64 rows of Q a tile at a time between two warpgroup barriers. Loads and scheduling only: a
 // row's bits are those of a tile a CTA.
 //
@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       if constexpr (kPersistent)
         for (int tb = 0; tb < kTables; ++tb) {
           mbarrier::init(seg_full + 8 * tb, 1);
-          mbarrier::init(seg_empty + 8 * tb, 8);  // one arrival per consumer warp
+          mbarrier::init(seg_empty + 8 * tb, 256);  // every consumer thread
         }
       mbarrier::fence_init();
     }
@@ -484,7 +484,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           return pack_bf16x2(x.x - __uint_as_float(hi << 16),
                              x.y - __uint_as_float(hi & 0xffff0000u));
         };
-  #pragma unroll
+#pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           qlo[kk][0] = p0 >= 0 ? lo_pair(q0 + 16 * kk) : 0u;
           qlo[kk][1] = p1 >= 0 ? lo_pair(q1 + 16 * kk) : 0u;
@@ -500,7 +500,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         const int lim0 = r0 < R && j0 >= a && j0 < b_end ? p0 : -1;
         const int lim1 = r1 < R && j1 >= a && j1 < b_end ? p1 : -1;
         float o[D / 2];
-  #pragma unroll
+#pragma unroll
         for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
         float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
 
@@ -514,7 +514,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         auto issue_s = [&](unsigned st, float(&sc)[BN / 2]) {
           const auto k_desc = wgmma::kmajor_desc(k_stage(st), Swizzle::B128);
           wgmma::fence();
-  #pragma unroll
+#pragma unroll
           for (int kk = 0; kk < D / 16; ++kk) {
             const unsigned off_q = (kk / 4) * (C::kRows * 128) + (kk % 4) * 32;
             const unsigned off_k = (kk / 4) * (BN * 128) + (kk % 4) * 32;
@@ -532,7 +532,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         // computed before it, so nothing but wgmma sits between a group's instructions.
         auto issue_pv = [&](wgmma::SmemDesc v_desc, const unsigned(&pa)[BN / 16][4]) {
           wgmma::fence();
-  #pragma unroll
+#pragma unroll
           for (int kk = 0; kk < BN / 16; ++kk)
             wgmma::mma_rs<D, wgmma::AbType::BF16, wgmma::Major::MN>(o, pa[kk],
                                                                     v_desc.advanced(kk * 2048), true);
@@ -545,9 +545,9 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           // Column 8n + 2·quad + e of the block is key position b·BN + that.
           const int last = b * BN + BN - 1;
           if (last > lim0 || last > lim1) {
-  #pragma unroll
+#pragma unroll
             for (int n = 0; n < BN / 8; ++n)
-  #pragma unroll
+#pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const int key = b * BN + 8 * n + 2 * quad + e;
                 if (key > lim0) sc[4 * n + e] = kNegInf;
@@ -555,12 +555,12 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
               }
           }
           float mx0 = m0, mx1 = m1;
-  #pragma unroll
+#pragma unroll
           for (int n = 0; n < BN / 8; ++n) {
             mx0 = fmaxf(mx0, fmaxf(sc[4 * n], sc[4 * n + 1]));
             mx1 = fmaxf(mx1, fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
           }
-  #pragma unroll
+#pragma unroll
           for (int x = 1; x < 4; x <<= 1) {
             mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
             mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
@@ -572,7 +572,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           m0 = mx0, m1 = mx1;
           const float ms0 = mx0 * SCALE_LOG2, ms1 = mx1 * SCALE_LOG2;
           float sum0 = 0.f, sum1 = 0.f;
-  #pragma unroll
+#pragma unroll
           for (int n = 0; n < BN / 8; ++n) {
             sc[4 * n] = ex2(fmaf(sc[4 * n], SCALE_LOG2, -ms0));
             sc[4 * n + 1] = ex2(fmaf(sc[4 * n + 1], SCALE_LOG2, -ms0));
@@ -587,14 +587,14 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         // The weights as bf16 in the register-A fragments of the block's k-steps (accumulator
         // columns 16kk .. 16kk + 15).
         auto pack = [&](const float(&sc)[BN / 2], unsigned(&pa)[BN / 16][4]) {
-  #pragma unroll
+#pragma unroll
           for (int kk = 0; kk < BN / 16; ++kk)
-  #pragma unroll
+#pragma unroll
             for (int i = 0; i < 4; ++i)
               pa[kk][i] = pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
         };
         auto rescale = [&](float corr0, float corr1) {
-  #pragma unroll
+#pragma unroll
           for (int n = 0; n < D / 8; ++n)
             o[4 * n] *= corr0, o[4 * n + 1] *= corr0, o[4 * n + 2] *= corr1, o[4 * n + 3] *= corr1;
         };
@@ -705,13 +705,13 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         }
 
         // The quad's partial sums, folded in a fixed order; then this segment's rows are written.
-  #pragma unroll
+#pragma unroll
         for (int x = 1; x < 4; x <<= 1) {
           l0 += __shfl_xor_sync(0xffffffffu, l0, x);
           l1 += __shfl_xor_sync(0xffffffffu, l1, x);
         }
         const float inv0 = 1.f / l0, inv1 = 1.f / l1;
-  #pragma unroll
+#pragma unroll
         for (int n = 0; n < D / 8; ++n) {
           if (lim0 >= 0)
             *reinterpret_cast<unsigned*>(out0 + 8 * n) =
@@ -721,10 +721,10 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
                 pack_bf16x2(o[4 * n + 2] * inv1, o[4 * n + 3] * inv1);
         }
       }
-      if constexpr (kPersistent) {
-        __syncwarp();
-        if (lane == 0) mbarrier::arrive(seg_empty + 8 * tb);  // this warp is done with table tb
-      }
+      // This thread is done with table tb. Every consumer thread arrives (its own reads released
+      // by its own arrival), not a lane a warp behind __syncwarp: racecheck flagged the other
+      // lanes' reads against the producer's next writes then (session 27 call 3).
+      if constexpr (kPersistent) mbarrier::arrive(seg_empty + 8 * tb);
     }
     if constexpr (OVERLAP && TURNS) {
       if (cw == 0) named_barrier_sync(3, 256);  // warpgroup 1's last arrival

@@ -1021,8 +1021,8 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
   for (const int d : {64, 128})
     for (const bool overlap : {true, false})
       for (const auto& [hq, tpt] : {std::pair{32, 32}, std::pair{16, 64}}) {
-        names.push_back(attn_prefill_instance(hq, 8, d, 16, 512, 2LL * 2 * 8 * 16 * d, tpt,
-                                              overlap, false, true, 4096 / tpt));
+        names.push_back(attn_prefill_instance(hq, 8, d, 16, 512, 2LL * 2 * 8 * 16 * d, tpt, overlap,
+                                              false, true, 4096 / tpt));
         head_dim[names.back()] = d;
         persistent.insert(names.back());
       }

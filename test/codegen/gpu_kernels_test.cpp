@@ -1319,13 +1319,12 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
       dkv.get() + pool.layer_offset(),
       static_cast<int>((static_cast<long long>(kv.size()) - pool.layer_offset()) / s.D), s.D,
       s.PAGE);
-  const cudaError_t e =
-      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap, q_split, turns,
-                                       ctas > 0 ? T / tpt : 0),
-                 ctas > 0 ? dim3(ctas) : dim3(s.HKV, T / tpt), 384,
-                 {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(),
-                  kv_map.get(), out.get()},
-                 codegen::attn_prefill_smem(s.D));
+  const cudaError_t e = mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap, q_split,
+                                                         turns, ctas > 0 ? T / tpt : 0),
+                                   ctas > 0 ? dim3(ctas) : dim3(s.HKV, T / tpt), 384,
+                                   {dq.get(), dpos.get(), dseq.get(), dpt.get(),
+                                    dkv.get() + pool.layer_offset(), kv_map.get(), out.get()},
+                                   codegen::attn_prefill_smem(s.D));
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   return out.download();
 }
@@ -1384,9 +1383,10 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
       for (const bool q_split : {false, true})
         for (const bool overlap : {true, false}) {
           if (ctas > 0 && (!persistent || q_split)) continue;
-          SCOPED_TRACE(std::string(overlap ? "with the softmax / P·V overlap" : "without the overlap") +
-                       (q_split ? ", Q in two bf16 parts" : ", Q in bf16") +
-                       (ctas > 0 ? ", persistent on 3 CTAs" : ""));
+          SCOPED_TRACE(
+              std::string(overlap ? "with the softmax / P·V overlap" : "without the overlap") +
+              (q_split ? ", Q in two bf16 parts" : ", Q in bf16") +
+              (ctas > 0 ? ", persistent on 3 CTAs" : ""));
           const bf16v out = run_attn_prefill(mod, pool, kv, c.tpt, q, positions, token_seq, overlap,
                                              q_split, true, ctas);
           expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f,
@@ -1452,9 +1452,9 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
         positions.push_back(-1), token_seq.push_back(0);
         q.insert(q.end(), row, 0.f);
       }
-      const bf16v out = run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}),
-                                         tpt, q, positions, token_seq, overlap, q_split, turns,
-                                         ctas);
+      const bf16v out =
+          run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}), tpt, q,
+                           positions, token_seq, overlap, q_split, turns, ctas);
       return bf16v(out.begin() + first * row, out.begin() + (first + (b - a)) * row);
     };
     for (const bool q_split : {false, true}) {
