@@ -83,8 +83,8 @@
 // fragment of k-step k (rows l/4 and l/4 + 8, k 2(l%4) + {0,1} and + 8), packed to bf16.
 // The output is o / l in bf16.
 // The plan uses the plain order with Q in bf16 (OVERLAP and Q_SPLIT false: the fastest at 4k-16k,
-// docs/perf-log.md runs W and Z, change 74); the GPU tests and the bench keep both options
-// measured.
+// docs/perf-log.md runs W and Z, change 74), persistent where it fits (change 72), LEAN false
+// until it is timed; the GPU tests and the bench keep every option measured.
 // OVERLAP (false is the plain order, the bit-for-bit reference of the GPU tests): block b's
 // S = Q·Kᵀ is issued together with block b - 1's P·V, and the softmax of block b runs while that
 // P·V is on the tensor cores (FlashAttention-3's intra-warpgroup overlap), and the two consumer
@@ -94,6 +94,12 @@
 // warpgroups issue when ready, as in the plain order; session 26's question: whether the turns
 // are what keep the overlapped order under the plain one, docs/perf-log.md change 74). Loads and
 // scheduling only: the same bits.
+//
+// LEAN (session 27, perf-log changes 76-77, not yet timed): two trims of each key block's fixed
+// work, the same bits: the row maximum over four partial maxima a row instead of one chain of
+// BN / 8 dependent steps (~70 clocks before the shuffles and exponentials can start), and the
+// proxy fence after a stage's wait only for blocks that cp.async wrote some of (with K/V by TMA,
+// a segment's last block; TMA writes through the async proxy, as wgmma reads).
 //
 // Q_SPLIT: S = Q_hi·Kᵀ + Q_lo·Kᵀ with Q_hi = bf16(q) (the staged Q) and Q_lo = bf16(q - Q_hi), so
 // a score carries ~16 bits of q's mantissa instead of 8: rounding q to bf16 moves a score by up to
@@ -176,7 +182,8 @@ __device__ __forceinline__ float ex2(float x) {
 // a CTA; with NT = T / TPT > 0 (persistent, attn_prefill_persistent_grid CTAs), each CTA runs
 // its share of the HKV · NT tiles in turn through one K/V ring (see "Persistent" above).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2,
-          int TPT, bool OVERLAP = true, bool Q_SPLIT = false, bool TURNS = true, int NT = 0>
+          int TPT, bool OVERLAP = true, bool Q_SPLIT = false, bool TURNS = true, int NT = 0,
+          bool LEAN = false>
 __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     attn_prefill(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                  const bf16* kv_layer, const hexel::TensorMap* kv_map, bf16* out) {
@@ -504,10 +511,17 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
         float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
 
-        // Waits until stage st's K has landed.
-        auto wait_k = [&](unsigned st, unsigned phase) {
+        // Positions below tma_end came by TMA alone (whole pages); the rest by cp.async.
+        const int tma_end = kTma ? (pos_max + 1) / PAGE * PAGE : 0;
+        // Whether block b's stage needs the proxy fence before wgmma reads it: where cp.async
+        // (the generic proxy) wrote some of it; LEAN fences only those blocks, else every block.
+        auto fence_for = [&](int b) {
+          if (!LEAN || (b + 1) * BN > tma_end) fence_proxy_async_smem();
+        };
+        // Waits until stage st's K (block b) has landed.
+        auto wait_k = [&](unsigned st, unsigned phase, int b) {
           mbarrier::wait_parity(full_k + 8 * st, phase);
-          fence_proxy_async_smem();  // the stage was written by cp.async (generic proxy)
+          fence_for(b);
         };
         // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for); with Q_SPLIT
         // each k-step adds Q_lo's product after Q_hi's.
@@ -523,10 +537,10 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           }
           wgmma::commit_group();
         };
-        // Waits until stage st's V has landed.
-        auto wait_v = [&](unsigned st, unsigned phase) {
+        // Waits until stage st's V (block b) has landed.
+        auto wait_v = [&](unsigned st, unsigned phase, int b) {
           mbarrier::wait_parity(full_v + 8 * st, phase);
-          fence_proxy_async_smem();
+          fence_for(b);
         };
         // O += P·V with V at `v_desc` (issued and committed). Everything the issue needs is
         // computed before it, so nothing but wgmma sits between a group's instructions.
@@ -554,11 +568,28 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
                 if (key > lim1) sc[4 * n + 2 + e] = kNegInf;
               }
           }
+          // The row maxima: one running maximum, a chain of BN / 8 dependent steps; LEAN: four
+          // partial maxima a row (chains of BN / 32, then two levels), the same bits (the maximum
+          // of a set is exact in any order; fmaxf returns the other operand for a NaN).
           float mx0 = m0, mx1 = m1;
+          if constexpr (LEAN) {
+            constexpr int kParts = 4;
+            float pm0[kParts], pm1[kParts];
 #pragma unroll
-          for (int n = 0; n < BN / 8; ++n) {
-            mx0 = fmaxf(mx0, fmaxf(sc[4 * n], sc[4 * n + 1]));
-            mx1 = fmaxf(mx1, fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
+            for (int n = 0; n < BN / 8; ++n) {
+              const float x0 = fmaxf(sc[4 * n], sc[4 * n + 1]);
+              const float x1 = fmaxf(sc[4 * n + 2], sc[4 * n + 3]);
+              pm0[n % kParts] = n < kParts ? x0 : fmaxf(pm0[n % kParts], x0);
+              pm1[n % kParts] = n < kParts ? x1 : fmaxf(pm1[n % kParts], x1);
+            }
+            mx0 = fmaxf(m0, fmaxf(fmaxf(pm0[0], pm0[1]), fmaxf(pm0[2], pm0[3])));
+            mx1 = fmaxf(m1, fmaxf(fmaxf(pm1[0], pm1[1]), fmaxf(pm1[2], pm1[3])));
+          } else {
+#pragma unroll
+            for (int n = 0; n < BN / 8; ++n) {
+              mx0 = fmaxf(mx0, fmaxf(sc[4 * n], sc[4 * n + 1]));
+              mx1 = fmaxf(mx1, fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
+            }
           }
 #pragma unroll
           for (int x = 1; x < 4; x <<= 1) {
@@ -613,7 +644,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           for (int b = 0; b < nb; ++b) {
             const unsigned st = ring.index, phase = ring.phase;
             float sc[BN / 2];
-            wait_k(st, phase);
+            wait_k(st, phase, b);
             issue_s(st, sc);
             wgmma::wait_group<0>();
             wgmma::fence_operand(sc);
@@ -622,7 +653,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
             softmax(b, sc, corr0, corr1);
             rescale(corr0, corr1);
             pack(sc, pa);
-            wait_v(st, phase);
+            wait_v(st, phase, b);
             issue_pv(v_desc(st), pa);
             wgmma::wait_group<0>();
             wgmma::fence_operand(o);
@@ -650,7 +681,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           unsigned pst = ring.index, pphase = ring.phase;  // the stage whose P·V is pending
           {
             float sc[BN / 2];
-            wait_k(pst, pphase);
+            wait_k(pst, pphase, 0);
             turn_begin();
             issue_s(pst, sc);
             turn_end();
@@ -666,8 +697,8 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           for (int b = 1; b < nb; ++b) {
             const unsigned st = ring.index, phase = ring.phase;
             float sc[BN / 2];
-            wait_k(st, phase);
-            wait_v(pst, pphase);
+            wait_k(st, phase, b);
+            wait_v(pst, pphase, b - 1);
             const auto vd = v_desc(pst);
             turn_begin();
             issue_s(st, sc);
@@ -694,7 +725,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
             pst = st, pphase = phase;
             ring.advance();
           }
-          wait_v(pst, pphase);
+          wait_v(pst, pphase, nb - 1);
           const auto vd = v_desc(pst);
           turn_begin();
           issue_pv(vd, pa);
