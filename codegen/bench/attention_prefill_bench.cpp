@@ -13,7 +13,7 @@
 // parts, Q_SPLIT, its reference from q in f32, the others' from q rounded to bf16 as they round
 // it; attn_prefill_plain_persistent: the plain order persistent, NT = T / 32, on
 // attn_prefill_persistent_grid CTAs, what the plan runs from change 72 on;
-// attn_prefill_plain_persistent_lean: the same with LEAN, perf-log changes 76-77): a process of
+// attn_prefill_plain_persistent_lean: the same with LEAN, perf-log changes 76-78): a process of
 // our kernels only, for profilers (ncu).
 //
 //   telos-attn-prefill-bench --compile-only CUBIN   NVRTC only (no GPU): compiles the instances,

@@ -95,11 +95,12 @@
 // are what keep the overlapped order under the plain one, docs/perf-log.md change 74). Loads and
 // scheduling only: the same bits.
 //
-// LEAN (session 27, perf-log changes 76-77, not yet timed): two trims of each key block's fixed
+// LEAN (session 27, perf-log changes 76-78, not yet timed): three trims of each key block's fixed
 // work, the same bits: the row maximum over four partial maxima a row instead of one chain of
-// BN / 8 dependent steps (~70 clocks before the shuffles and exponentials can start), and the
-// proxy fence after a stage's wait only for blocks that cp.async wrote some of (with K/V by TMA,
-// a segment's last block; TMA writes through the async proxy, as wgmma reads).
+// BN / 8 dependent steps (~70 clocks before the shuffles and exponentials can start); the proxy
+// fence after a stage's wait only for blocks that cp.async wrote some of (with K/V by TMA, a
+// segment's last block; TMA writes through the async proxy, as wgmma reads); and o's rescale (D / 2
+// multiplications a thread) skipped where no row of the warp has a new maximum.
 //
 // Q_SPLIT: S = Q_hi·Kᵀ + Q_lo·Kᵀ with Q_hi = bf16(q) (the staged Q) and Q_lo = bf16(q - Q_hi), so
 // a score carries ~16 bits of q's mantissa instead of 8: rounding q to bf16 moves a score by up to
@@ -624,7 +625,11 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
             for (int i = 0; i < 4; ++i)
               pa[kk][i] = pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
         };
+        // o *= the corrections; LEAN skips it where every correction of the warp is exactly 1 (no
+        // row's maximum moved: most blocks once a row has seen a few hundred keys), a warp-uniform
+        // branch, the same bits (x · 1 = x).
         auto rescale = [&](float corr0, float corr1) {
+          if (LEAN && !__any_sync(0xffffffffu, corr0 != 1.f || corr1 != 1.f)) return;
 #pragma unroll
           for (int n = 0; n < D / 8; ++n)
             o[4 * n] *= corr0, o[4 * n + 1] *= corr0, o[4 * n + 2] *= corr1, o[4 * n + 3] *= corr1;
