@@ -8,8 +8,9 @@ on Llama-3.1-8B's head shape, 32 query heads, 8 KV heads, D = 128, pages of 16 p
 CTAs, perf-log change 72), the same with LEAN (changes 76-78), the plain order a tile a CTA, the
 overlapped one, the overlapped one without its ping-pong turns (TURNS false) and the plain order
 with Q in two bf16 parts) through the driver API (prefill_gemm_torch.Driver), and for one sequence
-of T = 4096, 8192, 16384 prompt tokens (q in f32 [T, HQ, D] as the engine's QKV epilogue leaves it, K/V in a
-paged pool, the pages in a shuffled order, read through the tensor map the engine builds for
+of T = 4096, 8192, 16384 prompt tokens (q in f32 [T, HQ, D] as the engine's QKV epilogue leaves
+it, K/V in a paged pool, the pages in a shuffled order, read through the tensor map the engine
+builds for
 `tmap:kv:`, docs/artifact.md) times our six kernels and
 torch.nn.functional.scaled_dot_product_attention(is_causal=True) with each backend (flash,
 efficient, cudnn through torch.nn.attention.sdpa_kernel, on contiguous bf16 q [1, HQ, T, D], k
