@@ -31,8 +31,8 @@
 // Persistent (NT = T / TPT > 0, K/V by TMA): min(HKV · NT, SMs) CTAs, each running its share of
 // the HKV · NT tiles one after the other through the same K/V ring, so the next tile's first K/V
 // blocks are in flight while the consumers finish the current one and a CTA's setup (barriers,
-// the first loads) is paid once, not per tile (about a tenth of a consumer's time at T = 4096:
-// docs/perf-log.md, change 72). The producer warp scans each tile's segments into one of two
+// the first loads) is paid once, not per tile (+4% at T = 4096, +3% at 8192: docs/perf-log.md,
+// change 72). The producer warp scans each tile's segments into one of two
 // tables (the tile k % 2 of its CTA) behind mbarriers seg_full (the producer's lane 0) and
 // seg_empty (every consumer thread), and asks L2 for the tile's Q rows; the consumers restage their
 // 64 rows of Q a tile at a time between two warpgroup barriers. Loads and scheduling only: a
