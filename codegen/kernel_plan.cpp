@@ -118,7 +118,7 @@ std::string attn_prefill_instance(int hq, int hkv, int d, int page, int maxp, lo
 bool attn_prefill_persistent_fits(int head_dim, int page, int tpt) {
   // Two tables of tpt segments (8 bytes each) and their counts, four mbarriers, beside the rest.
   return page % 8 == 0 && 128 % page == 0 &&
-         attn_prefill_smem(head_dim) + 2 * (8 * tpt + 4) + 32 <= 232448;
+         attn_prefill_smem(head_dim) + 2 * (8 * tpt + 4) + 32 <= kMaxSmemPerBlock;
 }
 
 int attn_prefill_persistent_grid(int hkv, int tiles) {

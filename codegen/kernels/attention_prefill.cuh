@@ -451,13 +451,14 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     if constexpr (OVERLAP && TURNS) {
       if (cw == 1) named_barrier_arrive(3, 256);  // warpgroup 0 issues first
     }
+    // This thread's rows of every tile: r0 (accumulator registers 4j + {0,1}) and r1 = r0 + 8
+    // (4j + {2,3}), tokens j0 and j1 of the tile.
+    const int r0 = 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
+    const int j0 = r0 / G, j1 = r1 / G;
     mbarrier::StageRing<S> ring;
     int kvh, t0;
     for (int k = 0; tile_of(k, kvh, t0); ++k) {
       const int tb = k % kTables;
-      // This thread's rows: r0 (accumulator registers 4j + {0,1}) and r1 = r0 + 8 (4j + {2,3}).
-      const int r0 = 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
-      const int j0 = r0 / G, j1 = r1 / G;
       const int p0 = r0 < R ? positions[t0 + j0] : -2, p1 = r1 < R ? positions[t0 + j1] : -2;
       if constexpr (kPersistent) {
         // Q of this tile into the warpgroup's rows: the loads first, then (once every warp of the
