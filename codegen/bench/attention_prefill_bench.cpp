@@ -12,9 +12,8 @@
 // the ping-pong turns; attn_prefill_plain_qsplit: the plain order with Q in two bf16
 // parts, Q_SPLIT, its reference from q in f32, the others' from q rounded to bf16 as they round
 // it; attn_prefill_plain_persistent: the plain order persistent, NT = T / 32, on
-// attn_prefill_persistent_grid CTAs, what the plan runs from change 72 on;
-// attn_prefill_plain_persistent_lean: the same with LEAN, perf-log changes 76-78): a process of
-// our kernels only, for profilers (ncu).
+// attn_prefill_persistent_grid CTAs, what the plan runs from change 72 on): a process of our
+// kernels only, for profilers (ncu).
 //
 //   telos-attn-prefill-bench --compile-only CUBIN   NVRTC only (no GPU): compiles the instances,
 //                                                   writes CUBIN and CUBIN.names
@@ -61,11 +60,10 @@ const int kSmem = telos::codegen::attn_prefill_smem(kD);
 // With the overlaps (OVERLAP) and the plain order the plan uses (no softmax / P·V overlap, no
 // ping-pong): what the overlaps are worth; the overlap within a warpgroup without the ping-pong
 // turns (TURNS false); Q_SPLIT (the plain order only): what Q_lo's wgmmas cost; NT > 0: the
-// persistent form for T = NT · 32; LEAN: partial row maxima, fewer proxy fences.
-std::string instance(bool overlap, bool q_split = false, bool turns = true, int nt = 0,
-                     bool lean = false) {
+// persistent form for T = NT · 32.
+std::string instance(bool overlap, bool q_split = false, bool turns = true, int nt = 0) {
   return telos::codegen::attn_prefill_instance(kHQ, kHKV, kD, kPage, kMaxP, kPageElems, kTpt,
-                                               overlap, q_split, turns, nt, lean);
+                                               overlap, q_split, turns, nt);
 }
 constexpr int kTs[] = {4096, 8192, 16384};
 
@@ -88,9 +86,7 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--compile-only") {
     std::vector<std::string> names = {instance(true), instance(false), instance(false, true),
                                       instance(true, false, false)};
-    for (const int T : kTs)
-      for (const bool lean : {false, true})
-        names.push_back(instance(false, false, true, T / kTpt, lean));
+    for (const int T : kTs) names.push_back(instance(false, false, true, T / kTpt));
     const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names,
                                             CompileCache::default_root());
     save_bench_cubin(argv[2], m, names);
@@ -104,10 +100,10 @@ int main(int argc, char** argv) {
   check(loaded.status, "load");
   cudaLibrary_t lib = loaded.lib;
   const std::map<std::string, std::string>& lowered = loaded.lowered;
-  auto kernel = [&](bool overlap, bool q_split, bool turns, int nt, bool lean) {
+  auto kernel = [&](bool overlap, bool q_split, bool turns, int nt) {
     cudaKernel_t k = nullptr;
     check(cudaLibraryGetKernel(&k, lib,
-                               lowered.at(instance(overlap, q_split, turns, nt, lean)).c_str()),
+                               lowered.at(instance(overlap, q_split, turns, nt)).c_str()),
           "kernel");
     const void* fn = reinterpret_cast<const void*>(k);
     check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "smem");
@@ -184,17 +180,16 @@ int main(int argc, char** argv) {
         }
     // The plain orders first: if the overlapped kernel fails, their figures are still there.
     struct Variant {
-      bool overlap, q_split, turns, persistent, lean;
+      bool overlap, q_split, turns, persistent;
     };
-    for (const auto& [overlap, q_split, turns, persistent, lean] :
-         {Variant{false, false, true, true, false},
-          {false, false, true, true, true},
-          {false, false, true, false, false},
-          {false, true, true, false, false},
-          {true, false, true, false, false},
-          {true, false, false, false, false}}) {
+    for (const auto& [overlap, q_split, turns, persistent] :
+         {Variant{false, false, true, true},
+          {false, false, true, false},
+          {false, true, true, false},
+          {true, false, true, false},
+          {true, false, false, false}}) {
       const int nt = persistent ? T / kTpt : 0;
-      const void* fn = kernel(overlap, q_split, turns, nt, lean);
+      const void* fn = kernel(overlap, q_split, turns, nt);
       std::vector<const void*> args = {dq, dpos, dseq, dpt, dkv, dmap, dout};
       std::vector<void*> params;
       for (auto& a : args) params.push_back(&a);
@@ -221,8 +216,7 @@ int main(int argc, char** argv) {
       std::printf("telos %s %d %d %d %d %.4f %.2e\n",
                   overlap      ? (turns ? "attn_prefill" : "attn_prefill_noturns")
                   : q_split    ? "attn_prefill_plain_qsplit"
-                  : persistent ? (lean ? "attn_prefill_plain_persistent_lean"
-                                       : "attn_prefill_plain_persistent")
+                  : persistent ? "attn_prefill_plain_persistent"
                                : "attn_prefill_plain",
                   T, kHQ, kHKV, kD, ms, std::sqrt(num / den));
       std::fflush(stdout);

@@ -83,8 +83,8 @@
 // fragment of k-step k (rows l/4 and l/4 + 8, k 2(l%4) + {0,1} and + 8), packed to bf16.
 // The output is o / l in bf16.
 // The plan uses the plain order with Q in bf16 (OVERLAP and Q_SPLIT false: the fastest at 4k-16k,
-// docs/perf-log.md runs W and Z, change 74), persistent where it fits (change 72), LEAN false
-// until it is timed; the GPU tests and the bench keep every option measured.
+// docs/perf-log.md runs W and Z, change 74), persistent where it fits (change 72); the GPU tests
+// and the bench keep every option measured.
 // OVERLAP (false is the plain order, the bit-for-bit reference of the GPU tests): block b's
 // S = Q·Kᵀ is issued together with block b - 1's P·V, and the softmax of block b runs while that
 // P·V is on the tensor cores (FlashAttention-3's intra-warpgroup overlap), and the two consumer
@@ -95,12 +95,12 @@
 // are what keep the overlapped order under the plain one, docs/perf-log.md change 74). Loads and
 // scheduling only: the same bits.
 //
-// LEAN (session 27, perf-log changes 76-78, not yet timed): three trims of each key block's fixed
-// work, the same bits: the row maximum over four partial maxima a row instead of one chain of
-// BN / 8 dependent steps (~70 clocks before the shuffles and exponentials can start); the proxy
-// fence after a stage's wait only for blocks that cp.async wrote some of (with K/V by TMA, a
-// segment's last block; TMA writes through the async proxy, as wgmma reads); and o's rescale (D / 2
-// multiplications a thread) skipped where no row of the warp has a new maximum.
+// Three trims of each key block's fixed work in every order (docs/perf-log.md changes 76-78:
+// +0.5-1.8% at 4k-16k), none of which changes a bit: the row maximum over four partial maxima a
+// row instead of one chain of BN / 8 dependent steps; the proxy fence after a stage's wait only
+// for blocks that cp.async wrote some of (with K/V by TMA, a segment's last block; TMA writes
+// through the async proxy, as wgmma reads); and o's rescale (D / 2 multiplications a thread)
+// skipped where no row of the warp has a new maximum.
 //
 // Q_SPLIT: S = Q_hi·Kᵀ + Q_lo·Kᵀ with Q_hi = bf16(q) (the staged Q) and Q_lo = bf16(q - Q_hi), so
 // a score carries ~16 bits of q's mantissa instead of 8: rounding q to bf16 moves a score by up to
@@ -183,8 +183,7 @@ __device__ __forceinline__ float ex2(float x) {
 // a CTA; with NT = T / TPT > 0 (persistent, attn_prefill_persistent_grid CTAs), each CTA runs
 // its share of the HKV · NT tiles in turn through one K/V ring (see "Persistent" above).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2,
-          int TPT, bool OVERLAP = true, bool Q_SPLIT = false, bool TURNS = true, int NT = 0,
-          bool LEAN = false>
+          int TPT, bool OVERLAP = true, bool Q_SPLIT = false, bool TURNS = true, int NT = 0>
 __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     attn_prefill(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                  const bf16* kv_layer, const hexel::TensorMap* kv_map, bf16* out) {
@@ -516,9 +515,9 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         // Positions below tma_end came by TMA alone (whole pages); the rest by cp.async.
         const int tma_end = kTma ? (pos_max + 1) / PAGE * PAGE : 0;
         // Whether block b's stage needs the proxy fence before wgmma reads it: where cp.async
-        // (the generic proxy) wrote some of it; LEAN fences only those blocks, else every block.
+        // (the generic proxy) wrote some of it (a block under tma_end came by TMA alone).
         auto fence_for = [&](int b) {
-          if (!LEAN || (b + 1) * BN > tma_end) fence_proxy_async_smem();
+          if ((b + 1) * BN > tma_end) fence_proxy_async_smem();
         };
         // Waits until stage st's K (block b) has landed.
         auto wait_k = [&](unsigned st, unsigned phase, int b) {
@@ -570,29 +569,20 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
                 if (key > lim1) sc[4 * n + 2 + e] = kNegInf;
               }
           }
-          // The row maxima: one running maximum, a chain of BN / 8 dependent steps; LEAN: four
-          // partial maxima a row (chains of BN / 32, then two levels), the same bits (the maximum
-          // of a set is exact in any order; fmaxf returns the other operand for a NaN).
-          float mx0 = m0, mx1 = m1;
-          if constexpr (LEAN) {
-            constexpr int kParts = 4;
-            float pm0[kParts], pm1[kParts];
+          // The row maxima over four partial maxima a row (chains of BN / 32, then two levels)
+          // rather than one chain of BN / 8 dependent steps: the same bits (the maximum of a set is
+          // exact in any order; fmaxf returns the other operand for a NaN).
+          constexpr int kParts = 4;
+          float pm0[kParts], pm1[kParts];
 #pragma unroll
-            for (int n = 0; n < BN / 8; ++n) {
-              const float x0 = fmaxf(sc[4 * n], sc[4 * n + 1]);
-              const float x1 = fmaxf(sc[4 * n + 2], sc[4 * n + 3]);
-              pm0[n % kParts] = n < kParts ? x0 : fmaxf(pm0[n % kParts], x0);
-              pm1[n % kParts] = n < kParts ? x1 : fmaxf(pm1[n % kParts], x1);
-            }
-            mx0 = fmaxf(m0, fmaxf(fmaxf(pm0[0], pm0[1]), fmaxf(pm0[2], pm0[3])));
-            mx1 = fmaxf(m1, fmaxf(fmaxf(pm1[0], pm1[1]), fmaxf(pm1[2], pm1[3])));
-          } else {
-#pragma unroll
-            for (int n = 0; n < BN / 8; ++n) {
-              mx0 = fmaxf(mx0, fmaxf(sc[4 * n], sc[4 * n + 1]));
-              mx1 = fmaxf(mx1, fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
-            }
+          for (int n = 0; n < BN / 8; ++n) {
+            const float x0 = fmaxf(sc[4 * n], sc[4 * n + 1]);
+            const float x1 = fmaxf(sc[4 * n + 2], sc[4 * n + 3]);
+            pm0[n % kParts] = n < kParts ? x0 : fmaxf(pm0[n % kParts], x0);
+            pm1[n % kParts] = n < kParts ? x1 : fmaxf(pm1[n % kParts], x1);
           }
+          float mx0 = fmaxf(m0, fmaxf(fmaxf(pm0[0], pm0[1]), fmaxf(pm0[2], pm0[3])));
+          float mx1 = fmaxf(m1, fmaxf(fmaxf(pm1[0], pm1[1]), fmaxf(pm1[2], pm1[3])));
 #pragma unroll
           for (int x = 1; x < 4; x <<= 1) {
             mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
@@ -626,11 +616,11 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
             for (int i = 0; i < 4; ++i)
               pa[kk][i] = pack_bf16x2(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1]);
         };
-        // o *= the corrections; LEAN skips it where every correction of the warp is exactly 1 (no
+        // o *= the corrections, skipped where every correction of the warp is exactly 1 (no
         // row's maximum moved: most blocks once a row has seen a few hundred keys), a warp-uniform
         // branch, the same bits (x · 1 = x).
         auto rescale = [&](float corr0, float corr1) {
-          if (LEAN && !__any_sync(0xffffffffu, corr0 != 1.f || corr1 != 1.f)) return;
+          if (!__any_sync(0xffffffffu, corr0 != 1.f || corr1 != 1.f)) return;
 #pragma unroll
           for (int n = 0; n < D / 8; ++n)
             o[4 * n] *= corr0, o[4 * n + 1] *= corr0, o[4 * n + 2] *= corr1, o[4 * n + 3] *= corr1;
