@@ -15,8 +15,10 @@
 // attn_prefill_persistent_grid CTAs, what the plan runs from change 72 on): a process of our
 // kernels only, for profilers (ncu).
 //
-//   telos-attn-prefill-bench --compile-only CUBIN   NVRTC only (no GPU): compiles the instances,
-//                                                   writes CUBIN and CUBIN.names
+//   telos-attn-prefill-bench --compile-only CUBIN [--page N]
+//                                                   NVRTC only (no GPU): compiles the instances
+//                                                   (for a pool of N-position pages, 16 unless
+//                                                   given), writes CUBIN and CUBIN.names
 //   telos-attn-prefill-bench CUBIN                  loads them and times
 #include <cuda_runtime.h>
 
@@ -24,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -60,10 +63,13 @@ const int kSmem = telos::codegen::attn_prefill_smem(kD);
 // With the overlaps (OVERLAP) and the plain order the plan uses (no softmax / P·V overlap, no
 // ping-pong): what the overlaps are worth; the overlap within a warpgroup without the ping-pong
 // turns (TURNS false); Q_SPLIT (the plain order only): what Q_lo's wgmmas cost; NT > 0: the
-// persistent form for T = NT · 32.
-std::string instance(bool overlap, bool q_split = false, bool turns = true, int nt = 0) {
-  return telos::codegen::attn_prefill_instance(kHQ, kHKV, kD, kPage, kMaxP, kPageElems, kTpt,
-                                               overlap, q_split, turns, nt);
+// persistent form for T = NT · 32. `page`: positions a page of the pool (the timing mode's pool
+// has kPage; --compile-only may name another, for the paired script's pools).
+std::string instance(bool overlap, bool q_split = false, bool turns = true, int nt = 0,
+                     int page = kPage) {
+  return telos::codegen::attn_prefill_instance(kHQ, kHKV, kD, page, kMaxT / page,
+                                               2LL * kHKV * page * kD, kTpt, overlap, q_split,
+                                               turns, nt);
 }
 constexpr int kTs[] = {4096, 8192, 16384};
 
@@ -83,17 +89,26 @@ std::uint16_t to_bf16(float f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 3 && std::string(argv[1]) == "--compile-only") {
-    std::vector<std::string> names = {instance(true), instance(false), instance(false, true),
-                                      instance(true, false, false)};
-    for (const int T : kTs) names.push_back(instance(false, false, true, T / kTpt));
+  if ((argc == 3 || (argc == 5 && std::string(argv[3]) == "--page")) &&
+      std::string(argv[1]) == "--compile-only") {
+    const int page = argc == 5 ? std::atoi(argv[4]) : kPage;
+    if (!attn_prefill_persistent_fits(kD, page, kTpt)) {
+      std::fprintf(stderr, "telos-attn-prefill-bench: --page %s: not a multiple of 8 dividing 128\n",
+                   argv[4]);
+      return 2;
+    }
+    std::vector<std::string> names = {instance(true, false, true, 0, page),
+                                      instance(false, false, true, 0, page),
+                                      instance(false, true, true, 0, page),
+                                      instance(true, false, false, 0, page)};
+    for (const int T : kTs) names.push_back(instance(false, false, true, T / kTpt, page));
     const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names,
                                             CompileCache::default_root());
     save_bench_cubin(argv[2], m, names);
     return 0;
   }
   if (argc != 2) {
-    std::fprintf(stderr, "usage: telos-attn-prefill-bench [--compile-only] CUBIN\n");
+    std::fprintf(stderr, "usage: telos-attn-prefill-bench [--compile-only] CUBIN [--page N]\n");
     return 2;
   }
   const BenchCubin loaded = load_bench_cubin(argv[1]);
