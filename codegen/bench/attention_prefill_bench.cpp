@@ -19,7 +19,8 @@
 //                                                   NVRTC only (no GPU): compiles the instances
 //                                                   (for a pool of N-position pages, 16 unless
 //                                                   given), writes CUBIN and CUBIN.names
-//   telos-attn-prefill-bench CUBIN                  loads them and times
+//   telos-attn-prefill-bench CUBIN [T]              loads them and times (T: that prompt length
+//                                                   only, 4096, 8192 or 16384)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -66,10 +67,10 @@ const int kSmem = telos::codegen::attn_prefill_smem(kD);
 // persistent form for T = NT · 32. `page`: positions a page of the pool (the timing mode's pool
 // has kPage; --compile-only may name another, for the paired script's pools).
 std::string instance(bool overlap, bool q_split = false, bool turns = true, int nt = 0,
-                     int page = kPage) {
+                     int page = kPage, bool k_copy = false) {
   return telos::codegen::attn_prefill_instance(kHQ, kHKV, kD, page, kMaxT / page,
                                                2LL * kHKV * page * kD, kTpt, overlap, q_split,
-                                               turns, nt);
+                                               turns, nt, k_copy);
 }
 constexpr int kTs[] = {4096, 8192, 16384};
 
@@ -101,14 +102,22 @@ int main(int argc, char** argv) {
                                       instance(false, false, true, 0, page),
                                       instance(false, true, true, 0, page),
                                       instance(true, false, false, 0, page)};
-    for (const int T : kTs) names.push_back(instance(false, false, true, T / kTpt, page));
+    // Persistent: the plan's plain order, the overlapped one, and each with K_COPY (K by
+    // cp.async, V by TMA; the overlapped one spills 12 bytes, timed only).
+    for (const int T : kTs)
+      for (const bool overlap : {false, true})
+        for (const bool k_copy : {false, true})
+          names.push_back(instance(overlap, false, true, T / kTpt, page, k_copy));
     const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names,
                                             CompileCache::default_root());
     save_bench_cubin(argv[2], m, names);
     return 0;
   }
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: telos-attn-prefill-bench [--compile-only] CUBIN [--page N]\n");
+  // CUBIN [T]: one prompt length only (for a profiler's kernel filter).
+  const int only_t = argc == 3 ? std::atoi(argv[2]) : 0;
+  if (argc != 2 && !(argc == 3 && std::find(std::begin(kTs), std::end(kTs), only_t) != std::end(kTs))) {
+    std::fprintf(stderr,
+                 "usage: telos-attn-prefill-bench --compile-only CUBIN [--page N] | CUBIN [T]\n");
     return 2;
   }
   const BenchCubin loaded = load_bench_cubin(argv[1]);
@@ -166,6 +175,7 @@ int main(int argc, char** argv) {
                         (static_cast<long long>(which * kHKV + kvh) * kPage + p % kPage) * kD + d]);
   };
   for (const int T : kTs) {
+    if (only_t && T != only_t) continue;
     // Rows (t, h) for t = 0, T - 1 and h = 0, 31 in f64, q rounded to bf16 as the kernel without
     // Q_SPLIT does (refs[0]) and q in f32 (refs[1]).
     std::vector<std::pair<std::size_t, std::vector<double>>> refs[2];

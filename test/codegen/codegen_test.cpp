@@ -960,7 +960,8 @@ TEST(Codegen, AttnSplitBulkRingCompilesWithoutSpills) {
 // two bf16 parts (Q_SPLIT, D 64 and 128, both orders) the consumers also hold Q_lo's register-A
 // fragments (D/4 registers) and S takes Q_lo's wgmmas from registers with K-major B (trans-b 0:
 // the PTX ends in "p, 1, 1, 0;", which neither the SS wgmma nor P·V's trans-b 1 does). The
-// persistent form (NT > 0) likewise, both orders, at 32 and 64 tokens a tile (two segment tables).
+// persistent form (NT > 0) likewise, both orders, at 32 and 64 tokens a tile (two segment tables),
+// and K_COPY.
 // attn_prefill's instance names: OVERLAP always, Q_SPLIT and TURNS only where they leave the
 // kernel's defaults (false, true), as the plan, the bench and the tests have named them.
 TEST(Codegen, PrefillAttentionInstanceNames) {
@@ -974,6 +975,8 @@ TEST(Codegen, PrefillAttentionInstanceNames) {
             head + ", true, false, false>");
   EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, false, false, true, 128),
             head + ", false, false, true, 128>");
+  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, true, false, true, 128, true),
+            head + ", true, false, true, 128, true>");
 }
 
 TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
@@ -1026,6 +1029,12 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
         head_dim[names.back()] = d;
         persistent.insert(names.back());
       }
+  // K_COPY (K by cp.async from three producer warps at 40 registers, V by TMA), persistent, the
+  // plain order (the overlapped one spills 12 bytes: the bench times it, no plan runs it).
+  names.push_back(
+      attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, false, false, true, 128, true));
+  head_dim[names.back()] = 128;
+  persistent.insert(names.back());
   const CompiledModule m =
       compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
   EXPECT_EQ(m.log.find("C7513"), std::string::npos) << m.log;
