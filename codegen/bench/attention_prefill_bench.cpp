@@ -94,14 +94,14 @@ int main(int argc, char** argv) {
       std::string(argv[1]) == "--compile-only") {
     const int page = argc == 5 ? std::atoi(argv[4]) : kPage;
     if (!attn_prefill_persistent_fits(kD, page, kTpt)) {
-      std::fprintf(stderr, "telos-attn-prefill-bench: --page %s: not a multiple of 8 dividing 128\n",
+      std::fprintf(stderr,
+                   "telos-attn-prefill-bench: --page %s: not a multiple of 8 dividing 128\n",
                    argv[4]);
       return 2;
     }
-    std::vector<std::string> names = {instance(true, false, true, 0, page),
-                                      instance(false, false, true, 0, page),
-                                      instance(false, true, true, 0, page),
-                                      instance(true, false, false, 0, page)};
+    std::vector<std::string> names = {
+        instance(true, false, true, 0, page), instance(false, false, true, 0, page),
+        instance(false, true, true, 0, page), instance(true, false, false, 0, page)};
     // Persistent: the plan's plain order, the overlapped one, and each with K_COPY (K by
     // cp.async, V by TMA; the overlapped one spills 12 bytes, timed only).
     for (const int T : kTs)
@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
   }
   // CUBIN [T]: one prompt length only (for a profiler's kernel filter).
   const int only_t = argc == 3 ? std::atoi(argv[2]) : 0;
-  if (argc != 2 && !(argc == 3 && std::find(std::begin(kTs), std::end(kTs), only_t) != std::end(kTs))) {
+  if (argc != 2 &&
+      !(argc == 3 && std::find(std::begin(kTs), std::end(kTs), only_t) != std::end(kTs))) {
     std::fprintf(stderr,
                  "usage: telos-attn-prefill-bench --compile-only CUBIN [--page N] | CUBIN [T]\n");
     return 2;
@@ -126,8 +127,7 @@ int main(int argc, char** argv) {
   const std::map<std::string, std::string>& lowered = loaded.lowered;
   auto kernel = [&](bool overlap, bool q_split, bool turns, int nt) {
     cudaKernel_t k = nullptr;
-    check(cudaLibraryGetKernel(&k, lib,
-                               lowered.at(instance(overlap, q_split, turns, nt)).c_str()),
+    check(cudaLibraryGetKernel(&k, lib, lowered.at(instance(overlap, q_split, turns, nt)).c_str()),
           "kernel");
     const void* fn = reinterpret_cast<const void*>(k);
     check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "smem");
@@ -207,12 +207,11 @@ int main(int argc, char** argv) {
     struct Variant {
       bool overlap, q_split, turns, persistent;
     };
-    for (const auto& [overlap, q_split, turns, persistent] :
-         {Variant{false, false, true, true},
-          {false, false, true, false},
-          {false, true, true, false},
-          {true, false, true, false},
-          {true, false, false, false}}) {
+    for (const auto& [overlap, q_split, turns, persistent] : {Variant{false, false, true, true},
+                                                              {false, false, true, false},
+                                                              {false, true, true, false},
+                                                              {true, false, true, false},
+                                                              {true, false, false, false}}) {
       const int nt = persistent ? T / kTpt : 0;
       const void* fn = kernel(overlap, q_split, turns, nt);
       std::vector<const void*> args = {dq, dpos, dseq, dpt, dkv, dmap, dout};
