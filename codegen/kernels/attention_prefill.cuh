@@ -56,10 +56,9 @@
 //    (32 lanes and the arming) and the TMA bytes.
 //  - cp.async (any other page size): the producer's 128 threads copy 16 bytes a thread and
 //    instruction, each position looked up in the page table, and arrive as above (count 128).
-//  - K_COPY (with TMA, persistent): K by cp.async from the producer's warps 1-3 (96 threads, as
-//    the cp.async way; full_k counts their 96 arrivals; they read each tile's segment table as the
-//    consumers do), V by the TMA warp as above. A stage of the engine's 16-position pages at D 128
-//    is 32 TMA boxes, which the SM's TMA unit takes one after another, and the overlapped order,
+//  - K_COPY (with TMA): the TMA warp's lanes copy K's rows by cp.async (the tail's loop from
+//    row 0) and load only V's pages by TMA. A stage of the engine's 16-position pages at D 128 is
+//    32 TMA boxes, which the SM's TMA unit takes one after another, and the overlapped order,
 //    which holds two stages, then waits on the fills (docs/perf-log.md, session 28: the same
 //    kernel is 8% faster at T = 16384 with pages of 32, 16 boxes a stage).
 // The stage bytes are the same either way. cp.async writes through the generic proxy and wgmma
@@ -212,12 +211,8 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   // K/V by TMA where whole pages tile a key block at swizzle-atom (8-row) boundaries.
   constexpr bool kTma = PAGE % 8 == 0 && BN % PAGE == 0;
   static_assert(kTma || !kPersistent, "persistent tiles only with K/V by TMA (one producer warp)");
-  static_assert(!K_COPY || (kTma && kPersistent && 96 % (D / 8) == 0),
-                "K_COPY: V by TMA, persistent (a tile a CTA's producer has 24 registers: its K "
-                "loop spills)");
-  constexpr unsigned kFullCount = kTma ? 33 : 128, kFullKCount = K_COPY ? 96 : kFullCount;
-  // Consumer threads, and with K_COPY the K warps, read a segment table until they release it.
-  constexpr unsigned kSegReaders = K_COPY ? 256 + 96 : 256;
+  static_assert(kTma || !K_COPY, "K_COPY: K by cp.async beside V by TMA");
+  constexpr unsigned kFullCount = kTma ? 33 : 128;
   const float kNegInf = -__int_as_float(0x7f800000);
 
   extern __shared__ unsigned char smem_raw[];
@@ -328,7 +323,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     const int lane = threadIdx.x;
     if (lane == 0) {
       for (int s = 0; s < S; ++s) {
-        mbarrier::init(full_k + 8 * s, kFullKCount);
+        mbarrier::init(full_k + 8 * s, kFullCount);
         mbarrier::init(full_v + 8 * s, kFullCount);
         mbarrier::init(empty_k + 8 * s, 8);
         mbarrier::init(empty_v + 8 * s, 8);
@@ -336,7 +331,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       if constexpr (kPersistent)
         for (int tb = 0; tb < kTables; ++tb) {
           mbarrier::init(seg_full + 8 * tb, 1);
-          mbarrier::init(seg_empty + 8 * tb, kSegReaders);
+          mbarrier::init(seg_empty + 8 * tb, 256);  // every consumer thread
         }
       mbarrier::fence_init();
     }
@@ -360,42 +355,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     constexpr int kPieces = D / 8;  // 16-byte pieces a position
     mbarrier::StageRing<S> ring;
     if constexpr (kTma) {
-      if (threadIdx.x >= 32) {
-        // K_COPY: warps 1-3 copy every K block, in the TMA warp's order of blocks and stages,
-        // each tile's segments from the table the TMA warp publishes.
-        if constexpr (K_COPY) {
-          // Thread t copies 16-byte piece t % (D / 8) of positions t / (D / 8) + 96 / (D / 8) · j.
-          const int t = threadIdx.x - 32, piece = t % kPieces;
-          int kvh, t0;
-          for (int k = 0; tile_of(k, kvh, t0); ++k) {
-            const int tb = k % kTables;
-            mbarrier::wait_parity(seg_full + 8 * tb, (k / 2) & 1);
-            for (int sg = 0; sg < sm_nseg[tb]; ++sg) {
-              const int pos_max = sm_seg[tb][sg].last;
-              const int* pt = page_tables + token_seq[t0 + sm_seg[tb][sg].first] * MAXP;
-              const bf16* src0 = kv_layer + static_cast<long long>(kvh) * PAGE * D + 8 * piece;
-              for (int b = 0; b <= pos_max / BN; ++b) {
-                mbarrier::wait_parity(empty_k + 8 * ring.index, ring.phase ^ 1u);
-                const unsigned dst0 = k_stage(ring.index) + (piece / 8) * (BN * 128);
-                for (int p = t / kPieces; p < BN; p += 96 / kPieces) {
-                  const int pos = b * BN + p;
-                  const bool valid = pos <= pos_max;
-                  cp_async_16(dst0 + p * 128 + (((piece % 8) ^ (p % 8)) * 16),
-                              valid ? src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
-                                          (pos % PAGE) * D
-                                    : kv_layer,
-                              valid ? 16u : 0u);
-                }
-                cp_async_arrive_noinc(full_k + 8 * ring.index);
-                ring.advance();
-              }
-            }
-            mbarrier::arrive(seg_empty + 8 * tb);
-          }
-          asm volatile("cp.async.wait_all;" ::: "memory");
-        }
-        return;
-      }
+      if (threadIdx.x >= 32) return;
       // One warp: lane i issues the TMA boxes of the block's page i; the tail by cp.async.
       const int lane = threadIdx.x;
       constexpr int kPageRows = static_cast<int>(PAGE_ELEMS / D);  // a page's stride in map rows
@@ -426,27 +386,29 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
             const int whole = min(BN, (pos_max + 1) / PAGE * PAGE - b * BN);
             const int page = lane < whole / PAGE ? pt[b * (BN / PAGE) + lane] : 0;
 #pragma unroll
-            for (int kv = K_COPY ? 1 : 0; kv < 2; ++kv) {
+            for (int kv = 0; kv < 2; ++kv) {
               mbarrier::wait_parity((kv == 0 ? empty_k : empty_v) + 8 * ring.index, ring.phase ^ 1u);
               const unsigned dst0 = kv == 0 ? k_stage(ring.index) : v_stage(ring.index);
               const unsigned full = (kv == 0 ? full_k : full_v) + 8 * ring.index;
-              if (lane == 0) mbarrier::arrive_expect_tx(full, static_cast<unsigned>(whole) * D * 2);
+              // K_COPY: K's rows all by cp.async (the tail's loop from row 0), V's as before.
+              const int by_tma = K_COPY && kv == 0 ? 0 : whole;
+              if (lane == 0) mbarrier::arrive_expect_tx(full, static_cast<unsigned>(by_tma) * D * 2);
               __syncwarp();
-              if (lane < whole / PAGE) {
+              if (lane < by_tma / PAGE) {
                 const int row = page * kPageRows + (kv * HKV + kvh) * PAGE;
 #pragma unroll
                 for (int c = 0; c < D / 64; ++c)
                   tma::load(dst0 + c * (BN * 128) + lane * PAGE * 128, kv_map, full, 64 * c, row);
               }
               const bf16* src0 = kv_layer + static_cast<long long>(kv * HKV + kvh) * PAGE * D;
-              for (int c = whole * kPieces + lane; c < BN * kPieces; c += 32) {
-                const int p = c / kPieces, i = c % kPieces, pos = b * BN + p;
-                const bool valid = pos <= pos_max;
-                const bf16* src = valid ? src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
-                                              (pos % PAGE) * D + 8 * i
-                                        : kv_layer;
-                cp_async_16(dst0 + (i / 8) * (BN * 128) + p * 128 + (((i % 8) ^ (p % 8)) * 16), src,
-                            valid ? 16u : 0u);
+              // Positions past the last one read its row (finite, in the sequence's pages) and
+              // write zeros (source size 0).
+              for (int c = by_tma * kPieces + lane; c < BN * kPieces; c += 32) {
+                const int p = c / kPieces, i = c % kPieces, pos = min(b * BN + p, pos_max);
+                cp_async_16(dst0 + (i / 8) * (BN * 128) + p * 128 + (((i % 8) ^ (p % 8)) * 16),
+                            src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
+                                (pos % PAGE) * D + 8 * i,
+                            b * BN + p <= pos_max ? 16u : 0u);
               }
               cp_async_arrive_noinc(full);
             }

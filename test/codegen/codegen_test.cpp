@@ -975,8 +975,8 @@ TEST(Codegen, PrefillAttentionInstanceNames) {
             head + ", true, false, false>");
   EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, false, false, true, 128),
             head + ", false, false, true, 128>");
-  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, true, false, true, 128, true),
-            head + ", true, false, true, 128, true>");
+  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, true, false, true, 0, true),
+            head + ", true, false, true, 0, true>");
 }
 
 TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
@@ -1029,12 +1029,15 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
         head_dim[names.back()] = d;
         persistent.insert(names.back());
       }
-  // K_COPY (K by cp.async from three producer warps at 40 registers, V by TMA), persistent, the
-  // plain order (the overlapped one spills 12 bytes: the bench times it, no plan runs it).
-  names.push_back(
-      attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, false, false, true, 128, true));
-  head_dim[names.back()] = 128;
-  persistent.insert(names.back());
+  // K_COPY (K by cp.async, V by TMA, from the producer warp's 24 or 40 registers): both orders,
+  // a tile a CTA and persistent.
+  for (const int nt : {0, 128})
+    for (const bool overlap : {true, false}) {
+      names.push_back(
+          attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, overlap, false, true, nt, true));
+      head_dim[names.back()] = 128;
+      if (nt > 0) persistent.insert(names.back());
+    }
   const CompiledModule m =
       compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
   EXPECT_EQ(m.log.find("C7513"), std::string::npos) << m.log;

@@ -1402,7 +1402,8 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
 // mid-tile), and with the whole prompt and the chunks in tiles of 128 / G and of 32 / G tokens;
 // and the kernel without the softmax / P·V overlap, and (Q in bf16) with it but without the
 // ping-pong turns, and (pages of 16) the persistent form on 3 CTAs and on a CTA a tile, and with
-// K_COPY in both orders on 3 CTAs, give the same bits as with both. The same
+// K_COPY (both orders a tile a CTA, the plain one persistent on 3 CTAs), give the same bits as
+// with both. The same
 // again with Q in two bf16 parts (Q_SPLIT), against its own whole-prompt step.
 TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
   TELOS_SKIP_WITHOUT_GPU();
@@ -1427,11 +1428,15 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
     const int nt = (L + c.tpt_big - 1) / c.tpt_big;
     const bool persistent = codegen::attn_prefill_persistent_fits(s.D, s.PAGE, c.tpt_big);
     if (persistent)
-      for (const bool overlap : {false, true})
-        for (const bool k_copy : {false, true})
-          if (!overlap || k_copy)
-            names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, overlap, false,
-                                                  true, nt, k_copy));
+      for (const bool k_copy : {false, true})
+        names.push_back(
+            attn_prefill_instance(s, pool.page_elems, c.tpt_big, false, false, true, nt, k_copy));
+    // K_COPY (K by cp.async, V by TMA, where K/V come by TMA: the same pages): both orders a
+    // tile a CTA.
+    if (persistent)
+      for (const bool overlap : {true, false})
+        names.push_back(
+            attn_prefill_instance(s, pool.page_elems, c.tpt_big, overlap, false, true, 0, true));
     TestModule mod(kAttnPrefillSource, names);
     const std::size_t row = static_cast<std::size_t>(s.HQ) * s.D;
     const std::vector<float> qx = random_floats(L * row), qy = random_floats(NY * row);
@@ -1482,17 +1487,20 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
       const bf16v no_turns = q_split ? bf16v{} : step(false, c.tpt_big, 0, L, false, true, false);
       if (!q_split) others.push_back({"without turns", &no_turns});
       // Persistent, the plain order (Q in bf16): 3 CTAs, and a CTA a tile.
-      bf16v persistent3, persistent_all, k_copy_plain, k_copy_overlap;
+      bf16v persistent3, persistent_all, k_copy_plain, k_copy_overlap, k_copy_persistent;
       if (persistent && !q_split) {
         persistent3 = step(false, c.tpt_big, 0, L, false, false, true, 3);
         persistent_all = step(false, c.tpt_big, 0, L, false, false, true, s.HKV * nt);
         others.push_back({"persistent on 3 CTAs", &persistent3});
         others.push_back({"persistent, a CTA a tile", &persistent_all});
-        // K by cp.async, V by TMA (K_COPY), both orders persistent on 3 CTAs.
-        k_copy_plain = step(false, c.tpt_big, 0, L, false, false, true, 3, true);
-        k_copy_overlap = step(false, c.tpt_big, 0, L, false, true, true, 3, true);
-        others.push_back({"K_COPY, persistent on 3 CTAs", &k_copy_plain});
-        others.push_back({"K_COPY, overlapped, persistent on 3 CTAs", &k_copy_overlap});
+        // K by cp.async, V by TMA (K_COPY): both orders a tile a CTA, the plain one persistent
+        // on 3 CTAs.
+        k_copy_plain = step(false, c.tpt_big, 0, L, false, false, true, 0, true);
+        k_copy_overlap = step(false, c.tpt_big, 0, L, false, true, true, 0, true);
+        k_copy_persistent = step(false, c.tpt_big, 0, L, false, false, true, 3, true);
+        others.push_back({"K_COPY, plain", &k_copy_plain});
+        others.push_back({"K_COPY, overlapped", &k_copy_overlap});
+        others.push_back({"K_COPY, persistent on 3 CTAs", &k_copy_persistent});
       }
       for (const auto& [name, got] : others) {
         ASSERT_EQ(got->size(), whole.size());
