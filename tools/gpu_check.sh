@@ -151,8 +151,8 @@ if [ -z "${GPU_CHECK_QUICK:-}" ]; then
   # still brings the checks' entries back) and again at the end with the timings' own modules.
   pack_kernel_cache "$OUT/kernel-cache.tar.xz"
   # The timings in the order their figures are awaited, so that a check that ran long skips the
-  # least awaited: attn_prefill's variants first (the issue-4 figure furthest from its target), then the decode
-  # kernels, the prefill GEMM (its target met since session 25), the rest.
+  # least awaited: attn_prefill's variants first (the issue-4 figure furthest from its target),
+  # then the decode kernels, the prefill GEMM (its target met since session 25), the rest.
   # The prefill GEMM beside torch.matmul and attn_prefill beside torch SDPA, each pair interleaved
   # in one process (our kernels loaded from the benches' cubins through the driver API), so both
   # sides run on the same clocks.

@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   if ((argc == 3 || (argc == 5 && std::string(argv[3]) == "--page")) &&
       std::string(argv[1]) == "--compile-only") {
     const int page = argc == 5 ? std::atoi(argv[4]) : kPage;
-    if (!attn_prefill_persistent_fits(kD, page, kTpt)) {
+    if (page <= 0 || !attn_prefill_persistent_fits(kD, page, kTpt)) {
       std::fprintf(stderr,
                    "telos-attn-prefill-bench: --page %s: not a multiple of 8 dividing 128\n",
                    argv[4]);

@@ -101,7 +101,7 @@ def main():
               "a tile a CTA TFLOP/s | overlapped TFLOP/s | overlapped, no turns TFLOP/s | "
               "plain Q_SPLIT TFLOP/s | "
               + " | ".join(f"{n} ms" for n, _ in backends) + " | fastest | TFLOP/s | fastest/telos |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
+        print("|---" * 11 + "|" + "---|" * len(backends) + "---|---|---|")
         for t in (4096, 8192, 16384):
             q = torch.randn(t, hq, d, device="cuda")
             k = torch.randn(hkv, t, d, device="cuda", dtype=torch.bfloat16)

@@ -521,20 +521,19 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
         float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
 
-        // Positions below tma_end came by TMA alone (whole pages); the rest by cp.async.
+        // Positions below tma_end came by TMA alone (whole pages), K's none with K_COPY; the rest
+        // by cp.async.
         const int tma_end = kTma ? (pos_max + 1) / PAGE * PAGE : 0;
+        const int tma_end_k = K_COPY ? 0 : tma_end;
         // Whether block b's stage needs the proxy fence before wgmma reads it: where cp.async
-        // (the generic proxy) wrote some of it (a block under tma_end came by TMA alone).
-        auto fence_for = [&](int b) {
-          if ((b + 1) * BN > tma_end) fence_proxy_async_smem();
+        // (the generic proxy) wrote some of it (a block under `end` came by TMA alone).
+        auto fence_for = [&](int b, int end) {
+          if ((b + 1) * BN > end) fence_proxy_async_smem();
         };
         // Waits until stage st's K (block b) has landed.
         auto wait_k = [&](unsigned st, unsigned phase, int b) {
           mbarrier::wait_parity(full_k + 8 * st, phase);
-          if (K_COPY)
-            fence_proxy_async_smem();  // every K block came by cp.async
-          else
-            fence_for(b);
+          fence_for(b, tma_end_k);
         };
         // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for); with Q_SPLIT
         // each k-step adds Q_lo's product after Q_hi's.
@@ -553,7 +552,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         // Waits until stage st's V (block b) has landed.
         auto wait_v = [&](unsigned st, unsigned phase, int b) {
           mbarrier::wait_parity(full_v + 8 * st, phase);
-          fence_for(b);
+          fence_for(b, tma_end);
         };
         // O += P·V with V at `v_desc` (issued and committed). Everything the issue needs is
         // computed before it, so nothing but wgmma sits between a group's instructions.
