@@ -17,6 +17,8 @@
 // `telos-kernel-bench --decode-layer` times only the copy bandwidth and the one-token decode
 // layers; `telos-kernel-bench --sample` only the copy bandwidth and the sampler;
 // `telos-kernel-bench --attention` only the copy bandwidth and decode attention;
+// `telos-kernel-bench --read-floor` only the copy bandwidth and the read floor (a kernel that only
+// reads, at the decode kernels' sizes);
 // `telos-kernel-bench --gemm` only the copy bandwidth and the decode GEMMs at the full-batch bucket
 // (M = 256), swept over weight tiles of 32-256 rows and 2, 4, 6 and 8 stages, with clusters of two
 // and, where the plan has one consumer warpgroup, on two (on two, the plan's own: the stages its
@@ -180,6 +182,7 @@ int main(int argc, char** argv) {
   const bool sample_only = argc > 1 && std::string(argv[1]) == "--sample";
   const bool attention_only = argc > 1 && std::string(argv[1]) == "--attention";
   const bool gemm_only = argc > 1 && std::string(argv[1]) == "--gemm";
+  const bool read_floor = argc > 1 && std::string(argv[1]) == "--read-floor";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("telos-kernel-bench: no CUDA GPU\n");
@@ -202,6 +205,88 @@ int main(int argc, char** argv) {
   cudaFree(dst);
   std::printf("\n%-34s | %-26s | %9s | %8s | %6s\n", "kernel", "shape", "median us", "GB/s", "% copy");
   std::printf("%-34s | %-26s | %9.1f | %8.0f | %6s\n", "cudaMemcpy D2D (read+write)", "2 GiB", copy_us, copy_gbs, "100");
+
+  // The read floor: the fastest a kernel that only reads B bytes goes at that size, chained as
+  // the decode kernels are (8 launches, each on another copy of the bytes, all but the first with
+  // PDL). A kernel of the issue-4 figures reads as many bytes and does more, so its % of copy at
+  // B is bounded by these rows. "wait first": griddepcontrol.wait before any load (a kernel whose
+  // loads depend on its predecessor: decode attention's Q, the GEMMs' activations); "loads before
+  // wait": every load before it (weights never depend on the previous kernel; the bound for a
+  // kernel that could hold all its bytes before the wait). Beside them cudaMemcpyAsync of the same
+  // bytes, 8 back to back (read + written counted). Sizes: the 8B's and the 1B's decode GEMM
+  // weights (o, qkv, down, gate/up) and one layer's K/V at batch 1 (4k, 32k; head dim 128, 8 KV
+  // heads).
+  if (read_floor) {
+    const std::string source = R"(
+template <bool WAIT_FIRST>
+__global__ void __launch_bounds__(256) telos_bench_read(const uint4* __restrict__ src,
+                                                         unsigned long long n16, unsigned* out) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (WAIT_FIRST) asm volatile("griddepcontrol.wait;" ::: "memory");
+  const unsigned long long per = (n16 + gridDim.x - 1) / gridDim.x;
+  const unsigned long long begin = blockIdx.x * per;
+  const unsigned long long end = begin + per < n16 ? begin + per : n16;
+  unsigned acc = 0;
+  for (unsigned long long i = begin + threadIdx.x; i < end; i += 8 * blockDim.x) {
+    uint4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const unsigned long long j = i + u * blockDim.x;
+      v[u] = make_uint4(0, 0, 0, 0);
+      if (j < end)
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(src + j));
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (!WAIT_FIRST) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (acc == 0x9e3779b9u) out[blockIdx.x] = acc;  // keeps the loads; never true for fill()'s bytes
+}
+)";
+    const std::string wait_first = "telos_bench_read<true>", before = "telos_bench_read<false>";
+    Module mod({wait_first, before}, source, 1);
+    constexpr int kChain = 8;
+    const int grid = prop.multiProcessorCount * 4;
+    unsigned* out;
+    check(cudaMalloc(&out, grid * sizeof(unsigned)), "alloc");
+    struct Size { const char* what; std::size_t bytes; };
+    const Size sizes[] = {{"1B o", 2048ull * 2048 * 2},          {"1B qkv", 3072ull * 2048 * 2},
+                          {"K/V 4k batch 1", 4096ull * 8 * 128 * 4}, {"8B o", 4096ull * 4096 * 2},
+                          {"8B qkv", 6144ull * 4096 * 2},         {"8B down", 4096ull * 14336 * 2},
+                          {"K/V 32k batch 1", 32768ull * 8 * 128 * 4}, {"8B gate/up", 28672ull * 4096 * 2}};
+    for (const Size& sz : sizes) {
+      const int copies = std::max<int>(2, static_cast<int>((400ull << 20) / sz.bytes) + 1);
+      std::vector<void*> bufs(copies + 1);
+      for (auto& p : bufs) { check(cudaMalloc(&p, sz.bytes), "alloc"); fill(p, sz.bytes); }
+      const unsigned long long n16 = sz.bytes / 16;
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "%s, %.1f MB", sz.what, sz.bytes / 1e6);
+      for (const std::string& k : {wait_first, before}) {
+        const double us = median_us(
+            [&](int i) {
+              // The count travels as the 8 bytes of a pointer argument (Module::launch's form).
+              mod.launch(k, dim3(grid), dim3(256),
+                         {bufs[i % copies], reinterpret_cast<const void*>(n16), out}, 0,
+                         i % kChain != 0);
+            },
+            30, 5, kChain);
+        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n",
+                    (k == wait_first ? "read floor, wait first" : "read floor, loads before wait"), shape, us,
+                    sz.bytes / us / 1e3, 100.0 * sz.bytes / us / 1e3 / copy_gbs);
+      }
+      const double us = median_us(
+          [&](int i) {
+            cudaMemcpyAsync(bufs[copies], bufs[i % copies], sz.bytes, cudaMemcpyDeviceToDevice);
+          },
+          30, 5, kChain);
+      std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", "cudaMemcpy D2D, same bytes", shape, us,
+                  2.0 * sz.bytes / us / 1e3, 100.0 * 2.0 * sz.bytes / us / 1e3 / copy_gbs);
+      for (void* p : bufs) cudaFree(p);
+    }
+    cudaFree(out);
+    return 0;
+  }
 
   // The sampler (sample.cuh) at Llama's vocabulary, 128256, with the plan's cluster of 8 blocks of
   // 512 threads a row (kernel_plan.cpp): R
