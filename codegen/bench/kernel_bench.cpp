@@ -206,27 +206,33 @@ int main(int argc, char** argv) {
   std::printf("\n%-34s | %-26s | %9s | %8s | %6s\n", "kernel", "shape", "median us", "GB/s", "% copy");
   std::printf("%-34s | %-26s | %9.1f | %8.0f | %6s\n", "cudaMemcpy D2D (read+write)", "2 GiB", copy_us, copy_gbs, "100");
 
-  // The read floor: the fastest a kernel that only reads B bytes goes at that size, chained as
-  // the decode kernels are (8 launches, each on another copy of the bytes, all but the first with
-  // PDL). A kernel of the issue-4 figures reads as many bytes and does more, so its % of copy at
-  // B is bounded by these rows. "wait first": griddepcontrol.wait before any load (a kernel whose
-  // loads depend on its predecessor: decode attention's Q, the GEMMs' activations); "loads before
-  // wait": every load before it (weights never depend on the previous kernel; the bound for a
-  // kernel that could hold all its bytes before the wait). Beside them cudaMemcpyAsync of the same
-  // bytes, 8 back to back (read + written counted). Sizes: the 8B's and the 1B's decode GEMM
-  // weights (o, qkv, down, gate/up) and one layer's K/V at batch 1 (4k, 32k; head dim 128, 8 KV
-  // heads).
+  // The read floor: how fast a kernel that only reads B bytes goes at that size, chained as the
+  // decode kernels are (8 launches, each on another copy of the bytes, all but the first with PDL),
+  // by where its loads stand against griddepcontrol.wait. A decode kernel reads as many bytes and
+  // does more, so these rows bound its % of copy at B:
+  //   "wait first": the wait before any load (a kernel whose loads all depend on its predecessor);
+  //   "all before wait": every load before it (the bound for a kernel with nothing to wait for);
+  //   "first N KB/SM before wait": each thread's first 8 loads (16 bytes each) issued before the
+  //   wait and used after it, the rest after it, as a decode GEMM prefetches its weights into its
+  //   ring (o's: 16 stages of 4 KB = 64 KB, one CTA an SM). Grids of 4 CTAs of 256 threads an SM
+  //   (128 KB an SM in flight), one of 512 (64 KB) or one of 256 (32 KB); "alone" asks for 120 KB
+  //   of (unused) shared memory, so that no CTA of the next launch fits beside one of this one, as
+  //   with a full-ring GEMM.
+  // Beside them cudaMemcpyAsync of the same bytes, 8 back to back (read + written counted). Sizes:
+  // the 8B's and the 1B's decode GEMM weights (o, qkv, down, gate/up) and one layer's K/V at batch
+  // 1 (4k, 32k; head dim 128, 8 KV heads).
   if (read_floor) {
     const std::string source = R"(
-template <bool WAIT_FIRST>
-__global__ void __launch_bounds__(256) telos_bench_read(const uint4* __restrict__ src,
+template <int MODE>  // 0: wait first; 1: every load before the wait; 2: the first 8 a thread
+__global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict__ src,
                                                          unsigned long long n16, unsigned* out) {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  if (WAIT_FIRST) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (MODE == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
   const unsigned long long per = (n16 + gridDim.x - 1) / gridDim.x;
   const unsigned long long begin = blockIdx.x * per;
   const unsigned long long end = begin + per < n16 ? begin + per : n16;
   unsigned acc = 0;
+  bool first = true;
   for (unsigned long long i = begin + threadIdx.x; i < end; i += 8 * blockDim.x) {
     uint4 v[8];
 #pragma unroll
@@ -237,19 +243,29 @@ __global__ void __launch_bounds__(256) telos_bench_read(const uint4* __restrict_
         asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(src + j));
     }
+    if (MODE == 2 && first) asm volatile("griddepcontrol.wait;" ::: "memory");
+    first = false;
 #pragma unroll
     for (int u = 0; u < 8; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
-  if (!WAIT_FIRST) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (MODE == 1 || (MODE == 2 && first)) asm volatile("griddepcontrol.wait;" ::: "memory");
   if (acc == 0x9e3779b9u) out[blockIdx.x] = acc;  // keeps the loads; never true for fill()'s bytes
 }
 )";
-    const std::string wait_first = "telos_bench_read<true>", before = "telos_bench_read<false>";
-    Module mod({wait_first, before}, source, 1);
+    const std::string k0 = "telos_bench_read<0>", k1 = "telos_bench_read<1>", k2 = "telos_bench_read<2>";
+    Module mod({k0, k1, k2}, source, 1);
     constexpr int kChain = 8;
-    const int grid = prop.multiProcessorCount * 4;
+    const int sms = prop.multiProcessorCount;
+    struct Form { const char* label; std::string kernel; int grid, block, smem; };
+    const Form forms[] = {{"read floor, wait first", k0, sms * 4, 256, 0},
+                          {"read floor, wait first, 1x512", k0, sms, 512, 0},
+                          {"read floor, all before wait", k1, sms * 4, 256, 0},
+                          {"read floor, 128 KB/SM before wait", k2, sms * 4, 256, 0},
+                          {"read floor, 64 KB/SM before wait", k2, sms, 512, 0},
+                          {"read floor, 64 KB/SM before, alone", k2, sms, 512, 120 * 1024},
+                          {"read floor, 32 KB/SM before wait", k2, sms, 256, 0}};
     unsigned* out;
-    check(cudaMalloc(&out, grid * sizeof(unsigned)), "alloc");
+    check(cudaMalloc(&out, sms * 4 * sizeof(unsigned)), "alloc");
     struct Size { const char* what; std::size_t bytes; };
     const Size sizes[] = {{"1B o", 2048ull * 2048 * 2},          {"1B qkv", 3072ull * 2048 * 2},
                           {"K/V 4k batch 1", 4096ull * 8 * 128 * 4}, {"8B o", 4096ull * 4096 * 2},
@@ -262,17 +278,16 @@ __global__ void __launch_bounds__(256) telos_bench_read(const uint4* __restrict_
       const unsigned long long n16 = sz.bytes / 16;
       char shape[64];
       std::snprintf(shape, sizeof shape, "%s, %.1f MB", sz.what, sz.bytes / 1e6);
-      for (const std::string& k : {wait_first, before}) {
+      for (const Form& f : forms) {
         const double us = median_us(
             [&](int i) {
               // The count travels as the 8 bytes of a pointer argument (Module::launch's form).
-              mod.launch(k, dim3(grid), dim3(256),
-                         {bufs[i % copies], reinterpret_cast<const void*>(n16), out}, 0,
+              mod.launch(f.kernel, dim3(f.grid), dim3(f.block),
+                         {bufs[i % copies], reinterpret_cast<const void*>(n16), out}, f.smem,
                          i % kChain != 0);
             },
             30, 5, kChain);
-        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n",
-                    (k == wait_first ? "read floor, wait first" : "read floor, loads before wait"), shape, us,
+        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", f.label, shape, us,
                     sz.bytes / us / 1e3, 100.0 * sz.bytes / us / 1e3 / copy_gbs);
       }
       const double us = median_us(
@@ -283,6 +298,20 @@ __global__ void __launch_bounds__(256) telos_bench_read(const uint4* __restrict_
       std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", "cudaMemcpy D2D, same bytes", shape, us,
                   2.0 * sz.bytes / us / 1e3, 100.0 * 2.0 * sz.bytes / us / 1e3 / copy_gbs);
       for (void* p : bufs) cudaFree(p);
+    }
+    for (const Form& f : forms) {
+      const auto [blocks, regs] = mod.occupancy(f.kernel, f.block, f.smem);
+      std::printf("%-34s: %d CTAs an SM, %d registers a thread\n", f.label, blocks, regs);
+    }
+    // The plan's decode GEMMs at M = 1 on the 8B's o and qkv, for the same question: does a CTA of
+    // the next launch fit beside one of this one (two an SM), so that its ring fills early?
+    for (const auto& [epi, n] : {std::pair<const char*, int>{"residual", 4096}, {"bf16", 6144}}) {
+      const SmallGemmTiling t = small_gemm_tiling(n, 4096, 1, false);
+      const std::string name = t.instance(epi, 1, n, 4096);
+      Module gm({name});
+      const auto [blocks, regs] = gm.occupancy(name, static_cast<int>(t.threads()), t.smem());
+      std::printf("gemm_small_%s N=%d K=4096 M=1: %d CTAs, %d stages, %d B of shared memory, %d CTAs an SM, "
+                  "%d registers a thread\n", epi, n, t.tiles_m * t.tiles_n, t.stages, t.smem(), blocks, regs);
     }
     cudaFree(out);
     return 0;
