@@ -102,17 +102,16 @@ int attn_prefill_tokens_per_tile(int tokens, int group) {
 }
 
 std::string attn_prefill_instance(int hq, int hkv, int d, int page, int maxp, long long page_elems,
-                                  int tpt, bool overlap, bool q_split, bool turns, int nt,
-                                  bool k_copy) {
+                                  int tpt, bool overlap, bool q_split, bool turns, int nt) {
   auto I_ = [](long long v) { return std::to_string(v); };
   auto B_ = [](bool v) { return std::string(v ? ", true" : ", false"); };
   // The trailing arguments from the last one that differs from its default.
-  const int last = k_copy ? 4 : nt > 0 ? 3 : !turns ? 2 : q_split ? 1 : 0;
+  const int last = nt > 0 ? 3 : !turns ? 2 : q_split ? 1 : 0;
   return "telos_kernels::attn_prefill<" + I_(hq) + ", " + I_(hkv) + ", " + I_(d) + ", " + I_(page) +
          ", " + I_(maxp) + ", " + I_(page_elems) + "ll, " +
          float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(d))) + ", " + I_(tpt) +
          B_(overlap) + (last >= 1 ? B_(q_split) : "") + (last >= 2 ? B_(turns) : "") +
-         (last >= 3 ? ", " + I_(nt) : "") + (last >= 4 ? B_(k_copy) : "") + ">";
+         (last >= 3 ? ", " + I_(nt) : "") + ">";
 }
 
 bool attn_prefill_persistent_fits(int head_dim, int page, int tpt) {

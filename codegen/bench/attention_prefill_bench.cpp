@@ -67,10 +67,10 @@ const int kSmem = telos::codegen::attn_prefill_smem(kD);
 // persistent form for T = NT · 32. `page`: positions a page of the pool (the timing mode's pool
 // has kPage; --compile-only may name another, for the paired script's pools).
 std::string instance(bool overlap, bool q_split = false, bool turns = true, int nt = 0,
-                     int page = kPage, bool k_copy = false) {
+                     int page = kPage) {
   return telos::codegen::attn_prefill_instance(kHQ, kHKV, kD, page, kMaxT / page,
                                                2LL * kHKV * page * kD, kTpt, overlap, q_split,
-                                               turns, nt, k_copy);
+                                               turns, nt);
 }
 constexpr int kTs[] = {4096, 8192, 16384};
 
@@ -102,13 +102,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> names = {
         instance(true, false, true, 0, page), instance(false, false, true, 0, page),
         instance(false, true, true, 0, page), instance(true, false, false, 0, page)};
-    // Persistent (the plan's plain order) without and with K_COPY (K by cp.async, V by TMA);
-    // both orders a tile a CTA with K_COPY.
-    for (const int T : kTs)
-      for (const bool k_copy : {false, true})
-        names.push_back(instance(false, false, true, T / kTpt, page, k_copy));
-    for (const bool overlap : {true, false})
-      names.push_back(instance(overlap, false, true, 0, page, true));
+    for (const int T : kTs) names.push_back(instance(false, false, true, T / kTpt, page));
     const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names,
                                             CompileCache::default_root());
     save_bench_cubin(argv[2], m, names);

@@ -4,15 +4,13 @@
 
 Loads CUBIN and CUBIN.names (what `telos-attn-prefill-bench --compile-only [--page N]` writes:
 attn_prefill on Llama-3.1-8B's head shape, 32 query heads, 8 KV heads, D = 128, pages of 16
-positions unless --page said otherwise, tiles of 32 tokens; the plan's plain order persistent
-(NT = T / 32 tiles of each KV head on min(8 NT, 132) CTAs, perf-log change 72), the same with K by
-cp.async and V by TMA (K_COPY, change 79), the overlapped order and the plain one a tile a CTA with
-K_COPY, the plain order a tile a CTA, the overlapped one, the overlapped one without its ping-pong
-turns (TURNS false) and the plain order with Q in two bf16 parts) through the driver API
-(prefill_gemm_torch.Driver), and for one sequence of T = 4096, 8192, 16384 prompt tokens (q in f32
-[T, HQ, D] as the engine's QKV epilogue leaves it, K/V in a paged pool, the pages in a shuffled
-order, read through the tensor map the engine builds for `tmap:kv:`, docs/artifact.md) times our
-eight kernels and
+positions unless --page said otherwise, tiles of 32 tokens; the plan's plain order persistent (NT = T / 32 tiles of each KV head on min(8 NT, 132)
+CTAs, perf-log change 72), the plain order a tile a CTA, the overlapped one, the overlapped one without its ping-pong turns (TURNS false) and the plain order
+with Q in two bf16 parts) through the driver API (prefill_gemm_torch.Driver), and for one sequence
+of T = 4096, 8192, 16384 prompt tokens (q in f32 [T, HQ, D] as the engine's QKV epilogue leaves
+it, K/V in a paged pool, the pages in a shuffled order, read through the tensor map the engine
+builds for
+`tmap:kv:`, docs/artifact.md) times our five kernels and
 torch.nn.functional.scaled_dot_product_attention(is_causal=True) with each backend (flash,
 efficient, cudnn through torch.nn.attention.sdpa_kernel, on contiguous bf16 q [1, HQ, T, D], k
 and v [1, HKV, T, D]: enable_gqa=True where the backend takes it, else K/V repeated to HQ heads;
@@ -74,19 +72,15 @@ def main():
         inst, entry = line.rstrip("\n").split("\t")
         m = re.fullmatch(r"telos_kernels::attn_prefill<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)ll, "
                          r"[^,]+, (\d+)(?:, (true|false))?(?:, (true|false))?(?:, (true|false))?"
-                         r"(?:, (\d+))?(?:, (true|false))?>", inst)
+                         r"(?:, (\d+))?>", inst)
         hq, hkv, d, page, maxp, page_elems, tpt = (int(m.group(i)) for i in range(1, 8))
-        # OVERLAP defaults to true, Q_SPLIT to false, TURNS to true, NT to 0, K_COPY to false
-        # (attention_prefill.cuh)
-        k_copy = m.group(12) == "true"
-        if m.group(11) not in (None, "0"):
-            name = ("persistent", int(m.group(11)), k_copy)
+        # OVERLAP defaults to true, Q_SPLIT to false, TURNS to true, NT to 0 (attention_prefill.cuh)
+        if m.group(11) is not None:
+            name = ("persistent", int(m.group(11)))
         elif m.group(8) in (None, "true"):
             name = "overlapped" if m.group(10) in (None, "true") else "no turns"
         else:
             name = "Q_SPLIT" if m.group(9) == "true" else "a tile a CTA"
-        if k_copy and not isinstance(name, tuple):
-            name += " K_COPY"
         kernels[name] = drv.function(module, entry, smem(d))
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                 ("cudnn", SDPBackend.CUDNN_ATTENTION)]
@@ -96,12 +90,11 @@ def main():
     for r in range(rounds):
         print(f"round {r + 1}: telos and torch SDPA interleaved in one process "
               f"(torch {torch.__version__}, {torch.cuda.get_device_name()})")
-        print("| T | telos (plan: plain, persistent) ms | TFLOP/s | rel err | K_COPY TFLOP/s | "
-              "overlapped K_COPY TFLOP/s | a tile a CTA K_COPY TFLOP/s | "
+        print("| T | telos (plan: plain, persistent) ms | TFLOP/s | rel err | "
               "a tile a CTA TFLOP/s | overlapped TFLOP/s | overlapped, no turns TFLOP/s | "
               "plain Q_SPLIT TFLOP/s | "
               + " | ".join(f"{n} ms" for n, _ in backends) + " | fastest | TFLOP/s | fastest/telos |")
-        print("|---" * 11 + "|" + "---|" * len(backends) + "---|---|---|")
+        print("|---|---|---|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
         for t in (4096, 8192, 16384):
             q = torch.randn(t, hq, d, device="cuda")
             k = torch.randn(hkv, t, d, device="cuda", dtype=torch.bfloat16)
@@ -123,9 +116,8 @@ def main():
             nt = t // tpt
             ours = {name: (lambda f=f: drv.launch(f, (hkv, nt), THREADS, smem(d), args))
                     for name, f in kernels.items() if isinstance(name, str)}
-            for name, k_copy in (("plan", False), ("plan K_COPY", True)):
-                ours[name] = (lambda f=kernels[("persistent", nt, k_copy)]:
-                              drv.launch(f, (min(hkv * nt, SMS), 1), THREADS, smem(d), args))
+            ours["plan"] = (lambda f=kernels[("persistent", nt)]:
+                            drv.launch(f, (min(hkv * nt, SMS), 1), THREADS, smem(d), args))
             # The plan's kernel first: its output is checked below, the others' bits against it.
             ours = dict([("plan", ours.pop("plan"))] + list(ours.items()))
             qb = q.to(torch.bfloat16).permute(1, 0, 2).unsqueeze(0).contiguous()
@@ -150,8 +142,7 @@ def main():
                 raise RuntimeError(f"T={t}: relative L2 error {err} against {best}")
             # Loads and scheduling only: a tile a CTA and the overlapped orders give the same bits.
             plan_out = out.clone()
-            for name in ("plan K_COPY", "overlapped K_COPY", "a tile a CTA K_COPY", "a tile a CTA",
-                         "overlapped", "no turns"):
+            for name in ("a tile a CTA", "overlapped", "no turns"):
                 out.fill_(float("nan"))
                 ours[name]()
                 if not torch.equal(out.view(torch.int16), plan_out.view(torch.int16)):
@@ -162,8 +153,7 @@ def main():
                 cells[n] = f"{ms[n]:.3f} ({how})"
             ratio = ms[best] / ms["plan"]
             ratios.setdefault(t, []).append(ratio)
-            print(f"| {t} | {ms['plan']:.3f} | {tf('plan')} | {err:.1e} | {tf('plan K_COPY')} | "
-                  f"{tf('overlapped K_COPY')} | {tf('a tile a CTA K_COPY')} | "
+            print(f"| {t} | {ms['plan']:.3f} | {tf('plan')} | {err:.1e} | "
                   f"{tf('a tile a CTA')} | {tf('overlapped')} | {tf('no turns')} | "
                   f"{tf('Q_SPLIT')} | "
                   + " | ".join(cells[n] for n, _ in backends) + f" | {best} | {tf(best)} | {ratio:.3f} |")

@@ -56,11 +56,6 @@
 //    (32 lanes and the arming) and the TMA bytes.
 //  - cp.async (any other page size): the producer's 128 threads copy 16 bytes a thread and
 //    instruction, each position looked up in the page table, and arrive as above (count 128).
-//  - K_COPY (with TMA): the TMA warp's lanes copy K's rows by cp.async (the tail's loop from
-//    row 0) and load only V's pages by TMA. A stage of the engine's 16-position pages at D 128 is
-//    32 TMA boxes, which the SM's TMA unit takes one after another, and the overlapped order,
-//    which holds two stages, then waits on the fills (docs/perf-log.md, session 28: the same
-//    kernel is 8% faster at T = 16384 with pages of 32, 16 boxes a stage).
 // The stage bytes are the same either way. cp.async writes through the generic proxy and wgmma
 // reads through the async proxy: each consumer thread issues fence.proxy.async after its wait on
 // a full barrier, before the wgmma that reads the stage. Consumer warps release a stage's K on
@@ -188,8 +183,7 @@ __device__ __forceinline__ float ex2(float x) {
 // a CTA; with NT = T / TPT > 0 (persistent, attn_prefill_persistent_grid CTAs), each CTA runs
 // its share of the HKV · NT tiles in turn through one K/V ring (see "Persistent" above).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2,
-          int TPT, bool OVERLAP = true, bool Q_SPLIT = false, bool TURNS = true, int NT = 0,
-          bool K_COPY = false>
+          int TPT, bool OVERLAP = true, bool Q_SPLIT = false, bool TURNS = true, int NT = 0>
 __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     attn_prefill(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                  const bf16* kv_layer, const hexel::TensorMap* kv_map, bf16* out) {
@@ -211,7 +205,6 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   // K/V by TMA where whole pages tile a key block at swizzle-atom (8-row) boundaries.
   constexpr bool kTma = PAGE % 8 == 0 && BN % PAGE == 0;
   static_assert(kTma || !kPersistent, "persistent tiles only with K/V by TMA (one producer warp)");
-  static_assert(kTma || !K_COPY, "K_COPY: K by cp.async beside V by TMA");
   constexpr unsigned kFullCount = kTma ? 33 : 128;
   const float kNegInf = -__int_as_float(0x7f800000);
 
@@ -355,8 +348,8 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     constexpr int kPieces = D / 8;  // 16-byte pieces a position
     mbarrier::StageRing<S> ring;
     if constexpr (kTma) {
-      if (threadIdx.x >= 32) return;
       // One warp: lane i issues the TMA boxes of the block's page i; the tail by cp.async.
+      if (threadIdx.x >= 32) return;
       const int lane = threadIdx.x;
       constexpr int kPageRows = static_cast<int>(PAGE_ELEMS / D);  // a page's stride in map rows
       if (lane == 0) {
@@ -390,11 +383,9 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
               mbarrier::wait_parity((kv == 0 ? empty_k : empty_v) + 8 * ring.index, ring.phase ^ 1u);
               const unsigned dst0 = kv == 0 ? k_stage(ring.index) : v_stage(ring.index);
               const unsigned full = (kv == 0 ? full_k : full_v) + 8 * ring.index;
-              // K_COPY: K's rows all by cp.async (the tail's loop from row 0), V's as before.
-              const int by_tma = K_COPY && kv == 0 ? 0 : whole;
-              if (lane == 0) mbarrier::arrive_expect_tx(full, static_cast<unsigned>(by_tma) * D * 2);
+              if (lane == 0) mbarrier::arrive_expect_tx(full, static_cast<unsigned>(whole) * D * 2);
               __syncwarp();
-              if (lane < by_tma / PAGE) {
+              if (lane < whole / PAGE) {
                 const int row = page * kPageRows + (kv * HKV + kvh) * PAGE;
 #pragma unroll
                 for (int c = 0; c < D / 64; ++c)
@@ -403,7 +394,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
               const bf16* src0 = kv_layer + static_cast<long long>(kv * HKV + kvh) * PAGE * D;
               // Positions past the last one read its row (finite, in the sequence's pages) and
               // write zeros (source size 0).
-              for (int c = by_tma * kPieces + lane; c < BN * kPieces; c += 32) {
+              for (int c = whole * kPieces + lane; c < BN * kPieces; c += 32) {
                 const int p = c / kPieces, i = c % kPieces, pos = min(b * BN + p, pos_max);
                 cp_async_16(dst0 + (i / 8) * (BN * 128) + p * 128 + (((i % 8) ^ (p % 8)) * 16),
                             src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
@@ -521,19 +512,17 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
         float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
 
-        // Positions below tma_end came by TMA alone (whole pages), K's none with K_COPY; the rest
-        // by cp.async.
+        // Positions below tma_end came by TMA alone (whole pages); the rest by cp.async.
         const int tma_end = kTma ? (pos_max + 1) / PAGE * PAGE : 0;
-        const int tma_end_k = K_COPY ? 0 : tma_end;
         // Whether block b's stage needs the proxy fence before wgmma reads it: where cp.async
-        // (the generic proxy) wrote some of it (a block under `end` came by TMA alone).
-        auto fence_for = [&](int b, int end) {
-          if ((b + 1) * BN > end) fence_proxy_async_smem();
+        // (the generic proxy) wrote some of it (a block under tma_end came by TMA alone).
+        auto fence_for = [&](int b) {
+          if ((b + 1) * BN > tma_end) fence_proxy_async_smem();
         };
         // Waits until stage st's K (block b) has landed.
         auto wait_k = [&](unsigned st, unsigned phase, int b) {
           mbarrier::wait_parity(full_k + 8 * st, phase);
-          fence_for(b, tma_end_k);
+          fence_for(b);
         };
         // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for); with Q_SPLIT
         // each k-step adds Q_lo's product after Q_hi's.
@@ -552,7 +541,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         // Waits until stage st's V (block b) has landed.
         auto wait_v = [&](unsigned st, unsigned phase, int b) {
           mbarrier::wait_parity(full_v + 8 * st, phase);
-          fence_for(b, tma_end);
+          fence_for(b);
         };
         // O += P·V with V at `v_desc` (issued and committed). Everything the issue needs is
         // computed before it, so nothing but wgmma sits between a group's instructions.

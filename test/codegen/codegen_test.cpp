@@ -960,8 +960,7 @@ TEST(Codegen, AttnSplitBulkRingCompilesWithoutSpills) {
 // two bf16 parts (Q_SPLIT, D 64 and 128, both orders) the consumers also hold Q_lo's register-A
 // fragments (D/4 registers) and S takes Q_lo's wgmmas from registers with K-major B (trans-b 0:
 // the PTX ends in "p, 1, 1, 0;", which neither the SS wgmma nor P·V's trans-b 1 does). The
-// persistent form (NT > 0) likewise, both orders, at 32 and 64 tokens a tile (two segment tables),
-// and K_COPY.
+// persistent form (NT > 0) likewise, both orders, at 32 and 64 tokens a tile (two segment tables).
 // attn_prefill's instance names: OVERLAP always, Q_SPLIT and TURNS only where they leave the
 // kernel's defaults (false, true), as the plan, the bench and the tests have named them.
 TEST(Codegen, PrefillAttentionInstanceNames) {
@@ -975,8 +974,6 @@ TEST(Codegen, PrefillAttentionInstanceNames) {
             head + ", true, false, false>");
   EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, false, false, true, 128),
             head + ", false, false, true, 128>");
-  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, true, false, true, 0, true),
-            head + ", true, false, true, 0, true>");
 }
 
 TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
@@ -1029,15 +1026,6 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
         head_dim[names.back()] = d;
         persistent.insert(names.back());
       }
-  // K_COPY (K by cp.async, V by TMA, from the producer warp's 24 or 40 registers): both orders,
-  // a tile a CTA and persistent.
-  for (const int nt : {0, 128})
-    for (const bool overlap : {true, false}) {
-      names.push_back(
-          attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, overlap, false, true, nt, true));
-      head_dim[names.back()] = 128;
-      if (nt > 0) persistent.insert(names.back());
-    }
   const CompiledModule m =
       compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
   EXPECT_EQ(m.log.find("C7513"), std::string::npos) << m.log;

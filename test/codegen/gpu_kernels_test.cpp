@@ -1245,12 +1245,12 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
 // OVERLAP false: the softmax does not overlap the P·V (the same bits by construction). Q_SPLIT:
 // scores from Q in two bf16 parts (hi + lo). TURNS false (with OVERLAP): no ping-pong between the
 // consumer warpgroups.
-// NT > 0: the persistent form over NT tiles of each KV head; K_COPY: its K by cp.async.
+// NT > 0: the persistent form over NT tiles of each KV head.
 std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int tpt,
                                   bool overlap = true, bool q_split = false, bool turns = true,
-                                  int nt = 0, bool k_copy = false) {
+                                  int nt = 0) {
   return codegen::attn_prefill_instance(s.HQ, s.HKV, s.D, s.PAGE, s.MAXP, page_elems, tpt, overlap,
-                                        q_split, turns, nt, k_copy);
+                                        q_split, turns, nt);
 }
 // The tests' source: a wait that never completes traps (a failed launch) instead of hanging the
 // run.
@@ -1307,7 +1307,7 @@ struct PagedKv {
 bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, int tpt,
                        const std::vector<float>& q, const std::vector<int>& positions,
                        const std::vector<int>& token_seq, bool overlap = true, bool q_split = false,
-                       bool turns = true, int ctas = 0, bool k_copy = false) {
+                       bool turns = true, int ctas = 0) {
   const AttnShape& s = pool.s;
   const int T = static_cast<int>(positions.size());
   EXPECT_EQ(T % tpt, 0);
@@ -1320,7 +1320,7 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
       static_cast<int>((static_cast<long long>(kv.size()) - pool.layer_offset()) / s.D), s.D,
       s.PAGE);
   const cudaError_t e = mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap, q_split,
-                                                         turns, ctas > 0 ? T / tpt : 0, k_copy),
+                                                         turns, ctas > 0 ? T / tpt : 0),
                                    ctas > 0 ? dim3(ctas) : dim3(s.HKV, T / tpt), 384,
                                    {dq.get(), dpos.get(), dseq.get(), dpt.get(),
                                     dkv.get() + pool.layer_offset(), kv_map.get(), out.get()},
@@ -1401,9 +1401,8 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
 // it has not reached, the second chunk behind another sequence's 37 tokens (so its first row is
 // mid-tile), and with the whole prompt and the chunks in tiles of 128 / G and of 32 / G tokens;
 // and the kernel without the softmax / P·V overlap, and (Q in bf16) with it but without the
-// ping-pong turns, and (pages of 16) the persistent form on 3 CTAs and on a CTA a tile, and with
-// K_COPY (both orders a tile a CTA, the plain one persistent on 3 CTAs), give the same bits as
-// with both. The same
+// ping-pong turns, and (pages of 16) the persistent form on 3 CTAs and on a CTA a tile, give the
+// same bits as with both. The same
 // again with Q in two bf16 parts (Q_SPLIT), against its own whole-prompt step.
 TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
   TELOS_SKIP_WITHOUT_GPU();
@@ -1428,15 +1427,7 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
     const int nt = (L + c.tpt_big - 1) / c.tpt_big;
     const bool persistent = codegen::attn_prefill_persistent_fits(s.D, s.PAGE, c.tpt_big);
     if (persistent)
-      for (const bool k_copy : {false, true})
-        names.push_back(
-            attn_prefill_instance(s, pool.page_elems, c.tpt_big, false, false, true, nt, k_copy));
-    // K_COPY (K by cp.async, V by TMA, where K/V come by TMA: the same pages): both orders a
-    // tile a CTA.
-    if (persistent)
-      for (const bool overlap : {true, false})
-        names.push_back(
-            attn_prefill_instance(s, pool.page_elems, c.tpt_big, overlap, false, true, 0, true));
+      names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, false, false, true, nt));
     TestModule mod(kAttnPrefillSource, names);
     const std::size_t row = static_cast<std::size_t>(s.HQ) * s.D;
     const std::vector<float> qx = random_floats(L * row), qy = random_floats(NY * row);
@@ -1444,7 +1435,7 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
     // A step: optionally the other sequence's NY rows (positions 10 ..), then prompt rows [a, b),
     // then padding to a whole tile; returns the prompt rows' outputs.
     auto step = [&](bool q_split, int tpt, int a, int b, bool other, bool overlap = true,
-                    bool turns = true, int ctas = 0, bool k_copy = false) {
+                    bool turns = true, int ctas = 0) {
       std::vector<int> positions, token_seq;
       std::vector<float> q;
       if (other)
@@ -1463,7 +1454,7 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
       }
       const bf16v out =
           run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}), tpt, q,
-                           positions, token_seq, overlap, q_split, turns, ctas, k_copy);
+                           positions, token_seq, overlap, q_split, turns, ctas);
       return bf16v(out.begin() + first * row, out.begin() + (first + (b - a)) * row);
     };
     for (const bool q_split : {false, true}) {
@@ -1487,20 +1478,12 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
       const bf16v no_turns = q_split ? bf16v{} : step(false, c.tpt_big, 0, L, false, true, false);
       if (!q_split) others.push_back({"without turns", &no_turns});
       // Persistent, the plain order (Q in bf16): 3 CTAs, and a CTA a tile.
-      bf16v persistent3, persistent_all, k_copy_plain, k_copy_overlap, k_copy_persistent;
+      bf16v persistent3, persistent_all;
       if (persistent && !q_split) {
         persistent3 = step(false, c.tpt_big, 0, L, false, false, true, 3);
         persistent_all = step(false, c.tpt_big, 0, L, false, false, true, s.HKV * nt);
         others.push_back({"persistent on 3 CTAs", &persistent3});
         others.push_back({"persistent, a CTA a tile", &persistent_all});
-        // K by cp.async, V by TMA (K_COPY): both orders a tile a CTA, the plain one persistent
-        // on 3 CTAs.
-        k_copy_plain = step(false, c.tpt_big, 0, L, false, false, true, 0, true);
-        k_copy_overlap = step(false, c.tpt_big, 0, L, false, true, true, 0, true);
-        k_copy_persistent = step(false, c.tpt_big, 0, L, false, false, true, 3, true);
-        others.push_back({"K_COPY, plain", &k_copy_plain});
-        others.push_back({"K_COPY, overlapped", &k_copy_overlap});
-        others.push_back({"K_COPY, persistent on 3 CTAs", &k_copy_persistent});
       }
       for (const auto& [name, got] : others) {
         ASSERT_EQ(got->size(), whole.size());
