@@ -207,6 +207,13 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   // 128 and 64 rows that still gives 2/3 of the SMs a CTA, else 32.
   const bool wide = limits.bn == 0 && !norm && t.tiles_m >= 2;
   t.bn = limits.bn > 0 ? limits.bn : swiglu ? (n / 64 >= kSms ? 128 : 64) : 32;
+  // One M tile, no norm prologue (its QKV fold keeps a tile inside a head): where 32-row tiles
+  // make more CTAs than SMs but 48-row ones do not, 48 rows, one wave (the 8B's qkv at M = 1:
+  // 192 CTAs on 132 SMs, 15.6 µs; 128 CTAs of 48 rows, 14.3 µs; docs/perf-log.md, session 29).
+  // Loads only: the same bits at any BN.
+  if (limits.bn == 0 && !swiglu && !norm && t.tiles_m == 1 && (n + 31) / 32 > kSms &&
+      n % 48 == 0 && n / 48 <= kSms)
+    t.bn = 48;
   if (wide && swiglu) t.bn = 256;
   if (wide && !swiglu)
     for (int bn : {128, 64})

@@ -303,16 +303,59 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       const auto [blocks, regs] = mod.occupancy(f.kernel, f.block, f.smem);
       std::printf("%-34s: %d CTAs an SM, %d registers a thread\n", f.label, blocks, regs);
     }
-    // The plan's decode GEMMs at M = 1 on the 8B's o and qkv, for the same question: does a CTA of
-    // the next launch fit beside one of this one (two an SM), so that its ring fills early?
-    for (const auto& [epi, n] : {std::pair<const char*, int>{"residual", 4096}, {"bf16", 6144}}) {
-      const SmallGemmTiling t = small_gemm_tiling(n, 4096, 1, false);
-      const std::string name = t.instance(epi, 1, n, 4096);
-      Module gm({name});
-      const auto [blocks, regs] = gm.occupancy(name, static_cast<int>(t.threads()), t.smem());
-      std::printf("gemm_small_%s N=%d K=4096 M=1: %d CTAs, %d stages, %d B of shared memory, %d CTAs an SM, "
-                  "%d registers a thread\n", epi, n, t.tiles_m * t.tiles_n, t.stages, t.smem(), blocks, regs);
+    // The 8B's o and qkv at M = 1 beside the floor, chained the same way: the plan's tiles (o: 16
+    // stages of 32 weight rows, two CTAs an SM; qkv: 128 CTAs of 48 rows, one an SM) against a
+    // deeper ring for o (one CTA an SM; 32 and 40 stages lost 10-13 points in session 29), and for
+    // qkv 32-row tiles (192 CTAs on 132 SMs, the plan until session 29) and 48-row tiles of 12
+    // stages (two an SM). Loads only: the same bits at any BN and depth.
+    struct GemmForm { const char* epi; int n, bn, stages; };  // bn, stages 0: the plan's
+    const GemmForm gemm_forms[] = {{"residual", 4096, 0, 0}, {"residual", 4096, 32, 24},
+                                   {"bf16", 6144, 0, 0},     {"bf16", 6144, 32, 16},
+                                   {"bf16", 6144, 48, 12}};
+    std::vector<std::pair<SmallGemmTiling, std::string>> gemm_tilings;
+    for (const GemmForm& g : gemm_forms) {
+      const SmallGemmTiling plan = small_gemm_tiling(g.n, 4096, 1, false);
+      SmallGemmTiling t = g.bn > 0 ? plan.with_bn(g.bn, g.n, false) : plan;
+      if (g.stages > 0) t.stages = g.stages;
+      gemm_tilings.emplace_back(t, t.instance(g.epi, 1, g.n, 4096));
     }
+    std::vector<std::string> gemm_names;
+    for (const auto& [t, name] : gemm_tilings) gemm_names.push_back(name);
+    Module gm(gemm_names);
+    void *a, *y;
+    check(cudaMalloc(&a, 4096 * 2), "alloc");
+    fill(a, 4096 * 2);
+    check(cudaMalloc(&y, 6144 * 4), "alloc");
+    cudaMemset(y, 0, 6144 * 4);
+    for (std::size_t gi = 0; gi < std::size(gemm_forms); ++gi) {
+      const GemmForm& g = gemm_forms[gi];
+      const auto& [t, name] = gemm_tilings[gi];
+      const std::size_t wbytes = static_cast<std::size_t>(g.n) * 4096 * 2;
+      const int copies = static_cast<int>((400ull << 20) / wbytes) + 1;
+      std::vector<void*> w(copies), w_maps;
+      for (auto& p : w) { check(cudaMalloc(&p, wbytes), "alloc"); fill(p, wbytes); }
+      void* a_map = device_map(a, 1, 4096, t.a_box);
+      for (void* p : w) w_maps.push_back(device_map(p, g.n, 4096, t.w_box()));
+      const double us = median_us(
+          [&](int i) {
+            gm.launch(name, dim3(t.tiles_m, t.tiles_n), t.threads(), {a_map, w_maps[i % copies], y},
+                      t.smem(), i % kChain != 0);
+          },
+          30, 5, kChain);
+      const auto [blocks, regs] = gm.occupancy(name, static_cast<int>(t.threads()), t.smem());
+      char label[64], shape[64];
+      std::snprintf(label, sizeof label, "gemm_small_%s bn%d st%d%s", g.epi, t.bn, t.stages,
+                    g.bn == 0 && g.stages == 0 ? " plan" : "");
+      std::snprintf(shape, sizeof shape, "M=1 N=%d K=4096, %d CTAs, %d/SM", g.n,
+                    t.tiles_m * t.tiles_n, blocks);
+      std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, wbytes / us / 1e3,
+                  100.0 * wbytes / us / 1e3 / copy_gbs);
+      cudaFree(a_map);
+      for (void* p : w_maps) cudaFree(p);
+      for (void* p : w) cudaFree(p);
+    }
+    cudaFree(a);
+    cudaFree(y);
     cudaFree(out);
     return 0;
   }

@@ -384,10 +384,16 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
             (std::array<int, 6>{32, 1, 128, 16, 16 * 5136 + 1024, 1}));
   EXPECT_EQ(tiling(4096, 14336, 64, false),
             (std::array<int, 6>{32, 1, 128, 16, 16 * 12304 + 1024, 1}));
-  // qkv: 192 CTAs, two an SM, 16 stages each at 8 tokens (9 at 64).
+  // qkv: 128 CTAs of 48 rows, one an SM, 16 stages (32-row tiles would make 192 CTAs on 132
+  // SMs); with the norm prologue (the QKV fold keeps a tile inside a 128-wide head) 32 rows, 192
+  // CTAs, two an SM. The 1B's qkv (96 tiles of 32 rows) keeps 32.
   EXPECT_EQ(tiling(6144, 4096, 8, false),
-            (std::array<int, 6>{32, 1, 192, 16, 16 * 5136 + 1024, 1}));
-  EXPECT_EQ(tiling(6144, 4096, 64, false)[3], 9);
+            (std::array<int, 6>{48, 1, 128, 16, 16 * 7184 + 1024, 1}));
+  EXPECT_EQ(tiling(6144, 4096, 64, false)[3], 16);
+  const SmallGemmTiling fold = small_gemm_tiling(6144, 4096, 8, false, true);
+  EXPECT_EQ(fold.bn, 32);
+  EXPECT_EQ(fold.tiles_n, 192);
+  EXPECT_EQ(tiling(3072, 2048, 8, false)[0], 32);
   // gate_up: 224 CTAs of 64 gate and 64 up rows, two an SM, 6 stages of 17 KB (16 KB of weights).
   EXPECT_EQ(tiling(14336, 4096, 1, true),
             (std::array<int, 6>{128, 1, 224, 6, 6 * 17424 + 1024, 1}));

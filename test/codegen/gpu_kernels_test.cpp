@@ -393,9 +393,10 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
       ts.push_back(actual);
     return ts;
   };
-  // N = 8448: SwiGLU on 128-row weight tiles (64 gate + 64 up rows, kernel_plan.cpp).
-  for (const Shape& shape :
-       {Shape{520, 2000, {1, 5, 8, 64, 100, 200}}, Shape{136, 264, {8, 100}}, Shape{8448, 264, {1, 70}}}) {
+  // N = 8448: SwiGLU on 128-row weight tiles (64 gate + 64 up rows, kernel_plan.cpp). N = 4320
+  // up to 64 rows: 48-row weight tiles (90 CTAs where 32-row ones would make 135).
+  for (const Shape& shape : {Shape{520, 2000, {1, 5, 8, 64, 100, 200}}, Shape{136, 264, {8, 100}},
+                             Shape{8448, 264, {1, 70}}, Shape{4320, 264, {1, 64}}}) {
     const int N = shape.N, K = shape.K;
     const std::vector<int>& ms = shape.ms;
     std::vector<std::string> names;
