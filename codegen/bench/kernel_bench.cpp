@@ -304,13 +304,17 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       std::printf("%-34s: %d CTAs an SM, %d registers a thread\n", f.label, blocks, regs);
     }
     // The 8B's o and qkv at M = 1 beside the floor, chained the same way: the plan's tiles (o: 16
-    // stages of 32 weight rows, two CTAs an SM; qkv: 128 CTAs of 48 rows, one an SM) against a
-    // deeper ring for o (one CTA an SM; 32 and 40 stages lost 10-13 points in session 29), and for
-    // qkv 32-row tiles (192 CTAs on 132 SMs, the plan until session 29) and 48-row tiles of 12
-    // stages (two an SM). Loads only: the same bits at any BN and depth.
+    // stages of 32 weight rows, two CTAs an SM; qkv: 128 CTAs of 48 rows, one an SM) against, for
+    // o, a deeper ring (one CTA an SM; 32 and 40 stages lost 10-13 points in session 29) and
+    // 16-row tiles (256 CTAs, two an SM: twice the rings in flight); for qkv 32-row tiles (192
+    // CTAs on 132 SMs, the plan until session 29) and 48-row tiles of 12 stages (two an SM).
+    // Session 29 also timed the plan's with the producer's wait before its first weight loads:
+    // 4-7 points slower, so the loads before the wait are worth keeping. Loads only: the same bits
+    // at any BN and depth.
     struct GemmForm { const char* epi; int n, bn, stages; };  // bn, stages 0: the plan's
-    const GemmForm gemm_forms[] = {{"residual", 4096, 0, 0}, {"residual", 4096, 32, 24},
-                                   {"bf16", 6144, 0, 0},     {"bf16", 6144, 32, 16},
+    const GemmForm gemm_forms[] = {{"residual", 4096, 0, 0},  {"residual", 4096, 32, 24},
+                                   {"residual", 4096, 16, 16}, {"residual", 4096, 16, 8},
+                                   {"bf16", 6144, 0, 0},      {"bf16", 6144, 32, 16},
                                    {"bf16", 6144, 48, 12}};
     std::vector<std::pair<SmallGemmTiling, std::string>> gemm_tilings;
     for (const GemmForm& g : gemm_forms) {
