@@ -211,8 +211,8 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   // make more CTAs than SMs but 48-row ones do not, 48 rows, one wave (the 8B's qkv at M = 1:
   // 192 CTAs on 132 SMs, 15.6 µs; 128 CTAs of 48 rows, 14.3 µs; docs/perf-log.md, session 29).
   // Loads only: the same bits at any BN.
-  if (limits.bn == 0 && !swiglu && !norm && t.tiles_m == 1 && (n + 31) / 32 > kSms &&
-      n % 48 == 0 && n / 48 <= kSms)
+  if (limits.bn == 0 && !swiglu && !norm && t.tiles_m == 1 && (n + 31) / 32 > kSms && n % 48 == 0 &&
+      n / 48 <= kSms)
     t.bn = 48;
   if (wide && swiglu) t.bn = 256;
   if (wide && !swiglu)

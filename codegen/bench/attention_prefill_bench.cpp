@@ -68,9 +68,8 @@ const int kSmem = telos::codegen::attn_prefill_smem(kD);
 // has kPage; --compile-only may name another, for the paired script's pools).
 std::string instance(bool overlap, bool q_split = false, bool turns = true, int nt = 0,
                      int page = kPage) {
-  return telos::codegen::attn_prefill_instance(kHQ, kHKV, kD, page, kMaxT / page,
-                                               2LL * kHKV * page * kD, kTpt, overlap, q_split,
-                                               turns, nt);
+  return telos::codegen::attn_prefill_instance(
+      kHQ, kHKV, kD, page, kMaxT / page, 2LL * kHKV * page * kD, kTpt, overlap, q_split, turns, nt);
 }
 constexpr int kTs[] = {4096, 8192, 16384};
 

@@ -252,11 +252,16 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   if (acc == 0x9e3779b9u) out[blockIdx.x] = acc;  // keeps the loads; never true for fill()'s bytes
 }
 )";
-    const std::string k0 = "telos_bench_read<0>", k1 = "telos_bench_read<1>", k2 = "telos_bench_read<2>";
+    const std::string k0 = "telos_bench_read<0>", k1 = "telos_bench_read<1>",
+                      k2 = "telos_bench_read<2>";
     Module mod({k0, k1, k2}, source, 1);
     constexpr int kChain = 8;
     const int sms = prop.multiProcessorCount;
-    struct Form { const char* label; std::string kernel; int grid, block, smem; };
+    struct Form {
+      const char* label;
+      std::string kernel;
+      int grid, block, smem;
+    };
     const Form forms[] = {{"read floor, wait first", k0, sms * 4, 256, 0},
                           {"read floor, wait first, 1x512", k0, sms, 512, 0},
                           {"read floor, all before wait", k1, sms * 4, 256, 0},
@@ -266,15 +271,25 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
                           {"read floor, 32 KB/SM before wait", k2, sms, 256, 0}};
     unsigned* out;
     check(cudaMalloc(&out, sms * 4 * sizeof(unsigned)), "alloc");
-    struct Size { const char* what; std::size_t bytes; };
-    const Size sizes[] = {{"1B o", 2048ull * 2048 * 2},          {"1B qkv", 3072ull * 2048 * 2},
-                          {"K/V 4k batch 1", 4096ull * 8 * 128 * 4}, {"8B o", 4096ull * 4096 * 2},
-                          {"8B qkv", 6144ull * 4096 * 2},         {"8B down", 4096ull * 14336 * 2},
-                          {"K/V 32k batch 1", 32768ull * 8 * 128 * 4}, {"8B gate/up", 28672ull * 4096 * 2}};
+    struct Size {
+      const char* what;
+      std::size_t bytes;
+    };
+    const Size sizes[] = {{"1B o", 2048ull * 2048 * 2},
+                          {"1B qkv", 3072ull * 2048 * 2},
+                          {"K/V 4k batch 1", 4096ull * 8 * 128 * 4},
+                          {"8B o", 4096ull * 4096 * 2},
+                          {"8B qkv", 6144ull * 4096 * 2},
+                          {"8B down", 4096ull * 14336 * 2},
+                          {"K/V 32k batch 1", 32768ull * 8 * 128 * 4},
+                          {"8B gate/up", 28672ull * 4096 * 2}};
     for (const Size& sz : sizes) {
       const int copies = std::max<int>(2, static_cast<int>((400ull << 20) / sz.bytes) + 1);
       std::vector<void*> bufs(copies + 1);
-      for (auto& p : bufs) { check(cudaMalloc(&p, sz.bytes), "alloc"); fill(p, sz.bytes); }
+      for (auto& p : bufs) {
+        check(cudaMalloc(&p, sz.bytes), "alloc");
+        fill(p, sz.bytes);
+      }
       const unsigned long long n16 = sz.bytes / 16;
       char shape[64];
       std::snprintf(shape, sizeof shape, "%s, %.1f MB", sz.what, sz.bytes / 1e6);
@@ -295,8 +310,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
             cudaMemcpyAsync(bufs[copies], bufs[i % copies], sz.bytes, cudaMemcpyDeviceToDevice);
           },
           30, 5, kChain);
-      std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", "cudaMemcpy D2D, same bytes", shape, us,
-                  2.0 * sz.bytes / us / 1e3, 100.0 * 2.0 * sz.bytes / us / 1e3 / copy_gbs);
+      std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", "cudaMemcpy D2D, same bytes", shape,
+                  us, 2.0 * sz.bytes / us / 1e3, 100.0 * 2.0 * sz.bytes / us / 1e3 / copy_gbs);
       for (void* p : bufs) cudaFree(p);
     }
     for (const Form& f : forms) {
@@ -311,10 +326,13 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     // Session 29 also timed the plan's with the producer's wait before its first weight loads:
     // 4-7 points slower, so the loads before the wait are worth keeping. Loads only: the same bits
     // at any BN and depth.
-    struct GemmForm { const char* epi; int n, bn, stages; };  // bn, stages 0: the plan's
-    const GemmForm gemm_forms[] = {{"residual", 4096, 0, 0},  {"residual", 4096, 32, 24},
+    struct GemmForm {
+      const char* epi;
+      int n, bn, stages;
+    };  // bn, stages 0: the plan's
+    const GemmForm gemm_forms[] = {{"residual", 4096, 0, 0},   {"residual", 4096, 32, 24},
                                    {"residual", 4096, 16, 16}, {"residual", 4096, 16, 8},
-                                   {"bf16", 6144, 0, 0},      {"bf16", 6144, 32, 16},
+                                   {"bf16", 6144, 0, 0},       {"bf16", 6144, 32, 16},
                                    {"bf16", 6144, 48, 12}};
     std::vector<std::pair<SmallGemmTiling, std::string>> gemm_tilings;
     for (const GemmForm& g : gemm_forms) {
@@ -337,7 +355,10 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       const std::size_t wbytes = static_cast<std::size_t>(g.n) * 4096 * 2;
       const int copies = static_cast<int>((400ull << 20) / wbytes) + 1;
       std::vector<void*> w(copies), w_maps;
-      for (auto& p : w) { check(cudaMalloc(&p, wbytes), "alloc"); fill(p, wbytes); }
+      for (auto& p : w) {
+        check(cudaMalloc(&p, wbytes), "alloc");
+        fill(p, wbytes);
+      }
       void* a_map = device_map(a, 1, 4096, t.a_box);
       for (void* p : w) w_maps.push_back(device_map(p, g.n, 4096, t.w_box()));
       const double us = median_us(
