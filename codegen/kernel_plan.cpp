@@ -159,8 +159,9 @@ int SmallGemmTiling::resident_bytes() const {
 
 int SmallGemmTiling::smem() const {
   // The stages, the resident bytes, and 1024 bytes to align the base to the 128B swizzle repeat.
-  return stages * small_gemm_stage_bytes(a_box, bn, norm_blocks > 0, block_m()) + resident_bytes() +
-         1024;
+  // A stage's bytes include its two barriers (16); with kps K blocks a stage, kps slots share them.
+  const int stage = small_gemm_stage_bytes(a_box, bn, norm_blocks > 0, block_m());
+  return stages * (kps * (stage - 16) + 16) + resident_bytes() + 1024;
 }
 
 std::string SmallGemmTiling::instance(const std::string& epi, int m, int n, int k) const {
@@ -168,7 +169,8 @@ std::string SmallGemmTiling::instance(const std::string& epi, int m, int n, int 
   const bool cl = cluster > 1 || warpgroups > 1;
   return "telos_kernels::gemm_small_" + epi + (cl ? "_cl<" : "<") + I_(m) + ", " + I_(n) + ", " +
          I_(k) + ", " + I_(bn) + ", " + I_(stages) + (cl ? ", " + I_(cluster) : "") +
-         (warpgroups > 1 ? ", " + I_(warpgroups) : "") + ">";
+         (warpgroups > 1 ? ", " + I_(warpgroups) : "") + (!cl && kps > 1 ? ", " + I_(kps) : "") +
+         ">";
 }
 
 SmallGemmTiling SmallGemmTiling::with_bn(int rows, int n, bool swiglu) const {

@@ -98,10 +98,14 @@ struct SmallGemmTiling {
   // Consumer warpgroups a CTA: 1, or 2 on M tiles of 128 rows (each warpgroup 64 rows of A against
   // the same weight stages; small_gemm_two_warpgroups; where the plan takes 2: small_gemm_tiling).
   int warpgroups = 1;
+  // K blocks a stage (one cluster-less warpgroup, no norm prologue; K a multiple of 64 · kps): a
+  // stage of kps slots behind one barrier pair, the same wgmma chain (gemm_small.cuh).
+  int kps = 1;
   int block_m() const { return kSmallGemmBlockM * warpgroups; }
   int threads() const { return 128 * warpgroups + 32; }
-  // The kernel instance for these tiles: gemm_small_<epi><M, N, K, BN, STAGES>, or on clusters or
-  // two warpgroups gemm_small_<epi>_cl<..., CL[, WG]> (epi: bf16, residual, swiglu, f32cand).
+  // The kernel instance for these tiles: gemm_small_<epi><M, N, K, BN, STAGES[, KPS]>, or on
+  // clusters or two warpgroups gemm_small_<epi>_cl<..., CL[, WG]> (epi: bf16, residual, swiglu,
+  // f32cand; KPS only for bf16 and residual).
   std::string instance(const std::string& epi, int m, int n, int k) const;
   // These tiles with `rows` weight rows a tile over n output columns (SwiGLU: rows / 2 gate and
   // rows / 2 up rows): bn, cols and tiles_n; nothing else changes.

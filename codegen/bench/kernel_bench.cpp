@@ -318,49 +318,58 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       const auto [blocks, regs] = mod.occupancy(f.kernel, f.block, f.smem);
       std::printf("%-34s: %d CTAs an SM, %d registers a thread\n", f.label, blocks, regs);
     }
-    // The 8B's o and qkv at M = 1 beside the floor, chained the same way: the plan's tiles (o: 16
-    // stages of 32 weight rows, two CTAs an SM; qkv: 128 CTAs of 48 rows, one an SM) against, for
-    // o, a deeper ring (one CTA an SM; 32 and 40 stages lost 10-13 points in session 29) and
-    // 16-row tiles (256 CTAs, two an SM: twice the rings in flight); for qkv 32-row tiles (192
-    // CTAs on 132 SMs, the plan until session 29) and 48-row tiles of 12 stages (two an SM).
+    // The 8B's o, qkv and down at M = 1 beside the floor, chained the same way: the plan's tiles
+    // (o and down: 16 stages of 32 weight rows, o two CTAs an SM; qkv: 128 CTAs of 48 rows, one an
+    // SM) against, for o, a deeper ring (one CTA an SM; 32 and 40 stages lost 10-13 points in
+    // session 29) and 16-row tiles (256 CTAs: twice the rings in flight; 10 points worse); for
+    // qkv 32-row tiles (192 CTAs on 132 SMs, the plan until session 29) and 48-row tiles of 12
+    // stages (two an SM); for o and down 64-row tiles (64 CTAs of 8 KB stages: if a CTA's stage
+    // trips, not the bytes, set its rate, half the CTAs on twice the bytes a stage keep it: they
+    // did in session 29); and two K blocks a stage ("2kb": twice the bytes a trip on the plan's
+    // CTAs).
     // Session 29 also timed the plan's with the producer's wait before its first weight loads:
     // 4-7 points slower, so the loads before the wait are worth keeping. Loads only: the same bits
     // at any BN and depth.
     struct GemmForm {
       const char* epi;
-      int n, bn, stages;
-    };  // bn, stages 0: the plan's
-    const GemmForm gemm_forms[] = {{"residual", 4096, 0, 0},   {"residual", 4096, 32, 24},
-                                   {"residual", 4096, 16, 16}, {"residual", 4096, 16, 8},
-                                   {"bf16", 6144, 0, 0},       {"bf16", 6144, 32, 16},
-                                   {"bf16", 6144, 48, 12}};
+      int n, k, bn, stages, kps;  // bn, stages 0: the plan's
+    };
+    const GemmForm gemm_forms[] = {
+        {"residual", 4096, 4096, 0, 0, 1},   {"residual", 4096, 4096, 32, 24, 1},
+        {"residual", 4096, 4096, 16, 16, 1}, {"residual", 4096, 4096, 64, 16, 1},
+        {"residual", 4096, 4096, 32, 8, 2},  {"residual", 4096, 4096, 32, 12, 2},
+        {"bf16", 6144, 4096, 0, 0, 1},       {"bf16", 6144, 4096, 32, 16, 1},
+        {"bf16", 6144, 4096, 48, 12, 1},     {"bf16", 6144, 4096, 48, 8, 2},
+        {"residual", 4096, 14336, 0, 0, 1},  {"residual", 4096, 14336, 64, 16, 1},
+        {"residual", 4096, 14336, 32, 8, 2}};
     std::vector<std::pair<SmallGemmTiling, std::string>> gemm_tilings;
     for (const GemmForm& g : gemm_forms) {
-      const SmallGemmTiling plan = small_gemm_tiling(g.n, 4096, 1, false);
+      const SmallGemmTiling plan = small_gemm_tiling(g.n, g.k, 1, false);
       SmallGemmTiling t = g.bn > 0 ? plan.with_bn(g.bn, g.n, false) : plan;
       if (g.stages > 0) t.stages = g.stages;
-      gemm_tilings.emplace_back(t, t.instance(g.epi, 1, g.n, 4096));
+      t.kps = g.kps;
+      gemm_tilings.emplace_back(t, t.instance(g.epi, 1, g.n, g.k));
     }
     std::vector<std::string> gemm_names;
     for (const auto& [t, name] : gemm_tilings) gemm_names.push_back(name);
     Module gm(gemm_names);
     void *a, *y;
-    check(cudaMalloc(&a, 4096 * 2), "alloc");
-    fill(a, 4096 * 2);
+    check(cudaMalloc(&a, 14336 * 2), "alloc");
+    fill(a, 14336 * 2);
     check(cudaMalloc(&y, 6144 * 4), "alloc");
     cudaMemset(y, 0, 6144 * 4);
     for (std::size_t gi = 0; gi < std::size(gemm_forms); ++gi) {
       const GemmForm& g = gemm_forms[gi];
       const auto& [t, name] = gemm_tilings[gi];
-      const std::size_t wbytes = static_cast<std::size_t>(g.n) * 4096 * 2;
+      const std::size_t wbytes = static_cast<std::size_t>(g.n) * g.k * 2;
       const int copies = static_cast<int>((400ull << 20) / wbytes) + 1;
       std::vector<void*> w(copies), w_maps;
       for (auto& p : w) {
         check(cudaMalloc(&p, wbytes), "alloc");
         fill(p, wbytes);
       }
-      void* a_map = device_map(a, 1, 4096, t.a_box);
-      for (void* p : w) w_maps.push_back(device_map(p, g.n, 4096, t.w_box()));
+      void* a_map = device_map(a, 1, g.k, t.a_box);
+      for (void* p : w) w_maps.push_back(device_map(p, g.n, g.k, t.w_box()));
       const double us = median_us(
           [&](int i) {
             gm.launch(name, dim3(t.tiles_m, t.tiles_n), t.threads(), {a_map, w_maps[i % copies], y},
@@ -369,9 +378,9 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           30, 5, kChain);
       const auto [blocks, regs] = gm.occupancy(name, static_cast<int>(t.threads()), t.smem());
       char label[64], shape[64];
-      std::snprintf(label, sizeof label, "gemm_small_%s bn%d st%d%s", g.epi, t.bn, t.stages,
-                    g.bn == 0 && g.stages == 0 ? " plan" : "");
-      std::snprintf(shape, sizeof shape, "M=1 N=%d K=4096, %d CTAs, %d/SM", g.n,
+      std::snprintf(label, sizeof label, "gemm_small_%s bn%d st%d%s%s", g.epi, t.bn, t.stages,
+                    t.kps > 1 ? " 2kb" : "", g.bn == 0 && g.stages == 0 ? " plan" : "");
+      std::snprintf(shape, sizeof shape, "M=1 N=%d K=%d, %d CTAs, %d/SM", g.n, g.k,
                     t.tiles_m * t.tiles_n, blocks);
       std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, wbytes / us / 1e3,
                   100.0 * wbytes / us / 1e3 / copy_gbs);

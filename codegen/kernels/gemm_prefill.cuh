@@ -65,8 +65,11 @@ struct PrefillGemm {
 // write into this CTA's stages (gemm_small.cuh's weight multicast); a stage read is released to
 // the empty barrier of each of them (ranks 0 .. CL - 1). Returns the last stage's index: the caller
 // releases it if anything loads after this tile.
+// KPS: K blocks a stage (gemm_small.cuh: a stage of KPS slots, each one K block's A and W, at
+// slot indices stage · KPS + j; k_blocks a multiple of KPS): the same wgmma chain in the same K
+// order, one barrier wait and one release per KPS blocks.
 template <unsigned N, unsigned STAGES, unsigned A_SBO = 1024, unsigned A_LBO = 0, unsigned CL = 1,
-          class AStage, class WStage>
+          unsigned KPS = 1, class AStage, class WStage>
 __device__ __forceinline__ unsigned wgmma_k_loop(float (&d)[N / 2],
                                                  hexel::mbarrier::StageRing<STAGES>& ring,
                                                  unsigned k_blocks, unsigned full, unsigned empty,
@@ -75,18 +78,22 @@ __device__ __forceinline__ unsigned wgmma_k_loop(float (&d)[N / 2],
   constexpr Swizzle kASwizzle = A_LBO ? Swizzle::None : Swizzle::B128;
   constexpr unsigned kAStep = A_LBO ? 2 * A_LBO : 32;
   unsigned prev = 0;
-  for (unsigned kb = 0; kb < k_blocks; ++kb) {
+  for (unsigned ks = 0; ks < k_blocks / KPS; ++ks) {
     mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
-    const auto a = wgmma::SmemDesc::make(a_stage(ring.index, kb), kASwizzle, A_LBO ? A_LBO : 16, A_SBO);
-    const auto b = wgmma::kmajor_desc(w_stage(ring.index), Swizzle::B128);
-    wgmma::fence();
 #pragma unroll
-    for (unsigned kk = 0; kk < PrefillGemm::kBlockK / 16; ++kk)
-      wgmma::mma_ss<N>(d, a.advanced(kk * kAStep), b.advanced(kk * 32), kb > 0 || kk > 0);
+    for (unsigned j = 0; j < KPS; ++j) {
+      const unsigned kb = ks * KPS + j, slot = ring.index * KPS + j;
+      const auto a = wgmma::SmemDesc::make(a_stage(slot, kb), kASwizzle, A_LBO ? A_LBO : 16, A_SBO);
+      const auto b = wgmma::kmajor_desc(w_stage(slot), Swizzle::B128);
+      if (j == 0) wgmma::fence();
+#pragma unroll
+      for (unsigned kk = 0; kk < PrefillGemm::kBlockK / 16; ++kk)
+        wgmma::mma_ss<N>(d, a.advanced(kk * kAStep), b.advanced(kk * 32), kb > 0 || kk > 0);
+    }
     wgmma::commit_group();
     // One group stays in flight; once it is the only one, the previous stage has been read.
     wgmma::wait_group<1>();
-    if (kb > 0 && lane == 0) {
+    if (ks > 0 && lane == 0) {
       if constexpr (CL == 1) {
         mbarrier::arrive(empty + 8 * prev);
       } else {

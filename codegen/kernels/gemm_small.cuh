@@ -167,7 +167,7 @@ __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsig
 // BN] where cand is not null). A is a_map's [M, K] bf16 rows, or with NORM the rows of RMSNorm(x)
 // with weights norm_w (x f32 [M, K]; a_map unused).
 template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM = false, float EPS = 0.f,
-          int CL = 1, int WG = 1>
+          int CL = 1, int WG = 1, int KPS = 1>
 __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const float* x,
                                                 const float* norm_w, const TensorMap* w_map,
                                                 void* out, unsigned long long* cand = nullptr) {
@@ -196,6 +196,11 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   constexpr unsigned kASlotRows = kARows <= 8 ? 8 : kTileM;
   constexpr unsigned kASbo = kARows <= 8 ? 0 : 1024;
   constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
+  // KPS K blocks a stage: a stage is KPS consecutive slots (one K block's A and W each, the layout
+  // of a KPS = 1 stage), behind one full and one empty barrier.
+  static_assert(KPS == 1 || (!NORM && CL == 1 && WG == 1 && k_blocks % KPS == 0),
+                "K blocks a stage: A by TMA, no multicast, one warpgroup, whole stages of K");
+  constexpr unsigned kSlots = STAGES * KPS;
   // With NORM the A region holds all of K ahead of the stages, which hold W only: M rows of 16
   // bytes per K chunk, 128 zero bytes after the last (the last core matrix's rows past M read
   // them), rounded up to keep the stages 1024-byte aligned.
@@ -207,7 +212,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   extern __shared__ unsigned char smem_raw[];
   const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const unsigned stages = base + kAResident;
-  const unsigned full = stages + STAGES * kStageBytes;
+  const unsigned full = stages + kSlots * kStageBytes;
   const unsigned empty = full + STAGES * 8;
   auto a_stage = [&](unsigned s, unsigned kb = 0) {
     return NORM ? base + kb * 8 * M * 16 : stages + s * kStageBytes;
@@ -237,8 +242,9 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   if (warp_index() == 4 * WG) {
     if (threadIdx.x % 32 == 0) {
       mbarrier::StageRing<STAGES> ring;
+      // Slot s (stage s / KPS), K block kb.
       auto load_w = [&](unsigned s, unsigned kb) {
-        const unsigned bar = full + 8 * s;
+        const unsigned bar = full + 8 * (s / KPS);
         if constexpr (CL > 1) {
           constexpr uint16_t kAll = (1u << CL) - 1u;
           const unsigned at = rank * kSliceRows;
@@ -256,25 +262,29 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
       };
       auto load_a = [&](unsigned s, unsigned kb) {
         if constexpr (!NORM)
-          tma::load(a_stage(s), a_map, full + 8 * s, kb * G::kBlockK, tm * kTileM);
+          tma::load(a_stage(s), a_map, full + 8 * (s / KPS), kb * G::kBlockK, tm * kTileM);
       };
       // The first pass over the ring: weights before the wait, activations after it. Each stage
       // expects its A and W bytes (out-of-bounds box elements count too).
-      constexpr unsigned kFirst = STAGES < k_blocks ? STAGES : k_blocks;
-      for (unsigned kb = 0; kb < kFirst; ++kb) {
-        mbarrier::arrive_expect_tx(full + 8 * kb, kTxBytes);
-        load_w(kb, kb);
+      // (With KPS > 1, K blocks and slots pair up as stage · KPS + j.)
+      constexpr unsigned kStagesK = k_blocks / KPS;
+      constexpr unsigned kFirst = STAGES < kStagesK ? STAGES : kStagesK;
+      for (unsigned ks = 0; ks < kFirst; ++ks) {
+        mbarrier::arrive_expect_tx(full + 8 * ks, KPS * kTxBytes);
+        for (unsigned j = 0; j < KPS; ++j) load_w(ks * KPS + j, ks * KPS + j);
       }
       if constexpr (!NORM) {
         grid_dependency_wait();
-        for (unsigned kb = 0; kb < kFirst; ++kb) load_a(kb, kb);
+        for (unsigned kb = 0; kb < kFirst * KPS; ++kb) load_a(kb, kb);
       }
-      for (unsigned kb = 0; kb < kFirst; ++kb) ring.advance();
-      for (unsigned kb = kFirst; kb < k_blocks; ++kb) {
+      for (unsigned ks = 0; ks < kFirst; ++ks) ring.advance();
+      for (unsigned ks = kFirst; ks < kStagesK; ++ks) {
         mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
-        mbarrier::arrive_expect_tx(full + 8 * ring.index, kTxBytes);
-        load_a(ring.index, kb);
-        load_w(ring.index, kb);
+        mbarrier::arrive_expect_tx(full + 8 * ring.index, KPS * kTxBytes);
+        for (unsigned j = 0; j < KPS; ++j) {
+          load_a(ring.index * KPS + j, ks * KPS + j);
+          load_w(ring.index * KPS + j, ks * KPS + j);
+        }
         ring.advance();
       }
     }
@@ -302,7 +312,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
       // Rows kARows.. of every stage's A slot: zero, once (16-byte stores of whole 128-byte rows,
       // so the swizzle, which permutes 16-byte chunks within a row, does not matter).
       constexpr unsigned kChunks = (kASlotRows - kARows) * 8;
-      for (unsigned i = threadIdx.x; i < STAGES * kChunks; i += kConsumerThreads) {
+      for (unsigned i = threadIdx.x; i < kSlots * kChunks; i += kConsumerThreads) {
         const unsigned addr = a_stage(i / kChunks) + kARows * 128 + (i % kChunks) * 16;
         asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
       }
@@ -314,7 +324,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   float d[BN / 2];
   // This warpgroup's 64 rows of the stage's A.
   auto a_rows = [&](unsigned s, unsigned kb) { return a_stage(s, kb) + wg * G::kBlockM * 128; };
-  wgmma_k_loop<BN, STAGES, kASbo, NORM ? M * 16 : 0, CL>(d, ring, k_blocks, full, empty, lane,
+  wgmma_k_loop<BN, STAGES, kASbo, NORM ? M * 16 : 0, CL, KPS>(d, ring, k_blocks, full, empty, lane,
                                                          a_rows, w_stage);
   // The last stage needs no release: nothing loads after it.
 
@@ -358,19 +368,22 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
 
 // y[m, n] = bf16((A · Wᵀ)[m, n]): the QKV projection (then qkv_rope_append_rows, as in prefill).
 // A map: [M, K], 64 x 64 boxes; W map: [N, K], BN x 64 boxes.
-template <int M, int N, int K, int BN, int STAGES>
+// KPS: K blocks a stage (small_gemm_body).
+template <int M, int N, int K, int BN, int STAGES, int KPS = 1>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_bf16(const TensorMap* a_map, const TensorMap* w_map, bf16* y) {
   hexel::launch_dependents();  // the wait is in the body (after the first weight loads)
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16>(a_map, nullptr, nullptr, w_map, y);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, false, 0.f, 1, 1, KPS>(a_map, nullptr,
+                                                                                  nullptr, w_map, y);
 }
 
 // x[m, n] += (A · Wᵀ)[m, n], x the f32 residual stream: the attention output and down projections.
-template <int M, int N, int K, int BN, int STAGES>
+template <int M, int N, int K, int BN, int STAGES, int KPS = 1>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_residual(const TensorMap* a_map, const TensorMap* w_map, float* x) {
   hexel::launch_dependents();  // the wait is in the body
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual>(a_map, nullptr, nullptr, w_map, x);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual, false, 0.f, 1, 1, KPS>(a_map, nullptr,
+                                                                                 nullptr, w_map, x);
 }
 
 // act[m, j] = bf16(silu(g) · u), g = (A · Wᵀ)[m, j], u = (A · Wᵀ)[m, I + j], W = gate_up [2I, K]

@@ -513,6 +513,21 @@ TEST(Codegen, SmallGemmOnTwoWarpgroups) {
   EXPECT_THROW(small_gemm_two_warpgroups(small_gemm_tiling(4096, 4096, 8, false, true), 8), Error);
 }
 
+// Two K blocks a stage: the instance's trailing KPS, and kps slots a stage behind one barrier pair
+// (the same bytes as twice the stages of one block, less 16 a stage).
+TEST(Codegen, SmallGemmKBlocksAStage) {
+  SmallGemmTiling o = small_gemm_tiling(4096, 4096, 1, false);  // 32 rows, 16 stages of 5136 B
+  const int one = o.smem();
+  o.kps = 2;
+  o.stages = 8;
+  EXPECT_EQ(o.instance("residual", 1, 4096, 4096),
+            "telos_kernels::gemm_small_residual<1, 4096, 4096, 32, 8, 2>");
+  EXPECT_EQ(o.smem(), one - 8 * 16);
+  o.kps = 1;
+  EXPECT_EQ(o.instance("residual", 1, 4096, 4096),
+            "telos_kernels::gemm_small_residual<1, 4096, 4096, 32, 8>");
+}
+
 // The LM head on the small GEMM: in every bucket over the final norm's sample rows (hf) and the
 // tied embedding, M tiles of 64 rows along x; weight tiles of 128 rows (1002 for 128256) up to 64
 // rows, 256 (501) above, where 256 divides the vocabulary; else the largest of 128, 64, 32, 16

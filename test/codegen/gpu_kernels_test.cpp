@@ -363,7 +363,17 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   // tiling and wider ones.
   auto tilings = [](int N, int K, int M, bool swiglu) {
     const codegen::SmallGemmTiling actual = codegen::small_gemm_tiling(N, K, M, swiglu);
-    if (M < 100) return std::vector<codegen::SmallGemmTiling>{actual};
+    if (M < 100) {
+      // And two K blocks a stage (bf16 and residual; whole stages of K).
+      std::vector<codegen::SmallGemmTiling> ts = {actual};
+      if (!swiglu && (K + 63) / 64 % 2 == 0 && actual.cluster == 1 && actual.warpgroups == 1) {
+        codegen::SmallGemmTiling two = actual;
+        two.kps = 2;
+        two.stages = std::max(2, actual.stages / 2);
+        ts.push_back(two);
+      }
+      return ts;
+    }
     codegen::SmallGemmLimits one;
     one.warpgroups = 1;
     const codegen::SmallGemmTiling plan = codegen::small_gemm_tiling(N, K, M, swiglu, false, one);
@@ -434,7 +444,7 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
           const std::string& small = names[i++];
           const std::string what = "M=" + I(M) + " N=" + I(N) + " K=" + I(K) + " BN=" + I(t.bn) +
                                    " st" + I(t.stages) + " cl" + I(t.cluster) + " wg" +
-                                   I(t.warpgroups);
+                                   I(t.warpgroups) + " kps" + I(t.kps);
           DeviceBuffer<std::uint16_t> y_small(total);
           DeviceBuffer<float> x_small(std::vector<float>(x0.begin(), x0.begin() + total));
           const DeviceMap a64(dA.get(), M, K, t.a_box),
