@@ -335,13 +335,14 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       int n, k, bn, stages, kps;  // bn, stages 0: the plan's
     };
     const GemmForm gemm_forms[] = {
-        {"residual", 4096, 4096, 0, 0, 1},   {"residual", 4096, 4096, 32, 24, 1},
-        {"residual", 4096, 4096, 16, 16, 1}, {"residual", 4096, 4096, 64, 16, 1},
-        {"residual", 4096, 4096, 32, 8, 2},  {"residual", 4096, 4096, 32, 12, 2},
-        {"bf16", 6144, 4096, 0, 0, 1},       {"bf16", 6144, 4096, 32, 16, 1},
-        {"bf16", 6144, 4096, 48, 12, 1},     {"bf16", 6144, 4096, 48, 8, 2},
-        {"residual", 4096, 14336, 0, 0, 1},  {"residual", 4096, 14336, 64, 16, 1},
-        {"residual", 4096, 14336, 32, 8, 2}};
+        {"residual", 4096, 4096, 0, 0, 1},    {"residual", 4096, 4096, 32, 24, 1},
+        {"residual", 4096, 4096, 16, 16, 1},  {"residual", 4096, 4096, 64, 16, 1},
+        {"residual", 4096, 4096, 32, 8, 2},   {"residual", 4096, 4096, 32, 12, 2},
+        {"bf16", 6144, 4096, 0, 0, 1},        {"bf16", 6144, 4096, 32, 16, 1},
+        {"bf16", 6144, 4096, 48, 12, 1},      {"bf16", 6144, 4096, 48, 8, 2},
+        {"bf16", 6144, 4096, 48, 12, 2},      {"residual", 4096, 14336, 0, 0, 1},
+        {"residual", 4096, 14336, 64, 16, 1}, {"residual", 4096, 14336, 32, 8, 2},
+        {"residual", 4096, 14336, 32, 12, 2}};
     std::vector<std::pair<SmallGemmTiling, std::string>> gemm_tilings;
     for (const GemmForm& g : gemm_forms) {
       const SmallGemmTiling plan = small_gemm_tiling(g.n, g.k, 1, false);
