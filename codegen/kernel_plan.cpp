@@ -241,6 +241,15 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   // The wide tiles' grid is not resident at once (up to 4 CTAs an SM's worth at 256 tokens): 4 to 8
   // stages, the best measured at 256 tokens, whatever the SM's share.
   if (wide) t.stages = std::clamp(t.stages, std::min(4, max_stages), std::min(8, max_stages));
+  // One M tile, the plan's weight tiles, no norm prologue, not SwiGLU: two K blocks a stage (KPS,
+  // gemm_small.cuh) where K is whole pairs of blocks, in the same shared memory (half the stages).
+  // H200, M = 1, % of copy (docs/perf-log.md, change 81): o 64.7 -> 67.8 (71.1 at 12 stages, one
+  // CTA an SM), qkv 85.0 -> 85.9, down 82.7 -> 85.9. The same wgmma order: the same bits.
+  if (limits.bn == 0 && !swiglu && !norm && !wide && t.tiles_m == 1 && k_blocks % 2 == 0 &&
+      t.stages >= 4) {
+    t.kps = 2;
+    t.stages = std::max(2, t.stages / 2);
+  }
   // One wave of 128-row weight tiles on an even number of M tiles (the 8B's o and down at 256
   // tokens: 128 CTAs, one an SM): clusters of two M tiles sharing each weight tile by multicast.
   // H200, M = 256, µs: o 33.9 -> 31.1, down 73.8 -> 63.9; no gain or a loss for multi-wave grids
