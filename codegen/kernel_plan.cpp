@@ -241,6 +241,19 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   // The wide tiles' grid is not resident at once (up to 4 CTAs an SM's worth at 256 tokens): 4 to 8
   // stages, the best measured at 256 tokens, whatever the SM's share.
   if (wide) t.stages = std::clamp(t.stages, std::min(4, max_stages), std::min(8, max_stages));
+  // One M tile, the plan's weight tiles, no norm prologue, not SwiGLU: two K blocks a stage (KPS,
+  // gemm_small.cuh) where K is whole pairs of blocks, a ring of about 96 KB of weights (12 stages
+  // of 32 rows, 8 of 48) within the CTA's share of the SM. H200, M = 1, % of copy, the plan's one
+  // K block a stage -> two at 8 / 12 stages (docs/perf-log.md, change 81, session 30 call 1):
+  // o 63.7 -> 66.0 / 70.0, down 82.6 -> 86.0 / 89.9 (32 rows); qkv 83.7 -> 85.4 / 84.5 (48 rows).
+  // The same wgmma order: the same bits.
+  if (limits.bn == 0 && !swiglu && !norm && !wide && t.tiles_m == 1 && k_blocks % 2 == 0 &&
+      t.stages >= 4) {
+    const int pair = 2 * (stage - 16) + 16;
+    const int ring = kSmallGemmKpsRingWeightBytes / (2 * t.bn * 64 * 2);
+    t.kps = 2;
+    t.stages = std::clamp(std::min(ring, (budget - 1024 - t.resident_bytes()) / pair), 2, k_blocks / 2);
+  }
   // One wave of 128-row weight tiles on an even number of M tiles (the 8B's o and down at 256
   // tokens: 128 CTAs, one an SM): clusters of two M tiles sharing each weight tile by multicast.
   // H200, M = 256, µs: o 33.9 -> 31.1, down 73.8 -> 63.9; no gain or a loss for multi-wave grids

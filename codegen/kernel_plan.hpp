@@ -144,6 +144,10 @@ SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups =
 // (small_gemm_tiling; H200 at 256 rows: faster at K = 2048 and 4096, not at 8192 and 14336).
 inline constexpr int kSmallGemmTwoWarpgroupsMaxK = 4096;
 
+// The weight bytes a ring of two K blocks a stage holds in the plan's one-M-tile small GEMMs
+// (small_gemm_tiling; H200 at M = 1: 12 stages of 32 rows beat 8, 8 of 48 rows matched 12).
+inline constexpr int kSmallGemmKpsRingWeightBytes = 96 * 1024;
+
 // `t` (for `tokens` rows, no norm prologue, more than 64 tokens) on two consumer warpgroups a CTA:
 // M tiles of 128 rows, the A box 128 rows, as many of t's stages as fit the shared memory.
 SmallGemmTiling small_gemm_two_warpgroups(SmallGemmTiling t, int tokens);

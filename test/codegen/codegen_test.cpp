@@ -206,7 +206,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(p64[8].at("args"), nlohmann::ordered_json({"tmap:buf:h:64:128:64:64",
                                                        "tmap:w:layers.0.gate_up:512:128:32:64", "buf:act"}));
   EXPECT_EQ(p64[8].at("grid"), nlohmann::ordered_json({1, 8, 1}));
-  EXPECT_EQ(instance_of(p64[9]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 4>");
+  EXPECT_EQ(instance_of(p64[9]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 2, 2>");
   // Decode at 8 tokens: the norms fold into the QKV and gate/up GEMMs (A = RMSNorm(x) in the
   // kernel, no rmsnorm launch, the stages hold weights only); the o projection's activations come
   // in boxes of the bucket's 8 rows, not 64 (the kernel expects that many bytes per stage).
@@ -318,11 +318,12 @@ TEST(Codegen, RealSizeShapesCompileWithoutSpills) {
   const GeneratedKernels k = generate_kernels(llama_1b(), {""});
   for (const auto& e : k.kernels)
     EXPECT_EQ(e.at("resources").at("sm_90a").at("stack_frame"), 0) << e.at("instance");
-  // Ragged decode bucket 6: one M tile of 6 tokens, 64 CTAs of 32 weight rows, 16 stages; prefill
+  // Ragged decode bucket 6: one M tile of 6 tokens, 64 CTAs of 32 weight rows, 12 stages of two K
+  // blocks (a ring of 96 KB of weights); prefill
   // 512: the tensor-core prefill GEMM at the real shape, no spills (checked by codegen itself).
   std::set<std::string> instances;
   for (const auto& e : k.kernels) instances.insert(e.at("instance").get<std::string>());
-  EXPECT_EQ(instances.count("telos_kernels::gemm_small_residual<6, 2048, 2048, 32, 16>"), 1u);
+  EXPECT_EQ(instances.count("telos_kernels::gemm_small_residual<6, 2048, 2048, 32, 12, 2>"), 1u);
   EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_residual<512, 2048, 2048>"));
   EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_swiglu<512, 8192, 2048>"));
   EXPECT_TRUE(instances.count("telos_kernels::gemm_prefill_residual<512, 2048, 8192>"));
@@ -378,20 +379,24 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
     const SmallGemmTiling t = small_gemm_tiling(n, k, tokens, swiglu, false, limits);
     return std::array<int, 6>{t.bn, t.tiles_m, t.tiles_n, t.stages, t.smem(), t.warpgroups};
   };
-  // o and down: 128 CTAs, one an SM, 16 stages; a stage holds 4 KB of weights and the tokens'
-  // rows: one 8-row group (1 KB) up to 8 tokens, the 64-row tile (8 KB) beyond.
+  // o and down: 128 CTAs, two K blocks a stage (change 81), a ring of 96 KB of weights (12
+  // stages) where the CTA's shared memory holds it (9 stages at 64 tokens); a K block's slot holds
+  // 4 KB of weights and the tokens' rows: one 8-row group (1 KB) up to 8 tokens, the 64-row tile
+  // (8 KB) beyond; a stage's two barriers 16 bytes.
   EXPECT_EQ(tiling(4096, 4096, 1, false),
-            (std::array<int, 6>{32, 1, 128, 16, 16 * 5136 + 1024, 1}));
+            (std::array<int, 6>{32, 1, 128, 12, 12 * (2 * 5120 + 16) + 1024, 1}));
+  EXPECT_EQ(small_gemm_tiling(4096, 4096, 1, false).kps, 2);
   EXPECT_EQ(tiling(4096, 14336, 64, false),
-            (std::array<int, 6>{32, 1, 128, 16, 16 * 12304 + 1024, 1}));
-  // qkv: 128 CTAs of 48 rows, one an SM, 16 stages (32-row tiles would make 192 CTAs on 132
-  // SMs); with the norm prologue (the QKV fold keeps a tile inside a 128-wide head) 32 rows, 192
-  // CTAs, two an SM. The 1B's qkv (96 tiles of 32 rows) keeps 32.
+            (std::array<int, 6>{32, 1, 128, 9, 9 * (2 * 12288 + 16) + 1024, 1}));
+  // qkv: 128 CTAs of 48 rows, one an SM, 8 stages of two K blocks (32-row tiles would make 192
+  // CTAs on 132 SMs); with the norm prologue (the QKV fold keeps a tile inside a 128-wide head) 32
+  // rows, 192 CTAs, two an SM, one K block a stage. The 1B's qkv (96 tiles of 32 rows) keeps 32.
   EXPECT_EQ(tiling(6144, 4096, 8, false),
-            (std::array<int, 6>{48, 1, 128, 16, 16 * 7184 + 1024, 1}));
-  EXPECT_EQ(tiling(6144, 4096, 64, false)[3], 16);
+            (std::array<int, 6>{48, 1, 128, 8, 8 * (2 * 7168 + 16) + 1024, 1}));
+  EXPECT_EQ(tiling(6144, 4096, 64, false)[3], 8);
   const SmallGemmTiling fold = small_gemm_tiling(6144, 4096, 8, false, true);
   EXPECT_EQ(fold.bn, 32);
+  EXPECT_EQ(fold.kps, 1);
   EXPECT_EQ(fold.tiles_n, 192);
   EXPECT_EQ(tiling(3072, 2048, 8, false)[0], 32);
   // gate_up: 224 CTAs of 64 gate and 64 up rows, two an SM, 6 stages of 17 KB (16 KB of weights).
@@ -401,7 +406,8 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   EXPECT_EQ(tiling(8192, 2048, 1, true)[0], 64);
   // The ring never goes below 2 stages nor beyond the K blocks.
   EXPECT_EQ(tiling(128, 128, 1, false)[3], 2);
-  EXPECT_EQ(tiling(128, 256, 1, false)[3], 4);
+  EXPECT_EQ(tiling(128, 256, 1, false)[3], 2);  // two stages of two K blocks
+  EXPECT_EQ(small_gemm_tiling(128, 256, 1, false).kps, 2);
   // From two M tiles on, on one warpgroup: wider weight tiles of 4 to 8 stages: SwiGLU 128 gate +
   // 128 up rows; the others 128 rows where that gives 88 CTAs or more (2/3 of 132 SMs), else 64,
   // else 32.
@@ -516,7 +522,9 @@ TEST(Codegen, SmallGemmOnTwoWarpgroups) {
 // Two K blocks a stage: the instance's trailing KPS, and kps slots a stage behind one barrier pair
 // (the same bytes as twice the stages of one block, less 16 a stage).
 TEST(Codegen, SmallGemmKBlocksAStage) {
-  SmallGemmTiling o = small_gemm_tiling(4096, 4096, 1, false);  // 32 rows, 16 stages of 5136 B
+  SmallGemmTiling o = small_gemm_tiling(4096, 4096, 1, false);  // 32 rows
+  o.kps = 1;
+  o.stages = 16;  // of 5136 B
   const int one = o.smem();
   o.kps = 2;
   o.stages = 8;

@@ -364,13 +364,14 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   auto tilings = [](int N, int K, int M, bool swiglu) {
     const codegen::SmallGemmTiling actual = codegen::small_gemm_tiling(N, K, M, swiglu);
     if (M < 100) {
-      // And two K blocks a stage (bf16 and residual; whole stages of K).
+      // And the other count of K blocks a stage (one or two; whole stages of K), in the same
+      // shared memory.
       std::vector<codegen::SmallGemmTiling> ts = {actual};
       if (!swiglu && (K + 63) / 64 % 2 == 0 && actual.cluster == 1 && actual.warpgroups == 1) {
-        codegen::SmallGemmTiling two = actual;
-        two.kps = 2;
-        two.stages = std::max(2, actual.stages / 2);
-        ts.push_back(two);
+        codegen::SmallGemmTiling other = actual;
+        other.kps = 3 - actual.kps;
+        other.stages = actual.kps == 2 ? 2 * actual.stages : std::max(2, actual.stages / 2);
+        ts.push_back(other);
       }
       return ts;
     }
