@@ -502,6 +502,7 @@ TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
   auto tiling = [&](int M, int bn) {
     codegen::SmallGemmTiling t =
         codegen::small_gemm_tiling(N, K, M, false, false, one).with_bn(bn, N, false);
+    t.kps = 1;  // f32cand takes one K block a stage (the plan's LM head: lm_head_tiling)
     t.stages = std::min(t.stages, 4);
     return t;
   };
