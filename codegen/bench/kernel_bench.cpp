@@ -326,7 +326,10 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     // worse); for qkv 32-row tiles (192 CTAs on 132 SMs, the plan until session 29) and 48-row
     // tiles of 12 stages (two an SM); for o and down 64-row tiles (64 CTAs of 8 KB stages: if a
     // CTA's stage trips, not the bytes, set its rate, half the CTAs on twice the bytes a stage keep
-    // it: they did in session 29); and two K blocks a stage at the other depth ("2kb").
+    // it: they did in session 29); two K blocks a stage at the other depth ("2kb"); four K blocks
+    // a stage (16 KB trips at 32 rows, 24 KB at 48) on about the plan's ring bytes and on more.
+    // And the 1B's o and down (2048 rows: 64 CTAs of 32 rows on 132 SMs) against 16-row tiles (128
+    // CTAs) of two and four K blocks a stage.
     // Session 29 also timed the plan's with the producer's wait before its first weight loads:
     // 4-7 points slower, so the loads before the wait are worth keeping. Loads only: the same bits
     // at any BN and depth.
@@ -342,7 +345,13 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         {"bf16", 6144, 4096, 32, 16, 1},      {"bf16", 6144, 4096, 48, 12, 1},
         {"bf16", 6144, 4096, 48, 12, 2},      {"residual", 4096, 14336, 0, 0, 0},
         {"residual", 4096, 14336, 32, 16, 1}, {"residual", 4096, 14336, 64, 16, 1},
-        {"residual", 4096, 14336, 32, 8, 2}};
+        {"residual", 4096, 14336, 32, 8, 2},  {"residual", 4096, 4096, 32, 6, 4},
+        {"residual", 4096, 4096, 32, 8, 4},   {"bf16", 6144, 4096, 48, 4, 4},
+        {"bf16", 6144, 4096, 48, 6, 4},       {"residual", 4096, 14336, 32, 6, 4},
+        {"residual", 4096, 14336, 32, 8, 4},  {"residual", 2048, 2048, 0, 0, 0},
+        {"residual", 2048, 2048, 16, 16, 2},  {"residual", 2048, 2048, 16, 8, 4},
+        {"residual", 2048, 8192, 0, 0, 0},    {"residual", 2048, 8192, 16, 16, 2},
+        {"residual", 2048, 8192, 16, 12, 4}};
     std::vector<std::pair<SmallGemmTiling, std::string>> gemm_tilings;
     for (const GemmForm& g : gemm_forms) {
       const SmallGemmTiling plan = small_gemm_tiling(g.n, g.k, 1, false);
@@ -379,8 +388,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           30, 5, kChain);
       const auto [blocks, regs] = gm.occupancy(name, static_cast<int>(t.threads()), t.smem());
       char label[64], shape[64];
-      std::snprintf(label, sizeof label, "gemm_small_%s bn%d st%d%s%s", g.epi, t.bn, t.stages,
-                    t.kps > 1 ? " 2kb" : "", g.bn == 0 && g.stages == 0 ? " plan" : "");
+      std::snprintf(label, sizeof label, "gemm_small_%s bn%d st%d %dkb%s", g.epi, t.bn, t.stages,
+                    t.kps, g.bn == 0 && g.stages == 0 ? " plan" : "");
       std::snprintf(shape, sizeof shape, "M=1 N=%d K=%d, %d CTAs, %d/SM", g.n, g.k,
                     t.tiles_m * t.tiles_n, blocks);
       std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, wbytes / us / 1e3,
