@@ -252,7 +252,8 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
     const int pair = 2 * (stage - 16) + 16;
     const int ring = kSmallGemmKpsRingWeightBytes / (2 * t.bn * 64 * 2);
     t.kps = 2;
-    t.stages = std::clamp(std::min(ring, (budget - 1024 - t.resident_bytes()) / pair), 2, k_blocks / 2);
+    t.stages =
+        std::clamp(std::min(ring, (budget - 1024 - t.resident_bytes()) / pair), 2, k_blocks / 2);
   }
   // One wave of 128-row weight tiles on an even number of M tiles (the 8B's o and down at 256
   // tokens: 128 CTAs, one an SM): clusters of two M tiles sharing each weight tile by multicast.
