@@ -373,14 +373,6 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
         other.stages = actual.kps == 2 ? 2 * actual.stages : std::max(2, actual.stages / 2);
         ts.push_back(other);
       }
-      // And four K blocks a stage (telos-kernel-bench --read-floor times them), on about the
-      // same shared memory.
-      if (!swiglu && (K + 63) / 64 % 4 == 0 && actual.cluster == 1 && actual.warpgroups == 1) {
-        codegen::SmallGemmTiling four = actual;
-        four.kps = 4;
-        four.stages = std::clamp(actual.stages * actual.kps / 4, 2, (K + 63) / 64 / 4);
-        ts.push_back(four);
-      }
       return ts;
     }
     codegen::SmallGemmLimits one;
