@@ -166,6 +166,10 @@ int SmallGemmTiling::smem() const {
 
 std::string SmallGemmTiling::instance(const std::string& epi, int m, int n, int k) const {
   auto I_ = [](int v) { return std::to_string(v); };
+  if (cluster_n > 1)
+    return "telos_kernels::gemm_small_" + epi + "_cln<" + I_(m) + ", " + I_(n) + ", " + I_(k) +
+           ", " + I_(bn) + ", " + I_(stages) + ", " + I_(cluster_n) +
+           (kps > 1 ? ", " + I_(kps) : "") + ">";
   const bool cl = cluster > 1 || warpgroups > 1;
   return "telos_kernels::gemm_small_" + epi + (cl ? "_cl<" : "<") + I_(m) + ", " + I_(n) + ", " +
          I_(k) + ", " + I_(bn) + ", " + I_(stages) + (cl ? ", " + I_(cluster) : "") +
@@ -173,11 +177,20 @@ std::string SmallGemmTiling::instance(const std::string& epi, int m, int n, int 
          ">";
 }
 
+SmallGemmTiling SmallGemmTiling::with_cluster_n(int cl) const {
+  SmallGemmTiling t = *this;
+  if (cl < 2 || warpgroups != 1 || norm_blocks > 0 || cluster != 1 || a_box % (8 * cl) != 0)
+    return t;
+  t.cluster_n = cl;
+  t.tiles_n = (tiles_n + cl - 1) / cl * cl;
+  return t;
+}
+
 SmallGemmTiling SmallGemmTiling::with_bn(int rows, int n, bool swiglu) const {
   SmallGemmTiling t = *this;
   t.bn = rows;
   t.cols = swiglu ? rows / 2 : rows;
-  t.tiles_n = (n + t.cols - 1) / t.cols;
+  t.tiles_n = (n + t.cols * cluster_n - 1) / (t.cols * cluster_n) * cluster_n;
   return t;
 }
 
@@ -495,7 +508,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                 {t.tiles_m, t.tiles_n, 1}, 0, t.cols, 0};
       return {b.kernel(t.instance(epi, T, n, k), {"a_map", "w_map", "out"}, t.threads(), t.smem()),
               {t.tiles_m, t.tiles_n, 1},
-              t.a_box,
+              t.a_map_box(),
               t.w_box(),
               0};
     };

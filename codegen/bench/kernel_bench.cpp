@@ -699,6 +699,13 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       const SmallGemmTiling plan =
           f32cand ? lm_head_tiling(g.N, g.K, M) : small_gemm_tiling(g.N, g.K, M, swiglu);
       add("plan", plan);
+      // From 16 to 64 tokens on one warpgroup, where a stage's A is as large as its weights or
+      // larger, the plan's tiles on clusters of two weight tiles sharing A by multicast (change
+      // 83).
+      if (!swiglu && !f32cand && M > 8 && M <= kSmallGemmBlockM && plan.norm_blocks == 0) {
+        const SmallGemmTiling two = plan.with_cluster_n(2);
+        if (two.cluster_n == 2) add("cln2", two);
+      }
       // The LM head's 128-row tiles where the plan takes 256 (change 62), timed beside them.
       if (f32cand && plan.bn == 256 && !sweep && !gemm_only) {
         SmallGemmLimits narrow;
@@ -796,7 +803,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       };
       for (const Variant& v : variants[gi]) {
         const SmallGemmTiling& t = v.t;
-        void* a_map = device_map(a, M, g.K, t.a_box);
+        void* a_map = device_map(a, M, g.K, t.a_map_box());
         std::vector<void*> w_maps;
         for (void* p : w) w_maps.push_back(device_map(p, rows, g.K, t.w_box()));
         const double us = median_us(

@@ -351,8 +351,10 @@ std::vector<codegen::SmallGemmTiling> with_clusters(const codegen::SmallGemmTili
 // docs/perf-log.md session 18 run 5), each bit for bit the prefill GEMM's, and each of those on
 // clusters of 2 and 4 M tiles sharing the weight tiles by multicast (the _cl kernels) where they
 // divide the M tiles (100 rows: two; 200: four), and on two consumer warpgroups a CTA (128-row M
-// tiles, WG = 2; 100 rows: one M tile whose last 28 rows the kernel zeroes). It is also checked
-// against f64, and its stores must stop at M (64 guard rows stay poisoned).
+// tiles, WG = 2; 100 rows: one M tile whose last 28 rows the kernel zeroes); up to 64 rows also
+// with the other count of K blocks a stage and on clusters of two weight tiles sharing A by
+// multicast (the _cln kernels, 16 and 64 rows). It is also checked against f64, and its stores
+// must stop at M (64 guard rows stay poisoned).
 TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Shape {
@@ -373,6 +375,10 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
         other.stages = actual.kps == 2 ? 2 * actual.stages : std::max(2, actual.stages / 2);
         ts.push_back(other);
       }
+      // And on clusters of two weight tiles sharing A by multicast (the _cln kernels, 16 to 64
+      // rows; N = 520: 17 weight tiles, so the grid's 18th loads zeros and stores nothing).
+      const codegen::SmallGemmTiling shared_a = actual.with_cluster_n(2);
+      if (!swiglu && shared_a.cluster_n == 2) ts.push_back(shared_a);
       return ts;
     }
     codegen::SmallGemmLimits one;
@@ -406,8 +412,9 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   };
   // N = 8448: SwiGLU on 128-row weight tiles (64 gate + 64 up rows, kernel_plan.cpp). N = 4320
   // up to 64 rows: 48-row weight tiles (90 CTAs where 32-row ones would make 135).
-  for (const Shape& shape : {Shape{520, 2000, {1, 5, 8, 64, 100, 200}}, Shape{136, 264, {8, 100}},
-                             Shape{8448, 264, {1, 70}}, Shape{4320, 264, {1, 64}}}) {
+  for (const Shape& shape :
+       {Shape{520, 2000, {1, 5, 8, 16, 64, 100, 200}}, Shape{136, 264, {8, 100}},
+        Shape{8448, 264, {1, 70}}, Shape{4320, 264, {1, 64}}}) {
     const int N = shape.N, K = shape.K;
     const std::vector<int>& ms = shape.ms;
     std::vector<std::string> names;
@@ -445,10 +452,10 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
           const std::string& small = names[i++];
           const std::string what = "M=" + I(M) + " N=" + I(N) + " K=" + I(K) + " BN=" + I(t.bn) +
                                    " st" + I(t.stages) + " cl" + I(t.cluster) + " wg" +
-                                   I(t.warpgroups) + " kps" + I(t.kps);
+                                   I(t.warpgroups) + " kps" + I(t.kps) + " cln" + I(t.cluster_n);
           DeviceBuffer<std::uint16_t> y_small(total);
           DeviceBuffer<float> x_small(std::vector<float>(x0.begin(), x0.begin() + total));
-          const DeviceMap a64(dA.get(), M, K, t.a_box),
+          const DeviceMap a64(dA.get(), M, K, t.a_map_box()),
               w_small(dW.get(), swiglu ? 2 * N : N, K, t.w_box());
           const void* small_out =
               residual ? static_cast<const void*>(x_small.get()) : y_small.get();
