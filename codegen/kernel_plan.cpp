@@ -179,10 +179,10 @@ std::string SmallGemmTiling::instance(const std::string& epi, int m, int n, int 
 
 SmallGemmTiling SmallGemmTiling::with_cluster_n(int cl) const {
   SmallGemmTiling t = *this;
-  if (cl < 2 || warpgroups != 1 || norm_blocks > 0 || cluster != 1 || a_box % (8 * cl) != 0)
+  if (cl < 2 || tiles_n % cl != 0 || warpgroups != 1 || norm_blocks > 0 || cluster != 1 ||
+      a_box % (8 * cl) != 0)
     return t;
   t.cluster_n = cl;
-  t.tiles_n = (tiles_n + cl - 1) / cl * cl;
   return t;
 }
 
@@ -190,7 +190,7 @@ SmallGemmTiling SmallGemmTiling::with_bn(int rows, int n, bool swiglu) const {
   SmallGemmTiling t = *this;
   t.bn = rows;
   t.cols = swiglu ? rows / 2 : rows;
-  t.tiles_n = (n + t.cols * cluster_n - 1) / (t.cols * cluster_n) * cluster_n;
+  t.tiles_n = (n + t.cols - 1) / t.cols;
   return t;
 }
 

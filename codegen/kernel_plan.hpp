@@ -106,9 +106,9 @@ struct SmallGemmTiling {
   // box is a_box / cluster_n rows (a_map_box; gemm_small.cuh).
   int cluster_n = 1;
   int a_map_box() const { return a_box / cluster_n; }
-  // These tiles on clusters of `cl` weight tiles sharing A (tiles_n rounded up to a multiple of
-  // cl: a tile past N loads zeros and stores nothing), if the kernel takes them: one warpgroup, no
-  // norm prologue, no weight multicast, whole 8-row slices of A; else nothing changes.
+  // These tiles on clusters of `cl` weight tiles sharing A, if the kernel takes them: whole
+  // clusters of weight tiles, one warpgroup, no norm prologue, no weight multicast, whole 8-row
+  // slices of A; else nothing changes.
   SmallGemmTiling with_cluster_n(int cl) const;
   int block_m() const { return kSmallGemmBlockM * warpgroups; }
   int threads() const { return 128 * warpgroups + 32; }

@@ -46,8 +46,7 @@
 // 1/CL of every stage's A rows (the A map's box is kARows / CL rows) and multicasts it into all CL
 // CTAs' stages, so A crosses L2 → SM once per cluster instead of once per weight tile (at 64
 // tokens A is 8 KB of a K block's stage against 4-6 KB of weights). The barriers work as for the
-// weight multicast; the grid's weight tiles are a multiple of CL (a tile past N loads TMA's zero
-// fill and stores nothing). The same bits.
+// weight multicast; the grid's weight tiles are whole clusters. The same bits.
 //
 // Norm prologue (NORM, up to 8 tokens): A is RMSNorm(x) computed by the kernel itself instead of
 // a separate rmsnorm launch writing h: the consumer warpgroup normalizes x's rows with the

@@ -353,8 +353,8 @@ std::vector<codegen::SmallGemmTiling> with_clusters(const codegen::SmallGemmTili
 // divide the M tiles (100 rows: two; 200: four), and on two consumer warpgroups a CTA (128-row M
 // tiles, WG = 2; 100 rows: one M tile whose last 28 rows the kernel zeroes); up to 64 rows also
 // with the other count of K blocks a stage and on clusters of two weight tiles sharing A by
-// multicast (the _cln kernels, 16 and 64 rows). It is also checked against f64, and its stores
-// must stop at M (64 guard rows stay poisoned).
+// multicast (the _cln kernels at 16 and 64 rows; two K blocks a stage at N = 512, one at 4320).
+// It is also checked against f64, and its stores must stop at M (64 guard rows stay poisoned).
 TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Shape {
@@ -376,7 +376,7 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
         ts.push_back(other);
       }
       // And on clusters of two weight tiles sharing A by multicast (the _cln kernels, 16 to 64
-      // rows; N = 520: 17 weight tiles, so the grid's 18th loads zeros and stores nothing).
+      // rows, an even count of weight tiles: N = 512 and 4320).
       const codegen::SmallGemmTiling shared_a = actual.with_cluster_n(2);
       if (!swiglu && shared_a.cluster_n == 2) ts.push_back(shared_a);
       return ts;
@@ -411,10 +411,11 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
     return ts;
   };
   // N = 8448: SwiGLU on 128-row weight tiles (64 gate + 64 up rows, kernel_plan.cpp). N = 4320
-  // up to 64 rows: 48-row weight tiles (90 CTAs where 32-row ones would make 135).
+  // up to 64 rows: 48-row weight tiles (90 CTAs where 32-row ones would make 135). N = 512: 16
+  // weight tiles, whole clusters of two for the _cln kernels at K = 2000.
   for (const Shape& shape :
-       {Shape{520, 2000, {1, 5, 8, 16, 64, 100, 200}}, Shape{136, 264, {8, 100}},
-        Shape{8448, 264, {1, 70}}, Shape{4320, 264, {1, 64}}}) {
+       {Shape{520, 2000, {1, 5, 8, 64, 100, 200}}, Shape{136, 264, {8, 100}},
+        Shape{8448, 264, {1, 70}}, Shape{4320, 264, {1, 16, 64}}, Shape{512, 2000, {64}}}) {
     const int N = shape.N, K = shape.K;
     const std::vector<int>& ms = shape.ms;
     std::vector<std::string> names;
