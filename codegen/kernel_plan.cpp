@@ -151,6 +151,12 @@ static int small_gemm_stage_bytes(int a_box, int bn, bool norm, int block_m = kS
   return ((norm ? 0 : small_gemm_a_rows(a_box, block_m)) + bn) * 64 * 2 + 16;
 }
 
+// A stage of `kps` K blocks' slots (each a one-block stage's bytes less its barriers) behind one
+// barrier pair (16 bytes).
+static int small_gemm_kps_stage_bytes(int stage, int kps) {
+  return kps * (stage - 16) + 16;
+}
+
 int SmallGemmTiling::resident_bytes() const {
   // With the norm prologue the resident A (16 bytes per token per 8 of K, a zero tail of 128,
   // rounded up to 1 KB) and the norm's 8 x 4 warp sums (kernels/gemm_small.cuh).
@@ -159,9 +165,8 @@ int SmallGemmTiling::resident_bytes() const {
 
 int SmallGemmTiling::smem() const {
   // The stages, the resident bytes, and 1024 bytes to align the base to the 128B swizzle repeat.
-  // A stage's bytes include its two barriers (16); with kps K blocks a stage, kps slots share them.
   const int stage = small_gemm_stage_bytes(a_box, bn, norm_blocks > 0, block_m());
-  return stages * (kps * (stage - 16) + 16) + resident_bytes() + 1024;
+  return stages * small_gemm_kps_stage_bytes(stage, kps) + resident_bytes() + 1024;
 }
 
 std::string SmallGemmTiling::instance(const std::string& epi, int m, int n, int k) const {
@@ -262,7 +267,7 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   // The same wgmma order: the same bits.
   if (limits.bn == 0 && !swiglu && !norm && !wide && t.tiles_m == 1 && k_blocks % 2 == 0 &&
       t.stages >= 4) {
-    const int pair = 2 * (stage - 16) + 16;
+    const int pair = small_gemm_kps_stage_bytes(stage, 2);
     const int ring = kSmallGemmKpsRingWeightBytes / (2 * t.bn * 64 * 2);
     t.kps = 2;
     t.stages =
