@@ -22,7 +22,9 @@
 // `telos-kernel-bench --gemm` only the copy bandwidth and the decode GEMMs at the full-batch bucket
 // (M = 256), swept over weight tiles of 32-256 rows and 2, 4, 6 and 8 stages, with clusters of two
 // and, where the plan has one consumer warpgroup, on two (on two, the plan's own: the stages its
-// one-warpgroup tiling had, which the sweep's 6 and 8 test).
+// one-warpgroup tiling had, which the sweep's 6 and 8 test);
+// `telos-kernel-bench --small-rows` only the copy bandwidth and the decode GEMMs at 16, 32, 48 and
+// 64 rows (one M tile), the plan's tiles beside the variants the plain run times at M = 64.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -182,6 +184,7 @@ int main(int argc, char** argv) {
   const bool sample_only = argc > 1 && std::string(argv[1]) == "--sample";
   const bool attention_only = argc > 1 && std::string(argv[1]) == "--attention";
   const bool gemm_only = argc > 1 && std::string(argv[1]) == "--gemm";
+  const bool small_rows = argc > 1 && std::string(argv[1]) == "--small-rows";
   const bool read_floor = argc > 1 && std::string(argv[1]) == "--read-floor";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -405,7 +408,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // step's sample node. Bytes: the logits, read once (greedy reads the candidates: 8 KB a row). The
   // batch-1 benchmark samples greedily; a client of an OpenAI-style server usually sends a
   // temperature and top_p.
-  if (!decode_layer_only && !attention_only && !gemm_only) {
+  if (!decode_layer_only && !attention_only && !gemm_only && !small_rows) {
     constexpr int V = 128256, kThreads = 512, kCluster = 8;
     struct Params {  // sample.cuh's SampleParams
       float temperature, top_p, min_p;
@@ -496,7 +499,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // next layer's QKV weights prefetched into L2 after the layer's last load (change 36), two layer
   // launches resident on an SM with a 10-slot ring (change 37).
   // With --decode-layer, only this section (after the copy bandwidth).
-  if (!attention_only && !gemm_only) {
+  if (!attention_only && !gemm_only && !small_rows) {
     struct LayerShape {
       const char* name;
       int H, HQ, HKV, D, I;
@@ -685,6 +688,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   constexpr int kBatch = 8;
   const std::vector<int> gemm_rows = attention_only ? std::vector<int>{}
                                      : gemm_only    ? std::vector<int>{256}
+                                     : small_rows   ? std::vector<int>{16, 32, 48, 64}
                                                     : std::vector<int>{1, 8, 64, 256};
   for (int M : gemm_rows) {
     // Per shape: (label, tiling, instance) of each small-GEMM variant timed.
@@ -829,7 +833,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     }
   }
 
-  if (gemm_only) return 0;
+  if (gemm_only || small_rows) return 0;
 
   // One decode layer's four GEMMs as a step's graph chains them (qkv; o with the residual; gate/up
   // with SwiGLU; down with the residual; the small kernels between them left out), 8 layers per
