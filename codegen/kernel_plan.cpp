@@ -139,10 +139,10 @@ int attn_tokens_per_tile(bool prefill, int tokens, int group) {
   return tpt;
 }
 
-// Rows of activations a stage holds: one 8-row group up to 8 tokens, else the M tile's `block_m`
-// (kernels/gemm_small.cuh).
+// Rows of activations a stage holds: one 8-row group up to 8 tokens, the tokens' 8-row groups
+// up to 63 (change 84), else the M tile's `block_m` (kernels/gemm_small.cuh).
 static int small_gemm_a_rows(int a_box, int block_m) {
-  return a_box <= 8 ? 8 : block_m;
+  return a_box <= 8 ? 8 : a_box < kSmallGemmBlockM ? (a_box + 7) / 8 * 8 : block_m;
 }
 
 // Per stage the activation rows (none with the norm prologue) and a bn-row weight box of 64
@@ -159,8 +159,14 @@ static int small_gemm_kps_stage_bytes(int stage, int kps) {
 
 int SmallGemmTiling::resident_bytes() const {
   // With the norm prologue the resident A (16 bytes per token per 8 of K, a zero tail of 128,
-  // rounded up to 1 KB) and the norm's 8 x 4 warp sums (kernels/gemm_small.cuh).
-  return norm_blocks > 0 ? (norm_blocks * 8 * a_box * 16 + 128 + 1023) / 1024 * 1024 + 8 * 4 * 4 : 0;
+  // rounded up to 1 KB) and the norm's 8 x 4 warp sums (kernels/gemm_small.cuh). From 9 to 63
+  // tokens, A slots of their 8-row groups: the 64-row instruction on the last slot reads up to
+  // 64 - those rows past its start's A, into the weights and beyond the stages (change 84).
+  if (norm_blocks > 0)
+    return (norm_blocks * 8 * a_box * 16 + 128 + 1023) / 1024 * 1024 + 8 * 4 * 4;
+  return a_box > 8 && a_box < kSmallGemmBlockM
+             ? (kSmallGemmBlockM - small_gemm_a_rows(a_box, block_m())) * 128
+             : 0;
 }
 
 int SmallGemmTiling::smem() const {
@@ -171,24 +177,11 @@ int SmallGemmTiling::smem() const {
 
 std::string SmallGemmTiling::instance(const std::string& epi, int m, int n, int k) const {
   auto I_ = [](int v) { return std::to_string(v); };
-  if (cluster_n > 1)
-    return "telos_kernels::gemm_small_" + epi + "_cln<" + I_(m) + ", " + I_(n) + ", " + I_(k) +
-           ", " + I_(bn) + ", " + I_(stages) + ", " + I_(cluster_n) +
-           (kps > 1 ? ", " + I_(kps) : "") + ">";
   const bool cl = cluster > 1 || warpgroups > 1;
   return "telos_kernels::gemm_small_" + epi + (cl ? "_cl<" : "<") + I_(m) + ", " + I_(n) + ", " +
          I_(k) + ", " + I_(bn) + ", " + I_(stages) + (cl ? ", " + I_(cluster) : "") +
          (warpgroups > 1 ? ", " + I_(warpgroups) : "") + (!cl && kps > 1 ? ", " + I_(kps) : "") +
          ">";
-}
-
-SmallGemmTiling SmallGemmTiling::with_cluster_n(int cl) const {
-  SmallGemmTiling t = *this;
-  if (cl < 2 || tiles_n % cl != 0 || warpgroups != 1 || norm_blocks > 0 || cluster != 1 ||
-      a_box % (8 * cl) != 0)
-    return t;
-  t.cluster_n = cl;
-  return t;
 }
 
 SmallGemmTiling SmallGemmTiling::with_bn(int rows, int n, bool swiglu) const {
@@ -513,7 +506,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                 {t.tiles_m, t.tiles_n, 1}, 0, t.cols, 0};
       return {b.kernel(t.instance(epi, T, n, k), {"a_map", "w_map", "out"}, t.threads(), t.smem()),
               {t.tiles_m, t.tiles_n, 1},
-              t.a_map_box(),
+              t.a_box,
               t.w_box(),
               0};
     };

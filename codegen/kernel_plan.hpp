@@ -101,27 +101,19 @@ struct SmallGemmTiling {
   // K blocks a stage (one cluster-less warpgroup, no norm prologue; K a multiple of 64 · kps): a
   // stage of kps slots behind one barrier pair, the same wgmma chain (gemm_small.cuh).
   int kps = 1;
-  // Weight tiles a cluster whose CTAs share each stage's activations by TMA multicast (the
-  // gemm_small_{bf16,residual}_cln kernels; 1: none): it divides tiles_n, and the activation map's
-  // box is a_box / cluster_n rows (a_map_box; gemm_small.cuh).
-  int cluster_n = 1;
-  int a_map_box() const { return a_box / cluster_n; }
-  // These tiles on clusters of `cl` weight tiles sharing A, if the kernel takes them: whole
-  // clusters of weight tiles, one warpgroup, no norm prologue, no weight multicast, whole 8-row
-  // slices of A; else nothing changes.
-  SmallGemmTiling with_cluster_n(int cl) const;
   int block_m() const { return kSmallGemmBlockM * warpgroups; }
   int threads() const { return 128 * warpgroups + 32; }
   // The kernel instance for these tiles: gemm_small_<epi><M, N, K, BN, STAGES[, KPS]>, or on
   // clusters or two warpgroups gemm_small_<epi>_cl<..., CL[, WG]> (epi: bf16, residual, swiglu,
-  // f32cand; KPS only for bf16 and residual), or sharing A gemm_small_<epi>_cln<M, N, K, BN,
-  // STAGES, CLN[, KPS]> (bf16 and residual).
+  // f32cand; KPS only for bf16 and residual).
   std::string instance(const std::string& epi, int m, int n, int k) const;
   // These tiles with `rows` weight rows a tile over n output columns (SwiGLU: rows / 2 gate and
   // rows / 2 up rows): bn, cols and tiles_n; nothing else changes.
   SmallGemmTiling with_bn(int rows, int n, bool swiglu) const;
   int smem() const;              // dynamic shared memory per CTA
-  int resident_bytes() const;    // of smem(): what is not the stages (the norm prologue's A and sums)
+  // Of smem(): what is not the stages (the norm prologue's A and sums; from 9 to 63 tokens the
+  // tail the last A slot's instruction reads past the stages).
+  int resident_bytes() const;
 };
 // What the tiling may use (telos-kernel-bench times other choices than the plan's): the shared
 // memory of an SM that the grid's resident CTAs fill together, the most stages of a CTA's ring,

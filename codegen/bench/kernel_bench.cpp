@@ -23,8 +23,8 @@
 // (M = 256), swept over weight tiles of 32-256 rows and 2, 4, 6 and 8 stages, with clusters of two
 // and, where the plan has one consumer warpgroup, on two (on two, the plan's own: the stages its
 // one-warpgroup tiling had, which the sweep's 6 and 8 test);
-// `telos-kernel-bench --small-rows` only the copy bandwidth and the decode GEMMs at 16, 32, 48 and
-// 64 rows (one M tile), the plan's tiles beside the variants the plain run times at M = 64.
+// `telos-kernel-bench --small-rows` only the copy bandwidth and the decode GEMMs at 8, 16, 32, 48
+// and 64 rows (one M tile), at 8 rows also with the stages the plan gives 16.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -688,7 +688,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   constexpr int kBatch = 8;
   const std::vector<int> gemm_rows = attention_only ? std::vector<int>{}
                                      : gemm_only    ? std::vector<int>{256}
-                                     : small_rows   ? std::vector<int>{16, 32, 48, 64}
+                                     : small_rows   ? std::vector<int>{8, 16, 32, 48, 64}
                                                     : std::vector<int>{1, 8, 64, 256};
   for (int M : gemm_rows) {
     // Per shape: (label, tiling, instance) of each small-GEMM variant timed.
@@ -703,12 +703,13 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       const SmallGemmTiling plan =
           f32cand ? lm_head_tiling(g.N, g.K, M) : small_gemm_tiling(g.N, g.K, M, swiglu);
       add("plan", plan);
-      // From 16 to 64 tokens on one warpgroup, where a stage's A is as large as its weights or
-      // larger, the plan's tiles on clusters of two weight tiles sharing A by multicast (change
-      // 83).
-      if (!swiglu && !f32cand && M > 8 && M <= kSmallGemmBlockM && plan.norm_blocks == 0) {
-        const SmallGemmTiling two = plan.with_cluster_n(2);
-        if (two.cluster_n == 2) add("cln2", two);
+      // --small-rows at 8 tokens: the plan's tiles with the stages it gives 16 tokens, whose
+      // 64-row A slots (8 rows up to 8 tokens) leave room for fewer: what the stage count alone
+      // costs between 8 and 16 rows.
+      if (small_rows && M == 8 && !swiglu && !f32cand) {
+        SmallGemmTiling t = plan;
+        t.stages = small_gemm_tiling(g.N, g.K, 16, false).stages;
+        if (t.stages != plan.stages) add("st" + I(t.stages) + " (16 rows' ring)", t);
       }
       // The LM head's 128-row tiles where the plan takes 256 (change 62), timed beside them.
       if (f32cand && plan.bn == 256 && !sweep && !gemm_only) {
@@ -807,7 +808,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       };
       for (const Variant& v : variants[gi]) {
         const SmallGemmTiling& t = v.t;
-        void* a_map = device_map(a, M, g.K, t.a_map_box());
+        void* a_map = device_map(a, M, g.K, t.a_box);
         std::vector<void*> w_maps;
         for (void* p : w) w_maps.push_back(device_map(p, rows, g.K, t.w_box()));
         const double us = median_us(

@@ -11,11 +11,13 @@
 // Below 64 tokens the A box has only the bucket's T rows (the map's box, codegen): the TMA
 // moves T rows per stage instead of 64. Up to 8 tokens, a stage's A is a single 8-row group
 // (1 KB) and the wgmma descriptor's group stride is 0, so the instruction's 64 rows are that
-// group eight times over: rows 8..63 of the result repeat rows 0..7 and are not stored. Rows
-// T..7 of the group, and rows T..63 of the 8 KB A stage above 8 tokens, are zeroed once at the
-// start (no load touches them again), so wgmma reads zeros there (row r of the result depends
-// on row r of A only). Above 64 tokens the map's rows end at T and TMA zero-fills the last
-// tile's rows past T.
+// group eight times over: rows 8..63 of the result repeat rows 0..7 and are not stored. From 9
+// to 63 tokens a stage's A is T's whole 8-row groups (1 KB each) at group stride 1 KB, and the
+// instruction's groups past them read whatever shared memory follows (the slot's weights, the
+// next slot, the tail the launch adds past the last): result rows past T, never stored (row r of
+// the result depends on row r of A only). Rows T.. of the last group are zeroed once at the start
+// (no load touches them again). Above 64 tokens the map's rows end at T and TMA zero-fills the
+// last tile's rows past T.
 // Warp roles: warps 0-3 are the consumer warpgroup (wgmma needs a warpgroup aligned to 4 warps),
 // warp 4's first lane the TMA producer. Registers are few (BN / 2 accumulators), so no setmaxnreg.
 // With WG = 2 (the _cl kernels' last argument; more than 64 tokens, no norm prologue) the M tile is
@@ -40,13 +42,6 @@
 // the consumers of all CL CTAs have released it (each consumer warp arrives on the empty barrier
 // of every CTA of the cluster). Loads only: every element's wgmma chain, hence every bit, is the
 // same at any CL.
-//
-// Activation multicast (CL > 1 with CL_N, the gemm_small_*_cln kernels; no norm prologue, one
-// warpgroup): the CL CTAs of a cluster are CL consecutive weight tiles of one M tile; each loads
-// 1/CL of every stage's A rows (the A map's box is kARows / CL rows) and multicasts it into all CL
-// CTAs' stages, so A crosses L2 → SM once per cluster instead of once per weight tile (at 64
-// tokens A is 8 KB of a K block's stage against 4-6 KB of weights). The barriers work as for the
-// weight multicast; the grid's weight tiles are whole clusters. The same bits.
 //
 // Norm prologue (NORM, up to 8 tokens): A is RMSNorm(x) computed by the kernel itself instead of
 // a separate rmsnorm launch writing h: the consumer warpgroup normalizes x's rows with the
@@ -174,7 +169,7 @@ __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsig
 // BN] where cand is not null). A is a_map's [M, K] bf16 rows, or with NORM the rows of RMSNorm(x)
 // with weights norm_w (x f32 [M, K]; a_map unused).
 template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM = false, float EPS = 0.f,
-          int CL = 1, int WG = 1, int KPS = 1, bool CL_N = false>
+          int CL = 1, int WG = 1, int KPS = 1>
 __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const float* x,
                                                 const float* norm_w, const TensorMap* w_map,
                                                 void* out, unsigned long long* cand = nullptr) {
@@ -194,23 +189,22 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   // A multicast slice: whole 8-row swizzle repeats (1024 bytes), so each lands where the CTA's own
   // load of those rows would have.
   constexpr unsigned kSliceRows = kOutCols / CL;
-  static_assert(CL >= 1 && CL <= 16 && (CL == 1 || (!NORM && (CL_N || kOutCols % (8 * CL) == 0))),
+  static_assert(CL >= 1 && CL <= 16 && (CL == 1 || (!NORM && kOutCols % (8 * CL) == 0)),
                 "weight multicast: 8-row slices, no norm prologue");
   constexpr unsigned kWBytes = BN * G::kBlockK * 2;
   // Rows of A the box loads, and the rows of A a stage holds: one 8-row group up to 8 tokens
   // (read with group stride 0), else the M tile's.
   constexpr unsigned kARows = M < static_cast<int>(kTileM) ? M : kTileM;
-  // An activation multicast slice: whole 8-row swizzle repeats, as the weight slices.
-  constexpr unsigned kASliceRows = kARows / CL;
-  static_assert(!CL_N || (CL > 1 && !NORM && WG == 1 && kARows % (8 * CL) == 0),
-                "activation multicast: one warpgroup, 8-row slices of A, no norm prologue");
-  constexpr unsigned kASlotRows = kARows <= 8 ? 8 : kTileM;
+  // Between 8 and 64 tokens the tokens' whole 8-row groups only (change 84; see the top).
+  constexpr unsigned kASlotRows = kARows <= 8              ? 8
+                                  : kARows < G::kBlockM ? (kARows + 7) / 8 * 8
+                                                        : kTileM;
   constexpr unsigned kASbo = kARows <= 8 ? 0 : 1024;
   constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
   // KPS K blocks a stage: a stage is KPS consecutive slots (one K block's A and W each, the layout
   // of a KPS = 1 stage), behind one full and one empty barrier.
-  static_assert(KPS == 1 || (!NORM && (CL == 1 || CL_N) && WG == 1 && k_blocks % KPS == 0),
-                "K blocks a stage: A by TMA, no weight multicast, one warpgroup, whole stages of K");
+  static_assert(KPS == 1 || (!NORM && CL == 1 && WG == 1 && k_blocks % KPS == 0),
+                "K blocks a stage: A by TMA, no multicast, one warpgroup, whole stages of K");
   constexpr unsigned kSlots = STAGES * KPS;
   // With NORM the A region holds all of K ahead of the stages, which hold W only: M rows of 16
   // bytes per K chunk, 128 zero bytes after the last (the last core matrix's rows past M read
@@ -230,7 +224,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   };
   auto w_stage = [&](unsigned s) { return stages + s * kStageBytes + kASlot; };
   const unsigned tm = blockIdx.x, tn = blockIdx.y;
-  const unsigned rank = CL > 1 ? cluster::cta_rank() : 0;  // = tm % CL (CL_N: tn % CL)
+  const unsigned rank = CL > 1 ? cluster::cta_rank() : 0;  // = tm % CL
 
   if (threadIdx.x == 0) {
     if constexpr (!NORM) {
@@ -256,7 +250,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
       // Slot s (stage s / KPS), K block kb.
       auto load_w = [&](unsigned s, unsigned kb) {
         const unsigned bar = full + 8 * (s / KPS);
-        if constexpr (CL > 1 && !CL_N) {
+        if constexpr (CL > 1) {
           constexpr uint16_t kAll = (1u << CL) - 1u;
           const unsigned at = rank * kSliceRows;
           tma::load_multicast(w_stage(s) + at * 128, w_map, bar, kAll, kb * G::kBlockK,
@@ -272,14 +266,8 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
         }
       };
       auto load_a = [&](unsigned s, unsigned kb) {
-        if constexpr (CL_N) {
-          constexpr uint16_t kAll = (1u << CL) - 1u;
-          const unsigned at = rank * kASliceRows;
-          tma::load_multicast(a_stage(s) + at * 128, a_map, full + 8 * (s / KPS), kAll,
-                              kb * G::kBlockK, tm * kTileM + at);
-        } else if constexpr (!NORM) {
+        if constexpr (!NORM)
           tma::load(a_stage(s), a_map, full + 8 * (s / KPS), kb * G::kBlockK, tm * kTileM);
-        }
       };
       // The first pass over the ring: weights before the wait, activations after it. Each stage
       // expects its A and W bytes (out-of-bounds box elements count too).
@@ -458,25 +446,6 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(small_gemm_threads(
   hexel::launch_dependents();
   small_gemm_body<M, N, K, BN, STAGES, SmallEpi::F32Cand, false, 0.f, CL, WG>(
       a_map, nullptr, nullptr, w_map, y, cand);
-}
-
-// The bf16 and residual kernels on clusters of CL consecutive weight tiles sharing each stage's A
-// by multicast (small_gemm_body's CL_N; grid.y a multiple of CL, the A map's box kARows / CL rows):
-// the same arguments, the same bits. KPS: K blocks a stage.
-template <int M, int N, int K, int BN, int STAGES, int CL, int KPS = 1>
-__global__ void __cluster_dims__(1, CL, 1) __launch_bounds__(SmallGemm::kThreads)
-    gemm_small_bf16_cln(const TensorMap* a_map, const TensorMap* w_map, bf16* y) {
-  hexel::launch_dependents();
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, false, 0.f, CL, 1, KPS, true>(
-      a_map, nullptr, nullptr, w_map, y);
-}
-
-template <int M, int N, int K, int BN, int STAGES, int CL, int KPS = 1>
-__global__ void __cluster_dims__(1, CL, 1) __launch_bounds__(SmallGemm::kThreads)
-    gemm_small_residual_cln(const TensorMap* a_map, const TensorMap* w_map, float* x) {
-  hexel::launch_dependents();
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual, false, 0.f, CL, 1, KPS, true>(
-      a_map, nullptr, nullptr, w_map, x);
 }
 
 // The QKV and gate/up projections with the norm that feeds them (decode, up to 8 tokens):

@@ -536,42 +536,6 @@ TEST(Codegen, SmallGemmKBlocksAStage) {
             "telos_kernels::gemm_small_residual<1, 4096, 4096, 32, 8>");
 }
 
-// Clusters of weight tiles sharing A by multicast (the _cln kernels, change 83): the instance
-// name, the A map's box a slice of the tokens' rows, and nothing where the kernel does not take
-// them (8 rows or fewer, an odd count of weight tiles, the norm prologue, two warpgroups). The
-// kernels compile without spills or a stack frame, at the 8B's down and qkv at 64 tokens (two K
-// blocks a stage) and at a ragged 16 (one K block a stage).
-TEST(Codegen, SmallGemmSharingActivations) {
-  const SmallGemmTiling down = small_gemm_tiling(4096, 14336, 64, false);
-  const SmallGemmTiling d2 = down.with_cluster_n(2);
-  EXPECT_EQ(d2.cluster_n, 2);
-  EXPECT_EQ(d2.a_map_box(), 32);
-  EXPECT_EQ(d2.tiles_n, 128);
-  EXPECT_EQ(d2.smem(), down.smem());
-  EXPECT_EQ(d2.instance("residual", 64, 4096, 14336),
-            "telos_kernels::gemm_small_residual_cln<64, 4096, 14336, 32, " +
-                std::to_string(down.stages) + ", 2, 2>");
-  const SmallGemmTiling odd = small_gemm_tiling(4320, 264, 16, false).with_cluster_n(2);
-  EXPECT_EQ(odd.tiles_n, 90);  // 48 rows each
-  EXPECT_EQ(odd.a_map_box(), 8);
-  EXPECT_EQ(small_gemm_tiling(520, 2000, 64, false).with_cluster_n(2).cluster_n, 1);  // 17 tiles
-  EXPECT_EQ(small_gemm_tiling(4096, 4096, 8, false).with_cluster_n(2).cluster_n, 1);
-  EXPECT_EQ(small_gemm_tiling(4096, 4096, 8, false, true).with_cluster_n(2).cluster_n, 1);
-  EXPECT_EQ(small_gemm_tiling(4096, 4096, 256, false).with_cluster_n(2).cluster_n, 1);
-  const std::vector<std::string> names = {
-      d2.instance("residual", 64, 4096, 14336),
-      small_gemm_tiling(6144, 4096, 64, false).with_cluster_n(2).instance("bf16", 64, 6144, 4096),
-      odd.instance("bf16", 16, 4320, 264)};
-  EXPECT_EQ(names[2], "telos_kernels::gemm_small_bf16_cln<16, 4320, 264, 48, " +
-                          std::to_string(odd.stages) + ", 2>");
-  const CompiledModule m = compile_module("#include \"gemm_small.cuh\"\n", "sm_90a", names, "");
-  for (const std::string& name : names) {
-    const KernelResources& r = m.resources.at(m.lowered.at(name));
-    EXPECT_EQ(r.stack_frame, 0) << name;
-    EXPECT_EQ(r.spill_stores, 0) << name;
-  }
-}
-
 // The LM head on the small GEMM: in every bucket over the final norm's sample rows (hf) and the
 // tied embedding, M tiles of 64 rows along x; weight tiles of 128 rows (1002 for 128256) up to 64
 // rows, 256 (501) above, where 256 divides the vocabulary; else the largest of 128, 64, 32, 16
