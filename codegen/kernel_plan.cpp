@@ -162,8 +162,7 @@ int SmallGemmTiling::resident_bytes() const {
   // rounded up to 1 KB) and the norm's 8 x 4 warp sums (kernels/gemm_small.cuh). From 9 to 63
   // tokens, A slots of their 8-row groups: the 64-row instruction on the last slot reads up to
   // 64 - those rows past its start's A, into the weights and beyond the stages (change 84).
-  if (norm_blocks > 0)
-    return (norm_blocks * 8 * a_box * 16 + 128 + 1023) / 1024 * 1024 + 8 * 4 * 4;
+  if (norm_blocks > 0) return (norm_blocks * 8 * a_box * 16 + 128 + 1023) / 1024 * 1024 + 8 * 4 * 4;
   return a_box > 8 && a_box < kSmallGemmBlockM
              ? (kSmallGemmBlockM - small_gemm_a_rows(a_box, block_m())) * 128
              : 0;
