@@ -139,10 +139,10 @@ int attn_tokens_per_tile(bool prefill, int tokens, int group) {
   return tpt;
 }
 
-// Rows of activations a stage holds: one 8-row group up to 8 tokens, the tokens' 8-row groups
-// up to 63 (change 84), else the M tile's `block_m` (kernels/gemm_small.cuh).
+// Rows of activations a stage holds: one 8-row group up to 8 tokens, else the M tile's `block_m`
+// (kernels/gemm_small.cuh).
 static int small_gemm_a_rows(int a_box, int block_m) {
-  return a_box <= 8 ? 8 : a_box < kSmallGemmBlockM ? (a_box + 7) / 8 * 8 : block_m;
+  return a_box <= 8 ? 8 : block_m;
 }
 
 // Per stage the activation rows (none with the norm prologue) and a bn-row weight box of 64
@@ -159,13 +159,8 @@ static int small_gemm_kps_stage_bytes(int stage, int kps) {
 
 int SmallGemmTiling::resident_bytes() const {
   // With the norm prologue the resident A (16 bytes per token per 8 of K, a zero tail of 128,
-  // rounded up to 1 KB) and the norm's 8 x 4 warp sums (kernels/gemm_small.cuh). From 9 to 63
-  // tokens, A slots of their 8-row groups: the 64-row instruction on the last slot reads up to
-  // 64 - those rows past its start's A, into the weights and beyond the stages (change 84).
-  if (norm_blocks > 0) return (norm_blocks * 8 * a_box * 16 + 128 + 1023) / 1024 * 1024 + 8 * 4 * 4;
-  return a_box > 8 && a_box < kSmallGemmBlockM
-             ? (kSmallGemmBlockM - small_gemm_a_rows(a_box, block_m())) * 128
-             : 0;
+  // rounded up to 1 KB) and the norm's 8 x 4 warp sums (kernels/gemm_small.cuh).
+  return norm_blocks > 0 ? (norm_blocks * 8 * a_box * 16 + 128 + 1023) / 1024 * 1024 + 8 * 4 * 4 : 0;
 }
 
 int SmallGemmTiling::smem() const {

@@ -111,9 +111,7 @@ struct SmallGemmTiling {
   // rows / 2 up rows): bn, cols and tiles_n; nothing else changes.
   SmallGemmTiling with_bn(int rows, int n, bool swiglu) const;
   int smem() const;              // dynamic shared memory per CTA
-  // Of smem(): what is not the stages (the norm prologue's A and sums; from 9 to 63 tokens the
-  // tail the last A slot's instruction reads past the stages).
-  int resident_bytes() const;
+  int resident_bytes() const;    // of smem(): what is not the stages (the norm prologue's A and sums)
 };
 // What the tiling may use (telos-kernel-bench times other choices than the plan's): the shared
 // memory of an SM that the grid's resident CTAs fill together, the most stages of a CTA's ring,

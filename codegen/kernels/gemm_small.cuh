@@ -11,13 +11,11 @@
 // Below 64 tokens the A box has only the bucket's T rows (the map's box, codegen): the TMA
 // moves T rows per stage instead of 64. Up to 8 tokens, a stage's A is a single 8-row group
 // (1 KB) and the wgmma descriptor's group stride is 0, so the instruction's 64 rows are that
-// group eight times over: rows 8..63 of the result repeat rows 0..7 and are not stored. From 9
-// to 63 tokens a stage's A is T's whole 8-row groups (1 KB each) at group stride 1 KB, and the
-// instruction's groups past them read whatever shared memory follows (the slot's weights, the
-// next slot, the tail the launch adds past the last): result rows past T, never stored (row r of
-// the result depends on row r of A only). Rows T.. of the last group are zeroed once at the start
-// (no load touches them again). Above 64 tokens the map's rows end at T and TMA zero-fills the
-// last tile's rows past T.
+// group eight times over: rows 8..63 of the result repeat rows 0..7 and are not stored. Rows
+// T..7 of the group, and rows T..63 of the 8 KB A stage above 8 tokens, are zeroed once at the
+// start (no load touches them again), so wgmma reads zeros there (row r of the result depends
+// on row r of A only). Above 64 tokens the map's rows end at T and TMA zero-fills the last
+// tile's rows past T.
 // Warp roles: warps 0-3 are the consumer warpgroup (wgmma needs a warpgroup aligned to 4 warps),
 // warp 4's first lane the TMA producer. Registers are few (BN / 2 accumulators), so no setmaxnreg.
 // With WG = 2 (the _cl kernels' last argument; more than 64 tokens, no norm prologue) the M tile is
@@ -195,10 +193,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   // Rows of A the box loads, and the rows of A a stage holds: one 8-row group up to 8 tokens
   // (read with group stride 0), else the M tile's.
   constexpr unsigned kARows = M < static_cast<int>(kTileM) ? M : kTileM;
-  // Between 8 and 64 tokens the tokens' whole 8-row groups only (change 84; see the top).
-  constexpr unsigned kASlotRows = kARows <= 8              ? 8
-                                  : kARows < G::kBlockM ? (kARows + 7) / 8 * 8
-                                                        : kTileM;
+  constexpr unsigned kASlotRows = kARows <= 8 ? 8 : kTileM;
   constexpr unsigned kASbo = kARows <= 8 ? 0 : 1024;
   constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
   // KPS K blocks a stage: a stage is KPS consecutive slots (one K block's A and W each, the layout
