@@ -23,8 +23,8 @@
 // (M = 256), swept over weight tiles of 32-256 rows and 2, 4, 6 and 8 stages, with clusters of two
 // and, where the plan has one consumer warpgroup, on two (on two, the plan's own: the stages its
 // one-warpgroup tiling had, which the sweep's 6 and 8 test);
-// `telos-kernel-bench --small-rows` only the copy bandwidth and the decode GEMMs at 8, 16, 32, 48
-// and 64 rows (one M tile), at 8 rows also with the stages the plan gives 16.
+// `telos-kernel-bench --small-rows` only the copy bandwidth and the decode GEMMs at 1, 8, 16, 32,
+// 48 and 64 rows (one M tile), at 8 rows also with the stages the plan gives 16.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -688,7 +688,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   constexpr int kBatch = 8;
   const std::vector<int> gemm_rows = attention_only ? std::vector<int>{}
                                      : gemm_only    ? std::vector<int>{256}
-                                     : small_rows   ? std::vector<int>{8, 16, 32, 48, 64}
+                                     : small_rows   ? std::vector<int>{1, 8, 16, 32, 48, 64}
                                                     : std::vector<int>{1, 8, 64, 256};
   for (int M : gemm_rows) {
     // Per shape: (label, tiling, instance) of each small-GEMM variant timed.

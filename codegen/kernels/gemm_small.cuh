@@ -12,10 +12,11 @@
 // moves T rows per stage instead of 64. Up to 8 tokens, a stage's A is a single 8-row group
 // (1 KB) and the wgmma descriptor's group stride is 0, so the instruction's 64 rows are that
 // group eight times over: rows 8..63 of the result repeat rows 0..7 and are not stored. Rows
-// T..7 of the group, and rows T..63 of the 8 KB A stage above 8 tokens, are zeroed once at the
-// start (no load touches them again), so wgmma reads zeros there (row r of the result depends
-// on row r of A only). Above 64 tokens the map's rows end at T and TMA zero-fills the last
-// tile's rows past T.
+// T..7 of the group, and rows T..63 of the 8 KB A stage above 8 tokens, are never written: wgmma
+// reads whatever shared memory holds there (NaN included) into result rows T..63, which are not
+// stored either, since row r of the result depends on row r of A only. (Zeroing them cost the
+// consumers ~1 µs at the start of every 9-63-token launch: docs/perf-log.md, change 85.) Above
+// 64 tokens the map's rows end at T and TMA zero-fills the last tile's rows past T.
 // Warp roles: warps 0-3 are the consumer warpgroup (wgmma needs a warpgroup aligned to 4 warps),
 // warp 4's first lane the TMA producer. Registers are few (BN / 2 accumulators), so no setmaxnreg.
 // With WG = 2 (the _cl kernels' last argument; more than 64 tokens, no norm prologue) the M tile is
@@ -128,22 +129,17 @@ constexpr unsigned kActPending = 0xffffffffu;
 
 // The epilogue of one accumulator pair of a small-M GEMM tile: d[4j + 2h], d[4j + 2h + 1] (with
 // SwiGLU their up halves kUp further) into columns n, n + 1 of row m of `out`, at = m · N + n, with
-// the prefill epilogues' arithmetic. L2_ONLY (a persistent kernel whose other CTAs read or wrote
-// the output in the same launch) reads the residual past L1 and writes SwiGLU's act with gpu-scope
-// relaxed stores (decode_layer_persistent's down phase polls them: persistent_poll_a).
+// the prefill epilogues' arithmetic; the residual is added in L2 by a reduction, never read here.
+// L2_ONLY (a persistent kernel whose other CTAs read or wrote the output in the same launch) writes
+// SwiGLU's act with gpu-scope relaxed stores (decode_layer_persistent's down phase polls them:
+// persistent_poll_a).
 template <SmallEpi EPI, unsigned BN, bool L2_ONLY = false>
 __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsigned h, unsigned j, void* out,
                                                  long long at) {
   if constexpr (EPI == SmallEpi::Residual) {
-    float2* p = reinterpret_cast<float2*>(static_cast<float*>(out) + at);
-    float2 v;
-    if constexpr (L2_ONLY)
-      v = __ldcg(p);
-    else
-      v = *p;
-    v.x = add_rn_ftz(v.x, d[4 * j + 2 * h]);
-    v.y = add_rn_ftz(v.y, d[4 * j + 2 * h + 1]);
-    *p = v;
+    // The add in L2 (common.cuh), past L1 as L2_ONLY needs: no read of x to wait for at the end of
+    // the kernel or of a persistent layer's phase (docs/perf-log.md, change 85).
+    red_add_f32x2(static_cast<float*>(out) + at, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
   } else if constexpr (EPI == SmallEpi::SwiGlu) {
     constexpr unsigned kUp = 4 * (BN / 2 / 8);
     unsigned* p = reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at);
@@ -181,7 +177,6 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   static_assert(WG == 1 || (WG == 2 && !NORM && M > static_cast<int>(G::kBlockM)),
                 "two consumer warpgroups: 128-row M tiles of more than 64 tokens, A from TMA");
   constexpr unsigned kTileM = G::kBlockM * WG;  // rows of A a CTA
-  constexpr unsigned kConsumerThreads = 128 * WG;
   constexpr bool kSplitW = EPI == SmallEpi::SwiGlu;
   constexpr unsigned kOutCols = kSplitW ? BN / 2 : BN;
   // A multicast slice: whole 8-row swizzle repeats (1024 bytes), so each lands where the CTA's own
@@ -308,17 +303,6 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
     rms_rows_interleaved<M, K, EPS, kAChunks, false>(base, x, w8, scratch, t, warp, lane);
   } else {
     grid_dependency_wait();
-    if constexpr (kARows < kASlotRows) {
-      // Rows kARows.. of every stage's A slot: zero, once (16-byte stores of whole 128-byte rows,
-      // so the swizzle, which permutes 16-byte chunks within a row, does not matter).
-      constexpr unsigned kChunks = (kASlotRows - kARows) * 8;
-      for (unsigned i = threadIdx.x; i < kSlots * kChunks; i += kConsumerThreads) {
-        const unsigned addr = a_stage(i / kChunks) + kARows * 128 + (i % kChunks) * 16;
-        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
-      }
-      fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
-      named_barrier_sync(1, kConsumerThreads);
-    }
   }
   mbarrier::StageRing<STAGES> ring;
   float d[BN / 2];

@@ -353,6 +353,23 @@ std::vector<codegen::SmallGemmTiling> with_clusters(const codegen::SmallGemmTili
 // divide the M tiles (100 rows: two; 200: four), and on two consumer warpgroups a CTA (128-row M
 // tiles, WG = 2; 100 rows: one M tile whose last 28 rows the kernel zeroes). It is also checked
 // against f64, and its stores must stop at M (64 guard rows stay poisoned).
+// A CTA an SM (at most) whose whole dynamic shared memory becomes 0xff bytes (bf16 and f32 NaNs):
+// launched before a kernel, it leaves NaNs where that kernel reads shared memory nothing wrote.
+const std::string kPoisonShared = R"(
+extern "C" __global__ void poison_shared() {
+  extern __shared__ uint4 poison_words[];
+  unsigned bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  for (unsigned i = threadIdx.x; i < bytes / 16; i += blockDim.x)
+    poison_words[i] = make_uint4(~0u, ~0u, ~0u, ~0u);
+}
+)";
+int sm_count() {
+  int n = 0;
+  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0);
+  return n;
+}
+
 TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Shape {
@@ -405,8 +422,10 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
     return ts;
   };
   // N = 8448: SwiGLU on 128-row weight tiles (64 gate + 64 up rows, kernel_plan.cpp). N = 4320
-  // up to 64 rows: 48-row weight tiles (90 CTAs where 32-row ones would make 135).
-  for (const Shape& shape : {Shape{520, 2000, {1, 5, 8, 64, 100, 200}}, Shape{136, 264, {8, 100}},
+  // up to 64 rows: 48-row weight tiles (90 CTAs where 32-row ones would make 135). Below 64 rows
+  // the A slots' rows past M are never loaded (1, 5, 20 rows): before each small GEMM every SM's
+  // shared memory is filled with NaNs, which must not reach a stored row.
+  for (const Shape& shape : {Shape{520, 2000, {1, 5, 8, 20, 64, 100, 200}}, Shape{136, 264, {8, 100}},
                              Shape{8448, 264, {1, 70}}, Shape{4320, 264, {1, 64}}}) {
     const int N = shape.N, K = shape.K;
     const std::vector<int>& ms = shape.ms;
@@ -417,7 +436,8 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
         for (const codegen::SmallGemmTiling& t : tilings(N, K, M, epi == "swiglu"))
           names.push_back(t.instance(epi, M, N, K));
       }
-    TestModule mod(source_with_rope(), names);
+    names.push_back("poison_shared");
+    TestModule mod(source_with_rope() + kPoisonShared, names);
     constexpr int MAXM = 200, GUARD = 64;
     std::vector<float> Af, Wf;
     DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af));
@@ -452,6 +472,7 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
               w_small(dW.get(), swiglu ? 2 * N : N, K, t.w_box());
           const void* small_out =
               residual ? static_cast<const void*>(x_small.get()) : y_small.get();
+          CUDA_OK(mod.launch("poison_shared", sm_count(), 1024, {}, codegen::kMaxSmemPerBlock));
           CUDA_OK(mod.launch(small, dim3(t.tiles_m, t.tiles_n), t.threads(),
                              {a64.get(), w_small.get(), small_out}, t.smem()));
           std::vector<float> got(MN);
