@@ -425,8 +425,9 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   // up to 64 rows: 48-row weight tiles (90 CTAs where 32-row ones would make 135). Below 64 rows
   // the A slots' rows past M are never loaded (1, 5, 20 rows): before each small GEMM every SM's
   // shared memory is filled with NaNs, which must not reach a stored row.
-  for (const Shape& shape : {Shape{520, 2000, {1, 5, 8, 20, 64, 100, 200}}, Shape{136, 264, {8, 100}},
-                             Shape{8448, 264, {1, 70}}, Shape{4320, 264, {1, 64}}}) {
+  for (const Shape& shape :
+       {Shape{520, 2000, {1, 5, 8, 20, 64, 100, 200}}, Shape{136, 264, {8, 100}},
+        Shape{8448, 264, {1, 70}}, Shape{4320, 264, {1, 64}}}) {
     const int N = shape.N, K = shape.K;
     const std::vector<int>& ms = shape.ms;
     std::vector<std::string> names;
