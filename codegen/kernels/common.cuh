@@ -28,19 +28,11 @@ __device__ __forceinline__ void pdl_entry() {
   pdl_wait();
 }
 
-// a + b rounded to nearest even with subnormal inputs and result flushed to sign-preserving zero:
-// the add the TMA's f32 reduction performs (PTX ISA: cp.reduce.async.bulk.tensor, .add.f32), so a
-// residual added by a thread and one added by the TMA have the same bits. PTX: add.rn.ftz.f32.
-__device__ __forceinline__ float add_rn_ftz(float a, float b) {
-  float r;
-  asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-}
-
 // p[0] += a, p[1] += b in L2, nothing returned to wait for (PTX ISA: red, .global .add .v2.f32,
 // sm_90): rounded to nearest even with subnormal inputs and results flushed to sign-preserving
-// zero on global memory, add_rn_ftz's arithmetic, so the bits of a load, add_rn_ftz and store
-// without the load's round trip. p: 8-byte aligned.
+// zero on global memory, the add the TMA's f32 reduction performs (cp.reduce.async.bulk.tensor,
+// .add.f32), so a residual added by a thread and one added by the TMA have the same bits, without
+// a load's round trip. p: 8-byte aligned.
 __device__ __forceinline__ void red_add_f32x2(float* p, float a, float b) {
   asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
 }

@@ -8,15 +8,15 @@
 // 64-row slab of the M tile holds the row (gpu_kernels_test checks this bit for bit).
 //
 // Shape: the tokens are the A operand, 64 rows per CTA (the M tile of one consumer warpgroup).
-// Below 64 tokens the A box has only the bucket's T rows (the map's box, codegen): the TMA
-// moves T rows per stage instead of 64. Up to 8 tokens, a stage's A is a single 8-row group
-// (1 KB) and the wgmma descriptor's group stride is 0, so the instruction's 64 rows are that
-// group eight times over: rows 8..63 of the result repeat rows 0..7 and are not stored. Rows
-// T..7 of the group, and rows T..63 of the 8 KB A stage above 8 tokens, are never written: wgmma
-// reads whatever shared memory holds there (NaN included) into result rows T..63, which are not
-// stored either, since row r of the result depends on row r of A only. (Zeroing them cost the
+// Below one M tile of tokens (64 rows; 128 with WG = 2) the A box has only the bucket's T rows
+// (the map's box, codegen): the TMA moves T rows per stage instead of the tile's. Up to 8 tokens,
+// a stage's A is a single 8-row group (1 KB) and the wgmma descriptor's group stride is 0, so the
+// instruction's 64 rows are that group eight times over: rows 8..63 of the result repeat rows
+// 0..7 and are not stored. Rows T.. of the group or of the tile's A stage are never written:
+// wgmma reads whatever shared memory holds there (NaN included) into result rows T.., which are
+// not stored either, since row r of the result depends on row r of A only. (Zeroing them cost the
 // consumers ~1 µs at the start of every 9-63-token launch: docs/perf-log.md, change 85.) Above
-// 64 tokens the map's rows end at T and TMA zero-fills the last tile's rows past T.
+// one M tile the map's rows end at T and TMA zero-fills the last tile's rows past T.
 // Warp roles: warps 0-3 are the consumer warpgroup (wgmma needs a warpgroup aligned to 4 warps),
 // warp 4's first lane the TMA producer. Registers are few (BN / 2 accumulators), so no setmaxnreg.
 // With WG = 2 (the _cl kernels' last argument; more than 64 tokens, no norm prologue) the M tile is

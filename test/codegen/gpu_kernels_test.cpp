@@ -342,17 +342,6 @@ std::vector<codegen::SmallGemmTiling> with_clusters(const codegen::SmallGemmTili
   return ts;
 }
 
-// Batch invariance across the two GEMMs (issue 4): for every epilogue, the small-M GEMM's output is
-// the prefill GEMM's, bit for bit, on the same inputs, at ragged M (1 to 200: one to four 64-row
-// tiles, one or two 128-row tiles) and N, K not multiples of either's tiles (a row in any 64-row
-// slab of a 128-row tile); the stage ring wraps
-// (K = 2000: 32 blocks, at most 16 stages). The small GEMM runs at the plan's tiling and, from 100
-// rows on, also at wider weight tiles (64-256 rows, 4 stages: the full-batch buckets' candidates,
-// docs/perf-log.md session 18 run 5), each bit for bit the prefill GEMM's, and each of those on
-// clusters of 2 and 4 M tiles sharing the weight tiles by multicast (the _cl kernels) where they
-// divide the M tiles (100 rows: two; 200: four), and on two consumer warpgroups a CTA (128-row M
-// tiles, WG = 2; 100 rows: one M tile whose last 28 rows the kernel zeroes). It is also checked
-// against f64, and its stores must stop at M (64 guard rows stay poisoned).
 // A CTA an SM (at most) whose whole dynamic shared memory becomes 0xff bytes (bf16 and f32 NaNs):
 // launched before a kernel, it leaves NaNs where that kernel reads shared memory nothing wrote.
 const std::string kPoisonShared = R"(
@@ -366,10 +355,22 @@ extern "C" __global__ void poison_shared() {
 )";
 int sm_count() {
   int n = 0;
-  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0);
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess || n <= 0)
+    throw std::runtime_error("no multiprocessor count");
   return n;
 }
 
+// Batch invariance across the two GEMMs (issue 4): for every epilogue, the small-M GEMM's output is
+// the prefill GEMM's, bit for bit, on the same inputs, at ragged M (1 to 200: one to four 64-row
+// tiles, one or two 128-row tiles) and N, K not multiples of either's tiles (a row in any 64-row
+// slab of a 128-row tile); the stage ring wraps
+// (K = 2000: 32 blocks, at most 16 stages). The small GEMM runs at the plan's tiling and, from 100
+// rows on, also at wider weight tiles (64-256 rows, 4 stages: the full-batch buckets' candidates,
+// docs/perf-log.md session 18 run 5), each bit for bit the prefill GEMM's, and each of those on
+// clusters of 2 and 4 M tiles sharing the weight tiles by multicast (the _cl kernels) where they
+// divide the M tiles (100 rows: two; 200: four), and on two consumer warpgroups a CTA (128-row M
+// tiles, WG = 2; 100 rows: one M tile whose last 28 rows no load writes). It is also checked
+// against f64, and its stores must stop at M (64 guard rows stay poisoned).
 TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Shape {
@@ -681,8 +682,7 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
     int H, KO, I;
   };
   const std::string eps = float_literal(1e-5);
-  int sms = 0;
-  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int sms = sm_count();
   for (const Shape& s : {Shape{128, 128, 256}, Shape{2048, 2048, 8192}, Shape{1536, 1536, 8960}, Shape{1024, 2048, 3072},
                          Shape{4096, 4096, 14336}}) {
     const std::string what = "H=" + I(s.H) + " KO=" + I(s.KO) + " I=" + I(s.I);
