@@ -325,14 +325,21 @@ SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups) 
 
 PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim) {
   PersistentLayerTiling t;
-  // A slot holds 64 / bn K blocks of a tile, so K must be whole slots; the smallest tile that
-  // allows it, from the preferred one up.
+  // A slot holds 64 / bn whole K blocks of a tile, so K must be whole slots. A phase ends when its
+  // CTA with the most rows does (tile g is CTA g mod kSms's), so the tile with the fewest rows on
+  // the busiest CTA, and of those the largest (fewer, longer streams): 32 rows where that gives an
+  // SM a tile (the 8B's o and down), 16 where 32 would leave SMs idle (the 1B's o and down), 48
+  // and 24 where 32 and 16 make 1.45 waves (the 8B's and the 1B's qkv: 192 tiles against 128;
+  // docs/perf-log.md, change 86).
   const auto slots_ok = [](int k, int bn) { return k % (64 * (64 / bn)) == 0; };
   const auto pick = [&](int k, int n) {
-    const int preferred = n / 32 >= kSms * 3 / 4 ? 32 : 16;
-    for (int bn : {preferred, 32, 64})
-      if (bn >= preferred && slots_ok(k, bn) && n % bn == 0) return bn;
-    return 0;
+    int best = 0, best_rows = 0;
+    for (int bn = 16; bn <= 64; bn += 8) {
+      if (!slots_ok(k, bn) || n % bn != 0) continue;
+      const int rows = (n / bn + kSms - 1) / kSms * bn;  // the busiest CTA's
+      if (best == 0 || rows <= best_rows) best = bn, best_rows = rows;
+    }
+    return best;
   };
   t.bq = pick(h, nqkv);
   t.bo = pick(ko, h);

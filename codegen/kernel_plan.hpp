@@ -180,10 +180,11 @@ inline constexpr int kDecodeLayerPersistentMaxRows = 1;
 inline constexpr int kPersistentThreads = 160;  // the consumer warpgroup and the producer warp
 
 // decode_layer_persistent's tiles and ring for a model: weight rows per tile of qkv, o, gate/up
-// (gate + up) and down (16 where 32-row tiles would leave SMs without one: the 1B shape's o and
-// down have 64 of them, 67.6 against 62.8% of copy in run L; more where K is not whole 8 KB slots
-// of 16-row tiles), and the ring's 8 KB slots beside the resident A of the largest K and the
-// attention's static shared memory. `nqkv` is (Hq + 2 Hkv) D, `ko` Hq D.
+// (gate + up) and down (a multiple of 8 from 16 to 64 that gives the busiest CTA the fewest rows:
+// 16 where 32-row tiles would leave SMs without one, the 1B shape's o and down, 67.6 against 62.8%
+// of copy in run L; 24 and 48 for the 1B's and the 8B's qkv, one wave; more where K is not whole
+// 8 KB slots of smaller tiles), and the ring's 8 KB slots beside the resident A of the largest K
+// and the attention's static shared memory. `nqkv` is (Hq + 2 Hkv) D, `ko` Hq D.
 // A ring slot: 8 KB of weights and its pair of barriers.
 inline constexpr int kPersistentSlotBytes = 8192 + 16;
 struct PersistentLayerTiling {

@@ -18,9 +18,10 @@
 // instruction's N), with the interleaved resident A of the norm prologue (gemm_small.cuh) and the
 // same epilogue arithmetic; gpu_kernels_test compares them bit for bit.
 //
-// Tiles: BN weight rows per phase (BQ, BO, BG, BD: 16, 32 or 64; gate/up's are BG / 2 gate and
-// BG / 2 up rows); a ring slot is 8 KB, 64 / BN K blocks of a tile (a K block of a BN-row tile is
-// BN · 128 bytes). Tile g
+// Tiles: BN weight rows per phase (BQ, BO, BG, BD: multiples of 8 (of 16 for gate/up, whose tiles
+// are BG / 2 gate and BG / 2 up rows) up to 64); a ring slot is up to 8 KB, 64 / BN whole K blocks
+// of a tile (a K block of a BN-row tile is BN · 128 bytes: 6 KB of a slot at 48 rows, two blocks of
+// 3 KB at 24). Tile g
 // of the whole launch (layers, then phases, then tiles in order) belongs to CTA g mod gridDim.x,
 // so every CTA streams about as many bytes as any other over a layer, and a CTA with no tile in a
 // phase streams its next phase's weights meanwhile.
@@ -39,6 +40,12 @@ struct LayerGemms {
   static constexpr unsigned kSlotBytes = 8192;
   static constexpr unsigned kThreads = 128 + 32;
 };
+
+// A tile of BN weight rows in the ring: whole 8-row groups (1 KB a K block, the 128-byte swizzle's
+// unit), at most a slot a K block, and K in whole slots of 64 / BN K blocks.
+__host__ __device__ constexpr bool persistent_tile_ok(int bn, int k) {
+  return bn % 8 == 0 && bn >= 8 && bn <= 64 && k % (64 * (64 / bn)) == 0;
+}
 
 // The four GEMMs of a layer, by phase (0 qkv, 1 o, 2 gate/up, 3 down): K, weight rows per tile,
 // and tiles.
@@ -62,7 +69,7 @@ __device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGE
                                                 unsigned K, unsigned N, void* out) {
   using namespace hexel;
   constexpr unsigned kALbo = M * 16;
-  constexpr unsigned kBlocksPerSlot = 64 / BN;
+  constexpr unsigned kBlocksPerSlot = 64 / BN;  // whole K blocks of BN · 128 bytes in the 8 KB slot
   constexpr unsigned kOutCols = EPI == SmallEpi::SwiGlu ? BN / 2 : BN;
   const unsigned warp = warp_index(), lane = threadIdx.x % 32;
   float d[BN / 2];
@@ -155,6 +162,8 @@ class StreamCursor {
       if (t_ >= tiles_) enter(p_ + 1);
     }
   }
+  // The bytes of the current slot's boxes (per_slot K blocks of bn rows).
+  __device__ __forceinline__ unsigned slot_bytes() const { return per_slot_ * bn_ * 128; }
   // fn(byte offset in the 8 KB slot, map, column, row) for every box of the current slot.
   template <class F>
   __device__ __forceinline__ void boxes(F&& fn) const {
@@ -210,7 +219,7 @@ __device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STA
   for (StreamCursor load(phases, n); load.valid(); load.next()) {
     const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes, bar = full + 8 * ring.index;
     mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
-    mbarrier::arrive_expect_tx(bar, LayerGemms::kSlotBytes);
+    mbarrier::arrive_expect_tx(bar, load.slot_bytes());
     load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) { tma::load(slot + off, map, bar, c, r); });
     ring.advance();
   }
@@ -369,11 +378,10 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   using namespace hexel;
   using Ops = LayerGemmOps<H, NQKV, I, BQ, BO, BG, BD>;
   static_assert(M >= 1 && M <= 8, "one 8-row group of A, read with group stride 0");
-  static_assert(H % 256 == 0 && I % 256 == 0, "whole slots of up to four K blocks");
   static_assert(NQKV % BQ == 0 && H % BO == 0 && I % (BG / 2) == 0 && H % BD == 0, "whole tiles");
-  static_assert((BQ == 16 || BQ == 32 || BQ == 64) && (BO == 16 || BO == 32 || BO == 64) &&
-                    (BG == 32 || BG == 64) && (BD == 16 || BD == 32 || BD == 64),
-                "a K block of a tile divides the 8 KB slot; gate/up halves are whole 8-row groups");
+  static_assert(persistent_tile_ok(BQ, H) && persistent_tile_ok(BO, H) && persistent_tile_ok(BG, H) &&
+                    BG % 16 == 0 && persistent_tile_ok(BD, I),
+                "whole K blocks in a slot, whole slots; gate/up halves are whole 8-row groups");
   extern __shared__ unsigned char smem_raw[];
   const PersistentSmem<M, Ops::kMaxK, STAGES> sm(smem_raw);
   mbarrier::StageRing<STAGES> ring;
@@ -433,10 +441,8 @@ __device__ __forceinline__ void persistent_norm_a(unsigned base, const float* x,
 // runs it may run phases of its own first (decode_layer_persistent: the attention half).
 template <int H, int KO, int I, int BO, int BG, int BD>
 struct MlpPhases {
-  static_assert((BO == 16 || BO == 32 || BO == 64) && (BG == 32 || BG == 64) && (BD == 16 || BD == 32 || BD == 64),
-                "a K block of a tile divides the 8 KB slot; gate/up halves are whole 8-row groups");
-  static_assert(KO % (64 * (64 / BO)) == 0 && H % (64 * (64 / BG)) == 0 && I % (64 * (64 / BD)) == 0,
-                "whole slots");
+  static_assert(persistent_tile_ok(BO, KO) && persistent_tile_ok(BG, H) && BG % 16 == 0 && persistent_tile_ok(BD, I),
+                "whole K blocks in a slot, whole slots; gate/up halves are whole 8-row groups");
   static_assert(H % BO == 0 && I % (BG / 2) == 0 && H % BD == 0, "whole tiles");
   static constexpr unsigned kTilesO = H / BO, kTilesGu = 2 * I / BG, kTilesDown = H / BD;
   static constexpr unsigned kTiles = kTilesO + kTilesGu + kTilesDown;
@@ -531,7 +537,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   using namespace hexel;
   constexpr int NH = HQ + 2 * HKV, NQKV = NH * D, KO = HQ * D;
   using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
-  static_assert((BQ == 16 || BQ == 32 || BQ == 64) && H % (64 * (64 / BQ)) == 0 && NQKV % BQ == 0, "QKV tiles");
+  static_assert(persistent_tile_ok(BQ, H) && NQKV % BQ == 0, "QKV tiles");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
   constexpr unsigned kTilesQkv = NQKV / BQ;
   constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);

@@ -761,6 +761,80 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
   }
 }
 
+// The persistent layer's weight stream and tiles at every QKV tile height the plan can pick
+// (decode_layer_tiling: 24 and 48 rows since change 86, a 6 KB slot of one or two K blocks; 16 and
+// 32 before): the QKV phase alone (persistent_stream, layer_gemm_tile), run by a test kernel, gives
+// gemm_small_bf16's bits for one token at the tiny, Qwen3-0.6B, Llama-3.2-1B and Llama-3.1-8B
+// shapes, output poisoned first.
+const char* kQkvPhaseTestKernel = R"(
+namespace telos_kernels {
+template <int H, int NQKV, int STAGES, int BQ>
+__global__ void __launch_bounds__(LayerGemms::kThreads, 1)
+    qkv_phase_test(const TensorMap* qkv_map, const bf16* h, bf16* qkv) {
+  static_assert(persistent_tile_ok(BQ, H) && NQKV % BQ == 0, "QKV tiles");
+  constexpr unsigned kTiles = NQKV / BQ;
+  extern __shared__ unsigned char smem_raw[];
+  const PersistentSmem<1, H, STAGES> sm(smem_raw);
+  hexel::mbarrier::StageRing<STAGES> ring;
+  if (hexel::warp_index() == 4) {
+    if (threadIdx.x % 32 == 0) {
+      __shared__ StreamPhase phase[1];
+      phase[0] = {qkv_map, H, BQ, kTiles, 0, 0};
+      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phase, 1);
+    }
+    return;
+  }
+  const unsigned first = persistent_first_tile(0);
+  if (first >= kTiles) return;
+  persistent_load_a<1>(sm.base, h, H);
+  for (unsigned t = first; t < kTiles; t += gridDim.x)
+    layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, t, H, NQKV, qkv);
+}
+}  // namespace telos_kernels
+)";
+
+TEST(GpuKernels, PersistentQkvTilesMatchSmallGemm) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int H, NQKV;
+  };
+  const int sms = sm_count();
+  for (const Shape& s : {Shape{128, 256}, Shape{1024, 4096}, Shape{2048, 3072}, Shape{4096, 6144}}) {
+    const std::string what = "H=" + I(s.H) + " NQKV=" + I(s.NQKV);
+    const codegen::PersistentLayerTiling mt = codegen::decode_layer_tiling(s.H, s.NQKV, s.H, s.H, 64);
+    ASSERT_TRUE(mt.fits) << what;
+    std::vector<int> heights = {mt.bq};
+    for (int bq : {16, 32})
+      if (bq != mt.bq && s.NQKV % bq == 0 && s.H % (64 * (64 / bq)) == 0) heights.push_back(bq);
+    const codegen::SmallGemmTiling ts = codegen::small_gemm_tiling(s.NQKV, s.H, 1, false);
+    std::vector<std::string> names = {ts.instance("bf16", 1, s.NQKV, s.H)};
+    for (int bq : heights)
+      names.push_back("telos_kernels::qkv_phase_test<" + I(s.H) + ", " + I(s.NQKV) + ", " + I(mt.stages) + ", " +
+                      I(bq) + ">");
+    TestModule mod(source_with_rope() + kQkvPhaseTestKernel, names);
+    std::vector<float> f;
+    DeviceBuffer<std::uint16_t> h(random_bf16(s.H, 1.f, f));
+    DeviceBuffer<std::uint16_t> w(random_bf16(static_cast<std::size_t>(s.NQKV) * s.H, 0.05f, f));
+    DeviceBuffer<std::uint16_t> want_d(s.NQKV);  // poisoned
+    {
+      const DeviceMap a(h.get(), 1, s.H, ts.a_box), wm(w.get(), s.NQKV, s.H, ts.cols);
+      CUDA_OK(mod.launch(names[0], dim3(ts.tiles_m, ts.tiles_n), codegen::kSmallGemmThreads,
+                         {a.get(), wm.get(), want_d.get()}, ts.smem()));
+    }
+    const std::vector<std::uint16_t> want = want_d.download();
+    std::size_t nans = 0;
+    for (std::uint16_t v : want) nans += std::isnan(from_bf16(v));
+    ASSERT_EQ(nans, 0u) << what;
+    for (std::size_t k = 0; k < heights.size(); ++k) {
+      const DeviceMap wm(w.get(), s.NQKV, s.H, heights[k]);
+      DeviceBuffer<std::uint16_t> got_d(s.NQKV);  // poisoned
+      CUDA_OK(mod.launch(names[1 + k], sms, codegen::kPersistentThreads, {wm.get(), h.get(), got_d.get()}, mt.smem));
+      const std::vector<std::uint16_t> got = got_d.download();
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 2)) << what << " BQ=" << heights[k];
+    }
+  }
+}
+
 // ---- QKV with bias, QK norm, RoPE and the KV append -------------------------------------------
 
 struct QkvShape {
