@@ -486,14 +486,13 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // the layer's weights and the K/V read. Then the phase timeline of the last layer of one such run
   // (the same instances compiled with TELOS_PHASE_TRACE): per event, the median and the latest CTA,
   // µs after the first CTA's entry (decode_persistent.cuh, phase_trace). Variants, each a row and a
-  // timeline of its own so that they compare within one run (issue 7): the plan's, the same with
-  // the count between gate/up and down (ACT_POLL off; change 31), with the QKV tiles of before
-  // change 86 (32 rows on the 8B, 16 on the 1B: 192 tiles on 132 CTAs) and with gate/up tiles of
-  // 32 rows (896 on the 8B: 7 or 6 a CTA, not 4 or 3). The trace also has each CTA's arrival after
-  // a phase (its release issued).
+  // timeline of its own so that they compare within one run (issue 7): the plan's, and the same
+  // with the count between gate/up and down (ACT_POLL off; change 31). The trace also has each
+  // CTA's arrival after a phase (its release issued).
   // Measured here and dropped from this list (docs/perf-log.md): L2 prefetch ahead of the ring
   // (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer
-  // faster), gate/up tiles of 32 rows and QKV tiles of 16 (run T: no gain), the combine folded into
+  // faster), gate/up tiles of 32 rows and QKV tiles of 16 (run T: no gain; session 33 call 2 again:
+  // gate/up 32 +0.1 to +1.7 µs, the QKV's 192 tiles of before change 86 0 to +0.5), the combine folded into
   // o's A (change 26), attention splits of 64 and 128 positions (change 27), each head's QKV
   // epilogue in the QKV phase on the CTA that finishes the head (change 28, branch fold-rope),
   // other releases for the counts (red.release, fence.release; session 10 run 3), a cap on the
@@ -526,11 +525,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         bool act_poll;      // ACT_POLL
         int bq, bg;         // QKV and gate/up tile rows
       };
-      const int bq_192 = NQKV / 192;  // before change 86
       const std::vector<Variant> variants = {{"V1 plan", "Release", true, lt.bq, lt.bg},
-                                             {"V1 count gate/up", "Release", false, lt.bq, lt.bg},
-                                             {"V1 qkv 192 tiles", "Release", true, bq_192, lt.bg},
-                                             {"V1 gate/up 32", "Release", true, lt.bq, 32}};
+                                             {"V1 count gate/up", "Release", false, lt.bq, lt.bg}};
       std::vector<std::string> names;
       for (const Variant& v : variants)
         names.push_back(
