@@ -492,13 +492,13 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // Measured here and dropped from this list (docs/perf-log.md): L2 prefetch ahead of the ring
   // (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer
   // faster), gate/up tiles of 32 rows and QKV tiles of 16 (run T: no gain; session 33 call 2 again:
-  // gate/up 32 +0.1 to +1.7 µs, the QKV's 192 tiles of before change 86 0 to +0.5), the combine folded into
-  // o's A (change 26), attention splits of 64 and 128 positions (change 27), each head's QKV
-  // epilogue in the QKV phase on the CTA that finishes the head (change 28, branch fold-rope),
-  // other releases for the counts (red.release, fence.release; session 10 run 3), a cap on the
-  // ring's loads in flight (change 32), the ring held during the attention half (change 34), the
-  // next layer's QKV weights prefetched into L2 after the layer's last load (change 36), two layer
-  // launches resident on an SM with a 10-slot ring (change 37).
+  // gate/up 32 +0.1 to +1.7 µs, the QKV's 192 tiles of before change 86 0 to +0.5), the combine
+  // folded into o's A (change 26), attention splits of 64 and 128 positions (change 27), each
+  // head's QKV epilogue in the QKV phase on the CTA that finishes the head (change 28, branch
+  // fold-rope), other releases for the counts (red.release, fence.release; session 10 run 3), a cap
+  // on the ring's loads in flight (change 32), the ring held during the attention half (change 34),
+  // the next layer's QKV weights prefetched into L2 after the layer's last load (change 36), two
+  // layer launches resident on an SM with a 10-slot ring (change 37).
   // With --decode-layer, only this section (after the copy bandwidth).
   if (!attention_only && !gemm_only && !small_rows) {
     struct LayerShape {

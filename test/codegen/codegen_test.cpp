@@ -347,10 +347,10 @@ TEST(Codegen, SamplerSpansAClusterOfBlocksARow) {
 
 // The persistent decode layer's tiles: the fewest rows on the busiest of 132 CTAs, the larger tile
 // on a tie: 32 rows where that gives an SM a tile (the 8B's 4096-row o and down), 16 where 32 would
-// leave SMs idle (the 1B's o and down: 64 tiles of 32 rows), 48 and 24 for the 8B's and the 1B's qkv
-// (128 tiles in one wave, not 192 of 32 or 16 rows), larger where K is not whole 8 KB slots of
-// smaller tiles (tiny's o, K 128); gate/up 32 + 32; the
-// ring fills what the resident A (the largest K) and 16 KB of static shared memory leave of 227 KB.
+// leave SMs idle (the 1B's o and down: 64 tiles of 32 rows), 48 and 24 for the 8B's and the 1B's
+// qkv (128 tiles in one wave, not 192 of 32 or 16 rows), larger where K is not whole 8 KB slots of
+// smaller tiles (tiny's o, K 128); gate/up 32 + 32; the ring fills what the resident A (the largest
+// K) and 16 KB of static shared memory leave of 227 KB.
 // Shapes it cannot take (K not whole slots) run the kernel-per-operation path.
 TEST(Codegen, DecodeLayerTiling) {
   auto tiling = [](int h, int nqkv, int ko, int i, int d) {
@@ -358,9 +358,11 @@ TEST(Codegen, DecodeLayerTiling) {
     return std::array<int, 7>{t.bq, t.bo, t.bg, t.bd, t.stages, t.smem, t.fits ? 1 : 0};
   };
   // Llama-3.1-8B: resident A 28 KB + 128 B (K 14336), 22 slots.
-  EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 128), (std::array<int, 7>{48, 32, 64, 32, 22, 211296, 1}));
-  // Llama-3.2-1B: 96 qkv and 64 o / down tiles of 32 rows would leave SMs idle, 192 of 16 two waves.
-  EXPECT_EQ(tiling(2048, 3072, 2048, 8192, 64), (std::array<int, 7>{24, 16, 64, 16, 24, 215424, 1}));
+  EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 128),
+            (std::array<int, 7>{48, 32, 64, 32, 22, 211296, 1}));
+  // Llama-3.2-1B: 96 qkv and 64 o / down tiles of 32 rows leave SMs idle (192 of 16: 1.45 waves).
+  EXPECT_EQ(tiling(2048, 3072, 2048, 8192, 64),
+            (std::array<int, 7>{24, 16, 64, 16, 24, 215424, 1}));
   // Qwen3-0.6B: o's K (Hq · D = 2048) differs from H.
   EXPECT_EQ(tiling(1024, 4096, 2048, 3072, 128), (std::array<int, 7>{32, 16, 64, 16, 25, 213392, 1}));
   // tiny-llama: o's K 128 is not a slot of 16-row tiles (four K blocks), so 32 rows.

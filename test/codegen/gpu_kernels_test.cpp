@@ -799,9 +799,11 @@ TEST(GpuKernels, PersistentQkvTilesMatchSmallGemm) {
     int H, NQKV;
   };
   const int sms = sm_count();
-  for (const Shape& s : {Shape{128, 256}, Shape{1024, 4096}, Shape{2048, 3072}, Shape{4096, 6144}}) {
+  for (const Shape& s :
+       {Shape{128, 256}, Shape{1024, 4096}, Shape{2048, 3072}, Shape{4096, 6144}}) {
     const std::string what = "H=" + I(s.H) + " NQKV=" + I(s.NQKV);
-    const codegen::PersistentLayerTiling mt = codegen::decode_layer_tiling(s.H, s.NQKV, s.H, s.H, 64);
+    const codegen::PersistentLayerTiling mt =
+        codegen::decode_layer_tiling(s.H, s.NQKV, s.H, s.H, 64);
     ASSERT_TRUE(mt.fits) << what;
     std::vector<int> heights = {mt.bq};
     for (int bq : {16, 32})
@@ -809,8 +811,8 @@ TEST(GpuKernels, PersistentQkvTilesMatchSmallGemm) {
     const codegen::SmallGemmTiling ts = codegen::small_gemm_tiling(s.NQKV, s.H, 1, false);
     std::vector<std::string> names = {ts.instance("bf16", 1, s.NQKV, s.H)};
     for (int bq : heights)
-      names.push_back("telos_kernels::qkv_phase_test<" + I(s.H) + ", " + I(s.NQKV) + ", " + I(mt.stages) + ", " +
-                      I(bq) + ">");
+      names.push_back("telos_kernels::qkv_phase_test<" + I(s.H) + ", " + I(s.NQKV) + ", " +
+                      I(mt.stages) + ", " + I(bq) + ">");
     TestModule mod(source_with_rope() + kQkvPhaseTestKernel, names);
     std::vector<float> f;
     DeviceBuffer<std::uint16_t> h(random_bf16(s.H, 1.f, f));
@@ -828,9 +830,11 @@ TEST(GpuKernels, PersistentQkvTilesMatchSmallGemm) {
     for (std::size_t k = 0; k < heights.size(); ++k) {
       const DeviceMap wm(w.get(), s.NQKV, s.H, heights[k]);
       DeviceBuffer<std::uint16_t> got_d(s.NQKV);  // poisoned
-      CUDA_OK(mod.launch(names[1 + k], sms, codegen::kPersistentThreads, {wm.get(), h.get(), got_d.get()}, mt.smem));
+      CUDA_OK(mod.launch(names[1 + k], sms, codegen::kPersistentThreads,
+                         {wm.get(), h.get(), got_d.get()}, mt.smem));
       const std::vector<std::uint16_t> got = got_d.download();
-      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 2)) << what << " BQ=" << heights[k];
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 2))
+          << what << " BQ=" << heights[k];
     }
   }
 }
