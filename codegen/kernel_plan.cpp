@@ -331,11 +331,10 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   // SM a tile (the 8B's o and down), 16 where 32 would leave SMs idle (the 1B's o and down), 48
   // and 24 where 32 and 16 make 1.45 waves (the 8B's and the 1B's qkv: 192 tiles against 128;
   // docs/perf-log.md, change 86).
-  const auto slots_ok = [](int k, int bn) { return k % (64 * (64 / bn)) == 0; };
   const auto pick = [&](int k, int n) {
     int best = 0, best_rows = 0;
     for (int bn = 16; bn <= 64; bn += 8) {
-      if (!slots_ok(k, bn) || n % bn != 0) continue;
+      if (!persistent_tile_fits(bn, k, n)) continue;
       const int rows = (n / bn + kSms - 1) / kSms * bn;  // the busiest CTA's
       if (best == 0 || rows <= best_rows) best = bn, best_rows = rows;
     }
@@ -344,7 +343,7 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   t.bq = pick(h, nqkv);
   t.bo = pick(ko, h);
   t.bd = pick(i, h);
-  t.bg = slots_ok(h, 64) && i % 32 == 0 ? 64 : 0;
+  t.bg = persistent_tile_fits(64, h, 2 * i) && i % 32 == 0 ? 64 : 0;
   // Resident A: 16 bytes per 8 columns of the largest K (one token), a zero tail, whole KBs; 16 KB
   // for the static shared memory (attn_split_block's 8.6 KB at head dim 128, the QKV epilogue's,
   // the norm's) and 1 KB of alignment.

@@ -187,6 +187,12 @@ inline constexpr int kPersistentThreads = 160;  // the consumer warpgroup and th
 // and the attention's static shared memory. `nqkv` is (Hq + 2 Hkv) D, `ko` Hq D.
 // A ring slot: 8 KB of weights and its pair of barriers.
 inline constexpr int kPersistentSlotBytes = 8192 + 16;
+// Whether decode_layer_persistent's ring takes tiles of bn of the n weight rows over K = k: whole
+// tiles, whole 8-row groups, 64 / bn whole K blocks a slot and K in whole slots (the kernel's
+// persistent_tile_ok, decode_persistent.cuh).
+inline constexpr bool persistent_tile_fits(int bn, int k, int n) {
+  return bn % 8 == 0 && bn >= 8 && bn <= 64 && n % bn == 0 && k % (64 * (64 / bn)) == 0;
+}
 struct PersistentLayerTiling {
   int bq = 32, bo = 32, bg = 64, bd = 32, stages = 0, smem = 0;
   bool fits = false;  // the model's shapes divide into whole slots and tiles

@@ -523,10 +523,9 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         std::string label;
         const char* count;  // the GridCount template argument
         bool act_poll;      // ACT_POLL
-        int bq, bg;         // QKV and gate/up tile rows
       };
-      const std::vector<Variant> variants = {{"V1 plan", "Release", true, lt.bq, lt.bg},
-                                             {"V1 count gate/up", "Release", false, lt.bq, lt.bg}};
+      const std::vector<Variant> variants = {{"V1 plan", "Release", true},
+                                             {"V1 count gate/up", "Release", false}};
       std::vector<std::string> names;
       for (const Variant& v : variants)
         names.push_back(
@@ -535,7 +534,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
             I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " +
             I(kAttnSplit) + ", " + I(nsplit) + ", " +
             float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
-            I(sh.I) + ", " + I(lt.stages) + ", " + I(v.bq) + ", " + I(lt.bo) + ", " + I(v.bg) +
+            I(sh.I) + ", " + I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) +
             ", " + I(lt.bd) + ", telos_kernels::GridCount::" + v.count +
             (v.act_poll ? ", true>" : ", false>"));
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
@@ -553,7 +552,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       const int copies = std::max(2, static_cast<int>((400ull << 20) / (w_bytes + kv_bytes)) + 1);
       struct Copy {
         void* w[4];
-        std::vector<std::array<void*, 4>> maps;  // a variant's (its QKV and gate/up boxes)
+        void* maps[4];
         void* kv;
       };
       std::vector<Copy> cs(copies);
@@ -562,13 +561,10 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           check(cudaMalloc(&c.w[k], 2 * w_rows[k] * w_cols[k]), "alloc");
           fill(c.w[k], 2 * w_rows[k] * w_cols[k]);
         }
-        for (const Variant& v : variants) {
-          const int boxes[4] = {v.bq, lt.bo, v.bg / 2, lt.bd};
-          std::array<void*, 4>& maps = c.maps.emplace_back();
-          for (int k = 0; k < 4; ++k)
-            maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]),
+        const int boxes[4] = {lt.bq, lt.bo, lt.bg / 2, lt.bd};
+        for (int k = 0; k < 4; ++k)
+          c.maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]),
                                  boxes[k]);
-        }
         check(cudaMalloc(&c.kv, kv_bytes), "alloc");
         fill(c.kv, kv_bytes);
       }
@@ -601,7 +597,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         auto launch = [&](Module& m, std::size_t vi, int i, bool pdl) {
           const Copy& c = cs[i % copies];
           const void* null = nullptr;
-          const auto& maps = c.maps[vi];
+          const auto& maps = c.maps;
           m.launch(
               names[vi], dim3(prop.multiProcessorCount), 160,
               {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null,     null, pos, seq,
@@ -614,8 +610,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           char label[64], shape[64];
           std::snprintf(label, sizeof label, "decode layer %s %s", sh.name,
                         variants[vi].label.c_str());
-          std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages,
-                        variants[vi].bq, lt.bo, variants[vi].bg, lt.bd);
+          std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, lt.bq,
+                        lt.bo, lt.bg, lt.bd);
           std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
                       100.0 * bytes / us / 1e3 / copy_gbs);
         }
@@ -665,8 +661,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       }
       for (Copy& c : cs) {
         for (int k = 0; k < 4; ++k) cudaFree(c.w[k]);
-        for (const auto& maps : c.maps)
-          for (void* m : maps) cudaFree(m);
+        for (void* m : c.maps) cudaFree(m);
         cudaFree(c.kv);
       }
       for (void* p : {norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync})

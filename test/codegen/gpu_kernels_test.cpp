@@ -807,7 +807,7 @@ TEST(GpuKernels, PersistentQkvTilesMatchSmallGemm) {
     ASSERT_TRUE(mt.fits) << what;
     std::vector<int> heights = {mt.bq};
     for (int bq : {16, 32})
-      if (bq != mt.bq && s.NQKV % bq == 0 && s.H % (64 * (64 / bq)) == 0) heights.push_back(bq);
+      if (bq != mt.bq && codegen::persistent_tile_fits(bq, s.H, s.NQKV)) heights.push_back(bq);
     const codegen::SmallGemmTiling ts = codegen::small_gemm_tiling(s.NQKV, s.H, 1, false);
     std::vector<std::string> names = {ts.instance("bf16", 1, s.NQKV, s.H)};
     for (int bq : heights)
