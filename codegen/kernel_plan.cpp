@@ -323,28 +323,24 @@ SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups) 
        " is not a multiple of 16 (the LM head's weight tiles)");
 }
 
-PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim, bool qk_norm) {
+PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim) {
   PersistentLayerTiling t;
-  // The QKV epilogue runs in the QKV tiles wherever it can (no QK norm; heads of whole 16-row pair
-  // groups): one grid-wide count and one phase a layer fewer (docs/perf-log.md, change 88). Its
-  // tiles are then multiples of 16 rows.
-  t.qkv_rope = !qk_norm && head_dim % 16 == 0;
   // A slot holds 64 / bn whole K blocks of a tile, so K must be whole slots. A phase ends when its
   // CTA with the most rows does (tile g is CTA g mod kSms's), so the tile with the fewest rows on
   // the busiest CTA, and of those the largest (fewer, longer streams): 32 rows where that gives an
   // SM a tile (the 8B's o and down), 16 where 32 would leave SMs idle (the 1B's o and down), 48
   // and 24 where 32 and 16 make 1.45 waves (the 8B's and the 1B's qkv: 192 tiles against 128;
   // docs/perf-log.md, change 86).
-  const auto pick = [&](int k, int n, int step = 8) {
+  const auto pick = [&](int k, int n) {
     int best = 0, best_rows = 0;
-    for (int bn = 16; bn <= 64; bn += step) {
+    for (int bn = 16; bn <= 64; bn += 8) {
       if (!persistent_tile_fits(bn, k, n)) continue;
       const int rows = (n / bn + kSms - 1) / kSms * bn;  // the busiest CTA's
       if (best == 0 || rows <= best_rows) best = bn, best_rows = rows;
     }
     return best;
   };
-  t.bq = pick(h, nqkv, t.qkv_rope ? 16 : 8);
+  t.bq = pick(h, nqkv);
   t.bo = pick(ko, h);
   t.bd = pick(i, h);
   t.bg = persistent_tile_fits(64, h, 2 * i) && i % 32 == 0 ? 64 : 0;
@@ -573,7 +569,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       args.insert(args.begin(), "buf:qkv");
       launch(k, {NH, T, 1}, args);
     };
-    const PersistentLayerTiling layer_t = decode_layer_tiling(H, NH * D, HQ * D, I, D, in.qk_norm);
+    const PersistentLayerTiling layer_t = decode_layer_tiling(H, NH * D, HQ * D, I, D);
     const bool layer_persistent = kind == "decode" && T <= kDecodeLayerPersistentMaxRows && layer_t.fits;
     if (fold_qkv && !layer_persistent) qkv_arrival_counters = NH;
     const int layer_k =
@@ -582,7 +578,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                            I_(D) + ", " + qkv_epi.substr(0, qkv_epi.size() - 1) + ", " + I_(plan.attn_split) + ", " +
                            I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(I) + ", " +
                            I_(layer_t.stages) + ", " + I_(layer_t.bq) + ", " + I_(layer_t.bo) + ", " +
-                           I_(layer_t.bg) + ", " + I_(layer_t.bd) + (layer_t.qkv_rope ? ", true>" : ", false>"),
+                           I_(layer_t.bg) + ", " + I_(layer_t.bd) + ">",
                        {"qkv_map", "o_map", "gu_map", "down_map", "attn_norm", "mlp_norm", "bias", "q_norm",
                         "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x", "qkv", "q", "part_o",
                         "part_ml", "attn", "act", "sync"},
@@ -594,7 +590,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       if (layer_persistent) {
         const long long rows = static_cast<long long>(NH) * D;
         const std::vector<std::string> epi = qkv_epi_args(w, l);  // bias, q_norm, k_norm, positions, ...
-        std::vector<std::string> args = {tmap(w + "qkv", rows, H, layer_t.qkv_box()), tmap(w + "o", H, HQ * D, layer_t.bo),
+        std::vector<std::string> args = {tmap(w + "qkv", rows, H, layer_t.bq), tmap(w + "o", H, HQ * D, layer_t.bo),
                                          tmap(w + "gate_up", 2LL * I, H, layer_t.bg / 2),
                                          tmap(w + "down", H, I, layer_t.bd), w + "attn_norm", w + "mlp_norm"};
         args.insert(args.end(), epi.begin(), epi.begin() + 7);  // up to kv:l; q goes after x and qkv

@@ -63,15 +63,16 @@ struct LayerGemmOps {
 // steps (wgmma_k_loop's sequence, gemm_prefill.cuh), from the ring's slots (64 / BN K blocks each)
 // and the resident interleaved A at `a_base`; then gemm_small_body's epilogue for output columns
 // t · kOutCols ...
-// layer_gemm_tile_mma is the tile's K loop alone, its accumulators left in d (wgmma's layout).
-template <int M, unsigned BN, unsigned STAGES>
-__device__ __forceinline__ void layer_gemm_tile_mma(hexel::mbarrier::StageRing<STAGES>& ring, unsigned a_base,
-                                                    unsigned ring_base, unsigned full, unsigned empty,
-                                                    unsigned K, float (&d)[BN / 2]) {
+template <int M, unsigned BN, SmallEpi EPI, unsigned STAGES>
+__device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGES>& ring, unsigned a_base,
+                                                unsigned ring_base, unsigned full, unsigned empty, unsigned t,
+                                                unsigned K, unsigned N, void* out) {
   using namespace hexel;
   constexpr unsigned kALbo = M * 16;
   constexpr unsigned kBlocksPerSlot = 64 / BN;  // whole K blocks of BN · 128 bytes in the 8 KB slot
-  const unsigned lane = threadIdx.x % 32;
+  constexpr unsigned kOutCols = EPI == SmallEpi::SwiGlu ? BN / 2 : BN;
+  const unsigned warp = warp_index(), lane = threadIdx.x % 32;
+  float d[BN / 2];
   const unsigned slots = K / 64 / kBlocksPerSlot;
   unsigned prev = 0;
   for (unsigned sl = 0; sl < slots; ++sl) {
@@ -96,15 +97,6 @@ __device__ __forceinline__ void layer_gemm_tile_mma(hexel::mbarrier::StageRing<S
   wgmma::wait_group<0>();
   wgmma::fence_operand(d);
   if (lane == 0) mbarrier::arrive(empty + 8 * prev);
-}
-template <int M, unsigned BN, SmallEpi EPI, unsigned STAGES>
-__device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGES>& ring, unsigned a_base,
-                                                unsigned ring_base, unsigned full, unsigned empty, unsigned t,
-                                                unsigned K, unsigned N, void* out) {
-  constexpr unsigned kOutCols = EPI == SmallEpi::SwiGlu ? BN / 2 : BN;
-  const unsigned warp = hexel::warp_index(), lane = threadIdx.x % 32;
-  float d[BN / 2];
-  layer_gemm_tile_mma<M, BN>(ring, a_base, ring_base, full, empty, K, d);
 #pragma unroll
   for (unsigned hh = 0; hh < 2; ++hh) {
     const unsigned m = 16 * warp + lane / 4 + 8 * hh;
@@ -146,24 +138,12 @@ __device__ __forceinline__ unsigned persistent_first_tile(unsigned g0) {
 }
 
 // One phase of a producer's weight stream: `tiles` tiles of `bn` rows of `map` (rows t · bn ..), or
-// with `up_row` > 0 (SwiGLU) bn / 2 gate rows t · bn / 2 .. and the up rows up_row + t · bn / 2 ..,
-// or with `pair_d` > 0 (the QKV rows of heads of pair_d rows, `map` in 8-row boxes) the rows in
-// RoPE's pair order (qkv_pair_row); K in slots of 64 / bn K blocks; its first tile has the launch's
-// global tile index g0.
+// with `up_row` > 0 (SwiGLU) bn / 2 gate rows t · bn / 2 .. and the up rows up_row + t · bn / 2 ..;
+// K in slots of 64 / bn K blocks; its first tile has the launch's global tile index g0.
 struct StreamPhase {
   const TensorMap* map;
-  unsigned k, bn, tiles, up_row, g0, pair_d;
+  unsigned k, bn, tiles, up_row, g0;
 };
-
-// The QKV rows in RoPE's pair order, for a tile's epilogue to hold both elements of each rotated
-// pair: position p of the order (p = 16 g + 8 s + r within a head of D rows, r < 8) is the head's
-// row 8 g + r for s = 0 and D / 2 + 8 g + r for s = 1. A tile of a multiple of 16 rows then holds
-// whole pairs, each 8 columns apart (wgmma's accumulator gives a thread columns c and c + 8:
-// qkv_rope_pairs), and its weights arrive as 8-row boxes, the 128-byte swizzle's unit, so the
-// slot's layout is the plain tile's.
-__host__ __device__ constexpr unsigned qkv_pair_row(unsigned p, unsigned d) {
-  return p / d * d + (p % d / 8 % 2) * (d / 2) + p % d / 16 * 8 + p % 8;
-}
 
 // A position in one CTA's sequence of ring slots over a list of phases (in shared memory, so
 // that a runtime phase index needs no local memory): phase p, tile t, slot sl of the tile. The
@@ -192,8 +172,6 @@ class StreamCursor {
       if (up_row_ > 0) {
         fn(off, map_, col, row_);
         fn(off + bn_ / 2 * 128, map_, col, up_row_ + row_);
-      } else if (pair_d_ > 0) {
-        for (unsigned b = 0; b < bn_ / 8; ++b) fn(off + b * 1024, map_, col, qkv_pair_row(row_ + 8 * b, pair_d_));
       } else {
         fn(off, map_, col, row_);
       }
@@ -209,7 +187,6 @@ class StreamCursor {
       bn_ = s.bn;
       tiles_ = s.tiles;
       up_row_ = s.up_row;
-      pair_d_ = s.pair_d;
       per_slot_ = 64 / s.bn;
       slots_ = s.k / 64 / per_slot_;
       sl_ = 0;
@@ -221,7 +198,7 @@ class StreamCursor {
   const StreamPhase* ph_;
   int n_, p_ = 0;
   const TensorMap* map_ = nullptr;
-  unsigned bn_ = 0, tiles_ = 0, up_row_ = 0, pair_d_ = 0, per_slot_ = 0, slots_ = 0;
+  unsigned bn_ = 0, tiles_ = 0, up_row_ = 0, per_slot_ = 0, slots_ = 0;
   unsigned t_ = 0, sl_ = 0, row_ = 0;  // tile, slot of the tile, first weight row of the tile
 };
 
@@ -532,72 +509,22 @@ struct MlpPhases {
   }
 };
 
-// The QKV epilogue of tile t of a one-token QKV phase whose rows are in RoPE's pair order
-// (qkv_pair_row), from the tile's accumulators: the projection rounded to bf16 and back (the values
-// qkv_rope_row reads from qkv), the bias, RoPE of q and k, q to q_out (f32, [HQ D]), k and v
-// appended at `pos` to `page` (not where pos < 0): qkv_rope_row's operations in its order on the
-// same values, so the same bits, without the projection's round trip through memory and the phase
-// that reads it back. The token's row is threads 0-3's (wgmma's accumulator: row 0 is lanes 0-3 of
-// warp 0, columns 8j + 2 (lane % 4) + {0, 1} in d[4j], d[4j + 1]), and the pair order puts element
-// i of a head in column 16 g + c and element i + D / 2 in column 16 g + 8 + c. No QK norm (it needs
-// the head's whole row).
-template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope, unsigned BN>
-__device__ __forceinline__ void qkv_rope_pairs(const float (&d)[BN / 2], unsigned t, int pos, int page,
-                                               const float* bias, bf16* kv_layer, float* q_out) {
-  static_assert(BN % 16 == 0 && D % 16 == 0, "whole pairs of 8-row blocks in a tile and in a head");
-  if (threadIdx.x >= 4) return;
-#pragma unroll
-  for (unsigned g = 0; g < BN / 16; ++g) {
-    const unsigned p = t * BN + 16 * g + 2 * threadIdx.x;  // element i's position in the pair order
-    const unsigned head = p / D, i = p % D / 16 * 8 + p % 8;
-    const unsigned lo_b = pack_bf16x2(d[8 * g], d[8 * g + 1]), hi_b = pack_bf16x2(d[8 * g + 4], d[8 * g + 5]);
-    float lo[2] = {__uint_as_float(lo_b << 16), __uint_as_float(lo_b & 0xffff0000u)};  // i, i + 1
-    float hi[2] = {__uint_as_float(hi_b << 16), __uint_as_float(hi_b & 0xffff0000u)};  // + D / 2
-    if constexpr (BIAS) {
-      for (int e = 0; e < 2; ++e) {
-        lo[e] += bias[head * D + i + e];
-        hi[e] += bias[head * D + D / 2 + i + e];
-      }
-    }
-    if (head < static_cast<unsigned>(HQ + HKV)) {
-      for (int e = 0; e < 2; ++e) {
-        float sn, cs;
-        rope_sincos<Rope>(pos, static_cast<int>(i) + e, sn, cs);
-        const float x1 = lo[e], x2 = hi[e];
-        lo[e] = rope_first(x1, x2, cs, sn);
-        hi[e] = rope_second(x1, x2, cs, sn);
-      }
-    }
-    if (head < static_cast<unsigned>(HQ)) {
-      *reinterpret_cast<float2*>(q_out + head * D + i) = make_float2(lo[0], lo[1]);
-      *reinterpret_cast<float2*>(q_out + head * D + D / 2 + i) = make_float2(hi[0], hi[1]);
-    } else if (pos >= 0) {
-      const int kv = head < static_cast<unsigned>(HQ + HKV) ? 0 : 1, kvh = static_cast<int>(head) - HQ - kv * HKV;
-      bf16* row = kv_layer + page * PAGE_ELEMS + (static_cast<long long>(kv * HKV + kvh) * PAGE + pos % PAGE) * D;
-      *reinterpret_cast<unsigned*>(row + i) = f32_to_bf16(lo[0]) | static_cast<unsigned>(f32_to_bf16(lo[1])) << 16;
-      *reinterpret_cast<unsigned*>(row + D / 2 + i) =
-          f32_to_bf16(hi[0]) | static_cast<unsigned>(f32_to_bf16(hi[1])) << 16;
-    }
-  }
-}
-
 // decode_layer_persistent's L2 prefetch of the context's K/V: at most this many bytes a layer, a
 // third of the H200's 50 MB L2 (the weights stream through the rest).
 constexpr long long kKvPrefetchBytes = 16LL << 20;
 
 // A whole one-token decode layer in one launch: the attention half (RMSNorm + the QKV GEMM; the QKV
-// epilogue per head, qkv_rope_row, or with QKV_ROPE in the QKV tiles, qkv_rope_pairs; the attention
-// splits, attn_split_block per (KV head, slot); the combine, attn_combine_row per query head, where
-// the context is longer than one split) and then MlpPhases, seven phases between grid-wide counts
-// (six without the combine, one fewer with QKV_ROPE), one weight stream (qkv, o, gate/up, down) per
-// SM. Every piece is the code the separate kernels run, or its operations in their order, so the
-// rows have their bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's
-// after D), then the MLP's and the ring's, QKV_ROPE, then how the grid-wide counts are met (the
-// plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels' (the
-// maps in BQ (QKV_ROPE: 8) / BO / BG / 2 / BD x 64 boxes).
+// epilogue per head, qkv_rope_row; the attention splits, attn_split_block per (KV head, slot); the
+// combine, attn_combine_row per query head, where the context is longer than one split) and then
+// MlpPhases, seven phases between grid-wide counts (six without the combine), one weight stream
+// (qkv, o, gate/up, down) per SM. Every piece is the code the separate kernels run, so the rows
+// have their bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's after
+// D), then the MLP's and the ring's, then how the grid-wide counts are met (the plan leaves the
+// default; telos-kernel-bench times every GridCount); args as those kernels' (the maps in BQ / BO /
+// BG / 2 / BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
-          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, GridCount COUNT = GridCount::Release,
+          int STAGES, int BQ, int BO, int BG, int BD, GridCount COUNT = GridCount::Release,
           bool ACT_POLL = true>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map,
@@ -611,7 +538,6 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   constexpr int NH = HQ + 2 * HKV, NQKV = NH * D, KO = HQ * D;
   using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
   static_assert(persistent_tile_ok(BQ, H) && NQKV % BQ == 0, "QKV tiles");
-  static_assert(!QKV_ROPE || (!QK_NORM && BQ % 16 == 0 && D % 16 == 0), "QKV tiles of whole RoPE pairs");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
   constexpr unsigned kTilesQkv = NQKV / BQ;
   constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
@@ -622,7 +548,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   if (warp_index() == 4) {
     if (threadIdx.x % 32 == 0) {
       __shared__ StreamPhase phases[4];
-      phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0, QKV_ROPE ? D : 0};
+      phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0};
       Mlp::stream_phases(o_map, gu_map, down_map, kTilesQkv, phases + 1);
       persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
       phase_trace(15);
@@ -643,54 +569,32 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   }
   phase_trace(1);
 
-  // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16); with QKV_ROPE the tiles in RoPE's pair order, each
-  // running the QKV epilogue on its accumulators (qkv_rope_pairs), so phase 1 has no work.
-  const int pos = positions[0];
-  const int* pt = page_tables + token_seq[0] * MAXP;
+  // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16).
   unsigned first = persistent_first_tile(0);
   if (first < kTilesQkv) {
     persistent_norm_a<1, H, EPS>(sm.base, x, w8);
-    if constexpr (QKV_ROPE) {
-      const int page = pos >= 0 ? pt[pos / PAGE] : 0;
-      for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x) {
-        float d[BQ / 2];
-        layer_gemm_tile_mma<1, BQ>(ring, sm.base, sm.ring_base, sm.full, sm.empty, H, d);
-        qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer, q);
-      }
-    } else {
-      for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
-        layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV,
-                                                    qkv);
-    }
+    for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
+      layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV, qkv);
   }
+  persistent_next_phase<COUNT>(sync, 0);
+  const int pos = positions[0];
 
   // The context's K/V of this layer into L2, a page's slice of the layer per thread over the whole
   // grid, so that the attention items' chunk loads (phase 2) wait on L2 rather than DRAM: their
   // chunks are a chain of dependent loads, ~6 µs an item at 256 positions from DRAM (run S). Issued
   // after QKV, so that less than the ring's worth of weights passes through L2 before the items
   // read it; at most kKvPrefetchBytes (the first pages: every slot's first split). Loads only.
-  const auto prefetch_kv = [&] {
+  {
     constexpr long long kLayerPageElems = 2LL * HKV * PAGE * D;
     constexpr int kMaxPages = static_cast<int>(kKvPrefetchBytes / (2 * kLayerPageElems));
     const int pages = pos < 0 ? 0 : min(pos / PAGE + 1, kMaxPages);
+    const int* pt = page_tables + token_seq[0] * MAXP;
     for (int p = blockIdx.x + gridDim.x * t; p < pages; p += gridDim.x * 128)
       tma::prefetch_bytes(kv_layer + static_cast<long long>(pt[p]) * PAGE_ELEMS, 2 * kLayerPageElems);
-  };
-  if constexpr (QKV_ROPE) {
-    // Before the arrival: the items follow it at once. One arrival ends phases 0 and 1.
-    prefetch_kv();
-    phase_trace(2);
-    persistent_arrive<COUNT>(sync, 2);
-    phase_trace(16);
-    persistent_wait<COUNT>(sync, 2 * gridDim.x);
-    phase_trace(5);
-  } else {
-    persistent_next_phase<COUNT>(sync, 0);
-    prefetch_kv();
   }
 
   // Phase 1: the QKV epilogue, a head per work item (q to `q`, K/V appended to their pages).
-  if constexpr (!QKV_ROPE) {
+  {
     __shared__ float head_v[D];
     __shared__ float scratch[D / 32 > 0 ? D / 32 : 1];
     for (unsigned head = blockIdx.x; head < static_cast<unsigned>(NH); head += gridDim.x) {
@@ -699,8 +603,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
           v, static_cast<int>(head), 0, t, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q,
           head_v, scratch, sync128);
     }
-    persistent_next_phase<COUNT>(sync, 1);
   }
+  persistent_next_phase<COUNT>(sync, 1);
 
   // Phase 2: the attention splits, a (KV head, slot) per work item. A context of one split (position
   // < SPLIT) needs no combine: the items write attn as the combine would (attn_split_block's `out`,

@@ -336,25 +336,6 @@ __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
   prefill_gemm_body<M, I, K, EpilogueSwiGlu>(a_map, w_map, act_map);
 }
 
-// RoPE (rotate-half) of the pair (x1, x2) = elements (j, j + D / 2) of a head at position pos:
-// rope_first gives element j, rope_second element j + D / 2. The angle is rounded to f32 as
-// transformers computes it; reducing it by 2π in f64 keeps sincos on its short path (the
-// long-argument path needs local memory). The products and sums are spelled out (no contraction
-// left to the compiler), so every kernel that rotates a pair gives it the same bits
-// (qkv_rope_row; decode_layer_persistent's QKV tiles, qkv_rope_pairs).
-template <class Rope>
-__device__ __forceinline__ void rope_sincos(int pos, int j, float& sn, float& cs) {
-  const float angle = static_cast<float>(max(pos, 0)) * Rope::inv_freq(j);
-  const double turns = rint(static_cast<double>(angle) * 0.15915494309189535);
-  __sincosf(static_cast<float>(fma(-turns, 6.283185307179586, static_cast<double>(angle))), &sn, &cs);
-}
-__device__ __forceinline__ float rope_first(float x1, float x2, float cs, float sn) {
-  return __fmaf_rn(x1, cs, -__fmul_rn(x2, sn));
-}
-__device__ __forceinline__ float rope_second(float x1, float x2, float cs, float sn) {
-  return __fmaf_rn(x2, cs, __fmul_rn(x1, sn));
-}
-
 // The QKV epilogue of one (token m, head) row of D values: adds the bias (Qwen2), applies the
 // per-head RMSNorm to q and k (Qwen3), rotates q and k (RoPE, rotate-half; Rope::inv_freq(i),
 // llama3 scaling included), then writes q (f32, [M, HQ D]) or appends k / v to the token's KV
@@ -396,10 +377,14 @@ __device__ __forceinline__ void qkv_rope_row(float v, int head, int m, int d, co
     sync();
     if (on) {
       const int j = d % (D / 2);
+      // The angle is rounded to f32 as transformers computes it; reducing it by 2π in f64 keeps
+      // sincos on its short path (the long-argument path needs local memory).
+      const float angle = static_cast<float>(max(pos, 0)) * Rope::inv_freq(j);
+      const double turns = rint(static_cast<double>(angle) * 0.15915494309189535);
       float sn, cs;
-      rope_sincos<Rope>(pos, j, sn, cs);
+      __sincosf(static_cast<float>(fma(-turns, 6.283185307179586, static_cast<double>(angle))), &sn, &cs);
       const float x1 = head_v[j], x2 = head_v[j + D / 2];
-      v = d < D / 2 ? rope_first(x1, x2, cs, sn) : rope_second(x1, x2, cs, sn);
+      v = d < D / 2 ? x1 * cs - x2 * sn : x2 * cs + x1 * sn;
     }
   }
   if (!on) return;
