@@ -673,9 +673,10 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           }
           // The boundary: the layer before on the same clock (its down's end, its producer's last
           // load, its CTAs' exits), then this layer's exits.
-          std::printf("\n    previous layer: p6 end %s; producer done %s; exit %s; this layer: exit %s\n",
-                      at(prev, 14).c_str(), at(prev, 15).c_str(), at(prev, kExit).c_str(),
-                      at(t, kExit).c_str());
+          std::printf(
+              "\n    previous layer: p6 end %s; producer done %s; exit %s; this layer: exit %s\n",
+              at(prev, 14).c_str(), at(prev, 15).c_str(), at(prev, kExit).c_str(),
+              at(t, kExit).c_str());
         }
       }
       for (Copy& c : cs) {
