@@ -654,7 +654,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   // Phases 4-6: the MLP half.
   constexpr unsigned kMlpPhase0 = 4;
   static_assert(2 + 2 * (kMlpPhase0 + 2) < 15 && 16 + kMlpPhase0 + 2 < kTraceExit,
-                "phase_trace: the phases' events below the producer's (15), the arrivals after it, then the exit");
+                "phase_trace: the phases' events below the producer's (15), then the arrivals, then "
+                "the exit");
   Mlp::template run<1, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x,
                                              act, sync, kMlpPhase0, kTilesQkv);
   phase_trace(kTraceExit);
