@@ -248,9 +248,9 @@ __device__ __forceinline__ void trace_launch_done() {}
 // Returns the ns it waited for free slots with TELOS_PHASE_TRACE (the ring full: the consumers
 // behind), else 0.
 template <unsigned STAGES>
-__device__ __forceinline__ unsigned long long persistent_stream(hexel::mbarrier::StageRing<STAGES>& ring,
-                                                                unsigned ring_base, unsigned full, unsigned empty,
-                                                                const StreamPhase* phases, int n) {
+__device__ __forceinline__ unsigned long long persistent_stream(
+    hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base, unsigned full, unsigned empty,
+    const StreamPhase* phases, int n) {
   using namespace hexel;
   unsigned long long waited = 0;
   for (int p = 0; p < n; ++p) hexel::tma::acquire_map(phases[p].map);
@@ -574,7 +574,9 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
       __shared__ StreamPhase phases[4];
       phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0};
       Mlp::stream_phases(o_map, gu_map, down_map, kTilesQkv, phases + 1);
-      phase_trace_at(kTraceProducerWaits, persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4));
+      const unsigned long long waited =
+          persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
+      phase_trace_at(kTraceProducerWaits, waited);
       phase_trace(15);
     }
     return;
@@ -662,8 +664,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   // Phases 4-6: the MLP half.
   constexpr unsigned kMlpPhase0 = 4;
   static_assert(2 + 2 * (kMlpPhase0 + 2) < 15 && 16 + kMlpPhase0 + 1 < kTraceProducerWaits,
-                "phase_trace: the phases' events below the producer's (15), then the arrivals, then "
-                "the exit");
+                "phase_trace: the phases' events below the producer's (15), then the arrivals, "
+                "below the producer's waits (22) and the exit (23)");
   Mlp::template run<1, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x,
                                              act, sync, kMlpPhase0, kTilesQkv);
   phase_trace(kTraceExit);
