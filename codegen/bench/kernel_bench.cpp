@@ -19,6 +19,8 @@
 // `telos-kernel-bench --attention` only the copy bandwidth and decode attention;
 // `telos-kernel-bench --read-floor` only the copy bandwidth and the read floor (a kernel that only
 // reads, at the decode kernels' sizes);
+// `telos-kernel-bench --stream` only the copy bandwidth and one persistent CTA's weight stream by
+// grid size and weight tile;
 // `telos-kernel-bench --gemm` only the copy bandwidth and the decode GEMMs at the full-batch bucket
 // (M = 256), swept over weight tiles of 32-256 rows and 2, 4, 6 and 8 stages, with clusters of two
 // and, where the plan has one consumer warpgroup, on two (on two, the plan's own: the stages its
@@ -186,6 +188,7 @@ int main(int argc, char** argv) {
   const bool gemm_only = argc > 1 && std::string(argv[1]) == "--gemm";
   const bool small_rows = argc > 1 && std::string(argv[1]) == "--small-rows";
   const bool read_floor = argc > 1 && std::string(argv[1]) == "--read-floor";
+  const bool stream_only = argc > 1 && std::string(argv[1]) == "--stream";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("telos-kernel-bench: no CUDA GPU\n");
@@ -397,6 +400,85 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     cudaFree(a);
     cudaFree(y);
     cudaFree(out);
+    return 0;
+  }
+
+  // One CTA's weight stream (--stream): what a persistent CTA's ring (the plan's 22 slots of 8 KB)
+  // streams by itself. The 8B layer's gate/up phase ends ~12 µs later on its last CTA than on the
+  // median one (docs/perf-log.md, session 34): 448 tiles on 132 CTAs, so 52 CTAs stream a fourth
+  // tile while 80 wait, and that tile goes at ~42 GB/s a CTA where all 132 went at ~33. Whether a
+  // CTA's stream has a ceiling of its own (its boxes, its consumers' wgmma, its barriers), and how
+  // it depends on the box: layer_gemms_persistent (8B shapes, M = 1, 8 layers a launch, weights
+  // rotated over two copies) on grids of 132 down to 13 CTAs, with weight tiles (qkv / o / gate+up /
+  // down rows) of 16 / 16 / 32 / 16 (2 KB boxes, four a slot), 32 / 32 / 64 / 32 (4 KB, two a slot;
+  // the prototype's) and 64 / 64 / 64 / 64 (8 KB boxes but gate/up's 4 KB): GB/s over all CTAs and
+  // per CTA.
+  if (stream_only) {
+    constexpr int kH = 4096, kNqkv = 6144, kI = 14336, kLayers = 8;
+    const std::size_t rows[4] = {kNqkv, kH, 2 * kI, kH}, cols[4] = {kH, kH, kH, kI};
+    double layer_bytes = 0;
+    for (int k = 0; k < 4; ++k) layer_bytes += 2.0 * rows[k] * cols[k];
+    const PersistentLayerTiling ring = decode_layer_tiling(kH, kNqkv, kH, kI, 128);
+    struct Tiles {
+      const char* label;
+      std::array<int, 4> bn;
+    };
+    const Tiles tiles[] = {{"tiles 16/16/32/16", {16, 16, 32, 16}},
+                           {"tiles 32/32/64/32", {32, 32, 64, 32}},
+                           {"tiles 64/64/64/64", {64, 64, 64, 64}}};
+    std::vector<std::string> names;
+    for (const Tiles& t : tiles)
+      names.push_back("telos_kernels::layer_gemms_persistent<1, " + I(kH) + ", " + I(kNqkv) + ", " +
+                      I(kI) + ", " + I(kLayers) + ", " + I(ring.stages) + ", " + I(t.bn[0]) + ", " +
+                      I(t.bn[1]) + ", " + I(t.bn[2]) + ", " + I(t.bn[3]) + ">");
+    Module mod(names);
+    std::vector<void*> w[2];
+    for (auto& copy : w)
+      for (int k = 0; k < 4; ++k) {
+        void* p;
+        check(cudaMalloc(&p, 2 * rows[k] * cols[k]), "alloc");
+        fill(p, 2 * rows[k] * cols[k]);
+        copy.push_back(p);
+      }
+    void *a, *act, *qkv, *x, *sync, *maps;
+    check(cudaMalloc(&a, 2ull * kI), "alloc");
+    fill(a, 2ull * kI);
+    check(cudaMalloc(&act, 2ull * kI), "alloc");
+    check(cudaMalloc(&qkv, 2ull * kNqkv), "alloc");
+    check(cudaMalloc(&x, 4ull * kH), "alloc");
+    check(cudaMalloc(&sync, 8), "alloc");
+    check(cudaMemset(sync, 0, 8), "sync");
+    check(cudaMalloc(&maps, 4 * kLayers * sizeof(hexel::TensorMap)), "alloc");
+    for (std::size_t ti = 0; ti < std::size(tiles); ++ti) {
+      std::vector<hexel::TensorMap> hmaps;
+      for (int l = 0; l < kLayers; ++l)
+        for (int k = 0; k < 4; ++k)
+          hmaps.push_back(hexel::encode_2d(
+              hexel::TmaDtype::BF16, w[l % 2][k], rows[k], cols[k], cols[k] * 2,
+              static_cast<std::uint32_t>(k == 2 ? tiles[ti].bn[k] / 2 : tiles[ti].bn[k]), 64,
+              hexel::Swizzle::B128));
+      check(cudaMemcpy(maps, hmaps.data(), hmaps.size() * sizeof(hexel::TensorMap),
+                       cudaMemcpyHostToDevice),
+            "maps");
+      for (int grid : {prop.multiProcessorCount, 104, 80, 52, 26, 13}) {
+        const double us = median_us(
+                              [&](int) {
+                                mod.launch(names[ti], dim3(grid), 128 + 32,
+                                           {maps, a, a, a, act, qkv, x, sync}, ring.smem);
+                              },
+                              10, 2) /
+                          kLayers;
+        char label[64], shape[64];
+        std::snprintf(label, sizeof label, "stream %s", tiles[ti].label);
+        std::snprintf(shape, sizeof shape, "%d CTAs: %.1f GB/s a CTA", grid,
+                      layer_bytes / us / 1e3 / grid);
+        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us,
+                    layer_bytes / us / 1e3, 100.0 * layer_bytes / us / 1e3 / copy_gbs);
+      }
+    }
+    for (auto& copy : w)
+      for (void* p : copy) cudaFree(p);
+    for (void* p : {a, act, qkv, x, sync, maps}) cudaFree(p);
     return 0;
   }
 
