@@ -411,8 +411,9 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // it depends on the box: layer_gemms_persistent (8B shapes, M = 1, 8 layers a launch, weights
   // rotated over two copies) on grids of 132 down to 13 CTAs, with weight tiles (qkv / o / gate+up /
   // down rows) of 16 / 16 / 32 / 16 (2 KB boxes, four a slot), 32 / 32 / 64 / 32 (4 KB, two a slot;
-  // the prototype's) and 64 / 64 / 64 / 64 (8 KB boxes but gate/up's 4 KB): GB/s over all CTAs and
-  // per CTA.
+  // the prototype's) and 64 / 64 / 64 / 64 (8 KB boxes but gate/up's 4 KB), and the prototype's with
+  // half the ring (a stream bound by its latency goes at half the rate): GB/s over all CTAs and per
+  // CTA.
   if (stream_only) {
     constexpr int kH = 4096, kNqkv = 6144, kI = 14336, kLayers = 8;
     const std::size_t rows[4] = {kNqkv, kH, 2 * kI, kH}, cols[4] = {kH, kH, kH, kI};
@@ -422,14 +423,16 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     struct Tiles {
       const char* label;
       std::array<int, 4> bn;
+      int stages;
     };
-    const Tiles tiles[] = {{"tiles 16/16/32/16", {16, 16, 32, 16}},
-                           {"tiles 32/32/64/32", {32, 32, 64, 32}},
-                           {"tiles 64/64/64/64", {64, 64, 64, 64}}};
+    const Tiles tiles[] = {{"tiles 16/16/32/16", {16, 16, 32, 16}, ring.stages},
+                           {"tiles 32/32/64/32", {32, 32, 64, 32}, ring.stages},
+                           {"tiles 64/64/64/64", {64, 64, 64, 64}, ring.stages},
+                           {"tiles 32/32/64/32, half ring", {32, 32, 64, 32}, ring.stages / 2}};
     std::vector<std::string> names;
     for (const Tiles& t : tiles)
       names.push_back("telos_kernels::layer_gemms_persistent<1, " + I(kH) + ", " + I(kNqkv) + ", " +
-                      I(kI) + ", " + I(kLayers) + ", " + I(ring.stages) + ", " + I(t.bn[0]) + ", " +
+                      I(kI) + ", " + I(kLayers) + ", " + I(t.stages) + ", " + I(t.bn[0]) + ", " +
                       I(t.bn[1]) + ", " + I(t.bn[2]) + ", " + I(t.bn[3]) + ">");
     Module mod(names);
     std::vector<void*> w[2];
@@ -464,7 +467,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         const double us = median_us(
                               [&](int) {
                                 mod.launch(names[ti], dim3(grid), 128 + 32,
-                                           {maps, a, a, a, act, qkv, x, sync}, ring.smem);
+                                           {maps, a, a, a, act, qkv, x, sync},
+                                           ring.smem - (ring.stages - tiles[ti].stages) * (8192 + 16));
                               },
                               10, 2) /
                           kLayers;
