@@ -411,9 +411,10 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // it depends on the box: layer_gemms_persistent (8B shapes, M = 1, 8 layers a launch, weights
   // rotated over two copies) on grids of 132 down to 13 CTAs, with weight tiles (qkv / o / gate+up /
   // down rows) of 16 / 16 / 32 / 16 (2 KB boxes, four a slot), 32 / 32 / 64 / 32 (4 KB, two a slot;
-  // the prototype's) and 64 / 64 / 64 / 64 (8 KB boxes but gate/up's 4 KB), and the prototype's with
-  // half the ring (a stream bound by its latency goes at half the rate): GB/s over all CTAs and per
-  // CTA.
+  // the prototype's) and 64 / 64 / 64 / 64 (8 KB boxes but gate/up's 4 KB), the prototype's with
+  // half the ring (a stream bound by its latency goes at half the rate), and the 32- and 16-row
+  // tiles with one 8 KB box a ring slot (rank-3 and rank-4 maps whose K blocks are their outer
+  // dimension: StreamCursor::wide_box): GB/s over all CTAs and per CTA.
   if (stream_only) {
     constexpr int kH = 4096, kNqkv = 6144, kI = 14336, kLayers = 8;
     const std::size_t rows[4] = {kNqkv, kH, 2 * kI, kH}, cols[4] = {kH, kH, kH, kI};
@@ -424,16 +425,20 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       const char* label;
       std::array<int, 4> bn;
       int stages;
+      bool wide;
     };
-    const Tiles tiles[] = {{"tiles 16/16/32/16", {16, 16, 32, 16}, ring.stages},
-                           {"tiles 32/32/64/32", {32, 32, 64, 32}, ring.stages},
-                           {"tiles 64/64/64/64", {64, 64, 64, 64}, ring.stages},
-                           {"tiles 32/32/64/32, half ring", {32, 32, 64, 32}, ring.stages / 2}};
+    const Tiles tiles[] = {{"tiles 16/16/32/16", {16, 16, 32, 16}, ring.stages, false},
+                           {"tiles 32/32/64/32", {32, 32, 64, 32}, ring.stages, false},
+                           {"tiles 64/64/64/64", {64, 64, 64, 64}, ring.stages, false},
+                           {"tiles 32/32/64/32, half ring", {32, 32, 64, 32}, ring.stages / 2, false},
+                           {"tiles 32/32/64/32, wide box", {32, 32, 64, 32}, ring.stages, true},
+                           {"tiles 16/16/32/16, wide box", {16, 16, 32, 16}, ring.stages, true}};
     std::vector<std::string> names;
     for (const Tiles& t : tiles)
       names.push_back("telos_kernels::layer_gemms_persistent<1, " + I(kH) + ", " + I(kNqkv) + ", " +
                       I(kI) + ", " + I(kLayers) + ", " + I(t.stages) + ", " + I(t.bn[0]) + ", " +
-                      I(t.bn[1]) + ", " + I(t.bn[2]) + ", " + I(t.bn[3]) + ">");
+                      I(t.bn[1]) + ", " + I(t.bn[2]) + ", " + I(t.bn[3]) +
+                      (t.wide ? ", true>" : ">"));
     Module mod(names);
     std::vector<void*> w[2];
     for (auto& copy : w)
@@ -452,28 +457,73 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     check(cudaMalloc(&sync, 8), "alloc");
     check(cudaMemset(sync, 0, 8), "sync");
     check(cudaMalloc(&maps, 4 * kLayers * sizeof(hexel::TensorMap)), "alloc");
+    std::vector<char> first_bits;
     for (std::size_t ti = 0; ti < std::size(tiles); ++ti) {
       std::vector<hexel::TensorMap> hmaps;
-      for (int l = 0; l < kLayers; ++l)
-        for (int k = 0; k < 4; ++k)
-          hmaps.push_back(hexel::encode_2d(
-              hexel::TmaDtype::BF16, w[l % 2][k], rows[k], cols[k], cols[k] * 2,
-              static_cast<std::uint32_t>(k == 2 ? tiles[ti].bn[k] / 2 : tiles[ti].bn[k]), 64,
-              hexel::Swizzle::B128));
+      try {
+        for (int l = 0; l < kLayers; ++l)
+          for (int k = 0; k < 4; ++k) {
+            const std::uint32_t bn = static_cast<std::uint32_t>(tiles[ti].bn[k]);
+            if (!tiles[ti].wide) {
+              hmaps.push_back(hexel::encode_2d(hexel::TmaDtype::BF16, w[l % 2][k], rows[k],
+                                               cols[k], cols[k] * 2, k == 2 ? bn / 2 : bn, 64,
+                                               hexel::Swizzle::B128));
+              continue;
+            }
+            // decode_persistent.cuh, StreamCursor::wide_box: [K / 64][N][64], with SwiGLU
+            // [K / 64][2][I][64]; one box a slot.
+            hexel::TensorMapSpec m;
+            m.base = w[l % 2][k];
+            m.swizzle = hexel::Swizzle::B128;
+            if (k == 2) {
+              m.rank = 4;
+              const std::uint64_t dims[4] = {64, rows[k] / 2, 2, cols[k] / 64},
+                                  strides[3] = {cols[k] * 2, rows[k] / 2 * cols[k] * 2, 128};
+              const std::uint32_t box[4] = {64, bn / 2, 2, 64 / bn};
+              std::copy(dims, dims + 4, m.dims);
+              std::copy(strides, strides + 3, m.strides_bytes);
+              std::copy(box, box + 4, m.box);
+            } else {
+              m.rank = 3;
+              const std::uint64_t dims[3] = {64, rows[k], cols[k] / 64},
+                                  strides[2] = {cols[k] * 2, 128};
+              const std::uint32_t box[3] = {64, bn, 64 / bn};
+              std::copy(dims, dims + 3, m.dims);
+              std::copy(strides, strides + 2, m.strides_bytes);
+              std::copy(box, box + 3, m.box);
+            }
+            hmaps.push_back(hexel::encode_tiled(m));
+          }
+      } catch (const std::exception& e) {
+        std::printf("stream %s: the maps: %s\n", tiles[ti].label, e.what());
+        continue;
+      }
       check(cudaMemcpy(maps, hmaps.data(), hmaps.size() * sizeof(hexel::TensorMap),
                        cudaMemcpyHostToDevice),
             "maps");
+      // One run from x = 0: every configuration's bits must be the first one's (the per-element
+      // wgmma chain does not depend on the tile or on the boxes).
+      const int smem = ring.smem - (ring.stages - tiles[ti].stages) * (8192 + 16);
+      check(cudaMemset(x, 0, 4ull * kH), "x");
+      mod.launch(names[ti], dim3(prop.multiProcessorCount), 128 + 32,
+                 {maps, a, a, a, act, qkv, x, sync}, smem);
+      check(cudaDeviceSynchronize(), "stream run");
+      std::vector<char> bits(2 * kNqkv + 2 * kI + 4 * kH);
+      check(cudaMemcpy(bits.data(), qkv, 2 * kNqkv, cudaMemcpyDeviceToHost), "bits");
+      check(cudaMemcpy(bits.data() + 2 * kNqkv, act, 2 * kI, cudaMemcpyDeviceToHost), "bits");
+      check(cudaMemcpy(bits.data() + 2 * kNqkv + 2 * kI, x, 4 * kH, cudaMemcpyDeviceToHost), "bits");
+      if (first_bits.empty()) first_bits = bits;
+      const bool same = bits == first_bits;
       for (int grid : {prop.multiProcessorCount, 104, 80, 52, 26, 13}) {
         const double us = median_us(
                               [&](int) {
                                 mod.launch(names[ti], dim3(grid), 128 + 32,
-                                           {maps, a, a, a, act, qkv, x, sync},
-                                           ring.smem - (ring.stages - tiles[ti].stages) * (8192 + 16));
+                                           {maps, a, a, a, act, qkv, x, sync}, smem);
                               },
                               10, 2) /
                           kLayers;
         char label[64], shape[64];
-        std::snprintf(label, sizeof label, "stream %s", tiles[ti].label);
+        std::snprintf(label, sizeof label, "stream %s%s", tiles[ti].label, same ? "" : " DIFF");
         std::snprintf(shape, sizeof shape, "%d CTAs: %.1f GB/s a CTA", grid,
                       layer_bytes / us / 1e3 / grid);
         std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us,

@@ -164,6 +164,14 @@ class StreamCursor {
   }
   // The bytes of the current slot's boxes (per_slot K blocks of bn rows).
   __device__ __forceinline__ unsigned slot_bytes() const { return per_slot_ * bn_ * 128; }
+  // The current slot as one box of a wide map (rank 3, [K / 64][N][64] over the [N, K] matrix:
+  // strides K · 2 bytes for rows, 128 for K blocks; with SwiGLU rank 4, [K / 64][2][I][64], the up
+  // half I rows further): fn(map, first row, first K block, SwiGLU). The box lands as the slot's
+  // K blocks one after another, each its bn rows (gate then up), as boxes() places them.
+  template <class F>
+  __device__ __forceinline__ void wide_box(F&& fn) const {
+    fn(map_, row_, sl_ * per_slot_, up_row_ > 0);
+  }
   // fn(byte offset in the 8 KB slot, map, column, row) for every box of the current slot.
   template <class F>
   __device__ __forceinline__ void boxes(F&& fn) const {
@@ -247,7 +255,8 @@ __device__ __forceinline__ void trace_launch_done() {}
 // load, change 36, 0 on the 1B and +6 on the 8B.)
 // Returns the ns it waited for free slots with TELOS_PHASE_TRACE (the ring full: the consumers
 // behind), else 0.
-template <unsigned STAGES>
+// WIDE: the maps are wide (StreamCursor::wide_box), one box a slot (telos-kernel-bench --stream).
+template <unsigned STAGES, bool WIDE = false>
 __device__ __forceinline__ unsigned long long persistent_stream(
     hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base, unsigned full, unsigned empty,
     const StreamPhase* phases, int n) {
@@ -260,7 +269,15 @@ __device__ __forceinline__ unsigned long long persistent_stream(
     mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
     waited += trace_clock() - t0;
     mbarrier::arrive_expect_tx(bar, load.slot_bytes());
-    load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) { tma::load(slot + off, map, bar, c, r); });
+    if constexpr (WIDE)
+      load.wide_box([&](const TensorMap* map, unsigned row, unsigned kb, bool swiglu) {
+        if (swiglu)
+          tma::load(slot, map, bar, 0u, row, 0u, kb);
+        else
+          tma::load(slot, map, bar, 0u, row, kb);
+      });
+    else
+      load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) { tma::load(slot + off, map, bar, c, r); });
     ring.advance();
   }
   return waited;
@@ -393,9 +410,10 @@ __device__ __forceinline__ void persistent_poll_a(unsigned base, const bf16* a) 
 }
 
 // maps: [LAYERS][4] weight maps (qkv, o, down: BN x 64 boxes of [N, K]; gate/up: BG / 2 x 64 boxes
-// of [2I, K]). A of each phase: h (qkv), attn (o), h2 (gate/up), act (down), bf16 [M, K]; outputs qkv
+// of [2I, K]; WIDE: the wide maps of StreamCursor::wide_box, one box a ring slot). A of each phase: h (qkv), attn (o), h2 (gate/up), act (down), bf16 [M, K]; outputs qkv
 // (bf16 [M, NQKV]), x (f32 [M, H], += for o and down), act (bf16 [M, I]).
-template <int M, int H, int NQKV, int I, int LAYERS, int STAGES, int BQ, int BO, int BG, int BD>
+template <int M, int H, int NQKV, int I, int LAYERS, int STAGES, int BQ, int BO, int BG, int BD,
+          bool WIDE = false>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     layer_gemms_persistent(const TensorMap* maps, const bf16* h, const bf16* attn, const bf16* h2, bf16* act,
                            bf16* qkv, float* x, unsigned* sync) {
@@ -419,7 +437,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
         phases[4 * l + op] = {maps + 4 * l + op, Ops::k(op), Ops::bn(op), Ops::tiles(op), op == 2 ? I : 0u, g0};
         g0 += Ops::tiles(op);
       }
-    persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4 * LAYERS);
+    persistent_stream<STAGES, WIDE>(ring, sm.ring_base, sm.full, sm.empty, phases, 4 * LAYERS);
     return;
   }
 
