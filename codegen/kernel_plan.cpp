@@ -325,26 +325,26 @@ SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups) 
 
 PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim, bool qk_norm) {
   PersistentLayerTiling t;
-  // The QKV epilogue runs in the QKV tiles wherever it can (no QK norm; heads of whole 16-row pair
-  // groups): one grid-wide count and one phase a layer fewer (docs/perf-log.md, change 88). Its
-  // tiles are then multiples of 16 rows.
-  t.qkv_rope = !qk_norm && head_dim % 16 == 0;
+  // The QKV epilogue runs in the QKV tiles wherever it can (no QK norm: the weights' pair order
+  // puts both elements of a rotated pair in one 8-row group): one grid-wide count and one phase a
+  // layer fewer (docs/perf-log.md, change 88).
+  t.qkv_rope = !qk_norm && head_dim % 8 == 0;
   // A slot holds 64 / bn whole K blocks of a tile, so K must be whole slots. A phase ends when its
   // CTA with the most rows does (tile g is CTA g mod kSms's), so the tile with the fewest rows on
   // the busiest CTA, and of those the largest (fewer, longer streams): 32 rows where that gives an
   // SM a tile (the 8B's o and down), 16 where 32 would leave SMs idle (the 1B's o and down), 48
   // and 24 where 32 and 16 make 1.45 waves (the 8B's and the 1B's qkv: 192 tiles against 128;
   // docs/perf-log.md, change 86).
-  const auto pick = [&](int k, int n, int step = 8) {
+  const auto pick = [&](int k, int n) {
     int best = 0, best_rows = 0;
-    for (int bn = 16; bn <= 64; bn += step) {
+    for (int bn = 16; bn <= 64; bn += 8) {
       if (!persistent_tile_fits(bn, k, n)) continue;
       const int rows = (n / bn + kSms - 1) / kSms * bn;  // the busiest CTA's
       if (best == 0 || rows <= best_rows) best = bn, best_rows = rows;
     }
     return best;
   };
-  t.bq = pick(h, nqkv, t.qkv_rope ? 16 : 8);
+  t.bq = pick(h, nqkv);
   t.bo = pick(ko, h);
   t.bd = pick(i, h);
   t.bg = persistent_tile_fits(64, h, 2 * i) && i % 32 == 0 ? 64 : 0;
@@ -594,7 +594,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       if (layer_persistent) {
         const long long rows = static_cast<long long>(NH) * D;
         const std::vector<std::string> epi = qkv_epi_args(w, l);  // bias, q_norm, k_norm, positions, ...
-        std::vector<std::string> args = {tmap(w + "qkv", rows, H, layer_t.qkv_box()), tmap(w + "o", H, HQ * D, layer_t.bo),
+        std::vector<std::string> args = {tmap(w + "qkv", rows, H, layer_t.bq), tmap(w + "o", H, HQ * D, layer_t.bo),
                                          tmap(w + "gate_up", 2LL * I, H, layer_t.bg / 2),
                                          tmap(w + "down", H, I, layer_t.bd), w + "attn_norm", w + "mlp_norm"};
         args.insert(args.end(), epi.begin(), epi.begin() + 7);  // up to kv:l; q goes after x and qkv

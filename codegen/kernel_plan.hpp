@@ -196,10 +196,8 @@ inline constexpr bool persistent_tile_fits(int bn, int k, int n) {
 struct PersistentLayerTiling {
   int bq = 32, bo = 32, bg = 64, bd = 32, stages = 0, smem = 0;
   bool fits = false;  // the model's shapes divide into whole slots and tiles
-  // The QKV epilogue in the QKV tiles (decode_layer_persistent's QKV_ROPE): bq a multiple of 16
-  // rows, the QKV map in 8-row boxes.
+  // The QKV epilogue in the QKV tiles (decode_layer_persistent's QKV_ROPE).
   bool qkv_rope = false;
-  int qkv_box() const { return qkv_rope ? 8 : bq; }
 };
 // `qk_norm`: the model normalizes q and k per head (Qwen3), whose QKV epilogue needs a head's
 // whole row, so it keeps its own phase.

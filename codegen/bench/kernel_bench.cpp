@@ -488,8 +488,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // µs after the first CTA's entry (decode_persistent.cuh, phase_trace). Variants, each a row and a
   // timeline of its own so that they compare within one run (issue 7): the plan's (the QKV
   // epilogue in the QKV tiles, QKV_ROPE; change 88), and the same with the QKV epilogue as its own
-  // phase (the tiling without it: the 1B's qkv in 24-row tiles). The trace also has each CTA's
-  // arrival after a phase (its release issued).
+  // phase. The trace also has each CTA's arrival after a phase (its release issued).
   // Measured here and dropped from this list (docs/perf-log.md): L2 prefetch ahead of the ring
   // (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer
   // faster), gate/up tiles of 32 rows and QKV tiles of 16 (run T: no gain; session 33 call 2 again:
@@ -554,7 +553,6 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       struct Copy {
         void* w[4];
         void* maps[4];
-        void* qkv_maps[2];  // each variant's QKV map (its box)
         void* kv;
       };
       std::vector<Copy> cs(copies);
@@ -564,12 +562,9 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           fill(c.w[k], 2 * w_rows[k] * w_cols[k]);
         }
         const int boxes[4] = {lt.bq, lt.bo, lt.bg / 2, lt.bd};
-        for (int k = 1; k < 4; ++k)
+        for (int k = 0; k < 4; ++k)
           c.maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]),
                                  boxes[k]);
-        c.maps[0] = nullptr;
-        for (int v = 0; v < 2; ++v)
-          c.qkv_maps[v] = device_map(c.w[0], NQKV, sh.H, variants[v].lt.qkv_box());
         check(cudaMalloc(&c.kv, kv_bytes), "alloc");
         fill(c.kv, kv_bytes);
       }
@@ -592,10 +587,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice);
       for (std::size_t vi = 0; vi < names.size(); ++vi) {
         const auto [blocks, regs] = mod->occupancy(names[vi], 160, lt.smem);
-        std::printf("  %s %s: %d B of dynamic shared memory, %d registers, %d CTA(s) an SM, qkv "
-                    "tiles of %d rows\n",
-                    sh.name, variants[vi].label.c_str(), lt.smem, regs, blocks,
-                    variants[vi].lt.bq);
+        std::printf("  %s %s: %d B of dynamic shared memory, %d registers, %d CTA(s) an SM\n",
+                    sh.name, variants[vi].label.c_str(), lt.smem, regs, blocks);
       }
       for (int C : {160, 288, 4096}) {
         const int position = C - 1;
@@ -607,7 +600,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           const auto& maps = c.maps;
           m.launch(
               names[vi], dim3(prop.multiProcessorCount), 160,
-              {c.qkv_maps[vi], maps[1], maps[2], maps[3], norm_a, norm_m, null, null,     null, pos, seq,
+              {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null,     null, pos, seq,
                pt,      c.kv,    x,       qkv,     q,      po,     pml,  attn_out, act,  sync},
               lt.smem, pdl);
         };
@@ -617,8 +610,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           char label[64], shape[64];
           std::snprintf(label, sizeof label, "decode layer %s %s", sh.name,
                         variants[vi].label.c_str());
-          std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages,
-                        variants[vi].lt.bq, lt.bo, lt.bg, lt.bd);
+          std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, lt.bq,
+                        lt.bo, lt.bg, lt.bd);
           std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
                       100.0 * bytes / us / 1e3 / copy_gbs);
         }
@@ -669,7 +662,6 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       for (Copy& c : cs) {
         for (int k = 0; k < 4; ++k) cudaFree(c.w[k]);
         for (void* m : c.maps) cudaFree(m);
-        for (void* m : c.qkv_maps) cudaFree(m);
         cudaFree(c.kv);
       }
       for (void* p : {norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync})

@@ -146,24 +146,12 @@ __device__ __forceinline__ unsigned persistent_first_tile(unsigned g0) {
 }
 
 // One phase of a producer's weight stream: `tiles` tiles of `bn` rows of `map` (rows t · bn ..), or
-// with `up_row` > 0 (SwiGLU) bn / 2 gate rows t · bn / 2 .. and the up rows up_row + t · bn / 2 ..,
-// or with `pair_d` > 0 (the QKV rows of heads of pair_d rows, `map` in 8-row boxes) the rows in
-// RoPE's pair order (qkv_pair_row); K in slots of 64 / bn K blocks; its first tile has the launch's
-// global tile index g0.
+// with `up_row` > 0 (SwiGLU) bn / 2 gate rows t · bn / 2 .. and the up rows up_row + t · bn / 2 ..;
+// K in slots of 64 / bn K blocks; its first tile has the launch's global tile index g0.
 struct StreamPhase {
   const TensorMap* map;
-  unsigned k, bn, tiles, up_row, g0, pair_d;
+  unsigned k, bn, tiles, up_row, g0;
 };
-
-// The QKV rows in RoPE's pair order, for a tile's epilogue to hold both elements of each rotated
-// pair: position p of the order (p = 16 g + 8 s + r within a head of D rows, r < 8) is the head's
-// row 8 g + r for s = 0 and D / 2 + 8 g + r for s = 1. A tile of a multiple of 16 rows then holds
-// whole pairs, each 8 columns apart (wgmma's accumulator gives a thread columns c and c + 8:
-// qkv_rope_pairs), and its weights arrive as 8-row boxes, the 128-byte swizzle's unit, so the
-// slot's layout is the plain tile's.
-__host__ __device__ constexpr unsigned qkv_pair_row(unsigned p, unsigned d) {
-  return p / d * d + (p % d / 8 % 2) * (d / 2) + p % d / 16 * 8 + p % 8;
-}
 
 // A position in one CTA's sequence of ring slots over a list of phases (in shared memory, so
 // that a runtime phase index needs no local memory): phase p, tile t, slot sl of the tile. The
@@ -192,8 +180,6 @@ class StreamCursor {
       if (up_row_ > 0) {
         fn(off, map_, col, row_);
         fn(off + bn_ / 2 * 128, map_, col, up_row_ + row_);
-      } else if (pair_d_ > 0) {
-        for (unsigned b = 0; b < bn_ / 8; ++b) fn(off + b * 1024, map_, col, qkv_pair_row(row_ + 8 * b, pair_d_));
       } else {
         fn(off, map_, col, row_);
       }
@@ -209,7 +195,6 @@ class StreamCursor {
       bn_ = s.bn;
       tiles_ = s.tiles;
       up_row_ = s.up_row;
-      pair_d_ = s.pair_d;
       per_slot_ = 64 / s.bn;
       slots_ = s.k / 64 / per_slot_;
       sl_ = 0;
@@ -221,7 +206,7 @@ class StreamCursor {
   const StreamPhase* ph_;
   int n_, p_ = 0;
   const TensorMap* map_ = nullptr;
-  unsigned bn_ = 0, tiles_ = 0, up_row_ = 0, pair_d_ = 0, per_slot_ = 0, slots_ = 0;
+  unsigned bn_ = 0, tiles_ = 0, up_row_ = 0, per_slot_ = 0, slots_ = 0;
   unsigned t_ = 0, sl_ = 0, row_ = 0;  // tile, slot of the tile, first weight row of the tile
 };
 
@@ -532,51 +517,46 @@ struct MlpPhases {
   }
 };
 
-// The QKV epilogue of tile t of a one-token QKV phase whose rows are in RoPE's pair order
-// (qkv_pair_row), from the tile's accumulators: the projection rounded to bf16 and back (the values
-// qkv_rope_row reads from qkv), the bias, RoPE of q and k, q to q_out (f32, [HQ D]), k and v
-// appended at `pos` to `page` (not where pos < 0): qkv_rope_row's operations in its order on the
-// same values, so the same bits, without the projection's round trip through memory and the phase
-// that reads it back. The token's row is threads 0-3's (wgmma's accumulator: row 0 is lanes 0-3 of
-// warp 0, columns 8j + 2 (lane % 4) + {0, 1} in d[4j], d[4j + 1]), and the pair order puts element
-// i of a head in column 16 g + c and element i + D / 2 in column 16 g + 8 + c. No QK norm (it needs
-// the head's whole row).
+// The QKV epilogue of tile t of a one-token QKV phase, from the tile's accumulators: the projection
+// rounded to bf16 and back (the values qkv_rope_row reads from qkv), the bias, RoPE of q and k, q to
+// q_out (f32, [HQ D]), k and v appended at `pos` to `page` (not where pos < 0): qkv_rope_row's
+// operations in its order on the same values, so the same bits, without the projection's round
+// trip through memory and the phase that reads it back. The token's row is threads 0-3's (wgmma's
+// accumulator: row 0 is lanes 0-3 of warp 0, columns 8j + 2 (lane % 4) + {0, 1} in d[4j], d[4j +
+// 1]); in the rows' pair order (qkv_pair_pos) an 8-column group j is 4 elements of a head's first
+// half (lanes 0-1) and their 4 partners of the second half (lanes 2-3), so a lane's partner is
+// lane ^ 2. No QK norm (it needs the head's whole row).
 template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope, unsigned BN>
 __device__ __forceinline__ void qkv_rope_pairs(const float (&d)[BN / 2], unsigned t, int pos, int page,
                                                const float* bias, bf16* kv_layer, float* q_out) {
-  static_assert(BN % 16 == 0 && D % 16 == 0, "whole pairs of 8-row blocks in a tile and in a head");
+  static_assert(BN % 8 == 0 && D % 8 == 0, "whole 8-row groups in a tile and in a head");
   if (threadIdx.x >= 4) return;
+  const unsigned lane = threadIdx.x, half = lane / 2;
 #pragma unroll
-  for (unsigned g = 0; g < BN / 16; ++g) {
-    const unsigned p = t * BN + 16 * g + 2 * threadIdx.x;  // element i's position in the pair order
-    const unsigned head = p / D, i = p % D / 16 * 8 + p % 8;
-    const unsigned lo_b = pack_bf16x2(d[8 * g], d[8 * g + 1]), hi_b = pack_bf16x2(d[8 * g + 4], d[8 * g + 5]);
-    float lo[2] = {__uint_as_float(lo_b << 16), __uint_as_float(lo_b & 0xffff0000u)};  // i, i + 1
-    float hi[2] = {__uint_as_float(hi_b << 16), __uint_as_float(hi_b & 0xffff0000u)};  // + D / 2
+  for (unsigned j = 0; j < BN / 8; ++j) {
+    const unsigned p = t * BN + 8 * j;  // the group's first row, in the stored order
+    const unsigned head = p / D, i = p % D / 8 * 4 + 2 * (lane % 2);  // this lane's pair index
+    const unsigned n = half * (D / 2) + i;                              // its element of the head
+    const unsigned b = pack_bf16x2(d[4 * j], d[4 * j + 1]);
+    float v[2] = {__uint_as_float(b << 16), __uint_as_float(b & 0xffff0000u)};
     if constexpr (BIAS) {
-      for (int e = 0; e < 2; ++e) {
-        lo[e] += bias[head * D + i + e];
-        hi[e] += bias[head * D + D / 2 + i + e];
-      }
+      v[0] += bias[head * D + n];
+      v[1] += bias[head * D + n + 1];
     }
-    if (head < static_cast<unsigned>(HQ + HKV)) {
+    if (head < static_cast<unsigned>(HQ + HKV)) {  // the same for the four lanes
       for (int e = 0; e < 2; ++e) {
+        const float other = __shfl_xor_sync(0xfu, v[e], 2);
         float sn, cs;
         rope_sincos<Rope>(pos, static_cast<int>(i) + e, sn, cs);
-        const float x1 = lo[e], x2 = hi[e];
-        lo[e] = rope_first(x1, x2, cs, sn);
-        hi[e] = rope_second(x1, x2, cs, sn);
+        v[e] = half == 0 ? rope_first(v[e], other, cs, sn) : rope_second(other, v[e], cs, sn);
       }
     }
     if (head < static_cast<unsigned>(HQ)) {
-      *reinterpret_cast<float2*>(q_out + head * D + i) = make_float2(lo[0], lo[1]);
-      *reinterpret_cast<float2*>(q_out + head * D + D / 2 + i) = make_float2(hi[0], hi[1]);
+      *reinterpret_cast<float2*>(q_out + head * D + n) = make_float2(v[0], v[1]);
     } else if (pos >= 0) {
       const int kv = head < static_cast<unsigned>(HQ + HKV) ? 0 : 1, kvh = static_cast<int>(head) - HQ - kv * HKV;
       bf16* row = kv_layer + page * PAGE_ELEMS + (static_cast<long long>(kv * HKV + kvh) * PAGE + pos % PAGE) * D;
-      *reinterpret_cast<unsigned*>(row + i) = f32_to_bf16(lo[0]) | static_cast<unsigned>(f32_to_bf16(lo[1])) << 16;
-      *reinterpret_cast<unsigned*>(row + D / 2 + i) =
-          f32_to_bf16(hi[0]) | static_cast<unsigned>(f32_to_bf16(hi[1])) << 16;
+      *reinterpret_cast<unsigned*>(row + n) = f32_to_bf16(v[0]) | static_cast<unsigned>(f32_to_bf16(v[1])) << 16;
     }
   }
 }
@@ -594,7 +574,7 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // rows have their bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's
 // after D), then the MLP's and the ring's, QKV_ROPE, then how the grid-wide counts are met (the
 // plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels' (the
-// maps in BQ (QKV_ROPE: 8) / BO / BG / 2 / BD x 64 boxes).
+// maps in BQ / BO / BG / 2 / BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
           int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, GridCount COUNT = GridCount::Release,
@@ -611,7 +591,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   constexpr int NH = HQ + 2 * HKV, NQKV = NH * D, KO = HQ * D;
   using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
   static_assert(persistent_tile_ok(BQ, H) && NQKV % BQ == 0, "QKV tiles");
-  static_assert(!QKV_ROPE || (!QK_NORM && BQ % 16 == 0 && D % 16 == 0), "QKV tiles of whole RoPE pairs");
+  static_assert(!QKV_ROPE || !QK_NORM, "QK norm needs a head's whole row");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
   constexpr unsigned kTilesQkv = NQKV / BQ;
   constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
@@ -622,7 +602,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   if (warp_index() == 4) {
     if (threadIdx.x % 32 == 0) {
       __shared__ StreamPhase phases[4];
-      phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0, QKV_ROPE ? D : 0};
+      phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0};
       Mlp::stream_phases(o_map, gu_map, down_map, kTilesQkv, phases + 1);
       persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
       phase_trace(15);
@@ -694,7 +674,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     __shared__ float head_v[D];
     __shared__ float scratch[D / 32 > 0 ? D / 32 : 1];
     for (unsigned head = blockIdx.x; head < static_cast<unsigned>(NH); head += gridDim.x) {
-      const float v = t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(qkv + head * D + t)) << 16) : 0.f;
+      const float v =
+          t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(qkv + head * D + qkv_pair_pos(t, D))) << 16) : 0.f;
       qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
           v, static_cast<int>(head), 0, t, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q,
           head_v, scratch, sync128);

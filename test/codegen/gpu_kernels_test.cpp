@@ -12,6 +12,7 @@
 #include "codegen/nvrtc_driver.hpp"
 #include "codegen/rope_table.hpp"
 #include "hexel/tensor_map_encode.h"
+#include "support/qkv_layout.hpp"
 #include "test/codegen/gpu_test_support.hpp"
 
 namespace telos::gpu_test {
@@ -839,12 +840,21 @@ TEST(GpuKernels, PersistentQkvTilesMatchSmallGemm) {
   }
 }
 
-// decode_layer_persistent's QKV_ROPE: the QKV phase's tiles in RoPE's pair order (8-row boxes,
-// qkv_pair_row), each running the QKV epilogue on its accumulators (qkv_rope_pairs), give q and the
-// appended K/V the bits of gemm_small_bf16 then qkv_rope_append_rows, for one token at the tiny
-// (bias), Llama-3.2-1B (llama3 RoPE), Qwen2.5-1.5B (bias, D 128, G 6) and Llama-3.1-8B shapes at
-// the plan's tiles (decode_layer_tiling without QK norm), at positions in the first page, mid-page
-// and past a split, outputs poisoned first.
+// A QKV weight [rows, k] in the checkpoint's row order, packed as telosc packs it (docs/artifact.md,
+// layout qkv_rope_pairs): every kernel that reads the projection reads it in that order.
+std::vector<std::uint16_t> qkv_pair_rows(const std::vector<std::uint16_t>& w, int rows, int k, int d) {
+  std::vector<std::uint16_t> out(w.size());
+  for (int p = 0; p < rows; ++p)
+    std::copy_n(w.begin() + telos::qkv_pair_row(p, d) * k, k, out.begin() + static_cast<std::size_t>(p) * k);
+  return out;
+}
+
+// decode_layer_persistent's QKV_ROPE: the QKV phase's tiles, each running the QKV epilogue on its
+// accumulators (qkv_rope_pairs: the weights' pair order puts a rotated pair in one 8-row group, a
+// lane's partner 2 lanes away), give q and the appended K/V the bits of gemm_small_bf16 then
+// qkv_rope_append_rows, for one token at the tiny (bias), Llama-3.2-1B (llama3 RoPE), Qwen2.5-1.5B
+// (bias, D 128, G 6) and Llama-3.1-8B shapes at the plan's tiles (24 and 48 rows at the 1B and the
+// 8B), at positions in the first page, mid-page and past a split, outputs poisoned first.
 const char* kQkvRopePhaseTestKernel = R"(
 namespace telos_kernels {
 template <int H, int HQ, int HKV, int D, bool BIAS, int PAGE, int MAXP, long long PAGE_ELEMS, int STAGES, int BQ>
@@ -858,7 +868,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   if (hexel::warp_index() == 4) {
     if (threadIdx.x % 32 == 0) {
       __shared__ StreamPhase phase[1];
-      phase[0] = {qkv_map, H, BQ, kTiles, 0, 0, D};
+      phase[0] = {qkv_map, H, BQ, kTiles, 0, 0};
       persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phase, 1);
     }
     return;
@@ -893,7 +903,6 @@ TEST(GpuKernels, PersistentQkvRopeTilesMatchSeparateKernels) {
     const std::string what = "H=" + I(s.H) + " D=" + I(s.D);
     const codegen::PersistentLayerTiling mt = codegen::decode_layer_tiling(s.H, NQKV, s.HQ * s.D, s.H, s.D, false);
     ASSERT_TRUE(mt.qkv_rope) << what;
-    ASSERT_EQ(mt.bq % 16, 0) << what;
     const long long page_elems = 2LL * s.HKV * PAGE * s.D;
     const std::string epi = I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + (s.bias ? "true" : "false");
     const codegen::SmallGemmTiling ts = codegen::small_gemm_tiling(NQKV, s.H, 1, false);
@@ -906,7 +915,7 @@ TEST(GpuKernels, PersistentQkvRopeTilesMatchSeparateKernels) {
     TestModule mod(source_with_rope(codegen::rope_inv_freq(s.rope, s.D)) + kQkvRopePhaseTestKernel, names);
     std::vector<float> f;
     DeviceBuffer<std::uint16_t> h(random_bf16(s.H, 1.f, f));
-    DeviceBuffer<std::uint16_t> w(random_bf16(static_cast<std::size_t>(NQKV) * s.H, 0.05f, f));
+    DeviceBuffer<std::uint16_t> w(qkv_pair_rows(random_bf16(static_cast<std::size_t>(NQKV) * s.H, 0.05f, f), NQKV, s.H, s.D));
     DeviceBuffer<float> bias(random_floats(NQKV, 0.5f));
     std::vector<int> pool(POOL);
     std::iota(pool.begin(), pool.end(), 0);
@@ -930,7 +939,7 @@ TEST(GpuKernels, PersistentQkvRopeTilesMatchSeparateKernels) {
       // The QKV phase with the epilogue in its tiles.
       DeviceBuffer<std::uint16_t> kv_got(static_cast<std::size_t>(POOL) * page_elems);  // poisoned
       DeviceBuffer<float> q_got(static_cast<std::size_t>(s.HQ) * s.D);
-      const DeviceMap wm(w.get(), NQKV, s.H, mt.qkv_box());
+      const DeviceMap wm(w.get(), NQKV, s.H, mt.bq);
       CUDA_OK(mod.launch(names[2], sms, codegen::kPersistentThreads,
                          {wm.get(), h.get(), b, pos.get(), seq.get(), pt.get(), kv_got.get(), q_got.get()},
                          mt.smem));
@@ -958,7 +967,8 @@ struct QkvShape {
 };
 
 // The QKV path: the GEMM the plan picks for M (gemm_prefill_bf16 from 128 rows, else
-// gemm_small_bf16) projects into a bf16 buffer, qkv_rope_append_rows adds the bias, normalizes,
+// gemm_small_bf16) projects into a bf16 buffer (the weights packed in RoPE's pair order, so the
+// projection is too), qkv_rope_append_rows adds the bias, normalizes,
 // rotates, writes q and appends k / v (ragged M, a padding row, distinct positions per sequence so
 // no two rows write one KV slot).
 TEST(GpuKernels, QkvGemmThenRows) {
@@ -987,7 +997,7 @@ TEST(GpuKernels, QkvGemmThenRows) {
     TestModule mod(source_with_rope(inv_freq), {gemm, rows});
     std::vector<float> Af, Wf;
     DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af));
-    DeviceBuffer<std::uint16_t> dW(random_bf16(static_cast<std::size_t>(ROWS) * s.K, 0.05f, Wf));
+    DeviceBuffer<std::uint16_t> dW(qkv_pair_rows(random_bf16(static_cast<std::size_t>(ROWS) * s.K, 0.05f, Wf), ROWS, s.K, s.D));
     DeviceBuffer<std::uint16_t> dqkv(static_cast<std::size_t>(s.M) * ROWS);
     const std::vector<float> bias = random_floats(ROWS, 0.5f), qn = random_floats(s.D), kn = random_floats(s.D);
     DeviceBuffer<float> dbias(bias), dqn(qn), dkn(kn);
