@@ -657,11 +657,12 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
       tma::prefetch_bytes(kv_layer + static_cast<long long>(pt[p]) * PAGE_ELEMS, 2 * kLayerPageElems);
   };
   if constexpr (QKV_ROPE) {
-    // Before the arrival: the items follow it at once. One arrival ends phases 0 and 1.
-    prefetch_kv();
+    // One arrival ends phases 0 and 1; the prefetch (its page-table loads take the loaded latency)
+    // between it and the wait.
     phase_trace(2);
     persistent_arrive<COUNT>(sync, 2);
     phase_trace(16);
+    prefetch_kv();
     persistent_wait<COUNT>(sync, 2 * gridDim.x);
     phase_trace(5);
   } else {
