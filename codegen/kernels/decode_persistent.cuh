@@ -525,10 +525,12 @@ struct MlpPhases {
 // accumulator: row 0 is lanes 0-3 of warp 0, columns 8j + 2 (lane % 4) + {0, 1} in d[4j], d[4j +
 // 1]); in the rows' pair order (qkv_pair_pos) an 8-column group j is 4 elements of a head's first
 // half (lanes 0-1) and their 4 partners of the second half (lanes 2-3), so a lane's partner is
-// lane ^ 2. No QK norm (it needs the head's whole row).
+// lane ^ 2. No QK norm (it needs the head's whole row). The rotation's (sin, cos) come from `sc`
+// (qkv_rope_angle, computed before the tile's K loop: the frequencies' constant-memory loads and
+// the sincos are then off the phase's tail).
 template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope, unsigned BN>
 __device__ __forceinline__ void qkv_rope_pairs(const float (&d)[BN / 2], unsigned t, int pos, int page,
-                                               const float* bias, bf16* kv_layer, float* q_out) {
+                                               const float* bias, bf16* kv_layer, float* q_out, const float2* sc) {
   static_assert(BN % 8 == 0 && D % 8 == 0, "whole 8-row groups in a tile and in a head");
   if (threadIdx.x >= 4) return;
   const unsigned lane = threadIdx.x, half = lane / 2;
@@ -546,9 +548,8 @@ __device__ __forceinline__ void qkv_rope_pairs(const float (&d)[BN / 2], unsigne
     if (head < static_cast<unsigned>(HQ + HKV)) {  // the same for the four lanes
       for (int e = 0; e < 2; ++e) {
         const float other = __shfl_xor_sync(0xfu, v[e], 2);
-        float sn, cs;
-        rope_sincos<Rope>(pos, static_cast<int>(i) + e, sn, cs);
-        v[e] = half == 0 ? rope_first(v[e], other, cs, sn) : rope_second(other, v[e], cs, sn);
+        const float2 a = sc[4 * j + 2 * (lane % 2) + e];  // (sin, cos) of pair index i + e
+        v[e] = half == 0 ? rope_first(v[e], other, a.y, a.x) : rope_second(other, v[e], a.y, a.x);
       }
     }
     if (head < static_cast<unsigned>(HQ)) {
@@ -559,6 +560,16 @@ __device__ __forceinline__ void qkv_rope_pairs(const float (&d)[BN / 2], unsigne
       *reinterpret_cast<unsigned*>(row + n) = f32_to_bf16(v[0]) | static_cast<unsigned>(f32_to_bf16(v[1])) << 16;
     }
   }
+}
+
+// Entry k (0 .. BN / 2 - 1) of qkv_rope_pairs' table for tile t at `pos`: (sin, cos) of the pair
+// index of the tile's 8-row group k / 4, element k % 4 (rope_sincos, so the same bits).
+template <int D, class Rope, unsigned BN>
+__device__ __forceinline__ float2 qkv_rope_angle(unsigned t, unsigned k, int pos) {
+  const unsigned p = t * BN + 8 * (k / 4);
+  float sn, cs;
+  rope_sincos<Rope>(pos, static_cast<int>(p % D / 8 * 4 + k % 4), sn, cs);
+  return make_float2(sn, cs);
 }
 
 // decode_layer_persistent's L2 prefetch of the context's K/V: at most this many bytes a layer, a
@@ -632,10 +643,14 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     persistent_norm_a<1, H, EPS>(sm.base, x, w8);
     if constexpr (QKV_ROPE) {
       const int page = pos >= 0 ? pt[pos / PAGE] : 0;
+      __shared__ float2 rope_sc[BQ / 2];
       for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x) {
+        sync128();  // the previous tile's epilogue has read rope_sc
+        if (t < BQ / 2) rope_sc[t] = qkv_rope_angle<D, Rope, BQ>(tile, static_cast<unsigned>(t), pos);
+        sync128();
         float d[BQ / 2];
         layer_gemm_tile_mma<1, BQ>(ring, sm.base, sm.ring_base, sm.full, sm.empty, H, d);
-        qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer, q);
+        qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer, q, rope_sc);
       }
     } else {
       for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)

@@ -877,10 +877,14 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   if (first >= kTiles) return;
   const int pos = positions[0], page = pos >= 0 ? page_tables[token_seq[0] * MAXP + pos / PAGE] : 0;
   persistent_load_a<1>(sm.base, h, H);
+  __shared__ float2 sc[BQ / 2];
   for (unsigned t = first; t < kTiles; t += gridDim.x) {
+    hexel::named_barrier_sync(1, 128);
+    if (threadIdx.x < BQ / 2) sc[threadIdx.x] = qkv_rope_angle<D, telos_rope::Freqs, BQ>(t, threadIdx.x, pos);
+    hexel::named_barrier_sync(1, 128);
     float d[BQ / 2];
     layer_gemm_tile_mma<1, BQ>(ring, sm.base, sm.ring_base, sm.full, sm.empty, H, d);
-    qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, telos_rope::Freqs, BQ>(d, t, pos, page, bias, kv_layer, q);
+    qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, telos_rope::Freqs, BQ>(d, t, pos, page, bias, kv_layer, q, sc);
   }
 }
 }  // namespace telos_kernels
