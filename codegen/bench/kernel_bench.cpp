@@ -485,10 +485,13 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // max_seq_len 8448 as bench_suite compiles), at the Llama-3.2-1B and Llama-3.1-8B shapes. Bytes:
   // the layer's weights and the K/V read. Then the phase timeline of the last layer of one such run
   // (the same instances compiled with TELOS_PHASE_TRACE): per event, the median and the latest CTA,
-  // µs after the first CTA's entry (decode_persistent.cuh, phase_trace). Variants, each a row and a
-  // timeline of its own so that they compare within one run (issue 7): the plan's (the QKV
-  // epilogue in the QKV tiles, QKV_ROPE; change 88), and the same with the QKV epilogue as its own
-  // phase. The trace also has each CTA's arrival after a phase (its release issued).
+  // µs after the first CTA's entry (decode_persistent.cuh, phase_trace), and on the same clock the
+  // layer before it (its down's end, its producer's last load, its CTAs' exits): a layer's CTAs
+  // enter only as the previous layer's leave, so the boundary is where a traced layer's gain can
+  // go (changes 86 and 88). Variants, each a row and a timeline of its own so that they compare
+  // within one run (issue 7): the plan's (the QKV epilogue in the QKV tiles, QKV_ROPE; change 88),
+  // and the same with the QKV epilogue as its own phase. The trace also has each CTA's arrival
+  // after a phase (its release issued).
   // Measured here and dropped from this list (docs/perf-log.md): L2 prefetch ahead of the ring
   // (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer
   // faster), gate/up tiles of 32 rows and QKV tiles of 16 (run T: no gain; session 33 call 2 again:
@@ -510,8 +513,9 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     constexpr int kMaxSeq = 8448, kPage = 16, kMaxp = kMaxSeq / kPage, kLayers = 8;
     const int nsplit = attn_partial_slots(kMaxSeq);
     // decode_persistent.cuh's kTraceEvents: these 16, then from 16 + p each CTA's arrival after
-    // phase p (0..5; down's is not traced).
-    constexpr int kEvents = 24, kFirstArrival = 16, kArrivals = 6;
+    // phase p (0..5; down's is not traced), and 23 the CTA's exit; two launches' slots of
+    // kTraceCtas CTAs each.
+    constexpr int kEvents = 24, kFirstArrival = 16, kArrivals = 6, kExit = 23, kSlotCtas = 256;
     const char* events[kFirstArrival] = {"entry",  "p0 qkv start",   "p0 end", "p1 rope start",
                                          "p1 end", "p2 split start", "p2 end", "p3 combine start",
                                          "p3 end", "p4 o start",     "p4 end", "p5 gate/up start",
@@ -621,42 +625,57 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           check(
               cudaLibraryGetGlobal(&trace, &trace_bytes, traced.libs.front(), "telos_phase_trace"),
               "trace");
+          void* launches = nullptr;
+          std::size_t launches_bytes = 0;
+          check(cudaLibraryGetGlobal(&launches, &launches_bytes, traced.libs.front(),
+                                     "telos_trace_launches"),
+                "trace");
           // Zero first: an event a variant never reaches (the combine of a one-split context,
           // gate/up's arrival under ACT_POLL) prints as "-", not as another launch's time.
           check(cudaMemset(trace, 0, trace_bytes), "trace");
+          check(cudaMemset(launches, 0, launches_bytes), "trace");
           for (int i = 0; i < 2 * kLayers; ++i) launch(traced, vi, i, i % kLayers != 0);
           check(cudaDeviceSynchronize(), "traced run");
-          std::vector<unsigned long long> t(trace_bytes / 8);
-          check(cudaMemcpy(t.data(), trace, trace_bytes, cudaMemcpyDeviceToHost), "trace");
+          std::vector<unsigned long long> all(trace_bytes / 8);
+          check(cudaMemcpy(all.data(), trace, trace_bytes, cudaMemcpyDeviceToHost), "trace");
+          // Launch k wrote slot k % 2: the last layer, and the one before it on the same clock.
+          const unsigned long long* t = all.data() + (2 * kLayers - 1) % 2 * kSlotCtas * kEvents;
+          const unsigned long long* prev = all.data() + (2 * kLayers) % 2 * kSlotCtas * kEvents;
           // From the layer's start: the first CTA past its dependency wait (a CTA enters early
           // where the previous layer left its SM early, and waits).
           const int ctas = prop.multiProcessorCount;
           unsigned long long t0 = ~0ull;
           for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * kEvents + 1]);
+          // Median / last CTA of an event of one launch's slot, µs after t0 ("-" if none).
+          auto at = [&](const unsigned long long* slot, int e) {
+            std::vector<double> v;
+            for (int b = 0; b < ctas; ++b)
+              if (slot[b * kEvents + e] != 0)
+                v.push_back((static_cast<double>(slot[b * kEvents + e]) - static_cast<double>(t0)) /
+                            1e3);
+            std::sort(v.begin(), v.end());
+            char out[32] = "-";
+            if (!v.empty()) std::snprintf(out, sizeof out, "%.1f/%.1f", v[v.size() / 2], v.back());
+            return std::string(out);
+          };
           std::printf(
               "  timeline %s ctx=%d %s (µs after the first CTA's phase 0 start: median / last "
               "CTA):",
               sh.name, C, variants[vi].label.c_str());
           for (int e = 0; e < kFirstArrival + kArrivals; ++e) {
-            std::vector<double> v;
-            for (int b = 0; b < ctas; ++b)
-              if (t[b * kEvents + e] != 0)
-                v.push_back((static_cast<double>(t[b * kEvents + e]) - static_cast<double>(t0)) /
-                            1e3);
-            std::sort(v.begin(), v.end());
             char name[32];
             if (e < kFirstArrival)
               std::snprintf(name, sizeof name, "%s", events[e]);
             else
               std::snprintf(name, sizeof name, "%sp%d", e == kFirstArrival ? "arrived " : "",
                             e - kFirstArrival);
-            if (v.empty())
-              std::printf("%s %s -", e % 4 == 0 ? "\n   " : ";", name);
-            else
-              std::printf("%s %s %.1f/%.1f", e % 4 == 0 ? "\n   " : ";", name, v[v.size() / 2],
-                          v.back());
+            std::printf("%s %s %s", e % 4 == 0 ? "\n   " : ";", name, at(t, e).c_str());
           }
-          std::printf("\n");
+          // The boundary: the layer before on the same clock (its down's end, its producer's last
+          // load, its CTAs' exits), then this layer's exits.
+          std::printf("\n    previous layer: p6 end %s; producer done %s; exit %s; this layer: exit %s\n",
+                      at(prev, 14).c_str(), at(prev, 15).c_str(), at(prev, kExit).c_str(),
+                      at(t, kExit).c_str());
         }
       }
       for (Copy& c : cs) {

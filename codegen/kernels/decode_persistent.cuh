@@ -288,32 +288,48 @@ __device__ __forceinline__ void persistent_arrive(unsigned* sync, unsigned phase
                    : "memory");
   }
 }
+
+// Phase timeline, for telos-kernel-bench only (its module defines TELOS_PHASE_TRACE; an artifact's
+// never does): the consumers' thread 0 of each CTA writes %globaltimer (ns) at the layer kernel's
+// events to telos_phase_trace[slot][blockIdx.x][event]: 0 entry (taken before the dependency wait,
+// written after it), 1 + 2p the start of phase p (its wait met), 2 + 2p its end (before the
+// arrival), 16 + p its arrival issued (after the release), 23 its exit (before persistent_finish),
+// and the producer's thread (128) its last load issued at 15. Launch k (telos_trace_launches, which
+// persistent_finish's last CTA advances) writes slot k % 2, so a layer and the one before it are
+// on one clock (the boundary between them: docs/perf-log.md, session 34).
+constexpr int kTraceEvents = 24, kTraceCtas = 256, kTraceExit = 23;
+#ifdef TELOS_PHASE_TRACE
+extern "C" {  // unmangled, for cudaLibraryGetGlobal
+__device__ unsigned long long telos_phase_trace[2 * kTraceCtas * kTraceEvents];
+__device__ unsigned telos_trace_launches;
+}
+__device__ __forceinline__ unsigned long long trace_clock() {
+  unsigned long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return ns;
+}
+__device__ __forceinline__ void phase_trace_at(int event, unsigned long long ns) {
+  const unsigned slot = *static_cast<volatile unsigned*>(&telos_trace_launches) % 2;
+  if (threadIdx.x % 128 == 0 && blockIdx.x < kTraceCtas)
+    telos_phase_trace[(slot * kTraceCtas + blockIdx.x) * kTraceEvents + event] = ns;
+}
+__device__ __forceinline__ void phase_trace(int event) { phase_trace_at(event, trace_clock()); }
+__device__ __forceinline__ void trace_launch_done() { ++telos_trace_launches; }
+#else
+__device__ __forceinline__ unsigned long long trace_clock() { return 0; }
+__device__ __forceinline__ void phase_trace_at(int, unsigned long long) {}
+__device__ __forceinline__ void phase_trace(int) {}
+__device__ __forceinline__ void trace_launch_done() {}
+#endif
+
 // The last CTA to finish returns the count (and its own counter, sync[1]) to zero for the next launch.
 __device__ __forceinline__ void persistent_finish(unsigned* sync) {
   if (threadIdx.x == 0 && atomicAdd(&sync[1], 1u) == gridDim.x - 1) {
     sync[0] = 0;
     sync[1] = 0;
+    trace_launch_done();
   }
 }
-
-// Phase timeline, for telos-kernel-bench only (its module defines TELOS_PHASE_TRACE; an artifact's
-// never does): the consumers' thread 0 of each CTA writes %globaltimer (ns) at the layer kernel's
-// events to telos_phase_trace[blockIdx.x][event]: 0 entry, 1 + 2p the start of phase p (its wait
-// met), 2 + 2p its end (before the arrival), 16 + p its arrival issued (after the release), and
-// the producer's thread (128) its last load issued at 15. Each launch overwrites the last one's.
-constexpr int kTraceEvents = 24, kTraceCtas = 256;
-#ifdef TELOS_PHASE_TRACE
-extern "C" {  // unmangled, for cudaLibraryGetGlobal
-__device__ unsigned long long telos_phase_trace[kTraceCtas * kTraceEvents];
-}
-__device__ __forceinline__ void phase_trace(int event) {
-  unsigned long long ns;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-  if (threadIdx.x % 128 == 0 && blockIdx.x < kTraceCtas) telos_phase_trace[blockIdx.x * kTraceEvents + event] = ns;
-}
-#else
-__device__ __forceinline__ void phase_trace(int) {}
-#endif
 
 // From the end of phase `p` to the start of phase p + 1: this CTA's arrival, then the wait for
 // every CTA's (the count at (p + 1) · gridDim.x), traced as events 2 + 2p, 16 + p and 3 + 2p.
@@ -621,11 +637,12 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     return;
   }
   const int t = threadIdx.x;
-  phase_trace(0);
+  const unsigned long long entry = trace_clock();
   auto sync128 = [] { named_barrier_sync(1, 128); };
   float w8[kNormChunks<H>][8];
   rms_load_w<H>(attn_norm, t, w8);
   grid_dependency_wait();  // x, and the KV pages, are the previous kernels'
+  phase_trace_at(0, entry);
   if constexpr (ACT_POLL) {
     // act pending (persistent_poll_a): before this CTA's first arrival, so before every CTA's
     // gate/up stores; after the wait, so after the previous kernels' reads of it.
@@ -729,10 +746,11 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
 
   // Phases 4-6: the MLP half.
   constexpr unsigned kMlpPhase0 = 4;
-  static_assert(2 + 2 * (kMlpPhase0 + 2) < 15 && 16 + kMlpPhase0 + 2 < kTraceEvents,
-                "phase_trace: the phases' events below the producer's (15), the arrivals after it");
+  static_assert(2 + 2 * (kMlpPhase0 + 2) < 15 && 16 + kMlpPhase0 + 2 < kTraceExit,
+                "phase_trace: the phases' events below the producer's (15), the arrivals after it, then the exit");
   Mlp::template run<1, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x,
                                              act, sync, kMlpPhase0, kTilesQkv);
+  phase_trace(kTraceExit);
   persistent_finish(sync);
 }
 
