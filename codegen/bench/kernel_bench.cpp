@@ -513,9 +513,10 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     constexpr int kMaxSeq = 8448, kPage = 16, kMaxp = kMaxSeq / kPage, kLayers = 8;
     const int nsplit = attn_partial_slots(kMaxSeq);
     // decode_persistent.cuh's kTraceEvents: these 16, then from 16 + p each CTA's arrival after
-    // phase p (0..5; down's is not traced), and 23 the CTA's exit; two launches' slots of
-    // kTraceCtas CTAs each.
-    constexpr int kEvents = 24, kFirstArrival = 16, kArrivals = 6, kExit = 23, kSlotCtas = 256;
+    // phase p (0..5; down's is not traced), 22 the producer's wait for free ring slots (a
+    // duration), 23 the CTA's exit; two launches' slots of kTraceCtas CTAs each.
+    constexpr int kEvents = 24, kFirstArrival = 16, kArrivals = 6, kWaits = 22, kExit = 23,
+                  kSlotCtas = 256;
     const char* events[kFirstArrival] = {"entry",  "p0 qkv start",   "p0 end", "p1 rope start",
                                          "p1 end", "p2 split start", "p2 end", "p3 combine start",
                                          "p3 end", "p4 o start",     "p4 end", "p5 gate/up start",
@@ -647,12 +648,14 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           unsigned long long t0 = ~0ull;
           for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * kEvents + 1]);
           // Median / last CTA of an event of one launch's slot, µs after t0 ("-" if none).
-          auto at = [&](const unsigned long long* slot, int e) {
+          // (Of a duration, `from` 0: µs as written.)
+          auto at = [&](const unsigned long long* slot, int e, unsigned long long from = ~0ull) {
+            if (from == ~0ull) from = t0;
             std::vector<double> v;
             for (int b = 0; b < ctas; ++b)
               if (slot[b * kEvents + e] != 0)
-                v.push_back((static_cast<double>(slot[b * kEvents + e]) - static_cast<double>(t0)) /
-                            1e3);
+                v.push_back(
+                    (static_cast<double>(slot[b * kEvents + e]) - static_cast<double>(from)) / 1e3);
             std::sort(v.begin(), v.end());
             char out[32] = "-";
             if (!v.empty()) std::snprintf(out, sizeof out, "%.1f/%.1f", v[v.size() / 2], v.back());
@@ -672,10 +675,12 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
             std::printf("%s %s %s", e % 4 == 0 ? "\n   " : ";", name, at(t, e).c_str());
           }
           // The boundary: the layer before on the same clock (its down's end, its producer's last
-          // load, its CTAs' exits), then this layer's exits.
-          std::printf("\n    previous layer: p6 end %s; producer done %s; exit %s; this layer: exit %s\n",
-                      at(prev, 14).c_str(), at(prev, 15).c_str(), at(prev, kExit).c_str(),
-                      at(t, kExit).c_str());
+          // load, its CTAs' exits), then this layer's exits and its producer's wait for slots.
+          std::printf(
+              "\n    previous layer: p6 end %s; producer done %s; exit %s; this layer: exit %s; "
+              "producer waited for free slots %s µs\n",
+              at(prev, 14).c_str(), at(prev, 15).c_str(), at(prev, kExit).c_str(),
+              at(t, kExit).c_str(), at(t, kWaits, 0).c_str());
         }
       }
       for (Copy& c : cs) {

@@ -210,6 +210,40 @@ class StreamCursor {
   unsigned t_ = 0, sl_ = 0, row_ = 0;  // tile, slot of the tile, first weight row of the tile
 };
 
+// Phase timeline, for telos-kernel-bench only (its module defines TELOS_PHASE_TRACE; an artifact's
+// never does): the consumers' thread 0 of each CTA writes %globaltimer (ns) at the layer kernel's
+// events to telos_phase_trace[slot][blockIdx.x][event]: 0 entry (taken before the dependency wait,
+// written after it), 1 + 2p the start of phase p (its wait met), 2 + 2p its end (before the
+// arrival), 16 + p its arrival issued (after the release), 23 its exit (before persistent_finish),
+// and the producer's thread (128) its last load issued at 15 and, at 22, the time it waited for
+// free ring slots (a duration: persistent_stream). Launch k (telos_trace_launches, which
+// persistent_finish's last CTA advances) writes slot k % 2, so a layer and the one before it are
+// on one clock (the boundary between them: docs/perf-log.md, session 34).
+constexpr int kTraceEvents = 24, kTraceCtas = 256, kTraceProducerWaits = 22, kTraceExit = 23;
+#ifdef TELOS_PHASE_TRACE
+extern "C" {  // unmangled, for cudaLibraryGetGlobal
+__device__ unsigned long long telos_phase_trace[2 * kTraceCtas * kTraceEvents];
+__device__ unsigned telos_trace_launches;
+}
+__device__ __forceinline__ unsigned long long trace_clock() {
+  unsigned long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return ns;
+}
+__device__ __forceinline__ void phase_trace_at(int event, unsigned long long ns) {
+  const unsigned slot = *static_cast<volatile unsigned*>(&telos_trace_launches) % 2;
+  if (threadIdx.x % 128 == 0 && blockIdx.x < kTraceCtas)
+    telos_phase_trace[(slot * kTraceCtas + blockIdx.x) * kTraceEvents + event] = ns;
+}
+__device__ __forceinline__ void phase_trace(int event) { phase_trace_at(event, trace_clock()); }
+__device__ __forceinline__ void trace_launch_done() { ++telos_trace_launches; }
+#else
+__device__ __forceinline__ unsigned long long trace_clock() { return 0; }
+__device__ __forceinline__ void phase_trace_at(int, unsigned long long) {}
+__device__ __forceinline__ void phase_trace(int) {}
+__device__ __forceinline__ void trace_launch_done() {}
+#endif
+
 // The producer's part of `n` phases (`phases` in shared memory): every K block of this CTA's
 // tiles into the ring, in the order layer_gemm_tile consumes them. The producer never waits for
 // activations, only for free slots. (An L2 prefetch running ahead of the ring, cp.async.bulk.
@@ -219,18 +253,25 @@ class StreamCursor {
 // change 32, 1-11 µs; holding the loads after QKV until the attention half's counts, change 34,
 // 0 to +1.4 µs on the 1B and +6-8 on the 8B; the next layer's QKV boxes prefetched after the last
 // load, change 36, 0 on the 1B and +6 on the 8B.)
+// Returns the ns it waited for free slots with TELOS_PHASE_TRACE (the ring full: the consumers
+// behind), else 0.
 template <unsigned STAGES>
-__device__ __forceinline__ void persistent_stream(hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base,
-                                                  unsigned full, unsigned empty, const StreamPhase* phases, int n) {
+__device__ __forceinline__ unsigned long long persistent_stream(hexel::mbarrier::StageRing<STAGES>& ring,
+                                                                unsigned ring_base, unsigned full, unsigned empty,
+                                                                const StreamPhase* phases, int n) {
   using namespace hexel;
+  unsigned long long waited = 0;
   for (int p = 0; p < n; ++p) hexel::tma::acquire_map(phases[p].map);
   for (StreamCursor load(phases, n); load.valid(); load.next()) {
     const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes, bar = full + 8 * ring.index;
+    const unsigned long long t0 = trace_clock();
     mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
+    waited += trace_clock() - t0;
     mbarrier::arrive_expect_tx(bar, load.slot_bytes());
     load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) { tma::load(slot + off, map, bar, c, r); });
     ring.advance();
   }
+  return waited;
 }
 
 // How a CTA's consumers meet the grid-wide count of finished phases (sync[0]; see the top of this
@@ -288,39 +329,6 @@ __device__ __forceinline__ void persistent_arrive(unsigned* sync, unsigned phase
                    : "memory");
   }
 }
-
-// Phase timeline, for telos-kernel-bench only (its module defines TELOS_PHASE_TRACE; an artifact's
-// never does): the consumers' thread 0 of each CTA writes %globaltimer (ns) at the layer kernel's
-// events to telos_phase_trace[slot][blockIdx.x][event]: 0 entry (taken before the dependency wait,
-// written after it), 1 + 2p the start of phase p (its wait met), 2 + 2p its end (before the
-// arrival), 16 + p its arrival issued (after the release), 23 its exit (before persistent_finish),
-// and the producer's thread (128) its last load issued at 15. Launch k (telos_trace_launches, which
-// persistent_finish's last CTA advances) writes slot k % 2, so a layer and the one before it are
-// on one clock (the boundary between them: docs/perf-log.md, session 34).
-constexpr int kTraceEvents = 24, kTraceCtas = 256, kTraceExit = 23;
-#ifdef TELOS_PHASE_TRACE
-extern "C" {  // unmangled, for cudaLibraryGetGlobal
-__device__ unsigned long long telos_phase_trace[2 * kTraceCtas * kTraceEvents];
-__device__ unsigned telos_trace_launches;
-}
-__device__ __forceinline__ unsigned long long trace_clock() {
-  unsigned long long ns;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-  return ns;
-}
-__device__ __forceinline__ void phase_trace_at(int event, unsigned long long ns) {
-  const unsigned slot = *static_cast<volatile unsigned*>(&telos_trace_launches) % 2;
-  if (threadIdx.x % 128 == 0 && blockIdx.x < kTraceCtas)
-    telos_phase_trace[(slot * kTraceCtas + blockIdx.x) * kTraceEvents + event] = ns;
-}
-__device__ __forceinline__ void phase_trace(int event) { phase_trace_at(event, trace_clock()); }
-__device__ __forceinline__ void trace_launch_done() { ++telos_trace_launches; }
-#else
-__device__ __forceinline__ unsigned long long trace_clock() { return 0; }
-__device__ __forceinline__ void phase_trace_at(int, unsigned long long) {}
-__device__ __forceinline__ void phase_trace(int) {}
-__device__ __forceinline__ void trace_launch_done() {}
-#endif
 
 // The last CTA to finish returns the count (and its own counter, sync[1]) to zero for the next launch.
 __device__ __forceinline__ void persistent_finish(unsigned* sync) {
@@ -631,7 +639,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
       __shared__ StreamPhase phases[4];
       phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0};
       Mlp::stream_phases(o_map, gu_map, down_map, kTilesQkv, phases + 1);
-      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
+      phase_trace_at(kTraceProducerWaits, persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4));
       phase_trace(15);
     }
     return;
@@ -746,8 +754,9 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
 
   // Phases 4-6: the MLP half.
   constexpr unsigned kMlpPhase0 = 4;
-  static_assert(2 + 2 * (kMlpPhase0 + 2) < 15 && 16 + kMlpPhase0 + 2 < kTraceExit,
-                "phase_trace: the phases' events below the producer's (15), the arrivals after it, then the exit");
+  static_assert(2 + 2 * (kMlpPhase0 + 2) < 15 && 16 + kMlpPhase0 + 1 < kTraceProducerWaits,
+                "phase_trace: the phases' events below the producer's (15), then the arrivals, then "
+                "the exit");
   Mlp::template run<1, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x,
                                              act, sync, kMlpPhase0, kTilesQkv);
   phase_trace(kTraceExit);
