@@ -647,10 +647,10 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           const int ctas = prop.multiProcessorCount;
           unsigned long long t0 = ~0ull;
           for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * kEvents + 1]);
-          // Median / last CTA of an event of one launch's slot, µs after t0 ("-" if none).
-          // (Of a duration, `from` 0: µs as written.)
-          auto at = [&](const unsigned long long* slot, int e, unsigned long long from = ~0ull) {
-            if (from == ~0ull) from = t0;
+          // Median / last CTA of an event of one launch's slot, µs after t0, or as written for a
+          // duration ("-" if none).
+          auto at = [&](const unsigned long long* slot, int e, bool duration = false) {
+            const unsigned long long from = duration ? 0 : t0;
             std::vector<double> v;
             for (int b = 0; b < ctas; ++b)
               if (slot[b * kEvents + e] != 0)
@@ -680,7 +680,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
               "\n    previous layer: p6 end %s; producer done %s; exit %s; this layer: exit %s; "
               "producer waited for free slots %s µs\n",
               at(prev, 14).c_str(), at(prev, 15).c_str(), at(prev, kExit).c_str(),
-              at(t, kExit).c_str(), at(t, kWaits, 0).c_str());
+              at(t, kExit).c_str(), at(t, kWaits, true).c_str());
         }
       }
       for (Copy& c : cs) {
