@@ -323,8 +323,12 @@ SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups) 
        " is not a multiple of 16 (the LM head's weight tiles)");
 }
 
-PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim) {
+PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim, bool qk_norm) {
   PersistentLayerTiling t;
+  // The QKV epilogue runs in the QKV tiles wherever it can (no QK norm: the weights' pair order
+  // puts both elements of a rotated pair in one 8-row group): one grid-wide count and one phase a
+  // layer fewer (docs/perf-log.md, change 88).
+  t.qkv_rope = !qk_norm && head_dim % 8 == 0;
   // A slot holds 64 / bn whole K blocks of a tile, so K must be whole slots. A phase ends when its
   // CTA with the most rows does (tile g is CTA g mod kSms's), so the tile with the fewest rows on
   // the busiest CTA, and of those the largest (fewer, longer streams): 32 rows where that gives an
@@ -569,7 +573,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       args.insert(args.begin(), "buf:qkv");
       launch(k, {NH, T, 1}, args);
     };
-    const PersistentLayerTiling layer_t = decode_layer_tiling(H, NH * D, HQ * D, I, D);
+    const PersistentLayerTiling layer_t = decode_layer_tiling(H, NH * D, HQ * D, I, D, in.qk_norm);
     const bool layer_persistent = kind == "decode" && T <= kDecodeLayerPersistentMaxRows && layer_t.fits;
     if (fold_qkv && !layer_persistent) qkv_arrival_counters = NH;
     const int layer_k =
@@ -578,7 +582,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                            I_(D) + ", " + qkv_epi.substr(0, qkv_epi.size() - 1) + ", " + I_(plan.attn_split) + ", " +
                            I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(I) + ", " +
                            I_(layer_t.stages) + ", " + I_(layer_t.bq) + ", " + I_(layer_t.bo) + ", " +
-                           I_(layer_t.bg) + ", " + I_(layer_t.bd) + ">",
+                           I_(layer_t.bg) + ", " + I_(layer_t.bd) + (layer_t.qkv_rope ? ", true>" : ", false>"),
                        {"qkv_map", "o_map", "gu_map", "down_map", "attn_norm", "mlp_norm", "bias", "q_norm",
                         "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x", "qkv", "q", "part_o",
                         "part_ml", "attn", "act", "sync"},

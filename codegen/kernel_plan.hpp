@@ -196,8 +196,12 @@ inline constexpr bool persistent_tile_fits(int bn, int k, int n) {
 struct PersistentLayerTiling {
   int bq = 32, bo = 32, bg = 64, bd = 32, stages = 0, smem = 0;
   bool fits = false;  // the model's shapes divide into whole slots and tiles
+  // The QKV epilogue in the QKV tiles (decode_layer_persistent's QKV_ROPE).
+  bool qkv_rope = false;
 };
-PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim);
+// `qk_norm`: the model normalizes q and k per head (Qwen3), whose QKV epilogue needs a head's
+// whole row, so it keeps its own phase.
+PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim, bool qk_norm = true);
 
 // Attention cuts the context into splits of kAttnSplit positions (four 16-position chunks per
 // warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most

@@ -489,8 +489,12 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {
                                        " (" + std::to_string(size) + " bytes)");
       elements *= wt.shape.back();
     }
-    if (std::string layout = f.string(t, named, "layout"); layout != "row_major")
-      f.refuse(named + ".layout", "\"" + layout + "\" is not row_major (the only schema 1 layout)");
+    // row_major, or for the QKV projection its rows in RoPE's pair order (docs/artifact.md).
+    wt.layout = f.string(t, named, "layout");
+    const bool qkv = wt.name.starts_with("layers.") && wt.name.ends_with(".qkv");
+    if (wt.layout != "row_major" && !(qkv && wt.layout == "qkv_rope_pairs"))
+      f.refuse(named + ".layout", "\"" + wt.layout + "\" is not row_major" +
+                                      (qkv ? " or qkv_rope_pairs" : "") + " (the schema 1 layouts)");
     const std::int64_t offset = f.integer(t, named, "offset", 0);
     const std::int64_t bytes = f.integer(t, named, "bytes", 1);
     if (offset % alignment != 0)

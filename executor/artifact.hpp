@@ -65,6 +65,7 @@ struct KvCacheConfig {
 // One weight tensor, pointing into the mapped weights.bin.
 struct WeightTensor {
   std::string name;
+  std::string layout;  // row_major, or qkv_rope_pairs (layers.N.qkv: support/qkv_layout.hpp)
   DType dtype = DType::F32;
   std::vector<std::int64_t> shape;
   const std::uint8_t* data = nullptr;

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "support/error.hpp"
+#include "support/qkv_layout.hpp"
 
 namespace telos::exec {
 namespace {
@@ -81,6 +82,7 @@ CpuReferenceModel::CpuReferenceModel(std::shared_ptr<const Artifact> artifact, i
       layer.k_norm = vector(p + "k_norm");
     }
     layer.qkv = matrix(p + "qkv");
+    layer.qkv_pairs = artifact_->tensor(p + "qkv").layout == "qkv_rope_pairs";
     layer.o = matrix(p + "o");
     layer.gate_up = matrix(p + "gate_up");
     layer.down = matrix(p + "down");
@@ -93,6 +95,7 @@ CpuReferenceModel::CpuReferenceModel(std::shared_ptr<const Artifact> artifact, i
   h_.resize(static_cast<std::size_t>(H));
   att_out_.resize(static_cast<std::size_t>(H));
   qkv_.resize(static_cast<std::size_t>(qkv_size));
+  scratch_.resize(static_cast<std::size_t>(qkv_size));
   att_.resize(static_cast<std::size_t>(model_.num_heads * D));
   gate_up_.resize(2 * static_cast<std::size_t>(model_.intermediate_size));
   act_.resize(static_cast<std::size_t>(model_.intermediate_size));
@@ -199,6 +202,11 @@ void CpuReferenceModel::forward_token(std::int32_t token, int position,
     // Attention block.
     rmsnorm(h_.data(), x_.data(), w.attn_norm, H);
     matmul(qkv_.data(), h_.data(), w.qkv);
+    if (w.qkv_pairs) {  // the projection's rows as packed (docs/artifact.md), in their natural order
+      std::copy(qkv_.begin(), qkv_.end(), scratch_.begin());
+      for (std::size_t i = 0; i < qkv_.size(); ++i)
+        qkv_[i] = scratch_[static_cast<std::size_t>(qkv_pair_pos(static_cast<long long>(i), D))];
+    }
     if (!w.qkv_bias.empty())
       for (std::size_t i = 0; i < qkv_.size(); ++i) qkv_[i] += w.qkv_bias[i];
     float* q = qkv_.data();

@@ -36,6 +36,7 @@ class CpuReferenceModel : public ModelBackend {
   struct Layer {
     std::span<const float> attn_norm, mlp_norm, qkv_bias, q_norm, k_norm;
     Matrix qkv, o, gate_up, down;
+    bool qkv_pairs = false;  // qkv's rows in RoPE's pair order (layout qkv_rope_pairs)
   };
 
   Matrix matrix(const std::string& name) const;
@@ -66,7 +67,7 @@ class CpuReferenceModel : public ModelBackend {
   std::vector<Layer> layers_;
 
   // Activations of the token being computed.
-  std::vector<float> x_, h_, qkv_, att_, att_out_, gate_up_, act_, scores_, row_;
+  std::vector<float> x_, h_, qkv_, scratch_, att_, att_out_, gate_up_, act_, scores_, row_;
 };
 
 }  // namespace telos::exec

@@ -624,14 +624,15 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // µs after the first CTA's entry (decode_persistent.cuh, phase_trace), and on the same clock the
   // layer before it (its down's end, its producer's last load, its CTAs' exits): a layer's CTAs
   // enter only as the previous layer's leave, so the boundary is where a traced layer's gain can
-  // go (changes 86 and 88). Variants, each a row and a
-  // timeline of its own so that they compare within one run (issue 7): the plan's, and the same
-  // with the count between gate/up and down (ACT_POLL off; change 31). The trace also has each
-  // CTA's arrival after a phase (its release issued).
+  // go (changes 86 and 88). Variants, each a row and a timeline of its own so that they compare
+  // within one run (issue 7): the plan's (the QKV epilogue in the QKV tiles, QKV_ROPE; change 88),
+  // and the same with the QKV epilogue as its own phase. The trace also has each CTA's arrival
+  // after a phase (its release issued).
   // Measured here and dropped from this list (docs/perf-log.md): L2 prefetch ahead of the ring
   // (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer
   // faster), gate/up tiles of 32 rows and QKV tiles of 16 (run T: no gain; session 33 call 2 again:
-  // gate/up 32 +0.1 to +1.7 µs, the QKV's 192 tiles of before change 86 0 to +0.5), the combine
+  // gate/up 32 +0.1 to +1.7 µs, the QKV's 192 tiles of before change 86 0 to +0.5), the count
+  // between gate/up and down (ACT_POLL off: change 31, 1-1.4 µs a layer slower), the combine
   // folded into o's A (change 26), attention splits of 64 and 128 positions (change 27), each
   // head's QKV epilogue in the QKV phase on the CTA that finishes the head (change 28, branch
   // fold-rope), other releases for the counts (red.release, fence.release; session 10 run 3), a cap
@@ -658,15 +659,15 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
                                          "p5 end", "p6 down start",  "p6 end", "producer done"};
     for (const LayerShape& sh : shapes) {
       const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
-      const PersistentLayerTiling lt = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D);
       const long long page_elems = 2LL * sh.HKV * kPage * sh.D;
       struct Variant {
         std::string label;
-        const char* count;  // the GridCount template argument
-        bool act_poll;      // ACT_POLL
+        PersistentLayerTiling lt;  // with or without QKV_ROPE
       };
-      const std::vector<Variant> variants = {{"V1 plan", "Release", true},
-                                             {"V1 count gate/up", "Release", false}};
+      const std::vector<Variant> variants = {
+          {"V1 plan", decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false)},
+          {"V1 rope phase", decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, true)}};
+      const PersistentLayerTiling& lt = variants[0].lt;  // the ring and the other tiles: the same
       std::vector<std::string> names;
       for (const Variant& v : variants)
         names.push_back(
@@ -675,9 +676,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
             I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " +
             I(kAttnSplit) + ", " + I(nsplit) + ", " +
             float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
-            I(sh.I) + ", " + I(lt.stages) + ", " + I(lt.bq) + ", " + I(lt.bo) + ", " + I(lt.bg) +
-            ", " + I(lt.bd) + ", telos_kernels::GridCount::" + v.count +
-            (v.act_poll ? ", true>" : ", false>"));
+            I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " + I(v.lt.bo) + ", " +
+            I(v.lt.bg) + ", " + I(v.lt.bd) + (v.lt.qkv_rope ? ", true>" : ", false>"));
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n", 1);
       const std::unique_ptr<Module> mod = plain.get();

@@ -63,16 +63,15 @@ struct LayerGemmOps {
 // steps (wgmma_k_loop's sequence, gemm_prefill.cuh), from the ring's slots (64 / BN K blocks each)
 // and the resident interleaved A at `a_base`; then gemm_small_body's epilogue for output columns
 // t · kOutCols ...
-template <int M, unsigned BN, SmallEpi EPI, unsigned STAGES>
-__device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGES>& ring, unsigned a_base,
-                                                unsigned ring_base, unsigned full, unsigned empty, unsigned t,
-                                                unsigned K, unsigned N, void* out) {
+// layer_gemm_tile_mma is the tile's K loop alone, its accumulators left in d (wgmma's layout).
+template <int M, unsigned BN, unsigned STAGES>
+__device__ __forceinline__ void layer_gemm_tile_mma(hexel::mbarrier::StageRing<STAGES>& ring, unsigned a_base,
+                                                    unsigned ring_base, unsigned full, unsigned empty,
+                                                    unsigned K, float (&d)[BN / 2]) {
   using namespace hexel;
   constexpr unsigned kALbo = M * 16;
   constexpr unsigned kBlocksPerSlot = 64 / BN;  // whole K blocks of BN · 128 bytes in the 8 KB slot
-  constexpr unsigned kOutCols = EPI == SmallEpi::SwiGlu ? BN / 2 : BN;
-  const unsigned warp = warp_index(), lane = threadIdx.x % 32;
-  float d[BN / 2];
+  const unsigned lane = threadIdx.x % 32;
   const unsigned slots = K / 64 / kBlocksPerSlot;
   unsigned prev = 0;
   for (unsigned sl = 0; sl < slots; ++sl) {
@@ -97,6 +96,15 @@ __device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGE
   wgmma::wait_group<0>();
   wgmma::fence_operand(d);
   if (lane == 0) mbarrier::arrive(empty + 8 * prev);
+}
+template <int M, unsigned BN, SmallEpi EPI, unsigned STAGES>
+__device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGES>& ring, unsigned a_base,
+                                                unsigned ring_base, unsigned full, unsigned empty, unsigned t,
+                                                unsigned K, unsigned N, void* out) {
+  constexpr unsigned kOutCols = EPI == SmallEpi::SwiGlu ? BN / 2 : BN;
+  const unsigned warp = hexel::warp_index(), lane = threadIdx.x % 32;
+  float d[BN / 2];
+  layer_gemm_tile_mma<M, BN>(ring, a_base, ring_base, full, empty, K, d);
 #pragma unroll
   for (unsigned hh = 0; hh < 2; ++hh) {
     const unsigned m = 16 * warp + lane / 4 + 8 * hh;
@@ -410,7 +418,8 @@ __device__ __forceinline__ void persistent_poll_a(unsigned base, const bf16* a) 
 }
 
 // maps: [LAYERS][4] weight maps (qkv, o, down: BN x 64 boxes of [N, K]; gate/up: BG / 2 x 64 boxes
-// of [2I, K]; WIDE: the wide maps of StreamCursor::wide_box, one box a ring slot). A of each phase: h (qkv), attn (o), h2 (gate/up), act (down), bf16 [M, K]; outputs qkv
+// of [2I, K]; WIDE: the wide maps of StreamCursor::wide_box, one box a ring slot). A of each
+// phase: h (qkv), attn (o), h2 (gate/up), act (down), bf16 [M, K]; outputs qkv
 // (bf16 [M, NQKV]), x (f32 [M, H], += for o and down), act (bf16 [M, I]).
 template <int M, int H, int NQKV, int I, int LAYERS, int STAGES, int BQ, int BO, int BG, int BD,
           bool WIDE = false>
@@ -551,22 +560,78 @@ struct MlpPhases {
   }
 };
 
+// The QKV epilogue of tile t of a one-token QKV phase, from the tile's accumulators: the projection
+// rounded to bf16 and back (the values qkv_rope_row reads from qkv), the bias, RoPE of q and k, q to
+// q_out (f32, [HQ D]), k and v appended at `pos` to `page` (not where pos < 0): qkv_rope_row's
+// operations in its order on the same values, so the same bits, without the projection's round
+// trip through memory and the phase that reads it back. The token's row is threads 0-3's (wgmma's
+// accumulator: row 0 is lanes 0-3 of warp 0, columns 8j + 2 (lane % 4) + {0, 1} in d[4j], d[4j +
+// 1]); in the rows' pair order (qkv_pair_pos) an 8-column group j is 4 elements of a head's first
+// half (lanes 0-1) and their 4 partners of the second half (lanes 2-3), so a lane's partner is
+// lane ^ 2. No QK norm (it needs the head's whole row). The rotation's (sin, cos) come from `sc`
+// (qkv_rope_angle, computed before the tile's K loop: the frequencies' constant-memory loads and
+// the sincos are then off the phase's tail).
+template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope, unsigned BN>
+__device__ __forceinline__ void qkv_rope_pairs(const float (&d)[BN / 2], unsigned t, int pos, int page,
+                                               const float* bias, bf16* kv_layer, float* q_out, const float2* sc) {
+  static_assert(BN % 8 == 0 && D % 8 == 0, "whole 8-row groups in a tile and in a head");
+  if (threadIdx.x >= 4) return;
+  const unsigned lane = threadIdx.x, half = lane / 2;
+#pragma unroll
+  for (unsigned j = 0; j < BN / 8; ++j) {
+    const unsigned p = t * BN + 8 * j;  // the group's first row, in the stored order
+    const unsigned head = p / D, i = p % D / 8 * 4 + 2 * (lane % 2);  // this lane's pair index
+    const unsigned n = half * (D / 2) + i;                              // its element of the head
+    const unsigned b = pack_bf16x2(d[4 * j], d[4 * j + 1]);
+    float v[2] = {__uint_as_float(b << 16), __uint_as_float(b & 0xffff0000u)};
+    if constexpr (BIAS) {
+      v[0] += bias[head * D + n];
+      v[1] += bias[head * D + n + 1];
+    }
+    if (head < static_cast<unsigned>(HQ + HKV)) {  // the same for the four lanes
+      for (int e = 0; e < 2; ++e) {
+        const float other = __shfl_xor_sync(0xfu, v[e], 2);
+        const float2 a = sc[4 * j + 2 * (lane % 2) + e];  // (sin, cos) of pair index i + e
+        v[e] = half == 0 ? rope_first(v[e], other, a.y, a.x) : rope_second(other, v[e], a.y, a.x);
+      }
+    }
+    if (head < static_cast<unsigned>(HQ)) {
+      *reinterpret_cast<float2*>(q_out + head * D + n) = make_float2(v[0], v[1]);
+    } else if (pos >= 0) {
+      const int kv = head < static_cast<unsigned>(HQ + HKV) ? 0 : 1, kvh = static_cast<int>(head) - HQ - kv * HKV;
+      bf16* row = kv_layer + page * PAGE_ELEMS + (static_cast<long long>(kv * HKV + kvh) * PAGE + pos % PAGE) * D;
+      *reinterpret_cast<unsigned*>(row + n) = f32_to_bf16(v[0]) | static_cast<unsigned>(f32_to_bf16(v[1])) << 16;
+    }
+  }
+}
+
+// Entry k (0 .. BN / 2 - 1) of qkv_rope_pairs' table for tile t at `pos`: (sin, cos) of the pair
+// index of the tile's 8-row group k / 4, element k % 4 (rope_sincos, so the same bits).
+template <int D, class Rope, unsigned BN>
+__device__ __forceinline__ float2 qkv_rope_angle(unsigned t, unsigned k, int pos) {
+  const unsigned p = t * BN + 8 * (k / 4);
+  float sn, cs;
+  rope_sincos<Rope>(pos, static_cast<int>(p % D / 8 * 4 + k % 4), sn, cs);
+  return make_float2(sn, cs);
+}
+
 // decode_layer_persistent's L2 prefetch of the context's K/V: at most this many bytes a layer, a
 // third of the H200's 50 MB L2 (the weights stream through the rest).
 constexpr long long kKvPrefetchBytes = 16LL << 20;
 
 // A whole one-token decode layer in one launch: the attention half (RMSNorm + the QKV GEMM; the QKV
-// epilogue per head, qkv_rope_row; the attention splits, attn_split_block per (KV head, slot); the
-// combine, attn_combine_row per query head, where the context is longer than one split) and then
-// MlpPhases, seven phases between grid-wide counts (six without the combine), one weight stream
-// (qkv, o, gate/up, down) per SM. Every piece is the code the separate kernels run, so the rows
-// have their bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's after
-// D), then the MLP's and the ring's, then how the grid-wide counts are met (the plan leaves the
-// default; telos-kernel-bench times every GridCount); args as those kernels' (the maps in BQ / BO /
-// BG / 2 / BD x 64 boxes).
+// epilogue per head, qkv_rope_row, or with QKV_ROPE in the QKV tiles, qkv_rope_pairs; the attention
+// splits, attn_split_block per (KV head, slot); the combine, attn_combine_row per query head, where
+// the context is longer than one split) and then MlpPhases, seven phases between grid-wide counts
+// (six without the combine, one fewer with QKV_ROPE), one weight stream (qkv, o, gate/up, down) per
+// SM. Every piece is the code the separate kernels run, or its operations in their order, so the
+// rows have their bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's
+// after D), then the MLP's and the ring's, QKV_ROPE, then how the grid-wide counts are met (the
+// plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels' (the
+// maps in BQ / BO / BG / 2 / BD x 64 boxes).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
-          int STAGES, int BQ, int BO, int BG, int BD, GridCount COUNT = GridCount::Release,
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, GridCount COUNT = GridCount::Release,
           bool ACT_POLL = true>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map,
@@ -580,6 +645,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   constexpr int NH = HQ + 2 * HKV, NQKV = NH * D, KO = HQ * D;
   using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
   static_assert(persistent_tile_ok(BQ, H) && NQKV % BQ == 0, "QKV tiles");
+  static_assert(!QKV_ROPE || !QK_NORM, "QK norm needs a head's whole row");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
   constexpr unsigned kTilesQkv = NQKV / BQ;
   constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
@@ -592,9 +658,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
       __shared__ StreamPhase phases[4];
       phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0};
       Mlp::stream_phases(o_map, gu_map, down_map, kTilesQkv, phases + 1);
-      const unsigned long long waited =
-          persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4);
-      phase_trace_at(kTraceProducerWaits, waited);
+      phase_trace_at(kTraceProducerWaits, persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4));
       phase_trace(15);
     }
     return;
@@ -614,42 +678,70 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   }
   phase_trace(1);
 
-  // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16).
+  // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16); with QKV_ROPE the tiles in RoPE's pair order, each
+  // running the QKV epilogue on its accumulators (qkv_rope_pairs), so phase 1 has no work.
+  const int pos = positions[0];
+  const int* pt = page_tables + token_seq[0] * MAXP;
   unsigned first = persistent_first_tile(0);
   if (first < kTilesQkv) {
     persistent_norm_a<1, H, EPS>(sm.base, x, w8);
-    for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
-      layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV, qkv);
+    if constexpr (QKV_ROPE) {
+      const int page = pos >= 0 ? pt[pos / PAGE] : 0;
+      __shared__ float2 rope_sc[BQ / 2];
+      for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x) {
+        sync128();  // the previous tile's epilogue has read rope_sc
+        if (t < BQ / 2) rope_sc[t] = qkv_rope_angle<D, Rope, BQ>(tile, static_cast<unsigned>(t), pos);
+        sync128();
+        float d[BQ / 2];
+        layer_gemm_tile_mma<1, BQ>(ring, sm.base, sm.ring_base, sm.full, sm.empty, H, d);
+        qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer, q, rope_sc);
+      }
+    } else {
+      for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
+        layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV,
+                                                    qkv);
+    }
   }
-  persistent_next_phase<COUNT>(sync, 0);
-  const int pos = positions[0];
 
   // The context's K/V of this layer into L2, a page's slice of the layer per thread over the whole
   // grid, so that the attention items' chunk loads (phase 2) wait on L2 rather than DRAM: their
   // chunks are a chain of dependent loads, ~6 µs an item at 256 positions from DRAM (run S). Issued
   // after QKV, so that less than the ring's worth of weights passes through L2 before the items
   // read it; at most kKvPrefetchBytes (the first pages: every slot's first split). Loads only.
-  {
+  const auto prefetch_kv = [&] {
     constexpr long long kLayerPageElems = 2LL * HKV * PAGE * D;
     constexpr int kMaxPages = static_cast<int>(kKvPrefetchBytes / (2 * kLayerPageElems));
     const int pages = pos < 0 ? 0 : min(pos / PAGE + 1, kMaxPages);
-    const int* pt = page_tables + token_seq[0] * MAXP;
     for (int p = blockIdx.x + gridDim.x * t; p < pages; p += gridDim.x * 128)
       tma::prefetch_bytes(kv_layer + static_cast<long long>(pt[p]) * PAGE_ELEMS, 2 * kLayerPageElems);
+  };
+  if constexpr (QKV_ROPE) {
+    // One arrival ends phases 0 and 1; the prefetch (its page-table loads take the loaded latency)
+    // between it and the wait.
+    phase_trace(2);
+    persistent_arrive<COUNT>(sync, 2);
+    phase_trace(16);
+    prefetch_kv();
+    persistent_wait<COUNT>(sync, 2 * gridDim.x);
+    phase_trace(5);
+  } else {
+    persistent_next_phase<COUNT>(sync, 0);
+    prefetch_kv();
   }
 
   // Phase 1: the QKV epilogue, a head per work item (q to `q`, K/V appended to their pages).
-  {
+  if constexpr (!QKV_ROPE) {
     __shared__ float head_v[D];
     __shared__ float scratch[D / 32 > 0 ? D / 32 : 1];
     for (unsigned head = blockIdx.x; head < static_cast<unsigned>(NH); head += gridDim.x) {
-      const float v = t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(qkv + head * D + t)) << 16) : 0.f;
+      const float v =
+          t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(qkv + head * D + qkv_pair_pos(t, D))) << 16) : 0.f;
       qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
           v, static_cast<int>(head), 0, t, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q,
           head_v, scratch, sync128);
     }
+    persistent_next_phase<COUNT>(sync, 1);
   }
-  persistent_next_phase<COUNT>(sync, 1);
 
   // Phase 2: the attention splits, a (KV head, slot) per work item. A context of one split (position
   // < SPLIT) needs no combine: the items write attn as the combine would (attn_split_block's `out`,
@@ -682,8 +774,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   // Phases 4-6: the MLP half.
   constexpr unsigned kMlpPhase0 = 4;
   static_assert(2 + 2 * (kMlpPhase0 + 2) < 15 && 16 + kMlpPhase0 + 1 < kTraceProducerWaits,
-                "phase_trace: the phases' events below the producer's (15), then the arrivals, "
-                "below the producer's waits (22) and the exit (23)");
+                "phase_trace: the phases' events below the producer's (15), then the arrivals, then "
+                "the exit");
   Mlp::template run<1, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x,
                                              act, sync, kMlpPhase0, kTilesQkv);
   phase_trace(kTraceExit);

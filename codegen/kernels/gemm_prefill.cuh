@@ -336,6 +336,35 @@ __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
   prefill_gemm_body<M, I, K, EpilogueSwiGlu>(a_map, w_map, act_map);
 }
 
+// The QKV projection's rows are packed in RoPE's pair order (docs/artifact.md, layout
+// qkv_rope_pairs; support/qkv_layout.hpp is the host form): within each head of D rows, for g = 0 ..
+// D / 8 - 1, the head's rows 4g .. 4g + 3, then D / 2 + 4g .. D / 2 + 4g + 3. So every GEMM writes
+// qkv in that order, and a tile of whole 8-row groups holds both elements of each rotated pair
+// (decode_layer_persistent's QKV tiles: qkv_rope_pairs). qkv_pair_pos: where element d of a head
+// is stored within it.
+__host__ __device__ constexpr int qkv_pair_pos(int d, int D) {
+  return d % (D / 2) / 4 * 8 + d / (D / 2) * 4 + d % 4;
+}
+
+// RoPE (rotate-half) of the pair (x1, x2) = elements (j, j + D / 2) of a head at position pos:
+// rope_first gives element j, rope_second element j + D / 2. The angle is rounded to f32 as
+// transformers computes it; reducing it by 2π in f64 keeps sincos on its short path (the
+// long-argument path needs local memory). The products and sums are spelled out (no contraction
+// left to the compiler), so every kernel that rotates a pair gives it the same bits
+// (qkv_rope_row; decode_layer_persistent's QKV tiles, qkv_rope_pairs).
+template <class Rope>
+__device__ __forceinline__ void rope_sincos(int pos, int j, float& sn, float& cs) {
+  const float angle = static_cast<float>(max(pos, 0)) * Rope::inv_freq(j);
+  const double turns = rint(static_cast<double>(angle) * 0.15915494309189535);
+  __sincosf(static_cast<float>(fma(-turns, 6.283185307179586, static_cast<double>(angle))), &sn, &cs);
+}
+__device__ __forceinline__ float rope_first(float x1, float x2, float cs, float sn) {
+  return __fmaf_rn(x1, cs, -__fmul_rn(x2, sn));
+}
+__device__ __forceinline__ float rope_second(float x1, float x2, float cs, float sn) {
+  return __fmaf_rn(x2, cs, __fmul_rn(x1, sn));
+}
+
 // The QKV epilogue of one (token m, head) row of D values: adds the bias (Qwen2), applies the
 // per-head RMSNorm to q and k (Qwen3), rotates q and k (RoPE, rotate-half; Rope::inv_freq(i),
 // llama3 scaling included), then writes q (f32, [M, HQ D]) or appends k / v to the token's KV
@@ -377,14 +406,10 @@ __device__ __forceinline__ void qkv_rope_row(float v, int head, int m, int d, co
     sync();
     if (on) {
       const int j = d % (D / 2);
-      // The angle is rounded to f32 as transformers computes it; reducing it by 2π in f64 keeps
-      // sincos on its short path (the long-argument path needs local memory).
-      const float angle = static_cast<float>(max(pos, 0)) * Rope::inv_freq(j);
-      const double turns = rint(static_cast<double>(angle) * 0.15915494309189535);
       float sn, cs;
-      __sincosf(static_cast<float>(fma(-turns, 6.283185307179586, static_cast<double>(angle))), &sn, &cs);
+      rope_sincos<Rope>(pos, j, sn, cs);
       const float x1 = head_v[j], x2 = head_v[j + D / 2];
-      v = d < D / 2 ? x1 * cs - x2 * sn : x2 * cs + x1 * sn;
+      v = d < D / 2 ? rope_first(x1, x2, cs, sn) : rope_second(x1, x2, cs, sn);
     }
   }
   if (!on) return;
@@ -400,7 +425,8 @@ __device__ __forceinline__ void qkv_rope_row(float v, int head, int m, int d, co
 }
 
 // The QKV epilogue as its own kernel, after a GEMM wrote the projection qkv [M, (HQ + 2 HKV) D]
-// (bf16, as transformers' projection is): block (head, m), D threads, qkv_rope_row. Decode
+// (bf16, as transformers' projection is; each head's elements in RoPE's pair order, qkv_pair_pos):
+// block (head, m), D threads, qkv_rope_row. Decode
 // buckets of up to 8 tokens fold it into the QKV GEMM instead (gemm_small_norm_qkv).
 template <int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope>
@@ -413,7 +439,7 @@ __global__ void __launch_bounds__(D)
   __shared__ float scratch[D / 32];
   const int head = blockIdx.x, m = blockIdx.y, d = threadIdx.x;
   const float v = __uint_as_float(static_cast<unsigned>(qkv[static_cast<long long>(m) * (HQ + 2 * HKV) * D +
-                                                            head * D + d])
+                                                            head * D + qkv_pair_pos(d, D)])
                                   << 16);
   qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
       v, head, m, d, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q_out, head_v, scratch,

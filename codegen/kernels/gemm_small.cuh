@@ -479,7 +479,7 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
   if (!last) return;
   __threadfence();
   for (int m = 0; m < M; ++m) {
-    const bf16* p = qkv + static_cast<long long>(m) * N + head * D + d;
+    const bf16* p = qkv + static_cast<long long>(m) * N + head * D + qkv_pair_pos(d, D);
     const float v = d < D ? __uint_as_float(static_cast<unsigned>(__ldcg(p)) << 16) : 0.f;
     qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
         v, head, m, d, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q_out, head_v, scratch,

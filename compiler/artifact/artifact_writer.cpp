@@ -20,6 +20,7 @@
 #include "support/dtype.hpp"
 #include "support/error.hpp"
 #include "support/mapped_file.hpp"
+#include "support/qkv_layout.hpp"
 
 namespace telos::compiler {
 namespace fs = std::filesystem;
@@ -263,6 +264,11 @@ nlohmann::ordered_json model_json(const ModelSpec& s) {
   return j;
 }
 
+// layers.N.qkv, the projection packed in RoPE's pair order.
+bool is_qkv(const std::string& name) {
+  return name.starts_with("layers.") && name.ends_with(".qkv");
+}
+
 // Packs every parameter into weights.bin; returns the manifest's "weights" section.
 nlohmann::ordered_json pack_weights(const fs::path& path, const ImportedModel& model,
                                     const ir::Graph& graph, const ArtifactOptions& options) {
@@ -281,15 +287,33 @@ nlohmann::ordered_json pack_weights(const fs::path& path, const ImportedModel& m
     Xxh64 tensor_hash;
     const std::size_t out_size = dtype_size(p.type.dtype);
     const std::size_t chunk = kPackBufferBytes / out_size;
+    // The QKV projection's rows go in RoPE's pair order within each head (layout qkv_rope_pairs):
+    // the buffer holds a head's rows at a time.
+    const bool pairs = is_qkv(p.name);
+    const std::size_t head_dim = static_cast<std::size_t>(model.spec.head_dim);
+    const std::size_t cols = p.type.dims.size() == 2 ? static_cast<std::size_t>(p.type.dims[1]) : 1;
+    if (pairs && (head_dim % 8 != 0 || head_dim * cols > chunk))
+      fail(p.name + ": a head of " + std::to_string(head_dim) + " x " + std::to_string(cols) +
+           " does not pack in RoPE's pair order (head_dim a multiple of 8, a head within " +
+           std::to_string(kPackBufferBytes) + " bytes)");
     for (const std::string& name : p.sources) {
       const TensorView* src = model.find(name);
       if (!src)
         fail(model.checkpoint_dir + ": tensor " + name + " (for " + p.name + ") is missing");
       const std::size_t elements = src->bytes / dtype_size(src->dtype);
-      for (std::size_t first = 0; first < elements; first += chunk) {
+      const std::size_t step = pairs ? head_dim * cols : chunk;
+      for (std::size_t first = 0; first < elements; first += step) {
         if (options.cancel && *options.cancel) fail("interrupted while packing " + p.name);
-        const std::size_t n = std::min(chunk, elements - first);
-        convert(*src, first, n, p.type.dtype, buffer.data());
+        const std::size_t n = std::min(step, elements - first);
+        if (pairs) {
+          for (std::size_t r = 0; r < head_dim; ++r)
+            convert(*src, first + static_cast<std::size_t>(qkv_pair_row(static_cast<long long>(r),
+                                                                        static_cast<int>(head_dim))) *
+                                      cols,
+                    cols, p.type.dtype, buffer.data() + r * cols * out_size);
+        } else {
+          convert(*src, first, n, p.type.dtype, buffer.data());
+        }
         out.write(buffer.data(), n * out_size);
         tensor_hash.update(buffer.data(), n * out_size);
         // Drop the checkpoint pages just read, so they do not accumulate as resident memory.
@@ -312,7 +336,7 @@ nlohmann::ordered_json pack_weights(const fs::path& path, const ImportedModel& m
     t["name"] = p.name;
     t["dtype"] = dtype_name(p.type.dtype);
     t["shape"] = p.type.dims;
-    t["layout"] = "row_major";
+    t["layout"] = pairs ? "qkv_rope_pairs" : "row_major";
     t["offset"] = offset;
     t["bytes"] = bytes;
     t["checksum"] = checksum_string(tensor_hash.digest());

@@ -232,7 +232,10 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(d1[1].at("grid"), nlohmann::ordered_json({132, 1, 1}));
   const auto& layer_args = d1[1].at("args");
   ASSERT_EQ(layer_args.size(), 21u);
+  // The QKV epilogue in the QKV tiles (QKV_ROPE) but with QK norm (qwen3).
+  const bool qk_norm = GetParam() == std::string("qwen3");
   EXPECT_EQ(layer_args[0], "tmap:w:layers.0.qkv:256:128:32:64");
+  EXPECT_TRUE(instance_of(d1[1]).ends_with(qk_norm ? ", false>" : ", true>"));
   EXPECT_EQ(layer_args[4], "w:layers.0.attn_norm");
   EXPECT_EQ(layer_args[5], "w:layers.0.mlp_norm");
   EXPECT_EQ(layer_args[12], "kv:0");
@@ -350,13 +353,18 @@ TEST(Codegen, SamplerSpansAClusterOfBlocksARow) {
 // leave SMs idle (the 1B's o and down: 64 tiles of 32 rows), 48 and 24 for the 8B's and the 1B's
 // qkv (128 tiles in one wave, not 192 of 32 or 16 rows), larger where K is not whole 8 KB slots of
 // smaller tiles (tiny's o, K 128); gate/up 32 + 32; the ring fills what the resident A (the largest
-// K) and 16 KB of static shared memory leave of 227 KB.
+// K) and 16 KB of static shared memory leave of 227 KB. Without QK norm the QKV epilogue runs in
+// the QKV tiles (qkv_rope), the same tiles.
 // Shapes it cannot take (K not whole slots) run the kernel-per-operation path.
 TEST(Codegen, DecodeLayerTiling) {
-  auto tiling = [](int h, int nqkv, int ko, int i, int d) {
-    const PersistentLayerTiling t = decode_layer_tiling(h, nqkv, ko, i, d);
+  auto tiling = [](int h, int nqkv, int ko, int i, int d, bool qk_norm = true) {
+    const PersistentLayerTiling t = decode_layer_tiling(h, nqkv, ko, i, d, qk_norm);
     return std::array<int, 7>{t.bq, t.bo, t.bg, t.bd, t.stages, t.smem, t.fits ? 1 : 0};
   };
+  EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 128, false), tiling(4096, 6144, 4096, 14336, 128));
+  EXPECT_EQ(tiling(2048, 3072, 2048, 8192, 64, false), tiling(2048, 3072, 2048, 8192, 64));
+  EXPECT_TRUE(decode_layer_tiling(2048, 3072, 2048, 8192, 64, false).qkv_rope);
+  EXPECT_FALSE(decode_layer_tiling(1024, 4096, 2048, 3072, 128, true).qkv_rope);
   // Llama-3.1-8B: resident A 28 KB + 128 B (K 14336), 22 slots.
   EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 128),
             (std::array<int, 7>{48, 32, 64, 32, 22, 211296, 1}));

@@ -12,6 +12,7 @@
 #include "codegen/nvrtc_driver.hpp"
 #include "codegen/rope_table.hpp"
 #include "hexel/tensor_map_encode.h"
+#include "support/qkv_layout.hpp"
 #include "test/codegen/gpu_test_support.hpp"
 
 namespace telos::gpu_test {
@@ -839,6 +840,128 @@ TEST(GpuKernels, PersistentQkvTilesMatchSmallGemm) {
   }
 }
 
+// A QKV weight [rows, k] in the checkpoint's row order, packed as telosc packs it (docs/artifact.md,
+// layout qkv_rope_pairs): every kernel that reads the projection reads it in that order.
+std::vector<std::uint16_t> qkv_pair_rows(const std::vector<std::uint16_t>& w, int rows, int k, int d) {
+  std::vector<std::uint16_t> out(w.size());
+  for (int p = 0; p < rows; ++p)
+    std::copy_n(w.begin() + telos::qkv_pair_row(p, d) * k, k, out.begin() + static_cast<std::size_t>(p) * k);
+  return out;
+}
+
+// decode_layer_persistent's QKV_ROPE: the QKV phase's tiles, each running the QKV epilogue on its
+// accumulators (qkv_rope_pairs: the weights' pair order puts a rotated pair in one 8-row group, a
+// lane's partner 2 lanes away), give q and the appended K/V the bits of gemm_small_bf16 then
+// qkv_rope_append_rows, for one token at the tiny (bias), Llama-3.2-1B (llama3 RoPE), Qwen2.5-1.5B
+// (bias, D 128, G 6) and Llama-3.1-8B shapes at the plan's tiles (24 and 48 rows at the 1B and the
+// 8B), at positions in the first page, mid-page and past a split, outputs poisoned first.
+const char* kQkvRopePhaseTestKernel = R"(
+namespace telos_kernels {
+template <int H, int HQ, int HKV, int D, bool BIAS, int PAGE, int MAXP, long long PAGE_ELEMS, int STAGES, int BQ>
+__global__ void __launch_bounds__(LayerGemms::kThreads, 1)
+    qkv_rope_phase_test(const TensorMap* qkv_map, const bf16* h, const float* bias, const int* positions,
+                        const int* token_seq, const int* page_tables, bf16* kv_layer, float* q) {
+  constexpr unsigned kTiles = (HQ + 2 * HKV) * D / BQ;
+  extern __shared__ unsigned char smem_raw[];
+  const PersistentSmem<1, H, STAGES> sm(smem_raw);
+  hexel::mbarrier::StageRing<STAGES> ring;
+  if (hexel::warp_index() == 4) {
+    if (threadIdx.x % 32 == 0) {
+      __shared__ StreamPhase phase[1];
+      phase[0] = {qkv_map, H, BQ, kTiles, 0, 0};
+      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phase, 1);
+    }
+    return;
+  }
+  const unsigned first = persistent_first_tile(0);
+  if (first >= kTiles) return;
+  const int pos = positions[0], page = pos >= 0 ? page_tables[token_seq[0] * MAXP + pos / PAGE] : 0;
+  persistent_load_a<1>(sm.base, h, H);
+  __shared__ float2 sc[BQ / 2];
+  for (unsigned t = first; t < kTiles; t += gridDim.x) {
+    hexel::named_barrier_sync(1, 128);
+    if (threadIdx.x < BQ / 2) sc[threadIdx.x] = qkv_rope_angle<D, telos_rope::Freqs, BQ>(t, threadIdx.x, pos);
+    hexel::named_barrier_sync(1, 128);
+    float d[BQ / 2];
+    layer_gemm_tile_mma<1, BQ>(ring, sm.base, sm.ring_base, sm.full, sm.empty, H, d);
+    qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, telos_rope::Freqs, BQ>(d, t, pos, page, bias, kv_layer, q, sc);
+  }
+}
+}  // namespace telos_kernels
+)";
+
+TEST(GpuKernels, PersistentQkvRopeTilesMatchSeparateKernels) {
+  TELOS_SKIP_WITHOUT_GPU();
+  const codegen::RopeInput llama3{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
+  const codegen::RopeInput plain{"default", 1000000.0};
+  struct Shape {
+    int H, HQ, HKV, D;
+    bool bias;
+    codegen::RopeInput rope;
+  };
+  constexpr int PAGE = 16, MAXP = 32, POOL = 40;
+  const int sms = sm_count();
+  for (const Shape& s : {Shape{128, 4, 2, 32, true, plain}, Shape{2048, 32, 8, 64, false, llama3},
+                         Shape{1536, 12, 2, 128, true, plain}, Shape{4096, 32, 8, 128, false, llama3}}) {
+    const int NH = s.HQ + 2 * s.HKV, NQKV = NH * s.D;
+    const std::string what = "H=" + I(s.H) + " D=" + I(s.D);
+    const codegen::PersistentLayerTiling mt = codegen::decode_layer_tiling(s.H, NQKV, s.HQ * s.D, s.H, s.D, false);
+    ASSERT_TRUE(mt.qkv_rope) << what;
+    const long long page_elems = 2LL * s.HKV * PAGE * s.D;
+    const std::string epi = I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + (s.bias ? "true" : "false");
+    const codegen::SmallGemmTiling ts = codegen::small_gemm_tiling(NQKV, s.H, 1, false);
+    const std::vector<std::string> names = {
+        ts.instance("bf16", 1, NQKV, s.H),
+        "telos_kernels::qkv_rope_append_rows<" + epi + ", false, " + float_literal(1e-6) + ", " + I(PAGE) + ", " +
+            I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>",
+        "telos_kernels::qkv_rope_phase_test<" + I(s.H) + ", " + epi + ", " + I(PAGE) + ", " + I(MAXP) + ", " +
+            I(page_elems) + "ll, " + I(mt.stages) + ", " + I(mt.bq) + ">"};
+    TestModule mod(source_with_rope(codegen::rope_inv_freq(s.rope, s.D)) + kQkvRopePhaseTestKernel, names);
+    std::vector<float> f;
+    DeviceBuffer<std::uint16_t> h(random_bf16(s.H, 1.f, f));
+    DeviceBuffer<std::uint16_t> w(qkv_pair_rows(random_bf16(static_cast<std::size_t>(NQKV) * s.H, 0.05f, f), NQKV, s.H, s.D));
+    DeviceBuffer<float> bias(random_floats(NQKV, 0.5f));
+    std::vector<int> pool(POOL);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng());
+    DeviceBuffer<int> pt(std::vector<int>(pool.begin(), pool.begin() + MAXP)), seq(std::vector<int>{0});
+    for (int position : {3, 37, 300}) {
+      const std::string at = what + " pos=" + I(position);
+      DeviceBuffer<int> pos(std::vector<int>{position});
+      const void* b = s.bias ? bias.get() : nullptr;
+      // The separate kernels.
+      DeviceBuffer<std::uint16_t> qkv(NQKV), kv_want(static_cast<std::size_t>(POOL) * page_elems);  // poisoned
+      DeviceBuffer<float> q_want(static_cast<std::size_t>(s.HQ) * s.D);
+      {
+        const DeviceMap a(h.get(), 1, s.H, ts.a_box), wm(w.get(), NQKV, s.H, ts.cols);
+        CUDA_OK(mod.launch(names[0], dim3(ts.tiles_m, ts.tiles_n), codegen::kSmallGemmThreads,
+                           {a.get(), wm.get(), qkv.get()}, ts.smem()));
+      }
+      CUDA_OK(mod.launch(names[1], dim3(NH, 1), s.D,
+                         {qkv.get(), b, nullptr, nullptr, pos.get(), seq.get(), pt.get(), kv_want.get(),
+                          q_want.get()}));
+      // The QKV phase with the epilogue in its tiles.
+      DeviceBuffer<std::uint16_t> kv_got(static_cast<std::size_t>(POOL) * page_elems);  // poisoned
+      DeviceBuffer<float> q_got(static_cast<std::size_t>(s.HQ) * s.D);
+      const DeviceMap wm(w.get(), NQKV, s.H, mt.bq);
+      CUDA_OK(mod.launch(names[2], sms, codegen::kPersistentThreads,
+                         {wm.get(), h.get(), b, pos.get(), seq.get(), pt.get(), kv_got.get(), q_got.get()},
+                         mt.smem));
+      const std::vector<float> qw = q_want.download(), qg = q_got.download();
+      std::size_t nans = 0;
+      for (float v : qw) nans += std::isnan(v);
+      ASSERT_EQ(nans, 0u) << at;
+      EXPECT_EQ(0, std::memcmp(qg.data(), qw.data(), qw.size() * sizeof(float))) << at;
+      const std::vector<std::uint16_t> kw = kv_want.download(), kg = kv_got.download();
+      EXPECT_EQ(0, std::memcmp(kg.data(), kw.data(), kw.size() * 2)) << at;
+      // The token's K/V were written (not left poisoned) in both.
+      const int page = pool[position / PAGE];
+      const std::size_t row = page * page_elems + static_cast<std::size_t>(position % PAGE) * s.D;
+      EXPECT_NE(kw[row], 0xffff) << at;
+    }
+  }
+}
+
 // ---- QKV with bias, QK norm, RoPE and the KV append -------------------------------------------
 
 struct QkvShape {
@@ -848,7 +971,8 @@ struct QkvShape {
 };
 
 // The QKV path: the GEMM the plan picks for M (gemm_prefill_bf16 from 128 rows, else
-// gemm_small_bf16) projects into a bf16 buffer, qkv_rope_append_rows adds the bias, normalizes,
+// gemm_small_bf16) projects into a bf16 buffer (the weights packed in RoPE's pair order, so the
+// projection is too), qkv_rope_append_rows adds the bias, normalizes,
 // rotates, writes q and appends k / v (ragged M, a padding row, distinct positions per sequence so
 // no two rows write one KV slot).
 TEST(GpuKernels, QkvGemmThenRows) {
@@ -877,7 +1001,7 @@ TEST(GpuKernels, QkvGemmThenRows) {
     TestModule mod(source_with_rope(inv_freq), {gemm, rows});
     std::vector<float> Af, Wf;
     DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af));
-    DeviceBuffer<std::uint16_t> dW(random_bf16(static_cast<std::size_t>(ROWS) * s.K, 0.05f, Wf));
+    DeviceBuffer<std::uint16_t> dW(qkv_pair_rows(random_bf16(static_cast<std::size_t>(ROWS) * s.K, 0.05f, Wf), ROWS, s.K, s.D));
     DeviceBuffer<std::uint16_t> dqkv(static_cast<std::size_t>(s.M) * ROWS);
     const std::vector<float> bias = random_floats(ROWS, 0.5f), qn = random_floats(s.D), kn = random_floats(s.D);
     DeviceBuffer<float> dbias(bias), dqn(qn), dkn(kn);

@@ -117,6 +117,16 @@ TEST(Artifact, RefusesMissingAndMalformedFieldsByName) {
   testing::rewrite_manifest(dir, m);
   expect_refused(dir, {"(embed).bytes", "[64, 31]"});
 
+  // Layouts: qkv_rope_pairs only for a layer's QKV projection; nothing unknown.
+  m = good;
+  m["weights"]["tensors"][0]["layout"] = "qkv_rope_pairs";
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"(embed).layout", "\"qkv_rope_pairs\" is not row_major"});
+  m = good;
+  m["weights"]["tensors"][0]["layout"] = "column_major";
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"(embed).layout", "\"column_major\""});
+
   m = good;
   m["weights"]["tensors"].erase(m["weights"]["tensors"].size() - 1);  // final_norm
   testing::rewrite_manifest(dir, m);

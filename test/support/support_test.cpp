@@ -10,6 +10,7 @@
 #include "support/dtype.hpp"
 #include "support/error.hpp"
 #include "support/mapped_file.hpp"
+#include "support/qkv_layout.hpp"
 
 using namespace telos;
 
@@ -75,5 +76,26 @@ TEST(MappedFile, ReadsAndNamesMissingFile) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+  }
+}
+
+// The packed QKV row order (layout qkv_rope_pairs): a permutation within each head whose 8-row
+// groups hold 4 rows of the first half and their RoPE partners (row + d / 2), in order.
+TEST(QkvLayout, PairOrderIsAPermutationWithinHeadsOfWholePairs) {
+  for (int d : {8, 32, 64, 128}) {
+    std::vector<int> seen(3 * d, 0);
+    for (int p = 0; p < 3 * d; ++p) {
+      const long long n = telos::qkv_pair_row(p, d);
+      ASSERT_EQ(n / d, p / d) << "d=" << d << " p=" << p;  // within its head
+      ASSERT_EQ(telos::qkv_pair_pos(n, d), p) << "d=" << d << " p=" << p;
+      ++seen[n];
+      if (p % 8 < 4) {
+        EXPECT_EQ(telos::qkv_pair_row(p + 4, d), n + d / 2) << "d=" << d << " p=" << p;
+      }
+    }
+    for (int n = 0; n < 3 * d; ++n) EXPECT_EQ(seen[n], 1) << "d=" << d << " n=" << n;
+    EXPECT_EQ(telos::qkv_pair_row(0, d), 0);
+    EXPECT_EQ(telos::qkv_pair_row(4, d), d / 2);
+    EXPECT_EQ(telos::qkv_pair_row(8, d), d > 8 ? 4 : 8);  // d = 8: the next head
   }
 }

@@ -5,7 +5,9 @@
 
 For every tensor in manifest.json: the offset is 256-byte aligned, the padding before it is zero,
 and its bytes equal the concatenation of its sources converted to its dtype (bf16 with
-round-to-nearest-even, or f32). Pure Python (struct only): the CI machine has no numpy.
+round-to-nearest-even, or f32), with layout qkv_rope_pairs each head's rows in RoPE's pair order
+(docs/artifact.md: for g = 0 .. D/8 - 1, rows 4g .. 4g+3, then D/2 + 4g .. D/2 + 4g+3). Pure Python
+(struct only): the CI machine has no numpy.
 Prints one line per tensor and exits non-zero on the first mismatch.
 """
 import json
@@ -71,6 +73,16 @@ def main():
         for src in t["sources"]:
             dtype, data = tensors[src]
             values += to_floats(dtype, data)
+        if t["layout"] == "qkv_rope_pairs":
+            d, cols = manifest["model"]["head_dim"], t["shape"][1]
+            order = []
+            for head in range(t["shape"][0] // d):
+                for g in range(d // 8):
+                    for half in (0, d // 2):
+                        order += [head * d + half + 4 * g + r for r in range(4)]
+            values = [v for row in order for v in values[row * cols:(row + 1) * cols]]
+        elif t["layout"] != "row_major":
+            raise SystemExit("%s: unknown layout %s" % (t["name"], t["layout"]))
         want = bf16_rne(values) if t["dtype"] == "bf16" else struct.pack("<%df" % len(values), *values)
         got = blob[t["offset"]:t["offset"] + t["bytes"]]
         if got != want:
