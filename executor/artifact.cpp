@@ -351,7 +351,7 @@ void check_tensor_map_args(const ManifestFields& f, const json& programs, const 
 TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& where) {
   auto bad = [&](const std::string& what) -> void {
     fail(where + ": " + arg + ": " + what +
-         " (expected tmap:<w:NAME|buf:NAME|kv:L>:ROWS:COLS:BOX_ROWS:BOX_COLS)");
+         " (expected tmap:<w:NAME|buf:NAME|kv:L>:ROWS:COLS:BOX_ROWS:<BOX_COLS|64xK|64xKx2>)");
   };
   if (arg.rfind("tmap:", 0) != 0) bad("not a tensor-map argument");
   // The four sizes are the last four fields; the target is everything between.
@@ -363,12 +363,27 @@ TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& whe
     fields.insert(fields.begin(), arg.substr(colon + 1, end - colon - 1));
     end = colon;
   }
-  TensorMapArg t;
-  t.target = arg.substr(5, end - 5);
-  if (t.target.rfind("w:", 0) != 0 && t.target.rfind("buf:", 0) != 0 &&
-      t.target.rfind("kv:", 0) != 0)
+  const std::string target = arg.substr(5, end - 5);
+  if (target.rfind("w:", 0) != 0 && target.rfind("buf:", 0) != 0 && target.rfind("kv:", 0) != 0)
     bad("the target must be w:NAME, buf:NAME or kv:L");
-  if (t.target == "w:" || t.target == "buf:" || t.target == "kv:") bad("the target names nothing");
+  if (target == "w:" || target == "buf:" || target == "kv:") bad("the target names nothing");
+  // BOX_COLS 64xK or 64xKx2: the K-block view (docs/artifact.md).
+  TensorMapArg t;
+  t.target = target;
+  std::string& box_cols = fields[3];
+  if (box_cols.rfind("64x", 0) == 0) {
+    std::string k = box_cols.substr(3);
+    if (k.size() > 2 && k.compare(k.size() - 2, 2, "x2") == 0) {
+      t.halves = 2;
+      k.resize(k.size() - 2);
+    }
+    if (k.empty() || k.size() > 3 || k.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoi(k) < 1 || std::stoi(k) > 256)
+      bad("\"" + box_cols + "\": a K-block view's K must be 1..256");
+    t.k_blocks = std::stoi(k);
+    if (t.target.rfind("w:", 0) != 0) bad("a K-block view is over a weight (w:NAME)");
+    box_cols = "64";
+  }
   std::int64_t v[4];
   for (int i = 0; i < 4; ++i) {
     const std::string& x = fields[static_cast<std::size_t>(i)];
@@ -386,6 +401,8 @@ TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& whe
   t.box_rows = static_cast<int>(v[2]);
   t.box_cols = static_cast<int>(v[3]);
   t.elem_bytes = 128 / t.box_cols;
+  if (t.k_blocks > 0 && t.cols % 64 != 0) bad("a K-block view's COLS must be whole 64-column blocks");
+  if (t.halves == 2 && t.rows % 2 != 0) bad("a K-block view of two halves needs an even ROWS");
   return t;
 }
 

@@ -625,8 +625,9 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // layer before it (its down's end, its producer's last load, its CTAs' exits): a layer's CTAs
   // enter only as the previous layer's leave, so the boundary is where a traced layer's gain can
   // go (changes 86 and 88). Variants, each a row and a timeline of its own so that they compare
-  // within one run (issue 7): the plan's (the QKV epilogue in the QKV tiles, QKV_ROPE; change 88),
-  // and the same with the QKV epilogue as its own phase. The trace also has each CTA's arrival
+  // within one run (issue 7): the plan's (the QKV epilogue in the QKV tiles, QKV_ROPE, change 88;
+  // the weights through their K-block views, a box a ring slot, change 89), and the same with 2D
+  // maps (a box a K block and gate/up half). The trace also has each CTA's arrival
   // after a phase (its release issued).
   // Measured here and dropped from this list (docs/perf-log.md): L2 prefetch ahead of the ring
   // (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer
@@ -663,10 +664,11 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       struct Variant {
         std::string label;
         PersistentLayerTiling lt;  // with or without QKV_ROPE
+        bool wide;                 // the weights' K-block views (WIDE), else 2D maps
       };
       const std::vector<Variant> variants = {
-          {"V1 plan", decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false)},
-          {"V1 rope phase", decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, true)}};
+          {"V1 plan", decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false), true},
+          {"V1 2D boxes", decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false), false}};
       const PersistentLayerTiling& lt = variants[0].lt;  // the ring and the other tiles: the same
       std::vector<std::string> names;
       for (const Variant& v : variants)
@@ -677,7 +679,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
             I(kAttnSplit) + ", " + I(nsplit) + ", " +
             float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
             I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " + I(v.lt.bo) + ", " +
-            I(v.lt.bg) + ", " + I(v.lt.bd) + (v.lt.qkv_rope ? ", true>" : ", false>"));
+            I(v.lt.bg) + ", " + I(v.lt.bd) + (v.lt.qkv_rope ? ", true" : ", false") +
+            (v.wide ? ", true>" : ", false>"));
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n", 1);
       const std::unique_ptr<Module> mod = plain.get();
@@ -693,7 +696,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       const int copies = std::max(2, static_cast<int>((400ull << 20) / (w_bytes + kv_bytes)) + 1);
       struct Copy {
         void* w[4];
-        void* maps[4];
+        void* maps[4];       // 2D, a box a K block (and half)
+        void* wide_maps[4];  // K-block views, a box a ring slot (kernel_plan.cpp's)
         void* kv;
       };
       std::vector<Copy> cs(copies);
@@ -703,9 +707,16 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           fill(c.w[k], 2 * w_rows[k] * w_cols[k]);
         }
         const int boxes[4] = {lt.bq, lt.bo, lt.bg / 2, lt.bd};
-        for (int k = 0; k < 4; ++k)
+        const int bn[4] = {lt.bq, lt.bo, lt.bg, lt.bd};
+        for (int k = 0; k < 4; ++k) {
           c.maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]),
                                  boxes[k]);
+          const hexel::TensorMap m = hexel::encode_k_blocks(
+              c.w[k], w_rows[k], w_cols[k], static_cast<std::uint32_t>(boxes[k]),
+              static_cast<std::uint32_t>(64 / bn[k]), k == 2 ? 2 : 1);
+          check(cudaMalloc(&c.wide_maps[k], sizeof m), "alloc");
+          check(cudaMemcpy(c.wide_maps[k], &m, sizeof m, cudaMemcpyHostToDevice), "map");
+        }
         check(cudaMalloc(&c.kv, kv_bytes), "alloc");
         fill(c.kv, kv_bytes);
       }
@@ -738,7 +749,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         auto launch = [&](Module& m, std::size_t vi, int i, bool pdl) {
           const Copy& c = cs[i % copies];
           const void* null = nullptr;
-          const auto& maps = c.maps;
+          const auto& maps = variants[vi].wide ? c.wide_maps : c.maps;
           m.launch(
               names[vi], dim3(prop.multiProcessorCount), 160,
               {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null,     null, pos, seq,
@@ -822,6 +833,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       for (Copy& c : cs) {
         for (int k = 0; k < 4; ++k) cudaFree(c.w[k]);
         for (void* m : c.maps) cudaFree(m);
+        for (void* m : c.wide_maps) cudaFree(m);
         cudaFree(c.kv);
       }
       for (void* p : {norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync})

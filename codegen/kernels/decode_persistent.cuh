@@ -626,13 +626,14 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // (six without the combine, one fewer with QKV_ROPE), one weight stream (qkv, o, gate/up, down) per
 // SM. Every piece is the code the separate kernels run, or its operations in their order, so the
 // rows have their bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's
-// after D), then the MLP's and the ring's, QKV_ROPE, then how the grid-wide counts are met (the
-// plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels' (the
-// maps in BQ / BO / BG / 2 / BD x 64 boxes).
+// after D), then the MLP's and the ring's, QKV_ROPE, WIDE, then how the grid-wide counts are met
+// (the plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels'
+// (the maps in BQ / BO / BG / 2 / BD x 64 boxes; WIDE: their K-block views, hexel::encode_k_blocks,
+// one box a ring slot: StreamCursor::wide_box).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
-          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, GridCount COUNT = GridCount::Release,
-          bool ACT_POLL = true>
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, bool WIDE,
+          GridCount COUNT = GridCount::Release, bool ACT_POLL = true>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map,
                             const TensorMap* gu_map, const TensorMap* down_map,
@@ -658,7 +659,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
       __shared__ StreamPhase phases[4];
       phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0};
       Mlp::stream_phases(o_map, gu_map, down_map, kTilesQkv, phases + 1);
-      phase_trace_at(kTraceProducerWaits, persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4));
+      phase_trace_at(kTraceProducerWaits,
+                     persistent_stream<STAGES, WIDE>(ring, sm.ring_base, sm.full, sm.empty, phases, 4));
       phase_trace(15);
     }
     return;

@@ -565,6 +565,14 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
             s.tmap_index[arg] = maps.size() - 1;
             continue;
           }
+          if (t.k_blocks > 0) {  // a weight's K-block view (docs/artifact.md)
+            maps.push_back(hexel::encode_k_blocks(
+                s.resolve(t.target, 0), static_cast<std::uint64_t>(t.rows),
+                static_cast<std::uint64_t>(t.cols), static_cast<std::uint32_t>(t.box_rows),
+                static_cast<std::uint32_t>(t.k_blocks), static_cast<std::uint32_t>(t.halves)));
+            s.tmap_index[arg] = maps.size() - 1;
+            continue;
+          }
           // The element type follows from the box width (docs/artifact.md): 64 bf16 or 32 f32.
           maps.push_back(hexel::encode_2d(
               t.elem_bytes == 4 ? hexel::TmaDtype::F32 : hexel::TmaDtype::BF16,

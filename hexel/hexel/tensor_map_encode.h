@@ -126,4 +126,45 @@ inline TensorMap encode_2d(TmaDtype dtype, const void* base, uint64_t rows, uint
   return encode_tiled(s);
 }
 
+// A row-major bf16 matrix of `rows` x `cols` (cols a multiple of 64, rows packed) viewed with its
+// 64-column K blocks as the outermost dimension: rank 3, [cols / 64][rows][64], or with halves = 2
+// rank 4, [cols / 64][2][rows / 2][64] (the second half of the rows after the first, a SwiGLU
+// gate/up weight), the 128-byte swizzle. A box of box_rows rows (of each half) by k_blocks K blocks
+// lands in shared memory as its K blocks one after another, each its rows (the first half's, then
+// the second's), as k_blocks · halves boxes of the 2D map (encode_2d, 64 columns) would place them:
+// one copy instead of several (a copy costs the issuing SM ~100 ns whatever its size; docs/
+// perf-log.md, session 35). The K-block stride (128 bytes) is below the row stride: the view's
+// dimensions are not ordered by stride, which the PTX tensor copy allows (a tensor map's strides
+// are per dimension).
+inline TensorMap encode_k_blocks(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows,
+                                 uint32_t k_blocks, uint32_t halves) {
+  detail::require(cols % 64 == 0, "K-block view: cols must be whole 64-column blocks");
+  detail::require(halves == 1 || (halves == 2 && rows % 2 == 0),
+                  "K-block view: halves must be 1, or 2 with an even row count");
+  TensorMapSpec s;
+  s.dtype = TmaDtype::BF16;
+  s.base = base;
+  s.swizzle = Swizzle::B128;
+  s.rank = halves == 1 ? 3 : 4;
+  const uint64_t rows_per_half = rows / halves;
+  s.dims[0] = 64;
+  s.dims[1] = rows_per_half;
+  s.strides_bytes[0] = cols * 2;
+  s.box[0] = 64;
+  s.box[1] = box_rows;
+  if (halves == 1) {
+    s.dims[2] = cols / 64;
+    s.strides_bytes[1] = 128;
+    s.box[2] = k_blocks;
+  } else {
+    s.dims[2] = 2;
+    s.dims[3] = cols / 64;
+    s.strides_bytes[1] = rows_per_half * cols * 2;
+    s.strides_bytes[2] = 128;
+    s.box[2] = 2;
+    s.box[3] = k_blocks;
+  }
+  return encode_tiled(s);
+}
+
 }  // namespace hexel

@@ -184,6 +184,25 @@ TEST(Artifact, ParsesTensorMapArguments) {
   refused("tmap:w:o:128:100:128:64", "multiple of 8");
   refused("tmap:w:o:128:128:512:64", "BOX_ROWS");
   refused("tmap:w:o:128:128:128:16", "BOX_COLS must be 64 (bf16) or 32 (f32)");
+  // K-block views (the persistent decode layer's weights): BOX_COLS 64xK, 64xKx2 with two halves.
+  const TensorMapArg kv = parse_tensor_map_arg("tmap:w:layers.0.down:4096:14336:32:64x2", "here");
+  EXPECT_EQ(kv.k_blocks, 2);
+  EXPECT_EQ(kv.halves, 1);
+  EXPECT_EQ(kv.box_rows, 32);
+  EXPECT_EQ(kv.box_cols, 64);
+  EXPECT_EQ(kv.elem_bytes, 2);
+  const TensorMapArg gu = parse_tensor_map_arg("tmap:w:layers.0.gate_up:28672:4096:32:64x1x2", "here");
+  EXPECT_EQ(gu.k_blocks, 1);
+  EXPECT_EQ(gu.halves, 2);
+  EXPECT_EQ(gu.rows, 28672);
+  EXPECT_EQ(parse_tensor_map_arg("tmap:w:o:128:128:128:64", "here").k_blocks, 0);
+  refused("tmap:w:o:128:128:16:64x0", "K must be 1..256");
+  refused("tmap:w:o:128:128:16:64x300", "K must be 1..256");
+  refused("tmap:w:o:128:128:16:64xx2", "K must be 1..256");
+  refused("tmap:w:o:128:128:16:64x2x3", "K must be 1..256");
+  refused("tmap:buf:h:128:128:16:64x2", "a K-block view is over a weight");
+  refused("tmap:w:o:128:96:16:64x1", "whole 64-column blocks");
+  refused("tmap:w:o:127:128:16:64x1x2", "even ROWS");
 }
 
 TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {
