@@ -583,7 +583,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                            I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(I) + ", " +
                            I_(layer_t.stages) + ", " + I_(layer_t.bq) + ", " + I_(layer_t.bo) + ", " +
                            I_(layer_t.bg) + ", " + I_(layer_t.bd) + (layer_t.qkv_rope ? ", true" : ", false") +
-                           ", true>",
+                           ", " + I_(kDecodeLayerWide) + ">",
                        {"qkv_map", "o_map", "gu_map", "down_map", "attn_norm", "mlp_norm", "bias", "q_norm",
                         "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x", "qkv", "q", "part_o",
                         "part_ml", "attn", "act", "sync"},
@@ -595,16 +595,18 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       if (layer_persistent) {
         const long long rows = static_cast<long long>(NH) * D;
         const std::vector<std::string> epi = qkv_epi_args(w, l);  // bias, q_norm, k_norm, positions, ...
-        // K-block views of the weights: one box a ring slot (64 / bn K blocks of a bn-row tile),
-        // not one a K block (decode_persistent.cuh, StreamCursor::wide_box; change 89).
-        auto kview = [&](const std::string& target, long long n, long long k, int bn, bool halves) {
+        // A weight in the mask kDecodeLayerWide as its K-block view: one box a ring slot (64 / bn K
+        // blocks of a bn-row tile, gate/up's two halves), not one a K block and half
+        // (decode_persistent.cuh, StreamCursor::wide_box; change 89).
+        auto wmap = [&](int bit, const std::string& target, long long n, long long k, int bn, bool halves) {
+          if (!(kDecodeLayerWide >> bit & 1)) return tmap(target, n, k, halves ? bn / 2 : bn);
           return "tmap:" + target + ":" + I_(n) + ":" + I_(k) + ":" + I_(halves ? bn / 2 : bn) + ":64x" +
                  I_(64 / bn) + (halves ? "x2" : "");
         };
-        std::vector<std::string> args = {kview(w + "qkv", rows, H, layer_t.bq, false),
-                                         kview(w + "o", H, HQ * D, layer_t.bo, false),
-                                         kview(w + "gate_up", 2LL * I, H, layer_t.bg, true),
-                                         kview(w + "down", H, I, layer_t.bd, false), w + "attn_norm", w + "mlp_norm"};
+        std::vector<std::string> args = {wmap(0, w + "qkv", rows, H, layer_t.bq, false),
+                                         wmap(1, w + "o", H, HQ * D, layer_t.bo, false),
+                                         wmap(2, w + "gate_up", 2LL * I, H, layer_t.bg, true),
+                                         wmap(3, w + "down", H, I, layer_t.bd, false), w + "attn_norm", w + "mlp_norm"};
         args.insert(args.end(), epi.begin(), epi.begin() + 7);  // up to kv:l; q goes after x and qkv
         args.insert(args.end(), {"buf:x", "buf:qkv", "buf:q", "buf:part_o", "buf:part_ml", "buf:attn", "buf:act",
                                  "buf:layer_sync"});

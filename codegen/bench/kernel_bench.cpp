@@ -626,8 +626,9 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // enter only as the previous layer's leave, so the boundary is where a traced layer's gain can
   // go (changes 86 and 88). Variants, each a row and a timeline of its own so that they compare
   // within one run (issue 7): the plan's (the QKV epilogue in the QKV tiles, QKV_ROPE, change 88;
-  // the weights through their K-block views, a box a ring slot, change 89), and the same with 2D
-  // maps (a box a K block and gate/up half). The trace also has each CTA's arrival
+  // the weights of kDecodeLayerWide through their K-block views, a box a ring slot, change 89),
+  // and the same with every weight on 2D maps (a box a K block and gate/up half), with gate/up and
+  // down on K-block views, and with all four. The trace also has each CTA's arrival
   // after a phase (its release issued).
   // Measured here and dropped from this list (docs/perf-log.md): L2 prefetch ahead of the ring
   // (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer
@@ -664,11 +665,13 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       struct Variant {
         std::string label;
         PersistentLayerTiling lt;  // with or without QKV_ROPE
-        bool wide;                 // the weights' K-block views (WIDE), else 2D maps
+        int wide;  // WIDE: the weights passed as K-block views (bit 0 qkv .. 3 down), else 2D
       };
-      const std::vector<Variant> variants = {
-          {"V1 plan", decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false), true},
-          {"V1 2D boxes", decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false), false}};
+      const PersistentLayerTiling plan_t = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false);
+      const std::vector<Variant> variants = {{"V1 plan", plan_t, kDecodeLayerWide},
+                                             {"V1 2D boxes", plan_t, 0},
+                                             {"V1 wide gate/up+down", plan_t, 0b1100},
+                                             {"V1 wide all", plan_t, 0b1111}};
       const PersistentLayerTiling& lt = variants[0].lt;  // the ring and the other tiles: the same
       std::vector<std::string> names;
       for (const Variant& v : variants)
@@ -680,7 +683,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
             float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
             I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " + I(v.lt.bo) + ", " +
             I(v.lt.bg) + ", " + I(v.lt.bd) + (v.lt.qkv_rope ? ", true" : ", false") +
-            (v.wide ? ", true>" : ", false>"));
+            ", " + I(v.wide) + ">");
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n", 1);
       const std::unique_ptr<Module> mod = plain.get();
@@ -749,7 +752,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         auto launch = [&](Module& m, std::size_t vi, int i, bool pdl) {
           const Copy& c = cs[i % copies];
           const void* null = nullptr;
-          const auto& maps = variants[vi].wide ? c.wide_maps : c.maps;
+          const void* maps[4];
+          for (int k = 0; k < 4; ++k) maps[k] = variants[vi].wide >> k & 1 ? c.wide_maps[k] : c.maps[k];
           m.launch(
               names[vi], dim3(prop.multiProcessorCount), 160,
               {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null,     null, pos, seq,

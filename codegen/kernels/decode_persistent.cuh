@@ -147,10 +147,12 @@ __device__ __forceinline__ unsigned persistent_first_tile(unsigned g0) {
 
 // One phase of a producer's weight stream: `tiles` tiles of `bn` rows of `map` (rows t · bn ..), or
 // with `up_row` > 0 (SwiGLU) bn / 2 gate rows t · bn / 2 .. and the up rows up_row + t · bn / 2 ..;
-// K in slots of 64 / bn K blocks; its first tile has the launch's global tile index g0.
+// K in slots of 64 / bn K blocks; its first tile has the launch's global tile index g0. `wide`:
+// `map` is the weight's K-block view (StreamCursor::wide_box), one box a slot; else 2D.
 struct StreamPhase {
   const TensorMap* map;
   unsigned k, bn, tiles, up_row, g0;
+  bool wide;  // (an aggregate without member initializers: phases live in __shared__ arrays)
 };
 
 // A position in one CTA's sequence of ring slots over a list of phases (in shared memory, so
@@ -172,6 +174,7 @@ class StreamCursor {
   }
   // The bytes of the current slot's boxes (per_slot K blocks of bn rows).
   __device__ __forceinline__ unsigned slot_bytes() const { return per_slot_ * bn_ * 128; }
+  __device__ __forceinline__ bool wide() const { return wide_; }
   // The current slot as one box of a wide map (rank 3, [K / 64][N][64] over the [N, K] matrix:
   // strides K · 2 bytes for rows, 128 for K blocks; with SwiGLU rank 4, [K / 64][2][I][64], the up
   // half I rows further): fn(map, first row, first K block, SwiGLU). The box lands as the slot's
@@ -203,6 +206,7 @@ class StreamCursor {
       bn_ = s.bn;
       tiles_ = s.tiles;
       up_row_ = s.up_row;
+      wide_ = s.wide;
       per_slot_ = 64 / s.bn;
       slots_ = s.k / 64 / per_slot_;
       sl_ = 0;
@@ -216,6 +220,7 @@ class StreamCursor {
   const TensorMap* map_ = nullptr;
   unsigned bn_ = 0, tiles_ = 0, up_row_ = 0, per_slot_ = 0, slots_ = 0;
   unsigned t_ = 0, sl_ = 0, row_ = 0;  // tile, slot of the tile, first weight row of the tile
+  bool wide_ = false;
 };
 
 // Phase timeline, for telos-kernel-bench only (its module defines TELOS_PHASE_TRACE; an artifact's
@@ -263,8 +268,7 @@ __device__ __forceinline__ void trace_launch_done() {}
 // load, change 36, 0 on the 1B and +6 on the 8B.)
 // Returns the ns it waited for free slots with TELOS_PHASE_TRACE (the ring full: the consumers
 // behind), else 0.
-// WIDE: the maps are wide (StreamCursor::wide_box), one box a slot (telos-kernel-bench --stream).
-template <unsigned STAGES, bool WIDE = false>
+template <unsigned STAGES>
 __device__ __forceinline__ unsigned long long persistent_stream(
     hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base, unsigned full, unsigned empty,
     const StreamPhase* phases, int n) {
@@ -277,7 +281,7 @@ __device__ __forceinline__ unsigned long long persistent_stream(
     mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
     waited += trace_clock() - t0;
     mbarrier::arrive_expect_tx(bar, load.slot_bytes());
-    if constexpr (WIDE)
+    if (load.wide())
       load.wide_box([&](const TensorMap* map, unsigned row, unsigned kb, bool swiglu) {
         if (swiglu)
           tma::load(slot, map, bar, 0u, row, 0u, kb);
@@ -443,10 +447,11 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     unsigned g0 = 0;
     for (int l = 0; l < LAYERS; ++l)
       for (int op = 0; op < 4; ++op) {
-        phases[4 * l + op] = {maps + 4 * l + op, Ops::k(op), Ops::bn(op), Ops::tiles(op), op == 2 ? I : 0u, g0};
+        phases[4 * l + op] = {maps + 4 * l + op, Ops::k(op), Ops::bn(op), Ops::tiles(op), op == 2 ? I : 0u, g0,
+                              WIDE};
         g0 += Ops::tiles(op);
       }
-    persistent_stream<STAGES, WIDE>(ring, sm.ring_base, sm.full, sm.empty, phases, 4 * LAYERS);
+    persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4 * LAYERS);
     return;
   }
 
@@ -628,11 +633,12 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // rows have their bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's
 // after D), then the MLP's and the ring's, QKV_ROPE, WIDE, then how the grid-wide counts are met
 // (the plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels'
-// (the maps in BQ / BO / BG / 2 / BD x 64 boxes; WIDE: their K-block views, hexel::encode_k_blocks,
-// one box a ring slot: StreamCursor::wide_box).
+// (the maps in BQ / BO / BG / 2 / BD x 64 boxes). WIDE: a mask of the weights (bit 0 qkv, 1 o, 2
+// gate/up, 3 down) passed as K-block views (hexel::encode_k_blocks), one box a ring slot
+// (StreamCursor::wide_box).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
-          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, bool WIDE,
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned WIDE,
           GridCount COUNT = GridCount::Release, bool ACT_POLL = true>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map,
@@ -657,10 +663,11 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   if (warp_index() == 4) {
     if (threadIdx.x % 32 == 0) {
       __shared__ StreamPhase phases[4];
-      phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0};
+      phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0, (WIDE & 1u) != 0};
       Mlp::stream_phases(o_map, gu_map, down_map, kTilesQkv, phases + 1);
+      for (int p = 1; p < 4; ++p) phases[p].wide = (WIDE >> p & 1u) != 0;
       phase_trace_at(kTraceProducerWaits,
-                     persistent_stream<STAGES, WIDE>(ring, sm.ring_base, sm.full, sm.empty, phases, 4));
+                     persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4));
       phase_trace(15);
     }
     return;

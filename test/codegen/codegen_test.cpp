@@ -234,15 +234,17 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   ASSERT_EQ(layer_args.size(), 21u);
   // The QKV epilogue in the QKV tiles (QKV_ROPE) but with QK norm (qwen3).
   const bool qk_norm = GetParam() == std::string("qwen3");
-  // The weights through their K-block views, one box a ring slot (WIDE; change 89): the QKV
-  // tiles of 32 rows take both of K's two 64-column blocks a box, gate/up's two halves a box.
-  EXPECT_EQ(layer_args[0], "tmap:w:layers.0.qkv:256:128:32:64x2");
+  // The weights in kDecodeLayerWide through their K-block views, one box a ring slot (WIDE;
+  // change 89: gate/up's two halves in one box), the others through 2D maps.
+  static_assert(kDecodeLayerWide == 0b0100, "the expectations below");
+  EXPECT_EQ(layer_args[0], "tmap:w:layers.0.qkv:256:128:32:64");
   EXPECT_TRUE(layer_args[1].get<std::string>().starts_with("tmap:w:layers.0.o:128:128:"));
   EXPECT_TRUE(layer_args[2].get<std::string>().starts_with("tmap:w:layers.0.gate_up:512:128:"));
-  EXPECT_TRUE(layer_args[2].get<std::string>().ends_with("x2"));
+  EXPECT_TRUE(layer_args[2].get<std::string>().ends_with(":64x1x2"));
   EXPECT_TRUE(layer_args[3].get<std::string>().starts_with("tmap:w:layers.0.down:128:256:"));
-  for (int a = 1; a < 4; ++a) EXPECT_NE(layer_args[a].get<std::string>().find(":64x"), std::string::npos);
-  EXPECT_TRUE(instance_of(d1[1]).ends_with(qk_norm ? ", false, true>" : ", true, true>"));
+  EXPECT_TRUE(layer_args[1].get<std::string>().ends_with(":64"));
+  EXPECT_TRUE(layer_args[3].get<std::string>().ends_with(":64"));
+  EXPECT_TRUE(instance_of(d1[1]).ends_with(qk_norm ? ", false, 4>" : ", true, 4>"));
   EXPECT_EQ(layer_args[4], "w:layers.0.attn_norm");
   EXPECT_EQ(layer_args[5], "w:layers.0.mlp_norm");
   EXPECT_EQ(layer_args[12], "kv:0");
@@ -262,8 +264,8 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       const std::string body = ptx_function(t.ptx, e.at("entry"));
       EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16"), std::string::npos);
       EXPECT_NE(body.find("ld.acquire.gpu.global.u32"), std::string::npos);  // the grid-wide count
-      // The K-block views' copies: rank 3 (qkv, o, down) and rank 4 (gate/up's halves).
-      EXPECT_NE(body.find("cp.async.bulk.tensor.3d"), std::string::npos);
+      // The copies of the 2D maps and of gate/up's K-block view (rank 4: its two halves).
+      EXPECT_NE(body.find("cp.async.bulk.tensor.2d"), std::string::npos);
       EXPECT_NE(body.find("cp.async.bulk.tensor.4d"), std::string::npos);
       continue;
     }
