@@ -354,7 +354,17 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   const int resident = (std::max({h, ko, i}) / 8 * 16 + 128 + 1023) / 1024 * 1024;
   t.stages = (kMaxSmemPerBlock - 1024 - 16 * 1024 - resident) / kPersistentSlotBytes;
   t.smem = 1024 + resident + t.stages * kPersistentSlotBytes;
-  t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
+  t.fits = t.bq > 0 && t.bd > 0 && t.bo > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
+  // The MLP's weights (gate/up, down) through K-block views, one box a ring slot, where gate/up's
+  // last round leaves at least half the SMs idle: there a lone CTA's stream, at its ceiling (39
+  // GB/s with two boxes a slot, 64 with one), is the phase's tail. Measured (docs/perf-log.md,
+  // change 89): the 8B (gate/up's 448 tiles: a last round of 52 CTAs) −2.2 to −2.4 µs a layer with
+  // the MLP's views, −1.0 to −1.5 with gate/up's alone, −1.0 to −2.4 with all four; the 1B (256
+  // tiles: a last round of 124) +1.0 to +3.1 µs with any of them.
+  if (t.bg > 0) {
+    const int last_round = 2 * i / t.bg % kSms;
+    t.wide = last_round > 0 && last_round <= kSms / 2 ? 0b1100 : 0;
+  }
   return t;
 }
 
@@ -583,7 +593,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                            I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(I) + ", " +
                            I_(layer_t.stages) + ", " + I_(layer_t.bq) + ", " + I_(layer_t.bo) + ", " +
                            I_(layer_t.bg) + ", " + I_(layer_t.bd) + (layer_t.qkv_rope ? ", true" : ", false") +
-                           ", " + I_(kDecodeLayerWide) + ">",
+                           ", " + I_(layer_t.wide) + ">",
                        {"qkv_map", "o_map", "gu_map", "down_map", "attn_norm", "mlp_norm", "bias", "q_norm",
                         "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x", "qkv", "q", "part_o",
                         "part_ml", "attn", "act", "sync"},
@@ -595,11 +605,11 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       if (layer_persistent) {
         const long long rows = static_cast<long long>(NH) * D;
         const std::vector<std::string> epi = qkv_epi_args(w, l);  // bias, q_norm, k_norm, positions, ...
-        // A weight in the mask kDecodeLayerWide as its K-block view: one box a ring slot (64 / bn K
+        // A weight in the tiling's `wide` mask as its K-block view: one box a ring slot (64 / bn K
         // blocks of a bn-row tile, gate/up's two halves), not one a K block and half
         // (decode_persistent.cuh, StreamCursor::wide_box; change 89).
         auto wmap = [&](int bit, const std::string& target, long long n, long long k, int bn, bool halves) {
-          if (!(kDecodeLayerWide >> bit & 1)) return tmap(target, n, k, halves ? bn / 2 : bn);
+          if (!(layer_t.wide >> bit & 1)) return tmap(target, n, k, halves ? bn / 2 : bn);
           return "tmap:" + target + ":" + I_(n) + ":" + I_(k) + ":" + I_(halves ? bn / 2 : bn) + ":64x" +
                  I_(64 / bn) + (halves ? "x2" : "");
         };

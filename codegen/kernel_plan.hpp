@@ -198,12 +198,10 @@ struct PersistentLayerTiling {
   bool fits = false;  // the model's shapes divide into whole slots and tiles
   // The QKV epilogue in the QKV tiles (decode_layer_persistent's QKV_ROPE).
   bool qkv_rope = false;
+  // The weights streamed through K-block views, one TMA box a ring slot (decode_layer_persistent's
+  // WIDE: bit 0 qkv, 1 o, 2 gate/up, 3 down; change 89).
+  int wide = 0;
 };
-// The persistent decode layer's weights streamed through K-block views, one TMA box a ring slot
-// (decode_layer_persistent's WIDE: bit 0 qkv, 1 o, 2 gate/up, 3 down). A lone CTA's stream goes
-// from 39 to 64 GB/s with one 8 KB box a slot instead of two of 4 KB (docs/perf-log.md, session
-// 35), which the gate/up phase's partial last round gains from; see the perf-log for the rest.
-inline constexpr int kDecodeLayerWide = 0b0100;
 // `qk_norm`: the model normalizes q and k per head (Qwen3), whose QKV epilogue needs a head's
 // whole row, so it keeps its own phase.
 PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim, bool qk_norm = true);

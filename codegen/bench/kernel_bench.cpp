@@ -626,9 +626,9 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // enter only as the previous layer's leave, so the boundary is where a traced layer's gain can
   // go (changes 86 and 88). Variants, each a row and a timeline of its own so that they compare
   // within one run (issue 7): the plan's (the QKV epilogue in the QKV tiles, QKV_ROPE, change 88;
-  // the weights of kDecodeLayerWide through their K-block views, a box a ring slot, change 89),
-  // and the same with every weight on 2D maps (a box a K block and gate/up half), with gate/up and
-  // down on K-block views, and with all four. The trace also has each CTA's arrival
+  // the weights of its `wide` mask through their K-block views, a box a ring slot, change 89),
+  // and the same with every weight on 2D maps (a box a K block and gate/up half), with gate/up, with
+  // gate/up and down, and with all four on K-block views. The trace also has each CTA's arrival
   // after a phase (its release issued).
   // Measured here and dropped from this list (docs/perf-log.md): L2 prefetch ahead of the ring
   // (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer
@@ -668,8 +668,9 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         int wide;  // WIDE: the weights passed as K-block views (bit 0 qkv .. 3 down), else 2D
       };
       const PersistentLayerTiling plan_t = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false);
-      const std::vector<Variant> variants = {{"V1 plan", plan_t, kDecodeLayerWide},
+      const std::vector<Variant> variants = {{"V1 plan", plan_t, plan_t.wide},
                                              {"V1 2D boxes", plan_t, 0},
+                                             {"V1 wide gate/up", plan_t, 0b0100},
                                              {"V1 wide gate/up+down", plan_t, 0b1100},
                                              {"V1 wide all", plan_t, 0b1111}};
       const PersistentLayerTiling& lt = variants[0].lt;  // the ring and the other tiles: the same
