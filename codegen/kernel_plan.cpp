@@ -354,13 +354,13 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   const int resident = (std::max({h, ko, i}) / 8 * 16 + 128 + 1023) / 1024 * 1024;
   t.stages = (kMaxSmemPerBlock - 1024 - 16 * 1024 - resident) / kPersistentSlotBytes;
   t.smem = 1024 + resident + t.stages * kPersistentSlotBytes;
-  t.fits = t.bq > 0 && t.bd > 0 && t.bo > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
+  t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
   // The MLP's weights (gate/up, down) through K-block views, one box a ring slot, where gate/up's
   // last round leaves at least half the SMs idle: there a lone CTA's stream, at its ceiling (39
   // GB/s with two boxes a slot, 64 with one), is the phase's tail. Measured (docs/perf-log.md,
-  // change 89): the 8B (gate/up's 448 tiles: a last round of 52 CTAs) −2.2 to −2.4 µs a layer with
-  // the MLP's views, −1.0 to −1.5 with gate/up's alone, −1.0 to −2.4 with all four; the 1B (256
-  // tiles: a last round of 124) +1.0 to +3.1 µs with any of them.
+  // change 89): the 8B (gate/up's 448 tiles: a last round of 52 CTAs) −2.0 to −2.5 µs a layer with
+  // the MLP's views, −1.1 to −1.6 with gate/up's alone, −0.9 to −2.5 with all four; the 1B (256
+  // tiles: a last round of 124) +1.0 to +3.4 µs with any of them.
   if (t.bg > 0) {
     const int last_round = 2 * i / t.bg % kSms;
     t.wide = last_round > 0 && last_round <= kSms / 2 ? 0b1100 : 0;

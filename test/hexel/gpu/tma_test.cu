@@ -1,7 +1,8 @@
 // GPU tests of TMA: byte-exact global -> shared -> global round trips for every swizzle, several
 // box shapes and out-of-bounds tails, with the shared-memory image checked against the swizzle
-// map; a 3D box; multicast across a cluster; bulk copies; and the async-proxy fence before a
-// TMA store of ordinarily written shared memory.
+// map; a 3D box; a weight's K-block view against the 2D boxes it replaces; multicast across a
+// cluster; bulk copies; and the async-proxy fence before a TMA store of ordinarily written shared
+// memory.
 #include "gpu_check.h"
 #include "hexel/cluster.cuh"
 #include "hexel/mbarrier.cuh"
@@ -179,6 +180,90 @@ TEST(TmaEncodeHost, RejectsBadSpecsWithTheField) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("swizzle span"), std::string::npos) << e.what();
   }
+}
+
+// A K-block view's box (hexel::encode_k_blocks: the decode layer's one box a ring slot) lands in
+// shared memory as the 2D map's boxes of its K blocks and halves would, one after another: one
+// copy into view_out, k_blocks · halves copies into flat_out.
+__global__ void k_block_view_kernel(const __grid_constant__ hexel::TensorMap view,
+                                    const __grid_constant__ hexel::TensorMap flat, uint8_t* view_out,
+                                    uint8_t* flat_out, int row, int kb, int k_blocks, int halves,
+                                    int box_rows, int half_rows) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  __shared__ alignas(8) unsigned long long bar[2];
+  using namespace hexel;
+  uint8_t* a = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+  const uint32_t bytes = uint32_t(k_blocks * halves * box_rows * 128);
+  uint8_t* b = a + (bytes + 1023u) / 1024u * 1024u;
+  if (threadIdx.x == 0) {
+    mbarrier::init(smem_addr(&bar[0]), 1);
+    mbarrier::init(smem_addr(&bar[1]), 1);
+    mbarrier::fence_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbarrier::arrive_expect_tx(smem_addr(&bar[0]), bytes);
+    if (halves == 2)
+      tma::load(smem_addr(a), &view, smem_addr(&bar[0]), 0, row, 0, kb);
+    else
+      tma::load(smem_addr(a), &view, smem_addr(&bar[0]), 0, row, kb);
+    mbarrier::arrive_expect_tx(smem_addr(&bar[1]), bytes);
+    for (int j = 0; j < k_blocks; ++j)
+      for (int h = 0; h < halves; ++h)
+        tma::load(smem_addr(b + (j * halves + h) * box_rows * 128), &flat, smem_addr(&bar[1]),
+                  (kb + j) * 64, h * half_rows + row);
+  }
+  mbarrier::wait_parity(smem_addr(&bar[0]), 0);
+  mbarrier::wait_parity(smem_addr(&bar[1]), 0);
+  for (uint32_t i = threadIdx.x; i < bytes; i += blockDim.x) {
+    view_out[i] = a[i];
+    flat_out[i] = b[i];
+  }
+}
+
+TEST(TmaKBlockView, OneBoxLandsAsTheTwoDimensionalBoxes) {
+  REQUIRE_SM90();
+  constexpr uint32_t kRows = 256, kCols = 512;  // 8 K blocks
+  auto host = random_bf16(size_t(kRows) * kCols, 4321);
+  DeviceBuffer<uint16_t> w(size_t(kRows) * kCols);
+  CUDA_OK(w.upload(host));
+  CUDA_OK(cudaFuncSetAttribute(k_block_view_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               kSmemBytes));
+  struct Case {
+    int halves, k_blocks, box_rows, row, kb;
+  };
+  for (const Case c : {Case{1, 2, 32, 32, 2}, Case{2, 1, 32, 64, 3}, Case{2, 2, 16, 16, 4},
+                       Case{1, 4, 16, 48, 4}, Case{1, 1, 48, 96, 7}}) {
+    const int half_rows = int(kRows) / c.halves;
+    const auto view = hexel::encode_k_blocks(w.ptr, kRows, kCols, uint32_t(c.box_rows),
+                                             uint32_t(c.k_blocks), uint32_t(c.halves));
+    const auto flat = hexel::encode_2d(hexel::TmaDtype::BF16, w.ptr, kRows, kCols, 2 * kCols,
+                                       uint32_t(c.box_rows), 64, Swizzle::B128);
+    const size_t bytes = size_t(c.k_blocks) * c.halves * c.box_rows * 128;
+    DeviceBuffer<uint8_t> view_out(bytes), flat_out(bytes);
+    CUDA_OK(cudaMemset(view_out.ptr, 0xA5, bytes));
+    CUDA_OK(cudaMemset(flat_out.ptr, 0x5A, bytes));
+    k_block_view_kernel<<<1, 128, kSmemBytes>>>(view, flat, view_out.ptr, flat_out.ptr, c.row,
+                                                 c.kb, c.k_blocks, c.halves, c.box_rows, half_rows);
+    LAUNCH_OK();
+    EXPECT_EQ(view_out.download(), flat_out.download())
+        << "halves " << c.halves << ", " << c.k_blocks << " K blocks of " << c.box_rows << " rows";
+  }
+}
+
+TEST(TmaEncodeHost, KBlockViewRejectsWhatItCannotSee) {
+  const void* base = reinterpret_cast<const void*>(uintptr_t{256});
+  auto refused = [&](uint64_t rows, uint64_t cols, uint32_t halves, const std::string& why) {
+    try {
+      hexel::encode_k_blocks(base, rows, cols, 16, 1, halves);
+      ADD_FAILURE() << rows << " x " << cols << " in " << halves << " halves was accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused(128, 96, 1, "whole 64-column blocks");
+  refused(127, 128, 2, "halves must be 1, or 2 with an even row count");
+  refused(128, 128, 3, "halves must be 1, or 2 with an even row count");
 }
 
 // Cluster of 2: rank 0 multicasts the top half of a 64 x 64 tile, rank 1 the bottom half, to
