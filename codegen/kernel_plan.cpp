@@ -323,7 +323,8 @@ SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups) 
        " is not a multiple of 16 (the LM head's weight tiles)");
 }
 
-PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim, bool qk_norm) {
+PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim,
+                                          bool qk_norm) {
   PersistentLayerTiling t;
   // The QKV epilogue runs in the QKV tiles wherever it can (no QK norm: the weights' pair order
   // puts both elements of a rotated pair in one 8-row group): one grid-wide count and one phase a
@@ -588,15 +589,17 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     if (fold_qkv && !layer_persistent) qkv_arrival_counters = NH;
     const int layer_k =
         layer_persistent
-            ? b.kernel("telos_kernels::decode_layer_persistent<" + I_(H) + ", " + I_(HQ) + ", " + I_(HKV) + ", " +
-                           I_(D) + ", " + qkv_epi.substr(0, qkv_epi.size() - 1) + ", " + I_(plan.attn_split) + ", " +
-                           I_(plan.attn_num_splits) + ", " + scale_log2 + ", " + I_(I) + ", " +
-                           I_(layer_t.stages) + ", " + I_(layer_t.bq) + ", " + I_(layer_t.bo) + ", " +
-                           I_(layer_t.bg) + ", " + I_(layer_t.bd) + (layer_t.qkv_rope ? ", true" : ", false") +
-                           ", " + I_(layer_t.wide) + ">",
-                       {"qkv_map", "o_map", "gu_map", "down_map", "attn_norm", "mlp_norm", "bias", "q_norm",
-                        "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x", "qkv", "q", "part_o",
-                        "part_ml", "attn", "act", "sync"},
+            ? b.kernel("telos_kernels::decode_layer_persistent<" + I_(H) + ", " + I_(HQ) + ", " +
+                           I_(HKV) + ", " + I_(D) + ", " + qkv_epi.substr(0, qkv_epi.size() - 1) +
+                           ", " + I_(plan.attn_split) + ", " + I_(plan.attn_num_splits) + ", " +
+                           scale_log2 + ", " + I_(I) + ", " + I_(layer_t.stages) + ", " +
+                           I_(layer_t.bq) + ", " + I_(layer_t.bo) + ", " + I_(layer_t.bg) + ", " +
+                           I_(layer_t.bd) + (layer_t.qkv_rope ? ", true" : ", false") + ", " +
+                           I_(layer_t.wide) + ">",
+                       {"qkv_map",  "o_map",  "gu_map", "down_map",  "attn_norm", "mlp_norm",
+                        "bias",     "q_norm", "k_norm", "positions", "token_seq", "page_tables",
+                        "kv_layer", "x",      "qkv",    "q",         "part_o",    "part_ml",
+                        "attn",     "act",    "sync"},
                        kPersistentThreads, layer_t.smem)
             : -1;
     if (layer_persistent) uses_layer_sync = true;
@@ -608,15 +611,18 @@ KernelPlan plan_kernels(const CodegenInput& in) {
         // A weight in the tiling's `wide` mask as its K-block view: one box a ring slot (64 / bn K
         // blocks of a bn-row tile, gate/up's two halves), not one a K block and half
         // (decode_persistent.cuh, StreamCursor::wide_box; change 89).
-        auto wmap = [&](int bit, const std::string& target, long long n, long long k, int bn, bool halves) {
+        auto wmap = [&](int bit, const std::string& target, long long n, long long k, int bn,
+                        bool halves) {
           if (!(layer_t.wide >> bit & 1)) return tmap(target, n, k, halves ? bn / 2 : bn);
-          return "tmap:" + target + ":" + I_(n) + ":" + I_(k) + ":" + I_(halves ? bn / 2 : bn) + ":64x" +
-                 I_(64 / bn) + (halves ? "x2" : "");
+          return "tmap:" + target + ":" + I_(n) + ":" + I_(k) + ":" + I_(halves ? bn / 2 : bn) +
+                 ":64x" + I_(64 / bn) + (halves ? "x2" : "");
         };
         std::vector<std::string> args = {wmap(0, w + "qkv", rows, H, layer_t.bq, false),
                                          wmap(1, w + "o", H, HQ * D, layer_t.bo, false),
                                          wmap(2, w + "gate_up", 2LL * I, H, layer_t.bg, true),
-                                         wmap(3, w + "down", H, I, layer_t.bd, false), w + "attn_norm", w + "mlp_norm"};
+                                         wmap(3, w + "down", H, I, layer_t.bd, false),
+                                         w + "attn_norm",
+                                         w + "mlp_norm"};
         args.insert(args.end(), epi.begin(), epi.begin() + 7);  // up to kv:l; q goes after x and qkv
         args.insert(args.end(), {"buf:x", "buf:qkv", "buf:q", "buf:part_o", "buf:part_ml", "buf:attn", "buf:act",
                                  "buf:layer_sync"});

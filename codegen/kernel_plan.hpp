@@ -204,7 +204,8 @@ struct PersistentLayerTiling {
 };
 // `qk_norm`: the model normalizes q and k per head (Qwen3), whose QKV epilogue needs a head's
 // whole row, so it keeps its own phase.
-PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim, bool qk_norm = true);
+PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim,
+                                          bool qk_norm = true);
 
 // Attention cuts the context into splits of kAttnSplit positions (four 16-position chunks per
 // warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most

@@ -401,7 +401,8 @@ TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& whe
   t.box_rows = static_cast<int>(v[2]);
   t.box_cols = static_cast<int>(v[3]);
   t.elem_bytes = 128 / t.box_cols;
-  if (t.k_blocks > 0 && t.cols % 64 != 0) bad("a K-block view's COLS must be whole 64-column blocks");
+  if (t.k_blocks > 0 && t.cols % 64 != 0)
+    bad("a K-block view's COLS must be whole 64-column blocks");
   if (t.halves == 2 && t.rows % 2 != 0) bad("a K-block view of two halves needs an even ROWS");
   return t;
 }
@@ -511,7 +512,8 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {
     const bool qkv = wt.name.starts_with("layers.") && wt.name.ends_with(".qkv");
     if (wt.layout != "row_major" && !(qkv && wt.layout == "qkv_rope_pairs"))
       f.refuse(named + ".layout", "\"" + wt.layout + "\" is not row_major" +
-                                      (qkv ? " or qkv_rope_pairs" : "") + " (the schema 1 layouts)");
+                                      (qkv ? " or qkv_rope_pairs" : "") +
+                                      " (the schema 1 layouts)");
     const std::int64_t offset = f.integer(t, named, "offset", 0);
     const std::int64_t bytes = f.integer(t, named, "bytes", 1);
     if (offset % alignment != 0)

@@ -202,7 +202,8 @@ void CpuReferenceModel::forward_token(std::int32_t token, int position,
     // Attention block.
     rmsnorm(h_.data(), x_.data(), w.attn_norm, H);
     matmul(qkv_.data(), h_.data(), w.qkv);
-    if (w.qkv_pairs) {  // the projection's rows as packed (docs/artifact.md), in their natural order
+    if (w.qkv_pairs) {  // the projection's rows as packed (docs/artifact.md), in their natural
+                        // order
       std::copy(qkv_.begin(), qkv_.end(), scratch_.begin());
       for (std::size_t i = 0; i < qkv_.size(); ++i)
         qkv_[i] = scratch_[static_cast<std::size_t>(qkv_pair_pos(static_cast<long long>(i), D))];

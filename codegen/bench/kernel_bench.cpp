@@ -409,12 +409,12 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // tile while 80 wait, and that tile goes at ~42 GB/s a CTA where all 132 went at ~33. Whether a
   // CTA's stream has a ceiling of its own (its boxes, its consumers' wgmma, its barriers), and how
   // it depends on the box: layer_gemms_persistent (8B shapes, M = 1, 8 layers a launch, weights
-  // rotated over two copies) on grids of 132 down to 13 CTAs, with weight tiles (qkv / o / gate+up /
-  // down rows) of 16 / 16 / 32 / 16 (2 KB boxes, four a slot), 32 / 32 / 64 / 32 (4 KB, two a slot;
-  // the prototype's) and 64 / 64 / 64 / 64 (8 KB boxes but gate/up's 4 KB), the prototype's with
-  // half the ring (a stream bound by its latency goes at half the rate), and the 32- and 16-row
-  // tiles with one 8 KB box a ring slot (rank-3 and rank-4 maps whose K blocks are their outer
-  // dimension: StreamCursor::wide_box): GB/s over all CTAs and per CTA.
+  // rotated over two copies) on grids of 132 down to 13 CTAs, with weight tiles (qkv / o / gate+up
+  // / down rows) of 16 / 16 / 32 / 16 (2 KB boxes, four a slot), 32 / 32 / 64 / 32 (4 KB, two a
+  // slot; the prototype's) and 64 / 64 / 64 / 64 (8 KB boxes but gate/up's 4 KB), the prototype's
+  // with half the ring (a stream bound by its latency goes at half the rate), and the 32- and
+  // 16-row tiles with one 8 KB box a ring slot (rank-3 and rank-4 maps whose K blocks are their
+  // outer dimension: StreamCursor::wide_box): GB/s over all CTAs and per CTA.
   if (stream_only) {
     constexpr int kH = 4096, kNqkv = 6144, kI = 14336, kLayers = 8;
     const std::size_t rows[4] = {kNqkv, kH, 2 * kI, kH}, cols[4] = {kH, kH, kH, kI};
@@ -427,12 +427,13 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       int stages;
       bool wide;
     };
-    const Tiles tiles[] = {{"tiles 16/16/32/16", {16, 16, 32, 16}, ring.stages, false},
-                           {"tiles 32/32/64/32", {32, 32, 64, 32}, ring.stages, false},
-                           {"tiles 64/64/64/64", {64, 64, 64, 64}, ring.stages, false},
-                           {"tiles 32/32/64/32, half ring", {32, 32, 64, 32}, ring.stages / 2, false},
-                           {"tiles 32/32/64/32, wide box", {32, 32, 64, 32}, ring.stages, true},
-                           {"tiles 16/16/32/16, wide box", {16, 16, 32, 16}, ring.stages, true}};
+    const Tiles tiles[] = {
+        {"tiles 16/16/32/16", {16, 16, 32, 16}, ring.stages, false},
+        {"tiles 32/32/64/32", {32, 32, 64, 32}, ring.stages, false},
+        {"tiles 64/64/64/64", {64, 64, 64, 64}, ring.stages, false},
+        {"tiles 32/32/64/32, half ring", {32, 32, 64, 32}, ring.stages / 2, false},
+        {"tiles 32/32/64/32, wide box", {32, 32, 64, 32}, ring.stages, true},
+        {"tiles 16/16/32/16, wide box", {16, 16, 32, 16}, ring.stages, true}};
     std::vector<std::string> names;
     for (const Tiles& t : tiles)
       names.push_back("telos_kernels::layer_gemms_persistent<1, " + I(kH) + ", " + I(kNqkv) + ", " +
@@ -465,8 +466,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           for (int k = 0; k < 4; ++k) {
             const std::uint32_t bn = static_cast<std::uint32_t>(tiles[ti].bn[k]);
             if (!tiles[ti].wide) {
-              hmaps.push_back(hexel::encode_2d(hexel::TmaDtype::BF16, w[l % 2][k], rows[k],
-                                               cols[k], cols[k] * 2, k == 2 ? bn / 2 : bn, 64,
+              hmaps.push_back(hexel::encode_2d(hexel::TmaDtype::BF16, w[l % 2][k], rows[k], cols[k],
+                                               cols[k] * 2, k == 2 ? bn / 2 : bn, 64,
                                                hexel::Swizzle::B128));
               continue;
             }
@@ -511,7 +512,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       std::vector<char> bits(2 * kNqkv + 2 * kI + 4 * kH);
       check(cudaMemcpy(bits.data(), qkv, 2 * kNqkv, cudaMemcpyDeviceToHost), "bits");
       check(cudaMemcpy(bits.data() + 2 * kNqkv, act, 2 * kI, cudaMemcpyDeviceToHost), "bits");
-      check(cudaMemcpy(bits.data() + 2 * kNqkv + 2 * kI, x, 4 * kH, cudaMemcpyDeviceToHost), "bits");
+      check(cudaMemcpy(bits.data() + 2 * kNqkv + 2 * kI, x, 4 * kH, cudaMemcpyDeviceToHost),
+            "bits");
       if (first_bits.empty()) first_bits = bits;
       const bool same = bits == first_bits;
       for (int grid : {prop.multiProcessorCount, 104, 80, 52, 26, 13}) {
@@ -627,21 +629,21 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // go (changes 86 and 88). Variants, each a row and a timeline of its own so that they compare
   // within one run (issue 7): the plan's (the QKV epilogue in the QKV tiles, QKV_ROPE, change 88;
   // the weights of its `wide` mask through their K-block views, a box a ring slot, change 89),
-  // and the same with every weight on 2D maps (a box a K block and gate/up half), with gate/up, with
-  // gate/up and down, and with all four on K-block views. The trace also has each CTA's arrival
-  // after a phase (its release issued).
-  // Measured here and dropped from this list (docs/perf-log.md): L2 prefetch ahead of the ring
-  // (change 18) or while the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer
-  // faster), gate/up tiles of 32 rows and QKV tiles of 16 (run T: no gain; session 33 call 2 again:
-  // gate/up 32 +0.1 to +1.7 µs, the QKV's 192 tiles of before change 86 0 to +0.5), the count
-  // between gate/up and down (ACT_POLL off: change 31, 1-1.4 µs a layer slower), the combine
-  // folded into o's A (change 26), attention splits of 64 and 128 positions (change 27), each
-  // head's QKV epilogue in the QKV phase on the CTA that finishes the head (change 28, branch
-  // fold-rope), other releases for the counts (red.release, fence.release; session 10 run 3), a cap
-  // on the ring's loads in flight (change 32), the ring held during the attention half (change 34),
-  // the next layer's QKV weights prefetched into L2 after the layer's last load (change 36), two
-  // layer launches resident on an SM with a 10-slot ring (change 37).
-  // With --decode-layer, only this section (after the copy bandwidth).
+  // and the same with every weight on 2D maps (a box a K block and gate/up half), with gate/up,
+  // with gate/up and down, and with all four on K-block views. The trace also has each CTA's
+  // arrival after a phase (its release issued). Measured here and dropped from this list
+  // (docs/perf-log.md): L2 prefetch ahead of the ring (change 18) or while the ring is full
+  // (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer faster), gate/up tiles of 32 rows and
+  // QKV tiles of 16 (run T: no gain; session 33 call 2 again: gate/up 32 +0.1 to +1.7 µs, the QKV's
+  // 192 tiles of before change 86 0 to +0.5), the count between gate/up and down (ACT_POLL off:
+  // change 31, 1-1.4 µs a layer slower), the combine folded into o's A (change 26), attention
+  // splits of 64 and 128 positions (change 27), each head's QKV epilogue in the QKV phase on the
+  // CTA that finishes the head (change 28, branch fold-rope), other releases for the counts
+  // (red.release, fence.release; session 10 run 3), a cap on the ring's loads in flight (change
+  // 32), the ring held during the attention half (change 34), the next layer's QKV weights
+  // prefetched into L2 after the layer's last load (change 36), two layer launches resident on an
+  // SM with a 10-slot ring (change 37). With --decode-layer, only this section (after the copy
+  // bandwidth).
   if (!attention_only && !gemm_only && !small_rows) {
     struct LayerShape {
       const char* name;
@@ -676,15 +678,15 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       const PersistentLayerTiling& lt = variants[0].lt;  // the ring and the other tiles: the same
       std::vector<std::string> names;
       for (const Variant& v : variants)
-        names.push_back(
-            "telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " +
-            I(sh.HKV) + ", " + I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " +
-            I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " +
-            I(kAttnSplit) + ", " + I(nsplit) + ", " +
-            float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
-            I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " + I(v.lt.bo) + ", " +
-            I(v.lt.bg) + ", " + I(v.lt.bd) + (v.lt.qkv_rope ? ", true" : ", false") +
-            ", " + I(v.wide) + ">");
+        names.push_back("telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) +
+                        ", " + I(sh.HKV) + ", " + I(sh.D) + ", false, false, " +
+                        float_literal(1e-5) + ", " + I(kPage) + ", " + I(kMaxp) + ", " +
+                        I(page_elems) + "ll, telos_rope::Freqs, " + I(kAttnSplit) + ", " +
+                        I(nsplit) + ", " +
+                        float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) +
+                        ", " + I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " +
+                        I(v.lt.bo) + ", " + I(v.lt.bg) + ", " + I(v.lt.bd) +
+                        (v.lt.qkv_rope ? ", true" : ", false") + ", " + I(v.wide) + ">");
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n", 1);
       const std::unique_ptr<Module> mod = plain.get();
@@ -754,7 +756,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           const Copy& c = cs[i % copies];
           const void* null = nullptr;
           const void* maps[4];
-          for (int k = 0; k < 4; ++k) maps[k] = variants[vi].wide >> k & 1 ? c.wide_maps[k] : c.maps[k];
+          for (int k = 0; k < 4; ++k)
+            maps[k] = variants[vi].wide >> k & 1 ? c.wide_maps[k] : c.maps[k];
           m.launch(
               names[vi], dim3(prop.multiProcessorCount), 160,
               {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null,     null, pos, seq,

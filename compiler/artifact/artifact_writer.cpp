@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "compiler/artifact/compact_json.hpp"
 #include "codegen/codegen.hpp"
+#include "compiler/artifact/compact_json.hpp"
 #include "compiler/artifact/weight_table.hpp"
 #include "support/checksum.hpp"
 #include "support/dtype.hpp"
@@ -307,9 +307,10 @@ nlohmann::ordered_json pack_weights(const fs::path& path, const ImportedModel& m
         const std::size_t n = std::min(step, elements - first);
         if (pairs) {
           for (std::size_t r = 0; r < head_dim; ++r)
-            convert(*src, first + static_cast<std::size_t>(qkv_pair_row(static_cast<long long>(r),
-                                                                        static_cast<int>(head_dim))) *
-                                      cols,
+            convert(*src,
+                    first + static_cast<std::size_t>(qkv_pair_row(static_cast<long long>(r),
+                                                                  static_cast<int>(head_dim))) *
+                                cols,
                     cols, p.type.dtype, buffer.data() + r * cols * out_size);
         } else {
           convert(*src, first, n, p.type.dtype, buffer.data());

@@ -235,8 +235,9 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   // The QKV epilogue in the QKV tiles (QKV_ROPE) but with QK norm (qwen3).
   const bool qk_norm = GetParam() == std::string("qwen3");
   // The MLP's weights through their K-block views, one box a ring slot (WIDE; change 89): the
-  // tiny models' gate/up takes 8 tiles of 64 rows, a last round that leaves most SMs idle; gate/up's
-  // two halves in one box, down's 32-row tiles two K blocks a box. qkv and o through 2D maps.
+  // tiny models' gate/up takes 8 tiles of 64 rows, a last round that leaves most SMs idle;
+  // gate/up's two halves in one box, down's 32-row tiles two K blocks a box. qkv and o through 2D
+  // maps.
   const PersistentLayerTiling lt = decode_layer_tiling(128, 256, 128, 256, 32);
   ASSERT_EQ(lt.bg, 64);
   EXPECT_EQ(lt.wide, 0b1100);

@@ -840,12 +840,15 @@ TEST(GpuKernels, PersistentQkvTilesMatchSmallGemm) {
   }
 }
 
-// A QKV weight [rows, k] in the checkpoint's row order, packed as telosc packs it (docs/artifact.md,
-// layout qkv_rope_pairs): every kernel that reads the projection reads it in that order.
-std::vector<std::uint16_t> qkv_pair_rows(const std::vector<std::uint16_t>& w, int rows, int k, int d) {
+// A QKV weight [rows, k] in the checkpoint's row order, packed as telosc packs it
+// (docs/artifact.md, layout qkv_rope_pairs): every kernel that reads the projection reads it in
+// that order.
+std::vector<std::uint16_t> qkv_pair_rows(const std::vector<std::uint16_t>& w, int rows, int k,
+                                         int d) {
   std::vector<std::uint16_t> out(w.size());
   for (int p = 0; p < rows; ++p)
-    std::copy_n(w.begin() + telos::qkv_pair_row(p, d) * k, k, out.begin() + static_cast<std::size_t>(p) * k);
+    std::copy_n(w.begin() + telos::qkv_pair_row(p, d) * k, k,
+                out.begin() + static_cast<std::size_t>(p) * k);
   return out;
 }
 
@@ -901,36 +904,43 @@ TEST(GpuKernels, PersistentQkvRopeTilesMatchSeparateKernels) {
   };
   constexpr int PAGE = 16, MAXP = 32, POOL = 40;
   const int sms = sm_count();
-  for (const Shape& s : {Shape{128, 4, 2, 32, true, plain}, Shape{2048, 32, 8, 64, false, llama3},
-                         Shape{1536, 12, 2, 128, true, plain}, Shape{4096, 32, 8, 128, false, llama3}}) {
+  for (const Shape& s :
+       {Shape{128, 4, 2, 32, true, plain}, Shape{2048, 32, 8, 64, false, llama3},
+        Shape{1536, 12, 2, 128, true, plain}, Shape{4096, 32, 8, 128, false, llama3}}) {
     const int NH = s.HQ + 2 * s.HKV, NQKV = NH * s.D;
     const std::string what = "H=" + I(s.H) + " D=" + I(s.D);
-    const codegen::PersistentLayerTiling mt = codegen::decode_layer_tiling(s.H, NQKV, s.HQ * s.D, s.H, s.D, false);
+    const codegen::PersistentLayerTiling mt =
+        codegen::decode_layer_tiling(s.H, NQKV, s.HQ * s.D, s.H, s.D, false);
     ASSERT_TRUE(mt.qkv_rope) << what;
     const long long page_elems = 2LL * s.HKV * PAGE * s.D;
-    const std::string epi = I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + (s.bias ? "true" : "false");
+    const std::string epi =
+        I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + (s.bias ? "true" : "false");
     const codegen::SmallGemmTiling ts = codegen::small_gemm_tiling(NQKV, s.H, 1, false);
     const std::vector<std::string> names = {
         ts.instance("bf16", 1, NQKV, s.H),
-        "telos_kernels::qkv_rope_append_rows<" + epi + ", false, " + float_literal(1e-6) + ", " + I(PAGE) + ", " +
-            I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>",
-        "telos_kernels::qkv_rope_phase_test<" + I(s.H) + ", " + epi + ", " + I(PAGE) + ", " + I(MAXP) + ", " +
-            I(page_elems) + "ll, " + I(mt.stages) + ", " + I(mt.bq) + ">"};
-    TestModule mod(source_with_rope(codegen::rope_inv_freq(s.rope, s.D)) + kQkvRopePhaseTestKernel, names);
+        "telos_kernels::qkv_rope_append_rows<" + epi + ", false, " + float_literal(1e-6) + ", " +
+            I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>",
+        "telos_kernels::qkv_rope_phase_test<" + I(s.H) + ", " + epi + ", " + I(PAGE) + ", " +
+            I(MAXP) + ", " + I(page_elems) + "ll, " + I(mt.stages) + ", " + I(mt.bq) + ">"};
+    TestModule mod(source_with_rope(codegen::rope_inv_freq(s.rope, s.D)) + kQkvRopePhaseTestKernel,
+                   names);
     std::vector<float> f;
     DeviceBuffer<std::uint16_t> h(random_bf16(s.H, 1.f, f));
-    DeviceBuffer<std::uint16_t> w(qkv_pair_rows(random_bf16(static_cast<std::size_t>(NQKV) * s.H, 0.05f, f), NQKV, s.H, s.D));
+    DeviceBuffer<std::uint16_t> w(
+        qkv_pair_rows(random_bf16(static_cast<std::size_t>(NQKV) * s.H, 0.05f, f), NQKV, s.H, s.D));
     DeviceBuffer<float> bias(random_floats(NQKV, 0.5f));
     std::vector<int> pool(POOL);
     std::iota(pool.begin(), pool.end(), 0);
     std::shuffle(pool.begin(), pool.end(), rng());
-    DeviceBuffer<int> pt(std::vector<int>(pool.begin(), pool.begin() + MAXP)), seq(std::vector<int>{0});
+    DeviceBuffer<int> pt(std::vector<int>(pool.begin(), pool.begin() + MAXP)),
+        seq(std::vector<int>{0});
     for (int position : {3, 37, 300}) {
       const std::string at = what + " pos=" + I(position);
       DeviceBuffer<int> pos(std::vector<int>{position});
       const void* b = s.bias ? bias.get() : nullptr;
       // The separate kernels.
-      DeviceBuffer<std::uint16_t> qkv(NQKV), kv_want(static_cast<std::size_t>(POOL) * page_elems);  // poisoned
+      DeviceBuffer<std::uint16_t> qkv(NQKV),
+          kv_want(static_cast<std::size_t>(POOL) * page_elems);  // poisoned
       DeviceBuffer<float> q_want(static_cast<std::size_t>(s.HQ) * s.D);
       {
         const DeviceMap a(h.get(), 1, s.H, ts.a_box), wm(w.get(), NQKV, s.H, ts.cols);
@@ -938,15 +948,16 @@ TEST(GpuKernels, PersistentQkvRopeTilesMatchSeparateKernels) {
                            {a.get(), wm.get(), qkv.get()}, ts.smem()));
       }
       CUDA_OK(mod.launch(names[1], dim3(NH, 1), s.D,
-                         {qkv.get(), b, nullptr, nullptr, pos.get(), seq.get(), pt.get(), kv_want.get(),
-                          q_want.get()}));
+                         {qkv.get(), b, nullptr, nullptr, pos.get(), seq.get(), pt.get(),
+                          kv_want.get(), q_want.get()}));
       // The QKV phase with the epilogue in its tiles.
       DeviceBuffer<std::uint16_t> kv_got(static_cast<std::size_t>(POOL) * page_elems);  // poisoned
       DeviceBuffer<float> q_got(static_cast<std::size_t>(s.HQ) * s.D);
       const DeviceMap wm(w.get(), NQKV, s.H, mt.bq);
-      CUDA_OK(mod.launch(names[2], sms, codegen::kPersistentThreads,
-                         {wm.get(), h.get(), b, pos.get(), seq.get(), pt.get(), kv_got.get(), q_got.get()},
-                         mt.smem));
+      CUDA_OK(mod.launch(
+          names[2], sms, codegen::kPersistentThreads,
+          {wm.get(), h.get(), b, pos.get(), seq.get(), pt.get(), kv_got.get(), q_got.get()},
+          mt.smem));
       const std::vector<float> qw = q_want.download(), qg = q_got.download();
       std::size_t nans = 0;
       for (float v : qw) nans += std::isnan(v);
@@ -1001,7 +1012,8 @@ TEST(GpuKernels, QkvGemmThenRows) {
     TestModule mod(source_with_rope(inv_freq), {gemm, rows});
     std::vector<float> Af, Wf;
     DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af));
-    DeviceBuffer<std::uint16_t> dW(qkv_pair_rows(random_bf16(static_cast<std::size_t>(ROWS) * s.K, 0.05f, Wf), ROWS, s.K, s.D));
+    DeviceBuffer<std::uint16_t> dW(qkv_pair_rows(
+        random_bf16(static_cast<std::size_t>(ROWS) * s.K, 0.05f, Wf), ROWS, s.K, s.D));
     DeviceBuffer<std::uint16_t> dqkv(static_cast<std::size_t>(s.M) * ROWS);
     const std::vector<float> bias = random_floats(ROWS, 0.5f), qn = random_floats(s.D), kn = random_floats(s.D);
     DeviceBuffer<float> dbias(bias), dqn(qn), dkn(kn);

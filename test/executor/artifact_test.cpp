@@ -191,7 +191,8 @@ TEST(Artifact, ParsesTensorMapArguments) {
   EXPECT_EQ(kv.box_rows, 32);
   EXPECT_EQ(kv.box_cols, 64);
   EXPECT_EQ(kv.elem_bytes, 2);
-  const TensorMapArg gu = parse_tensor_map_arg("tmap:w:layers.0.gate_up:28672:4096:32:64x1x2", "here");
+  const TensorMapArg gu =
+      parse_tensor_map_arg("tmap:w:layers.0.gate_up:28672:4096:32:64x1x2", "here");
   EXPECT_EQ(gu.k_blocks, 1);
   EXPECT_EQ(gu.halves, 2);
   EXPECT_EQ(gu.rows, 28672);
