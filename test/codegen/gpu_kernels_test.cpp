@@ -767,6 +767,22 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
 // 32 before): the QKV phase alone (persistent_stream, layer_gemm_tile), run by a test kernel, gives
 // gemm_small_bf16's bits for one token at the tiny, Qwen3-0.6B, Llama-3.2-1B and Llama-3.1-8B
 // shapes, output poisoned first.
+// The producer of the QKV-phase test kernels below: the tiles of BQ rows of qkv_map into the ring
+// (its lane 0; the other lanes return).
+const char* kQkvTestProducer = R"(
+namespace telos_kernels {
+template <int H, int BQ, int STAGES>
+__device__ void qkv_test_producer(hexel::mbarrier::StageRing<STAGES>& ring,
+                                  const PersistentSmem<1, H, STAGES>& sm, const TensorMap* qkv_map,
+                                  unsigned tiles) {
+  if (threadIdx.x % 32 != 0) return;
+  __shared__ StreamPhase phase[1];
+  phase[0] = {qkv_map, H, BQ, tiles, 0, 0};
+  persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phase, 1);
+}
+}  // namespace telos_kernels
+)";
+
 const char* kQkvPhaseTestKernel = R"(
 namespace telos_kernels {
 template <int H, int NQKV, int STAGES, int BQ>
@@ -777,14 +793,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   const PersistentSmem<1, H, STAGES> sm(smem_raw);
   hexel::mbarrier::StageRing<STAGES> ring;
-  if (hexel::warp_index() == 4) {
-    if (threadIdx.x % 32 == 0) {
-      __shared__ StreamPhase phase[1];
-      phase[0] = {qkv_map, H, BQ, kTiles, 0, 0};
-      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phase, 1);
-    }
-    return;
-  }
+  if (hexel::warp_index() == 4) return qkv_test_producer<H, BQ, STAGES>(ring, sm, qkv_map, kTiles);
   const unsigned first = persistent_first_tile(0);
   if (first >= kTiles) return;
   persistent_load_a<1>(sm.base, h, H);
@@ -814,7 +823,7 @@ TEST(GpuKernels, PersistentQkvTilesMatchSmallGemm) {
     for (int bq : heights)
       names.push_back("telos_kernels::qkv_phase_test<" + I(s.H) + ", " + I(s.NQKV) + ", " +
                       I(mt.stages) + ", " + I(bq) + ">");
-    TestModule mod(source_with_rope() + kQkvPhaseTestKernel, names);
+    TestModule mod(source_with_rope() + kQkvTestProducer + kQkvPhaseTestKernel, names);
     std::vector<float> f;
     DeviceBuffer<std::uint16_t> h(random_bf16(s.H, 1.f, f));
     DeviceBuffer<std::uint16_t> w(random_bf16(static_cast<std::size_t>(s.NQKV) * s.H, 0.05f, f));
@@ -868,14 +877,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   const PersistentSmem<1, H, STAGES> sm(smem_raw);
   hexel::mbarrier::StageRing<STAGES> ring;
-  if (hexel::warp_index() == 4) {
-    if (threadIdx.x % 32 == 0) {
-      __shared__ StreamPhase phase[1];
-      phase[0] = {qkv_map, H, BQ, kTiles, 0, 0};
-      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phase, 1);
-    }
-    return;
-  }
+  if (hexel::warp_index() == 4) return qkv_test_producer<H, BQ, STAGES>(ring, sm, qkv_map, kTiles);
   const unsigned first = persistent_first_tile(0);
   if (first >= kTiles) return;
   const int pos = positions[0], page = pos >= 0 ? page_tables[token_seq[0] * MAXP + pos / PAGE] : 0;
@@ -922,7 +924,8 @@ TEST(GpuKernels, PersistentQkvRopeTilesMatchSeparateKernels) {
             I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>",
         "telos_kernels::qkv_rope_phase_test<" + I(s.H) + ", " + epi + ", " + I(PAGE) + ", " +
             I(MAXP) + ", " + I(page_elems) + "ll, " + I(mt.stages) + ", " + I(mt.bq) + ">"};
-    TestModule mod(source_with_rope(codegen::rope_inv_freq(s.rope, s.D)) + kQkvRopePhaseTestKernel,
+    TestModule mod(source_with_rope(codegen::rope_inv_freq(s.rope, s.D)) + kQkvTestProducer +
+                       kQkvRopePhaseTestKernel,
                    names);
     std::vector<float> f;
     DeviceBuffer<std::uint16_t> h(random_bf16(s.H, 1.f, f));
