@@ -613,9 +613,9 @@ KernelPlan plan_kernels(const CodegenInput& in) {
         // (decode_persistent.cuh, StreamCursor::wide_box; change 89).
         auto wmap = [&](int bit, const std::string& target, long long n, long long k, int bn,
                         bool halves) {
-          if (!(layer_t.wide >> bit & 1)) return tmap(target, n, k, halves ? bn / 2 : bn);
-          return "tmap:" + target + ":" + I_(n) + ":" + I_(k) + ":" + I_(halves ? bn / 2 : bn) +
-                 ":64x" + I_(64 / bn) + (halves ? "x2" : "");
+          const std::string map = tmap(target, n, k, halves ? bn / 2 : bn);  // BOX_COLS 64
+          if (!(layer_t.wide >> bit & 1)) return map;
+          return map + "x" + I_(64 / bn) + (halves ? "x2" : "");  // 64xK, 64xKx2
         };
         std::vector<std::string> args = {wmap(0, w + "qkv", rows, H, layer_t.bq, false),
                                          wmap(1, w + "o", H, HQ * D, layer_t.bo, false),

@@ -201,13 +201,12 @@ void CpuReferenceModel::forward_token(std::int32_t token, int position,
 
     // Attention block.
     rmsnorm(h_.data(), x_.data(), w.attn_norm, H);
-    matmul(qkv_.data(), h_.data(), w.qkv);
-    if (w.qkv_pairs) {  // the projection's rows as packed (docs/artifact.md), in their natural
-                        // order
-      std::copy(qkv_.begin(), qkv_.end(), scratch_.begin());
+    // With the rows packed in RoPE's pair order (docs/artifact.md), the projection lands in
+    // scratch_ in that order and goes to qkv_ in the natural one.
+    matmul(w.qkv_pairs ? scratch_.data() : qkv_.data(), h_.data(), w.qkv);
+    if (w.qkv_pairs)
       for (std::size_t i = 0; i < qkv_.size(); ++i)
         qkv_[i] = scratch_[static_cast<std::size_t>(qkv_pair_pos(static_cast<long long>(i), D))];
-    }
     if (!w.qkv_bias.empty())
       for (std::size_t i = 0; i < qkv_.size(); ++i) qkv_[i] += w.qkv_bias[i];
     float* q = qkv_.data();

@@ -2,8 +2,9 @@
 // The row order of a packed QKV projection (docs/artifact.md, layout `qkv_rope_pairs`): within each
 // head of d rows, for g = 0 .. d / 8 - 1, the head's rows 4g .. 4g + 3, then d / 2 + 4g .. d / 2 +
 // 4g + 3. RoPE rotates element j with element j + d / 2, so a tile of whole 8-row groups holds both
-// elements of each pair (codegen/kernels/decode_persistent.cuh, qkv_rope_pairs, has the device
-// form of these two functions).
+// elements of each pair (codegen/kernels/decode_persistent.cuh, qkv_rope_pairs).
+// codegen/kernels/gemm_prefill.cuh has the device form of qkv_pair_pos (the kernels' headers are
+// compiled by NVRTC on their own); the GPU tests pack with these and read with that.
 namespace telos {
 
 // The natural row (within the projection) stored at position p. d: the head dimension, a multiple

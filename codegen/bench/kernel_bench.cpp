@@ -471,29 +471,9 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
                                                hexel::Swizzle::B128));
               continue;
             }
-            // decode_persistent.cuh, StreamCursor::wide_box: [K / 64][N][64], with SwiGLU
-            // [K / 64][2][I][64]; one box a slot.
-            hexel::TensorMapSpec m;
-            m.base = w[l % 2][k];
-            m.swizzle = hexel::Swizzle::B128;
-            if (k == 2) {
-              m.rank = 4;
-              const std::uint64_t dims[4] = {64, rows[k] / 2, 2, cols[k] / 64},
-                                  strides[3] = {cols[k] * 2, rows[k] / 2 * cols[k] * 2, 128};
-              const std::uint32_t box[4] = {64, bn / 2, 2, 64 / bn};
-              std::copy(dims, dims + 4, m.dims);
-              std::copy(strides, strides + 3, m.strides_bytes);
-              std::copy(box, box + 4, m.box);
-            } else {
-              m.rank = 3;
-              const std::uint64_t dims[3] = {64, rows[k], cols[k] / 64},
-                                  strides[2] = {cols[k] * 2, 128};
-              const std::uint32_t box[3] = {64, bn, 64 / bn};
-              std::copy(dims, dims + 3, m.dims);
-              std::copy(strides, strides + 2, m.strides_bytes);
-              std::copy(box, box + 3, m.box);
-            }
-            hmaps.push_back(hexel::encode_tiled(m));
+            // The K-block view (StreamCursor::wide_box): one box a slot.
+            hmaps.push_back(hexel::encode_k_blocks(w[l % 2][k], rows[k], cols[k],
+                                                   k == 2 ? bn / 2 : bn, 64 / bn, k == 2 ? 2 : 1));
           }
       } catch (const std::exception& e) {
         std::printf("stream %s: the maps: %s\n", tiles[ti].label, e.what());
