@@ -356,15 +356,17 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   t.stages = (kMaxSmemPerBlock - 1024 - 16 * 1024 - resident) / kPersistentSlotBytes;
   t.smem = 1024 + resident + t.stages * kPersistentSlotBytes;
   t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
-  // The MLP's weights (gate/up, down) through K-block views, one box a ring slot, where gate/up's
-  // last round leaves at least half the SMs idle: there a lone CTA's stream, at its ceiling (39
-  // GB/s with two boxes a slot, 64 with one), is the phase's tail. Measured (docs/perf-log.md,
-  // change 89): the 8B (gate/up's 448 tiles: a last round of 52 CTAs) −2.0 to −2.5 µs a layer with
-  // the MLP's views, −1.1 to −1.6 with gate/up's alone, −0.9 to −2.5 with all four; the 1B (256
-  // tiles: a last round of 124) +1.0 to +3.4 µs with any of them.
+  // Every weight from its slot image, one bulk copy a ring slot, where gate/up's last round leaves
+  // at least half the SMs idle: a bulk copy streams ~7% faster than a tensor copy with every SM at
+  // it, and a lone CTA's stream (gate/up's last round) is at one copy a slot. Measured
+  // (docs/perf-log.md, change 90, µs a layer at ctx 160 / 288 / 4096 against the tensor maps): the
+  // 8B (gate/up's 448 tiles: a last round of 52 CTAs) −6.3 / −6.1 / −7.4 with all four, −4.6 to
+  // −5.0 with the MLP's; the 1B (256 tiles: a last round of 124) +2.3 / +2.1 / −1.6, as with any
+  // faster refill there (change 89's K-block views: +1.0 to +3.4): its latency-bound attention
+  // half pays for it.
   if (t.bg > 0) {
     const int last_round = 2 * i / t.bg % kSms;
-    t.wide = last_round > 0 && last_round <= kSms / 2 ? 0b1100 : 0;
+    t.bulk = last_round > 0 && last_round <= kSms / 2 ? 0b1111 : 0;
   }
   return t;
 }
@@ -595,8 +597,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                            scale_log2 + ", " + I_(I) + ", " + I_(layer_t.stages) + ", " +
                            I_(layer_t.bq) + ", " + I_(layer_t.bo) + ", " + I_(layer_t.bg) + ", " +
                            I_(layer_t.bd) + (layer_t.qkv_rope ? ", true" : ", false") + ", " +
-                           I_(layer_t.wide) + ">",
-                       {"qkv_map",  "o_map",  "gu_map", "down_map",  "attn_norm", "mlp_norm",
+                           I_(layer_t.bulk) + ">",
+                       {"qkv_w",    "o_w",    "gu_w",   "down_w",    "attn_norm", "mlp_norm",
                         "bias",     "q_norm", "k_norm", "positions", "token_seq", "page_tables",
                         "kv_layer", "x",      "qkv",    "q",         "part_o",    "part_ml",
                         "attn",     "act",    "sync"},
@@ -608,14 +610,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       if (layer_persistent) {
         const long long rows = static_cast<long long>(NH) * D;
         const std::vector<std::string> epi = qkv_epi_args(w, l);  // bias, q_norm, k_norm, positions, ...
-        // A weight in the tiling's `wide` mask as its K-block view: one box a ring slot (64 / bn K
-        // blocks of a bn-row tile, gate/up's two halves), not one a K block and half
-        // (decode_persistent.cuh, StreamCursor::wide_box; change 89).
+        // A weight in the tiling's `bulk` mask as its slot image in tiles of bn rows (gate/up: two
+        // halves; docs/artifact.md, `wimg:`), one bulk copy a ring slot; else its tensor map.
         auto wmap = [&](int bit, const std::string& target, long long n, long long k, int bn,
                         bool halves) {
-          const std::string map = tmap(target, n, k, halves ? bn / 2 : bn);  // BOX_COLS 64
-          if (!(layer_t.wide >> bit & 1)) return map;
-          return map + "x" + I_(64 / bn) + (halves ? "x2" : "");  // 64xK, 64xKx2
+          if (layer_t.bulk >> bit & 1) return "wimg:" + target.substr(2) + ":" + I_(bn) + ":" + (halves ? "2" : "1");
+          return tmap(target, n, k, halves ? bn / 2 : bn);  // BOX_COLS 64
         };
         std::vector<std::string> args = {wmap(0, w + "qkv", rows, H, layer_t.bq, false),
                                          wmap(1, w + "o", H, HQ * D, layer_t.bo, false),

@@ -198,9 +198,9 @@ struct PersistentLayerTiling {
   bool fits = false;  // the model's shapes divide into whole slots and tiles
   // The QKV epilogue in the QKV tiles (decode_layer_persistent's QKV_ROPE).
   bool qkv_rope = false;
-  // The weights streamed through K-block views, one TMA box a ring slot (decode_layer_persistent's
-  // WIDE: bit 0 qkv, 1 o, 2 gate/up, 3 down; change 89).
-  int wide = 0;
+  // The weights streamed from their slot images, one bulk copy a ring slot, not through tensor maps
+  // (decode_layer_persistent's BULK: bit 0 qkv, 1 o, 2 gate/up, 3 down; change 90).
+  int bulk = 0;
 };
 // `qk_norm`: the model normalizes q and k per head (Qwen3), whose QKV epilogue needs a head's
 // whole row, so it keeps its own phase.

@@ -8,6 +8,7 @@
 
 #include "support/checksum.hpp"
 #include "support/error.hpp"
+#include "support/slot_image.hpp"
 
 namespace telos::exec {
 namespace {
@@ -298,9 +299,19 @@ void check_tensor_map_args(const ManifestFields& f, const json& programs, const 
       for (std::size_t k = 0; k < args.size(); ++k) {
         if (!args[k].is_string()) continue;
         const std::string arg = args[k].get<std::string>();
-        if (arg.rfind("tmap:", 0) != 0) continue;
         const std::string field = "programs.buckets[" + std::to_string(i) + "].launches[" +
                                   std::to_string(j) + "].args[" + std::to_string(k) + "]";
+        if (arg.rfind("wimg:", 0) == 0) {
+          const WeightImageArg img = parse_weight_image_arg(arg, f.file() + ": " + field);
+          const WeightTensor* w = a.find_tensor(img.weight);
+          if (!w) f.refuse(field, arg + ": no weight tensor \"" + img.weight + "\"");
+          if (w->dtype != DType::BF16 || w->shape.size() != 2)
+            f.refuse(field, arg + ": a slot image is of a bf16 matrix");
+          const std::string why = slot_image_refusal(w->shape[0], w->shape[1], img.bn, img.halves);
+          if (!why.empty()) f.refuse(field, arg + ": " + why);
+          continue;
+        }
+        if (arg.rfind("tmap:", 0) != 0) continue;
         const TensorMapArg t = parse_tensor_map_arg(arg, f.file() + ": " + field);
         const std::int64_t need = t.rows * t.cols * t.elem_bytes;
         std::int64_t have = 0;
@@ -350,8 +361,7 @@ void check_tensor_map_args(const ManifestFields& f, const json& programs, const 
 
 TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& where) {
   auto bad = [&](const std::string& what) -> void {
-    fail(where + ": " + arg + ": " + what +
-         " (expected tmap:<w:NAME|buf:NAME|kv:L>:ROWS:COLS:BOX_ROWS:<BOX_COLS|64xK|64xKx2>)");
+    fail(where + ": " + arg + ": " + what + " (expected tmap:<w:NAME|buf:NAME|kv:L>:ROWS:COLS:BOX_ROWS:BOX_COLS)");
   };
   if (arg.rfind("tmap:", 0) != 0) bad("not a tensor-map argument");
   // The four sizes are the last four fields; the target is everything between.
@@ -367,23 +377,8 @@ TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& whe
   if (target.rfind("w:", 0) != 0 && target.rfind("buf:", 0) != 0 && target.rfind("kv:", 0) != 0)
     bad("the target must be w:NAME, buf:NAME or kv:L");
   if (target == "w:" || target == "buf:" || target == "kv:") bad("the target names nothing");
-  // BOX_COLS 64xK or 64xKx2: the K-block view (docs/artifact.md).
   TensorMapArg t;
   t.target = target;
-  std::string& box_cols = fields[3];
-  if (box_cols.rfind("64x", 0) == 0) {
-    std::string k = box_cols.substr(3);
-    if (k.size() > 2 && k.compare(k.size() - 2, 2, "x2") == 0) {
-      t.halves = 2;
-      k.resize(k.size() - 2);
-    }
-    if (k.empty() || k.size() > 3 || k.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoi(k) < 1 || std::stoi(k) > 256)
-      bad("\"" + box_cols + "\": a K-block view's K must be 1..256");
-    t.k_blocks = std::stoi(k);
-    if (t.target.rfind("w:", 0) != 0) bad("a K-block view is over a weight (w:NAME)");
-    box_cols = "64";
-  }
   std::int64_t v[4];
   for (int i = 0; i < 4; ++i) {
     const std::string& x = fields[static_cast<std::size_t>(i)];
@@ -401,10 +396,28 @@ TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& whe
   t.box_rows = static_cast<int>(v[2]);
   t.box_cols = static_cast<int>(v[3]);
   t.elem_bytes = 128 / t.box_cols;
-  if (t.k_blocks > 0 && t.cols % 64 != 0)
-    bad("a K-block view's COLS must be whole 64-column blocks");
-  if (t.halves == 2 && t.rows % 2 != 0) bad("a K-block view of two halves needs an even ROWS");
   return t;
+}
+
+WeightImageArg parse_weight_image_arg(const std::string& arg, const std::string& where) {
+  auto bad = [&](const std::string& what) -> void {
+    fail(where + ": " + arg + ": " + what + " (expected wimg:NAME:BN:HALVES)");
+  };
+  if (arg.rfind("wimg:", 0) != 0) bad("not a slot-image argument");
+  const std::size_t c2 = arg.rfind(':');
+  const std::size_t c1 = c2 == std::string::npos || c2 <= 5 ? std::string::npos : arg.rfind(':', c2 - 1);
+  if (c1 == std::string::npos || c1 < 5) bad("too few fields");
+  WeightImageArg img;
+  img.weight = arg.substr(5, c1 - 5);
+  if (img.weight.empty()) bad("the weight names nothing");
+  const std::string bn = arg.substr(c1 + 1, c2 - c1 - 1), halves = arg.substr(c2 + 1);
+  for (const std::string* x : {&bn, &halves})
+    if (x->empty() || x->size() > 3 || x->find_first_not_of("0123456789") != std::string::npos)
+      bad("\"" + *x + "\" is not a positive integer");
+  img.bn = std::stoi(bn);
+  img.halves = std::stoi(halves);
+  if (img.bn <= 0 || img.halves <= 0) bad("sizes must be positive");
+  return img;
 }
 
 std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {

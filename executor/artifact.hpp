@@ -75,25 +75,30 @@ struct WeightTensor {
 // A `tmap:TARGET:ROWS:COLS:BOX_ROWS:BOX_COLS` launch argument (docs/artifact.md, "Kernels"): a
 // TMA tensor map over a row-major [ROWS, COLS] matrix at TARGET (`w:NAME` or `buf:NAME`), read
 // and written in BOX_ROWS x BOX_COLS boxes with the 128-byte swizzle. A box row is one swizzle
-// span, so BOX_COLS names the element type: 64 bf16 or 32 f32 (`elem_bytes` 2 or 4). BOX_COLS
-// `64xK` (`64xKx2`) is a weight's K-block view (hexel::encode_k_blocks): boxes of K 64-column
-// blocks of BOX_ROWS rows (of each of the two halves of the rows), `k_blocks` K, `halves` 1 or 2;
-// a 2D map has k_blocks 0.
+// span, so BOX_COLS names the element type: 64 bf16 or 32 f32 (`elem_bytes` 2 or 4).
 struct TensorMapArg {
   std::string target;
   std::int64_t rows = 0, cols = 0;
   int box_rows = 0, box_cols = 0;
   int elem_bytes = 0;
-  int k_blocks = 0, halves = 1;
 };
 
 // Parses `arg` (which starts with "tmap:"); throws telos::Error naming `where` and what is wrong
 // when it is malformed: a target that is not w:, buf: or kv:, a non-positive or non-numeric size,
 // COLS not a multiple of 8 (TMA rows are multiples of 16 bytes), BOX_ROWS outside 1..256, BOX_COLS
-// other than 64 (bf16) or 32 (f32), the two 128-byte swizzle spans, or 64xK / 64xKx2 with K outside
-// 1..256, on a target other than a weight, COLS not whole 64-column blocks, or ROWS odd with two
-// halves.
+// other than 64 (bf16) or 32 (f32), the two 128-byte swizzle spans.
 TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& where);
+
+// A `wimg:NAME:BN:HALVES` launch argument (docs/artifact.md, "Kernels"): the slot image of weight
+// NAME in tiles of BN rows, of one or two halves (support/slot_image.hpp).
+struct WeightImageArg {
+  std::string weight;
+  int bn = 0, halves = 1;
+};
+
+// Parses `arg` (which starts with "wimg:"); throws telos::Error naming `where` when it is not a
+// name and two positive integers. What the weight allows is checked at load (Artifact::load).
+WeightImageArg parse_weight_image_arg(const std::string& arg, const std::string& where);
 
 class Artifact {
  public:

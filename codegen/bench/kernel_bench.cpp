@@ -48,6 +48,7 @@
 #include "codegen/kernel_plan.hpp"
 #include "codegen/nvrtc_driver.hpp"
 #include "hexel/tensor_map_encode.h"
+#include "support/slot_image.hpp"
 
 namespace {
 
@@ -608,11 +609,13 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // enter only as the previous layer's leave, so the boundary is where a traced layer's gain can
   // go (changes 86 and 88). Variants, each a row and a timeline of its own so that they compare
   // within one run (issue 7): the plan's (the QKV epilogue in the QKV tiles, QKV_ROPE, change 88;
-  // the weights of its `wide` mask through their K-block views, a box a ring slot, change 89),
-  // and the same with every weight on 2D maps (a box a K block and gate/up half), with gate/up,
-  // with gate/up and down, and with all four on K-block views. The trace also has each CTA's
+  // the weights of its `bulk` mask streamed from their slot images, a bulk copy a ring slot,
+  // change 90), and the same with every weight on tensor maps (a box a K block and gate/up half),
+  // with all four from slot images and with gate/up and down's. Every variant's x after one layer
+  // is compared with the plan's (DIFF in the output otherwise). The trace also has each CTA's
   // arrival after a phase (its release issued). Measured here and dropped from this list
-  // (docs/perf-log.md): L2 prefetch ahead of the ring (change 18) or while the ring is full
+  // (docs/perf-log.md): the weights through K-block views, a tensor box a ring slot (change 89:
+  // the 8B −2 µs a layer, the slot images −6), L2 prefetch ahead of the ring (change 18) or while the ring is full
   // (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer faster), gate/up tiles of 32 rows and
   // QKV tiles of 16 (run T: no gain; session 33 call 2 again: gate/up 32 +0.1 to +1.7 µs, the QKV's
   // 192 tiles of before change 86 0 to +0.5), the count between gate/up and down (ACT_POLL off:
@@ -647,14 +650,13 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       struct Variant {
         std::string label;
         PersistentLayerTiling lt;  // with or without QKV_ROPE
-        int wide;  // WIDE: the weights passed as K-block views (bit 0 qkv .. 3 down), else 2D
+        int bulk;  // BULK: the weights as slot images, a bulk copy a slot (bit 0 qkv .. 3 down)
       };
       const PersistentLayerTiling plan_t = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false);
-      const std::vector<Variant> variants = {{"V1 plan", plan_t, plan_t.wide},
-                                             {"V1 2D boxes", plan_t, 0},
-                                             {"V1 wide gate/up", plan_t, 0b0100},
-                                             {"V1 wide gate/up+down", plan_t, 0b1100},
-                                             {"V1 wide all", plan_t, 0b1111}};
+      const std::vector<Variant> variants = {{"V1 plan", plan_t, plan_t.bulk},
+                                             {"V1 tensor maps", plan_t, 0},
+                                             {"V1 bulk all", plan_t, 0b1111},
+                                             {"V1 bulk gate/up+down", plan_t, 0b1100}};
       const PersistentLayerTiling& lt = variants[0].lt;  // the ring and the other tiles: the same
       std::vector<std::string> names;
       for (const Variant& v : variants)
@@ -666,7 +668,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
                         float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) +
                         ", " + I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " +
                         I(v.lt.bo) + ", " + I(v.lt.bg) + ", " + I(v.lt.bd) +
-                        (v.lt.qkv_rope ? ", true" : ", false") + ", " + I(v.wide) + ">");
+                        (v.lt.qkv_rope ? ", true" : ", false") + ", " + I(v.bulk) + ">");
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n", 1);
       const std::unique_ptr<Module> mod = plain.get();
@@ -682,8 +684,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       const int copies = std::max(2, static_cast<int>((400ull << 20) / (w_bytes + kv_bytes)) + 1);
       struct Copy {
         void* w[4];
-        void* maps[4];       // 2D, a box a K block (and half)
-        void* wide_maps[4];  // K-block views, a box a ring slot (kernel_plan.cpp's)
+        void* maps[4];    // 2D, a box a K block (and half)
+        void* images[4];  // slot images (support/slot_image.hpp), a bulk copy a ring slot
         void* kv;
       };
       std::vector<Copy> cs(copies);
@@ -697,11 +699,15 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         for (int k = 0; k < 4; ++k) {
           c.maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]),
                                  boxes[k]);
-          const hexel::TensorMap m = hexel::encode_k_blocks(
-              c.w[k], w_rows[k], w_cols[k], static_cast<std::uint32_t>(boxes[k]),
-              static_cast<std::uint32_t>(64 / bn[k]), k == 2 ? 2 : 1);
-          check(cudaMalloc(&c.wide_maps[k], sizeof m), "alloc");
-          check(cudaMemcpy(c.wide_maps[k], &m, sizeof m, cudaMemcpyHostToDevice), "map");
+          const auto rows = static_cast<std::int64_t>(w_rows[k]), cols = static_cast<std::int64_t>(w_cols[k]);
+          std::vector<std::uint16_t> host(w_rows[k] * w_cols[k]), image(host.size());
+          check(cudaMemcpy(host.data(), c.w[k], 2 * host.size(), cudaMemcpyDeviceToHost), "weights");
+          const int halves = k == 2 ? 2 : 1;
+          const std::string why = telos::slot_image_refusal(rows, cols, bn[k], halves);
+          if (!why.empty()) check(cudaErrorInvalidValue, ("slot image: " + why).c_str());
+          telos::pack_slot_image(host.data(), rows, cols, bn[k], halves, 0, rows / bn[k], image.data());
+          check(cudaMalloc(&c.images[k], 2 * image.size()), "alloc");
+          check(cudaMemcpy(c.images[k], image.data(), 2 * image.size(), cudaMemcpyHostToDevice), "image");
         }
         check(cudaMalloc(&c.kv, kv_bytes), "alloc");
         fill(c.kv, kv_bytes);
@@ -737,13 +743,30 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
           const void* null = nullptr;
           const void* maps[4];
           for (int k = 0; k < 4; ++k)
-            maps[k] = variants[vi].wide >> k & 1 ? c.wide_maps[k] : c.maps[k];
+            maps[k] = variants[vi].bulk >> k & 1 ? c.images[k] : c.maps[k];
           m.launch(
               names[vi], dim3(prop.multiProcessorCount), 160,
               {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null,     null, pos, seq,
                pt,      c.kv,    x,       qkv,     q,      po,     pml,  attn_out, act,  sync},
               lt.smem, pdl);
         };
+        // The same bits whatever the weights' form: x after one layer on the same inputs, every
+        // variant against the first (a slot image is the ring's bytes exactly, so any difference is
+        // a packing or addressing error).
+        {
+          std::vector<float> x0(sh.H), first, got(sh.H);
+          check(cudaMemcpy(x0.data(), x, 4ull * sh.H, cudaMemcpyDeviceToHost), "x");
+          for (std::size_t vi = 0; vi < names.size(); ++vi) {
+            check(cudaMemcpy(x, x0.data(), 4ull * sh.H, cudaMemcpyHostToDevice), "x");
+            launch(*mod, vi, 0, false);
+            check(cudaMemcpy(got.data(), x, 4ull * sh.H, cudaMemcpyDeviceToHost), "x");
+            if (vi == 0) first = got;
+            const bool same = std::memcmp(first.data(), got.data(), 4ull * sh.H) == 0;
+            if (!same) std::printf("  DIFF: %s %s ctx=%d x differs from the first variant's\n", sh.name,
+                                   variants[vi].label.c_str(), C);
+          }
+          check(cudaMemcpy(x, x0.data(), 4ull * sh.H, cudaMemcpyHostToDevice), "x");
+        }
         for (std::size_t vi = 0; vi < names.size(); ++vi) {
           const double us = median_us([&](int i) { launch(*mod, vi, i, i % kLayers != 0); }, 20,
                                       2 * kLayers, kLayers);
@@ -821,7 +844,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       for (Copy& c : cs) {
         for (int k = 0; k < 4; ++k) cudaFree(c.w[k]);
         for (void* m : c.maps) cudaFree(m);
-        for (void* m : c.wide_maps) cudaFree(m);
+        for (void* m : c.images) cudaFree(m);
         cudaFree(c.kv);
       }
       for (void* p : {norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync})

@@ -153,6 +153,10 @@ struct StreamPhase {
   const TensorMap* map;
   unsigned k, bn, tiles, up_row, g0;
   bool wide;  // (an aggregate without member initializers: phases live in __shared__ arrays)
+  // Instead of `map`: the weight's slot image (pack_slot_image's layout: slot sl of tile t is
+  // slot_bytes() contiguous bytes at (t · slots + sl) · slot_bytes(), already in the ring's
+  // swizzled layout), one plain bulk copy a slot.
+  const char* image;
 };
 
 // A position in one CTA's sequence of ring slots over a list of phases (in shared memory, so
@@ -175,6 +179,10 @@ class StreamCursor {
   // The bytes of the current slot's boxes (per_slot K blocks of bn rows).
   __device__ __forceinline__ unsigned slot_bytes() const { return per_slot_ * bn_ * 128; }
   __device__ __forceinline__ bool wide() const { return wide_; }
+  // The current slot's bytes in the weight's slot image, or nullptr where it streams through a map.
+  __device__ __forceinline__ const char* image_slot() const {
+    return image_ ? image_ + static_cast<unsigned long long>(t_ * slots_ + sl_) * slot_bytes() : nullptr;
+  }
   // The current slot as one box of a wide map (rank 3, [K / 64][N][64] over the [N, K] matrix:
   // strides K · 2 bytes for rows, 128 for K blocks; with SwiGLU rank 4, [K / 64][2][I][64], the up
   // half I rows further): fn(map, first row, first K block, SwiGLU). The box lands as the slot's
@@ -207,6 +215,7 @@ class StreamCursor {
       tiles_ = s.tiles;
       up_row_ = s.up_row;
       wide_ = s.wide;
+      image_ = s.image;
       per_slot_ = 64 / s.bn;
       slots_ = s.k / 64 / per_slot_;
       sl_ = 0;
@@ -221,6 +230,7 @@ class StreamCursor {
   unsigned bn_ = 0, tiles_ = 0, up_row_ = 0, per_slot_ = 0, slots_ = 0;
   unsigned t_ = 0, sl_ = 0, row_ = 0;  // tile, slot of the tile, first weight row of the tile
   bool wide_ = false;
+  const char* image_ = nullptr;
 };
 
 // Phase timeline, for telos-kernel-bench only (its module defines TELOS_PHASE_TRACE; an artifact's
@@ -274,14 +284,17 @@ __device__ __forceinline__ unsigned long long persistent_stream(
     const StreamPhase* phases, int n) {
   using namespace hexel;
   unsigned long long waited = 0;
-  for (int p = 0; p < n; ++p) hexel::tma::acquire_map(phases[p].map);
+  for (int p = 0; p < n; ++p)
+    if (phases[p].map) hexel::tma::acquire_map(phases[p].map);
   for (StreamCursor load(phases, n); load.valid(); load.next()) {
     const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes, bar = full + 8 * ring.index;
     const unsigned long long t0 = trace_clock();
     mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
     waited += trace_clock() - t0;
     mbarrier::arrive_expect_tx(bar, load.slot_bytes());
-    if (load.wide())
+    if (const char* src = load.image_slot())
+      tma::copy_g2s(slot, src, load.slot_bytes(), bar);
+    else if (load.wide())
       load.wide_box([&](const TensorMap* map, unsigned row, unsigned kb, bool swiglu) {
         if (swiglu)
           tma::load(slot, map, bar, 0u, row, 0u, kb);
@@ -631,18 +644,18 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // (six without the combine, one fewer with QKV_ROPE), one weight stream (qkv, o, gate/up, down) per
 // SM. Every piece is the code the separate kernels run, or its operations in their order, so the
 // rows have their bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's
-// after D), then the MLP's and the ring's, QKV_ROPE, WIDE, then how the grid-wide counts are met
-// (the plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels'
-// (the maps in BQ / BO / BG / 2 / BD x 64 boxes). WIDE: a mask of the weights (bit 0 qkv, 1 o, 2
-// gate/up, 3 down) passed as K-block views (hexel::encode_k_blocks), one box a ring slot
-// (StreamCursor::wide_box).
+// after D), then the MLP's and the ring's, QKV_ROPE, BULK, then how the grid-wide counts are met
+// (the plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels'.
+// The four weights (qkv, o, gate/up, down): each a tensor map in BQ / BO / BG / 2 / BD x 64 boxes,
+// or where its bit of the mask BULK is set (bit 0 qkv .. 3 down) its slot image in tiles of BQ /
+// BO / BG / BD rows (support/slot_image.hpp), streamed with one bulk copy a ring slot
+// (StreamPhase::image; docs/perf-log.md, change 90).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
-          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned WIDE,
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK,
           GridCount COUNT = GridCount::Release, bool ACT_POLL = true>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
-    decode_layer_persistent(const TensorMap* qkv_map, const TensorMap* o_map,
-                            const TensorMap* gu_map, const TensorMap* down_map,
+    decode_layer_persistent(const void* qkv_w, const void* o_w, const void* gu_w, const void* down_w,
                             const float* attn_norm, const float* mlp_norm, const float* bias,
                             const float* q_norm, const float* k_norm, const int* positions,
                             const int* token_seq, const int* page_tables, bf16* kv_layer, float* x,
@@ -663,9 +676,12 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   if (warp_index() == 4) {
     if (threadIdx.x % 32 == 0) {
       __shared__ StreamPhase phases[4];
-      phases[0] = {qkv_map, H, BQ, kTilesQkv, 0, 0, (WIDE & 1u) != 0};
-      Mlp::stream_phases(o_map, gu_map, down_map, kTilesQkv, phases + 1);
-      for (int p = 1; p < 4; ++p) phases[p].wide = (WIDE >> p & 1u) != 0;
+      const void* w[4] = {qkv_w, o_w, gu_w, down_w};
+      const auto map = [&](int p) { return BULK >> p & 1u ? nullptr : static_cast<const TensorMap*>(w[p]); };
+      phases[0] = {map(0), H, BQ, kTilesQkv, 0, 0};
+      Mlp::stream_phases(map(1), map(2), map(3), kTilesQkv, phases + 1);
+      for (int p = 0; p < 4; ++p)
+        if (BULK >> p & 1u) phases[p].image = static_cast<const char*>(w[p]);
       phase_trace_at(kTraceProducerWaits,
                      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4));
       phase_trace(15);

@@ -15,6 +15,7 @@
 
 #include "hexel/tensor_map_encode.h"
 #include "support/error.hpp"
+#include "support/slot_image.hpp"
 
 namespace telos::exec {
 namespace {
@@ -80,6 +81,7 @@ struct GpuStepExecutor::State {
   int vocab = 0, page_size = 0, kv_pages = 0;
   std::int64_t bytes_per_page = 0, layer_bytes = 0;
   std::int64_t weight_bytes = 0, kv_bytes = 0, arena_bytes = 0;
+  std::int64_t image_bytes = 0;  // the `wimg:` arguments' slot images, after the weights
   std::int64_t graph_bytes = 0;  // device memory the graphs took (cudaMemGetInfo around capture)
   std::int64_t total_bytes = 0;  // device memory this executor took (context aside)
 
@@ -99,6 +101,13 @@ struct GpuStepExecutor::State {
   std::map<std::string, std::size_t> tmap_index;
   char* base = nullptr;
   std::map<std::string, char*> weights, arena;
+  // Slot images (docs/artifact.md, `wimg:`): the argument, its parse and its device copy, built
+  // from the weight's bytes while they are uploaded.
+  struct Image {
+    WeightImageArg arg;
+    char* dev = nullptr;
+  };
+  std::map<std::string, Image> images;
   char* kv = nullptr;
 
   // Step descriptor: the same layout on host (pinned) and device. The device has one descriptor
@@ -199,6 +208,7 @@ struct GpuStepExecutor::State {
     }
     if (arg.rfind("kv:", 0) == 0) return kv + std::stoll(field("kv:")) * layer_bytes;
     if (arg.rfind("tmap:", 0) == 0) return tmaps + tmap_index.at(arg);
+    if (arg.rfind("wimg:", 0) == 0) return images.at(arg).dev;
     const std::map<std::string, std::int64_t> fields = {
         {"tokens", desc.off_tokens},
         {"positions", desc.off_positions},
@@ -388,32 +398,53 @@ struct GpuStepExecutor::State {
       std::size_t used = 0;
       std::int64_t done = 0;
       int last_percent = -1;
+      // Room for n bytes in the current staging buffer (switching buffers once the other's copies
+      // have drained).
+      auto room = [&](std::size_t n) {
+        if (used + n > kStagingBytes) {
+          check(cudaEventRecord(drained[current], stream), "staging event");
+          current ^= 1;
+          check(cudaEventSynchronize(drained[current]), "weight upload");
+          used = 0;
+        }
+        return staging[current] + used;
+      };
+      auto sent = [&](char* dst, std::size_t n, const std::string& what) {
+        check(cudaMemcpyAsync(dst, staging[current] + used, n, cudaMemcpyHostToDevice, stream), "upload " + what);
+        used += n;
+        done += static_cast<std::int64_t>(n);
+        const int percent = static_cast<int>(100 * done / std::max<std::int64_t>(1, weight_bytes + image_bytes));
+        if (progress && log && percent != last_percent) {
+          *log << "\rtelos-run: uploading weights " << percent << "% (" << mib(done) << ")" << std::flush;
+          last_percent = percent;
+        }
+      };
       char* p = base;
       for (const auto& t : a.tensors()) {
         weights[t.name] = p;
-        for (std::size_t off = 0; off < t.bytes;) {
-          if (used == kStagingBytes) {
-            // This buffer is queued; switch to the other once its previous copies drained.
-            check(cudaEventRecord(drained[current], stream), "staging event");
-            current ^= 1;
-            check(cudaEventSynchronize(drained[current]), "weight upload");
-            used = 0;
+        // Its slot images first, a run of whole tiles a staging buffer, while its pages are mapped.
+        for (auto& [arg, img] : images) {
+          if (img.arg.weight != t.name) continue;
+          const std::int64_t rows = t.shape[0], cols = t.shape[1];
+          const auto tile_bytes = static_cast<std::size_t>(img.arg.bn * cols * 2);
+          const std::int64_t per = std::max<std::int64_t>(1, static_cast<std::int64_t>(kStagingBytes / tile_bytes));
+          for (std::int64_t t0 = 0; t0 < rows / img.arg.bn; t0 += per) {
+            const std::int64_t t1 = std::min(rows / img.arg.bn, t0 + per);
+            const std::size_t n = static_cast<std::size_t>(t1 - t0) * tile_bytes;
+            pack_slot_image(reinterpret_cast<const std::uint16_t*>(t.data), rows, cols, img.arg.bn, img.arg.halves, t0,
+                            t1, reinterpret_cast<std::uint16_t*>(room(n)));
+            sent(img.dev + static_cast<std::size_t>(t0) * tile_bytes, n, arg);
           }
-          const std::size_t n = std::min(t.bytes - off, kStagingBytes - used);
-          std::memcpy(staging[current] + used, t.data + off, n);
-          check(cudaMemcpyAsync(p + off, staging[current] + used, n, cudaMemcpyHostToDevice, stream),
-                "upload " + t.name);
+        }
+        for (std::size_t off = 0; off < t.bytes;) {
+          // What fits in the current buffer, or a whole one once it is full.
+          const std::size_t fit = used < kStagingBytes ? kStagingBytes - used : kStagingBytes;
+          const std::size_t n = std::min(t.bytes - off, fit);
+          std::memcpy(room(n), t.data + off, n);
+          sent(p + off, n, t.name);
           // The bytes are in pinned memory now: the mapped file's pages can go.
           a.release_weight_pages(t, off, n);
-          used += n;
           off += n;
-          done += static_cast<std::int64_t>(n);
-          const int percent = static_cast<int>(100 * done / std::max<std::int64_t>(1, weight_bytes));
-          if (progress && log && percent != last_percent) {
-            *log << "\rtelos-run: uploading weights " << percent << "% (" << mib(done) << ")"
-                 << std::flush;
-            last_percent = percent;
-          }
         }
         p += align_up(static_cast<std::int64_t>(t.bytes), 256);
       }
@@ -493,8 +524,20 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
       json_int(d, "max_batch", "programs.descriptor"), json_int(d, "max_pages_per_seq", "programs.descriptor"),
       s.page_size, s.vocab, 0);
 
+  // Slot images (the loader checked each wimg: argument against its weight), after the weights.
+  for (const auto& bj : programs.at("buckets"))
+    for (const auto& lj : bj.at("launches"))
+      for (const auto& arg_j : lj.at("args")) {
+        const std::string arg = arg_j.get<std::string>();
+        if (arg.rfind("wimg:", 0) != 0 || s.images.count(arg)) continue;
+        State::Image img;
+        img.arg = parse_weight_image_arg(arg, "manifest.json: programs");
+        s.images[arg] = img;
+        s.image_bytes += align_up(static_cast<std::int64_t>(a.find_tensor(img.arg.weight)->bytes), 256);
+      }
+
   // Beside the arena: the step descriptors, one per step parity.
-  const std::int64_t fixed = s.weight_bytes + s.arena_bytes + 2 * s.desc.bytes;
+  const std::int64_t fixed = s.weight_bytes + s.image_bytes + s.arena_bytes + 2 * s.desc.bytes;
   if (options.kv_pages > 0) {
     s.kv_pages = options.kv_pages;
   } else if (a.serving().kv_pool_pages) {
@@ -512,8 +555,12 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
 
   // One allocation: weights, KV pool, arena, descriptors.
   check(cudaMalloc(&s.base, static_cast<std::size_t>(fixed + s.kv_bytes)), "device memory");
-  s.upload_weights(a, options.log, options.progress);
   char* p = s.base + s.weight_bytes;
+  for (auto& [arg, img] : s.images) {
+    img.dev = p;
+    p += align_up(static_cast<std::int64_t>(a.find_tensor(img.arg.weight)->bytes), 256);
+  }
+  s.upload_weights(a, options.log, options.progress);
   s.kv = p;
   p += s.kv_bytes;
   // The arena starts zeroed (docs/artifact.md): kernels that keep state across launches (the
@@ -562,14 +609,6 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
                 hexel::TmaDtype::BF16, s.resolve(t.target, 0), static_cast<std::uint64_t>(rows),
                 static_cast<std::uint64_t>(t.cols), static_cast<std::uint64_t>(t.cols) * 2,
                 t.box_rows, t.box_cols, hexel::Swizzle::B128));
-            s.tmap_index[arg] = maps.size() - 1;
-            continue;
-          }
-          if (t.k_blocks > 0) {  // a weight's K-block view (docs/artifact.md)
-            maps.push_back(hexel::encode_k_blocks(
-                s.resolve(t.target, 0), static_cast<std::uint64_t>(t.rows),
-                static_cast<std::uint64_t>(t.cols), static_cast<std::uint32_t>(t.box_rows),
-                static_cast<std::uint32_t>(t.k_blocks), static_cast<std::uint32_t>(t.halves)));
             s.tmap_index[arg] = maps.size() - 1;
             continue;
           }
@@ -818,13 +857,16 @@ std::string GpuStepExecutor::memory_report() const {
   const State& s = *s_;
   std::ostringstream o;
   o << "weights " << s.weight_bytes << " B\n"
+    << "slot images " << s.image_bytes << " B (" << s.images.size()
+    << " weights streamed by the one-token layer's bulk copies, docs/artifact.md)\n"
     << "kv pool " << s.kv_bytes << " B (" << s.kv_pages << " pages, "
     << static_cast<std::int64_t>(s.kv_pages) * s.page_size << " tokens)\n"
     << "activation arena " << s.arena_bytes << " B\n"
     << "step descriptors " << 2 * s.desc.bytes << " B (one per step parity)\n"
     << "graphs " << s.graph_bytes << " B (" << 2 * s.buckets.size() << " graphs: " << s.buckets.size()
     << " buckets, one per step parity)\n"
-    << "beyond weights, kv pool and arena " << s.total_bytes - s.weight_bytes - s.kv_bytes - s.arena_bytes
+    << "beyond weights, slot images, kv pool and arena "
+    << s.total_bytes - s.weight_bytes - s.image_bytes - s.kv_bytes - s.arena_bytes
     << " B (graphs, kernels, descriptors, rounding; target <= 1 GiB)\n";
   return o.str();
 }

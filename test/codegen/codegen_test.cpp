@@ -234,20 +234,17 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   ASSERT_EQ(layer_args.size(), 21u);
   // The QKV epilogue in the QKV tiles (QKV_ROPE) but with QK norm (qwen3).
   const bool qk_norm = GetParam() == std::string("qwen3");
-  // The MLP's weights through their K-block views, one box a ring slot (WIDE; change 89): the
-  // tiny models' gate/up takes 8 tiles of 64 rows, a last round that leaves most SMs idle;
-  // gate/up's two halves in one box, down's 32-row tiles two K blocks a box. qkv and o through 2D
-  // maps.
+  // Every weight from its slot image, one bulk copy a ring slot (BULK; change 90): the tiny models'
+  // gate/up takes 8 tiles of 64 rows, a last round that leaves most SMs idle; each image in the
+  // layer's tiles (gate/up's two halves).
   const PersistentLayerTiling lt = decode_layer_tiling(128, 256, 128, 256, 32);
   ASSERT_EQ(lt.bg, 64);
-  EXPECT_EQ(lt.wide, 0b1100);
-  EXPECT_EQ(layer_args[0], "tmap:w:layers.0.qkv:256:128:32:64");
-  EXPECT_TRUE(layer_args[1].get<std::string>().starts_with("tmap:w:layers.0.o:128:128:"));
-  EXPECT_TRUE(layer_args[1].get<std::string>().ends_with(":64"));
-  EXPECT_EQ(layer_args[2], "tmap:w:layers.0.gate_up:512:128:32:64x1x2");
-  EXPECT_EQ(layer_args[3], "tmap:w:layers.0.down:128:256:" + std::to_string(lt.bd) + ":64x" +
-                               std::to_string(64 / lt.bd));
-  EXPECT_TRUE(instance_of(d1[1]).ends_with(qk_norm ? ", false, 12>" : ", true, 12>"));
+  EXPECT_EQ(lt.bulk, 0b1111);
+  EXPECT_EQ(layer_args[0], "wimg:layers.0.qkv:" + std::to_string(lt.bq) + ":1");
+  EXPECT_EQ(layer_args[1], "wimg:layers.0.o:" + std::to_string(lt.bo) + ":1");
+  EXPECT_EQ(layer_args[2], "wimg:layers.0.gate_up:64:2");
+  EXPECT_EQ(layer_args[3], "wimg:layers.0.down:" + std::to_string(lt.bd) + ":1");
+  EXPECT_TRUE(instance_of(d1[1]).ends_with(qk_norm ? ", false, 15>" : ", true, 15>"));
   EXPECT_EQ(layer_args[4], "w:layers.0.attn_norm");
   EXPECT_EQ(layer_args[5], "w:layers.0.mlp_norm");
   EXPECT_EQ(layer_args[12], "kv:0");
@@ -395,13 +392,13 @@ TEST(Codegen, DecodeLayerTiling) {
   EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 256)[6], 0);
   for (auto t : {tiling(4096, 6144, 4096, 14336, 128), tiling(2048, 3072, 2048, 8192, 64)})
     EXPECT_LE(t[5] + 16 * 1024, 227 * 1024);
-  // The MLP's weights through K-block views where gate/up's last round leaves half the SMs or more
-  // idle (change 89): the 8B (448 tiles: 52 in the last round) and Qwen2.5-1.5B (280: 16), not the
-  // 1B (256: 124) nor Qwen3-0.6B (96: one round of 96).
-  EXPECT_EQ(decode_layer_tiling(4096, 6144, 4096, 14336, 128).wide, 0b1100);
-  EXPECT_EQ(decode_layer_tiling(1536, 2048, 1536, 8960, 128).wide, 0b1100);
-  EXPECT_EQ(decode_layer_tiling(2048, 3072, 2048, 8192, 64).wide, 0);
-  EXPECT_EQ(decode_layer_tiling(1024, 4096, 2048, 3072, 128).wide, 0);
+  // Every weight from its slot image where gate/up's last round leaves half the SMs or more idle
+  // (change 90): the 8B (448 tiles: 52 in the last round) and Qwen2.5-1.5B (280: 16), not the 1B
+  // (256: 124) nor Qwen3-0.6B (96: one round of 96).
+  EXPECT_EQ(decode_layer_tiling(4096, 6144, 4096, 14336, 128).bulk, 0b1111);
+  EXPECT_EQ(decode_layer_tiling(1536, 2048, 1536, 8960, 128).bulk, 0b1111);
+  EXPECT_EQ(decode_layer_tiling(2048, 3072, 2048, 8192, 64).bulk, 0);
+  EXPECT_EQ(decode_layer_tiling(1024, 4096, 2048, 3072, 128).bulk, 0);
 }
 
 // The small-M GEMM covers the GPU at Llama-3.1-8B shapes, and its stage ring fills the shared

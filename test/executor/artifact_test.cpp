@@ -184,26 +184,60 @@ TEST(Artifact, ParsesTensorMapArguments) {
   refused("tmap:w:o:128:100:128:64", "multiple of 8");
   refused("tmap:w:o:128:128:512:64", "BOX_ROWS");
   refused("tmap:w:o:128:128:128:16", "BOX_COLS must be 64 (bf16) or 32 (f32)");
-  // K-block views (the persistent decode layer's weights): BOX_COLS 64xK, 64xKx2 with two halves.
-  const TensorMapArg kv = parse_tensor_map_arg("tmap:w:layers.0.down:4096:14336:32:64x2", "here");
-  EXPECT_EQ(kv.k_blocks, 2);
-  EXPECT_EQ(kv.halves, 1);
-  EXPECT_EQ(kv.box_rows, 32);
-  EXPECT_EQ(kv.box_cols, 64);
-  EXPECT_EQ(kv.elem_bytes, 2);
-  const TensorMapArg gu =
-      parse_tensor_map_arg("tmap:w:layers.0.gate_up:28672:4096:32:64x1x2", "here");
-  EXPECT_EQ(gu.k_blocks, 1);
-  EXPECT_EQ(gu.halves, 2);
-  EXPECT_EQ(gu.rows, 28672);
-  EXPECT_EQ(parse_tensor_map_arg("tmap:w:o:128:128:128:64", "here").k_blocks, 0);
-  refused("tmap:w:o:128:128:16:64x0", "K must be 1..256");
-  refused("tmap:w:o:128:128:16:64x300", "K must be 1..256");
-  refused("tmap:w:o:128:128:16:64xx2", "K must be 1..256");
-  refused("tmap:w:o:128:128:16:64x2x3", "K must be 1..256");
-  refused("tmap:buf:h:128:128:16:64x2", "a K-block view is over a weight");
-  refused("tmap:w:o:128:96:16:64x1", "whole 64-column blocks");
-  refused("tmap:w:o:127:128:16:64x1x2", "even ROWS");
+}
+
+// wimg:NAME:BN:HALVES, a weight's slot image (the persistent decode layer's bulk copies).
+TEST(Artifact, ParsesSlotImageArguments) {
+  const WeightImageArg g = parse_weight_image_arg("wimg:layers.0.gate_up:64:2", "here");
+  EXPECT_EQ(g.weight, "layers.0.gate_up");
+  EXPECT_EQ(g.bn, 64);
+  EXPECT_EQ(g.halves, 2);
+  EXPECT_EQ(parse_weight_image_arg("wimg:layers.3.o:16:1", "here").bn, 16);
+  auto refused = [](const std::string& arg, const std::string& why) {
+    try {
+      parse_weight_image_arg(arg, "programs.buckets[0].launches[1].args[0]");
+      ADD_FAILURE() << arg << " was accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("programs.buckets[0].launches[1].args[0]: " + arg), std::string::npos) << msg;
+      EXPECT_NE(msg.find(why), std::string::npos) << msg;
+    }
+  };
+  refused("wimg:o:32", "too few fields");
+  refused("wimg::32:1", "names nothing");
+  refused("wimg:o:3x:1", "\"3x\" is not a positive integer");
+  refused("wimg:o:32:", "\"\" is not a positive integer");
+  refused("wimg:o:0:1", "positive");
+  refused("wimg:o:-8:1", "\"-8\" is not a positive integer");
+}
+
+// What a weight allows is checked at load, naming the argument: the weight exists, is a bf16
+// matrix, and divides into the image's tiles and slots (support/slot_image.hpp).
+TEST(Artifact, RefusesSlotImagesTheWeightCannotHave) {
+  const std::string dir = testing::temp_dir("wimg");
+  testing::TinyArtifactSpec spec;
+  spec.hidden_size = 64;  // embed [64, 64], gate_up [96, 64], down [64, 48]
+  auto m = testing::write_tiny_artifact(dir, spec);
+  auto with_arg = [&](const std::string& arg) {
+    auto c = m;
+    c["programs"] = {{"arena", nlohmann::json::array()},
+                     {"buckets", {{{"kind", "decode"}, {"launches", {{{"kernel", 0}, {"args", {arg}}}}}}}}};
+    testing::rewrite_manifest(dir, c);
+  };
+  with_arg("wimg:embed:64:1");  // one tile of 64 rows, one K block a slot
+  EXPECT_NO_THROW(Artifact::load(dir));
+  with_arg("wimg:layers.0.gate_up:16:2");  // 6 tiles of 8 + 8 rows, four K blocks a slot: 64 < 256
+  expect_refused(dir, {"programs.buckets[0].launches[0].args[0]", "cols must be whole slots of 4"});
+  with_arg("wimg:layers.0.gate_up:64:2");  // 96 rows: not whole tiles of 64
+  expect_refused(dir, {"rows must be whole tiles of 64"});
+  with_arg("wimg:embed:24:2");
+  expect_refused(dir, {"tile rows must be a multiple of 16"});
+  with_arg("wimg:embed:64:3");
+  expect_refused(dir, {"halves must be 1 or 2"});
+  with_arg("wimg:nope:64:1");
+  expect_refused(dir, {"no weight tensor \"nope\""});
+  with_arg("wimg:final_norm:64:1");
+  expect_refused(dir, {"a slot image is of a bf16 matrix"});
 }
 
 TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {

@@ -1,0 +1,31 @@
+#include "support/slot_image.hpp"
+
+#include <cstring>
+
+namespace telos {
+
+std::string slot_image_refusal(std::int64_t rows, std::int64_t cols, int bn, int halves) {
+  if (halves != 1 && halves != 2) return "halves must be 1 or 2";
+  if (bn < 8 || bn > 64 || bn % (8 * halves) != 0)
+    return "tile rows must be a multiple of " + std::to_string(8 * halves) + " from " +
+           std::to_string(8 * halves) + " to 64";
+  if (rows <= 0 || rows % bn != 0) return "rows must be whole tiles of " + std::to_string(bn);
+  if (cols <= 0 || cols % (64 * (64 / bn)) != 0)
+    return "cols must be whole slots of " + std::to_string(64 / bn) + " 64-column blocks";
+  return "";
+}
+
+void pack_slot_image(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, int bn, int halves,
+                     std::int64_t tile_begin, std::int64_t tile_end, std::uint16_t* out) {
+  const std::int64_t half_rows = rows / halves, tile_half = bn / halves;
+  for (std::int64_t t = tile_begin; t < tile_end; ++t)
+    for (std::int64_t kb = 0; kb < cols / 64; ++kb)  // a slot's blocks are consecutive K blocks
+      for (std::int64_t r = 0; r < bn; ++r) {
+        const std::int64_t h = r / tile_half, row = h * half_rows + t * tile_half + r % tile_half;
+        const std::uint16_t* src = w + row * cols + kb * 64;
+        for (std::int64_t c = 0; c < 8; ++c) std::memcpy(out + 8 * (c ^ (r % 8)), src + 8 * c, 16);
+        out += 64;
+      }
+}
+
+}  // namespace telos
