@@ -591,18 +591,17 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     if (fold_qkv && !layer_persistent) qkv_arrival_counters = NH;
     const int layer_k =
         layer_persistent
-            ? b.kernel("telos_kernels::decode_layer_persistent<" + I_(H) + ", " + I_(HQ) + ", " +
-                           I_(HKV) + ", " + I_(D) + ", " + qkv_epi.substr(0, qkv_epi.size() - 1) +
-                           ", " + I_(plan.attn_split) + ", " + I_(plan.attn_num_splits) + ", " +
-                           scale_log2 + ", " + I_(I) + ", " + I_(layer_t.stages) + ", " +
-                           I_(layer_t.bq) + ", " + I_(layer_t.bo) + ", " + I_(layer_t.bg) + ", " +
-                           I_(layer_t.bd) + (layer_t.qkv_rope ? ", true" : ", false") + ", " +
-                           I_(layer_t.bulk) + ">",
-                       {"qkv_w",    "o_w",    "gu_w",   "down_w",    "attn_norm", "mlp_norm",
-                        "bias",     "q_norm", "k_norm", "positions", "token_seq", "page_tables",
-                        "kv_layer", "x",      "qkv",    "q",         "part_o",    "part_ml",
-                        "attn",     "act",    "sync"},
-                       kPersistentThreads, layer_t.smem)
+            ? b.kernel(
+                  "telos_kernels::decode_layer_persistent<" + I_(H) + ", " + I_(HQ) + ", " +
+                      I_(HKV) + ", " + I_(D) + ", " + qkv_epi.substr(0, qkv_epi.size() - 1) + ", " +
+                      I_(plan.attn_split) + ", " + I_(plan.attn_num_splits) + ", " + scale_log2 +
+                      ", " + I_(I) + ", " + I_(layer_t.stages) + ", " + I_(layer_t.bq) + ", " +
+                      I_(layer_t.bo) + ", " + I_(layer_t.bg) + ", " + I_(layer_t.bd) +
+                      (layer_t.qkv_rope ? ", true" : ", false") + ", " + I_(layer_t.bulk) + ">",
+                  {"qkv_w",  "o_w",    "gu_w",      "down_w",    "attn_norm",   "mlp_norm", "bias",
+                   "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x",
+                   "qkv",    "q",      "part_o",    "part_ml",   "attn",        "act",      "sync"},
+                  kPersistentThreads, layer_t.smem)
             : -1;
     if (layer_persistent) uses_layer_sync = true;
     for (int l = 0; l < L; ++l) {
@@ -614,7 +613,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
         // halves; docs/artifact.md, `wimg:`), one bulk copy a ring slot; else its tensor map.
         auto wmap = [&](int bit, const std::string& target, long long n, long long k, int bn,
                         bool halves) {
-          if (layer_t.bulk >> bit & 1) return "wimg:" + target.substr(2) + ":" + I_(bn) + ":" + (halves ? "2" : "1");
+          if (layer_t.bulk >> bit & 1)
+            return "wimg:" + target.substr(2) + ":" + I_(bn) + ":" + (halves ? "2" : "1");
           return tmap(target, n, k, halves ? bn / 2 : bn);  // BOX_COLS 64
         };
         std::vector<std::string> args = {wmap(0, w + "qkv", rows, H, layer_t.bq, false),

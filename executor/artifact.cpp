@@ -361,7 +361,8 @@ void check_tensor_map_args(const ManifestFields& f, const json& programs, const 
 
 TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& where) {
   auto bad = [&](const std::string& what) -> void {
-    fail(where + ": " + arg + ": " + what + " (expected tmap:<w:NAME|buf:NAME|kv:L>:ROWS:COLS:BOX_ROWS:BOX_COLS)");
+    fail(where + ": " + arg + ": " + what +
+         " (expected tmap:<w:NAME|buf:NAME|kv:L>:ROWS:COLS:BOX_ROWS:BOX_COLS)");
   };
   if (arg.rfind("tmap:", 0) != 0) bad("not a tensor-map argument");
   // The four sizes are the last four fields; the target is everything between.
@@ -405,7 +406,8 @@ WeightImageArg parse_weight_image_arg(const std::string& arg, const std::string&
   };
   if (arg.rfind("wimg:", 0) != 0) bad("not a slot-image argument");
   const std::size_t c2 = arg.rfind(':');
-  const std::size_t c1 = c2 == std::string::npos || c2 <= 5 ? std::string::npos : arg.rfind(':', c2 - 1);
+  const std::size_t c1 =
+      c2 == std::string::npos || c2 <= 5 ? std::string::npos : arg.rfind(':', c2 - 1);
   if (c1 == std::string::npos || c1 < 5) bad("too few fields");
   WeightImageArg img;
   img.weight = arg.substr(5, c1 - 5);

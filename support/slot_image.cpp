@@ -15,8 +15,9 @@ std::string slot_image_refusal(std::int64_t rows, std::int64_t cols, int bn, int
   return "";
 }
 
-void pack_slot_image(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, int bn, int halves,
-                     std::int64_t tile_begin, std::int64_t tile_end, std::uint16_t* out) {
+void pack_slot_image(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, int bn,
+                     int halves, std::int64_t tile_begin, std::int64_t tile_end,
+                     std::uint16_t* out) {
   const std::int64_t half_rows = rows / halves, tile_half = bn / halves;
   for (std::int64_t t = tile_begin; t < tile_end; ++t)
     for (std::int64_t kb = 0; kb < cols / 64; ++kb)  // a slot's blocks are consecutive K blocks

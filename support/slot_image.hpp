@@ -21,7 +21,8 @@ std::string slot_image_refusal(std::int64_t rows, std::int64_t cols, int bn, int
 
 // Writes rows tile_begin .. tile_end - 1 (tiles of the image, in order) of the image of `w` to
 // `out` ((tile_end - tile_begin) · bn · cols elements). The caller has checked slot_image_refusal.
-void pack_slot_image(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, int bn, int halves,
-                     std::int64_t tile_begin, std::int64_t tile_end, std::uint16_t* out);
+void pack_slot_image(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, int bn,
+                     int halves, std::int64_t tile_begin, std::int64_t tile_end,
+                     std::uint16_t* out);
 
 }  // namespace telos

@@ -23,7 +23,8 @@
 // matter, so nothing is repacked. The ceiling: a device-to-device copy of 1 GiB in the same
 // process ((read + write bytes) / time). Medians of 9 launches after 2, forms interleaved over
 // three rounds (so every form sees the same clocks).
-// Build: nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -I hexel tools/stream_form_bench.cu
+// Build: nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -I hexel
+// tools/stream_form_bench.cu
 //        -o stream-form-bench   (a benchmark, run on the H200; tests never time anything).
 #include <cuda_runtime.h>
 
@@ -43,7 +44,8 @@ constexpr unsigned kN = 28672, kK = 4096, kBn = 32, kTiles = kN / kBn;
 constexpr unsigned kRingBytes = 24 * 8192;
 
 enum Form { F2d, FKview, FG8, FTile, FBulk, FTile16, FBulk16, FLd, kForms };
-const char* const kFormNames[kForms] = {"2d", "kview", "g8", "tile", "bulk", "tile16", "bulk16", "ld"};
+const char* const kFormNames[kForms] = {"2d",   "kview",  "g8",     "tile",
+                                        "bulk", "tile16", "bulk16", "ld"};
 
 #define CHECK(x)                                                                       \
   do {                                                                                 \
@@ -55,8 +57,8 @@ const char* const kFormNames[kForms] = {"2d", "kview", "g8", "tile", "bulk", "ti
   } while (0)
 
 template <int FORM>
-__global__ void __launch_bounds__(160, 1) stream(const __grid_constant__ TensorMap map, const char* w,
-                                                 unsigned tiles) {
+__global__ void __launch_bounds__(160, 1)
+    stream(const __grid_constant__ TensorMap map, const char* w, unsigned tiles) {
   constexpr unsigned kSlot = FORM == FTile16 || FORM == FBulk16 ? 16384 : 8192;
   constexpr unsigned kStages = kRingBytes / kSlot, kBlocksPerSlot = kSlot / (kBn * 128);
   constexpr unsigned kSlotsPerTile = kK / 64 / kBlocksPerSlot;
@@ -81,7 +83,8 @@ __global__ void __launch_bounds__(160, 1) stream(const __grid_constant__ TensorM
         mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
         mbarrier::arrive_expect_tx(bar, kSlot);
         if constexpr (FORM == F2d) {
-          for (unsigned j = 0; j < kBlocksPerSlot; ++j) tma::load(slot + j * kBn * 128, &map, bar, (kb + j) * 64, t * kBn);
+          for (unsigned j = 0; j < kBlocksPerSlot; ++j)
+            tma::load(slot + j * kBn * 128, &map, bar, (kb + j) * 64, t * kBn);
         } else if constexpr (FORM == FKview) {
           tma::load(slot, &map, bar, 0u, t * kBn, kb);
         } else if constexpr (FORM == FG8) {
@@ -89,7 +92,8 @@ __global__ void __launch_bounds__(160, 1) stream(const __grid_constant__ TensorM
         } else if constexpr (FORM == FTile || FORM == FTile16) {
           tma::load(slot, &map, bar, 0u, (t * (kK / 64) + kb) * kBn);
         } else {
-          tma::copy_g2s(slot, w + (static_cast<size_t>(t) * (kK / 64) + kb) * kBn * 128, kSlot, bar);
+          tma::copy_g2s(slot, w + (static_cast<size_t>(t) * (kK / 64) + kb) * kBn * 128, kSlot,
+                        bar);
         }
         ring.advance();
       }
@@ -107,12 +111,14 @@ __global__ void __launch_bounds__(160, 1) stream(const __grid_constant__ TensorM
 
 // The read floor's form: a contiguous slice a CTA, 16-byte loads, 8 in flight a thread.
 __global__ void __launch_bounds__(512, 1) read_plain(const uint4* w, size_t n16, unsigned* sink) {
-  const size_t per = (n16 + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = min(n16, lo + per);
+  const size_t per = (n16 + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per,
+               hi = min(n16, lo + per);
   uint4 acc = {0, 0, 0, 0};
   for (size_t i = lo + threadIdx.x; i < hi; i += 8 * 512) {
     uint4 v[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = i + j * 512 < hi ? __ldg(w + i + j * 512) : uint4{0, 0, 0, 0};
+    for (int j = 0; j < 8; ++j)
+      v[j] = i + j * 512 < hi ? __ldg(w + i + j * 512) : uint4{0, 0, 0, 0};
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc.x ^= v[j].x, acc.y ^= v[j].y, acc.z ^= v[j].z, acc.w ^= v[j].w;
   }
@@ -149,7 +155,8 @@ int main() {
     s.box[0] = 64, s.box[1] = 8, s.box[2] = kBn / 8, s.box[3] = 2;
     maps[FG8] = encode_tiled(s);
   }
-  // Tile-major: rows of 128 bytes, (tile, K block, row) flattened; a box of 64 (128) rows is a slot.
+  // Tile-major: rows of 128 bytes, (tile, K block, row) flattened; a box of 64 (128) rows is a
+  // slot.
   const uint64_t flat_rows = static_cast<uint64_t>(kN) * (kK / 64);
   maps[FTile] = encode_2d(TmaDtype::BF16, w, flat_rows, 64, 128, 64, 64, Swizzle::B128);
   maps[FTile16] = encode_2d(TmaDtype::BF16, w, flat_rows, 64, 128, 128, 64, Swizzle::B128);
@@ -157,14 +164,30 @@ int main() {
   const size_t smem = kRingBytes + 24 * 16 + 1024;
   auto launch = [&](int f, unsigned grid, unsigned tiles) {
     switch (f) {
-      case F2d: stream<F2d><<<grid, 160, smem>>>(maps[f], w, tiles); break;
-      case FKview: stream<FKview><<<grid, 160, smem>>>(maps[f], w, tiles); break;
-      case FG8: stream<FG8><<<grid, 160, smem>>>(maps[f], w, tiles); break;
-      case FTile: stream<FTile><<<grid, 160, smem>>>(maps[f], w, tiles); break;
-      case FBulk: stream<FBulk><<<grid, 160, smem>>>(maps[f], w, tiles); break;
-      case FTile16: stream<FTile16><<<grid, 160, smem>>>(maps[f], w, tiles); break;
-      case FBulk16: stream<FBulk16><<<grid, 160, smem>>>(maps[f], w, tiles); break;
-      default: read_plain<<<grid, 512>>>(reinterpret_cast<const uint4*>(w), tiles * (kBn * kK * 2 / 16), sink);
+      case F2d:
+        stream<F2d><<<grid, 160, smem>>>(maps[f], w, tiles);
+        break;
+      case FKview:
+        stream<FKview><<<grid, 160, smem>>>(maps[f], w, tiles);
+        break;
+      case FG8:
+        stream<FG8><<<grid, 160, smem>>>(maps[f], w, tiles);
+        break;
+      case FTile:
+        stream<FTile><<<grid, 160, smem>>>(maps[f], w, tiles);
+        break;
+      case FBulk:
+        stream<FBulk><<<grid, 160, smem>>>(maps[f], w, tiles);
+        break;
+      case FTile16:
+        stream<FTile16><<<grid, 160, smem>>>(maps[f], w, tiles);
+        break;
+      case FBulk16:
+        stream<FBulk16><<<grid, 160, smem>>>(maps[f], w, tiles);
+        break;
+      default:
+        read_plain<<<grid, 512>>>(reinterpret_cast<const uint4*>(w), tiles * (kBn * kK * 2 / 16),
+                                  sink);
     }
   };
   CHECK(cudaFuncSetAttribute(stream<F2d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -197,11 +220,12 @@ int main() {
   // Grids: every SM, half of them, and 13 (a lone CTA's ceiling without one CTA's noise), each
   // streaming 7 tiles a CTA at most (all 896 at 132).
   const unsigned grids[3] = {sms, sms / 2, 13};
-  std::printf("device %s, %u SMs; buffer %zu MB; 32-row tiles, 8 KB slots (16 KB for *16)\n", prop.name, sms,
-              bytes >> 20);
+  std::printf("device %s, %u SMs; buffer %zu MB; 32-row tiles, 8 KB slots (16 KB for *16)\n",
+              prop.name, sms, bytes >> 20);
   std::vector<double> gbs(3 * kForms * 3, 0.0), copy(3, 0.0);
   for (int round = 0; round < 3; ++round) {
-    const float cms = median_ms([&] { CHECK(cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice)); }, 10);
+    const float cms = median_ms(
+        [&] { CHECK(cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice)); }, 10);
     copy[round] = 2.0 * copy_bytes / (cms * 1e6);
     for (int g = 0; g < 3; ++g) {
       const unsigned tiles = std::min(kTiles, grids[g] * 7);
@@ -213,7 +237,9 @@ int main() {
     }
   }
   std::printf("copy GB/s by round: %.0f %.0f %.0f\n", copy[0], copy[1], copy[2]);
-  std::printf("| form | CTAs | GB/s (rounds) | GB/s a CTA | %% of copy |\n| --- | --- | --- | --- | --- |\n");
+  std::printf(
+      "| form | CTAs | GB/s (rounds) | GB/s a CTA | %% of copy |\n| --- | --- | --- | --- | --- "
+      "|\n");
   for (int g = 0; g < 3; ++g)
     for (int f = 0; f < kForms; ++f) {
       double r[3], pct = 0;
@@ -222,8 +248,8 @@ int main() {
         pct += 100.0 * r[round] / copy[round] / 3;
       }
       std::sort(r, r + 3);
-      std::printf("| %s | %u | %.0f (%.0f-%.0f) | %.1f | %.1f |\n", kFormNames[f], grids[g], r[1], r[0], r[2],
-                  r[1] / grids[g], pct);
+      std::printf("| %s | %u | %.0f (%.0f-%.0f) | %.1f | %.1f |\n", kFormNames[f], grids[g], r[1],
+                  r[0], r[2], r[1] / grids[g], pct);
     }
   return 0;
 }

@@ -615,15 +615,15 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // is compared with the plan's (DIFF in the output otherwise). The trace also has each CTA's
   // arrival after a phase (its release issued). Measured here and dropped from this list
   // (docs/perf-log.md): the weights through K-block views, a tensor box a ring slot (change 89:
-  // the 8B −2 µs a layer, the slot images −6), L2 prefetch ahead of the ring (change 18) or while the ring is full
-  // (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer faster), gate/up tiles of 32 rows and
-  // QKV tiles of 16 (run T: no gain; session 33 call 2 again: gate/up 32 +0.1 to +1.7 µs, the QKV's
-  // 192 tiles of before change 86 0 to +0.5), the count between gate/up and down (ACT_POLL off:
-  // change 31, 1-1.4 µs a layer slower), the combine folded into o's A (change 26), attention
-  // splits of 64 and 128 positions (change 27), each head's QKV epilogue in the QKV phase on the
-  // CTA that finishes the head (change 28, branch fold-rope), other releases for the counts
-  // (red.release, fence.release; session 10 run 3), a cap on the ring's loads in flight (change
-  // 32), the ring held during the attention half (change 34), the next layer's QKV weights
+  // the 8B −2 µs a layer, the slot images −6), L2 prefetch ahead of the ring (change 18) or while
+  // the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer faster), gate/up
+  // tiles of 32 rows and QKV tiles of 16 (run T: no gain; session 33 call 2 again: gate/up 32 +0.1
+  // to +1.7 µs, the QKV's 192 tiles of before change 86 0 to +0.5), the count between gate/up and
+  // down (ACT_POLL off: change 31, 1-1.4 µs a layer slower), the combine folded into o's A (change
+  // 26), attention splits of 64 and 128 positions (change 27), each head's QKV epilogue in the QKV
+  // phase on the CTA that finishes the head (change 28, branch fold-rope), other releases for the
+  // counts (red.release, fence.release; session 10 run 3), a cap on the ring's loads in flight
+  // (change 32), the ring held during the attention half (change 34), the next layer's QKV weights
   // prefetched into L2 after the layer's last load (change 36), two layer launches resident on an
   // SM with a 10-slot ring (change 37). With --decode-layer, only this section (after the copy
   // bandwidth).
@@ -699,15 +699,19 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         for (int k = 0; k < 4; ++k) {
           c.maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]),
                                  boxes[k]);
-          const auto rows = static_cast<std::int64_t>(w_rows[k]), cols = static_cast<std::int64_t>(w_cols[k]);
+          const auto rows = static_cast<std::int64_t>(w_rows[k]),
+                     cols = static_cast<std::int64_t>(w_cols[k]);
           std::vector<std::uint16_t> host(w_rows[k] * w_cols[k]), image(host.size());
-          check(cudaMemcpy(host.data(), c.w[k], 2 * host.size(), cudaMemcpyDeviceToHost), "weights");
+          check(cudaMemcpy(host.data(), c.w[k], 2 * host.size(), cudaMemcpyDeviceToHost),
+                "weights");
           const int halves = k == 2 ? 2 : 1;
           const std::string why = telos::slot_image_refusal(rows, cols, bn[k], halves);
           if (!why.empty()) check(cudaErrorInvalidValue, ("slot image: " + why).c_str());
-          telos::pack_slot_image(host.data(), rows, cols, bn[k], halves, 0, rows / bn[k], image.data());
+          telos::pack_slot_image(host.data(), rows, cols, bn[k], halves, 0, rows / bn[k],
+                                 image.data());
           check(cudaMalloc(&c.images[k], 2 * image.size()), "alloc");
-          check(cudaMemcpy(c.images[k], image.data(), 2 * image.size(), cudaMemcpyHostToDevice), "image");
+          check(cudaMemcpy(c.images[k], image.data(), 2 * image.size(), cudaMemcpyHostToDevice),
+                "image");
         }
         check(cudaMalloc(&c.kv, kv_bytes), "alloc");
         fill(c.kv, kv_bytes);
@@ -762,8 +766,9 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
             check(cudaMemcpy(got.data(), x, 4ull * sh.H, cudaMemcpyDeviceToHost), "x");
             if (vi == 0) first = got;
             const bool same = std::memcmp(first.data(), got.data(), 4ull * sh.H) == 0;
-            if (!same) std::printf("  DIFF: %s %s ctx=%d x differs from the first variant's\n", sh.name,
-                                   variants[vi].label.c_str(), C);
+            if (!same)
+              std::printf("  DIFF: %s %s ctx=%d x differs from the first variant's\n", sh.name,
+                          variants[vi].label.c_str(), C);
           }
           check(cudaMemcpy(x, x0.data(), 4ull * sh.H, cudaMemcpyHostToDevice), "x");
         }

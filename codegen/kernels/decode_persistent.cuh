@@ -181,7 +181,8 @@ class StreamCursor {
   __device__ __forceinline__ bool wide() const { return wide_; }
   // The current slot's bytes in the weight's slot image, or nullptr where it streams through a map.
   __device__ __forceinline__ const char* image_slot() const {
-    return image_ ? image_ + static_cast<unsigned long long>(t_ * slots_ + sl_) * slot_bytes() : nullptr;
+    if (!image_) return nullptr;
+    return image_ + static_cast<unsigned long long>(t_ * slots_ + sl_) * slot_bytes();
   }
   // The current slot as one box of a wide map (rank 3, [K / 64][N][64] over the [N, K] matrix:
   // strides K · 2 bytes for rows, 128 for K blocks; with SwiGLU rank 4, [K / 64][2][I][64], the up
@@ -677,7 +678,9 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     if (threadIdx.x % 32 == 0) {
       __shared__ StreamPhase phases[4];
       const void* w[4] = {qkv_w, o_w, gu_w, down_w};
-      const auto map = [&](int p) { return BULK >> p & 1u ? nullptr : static_cast<const TensorMap*>(w[p]); };
+      const auto map = [&](int p) {
+        return BULK >> p & 1u ? nullptr : static_cast<const TensorMap*>(w[p]);
+      };
       phases[0] = {map(0), H, BQ, kTilesQkv, 0, 0};
       Mlp::stream_phases(map(1), map(2), map(3), kTilesQkv, phases + 1);
       for (int p = 0; p < 4; ++p)

@@ -410,12 +410,15 @@ struct GpuStepExecutor::State {
         return staging[current] + used;
       };
       auto sent = [&](char* dst, std::size_t n, const std::string& what) {
-        check(cudaMemcpyAsync(dst, staging[current] + used, n, cudaMemcpyHostToDevice, stream), "upload " + what);
+        check(cudaMemcpyAsync(dst, staging[current] + used, n, cudaMemcpyHostToDevice, stream),
+              "upload " + what);
         used += n;
         done += static_cast<std::int64_t>(n);
-        const int percent = static_cast<int>(100 * done / std::max<std::int64_t>(1, weight_bytes + image_bytes));
+        const int percent =
+            static_cast<int>(100 * done / std::max<std::int64_t>(1, weight_bytes + image_bytes));
         if (progress && log && percent != last_percent) {
-          *log << "\rtelos-run: uploading weights " << percent << "% (" << mib(done) << ")" << std::flush;
+          *log << "\rtelos-run: uploading weights " << percent << "% (" << mib(done) << ")"
+               << std::flush;
           last_percent = percent;
         }
       };
@@ -427,12 +430,13 @@ struct GpuStepExecutor::State {
           if (img.arg.weight != t.name) continue;
           const std::int64_t rows = t.shape[0], cols = t.shape[1];
           const auto tile_bytes = static_cast<std::size_t>(img.arg.bn * cols * 2);
-          const std::int64_t per = std::max<std::int64_t>(1, static_cast<std::int64_t>(kStagingBytes / tile_bytes));
+          const std::int64_t per =
+              std::max<std::int64_t>(1, static_cast<std::int64_t>(kStagingBytes / tile_bytes));
           for (std::int64_t t0 = 0; t0 < rows / img.arg.bn; t0 += per) {
             const std::int64_t t1 = std::min(rows / img.arg.bn, t0 + per);
             const std::size_t n = static_cast<std::size_t>(t1 - t0) * tile_bytes;
-            pack_slot_image(reinterpret_cast<const std::uint16_t*>(t.data), rows, cols, img.arg.bn, img.arg.halves, t0,
-                            t1, reinterpret_cast<std::uint16_t*>(room(n)));
+            pack_slot_image(reinterpret_cast<const std::uint16_t*>(t.data), rows, cols, img.arg.bn,
+                            img.arg.halves, t0, t1, reinterpret_cast<std::uint16_t*>(room(n)));
             sent(img.dev + static_cast<std::size_t>(t0) * tile_bytes, n, arg);
           }
         }
@@ -533,7 +537,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
         State::Image img;
         img.arg = parse_weight_image_arg(arg, "manifest.json: programs");
         s.images[arg] = img;
-        s.image_bytes += align_up(static_cast<std::int64_t>(a.find_tensor(img.arg.weight)->bytes), 256);
+        s.image_bytes +=
+            align_up(static_cast<std::int64_t>(a.find_tensor(img.arg.weight)->bytes), 256);
       }
 
   // Beside the arena: the step descriptors, one per step parity.
@@ -863,8 +868,8 @@ std::string GpuStepExecutor::memory_report() const {
     << static_cast<std::int64_t>(s.kv_pages) * s.page_size << " tokens)\n"
     << "activation arena " << s.arena_bytes << " B\n"
     << "step descriptors " << 2 * s.desc.bytes << " B (one per step parity)\n"
-    << "graphs " << s.graph_bytes << " B (" << 2 * s.buckets.size() << " graphs: " << s.buckets.size()
-    << " buckets, one per step parity)\n"
+    << "graphs " << s.graph_bytes << " B (" << 2 * s.buckets.size()
+    << " graphs: " << s.buckets.size() << " buckets, one per step parity)\n"
     << "beyond weights, slot images, kv pool and arena "
     << s.total_bytes - s.weight_bytes - s.image_bytes - s.kv_bytes - s.arena_bytes
     << " B (graphs, kernels, descriptors, rounding; target <= 1 GiB)\n";

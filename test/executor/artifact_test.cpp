@@ -199,7 +199,8 @@ TEST(Artifact, ParsesSlotImageArguments) {
       ADD_FAILURE() << arg << " was accepted";
     } catch (const Error& e) {
       const std::string msg = e.what();
-      EXPECT_NE(msg.find("programs.buckets[0].launches[1].args[0]: " + arg), std::string::npos) << msg;
+      EXPECT_NE(msg.find("programs.buckets[0].launches[1].args[0]: " + arg), std::string::npos)
+          << msg;
       EXPECT_NE(msg.find(why), std::string::npos) << msg;
     }
   };
@@ -220,8 +221,9 @@ TEST(Artifact, RefusesSlotImagesTheWeightCannotHave) {
   auto m = testing::write_tiny_artifact(dir, spec);
   auto with_arg = [&](const std::string& arg) {
     auto c = m;
-    c["programs"] = {{"arena", nlohmann::json::array()},
-                     {"buckets", {{{"kind", "decode"}, {"launches", {{{"kernel", 0}, {"args", {arg}}}}}}}}};
+    c["programs"] = {
+        {"arena", nlohmann::json::array()},
+        {"buckets", {{{"kind", "decode"}, {"launches", {{{"kernel", 0}, {"args", {arg}}}}}}}}};
     testing::rewrite_manifest(dir, c);
   };
   with_arg("wimg:embed:64:1");  // one tile of 64 rows, one K block a slot

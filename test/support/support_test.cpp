@@ -108,14 +108,15 @@ TEST(QkvLayout, PairOrderIsAPermutationWithinHeadsOfWholePairs) {
 // of a row r of the block at chunk c ^ (r % 8). Derived here slot by slot, the packer goes block
 // by block; ranges of tiles pack as the whole image's pieces.
 TEST(SlotImage, ElementsLandWhereTheRingsBoxesPutThem) {
-  for (const auto& [rows, cols, bn, halves] : {std::array<int, 4>{48, 256, 16, 1}, {64, 128, 32, 2},
-                                               {128, 64, 64, 2}, {24, 384, 24, 1}}) {
+  for (const auto& [rows, cols, bn, halves] :
+       {std::array<int, 4>{48, 256, 16, 1}, {64, 128, 32, 2}, {128, 64, 64, 2}, {24, 384, 24, 1}}) {
     ASSERT_EQ(slot_image_refusal(rows, cols, bn, halves), "");
     std::vector<std::uint16_t> w(static_cast<std::size_t>(rows) * cols), img(w.size(), 0xffff);
     for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::uint16_t>(i);
     const int tiles = rows / bn;
     pack_slot_image(w.data(), rows, cols, bn, halves, 0, 1, img.data());
-    pack_slot_image(w.data(), rows, cols, bn, halves, 1, tiles, img.data() + static_cast<std::size_t>(bn) * cols);
+    pack_slot_image(w.data(), rows, cols, bn, halves, 1, tiles,
+                    img.data() + static_cast<std::size_t>(bn) * cols);
     const int per_slot = 64 / bn, slots = cols / 64 / per_slot, slot_elems = per_slot * bn * 64;
     for (int row = 0; row < rows; ++row)
       for (int col = 0; col < cols; ++col) {
@@ -123,20 +124,24 @@ TEST(SlotImage, ElementsLandWhereTheRingsBoxesPutThem) {
         const int t = hr / (bn / halves), box_row = hr % (bn / halves);
         const int r = half * (bn / halves) + box_row;  // the row within the tile's block
         const int kb = col / 64, s = kb / per_slot, j = kb % per_slot, chunk = col % 64 / 8;
-        const std::size_t at = static_cast<std::size_t>(t * slots + s) * slot_elems + j * bn * 64 + r * 64 +
-                               (chunk ^ (r % 8)) * 8 + col % 8;
+        const std::size_t at = static_cast<std::size_t>(t * slots + s) * slot_elems + j * bn * 64 +
+                               r * 64 + (chunk ^ (r % 8)) * 8 + col % 8;
         ASSERT_EQ(img[at], w[static_cast<std::size_t>(row) * cols + col])
-            << rows << "x" << cols << " bn " << bn << " halves " << halves << " at (" << row << ", " << col << ")";
+            << rows << "x" << cols << " bn " << bn << " halves " << halves << " at (" << row << ", "
+            << col << ")";
       }
   }
 }
 
 TEST(SlotImage, RefusesWhatTheRingCannotHold) {
   EXPECT_NE(slot_image_refusal(64, 128, 32, 3).find("halves must be 1 or 2"), std::string::npos);
-  EXPECT_NE(slot_image_refusal(64, 128, 12, 1).find("multiple of 8 from 8 to 64"), std::string::npos);
+  EXPECT_NE(slot_image_refusal(64, 128, 12, 1).find("multiple of 8 from 8 to 64"),
+            std::string::npos);
   EXPECT_NE(slot_image_refusal(64, 128, 24, 2).find("multiple of 16"), std::string::npos);
   EXPECT_NE(slot_image_refusal(64, 128, 128, 1).find("from 8 to 64"), std::string::npos);
-  EXPECT_NE(slot_image_refusal(40, 128, 32, 1).find("rows must be whole tiles of 32"), std::string::npos);
-  EXPECT_NE(slot_image_refusal(64, 64, 16, 1).find("cols must be whole slots of 4"), std::string::npos);
+  EXPECT_NE(slot_image_refusal(40, 128, 32, 1).find("rows must be whole tiles of 32"),
+            std::string::npos);
+  EXPECT_NE(slot_image_refusal(64, 64, 16, 1).find("cols must be whole slots of 4"),
+            std::string::npos);
   EXPECT_EQ(slot_image_refusal(64, 256, 16, 1), "");
 }
