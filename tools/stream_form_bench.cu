@@ -162,41 +162,18 @@ int main() {
   maps[FTile16] = encode_2d(TmaDtype::BF16, w, flat_rows, 64, 128, 128, 64, Swizzle::B128);
 
   const size_t smem = kRingBytes + 24 * 16 + 1024;
+  using StreamKernel = void (*)(TensorMap, const char*, unsigned);
+  const StreamKernel kernels[FLd] = {stream<F2d>,   stream<FKview>,  stream<FG8>,    stream<FTile>,
+                                     stream<FBulk>, stream<FTile16>, stream<FBulk16>};
+  for (StreamKernel k : kernels)
+    CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   auto launch = [&](int f, unsigned grid, unsigned tiles) {
-    switch (f) {
-      case F2d:
-        stream<F2d><<<grid, 160, smem>>>(maps[f], w, tiles);
-        break;
-      case FKview:
-        stream<FKview><<<grid, 160, smem>>>(maps[f], w, tiles);
-        break;
-      case FG8:
-        stream<FG8><<<grid, 160, smem>>>(maps[f], w, tiles);
-        break;
-      case FTile:
-        stream<FTile><<<grid, 160, smem>>>(maps[f], w, tiles);
-        break;
-      case FBulk:
-        stream<FBulk><<<grid, 160, smem>>>(maps[f], w, tiles);
-        break;
-      case FTile16:
-        stream<FTile16><<<grid, 160, smem>>>(maps[f], w, tiles);
-        break;
-      case FBulk16:
-        stream<FBulk16><<<grid, 160, smem>>>(maps[f], w, tiles);
-        break;
-      default:
-        read_plain<<<grid, 512>>>(reinterpret_cast<const uint4*>(w), tiles * (kBn * kK * 2 / 16),
-                                  sink);
-    }
+    if (f < FLd)
+      kernels[f]<<<grid, 160, smem>>>(maps[f], w, tiles);
+    else
+      read_plain<<<grid, 512>>>(reinterpret_cast<const uint4*>(w), tiles * (kBn * kK * 2 / 16),
+                                sink);
   };
-  CHECK(cudaFuncSetAttribute(stream<F2d>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CHECK(cudaFuncSetAttribute(stream<FKview>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CHECK(cudaFuncSetAttribute(stream<FG8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CHECK(cudaFuncSetAttribute(stream<FTile>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CHECK(cudaFuncSetAttribute(stream<FBulk>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CHECK(cudaFuncSetAttribute(stream<FTile16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CHECK(cudaFuncSetAttribute(stream<FBulk16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));

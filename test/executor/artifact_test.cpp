@@ -151,6 +151,20 @@ TEST(Artifact, RefusesMissingAndMalformedFieldsByName) {
   expect_refused(dir, {"manifest.json: not valid JSON"});
 }
 
+// `parse` (a launch argument's parser) refuses `arg` with an error naming where it stands and why.
+template <class Parse>
+void expect_parse_refused(Parse parse, const std::string& arg, const std::string& why) {
+  try {
+    parse(arg, "programs.buckets[0].launches[1].args[0]");
+    ADD_FAILURE() << arg << " was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("programs.buckets[0].launches[1].args[0]: " + arg), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find(why), std::string::npos) << msg;
+  }
+}
+
 TEST(Artifact, ParsesTensorMapArguments) {
   const TensorMapArg t = parse_tensor_map_arg("tmap:w:layers.0.o:4096:4096:256:64", "here");
   EXPECT_EQ(t.target, "w:layers.0.o");
@@ -165,14 +179,7 @@ TEST(Artifact, ParsesTensorMapArguments) {
   EXPECT_EQ(x.box_cols, 32);
   EXPECT_EQ(x.elem_bytes, 4);
   auto refused = [](const std::string& arg, const std::string& why) {
-    try {
-      parse_tensor_map_arg(arg, "programs.buckets[0].launches[1].args[0]");
-      ADD_FAILURE() << arg << " was accepted";
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find("programs.buckets[0].launches[1].args[0]: " + arg), std::string::npos) << msg;
-      EXPECT_NE(msg.find(why), std::string::npos) << msg;
-    }
+    expect_parse_refused(parse_tensor_map_arg, arg, why);
   };
   refused("tmap:w:128:128:128", "too few fields");
   EXPECT_EQ(parse_tensor_map_arg("tmap:kv:3:8192:128:16:64", "here").target, "kv:3");
@@ -194,15 +201,7 @@ TEST(Artifact, ParsesSlotImageArguments) {
   EXPECT_EQ(g.halves, 2);
   EXPECT_EQ(parse_weight_image_arg("wimg:layers.3.o:16:1", "here").bn, 16);
   auto refused = [](const std::string& arg, const std::string& why) {
-    try {
-      parse_weight_image_arg(arg, "programs.buckets[0].launches[1].args[0]");
-      ADD_FAILURE() << arg << " was accepted";
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find("programs.buckets[0].launches[1].args[0]: " + arg), std::string::npos)
-          << msg;
-      EXPECT_NE(msg.find(why), std::string::npos) << msg;
-    }
+    expect_parse_refused(parse_weight_image_arg, arg, why);
   };
   refused("wimg:o:32", "too few fields");
   refused("wimg::32:1", "names nothing");
@@ -247,15 +246,17 @@ TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {
   auto m = testing::write_tiny_artifact(dir, {});
   auto with_arg = [&](const std::string& arg) {
     auto c = m;
-    c["programs"] = {{"arena", {{{"buffer", "h"}, {"bytes", 4096}}}},
-                     {"buckets", {{{"kind", "prefill"},
-                                   {"launches", {{{"kernel", 0}, {"args", {"buf:h", arg}}}}}}}}};
+    c["programs"] = {
+        {"arena", {{{"buffer", "h"}, {"bytes", 4096}}}},
+        {"buckets",
+         {{{"kind", "prefill"}, {"launches", {{{"kernel", 0}, {"args", {"buf:h", arg}}}}}}}}};
     testing::rewrite_manifest(dir, c);
   };
   with_arg("tmap:buf:h:16:64:16:64");  // 2048 bytes of 4096
   EXPECT_NO_THROW(Artifact::load(dir));
   with_arg("tmap:buf:h:64:64:64:64");
-  expect_refused(dir, {"programs.buckets[0].launches[0].args[1]", "spans 8192 bytes", "buf:h has 4096"});
+  expect_refused(dir,
+                 {"programs.buckets[0].launches[0].args[1]", "spans 8192 bytes", "buf:h has 4096"});
   with_arg("tmap:buf:hh:16:64:16:64");
   expect_refused(dir, {"programs.buckets[0].launches[0].args[1]", "no arena buffer \"hh\""});
   with_arg("tmap:w:nope:16:64:16:64");
@@ -267,7 +268,8 @@ TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {
   with_arg("tmap:w:embed:64:32:64:32");
   expect_refused(dir, {"a weight is bf16, its map's BOX_COLS must be 64"});
   with_arg("tmap:buf:h:16:64:16:16");
-  expect_refused(dir, {"programs.buckets[0].launches[0].args[1]", "BOX_COLS must be 64 (bf16) or 32"});
+  expect_refused(dir,
+                 {"programs.buckets[0].launches[0].args[1]", "BOX_COLS must be 64 (bf16) or 32"});
   // An f32 map counts 4 bytes an element: [16, 64] f32 is the whole 4096-byte buffer, [32, 64] is
   // twice it.
   with_arg("tmap:buf:h:16:64:16:32");
