@@ -456,9 +456,10 @@ struct GpuStepExecutor::State {
       const double secs = seconds_since(started);
       if (progress && log) *log << "\n";
       if (log)
-        *log << "telos-run: weights " << mib(done) << " uploaded in " << std::fixed
-             << std::setprecision(2) << secs << " s (" << std::setprecision(1)
-             << static_cast<double>(done) / (1 << 30) / std::max(secs, 1e-9) << " GiB/s)\n"
+        *log << "telos-run: weights" << (images.empty() ? " " : " and slot images ") << mib(done)
+             << " uploaded in " << std::fixed << std::setprecision(2) << secs << " s ("
+             << std::setprecision(1) << static_cast<double>(done) / (1 << 30) / std::max(secs, 1e-9)
+             << " GiB/s)\n"
              << std::defaultfloat;
     } catch (...) {
       cudaStreamSynchronize(stream);
