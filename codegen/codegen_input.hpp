@@ -22,6 +22,8 @@ struct CodegenInput {
   bool tie_word_embeddings = false;
   bool qkv_bias = false;  // Qwen2
   bool qk_norm = false;   // Qwen3
+  // The serving config's decode_weight_images: the one-token layer may stream slot images.
+  bool decode_weight_images = true;
   // Serving (docs/artifact.md, "serving").
   int max_batch = 0, max_seq_len = 0, kv_page_size = 0;
   std::vector<int> decode_buckets, prefill_buckets;  // ascending

@@ -586,7 +586,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       args.insert(args.begin(), "buf:qkv");
       launch(k, {NH, T, 1}, args);
     };
-    const PersistentLayerTiling layer_t = decode_layer_tiling(H, NH * D, HQ * D, I, D, in.qk_norm);
+    PersistentLayerTiling layer_t = decode_layer_tiling(H, NH * D, HQ * D, I, D, in.qk_norm);
+    if (!in.decode_weight_images) layer_t.bulk = 0;  // one copy of the weights: tensor maps
     const bool layer_persistent = kind == "decode" && T <= kDecodeLayerPersistentMaxRows && layer_t.fits;
     if (fold_qkv && !layer_persistent) qkv_arrival_counters = NH;
     const int layer_k =

@@ -13,9 +13,9 @@ constexpr std::int64_t kDefaultPrefillChunk = 512;
 constexpr std::int64_t kSmallestPrefillBucket = 16;
 constexpr double kDefaultMemoryFraction = 0.9;
 
-const std::vector<std::string> kFields = {"max_batch",       "max_seq_len",   "kv_page_size",
-                                          "kv_pool",         "prefill_chunk", "decode_buckets",
-                                          "prefill_buckets", "targets",       "tensor_parallel"};
+const std::vector<std::string> kFields = {
+    "max_batch",      "max_seq_len",     "kv_page_size", "kv_pool",         "prefill_chunk",
+    "decode_buckets", "prefill_buckets", "targets",      "tensor_parallel", "decode_weight_images"};
 
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -217,6 +217,11 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
     r.fail_field("tensor_parallel", std::to_string(c.tensor_parallel) +
                                         " is not supported yet: telosc does not shard weights, "
                                         "so only 1 is accepted");
+  if (const nlohmann::json* w = r.get("decode_weight_images")) {
+    if (!w->is_boolean())
+      r.fail_field("decode_weight_images", "expected true or false, got " + w->dump());
+    c.decode_weight_images = w->get<bool>();
+  }
   return c;
 }
 
@@ -236,6 +241,7 @@ nlohmann::ordered_json serving_to_json(const ServingConfig& c) {
   j["prefill_buckets"] = c.prefill_buckets;
   j["targets"] = c.targets;
   j["tensor_parallel"] = c.tensor_parallel;
+  j["decode_weight_images"] = c.decode_weight_images;
   return j;
 }
 

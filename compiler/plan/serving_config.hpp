@@ -24,6 +24,10 @@ struct ServingConfig {
   std::vector<std::int64_t> prefill_buckets;
   std::vector<std::string> targets;
   std::int64_t tensor_parallel = 1;
+  // The one-token decode layer streams its weights from slot images where that is faster (the
+  // 8B-like shapes: docs/artifact.md `wimg:`), at the cost of a second copy of those weights on the
+  // device; false keeps one copy (tensor maps).
+  bool decode_weight_images = true;
 };
 
 // Upper bound on max_batch: a decode bucket larger than this no longer gains throughput from the

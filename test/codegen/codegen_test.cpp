@@ -401,6 +401,30 @@ TEST(Codegen, DecodeLayerTiling) {
   EXPECT_EQ(decode_layer_tiling(1024, 4096, 2048, 3072, 128).bulk, 0);
 }
 
+// serving.decode_weight_images = false keeps one copy of the weights: the one-token layer takes
+// its weights through tensor maps (no wimg: argument, BULK 0) where the plan would take images.
+TEST(Codegen, OneCopyOfTheWeightsWithoutSlotImages) {
+  auto layer_args = [](const CodegenInput& in) {
+    const KernelPlan plan = plan_kernels(in);
+    for (const BucketProgram& b : plan.buckets)
+      for (const Launch& l : b.launches)
+        if (plan.kernels[static_cast<std::size_t>(l.kernel)].instance.starts_with(
+                "telos_kernels::decode_layer_persistent<"))
+          return std::make_pair(plan.kernels[static_cast<std::size_t>(l.kernel)].instance, l.args);
+    return std::make_pair(std::string(), std::vector<std::string>());
+  };
+  CodegenInput in = tiny("llama");
+  const auto [with, with_args] = layer_args(in);
+  ASSERT_FALSE(with.empty());
+  EXPECT_TRUE(with.ends_with(", 15>"));
+  EXPECT_TRUE(with_args[2].starts_with("wimg:layers.0.gate_up:"));
+  in.decode_weight_images = false;
+  const auto [without, without_args] = layer_args(in);
+  EXPECT_TRUE(without.ends_with(", 0>"));
+  for (int i = 0; i < 4; ++i)
+    EXPECT_TRUE(without_args[static_cast<std::size_t>(i)].starts_with("tmap:w:layers.0."));
+}
+
 // The small-M GEMM covers the GPU at Llama-3.1-8B shapes, and its stage ring fills the shared
 // memory of the CTAs that share an SM (whole grid resident).
 TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
