@@ -105,6 +105,7 @@ struct GpuStepExecutor::State {
   // from the weight's bytes while they are uploaded.
   struct Image {
     WeightImageArg arg;
+    std::int64_t bytes = 0;  // its place beside the weights (the weight's bytes, 256-aligned)
     char* dev = nullptr;
   };
   std::map<std::string, Image> images;
@@ -537,9 +538,9 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
         if (arg.rfind("wimg:", 0) != 0 || s.images.count(arg)) continue;
         State::Image img;
         img.arg = parse_weight_image_arg(arg, "manifest.json: programs");
+        img.bytes = align_up(static_cast<std::int64_t>(a.find_tensor(img.arg.weight)->bytes), 256);
+        s.image_bytes += img.bytes;
         s.images[arg] = img;
-        s.image_bytes +=
-            align_up(static_cast<std::int64_t>(a.find_tensor(img.arg.weight)->bytes), 256);
       }
 
   // Beside the arena: the step descriptors, one per step parity.
@@ -564,7 +565,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   char* p = s.base + s.weight_bytes;
   for (auto& [arg, img] : s.images) {
     img.dev = p;
-    p += align_up(static_cast<std::int64_t>(a.find_tensor(img.arg.weight)->bytes), 256);
+    p += img.bytes;
   }
   s.upload_weights(a, options.log, options.progress);
   s.kv = p;
