@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 #include "codegen/nvrtc_driver.hpp"
@@ -172,10 +173,20 @@ int SmallGemmTiling::smem() const {
 std::string SmallGemmTiling::instance(const std::string& epi, int m, int n, int k) const {
   auto I_ = [](int v) { return std::to_string(v); };
   const bool cl = cluster > 1 || warpgroups > 1;
+  const bool img = image_rows > 0;
   return "telos_kernels::gemm_small_" + epi + (cl ? "_cl<" : "<") + I_(m) + ", " + I_(n) + ", " +
          I_(k) + ", " + I_(bn) + ", " + I_(stages) + (cl ? ", " + I_(cluster) : "") +
-         (warpgroups > 1 ? ", " + I_(warpgroups) : "") + (!cl && kps > 1 ? ", " + I_(kps) : "") +
-         ">";
+         (cl && (warpgroups > 1 || img) ? ", " + I_(warpgroups) : "") +
+         (!cl && (kps > 1 || img) ? ", " + I_(kps) : "") +
+         (img ? ", " + I_(image_rows) + ", " + I_(image_box) : "") + ">";
+}
+
+int image_box_rows(const WeightImage& img, int rows) {
+  const int h = img.half_rows();
+  if (img.bn <= 0 || rows <= 0) return 0;
+  if ((rows <= h && h % rows == 0) || (rows > h && rows % h == 0)) return rows % 8 == 0 ? rows : 0;
+  const int g = std::gcd(rows, h);
+  return g % 8 == 0 ? g : 0;
 }
 
 SmallGemmTiling SmallGemmTiling::with_bn(int rows, int n, bool swiglu) const {
@@ -425,6 +436,21 @@ KernelPlan plan_kernels(const CodegenInput& in) {
 
   // Weight bytes of one layer (bf16 projections), for the norm fold's choice.
   const long long layer_bytes = 2LL * H * ((HQ + 2LL * HKV) * D + HQ * D + 3LL * I);
+  // The one-token decode layer's tiling (the same in every bucket that runs it). The weights in its
+  // `bulk` mask stream from slot images (`wimg:`) unless the serving config keeps one copy of the
+  // weights; every other GEMM of every bucket then reads those weights from the same image
+  // (`timg:`), so that the image is the weight's only copy on the device.
+  const int NH = HQ + 2 * HKV;
+  PersistentLayerTiling layer_t = decode_layer_tiling(H, NH * D, HQ * D, I, D, in.qk_norm);
+  if (!in.decode_weight_images) layer_t.bulk = 0;  // one copy of the weights: tensor maps
+  const bool any_layer_persistent =
+      layer_t.fits && std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(),
+                                  [](int n) { return n > 0 && n <= kDecodeLayerPersistentMaxRows; });
+  auto image_of = [&](int bit, int bn, int halves) {
+    return any_layer_persistent && (layer_t.bulk >> bit & 1) ? WeightImage{bn, halves} : WeightImage{};
+  };
+  const WeightImage qkv_img = image_of(0, layer_t.bq, 1), o_img = image_of(1, layer_t.bo, 1),
+                    gu_img = image_of(2, layer_t.bg, 2), down_img = image_of(3, layer_t.bd, 1);
   int qkv_arrival_counters = 0;  // gemm_small_norm_qkv's, when a bucket folds the QKV epilogue
   bool uses_layer_sync = false;  // decode_layer_persistent's grid-wide counters
   long long max_lm_candidates = 0;  // the LM head's greedy candidates, all of a bucket's rows
@@ -501,43 +527,69 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       int a_box, w_box;  // tensor-map box rows of the activations and the weights
       int out_box_cols;  // prefill: outputs through a map (bf16: 64 x 64 boxes, the f32 residual
                          // stream: 64 x 32); small-M: 0, a pointer
+      WeightImage img;   // the weight from its slot image (bn 0: the weight's own map)
+      int img_box = 0;   // then the image map's box rows
+    };
+    // The weight operand of a GEMM: the map over its slot image, or over the weight.
+    auto weight_map = [&](const WeightImage& img, int img_box, const std::string& w_name,
+                          long long rows, long long k, int w_box) {
+      if (img_box > 0)
+        return "timg:" + w_name.substr(2) + ":" + I_(img.bn) + ":" + I_(img.halves) + ":" +
+               I_(img_box);
+      return tmap(w_name, rows, k, w_box);
     };
     // Buckets of up to kSmallGemmNormMaxRows tokens fold the norms before the QKV and gate/up
     // projections into those GEMMs (gemm_small_norm_*: A = RMSNorm(x), computed in the kernel).
     const bool fold_norm = !big && T <= kSmallGemmNormMaxRows && layer_bytes <= kSmallGemmNormFoldMaxLayerBytes;
     const bool fold_qkv = fold_norm && T <= kSmallGemmQkvFoldMaxRows;
-    auto gemm = [&](const std::string& epi, int n, int k, bool norm = false) -> Gemm {
+    // `img`: the weight's slot image, read where the GEMM's weight rows make whole boxes of it.
+    auto gemm = [&](const std::string& epi, int n, int k, const WeightImage& img,
+                    bool norm = false) -> Gemm {
       const bool swiglu = epi == "swiglu";
       const std::string dims = "<" + I_(T) + ", " + I_(n) + ", " + I_(k);
+      auto image_args = [&](int box) {
+        return box > 0 ? ", " + I_(img.half_rows()) + ", " + I_(box) : std::string();
+      };
       if (big) {
         const int cols = swiglu ? 128 : 256;
-        return {b.kernel("telos_kernels::gemm_prefill_" + epi + dims + ">", {"a_map", "w_map", "out"},
-                         kPrefillGemmThreads, kPrefillGemmSmem),
-                {prefill_gemm_grid(T, n, cols), 1, 1}, 128, cols, epi == "residual" ? 32 : 64};
+        const int box = image_box_rows(img, cols);
+        return {b.kernel("telos_kernels::gemm_prefill_" + epi + dims + image_args(box) + ">",
+                         {"a_map", "w_map", "out"}, kPrefillGemmThreads, kPrefillGemmSmem),
+                {prefill_gemm_grid(T, n, cols), 1, 1}, 128, cols, epi == "residual" ? 32 : 64,
+                box > 0 ? img : WeightImage{}, box};
       }
-      const SmallGemmTiling t = small_gemm_tiling(n, k, T, swiglu, norm);
+      SmallGemmTiling t = small_gemm_tiling(n, k, T, swiglu, norm);
+      const int box = image_box_rows(img, t.w_box());
+      if (box > 0) {
+        t.image_rows = img.half_rows();
+        t.image_box = box;
+      }
+      const WeightImage used = box > 0 ? img : WeightImage{};
       if (norm)
-        return {b.kernel("telos_kernels::gemm_small_norm_" + epi + dims + ", " + I_(t.bn) + ", " + I_(t.stages) +
-                             ", " + eps + ">",
+        return {b.kernel("telos_kernels::gemm_small_norm_" + epi + dims + ", " + I_(t.bn) + ", " +
+                             I_(t.stages) + ", " + eps + image_args(box) + ">",
                          {"x", "norm_w", "w_map", "out"}, kSmallGemmThreads, t.smem()),
-                {t.tiles_m, t.tiles_n, 1}, 0, t.cols, 0};
+                {t.tiles_m, t.tiles_n, 1}, 0, t.cols, 0, used, box};
       return {b.kernel(t.instance(epi, T, n, k), {"a_map", "w_map", "out"}, t.threads(), t.smem()),
               {t.tiles_m, t.tiles_n, 1},
               t.a_box,
               t.w_box(),
-              0};
+              0,
+              used,
+              box};
     };
     auto launch_gemm = [&](const Gemm& g, const std::string& a_buf, const std::string& w_name, long long w_rows,
                            int k, const std::string& out_buf, long long n) {
       launch(g.kernel, g.grid,
-             {tmap("buf:" + a_buf, T, k, g.a_box), tmap(w_name, w_rows, k, g.w_box),
+             {tmap("buf:" + a_buf, T, k, g.a_box), weight_map(g.img, g.img_box, w_name, w_rows, k, g.w_box),
               g.out_box_cols ? tmap("buf:" + out_buf, T, n, 64, g.out_box_cols) : "buf:" + out_buf});
     };
     // The norm `norm_w` of x, then a GEMM over it: one launch when the bucket folds the norm.
     auto launch_norm_gemm = [&](const Gemm& g, const std::string& norm_w, const std::string& w_name,
                                 long long w_rows, int k, const std::string& out_buf, long long n) {
       if (fold_norm) {
-        launch(g.kernel, g.grid, {"buf:x", norm_w, tmap(w_name, w_rows, k, g.w_box), "buf:" + out_buf});
+        launch(g.kernel, g.grid,
+               {"buf:x", norm_w, weight_map(g.img, g.img_box, w_name, w_rows, k, g.w_box), "buf:" + out_buf});
         return;
       }
       launch(b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + eps + ", false>", {"x", "w", "rows", "out"},
@@ -545,9 +597,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
              {T, 1, 1}, {"buf:x", norm_w, "null", "buf:h"});
       launch_gemm(g, "h", w_name, w_rows, k, out_buf, n);
     };
-    const int NH = HQ + 2 * HKV;
-    const Gemm o_g = gemm("residual", H, HQ * D), gu_g = gemm("swiglu", I, H, fold_norm),
-               down_g = gemm("residual", H, I);
+    const Gemm o_g = gemm("residual", H, HQ * D, o_img), gu_g = gemm("swiglu", I, H, gu_img, fold_norm),
+               down_g = gemm("residual", H, I, down_img);
     // The QKV epilogue (bias, QK norm, RoPE, q out, K/V appended to their pages): its own kernel
     // after the projection, or folded with the norm into the projection (gemm_small_norm_qkv).
     const std::string qkv_epi = std::string(in.qkv_bias ? "true" : "false") + ", " + (in.qk_norm ? "true" : "false") +
@@ -566,18 +617,23 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       std::vector<std::string> args = qkv_epi_args(w, l);
       if (fold_qkv) {
         const SmallGemmTiling t = small_gemm_tiling(NH * D, H, T, false, true);
+        const int box = image_box_rows(qkv_img, t.cols);
         std::vector<std::string> params = {"x", "norm_w", "w_map", "qkv"};
         params.insert(params.end(), qkv_epi_params.begin(), qkv_epi_params.end());
         params.push_back("arrivals");
         const int k = b.kernel("telos_kernels::gemm_small_norm_qkv<" + I_(T) + ", " + I_(H) + ", " + I_(t.bn) + ", " +
-                                   I_(t.stages) + ", " + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " + qkv_epi,
+                                   I_(t.stages) + ", " + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " +
+                                   qkv_epi.substr(0, qkv_epi.size() - 1) +
+                                   (box > 0 ? ", " + I_(qkv_img.half_rows()) + ", " + I_(box) : "") + ">",
                                params, kSmallGemmThreads, t.smem());
-        args.insert(args.begin(), {"buf:x", w + "attn_norm", tmap(w + "qkv", rows, H, t.cols), "buf:qkv"});
+        args.insert(args.begin(), {"buf:x", w + "attn_norm",
+                                   weight_map(qkv_img, box, w + "qkv", rows, H, t.cols), "buf:qkv"});
         args.push_back("buf:qkv_arrivals");
         launch(k, {t.tiles_m, t.tiles_n, 1}, args);
         return;
       }
-      launch_norm_gemm(gemm("bf16", NH * D, H, fold_norm), w + "attn_norm", w + "qkv", rows, H, "qkv", rows);
+      launch_norm_gemm(gemm("bf16", NH * D, H, qkv_img, fold_norm), w + "attn_norm", w + "qkv", rows, H, "qkv",
+                       rows);
       std::vector<std::string> params = {"qkv"};
       params.insert(params.end(), qkv_epi_params.begin(), qkv_epi_params.end());
       const int k = b.kernel("telos_kernels::qkv_rope_append_rows<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " +
@@ -586,8 +642,6 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       args.insert(args.begin(), "buf:qkv");
       launch(k, {NH, T, 1}, args);
     };
-    PersistentLayerTiling layer_t = decode_layer_tiling(H, NH * D, HQ * D, I, D, in.qk_norm);
-    if (!in.decode_weight_images) layer_t.bulk = 0;  // one copy of the weights: tensor maps
     const bool layer_persistent = kind == "decode" && T <= kDecodeLayerPersistentMaxRows && layer_t.fits;
     if (fold_qkv && !layer_persistent) qkv_arrival_counters = NH;
     const int layer_k =

@@ -101,11 +101,16 @@ struct SmallGemmTiling {
   // K blocks a stage (one cluster-less warpgroup, no norm prologue; K a multiple of 64 · kps): a
   // stage of kps slots behind one barrier pair, the same wgmma chain (gemm_small.cuh).
   int kps = 1;
+  // Where the weight rows come from (gemm_small.cuh's W_BH, W_BOX): 0, the weight's 2D map; else
+  // its slot image's map (`timg:`), whose tiles hold image_rows rows of each half, in boxes of
+  // image_box rows (image_box_rows).
+  int image_rows = 0, image_box = 0;
   int block_m() const { return kSmallGemmBlockM * warpgroups; }
   int threads() const { return 128 * warpgroups + 32; }
   // The kernel instance for these tiles: gemm_small_<epi><M, N, K, BN, STAGES[, KPS]>, or on
   // clusters or two warpgroups gemm_small_<epi>_cl<..., CL[, WG]> (epi: bf16, residual, swiglu,
-  // f32cand; KPS only for bf16 and residual).
+  // f32cand; KPS only for bf16, residual and swiglu), then W_BH, W_BOX where the weight comes from
+  // its slot image (image_rows > 0; not f32cand).
   std::string instance(const std::string& epi, int m, int n, int k) const;
   // These tiles with `rows` weight rows a tile over n output columns (SwiGLU: rows / 2 gate and
   // rows / 2 up rows): bn, cols and tiles_n; nothing else changes.
@@ -193,6 +198,18 @@ inline constexpr int kPersistentSlotBytes = 8192 + 16;
 inline constexpr bool persistent_tile_fits(int bn, int k, int n) {
   return bn % 8 == 0 && bn >= 8 && bn <= 64 && n % bn == 0 && k % (64 * (64 / bn)) == 0;
 }
+// A weight as the GEMMs read it: from its slot image in tiles of bn rows of one or two halves
+// (support/slot_image.hpp; the one-token layer's `wimg:`, every other GEMM's `timg:`), or, bn 0,
+// as it is (`tmap:`).
+struct WeightImage {
+  int bn = 0, halves = 1;
+  int half_rows() const { return bn / halves; }
+};
+// The rows of the boxes in which a GEMM takes `rows` consecutive rows of a weight half, starting
+// at a multiple of `rows`, from the image: `rows` where they lie in one tile or are whole tiles,
+// else their greatest common divisor with a tile's half (several boxes); 0 where that is not whole
+// 8-row swizzle repeats (the GEMM then needs the weight itself).
+int image_box_rows(const WeightImage& img, int rows);
 struct PersistentLayerTiling {
   int bq = 32, bo = 32, bg = 64, bd = 32, stages = 0, smem = 0;
   bool fits = false;  // the model's shapes divide into whole slots and tiles

@@ -301,13 +301,15 @@ void check_tensor_map_args(const ManifestFields& f, const json& programs, const 
         const std::string arg = args[k].get<std::string>();
         const std::string field = "programs.buckets[" + std::to_string(i) + "].launches[" +
                                   std::to_string(j) + "].args[" + std::to_string(k) + "]";
-        if (arg.rfind("wimg:", 0) == 0) {
+        if (arg.rfind("wimg:", 0) == 0 || arg.rfind("timg:", 0) == 0) {
           const WeightImageArg img = parse_weight_image_arg(arg, f.file() + ": " + field);
           const WeightTensor* w = a.find_tensor(img.weight);
           if (!w) f.refuse(field, arg + ": no weight tensor \"" + img.weight + "\"");
           if (w->dtype != DType::BF16 || w->shape.size() != 2)
             f.refuse(field, arg + ": a slot image is of a bf16 matrix");
-          const std::string why = slot_image_refusal(w->shape[0], w->shape[1], img.bn, img.halves);
+          std::string why = slot_image_refusal(w->shape[0], w->shape[1], img.bn, img.halves);
+          if (why.empty() && img.box_rows > 0)
+            why = slot_image_box_refusal(img.bn, img.halves, img.box_rows);
           if (!why.empty()) f.refuse(field, arg + ": " + why);
           continue;
         }
@@ -401,25 +403,36 @@ TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& whe
 }
 
 WeightImageArg parse_weight_image_arg(const std::string& arg, const std::string& where) {
+  const bool map = arg.rfind("timg:", 0) == 0;
   auto bad = [&](const std::string& what) -> void {
-    fail(where + ": " + arg + ": " + what + " (expected wimg:NAME:BN:HALVES)");
+    fail(where + ": " + arg + ": " + what +
+         (map ? " (expected timg:NAME:BN:HALVES:BOX)" : " (expected wimg:NAME:BN:HALVES)"));
   };
-  if (arg.rfind("wimg:", 0) != 0) bad("not a slot-image argument");
-  const std::size_t c2 = arg.rfind(':');
-  const std::size_t c1 =
-      c2 == std::string::npos || c2 <= 5 ? std::string::npos : arg.rfind(':', c2 - 1);
-  if (c1 == std::string::npos || c1 < 5) bad("too few fields");
+  if (!map && arg.rfind("wimg:", 0) != 0) bad("not a slot-image argument");
+  // The numbers are the last two (timg: three) fields; the name is what comes before them.
+  std::vector<std::string> numbers;
+  std::size_t end = arg.size();
+  for (int i = 0; i < (map ? 3 : 2); ++i) {
+    const std::size_t c = end <= 5 ? std::string::npos : arg.rfind(':', end - 1);
+    if (c == std::string::npos || c < 5) bad("too few fields");
+    numbers.insert(numbers.begin(), arg.substr(c + 1, end - c - 1));
+    end = c;
+  }
   WeightImageArg img;
-  img.weight = arg.substr(5, c1 - 5);
+  img.weight = arg.substr(5, end - 5);
   if (img.weight.empty()) bad("the weight names nothing");
-  const std::string bn = arg.substr(c1 + 1, c2 - c1 - 1), halves = arg.substr(c2 + 1);
-  for (const std::string* x : {&bn, &halves})
-    if (x->empty() || x->size() > 3 || x->find_first_not_of("0123456789") != std::string::npos)
-      bad("\"" + *x + "\" is not a positive integer");
-  img.bn = std::stoi(bn);
-  img.halves = std::stoi(halves);
-  if (img.bn <= 0 || img.halves <= 0) bad("sizes must be positive");
+  for (const std::string& x : numbers)
+    if (x.empty() || x.size() > 3 || x.find_first_not_of("0123456789") != std::string::npos)
+      bad("\"" + x + "\" is not a positive integer");
+  img.bn = std::stoi(numbers[0]);
+  img.halves = std::stoi(numbers[1]);
+  if (map) img.box_rows = std::stoi(numbers[2]);
+  if (img.bn <= 0 || img.halves <= 0 || (map && img.box_rows <= 0)) bad("sizes must be positive");
   return img;
+}
+
+std::string WeightImageArg::key() const {
+  return "wimg:" + weight + ":" + std::to_string(bn) + ":" + std::to_string(halves);
 }
 
 std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {

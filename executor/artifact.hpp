@@ -90,14 +90,19 @@ struct TensorMapArg {
 TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& where);
 
 // A `wimg:NAME:BN:HALVES` launch argument (docs/artifact.md, "Kernels"): the slot image of weight
-// NAME in tiles of BN rows, of one or two halves (support/slot_image.hpp).
+// NAME in tiles of BN rows, of one or two halves (support/slot_image.hpp); or a
+// `timg:NAME:BN:HALVES:BOX` one: the tensor map over that image read in boxes of BOX rows.
 struct WeightImageArg {
   std::string weight;
   int bn = 0, halves = 1;
+  int box_rows = 0;  // timg: only
+  // The image's own argument (`wimg:NAME:BN:HALVES`): the engine keeps one image per key.
+  std::string key() const;
 };
 
-// Parses `arg` (which starts with "wimg:"); throws telos::Error naming `where` when it is not a
-// name and two positive integers. What the weight allows is checked at load (Artifact::load).
+// Parses `arg` (which starts with "wimg:" or "timg:"); throws telos::Error naming `where` when it
+// is not a name and two (timg: three) positive integers. What the weight allows is checked at load
+// (Artifact::load).
 WeightImageArg parse_weight_image_arg(const std::string& arg, const std::string& where);
 
 class Artifact {

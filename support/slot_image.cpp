@@ -15,6 +15,15 @@ std::string slot_image_refusal(std::int64_t rows, std::int64_t cols, int bn, int
   return "";
 }
 
+std::string slot_image_box_refusal(int bn, int halves, int box) {
+  const int h = bn / halves;
+  if (box <= 0 || box % 8 != 0) return "box rows must be a positive multiple of 8";
+  if (box <= h ? h % box != 0 : box % h != 0 || box / h > 256)
+    return "box rows must divide a tile's " + std::to_string(h) +
+           " rows of a half or be at most 256 whole tiles of them";
+  return "";
+}
+
 void pack_slot_image(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, int bn,
                      int halves, std::int64_t tile_begin, std::int64_t tile_end,
                      std::uint16_t* out) {

@@ -19,6 +19,12 @@ namespace telos {
 // with two halves) from 8 to 64, whole tiles, and cols whole slots of 64 / bn K blocks.
 std::string slot_image_refusal(std::int64_t rows, std::int64_t cols, int bn, int halves);
 
+// Why a tensor map over such an image (docs/artifact.md, `timg:`: {64 columns, bn / halves rows,
+// half, K block, tile}, no swizzle) cannot have boxes of `box` rows of one half, or "": whole 8-row
+// swizzle repeats that lie in one tile (box divides bn / halves) or are whole tiles (a multiple of
+// it, at most 256 tiles).
+std::string slot_image_box_refusal(int bn, int halves, int box);
+
 // Writes rows tile_begin .. tile_end - 1 (tiles of the image, in order) of the image of `w` to
 // `out` ((tile_end - tile_begin) · bn · cols elements). The caller has checked slot_image_refusal.
 void pack_slot_image(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, int bn,

@@ -51,6 +51,55 @@ struct PrefillGemm {
       kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8 + 1024;
 };
 
+// Where a GEMM's weight rows come from, through its `w_map` argument (docs/artifact.md). W_BH = 0:
+// the 2D map of the [rows, K] weight with the 128-byte swizzle (`tmap:`), the second half's rows
+// (SwiGLU's up) from `half_rows` on. W_BH > 0: the 5D map over the weight's slot image (`timg:`;
+// support/slot_image.hpp), whose tiles hold W_BH rows of each half: {64 columns, W_BH rows, half,
+// K block, tile}, no swizzle, in boxes of W_BOX rows (W_BOX <= W_BH: W_BOX rows of one tile; else
+// W_BOX / W_BH whole tiles). The image keeps each row's 16-byte chunks where the 128-byte swizzle
+// puts them, so its bytes land in shared memory as the 2D map's box would have written them (dst
+// 1024-byte aligned, n a multiple of 8): the same wgmma operands, the same bits. Rows n .. n + ROWS
+// - 1 of half `half`, K block kb, to dst; the boxes complete_tx on `bar` (ROWS · 128 bytes either
+// way).
+template <unsigned ROWS, unsigned W_BH, unsigned W_BOX>
+__device__ __forceinline__ void load_weight_rows(unsigned dst, const TensorMap* map, unsigned bar,
+                                                 unsigned kb, unsigned n, unsigned half,
+                                                 unsigned half_rows) {
+  if constexpr (W_BH == 0) {
+    hexel::tma::load(dst, map, bar, kb * 64, half * half_rows + n);
+  } else {
+    static_assert(W_BOX % 8 == 0 && ROWS % W_BOX == 0 &&
+                      (W_BOX <= W_BH ? W_BH % W_BOX == 0 : W_BOX % W_BH == 0),
+                  "image boxes of whole 8-row swizzle repeats, within a tile or whole tiles");
+#pragma unroll
+    for (unsigned c = 0; c < ROWS / W_BOX; ++c) {
+      const unsigned r = n + c * W_BOX;
+      hexel::tma::load(dst + c * W_BOX * 128, map, bar, 0u, r % W_BH, half, kb, r / W_BH);
+    }
+  }
+}
+
+// The same, multicast to the cluster's CTAs in `mask` (gemm_small.cuh's weight slices).
+template <unsigned ROWS, unsigned W_BH, unsigned W_BOX>
+__device__ __forceinline__ void load_weight_rows_multicast(unsigned dst, const TensorMap* map,
+                                                           unsigned bar, unsigned short mask,
+                                                           unsigned kb, unsigned n, unsigned half,
+                                                           unsigned half_rows) {
+  if constexpr (W_BH == 0) {
+    hexel::tma::load_multicast(dst, map, bar, mask, kb * 64, half * half_rows + n);
+  } else {
+    static_assert(W_BOX % 8 == 0 && ROWS % W_BOX == 0 &&
+                      (W_BOX <= W_BH ? W_BH % W_BOX == 0 : W_BOX % W_BH == 0),
+                  "image boxes of whole 8-row swizzle repeats, within a tile or whole tiles");
+#pragma unroll
+    for (unsigned c = 0; c < ROWS / W_BOX; ++c) {
+      const unsigned r = n + c * W_BOX;
+      hexel::tma::load_multicast(dst + c * W_BOX * 128, map, bar, mask, 0, r % W_BH, half, kb,
+                                 r / W_BH);
+    }
+  }
+}
+
 // One output tile's main loop over K, the same code in the prefill and the small-M GEMM
 // (gemm_small.cuh), which is what makes their results bit-identical per row: for each 64-wide K
 // block, wait for its stage, accumulate its four k16 wgmma steps into d (from zero at the first),
@@ -178,8 +227,8 @@ __device__ __forceinline__ void st_shared_f32x2(unsigned addr, float a, float b)
 }
 
 // The whole kernel; the epilogue writes through `out_map`: a bf16 TMA store, or the residual's
-// f32 TMA reduction into x.
-template <int M, int N, int K, class Epi>
+// f32 TMA reduction into x. W_BH, W_BOX: the weight's source (load_weight_rows).
+template <int M, int N, int K, class Epi, unsigned W_BH = 0, unsigned W_BOX = 0>
 __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const TensorMap* w_map,
                                                   const TensorMap* out_map) {
   using G = PrefillGemm;
@@ -227,10 +276,12 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
           tma::load(a_stage(ring.index), a_map, bar, kb * G::kBlockK, tm * G::kBlockM);
           if constexpr (Epi::kSplitW) {
             constexpr unsigned half = G::kBlockN / 2;
-            tma::load(w_stage(ring.index), w_map, bar, kb * G::kBlockK, tn * half);
-            tma::load(w_stage(ring.index) + half * 128, w_map, bar, kb * G::kBlockK, N + tn * half);
+            load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index), w_map, bar, kb, tn * half, 0, N);
+            load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index) + half * 128, w_map, bar, kb,
+                                                tn * half, 1, N);
           } else {
-            tma::load(w_stage(ring.index), w_map, bar, kb * G::kBlockK, tn * G::kBlockN);
+            load_weight_rows<G::kBlockN, W_BH, W_BOX>(w_stage(ring.index), w_map, bar, kb,
+                                                      tn * G::kBlockN, 0, N);
           }
           ring.advance();
         }
@@ -311,29 +362,29 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
 }
 
 // y[m, n] = bf16((A · Wᵀ)[m, n]); y through a 64 x 64-box map of [M, N].
-template <int M, int N, int K>
+template <int M, int N, int K, unsigned W_BH = 0, unsigned W_BOX = 0>
 __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_bf16(const TensorMap* a_map, const TensorMap* w_map, const TensorMap* y_map) {
   pdl_entry();
-  prefill_gemm_body<M, N, K, EpilogueStoreBf16>(a_map, w_map, y_map);
+  prefill_gemm_body<M, N, K, EpilogueStoreBf16, W_BH, W_BOX>(a_map, w_map, y_map);
 }
 
 // x[m, n] += (A · Wᵀ)[m, n], x the f32 residual stream [M, N] through an f32 map with 64 x 32
 // boxes: the attention output and down projections.
-template <int M, int N, int K>
+template <int M, int N, int K, unsigned W_BH = 0, unsigned W_BOX = 0>
 __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_residual(const TensorMap* a_map, const TensorMap* w_map, const TensorMap* x_map) {
   pdl_entry();
-  prefill_gemm_body<M, N, K, EpilogueResidual>(a_map, w_map, x_map);
+  prefill_gemm_body<M, N, K, EpilogueResidual, W_BH, W_BOX>(a_map, w_map, x_map);
 }
 
 // act[m, j] = bf16(silu(g) · u), g = (A · Wᵀ)[m, j], u = (A · Wᵀ)[m, I + j], W = gate_up [2I, K]
 // (map with 128-row boxes), act through a 64 x 64-box map of [M, I].
-template <int M, int I, int K>
+template <int M, int I, int K, unsigned W_BH = 0, unsigned W_BOX = 0>
 __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_swiglu(const TensorMap* a_map, const TensorMap* w_map, const TensorMap* act_map) {
   pdl_entry();
-  prefill_gemm_body<M, I, K, EpilogueSwiGlu>(a_map, w_map, act_map);
+  prefill_gemm_body<M, I, K, EpilogueSwiGlu, W_BH, W_BOX>(a_map, w_map, act_map);
 }
 
 // The QKV projection's rows are packed in RoPE's pair order (docs/artifact.md, layout

@@ -161,9 +161,11 @@ __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsig
 // columns (SwiGLU: I, with W [2I, K]). `out` is bf16 [M, N] (StoreBf16, SwiGlu), the f32
 // residual stream x [M, N] (Residual) or f32 [M, N] (F32Cand, with the candidates in cand [M, N /
 // BN] where cand is not null). A is a_map's [M, K] bf16 rows, or with NORM the rows of RMSNorm(x)
-// with weights norm_w (x f32 [M, K]; a_map unused).
+// with weights norm_w (x f32 [M, K]; a_map unused). W_BH, W_BOX: where the weight rows come from,
+// the weight's 2D map or its slot image's (load_weight_rows, gemm_prefill.cuh); every kernel below
+// takes them last.
 template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM = false, float EPS = 0.f,
-          int CL = 1, int WG = 1, int KPS = 1>
+          int CL = 1, int WG = 1, int KPS = 1, unsigned W_BH = 0, unsigned W_BOX = 0>
 __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const float* x,
                                                 const float* norm_w, const TensorMap* w_map,
                                                 void* out, unsigned long long* cand = nullptr) {
@@ -243,16 +245,17 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
         if constexpr (CL > 1) {
           constexpr uint16_t kAll = (1u << CL) - 1u;
           const unsigned at = rank * kSliceRows;
-          tma::load_multicast(w_stage(s) + at * 128, w_map, bar, kAll, kb * G::kBlockK,
-                              tn * kOutCols + at);
+          load_weight_rows_multicast<kSliceRows, W_BH, W_BOX>(w_stage(s) + at * 128, w_map, bar,
+                                                              kAll, kb, tn * kOutCols + at, 0, N);
           if constexpr (kSplitW)
-            tma::load_multicast(w_stage(s) + (kOutCols + at) * 128, w_map, bar, kAll,
-                                kb * G::kBlockK, N + tn * kOutCols + at);
+            load_weight_rows_multicast<kSliceRows, W_BH, W_BOX>(
+                w_stage(s) + (kOutCols + at) * 128, w_map, bar, kAll, kb, tn * kOutCols + at, 1, N);
         } else if constexpr (kSplitW) {
-          tma::load(w_stage(s), w_map, bar, kb * G::kBlockK, tn * kOutCols);
-          tma::load(w_stage(s) + kOutCols * 128, w_map, bar, kb * G::kBlockK, N + tn * kOutCols);
+          load_weight_rows<kOutCols, W_BH, W_BOX>(w_stage(s), w_map, bar, kb, tn * kOutCols, 0, N);
+          load_weight_rows<kOutCols, W_BH, W_BOX>(w_stage(s) + kOutCols * 128, w_map, bar, kb,
+                                                  tn * kOutCols, 1, N);
         } else {
-          tma::load(w_stage(s), w_map, bar, kb * G::kBlockK, tn * BN);
+          load_weight_rows<BN, W_BH, W_BOX>(w_stage(s), w_map, bar, kb, tn * BN, 0, N);
         }
       };
       auto load_a = [&](unsigned s, unsigned kb) {
@@ -353,30 +356,31 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
 // y[m, n] = bf16((A · Wᵀ)[m, n]): the QKV projection (then qkv_rope_append_rows, as in prefill).
 // A map: [M, K], 64 x 64 boxes; W map: [N, K], BN x 64 boxes.
 // KPS: K blocks a stage (small_gemm_body).
-template <int M, int N, int K, int BN, int STAGES, int KPS = 1>
+template <int M, int N, int K, int BN, int STAGES, int KPS = 1, unsigned W_BH = 0, unsigned W_BOX = 0>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_bf16(const TensorMap* a_map, const TensorMap* w_map, bf16* y) {
   hexel::launch_dependents();  // the wait is in the body (after the first weight loads)
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, false, 0.f, 1, 1, KPS>(a_map, nullptr,
-                                                                                  nullptr, w_map, y);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, false, 0.f, 1, 1, KPS, W_BH, W_BOX>(
+      a_map, nullptr, nullptr, w_map, y);
 }
 
 // x[m, n] += (A · Wᵀ)[m, n], x the f32 residual stream: the attention output and down projections.
-template <int M, int N, int K, int BN, int STAGES, int KPS = 1>
+template <int M, int N, int K, int BN, int STAGES, int KPS = 1, unsigned W_BH = 0, unsigned W_BOX = 0>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_residual(const TensorMap* a_map, const TensorMap* w_map, float* x) {
   hexel::launch_dependents();  // the wait is in the body
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual, false, 0.f, 1, 1, KPS>(a_map, nullptr,
-                                                                                 nullptr, w_map, x);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual, false, 0.f, 1, 1, KPS, W_BH, W_BOX>(
+      a_map, nullptr, nullptr, w_map, x);
 }
 
 // act[m, j] = bf16(silu(g) · u), g = (A · Wᵀ)[m, j], u = (A · Wᵀ)[m, I + j], W = gate_up [2I, K]
 // (map with BN / 2-row boxes).
-template <int M, int I, int K, int BN, int STAGES>
+template <int M, int I, int K, int BN, int STAGES, int KPS = 1, unsigned W_BH = 0, unsigned W_BOX = 0>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_swiglu(const TensorMap* a_map, const TensorMap* w_map, bf16* act) {
   hexel::launch_dependents();  // the wait is in the body
-  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu>(a_map, nullptr, nullptr, w_map, act);
+  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, false, 0.f, 1, 1, KPS, W_BH, W_BOX>(
+      a_map, nullptr, nullptr, w_map, act);
 }
 
 // y[m, n] = (A · Wᵀ)[m, n] in f32: the LM head's logits, on the wgmma chain and TMA ring of the
@@ -394,28 +398,31 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
 // The same four kernels on clusters of CL consecutive M tiles sharing each weight tile by multicast
 // (small_gemm_body; grid.x a multiple of CL), and with WG = 2 on 128-row M tiles of two consumer
 // warpgroups (128 · WG + 32 threads): the same arguments, the same bits.
-template <int M, int N, int K, int BN, int STAGES, int CL, int WG = 1>
+template <int M, int N, int K, int BN, int STAGES, int CL, int WG = 1, unsigned W_BH = 0,
+          unsigned W_BOX = 0>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(small_gemm_threads(WG))
     gemm_small_bf16_cl(const TensorMap* a_map, const TensorMap* w_map, bf16* y) {
   hexel::launch_dependents();
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, false, 0.f, CL, WG>(a_map, nullptr,
-                                                                                nullptr, w_map, y);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, false, 0.f, CL, WG, 1, W_BH, W_BOX>(
+      a_map, nullptr, nullptr, w_map, y);
 }
 
-template <int M, int N, int K, int BN, int STAGES, int CL, int WG = 1>
+template <int M, int N, int K, int BN, int STAGES, int CL, int WG = 1, unsigned W_BH = 0,
+          unsigned W_BOX = 0>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(small_gemm_threads(WG))
     gemm_small_residual_cl(const TensorMap* a_map, const TensorMap* w_map, float* x) {
   hexel::launch_dependents();
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual, false, 0.f, CL, WG>(a_map, nullptr,
-                                                                               nullptr, w_map, x);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual, false, 0.f, CL, WG, 1, W_BH, W_BOX>(
+      a_map, nullptr, nullptr, w_map, x);
 }
 
-template <int M, int I, int K, int BN, int STAGES, int CL, int WG = 1>
+template <int M, int I, int K, int BN, int STAGES, int CL, int WG = 1, unsigned W_BH = 0,
+          unsigned W_BOX = 0>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(small_gemm_threads(WG))
     gemm_small_swiglu_cl(const TensorMap* a_map, const TensorMap* w_map, bf16* act) {
   hexel::launch_dependents();
-  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, false, 0.f, CL, WG>(a_map, nullptr,
-                                                                             nullptr, w_map, act);
+  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, false, 0.f, CL, WG, 1, W_BH, W_BOX>(
+      a_map, nullptr, nullptr, w_map, act);
 }
 
 template <int M, int N, int K, int BN, int STAGES, int CL, int WG = 1>
@@ -429,18 +436,20 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(small_gemm_threads(
 
 // The QKV and gate/up projections with the norm that feeds them (decode, up to 8 tokens):
 // A = RMSNorm(x) with weights norm_w, computed in the kernel (see the norm prologue above).
-template <int M, int N, int K, int BN, int STAGES, float EPS>
+template <int M, int N, int K, int BN, int STAGES, float EPS, unsigned W_BH = 0, unsigned W_BOX = 0>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_norm_bf16(const float* x, const float* norm_w, const TensorMap* w_map, bf16* y) {
   hexel::launch_dependents();  // the wait is in the body
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, true, EPS>(nullptr, x, norm_w, w_map, y);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, true, EPS, 1, 1, 1, W_BH, W_BOX>(
+      nullptr, x, norm_w, w_map, y);
 }
 
-template <int M, int I, int K, int BN, int STAGES, float EPS>
+template <int M, int I, int K, int BN, int STAGES, float EPS, unsigned W_BH = 0, unsigned W_BOX = 0>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_norm_swiglu(const float* x, const float* norm_w, const TensorMap* w_map, bf16* act) {
   hexel::launch_dependents();  // the wait is in the body
-  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, true, EPS>(nullptr, x, norm_w, w_map, act);
+  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, true, EPS, 1, 1, 1, W_BH, W_BOX>(
+      nullptr, x, norm_w, w_map, act);
 }
 
 // The QKV projection of a one-token decode bucket in one launch: the norm prologue, the
@@ -454,7 +463,7 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
 // EPS is the model's RMSNorm epsilon, for the input norm and the QK norm alike; the template
 // arguments after D are qkv_rope_append_rows's after its D.
 template <int M, int K, int BN, int STAGES, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE,
-          int MAXP, long long PAGE_ELEMS, class Rope>
+          int MAXP, long long PAGE_ELEMS, class Rope, unsigned W_BH = 0, unsigned W_BOX = 0>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_norm_qkv(const float* x, const float* norm_w, const TensorMap* w_map, bf16* qkv, const float* bias,
                         const float* q_norm, const float* k_norm, const int* positions, const int* token_seq,
@@ -462,7 +471,8 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
   constexpr int NH = HQ + 2 * HKV, N = NH * D;
   static_assert(D % BN == 0 && D <= 128, "a weight tile lies inside one head; a thread per element");
   hexel::launch_dependents();  // the wait is in the body
-  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, true, EPS>(nullptr, x, norm_w, w_map, qkv);
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, true, EPS, 1, 1, 1, W_BH, W_BOX>(
+      nullptr, x, norm_w, w_map, qkv);
   if (hexel::warp_index() == 4) return;  // the producer warp
   __shared__ float head_v[D];
   __shared__ float scratch[4];

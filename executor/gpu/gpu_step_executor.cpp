@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <ostream>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -54,6 +55,35 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
+// The tensor map of a `timg:` argument (docs/artifact.md) over the slot image at `image` of a
+// [rows, cols] bf16 weight: {64 columns, a tile's rows of a half, half, K block, tile}, strides of
+// a row (128 bytes), a half's rows, a K block's tile rows and a tile's K blocks, no swizzle (the
+// image holds its rows swizzled already); boxes of box_rows rows of one tile (box_rows ≤ a half's
+// tile rows) or of box_rows / those rows whole tiles.
+hexel::TensorMap encode_image_map(const void* image, std::int64_t rows, std::int64_t cols,
+                                  const WeightImageArg& img) {
+  const auto h = static_cast<std::uint64_t>(img.bn / img.halves);
+  const auto bn = static_cast<std::uint64_t>(img.bn);
+  const auto k_blocks = static_cast<std::uint64_t>(cols / 64);
+  hexel::TensorMapSpec m;
+  m.dtype = hexel::TmaDtype::BF16;
+  m.base = image;
+  m.swizzle = hexel::Swizzle::None;
+  m.rank = 5;
+  const std::uint64_t dims[5] = {64, h, static_cast<std::uint64_t>(img.halves), k_blocks,
+                                 static_cast<std::uint64_t>(rows) / bn};
+  const std::uint64_t strides[4] = {128, h * 128, bn * 128, k_blocks * bn * 128};
+  const auto box = static_cast<std::uint64_t>(img.box_rows);
+  const std::uint32_t boxes[5] = {64, static_cast<std::uint32_t>(box <= h ? box : h), 1, 1,
+                                  static_cast<std::uint32_t>(box <= h ? 1 : box / h)};
+  for (int i = 0; i < 5; ++i) {
+    m.dims[i] = dims[i];
+    m.box[i] = boxes[i];
+  }
+  for (int i = 0; i < 4; ++i) m.strides_bytes[i] = strides[i];
+  return hexel::encode_tiled(m);
+}
+
 int json_int(const nlohmann::json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || !j.at(key).is_number_integer())
     fail("manifest.json: " + where + "." + key + ": expected an integer");
@@ -81,7 +111,10 @@ struct GpuStepExecutor::State {
   int vocab = 0, page_size = 0, kv_pages = 0;
   std::int64_t bytes_per_page = 0, layer_bytes = 0;
   std::int64_t weight_bytes = 0, kv_bytes = 0, arena_bytes = 0;
-  std::int64_t image_bytes = 0;  // the `wimg:` arguments' slot images, after the weights
+  std::int64_t image_bytes = 0;  // the slot images (`wimg:`, `timg:`), after the weights
+  // Weights on the device as they are: those a `w:` or `tmap:w:` argument names. A weight that is
+  // only read from its slot image has no other copy there.
+  std::set<std::string> plain_weights;
   std::int64_t graph_bytes = 0;  // device memory the graphs took (cudaMemGetInfo around capture)
   std::int64_t total_bytes = 0;  // device memory this executor took (context aside)
 
@@ -95,14 +128,14 @@ struct GpuStepExecutor::State {
   std::vector<std::string> kernel_instances;
   std::vector<dim3> blocks;
   std::vector<unsigned> dynamic_smem;
-  // TMA tensor maps of the `tmap:` arguments, encoded once (weights and arena never move) and
-  // kept in device memory, 128 bytes each; `tmap_index` maps an argument to its slot.
+  // TMA tensor maps of the `tmap:` and `timg:` arguments, encoded once (weights and arena never
+  // move) and kept in device memory, 128 bytes each; `tmap_index` maps an argument to its slot.
   hexel::TensorMap* tmaps = nullptr;
   std::map<std::string, std::size_t> tmap_index;
   char* base = nullptr;
   std::map<std::string, char*> weights, arena;
-  // Slot images (docs/artifact.md, `wimg:`): the argument, its parse and its device copy, built
-  // from the weight's bytes while they are uploaded.
+  // Slot images (docs/artifact.md, `wimg:`, `timg:`) by their `wimg:` argument (key()): its parse
+  // and its device copy, built from the weight's bytes while they are uploaded.
   struct Image {
     WeightImageArg arg;
     std::int64_t bytes = 0;  // its place beside the weights (the weight's bytes, 256-aligned)
@@ -208,7 +241,7 @@ struct GpuStepExecutor::State {
       return it->second;
     }
     if (arg.rfind("kv:", 0) == 0) return kv + std::stoll(field("kv:")) * layer_bytes;
-    if (arg.rfind("tmap:", 0) == 0) return tmaps + tmap_index.at(arg);
+    if (arg.rfind("tmap:", 0) == 0 || arg.rfind("timg:", 0) == 0) return tmaps + tmap_index.at(arg);
     if (arg.rfind("wimg:", 0) == 0) return images.at(arg).dev;
     const std::map<std::string, std::int64_t> fields = {
         {"tokens", desc.off_tokens},
@@ -425,7 +458,8 @@ struct GpuStepExecutor::State {
       };
       char* p = base;
       for (const auto& t : a.tensors()) {
-        weights[t.name] = p;
+        const bool plain = plain_weights.count(t.name) > 0;
+        if (plain) weights[t.name] = p;
         // Its slot images first, a run of whole tiles a staging buffer, while its pages are mapped.
         for (auto& [arg, img] : images) {
           if (img.arg.weight != t.name) continue;
@@ -441,7 +475,7 @@ struct GpuStepExecutor::State {
             sent(img.dev + static_cast<std::size_t>(t0) * tile_bytes, n, arg);
           }
         }
-        for (std::size_t off = 0; off < t.bytes;) {
+        for (std::size_t off = 0; plain && off < t.bytes;) {
           // What fits in the current buffer, or a whole one once it is full.
           const std::size_t fit = used < kStagingBytes ? kStagingBytes - used : kStagingBytes;
           const std::size_t n = std::min(t.bytes - off, fit);
@@ -451,7 +485,8 @@ struct GpuStepExecutor::State {
           a.release_weight_pages(t, off, n);
           off += n;
         }
-        p += align_up(static_cast<std::int64_t>(t.bytes), 256);
+        if (!plain) a.release_weight_pages(t, 0, t.bytes);
+        if (plain) p += align_up(static_cast<std::int64_t>(t.bytes), 256);
       }
       check(cudaStreamSynchronize(stream), "weight upload");
       const double secs = seconds_since(started);
@@ -521,7 +556,26 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   s.bytes_per_page = a.kv_cache().bytes_per_page;
   s.layer_bytes = s.bytes_per_page / a.kv_cache().num_layers;
 
-  for (const auto& t : a.tensors()) s.weight_bytes += align_up(static_cast<std::int64_t>(t.bytes), 256);
+  // Weights the launches read as they are, and slot images (the loader checked each wimg: and
+  // timg: argument against its weight), one image per key, after the weights.
+  for (const auto& bj : programs.at("buckets"))
+    for (const auto& lj : bj.at("launches"))
+      for (const auto& arg_j : lj.at("args")) {
+        const std::string arg = arg_j.get<std::string>();
+        if (arg.rfind("w:", 0) == 0) s.plain_weights.insert(arg.substr(2));
+        if (arg.rfind("tmap:w:", 0) == 0)
+          s.plain_weights.insert(parse_tensor_map_arg(arg, "manifest.json: programs").target.substr(2));
+        if (arg.rfind("wimg:", 0) != 0 && arg.rfind("timg:", 0) != 0) continue;
+        State::Image img;
+        img.arg = parse_weight_image_arg(arg, "manifest.json: programs");
+        if (s.images.count(img.arg.key())) continue;
+        img.arg.box_rows = 0;
+        img.bytes = align_up(static_cast<std::int64_t>(a.find_tensor(img.arg.weight)->bytes), 256);
+        s.image_bytes += img.bytes;
+        s.images[img.arg.key()] = img;
+      }
+  for (const auto& t : a.tensors())
+    if (s.plain_weights.count(t.name)) s.weight_bytes += align_up(static_cast<std::int64_t>(t.bytes), 256);
   for (const auto& buf : programs.at("arena"))
     s.arena_bytes += align_up(buf.at("bytes").get<std::int64_t>(), 256);
   // The pool size is known below; the layout does not depend on it.
@@ -529,19 +583,6 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
       json_int(d, "max_tokens", "programs.descriptor"), json_int(d, "max_sample_rows", "programs.descriptor"),
       json_int(d, "max_batch", "programs.descriptor"), json_int(d, "max_pages_per_seq", "programs.descriptor"),
       s.page_size, s.vocab, 0);
-
-  // Slot images (the loader checked each wimg: argument against its weight), after the weights.
-  for (const auto& bj : programs.at("buckets"))
-    for (const auto& lj : bj.at("launches"))
-      for (const auto& arg_j : lj.at("args")) {
-        const std::string arg = arg_j.get<std::string>();
-        if (arg.rfind("wimg:", 0) != 0 || s.images.count(arg)) continue;
-        State::Image img;
-        img.arg = parse_weight_image_arg(arg, "manifest.json: programs");
-        img.bytes = align_up(static_cast<std::int64_t>(a.find_tensor(img.arg.weight)->bytes), 256);
-        s.image_bytes += img.bytes;
-        s.images[arg] = img;
-      }
 
   // Beside the arena: the step descriptors, one per step parity.
   const std::int64_t fixed = s.weight_bytes + s.image_bytes + s.arena_bytes + 2 * s.desc.bytes;
@@ -599,7 +640,19 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     for (const auto& lj : bj.at("launches"))
       for (const auto& arg_j : lj.at("args")) {
         const std::string arg = arg_j.get<std::string>();
-        if (arg.rfind("tmap:", 0) != 0 || s.tmap_index.count(arg)) continue;
+        if (s.tmap_index.count(arg)) continue;
+        if (arg.rfind("timg:", 0) == 0) {
+          const WeightImageArg img = parse_weight_image_arg(arg, "manifest.json: programs");
+          const WeightTensor& w = *a.find_tensor(img.weight);
+          try {
+            maps.push_back(encode_image_map(s.images.at(img.key()).dev, w.shape[0], w.shape[1], img));
+          } catch (const std::runtime_error& e) {
+            fail("gpu engine: argument " + arg + ": " + e.what());
+          }
+          s.tmap_index[arg] = maps.size() - 1;
+          continue;
+        }
+        if (arg.rfind("tmap:", 0) != 0) continue;
         const TensorMapArg t = parse_tensor_map_arg(arg, "manifest.json: programs");
         try {
           if (t.target.rfind("kv:", 0) == 0) {
@@ -863,9 +916,11 @@ StepProfile GpuStepExecutor::profile_step(int reps) {
 std::string GpuStepExecutor::memory_report() const {
   const State& s = *s_;
   std::ostringstream o;
-  o << "weights " << s.weight_bytes << " B\n"
+  const std::size_t only_images = s.art->tensors().size() - s.plain_weights.size();
+  o << "weights " << s.weight_bytes << " B (" << s.plain_weights.size() << " tensors; "
+    << only_images << " more only as slot images)\n"
     << "slot images " << s.image_bytes << " B (" << s.images.size()
-    << " weights streamed by the one-token layer's bulk copies, docs/artifact.md)\n"
+    << " weights in the layout of the one-token layer's bulk copies, docs/artifact.md)\n"
     << "kv pool " << s.kv_bytes << " B (" << s.kv_pages << " pages, "
     << static_cast<std::int64_t>(s.kv_pages) * s.page_size << " tokens)\n"
     << "activation arena " << s.arena_bytes << " B\n"

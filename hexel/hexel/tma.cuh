@@ -88,6 +88,19 @@ HEXEL_DEVICE void load_multicast(uint32_t dst, const TensorMap* map, uint32_t ba
       : "memory");
 }
 
+// The same for a 5D box (a weight's slot image, codegen/kernels/gemm_prefill.cuh's
+// load_weight_rows). PTX: cp.async.bulk.tensor (.5d, .multicast::cluster).
+HEXEL_DEVICE void load_multicast(uint32_t dst, const TensorMap* map, uint32_t bar,
+                                 uint16_t cta_mask, int32_t c0, int32_t c1, int32_t c2,
+                                 int32_t c3, int32_t c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
+      "cluster"
+      " [%0], [%1, {%4, %5, %6, %7, %8}], [%2], %3;" ::"r"(dst),
+      "l"(map_addr(map)), "r"(bar), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
+
 // Tiled store of one box from shared memory at `src`; joins the current bulk group.
 // PTX: cp.async.bulk.tensor (global.shared::cta, .bulk_group).
 template <class... Coord>

@@ -161,14 +161,17 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
 
   // Prefill at 128 tokens runs qkv, o, gate/up and down on the wgmma + TMA GEMM, operands as
   // tensor maps, the QKV epilogue as its own kernel; prefill at 64 and decode run the small-M
-  // GEMM (the same wgmma chain per element) with the same launch sequence.
+  // GEMM (the same wgmma chain per element) with the same launch sequence. The layer weights come
+  // from the one-token layer's slot images (`timg:`, in its tiles: qkv and o 32 rows, gate/up 32 +
+  // 32, down 16), the weights' only copy: the prefill GEMM's 256 rows (SwiGLU: 128 of each half)
+  // are whole tiles of them, one box a stage.
   auto instance_of = [&](const nlohmann::ordered_json& launch) {
     return k.kernels[launch.at("kernel").get<int>()].at("instance").get<std::string>();
   };
   const auto& p128 = buckets[4].at("launches");
-  EXPECT_EQ(instance_of(p128[2]), "telos_kernels::gemm_prefill_bf16<128, 256, 128>");
+  EXPECT_EQ(instance_of(p128[2]), "telos_kernels::gemm_prefill_bf16<128, 256, 128, 32, 256>");
   EXPECT_EQ(p128[2].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
-                                                        "tmap:w:layers.0.qkv:256:128:256:64",
+                                                        "timg:layers.0.qkv:32:1:256",
                                                         "tmap:buf:qkv:128:256:64:64"}));
   EXPECT_EQ(instance_of(p128[3]).rfind("telos_kernels::qkv_rope_append_rows<4, 2, 32, ", 0), 0u);
   EXPECT_EQ(p128[3].at("grid"), nlohmann::ordered_json({8, 128, 1}));
@@ -180,33 +183,35 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(instance_of(p128[4]).substr(instance_of(p128[4]).size() - 20), ", 8, false, true, 4>");
   // One partial slot: max_seq_len 256 is one split.
   EXPECT_EQ(p128[4].at("grid"), nlohmann::ordered_json({128 / 8, 2, 1}));
-  EXPECT_EQ(instance_of(p128[6]), "telos_kernels::gemm_prefill_residual<128, 128, 128>");
+  EXPECT_EQ(instance_of(p128[6]), "telos_kernels::gemm_prefill_residual<128, 128, 128, 32, 256>");
   EXPECT_EQ(p128[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
-                                                "tmap:w:layers.0.o:128:128:256:64",
+                                                "timg:layers.0.o:32:1:256",
                                                 "tmap:buf:x:128:128:64:32"}));
   EXPECT_EQ(p128[6].at("grid"), nlohmann::ordered_json({1, 1, 1}));
-  EXPECT_EQ(instance_of(p128[8]), "telos_kernels::gemm_prefill_swiglu<128, 256, 128>");
+  EXPECT_EQ(instance_of(p128[8]), "telos_kernels::gemm_prefill_swiglu<128, 256, 128, 32, 128>");
   EXPECT_EQ(p128[8].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
-                                                "tmap:w:layers.0.gate_up:512:128:128:64",
+                                                "timg:layers.0.gate_up:64:2:128",
                                                 "tmap:buf:act:128:256:64:64"}));
   EXPECT_EQ(p128[8].at("grid"), nlohmann::ordered_json({2, 1, 1}));
-  EXPECT_EQ(instance_of(p128[9]), "telos_kernels::gemm_prefill_residual<128, 128, 256>");
+  EXPECT_EQ(instance_of(p128[9]), "telos_kernels::gemm_prefill_residual<128, 128, 256, 16, 256>");
+  EXPECT_EQ(p128[9].at("args")[1], "timg:layers.0.down:16:1:256");
   // Prefill 64: one 64-token tile, 32 weight rows per CTA (SwiGLU: 32 gate and 32 up rows), the
-  // weights through maps of 32-row boxes, bf16 outputs through plain pointers.
+  // weights through image maps of 32-row boxes (down: 16-row tiles, two boxes), bf16 outputs
+  // through plain pointers.
   const auto& p64 = buckets[5].at("launches");
-  EXPECT_EQ(instance_of(p64[2]), "telos_kernels::gemm_small_bf16<64, 256, 128, 32, 2>");
+  EXPECT_EQ(instance_of(p64[2]), "telos_kernels::gemm_small_bf16<64, 256, 128, 32, 2, 1, 32, 32>");
   EXPECT_EQ(p64[2].at("args"), nlohmann::ordered_json({"tmap:buf:h:64:128:64:64",
-                                                       "tmap:w:layers.0.qkv:256:128:32:64", "buf:qkv"}));
+                                                       "timg:layers.0.qkv:32:1:32", "buf:qkv"}));
   EXPECT_EQ(p64[2].at("grid"), nlohmann::ordered_json({1, 8, 1}));
   EXPECT_EQ(instance_of(p64[3]), instance_of(p128[3]));
-  EXPECT_EQ(instance_of(p64[6]), "telos_kernels::gemm_small_residual<64, 128, 128, 32, 2>");
+  EXPECT_EQ(instance_of(p64[6]), "telos_kernels::gemm_small_residual<64, 128, 128, 32, 2, 1, 32, 32>");
   EXPECT_EQ(p64[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:64:128:64:64",
-                                                       "tmap:w:layers.0.o:128:128:32:64", "buf:x"}));
-  EXPECT_EQ(instance_of(p64[8]), "telos_kernels::gemm_small_swiglu<64, 256, 128, 64, 2>");
+                                                       "timg:layers.0.o:32:1:32", "buf:x"}));
+  EXPECT_EQ(instance_of(p64[8]), "telos_kernels::gemm_small_swiglu<64, 256, 128, 64, 2, 1, 32, 32>");
   EXPECT_EQ(p64[8].at("args"), nlohmann::ordered_json({"tmap:buf:h:64:128:64:64",
-                                                       "tmap:w:layers.0.gate_up:512:128:32:64", "buf:act"}));
+                                                       "timg:layers.0.gate_up:64:2:32", "buf:act"}));
   EXPECT_EQ(p64[8].at("grid"), nlohmann::ordered_json({1, 8, 1}));
-  EXPECT_EQ(instance_of(p64[9]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 2, 2>");
+  EXPECT_EQ(instance_of(p64[9]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 2, 2, 16, 32>");
   // Decode at 8 tokens: the norms fold into the QKV and gate/up GEMMs (A = RMSNorm(x) in the
   // kernel, no rmsnorm launch, the stages hold weights only); the o projection's activations come
   // in boxes of the bucket's 8 rows, not 64 (the kernel expects that many bytes per stage).
@@ -214,7 +219,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   ASSERT_EQ(d8.size(), 1u + 7u * 2u + 3u);  // embed, 7 a layer, final norm, LM head, sample
   EXPECT_EQ(instance_of(d8[1]).rfind("telos_kernels::gemm_small_norm_bf16<8, 256, 128, 32, ", 0), 0u);
   EXPECT_EQ(d8[1].at("args"), nlohmann::ordered_json({"buf:x", "w:layers.0.attn_norm",
-                                                      "tmap:w:layers.0.qkv:256:128:32:64", "buf:qkv"}));
+                                                      "timg:layers.0.qkv:32:1:32", "buf:qkv"}));
   EXPECT_EQ(instance_of(d8[2]), instance_of(p128[3]));
   // One token a block, the next chunk's loads ahead (8 rows: kAttnSplitAheadMaxRows), the split's
   // page ids loaded when it starts.
@@ -286,7 +291,14 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
                                                                           : "32";
     EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n" + n + "k16.f32.bf16.bf16"), std::string::npos)
         << instance;
-    EXPECT_NE(body.find("cp.async.bulk.tensor.2d.shared::cluster.global"), std::string::npos) << instance;
+    // Weights by tensor copies: the LM head's through the embedding's 2D map, the layer weights'
+    // through their slot images' 5D maps (`timg:`; the tiny models' one-token layer streams every
+    // layer weight from its image).
+    const bool lm_head = instance.find("f32cand") != std::string::npos;
+    EXPECT_NE(body.find(lm_head ? "cp.async.bulk.tensor.2d.shared::cluster.global"
+                                : "cp.async.bulk.tensor.5d.shared::cluster.global"),
+              std::string::npos)
+        << instance;
     // The folded norm reads x with plain loads and writes A to shared memory itself.
     if (instance.rfind("telos_kernels::gemm_small_norm", 0) == 0) {
       EXPECT_NE(body.find("ld.global.v4.f32"), std::string::npos) << instance;
@@ -423,6 +435,42 @@ TEST(Codegen, OneCopyOfTheWeightsWithoutSlotImages) {
   EXPECT_TRUE(without.ends_with(", 0>"));
   for (int i = 0; i < 4; ++i)
     EXPECT_TRUE(without_args[static_cast<std::size_t>(i)].starts_with("tmap:w:layers.0."));
+}
+
+// With slot images every GEMM of every bucket reads the layer weights from them (`timg:`), so no
+// argument names those weights themselves and the engine keeps no second copy; without, none
+// names an image.
+TEST(Codegen, LayerWeightsHaveOneCopyEitherWay) {
+  auto args_of = [](const CodegenInput& in) {
+    std::set<std::string> kinds;
+    const KernelPlan plan = plan_kernels(in);
+    for (const BucketProgram& b : plan.buckets)
+      for (const Launch& l : b.launches)
+        for (const std::string& a : l.args) {
+          for (const char* w : {"qkv:", "o:", "gate_up:", "down:"})
+            if (a.find("layers.0." + std::string(w)) != std::string::npos) kinds.insert(a.substr(0, 5));
+        }
+    return kinds;
+  };
+  CodegenInput in = tiny("llama");
+  in.prefill_buckets = {16, 64, 128, 256};
+  EXPECT_EQ(args_of(in), (std::set<std::string>{"timg:", "wimg:"}));
+  in.decode_weight_images = false;
+  EXPECT_EQ(args_of(in), (std::set<std::string>{"tmap:"}));
+}
+
+// The boxes through which a GEMM reads its weight rows from a slot image: the rows where they lie
+// in one tile or make whole tiles, else their greatest common divisor with a tile's half, and none
+// where that is not whole 8-row swizzle repeats.
+TEST(Codegen, ImageBoxRows) {
+  EXPECT_EQ(image_box_rows({32, 1}, 256), 256);  // 8 tiles
+  EXPECT_EQ(image_box_rows({32, 1}, 16), 16);    // half a tile
+  EXPECT_EQ(image_box_rows({48, 1}, 256), 16);   // the 8B's qkv in the prefill GEMM: 16 boxes
+  EXPECT_EQ(image_box_rows({48, 1}, 48), 48);
+  EXPECT_EQ(image_box_rows({64, 2}, 128), 128);  // gate/up: 32 + 32-row tiles, 4 of a half
+  EXPECT_EQ(image_box_rows({40, 1}, 64), 8);
+  EXPECT_EQ(image_box_rows({24, 1}, 20), 0);     // gcd 4
+  EXPECT_EQ(image_box_rows({}, 64), 0);          // no image
 }
 
 // The small-M GEMM covers the GPU at Llama-3.1-8B shapes, and its stage ring fills the shared
