@@ -24,6 +24,25 @@ std::string slot_image_box_refusal(int bn, int halves, int box) {
   return "";
 }
 
+SlotImageMapView slot_image_map_view(std::int64_t rows, std::int64_t cols, int bn, int halves,
+                                     int box_rows) {
+  const auto h = static_cast<std::uint64_t>(bn / halves), b = static_cast<std::uint64_t>(bn);
+  const auto k_blocks = static_cast<std::uint64_t>(cols / 64);
+  const auto box = static_cast<std::uint64_t>(box_rows);
+  SlotImageMapView v;
+  // A row's 64 columns, a half's rows of a tile's block, the halves, a tile's K blocks, the tiles.
+  const std::uint64_t dims[5] = {64, h, static_cast<std::uint64_t>(halves), k_blocks,
+                                 static_cast<std::uint64_t>(rows) / b};
+  const std::uint64_t strides[4] = {128, h * 128, b * 128, k_blocks * b * 128};
+  const std::uint64_t boxes[5] = {64, box <= h ? box : h, 1, 1, box <= h ? 1 : box / h};
+  for (int i = 0; i < 5; ++i) {
+    v.dims[i] = dims[i];
+    v.box[i] = static_cast<std::uint32_t>(boxes[i]);
+  }
+  for (int i = 0; i < 4; ++i) v.strides_bytes[i] = strides[i];
+  return v;
+}
+
 void pack_slot_image(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, int bn,
                      int halves, std::int64_t tile_begin, std::int64_t tile_end,
                      std::uint16_t* out) {

@@ -25,6 +25,18 @@ std::string slot_image_refusal(std::int64_t rows, std::int64_t cols, int bn, int
 // it, at most 256 tiles).
 std::string slot_image_box_refusal(int bn, int halves, int box);
 
+// That tensor map's view of the image of a [rows, cols] weight, as cuTensorMapEncodeTiled takes it
+// (innermost dimension first): dims in elements, the byte strides of dimensions 1 to 4, the box.
+// A GEMM reads rows n .. n + box_rows - 1 of half h, K block kb, at coordinates (0, n % (bn /
+// halves), h, kb, n / (bn / halves)) (codegen/kernels/gemm_prefill.cuh, load_weight_rows).
+struct SlotImageMapView {
+  std::uint64_t dims[5] = {};
+  std::uint64_t strides_bytes[4] = {};
+  std::uint32_t box[5] = {};
+};
+SlotImageMapView slot_image_map_view(std::int64_t rows, std::int64_t cols, int bn, int halves,
+                                     int box_rows);
+
 // Writes rows tile_begin .. tile_end - 1 (tiles of the image, in order) of the image of `w` to
 // `out` ((tile_end - tile_begin) · bn · cols elements). The caller has checked slot_image_refusal.
 void pack_slot_image(const std::uint16_t* w, std::int64_t rows, std::int64_t cols, int bn,

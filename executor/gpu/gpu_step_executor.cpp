@@ -56,31 +56,21 @@ std::string read_file(const std::string& path) {
 }
 
 // The tensor map of a `timg:` argument (docs/artifact.md) over the slot image at `image` of a
-// [rows, cols] bf16 weight: {64 columns, a tile's rows of a half, half, K block, tile}, strides of
-// a row (128 bytes), a half's rows, a K block's tile rows and a tile's K blocks, no swizzle (the
-// image holds its rows swizzled already); boxes of box_rows rows of one tile (box_rows ≤ a half's
-// tile rows) or of box_rows / those rows whole tiles.
+// [rows, cols] bf16 weight (support/slot_image.hpp, slot_image_map_view), without swizzle: the
+// image holds its rows swizzled already.
 hexel::TensorMap encode_image_map(const void* image, std::int64_t rows, std::int64_t cols,
                                   const WeightImageArg& img) {
-  const auto h = static_cast<std::uint64_t>(img.bn / img.halves);
-  const auto bn = static_cast<std::uint64_t>(img.bn);
-  const auto k_blocks = static_cast<std::uint64_t>(cols / 64);
+  const SlotImageMapView v = slot_image_map_view(rows, cols, img.bn, img.halves, img.box_rows);
   hexel::TensorMapSpec m;
   m.dtype = hexel::TmaDtype::BF16;
   m.base = image;
   m.swizzle = hexel::Swizzle::None;
   m.rank = 5;
-  const std::uint64_t dims[5] = {64, h, static_cast<std::uint64_t>(img.halves), k_blocks,
-                                 static_cast<std::uint64_t>(rows) / bn};
-  const std::uint64_t strides[4] = {128, h * 128, bn * 128, k_blocks * bn * 128};
-  const auto box = static_cast<std::uint64_t>(img.box_rows);
-  const std::uint32_t boxes[5] = {64, static_cast<std::uint32_t>(box <= h ? box : h), 1, 1,
-                                  static_cast<std::uint32_t>(box <= h ? 1 : box / h)};
   for (int i = 0; i < 5; ++i) {
-    m.dims[i] = dims[i];
-    m.box[i] = boxes[i];
+    m.dims[i] = v.dims[i];
+    m.box[i] = v.box[i];
   }
-  for (int i = 0; i < 4; ++i) m.strides_bytes[i] = strides[i];
+  for (int i = 0; i < 4; ++i) m.strides_bytes[i] = v.strides_bytes[i];
   return hexel::encode_tiled(m);
 }
 

@@ -209,6 +209,18 @@ TEST(Artifact, ParsesSlotImageArguments) {
   refused("wimg:o:32:", "\"\" is not a positive integer");
   refused("wimg:o:0:1", "positive");
   refused("wimg:o:-8:1", "\"-8\" is not a positive integer");
+  // The map over an image (`timg:`): the image's fields, then the box rows; its key names the image.
+  const WeightImageArg t = parse_weight_image_arg("timg:layers.0.gate_up:64:2:128", "here");
+  EXPECT_EQ(t.weight, "layers.0.gate_up");
+  EXPECT_EQ(t.bn, 64);
+  EXPECT_EQ(t.halves, 2);
+  EXPECT_EQ(t.box_rows, 128);
+  EXPECT_EQ(t.key(), "wimg:layers.0.gate_up:64:2");
+  EXPECT_EQ(g.box_rows, 0);
+  refused("timg:o:32:1", "too few fields");
+  refused("timg:o:32:1:0", "positive");
+  refused("timg:o:32:1:x", "\"x\" is not a positive integer");
+  refused("timg::32:1:32", "names nothing");
 }
 
 // What a weight allows is checked at load, naming the argument: the weight exists, is a bf16
@@ -239,6 +251,20 @@ TEST(Artifact, RefusesSlotImagesTheWeightCannotHave) {
   expect_refused(dir, {"no weight tensor \"nope\""});
   with_arg("wimg:final_norm:64:1");
   expect_refused(dir, {"a slot image is of a bf16 matrix"});
+  // A map over an image: the image's checks, then its boxes (whole 8-row groups in one tile, or
+  // whole tiles).
+  with_arg("timg:embed:64:1:256");
+  EXPECT_NO_THROW(Artifact::load(dir));
+  with_arg("timg:embed:64:1:16");
+  EXPECT_NO_THROW(Artifact::load(dir));
+  with_arg("timg:layers.0.gate_up:64:2:32");
+  expect_refused(dir, {"rows must be whole tiles of 64"});
+  with_arg("timg:embed:64:1:12");
+  expect_refused(dir, {"programs.buckets[0].launches[0].args[0]", "a positive multiple of 8"});
+  with_arg("timg:embed:64:1:24");
+  expect_refused(dir, {"divide a tile's 64 rows"});
+  with_arg("timg:embed:64:1:72");  // 72 rows are neither in one tile of 64 nor whole tiles
+  expect_refused(dir, {"divide a tile's 64 rows"});
 }
 
 TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {

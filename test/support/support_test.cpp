@@ -133,6 +133,73 @@ TEST(SlotImage, ElementsLandWhereTheRingsBoxesPutThem) {
   }
 }
 
+// The GEMMs read a weight from its image through the 5D map of slot_image_map_view, in boxes of
+// image_box_rows rows at the coordinates load_weight_rows gives them: emulated here box by box
+// (elements in the box's order, innermost dimension first; coordinates past a dimension read
+// zeros), each read lands in shared memory as the 2D map's 128-byte-swizzled box of the weight
+// would have put it (row i's chunk c at chunk c ^ (i % 8)), zeros past the weight's rows.
+TEST(SlotImage, MapBoxesReadWhatTheWeightsBoxWouldHave) {
+  struct Case {
+    int rows, cols, bn, halves, read_rows, box;
+  };
+  for (const Case& c : {Case{96, 128, 48, 1, 32, 16}, Case{96, 128, 48, 1, 48, 48},
+                        Case{128, 128, 32, 1, 256, 256}, Case{128, 64, 64, 2, 128, 128},
+                        Case{256, 64, 64, 2, 32, 32}, Case{64, 256, 16, 1, 32, 32},
+                        Case{64, 256, 16, 1, 8, 8}}) {
+    std::vector<std::uint16_t> w(static_cast<std::size_t>(c.rows) * c.cols), img(w.size());
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::uint16_t>(i + 1);
+    pack_slot_image(w.data(), c.rows, c.cols, c.bn, c.halves, 0, c.rows / c.bn, img.data());
+    const SlotImageMapView v = slot_image_map_view(c.rows, c.cols, c.bn, c.halves, c.box);
+    const int h = c.bn / c.halves, half_rows = c.rows / c.halves;
+    const std::uint64_t box_elems = std::uint64_t{v.box[0]} * v.box[1] * v.box[4];
+    ASSERT_EQ(box_elems, std::uint64_t(c.box) * 64);
+    for (int half = 0; half < c.halves; ++half)
+      for (int kb = 0; kb < c.cols / 64; ++kb)
+        for (int n0 = 0; n0 < half_rows; n0 += c.read_rows) {
+          std::vector<std::uint16_t> smem(static_cast<std::size_t>(c.read_rows) * 64, 0xdead);
+          for (int b = 0; b < c.read_rows / c.box; ++b) {
+            const int r = n0 + b * c.box;
+            const std::uint64_t at[5] = {0, std::uint64_t(r % h), std::uint64_t(half),
+                                         std::uint64_t(kb), std::uint64_t(r / h)};
+            std::size_t o = static_cast<std::size_t>(b) * c.box * 64;
+            for (std::uint64_t i4 = 0; i4 < v.box[4]; ++i4)
+              for (std::uint64_t i1 = 0; i1 < v.box[1]; ++i1)
+                for (std::uint64_t i0 = 0; i0 < v.box[0]; ++i0, ++o) {
+                  const std::uint64_t x[5] = {at[0] + i0, at[1] + i1, at[2], at[3], at[4] + i4};
+                  bool in = true;
+                  std::uint64_t e = x[0];
+                  for (int d = 0; d < 5; ++d) in = in && x[d] < v.dims[d];
+                  for (int d = 1; d < 5; ++d) e += x[d] * v.strides_bytes[d - 1] / 2;
+                  smem[o] = in ? img[e] : 0;
+                }
+          }
+          for (int i = 0; i < c.read_rows; ++i)
+            for (int col = 0; col < 64; ++col) {
+              const int row = n0 + i, src = (col / 8 ^ (i % 8)) * 8 + col % 8;
+              const std::uint16_t want =
+                  row < half_rows
+                      ? w[static_cast<std::size_t>(half * half_rows + row) * c.cols + kb * 64 + src]
+                      : 0;
+              ASSERT_EQ(smem[static_cast<std::size_t>(i) * 64 + col], want)
+                  << c.rows << "x" << c.cols << " bn " << c.bn << "/" << c.halves << " box " << c.box
+                  << ": half " << half << " kb " << kb << " rows from " << n0 << ", row " << i
+                  << " col " << col;
+            }
+        }
+  }
+}
+
+TEST(SlotImage, RefusesBoxesThatAreNotWholeSwizzleRepeatsOfATileOrWholeTiles) {
+  EXPECT_EQ(slot_image_box_refusal(48, 1, 16), "");
+  EXPECT_EQ(slot_image_box_refusal(48, 1, 96), "");
+  EXPECT_EQ(slot_image_box_refusal(64, 2, 128), "");
+  EXPECT_NE(slot_image_box_refusal(48, 1, 12).find("multiple of 8"), std::string::npos);
+  EXPECT_NE(slot_image_box_refusal(48, 1, 32).find("divide a tile's 48 rows"), std::string::npos);
+  EXPECT_NE(slot_image_box_refusal(64, 2, 48).find("divide a tile's 32 rows"), std::string::npos);
+  EXPECT_NE(slot_image_box_refusal(8, 1, 8 * 257).find("at most 256 whole tiles"),
+            std::string::npos);
+}
+
 TEST(SlotImage, RefusesWhatTheRingCannotHold) {
   EXPECT_NE(slot_image_refusal(64, 128, 32, 3).find("halves must be 1 or 2"), std::string::npos);
   EXPECT_NE(slot_image_refusal(64, 128, 12, 1).find("multiple of 8 from 8 to 64"),
