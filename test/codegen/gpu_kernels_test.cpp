@@ -3,6 +3,7 @@
 // outputs poisoned first, plus bit-for-bit batch invariance. Skipped without a Hopper GPU.
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <tuple>
 
@@ -13,6 +14,7 @@
 #include "codegen/rope_table.hpp"
 #include "hexel/tensor_map_encode.h"
 #include "support/qkv_layout.hpp"
+#include "support/slot_image.hpp"
 #include "test/codegen/gpu_test_support.hpp"
 
 namespace telos::gpu_test {
@@ -507,6 +509,128 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
           }
         }
       }
+    }
+  }
+}
+
+// The GEMMs reading their weight from its slot image (`timg:`, change 92) give the bits they give
+// through the weight's own 2D map, in every form the plan can take: the prefill GEMM (one box a
+// stage where its rows are whole image tiles; 16-row boxes where they cut the tiles, as the 8B's
+// 48-row qkv tiles do), the small GEMM on its own, wider, two-warpgroup and multicast tiles (5D
+// multicast), SwiGLU's two halves; the rows past M stay poisoned.
+TEST(GpuKernels, GemmsReadSlotImagesBitForBit) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Case {
+    int N, K, bn, halves;  // N output columns (SwiGLU: W has 2N rows); the image's tiles
+    std::vector<int> ms;
+  };
+  for (const Case& c : {Case{384, 256, 48, 1, {1, 20, 64, 200}}, Case{512, 256, 32, 1, {5, 130}},
+                        Case{256, 512, 64, 2, {1, 64, 200}}}) {
+    const bool swiglu = c.halves == 2;
+    const std::string epis[] = {swiglu ? "swiglu" : "bf16", swiglu ? "swiglu" : "residual"};
+    const int rows = swiglu ? 2 * c.N : c.N, K = c.K;
+    ASSERT_EQ(slot_image_refusal(rows, K, c.bn, c.halves), "");
+    const codegen::WeightImage img{c.bn, c.halves};
+    // (plain instance, image instance, tiling or none for the prefill GEMM, box rows) a launch.
+    struct Run {
+      std::string plain, image;
+      std::optional<codegen::SmallGemmTiling> t;
+      int M, box;
+      std::string epi;
+    };
+    std::vector<Run> runs;
+    for (int M : c.ms)
+      for (const std::string& epi : epis) {
+        const std::string dims = "<" + I(M) + ", " + I(c.N) + ", " + I(K);
+        if (M >= 128) {
+          const int box = codegen::image_box_rows(img, swiglu ? 128 : 256);
+          runs.push_back({"telos_kernels::gemm_prefill_" + epi + dims + ">",
+                          "telos_kernels::gemm_prefill_" + epi + dims + ", " + I(img.half_rows()) +
+                              ", " + I(box) + ">",
+                          std::nullopt, M, box, epi});
+        }
+        codegen::SmallGemmTiling plan = codegen::small_gemm_tiling(c.N, K, M, swiglu);
+        std::vector<codegen::SmallGemmTiling> ts = with_clusters(plan);
+        if (M > 64) ts.push_back(codegen::small_gemm_two_warpgroups(plan.with_bn(64, c.N, swiglu), M));
+        for (codegen::SmallGemmTiling t : ts) {
+          const int box = codegen::image_box_rows(img, t.w_box());
+          if (box == 0) continue;
+          const std::string plain = t.instance(epi, M, c.N, K);
+          t.image_rows = img.half_rows();
+          t.image_box = box;
+          runs.push_back({plain, t.instance(epi, M, c.N, K), t, M, box, epi});
+        }
+      }
+    std::vector<std::string> names = {"poison_shared"};
+    for (const Run& r : runs) names.insert(names.end(), {r.plain, r.image});
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    TestModule mod(source_with_rope() + kPoisonShared, names);
+    constexpr int MAXM = 200, GUARD = 64;
+    std::vector<float> Af, Wf;
+    const bf16v W = random_bf16(static_cast<std::size_t>(rows) * K, 0.05f, Wf);
+    bf16v image(W.size());
+    pack_slot_image(W.data(), rows, K, c.bn, c.halves, 0, rows / c.bn, image.data());
+    DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af)),
+        dW(W), dImage(image);
+    const std::vector<float> x0 = random_floats(static_cast<std::size_t>(MAXM + GUARD) * c.N);
+    const std::vector<double> ref = gemm_ref(Af, Wf, MAXM, rows, K);  // [M, rows]
+    for (const Run& r : runs) {
+      const bool residual = r.epi == "residual";
+      const std::size_t MN = static_cast<std::size_t>(r.M) * c.N,
+                        total = MN + static_cast<std::size_t>(GUARD) * c.N;
+      const SlotImageMapView v = slot_image_map_view(rows, K, c.bn, c.halves, r.box);
+      hexel::TensorMapSpec spec;
+      spec.base = dImage.get();
+      spec.rank = 5;
+      for (int d = 0; d < 5; ++d) {
+        spec.dims[d] = v.dims[d];
+        spec.box[d] = v.box[d];
+      }
+      for (int d = 0; d < 4; ++d) spec.strides_bytes[d] = v.strides_bytes[d];
+      DeviceBuffer<hexel::TensorMap> image_map(std::vector<hexel::TensorMap>{hexel::encode_tiled(spec)});
+      std::vector<float> outs[2];
+      for (int with_image = 0; with_image < 2; ++with_image) {
+        DeviceBuffer<std::uint16_t> y(total);
+        DeviceBuffer<float> x(std::vector<float>(x0.begin(), x0.begin() + total));
+        const void* out = residual ? static_cast<const void*>(x.get()) : y.get();
+        const std::string& name = with_image ? r.image : r.plain;
+        CUDA_OK(mod.launch("poison_shared", sm_count(), 1024, {}, codegen::kMaxSmemPerBlock));
+        if (!r.t) {
+          const int cols = swiglu ? 128 : 256;
+          const DeviceMap a(dA.get(), r.M, K, 128), w(dW.get(), rows, K, cols),
+              y_map(y.get(), r.M, c.N, 64), x_map(x.get(), r.M, c.N, 64, hexel::TmaDtype::F32);
+          CUDA_OK(mod.launch(name, prefill_grid(r.M, c.N, cols), kPrefillThreads,
+                             {a.get(), with_image ? image_map.get() : w.get(),
+                              residual ? x_map.get() : y_map.get()},
+                             kPrefillSmem));
+        } else {
+          const codegen::SmallGemmTiling& t = *r.t;
+          const DeviceMap a(dA.get(), r.M, K, t.a_box), w(dW.get(), rows, K, t.w_box());
+          CUDA_OK(mod.launch(name, dim3(t.tiles_m, t.tiles_n), t.threads(),
+                             {a.get(), with_image ? image_map.get() : w.get(), out}, t.smem()));
+        }
+        if (residual) {
+          outs[with_image] = x.download();
+        } else {
+          const auto b = y.download();
+          for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(b[e], 0xffff) << name << " wrote past M";
+          outs[with_image].assign(b.begin(), b.end());
+        }
+      }
+      ASSERT_EQ(outs[0].size(), outs[1].size());
+      EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)))
+          << r.image << " against " << r.plain;
+      // And both right (so that two equal wrong answers, NaN included, do not pass).
+      std::vector<float> got(MN);
+      std::vector<double> want(MN);
+      for (std::size_t e = 0; e < MN; ++e) {
+        const std::size_t m = e / c.N, n = e % c.N;
+        const double g = ref[m * rows + n], u = swiglu ? ref[m * rows + c.N + n] : 0.0;
+        got[e] = residual ? outs[1][e] : from_bf16(static_cast<std::uint16_t>(outs[1][e]));
+        want[e] = residual ? x0[e] + g : swiglu ? g / (1.0 + std::exp(-g)) * u : g;
+      }
+      EXPECT_LT(rel_l2(got, want), residual ? 1e-5 : 1e-2) << r.image << " vs f64";
     }
   }
 }
