@@ -166,8 +166,9 @@ if [ -z "${GPU_CHECK_QUICK:-}" ]; then
   [ -s "$OUT/bench.log" ] && ! skip_late "decode GEMM timings of torch.matmul" 40 &&
     STEP_TIMEOUT=90 run "decode GEMM timings of torch.matmul" decode-gemm-torch.log \
       python3 "$CARRY/decode_gemm_torch.py" "$OUT/bench.log"
-  skip_late "prefill GEMM beside torch.matmul (3 rounds)" 45 ||
-    STEP_TIMEOUT=180 run "prefill GEMM beside torch.matmul (3 rounds)" prefill-bench.log \
+  # Twice the cases since session 37: each shape also reading its weight from its slot image.
+  skip_late "prefill GEMM beside torch.matmul (3 rounds)" 90 ||
+    STEP_TIMEOUT=240 run "prefill GEMM beside torch.matmul (3 rounds)" prefill-bench.log \
       python3 "$CARRY/prefill_gemm_torch.py" "$CARRY/prefill-bench.cubin" 3
   skip_late "engine overhead (telos-run bench)" 40 ||
     run "engine overhead (telos-run bench)" engine-bench.log "$B/telos-run" bench --profile \

@@ -1,7 +1,8 @@
 // telos-prefill-bench: the prefill GEMM (codegen/kernels/gemm_prefill.cuh) on the Llama-3.1-8B
 // prefill shapes at M = 2048, 4096, 8192, 16384, each with the epilogue the plan gives it (qkv:
 // bf16 store; o and down: residual add into f32 x, and the bf16 store for a like-for-like
-// comparison; gate/up: SwiGLU). `--compile-only` writes the cubin that
+// comparison; gate/up: SwiGLU), and with --compile-only each again reading its weight from the
+// one-token layer's slot image (`timg:`). `--compile-only` writes the cubin that
 // codegen/bench/prefill_gemm_torch.py loads to time our kernels beside torch.matmul in one
 // process (the issue-4 figure); the timing mode times ours alone under load (bench_support.hpp,
 // steady_event_ms: the median of 20 back-to-back launches after ~100 ms of them), one line per
@@ -42,13 +43,20 @@ void check(cudaError_t e, const char* what) {
 struct Case {
   std::string shape, epilogue;
   int M, N, K;  // N: output columns of the GEMM (gate/up: 2I, the SwiGLU writes I)
+  // The weight from its slot image (`timg:`, change 92): a tile-half's rows and the box rows; 0:
+  // the weight's own map.
+  int image_rows = 0, image_box = 0;
   std::string instance() const {
     const std::string tmpl = epilogue == "residual" ? "gemm_prefill_residual"
                              : epilogue == "swiglu" ? "gemm_prefill_swiglu"
                                                     : "gemm_prefill_bf16";
     const int n = epilogue == "swiglu" ? N / 2 : N;
     return "telos_kernels::" + tmpl + "<" + std::to_string(M) + ", " + std::to_string(n) + ", " +
-           std::to_string(K) + ">";
+           std::to_string(K) +
+           (image_rows > 0
+                ? ", " + std::to_string(image_rows) + ", " + std::to_string(image_box)
+                : std::string()) +
+           ">";
   }
 };
 
@@ -61,6 +69,23 @@ std::vector<Case> cases() {
     out.push_back({"gate_up", "swiglu", m, 28672, 4096});
     out.push_back({"down", "bf16", m, 4096, 14336});
     out.push_back({"down", "residual", m, 4096, 14336});
+  }
+  return out;
+}
+
+// The same cases reading the weight from the slot image the plan gives the 8B's one-token layer
+// (decode_layer_tiling's tiles; image_box_rows as kernel_plan.cpp), for --compile-only: their
+// instances end in ", W_BH, W_BOX" (prefill_gemm_torch.py packs the image and encodes its map).
+std::vector<Case> image_cases() {
+  const PersistentLayerTiling lt = decode_layer_tiling(4096, 6144, 4096, 14336, 128, false);
+  const std::map<std::string, WeightImage> images = {
+      {"qkv", {lt.bq, 1}}, {"o", {lt.bo, 1}}, {"gate_up", {lt.bg, 2}}, {"down", {lt.bd, 1}}};
+  std::vector<Case> out;
+  for (Case c : cases()) {
+    const WeightImage& img = images.at(c.shape);
+    c.image_rows = img.half_rows();
+    c.image_box = image_box_rows(img, c.epilogue == "swiglu" ? 128 : 256);
+    if (c.image_box > 0) out.push_back(c);
   }
   return out;
 }
@@ -91,6 +116,7 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--compile-only") {
     std::vector<std::string> names;
     for (const Case& c : all) names.push_back(c.instance());
+    for (const Case& c : image_cases()) names.push_back(c.instance());
     KernelPlan plan;
     plan.rope_inv_freq = {1.f};
     const CompiledModule m =

@@ -5,7 +5,8 @@
 Loads CUBIN and CUBIN.names (what `telos-prefill-bench --compile-only` writes: the prefill GEMM
 on Llama-3.1-8B's shapes at M = 2048 .. 16384, each with the epilogue the plan gives it) through
 the driver API (ctypes, libcuda), launches each of our kernels on torch's stream with tensor maps
-encoded as the executor encodes them, and times every launch of ours followed by one
+encoded as the executor encodes them (the "(image)" rows read the weight from its slot image,
+packed here as the engine packs it, through the 5D `timg:` map), and times every launch of ours followed by one
 torch.matmul of the same shape (y = a @ w.T in bf16, N(0, 1) operands), an event between each
 two, medians of 20 pairs, after ~2 s of load before the first shape and ~200 ms before each
 other one. Both sides run on the same clocks: timed in separate processes one after the other,
@@ -107,6 +108,21 @@ class Driver:
             0, 3, 3, 0), "cuTensorMapEncodeTiled")  # no interleave, 128B swizzle, L2 256B, no OOB fill
         return torch.tensor(list(ctypes.string_at(raw, 128)), dtype=torch.uint8, device="cuda")
 
+    def image_map(self, image, rows, cols, bn, halves, box):
+        """The 5D map over a slot image as the executor encodes one for `timg:` (support/
+        slot_image.hpp, slot_image_map_view): {64 columns, a tile-half's rows, half, K block,
+        tile}, no swizzle, boxes of `box` rows of a half (within a tile, or whole tiles)."""
+        h, kb = bn // halves, cols // 64
+        buf = (ctypes.c_uint8 * 192)()
+        raw = (ctypes.addressof(buf) + 63) & ~63
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        self.check(self.cu.cuTensorMapEncodeTiled(
+            ctypes.c_void_p(raw), 9, u32(5), ctypes.c_void_p(image.data_ptr()),
+            (u64 * 5)(64, h, halves, kb, rows // bn), (u64 * 4)(128, h * 128, bn * 128, kb * bn * 128),
+            (u32 * 5)(64, min(box, h), 1, 1, max(1, box // h)), (u32 * 5)(1, 1, 1, 1, 1),
+            0, 0, 3, 0), "cuTensorMapEncodeTiled")  # no interleave, no swizzle, L2 256B, no OOB fill
+        return torch.tensor(list(ctypes.string_at(raw, 128)), dtype=torch.uint8, device="cuda")
+
     def launch(self, f, grid, threads, smem, args):
         """f<<<grid (x, y), threads, smem, torch's stream>>>(args): device addresses."""
         ptrs = [ctypes.c_void_p(a) for a in args]
@@ -114,6 +130,20 @@ class Driver:
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         self.check(self.cu.cuLaunchKernel(f, grid[0], grid[1], 1, threads, 1, 1, smem, stream, params,
                                           None), "cuLaunchKernel")
+
+
+def slot_image(w, bn, halves):
+    """support/slot_image.hpp's pack_slot_image on the device: w [rows, K] bf16 as tiles of bn rows
+    (bn / halves of each half), K blocks of 64 columns, each block's rows of 128 bytes with 16-byte
+    chunk c at c ^ (row in the block % 8)."""
+    rows, k = w.shape
+    h = bn // halves
+    x = w.view(halves, rows // bn, h, k // 64, 8, 8).permute(1, 3, 0, 2, 4, 5)  # t, kb, half, r, c, 8
+    x = x.reshape(rows // bn, k // 64, bn, 8, 8)
+    q = torch.arange(bn, device=w.device).view(bn, 1)
+    src = (torch.arange(8, device=w.device).view(1, 8) ^ (q % 8))  # chunk p holds chunk p ^ (q % 8)
+    x = torch.gather(x, 3, src.view(1, 1, bn, 8, 1).expand_as(x).contiguous())
+    return x.contiguous()
 
 
 # The plan's launch shape (kernel_plan.cpp; telos-prefill-bench's kThreads and kSmem).
@@ -127,23 +157,36 @@ def paired(cubin, rounds):
     cases = []
     for line in open(cubin + ".names"):
         inst, entry = line.rstrip("\n").split("\t")
-        m = re.fullmatch(r"telos_kernels::gemm_prefill_(\w+)<(\d+), (\d+), (\d+)>", inst)
+        m = re.fullmatch(r"telos_kernels::gemm_prefill_(\w+)<(\d+), (\d+), (\d+)(?:, (\d+), (\d+))?>",
+                         inst)
         epi, M, n, K = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
         N = 2 * n if epi == "swiglu" else n
         shape = "gate_up" if epi == "swiglu" else "down" if K > 4096 else "qkv" if N == 6144 else "o"
-        cases.append((shape, M, epi, N, K, n, drv.function(module, entry, SMEM)))
+        # The weight from its slot image (`timg:`): (bn, halves, box rows).
+        img = None
+        if m.group(5):
+            halves = 2 if epi == "swiglu" else 1
+            img = (int(m.group(5)) * halves, halves, int(m.group(6)))
+            shape += " (image)"
+        cases.append((shape, M, epi, N, K, n, img, drv.function(module, entry, SMEM)))
     sm = torch.cuda.get_device_properties(0).multi_processor_count
     tables = []
     first = True
     for r in range(rounds):
         rows = []
-        for shape, M, epi, N, K, n, f in cases:
+        for shape, M, epi, N, K, n, img, f in cases:
             a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
             w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
             y = (torch.zeros(M, n, device="cuda", dtype=torch.float32) if epi == "residual"
                  else torch.empty(M, n, device="cuda", dtype=torch.bfloat16))
-            maps = [drv.tensor_map(a, 128), drv.tensor_map(w, 128 if epi == "swiglu" else 256),
-                    drv.tensor_map(y, 64)]
+            # With an image our kernel reads the image (the same values, laid out as the engine
+            # lays them out) and the peer reads w.
+            image = slot_image(w, img[0], img[1]) if img else None
+            if img:
+                w_map = drv.image_map(image, N, K, *img)
+            else:
+                w_map = drv.tensor_map(w, 128 if epi == "swiglu" else 256)
+            maps = [drv.tensor_map(a, 128), w_map, drv.tensor_map(y, 64)]
             tiles = -(-M // 128) * -(-n // (128 if epi == "swiglu" else 256))
             ours = lambda: drv.launch(f, (min(tiles, sm), 1), THREADS, SMEM, [t.data_ptr() for t in maps])
             peer = lambda: torch.matmul(a, w.T)
@@ -159,7 +202,7 @@ def paired(cubin, rounds):
             t_ours, t_peer = interleaved_ms([ours, peer], 2000.0 if first else 200.0)
             first = False
             rows.append((shape, M, epi, N, K, t_ours, t_peer, err))
-            del a, w, y, maps
+            del a, w, y, maps, w_map, image
         print(f"round {r + 1}: telos and torch.matmul interleaved in one process ({torch.cuda.get_device_name()})")
         print("| shape | M | N | K | epilogue | telos ms | TFLOP/s | torch ms | TFLOP/s | torch/telos | rel err |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
