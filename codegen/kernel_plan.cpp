@@ -444,10 +444,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   PersistentLayerTiling layer_t = decode_layer_tiling(H, NH * D, HQ * D, I, D, in.qk_norm);
   if (!in.decode_weight_images) layer_t.bulk = 0;  // one copy of the weights: tensor maps
   const bool any_layer_persistent =
-      layer_t.fits && std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(),
-                                  [](int n) { return n > 0 && n <= kDecodeLayerPersistentMaxRows; });
+      layer_t.fits && std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(), [](int n) {
+        return n > 0 && n <= kDecodeLayerPersistentMaxRows;
+      });
   auto image_of = [&](int bit, int bn, int halves) {
-    return any_layer_persistent && (layer_t.bulk >> bit & 1) ? WeightImage{bn, halves} : WeightImage{};
+    return any_layer_persistent && (layer_t.bulk >> bit & 1) ? WeightImage{bn, halves}
+                                                             : WeightImage{};
   };
   const WeightImage qkv_img = image_of(0, layer_t.bq, 1), o_img = image_of(1, layer_t.bo, 1),
                     gu_img = image_of(2, layer_t.bg, 2), down_img = image_of(3, layer_t.bd, 1);
@@ -555,8 +557,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
         const int box = image_box_rows(img, cols);
         return {b.kernel("telos_kernels::gemm_prefill_" + epi + dims + image_args(box) + ">",
                          {"a_map", "w_map", "out"}, kPrefillGemmThreads, kPrefillGemmSmem),
-                {prefill_gemm_grid(T, n, cols), 1, 1}, 128, cols, epi == "residual" ? 32 : 64,
-                box > 0 ? img : WeightImage{}, box};
+                {prefill_gemm_grid(T, n, cols), 1, 1},
+                128,
+                cols,
+                epi == "residual" ? 32 : 64,
+                box > 0 ? img : WeightImage{},
+                box};
       }
       SmallGemmTiling t = small_gemm_tiling(n, k, T, swiglu, norm);
       const int box = image_box_rows(img, t.w_box());
@@ -569,7 +575,12 @@ KernelPlan plan_kernels(const CodegenInput& in) {
         return {b.kernel("telos_kernels::gemm_small_norm_" + epi + dims + ", " + I_(t.bn) + ", " +
                              I_(t.stages) + ", " + eps + image_args(box) + ">",
                          {"x", "norm_w", "w_map", "out"}, kSmallGemmThreads, t.smem()),
-                {t.tiles_m, t.tiles_n, 1}, 0, t.cols, 0, used, box};
+                {t.tiles_m, t.tiles_n, 1},
+                0,
+                t.cols,
+                0,
+                used,
+                box};
       return {b.kernel(t.instance(epi, T, n, k), {"a_map", "w_map", "out"}, t.threads(), t.smem()),
               {t.tiles_m, t.tiles_n, 1},
               t.a_box,
@@ -578,18 +589,21 @@ KernelPlan plan_kernels(const CodegenInput& in) {
               used,
               box};
     };
-    auto launch_gemm = [&](const Gemm& g, const std::string& a_buf, const std::string& w_name, long long w_rows,
-                           int k, const std::string& out_buf, long long n) {
-      launch(g.kernel, g.grid,
-             {tmap("buf:" + a_buf, T, k, g.a_box), weight_map(g.img, g.img_box, w_name, w_rows, k, g.w_box),
-              g.out_box_cols ? tmap("buf:" + out_buf, T, n, 64, g.out_box_cols) : "buf:" + out_buf});
+    auto launch_gemm = [&](const Gemm& g, const std::string& a_buf, const std::string& w_name,
+                           long long w_rows, int k, const std::string& out_buf, long long n) {
+      launch(
+          g.kernel, g.grid,
+          {tmap("buf:" + a_buf, T, k, g.a_box),
+           weight_map(g.img, g.img_box, w_name, w_rows, k, g.w_box),
+           g.out_box_cols ? tmap("buf:" + out_buf, T, n, 64, g.out_box_cols) : "buf:" + out_buf});
     };
     // The norm `norm_w` of x, then a GEMM over it: one launch when the bucket folds the norm.
     auto launch_norm_gemm = [&](const Gemm& g, const std::string& norm_w, const std::string& w_name,
                                 long long w_rows, int k, const std::string& out_buf, long long n) {
       if (fold_norm) {
         launch(g.kernel, g.grid,
-               {"buf:x", norm_w, weight_map(g.img, g.img_box, w_name, w_rows, k, g.w_box), "buf:" + out_buf});
+               {"buf:x", norm_w, weight_map(g.img, g.img_box, w_name, w_rows, k, g.w_box),
+                "buf:" + out_buf});
         return;
       }
       launch(b.kernel("telos_kernels::rmsnorm<" + I_(H) + ", " + eps + ", false>", {"x", "w", "rows", "out"},
@@ -597,7 +611,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
              {T, 1, 1}, {"buf:x", norm_w, "null", "buf:h"});
       launch_gemm(g, "h", w_name, w_rows, k, out_buf, n);
     };
-    const Gemm o_g = gemm("residual", H, HQ * D, o_img), gu_g = gemm("swiglu", I, H, gu_img, fold_norm),
+    const Gemm o_g = gemm("residual", H, HQ * D, o_img),
+               gu_g = gemm("swiglu", I, H, gu_img, fold_norm),
                down_g = gemm("residual", H, I, down_img);
     // The QKV epilogue (bias, QK norm, RoPE, q out, K/V appended to their pages): its own kernel
     // after the projection, or folded with the norm into the projection (gemm_small_norm_qkv).
@@ -621,19 +636,21 @@ KernelPlan plan_kernels(const CodegenInput& in) {
         std::vector<std::string> params = {"x", "norm_w", "w_map", "qkv"};
         params.insert(params.end(), qkv_epi_params.begin(), qkv_epi_params.end());
         params.push_back("arrivals");
-        const int k = b.kernel("telos_kernels::gemm_small_norm_qkv<" + I_(T) + ", " + I_(H) + ", " + I_(t.bn) + ", " +
-                                   I_(t.stages) + ", " + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " +
-                                   qkv_epi.substr(0, qkv_epi.size() - 1) +
-                                   (box > 0 ? ", " + I_(qkv_img.half_rows()) + ", " + I_(box) : "") + ">",
-                               params, kSmallGemmThreads, t.smem());
-        args.insert(args.begin(), {"buf:x", w + "attn_norm",
-                                   weight_map(qkv_img, box, w + "qkv", rows, H, t.cols), "buf:qkv"});
+        const int k =
+            b.kernel("telos_kernels::gemm_small_norm_qkv<" + I_(T) + ", " + I_(H) + ", " +
+                         I_(t.bn) + ", " + I_(t.stages) + ", " + I_(HQ) + ", " + I_(HKV) + ", " +
+                         I_(D) + ", " + qkv_epi.substr(0, qkv_epi.size() - 1) +
+                         (box > 0 ? ", " + I_(qkv_img.half_rows()) + ", " + I_(box) : "") + ">",
+                     params, kSmallGemmThreads, t.smem());
+        args.insert(args.begin(),
+                    {"buf:x", w + "attn_norm", weight_map(qkv_img, box, w + "qkv", rows, H, t.cols),
+                     "buf:qkv"});
         args.push_back("buf:qkv_arrivals");
         launch(k, {t.tiles_m, t.tiles_n, 1}, args);
         return;
       }
-      launch_norm_gemm(gemm("bf16", NH * D, H, qkv_img, fold_norm), w + "attn_norm", w + "qkv", rows, H, "qkv",
-                       rows);
+      launch_norm_gemm(gemm("bf16", NH * D, H, qkv_img, fold_norm), w + "attn_norm", w + "qkv",
+                       rows, H, "qkv", rows);
       std::vector<std::string> params = {"qkv"};
       params.insert(params.end(), qkv_epi_params.begin(), qkv_epi_params.end());
       const int k = b.kernel("telos_kernels::qkv_rope_append_rows<" + I_(HQ) + ", " + I_(HKV) + ", " + I_(D) + ", " +

@@ -53,9 +53,8 @@ struct Case {
     const int n = epilogue == "swiglu" ? N / 2 : N;
     return "telos_kernels::" + tmpl + "<" + std::to_string(M) + ", " + std::to_string(n) + ", " +
            std::to_string(K) +
-           (image_rows > 0
-                ? ", " + std::to_string(image_rows) + ", " + std::to_string(image_box)
-                : std::string()) +
+           (image_rows > 0 ? ", " + std::to_string(image_rows) + ", " + std::to_string(image_box)
+                           : std::string()) +
            ">";
   }
 };

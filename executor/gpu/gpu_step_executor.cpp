@@ -554,7 +554,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
         const std::string arg = arg_j.get<std::string>();
         if (arg.rfind("w:", 0) == 0) s.plain_weights.insert(arg.substr(2));
         if (arg.rfind("tmap:w:", 0) == 0)
-          s.plain_weights.insert(parse_tensor_map_arg(arg, "manifest.json: programs").target.substr(2));
+          s.plain_weights.insert(
+              parse_tensor_map_arg(arg, "manifest.json: programs").target.substr(2));
         if (arg.rfind("wimg:", 0) != 0 && arg.rfind("timg:", 0) != 0) continue;
         State::Image img;
         img.arg = parse_weight_image_arg(arg, "manifest.json: programs");
@@ -565,14 +566,16 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
         s.images[img.arg.key()] = img;
       }
   for (const auto& t : a.tensors())
-    if (s.plain_weights.count(t.name)) s.weight_bytes += align_up(static_cast<std::int64_t>(t.bytes), 256);
+    if (s.plain_weights.count(t.name))
+      s.weight_bytes += align_up(static_cast<std::int64_t>(t.bytes), 256);
   for (const auto& buf : programs.at("arena"))
     s.arena_bytes += align_up(buf.at("bytes").get<std::int64_t>(), 256);
   // The pool size is known below; the layout does not depend on it.
-  s.desc = StepDescriptorLayout::make(
-      json_int(d, "max_tokens", "programs.descriptor"), json_int(d, "max_sample_rows", "programs.descriptor"),
-      json_int(d, "max_batch", "programs.descriptor"), json_int(d, "max_pages_per_seq", "programs.descriptor"),
-      s.page_size, s.vocab, 0);
+  s.desc = StepDescriptorLayout::make(json_int(d, "max_tokens", "programs.descriptor"),
+                                      json_int(d, "max_sample_rows", "programs.descriptor"),
+                                      json_int(d, "max_batch", "programs.descriptor"),
+                                      json_int(d, "max_pages_per_seq", "programs.descriptor"),
+                                      s.page_size, s.vocab, 0);
 
   // Beside the arena: the step descriptors, one per step parity.
   const std::int64_t fixed = s.weight_bytes + s.image_bytes + s.arena_bytes + 2 * s.desc.bytes;
@@ -635,7 +638,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
           const WeightImageArg img = parse_weight_image_arg(arg, "manifest.json: programs");
           const WeightTensor& w = *a.find_tensor(img.weight);
           try {
-            maps.push_back(encode_image_map(s.images.at(img.key()).dev, w.shape[0], w.shape[1], img));
+            maps.push_back(
+                encode_image_map(s.images.at(img.key()).dev, w.shape[0], w.shape[1], img));
           } catch (const std::runtime_error& e) {
             fail("gpu engine: argument " + arg + ": " + e.what());
           }

@@ -170,9 +170,9 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   };
   const auto& p128 = buckets[4].at("launches");
   EXPECT_EQ(instance_of(p128[2]), "telos_kernels::gemm_prefill_bf16<128, 256, 128, 32, 256>");
-  EXPECT_EQ(p128[2].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
-                                                        "timg:layers.0.qkv:32:1:256",
-                                                        "tmap:buf:qkv:128:256:64:64"}));
+  EXPECT_EQ(p128[2].at("args"),
+            nlohmann::ordered_json({"tmap:buf:h:128:128:128:64", "timg:layers.0.qkv:32:1:256",
+                                    "tmap:buf:qkv:128:256:64:64"}));
   EXPECT_EQ(instance_of(p128[3]).rfind("telos_kernels::qkv_rope_append_rows<4, 2, 32, ", 0), 0u);
   EXPECT_EQ(p128[3].at("grid"), nlohmann::ordered_json({8, 128, 1}));
   EXPECT_EQ(p128[3].at("args")[0], "buf:qkv");
@@ -184,14 +184,14 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   // One partial slot: max_seq_len 256 is one split.
   EXPECT_EQ(p128[4].at("grid"), nlohmann::ordered_json({128 / 8, 2, 1}));
   EXPECT_EQ(instance_of(p128[6]), "telos_kernels::gemm_prefill_residual<128, 128, 128, 32, 256>");
-  EXPECT_EQ(p128[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
-                                                "timg:layers.0.o:32:1:256",
-                                                "tmap:buf:x:128:128:64:32"}));
+  EXPECT_EQ(p128[6].at("args"),
+            nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64", "timg:layers.0.o:32:1:256",
+                                    "tmap:buf:x:128:128:64:32"}));
   EXPECT_EQ(p128[6].at("grid"), nlohmann::ordered_json({1, 1, 1}));
   EXPECT_EQ(instance_of(p128[8]), "telos_kernels::gemm_prefill_swiglu<128, 256, 128, 32, 128>");
-  EXPECT_EQ(p128[8].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
-                                                "timg:layers.0.gate_up:64:2:128",
-                                                "tmap:buf:act:128:256:64:64"}));
+  EXPECT_EQ(p128[8].at("args"),
+            nlohmann::ordered_json({"tmap:buf:h:128:128:128:64", "timg:layers.0.gate_up:64:2:128",
+                                    "tmap:buf:act:128:256:64:64"}));
   EXPECT_EQ(p128[8].at("grid"), nlohmann::ordered_json({2, 1, 1}));
   EXPECT_EQ(instance_of(p128[9]), "telos_kernels::gemm_prefill_residual<128, 128, 256, 16, 256>");
   EXPECT_EQ(p128[9].at("args")[1], "timg:layers.0.down:16:1:256");
@@ -204,14 +204,18 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
                                                        "timg:layers.0.qkv:32:1:32", "buf:qkv"}));
   EXPECT_EQ(p64[2].at("grid"), nlohmann::ordered_json({1, 8, 1}));
   EXPECT_EQ(instance_of(p64[3]), instance_of(p128[3]));
-  EXPECT_EQ(instance_of(p64[6]), "telos_kernels::gemm_small_residual<64, 128, 128, 32, 2, 1, 32, 32>");
+  EXPECT_EQ(instance_of(p64[6]),
+            "telos_kernels::gemm_small_residual<64, 128, 128, 32, 2, 1, 32, 32>");
   EXPECT_EQ(p64[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:64:128:64:64",
                                                        "timg:layers.0.o:32:1:32", "buf:x"}));
-  EXPECT_EQ(instance_of(p64[8]), "telos_kernels::gemm_small_swiglu<64, 256, 128, 64, 2, 1, 32, 32>");
-  EXPECT_EQ(p64[8].at("args"), nlohmann::ordered_json({"tmap:buf:h:64:128:64:64",
-                                                       "timg:layers.0.gate_up:64:2:32", "buf:act"}));
+  EXPECT_EQ(instance_of(p64[8]),
+            "telos_kernels::gemm_small_swiglu<64, 256, 128, 64, 2, 1, 32, 32>");
+  EXPECT_EQ(p64[8].at("args"),
+            nlohmann::ordered_json(
+                {"tmap:buf:h:64:128:64:64", "timg:layers.0.gate_up:64:2:32", "buf:act"}));
   EXPECT_EQ(p64[8].at("grid"), nlohmann::ordered_json({1, 8, 1}));
-  EXPECT_EQ(instance_of(p64[9]), "telos_kernels::gemm_small_residual<64, 128, 256, 32, 2, 2, 16, 32>");
+  EXPECT_EQ(instance_of(p64[9]),
+            "telos_kernels::gemm_small_residual<64, 128, 256, 32, 2, 2, 16, 32>");
   // Decode at 8 tokens: the norms fold into the QKV and gate/up GEMMs (A = RMSNorm(x) in the
   // kernel, no rmsnorm launch, the stages hold weights only); the o projection's activations come
   // in boxes of the bucket's 8 rows, not 64 (the kernel expects that many bytes per stage).
@@ -448,7 +452,8 @@ TEST(Codegen, LayerWeightsHaveOneCopyEitherWay) {
       for (const Launch& l : b.launches)
         for (const std::string& a : l.args) {
           for (const char* w : {"qkv:", "o:", "gate_up:", "down:"})
-            if (a.find("layers.0." + std::string(w)) != std::string::npos) kinds.insert(a.substr(0, 5));
+            if (a.find("layers.0." + std::string(w)) != std::string::npos)
+              kinds.insert(a.substr(0, 5));
         }
     return kinds;
   };
@@ -469,8 +474,8 @@ TEST(Codegen, ImageBoxRows) {
   EXPECT_EQ(image_box_rows({48, 1}, 48), 48);
   EXPECT_EQ(image_box_rows({64, 2}, 128), 128);  // gate/up: 32 + 32-row tiles, 4 of a half
   EXPECT_EQ(image_box_rows({40, 1}, 64), 8);
-  EXPECT_EQ(image_box_rows({24, 1}, 20), 0);     // gcd 4
-  EXPECT_EQ(image_box_rows({}, 64), 0);          // no image
+  EXPECT_EQ(image_box_rows({24, 1}, 20), 0);  // gcd 4
+  EXPECT_EQ(image_box_rows({}, 64), 0);       // no image
 }
 
 // The small-M GEMM covers the GPU at Llama-3.1-8B shapes, and its stage ring fills the shared

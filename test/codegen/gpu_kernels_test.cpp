@@ -551,7 +551,8 @@ TEST(GpuKernels, GemmsReadSlotImagesBitForBit) {
         }
         codegen::SmallGemmTiling plan = codegen::small_gemm_tiling(c.N, K, M, swiglu);
         std::vector<codegen::SmallGemmTiling> ts = with_clusters(plan);
-        if (M > 64) ts.push_back(codegen::small_gemm_two_warpgroups(plan.with_bn(64, c.N, swiglu), M));
+        if (M > 64)
+          ts.push_back(codegen::small_gemm_two_warpgroups(plan.with_bn(64, c.N, swiglu), M));
         for (codegen::SmallGemmTiling t : ts) {
           const int box = codegen::image_box_rows(img, t.w_box());
           if (box == 0) continue;
@@ -571,8 +572,8 @@ TEST(GpuKernels, GemmsReadSlotImagesBitForBit) {
     const bf16v W = random_bf16(static_cast<std::size_t>(rows) * K, 0.05f, Wf);
     bf16v image(W.size());
     pack_slot_image(W.data(), rows, K, c.bn, c.halves, 0, rows / c.bn, image.data());
-    DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af)),
-        dW(W), dImage(image);
+    DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af)), dW(W),
+        dImage(image);
     const std::vector<float> x0 = random_floats(static_cast<std::size_t>(MAXM + GUARD) * c.N);
     const std::vector<double> ref = gemm_ref(Af, Wf, MAXM, rows, K);  // [M, rows]
     for (const Run& r : runs) {
@@ -588,7 +589,8 @@ TEST(GpuKernels, GemmsReadSlotImagesBitForBit) {
         spec.box[d] = v.box[d];
       }
       for (int d = 0; d < 4; ++d) spec.strides_bytes[d] = v.strides_bytes[d];
-      DeviceBuffer<hexel::TensorMap> image_map(std::vector<hexel::TensorMap>{hexel::encode_tiled(spec)});
+      DeviceBuffer<hexel::TensorMap> image_map(
+          std::vector<hexel::TensorMap>{hexel::encode_tiled(spec)});
       std::vector<float> outs[2];
       for (int with_image = 0; with_image < 2; ++with_image) {
         DeviceBuffer<std::uint16_t> y(total);
@@ -614,7 +616,8 @@ TEST(GpuKernels, GemmsReadSlotImagesBitForBit) {
           outs[with_image] = x.download();
         } else {
           const auto b = y.download();
-          for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(b[e], 0xffff) << name << " wrote past M";
+          for (std::size_t e = MN; e < total; ++e)
+            ASSERT_EQ(b[e], 0xffff) << name << " wrote past M";
           outs[with_image].assign(b.begin(), b.end());
         }
       }

@@ -209,7 +209,8 @@ TEST(Artifact, ParsesSlotImageArguments) {
   refused("wimg:o:32:", "\"\" is not a positive integer");
   refused("wimg:o:0:1", "positive");
   refused("wimg:o:-8:1", "\"-8\" is not a positive integer");
-  // The map over an image (`timg:`): the image's fields, then the box rows; its key names the image.
+  // The map over an image (`timg:`): the image's fields, then the box rows; its key names the
+  // image.
   const WeightImageArg t = parse_weight_image_arg("timg:layers.0.gate_up:64:2:128", "here");
   EXPECT_EQ(t.weight, "layers.0.gate_up");
   EXPECT_EQ(t.bn, 64);

@@ -142,10 +142,10 @@ TEST(SlotImage, MapBoxesReadWhatTheWeightsBoxWouldHave) {
   struct Case {
     int rows, cols, bn, halves, read_rows, box;
   };
-  for (const Case& c : {Case{96, 128, 48, 1, 32, 16}, Case{96, 128, 48, 1, 48, 48},
-                        Case{128, 128, 32, 1, 256, 256}, Case{128, 64, 64, 2, 128, 128},
-                        Case{256, 64, 64, 2, 32, 32}, Case{64, 256, 16, 1, 32, 32},
-                        Case{64, 256, 16, 1, 8, 8}}) {
+  for (const Case& c :
+       {Case{96, 128, 48, 1, 32, 16}, Case{96, 128, 48, 1, 48, 48}, Case{128, 128, 32, 1, 256, 256},
+        Case{128, 64, 64, 2, 128, 128}, Case{256, 64, 64, 2, 32, 32}, Case{64, 256, 16, 1, 32, 32},
+        Case{64, 256, 16, 1, 8, 8}}) {
     std::vector<std::uint16_t> w(static_cast<std::size_t>(c.rows) * c.cols), img(w.size());
     for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::uint16_t>(i + 1);
     pack_slot_image(w.data(), c.rows, c.cols, c.bn, c.halves, 0, c.rows / c.bn, img.data());
@@ -181,9 +181,9 @@ TEST(SlotImage, MapBoxesReadWhatTheWeightsBoxWouldHave) {
                       ? w[static_cast<std::size_t>(half * half_rows + row) * c.cols + kb * 64 + src]
                       : 0;
               ASSERT_EQ(smem[static_cast<std::size_t>(i) * 64 + col], want)
-                  << c.rows << "x" << c.cols << " bn " << c.bn << "/" << c.halves << " box " << c.box
-                  << ": half " << half << " kb " << kb << " rows from " << n0 << ", row " << i
-                  << " col " << col;
+                  << c.rows << "x" << c.cols << " bn " << c.bn << "/" << c.halves << " box "
+                  << c.box << ": half " << half << " kb " << kb << " rows from " << n0 << ", row "
+                  << i << " col " << col;
             }
         }
   }
