@@ -60,42 +60,27 @@ struct PrefillGemm {
 // puts them, so its bytes land in shared memory as the 2D map's box would have written them (dst
 // 1024-byte aligned, n a multiple of 8): the same wgmma operands, the same bits. Rows n .. n + ROWS
 // - 1 of half `half`, K block kb, to dst; the boxes complete_tx on `bar` (ROWS · 128 bytes either
-// way).
-template <unsigned ROWS, unsigned W_BH, unsigned W_BOX>
+// way). MULTICAST: to the cluster's CTAs in `mask` (gemm_small.cuh's weight slices).
+template <unsigned ROWS, unsigned W_BH, unsigned W_BOX, bool MULTICAST = false>
 __device__ __forceinline__ void load_weight_rows(unsigned dst, const TensorMap* map, unsigned bar,
                                                  unsigned kb, unsigned n, unsigned half,
-                                                 unsigned half_rows) {
+                                                 unsigned half_rows, unsigned short mask = 0) {
+  static_assert(W_BH == 0 || (W_BOX % 8 == 0 && ROWS % W_BOX == 0 &&
+                              (W_BOX <= W_BH ? W_BH % W_BOX == 0 : W_BOX % W_BH == 0)),
+                "image boxes of whole 8-row swizzle repeats, within a tile or whole tiles");
   if constexpr (W_BH == 0) {
-    hexel::tma::load(dst, map, bar, kb * 64, half * half_rows + n);
+    if constexpr (MULTICAST)
+      hexel::tma::load_multicast(dst, map, bar, mask, kb * 64, half * half_rows + n);
+    else
+      hexel::tma::load(dst, map, bar, kb * 64, half * half_rows + n);
   } else {
-    static_assert(W_BOX % 8 == 0 && ROWS % W_BOX == 0 &&
-                      (W_BOX <= W_BH ? W_BH % W_BOX == 0 : W_BOX % W_BH == 0),
-                  "image boxes of whole 8-row swizzle repeats, within a tile or whole tiles");
 #pragma unroll
     for (unsigned c = 0; c < ROWS / W_BOX; ++c) {
-      const unsigned r = n + c * W_BOX;
-      hexel::tma::load(dst + c * W_BOX * 128, map, bar, 0u, r % W_BH, half, kb, r / W_BH);
-    }
-  }
-}
-
-// The same, multicast to the cluster's CTAs in `mask` (gemm_small.cuh's weight slices).
-template <unsigned ROWS, unsigned W_BH, unsigned W_BOX>
-__device__ __forceinline__ void load_weight_rows_multicast(unsigned dst, const TensorMap* map,
-                                                           unsigned bar, unsigned short mask,
-                                                           unsigned kb, unsigned n, unsigned half,
-                                                           unsigned half_rows) {
-  if constexpr (W_BH == 0) {
-    hexel::tma::load_multicast(dst, map, bar, mask, kb * 64, half * half_rows + n);
-  } else {
-    static_assert(W_BOX % 8 == 0 && ROWS % W_BOX == 0 &&
-                      (W_BOX <= W_BH ? W_BH % W_BOX == 0 : W_BOX % W_BH == 0),
-                  "image boxes of whole 8-row swizzle repeats, within a tile or whole tiles");
-#pragma unroll
-    for (unsigned c = 0; c < ROWS / W_BOX; ++c) {
-      const unsigned r = n + c * W_BOX;
-      hexel::tma::load_multicast(dst + c * W_BOX * 128, map, bar, mask, 0, r % W_BH, half, kb,
-                                 r / W_BH);
+      const unsigned r = n + c * W_BOX, at = dst + c * W_BOX * 128;
+      if constexpr (MULTICAST)
+        hexel::tma::load_multicast(at, map, bar, mask, 0, r % W_BH, half, kb, r / W_BH);
+      else
+        hexel::tma::load(at, map, bar, 0u, r % W_BH, half, kb, r / W_BH);
     }
   }
 }

@@ -245,11 +245,12 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
         if constexpr (CL > 1) {
           constexpr uint16_t kAll = (1u << CL) - 1u;
           const unsigned at = rank * kSliceRows;
-          load_weight_rows_multicast<kSliceRows, W_BH, W_BOX>(w_stage(s) + at * 128, w_map, bar,
-                                                              kAll, kb, tn * kOutCols + at, 0, N);
+          load_weight_rows<kSliceRows, W_BH, W_BOX, true>(w_stage(s) + at * 128, w_map, bar, kb,
+                                                          tn * kOutCols + at, 0, N, kAll);
           if constexpr (kSplitW)
-            load_weight_rows_multicast<kSliceRows, W_BH, W_BOX>(
-                w_stage(s) + (kOutCols + at) * 128, w_map, bar, kAll, kb, tn * kOutCols + at, 1, N);
+            load_weight_rows<kSliceRows, W_BH, W_BOX, true>(w_stage(s) + (kOutCols + at) * 128,
+                                                            w_map, bar, kb, tn * kOutCols + at, 1,
+                                                            N, kAll);
         } else if constexpr (kSplitW) {
           load_weight_rows<kOutCols, W_BH, W_BOX>(w_stage(s), w_map, bar, kb, tn * kOutCols, 0, N);
           load_weight_rows<kOutCols, W_BH, W_BOX>(w_stage(s) + kOutCols * 128, w_map, bar, kb,
