@@ -910,9 +910,11 @@ StepProfile GpuStepExecutor::profile_step(int reps) {
 std::string GpuStepExecutor::memory_report() const {
   const State& s = *s_;
   std::ostringstream o;
-  const std::size_t only_images = s.art->tensors().size() - s.plain_weights.size();
+  std::set<std::string> only_images;
+  for (const auto& [key, img] : s.images)
+    if (!s.plain_weights.count(img.arg.weight)) only_images.insert(img.arg.weight);
   o << "weights " << s.weight_bytes << " B (" << s.plain_weights.size() << " tensors; "
-    << only_images << " more only as slot images)\n"
+    << only_images.size() << " more only as slot images)\n"
     << "slot images " << s.image_bytes << " B (" << s.images.size()
     << " weights in the layout of the one-token layer's bulk copies, docs/artifact.md)\n"
     << "kv pool " << s.kv_bytes << " B (" << s.kv_pages << " pages, "
