@@ -27,6 +27,9 @@
 // one-warpgroup tiling had, which the sweep's 6 and 8 test);
 // `telos-kernel-bench --small-rows` only the copy bandwidth and the decode GEMMs at 1, 8, 16, 32,
 // 48 and 64 rows (one M tile), at 8 rows also with the stages the plan gives 16.
+// The decode GEMMs' "plan" rows read the weight as the plan does: from the one-token layer's slot
+// image through its `timg:` map where the plan has one (the 8B's layer weights, change 92), with
+// the weight's own map beside it as "own map".
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -173,6 +176,26 @@ void* device_map(const void* base, int rows, int cols, int box_rows) {
   const hexel::TensorMap m = hexel::encode_2d(hexel::TmaDtype::BF16, base, static_cast<std::uint64_t>(rows),
                                               static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(cols) * 2,
                                               static_cast<std::uint32_t>(box_rows), 64, hexel::Swizzle::B128);
+  void* p;
+  check(cudaMalloc(&p, sizeof m), "alloc");
+  check(cudaMemcpy(p, &m, sizeof m, cudaMemcpyHostToDevice), "map");
+  return p;
+}
+
+// The 5D tensor map over a weight's slot image (`timg:`, change 92) in device memory, as the
+// executor builds one: the bench's weight copies hold random bytes, so each serves as an image
+// as it is (the timing reads the same bytes in another order; the values do not matter).
+void* device_image_map(const void* base, int rows, int cols, int bn, int halves, int box) {
+  const telos::SlotImageMapView v = telos::slot_image_map_view(rows, cols, bn, halves, box);
+  hexel::TensorMapSpec spec;
+  spec.base = base;
+  spec.rank = 5;
+  for (int d = 0; d < 5; ++d) {
+    spec.dims[d] = v.dims[d];
+    spec.box[d] = v.box[d];
+  }
+  for (int d = 0; d < 4; ++d) spec.strides_bytes[d] = v.strides_bytes[d];
+  const hexel::TensorMap m = hexel::encode_tiled(spec);
   void* p;
   check(cudaMalloc(&p, sizeof m), "alloc");
   check(cudaMemcpy(p, &m, sizeof m, cudaMemcpyHostToDevice), "map");
@@ -891,7 +914,28 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       };
       const SmallGemmTiling plan =
           f32cand ? lm_head_tiling(g.N, g.K, M) : small_gemm_tiling(g.N, g.K, M, swiglu);
-      add("plan", plan);
+      // Where the plan reads the weight from the one-token layer's slot image (change 92: the
+      // 8B's layer weights), "plan" is that and "own map" the weight's 2D map.
+      const std::string name = g.name;
+      const bool is_1b = name.size() > 3 && name.substr(name.size() - 3) == "_1b";
+      const std::string base_name = is_1b ? name.substr(0, name.size() - 3) : name;
+      const PersistentLayerTiling lt = is_1b ? decode_layer_tiling(2048, 3072, 2048, 8192, 64, false)
+                                             : decode_layer_tiling(4096, 6144, 4096, 14336, 128, false);
+      const std::map<std::string, std::pair<int, WeightImage>> images = {
+          {"qkv", {0, {lt.bq, 1}}}, {"o", {1, {lt.bo, 1}}}, {"gate_up", {2, {lt.bg, 2}}},
+          {"down", {3, {lt.bd, 1}}}};
+      SmallGemmTiling plan_image = plan;
+      if (const auto it = images.find(base_name);
+          !f32cand && it != images.end() && lt.fits && (lt.bulk >> it->second.first & 1)) {
+        plan_image.image_box = image_box_rows(it->second.second, plan.w_box());
+        if (plan_image.image_box > 0) plan_image.image_rows = it->second.second.half_rows();
+      }
+      if (plan_image.image_rows > 0) {
+        add("plan", plan_image);
+        add("own map", plan);
+      } else {
+        add("plan", plan);
+      }
       // --small-rows at 8 tokens: the plan's tiles with the stages it gives 16 tokens, whose
       // 64-row A slots (8 rows up to 8 tokens) leave room for fewer: what the stage count alone
       // costs between 8 and 16 rows.
@@ -999,7 +1043,11 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         const SmallGemmTiling& t = v.t;
         void* a_map = device_map(a, M, g.K, t.a_box);
         std::vector<void*> w_maps;
-        for (void* p : w) w_maps.push_back(device_map(p, rows, g.K, t.w_box()));
+        const int halves = swiglu ? 2 : 1;
+        for (void* p : w)
+          w_maps.push_back(t.image_rows > 0 ? device_image_map(p, rows, g.K, t.image_rows * halves,
+                                                               halves, t.image_box)
+                                            : device_map(p, rows, g.K, t.w_box()));
         const double us = median_us(
             [&](int i) {
               std::vector<const void*> args = {a_map, w_maps[i % copies], y};
