@@ -181,6 +181,19 @@ std::string SmallGemmTiling::instance(const std::string& epi, int m, int n, int 
          (img ? ", " + I_(image_rows) + ", " + I_(image_box) : "") + ">";
 }
 
+WeightImage layer_weight_image(const PersistentLayerTiling& t, const std::string& weight) {
+  // decode_layer_persistent's BULK bits: 0 qkv, 1 o, 2 gate/up, 3 down.
+  const int bit = weight == "qkv"       ? 0
+                  : weight == "o"       ? 1
+                  : weight == "gate_up" ? 2
+                  : weight == "down"    ? 3
+                                        : -1;
+  if (bit < 0) fail("codegen: \"" + weight + "\" is not a layer weight of the one-token layer");
+  if (!t.fits || !(t.bulk >> bit & 1)) return {};
+  const int bn[] = {t.bq, t.bo, t.bg, t.bd};
+  return {bn[bit], bit == 2 ? 2 : 1};
+}
+
 int image_box_rows(const WeightImage& img, int rows) {
   const int h = img.half_rows();
   if (img.bn <= 0 || rows <= 0) return 0;
@@ -447,12 +460,11 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       layer_t.fits && std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(), [](int n) {
         return n > 0 && n <= kDecodeLayerPersistentMaxRows;
       });
-  auto image_of = [&](int bit, int bn, int halves) {
-    return any_layer_persistent && (layer_t.bulk >> bit & 1) ? WeightImage{bn, halves}
-                                                             : WeightImage{};
+  auto image_of = [&](const std::string& weight) {
+    return any_layer_persistent ? layer_weight_image(layer_t, weight) : WeightImage{};
   };
-  const WeightImage qkv_img = image_of(0, layer_t.bq, 1), o_img = image_of(1, layer_t.bo, 1),
-                    gu_img = image_of(2, layer_t.bg, 2), down_img = image_of(3, layer_t.bd, 1);
+  const WeightImage qkv_img = image_of("qkv"), o_img = image_of("o"), gu_img = image_of("gate_up"),
+                    down_img = image_of("down");
   int qkv_arrival_counters = 0;  // gemm_small_norm_qkv's, when a bucket folds the QKV epilogue
   bool uses_layer_sync = false;  // decode_layer_persistent's grid-wide counters
   long long max_lm_candidates = 0;  // the LM head's greedy candidates, all of a bucket's rows

@@ -205,6 +205,11 @@ struct WeightImage {
   int bn = 0, halves = 1;
   int half_rows() const { return bn / halves; }
 };
+struct PersistentLayerTiling;
+// The slot image in which the one-token layer of tiling `t` streams layer weight `weight` ("qkv",
+// "o", "gate_up" or "down"): its tiles (gate/up: two halves) where the tiling's `bulk` mask has it
+// and the layer fits, else none (bn 0).
+WeightImage layer_weight_image(const PersistentLayerTiling& t, const std::string& weight);
 // The rows of the boxes in which a GEMM takes `rows` consecutive rows of a weight half, starting
 // at a multiple of `rows`, from the image: `rows` where they lie in one tile or are whole tiles,
 // else their greatest common divisor with a tile's half (several boxes); 0 where that is not whole

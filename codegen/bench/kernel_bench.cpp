@@ -919,16 +919,14 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       const std::string name = g.name;
       const bool is_1b = name.size() > 3 && name.substr(name.size() - 3) == "_1b";
       const std::string base_name = is_1b ? name.substr(0, name.size() - 3) : name;
-      const PersistentLayerTiling lt = is_1b ? decode_layer_tiling(2048, 3072, 2048, 8192, 64, false)
-                                             : decode_layer_tiling(4096, 6144, 4096, 14336, 128, false);
-      const std::map<std::string, std::pair<int, WeightImage>> images = {
-          {"qkv", {0, {lt.bq, 1}}}, {"o", {1, {lt.bo, 1}}}, {"gate_up", {2, {lt.bg, 2}}},
-          {"down", {3, {lt.bd, 1}}}};
+      const PersistentLayerTiling lt =
+          is_1b ? decode_layer_tiling(2048, 3072, 2048, 8192, 64, false)
+                : decode_layer_tiling(4096, 6144, 4096, 14336, 128, false);
       SmallGemmTiling plan_image = plan;
-      if (const auto it = images.find(base_name);
-          !f32cand && it != images.end() && lt.fits && (lt.bulk >> it->second.first & 1)) {
-        plan_image.image_box = image_box_rows(it->second.second, plan.w_box());
-        if (plan_image.image_box > 0) plan_image.image_rows = it->second.second.half_rows();
+      if (!f32cand) {
+        const WeightImage img = layer_weight_image(lt, base_name);
+        plan_image.image_box = image_box_rows(img, plan.w_box());
+        if (plan_image.image_box > 0) plan_image.image_rows = img.half_rows();
       }
       if (plan_image.image_rows > 0) {
         add("plan", plan_image);

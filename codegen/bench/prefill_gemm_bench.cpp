@@ -77,11 +77,9 @@ std::vector<Case> cases() {
 // instances end in ", W_BH, W_BOX" (prefill_gemm_torch.py packs the image and encodes its map).
 std::vector<Case> image_cases() {
   const PersistentLayerTiling lt = decode_layer_tiling(4096, 6144, 4096, 14336, 128, false);
-  const std::map<std::string, WeightImage> images = {
-      {"qkv", {lt.bq, 1}}, {"o", {lt.bo, 1}}, {"gate_up", {lt.bg, 2}}, {"down", {lt.bd, 1}}};
   std::vector<Case> out;
   for (Case c : cases()) {
-    const WeightImage& img = images.at(c.shape);
+    const WeightImage img = layer_weight_image(lt, c.shape);
     c.image_rows = img.half_rows();
     c.image_box = image_box_rows(img, c.epilogue == "swiglu" ? 128 : 256);
     if (c.image_box > 0) out.push_back(c);

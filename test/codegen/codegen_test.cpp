@@ -464,6 +464,20 @@ TEST(Codegen, LayerWeightsHaveOneCopyEitherWay) {
   EXPECT_EQ(args_of(in), (std::set<std::string>{"tmap:"}));
 }
 
+// Which layer weights the one-token layer streams from slot images, and in which tiles: all four on
+// the Llama-3.1-8B shapes (qkv 48 rows, o and down 32, gate/up 32 + 32), none on Llama-3.2-1B's.
+TEST(Codegen, LayerWeightImages) {
+  const PersistentLayerTiling big = decode_layer_tiling(4096, 6144, 4096, 14336, 128, false);
+  const PersistentLayerTiling small = decode_layer_tiling(2048, 3072, 2048, 8192, 64, false);
+  auto pair = [](const WeightImage& w) { return std::make_pair(w.bn, w.halves); };
+  EXPECT_EQ(pair(layer_weight_image(big, "qkv")), std::make_pair(48, 1));
+  EXPECT_EQ(pair(layer_weight_image(big, "o")), std::make_pair(32, 1));
+  EXPECT_EQ(pair(layer_weight_image(big, "gate_up")), std::make_pair(64, 2));
+  EXPECT_EQ(pair(layer_weight_image(big, "down")), std::make_pair(32, 1));
+  for (const char* w : {"qkv", "o", "gate_up", "down"}) EXPECT_EQ(layer_weight_image(small, w).bn, 0);
+  EXPECT_THROW(layer_weight_image(big, "lm_head"), telos::Error);
+}
+
 // The boxes through which a GEMM reads its weight rows from a slot image: the rows where they lie
 // in one tile or make whole tiles, else their greatest common divisor with a tile's half, and none
 // where that is not whole 8-row swizzle repeats.
