@@ -52,6 +52,7 @@
 #include "codegen/nvrtc_driver.hpp"
 #include "hexel/tensor_map_encode.h"
 #include "support/slot_image.hpp"
+#include "support/slot_image_map.hpp"
 
 namespace {
 
@@ -186,16 +187,7 @@ void* device_map(const void* base, int rows, int cols, int box_rows) {
 // executor builds one: the bench's weight copies hold random bytes, so each serves as an image
 // as it is (the timing reads the same bytes in another order; the values do not matter).
 void* device_image_map(const void* base, int rows, int cols, int bn, int halves, int box) {
-  const telos::SlotImageMapView v = telos::slot_image_map_view(rows, cols, bn, halves, box);
-  hexel::TensorMapSpec spec;
-  spec.base = base;
-  spec.rank = 5;
-  for (int d = 0; d < 5; ++d) {
-    spec.dims[d] = v.dims[d];
-    spec.box[d] = v.box[d];
-  }
-  for (int d = 0; d < 4; ++d) spec.strides_bytes[d] = v.strides_bytes[d];
-  const hexel::TensorMap m = hexel::encode_tiled(spec);
+  const hexel::TensorMap m = telos::encode_slot_image_map(base, rows, cols, bn, halves, box);
   void* p;
   check(cudaMalloc(&p, sizeof m), "alloc");
   check(cudaMemcpy(p, &m, sizeof m, cudaMemcpyHostToDevice), "map");

@@ -17,6 +17,7 @@
 #include "hexel/tensor_map_encode.h"
 #include "support/error.hpp"
 #include "support/slot_image.hpp"
+#include "support/slot_image_map.hpp"
 
 namespace telos::exec {
 namespace {
@@ -53,25 +54,6 @@ std::string read_file(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-// The tensor map of a `timg:` argument (docs/artifact.md) over the slot image at `image` of a
-// [rows, cols] bf16 weight (support/slot_image.hpp, slot_image_map_view), without swizzle: the
-// image holds its rows swizzled already.
-hexel::TensorMap encode_image_map(const void* image, std::int64_t rows, std::int64_t cols,
-                                  const WeightImageArg& img) {
-  const SlotImageMapView v = slot_image_map_view(rows, cols, img.bn, img.halves, img.box_rows);
-  hexel::TensorMapSpec m;
-  m.dtype = hexel::TmaDtype::BF16;
-  m.base = image;
-  m.swizzle = hexel::Swizzle::None;
-  m.rank = 5;
-  for (int i = 0; i < 5; ++i) {
-    m.dims[i] = v.dims[i];
-    m.box[i] = v.box[i];
-  }
-  for (int i = 0; i < 4; ++i) m.strides_bytes[i] = v.strides_bytes[i];
-  return hexel::encode_tiled(m);
 }
 
 int json_int(const nlohmann::json& j, const char* key, const std::string& where) {
@@ -638,8 +620,8 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
           const WeightImageArg img = parse_weight_image_arg(arg, "manifest.json: programs");
           const WeightTensor& w = *a.find_tensor(img.weight);
           try {
-            maps.push_back(
-                encode_image_map(s.images.at(img.key()).dev, w.shape[0], w.shape[1], img));
+            maps.push_back(encode_slot_image_map(s.images.at(img.key()).dev, w.shape[0], w.shape[1],
+                                                 img.bn, img.halves, img.box_rows));
           } catch (const std::runtime_error& e) {
             fail("gpu engine: argument " + arg + ": " + e.what());
           }

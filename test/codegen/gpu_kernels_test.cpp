@@ -14,7 +14,7 @@
 #include "codegen/rope_table.hpp"
 #include "hexel/tensor_map_encode.h"
 #include "support/qkv_layout.hpp"
-#include "support/slot_image.hpp"
+#include "support/slot_image_map.hpp"
 #include "test/codegen/gpu_test_support.hpp"
 
 namespace telos::gpu_test {
@@ -580,17 +580,8 @@ TEST(GpuKernels, GemmsReadSlotImagesBitForBit) {
       const bool residual = r.epi == "residual";
       const std::size_t MN = static_cast<std::size_t>(r.M) * c.N,
                         total = MN + static_cast<std::size_t>(GUARD) * c.N;
-      const SlotImageMapView v = slot_image_map_view(rows, K, c.bn, c.halves, r.box);
-      hexel::TensorMapSpec spec;
-      spec.base = dImage.get();
-      spec.rank = 5;
-      for (int d = 0; d < 5; ++d) {
-        spec.dims[d] = v.dims[d];
-        spec.box[d] = v.box[d];
-      }
-      for (int d = 0; d < 4; ++d) spec.strides_bytes[d] = v.strides_bytes[d];
-      DeviceBuffer<hexel::TensorMap> image_map(
-          std::vector<hexel::TensorMap>{hexel::encode_tiled(spec)});
+      DeviceBuffer<hexel::TensorMap> image_map(std::vector<hexel::TensorMap>{
+          encode_slot_image_map(dImage.get(), rows, K, c.bn, c.halves, r.box)});
       std::vector<float> outs[2];
       for (int with_image = 0; with_image < 2; ++with_image) {
         DeviceBuffer<std::uint16_t> y(total);
