@@ -430,8 +430,6 @@ struct GpuStepExecutor::State {
       };
       char* p = base;
       for (const auto& t : a.tensors()) {
-        const bool plain = plain_weights.count(t.name) > 0;
-        if (plain) weights[t.name] = p;
         // Its slot images first, a run of whole tiles a staging buffer, while its pages are mapped.
         for (auto& [arg, img] : images) {
           if (img.arg.weight != t.name) continue;
@@ -447,7 +445,13 @@ struct GpuStepExecutor::State {
             sent(img.dev + static_cast<std::size_t>(t0) * tile_bytes, n, arg);
           }
         }
-        for (std::size_t off = 0; plain && off < t.bytes;) {
+        if (!plain_weights.count(t.name)) {
+          // Only its images go to the device: the mapped file's pages can go now.
+          a.release_weight_pages(t, 0, t.bytes);
+          continue;
+        }
+        weights[t.name] = p;
+        for (std::size_t off = 0; off < t.bytes;) {
           // What fits in the current buffer, or a whole one once it is full.
           const std::size_t fit = used < kStagingBytes ? kStagingBytes - used : kStagingBytes;
           const std::size_t n = std::min(t.bytes - off, fit);
@@ -457,8 +461,7 @@ struct GpuStepExecutor::State {
           a.release_weight_pages(t, off, n);
           off += n;
         }
-        if (!plain) a.release_weight_pages(t, 0, t.bytes);
-        if (plain) p += align_up(static_cast<std::int64_t>(t.bytes), 256);
+        p += align_up(static_cast<std::int64_t>(t.bytes), 256);
       }
       check(cudaStreamSynchronize(stream), "weight upload");
       const double secs = seconds_since(started);
