@@ -23,7 +23,6 @@ int pow2_at_least(int v) {
 // 128 rows x 256 W rows, and its dynamic shared memory: 4 stages of (128 + 256) x 64 bf16,
 // 4 epilogue chunks of 64 rows x 128 bytes, 8 mbarriers, 1024 bytes of alignment slack.
 constexpr int kPrefillGemmThreads = 384;
-constexpr int kPrefillGemmSmem = 4 * (128 + 256) * 64 * 2 + 4 * 64 * 64 * 2 + 8 * 8 + 1024;
 constexpr int kSms = 132;  // H200: the persistent grid is one CTA per SM
 
 // Persistent grid of the prefill GEMM over `rows` x `cols` outputs in tiles of 128 x `tile_cols`.
@@ -200,6 +199,31 @@ int image_box_rows(const WeightImage& img, int rows) {
   if ((rows <= h && h % rows == 0) || (rows > h && rows % h == 0)) return rows % 8 == 0 ? rows : 0;
   const int g = std::gcd(rows, h);
   return g % 8 == 0 ? g : 0;
+}
+
+// The prefill GEMM's stages with boxes of `w_box` rows and their bytes (gemm_prefill.cuh,
+// PrefillGemm::stages_for and smem_bytes): a stage is 128 A rows, max(256, w_box) W rows of 128
+// bytes and its two barriers; the epilogue's four 8 KB chunks and 1024 bytes of alignment beside
+// them; as many stages as fit, at most 4.
+namespace {
+constexpr int kPrefillFixedSmem = 4 * 64 * 128 + 1024;
+int prefill_stage_bytes(int w_box) { return (128 + std::max(256, w_box)) * 128 + 16; }
+int prefill_gemm_stages(int w_box) {
+  return std::min(4, (kMaxSmemPerBlock - kPrefillFixedSmem) / prefill_stage_bytes(w_box));
+}
+}  // namespace
+
+int prefill_gemm_smem(int w_box) {
+  return prefill_gemm_stages(w_box) * prefill_stage_bytes(w_box) + kPrefillFixedSmem;
+}
+
+int prefill_image_box_rows(const WeightImage& img, int rows) {
+  const int box = image_box_rows(img, rows), h = img.half_rows();
+  if (box == 0 || box == rows || img.halves != 1) return box;
+  // Windows start at multiples of g rows into a tile, the last at h - g: their rows reach h - g +
+  // rows past a tile's start, in whole tiles. Taken while three stages of them fit.
+  const int g = std::gcd(rows, h), cover = (h - g + rows + h - 1) / h * h;
+  return g % 8 == 0 && prefill_gemm_stages(cover) >= 3 ? cover : box;
 }
 
 SmallGemmTiling SmallGemmTiling::with_bn(int rows, int n, bool swiglu) const {
@@ -566,9 +590,9 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       };
       if (big) {
         const int cols = swiglu ? 128 : 256;
-        const int box = image_box_rows(img, cols);
+        const int box = prefill_image_box_rows(img, cols);
         return {b.kernel("telos_kernels::gemm_prefill_" + epi + dims + image_args(box) + ">",
-                         {"a_map", "w_map", "out"}, kPrefillGemmThreads, kPrefillGemmSmem),
+                         {"a_map", "w_map", "out"}, kPrefillGemmThreads, prefill_gemm_smem(box)),
                 {prefill_gemm_grid(T, n, cols), 1, 1},
                 128,
                 cols,

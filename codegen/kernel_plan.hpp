@@ -215,6 +215,17 @@ WeightImage layer_weight_image(const PersistentLayerTiling& t, const std::string
 // else their greatest common divisor with a tile's half (several boxes); 0 where that is not whole
 // 8-row swizzle repeats (the GEMM then needs the weight itself).
 int image_box_rows(const WeightImage& img, int rows);
+// The prefill GEMM's box rows for its `rows` W rows a stage (256; SwiGLU two halves of 128) from
+// image `img`: image_box_rows's where that is one box; else, for a one-half image, one box of the
+// whole tiles that cover any `rows`-row window starting at a multiple of `rows` (more rows than
+// `rows`: gemm_prefill.cuh's kCover) where the window's offsets into a tile are whole 8-row swizzle
+// repeats and three stages of them fit (the 8B's qkv: 288 rows, 6 tiles of 48); else
+// image_box_rows's several boxes.
+int prefill_image_box_rows(const WeightImage& img, int rows);
+// The prefill GEMM's dynamic shared memory with boxes of `w_box` rows (0: the weight's own map):
+// as many stages of 128 A rows and max(256, w_box) W rows as fit, at most 4, the epilogue's four
+// 8 KB chunks and 1024 bytes of alignment (gemm_prefill.cuh, PrefillGemm::smem_bytes).
+int prefill_gemm_smem(int w_box);
 struct PersistentLayerTiling {
   int bq = 32, bo = 32, bg = 64, bd = 32, stages = 0, smem = 0;
   bool fits = false;  // the model's shapes divide into whole slots and tiles

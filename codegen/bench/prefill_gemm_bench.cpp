@@ -73,7 +73,7 @@ std::vector<Case> cases() {
 }
 
 // The same cases reading the weight from the slot image the plan gives the 8B's one-token layer
-// (decode_layer_tiling's tiles; image_box_rows as kernel_plan.cpp), for --compile-only: their
+// (decode_layer_tiling's tiles; prefill_image_box_rows as kernel_plan.cpp), for --compile-only: their
 // instances end in ", W_BH, W_BOX" (prefill_gemm_torch.py packs the image and encodes its map).
 std::vector<Case> image_cases() {
   const PersistentLayerTiling lt = decode_layer_tiling(4096, 6144, 4096, 14336, 128, false);
@@ -81,15 +81,15 @@ std::vector<Case> image_cases() {
   for (Case c : cases()) {
     const WeightImage img = layer_weight_image(lt, c.shape);
     c.image_rows = img.half_rows();
-    c.image_box = image_box_rows(img, c.epilogue == "swiglu" ? 128 : 256);
+    c.image_box = prefill_image_box_rows(img, c.epilogue == "swiglu" ? 128 : 256);
     if (c.image_box > 0) out.push_back(c);
   }
   return out;
 }
 
-// The plan's launch shape (kernel_plan.cpp).
+// The plan's launch shape (kernel_plan.cpp) through the weight's own map.
 constexpr int kThreads = 384;
-constexpr int kSmem = 4 * (128 + 256) * 64 * 2 + 4 * 64 * 64 * 2 + 8 * 8 + 1024;
+const int kSmem = prefill_gemm_smem(0);
 
 // A tensor map as the executor encodes one for `tmap:` (docs/artifact.md): bf16 in 64-column
 // boxes, or f32 (the residual stream x) in 32-column boxes.

@@ -146,9 +146,17 @@ def slot_image(w, bn, halves):
     return x.contiguous()
 
 
-# The plan's launch shape (kernel_plan.cpp; telos-prefill-bench's kThreads and kSmem).
+# The plan's launch shape (kernel_plan.cpp; telos-prefill-bench's kThreads).
 THREADS = 384
-SMEM = 4 * (128 + 256) * 64 * 2 + 4 * 64 * 64 * 2 + 8 * 8 + 1024
+
+
+def smem(w_box):
+    """codegen/kernel_plan.cpp's prefill_gemm_smem: as many stages of 128 A rows and max(256, w_box)
+    W rows of 128 bytes (more where one box of image tiles covers a tile's 256 rows) and their two
+    barriers as fit 227 KB, at most 4, beside the epilogue's four 8 KB chunks and 1024 bytes of
+    alignment."""
+    fixed, stage = 4 * 64 * 128 + 1024, (128 + max(256, w_box)) * 128 + 16
+    return min(4, (227 * 1024 - fixed) // stage) * stage + fixed
 
 
 def paired(cubin, rounds):
@@ -168,7 +176,8 @@ def paired(cubin, rounds):
             halves = 2 if epi == "swiglu" else 1
             img = (int(m.group(5)) * halves, halves, int(m.group(6)))
             shape += " (image)"
-        cases.append((shape, M, epi, N, K, n, img, drv.function(module, entry, SMEM)))
+        f = drv.function(module, entry, smem(img[2] if img else 0))
+        cases.append((shape, M, epi, N, K, n, img, f))
     sm = torch.cuda.get_device_properties(0).multi_processor_count
     tables = []
     first = True
@@ -188,7 +197,8 @@ def paired(cubin, rounds):
                 w_map = drv.tensor_map(w, 128 if epi == "swiglu" else 256)
             maps = [drv.tensor_map(a, 128), w_map, drv.tensor_map(y, 64)]
             tiles = -(-M // 128) * -(-n // (128 if epi == "swiglu" else 256))
-            ours = lambda: drv.launch(f, (min(tiles, sm), 1), THREADS, SMEM, [t.data_ptr() for t in maps])
+            ours = lambda: drv.launch(f, (min(tiles, sm), 1), THREADS, smem(img[2] if img else 0),
+                                         [t.data_ptr() for t in maps])
             peer = lambda: torch.matmul(a, w.T)
             err = "-"
             if epi == "bf16":

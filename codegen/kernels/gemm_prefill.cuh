@@ -33,22 +33,29 @@ struct PrefillGemm {
   static constexpr unsigned kBlockM = 128;
   static constexpr unsigned kBlockN = 256;
   static constexpr unsigned kBlockK = 64;  // one 128-byte swizzle row of bf16
-  static constexpr unsigned kStages = 4;
+  static constexpr unsigned kStages = 4;  // at most (stages_for)
   static constexpr unsigned kConsumers = 2;  // warpgroups, 64 rows each
   static constexpr unsigned kThreads = 128 * (1 + kConsumers);
   static constexpr unsigned kGroupM = 16;  // tiles along M visited together, for L2 reuse
   static constexpr unsigned kABytes = hexel::tma::tile_bytes<unsigned short>(kBlockK, kBlockM);
-  static constexpr unsigned kWBytes = hexel::tma::tile_bytes<unsigned short>(kBlockK, kBlockN);
-  static constexpr unsigned kStageBytes = kABytes + kWBytes;
   // Outputs leave in chunks of 64 rows x 128 bytes (128B-swizzled): 64 bf16 columns for a
   // store, 32 f32 columns for the residual reduction. Two buffers per consumer, so the TMA
   // drains one while the next chunk is written.
   static constexpr unsigned kChunkBytes = 64 * 128;
   static constexpr unsigned kEpilogueBytes = kConsumers * 2 * kChunkBytes;
   // Stages, epilogue buffers, full[] and empty[] barriers; +1024 to align the base to the 128B
-  // swizzle repeat, which keeps the descriptors' base offsets zero.
-  static constexpr unsigned kSmemBytes =
-      kStages * kStageBytes + kEpilogueBytes + 2 * kStages * 8 + 1024;
+  // swizzle repeat, which keeps the descriptors' base offsets zero. w_rows: the W rows a stage
+  // holds, kBlockN, or more where one box of whole slot-image tiles covers the tile's rows
+  // (prefill_gemm_body's kCover), in as many stages as fit a CTA's 227 KB, at most kStages (4 of
+  // 256 rows, 3 of 288). kernel_plan.hpp's prefill_gemm_smem is smem_bytes on the host.
+  static constexpr unsigned kFixedBytes = kEpilogueBytes + 1024;
+  __host__ __device__ static constexpr unsigned stages_for(unsigned w_rows) {
+    const unsigned fit = (227 * 1024 - kFixedBytes) / (kABytes + w_rows * 128 + 16);
+    return fit < kStages ? fit : kStages;
+  }
+  __host__ __device__ static constexpr unsigned smem_bytes(unsigned w_rows) {
+    return stages_for(w_rows) * (kABytes + w_rows * 128 + 16) + kFixedBytes;
+  }
 };
 
 // Where a GEMM's weight rows come from, through its `w_map` argument (docs/artifact.md). W_BH = 0:
@@ -61,14 +68,20 @@ struct PrefillGemm {
 // 1024-byte aligned, n a multiple of 8): the same wgmma operands, the same bits. Rows n .. n + ROWS
 // - 1 of half `half`, K block kb, to dst; the boxes complete_tx on `bar` (ROWS · 128 bytes either
 // way). MULTICAST: to the cluster's CTAs in `mask` (gemm_small.cuh's weight slices).
+// W_BOX > ROWS (the prefill GEMM where the image's tiles cut its rows, prefill_gemm_body's kCover):
+// one box of W_BOX / W_BH whole tiles from the tile that holds row n, so row n lands n % W_BH rows
+// into dst (W_BOX · 128 bytes); the caller reads from there.
 template <unsigned ROWS, unsigned W_BH, unsigned W_BOX, bool MULTICAST = false>
 __device__ __forceinline__ void load_weight_rows(unsigned dst, const TensorMap* map, unsigned bar,
                                                  unsigned kb, unsigned n, unsigned half,
                                                  unsigned half_rows, unsigned short mask = 0) {
-  static_assert(W_BH == 0 || (W_BOX % 8 == 0 && ROWS % W_BOX == 0 &&
+  static_assert(W_BH == 0 || (W_BOX % 8 == 0 && (ROWS % W_BOX == 0 || W_BOX > ROWS) &&
                               (W_BOX <= W_BH ? W_BH % W_BOX == 0 : W_BOX % W_BH == 0)),
                 "image boxes of whole 8-row swizzle repeats, within a tile or whole tiles");
-  if constexpr (W_BH == 0) {
+  if constexpr (W_BH > 0 && W_BOX > ROWS) {
+    static_assert(!MULTICAST, "a covering box is the prefill GEMM's, which has no clusters");
+    hexel::tma::load(dst, map, bar, 0u, 0u, half, kb, n / W_BH);
+  } else if constexpr (W_BH == 0) {
     if constexpr (MULTICAST)
       hexel::tma::load_multicast(dst, map, bar, mask, kb * 64, half * half_rows + n);
     else
@@ -213,19 +226,33 @@ __device__ __forceinline__ void st_shared_f32x2(unsigned addr, float a, float b)
 
 // The whole kernel; the epilogue writes through `out_map`: a bf16 TMA store, or the residual's
 // f32 TMA reduction into x. W_BH, W_BOX: the weight's source (load_weight_rows).
+// kCover (W_BOX > kBlockN): the slot image's tiles cut the tile's kBlockN rows (the 8B's 48-row
+// qkv tiles in 256) and one box of W_BOX rows of whole image tiles covers them, one copy a stage
+// where boxes of gcd(kBlockN, W_BH) rows took several (16 for the 8B's qkv, at 0.85 of the
+// weight's own map: docs/perf-log.md, change 94). The stage holds W_BOX rows (so 3 stages of 288
+// rows where 4 of 256 fit) and tile tn's rows start (tn · kBlockN) % W_BH rows in: whole 8-row
+// swizzle repeats (kernel_plan.cpp, prefill_image_box_rows), so the W descriptor's base offset
+// stays 0 and the bits are the same.
 template <int M, int N, int K, class Epi, unsigned W_BH = 0, unsigned W_BOX = 0>
 __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const TensorMap* w_map,
                                                   const TensorMap* out_map) {
   using G = PrefillGemm;
   using namespace hexel;
   static_assert(M > 0 && N % 8 == 0 && K % 8 == 0, "TMA rows are multiples of 16 bytes");
+  constexpr bool kCover = W_BH > 0 && W_BOX > G::kBlockN;
+  static_assert(!kCover || (!Epi::kSplitW && G::kBlockN % 8 == 0 && W_BH % 8 == 0),
+                "a covering box: one half, whole swizzle repeats");
+  constexpr unsigned kWRows = kCover ? W_BOX : G::kBlockN;
+  constexpr unsigned kStages = G::stages_for(kWRows);
+  static_assert(kStages >= 2, "a ring of at least two stages");
+  constexpr unsigned kStageBytes = G::kABytes + kWRows * 128;
   extern __shared__ unsigned char smem_raw[];
   const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const unsigned epilogue = base + G::kStages * G::kStageBytes;
+  const unsigned epilogue = base + kStages * kStageBytes;
   const unsigned full = epilogue + G::kEpilogueBytes;
-  const unsigned empty = full + G::kStages * 8;
-  auto a_stage = [&](unsigned s, unsigned = 0) { return base + s * G::kStageBytes; };
-  auto w_stage = [&](unsigned s) { return base + s * G::kStageBytes + G::kABytes; };
+  const unsigned empty = full + kStages * 8;
+  auto a_stage = [&](unsigned s, unsigned = 0) { return base + s * kStageBytes; };
+  auto w_stage = [&](unsigned s) { return base + s * kStageBytes + G::kABytes; };
 
   constexpr unsigned tiles_m = (M + G::kBlockM - 1) / G::kBlockM;
   constexpr unsigned tiles_n = (N + Epi::kOutCols - 1) / Epi::kOutCols;
@@ -238,7 +265,7 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
     hexel::tma::acquire_map(w_map);
     tma::prefetch_map(a_map);
     tma::prefetch_map(w_map);
-    for (unsigned s = 0; s < G::kStages; ++s) {
+    for (unsigned s = 0; s < kStages; ++s) {
       mbarrier::init(full + 8 * s, 1);
       mbarrier::init(empty + 8 * s, G::kConsumers * 4);  // one arrival per consumer warp
     }
@@ -249,7 +276,7 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
-      mbarrier::StageRing<G::kStages> ring;
+      mbarrier::StageRing<kStages> ring;
       for (unsigned u = blockIdx.x; u < units; u += gridDim.x) {
         unsigned tm, tn;
         prefill_tile_coords(u, tiles_m, tiles_n, tm, tn);
@@ -257,7 +284,7 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
           mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
           const unsigned bar = full + 8 * ring.index;
           // Out-of-bounds box elements count too: the stage always receives kStageBytes.
-          mbarrier::arrive_expect_tx(bar, G::kStageBytes);
+          mbarrier::arrive_expect_tx(bar, kStageBytes);
           tma::load(a_stage(ring.index), a_map, bar, kb * G::kBlockK, tm * G::kBlockM);
           if constexpr (Epi::kSplitW) {
             constexpr unsigned half = G::kBlockN / 2;
@@ -283,15 +310,16 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
       hexel::tma::acquire_map(out_map);
       tma::prefetch_map(out_map);
     }
-    mbarrier::StageRing<G::kStages> ring;
+    mbarrier::StageRing<kStages> ring;
     float d[G::kBlockN / 2];
     for (unsigned u = blockIdx.x; u < units; u += gridDim.x) {
       unsigned tm, tn;
       prefill_tile_coords(u, tiles_m, tiles_n, tm, tn);
-      // This consumer's 64 rows of the A stage.
+      // This consumer's 64 rows of the A stage; the tile's W rows (kCover: from their offset).
+      const unsigned w_at = kCover ? tn * G::kBlockN % W_BH * 128 : 0;
       const unsigned prev = wgmma_k_loop<G::kBlockN>(
           d, ring, k_blocks, full, empty, lane, [&](unsigned st, unsigned) { return a_stage(st) + cw * 64 * 128; },
-          w_stage);
+          [&](unsigned st) { return w_stage(st) + w_at; });
       if (lane == 0) mbarrier::arrive(empty + 8 * prev);
 
       const unsigned row0 = tm * G::kBlockM + cw * 64;

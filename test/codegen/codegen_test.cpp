@@ -492,6 +492,24 @@ TEST(Codegen, ImageBoxRows) {
   EXPECT_EQ(image_box_rows({}, 64), 0);       // no image
 }
 
+// The prefill GEMM takes one box a stage where image_box_rows would cut its 256 rows into several:
+// the whole tiles that cover any window of them (the 8B's qkv: 6 tiles of 48 cover 256 rows that
+// start 0, 16 or 32 rows into one), in three stages of 288 rows where four of 256 fit.
+TEST(Codegen, PrefillImageBoxRows) {
+  EXPECT_EQ(prefill_image_box_rows({48, 1}, 256), 288);
+  EXPECT_EQ(prefill_image_box_rows({24, 1}, 256), 288);  // offsets 0, 8, 16: 12 tiles of 24
+  EXPECT_EQ(prefill_image_box_rows({32, 1}, 256), 256);  // whole tiles: as image_box_rows
+  EXPECT_EQ(prefill_image_box_rows({64, 2}, 128), 128);
+  EXPECT_EQ(prefill_image_box_rows({96, 2}, 128), 16);  // two halves: image_box_rows's boxes
+  EXPECT_EQ(prefill_image_box_rows({56, 1}, 256), 336);  // offsets up to 48: 6 tiles of 56
+  EXPECT_EQ(prefill_image_box_rows({44, 1}, 256), 0);   // gcd 4
+  EXPECT_EQ(prefill_image_box_rows({}, 256), 0);
+  EXPECT_EQ(prefill_gemm_smem(0), 230464);    // 4 stages of 128 + 256 rows (the plan before)
+  EXPECT_EQ(prefill_gemm_smem(256), 230464);
+  EXPECT_EQ(prefill_gemm_smem(288), 193584);  // 3 stages of 128 + 288 rows
+  for (int box : {0, 288, 320}) EXPECT_LE(prefill_gemm_smem(box), kMaxSmemPerBlock);
+}
+
 // The small-M GEMM covers the GPU at Llama-3.1-8B shapes, and its stage ring fills the shared
 // memory of the CTAs that share an SM (whole grid resident).
 TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {

@@ -174,7 +174,7 @@ std::vector<std::uint64_t> greedy_candidates(const std::vector<float>& logits, i
 // What the plan gives the prefill GEMM (kernel_plan.cpp): 384 threads, its dynamic shared memory,
 // a persistent grid of at most one CTA per SM, operands as tensor maps in device memory.
 constexpr int kPrefillThreads = 384;
-constexpr int kPrefillSmem = 4 * (128 + 256) * 64 * 2 + 4 * 64 * 64 * 2 + 8 * 8 + 1024;
+const int kPrefillSmem = codegen::prefill_gemm_smem(0);
 int prefill_grid(int rows, int cols, int tile_cols) {
   return std::min(((rows + 127) / 128) * ((cols + tile_cols - 1) / tile_cols), 132);
 }
@@ -515,8 +515,8 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
 
 // The GEMMs reading their weight from its slot image (`timg:`, change 92) give the bits they give
 // through the weight's own 2D map, in every form the plan can take: the prefill GEMM (one box a
-// stage where its rows are whole image tiles; 16-row boxes where they cut the tiles, as the 8B's
-// 48-row qkv tiles do), the small GEMM on its own, wider, two-warpgroup and multicast tiles (5D
+// stage where its rows are whole image tiles; where they cut the tiles, as the 8B's 48-row qkv
+// tiles do, one box of the tiles that cover them, from an offset, and 16-row boxes), the small GEMM on its own, wider, two-warpgroup and multicast tiles (5D
 // multicast), SwiGLU's two halves; the rows past M stay poisoned.
 TEST(GpuKernels, GemmsReadSlotImagesBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
@@ -524,7 +524,9 @@ TEST(GpuKernels, GemmsReadSlotImagesBitForBit) {
     int N, K, bn, halves;  // N output columns (SwiGLU: W has 2N rows); the image's tiles
     std::vector<int> ms;
   };
-  for (const Case& c : {Case{384, 256, 48, 1, {1, 20, 64, 200}}, Case{512, 256, 32, 1, {5, 130}},
+  // 768 rows in 48-row tiles: the prefill GEMM's three 256-row tiles start 0, 16 and 32 rows into
+  // an image tile.
+  for (const Case& c : {Case{768, 256, 48, 1, {1, 20, 64, 200}}, Case{512, 256, 32, 1, {5, 130}},
                         Case{256, 512, 64, 2, {1, 64, 200}}}) {
     const bool swiglu = c.halves == 2;
     const std::string epis[] = {swiglu ? "swiglu" : "bf16", swiglu ? "swiglu" : "residual"};
@@ -543,11 +545,17 @@ TEST(GpuKernels, GemmsReadSlotImagesBitForBit) {
       for (const std::string& epi : epis) {
         const std::string dims = "<" + I(M) + ", " + I(c.N) + ", " + I(K);
         if (M >= 128) {
-          const int box = codegen::image_box_rows(img, swiglu ? 128 : 256);
-          runs.push_back({"telos_kernels::gemm_prefill_" + epi + dims + ">",
-                          "telos_kernels::gemm_prefill_" + epi + dims + ", " + I(img.half_rows()) +
-                              ", " + I(box) + ">",
-                          std::nullopt, M, box, epi});
+          // The plan's boxes (one covering box where the image's tiles cut the 256 rows) and
+          // image_box_rows's several boxes, where they differ.
+          const int cols = swiglu ? 128 : 256;
+          std::vector<int> boxes = {codegen::prefill_image_box_rows(img, cols)};
+          if (codegen::image_box_rows(img, cols) != boxes[0])
+            boxes.push_back(codegen::image_box_rows(img, cols));
+          for (int box : boxes)
+            runs.push_back({"telos_kernels::gemm_prefill_" + epi + dims + ">",
+                            "telos_kernels::gemm_prefill_" + epi + dims + ", " +
+                                I(img.half_rows()) + ", " + I(box) + ">",
+                            std::nullopt, M, box, epi});
         }
         codegen::SmallGemmTiling plan = codegen::small_gemm_tiling(c.N, K, M, swiglu);
         std::vector<codegen::SmallGemmTiling> ts = with_clusters(plan);
@@ -596,7 +604,7 @@ TEST(GpuKernels, GemmsReadSlotImagesBitForBit) {
           CUDA_OK(mod.launch(name, prefill_grid(r.M, c.N, cols), kPrefillThreads,
                              {a.get(), with_image ? image_map.get() : w.get(),
                               residual ? x_map.get() : y_map.get()},
-                             kPrefillSmem));
+                             codegen::prefill_gemm_smem(with_image ? r.box : 0)));
         } else {
           const codegen::SmallGemmTiling& t = *r.t;
           const DeviceMap a(dA.get(), r.M, K, t.a_box), w(dW.get(), rows, K, t.w_box());

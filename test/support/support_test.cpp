@@ -137,7 +137,9 @@ TEST(SlotImage, ElementsLandWhereTheRingsBoxesPutThem) {
 // image_box_rows rows at the coordinates load_weight_rows gives them: emulated here box by box
 // (elements in the box's order, innermost dimension first; coordinates past a dimension read
 // zeros), each read lands in shared memory as the 2D map's 128-byte-swizzled box of the weight
-// would have put it (row i's chunk c at chunk c ^ (i % 8)), zeros past the weight's rows.
+// would have put it (row i's chunk c at chunk c ^ (i % 8)), zeros past the weight's rows. A box
+// larger than the rows read (the prefill GEMM's covering box, prefill_image_box_rows) is whole
+// tiles from the tile holding the first row, which the GEMM then reads n0 % tile rows in.
 TEST(SlotImage, MapBoxesReadWhatTheWeightsBoxWouldHave) {
   struct Case {
     int rows, cols, bn, halves, read_rows, box;
@@ -145,7 +147,7 @@ TEST(SlotImage, MapBoxesReadWhatTheWeightsBoxWouldHave) {
   for (const Case& c :
        {Case{96, 128, 48, 1, 32, 16}, Case{96, 128, 48, 1, 48, 48}, Case{128, 128, 32, 1, 256, 256},
         Case{128, 64, 64, 2, 128, 128}, Case{256, 64, 64, 2, 32, 32}, Case{64, 256, 16, 1, 32, 32},
-        Case{64, 256, 16, 1, 8, 8}}) {
+        Case{64, 256, 16, 1, 8, 8}, Case{768, 128, 48, 1, 256, 288}}) {
     std::vector<std::uint16_t> w(static_cast<std::size_t>(c.rows) * c.cols), img(w.size());
     for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::uint16_t>(i + 1);
     pack_slot_image(w.data(), c.rows, c.cols, c.bn, c.halves, 0, c.rows / c.bn, img.data());
@@ -153,13 +155,15 @@ TEST(SlotImage, MapBoxesReadWhatTheWeightsBoxWouldHave) {
     const int h = c.bn / c.halves, half_rows = c.rows / c.halves;
     const std::uint64_t box_elems = std::uint64_t{v.box[0]} * v.box[1] * v.box[4];
     ASSERT_EQ(box_elems, std::uint64_t(c.box) * 64);
+    const bool cover = c.box > c.read_rows;
     for (int half = 0; half < c.halves; ++half)
       for (int kb = 0; kb < c.cols / 64; ++kb)
         for (int n0 = 0; n0 < half_rows; n0 += c.read_rows) {
-          std::vector<std::uint16_t> smem(static_cast<std::size_t>(c.read_rows) * 64, 0xdead);
-          for (int b = 0; b < c.read_rows / c.box; ++b) {
+          std::vector<std::uint16_t> smem(static_cast<std::size_t>(std::max(c.read_rows, c.box)) * 64,
+                                          0xdead);
+          for (int b = 0; b < std::max(c.read_rows / c.box, 1); ++b) {
             const int r = n0 + b * c.box;
-            const std::uint64_t at[5] = {0, std::uint64_t(r % h), std::uint64_t(half),
+            const std::uint64_t at[5] = {0, std::uint64_t(cover ? 0 : r % h), std::uint64_t(half),
                                          std::uint64_t(kb), std::uint64_t(r / h)};
             std::size_t o = static_cast<std::size_t>(b) * c.box * 64;
             for (std::uint64_t i4 = 0; i4 < v.box[4]; ++i4)
@@ -173,6 +177,7 @@ TEST(SlotImage, MapBoxesReadWhatTheWeightsBoxWouldHave) {
                   smem[o] = in ? img[e] : 0;
                 }
           }
+          const int first = cover ? n0 % h : 0;  // where the GEMM's rows start
           for (int i = 0; i < c.read_rows; ++i)
             for (int col = 0; col < 64; ++col) {
               const int row = n0 + i, src = (col / 8 ^ (i % 8)) * 8 + col % 8;
@@ -180,7 +185,7 @@ TEST(SlotImage, MapBoxesReadWhatTheWeightsBoxWouldHave) {
                   row < half_rows
                       ? w[static_cast<std::size_t>(half * half_rows + row) * c.cols + kb * 64 + src]
                       : 0;
-              ASSERT_EQ(smem[static_cast<std::size_t>(i) * 64 + col], want)
+              ASSERT_EQ(smem[static_cast<std::size_t>(first + i) * 64 + col], want)
                   << c.rows << "x" << c.cols << " bn " << c.bn << "/" << c.halves << " box "
                   << c.box << ": half " << half << " kb " << kb << " rows from " << n0 << ", row "
                   << i << " col " << col;
