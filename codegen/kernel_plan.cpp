@@ -207,7 +207,9 @@ int image_box_rows(const WeightImage& img, int rows) {
 // them; as many stages as fit, at most 4.
 namespace {
 constexpr int kPrefillFixedSmem = 4 * 64 * 128 + 1024;
-int prefill_stage_bytes(int w_box) { return (128 + std::max(256, w_box)) * 128 + 16; }
+int prefill_stage_bytes(int w_box) {
+  return (128 + std::max(256, w_box)) * 128 + 16;
+}
 int prefill_gemm_stages(int w_box) {
   return std::min(4, (kMaxSmemPerBlock - kPrefillFixedSmem) / prefill_stage_bytes(w_box));
 }

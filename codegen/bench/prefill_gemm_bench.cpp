@@ -73,8 +73,9 @@ std::vector<Case> cases() {
 }
 
 // The same cases reading the weight from the slot image the plan gives the 8B's one-token layer
-// (decode_layer_tiling's tiles; prefill_image_box_rows as kernel_plan.cpp), for --compile-only: their
-// instances end in ", W_BH, W_BOX" (prefill_gemm_torch.py packs the image and encodes its map).
+// (decode_layer_tiling's tiles; prefill_image_box_rows as kernel_plan.cpp), for --compile-only:
+// their instances end in ", W_BH, W_BOX" (prefill_gemm_torch.py packs the image and encodes its
+// map).
 std::vector<Case> image_cases() {
   const PersistentLayerTiling lt = decode_layer_tiling(4096, 6144, 4096, 14336, 128, false);
   std::vector<Case> out;

@@ -500,11 +500,11 @@ TEST(Codegen, PrefillImageBoxRows) {
   EXPECT_EQ(prefill_image_box_rows({24, 1}, 256), 288);  // offsets 0, 8, 16: 12 tiles of 24
   EXPECT_EQ(prefill_image_box_rows({32, 1}, 256), 256);  // whole tiles: as image_box_rows
   EXPECT_EQ(prefill_image_box_rows({64, 2}, 128), 128);
-  EXPECT_EQ(prefill_image_box_rows({96, 2}, 128), 16);  // two halves: image_box_rows's boxes
+  EXPECT_EQ(prefill_image_box_rows({96, 2}, 128), 16);   // two halves: image_box_rows's boxes
   EXPECT_EQ(prefill_image_box_rows({56, 1}, 256), 336);  // offsets up to 48: 6 tiles of 56
-  EXPECT_EQ(prefill_image_box_rows({44, 1}, 256), 0);   // gcd 4
+  EXPECT_EQ(prefill_image_box_rows({44, 1}, 256), 0);    // gcd 4
   EXPECT_EQ(prefill_image_box_rows({}, 256), 0);
-  EXPECT_EQ(prefill_gemm_smem(0), 230464);    // 4 stages of 128 + 256 rows (the plan before)
+  EXPECT_EQ(prefill_gemm_smem(0), 230464);  // 4 stages of 128 + 256 rows (the plan before)
   EXPECT_EQ(prefill_gemm_smem(256), 230464);
   EXPECT_EQ(prefill_gemm_smem(288), 193584);  // 3 stages of 128 + 288 rows
   for (int box : {0, 288, 320}) EXPECT_LE(prefill_gemm_smem(box), kMaxSmemPerBlock);

@@ -516,8 +516,9 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
 // The GEMMs reading their weight from its slot image (`timg:`, change 92) give the bits they give
 // through the weight's own 2D map, in every form the plan can take: the prefill GEMM (one box a
 // stage where its rows are whole image tiles; where they cut the tiles, as the 8B's 48-row qkv
-// tiles do, one box of the tiles that cover them, from an offset, and 16-row boxes), the small GEMM on its own, wider, two-warpgroup and multicast tiles (5D
-// multicast), SwiGLU's two halves; the rows past M stay poisoned.
+// tiles do, one box of the tiles that cover them, from an offset, and 16-row boxes), the small GEMM
+// on its own, wider, two-warpgroup and multicast tiles (5D multicast), SwiGLU's two halves; the
+// rows past M stay poisoned.
 TEST(GpuKernels, GemmsReadSlotImagesBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Case {

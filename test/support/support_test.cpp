@@ -159,8 +159,8 @@ TEST(SlotImage, MapBoxesReadWhatTheWeightsBoxWouldHave) {
     for (int half = 0; half < c.halves; ++half)
       for (int kb = 0; kb < c.cols / 64; ++kb)
         for (int n0 = 0; n0 < half_rows; n0 += c.read_rows) {
-          std::vector<std::uint16_t> smem(static_cast<std::size_t>(std::max(c.read_rows, c.box)) * 64,
-                                          0xdead);
+          std::vector<std::uint16_t> smem(
+              static_cast<std::size_t>(std::max(c.read_rows, c.box)) * 64, 0xdead);
           for (int b = 0; b < std::max(c.read_rows / c.box, 1); ++b) {
             const int r = n0 + b * c.box;
             const std::uint64_t at[5] = {0, std::uint64_t(cover ? 0 : r % h), std::uint64_t(half),
