@@ -20,8 +20,7 @@ int pow2_at_least(int v) {
 }
 
 // The prefill GEMM's launch shape (kernels/gemm_prefill.cuh, PrefillGemm): 384 threads, tiles of
-// 128 rows x 256 W rows, and its dynamic shared memory: 4 stages of (128 + 256) x 64 bf16,
-// 4 epilogue chunks of 64 rows x 128 bytes, 8 mbarriers, 1024 bytes of alignment slack.
+// 128 rows x 256 W rows (its dynamic shared memory: prefill_gemm_smem).
 constexpr int kPrefillGemmThreads = 384;
 constexpr int kSms = 132;  // H200: the persistent grid is one CTA per SM
 
@@ -202,9 +201,9 @@ int image_box_rows(const WeightImage& img, int rows) {
 }
 
 // The prefill GEMM's stages with boxes of `w_box` rows and their bytes (gemm_prefill.cuh,
-// PrefillGemm::stages_for and smem_bytes): a stage is 128 A rows, max(256, w_box) W rows of 128
-// bytes and its two barriers; the epilogue's four 8 KB chunks and 1024 bytes of alignment beside
-// them; as many stages as fit, at most 4.
+// PrefillGemm::stages_for): a stage is 128 A rows, max(256, w_box) W rows of 128 bytes and its two
+// barriers; the epilogue's four 8 KB chunks and 1024 bytes of alignment beside them; as many
+// stages as fit, at most 4.
 namespace {
 constexpr int kPrefillFixedSmem = 4 * 64 * 128 + 1024;
 int prefill_stage_bytes(int w_box) {

@@ -224,7 +224,7 @@ int image_box_rows(const WeightImage& img, int rows);
 int prefill_image_box_rows(const WeightImage& img, int rows);
 // The prefill GEMM's dynamic shared memory with boxes of `w_box` rows (0: the weight's own map):
 // as many stages of 128 A rows and max(256, w_box) W rows as fit, at most 4, the epilogue's four
-// 8 KB chunks and 1024 bytes of alignment (gemm_prefill.cuh, PrefillGemm::smem_bytes).
+// 8 KB chunks and 1024 bytes of alignment (gemm_prefill.cuh, PrefillGemm::stages_for).
 int prefill_gemm_smem(int w_box);
 struct PersistentLayerTiling {
   int bq = 32, bo = 32, bg = 64, bd = 32, stages = 0, smem = 0;

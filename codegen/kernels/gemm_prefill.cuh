@@ -43,18 +43,15 @@ struct PrefillGemm {
   // drains one while the next chunk is written.
   static constexpr unsigned kChunkBytes = 64 * 128;
   static constexpr unsigned kEpilogueBytes = kConsumers * 2 * kChunkBytes;
-  // Stages, epilogue buffers, full[] and empty[] barriers; +1024 to align the base to the 128B
-  // swizzle repeat, which keeps the descriptors' base offsets zero. w_rows: the W rows a stage
-  // holds, kBlockN, or more where one box of whole slot-image tiles covers the tile's rows
-  // (prefill_gemm_body's kCover), in as many stages as fit a CTA's 227 KB, at most kStages (4 of
-  // 256 rows, 3 of 288). kernel_plan.hpp's prefill_gemm_smem is smem_bytes on the host.
-  static constexpr unsigned kFixedBytes = kEpilogueBytes + 1024;
+  // Shared memory: the stages (A, then w_rows W rows), the epilogue buffers, each stage's full
+  // and empty barriers; +1024 to align the base to the 128B swizzle repeat, which keeps the
+  // descriptors' base offsets zero. w_rows: kBlockN, or more where one box of whole slot-image
+  // tiles covers the tile's rows (prefill_gemm_body's kCover); as many stages as fit a CTA's
+  // 227 KB, at most kStages (4 of 256 rows, 3 of 288). The host's statement of the bytes:
+  // kernel_plan.hpp, prefill_gemm_smem.
   __host__ __device__ static constexpr unsigned stages_for(unsigned w_rows) {
-    const unsigned fit = (227 * 1024 - kFixedBytes) / (kABytes + w_rows * 128 + 16);
+    const unsigned fit = (227 * 1024 - kEpilogueBytes - 1024) / (kABytes + w_rows * 128 + 16);
     return fit < kStages ? fit : kStages;
-  }
-  __host__ __device__ static constexpr unsigned smem_bytes(unsigned w_rows) {
-    return stages_for(w_rows) * (kABytes + w_rows * 128 + 16) + kFixedBytes;
   }
 };
 
