@@ -227,6 +227,16 @@ int prefill_image_box_rows(const WeightImage& img, int rows) {
   return g % 8 == 0 && prefill_gemm_stages(cover) >= 3 ? cover : box;
 }
 
+SmallGemmTiling SmallGemmTiling::reading(const WeightImage& img) const {
+  SmallGemmTiling t = *this;
+  const int box = image_box_rows(img, w_box());
+  if (box > 0) {
+    t.image_rows = img.half_rows();
+    t.image_box = box;
+  }
+  return t;
+}
+
 SmallGemmTiling SmallGemmTiling::with_bn(int rows, int n, bool swiglu) const {
   SmallGemmTiling t = *this;
   t.bn = rows;
@@ -601,12 +611,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                 box > 0 ? img : WeightImage{},
                 box};
       }
-      SmallGemmTiling t = small_gemm_tiling(n, k, T, swiglu, norm);
-      const int box = image_box_rows(img, t.w_box());
-      if (box > 0) {
-        t.image_rows = img.half_rows();
-        t.image_box = box;
-      }
+      const SmallGemmTiling t = small_gemm_tiling(n, k, T, swiglu, norm).reading(img);
+      const int box = t.image_box;
       const WeightImage used = box > 0 ? img : WeightImage{};
       if (norm)
         return {b.kernel("telos_kernels::gemm_small_norm_" + epi + dims + ", " + I_(t.bn) + ", " +

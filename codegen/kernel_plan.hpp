@@ -84,6 +84,7 @@ inline constexpr int kSmallGemmBlockM = 64;
 // `norm_blocks`: with the norm prologue (gemm_small_norm_*, up to kSmallGemmNormMaxRows tokens),
 // the K blocks of the resident normalized A (64 · 2 bytes per token each), and the stages hold
 // weights only.
+struct WeightImage;
 struct SmallGemmTiling {
   int bn = 32, cols = 32, stages = 2, a_box = kSmallGemmBlockM;
   int tiles_m = 1, tiles_n = 1;  // the grid
@@ -115,6 +116,9 @@ struct SmallGemmTiling {
   // These tiles with `rows` weight rows a tile over n output columns (SwiGLU: rows / 2 gate and
   // rows / 2 up rows): bn, cols and tiles_n; nothing else changes.
   SmallGemmTiling with_bn(int rows, int n, bool swiglu) const;
+  // These tiles reading the weight from its slot image `img` where their weight rows make whole
+  // boxes of it (image_rows and image_box from image_box_rows), else as they are (its own map).
+  SmallGemmTiling reading(const WeightImage& img) const;
   int smem() const;              // dynamic shared memory per CTA
   int resident_bytes() const;    // of smem(): what is not the stages (the norm prologue's A and sums)
 };

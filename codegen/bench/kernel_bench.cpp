@@ -914,12 +914,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       const PersistentLayerTiling lt =
           is_1b ? decode_layer_tiling(2048, 3072, 2048, 8192, 64, false)
                 : decode_layer_tiling(4096, 6144, 4096, 14336, 128, false);
-      SmallGemmTiling plan_image = plan;
-      if (!f32cand) {
-        const WeightImage img = layer_weight_image(lt, base_name);
-        plan_image.image_box = image_box_rows(img, plan.w_box());
-        if (plan_image.image_box > 0) plan_image.image_rows = img.half_rows();
-      }
+      const SmallGemmTiling plan_image =
+          f32cand ? plan : plan.reading(layer_weight_image(lt, base_name));
       if (plan_image.image_rows > 0) {
         add("plan", plan_image);
         add("own map", plan);

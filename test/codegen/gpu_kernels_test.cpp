@@ -562,13 +562,11 @@ TEST(GpuKernels, GemmsReadSlotImagesBitForBit) {
         std::vector<codegen::SmallGemmTiling> ts = with_clusters(plan);
         if (M > 64)
           ts.push_back(codegen::small_gemm_two_warpgroups(plan.with_bn(64, c.N, swiglu), M));
-        for (codegen::SmallGemmTiling t : ts) {
-          const int box = codegen::image_box_rows(img, t.w_box());
-          if (box == 0) continue;
-          const std::string plain = t.instance(epi, M, c.N, K);
-          t.image_rows = img.half_rows();
-          t.image_box = box;
-          runs.push_back({plain, t.instance(epi, M, c.N, K), t, M, box, epi});
+        for (const codegen::SmallGemmTiling& t : ts) {
+          const codegen::SmallGemmTiling image = t.reading(img);
+          if (image.image_box == 0) continue;
+          runs.push_back({t.instance(epi, M, c.N, K), image.instance(epi, M, c.N, K), image, M,
+                          image.image_box, epi});
         }
       }
     std::vector<std::string> names = {"poison_shared"};
