@@ -3,14 +3,18 @@
 ratio measured in one run, not across machines).
 
 One checkpoint (a real config of test/telosc/Inputs/configs/ with random bf16 weights, made by
-transformers), compiled once per variant: a telosc binary and serving-config keys over
-bench_suite's SERVING. Then ROUNDS rounds, each running every variant's artifact in turn in one
-`telos-run bench` process: batch 1 and 256 decode after 512-token prompts (128 generated) and the
-time to first token of 2048 and 8192-token prompts. A round that would end past --budget-s is not
-started. Prints one table (medians over the rounds) and writes every figure to OUT.
+transformers), compiled once per variant: a telosc binary (and, after `@`, the telos-run that
+serves it; --telos-run otherwise) and serving-config keys over bench_suite's SERVING. Then ROUNDS
+rounds, each running every variant's artifact in turn in one `telos-run bench` process: batch 1
+and 256 decode after 512-token prompts (128 generated) and the time to first token of 2048 and
+8192-token prompts; with --decode instead bench_suite's decode shapes (batch 1 and 64 after
+32-token prompts, 256 generated) with the host time per step, its launch calls and the GPU idle
+gap (issue 5's figures). A round that would end past --budget-s is not started. Prints one table
+(medians over the rounds) and writes every figure to OUT.
 
     python3 tools/variant_ab.py --model Llama-3.1-8B --telos-run BIN --work DIR --out FILE \\
         --variant head=BIN/telosc --variant plain=BIN/telosc:'{"decode_weight_images": false}'
+    python3 tools/variant_ab.py --decode ... --variant old=OLD/telosc@OLD/telos-run --variant new=BIN/telosc
 """
 import argparse
 import json
@@ -31,7 +35,9 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--variant", action="append", required=True,
-                    help="NAME=TELOSC[:JSON of serving keys]")
+                    help="NAME=TELOSC[@TELOS_RUN][:JSON of serving keys]")
+    ap.add_argument("--decode", action="store_true",
+                    help="batch 1 and 64 decode with host µs, launch calls and GPU idle gap")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=400)
     args = ap.parse_args()
@@ -45,7 +51,8 @@ def main():
     variants = []
     for v in args.variant:
         name, spec = v.split("=", 1)
-        telosc, _, extra = spec.partition(":")
+        binaries, _, extra = spec.partition(":")
+        telosc, _, telos_run = binaries.partition("@")
         serving = dict(SERVING, **(json.loads(extra) if extra else {}))
         path = os.path.join(work, name + ".serving.json")
         with open(path, "w") as f:
@@ -57,7 +64,7 @@ def main():
         if res.returncode != 0:
             raise RuntimeError(f"telosc ({name}) failed: {res.stderr[-2000:]}")
         variants.append({"name": name, "artifact": artifact, "compile_s": time.time() - c0,
-                         "rounds": []})
+                         "telos_run": telos_run or args.telos_run, "rounds": []})
     subprocess.run(["rm", "-rf", ckpt])
     round_s = None
     for r in range(args.rounds):
@@ -65,12 +72,19 @@ def main():
             break
         r0 = time.time()
         for v in variants:
+            bench = (["--batch", "1,64", "--prompt-len", "32", "--gen", "256"] if args.decode else
+                     ["--batch", "1,256", "--prompt-len", "512", "--gen", "128", "--ttft", "2048,8192"])
             try:
-                out, stderr = telos_bench(args.telos_run, v["artifact"],
-                                          ["--batch", "1,256", "--prompt-len", "512", "--gen",
-                                           "128", "--ttft", "2048,8192"])
+                out, stderr = telos_bench(v["telos_run"], v["artifact"], bench)
             except RuntimeError as e:  # kept, and the other variants still run
                 v["error"] = str(e)
+                continue
+            if args.decode:
+                by = {run["batch"]: run for run in out["runs"]}
+                v["rounds"].append({f"{k}_b{b}": by[b].get(key) for b in (1, 64)
+                                    for k, key in (("ms", "ms_per_token"), ("host_us", "host_us_per_step"),
+                                                   ("calls_us", "host_launch_calls_us_per_step"),
+                                                   ("gap_us", "gpu_idle_gap_us"))})
                 continue
             runs = {run["batch"]: run["ms_per_token"] for run in out["runs"]}
             ttft = {x["prompt_len"]: x["ttft_s"] * 1e3 for x in out.get("ttft", [])}
@@ -82,6 +96,12 @@ def main():
     with open(args.out, "w") as f:
         json.dump(variants, f, indent=1)
     keys = ("b1_ms", "b256_ms", "ttft2048_ms", "ttft8192_ms", "load_s")
+    header = ("| variant | batch 1 ms/token | batch 256 ms/step | TTFT 2048 ms | TTFT 8192 ms | load s "
+              "| compile s |")
+    if args.decode:
+        keys = tuple(f"{k}_b{b}" for k in ("ms", "host_us", "calls_us", "gap_us") for b in (1, 64))
+        header = ("| variant | batch 1 ms/token | batch 64 ms/step | host µs b1 | host µs b64 | launch "
+                  "calls µs b1 | launch calls µs b64 | GPU idle µs b1 | GPU idle µs b64 | compile s |")
 
     def med(v, k):
         xs = [x[k] for x in v["rounds"] if x.get(k) is not None]
@@ -89,16 +109,15 @@ def main():
 
     print(f"{args.model}, medians over rounds run interleaved "
           f"({', '.join(str(len(v['rounds'])) for v in variants)} rounds)")
-    print("| variant | batch 1 ms/token | batch 256 ms/step | TTFT 2048 ms | TTFT 8192 ms | load s "
-          "| compile s |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(header)
+    print("|" + " --- |" * (len(keys) + 2))
     for v in variants:
         print(f"| {v['name']} | " + " | ".join(med(v, k) for k in keys) +
               f" | {v['compile_s']:.1f} |")
     for v in variants:
         if v.get("error"):
             print(f"{v['name']}: {v['error'][-500:]}")
-        for line in (v["rounds"][0]["memory"][:3] if v["rounds"] else []):
+        for line in (v["rounds"][0].get("memory", [])[:3] if v["rounds"] else []):
             print(f"{v['name']}: {line}")
 
 
