@@ -66,14 +66,14 @@ def main():
         variants.append({"name": name, "artifact": artifact, "compile_s": time.time() - c0,
                          "telos_run": telos_run or args.telos_run, "rounds": []})
     subprocess.run(["rm", "-rf", ckpt])
+    bench = (["--batch", "1,64", "--prompt-len", "32", "--gen", "256"] if args.decode else
+             ["--batch", "1,256", "--prompt-len", "512", "--gen", "128", "--ttft", "2048,8192"])
     round_s = None
     for r in range(args.rounds):
         if round_s and time.time() - t0 + round_s > args.budget_s:
             break
         r0 = time.time()
         for v in variants:
-            bench = (["--batch", "1,64", "--prompt-len", "32", "--gen", "256"] if args.decode else
-                     ["--batch", "1,256", "--prompt-len", "512", "--gen", "128", "--ttft", "2048,8192"])
             try:
                 out, stderr = telos_bench(v["telos_run"], v["artifact"], bench)
             except RuntimeError as e:  # kept, and the other variants still run
