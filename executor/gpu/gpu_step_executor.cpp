@@ -490,6 +490,17 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   const nlohmann::json& m = a.manifest();
   if (!a.has_kernels() || !m.contains("programs"))
     fail(a.dir() + ": the artifact has no kernels (compile it with a telosc that runs codegen)");
+  // Where the load's time goes, a phase at a time, for the log's last line (docs/benchmarks.md:
+  // load to first token).
+  const auto load_start = std::chrono::steady_clock::now();
+  auto phase_start = load_start;
+  std::ostringstream phases;
+  auto phase_done = [&](const char* name) {
+    const auto now = std::chrono::steady_clock::now();
+    phases << (phases.tellp() > 0 ? ", " : "") << name << " " << std::fixed << std::setprecision(2)
+           << std::chrono::duration<double>(now - phase_start).count() << " s";
+    phase_start = now;
+  };
 
   check(cudaSetDevice(options.device), "select device " + std::to_string(options.device));
   cudaDeviceProp prop{};
@@ -500,6 +511,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     check(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking), "stream");
   for (cudaEvent_t& e : s.desc_ready) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "step event");
   const std::int64_t free_at_start = device_free_bytes();
+  phase_done("device");
 
   // Kernels.
   const std::string cubin = read_file(a.dir() + "/kernels/" + arch + ".cubin");
@@ -522,6 +534,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
             "shared memory of " + entry);
     s.dynamic_smem.push_back(static_cast<unsigned>(smem));
   }
+  phase_done("kernels");
 
   // Sizes.
   const nlohmann::json& programs = m.at("programs");
@@ -586,7 +599,9 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     img.dev = p;
     p += img.bytes;
   }
+  phase_done("allocation");
   s.upload_weights(a, options.log, options.progress);
+  phase_done("weights");
   s.kv = p;
   p += s.kv_bytes;
   // The arena starts zeroed (docs/artifact.md): kernels that keep state across launches (the
@@ -709,8 +724,9 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     s.bucket_shapes.push_back(b);
     s.buckets.push_back(std::move(b));
   }
+  check(cudaStreamSynchronize(s.stream), "load");
+  phase_done("tensor maps and launches");
   if (options.use_graphs) {
-    check(cudaStreamSynchronize(s.stream), "load");
     const std::int64_t free_before = device_free_bytes();
     const auto started = std::chrono::steady_clock::now();
     std::ostringstream times;
@@ -746,11 +762,15 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
                    << std::defaultfloat;
   }
   check(cudaStreamSynchronize(s.stream), "load");
+  if (options.use_graphs) phase_done("graphs");
   s.total_bytes = free_at_start - device_free_bytes();
   if (options.log) {
     std::istringstream report(memory_report());
     for (std::string line; std::getline(report, line);)
       *options.log << "telos-run: memory: " << line << "\n";
+    *options.log << "telos-run: gpu engine built in " << std::fixed << std::setprecision(2)
+                 << seconds_since(load_start) << " s: " << phases.str() << "\n"
+                 << std::defaultfloat;
   }
 }
 
