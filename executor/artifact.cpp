@@ -1,10 +1,13 @@
 #include "executor/artifact.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <sstream>
+#include <thread>
 
 #include "support/checksum.hpp"
 #include "support/error.hpp"
@@ -227,12 +230,13 @@ KvCacheConfig read_kv_cache(const ManifestFields& f, const json& k, const ModelC
   return c;
 }
 
-// XXH64 of `length` bytes of `file` from `offset`, in 64 MiB windows, each dropped from this
-// process's memory once hashed: weights.bin is one of the files and its largest tensors pass
-// 1 GB (the 8B shape's embedding), and keeping what was hashed resident would make loading a
-// 16 GB model peak at 16 GB of host memory (issue 5: telos-run stays under 1 GB).
+// XXH64 of `length` bytes of `file` from `offset`, in 16 MiB windows, each dropped from this
+// process's memory once hashed: weights.bin's largest tensors pass 1 GB (the 8B shape's
+// embedding), and keeping what was hashed resident would make loading a 16 GB model peak at 16 GB
+// of host memory (issue 5: telos-run stays under 1 GB); with kHashThreads at it, at most their
+// windows are resident.
 std::uint64_t hash_range(const MappedFile& file, std::size_t offset, std::size_t length) {
-  constexpr std::size_t kWindow = std::size_t{64} << 20;
+  constexpr std::size_t kWindow = std::size_t{16} << 20;
   Xxh64 h;
   for (std::size_t at = offset; at < offset + length; at += kWindow) {
     const std::size_t n = std::min(kWindow, offset + length - at);
@@ -242,9 +246,34 @@ std::uint64_t hash_range(const MappedFile& file, std::size_t offset, std::size_t
   return h.digest();
 }
 
-std::uint64_t hash_file(const std::filesystem::path& path) {
-  MappedFile file(path.string());
-  return hash_range(file, 0, file.size());
+// One checksum to compute: XXH64 of a range of a mapped file.
+struct HashJob {
+  const MappedFile* file = nullptr;
+  std::size_t offset = 0, length = 0;
+  std::uint64_t digest = 0;
+};
+
+// Computes every job's digest on up to kHashThreads threads, the longest jobs first so that the
+// last one to start is short. One XXH64 runs at a few GB/s on one core: the 1B's 2.5 GB of
+// tensors on one thread were most of its load time (docs/perf-log.md, session 41).
+void hash_all(std::vector<HashJob>& jobs) {
+  constexpr unsigned kHashThreads = 8;
+  std::vector<std::size_t> order(jobs.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t x, std::size_t y) { return jobs[x].length > jobs[y].length; });
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i = next++; i < order.size(); i = next++) {
+      HashJob& j = jobs[order[i]];
+      j.digest = hash_range(*j.file, j.offset, j.length);
+    }
+  };
+  const std::size_t n = std::min<std::size_t>(
+      {std::max(1u, std::thread::hardware_concurrency()), kHashThreads, jobs.size()});
+  std::vector<std::jthread> helpers;
+  for (std::size_t t = 1; t < n; ++t) helpers.emplace_back(work);
+  work();
 }
 
 // The tensors docs/artifact.md says a model of this configuration has, with their shapes.
@@ -435,7 +464,7 @@ std::string WeightImageArg::key() const {
   return "wimg:" + weight + ":" + std::to_string(bn) + ":" + std::to_string(halves);
 }
 
-std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {
+std::shared_ptr<const Artifact> Artifact::load(const std::string& dir, WeightChecks checks) {
   namespace fs = std::filesystem;
   std::shared_ptr<Artifact> a(new Artifact());
   a->dir_ = dir;
@@ -500,17 +529,26 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {
          " bytes, but manifest.json weights.size says " + std::to_string(size) +
          (actual_size < size ? " (truncated)" : " (not the file this manifest describes)"));
 
-  for (const auto& [name, sum] : files.items()) {
-    const fs::path path = root / name;
-    const std::string got = checksum_string(hash_file(path));
-    if (got != sum.get<std::string>())
-      fail(path.string() + ": checksum " + got + " does not match manifest.json files." + name +
-           " " + sum.get<std::string>() + " (the file is corrupt or was changed)");
-  }
-
+  // The checksums, all computed together below (hash_all) and reported in manifest order: the
+  // files first, then the tensors. weights.bin's own checksum only with kEveryByte: its tensors'
+  // checksums cover every byte a model reads.
   a->weights_ = MappedFile(weights_path.string());
+  std::vector<MappedFile> other_files;
+  other_files.reserve(files.size());  // the jobs point at them
+  std::vector<HashJob> jobs;
+  std::vector<std::string> file_names;
+  for (const auto& [name, sum] : files.items()) {
+    if (name == weights_name && checks == WeightChecks::kEveryTensor) continue;
+    file_names.push_back(name);
+    const MappedFile* file = &a->weights_;
+    if (name != weights_name) file = &other_files.emplace_back((root / name).string());
+    jobs.push_back({file, 0, file->size()});
+  }
+  const std::size_t file_jobs = jobs.size();
+
   const json& tensors = f.member(w, "weights", "tensors");
   if (!tensors.is_array()) f.refuse("weights.tensors", "expected an array");
+  std::vector<std::string> tensor_sums;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const json& t = tensors[i];
     const std::string path = "weights.tensors[" + std::to_string(i) + "]";
@@ -558,13 +596,28 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir) {
                                       std::to_string(size) + " bytes)");
     wt.data = a->weights_.data() + offset;
     wt.bytes = static_cast<std::size_t>(bytes);
-    const std::string want = f.string(t, named, "checksum");
-    const std::string got = checksum_string(hash_range(a->weights_, static_cast<std::size_t>(offset), wt.bytes));
-    if (got != want)
-      fail(weights_path.string() + ": tensor " + wt.name + " (offset " + std::to_string(offset) +
-           ", " + std::to_string(bytes) + " bytes): checksum " + got + " does not match " +
-           manifest_path + " " + named + ".checksum " + want);
+    tensor_sums.push_back(f.string(t, named, "checksum"));
+    jobs.push_back({&a->weights_, static_cast<std::size_t>(offset), wt.bytes});
     a->tensors_.push_back(std::move(wt));
+  }
+
+  hash_all(jobs);
+  for (std::size_t i = 0; i < file_jobs; ++i) {
+    const std::string& name = file_names[i];
+    const std::string want = files.at(name).get<std::string>();
+    const std::string got = checksum_string(jobs[i].digest);
+    if (got != want)
+      fail((root / name).string() + ": checksum " + got + " does not match manifest.json files." +
+           name + " " + want + " (the file is corrupt or was changed)");
+  }
+  for (std::size_t i = 0; i < a->tensors_.size(); ++i) {
+    const WeightTensor& wt = a->tensors_[i];
+    const std::string got = checksum_string(jobs[file_jobs + i].digest);
+    if (got != tensor_sums[i])
+      fail(weights_path.string() + ": tensor " + wt.name + " (offset " +
+           std::to_string(jobs[file_jobs + i].offset) + ", " + std::to_string(wt.bytes) +
+           " bytes): checksum " + got + " does not match " + manifest_path +
+           " weights.tensors[" + std::to_string(i) + "] (" + wt.name + ").checksum " + tensor_sums[i]);
   }
 
   for (const ExpectedTensor& e : expected_tensors(a->model_)) {

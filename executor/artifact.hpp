@@ -105,12 +105,19 @@ struct WeightImageArg {
 // (Artifact::load).
 WeightImageArg parse_weight_image_arg(const std::string& arg, const std::string& where);
 
+// What Artifact::load hashes of weights.bin: every tensor (the bytes a model reads; the checksums
+// a serving load needs), or every byte (the file's own checksum too, which the tensors' cover but
+// for the alignment padding between them: `telos-run check`).
+enum class WeightChecks { kEveryTensor, kEveryByte };
+
 class Artifact {
  public:
   // Loads and verifies the artifact directory at `dir`. Throws telos::Error naming the file and
   // field at fault: a newer schema_version, a missing or malformed field, a missing file, a
-  // weights.bin of the wrong size, a checksum mismatch, an inconsistent shape.
-  static std::shared_ptr<const Artifact> load(const std::string& dir);
+  // weights.bin of the wrong size, a checksum mismatch, an inconsistent shape. The checksums are
+  // computed on several threads, the largest first.
+  static std::shared_ptr<const Artifact> load(const std::string& dir,
+                                              WeightChecks checks = WeightChecks::kEveryTensor);
 
   const std::string& dir() const { return dir_; }
   const ModelConfig& model() const { return model_; }

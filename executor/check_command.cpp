@@ -16,7 +16,7 @@ struct CheckOptions {
 };
 
 int run_check(const CheckOptions& o) {
-  std::shared_ptr<const Artifact> a = Artifact::load(o.artifact);
+  std::shared_ptr<const Artifact> a = Artifact::load(o.artifact, WeightChecks::kEveryByte);
   std::string arch = o.arch;
   if (arch.empty()) {
     std::string why_not;

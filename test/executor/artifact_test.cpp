@@ -15,9 +15,10 @@ namespace fs = std::filesystem;
 using testing::TinyArtifactSpec;
 
 // Loads `dir` expecting a refusal whose message contains every one of `parts`.
-void expect_refused(const std::string& dir, std::initializer_list<std::string> parts) {
+void expect_refused(const std::string& dir, std::initializer_list<std::string> parts,
+                    WeightChecks checks = WeightChecks::kEveryTensor) {
   try {
-    Artifact::load(dir);
+    Artifact::load(dir, checks);
     FAIL() << "expected " << dir << " to be refused";
   } catch (const Error& e) {
     for (const std::string& p : parts)
@@ -70,15 +71,50 @@ TEST(Artifact, RefusesAMissingWeightsFile) {
   expect_refused(dir, {"weights.bin: missing"});
 }
 
-TEST(Artifact, RefusesAChangedByteNamingTheFile) {
+// Overwrites one byte of `dir`/weights.bin at `offset`.
+void change_weight_byte(const std::string& dir, std::int64_t offset) {
+  std::fstream f(fs::path(dir) / "weights.bin", std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  const char was = static_cast<char>(f.get());
+  f.seekp(offset);
+  f.put(static_cast<char>(was ^ 0x5a));
+}
+
+TEST(Artifact, RefusesAChangedByteNamingTheTensorOrWithEveryByteTheFile) {
   const std::string dir = testing::temp_dir("flipped");
   testing::write_tiny_artifact(dir, {});
-  {
-    std::fstream f(fs::path(dir) / "weights.bin", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(300);
-    f.put('\x5a');
-  }
-  expect_refused(dir, {"weights.bin: checksum", "files.weights.bin"});
+  change_weight_byte(dir, 300);  // in `embed`, the first tensor
+  expect_refused(dir, {"weights.bin: tensor embed (offset 0,", "checksum", "weights.tensors[0] (embed).checksum"});
+  expect_refused(dir, {"weights.bin: checksum", "files.weights.bin"}, WeightChecks::kEveryByte);
+}
+
+// The alignment padding between tensors is no tensor's: a serving load, which hashes the tensors,
+// takes a change there; a check of every byte does not.
+TEST(Artifact, PaddingIsCheckedOnlyWithEveryByte) {
+  const std::string dir = testing::temp_dir("padding");
+  const auto m = testing::write_tiny_artifact(dir, {});
+  std::int64_t padding = -1;
+  for (const auto& t : m["weights"]["tensors"])
+    if (t["bytes"].get<std::int64_t>() % 256 != 0) {
+      padding = t["offset"].get<std::int64_t>() + t["bytes"].get<std::int64_t>();
+      break;
+    }
+  ASSERT_GE(padding, 0) << "the tiny artifact has no padding between tensors";
+  change_weight_byte(dir, padding);
+  EXPECT_NO_THROW(Artifact::load(dir));
+  expect_refused(dir, {"weights.bin: checksum", "files.weights.bin"}, WeightChecks::kEveryByte);
+}
+
+// Every tensor's checksum is computed (on several threads); the first mismatch in manifest order
+// is the one reported, whichever thread found it.
+TEST(Artifact, ReportsTheFirstTensorThatDisagreesInManifestOrder) {
+  const std::string dir = testing::temp_dir("two-sums");
+  auto m = testing::write_tiny_artifact(dir, {});
+  const std::size_t last = m["weights"]["tensors"].size() - 1;
+  m["weights"]["tensors"][last]["checksum"] = "xxh64:0000000000000001";
+  m["weights"]["tensors"][2]["checksum"] = "xxh64:0000000000000002";
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"weights.tensors[2]", "xxh64:0000000000000002"});
 }
 
 TEST(Artifact, RefusesATensorWhoseChecksumDisagreesNamingTheTensor) {
