@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <thread>
+
 #include "executor/cpu_reference_model.hpp"
 #include "support/error.hpp"
 
@@ -53,6 +55,17 @@ std::optional<GpuDevice> detect_gpu(std::string* why_not) {
     return std::nullopt;
   }
   return GpuDevice{0, prop.name, "sm_" + std::to_string(prop.major * 10 + prop.minor)};
+}
+
+std::shared_ptr<const Artifact> load_artifact(const std::string& dir, EngineChoice choice) {
+  std::jthread gpu_start;
+  if (choice != EngineChoice::Cpu)
+    gpu_start = std::jthread([] {
+      // Errors are detect_gpu's to report, later, on the thread that asks.
+      int count = 0;
+      if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) cudaFree(nullptr);
+    });
+  return Artifact::load(dir);
 }
 
 void register_gpu_backend(GpuBackendFactory factory) {

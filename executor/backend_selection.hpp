@@ -31,6 +31,11 @@ using GpuBackendFactory = std::function<std::unique_ptr<ModelBackend>(
     std::shared_ptr<const Artifact> artifact, const GpuDevice& device)>;
 void register_gpu_backend(GpuBackendFactory factory);
 
+// Artifact::load(dir) for a subcommand that then calls make_backend(…, choice, …): unless choice
+// is Cpu, a second thread meanwhile starts the CUDA driver and GPU 0's context (~0.1-0.3 s that
+// the GPU engine's load would otherwise wait for after the checksums).
+std::shared_ptr<const Artifact> load_artifact(const std::string& dir, EngineChoice choice);
+
 // Builds the backend for `choice`. Auto takes the GPU engine when GPU 0 is supported, the
 // artifact has kernels for it and a GPU engine is registered, else the CPU reference engine, and
 // says on `log` which it took and why. Throws telos::Error when --engine gpu cannot be honoured

@@ -511,8 +511,9 @@ void print_table(const nlohmann::json& r) {
 }
 
 int run_bench(const BenchOptions& o) {
-  std::shared_ptr<const Artifact> artifact = Artifact::load(o.artifact);
-  // The manifest's checks and every file's checksum, from the process's start.
+  std::shared_ptr<const Artifact> artifact = load_artifact(o.artifact, o.engine);
+  // The manifest's checks and every checksum (and beside them the GPU's start), from the
+  // process's start.
   const double artifact_checked = seconds(Clock::now() - kProcessStart);
   check_flags(o, *artifact);
   validate(o.sampling, artifact->model().vocab_size, "bench");

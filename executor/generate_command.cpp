@@ -65,7 +65,7 @@ int run_generate(const GenerateOptions& o) {
   std::vector<std::int32_t> stop_token_ids;
   if (!o.stop_token_ids.empty()) stop_token_ids = parse_ids(o.stop_token_ids, "--stop-token-ids");
 
-  std::shared_ptr<const Artifact> artifact = Artifact::load(o.artifact);
+  std::shared_ptr<const Artifact> artifact = load_artifact(o.artifact, o.engine);
   // The checkpoint's tokenizer, when telosc copied one into the artifact: text prompts in, text
   // out.
   std::optional<Tokenizer> tokenizer;

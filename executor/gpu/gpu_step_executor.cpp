@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "hexel/tensor_map_encode.h"
 #include "support/error.hpp"
@@ -31,6 +32,22 @@ std::int64_t align_up(std::int64_t v, std::int64_t a) { return (v + a - 1) / a *
 // Weight upload staging: two pinned buffers, so that filling one from the mapped file overlaps
 // the copy of the other to the device. 64 MiB each keeps the copies near full PCIe bandwidth.
 constexpr std::size_t kStagingBytes = 64u << 20;
+
+// Runs fn(begin, end) over [0, n) in up to kFillThreads contiguous parts of at least `grain`
+// items, on that many threads (this one among them). The staging buffers are filled this way: one
+// thread's copy from the mapped weights (its page faults included) ran at ~5 GB/s, under half of
+// what the pinned copies to the device take (docs/perf-log.md, session 41).
+template <class Fn>
+void in_parts(std::size_t n, std::size_t grain, Fn&& fn) {
+  constexpr std::size_t kFillThreads = 8;
+  const std::size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t parts = std::clamp<std::size_t>(n / std::max<std::size_t>(grain, 1), 1,
+                                                    std::min(hw, kFillThreads));
+  std::vector<std::jthread> helpers;
+  for (std::size_t i = 1; i < parts; ++i)
+    helpers.emplace_back([&fn, i, n, parts] { fn(n * i / parts, n * (i + 1) / parts); });
+  fn(0, n / parts);
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -440,8 +457,13 @@ struct GpuStepExecutor::State {
           for (std::int64_t t0 = 0; t0 < rows / img.arg.bn; t0 += per) {
             const std::int64_t t1 = std::min(rows / img.arg.bn, t0 + per);
             const std::size_t n = static_cast<std::size_t>(t1 - t0) * tile_bytes;
-            pack_slot_image(reinterpret_cast<const std::uint16_t*>(t.data), rows, cols, img.arg.bn,
-                            img.arg.halves, t0, t1, reinterpret_cast<std::uint16_t*>(room(n)));
+            char* dst = room(n);
+            in_parts(static_cast<std::size_t>(t1 - t0), 1, [&](std::size_t b, std::size_t e) {
+              pack_slot_image(reinterpret_cast<const std::uint16_t*>(t.data), rows, cols,
+                              img.arg.bn, img.arg.halves, t0 + static_cast<std::int64_t>(b),
+                              t0 + static_cast<std::int64_t>(e),
+                              reinterpret_cast<std::uint16_t*>(dst + b * tile_bytes));
+            });
             sent(img.dev + static_cast<std::size_t>(t0) * tile_bytes, n, arg);
           }
         }
@@ -455,7 +477,10 @@ struct GpuStepExecutor::State {
           // What fits in the current buffer, or a whole one once it is full.
           const std::size_t fit = used < kStagingBytes ? kStagingBytes - used : kStagingBytes;
           const std::size_t n = std::min(t.bytes - off, fit);
-          std::memcpy(room(n), t.data + off, n);
+          char* dst = room(n);
+          in_parts(n, std::size_t{4} << 20, [&](std::size_t b, std::size_t e) {
+            std::memcpy(dst + b, t.data + off + b, e - b);
+          });
           sent(p + off, n, t.name);
           // The bytes are in pinned memory now: the mapped file's pages can go.
           a.release_weight_pages(t, off, n);

@@ -40,7 +40,7 @@ int run_serve(const ServeOptions& o) {
   // A client that went away must not kill the server with SIGPIPE on the next write.
   std::signal(SIGPIPE, SIG_IGN);
 
-  std::shared_ptr<const Artifact> artifact = Artifact::load(o.artifact);
+  std::shared_ptr<const Artifact> artifact = load_artifact(o.artifact, o.engine);
   const fs::path dir(artifact->dir());
   std::optional<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;
