@@ -616,8 +616,8 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir, WeightChe
     if (got != tensor_sums[i])
       fail(weights_path.string() + ": tensor " + wt.name + " (offset " +
            std::to_string(jobs[file_jobs + i].offset) + ", " + std::to_string(wt.bytes) +
-           " bytes): checksum " + got + " does not match " + manifest_path +
-           " weights.tensors[" + std::to_string(i) + "] (" + wt.name + ").checksum " + tensor_sums[i]);
+           " bytes): checksum " + got + " does not match " + manifest_path + " weights.tensors[" +
+           std::to_string(i) + "] (" + wt.name + ").checksum " + tensor_sums[i]);
   }
 
   for (const ExpectedTensor& e : expected_tensors(a->model_)) {

@@ -41,8 +41,8 @@ template <class Fn>
 void in_parts(std::size_t n, std::size_t grain, Fn&& fn) {
   constexpr std::size_t kFillThreads = 8;
   const std::size_t hw = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t parts = std::clamp<std::size_t>(n / std::max<std::size_t>(grain, 1), 1,
-                                                    std::min(hw, kFillThreads));
+  const std::size_t parts =
+      std::clamp<std::size_t>(n / std::max<std::size_t>(grain, 1), 1, std::min(hw, kFillThreads));
   std::vector<std::jthread> helpers;
   for (std::size_t i = 1; i < parts; ++i)
     helpers.emplace_back([&fn, i, n, parts] { fn(n * i / parts, n * (i + 1) / parts); });

@@ -84,7 +84,8 @@ TEST(Artifact, RefusesAChangedByteNamingTheTensorOrWithEveryByteTheFile) {
   const std::string dir = testing::temp_dir("flipped");
   testing::write_tiny_artifact(dir, {});
   change_weight_byte(dir, 300);  // in `embed`, the first tensor
-  expect_refused(dir, {"weights.bin: tensor embed (offset 0,", "checksum", "weights.tensors[0] (embed).checksum"});
+  expect_refused(dir, {"weights.bin: tensor embed (offset 0,", "checksum",
+                       "weights.tensors[0] (embed).checksum"});
   expect_refused(dir, {"weights.bin: checksum", "files.weights.bin"}, WeightChecks::kEveryByte);
 }
 
