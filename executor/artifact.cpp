@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include "support/checksum.hpp"
@@ -272,7 +273,11 @@ void hash_all(std::vector<HashJob>& jobs) {
   const std::size_t n = std::min<std::size_t>(
       {std::max(1u, std::thread::hardware_concurrency()), kHashThreads, jobs.size()});
   std::vector<std::jthread> helpers;
-  for (std::size_t t = 1; t < n; ++t) helpers.emplace_back(work);
+  try {
+    for (std::size_t t = 1; t < n; ++t) helpers.emplace_back(work);
+  } catch (const std::system_error&) {
+    // No more threads to be had: the ones running take the rest of the queue.
+  }
   work();
 }
 

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <system_error>
 #include <thread>
 
 #include "executor/cpu_reference_model.hpp"
@@ -59,12 +60,17 @@ std::optional<GpuDevice> detect_gpu(std::string* why_not) {
 
 std::shared_ptr<const Artifact> load_artifact(const std::string& dir, EngineChoice choice) {
   std::jthread gpu_start;
-  if (choice != EngineChoice::Cpu)
-    gpu_start = std::jthread([] {
-      // Errors are detect_gpu's to report, later, on the thread that asks.
-      int count = 0;
-      if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) cudaFree(nullptr);
-    });
+  if (choice != EngineChoice::Cpu) {
+    try {
+      gpu_start = std::jthread([] {
+        // Errors are detect_gpu's to report, later, on the thread that asks.
+        int count = 0;
+        if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) cudaFree(nullptr);
+      });
+    } catch (const std::system_error&) {
+      // No thread to be had: the engine starts the GPU itself, after the checks.
+    }
+  }
   return Artifact::load(dir);
 }
 

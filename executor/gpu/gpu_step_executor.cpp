@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 
 #include "hexel/tensor_map_encode.h"
@@ -44,8 +45,13 @@ void in_parts(std::size_t n, std::size_t grain, Fn&& fn) {
   const std::size_t parts =
       std::clamp<std::size_t>(n / std::max<std::size_t>(grain, 1), 1, std::min(hw, kFillThreads));
   std::vector<std::jthread> helpers;
-  for (std::size_t i = 1; i < parts; ++i)
-    helpers.emplace_back([&fn, i, n, parts] { fn(n * i / parts, n * (i + 1) / parts); });
+  for (std::size_t i = 1; i < parts; ++i) {
+    try {
+      helpers.emplace_back([&fn, i, n, parts] { fn(n * i / parts, n * (i + 1) / parts); });
+    } catch (const std::system_error&) {
+      fn(n * i / parts, n * (i + 1) / parts);  // no thread to be had: this one does the part
+    }
+  }
   fn(0, n / parts);
 }
 
