@@ -1,14 +1,10 @@
 #include "executor/artifact.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <numeric>
 #include <sstream>
-#include <system_error>
-#include <thread>
 
 #include "support/checksum.hpp"
 #include "support/error.hpp"
@@ -229,56 +225,6 @@ KvCacheConfig read_kv_cache(const ManifestFields& f, const json& k, const ModelC
   if (c.layout != "page[layer][kv][head][slot][dim]")
     f.refuse("kv_cache.layout", "\"" + c.layout + "\" is not page[layer][kv][head][slot][dim]");
   return c;
-}
-
-// XXH64 of `length` bytes of `file` from `offset`, in 16 MiB windows, each dropped from this
-// process's memory once hashed: weights.bin's largest tensors pass 1 GB (the 8B shape's
-// embedding), and keeping what was hashed resident would make loading a 16 GB model peak at 16 GB
-// of host memory (issue 5: telos-run stays under 1 GB); with kHashThreads at it, at most their
-// windows are resident.
-std::uint64_t hash_range(const MappedFile& file, std::size_t offset, std::size_t length) {
-  constexpr std::size_t kWindow = std::size_t{16} << 20;
-  Xxh64 h;
-  for (std::size_t at = offset; at < offset + length; at += kWindow) {
-    const std::size_t n = std::min(kWindow, offset + length - at);
-    h.update(file.data() + at, n);
-    file.release(at, n);
-  }
-  return h.digest();
-}
-
-// One checksum to compute: XXH64 of a range of a mapped file.
-struct HashJob {
-  const MappedFile* file = nullptr;
-  std::size_t offset = 0, length = 0;
-  std::uint64_t digest = 0;
-};
-
-// Computes every job's digest on up to kHashThreads threads, the longest jobs first so that the
-// last one to start is short. One XXH64 runs at a few GB/s on one core: the 1B's 2.5 GB of
-// tensors on one thread were most of its load time (docs/perf-log.md, session 41).
-void hash_all(std::vector<HashJob>& jobs) {
-  constexpr unsigned kHashThreads = 8;
-  std::vector<std::size_t> order(jobs.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t x, std::size_t y) { return jobs[x].length > jobs[y].length; });
-  std::atomic<std::size_t> next{0};
-  auto work = [&] {
-    for (std::size_t i = next++; i < order.size(); i = next++) {
-      HashJob& j = jobs[order[i]];
-      j.digest = hash_range(*j.file, j.offset, j.length);
-    }
-  };
-  const std::size_t n = std::min<std::size_t>(
-      {std::max(1u, std::thread::hardware_concurrency()), kHashThreads, jobs.size()});
-  std::vector<std::jthread> helpers;
-  try {
-    for (std::size_t t = 1; t < n; ++t) helpers.emplace_back(work);
-  } catch (const std::system_error&) {
-    // No more threads to be had: the ones running take the rest of the queue.
-  }
-  work();
 }
 
 // The tensors docs/artifact.md says a model of this configuration has, with their shapes.
@@ -534,13 +480,13 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir, WeightChe
          " bytes, but manifest.json weights.size says " + std::to_string(size) +
          (actual_size < size ? " (truncated)" : " (not the file this manifest describes)"));
 
-  // The checksums, all computed together below (hash_all) and reported in manifest order: the
+  // The checksums, all computed together below (xxh64_ranges) and reported in manifest order: the
   // files first, then the tensors. weights.bin's own checksum only with kEveryByte: its tensors'
   // checksums cover every byte a model reads.
   a->weights_ = MappedFile(weights_path.string());
   std::vector<MappedFile> other_files;
   other_files.reserve(files.size());  // the jobs point at them
-  std::vector<HashJob> jobs;
+  std::vector<ChecksumRange> jobs;
   std::vector<std::string> file_names;
   for (const auto& [name, sum] : files.items()) {
     if (name == weights_name && checks == WeightChecks::kEveryTensor) continue;
@@ -606,7 +552,7 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir, WeightChe
     a->tensors_.push_back(std::move(wt));
   }
 
-  hash_all(jobs);
+  xxh64_ranges(jobs);
   for (std::size_t i = 0; i < file_jobs; ++i) {
     const std::string& name = file_names[i];
     const std::string want = files.at(name).get<std::string>();

@@ -1,6 +1,13 @@
 #include "support/checksum.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <numeric>
+#include <system_error>
+#include <thread>
+
+#include "support/mapped_file.hpp"
 
 namespace telos {
 namespace {
@@ -107,6 +114,42 @@ std::uint64_t xxh64(const void* data, std::size_t length, std::uint64_t seed) {
   Xxh64 h(seed);
   h.update(data, length);
   return h.digest();
+}
+
+std::uint64_t xxh64_range(const MappedFile& file, std::size_t offset, std::size_t length) {
+  constexpr std::size_t kWindow = std::size_t{16} << 20;
+  Xxh64 h;
+  for (std::size_t at = offset; at < offset + length; at += kWindow) {
+    const std::size_t n = std::min(kWindow, offset + length - at);
+    h.update(file.data() + at, n);
+    file.release(at, n);
+  }
+  return h.digest();
+}
+
+void xxh64_ranges(std::vector<ChecksumRange>& ranges) {
+  constexpr unsigned kThreads = 8;
+  std::vector<std::size_t> order(ranges.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    return ranges[x].length > ranges[y].length;
+  });
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i = next++; i < order.size(); i = next++) {
+      ChecksumRange& r = ranges[order[i]];
+      r.digest = xxh64_range(*r.file, r.offset, r.length);
+    }
+  };
+  const std::size_t n = std::min<std::size_t>(
+      {std::max(1u, std::thread::hardware_concurrency()), kThreads, ranges.size()});
+  std::vector<std::jthread> helpers;
+  try {
+    for (std::size_t t = 1; t < n; ++t) helpers.emplace_back(work);
+  } catch (const std::system_error&) {
+    // No more threads to be had: the ones running take the rest of the queue.
+  }
+  work();
 }
 
 std::string checksum_string(std::uint64_t digest) {

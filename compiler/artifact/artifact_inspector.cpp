@@ -69,18 +69,6 @@ std::string human_bytes(std::int64_t n) {
   return buf;
 }
 
-// XXH64 over [offset, offset + n) of a mapped file, releasing pages behind the reader.
-std::uint64_t hash_range(const MappedFile& f, std::size_t offset, std::size_t n) {
-  constexpr std::size_t kStep = 64u << 20;
-  Xxh64 h;
-  for (std::size_t done = 0; done < n; done += kStep) {
-    const std::size_t len = std::min(kStep, n - done);
-    h.update(f.data() + offset + done, len);
-    f.release(offset + done, len);
-  }
-  return h.digest();
-}
-
 }  // namespace
 
 std::string inspect_artifact(const std::string& path, bool verify) {
@@ -147,26 +135,39 @@ std::string inspect_artifact(const std::string& path, bool verify) {
   if (static_cast<std::int64_t>(weights.size()) != size)
     fail(weights_path + ": is " + std::to_string(weights.size()) +
          " bytes, manifest.json weights.size says " + std::to_string(size));
+  // Every checksum computed together (on several threads), then compared in manifest order: the
+  // tensors, then the files.
+  std::vector<ChecksumRange> ranges;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const std::string at = "/weights/tensors/" + std::to_string(i);
     const std::string name = r.string(at + "/name");
     const std::int64_t offset = r.integer(at + "/offset"), bytes = r.integer(at + "/bytes");
     if (offset < 0 || bytes < 0 || offset + bytes > size || offset % kWeightAlignment != 0)
       r.fail_field(at, name + " lies outside weights.bin or is not 256-byte aligned");
-    const std::string want = r.string(at + "/checksum");
-    const std::string got = checksum_string(
-        hash_range(weights, static_cast<std::size_t>(offset), static_cast<std::size_t>(bytes)));
-    if (got != want)
-      fail(weights_path + ": tensor " + name + " has checksum " + got + ", manifest.json says " +
-           want);
+    ranges.push_back({&weights, static_cast<std::size_t>(offset), static_cast<std::size_t>(bytes)});
   }
   const nlohmann::json& files = r.object("/files");
+  std::vector<MappedFile> mapped;
+  mapped.reserve(files.size());  // the ranges point at them
   for (const auto& [name, want] : files.items()) {
-    const std::string file = (dir / name).string();
-    const MappedFile f(file);
-    const std::string got = checksum_string(hash_range(f, 0, f.size()));
+    const MappedFile& f = mapped.emplace_back((dir / name).string());
+    ranges.push_back({&f, 0, f.size()});
+  }
+  xxh64_ranges(ranges);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::string at = "/weights/tensors/" + std::to_string(i);
+    const std::string want = r.string(at + "/checksum");
+    const std::string got = checksum_string(ranges[i].digest);
+    if (got != want)
+      fail(weights_path + ": tensor " + r.string(at + "/name") + " has checksum " + got +
+           ", manifest.json says " + want);
+  }
+  std::size_t k = tensors.size();
+  for (const auto& [name, want] : files.items()) {
+    const std::string got = checksum_string(ranges[k++].digest);
     if (!want.is_string() || got != want.get<std::string>())
-      fail(file + ": checksum " + got + ", manifest.json files." + name + " says " + want.dump());
+      fail((dir / name).string() + ": checksum " + got + ", manifest.json files." + name +
+           " says " + want.dump());
   }
   s += "checksums: verified (" + std::to_string(tensors.size()) + " tensors, " +
        std::to_string(files.size()) + " files)\n";

@@ -81,6 +81,34 @@ TEST(MappedFile, ReadsAndNamesMissingFile) {
   }
 }
 
+// xxh64_ranges computes ranges of mapped files on several threads, longest first: each digest
+// lands in its own range's slot and equals the one-shot hash of those bytes, for more ranges than
+// threads, an empty one, ranges across the 16 MiB windows, and ranges of two files.
+TEST(Xxh64, RangesOfMappedFilesMatchOneShotHashes) {
+  const std::string a_path = ::testing::TempDir() + "/ranges_a.bin";
+  const std::string b_path = ::testing::TempDir() + "/ranges_b.bin";
+  std::vector<unsigned char> a((std::size_t{40} << 20) + 12345), b(777);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    a[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<unsigned char>(i * 31 + 5);
+  std::ofstream(a_path, std::ios::binary).write(reinterpret_cast<const char*>(a.data()), a.size());
+  std::ofstream(b_path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), b.size());
+  const MappedFile fa(a_path), fb(b_path);
+  std::vector<ChecksumRange> ranges = {{&fa, 0, a.size()},
+                                       {&fb, 0, b.size()},
+                                       {&fa, 100, 0},
+                                       {&fa, (std::size_t{16} << 20) - 3, (std::size_t{17} << 20)}};
+  for (std::size_t i = 0; i < 20; ++i) ranges.push_back({&fa, i * 4099, 1000 + i * 37});
+  xxh64_ranges(ranges);
+  for (const ChecksumRange& r : ranges) {
+    const auto& bytes = r.file == &fa ? a : b;
+    EXPECT_EQ(r.digest, xxh64(bytes.data() + r.offset, r.length))
+        << "range at " << r.offset << ", " << r.length << " bytes";
+  }
+  std::remove(a_path.c_str());
+  std::remove(b_path.c_str());
+}
+
 // The packed QKV row order (layout qkv_rope_pairs): a permutation within each head whose 8-row
 // groups hold 4 rows of the first half and their RoPE partners (row + d / 2), in order.
 TEST(QkvLayout, PairOrderIsAPermutationWithinHeadsOfWholePairs) {
