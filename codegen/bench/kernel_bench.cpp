@@ -753,7 +753,7 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         std::printf("  %s %s: %d B of dynamic shared memory, %d registers, %d CTA(s) an SM\n",
                     sh.name, variants[vi].label.c_str(), lt.smem, regs, blocks);
       }
-      for (int C : {160, 288, 4096}) {
+      for (int C : {33, 96, 160, 288, 4096}) {
         const int position = C - 1;
         cudaMemcpy(pos, &position, 4, cudaMemcpyHostToDevice);
         const double bytes = w_bytes + static_cast<double>(C) * sh.HKV * sh.D * 2 * 2;

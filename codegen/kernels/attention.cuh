@@ -105,13 +105,23 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // `out` (non-null): the caller guarantees that every row of the item has one split only (position
 // < SPLIT), and the item writes the rows' final bf16 values to out as attn_combine would from this
 // one slot, instead of part_o / part_ml (the persistent decode layer's short contexts: no combine).
+// `before_q` (every thread of the item calls it once, before the item reads anything written in
+// the caller's launch: Q and the token's own K/V row) lets a caller that produces those in the same
+// launch wait for them there: the persistent decode layer's wait for its QKV phase. With one token
+// and LOAD_AHEAD, the position, the page ids and the warp's first chunk where it holds only earlier
+// positions (written by earlier steps) are loaded before it, so that their latency overlaps the
+// wait; a first chunk that holds the token's position, or is clamped to it, is loaded after it.
+// Loads only: the same values, so the same bits. AttnNoWait: nothing to wait for.
 struct AttnRing {
   int used = -1;  // chunks the warp's earlier items took through the ring; -1: not set up
   int ahead = 0;  // chunks of the next item the previous one already issued
 };
+struct AttnNoWait {
+  __device__ void operator()() const {}
+};
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false, int BULK = 0,
-          class Sync>
+          class Sync, class BeforeQ = AttnNoWait>
 __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, const float* q,
                                                  const int* positions, const int* token_seq,
                                                  const int* page_tables, const bf16* kv_layer,
@@ -119,7 +129,7 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
                                                  bf16* out = nullptr,
                                                  unsigned char* ring = nullptr,
                                                  AttnRing* ring_state = nullptr,
-                                                 int next_slot = -1) {
+                                                 int next_slot = -1, BeforeQ before_q = {}) {
   constexpr int G = HQ / HKV, W = 4, R = TPT * G;  // R: MMA rows in use
   constexpr int KS = D / 16, NT = D / 8, VW = D / 16;  // k-steps, n-tiles, V words per position
   static_assert(HQ % HKV == 0 && TPT >= 1 && R <= 16 && D % 32 == 0 && D <= 128 &&
@@ -270,7 +280,13 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   unsigned vr[4][VW];
   if constexpr (TPT == 1 && LOAD_AHEAD) {
     if constexpr (PAGE_AHEAD) load_split_pages(first, min(first + SPLIT, pos1 + 1));
-    load_chunk(first + 16 * warp, min(first + SPLIT, pos1 + 1), kr, vr);
+    const int c0 = first + 16 * warp;
+    const bool own_row = c0 + 15 >= pos1;  // a row of the chunk is (or is clamped to) the token's
+    if (!own_row) load_chunk(c0, min(first + SPLIT, pos1 + 1), kr, vr);
+    before_q();
+    if (own_row) load_chunk(c0, min(first + SPLIT, pos1 + 1), kr, vr);
+  } else {
+    before_q();
   }
   // BULK: the warp's barriers (set up in its first item) and its first BULK chunks, issued before
   // Q's staging like LOAD_AHEAD's (those the previous item issued are in flight already), and,

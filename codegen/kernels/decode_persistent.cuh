@@ -745,17 +745,25 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   };
   if constexpr (QKV_ROPE) {
     // One arrival ends phases 0 and 1; the prefetch (its page-table loads take the loaded latency)
-    // between it and the wait.
+    // after it, and the wait later (wait_qkv).
     phase_trace(2);
     persistent_arrive<COUNT>(sync, 2);
     phase_trace(16);
     prefetch_kv();
-    persistent_wait<COUNT>(sync, 2 * gridDim.x);
-    phase_trace(5);
   } else {
     persistent_next_phase<COUNT>(sync, 0);
     prefetch_kv();
   }
+  // With QKV_ROPE, the wait for phases 0 and 1, once a CTA: inside its first attention item,
+  // after the item's loads that need nothing this launch wrote (attn_split_block's before_q), or
+  // after the items where it has none.
+  bool waited = !QKV_ROPE;
+  auto wait_qkv = [&] {
+    if (waited) return;
+    persistent_wait<COUNT>(sync, 2 * gridDim.x);
+    phase_trace(5);
+    waited = true;
+  };
 
   // Phase 1: the QKV epilogue, a head per work item (q to `q`, K/V appended to their pages).
   if constexpr (!QKV_ROPE) {
@@ -779,7 +787,9 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
         0, static_cast<int>(item / NSPLIT), static_cast<int>(item % NSPLIT), q, positions,
-        token_seq, page_tables, kv_layer, part_o, part_ml, sync128, one_split ? attn : nullptr);
+        token_seq, page_tables, kv_layer, part_o, part_ml, sync128, one_split ? attn : nullptr,
+        nullptr, nullptr, -1, wait_qkv);
+  wait_qkv();
   if (one_split) {
     phase_trace(2 + 2 * 2);
     persistent_arrive<COUNT>(sync, 2);
