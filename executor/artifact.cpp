@@ -485,17 +485,17 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir, WeightChe
   // checksums cover every byte a model reads.
   a->weights_ = MappedFile(weights_path.string());
   std::vector<MappedFile> other_files;
-  other_files.reserve(files.size());  // the jobs point at them
-  std::vector<ChecksumRange> jobs;
+  other_files.reserve(files.size());  // the ranges point at them
+  std::vector<ChecksumRange> ranges;
   std::vector<std::string> file_names;
   for (const auto& [name, sum] : files.items()) {
     if (name == weights_name && checks == WeightChecks::kEveryTensor) continue;
     file_names.push_back(name);
     const MappedFile* file = &a->weights_;
     if (name != weights_name) file = &other_files.emplace_back((root / name).string());
-    jobs.push_back({file, 0, file->size()});
+    ranges.push_back({file, 0, file->size()});
   }
-  const std::size_t file_jobs = jobs.size();
+  const std::size_t file_ranges = ranges.size();
 
   const json& tensors = f.member(w, "weights", "tensors");
   if (!tensors.is_array()) f.refuse("weights.tensors", "expected an array");
@@ -548,25 +548,25 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir, WeightChe
     wt.data = a->weights_.data() + offset;
     wt.bytes = static_cast<std::size_t>(bytes);
     tensor_sums.push_back(f.string(t, named, "checksum"));
-    jobs.push_back({&a->weights_, static_cast<std::size_t>(offset), wt.bytes});
+    ranges.push_back({&a->weights_, static_cast<std::size_t>(offset), wt.bytes});
     a->tensors_.push_back(std::move(wt));
   }
 
-  xxh64_ranges(jobs);
-  for (std::size_t i = 0; i < file_jobs; ++i) {
+  xxh64_ranges(ranges);
+  for (std::size_t i = 0; i < file_ranges; ++i) {
     const std::string& name = file_names[i];
     const std::string want = files.at(name).get<std::string>();
-    const std::string got = checksum_string(jobs[i].digest);
+    const std::string got = checksum_string(ranges[i].digest);
     if (got != want)
       fail((root / name).string() + ": checksum " + got + " does not match manifest.json files." +
            name + " " + want + " (the file is corrupt or was changed)");
   }
   for (std::size_t i = 0; i < a->tensors_.size(); ++i) {
     const WeightTensor& wt = a->tensors_[i];
-    const std::string got = checksum_string(jobs[file_jobs + i].digest);
+    const std::string got = checksum_string(ranges[file_ranges + i].digest);
     if (got != tensor_sums[i])
       fail(weights_path.string() + ": tensor " + wt.name + " (offset " +
-           std::to_string(jobs[file_jobs + i].offset) + ", " + std::to_string(wt.bytes) +
+           std::to_string(ranges[file_ranges + i].offset) + ", " + std::to_string(wt.bytes) +
            " bytes): checksum " + got + " does not match " + manifest_path + " weights.tensors[" +
            std::to_string(i) + "] (" + wt.name + ").checksum " + tensor_sums[i]);
   }
