@@ -4,10 +4,9 @@
 #include <atomic>
 #include <cstring>
 #include <numeric>
-#include <system_error>
-#include <thread>
 
 #include "support/mapped_file.hpp"
+#include "support/threads.hpp"
 
 namespace telos {
 namespace {
@@ -135,21 +134,12 @@ void xxh64_ranges(std::vector<ChecksumRange>& ranges) {
     return ranges[x].length > ranges[y].length;
   });
   std::atomic<std::size_t> next{0};
-  auto work = [&] {
+  run_on_threads(std::min<std::size_t>(kThreads, ranges.size()), [&] {
     for (std::size_t i = next++; i < order.size(); i = next++) {
       ChecksumRange& r = ranges[order[i]];
       r.digest = xxh64_range(*r.file, r.offset, r.length);
     }
-  };
-  const std::size_t n = std::min<std::size_t>(
-      {std::max(1u, std::thread::hardware_concurrency()), kThreads, ranges.size()});
-  std::vector<std::jthread> helpers;
-  try {
-    for (std::size_t t = 1; t < n; ++t) helpers.emplace_back(work);
-  } catch (const std::system_error&) {
-    // No more threads to be had: the ones running take the rest of the queue.
-  }
-  work();
+  });
 }
 
 std::string checksum_string(std::uint64_t digest) {

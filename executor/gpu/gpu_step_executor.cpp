@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -13,13 +14,12 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <system_error>
-#include <thread>
 
 #include "hexel/tensor_map_encode.h"
 #include "support/error.hpp"
 #include "support/slot_image.hpp"
 #include "support/slot_image_map.hpp"
+#include "support/threads.hpp"
 
 namespace telos::exec {
 namespace {
@@ -35,24 +35,18 @@ std::int64_t align_up(std::int64_t v, std::int64_t a) { return (v + a - 1) / a *
 constexpr std::size_t kStagingBytes = 64u << 20;
 
 // Runs fn(begin, end) over [0, n) in up to kFillThreads contiguous parts of at least `grain`
-// items, on that many threads (this one among them). The staging buffers are filled this way: one
+// items, on as many threads (run_on_threads). The staging buffers are filled this way: one
 // thread's copy from the mapped weights (its page faults included) ran at ~5 GB/s, under half of
 // what the pinned copies to the device take (docs/perf-log.md, session 41).
 template <class Fn>
 void in_parts(std::size_t n, std::size_t grain, Fn&& fn) {
   constexpr std::size_t kFillThreads = 8;
-  const std::size_t hw = std::max(1u, std::thread::hardware_concurrency());
   const std::size_t parts =
-      std::clamp<std::size_t>(n / std::max<std::size_t>(grain, 1), 1, std::min(hw, kFillThreads));
-  std::vector<std::jthread> helpers;
-  for (std::size_t i = 1; i < parts; ++i) {
-    try {
-      helpers.emplace_back([&fn, i, n, parts] { fn(n * i / parts, n * (i + 1) / parts); });
-    } catch (const std::system_error&) {
-      fn(n * i / parts, n * (i + 1) / parts);  // no thread to be had: this one does the part
-    }
-  }
-  fn(0, n / parts);
+      std::clamp<std::size_t>(n / std::max<std::size_t>(grain, 1), 1, kFillThreads);
+  std::atomic<std::size_t> next{0};
+  run_on_threads(parts, [&] {
+    for (std::size_t i = next++; i < parts; i = next++) fn(n * i / parts, n * (i + 1) / parts);
+  });
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {

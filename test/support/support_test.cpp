@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "support/mapped_file.hpp"
 #include "support/qkv_layout.hpp"
 #include "support/slot_image.hpp"
+#include "support/threads.hpp"
 
 using namespace telos;
 
@@ -78,6 +80,20 @@ TEST(MappedFile, ReadsAndNamesMissingFile) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+  }
+}
+
+// run_on_threads: every item of a shared queue is taken exactly once, whatever the thread count
+// asked (one, a few, more than the machine has).
+TEST(RunOnThreads, EveryQueuedItemRunsOnce) {
+  for (std::size_t threads : {1u, 3u, 64u}) {
+    std::vector<std::atomic<int>> runs(1000);
+    std::atomic<std::size_t> next{0};
+    run_on_threads(threads, [&] {
+      for (std::size_t i = next++; i < runs.size(); i = next++) ++runs[i];
+    });
+    for (std::size_t i = 0; i < runs.size(); ++i)
+      ASSERT_EQ(runs[i].load(), 1) << "item " << i << " with " << threads << " threads";
   }
 }
 
