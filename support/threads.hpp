@@ -1,7 +1,8 @@
 #pragma once
 // A fan-out onto a few threads for the host's bulk work (the artifact's checksums, the weight
-// upload's staging): the caller's work() runs on this thread and on up to `threads` - 1 more.
+// upload's staging).
 #include <algorithm>
+#include <atomic>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -22,6 +23,18 @@ void run_on_threads(std::size_t threads, Work&& work) {
     // No more threads to be had: the ones running take the rest of the queue.
   }
   work();
+}
+
+// Runs fn(begin, end) over [0, n) in up to max_parts contiguous parts of at least `grain` items
+// (one part where n < 2 · grain), in order of their start, on as many threads (run_on_threads).
+template <class Fn>
+void for_each_part(std::size_t n, std::size_t grain, std::size_t max_parts, Fn&& fn) {
+  const std::size_t parts = std::clamp<std::size_t>(n / std::max<std::size_t>(grain, 1), 1,
+                                                    std::max<std::size_t>(max_parts, 1));
+  std::atomic<std::size_t> next{0};
+  run_on_threads(parts, [&] {
+    for (std::size_t i = next++; i < parts; i = next++) fn(n * i / parts, n * (i + 1) / parts);
+  });
 }
 
 }  // namespace telos

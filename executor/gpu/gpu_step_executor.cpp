@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -34,20 +33,10 @@ std::int64_t align_up(std::int64_t v, std::int64_t a) { return (v + a - 1) / a *
 // the copy of the other to the device. 64 MiB each keeps the copies near full PCIe bandwidth.
 constexpr std::size_t kStagingBytes = 64u << 20;
 
-// Runs fn(begin, end) over [0, n) in up to kFillThreads contiguous parts of at least `grain`
-// items, on as many threads (run_on_threads). The staging buffers are filled this way: one
-// thread's copy from the mapped weights (its page faults included) ran at ~5 GB/s, under half of
-// what the pinned copies to the device take (docs/perf-log.md, session 41).
-template <class Fn>
-void in_parts(std::size_t n, std::size_t grain, Fn&& fn) {
-  constexpr std::size_t kFillThreads = 8;
-  const std::size_t parts =
-      std::clamp<std::size_t>(n / std::max<std::size_t>(grain, 1), 1, kFillThreads);
-  std::atomic<std::size_t> next{0};
-  run_on_threads(parts, [&] {
-    for (std::size_t i = next++; i < parts; i = next++) fn(n * i / parts, n * (i + 1) / parts);
-  });
-}
+// The staging buffers are filled on up to kFillThreads threads (for_each_part): one thread's copy
+// from the mapped weights (its page faults included) ran at ~5 GB/s, under half of what the
+// pinned copies to the device take (docs/perf-log.md, session 41).
+constexpr std::size_t kFillThreads = 8;
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -458,12 +447,14 @@ struct GpuStepExecutor::State {
             const std::int64_t t1 = std::min(rows / img.arg.bn, t0 + per);
             const std::size_t n = static_cast<std::size_t>(t1 - t0) * tile_bytes;
             char* dst = room(n);
-            in_parts(static_cast<std::size_t>(t1 - t0), 1, [&](std::size_t b, std::size_t e) {
-              pack_slot_image(reinterpret_cast<const std::uint16_t*>(t.data), rows, cols,
-                              img.arg.bn, img.arg.halves, t0 + static_cast<std::int64_t>(b),
-                              t0 + static_cast<std::int64_t>(e),
-                              reinterpret_cast<std::uint16_t*>(dst + b * tile_bytes));
-            });
+            for_each_part(static_cast<std::size_t>(t1 - t0), 1, kFillThreads,
+                          [&](std::size_t b, std::size_t e) {
+                            pack_slot_image(reinterpret_cast<const std::uint16_t*>(t.data), rows,
+                                            cols, img.arg.bn, img.arg.halves,
+                                            t0 + static_cast<std::int64_t>(b),
+                                            t0 + static_cast<std::int64_t>(e),
+                                            reinterpret_cast<std::uint16_t*>(dst + b * tile_bytes));
+                          });
             sent(img.dev + static_cast<std::size_t>(t0) * tile_bytes, n, arg);
           }
         }
@@ -478,7 +469,7 @@ struct GpuStepExecutor::State {
           const std::size_t fit = used < kStagingBytes ? kStagingBytes - used : kStagingBytes;
           const std::size_t n = std::min(t.bytes - off, fit);
           char* dst = room(n);
-          in_parts(n, std::size_t{4} << 20, [&](std::size_t b, std::size_t e) {
+          for_each_part(n, std::size_t{4} << 20, kFillThreads, [&](std::size_t b, std::size_t e) {
             std::memcpy(dst + b, t.data + off + b, e - b);
           });
           sent(p + off, n, t.name);

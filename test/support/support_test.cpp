@@ -97,6 +97,25 @@ TEST(RunOnThreads, EveryQueuedItemRunsOnce) {
   }
 }
 
+// for_each_part covers [0, n) with contiguous parts, each once, as many as the grain allows up to
+// the cap (the weight upload's staging copies rely on it).
+TEST(RunOnThreads, PartsCoverTheRangeOnce) {
+  struct Case {
+    std::size_t n, grain, max_parts, parts;
+  };
+  for (const Case& c : {Case{0, 4, 8, 1}, Case{7, 4, 8, 1}, Case{64, 4, 8, 8}, Case{30, 4, 8, 7},
+                        Case{1000, 1, 3, 3}}) {
+    std::vector<std::atomic<int>> hits(c.n);
+    std::atomic<std::size_t> calls{0};
+    for_each_part(c.n, c.grain, c.max_parts, [&](std::size_t b, std::size_t e) {
+      ++calls;
+      for (std::size_t i = b; i < e; ++i) ++hits[i];
+    });
+    EXPECT_EQ(calls.load(), c.parts) << "n " << c.n << ", grain " << c.grain;
+    for (std::size_t i = 0; i < c.n; ++i) ASSERT_EQ(hits[i].load(), 1) << "item " << i;
+  }
+}
+
 // xxh64_ranges computes ranges of mapped files on several threads, longest first: each digest
 // lands in its own range's slot and equals the one-shot hash of those bytes, for more ranges than
 // threads, an empty one, ranges across the 16 MiB windows, and ranges of two files.
