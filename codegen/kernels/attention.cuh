@@ -108,9 +108,9 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // `before_q` (every thread of the item calls it once, before the item reads anything written in
 // the caller's launch: Q and the token's own K/V row) lets a caller that produces those in the same
 // launch wait for them there: the persistent decode layer's wait for its QKV phase. With one token
-// and LOAD_AHEAD, the position, the page ids and the rows of the warp's first chunk that hold
-// earlier positions (written by earlier steps) are loaded before it, so that their latency
-// overlaps the wait; its rows of the token's own position (or clamped to it) are loaded after it.
+// and LOAD_AHEAD, the position, the page ids and the warp's first chunk where it holds only earlier
+// positions (written by earlier steps) are loaded before it, so that their latency overlaps the
+// wait; a first chunk that holds the token's position, or is clamped to it, is loaded after it.
 // Loads only: the same values, so the same bits. AttnNoWait: nothing to wait for.
 struct AttnRing {
   int used = -1;  // chunks the warp's earlier items took through the ring; -1: not set up
@@ -195,10 +195,7 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   // A chunk's K and V (16 positions from c; positions past `end` - 1 clamped to it) into
   // registers, every load issued before the first use. With PAGE_AHEAD the chunk's page comes from
   // its lane of split_pg (a chunk past `end` reads position end - 1, in that lane's page too).
-  // load_chunk_rows loads only the rows whose (clamped) position p is in [from, to) (a lane's row
-  // that it skips keeps its registers' values).
-  auto load_chunk_rows = [&](int c, int end, uint4(&kr)[2][D / 32], unsigned(&vr)[4][VW],
-                             int from, int to) {
+  auto load_chunk = [&](int c, int end, uint4(&kr)[2][D / 32], unsigned(&vr)[4][VW]) {
     long long page_base = 0;
     if constexpr (PAGE_AHEAD)
       page_base =
@@ -211,18 +208,10 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
         return static_cast<long long>(pt[p / PAGE]) * PAGE_ELEMS + (p % PAGE) * D;
     };
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int p = min(c + 8 * i + g, end - 1);
-      if (p >= from && p < to) load_k_row(k_base + row(p), kr[i]);
-    }
+    for (int i = 0; i < 2; ++i) load_k_row(k_base + row(min(c + 8 * i + g, end - 1)), kr[i]);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int p = min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1);
-      if (p >= from && p < to) load_v_row(v_base + row(p), vr[e]);
-    }
-  };
-  auto load_chunk = [&](int c, int end, uint4(&kr)[2][D / 32], unsigned(&vr)[4][VW]) {
-    load_chunk_rows(c, end, kr, vr, -2147483647 - 1, end);  // every row: both tests fold away
+    for (int e = 0; e < 4; ++e)
+      load_v_row(v_base + row(min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1)), vr[e]);
   };
   // BULK: the same rows of the chunk's page from its slot at ks (K, then V).
   auto read_slot = [&](const bf16* ks, int c, int end, uint4(&kr)[2][D / 32],
@@ -291,12 +280,11 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   unsigned vr[4][VW];
   if constexpr (TPT == 1 && LOAD_AHEAD) {
     if constexpr (PAGE_AHEAD) load_split_pages(first, min(first + SPLIT, pos1 + 1));
-    // The rows of earlier positions (written by earlier steps) before the wait, the token's own
-    // row (this launch's) after it: a row is its own line, so none read before is stale.
-    const int c0 = first + 16 * warp, end0 = min(first + SPLIT, pos1 + 1);
-    load_chunk_rows(c0, end0, kr, vr, 0, pos1);
+    const int c0 = first + 16 * warp;
+    const bool own_row = c0 + 15 >= pos1;  // a row of the chunk is (or is clamped to) the token's
+    if (!own_row) load_chunk(c0, min(first + SPLIT, pos1 + 1), kr, vr);
     before_q();
-    load_chunk_rows(c0, end0, kr, vr, pos1, pos1 + 1);
+    if (own_row) load_chunk(c0, min(first + SPLIT, pos1 + 1), kr, vr);
   } else {
     before_q();
   }
