@@ -512,10 +512,9 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   auto phase_start = load_start;
   std::ostringstream phases;
   auto phase_done = [&](const char* name) {
-    const auto now = std::chrono::steady_clock::now();
     phases << (phases.tellp() > 0 ? ", " : "") << name << " " << std::fixed << std::setprecision(2)
-           << std::chrono::duration<double>(now - phase_start).count() << " s";
-    phase_start = now;
+           << seconds_since(phase_start) << " s";
+    phase_start = std::chrono::steady_clock::now();
   };
 
   check(cudaSetDevice(options.device), "select device " + std::to_string(options.device));
