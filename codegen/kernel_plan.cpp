@@ -436,11 +436,11 @@ std::string AttnSplitKernel::instance() const {
          ", " + I_(maxp) + ", " + I_(page_elems) + "ll, " + I_(split) + ", " + I_(nsplit) + ", " +
          float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(d))) + ", " + I_(tpt) +
          (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
-         (blocks || bulk ? ", " + I_(blocks ? blocks : 3) : "") + (bulk ? ", " + I_(bulk) : "") +
-         ">";
+         (blocks || bulk || early ? ", " + I_(blocks ? blocks : 3) : "") +
+         (bulk || early ? ", " + I_(bulk) : "") + (early ? ", true" : "") + ">";
 }
 
-AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows) {
+AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows, bool decode) {
   const int group = k.hq / k.hkv;
   k.ahead = k.tpt == 1 && split_rows <= kAttnSplitAheadMaxRows;
   const bool bulk = !k.ahead && k.tpt == 1 && split_rows >= kAttnSplitBulkMinRows &&
@@ -450,6 +450,7 @@ AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows) {
   k.pages = attn_split_page_ahead(k.page) && !bulk;
   k.blocks = four ? 4 : 0;
   k.bulk = bulk ? kAttnSplitBulk : 0;
+  k.early = decode && k.tpt == 1;
   return k;
 }
 
@@ -551,7 +552,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int split_tiles = (split_rows + tpt - 1) / tpt;
     const AttnSplitKernel split_kernel = attn_split_for_rows(
         {HQ, HKV, D, PAGE, MAXP, page_elems, plan.attn_split, plan.attn_num_splits, tpt},
-        split_rows);
+        split_rows, kind == "decode");
     const int split_k =
         b.kernel(split_kernel.instance(),
                  {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"},

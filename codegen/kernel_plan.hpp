@@ -317,14 +317,16 @@ inline bool attn_split_bulk_fits(int page_size, int group) {
 }
 // An attn_split instance (kernels/attention.cuh) as the plan, the benches and the tests name it:
 // the head shape, the KV pool's page geometry, the split and its partial slots, tokens a tile,
-// LOAD_AHEAD, PAGE_AHEAD, blocks an SM (0: the kernel's default, 3) and BULK ring slots a warp
-// (0: none); the scale is log2(e) / sqrt(d).
+// LOAD_AHEAD, PAGE_AHEAD, blocks an SM (0: the kernel's default, 3), BULK ring slots a warp
+// (0: none) and EARLY (the PDL wait inside each item, after the loads of what earlier steps
+// wrote: decode buckets only); the scale is log2(e) / sqrt(d).
 struct AttnSplitKernel {
   int hq = 0, hkv = 0, d = 0, page = 0, maxp = 0;
   long long page_elems = 0;
   int split = 0, nsplit = 0, tpt = 1;
   bool ahead = false, pages = false;
   int blocks = 0, bulk = 0;
+  bool early = false;
   std::string instance() const;
   int smem() const { return bulk ? attn_split_ring_bytes(page, d, bulk) : 0; }
 };
@@ -332,8 +334,9 @@ struct AttnSplitKernel {
 // `split_rows` split rows: LOAD_AHEAD up to kAttnSplitAheadMaxRows at TPT 1, else BULK from
 // kAttnSplitBulkMinRows where attn_split_bulk_fits, else four blocks from
 // kAttnSplitFourBlocksMinRows where attn_split_four_blocks; PAGE_AHEAD wherever
-// attn_split_page_ahead and not BULK.
-AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows);
+// attn_split_page_ahead and not BULK; EARLY in `decode` buckets (every row one generated token of
+// its sequence, so the K/V rows before a row's position were written by earlier steps) at TPT 1.
+AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows, bool decode);
 
 // attn_prefill (codegen/kernels/attention_prefill.cuh), the prompt rows' attention in prefill
 // buckets: whether it takes the model's head dim and group (64 or 128; G query heads a KV head

@@ -1242,8 +1242,10 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     bool pages = attn_split_page_ahead(PAGE);  // and PAGE_AHEAD, as the plan takes it
     int blocks = 0;                            // blocks an SM (0: the kernel's default)
     int bulk = 0;  // BULK ring slots a warp (change 65; no PAGE_AHEAD), 0: none
+    bool early = false;  // EARLY: the PDL wait inside each item (change 100; one token a tile)
     AttnSplitKernel kernel(int tpt) const {
-      return {HQ, HKV, D, PAGE, MAXP, page_elems, split, nsplit, tpt, ahead, pages, blocks, bulk};
+      return {HQ,  HKV,   D,     PAGE,   MAXP, page_elems, split,
+              nsplit, tpt, ahead, pages, blocks, bulk, early && tpt == 1};
     }
     std::string split_kernel(int tpt) const { return kernel(tpt).instance(); }
     int smem() const { return kernel(1).smem(); }
@@ -1252,11 +1254,17 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       a.blocks = b;
       return a;
     }
-    // The same attention as the plan loads it in a bucket of `rows` tokens (attn_split_for_rows).
+    // The same attention as the plan loads it in a decode bucket of `rows` tokens
+    // (attn_split_for_rows).
     Attn planned_for(int rows) const {
-      const AttnSplitKernel k = attn_split_for_rows(kernel(1), rows);
+      const AttnSplitKernel k = attn_split_for_rows(kernel(1), rows, true);
       Attn a = *this;
-      a.ahead = k.ahead, a.pages = k.pages, a.blocks = k.blocks, a.bulk = k.bulk;
+      a.ahead = k.ahead, a.pages = k.pages, a.blocks = k.blocks, a.bulk = k.bulk, a.early = k.early;
+      return a;
+    }
+    Attn with_early(bool e) const {
+      Attn a = *this;
+      a.early = e;
       return a;
     }
     // The same attention through BULK ring slots a warp at b blocks an SM.
@@ -1324,10 +1332,12 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     Attn ahead = plan;
     ahead.ahead = true;
     vars.push_back({" load-ahead", ahead});
+    vars.push_back({" load-ahead early", ahead.with_early(true)});
     vars.push_back({" 4 blocks", plan.with_blocks(4)});
     if (!sweep)
       for (auto [slots, blocks] : kBulkVariants)
         vars.push_back({" bulk" + I(slots), plan.with_bulk(slots, blocks)});
+    vars.push_back({" bulk" + I(kAttnSplitBulk) + " early", plan.with_bulk(kAttnSplitBulk, 3).with_early(true)});
     for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
       Attn v = plan;
       v.split = split;
@@ -1395,8 +1405,10 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
     };
     for (const Attn& a : {at, four}) add_name(a.split_kernel(1));
-    for (int B : kBatches)
+    for (int B : kBatches) {
       for (const Attn& a : {at, at512}) add_name(a.planned_for(B).split_kernel(1));
+      add_name(at.planned_for(B).with_early(false).split_kernel(1));
+    }
     for (const auto& b : bulks) add_name(b.second.split_kernel(1));
     Module mod(names);
     for (int B : kBatches) {
@@ -1431,6 +1443,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
       };
       for (int slots : zs) row(planned, slots, slots == plan_slots ? " plan" : "");
+      // The plan's kernel waiting at entry (before change 100's EARLY).
+      row(planned.with_early(false), plan_slots, " plan, wait at entry");
       if (bulk_plan) row(at, plan_slots, " lanes");  // the plan up to change 66
       row(other, plan_slots, four_plan ? " 3 blocks" : " 4 blocks");
       for (const auto& [label, b] : bulks)

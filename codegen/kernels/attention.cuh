@@ -111,6 +111,7 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // and LOAD_AHEAD, the position, the page ids and the warp's first chunk where it holds only earlier
 // positions (written by earlier steps) are loaded before it, so that their latency overlaps the
 // wait; a first chunk that holds the token's position, or is clamped to it, is loaded after it.
+// With BULK, the ring's first copies of pages that end before the token's page go before it.
 // Loads only: the same values, so the same bits. AttnNoWait: nothing to wait for.
 struct AttnRing {
   int used = -1;  // chunks the warp's earlier items took through the ring; -1: not set up
@@ -285,12 +286,14 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     if (!own_row) load_chunk(c0, min(first + SPLIT, pos1 + 1), kr, vr);
     before_q();
     if (own_row) load_chunk(c0, min(first + SPLIT, pos1 + 1), kr, vr);
-  } else {
+  } else if constexpr (BULK == 0) {
     before_q();
   }
   // BULK: the warp's barriers (set up in its first item) and its first BULK chunks, issued before
   // Q's staging like LOAD_AHEAD's (those the previous item issued are in flight already), and,
-  // where this item's chunks end first, the next item's.
+  // where this item's chunks end first, the next item's. Those copies go before before_q up to the
+  // first that holds the token's page (a chunk is a page; the ring's chunks ascend), the rest after
+  // it: pages of earlier positions only are copied before the wait.
   bool stage_q = true;
   if constexpr (BULK > 0) {
     ring_slots = hexel::smem_addr(ring) + warp * BULK * 2 * kPageBytes;
@@ -313,7 +316,14 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
       const int c = chunk_of(next_first, lane);
       if (lane < BULK && c <= pos1) next_page = pt[c / PAGE];
     }
-    for (int n = ring_state->ahead; n < BULK; ++n) issue_any(n);
+    // Ring position taken + n's chunk start (this item's or the next item's), or past pos1: none.
+    auto ring_chunk = [&](int n) {
+      return n < total ? chunk_at(n) : next_first >= 0 ? chunk_of(next_first, n - total) : pos1 + 1;
+    };
+    int n = ring_state->ahead;
+    for (; n < BULK && ring_chunk(n) + 15 < pos1; ++n) issue_any(n);
+    before_q();
+    for (; n < BULK; ++n) issue_any(n);
   }
 
   // Shared memory holds what the passes below read but should not keep in registers: at 128-168
@@ -601,15 +611,34 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
 // SM otherwise (3: 140 registers at head dim 128; 4: 128, no spills), the plan's per bucket
 // (kAttnSplitFourBlocksMinRows). Launch bounds move registers only: the same bits at any BLOCKS.
 // BULK: ring slots a warp (attn_split_block), in attn_split_ring_bytes of dynamic shared memory.
+// EARLY (one token a tile, in buckets whose every row is one generated token of its sequence: the
+// decode buckets): the block waits for its predecessor (griddepcontrol.wait) inside each item, as
+// attn_split_block's before_q, instead of at entry. What an item reads before it is the step
+// descriptor's (positions, sequences, page tables: copied before the step's first kernel) and the
+// K/V rows of positions before the token's, which earlier steps wrote; Q and the token's own row,
+// which the QKV kernel before this one writes, are read after it. Elsewhere (a prefill bucket's
+// rows may be several tokens of one sequence, whose K/V this step writes) the block waits at
+// entry. Nothing is written before the wait, and a block whose items all return early waits after
+// them, so the grid still completes after its predecessor. Loads only: the same bits.
+template <bool WAIT>
+struct AttnPdlWaitIf {
+  __device__ void operator()() const {
+    if constexpr (WAIT) pdl_wait();
+  }
+};
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false,
-          int BLOCKS = 3, int BULK = 0>
+          int BLOCKS = 3, int BULK = 0, bool EARLY = false>
 __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const bf16* kv_layer, float* part_o, float* part_ml) {
+  static_assert(!EARLY || TPT == 1, "EARLY: one token a tile");
   extern __shared__ __align__(128) unsigned char attn_split_ring[];
   AttnRing ring;  // BULK: each warp's ring across the block's items
-  pdl_entry();
+  if constexpr (EARLY)
+    pdl_launch_dependents();
+  else
+    pdl_entry();
   // Items back to back need no barrier between them (attn_split_block); a slot past every
   // position of the tile returns at once, and so do the later ones.
   for (unsigned slot = blockIdx.z; slot < NSPLIT; slot += gridDim.z) {
@@ -618,8 +647,9 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
                      PAGE_AHEAD, BULK>(
         blockIdx.x, blockIdx.y, static_cast<int>(slot), q, positions, token_seq, page_tables,
         kv_layer, part_o, part_ml, [] { __syncthreads(); }, nullptr, attn_split_ring, &ring,
-        next < NSPLIT ? static_cast<int>(next) : -1);
+        next < NSPLIT ? static_cast<int>(next) : -1, AttnPdlWaitIf<EARLY>{});
   }
+  if constexpr (EARLY) pdl_wait();
 }
 
 // out[t, hq*D + d] = bf16(softmax-weighted sum), merging the slots 0..min(position/SPLIT,

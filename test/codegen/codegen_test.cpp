@@ -226,8 +226,9 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
                                                       "timg:layers.0.qkv:32:1:32", "buf:qkv"}));
   EXPECT_EQ(instance_of(d8[2]), instance_of(p128[3]));
   // One token a block, the next chunk's loads ahead (8 rows: kAttnSplitAheadMaxRows), the split's
-  // page ids loaded when it starts.
-  EXPECT_EQ(instance_of(d8[3]).substr(instance_of(d8[3]).size() - 16), ", 1, true, true>");
+  // page ids loaded when it starts, the PDL wait inside each item (EARLY: a decode bucket).
+  EXPECT_EQ(instance_of(d8[3]).substr(instance_of(d8[3]).size() - 28),
+            ", 1, true, true, 3, 0, true>");
   EXPECT_EQ(d8[3].at("grid"), nlohmann::ordered_json({8, 2, 1}));
   EXPECT_EQ(d8[5].at("args")[0], "tmap:buf:attn:8:128:8:64");
   EXPECT_EQ(instance_of(d8[6]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
@@ -786,9 +787,10 @@ TEST(Codegen, AttentionTokensPerTile) {
   // argument) and a grid of max_batch / 4 tiles (the generated rows; attn_prefill has the prompt
   // rows); the decode buckets' has TPT = 1 and one block per token, and loads ahead (LOAD_AHEAD,
   // two blocks an SM) in buckets of at most kAttnSplitAheadMaxRows tokens and from
-  // kAttnSplitBulkMinRows rows on (decode:64) streams through the BULK ring; the prefill bucket's
-  // 64 split rows in tiles of 4 run four blocks an SM. The others load a split's page ids when it
-  // starts (PAGE_AHEAD: pages of 16 positions).
+  // kAttnSplitBulkMinRows rows on (decode:64) streams through the BULK ring, and every decode
+  // bucket's waits for its predecessor inside its items (EARLY, the last argument); the prefill
+  // bucket's 64 split rows in tiles of 4 run four blocks an SM and wait at entry. The others load a
+  // split's page ids when it starts (PAGE_AHEAD: pages of 16 positions).
   const KernelPlan plan = plan_kernels(llama_1b());
   const std::string prefix = "telos_kernels::attn_split<32, 8, 64, 16, 512, " +
                              std::to_string(2LL * 16 * 8 * 16 * 64) + "ll, 256, 32, " +
@@ -803,9 +805,10 @@ TEST(Codegen, AttentionTokensPerTile) {
         EXPECT_EQ(l.grid, (std::array<int, 3>{64 / 4, 8, 32}));  // 128 pairs, every slot
         ++seen_prefill;
       } else {
-        EXPECT_EQ(instance, prefix + (b.tokens <= kAttnSplitAheadMaxRows  ? "1, true, true>"
-                                      : b.tokens >= kAttnSplitBulkMinRows ? "1, false, false, 3, 2>"
-                                                                          : "1, false, true>"));
+        EXPECT_EQ(instance,
+                  prefix + (b.tokens <= kAttnSplitAheadMaxRows  ? "1, true, true, 3, 0, true>"
+                            : b.tokens >= kAttnSplitBulkMinRows ? "1, false, false, 3, 2, true>"
+                                                                : "1, false, true, 3, 0, true>"));
         EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, b.tokens == 64 ? 8 : 32}));
         ++seen_decode;
       }
@@ -841,16 +844,17 @@ TEST(Codegen, AttnSplitBulkInBucketsOfSixteenRowsOrMore) {
   for (const int size : {8, 15, 16, 32, 63, 64}) {
     const KernelInstance& k = llama.at(size);
     const bool bulk = size >= kAttnSplitBulkMinRows;
-    EXPECT_EQ(ends_with(k.instance, "1, false, false, 3, " + std::to_string(kAttnSplitBulk) + ">"),
-              bulk)
+    EXPECT_EQ(
+        ends_with(k.instance, "1, false, false, 3, " + std::to_string(kAttnSplitBulk) + ", true>"),
+        bulk)
         << k.instance;
     EXPECT_EQ(k.dynamic_smem, bulk ? attn_split_ring_bytes(16, 64, kAttnSplitBulk) : 0) << size;
   }
   CodegenInput g8 = in;  // 8 query heads a KV head: no ring, four blocks an SM from 64 rows
   g8.num_kv_heads = 4;
   ASSERT_FALSE(attn_split_bulk_fits(16, 8));
-  EXPECT_TRUE(ends_with(split_kernels(g8).at(32).instance, "1, false, true>"));
-  EXPECT_TRUE(ends_with(split_kernels(g8).at(64).instance, "1, false, true, 4>"));
+  EXPECT_TRUE(ends_with(split_kernels(g8).at(32).instance, "1, false, true, 3, 0, true>"));
+  EXPECT_TRUE(ends_with(split_kernels(g8).at(64).instance, "1, false, true, 4, 0, true>"));
 
   CodegenInput qwen = in;  // Qwen2.5-1.5B's heads: 12 query heads on 2 KV heads of 128 dims
   qwen.num_heads = 12;
@@ -858,7 +862,7 @@ TEST(Codegen, AttnSplitBulkInBucketsOfSixteenRowsOrMore) {
   qwen.head_dim = 128;
   qwen.hidden_size = 1536;
   ASSERT_FALSE(attn_split_four_blocks(128, 6));
-  EXPECT_TRUE(ends_with(split_kernels(qwen).at(64).instance, "1, false, false, 3, 2>"));
+  EXPECT_TRUE(ends_with(split_kernels(qwen).at(64).instance, "1, false, false, 3, 2, true>"));
   EXPECT_EQ(split_kernels(qwen).at(64).dynamic_smem, attn_split_ring_bytes(16, 128, 2));
 
   CodegenInput pages8 = in;  // a chunk of 16 positions spans two pages: no BULK

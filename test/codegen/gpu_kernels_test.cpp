@@ -1317,12 +1317,13 @@ struct AttnShape {
 
 // The attn_split instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, loading
 // ahead (LOAD_AHEAD) or not, with a split's page ids loaded at its start (PAGE_AHEAD) or not, at
-// `blocks` blocks an SM (0: the default) and through `bulk` BULK ring slots a warp (0: none).
+// `blocks` blocks an SM (0: the default), through `bulk` BULK ring slots a warp (0: none) and
+// with the PDL wait inside each item (EARLY) or at entry.
 std::string attn_split_instance(const AttnShape& s, long long page_elems, int tpt,
                                 bool ahead = false, bool pages = false, int blocks = 0,
-                                int bulk = 0) {
+                                int bulk = 0, bool early = false) {
   return codegen::AttnSplitKernel{s.HQ,     s.HKV, s.D,   s.PAGE, s.MAXP, page_elems, s.SPLIT,
-                                  s.NSPLIT, tpt,   ahead, pages,  blocks, bulk}
+                                  s.NSPLIT, tpt,   ahead, pages,  blocks, bulk,       early}
       .instance();
 }
 std::string attn_combine_instance(const AttnShape& s) {
@@ -1479,7 +1480,8 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
 // copies; on one block along the slots, the items of every slot through the same ring, each
 // item's last chunks beside the next one's first; the
 // shape of 270 pages gives a warp more than 32 chunks in an item, past its first window of page
-// ids; the last has Qwen2.5-1.5B's G = 6, which the plan runs on BULK from 16 rows).
+// ids; the last has Qwen2.5-1.5B's G = 6, which the plan runs on BULK from 16 rows), and EARLY
+// (the decode buckets' PDL wait inside each item) with LOAD_AHEAD, with BULK and with neither.
 TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int LAYERS = 2, LAYER = 1;
@@ -1499,6 +1501,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       bool pages = false;
       int blocks = 0;
       int bulk = 0;
+      bool early = false;
     };
     std::vector<Variant> variants = {{1, false, NSPLIT}, {1, true, NSPLIT},     {2, false, NSPLIT},
                                      {1, false, 1},      {1, true, NSPLIT - 1}, {2, false, 1}};
@@ -1517,12 +1520,17 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       for (const Variant& v : std::vector<Variant>{{1, false, NSPLIT, false, 3, 2},
                                                    {1, false, 1, false, 3, 2},
                                                    {1, false, 1, false, 2, 3},
-                                                   {1, false, NSPLIT - 1, false, 2, 4}})
+                                                   {1, false, NSPLIT - 1, false, 2, 4},
+                                                   {1, false, 1, false, 3, 2, true}})
         variants.push_back(v);
+    // EARLY (the wait inside each item; a plain launch here, so the wait is a no-op and what is
+    // checked is the loads' new order): as the decode buckets take it.
+    variants.push_back({1, true, NSPLIT, PAGE % 16 == 0, 0, 0, true});
+    variants.push_back({1, false, NSPLIT - 1, false, 0, 0, true});
     std::vector<std::string> instances = {attn_combine_instance(s)};
     for (const Variant& v : variants)
-      instances.push_back(
-          attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages, v.blocks, v.bulk));
+      instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages, v.blocks,
+                                              v.bulk, v.early));
     // BULK's slots are waited for on mbarriers: a wait that never completes traps (a failed
     // launch) instead of hanging the run.
     TestModule mod("#define HEXEL_DEBUG_WAIT_LIMIT 100000000\n" + source_with_rope(), instances);
@@ -1577,7 +1585,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       a.part_ml.poison();
       a.out.poison();
       const std::string split =
-          attn_split_instance(s, page_elems, tpt, v.ahead, v.pages, v.blocks, v.bulk);
+          attn_split_instance(s, page_elems, tpt, v.ahead, v.pages, v.blocks, v.bulk, v.early);
       CUDA_OK(mod.launch(split, dim3(T / tpt, s.HKV, v.slots), 128,
                          {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(),
                           a.part_ml.get()},
@@ -1589,8 +1597,9 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
       const std::string opts =
           std::string(v.ahead ? " load-ahead" : "") + (v.pages ? " page-ahead" : "") +
           (v.bulk ? " bulk " + I(v.bulk) : "") + (v.blocks ? " blocks " + I(v.blocks) : "") +
-          (v.slots != NSPLIT ? " slots " + I(v.slots) : "");
-      if (tpt == 1 && !v.ahead && !v.pages && !v.blocks && !v.bulk && v.slots == NSPLIT) {
+          (v.slots != NSPLIT ? " slots " + I(v.slots) : "") + (v.early ? " early" : "");
+      if (tpt == 1 && !v.ahead && !v.pages && !v.blocks && !v.bulk && !v.early &&
+          v.slots == NSPLIT) {
         expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
         po1 = po, ml1 = ml, out1 = out;
         continue;
