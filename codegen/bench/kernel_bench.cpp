@@ -1378,12 +1378,12 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   }
 
   // Decode in a model of 32 partial slots (max_seq_len 8192 or more, as bench_suite's artifacts),
-  // batches 16-256 at contexts of 576 positions (bench_suite's throughput runs: 512-token prompts
-  // and half of the 128 outputs) and 4096: attn_split's grid along the slots at 32 (a block a
+  // batches 16-256 at contexts of 160 positions (bench_suite's decode runs: 32-token prompts, 256
+  // generated), 576 (its throughput runs: 512-token prompts and half of the 128 outputs) and 4096: attn_split's grid along the slots at 32 (a block a
   // slot, most of them empty at 576) and at the plan's attn_grid_slots (a block runs slots z, z +
   // S, ...); with --sweep at every power of two from 32 down to 1. 8 layers back to back with PDL,
   // as above; the bytes are the K/V read.
-  for (int C : {576, 4096}) {
+  for (int C : {160, 576, 4096}) {
     Attn at = attn(C);
     at.nsplit = attn_partial_slots(8192);
     const Attn four = at.with_blocks(4);
