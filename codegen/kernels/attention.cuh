@@ -621,12 +621,7 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
 // entry. Nothing is written before the wait. A block with no item (its token's position before its
 // first slot: the higher slot groups at contexts shorter than theirs, padding rows) reads the
 // position alone and exits at once, without waiting; block (0, 0, 0) waits whatever it has, so the
-// grid still completes after its predecessor. And the slot groups run in reverse of blockIdx.z:
-// blocks are dispatched about in the order of their linear index, z slowest (what the GPU does,
-// not a documented rule; the order changes only the time), so the groups of the highest slots,
-// the empty ones at short contexts, go first, while the predecessor still runs, instead of as a
-// tail after the items (at batch 64 and contexts under one split, 7 of the 8 groups). Which block
-// runs a slot changes no bit; loads only: the same bits.
+// grid still completes after its predecessor. Loads only: the same bits.
 template <bool WAIT>
 struct AttnPdlWaitIf {
   __device__ void operator()() const {
@@ -642,11 +637,9 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
   static_assert(!EARLY || TPT == 1, "EARLY: one token a tile");
   extern __shared__ __align__(128) unsigned char attn_split_ring[];
   AttnRing ring;  // BULK: each warp's ring across the block's items
-  unsigned group = blockIdx.z;  // the block's slots: group, group + gridDim.z, ...
   if constexpr (EARLY) {
     pdl_launch_dependents();
-    group = gridDim.z - 1 - blockIdx.z;
-    if (positions[blockIdx.x] < static_cast<int>(group) * SPLIT) {
+    if (positions[blockIdx.x] < static_cast<int>(blockIdx.z) * SPLIT) {
       if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) pdl_wait();
       return;
     }
@@ -655,7 +648,7 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
   }
   // Items back to back need no barrier between them (attn_split_block); a slot past every
   // position of the tile returns at once, and so do the later ones.
-  for (unsigned slot = group; slot < NSPLIT; slot += gridDim.z) {
+  for (unsigned slot = blockIdx.z; slot < NSPLIT; slot += gridDim.z) {
     const unsigned next = slot + gridDim.z;
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD,
                      PAGE_AHEAD, BULK>(
