@@ -450,7 +450,7 @@ AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows, bool deco
   k.pages = attn_split_page_ahead(k.page) && !bulk;
   k.blocks = four ? 4 : 0;
   k.bulk = bulk ? kAttnSplitBulk : 0;
-  k.early = decode && k.tpt == 1;
+  k.early = decode && k.tpt == 1 && split_rows <= kAttnSplitEarlyMaxRows;
   return k;
 }
 

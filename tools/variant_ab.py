@@ -6,8 +6,8 @@ One checkpoint (a real config of test/telosc/Inputs/configs/ with random bf16 we
 transformers), compiled once per variant: a telosc binary (and, after `@`, the telos-run that
 serves it; --telos-run otherwise) and serving-config keys over bench_suite's SERVING. Then ROUNDS
 rounds, each running every variant's artifact in turn in one `telos-run bench` process: batch 1
-and 256 decode after 512-token prompts (128 generated) and the time to first token of 2048 and
-8192-token prompts; with --decode instead bench_suite's decode shapes (batch 1 and 64 after
+and 256 decode after 512-token prompts (128 generated; --batch picks other batches) and the time
+to first token of 2048 and 8192-token prompts; with --decode instead bench_suite's decode shapes (batch 1 and 64 after
 32-token prompts, 256 generated) with the host time per step, its launch calls and the GPU idle
 gap (issue 5's figures). A round that would end past --budget-s is not started. Prints one table
 (medians over the rounds) and writes every figure to OUT.
@@ -38,6 +38,8 @@ def main():
                     help="NAME=TELOSC[@TELOS_RUN][:JSON of serving keys]")
     ap.add_argument("--decode", action="store_true",
                     help="batch 1 and 64 decode with host µs, launch calls and GPU idle gap")
+    ap.add_argument("--batch", default="1,256",
+                    help="without --decode: the batches decoded after 512-token prompts")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=400)
     args = ap.parse_args()
@@ -67,7 +69,8 @@ def main():
                          "telos_run": telos_run or args.telos_run, "rounds": []})
     subprocess.run(["rm", "-rf", ckpt])
     bench = (["--batch", "1,64", "--prompt-len", "32", "--gen", "256"] if args.decode else
-             ["--batch", "1,256", "--prompt-len", "512", "--gen", "128", "--ttft", "2048,8192"])
+             ["--batch", args.batch, "--prompt-len", "512", "--gen", "128", "--ttft", "2048,8192"])
+    batches = [int(b) for b in args.batch.split(",")]
     round_s = None
     for r in range(args.rounds):
         if round_s and time.time() - t0 + round_s > args.budget_s:
@@ -88,16 +91,16 @@ def main():
                 continue
             runs = {run["batch"]: run["ms_per_token"] for run in out["runs"]}
             ttft = {x["prompt_len"]: x["ttft_s"] * 1e3 for x in out.get("ttft", [])}
-            v["rounds"].append({"b1_ms": runs.get(1), "b256_ms": runs.get(256),
+            v["rounds"].append({**{f"b{b}_ms": runs.get(b) for b in batches},
                                 "ttft2048_ms": ttft.get(2048), "ttft8192_ms": ttft.get(8192),
                                 "load_s": out.get("load_s"),
                                 "memory": [l for l in stderr.splitlines() if "memory:" in l]})
         round_s = time.time() - r0
     with open(args.out, "w") as f:
         json.dump(variants, f, indent=1)
-    keys = ("b1_ms", "b256_ms", "ttft2048_ms", "ttft8192_ms", "load_s")
-    header = ("| variant | batch 1 ms/token | batch 256 ms/step | TTFT 2048 ms | TTFT 8192 ms | load s "
-              "| compile s |")
+    keys = tuple(f"b{b}_ms" for b in batches) + ("ttft2048_ms", "ttft8192_ms", "load_s")
+    header = ("| variant | " + " | ".join(f"batch {b} ms/step" for b in batches) +
+              " | TTFT 2048 ms | TTFT 8192 ms | load s | compile s |")
     if args.decode:
         keys = tuple(f"{k}_b{b}" for k in ("ms", "host_us", "calls_us", "gap_us") for b in (1, 64))
         header = ("| variant | batch 1 ms/token | batch 64 ms/step | host µs b1 | host µs b64 | launch "

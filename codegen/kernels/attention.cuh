@@ -618,10 +618,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
 // K/V rows of positions before the token's, which earlier steps wrote; Q and the token's own row,
 // which the QKV kernel before this one writes, are read after it. Elsewhere (a prefill bucket's
 // rows may be several tokens of one sequence, whose K/V this step writes) the block waits at
-// entry. Nothing is written before the wait. A block with no item (its token's position before its
-// first slot: the higher slot groups at contexts shorter than theirs, padding rows) reads the
-// position alone and exits at once, without waiting; block (0, 0, 0) waits whatever it has, so the
-// grid still completes after its predecessor. Loads only: the same bits.
+// entry. Nothing is written before the wait, and a block whose items all return early waits after
+// them, so the grid still completes after its predecessor. Loads only: the same bits.
 template <bool WAIT>
 struct AttnPdlWaitIf {
   __device__ void operator()() const {
@@ -637,15 +635,10 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
   static_assert(!EARLY || TPT == 1, "EARLY: one token a tile");
   extern __shared__ __align__(128) unsigned char attn_split_ring[];
   AttnRing ring;  // BULK: each warp's ring across the block's items
-  if constexpr (EARLY) {
+  if constexpr (EARLY)
     pdl_launch_dependents();
-    if (positions[blockIdx.x] < static_cast<int>(blockIdx.z) * SPLIT) {
-      if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) pdl_wait();
-      return;
-    }
-  } else {
+  else
     pdl_entry();
-  }
   // Items back to back need no barrier between them (attn_split_block); a slot past every
   // position of the tile returns at once, and so do the later ones.
   for (unsigned slot = blockIdx.z; slot < NSPLIT; slot += gridDim.z) {
@@ -656,6 +649,7 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
         kv_layer, part_o, part_ml, [] { __syncthreads(); }, nullptr, attn_split_ring, &ring,
         next < NSPLIT ? static_cast<int>(next) : -1, AttnPdlWaitIf<EARLY>{});
   }
+  if constexpr (EARLY) pdl_wait();
 }
 
 // out[t, hq*D + d] = bf16(softmax-weighted sum), merging the slots 0..min(position/SPLIT,

@@ -873,6 +873,24 @@ TEST(Codegen, AttnSplitBulkInBucketsOfSixteenRowsOrMore) {
   EXPECT_FALSE(attn_split_bulk_fits(16, 8));  // two blocks an SM: the test below
 }
 
+// EARLY (attn_split's PDL wait inside its items) only in decode buckets of one token a tile up to
+// kAttnSplitEarlyMaxRows rows: a prefill bucket's split rows may be several tokens of one sequence,
+// whose K/V the step itself writes; the instance names it last, after BLOCKS and BULK.
+TEST(Codegen, AttnSplitEarlyInDecodeBucketsOnly) {
+  const AttnSplitKernel k{32, 8, 128, 16, 512, 2LL * 2 * 8 * 16 * 128, 256, 32, 1};
+  EXPECT_TRUE(attn_split_for_rows(k, 1, true).early);
+  EXPECT_TRUE(attn_split_for_rows(k, kAttnSplitEarlyMaxRows, true).early);
+  EXPECT_FALSE(attn_split_for_rows(k, kAttnSplitEarlyMaxRows + 1, true).early);
+  EXPECT_FALSE(attn_split_for_rows(k, 8, false).early);
+  AttnSplitKernel tiled = k;
+  tiled.tpt = 4;
+  EXPECT_FALSE(attn_split_for_rows(tiled, 8, true).early);
+  const std::string name = attn_split_for_rows(k, 8, true).instance();
+  EXPECT_TRUE(name.ends_with(", 1, true, true, 3, 0, true>")) << name;
+  const std::string late = attn_split_for_rows(k, 128, true).instance();
+  EXPECT_TRUE(late.ends_with(", 1, false, false, 3, 2>")) << late;
+}
+
 // Prompt and generated tokens (docs/artifact.md): in a prefill bucket the split kernels read
 // desc:split_positions and attn_prefill (after them, tiles of 32 tokens at G = 4) writes the prompt
 // rows from desc:prompt_positions; decode buckets keep desc:positions; a head dim attn_prefill does
