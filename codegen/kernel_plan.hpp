@@ -340,10 +340,10 @@ struct AttnSplitKernel {
 AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows, bool decode);
 // EARLY (attn_split's PDL wait inside each item, after the loads of what earlier steps wrote) in
 // decode buckets up to this many rows. H200, the 1B's engine (tools/variant_ab.py, the old and new
-// telosc interleaved, 4 rounds; docs/perf-log.md changes 100-101): ms a step at batch 8 / 64 / 256
-// after 512-token prompts 1.233 / 1.561 / 3.634 -> 1.218 / 1.518 / 3.661, at batch 64 after 32-token
-// prompts 1.265 -> 1.228; so not at 256, where the items' loads before the wait only compete with
-// the QKV kernel the step waits on. Loads only: the same bits either way.
+// telosc interleaved, 4 rounds; docs/perf-log.md changes 100-102): ms a step at batch 8 / 64 / 256
+// after 512-token prompts 1.233 / 1.561 / 3.634 -> 1.218 / 1.518 / 3.661, at batch 64 after
+// 32-token prompts 1.265 -> 1.228; so not at 256, where the items' loads before the wait only
+// compete with the QKV kernel the step waits on. Loads only: the same bits either way.
 constexpr int kAttnSplitEarlyMaxRows = 64;
 
 // attn_prefill (codegen/kernels/attention_prefill.cuh), the prompt rows' attention in prefill

@@ -1244,8 +1244,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     int bulk = 0;  // BULK ring slots a warp (change 65; no PAGE_AHEAD), 0: none
     bool early = false;  // EARLY: the PDL wait inside each item (change 100; one token a tile)
     AttnSplitKernel kernel(int tpt) const {
-      return {HQ,  HKV,   D,     PAGE,   MAXP, page_elems, split,
-              nsplit, tpt, ahead, pages, blocks, bulk, early && tpt == 1};
+      return {HQ,     HKV, D,     PAGE,  MAXP,   page_elems, split,
+              nsplit, tpt, ahead, pages, blocks, bulk,       early && tpt == 1};
     }
     std::string split_kernel(int tpt) const { return kernel(tpt).instance(); }
     int smem() const { return kernel(1).smem(); }
@@ -1337,7 +1337,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     if (!sweep)
       for (auto [slots, blocks] : kBulkVariants)
         vars.push_back({" bulk" + I(slots), plan.with_bulk(slots, blocks)});
-    vars.push_back({" bulk" + I(kAttnSplitBulk) + " early", plan.with_bulk(kAttnSplitBulk, 3).with_early(true)});
+    vars.push_back({" bulk" + I(kAttnSplitBulk) + " early",
+                    plan.with_bulk(kAttnSplitBulk, 3).with_early(true)});
     for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
       Attn v = plan;
       v.split = split;
@@ -1379,10 +1380,10 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
 
   // Decode in a model of 32 partial slots (max_seq_len 8192 or more, as bench_suite's artifacts),
   // batches 16-256 at contexts of 160 positions (bench_suite's decode runs: 32-token prompts, 256
-  // generated), 576 (its throughput runs: 512-token prompts and half of the 128 outputs) and 4096: attn_split's grid along the slots at 32 (a block a
-  // slot, most of them empty at 576) and at the plan's attn_grid_slots (a block runs slots z, z +
-  // S, ...); with --sweep at every power of two from 32 down to 1. 8 layers back to back with PDL,
-  // as above; the bytes are the K/V read.
+  // generated), 576 (its throughput runs: 512-token prompts and half of the 128 outputs) and 4096:
+  // attn_split's grid along the slots at 32 (a block a slot, most of them empty at 576) and at the
+  // plan's attn_grid_slots (a block runs slots z, z + S, ...); with --sweep at every power of two
+  // from 32 down to 1. 8 layers back to back with PDL, as above; the bytes are the K/V read.
   for (int C : {160, 576, 4096}) {
     Attn at = attn(C);
     at.nsplit = attn_partial_slots(8192);

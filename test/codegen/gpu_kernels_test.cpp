@@ -1529,8 +1529,8 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
     variants.push_back({1, false, NSPLIT - 1, false, 0, 0, true});
     std::vector<std::string> instances = {attn_combine_instance(s)};
     for (const Variant& v : variants)
-      instances.push_back(attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages, v.blocks,
-                                              v.bulk, v.early));
+      instances.push_back(
+          attn_split_instance(s, page_elems, v.tpt, v.ahead, v.pages, v.blocks, v.bulk, v.early));
     // BULK's slots are waited for on mbarriers: a wait that never completes traps (a failed
     // launch) instead of hanging the run.
     TestModule mod("#define HEXEL_DEBUG_WAIT_LIMIT 100000000\n" + source_with_rope(), instances);
