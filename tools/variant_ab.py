@@ -7,9 +7,9 @@ transformers), compiled once per variant: a telosc binary (and, after `@`, the t
 serves it; --telos-run otherwise) and serving-config keys over bench_suite's SERVING. Then ROUNDS
 rounds, each running every variant's artifact in turn in one `telos-run bench` process: batch 1
 and 256 decode after 512-token prompts (128 generated; --batch picks other batches) and the time
-to first token of 2048 and 8192-token prompts; with --decode instead bench_suite's decode shapes (batch 1 and 64 after
-32-token prompts, 256 generated) with the host time per step, its launch calls and the GPU idle
-gap (issue 5's figures). A round that would end past --budget-s is not started. Prints one table
+to first token of 2048 and 8192-token prompts; with --decode instead bench_suite's decode shapes
+(batch 1 and 64 after 32-token prompts, 256 generated) with the host time per step, its launch
+calls and the GPU idle gap (issue 5's figures). A round that would end past --budget-s is not started. Prints one table
 (medians over the rounds) and writes every figure to OUT.
 
     python3 tools/variant_ab.py --model Llama-3.1-8B --telos-run BIN --work DIR --out FILE \\
