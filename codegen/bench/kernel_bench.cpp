@@ -1339,6 +1339,9 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         vars.push_back({" bulk" + I(slots), plan.with_bulk(slots, blocks)});
     vars.push_back({" bulk" + I(kAttnSplitBulk) + " early",
                     plan.with_bulk(kAttnSplitBulk, 3).with_early(true)});
+    // Four slots a warp (one block an SM): at 4k and batch 1 a warp's four chunks of its split
+    // are all in flight before the wait.
+    vars.push_back({" bulk4 early", plan.with_bulk(4, 2).with_early(true)});
     for (auto [split, nsplit] : {std::pair{64, 32}, std::pair{128, 32}, std::pair{512, 32}}) {
       Attn v = plan;
       v.split = split;

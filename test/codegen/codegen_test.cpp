@@ -1109,22 +1109,25 @@ TEST(Codegen, AttnSplitFourBlocksCompileWithoutSpills) {
 
 // attn_split through BULK ring slots (change 65; the plan's kAttnSplitBulk) at the Llama shapes'
 // head dims and groups and G = 6, 1, 8 and 16: 2 slots a warp under three blocks' registers, 3 and
-// 4 under two's; no spills or stack frame, and the ring with the kernel's static shared memory fits
-// the SM at least `resident` times (attn_split_ring_bytes: 64 KB at head dim 128 and 2 slots, three
-// blocks; 4 slots, 128 KB: one; at G = 8 and 16, Q's staging leaves room for two, hence
-// attn_split_bulk_fits).
+// 4 under two's, and with EARLY (change 100); no spills or stack frame, and the ring with the
+// kernel's static shared memory fits the SM at least `resident` times (attn_split_ring_bytes: 64 KB
+// at head dim 128 and 2 slots, three blocks; 4 slots, 128 KB: one; at G = 8 and 16, Q's staging
+// leaves room for two, hence attn_split_bulk_fits).
 TEST(Codegen, AttnSplitBulkRingCompilesWithoutSpills) {
   struct Case {
     int hq, d, bulk, blocks, resident;
+    bool early = false;  // the PDL wait inside the items (the decode buckets' EARLY)
   };
-  const Case cases[] = {{32, 128, 2, 3, 3}, {32, 128, 3, 2, 2}, {32, 128, 4, 2, 1},
-                        {32, 64, 2, 3, 3},  {48, 128, 2, 3, 3}, {8, 128, 2, 3, 3},
-                        {64, 128, 2, 3, 2}, {128, 128, 2, 3, 2}};
+  const Case cases[] = {{32, 128, 2, 3, 3},       {32, 128, 3, 2, 2},      {32, 128, 4, 2, 1},
+                        {32, 64, 2, 3, 3},        {48, 128, 2, 3, 3},      {8, 128, 2, 3, 3},
+                        {64, 128, 2, 3, 2},       {128, 128, 2, 3, 2},     {32, 128, 2, 3, 3, true},
+                        {32, 128, 4, 2, 1, true}, {48, 128, 2, 3, 3, true}};
   std::vector<std::string> names;
   for (const Case& c : cases) {
     AttnSplitKernel k{c.hq, 8, c.d, 16, 528, 2LL * 2 * 8 * 16 * c.d, 256, 32, 1};
     k.blocks = c.blocks;
     k.bulk = c.bulk;
+    k.early = c.early;
     names.push_back(k.instance());
   }
   const CompiledModule m = compile_module("#include \"attention.cuh\"\n", "sm_90a", names, "");

@@ -1521,7 +1521,8 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
                                                    {1, false, 1, false, 3, 2},
                                                    {1, false, 1, false, 2, 3},
                                                    {1, false, NSPLIT - 1, false, 2, 4},
-                                                   {1, false, 1, false, 3, 2, true}})
+                                                   {1, false, 1, false, 3, 2, true},
+                                                   {1, false, NSPLIT - 1, false, 2, 4, true}})
         variants.push_back(v);
     // EARLY (the wait inside each item; a plain launch here, so the wait is a no-op and what is
     // checked is the loads' new order): as the decode buckets take it.
