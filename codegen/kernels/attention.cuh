@@ -112,14 +112,19 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // positions (written by earlier steps) are loaded before it, so that their latency overlaps the
 // wait; a first chunk that holds the token's position, or is clamped to it, is loaded after it.
 // With BULK, the ring's first copies of pages that end before the token's page go before it.
-// Loads only: the same values, so the same bits. AttnNoWait: nothing to wait for.
+// Loads only: the same values, so the same bits. AttnPdlWaitIf<true>: the kernel's wait for its
+// predecessor (griddepcontrol.wait; attn_split's EARLY); AttnNoWait: nothing to wait for.
 struct AttnRing {
   int used = -1;  // chunks the warp's earlier items took through the ring; -1: not set up
   int ahead = 0;  // chunks of the next item the previous one already issued
 };
-struct AttnNoWait {
-  __device__ void operator()() const {}
+template <bool WAIT>
+struct AttnPdlWaitIf {
+  __device__ void operator()() const {
+    if constexpr (WAIT) pdl_wait();
+  }
 };
+using AttnNoWait = AttnPdlWaitIf<false>;
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false, int BULK = 0,
           class Sync, class BeforeQ = AttnNoWait>
@@ -620,12 +625,6 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
 // rows may be several tokens of one sequence, whose K/V this step writes) the block waits at
 // entry. Nothing is written before the wait, and a block whose items all return early waits after
 // them, so the grid still completes after its predecessor. Loads only: the same bits.
-template <bool WAIT>
-struct AttnPdlWaitIf {
-  __device__ void operator()() const {
-    if constexpr (WAIT) pdl_wait();
-  }
-};
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false,
           int BLOCKS = 3, int BULK = 0, bool EARLY = false>
