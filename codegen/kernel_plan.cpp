@@ -67,6 +67,9 @@ void check_model(const CodegenInput& in) {
   need(in.kv_page_size > 0 && in.max_seq_len > 0 && in.max_batch > 0,
        "serving.kv_page_size, max_seq_len and max_batch must be positive");
   need(!in.decode_buckets.empty() || !in.prefill_buckets.empty(), "no buckets to compile");
+  need(in.attention_split == kAttnSplit || in.attention_split == kAttnSplitLong,
+       "serving.attention_split must be " + std::to_string(kAttnSplit) + " or " +
+           std::to_string(kAttnSplitLong));
 }
 
 }  // namespace
@@ -81,8 +84,8 @@ std::string float_literal(double v) {
   return t + "f";
 }
 
-int attn_partial_slots(int max_positions) {
-  return std::min(32, (max_positions + kAttnSplit - 1) / kAttnSplit);
+int attn_partial_slots(int max_positions, int split) {
+  return std::min(32, (max_positions + split - 1) / split);
 }
 
 int attn_grid_slots(int tiles, int kv_heads, int partial_slots) {
@@ -470,8 +473,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   plan.max_pages_per_seq = (in.max_seq_len + PAGE - 1) / PAGE;
   const int MAXP = plan.max_pages_per_seq;
   const long long page_elems = 2LL * L * HKV * PAGE * D;
-  plan.attn_split = kAttnSplit;
-  plan.attn_num_splits = attn_partial_slots(MAXP * PAGE);
+  plan.attn_split = in.attention_split;
+  plan.attn_num_splits = attn_partial_slots(MAXP * PAGE, plan.attn_split);
   plan.rope_inv_freq = rope_inv_freq(in.rope, D);
 
   const int embed_threads = std::clamp(H / 8 / 32 * 32, 32, 256);

@@ -250,9 +250,13 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
 // the batch. 256 positions rather than 128 (H200, 8 layers back to back with PDL, GQA 32/8, D 128;
 // docs/perf-log.md, run K): ctx 4k batch 16 / 64 47 / 53% -> 59 / 69% of copy, batch 1 25 -> 27%;
 // ctx 32k batch 1 / 16 / 64 65 / 89 / 92% -> 65 / 89 / 93%: a block's fixed cost (Q staging, the
-// merge of its warps, the partials' stores) is spread over twice the K/V.
+// merge of its warps, the partials' stores) is spread over twice the K/V. The serving config's
+// attention_split may take kAttnSplitLong instead (CodegenInput::attention_split): the same
+// argument once more, for models served at many rows and long contexts (docs/perf-log.md change
+// 103: 4k 32 slots batch 16 / 64 / 256 73 / 82 / 90% -> 77 / 91 / 96% of copy, batch 1 27 -> 19%).
 constexpr int kAttnSplit = 256;
-int attn_partial_slots(int max_positions);
+constexpr int kAttnSplitLong = 512;
+int attn_partial_slots(int max_positions, int split = kAttnSplit);
 // attn_split's grid along the slots, S (its z): each block runs slots z, z + S, ... of its (tile,
 // KV head) one after another. Every slot as its own block (S = NSPLIT) leaves most blocks empty at
 // short contexts in buckets of many rows (batch 256, 8 KV heads, 32 slots: 65536 blocks, each
@@ -286,7 +290,7 @@ bool attn_split_four_blocks(int head_dim, int group);
 // attn_split loads a split's page ids together when the split starts (PAGE_AHEAD) wherever a
 // 16-position chunk lies in one page: 0.5-1.5% faster in every decode row timed on the H200, none
 // slower (docs/perf-log.md, change 53). The loads only: the same bits either way.
-static_assert(kAttnSplit / 64 < 32, "PAGE_AHEAD: a warp's chunks of a split within its lanes");
+static_assert(kAttnSplitLong / 64 < 32, "PAGE_AHEAD: a warp's chunks of a split within its lanes");
 inline bool attn_split_page_ahead(int page_size) {
   return page_size % 16 == 0;
 }

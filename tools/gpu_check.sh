@@ -63,6 +63,11 @@ if [ "${1:-}" = "--prepare" ]; then
   sed -i 's/"max_position_embeddings": 256/"max_position_embeddings": 512/' "$long/config.json"
   echo '{"max_batch": 8, "max_seq_len": 512, "kv_page_size": 16, "kv_pool": {"pages": 128}}' >"$long_serving"
   "$BUILD/bin/telosc" compile "$long" --serving "$long_serving" -o "$CARRY/artifacts/tiny-llama-long.telos"
+  # And at 1024 positions with the serving config's 512-position attention split.
+  sed -i 's/"max_position_embeddings": 512/"max_position_embeddings": 1024/' "$long/config.json"
+  echo '{"max_batch": 8, "max_seq_len": 1024, "kv_page_size": 16, "kv_pool": {"pages": 256},
+         "attention_split": 512}' >"$long_serving"
+  "$BUILD/bin/telosc" compile "$long" --serving "$long_serving" -o "$CARRY/artifacts/tiny-llama-long-split512.telos"
   rm -rf "$long" "$long_serving"
   # tiny-llama as committed has max_batch 8; the engine's overhead is wanted at batch 1 and 64.
   "$BUILD/bin/telosc" compile models/tiny-llama --serving "$b64" -o "$CARRY/artifacts/tiny-llama-b64.telos"
@@ -146,6 +151,9 @@ if [ -z "${GPU_CHECK_QUICK:-}" ]; then
     # One-token steps past the first attention split (positions 250-261: the combine phase).
     $CS --tool racecheck "$B/telos-run" generate "$P/artifacts/tiny-llama-long.telos" --engine gpu \
         --prompt-ids "$(seq -s, 1 250)" --max-tokens 12 || rc=1
+    # The same past a 512-position split (positions 506-517), alone and beside a second prompt.
+    $CS --tool racecheck "$B/telos-run" generate "$P/artifacts/tiny-llama-long-split512.telos" \
+        --engine gpu --prompt-ids "$(seq -s, 1 506)" --prompt-ids "$(seq -s, 3 508)" --max-tokens 12 || rc=1
     exit $rc'
   run "synccheck: tiny models" synccheck-model.log $CS --tool synccheck "$B/gpu_model_test" \
       --gtest_filter='*MatchesTransformers*:*LongContext*'

@@ -388,6 +388,7 @@ codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& 
   for (auto b : serving.prefill_buckets) in.prefill_buckets.push_back(static_cast<int>(b));
   in.targets = serving.targets;
   in.decode_weight_images = serving.decode_weight_images;
+  in.attention_split = static_cast<int>(serving.attention_split);
   return in;
 }
 

@@ -14,8 +14,9 @@ constexpr std::int64_t kSmallestPrefillBucket = 16;
 constexpr double kDefaultMemoryFraction = 0.9;
 
 const std::vector<std::string> kFields = {
-    "max_batch",      "max_seq_len",     "kv_page_size", "kv_pool",         "prefill_chunk",
-    "decode_buckets", "prefill_buckets", "targets",      "tensor_parallel", "decode_weight_images"};
+    "max_batch",       "max_seq_len",          "kv_page_size",    "kv_pool",
+    "prefill_chunk",   "decode_buckets",       "prefill_buckets", "targets",
+    "tensor_parallel", "decode_weight_images", "attention_split"};
 
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -222,6 +223,11 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
       r.fail_field("decode_weight_images", "expected true or false, got " + w->dump());
     c.decode_weight_images = w->get<bool>();
   }
+  if (const nlohmann::json* s = r.get("attention_split")) {
+    if (!s->is_number_integer() || (s->get<std::int64_t>() != 256 && s->get<std::int64_t>() != 512))
+      r.fail_field("attention_split", "expected 256 or 512, got " + s->dump());
+    c.attention_split = s->get<std::int64_t>();
+  }
   return c;
 }
 
@@ -242,6 +248,7 @@ nlohmann::ordered_json serving_to_json(const ServingConfig& c) {
   j["targets"] = c.targets;
   j["tensor_parallel"] = c.tensor_parallel;
   j["decode_weight_images"] = c.decode_weight_images;
+  j["attention_split"] = c.attention_split;
   return j;
 }
 

@@ -755,6 +755,47 @@ TEST(Codegen, AttentionSplitIsAPerModelConstant) {
       }
 }
 
+// The serving config's attention_split 512: half the partial slots (16 at max_seq_len 8192), the
+// split and its slots in every attention instance (attn_split, attn_combine, the one-token
+// layer's), nothing else of the plan changed; any other value is refused by name.
+TEST(Codegen, AttentionSplitFromTheServingConfig) {
+  EXPECT_EQ(attn_partial_slots(512, kAttnSplitLong), 1);
+  EXPECT_EQ(attn_partial_slots(513, kAttnSplitLong), 2);
+  EXPECT_EQ(attn_partial_slots(8192, kAttnSplitLong), 16);
+  EXPECT_EQ(attn_partial_slots(131072, kAttnSplitLong), 32);
+  CodegenInput in = llama_1b();
+  in.attention_split = kAttnSplitLong;
+  const KernelPlan base = plan_kernels(llama_1b()), plan = plan_kernels(in);
+  EXPECT_EQ(plan.attn_split, 512);
+  EXPECT_EQ(plan.attn_num_splits, 16);
+  ASSERT_EQ(plan.kernels.size(), base.kernels.size());
+  int attention = 0;
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    const std::string& inst = plan.kernels[i].instance;
+    if (inst.find("attn_split<") != std::string::npos ||
+        inst.find("decode_layer_persistent<") != std::string::npos) {
+      EXPECT_NE(inst.find(", 512, 16, "), std::string::npos) << inst;
+      EXPECT_EQ(base.kernels[i].instance.find(", 512, 16, "), std::string::npos);
+      ++attention;
+    } else if (inst.find("attn_combine") != std::string::npos) {
+      EXPECT_NE(inst.find("<32, 64, 16, 512>"), std::string::npos) << inst;
+      ++attention;
+    } else {
+      EXPECT_EQ(inst, base.kernels[i].instance);
+    }
+  }
+  EXPECT_GT(attention, 2);
+  in.attention_split = 384;
+  try {
+    plan_kernels(in);
+    ADD_FAILURE() << "split 384 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("serving.attention_split must be 256 or 512"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // attn_split's grid along the slots: about kAttnSplitGridBlocks blocks a bucket, each slot still
 // computed (a block runs slots z, z + S, ...), never more blocks a (tile, KV head) than slots.
 TEST(Codegen, AttentionGridSlotsPerBucket) {

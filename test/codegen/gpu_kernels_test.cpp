@@ -1407,7 +1407,8 @@ void expect_attention_matches_f64(const AttnShape& s, int layers, int layer, con
 
 // GQA 1..16 (odd groups included), D 32..128, pages of 16 and of 7 positions (chunks and splits
 // cross page boundaries), a slot per split and splits sharing slots, and the plan's split and
-// slots on Llama-3.1-8B's head shape (at context 4800: 38 splits on 32 slots).
+// slots on Llama-3.1-8B's head shape (at context 4800: 38 splits on 32 slots), also at the serving
+// config's longer split (kAttnSplitLong: 10 splits of 512 at 4800, on 10 slots and on 4).
 TEST(GpuKernels, PagedAttentionSplitAndCombine) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int LAYERS = 2, LAYER = 1;
@@ -1418,7 +1419,10 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
         AttnShape{32, 8, 128, 16, 64, SPLIT, codegen::attn_partial_slots(64 * 16)},
         AttnShape{32, 8, 128, 16, 300, SPLIT, codegen::attn_partial_slots(300 * 16)},
         AttnShape{16, 2, 128, 7, 100, 256, 2}, AttnShape{6, 2, 96, 16, 12, 64, 3},
-        AttnShape{32, 2, 64, 16, 24, 64, 6}}) {
+        AttnShape{32, 2, 64, 16, 24, 64, 6},
+        AttnShape{32, 8, 128, 16, 300, codegen::kAttnSplitLong,
+                  codegen::attn_partial_slots(300 * 16, codegen::kAttnSplitLong)},
+        AttnShape{32, 8, 64, 16, 300, codegen::kAttnSplitLong, 4}}) {
     const int PAGE = s.PAGE;
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     const int NSPLIT = s.NSPLIT;
@@ -1480,8 +1484,9 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
 // copies; on one block along the slots, the items of every slot through the same ring, each
 // item's last chunks beside the next one's first; the
 // shape of 270 pages gives a warp more than 32 chunks in an item, past its first window of page
-// ids; the last has Qwen2.5-1.5B's G = 6, which the plan runs on BULK from 16 rows), and EARLY
-// (the decode buckets' PDL wait inside each item) with LOAD_AHEAD, with BULK and with neither.
+// ids; Qwen2.5-1.5B's G = 6, which the plan runs on BULK from 16 rows; and the serving config's
+// 512-position split, 10 splits on 4 slots), and EARLY (the decode buckets' PDL wait inside each
+// item) with LOAD_AHEAD, with BULK and with neither.
 TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int LAYERS = 2, LAYER = 1;
@@ -1491,7 +1496,8 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
         AttnShape{8, 2, 64, 16, 40, 64, 4}, AttnShape{8, 2, 128, 7, 90, 64, 3},
         AttnShape{16, 2, 64, 16, 40, 64, 3}, AttnShape{16, 2, 128, 7, 90, 128, 2},
         AttnShape{32, 8, 128, 16, 520, codegen::kAttnSplit, codegen::attn_partial_slots(520 * 16)},
-        AttnShape{8, 2, 64, 16, 270, 64, 2}, AttnShape{12, 2, 128, 16, 40, 128, 2}}) {
+        AttnShape{8, 2, 64, 16, 270, 64, 2}, AttnShape{12, 2, 128, 16, 40, 128, 2},
+        AttnShape{32, 8, 128, 16, 300, codegen::kAttnSplitLong, 4}}) {
     const int G = s.HQ / s.HKV, PAGE = s.PAGE, NSPLIT = s.NSPLIT, SPLIT = s.SPLIT;
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     struct Variant {

@@ -458,25 +458,31 @@ TEST_P(GpuModel, EngineDrawsSampledRowsOnTheDevice) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, GpuModel, ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3"));
 
-// Past the first attention split (256 positions): a sequence whose one-token steps run from
-// position 250 to 265 alone (decode_layer_persistent, which skips the combine while the context is
-// one split and runs it after) and beside another such sequence, in step with it (two-row buckets:
-// the separate split and combine kernels): every step's logits bit for bit (through each step's gap
-// of the largest logit to token 0's, in units of the logits' RMS: a function of every logit) and
-// the ids. Needs tiny-llama-long.telos (tools/gpu_check.sh: tiny-llama at max_seq_len 512).
-TEST(GpuModelLongContext, OneTokenStepsAcrossTheFirstSplitMatchTheBatch) {
+// Past the first attention split: a sequence whose one-token steps run from six positions before
+// the split's end to ten after it (positions 250 to 265 at the default split of 256, 506 to 521 at
+// the serving config's 512) alone (decode_layer_persistent, which skips the combine while the
+// context is one split and runs it after) and beside another such sequence, in step with it
+// (two-row buckets: the separate split and combine kernels): every step's logits bit for bit
+// (through each step's gap of the largest logit to token 0's, in units of the logits' RMS: a
+// function of every logit) and the ids. Needs tiny-llama-long.telos and
+// tiny-llama-long-split512.telos (tools/gpu_check.sh: tiny-llama at max_seq_len 512, and at 1024
+// with attention_split 512).
+class GpuModelLongContext : public ::testing::TestWithParam<std::pair<const char*, int>> {};
+
+TEST_P(GpuModelLongContext, OneTokenStepsAcrossTheFirstSplitMatchTheBatch) {
   TELOS_SKIP_WITHOUT_GPU();
+  const auto [name, split] = GetParam();
   const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
-  const std::string path = dir + "/tiny-llama-long.telos";
+  const std::string path = dir + "/" + name + ".telos";
   if (dir.empty() || !std::filesystem::exists(path))
-    GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory holding tiny-llama-long.telos";
+    GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory holding " << name << ".telos";
   const auto art = Artifact::load(path);
-  ASSERT_GE(art->serving().max_seq_len, 266);
+  ASSERT_GE(art->serving().max_seq_len, split + 10);
   std::mt19937 rng(7);
   std::uniform_int_distribution<std::int32_t> id(0, art->model().vocab_size - 1);
   GoldenCase long_case, other;
   for (GoldenCase* c : {&long_case, &other}) {
-    for (int i = 0; i < 250; ++i) c->prompt.push_back(id(rng));
+    for (int i = 0; i < split - 6; ++i) c->prompt.push_back(id(rng));
     c->greedy.assign(16, 0);  // only its length is used: 16 generated tokens
   }
   GpuStepExecutor ex(art, GpuExecutorOptions{.kv_pages = kPoolPages});
@@ -487,10 +493,16 @@ TEST(GpuModelLongContext, OneTokenStepsAcrossTheFirstSplitMatchTheBatch) {
   const bool same = alone.ids == batch.ids && alone.golden_gap == batch.golden_gap &&
                     std::memcmp(alone.prompt_logits.data(), batch.prompt_logits.data(),
                                 alone.prompt_logits.size() * 4) == 0;
-  report("tiny-llama: positions 250-265 alone vs in batch", same ? "bit-identical" : "differ",
-         same);
+  report(std::string(name) + ": positions " + std::to_string(split - 6) + "-" +
+             std::to_string(split + 9) + " alone vs in batch",
+         same ? "bit-identical" : "differ", same);
   EXPECT_TRUE(same);
 }
+
+INSTANTIATE_TEST_SUITE_P(Splits, GpuModelLongContext,
+                         ::testing::Values(std::pair<const char*, int>{"tiny-llama-long", 256},
+                                           std::pair<const char*, int>{"tiny-llama-long-split512", 512}),
+                         [](const auto& info) { return "Split" + std::to_string(info.param.second); });
 
 }  // namespace
 }  // namespace telos::exec
