@@ -6,7 +6,7 @@ One checkpoint (a real config of test/telosc/Inputs/configs/ with random bf16 we
 transformers), compiled once per variant: a telosc binary (and, after `@`, the telos-run that
 serves it; --telos-run otherwise) and serving-config keys over bench_suite's SERVING. Then ROUNDS
 rounds, each running every variant's artifact in turn in one `telos-run bench` process: batch 1
-and 256 decode after 512-token prompts (128 generated; --batch picks other batches) and the time
+and 256 decode after 512-token prompts (128 generated; --batch and --prompt-len pick others) and the time
 to first token of 2048 and 8192-token prompts; with --decode instead bench_suite's decode shapes
 (batch 1 and 64 after 32-token prompts, 256 generated) with the host time per step, its launch
 calls and the GPU idle gap (issue 5's figures). A round that would end past --budget-s is not started. Prints one table
@@ -40,6 +40,8 @@ def main():
                     help="batch 1 and 64 decode with host µs, launch calls and GPU idle gap")
     ap.add_argument("--batch", default="1,256",
                     help="without --decode: the batches decoded after 512-token prompts")
+    ap.add_argument("--prompt-len", type=int, default=512,
+                    help="without --decode: the prompts' length before the batches decode")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=400)
     args = ap.parse_args()
@@ -69,7 +71,8 @@ def main():
                          "telos_run": telos_run or args.telos_run, "rounds": []})
     subprocess.run(["rm", "-rf", ckpt])
     bench = (["--batch", "1,64", "--prompt-len", "32", "--gen", "256"] if args.decode else
-             ["--batch", args.batch, "--prompt-len", "512", "--gen", "128", "--ttft", "2048,8192"])
+             ["--batch", args.batch, "--prompt-len", str(args.prompt_len), "--gen", "128",
+              "--ttft", "2048,8192"])
     batches = [int(b) for b in args.batch.split(",")]
     round_s = None
     for r in range(args.rounds):

@@ -1353,8 +1353,18 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       names.push_back(v.split_kernel(1));
       names.push_back(v.combine_kernel());
     }
-    Module mod(names);
-    for (int B : {1, 16, 64}) {
+    // The plan's kernel for each batch (attn_split_for_rows) on the engine's grid
+    // (attn_grid_slots), at the default split and at the serving config's attention_split 512.
+    Attn plan512 = plan;
+    plan512.split = kAttnSplitLong;
+    plan512.nsplit = attn_partial_slots(C, kAttnSplitLong);
+    constexpr int kAttnBatches[] = {1, 16, 64};
+    std::vector<std::string> plan_names = names;
+    plan_names.push_back(plan512.combine_kernel());
+    for (int B : kAttnBatches)
+      for (const Attn& a : {plan, plan512}) plan_names.push_back(a.planned_for(B).split_kernel(1));
+    Module mod(plan_names);
+    for (int B : kAttnBatches) {
       std::vector<int> hpos(B, C - 1), hseq(B);
       for (int b = 0; b < B; ++b) hseq[b] = b;
       const double bytes = static_cast<double>(B) * C * HKV * D * 2 * 2;
@@ -1378,6 +1388,18 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
         attn_row(("attn_split+combine PDL" + vars[vi].first).c_str(), shape,
                  median_us([&](int i) { step(i, i % kBatch != 0, true); }, 30, 5, kBatch), bytes);
       }
+      for (const Attn& base : {plan, plan512}) {
+        const Attn a = base.planned_for(B);
+        const int z = attn_grid_slots(B, HKV, a.nsplit);
+        auto step = [&](int i) {
+          mod.launch(a.split_kernel(1), dim3(B, HKV, z), 128,
+                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, a.smem(),
+                     i % kBatch != 0);
+          mod.launch(a.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
+        };
+        const std::string label = "attn_split+combine PDL plan s" + I(a.split) + " z=" + I(z);
+        attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
+      }
     }
   }
 
@@ -1396,13 +1418,13 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     if (!sweep)
       for (auto [slots, blocks] : kBulkVariants)
         bulks.push_back({" bulk" + I(slots), at.with_bulk(slots, blocks)});
-    // And the plan's kernels at splits of 512 positions (16 slots): half the items at ctx 576
-    // (2 a row instead of 3), so half their fixed chains (Q, page ids, the first chunk, the
-    // warps' merge, the partials) for the same chunks; a diagnostic of the short-context rows
-    // (docs/perf-log.md, change 65 result), not a plan choice (the split is per model).
+    // And the plan's kernels at the serving config's attention_split 512 (16 slots): half the
+    // items at ctx 576 (2 a row instead of 3), so half their fixed chains (Q, page ids, the first
+    // chunk, the warps' merge, the partials) for the same chunks (docs/perf-log.md, change 65
+    // result and change 103).
     Attn at512 = at;
-    at512.split = 2 * kAttnSplit;
-    at512.nsplit = std::min(32, (8192 + at512.split - 1) / at512.split);
+    at512.split = kAttnSplitLong;
+    at512.nsplit = attn_partial_slots(8192, kAttnSplitLong);
     constexpr int kBatches[] = {16, 64, 256};
     std::vector<std::string> names = {at.combine_kernel(), at512.combine_kernel()};
     auto add_name = [&](const std::string& n) {
