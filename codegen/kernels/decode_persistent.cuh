@@ -779,14 +779,18 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     persistent_next_phase<COUNT>(sync, 1);
   }
 
-  // Phase 2: the attention splits, a (KV head, slot) per work item. A context of one split (position
-  // < SPLIT) needs no combine: the items write attn as the combine would (attn_split_block's `out`,
-  // the same bits), and this arrival ends phase 3 too, so o waits for one count fewer. Every CTA
-  // reads the same position, so all take the same branch.
+  // Phase 2: the attention splits, a (KV head, slot) per work item, slot-major (item = slot · HKV +
+  // KV head): the slots with work at a context are the first ones, so its items are the first
+  // (position / SPLIT + 1) · HKV, one a CTA up to the grid's size (head-major, CTA b's second item
+  // b + gridDim.x was a second chain after its first wherever NSPLIT · HKV passes the grid, however
+  // few slots had work: docs/perf-log.md change 104). Which CTA runs an item changes no bit. A
+  // context of one split (position < SPLIT) needs no combine: the items write attn as the combine
+  // would (attn_split_block's `out`, the same bits), and this arrival ends phase 3 too, so o waits
+  // for one count fewer. Every CTA reads the same position, so all take the same branch.
   const bool one_split = pos >= 0 && pos < SPLIT;
   for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
-        0, static_cast<int>(item / NSPLIT), static_cast<int>(item % NSPLIT), q, positions,
+        0, static_cast<int>(item % HKV), static_cast<int>(item / HKV), q, positions,
         token_seq, page_tables, kv_layer, part_o, part_ml, sync128, one_split ? attn : nullptr,
         nullptr, nullptr, -1, wait_qkv);
   wait_qkv();
