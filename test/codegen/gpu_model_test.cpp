@@ -456,7 +456,8 @@ TEST_P(GpuModel, EngineDrawsSampledRowsOnTheDevice) {
   EXPECT_EQ(engine->stats().kv_pages_used, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, GpuModel, ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3"));
+INSTANTIATE_TEST_SUITE_P(Tiny, GpuModel,
+                         ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3"));
 
 // Past the first attention split: a sequence whose one-token steps run from six positions before
 // the split's end to ten after it (positions 250 to 265 at the default split of 256, 506 to 521 at
@@ -499,10 +500,11 @@ TEST_P(GpuModelLongContext, OneTokenStepsAcrossTheFirstSplitMatchTheBatch) {
   EXPECT_TRUE(same);
 }
 
-INSTANTIATE_TEST_SUITE_P(Splits, GpuModelLongContext,
-                         ::testing::Values(std::pair<const char*, int>{"tiny-llama-long", 256},
-                                           std::pair<const char*, int>{"tiny-llama-long-split512", 512}),
-                         [](const auto& info) { return "Split" + std::to_string(info.param.second); });
+INSTANTIATE_TEST_SUITE_P(
+    Splits, GpuModelLongContext,
+    ::testing::Values(std::pair<const char*, int>{"tiny-llama-long", 256},
+                      std::pair<const char*, int>{"tiny-llama-long-split512", 512}),
+    [](const auto& info) { return "Split" + std::to_string(info.param.second); });
 
 }  // namespace
 }  // namespace telos::exec
