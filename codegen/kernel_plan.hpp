@@ -254,10 +254,10 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
 // attention_split may take kAttnSplitLong instead (CodegenInput::attention_split): the same
 // argument once more, for models served at long contexts and many rows. H200 (docs/perf-log.md
 // changes 103-104): the plan's kernels at 4k, batch 1 / 16 / 64, 27.3 / 70.9 / 81.5% -> 23.6 /
-// 75.1 / 89.7% of copy; the 1B's engine at 512 / 2048 / 4096-token prompts, ms a step, batch 1
-// +3.8 / +5.3% / -, batch 4 +7.5 / +5.2 / +0.3%, batch 8 +3.9 / +0.1 / -4.9%, batch 16 (2k, 4k)
-// -3.4 / -2.8%, batch 64 and 256 (512) -3.4 / -2.5%. No split wins everywhere, so it is the
-// deployment's.
+// 75.1 / 89.7% of copy; the 1B's engine, ms a step, after 512 / 2048 / 4096-token prompts: batch
+// 4 +7.5 / +5.2 / +0.3%, batch 8 +3.9 / +0.1 / -4.9%; batch 1 +3.8 / +5.3% after 512 / 2048;
+// batch 16 -3.4 / -2.8% after 2048 / 4096; batch 64 / 256 -3.4 / -2.5% after 512. No split wins
+// everywhere, so it is the deployment's.
 constexpr int kAttnSplit = 256;
 constexpr int kAttnSplitLong = 512;
 int attn_partial_slots(int max_positions, int split = kAttnSplit);

@@ -28,8 +28,8 @@ struct ServingConfig {
   // 8B-like shapes: docs/artifact.md `wimg:`), at the cost of a second copy of those weights on the
   // device; false keeps one copy (tensor maps).
   bool decode_weight_images = true;
-  // Positions per attention split (docs/artifact.md): 256 suits latency (more items a token at
-  // batch 1), 512 throughput at long contexts (half the items and partials a token).
+  // Positions per attention split (docs/artifact.md): 256 suits few rows (more items a token to
+  // fill the GPU), 512 long contexts at many rows (half the items and partials a token).
   std::int64_t attention_split = 256;
 };
 
