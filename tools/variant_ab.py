@@ -6,11 +6,11 @@ One checkpoint (a real config of test/telosc/Inputs/configs/ with random bf16 we
 transformers), compiled once per variant: a telosc binary (and, after `@`, the telos-run that
 serves it; --telos-run otherwise) and serving-config keys over bench_suite's SERVING. Then ROUNDS
 rounds, each running every variant's artifact in turn in one `telos-run bench` process: batch 1
-and 256 decode after 512-token prompts (128 generated; --batch and --prompt-len pick others) and the time
-to first token of 2048 and 8192-token prompts; with --decode instead bench_suite's decode shapes
-(batch 1 and 64 after 32-token prompts, 256 generated) with the host time per step, its launch
-calls and the GPU idle gap (issue 5's figures). A round that would end past --budget-s is not started. Prints one table
-(medians over the rounds) and writes every figure to OUT.
+and 256 decode after 512-token prompts (128 generated; --batch and --prompt-len pick others) and
+the time to first token of 2048 and 8192-token prompts; with --decode instead bench_suite's decode
+shapes (batch 1 and 64 after 32-token prompts, 256 generated) with the host time per step, its
+launch calls and the GPU idle gap (issue 5's figures). A round that would end past --budget-s is
+not started. Prints one table (medians over the rounds) and writes every figure to OUT.
 
     python3 tools/variant_ab.py --model Llama-3.1-8B --telos-run BIN --work DIR --out FILE \\
         --variant head=BIN/telosc --variant plain=BIN/telosc:'{"decode_weight_images": false}'
@@ -39,7 +39,7 @@ def main():
     ap.add_argument("--decode", action="store_true",
                     help="batch 1 and 64 decode with host µs, launch calls and GPU idle gap")
     ap.add_argument("--batch", default="1,256",
-                    help="without --decode: the batches decoded after 512-token prompts")
+                    help="without --decode: the batches decoded after the prompts")
     ap.add_argument("--prompt-len", type=int, default=512,
                     help="without --decode: the prompts' length before the batches decode")
     ap.add_argument("--rounds", type=int, default=2)

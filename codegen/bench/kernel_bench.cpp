@@ -1321,6 +1321,20 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
                 100.0 * bytes / us / 1e3 / copy_gbs);
   };
+  // µs a layer of `a`'s split + combine for `rows` tokens as a step's graph chains them: layers
+  // back to back, each on the next of `copies` copies of the K/V pages, with PDL (but each
+  // kBatch's first split), `z` blocks along the slots.
+  auto attn_chain_us = [&](Module& mod, const Attn& a, const AttnBuffers& m, int rows, int z,
+                           int copies) {
+    return median_us(
+        [&](int i) {
+          mod.launch(a.split_kernel(1), dim3(rows, HKV, z), 128,
+                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, a.smem(),
+                     i % kBatch != 0);
+          mod.launch(a.combine_kernel(), dim3(rows, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
+        },
+        30, 5, kBatch);
+  };
 
   // Decode: batch B, every sequence at context C. "alone": one split + combine at a time on an
   // idle stream; the others as a step's graph runs them: 8 layers back to back, each on another
@@ -1391,14 +1405,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       for (const Attn& base : {plan, plan512}) {
         const Attn a = base.planned_for(B);
         const int z = attn_grid_slots(B, HKV, a.nsplit);
-        auto step = [&](int i) {
-          mod.launch(a.split_kernel(1), dim3(B, HKV, z), 128,
-                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, a.smem(),
-                     i % kBatch != 0);
-          mod.launch(a.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
-        };
         const std::string label = "attn_split+combine PDL plan s" + I(a.split) + " z=" + I(z);
-        attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
+        attn_row(label.c_str(), shape, attn_chain_us(mod, a, m, B, z, copies), bytes);
       }
     }
   }
@@ -1459,14 +1467,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       const bool four_plan = planned.blocks == 4, bulk_plan = planned.bulk > 0;
       const Attn& other = four_plan ? at : four;
       auto row = [&](const Attn& a, int slots, const std::string& note) {
-        auto step = [&](int i) {
-          mod.launch(a.split_kernel(1), dim3(B, HKV, slots), 128,
-                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, a.smem(),
-                     i % kBatch != 0);
-          mod.launch(a.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, true);
-        };
         const std::string label = "attn_split+combine PDL z=" + I(slots) + note;
-        attn_row(label.c_str(), shape, median_us(step, 30, 5, kBatch), bytes);
+        attn_row(label.c_str(), shape, attn_chain_us(mod, a, m, B, slots, copies), bytes);
       };
       for (int slots : zs) row(planned, slots, slots == plan_slots ? " plan" : "");
       // The plan's kernel waiting at entry (before change 100's EARLY).
