@@ -796,6 +796,75 @@ TEST(Codegen, AttentionSplitFromTheServingConfig) {
   }
 }
 
+// serving.persistent_decode_rows: decode buckets of up to that many rows run the persistent layer
+// with their rows as its ROWS argument (the ring narrower by their resident rows), where 4 ring
+// slots remain; every other bucket and kernel is as without it. At the Llama-3.1-8B shape the
+// 8-row bucket's rows (8 x 28 KB) leave no room and it keeps the separate kernels.
+TEST(Codegen, PersistentDecodeRowsFromTheServingConfig) {
+  // bucket size -> the layer instance of its launches ("" where it runs the separate kernels).
+  auto layers = [](const CodegenInput& in) {
+    const KernelPlan plan = plan_kernels(in);
+    std::map<int, std::string> out;
+    for (const BucketProgram& b : plan.buckets) {
+      if (b.kind != "decode") continue;
+      out[b.size] = "";
+      for (const Launch& l : b.launches) {
+        const std::string& inst = plan.kernels[static_cast<std::size_t>(l.kernel)].instance;
+        if (inst.starts_with("telos_kernels::decode_layer_persistent<")) out[b.size] = inst;
+      }
+    }
+    return out;
+  };
+  CodegenInput in = llama_1b();
+  in.decode_buckets = {1, 2, 4, 6, 8, 16};
+  const auto base = layers(in);
+  EXPECT_FALSE(base.at(1).empty());
+  for (int n : {2, 4, 6, 8, 16}) EXPECT_TRUE(base.at(n).empty()) << n;
+  in.persistent_decode_rows = 8;
+  const auto rows8 = layers(in);
+  EXPECT_EQ(rows8.at(1), base.at(1));
+  EXPECT_TRUE(rows8.at(16).empty());
+  const int h = in.hidden_size, nqkv = (in.num_heads + 2 * in.num_kv_heads) * in.head_dim;
+  for (int n : {2, 4, 6, 8}) {
+    const PersistentLayerTiling t = decode_layer_tiling(h, nqkv, in.num_heads * in.head_dim,
+                                                        in.intermediate_size, in.head_dim, false, n);
+    ASSERT_TRUE(t.fits) << n;
+    EXPECT_LT(t.stages, decode_layer_tiling(h, nqkv, in.num_heads * in.head_dim,
+                                            in.intermediate_size, in.head_dim, false, n - 1)
+                            .stages);
+    EXPECT_TRUE(rows8.at(n).ends_with(", " + std::to_string(t.stages) + ", 24, 16, 64, 16, true, 0, " +
+                                      std::to_string(n) + ">"))
+        << rows8.at(n);
+  }
+  in.persistent_decode_rows = 4;  // the limit, not the largest bucket under it
+  const auto rows4 = layers(in);
+  EXPECT_FALSE(rows4.at(4).empty());
+  EXPECT_TRUE(rows4.at(6).empty());
+  // The 8B: 2 and 4 rows fit (19 and 12 slots), 8 do not.
+  CodegenInput b8 = llama_1b();
+  b8.hidden_size = 4096;
+  b8.intermediate_size = 14336;
+  b8.num_layers = 32;
+  b8.head_dim = 128;
+  b8.decode_buckets = {1, 2, 4, 8};
+  b8.persistent_decode_rows = 8;
+  const auto l8 = layers(b8);
+  EXPECT_FALSE(l8.at(2).empty());
+  EXPECT_FALSE(l8.at(4).empty());
+  EXPECT_TRUE(l8.at(8).empty());
+  EXPECT_EQ(decode_layer_tiling(4096, 6144, 4096, 14336, 128, false, 4).stages, 12);
+  EXPECT_FALSE(decode_layer_tiling(4096, 6144, 4096, 14336, 128, false, 8).fits);
+  in.persistent_decode_rows = 9;
+  try {
+    plan_kernels(in);
+    ADD_FAILURE() << "persistent_decode_rows 9 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("serving.persistent_decode_rows must be 1 to 8"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // attn_split's grid along the slots: about kAttnSplitGridBlocks blocks a bucket, each slot still
 // computed (a block runs slots z, z + S, ...), never more blocks a (tile, KV head) than slots.
 TEST(Codegen, AttentionGridSlotsPerBucket) {
