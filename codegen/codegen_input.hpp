@@ -26,9 +26,6 @@ struct CodegenInput {
   bool decode_weight_images = true;
   // The serving config's attention_split: positions per split of decode attention (256 or 512).
   int attention_split = 256;
-  // The serving config's persistent_decode_rows: decode buckets of up to this many tokens run each
-  // layer as one persistent launch where its shared memory holds their rows (1 to 8).
-  int persistent_decode_rows = 1;
   // Serving (docs/artifact.md, "serving").
   int max_batch = 0, max_seq_len = 0, kv_page_size = 0;
   std::vector<int> decode_buckets, prefill_buckets;  // ascending

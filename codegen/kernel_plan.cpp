@@ -70,8 +70,6 @@ void check_model(const CodegenInput& in) {
   need(in.attention_split == kAttnSplit || in.attention_split == kAttnSplitLong,
        "serving.attention_split must be " + std::to_string(kAttnSplit) + " or " +
            std::to_string(kAttnSplitLong));
-  need(in.persistent_decode_rows >= 1 && in.persistent_decode_rows <= kDecodeLayerPersistentMaxRows,
-       "serving.persistent_decode_rows must be 1 to " + std::to_string(kDecodeLayerPersistentMaxRows));
 }
 
 }  // namespace
@@ -388,7 +386,7 @@ SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups) 
 }
 
 PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim,
-                                          bool qk_norm, int rows) {
+                                          bool qk_norm) {
   PersistentLayerTiling t;
   // The QKV epilogue runs in the QKV tiles wherever it can (no QK norm: the weights' pair order
   // puts both elements of a rotated pair in one 8-row group): one grid-wide count and one phase a
@@ -413,14 +411,13 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   t.bo = pick(ko, h);
   t.bd = pick(i, h);
   t.bg = persistent_tile_fits(64, h, 2 * i) && i % 32 == 0 ? 64 : 0;
-  // Resident A: 16 bytes per 8 columns of the largest K a token, a zero tail, whole KBs; 16 KB
+  // Resident A: 16 bytes per 8 columns of the largest K (one token), a zero tail, whole KBs; 16 KB
   // for the static shared memory (attn_split_block's 8.6 KB at head dim 128, the QKV epilogue's,
   // the norm's) and 1 KB of alignment.
-  const int resident = (std::max({h, ko, i}) / 8 * 16 * rows + 128 + 1023) / 1024 * 1024;
+  const int resident = (std::max({h, ko, i}) / 8 * 16 + 128 + 1023) / 1024 * 1024;
   t.stages = (kMaxSmemPerBlock - 1024 - 16 * 1024 - resident) / kPersistentSlotBytes;
   t.smem = 1024 + resident + t.stages * kPersistentSlotBytes;
-  t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4 &&
-           rows >= 1 && rows <= kDecodeLayerPersistentMaxRows;
+  t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
   // Every weight from its slot image, one bulk copy a ring slot, where gate/up's last round leaves
   // at least half the SMs idle: a bulk copy streams ~7% faster than a tensor copy with every SM at
   // it, and a lone CTA's stream (gate/up's last round) is at one copy a slot. Measured
@@ -491,23 +488,17 @@ KernelPlan plan_kernels(const CodegenInput& in) {
 
   // Weight bytes of one layer (bf16 projections), for the norm fold's choice.
   const long long layer_bytes = 2LL * H * ((HQ + 2LL * HKV) * D + HQ * D + 3LL * I);
-  // The persistent decode layer's tiling for a decode bucket of `rows` tokens; fits is false where
-  // the bucket does not run it (more rows than the serving config's persistent_decode_rows, or a
-  // ring of fewer than 4 slots beside their resident rows). Its tiles and `bulk` mask are the same
-  // in every bucket that runs it. The weights in that mask stream from slot images (`wimg:`) unless
-  // the serving config keeps one copy of the weights; every other GEMM of every bucket then reads
-  // those weights from the same image (`timg:`), so that the image is the weight's only copy on the
-  // device.
+  // The one-token decode layer's tiling (the same in every bucket that runs it). The weights in its
+  // `bulk` mask stream from slot images (`wimg:`) unless the serving config keeps one copy of the
+  // weights; every other GEMM of every bucket then reads those weights from the same image
+  // (`timg:`), so that the image is the weight's only copy on the device.
   const int NH = HQ + 2 * HKV;
-  auto layer_tiling = [&](int rows) {
-    PersistentLayerTiling t = decode_layer_tiling(H, NH * D, HQ * D, I, D, in.qk_norm, rows);
-    if (!in.decode_weight_images) t.bulk = 0;  // one copy of the weights: tensor maps
-    t.fits = t.fits && rows <= in.persistent_decode_rows;
-    return t;
-  };
-  const PersistentLayerTiling layer_t = layer_tiling(1);
+  PersistentLayerTiling layer_t = decode_layer_tiling(H, NH * D, HQ * D, I, D, in.qk_norm);
+  if (!in.decode_weight_images) layer_t.bulk = 0;  // one copy of the weights: tensor maps
   const bool any_layer_persistent =
-      std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(), [&](int n) { return layer_tiling(n).fits; });
+      layer_t.fits && std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(), [](int n) {
+        return n > 0 && n <= kDecodeLayerPersistentMaxRows;
+      });
   auto image_of = [&](const std::string& weight) {
     return any_layer_persistent ? layer_weight_image(layer_t, weight) : WeightImage{};
   };
@@ -715,8 +706,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
       args.insert(args.begin(), "buf:qkv");
       launch(k, {NH, T, 1}, args);
     };
-    const PersistentLayerTiling bucket_t = layer_tiling(T);
-    const bool layer_persistent = kind == "decode" && bucket_t.fits;
+    const bool layer_persistent = kind == "decode" && T <= kDecodeLayerPersistentMaxRows && layer_t.fits;
     if (fold_qkv && !layer_persistent) qkv_arrival_counters = NH;
     const int layer_k =
         layer_persistent
@@ -724,14 +714,13 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                   "telos_kernels::decode_layer_persistent<" + I_(H) + ", " + I_(HQ) + ", " +
                       I_(HKV) + ", " + I_(D) + ", " + qkv_epi.substr(0, qkv_epi.size() - 1) + ", " +
                       I_(plan.attn_split) + ", " + I_(plan.attn_num_splits) + ", " + scale_log2 +
-                      ", " + I_(I) + ", " + I_(bucket_t.stages) + ", " + I_(bucket_t.bq) + ", " +
-                      I_(bucket_t.bo) + ", " + I_(bucket_t.bg) + ", " + I_(bucket_t.bd) +
-                      (bucket_t.qkv_rope ? ", true" : ", false") + ", " + I_(bucket_t.bulk) +
-                      (T > 1 ? ", " + I_(T) : "") + ">",
+                      ", " + I_(I) + ", " + I_(layer_t.stages) + ", " + I_(layer_t.bq) + ", " +
+                      I_(layer_t.bo) + ", " + I_(layer_t.bg) + ", " + I_(layer_t.bd) +
+                      (layer_t.qkv_rope ? ", true" : ", false") + ", " + I_(layer_t.bulk) + ">",
                   {"qkv_w",  "o_w",    "gu_w",      "down_w",    "attn_norm",   "mlp_norm", "bias",
                    "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x",
                    "qkv",    "q",      "part_o",    "part_ml",   "attn",        "act",      "sync"},
-                  kPersistentThreads, bucket_t.smem)
+                  kPersistentThreads, layer_t.smem)
             : -1;
     if (layer_persistent) uses_layer_sync = true;
     for (int l = 0; l < L; ++l) {

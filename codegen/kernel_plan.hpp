@@ -179,14 +179,13 @@ inline constexpr long long kSmallGemmNormFoldMaxLayerBytes = 128LL << 20;
 // 16 + 5 for the GEMM and the epilogue's own launch; docs/perf-log.md, run J).
 inline constexpr int kSmallGemmQkvFoldMaxRows = 1;
 
-// Decode buckets of up to CodegenInput::persistent_decode_rows tokens (1 by default, at most this)
-// run each layer as one persistent launch (decode_layer_persistent, kernels/decode_persistent.cuh:
-// its seven phases, norm + QKV GEMM, the QKV epilogue, attention splits, the combine, o, norm +
-// gate/up, down, between grid-wide counts, one weight stream per SM through a ring of shared memory;
-// a kernel boundary drains the stream for ~4.5 µs, docs/perf-log.md runs K to N), where the ring
-// beside the bucket's resident rows keeps at least 4 slots (decode_layer_tiling). Its grid is kSms
-// CTAs that must all be resident at once: the artifact is for the H200's 132 SMs.
-inline constexpr int kDecodeLayerPersistentMaxRows = 8;
+// Decode buckets of up to this many tokens run each layer as one persistent launch
+// (decode_layer_persistent, kernels/decode_persistent.cuh: its seven phases, norm + QKV GEMM, the
+// QKV epilogue, attention splits, the combine, o, norm + gate/up, down, between grid-wide counts, one
+// weight stream per SM through a ring of shared memory; a kernel boundary drains the stream for
+// ~4.5 µs, docs/perf-log.md runs K to N). Its grid is kSms CTAs that must all be resident at once:
+// the artifact is for the H200's 132 SMs.
+inline constexpr int kDecodeLayerPersistentMaxRows = 1;
 inline constexpr int kPersistentThreads = 160;  // the consumer warpgroup and the producer warp
 
 // decode_layer_persistent's tiles and ring for a model: weight rows per tile of qkv, o, gate/up
@@ -241,11 +240,9 @@ struct PersistentLayerTiling {
   int bulk = 0;
 };
 // `qk_norm`: the model normalizes q and k per head (Qwen3), whose QKV epilogue needs a head's
-// whole row, so it keeps its own phase. `rows`: the tokens of the bucket (the resident A holds each
-// token's row of the largest K, so the ring has that much less room); the tiles and the slot images
-// do not depend on it.
+// whole row, so it keeps its own phase.
 PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim,
-                                          bool qk_norm = true, int rows = 1);
+                                          bool qk_norm = true);
 
 // Attention cuts the context into splits of kAttnSplit positions (four 16-position chunks per
 // warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most

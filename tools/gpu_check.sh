@@ -46,8 +46,8 @@ if [ "${1:-}" = "--prepare" ]; then
   # telos-launch-bench and telos-device-launch-probe are built where CMake found nvcc
   # (executor/bench).
   cmake --build "$BUILD" --target telos-launch-bench telos-device-launch-probe -j2 2>/dev/null || true
-  rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128" "$CARRY/artifacts-r8"
-  p128=$(mktemp) b64=$(mktemp) r8=$(mktemp)
+  rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128"
+  p128=$(mktemp) b64=$(mktemp)
   echo '{"max_batch": 8, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 128},
          "prefill_chunk": 128, "prefill_buckets": [128]}' >"$p128"
   echo '{"max_batch": 64, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 1152},
@@ -56,11 +56,6 @@ if [ "${1:-}" = "--prepare" ]; then
     name=$(basename "$m")
     "$BUILD/bin/telosc" compile "$m" -o "$CARRY/artifacts/$name.telos"
     "$BUILD/bin/telosc" compile "$m" --serving "$p128" -o "$CARRY/artifacts-p128/$name.telos"
-    # The same serving config (as the artifact resolved it) with the persistent layer in the 2-, 4-
-    # and 8-row decode buckets.
-    python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))["serving"]; s["persistent_decode_rows"] = 8; print(json.dumps(s))' \
-      "$CARRY/artifacts/$name.telos/manifest.json" >"$r8"
-    "$BUILD/bin/telosc" compile "$m" --serving "$r8" -o "$CARRY/artifacts-r8/$name.telos"
   done
   # tiny-llama past its committed 256 positions (a copy with max_position_embeddings 512), for
   # one-token steps past the first attention split (gpu_model_test, GpuModelLongContext).
@@ -69,19 +64,15 @@ if [ "${1:-}" = "--prepare" ]; then
   sed -i 's/"max_position_embeddings": 256/"max_position_embeddings": 512/' "$long/config.json"
   echo '{"max_batch": 8, "max_seq_len": 512, "kv_page_size": 16, "kv_pool": {"pages": 128}}' >"$long_serving"
   "$BUILD/bin/telosc" compile "$long" --serving "$long_serving" -o "$CARRY/artifacts/tiny-llama-long.telos"
-  sed -i 's/"pages": 128}/"pages": 128}, "persistent_decode_rows": 8/' "$long_serving"
-  "$BUILD/bin/telosc" compile "$long" --serving "$long_serving" -o "$CARRY/artifacts-r8/tiny-llama-long.telos"
   # And at 1024 positions with the serving config's 512-position attention split.
   sed -i 's/"max_position_embeddings": 512/"max_position_embeddings": 1024/' "$long/config.json"
   echo '{"max_batch": 8, "max_seq_len": 1024, "kv_page_size": 16, "kv_pool": {"pages": 256},
          "attention_split": 512}' >"$long_serving"
   "$BUILD/bin/telosc" compile "$long" --serving "$long_serving" -o "$CARRY/artifacts/tiny-llama-long-split512.telos"
-  sed -i 's/"attention_split": 512}/"attention_split": 512, "persistent_decode_rows": 8}/' "$long_serving"
-  "$BUILD/bin/telosc" compile "$long" --serving "$long_serving" -o "$CARRY/artifacts-r8/tiny-llama-long-split512.telos"
   rm -rf "$long" "$long_serving"
   # tiny-llama as committed has max_batch 8; the engine's overhead is wanted at batch 1 and 64.
   "$BUILD/bin/telosc" compile models/tiny-llama --serving "$b64" -o "$CARRY/artifacts/tiny-llama-b64.telos"
-  rm -f "$p128" "$b64" "$r8"
+  rm -f "$p128" "$b64"
   cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$BUILD/bin/telos-kernel-bench" \
      "$BUILD/bin/telos-prefill-bench" "$BUILD/bin/telos-attn-prefill-bench" "$BUILD/bin/telos-run" \
      "$BUILD/bin/telosc" "$CARRY/bin/"
@@ -95,8 +86,8 @@ if [ "${1:-}" = "--prepare" ]; then
   # telos-run's shared libraries that a bare GPU machine lacks (the CUDA runtime is static).
   for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu|httplib|brotli/ {print $3}'); do cp -L "$l" "$CARRY/lib/"; done
   # Compressed: the artifacts' PTX and ICU's data are most of the bytes.
-  tar cJf "$CARRY/payload.tar.xz" -C "$CARRY" lib artifacts artifacts-p128 artifacts-r8
-  rm -rf "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128" "$CARRY/artifacts-r8"
+  tar cJf "$CARRY/payload.tar.xz" -C "$CARRY" lib artifacts artifacts-p128
+  rm -rf "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128"
   # The kernel cache the last GPU run packed ($OUT/kernel-cache.tar.xz there, saved here as
   # KERNEL_CACHE, default .gpu-kernel-cache.tar.xz): tools/gpu_env.sh unpacks it.
   KERNEL_CACHE=${KERNEL_CACHE:-.gpu-kernel-cache.tar.xz}
@@ -140,9 +131,6 @@ if [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ]; then
   STEP_TIMEOUT=300 run "kernels vs f64; small GEMM == prefill GEMM" kernels.log "$B/gpu_kernels_test"
   run "tiny models vs transformers" model.log "$B/gpu_model_test"
   run "tiny models, prefill bucket 128" model-p128.log env TELOS_GPU_ARTIFACTS="$P/artifacts-p128" "$B/gpu_model_test"
-  # persistent_decode_rows 8: the 2-8-row decode buckets on decode_layer_persistent (a batch's
-  # rows against the same requests alone, bit for bit, through the one-row layer).
-  run "tiny models, persistent layer at 2-8 rows" model-r8.log env TELOS_GPU_ARTIFACTS="$P/artifacts-r8" "$B/gpu_model_test"
   run "memcheck: kernels" memcheck-kernels.log $CS --tool memcheck "$B/gpu_kernels_test"
   run "memcheck: tiny models" memcheck-model.log $CS --tool memcheck "$B/gpu_model_test" \
       --gtest_filter='*MatchesTransformers*:*LongContext*'
@@ -171,14 +159,8 @@ if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ]; then
     # The same past a 512-position split (positions 506-517), alone and beside a second prompt.
     $CS --tool racecheck "$B/telos-run" generate "$P/artifacts/tiny-llama-long-split512.telos" \
         --engine gpu --prompt-ids "$(seq -s, 1 506)" --prompt-ids "$(seq -s, 3 508)" --max-tokens 12 || rc=1
-    # The persistent layer at 2 and 4 rows (three prompts: a padding row), past the first split.
-    $CS --tool racecheck "$B/telos-run" generate "$P/artifacts-r8/tiny-llama-long.telos" --engine gpu \
-        --prompt-ids "$(seq -s, 1 250)" --prompt-ids "$(seq -s, 2 240)" --prompt-ids 5,6,7 --max-tokens 12 || rc=1
     exit $rc'
   run "synccheck: tiny models" synccheck-model.log $CS --tool synccheck "$B/gpu_model_test" \
-      --gtest_filter='*MatchesTransformers*:*LongContext*'
-  run "synccheck: tiny models, persistent layer at 2-8 rows" synccheck-model-r8.log env \
-      TELOS_GPU_ARTIFACTS="$P/artifacts-r8" $CS --tool synccheck "$B/gpu_model_test" \
       --gtest_filter='*MatchesTransformers*:*LongContext*'
 fi
 if [ -z "${GPU_CHECK_QUICK:-}" ]; then

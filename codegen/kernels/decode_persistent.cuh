@@ -579,29 +579,23 @@ struct MlpPhases {
   }
 };
 
-// The QKV epilogue of tile t of a QKV phase of ROWS tokens, from the tile's accumulators: the
-// projection rounded to bf16 and back (the values qkv_rope_row reads from qkv), the bias, RoPE of q
-// and k, q to q_out (f32, [ROWS][HQ D]), k and v appended at token m's position pos[m] to its page
-// page[m] (not where pos[m] < 0): qkv_rope_row's operations in its order on the same values, so the
-// same bits, without the projection's round trip through memory and the phase that reads it back.
-// Token m's row is threads 4m .. 4m + 3's (wgmma's accumulator: row m < 8 is lanes 4m .. 4m + 3 of
-// warp 0, columns 8j + 2 (lane % 4) + {0, 1} in d[4j], d[4j + 1]); in the rows' pair order
-// (qkv_pair_pos) an 8-column group j is 4 elements of a head's first half (lanes 4m, 4m + 1) and
-// their 4 partners of the second half (4m + 2, 4m + 3), so a lane's partner is lane ^ 2, in its own
-// quad. No QK norm (it needs the head's whole row). The rotation's (sin, cos) come from sc[m]
-// (qkv_rope_angle at token m's position, computed before the tile's K loop: the frequencies'
-// constant-memory loads and the sincos are then off the phase's tail).
-template <int ROWS, int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope, unsigned BN>
-__device__ __forceinline__ void qkv_rope_pairs(const float (&d)[BN / 2], unsigned t, const int* pos, const int* page,
-                                               const float* bias, bf16* kv_layer, float* q_out,
-                                               const float2 (*sc)[BN / 2]) {
+// The QKV epilogue of tile t of a one-token QKV phase, from the tile's accumulators: the projection
+// rounded to bf16 and back (the values qkv_rope_row reads from qkv), the bias, RoPE of q and k, q to
+// q_out (f32, [HQ D]), k and v appended at `pos` to `page` (not where pos < 0): qkv_rope_row's
+// operations in its order on the same values, so the same bits, without the projection's round
+// trip through memory and the phase that reads it back. The token's row is threads 0-3's (wgmma's
+// accumulator: row 0 is lanes 0-3 of warp 0, columns 8j + 2 (lane % 4) + {0, 1} in d[4j], d[4j +
+// 1]); in the rows' pair order (qkv_pair_pos) an 8-column group j is 4 elements of a head's first
+// half (lanes 0-1) and their 4 partners of the second half (lanes 2-3), so a lane's partner is
+// lane ^ 2. No QK norm (it needs the head's whole row). The rotation's (sin, cos) come from `sc`
+// (qkv_rope_angle, computed before the tile's K loop: the frequencies' constant-memory loads and
+// the sincos are then off the phase's tail).
+template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope, unsigned BN>
+__device__ __forceinline__ void qkv_rope_pairs(const float (&d)[BN / 2], unsigned t, int pos, int page,
+                                               const float* bias, bf16* kv_layer, float* q_out, const float2* sc) {
   static_assert(BN % 8 == 0 && D % 8 == 0, "whole 8-row groups in a tile and in a head");
-  static_assert(ROWS >= 1 && ROWS <= 8, "rows 0-7 of the accumulator: warp 0");
-  constexpr unsigned kLanes = ROWS == 8 ? 0xffffffffu : (1u << 4 * ROWS) - 1;  // the rows' quads
-  if (threadIdx.x >= 4 * ROWS) return;
-  const unsigned m = threadIdx.x / 4, lane = threadIdx.x % 4, half = lane / 2;
-  const int p_m = pos[m];
-  float* q_row = q_out + static_cast<long long>(m) * HQ * D;
+  if (threadIdx.x >= 4) return;
+  const unsigned lane = threadIdx.x, half = lane / 2;
 #pragma unroll
   for (unsigned j = 0; j < BN / 8; ++j) {
     const unsigned p = t * BN + 8 * j;  // the group's first row, in the stored order
@@ -613,19 +607,18 @@ __device__ __forceinline__ void qkv_rope_pairs(const float (&d)[BN / 2], unsigne
       v[0] += bias[head * D + n];
       v[1] += bias[head * D + n + 1];
     }
-    if (head < static_cast<unsigned>(HQ + HKV)) {  // the same for every lane
+    if (head < static_cast<unsigned>(HQ + HKV)) {  // the same for the four lanes
       for (int e = 0; e < 2; ++e) {
-        const float other = __shfl_xor_sync(kLanes, v[e], 2);
-        const float2 a = sc[m][4 * j + 2 * (lane % 2) + e];  // (sin, cos) of pair index i + e
+        const float other = __shfl_xor_sync(0xfu, v[e], 2);
+        const float2 a = sc[4 * j + 2 * (lane % 2) + e];  // (sin, cos) of pair index i + e
         v[e] = half == 0 ? rope_first(v[e], other, a.y, a.x) : rope_second(other, v[e], a.y, a.x);
       }
     }
     if (head < static_cast<unsigned>(HQ)) {
-      *reinterpret_cast<float2*>(q_row + head * D + n) = make_float2(v[0], v[1]);
-    } else if (p_m >= 0) {
+      *reinterpret_cast<float2*>(q_out + head * D + n) = make_float2(v[0], v[1]);
+    } else if (pos >= 0) {
       const int kv = head < static_cast<unsigned>(HQ + HKV) ? 0 : 1, kvh = static_cast<int>(head) - HQ - kv * HKV;
-      bf16* row =
-          kv_layer + page[m] * PAGE_ELEMS + (static_cast<long long>(kv * HKV + kvh) * PAGE + p_m % PAGE) * D;
+      bf16* row = kv_layer + page * PAGE_ELEMS + (static_cast<long long>(kv * HKV + kvh) * PAGE + pos % PAGE) * D;
       *reinterpret_cast<unsigned*>(row + n) = f32_to_bf16(v[0]) | static_cast<unsigned>(f32_to_bf16(v[1])) << 16;
     }
   }
@@ -645,26 +638,22 @@ __device__ __forceinline__ float2 qkv_rope_angle(unsigned t, unsigned k, int pos
 // third of the H200's 50 MB L2 (the weights stream through the rest).
 constexpr long long kKvPrefetchBytes = 16LL << 20;
 
-// A whole decode layer of ROWS tokens (one token each of ROWS sequences; padding rows at position
-// -1) in one launch: the attention half (RMSNorm + the QKV GEMM; the QKV epilogue per head and
-// token, qkv_rope_row, or with QKV_ROPE in the QKV tiles, qkv_rope_pairs; the attention splits,
-// attn_split_block per (slot, token, KV head); the combine, attn_combine_row per token and query
-// head, where a context is longer than one split) and then MlpPhases, seven phases between
-// grid-wide counts (six without the combine, one fewer with QKV_ROPE), one weight stream (qkv, o,
-// gate/up, down) per SM. The tokens are the GEMMs' M (the resident A's rows; wgmma m64nNk16 whatever
-// ROWS, so a row's chain is the one-token chain) and each attention item is one token's, so a row
-// has the bits it has alone. Every piece is the code the separate kernels run, or its operations in
-// their order, so the rows have their bits. Template arguments: the model's (qkv_rope_append_rows'
-// and attn_split's after D), then the MLP's and the ring's, QKV_ROPE, BULK, ROWS (the plan's decode
-// buckets of up to CodegenInput::persistent_decode_rows tokens), then how the grid-wide counts are
-// met (the plan leaves the default; telos-kernel-bench times every GridCount); args as those
-// kernels'. The four weights (qkv, o, gate/up, down): each a tensor map in BQ / BO / BG / 2 / BD x
-// 64 boxes, or where its bit of the mask BULK is set (bit 0 qkv .. 3 down) its slot image in tiles
-// of BQ / BO / BG / BD rows (support/slot_image.hpp), streamed with one bulk copy a ring slot
+// A whole one-token decode layer in one launch: the attention half (RMSNorm + the QKV GEMM; the QKV
+// epilogue per head, qkv_rope_row, or with QKV_ROPE in the QKV tiles, qkv_rope_pairs; the attention
+// splits, attn_split_block per (KV head, slot); the combine, attn_combine_row per query head, where
+// the context is longer than one split) and then MlpPhases, seven phases between grid-wide counts
+// (six without the combine, one fewer with QKV_ROPE), one weight stream (qkv, o, gate/up, down) per
+// SM. Every piece is the code the separate kernels run, or its operations in their order, so the
+// rows have their bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's
+// after D), then the MLP's and the ring's, QKV_ROPE, BULK, then how the grid-wide counts are met
+// (the plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels'.
+// The four weights (qkv, o, gate/up, down): each a tensor map in BQ / BO / BG / 2 / BD x 64 boxes,
+// or where its bit of the mask BULK is set (bit 0 qkv .. 3 down) its slot image in tiles of BQ /
+// BO / BG / BD rows (support/slot_image.hpp), streamed with one bulk copy a ring slot
 // (StreamPhase::image; docs/perf-log.md, change 90).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
-          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK, int ROWS = 1,
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK,
           GridCount COUNT = GridCount::Release, bool ACT_POLL = true>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const void* qkv_w, const void* o_w, const void* gu_w, const void* down_w,
@@ -679,12 +668,11 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   static_assert(persistent_tile_ok(BQ, H) && NQKV % BQ == 0, "QKV tiles");
   static_assert(!QKV_ROPE || !QK_NORM, "QK norm needs a head's whole row");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
-  static_assert(ROWS >= 1 && ROWS <= 8, "one 8-row group of A");
   constexpr unsigned kTilesQkv = NQKV / BQ;
   constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
   launch_dependents();  // the waits come later: weights first
   extern __shared__ unsigned char smem_raw[];
-  const PersistentSmem<ROWS, kMaxK, STAGES> sm(smem_raw);
+  const PersistentSmem<1, kMaxK, STAGES> sm(smem_raw);
   mbarrier::StageRing<STAGES> ring;
   if (warp_index() == 4) {
     if (threadIdx.x % 32 == 0) {
@@ -713,62 +701,47 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   if constexpr (ACT_POLL) {
     // act pending (persistent_poll_a): before this CTA's first arrival, so before every CTA's
     // gate/up stores; after the wait, so after the previous kernels' reads of it.
-    for (unsigned w = blockIdx.x * 128 + t; w < static_cast<unsigned>(ROWS * I / 2); w += gridDim.x * 128)
+    for (unsigned w = blockIdx.x * 128 + t; w < static_cast<unsigned>(I / 2); w += gridDim.x * 128)
       st_relaxed_gpu(reinterpret_cast<unsigned*>(act) + w, kActPending);
   }
   phase_trace(1);
 
-  // Each token's position, sequence and the page of its position (the step descriptor's).
-  __shared__ int row_pos[ROWS], row_seq[ROWS], row_page[ROWS];
-  if (t < ROWS) {
-    const int p = positions[t], sq = token_seq[t];
-    row_pos[t] = p;
-    row_seq[t] = sq;
-    row_page[t] = p >= 0 ? page_tables[sq * MAXP + p / PAGE] : 0;
-  }
-  sync128();
-
   // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16); with QKV_ROPE the tiles in RoPE's pair order, each
   // running the QKV epilogue on its accumulators (qkv_rope_pairs), so phase 1 has no work.
+  const int pos = positions[0];
+  const int* pt = page_tables + token_seq[0] * MAXP;
   unsigned first = persistent_first_tile(0);
   if (first < kTilesQkv) {
-    persistent_norm_a<ROWS, H, EPS>(sm.base, x, w8);
+    persistent_norm_a<1, H, EPS>(sm.base, x, w8);
     if constexpr (QKV_ROPE) {
-      __shared__ float2 rope_sc[ROWS][BQ / 2];
+      const int page = pos >= 0 ? pt[pos / PAGE] : 0;
+      __shared__ float2 rope_sc[BQ / 2];
       for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x) {
         sync128();  // the previous tile's epilogue has read rope_sc
-        for (int k = t; k < ROWS * (BQ / 2); k += 128)
-          rope_sc[k / (BQ / 2)][k % (BQ / 2)] =
-              qkv_rope_angle<D, Rope, BQ>(tile, static_cast<unsigned>(k % (BQ / 2)), row_pos[k / (BQ / 2)]);
+        if (t < BQ / 2) rope_sc[t] = qkv_rope_angle<D, Rope, BQ>(tile, static_cast<unsigned>(t), pos);
         sync128();
         float d[BQ / 2];
-        layer_gemm_tile_mma<ROWS, BQ>(ring, sm.base, sm.ring_base, sm.full, sm.empty, H, d);
-        qkv_rope_pairs<ROWS, HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, row_pos, row_page, bias, kv_layer,
-                                                                           q, rope_sc);
+        layer_gemm_tile_mma<1, BQ>(ring, sm.base, sm.ring_base, sm.full, sm.empty, H, d);
+        qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer, q, rope_sc);
       }
     } else {
       for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
-        layer_gemm_tile<ROWS, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV,
-                                                       qkv);
+        layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV,
+                                                    qkv);
     }
   }
 
-  // The contexts' K/V of this layer into L2, a page's slice of the layer per thread over the whole
+  // The context's K/V of this layer into L2, a page's slice of the layer per thread over the whole
   // grid, so that the attention items' chunk loads (phase 2) wait on L2 rather than DRAM: their
   // chunks are a chain of dependent loads, ~6 µs an item at 256 positions from DRAM (run S). Issued
   // after QKV, so that less than the ring's worth of weights passes through L2 before the items
-  // read it; at most kKvPrefetchBytes (each token's first pages, the same share of it a token: every
-  // slot's first split). Loads only.
+  // read it; at most kKvPrefetchBytes (the first pages: every slot's first split). Loads only.
   const auto prefetch_kv = [&] {
     constexpr long long kLayerPageElems = 2LL * HKV * PAGE * D;
-    constexpr int kMaxPages = static_cast<int>(kKvPrefetchBytes / (2 * kLayerPageElems)) / ROWS;
-    for (int m = 0; m < ROWS; ++m) {
-      const int pos = row_pos[m];
-      const int* pt = page_tables + row_seq[m] * MAXP;
-      const int pages = pos < 0 ? 0 : min(pos / PAGE + 1, kMaxPages);
-      for (int p = blockIdx.x + gridDim.x * t; p < pages; p += gridDim.x * 128)
-        tma::prefetch_bytes(kv_layer + static_cast<long long>(pt[p]) * PAGE_ELEMS, 2 * kLayerPageElems);
-    }
+    constexpr int kMaxPages = static_cast<int>(kKvPrefetchBytes / (2 * kLayerPageElems));
+    const int pages = pos < 0 ? 0 : min(pos / PAGE + 1, kMaxPages);
+    for (int p = blockIdx.x + gridDim.x * t; p < pages; p += gridDim.x * 128)
+      tma::prefetch_bytes(kv_layer + static_cast<long long>(pt[p]) * PAGE_ELEMS, 2 * kLayerPageElems);
   };
   if constexpr (QKV_ROPE) {
     // One arrival ends phases 0 and 1; the prefetch (its page-table loads take the loaded latency)
@@ -792,59 +765,47 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     waited = true;
   };
 
-  // Phase 1: the QKV epilogue, a (token, head) per work item (q to `q`, K/V appended to their pages).
+  // Phase 1: the QKV epilogue, a head per work item (q to `q`, K/V appended to their pages).
   if constexpr (!QKV_ROPE) {
     __shared__ float head_v[D];
     __shared__ float scratch[D / 32 > 0 ? D / 32 : 1];
-    for (unsigned item = blockIdx.x; item < static_cast<unsigned>(ROWS * NH); item += gridDim.x) {
-      const unsigned m = item / NH, head = item % NH;
-      const bf16* row = qkv + m * NQKV + head * D;
-      const float v = t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(row + qkv_pair_pos(t, D))) << 16) : 0.f;
+    for (unsigned head = blockIdx.x; head < static_cast<unsigned>(NH); head += gridDim.x) {
+      const float v =
+          t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(qkv + head * D + qkv_pair_pos(t, D))) << 16) : 0.f;
       qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
-          v, static_cast<int>(head), static_cast<int>(m), t, bias, q_norm, k_norm, positions, token_seq, page_tables,
-          kv_layer, q, head_v, scratch, sync128);
+          v, static_cast<int>(head), 0, t, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q,
+          head_v, scratch, sync128);
     }
     persistent_next_phase<COUNT>(sync, 1);
   }
 
-  // Phase 2: the attention splits, a (slot, token, KV head) per work item, slot-major (item =
-  // (slot · ROWS + token) · HKV + KV head): the slots with work at the tokens' contexts are the
-  // first ones, so their items are the first, one a CTA up to the grid's size (head-major, CTA b's
-  // second item b + gridDim.x was a second chain after its first wherever NSPLIT · HKV passes the
-  // grid, however few slots had work: docs/perf-log.md change 104). Which CTA runs an item changes
-  // no bit. Contexts of one split (every position < SPLIT) need no combine: the items write attn as
-  // the combine would (attn_split_block's `out`, the same bits), padding rows get the combine's
-  // zeros, and this arrival ends phase 3 too, so o waits for one count fewer. Every CTA reads the
-  // same positions, so all take the same branch.
-  int last_pos = row_pos[0];
-#pragma unroll
-  for (int m = 1; m < ROWS; ++m) last_pos = max(last_pos, row_pos[m]);
-  const bool one_split = last_pos >= 0 && last_pos < SPLIT;
-  for (unsigned item = blockIdx.x; item < static_cast<unsigned>(NSPLIT * ROWS * HKV); item += gridDim.x)
+  // Phase 2: the attention splits, a (KV head, slot) per work item, slot-major (item = slot · HKV +
+  // KV head): the slots with work at a context are the first ones, so its items are the first
+  // (position / SPLIT + 1) · HKV, one a CTA up to the grid's size (head-major, CTA b's second item
+  // b + gridDim.x was a second chain after its first wherever NSPLIT · HKV passes the grid, however
+  // few slots had work: docs/perf-log.md change 104). Which CTA runs an item changes no bit. A
+  // context of one split (position < SPLIT) needs no combine: the items write attn as the combine
+  // would (attn_split_block's `out`, the same bits), and this arrival ends phase 3 too, so o waits
+  // for one count fewer. Every CTA reads the same position, so all take the same branch.
+  const bool one_split = pos >= 0 && pos < SPLIT;
+  for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
-        static_cast<int>(item / HKV % ROWS), static_cast<int>(item % HKV), static_cast<int>(item / (HKV * ROWS)), q,
-        positions, token_seq, page_tables, kv_layer, part_o, part_ml, sync128, one_split ? attn : nullptr, nullptr,
-        nullptr, -1, wait_qkv);
+        0, static_cast<int>(item % HKV), static_cast<int>(item / HKV), q, positions,
+        token_seq, page_tables, kv_layer, part_o, part_ml, sync128, one_split ? attn : nullptr,
+        nullptr, nullptr, -1, wait_qkv);
   wait_qkv();
   if (one_split) {
-    if constexpr (ROWS > 1) {
-      if (blockIdx.x == gridDim.x - 1)  // the combine's zeros for the padding rows
-        for (int m = 0; m < ROWS; ++m)
-          if (row_pos[m] < 0)
-            for (int e = t; e < HQ * D; e += 128) attn[static_cast<long long>(m) * HQ * D + e] = bf16{};
-    }
     phase_trace(2 + 2 * 2);
     persistent_arrive<COUNT>(sync, 2);
     phase_trace(16 + 2);
   } else {
     persistent_next_phase<COUNT>(sync, 2);
-    // Phase 3: the combine, a (token, query head) per work item on D threads (a meeting between
-    // items: a row's last loop reads shared memory the next one writes).
+    // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
+    // row's last loop reads shared memory the next one writes).
     if (t < D)
-      for (unsigned item = blockIdx.x; item < static_cast<unsigned>(ROWS * HQ); item += gridDim.x) {
+      for (unsigned hq = blockIdx.x; hq < static_cast<unsigned>(HQ); hq += gridDim.x) {
         auto sync_d = [] { named_barrier_sync(2, D); };
-        attn_combine_row<HQ, D, NSPLIT, SPLIT>(static_cast<int>(item / HQ), static_cast<int>(item % HQ), part_o,
-                                               part_ml, positions, attn, sync_d);
+        attn_combine_row<HQ, D, NSPLIT, SPLIT>(0, static_cast<int>(hq), part_o, part_ml, positions, attn, sync_d);
         sync_d();
       }
     phase_trace(8);
@@ -857,8 +818,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   static_assert(2 + 2 * (kMlpPhase0 + 2) < 15 && 16 + kMlpPhase0 + 1 < kTraceProducerWaits,
                 "phase_trace: the phases' events below the producer's (15), then the arrivals, then "
                 "the exit");
-  Mlp::template run<ROWS, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x,
-                                                act, sync, kMlpPhase0, kTilesQkv);
+  Mlp::template run<1, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x,
+                                             act, sync, kMlpPhase0, kTilesQkv);
   phase_trace(kTraceExit);
   persistent_finish(sync);
 }

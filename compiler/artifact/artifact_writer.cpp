@@ -389,7 +389,6 @@ codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& 
   in.targets = serving.targets;
   in.decode_weight_images = serving.decode_weight_images;
   in.attention_split = static_cast<int>(serving.attention_split);
-  in.persistent_decode_rows = static_cast<int>(serving.persistent_decode_rows);
   return in;
 }
 

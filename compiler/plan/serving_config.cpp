@@ -16,8 +16,7 @@ constexpr double kDefaultMemoryFraction = 0.9;
 const std::vector<std::string> kFields = {
     "max_batch",       "max_seq_len",          "kv_page_size",    "kv_pool",
     "prefill_chunk",   "decode_buckets",       "prefill_buckets", "targets",
-    "tensor_parallel", "decode_weight_images", "attention_split",
-    "persistent_decode_rows"};
+    "tensor_parallel", "decode_weight_images", "attention_split"};
 
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -229,7 +228,6 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
       r.fail_field("attention_split", "expected 256 or 512, got " + s->dump());
     c.attention_split = s->get<std::int64_t>();
   }
-  c.persistent_decode_rows = r.integer("persistent_decode_rows", 1, 8).value_or(1);
   return c;
 }
 
@@ -251,7 +249,6 @@ nlohmann::ordered_json serving_to_json(const ServingConfig& c) {
   j["tensor_parallel"] = c.tensor_parallel;
   j["decode_weight_images"] = c.decode_weight_images;
   j["attention_split"] = c.attention_split;
-  j["persistent_decode_rows"] = c.persistent_decode_rows;
   return j;
 }
 

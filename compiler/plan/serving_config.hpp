@@ -31,9 +31,6 @@ struct ServingConfig {
   // Positions per attention split (docs/artifact.md): 256 suits few rows (more items a token to
   // fill the GPU), 512 long contexts at many rows (half the items and partials a token).
   std::int64_t attention_split = 256;
-  // Decode buckets of up to this many sequences run each layer as one persistent launch where its
-  // shared memory holds their rows (docs/artifact.md): 1 to 8; 1 keeps it to batch 1.
-  std::int64_t persistent_decode_rows = 1;
 };
 
 // Upper bound on max_batch: a decode bucket larger than this no longer gains throughput from the

@@ -2,7 +2,6 @@
 // include ragged ones (M not a multiple of the tile, contexts ending mid-page, padding rows),
 // outputs poisoned first, plus bit-for-bit batch invariance. Skipped without a Hopper GPU.
 #include <algorithm>
-#include <map>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -897,8 +896,9 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
 // (its lane 0; the other lanes return).
 const char* kQkvTestProducer = R"(
 namespace telos_kernels {
-template <int H, int BQ, int STAGES, class Smem>
-__device__ void qkv_test_producer(hexel::mbarrier::StageRing<STAGES>& ring, const Smem& sm, const TensorMap* qkv_map,
+template <int H, int BQ, int STAGES>
+__device__ void qkv_test_producer(hexel::mbarrier::StageRing<STAGES>& ring,
+                                  const PersistentSmem<1, H, STAGES>& sm, const TensorMap* qkv_map,
                                   unsigned tiles) {
   if (threadIdx.x % 32 != 0) return;
   __shared__ StreamPhase phase[1];
@@ -989,42 +989,32 @@ std::vector<std::uint16_t> qkv_pair_rows(const std::vector<std::uint16_t>& w, in
 // decode_layer_persistent's QKV_ROPE: the QKV phase's tiles, each running the QKV epilogue on its
 // accumulators (qkv_rope_pairs: the weights' pair order puts a rotated pair in one 8-row group, a
 // lane's partner 2 lanes away), give q and the appended K/V the bits of gemm_small_bf16 then
-// qkv_rope_append_rows, at the tiny (bias), Llama-3.2-1B (llama3 RoPE), Qwen2.5-1.5B (bias, D 128,
-// G 6) and Llama-3.1-8B shapes at the plan's tiles (24 and 48 rows at the 1B and the 8B): one token
-// at positions in the first page, mid-page and past a split, and buckets of 3 and 8 tokens of as
-// many sequences (each its own pages; a padding row at position -1 among them), outputs poisoned
-// first.
+// qkv_rope_append_rows, for one token at the tiny (bias), Llama-3.2-1B (llama3 RoPE), Qwen2.5-1.5B
+// (bias, D 128, G 6) and Llama-3.1-8B shapes at the plan's tiles (24 and 48 rows at the 1B and the
+// 8B), at positions in the first page, mid-page and past a split, outputs poisoned first.
 const char* kQkvRopePhaseTestKernel = R"(
 namespace telos_kernels {
-template <int ROWS, int H, int HQ, int HKV, int D, bool BIAS, int PAGE, int MAXP, long long PAGE_ELEMS, int STAGES,
-          int BQ>
+template <int H, int HQ, int HKV, int D, bool BIAS, int PAGE, int MAXP, long long PAGE_ELEMS, int STAGES, int BQ>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     qkv_rope_phase_test(const TensorMap* qkv_map, const bf16* h, const float* bias, const int* positions,
                         const int* token_seq, const int* page_tables, bf16* kv_layer, float* q) {
   constexpr unsigned kTiles = (HQ + 2 * HKV) * D / BQ;
   extern __shared__ unsigned char smem_raw[];
-  const PersistentSmem<ROWS, H, STAGES> sm(smem_raw);
+  const PersistentSmem<1, H, STAGES> sm(smem_raw);
   hexel::mbarrier::StageRing<STAGES> ring;
   if (hexel::warp_index() == 4) return qkv_test_producer<H, BQ, STAGES>(ring, sm, qkv_map, kTiles);
   const unsigned first = persistent_first_tile(0);
   if (first >= kTiles) return;
-  __shared__ int pos[ROWS], page[ROWS];
-  if (threadIdx.x < ROWS) {
-    const int p = positions[threadIdx.x];
-    pos[threadIdx.x] = p;
-    page[threadIdx.x] = p >= 0 ? page_tables[token_seq[threadIdx.x] * MAXP + p / PAGE] : 0;
-  }
-  persistent_load_a<ROWS>(sm.base, h, H);
-  __shared__ float2 sc[ROWS][BQ / 2];
+  const int pos = positions[0], page = pos >= 0 ? page_tables[token_seq[0] * MAXP + pos / PAGE] : 0;
+  persistent_load_a<1>(sm.base, h, H);
+  __shared__ float2 sc[BQ / 2];
   for (unsigned t = first; t < kTiles; t += gridDim.x) {
     hexel::named_barrier_sync(1, 128);
-    for (unsigned k = threadIdx.x; k < ROWS * (BQ / 2); k += 128)
-      sc[k / (BQ / 2)][k % (BQ / 2)] = qkv_rope_angle<D, telos_rope::Freqs, BQ>(t, k % (BQ / 2), pos[k / (BQ / 2)]);
+    if (threadIdx.x < BQ / 2) sc[threadIdx.x] = qkv_rope_angle<D, telos_rope::Freqs, BQ>(t, threadIdx.x, pos);
     hexel::named_barrier_sync(1, 128);
     float d[BQ / 2];
-    layer_gemm_tile_mma<ROWS, BQ>(ring, sm.base, sm.ring_base, sm.full, sm.empty, H, d);
-    qkv_rope_pairs<ROWS, HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, telos_rope::Freqs, BQ>(d, t, pos, page, bias, kv_layer,
-                                                                                     q, sc);
+    layer_gemm_tile_mma<1, BQ>(ring, sm.base, sm.ring_base, sm.full, sm.empty, H, d);
+    qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, telos_rope::Freqs, BQ>(d, t, pos, page, bias, kv_layer, q, sc);
   }
 }
 }  // namespace telos_kernels
@@ -1039,75 +1029,61 @@ TEST(GpuKernels, PersistentQkvRopeTilesMatchSeparateKernels) {
     bool bias;
     codegen::RopeInput rope;
   };
-  constexpr int PAGE = 16, MAXP = 32, SEQS = 8, POOL = SEQS * MAXP;
-  // Each case's tokens (one a sequence; -1 a padding row).
-  const std::vector<std::vector<int>> cases = {
-      {3}, {37}, {300}, {37, -1, 300}, {300, 15, 100, 255, 256, 3, -1, 37}};
+  constexpr int PAGE = 16, MAXP = 32, POOL = 40;
   const int sms = sm_count();
   for (const Shape& s :
        {Shape{128, 4, 2, 32, true, plain}, Shape{2048, 32, 8, 64, false, llama3},
         Shape{1536, 12, 2, 128, true, plain}, Shape{4096, 32, 8, 128, false, llama3}}) {
     const int NH = s.HQ + 2 * s.HKV, NQKV = NH * s.D;
     const std::string what = "H=" + I(s.H) + " D=" + I(s.D);
+    const codegen::PersistentLayerTiling mt =
+        codegen::decode_layer_tiling(s.H, NQKV, s.HQ * s.D, s.H, s.D, false);
+    ASSERT_TRUE(mt.qkv_rope) << what;
     const long long page_elems = 2LL * s.HKV * PAGE * s.D;
     const std::string epi =
         I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + (s.bias ? "true" : "false");
-    std::vector<std::string> names = {
+    const codegen::SmallGemmTiling ts = codegen::small_gemm_tiling(NQKV, s.H, 1, false);
+    const std::vector<std::string> names = {
+        ts.instance("bf16", 1, NQKV, s.H),
         "telos_kernels::qkv_rope_append_rows<" + epi + ", false, " + float_literal(1e-6) + ", " +
-        I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>"};
-    std::map<int, codegen::PersistentLayerTiling> tilings;
-    std::map<int, codegen::SmallGemmTiling> gemms;
-    for (int rows : {1, 3, 8}) {
-      tilings[rows] = codegen::decode_layer_tiling(s.H, NQKV, s.HQ * s.D, s.H, s.D, false, rows);
-      ASSERT_TRUE(tilings[rows].qkv_rope && tilings[rows].fits) << what << " rows=" << rows;
-      gemms.emplace(rows, codegen::small_gemm_tiling(NQKV, s.H, rows, false));
-      names.push_back(gemms.at(rows).instance("bf16", rows, NQKV, s.H));
-      names.push_back("telos_kernels::qkv_rope_phase_test<" + I(rows) + ", " + I(s.H) + ", " + epi +
-                      ", " + I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, " +
-                      I(tilings[rows].stages) + ", " + I(tilings[rows].bq) + ">");
-    }
+            I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>",
+        "telos_kernels::qkv_rope_phase_test<" + I(s.H) + ", " + epi + ", " + I(PAGE) + ", " +
+            I(MAXP) + ", " + I(page_elems) + "ll, " + I(mt.stages) + ", " + I(mt.bq) + ">"};
     TestModule mod(source_with_rope(codegen::rope_inv_freq(s.rope, s.D)) + kQkvTestProducer +
                        kQkvRopePhaseTestKernel,
                    names);
     std::vector<float> f;
+    DeviceBuffer<std::uint16_t> h(random_bf16(s.H, 1.f, f));
     DeviceBuffer<std::uint16_t> w(
         qkv_pair_rows(random_bf16(static_cast<std::size_t>(NQKV) * s.H, 0.05f, f), NQKV, s.H, s.D));
     DeviceBuffer<float> bias(random_floats(NQKV, 0.5f));
-    // Sequence r's page table: pages r · MAXP .. of a shuffled pool, so no two sequences share one.
     std::vector<int> pool(POOL);
     std::iota(pool.begin(), pool.end(), 0);
     std::shuffle(pool.begin(), pool.end(), rng());
-    DeviceBuffer<int> pt(pool);
-    for (const std::vector<int>& positions : cases) {
-      const int rows = static_cast<int>(positions.size());
-      const std::size_t gi = rows == 1 ? 1 : rows == 3 ? 3 : 5;  // names: the rows' GEMM, then test
-      std::string at = what + " positions";
-      for (int p : positions) at += " " + I(p);
-      std::vector<int> seqs(rows);
-      std::iota(seqs.begin(), seqs.end(), 0);
-      DeviceBuffer<int> pos(positions), seq(seqs);
-      DeviceBuffer<std::uint16_t> h(random_bf16(static_cast<std::size_t>(rows) * s.H, 1.f, f));
+    DeviceBuffer<int> pt(std::vector<int>(pool.begin(), pool.begin() + MAXP)),
+        seq(std::vector<int>{0});
+    for (int position : {3, 37, 300}) {
+      const std::string at = what + " pos=" + I(position);
+      DeviceBuffer<int> pos(std::vector<int>{position});
       const void* b = s.bias ? bias.get() : nullptr;
       // The separate kernels.
-      DeviceBuffer<std::uint16_t> qkv(static_cast<std::size_t>(rows) * NQKV),
+      DeviceBuffer<std::uint16_t> qkv(NQKV),
           kv_want(static_cast<std::size_t>(POOL) * page_elems);  // poisoned
-      DeviceBuffer<float> q_want(static_cast<std::size_t>(rows) * s.HQ * s.D);
+      DeviceBuffer<float> q_want(static_cast<std::size_t>(s.HQ) * s.D);
       {
-        const codegen::SmallGemmTiling& ts = gemms.at(rows);
-        const DeviceMap a(h.get(), rows, s.H, ts.a_box), wm(w.get(), NQKV, s.H, ts.cols);
-        CUDA_OK(mod.launch(names[gi], dim3(ts.tiles_m, ts.tiles_n), codegen::kSmallGemmThreads,
+        const DeviceMap a(h.get(), 1, s.H, ts.a_box), wm(w.get(), NQKV, s.H, ts.cols);
+        CUDA_OK(mod.launch(names[0], dim3(ts.tiles_m, ts.tiles_n), codegen::kSmallGemmThreads,
                            {a.get(), wm.get(), qkv.get()}, ts.smem()));
       }
-      CUDA_OK(mod.launch(names[0], dim3(NH, rows), s.D,
+      CUDA_OK(mod.launch(names[1], dim3(NH, 1), s.D,
                          {qkv.get(), b, nullptr, nullptr, pos.get(), seq.get(), pt.get(),
                           kv_want.get(), q_want.get()}));
       // The QKV phase with the epilogue in its tiles.
       DeviceBuffer<std::uint16_t> kv_got(static_cast<std::size_t>(POOL) * page_elems);  // poisoned
-      DeviceBuffer<float> q_got(static_cast<std::size_t>(rows) * s.HQ * s.D);
-      const codegen::PersistentLayerTiling& mt = tilings.at(rows);
+      DeviceBuffer<float> q_got(static_cast<std::size_t>(s.HQ) * s.D);
       const DeviceMap wm(w.get(), NQKV, s.H, mt.bq);
       CUDA_OK(mod.launch(
-          names[gi + 1], sms, codegen::kPersistentThreads,
+          names[2], sms, codegen::kPersistentThreads,
           {wm.get(), h.get(), b, pos.get(), seq.get(), pt.get(), kv_got.get(), q_got.get()},
           mt.smem));
       const std::vector<float> qw = q_want.download(), qg = q_got.download();
@@ -1117,14 +1093,10 @@ TEST(GpuKernels, PersistentQkvRopeTilesMatchSeparateKernels) {
       EXPECT_EQ(0, std::memcmp(qg.data(), qw.data(), qw.size() * sizeof(float))) << at;
       const std::vector<std::uint16_t> kw = kv_want.download(), kg = kv_got.download();
       EXPECT_EQ(0, std::memcmp(kg.data(), kw.data(), kw.size() * 2)) << at;
-      // Each token's K/V were written (not left poisoned) in both.
-      for (int r = 0; r < rows; ++r) {
-        if (positions[r] < 0) continue;
-        const int page = pool[r * MAXP + positions[r] / PAGE];
-        const std::size_t row =
-            page * page_elems + static_cast<std::size_t>(positions[r] % PAGE) * s.D;
-        EXPECT_NE(kw[row], 0xffff) << at << " row " << r;
-      }
+      // The token's K/V were written (not left poisoned) in both.
+      const int page = pool[position / PAGE];
+      const std::size_t row = page * page_elems + static_cast<std::size_t>(position % PAGE) * s.D;
+      EXPECT_NE(kw[row], 0xffff) << at;
     }
   }
 }
