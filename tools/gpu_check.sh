@@ -17,7 +17,9 @@
 #      gap, graph capture and memory report), telos-launch-bench (the host's cost of each CUDA
 #      call of a step, two passes), telos-device-launch-probe (steps launched from the device:
 #      host time and GPU gaps against host launches). GPU_CHECK_QUICK=1 skips racecheck,
-#      synccheck and the timings; GPU_CHECK_TIMINGS_ONLY=1 runs the timings alone; a timing is
+#      synccheck and the timings; GPU_CHECK_SANITIZERS_ONLY=1 runs racecheck and synccheck alone;
+#      GPU_CHECK_TIMINGS_ONLY=1 runs the timings alone (the whole suite takes more than one
+#      600-second call: quick, then sanitizers, then timings, is three that fit); a timing is
 #      skipped when it would end past GPU_CHECK_BUDGET_S seconds of the script (default 540), so
 #      that a 570-second call still ends with the table.
 # It prints a table last; logs go to $OUT (or /tmp/telos-gpu-check).
@@ -126,7 +128,9 @@ skip_late() {  # skip_late NAME [SECONDS]: true, and a "skipped" row, when the b
 CS="compute-sanitizer --error-exitcode 9 --print-limit 20"
 # GPU_CHECK_TIMINGS_ONLY=1: the timings alone (a second call after a full run, whose checks take
 # most of a call: the timings were past the budget in session 44's full run).
-if [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ]; then
+# GPU_CHECK_SANITIZERS_ONLY=1: racecheck and synccheck alone (session 45's full run took the whole
+# 600-second call before its timings, and the call's limit cut its table and kernel-cache pack).
+if [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ] && [ -z "${GPU_CHECK_SANITIZERS_ONLY:-}" ]; then
   # 138 s in session 17's first run, before more attention variants and the LM head's test.
   STEP_TIMEOUT=300 run "kernels vs f64; small GEMM == prefill GEMM" kernels.log "$B/gpu_kernels_test"
   run "tiny models vs transformers" model.log "$B/gpu_model_test"
@@ -163,7 +167,7 @@ if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ]; then
   run "synccheck: tiny models" synccheck-model.log $CS --tool synccheck "$B/gpu_model_test" \
       --gtest_filter='*MatchesTransformers*:*LongContext*'
 fi
-if [ -z "${GPU_CHECK_QUICK:-}" ]; then
+if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_SANITIZERS_ONLY:-}" ]; then
   # The kernel cache entries used so far, packed before the timings (a call cut short in them
   # still brings the checks' entries back) and again at the end with the timings' own modules.
   pack_kernel_cache "$OUT/kernel-cache.tar.xz"
