@@ -1388,20 +1388,18 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       const AttnBuffers m(widest, hpos, hseq, B, copies);
       char shape[64];
       std::snprintf(shape, sizeof shape, "B=%d ctx=%d", B, C);
-      for (std::size_t vi = 0; vi < vars.size(); ++vi) {
-        const Attn& at = vars[vi].second;
-        const std::string &sk = names[2 * vi], &ck = names[2 * vi + 1];
-        auto step = [&](int i, bool split_pdl, bool combine_pdl) {
-          mod.launch(sk, dim3(B, HKV, at.nsplit), 128,
-                     {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml}, at.smem(),
-                     split_pdl);
-          mod.launch(ck, dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out}, 0, combine_pdl);
-        };
-        if (vi == 0)
-          attn_row("attn_split+combine alone", shape, median_us([&](int i) { step(i, false, false); }), bytes);
-        attn_row(("attn_split+combine PDL" + vars[vi].first).c_str(), shape,
-                 median_us([&](int i) { step(i, i % kBatch != 0, true); }, 30, 5, kBatch), bytes);
-      }
+      // The plan's kernels one split + combine at a time on an idle stream, then every variant
+      // chained with PDL.
+      attn_row("attn_split+combine alone", shape, median_us([&](int i) {
+                 mod.launch(plan.split_kernel(1), dim3(B, HKV, plan.nsplit), 128,
+                            {m.q, m.pos, m.seq, m.pt, m.kv_layer(i % copies), m.po, m.pml},
+                            plan.smem());
+                 mod.launch(plan.combine_kernel(), dim3(B, HQ), D, {m.po, m.pml, m.pos, m.out});
+               }),
+               bytes);
+      for (const auto& [label, at] : vars)
+        attn_row(("attn_split+combine PDL" + label).c_str(), shape,
+                 attn_chain_us(mod, at, m, B, at.nsplit, copies), bytes);
       for (const Attn& base : {plan, plan512}) {
         const Attn a = base.planned_for(B);
         const int z = attn_grid_slots(B, HKV, a.nsplit);
