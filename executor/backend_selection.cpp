@@ -79,8 +79,13 @@ void register_gpu_backend(GpuBackendFactory factory) {
 }
 
 std::unique_ptr<ModelBackend> make_backend(std::shared_ptr<const Artifact> artifact,
-                                           EngineChoice choice, std::ostream& log) {
-  if (choice == EngineChoice::Cpu) return std::make_unique<CpuReferenceModel>(std::move(artifact));
+                                           EngineChoice choice, std::ostream& log,
+                                           const RuntimeLimits& limits) {
+  const int kv_pages = resolve_runtime_limits(*artifact, limits).kv_pages;
+  if (const std::string summary = runtime_limits_summary(*artifact, limits); !summary.empty())
+    log << "telos-run: " << summary << "\n";
+  if (choice == EngineChoice::Cpu)
+    return std::make_unique<CpuReferenceModel>(std::move(artifact), kv_pages);
 
   std::string why_not;
   std::optional<GpuDevice> gpu = detect_gpu(&why_not);
@@ -89,11 +94,11 @@ std::unique_ptr<ModelBackend> make_backend(std::shared_ptr<const Artifact> artif
     if (choice == EngineChoice::Auto)
       log << "telos-run: using the GPU engine on GPU 0 (" << gpu->name << ", " << gpu->arch
           << ")\n";
-    return gpu_backend_factory()(std::move(artifact), *gpu);
+    return gpu_backend_factory()(std::move(artifact), *gpu, kv_pages);
   }
   if (choice == EngineChoice::Gpu) fail("--engine gpu: " + why_not + "; use --engine cpu");
   log << "telos-run: " << why_not << "; using the CPU reference engine\n";
-  return std::make_unique<CpuReferenceModel>(std::move(artifact));
+  return std::make_unique<CpuReferenceModel>(std::move(artifact), kv_pages);
 }
 
 }  // namespace telos::exec

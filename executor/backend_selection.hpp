@@ -10,6 +10,7 @@
 
 #include "executor/artifact.hpp"
 #include "executor/model_backend.hpp"
+#include "executor/runtime_limits.hpp"
 
 namespace telos::exec {
 
@@ -27,8 +28,9 @@ std::optional<GpuDevice> detect_gpu(std::string* why_not);
 
 // The GPU engine lives in its own library (executor/gpu/, which links this one), so a program
 // that links it hands its constructor in here at start-up; make_backend then uses it.
+// `kv_pages`: the pool's pages (RuntimeLimits; 0: the artifact's kv_pool).
 using GpuBackendFactory = std::function<std::unique_ptr<ModelBackend>(
-    std::shared_ptr<const Artifact> artifact, const GpuDevice& device)>;
+    std::shared_ptr<const Artifact> artifact, const GpuDevice& device, int kv_pages)>;
 void register_gpu_backend(GpuBackendFactory factory);
 
 // Artifact::load(dir) for a subcommand that then calls make_backend(…, choice, …): unless choice
@@ -40,7 +42,10 @@ std::shared_ptr<const Artifact> load_artifact(const std::string& dir, EngineChoi
 // artifact has kernels for it and a GPU engine is registered, else the CPU reference engine, and
 // says on `log` which it took and why. Throws telos::Error when --engine gpu cannot be honoured
 // (no GPU, the artifact targets another architecture, no kernels, no GPU engine in this build).
+// `limits` (the same the engine then takes, EngineOptions::limits) are checked against the
+// artifact first, said on `log` when any is set, and the backend's KV pool takes their kv_pages.
 std::unique_ptr<ModelBackend> make_backend(std::shared_ptr<const Artifact> artifact,
-                                           EngineChoice choice, std::ostream& log);
+                                           EngineChoice choice, std::ostream& log,
+                                           const RuntimeLimits& limits = {});
 
 }  // namespace telos::exec

@@ -75,6 +75,7 @@ struct BenchOptions {
     return p;
   }();
   EngineChoice engine = EngineChoice::Auto;
+  RuntimeLimits limits;
 };
 
 double seconds(Clock::duration d) {
@@ -369,20 +370,22 @@ nlohmann::json ttft_run(Engine& engine, const SamplingParams& sampling, int prom
   return {{"prompt_len", prompt_len}, {"ttft_s", quantile(ttft, 0.5)}};
 }
 
+// Against the limits in force: the artifact's, or those set at start (--max-batch, --max-seq-len).
 void check_flags(const BenchOptions& o, const Artifact& a) {
-  const ServingConfig& s = a.serving();
+  const RuntimeLimits r = resolve_runtime_limits(a, o.limits);
+  const std::string max_batch =
+      describe_limit("--max-batch", "max_batch", r.max_batch, o.limits.max_batch > 0);
+  const std::string max_seq_len =
+      describe_limit("--max-seq-len", "max_seq_len", r.max_seq_len, o.limits.max_seq_len > 0);
   for (int b : o.batches)
-    if (b > s.max_batch)
-      fail("bench: --batch " + std::to_string(b) + " is above the artifact's max_batch " +
-           std::to_string(s.max_batch));
-  if (o.prompt_len + o.gen > s.max_seq_len)
+    if (b > r.max_batch) fail("bench: --batch " + std::to_string(b) + " is above " + max_batch);
+  if (o.prompt_len + o.gen > r.max_seq_len)
     fail("bench: --prompt-len " + std::to_string(o.prompt_len) + " plus --gen " +
-         std::to_string(o.gen) + " is above the artifact's max_seq_len " +
-         std::to_string(s.max_seq_len));
+         std::to_string(o.gen) + " is above " + max_seq_len);
   for (int l : o.ttft)
-    if (l + 1 > s.max_seq_len)
-      fail("bench: --ttft " + std::to_string(l) + " leaves no room for a token within the "
-           "artifact's max_seq_len " + std::to_string(s.max_seq_len));
+    if (l + 1 > r.max_seq_len)
+      fail("bench: --ttft " + std::to_string(l) + " leaves no room for a token within " +
+           max_seq_len);
 }
 
 std::string fixed(double v, int digits) {
@@ -517,7 +520,7 @@ int run_bench(const BenchOptions& o) {
   const double artifact_checked = seconds(Clock::now() - kProcessStart);
   check_flags(o, *artifact);
   validate(o.sampling, artifact->model().vocab_size, "bench");
-  std::unique_ptr<ModelBackend> backend = make_backend(artifact, o.engine, std::cerr);
+  std::unique_ptr<ModelBackend> backend = make_backend(artifact, o.engine, std::cerr, o.limits);
   const std::string engine_name = backend->name();
   GpuStepExecutor* gpu = dynamic_cast<GpuStepExecutor*>(backend.get());
   if (o.profile && !gpu) fail("bench: --profile needs the gpu engine");
@@ -526,6 +529,7 @@ int run_bench(const BenchOptions& o) {
   // Invariant checks cost host time per step: a benchmark measures the engine without them.
   options.check_invariants = false;
   options.overlap_steps = !o.no_overlap;
+  options.limits = o.limits;
   std::unique_ptr<Engine> engine = Engine::create(artifact, std::move(backend), options);
   const double load = seconds(Clock::now() - kProcessStart);
 
@@ -617,6 +621,7 @@ void add_bench_command(CLI::App& app, std::function<int()>& run) {
                 "Wait for each step before scheduling the next (the engine's synchronous loop, for "
                 "comparison)");
   add_engine_option(*cmd, o->engine);
+  add_limit_options(*cmd, o->limits);
   cmd->callback([o, &run] { run = [o] { return run_bench(*o); }; });
 }
 

@@ -3,10 +3,12 @@
 // `run` to the function main calls; the function returns the exit code (see kExitCodes). The HTTP
 // server adds `serve` the same way (executor/server/serve_command.hpp, add_serve_command).
 #include <CLI/CLI.hpp>
+#include <climits>
 #include <functional>
 #include <string>
 
 #include "executor/backend_selection.hpp"
+#include "executor/runtime_limits.hpp"
 
 namespace telos::exec {
 
@@ -33,6 +35,25 @@ inline void add_engine_option(CLI::App& command, EngineChoice& choice) {
           "gpu or cpu (default: gpu when a supported GPU and the artifact's kernels are present, "
           "else cpu, said on stderr)")
       ->check(CLI::IsMember({"gpu", "cpu"}));
+}
+
+// --max-batch, --max-seq-len and --kv-pages: the runtime limits (runtime_limits.hpp), the same on
+// every subcommand that runs a model.
+inline void add_limit_options(CLI::App& command, RuntimeLimits& limits) {
+  command
+      .add_option("--max-batch", limits.max_batch,
+                  "Sequences a step, at most the artifact's serving.max_batch (default: that)")
+      ->check(CLI::Range(1, INT_MAX));
+  command
+      .add_option("--max-seq-len", limits.max_seq_len,
+                  "Prompt plus generated tokens of one request, at most the artifact's "
+                  "serving.max_seq_len (default: that)")
+      ->check(CLI::Range(1, INT_MAX));
+  command
+      .add_option("--kv-pages", limits.kv_pages,
+                  "Pages of the KV pool, at most the artifact's serving.kv_pool.pages where it "
+                  "fixes them (default: the artifact's pool)")
+      ->check(CLI::Range(1, INT_MAX));
 }
 
 }  // namespace telos::exec

@@ -108,10 +108,15 @@ std::unique_ptr<Engine> Engine::create(std::shared_ptr<const Artifact> artifact,
 }
 
 namespace {
-SchedulerLimits limits_from(const Artifact& a) {
+// The scheduler's limits: the artifact's, with the runtime limits set at start (each checked
+// against the artifact's maximum).
+SchedulerLimits limits_from(const Artifact& a, const RuntimeLimits& asked) {
   const ServingConfig& s = a.serving();
-  return SchedulerLimits{s.max_batch,     s.max_seq_len,    s.kv_page_size,
-                         s.prefill_chunk, s.decode_buckets, s.prefill_buckets};
+  const RuntimeLimits r = resolve_runtime_limits(a, asked);
+  SchedulerLimits l{r.max_batch,     r.max_seq_len,    s.kv_page_size,
+                    s.prefill_chunk, s.decode_buckets, s.prefill_buckets};
+  l.max_seq_len_set_at_start = asked.max_seq_len > 0;
+  return l;
 }
 }  // namespace
 
@@ -120,12 +125,16 @@ Engine::Engine(std::shared_ptr<const Artifact> artifact, std::unique_ptr<ModelBa
     : artifact_(std::move(artifact)),
       backend_(std::move(backend)),
       options_(options),
-      limits_(limits_from(*artifact_)),
+      limits_(limits_from(*artifact_, options_.limits)),
       pool_(backend_->num_kv_pages()),
       scheduler_(limits_, pool_) {
   backend_->set_step_timing(options_.record_step_timings);
   if (backend_->vocab_size() != artifact_->model().vocab_size)
     fail("engine: the " + backend_->name() + " backend was built for another artifact");
+  if (options_.limits.kv_pages > 0 && pool_.num_pages() != options_.limits.kv_pages)
+    fail("engine: the " + backend_->name() + " backend's KV pool has " +
+         std::to_string(pool_.num_pages()) + " pages where the runtime limits ask for " +
+         std::to_string(options_.limits.kv_pages) + " (make_backend takes the same limits)");
   stats_.backend = backend_->name();
   stats_.kv_page_size = limits_.page_size;
   stats_.kv_pages_total = pool_.num_pages();

@@ -61,6 +61,7 @@
 
 #include "executor/artifact.hpp"
 #include "executor/model_backend.hpp"
+#include "executor/runtime_limits.hpp"
 #include "executor/sampler.hpp"
 #include "executor/scheduler.hpp"
 
@@ -198,6 +199,9 @@ struct EngineOptions {
   // Launch step N+1 before waiting for step N where the backend can feed it (see above); false:
   // always wait first (telos-run bench --no-overlap compares the two).
   bool overlap_steps = true;
+  // Limits set at start, at most the artifact's (runtime_limits.hpp; all 0: the artifact's). The
+  // backend must have been built with the same kv_pages (make_backend).
+  RuntimeLimits limits;
 };
 
 class Engine {
@@ -232,6 +236,7 @@ class Engine {
   std::vector<StepTiming> take_step_timings();
   const Artifact& artifact() const { return *artifact_; }
   int max_seq_len() const { return limits_.max_seq_len; }
+  int max_batch() const { return limits_.max_batch; }
 
  private:
   Engine(std::shared_ptr<const Artifact> artifact, std::unique_ptr<ModelBackend> backend,

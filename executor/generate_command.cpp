@@ -26,6 +26,7 @@ struct GenerateOptions {
   bool json = false;
   bool dump_logits = false;
   EngineChoice engine = EngineChoice::Auto;
+  RuntimeLimits limits;
 };
 
 std::vector<std::int32_t> parse_ids(const std::string& text, const std::string& option) {
@@ -95,8 +96,10 @@ int run_generate(const GenerateOptions& o) {
     }
   }
 
+  EngineOptions options;
+  options.limits = o.limits;
   std::unique_ptr<Engine> engine =
-      Engine::create(artifact, make_backend(artifact, o.engine, std::cerr));
+      Engine::create(artifact, make_backend(artifact, o.engine, std::cerr, o.limits), options);
   std::vector<RequestHandle> handles;
   for (GenerationRequest& r : requests) handles.push_back(engine->submit(std::move(r)));
 
@@ -183,6 +186,7 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   // prompt's last-position logits) to each JSON object.
   cmd->add_flag("--dump-logits", o->dump_logits)->group("");
   add_engine_option(*cmd, o->engine);
+  add_limit_options(*cmd, o->limits);
   cmd->callback([o, &run] { run = [o] { return run_generate(*o); }; });
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "executor/runtime_limits.hpp"
 #include "support/error.hpp"
 
 namespace telos::exec {
@@ -26,8 +27,9 @@ void Scheduler::check_fits(const SchedulerLimits& limits, int pool_pages, const 
   const long long total = static_cast<long long>(prompt_len) + max_new_tokens;
   if (total > limits.max_seq_len)
     fail(who + ": the prompt of " + std::to_string(prompt_len) + " tokens plus max_tokens " +
-         std::to_string(max_new_tokens) + " exceeds the artifact's max_seq_len " +
-         std::to_string(limits.max_seq_len));
+         std::to_string(max_new_tokens) + " exceeds " +
+         describe_limit("--max-seq-len", "max_seq_len", limits.max_seq_len,
+                        limits.max_seq_len_set_at_start));
   const long long pages = (total + limits.page_size - 1) / limits.page_size;
   if (pages > pool_pages)
     fail(who + ": needs " + std::to_string(pages) + " KV pages, more than the whole pool of " +

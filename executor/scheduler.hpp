@@ -43,6 +43,9 @@ struct SchedulerLimits {
   int token_budget = 0;              // tokens per step (serving.prefill_chunk)
   std::vector<int> decode_buckets;   // ascending; the largest >= max_batch
   std::vector<int> prefill_buckets;  // ascending; the largest >= token_budget
+  // max_seq_len was set when telos-run started (RuntimeLimits), below the artifact's: messages
+  // name the option instead of the artifact's field.
+  bool max_seq_len_set_at_start = false;
 };
 
 // One sequence's share of a step. The spans point into the scheduler and stay valid until the

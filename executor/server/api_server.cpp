@@ -583,7 +583,7 @@ void ApiServer::State::install_routes() {
              json card = {
                  {"id", options.served_model_name}, {"object", "model"},
                  {"created", unix_seconds()},       {"owned_by", "telos"},
-                 {"root", a.model().name},          {"max_model_len", a.serving().max_seq_len}};
+                 {"root", a.model().name},          {"max_model_len", model.engine->max_seq_len()}};
              res.set_content(dump({{"object", "list"}, {"data", json::array({card})}}),
                              "application/json");
            }));

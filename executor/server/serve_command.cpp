@@ -27,6 +27,7 @@ struct ServeOptions {
   std::string artifact;
   ServerOptions server;
   EngineChoice engine = EngineChoice::Auto;
+  RuntimeLimits limits;
 };
 
 int run_serve(const ServeOptions& o) {
@@ -51,8 +52,10 @@ int run_serve(const ServeOptions& o) {
     chat_template = ChatTemplate::load_if_present((dir / "tokenizer_config.json").string());
   }
 
+  EngineOptions options;
+  options.limits = o.limits;
   std::unique_ptr<Engine> engine =
-      Engine::create(artifact, make_backend(artifact, o.engine, std::cerr));
+      Engine::create(artifact, make_backend(artifact, o.engine, std::cerr, o.limits), options);
   ApiServer server(
       {engine.get(), tokenizer ? &*tokenizer : nullptr, chat_template ? &*chat_template : nullptr},
       o.server);
@@ -107,6 +110,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "Completion and chat requests served at once, more get 429 (default 128)")
       ->check(CLI::Range(1, 4096));
   add_engine_option(*cmd, o->engine);
+  add_limit_options(*cmd, o->limits);
   cmd->callback([o, &run] { run = [o] { return run_serve(*o); }; });
 }
 

@@ -7,13 +7,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <mutex>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <iostream>
+#include <mutex>
 #include <random>
 #include <thread>
 
+#include "executor/backend_selection.hpp"
 #include "executor/cpu_reference_model.hpp"
 #include "support/error.hpp"
 #include "test/executor/tiny_artifact.hpp"
@@ -262,6 +264,116 @@ TEST(Engine, RejectsRequestsThatCanNeverRunWithClearErrors) {
   const Result r = collect(engine->submit(open));
   EXPECT_EQ(r.finish, FinishReason::Length);
   EXPECT_EQ(r.ids.size(), 62u);
+}
+
+// A CPU backend that records the most sequences any step held.
+class CountingSequences : public CpuReferenceModel {
+ public:
+  using CpuReferenceModel::CpuReferenceModel;
+  void forward(const Step& step, std::vector<float>& logits) override {
+    most = std::max(most, static_cast<int>(step.sequences.size()));
+    CpuReferenceModel::forward(step, logits);
+  }
+  int most = 0;
+};
+
+// The message of the telos::Error `f` throws, or "(no error)".
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Runtime limits below the artifact's (4 sequences, 64 tokens, 64 pages of 4): the steps hold at
+// most max_batch sequences, requests past max_seq_len are refused naming the option, the pool has
+// kv_pages pages, and every request's tokens are those of the engine without limits.
+TEST(Engine, RuntimeLimitsBelowTheArtifactsHold) {
+  auto artifact = tiny_artifact({}, "limits");
+  EngineOptions options = checked_options();
+  options.limits = {.max_batch = 1, .max_seq_len = 40, .kv_pages = 12};
+  auto backend = make_backend(artifact, EngineChoice::Cpu, std::cerr, options.limits);
+  EXPECT_EQ(backend->num_kv_pages(), 12);
+  auto counting = std::make_unique<CountingSequences>(artifact, 12);
+  CountingSequences* seen = counting.get();
+  auto limited = Engine::create(artifact, std::move(counting), options);
+  EXPECT_EQ(limited->max_batch(), 1);
+  EXPECT_EQ(limited->max_seq_len(), 40);
+  EXPECT_EQ(limited->stats().kv_pages_total, 12);
+  auto unlimited = make_engine({}, "limits-none");
+  EXPECT_EQ(unlimited->max_batch(), 4);
+  const std::vector<Result> a = run_all(*limited, 1.0f), b = run_all(*unlimited, 1.0f);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].finish, FinishReason::Length) << i;
+    EXPECT_EQ(a[i].ids, b[i].ids) << "request " << i;
+  }
+  EXPECT_EQ(seen->most, 1);
+  // 23 prompt tokens + 20 pass the artifact's 64 but not 40.
+  EXPECT_NE(error_of([&] {
+              limited->submit(request(kPrompts[2], 20, 0, 1));
+            }).find("the prompt of 23 tokens plus max_tokens 20 exceeds --max-seq-len 40"),
+            std::string::npos);
+  // Without max_tokens a request runs to the limit, not to the artifact's max_seq_len.
+  GenerationRequest open = request({1, 2, 3, 4}, 4, 0, 1);
+  open.sampling.max_tokens.reset();
+  EXPECT_EQ(collect(limited->submit(open)).ids.size(), 36u);
+  limited->wait_idle();
+  EXPECT_EQ(limited->stats().kv_pages_used, 0);
+}
+
+TEST(Engine, RuntimeLimitsPastTheArtifactsAreRefused) {
+  auto artifact = tiny_artifact({}, "limits-refused");
+  auto refused = [&](RuntimeLimits limits) {
+    return error_of([&] { resolve_runtime_limits(*artifact, limits); });
+  };
+  EXPECT_EQ(
+      refused({.max_batch = 5}),
+      "--max-batch 5 is above the artifact's serving.max_batch 4 (the most it was compiled for)");
+  EXPECT_EQ(refused({.max_seq_len = 65}),
+            "--max-seq-len 65 is above the artifact's serving.max_seq_len 64 (the most it was "
+            "compiled for)");
+  EXPECT_EQ(refused({.kv_pages = 65}),
+            "--kv-pages 65 is above the artifact's serving.kv_pool.pages 64 (the most it was "
+            "compiled for)");
+  EXPECT_EQ(refused({.max_batch = -1}), "--max-batch -1: expected at least 1");
+  EXPECT_EQ(refused({.max_batch = 4, .max_seq_len = 64, .kv_pages = 64}), "(no error)");
+  const RuntimeLimits artifacts = resolve_runtime_limits(*artifact, {});
+  EXPECT_EQ(artifacts.max_batch, 4);
+  EXPECT_EQ(artifacts.max_seq_len, 64);
+  EXPECT_EQ(artifacts.kv_pages, 64);
+  // The same checks guard the engine and the backend.
+  EngineOptions options = checked_options();
+  options.limits.max_batch = 5;
+  EXPECT_NE(error_of([&] {
+              Engine::create(artifact, std::make_unique<CpuReferenceModel>(artifact), options);
+            }).find("--max-batch 5 is above"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              make_backend(artifact, EngineChoice::Cpu, std::cerr, options.limits);
+            }).find("--max-batch 5 is above"),
+            std::string::npos);
+  // A pool chosen at start must hold one max_seq_len sequence (64 tokens: 16 pages), or the limits
+  // would admit requests that can never run; a backend whose pool is not the limits' was built for
+  // other limits.
+  EXPECT_EQ(
+      refused({.kv_pages = 15}),
+      "--kv-pages 15 cannot hold one sequence of the artifact's max_seq_len 64 (16 pages of 4 "
+      "positions): lower --max-seq-len or raise --kv-pages");
+  EXPECT_EQ(refused({.max_seq_len = 61, .kv_pages = 15}),
+            "--kv-pages 15 cannot hold one sequence of --max-seq-len 61 (16 pages of 4 positions): "
+            "lower --max-seq-len or raise --kv-pages");
+  options.limits = {.max_seq_len = 60, .kv_pages = 15};
+  EXPECT_EQ(error_of([&] {
+              Engine::create(artifact, std::make_unique<CpuReferenceModel>(artifact, 15), options);
+            }),
+            "(no error)");
+  EXPECT_NE(error_of([&] {
+              Engine::create(artifact, std::make_unique<CpuReferenceModel>(artifact, 20), options);
+            }).find("KV pool has 20 pages where the runtime limits ask for 15"),
+            std::string::npos);
 }
 
 TEST(Engine, ShutdownCancelsWhatIsLeft) {
