@@ -81,7 +81,8 @@ void register_gpu_backend(GpuBackendFactory factory) {
 std::unique_ptr<ModelBackend> make_backend(std::shared_ptr<const Artifact> artifact,
                                            EngineChoice choice, std::ostream& log,
                                            const RuntimeLimits& limits) {
-  const int kv_pages = resolve_runtime_limits(*artifact, limits).kv_pages;
+  const RuntimeLimits resolved = resolve_runtime_limits(*artifact, limits);
+  const int kv_pages = resolved.kv_pages;
   if (const std::string summary = runtime_limits_summary(*artifact, limits); !summary.empty())
     log << "telos-run: " << summary << "\n";
   if (choice == EngineChoice::Cpu)
@@ -94,7 +95,7 @@ std::unique_ptr<ModelBackend> make_backend(std::shared_ptr<const Artifact> artif
     if (choice == EngineChoice::Auto)
       log << "telos-run: using the GPU engine on GPU 0 (" << gpu->name << ", " << gpu->arch
           << ")\n";
-    return gpu_backend_factory()(std::move(artifact), *gpu, kv_pages);
+    return gpu_backend_factory()(std::move(artifact), *gpu, resolved);
   }
   if (choice == EngineChoice::Gpu) fail("--engine gpu: " + why_not + "; use --engine cpu");
   log << "telos-run: " << why_not << "; using the CPU reference engine\n";

@@ -28,9 +28,11 @@ std::optional<GpuDevice> detect_gpu(std::string* why_not);
 
 // The GPU engine lives in its own library (executor/gpu/, which links this one), so a program
 // that links it hands its constructor in here at start-up; make_backend then uses it.
-// `kv_pages`: the pool's pages (RuntimeLimits; 0: the artifact's kv_pool).
+// `limits`: the runtime limits, resolved (resolve_runtime_limits): the pool's pages (0: the
+// artifact's memory fraction) and the sequences a step.
 using GpuBackendFactory = std::function<std::unique_ptr<ModelBackend>(
-    std::shared_ptr<const Artifact> artifact, const GpuDevice& device, int kv_pages)>;
+    std::shared_ptr<const Artifact> artifact, const GpuDevice& device,
+    const RuntimeLimits& limits)>;
 void register_gpu_backend(GpuBackendFactory factory);
 
 // Artifact::load(dir) for a subcommand that then calls make_backend(…, choice, …): unless choice

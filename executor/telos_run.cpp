@@ -16,17 +16,18 @@
 int main(int argc, char** argv) {
   using namespace telos::exec;
 #ifdef TELOS_RUN_HAS_GPU_ENGINE
-  register_gpu_backend(
-      [](std::shared_ptr<const Artifact> artifact, const GpuDevice& device, int kv_pages) {
-        GpuExecutorOptions options;
-        options.device = device.index;
-        options.kv_pages = kv_pages;
-        // The load log (upload, graph capture, memory report) on stderr, with a progress line when
-        // someone watches it.
-        options.log = &std::cerr;
-        options.progress = ::isatty(STDERR_FILENO) != 0;
-        return std::make_unique<GpuStepExecutor>(std::move(artifact), options);
-      });
+  register_gpu_backend([](std::shared_ptr<const Artifact> artifact, const GpuDevice& device,
+                          const RuntimeLimits& limits) {
+    GpuExecutorOptions options;
+    options.device = device.index;
+    options.kv_pages = limits.kv_pages;
+    options.max_batch = limits.max_batch;
+    // The load log (upload, graph capture, memory report) on stderr, with a progress line when
+    // someone watches it.
+    options.log = &std::cerr;
+    options.progress = ::isatty(STDERR_FILENO) != 0;
+    return std::make_unique<GpuStepExecutor>(std::move(artifact), options);
+  });
 #endif
   CLI::App app{"telos-run: run a compiled Telos artifact", "telos-run"};
   app.footer(kExitCodes);

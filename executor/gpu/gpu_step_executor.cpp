@@ -702,14 +702,26 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   }
 
   // Launch programs, captured two graphs per bucket (one per step parity) in manifest order
-  // (largest first).
-  for (const auto& bj : programs.at("buckets")) {
-    State::Bucket b;
-    b.kind = bj.at("kind").get<std::string>();
-    b.decode = b.kind == "decode";
+  // (largest first); under a runtime max_batch, not the decode buckets no step can choose.
+  const auto shape_of = [](const nlohmann::json& bj) {
+    BucketShape b;
+    b.decode = bj.at("kind").get<std::string>() == "decode";
     b.size = json_int(bj, "size", "programs.buckets[]");
     b.tokens = json_int(bj, "tokens", "programs.buckets[]");
     b.sample_rows = json_int(bj, "sample_rows", "programs.buckets[]");
+    return b;
+  };
+  std::vector<BucketShape> shapes;
+  for (const auto& bj : programs.at("buckets")) shapes.push_back(shape_of(bj));
+  int unreachable = 0;
+  for (const auto& bj : programs.at("buckets")) {
+    if (options.max_batch > 0 && !bucket_reachable(shapes, shape_of(bj), options.max_batch)) {
+      ++unreachable;
+      continue;
+    }
+    State::Bucket b;
+    static_cast<BucketShape&>(b) = shape_of(bj);
+    b.kind = bj.at("kind").get<std::string>();
     const auto& first_args = bj.at("launches").at(0).at("args");
     s.feeds = s.feeds && std::find(first_args.begin(), first_args.end(), "buf:sampled") != first_args.end();
     // The tokens reach the host only through the sample kernel's `host:sampled`.
@@ -773,7 +785,12 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
       *options.log << "telos-run: captured " << 2 * s.buckets.size()
                    << " graphs (2 per bucket, one per step parity) in " << std::fixed
                    << std::setprecision(1) << seconds_since(started) * 1e3 << " ms, "
-                   << mib(s.graph_bytes) << " of graph memory:" << times.str() << "\n"
+                   << mib(s.graph_bytes) << " of graph memory:" << times.str()
+                   << (unreachable > 0 ? " (" + std::to_string(unreachable) +
+                                             " decode buckets past --max-batch " +
+                                             std::to_string(options.max_batch) + " not loaded)"
+                                       : std::string())
+                   << "\n"
                    << std::defaultfloat;
   }
   check(cudaStreamSynchronize(s.stream), "load");

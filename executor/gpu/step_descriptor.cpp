@@ -155,4 +155,14 @@ int choose_bucket(std::span<const BucketShape> buckets, const Step& step, int sa
   return best;
 }
 
+bool bucket_reachable(std::span<const BucketShape> buckets, const BucketShape& bucket,
+                      int runtime_max_batch) {
+  if (!bucket.decode) return true;
+  // The smallest decode bucket that holds runtime_max_batch sequences, if any does.
+  int holds = -1;
+  for (const BucketShape& b : buckets)
+    if (b.decode && b.size >= runtime_max_batch && (holds < 0 || b.size < holds)) holds = b.size;
+  return holds < 0 || bucket.size <= holds;
+}
+
 }  // namespace telos::exec

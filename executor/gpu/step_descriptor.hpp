@@ -92,6 +92,13 @@ struct BucketShape {
 int choose_bucket(std::span<const BucketShape> buckets, const Step& step, int sampling_rows,
                   int max_batch);
 
+// Whether choose_bucket can pick `bucket` when no step holds more than `runtime_max_batch`
+// sequences (a limit set at start, RuntimeLimits): a decode bucket larger than the smallest one
+// that holds runtime_max_batch never is (choose_bucket takes the smallest decode bucket that
+// fits), so the engine neither loads nor captures it; prefill buckets always can be.
+bool bucket_reachable(std::span<const BucketShape> buckets, const BucketShape& bucket,
+                      int runtime_max_batch);
+
 // Step parity (docs/artifact.md, "Step parity"): the device holds two step descriptors and the
 // host two pinned token buffers, and the step launched N-th uses copy N % 2, so that a step's
 // descriptor upload runs beside the other step's graph instead of between the graphs. The copy

@@ -387,6 +387,71 @@ TEST_P(GpuModel, EngineSamplesGreedyOnTheDeviceLikeTheHost) {
   report(model + ": engine median idle gap, host per decode step", buf, true);
 }
 
+// The number in memory_report()'s "(N graphs: M buckets" (the buckets loaded).
+int buckets_loaded(const GpuStepExecutor& ex) {
+  const std::string r = ex.memory_report();
+  const std::size_t at = r.find(" graphs: ");
+  return at == std::string::npos ? -1 : std::atoi(r.c_str() + at + 9);
+}
+
+// Runtime limits set at start (RuntimeLimits: --max-batch 2, --kv-pages 64): the executor loads
+// no decode bucket past the smallest that holds 2 sequences, and every golden case, greedy, in one
+// batch gets the tokens the engine without limits gives it.
+TEST_P(GpuModel, EngineUnderRuntimeLimitsLoadsFewerBucketsSameTokens) {
+  TELOS_SKIP_WITHOUT_GPU();
+  const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
+  if (dir.empty())
+    GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory of tiny-model artifacts";
+  const std::string model = GetParam();
+  const auto art = Artifact::load(dir + "/" + model + ".telos");
+  const std::vector<GoldenCase> cases = load_golden(model);
+  auto full_ex = std::make_unique<GpuStepExecutor>(art, GpuExecutorOptions{.kv_pages = kPoolPages});
+  auto limited_ex =
+      std::make_unique<GpuStepExecutor>(art, GpuExecutorOptions{.kv_pages = 64, .max_batch = 2});
+  int decode_buckets = 0, decode_buckets_within = 0;
+  for (int size : art->serving().decode_buckets) {
+    ++decode_buckets;
+    decode_buckets_within += size <= 2 ? 1 : 0;
+  }
+  const int full_buckets = buckets_loaded(*full_ex), limited_buckets = buckets_loaded(*limited_ex);
+  report(model + ": buckets loaded, all / under --max-batch 2",
+         std::to_string(full_buckets) + " / " + std::to_string(limited_buckets),
+         full_buckets - limited_buckets == decode_buckets - decode_buckets_within);
+  EXPECT_EQ(full_buckets - limited_buckets, decode_buckets - decode_buckets_within);
+  EngineOptions limited_options = checked_timed_options();
+  limited_options.limits = {.max_batch = 2, .kv_pages = 64};
+  auto full = Engine::create(art, std::move(full_ex), checked_timed_options());
+  auto limited = Engine::create(art, std::move(limited_ex), limited_options);
+  auto run = [&](Engine& engine) {
+    std::vector<RequestHandle> handles;
+    for (const GoldenCase& c : cases) {
+      GenerationRequest r;
+      r.prompt = c.prompt;
+      r.sampling.temperature = 0;
+      r.sampling.ignore_eos = true;
+      r.sampling.max_tokens = static_cast<int>(c.greedy.size());
+      handles.push_back(engine.submit(std::move(r)));
+    }
+    std::vector<std::vector<std::int32_t>> ids(cases.size());
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+      RequestEvent e;
+      while (handles[i]->next(e))
+        if (e.token) ids[i].push_back(e.token->token);
+    }
+    return ids;
+  };
+  const auto a = run(*full), b = run(*limited);
+  report(model + ": engine greedy, no limits vs --max-batch 2", a == b ? "identical" : "differ",
+         a == b);
+  EXPECT_EQ(a, b);
+  int most = 0;
+  for (const StepTiming& t : limited->take_step_timings()) most = std::max(most, t.sequences);
+  EXPECT_LE(most, 2);
+  limited->wait_idle();
+  EXPECT_EQ(limited->stats().kv_pages_used, 0);
+  EXPECT_EQ(limited->stats().kv_pages_total, 64);
+}
+
 // Through the engine, requests with a temperature, top_k and top_p are drawn by the device's sample
 // kernel (draws_on_device): each golden case's tokens are the same alone and in a batch with the
 // others and with a request the host samples (top_p with min_p); the draws are not the greedy

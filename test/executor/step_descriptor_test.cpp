@@ -347,6 +347,38 @@ TEST(ChooseBucket, DecodeBucketsTakeGeneratedTokensOnly) {
   EXPECT_THROW(choose_bucket(buckets, step, 1, 4), Error);
 }
 
+// Under a runtime max_batch, decode buckets past the smallest that holds it are never chosen:
+// checked against choose_bucket itself for every step size up to the limit.
+TEST(ChooseBucket, BucketsPastTheRuntimeMaxBatchAreUnreachable) {
+  std::vector<BucketShape> buckets = {{false, 8, 64, 8}, {false, 8, 16, 8}};
+  for (int size : {8, 4, 2, 1}) buckets.push_back({true, size, size, size});
+  auto reachable = [&](int max_batch) {
+    std::vector<int> sizes;
+    for (const BucketShape& b : buckets)
+      if (bucket_reachable(buckets, b, max_batch)) sizes.push_back(b.decode ? b.size : -b.tokens);
+    return sizes;
+  };
+  EXPECT_EQ(reachable(8), (std::vector<int>{-64, -16, 8, 4, 2, 1}));
+  EXPECT_EQ(reachable(3), (std::vector<int>{-64, -16, 4, 2, 1}));
+  EXPECT_EQ(reachable(4), (std::vector<int>{-64, -16, 4, 2, 1}));
+  EXPECT_EQ(reachable(1), (std::vector<int>{-64, -16, 1}));
+  const std::vector<std::int32_t> ids(8, 7);
+  for (int max_batch = 1; max_batch <= 8; ++max_batch)
+    for (int n = 1; n <= max_batch; ++n) {
+      Step step;
+      for (int i = 0; i < n; ++i) {
+        ScheduledSequence q;
+        q.first_position = 9;
+        q.tokens = std::span<const std::int32_t>(ids).first(1);
+        q.prompt_len = 5;
+        step.sequences.push_back(q);
+      }
+      const BucketShape& chosen =
+          buckets[static_cast<std::size_t>(choose_bucket(buckets, step, n, 8))];
+      EXPECT_TRUE(bucket_reachable(buckets, chosen, max_batch)) << max_batch << " " << n;
+    }
+}
+
 TEST(StepParity, DescriptorFieldsAndHostTokensAreTheStepsOwnCopy) {
   for (int parity : {0, 1})
     for (const auto& launch : kProgram)
