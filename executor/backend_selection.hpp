@@ -29,7 +29,7 @@ std::optional<GpuDevice> detect_gpu(std::string* why_not);
 // The GPU engine lives in its own library (executor/gpu/, which links this one), so a program
 // that links it hands its constructor in here at start-up; make_backend then uses it.
 // `limits`: the runtime limits, resolved (resolve_runtime_limits): the pool's pages (0: the
-// artifact's memory fraction) and the sequences a step.
+// artifact's memory fraction), the sequences and the prompt tokens a step.
 using GpuBackendFactory = std::function<std::unique_ptr<ModelBackend>(
     std::shared_ptr<const Artifact> artifact, const GpuDevice& device,
     const RuntimeLimits& limits)>;

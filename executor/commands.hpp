@@ -37,8 +37,8 @@ inline void add_engine_option(CLI::App& command, EngineChoice& choice) {
       ->check(CLI::IsMember({"gpu", "cpu"}));
 }
 
-// --max-batch, --max-seq-len and --kv-pages: the runtime limits (runtime_limits.hpp), the same on
-// every subcommand that runs a model.
+// --max-batch, --max-seq-len, --kv-pages and --prefill-chunk: the runtime limits
+// (runtime_limits.hpp), the same on every subcommand that runs a model.
 inline void add_limit_options(CLI::App& command, RuntimeLimits& limits) {
   command
       .add_option("--max-batch", limits.max_batch,
@@ -53,6 +53,11 @@ inline void add_limit_options(CLI::App& command, RuntimeLimits& limits) {
       .add_option("--kv-pages", limits.kv_pages,
                   "Pages of the KV pool, at most the artifact's serving.kv_pool.pages where it "
                   "fixes them (default: the artifact's pool)")
+      ->check(CLI::Range(1, INT_MAX));
+  command
+      .add_option("--prefill-chunk", limits.prefill_chunk,
+                  "Prompt tokens a step (the token budget), at most the artifact's "
+                  "serving.prefill_chunk (default: that)")
       ->check(CLI::Range(1, INT_MAX));
 }
 

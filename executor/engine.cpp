@@ -114,7 +114,7 @@ SchedulerLimits limits_from(const Artifact& a, const RuntimeLimits& asked) {
   const ServingConfig& s = a.serving();
   const RuntimeLimits r = resolve_runtime_limits(a, asked);
   SchedulerLimits l{r.max_batch,     r.max_seq_len,    s.kv_page_size,
-                    s.prefill_chunk, s.decode_buckets, s.prefill_buckets};
+                    r.prefill_chunk, s.decode_buckets, s.prefill_buckets};
   l.max_seq_len_set_at_start = asked.max_seq_len > 0;
   return l;
 }

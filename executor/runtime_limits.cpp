@@ -22,6 +22,8 @@ RuntimeLimits resolve_runtime_limits(const Artifact& artifact, const RuntimeLimi
   RuntimeLimits r;
   r.max_batch = resolve("--max-batch", "serving.max_batch", asked.max_batch, s.max_batch);
   r.max_seq_len = resolve("--max-seq-len", "serving.max_seq_len", asked.max_seq_len, s.max_seq_len);
+  r.prefill_chunk =
+      resolve("--prefill-chunk", "serving.prefill_chunk", asked.prefill_chunk, s.prefill_chunk);
   if (s.kv_pool_pages) {
     r.kv_pages = resolve("--kv-pages", "serving.kv_pool.pages", asked.kv_pages, *s.kv_pool_pages);
   } else {
@@ -56,6 +58,7 @@ std::string runtime_limits_summary(const Artifact& artifact, const RuntimeLimits
   auto compiled = [](int v) { return "compiled " + std::to_string(v); };
   add("max_batch", asked.max_batch, compiled(s.max_batch));
   add("max_seq_len", asked.max_seq_len, compiled(s.max_seq_len));
+  add("prefill_chunk", asked.prefill_chunk, compiled(s.prefill_chunk));
   add("kv_pages", asked.kv_pages,
       s.kv_pool_pages ? compiled(*s.kv_pool_pages) : std::string("compiled: a memory fraction"));
   return out;

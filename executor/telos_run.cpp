@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
     options.device = device.index;
     options.kv_pages = limits.kv_pages;
     options.max_batch = limits.max_batch;
+    options.prefill_chunk = limits.prefill_chunk;
     // The load log (upload, graph capture, memory report) on stderr, with a progress line when
     // someone watches it.
     options.log = &std::cerr;

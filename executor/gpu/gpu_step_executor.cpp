@@ -702,7 +702,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   }
 
   // Launch programs, captured two graphs per bucket (one per step parity) in manifest order
-  // (largest first); under a runtime max_batch, not the decode buckets no step can choose.
+  // (largest first); under runtime limits, not the buckets no step can choose.
   const auto shape_of = [](const nlohmann::json& bj) {
     BucketShape b;
     b.decode = bj.at("kind").get<std::string>() == "decode";
@@ -715,7 +715,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   for (const auto& bj : programs.at("buckets")) shapes.push_back(shape_of(bj));
   int unreachable = 0;
   for (const auto& bj : programs.at("buckets")) {
-    if (options.max_batch > 0 && !bucket_reachable(shapes, shape_of(bj), options.max_batch)) {
+    if (!bucket_reachable(shapes, shape_of(bj), options.max_batch, options.prefill_chunk)) {
       ++unreachable;
       continue;
     }
@@ -787,8 +787,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
                    << std::setprecision(1) << seconds_since(started) * 1e3 << " ms, "
                    << mib(s.graph_bytes) << " of graph memory:" << times.str()
                    << (unreachable > 0 ? " (" + std::to_string(unreachable) +
-                                             " decode buckets past --max-batch " +
-                                             std::to_string(options.max_batch) + " not loaded)"
+                                             " buckets past the runtime limits not loaded)"
                                        : std::string())
                    << "\n"
                    << std::defaultfloat;

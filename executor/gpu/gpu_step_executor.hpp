@@ -34,9 +34,9 @@ namespace telos::exec {
 struct GpuExecutorOptions {
   int device = 0;
   int kv_pages = 0;         // 0: the artifact's kv_pool (pages, or memory fraction)
-  // A runtime max_batch (RuntimeLimits): decode buckets no step can then choose are neither
-  // loaded nor captured (bucket_reachable); 0: every bucket.
-  int max_batch = 0;
+  // A runtime max_batch and prefill chunk (RuntimeLimits): buckets no step can then choose are
+  // neither loaded nor captured (bucket_reachable); 0: every bucket.
+  int max_batch = 0, prefill_chunk = 0;
   bool use_graphs = true;   // false: launch kernel by kernel (for debugging tools)
   // Where the load log goes (graph capture times and memory, the memory report); null: nowhere.
   std::ostream* log = nullptr;

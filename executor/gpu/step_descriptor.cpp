@@ -156,13 +156,17 @@ int choose_bucket(std::span<const BucketShape> buckets, const Step& step, int sa
 }
 
 bool bucket_reachable(std::span<const BucketShape> buckets, const BucketShape& bucket,
-                      int runtime_max_batch) {
-  if (!bucket.decode) return true;
-  // The smallest decode bucket that holds runtime_max_batch sequences, if any does.
+                      int runtime_max_batch, int runtime_prefill_chunk) {
+  // A bucket's measure: sequences for decode buckets, tokens for prefill ones.
+  const auto measure = [](const BucketShape& b) { return b.decode ? b.size : b.tokens; };
+  const int limit = bucket.decode ? runtime_max_batch : runtime_prefill_chunk;
+  if (limit <= 0) return true;
+  // The smallest bucket of the kind that holds the limit, if any does.
   int holds = -1;
   for (const BucketShape& b : buckets)
-    if (b.decode && b.size >= runtime_max_batch && (holds < 0 || b.size < holds)) holds = b.size;
-  return holds < 0 || bucket.size <= holds;
+    if (b.decode == bucket.decode && measure(b) >= limit && (holds < 0 || measure(b) < holds))
+      holds = measure(b);
+  return holds < 0 || measure(bucket) <= holds;
 }
 
 }  // namespace telos::exec

@@ -93,11 +93,14 @@ int choose_bucket(std::span<const BucketShape> buckets, const Step& step, int sa
                   int max_batch);
 
 // Whether choose_bucket can pick `bucket` when no step holds more than `runtime_max_batch`
-// sequences (a limit set at start, RuntimeLimits): a decode bucket larger than the smallest one
-// that holds runtime_max_batch never is (choose_bucket takes the smallest decode bucket that
-// fits), so the engine neither loads nor captures it; prefill buckets always can be.
+// sequences nor more than `runtime_prefill_chunk` tokens (limits set at start, RuntimeLimits; 0:
+// none): a decode bucket larger than the smallest one that holds runtime_max_batch never is, nor
+// a prefill bucket larger than the smallest one that holds runtime_prefill_chunk tokens
+// (choose_bucket takes the smallest bucket that fits, and a prefill bucket of T tokens samples
+// min(T, max_batch) rows, all that a step of T tokens can have), so the engine neither loads nor
+// captures them.
 bool bucket_reachable(std::span<const BucketShape> buckets, const BucketShape& bucket,
-                      int runtime_max_batch);
+                      int runtime_max_batch, int runtime_prefill_chunk);
 
 // Step parity (docs/artifact.md, "Step parity"): the device holds two step descriptors and the
 // host two pinned token buffers, and the step launched N-th uses copy N % 2, so that a step's

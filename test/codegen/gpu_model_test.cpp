@@ -10,14 +10,14 @@
 // TELOS_SOURCE_DIR (default: the current directory). Skipped without a Hopper GPU.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
-
-#include <nlohmann/json.hpp>
 
 #include "executor/artifact.hpp"
 #include "executor/engine.hpp"
@@ -394,9 +394,10 @@ int buckets_loaded(const GpuStepExecutor& ex) {
   return at == std::string::npos ? -1 : std::atoi(r.c_str() + at + 9);
 }
 
-// Runtime limits set at start (RuntimeLimits: --max-batch 2, --kv-pages 64): the executor loads
-// no decode bucket past the smallest that holds 2 sequences, and every golden case, greedy, in one
-// batch gets the tokens the engine without limits gives it.
+// Runtime limits set at start (RuntimeLimits: --max-batch 2, --kv-pages 64, --prefill-chunk 16):
+// the executor loads no decode bucket past the smallest that holds 2 sequences nor prefill bucket
+// past the smallest that holds 16 tokens, and every golden case, greedy, in one batch gets the
+// tokens the engine without limits gives it.
 TEST_P(GpuModel, EngineUnderRuntimeLimitsLoadsFewerBucketsSameTokens) {
   TELOS_SKIP_WITHOUT_GPU();
   const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
@@ -406,20 +407,25 @@ TEST_P(GpuModel, EngineUnderRuntimeLimitsLoadsFewerBucketsSameTokens) {
   const auto art = Artifact::load(dir + "/" + model + ".telos");
   const std::vector<GoldenCase> cases = load_golden(model);
   auto full_ex = std::make_unique<GpuStepExecutor>(art, GpuExecutorOptions{.kv_pages = kPoolPages});
-  auto limited_ex =
-      std::make_unique<GpuStepExecutor>(art, GpuExecutorOptions{.kv_pages = 64, .max_batch = 2});
-  int decode_buckets = 0, decode_buckets_within = 0;
-  for (int size : art->serving().decode_buckets) {
-    ++decode_buckets;
-    decode_buckets_within += size <= 2 ? 1 : 0;
-  }
+  auto limited_ex = std::make_unique<GpuStepExecutor>(
+      art, GpuExecutorOptions{.kv_pages = 64, .max_batch = 2, .prefill_chunk = 16});
+  // Buckets of `sizes` past the smallest that holds `limit`.
+  auto past = [](const std::vector<int>& sizes, int limit) {
+    int holds = INT_MAX, n = 0;
+    for (int s : sizes)
+      if (s >= limit) holds = std::min(holds, s);
+    for (int s : sizes) n += s > holds ? 1 : 0;
+    return n;
+  };
+  const int unreachable =
+      past(art->serving().decode_buckets, 2) + past(art->serving().prefill_buckets, 16);
   const int full_buckets = buckets_loaded(*full_ex), limited_buckets = buckets_loaded(*limited_ex);
-  report(model + ": buckets loaded, all / under --max-batch 2",
+  report(model + ": buckets loaded, all / under the limits",
          std::to_string(full_buckets) + " / " + std::to_string(limited_buckets),
-         full_buckets - limited_buckets == decode_buckets - decode_buckets_within);
-  EXPECT_EQ(full_buckets - limited_buckets, decode_buckets - decode_buckets_within);
+         full_buckets - limited_buckets == unreachable);
+  EXPECT_EQ(full_buckets - limited_buckets, unreachable);
   EngineOptions limited_options = checked_timed_options();
-  limited_options.limits = {.max_batch = 2, .kv_pages = 64};
+  limited_options.limits = {.max_batch = 2, .kv_pages = 64, .prefill_chunk = 16};
   auto full = Engine::create(art, std::move(full_ex), checked_timed_options());
   auto limited = Engine::create(art, std::move(limited_ex), limited_options);
   auto run = [&](Engine& engine) {
@@ -441,7 +447,7 @@ TEST_P(GpuModel, EngineUnderRuntimeLimitsLoadsFewerBucketsSameTokens) {
     return ids;
   };
   const auto a = run(*full), b = run(*limited);
-  report(model + ": engine greedy, no limits vs --max-batch 2", a == b ? "identical" : "differ",
+  report(model + ": engine greedy, no limits vs the limits", a == b ? "identical" : "differ",
          a == b);
   EXPECT_EQ(a, b);
   int most = 0;

@@ -266,15 +266,16 @@ TEST(Engine, RejectsRequestsThatCanNeverRunWithClearErrors) {
   EXPECT_EQ(r.ids.size(), 62u);
 }
 
-// A CPU backend that records the most sequences any step held.
+// A CPU backend that records the most sequences any step held, and the most tokens.
 class CountingSequences : public CpuReferenceModel {
  public:
   using CpuReferenceModel::CpuReferenceModel;
   void forward(const Step& step, std::vector<float>& logits) override {
     most = std::max(most, static_cast<int>(step.sequences.size()));
+    most_tokens = std::max(most_tokens, step.num_tokens);
     CpuReferenceModel::forward(step, logits);
   }
-  int most = 0;
+  int most = 0, most_tokens = 0;
 };
 
 // The message of the telos::Error `f` throws, or "(no error)".
@@ -288,13 +289,14 @@ std::string error_of(F&& f) {
   return "(no error)";
 }
 
-// Runtime limits below the artifact's (4 sequences, 64 tokens, 64 pages of 4): the steps hold at
-// most max_batch sequences, requests past max_seq_len are refused naming the option, the pool has
-// kv_pages pages, and every request's tokens are those of the engine without limits.
+// Runtime limits below the artifact's (4 sequences, 64 tokens, 64 pages of 4, 16-token chunks):
+// the steps hold at most max_batch sequences and prefill_chunk tokens, requests past max_seq_len
+// are refused naming the option, the pool has kv_pages pages, and every request's tokens are
+// those of the engine without limits.
 TEST(Engine, RuntimeLimitsBelowTheArtifactsHold) {
   auto artifact = tiny_artifact({}, "limits");
   EngineOptions options = checked_options();
-  options.limits = {.max_batch = 1, .max_seq_len = 40, .kv_pages = 12};
+  options.limits = {.max_batch = 1, .max_seq_len = 40, .kv_pages = 12, .prefill_chunk = 5};
   auto backend = make_backend(artifact, EngineChoice::Cpu, std::cerr, options.limits);
   EXPECT_EQ(backend->num_kv_pages(), 12);
   auto counting = std::make_unique<CountingSequences>(artifact, 12);
@@ -311,6 +313,7 @@ TEST(Engine, RuntimeLimitsBelowTheArtifactsHold) {
     EXPECT_EQ(a[i].ids, b[i].ids) << "request " << i;
   }
   EXPECT_EQ(seen->most, 1);
+  EXPECT_EQ(seen->most_tokens, 5);  // kPrompts[2]'s 23 tokens in chunks of 5
   // 23 prompt tokens + 20 pass the artifact's 64 but not 40.
   EXPECT_NE(error_of([&] {
               limited->submit(request(kPrompts[2], 20, 0, 1));
@@ -338,12 +341,16 @@ TEST(Engine, RuntimeLimitsPastTheArtifactsAreRefused) {
   EXPECT_EQ(refused({.kv_pages = 65}),
             "--kv-pages 65 is above the artifact's serving.kv_pool.pages 64 (the most it was "
             "compiled for)");
+  EXPECT_EQ(refused({.prefill_chunk = 17}),
+            "--prefill-chunk 17 is above the artifact's serving.prefill_chunk 16 (the most it was "
+            "compiled for)");
   EXPECT_EQ(refused({.max_batch = -1}), "--max-batch -1: expected at least 1");
   EXPECT_EQ(refused({.max_batch = 4, .max_seq_len = 64, .kv_pages = 64}), "(no error)");
   const RuntimeLimits artifacts = resolve_runtime_limits(*artifact, {});
   EXPECT_EQ(artifacts.max_batch, 4);
   EXPECT_EQ(artifacts.max_seq_len, 64);
   EXPECT_EQ(artifacts.kv_pages, 64);
+  EXPECT_EQ(artifacts.prefill_chunk, 16);
   // The same checks guard the engine and the backend.
   EngineOptions options = checked_options();
   options.limits.max_batch = 5;

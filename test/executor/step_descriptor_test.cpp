@@ -347,22 +347,30 @@ TEST(ChooseBucket, DecodeBucketsTakeGeneratedTokensOnly) {
   EXPECT_THROW(choose_bucket(buckets, step, 1, 4), Error);
 }
 
-// Under a runtime max_batch, decode buckets past the smallest that holds it are never chosen:
-// checked against choose_bucket itself for every step size up to the limit.
-TEST(ChooseBucket, BucketsPastTheRuntimeMaxBatchAreUnreachable) {
-  std::vector<BucketShape> buckets = {{false, 8, 64, 8}, {false, 8, 16, 8}};
+// Under runtime limits, the buckets past the smallest that holds them are never chosen (decode
+// buckets by max_batch, prefill buckets by the prefill chunk): checked against choose_bucket
+// itself for every decode step size and prompt chunk up to the limits.
+TEST(ChooseBucket, BucketsPastTheRuntimeLimitsAreUnreachable) {
+  std::vector<BucketShape> buckets;
+  for (int tokens : {64, 32, 16}) buckets.push_back({false, 8, tokens, std::min(tokens, 8)});
   for (int size : {8, 4, 2, 1}) buckets.push_back({true, size, size, size});
-  auto reachable = [&](int max_batch) {
+  // Decode buckets by size, prefill buckets by -tokens.
+  auto reachable = [&](int max_batch, int prefill_chunk) {
     std::vector<int> sizes;
     for (const BucketShape& b : buckets)
-      if (bucket_reachable(buckets, b, max_batch)) sizes.push_back(b.decode ? b.size : -b.tokens);
+      if (bucket_reachable(buckets, b, max_batch, prefill_chunk))
+        sizes.push_back(b.decode ? b.size : -b.tokens);
     return sizes;
   };
-  EXPECT_EQ(reachable(8), (std::vector<int>{-64, -16, 8, 4, 2, 1}));
-  EXPECT_EQ(reachable(3), (std::vector<int>{-64, -16, 4, 2, 1}));
-  EXPECT_EQ(reachable(4), (std::vector<int>{-64, -16, 4, 2, 1}));
-  EXPECT_EQ(reachable(1), (std::vector<int>{-64, -16, 1}));
-  const std::vector<std::int32_t> ids(8, 7);
+  EXPECT_EQ(reachable(0, 0), (std::vector<int>{-64, -32, -16, 8, 4, 2, 1}));
+  EXPECT_EQ(reachable(8, 64), (std::vector<int>{-64, -32, -16, 8, 4, 2, 1}));
+  EXPECT_EQ(reachable(3, 0), (std::vector<int>{-64, -32, -16, 4, 2, 1}));
+  EXPECT_EQ(reachable(4, 20), (std::vector<int>{-32, -16, 4, 2, 1}));
+  EXPECT_EQ(reachable(1, 16), (std::vector<int>{-16, 1}));
+  const std::vector<std::int32_t> ids(64, 7);
+  auto chosen = [&](const Step& step, int rows) -> const BucketShape& {
+    return buckets[static_cast<std::size_t>(choose_bucket(buckets, step, rows, 8))];
+  };
   for (int max_batch = 1; max_batch <= 8; ++max_batch)
     for (int n = 1; n <= max_batch; ++n) {
       Step step;
@@ -373,9 +381,18 @@ TEST(ChooseBucket, BucketsPastTheRuntimeMaxBatchAreUnreachable) {
         q.prompt_len = 5;
         step.sequences.push_back(q);
       }
-      const BucketShape& chosen =
-          buckets[static_cast<std::size_t>(choose_bucket(buckets, step, n, 8))];
-      EXPECT_TRUE(bucket_reachable(buckets, chosen, max_batch)) << max_batch << " " << n;
+      EXPECT_TRUE(bucket_reachable(buckets, chosen(step, n), max_batch, 0))
+          << max_batch << " " << n;
+    }
+  for (int chunk = 1; chunk <= 64; ++chunk)
+    for (int tokens = 1; tokens <= chunk; ++tokens) {
+      Step step;
+      ScheduledSequence q;
+      q.first_position = 0;
+      q.tokens = std::span<const std::int32_t>(ids).first(static_cast<std::size_t>(tokens));
+      q.prompt_len = 64;
+      step.sequences.push_back(q);
+      EXPECT_TRUE(bucket_reachable(buckets, chosen(step, 1), 0, chunk)) << chunk << " " << tokens;
     }
 }
 
