@@ -365,11 +365,13 @@ __device__ __forceinline__ void persistent_arrive(unsigned* sync, unsigned phase
   }
 }
 
-// The last CTA to finish returns the count (and its own counter, sync[1]) to zero for the next launch.
-__device__ __forceinline__ void persistent_finish(unsigned* sync) {
+// The last CTA to finish returns the count (and its own counter, sync[1]) to zero for the next
+// launch, and the `extra` words after them (decode_layer_persistent's QKV_FLAGS counters).
+__device__ __forceinline__ void persistent_finish(unsigned* sync, unsigned extra = 0) {
   if (threadIdx.x == 0 && atomicAdd(&sync[1], 1u) == gridDim.x - 1) {
     sync[0] = 0;
     sync[1] = 0;
+    for (unsigned w = 0; w < extra; ++w) sync[2 + w] = 0;
     trace_launch_done();
   }
 }
@@ -634,6 +636,30 @@ __device__ __forceinline__ float2 qkv_rope_angle(unsigned t, unsigned k, int pos
   return make_float2(sn, cs);
 }
 
+// QKV_FLAGS (decode_layer_persistent): the KV head groups' readiness counters. Group g is KV head
+// g with its G = HQ / HKV query heads: the q heads g·G .. g·G + G − 1, k head HQ + g and v head HQ
+// + HKV + g of the QKV phase's packed rows (a head's D rows stay its own in the pair order), which
+// the attention items of KV head g read (Q and the token's own K/V row). A QKV tile covers the
+// heads of rows t·BQ .. t·BQ + BQ − 1 and adds 1 to each group among them once its QKV epilogue's
+// stores are released; a group is ready when its counter holds every tile that covers it.
+template <int HQ, int HKV>
+__device__ __forceinline__ constexpr int qkv_head_group(int head) {
+  return head < HQ ? head / (HQ / HKV) : head < HQ + HKV ? head - HQ : head - HQ - HKV;
+}
+// The QKV tiles that cover group g's heads: the union of the tile ranges of its three row ranges.
+template <int HQ, int HKV, int D, int BQ>
+__device__ __forceinline__ unsigned qkv_group_tiles(int g) {
+  constexpr int G = HQ / HKV;
+  const int first[3] = {g * G * D, (HQ + g) * D, (HQ + HKV + g) * D};
+  const int rows[3] = {G * D, D, D};
+  unsigned n = 0;
+  int covered = -1;  // the last tile counted (the ranges ascend, so a shared tile is the last one)
+  for (int r = 0; r < 3; ++r)
+    for (int t = first[r] / BQ; t <= (first[r] + rows[r] - 1) / BQ; ++t)
+      if (t > covered) ++n, covered = t;
+  return n;
+}
+
 // decode_layer_persistent's L2 prefetch of the context's K/V: at most this many bytes a layer, a
 // third of the H200's 50 MB L2 (the weights stream through the rest).
 constexpr long long kKvPrefetchBytes = 16LL << 20;
@@ -651,10 +677,17 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // or where its bit of the mask BULK is set (bit 0 qkv .. 3 down) its slot image in tiles of BQ /
 // BO / BG / BD rows (support/slot_image.hpp), streamed with one bulk copy a ring slot
 // (StreamPhase::image; docs/perf-log.md, change 90).
+// QKV_FLAGS (with QKV_ROPE): the attention items wait for their KV head's group of QKV tiles
+// (counters sync[2 ..], one per KV head: qkv_head_group, qkv_group_tiles) instead of the grid-wide
+// count after the QKV phase, so an item starts when the tiles it reads have landed, not the last
+// CTA's, and a CTA without items does not wait; sync then holds 2 + HKV words, the last CTA
+// zeroing them all (persistent_finish). The same loads after the same values: the same bits.
+// telos-kernel-bench's "qkv flags" rows time it beside the plan's (docs/perf-log.md, change 106);
+// the plan does not take it yet.
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
           int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK,
-          GridCount COUNT = GridCount::Release, bool ACT_POLL = true>
+          GridCount COUNT = GridCount::Release, bool ACT_POLL = true, bool QKV_FLAGS = false>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const void* qkv_w, const void* o_w, const void* gu_w, const void* down_w,
                             const float* attn_norm, const float* mlp_norm, const float* bias,
@@ -668,6 +701,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   static_assert(persistent_tile_ok(BQ, H) && NQKV % BQ == 0, "QKV tiles");
   static_assert(!QKV_ROPE || !QK_NORM, "QK norm needs a head's whole row");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
+  static_assert(!QKV_FLAGS || (QKV_ROPE && HKV <= 64), "QKV_FLAGS: the epilogue in the QKV tiles");
   constexpr unsigned kTilesQkv = NQKV / BQ;
   constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
   launch_dependents();  // the waits come later: weights first
@@ -723,6 +757,24 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
         float d[BQ / 2];
         layer_gemm_tile_mma<1, BQ>(ring, sm.base, sm.ring_base, sm.full, sm.empty, H, d);
         qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer, q, rope_sc);
+        if constexpr (QKV_FLAGS) {
+          // The tile's stores are warp 0's (threads 0-3): the warp meets, then its lane 0
+          // releases them to each group the tile covers (fence, then red: the release pattern of
+          // persistent_arrive, with the warp barrier where that has the CTA's).
+          if (t < 32) {
+            __syncwarp();
+            if (t == 0) {
+              asm volatile("fence.acq_rel.gpu;" ::: "memory");
+              unsigned long long seen = 0;
+              for (int h = static_cast<int>(tile * BQ / D); h <= static_cast<int>((tile * BQ + BQ - 1) / D); ++h) {
+                const int g = qkv_head_group<HQ, HKV>(h);
+                if (seen >> g & 1ull) continue;
+                seen |= 1ull << g;
+                asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(sync + 2 + g) : "memory");
+              }
+            }
+          }
+        }
       }
     } else {
       for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
@@ -787,13 +839,31 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   // context of one split (position < SPLIT) needs no combine: the items write attn as the combine
   // would (attn_split_block's `out`, the same bits), and this arrival ends phase 3 too, so o waits
   // for one count fewer. Every CTA reads the same position, so all take the same branch.
+  // With QKV_FLAGS an item waits for its KV head's group of QKV tiles alone (qkv_group_tiles), and
+  // a CTA without items for nothing: what it does next (its arrival) reads nothing of this launch.
   const bool one_split = pos >= 0 && pos < SPLIT;
-  for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x)
+  for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x) {
+    const int kvh = static_cast<int>(item % HKV);
+    auto before_q = [&] {
+      if constexpr (QKV_FLAGS) {
+        if (t == 0) {
+          const unsigned want = qkv_group_tiles<HQ, HKV, D, BQ>(kvh);
+          unsigned seen;
+          do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync + 2 + kvh) : "memory");
+          } while (seen < want);
+        }
+        sync128();
+        phase_trace(5);
+      } else {
+        wait_qkv();
+      }
+    };
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
-        0, static_cast<int>(item % HKV), static_cast<int>(item / HKV), q, positions,
-        token_seq, page_tables, kv_layer, part_o, part_ml, sync128, one_split ? attn : nullptr,
-        nullptr, nullptr, -1, wait_qkv);
-  wait_qkv();
+        0, kvh, static_cast<int>(item / HKV), q, positions, token_seq, page_tables, kv_layer, part_o,
+        part_ml, sync128, one_split ? attn : nullptr, nullptr, nullptr, -1, before_q);
+  }
+  if constexpr (!QKV_FLAGS) wait_qkv();
   if (one_split) {
     phase_trace(2 + 2 * 2);
     persistent_arrive<COUNT>(sync, 2);
@@ -821,7 +891,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   Mlp::template run<1, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x,
                                              act, sync, kMlpPhase0, kTilesQkv);
   phase_trace(kTraceExit);
-  persistent_finish(sync);
+  persistent_finish(sync, QKV_FLAGS ? HKV : 0);
 }
 
 }  // namespace telos_kernels
