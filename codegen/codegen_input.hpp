@@ -26,6 +26,8 @@ struct CodegenInput {
   bool decode_weight_images = true;
   // The serving config's attention_split: positions per split of decode attention (256 or 512).
   int attention_split = 256;
+  // The serving config's decode_qkv_flags: the one-token layer's QKV_FLAGS (an experiment).
+  bool decode_qkv_flags = false;
   // Serving (docs/artifact.md, "serving").
   int max_batch = 0, max_seq_len = 0, kv_page_size = 0;
   std::vector<int> decode_buckets, prefill_buckets;  // ascending

@@ -495,6 +495,9 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   const int NH = HQ + 2 * HKV;
   PersistentLayerTiling layer_t = decode_layer_tiling(H, NH * D, HQ * D, I, D, in.qk_norm);
   if (!in.decode_weight_images) layer_t.bulk = 0;  // one copy of the weights: tensor maps
+  // QKV_FLAGS needs the QKV epilogue in the QKV tiles (no QK norm); its counters follow the two
+  // grid-wide ones in layer_sync.
+  const bool qkv_flags = in.decode_qkv_flags && layer_t.qkv_rope;
   const bool any_layer_persistent =
       layer_t.fits && std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(), [](int n) {
         return n > 0 && n <= kDecodeLayerPersistentMaxRows;
@@ -716,7 +719,8 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                       I_(plan.attn_split) + ", " + I_(plan.attn_num_splits) + ", " + scale_log2 +
                       ", " + I_(I) + ", " + I_(layer_t.stages) + ", " + I_(layer_t.bq) + ", " +
                       I_(layer_t.bo) + ", " + I_(layer_t.bg) + ", " + I_(layer_t.bd) +
-                      (layer_t.qkv_rope ? ", true" : ", false") + ", " + I_(layer_t.bulk) + ">",
+                      (layer_t.qkv_rope ? ", true" : ", false") + ", " + I_(layer_t.bulk) +
+                      (qkv_flags ? ", telos_kernels::GridCount::Release, true, true" : "") + ">",
                   {"qkv_w",  "o_w",    "gu_w",      "down_w",    "attn_norm",   "mlp_norm", "bias",
                    "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x",
                    "qkv",    "q",      "part_o",    "part_ml",   "attn",        "act",      "sync"},
@@ -819,8 +823,9 @@ KernelPlan plan_kernels(const CodegenInput& in) {
   plan.arena.push_back({"qkv", T * (HQ + 2 * HKV) * D * 2});
   // Arrival counters of gemm_small_norm_qkv, one per head, zero between launches.
   if (qkv_arrival_counters > 0) plan.arena.push_back({"qkv_arrivals", qkv_arrival_counters * 4LL});
-  // decode_layer_persistent's two grid-wide counters, zero between launches.
-  if (uses_layer_sync) plan.arena.push_back({"layer_sync", 8});
+  // decode_layer_persistent's two grid-wide counters, and with QKV_FLAGS one per KV head group,
+  // zero between launches.
+  if (uses_layer_sync) plan.arena.push_back({"layer_sync", 8 + (qkv_flags ? 4LL * HKV : 0)});
   return plan;
 }
 

@@ -389,6 +389,7 @@ codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& 
   in.targets = serving.targets;
   in.decode_weight_images = serving.decode_weight_images;
   in.attention_split = static_cast<int>(serving.attention_split);
+  in.decode_qkv_flags = serving.decode_qkv_flags;
   return in;
 }
 
