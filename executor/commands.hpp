@@ -40,25 +40,25 @@ inline void add_engine_option(CLI::App& command, EngineChoice& choice) {
 // --max-batch, --max-seq-len, --kv-pages and --prefill-chunk: the runtime limits
 // (runtime_limits.hpp), the same on every subcommand that runs a model.
 inline void add_limit_options(CLI::App& command, RuntimeLimits& limits) {
-  command
-      .add_option("--max-batch", limits.max_batch,
-                  "Sequences a step, at most the artifact's serving.max_batch (default: that)")
-      ->check(CLI::Range(1, INT_MAX));
-  command
-      .add_option("--max-seq-len", limits.max_seq_len,
-                  "Prompt plus generated tokens of one request, at most the artifact's "
-                  "serving.max_seq_len (default: that)")
-      ->check(CLI::Range(1, INT_MAX));
-  command
-      .add_option("--kv-pages", limits.kv_pages,
-                  "Pages of the KV pool, at most the artifact's serving.kv_pool.pages where it "
-                  "fixes them (default: the artifact's pool)")
-      ->check(CLI::Range(1, INT_MAX));
-  command
-      .add_option("--prefill-chunk", limits.prefill_chunk,
-                  "Prompt tokens a step (the token budget), at most the artifact's "
-                  "serving.prefill_chunk (default: that)")
-      ->check(CLI::Range(1, INT_MAX));
+  const struct {
+    const char* name;
+    int* value;
+    const char* help;
+  } options[] = {
+      {"--max-batch", &limits.max_batch,
+       "Sequences a step, at most the artifact's serving.max_batch (default: that)"},
+      {"--max-seq-len", &limits.max_seq_len,
+       "Prompt plus generated tokens of one request, at most the artifact's serving.max_seq_len "
+       "(default: that)"},
+      {"--kv-pages", &limits.kv_pages,
+       "Pages of the KV pool, at most the artifact's serving.kv_pool.pages where it fixes them "
+       "(default: the artifact's pool)"},
+      {"--prefill-chunk", &limits.prefill_chunk,
+       "Prompt tokens a step (the token budget), at most the artifact's serving.prefill_chunk "
+       "(default: that)"},
+  };
+  for (const auto& o : options)
+    command.add_option(o.name, *o.value, o.help)->check(CLI::Range(1, INT_MAX));
 }
 
 }  // namespace telos::exec
