@@ -607,8 +607,12 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   s.kv_bytes = static_cast<std::int64_t>(s.kv_pages) * s.bytes_per_page;
   s.desc.kv_pages = s.kv_pages;
 
-  // One allocation: weights, KV pool, arena, descriptors.
-  check(cudaMalloc(&s.base, static_cast<std::size_t>(fixed + s.kv_bytes)), "device memory");
+  // One allocation: weights, KV pool, arena, descriptors; where the device lacks it (a --kv-pages,
+  // or a kv_pool of pages, its memory cannot hold), the message says what it was for.
+  check(cudaMalloc(&s.base, static_cast<std::size_t>(fixed + s.kv_bytes)),
+        "device memory for the weights, slot images, arena and descriptors (" + mib(fixed) +
+            ") and a KV pool of " + std::to_string(s.kv_pages) + " pages (" + mib(s.kv_bytes) +
+            ")");
   char* p = s.base + s.weight_bytes;
   for (auto& [arg, img] : s.images) {
     img.dev = p;
