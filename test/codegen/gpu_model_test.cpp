@@ -218,15 +218,25 @@ void check_case(const std::string& label, const GoldenCase& golden, const Genera
   EXPECT_LE(gap, kTieGap) << label << ": greedy ids part at " << first << " where the golden id is no tie";
 }
 
-class GpuModel : public ::testing::TestWithParam<std::string> {};
+// Each test's model (the parameter), its artifact from TELOS_GPU_ARTIFACTS and its golden cases;
+// skipped without a Hopper GPU or without the artifacts.
+class GpuModel : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    TELOS_SKIP_WITHOUT_GPU();
+    const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
+    if (dir.empty())
+      GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory of tiny-model artifacts";
+    model = GetParam();
+    art = Artifact::load(dir + "/" + model + ".telos");
+    cases = load_golden(model);
+  }
+  std::string model;
+  std::shared_ptr<const Artifact> art;
+  std::vector<GoldenCase> cases;
+};
 
 TEST_P(GpuModel, MatchesTransformersAloneAndInAMixedBatch) {
-  TELOS_SKIP_WITHOUT_GPU();
-  const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
-  if (dir.empty()) GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory of tiny-model artifacts";
-  const std::string model = GetParam();
-  const auto art = Artifact::load(dir + "/" + model + ".telos");
-  const std::vector<GoldenCase> cases = load_golden(model);
   GpuStepExecutor ex(art, GpuExecutorOptions{.kv_pages = kPoolPages});
   std::printf("%s: %s", model.c_str(), ex.memory_report().c_str());
   const std::vector<DeviceSampling> greedy(cases.size());
@@ -251,12 +261,6 @@ TEST_P(GpuModel, MatchesTransformersAloneAndInAMixedBatch) {
 }
 
 TEST_P(GpuModel, GraphsMatchDirectLaunchesAndSeededSamplingIgnoresTheBatch) {
-  TELOS_SKIP_WITHOUT_GPU();
-  const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
-  if (dir.empty()) GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory of tiny-model artifacts";
-  const std::string model = GetParam();
-  const auto art = Artifact::load(dir + "/" + model + ".telos");
-  const std::vector<GoldenCase> cases = load_golden(model);
   GpuStepExecutor graphs(art, GpuExecutorOptions{.kv_pages = kPoolPages}),
       direct(art, GpuExecutorOptions{.kv_pages = kPoolPages, .use_graphs = false});
 
@@ -317,12 +321,6 @@ std::unique_ptr<Engine> device_engine(const std::shared_ptr<const Artifact>& art
 // before the previous one is back (fed tokens, engine.hpp) and the host-sampled one cannot; and
 // the engine reports the device's idle gap between steps.
 TEST_P(GpuModel, EngineSamplesGreedyOnTheDeviceLikeTheHost) {
-  TELOS_SKIP_WITHOUT_GPU();
-  const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
-  if (dir.empty()) GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory of tiny-model artifacts";
-  const std::string model = GetParam();
-  const auto art = Artifact::load(dir + "/" + model + ".telos");
-  const std::vector<GoldenCase> cases = load_golden(model);
   auto device = device_engine(art);
   auto host = Engine::create(
       art, std::make_unique<HostSampledGpu>(art, GpuExecutorOptions{.kv_pages = kPoolPages}),
@@ -399,13 +397,6 @@ int buckets_loaded(const GpuStepExecutor& ex) {
 // past the smallest that holds 16 tokens, and every golden case, greedy, in one batch gets the
 // tokens the engine without limits gives it.
 TEST_P(GpuModel, EngineUnderRuntimeLimitsLoadsFewerBucketsSameTokens) {
-  TELOS_SKIP_WITHOUT_GPU();
-  const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
-  if (dir.empty())
-    GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory of tiny-model artifacts";
-  const std::string model = GetParam();
-  const auto art = Artifact::load(dir + "/" + model + ".telos");
-  const std::vector<GoldenCase> cases = load_golden(model);
   auto full_ex = std::make_unique<GpuStepExecutor>(art, GpuExecutorOptions{.kv_pages = kPoolPages});
   auto limited_ex = std::make_unique<GpuStepExecutor>(
       art, GpuExecutorOptions{.kv_pages = 64, .max_batch = 2, .prefill_chunk = 16});
@@ -463,13 +454,6 @@ TEST_P(GpuModel, EngineUnderRuntimeLimitsLoadsFewerBucketsSameTokens) {
 // others and with a request the host samples (top_p with min_p); the draws are not the greedy
 // tokens; and the decode steps are launched overlapped, as greedy ones are.
 TEST_P(GpuModel, EngineDrawsSampledRowsOnTheDevice) {
-  TELOS_SKIP_WITHOUT_GPU();
-  const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
-  if (dir.empty())
-    GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory of tiny-model artifacts";
-  const std::string model = GetParam();
-  const auto art = Artifact::load(dir + "/" + model + ".telos");
-  const std::vector<GoldenCase> cases = load_golden(model);
   auto engine = device_engine(art);
   auto request = [&](std::size_t i) {
     GenerationRequest r;
