@@ -715,16 +715,18 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
     b.sample_rows = json_int(bj, "sample_rows", "programs.buckets[]");
     return b;
   };
+  const nlohmann::json& buckets_j = programs.at("buckets");
   std::vector<BucketShape> shapes;
-  for (const auto& bj : programs.at("buckets")) shapes.push_back(shape_of(bj));
+  for (const auto& bj : buckets_j) shapes.push_back(shape_of(bj));
   int unreachable = 0;
-  for (const auto& bj : programs.at("buckets")) {
-    if (!bucket_reachable(shapes, shape_of(bj), options.max_batch, options.prefill_chunk)) {
+  for (std::size_t bi = 0; bi < buckets_j.size(); ++bi) {
+    const nlohmann::json& bj = buckets_j[bi];
+    if (!bucket_reachable(shapes, shapes[bi], options.max_batch, options.prefill_chunk)) {
       ++unreachable;
       continue;
     }
     State::Bucket b;
-    static_cast<BucketShape&>(b) = shape_of(bj);
+    static_cast<BucketShape&>(b) = shapes[bi];
     b.kind = bj.at("kind").get<std::string>();
     const auto& first_args = bj.at("launches").at(0).at("args");
     s.feeds = s.feeds && std::find(first_args.begin(), first_args.end(), "buf:sampled") != first_args.end();
