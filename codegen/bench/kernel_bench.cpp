@@ -21,6 +21,8 @@
 // reads, at the decode kernels' sizes);
 // `telos-kernel-bench --stream` only the copy bandwidth and one persistent CTA's weight stream by
 // grid size and weight tile;
+// `telos-kernel-bench --exchange` only the copy bandwidth and what an exchange between CTAs costs
+// (a grid-wide count, a cluster's gather and broadcast) idle and while the weights stream;
 // `telos-kernel-bench --gemm` only the copy bandwidth and the decode GEMMs at the full-batch bucket
 // (M = 256), swept over weight tiles of 32-256 rows and 2, 4, 6 and 8 stages, with clusters of two
 // and, where the plan has one consumer warpgroup, on two (on two, the plan's own: the stages its
@@ -205,6 +207,7 @@ int main(int argc, char** argv) {
   const bool small_rows = argc > 1 && std::string(argv[1]) == "--small-rows";
   const bool read_floor = argc > 1 && std::string(argv[1]) == "--read-floor";
   const bool stream_only = argc > 1 && std::string(argv[1]) == "--stream";
+  const bool exchange_only = argc > 1 && std::string(argv[1]) == "--exchange";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("telos-kernel-bench: no CUDA GPU\n");
@@ -531,6 +534,203 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     for (auto& copy : w)
       for (void* p : copy) cudaFree(p);
     for (void* p : {a, act, qkv, x, sync, maps}) cudaFree(p);
+    return 0;
+  }
+
+  // What an exchange between CTAs costs while the weights stream (--exchange). The one-token
+  // layer's attention half is a chain of exchanges between CTAs (the QKV tiles' q and K/V rows to
+  // the attention items, the items' output to o), each a grid-wide count or a polled flag through
+  // L2, which costs 2-4 µs while every SM streams weights against ~1 µs when none does
+  // (docs/perf-log.md, session 10 and change 87), and the ring cannot cover the half (the 1B's
+  // producers wait 14-20 µs a layer for free slots, session 34). A layout that keeps each KV head's
+  // QKV tiles and its attention items in one cluster would exchange through distributed shared
+  // memory instead (docs/perf-log.md, "Status after session 47"); whether that is cheaper under the
+  // stream, and whether such clusters fit beside the layer's shared memory, is what this measures.
+  // One 64-thread block an SM (the 8B layer's dynamic shared memory, so one an SM); warp 1 runs 200
+  // rounds of one exchange and times each (%globaltimer):
+  //   "grid count": the warp stores 512 bytes, then lane 0 releases (fence.acq_rel.gpu;
+  //   red.relaxed.gpu.add on one counter) and polls it (ld.acquire.gpu) until every CTA has added:
+  //   persistent_arrive / persistent_wait's form, on 132 CTAs;
+  //   "cluster gather+bcast, C": lane 0 stores a word into the cluster's rank-0 CTA's shared memory
+  //   and arrives on its mbarrier (release.cluster); rank 0 waits for C arrivals (acquire.cluster)
+  //   and arrives on every CTA's own mbarrier, on which each waits: the exchange a cluster of C
+  //   would make, on 128 CTAs (fewer if fewer clusters fit);
+  // idle, and while warp 0 streams 8 KB bulk copies from a 2 GiB buffer through a 16-slot ring
+  // (128 KB in flight an SM, no consumer: the layer's weight stream). Medians and p90 over every
+  // CTA's rounds after the first 20, µs; the stream's GB/s over the launch; and how many clusters
+  // of 8 and 16 fit at once with that shared memory (cudaOccupancyMaxActiveClusters).
+  if (exchange_only) {
+    const std::string source = R"(
+#include "hexel/cluster.cuh"
+#include "hexel/mbarrier.cuh"
+#include "hexel/tma.cuh"
+template <int MODE, bool STREAM>  // MODE 0: grid count; 1: cluster gather + broadcast
+__global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weights,
+    unsigned long long slice, unsigned* count, uint4* payload, unsigned long long* lat,
+    unsigned long long* streamed, int rounds) {
+  using namespace hexel;
+  constexpr unsigned kSlots = 16, kSlot = 8192;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ volatile int done;
+  const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const unsigned full = base + kSlots * kSlot, gather = full + 8 * kSlots, bcast = gather + 8,
+                 box = gather + 16;  // a word a rank of the cluster
+  if (threadIdx.x == 0) {
+    for (unsigned s = 0; s < kSlots; ++s) mbarrier::init(full + 8 * s, 1);
+    mbarrier::init(gather, MODE == 1 ? cluster::size() : 1);
+    mbarrier::init(bcast, 1);
+    done = 0;
+    mbarrier::fence_init();
+  }
+  __syncthreads();
+  if constexpr (MODE == 1) cluster::sync();  // every peer's barriers set before a remote arrival
+  const unsigned lane = threadIdx.x % 32;
+  if (threadIdx.x < 32) {
+    if (STREAM && lane == 0) {
+      const char* src = weights + blockIdx.x * slice;
+      unsigned long long i = 0;
+      for (;; ++i) {
+        const unsigned s = i % kSlots;
+        if (i >= kSlots) mbarrier::wait_parity(full + 8 * s, (i / kSlots - 1) & 1);
+        if (done) break;
+        mbarrier::arrive_expect_tx(full + 8 * s, kSlot);
+        tma::copy_g2s(base + s * kSlot, src + i * kSlot % slice, kSlot, full + 8 * s);
+      }
+      // The copies still in flight land before the CTA may exit.
+      for (unsigned long long j = i >= kSlots ? i - kSlots + 1 : 0; j < i; ++j)
+        mbarrier::wait_parity(full + 8 * (j % kSlots), (j / kSlots) & 1);
+      streamed[blockIdx.x] = i * kSlot;
+    }
+  } else {
+    for (int r = 0; r < rounds; ++r) {
+      unsigned long long t0, t1;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+      if constexpr (MODE == 0) {
+        payload[blockIdx.x * 32 + lane] = make_uint4(r, blockIdx.x, lane, 1u);
+        __syncwarp();
+        if (lane == 0) {
+          asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(count)
+                       : "memory");
+          unsigned seen;
+          do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
+          } while (seen < (r + 1) * gridDim.x);
+        }
+      } else if (lane == 0) {
+        const unsigned rank = cluster::cta_rank();
+        cluster::store_u32(cluster::map_shared(box + 4 * rank, 0), static_cast<unsigned>(r));
+        mbarrier::arrive_cluster(cluster::map_shared(gather, 0));
+        if (rank == 0) {
+          mbarrier::wait_parity_cluster(gather, r & 1);
+          for (unsigned k = 0; k < cluster::size(); ++k) mbarrier::arrive_cluster(cluster::map_shared(bcast, k));
+        }
+        mbarrier::wait_parity_cluster(bcast, r & 1);
+      }
+      __syncwarp();
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+      if (lane == 0) lat[static_cast<unsigned long long>(blockIdx.x) * rounds + r] = t1 - t0;
+    }
+    if (lane == 0) done = 1;
+  }
+  __syncthreads();
+  if constexpr (MODE == 1) cluster::sync();  // no CTA leaves while a peer may still arrive on it
+}
+)";
+    const std::string names[4] = {"telos_bench_exchange<0, false>", "telos_bench_exchange<0, true>",
+                                  "telos_bench_exchange<1, false>",
+                                  "telos_bench_exchange<1, true>"};
+    Module mod({names[0], names[1], names[2], names[3]}, source, 1);
+    const int smem = decode_layer_tiling(4096, 6144, 4096, 14336, 128).smem;
+    constexpr int kRounds = 200, kSkip = 20, kMaxGrid = 256;
+    const std::size_t weight_bytes = 2ull << 30;
+    void *weights, *count, *payload, *lat, *streamed;
+    check(cudaMalloc(&weights, weight_bytes), "alloc");
+    fill(weights, weight_bytes);
+    check(cudaMalloc(&count, 4), "alloc");
+    check(cudaMalloc(&payload, 16ull * 32 * kMaxGrid), "alloc");
+    check(cudaMalloc(&lat, 8ull * kRounds * kMaxGrid), "alloc");
+    check(cudaMalloc(&streamed, 8ull * kMaxGrid), "alloc");
+    // The launch of names[k] on `grid` CTAs in clusters of `csize` (1: none).
+    const auto config = [&](int grid, int csize, cudaLaunchAttribute& attr) {
+      cudaLaunchConfig_t c{};
+      c.gridDim = dim3(grid);
+      c.blockDim = dim3(64);
+      c.dynamicSmemBytes = static_cast<std::size_t>(smem);
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = static_cast<unsigned>(csize);
+      attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+      c.attrs = csize > 1 ? &attr : nullptr;
+      c.numAttrs = csize > 1 ? 1 : 0;
+      return c;
+    };
+    const auto kernel = [&](int k) {
+      const void* f = mod.kernel(names[k], smem);
+      check(cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+            "cluster size");
+      return f;
+    };
+    int fit[17] = {};
+    for (int csize : {8, 16}) {
+      cudaLaunchAttribute attr{};
+      cudaLaunchConfig_t c = config(csize * 8, csize, attr);
+      if (cudaOccupancyMaxActiveClusters(&fit[csize], kernel(2), &c) != cudaSuccess) fit[csize] = 0;
+      cudaGetLastError();
+      std::printf(
+          "%-34s | %-26s | %9d | %8s | %6s\n", "exchange: clusters that fit",
+          (std::to_string(csize) + " CTAs, " + std::to_string(smem / 1024) + " KB an SM").c_str(),
+          fit[csize], "", "");
+    }
+    struct Form {
+      const char* label;
+      int mode, grid, csize;
+    };
+    std::vector<Form> forms = {{"exchange: grid count", 0, prop.multiProcessorCount, 1}};
+    for (int csize : {8, 16})
+      if (fit[csize] > 0)
+        forms.push_back(
+            {csize == 8 ? "exchange: cluster 8 gather+bcast" : "exchange: cluster 16 gather+bcast",
+             1, csize * std::min(fit[csize], 128 / csize), csize});
+    for (const Form& f : forms)
+      for (bool stream : {false, true}) {
+        const int k = 2 * f.mode + (stream ? 1 : 0);
+        const unsigned long long slice = weight_bytes / static_cast<unsigned>(f.grid) / 8192 * 8192;
+        check(cudaMemset(count, 0, 4), "count");
+        check(cudaMemset(streamed, 0, 8ull * kMaxGrid), "streamed");
+        cudaEvent_t a, b;
+        cudaEventCreate(&a);
+        cudaEventCreate(&b);
+        cudaLaunchAttribute attr{};
+        cudaLaunchConfig_t c = config(f.grid, f.csize, attr);
+        int rounds = kRounds;
+        void* args[] = {
+            &weights, const_cast<unsigned long long*>(&slice), &count, &payload, &lat, &streamed,
+            &rounds};
+        cudaEventRecord(a);
+        check(cudaLaunchKernelExC(&c, kernel(k), args), "exchange launch");
+        cudaEventRecord(b);
+        check(cudaEventSynchronize(b), "exchange run");
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        std::vector<unsigned long long> l(static_cast<std::size_t>(kRounds) * f.grid), s(f.grid);
+        check(cudaMemcpy(l.data(), lat, 8 * l.size(), cudaMemcpyDeviceToHost), "lat");
+        check(cudaMemcpy(s.data(), streamed, 8 * s.size(), cudaMemcpyDeviceToHost), "streamed");
+        std::vector<double> us;
+        for (int g = 0; g < f.grid; ++g)
+          for (int r = kSkip; r < kRounds; ++r)
+            us.push_back(l[static_cast<std::size_t>(g) * kRounds + r] / 1e3);
+        std::sort(us.begin(), us.end());
+        double bytes = 0;
+        for (unsigned long long v : s) bytes += static_cast<double>(v);
+        const double gbs = bytes / (ms * 1e-3) / 1e9;
+        char shape[64];
+        std::snprintf(shape, sizeof shape, "%d CTAs, %s, p90 %.2f", f.grid,
+                      stream ? "streaming" : "idle", us[us.size() * 9 / 10]);
+        std::printf("%-34s | %-26s | %9.2f | %8.0f | %6.1f\n", f.label, shape, us[us.size() / 2],
+                    gbs, 100.0 * gbs / copy_gbs);
+      }
+    for (void* p : {weights, count, payload, lat, streamed}) cudaFree(p);
     return 0;
   }
 
