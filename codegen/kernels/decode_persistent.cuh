@@ -846,14 +846,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     const int kvh = static_cast<int>(item % HKV);
     auto before_q = [&] {
       if constexpr (QKV_FLAGS) {
-        if (t == 0) {
-          const unsigned want = qkv_group_tiles<HQ, HKV, D, BQ>(kvh);
-          unsigned seen;
-          do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync + 2 + kvh) : "memory");
-          } while (seen < want);
-        }
-        sync128();
+        // The group's counter met as the grid-wide count is (persistent_wait).
+        persistent_wait<COUNT>(sync + 2 + kvh, qkv_group_tiles<HQ, HKV, D, BQ>(kvh));
         phase_trace(5);
       } else {
         wait_qkv();
