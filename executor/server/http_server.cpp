@@ -54,42 +54,27 @@ std::string seconds_text(double s) {
 }
 
 const char* reason_phrase(int status) {
-  switch (status) {
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
-    case 413:
-      return "Content Too Large";
-    case 415:
-      return "Unsupported Media Type";
-    case 417:
-      return "Expectation Failed";
-    case 429:
-      return "Too Many Requests";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 500:
-      return "Internal Server Error";
-    case 501:
-      return "Not Implemented";
-    case 503:
-      return "Service Unavailable";
-    case 505:
-      return "HTTP Version Not Supported";
-    default:
-      return status < 400 ? "OK" : status < 500 ? "Client Error" : "Server Error";
-  }
+  static constexpr std::pair<int, const char*> kPhrases[] = {
+      {200, "OK"},
+      {400, "Bad Request"},
+      {401, "Unauthorized"},
+      {403, "Forbidden"},
+      {404, "Not Found"},
+      {405, "Method Not Allowed"},
+      {408, "Request Timeout"},
+      {413, "Content Too Large"},
+      {415, "Unsupported Media Type"},
+      {417, "Expectation Failed"},
+      {429, "Too Many Requests"},
+      {431, "Request Header Fields Too Large"},
+      {500, "Internal Server Error"},
+      {501, "Not Implemented"},
+      {503, "Service Unavailable"},
+      {505, "HTTP Version Not Supported"},
+  };
+  for (const auto& [code, phrase] : kPhrases)
+    if (code == status) return phrase;
+  return status < 400 ? "OK" : status < 500 ? "Client Error" : "Server Error";
 }
 
 std::string http_date() {
@@ -648,7 +633,6 @@ void HttpServer::Loop::next_request(Connection& c) {
   c.phase = Connection::Phase::Reading;
   c.idle = true;
   c.reading_body = false;
-  c.request = HttpRequest();
   c.read_deadline = Clock::now() + seconds(limits.keep_alive_timeout_s);
   hold(c, false);
   watch(c, EPOLLIN | EPOLLRDHUP);
@@ -696,6 +680,7 @@ void HttpServer::Loop::take_returned() {
   }
   for (Connection* c : back) {
     --serving;
+    c->request = HttpRequest();  // its body may be megabytes
     if (stopping || !c->responded)
       close(*c);
     else if (c->reusable)
