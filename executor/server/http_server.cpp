@@ -146,7 +146,8 @@ struct Connection {
   bool reading_body = false;  // the head has been accepted
   Clock::time_point read_deadline, write_deadline;
   std::uint32_t events = 0;  // what epoll watches; 0 while not registered
-  bool held = false;         // in the loop's eviction order
+  std::size_t body_bytes = 0;  // of the loop's body budget: the body this connection holds
+  bool held = false;           // in the loop's eviction order
   std::list<Connection*>::iterator held_at;
   // While a worker serves it.
   HttpRequest request;
@@ -248,6 +249,7 @@ struct HttpServer::Loop {
   void watch(Connection& c, std::uint32_t events);
   void hold(Connection& c, bool first);
   void unhold(Connection& c);
+  void account_body(Connection& c, std::size_t bytes);
 
   void accept_all();
   void open_connection(int fd);
@@ -289,6 +291,7 @@ struct HttpServer::Loop {
   std::list<Connection*> order;  // the loop's connections, the longest waiting first
   std::vector<char> buffer = std::vector<char>(kReadChunk);
   int serving = 0;  // connections handed to workers and not yet back
+  std::size_t body_bytes = 0;  // request bodies held, against max_buffered_body_bytes
   bool listener_paused = false;
   bool closing_down = false;
 
@@ -354,6 +357,12 @@ void HttpServer::Loop::hold(Connection& c, bool first) {
 void HttpServer::Loop::unhold(Connection& c) {
   if (c.held) order.erase(c.held_at);
   c.held = false;
+}
+
+// Sets what connection `c` holds of request bodies, in the loop's body budget.
+void HttpServer::Loop::account_body(Connection& c, std::size_t bytes) {
+  body_bytes = body_bytes - c.body_bytes + bytes;
+  c.body_bytes = bytes;
 }
 
 void HttpServer::Loop::run() {
@@ -519,6 +528,14 @@ void HttpServer::Loop::advance(Connection& c) {
           return;
         }
         c.in.erase(0, parser.feed(c.in));
+        account_body(c, parser.request().body.capacity());
+        if (body_bytes > limits.max_buffered_body_bytes) {
+          refuse(c, 503,
+                 "the server holds its limit of " +
+                     std::to_string(limits.max_buffered_body_bytes) +
+                     " bytes of request bodies at once (--max-buffered-bytes); retry later");
+          break;
+        }
         if (c.idle && parser.started()) {
           c.idle = false;
           c.read_deadline = Clock::now() + seconds(limits.head_timeout_s);
@@ -574,8 +591,10 @@ void HttpServer::Loop::on_head(Connection& c) {
 void HttpServer::Loop::on_request(Connection& c) {
   HttpRequest request = c.parser.take();
   c.reading_body = false;
-  if (std::optional<HttpResponse> response = ask([&] { return service.answer_now(request); }))
+  if (std::optional<HttpResponse> response = ask([&] { return service.answer_now(request); })) {
+    account_body(c, 0);  // the body goes with `request`, here
     return answer(c, *response, request.keep_alive && !stopping, request.method == "HEAD");
+  }
   dispatch(c, std::move(request));
 }
 
@@ -643,6 +662,8 @@ void HttpServer::Loop::linger(Connection& c) {
   ::shutdown(c.fd, SHUT_WR);
   c.phase = Connection::Phase::Lingering;
   c.in.clear();
+  c.parser = HttpRequestParser(limits.request);  // a refused request's partial body
+  account_body(c, 0);
   c.read_deadline = Clock::now() + kLinger;
   hold(c, true);
   watch(c, EPOLLIN | EPOLLRDHUP);
@@ -651,6 +672,7 @@ void HttpServer::Loop::linger(Connection& c) {
 void HttpServer::Loop::close(Connection& c) {
   if (c.phase == Connection::Phase::Closed) return;
   unhold(c);
+  account_body(c, 0);
   c.phase = Connection::Phase::Closed;
   ::close(c.fd);  // also leaves epoll
   auto it = connections.find(c.fd);
@@ -681,6 +703,7 @@ void HttpServer::Loop::take_returned() {
   for (Connection* c : back) {
     --serving;
     c->request = HttpRequest();  // its body may be megabytes
+    account_body(*c, 0);
     if (stopping || !c->responded)
       close(*c);
     else if (c->reusable)

@@ -27,6 +27,11 @@
 // open-file limit (raising the soft limit when the hard one allows), keeping room for the rest of
 // the process.
 //
+// Memory. Each request body is bounded by max_body_bytes, and all the bodies held at once (being
+// received, or received and waiting for a worker) by max_buffered_body_bytes: the request whose
+// bytes would pass that budget is answered 503 and closed, so a crowd of large uploads cannot
+// exhaust the host.
+//
 // Refusals that leave part of a request unread (a bad head, a limit, 100-continue refused) are
 // answered with "Connection: close", then the server stops writing and reads and drops whatever
 // the client still sends for a short while before closing: closing with unread input would reset
@@ -55,6 +60,9 @@ struct HttpServerLimits {
   double keep_alive_timeout_s = 5;  // --keep-alive-timeout
   double send_timeout_s = 30;       // --send-timeout
   int max_connections = 1000;       // --max-connections
+  // Request bodies the server holds at once, being received or waiting for a worker: without it,
+  // max_connections bodies of max_body_bytes each could be held together.
+  std::size_t max_buffered_body_bytes = std::size_t{256} << 20;  // --max-buffered-bytes
 };
 
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;

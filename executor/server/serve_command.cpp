@@ -161,6 +161,11 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "Largest request body, chunked ones included; larger ones get 413")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40))
       ->capture_default_str();
+  cmd->add_option("--max-buffered-bytes", http.max_buffered_body_bytes,
+                  "Request bodies held at once, all connections together; the request that "
+                  "would pass it gets 503")
+      ->check(CLI::Range(std::size_t{1} << 20, std::size_t{1} << 40))
+      ->capture_default_str();
   cmd->add_option("--max-head-bytes", http.request.max_head_bytes,
                   "Largest request line plus headers; larger get 431")
       ->check(CLI::Range(std::size_t{256}, std::size_t{1} << 20))

@@ -329,6 +329,42 @@ describe("the connection cap", () => {
   });
 });
 
+describe("the body budget", () => {
+  const kBudget = 1 << 20;  // --max-buffered-bytes
+  let server;
+  before(async () => {
+    server = await startServer(`${MODELS}/tiny-chat.telos`, [
+      "--max-buffered-bytes", String(kBudget), "--max-body-bytes", String(kBudget)]);
+  });
+  after(async () => {
+    const { code } = await server.stop();
+    assert.equal(code, 0);
+  });
+
+  test("bodies held together past the budget: the request that passes it is 503", async () => {
+    // Two uploads of 600 KiB each, sent slowly enough that both are held at once: each is within
+    // --max-body-bytes, together they pass --max-buffered-bytes.
+    const part = 600 << 10;
+    const head = "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n" +
+      `Content-Type: application/json\r\nContent-Length: ${part + 16}\r\n\r\n`;
+    const first = await connect(server.url);
+    first.socket.write(head + " ".repeat(part));
+    await sleep(200);
+    const second = await connect(server.url);
+    second.socket.write(head + " ".repeat(part));
+    await Promise.race([second.closedPromise, sleep(2000)]);
+    assert.match(second.answer, /^HTTP\/1\.1 503 [^]*--max-buffered-bytes/);
+    assert.equal(first.closed, false);
+    first.socket.destroy();
+    // The refused and the abandoned bodies are released: a full-size request is served again.
+    await waitFor("the budget free again", async () => {
+      const body = JSON.stringify({ prompt: [1, 2], max_tokens: 2 }) + " ".repeat(700 << 10);
+      const r = await postJson(`${server.url}/v1/completions`, body);
+      return r.status === 200 || r.status;
+    }, 3000);
+  });
+});
+
 // A key on the command line shows in `ps`; the environment and a file do not.
 describe("API key sources", () => {
   const check = async (url, key) => {
