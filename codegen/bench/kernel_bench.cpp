@@ -248,11 +248,13 @@ int main(int argc, char** argv) {
   // 1 (4k, 32k; head dim 128, 8 KV heads).
   if (read_floor) {
     const std::string source = R"(
+#include "hexel/ld_st.cuh"
+#include "hexel/sync.cuh"
 template <int MODE>  // 0: wait first; 1: every load before the wait; 2: the first 8 a thread
 __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict__ src,
                                                          unsigned long long n16, unsigned* out) {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  if (MODE == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
+  hexel::launch_dependents();
+  if (MODE == 0) hexel::grid_dependency_wait();
   const unsigned long long per = (n16 + gridDim.x - 1) / gridDim.x;
   const unsigned long long begin = blockIdx.x * per;
   const unsigned long long end = begin + per < n16 ? begin + per : n16;
@@ -264,16 +266,14 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     for (int u = 0; u < 8; ++u) {
       const unsigned long long j = i + u * blockDim.x;
       v[u] = make_uint4(0, 0, 0, 0);
-      if (j < end)
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(src + j));
+      if (j < end) v[u] = hexel::ld_nc_no_allocate_v4(src + j);
     }
-    if (MODE == 2 && first) asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (MODE == 2 && first) hexel::grid_dependency_wait();
     first = false;
 #pragma unroll
     for (int u = 0; u < 8; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
-  if (MODE == 1 || (MODE == 2 && first)) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (MODE == 1 || (MODE == 2 && first)) hexel::grid_dependency_wait();
   if (acc == 0x9e3779b9u) out[blockIdx.x] = acc;  // keeps the loads; never true for fill()'s bytes
 }
 )";
@@ -559,6 +559,8 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     const std::string source = R"(
 #include "hexel/cluster.cuh"
 #include "hexel/mbarrier.cuh"
+#include "hexel/memory_order.cuh"
+#include "hexel/timer.cuh"
 #include "hexel/tma.cuh"
 template <int MODE, bool STREAM>  // MODE 0: grid count; 1: cluster gather + broadcast
 __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weights,
@@ -599,18 +601,14 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
     }
   } else {
     for (int r = 0; r < rounds; ++r) {
-      unsigned long long t0, t1;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+      const unsigned long long t0 = globaltimer();
       if constexpr (MODE == 0) {
         payload[blockIdx.x * 32 + lane] = make_uint4(r, blockIdx.x, lane, 1u);
         __syncwarp();
         if (lane == 0) {
-          asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(count)
-                       : "memory");
-          unsigned seen;
-          do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
-          } while (seen < (r + 1) * gridDim.x);
+          red_add_release_gpu(count, 1u);
+          while (ld_acquire_gpu(count) < (r + 1) * gridDim.x) {
+          }
         }
       } else if (lane == 0) {
         const unsigned rank = cluster::cta_rank();
@@ -623,7 +621,7 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
         mbarrier::wait_parity_cluster(bcast, r & 1);
       }
       __syncwarp();
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+      const unsigned long long t1 = globaltimer();
       if (lane == 0) lat[static_cast<unsigned long long>(blockIdx.x) * rounds + r] = t1 - t0;
     }
     if (lane == 0) done = 1;

@@ -13,23 +13,10 @@
 // so a row's result does not depend on its bucket.
 #include "common.cuh"
 #include "hexel/mbarrier.cuh"
+#include "hexel/mma.cuh"
 #include "hexel/tma.cuh"
 
 namespace telos_kernels {
-
-// d += a · b on one warp, A 16×16 bf16 (row), B 16×8 bf16 (col), f32 accumulators (PTX ISA:
-// Warp-level Matrix Multiply-Accumulate Instructions, mma.sync m16n8k16; fragment layouts there:
-// a0..a3 hold A[lane/4 (+8)][2·(lane%4) (+8) + {0,1}], b0/b1 hold B[2·(lane%4) (+8) +
-// {0,1}][lane/4], d0..d3 hold D[lane/4 (+8)][2·(lane%4) + {0,1}]).
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                               unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Partial results, per (token, query head, slot): part_o [D] f32 sums weighted by
 // 2^(score - max) and part_ml {max (log2 domain), sum of weights}. SCALE_LOG2 = log2(e) / sqrt(D).
@@ -121,7 +108,7 @@ struct AttnRing {
 template <bool WAIT>
 struct AttnPdlWaitIf {
   __device__ void operator()() const {
-    if constexpr (WAIT) pdl_wait();
+    if constexpr (WAIT) hexel::grid_dependency_wait();
   }
 };
 using AttnNoWait = AttnPdlWaitIf<false>;
@@ -421,8 +408,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
         const unsigned qx[4] = {x.x, x.y, x.z, x.w}, qy[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          mma_bf16_16816(s[i], qx, kr[i][j].x, kr[i][j].y);
-          mma_bf16_16816(s[i], qy, kr[i][j].z, kr[i][j].w);
+          hexel::mma_m16n8k16_bf16(s[i], qx, kr[i][j].x, kr[i][j].y);
+          hexel::mma_m16n8k16_bf16(s[i], qy, kr[i][j].z, kr[i][j].w);
         }
       }
       // s[i][0..1]: row g, positions c + 8i + 2·c4 + {0,1}; s[i][2..3]: row g + 8, same
@@ -470,8 +457,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
         // Low halves (even n) or high halves (odd n) of the two positions' words, the lower
         // position in the low half (byte permute: CUDA __byte_perm).
         const unsigned sel = n % 2 ? 0x7632u : 0x5410u;
-        mma_bf16_16816(o[n], pa, __byte_perm(vr[0][n / 2], vr[1][n / 2], sel),
-                       __byte_perm(vr[2][n / 2], vr[3][n / 2], sel));
+        hexel::mma_m16n8k16_bf16(o[n], pa, __byte_perm(vr[0][n / 2], vr[1][n / 2], sel),
+                                 __byte_perm(vr[2][n / 2], vr[3][n / 2], sel));
       }
     };
     if constexpr (BULK > 0) {
@@ -635,7 +622,7 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
   extern __shared__ __align__(128) unsigned char attn_split_ring[];
   AttnRing ring;  // BULK: each warp's ring across the block's items
   if constexpr (EARLY)
-    pdl_launch_dependents();
+    hexel::launch_dependents();
   else
     pdl_entry();
   // Items back to back need no barrier between them (attn_split_block); a slot past every
@@ -648,7 +635,7 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
         kv_layer, part_o, part_ml, [] { __syncthreads(); }, nullptr, attn_split_ring, &ring,
         next < NSPLIT ? static_cast<int>(next) : -1, AttnPdlWaitIf<EARLY>{});
   }
-  if constexpr (EARLY) pdl_wait();
+  if constexpr (EARLY) hexel::grid_dependency_wait();
 }
 
 // out[t, hq*D + d] = bf16(softmax-weighted sum), merging the slots 0..min(position/SPLIT,

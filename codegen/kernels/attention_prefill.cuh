@@ -121,6 +121,9 @@
 // segment table; two tables, persistent, fit up to 64 tokens a tile), 6 at D = 64 (16 KB + 6 x
 // 32 KB).
 #include "common.cuh"
+#include "hexel/cp_async.cuh"
+#include "hexel/ld_st.cuh"
+#include "hexel/math.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/swizzle.cuh"
 #include "hexel/sync.cuh"
@@ -151,27 +154,6 @@ struct AttnPrefillSegment {
   short first, end;
   int last;
 };
-
-// 16 bytes global -> shared, bypassing L1; `src_bytes` 0 writes 16 zero bytes and reads nothing.
-// PTX ISA: Data Movement, cp.async (.cg, cp-size 16, src-size).
-__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, unsigned src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-
-// The mbarrier at `bar` receives one arrival once every cp.async this thread issued so far has
-// completed; .noinc: that arrival counts against the barrier's expected count (the producer's 128
-// threads are the count). PTX ISA: cp.async.mbarrier.arrive.
-__device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
-
-// 2^x on the special function unit: ex2(-inf) = +0, ex2(0) = 1. PTX ISA: ex2 (.approx.ftz.f32).
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // out[t, (kvh · G + h) · D + d] = bf16(softmax over keys [0, position] of the row's sequence ·
 // V); see the header comment. `kv_map`: the tensor map of `tmap:kv:L:...` over the pool from
@@ -299,10 +281,8 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       const uint4 v = live[k] ? make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w),
                                            pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w))
                               : make_uint4(0u, 0u, 0u, 0u);
-      const unsigned dst = sq + (i / 8) * (C::kRows * 128) + r * 128 + (((i % 8) ^ (r % 8)) * 16);
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(v.x), "r"(v.y),
-                   "r"(v.z), "r"(v.w)
-                   : "memory");
+      const unsigned dst = swizzled_chunk_b128(sq + (i / 8) * (C::kRows * 128), r, i);
+      st_shared_v4(dst, v.x, v.y, v.z, v.w);
     }
     fence_proxy_async_smem();  // generic-proxy stores, then wgmma reads them (after a barrier)
   };
@@ -394,12 +374,12 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
               // write zeros (source size 0).
               for (int c = whole * kPieces + lane; c < BN * kPieces; c += 32) {
                 const int p = c / kPieces, i = c % kPieces, pos = min(b * BN + p, pos_max);
-                cp_async_16(dst0 + (i / 8) * (BN * 128) + p * 128 + (((i % 8) ^ (p % 8)) * 16),
-                            src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
-                                (pos % PAGE) * D + 8 * i,
-                            b * BN + p <= pos_max ? 16u : 0u);
+                cp_async::copy_16(swizzled_chunk_b128(dst0 + (i / 8) * (BN * 128), p, i),
+                                  src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
+                                      (pos % PAGE) * D + 8 * i,
+                                  b * BN + p <= pos_max ? 16u : 0u);
               }
-              cp_async_arrive_noinc(full);
+              cp_async::arrive_noinc(full);
             }
             ring.advance();
           }
@@ -428,19 +408,17 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
               const bf16* src = valid ? src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
                                             (pos % PAGE) * D + 8 * i
                                       : kv_layer;
-              const unsigned dst =
-                  dst0 + (i / 8) * (BN * 128) + p * 128 + (((i % 8) ^ (p % 8)) * 16);
-              cp_async_16(dst, src, valid ? 16u : 0u);
+              const unsigned dst = swizzled_chunk_b128(dst0 + (i / 8) * (BN * 128), p, i);
+              cp_async::copy_16(dst, src, valid ? 16u : 0u);
             }
-            cp_async_arrive_noinc((kv == 0 ? full_k : full_v) + 8 * ring.index);
+            cp_async::arrive_noinc((kv == 0 ? full_k : full_v) + 8 * ring.index);
           }
           ring.advance();
         }
       }
     }
     // No thread leaves with copies in flight into a stage the consumers have yet to read.
-    // PTX ISA: cp.async.wait_all.
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    cp_async::wait_all();
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     const int cw = threadIdx.x / 128 - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63
@@ -588,17 +566,17 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           }
           // An unchanged maximum gives a correction of exactly 1 (a block past the row: an exact
           // no-op); from -inf (the row's first block) exp2(-inf) = 0 scales the zeros.
-          corr0 = mx0 == m0 ? 1.f : ex2((m0 - mx0) * SCALE_LOG2);
-          corr1 = mx1 == m1 ? 1.f : ex2((m1 - mx1) * SCALE_LOG2);
+          corr0 = mx0 == m0 ? 1.f : ex2_approx((m0 - mx0) * SCALE_LOG2);
+          corr1 = mx1 == m1 ? 1.f : ex2_approx((m1 - mx1) * SCALE_LOG2);
           m0 = mx0, m1 = mx1;
           const float ms0 = mx0 * SCALE_LOG2, ms1 = mx1 * SCALE_LOG2;
           float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
           for (int n = 0; n < BN / 8; ++n) {
-            sc[4 * n] = ex2(fmaf(sc[4 * n], SCALE_LOG2, -ms0));
-            sc[4 * n + 1] = ex2(fmaf(sc[4 * n + 1], SCALE_LOG2, -ms0));
-            sc[4 * n + 2] = ex2(fmaf(sc[4 * n + 2], SCALE_LOG2, -ms1));
-            sc[4 * n + 3] = ex2(fmaf(sc[4 * n + 3], SCALE_LOG2, -ms1));
+            sc[4 * n] = ex2_approx(fmaf(sc[4 * n], SCALE_LOG2, -ms0));
+            sc[4 * n + 1] = ex2_approx(fmaf(sc[4 * n + 1], SCALE_LOG2, -ms0));
+            sc[4 * n + 2] = ex2_approx(fmaf(sc[4 * n + 2], SCALE_LOG2, -ms1));
+            sc[4 * n + 3] = ex2_approx(fmaf(sc[4 * n + 3], SCALE_LOG2, -ms1));
             sum0 += sc[4 * n] + sc[4 * n + 1];
             sum1 += sc[4 * n + 2] + sc[4 * n + 3];
           }

@@ -33,6 +33,8 @@
 // at once: one CTA per SM (the shared memory takes more than half an SM) and gridDim.x <= SMs.
 #include "attention.cuh"
 #include "gemm_small.cuh"
+#include "hexel/memory_order.cuh"
+#include "hexel/timer.cuh"
 
 namespace telos_kernels {
 
@@ -250,9 +252,7 @@ __device__ unsigned long long telos_phase_trace[2 * kTraceCtas * kTraceEvents];
 __device__ unsigned telos_trace_launches;
 }
 __device__ __forceinline__ unsigned long long trace_clock() {
-  unsigned long long ns;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-  return ns;
+  return hexel::globaltimer();
 }
 __device__ __forceinline__ void phase_trace_at(int event, unsigned long long ns) {
   const unsigned slot = *static_cast<volatile unsigned*>(&telos_trace_launches) % 2;
@@ -339,7 +339,7 @@ __device__ __forceinline__ void persistent_wait(const unsigned* sync, unsigned t
   if (threadIdx.x == 0) {
     unsigned seen;
     do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync) : "memory");
+      seen = hexel::ld_acquire_gpu(sync);
     } while (seen < target);
     if constexpr (COUNT == GridCount::Fenced) __threadfence();
   }
@@ -355,10 +355,8 @@ __device__ __forceinline__ void persistent_arrive(unsigned* sync, unsigned phase
     if (threadIdx.x == 0) atomicAdd(&sync[0], phases);
   } else {
     hexel::named_barrier_sync(1, 128);
-    // PTX: fence, red (the release pattern; see above for the other threads' stores).
-    if (threadIdx.x == 0)
-      asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(sync), "r"(phases)
-                   : "memory");
+    // The release pattern (see above for the other threads' stores).
+    if (threadIdx.x == 0) hexel::red_add_release_gpu(sync, phases);
   }
 }
 
@@ -401,7 +399,7 @@ __device__ __forceinline__ void persistent_load_a(unsigned base, const bf16* a, 
 // each word once with a gpu-scope relaxed store (small_gemm_store, L2_ONLY); here each thread reads
 // its 16-byte pieces with gpu-scope relaxed loads, all of them first, then again those with a
 // pending word until none has. The words are the unit (an aligned 32-bit access is single-copy
-// atomic; common.cuh, ld_relaxed_gpu_v4), so a word is either pending or final. A count here would
+// atomic; hexel::ld_relaxed_gpu_v4), so a word is either pending or final. A count here would
 // cost its release fence's wait while the producer refills the ring for down.
 template <int M, unsigned K>
 __device__ __forceinline__ void persistent_poll_a(unsigned base, const bf16* a) {
@@ -416,13 +414,14 @@ __device__ __forceinline__ void persistent_poll_a(unsigned base, const bf16* a) 
     uint4 v[kPer];
 #pragma unroll
     for (unsigned i = 0; i < kPer; ++i)
-      if (tid + 128 * i < kChunks) v[i] = ld_relaxed_gpu_v4(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
+      if (tid + 128 * i < kChunks)
+        v[i] = hexel::ld_relaxed_gpu_v4(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
     for (bool again = true; again;) {
       again = false;
 #pragma unroll
       for (unsigned i = 0; i < kPer; ++i)
         if (tid + 128 * i < kChunks && pending(v[i])) {
-          v[i] = ld_relaxed_gpu_v4(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
+          v[i] = hexel::ld_relaxed_gpu_v4(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
           again = true;
         }
     }
@@ -732,7 +731,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     // act pending (persistent_poll_a): before this CTA's first arrival, so before every CTA's
     // gate/up stores; after the wait, so after the previous kernels' reads of it.
     for (unsigned w = blockIdx.x * 128 + t; w < static_cast<unsigned>(I / 2); w += gridDim.x * 128)
-      st_relaxed_gpu(reinterpret_cast<unsigned*>(act) + w, kActPending);
+      hexel::st_relaxed_gpu(reinterpret_cast<unsigned*>(act) + w, kActPending);
   }
   phase_trace(1);
 
@@ -760,13 +759,13 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
           if (t < 32) {
             __syncwarp();
             if (t == 0) {
-              asm volatile("fence.acq_rel.gpu;" ::: "memory");
+              hexel::fence_acq_rel_gpu();
               unsigned long long seen = 0;
               for (int h = static_cast<int>(tile * BQ / D); h <= static_cast<int>((tile * BQ + BQ - 1) / D); ++h) {
                 const int g = qkv_head_group<HQ, HKV>(h);
                 if (seen >> g & 1ull) continue;
                 seen |= 1ull << g;
-                asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(sync + 2 + g) : "memory");
+                hexel::red_add_relaxed_gpu<1>(sync + 2 + g);
               }
             }
           }

@@ -19,6 +19,8 @@
 // whatever M is, so a row's result does not depend on the bucket.
 #include "common.cuh"
 #include "hexel/cluster.cuh"
+#include "hexel/ld_st.cuh"
+#include "hexel/math.cuh"
 #include "hexel/matrix_ldst.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/sync.cuh"
@@ -138,13 +140,10 @@ __device__ __forceinline__ unsigned wgmma_k_loop(float (&d)[N / 2],
     // One group stays in flight; once it is the only one, the previous stage has been read.
     wgmma::wait_group<1>();
     if (ks > 0 && lane == 0) {
-      if constexpr (CL == 1) {
+      if constexpr (CL == 1)
         mbarrier::arrive(empty + 8 * prev);
-      } else {
-#pragma unroll
-        for (unsigned r = 0; r < CL; ++r)
-          mbarrier::arrive_remote(cluster::map_shared(empty + 8 * prev, r));
-      }
+      else
+        mbarrier::arrive_remote_ranks<CL>(empty + 8 * prev);
     }
     prev = ring.index;
     ring.advance();
@@ -188,15 +187,14 @@ struct EpilogueSwiGlu {
   static constexpr unsigned kOutCols = PrefillGemm::kBlockN / 2, kChunkCols = 64;
   static constexpr bool kSplitW = true, kResidual = false;
   // silu(gate) · up = gate · up / (1 + 2^(-gate · log2 e)), on the special function unit: one
-  // ex2.approx and one rcp.approx (PTX ISA: ex2, rcp; .approx.ftz.f32, relative errors near 2^-22
-  // and 1 ulp, far below the bf16 rounding that follows) instead of expf and an IEEE division,
+  // ex2.approx and one rcp.approx (hexel/math.cuh: relative errors near 2^-22 and 1 ulp, far
+  // below the bf16 rounding that follows) instead of expf and an IEEE division,
   // which would cost the SwiGLU epilogue ~2 µs of issue per tile while the tensor cores wait. Large
   // negative gates give 2^+inf = inf, rcp(inf) = 0, so silu → -0 as it should. The small-M GEMM
   // calls this same function, so the two stay bit-identical.
   __device__ __forceinline__ static float act(float gate, float up) {
-    float e, r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(gate * -1.4426950408889634f));
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.f + e));
+    const float e = hexel::ex2_approx(gate * -1.4426950408889634f);
+    const float r = hexel::rcp_approx(1.f + e);
     return gate * r * up;
   }
   __device__ __forceinline__ static unsigned pack(const float (&d)[PrefillGemm::kBlockN / 2],
@@ -215,11 +213,6 @@ struct EpilogueResidual {
   static constexpr unsigned kOutCols = PrefillGemm::kBlockN, kChunkCols = 32;
   static constexpr bool kSplitW = false, kResidual = true;
 };
-
-// Two f32 to shared memory. PTX: st (.shared, .v2.f32).
-__device__ __forceinline__ void st_shared_f32x2(unsigned addr, float a, float b) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
-}
 
 // The whole kernel; the epilogue writes through `out_map`: a bf16 TMA store, or the residual's
 // f32 TMA reduction into x. W_BH, W_BOX: the weight's source (load_weight_rows).
@@ -337,8 +330,8 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
             for (unsigned h = 0; h < 2; ++h) {
               const unsigned r = 16 * warp + lane / 4 + 8 * h;
               const unsigned off = r * 128 + 4 * (8 * jj + 2 * (lane % 4));
-              st_shared_f32x2(buf + swizzled_offset(off, Swizzle::B128), d[4 * j + 2 * h],
-                              d[4 * j + 2 * h + 1]);
+              st_shared_v2_f32(buf + swizzled_offset(off, Swizzle::B128), d[4 * j + 2 * h],
+                               d[4 * j + 2 * h + 1]);
             }
           }
         } else {

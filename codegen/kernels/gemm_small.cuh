@@ -53,6 +53,8 @@
 // stored. So A takes K · M · 2 bytes (8 KB at M = 1, K = 4096) instead of K · 16. The producer
 // never waits for the previous kernel: every load it issues is a weight.
 #include "gemm_prefill.cuh"
+#include "hexel/ld_st.cuh"
+#include "hexel/memory_order.cuh"
 #include "norm.cuh"
 
 namespace telos_kernels {
@@ -75,13 +77,12 @@ struct SmallGemm {
 enum class SmallEpi { StoreBf16, Residual, SwiGlu, F32Cand };
 
 // A resident in shared memory at `base` in the interleaved wgmma layout: chunk c (eight bf16) of
-// row r at 16 (c M + r). No "memory" clobber on the stores: the caller's global loads for later
-// chunks may move above them (they do not alias), so their L2 round trips overlap; a_finish's
-// fence and barrier are ordered after every store (volatile asm keeps its order).
+// row r at 16 (c M + r). Unordered stores: the caller's global loads for later chunks may move
+// above them (they do not alias), so their L2 round trips overlap; a_finish's fence and barrier
+// are ordered after every store.
 template <int M>
 __device__ __forceinline__ void a_store_chunk(unsigned base, unsigned c, int r, uint4 v) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(base + (c * M + r) * 16), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w));
+  hexel::st_shared_v4_unordered(base + (c * M + r) * 16, v.x, v.y, v.z, v.w);
 }
 // After the last of `chunks` chunks, by the 128 consumer threads (t): the 128-byte zero tail the
 // last core matrix's rows past M read, then the fence for wgmma and the meeting.
@@ -137,17 +138,18 @@ template <SmallEpi EPI, unsigned BN, bool L2_ONLY = false>
 __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsigned h, unsigned j, void* out,
                                                  long long at) {
   if constexpr (EPI == SmallEpi::Residual) {
-    // The add in L2 (common.cuh), past L1 as L2_ONLY needs: no read of x to wait for at the end of
-    // the kernel or of a persistent layer's phase, where a load meets the next launch's weight
-    // stream (docs/performance.md).
-    red_add_f32x2(static_cast<float*>(out) + at, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+    // The add in L2 (hexel/memory_order.cuh: the TMA f32 reduction's arithmetic), past L1 as
+    // L2_ONLY needs: no read of x to wait for at the end of the kernel or of a persistent layer's
+    // phase, where a load meets the next launch's weight stream (docs/performance.md).
+    hexel::red_add_relaxed_gpu(static_cast<float*>(out) + at, d[4 * j + 2 * h],
+                               d[4 * j + 2 * h + 1]);
   } else if constexpr (EPI == SmallEpi::SwiGlu) {
     constexpr unsigned kUp = 4 * (BN / 2 / 8);
     unsigned* p = reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at);
     const unsigned v = pack_bf16x2(EpilogueSwiGlu::act(d[4 * j + 2 * h], d[kUp + 4 * j + 2 * h]),
                                    EpilogueSwiGlu::act(d[4 * j + 2 * h + 1], d[kUp + 4 * j + 2 * h + 1]));
     if constexpr (L2_ONLY)
-      st_relaxed_gpu(p, v == kActPending ? 0x7fff7fffu : v);
+      hexel::st_relaxed_gpu(p, v == kActPending ? 0x7fff7fffu : v);
     else
       *p = v;
   } else if constexpr (EPI == SmallEpi::F32Cand) {
