@@ -19,8 +19,6 @@
 // `telos-kernel-bench --attention` only the copy bandwidth and decode attention;
 // `telos-kernel-bench --read-floor` only the copy bandwidth and the read floor (a kernel that only
 // reads, at the decode kernels' sizes);
-// `telos-kernel-bench --stream` only the copy bandwidth and one persistent CTA's weight stream by
-// grid size and weight tile;
 // `telos-kernel-bench --exchange` only the copy bandwidth and what an exchange between CTAs costs
 // (a grid-wide count, a cluster's gather and broadcast) idle and while the weights stream;
 // `telos-kernel-bench --gemm` only the copy bandwidth and the decode GEMMs at the full-batch bucket
@@ -206,7 +204,6 @@ int main(int argc, char** argv) {
   const bool gemm_only = argc > 1 && std::string(argv[1]) == "--gemm";
   const bool small_rows = argc > 1 && std::string(argv[1]) == "--small-rows";
   const bool read_floor = argc > 1 && std::string(argv[1]) == "--read-floor";
-  const bool stream_only = argc > 1 && std::string(argv[1]) == "--stream";
   const bool exchange_only = argc > 1 && std::string(argv[1]) == "--exchange";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -415,121 +412,6 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     cudaFree(a);
     cudaFree(y);
     cudaFree(out);
-    return 0;
-  }
-
-  // One CTA's weight stream (--stream): what a persistent CTA's ring (the plan's 22 slots of 8 KB)
-  // streams by itself. The 8B layer's gate/up phase ends later on its last CTA than on the median
-  // one: 448 tiles on 132 CTAs, so 52 CTAs stream a fourth tile while 80 wait, and that tile goes
-  // not much faster a CTA than when all 132 streamed. Whether a
-  // CTA's stream has a ceiling of its own (its boxes, its consumers' wgmma, its barriers), and how
-  // it depends on the box: layer_gemms_persistent (8B shapes, M = 1, 8 layers a launch, weights
-  // rotated over two copies) on grids of 132 down to 13 CTAs, with weight tiles (qkv / o / gate+up
-  // / down rows) of 16 / 16 / 32 / 16 (2 KB boxes, four a slot), 32 / 32 / 64 / 32 (4 KB, two a
-  // slot; the prototype's) and 64 / 64 / 64 / 64 (8 KB boxes but gate/up's 4 KB), the prototype's
-  // with half the ring (a stream bound by its latency goes at half the rate), and the 32- and
-  // 16-row tiles with one 8 KB box a ring slot (rank-3 and rank-4 maps whose K blocks are their
-  // outer dimension: StreamCursor::wide_box): GB/s over all CTAs and per CTA.
-  if (stream_only) {
-    constexpr int kH = 4096, kNqkv = 6144, kI = 14336, kLayers = 8;
-    const std::size_t rows[4] = {kNqkv, kH, 2 * kI, kH}, cols[4] = {kH, kH, kH, kI};
-    double layer_bytes = 0;
-    for (int k = 0; k < 4; ++k) layer_bytes += 2.0 * rows[k] * cols[k];
-    const PersistentLayerTiling ring = decode_layer_tiling(kH, kNqkv, kH, kI, 128);
-    struct Tiles {
-      const char* label;
-      std::array<int, 4> bn;
-      int stages;
-      bool wide;
-    };
-    const Tiles tiles[] = {
-        {"tiles 16/16/32/16", {16, 16, 32, 16}, ring.stages, false},
-        {"tiles 32/32/64/32", {32, 32, 64, 32}, ring.stages, false},
-        {"tiles 64/64/64/64", {64, 64, 64, 64}, ring.stages, false},
-        {"tiles 32/32/64/32, half ring", {32, 32, 64, 32}, ring.stages / 2, false},
-        {"tiles 32/32/64/32, wide box", {32, 32, 64, 32}, ring.stages, true},
-        {"tiles 16/16/32/16, wide box", {16, 16, 32, 16}, ring.stages, true}};
-    std::vector<std::string> names;
-    for (const Tiles& t : tiles)
-      names.push_back("telos_kernels::layer_gemms_persistent<1, " + I(kH) + ", " + I(kNqkv) + ", " +
-                      I(kI) + ", " + I(kLayers) + ", " + I(t.stages) + ", " + I(t.bn[0]) + ", " +
-                      I(t.bn[1]) + ", " + I(t.bn[2]) + ", " + I(t.bn[3]) +
-                      (t.wide ? ", true>" : ">"));
-    Module mod(names);
-    std::vector<void*> w[2];
-    for (auto& copy : w)
-      for (int k = 0; k < 4; ++k) {
-        void* p;
-        check(cudaMalloc(&p, 2 * rows[k] * cols[k]), "alloc");
-        fill(p, 2 * rows[k] * cols[k]);
-        copy.push_back(p);
-      }
-    void *a, *act, *qkv, *x, *sync, *maps;
-    check(cudaMalloc(&a, 2ull * kI), "alloc");
-    fill(a, 2ull * kI);
-    check(cudaMalloc(&act, 2ull * kI), "alloc");
-    check(cudaMalloc(&qkv, 2ull * kNqkv), "alloc");
-    check(cudaMalloc(&x, 4ull * kH), "alloc");
-    check(cudaMalloc(&sync, 8), "alloc");
-    check(cudaMemset(sync, 0, 8), "sync");
-    check(cudaMalloc(&maps, 4 * kLayers * sizeof(hexel::TensorMap)), "alloc");
-    std::vector<char> first_bits;
-    for (std::size_t ti = 0; ti < std::size(tiles); ++ti) {
-      std::vector<hexel::TensorMap> hmaps;
-      try {
-        for (int l = 0; l < kLayers; ++l)
-          for (int k = 0; k < 4; ++k) {
-            const std::uint32_t bn = static_cast<std::uint32_t>(tiles[ti].bn[k]);
-            if (!tiles[ti].wide) {
-              hmaps.push_back(hexel::encode_2d(hexel::TmaDtype::BF16, w[l % 2][k], rows[k], cols[k],
-                                               cols[k] * 2, k == 2 ? bn / 2 : bn, 64,
-                                               hexel::Swizzle::B128));
-              continue;
-            }
-            // The K-block view (StreamCursor::wide_box): one box a slot.
-            hmaps.push_back(hexel::encode_k_blocks(w[l % 2][k], rows[k], cols[k],
-                                                   k == 2 ? bn / 2 : bn, 64 / bn, k == 2 ? 2 : 1));
-          }
-      } catch (const std::exception& e) {
-        std::printf("stream %s: the maps: %s\n", tiles[ti].label, e.what());
-        continue;
-      }
-      check(cudaMemcpy(maps, hmaps.data(), hmaps.size() * sizeof(hexel::TensorMap),
-                       cudaMemcpyHostToDevice),
-            "maps");
-      // One run from x = 0: every configuration's bits must be the first one's (the per-element
-      // wgmma chain does not depend on the tile or on the boxes).
-      const int smem = ring.smem - (ring.stages - tiles[ti].stages) * (8192 + 16);
-      check(cudaMemset(x, 0, 4ull * kH), "x");
-      mod.launch(names[ti], dim3(prop.multiProcessorCount), 128 + 32,
-                 {maps, a, a, a, act, qkv, x, sync}, smem);
-      check(cudaDeviceSynchronize(), "stream run");
-      std::vector<char> bits(2 * kNqkv + 2 * kI + 4 * kH);
-      check(cudaMemcpy(bits.data(), qkv, 2 * kNqkv, cudaMemcpyDeviceToHost), "bits");
-      check(cudaMemcpy(bits.data() + 2 * kNqkv, act, 2 * kI, cudaMemcpyDeviceToHost), "bits");
-      check(cudaMemcpy(bits.data() + 2 * kNqkv + 2 * kI, x, 4 * kH, cudaMemcpyDeviceToHost),
-            "bits");
-      if (first_bits.empty()) first_bits = bits;
-      const bool same = bits == first_bits;
-      for (int grid : {prop.multiProcessorCount, 104, 80, 52, 26, 13}) {
-        const double us = median_us(
-                              [&](int) {
-                                mod.launch(names[ti], dim3(grid), 128 + 32,
-                                           {maps, a, a, a, act, qkv, x, sync}, smem);
-                              },
-                              10, 2) /
-                          kLayers;
-        char label[64], shape[64];
-        std::snprintf(label, sizeof label, "stream %s%s", tiles[ti].label, same ? "" : " DIFF");
-        std::snprintf(shape, sizeof shape, "%d CTAs: %.1f GB/s a CTA", grid,
-                      layer_bytes / us / 1e3 / grid);
-        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us,
-                    layer_bytes / us / 1e3, 100.0 * layer_bytes / us / 1e3 / copy_gbs);
-      }
-    }
-    for (auto& copy : w)
-      for (void* p : copy) cudaFree(p);
-    for (void* p : {a, act, qkv, x, sync, maps}) cudaFree(p);
     return 0;
   }
 
@@ -808,7 +690,7 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
   if (sample_only) return 0;
 
   // One-token decode layers as a step runs them: decode_layer_persistent (the plan's tiles and
-  // ring, decode_layer_tiling, its grid-wide counts, GridCount V1), 8 layers back to back with PDL,
+  // ring, decode_layer_tiling, its grid-wide counts), 8 layers back to back with PDL,
   // each on its own copy of the weights and of the K/V pages (one sequence at context C,
   // max_seq_len 8448 as bench_suite compiles), at the Llama-3.2-1B and Llama-3.1-8B shapes. Bytes:
   // the layer's weights and the K/V read. Then the phase timeline of the last layer of one such run
@@ -871,7 +753,7 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
             float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
             I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " + I(v.lt.bo) + ", " +
             I(v.lt.bg) + ", " + I(v.lt.bd) + (v.lt.qkv_rope ? ", true" : ", false") + ", " +
-            I(v.bulk) + (v.flags ? ", telos_kernels::GridCount::Release, true, true" : "") + ">");
+            I(v.bulk) + (v.flags ? ", true" : "") + ">");
       auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
       Module traced(names, "#define TELOS_PHASE_TRACE 1\n", 1);
       const std::unique_ptr<Module> mod = plain.get();
@@ -999,7 +881,7 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
                                      "telos_trace_launches"),
                 "trace");
           // Zero first: an event a variant never reaches (the combine of a one-split context,
-          // gate/up's arrival under ACT_POLL) prints as "-", not as another launch's time.
+          // gate/up's arrival: down polls act) prints as "-", not as another launch's time.
           check(cudaMemset(trace, 0, trace_bytes), "trace");
           check(cudaMemset(launches, 0, launches_bytes), "trace");
           for (int i = 0; i < 2 * kLayers; ++i) launch(traced, vi, i, i % kLayers != 0);
@@ -1272,16 +1154,6 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
                                Op{"swiglu", sh.I, sh.H, 2 * sh.I}, Op{"residual", sh.H, sh.I, sh.H}};
     };
     // Per (shape, M): every configuration's four tilings and instances, compiled side by side.
-    // At M = 1 also the four GEMMs of all 8 layers in one persistent launch (decode_persistent.cuh),
-    // its ring the plan's (below), with 32-row tiles (gate/up 32 + 32) and with 16-row tiles for
-    // qkv, o and down (twice the tiles: the 1B shape's o and down have 64 tiles of 32 rows for 132
-    // CTAs).
-    struct PersistentTiles { const char* label; std::array<int, 4> bn; };
-    const PersistentTiles persistent_tiles[] = {{"persistent", {32, 32, 64, 32}},
-                                                {"persistent bn16", {16, 16, 64, 16}}};
-    // The ring of the plan's persistent layer (decode_layer_tiling), so the prototype streams
-    // through as many slots as decode_layer_persistent does.
-    auto ring = [](const Shape& sh) { return decode_layer_tiling(sh.H, sh.QKV, sh.H, sh.I, 128); };
     struct Chain { const Shape* sh; int M; std::vector<SmallGemmTiling> tiles; std::vector<std::string> names; };
     std::vector<Chain> chains;
     for (const Shape& sh : shapes)
@@ -1295,11 +1167,6 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
             ch.tiles.push_back(small_gemm_tiling(op.N, op.K, M, op.epi == "swiglu", false, limits));
             ch.names.push_back(ch.tiles.back().instance(op.epi, M, op.N, op.K));
           }
-        if (M == 1)
-          for (const PersistentTiles& p : persistent_tiles)
-            ch.names.push_back("telos_kernels::layer_gemms_persistent<1, " + I(sh.H) + ", " + I(sh.QKV) + ", " +
-                               I(sh.I) + ", " + I(kLayers) + ", " + I(ring(sh).stages) + ", " + I(p.bn[0]) +
-                               ", " + I(p.bn[1]) + ", " + I(p.bn[2]) + ", " + I(p.bn[3]) + ">");
         chains.push_back(std::move(ch));
       }
     std::vector<std::future<std::unique_ptr<Module>>> modules;
@@ -1333,19 +1200,6 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
         check(cudaMalloc(&x, static_cast<std::size_t>(M) * sh.H * 4), "alloc");
         cudaMemset(x, 0, static_cast<std::size_t>(M) * sh.H * 4);
         void* outs[4] = {qkv, x, act, x};
-        // What one run of 8 layers leaves (qkv and act of the last layer, x summed over all),
-        // for the bit comparison of the plan's kernels with the persistent launch.
-        struct Result { std::vector<char> qkv, act, x; };
-        auto result = [&] {
-          Result r{std::vector<char>(static_cast<std::size_t>(M) * sh.QKV * 2),
-                   std::vector<char>(static_cast<std::size_t>(M) * sh.I * 2),
-                   std::vector<char>(static_cast<std::size_t>(M) * sh.H * 4)};
-          check(cudaMemcpy(r.qkv.data(), qkv, r.qkv.size(), cudaMemcpyDeviceToHost), "download");
-          check(cudaMemcpy(r.act.data(), act, r.act.size(), cudaMemcpyDeviceToHost), "download");
-          check(cudaMemcpy(r.x.data(), x, r.x.size(), cudaMemcpyDeviceToHost), "download");
-          return r;
-        };
-        Result plan_result;
         for (std::size_t ci = 0; ci < std::size(cfgs); ++ci) {
           std::vector<void*> a_maps(4);
           std::vector<std::vector<void*>> w_maps(copies, std::vector<void*>(4));
@@ -1362,12 +1216,6 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
                        {a_maps[k], w_maps[c][k], outs[k]}, t.smem(), i % (4 * kLayers) != 0);
           };
           const double us = median_us(launch, 20, 4 * kLayers, 4 * kLayers);
-          if (ci == 0) {
-            cudaMemset(x, 0, static_cast<std::size_t>(M) * sh.H * 4);
-            for (int i = 0; i < 4 * kLayers; ++i) launch(i);
-            check(cudaDeviceSynchronize(), "plan run");
-            plan_result = result();
-          }
           const double layer_us = 4 * us;
           char label[64], shape[64];
           std::snprintf(label, sizeof label, "layer GEMMs %s %s", sh.name, cfgs[ci].label);
@@ -1378,42 +1226,6 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
           for (void* p : a_maps) cudaFree(p);
           for (auto& l : w_maps)
             for (void* p : l) cudaFree(p);
-        }
-        for (std::size_t pi = 0; M == 1 && pi < std::size(persistent_tiles); ++pi) {
-          // The persistent launch: layer l on weight copy l % copies, as the chain's 8 layers.
-          const PersistentTiles& pt = persistent_tiles[pi];
-          std::vector<hexel::TensorMap> hmaps;
-          for (int l = 0; l < kLayers; ++l)
-            for (int k = 0; k < 4; ++k)
-              hmaps.push_back(hexel::encode_2d(hexel::TmaDtype::BF16, w[l % copies][k],
-                                               static_cast<std::uint64_t>(ops[k].rows),
-                                               static_cast<std::uint64_t>(ops[k].K),
-                                               static_cast<std::uint64_t>(ops[k].K) * 2,
-                                               static_cast<std::uint32_t>(k == 2 ? pt.bn[k] / 2 : pt.bn[k]), 64,
-                                               hexel::Swizzle::B128));
-          void *maps, *sync;
-          check(cudaMalloc(&maps, hmaps.size() * sizeof(hexel::TensorMap)), "alloc");
-          check(cudaMemcpy(maps, hmaps.data(), hmaps.size() * sizeof(hexel::TensorMap), cudaMemcpyHostToDevice), "maps");
-          check(cudaMalloc(&sync, 8), "alloc");
-          cudaMemset(sync, 0, 8);
-          const int sms = prop.multiProcessorCount;
-          auto launch = [&](int) {
-            mod.launch(names[names.size() - std::size(persistent_tiles) + pi], dim3(sms), 128 + 32,
-                       {maps, a_h, a_h, a_h, act, qkv, x, sync}, ring(sh).smem);
-          };
-          const double layer_us = median_us(launch, 20, 3) / kLayers;
-          cudaMemset(x, 0, static_cast<std::size_t>(M) * sh.H * 4);
-          launch(0);
-          check(cudaDeviceSynchronize(), "persistent run");
-          const Result r = result();
-          const bool same = r.qkv == plan_result.qkv && r.act == plan_result.act && r.x == plan_result.x;
-          char label[64], shape[64];
-          std::snprintf(label, sizeof label, "layer GEMMs %s %s%s", sh.name, pt.label, same ? "" : " DIFF");
-          std::snprintf(shape, sizeof shape, "M=%d (%d st of 8 KB)", M, ring(sh).stages);
-          std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, layer_us, layer_bytes / layer_us / 1e3,
-                      100.0 * layer_bytes / layer_us / 1e3 / copy_gbs);
-          cudaFree(maps);
-          cudaFree(sync);
         }
         for (auto& layer : w)
           for (void* p : layer) cudaFree(p);

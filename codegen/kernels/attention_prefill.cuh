@@ -81,45 +81,26 @@
 // registers: the S accumulator of columns 16k .. 16k + 15 is exactly the thread's register-A
 // fragment of k-step k (rows l/4 and l/4 + 8, k 2(l%4) + {0,1} and + 8), packed to bf16.
 // The output is o / l in bf16.
-// The plan uses the plain order with Q in bf16 (OVERLAP and Q_SPLIT false: the fastest at 4k-16k
-// with the engine's 16-position pages; docs/performance.md), persistent where it fits; the GPU
-// tests and the bench keep every option measured.
-// OVERLAP (false is the plain order, the bit-for-bit reference of the GPU tests): block b's
-// S = Q·Kᵀ is issued together with block b - 1's P·V, and the softmax of block b runs while that
-// P·V is on the tensor cores (FlashAttention-3's intra-warpgroup overlap), and the two consumer
-// warpgroups take turns issuing their wgmmas (ping-pong on named barriers 3 and 4), so one's
-// softmax overlaps the other's products; each row still sees the same operations in the same
-// order. TURNS false (with OVERLAP): the overlap within a warpgroup only, no ping-pong (the
-// warpgroups issue when ready, as in the plain order), which tells what the turns cost. Loads and
-// scheduling only: the same bits.
+// Each block in the plain order: S = Q·Kᵀ and its wait, the softmax, P·V and its wait, Q in bf16
+// (the fastest at 4k-16k with the engine's 16-position pages; what the softmax / P·V overlap and Q
+// in two bf16 parts measured is in docs/performance.md, "tried and did not pay").
 //
-// Three trims of each key block's fixed work in every order, none of which changes a bit: the row
+// Three trims of each key block's fixed work, none of which changes a bit: the row
 // maximum over four partial maxima a row instead of one chain of BN / 8 dependent steps; the
 // proxy fence after a stage's wait only for blocks that cp.async wrote some of (with K/V by TMA, a
 // segment's last block; TMA writes through the async proxy, as wgmma reads); and o's rescale
 // (D / 2 multiplications a thread) skipped where no row of the warp has a new maximum.
 //
-// Q_SPLIT: S = Q_hi·Kᵀ + Q_lo·Kᵀ with Q_hi = bf16(q) (the staged Q) and Q_lo = bf16(q - Q_hi), so
-// a score carries ~16 bits of q's mantissa instead of 8: rounding q to bf16 moves a score by up to
-// 2^-9 · |q|·|k|, which decides the weights of sharp rows (scores · SCALE_LOG2 of 10-30). Shared
-// memory has no room for a second Q at D = 128, so Q_lo lives in registers as the register-A
-// fragments of S's k-steps (4 b32 a k-step, D/16 k-steps: 32 at D = 128, read from q once); each
-// k-step issues Q_hi's wgmma (from shared memory) and then Q_lo's (from registers) into the same
-// accumulator, the same order for every row. It cuts the error of sharp rows several times
-// (PrefillAttentionQSplitKeepsSharpScores) for 16-23% of the kernel's time; end to end the 8B's
-// logits do not show it (bf16 activations' noise is larger), so the plan leaves it off.
-// Registers: S (BN/2 f32), O (D/2 f32), P (BN/4 b32) and with Q_SPLIT Q_lo (D/4 b32) per consumer
-// thread: setmaxnreg gives the consumers 240 and the producer 24; persistent, 232 and 40 (the
-// producer's scan of each tile spills at 24). The consumers' increase must come out of what the
-// producer gives back, (168 - 24) · 128 = (240 - 168) · 256, (168 - 40) · 128 = (232 - 168) · 256,
-// the CTA's 384 · 168 registers at launch (__launch_bounds__(384, 1): 65536 / 384 rounded down to
-// 8): an increase the pool cannot cover blocks setmaxnreg for ever (32 / 240 would hang the
-// persistent form; a static_assert checks the balance). At 232 the overlapped order's ordered P·V
-// wait spills (16 bytes), so the persistent overlapped order keeps the plain wait, as Q_SPLIT
-// does.
-// Stages: 3 at D = 128 (Q 32 KB + 3 x 64 KB = 224 KB, under the 227 KB a CTA may have with the
-// segment table; two tables, persistent, fit up to 64 tokens a tile), 6 at D = 64 (16 KB + 6 x
-// 32 KB).
+//
+// Registers: S (BN/2 f32), O (D/2 f32), P (BN/4 b32) per consumer thread: setmaxnreg gives the
+// consumers 240 and the producer 24; persistent, 232 and 40 (the producer's scan of each tile
+// spills at 24). The consumers' increase must come out of what the producer gives back, (168 - 24)
+// · 128 = (240 - 168) · 256, (168 - 40) · 128 = (232 - 168) · 256, the CTA's 384 · 168 registers at
+// launch (__launch_bounds__(384, 1): 65536 / 384 rounded down to 8): an increase the pool cannot
+// cover blocks setmaxnreg for ever (32 / 240 would hang the persistent form; a static_assert checks
+// the balance). Stages: 3 at D = 128 (Q 32 KB + 3 x 64 KB = 224 KB, under the 227 KB a CTA may have
+// with the segment table; two tables, persistent, fit up to 64 tokens a tile), 6 at D = 64 (16 KB +
+// 6 x 32 KB).
 #include "common.cuh"
 #include "hexel/cp_async.cuh"
 #include "hexel/ld_st.cuh"
@@ -159,11 +140,11 @@ struct AttnPrefillSegment {
 // V); see the header comment. `kv_map`: the tensor map of `tmap:kv:L:...` over the pool from
 // kv_layer (rows of D, boxes of PAGE x 64, 128-byte swizzle), read when PAGE is a multiple of 8
 // dividing the key block. Launch: AttnPrefill<D>::kThreads threads, AttnPrefill<D>::kSmemBytes
-// dynamic shared memory (the same with Q_SPLIT), and the grid (HKV, T / TPT) with NT = 0, a tile
+// dynamic shared memory, and the grid (HKV, T / TPT) with NT = 0, a tile
 // a CTA; with NT = T / TPT > 0 (persistent, attn_prefill_persistent_grid CTAs), each CTA runs
 // its share of the HKV · NT tiles in turn through one K/V ring (see "Persistent" above).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2,
-          int TPT, bool OVERLAP = true, bool Q_SPLIT = false, bool TURNS = true, int NT = 0>
+          int TPT, int NT = 0>
 __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     attn_prefill(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                  const bf16* kv_layer, const hexel::TensorMap* kv_map, bf16* out) {
@@ -423,9 +404,6 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     setmaxnreg_inc<kConsumerRegs>();
     const int cw = threadIdx.x / 128 - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63
     const int wt = threadIdx.x % 128, warp = wt / 32, lane = wt % 32, quad = lane % 4;
-    if constexpr (OVERLAP && TURNS) {
-      if (cw == 1) named_barrier_arrive(3, 256);  // warpgroup 0 issues first
-    }
     // This thread's rows of every tile: r0 (accumulator registers 4j + {0,1}) and r1 = r0 + 8
     // (4j + {2,3}), tokens j0 and j1 of the tile.
     const int r0 = 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
@@ -452,31 +430,6 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         if (p1 == -1) *reinterpret_cast<unsigned*>(out1 + 8 * n) = 0u;
       }
 
-      // Q_lo = bf16(q - Q_hi) as the register-A fragments of S's k-steps (hexel/wgmma.cuh, mma_rs:
-      // qlo[kk][0] row r0, k 16kk + 2·quad + {0,1}; [1] row r1; [2] and [3] the same at k + 8),
-      // zeros where Q_hi is (rows of no token or of padding). q - Q_hi is exact in f32. Without
-      // Q_SPLIT the array is only named (by issue_s's discarded branch) and takes no registers.
-      unsigned qlo[Q_SPLIT ? D / 16 : 1][4];
-      if constexpr (Q_SPLIT) {
-        const float* q0 =
-            q + (static_cast<long long>(t0 + j0) * HQ + kvh * G + r0 % G) * D + 2 * quad;
-        const float* q1 =
-            q + (static_cast<long long>(t0 + j1) * HQ + kvh * G + r1 % G) * D + 2 * quad;
-        auto lo_pair = [](const float* src) {
-          const float2 x = *reinterpret_cast<const float2*>(src);
-          const unsigned hi = pack_bf16x2(x.x, x.y);
-          return pack_bf16x2(x.x - __uint_as_float(hi << 16),
-                             x.y - __uint_as_float(hi & 0xffff0000u));
-        };
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          qlo[kk][0] = p0 >= 0 ? lo_pair(q0 + 16 * kk) : 0u;
-          qlo[kk][1] = p1 >= 0 ? lo_pair(q1 + 16 * kk) : 0u;
-          qlo[kk][2] = p0 >= 0 ? lo_pair(q0 + 16 * kk + 8) : 0u;
-          qlo[kk][3] = p1 >= 0 ? lo_pair(q1 + 16 * kk + 8) : 0u;
-        }
-      }
-
       const auto q_desc = wgmma::kmajor_desc(sq + cw * 64 * 128, Swizzle::B128);
       for (int sg = 0; sg < nseg; ++sg) {
         const int a = sm_seg[tb][sg].first, b_end = sm_seg[tb][sg].end, pos_max = sm_seg[tb][sg].last;
@@ -500,8 +453,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           mbarrier::wait_parity(full_k + 8 * st, phase);
           fence_for(b);
         };
-        // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for); with Q_SPLIT
-        // each k-step adds Q_lo's product after Q_hi's.
+        // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for).
         auto issue_s = [&](unsigned st, float(&sc)[BN / 2]) {
           const auto k_desc = wgmma::kmajor_desc(k_stage(st), Swizzle::B128);
           wgmma::fence();
@@ -510,7 +462,6 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
             const unsigned off_q = (kk / 4) * (C::kRows * 128) + (kk % 4) * 32;
             const unsigned off_k = (kk / 4) * (BN * 128) + (kk % 4) * 32;
             wgmma::mma_ss<BN>(sc, q_desc.advanced(off_q), k_desc.advanced(off_k), kk > 0);
-            if constexpr (Q_SPLIT) wgmma::mma_rs<BN>(sc, qlo[kk], k_desc.advanced(off_k), true);
           }
           wgmma::commit_group();
         };
@@ -612,99 +563,24 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
 
         const int nb = pos_max / BN + 1;
         unsigned pa[BN / 16][4];
-        if constexpr (!OVERLAP) {
-          for (int b = 0; b < nb; ++b) {
-            const unsigned st = ring.index, phase = ring.phase;
-            float sc[BN / 2];
-            wait_k(st, phase, b);
-            issue_s(st, sc);
-            wgmma::wait_group<0>();
-            wgmma::fence_operand(sc);
-            release(empty_k + 8 * st);
-            float corr0, corr1;
-            softmax(b, sc, corr0, corr1);
-            rescale(corr0, corr1);
-            pack(sc, pa);
-            wait_v(st, phase, b);
-            issue_pv(v_desc(st), pa);
-            wgmma::wait_group<0>();
-            wgmma::fence_operand(o);
-            release(empty_v + 8 * st);
-            ring.advance();
-          }
-        } else {
-          // Block b's S = Q·Kᵀ is issued with block b - 1's P·V and its softmax runs while that
-          // P·V is on the tensor cores. Registers an in-flight wgmma reads are not written until
-          // it has completed (ptxas would serialize the wgmmas otherwise): the softmax works in
-          // place on S (complete), and o's rescale and the bf16 P come after the P·V's wait.
-          // Each row sees the same operations in the same order as without the overlap.
-          // The two consumer warpgroups take turns issuing (ping-pong): each issue phase starts
-          // with a wait on the warpgroup's own named barrier (3 + cw, 256 threads) and ends with an
-          // arrival on the other's, so one warpgroup's softmax runs while the other's wgmmas
-          // have the tensor cores. Both run the same number of phases (the same segments and
-          // blocks); warpgroup 1 grants the first turn (see above the segment loop) and
-          // warpgroup 0 takes the last arrival at the end.
-          auto turn_begin = [&] {
-            if constexpr (TURNS) named_barrier_sync(3 + cw, 256);
-          };
-          auto turn_end = [&] {
-            if constexpr (TURNS) named_barrier_arrive(3 + (1 - cw), 256);
-          };
-          unsigned pst = ring.index, pphase = ring.phase;  // the stage whose P·V is pending
-          {
-            float sc[BN / 2];
-            wait_k(pst, pphase, 0);
-            turn_begin();
-            issue_s(pst, sc);
-            turn_end();
-            wgmma::wait_group<0>();
-            wgmma::fence_operand(sc);
-            release(empty_k + 8 * pst);
-            float corr0, corr1;
-            softmax(0, sc, corr0, corr1);
-            rescale(corr0, corr1);
-            pack(sc, pa);
-          }
-          ring.advance();
-          for (int b = 1; b < nb; ++b) {
-            const unsigned st = ring.index, phase = ring.phase;
-            float sc[BN / 2];
-            wait_k(st, phase, b);
-            wait_v(pst, pphase, b - 1);
-            const auto vd = v_desc(pst);
-            turn_begin();
-            issue_s(st, sc);
-            issue_pv(vd, pa);
-            turn_end();
-            wgmma::wait_group<1>();
-            wgmma::fence_operand(sc);
-            release(empty_k + 8 * st);
-            float corr0, corr1;
-            softmax(b, sc, corr0, corr1);
-            // After the softmax in the SASS too: ptxas schedules a plain wait_group<0> here above
-            // the softmax's arithmetic, which then never overlaps the P·V.
-            // With Q_SPLIT (Q_lo's 32 more registers) the ordered wait spills (20 bytes at D 128),
-            // and persistent (232 registers) 16 bytes, so those pairings, never a plan's, keep the
-            // plain wait.
-            if constexpr (Q_SPLIT || kPersistent)
-              wgmma::wait_group<0>();
-            else
-              wgmma::wait_group_after<0>(l0, l1);
-            wgmma::fence_operand(o);
-            release(empty_v + 8 * pst);
-            rescale(corr0, corr1);
-            pack(sc, pa);
-            pst = st, pphase = phase;
-            ring.advance();
-          }
-          wait_v(pst, pphase, nb - 1);
-          const auto vd = v_desc(pst);
-          turn_begin();
-          issue_pv(vd, pa);
-          turn_end();
+        for (int b = 0; b < nb; ++b) {
+          const unsigned st = ring.index, phase = ring.phase;
+          float sc[BN / 2];
+          wait_k(st, phase, b);
+          issue_s(st, sc);
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(sc);
+          release(empty_k + 8 * st);
+          float corr0, corr1;
+          softmax(b, sc, corr0, corr1);
+          rescale(corr0, corr1);
+          pack(sc, pa);
+          wait_v(st, phase, b);
+          issue_pv(v_desc(st), pa);
           wgmma::wait_group<0>();
           wgmma::fence_operand(o);
-          release(empty_v + 8 * pst);
+          release(empty_v + 8 * st);
+          ring.advance();
         }
 
         // The quad's partial sums, folded in a fixed order; then this segment's rows are written.
@@ -728,9 +604,6 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       // by its own arrival), not a lane a warp behind __syncwarp: racecheck flags the other
       // lanes' reads against the producer's next writes that way.
       if constexpr (kPersistent) mbarrier::arrive(seg_empty + 8 * tb);
-    }
-    if constexpr (OVERLAP && TURNS) {
-      if (cw == 0) named_barrier_sync(3, 256);  // warpgroup 1's last arrival
     }
   }
 }

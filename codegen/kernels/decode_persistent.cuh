@@ -7,11 +7,8 @@
 // resident A and runs its tiles or work items. So the memory system keeps streaming across the
 // phase boundaries, which a kernel boundary cannot (the ring drains while the grid completes and
 // the next one starts).
-//  - decode_layer_persistent: a whole one-token decode layer (the plan's decode buckets of
-//    kDecodeLayerPersistentMaxRows tokens), its attention half's phases and then MlpPhases.
-//  - layer_gemms_persistent: only the four GEMMs of a layer (qkv; o with the residual; gate/up with
-//    SwiGLU; down with the residual) for LAYERS layers, the prototype telos-kernel-bench times
-//    against the same GEMMs as separate kernels ("layer GEMMs").
+// decode_layer_persistent is a whole one-token decode layer (the plan's decode buckets of
+// kDecodeLayerPersistentMaxRows tokens): its attention half's phases and then MlpPhases.
 //
 // Bits: every output element is the same wgmma m64nNk16 chain over K, in 64-element blocks in
 // order from zero, as gemm_small_* computes it (the per-element result does not depend on the
@@ -49,19 +46,7 @@ __host__ __device__ constexpr bool persistent_tile_ok(int bn, int k) {
   return bn % 8 == 0 && bn >= 8 && bn <= 64 && k % (64 * (64 / bn)) == 0;
 }
 
-// The four GEMMs of a layer, by phase (0 qkv, 1 o, 2 gate/up, 3 down): K, weight rows per tile,
-// and tiles.
-template <int H, int NQKV, int I, int BQ, int BO, int BG, int BD>
-struct LayerGemmOps {
-  static constexpr int kMaxK = H > I ? H : I;
-  __device__ static constexpr unsigned k(int op) { return op == 3 ? I : H; }
-  __device__ static constexpr unsigned bn(int op) { return op == 0 ? BQ : op == 1 ? BO : op == 2 ? BG : BD; }
-  __device__ static constexpr unsigned tiles(int op) {
-    return (op == 0 ? NQKV : op == 2 ? 2 * I : H) / bn(op);
-  }
-};
-
-// One tile of layer_gemms_persistent: BN weight rows, the K blocks in order, each its four k16
+// One tile of a persistent GEMM phase: BN weight rows, the K blocks in order, each its four k16
 // steps (wgmma_k_loop's sequence, gemm_prefill.cuh), from the ring's slots (64 / BN K blocks each)
 // and the resident interleaved A at `a_base`; then gemm_small_body's epilogue for output columns
 // t · kOutCols ...
@@ -149,12 +134,11 @@ __device__ __forceinline__ unsigned persistent_first_tile(unsigned g0) {
 
 // One phase of a producer's weight stream: `tiles` tiles of `bn` rows of `map` (rows t · bn ..), or
 // with `up_row` > 0 (SwiGLU) bn / 2 gate rows t · bn / 2 .. and the up rows up_row + t · bn / 2 ..;
-// K in slots of 64 / bn K blocks; its first tile has the launch's global tile index g0. `wide`:
-// `map` is the weight's K-block view (StreamCursor::wide_box), one box a slot; else 2D.
+// K in slots of 64 / bn K blocks; its first tile has the launch's global tile index g0. (An
+// aggregate without member initializers: phases live in __shared__ arrays.)
 struct StreamPhase {
   const TensorMap* map;
   unsigned k, bn, tiles, up_row, g0;
-  bool wide;  // (an aggregate without member initializers: phases live in __shared__ arrays)
   // Instead of `map`: the weight's slot image (pack_slot_image's layout: slot sl of tile t is
   // slot_bytes() contiguous bytes at (t · slots + sl) · slot_bytes(), already in the ring's
   // swizzled layout), one plain bulk copy a slot.
@@ -180,19 +164,10 @@ class StreamCursor {
   }
   // The bytes of the current slot's boxes (per_slot K blocks of bn rows).
   __device__ __forceinline__ unsigned slot_bytes() const { return per_slot_ * bn_ * 128; }
-  __device__ __forceinline__ bool wide() const { return wide_; }
   // The current slot's bytes in the weight's slot image, or nullptr where it streams through a map.
   __device__ __forceinline__ const char* image_slot() const {
     if (!image_) return nullptr;
     return image_ + static_cast<unsigned long long>(t_ * slots_ + sl_) * slot_bytes();
-  }
-  // The current slot as one box of a wide map (rank 3, [K / 64][N][64] over the [N, K] matrix:
-  // strides K · 2 bytes for rows, 128 for K blocks; with SwiGLU rank 4, [K / 64][2][I][64], the up
-  // half I rows further): fn(map, first row, first K block, SwiGLU). The box lands as the slot's
-  // K blocks one after another, each its bn rows (gate then up), as boxes() places them.
-  template <class F>
-  __device__ __forceinline__ void wide_box(F&& fn) const {
-    fn(map_, row_, sl_ * per_slot_, up_row_ > 0);
   }
   // fn(byte offset in the 8 KB slot, map, column, row) for every box of the current slot.
   template <class F>
@@ -217,7 +192,6 @@ class StreamCursor {
       bn_ = s.bn;
       tiles_ = s.tiles;
       up_row_ = s.up_row;
-      wide_ = s.wide;
       image_ = s.image;
       per_slot_ = 64 / s.bn;
       slots_ = s.k / 64 / per_slot_;
@@ -232,7 +206,6 @@ class StreamCursor {
   const TensorMap* map_ = nullptr;
   unsigned bn_ = 0, tiles_ = 0, up_row_ = 0, per_slot_ = 0, slots_ = 0;
   unsigned t_ = 0, sl_ = 0, row_ = 0;  // tile, slot of the tile, first weight row of the tile
-  bool wide_ = false;
   const char* image_ = nullptr;
 };
 
@@ -292,13 +265,6 @@ __device__ __forceinline__ unsigned long long persistent_stream(
     mbarrier::arrive_expect_tx(bar, load.slot_bytes());
     if (const char* src = load.image_slot())
       tma::copy_g2s(slot, src, load.slot_bytes(), bar);
-    else if (load.wide())
-      load.wide_box([&](const TensorMap* map, unsigned row, unsigned kb, bool swiglu) {
-        if (swiglu)
-          tma::load(slot, map, bar, 0u, row, 0u, kb);
-        else
-          tma::load(slot, map, bar, 0u, row, kb);
-      });
     else
       load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) { tma::load(slot + off, map, bar, c, r); });
     ring.advance();
@@ -307,57 +273,37 @@ __device__ __forceinline__ unsigned long long persistent_stream(
 }
 
 // How a CTA's consumers meet the grid-wide count of finished phases (sync[0]; see the top of this
-// file): wait until it reaches `target` (thread 0 polls, then the 128 consumer threads meet), and
-// add this CTA's 1 once its stores are done. After a GEMM phase a count costs several times what it
-// costs where DRAM is idle (its release waits behind the next phase's weight stream), so the
-// variants below are timed side by side (telos-kernel-bench, "decode layer"). The plan uses
-// Release, the faster at the 1B and 8B shapes (docs/performance.md).
-//  - Fenced (V0): every consumer thread runs __threadfence (membar.gl, i.e. fence.sc.gpu) before
-//    the meeting, thread 0 adds with atom (a returned value), polls with ld.acquire.gpu in a tight
-//    loop and fences again.
-//  - Release (V1): the consumers meet first, then thread 0 alone releases (fence.acq_rel.gpu;
-//    red.relaxed.gpu.global.add: no returned value to wait for); it polls with ld.acquire.gpu and
-//    no fence after. This is the shape of cooperative groups' grid sync (cooperative_groups/
-//    details/sync.h: bar.sync, then one thread's atom.add.release.gpu; ld.acquire.gpu polls, then
-//    bar.sync). Why one thread's fence covers the other 127 threads' stores, in the terms of the
-//    PTX ISA's Memory Consistency Model ("Ordering of memory operations"): bar.sync synchronizes
-//    the participating threads, so each thread's stores precede thread 0's fence in base causality
-//    order (program order, then synchronizes-with through the barrier, then program order); the
-//    fence.acq_rel + red.relaxed is a release pattern at gpu scope, and release patterns are
-//    cumulative: everything that precedes the fence in causality order, not only thread 0's own
-//    accesses, precedes the red, and so precedes, for the CTA whose acquire (ld.acquire.gpu)
-//    observes the count, everything after its own bar.sync. The same argument orders this CTA's
-//    reads of a phase before another CTA's writes in a later phase (x is read by gate/up's norm and
-//    written by down).
-// (A release by red.release.gpu alone, or fence.release.gpu + red, costs what Release does: the
-// release fence's wait while the ring refills is the count's cost. ACT_POLL takes one count
-// away.)
-enum class GridCount { Fenced, Release };
-
-template <GridCount COUNT = GridCount::Release>
+// file): wait until it reaches `target` (thread 0 polls with ld.acquire.gpu, then the 128 consumer
+// threads meet), and add this CTA's count once its stores are done: the consumers meet, then
+// thread 0 alone releases (fence.acq_rel.gpu; red.relaxed.gpu.global.add: no returned value to
+// wait for). This is the shape of cooperative groups' grid sync (cooperative_groups/
+// details/sync.h: bar.sync, then one thread's atom.add.release.gpu; ld.acquire.gpu polls, then
+// bar.sync). Why one thread's fence covers the other 127 threads' stores, in the terms of the
+// PTX ISA's Memory Consistency Model ("Ordering of memory operations"): bar.sync synchronizes
+// the participating threads, so each thread's stores precede thread 0's fence in base causality
+// order (program order, then synchronizes-with through the barrier, then program order); the
+// fence.acq_rel + red.relaxed is a release pattern at gpu scope, and release patterns are
+// cumulative: everything that precedes the fence in causality order, not only thread 0's own
+// accesses, precedes the red, and so precedes, for the CTA whose acquire (ld.acquire.gpu)
+// observes the count, everything after its own bar.sync. The same argument orders this CTA's
+// reads of a phase before another CTA's writes in a later phase (x is read by gate/up's norm and
+// written by down). After a GEMM phase a count costs several times what it costs where DRAM is
+// idle (its release fence waits behind the next phase's weight stream; docs/performance.md has
+// the other forms timed).
 __device__ __forceinline__ void persistent_wait(const unsigned* sync, unsigned target) {
   if (threadIdx.x == 0) {
     unsigned seen;
     do {
       seen = hexel::ld_acquire_gpu(sync);
     } while (seen < target);
-    if constexpr (COUNT == GridCount::Fenced) __threadfence();
   }
   hexel::named_barrier_sync(1, 128);
 }
 // `phases`: how many phases this arrival ends (more than one where a CTA has no work in the later
 // ones and no reason to wait between them).
-template <GridCount COUNT = GridCount::Release>
 __device__ __forceinline__ void persistent_arrive(unsigned* sync, unsigned phases = 1) {
-  if constexpr (COUNT == GridCount::Fenced) {
-    __threadfence();
-    hexel::named_barrier_sync(1, 128);
-    if (threadIdx.x == 0) atomicAdd(&sync[0], phases);
-  } else {
-    hexel::named_barrier_sync(1, 128);
-    // The release pattern (see above for the other threads' stores).
-    if (threadIdx.x == 0) hexel::red_add_release_gpu(sync, phases);
-  }
+  hexel::named_barrier_sync(1, 128);
+  if (threadIdx.x == 0) hexel::red_add_release_gpu(sync, phases);
 }
 
 // The last CTA to finish returns the count (and its own counter, sync[1]) to zero for the next
@@ -373,12 +319,11 @@ __device__ __forceinline__ void persistent_finish(unsigned* sync, unsigned extra
 
 // From the end of phase `p` to the start of phase p + 1: this CTA's arrival, then the wait for
 // every CTA's (the count at (p + 1) · gridDim.x), traced as events 2 + 2p, 16 + p and 3 + 2p.
-template <GridCount COUNT>
 __device__ __forceinline__ void persistent_next_phase(unsigned* sync, unsigned p) {
   phase_trace(2 + 2 * p);
-  persistent_arrive<COUNT>(sync);
+  persistent_arrive(sync);
   phase_trace(16 + p);
-  persistent_wait<COUNT>(sync, (p + 1) * gridDim.x);
+  persistent_wait(sync, (p + 1) * gridDim.x);
   phase_trace(3 + 2 * p);
 }
 
@@ -432,64 +377,6 @@ __device__ __forceinline__ void persistent_poll_a(unsigned base, const bf16* a) 
   a_finish<M>(base, kChunks, tid);
 }
 
-// maps: [LAYERS][4] weight maps (qkv, o, down: BN x 64 boxes of [N, K]; gate/up: BG / 2 x 64 boxes
-// of [2I, K]; WIDE: the wide maps of StreamCursor::wide_box, one box a ring slot). A of each
-// phase: h (qkv), attn (o), h2 (gate/up), act (down), bf16 [M, K]; outputs qkv
-// (bf16 [M, NQKV]), x (f32 [M, H], += for o and down), act (bf16 [M, I]).
-template <int M, int H, int NQKV, int I, int LAYERS, int STAGES, int BQ, int BO, int BG, int BD,
-          bool WIDE = false>
-__global__ void __launch_bounds__(LayerGemms::kThreads, 1)
-    layer_gemms_persistent(const TensorMap* maps, const bf16* h, const bf16* attn, const bf16* h2, bf16* act,
-                           bf16* qkv, float* x, unsigned* sync) {
-  using namespace hexel;
-  using Ops = LayerGemmOps<H, NQKV, I, BQ, BO, BG, BD>;
-  static_assert(M >= 1 && M <= 8, "one 8-row group of A, read with group stride 0");
-  static_assert(NQKV % BQ == 0 && H % BO == 0 && I % (BG / 2) == 0 && H % BD == 0, "whole tiles");
-  static_assert(persistent_tile_ok(BQ, H) && persistent_tile_ok(BO, H) && persistent_tile_ok(BG, H) &&
-                    BG % 16 == 0 && persistent_tile_ok(BD, I),
-                "whole K blocks in a slot, whole slots; gate/up halves are whole 8-row groups");
-  extern __shared__ unsigned char smem_raw[];
-  const PersistentSmem<M, Ops::kMaxK, STAGES> sm(smem_raw);
-  mbarrier::StageRing<STAGES> ring;
-
-  if (warp_index() == 4) {
-    if (threadIdx.x % 32 != 0) return;
-    __shared__ StreamPhase phases[4 * LAYERS];
-    unsigned g0 = 0;
-    for (int l = 0; l < LAYERS; ++l)
-      for (int op = 0; op < 4; ++op) {
-        phases[4 * l + op] = {maps + 4 * l + op, Ops::k(op), Ops::bn(op), Ops::tiles(op), op == 2 ? I : 0u, g0,
-                              WIDE};
-        g0 += Ops::tiles(op);
-      }
-    persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4 * LAYERS);
-    return;
-  }
-
-  unsigned g0 = 0, phase = 0;
-  for (int l = 0; l < LAYERS; ++l)
-    for (int op = 0; op < 4; ++op, ++phase) {
-      persistent_wait(sync, phase * gridDim.x);
-      const unsigned K = Ops::k(op), first = persistent_first_tile(g0);
-      if (first < Ops::tiles(op)) {
-        persistent_load_a<M>(sm.base, op == 0 ? h : op == 1 ? attn : op == 2 ? h2 : act, K);
-        for (unsigned t = first; t < Ops::tiles(op); t += gridDim.x) {
-          if (op == 0)
-            layer_gemm_tile<M, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, t, K, NQKV, qkv);
-          else if (op == 1)
-            layer_gemm_tile<M, BO, SmallEpi::Residual>(ring, sm.base, sm.ring_base, sm.full, sm.empty, t, K, H, x);
-          else if (op == 2)
-            layer_gemm_tile<M, BG, SmallEpi::SwiGlu>(ring, sm.base, sm.ring_base, sm.full, sm.empty, t, K, I, act);
-          else
-            layer_gemm_tile<M, BD, SmallEpi::Residual>(ring, sm.base, sm.ring_base, sm.full, sm.empty, t, K, H, x);
-        }
-      }
-      persistent_arrive(sync);
-      g0 += Ops::tiles(op);
-    }
-  persistent_finish(sync);
-}
-
 // RMSNorm of x's M rows (f32 [M, H], written by other CTAs in this launch or by earlier kernels)
 // into the resident interleaved A: the small GEMM's norm prologue (rms_rows_interleaved), x read
 // past L1. w8: this thread's norm weights (rms_load_w).
@@ -532,17 +419,17 @@ struct MlpPhases {
   }
 
   // The consumers: x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x += down(act). Waits for the
-  // count (COUNT's way) to reach phase0 · gridDim.x first; arrives after o and, without ACT_POLL,
-  // after gate/up (the caller arrives after down if anything follows in the launch). ACT_POLL: no
-  // count between gate/up and down, down polls act (persistent_poll_a; the caller has set act to
-  // kActPending before phase0's count).
-  template <int M, float EPS, GridCount COUNT, bool ACT_POLL, unsigned STAGES>
-  __device__ static void run(hexel::mbarrier::StageRing<STAGES>& ring, unsigned base, unsigned ring_base,
-                             unsigned full, unsigned empty, const bf16* attn, const float* norm_w, float* x, bf16* act,
-                             unsigned* sync, unsigned phase0, unsigned g0) {
+  // count to reach phase0 · gridDim.x first and arrives after o (the caller arrives after down if
+  // anything follows in the launch); no count between gate/up and down: down polls act
+  // (persistent_poll_a; the caller has set act to kActPending before phase0's count).
+  template <int M, float EPS, unsigned STAGES>
+  __device__ static void run(hexel::mbarrier::StageRing<STAGES>& ring, unsigned base,
+                             unsigned ring_base, unsigned full, unsigned empty, const bf16* attn,
+                             const float* norm_w, float* x, bf16* act, unsigned* sync,
+                             unsigned phase0, unsigned g0) {
     float w8[kNormChunks<H>][8];
     rms_load_w<H>(norm_w, threadIdx.x, w8);  // a weight: its load overlaps the o tiles
-    persistent_wait<COUNT>(sync, phase0 * gridDim.x);
+    persistent_wait(sync, phase0 * gridDim.x);
     phase_trace(1 + 2 * phase0);
     unsigned first = persistent_first_tile(g0);
     if (first < kTilesO) {
@@ -550,25 +437,18 @@ struct MlpPhases {
       for (unsigned tile = first; tile < kTilesO; tile += gridDim.x)
         layer_gemm_tile<M, BO, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, KO, H, x);
     }
-    persistent_next_phase<COUNT>(sync, phase0);
+    persistent_next_phase(sync, phase0);
     first = persistent_first_tile(g0 + kTilesO);
     if (first < kTilesGu) {
       persistent_norm_a<M, H, EPS>(base, x, w8);
       for (unsigned tile = first; tile < kTilesGu; tile += gridDim.x)
         layer_gemm_tile<M, BG, SmallEpi::SwiGlu>(ring, base, ring_base, full, empty, tile, H, I, act);
     }
-    if constexpr (ACT_POLL)
-      phase_trace(2 + 2 * (phase0 + 1));
-    else
-      persistent_next_phase<COUNT>(sync, phase0 + 1);
+    phase_trace(2 + 2 * (phase0 + 1));
     first = persistent_first_tile(g0 + kTilesO + kTilesGu);
     if (first < kTilesDown) {
-      if constexpr (ACT_POLL) {
-        persistent_poll_a<M, I>(base, act);
-        phase_trace(3 + 2 * (phase0 + 1));
-      } else {
-        persistent_load_a<M>(base, act, I);
-      }
+      persistent_poll_a<M, I>(base, act);
+      phase_trace(3 + 2 * (phase0 + 1));
       for (unsigned tile = first; tile < kTilesDown; tile += gridDim.x)
         layer_gemm_tile<M, BD, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, I, H, x);
     }
@@ -666,8 +546,7 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // (six without the combine, one fewer with QKV_ROPE), one weight stream (qkv, o, gate/up, down) per
 // SM. Every piece is the code the separate kernels run, or its operations in their order, so the
 // rows have their bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's
-// after D), then the MLP's and the ring's, QKV_ROPE, BULK, then how the grid-wide counts are met
-// (the plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels'.
+// after D), then the MLP's and the ring's, QKV_ROPE, BULK, QKV_FLAGS; args as those kernels'.
 // The four weights (qkv, o, gate/up, down): each a tensor map in BQ / BO / BG / 2 / BD x 64 boxes,
 // or where its bit of the mask BULK is set (bit 0 qkv .. 3 down) its slot image in tiles of BQ /
 // BO / BG / BD rows (support/slot_image.hpp), streamed with one bulk copy a ring slot
@@ -682,14 +561,14 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
           int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK,
-          GridCount COUNT = GridCount::Release, bool ACT_POLL = true, bool QKV_FLAGS = false>
+          bool QKV_FLAGS = false>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
-    decode_layer_persistent(const void* qkv_w, const void* o_w, const void* gu_w, const void* down_w,
-                            const float* attn_norm, const float* mlp_norm, const float* bias,
-                            const float* q_norm, const float* k_norm, const int* positions,
-                            const int* token_seq, const int* page_tables, bf16* kv_layer, float* x,
-                            bf16* qkv, float* q, float* part_o, float* part_ml, bf16* attn,
-                            bf16* act, unsigned* sync) {
+    decode_layer_persistent(const void* qkv_w, const void* o_w, const void* gu_w,
+                            const void* down_w, const float* attn_norm, const float* mlp_norm,
+                            const float* bias, const float* q_norm, const float* k_norm,
+                            const int* positions, const int* token_seq, const int* page_tables,
+                            bf16* kv_layer, float* x, bf16* qkv, float* q, float* part_o,
+                            float* part_ml, bf16* attn, bf16* act, unsigned* sync) {
   using namespace hexel;
   constexpr int NH = HQ + 2 * HKV, NQKV = NH * D, KO = HQ * D;
   using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
@@ -727,12 +606,10 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   rms_load_w<H>(attn_norm, t, w8);
   grid_dependency_wait();  // x, and the KV pages, are the previous kernels'
   phase_trace_at(0, entry);
-  if constexpr (ACT_POLL) {
-    // act pending (persistent_poll_a): before this CTA's first arrival, so before every CTA's
-    // gate/up stores; after the wait, so after the previous kernels' reads of it.
-    for (unsigned w = blockIdx.x * 128 + t; w < static_cast<unsigned>(I / 2); w += gridDim.x * 128)
-      hexel::st_relaxed_gpu(reinterpret_cast<unsigned*>(act) + w, kActPending);
-  }
+  // act pending (persistent_poll_a): before this CTA's first arrival, so before every CTA's
+  // gate/up stores; after the wait, so after the previous kernels' reads of it.
+  for (unsigned w = blockIdx.x * 128 + t; w < static_cast<unsigned>(I / 2); w += gridDim.x * 128)
+    hexel::st_relaxed_gpu(reinterpret_cast<unsigned*>(act) + w, kActPending);
   phase_trace(1);
 
   // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16); with QKV_ROPE the tiles in RoPE's pair order, each
@@ -794,11 +671,11 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     // One arrival ends phases 0 and 1; the prefetch (its page-table loads take the loaded latency)
     // after it, and the wait later (wait_qkv).
     phase_trace(2);
-    persistent_arrive<COUNT>(sync, 2);
+    persistent_arrive(sync, 2);
     phase_trace(16);
     prefetch_kv();
   } else {
-    persistent_next_phase<COUNT>(sync, 0);
+    persistent_next_phase(sync, 0);
     prefetch_kv();
   }
   // With QKV_ROPE, the wait for phases 0 and 1, once a CTA: inside its first attention item,
@@ -807,7 +684,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   bool waited = !QKV_ROPE;
   auto wait_qkv = [&] {
     if (waited) return;
-    persistent_wait<COUNT>(sync, 2 * gridDim.x);
+    persistent_wait(sync, 2 * gridDim.x);
     phase_trace(5);
     waited = true;
   };
@@ -823,7 +700,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
           v, static_cast<int>(head), 0, t, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q,
           head_v, scratch, sync128);
     }
-    persistent_next_phase<COUNT>(sync, 1);
+    persistent_next_phase(sync, 1);
   }
 
   // Phase 2: the attention splits, a (KV head, slot) per work item, slot-major (item = slot · HKV +
@@ -842,7 +719,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     auto before_q = [&] {
       if constexpr (QKV_FLAGS) {
         // The group's counter met as the grid-wide count is (persistent_wait).
-        persistent_wait<COUNT>(sync + 2 + kvh, qkv_group_tiles<HQ, HKV, D, BQ>(kvh));
+        persistent_wait(sync + 2 + kvh, qkv_group_tiles<HQ, HKV, D, BQ>(kvh));
         phase_trace(5);
       } else {
         wait_qkv();
@@ -855,10 +732,10 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   if constexpr (!QKV_FLAGS) wait_qkv();
   if (one_split) {
     phase_trace(2 + 2 * 2);
-    persistent_arrive<COUNT>(sync, 2);
+    persistent_arrive(sync, 2);
     phase_trace(16 + 2);
   } else {
-    persistent_next_phase<COUNT>(sync, 2);
+    persistent_next_phase(sync, 2);
     // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
     // row's last loop reads shared memory the next one writes).
     if (t < D)
@@ -868,7 +745,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
         sync_d();
       }
     phase_trace(8);
-    persistent_arrive<COUNT>(sync);
+    persistent_arrive(sync);
     phase_trace(16 + 3);
   }
 
@@ -877,8 +754,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   static_assert(2 + 2 * (kMlpPhase0 + 2) < 15 && 16 + kMlpPhase0 + 1 < kTraceProducerWaits,
                 "phase_trace: the phases' events below the producer's (15), then the arrivals, then "
                 "the exit");
-  Mlp::template run<1, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x,
-                                             act, sync, kMlpPhase0, kTilesQkv);
+  Mlp::template run<1, EPS>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x, act,
+                            sync, kMlpPhase0, kTilesQkv);
   phase_trace(kTraceExit);
   persistent_finish(sync, QKV_FLAGS ? HKV : 0);
 }
