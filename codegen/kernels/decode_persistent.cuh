@@ -539,6 +539,146 @@ __device__ __forceinline__ unsigned qkv_group_tiles(int g) {
 // third of the H200's 50 MB L2 (the weights stream through the rest).
 constexpr long long kKvPrefetchBytes = 16LL << 20;
 
+// The phases of decode_layer_persistent (its template arguments; see the kernel below), each run
+// by the consumer warpgroup's 128 threads unless it says otherwise. The kernel keeps the static
+// shared arrays and passes them in.
+template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
+          long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK, bool QKV_FLAGS>
+struct DecodeLayer {
+  static constexpr int NH = HQ + 2 * HKV, NQKV = NH * D, KO = HQ * D;
+  static constexpr unsigned kTilesQkv = NQKV / BQ;
+  static constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
+  using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
+  using Smem = PersistentSmem<1, kMaxK, STAGES>;
+  using Ring = hexel::mbarrier::StageRing<STAGES>;
+  using NormWeights = float[kNormChunks<H>][8];
+
+  // Before the first phase: the norm's weights (no kernel writes them), the wait for the previous
+  // kernels (x and the KV pages are theirs), then act set pending (persistent_poll_a): before this
+  // CTA's first arrival, so before every CTA's gate/up stores; after the wait, so after the
+  // previous kernels' reads of it.
+  __device__ __forceinline__ static void prologue(const float* attn_norm, bf16* act,
+                                                  NormWeights& w8) {
+    const int t = threadIdx.x;
+    const unsigned long long entry = trace_clock();
+    rms_load_w<H>(attn_norm, t, w8);
+    hexel::grid_dependency_wait();
+    phase_trace_at(0, entry);
+    for (unsigned w = blockIdx.x * 128 + t; w < static_cast<unsigned>(I / 2); w += gridDim.x * 128)
+      hexel::st_relaxed_gpu(reinterpret_cast<unsigned*>(act) + w, kActPending);
+    phase_trace(1);
+  }
+
+  // QKV_FLAGS: tile `tile`'s stores are warp 0's (threads 0-3): the warp meets, then its lane 0
+  // releases them to each head group the tile covers (fence, then red: the release pattern of
+  // persistent_arrive, with the warp barrier where that has the CTA's).
+  __device__ __forceinline__ static void release_qkv_tile(unsigned tile, unsigned* sync) {
+    const int t = threadIdx.x;
+    if (t < 32) {
+      __syncwarp();
+      if (t == 0) {
+        hexel::fence_acq_rel_gpu();
+        unsigned long long seen = 0;
+        for (int h = static_cast<int>(tile * BQ / D);
+             h <= static_cast<int>((tile * BQ + BQ - 1) / D); ++h) {
+          const int g = qkv_head_group<HQ, HKV>(h);
+          if (seen >> g & 1ull) continue;
+          seen |= 1ull << g;
+          hexel::red_add_relaxed_gpu<1>(sync + 2 + g);
+        }
+      }
+    }
+  }
+
+  // Phase 0 without QKV_ROPE: qkv = RMSNorm(x) · Wqkvᵀ (bf16), its epilogue in phase 1.
+  __device__ __forceinline__ static void qkv_phase(Ring& ring, const Smem& sm,
+                                                   const NormWeights& w8, const float* x,
+                                                   bf16* qkv) {
+    const unsigned first = persistent_first_tile(0);
+    if (first < kTilesQkv) {
+      persistent_norm_a<1, H, EPS>(sm.base, x, w8);
+      for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
+        layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty,
+                                                    tile, H, NQKV, qkv);
+    }
+  }
+
+  // Phase 1 (without QKV_ROPE): the QKV epilogue, a head per work item (q to `q`, K/V appended to
+  // their pages; qkv_rope_row, with head_v and scratch its shared memory).
+  __device__ __forceinline__ static void qkv_epilogue_phase(
+      const bf16* qkv, const float* bias, const float* q_norm, const float* k_norm,
+      const int* positions, const int* token_seq, const int* page_tables, bf16* kv_layer, float* q,
+      float* head_v, float* scratch) {
+    const int t = threadIdx.x;
+    auto sync128 = [] { hexel::named_barrier_sync(1, 128); };
+    for (unsigned head = blockIdx.x; head < static_cast<unsigned>(NH); head += gridDim.x) {
+      const float v =
+          t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(qkv + head * D + qkv_pair_pos(t, D)))
+                                  << 16)
+                : 0.f;
+      qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
+          v, static_cast<int>(head), 0, t, bias, q_norm, k_norm, positions, token_seq, page_tables,
+          kv_layer, q, head_v, scratch, sync128);
+    }
+  }
+
+  // Phase 2: the attention splits, a (KV head, slot) per work item, slot-major (item = slot · HKV +
+  // KV head): the slots with work at a context are the first ones, so its items are the first
+  // (position / SPLIT + 1) · HKV, one a CTA up to the grid's size (head-major, CTA b's second item
+  // b + gridDim.x would be a second chain after its first wherever NSPLIT · HKV passes the grid,
+  // however few slots have work). Which CTA runs an item changes no bit. Given `out` (attn, where
+  // the context is one split: no combine), the items write it as the combine would
+  // (attn_split_block's `out`, the same bits). Each item waits for what the QKV phase wrote inside
+  // itself, after its loads that need nothing this launch wrote (attn_split_block's before_q):
+  // with QKV_FLAGS for its KV head's group of QKV tiles alone (qkv_group_tiles), so a CTA without
+  // items waits for nothing (its arrival next reads nothing of this launch); else for the
+  // grid-wide count of phases 0 and 1, once a CTA (after the items where it has none).
+  __device__ __forceinline__ static void attention_phase(
+      const float* q, const int* positions, const int* token_seq, const int* page_tables,
+      const bf16* kv_layer, float* part_o, float* part_ml, bf16* out, unsigned* sync) {
+    auto sync128 = [] { hexel::named_barrier_sync(1, 128); };
+    bool waited = !QKV_ROPE;
+    auto wait_qkv = [&] {
+      if (waited) return;
+      persistent_wait(sync, 2 * gridDim.x);
+      phase_trace(5);
+      waited = true;
+    };
+    for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT);
+         item += gridDim.x) {
+      const int kvh = static_cast<int>(item % HKV);
+      auto before_q = [&] {
+        if constexpr (QKV_FLAGS) {
+          // The group's counter met as the grid-wide count is (persistent_wait).
+          persistent_wait(sync + 2 + kvh, qkv_group_tiles<HQ, HKV, D, BQ>(kvh));
+          phase_trace(5);
+        } else {
+          wait_qkv();
+        }
+      };
+      attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
+          0, kvh, static_cast<int>(item / HKV), q, positions, token_seq, page_tables, kv_layer,
+          part_o, part_ml, sync128, out, nullptr, nullptr, -1, before_q);
+    }
+    if constexpr (!QKV_FLAGS) wait_qkv();
+  }
+
+  // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
+  // row's last loop reads shared memory the next one writes).
+  __device__ __forceinline__ static void combine_phase(const float* part_o, const float* part_ml,
+                                                       const int* positions, bf16* attn) {
+    const int t = threadIdx.x;
+    if (t < D)
+      for (unsigned hq = blockIdx.x; hq < static_cast<unsigned>(HQ); hq += gridDim.x) {
+        auto sync_d = [] { hexel::named_barrier_sync(2, D); };
+        attn_combine_row<HQ, D, NSPLIT, SPLIT>(0, static_cast<int>(hq), part_o, part_ml, positions,
+                                               attn, sync_d);
+        sync_d();
+      }
+  }
+};
+
 // A whole one-token decode layer in one launch: the attention half (RMSNorm + the QKV GEMM; the QKV
 // epilogue per head, qkv_rope_row, or with QKV_ROPE in the QKV tiles, qkv_rope_pairs; the attention
 // splits, attn_split_block per (KV head, slot); the combine, attn_combine_row per query head, where
@@ -569,28 +709,28 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
                             const int* positions, const int* token_seq, const int* page_tables,
                             bf16* kv_layer, float* x, bf16* qkv, float* q, float* part_o,
                             float* part_ml, bf16* attn, bf16* act, unsigned* sync) {
-  using namespace hexel;
-  constexpr int NH = HQ + 2 * HKV, NQKV = NH * D, KO = HQ * D;
-  using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
-  static_assert(persistent_tile_ok(BQ, H) && NQKV % BQ == 0, "QKV tiles");
+  using L = DecodeLayer<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT,
+                        NSPLIT, SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, QKV_FLAGS>;
+  static_assert(persistent_tile_ok(BQ, H) && L::NQKV % BQ == 0, "QKV tiles");
   static_assert(!QKV_ROPE || !QK_NORM, "QK norm needs a head's whole row");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
   static_assert(!QKV_FLAGS || (QKV_ROPE && HKV <= 64), "QKV_FLAGS: the epilogue in the QKV tiles");
-  constexpr unsigned kTilesQkv = NQKV / BQ;
-  constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
-  launch_dependents();  // the waits come later: weights first
+  hexel::launch_dependents();  // the waits come later: weights first
   extern __shared__ unsigned char smem_raw[];
-  const PersistentSmem<1, kMaxK, STAGES> sm(smem_raw);
-  mbarrier::StageRing<STAGES> ring;
-  if (warp_index() == 4) {
+  const typename L::Smem sm(smem_raw);
+  typename L::Ring ring;
+
+  // The producer warp's lane 0: every weight box of the CTA's tiles into the ring, each weight from
+  // its tensor map or, where its bit of BULK is set, its slot image.
+  if (hexel::warp_index() == 4) {
     if (threadIdx.x % 32 == 0) {
       __shared__ StreamPhase phases[4];
       const void* w[4] = {qkv_w, o_w, gu_w, down_w};
       const auto map = [&](int p) {
         return BULK >> p & 1u ? nullptr : static_cast<const TensorMap*>(w[p]);
       };
-      phases[0] = {map(0), H, BQ, kTilesQkv, 0, 0};
-      Mlp::stream_phases(map(1), map(2), map(3), kTilesQkv, phases + 1);
+      phases[0] = {map(0), H, BQ, L::kTilesQkv, 0, 0};
+      L::Mlp::stream_phases(map(1), map(2), map(3), L::kTilesQkv, phases + 1);
       for (int p = 0; p < 4; ++p)
         if (BULK >> p & 1u) phases[p].image = static_cast<const char*>(w[p]);
       phase_trace_at(kTraceProducerWaits,
@@ -600,150 +740,77 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     return;
   }
   const int t = threadIdx.x;
-  const unsigned long long entry = trace_clock();
-  auto sync128 = [] { named_barrier_sync(1, 128); };
-  float w8[kNormChunks<H>][8];
-  rms_load_w<H>(attn_norm, t, w8);
-  grid_dependency_wait();  // x, and the KV pages, are the previous kernels'
-  phase_trace_at(0, entry);
-  // act pending (persistent_poll_a): before this CTA's first arrival, so before every CTA's
-  // gate/up stores; after the wait, so after the previous kernels' reads of it.
-  for (unsigned w = blockIdx.x * 128 + t; w < static_cast<unsigned>(I / 2); w += gridDim.x * 128)
-    hexel::st_relaxed_gpu(reinterpret_cast<unsigned*>(act) + w, kActPending);
-  phase_trace(1);
+  typename L::NormWeights w8;
+  L::prologue(attn_norm, act, w8);
 
-  // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16); with QKV_ROPE the tiles in RoPE's pair order, each
-  // running the QKV epilogue on its accumulators (qkv_rope_pairs), so phase 1 has no work.
+  // Phases 0 and 1: qkv and its epilogue (with QKV_ROPE in the QKV tiles: one arrival ends both,
+  // the wait for it is in the attention items), then the context's K/V into L2. The prefetch's
+  // page-table loads take the loaded latency, so they come after the arrival.
   const int pos = positions[0];
   const int* pt = page_tables + token_seq[0] * MAXP;
-  unsigned first = persistent_first_tile(0);
-  if (first < kTilesQkv) {
-    persistent_norm_a<1, H, EPS>(sm.base, x, w8);
-    if constexpr (QKV_ROPE) {
+  if constexpr (QKV_ROPE) {
+    // qkv in RoPE's pair order, each tile running the QKV epilogue on its accumulators
+    // (qkv_rope_pairs, with its (sin, cos) table in rope_sc), so phase 1 has no work.
+    __shared__ float2 rope_sc[BQ / 2];
+    auto sync128 = [] { hexel::named_barrier_sync(1, 128); };
+    unsigned first = persistent_first_tile(0);
+    if (first < L::kTilesQkv) {
+      persistent_norm_a<1, H, EPS>(sm.base, x, w8);
       const int page = pos >= 0 ? pt[pos / PAGE] : 0;
-      __shared__ float2 rope_sc[BQ / 2];
-      for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x) {
+      for (unsigned tile = first; tile < L::kTilesQkv; tile += gridDim.x) {
         sync128();  // the previous tile's epilogue has read rope_sc
         if (t < BQ / 2) rope_sc[t] = qkv_rope_angle<D, Rope, BQ>(tile, static_cast<unsigned>(t), pos);
         sync128();
         float d[BQ / 2];
         layer_gemm_tile_mma<1, BQ>(ring, sm.base, sm.ring_base, sm.full, sm.empty, H, d);
         qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer, q, rope_sc);
-        if constexpr (QKV_FLAGS) {
-          // The tile's stores are warp 0's (threads 0-3): the warp meets, then its lane 0
-          // releases them to each group the tile covers (fence, then red: the release pattern of
-          // persistent_arrive, with the warp barrier where that has the CTA's).
-          if (t < 32) {
-            __syncwarp();
-            if (t == 0) {
-              hexel::fence_acq_rel_gpu();
-              unsigned long long seen = 0;
-              for (int h = static_cast<int>(tile * BQ / D); h <= static_cast<int>((tile * BQ + BQ - 1) / D); ++h) {
-                const int g = qkv_head_group<HQ, HKV>(h);
-                if (seen >> g & 1ull) continue;
-                seen |= 1ull << g;
-                hexel::red_add_relaxed_gpu<1>(sync + 2 + g);
-              }
-            }
-          }
-        }
+        if constexpr (QKV_FLAGS) L::release_qkv_tile(tile, sync);
       }
-    } else {
-      for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
-        layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV,
-                                                    qkv);
     }
+  } else {
+    L::qkv_phase(ring, sm, w8, x, qkv);
   }
-
   // The context's K/V of this layer into L2, a page's slice of the layer per thread over the whole
   // grid, so that the attention items' chunk loads (phase 2) wait on L2 rather than DRAM: their
-  // chunks are a chain of dependent loads, each a DRAM latency without it. Issued
-  // after QKV, so that less than the ring's worth of weights passes through L2 before the items
-  // read it; at most kKvPrefetchBytes (the first pages: every slot's first split). Loads only.
+  // chunks are a chain of dependent loads, each a DRAM latency without it. Issued after QKV, so
+  // that less than the ring's worth of weights passes through L2 before the items read it; at most
+  // kKvPrefetchBytes (the first pages: every slot's first split). Loads only.
   const auto prefetch_kv = [&] {
     constexpr long long kLayerPageElems = 2LL * HKV * PAGE * D;
     constexpr int kMaxPages = static_cast<int>(kKvPrefetchBytes / (2 * kLayerPageElems));
     const int pages = pos < 0 ? 0 : min(pos / PAGE + 1, kMaxPages);
     for (int p = blockIdx.x + gridDim.x * t; p < pages; p += gridDim.x * 128)
-      tma::prefetch_bytes(kv_layer + static_cast<long long>(pt[p]) * PAGE_ELEMS, 2 * kLayerPageElems);
+      hexel::tma::prefetch_bytes(kv_layer + static_cast<long long>(pt[p]) * PAGE_ELEMS,
+                                 2 * kLayerPageElems);
   };
   if constexpr (QKV_ROPE) {
-    // One arrival ends phases 0 and 1; the prefetch (its page-table loads take the loaded latency)
-    // after it, and the wait later (wait_qkv).
     phase_trace(2);
     persistent_arrive(sync, 2);
     phase_trace(16);
     prefetch_kv();
   } else {
-    persistent_next_phase(sync, 0);
-    prefetch_kv();
-  }
-  // With QKV_ROPE, the wait for phases 0 and 1, once a CTA: inside its first attention item,
-  // after the item's loads that need nothing this launch wrote (attn_split_block's before_q), or
-  // after the items where it has none.
-  bool waited = !QKV_ROPE;
-  auto wait_qkv = [&] {
-    if (waited) return;
-    persistent_wait(sync, 2 * gridDim.x);
-    phase_trace(5);
-    waited = true;
-  };
-
-  // Phase 1: the QKV epilogue, a head per work item (q to `q`, K/V appended to their pages).
-  if constexpr (!QKV_ROPE) {
     __shared__ float head_v[D];
     __shared__ float scratch[D / 32 > 0 ? D / 32 : 1];
-    for (unsigned head = blockIdx.x; head < static_cast<unsigned>(NH); head += gridDim.x) {
-      const float v =
-          t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(qkv + head * D + qkv_pair_pos(t, D))) << 16) : 0.f;
-      qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
-          v, static_cast<int>(head), 0, t, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q,
-          head_v, scratch, sync128);
-    }
+    persistent_next_phase(sync, 0);
+    prefetch_kv();
+    L::qkv_epilogue_phase(qkv, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q,
+                          head_v, scratch);
     persistent_next_phase(sync, 1);
   }
 
-  // Phase 2: the attention splits, a (KV head, slot) per work item, slot-major (item = slot · HKV +
-  // KV head): the slots with work at a context are the first ones, so its items are the first
-  // (position / SPLIT + 1) · HKV, one a CTA up to the grid's size (head-major, CTA b's second item
-  // b + gridDim.x would be a second chain after its first wherever NSPLIT · HKV passes the grid,
-  // however few slots have work). Which CTA runs an item changes no bit. A
-  // context of one split (position < SPLIT) needs no combine: the items write attn as the combine
-  // would (attn_split_block's `out`, the same bits), and this arrival ends phase 3 too, so o waits
-  // for one count fewer. Every CTA reads the same position, so all take the same branch.
-  // With QKV_FLAGS an item waits for its KV head's group of QKV tiles alone (qkv_group_tiles), and
-  // a CTA without items for nothing: what it does next (its arrival) reads nothing of this launch.
+  // Phases 2 and 3: the attention splits, then the combine where the context spans more than one
+  // split (every CTA reads the same position, so all take the same branch); where it does not, one
+  // arrival ends both, so o waits for one count fewer.
   const bool one_split = pos >= 0 && pos < SPLIT;
-  for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x) {
-    const int kvh = static_cast<int>(item % HKV);
-    auto before_q = [&] {
-      if constexpr (QKV_FLAGS) {
-        // The group's counter met as the grid-wide count is (persistent_wait).
-        persistent_wait(sync + 2 + kvh, qkv_group_tiles<HQ, HKV, D, BQ>(kvh));
-        phase_trace(5);
-      } else {
-        wait_qkv();
-      }
-    };
-    attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
-        0, kvh, static_cast<int>(item / HKV), q, positions, token_seq, page_tables, kv_layer, part_o,
-        part_ml, sync128, one_split ? attn : nullptr, nullptr, nullptr, -1, before_q);
-  }
-  if constexpr (!QKV_FLAGS) wait_qkv();
+  L::attention_phase(q, positions, token_seq, page_tables, kv_layer, part_o, part_ml,
+                     one_split ? attn : nullptr, sync);
   if (one_split) {
     phase_trace(2 + 2 * 2);
     persistent_arrive(sync, 2);
     phase_trace(16 + 2);
   } else {
     persistent_next_phase(sync, 2);
-    // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
-    // row's last loop reads shared memory the next one writes).
-    if (t < D)
-      for (unsigned hq = blockIdx.x; hq < static_cast<unsigned>(HQ); hq += gridDim.x) {
-        auto sync_d = [] { named_barrier_sync(2, D); };
-        attn_combine_row<HQ, D, NSPLIT, SPLIT>(0, static_cast<int>(hq), part_o, part_ml, positions, attn, sync_d);
-        sync_d();
-      }
+    L::combine_phase(part_o, part_ml, positions, attn);
     phase_trace(8);
     persistent_arrive(sync);
     phase_trace(16 + 3);
@@ -754,8 +821,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   static_assert(2 + 2 * (kMlpPhase0 + 2) < 15 && 16 + kMlpPhase0 + 1 < kTraceProducerWaits,
                 "phase_trace: the phases' events below the producer's (15), then the arrivals, then "
                 "the exit");
-  Mlp::template run<1, EPS>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x, act,
-                            sync, kMlpPhase0, kTilesQkv);
+  L::Mlp::template run<1, EPS>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x,
+                               act, sync, kMlpPhase0, L::kTilesQkv);
   phase_trace(kTraceExit);
   persistent_finish(sync, QKV_FLAGS ? HKV : 0);
 }
