@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
-# Whether the PTX of every kernel instance telosc emits is unchanged by a change to the kernel
-# headers (codegen/kernels/, hexel/): a refactoring of the kernels must leave it byte-identical.
+# Whether the code of every kernel instance telosc emits is unchanged by a change to the kernel
+# headers (codegen/kernels/, hexel/): a refactoring of the kernels must leave it so.
 #
 #   tools/ptx_identity.sh [--telosc BIN] [--out DIR] BASELINE_DIR
 #
-# BASELINE_DIR absent (or holding no recorded compile): compiles every model config under test/ (test/telosc/Inputs/configs/*,
-# test/fixtures/*, models/tiny-llama) with --no-weights --emit=kernels, each with the default
-# serving config and the serving variants the lit and GPU tests compile (decode_qkv_flags,
-# decode_weight_images false, attention_split 512), and saves the PTX of each kernel instance
-# there. BASELINE_DIR present: records the current tree the same way (into --out DIR, default a
+# BASELINE_DIR absent (or holding no recorded compile): compiles every model config under test/
+# (test/telosc/Inputs/configs/*, test/fixtures/*, models/tiny-llama) with --no-weights
+# --emit=kernels, each with the default serving config and the serving variants the lit and GPU
+# tests compile (decode_qkv_flags, decode_weight_images false, attention_split 512), and saves
+# for each kernel instance its PTX and its machine code (the .text section of the cubin) there.
+# BASELINE_DIR present: records the current tree the same way (into --out DIR, default a
 # temporary folder) and compares instance by instance, in plan order, and each module's
-# declarations outside the kernels (static shared memory, constants). Every instance is one of
+# declarations outside the kernels (static shared memory, constants). Each instance's PTX is one of
 #   IDENTICAL  byte for byte
 #   LINES      equal once the line information is dropped (.loc and .file lines: source moved)
 #   SYMBOLS    equal once also every mangled name (_Z...) is replaced by its order of appearance
-#              (a renamed kernel template, or a static __shared__ variable of a renamed function)
-#   CODE       the instructions differ (the start of a unified diff follows)
-# Exit status 0 when no instance is CODE and every config has the same instances; else 1.
-# telosc runs from / so that the .file paths (NVRTC's working directory) do not depend on the
-# tree's location; all compiles share one kernel cache, so a variant that does not change a
-# config's source is not compiled twice. About 15-25 minutes of NVRTC on a 2-core machine.
+#              in the instructions (a renamed kernel template, a static __shared__ variable of a
+#              renamed function, a constant NVVM numbers module-wide)
+#   DECLS      so, and the demoted shared variables declared at the top in another order
+#   REGISTERS  so, and the virtual registers numbered in another order (a consistent renaming)
+#   OPERANDS   the same instructions in the same order, their register operands not a renaming
+#              of each other's (e.g. the two copies into a loop's registers in the other order)
+#   CODE       the instructions differ (the start of a diff, registers unnumbered, follows)
+# and its machine code SASS-SAME or SASS-DIFFERS (byte for byte, from telosc's own cubin).
+# Exit status 0 when every instance's machine code is the same, no PTX is CODE and every config
+# has the same instances; else 1. telosc runs from / so that the .file paths (NVRTC's working
+# directory) do not depend on the tree's location; all compiles share one kernel cache, so a
+# variant that does not change a config's source is not compiled twice. About 30 minutes of NVRTC
+# on a 2-core machine.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,7 +48,7 @@ baseline="$1"
 [ -x "$telosc" ] || { echo "ptx_identity: no telosc at $telosc (build it first)" >&2; exit 2; }
 
 # Compiles every config and variant into $1: per compile a folder CONFIG.VARIANT holding
-# kernels.json (telosc's kernel table), one NNN.ptx per instance in plan order and
+# kernels.json (telosc's kernel table), NNN.ptx and NNN.sass per instance in plan order, and
 # declarations.ptx (the module's declarations outside the kernels).
 record() {
   local dest="$1" cache serving
@@ -72,7 +80,7 @@ record() {
       local entry
       entry=$(ls -td "$cache"/*/ | head -1)
       python3 - "$run" "$entry" <<'EOF'
-import json, re, sys
+import json, re, struct, sys
 run, entry = sys.argv[1], sys.argv[2]
 names_file = f"{entry}/names.json"
 table = json.load(open(f"{run}/kernels.json"))["kernels"]
@@ -85,17 +93,28 @@ ptx = open(f"{entry}/module.ptx").read()
 # `}` lines at column 0).
 starts = {m.group(1): m.start() for m in re.finditer(r"^\.(?:weak|visible) \.entry (\S+)\($", ptx, re.M)}
 end_re = re.compile(r"\n\}\n(?=\t// \.(?:weak|globl)\s|\t\.file\s|\t\.section\s|$)")
+texts = {}
 for i, k in enumerate(table):
     at = starts[k["entry"]]
-    end = end_re.search(ptx, at).end()
-    open(f"{run}/{i:03d}.ptx", "w").write(ptx[at:end])
-# The module's declarations outside the kernels, up to the debug sections.
+    texts[k["entry"]] = ptx[at:end_re.search(ptx, at).end()]
+    open(f"{run}/{i:03d}.ptx", "w").write(texts[k["entry"]])
+# The module's declarations outside the kernels, up to the line information.
 body = ptx.split("\t.file\t")[0]
-for k in table:
-    at = starts[k["entry"]]
-    body = body.replace(ptx[at:end_re.search(ptx, at).end()], "")
+for t in texts.values():
+    body = body.replace(t, "")
 decls = [l for l in body.split("\n") if re.match(r"(\.weak |\.visible )?\.(global|shared|const|extern)\b", l.strip())]
 open(f"{run}/declarations.ptx", "w").write("\n".join(decls) + "\n")
+# Each kernel's machine code: the cubin's (ELF64) section .text.ENTRY.
+cubin = open(f"{entry}/module.cubin", "rb").read()
+shoff, = struct.unpack_from("<Q", cubin, 0x28)
+shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+headers = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+strtab = headers[shstrndx][4]
+section = {}
+for name, _, _, _, off, size in headers:
+    section[cubin[strtab + name:cubin.index(b"\0", strtab + name)].decode()] = cubin[off:off + size]
+for i, k in enumerate(table):
+    open(f"{run}/{i:03d}.sass", "wb").write(section[".text." + k["entry"]])
 EOF
     done
   done
@@ -112,18 +131,54 @@ record "$out"
 python3 - "$baseline" "$out" <<'EOF'
 import difflib, json, os, re, sys
 base, new = sys.argv[1], sys.argv[2]
+SYMBOL = re.compile(r"_Z[A-Za-z0-9_$]+")
+REGISTER = re.compile(r"%(rd|rs|r|f|fd|p)\d+")
 
 def no_lines(text):
     return "\n".join(l for l in text.split("\n") if not re.match(r"\s*\.(loc|file)\s", l))
 
-def no_symbols(text):
+def parts(text):
+    """(sorted declarations, instructions) with symbols renamed by first use in the instructions."""
+    decl, body = [], []
+    for l in no_lines(text).split("\n"):
+        s = l.strip()
+        (decl if s.startswith((".shared", ".reg", ".local")) or s == "// demoted variable" else body).append(l)
     order = {}
-    return re.sub(r"_Z[A-Za-z0-9_$]+", lambda m: order.setdefault(m.group(0), f"SYM{len(order)}"), text)
+    rename = lambda m: order.setdefault(m.group(0), f"SYM{len(order)}")
+    body = [SYMBOL.sub(rename, l) for l in body]
+    decl = sorted(SYMBOL.sub(rename, l) for l in decl if l.strip() != "// demoted variable")
+    return decl, "\n".join(body)
 
-counts = {"IDENTICAL": 0, "LINES": 0, "SYMBOLS": 0, "CODE": 0}
-problems = 0
+def renumbered(text):
+    order, counts = {}, {}
+    def sub(m):
+        if m.group(0) not in order:
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+            order[m.group(0)] = f"%{m.group(1)}#{counts[m.group(1)]}"
+        return order[m.group(0)]
+    return REGISTER.sub(sub, text)
+
+def skeleton(text):
+    return re.sub(r"\$L__BB\d+_\d+", "$L", REGISTER.sub(r"%\1", text))
+
+def classify(b, n):
+    if b == n:
+        return "IDENTICAL", []
+    if no_lines(b) == no_lines(n):
+        return "LINES", []
+    (bd, bb), (nd, nb) = parts(b), parts(n)
+    if bb == nb:
+        return ("SYMBOLS" if bd == nd else "DECLS"), []
+    if renumbered(bb) == renumbered(nb):
+        return "REGISTERS", []
+    diff = list(difflib.unified_diff(skeleton(bb).split("\n"), skeleton(nb).split("\n"), lineterm="", n=1))
+    return ("OPERANDS" if not diff else "CODE"), diff
+
+counts, problems = {}, 0
 for run in sorted(os.listdir(base)):
     b_dir, n_dir = os.path.join(base, run), os.path.join(new, run)
+    if not os.path.isdir(b_dir):
+        continue
     b_tab = json.load(open(f"{b_dir}/kernels.json"))["kernels"]
     n_tab = json.load(open(f"{n_dir}/kernels.json"))["kernels"]
     if len(b_tab) != len(n_tab):
@@ -131,35 +186,23 @@ for run in sorted(os.listdir(base)):
         problems += 1
         continue
     for i, (bk, nk) in enumerate(zip(b_tab, n_tab)):
-        b = open(f"{b_dir}/{i:03d}.ptx").read()
-        n = open(f"{n_dir}/{i:03d}.ptx").read()
+        kind, diff = classify(open(f"{b_dir}/{i:03d}.ptx").read(), open(f"{n_dir}/{i:03d}.ptx").read())
+        sass = "SASS-SAME" if open(f"{b_dir}/{i:03d}.sass", "rb").read() == open(f"{n_dir}/{i:03d}.sass", "rb").read() else "SASS-DIFFERS"
+        counts[(kind, sass)] = counts.get((kind, sass), 0) + 1
         renamed = "" if bk["instance"] == nk["instance"] else f" (now {nk['instance']})"
-        if b == n:
-            kind = "IDENTICAL"
-        elif no_lines(b) == no_lines(n):
-            kind = "LINES"
-        elif no_symbols(no_lines(b)) == no_symbols(no_lines(n)):
-            kind = "SYMBOLS"
-        else:
-            kind = "CODE"
-        counts[kind] += 1
-        if kind != "IDENTICAL" or renamed:
-            print(f"{kind:9} {run} #{i} {bk['instance']}{renamed}")
-        if kind == "CODE":
-            diff = difflib.unified_diff(no_symbols(no_lines(b)).split("\n"),
-                                        no_symbols(no_lines(n)).split("\n"), lineterm="", n=2)
-            for line in list(diff)[:40]:
-                print("    " + line)
-        if kind == "CODE":
-            problems += 1
-    b_decl = open(f"{b_dir}/declarations.ptx").read()
-    n_decl = open(f"{n_dir}/declarations.ptx").read()
-    strip = lambda t: sorted(re.sub(r"_Z[A-Za-z0-9_$]+", "SYM", t).split("\n"))
+        if kind not in ("IDENTICAL", "LINES") or sass != "SASS-SAME" or renamed:
+            print(f"{kind:9} {sass:12} {run} #{i} {bk['instance']}{renamed}")
+        for line in diff[2:42]:
+            print("    " + line[:160])
+        problems += kind == "CODE" or sass != "SASS-SAME"
+    b_decl, n_decl = open(f"{b_dir}/declarations.ptx").read(), open(f"{n_dir}/declarations.ptx").read()
     if b_decl != n_decl:
-        same = strip(b_decl) == strip(n_decl)
+        same = sorted(SYMBOL.sub("SYM", b_decl).split("\n")) == sorted(SYMBOL.sub("SYM", n_decl).split("\n"))
         print(f"{'SYMBOLS' if same else 'CODE':9} {run} declarations outside the kernels")
         problems += 0 if same else 1
 total = sum(counts.values())
-print(f"ptx_identity: {total} instances: " + ", ".join(f"{v} {k.lower()}" for k, v in counts.items()))
+print(f"ptx_identity: {total} instances:")
+for (kind, sass), n in sorted(counts.items()):
+    print(f"  {n:5} {kind} {sass}")
 sys.exit(1 if problems else 0)
 EOF
