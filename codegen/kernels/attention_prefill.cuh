@@ -136,6 +136,85 @@ struct AttnPrefillSegment {
   int last;
 };
 
+// Warp 0: the segments of the tile at t0 (maximal runs of equal token_seq that hold a position)
+// into table tb of sm_seg and their count into sm_nseg[tb]. Reads the tile's token_seq and
+// positions at once (a lane a token) and scans them through shuffles; lane 0 writes the segments.
+// (A serial scan, with Q staged behind it, would put a chain of dependent loads on every consumer's
+// path before its first key block.)
+template <int TPT, int TABLES>
+__device__ __forceinline__ void attn_prefill_scan_tile(int lane, int t0, int tb,
+                                                       const int* positions, const int* token_seq,
+                                                       AttnPrefillSegment (&sm_seg)[TABLES][TPT],
+                                                       int (&sm_nseg)[TABLES]) {
+  constexpr int kTok = (TPT + 31) / 32;  // tokens a lane
+  int tseq[kTok], tpos[kTok];
+#pragma unroll
+  for (int i = 0; i < kTok; ++i) {
+    const int j = 32 * i + lane;
+    tseq[i] = j < TPT ? token_seq[t0 + j] : 0;
+    tpos[i] = j < TPT ? positions[t0 + j] : 0;
+  }
+  // Runs of equal token_seq, token by token (lane l % 32's register l / 32, by shuffle), the
+  // same on every lane.
+  int n = 0, first = 0, seq = 0, last = -1;
+  auto close = [&](int end) {
+    if (last < 0) return;  // padding only
+    if (lane == 0) sm_seg[tb][n] = {static_cast<short>(first), static_cast<short>(end), last};
+    ++n;
+  };
+#pragma unroll
+  for (int i = 0; i < kTok; ++i)
+    for (int l = 0; l < 32 && 32 * i + l < TPT; ++l) {
+      const int t = 32 * i + l;
+      const int ts = __shfl_sync(0xffffffffu, tseq[i], l);
+      const int tp = __shfl_sync(0xffffffffu, tpos[i], l);
+      if (t > 0 && ts == seq) {
+        last = max(last, tp);
+        continue;
+      }
+      if (t > 0) close(t);
+      first = t, seq = ts, last = tp;
+    }
+  close(TPT);
+  if (lane == 0) sm_nseg[tb] = n;
+}
+
+// A consumer thread (wt of warpgroup cw): its warpgroup's 64 rows of the tile at t0 (KV head kvh)
+// of Q as bf16 into the swizzled Q tile at sq (zeros for rows of no token or of padding), every
+// load first, then the stores and the fence for wgmma; with `meet`, a meeting of the warpgroup
+// (barrier 1 + cw) between the two.
+template <int HQ, int D, int G, int TPT>
+__device__ __forceinline__ void attn_prefill_stage_q(const float* q, const int* positions,
+                                                     unsigned sq, int cw, int wt, int kvh, int t0,
+                                                     bool meet) {
+  using namespace hexel;
+  constexpr int R = TPT * G;
+  constexpr int kIt = 64 * (D / 8) / 128;  // 16-byte pieces a thread
+  float4 qa[kIt], qb[kIt];
+  bool live[kIt];
+#pragma unroll
+  for (int k = 0; k < kIt; ++k) {
+    const int c = wt + 128 * k, r = 64 * cw + c / (D / 8), i = c % (D / 8), j = r / G;
+    live[k] = r < R && positions[t0 + j] >= 0;
+    const float* src =
+        q + (static_cast<long long>(t0 + min(j, TPT - 1)) * HQ + kvh * G + r % G) * D + 8 * i;
+    qa[k] = *reinterpret_cast<const float4*>(src);
+    qb[k] = *reinterpret_cast<const float4*>(src + 4);
+  }
+  if (meet) named_barrier_sync(1 + cw, 128);
+#pragma unroll
+  for (int k = 0; k < kIt; ++k) {
+    const int c = wt + 128 * k, r = 64 * cw + c / (D / 8), i = c % (D / 8);
+    const float4 a = qa[k], b = qb[k];
+    const uint4 v = live[k] ? make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w),
+                                         pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w))
+                            : make_uint4(0u, 0u, 0u, 0u);
+    const unsigned dst = swizzled_chunk_b128(sq + (i / 8) * (AttnPrefill<D>::kRows * 128), r, i);
+    st_shared_v4(dst, v.x, v.y, v.z, v.w);
+  }
+  fence_proxy_async_smem();  // generic-proxy stores, then wgmma reads them (after a barrier)
+}
+
 // out[t, (kvh · G + h) · D + d] = bf16(softmax over keys [0, position] of the row's sequence ·
 // V); see the header comment. `kv_map`: the tensor map of `tmap:kv:L:...` over the pool from
 // kv_layer (rows of D, boxes of PAGE x 64, 128-byte swizzle), read when PAGE is a multiple of 8
@@ -206,66 +285,13 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   // a position. (A serial scan, with Q staged behind it, would put a chain of dependent loads on
   // every consumer's path before its first key block.)
   auto scan_tile = [&](int lane, int t0, int tb) {
-    constexpr int kTok = (TPT + 31) / 32;  // tokens a lane
-    int tseq[kTok], tpos[kTok];
-#pragma unroll
-    for (int i = 0; i < kTok; ++i) {
-      const int j = 32 * i + lane;
-      tseq[i] = j < TPT ? token_seq[t0 + j] : 0;
-      tpos[i] = j < TPT ? positions[t0 + j] : 0;
-    }
-    // Runs of equal token_seq, token by token (lane l % 32's register l / 32, by shuffle), the
-    // same on every lane.
-    int n = 0, first = 0, seq = 0, last = -1;
-    auto close = [&](int end) {
-      if (last < 0) return;  // padding only
-      if (lane == 0) sm_seg[tb][n] = {static_cast<short>(first), static_cast<short>(end), last};
-      ++n;
-    };
-#pragma unroll
-    for (int i = 0; i < kTok; ++i)
-      for (int l = 0; l < 32 && 32 * i + l < TPT; ++l) {
-        const int t = 32 * i + l;
-        const int ts = __shfl_sync(0xffffffffu, tseq[i], l);
-        const int tp = __shfl_sync(0xffffffffu, tpos[i], l);
-        if (t > 0 && ts == seq) {
-          last = max(last, tp);
-          continue;
-        }
-        if (t > 0) close(t);
-        first = t, seq = ts, last = tp;
-      }
-    close(TPT);
-    if (lane == 0) sm_nseg[tb] = n;
+    attn_prefill_scan_tile<TPT, kTables>(lane, t0, tb, positions, token_seq, sm_seg, sm_nseg);
   };
   // A consumer thread (wt of warpgroup cw): its warpgroup's 64 rows of the tile's Q as bf16 (zeros
   // for rows of no token or of padding), every load first, then the stores and the fence for
   // wgmma; with `meet`, a meeting of the warpgroup (barrier 1 + cw) between the two.
   auto stage_q = [&](int cw, int wt, int kvh, int t0, bool meet) {
-    constexpr int kIt = 64 * (D / 8) / 128;  // 16-byte pieces a thread
-    float4 qa[kIt], qb[kIt];
-    bool live[kIt];
-#pragma unroll
-    for (int k = 0; k < kIt; ++k) {
-      const int c = wt + 128 * k, r = 64 * cw + c / (D / 8), i = c % (D / 8), j = r / G;
-      live[k] = r < R && positions[t0 + j] >= 0;
-      const float* src =
-          q + (static_cast<long long>(t0 + min(j, TPT - 1)) * HQ + kvh * G + r % G) * D + 8 * i;
-      qa[k] = *reinterpret_cast<const float4*>(src);
-      qb[k] = *reinterpret_cast<const float4*>(src + 4);
-    }
-    if (meet) named_barrier_sync(1 + cw, 128);
-#pragma unroll
-    for (int k = 0; k < kIt; ++k) {
-      const int c = wt + 128 * k, r = 64 * cw + c / (D / 8), i = c % (D / 8);
-      const float4 a = qa[k], b = qb[k];
-      const uint4 v = live[k] ? make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w),
-                                           pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w))
-                              : make_uint4(0u, 0u, 0u, 0u);
-      const unsigned dst = swizzled_chunk_b128(sq + (i / 8) * (C::kRows * 128), r, i);
-      st_shared_v4(dst, v.x, v.y, v.z, v.w);
-    }
-    fence_proxy_async_smem();  // generic-proxy stores, then wgmma reads them (after a barrier)
+    attn_prefill_stage_q<HQ, D, G, TPT>(q, positions, sq, cw, wt, kvh, t0, meet);
   };
 
   pdl_entry();
