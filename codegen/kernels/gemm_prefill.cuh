@@ -214,6 +214,68 @@ struct EpilogueResidual {
   static constexpr bool kSplitW = false, kResidual = true;
 };
 
+// A consumer warpgroup's epilogue of tile (tm, tn) (cw: its 64 rows; warp, lane: the thread's):
+// the accumulators d through its two 64 x 128-byte chunk buffers at `epilogue` to out_map, by TMA
+// stores (bf16, through stmatrix) or TMA reductions (the f32 residual), the warpgroup's leader
+// issuing them. Per chunk: wait until the TMA has read the buffer's previous chunk (two chunks
+// ago), fill it, switch proxies, and the leader hands it to the TMA.
+template <class Epi>
+__device__ __forceinline__ void prefill_gemm_epilogue(const float (&d)[PrefillGemm::kBlockN / 2],
+                                                      const TensorMap* out_map, unsigned epilogue,
+                                                      unsigned tm, unsigned tn, unsigned cw,
+                                                      unsigned warp, unsigned lane,
+                                                      bool wg_leader) {
+  using G = PrefillGemm;
+  using namespace hexel;
+  const unsigned row0 = tm * G::kBlockM + cw * 64;
+  // Per chunk: wait until the TMA has read the buffer's previous chunk (two chunks ago),
+  // fill it, switch proxies, and the leader hands it to the TMA.
+#pragma unroll
+  for (unsigned ch = 0; ch < Epi::kOutCols / Epi::kChunkCols; ++ch) {
+    const unsigned buf = epilogue + (cw * 2 + ch % 2) * G::kChunkBytes;
+    if (wg_leader) tma::wait_group_read<1>();
+    named_barrier_sync(1 + cw, 128);
+    if constexpr (Epi::kResidual) {
+      // Column block j (8 f32 = 32 bytes) of row half h: lanes 4r..4r+3 write row r's 32
+      // bytes; with the swizzle the warp's 8 rows fall in 8 different 16-byte bank groups.
+#pragma unroll
+      for (unsigned jj = 0; jj < Epi::kChunkCols / 8; ++jj) {
+        const unsigned j = ch * (Epi::kChunkCols / 8) + jj;
+#pragma unroll
+        for (unsigned h = 0; h < 2; ++h) {
+          const unsigned r = 16 * warp + lane / 4 + 8 * h;
+          const unsigned off = r * 128 + 4 * (8 * jj + 2 * (lane % 4));
+          st_shared_v2_f32(buf + swizzled_offset(off, Swizzle::B128), d[4 * j + 2 * h],
+                           d[4 * j + 2 * h + 1]);
+        }
+      }
+    } else {
+      // Per 16 columns (column blocks j, j + 1) one stmatrix.x4 writes the warp's 16 rows:
+      // matrices (rows 0-7, j), (8-15, j), (0-7, j + 1), (8-15, j + 1), lane l addressing
+      // row l % 8 of matrix l / 8.
+      const unsigned quad = lane / 8, r_in = 16 * warp + 8 * (quad % 2) + lane % 8;
+#pragma unroll
+      for (unsigned q = 0; q < Epi::kChunkCols / 16; ++q) {
+        const unsigned j = ch * (Epi::kChunkCols / 8) + 2 * q;
+        const unsigned frag[4] = {Epi::pack(d, j, 0), Epi::pack(d, j, 1), Epi::pack(d, j + 1, 0),
+                                  Epi::pack(d, j + 1, 1)};
+        const unsigned col_bytes = 2 * (16 * q + 8 * (quad / 2));
+        stmatrix<4>(buf + swizzled_offset(r_in * 128 + col_bytes, Swizzle::B128), frag);
+      }
+    }
+    fence_proxy_async_smem();  // shared writes, then the TMA reads them: proxy switch
+    named_barrier_sync(1 + cw, 128);
+    if (wg_leader) {
+      const unsigned col = tn * Epi::kOutCols + ch * Epi::kChunkCols;
+      if constexpr (Epi::kResidual)
+        tma::reduce_add(out_map, buf, col, row0);
+      else
+        tma::store(out_map, buf, col, row0);
+      tma::commit_group();
+    }
+  }
+}
+
 // The whole kernel; the epilogue writes through `out_map`: a bf16 TMA store, or the residual's
 // f32 TMA reduction into x. W_BH, W_BOX: the weight's source (load_weight_rows).
 // kCover (W_BOX > kBlockN): the slot image's tiles cut the tile's kBlockN rows (the 8B's 48-row
@@ -312,53 +374,7 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
           [&](unsigned st) { return w_stage(st) + w_at; });
       if (lane == 0) mbarrier::arrive(empty + 8 * prev);
 
-      const unsigned row0 = tm * G::kBlockM + cw * 64;
-      // Per chunk: wait until the TMA has read the buffer's previous chunk (two chunks ago),
-      // fill it, switch proxies, and the leader hands it to the TMA.
-#pragma unroll
-      for (unsigned ch = 0; ch < Epi::kOutCols / Epi::kChunkCols; ++ch) {
-        const unsigned buf = epilogue + (cw * 2 + ch % 2) * G::kChunkBytes;
-        if (wg_leader) tma::wait_group_read<1>();
-        named_barrier_sync(1 + cw, 128);
-        if constexpr (Epi::kResidual) {
-          // Column block j (8 f32 = 32 bytes) of row half h: lanes 4r..4r+3 write row r's 32
-          // bytes; with the swizzle the warp's 8 rows fall in 8 different 16-byte bank groups.
-#pragma unroll
-          for (unsigned jj = 0; jj < Epi::kChunkCols / 8; ++jj) {
-            const unsigned j = ch * (Epi::kChunkCols / 8) + jj;
-#pragma unroll
-            for (unsigned h = 0; h < 2; ++h) {
-              const unsigned r = 16 * warp + lane / 4 + 8 * h;
-              const unsigned off = r * 128 + 4 * (8 * jj + 2 * (lane % 4));
-              st_shared_v2_f32(buf + swizzled_offset(off, Swizzle::B128), d[4 * j + 2 * h],
-                               d[4 * j + 2 * h + 1]);
-            }
-          }
-        } else {
-          // Per 16 columns (column blocks j, j + 1) one stmatrix.x4 writes the warp's 16 rows:
-          // matrices (rows 0-7, j), (8-15, j), (0-7, j + 1), (8-15, j + 1), lane l addressing
-          // row l % 8 of matrix l / 8.
-          const unsigned quad = lane / 8, r_in = 16 * warp + 8 * (quad % 2) + lane % 8;
-#pragma unroll
-          for (unsigned q = 0; q < Epi::kChunkCols / 16; ++q) {
-            const unsigned j = ch * (Epi::kChunkCols / 8) + 2 * q;
-            const unsigned frag[4] = {Epi::pack(d, j, 0), Epi::pack(d, j, 1),
-                                      Epi::pack(d, j + 1, 0), Epi::pack(d, j + 1, 1)};
-            const unsigned col_bytes = 2 * (16 * q + 8 * (quad / 2));
-            stmatrix<4>(buf + swizzled_offset(r_in * 128 + col_bytes, Swizzle::B128), frag);
-          }
-        }
-        fence_proxy_async_smem();  // shared writes, then the TMA reads them: proxy switch
-        named_barrier_sync(1 + cw, 128);
-        if (wg_leader) {
-          const unsigned col = tn * Epi::kOutCols + ch * Epi::kChunkCols;
-          if constexpr (Epi::kResidual)
-            tma::reduce_add(out_map, buf, col, row0);
-          else
-            tma::store(out_map, buf, col, row0);
-          tma::commit_group();
-        }
-      }
+      prefill_gemm_epilogue<Epi>(d, out_map, epilogue, tm, tn, cw, warp, lane, wg_leader);
     }
     if (wg_leader) tma::wait_group<0>();
   }
