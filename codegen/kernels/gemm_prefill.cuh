@@ -214,6 +214,48 @@ struct EpilogueResidual {
   static constexpr bool kSplitW = false, kResidual = true;
 };
 
+// The producer (one thread): for each of the CTA's tiles, every K block's A and W rows into the
+// ring of stages (a_stage, w_stage: their shared addresses) behind the full / empty barriers
+// (kCover: one box of whole slot-image tiles covering the tile's rows; SwiGLU: the gate and the up
+// rows).
+template <int M, int N, int K, class Epi, unsigned W_BH, unsigned W_BOX, class AStage, class WStage>
+__device__ __forceinline__ void prefill_gemm_produce(const TensorMap* a_map, const TensorMap* w_map,
+                                                     unsigned full, unsigned empty, AStage& a_stage,
+                                                     WStage& w_stage) {
+  using G = PrefillGemm;
+  using namespace hexel;
+  constexpr bool kCover = W_BH > 0 && W_BOX > G::kBlockN;
+  constexpr unsigned kWRows = kCover ? W_BOX : G::kBlockN;
+  constexpr unsigned kStages = G::stages_for(kWRows);
+  constexpr unsigned kStageBytes = G::kABytes + kWRows * 128;
+  constexpr unsigned tiles_m = (M + G::kBlockM - 1) / G::kBlockM;
+  constexpr unsigned tiles_n = (N + Epi::kOutCols - 1) / Epi::kOutCols;
+  constexpr unsigned units = tiles_m * tiles_n;
+  constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
+  mbarrier::StageRing<kStages> ring;
+  for (unsigned u = blockIdx.x; u < units; u += gridDim.x) {
+    unsigned tm, tn;
+    prefill_tile_coords(u, tiles_m, tiles_n, tm, tn);
+    for (unsigned kb = 0; kb < k_blocks; ++kb) {
+      mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
+      const unsigned bar = full + 8 * ring.index;
+      // Out-of-bounds box elements count too: the stage always receives kStageBytes.
+      mbarrier::arrive_expect_tx(bar, kStageBytes);
+      tma::load(a_stage(ring.index), a_map, bar, kb * G::kBlockK, tm * G::kBlockM);
+      if constexpr (Epi::kSplitW) {
+        constexpr unsigned half = G::kBlockN / 2;
+        load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index), w_map, bar, kb, tn * half, 0, N);
+        load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index) + half * 128, w_map, bar, kb,
+                                            tn * half, 1, N);
+      } else {
+        load_weight_rows<G::kBlockN, W_BH, W_BOX>(w_stage(ring.index), w_map, bar, kb,
+                                                  tn * G::kBlockN, 0, N);
+      }
+      ring.advance();
+    }
+  }
+}
+
 // A consumer warpgroup's epilogue of tile (tm, tn) (cw: its 64 rows; warp, lane: the thread's):
 // the accumulators d through its two 64 x 128-byte chunk buffers at `epilogue` to out_map, by TMA
 // stores (bf16, through stmatrix) or TMA reductions (the f32 residual), the warpgroup's leader
@@ -328,28 +370,7 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
-      mbarrier::StageRing<kStages> ring;
-      for (unsigned u = blockIdx.x; u < units; u += gridDim.x) {
-        unsigned tm, tn;
-        prefill_tile_coords(u, tiles_m, tiles_n, tm, tn);
-        for (unsigned kb = 0; kb < k_blocks; ++kb) {
-          mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
-          const unsigned bar = full + 8 * ring.index;
-          // Out-of-bounds box elements count too: the stage always receives kStageBytes.
-          mbarrier::arrive_expect_tx(bar, kStageBytes);
-          tma::load(a_stage(ring.index), a_map, bar, kb * G::kBlockK, tm * G::kBlockM);
-          if constexpr (Epi::kSplitW) {
-            constexpr unsigned half = G::kBlockN / 2;
-            load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index), w_map, bar, kb, tn * half, 0, N);
-            load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index) + half * 128, w_map, bar, kb,
-                                                tn * half, 1, N);
-          } else {
-            load_weight_rows<G::kBlockN, W_BH, W_BOX>(w_stage(ring.index), w_map, bar, kb,
-                                                      tn * G::kBlockN, 0, N);
-          }
-          ring.advance();
-        }
-      }
+      prefill_gemm_produce<M, N, K, Epi, W_BH, W_BOX>(a_map, w_map, full, empty, a_stage, w_stage);
     }
   } else {
     setmaxnreg_inc<232>();
