@@ -19,8 +19,9 @@
 #              renamed function, a constant NVVM numbers module-wide)
 #   DECLS      so, and the demoted shared variables declared at the top in another order
 #   REGISTERS  so, and the virtual registers numbered in another order (a consistent renaming)
-#   OPERANDS   the same instructions in the same order, their register operands not a renaming
-#              of each other's (e.g. the two copies into a loop's registers in the other order)
+#   ORDER      the same instructions, registers unnumbered, some in another order or their
+#              register operands not a renaming of each other's (e.g. the copies into a loop's
+#              registers, or its counters' updates, in the other order); the diff follows
 #   CODE       the instructions differ (the start of a diff, registers unnumbered, follows)
 # and its machine code SASS-SAME or SASS-DIFFERS (byte for byte, from telosc's own cubin).
 # Exit status 0 when every instance's machine code is the same, no PTX is CODE and every config
@@ -172,7 +173,8 @@ def classify(b, n):
     if renumbered(bb) == renumbered(nb):
         return "REGISTERS", []
     diff = list(difflib.unified_diff(skeleton(bb).split("\n"), skeleton(nb).split("\n"), lineterm="", n=1))
-    return ("OPERANDS" if not diff else "CODE"), diff
+    same = sorted(skeleton(bb).split("\n")) == sorted(skeleton(nb).split("\n"))
+    return ("ORDER" if same else "CODE"), diff
 
 counts, problems = {}, 0
 for run in sorted(os.listdir(base)):
