@@ -263,17 +263,31 @@ TEST(Artifact, ParsesSlotImageArguments) {
 
 // What a weight allows is checked at load, naming the argument: the weight exists, is a bf16
 // matrix, and divides into the image's tiles and slots (support/slot_image.hpp).
+// `m` with a kernel table of one kernel and a launch program of one bucket, whose one launch
+// passes `args`, over an arena of `arena` (the tiny artifact's default serving limits).
+nlohmann::json with_program(nlohmann::json m, const nlohmann::json& args,
+                            const nlohmann::json& arena) {
+  m["kernels"] = {{{"entry", "k"}, {"block", {128, 1, 1}}, {"dynamic_smem", 0}}};
+  m["programs"] = {
+      {"descriptor",
+       {{"max_tokens", 16}, {"max_sample_rows", 4}, {"max_batch", 4}, {"max_pages_per_seq", 16}}},
+      {"arena", arena},
+      {"buckets",
+       {{{"kind", "prefill"},
+         {"size", 16},
+         {"tokens", 16},
+         {"sample_rows", 4},
+         {"launches", {{{"kernel", 0}, {"grid", {1, 1, 1}}, {"args", args}}}}}}}};
+  return m;
+}
+
 TEST(Artifact, RefusesSlotImagesTheWeightCannotHave) {
   const std::string dir = testing::temp_dir("wimg");
   testing::TinyArtifactSpec spec;
   spec.hidden_size = 64;  // embed [64, 64], gate_up [96, 64], down [64, 48]
   auto m = testing::write_tiny_artifact(dir, spec);
   auto with_arg = [&](const std::string& arg) {
-    auto c = m;
-    c["programs"] = {
-        {"arena", nlohmann::json::array()},
-        {"buckets", {{{"kind", "decode"}, {"launches", {{{"kernel", 0}, {"args", {arg}}}}}}}}};
-    testing::rewrite_manifest(dir, c);
+    testing::rewrite_manifest(dir, with_program(m, {arg}, nlohmann::json::array()));
   };
   with_arg("wimg:embed:64:1");  // one tile of 64 rows, one K block a slot
   EXPECT_NO_THROW(Artifact::load(dir));
@@ -309,12 +323,8 @@ TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {
   const std::string dir = testing::temp_dir("tmap");
   auto m = testing::write_tiny_artifact(dir, {});
   auto with_arg = [&](const std::string& arg) {
-    auto c = m;
-    c["programs"] = {
-        {"arena", {{{"buffer", "h"}, {"bytes", 4096}}}},
-        {"buckets",
-         {{{"kind", "prefill"}, {"launches", {{{"kernel", 0}, {"args", {"buf:h", arg}}}}}}}}};
-    testing::rewrite_manifest(dir, c);
+    testing::rewrite_manifest(
+        dir, with_program(m, {"buf:h", arg}, {{{"buffer", "h"}, {"bytes", 4096}}}));
   };
   with_arg("tmap:buf:h:16:64:16:64");  // 2048 bytes of 4096
   EXPECT_NO_THROW(Artifact::load(dir));
@@ -350,12 +360,8 @@ TEST(Artifact, ChecksKvTensorMaps) {
   spec.hidden_size = 256, spec.num_heads = 4, spec.num_kv_heads = 2, spec.head_dim = 64;
   auto m = testing::write_tiny_artifact(dir, spec);  // pages of 4: 2 · 2 · 4 · 2 · 64 · 2 bytes
   auto with_arg = [&](const std::string& arg) {
-    auto c = m;
-    c["programs"] = {
-        {"arena", {{{"buffer", "h"}, {"bytes", 4096}}}},
-        {"buckets",
-         {{{"kind", "prefill"}, {"launches", {{{"kernel", 0}, {"args", {"kv:1", arg}}}}}}}}};
-    testing::rewrite_manifest(dir, c);
+    testing::rewrite_manifest(dir,
+                              with_program(m, {"kv:1", arg}, {{{"buffer", "h"}, {"bytes", 4096}}}));
   };
   with_arg("tmap:kv:1:32:64:4:64");
   EXPECT_NO_THROW(Artifact::load(dir));
