@@ -77,7 +77,7 @@ std::string inspect_artifact(const std::string& path, bool verify) {
     const OpenedArtifact a = open_artifact(path, WeightChecks::kEveryByte);
     return summary(path, a.json, a.manifest) + "checksums: verified (" +
            std::to_string(a.manifest.tensors.size()) + " tensors, " +
-           std::to_string(a.manifest.files.size()) + " files, the manifest)\n";
+           std::to_string(a.manifest.files.size()) + " files)\n";
   }
   std::error_code ec;
   if (!fs::is_directory(path, ec))

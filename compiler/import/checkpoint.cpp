@@ -152,27 +152,32 @@ std::int64_t checkpoint_layers(const ImportedModel& model) {
 // (the full shape check, check_tensors, then names the tensor for any other disagreement).
 void check_config_fits_tensors(const ImportedModel& model, const std::string& config_path) {
   const ModelSpec& s = model.spec;
-  auto refuse = [&](const char* field, std::int64_t value, const std::string& what) {
-    fail(config_path + ": field " + json_quote(field) + ": " + std::to_string(value) + ", but " +
-         what + " (do config.json and the weights belong together?)");
+  auto refuse = [&](const char* field, const std::string& value, const std::string& what) {
+    fail(config_path + ": field " + json_quote(field) + ": " + value + ", but " + what +
+         " (do config.json and the weights belong together?)");
   };
   if (const std::int64_t layers = checkpoint_layers(model); s.num_layers > layers)
-    refuse("num_hidden_layers", s.num_layers,
+    refuse("num_hidden_layers", std::to_string(s.num_layers),
            "the checkpoint holds " + std::to_string(layers) + " layers");
-  // A tensor's dimension `dim` against the config's value of `field`.
-  auto fits = [&](const std::string& tensor, std::size_t dim, const char* field,
-                  std::int64_t value) {
+  // `rows` of the config (described by `value`) against dimension `dim` of a tensor.
+  auto fits = [&](const std::string& tensor, std::size_t dim, const char* field, std::int64_t rows,
+                  const std::string& value) {
     const TensorView* t = model.find(tensor);
-    if (t && t->shape.size() > dim && value > t->shape[dim])
+    if (t && t->shape.size() > dim && rows > t->shape[dim])
       refuse(field, value, tensor + " is " + format_shape(t->shape));
   };
-  fits("model.embed_tokens.weight", 0, "vocab_size", s.vocab_size);
-  fits("model.embed_tokens.weight", 1, "hidden_size", s.hidden_size);
-  fits("model.layers.0.mlp.gate_proj.weight", 0, "intermediate_size", s.intermediate_size);
-  fits("model.layers.0.self_attn.q_proj.weight", 0, "num_attention_heads",
-       s.num_heads * s.head_dim);
+  auto heads = [&](std::int64_t n) {
+    return std::to_string(n) + " heads of " + std::to_string(s.head_dim) + " (" +
+           std::to_string(n * s.head_dim) + " rows)";
+  };
+  fits("model.embed_tokens.weight", 0, "vocab_size", s.vocab_size, std::to_string(s.vocab_size));
+  fits("model.embed_tokens.weight", 1, "hidden_size", s.hidden_size, std::to_string(s.hidden_size));
+  fits("model.layers.0.mlp.gate_proj.weight", 0, "intermediate_size", s.intermediate_size,
+       std::to_string(s.intermediate_size));
+  fits("model.layers.0.self_attn.q_proj.weight", 0, "num_attention_heads", s.num_heads * s.head_dim,
+       heads(s.num_heads));
   fits("model.layers.0.self_attn.k_proj.weight", 0, "num_key_value_heads",
-       s.num_kv_heads * s.head_dim);
+       s.num_kv_heads * s.head_dim, heads(s.num_kv_heads));
 }
 
 void check_tensors(const ImportedModel& model, const std::string& weights_file) {

@@ -380,6 +380,102 @@ TEST(Artifact, ChecksKvTensorMaps) {
   expect_refused(dir, {"a KV map's ROWS are one page's (32)"});
 }
 
+// Only a manifest marked as a Telos artifact's is read; one edited after it was written (a value
+// that is valid, but not what telosc wrote) is refused by its checksum.
+TEST(Artifact, RefusesAnUnmarkedOrEditedManifest) {
+  const std::string dir = testing::temp_dir("marker");
+  const auto good = testing::write_tiny_artifact(dir, {});
+  auto m = good;
+  m.erase("format");
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"manifest.json: format: expected \"telos-artifact\"", "compile it again"});
+  m = good;
+  m["model"]["rms_norm_eps"] = 1e-3;
+  testing::rewrite_manifest(dir, m, testing::Signing::kAsIs);
+  expect_refused(
+      dir, {"manifest.json: manifest_checksum: " + good["manifest_checksum"].get<std::string>() +
+            " does not match the model and weights sections"});
+  m = good;
+  m.erase("manifest_checksum");
+  testing::rewrite_manifest(dir, m, testing::Signing::kAsIs);
+  expect_refused(dir, {"manifest.json: manifest_checksum: missing"});
+  // Re-signed, the same edit loads: the checksum, not the value, refused it.
+  m = good;
+  m["model"]["rms_norm_eps"] = 1e-3;
+  testing::rewrite_manifest(dir, m);
+  EXPECT_EQ(Artifact::load(dir)->model().rms_norm_eps, 1e-3);
+}
+
+// A checkpoint without a BOS token has null; token ids are within the vocabulary.
+TEST(Artifact, TakesANullBosAndRefusesTokenIdsOutsideTheVocabulary) {
+  const std::string dir = testing::temp_dir("bos");
+  const auto good = testing::write_tiny_artifact(dir, {});
+  auto m = good;
+  m["model"]["bos_token_id"] = nullptr;
+  m["model"]["eos_token_ids"] = nlohmann::json::array();
+  testing::rewrite_manifest(dir, m);
+  EXPECT_EQ(Artifact::load(dir)->model().bos_token_id, -1);
+  m["model"]["bos_token_id"] = 64;
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"model.bos_token_id: 64 is above 63"});
+  m = good;
+  m["model"]["eos_token_ids"] = {2, -1};
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"model.eos_token_ids[1]: -1 is below 0"});
+}
+
+// The weight table holds at most the model's tensors: a table padded with a million entries is
+// refused before any is read.
+TEST(Artifact, RefusesMoreTensorsThanTheModelHas) {
+  const std::string dir = testing::temp_dir("many");
+  auto m = testing::write_tiny_artifact(dir, {});
+  const std::size_t have = m["weights"]["tensors"].size();
+  m["weights"]["tensors"].push_back(m["weights"]["tensors"][0]);
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"weights.tensors: " + std::to_string(have + 1) +
+                       " tensors, but the model has " + std::to_string(have)});
+}
+
+// The sizes the GPU engine reads of the kernel table and launch programs are within CUDA's limits
+// and the serving configuration's.
+TEST(Artifact, RefusesLaunchProgramsBeyondTheirBounds) {
+  const std::string dir = testing::temp_dir("programs");
+  const auto m = testing::write_tiny_artifact(dir, {});
+  const auto good = with_program(m, {"buf:h"}, {{{"buffer", "h"}, {"bytes", 4096}}});
+  testing::rewrite_manifest(dir, good);
+  EXPECT_TRUE(Artifact::load(dir)->has_kernels());
+  auto refused_with = [&](auto edit, std::initializer_list<std::string> parts) {
+    auto c = good;
+    edit(c);
+    testing::rewrite_manifest(dir, c);
+    expect_refused(dir, parts);
+  };
+  refused_with(
+      [](auto& c) {
+        c["kernels"][0]["block"] = {1024, 2, 1};
+      },
+      {"kernels[0].block: more than 1024 threads a block"});
+  refused_with([](auto& c) { c["kernels"][0]["dynamic_smem"] = 1 << 20; },
+               {"kernels[0].dynamic_smem: 1048576 is above 232448"});
+  refused_with([](auto& c) { c["programs"]["buckets"][0]["launches"][0]["kernel"] = 1; },
+               {"programs.buckets[0].launches[0].kernel: 1 is above 0"});
+  refused_with(
+      [](auto& c) {
+        c["programs"]["buckets"][0]["launches"][0]["grid"] = {1, 70000, 1};
+      },
+      {"programs.buckets[0].launches[0].grid[1]: 70000 is above 65535"});
+  refused_with([](auto& c) { c["programs"]["descriptor"]["max_tokens"] = 1 << 30; },
+               {"programs.descriptor.max_tokens: 1073741824 is above 16"});
+  refused_with([](auto& c) { c["programs"]["descriptor"]["max_pages_per_seq"] = 17; },
+               {"programs.descriptor.max_pages_per_seq: 17 is above 16"});
+  refused_with([](auto& c) { c["programs"]["arena"][0]["bytes"] = std::int64_t{1} << 50; },
+               {"programs.arena[0].bytes", "is above 1099511627776"});
+  refused_with([](auto& c) { c["programs"]["buckets"][0]["tokens"] = 17; },
+               {"programs.buckets[0].tokens: 17 is above 16"});
+  refused_with([](auto& c) { c["programs"].erase("descriptor"); },
+               {"programs.descriptor: missing"});
+}
+
 TEST(Artifact, ChecksTheTargetArchitecture) {
   const std::string dir = testing::temp_dir("arch");
   testing::write_tiny_artifact(dir, {});
