@@ -21,7 +21,7 @@ namespace {
 
 using nlohmann::json;
 
-RopeConfig read_rope(const ManifestFields& f, const json& rope, int max_positions) {
+RopeConfig read_rope(const ManifestFields& f, const json& rope) {
   const std::string p = "model.rope";
   RopeConfig c;
   c.type = f.string(rope, p, "type");
@@ -34,7 +34,7 @@ RopeConfig read_rope(const ManifestFields& f, const json& rope, int max_position
     if (c.high_freq_factor <= c.low_freq_factor)
       f.refuse("model.rope.high_freq_factor", "must be larger than low_freq_factor");
     c.original_max_position_embeddings =
-        f.small_integer(rope, p, "original_max_position_embeddings", 1, max_positions);
+        f.small_integer(rope, p, "original_max_position_embeddings", 1, limits::kMaxPositions);
   } else if (c.type != "default") {
     f.refuse("model.rope.type", "\"" + c.type + "\" is not default or llama3");
   }
@@ -74,7 +74,7 @@ ModelConfig read_model(const ManifestFields& f, const json& m) {
   if (c.rms_norm_eps >= 1.0) f.refuse("model.rms_norm_eps", "expected a value below 1");
   c.max_position_embeddings =
       f.small_integer(m, p, "max_position_embeddings", 1, limits::kMaxPositions);
-  c.rope = read_rope(f, f.object(m, p, "rope"), c.max_position_embeddings);
+  c.rope = read_rope(f, f.object(m, p, "rope"));
   c.tie_word_embeddings = f.boolean(m, p, "tie_word_embeddings");
   c.qkv_bias = f.boolean(m, p, "qkv_bias");
   c.qk_norm = f.boolean(m, p, "qk_norm");

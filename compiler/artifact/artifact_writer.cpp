@@ -374,6 +374,10 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
       const std::string rel = "kernels/" + t.arch + ext;
       files[rel] = checksum_string(write_file(staging.path() / rel, *bytes));
     }
+  // The staging directory itself is synced at commit; its subdirectories here.
+  for (const char* dir : {"kernels/src", "kernels"})
+    if (!sync_directory(staging.path() / dir))
+      fail((staging.path() / dir).string() + ": fsync failed: " + std::strerror(errno));
 
   nlohmann::ordered_json m;
   m["format"] = kArtifactFormat;
