@@ -339,21 +339,40 @@ json parse_template_kwargs(const json& kwargs) {
   return kwargs;
 }
 
+// Whether arrays and objects in `text` nest deeper than `limit`, counting brackets outside
+// strings: for valid JSON exactly the nesting the parser would build, for anything else a count
+// that does not matter, since the parse refuses it. A scan of its own because nlohmann's parser
+// callback, the other place to see the depth, makes the parser quadratic in the number of objects
+// in an array (it rescans the array after each one).
+bool nests_deeper_than(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 json parse_request_json(std::string_view body) {
-  // nlohmann's parser is iterative; the callback sees each container open at its depth (0 for the
-  // body itself) and stops the parse before anything deeper is built.
-  auto bound_depth = [](int depth, json::parse_event_t event, json&) {
-    const bool opens =
-        event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
-    if (opens && depth >= kMaxRequestJsonDepth)
-      throw bad_request("", "the request body nests arrays and objects more than " +
-                                std::to_string(kMaxRequestJsonDepth) + " levels deep");
-    return true;
-  };
+  if (nests_deeper_than(body, kMaxRequestJsonDepth))
+    throw bad_request("", "the request body nests arrays and objects more than " +
+                              std::to_string(kMaxRequestJsonDepth) + " levels deep");
   try {
-    return json::parse(body.begin(), body.end(), bound_depth);
+    return json::parse(body);
   } catch (const json::exception& e) {
     throw bad_request("", std::string("the request body is not valid JSON: ") + e.what());
   }

@@ -8,8 +8,8 @@
 //
 // What a hostile body cannot do:
 // - Nest deeply: parse_request_json refuses arrays and objects nested more than
-//   kMaxRequestJsonDepth deep before any walk over the value (copies, error messages, template
-//   values) could exhaust a thread's stack.
+//   kMaxRequestJsonDepth deep before parsing, so no walk over the value (copies, error messages,
+//   template values) can exhaust a thread's stack.
 // - Slip a sampling value past the engine: the sampling fields are checked by the engine's own
 //   check_sampling() on the values the engine will see (floats, ints), so a value the engine
 //   would refuse (top_p 1e-300 rounds to 0) is a 400 naming the field, never a late refusal.
@@ -71,8 +71,9 @@ inline constexpr int kMaxStopStrings = 16;
 // stay far inside any thread's stack even under sanitizers.
 inline constexpr int kMaxRequestJsonDepth = 64;
 
-// The body as JSON, or an ApiError 400: not valid JSON (nlohmann's message, which says where), or
-// nested deeper than kMaxRequestJsonDepth (refused while parsing, before the value exists).
+// The body as JSON, or an ApiError 400: nested deeper than kMaxRequestJsonDepth (found by a scan
+// before parsing, so no value that deep is ever built), or not valid JSON (nlohmann's message,
+// which says where).
 nlohmann::ordered_json parse_request_json(std::string_view body);
 
 // `served_model` is the name /v1/models lists; a request naming another model is a 404;

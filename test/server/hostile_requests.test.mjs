@@ -32,7 +32,7 @@ describe("hostile requests", () => {
   });
   const assertServing = async () => assert.equal((await fetch(`${server.url}/health`)).status, 200);
 
-  test("deep nesting is refused while parsing", async () => {
+  test("deep nesting is refused before parsing", async () => {
     const tooDeep = /nests arrays and objects more than 64 levels deep/;
     assertError(await postJson(completions, nested(120000)), null, tooDeep);
     const hi = JSON.stringify(user("hi")).slice(1, -1);
