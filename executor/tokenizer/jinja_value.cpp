@@ -44,7 +44,8 @@ Value from_json_at(const nlohmann::ordered_json& j, int depth) {
     case T::number_integer:
       return Value::of(j.get<std::int64_t>());
     case T::number_unsigned:
-      // Above int64 an integer is out of Python's reach here; a float keeps its magnitude.
+      // Values hold int64; a larger integer becomes a float, which keeps its magnitude (Python
+      // would print every digit).
       if (j.get<std::uint64_t>() >
           static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
         return Value::of_number(j.get<double>());
@@ -171,8 +172,6 @@ std::string from_code_points(const std::vector<std::uint32_t>& cps, std::size_t 
 }
 
 namespace {
-
-void print(const Value& v, bool quoted, int depth, std::string& out);
 
 // Python's repr() of a string: single quotes unless the text holds one and no double quote.
 void quote(const std::string& s, std::string& out) {
