@@ -547,6 +547,13 @@ int ApiServer::State::max_tokens_for(const ApiRequest& r, int prompt_len) {
                           " tokens, which leaves no room to generate within this model's "
                           "maximum context length of " +
                           std::to_string(max_seq_len) + " tokens");
+  if (r.sampling.min_tokens > room)
+    throw bad_request("min_tokens", "this model's maximum context length is " +
+                                        std::to_string(max_seq_len) +
+                                        " tokens and the prompt has " +
+                                        std::to_string(prompt_len) + ", so at most " +
+                                        std::to_string(room) + " tokens can be generated; got " +
+                                        std::to_string(r.sampling.min_tokens));
   if (r.sampling.max_tokens) {
     if (*r.sampling.max_tokens > room)
       throw bad_request("max_tokens", "this model's maximum context length is " +
@@ -559,7 +566,7 @@ int ApiServer::State::max_tokens_for(const ApiRequest& r, int prompt_len) {
   }
   // OpenAI's defaults: 16 for completions, as many as fit for chat.
   const int wanted = r.kind == ApiRequest::Kind::Chat ? room : std::min(16, room);
-  return std::max(wanted, std::min(r.sampling.min_tokens, room));
+  return std::max(wanted, r.sampling.min_tokens);
 }
 
 std::vector<PreparedPrompt> ApiServer::State::prepare_prompts(const ApiRequest& r) {

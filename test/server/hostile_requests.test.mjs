@@ -69,6 +69,9 @@ describe("hostile requests", () => {
     }
     assertError(await postJson(chat, { messages: user("x"), logprobs: true, top_logprobs: 21 }), "top_logprobs",
       /must be in \[0, 20\], got 21/);
+    // min_tokens past what the context leaves (max_seq_len 256 for tiny-chat).
+    assertError(await postJson(completions, { prompt: "x", min_tokens: 100000 }), "min_tokens",
+      /at most \d+ tokens can be generated; got 100000/);
     await assertServing();
   });
 
