@@ -37,9 +37,6 @@ struct ServingConfig {
   bool decode_qkv_flags = false;
 };
 
-// Upper bound on max_batch: a decode bucket larger than this no longer gains throughput from the
-// skinny-GEMM path and its arena and graph grow without use.
-constexpr std::int64_t kMaxBatchLimit = 1024;
 // GPU architectures codegen can target.
 inline const std::vector<std::string> kSupportedTargets = {"sm_90a", "sm_100a"};
 
