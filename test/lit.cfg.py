@@ -2,6 +2,7 @@
 #   %telosc, %telos-run     the built tools
 #   %src                    the repository root (models/, test/fixtures/)
 #   FileCheck, not          LLVM's FileCheck and a negating wrapper
+import ctypes
 import os
 import shutil
 import sys
@@ -32,3 +33,11 @@ if not_tool:
     config.substitutions.append(("not ", not_tool + " "))
 config.environment["PATH"] = os.pathsep.join([bin_dir, config.environment.get("PATH", "")])
 config.environment["CUDA_HOME"] = os.path.dirname(config.telos_cuda_bin)
+
+# "nvidia-driver": the NVIDIA driver's library loads here (tests of what telos-run says without it
+# are UNSUPPORTED on GPU machines).
+try:
+    ctypes.CDLL("libcuda.so.1")
+    config.available_features.add("nvidia-driver")
+except OSError:
+    pass
