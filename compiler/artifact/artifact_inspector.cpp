@@ -69,6 +69,22 @@ std::string human_bytes(std::int64_t n) {
   return buf;
 }
 
+// Whether the artifact takes text, as telos-run finds it: tokenizer.json, and a chat template in
+// tokenizer_config.json ("chat_template") or in chat_template.jinja beside it.
+std::string text_summary(const fs::path& dir, const nlohmann::json& files) {
+  const auto has = [&](const char* name) { return files.is_object() && files.contains(name); };
+  if (!has("tokenizer.json")) return "text: no tokenizer (token-id prompts only)\n";
+  bool chat = has("tokenizer_config.json") && has("chat_template.jinja");
+  if (has("tokenizer_config.json") && !chat) {
+    std::ifstream in(dir / "tokenizer_config.json");
+    const nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
+    chat = config.is_object() && config.contains("chat_template") &&
+           !config["chat_template"].is_null();
+  }
+  return chat ? "text: tokenizer and chat template (text prompts and chat requests)\n"
+              : "text: tokenizer, no chat template (text prompts; chat requests refused)\n";
+}
+
 }  // namespace
 
 std::string inspect_artifact(const std::string& path, bool verify) {
@@ -128,6 +144,7 @@ std::string inspect_artifact(const std::string& path, bool verify) {
   s += "weights: " + std::to_string(tensors.size()) + " tensors, " + human_bytes(size) + " in " +
        r.string("/weights/file") + "\n";
   s += "kernels: " + std::to_string(r.array("/kernels").size()) + "\n";
+  s += text_summary(dir, m.value("files", nlohmann::json()));
 
   if (!verify) return s;
   const std::string weights_path = (dir / r.string("/weights/file")).string();
