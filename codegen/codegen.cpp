@@ -70,9 +70,9 @@ GeneratedKernels generate_kernels(const CodegenInput& in, const CodegenOptions& 
     for (std::size_t t = 0; t < modules.size(); ++t) {
       const std::string& arch = in.targets[t];
       auto it = modules[t].resources.find(entry);
-      // Seen on the GPU machine when NVRTC served the program from its own cache, without the
-      // report (docs/perf-log.md, session 22 run 3; compile_options now passes --no-cache): the
-      // message says how much of the report there was, to tell a short log from a garbled one.
+      // NVRTC serves a program from its own cache without the report (compile_options passes
+      // --no-cache against that): the message says how much of the report there was, to tell a
+      // short log from a garbled one.
       if (it == modules[t].resources.end())
         fail("codegen: ptxas reported nothing for kernel " + k.instance + " (" + arch +
              "); its report (" + std::to_string(modules[t].log.size()) +

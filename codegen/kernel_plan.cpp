@@ -261,13 +261,12 @@ SmallGemmTiling small_gemm_two_warpgroups(SmallGemmTiling t, int tokens) {
 }
 
 // 32 weight rows per CTA; SwiGLU 32 gate and 32 up rows, or 64 and 64 where that still gives
-// every SM a CTA (the Llama-3.1-8B gate/up: 224 CTAs of 4 stages, 90% of copy against 87% for
-// 448 CTAs of 64 rows; perf-log run F's sweep). The 8B shapes have 128 to 224 CTAs per 64-token
-// tile; the stages fill what an SM's 228 KB (1 KB reserved per CTA) gives the CTAs that share it
-// when the whole grid is resident, 2 to 16 of them. From two M tiles on, wider tiles of 4-8 stages:
-// at 256 tokens (telos-kernel-bench --gemm, docs/perf-log.md session 18 run 5) the 8B's qkv 62.8 ->
-// 30.7 µs, o 44.3 -> 33.6, gate/up 141.1 -> 118.2, down 122.8 -> 74.1; the 1B's 18.2 -> 9.8, 14.9
-// -> 12.9, 59.8 -> 35.1, 38.3 -> 29.8.
+// every SM a CTA (the Llama-3.1-8B gate/up: 224 CTAs of 4 stages, faster than 448 CTAs of 64 rows
+// in telos-kernel-bench --sweep). The 8B shapes have 128 to 224 CTAs per 64-token tile; the stages
+// fill what an SM's 228 KB (1 KB reserved per CTA) gives the CTAs that share it when the whole
+// grid is resident, 2 to 16 of them. From two M tiles on, wider tiles of 4-8 stages: at 256
+// tokens each CTA reads its M tile's whole A for its weight rows, so 32-row tiles move twice the
+// weights' bytes of A through L2 (telos-kernel-bench --gemm; docs/performance.md).
 SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm, const SmallGemmLimits& limits) {
   SmallGemmTiling t;
   t.tiles_m = (tokens + kSmallGemmBlockM - 1) / kSmallGemmBlockM;
@@ -278,7 +277,7 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   t.bn = limits.bn > 0 ? limits.bn : swiglu ? (n / 64 >= kSms ? 128 : 64) : 32;
   // One M tile, no norm prologue (its QKV fold keeps a tile inside a head): where 32-row tiles
   // make more CTAs than SMs but 48-row ones do not, 48 rows, one wave (the 8B's qkv at M = 1:
-  // 192 CTAs on 132 SMs, 15.6 µs; 128 CTAs of 48 rows, 14.3 µs; docs/perf-log.md, session 29).
+  // 192 CTAs on 132 SMs are 1.45 waves; 128 CTAs of 48 rows are one).
   // Loads only: the same bits at any BN.
   if (limits.bn == 0 && !swiglu && !norm && t.tiles_m == 1 && (n + 31) / 32 > kSms && n % 48 == 0 &&
       n / 48 <= kSms)
@@ -310,10 +309,9 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   if (wide) t.stages = std::clamp(t.stages, std::min(4, max_stages), std::min(8, max_stages));
   // One M tile, the plan's weight tiles, no norm prologue, not SwiGLU: two K blocks a stage (KPS,
   // gemm_small.cuh) where K is whole pairs of blocks, a ring of about 96 KB of weights (12 stages
-  // of 32 rows, 8 of 48) within the CTA's share of the SM. H200, M = 1, % of copy, the plan's one
-  // K block a stage -> two at 8 / 12 stages (docs/perf-log.md, change 81, session 30 call 1):
-  // o 63.7 -> 66.0 / 70.0, down 82.6 -> 86.0 / 89.9 (32 rows); qkv 83.7 -> 85.4 / 84.5 (48 rows).
-  // The same wgmma order: the same bits.
+  // of 32 rows, 8 of 48) within the CTA's share of the SM: a CTA's rate is set by its stage trips
+  // more than by its bytes (telos-kernel-bench --read-floor; docs/performance.md). The same wgmma
+  // order: the same bits.
   if (limits.bn == 0 && !swiglu && !norm && !wide && t.tiles_m == 1 && k_blocks % 2 == 0 &&
       t.stages >= 4) {
     const int pair = small_gemm_kps_stage_bytes(stage, 2);
@@ -324,19 +322,15 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   }
   // One wave of 128-row weight tiles on an even number of M tiles (the 8B's o and down at 256
   // tokens: 128 CTAs, one an SM): clusters of two M tiles sharing each weight tile by multicast.
-  // H200, M = 256, µs: o 33.9 -> 31.1, down 73.8 -> 63.9; no gain or a loss for multi-wave grids
-  // (qkv, gate/up), 64-row tiles (the 1B's o and down) and clusters of four (docs/perf-log.md,
-  // change 61). Loads only: the same bits.
+  // Faster there; no gain or a loss for multi-wave grids (qkv, gate/up), 64-row tiles (the 1B's o
+  // and down) and clusters of four (telos-kernel-bench --gemm). Loads only: the same bits.
   if (wide && !swiglu && t.bn == 128 && t.cluster_fits(2) && t.tiles_m * t.tiles_n <= kSms)
     t.cluster = 2;
-  // Two consumer warpgroups a CTA on 128-row M tiles (changes 63, 64): every weight tile is read
-  // once per 128 rows and each SM has twice the MMAs in flight. SwiGLU keeps its 256-row tiles; the
-  // others take the widest of 128 and 64 rows that still gives 2/3 of the SMs a CTA on the
-  // 128-row M tiles, else 32; no clusters; the stages as above. H200, 256 rows, µs
-  // (docs/perf-log.md, session 22 run 1): the 8B's qkv 31.2 -> 29.6, o 31.1 -> 28.9, gate/up 112.7
-  // -> 95.1; the 1B's 10.9 -> 10.0, 13.0 -> 12.2, 34.8 -> 28.8; not the downs (K = 14336: 64.0
-  // -> 65.6; K = 8192: 30.2 -> 29.7), hence kSmallGemmTwoWarpgroupsMaxK. The same bits as one
-  // warpgroup.
+  // Two consumer warpgroups a CTA on 128-row M tiles: every weight tile is read once per 128 rows
+  // and each SM has twice the MMAs in flight. SwiGLU keeps its 256-row tiles; the others take the
+  // widest of 128 and 64 rows that still gives 2/3 of the SMs a CTA on the 128-row M tiles, else
+  // 32; no clusters; the stages as above. Faster for every shape timed at 256 rows but the downs
+  // (K = 8192, 14336), hence kSmallGemmTwoWarpgroupsMaxK. The same bits as one warpgroup.
   if (wide && k <= kSmallGemmTwoWarpgroupsMaxK && limits.warpgroups != 1) {
     const int tiles_m = (tokens + 2 * kSmallGemmBlockM - 1) / (2 * kSmallGemmBlockM);
     int bn = swiglu ? t.bn : 32;
@@ -352,9 +346,8 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   }
   // Above that K, where one warpgroup's tiles take clusters of two (the 8B's down at 256 tokens):
   // two warpgroups at half the weight tile, still on clusters of two 128-row M tiles, as many
-  // CTAs. H200, M = 256, N 4096, K 14336 (session 23 run 1): 64.4 -> 59.8 µs; without the
-  // cluster 65.6, at the whole tile 84.0; the 8B's batch-256 step 16.19 -> 16.12 ms (run 2,
-  // `telos-run bench`). The same bits as one warpgroup.
+  // CTAs: faster than one warpgroup, than no cluster and than the whole tile (telos-kernel-bench
+  // --gemm). The same bits as one warpgroup.
   if (t.cluster == 2 && limits.warpgroups != 1) {
     // small_gemm_two_warpgroups keeps the cluster where it still fits its 128-row M tiles.
     const SmallGemmTiling two = small_gemm_two_warpgroups(t.with_bn(t.bn / 2, n, swiglu), tokens);
@@ -369,8 +362,8 @@ SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups) 
     limits.bn = 256;
     SmallGemmTiling t = small_gemm_tiling(vocab, hidden, rows, false, false, limits);
     t.stages = std::min(4, std::max(2, (hidden + 63) / 64));
-    // H200, 256 rows (session 22 run 1): 8B 543.6 -> 476.0 µs, 1B 296.1 -> 266.1 on two
-    // warpgroups (4 stages of 48 KB).
+    // On two warpgroups (4 stages of 48 KB) where the hidden size allows: faster on both
+    // shapes timed.
     if (hidden <= kSmallGemmTwoWarpgroupsMaxK && warpgroups != 1)
       return small_gemm_two_warpgroups(t, rows);
     return t;
@@ -390,14 +383,13 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   PersistentLayerTiling t;
   // The QKV epilogue runs in the QKV tiles wherever it can (no QK norm: the weights' pair order
   // puts both elements of a rotated pair in one 8-row group): one grid-wide count and one phase a
-  // layer fewer (docs/perf-log.md, change 88).
+  // layer fewer.
   t.qkv_rope = !qk_norm && head_dim % 8 == 0;
   // A slot holds 64 / bn whole K blocks of a tile, so K must be whole slots. A phase ends when its
   // CTA with the most rows does (tile g is CTA g mod kSms's), so the tile with the fewest rows on
   // the busiest CTA, and of those the largest (fewer, longer streams): 32 rows where that gives an
   // SM a tile (the 8B's o and down), 16 where 32 would leave SMs idle (the 1B's o and down), 48
-  // and 24 where 32 and 16 make 1.45 waves (the 8B's and the 1B's qkv: 192 tiles against 128;
-  // docs/perf-log.md, change 86).
+  // and 24 where 32 and 16 make 1.45 waves (the 8B's and the 1B's qkv: 192 tiles against 128).
   const auto pick = [&](int k, int n) {
     int best = 0, best_rows = 0;
     for (int bn = 16; bn <= 64; bn += 8) {
@@ -420,12 +412,10 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
   // Every weight from its slot image, one bulk copy a ring slot, where gate/up's last round leaves
   // at least half the SMs idle: a bulk copy streams ~7% faster than a tensor copy with every SM at
-  // it, and a lone CTA's stream (gate/up's last round) is at one copy a slot. Measured
-  // (docs/perf-log.md, change 90, µs a layer at ctx 160 / 288 / 4096 against the tensor maps): the
-  // 8B (gate/up's 448 tiles: a last round of 52 CTAs) −6.3 / −6.1 / −7.4 with all four, −4.6 to
-  // −5.0 with the MLP's; the 1B (256 tiles: a last round of 124) +2.3 / +2.1 / −1.6, as with any
-  // faster refill there (change 89's K-block views: +1.0 to +3.4): its latency-bound attention
-  // half pays for it.
+  // it, and a lone CTA's stream (gate/up's last round) is at one copy a slot. The 8B (gate/up's
+  // 448 tiles: a last round of 52 CTAs) gains with all four weights; the 1B (256 tiles: a last
+  // round of 124) loses at short contexts, as with any faster refill there: its latency-bound
+  // attention half pays for it (telos-kernel-bench --decode-layer; docs/performance.md).
   if (t.bg > 0) {
     const int last_round = 2 * i / t.bg % kSms;
     t.bulk = last_round > 0 && last_round <= kSms / 2 ? 0b1111 : 0;
@@ -532,14 +522,14 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                                        I_(plan.attn_num_splits) + ", " + I_(plan.attn_split) + ">",
                                    {"part_o", "part_ml", "positions", "out"}, D);
     // Prompt rows of a prefill bucket on attn_prefill where it takes the head dim, in the plain
-    // order (no softmax / P·V overlap: faster at 4k-16k since its K/V come by TMA; perf-log, run
-    // W), Q in bf16 (Q_SPLIT costs 16-23% of the kernel and did not lower the 8B's worst
-    // teacher-forced position beyond the noise of bf16 activations, run Z): the split kernels
+    // order (no softmax / P·V overlap: faster at 4k-16k with K/V by TMA), Q in bf16 (Q_SPLIT
+    // costs 16-23% of the kernel and does not lower the 8B's worst teacher-forced position beyond
+    // the noise of bf16 activations; docs/performance.md): the split kernels
     // then see the generated rows only (desc:split_positions; docs/artifact.md, "Prompt and
     // generated tokens").
     const bool prompt_attn = kind == "prefill" && attn_prefill_fits(D, HQ / HKV);
-    // Persistent where it fits (perf-log, change 72): the CTAs run the tiles in turn through one
-    // K/V ring, the same bits.
+    // Persistent where it fits: the CTAs run the tiles in turn through one K/V ring, the same
+    // bits.
     const int prompt_tpt = attn_prefill_tokens_per_tile(T, HQ / HKV);
     const int prompt_nt = attn_prefill_persistent_fits(D, PAGE, prompt_tpt) ? T / prompt_tpt : 0;
     const int prompt_k =

@@ -80,7 +80,8 @@ inline constexpr int kSmallGemmBlockM = 64;
 // per CTA (SwiGLU: bn / 2 gate rows and their up rows, so `cols` = bn / 2 outputs) and the depth of
 // its stage ring, as deep as the shared memory of the CTAs sharing an SM allows (the bytes in
 // flight are what reach the bandwidth). Neither changes the arithmetic. `a_box`: rows of the
-// activations' TMA box, the tokens up to 64 (kernels/gemm_small.cuh zeroes the rest of its tile).
+// activations' TMA box, the tokens up to 64 (the rest of its tile is never loaded: those result
+// rows are never stored).
 // `norm_blocks`: with the norm prologue (gemm_small_norm_*, up to kSmallGemmNormMaxRows tokens),
 // the K blocks of the resident normalized A (64 · 2 bytes per token each), and the stages hold
 // weights only.
@@ -125,7 +126,7 @@ struct SmallGemmTiling {
 // What the tiling may use (telos-kernel-bench times other choices than the plan's): the shared
 // memory of an SM that the grid's resident CTAs fill together, the most stages of a CTA's ring,
 // the weight rows per tile (0: the plan's choice), and the consumer warpgroups a CTA (0: the
-// plan's choice; 1: one, as the plan before change 63).
+// plan's choice; 1: one).
 struct SmallGemmLimits {
   int smem_per_sm = 228 * 1024;
   int max_stages = 16;
@@ -137,24 +138,23 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
 
 // The LM head on the small GEMM (gemm_small_f32cand: f32 logits, and each weight tile's greedy
 // candidate a row for the sampler): weight tiles of the largest of 128, 64, 32, 16 rows that
-// divides the vocabulary (128 on the H200 at V = 128256: 97-100% of copy at 1-8 rows, 96% at 64,
-// against 93% for 32-row tiles and 96% for the mma.sync LM head it replaced; docs/perf-log.md,
-// change 56). From two M tiles of rows on (more than 64), 256-row tiles of 4 stages where 256
-// divides the vocabulary (H200, 256 rows: 8B 659 -> 583 µs, 1B 342 -> 311; perf-log session 20
-// run 5, change 62). The logits' bits do not depend on the tile (the wgmma chain over K), and a
-// row's greedy token not on how its candidates partition the vocabulary (the largest logit, the
-// lowest id among equals), which is all the sampler reads them for; so the tile, and the
-// candidate count a row, may differ per bucket. The 256-row tiles run on two consumer warpgroups
-// a CTA where the hidden size is at most kSmallGemmTwoWarpgroupsMaxK (`warpgroups`: 0 the plan's
-// choice, 1 one warpgroup; the same bits either way).
+// divides the vocabulary (fewer CTAs re-reading A, and the whole K in flight in two stages). From
+// two M tiles of rows on (more than 64), 256-row tiles of 4 stages where 256 divides the
+// vocabulary: each weight tile then serves more rows (docs/performance.md). The logits' bits do not
+// depend on the tile (the wgmma chain over K), and a row's greedy token not on how its candidates
+// partition the vocabulary (the largest logit, the lowest id among equals), which is all the
+// sampler reads them for; so the tile, and the candidate count a row, may differ per bucket. The
+// 256-row tiles run on two consumer warpgroups a CTA where the hidden size is at most
+// kSmallGemmTwoWarpgroupsMaxK (`warpgroups`: 0 the plan's choice, 1 one warpgroup; the same bits
+// either way).
 SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups = 0);
 
 // The deepest K at which the plan runs the small GEMM's wide tiles on two consumer warpgroups
-// (small_gemm_tiling; H200 at 256 rows: faster at K = 2048 and 4096, not at 8192 and 14336).
+// (small_gemm_tiling; timed faster at K = 2048 and 4096, not at 8192 and 14336).
 inline constexpr int kSmallGemmTwoWarpgroupsMaxK = 4096;
 
 // The weight bytes a ring of two K blocks a stage holds in the plan's one-M-tile small GEMMs
-// (small_gemm_tiling; H200 at M = 1: 12 stages of 32 rows beat 8, 8 of 48 rows matched 12).
+// (small_gemm_tiling; the best of the rings timed at M = 1: 12 stages of 32 rows, 8 of 48).
 inline constexpr int kSmallGemmKpsRingWeightBytes = 96 * 1024;
 
 // `t` (for `tokens` rows, no norm prologue, more than 64 tokens) on two consumer warpgroups a CTA:
@@ -166,33 +166,32 @@ SmallGemmTiling small_gemm_two_warpgroups(SmallGemmTiling t, int tokens);
 inline constexpr int kSmallGemmNormMaxRows = 8;
 
 // ... and only for models whose layers hold at most this many weight bytes. The fold trades the
-// rmsnorm launch (2-3 us in a graph under PDL) for the prologue's latency after the wait and for
-// the window in which the GEMM's weights streamed in under the short rmsnorm: on the H200 the folds
-// took the Llama-3.2-1B shape (60 MB a layer) from 1.133 to 1.08 ms/token but the Llama-3.1-8B
-// shape (436 MB a layer, its GEMMs bandwidth-bound) from 5.03 to 5.25 (docs/perf-log.md, run J).
+// rmsnorm launch (a few µs in a graph under PDL) for the prologue's latency after the wait and for
+// the window in which the GEMM's weights stream in under the short rmsnorm: it pays on a small
+// layer (Llama-3.2-1B's 60 MB), where launches dominate, and loses on a large one (Llama-3.1-8B's
+// 436 MB), whose GEMMs are bandwidth-bound (docs/performance.md).
 inline constexpr long long kSmallGemmNormFoldMaxLayerBytes = 128LL << 20;
 
 // One-token decode buckets also fold the QKV epilogue into the QKV GEMM where their layers are not
 // run whole by decode_layer_persistent (shapes it does not take) (gemm_small_norm_qkv: the
 // last CTA of each head runs it for every token in turn, a serial tail that grows with the
-// tokens: on the Llama-3.2-1B shape at 8 tokens the folded kernel took 23 µs a launch against
-// 16 + 5 for the GEMM and the epilogue's own launch; docs/perf-log.md, run J).
+// tokens: at 8 tokens it costs more than the epilogue's own launch).
 inline constexpr int kSmallGemmQkvFoldMaxRows = 1;
 
 // Decode buckets of up to this many tokens run each layer as one persistent launch
 // (decode_layer_persistent, kernels/decode_persistent.cuh: its seven phases, norm + QKV GEMM, the
-// QKV epilogue, attention splits, the combine, o, norm + gate/up, down, between grid-wide counts, one
-// weight stream per SM through a ring of shared memory; a kernel boundary drains the stream for
-// ~4.5 µs, docs/perf-log.md runs K to N). Its grid is kSms CTAs that must all be resident at once:
+// QKV epilogue, attention splits, the combine, o, norm + gate/up, down, between grid-wide counts,
+// one weight stream per SM through a ring of shared memory; a kernel boundary drains the stream for
+// several µs, docs/performance.md). Its grid is kSms CTAs that must all be resident at once:
 // the artifact is for the H200's 132 SMs.
 inline constexpr int kDecodeLayerPersistentMaxRows = 1;
 inline constexpr int kPersistentThreads = 160;  // the consumer warpgroup and the producer warp
 
 // decode_layer_persistent's tiles and ring for a model: weight rows per tile of qkv, o, gate/up
 // (gate + up) and down (a multiple of 8 from 16 to 64 that gives the busiest CTA the fewest rows:
-// 16 where 32-row tiles would leave SMs without one, the 1B shape's o and down, 67.6 against 62.8%
-// of copy in run L; 24 and 48 for the 1B's and the 8B's qkv, one wave; more where K is not whole
-// 8 KB slots of smaller tiles), and the ring's 8 KB slots beside the resident A of the largest K
+// 16 where 32-row tiles would leave SMs without one, the 1B shape's o and down; 24 and 48 for the
+// 1B's and the 8B's qkv, one wave; more where K is not whole 8 KB slots of smaller tiles), and the
+// ring's 8 KB slots beside the resident A of the largest K
 // and the attention's static shared memory. `nqkv` is (Hq + 2 Hkv) D, `ko` Hq D.
 // A ring slot: 8 KB of weights and its pair of barriers.
 inline constexpr int kPersistentSlotBytes = 8192 + 16;
@@ -236,7 +235,7 @@ struct PersistentLayerTiling {
   // The QKV epilogue in the QKV tiles (decode_layer_persistent's QKV_ROPE).
   bool qkv_rope = false;
   // The weights streamed from their slot images, one bulk copy a ring slot, not through tensor maps
-  // (decode_layer_persistent's BULK: bit 0 qkv, 1 o, 2 gate/up, 3 down; change 90).
+  // (decode_layer_persistent's BULK: bit 0 qkv, 1 o, 2 gate/up, 3 down).
   int bulk = 0;
 };
 // `qk_norm`: the model normalizes q and k per head (Qwen3), whose QKV epilogue needs a head's
@@ -247,17 +246,13 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
 // Attention cuts the context into splits of kAttnSplit positions (four 16-position chunks per
 // warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most
 // 32, since the f32 partials in the arena grow with them. Both depend on the model only, never on
-// the batch. 256 positions rather than 128 (H200, 8 layers back to back with PDL, GQA 32/8, D 128;
-// docs/perf-log.md, run K): ctx 4k batch 16 / 64 47 / 53% -> 59 / 69% of copy, batch 1 25 -> 27%;
-// ctx 32k batch 1 / 16 / 64 65 / 89 / 92% -> 65 / 89 / 93%: a block's fixed cost (Q staging, the
-// merge of its warps, the partials' stores) is spread over twice the K/V. The serving config's
-// attention_split may take kAttnSplitLong instead (CodegenInput::attention_split): the same
-// argument once more, for models served at long contexts and many rows. H200 (docs/perf-log.md
-// changes 103-104): the plan's kernels at 4k, batch 1 / 16 / 64, 27.3 / 70.9 / 81.5% -> 23.6 /
-// 75.1 / 89.7% of copy; the 1B's engine, ms a step, after 512 / 2048 / 4096-token prompts: batch
-// 4 +7.5 / +5.2 / +0.3%, batch 8 +3.9 / +0.1 / -4.9%; batch 1 +3.8 / +5.3% after 512 / 2048;
-// batch 16 -3.4 / -2.8% after 2048 / 4096; batch 64 / 256 -3.4 / -2.5% after 512. No split wins
-// everywhere, so it is the deployment's.
+// the batch. 256 positions rather than 128: a block's fixed cost (Q staging, the merge of its
+// warps, the partials' stores) is spread over twice the K/V, faster at every batch and context
+// timed. The serving config's attention_split may take kAttnSplitLong instead
+// (CodegenInput::attention_split): the same argument once more, for models served at long
+// contexts and many rows, at a cost where the items do not fill the GPU (batch 1-8 at short
+// contexts). No split wins everywhere, so it is the deployment's (docs/artifact.md,
+// docs/performance.md).
 constexpr int kAttnSplit = 256;
 constexpr int kAttnSplitLong = 512;
 int attn_partial_slots(int max_positions, int split = kAttnSplit);
@@ -266,13 +261,10 @@ int attn_partial_slots(int max_positions, int split = kAttnSplit);
 // short contexts in buckets of many rows (batch 256, 8 KV heads, 32 slots: 65536 blocks, each
 // launched to read a position and exit), so S is the smallest that still gives the bucket about
 // kAttnSplitGridBlocks blocks, at most NSPLIT. Which block runs a slot changes no bit, so S may
-// depend on the bucket. 4096 from telos-kernel-bench --sweep's rows (H200, D 128, 32 slots; µs a
-// layer, z = 32 / this target's z / the best z): ctx 576 batch 64 81.1 / 70.3 (z = 8, the best),
-// batch 256 308.7 / 253.7 (z = 2, the best); ctx 4096 batch 64 363.4 / 364.9 / 361.7, batch 256
-// 1410.9 / 1401.6 / 1376.5; batch 16 the same at every z >= 8. Fewer blocks lose where every slot
-// has work (batch 256, z = 1: 268.7 and 1479.8); more cost their empty blocks at contexts shorter
-// than a split (the 1B's batch-64 step at contexts 33-96: 11.5 µs a layer at z = 4, 17.4 at z =
-// 16). docs/perf-log.md, change 50 and session 17 runs 3-4.
+// depend on the bucket. 4096 from telos-kernel-bench --sweep's rows (every z from 32 down, at
+// contexts 576 and 4096, batch 16 to 256): the z this target gives is within 2% of the best in
+// every row. Fewer blocks lose where every slot has work (batch 256 at z = 1); more cost their
+// empty blocks at contexts shorter than a split (docs/performance.md).
 constexpr int kAttnSplitGridBlocks = 4096;
 int attn_grid_slots(int tiles, int kv_heads, int partial_slots);
 // attn_split loads each warp's next chunk while it computes one (LOAD_AHEAD: two blocks an SM
@@ -282,18 +274,17 @@ int attn_grid_slots(int tiles, int kv_heads, int partial_slots);
 constexpr int kAttnSplitAheadMaxRows = 8;
 // Buckets of at least this many split rows (and no LOAD_AHEAD) run attn_split four blocks an SM
 // (its BLOCKS: 128 registers a thread, no spills at head dim 128) instead of three: 16 warps an SM
-// for a kernel bound by its loads' latency. H200, D 128, 8 layers with PDL (docs/perf-log.md change
-// 59): batch 256 ctx 576 257.0 -> 238.7 µs, ctx 4096 1393.8 -> 1272.1; batch 64 ctx 576 70.9 ->
-// 67.8, ctx 4096 361.5 -> 334.3, ctx 32768 2108.2 -> 2027.0; batch 16 ctx 4096 105.3 -> 98.4 but
-// ctx 576 20.9 -> 22.9. Registers only: the same bits. Only where the 128 registers hold without
-// spills for every tile the plan gives (ptxas, CUDA 13.0): head dim 64 or less at any group; head
-// dim 128 with G = 2, 4 or 8 (Qwen2.5-1.5B's G = 6 at one token a block, G = 1 in tiles of 16 and
-// G = 16 spill): attn_split_four_blocks; test Codegen.AttnSplitFourBlocksCompileWithoutSpills.
+// for a kernel bound by its loads' latency, faster from 64 rows on at every context timed, at 16
+// rows only at long contexts (docs/performance.md). Registers only: the same bits. Only where the
+// 128 registers hold without spills for every tile the plan gives (ptxas, CUDA 13.0): head dim 64
+// or less at any group; head dim 128 with G = 2, 4 or 8 (Qwen2.5-1.5B's G = 6 at one token a block,
+// G = 1 in tiles of 16 and G = 16 spill): attn_split_four_blocks; test
+// Codegen.AttnSplitFourBlocksCompileWithoutSpills.
 constexpr int kAttnSplitFourBlocksMinRows = 64;
 bool attn_split_four_blocks(int head_dim, int group);
 // attn_split loads a split's page ids together when the split starts (PAGE_AHEAD) wherever a
-// 16-position chunk lies in one page: 0.5-1.5% faster in every decode row timed on the H200, none
-// slower (docs/perf-log.md, change 53). The loads only: the same bits either way.
+// 16-position chunk lies in one page: a little faster in every decode row timed, none slower. The
+// loads only: the same bits either way.
 static_assert(kAttnSplitLong / 64 < 32, "PAGE_AHEAD: a warp's chunks of a split within its lanes");
 inline bool attn_split_page_ahead(int page_size) {
   return page_size % 16 == 0;
@@ -306,17 +297,13 @@ inline int attn_split_ring_bytes(int page_size, int head_dim, int bulk) {
 // Buckets of at least kAttnSplitBulkMinRows split rows, one token a tile, without LOAD_AHEAD,
 // stream each warp's chunks through kAttnSplitBulk ring slots of bulk copies (BULK, three blocks
 // an SM; pages of 16 positions) instead of the lanes' own loads, and a block's items (slots z,
-// z + S, ...) through one ring, each item's last chunks beside the next one's first (change 67).
-// H200, D 128, G 4, 8 layers with PDL, µs a layer, the lanes' kernel against BULK = 2 (docs/
-// perf-log.md, change 65 and session 23 run 1): batch 16 ctx 4096 108.5 -> 92.7, ctx 32768 555.6 ->
-// 510.0, but ctx 576 20.5 -> 22.4. With change 67 against four blocks an SM (session 24 run 2):
-// batch 64 ctx 4096 333.0 -> 312.9 (80.5% of copy), ctx 576 64.3 -> 67.3; batch 256 ctx 4096
-// 1250.4 -> 1130.9, ctx 576 231.0 -> 225.2. BULK = 3 and 4 lose (their two blocks an SM). In the
-// engine (`telos-run bench`, batch 16, session 23 runs 2-3): 8B 7.79 -> 7.32 ms a token at
-// 4096-token prompts, 5.14 -> 5.20 at 512; 1B 1.887 -> 1.824 and 1.305 -> 1.294. Loads only: the
-// same bits. Where the ring and the kernel's static shared memory still fit three blocks an SM:
-// groups of up to 6 query heads (Q's staging grows with G: at head dim 128, G = 8 and 16 leave
-// room for two; test Codegen.AttnSplitBulkRingCompilesWithoutSpills); elsewhere four blocks from
+// z + S, ...) through one ring, each item's last chunks beside the next one's first. Faster than
+// the lanes' loads from 16 rows on where each warp has many chunks in a row (long contexts), and
+// than four blocks an SM at 64 rows and more; BULK = 3 and 4 lose (their fewer blocks an SM);
+// docs/performance.md. Loads only: the same bits. Where the ring and the kernel's static shared
+// memory still fit three blocks an SM: groups of up to 6 query heads (Q's staging grows with G: at
+// head dim 128, G = 8 and 16 leave room for two; test
+// Codegen.AttnSplitBulkRingCompilesWithoutSpills); elsewhere four blocks from
 // kAttnSplitFourBlocksMinRows rows stay.
 constexpr int kAttnSplitBulkMinRows = 16;
 constexpr int kAttnSplitBulk = 2;
@@ -347,11 +334,9 @@ struct AttnSplitKernel {
 // kAttnSplitEarlyMaxRows rows.
 AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows, bool decode);
 // EARLY (attn_split's PDL wait inside each item, after the loads of what earlier steps wrote) in
-// decode buckets up to this many rows. H200, the 1B's engine (tools/variant_ab.py, the old and new
-// telosc interleaved, 4 rounds; docs/perf-log.md changes 100-102): ms a step at batch 8 / 64 / 256
-// after 512-token prompts 1.233 / 1.561 / 3.634 -> 1.218 / 1.518 / 3.661, at batch 64 after
-// 32-token prompts 1.265 -> 1.228; so not at 256, where the items' loads before the wait only
-// compete with the QKV kernel the step waits on. Loads only: the same bits either way.
+// decode buckets up to this many rows: faster at 8 and 64 rows in the engine, slower at 256,
+// where the items' loads before the wait only compete with the QKV kernel the step waits on
+// (docs/performance.md). Loads only: the same bits either way.
 constexpr int kAttnSplitEarlyMaxRows = 64;
 
 // attn_prefill (codegen/kernels/attention_prefill.cuh), the prompt rows' attention in prefill

@@ -50,7 +50,7 @@ std::map<std::string, KernelResources> parse_ptxas_log(const std::string& log);
 
 // Shared memory one block may have on sm_90a and sm_100a: 227 KB, static and dynamic together.
 constexpr int kMaxSmemPerBlock = 227 * 1024;
-// What a compiled kernel may use (issue 4): no local memory (no spills, no stack frame), and its
+// What a compiled kernel may use: no local memory (no spills, no stack frame), and its
 // static shared memory plus the plan's dynamic shared memory within kMaxSmemPerBlock, so that a
 // plan the device cannot launch fails the compile with the kernel's name instead of the load.
 // Throws telos::Error naming `instance` (its `entry`) and `arch`.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Batch invariance at the full-batch decode bucket, end to end (issues 4, 5 and 7).
+"""Batch invariance at the full-batch decode bucket, end to end.
 
 tools/e2e_check.py runs 64 mixed requests together against eight of them alone; the decode
 buckets above 64 rows run other kernel instances (the small GEMM's wide weight tiles from two

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The benchmark suite of issue 7: Telos beside its peers and ceilings, measured in one run.
+"""The benchmark suite: Telos beside its peers and ceilings, measured in one run.
 
 For each named config of test/telosc/Inputs/configs/ (real shapes, random bf16 weights made by
 transformers at run time):
@@ -27,8 +27,8 @@ figure) and OUT/decode_latency.png (ms/token: Telos, transformers, the floor).
 The torch work (the copy bandwidth; each model's checkpoint and its transformers run) happens in
 child processes of this script (--child-ceiling, --child-peer), which exit before telos-run starts:
 the process that runs telos-run holds no CUDA context of its own. An idle PyTorch context on the
-same GPU made telos-run's host time per step 2-4x what the same artifact measured alone (issue 5;
-docs/perf-log.md, session 11 run 2).
+same GPU makes telos-run's host time per step several times what the same artifact measures
+alone (docs/performance.md, the host).
 """
 import argparse
 import datetime
@@ -55,8 +55,7 @@ HOST_KEYS = ("host_us_per_step", "host_launch_calls_us_per_step", "gpu_idle_gap_
              "host_cpu_us_per_step", "thread_cpu_clock_us", "cpu_steal_pct", "involuntary_switches",
              "cpu_probe_ns")
 # A 2048-token step budget, as vLLM's chunked prefill defaults to: with 512, the throughput run's
-# 256 requests of 512-token prompts were admitted one per step and never decoded as one batch
-# (docs/benchmarks.md, run of 2026-11-30).
+# 256 requests of 512-token prompts would be admitted one per step and never decode as one batch.
 SERVING = {"max_batch": 256, "max_seq_len": 8448, "kv_page_size": 16, "prefill_chunk": 2048}
 
 
@@ -199,10 +198,9 @@ def bench_model(name, args, bandwidth):
     b64, _ = telos_bench(args.telos_run, artifact,
                          ["--batch", "64", "--prompt-len", "32", "--gen", "64", "--profile"])
     row["telos"]["batch64"] = b64
-    # The host time per step varies between processes on the GPU machine (a VM: in one process
-    # in four or five every device call and the engine's own work cost 2-4x, pinned to a core or
-    # not, with or without address randomisation; in some calls most processes: perf-log, session
-    # 13), so it is measured in HOST_PROCESSES processes at each batch, these two runs and short
+    # The host time per step varies between processes on the GPU machine (a VM whose slow spells
+    # make every device call and the engine's own work cost several times more, pinned to a core
+    # or not, with or without address randomisation: docs/performance.md), so it is measured in HOST_PROCESSES processes at each batch, these two runs and short
     # ones after them, and the table gives their median and range.
     for key, batch in (("decode", "1"), ("batch64", "64")):
         runs = [row["telos"][key]["runs"][0]]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Telos against transformers at real model shapes, end to end (issues 5 and 7).
+"""Telos against transformers at real model shapes, end to end.
 
 For each named config of test/telosc/Inputs/configs/ (real configs, random weights):
   1. transformers builds the model from the config with a fixed seed, trains it briefly on a
@@ -8,7 +8,7 @@ For each named config of test/telosc/Inputs/configs/ (real configs, random weigh
   2. telosc compiles it; telos-run runs it (the GPU engine when a GPU is present);
   3. the two are compared, transformers in fp32 being the reference:
      - teacher-forced logits at 64 positions of a fixed random sequence: relative L2 error over
-       the 64 positions (the [64, vocab] block; limit 2e-2, issue 7's wording), argmax agreement
+       the 64 positions (the [64, vocab] block; limit 2e-2, the brief's bound), argmax agreement
        (limit 99%), and, reported beside transformers' own bf16 forward, the error per position
        (its median and max: one sharp position of the trained 8B reaches ~2e-2 in either, so the
        max of 64 draws is a yardstick of bf16 noise, not a limit);

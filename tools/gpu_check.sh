@@ -9,7 +9,7 @@
 #   3. compute-sanitizer: memcheck on both, racecheck and synccheck on the kernels, synccheck on
 #      the tiny models' test, racecheck on short telos-run generate runs of each tiny model
 #      (racecheck of the whole gpu_model_test process dies without a hazard after its work ran
-#      clean: docs/perf-log.md, session 9 runs 3-5),
+#      clean: docs/gpu-check.md),
 #   4. timings: telos-kernel-bench (decode GEMM and attention against the copy bandwidth; its
 #      decode GEMMs also beside torch.matmul, codegen/bench/decode_gemm_torch.py),
 #      the prefill GEMM beside torch.matmul and attn_prefill beside torch SDPA (each pair
@@ -67,7 +67,7 @@ if [ "${1:-}" = "--prepare" ]; then
   sed -i 's/"max_position_embeddings": 256/"max_position_embeddings": 512/' "$long/config.json"
   echo '{"max_batch": 8, "max_seq_len": 512, "kv_page_size": 16, "kv_pool": {"pages": 128}}' >"$long_serving"
   "$BUILD/bin/telosc" compile "$long" --serving "$long_serving" -o "$CARRY/artifacts/tiny-llama-long.telos"
-  # The one-token layer with decode_qkv_flags (change 106, not in the default plan): the tiny
+  # The one-token layer with decode_qkv_flags (not in the default plan): the tiny
   # models (tiny-qwen3's QK norm leaves it off) and tiny-llama past its first split.
   flags=$(mktemp)
   echo '{"decode_qkv_flags": true}' >"$flags"
@@ -98,7 +98,7 @@ if [ "${1:-}" = "--prepare" ]; then
   "$BUILD/bin/telos-attn-prefill-bench" --compile-only "$CARRY/attn-prefill.cubin"
   cp codegen/bench/attention_prefill_torch.py codegen/bench/decode_gemm_torch.py "$CARRY/"
   # telos-run's shared libraries that a bare GPU machine lacks (the CUDA runtime is static).
-  for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu|httplib|brotli/ {print $3}'); do cp -L "$l" "$CARRY/lib/"; done
+  for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu/ {print $3}'); do cp -L "$l" "$CARRY/lib/"; done
   # Compressed: the artifacts' PTX and ICU's data are most of the bytes.
   tar cJf "$CARRY/payload.tar.xz" -C "$CARRY" lib artifacts artifacts-p128 artifacts-flags
   rm -rf "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128" "$CARRY/artifacts-flags"
@@ -130,20 +130,19 @@ run() {  # run NAME LOG COMMAND... (STEP_TIMEOUT=SECONDS before it: a limit othe
 # The timings come after every check; a timing that would end past GPU_CHECK_BUDGET_S seconds of
 # this script (default 540, so that a call of 570 s still prints the table), by the length given
 # for it (its usual time with some margin; 60 s if none), is skipped with a row that says so, the
-# checks never. (Session 26: with a start-time rule of 500 s the launch bench began at ~490 s and a
-# 555-second limit cut it, the table and the kernel cache's pack.)
+# checks never. (A rule on a timing's start time alone lets a long timing begin just before the
+# budget, and a call's limit then cuts it, the table and the kernel cache's pack.)
 skip_late() {  # skip_late NAME [SECONDS]: true, and a "skipped" row, when the budget is spent
   [ $((SECONDS + ${2:-60})) -le "${GPU_CHECK_BUDGET_S:-540}" ] && return 1
   row "$1" skip 0 "(past GPU_CHECK_BUDGET_S)"
 }
 
 CS="compute-sanitizer --error-exitcode 9 --print-limit 20"
-# GPU_CHECK_TIMINGS_ONLY=1: the timings alone (a second call after a full run, whose checks take
-# most of a call: the timings were past the budget in session 44's full run).
-# GPU_CHECK_SANITIZERS_ONLY=1: racecheck and synccheck alone (session 45's full run took the whole
-# 600-second call before its timings, and the call's limit cut its table and kernel-cache pack).
+# GPU_CHECK_TIMINGS_ONLY=1: the timings alone (a call of their own: the checks take most of a
+# call). GPU_CHECK_SANITIZERS_ONLY=1: racecheck and synccheck alone (with them the whole suite
+# takes more than one 600-second call).
 if [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ] && [ -z "${GPU_CHECK_SANITIZERS_ONLY:-}" ]; then
-  # 138 s in session 17's first run, before more attention variants and the LM head's test.
+  # About two minutes when its modules are compiled here (no kernel cache carried).
   STEP_TIMEOUT=300 run "kernels vs f64; small GEMM == prefill GEMM" kernels.log "$B/gpu_kernels_test"
   run "tiny models vs transformers" model.log "$B/gpu_model_test"
   run "tiny models, prefill bucket 128" model-p128.log env TELOS_GPU_ARTIFACTS="$P/artifacts-p128" "$B/gpu_model_test"
@@ -153,8 +152,8 @@ if [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ] && [ -z "${GPU_CHECK_SANITIZERS_ONLY:-}"
       --gtest_filter='*MatchesTransformers*:*LongContext*'
 fi
 if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ]; then
-  # 147 s in session 32 call 2 (the small GEMM's bit test fills shared memory with NaNs before
-  # each launch; racecheck tracks every one of those stores) and cut at 150 s: more room.
+  # Longer than the other steps: the small GEMM's bit test fills shared memory with NaNs before
+  # each launch, and racecheck tracks every one of those stores.
   STEP_TIMEOUT=240 run "racecheck: kernels" racecheck.log $CS --tool racecheck "$B/gpu_kernels_test" --gtest_filter='-*Sample*'
   run "synccheck: kernels" synccheck.log $CS --tool synccheck "$B/gpu_kernels_test" --gtest_filter='-*Sample*'
   # The tiny models' steps: their one-token steps run decode_layer_persistent whole (its attention
@@ -176,7 +175,7 @@ if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ]; then
     # The same past a 512-position split (positions 506-517), alone and beside a second prompt.
     $CS --tool racecheck "$B/telos-run" generate "$P/artifacts/tiny-llama-long-split512.telos" \
         --engine gpu --prompt-ids "$(seq -s, 1 506)" --prompt-ids "$(seq -s, 3 508)" --max-tokens 12 || rc=1
-    # decode_qkv_flags (change 106): the items wait on their head group counters, before and past
+    # decode_qkv_flags: the items wait on their head group counters, before and past
     # the first split (one request: its decode steps run the one-token layer).
     $CS --tool racecheck "$B/telos-run" generate "$P/artifacts-flags/tiny-llama-long.telos" --engine gpu \
         --prompt-ids "$(seq -s, 1 250)" --max-tokens 12 || rc=1
@@ -191,8 +190,8 @@ if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_SANITIZERS_ONLY:-}" ]; the
   # still brings the checks' entries back) and again at the end with the timings' own modules.
   pack_kernel_cache "$OUT/kernel-cache.tar.xz"
   # The timings in the order their figures are awaited, so that a check that ran long skips the
-  # least awaited: attn_prefill's variants first (the issue-4 figure furthest from its target),
-  # then the decode kernels, the prefill GEMM (its target met since session 25), the rest.
+  # least awaited: attn_prefill's variants first (the kernel target furthest from being met),
+  # then the decode kernels, the prefill GEMM (its target met), the rest.
   # The prefill GEMM beside torch.matmul and attn_prefill beside torch SDPA, each pair interleaved
   # in one process (our kernels loaded from the benches' cubins through the driver API), so both
   # sides run on the same clocks.
@@ -204,7 +203,7 @@ if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_SANITIZERS_ONLY:-}" ]; the
   [ -s "$OUT/bench.log" ] && ! skip_late "decode GEMM timings of torch.matmul" 40 &&
     STEP_TIMEOUT=90 run "decode GEMM timings of torch.matmul" decode-gemm-torch.log \
       python3 "$CARRY/decode_gemm_torch.py" "$OUT/bench.log"
-  # Twice the cases since session 37: each shape also reading its weight from its slot image.
+  # Each shape twice: from the weight's own map and from its slot image.
   skip_late "prefill GEMM beside torch.matmul (3 rounds)" 90 ||
     STEP_TIMEOUT=240 run "prefill GEMM beside torch.matmul (3 rounds)" prefill-bench.log \
       python3 "$CARRY/prefill_gemm_torch.py" "$CARRY/prefill-bench.cubin" 3

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 5 on the H200: telos-launch-bench twice (two passes in one call, so run-to-run spread shows
-# next to the figures), then one table of both passes. tools/gpu_check.sh runs it in full mode:
+# The host's cost per CUDA call of a decode step on the GPU machine: telos-launch-bench twice (two
+# passes in one call, so run-to-run spread shows next to the figures), then one table of both passes. tools/gpu_check.sh runs it in full mode:
 #
 #   bash tools/launch_bench.sh BINARY LOGDIR      (writes LOGDIR/pass1.json, pass2.json)
 #

@@ -8,7 +8,6 @@ at a real model's shapes without generating gigabytes of random numbers.
 CONFIG_DIR holds a Hugging Face config.json (e.g. test/telosc/Inputs/configs/Llama-3.1-8B);
 OUT_DIR gets that config.json and one model.safetensors whose header names every tensor (bf16)
 and whose data is a hole (truncate): 16 GB for the 8B shape, taking no disk until read.
-docs/perf-log.md, session 15 runs 3-6, used it for telos-run bench processes on the H200.
 """
 import json
 import math

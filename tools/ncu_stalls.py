@@ -11,8 +11,8 @@ then here:
 For each file: the samples in all, the share of each stall reason (those over 1%), the samples of
 each region in program order, hot (instructions executed at least 1/16 as often as the most
 executed one: a GEMM's K loop, its producer's loop) or cold (a prologue, an epilogue), and the N
-instructions with the most samples, in program order, with their two main reasons. Session 32 read the zero fill ahead of the small
-GEMM's K loop and the residual read after it this way (docs/perf-log.md, "Session 32 call 1").
+instructions with the most samples, in program order, with their two main reasons: e.g. a stall
+ahead of a GEMM's K loop (a prologue) or after it (an epilogue that ends on a read).
 """
 import argparse
 import csv

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 bash tools/install_packages.sh build-essential cmake ninja-build python3 git curl \
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev llvm-14-tools \
-  libcpp-httplib-dev libpcre2-dev libicu-dev python3-jinja2 clang libclang-rt-14-dev
+  libpcre2-dev libicu-dev python3-jinja2 clang libclang-rt-14-dev
 
 CUDA_ROOT=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then

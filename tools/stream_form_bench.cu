@@ -1,8 +1,8 @@
 // How fast one CTA an SM streams a weight matrix through a ring of shared memory, by where the
 // bytes of a ring slot lie in global memory and how they are copied: the question behind the
-// persistent decode layer's stream, which reaches ~88% of the copy at 132 CTAs whatever its box
-// form (docs/perf-log.md, session 35: `telos-kernel-bench --stream`), where a plain-load kernel
-// reading contiguous slices reaches 94-102% (the read floor, session 29). The layer's weights are
+// persistent decode layer's stream, which stays under the copy rate at 132 CTAs whatever its box
+// form (`telos-kernel-bench --stream`), where a plain-load kernel reading contiguous slices comes
+// near it (`--read-floor`; figures in docs/performance.md). The layer's weights are
 // row-major [N, K]: a ring slot of a 32-row tile is 32 rows x 256 bytes, rows K * 2 bytes apart, so
 // 132 CTAs keep ~4000 short runs open at once. Packed forms put a slot's bytes together.
 //
@@ -12,7 +12,7 @@
 // four consumer warps only releasing each slot once it lands (no math: the memory side alone).
 // The forms differ only in which addresses make up a slot and how they are copied:
 //   2d       row-major, two 2D boxes (32 rows x 64 columns, 128B swizzle) a slot: the plan's form;
-//   kview    row-major, one box of the K-block view (hexel::encode_k_blocks): change 89's form;
+//   kview    row-major, one box of the K-block view (hexel::encode_k_blocks);
 //   g8       8-row groups packed [N / 8][K / 64][8][64] (1 KB runs), one rank-4 box a slot;
 //   tile     tile-major [N / 32][K / 64][32][64] (a slot is 8 KB contiguous), one 2D box a slot;
 //   bulk     tile-major, one 8 KB cp.async.bulk a slot (no tensor map, no swizzle);

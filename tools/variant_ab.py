@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A/B of compiler variants on one model, interleaved in one GPU call (docs/perf-log.md: a
-ratio measured in one run, not across machines).
+"""A/B of compiler variants on one model, interleaved in one GPU call (a ratio measured in one
+run, not across machines: docs/performance.md).
 
 One checkpoint (a real config of test/telosc/Inputs/configs/ with random bf16 weights, made by
 transformers), compiled once per variant: a telosc binary (and, after `@`, the telos-run that
@@ -9,7 +9,7 @@ rounds, each running every variant's artifact in turn in one `telos-run bench` p
 and 256 decode after 512-token prompts (128 generated; --batch and --prompt-len pick others) and
 the time to first token of 2048 and 8192-token prompts; with --decode instead bench_suite's decode
 shapes (batch 1 and 64 after 32-token prompts, 256 generated) with the host time per step, its
-launch calls and the GPU idle gap (issue 5's figures). A round that would end past --budget-s is
+launch calls and the GPU idle gap (the host-overhead target's figures). A round that would end past --budget-s is
 not started. Prints one table (medians over the rounds) and writes every figure to OUT.
 
     python3 tools/variant_ab.py --model Llama-3.1-8B --telos-run BIN --work DIR --out FILE \\

@@ -1,6 +1,6 @@
 // How fast one consumer warpgroup turns weight bytes already in shared memory into a one-row
-// product, by wgmma form: the question behind the one-token decode layer's MLP phases, which run
-// at 16-20 KB/µs a SM against the 32.6 KB/µs a SM of DRAM's share (docs/perf-log.md, run S).
+// product, by wgmma form: whether the one-token decode layer's narrow tiles can consume weights
+// faster than DRAM's share of an SM delivers them (figures in docs/performance.md).
 // Each CTA (one per SM, 128 threads) holds a 32 KB weight region (rows of 64 K-values, 128B
 // swizzle, as TMA writes them) and an A operand, and runs `steps` k16 wgmma steps over it in the
 // decode layer's pattern (4 per 64-wide K block, one commit a block, wait_group<DEPTH>), then

@@ -4,16 +4,15 @@
 // shuffled order), in the tiles a prefill bucket would use (32 tokens: 128 rows at G = 4), K/V
 // through the tensor map the engine builds for `tmap:kv:` (docs/artifact.md). `--compile-only`
 // writes the cubin that codegen/bench/attention_prefill_torch.py loads to time our kernels beside
-// torch SDPA in one process (the issue-4 figure). The timing mode runs ours alone: the first and
-// last token's heads 0 and 31 checked against f64 (relative L2 error printed), then timed under
-// load (bench_support.hpp, steady_event_ms), one line per case and variant: "telos attn_prefill T
-// HQ HKV D MS REL_ERR" (with the overlaps; attn_prefill_plain: without them, the plan's kernel
-// since run W in docs/perf-log.md; attn_prefill_noturns: the overlaps within a warpgroup without
-// the ping-pong turns; attn_prefill_plain_qsplit: the plain order with Q in two bf16
-// parts, Q_SPLIT, its reference from q in f32, the others' from q rounded to bf16 as they round
-// it; attn_prefill_plain_persistent: the plain order persistent, NT = T / 32, on
-// attn_prefill_persistent_grid CTAs, what the plan runs from change 72 on): a process of our
-// kernels only, for profilers (ncu).
+// torch SDPA in one process (the prefill attention target's figure). The timing mode runs ours
+// alone: the first and last token's heads 0 and 31 checked against f64 (relative L2 error printed),
+// then timed under load (bench_support.hpp, steady_event_ms), one line per case and variant: "telos
+// attn_prefill T HQ HKV D MS REL_ERR" (with the overlaps; attn_prefill_plain: without them, the
+// plan's order; attn_prefill_noturns: the overlaps within a warpgroup without the ping-pong turns;
+// attn_prefill_plain_qsplit: the plain order with Q in two bf16 parts, Q_SPLIT, its reference from
+// q in f32, the others' from q rounded to bf16 as they round it; attn_prefill_plain_persistent: the
+// plain order persistent, NT = T / 32, on attn_prefill_persistent_grid CTAs, what the plan runs): a
+// process of our kernels only, for profilers (ncu).
 //
 //   telos-attn-prefill-bench --compile-only CUBIN [--page N]
 //                                                   NVRTC only (no GPU): compiles the instances

@@ -5,7 +5,7 @@
 Loads CUBIN and CUBIN.names (what `telos-attn-prefill-bench --compile-only [--page N]` writes:
 attn_prefill on Llama-3.1-8B's head shape, 32 query heads, 8 KV heads, D = 128, pages of 16
 positions unless --page said otherwise, tiles of 32 tokens; the plan's plain order persistent (NT = T / 32 tiles of each KV head on min(8 NT, 132)
-CTAs, perf-log change 72), the plain order a tile a CTA, the overlapped one, the overlapped one without its ping-pong turns (TURNS false) and the plain order
+CTAs), the plain order a tile a CTA, the overlapped one, the overlapped one without its ping-pong turns (TURNS false) and the plain order
 with Q in two bf16 parts) through the driver API (prefill_gemm_torch.Driver), and for one sequence
 of T = 4096, 8192, 16384 prompt tokens (q in f32 [T, HQ, D] as the engine's QKV epilogue leaves
 it, K/V in a paged pool, the pages in a shuffled order, read through the tensor map the engine

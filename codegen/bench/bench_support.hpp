@@ -48,8 +48,8 @@ inline BenchCubin load_bench_cubin(const std::string& path) {
 // Median milliseconds of `reps` launches issued back to back with an event between each two (no
 // host wait between them, so the GPU does not idle), after back-to-back launches for about
 // `warm_ms` of GPU time: every case is timed at the clocks a sustained load runs at. (Single
-// launches between host waits let the clocks follow what ran before: the same shape moved 13%
-// between rounds, docs/perf-log.md session 25 run 1.) `check(error, what)` reports a failed wait.
+// launches between host waits let the clocks follow what ran before, and the same shape moves by
+// more than the differences timed.) `check(error, what)` reports a failed wait.
 template <class Launch, class Check>
 float steady_event_ms(Launch launch, Check check, float warm_ms = 100.f, int reps = 20) {
   std::vector<cudaEvent_t> ev(reps + 1);

@@ -6,7 +6,7 @@
 //   residual add, the LM head's f32 logits and greedy candidates);
 //   decode attention (attn_split + attn_combine), head dim 128, GQA 32/8, context 4k-32k (the
 //   plan's kernel (PAGE_AHEAD) three blocks an SM, with LOAD_AHEAD too, four blocks an SM, through
-//   2-4 BULK ring slots a warp (change 65), and at other splits), and batches 16-256 at contexts
+//   2-4 BULK ring slots a warp, and at other splits), and batches 16-256 at contexts
 //   576 and 4096 in a model of 32 partial slots, attn_split's grid along the slots at 32 and at
 //   the plan's attn_grid_slots, the plan's blocks an SM (four from kAttnSplitFourBlocksMinRows
 //   rows), the other choice and the BULK variants;
@@ -30,7 +30,7 @@
 // `telos-kernel-bench --small-rows` only the copy bandwidth and the decode GEMMs at 1, 8, 16, 32,
 // 48 and 64 rows (one M tile), at 8 rows also with the stages the plan gives 16.
 // The decode GEMMs' "plan" rows read the weight as the plan does: from the one-token layer's slot
-// image through its `timg:` map where the plan has one (the 8B's layer weights, change 92), with
+// image through its `timg:` map where the plan has one (the 8B's layer weights), with
 // the weight's own map beside it as "own map".
 #include <cuda_runtime.h>
 
@@ -185,7 +185,7 @@ void* device_map(const void* base, int rows, int cols, int box_rows) {
   return p;
 }
 
-// The 5D tensor map over a weight's slot image (`timg:`, change 92) in device memory, as the
+// The 5D tensor map over a weight's slot image (`timg:`) in device memory, as the
 // executor builds one: the bench's weight copies hold random bytes, so each serves as an image
 // as it is (the timing reads the same bytes in another order; the values do not matter).
 void* device_image_map(const void* base, int rows, int cols, int bn, int halves, int box) {
@@ -344,18 +344,14 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
       std::printf("%-34s: %d CTAs an SM, %d registers a thread\n", f.label, blocks, regs);
     }
     // The 8B's o, qkv and down at M = 1 beside the floor, chained the same way: the plan's tiles
-    // (two K blocks a stage, change 81: o and down 12 stages of 32 weight rows, qkv 128 CTAs of
-    // 8 stages of 48 rows, one an SM) against the plan's before it (one K block a stage, 16
-    // stages, o two CTAs an SM) and, for o, a deeper ring (one CTA an SM; 32 and 40 stages lost
-    // 10-13 points in session 29) and 16-row tiles (256 CTAs: twice the rings in flight; 10 points
-    // worse); for qkv 32-row tiles (192 CTAs on 132 SMs, the plan until session 29) and 48-row
-    // tiles of 12 stages (two an SM); for o and down 64-row tiles (64 CTAs of 8 KB stages: if a
-    // CTA's stage trips, not the bytes, set its rate, half the CTAs on twice the bytes a stage keep
-    // it: they did in session 29); two K blocks a stage at the other depth ("2kb"). Session 30
-    // also timed four K blocks a stage (o, qkv, down: no gain) and the 1B's o and down on 16-row
-    // tiles (128 CTAs instead of 64: 2-4 points slower); docs/perf-log.md, change 82.
-    // Session 29 also timed the plan's with the producer's wait before its first weight loads:
-    // 4-7 points slower, so the loads before the wait are worth keeping. Loads only: the same bits
+    // (two K blocks a stage: o and down 12 stages of 32 weight rows, qkv 128 CTAs of 8 stages of
+    // 48 rows, one an SM) against one K block a stage (16 stages, o two CTAs an SM) and, for o, a
+    // deeper ring (one CTA an SM) and 16-row tiles (256 CTAs: twice the rings in flight); for qkv
+    // 32-row tiles (192 CTAs on 132 SMs) and 48-row tiles of 12 stages (two an SM); for o and down
+    // 64-row tiles (64 CTAs of 8 KB stages: if a CTA's stage trips, not the bytes, set its rate,
+    // half the CTAs on twice the bytes a stage keep it); two K blocks a stage at the other depth
+    // ("2kb"). Four K blocks a stage, the 1B's o and down on 16-row tiles and the producer's wait
+    // before its first weight loads were slower (docs/performance.md). Loads only: the same bits
     // at any BN and depth.
     struct GemmForm {
       const char* epi;
@@ -423,9 +419,9 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   }
 
   // One CTA's weight stream (--stream): what a persistent CTA's ring (the plan's 22 slots of 8 KB)
-  // streams by itself. The 8B layer's gate/up phase ends ~12 µs later on its last CTA than on the
-  // median one (docs/perf-log.md, session 34): 448 tiles on 132 CTAs, so 52 CTAs stream a fourth
-  // tile while 80 wait, and that tile goes at ~42 GB/s a CTA where all 132 went at ~33. Whether a
+  // streams by itself. The 8B layer's gate/up phase ends later on its last CTA than on the median
+  // one: 448 tiles on 132 CTAs, so 52 CTAs stream a fourth tile while 80 wait, and that tile goes
+  // not much faster a CTA than when all 132 streamed. Whether a
   // CTA's stream has a ceiling of its own (its boxes, its consumers' wgmma, its barriers), and how
   // it depends on the box: layer_gemms_persistent (8B shapes, M = 1, 8 layers a launch, weights
   // rotated over two copies) on grids of 132 down to 13 CTAs, with weight tiles (qkv / o / gate+up
@@ -540,11 +536,11 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
   // What an exchange between CTAs costs while the weights stream (--exchange). The one-token
   // layer's attention half is a chain of exchanges between CTAs (the QKV tiles' q and K/V rows to
   // the attention items, the items' output to o), each a grid-wide count or a polled flag through
-  // L2, which costs 2-4 µs while every SM streams weights against ~1 µs when none does
-  // (docs/perf-log.md, session 10 and change 87), and the ring cannot cover the half (the 1B's
-  // producers wait 14-20 µs a layer for free slots, session 34). A layout that keeps each KV head's
-  // QKV tiles and its attention items in one cluster would exchange through distributed shared
-  // memory instead (docs/perf-log.md, "Status after session 47"); whether that is cheaper under the
+  // L2, which costs several times more while every SM streams weights than when none does, and
+  // the ring cannot cover the half (the producers wait for free slots; docs/performance.md). A
+  // layout that keeps each KV head's QKV tiles and its attention items in one cluster would
+  // exchange through distributed shared memory instead (docs/performance.md, open questions:
+  // group clusters); whether that is cheaper under the
   // stream, and whether such clusters fit beside the layer's shared memory, is what this measures.
   // One 64-thread block an SM (the 8B layer's dynamic shared memory, so one an SM); warp 1 runs 200
   // rounds of one exchange and times each (%globaltimer):
@@ -822,28 +818,18 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
   // µs after the first CTA's entry (decode_persistent.cuh, phase_trace), and on the same clock the
   // layer before it (its down's end, its producer's last load, its CTAs' exits): a layer's CTAs
   // enter only as the previous layer's leave, so the boundary is where a traced layer's gain can
-  // go (changes 86 and 88). Variants, each a row and a timeline of its own so that they compare
-  // within one run (issue 7): the plan's (the QKV epilogue in the QKV tiles, QKV_ROPE, change 88;
-  // the weights of its `bulk` mask streamed from their slot images, a bulk copy a ring slot,
-  // change 90), and the same with every weight on tensor maps (a box a K block and gate/up half),
-  // with all four from slot images and with gate/up and down's, and the plan's with QKV_FLAGS (the
-  // attention items wait for their head group's QKV tiles, not the grid-wide count: change 106,
-  // not planned yet). Every variant's x after one layer
-  // is compared with the plan's (DIFF in the output otherwise). The trace also has each CTA's
-  // arrival after a phase (its release issued). Measured here and dropped from this list
-  // (docs/perf-log.md): the weights through K-block views, a tensor box a ring slot (change 89:
-  // the 8B −2 µs a layer, the slot images −6), L2 prefetch ahead of the ring (change 18) or while
-  // the ring is full (changes 25, 25b), the V0 counts (run S: V1 3 µs a layer faster), gate/up
-  // tiles of 32 rows and QKV tiles of 16 (run T: no gain; session 33 call 2 again: gate/up 32 +0.1
-  // to +1.7 µs, the QKV's 192 tiles of before change 86 0 to +0.5), the count between gate/up and
-  // down (ACT_POLL off: change 31, 1-1.4 µs a layer slower), the combine folded into o's A (change
-  // 26), attention splits of 64 and 128 positions (change 27), each head's QKV epilogue in the QKV
-  // phase on the CTA that finishes the head (change 28, branch fold-rope), other releases for the
-  // counts (red.release, fence.release; session 10 run 3), a cap on the ring's loads in flight
-  // (change 32), the ring held during the attention half (change 34), the next layer's QKV weights
-  // prefetched into L2 after the layer's last load (change 36), two layer launches resident on an
-  // SM with a 10-slot ring (change 37). With --decode-layer, only this section (after the copy
-  // bandwidth).
+  // go. Variants, each a row and a timeline of its own so that they compare within one run: the
+  // plan's (the QKV epilogue in the QKV tiles, QKV_ROPE; the weights of its `bulk` mask streamed
+  // from their slot images, a bulk copy a ring slot), and the same with every weight on tensor
+  // maps (a box a K block and gate/up half), with all four from slot images and with gate/up and
+  // down's, and the plan's with QKV_FLAGS (the attention items wait for their head group's QKV
+  // tiles, not the grid-wide count; not planned yet). Every variant's x after one layer is
+  // compared with the plan's (DIFF in the output otherwise). The trace also has each CTA's
+  // arrival after a phase (its release issued). The variants measured here and not kept (K-block
+  // views, L2 prefetch ahead of the ring, the V0 counts, other tiles, the count between gate/up and
+  // down, the combine folded into o's A, shorter splits, other releases, caps and gates on the
+  // ring, two layer launches resident an SM) are listed in docs/performance.md. With
+  // --decode-layer, only this section (after the copy bandwidth).
   if (!attention_only && !gemm_only && !small_rows) {
     struct LayerShape {
       const char* name;
@@ -1111,8 +1097,8 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
       };
       const SmallGemmTiling plan =
           f32cand ? lm_head_tiling(g.N, g.K, M) : small_gemm_tiling(g.N, g.K, M, swiglu);
-      // Where the plan reads the weight from the one-token layer's slot image (change 92: the
-      // 8B's layer weights), "plan" is that and "own map" the weight's 2D map.
+      // Where the plan reads the weight from the one-token layer's slot image (the 8B's layer
+      // weights), "plan" is that and "own map" the weight's 2D map.
       const std::string name = g.name;
       const bool is_1b = name.size() > 3 && name.substr(name.size() - 3) == "_1b";
       const std::string base_name = is_1b ? name.substr(0, name.size() - 3) : name;
@@ -1135,13 +1121,13 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
         t.stages = small_gemm_tiling(g.N, g.K, 16, false).stages;
         if (t.stages != plan.stages) add("st" + I(t.stages) + " (16 rows' ring)", t);
       }
-      // The LM head's 128-row tiles where the plan takes 256 (change 62), timed beside them.
+      // The LM head's 128-row tiles where the plan takes 256, timed beside them.
       if (f32cand && plan.bn == 256 && !sweep && !gemm_only) {
         SmallGemmLimits narrow;
         narrow.bn = 128;
         add("bn128", small_gemm_tiling(g.N, g.K, M, false, false, narrow));
       }
-      // Where the plan runs two consumer warpgroups a CTA (change 64), its one-warpgroup tiles
+      // Where the plan runs two consumer warpgroups a CTA, its one-warpgroup tiles
       // ("wg1"); where it runs one on more than 64 rows (the downs, K > 4096), two on 128-row M
       // tiles at the plan's weight tile and at half of it (as many CTAs as the plan's), without
       // clusters and on clusters of two (each weight tile multicast to both CTAs' 128 rows).
@@ -1271,8 +1257,8 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
   // SM's shared memory, so that the next GEMM's CTAs fit beside them ("half"); up to 48 stages
   // instead of 16 where the shared memory allows ("deep": more of the weights in flight before the
   // wait); and 16-row weight tiles for qkv, o and down with deep rings ("bn16 deep": twice the
-  // CTAs; the 1B shape's o and down have 64 CTAs of 32 rows for 132 SMs). None beat the plan on
-  // the H200 (docs/perf-log.md, run K), nor did prefetching weight boxes to L2 before the wait.
+  // CTAs; the 1B shape's o and down have 64 CTAs of 32 rows for 132 SMs). None beats the plan,
+  // nor does prefetching weight boxes to L2 before the wait (docs/performance.md).
   if (!attention_only) {
     struct Shape { const char* name; int H, QKV, I; };
     const Shape shapes[] = {{"8B", 4096, 6144, 14336}, {"1B", 2048, 3072, 8192}};
@@ -1446,8 +1432,8 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
     bool ahead = false;  // attn_split's LOAD_AHEAD
     bool pages = attn_split_page_ahead(PAGE);  // and PAGE_AHEAD, as the plan takes it
     int blocks = 0;                            // blocks an SM (0: the kernel's default)
-    int bulk = 0;  // BULK ring slots a warp (change 65; no PAGE_AHEAD), 0: none
-    bool early = false;  // EARLY: the PDL wait inside each item (change 100; one token a tile)
+    int bulk = 0;                              // BULK ring slots a warp (no PAGE_AHEAD), 0: none
+    bool early = false;  // EARLY: the PDL wait inside each item (one token a tile)
     AttnSplitKernel kernel(int tpt) const {
       return {HQ,     HKV, D,     PAGE,  MAXP,   page_elems, split,
               nsplit, tpt, ahead, pages, blocks, bulk,       early && tpt == 1};
@@ -1483,7 +1469,7 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
       return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
     }
   };
-  // attn_split through BULK ring slots (change 65; not with --sweep), {slots a warp, blocks an
+  // attn_split through BULK ring slots (not with --sweep), {slots a warp, blocks an
   // SM}: 2 slots at three blocks (the shared memory's limit at head dim 128), 3 at two, 4 (128 KB:
   // one block an SM).
   constexpr std::pair<int, int> kBulkVariants[] = {{2, 3}, {3, 2}, {4, 2}};
@@ -1631,8 +1617,7 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
         bulks.push_back({" bulk" + I(slots), at.with_bulk(slots, blocks)});
     // And the plan's kernels at the serving config's attention_split 512 (16 slots): half the
     // items at ctx 576 (2 a row instead of 3), so half their fixed chains (Q, page ids, the first
-    // chunk, the warps' merge, the partials) for the same chunks (docs/perf-log.md, change 65
-    // result and change 103).
+    // chunk, the warps' merge, the partials) for the same chunks (docs/performance.md).
     Attn at512 = at;
     at512.split = kAttnSplitLong;
     at512.nsplit = attn_partial_slots(8192, kAttnSplitLong);
@@ -1674,15 +1659,15 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
         attn_row(label.c_str(), shape, attn_chain_us(mod, a, m, B, slots, copies), bytes);
       };
       for (int slots : zs) row(planned, slots, slots == plan_slots ? " plan" : "");
-      // The plan's kernel waiting at entry (before change 100's EARLY).
+      // The plan's kernel waiting at entry (without EARLY).
       row(planned.with_early(false), plan_slots, " plan, wait at entry");
-      if (bulk_plan) row(at, plan_slots, " lanes");  // the plan up to change 66
+      if (bulk_plan) row(at, plan_slots, " lanes");  // the lanes' own loads, not the ring
       row(other, plan_slots, four_plan ? " 3 blocks" : " 4 blocks");
       for (const auto& [label, b] : bulks)
         if (!(bulk_plan && b.bulk == kAttnSplitBulk)) row(b, plan_slots, label);
       if (!sweep) {
         // The ring at fewer blocks along the slots: each block's items stream through one ring,
-        // the next item's first chunks in flight behind the current one's (change 67).
+        // the next item's first chunks in flight behind the current one's.
         for (int z = plan_slots / 2; z >= std::max(1, plan_slots / 4); z /= 2)
           row(at.with_bulk(kAttnSplitBulk, 3), z, " bulk" + I(kAttnSplitBulk));
         row(at512.planned_for(B), attn_grid_slots(B, HKV, at512.nsplit), " plan split512");

@@ -43,7 +43,7 @@ void check(cudaError_t e, const char* what) {
 struct Case {
   std::string shape, epilogue;
   int M, N, K;  // N: output columns of the GEMM (gate/up: 2I, the SwiGLU writes I)
-  // The weight from its slot image (`timg:`, change 92): a tile-half's rows and the box rows; 0:
+  // The weight from its slot image (`timg:`): a tile-half's rows and the box rows; 0:
   // the weight's own map.
   int image_rows = 0, image_box = 0;
   std::string instance() const {

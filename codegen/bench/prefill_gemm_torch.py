@@ -11,8 +11,8 @@ torch.matmul of the same shape (y = a @ w.T in bf16, N(0, 1) operands), an event
 two, medians of 20 pairs, after ~2 s of load before the first shape and ~200 ms before each
 other one. Both sides run on the same clocks: timed in separate processes one after the other,
 whichever side started in a fresh process ran its first shapes on the higher clocks of a card
-whose power average had not caught up yet (0.86 -> 1.0 at M = 2048; docs/perf-log.md, session 25
-runs 4-5). Prints one table a round (the ratio is torch time over Telos time: > 1, Telos is
+whose power average had not caught up yet (docs/performance.md, how the figures are taken).
+Prints one table a round (the ratio is torch time over Telos time: > 1, Telos is
 faster) and per row the median ratio over the rounds and its range. The bf16 epilogue's output,
 poisoned with NaN first, is checked against torch's (relative L2 at most 1e-2), so a fast wrong
 kernel does not pass. The residual epilogue also reads and writes the f32 residual stream (the

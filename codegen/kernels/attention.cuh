@@ -91,13 +91,13 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a
 // the whole page, whose rows past the sequence's last position were never written), compute, and
 // give the slot the chunk BULK later (after the compute: its registers would not fit beside the
 // chunk's under three blocks an SM). The same values in the same registers, so the same bits;
-// change 58's per-lane ring kept one chunk ahead and paid 16 copies a lane a chunk, this one keeps
-// up to BULK - 1 chunks in flight a warp through a compute for two copies a chunk. The page ids of
+// unlike a per-lane cp.async ring (16 copies a lane a chunk), this one keeps up to BULK - 1
+// chunks in flight a warp through a compute for two copies a chunk. The page ids of
 // a warp's next 32 chunks are loaded together, lane j holding chunk j's. `ring_state`: the warp's
 // ring across the items the caller runs back to back, which must all be of the same tile and KV
 // head (attn_split's slots z, z + S, ... of one block): `used` chunks taken by the earlier items
 // (the slots and barrier phases continue from there; -1 before the first, whose start sets up the
-// barriers). The ring streams on from one item into the next (change 67): `next_slot` (-1: none)
+// barriers). The ring streams on from one item into the next: `next_slot` (-1: none)
 // is the slot the caller runs next, and where this item's chunks end before the ring is full,
 // the ring takes the next item's first chunks (`ahead` of them, at most BULK), so they are in
 // flight through this item's last chunks, its merge and its partials' stores instead of starting
@@ -385,7 +385,7 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   __shared__ float sm_l[W / 2][16];
   // The merge's o rows, one float of padding after every 32 (dim d at d + d / 32): a warp's
   // stores of one (n-tile, column) pair, dims 32 · c4 + ... of rows g, then fall in 16 or 32
-  // different banks instead of one (16-way conflicts before; docs/perf-log.md change 60).
+  // different banks instead of one (unpadded, 16-way conflicts).
   constexpr int kORow = D + (D + 31) / 32;
   __shared__ float sm_o[W / 2][R][kORow];
 

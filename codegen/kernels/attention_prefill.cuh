@@ -31,12 +31,11 @@
 // Persistent (NT = T / TPT > 0, K/V by TMA): min(HKV · NT, SMs) CTAs, each running its share of
 // the HKV · NT tiles one after the other through the same K/V ring, so the next tile's first K/V
 // blocks are in flight while the consumers finish the current one and a CTA's setup (barriers,
-// the first loads) is paid once, not per tile (+4% at T = 4096, +3% at 8192: docs/perf-log.md,
-// change 72). The producer warp scans each tile's segments into one of two
-// tables (the tile k % 2 of its CTA) behind mbarriers seg_full (the producer's lane 0) and
-// seg_empty (every consumer thread), and asks L2 for the tile's Q rows; the consumers restage their
-// 64 rows of Q a tile at a time between two warpgroup barriers. Loads and scheduling only: a
-// row's bits are those of a tile a CTA.
+// the first loads) is paid once, not per tile (docs/performance.md). The producer warp scans each
+// tile's segments into one of two tables (the tile k % 2 of its CTA) behind mbarriers seg_full
+// (the producer's lane 0) and seg_empty (every consumer thread), and asks L2 for the tile's Q
+// rows; the consumers restage their 64 rows of Q a tile at a time between two warpgroup barriers.
+// Loads and scheduling only: a row's bits are those of a tile a CTA.
 //
 // Warp roles (384 threads, one CTA an SM): warpgroup 0 is the producer, warpgroups 1 and 2 the
 // consumers (rows 0-63 and 64-127). The producer fills a ring of STAGES stages with K and V blocks
@@ -82,25 +81,23 @@
 // registers: the S accumulator of columns 16k .. 16k + 15 is exactly the thread's register-A
 // fragment of k-step k (rows l/4 and l/4 + 8, k 2(l%4) + {0,1} and + 8), packed to bf16.
 // The output is o / l in bf16.
-// The plan uses the plain order with Q in bf16 (OVERLAP and Q_SPLIT false: the fastest at 4k-16k,
-// docs/perf-log.md runs W and Z, change 74), persistent where it fits (change 72); the GPU tests
-// and the bench keep every option measured.
+// The plan uses the plain order with Q in bf16 (OVERLAP and Q_SPLIT false: the fastest at 4k-16k
+// with the engine's 16-position pages; docs/performance.md), persistent where it fits; the GPU
+// tests and the bench keep every option measured.
 // OVERLAP (false is the plain order, the bit-for-bit reference of the GPU tests): block b's
 // S = Q·Kᵀ is issued together with block b - 1's P·V, and the softmax of block b runs while that
 // P·V is on the tensor cores (FlashAttention-3's intra-warpgroup overlap), and the two consumer
 // warpgroups take turns issuing their wgmmas (ping-pong on named barriers 3 and 4), so one's
 // softmax overlaps the other's products; each row still sees the same operations in the same
 // order. TURNS false (with OVERLAP): the overlap within a warpgroup only, no ping-pong (the
-// warpgroups issue when ready, as in the plain order; session 26's question: whether the turns
-// are what keep the overlapped order under the plain one, docs/perf-log.md change 74). Loads and
+// warpgroups issue when ready, as in the plain order), which tells what the turns cost. Loads and
 // scheduling only: the same bits.
 //
-// Three trims of each key block's fixed work in every order (docs/perf-log.md changes 76-78:
-// +0.5-1.8% at 4k-16k), none of which changes a bit: the row maximum over four partial maxima a
-// row instead of one chain of BN / 8 dependent steps; the proxy fence after a stage's wait only
-// for blocks that cp.async wrote some of (with K/V by TMA, a segment's last block; TMA writes
-// through the async proxy, as wgmma reads); and o's rescale (D / 2 multiplications a thread)
-// skipped where no row of the warp has a new maximum.
+// Three trims of each key block's fixed work in every order, none of which changes a bit: the row
+// maximum over four partial maxima a row instead of one chain of BN / 8 dependent steps; the
+// proxy fence after a stage's wait only for blocks that cp.async wrote some of (with K/V by TMA, a
+// segment's last block; TMA writes through the async proxy, as wgmma reads); and o's rescale
+// (D / 2 multiplications a thread) skipped where no row of the warp has a new maximum.
 //
 // Q_SPLIT: S = Q_hi·Kᵀ + Q_lo·Kᵀ with Q_hi = bf16(q) (the staged Q) and Q_lo = bf16(q - Q_hi), so
 // a score carries ~16 bits of q's mantissa instead of 8: rounding q to bf16 moves a score by up to
@@ -108,17 +105,18 @@
 // memory has no room for a second Q at D = 128, so Q_lo lives in registers as the register-A
 // fragments of S's k-steps (4 b32 a k-step, D/16 k-steps: 32 at D = 128, read from q once); each
 // k-step issues Q_hi's wgmma (from shared memory) and then Q_lo's (from registers) into the same
-// accumulator, the same order for every row. It cuts the error of sharp rows 7.5x (run Z's test)
-// for 16-23% of the kernel's time; end to end the 8B's logits did not show it (bf16 activations'
-// noise is larger), so the plan leaves it off.
+// accumulator, the same order for every row. It cuts the error of sharp rows several times
+// (PrefillAttentionQSplitKeepsSharpScores) for 16-23% of the kernel's time; end to end the 8B's
+// logits do not show it (bf16 activations' noise is larger), so the plan leaves it off.
 // Registers: S (BN/2 f32), O (D/2 f32), P (BN/4 b32) and with Q_SPLIT Q_lo (D/4 b32) per consumer
 // thread: setmaxnreg gives the consumers 240 and the producer 24; persistent, 232 and 40 (the
 // producer's scan of each tile spills at 24). The consumers' increase must come out of what the
 // producer gives back, (168 - 24) · 128 = (240 - 168) · 256, (168 - 40) · 128 = (232 - 168) · 256,
 // the CTA's 384 · 168 registers at launch (__launch_bounds__(384, 1): 65536 / 384 rounded down to
-// 8): an increase the pool cannot cover blocks setmaxnreg for ever (session 27's first run of the
-// persistent form hung at 32 / 240). At 232 the overlapped order's ordered P·V wait spills (16
-// bytes), so the persistent overlapped order keeps the plain wait, as Q_SPLIT does.
+// 8): an increase the pool cannot cover blocks setmaxnreg for ever (32 / 240 would hang the
+// persistent form; a static_assert checks the balance). At 232 the overlapped order's ordered P·V
+// wait spills (16 bytes), so the persistent overlapped order keeps the plain wait, as Q_SPLIT
+// does.
 // Stages: 3 at D = 128 (Q 32 KB + 3 x 64 KB = 224 KB, under the 227 KB a CTA may have with the
 // segment table; two tables, persistent, fit up to 64 tokens a tile), 6 at D = 64 (16 KB + 6 x
 // 32 KB).
@@ -242,8 +240,8 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   };
   // Warp 0: the segments of the tile at t0 into table tb. Reads the tile's token_seq and positions
   // at once (a lane a token) and scans them through shuffles; lane 0 writes the segments that hold
-  // a position. (A serial scan and Q staged behind it were ~17% of a consumer's time at T = 4096:
-  // docs/perf-log.md, session 25 run 2.)
+  // a position. (A serial scan, with Q staged behind it, would put a chain of dependent loads on
+  // every consumer's path before its first key block.)
   auto scan_tile = [&](int lane, int t0, int tb) {
     constexpr int kTok = (TPT + 31) / 32;  // tokens a lane
     int tseq[kTok], tpos[kTok];
@@ -705,8 +703,8 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
             release(empty_k + 8 * st);
             float corr0, corr1;
             softmax(b, sc, corr0, corr1);
-            // After the softmax in the SASS too: a plain wait_group<0> here was scheduled above
-            // the softmax's arithmetic, which then never overlapped the P·V (perf-log change 74).
+            // After the softmax in the SASS too: ptxas schedules a plain wait_group<0> here above
+            // the softmax's arithmetic, which then never overlaps the P·V.
             // With Q_SPLIT (Q_lo's 32 more registers) the ordered wait spills (20 bytes at D 128),
             // and persistent (232 registers) 16 bytes, so those pairings, never a plan's, keep the
             // plain wait.
@@ -749,8 +747,8 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         }
       }
       // This thread is done with table tb. Every consumer thread arrives (its own reads released
-      // by its own arrival), not a lane a warp behind __syncwarp: racecheck flagged the other
-      // lanes' reads against the producer's next writes then (session 27 call 3).
+      // by its own arrival), not a lane a warp behind __syncwarp: racecheck flags the other
+      // lanes' reads against the producer's next writes that way.
       if constexpr (kPersistent) mbarrier::arrive(seg_empty + 8 * tb);
     }
     if constexpr (OVERLAP && TURNS) {

@@ -1,6 +1,6 @@
 #pragma once
-// Persistent decode kernels (issue 7: a decode step's launches each pay a boundary of ~4.5 µs in
-// which the weight stream stops, docs/perf-log.md runs K–N). One CTA per SM; its producer warp
+// Persistent decode kernels (a decode step's launches each pay a boundary of several µs in which
+// the weight stream stops: docs/performance.md). One CTA per SM; its producer warp
 // streams the weight boxes of all its tiles, phase after phase, through one ring of shared memory
 // without ever waiting for activations; its consumer warpgroup waits at each phase for a grid-wide
 // count (every CTA has finished the previous phase's stores), loads the phase's activations into a
@@ -163,7 +163,7 @@ struct StreamPhase {
 // that a runtime phase index needs no local memory): phase p, tile t, slot sl of the tile. The
 // current phase's fields live in registers: the producer is one thread issuing a slot's boxes
 // back to back, and a shared-memory load per box (the TMA's asm clobbers memory, so nothing read
-// from memory survives it) made it slower than DRAM (telos-kernel-bench, session 6).
+// from memory survives it) would make it slower than DRAM.
 class StreamCursor {
  public:
   __device__ __forceinline__ StreamCursor(const StreamPhase* phases, int n) : ph_(phases), n_(n) { enter(0); }
@@ -242,7 +242,7 @@ class StreamCursor {
 // and the producer's thread (128) its last load issued at 15 and, at 22, the time it waited for
 // free ring slots (a duration: persistent_stream). Launch k (telos_trace_launches, which
 // persistent_finish's last CTA advances) writes slot k % 2, so a layer and the one before it are
-// on one clock (the boundary between them: docs/perf-log.md, session 34).
+// on one clock (the boundary between them).
 constexpr int kTraceEvents = 24, kTraceCtas = 256, kTraceProducerWaits = 22, kTraceExit = 23;
 #ifdef TELOS_PHASE_TRACE
 extern "C" {  // unmangled, for cudaLibraryGetGlobal
@@ -270,13 +270,10 @@ __device__ __forceinline__ void trace_launch_done() {}
 
 // The producer's part of `n` phases (`phases` in shared memory): every K block of this CTA's
 // tiles into the ring, in the order layer_gemm_tile consumes them. The producer never waits for
-// activations, only for free slots. (An L2 prefetch running ahead of the ring, cp.async.bulk.
-// prefetch.tensor of the slot 16-64 slots ahead, made every shape slower: docs/perf-log.md,
-// change 18; so did prefetching only while the ring is full, polled with mbarrier.test_wait:
-// changes 25 and 25b, 3-20 µs a layer slower; so did a cap of 4-12 slots on the loads in flight,
-// change 32, 1-11 µs; holding the loads after QKV until the attention half's counts, change 34,
-// 0 to +1.4 µs on the 1B and +6-8 on the 8B; the next layer's QKV boxes prefetched after the last
-// load, change 36, 0 on the 1B and +6 on the 8B.)
+// activations, only for free slots. (An L2 prefetch running ahead of the ring, prefetching only
+// while the ring is full, a cap on the loads in flight, holding the loads during the attention
+// half and prefetching the next layer's QKV boxes all make the layer slower: docs/performance.md,
+// tried and did not pay.)
 // Returns the ns it waited for free slots with TELOS_PHASE_TRACE (the ring full: the consumers
 // behind), else 0.
 template <unsigned STAGES>
@@ -311,11 +308,10 @@ __device__ __forceinline__ unsigned long long persistent_stream(
 
 // How a CTA's consumers meet the grid-wide count of finished phases (sync[0]; see the top of this
 // file): wait until it reaches `target` (thread 0 polls, then the 128 consumer threads meet), and
-// add this CTA's 1 once its stores are done. After a GEMM phase a count costs 4-5 µs where DRAM
-// streams the next phase's weights, ~1 µs where it is idle (docs/perf-log.md, runs O-R), so the
-// variants below are timed side by side (telos-kernel-bench, "decode layer"). The plan uses Release:
-// 3 µs a layer faster than Fenced at the 1B and 8B shapes (run S, session 7; a third variant that
-// polled with __nanosleep back-off between them was measured there and removed).
+// add this CTA's 1 once its stores are done. After a GEMM phase a count costs several times what it
+// costs where DRAM is idle (its release waits behind the next phase's weight stream), so the
+// variants below are timed side by side (telos-kernel-bench, "decode layer"). The plan uses
+// Release, the faster at the 1B and 8B shapes (docs/performance.md).
 //  - Fenced (V0): every consumer thread runs __threadfence (membar.gl, i.e. fence.sc.gpu) before
 //    the meeting, thread 0 adds with atom (a returned value), polls with ld.acquire.gpu in a tight
 //    loop and fences again.
@@ -329,12 +325,13 @@ __device__ __forceinline__ unsigned long long persistent_stream(
 //    order (program order, then synchronizes-with through the barrier, then program order); the
 //    fence.acq_rel + red.relaxed is a release pattern at gpu scope, and release patterns are
 //    cumulative: everything that precedes the fence in causality order, not only thread 0's own
-//    accesses, precedes the red, and so precedes, for the CTA whose acquire (ld.acquire.gpu) observes
-//    the count, everything after its own bar.sync. The same argument orders this CTA's reads of a phase before another CTA's writes
-//    in a later phase (x is read by gate/up's norm and written by down).
-// (Run 3 of session 10 timed two more releases, red.release.gpu alone and fence.release.gpu + red,
-// the same as Release; and the red without a fence, not a correct count, 3-4 µs a layer faster:
-// the release fence waits while the ring refills. Change 31, ACT_POLL, takes one count away.)
+//    accesses, precedes the red, and so precedes, for the CTA whose acquire (ld.acquire.gpu)
+//    observes the count, everything after its own bar.sync. The same argument orders this CTA's
+//    reads of a phase before another CTA's writes in a later phase (x is read by gate/up's norm and
+//    written by down).
+// (A release by red.release.gpu alone, or fence.release.gpu + red, costs what Release does: the
+// release fence's wait while the ring refills is the count's cost. ACT_POLL takes one count
+// away.)
 enum class GridCount { Fenced, Release };
 
 template <GridCount COUNT = GridCount::Release>
@@ -398,15 +395,14 @@ __device__ __forceinline__ void persistent_load_a(unsigned base, const bf16* a, 
   a_finish<M>(base, K / 8, threadIdx.x);
 }
 
-// act without a grid-wide count: decode_layer_persistent's down phase reads act as persistent_load_a
-// reads A, but act carries its own readiness. Every word of it is kActPending (gemm_small.cuh) from
-// before the layer's first count, and gate/up's SwiGLU epilogue overwrites each word once with a
-// gpu-scope relaxed store (small_gemm_store, L2_ONLY); here each thread reads its 16-byte pieces
-// with gpu-scope relaxed loads, all of them first, then again those with a pending word until none
-// has. The words are the unit (an aligned 32-bit access is single-copy atomic; common.cuh,
-// ld_relaxed_gpu_v4), so a word is either pending or final. The count it replaces cost 2.5-4.4 µs
-// a layer at the 1B shape: its release fence waits while the producer refills the ring for down
-// (perf-log, session 10 runs 2-3).
+// act without a grid-wide count: decode_layer_persistent's down phase reads act as
+// persistent_load_a reads A, but act carries its own readiness. Every word of it is kActPending
+// (gemm_small.cuh) from before the layer's first count, and gate/up's SwiGLU epilogue overwrites
+// each word once with a gpu-scope relaxed store (small_gemm_store, L2_ONLY); here each thread reads
+// its 16-byte pieces with gpu-scope relaxed loads, all of them first, then again those with a
+// pending word until none has. The words are the unit (an aligned 32-bit access is single-copy
+// atomic; common.cuh, ld_relaxed_gpu_v4), so a word is either pending or final. A count here would
+// cost its release fence's wait while the producer refills the ring for down.
 template <int M, unsigned K>
 __device__ __forceinline__ void persistent_poll_a(unsigned base, const bf16* a) {
   static_assert(K % 8 == 0, "whole 16-byte pieces");
@@ -676,14 +672,14 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // The four weights (qkv, o, gate/up, down): each a tensor map in BQ / BO / BG / 2 / BD x 64 boxes,
 // or where its bit of the mask BULK is set (bit 0 qkv .. 3 down) its slot image in tiles of BQ /
 // BO / BG / BD rows (support/slot_image.hpp), streamed with one bulk copy a ring slot
-// (StreamPhase::image; docs/perf-log.md, change 90).
+// (StreamPhase::image).
 // QKV_FLAGS (with QKV_ROPE): the attention items wait for their KV head's group of QKV tiles
 // (counters sync[2 ..], one per KV head: qkv_head_group, qkv_group_tiles) instead of the grid-wide
 // count after the QKV phase, so an item starts when the tiles it reads have landed, not the last
 // CTA's, and a CTA without items does not wait; sync then holds 2 + HKV words, the last CTA
 // zeroing them all (persistent_finish). The same loads after the same values: the same bits.
-// telos-kernel-bench's "qkv flags" rows time it beside the plan's (docs/perf-log.md, change 106);
-// the plan does not take it yet.
+// telos-kernel-bench's "qkv flags" rows time it beside the plan's; the plan takes it only with the
+// serving config's decode_qkv_flags (docs/performance.md, owed GPU runs).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
           int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK,
@@ -785,7 +781,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
 
   // The context's K/V of this layer into L2, a page's slice of the layer per thread over the whole
   // grid, so that the attention items' chunk loads (phase 2) wait on L2 rather than DRAM: their
-  // chunks are a chain of dependent loads, ~6 µs an item at 256 positions from DRAM (run S). Issued
+  // chunks are a chain of dependent loads, each a DRAM latency without it. Issued
   // after QKV, so that less than the ring's worth of weights passes through L2 before the items
   // read it; at most kKvPrefetchBytes (the first pages: every slot's first split). Loads only.
   const auto prefetch_kv = [&] {
@@ -834,8 +830,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   // Phase 2: the attention splits, a (KV head, slot) per work item, slot-major (item = slot · HKV +
   // KV head): the slots with work at a context are the first ones, so its items are the first
   // (position / SPLIT + 1) · HKV, one a CTA up to the grid's size (head-major, CTA b's second item
-  // b + gridDim.x was a second chain after its first wherever NSPLIT · HKV passes the grid, however
-  // few slots had work: docs/perf-log.md change 104). Which CTA runs an item changes no bit. A
+  // b + gridDim.x would be a second chain after its first wherever NSPLIT · HKV passes the grid,
+  // however few slots have work). Which CTA runs an item changes no bit. A
   // context of one split (position < SPLIT) needs no combine: the items write attn as the combine
   // would (attn_split_block's `out`, the same bits), and this arrival ends phase 3 too, so o waits
   // for one count fewer. Every CTA reads the same position, so all take the same branch.

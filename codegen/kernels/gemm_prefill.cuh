@@ -190,7 +190,7 @@ struct EpilogueSwiGlu {
   // silu(gate) · up = gate · up / (1 + 2^(-gate · log2 e)), on the special function unit: one
   // ex2.approx and one rcp.approx (PTX ISA: ex2, rcp; .approx.ftz.f32, relative errors near 2^-22
   // and 1 ulp, far below the bf16 rounding that follows) instead of expf and an IEEE division,
-  // which cost the SwiGLU epilogue ~2 µs of issue per tile while the tensor cores wait. Large
+  // which would cost the SwiGLU epilogue ~2 µs of issue per tile while the tensor cores wait. Large
   // negative gates give 2^+inf = inf, rcp(inf) = 0, so silu → -0 as it should. The small-M GEMM
   // calls this same function, so the two stay bit-identical.
   __device__ __forceinline__ static float act(float gate, float up) {
@@ -225,8 +225,8 @@ __device__ __forceinline__ void st_shared_f32x2(unsigned addr, float a, float b)
 // f32 TMA reduction into x. W_BH, W_BOX: the weight's source (load_weight_rows).
 // kCover (W_BOX > kBlockN): the slot image's tiles cut the tile's kBlockN rows (the 8B's 48-row
 // qkv tiles in 256) and one box of W_BOX rows of whole image tiles covers them, one copy a stage
-// where boxes of gcd(kBlockN, W_BH) rows took several (16 for the 8B's qkv, at 0.85 of the
-// weight's own map: docs/perf-log.md, change 94). The stage holds W_BOX rows (so 3 stages of 288
+// where boxes of gcd(kBlockN, W_BH) rows would take several (16 for the 8B's qkv: a TMA copy
+// costs per box, not per byte; docs/performance.md). The stage holds W_BOX rows (so 3 stages of 288
 // rows where 4 of 256 fit) and tile tn's rows start (tn · kBlockN) % W_BH rows in: whole 8-row
 // swizzle repeats (kernel_plan.cpp, prefill_image_box_rows), so the W descriptor's base offset
 // stays 0 and the bits are the same.

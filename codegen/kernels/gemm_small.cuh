@@ -1,7 +1,7 @@
 #pragma once
 // The small-M GEMM: y = A · Wᵀ for buckets below the prefill GEMM's (decode, short prefill), on
 // the same instructions as the prefill GEMM (gemm_prefill.cuh) so that a token's row is the same
-// bits in every bucket (batch invariance, issue 4). Every output element is one wgmma
+// bits in every bucket (batch invariance). Every output element is one wgmma
 // m64nNk16 chain over K in 64-element blocks, 16 at a time, in order, accumulating in f32 from
 // zero, and the epilogues are the prefill GEMM's arithmetic: the per-element result of wgmma
 // depends on the row of A and the column of B only, not on the instruction's N or on which
@@ -14,8 +14,8 @@
 // instruction's 64 rows are that group eight times over: rows 8..63 of the result repeat rows
 // 0..7 and are not stored. Rows T.. of the group or of the tile's A stage are never written:
 // wgmma reads whatever shared memory holds there (NaN included) into result rows T.., which are
-// not stored either, since row r of the result depends on row r of A only. (Zeroing them cost the
-// consumers ~1 µs at the start of every 9-63-token launch: docs/perf-log.md, change 85.) Above
+// not stored either, since row r of the result depends on row r of A only. (Zeroing them would
+// cost the consumers a pass of shared-memory stores before their first wgmma.) Above
 // one M tile the map's rows end at T and TMA zero-fills the last tile's rows past T.
 // Warp roles: warps 0-3 are the consumer warpgroup (wgmma needs a warpgroup aligned to 4 warps),
 // warp 4's first lane the TMA producer. Registers are few (BN / 2 accumulators), so no setmaxnreg.
@@ -138,7 +138,8 @@ __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsig
                                                  long long at) {
   if constexpr (EPI == SmallEpi::Residual) {
     // The add in L2 (common.cuh), past L1 as L2_ONLY needs: no read of x to wait for at the end of
-    // the kernel or of a persistent layer's phase (docs/perf-log.md, change 85).
+    // the kernel or of a persistent layer's phase, where a load meets the next launch's weight
+    // stream (docs/performance.md).
     red_add_f32x2(static_cast<float*>(out) + at, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
   } else if constexpr (EPI == SmallEpi::SwiGlu) {
     constexpr unsigned kUp = 4 * (BN / 2 / 8);

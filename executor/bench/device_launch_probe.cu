@@ -1,10 +1,9 @@
-// telos-device-launch-probe (issue 5): whether decode steps launched from the device, with no CUDA
-// call on the host per step, keep the GPU as busy as host launches do. The GPU machine's slow
-// spells multiply the host cost of every device call (cudaGraphLaunch alone up to 20 µs,
-// docs/perf-log.md session 17); with device graph launch (CUDA runtime API: graphs instantiated
-// with cudaGraphInstantiateFlagDeviceLaunch, launched from a kernel into cudaStreamGraphTailLaunch)
-// the host would only write memory. This measures that design on stand-in kernels before the engine
-// takes it.
+// telos-device-launch-probe: whether decode steps launched from the device, with no CUDA call on
+// the host per step, keep the GPU as busy as host launches do. A VM's slow spells multiply the
+// host cost of every device call (docs/performance.md, the host); with device graph launch (CUDA
+// runtime API: graphs instantiated with cudaGraphInstantiateFlagDeviceLaunch, launched from a
+// kernel into cudaStreamGraphTailLaunch) the host would only write memory. This measures that
+// design on stand-in kernels before the engine takes it.
 //
 //   telos-device-launch-probe [--steps N]
 //

@@ -2,8 +2,8 @@
 // page pool, event delivery) drives a backend that only packs the GPU engine's step descriptor
 // (executor/gpu/step_descriptor.hpp, the same code the GPU engine runs) and answers every
 // sampling row with a device-greedy token at once, so what is timed is what the host does between
-// two GPU steps: scheduling, descriptor packing, the engine's bookkeeping. Issue 5's target is
-// <= 20 us per decode step at batch 1 and 64.
+// two GPU steps: scheduling, descriptor packing, the engine's bookkeeping. The target is <= 20 us
+// per decode step at batch 1 and 64.
 //
 //   telos-host-bench ARTIFACT [--prompt-len N] [BATCH ...]
 //       (default prompt 16 tokens, batches 1 8 64 256 capped at max_batch; a long prompt shows the

@@ -1,18 +1,18 @@
-// telos-launch-bench: what the host pays per CUDA call of a decode step (issue 5: <= 20 us of host
-// time per step). telos-run's step is five calls (executor/gpu/gpu_step_executor.cpp, launch()):
-// the step descriptor's cudaMemcpyAsync from pinned memory on an upload stream, cudaEventRecord,
-// cudaStreamWaitEvent, cudaGraphLaunch, cudaEventRecord. This times each call on the host
-// (steady_clock around the call alone; median and p90 after a warm-up) over the things that might
-// make it cost: graph nodes, programmatic (PDL) edges, kernel parameters, descriptor bytes, and
-// whether the GPU is still running the previous step. Nothing here loads an artifact: the kernels
-// are stand-ins that spin ~2 us on %globaltimer across 132 blocks.
+// telos-launch-bench: what the host pays per CUDA call of a decode step (the target: <= 20 us of
+// host time per step). telos-run's step is five calls (executor/gpu/gpu_step_executor.cpp,
+// launch()): the step descriptor's cudaMemcpyAsync from pinned memory on an upload stream,
+// cudaEventRecord, cudaStreamWaitEvent, cudaGraphLaunch, cudaEventRecord. This times each call on
+// the host (steady_clock around the call alone; median and p90 after a warm-up) over the things
+// that might make it cost: graph nodes, programmatic (PDL) edges, kernel parameters, descriptor
+// bytes, and whether the GPU is still running the previous step. Nothing here loads an artifact:
+// the kernels are stand-ins that spin ~2 us on %globaltimer across 132 blocks.
 //
 //   telos-launch-bench [--calls N] [--json PATH] [--wait auto|spin|yield|block|poll] [--steps-only]
 //
 // --wait sets how the host waits for the GPU (cudaSetDeviceFlags before the context exists:
-// cudaDeviceScheduleAuto, the default, Spin, Yield or BlockingSync; poll: Auto, and each wait a loop
-// of cudaEventQuery, as the engine waits), to tell whether the calls cost more after a long step
-// because of how the host waited through it; --steps-only runs the step rows alone.
+// cudaDeviceScheduleAuto, the default, Spin, Yield or BlockingSync; poll: Auto, and each wait a
+// loop of cudaEventQuery, as the engine waits), to tell whether the calls cost more after a long
+// step because of how the host waited through it; --steps-only runs the step rows alone.
 //
 // Table rows (host us; "gpu us" is the graph's device time between CUDA events, idle):
 //   graph   BUILD N STATE   cudaGraphLaunch of a straight line of N kernels. BUILD: plain (stream

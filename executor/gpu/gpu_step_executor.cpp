@@ -34,8 +34,8 @@ std::int64_t align_up(std::int64_t v, std::int64_t a) { return (v + a - 1) / a *
 constexpr std::size_t kStagingBytes = 64u << 20;
 
 // The staging buffers are filled on up to kFillThreads threads (for_each_part): one thread's copy
-// from the mapped weights (its page faults included) ran at ~5 GB/s, under half of what the
-// pinned copies to the device take (docs/perf-log.md, session 41).
+// from the mapped weights (its page faults included) is slower than the pinned copies to the
+// device (docs/performance.md, the load).
 constexpr std::size_t kFillThreads = 8;
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -367,9 +367,9 @@ struct GpuStepExecutor::State {
     oldest ^= 1;
     --in_flight;
     const std::uint64_t step = collected++;
-    // A loop of event queries rather than cudaEventSynchronize's own spin: on the GPU machine (a
-    // VM) the calls after a long wait in that spin cost up to 6x in its slow spells, after the
-    // query loop at most 2x (telos-launch-bench --wait auto / poll, docs/perf-log.md session 13).
+    // A loop of event queries rather than cudaEventSynchronize's own spin: on a VM the calls after
+    // a long wait in that spin can cost several times more than after the query loop
+    // (telos-launch-bench --wait auto / poll; docs/performance.md).
     const cudaEvent_t step_done = slot.logits ? slot.logits_done : slot.done;
     cudaError_t done;
     while ((done = cudaEventQuery(step_done)) == cudaErrorNotReady) {

@@ -3,16 +3,31 @@
 //   {"error": {"message": "...", "type": "invalid_request_error", "param": "top_p", "code": null}}
 // Handlers throw it; the server turns it into the response. `param` names the request field at
 // fault ("" when none), so SDKs and people see which field to fix.
+//
+// Messages quote what the client sent (a path, a model name, a JSON parser's snippet of the body),
+// so every message is cut to kMaxErrorMessageBytes here, in the one place all of them pass: no
+// error echoes more than a bounded prefix of its input, however large the input.
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 
 namespace telos::exec {
 
+inline constexpr std::size_t kMaxErrorMessageBytes = 512;
+
+// `message`, or its first kMaxErrorMessageBytes at a UTF-8 character boundary and a mark.
+inline std::string bounded_error_message(std::string message) {
+  if (message.size() <= kMaxErrorMessageBytes) return message;
+  std::size_t cut = kMaxErrorMessageBytes;
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+  message.resize(cut);
+  return message + "... (cut at " + std::to_string(kMaxErrorMessageBytes) + " bytes)";
+}
+
 struct ApiError : std::runtime_error {
-  ApiError(int status, std::string type, std::string message, std::string param = "",
+  ApiError(int status, std::string type, const std::string& message, std::string param = "",
            std::string code = "")
-      : std::runtime_error(message),
+      : std::runtime_error(bounded_error_message(message)),
         status(status),
         type(std::move(type)),
         param(std::move(param)),

@@ -1,7 +1,5 @@
 #include "executor/server/api_server.hpp"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -13,6 +11,8 @@
 
 #include "executor/server/api_error.hpp"
 #include "executor/server/choice_text.hpp"
+#include "executor/server/host_allowlist.hpp"
+#include "executor/server/http_server.hpp"
 #include "executor/server/openai_request.hpp"
 #include "executor/server/server_metrics.hpp"
 #include "support/error.hpp"
@@ -41,9 +41,91 @@ std::int64_t unix_seconds() {
       .count();
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(dump(error_body(e)), "application/json");
+// How often a request's handler looks whether its client is still there.
+constexpr auto kClientCheck = std::chrono::milliseconds(100);
+// Workers beyond one per generation slot: the requests refused with 429 need one for a moment.
+constexpr int kSpareWorkers = 8;
+
+HttpResponse json_response(int status, const json& body) {
+  return {status, "application/json", dump(body), {}};
+}
+
+HttpResponse error_response(const ApiError& e) {
+  return json_response(e.status, error_body(e));
+}
+
+// The OpenAI-style error for a status the HTTP layer or the routing answers by itself.
+ApiError http_error(int status, const std::string& message) {
+  static constexpr std::pair<int, const char*> kCodes[] = {
+      {403, "host_not_allowed"},
+      {404, "not_found"},
+      {408, "request_timeout"},
+      {413, "request_too_large"},
+      {415, "unsupported_media_type"},
+      {417, "expectation_failed"},
+      {431, "request_header_fields_too_large"},
+      {500, "internal_error"},
+      {501, "not_implemented"},
+      {503, "service_unavailable"},
+      {505, "http_version_not_supported"},
+  };
+  const char* code = "invalid_request";
+  for (const auto& [s, c] : kCodes)
+    if (s == status) code = c;
+  return ApiError(status, status >= 500 ? "server_error" : "invalid_request_error", message, "",
+                  code);
+}
+
+std::string lower_case(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](char c) {
+    return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+  });
+  return out;
+}
+
+// "application/json", with parameters (charset) or not, in any case.
+bool is_json_media_type(std::string_view value) {
+  std::string_view type = value.substr(0, value.find(';'));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
+  return lower_case(type) == "application/json";
+}
+
+// Compares the whole key whatever the first difference, so that timing tells nothing about it.
+bool same_secret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+// The routes: which methods each path takes, and whether its answer is made on the event loop
+// (cheap, never waits) or on a worker (generation).
+struct Route {
+  std::string_view path;
+  std::string_view methods;  // the Allow header's value
+  bool on_worker;
+};
+constexpr Route kRoutes[] = {
+    {"/v1/completions", "POST", true},  {"/v1/chat/completions", "POST", true},
+    {"/v1/models", "GET, HEAD", false}, {"/health", "GET, HEAD", false},
+    {"/metrics", "GET, HEAD", false},
+};
+
+const Route* find_route(std::string_view path) {
+  for (const Route& r : kRoutes)
+    if (r.path == path) return &r;
+  return nullptr;
+}
+
+bool route_takes(const Route& r, std::string_view method) {
+  std::string_view methods = r.methods;
+  while (!methods.empty()) {
+    const std::size_t comma = methods.find(", ");
+    if (methods.substr(0, comma) == method) return true;
+    methods = comma == std::string_view::npos ? std::string_view() : methods.substr(comma + 2);
+  }
+  return false;
 }
 
 // The text a token stands for in logprobs: its bytes, with an incomplete UTF-8 character
@@ -105,25 +187,32 @@ struct PreparedPrompt {
 
 struct CompletionJob;
 
-struct ApiServer::State {
+struct ApiServer::State : HttpService {
+  State(ServedModel model, ServerOptions options);
+
+  std::optional<HttpResponse> check_head(const HttpRequest& head) override;
+  std::optional<HttpResponse> answer_now(const HttpRequest& request) override;
+  void serve(const HttpRequest& request, HttpExchange& exchange) override;
+  HttpResponse error(int status, const std::string& message) override;
+  void responded(int status) override { metrics.count_response(status); }
+
+  void handle_generation(const HttpRequest& req, HttpExchange& exchange, ApiRequest::Kind kind);
+  std::vector<PreparedPrompt> prepare_prompts(const ApiRequest& r);
+  int max_tokens_for(const ApiRequest& r, int prompt_len);
+  void cancel_all();
+
   ServedModel model;
   ServerOptions options;
-  httplib::Server http;
+  HostAllowlist hosts;
   ServerMetrics metrics;
   int max_prompt_tokens = 0;
   std::atomic<bool> shutting_down{false};
+  std::unique_ptr<HttpServer> http;
 
   std::mutex mutex;
   std::condition_variable idle;
   int in_flight = 0;              // generation requests being served
   std::set<CompletionJob*> jobs;  // their engine requests, for shutdown
-
-  void install_routes();
-  void handle_generation(const httplib::Request& req, httplib::Response& res,
-                         ApiRequest::Kind kind);
-  std::vector<PreparedPrompt> prepare_prompts(const ApiRequest& r);
-  int max_tokens_for(const ApiRequest& r, int prompt_len);
-  void cancel_all();
 };
 
 // The HTTP request's hold on a concurrency slot; taken before parsing, so a flood of requests is
@@ -185,9 +274,11 @@ struct CompletionJob {
       if (c.handle) c.handle->cancel();
   }
   Delta apply(Choice& c, RequestEvent& e);
-  void collect();
+  // Waits for every choice to end; false as soon as the client is seen gone (the caller's
+  // destruction of the job then cancels what still runs).
+  bool collect(const HttpExchange& client);
   json response() const;
-  bool stream(httplib::DataSink& sink);
+  bool stream(HttpExchange& client);
 
   bool show_token_ids() const { return request.return_token_ids || !server.model.tokenizer; }
   json usage() const;
@@ -202,7 +293,7 @@ struct CompletionJob {
   std::string id;
   std::int64_t created;
   std::mutex choices_mutex;     // guards the vector and the handles while submit() fills them
-  std::vector<Choice> choices;  // after submit(), only the HTTP thread touches the rest
+  std::vector<Choice> choices;  // after submit(), only the worker touches the rest
 };
 
 void CompletionJob::submit() {
@@ -322,16 +413,26 @@ json CompletionJob::logprobs(const std::vector<SampledToken>& sampled,
           {"text_offset", offsets}};
 }
 
-void CompletionJob::collect() {
+bool CompletionJob::collect(const HttpExchange& client) {
+  auto next_check = std::chrono::steady_clock::now() + kClientCheck;
   for (Choice& c : choices) {
     RequestEvent e;
-    while (!c.done && c.handle->next(e)) {
-      Delta d = apply(c, e);
-      c.output += d.text;
-      for (SampledToken& t : d.sampled) c.sampled.push_back(std::move(t));
+    while (!c.done) {
+      const RequestStream::Poll poll = c.handle->next_for(e, kClientCheck);
+      if (poll == RequestStream::Poll::Ended) break;
+      if (poll == RequestStream::Poll::Event) {
+        Delta d = apply(c, e);
+        c.output += d.text;
+        for (SampledToken& t : d.sampled) c.sampled.push_back(std::move(t));
+      }
+      if (std::chrono::steady_clock::now() >= next_check) {
+        if (client.peer_closed()) return false;
+        next_check = std::chrono::steady_clock::now() + kClientCheck;
+      }
     }
     if (c.error) throw *c.error;
   }
+  return true;
 }
 
 json CompletionJob::response() const {
@@ -380,13 +481,10 @@ json CompletionJob::chunk(Choice& c, const Delta& d, bool first) const {
   return out;
 }
 
-// Writes the whole event stream; false when the client went away (the caller's releaser then
-// cancels what still runs).
-bool CompletionJob::stream(httplib::DataSink& sink) {
-  auto send = [&](const std::string& data) {
-    const std::string event = "data: " + data + "\n\n";
-    return sink.write(event.data(), event.size());
-  };
+// Writes the whole event stream; false when the client went away (the caller's destruction of
+// the job then cancels what still runs).
+bool CompletionJob::stream(HttpExchange& client) {
+  auto send = [&](const std::string& data) { return client.stream("data: " + data + "\n\n"); };
   // Chat's first chunk carries the role; an echoed completion's first chunk carries the prompt.
   if (chat || request.echo)
     for (Choice& c : choices)
@@ -421,7 +519,7 @@ bool CompletionJob::stream(httplib::DataSink& sink) {
         }
       }
     }
-    if (!progressed && !sink.is_writable()) return false;
+    if (!progressed && client.peer_closed()) return false;
   }
   if (error) {
     if (!send(dump(error_body(*error)))) return false;
@@ -434,9 +532,7 @@ bool CompletionJob::stream(httplib::DataSink& sink) {
                 {"usage", usage()}};
     if (!send(dump(out))) return false;
   }
-  if (!send("[DONE]")) return false;
-  sink.done();
-  return true;
+  return send("[DONE]") && client.end_stream();
 }
 
 // ---- State ----
@@ -451,6 +547,13 @@ int ApiServer::State::max_tokens_for(const ApiRequest& r, int prompt_len) {
                           " tokens, which leaves no room to generate within this model's "
                           "maximum context length of " +
                           std::to_string(max_seq_len) + " tokens");
+  if (r.sampling.min_tokens > room)
+    throw bad_request("min_tokens", "this model's maximum context length is " +
+                                        std::to_string(max_seq_len) +
+                                        " tokens and the prompt has " +
+                                        std::to_string(prompt_len) + ", so at most " +
+                                        std::to_string(room) + " tokens can be generated; got " +
+                                        std::to_string(r.sampling.min_tokens));
   if (r.sampling.max_tokens) {
     if (*r.sampling.max_tokens > room)
       throw bad_request("max_tokens", "this model's maximum context length is " +
@@ -463,7 +566,7 @@ int ApiServer::State::max_tokens_for(const ApiRequest& r, int prompt_len) {
   }
   // OpenAI's defaults: 16 for completions, as many as fit for chat.
   const int wanted = r.kind == ApiRequest::Kind::Chat ? room : std::min(16, room);
-  return std::max(wanted, std::min(r.sampling.min_tokens, room));
+  return std::max(wanted, r.sampling.min_tokens);
 }
 
 std::vector<PreparedPrompt> ApiServer::State::prepare_prompts(const ApiRequest& r) {
@@ -477,14 +580,14 @@ std::vector<PreparedPrompt> ApiServer::State::prepare_prompts(const ApiRequest& 
                         "chat needs the model's tokenizer and chat template, and this artifact has "
                         "none (the checkpoint had no tokenizer.json / tokenizer_config.json with a "
                         "chat_template); use /v1/completions with token ids");
-    std::string text;
     try {
-      text = model.chat_template->render(r.messages, r.add_generation_prompt, r.template_kwargs);
+      out.push_back({model.chat_template->encode(*tokenizer, r.messages, r.add_generation_prompt,
+                                                 r.template_kwargs, r.split_special_tokens),
+                     ""});
     } catch (const Error& e) {
       throw bad_request("messages",
                         std::string("the chat template failed on these messages: ") + e.what());
     }
-    out.push_back({tokenizer->encode(text, false), ""});
   } else {
     for (const PromptInput& p : r.prompts) {
       if (p.text) {
@@ -492,7 +595,9 @@ std::vector<PreparedPrompt> ApiServer::State::prepare_prompts(const ApiRequest& 
           throw bad_request("prompt",
                             "text prompts need the model's tokenizer, and this artifact has "
                             "none (the checkpoint had no tokenizer.json); send token ids");
-        out.push_back({tokenizer->encode(*p.text, true), *p.text});
+        const auto specials =
+            r.split_special_tokens ? Tokenizer::Specials::none : Tokenizer::Specials::parse;
+        out.push_back({tokenizer->encode(*p.text, true, specials), *p.text});
       } else {
         out.push_back({p.ids, tokenizer ? tokenizer->decode(p.ids, false) : std::string()});
       }
@@ -512,16 +617,11 @@ std::vector<PreparedPrompt> ApiServer::State::prepare_prompts(const ApiRequest& 
   return out;
 }
 
-void ApiServer::State::handle_generation(const httplib::Request& req, httplib::Response& res,
+void ApiServer::State::handle_generation(const HttpRequest& req, HttpExchange& exchange,
                                          ApiRequest::Kind kind) {
   auto slot = std::make_unique<ConcurrencySlot>(*this);
   const int vocab_size = model.engine->artifact().model().vocab_size;
-  json body;
-  try {
-    body = json::parse(req.body);
-  } catch (const json::exception& e) {
-    throw bad_request("", std::string("the request body is not valid JSON: ") + e.what());
-  }
+  const json body = parse_request_json(req.body);
   ApiRequest r = kind == ApiRequest::Kind::Chat
                      ? parse_chat_request(body, options.served_model_name, vocab_size)
                      : parse_completion_request(body, options.served_model_name, vocab_size);
@@ -531,26 +631,15 @@ void ApiServer::State::handle_generation(const httplib::Request& req, httplib::R
                                ", more than " + std::to_string(kMaxChoices) +
                                " choices per request");
   std::vector<PreparedPrompt> prompts = prepare_prompts(r);
-  auto job =
-      std::make_shared<CompletionJob>(*this, std::move(slot), std::move(r), std::move(prompts));
-  job->submit();
-  if (!job->request.stream) {
-    job->collect();
-    res.set_content(dump(job->response()), "application/json");
+  // Destroying the job cancels whatever still runs: a client that left, a failed write.
+  CompletionJob job(*this, std::move(slot), std::move(r), std::move(prompts));
+  job.submit();
+  if (!job.request.stream) {
+    if (job.collect(exchange)) exchange.respond(json_response(200, job.response()));
     return;
   }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [job](std::size_t, httplib::DataSink& sink) {
-        if (!job->stream(sink)) {
-          job->cancel();
-          return false;
-        }
-        return true;
-      },
-      // Runs however the response ended; cancelling finished requests is harmless.
-      [job](bool) { job->cancel(); });
+  if (exchange.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}}))
+    job.stream(exchange);
 }
 
 void ApiServer::State::cancel_all() {
@@ -558,141 +647,118 @@ void ApiServer::State::cancel_all() {
   for (CompletionJob* job : jobs) job->cancel();
 }
 
-void ApiServer::State::install_routes() {
-  // Errors thrown by handlers become JSON; anything unexpected is a 500 and the server goes on.
-  auto guarded = [this](auto handler) {
-    return [this, handler](const httplib::Request& req, httplib::Response& res) {
-      try {
-        handler(req, res);
-      } catch (const ApiError& e) {
-        send_error(res, e);
-      } catch (const std::exception& e) {
-        send_error(res, ApiError(500, "server_error", std::string("internal error: ") + e.what()));
-      }
-    };
-  };
-  http.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-              handle_generation(req, res, ApiRequest::Kind::Completion);
-            }));
-  http.Post("/v1/chat/completions",
-            guarded([this](const httplib::Request& req, httplib::Response& res) {
-              handle_generation(req, res, ApiRequest::Kind::Chat);
-            }));
-  http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
-             const Artifact& a = model.engine->artifact();
-             json card = {
-                 {"id", options.served_model_name}, {"object", "model"},
-                 {"created", unix_seconds()},       {"owned_by", "telos"},
-                 {"root", a.model().name},          {"max_model_len", model.engine->max_seq_len()}};
-             res.set_content(dump({{"object", "list"}, {"data", json::array({card})}}),
-                             "application/json");
-           }));
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (shutting_down) {
-      send_error(res, ApiError(503, "server_error", "the server is shutting down", "",
-                               "service_unavailable"));
-      return;
-    }
-    res.set_content(dump({{"status", "ok"}}), "application/json");
-  });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+// Everything the head alone decides, in this order: the Host (DNS rebinding), the key, the route
+// and method, the body's media type (a browser's form or text/plain "simple request" cannot send
+// application/json across origins without a preflight this server never grants).
+std::optional<HttpResponse> ApiServer::State::check_head(const HttpRequest& head) {
+  if (std::optional<std::string_view> host = head.header("host"); host && !hosts.allows(*host))
+    return error_response(http_error(
+        403, "the Host header '" + std::string(*host) +
+                 "' is not a name this server answers to (a defence against DNS rebinding); "
+                 "start it with --allowed-host NAME to allow a name"));
+  if (!options.api_key.empty() && head.path.rfind("/v1/", 0) == 0) {
+    const std::string_view sent = head.header("authorization").value_or("");
+    if (!same_secret(sent, "Bearer " + options.api_key))
+      return error_response(
+          ApiError(401, "invalid_request_error",
+                   "missing or incorrect API key: send the header 'Authorization: Bearer KEY'", "",
+                   "invalid_api_key"));
+  }
+  const Route* route = find_route(head.path);
+  if (!route)
+    return error_response(http_error(404, "no such endpoint: " + head.method + " " + head.path));
+  if (!route_takes(*route, head.method)) {
+    HttpResponse r = error_response(
+        ApiError(405, "invalid_request_error",
+                 head.path + " takes " + std::string(route->methods) + ", not " + head.method, "",
+                 "method_not_allowed"));
+    r.headers = {{"Allow", std::string(route->methods)}};
+    return r;
+  }
+  if (head.method == "POST" && !is_json_media_type(head.header("content-type").value_or("")))
+    return error_response(http_error(
+        415, "the request body must be JSON, sent with 'Content-Type: application/json'"));
+  return std::nullopt;
+}
+
+std::optional<HttpResponse> ApiServer::State::answer_now(const HttpRequest& request) {
+  if (find_route(request.path)->on_worker) return std::nullopt;
+  if (request.path == "/health") {
+    if (shutting_down)
+      return error_response(
+          ApiError(503, "server_error", "the server is shutting down", "", "service_unavailable"));
+    return json_response(200, {{"status", "ok"}});
+  }
+  if (request.path == "/metrics") {
     int running;
     {
       std::lock_guard lock(mutex);
       running = in_flight;
     }
-    res.set_content(metrics.render(*model.engine, running), "text/plain; version=0.0.4");
-  });
-  for (const char* path : {"/v1/completions", "/v1/chat/completions"})
-    http.Get(path, [](const httplib::Request& req, httplib::Response& res) {
-      send_error(res, ApiError(405, "invalid_request_error", req.path + " takes POST, not GET", "",
-                               "method_not_allowed"));
-    });
+    return HttpResponse{200,
+                        "text/plain; version=0.0.4",
+                        metrics.render(*model.engine, running, http->open_connections()),
+                        {}};
+  }
+  const Artifact& a = model.engine->artifact();
+  json card = {{"id", options.served_model_name}, {"object", "model"},
+               {"created", unix_seconds()},       {"owned_by", "telos"},
+               {"root", a.model().name},          {"max_model_len", model.engine->max_seq_len()}};
+  return json_response(200, {{"object", "list"}, {"data", json::array({card})}});
+}
 
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0)
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + options.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res,
-               ApiError(401, "invalid_request_error",
-                        "missing or incorrect API key: send the header 'Authorization: Bearer KEY'",
-                        "", "invalid_api_key"));
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // Statuses the HTTP library sets by itself (no route, body too large, unreadable request) get a
-  // JSON body too; responses that already have one are left alone.
-  http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                     httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    if (res.status == 413)
-      send_error(res,
-                 ApiError(413, "invalid_request_error",
-                          "the request body is larger than this server's limit of " +
-                              std::to_string(options.max_body_bytes) + " bytes (--max-body-bytes)",
-                          "", "request_too_large"));
-    else if (res.status == 404)
-      send_error(res,
-                 ApiError(404, "invalid_request_error",
-                          "no such endpoint: " + req.method + " " + req.path, "", "not_found"));
-    else
-      send_error(res, ApiError(res.status, "invalid_request_error",
-                               "the HTTP request could not be processed (status " +
-                                   std::to_string(res.status) + ")"));
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "unknown exception";
-        try {
-          std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        send_error(res, ApiError(500, "server_error", "internal error: " + what));
-      });
-  http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
-    metrics.count_response(res.status);
-  });
+// Errors thrown by the handler become JSON; anything unexpected is a 500 and the server goes on.
+// Once a stream has begun, its errors travel inside it.
+void ApiServer::State::serve(const HttpRequest& request, HttpExchange& exchange) {
+  const ApiRequest::Kind kind = request.path == "/v1/chat/completions"
+                                    ? ApiRequest::Kind::Chat
+                                    : ApiRequest::Kind::Completion;
+  try {
+    handle_generation(request, exchange, kind);
+  } catch (const ApiError& e) {
+    if (exchange.status() == 0) exchange.respond(error_response(e));
+  } catch (const std::exception& e) {
+    if (exchange.status() == 0)
+      exchange.respond(error_response(http_error(500, std::string("internal error: ") + e.what())));
+  }
+}
+
+HttpResponse ApiServer::State::error(int status, const std::string& message) {
+  return error_response(http_error(status, message));
+}
+
+ApiServer::State::State(ServedModel served, ServerOptions opts)
+    : model(served), options(std::move(opts)), hosts(options.allowed_hosts) {
+  const int max_seq_len = model.engine->max_seq_len();
+  max_prompt_tokens = options.max_prompt_tokens > 0
+                          ? std::min(options.max_prompt_tokens, max_seq_len - 1)
+                          : max_seq_len - 1;
+  if (options.served_model_name.empty())
+    options.served_model_name = model.engine->artifact().model().name;
+  if (options.max_concurrent_requests < 1) fail("--max-concurrent-requests: must be at least 1");
+  // A worker per generation slot, so a long stream never waits for a worker; health, metrics and
+  // refusals are answered on the event loop and need none.
+  http = std::make_unique<HttpServer>(*this, options.http,
+                                      options.max_concurrent_requests + kSpareWorkers);
 }
 
 // ---- ApiServer ----
 
-ApiServer::ApiServer(ServedModel model, ServerOptions options) : state_(std::make_unique<State>()) {
-  State& s = *state_;
-  s.model = model;
-  s.options = std::move(options);
-  const int max_seq_len = model.engine->max_seq_len();
-  s.max_prompt_tokens = s.options.max_prompt_tokens > 0
-                            ? std::min(s.options.max_prompt_tokens, max_seq_len - 1)
-                            : max_seq_len - 1;
-  if (s.options.served_model_name.empty())
-    s.options.served_model_name = model.engine->artifact().model().name;
-  if (s.options.max_concurrent_requests < 1) fail("--max-concurrent-requests: must be at least 1");
-  s.http.set_payload_max_length(s.options.max_body_bytes);
-  // A thread per streaming client, plus room for health checks, scrapes and refusals.
-  const std::size_t threads = static_cast<std::size_t>(s.options.max_concurrent_requests) + 16;
-  s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  s.install_routes();
-}
+ApiServer::ApiServer(ServedModel model, ServerOptions options)
+    : state_(std::make_unique<State>(model, std::move(options))) {}
 
 ApiServer::~ApiServer() = default;
 
 int ApiServer::bind() {
-  State& s = *state_;
-  const int port =
-      s.options.port == 0
-          ? s.http.bind_to_any_port(s.options.host)
-          : (s.http.bind_to_port(s.options.host, s.options.port) ? s.options.port : -1);
-  if (port < 0)
-    fail("cannot listen on " + s.options.host + ":" + std::to_string(s.options.port) +
-         " (address in use, or not an address of this machine)");
-  return port;
+  return state_->http->bind(state_->options.host, state_->options.port);
+}
+
+int ApiServer::max_connections() const {
+  return state_->http->max_connections();
 }
 
 void ApiServer::serve() {
-  state_->http.listen_after_bind();
+  state_->http->serve();
 }
 
 void ApiServer::shutdown() {
@@ -706,7 +772,7 @@ void ApiServer::shutdown() {
     std::unique_lock lock(s.mutex);
     s.idle.wait_for(lock, std::chrono::seconds(10), [&] { return s.in_flight == 0; });
   }
-  s.http.stop();
+  s.http->stop();
 }
 
 }  // namespace telos::exec

@@ -52,7 +52,7 @@ void ServerMetrics::count_response(int status) {
   ++responses_[status];
 }
 
-std::string ServerMetrics::render(Engine& engine, int in_flight) {
+std::string ServerMetrics::render(Engine& engine, int in_flight, int connections) {
   const EngineStats s = engine.stats();
   const LatencySamples samples = engine.take_latency_samples();
   std::lock_guard lock(mutex_);
@@ -68,6 +68,7 @@ std::string ServerMetrics::render(Engine& engine, int in_flight) {
            std::to_string(count) + "\n";
   metric(out, "telos_http_requests_in_flight", "gauge",
          "Completion and chat requests being served over HTTP.", in_flight);
+  metric(out, "telos_http_connections_open", "gauge", "Client connections open.", connections);
   metric(out, "telos_requests_submitted_total", "counter",
          "Generation requests admitted by the engine (one per choice).",
          static_cast<double>(s.requests_submitted));

@@ -31,8 +31,9 @@ class ServerMetrics {
   ServerMetrics();
   // One answered HTTP request, by status code.
   void count_response(int status);
-  // The whole exposition. `in_flight` counts generation requests the HTTP side is serving.
-  std::string render(Engine& engine, int in_flight);
+  // The whole exposition. `in_flight` counts generation requests the HTTP side is serving,
+  // `connections` the client connections open.
+  std::string render(Engine& engine, int in_flight, int connections);
 
  private:
   std::mutex mutex_;

@@ -132,8 +132,8 @@ inline TensorMap encode_2d(TmaDtype dtype, const void* base, uint64_t rows, uint
 // gate/up weight), the 128-byte swizzle. A box of box_rows rows (of each half) by k_blocks K blocks
 // lands in shared memory as its K blocks one after another, each its rows (the first half's, then
 // the second's), as k_blocks · halves boxes of the 2D map (encode_2d, 64 columns) would place them:
-// one copy instead of several (a copy costs the issuing SM ~100 ns whatever its size; docs/
-// perf-log.md, session 35). The K-block stride (128 bytes) is below the row stride: the view's
+// one copy instead of several (a copy costs the issuing SM about the same whatever its size;
+// docs/performance.md). The K-block stride (128 bytes) is below the row stride: the view's
 // dimensions are not ordered by stride, which the PTX tensor copy allows (a tensor map's strides
 // are per dimension).
 inline TensorMap encode_k_blocks(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows,

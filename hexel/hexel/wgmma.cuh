@@ -43,10 +43,10 @@ HEXEL_DEVICE void wait_group() {
 // wait_group<N> issued only once x and y are computed. ptxas schedules a wait as early as its
 // block allows (the instruction reads no register), so arithmetic written between two waits to
 // overlap a group in flight can end up after the second one: FlashAttention's softmax of block b
-// between the wait for its S = Q·Kᵀ and the wait for block b - 1's P·V (docs/perf-log.md, change
-// 74). Here the wait is the body of a loop whose trip count depends on x and y (1, or 2 when
-// either holds the bit pattern 0x7f800001, a signalling NaN that no arithmetic instruction
-// returns: waiting twice would be harmless), so it cannot move above their computation.
+// between the wait for its S = Q·Kᵀ and the wait for block b - 1's P·V. Here the wait is the
+// body of a loop whose trip count depends on x and y (1, or 2 when either holds the bit pattern
+// 0x7f800001, a signalling NaN that no arithmetic instruction returns: waiting twice would be
+// harmless), so it cannot move above their computation.
 // PTX: wgmma.wait_group.
 template <int N>
 HEXEL_DEVICE void wait_group_after(float x, float y) {

@@ -244,7 +244,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   ASSERT_EQ(layer_args.size(), 21u);
   // The QKV epilogue in the QKV tiles (QKV_ROPE) but with QK norm (qwen3).
   const bool qk_norm = GetParam() == std::string("qwen3");
-  // Every weight from its slot image, one bulk copy a ring slot (BULK; change 90): the tiny models'
+  // Every weight from its slot image, one bulk copy a ring slot (BULK): the tiny models'
   // gate/up takes 8 tiles of 64 rows, a last round that leaves most SMs idle; each image in the
   // layer's tiles (gate/up's two halves).
   const PersistentLayerTiling lt = decode_layer_tiling(128, 256, 128, 256, 32);
@@ -409,8 +409,8 @@ TEST(Codegen, DecodeLayerTiling) {
   EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 256)[6], 0);
   for (auto t : {tiling(4096, 6144, 4096, 14336, 128), tiling(2048, 3072, 2048, 8192, 64)})
     EXPECT_LE(t[5] + 16 * 1024, 227 * 1024);
-  // Every weight from its slot image where gate/up's last round leaves half the SMs or more idle
-  // (change 90): the 8B (448 tiles: 52 in the last round) and Qwen2.5-1.5B (280: 16), not the 1B
+  // Every weight from its slot image where gate/up's last round leaves half the SMs or more idle:
+  // the 8B (448 tiles: 52 in the last round) and Qwen2.5-1.5B (280: 16), not the 1B
   // (256: 124) nor Qwen3-0.6B (96: one round of 96).
   EXPECT_EQ(decode_layer_tiling(4096, 6144, 4096, 14336, 128).bulk, 0b1111);
   EXPECT_EQ(decode_layer_tiling(1536, 2048, 1536, 8960, 128).bulk, 0b1111);
@@ -442,7 +442,7 @@ TEST(Codegen, OneCopyOfTheWeightsWithoutSlotImages) {
     EXPECT_TRUE(without_args[static_cast<std::size_t>(i)].starts_with("tmap:w:layers.0."));
 }
 
-// serving.decode_qkv_flags (change 106): the one-token layer's instance takes QKV_FLAGS and
+// serving.decode_qkv_flags: the one-token layer's instance takes QKV_FLAGS and
 // layer_sync grows by a counter per KV head; with QK norm (the QKV epilogue outside the QKV tiles)
 // the key changes nothing.
 TEST(Codegen, QkvFlagsFromTheServingConfig) {
@@ -534,7 +534,7 @@ TEST(Codegen, PrefillImageBoxRows) {
   EXPECT_EQ(prefill_image_box_rows({56, 1}, 256), 336);  // offsets up to 48: 6 tiles of 56
   EXPECT_EQ(prefill_image_box_rows({44, 1}, 256), 0);    // gcd 4
   EXPECT_EQ(prefill_image_box_rows({}, 256), 0);
-  EXPECT_EQ(prefill_gemm_smem(0), 230464);  // 4 stages of 128 + 256 rows (the plan before)
+  EXPECT_EQ(prefill_gemm_smem(0), 230464);  // 4 stages of 128 + 256 rows (the weight's own map)
   EXPECT_EQ(prefill_gemm_smem(256), 230464);
   EXPECT_EQ(prefill_gemm_smem(288), 193584);  // 3 stages of 128 + 288 rows
   for (int box : {0, 288, 320}) EXPECT_LE(prefill_gemm_smem(box), kMaxSmemPerBlock);
@@ -543,13 +543,13 @@ TEST(Codegen, PrefillImageBoxRows) {
 // The small-M GEMM covers the GPU at Llama-3.1-8B shapes, and its stage ring fills the shared
 // memory of the CTAs that share an SM (whole grid resident).
 TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
-  SmallGemmLimits one;  // one consumer warpgroup a CTA, as the plan up to change 62
+  SmallGemmLimits one;  // one consumer warpgroup a CTA at every size
   one.warpgroups = 1;
   auto tiling = [](int n, int k, int tokens, bool swiglu, const SmallGemmLimits& limits = {}) {
     const SmallGemmTiling t = small_gemm_tiling(n, k, tokens, swiglu, false, limits);
     return std::array<int, 6>{t.bn, t.tiles_m, t.tiles_n, t.stages, t.smem(), t.warpgroups};
   };
-  // o and down: 128 CTAs, two K blocks a stage (change 81), a ring of 96 KB of weights (12
+  // o and down: 128 CTAs, two K blocks a stage, a ring of 96 KB of weights (12
   // stages) where the CTA's shared memory holds it (9 stages at 64 tokens); a K block's slot holds
   // 4 KB of weights and the tokens' rows: one 8-row group (1 KB) up to 8 tokens, the 64-row tile
   // (8 KB) beyond; a stage's two barriers 16 bytes.
@@ -678,7 +678,7 @@ TEST(Codegen, SmallGemmOnTwoWarpgroups) {
   // The plan's own: 64-row weight tiles, no cluster, 8 stages.
   EXPECT_EQ(small_gemm_tiling(4096, 4096, 256, false).instance("residual", 256, 4096, 4096),
             "telos_kernels::gemm_small_residual_cl<256, 4096, 4096, 64, 8, 1, 2>");
-  // 100 rows: one M tile, its box the 100 rows (the kernel zeroes the other 28); a cluster of two
+  // 100 rows: one M tile, its box the 100 rows (the other 28 are never loaded); a cluster of two
   // no longer divides the M tiles.
   const SmallGemmTiling r =
       small_gemm_two_warpgroups(small_gemm_tiling(4096, 4096, 200, false, false, one), 100);
@@ -1177,9 +1177,9 @@ TEST(Codegen, AttnSplitFourBlocksCompileWithoutSpills) {
   EXPECT_FALSE(attn_split_four_blocks(128, 1));
 }
 
-// attn_split through BULK ring slots (change 65; the plan's kAttnSplitBulk) at the Llama shapes'
-// head dims and groups and G = 6, 1, 8 and 16: 2 slots a warp under three blocks' registers, 3 and
-// 4 under two's, and with EARLY (change 100); no spills or stack frame, and the ring with the
+// attn_split through BULK ring slots (the plan's kAttnSplitBulk) at the Llama shapes' head dims
+// and groups and G = 6, 1, 8 and 16: 2 slots a warp under three blocks' registers, 3 and 4 under
+// two's, and with EARLY; no spills or stack frame, and the ring with the
 // kernel's static shared memory fits the SM at least `resident` times (attn_split_ring_bytes: 64 KB
 // at head dim 128 and 2 slots, three blocks; 4 slots, 128 KB: one; at G = 8 and 16, Q's staging
 // leaves room for two, hence attn_split_bulk_fits).

@@ -25,9 +25,8 @@ namespace {
 class TestModule {
  public:
   TestModule(const std::string& source, const std::vector<std::string>& instances) {
-    // One module a hardware thread (codegen::compile_modules): the compiles, not the kernels, were
-    // this binary's time on the GPU machine (session 22's gpu_check: 227 s, and 32 s for the
-    // same tests under memcheck with every compile in the cache).
+    // One module a hardware thread (codegen::compile_modules): the compiles, not the kernels, are
+    // most of this binary's time on the GPU machine when the kernel cache is cold.
     const auto modules = codegen::compile_modules(
         source, "sm_90a", instances, codegen::CompileCache::default_root(),
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
@@ -363,13 +362,13 @@ int sm_count() {
   return n;
 }
 
-// Batch invariance across the two GEMMs (issue 4): for every epilogue, the small-M GEMM's output is
+// Batch invariance across the two GEMMs: for every epilogue, the small-M GEMM's output is
 // the prefill GEMM's, bit for bit, on the same inputs, at ragged M (1 to 200: one to four 64-row
 // tiles, one or two 128-row tiles) and N, K not multiples of either's tiles (a row in any 64-row
 // slab of a 128-row tile); the stage ring wraps
 // (K = 2000: 32 blocks, at most 16 stages). The small GEMM runs at the plan's tiling and, from 100
-// rows on, also at wider weight tiles (64-256 rows, 4 stages: the full-batch buckets' candidates,
-// docs/perf-log.md session 18 run 5), each bit for bit the prefill GEMM's, and each of those on
+// rows on, also at wider weight tiles (64-256 rows, 4 stages: the full-batch buckets' tiles),
+// each bit for bit the prefill GEMM's, and each of those on
 // clusters of 2 and 4 M tiles sharing the weight tiles by multicast (the _cl kernels) where they
 // divide the M tiles (100 rows: two; 200: four), and on two consumer warpgroups a CTA (128-row M
 // tiles, WG = 2; 100 rows: one M tile whose last 28 rows no load writes). It is also checked
@@ -513,7 +512,7 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
   }
 }
 
-// The GEMMs reading their weight from its slot image (`timg:`, change 92) give the bits they give
+// The GEMMs reading their weight from its slot image (`timg:`) give the bits they give
 // through the weight's own 2D map, in every form the plan can take: the prefill GEMM (one box a
 // stage where its rows are whole image tiles; where they cut the tiles, as the 8B's 48-row qkv
 // tiles do, one box of the tiles that cover them, from an offset, and 16-row boxes), the small GEMM
@@ -888,8 +887,8 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
 }
 
 // The persistent layer's weight stream and tiles at every QKV tile height the plan can pick
-// (decode_layer_tiling: 24 and 48 rows since change 86, a 6 KB slot of one or two K blocks; 16 and
-// 32 before): the QKV phase alone (persistent_stream, layer_gemm_tile), run by a test kernel, gives
+// (decode_layer_tiling: 24 and 48 rows, a 6 KB slot of one or two K blocks; and 16 and 32): the
+// QKV phase alone (persistent_stream, layer_gemm_tile), run by a test kernel, gives
 // gemm_small_bf16's bits for one token at the tiny, Qwen3-0.6B, Llama-3.2-1B and Llama-3.1-8B
 // shapes, output poisoned first.
 // The producer of the QKV-phase test kernels below: the tiles of BQ rows of qkv_map into the ring
@@ -1788,7 +1787,7 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
   }
 }
 
-// A row's bits depend only on its own position and data (issue 4): one prompt of 300 tokens (three
+// A row's bits depend only on its own position and data: one prompt of 300 tokens (three
 // key blocks, ending mid-block and mid-page) computed as one step must give the same bits as the
 // same prompt in chunks of 64 + 77 + 159 tokens, each chunk its own step with NaN in every position
 // it has not reached, the second chunk behind another sequence's 37 tokens (so its first row is

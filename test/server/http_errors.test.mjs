@@ -53,7 +53,8 @@ describe("refusals", () => {
     assertError(await postJson(completions, { prompt: "x", n: "two" }, auth), 400, /n: expected an integer/);
     assertError(await postJson(completions, { prompt: "x", stream: "yes" }, auth), 400, /stream: expected a boolean/);
     const bad = Buffer.concat([Buffer.from('{"prompt": "'), Buffer.from([0xff, 0xfe]), Buffer.from('"}')]);
-    const res = await fetch(completions, { method: "POST", headers: auth, body: bad });
+    const res = await fetch(completions, {
+      method: "POST", headers: { ...auth, "Content-Type": "application/json" }, body: bad });
     assert.equal(res.status, 400);
   });
 
@@ -67,19 +68,27 @@ describe("refusals", () => {
     assert.match(await metrics(server.url), /^telos_kv_pages_free \d+$/m);
   });
 
-  test("unknown routes are 404 and wrong methods 405, as JSON", async () => {
+  test("unknown routes are 404 and wrong methods 405 with Allow, as JSON", async () => {
     const notFound = await fetch(`${server.url}/v1/engines`, { headers: auth });
     assert.equal(notFound.status, 404);
     assert.match((await notFound.json()).error.message, /no such endpoint/);
-    const wrongMethod = await fetch(completions, { headers: auth });
-    assert.equal(wrongMethod.status, 405);
+    for (const method of ["GET", "PUT", "DELETE", "PATCH"]) {
+      const wrongMethod = await fetch(completions, { method, headers: auth });
+      assert.equal(wrongMethod.status, 405, method);
+      assert.equal(wrongMethod.headers.get("allow"), "POST");
+      assertError({ status: 405, body: await wrongMethod.json() }, 405, /takes POST/);
+    }
+    const health = await fetch(`${server.url}/health`, { method: "DELETE" });
+    assert.equal(health.status, 405);
+    assert.equal(health.headers.get("allow"), "GET, HEAD");
   });
 
   test("garbage that is not HTTP gets 400 and the server goes on", async () => {
     const answer = await rawHttp(server.url, "NOT HTTP AT ALL\r\n\r\n");
     assert.match(answer, /^HTTP\/1\.1 400/);
     const truncated = await rawHttp(server.url,
-      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\"", true);
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" +
+      `Authorization: Bearer ${KEY}\r\nContent-Length: 100\r\n\r\n{"prompt"`, true);
     assert.ok(truncated === "" || /^HTTP\/1\.1 4/.test(truncated), truncated);
     assert.equal((await fetch(`${server.url}/health`)).status, 200);
   });
