@@ -42,9 +42,9 @@ GeneratedKernels generate_kernels(const CodegenInput& in, const CodegenOptions& 
   // The Blackwell kernels (tcgen05) are not written yet: every GEMM is wgmma, which sm_100a lacks.
   for (const auto& arch : in.targets)
     if (arch != "sm_90a")
-      fail("codegen: target " + arch + ": no kernels for it yet (issue 4: the sm_100a kernels "
-           "are not written; the GEMMs use wgmma, an sm_90a instruction); compile with "
-           "--target sm_90a");
+      fail("codegen: target " + arch +
+           ": no kernels for it yet (the GEMMs use wgmma, an sm_90a instruction; Blackwell's "
+           "tcgen05 kernels are not written); compile with --target sm_90a");
   const KernelPlan plan = plan_kernels(in);
   GeneratedKernels out;
   out.source = emit_source(plan);

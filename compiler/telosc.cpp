@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
   compile->add_option("--serving", co.serving_file,
                       "JSON serving config; replaces model.json's \"serving\" section");
   compile->add_option("--target", co.targets,
-                      "GPU architectures, comma-separated (sm_90a,sm_100a)");
+                      "GPU architecture to compile kernels for: sm_90a (Hopper, the default)");
   compile->add_option("--emit", co.emit, "Print a stage to stdout instead of writing an artifact")
       ->check(CLI::IsMember({"ir", "plan", "kernels"}));
   compile->add_option(

@@ -20,7 +20,7 @@ if [ "${1:-}" = "--prepare" ]; then
   rm -rf "$C" && mkdir -p "$C/lib"
   node test/server/make_test_models.mjs "$C/models" "$BUILD/bin/telosc" .
   cp "$BUILD/bin/telos-run" "$BUILD/bin/telosc" "$C/" && strip "$C/telos-run" "$C/telosc"
-  for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu|httplib|brotli/ {print $3}'); do cp -L "$l" "$C/lib/"; done
+  for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu/ {print $3}'); do cp -L "$l" "$C/lib/"; done
   tar cJf "$C/lib.tar.xz" -C "$C" lib && rm -rf "$C/lib"
   xz -9 -c "$(command -v node)" > "$C/node.xz"
   tar cJf "$C/node_modules.tar.xz" -C test/server node_modules

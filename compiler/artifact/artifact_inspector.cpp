@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "support/artifact_files.hpp"
@@ -23,6 +24,27 @@ std::string human_bytes(std::int64_t n) {
   else
     std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(n));
   return buf;
+}
+
+// Whether the artifact takes text, as telos-run finds it: tokenizer.json, and a chat template in
+// tokenizer_config.json ("chat_template") or in chat_template.jinja beside it.
+std::string text_summary(const fs::path& dir,
+                         const std::vector<std::pair<std::string, std::string>>& files) {
+  const auto has = [&](const char* name) {
+    for (const auto& f : files)
+      if (f.first == name) return true;
+    return false;
+  };
+  if (!has("tokenizer.json")) return "text: no tokenizer (token-id prompts only)\n";
+  bool chat = has("tokenizer_config.json") && has("chat_template.jinja");
+  if (has("tokenizer_config.json") && !chat) {
+    std::ifstream in(dir / "tokenizer_config.json");
+    const nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
+    chat = config.is_object() && config.contains("chat_template") &&
+           !config["chat_template"].is_null();
+  }
+  return chat ? "text: tokenizer and chat template (text prompts and chat requests)\n"
+              : "text: tokenizer, no chat template (text prompts; chat requests refused)\n";
 }
 
 std::string summary(const std::string& path, const nlohmann::json& j, const ArtifactManifest& a) {
@@ -67,6 +89,7 @@ std::string summary(const std::string& path, const nlohmann::json& j, const Arti
   s += "weights: " + std::to_string(a.tensors.size()) + " tensors, " + human_bytes(a.weights_size) +
        " in " + a.weights_file + "\n";
   s += "kernels: " + std::to_string(j.at("kernels").size()) + "\n";
+  s += text_summary(fs::path(path), a.files);
   return s;
 }
 
