@@ -67,7 +67,7 @@ class Artifact {
   const WeightTensor& tensor(std::string_view name) const;
   const WeightTensor* find_tensor(std::string_view name) const;
 
-  // True when codegen has filled the kernel table (issue 4); the GPU engine needs it.
+  // True when codegen has filled the kernel table; the GPU engine needs it.
   bool has_kernels() const;
 
   // Refuses (telos::Error naming serving.targets) unless the artifact was compiled for the

@@ -12,7 +12,7 @@
 namespace telos::exec {
 namespace {
 
-// Architectures the kernels of issue 4 are written for: Hopper and Blackwell datacenter parts.
+// Architectures the kernels are written for: Hopper and Blackwell datacenter parts.
 bool supported_arch(const std::string& arch) {
   return arch == "sm_90" || arch == "sm_100";
 }

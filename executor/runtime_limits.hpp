@@ -1,13 +1,11 @@
 #pragma once
-// Limits a deployment sets when telos-run starts, at most what the artifact was compiled for
-// (issue 5: "runtime limits are set at start up to the compiled maxima"): the sequences a step,
-// the tokens of one request, the KV pool's pages and the prompt tokens a step, as vLLM's
-// --max-num-seqs, --max-model-len, --num-gpu-blocks-override and --max-num-batched-tokens. One
-// artifact then serves a smaller batch, shorter requests, a smaller pool (memory left to
+// Limits a deployment sets when telos-run starts, at most what the artifact was compiled for: the
+// sequences a step, the tokens of one request, the KV pool's pages and the prompt tokens a step, as
+// vLLM's --max-num-seqs, --max-model-len, --num-gpu-blocks-override and --max-num-batched-tokens.
+// One artifact then serves a smaller batch, shorter requests, a smaller pool (memory left to
 // something else) or shorter prefill steps (decode tokens wait less behind a long prompt) without
-// compiling again. The compiled programs
-// stay what they are: a step still pads to the smallest bucket that holds it, so a row's tokens
-// do not change with the limits.
+// compiling again. The compiled programs stay what they are: a step still pads to the smallest
+// bucket that holds it, so a row's tokens do not change with the limits.
 #include <cstdint>
 #include <optional>
 #include <string>

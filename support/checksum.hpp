@@ -29,7 +29,7 @@ class MappedFile;
 // XXH64 of `length` bytes of `file` from `offset`, in 16 MiB windows, each dropped from the
 // process's memory once hashed (MappedFile::release): a weights file's largest tensors pass 1 GB
 // (the 8B shape's embedding), and keeping what was hashed resident would make checking a 16 GB
-// model peak at 16 GB of host memory (issue 5: telos-run stays under 1 GB).
+// model peak at 16 GB of host memory (telos-run stays under 1 GB).
 std::uint64_t xxh64_range(const MappedFile& file, std::size_t offset, std::size_t length);
 
 // One checksum to compute: XXH64 of a range of a mapped file.
