@@ -1,7 +1,5 @@
 #include "codegen/codegen.hpp"
 
-#include <filesystem>
-#include <fstream>
 #include <future>
 
 #include "codegen/emit_source.hpp"
@@ -10,7 +8,6 @@
 #include "support/error.hpp"
 
 namespace telos::codegen {
-namespace fs = std::filesystem;
 namespace {
 
 std::string bucket_name(const BucketProgram& b) { return b.kind + ":" + std::to_string(b.size); }
@@ -45,9 +42,9 @@ GeneratedKernels generate_kernels(const CodegenInput& in, const CodegenOptions& 
   // The Blackwell kernels (tcgen05) are not written yet: every GEMM is wgmma, which sm_100a lacks.
   for (const auto& arch : in.targets)
     if (arch != "sm_90a")
-      fail("codegen: target " + arch + ": no kernels for it yet (issue 4: the sm_100a kernels "
-           "are not written; the GEMMs use wgmma, an sm_90a instruction); compile with "
-           "--target sm_90a");
+      fail("codegen: target " + arch +
+           ": no kernels for it yet (the GEMMs use wgmma, an sm_90a instruction; Blackwell's "
+           "tcgen05 kernels are not written); compile with --target sm_90a");
   const KernelPlan plan = plan_kernels(in);
   GeneratedKernels out;
   out.source = emit_source(plan);
@@ -107,28 +104,6 @@ GeneratedKernels generate_kernels(const CodegenInput& in, const CodegenOptions& 
                            std::move(modules[t].log), modules[t].from_cache});
   out.programs = programs_json(plan);
   return out;
-}
-
-std::vector<std::string> write_kernel_files(const GeneratedKernels& kernels,
-                                            const std::string& artifact_dir) {
-  const fs::path dir = fs::path(artifact_dir) / "kernels";
-  std::error_code ec;
-  fs::create_directories(dir / "src", ec);
-  if (ec) fail("codegen: cannot create " + (dir / "src").string() + ": " + ec.message());
-  std::vector<std::string> written;
-  auto put = [&](const std::string& rel, const std::string& data) {
-    const fs::path p = fs::path(artifact_dir) / rel;
-    std::ofstream out(p, std::ios::binary);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    if (!out) fail("codegen: cannot write " + p.string());
-    written.push_back(rel);
-  };
-  put("kernels/src/model.cu", kernels.source);
-  for (const auto& t : kernels.targets) {
-    put("kernels/" + t.arch + ".ptx", t.ptx);
-    put("kernels/" + t.arch + ".cubin", t.cubin);
-  }
-  return written;
 }
 
 }  // namespace telos::codegen

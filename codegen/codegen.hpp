@@ -33,9 +33,4 @@ struct CodegenOptions {
 // log when compilation fails.
 GeneratedKernels generate_kernels(const CodegenInput& in, const CodegenOptions& options = {});
 
-// Writes kernels/src/model.cu and kernels/<arch>.ptx / .cubin under `artifact_dir`; returns their
-// paths relative to it, for the manifest's "files".
-std::vector<std::string> write_kernel_files(const GeneratedKernels& kernels,
-                                            const std::string& artifact_dir);
-
 }  // namespace telos::codegen

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -84,6 +85,9 @@ int run_compile(const CompileOptions& o) {
   // The full pipeline must end at docs/artifact.md's weight table, with or without weights.
   if (full_pipeline) check_weight_table(graph, model.spec);
   const Plan plan = make_plan(graph, model.spec, config);
+  // Whatever telosc accepts, telos-run runs: the configuration passes the manifest's checks now,
+  // before anything is compiled (and the whole manifest again before it is written).
+  validate_configuration(model.source, model.spec, config, plan);
 
   if (o.emit == "ir") {
     std::cout << ir::print_graph(graph);
@@ -124,8 +128,8 @@ int main(int argc, char** argv) {
   CLI::App app{"telosc: the Telos ahead-of-time LLM compiler", "telosc"};
   app.require_subcommand(1);
   app.footer(
-      "Exit codes: 0 success; 1 error (bad model, config or output; one line on stderr: "
-      "'telosc: error: MESSAGE'); 2 usage error (bad command line).");
+      "Exit codes: 0 success; 1 error (bad model, config, checkpoint or output, or out of memory; "
+      "one line on stderr: 'telosc: error: MESSAGE'); 2 usage error (bad command line).");
 
   CompileOptions co;
   CLI::App* compile = app.add_subcommand("compile", "Compile a model into an artifact directory");
@@ -135,7 +139,7 @@ int main(int argc, char** argv) {
   compile->add_option("--serving", co.serving_file,
                       "JSON serving config; replaces model.json's \"serving\" section");
   compile->add_option("--target", co.targets,
-                      "GPU architectures, comma-separated (sm_90a,sm_100a)");
+                      "GPU architecture to compile kernels for: sm_90a (Hopper, the default)");
   compile->add_option("--emit", co.emit, "Print a stage to stdout instead of writing an artifact")
       ->check(CLI::IsMember({"ir", "plan", "kernels"}));
   compile->add_option(
@@ -174,6 +178,9 @@ int main(int argc, char** argv) {
     return kExitUsage;
   } catch (const Error& e) {
     std::fprintf(stderr, "telosc: error: %s\n", e.what());
+    return kExitError;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "telosc: error: out of memory\n");
     return kExitError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "telosc: error: internal: %s\n", e.what());

@@ -1,9 +1,11 @@
 #pragma once
-// The executor's view of a compiled artifact (docs/artifact.md, schema version 1). Loading reads
-// manifest.json, checks it field by field, verifies the checksum of every file and every weight
-// tensor, and maps weights.bin read-only. Anything wrong is refused with one telos::Error whose
-// message names the file and the field. This is the only place the executor learns what the
-// compiler wrote: nothing here includes compiler/ headers.
+// The executor's view of a compiled artifact (docs/artifact.md). Loading opens it through the
+// artifact format's one validation (support/artifact_files.hpp, shared with telosc): manifest.json
+// checked field by field against the bounds of support/artifact_limits.hpp, the checksum of every
+// file and weight tensor and of the manifest's model and weights sections verified, and
+// weights.bin mapped read-only. Anything wrong is refused with one telos::Error whose message names
+// the file and the field. Nothing here includes compiler/ headers: the two meet in support/'s
+// artifact format.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -13,54 +15,26 @@
 #include <string_view>
 #include <vector>
 
+#include "support/artifact_files.hpp"
+#include "support/artifact_format.hpp"
 #include "support/dtype.hpp"
+#include "support/launch_args.hpp"
 #include "support/mapped_file.hpp"
 
 namespace telos::exec {
 
-// The newest schema this reader understands; a larger manifest schema_version is refused.
-inline constexpr int kArtifactSchemaVersion = 1;
-
-struct RopeConfig {
-  std::string type;  // "default" or "llama3"
-  double theta = 10000.0;
-  // llama3 scaling only (see transformers' _compute_llama3_parameters).
-  double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  int original_max_position_embeddings = 0;
-};
-
-struct ModelConfig {
-  std::string name, architecture, family;
-  int vocab_size = 0, hidden_size = 0, intermediate_size = 0;
-  int num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
-  double rms_norm_eps = 0.0;
-  int max_position_embeddings = 0;
-  RopeConfig rope;
-  bool tie_word_embeddings = false;
-  bool qkv_bias = false;  // Qwen2
-  bool qk_norm = false;   // Qwen3
-  int bos_token_id = -1;
-  std::vector<std::int32_t> eos_token_ids;
-};
-
-struct ServingConfig {
-  int max_batch = 0, max_seq_len = 0, kv_page_size = 0;
-  std::optional<int> kv_pool_pages;               // "kv_pool": {"pages": N}
-  std::optional<double> kv_pool_memory_fraction;  // "kv_pool": {"memory_fraction": F}
-  int prefill_chunk = 0;
-  std::vector<int> decode_buckets, prefill_buckets;  // ascending
-  std::vector<std::string> targets;                  // e.g. "sm_90a"
-  int tensor_parallel = 1;
-};
-
-struct KvCacheConfig {
-  std::string dtype;
-  int page_size = 0, num_layers = 0, num_kv_heads = 0, head_dim = 0;
-  std::int64_t bytes_per_page = 0;
-  std::string layout;
-};
+// The manifest's typed form, its validation and the launch arguments' parsers live in support/
+// (artifact_format.hpp, launch_args.hpp), shared with telosc; these names keep the executor's.
+using telos::kArtifactSchemaVersion;
+using telos::KvCacheConfig;
+using telos::ModelConfig;
+using telos::parse_tensor_map_arg;
+using telos::parse_weight_image_arg;
+using telos::RopeConfig;
+using telos::ServingConfig;
+using telos::TensorMapArg;
+using telos::WeightChecks;
+using telos::WeightImageArg;
 
 // One weight tensor, pointing into the mapped weights.bin.
 struct WeightTensor {
@@ -72,50 +46,13 @@ struct WeightTensor {
   std::size_t bytes = 0;
 };
 
-// A `tmap:TARGET:ROWS:COLS:BOX_ROWS:BOX_COLS` launch argument (docs/artifact.md, "Kernels"): a
-// TMA tensor map over a row-major [ROWS, COLS] matrix at TARGET (`w:NAME` or `buf:NAME`), read
-// and written in BOX_ROWS x BOX_COLS boxes with the 128-byte swizzle. A box row is one swizzle
-// span, so BOX_COLS names the element type: 64 bf16 or 32 f32 (`elem_bytes` 2 or 4).
-struct TensorMapArg {
-  std::string target;
-  std::int64_t rows = 0, cols = 0;
-  int box_rows = 0, box_cols = 0;
-  int elem_bytes = 0;
-};
-
-// Parses `arg` (which starts with "tmap:"); throws telos::Error naming `where` and what is wrong
-// when it is malformed: a target that is not w:, buf: or kv:, a non-positive or non-numeric size,
-// COLS not a multiple of 8 (TMA rows are multiples of 16 bytes), BOX_ROWS outside 1..256, BOX_COLS
-// other than 64 (bf16) or 32 (f32), the two 128-byte swizzle spans.
-TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& where);
-
-// A `wimg:NAME:BN:HALVES` launch argument (docs/artifact.md, "Kernels"): the slot image of weight
-// NAME in tiles of BN rows, of one or two halves (support/slot_image.hpp); or a
-// `timg:NAME:BN:HALVES:BOX` one: the tensor map over that image read in boxes of BOX rows.
-struct WeightImageArg {
-  std::string weight;
-  int bn = 0, halves = 1;
-  int box_rows = 0;  // timg: only
-  // The image's own argument (`wimg:NAME:BN:HALVES`): the engine keeps one image per key.
-  std::string key() const;
-};
-
-// Parses `arg` (which starts with "wimg:" or "timg:"); throws telos::Error naming `where` when it
-// is not a name and two (timg: three) positive integers. What the weight allows is checked at load
-// (Artifact::load).
-WeightImageArg parse_weight_image_arg(const std::string& arg, const std::string& where);
-
-// What Artifact::load hashes of weights.bin: every tensor (the bytes a model reads; the checksums
-// a serving load needs), or every byte (the file's own checksum too, which the tensors' cover but
-// for the alignment padding between them: `telos-run check`).
-enum class WeightChecks { kEveryTensor, kEveryByte };
-
 class Artifact {
  public:
-  // Loads and verifies the artifact directory at `dir`. Throws telos::Error naming the file and
-  // field at fault: a newer schema_version, a missing or malformed field, a missing file, a
-  // weights.bin of the wrong size, a checksum mismatch, an inconsistent shape. The checksums are
-  // computed on several threads, the largest first.
+  // Loads and verifies the artifact directory at `dir` (telos::open_artifact). Throws telos::Error
+  // naming the file and field at fault: not an artifact, a newer schema_version, a missing,
+  // malformed or out-of-bounds field, a missing file, a weights.bin of the wrong size, a checksum
+  // mismatch, an inconsistent shape, an edited manifest. The checksums are computed on several
+  // threads, the largest first.
   static std::shared_ptr<const Artifact> load(const std::string& dir,
                                               WeightChecks checks = WeightChecks::kEveryTensor);
 
@@ -130,7 +67,7 @@ class Artifact {
   const WeightTensor& tensor(std::string_view name) const;
   const WeightTensor* find_tensor(std::string_view name) const;
 
-  // True when codegen has filled the kernel table (issue 4); the GPU engine needs it.
+  // True when codegen has filled the kernel table; the GPU engine needs it.
   bool has_kernels() const;
 
   // Refuses (telos::Error naming serving.targets) unless the artifact was compiled for the

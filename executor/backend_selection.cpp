@@ -1,6 +1,7 @@
 #include "executor/backend_selection.hpp"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <system_error>
 #include <thread>
@@ -11,7 +12,7 @@
 namespace telos::exec {
 namespace {
 
-// Architectures the kernels of issue 4 are written for: Hopper and Blackwell datacenter parts.
+// Architectures the kernels are written for: Hopper and Blackwell datacenter parts.
 bool supported_arch(const std::string& arch) {
   return arch == "sm_90" || arch == "sm_100";
 }
@@ -28,7 +29,7 @@ std::string gpu_engine_unavailable(const Artifact& artifact, const GpuDevice& gp
   if (!artifact.has_kernels())
     return artifact.dir() +
            ": manifest.json kernels is empty: the GPU engine needs the kernels "
-           "codegen writes (issue 4)";
+           "telosc compiles";
   try {
     artifact.check_target(gpu.arch);
   } catch (const Error& e) {
@@ -38,9 +39,22 @@ std::string gpu_engine_unavailable(const Artifact& artifact, const GpuDevice& gp
   return "";
 }
 
+// Whether the NVIDIA driver's library can be loaded. Without it the CUDA runtime reports
+// "CUDA driver version is insufficient", which reads as an old driver rather than none.
+bool nvidia_driver_present() {
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver == nullptr) return false;
+  dlclose(driver);
+  return true;
+}
+
 }  // namespace
 
 std::optional<GpuDevice> detect_gpu(std::string* why_not) {
+  if (!nvidia_driver_present()) {
+    if (why_not) *why_not = "no NVIDIA driver found (libcuda.so.1 is missing)";
+    return std::nullopt;
+  }
   int count = 0;
   if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
     if (why_not) *why_not = std::string("no usable CUDA GPU (") + cudaGetErrorString(e) + ")";

@@ -10,8 +10,8 @@
 //    packing, launch), how many of those steps were launched before the previous one was back
 //    (overlapped; --no-overlap turns that off) and the device's idle gap between steps (GPU
 //    engine only); GPU engine: of the host time, the device API calls that launch the step, in
-//    total and by call group (descriptor upload, stream wait, graph launch, the rest: issue 5's
-//    question of which grows with the batch) with the descriptor bytes uploaded, medians; the
+//    total and by call group (descriptor upload, stream wait, graph launch, the rest: which
+//    grows with the batch) with the descriptor bytes uploaded, medians; the
 //    bench's own idle-gap events (two a step) are timed apart and left out of the host time; the
 //    loop thread's CPU time over the same work (below the host time by what it spent off its CPU),
 //    and over the whole run the share of the machine's CPU time stolen by the hypervisor
@@ -27,7 +27,7 @@
 //    time per kernel template, the sum against the graph's time (what programmatic launches
 //    overlap);
 //  - always: the process's resident memory at the end and its peak (VmRSS, VmHWM).
-// A table on stdout, or with --json one JSON object with every figure (issue 7's benchmark script
+// A table on stdout, or with --json one JSON object with every figure (tools/bench_suite.py
 // parses it).
 #include <sys/resource.h>
 #include <time.h>

@@ -1,10 +1,13 @@
-// telos-run check: load and verify an artifact without running it (schema, every checksum, tensor
-// shapes, and the target architecture), so that a copied or downloaded artifact can be checked
-// anywhere.
+// telos-run check: load and verify an artifact without running it (the manifest's every field and
+// bound, every checksum, tensor shapes, and the target architecture), so that a copied or
+// downloaded artifact can be checked anywhere. It refuses what `generate` would refuse before
+// running: the artifact and, where generate would run the CPU reference engine (no GPU, or no
+// kernels), a KV pool larger than the host's memory.
 #include <iostream>
 #include <memory>
 
 #include "executor/commands.hpp"
+#include "executor/cpu_reference_model.hpp"
 #include "support/error.hpp"
 
 namespace telos::exec {
@@ -18,13 +21,15 @@ struct CheckOptions {
 int run_check(const CheckOptions& o) {
   std::shared_ptr<const Artifact> a = Artifact::load(o.artifact, WeightChecks::kEveryByte);
   std::string arch = o.arch;
+  std::string why_not;
+  const std::optional<GpuDevice> gpu = detect_gpu(&why_not);
+  // generate runs the CPU reference engine where there is no GPU or no kernels.
+  if (!gpu || !a->has_kernels()) CpuReferenceModel::check_kv_pool(*a, 0);
   if (arch.empty()) {
-    std::string why_not;
-    if (std::optional<GpuDevice> gpu = detect_gpu(&why_not)) {
+    if (gpu)
       arch = gpu->arch;
-    } else {
+    else
       std::cerr << "telos-run: " << why_not << "; not checking the target architecture\n";
-    }
   }
   if (!arch.empty()) a->check_target(arch);
   std::size_t weight_bytes = 0;

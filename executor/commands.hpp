@@ -14,6 +14,7 @@ namespace telos::exec {
 
 // Documented in --help; tests check them.
 inline constexpr int kExitOk = 0;
+// A run that fails for want of memory is an error too (exit 1, "telos-run: error: out of memory").
 inline constexpr int kExitError = 1;  // a refused artifact or request, or a failed run
 inline constexpr int kExitUsage = 2;  // the command line itself is wrong
 inline constexpr const char* kExitCodes =

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "executor/runtime_limits.hpp"
 #include "support/error.hpp"
 #include "support/qkv_layout.hpp"
 
@@ -43,29 +44,47 @@ float silu(float x) {
 
 }  // namespace
 
-CpuReferenceModel::CpuReferenceModel(std::shared_ptr<const Artifact> artifact, int kv_pages)
-    : artifact_(std::move(artifact)), model_(artifact_->model()) {
-  const ServingConfig& s = artifact_->serving();
-  page_size_ = s.kv_page_size;
-  const std::size_t floats_per_page = std::size_t{2} * static_cast<std::size_t>(model_.num_layers) *
-                                      static_cast<std::size_t>(model_.num_kv_heads) *
-                                      static_cast<std::size_t>(page_size_) *
-                                      static_cast<std::size_t>(model_.head_dim);
+namespace {
+std::size_t floats_per_page(const Artifact& a) {
+  const ModelConfig& m = a.model();
+  return std::size_t{2} * static_cast<std::size_t>(m.num_layers) *
+         static_cast<std::size_t>(m.num_kv_heads) *
+         static_cast<std::size_t>(a.serving().kv_page_size) * static_cast<std::size_t>(m.head_dim);
+}
+}  // namespace
+
+int CpuReferenceModel::check_kv_pool(const Artifact& artifact, int kv_pages) {
+  const ServingConfig& s = artifact.serving();
+  const std::size_t page_bytes = floats_per_page(artifact) * sizeof(float);
+  const std::size_t per_sequence =
+      static_cast<std::size_t>((s.max_seq_len + s.kv_page_size - 1) / s.kv_page_size);
+  std::size_t pages = 0;
   if (kv_pages > 0) {
-    num_pages_ = kv_pages;
+    pages = static_cast<std::size_t>(kv_pages);
   } else if (s.kv_pool_pages) {
-    num_pages_ = *s.kv_pool_pages;
+    pages = static_cast<std::size_t>(*s.kv_pool_pages);
   } else {
     // A fraction of GPU memory means nothing on the host: hold max_batch full sequences, within
     // kHostKvBytes, and never less than one full sequence so that every valid request can run.
     constexpr std::size_t kHostKvBytes = std::size_t{4} << 30;
-    const std::size_t per_sequence =
-        static_cast<std::size_t>((s.max_seq_len + page_size_ - 1) / page_size_);
-    const std::size_t affordable = kHostKvBytes / (floats_per_page * sizeof(float));
-    num_pages_ = static_cast<int>(std::max(
-        per_sequence, std::min(per_sequence * static_cast<std::size_t>(s.max_batch), affordable)));
+    pages = std::max(per_sequence, std::min(per_sequence * static_cast<std::size_t>(s.max_batch),
+                                            kHostKvBytes / page_bytes));
   }
-  kv_cache_.assign(floats_per_page * static_cast<std::size_t>(num_pages_), 0.0f);
+  // The manifest's bounds keep pages below 2^24 and a page below 2^41 bytes: no overflow.
+  check_host_memory("the CPU engine's KV pool of " + std::to_string(pages) + " pages (f32, " +
+                        std::to_string(page_bytes) + " bytes a page)",
+                    static_cast<std::int64_t>(pages * page_bytes),
+                    "pick a smaller pool with --kv-pages (one sequence of max_seq_len " +
+                        std::to_string(s.max_seq_len) + " needs " + std::to_string(per_sequence) +
+                        ")");
+  return static_cast<int>(pages);
+}
+
+CpuReferenceModel::CpuReferenceModel(std::shared_ptr<const Artifact> artifact, int kv_pages)
+    : artifact_(std::move(artifact)), model_(artifact_->model()) {
+  page_size_ = artifact_->serving().kv_page_size;
+  num_pages_ = check_kv_pool(*artifact_, kv_pages);
+  kv_cache_.assign(floats_per_page(*artifact_) * static_cast<std::size_t>(num_pages_), 0.0f);
   inv_freq_ = rope_inv_freq(model_);
 
   embed_ = matrix("embed");

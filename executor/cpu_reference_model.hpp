@@ -20,7 +20,13 @@ class CpuReferenceModel : public ModelBackend {
   // `kv_pages` 0: serving.kv_pool.pages, or, for a pool sized as a fraction of GPU memory, enough
   // pages for max_batch sequences of max_seq_len within 4 GiB of host memory (at least one
   // sequence's worth).
+  // Throws telos::Error (check_kv_pool) when the pool takes more host memory than there is.
   explicit CpuReferenceModel(std::shared_ptr<const Artifact> artifact, int kv_pages = 0);
+
+  // The pool's pages for `kv_pages` as the constructor takes it, after checking that the pool
+  // fits the host's available memory (runtime_limits.hpp, check_host_memory), naming --kv-pages
+  // when it does not: what the engine would refuse, for `telos-run check` to refuse too.
+  static int check_kv_pool(const Artifact& artifact, int kv_pages);
 
   int num_kv_pages() const override { return num_pages_; }
   int vocab_size() const override { return model_.vocab_size; }

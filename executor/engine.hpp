@@ -1,5 +1,5 @@
 #pragma once
-// The engine: requests in, streams of tokens out. This is the API the HTTP server (issue 6) and
+// The engine: requests in, streams of tokens out. This is the API the HTTP server and
 // `telos-run generate` build on.
 //
 //   auto engine = Engine::create(artifact, std::make_unique<CpuReferenceModel>(artifact));

@@ -17,7 +17,7 @@
 namespace telos::exec {
 
 // The host's time in one step's device API launch calls, by call group, and the bytes of its
-// descriptor upload (issue 5: which of them grows with the batch). Negative when unknown (no
+// descriptor upload (to see which of them grows with the batch). Negative when unknown (no
 // device). The four times add up to StepOutput::launch_call_seconds. The bench's idle-gap events
 // (timing on) are not a step's calls in production: their time is apart, in timing_seconds, and in
 // none of the others nor in the step's host time.

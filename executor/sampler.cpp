@@ -24,31 +24,39 @@ double counter_uniform(std::uint64_t seed, std::uint64_t counter) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53;  // the top 53 bits: every double in [0, 1)
 }
 
-void validate(const SamplingParams& p, int vocab_size, const std::string& who) {
-  auto refuse = [&](const char* field, const std::string& what) {
-    fail(who + ": " + field + " " + what);
+std::optional<SamplingRefusal> check_sampling(const SamplingParams& p, int vocab_size) {
+  auto refuse = [](const char* field, std::string what) {
+    return SamplingRefusal{field, std::move(what)};
   };
   if (!std::isfinite(p.temperature) || p.temperature < 0)
-    refuse("temperature", "must be a finite number >= 0");
-  if (p.top_k < 0) refuse("top_k", "must be >= 0 (0 turns it off)");
-  if (!(p.top_p > 0 && p.top_p <= 1)) refuse("top_p", "must be in (0, 1]");
-  if (!(p.min_p >= 0 && p.min_p <= 1)) refuse("min_p", "must be in [0, 1]");
+    return refuse("temperature", "must be >= 0 and finite");
+  if (p.top_k < 0) return refuse("top_k", "must be >= 0 (0 turns it off)");
+  if (!(p.top_p > 0 && p.top_p <= 1)) return refuse("top_p", "must be in (0, 1]");
+  if (!(p.min_p >= 0 && p.min_p <= 1)) return refuse("min_p", "must be in [0, 1]");
   if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0)
-    refuse("repetition_penalty", "must be a finite number > 0");
+    return refuse("repetition_penalty", "must be > 0 and finite");
   if (!(p.presence_penalty >= -2 && p.presence_penalty <= 2))
-    refuse("presence_penalty", "must be in [-2, 2]");
+    return refuse("presence_penalty", "must be in [-2, 2]");
   if (!(p.frequency_penalty >= -2 && p.frequency_penalty <= 2))
-    refuse("frequency_penalty", "must be in [-2, 2]");
+    return refuse("frequency_penalty", "must be in [-2, 2]");
   if (p.logprobs < 0 || p.logprobs > kMaxLogprobs)
-    refuse("logprobs", "must be in [0, " + std::to_string(kMaxLogprobs) + "]");
+    return refuse("logprobs", "must be in [0, " + std::to_string(kMaxLogprobs) + "]");
   for (std::int32_t t : p.stop_token_ids)
     if (t < 0 || t >= vocab_size)
-      refuse("stop_token_ids", "contains " + std::to_string(t) + ", outside the vocabulary of " +
-                                   std::to_string(vocab_size));
-  if (p.max_tokens && *p.max_tokens < 1) refuse("max_tokens", "must be >= 1");
-  if (p.min_tokens < 0) refuse("min_tokens", "must be >= 0");
+      return refuse("stop_token_ids", "contains " + std::to_string(t) +
+                                          ", outside the vocabulary of " +
+                                          std::to_string(vocab_size));
+  if (p.max_tokens && *p.max_tokens < 1) return refuse("max_tokens", "must be >= 1");
+  if (p.min_tokens < 0) return refuse("min_tokens", "must be >= 0");
   if (p.max_tokens && p.min_tokens > *p.max_tokens)
-    refuse("min_tokens", "must not exceed max_tokens");
+    return refuse("min_tokens",
+                  "must not exceed max_tokens (" + std::to_string(*p.max_tokens) + ")");
+  return std::nullopt;
+}
+
+void validate(const SamplingParams& p, int vocab_size, const std::string& who) {
+  if (std::optional<SamplingRefusal> r = check_sampling(p, vocab_size))
+    fail(who + ": " + r->field + " " + r->what);
 }
 
 void Sampler::process(std::span<const float> logits, const SamplingContext& c) {

@@ -36,6 +36,16 @@ struct SamplingParams {
 
 inline constexpr int kMaxLogprobs = 20;
 
+// A field of SamplingParams out of range: its name and what it must be ("top_p", "must be in
+// (0, 1]").
+struct SamplingRefusal {
+  std::string field, what;
+};
+
+// The first field out of range, or nullopt when every field is valid. The engine's validate() and
+// the server's request parser both ask this, so the server refuses exactly what the engine would.
+std::optional<SamplingRefusal> check_sampling(const SamplingParams& params, int vocab_size);
+
 // Throws telos::Error naming `who` (e.g. "request 7") and the field when a value is out of range.
 void validate(const SamplingParams& params, int vocab_size, const std::string& who);
 

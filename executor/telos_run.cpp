@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <new>
 
 #include "executor/commands.hpp"
 #include "support/error.hpp"
@@ -50,10 +51,19 @@ int main(int argc, char** argv) {
     app.exit(e);
     return kExitUsage;
   }
+  // Nothing escapes as an abort: an allocation the checks before it did not foresee, or any other
+  // exception, is one line on stderr and exit code 1 (kExitCodes).
   try {
     return run();
   } catch (const telos::Error& e) {
     std::cerr << "telos-run: " << e.what() << "\n";
+    return kExitError;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "telos-run: error: out of memory (a smaller --kv-pages or --max-batch asks for "
+                 "less)\n";
+    return kExitError;
+  } catch (const std::exception& e) {
+    std::cerr << "telos-run: error: internal: " << e.what() << "\n";
     return kExitError;
   }
 }

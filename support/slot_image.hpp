@@ -2,7 +2,7 @@
 // A weight's slot image (docs/artifact.md, `wimg:` arguments): a bf16 [rows, cols] row-major matrix
 // laid out as the persistent decode layer's ring receives it, so that its producer streams each
 // ring slot with one plain bulk copy (cp.async.bulk) instead of tensor copies, which stream ~7%
-// slower with every SM at it (docs/perf-log.md, session 36: tools/stream_form_bench.cu).
+// slower with every SM at it (docs/performance.md; tools/stream_form_bench.cu).
 // Tiles of `bn` rows, or with halves = 2 (SwiGLU's gate/up) bn / 2 rows of the first half and the
 // same rows of the second; K in slots of 64 / bn 64-column blocks; each block its bn rows of 128
 // bytes in the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8): what a 2D box with

@@ -2,6 +2,7 @@
 #   %telosc, %telos-run     the built tools
 #   %src                    the repository root (models/, test/fixtures/)
 #   FileCheck, not          LLVM's FileCheck and a negating wrapper
+import ctypes
 import os
 import shutil
 import sys
@@ -15,11 +16,13 @@ exec(open(site).read())
 
 config.name = "telos"
 config.test_format = lit.formats.ShTest(execute_external=False)
-config.suffixes = [".test", ".json"]
+config.suffixes = [".test"]
 config.excludes = ["Inputs", "CMakeLists.txt"]
 config.test_source_root = os.path.dirname(__file__)
-# Output/ folders (%t) and lit's timing cache go to the build tree, never into the sources.
-config.test_exec_root = os.path.join(config.telos_build_root, "test")
+# Output/ folders (%t) and lit's timing cache go to the build tree, never into the sources: to
+# the folder ctest gives each test file (telos_exec_root), else to BUILD/test.
+config.test_exec_root = lit_config.params.get(
+    "telos_exec_root", os.path.join(config.telos_build_root, "test"))
 
 bin_dir = os.path.join(config.telos_build_root, "bin")
 config.substitutions.append(("%telosc", os.path.join(bin_dir, "telosc")))
@@ -32,3 +35,13 @@ if not_tool:
     config.substitutions.append(("not ", not_tool + " "))
 config.environment["PATH"] = os.pathsep.join([bin_dir, config.environment.get("PATH", "")])
 config.environment["CUDA_HOME"] = os.path.dirname(config.telos_cuda_bin)
+# The tests' shared kernel cache (test/CMakeLists.txt says why).
+config.environment["TELOS_CACHE_DIR"] = config.telos_kernel_cache
+
+# "nvidia-driver": the NVIDIA driver's library loads here (tests of what telos-run says without it
+# are UNSUPPORTED on GPU machines).
+try:
+    ctypes.CDLL("libcuda.so.1")
+    config.available_features.add("nvidia-driver")
+except OSError:
+    pass

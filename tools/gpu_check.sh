@@ -98,7 +98,7 @@ if [ "${1:-}" = "--prepare" ]; then
   "$BUILD/bin/telos-attn-prefill-bench" --compile-only "$CARRY/attn-prefill.cubin"
   cp codegen/bench/attention_prefill_torch.py codegen/bench/decode_gemm_torch.py "$CARRY/"
   # telos-run's shared libraries that a bare GPU machine lacks (the CUDA runtime is static).
-  for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu|httplib|brotli/ {print $3}'); do cp -L "$l" "$CARRY/lib/"; done
+  for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu/ {print $3}'); do cp -L "$l" "$CARRY/lib/"; done
   # Compressed: the artifacts' PTX and ICU's data are most of the bytes.
   tar cJf "$CARRY/payload.tar.xz" -C "$CARRY" lib artifacts artifacts-p128 artifacts-flags
   rm -rf "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128" "$CARRY/artifacts-flags"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The server's client suites (test/server/*.test.mjs: openai SDK, load, malformed HTTP) against
-# telos-run's GPU engine, on the GPU machine, which has neither node nor telos-run's shared
-# libraries: both travel xz-compressed in a carry folder.
+# The server's client suites (test/server/*.test.mjs: openai SDK, load, malformed HTTP, hostile
+# clients and hostile request data) against telos-run's GPU engine, on the GPU machine, which has
+# neither node nor telos-run's shared libraries: both travel xz-compressed in a carry folder.
 #
 #   tools/gpu_clients_check.sh --prepare [BUILD_DIR]   here: fills .gpu-carry2/ (node, libs,
 #                                                      node_modules, test artifacts with kernels (xz),
@@ -20,7 +20,7 @@ if [ "${1:-}" = "--prepare" ]; then
   rm -rf "$C" && mkdir -p "$C/lib"
   node test/server/make_test_models.mjs "$C/models" "$BUILD/bin/telosc" .
   cp "$BUILD/bin/telos-run" "$BUILD/bin/telosc" "$C/" && strip "$C/telos-run" "$C/telosc"
-  for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu|httplib|brotli/ {print $3}'); do cp -L "$l" "$C/lib/"; done
+  for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu/ {print $3}'); do cp -L "$l" "$C/lib/"; done
   tar cJf "$C/lib.tar.xz" -C "$C" lib && rm -rf "$C/lib"
   xz -9 -c "$(command -v node)" > "$C/node.xz"
   tar cJf "$C/node_modules.tar.xz" -C test/server node_modules
@@ -44,7 +44,7 @@ PY
 export LD_LIBRARY_PATH=/tmp/telos-clients/lib:${LD_LIBRARY_PATH:-}
 export TELOS_RUN=$PWD/$C/telos-run TELOS_TEST_MODELS=/tmp/telos-clients/models TELOS_TEST_ENGINE=gpu
 status=0
-for s in openai_sdk load http_errors; do
+for s in openai_sdk load http_errors hostile_http hostile_requests; do
   t0=$SECONDS
   timeout 200 /tmp/telos-clients/node --test "test/server/$s.test.mjs" >"$OUT/server-$s.log" 2>&1 || status=1
   echo "server $s | $((SECONDS - t0)) s | $(grep -E '^# (pass|fail) ' "$OUT/server-$s.log" | tr '\n' ' ')"

@@ -48,7 +48,9 @@ def specs():
          make_config(LlamaConfig, {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                    "original_max_position_embeddings": 64},
-                     rms_norm_eps=1e-5, tie_word_embeddings=True, **common),
+                     rms_norm_eps=1e-5, tie_word_embeddings=True,
+                     # The special ids of its tokenizer (tools/make_tiny_tokenizer.py).
+                     **dict(common, bos_token_id=509, eos_token_id=[511, 509])),
          torch.bfloat16, None),
         # Qwen2: QKV bias, tied embeddings (as Qwen2.5-1.5B), fp16 weights.
         ("tiny-qwen2", Qwen2ForCausalLM,

@@ -1,22 +1,19 @@
 #!/usr/bin/env bash
-# Installs what Telos needs on a fresh Debian 12 machine that has the CUDA 13 toolkit, then
-# configures and builds into build/ (or $TELOS_BUILD). Safe to run again: it skips what is there.
+# Installs the Debian packages Telos builds with, checks for the CUDA 13 toolkit, then configures
+# and builds into build/ (or $TELOS_BUILD): the targets named as arguments, or all of them.
+# Node.js is not needed here: only the test command uses it (tools/setup_node.sh). Safe to run
+# again: it skips what is there.
+#
+#   bash tools/setup.sh [TARGET...]     e.g. `telosc telos-run`, what the demo builds
+#
+# Environment: TELOS_BUILD (the build directory), TELOS_CMAKE_ARGS (more arguments for cmake; given,
+# they re-configure a build directory configured before), CUDA_HOME (default /usr/local/cuda).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake ninja-build python3 git
-          nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev llvm-14-tools
-          libcpp-httplib-dev libpcre2-dev libicu-dev python3-jinja2 clang libclang-rt-14-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}" >&2
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-fi
+bash tools/install_packages.sh build-essential cmake ninja-build python3 git curl \
+  nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev llvm-14-tools \
+  libpcre2-dev libicu-dev python3-jinja2 clang libclang-rt-14-dev
 
 CUDA_ROOT=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then
@@ -25,21 +22,14 @@ if [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then
 fi
 export PATH="$CUDA_ROOT/bin:$PATH"
 
-# Node.js packages the test suites use as independent references and real clients (the openai
-# SDK, Hugging Face's JS tokenizers): each test folder with a package.json gets its node_modules.
-if ls test/*/package.json >/dev/null 2>&1; then
-  command -v npm >/dev/null || { echo "setup: npm (Node.js 20) is needed for the client tests" >&2; exit 2; }
-  for pj in test/*/package.json; do
-    d=$(dirname "$pj")
-    if [ ! -d "$d/node_modules" ] || [ "$pj" -nt "$d/node_modules" ]; then
-      (cd "$d" && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund; else npm install --no-audit --no-fund; fi) >&2
-      touch "$d/node_modules"
-    fi
-  done
-fi
-
 build=${TELOS_BUILD:-build}
-if [ ! -f "$build/build.ninja" ]; then
+# shellcheck disable=SC2086  # TELOS_CMAKE_ARGS is a list of arguments
+if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S . -B "$build" -G Ninja -DCUDAToolkit_ROOT="$CUDA_ROOT" ${TELOS_CMAKE_ARGS:-} >&2
+elif [ -n "${TELOS_CMAKE_ARGS:-}" ]; then
+  # Configured before: again with these arguments (and finding what was installed since).
+  cmake -S . -B "$build" ${TELOS_CMAKE_ARGS} >&2
 fi
-cmake --build "$build" -j "$(nproc)" >&2
+targets=()
+(($#)) && targets=(--target "$@")
+cmake --build "$build" -j "$(nproc)" "${targets[@]}" >&2

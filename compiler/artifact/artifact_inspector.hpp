@@ -1,6 +1,8 @@
 #pragma once
-// `telosc inspect`: reads an artifact's manifest.json and summarizes it for people; with verify,
-// recomputes every checksum (each weight tensor, each file) and refuses on the first mismatch.
+// `telosc inspect`: reads an artifact's manifest.json, validates it as telos-run does
+// (support/artifact_format.hpp) and summarizes it for people; with verify, opens the artifact as
+// `telos-run check` does (support/artifact_files.hpp: every file, weights.bin's size, every
+// checksum) and refuses what it refuses, with the same messages.
 #include <string>
 
 namespace telos::compiler {

@@ -1,21 +1,24 @@
 #include "compiler/artifact/artifact_writer.hpp"
 
-#include <fcntl.h>
-#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <vector>
 
 #include "codegen/codegen.hpp"
 #include "compiler/artifact/compact_json.hpp"
+#include "compiler/artifact/output_file.hpp"
+#include "compiler/artifact/staging_dir.hpp"
 #include "compiler/artifact/weight_table.hpp"
+#include "support/artifact_format.hpp"
+#include "support/artifact_limits.hpp"
 #include "support/checksum.hpp"
 #include "support/dtype.hpp"
 #include "support/error.hpp"
@@ -28,146 +31,53 @@ namespace {
 
 constexpr std::size_t kPackBufferBytes = 8u << 20;  // the bounded buffer weights pass through
 
-// A file written with write(2) rather than mmap, so written data is page cache, not this
-// process's resident memory. Every byte goes through a running XXH64.
-class OutputFile {
- public:
-  explicit OutputFile(const fs::path& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail(path_.string() + ": cannot create: " + std::strerror(errno));
-  }
-  ~OutputFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  OutputFile(const OutputFile&) = delete;
-  OutputFile& operator=(const OutputFile&) = delete;
-
-  void write(const void* data, std::size_t n) {
-    hash_.update(data, n);
-    written_ += static_cast<std::int64_t>(n);
-    const auto* p = static_cast<const std::uint8_t*>(data);
-    while (n > 0) {
-      const ssize_t w = ::write(fd_, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) fail(path_.string() + ": write failed: " + std::strerror(errno));
-      p += w;
-      n -= static_cast<std::size_t>(w);
+// Refuses a converted value that is not finite: a NaN or infinity in the checkpoint, or a finite
+// value beyond the output dtype's range. Such a weight makes every logit NaN, and the model then
+// generates token 0 forever; telosc names the tensor and the element instead.
+void check_finite(const TensorView& src, std::size_t first, std::size_t count, DType to,
+                  const std::uint8_t* out) {
+  std::size_t bad = count;
+  if (to == DType::BF16) {
+    for (std::size_t i = 0; i < count && bad == count; ++i) {
+      std::uint16_t h;
+      std::memcpy(&h, out + 2 * i, 2);
+      if ((h & 0x7f80u) == 0x7f80u) bad = i;
+    }
+  } else {
+    for (std::size_t i = 0; i < count && bad == count; ++i) {
+      std::uint32_t u;
+      std::memcpy(&u, out + 4 * i, 4);
+      if ((u & 0x7f800000u) == 0x7f800000u) bad = i;
     }
   }
-  void pad_to(std::int64_t offset) {
-    static const std::uint8_t zeros[kWeightAlignment] = {};
-    while (written_ < offset)
-      write(zeros,
-            static_cast<std::size_t>(std::min<std::int64_t>(offset - written_, kWeightAlignment)));
+  if (bad == count) return;
+  const std::size_t index = first + bad;
+  std::string where = "element " + std::to_string(index);
+  if (src.shape.size() == 2)
+    where += " (row " + std::to_string(index / static_cast<std::size_t>(src.shape[1])) +
+             ", column " + std::to_string(index % static_cast<std::size_t>(src.shape[1])) + ")";
+  float value = 0;
+  const std::uint8_t* in = src.data + index * dtype_size(src.dtype);
+  std::uint16_t h = 0;
+  switch (src.dtype) {
+    case DType::BF16:
+      std::memcpy(&h, in, 2);
+      value = bf16_to_f32(h);
+      break;
+    case DType::F16:
+      std::memcpy(&h, in, 2);
+      value = f16_to_f32(h);
+      break;
+    default:
+      std::memcpy(&value, in, 4);
+      break;
   }
-  // Data reaches the disk before the artifact is renamed into place, so a crash never leaves a
-  // complete-looking artifact with missing contents.
-  void close() {
-    if (::fsync(fd_) != 0) fail(path_.string() + ": fsync failed: " + std::strerror(errno));
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail(path_.string() + ": close failed: " + std::strerror(errno));
-  }
-  std::int64_t written() const { return written_; }
-  std::uint64_t digest() const { return hash_.digest(); }
-
- private:
-  fs::path path_;
-  int fd_ = -1;
-  Xxh64 hash_;
-  std::int64_t written_ = 0;
-};
-
-std::uint64_t write_text_file(const fs::path& path, const std::string& text) {
-  OutputFile f(path);
-  f.write(text.data(), text.size());
-  f.close();
-  return f.digest();
-}
-
-// Makes a directory's entries durable (the files in it, or a rename into it). Returns false with
-// errno set when that failed.
-bool sync_directory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  errno = err;
-  return rc == 0;
-}
-
-// The temporary directory beside the destination; removed unless the artifact was committed.
-class StagingDir {
- public:
-  explicit StagingDir(const fs::path& destination) {
-    std::string tmpl =
-        (destination.parent_path() / ("." + destination.filename().string() + ".tmp-XXXXXX"))
-            .string();
-    if (!::mkdtemp(tmpl.data()))
-      fail(destination.string() + ": cannot create a temporary directory in " +
-           destination.parent_path().string() + ": " + std::strerror(errno));
-    path_ = tmpl;
-    // mkdtemp makes the directory private (0700); an artifact gets the permissions of any other
-    // directory the user creates.
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    ::chmod(path_.c_str(), 0777 & ~mask);
-  }
-  ~StagingDir() {
-    if (!path_.empty()) {
-      std::error_code ec;
-      fs::remove_all(path_, ec);
-    }
-  }
-  StagingDir(const StagingDir&) = delete;
-  StagingDir& operator=(const StagingDir&) = delete;
-
-  const fs::path& path() const { return path_; }
-  // Moves the staged artifact to `destination`, swapping out an old artifact in one rename.
-  void commit(const fs::path& destination) {
-    if (!sync_directory(path_)) fail(path_.string() + ": fsync failed: " + std::strerror(errno));
-    if (fs::exists(fs::symlink_status(destination))) {
-      if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, destination.c_str(), RENAME_EXCHANGE) != 0)
-        fail(destination.string() + ": cannot replace: " + std::strerror(errno));
-      // path_ now holds the old artifact, which the destructor removes. The artifact is in place
-      // from here on; making the rename durable is best effort, never an error after success.
-      sync_directory(destination.parent_path().empty() ? fs::path(".") : destination.parent_path());
-      return;
-    }
-    if (::rename(path_.c_str(), destination.c_str()) != 0)
-      fail(destination.string() + ": cannot rename into place: " + std::strerror(errno));
-    path_.clear();
-    sync_directory(destination.parent_path().empty() ? fs::path(".") : destination.parent_path());
-  }
-
- private:
-  fs::path path_;
-};
-
-void check_destination(const fs::path& dest) {
-  if (dest.filename().empty() || dest.filename() == "." || dest.filename() == "..")
-    fail(dest.string() + ": expected a directory name for the artifact (e.g. model.telos)");
-  const fs::path parent = dest.parent_path().empty() ? fs::path(".") : dest.parent_path();
-  std::error_code ec;
-  if (!fs::is_directory(parent, ec))
-    fail(dest.string() + ": cannot write the artifact: directory " + parent.string() +
-         " does not exist");
-  // Root may write anywhere, but a directory with no write permission is still refused: writing
-  // into a directory someone made read-only is a mistake, whoever runs telosc.
-  struct stat parent_stat {};
-  const bool no_write_bits =
-      ::stat(parent.c_str(), &parent_stat) == 0 && (parent_stat.st_mode & 0222) == 0;
-  if (::access(parent.c_str(), W_OK) != 0 || no_write_bits)
-    fail(dest.string() + ": cannot write the artifact: directory " + parent.string() +
-         " is not writable");
-  const fs::file_status st = fs::symlink_status(dest, ec);
-  if (fs::exists(st)) {
-    // Only ever replace an earlier artifact, never a user's other files.
-    if (!fs::is_directory(st) || !fs::exists(dest / "manifest.json"))
-      fail(dest.string() +
-           ": exists and is not a Telos artifact (no manifest.json); not replacing it");
-  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", static_cast<double>(value));
+  const std::string file = src.file ? src.file->path() + ": " : std::string();
+  fail(file + "tensor " + src.name + ": " + where + " is " + text +
+       (std::isfinite(value) ? ", beyond the range of " + std::string(dtype_name(to)) : "") +
+       " (a model with a non-finite weight computes NaN logits; the checkpoint is damaged)");
 }
 
 void convert(const TensorView& src, std::size_t first, std::size_t count, DType to,
@@ -176,6 +86,7 @@ void convert(const TensorView& src, std::size_t first, std::size_t count, DType 
   const std::uint8_t* in = src.data + first * in_size;
   if (src.dtype == to) {
     std::memcpy(out, in, count * in_size);
+    check_finite(src, first, count, to, out);
     return;
   }
   for (std::size_t i = 0; i < count; ++i) {
@@ -203,6 +114,7 @@ void convert(const TensorView& src, std::size_t first, std::size_t count, DType 
       std::memcpy(out + 4 * i, &f, 4);
     }
   }
+  check_finite(src, first, count, to, out);
 }
 
 class ProgressBar {
@@ -259,7 +171,8 @@ nlohmann::ordered_json model_json(const ModelSpec& s) {
   j["qkv_bias"] = s.qkv_bias;
   j["qk_norm"] = s.qk_norm;
   j["sliding_window"] = nullptr;
-  j["bos_token_id"] = s.bos_token_id;
+  // A checkpoint without a BOS token (bos_token_id null or absent in config.json) has null.
+  j["bos_token_id"] = s.bos_token_id >= 0 ? nlohmann::ordered_json(s.bos_token_id) : nullptr;
   j["eos_token_ids"] = s.eos_token_ids;
   return j;
 }
@@ -281,8 +194,8 @@ nlohmann::ordered_json pack_weights(const fs::path& path, const ImportedModel& m
   nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
   std::int64_t packed = 0;
   for (const ir::Param& p : graph.params()) {
-    const std::int64_t offset =
-        (out.written() + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
+    const std::int64_t offset = (out.written() + limits::kWeightAlignment - 1) /
+                                limits::kWeightAlignment * limits::kWeightAlignment;
     out.pad_to(offset);
     Xxh64 tensor_hash;
     const std::size_t out_size = dtype_size(p.type.dtype);
@@ -349,7 +262,7 @@ nlohmann::ordered_json pack_weights(const fs::path& path, const ImportedModel& m
 
   nlohmann::ordered_json w;
   w["file"] = "weights.bin";
-  w["alignment"] = kWeightAlignment;
+  w["alignment"] = limits::kWeightAlignment;
   w["size"] = out.written();
   w["tensors"] = tensors;
   w["checksum"] = checksum_string(out.digest());
@@ -362,6 +275,31 @@ std::uint64_t copy_file_hashed(const fs::path& from, const fs::path& to) {
   out.write(in.data(), in.size());
   out.close();
   return out.digest();
+}
+
+// The model, serving and kv_cache sections of the manifest.
+nlohmann::ordered_json config_sections(const ModelSpec& spec, const ServingConfig& serving,
+                                       const Plan& plan) {
+  nlohmann::ordered_json m;
+  m["model"] = model_json(spec);
+  m["serving"] = serving_to_json(serving);
+  m["kv_cache"] = kv_cache_to_json(plan.kv);
+  return m;
+}
+
+// The manifest text, with its checksum, validated as every reader validates it (support/
+// artifact_format.hpp) before it is written: telosc never writes what telos-run would refuse.
+std::string manifest_text(nlohmann::ordered_json m, const fs::path& staged) {
+  const std::string where = (staged / "manifest.json").string();
+  m["manifest_checksum"] = manifest_checksum(parse_manifest_text(compact_json(m), where));
+  const std::string text = compact_json(m);
+  try {
+    validate_manifest(parse_manifest_text(text, where), where);
+  } catch (const Error& e) {
+    fail(std::string("the artifact telosc was about to write would be refused by telos-run: ") +
+         e.what());
+  }
+  return text;
 }
 
 }  // namespace
@@ -393,11 +331,19 @@ codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& 
   return in;
 }
 
+void validate_configuration(const std::string& source, const ModelSpec& spec,
+                            const ServingConfig& serving, const Plan& plan) {
+  const nlohmann::ordered_json sections = config_sections(spec, serving, plan);
+  const std::string where = source + " (as the artifact's manifest.json)";
+  validate_config_sections(parse_manifest_text(compact_json(sections), where), where);
+}
+
 void write_artifact(const std::string& destination, const ImportedModel& model,
                     const ServingConfig& serving, const ir::Graph& graph, const Plan& plan,
                     const ArtifactOptions& options) {
   check_weight_table(graph, model.spec);
   if (!model.has_weights) fail(model.source + ": the model was imported without weights");
+  validate_configuration(model.source, model.spec, serving, plan);
   const fs::path dest = fs::path(destination).lexically_normal();
   check_destination(dest);
 
@@ -407,8 +353,7 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
       pack_weights(staging.path() / "weights.bin", model, graph, options);
   files["weights.bin"] = weights["checksum"];
   weights.erase("checksum");
-  files["ir.txt"] =
-      checksum_string(write_text_file(staging.path() / "ir.txt", ir::print_graph(graph)));
+  files["ir.txt"] = checksum_string(write_file(staging.path() / "ir.txt", ir::print_graph(graph)));
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
     const fs::path from = fs::path(model.checkpoint_dir) / name;
     std::error_code ec;
@@ -419,23 +364,33 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
   // Kernels (docs/artifact.md, "Kernels"): compiled by codegen for every target, cached by content.
   const codegen::GeneratedKernels kernels =
       codegen::generate_kernels(codegen_input(model.spec, serving));
-  for (const std::string& rel : codegen::write_kernel_files(kernels, staging.path().string())) {
-    const MappedFile written((staging.path() / rel).string());
-    files[rel] = checksum_string(xxh64(written.data(), written.size()));
-  }
+  for (const char* dir : {"kernels", "kernels/src"})
+    if (::mkdir((staging.path() / dir).c_str(), 0777) != 0)
+      fail((staging.path() / dir).string() + ": cannot create: " + std::strerror(errno));
+  files["kernels/src/model.cu"] =
+      checksum_string(write_file(staging.path() / "kernels/src/model.cu", kernels.source));
+  for (const codegen::TargetKernels& t : kernels.targets)
+    for (const auto& [ext, bytes] : {std::pair{".ptx", &t.ptx}, std::pair{".cubin", &t.cubin}}) {
+      const std::string rel = "kernels/" + t.arch + ext;
+      files[rel] = checksum_string(write_file(staging.path() / rel, *bytes));
+    }
+  // The staging directory itself is synced at commit; its subdirectories here.
+  for (const char* dir : {"kernels/src", "kernels"})
+    if (!sync_directory(staging.path() / dir))
+      fail((staging.path() / dir).string() + ": fsync failed: " + std::strerror(errno));
 
   nlohmann::ordered_json m;
-  m["schema_version"] = kSchemaVersion;
+  m["format"] = kArtifactFormat;
+  m["schema_version"] = kArtifactSchemaVersion;
   m["generator"] = kGenerator;
-  m["model"] = model_json(model.spec);
-  m["serving"] = serving_to_json(serving);
-  m["kv_cache"] = kv_cache_to_json(plan.kv);
+  m["manifest_checksum"] = "";  // set by manifest_text
+  m.update(config_sections(model.spec, serving, plan));
   m["weights"] = weights;
   m["plan"] = plan_to_json(plan);
   m["kernels"] = kernels.kernels;
   m["programs"] = kernels.programs;
   m["files"] = files;
-  write_text_file(staging.path() / "manifest.json", compact_json(m));
+  write_file(staging.path() / "manifest.json", manifest_text(std::move(m), staging.path()));
 
   if (options.cancel && *options.cancel)
     fail("interrupted before " + dest.string() + " was complete");

@@ -1,9 +1,11 @@
 #pragma once
-// Writes an artifact directory exactly as docs/artifact.md describes (schema_version 1).
+// Writes an artifact directory exactly as docs/artifact.md describes.
 //
-// Atomic: everything is written into a hidden temporary directory beside the destination and
-// renamed into place only when complete (an existing artifact is swapped out in one rename and
-// then removed). On any error, nothing is left behind.
+// Atomic: everything is written into a hidden staging directory beside the destination and
+// renamed into place only when complete (an earlier artifact is swapped out in one rename and then
+// removed; staging_dir.hpp says what telosc replaces and removes). On any error, nothing is left
+// behind. The manifest is validated as telos-run validates it (support/artifact_format.hpp) before
+// anything is renamed: whatever telosc writes, telos-run reads.
 //
 // Streaming: weights are packed tensor by tensor through a bounded buffer, and the checkpoint's
 // pages are released behind the reader, so resident memory stays small for any model size.
@@ -18,8 +20,6 @@
 
 namespace telos::compiler {
 
-constexpr int kSchemaVersion = 1;
-constexpr std::int64_t kWeightAlignment = 256;
 inline const char* kGenerator = "telosc 0.1.0";
 
 struct ArtifactOptions {
@@ -30,6 +30,12 @@ struct ArtifactOptions {
 
 // What codegen needs of the model and the serving config (codegen includes no compiler header).
 codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& serving);
+
+// Refuses (naming `source`, the model the user gave, and the manifest field) a model and serving
+// configuration whose manifest telos-run would refuse: the checks of support/artifact_format.hpp
+// on the model, serving and kv_cache sections, before anything is compiled or written.
+void validate_configuration(const std::string& source, const ModelSpec& spec,
+                            const ServingConfig& serving, const Plan& plan);
 
 // `graph` must be the fully fused IR (its parameters equal docs/artifact.md's weight table).
 void write_artifact(const std::string& destination, const ImportedModel& model,

@@ -1,11 +1,13 @@
 // import_model: resolve the MODEL argument to a checkpoint directory, read its config, map its
 // safetensors (one file, or shards named by model.safetensors.index.json) and check that the
 // tensors are exactly the ones the architecture needs, with the shapes the config implies.
+#include "compiler/import/checkpoint.hpp"
+
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <string>
 
-#include "compiler/import/checkpoint.hpp"
 #include "compiler/import/json_fields.hpp"
 #include "support/error.hpp"
 
@@ -130,6 +132,54 @@ std::string map_weights(ImportedModel& model, const fs::path& dir) {
   return single.string();
 }
 
+// Layers the checkpoint holds: one more than the largest N of its "model.layers.N." tensors.
+std::int64_t checkpoint_layers(const ImportedModel& model) {
+  constexpr std::string_view kPrefix = "model.layers.";
+  std::int64_t layers = 0;
+  for (const auto& [name, view] : model.tensors) {
+    if (!name.starts_with(kPrefix)) continue;
+    const std::size_t dot = name.find('.', kPrefix.size());
+    const std::string n = name.substr(kPrefix.size(), dot - kPrefix.size());
+    if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos)
+      continue;  // not a layer index: check_tensors names it
+    layers = std::max<std::int64_t>(layers, std::stoll(n) + 1);
+  }
+  return layers;
+}
+
+// The config's sizes against the checkpoint's tensors, before anything is built from them: a config
+// that names more layers or larger dimensions than the tensors hold is refused naming its field
+// (the full shape check, check_tensors, then names the tensor for any other disagreement).
+void check_config_fits_tensors(const ImportedModel& model, const std::string& config_path) {
+  const ModelSpec& s = model.spec;
+  auto refuse = [&](const char* field, const std::string& value, const std::string& what) {
+    fail(config_path + ": field " + json_quote(field) + ": " + value + ", but " + what +
+         " (do config.json and the weights belong together?)");
+  };
+  if (const std::int64_t layers = checkpoint_layers(model); s.num_layers > layers)
+    refuse("num_hidden_layers", std::to_string(s.num_layers),
+           "the checkpoint holds " + std::to_string(layers) + " layers");
+  // `rows` of the config (described by `value`) against dimension `dim` of a tensor.
+  auto fits = [&](const std::string& tensor, std::size_t dim, const char* field, std::int64_t rows,
+                  const std::string& value) {
+    const TensorView* t = model.find(tensor);
+    if (t && t->shape.size() > dim && rows > t->shape[dim])
+      refuse(field, value, tensor + " is " + format_shape(t->shape));
+  };
+  auto heads = [&](std::int64_t n) {
+    return std::to_string(n) + " heads of " + std::to_string(s.head_dim) + " (" +
+           std::to_string(n * s.head_dim) + " rows)";
+  };
+  fits("model.embed_tokens.weight", 0, "vocab_size", s.vocab_size, std::to_string(s.vocab_size));
+  fits("model.embed_tokens.weight", 1, "hidden_size", s.hidden_size, std::to_string(s.hidden_size));
+  fits("model.layers.0.mlp.gate_proj.weight", 0, "intermediate_size", s.intermediate_size,
+       std::to_string(s.intermediate_size));
+  fits("model.layers.0.self_attn.q_proj.weight", 0, "num_attention_heads", s.num_heads * s.head_dim,
+       heads(s.num_heads));
+  fits("model.layers.0.self_attn.k_proj.weight", 0, "num_key_value_heads",
+       s.num_kv_heads * s.head_dim, heads(s.num_kv_heads));
+}
+
 void check_tensors(const ImportedModel& model, const std::string& weights_file) {
   const ModelSpec& spec = model.spec;
   std::set<std::string> needed;
@@ -211,6 +261,7 @@ ImportedModel import_model(const std::string& path, const ImportOptions& options
 
   if (options.weights) {
     const std::string weights_file = map_weights(model, dir);
+    check_config_fits_tensors(model, config_path.lexically_normal().string());
     check_tensors(model, weights_file);
     model.has_weights = true;
   }

@@ -5,14 +5,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "compiler/import/model_spec.hpp"
 #include "support/dtype.hpp"
+#include "support/format_shape.hpp"
 #include "support/mapped_file.hpp"
 
 namespace telos::compiler {
@@ -66,9 +66,6 @@ struct RequiredTensor {
 // Every tensor `spec` needs, in forward-pass order: embedding, each layer's tensors, final norm,
 // and lm_head unless the embeddings are tied.
 std::vector<RequiredTensor> required_tensors(const ModelSpec& spec);
-
-// "[V, H]": how messages print a shape.
-std::string format_shape(const std::vector<std::int64_t>& shape);
 
 // Builds a ModelSpec from a parsed config.json (exposed for tests and the fuzzer). `where` names
 // the file in messages.

@@ -7,6 +7,7 @@
 
 #include "compiler/import/checkpoint.hpp"
 #include "compiler/import/json_fields.hpp"
+#include "support/artifact_limits.hpp"
 #include "support/error.hpp"
 
 namespace telos::compiler {
@@ -14,8 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-// Sizes end up in 32-bit kernel arguments and grid dimensions.
-constexpr std::int64_t kMaxSize = std::numeric_limits<std::int32_t>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct Family {
@@ -82,7 +81,7 @@ RopeSpec read_rope(const JsonObject& rope, double theta) {
     spec.low_freq_factor = rope.number("low_freq_factor", 0.0, kInf);
     spec.high_freq_factor = rope.number("high_freq_factor", 0.0, kInf);
     spec.original_max_position_embeddings =
-        rope.integer("original_max_position_embeddings", 1, kMaxSize);
+        rope.integer("original_max_position_embeddings", 1, limits::kMaxPositions);
     // llama3 smooths between the two wavelength thresholds, dividing by their difference.
     if (!(spec.high_freq_factor > spec.low_freq_factor)) {
       rope.fail_field("high_freq_factor", "must be greater than low_freq_factor (" +
@@ -184,14 +183,17 @@ ModelSpec spec_from_config(const json& config_json, const std::string& where) {
   spec.qkv_bias = family.qkv_bias;
   spec.qk_norm = family.qk_norm;
 
-  spec.vocab_size = config.integer("vocab_size", 1, kMaxSize);
-  spec.hidden_size = config.integer("hidden_size", 1, kMaxSize);
-  spec.intermediate_size = config.integer("intermediate_size", 1, kMaxSize);
-  spec.num_layers = config.integer("num_hidden_layers", 1, kMaxSize);
-  spec.num_heads = config.integer("num_attention_heads", 1, kMaxSize);
+  // The bounds every tool shares (support/artifact_limits.hpp): a config beyond them is refused
+  // here, before anything is sized from it.
+  spec.vocab_size = config.integer("vocab_size", 1, limits::kMaxVocabSize);
+  spec.hidden_size = config.integer("hidden_size", 1, limits::kMaxHiddenSize);
+  spec.intermediate_size = config.integer("intermediate_size", 1, limits::kMaxIntermediateSize);
+  spec.num_layers = config.integer("num_hidden_layers", 1, limits::kMaxLayers);
+  spec.num_heads = config.integer("num_attention_heads", 1, limits::kMaxHeads);
   spec.num_kv_heads =
-      config.optional_integer("num_key_value_heads", 1, kMaxSize).value_or(spec.num_heads);
-  spec.max_position_embeddings = config.integer("max_position_embeddings", 1, kMaxSize);
+      config.optional_integer("num_key_value_heads", 1, limits::kMaxHeads).value_or(spec.num_heads);
+  spec.max_position_embeddings =
+      config.integer("max_position_embeddings", 1, limits::kMaxPositions);
   spec.rms_norm_eps = config.number("rms_norm_eps", 0.0, 1.0);
 
   if (spec.num_heads % spec.num_kv_heads != 0) {
@@ -199,7 +201,7 @@ ModelSpec spec_from_config(const json& config_json, const std::string& where) {
                                                  " does not divide num_attention_heads (" +
                                                  std::to_string(spec.num_heads) + ")");
   }
-  if (auto head_dim = config.optional_integer("head_dim", 1, kMaxSize)) {
+  if (auto head_dim = config.optional_integer("head_dim", 1, limits::kMaxHeadDim)) {
     spec.head_dim = *head_dim;
   } else {
     if (spec.hidden_size % spec.num_heads != 0) {
@@ -208,6 +210,12 @@ ModelSpec spec_from_config(const json& config_json, const std::string& where) {
                             std::to_string(spec.hidden_size) + ") and no head_dim is given");
     }
     spec.head_dim = spec.hidden_size / spec.num_heads;
+    if (spec.head_dim > limits::kMaxHeadDim) {
+      config.fail_field("num_attention_heads",
+                        "the head dimension hidden_size / num_attention_heads is " +
+                            std::to_string(spec.head_dim) + ", above " +
+                            std::to_string(limits::kMaxHeadDim));
+    }
   }
   // Rotate-half RoPE pairs dimension i with i + D/2.
   if (spec.head_dim % 2 != 0) {

@@ -73,8 +73,9 @@ std::int64_t json_integer(const json& value, std::int64_t min, std::int64_t max,
     if (i < min || i > max) fail(describe + ": " + expected + ", found " + std::to_string(i));
     return i;
   }
-  fail(describe + ": " + expected + ", found " + json_kind(value) +
-       (value.is_number_float() ? " " + value.dump() : ""));
+  std::string found = json_kind(value);
+  if (value.is_number_float()) found.append(" ").append(value.dump());
+  fail(describe + ": " + expected + ", found " + found);
 }
 
 JsonObject::JsonObject(const json& value, std::string where, std::string path)

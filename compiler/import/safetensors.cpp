@@ -30,12 +30,6 @@ bool safetensors_dtype(const std::string& name, DType* out) {
 
 }  // namespace
 
-std::string format_shape(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 std::vector<TensorView> parse_safetensors(std::span<const std::uint8_t> bytes,
                                           const std::string& where) {
   constexpr std::size_t kLengthBytes = 8;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "support/artifact_limits.hpp"
 #include "support/error.hpp"
 
 namespace telos::compiler {
@@ -133,10 +134,12 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
   }
 
   ServingConfig c;
-  c.kv_page_size = r.integer("kv_page_size", 1, 256).value_or(kDefaultPageSize);
-  if ((c.kv_page_size & (c.kv_page_size - 1)) != 0 || c.kv_page_size < 8)
-    r.fail_field("kv_page_size",
-                 "expected a power of two from 8 to 256, got " + std::to_string(c.kv_page_size));
+  c.kv_page_size = r.integer("kv_page_size", 1, limits::kMaxKvPageSize).value_or(kDefaultPageSize);
+  if ((c.kv_page_size & (c.kv_page_size - 1)) != 0 || c.kv_page_size < limits::kMinKvPageSize)
+    r.fail_field("kv_page_size", "expected a power of two from " +
+                                     std::to_string(limits::kMinKvPageSize) + " to " +
+                                     std::to_string(limits::kMaxKvPageSize) + ", got " +
+                                     std::to_string(c.kv_page_size));
 
   c.max_seq_len = r.integer("max_seq_len", 1, spec.max_position_embeddings)
                       .value_or(spec.max_position_embeddings);
@@ -147,7 +150,8 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
       r.fail_field("kv_pool",
                    "expected {\"pages\": N} or {\"memory_fraction\": F}, got " + pool->dump());
     if (pool->contains("pages")) {
-      c.kv_pool_pages = r.integer_value("kv_pool.pages", pool->at("pages"), 1, 1 << 30);
+      c.kv_pool_pages =
+          r.integer_value("kv_pool.pages", pool->at("pages"), 1, limits::kMaxKvPoolPages);
       const std::int64_t one_sequence = ceil_div(c.max_seq_len, c.kv_page_size);
       if (*c.kv_pool_pages < one_sequence)
         r.fail_field("kv_pool.pages", std::to_string(*c.kv_pool_pages) +
@@ -166,9 +170,9 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
 
   // Every sequence in a batch holds at least one page, so a fixed pool bounds the batch.
   const std::int64_t batch_limit =
-      c.kv_pool_pages ? std::min(kMaxBatchLimit, *c.kv_pool_pages) : kMaxBatchLimit;
+      c.kv_pool_pages ? std::min(limits::kMaxBatch, *c.kv_pool_pages) : limits::kMaxBatch;
   if (const nlohmann::json* mb = r.get("max_batch")) {
-    c.max_batch = r.integer_value("max_batch", *mb, 1, kMaxBatchLimit);
+    c.max_batch = r.integer_value("max_batch", *mb, 1, limits::kMaxBatch);
     if (c.max_batch > batch_limit)
       r.fail_field("max_batch", std::to_string(c.max_batch) + " exceeds kv_pool.pages (" +
                                     std::to_string(batch_limit) +

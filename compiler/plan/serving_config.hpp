@@ -32,14 +32,11 @@ struct ServingConfig {
   // fill the GPU), 512 long contexts at many rows (half the items and partials a token).
   std::int64_t attention_split = 256;
   // The one-token decode layer's attention items wait for their KV head group's QKV tiles instead
-  // of the grid-wide count (decode_layer_persistent's QKV_FLAGS; docs/perf-log.md change 106): an
+  // of the grid-wide count (decode_layer_persistent's QKV_FLAGS; docs/performance.md): an
   // experiment, off until measured.
   bool decode_qkv_flags = false;
 };
 
-// Upper bound on max_batch: a decode bucket larger than this no longer gains throughput from the
-// skinny-GEMM path and its arena and graph grow without use.
-constexpr std::int64_t kMaxBatchLimit = 1024;
 // GPU architectures codegen can target.
 inline const std::vector<std::string> kSupportedTargets = {"sm_90a", "sm_100a"};
 

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "executor/runtime_limits.hpp"
 #include "hexel/tensor_map_encode.h"
 #include "support/error.hpp"
 #include "support/slot_image.hpp"
@@ -24,6 +25,9 @@ namespace telos::exec {
 namespace {
 
 void check(cudaError_t e, const std::string& what) {
+  if (e == cudaErrorMemoryAllocation)
+    fail("gpu engine: " + what + ": " + cudaGetErrorString(e) +
+         " (the KV pool takes what the rest leaves: pick a smaller one with --kv-pages)");
   if (e != cudaSuccess) fail("gpu engine: " + what + ": " + cudaGetErrorString(e));
 }
 
@@ -592,23 +596,22 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
 
   // Beside the arena: the step descriptors, one per step parity.
   const std::int64_t fixed = s.weight_bytes + s.image_bytes + s.arena_bytes + 2 * s.desc.bytes;
-  if (options.kv_pages > 0) {
-    s.kv_pages = options.kv_pages;
-  } else if (a.serving().kv_pool_pages) {
-    s.kv_pages = *a.serving().kv_pool_pages;
-  } else {
-    std::size_t free_b = 0, total_b = 0;
-    check(cudaMemGetInfo(&free_b, &total_b), "memory info");
-    const double budget = std::min<double>(static_cast<double>(free_b),
-                                           static_cast<double>(total_b) * *a.serving().kv_pool_memory_fraction);
-    s.kv_pages = static_cast<int>((budget - static_cast<double>(fixed)) / static_cast<double>(s.bytes_per_page));
-    if (s.kv_pages < 1) fail(a.dir() + ": serving.kv_pool.memory_fraction leaves no room for KV pages");
-  }
+  // The pool: --kv-pages, else the artifact's, within the memory free now (another process may
+  // hold some; runtime_limits.hpp, device_kv_pool_pages).
+  std::size_t free_b = 0, total_b = 0;
+  check(cudaMemGetInfo(&free_b, &total_b), "memory info");
+  std::string pool_note;
+  s.kv_pages = device_kv_pool_pages(
+      {options.kv_pages, a.serving().kv_pool_pages, a.serving().kv_pool_memory_fraction,
+       static_cast<std::int64_t>(free_b), static_cast<std::int64_t>(total_b), fixed,
+       s.bytes_per_page, (a.serving().max_seq_len + s.page_size - 1) / s.page_size},
+      &pool_note);
+  if (options.log && !pool_note.empty()) *options.log << "telos-run: " << pool_note << "\n";
   s.kv_bytes = static_cast<std::int64_t>(s.kv_pages) * s.bytes_per_page;
   s.desc.kv_pages = s.kv_pages;
 
-  // One allocation: weights, KV pool, arena, descriptors; where the device lacks it (a --kv-pages,
-  // or a kv_pool of pages, its memory cannot hold), the message says what it was for.
+  // One allocation: weights, KV pool, arena, descriptors; where the device lacks it, the message
+  // says what it was for (and check() which flag asks for less).
   check(cudaMalloc(&s.base, static_cast<std::size_t>(fixed + s.kv_bytes)),
         "device memory for the weights, slot images, arena and descriptors (" + mib(fixed) +
             ") and a KV pool of " + std::to_string(s.kv_pages) + " pages (" + mib(s.kv_bytes) +

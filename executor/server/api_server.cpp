@@ -547,6 +547,13 @@ int ApiServer::State::max_tokens_for(const ApiRequest& r, int prompt_len) {
                           " tokens, which leaves no room to generate within this model's "
                           "maximum context length of " +
                           std::to_string(max_seq_len) + " tokens");
+  if (r.sampling.min_tokens > room)
+    throw bad_request("min_tokens", "this model's maximum context length is " +
+                                        std::to_string(max_seq_len) +
+                                        " tokens and the prompt has " +
+                                        std::to_string(prompt_len) + ", so at most " +
+                                        std::to_string(room) + " tokens can be generated; got " +
+                                        std::to_string(r.sampling.min_tokens));
   if (r.sampling.max_tokens) {
     if (*r.sampling.max_tokens > room)
       throw bad_request("max_tokens", "this model's maximum context length is " +
@@ -559,7 +566,7 @@ int ApiServer::State::max_tokens_for(const ApiRequest& r, int prompt_len) {
   }
   // OpenAI's defaults: 16 for completions, as many as fit for chat.
   const int wanted = r.kind == ApiRequest::Kind::Chat ? room : std::min(16, room);
-  return std::max(wanted, std::min(r.sampling.min_tokens, room));
+  return std::max(wanted, r.sampling.min_tokens);
 }
 
 std::vector<PreparedPrompt> ApiServer::State::prepare_prompts(const ApiRequest& r) {
@@ -573,14 +580,14 @@ std::vector<PreparedPrompt> ApiServer::State::prepare_prompts(const ApiRequest& 
                         "chat needs the model's tokenizer and chat template, and this artifact has "
                         "none (the checkpoint had no tokenizer.json / tokenizer_config.json with a "
                         "chat_template); use /v1/completions with token ids");
-    std::string text;
     try {
-      text = model.chat_template->render(r.messages, r.add_generation_prompt, r.template_kwargs);
+      out.push_back({model.chat_template->encode(*tokenizer, r.messages, r.add_generation_prompt,
+                                                 r.template_kwargs, r.split_special_tokens),
+                     ""});
     } catch (const Error& e) {
       throw bad_request("messages",
                         std::string("the chat template failed on these messages: ") + e.what());
     }
-    out.push_back({tokenizer->encode(text, false), ""});
   } else {
     for (const PromptInput& p : r.prompts) {
       if (p.text) {
@@ -588,7 +595,9 @@ std::vector<PreparedPrompt> ApiServer::State::prepare_prompts(const ApiRequest& 
           throw bad_request("prompt",
                             "text prompts need the model's tokenizer, and this artifact has "
                             "none (the checkpoint had no tokenizer.json); send token ids");
-        out.push_back({tokenizer->encode(*p.text, true), *p.text});
+        const auto specials =
+            r.split_special_tokens ? Tokenizer::Specials::none : Tokenizer::Specials::parse;
+        out.push_back({tokenizer->encode(*p.text, true, specials), *p.text});
       } else {
         out.push_back({p.ids, tokenizer ? tokenizer->decode(p.ids, false) : std::string()});
       }
@@ -612,12 +621,7 @@ void ApiServer::State::handle_generation(const HttpRequest& req, HttpExchange& e
                                          ApiRequest::Kind kind) {
   auto slot = std::make_unique<ConcurrencySlot>(*this);
   const int vocab_size = model.engine->artifact().model().vocab_size;
-  json body;
-  try {
-    body = json::parse(req.body);
-  } catch (const json::exception& e) {
-    throw bad_request("", std::string("the request body is not valid JSON: ") + e.what());
-  }
+  const json body = parse_request_json(req.body);
   ApiRequest r = kind == ApiRequest::Kind::Chat
                      ? parse_chat_request(body, options.served_model_name, vocab_size)
                      : parse_completion_request(body, options.served_model_name, vocab_size);

@@ -1,24 +1,35 @@
 #include "executor/server/openai_request.hpp"
 
+#include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 
 #include "executor/server/api_error.hpp"
+#include "executor/tokenizer/chat_template.hpp"
 
 namespace telos::exec {
 namespace {
 
 using json = nlohmann::ordered_json;
 
+// A scalar as sent, for error messages: strings quoted and cut to a few dozen bytes.
+std::string scalar_text(const json& v) {
+  if (!v.is_string()) return v.dump();
+  const std::string& s = v.get_ref<const std::string&>();
+  constexpr std::size_t kShown = 37;
+  // A cut through a character becomes U+FFFD.
+  return json(s.substr(0, kShown)).dump(-1, ' ', false, json::error_handler_t::replace) +
+         (s.size() > kShown ? "..." : "");
+}
+
+// A value as an error message shows it: containers by their kind only, so that no message walks a
+// request value.
 std::string describe(const json& v) {
-  std::string text = v.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
   switch (v.type()) {
     case json::value_t::string:
-      return "the string " + text;
+      return "the string " + scalar_text(v);
     case json::value_t::boolean:
-      return "the boolean " + text;
+      return "the boolean " + scalar_text(v);
     case json::value_t::array:
       return "an array";
     case json::value_t::object:
@@ -26,7 +37,7 @@ std::string describe(const json& v) {
     case json::value_t::null:
       return "null";
     default:
-      return "the number " + text;
+      return "the number " + scalar_text(v);
   }
 }
 
@@ -34,16 +45,16 @@ std::string describe(const json& v) {
   throw bad_request(param, "expected " + what + ", got " + describe(got));
 }
 
-std::string number_text(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 // The field's value, or nullptr when it is absent or null (OpenAI treats both as "not given").
 const json* field(const json& body, const char* name) {
   auto it = body.find(name);
   return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+// Whether object[name] is the string "text".
+bool is_text(const json& object, const char* name) {
+  auto it = object.find(name);
+  return it != object.end() && it->is_string() && it->get_ref<const std::string&>() == "text";
 }
 
 std::optional<double> number(const json& body, const char* name) {
@@ -55,15 +66,43 @@ std::optional<double> number(const json& body, const char* name) {
   return d;
 }
 
+// A double as the float the engine holds; beyond float's range it becomes an infinity, which the
+// engine's check refuses.
+float to_float(double d) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  if (std::fabs(d) > kMax) return std::copysign(std::numeric_limits<float>::infinity(), d);
+  return static_cast<float>(d);
+}
+
+float real(const json& body, const char* name, float fallback) {
+  const std::optional<double> v = number(body, name);
+  return v ? to_float(*v) : fallback;
+}
+
+// An integer field; values beyond int64 saturate (the error messages show the value as sent).
 std::optional<std::int64_t> integer(const json& body, const char* name) {
   const json* v = field(body, name);
   if (!v) return std::nullopt;
+  if (v->is_number_unsigned())
+    return static_cast<std::int64_t>(
+        std::min<std::uint64_t>(v->get<std::uint64_t>(), std::numeric_limits<std::int64_t>::max()));
   if (v->is_number_integer()) return v->get<std::int64_t>();
   // 2.0 is an integer to JavaScript clients; 2.5 is not.
   if (v->is_number_float() && std::isfinite(v->get<double>()) &&
       v->get<double>() == std::floor(v->get<double>()) && std::fabs(v->get<double>()) < 9e15)
     return static_cast<std::int64_t>(v->get<double>());
   expected(name, "an integer", *v);
+}
+
+int saturate_to_int(std::int64_t v) {
+  return static_cast<int>(std::clamp<std::int64_t>(v, std::numeric_limits<int>::min(),
+                                                   std::numeric_limits<int>::max()));
+}
+
+// An int field whose range the engine's check_sampling() judges.
+int int_field(const json& body, const char* name, int fallback) {
+  const std::optional<std::int64_t> v = integer(body, name);
+  return v ? saturate_to_int(*v) : fallback;
 }
 
 std::optional<bool> boolean(const json& body, const char* name) {
@@ -73,32 +112,27 @@ std::optional<bool> boolean(const json& body, const char* name) {
   return v->get<bool>();
 }
 
-void check_range(const char* name, double v, double lo, bool lo_open, double hi, bool hi_open) {
-  const bool ok = (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  if (!ok)
-    throw bad_request(name, std::string("must be in ") + (lo_open ? "(" : "[") + number_text(lo) +
-                                ", " + number_text(hi) + (hi_open ? ")" : "]") + ", got " +
-                                number_text(v));
-}
-
 int bounded_int(const json& body, const char* name, std::int64_t lo, std::int64_t hi,
                 int fallback) {
   const std::optional<std::int64_t> v = integer(body, name);
   if (!v) return fallback;
   if (*v < lo || *v > hi)
     throw bad_request(name, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                                "], got " + std::to_string(*v));
+                                "], got " + field(body, name)->dump());
   return static_cast<int>(*v);
 }
 
 std::int32_t token_id(const json& v, const std::string& param, const std::string& where,
                       int vocab_size) {
   if (!v.is_number_integer()) expected(param, "a token id (an integer) at " + where, v);
-  const std::int64_t id = v.get<std::int64_t>();
-  if (id < 0 || id >= vocab_size)
-    throw bad_request(param, where + " is the token id " + std::to_string(id) +
+  // nlohmann holds ids >= 0 as unsigned; 2^63 and above do not fit an int64.
+  const bool in_vocab = v.is_number_unsigned()
+                            ? v.get<std::uint64_t>() < static_cast<std::uint64_t>(vocab_size)
+                            : v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() < vocab_size;
+  if (!in_vocab)
+    throw bad_request(param, where + " is the token id " + v.dump() +
                                  ", outside the vocabulary of " + std::to_string(vocab_size));
-  return static_cast<std::int32_t>(id);
+  return static_cast<std::int32_t>(v.get<std::int64_t>());
 }
 
 std::vector<std::int32_t> token_ids(const json& list, const std::string& param,
@@ -130,8 +164,7 @@ void refuse_unsupported(const json& body) {
     throw bad_request("suffix", "is not supported by Telos");
   if (const json* v = field(body, "tools"); v && !(v->is_array() && v->empty()))
     throw bad_request("tools", "tool calling is not supported by Telos");
-  if (const json* v = field(body, "response_format");
-      v && !(v->is_object() && v->value("type", "") == "text"))
+  if (const json* v = field(body, "response_format"); v && !(v->is_object() && is_text(*v, "type")))
     throw bad_request("response_format", "only {\"type\": \"text\"} is supported by Telos");
 }
 
@@ -140,35 +173,20 @@ void parse_common(const json& body, ApiRequest& r, int vocab_size) {
   if (!body.is_object())
     throw bad_request("", "the request body must be a JSON object, got " + describe(body));
   refuse_unsupported(body);
+  // Ranges are judged once every field is read, by check_sampling() (see check_sampling_fields).
   SamplingParams& s = r.sampling;
-
-  if (auto v = number(body, "temperature")) {
-    if (*v < 0) throw bad_request("temperature", "must be >= 0, got " + number_text(*v));
-    s.temperature = static_cast<float>(*v);
-  }
-  if (auto v = number(body, "top_p")) {
-    check_range("top_p", *v, 0, true, 1, false);
-    s.top_p = static_cast<float>(*v);
-  }
+  s.temperature = real(body, "temperature", s.temperature);
+  s.top_p = real(body, "top_p", s.top_p);
   // vLLM writes -1 for "off"; so do we, besides 0.
   s.top_k = std::max(0, bounded_int(body, "top_k", -1, vocab_size, 0));
-  if (auto v = number(body, "min_p")) {
-    check_range("min_p", *v, 0, false, 1, false);
-    s.min_p = static_cast<float>(*v);
-  }
-  if (auto v = number(body, "presence_penalty")) {
-    check_range("presence_penalty", *v, -2, false, 2, false);
-    s.presence_penalty = static_cast<float>(*v);
-  }
-  if (auto v = number(body, "frequency_penalty")) {
-    check_range("frequency_penalty", *v, -2, false, 2, false);
-    s.frequency_penalty = static_cast<float>(*v);
-  }
-  if (auto v = number(body, "repetition_penalty")) {
-    if (*v <= 0) throw bad_request("repetition_penalty", "must be > 0, got " + number_text(*v));
-    s.repetition_penalty = static_cast<float>(*v);
-  }
-  if (auto v = integer(body, "seed")) s.seed = static_cast<std::uint64_t>(*v);
+  s.min_p = real(body, "min_p", s.min_p);
+  s.presence_penalty = real(body, "presence_penalty", s.presence_penalty);
+  s.frequency_penalty = real(body, "frequency_penalty", s.frequency_penalty);
+  s.repetition_penalty = real(body, "repetition_penalty", s.repetition_penalty);
+  if (const json* v = field(body, "seed"); v && v->is_number_unsigned())
+    s.seed = v->get<std::uint64_t>();
+  else if (auto seed = integer(body, "seed"))
+    s.seed = static_cast<std::uint64_t>(*seed);
   if (auto v = boolean(body, "ignore_eos")) s.ignore_eos = *v;
   if (const json* v = field(body, "stop_token_ids")) {
     if (!v->is_array()) expected("stop_token_ids", "an array of token ids", *v);
@@ -208,20 +226,28 @@ void parse_common(const json& body, ApiRequest& r, int vocab_size) {
   }
   r.skip_special_tokens = boolean(body, "skip_special_tokens").value_or(true);
   r.return_token_ids = boolean(body, "return_token_ids").value_or(false);
+  r.split_special_tokens =
+      boolean(body, "split_special_tokens").value_or(r.kind == ApiRequest::Kind::Chat);
 }
 
 // max_tokens (chat: max_completion_tokens first) and min_tokens.
 void parse_lengths(const json& body, ApiRequest& r, const char* max_field) {
-  if (auto v = integer(body, max_field)) {
-    if (*v < 1) throw bad_request(max_field, "must be >= 1, got " + std::to_string(*v));
-    r.sampling.max_tokens =
-        static_cast<int>(std::min<std::int64_t>(*v, std::numeric_limits<int>::max()));
-  }
-  r.sampling.min_tokens = bounded_int(body, "min_tokens", 0, std::numeric_limits<int>::max(), 0);
-  if (r.sampling.max_tokens && r.sampling.min_tokens > *r.sampling.max_tokens)
-    throw bad_request("min_tokens", "must not exceed " + std::string(max_field) + " (" +
-                                        std::to_string(*r.sampling.max_tokens) + "), got " +
-                                        std::to_string(r.sampling.min_tokens));
+  if (auto v = integer(body, max_field)) r.sampling.max_tokens = saturate_to_int(*v);
+  r.sampling.min_tokens = int_field(body, "min_tokens", 0);
+}
+
+// The engine's own check of the sampling parameters, so that what it would refuse is refused here,
+// naming the request's field (chat names two of them differently) and the value as sent.
+void check_sampling_fields(const json& body, const ApiRequest& r, int vocab_size,
+                           const char* max_field) {
+  const std::optional<SamplingRefusal> refusal = check_sampling(r.sampling, vocab_size);
+  if (!refusal) return;
+  std::string param = refusal->field;
+  if (param == "max_tokens") param = max_field;
+  if (param == "logprobs" && r.kind == ApiRequest::Kind::Chat) param = "top_logprobs";
+  const json* sent = field(body, param.c_str());
+  throw bad_request(
+      param, refusal->what + (sent && sent->is_primitive() ? ", got " + scalar_text(*sent) : ""));
 }
 
 std::vector<PromptInput> parse_prompt(const json& body, int vocab_size) {
@@ -257,7 +283,7 @@ std::string message_text(const json& content, const std::string& where) {
   for (std::size_t i = 0; i < content.size(); ++i) {
     const json& part = content[i];
     const std::string part_where = where + "[" + std::to_string(i) + "]";
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+    if (!part.is_object() || !is_text(part, "type") || !part.contains("text") ||
         !part["text"].is_string())
       throw bad_request("messages", part_where +
                                         " must be {\"type\": \"text\", \"text\": \"...\"} (Telos "
@@ -298,7 +324,59 @@ json parse_messages(const json& body) {
   return messages;
 }
 
+// chat_template_kwargs may add variables, never replace one the server sets.
+json parse_template_kwargs(const json& kwargs) {
+  for (const auto& [key, value] : kwargs.items()) {
+    if (key == "tools")
+      throw bad_request("chat_template_kwargs",
+                        "'tools' is refused: tool calling is not supported by Telos");
+    if (ChatTemplate::is_reserved_variable(key))
+      throw bad_request("chat_template_kwargs",
+                        "'" + key +
+                            "' is reserved: the server sets it (from the request's fields and the "
+                            "model) or the template environment defines it");
+  }
+  return kwargs;
+}
+
+// Whether arrays and objects in `text` nest deeper than `limit`, counting brackets outside
+// strings: for valid JSON exactly the nesting the parser would build, for anything else a count
+// that does not matter, since the parse refuses it. A scan of its own because nlohmann's parser
+// callback, the other place to see the depth, makes the parser quadratic in the number of objects
+// in an array (it rescans the array after each one).
+bool nests_deeper_than(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+json parse_request_json(std::string_view body) {
+  if (nests_deeper_than(body, kMaxRequestJsonDepth))
+    throw bad_request("", "the request body nests arrays and objects more than " +
+                              std::to_string(kMaxRequestJsonDepth) + " levels deep");
+  try {
+    return json::parse(body);
+  } catch (const json::exception& e) {
+    throw bad_request("", std::string("the request body is not valid JSON: ") + e.what());
+  }
+}
 
 ApiRequest parse_completion_request(const json& body, const std::string& served_model,
                                     int vocab_size) {
@@ -311,11 +389,12 @@ ApiRequest parse_completion_request(const json& body, const std::string& served_
   r.echo = boolean(body, "echo").value_or(false);
   if (field(body, "logprobs")) {
     r.logprobs = true;
-    r.sampling.logprobs = bounded_int(body, "logprobs", 0, kMaxLogprobs, 0);
+    r.sampling.logprobs = int_field(body, "logprobs", 0);
     if (r.echo)
       throw bad_request(
           "echo", "cannot be combined with logprobs (Telos does not compute prompt logprobs)");
   }
+  check_sampling_fields(body, r, vocab_size, "max_tokens");
   return r;
 }
 
@@ -324,18 +403,20 @@ ApiRequest parse_chat_request(const json& body, const std::string& served_model,
   r.kind = ApiRequest::Kind::Chat;
   parse_common(body, r, vocab_size);
   check_model(body, served_model);
-  parse_lengths(body, r,
-                field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens");
+  const char* max_field =
+      field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  parse_lengths(body, r, max_field);
   r.messages = parse_messages(body);
   r.logprobs = boolean(body, "logprobs").value_or(false);
   if (field(body, "top_logprobs")) {
     if (!r.logprobs) throw bad_request("top_logprobs", "needs logprobs set to true");
-    r.sampling.logprobs = bounded_int(body, "top_logprobs", 0, kMaxLogprobs, 0);
+    r.sampling.logprobs = int_field(body, "top_logprobs", 0);
   }
+  check_sampling_fields(body, r, vocab_size, max_field);
   r.add_generation_prompt = boolean(body, "add_generation_prompt").value_or(true);
   if (const json* v = field(body, "chat_template_kwargs")) {
     if (!v->is_object()) expected("chat_template_kwargs", "an object", *v);
-    r.template_kwargs = *v;
+    r.template_kwargs = parse_template_kwargs(*v);
   }
   return r;
 }

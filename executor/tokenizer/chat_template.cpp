@@ -21,6 +21,26 @@ std::string token_field(const ordered_json& config, const char* key, const std::
   fail(origin + ": " + key + ": must be a string or {\"content\": string}");
 }
 
+// Every string in `value`, object keys included, through Tokenizer::mark_as_text. Iterative (an
+// explicit stack of the values still to visit), so the depth of `value` costs no stack.
+void mark_strings(ordered_json& value, const Tokenizer& tokenizer) {
+  std::vector<ordered_json*> pending{&value};
+  while (!pending.empty()) {
+    ordered_json& v = *pending.back();
+    pending.pop_back();
+    if (v.is_string()) {
+      v = tokenizer.mark_as_text(v.get_ref<const std::string&>());
+    } else if (v.is_array()) {
+      for (ordered_json& e : v) pending.push_back(&e);
+    } else if (v.is_object()) {
+      ordered_json marked = ordered_json::object();
+      for (auto& [k, e] : v.items()) marked[tokenizer.mark_as_text(k)] = std::move(e);
+      v = std::move(marked);
+      for (auto& [k, e] : v.items()) pending.push_back(&e);
+    }
+  }
+}
+
 }  // namespace
 
 std::optional<ChatTemplate> ChatTemplate::load_if_present(const std::string& path) {
@@ -79,6 +99,11 @@ ChatTemplate ChatTemplate::from_config_json(const ordered_json& config, const st
                       token_field(config, "eos_token", origin), origin);
 }
 
+bool ChatTemplate::is_reserved_variable(std::string_view name) {
+  return name == "messages" || name == "add_generation_prompt" || name == "bos_token" ||
+         name == "eos_token" || jinja::is_global(name);
+}
+
 std::string ChatTemplate::render(const ordered_json& messages, bool add_generation_prompt,
                                  const ordered_json& extra) const {
   if (!messages.is_array()) fail(origin_ + ": render: messages must be an array");
@@ -87,8 +112,25 @@ std::string ChatTemplate::render(const ordered_json& messages, bool add_generati
                             {"add_generation_prompt", add_generation_prompt},
                             {"bos_token", bos_token_},
                             {"eos_token", eos_token_}};
-  for (auto& [k, v] : extra.items()) variables[k] = v;
+  for (auto& [k, v] : extra.items()) {
+    if (is_reserved_variable(k))
+      fail(origin_ + ": render: the extra variable '" + k + "' is reserved (render() sets it or " +
+           "the template environment defines it)");
+    variables[k] = v;
+  }
   return template_.render(variables);
+}
+
+std::vector<TokenId> ChatTemplate::encode(const Tokenizer& tokenizer, const ordered_json& messages,
+                                          bool add_generation_prompt, const ordered_json& extra,
+                                          bool split_special_tokens) const {
+  if (!split_special_tokens)
+    return tokenizer.encode(render(messages, add_generation_prompt, extra), false);
+  ordered_json marked_messages = messages, marked_extra = extra;
+  mark_strings(marked_messages, tokenizer);
+  mark_strings(marked_extra, tokenizer);
+  return tokenizer.encode(render(marked_messages, add_generation_prompt, marked_extra), false,
+                          Tokenizer::Specials::except_marked);
 }
 
 }  // namespace telos

@@ -5,8 +5,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "executor/tokenizer/jinja.hpp"
+#include "executor/tokenizer/tokenizer.hpp"
 
 namespace telos {
 
@@ -24,9 +27,24 @@ class ChatTemplate {
                                        const std::string& origin);
 
   // `messages` is the OpenAI-style array of {"role", "content", ...}; `extra` (an object) adds
-  // or overrides template variables. Object key order is kept (tojson output depends on it).
+  // template variables (tools, enable_thinking, ...), none of them reserved (see below). Object
+  // key order is kept (tojson output depends on it).
   std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                      const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
+
+  // The conversation as the model's token ids: render() encoded without the tokenizer's
+  // post-processor (the template writes its own BOS). With `split_special_tokens`, a special
+  // token spelled in request text (any string in `messages` or `extra`, keys included) is
+  // encoded as the text it spells (Tokenizer::mark_as_text), while the template's own markup and
+  // bos_token/eos_token keep their special tokens.
+  std::vector<TokenId> encode(const Tokenizer& tokenizer, const nlohmann::ordered_json& messages,
+                              bool add_generation_prompt, const nlohmann::ordered_json& extra,
+                              bool split_special_tokens) const;
+
+  // Whether `name` is a variable render() sets itself (messages, add_generation_prompt,
+  // bos_token, eos_token) or a function of the template environment (jinja::is_global), which
+  // `extra` may not give.
+  static bool is_reserved_variable(std::string_view name);
 
   // The written forms of the special tokens the config names ("" when it names none); the
   // executor turns them into ids with Tokenizer::token_id.

@@ -1103,4 +1103,8 @@ std::string Template::render(const nlohmann::ordered_json& variables) const {
   return std::move(ctx.out);
 }
 
+bool is_global(std::string_view name) {
+  return globals().count(std::string(name)) > 0;
+}
+
 }  // namespace telos::jinja

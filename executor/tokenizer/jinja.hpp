@@ -11,6 +11,12 @@
 
 namespace telos::jinja {
 
+// Lists and dicts nest at most this deep in any value a walk reaches (the conversion of the
+// variables from JSON, printing, tojson, equality); deeper ones are refused with an Error naming
+// the limit instead of exhausting the stack. Request data is bounded far below this by the
+// server; a template that nests values in a loop, or a namespace that holds itself, meets it.
+inline constexpr int kMaxValueDepth = 128;
+
 class Template {
  public:
   // Throws Error "ORIGIN:LINE: ..." for syntax errors and unsupported constructs.
@@ -30,5 +36,9 @@ class Template {
   explicit Template(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Whether `name` is a function every template's environment defines (raise_exception, namespace,
+// range, strftime_now), which a variable of the same name would hide.
+bool is_global(std::string_view name);
 
 }  // namespace telos::jinja

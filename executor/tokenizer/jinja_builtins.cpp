@@ -468,12 +468,9 @@ const std::map<std::string, FilterFn>& filters() {
       {"tojson",
        [](const Value& v, const Args& a) {
          const Value* indent = named_arg(a, 0, "indent");
-         std::string out;
-         to_json(
-             v,
-             indent && indent->kind != K::none ? static_cast<int>(need_int(indent, "tojson")) : 0,
-             0, out);
-         return Value::of(out);
+         return Value::of(to_json(v, indent && indent->kind != K::none
+                                         ? static_cast<int>(need_int(indent, "tojson"))
+                                         : 0));
        }},
       {"items",
        [](const Value& v, const Args&) {

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
+#include "executor/tokenizer/jinja.hpp"
 #include "executor/tokenizer/utf8.hpp"
 #include "support/error.hpp"
 
@@ -23,6 +25,52 @@ std::string float_repr(double d) {
   std::string s = buf;
   if (s.find_first_of(".en") == std::string::npos) s += ".0";
   return s;
+}
+
+// Every recursive walk over values calls this once per level.
+void check_depth(int depth) {
+  if (depth > kMaxValueDepth)
+    fail("value nested more than " + std::to_string(kMaxValueDepth) +
+         " lists or dicts deep (a structure that contains itself?)");
+}
+
+Value from_json_at(const nlohmann::ordered_json& j, int depth) {
+  using T = nlohmann::ordered_json::value_t;
+  switch (j.type()) {
+    case T::null:
+      return Value::none();
+    case T::boolean:
+      return Value::of(j.get<bool>());
+    case T::number_integer:
+      return Value::of(j.get<std::int64_t>());
+    case T::number_unsigned:
+      // Values hold int64; a larger integer becomes a float, which keeps its magnitude (Python
+      // would print every digit).
+      if (j.get<std::uint64_t>() >
+          static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+        return Value::of_number(j.get<double>());
+      return Value::of(j.get<std::int64_t>());
+    case T::number_float:
+      return Value::of_number(j.get<double>());
+    case T::string:
+      return Value::of(j.get<std::string>());
+    case T::array: {
+      check_depth(depth + 1);
+      List l;
+      l.reserve(j.size());
+      for (const auto& e : j) l.push_back(from_json_at(e, depth + 1));
+      return Value::of(std::move(l));
+    }
+    case T::object: {
+      check_depth(depth + 1);
+      Dict d;
+      d.reserve(j.size());
+      for (auto& [k, v] : j.items()) d.emplace_back(k, from_json_at(v, depth + 1));
+      return Value::of(std::move(d));
+    }
+    default:
+      return Value();
+  }
 }
 
 void json_string(const std::string& s, std::string& out) {
@@ -90,31 +138,7 @@ const char* kind_name(const Value& v) {
 }
 
 Value from_json(const nlohmann::ordered_json& j) {
-  switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null:
-      return Value::none();
-    case nlohmann::ordered_json::value_t::boolean:
-      return Value::of(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer:
-    case nlohmann::ordered_json::value_t::number_unsigned:
-      return Value::of(j.get<std::int64_t>());
-    case nlohmann::ordered_json::value_t::number_float:
-      return Value::of_number(j.get<double>());
-    case nlohmann::ordered_json::value_t::string:
-      return Value::of(j.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
-      List l;
-      for (const auto& e : j) l.push_back(from_json(e));
-      return Value::of(std::move(l));
-    }
-    case nlohmann::ordered_json::value_t::object: {
-      Dict d;
-      for (auto& [k, v] : j.items()) d.emplace_back(k, from_json(v));
-      return Value::of(std::move(d));
-    }
-    default:
-      return Value();
-  }
+  return from_json_at(j, 0);
 }
 
 std::vector<std::uint32_t> code_points(std::string_view s) {
@@ -147,51 +171,14 @@ std::string from_code_points(const std::vector<std::uint32_t>& cps, std::size_t 
   return out;
 }
 
-// str(): what {{ }} prints.
-std::string str(const Value& v) {
-  switch (v.kind) {
-    case Value::Kind::undefined:
-      return "";
-    case Value::Kind::none:
-      return "None";
-    case Value::Kind::boolean:
-      return v.boolean ? "True" : "False";
-    case Value::Kind::integer:
-      return std::to_string(v.integer);
-    case Value::Kind::number:
-      return float_repr(v.number);
-    case Value::Kind::string:
-      return v.string;
-    case Value::Kind::list: {
-      std::string out = "[";
-      for (std::size_t i = 0; i < v.list->size(); ++i) out += (i ? ", " : "") + repr((*v.list)[i]);
-      return out + "]";
-    }
-    case Value::Kind::dict: {
-      if (v.is_namespace) return "<Namespace>";
-      std::string out = "{";
-      bool first = true;
-      for (auto& [k, e] : *v.dict) {
-        out += (first ? "" : ", ") + repr(Value::of(k)) + ": " + repr(e);
-        first = false;
-      }
-      return out + "}";
-    }
-    case Value::Kind::function:
-      return "<function>";
-  }
-  return "";
-}
+namespace {
 
-std::string repr(const Value& v) {
-  if (v.kind != Value::Kind::string) return str(v);
-  // Python prefers single quotes unless the text holds one and no double quote.
-  const char quote =
-      v.string.find('\'') != std::string::npos && v.string.find('"') == std::string::npos ? '"'
-                                                                                          : '\'';
-  std::string out(1, quote);
-  for (char c : v.string) {
-    if (c == quote || c == '\\')
+// Python's repr() of a string: single quotes unless the text holds one and no double quote.
+void quote(const std::string& s, std::string& out) {
+  const char q = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  out += q;
+  for (char c : s) {
+    if (c == q || c == '\\')
       out += '\\', out += c;
     else if (c == '\n')
       out += "\\n";
@@ -202,15 +189,71 @@ std::string repr(const Value& v) {
     else
       out += c;
   }
-  return out + quote;
+  out += q;
 }
 
-// transformers' tojson: json.dumps(x, ensure_ascii=False, indent=indent), so Python's separators
-// (", " and ": "; "," between items when indenting) and non-ASCII text as is.
-void to_json(const Value& v, int indent, int depth, std::string& out) {
+// str() when !quoted, repr() when quoted: they differ for strings only; lists and dicts print
+// their items with repr().
+void print(const Value& v, bool quoted, int depth, std::string& out) {
+  switch (v.kind) {
+    case Value::Kind::undefined:
+      return;
+    case Value::Kind::none:
+      out += "None";
+      return;
+    case Value::Kind::boolean:
+      out += v.boolean ? "True" : "False";
+      return;
+    case Value::Kind::integer:
+      out += std::to_string(v.integer);
+      return;
+    case Value::Kind::number:
+      out += float_repr(v.number);
+      return;
+    case Value::Kind::string:
+      if (quoted)
+        quote(v.string, out);
+      else
+        out += v.string;
+      return;
+    case Value::Kind::list:
+      check_depth(depth + 1);
+      out += '[';
+      for (std::size_t i = 0; i < v.list->size(); ++i) {
+        if (i) out += ", ";
+        print((*v.list)[i], true, depth + 1, out);
+      }
+      out += ']';
+      return;
+    case Value::Kind::dict: {
+      if (v.is_namespace) {
+        out += "<Namespace>";
+        return;
+      }
+      check_depth(depth + 1);
+      out += '{';
+      bool first = true;
+      for (auto& [k, e] : *v.dict) {
+        if (!first) out += ", ";
+        quote(k, out);
+        out += ": ";
+        print(e, true, depth + 1, out);
+        first = false;
+      }
+      out += '}';
+      return;
+    }
+    case Value::Kind::function:
+      out += "<function>";
+      return;
+  }
+}
+
+// tojson at nesting `depth`.
+void to_json_at(const Value& v, int indent, int depth, std::string& out) {
   auto newline = [&](int d) {
     out += '\n';
-    out.append(static_cast<std::size_t>(indent * d), ' ');
+    out.append(static_cast<std::size_t>(indent) * static_cast<std::size_t>(d), ' ');
   };
   switch (v.kind) {
     case Value::Kind::undefined:
@@ -233,6 +276,7 @@ void to_json(const Value& v, int indent, int depth, std::string& out) {
       fail("tojson: a function cannot be serialized");
     case Value::Kind::list:
     case Value::Kind::dict: {
+      check_depth(depth + 1);
       const bool is_list = v.kind == Value::Kind::list;
       const std::size_t n = is_list ? v.list->size() : v.dict->size();
       out += is_list ? '[' : '{';
@@ -240,11 +284,11 @@ void to_json(const Value& v, int indent, int depth, std::string& out) {
         if (i) out += indent > 0 ? "," : ", ";
         if (indent > 0) newline(depth + 1);
         if (is_list) {
-          to_json((*v.list)[i], indent, depth + 1, out);
+          to_json_at((*v.list)[i], indent, depth + 1, out);
         } else {
           json_string((*v.dict)[i].first, out);
           out += ": ";
-          to_json((*v.dict)[i].second, indent, depth + 1, out);
+          to_json_at((*v.dict)[i].second, indent, depth + 1, out);
         }
       }
       if (indent > 0 && n > 0) newline(depth);
@@ -252,6 +296,65 @@ void to_json(const Value& v, int indent, int depth, std::string& out) {
       return;
     }
   }
+}
+
+bool equal_at(const Value& a, const Value& b, int depth) {
+  if (a.is_number() && b.is_number()) {
+    if (a.kind == Value::Kind::number || b.kind == Value::Kind::number)
+      return a.as_double() == b.as_double();
+    return (a.kind == Value::Kind::boolean ? a.boolean : a.integer) ==
+           (b.kind == Value::Kind::boolean ? b.boolean : b.integer);
+  }
+  if (a.kind != b.kind) return false;
+  switch (a.kind) {
+    case Value::Kind::undefined:
+    case Value::Kind::none:
+      return true;
+    case Value::Kind::string:
+      return a.string == b.string;
+    case Value::Kind::list:
+      if (a.list->size() != b.list->size()) return false;
+      check_depth(depth + 1);
+      for (std::size_t i = 0; i < a.list->size(); ++i)
+        if (!equal_at((*a.list)[i], (*b.list)[i], depth + 1)) return false;
+      return true;
+    case Value::Kind::dict:
+      if (a.dict->size() != b.dict->size()) return false;
+      check_depth(depth + 1);
+      for (auto& [k, v] : *a.dict) {
+        const Value* other = b.find(k);
+        if (other == nullptr || !equal_at(v, *other, depth + 1)) return false;
+      }
+      return true;
+    case Value::Kind::function:
+      return a.function == b.function;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+// str(): what {{ }} prints.
+std::string str(const Value& v) {
+  if (v.kind == Value::Kind::string) return v.string;
+  std::string out;
+  print(v, false, 0, out);
+  return out;
+}
+
+std::string repr(const Value& v) {
+  std::string out;
+  print(v, true, 0, out);
+  return out;
+}
+
+// transformers' tojson: json.dumps(x, ensure_ascii=False, indent=indent), so Python's separators
+// (", " and ": "; "," between items when indenting) and non-ASCII text as is.
+std::string to_json(const Value& v, int indent) {
+  std::string out;
+  to_json_at(v, indent, 0, out);
+  return out;
 }
 
 bool truthy(const Value& v) {
@@ -278,34 +381,7 @@ bool truthy(const Value& v) {
 }
 
 bool equal(const Value& a, const Value& b) {
-  if (a.is_number() && b.is_number()) {
-    if (a.kind == Value::Kind::number || b.kind == Value::Kind::number)
-      return a.as_double() == b.as_double();
-    return (a.kind == Value::Kind::boolean ? a.boolean : a.integer) ==
-           (b.kind == Value::Kind::boolean ? b.boolean : b.integer);
-  }
-  if (a.kind != b.kind) return false;
-  switch (a.kind) {
-    case Value::Kind::undefined:
-    case Value::Kind::none:
-      return true;
-    case Value::Kind::string:
-      return a.string == b.string;
-    case Value::Kind::list:
-      return a.list->size() == b.list->size() &&
-             std::equal(a.list->begin(), a.list->end(), b.list->begin(), equal);
-    case Value::Kind::dict:
-      if (a.dict->size() != b.dict->size()) return false;
-      for (auto& [k, v] : *a.dict) {
-        const Value* other = b.find(k);
-        if (other == nullptr || !equal(v, *other)) return false;
-      }
-      return true;
-    case Value::Kind::function:
-      return a.function == b.function;
-    default:
-      return false;
-  }
+  return equal_at(a, b, 0);
 }
 
 std::size_t length_of(const Value& v) {

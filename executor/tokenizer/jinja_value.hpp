@@ -112,7 +112,7 @@ std::string from_code_points(const std::vector<std::uint32_t>& cps, std::size_t 
 std::string str(const Value& v);   // what {{ }} prints
 std::string repr(const Value& v);  // how a value prints inside a list or dict
 // transformers' tojson: json.dumps(x, ensure_ascii=False, indent=indent).
-void to_json(const Value& v, int indent, int depth, std::string& out);
+std::string to_json(const Value& v, int indent);
 bool truthy(const Value& v);
 bool equal(const Value& a, const Value& b);
 std::size_t length_of(const Value& v);

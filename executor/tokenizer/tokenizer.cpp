@@ -82,12 +82,20 @@ class AddedTokenMatcher {
     });
   }
   // Calls on_text(piece) for stretches without tokens and on_token(token) for each match, in order.
+  // `specials` says where special tokens may match (where one may not, a shorter token that is
+  // not special still may).
   template <typename OnText, typename OnToken>
-  void split(std::string_view text, OnText&& on_text, OnToken&& on_token) const {
+  void split(std::string_view text, Tokenizer::Specials specials, OnText&& on_text,
+             OnToken&& on_token) const {
     std::size_t text_start = 0, at = 0;
     while (at < text.size()) {
+      const bool no_special =
+          specials == Tokenizer::Specials::none ||
+          (specials == Tokenizer::Specials::except_marked && at >= kTextMark.size() &&
+           text.compare(at - kTextMark.size(), kTextMark.size(), kTextMark) == 0);
       const Entry* hit = nullptr;
       for (const Entry& e : by_first_byte_[static_cast<unsigned char>(text[at])]) {
+        if (no_special && e.token->special) continue;
         if (text.compare(at, e.pattern.size(), e.pattern) == 0) {
           hit = &e;
           break;
@@ -108,6 +116,12 @@ class AddedTokenMatcher {
       text_start = at = end;
     }
     if (text_start < text.size()) on_text(text.substr(text_start));
+  }
+  // Whether some token's pattern begins at text[at].
+  bool starts_at(std::string_view text, std::size_t at) const {
+    for (const Entry& e : by_first_byte_[static_cast<unsigned char>(text[at])])
+      if (text.compare(at, e.pattern.size(), e.pattern) == 0) return true;
+    return false;
   }
 
  private:
@@ -188,6 +202,7 @@ struct Tokenizer::Impl {
   std::vector<char> special;  // id -> added token marked special
   std::unordered_map<std::string, TokenId> added_by_content;
   AddedTokenMatcher raw_matcher, normalized_matcher;
+  AddedTokenMatcher special_spellings;  // special tokens by their written content (mark_as_text)
 
   std::vector<TokenId> prefix, suffix;  // post-processor template around a single sequence
 
@@ -477,6 +492,7 @@ void Tokenizer::Impl::load_added_tokens(const json& doc, const Reader& r) {
       normalized_matcher.add(token.get(), normalize(token->content));
     else
       raw_matcher.add(token.get(), token->content);
+    if (token->special) special_spellings.add(token.get(), token->content);
     added.push_back(std::move(token));
   }
 }
@@ -785,26 +801,60 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_tokens,
+                                       Specials specials) const {
   if (const std::size_t bad = utf8::first_invalid(text); bad != text.size())
     fail("tokenizer: text to encode is not valid UTF-8 (at byte " + std::to_string(bad) + ")");
   const Impl& m = *impl_;
+  const bool marked = specials == Specials::except_marked;
   std::vector<TokenId> ids;
   ids.reserve(text.size() / 3 + m.prefix.size() + m.suffix.size() + 8);
   if (add_special_tokens) ids.insert(ids.end(), m.prefix.begin(), m.prefix.end());
   auto push_token = [&](const AddedToken& t) { ids.push_back(t.id); };
+  // Marks stay in the text while tokens are matched (they keep the spelling after them from
+  // matching) and leave it before pre-tokenization, so the text around them encodes as if they
+  // were never there.
+  auto push_text = [&](std::string_view piece) {
+    if (!marked || piece.find(kTextMark) == std::string_view::npos) {
+      m.encode_text(piece, ids);
+      return;
+    }
+    std::string plain;
+    for (std::size_t from = 0, at; from < piece.size(); from = at + kTextMark.size()) {
+      at = std::min(piece.find(kTextMark, from), piece.size());
+      plain.append(piece.substr(from, at - from));
+    }
+    if (!plain.empty()) m.encode_text(plain, ids);
+  };
   // Tokens written verbatim are found first, in the raw text; the stretches between them are
   // normalized and searched again for tokens that are matched in normalized form.
   m.raw_matcher.split(
-      text,
+      text, specials,
       [&](std::string_view stretch) {
         const std::string normal = m.normalize(stretch);
-        m.normalized_matcher.split(
-            normal, [&](std::string_view piece) { m.encode_text(piece, ids); }, push_token);
+        m.normalized_matcher.split(normal, specials, push_text, push_token);
       },
       push_token);
   if (add_special_tokens) ids.insert(ids.end(), m.suffix.begin(), m.suffix.end());
   return ids;
+}
+
+std::string Tokenizer::mark_as_text(std::string_view text) const {
+  constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+  std::string out;
+  out.reserve(text.size() + 16);
+  for (std::size_t at = 0; at < text.size(); ++at) {
+    if (text.compare(at, kTextMark.size(), kTextMark) == 0) {
+      out += kReplacement;
+      at += kTextMark.size() - 1;
+      continue;
+    }
+    // Every start, not only the leftmost-longest match: a spelling that begins inside another
+    // is marked too, so no special token can match anywhere in the text.
+    if (impl_->special_spellings.starts_at(text, at)) out += kTextMark;
+    out += text[at];
+  }
+  return out;
 }
 
 std::string_view Tokenizer::token_bytes(TokenId id) const {

@@ -17,6 +17,10 @@ namespace telos {
 
 using TokenId = std::int32_t;
 
+// U+FDD0, a Unicode noncharacter (reserved for internal use, never a character of text): see
+// Tokenizer::mark_as_text.
+inline constexpr std::string_view kTextMark = "\xEF\xB7\x90";
+
 class Tokenizer {
  public:
   // Reads and validates `path` (a tokenizer.json); errors name the path and the field.
@@ -28,10 +32,27 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
+  // Where encode() matches special tokens written in the text: everywhere; nowhere (each is
+  // encoded as the text it spells: Hugging Face's split_special_tokens); or everywhere except
+  // right after kTextMark (see mark_as_text), in which case the marks themselves are dropped.
+  // Added tokens that are not special are matched in every mode.
+  enum class Specials { parse, none, except_marked };
+
   // Added and special tokens written in `text` (e.g. "<|im_start|>") become their ids; the rest
   // is normalized, pre-tokenized and BPE-encoded. `add_special_tokens` applies the file's
   // post-processor template (e.g. a leading BOS). `text` must be valid UTF-8. Thread-safe.
-  std::vector<TokenId> encode(std::string_view text, bool add_special_tokens) const;
+  std::vector<TokenId> encode(std::string_view text, bool add_special_tokens,
+                              Specials specials = Specials::parse) const;
+
+  // `text` (request text) with kTextMark in front of every position where a special token's
+  // spelling begins, so that encode(..., Specials::except_marked) reads those spellings as text
+  // (Hugging Face's split_special_tokens, for this text only). A kTextMark already in `text`
+  // becomes U+FFFD, so every mark is one made here. Marks survive what a chat template does with
+  // strings (they are neither space nor cased, and NFC leaves them alone), so request text can be
+  // marked before rendering and the template's own markup still encodes as special tokens.
+  // A special token the file matches after normalization ("normalized": true) is found here by its
+  // written spelling only.
+  std::string mark_as_text(std::string_view text) const;
 
   // Concatenated bytes of the tokens; invalid UTF-8 (a sequence cut mid-character) becomes
   // U+FFFD. Unknown ids are an Error naming the id.

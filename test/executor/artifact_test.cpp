@@ -263,17 +263,31 @@ TEST(Artifact, ParsesSlotImageArguments) {
 
 // What a weight allows is checked at load, naming the argument: the weight exists, is a bf16
 // matrix, and divides into the image's tiles and slots (support/slot_image.hpp).
+// `m` with a kernel table of one kernel and a launch program of one bucket, whose one launch
+// passes `args`, over an arena of `arena` (the tiny artifact's default serving limits).
+nlohmann::json with_program(nlohmann::json m, const nlohmann::json& args,
+                            const nlohmann::json& arena) {
+  m["kernels"] = {{{"entry", "k"}, {"block", {128, 1, 1}}, {"dynamic_smem", 0}}};
+  m["programs"] = {
+      {"descriptor",
+       {{"max_tokens", 16}, {"max_sample_rows", 4}, {"max_batch", 4}, {"max_pages_per_seq", 16}}},
+      {"arena", arena},
+      {"buckets",
+       {{{"kind", "prefill"},
+         {"size", 16},
+         {"tokens", 16},
+         {"sample_rows", 4},
+         {"launches", {{{"kernel", 0}, {"grid", {1, 1, 1}}, {"args", args}}}}}}}};
+  return m;
+}
+
 TEST(Artifact, RefusesSlotImagesTheWeightCannotHave) {
   const std::string dir = testing::temp_dir("wimg");
   testing::TinyArtifactSpec spec;
   spec.hidden_size = 64;  // embed [64, 64], gate_up [96, 64], down [64, 48]
   auto m = testing::write_tiny_artifact(dir, spec);
   auto with_arg = [&](const std::string& arg) {
-    auto c = m;
-    c["programs"] = {
-        {"arena", nlohmann::json::array()},
-        {"buckets", {{{"kind", "decode"}, {"launches", {{{"kernel", 0}, {"args", {arg}}}}}}}}};
-    testing::rewrite_manifest(dir, c);
+    testing::rewrite_manifest(dir, with_program(m, {arg}, nlohmann::json::array()));
   };
   with_arg("wimg:embed:64:1");  // one tile of 64 rows, one K block a slot
   EXPECT_NO_THROW(Artifact::load(dir));
@@ -309,12 +323,8 @@ TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {
   const std::string dir = testing::temp_dir("tmap");
   auto m = testing::write_tiny_artifact(dir, {});
   auto with_arg = [&](const std::string& arg) {
-    auto c = m;
-    c["programs"] = {
-        {"arena", {{{"buffer", "h"}, {"bytes", 4096}}}},
-        {"buckets",
-         {{{"kind", "prefill"}, {"launches", {{{"kernel", 0}, {"args", {"buf:h", arg}}}}}}}}};
-    testing::rewrite_manifest(dir, c);
+    testing::rewrite_manifest(
+        dir, with_program(m, {"buf:h", arg}, {{{"buffer", "h"}, {"bytes", 4096}}}));
   };
   with_arg("tmap:buf:h:16:64:16:64");  // 2048 bytes of 4096
   EXPECT_NO_THROW(Artifact::load(dir));
@@ -350,12 +360,8 @@ TEST(Artifact, ChecksKvTensorMaps) {
   spec.hidden_size = 256, spec.num_heads = 4, spec.num_kv_heads = 2, spec.head_dim = 64;
   auto m = testing::write_tiny_artifact(dir, spec);  // pages of 4: 2 · 2 · 4 · 2 · 64 · 2 bytes
   auto with_arg = [&](const std::string& arg) {
-    auto c = m;
-    c["programs"] = {
-        {"arena", {{{"buffer", "h"}, {"bytes", 4096}}}},
-        {"buckets",
-         {{{"kind", "prefill"}, {"launches", {{{"kernel", 0}, {"args", {"kv:1", arg}}}}}}}}};
-    testing::rewrite_manifest(dir, c);
+    testing::rewrite_manifest(dir,
+                              with_program(m, {"kv:1", arg}, {{{"buffer", "h"}, {"bytes", 4096}}}));
   };
   with_arg("tmap:kv:1:32:64:4:64");
   EXPECT_NO_THROW(Artifact::load(dir));
@@ -372,6 +378,102 @@ TEST(Artifact, ChecksKvTensorMaps) {
   expect_refused(dir, {"a KV map's ROWS are one page's (32) and its BOX_ROWS the page size (4)"});
   with_arg("tmap:kv:1:32:64:8:64");
   expect_refused(dir, {"a KV map's ROWS are one page's (32)"});
+}
+
+// Only a manifest marked as a Telos artifact's is read; one edited after it was written (a value
+// that is valid, but not what telosc wrote) is refused by its checksum.
+TEST(Artifact, RefusesAnUnmarkedOrEditedManifest) {
+  const std::string dir = testing::temp_dir("marker");
+  const auto good = testing::write_tiny_artifact(dir, {});
+  auto m = good;
+  m.erase("format");
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"manifest.json: format: expected \"telos-artifact\"", "compile it again"});
+  m = good;
+  m["model"]["rms_norm_eps"] = 1e-3;
+  testing::rewrite_manifest(dir, m, testing::Signing::kAsIs);
+  expect_refused(
+      dir, {"manifest.json: manifest_checksum: " + good["manifest_checksum"].get<std::string>() +
+            " does not match the model and weights sections"});
+  m = good;
+  m.erase("manifest_checksum");
+  testing::rewrite_manifest(dir, m, testing::Signing::kAsIs);
+  expect_refused(dir, {"manifest.json: manifest_checksum: missing"});
+  // Re-signed, the same edit loads: the checksum, not the value, refused it.
+  m = good;
+  m["model"]["rms_norm_eps"] = 1e-3;
+  testing::rewrite_manifest(dir, m);
+  EXPECT_EQ(Artifact::load(dir)->model().rms_norm_eps, 1e-3);
+}
+
+// A checkpoint without a BOS token has null; token ids are within the vocabulary.
+TEST(Artifact, TakesANullBosAndRefusesTokenIdsOutsideTheVocabulary) {
+  const std::string dir = testing::temp_dir("bos");
+  const auto good = testing::write_tiny_artifact(dir, {});
+  auto m = good;
+  m["model"]["bos_token_id"] = nullptr;
+  m["model"]["eos_token_ids"] = nlohmann::json::array();
+  testing::rewrite_manifest(dir, m);
+  EXPECT_EQ(Artifact::load(dir)->model().bos_token_id, -1);
+  m["model"]["bos_token_id"] = 64;
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"model.bos_token_id: 64 is above 63"});
+  m = good;
+  m["model"]["eos_token_ids"] = {2, -1};
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"model.eos_token_ids[1]: -1 is below 0"});
+}
+
+// The weight table holds at most the model's tensors: a table padded with a million entries is
+// refused before any is read.
+TEST(Artifact, RefusesMoreTensorsThanTheModelHas) {
+  const std::string dir = testing::temp_dir("many");
+  auto m = testing::write_tiny_artifact(dir, {});
+  const std::size_t have = m["weights"]["tensors"].size();
+  m["weights"]["tensors"].push_back(m["weights"]["tensors"][0]);
+  testing::rewrite_manifest(dir, m);
+  expect_refused(dir, {"weights.tensors: " + std::to_string(have + 1) +
+                       " tensors, but the model has " + std::to_string(have)});
+}
+
+// The sizes the GPU engine reads of the kernel table and launch programs are within CUDA's limits
+// and the serving configuration's.
+TEST(Artifact, RefusesLaunchProgramsBeyondTheirBounds) {
+  const std::string dir = testing::temp_dir("programs");
+  const auto m = testing::write_tiny_artifact(dir, {});
+  const auto good = with_program(m, {"buf:h"}, {{{"buffer", "h"}, {"bytes", 4096}}});
+  testing::rewrite_manifest(dir, good);
+  EXPECT_TRUE(Artifact::load(dir)->has_kernels());
+  auto refused_with = [&](auto edit, std::initializer_list<std::string> parts) {
+    auto c = good;
+    edit(c);
+    testing::rewrite_manifest(dir, c);
+    expect_refused(dir, parts);
+  };
+  refused_with(
+      [](auto& c) {
+        c["kernels"][0]["block"] = {1024, 2, 1};
+      },
+      {"kernels[0].block: more than 1024 threads a block"});
+  refused_with([](auto& c) { c["kernels"][0]["dynamic_smem"] = 1 << 20; },
+               {"kernels[0].dynamic_smem: 1048576 is above 232448"});
+  refused_with([](auto& c) { c["programs"]["buckets"][0]["launches"][0]["kernel"] = 1; },
+               {"programs.buckets[0].launches[0].kernel: 1 is above 0"});
+  refused_with(
+      [](auto& c) {
+        c["programs"]["buckets"][0]["launches"][0]["grid"] = {1, 70000, 1};
+      },
+      {"programs.buckets[0].launches[0].grid[1]: 70000 is above 65535"});
+  refused_with([](auto& c) { c["programs"]["descriptor"]["max_tokens"] = 1 << 30; },
+               {"programs.descriptor.max_tokens: 1073741824 is above 16"});
+  refused_with([](auto& c) { c["programs"]["descriptor"]["max_pages_per_seq"] = 17; },
+               {"programs.descriptor.max_pages_per_seq: 17 is above 16"});
+  refused_with([](auto& c) { c["programs"]["arena"][0]["bytes"] = std::int64_t{1} << 50; },
+               {"programs.arena[0].bytes", "is above 1099511627776"});
+  refused_with([](auto& c) { c["programs"]["buckets"][0]["tokens"] = 17; },
+               {"programs.buckets[0].tokens: 17 is above 16"});
+  refused_with([](auto& c) { c["programs"].erase("descriptor"); },
+               {"programs.descriptor: missing"});
 }
 
 TEST(Artifact, ChecksTheTargetArchitecture) {

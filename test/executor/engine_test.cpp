@@ -349,7 +349,7 @@ TEST(Engine, RuntimeLimitsPastTheArtifactsAreRefused) {
   const RuntimeLimits artifacts = resolve_runtime_limits(*artifact, {});
   EXPECT_EQ(artifacts.max_batch, 4);
   EXPECT_EQ(artifacts.max_seq_len, 64);
-  EXPECT_EQ(artifacts.kv_pages, 64);
+  EXPECT_EQ(artifacts.kv_pages, 0);  // the backend sizes the artifact's pool
   EXPECT_EQ(artifacts.prefill_chunk, 16);
   // The same checks guard the engine and the backend.
   EngineOptions options = checked_options();

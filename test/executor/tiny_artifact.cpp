@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 
+#include "support/artifact_format.hpp"
 #include "support/checksum.hpp"
 #include "support/dtype.hpp"
 
@@ -24,7 +25,10 @@ std::string temp_dir(const std::string& name) {
   return dir.string();
 }
 
-void rewrite_manifest(const std::string& dir, const json& manifest) {
+void rewrite_manifest(const std::string& dir, json manifest, Signing signing) {
+  if (signing == Signing::kResign && manifest.is_object() && manifest.contains("model") &&
+      manifest.contains("weights"))
+    manifest["manifest_checksum"] = manifest_checksum(manifest);
   std::ofstream(fs::path(dir) / "manifest.json") << manifest.dump(2);
 }
 
@@ -114,7 +118,8 @@ json write_tiny_artifact(const std::string& dir, const TinyArtifactSpec& s) {
   prefill_buckets.push_back(s.prefill_chunk);
 
   json manifest = {
-      {"schema_version", 1},
+      {"format", kArtifactFormat},
+      {"schema_version", kArtifactSchemaVersion},
       {"generator", "test/executor/tiny_artifact.cpp"},
       {"model",
        {{"name", "tiny-test"},
@@ -161,7 +166,8 @@ json write_tiny_artifact(const std::string& dir, const TinyArtifactSpec& s) {
       {"files",
        {{"weights.bin", checksum_string(xxh64(blob.data(), blob.size()))},
         {"ir.txt", checksum_string(xxh64(ir.data(), ir.size()))}}}};
-  rewrite_manifest(dir, manifest);
+  manifest["manifest_checksum"] = manifest_checksum(manifest);
+  rewrite_manifest(dir, manifest, Signing::kAsIs);
   return manifest;
 }
 

@@ -23,8 +23,12 @@ struct TinyArtifactSpec {
 // Writes the artifact directory `dir` (created or replaced) and returns its manifest.
 nlohmann::json write_tiny_artifact(const std::string& dir, const TinyArtifactSpec& spec);
 
-// Rewrites dir/manifest.json with `manifest` (for tests that break one field).
-void rewrite_manifest(const std::string& dir, const nlohmann::json& manifest);
+// Rewrites dir/manifest.json with `manifest` (for tests that break one field). kResign recomputes
+// its manifest_checksum, so that the field's own check is what refuses it; kAsIs keeps the one
+// it has (the tests of the manifest checksum).
+enum class Signing { kResign, kAsIs };
+void rewrite_manifest(const std::string& dir, nlohmann::json manifest,
+                      Signing signing = Signing::kResign);
 
 // A fresh empty directory under the test temp dir, unique per call.
 std::string temp_dir(const std::string& name);

@@ -4,10 +4,13 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "support/artifact_format.hpp"
+#include "support/artifact_limits.hpp"
 #include "support/checksum.hpp"
 #include "support/dtype.hpp"
 #include "support/error.hpp"
@@ -279,4 +282,51 @@ TEST(SlotImage, RefusesWhatTheRingCannotHold) {
   EXPECT_NE(slot_image_refusal(64, 64, 16, 1).find("cols must be whole slots of 4"),
             std::string::npos);
   EXPECT_EQ(slot_image_refusal(64, 256, 16, 1), "");
+}
+
+// What a manifest's text may be: nested at most limits::kMaxManifestDepth levels (refused while it
+// is parsed, before a deep document could exhaust the stack of anything that walks it), a file of
+// at most limits::kMaxManifestBytes (refused before it is read).
+TEST(ManifestText, RefusesDeepNestingAndHugeFiles) {
+  const std::string deep = std::string(40, '[') + std::string(40, ']');
+  try {
+    parse_manifest_text(deep, "m.json");
+    FAIL() << "40 levels accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "m.json: nested more than 32 levels deep (not a Telos manifest)");
+  }
+  EXPECT_NO_THROW(parse_manifest_text(std::string(30, '[') + std::string(30, ']'), "m.json"));
+  EXPECT_THROW(parse_manifest_text("{ not json", "m.json"), Error);
+
+  const std::string dir = ::testing::TempDir() + "/huge-manifest";
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/manifest.json";
+  std::ofstream(path).close();
+  std::filesystem::resize_file(path, limits::kMaxManifestBytes + 1);  // sparse: no disk taken
+  try {
+    read_manifest_file(dir);
+    FAIL() << "a manifest beyond the bound accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("67108865 bytes, more than a manifest's 67108864"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The manifest checksum covers the model and weights sections as values: the order their keys were
+// written in and every other section do not change it, any value in them does.
+TEST(ManifestChecksum, CoversTheModelAndWeightsSectionsOnly) {
+  const auto m = nlohmann::json::parse(
+      R"({"model": {"a": 1, "b": 2.5}, "weights": {"tensors": [{"name": "x"}]}, "plan": 1})");
+  const auto reordered = nlohmann::json::parse(
+      R"({"plan": 2, "weights": {"tensors": [{"name": "x"}]}, "model": {"b": 2.5, "a": 1}})");
+  EXPECT_EQ(manifest_checksum(m), manifest_checksum(reordered));
+  auto edited = m;
+  edited["model"]["b"] = 2.25;
+  EXPECT_NE(manifest_checksum(m), manifest_checksum(edited));
+  edited = m;
+  edited["weights"]["tensors"][0]["name"] = "y";
+  EXPECT_NE(manifest_checksum(m), manifest_checksum(edited));
+  EXPECT_EQ(manifest_checksum(m).rfind("xxh64:", 0), 0u);
 }

@@ -129,6 +129,63 @@ TEST(Jinja, RuntimeErrorsNameTheLine) {
   EXPECT_EQ(render("{{ range(5, 0, -2) | join }}{{ range(0) | length }}"), "5310");
 }
 
+// `depth` lists, each holding the next, built without recursion.
+ordered_json deep_list(std::size_t depth) {
+  ordered_json value = ordered_json::array();
+  for (std::size_t i = 1; i < depth; ++i) {
+    ordered_json outer = ordered_json::array();
+    outer.push_back(std::move(value));
+    value = std::move(outer);
+  }
+  return value;
+}
+
+TEST(Jinja, DeepValuesAreRefusedNotOverflowed) {
+  const std::string limit = "nested more than " + std::to_string(telos::jinja::kMaxValueDepth);
+  // At the limit every walk works; the conversion from JSON refuses one more level.
+  const ordered_json at_limit = deep_list(telos::jinja::kMaxValueDepth);
+  EXPECT_EQ(render("{{ x | tojson }}", {{"x", at_limit}}), at_limit.dump(-1, ' '));
+  EXPECT_EQ(render("{{ x == x }}{{ x | length }}", {{"x", at_limit}}), "True1");
+  expect_error(
+      [] {
+        render("{{ x }}", {{"x", deep_list(telos::jinja::kMaxValueDepth + 1)}});
+      },
+      {limit});
+  // Deep enough to overflow the stack of a recursive conversion.
+  expect_error([] { render("{{ x }}", {{"x", deep_list(100000)}}); }, {limit});
+  // A namespace that holds itself: printing it is "<Namespace>", but tojson and == walk into it.
+  const std::string cycle =
+      "{% set ns = namespace(x=none) %}{% set ns.x = ns %}{% set d = {'ns': ns} %}";
+  EXPECT_EQ(render(cycle + "{{ ns }}"), "<Namespace>");
+  expect_error([&] { render(cycle + "{{ d | tojson }}"); }, {"t.jinja:1", limit});
+  expect_error([&] { render(cycle + "{{ d == {'ns': ns} }}"); }, {"t.jinja:1", limit});
+  expect_error([&] { render(cycle + "{{ d in [d] }}"); }, {"t.jinja:1", limit});
+}
+
+TEST(Jinja, IntegersBeyondInt64KeepTheirMagnitude) {
+  EXPECT_EQ(render("{{ x }} {{ y }}", {{"x", ordered_json::parse("18446744073709551615")},
+                                       {"y", ordered_json::parse("9223372036854775807")}}),
+            "1.8446744073709552e+19 9223372036854775807");
+}
+
+TEST(ChatTemplate, ExtraVariablesCannotReplaceWhatRenderSets) {
+  const telos::ChatTemplate chat = telos::ChatTemplate::from_config_json(
+      {{"chat_template", "{{ messages | length }}{{ x }}"}}, "cfg.json");
+  const ordered_json messages = {{{"role", "user"}, {"content", "hi"}}};
+  EXPECT_EQ(chat.render(messages, false, {{"x", "!"}}), "1!");
+  for (const char* name : {"messages", "add_generation_prompt", "bos_token", "eos_token",
+                           "raise_exception", "namespace", "range", "strftime_now"}) {
+    EXPECT_TRUE(telos::ChatTemplate::is_reserved_variable(name)) << name;
+    expect_error(
+        [&] {
+          chat.render(messages, false, {{name, ordered_json::array()}});
+        },
+        {"cfg.json", std::string("'") + name + "' is reserved"});
+  }
+  EXPECT_FALSE(telos::ChatTemplate::is_reserved_variable("tools"));
+  EXPECT_FALSE(telos::ChatTemplate::is_reserved_variable("enable_thinking"));
+}
+
 TEST(ChatTemplate, ReadsConfigForms) {
   const ordered_json config = {
       {"bos_token", {{"content", "<s>"}, {"lstrip", false}}},

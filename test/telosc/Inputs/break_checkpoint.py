@@ -11,6 +11,9 @@ broken binary is committed. Each command changes one thing and leaves the rest i
   break_checkpoint.py drop FILE TENSOR              remove one tensor from the header
   break_checkpoint.py config DIR KEY JSON           set config.json's KEY to the JSON value
                                                     (null deletes it)
+  break_checkpoint.py config-null DIR KEY           set config.json's KEY to null
+  break_checkpoint.py set-element FILE TENSOR I V   store V (a float: nan, inf, -inf, 1e39, ...)
+                                                    as element I of TENSOR, in its dtype
 Header rewrites keep the data section byte for byte; only the header and its length change.
 """
 import json
@@ -71,6 +74,27 @@ def main(argv):
     elif cmd == "drop":
         path, tensor = args
         edit_tensor(path, tensor, lambda h: h.pop(tensor))
+    elif cmd == "set-element":
+        path, tensor, index, value = args[0], args[1], int(args[2]), float(args[3])
+        header, data = read_safetensors(path)
+        entry = header[tensor]
+        begin = entry["data_offsets"][0]
+        if entry["dtype"] == "BF16":
+            raw = struct.pack("<f", value)[2:]  # the high half of the f32: bf16, truncated
+        elif entry["dtype"] == "F16":
+            raw = struct.pack("<e", value)
+        else:
+            raw = struct.pack("<f", value)
+        at = begin + index * len(raw)
+        write_safetensors(path, header, data[:at] + raw + data[at + len(raw):])
+    elif cmd == "config-null":
+        directory, key = args
+        path = os.path.join(directory, "config.json")
+        with open(path) as f:
+            config = json.load(f)
+        config[key] = None
+        with open(path, "w") as f:
+            json.dump(config, f, indent=2)
     elif cmd == "config":
         directory, key, value = args
         path = os.path.join(directory, "config.json")

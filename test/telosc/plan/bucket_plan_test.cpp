@@ -92,7 +92,7 @@ TEST(ServingConfig, ErrorsNameTheFileAndField) {
   EXPECT_EQ(error(R"({"max_batch": 2.5})"),
             "s.json: serving.max_batch: expected an integer from 1 to 1024, got 2.5");
   EXPECT_EQ(error(R"({"kv_pool": {"pages": -1}})"),
-            "s.json: serving.kv_pool.pages: expected an integer from 1 to 1073741824, got -1");
+            "s.json: serving.kv_pool.pages: expected an integer from 1 to 16777216, got -1");
   EXPECT_EQ(error(R"({"targets": []})"),
             "s.json: serving.targets: expected a non-empty array such as [\"sm_90a\"], got []");
   EXPECT_EQ(error(R"({"targets": ["sm_90a", "sm_90a"]})"),

@@ -1,0 +1,416 @@
+#include "support/artifact_format.hpp"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "support/artifact_limits.hpp"
+#include "support/artifact_programs.hpp"
+#include "support/checksum.hpp"
+#include "support/error.hpp"
+#include "support/manifest_fields.hpp"
+
+namespace telos {
+namespace {
+
+using nlohmann::json;
+
+RopeConfig read_rope(const ManifestFields& f, const json& rope) {
+  const std::string p = "model.rope";
+  RopeConfig c;
+  c.type = f.string(rope, p, "type");
+  c.theta = f.positive_number(rope, p, "theta");
+  if (c.type == "llama3") {
+    c.factor = f.positive_number(rope, p, "factor");
+    c.low_freq_factor = f.positive_number(rope, p, "low_freq_factor");
+    c.high_freq_factor = f.positive_number(rope, p, "high_freq_factor");
+    // llama3 smooths between the two wavelength thresholds, dividing by their difference.
+    if (c.high_freq_factor <= c.low_freq_factor)
+      f.refuse("model.rope.high_freq_factor", "must be larger than low_freq_factor");
+    c.original_max_position_embeddings =
+        f.small_integer(rope, p, "original_max_position_embeddings", 1, limits::kMaxPositions);
+  } else if (c.type != "default") {
+    f.refuse("model.rope.type", "\"" + c.type + "\" is not default or llama3");
+  }
+  return c;
+}
+
+std::vector<std::int32_t> read_eos(const ManifestFields& f, const json& m, int vocab_size) {
+  const json& eos = f.array(m, "model", "eos_token_ids");
+  std::vector<std::int32_t> ids;
+  for (std::size_t i = 0; i < eos.size(); ++i)
+    ids.push_back(static_cast<std::int32_t>(f.integer_value(
+        eos[i], "model.eos_token_ids[" + std::to_string(i) + "]", 0, vocab_size - 1)));
+  return ids;
+}
+
+ModelConfig read_model(const ManifestFields& f, const json& m) {
+  const std::string p = "model";
+  ModelConfig c;
+  c.name = f.string(m, p, "name");
+  c.architecture = f.string(m, p, "architecture");
+  c.family = f.string(m, p, "family");
+  if (c.family != "llama" && c.family != "qwen2" && c.family != "qwen3" && c.family != "mistral")
+    f.refuse("model.family", "\"" + c.family + "\" is not one of llama, qwen2, qwen3, mistral");
+  c.vocab_size = f.small_integer(m, p, "vocab_size", 1, limits::kMaxVocabSize);
+  c.hidden_size = f.small_integer(m, p, "hidden_size", 1, limits::kMaxHiddenSize);
+  c.intermediate_size = f.small_integer(m, p, "intermediate_size", 1, limits::kMaxIntermediateSize);
+  c.num_layers = f.small_integer(m, p, "num_layers", 1, limits::kMaxLayers);
+  c.num_heads = f.small_integer(m, p, "num_heads", 1, limits::kMaxHeads);
+  c.num_kv_heads = f.small_integer(m, p, "num_kv_heads", 1, limits::kMaxHeads);
+  c.head_dim = f.small_integer(m, p, "head_dim", 2, limits::kMaxHeadDim);
+  if (c.num_heads % c.num_kv_heads != 0)
+    f.refuse("model.num_kv_heads", std::to_string(c.num_kv_heads) + " does not divide num_heads " +
+                                       std::to_string(c.num_heads));
+  if (c.head_dim % 2 != 0) f.refuse("model.head_dim", "RoPE needs an even head_dim");
+  // The importer's bound: eps is added to a mean of squares before its square root.
+  c.rms_norm_eps = f.positive_number(m, p, "rms_norm_eps");
+  if (c.rms_norm_eps >= 1.0) f.refuse("model.rms_norm_eps", "expected a value below 1");
+  c.max_position_embeddings =
+      f.small_integer(m, p, "max_position_embeddings", 1, limits::kMaxPositions);
+  c.rope = read_rope(f, f.object(m, p, "rope"));
+  c.tie_word_embeddings = f.boolean(m, p, "tie_word_embeddings");
+  c.qkv_bias = f.boolean(m, p, "qkv_bias");
+  c.qk_norm = f.boolean(m, p, "qk_norm");
+  if (const json& sw = f.member(m, p, "sliding_window"); !sw.is_null())
+    f.refuse("model.sliding_window", "sliding-window attention is not supported (expected null)");
+  // A checkpoint without a BOS token has null here.
+  if (const json& bos = f.member(m, p, "bos_token_id"); !bos.is_null())
+    c.bos_token_id =
+        static_cast<int>(f.integer_value(bos, "model.bos_token_id", 0, c.vocab_size - 1));
+  c.eos_token_ids = read_eos(f, m, c.vocab_size);
+  return c;
+}
+
+// Strictly increasing bucket sizes from 1, the largest equal to `largest` (the scheduler pads every
+// step to a bucket, so the largest must hold the largest step).
+std::vector<int> read_buckets(const ManifestFields& f, const json& s, const char* key, int largest,
+                              const char* largest_name) {
+  const std::string field = std::string("serving.") + key;
+  const json& v = f.array(s, "serving", key);
+  if (v.empty()) f.refuse(field, "expected a non-empty array");
+  std::vector<int> out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const int x =
+        static_cast<int>(f.integer_value(v[i], field + "[" + std::to_string(i) + "]", 1, largest));
+    if (!out.empty() && x <= out.back()) f.refuse(field, "expected ascending values");
+    out.push_back(x);
+  }
+  if (out.back() != largest)
+    f.refuse(field, "the largest bucket " + std::to_string(out.back()) + " is not " + largest_name +
+                        " " + std::to_string(largest));
+  return out;
+}
+
+ServingConfig read_serving(const ManifestFields& f, const json& s, const ModelConfig& model) {
+  const std::string p = "serving";
+  ServingConfig c;
+  c.max_batch = f.small_integer(s, p, "max_batch", 1, limits::kMaxBatch);
+  c.max_seq_len = f.small_integer(s, p, "max_seq_len", 1, model.max_position_embeddings);
+  c.kv_page_size = f.small_integer(s, p, "kv_page_size", 1, limits::kMaxKvPageSize);
+  if ((c.kv_page_size & (c.kv_page_size - 1)) != 0)
+    f.refuse("serving.kv_page_size", std::to_string(c.kv_page_size) + " is not a power of two");
+  const json& pool = f.object(s, p, "kv_pool");
+  if (pool.contains("pages")) {
+    c.kv_pool_pages = f.small_integer(pool, "serving.kv_pool", "pages", 1, limits::kMaxKvPoolPages);
+  } else if (pool.contains("memory_fraction")) {
+    const double fraction = f.positive_number(pool, "serving.kv_pool", "memory_fraction");
+    if (fraction > 1.0) f.refuse("serving.kv_pool.memory_fraction", "expected at most 1");
+    c.kv_pool_memory_fraction = fraction;
+  } else {
+    f.refuse("serving.kv_pool", "expected {\"pages\": N} or {\"memory_fraction\": F}");
+  }
+  c.prefill_chunk = f.small_integer(s, p, "prefill_chunk", 1, c.max_seq_len);
+  c.decode_buckets = read_buckets(f, s, "decode_buckets", c.max_batch, "max_batch");
+  c.prefill_buckets = read_buckets(f, s, "prefill_buckets", c.prefill_chunk, "prefill_chunk");
+  const json& targets = f.array(s, p, "targets");
+  for (const json& t : targets) {
+    if (!t.is_string()) f.refuse("serving.targets", "expected strings like \"sm_90a\"");
+    c.targets.push_back(t.get<std::string>());
+  }
+  c.tensor_parallel = f.small_integer(s, p, "tensor_parallel", 1, model.num_kv_heads);
+  if (model.num_kv_heads % c.tensor_parallel != 0)
+    f.refuse("serving.tensor_parallel", std::to_string(c.tensor_parallel) +
+                                            " does not divide model.num_kv_heads " +
+                                            std::to_string(model.num_kv_heads));
+  return c;
+}
+
+KvCacheConfig read_kv_cache(const ManifestFields& f, const json& k, const ModelConfig& model,
+                            const ServingConfig& serving) {
+  const std::string p = "kv_cache";
+  KvCacheConfig c;
+  c.dtype = f.string(k, p, "dtype");
+  DType dt;
+  if (!parse_dtype(c.dtype, &dt) || dt == DType::I32)
+    f.refuse("kv_cache.dtype", "\"" + c.dtype + "\" is not bf16, f16 or f32");
+  auto expect_equal = [&](const char* field, std::int64_t want, const std::string& from) {
+    const std::int64_t got = f.integer(k, p, field, 1, std::numeric_limits<std::int64_t>::max());
+    if (got != want)
+      f.refuse(std::string("kv_cache.") + field,
+               std::to_string(got) + " does not match " + from + " " + std::to_string(want));
+    return got;
+  };
+  c.page_size =
+      static_cast<int>(expect_equal("page_size", serving.kv_page_size, "serving.kv_page_size"));
+  c.num_layers = static_cast<int>(expect_equal("num_layers", model.num_layers, "model.num_layers"));
+  c.num_kv_heads =
+      static_cast<int>(expect_equal("num_kv_heads", model.num_kv_heads, "model.num_kv_heads"));
+  c.head_dim = static_cast<int>(expect_equal("head_dim", model.head_dim, "model.head_dim"));
+  // Each factor is bounded (artifact_limits.hpp), so the product stays far inside 64 bits.
+  c.bytes_per_page =
+      expect_equal("bytes_per_page",
+                   std::int64_t{2} * c.num_layers * c.page_size * c.num_kv_heads * c.head_dim *
+                       static_cast<std::int64_t>(dtype_size(dt)),
+                   "2 * num_layers * page_size * num_kv_heads * head_dim * dtype size");
+  c.layout = f.string(k, p, "layout");
+  if (c.layout != "page[layer][kv][head][slot][dim]")
+    f.refuse("kv_cache.layout", "\"" + c.layout + "\" is not page[layer][kv][head][slot][dim]");
+  return c;
+}
+
+// A file name the manifest gives: a relative path that stays inside the artifact directory.
+bool inside_artifact(const std::string& name) {
+  if (name.empty() || name.front() == '/') return false;
+  for (const auto& part : std::filesystem::path(name))
+    if (part == ".." || part == ".") return false;
+  return true;
+}
+
+bool is_checksum(const json& v) {
+  if (!v.is_string()) return false;
+  const std::string& s = v.get_ref<const std::string&>();
+  return s.size() == 22 && s.rfind("xxh64:", 0) == 0 &&
+         s.find_first_not_of("0123456789abcdef", 6) == std::string::npos;
+}
+
+std::vector<std::pair<std::string, std::string>> read_files(const ManifestFields& f,
+                                                            const json& files) {
+  if (static_cast<std::int64_t>(files.size()) > limits::kMaxArtifactFiles)
+    f.refuse("files", std::to_string(files.size()) + " files, more than " +
+                          std::to_string(limits::kMaxArtifactFiles));
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, sum] : files.items()) {
+    if (!inside_artifact(name))
+      f.refuse("files." + name, "file names must stay inside the artifact directory");
+    if (name == "manifest.json")
+      f.refuse("files." + name, "the manifest has no checksum of itself");
+    if (!is_checksum(sum)) f.refuse("files." + name, "expected a checksum string \"xxh64:...\"");
+    out.emplace_back(name, sum.get<std::string>());
+  }
+  return out;
+}
+
+// One entry of weights.tensors, checked on its own: dtype, a shape that fits the file, layout,
+// offset and size inside the file.
+WeightEntry read_weight_entry(const ManifestFields& f, const json& t, const std::string& path,
+                              std::int64_t size, const ModelConfig& model) {
+  if (!t.is_object()) f.refuse(path, "expected an object");
+  WeightEntry e;
+  e.name = f.string(t, path, "name");
+  const std::string named = path + " (" + e.name + ")";
+  if (!parse_dtype(f.string(t, named, "dtype"), &e.dtype))
+    f.refuse(named + ".dtype", "unknown dtype");
+  const json& shape = f.array(t, named, "shape");
+  if (shape.empty() || shape.size() > 2)
+    f.refuse(named + ".shape", "expected one or two dimensions (a vector or a matrix)");
+  std::int64_t elements = 1;
+  for (const json& d : shape) {
+    if (!d.is_number_integer() || d.get<std::int64_t>() < 1)
+      f.refuse(named + ".shape", "expected positive dimensions");
+    e.shape.push_back(d.get<std::int64_t>());
+    // No tensor has more elements than weights.bin has bytes; checking as we go also keeps the
+    // product from overflowing.
+    if (e.shape.back() > size || elements > size / e.shape.back())
+      f.refuse(named + ".shape", format_shape(e.shape) + "... is larger than weights.bin (" +
+                                     std::to_string(size) + " bytes)");
+    elements *= e.shape.back();
+  }
+  // row_major, or for the QKV projection its rows in RoPE's pair order (docs/artifact.md), which
+  // groups a head's rows by 8.
+  e.layout = f.string(t, named, "layout");
+  const bool qkv = e.name.starts_with("layers.") && e.name.ends_with(".qkv");
+  if (e.layout != "row_major" && !(qkv && e.layout == "qkv_rope_pairs"))
+    f.refuse(named + ".layout", "\"" + e.layout + "\" is not row_major" +
+                                    (qkv ? " or qkv_rope_pairs" : "") + " (the schema 1 layouts)");
+  if (e.layout == "qkv_rope_pairs" && model.head_dim % 8 != 0)
+    f.refuse(named + ".layout", "qkv_rope_pairs needs a head_dim that is a multiple of 8, not " +
+                                    std::to_string(model.head_dim));
+  e.offset = f.integer(t, named, "offset", 0, std::numeric_limits<std::int64_t>::max());
+  e.bytes = f.integer(t, named, "bytes", 1, std::numeric_limits<std::int64_t>::max());
+  if (e.offset % limits::kWeightAlignment != 0)
+    f.refuse(named + ".offset", std::to_string(e.offset) +
+                                    " is not a multiple of weights.alignment " +
+                                    std::to_string(limits::kWeightAlignment));
+  if (e.bytes != elements * static_cast<std::int64_t>(dtype_size(e.dtype)))
+    f.refuse(named + ".bytes", std::to_string(e.bytes) + " does not match shape " +
+                                   format_shape(e.shape) + " of " +
+                                   std::string(dtype_name(e.dtype)));
+  if (e.offset > size || e.bytes > size - e.offset)  // written so that nothing overflows
+    f.refuse(named + ".offset", std::to_string(e.offset) + " plus " + std::to_string(e.bytes) +
+                                    " bytes runs past the end of weights.bin (" +
+                                    std::to_string(size) + " bytes)");
+  const json& sum = f.member(t, named, "checksum");
+  if (!is_checksum(sum)) f.refuse(named + ".checksum", "expected a checksum string \"xxh64:...\"");
+  e.checksum = sum.get<std::string>();
+  return e;
+}
+
+// The weight table: every entry valid, and exactly the tensors the model needs, with their shapes.
+void read_weights(const ManifestFields& f, const json& w, const std::vector<ExpectedTensor>& want,
+                  ArtifactManifest& a) {
+  a.weights_file = f.string(w, "weights", "file");
+  if (!inside_artifact(a.weights_file))
+    f.refuse("weights.file", "file names must stay inside the artifact directory");
+  if (const json& align = f.member(w, "weights", "alignment"); align != limits::kWeightAlignment)
+    f.refuse("weights.alignment", align.dump() + ", expected " +
+                                      std::to_string(limits::kWeightAlignment) +
+                                      " (every tensor starts at a multiple of it)");
+  a.weights_size = f.integer(w, "weights", "size", 0, std::numeric_limits<std::int64_t>::max());
+  const json& tensors = f.array(w, "weights", "tensors");
+  // At most the tensors the model has: each entry is then checked once against a set of names.
+  if (tensors.size() > want.size())
+    f.refuse("weights.tensors", std::to_string(tensors.size()) + " tensors, but the model has " +
+                                    std::to_string(want.size()));
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    WeightEntry e = read_weight_entry(f, tensors[i], "weights.tensors[" + std::to_string(i) + "]",
+                                      a.weights_size, a.model);
+    if (!names.insert(e.name).second)
+      f.refuse("weights.tensors[" + std::to_string(i) + "] (" + e.name + ")",
+               "a second tensor of the same name");
+    a.tensors.push_back(std::move(e));
+  }
+  for (const ExpectedTensor& e : want) {
+    const WeightEntry* t = nullptr;
+    for (const WeightEntry& have : a.tensors)
+      if (have.name == e.name) t = &have;
+    if (!t) f.refuse("weights.tensors", "no tensor \"" + e.name + "\" (the model needs it)");
+    if (t->shape != e.shape)
+      f.refuse("weights.tensors (" + e.name + ").shape",
+               format_shape(t->shape) + ", expected " + format_shape(e.shape));
+    const bool ok = e.matrix ? t->dtype != DType::I32 : t->dtype == DType::F32;
+    if (!ok)
+      f.refuse("weights.tensors (" + e.name + ").dtype",
+               std::string(dtype_name(t->dtype)) +
+                   (e.matrix ? " is not a floating-point type" : ", expected f32"));
+  }
+}
+
+}  // namespace
+
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& m) {
+  const std::int64_t V = m.vocab_size, H = m.hidden_size, I = m.intermediate_size, D = m.head_dim,
+                     Hq = m.num_heads, Hkv = m.num_kv_heads;
+  std::vector<ExpectedTensor> out = {{"embed", {V, H}, true}};
+  for (int l = 0; l < m.num_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    out.push_back({p + "attn_norm", {H}, false});
+    out.push_back({p + "qkv", {(Hq + 2 * Hkv) * D, H}, true});
+    if (m.qkv_bias) out.push_back({p + "qkv_bias", {(Hq + 2 * Hkv) * D}, false});
+    if (m.qk_norm) {
+      out.push_back({p + "q_norm", {D}, false});
+      out.push_back({p + "k_norm", {D}, false});
+    }
+    out.push_back({p + "o", {H, Hq * D}, true});
+    out.push_back({p + "mlp_norm", {H}, false});
+    out.push_back({p + "gate_up", {2 * I, H}, true});
+    out.push_back({p + "down", {H, I}, true});
+  }
+  out.push_back({"final_norm", {H}, false});
+  if (!m.tie_word_embeddings) out.push_back({"lm_head", {V, H}, true});
+  return out;
+}
+
+ArtifactConfig validate_config_sections(const json& m, const std::string& file) {
+  const ManifestFields f(file);
+  if (!m.is_object()) f.refuse("(top level)", "expected a JSON object");
+  ArtifactConfig c;
+  c.model = read_model(f, f.object(m, "", "model"));
+  c.serving = read_serving(f, f.object(m, "", "serving"), c.model);
+  c.kv_cache = read_kv_cache(f, f.object(m, "", "kv_cache"), c.model, c.serving);
+  return c;
+}
+
+ArtifactManifest validate_manifest(const json& m, const std::string& file) {
+  const ManifestFields f(file);
+  if (!m.is_object()) f.refuse("(top level)", "expected a JSON object");
+  // The marker first: anything else is not a Telos artifact's manifest at all.
+  const auto format = m.find("format");
+  if (format == m.end() || !format->is_string() || format->get<std::string>() != kArtifactFormat)
+    f.refuse("format", "expected \"" + std::string(kArtifactFormat) +
+                           "\" (not a Telos artifact, or one written by a telosc before the "
+                           "format was marked: compile it again)");
+  // The schema version next: a newer manifest may mean anything below, so nothing else is read.
+  ArtifactManifest a;
+  a.schema_version = static_cast<int>(
+      f.integer(m, "", "schema_version", 1, std::numeric_limits<std::int32_t>::max()));
+  if (a.schema_version > kArtifactSchemaVersion)
+    f.refuse("schema_version", std::to_string(a.schema_version) + " is newer than this reader's (" +
+                                   std::to_string(kArtifactSchemaVersion) +
+                                   "); use the telos-run and telosc of the release that wrote it");
+  static_cast<ArtifactConfig&>(a) = validate_config_sections(m, file);
+  read_weights(f, f.object(m, "", "weights"), expected_tensors(a.model), a);
+  a.files = read_files(f, f.object(m, "", "files"));
+  bool weights_listed = false;
+  for (const auto& [name, sum] : a.files) weights_listed |= name == a.weights_file;
+  if (!weights_listed) f.refuse("files", "no checksum of " + a.weights_file + " (weights.file)");
+  // The launch programs, which only the GPU engine runs, with the kernels.
+  const json& kernels = f.array(m, "", "kernels");
+  a.has_kernels = !kernels.empty();
+  if (a.has_kernels) validate_programs(f, kernels, f.object(m, "", "programs"), a);
+  const json& sum = f.member(m, "", "manifest_checksum");
+  if (!is_checksum(sum)) f.refuse("manifest_checksum", "expected a checksum string \"xxh64:...\"");
+  if (const std::string got = manifest_checksum(m); got != sum.get<std::string>())
+    f.refuse("manifest_checksum",
+             sum.get<std::string>() + " does not match the model and weights sections (" + got +
+                 "): the manifest was edited after telosc wrote it; compile the model again");
+  return a;
+}
+
+std::string manifest_checksum(const json& m) {
+  // nlohmann::json keeps keys sorted: the same sections give the same text however they were
+  // written.
+  const json sections = {{"model", m.at("model")}, {"weights", m.at("weights")}};
+  const std::string text = sections.dump();
+  return checksum_string(xxh64(text.data(), text.size()));
+}
+
+json parse_manifest_text(std::string_view text, const std::string& file) {
+  auto within_depth = [&](int depth, json::parse_event_t, json&) {
+    if (depth > limits::kMaxManifestDepth)
+      fail(file + ": nested more than " + std::to_string(limits::kMaxManifestDepth) +
+           " levels deep (not a Telos manifest)");
+    return true;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), within_depth);
+  } catch (const json::exception& e) {
+    fail(file + ": not valid JSON: " + e.what());
+  }
+}
+
+json read_manifest_file(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "manifest.json").string();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    fail(path + ": missing (every artifact has a manifest.json): " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail(path + ": not a regular file");
+  if (st.st_size > limits::kMaxManifestBytes)
+    fail(path + ": " + std::to_string(st.st_size) + " bytes, more than a manifest's " +
+         std::to_string(limits::kMaxManifestBytes) + " (not a Telos manifest)");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path + ": cannot open: " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail(path + ": cannot read: " + std::strerror(errno));
+  return parse_manifest_text(text.str(), path);
+}
+
+}  // namespace telos

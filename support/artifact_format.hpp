@@ -1,0 +1,127 @@
+#pragma once
+// The artifact's manifest (docs/artifact.md) as every tool reads it: typed, and validated field by
+// field, against each other and against the bounds of artifact_limits.hpp. One routine serves the
+// executor's loader (executor/artifact.cpp), `telosc inspect` and the artifact writer, which
+// validates what it is about to write: whatever telosc writes, telos-run reads, and what telos-run
+// refuses, `telosc inspect --verify` refuses too. The compiler and the executor meet here and in
+// nothing else. Reading the files an artifact lists is artifact_files.hpp's.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "support/dtype.hpp"
+#include "support/format_shape.hpp"
+
+namespace telos {
+
+// The newest schema this build reads and the one it writes; a larger manifest schema_version is
+// refused.
+inline constexpr int kArtifactSchemaVersion = 1;
+// manifest.json's "format": what marks a directory as a Telos artifact (telosc replaces only such
+// a directory, and only when it holds nothing the manifest does not list).
+inline constexpr std::string_view kArtifactFormat = "telos-artifact";
+
+struct RopeConfig {
+  std::string type;  // "default" or "llama3"
+  double theta = 10000.0;
+  // llama3 scaling only (see transformers' _compute_llama3_parameters).
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_position_embeddings = 0;
+};
+
+struct ModelConfig {
+  std::string name, architecture, family;
+  int vocab_size = 0, hidden_size = 0, intermediate_size = 0;
+  int num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  double rms_norm_eps = 0.0;
+  int max_position_embeddings = 0;
+  RopeConfig rope;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;  // Qwen2
+  bool qk_norm = false;   // Qwen3
+  int bos_token_id = -1;  // -1: the checkpoint has none (null in the manifest)
+  std::vector<std::int32_t> eos_token_ids;
+};
+
+struct ServingConfig {
+  int max_batch = 0, max_seq_len = 0, kv_page_size = 0;
+  std::optional<int> kv_pool_pages;               // "kv_pool": {"pages": N}
+  std::optional<double> kv_pool_memory_fraction;  // "kv_pool": {"memory_fraction": F}
+  int prefill_chunk = 0;
+  std::vector<int> decode_buckets, prefill_buckets;  // ascending
+  std::vector<std::string> targets;                  // e.g. "sm_90a"
+  int tensor_parallel = 1;
+};
+
+struct KvCacheConfig {
+  std::string dtype;
+  int page_size = 0, num_layers = 0, num_kv_heads = 0, head_dim = 0;
+  std::int64_t bytes_per_page = 0;
+  std::string layout;
+};
+
+// One entry of the weight table, as the manifest states it.
+struct WeightEntry {
+  std::string name;
+  std::string layout;  // row_major, or qkv_rope_pairs (layers.N.qkv: support/qkv_layout.hpp)
+  DType dtype = DType::F32;
+  std::vector<std::int64_t> shape;
+  std::int64_t offset = 0, bytes = 0;
+  std::string checksum;  // "xxh64:..."
+};
+
+// The model, serving and kv_cache sections: what a model and its serving configuration are.
+struct ArtifactConfig {
+  ModelConfig model;
+  ServingConfig serving;
+  KvCacheConfig kv_cache;
+};
+
+struct ArtifactManifest : ArtifactConfig {
+  int schema_version = 0;
+  std::string weights_file;  // a file of the artifact, listed in `files`
+  std::int64_t weights_size = 0;
+  std::vector<WeightEntry> tensors;                        // manifest order
+  std::vector<std::pair<std::string, std::string>> files;  // name, checksum: manifest order
+  bool has_kernels = false;  // codegen filled "kernels" (the GPU engine needs them)
+};
+
+// Validates the model, serving and kv_cache sections of `manifest` (an object holding at least
+// those three). Throws telos::Error "FILE: FIELD: what was expected" naming the first field at
+// fault; `file` names the manifest in messages.
+ArtifactConfig validate_config_sections(const nlohmann::json& manifest, const std::string& file);
+
+// Validates a whole manifest: format and schema version first (a newer schema may mean anything
+// below, so nothing else is read), then the configuration, the weight table against the model,
+// the file list, the kernel table and launch programs, and last the manifest checksum (what is
+// valid but was edited). Reads no other file.
+ArtifactManifest validate_manifest(const nlohmann::json& manifest, const std::string& file);
+
+// The manifest checksum ("manifest_checksum"): XXH64 of the model and weights sections, written as
+// the compact JSON of {"model": ..., "weights": ...} with keys sorted (docs/artifact.md). It
+// catches an edited numeric field (eps, RoPE theta, token ids) and tensors swapped in the table,
+// which the files' and tensors' own checksums do not.
+std::string manifest_checksum(const nlohmann::json& manifest);
+
+// Parses manifest text; refuses (naming `file`) malformed JSON and a document nested deeper than
+// limits::kMaxManifestDepth, while it is parsed.
+nlohmann::json parse_manifest_text(std::string_view text, const std::string& file);
+
+// Reads and parses DIR/manifest.json: a regular file of at most limits::kMaxManifestBytes.
+nlohmann::json read_manifest_file(const std::string& dir);
+
+// The tensors docs/artifact.md's weight table gives a model of this configuration, in order.
+struct ExpectedTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  bool matrix;  // matrices may be bf16, f16 or f32; vectors are f32
+};
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& model);
+
+}  // namespace telos
