@@ -104,16 +104,12 @@ int attn_prefill_tokens_per_tile(int tokens, int group) {
 }
 
 std::string attn_prefill_instance(int hq, int hkv, int d, int page, int maxp, long long page_elems,
-                                  int tpt, bool overlap, bool q_split, bool turns, int nt) {
+                                  int tpt, int nt) {
   auto I_ = [](long long v) { return std::to_string(v); };
-  auto B_ = [](bool v) { return std::string(v ? ", true" : ", false"); };
-  // The trailing arguments from the last one that differs from its default.
-  const int last = nt > 0 ? 3 : !turns ? 2 : q_split ? 1 : 0;
   return "telos_kernels::attn_prefill<" + I_(hq) + ", " + I_(hkv) + ", " + I_(d) + ", " + I_(page) +
          ", " + I_(maxp) + ", " + I_(page_elems) + "ll, " +
          float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(d))) + ", " + I_(tpt) +
-         B_(overlap) + (last >= 1 ? B_(q_split) : "") + (last >= 2 ? B_(turns) : "") +
-         (last >= 3 ? ", " + I_(nt) : "") + ">";
+         (nt > 0 ? ", " + I_(nt) : "") + ">";
 }
 
 bool attn_prefill_persistent_fits(int head_dim, int page, int tpt) {
@@ -534,10 +530,10 @@ KernelPlan plan_kernels(const CodegenInput& in) {
     const int prompt_nt = attn_prefill_persistent_fits(D, PAGE, prompt_tpt) ? T / prompt_tpt : 0;
     const int prompt_k =
         prompt_attn
-            ? b.kernel(attn_prefill_instance(HQ, HKV, D, PAGE, MAXP, page_elems, prompt_tpt, false,
-                                             false, true, prompt_nt),
-                       {"q", "positions", "token_seq", "page_tables", "kv_layer", "kv_map", "out"},
-                       kAttnPrefillThreads, attn_prefill_smem(D))
+            ? b.kernel(
+                  attn_prefill_instance(HQ, HKV, D, PAGE, MAXP, page_elems, prompt_tpt, prompt_nt),
+                  {"q", "positions", "token_seq", "page_tables", "kv_layer", "kv_map", "out"},
+                  kAttnPrefillThreads, attn_prefill_smem(D))
             : -1;
     const std::string split_positions = prompt_attn ? "desc:split_positions" : "desc:positions";
     // There the generated rows are the step's first, at most max_batch of them (the engine packs
@@ -710,7 +706,7 @@ KernelPlan plan_kernels(const CodegenInput& in) {
                       ", " + I_(I) + ", " + I_(layer_t.stages) + ", " + I_(layer_t.bq) + ", " +
                       I_(layer_t.bo) + ", " + I_(layer_t.bg) + ", " + I_(layer_t.bd) +
                       (layer_t.qkv_rope ? ", true" : ", false") + ", " + I_(layer_t.bulk) +
-                      (qkv_flags ? ", telos_kernels::GridCount::Release, true, true" : "") + ">",
+                      (qkv_flags ? ", true" : "") + ">",
                   {"qkv_w",  "o_w",    "gu_w",      "down_w",    "attn_norm",   "mlp_norm", "bias",
                    "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x",
                    "qkv",    "q",      "part_o",    "part_ml",   "attn",        "act",      "sync"},

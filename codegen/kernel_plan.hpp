@@ -350,12 +350,10 @@ bool attn_prefill_fits(int head_dim, int group);
 int attn_prefill_tokens_per_tile(int tokens, int group);
 int attn_prefill_smem(int head_dim);
 // An attn_prefill instance as the plan, the bench and the tests name it: the head shape, the KV
-// pool's page geometry, tokens a tile, then OVERLAP always, and each later argument (Q_SPLIT,
-// TURNS, NT: tiles along the tokens, persistent where > 0) where it or one after it is not
-// the kernel's default (the scale is log2(e) / sqrt(d)).
+// pool's page geometry, tokens a tile, then NT (tiles along the tokens, persistent) where > 0
+// (the scale is log2(e) / sqrt(d)).
 std::string attn_prefill_instance(int hq, int hkv, int d, int page, int maxp, long long page_elems,
-                                  int tpt, bool overlap, bool q_split = false, bool turns = true,
-                                  int nt = 0);
+                                  int tpt, int nt = 0);
 // The persistent form (NT > 0): where its K/V come by TMA (pages of a multiple of 8 positions
 // dividing the 128-position key block) and two segment tables of `tpt` tokens fit beside the
 // stages (not D 128 with 128 tokens a tile); its grid, min(KV heads x tiles, SMs) CTAs.

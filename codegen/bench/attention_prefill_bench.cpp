@@ -7,12 +7,10 @@
 // torch SDPA in one process (the prefill attention target's figure). The timing mode runs ours
 // alone: the first and last token's heads 0 and 31 checked against f64 (relative L2 error printed),
 // then timed under load (bench_support.hpp, steady_event_ms), one line per case and variant: "telos
-// attn_prefill T HQ HKV D MS REL_ERR" (with the overlaps; attn_prefill_plain: without them, the
-// plan's order; attn_prefill_noturns: the overlaps within a warpgroup without the ping-pong turns;
-// attn_prefill_plain_qsplit: the plain order with Q in two bf16 parts, Q_SPLIT, its reference from
-// q in f32, the others' from q rounded to bf16 as they round it; attn_prefill_plain_persistent: the
-// plain order persistent, NT = T / 32, on attn_prefill_persistent_grid CTAs, what the plan runs): a
-// process of our kernels only, for profilers (ncu).
+// VARIANT T HQ HKV D MS REL_ERR", VARIANT attn_prefill_plain_persistent (NT = T / 32 on
+// attn_prefill_persistent_grid CTAs: what the plan runs) or attn_prefill_plain (a tile a CTA), the
+// reference from q rounded to bf16 as the kernel rounds it: a process of our kernels only, for
+// profilers (ncu).
 //
 //   telos-attn-prefill-bench --compile-only CUBIN [--page N]
 //                                                   NVRTC only (no GPU): compiles the instances
@@ -60,15 +58,11 @@ constexpr long long kPageElems = 2LL * kHKV * kPage * kD;  // a one-layer pool
 constexpr int kThreads = telos::codegen::kAttnPrefillThreads;
 const int kSmem = telos::codegen::attn_prefill_smem(kD);
 
-// With the overlaps (OVERLAP) and the plain order the plan uses (no softmax / P·V overlap, no
-// ping-pong): what the overlaps are worth; the overlap within a warpgroup without the ping-pong
-// turns (TURNS false); Q_SPLIT (the plain order only): what Q_lo's wgmmas cost; NT > 0: the
-// persistent form for T = NT · 32. `page`: positions a page of the pool (the timing mode's pool
-// has kPage; --compile-only may name another, for the paired script's pools).
-std::string instance(bool overlap, bool q_split = false, bool turns = true, int nt = 0,
-                     int page = kPage) {
-  return telos::codegen::attn_prefill_instance(
-      kHQ, kHKV, kD, page, kMaxT / page, 2LL * kHKV * page * kD, kTpt, overlap, q_split, turns, nt);
+// A tile a CTA (nt 0) or persistent for T = NT · 32. `page`: positions a page of the pool (the
+// timing mode's pool has kPage; --compile-only may name another, for the paired script's pools).
+std::string instance(int nt = 0, int page = kPage) {
+  return telos::codegen::attn_prefill_instance(kHQ, kHKV, kD, page, kMaxT / page,
+                                               2LL * kHKV * page * kD, kTpt, nt);
 }
 constexpr int kTs[] = {4096, 8192, 16384};
 
@@ -97,10 +91,8 @@ int main(int argc, char** argv) {
                    argv[4]);
       return 2;
     }
-    std::vector<std::string> names = {
-        instance(true, false, true, 0, page), instance(false, false, true, 0, page),
-        instance(false, true, true, 0, page), instance(true, false, false, 0, page)};
-    for (const int T : kTs) names.push_back(instance(false, false, true, T / kTpt, page));
+    std::vector<std::string> names = {instance(0, page)};
+    for (const int T : kTs) names.push_back(instance(T / kTpt, page));
     const CompiledModule m = compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names,
                                             CompileCache::default_root());
     save_bench_cubin(argv[2], m, names);
@@ -118,10 +110,9 @@ int main(int argc, char** argv) {
   check(loaded.status, "load");
   cudaLibrary_t lib = loaded.lib;
   const std::map<std::string, std::string>& lowered = loaded.lowered;
-  auto kernel = [&](bool overlap, bool q_split, bool turns, int nt) {
+  auto kernel = [&](int nt) {
     cudaKernel_t k = nullptr;
-    check(cudaLibraryGetKernel(&k, lib, lowered.at(instance(overlap, q_split, turns, nt)).c_str()),
-          "kernel");
+    check(cudaLibraryGetKernel(&k, lib, lowered.at(instance(nt)).c_str()), "kernel");
     const void* fn = reinterpret_cast<const void*>(k);
     check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "smem");
     return fn;
@@ -169,44 +160,32 @@ int main(int argc, char** argv) {
   };
   for (const int T : kTs) {
     if (only_t && T != only_t) continue;
-    // Rows (t, h) for t = 0, T - 1 and h = 0, 31 in f64, q rounded to bf16 as the kernel without
-    // Q_SPLIT does (refs[0]) and q in f32 (refs[1]).
-    std::vector<std::pair<std::size_t, std::vector<double>>> refs[2];
+    // Rows (t, h) for t = 0, T - 1 and h = 0, 31 in f64, q rounded to bf16 as the kernel does.
+    std::vector<std::pair<std::size_t, std::vector<double>>> refs;
     for (const int t : {0, T - 1})
-      for (const int h : {0, kHQ - 1})
-        for (const bool exact_q : {false, true}) {
-          const int kvh = h / (kHQ / kHKV);
-          const std::size_t row = static_cast<std::size_t>(t) * kHQ + h;
-          std::vector<double> sc(t + 1), ref(kD, 0.0);
-          double mx = -INFINITY, sum = 0;
-          for (int p = 0; p <= t; ++p) {
-            double dot = 0;
-            for (int d = 0; d < kD; ++d) {
-              const float qd = q[row * kD + d];
-              dot += double(exact_q ? qd : from_bf16(to_bf16(qd))) * kv_at(p, 0, kvh, d);
-            }
-            sc[p] = dot / std::sqrt(double(kD));
-            mx = std::max(mx, sc[p]);
-          }
-          for (int p = 0; p <= t; ++p) {
-            const double w = std::exp(sc[p] - mx);
-            sum += w;
-            for (int d = 0; d < kD; ++d) ref[d] += w * kv_at(p, 1, kvh, d);
-          }
-          for (double& r : ref) r /= sum;
-          refs[exact_q].emplace_back(row, std::move(ref));
+      for (const int h : {0, kHQ - 1}) {
+        const int kvh = h / (kHQ / kHKV);
+        const std::size_t row = static_cast<std::size_t>(t) * kHQ + h;
+        std::vector<double> sc(t + 1), ref(kD, 0.0);
+        double mx = -INFINITY, sum = 0;
+        for (int p = 0; p <= t; ++p) {
+          double dot = 0;
+          for (int d = 0; d < kD; ++d)
+            dot += double(from_bf16(to_bf16(q[row * kD + d]))) * kv_at(p, 0, kvh, d);
+          sc[p] = dot / std::sqrt(double(kD));
+          mx = std::max(mx, sc[p]);
         }
-    // The plain orders first: if the overlapped kernel fails, their figures are still there.
-    struct Variant {
-      bool overlap, q_split, turns, persistent;
-    };
-    for (const auto& [overlap, q_split, turns, persistent] : {Variant{false, false, true, true},
-                                                              {false, false, true, false},
-                                                              {false, true, true, false},
-                                                              {true, false, true, false},
-                                                              {true, false, false, false}}) {
+        for (int p = 0; p <= t; ++p) {
+          const double w = std::exp(sc[p] - mx);
+          sum += w;
+          for (int d = 0; d < kD; ++d) ref[d] += w * kv_at(p, 1, kvh, d);
+        }
+        for (double& r : ref) r /= sum;
+        refs.emplace_back(row, std::move(ref));
+      }
+    for (const bool persistent : {true, false}) {
       const int nt = persistent ? T / kTpt : 0;
-      const void* fn = kernel(overlap, q_split, turns, nt);
+      const void* fn = kernel(nt);
       std::vector<const void*> args = {dq, dpos, dseq, dpt, dkv, dmap, dout};
       std::vector<void*> params;
       for (auto& a : args) params.push_back(&a);
@@ -219,7 +198,7 @@ int main(int argc, char** argv) {
       launch();
       check(cudaDeviceSynchronize(), "first launch");
       double num = 0, den = 0;
-      for (const auto& [row, ref] : refs[q_split]) {
+      for (const auto& [row, ref] : refs) {
         std::vector<std::uint16_t> got(kD);
         check(cudaMemcpy(got.data(), dout + row * kD, kD * 2, cudaMemcpyDeviceToHost),
               "row download");
@@ -231,11 +210,8 @@ int main(int argc, char** argv) {
       }
       const float ms = steady_event_ms(launch, check);
       std::printf("telos %s %d %d %d %d %.4f %.2e\n",
-                  overlap      ? (turns ? "attn_prefill" : "attn_prefill_noturns")
-                  : q_split    ? "attn_prefill_plain_qsplit"
-                  : persistent ? "attn_prefill_plain_persistent"
-                               : "attn_prefill_plain",
-                  T, kHQ, kHKV, kD, ms, std::sqrt(num / den));
+                  persistent ? "attn_prefill_plain_persistent" : "attn_prefill_plain", T, kHQ, kHKV,
+                  kD, ms, std::sqrt(num / den));
       std::fflush(stdout);
     }
   }

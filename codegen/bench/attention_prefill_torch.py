@@ -4,13 +4,13 @@
 
 Loads CUBIN and CUBIN.names (what `telos-attn-prefill-bench --compile-only [--page N]` writes:
 attn_prefill on Llama-3.1-8B's head shape, 32 query heads, 8 KV heads, D = 128, pages of 16
-positions unless --page said otherwise, tiles of 32 tokens; the plan's plain order persistent (NT = T / 32 tiles of each KV head on min(8 NT, 132)
-CTAs), the plain order a tile a CTA, the overlapped one, the overlapped one without its ping-pong turns (TURNS false) and the plain order
-with Q in two bf16 parts) through the driver API (prefill_gemm_torch.Driver), and for one sequence
+positions unless --page said otherwise, tiles of 32 tokens; the plan's kernel, persistent (NT =
+T / 32 tiles of each KV head on min(8 NT, 132) CTAs), and the same a tile a CTA) through the
+driver API (prefill_gemm_torch.Driver), and for one sequence
 of T = 4096, 8192, 16384 prompt tokens (q in f32 [T, HQ, D] as the engine's QKV epilogue leaves
 it, K/V in a paged pool, the pages in a shuffled order, read through the tensor map the engine
 builds for
-`tmap:kv:`, docs/artifact.md) times our five kernels and
+`tmap:kv:`, docs/artifact.md) times our two forms and
 torch.nn.functional.scaled_dot_product_attention(is_causal=True) with each backend (flash,
 efficient, cudnn through torch.nn.attention.sdpa_kernel, on contiguous bf16 q [1, HQ, T, D], k
 and v [1, HKV, T, D]: enable_gqa=True where the backend takes it, else K/V repeated to HQ heads;
@@ -18,8 +18,8 @@ the table says which), one after the other in every repetition, an event between
 medians of 20, after ~2 s of load before the first T and ~200 ms before the others: every
 kernel runs on the same clocks (see prefill_gemm_torch.py for what separate processes did to the
 GEMM's ratio). The plan's kernel's output (poisoned with NaN first) is checked against the
-fastest backend's (relative L2 at most 2e-2), and the others' outputs against it bit for bit
-(Q_SPLIT's aside: other arithmetic). Prints a table a round, TFLOP/s counted as
+fastest backend's (relative L2 at most 2e-2), and a tile a CTA's against it bit for bit. Prints a
+table a round, TFLOP/s counted as
 4 T^2 D HQ / 2 (causal), and the fastest backend's time over the plan's kernel's (> 1: Telos is
 faster), then per T the median of that ratio over the rounds and its range.
 """
@@ -71,16 +71,10 @@ def main():
     for line in open(cubin + ".names"):
         inst, entry = line.rstrip("\n").split("\t")
         m = re.fullmatch(r"telos_kernels::attn_prefill<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+)ll, "
-                         r"[^,]+, (\d+)(?:, (true|false))?(?:, (true|false))?(?:, (true|false))?"
-                         r"(?:, (\d+))?>", inst)
+                         r"[^,]+, (\d+)(?:, (\d+))?>", inst)
         hq, hkv, d, page, maxp, page_elems, tpt = (int(m.group(i)) for i in range(1, 8))
-        # OVERLAP defaults to true, Q_SPLIT to false, TURNS to true, NT to 0 (attention_prefill.cuh)
-        if m.group(11) is not None:
-            name = ("persistent", int(m.group(11)))
-        elif m.group(8) in (None, "true"):
-            name = "overlapped" if m.group(10) in (None, "true") else "no turns"
-        else:
-            name = "Q_SPLIT" if m.group(9) == "true" else "a tile a CTA"
+        # NT defaults to 0, a tile a CTA (attention_prefill.cuh)
+        name = ("persistent", int(m.group(8))) if m.group(8) is not None else "a tile a CTA"
         kernels[name] = drv.function(module, entry, smem(d))
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                 ("cudnn", SDPBackend.CUDNN_ATTENTION)]
@@ -91,10 +85,9 @@ def main():
         print(f"round {r + 1}: telos and torch SDPA interleaved in one process "
               f"(torch {torch.__version__}, {torch.cuda.get_device_name()})")
         print("| T | telos (plan: plain, persistent) ms | TFLOP/s | rel err | "
-              "a tile a CTA TFLOP/s | overlapped TFLOP/s | overlapped, no turns TFLOP/s | "
-              "plain Q_SPLIT TFLOP/s | "
+              "a tile a CTA TFLOP/s | "
               + " | ".join(f"{n} ms" for n, _ in backends) + " | fastest | TFLOP/s | fastest/telos |")
-        print("|---|---|---|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
+        print("|---|---|---|---|---|" + "---|" * len(backends) + "---|---|---|")
         for t in (4096, 8192, 16384):
             q = torch.randn(t, hq, d, device="cuda")
             k = torch.randn(hkv, t, d, device="cuda", dtype=torch.bfloat16)
@@ -140,9 +133,9 @@ def main():
             err = ((out.float() - ref).norm() / ref.norm()).item()
             if not err <= 2e-2:  # NaN fails too
                 raise RuntimeError(f"T={t}: relative L2 error {err} against {best}")
-            # Loads and scheduling only: a tile a CTA and the overlapped orders give the same bits.
+            # Loads and scheduling only: a tile a CTA gives the same bits.
             plan_out = out.clone()
-            for name in ("a tile a CTA", "overlapped", "no turns"):
+            for name in ("a tile a CTA",):
                 out.fill_(float("nan"))
                 ours[name]()
                 if not torch.equal(out.view(torch.int16), plan_out.view(torch.int16)):
@@ -154,8 +147,7 @@ def main():
             ratio = ms[best] / ms["plan"]
             ratios.setdefault(t, []).append(ratio)
             print(f"| {t} | {ms['plan']:.3f} | {tf('plan')} | {err:.1e} | "
-                  f"{tf('a tile a CTA')} | {tf('overlapped')} | {tf('no turns')} | "
-                  f"{tf('Q_SPLIT')} | "
+                  f"{tf('a tile a CTA')} | "
                   + " | ".join(cells[n] for n, _ in backends) + f" | {best} | {tf(best)} | {ratio:.3f} |")
             del q, k, v, pool, kv_map, out, plan_out, qb, peers, calls, ours
             torch.cuda.empty_cache()

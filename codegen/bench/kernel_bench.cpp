@@ -19,8 +19,6 @@
 // `telos-kernel-bench --attention` only the copy bandwidth and decode attention;
 // `telos-kernel-bench --read-floor` only the copy bandwidth and the read floor (a kernel that only
 // reads, at the decode kernels' sizes);
-// `telos-kernel-bench --stream` only the copy bandwidth and one persistent CTA's weight stream by
-// grid size and weight tile;
 // `telos-kernel-bench --exchange` only the copy bandwidth and what an exchange between CTAs costs
 // (a grid-wide count, a cluster's gather and broadcast) idle and while the weights stream;
 // `telos-kernel-bench --gemm` only the copy bandwidth and the decode GEMMs at the full-batch bucket
@@ -136,8 +134,8 @@ struct Module {
   }
   // `pdl`: with programmatic stream serialization, as the engine launches every kernel of a step
   // but the first (its pre-wait part overlaps the previous kernel).
-  void launch(const std::string& name, dim3 grid, dim3 block, std::vector<const void*> args, int smem = 0,
-              bool pdl = false) {
+  void launch(const std::string& name, dim3 grid, dim3 block, std::vector<const void*> args,
+              int smem = 0, bool pdl = false) {
     const void* k = kernel(name, smem);
     std::vector<void*> p;
     for (auto& a : args) p.push_back(&a);
@@ -171,14 +169,17 @@ void fill(void* p, std::size_t bytes) {
   }
 }
 
-std::string I(long long v) { return std::to_string(v); }
+std::string I(long long v) {
+  return std::to_string(v);
+}
 
 // A bf16 [rows, cols] tensor map (128B swizzle, 64-column boxes) in device memory, as the
 // executor builds one for a `tmap:` argument.
 void* device_map(const void* base, int rows, int cols, int box_rows) {
-  const hexel::TensorMap m = hexel::encode_2d(hexel::TmaDtype::BF16, base, static_cast<std::uint64_t>(rows),
-                                              static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(cols) * 2,
-                                              static_cast<std::uint32_t>(box_rows), 64, hexel::Swizzle::B128);
+  const hexel::TensorMap m =
+      hexel::encode_2d(hexel::TmaDtype::BF16, base, static_cast<std::uint64_t>(rows),
+                       static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(cols) * 2,
+                       static_cast<std::uint32_t>(box_rows), 64, hexel::Swizzle::B128);
   void* p;
   check(cudaMalloc(&p, sizeof m), "alloc");
   check(cudaMemcpy(p, &m, sizeof m, cudaMemcpyHostToDevice), "map");
@@ -196,63 +197,53 @@ void* device_image_map(const void* base, int rows, int cols, int bn, int halves,
   return p;
 }
 
-}  // namespace
+// Launches a timed run chains (each on another copy of the weights, all but the first with PDL).
+constexpr int kBatch = 8;
 
-int main(int argc, char** argv) {
-  const bool sweep = argc > 1 && std::string(argv[1]) == "--sweep";
-  const bool decode_layer_only = argc > 1 && std::string(argv[1]) == "--decode-layer";
-  const bool sample_only = argc > 1 && std::string(argv[1]) == "--sample";
-  const bool attention_only = argc > 1 && std::string(argv[1]) == "--attention";
-  const bool gemm_only = argc > 1 && std::string(argv[1]) == "--gemm";
-  const bool small_rows = argc > 1 && std::string(argv[1]) == "--small-rows";
-  const bool read_floor = argc > 1 && std::string(argv[1]) == "--read-floor";
-  const bool stream_only = argc > 1 && std::string(argv[1]) == "--stream";
-  const bool exchange_only = argc > 1 && std::string(argv[1]) == "--exchange";
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("telos-kernel-bench: no CUDA GPU\n");
-    return 0;
-  }
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every row reaches the log before a later failure
-  cudaDeviceProp prop{};
-  cudaGetDeviceProperties(&prop, 0);
-  std::printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
-
-  // Copy bandwidth: 2 GiB device to device, bytes read + written.
+// Copy bandwidth: 2 GiB device to device, bytes read + written; prints the table's header and
+// its first row, and returns the GB/s every other row is a % of.
+double bench_copy() {
   const std::size_t copy_bytes = 2ull << 30;
   void *src, *dst;
   check(cudaMalloc(&src, copy_bytes), "alloc");
   check(cudaMalloc(&dst, copy_bytes), "alloc");
   fill(src, copy_bytes);
-  const double copy_us = median_us([&](int) { cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice); });
+  const double copy_us =
+      median_us([&](int) { cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice); });
   const double copy_gbs = 2.0 * copy_bytes / copy_us / 1e3;
   cudaFree(src);
   cudaFree(dst);
-  std::printf("\n%-34s | %-26s | %9s | %8s | %6s\n", "kernel", "shape", "median us", "GB/s", "% copy");
-  std::printf("%-34s | %-26s | %9.1f | %8.0f | %6s\n", "cudaMemcpy D2D (read+write)", "2 GiB", copy_us, copy_gbs, "100");
+  std::printf("\n%-34s | %-26s | %9s | %8s | %6s\n", "kernel", "shape", "median us", "GB/s",
+              "% copy");
+  std::printf("%-34s | %-26s | %9.1f | %8.0f | %6s\n", "cudaMemcpy D2D (read+write)", "2 GiB",
+              copy_us, copy_gbs, "100");
+  return copy_gbs;
+}
 
-  // The read floor: how fast a kernel that only reads B bytes goes at that size, chained as the
-  // decode kernels are (8 launches, each on another copy of the bytes, all but the first with PDL),
-  // by where its loads stand against griddepcontrol.wait. A decode kernel reads as many bytes and
-  // does more, so these rows bound its % of copy at B:
-  //   "wait first": the wait before any load (a kernel whose loads all depend on its predecessor);
-  //   "all before wait": every load before it (the bound for a kernel with nothing to wait for);
-  //   "first N KB/SM before wait": each thread's first 8 loads (16 bytes each) issued before the
-  //   wait and used after it, the rest after it, as a decode GEMM prefetches its weights into its
-  //   ring (o's: 16 stages of 4 KB = 64 KB, one CTA an SM). Grids of 4 CTAs of 256 threads an SM
-  //   (128 KB an SM in flight), one of 512 (64 KB) or one of 256 (32 KB); "alone" asks for 120 KB
-  //   of (unused) shared memory, so that no CTA of the next launch fits beside one of this one, as
-  //   with a full-ring GEMM.
-  // Beside them cudaMemcpyAsync of the same bytes, 8 back to back (read + written counted). Sizes:
-  // the 8B's and the 1B's decode GEMM weights (o, qkv, down, gate/up) and one layer's K/V at batch
-  // 1 (4k, 32k; head dim 128, 8 KV heads).
-  if (read_floor) {
-    const std::string source = R"(
+// The read floor: how fast a kernel that only reads B bytes goes at that size, chained as the
+// decode kernels are (8 launches, each on another copy of the bytes, all but the first with PDL),
+// by where its loads stand against griddepcontrol.wait. A decode kernel reads as many bytes and
+// does more, so these rows bound its % of copy at B:
+//   "wait first": the wait before any load (a kernel whose loads all depend on its predecessor);
+//   "all before wait": every load before it (the bound for a kernel with nothing to wait for);
+//   "first N KB/SM before wait": each thread's first 8 loads (16 bytes each) issued before the
+//   wait and used after it, the rest after it, as a decode GEMM prefetches its weights into its
+//   ring (o's: 16 stages of 4 KB = 64 KB, one CTA an SM). Grids of 4 CTAs of 256 threads an SM
+//   (128 KB an SM in flight), one of 512 (64 KB) or one of 256 (32 KB); "alone" asks for 120 KB
+//   of (unused) shared memory, so that no CTA of the next launch fits beside one of this one, as
+//   with a full-ring GEMM.
+// Beside them cudaMemcpyAsync of the same bytes, 8 back to back (read + written counted). Sizes:
+// the 8B's and the 1B's decode GEMM weights (o, qkv, down, gate/up) and one layer's K/V at batch
+// 1 (4k, 32k; head dim 128, 8 KV heads).
+void bench_read_floor(const cudaDeviceProp& prop, double copy_gbs) {
+  const std::string source = R"(
+#include "hexel/ld_st.cuh"
+#include "hexel/sync.cuh"
 template <int MODE>  // 0: wait first; 1: every load before the wait; 2: the first 8 a thread
 __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict__ src,
                                                          unsigned long long n16, unsigned* out) {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  if (MODE == 0) asm volatile("griddepcontrol.wait;" ::: "memory");
+  hexel::launch_dependents();
+  if (MODE == 0) hexel::grid_dependency_wait();
   const unsigned long long per = (n16 + gridDim.x - 1) / gridDim.x;
   const unsigned long long begin = blockIdx.x * per;
   const unsigned long long end = begin + per < n16 ? begin + per : n16;
@@ -264,301 +255,185 @@ __global__ void __launch_bounds__(512) telos_bench_read(const uint4* __restrict_
     for (int u = 0; u < 8; ++u) {
       const unsigned long long j = i + u * blockDim.x;
       v[u] = make_uint4(0, 0, 0, 0);
-      if (j < end)
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(src + j));
+      if (j < end) v[u] = hexel::ld_nc_no_allocate_v4(src + j);
     }
-    if (MODE == 2 && first) asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (MODE == 2 && first) hexel::grid_dependency_wait();
     first = false;
 #pragma unroll
     for (int u = 0; u < 8; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
-  if (MODE == 1 || (MODE == 2 && first)) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (MODE == 1 || (MODE == 2 && first)) hexel::grid_dependency_wait();
   if (acc == 0x9e3779b9u) out[blockIdx.x] = acc;  // keeps the loads; never true for fill()'s bytes
 }
 )";
-    const std::string k0 = "telos_bench_read<0>", k1 = "telos_bench_read<1>",
-                      k2 = "telos_bench_read<2>";
-    Module mod({k0, k1, k2}, source, 1);
-    constexpr int kChain = 8;
-    const int sms = prop.multiProcessorCount;
-    struct Form {
-      const char* label;
-      std::string kernel;
-      int grid, block, smem;
-    };
-    const Form forms[] = {{"read floor, wait first", k0, sms * 4, 256, 0},
-                          {"read floor, wait first, 1x512", k0, sms, 512, 0},
-                          {"read floor, all before wait", k1, sms * 4, 256, 0},
-                          {"read floor, 128 KB/SM before wait", k2, sms * 4, 256, 0},
-                          {"read floor, 64 KB/SM before wait", k2, sms, 512, 0},
-                          {"read floor, 64 KB/SM before, alone", k2, sms, 512, 120 * 1024},
-                          {"read floor, 32 KB/SM before wait", k2, sms, 256, 0}};
-    unsigned* out;
-    check(cudaMalloc(&out, sms * 4 * sizeof(unsigned)), "alloc");
-    struct Size {
-      const char* what;
-      std::size_t bytes;
-    };
-    const Size sizes[] = {{"1B o", 2048ull * 2048 * 2},
-                          {"1B qkv", 3072ull * 2048 * 2},
-                          {"K/V 4k batch 1", 4096ull * 8 * 128 * 4},
-                          {"8B o", 4096ull * 4096 * 2},
-                          {"8B qkv", 6144ull * 4096 * 2},
-                          {"8B down", 4096ull * 14336 * 2},
-                          {"K/V 32k batch 1", 32768ull * 8 * 128 * 4},
-                          {"8B gate/up", 28672ull * 4096 * 2}};
-    for (const Size& sz : sizes) {
-      const int copies = std::max<int>(2, static_cast<int>((400ull << 20) / sz.bytes) + 1);
-      std::vector<void*> bufs(copies + 1);
-      for (auto& p : bufs) {
-        check(cudaMalloc(&p, sz.bytes), "alloc");
-        fill(p, sz.bytes);
-      }
-      const unsigned long long n16 = sz.bytes / 16;
-      char shape[64];
-      std::snprintf(shape, sizeof shape, "%s, %.1f MB", sz.what, sz.bytes / 1e6);
-      for (const Form& f : forms) {
-        const double us = median_us(
-            [&](int i) {
-              // The count travels as the 8 bytes of a pointer argument (Module::launch's form).
-              mod.launch(f.kernel, dim3(f.grid), dim3(f.block),
-                         {bufs[i % copies], reinterpret_cast<const void*>(n16), out}, f.smem,
-                         i % kChain != 0);
-            },
-            30, 5, kChain);
-        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", f.label, shape, us,
-                    sz.bytes / us / 1e3, 100.0 * sz.bytes / us / 1e3 / copy_gbs);
-      }
-      const double us = median_us(
-          [&](int i) {
-            cudaMemcpyAsync(bufs[copies], bufs[i % copies], sz.bytes, cudaMemcpyDeviceToDevice);
-          },
-          30, 5, kChain);
-      std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", "cudaMemcpy D2D, same bytes", shape,
-                  us, 2.0 * sz.bytes / us / 1e3, 100.0 * 2.0 * sz.bytes / us / 1e3 / copy_gbs);
-      for (void* p : bufs) cudaFree(p);
+  const std::string k0 = "telos_bench_read<0>", k1 = "telos_bench_read<1>",
+                    k2 = "telos_bench_read<2>";
+  Module mod({k0, k1, k2}, source, 1);
+  constexpr int kChain = 8;
+  const int sms = prop.multiProcessorCount;
+  struct Form {
+    const char* label;
+    std::string kernel;
+    int grid, block, smem;
+  };
+  const Form forms[] = {{"read floor, wait first", k0, sms * 4, 256, 0},
+                        {"read floor, wait first, 1x512", k0, sms, 512, 0},
+                        {"read floor, all before wait", k1, sms * 4, 256, 0},
+                        {"read floor, 128 KB/SM before wait", k2, sms * 4, 256, 0},
+                        {"read floor, 64 KB/SM before wait", k2, sms, 512, 0},
+                        {"read floor, 64 KB/SM before, alone", k2, sms, 512, 120 * 1024},
+                        {"read floor, 32 KB/SM before wait", k2, sms, 256, 0}};
+  unsigned* out;
+  check(cudaMalloc(&out, sms * 4 * sizeof(unsigned)), "alloc");
+  struct Size {
+    const char* what;
+    std::size_t bytes;
+  };
+  const Size sizes[] = {{"1B o", 2048ull * 2048 * 2},
+                        {"1B qkv", 3072ull * 2048 * 2},
+                        {"K/V 4k batch 1", 4096ull * 8 * 128 * 4},
+                        {"8B o", 4096ull * 4096 * 2},
+                        {"8B qkv", 6144ull * 4096 * 2},
+                        {"8B down", 4096ull * 14336 * 2},
+                        {"K/V 32k batch 1", 32768ull * 8 * 128 * 4},
+                        {"8B gate/up", 28672ull * 4096 * 2}};
+  for (const Size& sz : sizes) {
+    const int copies = std::max<int>(2, static_cast<int>((400ull << 20) / sz.bytes) + 1);
+    std::vector<void*> bufs(copies + 1);
+    for (auto& p : bufs) {
+      check(cudaMalloc(&p, sz.bytes), "alloc");
+      fill(p, sz.bytes);
     }
+    const unsigned long long n16 = sz.bytes / 16;
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "%s, %.1f MB", sz.what, sz.bytes / 1e6);
     for (const Form& f : forms) {
-      const auto [blocks, regs] = mod.occupancy(f.kernel, f.block, f.smem);
-      std::printf("%-34s: %d CTAs an SM, %d registers a thread\n", f.label, blocks, regs);
-    }
-    // The 8B's o, qkv and down at M = 1 beside the floor, chained the same way: the plan's tiles
-    // (two K blocks a stage: o and down 12 stages of 32 weight rows, qkv 128 CTAs of 8 stages of
-    // 48 rows, one an SM) against one K block a stage (16 stages, o two CTAs an SM) and, for o, a
-    // deeper ring (one CTA an SM) and 16-row tiles (256 CTAs: twice the rings in flight); for qkv
-    // 32-row tiles (192 CTAs on 132 SMs) and 48-row tiles of 12 stages (two an SM); for o and down
-    // 64-row tiles (64 CTAs of 8 KB stages: if a CTA's stage trips, not the bytes, set its rate,
-    // half the CTAs on twice the bytes a stage keep it); two K blocks a stage at the other depth
-    // ("2kb"). Four K blocks a stage, the 1B's o and down on 16-row tiles and the producer's wait
-    // before its first weight loads were slower (docs/performance.md). Loads only: the same bits
-    // at any BN and depth.
-    struct GemmForm {
-      const char* epi;
-      int n, k, bn, stages, kps;  // bn, stages, kps 0: the plan's
-    };
-    const GemmForm gemm_forms[] = {
-        {"residual", 4096, 4096, 0, 0, 0},    {"residual", 4096, 4096, 32, 16, 1},
-        {"residual", 4096, 4096, 32, 24, 1},  {"residual", 4096, 4096, 16, 16, 1},
-        {"residual", 4096, 4096, 64, 16, 1},  {"residual", 4096, 4096, 32, 8, 2},
-        {"bf16", 6144, 4096, 0, 0, 0},        {"bf16", 6144, 4096, 48, 16, 1},
-        {"bf16", 6144, 4096, 32, 16, 1},      {"bf16", 6144, 4096, 48, 12, 1},
-        {"bf16", 6144, 4096, 48, 12, 2},      {"residual", 4096, 14336, 0, 0, 0},
-        {"residual", 4096, 14336, 32, 16, 1}, {"residual", 4096, 14336, 64, 16, 1},
-        {"residual", 4096, 14336, 32, 8, 2}};
-    std::vector<std::pair<SmallGemmTiling, std::string>> gemm_tilings;
-    for (const GemmForm& g : gemm_forms) {
-      const SmallGemmTiling plan = small_gemm_tiling(g.n, g.k, 1, false);
-      SmallGemmTiling t = g.bn > 0 ? plan.with_bn(g.bn, g.n, false) : plan;
-      if (g.stages > 0) t.stages = g.stages;
-      if (g.kps > 0) t.kps = g.kps;
-      gemm_tilings.emplace_back(t, t.instance(g.epi, 1, g.n, g.k));
-    }
-    std::vector<std::string> gemm_names;
-    for (const auto& [t, name] : gemm_tilings) gemm_names.push_back(name);
-    Module gm(gemm_names);
-    void *a, *y;
-    check(cudaMalloc(&a, 14336 * 2), "alloc");
-    fill(a, 14336 * 2);
-    check(cudaMalloc(&y, 6144 * 4), "alloc");
-    cudaMemset(y, 0, 6144 * 4);
-    for (std::size_t gi = 0; gi < std::size(gemm_forms); ++gi) {
-      const GemmForm& g = gemm_forms[gi];
-      const auto& [t, name] = gemm_tilings[gi];
-      const std::size_t wbytes = static_cast<std::size_t>(g.n) * g.k * 2;
-      const int copies = static_cast<int>((400ull << 20) / wbytes) + 1;
-      std::vector<void*> w(copies), w_maps;
-      for (auto& p : w) {
-        check(cudaMalloc(&p, wbytes), "alloc");
-        fill(p, wbytes);
-      }
-      void* a_map = device_map(a, 1, g.k, t.a_box);
-      for (void* p : w) w_maps.push_back(device_map(p, g.n, g.k, t.w_box()));
       const double us = median_us(
           [&](int i) {
-            gm.launch(name, dim3(t.tiles_m, t.tiles_n), t.threads(), {a_map, w_maps[i % copies], y},
-                      t.smem(), i % kChain != 0);
+            // The count travels as the 8 bytes of a pointer argument (Module::launch's form).
+            mod.launch(f.kernel, dim3(f.grid), dim3(f.block),
+                       {bufs[i % copies], reinterpret_cast<const void*>(n16), out}, f.smem,
+                       i % kChain != 0);
           },
           30, 5, kChain);
-      const auto [blocks, regs] = gm.occupancy(name, static_cast<int>(t.threads()), t.smem());
-      char label[64], shape[64];
-      std::snprintf(label, sizeof label, "gemm_small_%s bn%d st%d %dkb%s", g.epi, t.bn, t.stages,
-                    t.kps, g.bn == 0 && g.stages == 0 ? " plan" : "");
-      std::snprintf(shape, sizeof shape, "M=1 N=%d K=%d, %d CTAs, %d/SM", g.n, g.k,
-                    t.tiles_m * t.tiles_n, blocks);
-      std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, wbytes / us / 1e3,
-                  100.0 * wbytes / us / 1e3 / copy_gbs);
-      cudaFree(a_map);
-      for (void* p : w_maps) cudaFree(p);
-      for (void* p : w) cudaFree(p);
+      std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", f.label, shape, us,
+                  sz.bytes / us / 1e3, 100.0 * sz.bytes / us / 1e3 / copy_gbs);
     }
-    cudaFree(a);
-    cudaFree(y);
-    cudaFree(out);
-    return 0;
+    const double us = median_us(
+        [&](int i) {
+          cudaMemcpyAsync(bufs[copies], bufs[i % copies], sz.bytes, cudaMemcpyDeviceToDevice);
+        },
+        30, 5, kChain);
+    std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", "cudaMemcpy D2D, same bytes", shape, us,
+                2.0 * sz.bytes / us / 1e3, 100.0 * 2.0 * sz.bytes / us / 1e3 / copy_gbs);
+    for (void* p : bufs) cudaFree(p);
   }
-
-  // One CTA's weight stream (--stream): what a persistent CTA's ring (the plan's 22 slots of 8 KB)
-  // streams by itself. The 8B layer's gate/up phase ends later on its last CTA than on the median
-  // one: 448 tiles on 132 CTAs, so 52 CTAs stream a fourth tile while 80 wait, and that tile goes
-  // not much faster a CTA than when all 132 streamed. Whether a
-  // CTA's stream has a ceiling of its own (its boxes, its consumers' wgmma, its barriers), and how
-  // it depends on the box: layer_gemms_persistent (8B shapes, M = 1, 8 layers a launch, weights
-  // rotated over two copies) on grids of 132 down to 13 CTAs, with weight tiles (qkv / o / gate+up
-  // / down rows) of 16 / 16 / 32 / 16 (2 KB boxes, four a slot), 32 / 32 / 64 / 32 (4 KB, two a
-  // slot; the prototype's) and 64 / 64 / 64 / 64 (8 KB boxes but gate/up's 4 KB), the prototype's
-  // with half the ring (a stream bound by its latency goes at half the rate), and the 32- and
-  // 16-row tiles with one 8 KB box a ring slot (rank-3 and rank-4 maps whose K blocks are their
-  // outer dimension: StreamCursor::wide_box): GB/s over all CTAs and per CTA.
-  if (stream_only) {
-    constexpr int kH = 4096, kNqkv = 6144, kI = 14336, kLayers = 8;
-    const std::size_t rows[4] = {kNqkv, kH, 2 * kI, kH}, cols[4] = {kH, kH, kH, kI};
-    double layer_bytes = 0;
-    for (int k = 0; k < 4; ++k) layer_bytes += 2.0 * rows[k] * cols[k];
-    const PersistentLayerTiling ring = decode_layer_tiling(kH, kNqkv, kH, kI, 128);
-    struct Tiles {
-      const char* label;
-      std::array<int, 4> bn;
-      int stages;
-      bool wide;
-    };
-    const Tiles tiles[] = {
-        {"tiles 16/16/32/16", {16, 16, 32, 16}, ring.stages, false},
-        {"tiles 32/32/64/32", {32, 32, 64, 32}, ring.stages, false},
-        {"tiles 64/64/64/64", {64, 64, 64, 64}, ring.stages, false},
-        {"tiles 32/32/64/32, half ring", {32, 32, 64, 32}, ring.stages / 2, false},
-        {"tiles 32/32/64/32, wide box", {32, 32, 64, 32}, ring.stages, true},
-        {"tiles 16/16/32/16, wide box", {16, 16, 32, 16}, ring.stages, true}};
-    std::vector<std::string> names;
-    for (const Tiles& t : tiles)
-      names.push_back("telos_kernels::layer_gemms_persistent<1, " + I(kH) + ", " + I(kNqkv) + ", " +
-                      I(kI) + ", " + I(kLayers) + ", " + I(t.stages) + ", " + I(t.bn[0]) + ", " +
-                      I(t.bn[1]) + ", " + I(t.bn[2]) + ", " + I(t.bn[3]) +
-                      (t.wide ? ", true>" : ">"));
-    Module mod(names);
-    std::vector<void*> w[2];
-    for (auto& copy : w)
-      for (int k = 0; k < 4; ++k) {
-        void* p;
-        check(cudaMalloc(&p, 2 * rows[k] * cols[k]), "alloc");
-        fill(p, 2 * rows[k] * cols[k]);
-        copy.push_back(p);
-      }
-    void *a, *act, *qkv, *x, *sync, *maps;
-    check(cudaMalloc(&a, 2ull * kI), "alloc");
-    fill(a, 2ull * kI);
-    check(cudaMalloc(&act, 2ull * kI), "alloc");
-    check(cudaMalloc(&qkv, 2ull * kNqkv), "alloc");
-    check(cudaMalloc(&x, 4ull * kH), "alloc");
-    check(cudaMalloc(&sync, 8), "alloc");
-    check(cudaMemset(sync, 0, 8), "sync");
-    check(cudaMalloc(&maps, 4 * kLayers * sizeof(hexel::TensorMap)), "alloc");
-    std::vector<char> first_bits;
-    for (std::size_t ti = 0; ti < std::size(tiles); ++ti) {
-      std::vector<hexel::TensorMap> hmaps;
-      try {
-        for (int l = 0; l < kLayers; ++l)
-          for (int k = 0; k < 4; ++k) {
-            const std::uint32_t bn = static_cast<std::uint32_t>(tiles[ti].bn[k]);
-            if (!tiles[ti].wide) {
-              hmaps.push_back(hexel::encode_2d(hexel::TmaDtype::BF16, w[l % 2][k], rows[k], cols[k],
-                                               cols[k] * 2, k == 2 ? bn / 2 : bn, 64,
-                                               hexel::Swizzle::B128));
-              continue;
-            }
-            // The K-block view (StreamCursor::wide_box): one box a slot.
-            hmaps.push_back(hexel::encode_k_blocks(w[l % 2][k], rows[k], cols[k],
-                                                   k == 2 ? bn / 2 : bn, 64 / bn, k == 2 ? 2 : 1));
-          }
-      } catch (const std::exception& e) {
-        std::printf("stream %s: the maps: %s\n", tiles[ti].label, e.what());
-        continue;
-      }
-      check(cudaMemcpy(maps, hmaps.data(), hmaps.size() * sizeof(hexel::TensorMap),
-                       cudaMemcpyHostToDevice),
-            "maps");
-      // One run from x = 0: every configuration's bits must be the first one's (the per-element
-      // wgmma chain does not depend on the tile or on the boxes).
-      const int smem = ring.smem - (ring.stages - tiles[ti].stages) * (8192 + 16);
-      check(cudaMemset(x, 0, 4ull * kH), "x");
-      mod.launch(names[ti], dim3(prop.multiProcessorCount), 128 + 32,
-                 {maps, a, a, a, act, qkv, x, sync}, smem);
-      check(cudaDeviceSynchronize(), "stream run");
-      std::vector<char> bits(2 * kNqkv + 2 * kI + 4 * kH);
-      check(cudaMemcpy(bits.data(), qkv, 2 * kNqkv, cudaMemcpyDeviceToHost), "bits");
-      check(cudaMemcpy(bits.data() + 2 * kNqkv, act, 2 * kI, cudaMemcpyDeviceToHost), "bits");
-      check(cudaMemcpy(bits.data() + 2 * kNqkv + 2 * kI, x, 4 * kH, cudaMemcpyDeviceToHost),
-            "bits");
-      if (first_bits.empty()) first_bits = bits;
-      const bool same = bits == first_bits;
-      for (int grid : {prop.multiProcessorCount, 104, 80, 52, 26, 13}) {
-        const double us = median_us(
-                              [&](int) {
-                                mod.launch(names[ti], dim3(grid), 128 + 32,
-                                           {maps, a, a, a, act, qkv, x, sync}, smem);
-                              },
-                              10, 2) /
-                          kLayers;
-        char label[64], shape[64];
-        std::snprintf(label, sizeof label, "stream %s%s", tiles[ti].label, same ? "" : " DIFF");
-        std::snprintf(shape, sizeof shape, "%d CTAs: %.1f GB/s a CTA", grid,
-                      layer_bytes / us / 1e3 / grid);
-        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us,
-                    layer_bytes / us / 1e3, 100.0 * layer_bytes / us / 1e3 / copy_gbs);
-      }
+  for (const Form& f : forms) {
+    const auto [blocks, regs] = mod.occupancy(f.kernel, f.block, f.smem);
+    std::printf("%-34s: %d CTAs an SM, %d registers a thread\n", f.label, blocks, regs);
+  }
+  // The 8B's o, qkv and down at M = 1 beside the floor, chained the same way: the plan's tiles
+  // (two K blocks a stage: o and down 12 stages of 32 weight rows, qkv 128 CTAs of 8 stages of
+  // 48 rows, one an SM) against one K block a stage (16 stages, o two CTAs an SM) and, for o, a
+  // deeper ring (one CTA an SM) and 16-row tiles (256 CTAs: twice the rings in flight); for qkv
+  // 32-row tiles (192 CTAs on 132 SMs) and 48-row tiles of 12 stages (two an SM); for o and down
+  // 64-row tiles (64 CTAs of 8 KB stages: if a CTA's stage trips, not the bytes, set its rate,
+  // half the CTAs on twice the bytes a stage keep it); two K blocks a stage at the other depth
+  // ("2kb"). Four K blocks a stage, the 1B's o and down on 16-row tiles and the producer's wait
+  // before its first weight loads were slower (docs/performance.md). Loads only: the same bits
+  // at any BN and depth.
+  struct GemmForm {
+    const char* epi;
+    int n, k, bn, stages, kps;  // bn, stages, kps 0: the plan's
+  };
+  const GemmForm gemm_forms[] = {
+      {"residual", 4096, 4096, 0, 0, 0},    {"residual", 4096, 4096, 32, 16, 1},
+      {"residual", 4096, 4096, 32, 24, 1},  {"residual", 4096, 4096, 16, 16, 1},
+      {"residual", 4096, 4096, 64, 16, 1},  {"residual", 4096, 4096, 32, 8, 2},
+      {"bf16", 6144, 4096, 0, 0, 0},        {"bf16", 6144, 4096, 48, 16, 1},
+      {"bf16", 6144, 4096, 32, 16, 1},      {"bf16", 6144, 4096, 48, 12, 1},
+      {"bf16", 6144, 4096, 48, 12, 2},      {"residual", 4096, 14336, 0, 0, 0},
+      {"residual", 4096, 14336, 32, 16, 1}, {"residual", 4096, 14336, 64, 16, 1},
+      {"residual", 4096, 14336, 32, 8, 2}};
+  std::vector<std::pair<SmallGemmTiling, std::string>> gemm_tilings;
+  for (const GemmForm& g : gemm_forms) {
+    const SmallGemmTiling plan = small_gemm_tiling(g.n, g.k, 1, false);
+    SmallGemmTiling t = g.bn > 0 ? plan.with_bn(g.bn, g.n, false) : plan;
+    if (g.stages > 0) t.stages = g.stages;
+    if (g.kps > 0) t.kps = g.kps;
+    gemm_tilings.emplace_back(t, t.instance(g.epi, 1, g.n, g.k));
+  }
+  std::vector<std::string> gemm_names;
+  for (const auto& [t, name] : gemm_tilings) gemm_names.push_back(name);
+  Module gm(gemm_names);
+  void *a, *y;
+  check(cudaMalloc(&a, 14336 * 2), "alloc");
+  fill(a, 14336 * 2);
+  check(cudaMalloc(&y, 6144 * 4), "alloc");
+  cudaMemset(y, 0, 6144 * 4);
+  for (std::size_t gi = 0; gi < std::size(gemm_forms); ++gi) {
+    const GemmForm& g = gemm_forms[gi];
+    const auto& [t, name] = gemm_tilings[gi];
+    const std::size_t wbytes = static_cast<std::size_t>(g.n) * g.k * 2;
+    const int copies = static_cast<int>((400ull << 20) / wbytes) + 1;
+    std::vector<void*> w(copies), w_maps;
+    for (auto& p : w) {
+      check(cudaMalloc(&p, wbytes), "alloc");
+      fill(p, wbytes);
     }
-    for (auto& copy : w)
-      for (void* p : copy) cudaFree(p);
-    for (void* p : {a, act, qkv, x, sync, maps}) cudaFree(p);
-    return 0;
+    void* a_map = device_map(a, 1, g.k, t.a_box);
+    for (void* p : w) w_maps.push_back(device_map(p, g.n, g.k, t.w_box()));
+    const double us = median_us(
+        [&](int i) {
+          gm.launch(name, dim3(t.tiles_m, t.tiles_n), t.threads(), {a_map, w_maps[i % copies], y},
+                    t.smem(), i % kChain != 0);
+        },
+        30, 5, kChain);
+    const auto [blocks, regs] = gm.occupancy(name, static_cast<int>(t.threads()), t.smem());
+    char label[64], shape[64];
+    std::snprintf(label, sizeof label, "gemm_small_%s bn%d st%d %dkb%s", g.epi, t.bn, t.stages,
+                  t.kps, g.bn == 0 && g.stages == 0 ? " plan" : "");
+    std::snprintf(shape, sizeof shape, "M=1 N=%d K=%d, %d CTAs, %d/SM", g.n, g.k,
+                  t.tiles_m * t.tiles_n, blocks);
+    std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, wbytes / us / 1e3,
+                100.0 * wbytes / us / 1e3 / copy_gbs);
+    cudaFree(a_map);
+    for (void* p : w_maps) cudaFree(p);
+    for (void* p : w) cudaFree(p);
   }
+  cudaFree(a);
+  cudaFree(y);
+  cudaFree(out);
+}
 
-  // What an exchange between CTAs costs while the weights stream (--exchange). The one-token
-  // layer's attention half is a chain of exchanges between CTAs (the QKV tiles' q and K/V rows to
-  // the attention items, the items' output to o), each a grid-wide count or a polled flag through
-  // L2, which costs several times more while every SM streams weights than when none does, and
-  // the ring cannot cover the half (the producers wait for free slots; docs/performance.md). A
-  // layout that keeps each KV head's QKV tiles and its attention items in one cluster would
-  // exchange through distributed shared memory instead (docs/performance.md, open questions:
-  // group clusters); whether that is cheaper under the
-  // stream, and whether such clusters fit beside the layer's shared memory, is what this measures.
-  // One 64-thread block an SM (the 8B layer's dynamic shared memory, so one an SM); warp 1 runs 200
-  // rounds of one exchange and times each (%globaltimer):
-  //   "grid count": the warp stores 512 bytes, then lane 0 releases (fence.acq_rel.gpu;
-  //   red.relaxed.gpu.add on one counter) and polls it (ld.acquire.gpu) until every CTA has added:
-  //   persistent_arrive / persistent_wait's form, on 132 CTAs;
-  //   "cluster gather+bcast, C": lane 0 stores a word into the cluster's rank-0 CTA's shared memory
-  //   and arrives on its mbarrier (release.cluster); rank 0 waits for C arrivals (acquire.cluster)
-  //   and arrives on every CTA's own mbarrier, on which each waits: the exchange a cluster of C
-  //   would make, on 128 CTAs (fewer if fewer clusters fit);
-  // idle, and while warp 0 streams 8 KB bulk copies from a 2 GiB buffer through a 16-slot ring
-  // (128 KB in flight an SM, no consumer: the layer's weight stream). Medians and p90 over every
-  // CTA's rounds after the first 20, µs; the stream's GB/s over the launch; and how many clusters
-  // of 8 and 16 fit at once with that shared memory (cudaOccupancyMaxActiveClusters).
-  if (exchange_only) {
-    const std::string source = R"(
+// What an exchange between CTAs costs while the weights stream (--exchange). The one-token
+// layer's attention half is a chain of exchanges between CTAs (the QKV tiles' q and K/V rows to
+// the attention items, the items' output to o), each a grid-wide count or a polled flag through
+// L2, which costs several times more while every SM streams weights than when none does, and
+// the ring cannot cover the half (the producers wait for free slots; docs/performance.md). A
+// layout that keeps each KV head's QKV tiles and its attention items in one cluster would
+// exchange through distributed shared memory instead (docs/performance.md, open questions:
+// group clusters); whether that is cheaper under the
+// stream, and whether such clusters fit beside the layer's shared memory, is what this measures.
+// One 64-thread block an SM (the 8B layer's dynamic shared memory, so one an SM); warp 1 runs 200
+// rounds of one exchange and times each (%globaltimer):
+//   "grid count": the warp stores 512 bytes, then lane 0 releases (fence.acq_rel.gpu;
+//   red.relaxed.gpu.add on one counter) and polls it (ld.acquire.gpu) until every CTA has added:
+//   persistent_arrive / persistent_wait's form, on 132 CTAs;
+//   "cluster gather+bcast, C": lane 0 stores a word into the cluster's rank-0 CTA's shared memory
+//   and arrives on its mbarrier (release.cluster); rank 0 waits for C arrivals (acquire.cluster)
+//   and arrives on every CTA's own mbarrier, on which each waits: the exchange a cluster of C
+//   would make, on 128 CTAs (fewer if fewer clusters fit);
+// idle, and while warp 0 streams 8 KB bulk copies from a 2 GiB buffer through a 16-slot ring
+// (128 KB in flight an SM, no consumer: the layer's weight stream). Medians and p90 over every
+// CTA's rounds after the first 20, µs; the stream's GB/s over the launch; and how many clusters
+// of 8 and 16 fit at once with that shared memory (cudaOccupancyMaxActiveClusters).
+void bench_exchange(const cudaDeviceProp& prop, double copy_gbs) {
+  const std::string source = R"(
 #include "hexel/cluster.cuh"
 #include "hexel/mbarrier.cuh"
+#include "hexel/memory_order.cuh"
+#include "hexel/timer.cuh"
 #include "hexel/tma.cuh"
 template <int MODE, bool STREAM>  // MODE 0: grid count; 1: cluster gather + broadcast
 __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weights,
@@ -599,18 +474,14 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
     }
   } else {
     for (int r = 0; r < rounds; ++r) {
-      unsigned long long t0, t1;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+      const unsigned long long t0 = globaltimer();
       if constexpr (MODE == 0) {
         payload[blockIdx.x * 32 + lane] = make_uint4(r, blockIdx.x, lane, 1u);
         __syncwarp();
         if (lane == 0) {
-          asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(count)
-                       : "memory");
-          unsigned seen;
-          do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
-          } while (seen < (r + 1) * gridDim.x);
+          red_add_release_gpu(count, 1u);
+          while (ld_acquire_gpu(count) < (r + 1) * gridDim.x) {
+          }
         }
       } else if (lane == 0) {
         const unsigned rank = cluster::cta_rank();
@@ -623,7 +494,7 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
         mbarrier::wait_parity_cluster(bcast, r & 1);
       }
       __syncwarp();
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+      const unsigned long long t1 = globaltimer();
       if (lane == 0) lat[static_cast<unsigned long long>(blockIdx.x) * rounds + r] = t1 - t0;
     }
     if (lane == 0) done = 1;
@@ -632,462 +503,461 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
   if constexpr (MODE == 1) cluster::sync();  // no CTA leaves while a peer may still arrive on it
 }
 )";
-    const std::string names[4] = {"telos_bench_exchange<0, false>", "telos_bench_exchange<0, true>",
-                                  "telos_bench_exchange<1, false>",
-                                  "telos_bench_exchange<1, true>"};
-    Module mod({names[0], names[1], names[2], names[3]}, source, 1);
-    const int smem = decode_layer_tiling(4096, 6144, 4096, 14336, 128).smem;
-    constexpr int kRounds = 200, kSkip = 20, kMaxGrid = 256;
-    const std::size_t weight_bytes = 2ull << 30;
-    void *weights, *count, *payload, *lat, *streamed;
-    check(cudaMalloc(&weights, weight_bytes), "alloc");
-    fill(weights, weight_bytes);
-    check(cudaMalloc(&count, 4), "alloc");
-    check(cudaMalloc(&payload, 16ull * 32 * kMaxGrid), "alloc");
-    check(cudaMalloc(&lat, 8ull * kRounds * kMaxGrid), "alloc");
-    check(cudaMalloc(&streamed, 8ull * kMaxGrid), "alloc");
-    // The launch of names[k] on `grid` CTAs in clusters of `csize` (1: none).
-    const auto config = [&](int grid, int csize, cudaLaunchAttribute& attr) {
-      cudaLaunchConfig_t c{};
-      c.gridDim = dim3(grid);
-      c.blockDim = dim3(64);
-      c.dynamicSmemBytes = static_cast<std::size_t>(smem);
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = static_cast<unsigned>(csize);
-      attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-      c.attrs = csize > 1 ? &attr : nullptr;
-      c.numAttrs = csize > 1 ? 1 : 0;
-      return c;
-    };
-    const auto kernel = [&](int k) {
-      const void* f = mod.kernel(names[k], smem);
-      check(cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
-            "cluster size");
-      return f;
-    };
-    int fit[17] = {};
-    for (int csize : {8, 16}) {
+  const std::string names[4] = {"telos_bench_exchange<0, false>", "telos_bench_exchange<0, true>",
+                                "telos_bench_exchange<1, false>", "telos_bench_exchange<1, true>"};
+  Module mod({names[0], names[1], names[2], names[3]}, source, 1);
+  const int smem = decode_layer_tiling(4096, 6144, 4096, 14336, 128).smem;
+  constexpr int kRounds = 200, kSkip = 20, kMaxGrid = 256;
+  const std::size_t weight_bytes = 2ull << 30;
+  void *weights, *count, *payload, *lat, *streamed;
+  check(cudaMalloc(&weights, weight_bytes), "alloc");
+  fill(weights, weight_bytes);
+  check(cudaMalloc(&count, 4), "alloc");
+  check(cudaMalloc(&payload, 16ull * 32 * kMaxGrid), "alloc");
+  check(cudaMalloc(&lat, 8ull * kRounds * kMaxGrid), "alloc");
+  check(cudaMalloc(&streamed, 8ull * kMaxGrid), "alloc");
+  // The launch of names[k] on `grid` CTAs in clusters of `csize` (1: none).
+  const auto config = [&](int grid, int csize, cudaLaunchAttribute& attr) {
+    cudaLaunchConfig_t c{};
+    c.gridDim = dim3(grid);
+    c.blockDim = dim3(64);
+    c.dynamicSmemBytes = static_cast<std::size_t>(smem);
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = static_cast<unsigned>(csize);
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    c.attrs = csize > 1 ? &attr : nullptr;
+    c.numAttrs = csize > 1 ? 1 : 0;
+    return c;
+  };
+  const auto kernel = [&](int k) {
+    const void* f = mod.kernel(names[k], smem);
+    check(cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+          "cluster size");
+    return f;
+  };
+  int fit[17] = {};
+  for (int csize : {8, 16}) {
+    cudaLaunchAttribute attr{};
+    cudaLaunchConfig_t c = config(csize * 8, csize, attr);
+    if (cudaOccupancyMaxActiveClusters(&fit[csize], kernel(2), &c) != cudaSuccess) fit[csize] = 0;
+    cudaGetLastError();
+    std::printf(
+        "%-34s | %-26s | %9d | %8s | %6s\n", "exchange: clusters that fit",
+        (std::to_string(csize) + " CTAs, " + std::to_string(smem / 1024) + " KB an SM").c_str(),
+        fit[csize], "", "");
+  }
+  struct Form {
+    const char* label;
+    int mode, grid, csize;
+  };
+  std::vector<Form> forms = {{"exchange: grid count", 0, prop.multiProcessorCount, 1}};
+  for (int csize : {8, 16})
+    if (fit[csize] > 0)
+      forms.push_back(
+          {csize == 8 ? "exchange: cluster 8 gather+bcast" : "exchange: cluster 16 gather+bcast", 1,
+           csize * std::min(fit[csize], 128 / csize), csize});
+  for (const Form& f : forms)
+    for (bool stream : {false, true}) {
+      const int k = 2 * f.mode + (stream ? 1 : 0);
+      const unsigned long long slice = weight_bytes / static_cast<unsigned>(f.grid) / 8192 * 8192;
+      check(cudaMemset(count, 0, 4), "count");
+      check(cudaMemset(streamed, 0, 8ull * kMaxGrid), "streamed");
+      cudaEvent_t a, b;
+      cudaEventCreate(&a);
+      cudaEventCreate(&b);
       cudaLaunchAttribute attr{};
-      cudaLaunchConfig_t c = config(csize * 8, csize, attr);
-      if (cudaOccupancyMaxActiveClusters(&fit[csize], kernel(2), &c) != cudaSuccess) fit[csize] = 0;
-      cudaGetLastError();
-      std::printf(
-          "%-34s | %-26s | %9d | %8s | %6s\n", "exchange: clusters that fit",
-          (std::to_string(csize) + " CTAs, " + std::to_string(smem / 1024) + " KB an SM").c_str(),
-          fit[csize], "", "");
+      cudaLaunchConfig_t c = config(f.grid, f.csize, attr);
+      int rounds = kRounds;
+      void* args[] = {
+          &weights, const_cast<unsigned long long*>(&slice), &count, &payload, &lat, &streamed,
+          &rounds};
+      cudaEventRecord(a);
+      check(cudaLaunchKernelExC(&c, kernel(k), args), "exchange launch");
+      cudaEventRecord(b);
+      check(cudaEventSynchronize(b), "exchange run");
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+      std::vector<unsigned long long> l(static_cast<std::size_t>(kRounds) * f.grid), s(f.grid);
+      check(cudaMemcpy(l.data(), lat, 8 * l.size(), cudaMemcpyDeviceToHost), "lat");
+      check(cudaMemcpy(s.data(), streamed, 8 * s.size(), cudaMemcpyDeviceToHost), "streamed");
+      std::vector<double> us;
+      for (int g = 0; g < f.grid; ++g)
+        for (int r = kSkip; r < kRounds; ++r)
+          us.push_back(l[static_cast<std::size_t>(g) * kRounds + r] / 1e3);
+      std::sort(us.begin(), us.end());
+      double bytes = 0;
+      for (unsigned long long v : s) bytes += static_cast<double>(v);
+      const double gbs = bytes / (ms * 1e-3) / 1e9;
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "%d CTAs, %s, p90 %.2f", f.grid,
+                    stream ? "streaming" : "idle", us[us.size() * 9 / 10]);
+      std::printf("%-34s | %-26s | %9.2f | %8.0f | %6.1f\n", f.label, shape, us[us.size() / 2], gbs,
+                  100.0 * gbs / copy_gbs);
     }
-    struct Form {
-      const char* label;
-      int mode, grid, csize;
-    };
-    std::vector<Form> forms = {{"exchange: grid count", 0, prop.multiProcessorCount, 1}};
-    for (int csize : {8, 16})
-      if (fit[csize] > 0)
-        forms.push_back(
-            {csize == 8 ? "exchange: cluster 8 gather+bcast" : "exchange: cluster 16 gather+bcast",
-             1, csize * std::min(fit[csize], 128 / csize), csize});
-    for (const Form& f : forms)
-      for (bool stream : {false, true}) {
-        const int k = 2 * f.mode + (stream ? 1 : 0);
-        const unsigned long long slice = weight_bytes / static_cast<unsigned>(f.grid) / 8192 * 8192;
-        check(cudaMemset(count, 0, 4), "count");
-        check(cudaMemset(streamed, 0, 8ull * kMaxGrid), "streamed");
-        cudaEvent_t a, b;
-        cudaEventCreate(&a);
-        cudaEventCreate(&b);
-        cudaLaunchAttribute attr{};
-        cudaLaunchConfig_t c = config(f.grid, f.csize, attr);
-        int rounds = kRounds;
-        void* args[] = {
-            &weights, const_cast<unsigned long long*>(&slice), &count, &payload, &lat, &streamed,
-            &rounds};
-        cudaEventRecord(a);
-        check(cudaLaunchKernelExC(&c, kernel(k), args), "exchange launch");
-        cudaEventRecord(b);
-        check(cudaEventSynchronize(b), "exchange run");
-        float ms = 0;
-        cudaEventElapsedTime(&ms, a, b);
-        cudaEventDestroy(a);
-        cudaEventDestroy(b);
-        std::vector<unsigned long long> l(static_cast<std::size_t>(kRounds) * f.grid), s(f.grid);
-        check(cudaMemcpy(l.data(), lat, 8 * l.size(), cudaMemcpyDeviceToHost), "lat");
-        check(cudaMemcpy(s.data(), streamed, 8 * s.size(), cudaMemcpyDeviceToHost), "streamed");
-        std::vector<double> us;
-        for (int g = 0; g < f.grid; ++g)
-          for (int r = kSkip; r < kRounds; ++r)
-            us.push_back(l[static_cast<std::size_t>(g) * kRounds + r] / 1e3);
-        std::sort(us.begin(), us.end());
-        double bytes = 0;
-        for (unsigned long long v : s) bytes += static_cast<double>(v);
-        const double gbs = bytes / (ms * 1e-3) / 1e9;
-        char shape[64];
-        std::snprintf(shape, sizeof shape, "%d CTAs, %s, p90 %.2f", f.grid,
-                      stream ? "streaming" : "idle", us[us.size() * 9 / 10]);
-        std::printf("%-34s | %-26s | %9.2f | %8.0f | %6.1f\n", f.label, shape, us[us.size() / 2],
-                    gbs, 100.0 * gbs / copy_gbs);
-      }
-    for (void* p : {weights, count, payload, lat, streamed}) cudaFree(p);
-    return 0;
-  }
+  for (void* p : {weights, count, payload, lat, streamed}) cudaFree(p);
+}
 
-  // The sampler (sample.cuh) at Llama's vocabulary, 128256, with the plan's cluster of 8 blocks of
-  // 512 threads a row (kernel_plan.cpp): R
-  // rows that sample, f32 logits in [-8, 8) from a fixed generator, one SampleParams for every row
-  // in each mode (greedy; temperature 0.8; with top_p 0.9; with top_k 50; with top_k 50, top_p 0.9
-  // and min_p 0.05), each figure one launch on an idle stream, as bench_suite's profile times a
-  // step's sample node. Bytes: the logits, read once (greedy reads the candidates: 8 KB a row). The
-  // batch-1 benchmark samples greedily; a client of an OpenAI-style server usually sends a
-  // temperature and top_p.
-  if (!decode_layer_only && !attention_only && !gemm_only && !small_rows) {
-    constexpr int V = 128256, kThreads = 512, kCluster = 8;
-    struct Params {  // sample.cuh's SampleParams
-      float temperature, top_p, min_p;
-      int top_k;
-      unsigned seed_lo, seed_hi;
-      int counter, reserved;
-    };
-    struct Mode {
-      const char* name;
-      Params p;
-    };
-    const Mode modes[] = {{"greedy", {0.f, 1.f, 0.f, 0, 1, 0, 0, 0}},
-                          {"temperature 0.8", {0.8f, 1.f, 0.f, 0, 1, 0, 0, 0}},
-                          {"t 0.8, top_p 0.9", {0.8f, 0.9f, 0.f, 0, 1, 0, 0, 0}},
-                          {"t 0.8, top_k 50", {0.8f, 1.f, 0.f, 50, 1, 0, 0, 0}},
-                          {"t 0.8, k 50, p 0.9, min_p 0.05", {0.8f, 0.9f, 0.05f, 50, 1, 0, 0, 0}}};
-    // Greedy rows read the LM head's candidates: the 1B plan's 1002 blocks of 128 logits.
-    constexpr int G = V / 128;
-    const std::string kernel = "telos_kernels::sample<" + I(V) + ", " + I(kThreads) + ", " + I(G) +
-                               ", " + I(kCluster) + ">";
-    Module mod({kernel});
-    constexpr int kMaxRows = 64;
-    std::vector<float> hl(static_cast<std::size_t>(kMaxRows) * V);
-    unsigned x = 2463534242u;
-    for (float& v : hl) {
-      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-      v = static_cast<float>(x >> 8) * (16.f / 16777216.f) - 8.f;
-    }
-    std::vector<int> hrows(kMaxRows);
-    for (int r = 0; r < kMaxRows; ++r) hrows[r] = r;
-    // Candidates as the LM head writes them (common.cuh, greedy_candidate; the logits are finite).
-    std::vector<unsigned long long> hc(static_cast<std::size_t>(kMaxRows) * G, 0);
-    for (std::size_t i = 0; i < hl.size(); ++i) {
-      unsigned u;
-      std::memcpy(&u, &hl[i], 4);
-      const unsigned long long key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-      const unsigned j = static_cast<unsigned>(i % V);
-      unsigned long long& best = hc[i / V * G + j / (V / G)];
-      best = std::max(best, key << 32 | ~j);
-    }
-    void *logits, *cand, *params, *rows, *out, *out_host;
-    check(cudaMalloc(&logits, hl.size() * 4), "alloc");
-    check(cudaMalloc(&cand, hc.size() * 8), "alloc");
-    check(cudaMemcpy(cand, hc.data(), hc.size() * 8, cudaMemcpyHostToDevice), "upload");
-    check(cudaMalloc(&params, sizeof(Params) * kMaxRows), "alloc");
-    check(cudaMalloc(&rows, 4 * kMaxRows), "alloc");
-    check(cudaMalloc(&out, 4 * kMaxRows), "alloc");
-    check(cudaMalloc(&out_host, 4 * kMaxRows), "alloc");
-    check(cudaMemcpy(logits, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice), "upload");
-    check(cudaMemcpy(rows, hrows.data(), 4 * kMaxRows, cudaMemcpyHostToDevice), "upload");
-    for (const Mode& m : modes) {
-      const std::vector<Params> hp(kMaxRows, m.p);
-      check(cudaMemcpy(params, hp.data(), sizeof(Params) * kMaxRows, cudaMemcpyHostToDevice),
-            "upload");
-      for (int R : {1, 64}) {
-        const double us = median_us([&](int) {
-          mod.launch(kernel, dim3(R * kCluster), kThreads,
-                     {logits, cand, params, rows, out, out_host});
-        });
-        char label[64], shape[64];
-        std::snprintf(label, sizeof label, "sample %s", m.name);
-        std::snprintf(shape, sizeof shape, "V=%d, %d row(s)", V, R);
-        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us,
-                    4.0 * V * R / us / 1e3, 100.0 * 4.0 * V * R / us / 1e3 / copy_gbs);
-      }
-    }
-    for (void* p : {logits, cand, params, rows, out, out_host}) cudaFree(p);
+// The sampler (sample.cuh) at Llama's vocabulary, 128256, with the plan's cluster of 8 blocks of
+// 512 threads a row (kernel_plan.cpp): R
+// rows that sample, f32 logits in [-8, 8) from a fixed generator, one SampleParams for every row
+// in each mode (greedy; temperature 0.8; with top_p 0.9; with top_k 50; with top_k 50, top_p 0.9
+// and min_p 0.05), each figure one launch on an idle stream, as bench_suite's profile times a
+// step's sample node. Bytes: the logits, read once (greedy reads the candidates: 8 KB a row). The
+// batch-1 benchmark samples greedily; a client of an OpenAI-style server usually sends a
+// temperature and top_p.
+void bench_sample(double copy_gbs) {
+  constexpr int V = 128256, kThreads = 512, kCluster = 8;
+  struct Params {  // sample.cuh's SampleParams
+    float temperature, top_p, min_p;
+    int top_k;
+    unsigned seed_lo, seed_hi;
+    int counter, reserved;
+  };
+  struct Mode {
+    const char* name;
+    Params p;
+  };
+  const Mode modes[] = {{"greedy", {0.f, 1.f, 0.f, 0, 1, 0, 0, 0}},
+                        {"temperature 0.8", {0.8f, 1.f, 0.f, 0, 1, 0, 0, 0}},
+                        {"t 0.8, top_p 0.9", {0.8f, 0.9f, 0.f, 0, 1, 0, 0, 0}},
+                        {"t 0.8, top_k 50", {0.8f, 1.f, 0.f, 50, 1, 0, 0, 0}},
+                        {"t 0.8, k 50, p 0.9, min_p 0.05", {0.8f, 0.9f, 0.05f, 50, 1, 0, 0, 0}}};
+  // Greedy rows read the LM head's candidates: the 1B plan's 1002 blocks of 128 logits.
+  constexpr int G = V / 128;
+  const std::string kernel =
+      "telos_kernels::sample<" + I(V) + ", " + I(kThreads) + ", " + I(G) + ", " + I(kCluster) + ">";
+  Module mod({kernel});
+  constexpr int kMaxRows = 64;
+  std::vector<float> hl(static_cast<std::size_t>(kMaxRows) * V);
+  unsigned x = 2463534242u;
+  for (float& v : hl) {
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    v = static_cast<float>(x >> 8) * (16.f / 16777216.f) - 8.f;
   }
-  if (sample_only) return 0;
+  std::vector<int> hrows(kMaxRows);
+  for (int r = 0; r < kMaxRows; ++r) hrows[r] = r;
+  // Candidates as the LM head writes them (common.cuh, greedy_candidate; the logits are finite).
+  std::vector<unsigned long long> hc(static_cast<std::size_t>(kMaxRows) * G, 0);
+  for (std::size_t i = 0; i < hl.size(); ++i) {
+    unsigned u;
+    std::memcpy(&u, &hl[i], 4);
+    const unsigned long long key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    const unsigned j = static_cast<unsigned>(i % V);
+    unsigned long long& best = hc[i / V * G + j / (V / G)];
+    best = std::max(best, key << 32 | ~j);
+  }
+  void *logits, *cand, *params, *rows, *out, *out_host;
+  check(cudaMalloc(&logits, hl.size() * 4), "alloc");
+  check(cudaMalloc(&cand, hc.size() * 8), "alloc");
+  check(cudaMemcpy(cand, hc.data(), hc.size() * 8, cudaMemcpyHostToDevice), "upload");
+  check(cudaMalloc(&params, sizeof(Params) * kMaxRows), "alloc");
+  check(cudaMalloc(&rows, 4 * kMaxRows), "alloc");
+  check(cudaMalloc(&out, 4 * kMaxRows), "alloc");
+  check(cudaMalloc(&out_host, 4 * kMaxRows), "alloc");
+  check(cudaMemcpy(logits, hl.data(), hl.size() * 4, cudaMemcpyHostToDevice), "upload");
+  check(cudaMemcpy(rows, hrows.data(), 4 * kMaxRows, cudaMemcpyHostToDevice), "upload");
+  for (const Mode& m : modes) {
+    const std::vector<Params> hp(kMaxRows, m.p);
+    check(cudaMemcpy(params, hp.data(), sizeof(Params) * kMaxRows, cudaMemcpyHostToDevice),
+          "upload");
+    for (int R : {1, 64}) {
+      const double us = median_us([&](int) {
+        mod.launch(kernel, dim3(R * kCluster), kThreads,
+                   {logits, cand, params, rows, out, out_host});
+      });
+      char label[64], shape[64];
+      std::snprintf(label, sizeof label, "sample %s", m.name);
+      std::snprintf(shape, sizeof shape, "V=%d, %d row(s)", V, R);
+      std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us,
+                  4.0 * V * R / us / 1e3, 100.0 * 4.0 * V * R / us / 1e3 / copy_gbs);
+    }
+  }
+  for (void* p : {logits, cand, params, rows, out, out_host}) cudaFree(p);
+}
 
-  // One-token decode layers as a step runs them: decode_layer_persistent (the plan's tiles and
-  // ring, decode_layer_tiling, its grid-wide counts, GridCount V1), 8 layers back to back with PDL,
-  // each on its own copy of the weights and of the K/V pages (one sequence at context C,
-  // max_seq_len 8448 as bench_suite compiles), at the Llama-3.2-1B and Llama-3.1-8B shapes. Bytes:
-  // the layer's weights and the K/V read. Then the phase timeline of the last layer of one such run
-  // (the same instances compiled with TELOS_PHASE_TRACE): per event, the median and the latest CTA,
-  // µs after the first CTA's entry (decode_persistent.cuh, phase_trace), and on the same clock the
-  // layer before it (its down's end, its producer's last load, its CTAs' exits): a layer's CTAs
-  // enter only as the previous layer's leave, so the boundary is where a traced layer's gain can
-  // go. Variants, each a row and a timeline of its own so that they compare within one run: the
-  // plan's (the QKV epilogue in the QKV tiles, QKV_ROPE; the weights of its `bulk` mask streamed
-  // from their slot images, a bulk copy a ring slot), and the same with every weight on tensor
-  // maps (a box a K block and gate/up half), with all four from slot images and with gate/up and
-  // down's, and the plan's with QKV_FLAGS (the attention items wait for their head group's QKV
-  // tiles, not the grid-wide count; not planned yet). Every variant's x after one layer is
-  // compared with the plan's (DIFF in the output otherwise). The trace also has each CTA's
-  // arrival after a phase (its release issued). The variants measured here and not kept (K-block
-  // views, L2 prefetch ahead of the ring, the V0 counts, other tiles, the count between gate/up and
-  // down, the combine folded into o's A, shorter splits, other releases, caps and gates on the
-  // ring, two layer launches resident an SM) are listed in docs/performance.md. With
-  // --decode-layer, only this section (after the copy bandwidth).
-  if (!attention_only && !gemm_only && !small_rows) {
-    struct LayerShape {
-      const char* name;
-      int H, HQ, HKV, D, I;
+// One-token decode layers as a step runs them: decode_layer_persistent (the plan's tiles and
+// ring, decode_layer_tiling, its grid-wide counts), 8 layers back to back with PDL,
+// each on its own copy of the weights and of the K/V pages (one sequence at context C,
+// max_seq_len 8448 as bench_suite compiles), at the Llama-3.2-1B and Llama-3.1-8B shapes. Bytes:
+// the layer's weights and the K/V read. Then the phase timeline of the last layer of one such run
+// (the same instances compiled with TELOS_PHASE_TRACE): per event, the median and the latest CTA,
+// µs after the first CTA's entry (decode_persistent.cuh, phase_trace), and on the same clock the
+// layer before it (its down's end, its producer's last load, its CTAs' exits): a layer's CTAs
+// enter only as the previous layer's leave, so the boundary is where a traced layer's gain can
+// go. Variants, each a row and a timeline of its own so that they compare within one run: the
+// plan's (the QKV epilogue in the QKV tiles, QKV_ROPE; the weights of its `bulk` mask streamed
+// from their slot images, a bulk copy a ring slot), and the same with every weight on tensor
+// maps (a box a K block and gate/up half), with all four from slot images and with gate/up and
+// down's, and the plan's with QKV_FLAGS (the attention items wait for their head group's QKV
+// tiles, not the grid-wide count; not planned yet). Every variant's x after one layer is
+// compared with the plan's (DIFF in the output otherwise). The trace also has each CTA's
+// arrival after a phase (its release issued). The variants measured here and not kept (K-block
+// views, L2 prefetch ahead of the ring, the V0 counts, other tiles, the count between gate/up and
+// down, the combine folded into o's A, shorter splits, other releases, caps and gates on the
+// ring, two layer launches resident an SM) are listed in docs/performance.md. With
+// --decode-layer, only this section (after the copy bandwidth).
+void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
+  struct LayerShape {
+    const char* name;
+    int H, HQ, HKV, D, I;
+  };
+  const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
+  constexpr int kMaxSeq = 8448, kPage = 16, kMaxp = kMaxSeq / kPage, kLayers = 8;
+  const int nsplit = attn_partial_slots(kMaxSeq);
+  // decode_persistent.cuh's kTraceEvents: these 16, then from 16 + p each CTA's arrival after
+  // phase p (0..5; down's is not traced), 22 the producer's wait for free ring slots (a
+  // duration), 23 the CTA's exit; two launches' slots of kTraceCtas CTAs each.
+  constexpr int kEvents = 24, kFirstArrival = 16, kArrivals = 6, kWaits = 22, kExit = 23,
+                kSlotCtas = 256;
+  const char* events[kFirstArrival] = {"entry",  "p0 qkv start",   "p0 end", "p1 rope start",
+                                       "p1 end", "p2 split start", "p2 end", "p3 combine start",
+                                       "p3 end", "p4 o start",     "p4 end", "p5 gate/up start",
+                                       "p5 end", "p6 down start",  "p6 end", "producer done"};
+  for (const LayerShape& sh : shapes) {
+    const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
+    const long long page_elems = 2LL * sh.HKV * kPage * sh.D;
+    struct Variant {
+      std::string label;
+      PersistentLayerTiling lt;  // with or without QKV_ROPE
+      int bulk;  // BULK: the weights as slot images, a bulk copy a slot (bit 0 qkv .. 3 down)
+      bool flags = false;  // QKV_FLAGS: the items wait for their head group's QKV tiles alone
     };
-    const LayerShape shapes[] = {{"1B", 2048, 32, 8, 64, 8192}, {"8B", 4096, 32, 8, 128, 14336}};
-    constexpr int kMaxSeq = 8448, kPage = 16, kMaxp = kMaxSeq / kPage, kLayers = 8;
-    const int nsplit = attn_partial_slots(kMaxSeq);
-    // decode_persistent.cuh's kTraceEvents: these 16, then from 16 + p each CTA's arrival after
-    // phase p (0..5; down's is not traced), 22 the producer's wait for free ring slots (a
-    // duration), 23 the CTA's exit; two launches' slots of kTraceCtas CTAs each.
-    constexpr int kEvents = 24, kFirstArrival = 16, kArrivals = 6, kWaits = 22, kExit = 23,
-                  kSlotCtas = 256;
-    const char* events[kFirstArrival] = {"entry",  "p0 qkv start",   "p0 end", "p1 rope start",
-                                         "p1 end", "p2 split start", "p2 end", "p3 combine start",
-                                         "p3 end", "p4 o start",     "p4 end", "p5 gate/up start",
-                                         "p5 end", "p6 down start",  "p6 end", "producer done"};
-    for (const LayerShape& sh : shapes) {
-      const int NH = sh.HQ + 2 * sh.HKV, NQKV = NH * sh.D, KO = sh.HQ * sh.D;
-      const long long page_elems = 2LL * sh.HKV * kPage * sh.D;
-      struct Variant {
-        std::string label;
-        PersistentLayerTiling lt;  // with or without QKV_ROPE
-        int bulk;  // BULK: the weights as slot images, a bulk copy a slot (bit 0 qkv .. 3 down)
-        bool flags = false;  // QKV_FLAGS: the items wait for their head group's QKV tiles alone
-      };
-      const PersistentLayerTiling plan_t = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false);
-      const std::vector<Variant> variants = {{"V1 plan", plan_t, plan_t.bulk},
-                                             {"V1 tensor maps", plan_t, 0},
-                                             {"V1 bulk all", plan_t, 0b1111},
-                                             {"V1 bulk gate/up+down", plan_t, 0b1100},
-                                             {"V1 plan qkv flags", plan_t, plan_t.bulk, true}};
-      const PersistentLayerTiling& lt = variants[0].lt;  // the ring and the other tiles: the same
-      std::vector<std::string> names;
-      for (const Variant& v : variants)
-        names.push_back(
-            "telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " +
-            I(sh.HKV) + ", " + I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " +
-            I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " +
-            I(kAttnSplit) + ", " + I(nsplit) + ", " +
-            float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
-            I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " + I(v.lt.bo) + ", " +
-            I(v.lt.bg) + ", " + I(v.lt.bd) + (v.lt.qkv_rope ? ", true" : ", false") + ", " +
-            I(v.bulk) + (v.flags ? ", telos_kernels::GridCount::Release, true, true" : "") + ">");
-      auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
-      Module traced(names, "#define TELOS_PHASE_TRACE 1\n", 1);
-      const std::unique_ptr<Module> mod = plain.get();
-      const std::size_t w_rows[4] = {static_cast<std::size_t>(NQKV), static_cast<std::size_t>(sh.H),
-                                     2 * static_cast<std::size_t>(sh.I),
-                                     static_cast<std::size_t>(sh.H)};
-      const std::size_t w_cols[4] = {static_cast<std::size_t>(sh.H), static_cast<std::size_t>(KO),
-                                     static_cast<std::size_t>(sh.H),
-                                     static_cast<std::size_t>(sh.I)};
-      double w_bytes = 0;
-      for (int k = 0; k < 4; ++k) w_bytes += 2.0 * w_rows[k] * w_cols[k];
-      const std::size_t kv_bytes = static_cast<std::size_t>(kMaxp) * page_elems * 2;
-      const int copies = std::max(2, static_cast<int>((400ull << 20) / (w_bytes + kv_bytes)) + 1);
-      struct Copy {
-        void* w[4];
-        void* maps[4];    // 2D, a box a K block (and half)
-        void* images[4];  // slot images (support/slot_image.hpp), a bulk copy a ring slot
-        void* kv;
-      };
-      std::vector<Copy> cs(copies);
-      for (Copy& c : cs) {
-        for (int k = 0; k < 4; ++k) {
-          check(cudaMalloc(&c.w[k], 2 * w_rows[k] * w_cols[k]), "alloc");
-          fill(c.w[k], 2 * w_rows[k] * w_cols[k]);
-        }
-        const int boxes[4] = {lt.bq, lt.bo, lt.bg / 2, lt.bd};
-        const int bn[4] = {lt.bq, lt.bo, lt.bg, lt.bd};
-        for (int k = 0; k < 4; ++k) {
-          c.maps[k] = device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]),
-                                 boxes[k]);
-          const auto rows = static_cast<std::int64_t>(w_rows[k]),
-                     cols = static_cast<std::int64_t>(w_cols[k]);
-          std::vector<std::uint16_t> host(w_rows[k] * w_cols[k]), image(host.size());
-          check(cudaMemcpy(host.data(), c.w[k], 2 * host.size(), cudaMemcpyDeviceToHost),
-                "weights");
-          const int halves = k == 2 ? 2 : 1;
-          const std::string why = telos::slot_image_refusal(rows, cols, bn[k], halves);
-          if (!why.empty()) check(cudaErrorInvalidValue, ("slot image: " + why).c_str());
-          telos::pack_slot_image(host.data(), rows, cols, bn[k], halves, 0, rows / bn[k],
-                                 image.data());
-          check(cudaMalloc(&c.images[k], 2 * image.size()), "alloc");
-          check(cudaMemcpy(c.images[k], image.data(), 2 * image.size(), cudaMemcpyHostToDevice),
-                "image");
-        }
-        check(cudaMalloc(&c.kv, kv_bytes), "alloc");
-        fill(c.kv, kv_bytes);
+    const PersistentLayerTiling plan_t = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false);
+    const std::vector<Variant> variants = {{"V1 plan", plan_t, plan_t.bulk},
+                                           {"V1 tensor maps", plan_t, 0},
+                                           {"V1 bulk all", plan_t, 0b1111},
+                                           {"V1 bulk gate/up+down", plan_t, 0b1100},
+                                           {"V1 plan qkv flags", plan_t, plan_t.bulk, true}};
+    const PersistentLayerTiling& lt = variants[0].lt;  // the ring and the other tiles: the same
+    std::vector<std::string> names;
+    for (const Variant& v : variants)
+      names.push_back("telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " +
+                      I(sh.HKV) + ", " + I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " +
+                      I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) +
+                      "ll, telos_rope::Freqs, " + I(kAttnSplit) + ", " + I(nsplit) + ", " +
+                      float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) +
+                      ", " + I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " +
+                      I(v.lt.bo) + ", " + I(v.lt.bg) + ", " + I(v.lt.bd) +
+                      (v.lt.qkv_rope ? ", true" : ", false") + ", " + I(v.bulk) +
+                      (v.flags ? ", true" : "") + ">");
+    auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
+    Module traced(names, "#define TELOS_PHASE_TRACE 1\n", 1);
+    const std::unique_ptr<Module> mod = plain.get();
+    const std::size_t w_rows[4] = {static_cast<std::size_t>(NQKV), static_cast<std::size_t>(sh.H),
+                                   2 * static_cast<std::size_t>(sh.I),
+                                   static_cast<std::size_t>(sh.H)};
+    const std::size_t w_cols[4] = {static_cast<std::size_t>(sh.H), static_cast<std::size_t>(KO),
+                                   static_cast<std::size_t>(sh.H), static_cast<std::size_t>(sh.I)};
+    double w_bytes = 0;
+    for (int k = 0; k < 4; ++k) w_bytes += 2.0 * w_rows[k] * w_cols[k];
+    const std::size_t kv_bytes = static_cast<std::size_t>(kMaxp) * page_elems * 2;
+    const int copies = std::max(2, static_cast<int>((400ull << 20) / (w_bytes + kv_bytes)) + 1);
+    struct Copy {
+      void* w[4];
+      void* maps[4];    // 2D, a box a K block (and half)
+      void* images[4];  // slot images (support/slot_image.hpp), a bulk copy a ring slot
+      void* kv;
+    };
+    std::vector<Copy> cs(copies);
+    for (Copy& c : cs) {
+      for (int k = 0; k < 4; ++k) {
+        check(cudaMalloc(&c.w[k], 2 * w_rows[k] * w_cols[k]), "alloc");
+        fill(c.w[k], 2 * w_rows[k] * w_cols[k]);
       }
-      auto dev = [](std::size_t bytes, bool random) {
-        void* p;
-        check(cudaMalloc(&p, bytes), "alloc");
-        if (random)
-          fill(p, bytes);
-        else
-          cudaMemset(p, 0, bytes);
-        return p;
-      };
-      void *norm_a = dev(4ull * sh.H, true), *norm_m = dev(4ull * sh.H, true), *pos = dev(4, false),
-           *seq = dev(4, false), *pt = dev(4ull * kMaxp, false), *x = dev(4ull * sh.H, true),
-           *qkv = dev(2ull * NQKV, false), *q = dev(4ull * KO, false),
-           *po = dev(4ull * sh.HQ * nsplit * sh.D, false), *pml = dev(8ull * sh.HQ * nsplit, false),
-           *attn_out = dev(2ull * KO, false), *act = dev(2ull * sh.I, false),
-           *sync = dev(8 + 4ull * sh.HKV, false);  // the counts, and QKV_FLAGS' group counters
-      std::vector<int> hpt(kMaxp);
-      for (int i = 0; i < kMaxp; ++i) hpt[i] = (i * 7) % kMaxp;  // scattered pages
-      cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice);
-      for (std::size_t vi = 0; vi < names.size(); ++vi) {
-        const auto [blocks, regs] = mod->occupancy(names[vi], 160, lt.smem);
-        std::printf("  %s %s: %d B of dynamic shared memory, %d registers, %d CTA(s) an SM\n",
-                    sh.name, variants[vi].label.c_str(), lt.smem, regs, blocks);
+      const int boxes[4] = {lt.bq, lt.bo, lt.bg / 2, lt.bd};
+      const int bn[4] = {lt.bq, lt.bo, lt.bg, lt.bd};
+      for (int k = 0; k < 4; ++k) {
+        c.maps[k] =
+            device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]), boxes[k]);
+        const auto rows = static_cast<std::int64_t>(w_rows[k]),
+                   cols = static_cast<std::int64_t>(w_cols[k]);
+        std::vector<std::uint16_t> host(w_rows[k] * w_cols[k]), image(host.size());
+        check(cudaMemcpy(host.data(), c.w[k], 2 * host.size(), cudaMemcpyDeviceToHost), "weights");
+        const int halves = k == 2 ? 2 : 1;
+        const std::string why = telos::slot_image_refusal(rows, cols, bn[k], halves);
+        if (!why.empty()) check(cudaErrorInvalidValue, ("slot image: " + why).c_str());
+        telos::pack_slot_image(host.data(), rows, cols, bn[k], halves, 0, rows / bn[k],
+                               image.data());
+        check(cudaMalloc(&c.images[k], 2 * image.size()), "alloc");
+        check(cudaMemcpy(c.images[k], image.data(), 2 * image.size(), cudaMemcpyHostToDevice),
+              "image");
       }
-      for (int C : {33, 96, 160, 288, 4096}) {
-        const int position = C - 1;
-        cudaMemcpy(pos, &position, 4, cudaMemcpyHostToDevice);
-        const double bytes = w_bytes + static_cast<double>(C) * sh.HKV * sh.D * 2 * 2;
-        auto launch = [&](Module& m, std::size_t vi, int i, bool pdl) {
-          const Copy& c = cs[i % copies];
-          const void* null = nullptr;
-          const void* maps[4];
-          for (int k = 0; k < 4; ++k)
-            maps[k] = variants[vi].bulk >> k & 1 ? c.images[k] : c.maps[k];
-          m.launch(
-              names[vi], dim3(prop.multiProcessorCount), 160,
-              {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null,     null, pos, seq,
-               pt,      c.kv,    x,       qkv,     q,      po,     pml,  attn_out, act,  sync},
-              lt.smem, pdl);
-        };
-        // The same bits whatever the weights' form: x after one layer on the same inputs, every
-        // variant against the first (a slot image is the ring's bytes exactly, so any difference is
-        // a packing or addressing error).
-        {
-          std::vector<float> x0(sh.H), first, got(sh.H);
-          check(cudaMemcpy(x0.data(), x, 4ull * sh.H, cudaMemcpyDeviceToHost), "x");
-          for (std::size_t vi = 0; vi < names.size(); ++vi) {
-            check(cudaMemcpy(x, x0.data(), 4ull * sh.H, cudaMemcpyHostToDevice), "x");
-            launch(*mod, vi, 0, false);
-            check(cudaMemcpy(got.data(), x, 4ull * sh.H, cudaMemcpyDeviceToHost), "x");
-            if (vi == 0) first = got;
-            const bool same = std::memcmp(first.data(), got.data(), 4ull * sh.H) == 0;
-            if (!same)
-              std::printf("  DIFF: %s %s ctx=%d x differs from the first variant's\n", sh.name,
-                          variants[vi].label.c_str(), C);
-          }
+      check(cudaMalloc(&c.kv, kv_bytes), "alloc");
+      fill(c.kv, kv_bytes);
+    }
+    auto dev = [](std::size_t bytes, bool random) {
+      void* p;
+      check(cudaMalloc(&p, bytes), "alloc");
+      if (random)
+        fill(p, bytes);
+      else
+        cudaMemset(p, 0, bytes);
+      return p;
+    };
+    void *norm_a = dev(4ull * sh.H, true), *norm_m = dev(4ull * sh.H, true), *pos = dev(4, false),
+         *seq = dev(4, false), *pt = dev(4ull * kMaxp, false), *x = dev(4ull * sh.H, true),
+         *qkv = dev(2ull * NQKV, false), *q = dev(4ull * KO, false),
+         *po = dev(4ull * sh.HQ * nsplit * sh.D, false), *pml = dev(8ull * sh.HQ * nsplit, false),
+         *attn_out = dev(2ull * KO, false), *act = dev(2ull * sh.I, false),
+         *sync = dev(8 + 4ull * sh.HKV, false);  // the counts, and QKV_FLAGS' group counters
+    std::vector<int> hpt(kMaxp);
+    for (int i = 0; i < kMaxp; ++i) hpt[i] = (i * 7) % kMaxp;  // scattered pages
+    cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice);
+    for (std::size_t vi = 0; vi < names.size(); ++vi) {
+      const auto [blocks, regs] = mod->occupancy(names[vi], 160, lt.smem);
+      std::printf("  %s %s: %d B of dynamic shared memory, %d registers, %d CTA(s) an SM\n",
+                  sh.name, variants[vi].label.c_str(), lt.smem, regs, blocks);
+    }
+    for (int C : {33, 96, 160, 288, 4096}) {
+      const int position = C - 1;
+      cudaMemcpy(pos, &position, 4, cudaMemcpyHostToDevice);
+      const double bytes = w_bytes + static_cast<double>(C) * sh.HKV * sh.D * 2 * 2;
+      auto launch = [&](Module& m, std::size_t vi, int i, bool pdl) {
+        const Copy& c = cs[i % copies];
+        const void* null = nullptr;
+        const void* maps[4];
+        for (int k = 0; k < 4; ++k) maps[k] = variants[vi].bulk >> k & 1 ? c.images[k] : c.maps[k];
+        m.launch(
+            names[vi], dim3(prop.multiProcessorCount), 160,
+            {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null,     null, pos, seq,
+             pt,      c.kv,    x,       qkv,     q,      po,     pml,  attn_out, act,  sync},
+            lt.smem, pdl);
+      };
+      // The same bits whatever the weights' form: x after one layer on the same inputs, every
+      // variant against the first (a slot image is the ring's bytes exactly, so any difference is
+      // a packing or addressing error).
+      {
+        std::vector<float> x0(sh.H), first, got(sh.H);
+        check(cudaMemcpy(x0.data(), x, 4ull * sh.H, cudaMemcpyDeviceToHost), "x");
+        for (std::size_t vi = 0; vi < names.size(); ++vi) {
           check(cudaMemcpy(x, x0.data(), 4ull * sh.H, cudaMemcpyHostToDevice), "x");
+          launch(*mod, vi, 0, false);
+          check(cudaMemcpy(got.data(), x, 4ull * sh.H, cudaMemcpyDeviceToHost), "x");
+          if (vi == 0) first = got;
+          const bool same = std::memcmp(first.data(), got.data(), 4ull * sh.H) == 0;
+          if (!same)
+            std::printf("  DIFF: %s %s ctx=%d x differs from the first variant's\n", sh.name,
+                        variants[vi].label.c_str(), C);
         }
-        for (std::size_t vi = 0; vi < names.size(); ++vi) {
-          const double us = median_us([&](int i) { launch(*mod, vi, i, i % kLayers != 0); }, 20,
-                                      2 * kLayers, kLayers);
-          char label[64], shape[64];
-          std::snprintf(label, sizeof label, "decode layer %s %s", sh.name,
-                        variants[vi].label.c_str());
-          std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, lt.bq,
-                        lt.bo, lt.bg, lt.bd);
-          std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
-                      100.0 * bytes / us / 1e3 / copy_gbs);
-        }
-        for (std::size_t vi = 0; vi < names.size(); ++vi) {
-          void* trace = nullptr;
-          std::size_t trace_bytes = 0;
-          check(
-              cudaLibraryGetGlobal(&trace, &trace_bytes, traced.libs.front(), "telos_phase_trace"),
+        check(cudaMemcpy(x, x0.data(), 4ull * sh.H, cudaMemcpyHostToDevice), "x");
+      }
+      for (std::size_t vi = 0; vi < names.size(); ++vi) {
+        const double us = median_us([&](int i) { launch(*mod, vi, i, i % kLayers != 0); }, 20,
+                                    2 * kLayers, kLayers);
+        char label[64], shape[64];
+        std::snprintf(label, sizeof label, "decode layer %s %s", sh.name,
+                      variants[vi].label.c_str());
+        std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, lt.bq,
+                      lt.bo, lt.bg, lt.bd);
+        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
+                    100.0 * bytes / us / 1e3 / copy_gbs);
+      }
+      for (std::size_t vi = 0; vi < names.size(); ++vi) {
+        void* trace = nullptr;
+        std::size_t trace_bytes = 0;
+        check(cudaLibraryGetGlobal(&trace, &trace_bytes, traced.libs.front(), "telos_phase_trace"),
               "trace");
-          void* launches = nullptr;
-          std::size_t launches_bytes = 0;
-          check(cudaLibraryGetGlobal(&launches, &launches_bytes, traced.libs.front(),
-                                     "telos_trace_launches"),
-                "trace");
-          // Zero first: an event a variant never reaches (the combine of a one-split context,
-          // gate/up's arrival under ACT_POLL) prints as "-", not as another launch's time.
-          check(cudaMemset(trace, 0, trace_bytes), "trace");
-          check(cudaMemset(launches, 0, launches_bytes), "trace");
-          for (int i = 0; i < 2 * kLayers; ++i) launch(traced, vi, i, i % kLayers != 0);
-          check(cudaDeviceSynchronize(), "traced run");
-          std::vector<unsigned long long> all(trace_bytes / 8);
-          check(cudaMemcpy(all.data(), trace, trace_bytes, cudaMemcpyDeviceToHost), "trace");
-          // Launch k wrote slot k % 2: the last layer, and the one before it on the same clock.
-          const unsigned long long* t = all.data() + (2 * kLayers - 1) % 2 * kSlotCtas * kEvents;
-          const unsigned long long* prev = all.data() + (2 * kLayers) % 2 * kSlotCtas * kEvents;
-          // From the layer's start: the first CTA past its dependency wait (a CTA enters early
-          // where the previous layer left its SM early, and waits).
-          const int ctas = prop.multiProcessorCount;
-          unsigned long long t0 = ~0ull;
-          for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * kEvents + 1]);
-          // Median / last CTA of an event of one launch's slot, µs after t0, or as written for a
-          // duration ("-" if none).
-          auto at = [&](const unsigned long long* slot, int e, bool duration = false) {
-            const unsigned long long from = duration ? 0 : t0;
-            std::vector<double> v;
-            for (int b = 0; b < ctas; ++b)
-              if (slot[b * kEvents + e] != 0)
-                v.push_back(
-                    (static_cast<double>(slot[b * kEvents + e]) - static_cast<double>(from)) / 1e3);
-            std::sort(v.begin(), v.end());
-            char out[32] = "-";
-            if (!v.empty()) std::snprintf(out, sizeof out, "%.1f/%.1f", v[v.size() / 2], v.back());
-            return std::string(out);
-          };
-          std::printf(
-              "  timeline %s ctx=%d %s (µs after the first CTA's phase 0 start: median / last "
-              "CTA):",
-              sh.name, C, variants[vi].label.c_str());
-          for (int e = 0; e < kFirstArrival + kArrivals; ++e) {
-            char name[32];
-            if (e < kFirstArrival)
-              std::snprintf(name, sizeof name, "%s", events[e]);
-            else
-              std::snprintf(name, sizeof name, "%sp%d", e == kFirstArrival ? "arrived " : "",
-                            e - kFirstArrival);
-            std::printf("%s %s %s", e % 4 == 0 ? "\n   " : ";", name, at(t, e).c_str());
-          }
-          // The boundary: the layer before on the same clock (its down's end, its producer's last
-          // load, its CTAs' exits), then this layer's exits and its producer's wait for slots.
-          std::printf(
-              "\n    previous layer: p6 end %s; producer done %s; exit %s; this layer: exit %s; "
-              "producer waited for free slots %s µs\n",
-              at(prev, 14).c_str(), at(prev, 15).c_str(), at(prev, kExit).c_str(),
-              at(t, kExit).c_str(), at(t, kWaits, true).c_str());
+        void* launches = nullptr;
+        std::size_t launches_bytes = 0;
+        check(cudaLibraryGetGlobal(&launches, &launches_bytes, traced.libs.front(),
+                                   "telos_trace_launches"),
+              "trace");
+        // Zero first: an event a variant never reaches (the combine of a one-split context,
+        // gate/up's arrival: down polls act) prints as "-", not as another launch's time.
+        check(cudaMemset(trace, 0, trace_bytes), "trace");
+        check(cudaMemset(launches, 0, launches_bytes), "trace");
+        for (int i = 0; i < 2 * kLayers; ++i) launch(traced, vi, i, i % kLayers != 0);
+        check(cudaDeviceSynchronize(), "traced run");
+        std::vector<unsigned long long> all(trace_bytes / 8);
+        check(cudaMemcpy(all.data(), trace, trace_bytes, cudaMemcpyDeviceToHost), "trace");
+        // Launch k wrote slot k % 2: the last layer, and the one before it on the same clock.
+        const unsigned long long* t = all.data() + (2 * kLayers - 1) % 2 * kSlotCtas * kEvents;
+        const unsigned long long* prev = all.data() + (2 * kLayers) % 2 * kSlotCtas * kEvents;
+        // From the layer's start: the first CTA past its dependency wait (a CTA enters early
+        // where the previous layer left its SM early, and waits).
+        const int ctas = prop.multiProcessorCount;
+        unsigned long long t0 = ~0ull;
+        for (int b = 0; b < ctas; ++b) t0 = std::min(t0, t[b * kEvents + 1]);
+        // Median / last CTA of an event of one launch's slot, µs after t0, or as written for a
+        // duration ("-" if none).
+        auto at = [&](const unsigned long long* slot, int e, bool duration = false) {
+          const unsigned long long from = duration ? 0 : t0;
+          std::vector<double> v;
+          for (int b = 0; b < ctas; ++b)
+            if (slot[b * kEvents + e] != 0)
+              v.push_back((static_cast<double>(slot[b * kEvents + e]) - static_cast<double>(from)) /
+                          1e3);
+          std::sort(v.begin(), v.end());
+          char out[32] = "-";
+          if (!v.empty()) std::snprintf(out, sizeof out, "%.1f/%.1f", v[v.size() / 2], v.back());
+          return std::string(out);
+        };
+        std::printf(
+            "  timeline %s ctx=%d %s (µs after the first CTA's phase 0 start: median / last "
+            "CTA):",
+            sh.name, C, variants[vi].label.c_str());
+        for (int e = 0; e < kFirstArrival + kArrivals; ++e) {
+          char name[32];
+          if (e < kFirstArrival)
+            std::snprintf(name, sizeof name, "%s", events[e]);
+          else
+            std::snprintf(name, sizeof name, "%sp%d", e == kFirstArrival ? "arrived " : "",
+                          e - kFirstArrival);
+          std::printf("%s %s %s", e % 4 == 0 ? "\n   " : ";", name, at(t, e).c_str());
         }
+        // The boundary: the layer before on the same clock (its down's end, its producer's last
+        // load, its CTAs' exits), then this layer's exits and its producer's wait for slots.
+        std::printf(
+            "\n    previous layer: p6 end %s; producer done %s; exit %s; this layer: exit %s; "
+            "producer waited for free slots %s µs\n",
+            at(prev, 14).c_str(), at(prev, 15).c_str(), at(prev, kExit).c_str(),
+            at(t, kExit).c_str(), at(t, kWaits, true).c_str());
       }
-      for (Copy& c : cs) {
-        for (int k = 0; k < 4; ++k) cudaFree(c.w[k]);
-        for (void* m : c.maps) cudaFree(m);
-        for (void* m : c.images) cudaFree(m);
-        cudaFree(c.kv);
-      }
-      for (void* p : {norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync})
-        cudaFree(p);
     }
+    for (Copy& c : cs) {
+      for (int k = 0; k < 4; ++k) cudaFree(c.w[k]);
+      for (void* m : c.maps) cudaFree(m);
+      for (void* m : c.images) cudaFree(m);
+      cudaFree(c.kv);
+    }
+    for (void* p : {norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync})
+      cudaFree(p);
   }
-  if (decode_layer_only) return 0;
+}
 
-  // Decode GEMMs at M = 1, 8, 64, 256, Llama-3.1-8B: qkv [6144, 4096], o [4096, 4096], gate_up
-  // [28672, 4096], down [4096, 14336], LM head [128256, 4096]; Llama-3.2-1B's (suffix _1b): LM
-  // head [128256, 2048], qkv [3072, 2048], o [2048, 2048], gate_up [16384, 2048], down [2048,
-  // 8192] (its o and down have 64 CTAs of 32 rows for 132 SMs). gemm_small_* as the plan launches
-  // it (SwiGLU: N is I, W is [2I, K]; bf16 out for qkv, the f32 residual for o and down, the LM
-  // head's f32 logits and greedy candidates). Bytes: weights, activations read, outputs written.
-  // With --sweep, also at other weight tiles and stage depths (the plan's choice is marked "plan").
-  // Every figure: 8 launches back to back, each on another copy of the weights, all but the first
-  // with programmatic dependent launch as in a step's graph.
-  struct Gemm { const char* name; const char* epi; int N, K; };
+// Decode GEMMs at M = 1, 8, 64, 256, Llama-3.1-8B: qkv [6144, 4096], o [4096, 4096], gate_up
+// [28672, 4096], down [4096, 14336], LM head [128256, 4096]; Llama-3.2-1B's (suffix _1b): LM
+// head [128256, 2048], qkv [3072, 2048], o [2048, 2048], gate_up [16384, 2048], down [2048,
+// 8192] (its o and down have 64 CTAs of 32 rows for 132 SMs). gemm_small_* as the plan launches
+// it (SwiGLU: N is I, W is [2I, K]; bf16 out for qkv, the f32 residual for o and down, the LM
+// head's f32 logits and greedy candidates). Bytes: weights, activations read, outputs written.
+// With --sweep, also at other weight tiles and stage depths (the plan's choice is marked "plan").
+// Every figure: 8 launches back to back, each on another copy of the weights, all but the first
+// with programmatic dependent launch as in a step's graph.
+// `rows`: the M timed; --sweep (`sweep`), --gemm (`gemm_only`) and --small-rows (`small_rows`)
+// add their variants.
+void bench_decode_gemms(const std::vector<int>& rows, bool sweep, bool gemm_only, bool small_rows,
+                        double copy_gbs) {
+  struct Gemm {
+    const char* name;
+    const char* epi;
+    int N, K;
+  };
   const Gemm gemms[] = {
       {"qkv", "bf16", 6144, 4096},          {"o", "residual", 4096, 4096},
       {"gate_up", "swiglu", 14336, 4096},   {"down", "residual", 4096, 14336},
       {"lm_head", "f32cand", 128256, 4096}, {"lm_head_1b", "f32cand", 128256, 2048},
       {"qkv_1b", "bf16", 3072, 2048},       {"o_1b", "residual", 2048, 2048},
       {"gate_up_1b", "swiglu", 8192, 2048}, {"down_1b", "residual", 2048, 8192}};
-  constexpr int kBatch = 8;
-  const std::vector<int> gemm_rows = attention_only ? std::vector<int>{}
-                                     : gemm_only    ? std::vector<int>{256}
-                                     : small_rows   ? std::vector<int>{1, 8, 16, 32, 48, 64}
-                                                    : std::vector<int>{1, 8, 64, 256};
-  for (int M : gemm_rows) {
+  for (int M : rows) {
     // Per shape: (label, tiling, instance) of each small-GEMM variant timed.
-    struct Variant { std::string label; SmallGemmTiling t; std::string instance; };
+    struct Variant {
+      std::string label;
+      SmallGemmTiling t;
+      std::string instance;
+    };
     std::vector<std::vector<Variant>> variants(std::size(gemms));
     for (std::size_t gi = 0; gi < std::size(gemms); ++gi) {
       const Gemm& g = gemms[gi];
@@ -1200,7 +1070,10 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
       const std::size_t wbytes = static_cast<std::size_t>(rows) * g.K * 2;
       const int copies = std::max<int>(2, static_cast<int>((400ull << 20) / wbytes) + 1);
       std::vector<void*> w(copies);
-      for (auto& p : w) { check(cudaMalloc(&p, wbytes), "alloc"); fill(p, wbytes); }
+      for (auto& p : w) {
+        check(cudaMalloc(&p, wbytes), "alloc");
+        fill(p, wbytes);
+      }
       void *a, *y;
       check(cudaMalloc(&a, static_cast<std::size_t>(M) * g.K * 2), "alloc");
       fill(a, static_cast<std::size_t>(M) * g.K * 2);
@@ -1213,8 +1086,8 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
         const double bytes = wbytes + static_cast<double>(M) * g.K * 2 + out_bytes;
         char shape[64];
         std::snprintf(shape, sizeof shape, "M=%d N=%d K=%d", M, rows, g.K);
-        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label.c_str(), shape, us, bytes / us / 1e3,
-                    100.0 * bytes / us / 1e3 / copy_gbs);
+        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label.c_str(), shape, us,
+                    bytes / us / 1e3, 100.0 * bytes / us / 1e3 / copy_gbs);
       };
       for (const Variant& v : variants[gi]) {
         const SmallGemmTiling& t = v.t;
@@ -1247,189 +1120,134 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
       cudaFree(cand);
     }
   }
+}
 
-  if (gemm_only || small_rows) return 0;
-
-  // One decode layer's four GEMMs as a step's graph chains them (qkv; o with the residual; gate/up
-  // with SwiGLU; down with the residual; the small kernels between them left out), 8 layers per
-  // timed run, each layer on another copy of the weights, all but the first launch with PDL: what
-  // the GEMMs lose at their boundaries. Configurations: the plan's tiles; stages cut to half an
-  // SM's shared memory, so that the next GEMM's CTAs fit beside them ("half"); up to 48 stages
-  // instead of 16 where the shared memory allows ("deep": more of the weights in flight before the
-  // wait); and 16-row weight tiles for qkv, o and down with deep rings ("bn16 deep": twice the
-  // CTAs; the 1B shape's o and down have 64 CTAs of 32 rows for 132 SMs). None beats the plan,
-  // nor does prefetching weight boxes to L2 before the wait (docs/performance.md).
-  if (!attention_only) {
-    struct Shape { const char* name; int H, QKV, I; };
-    const Shape shapes[] = {{"8B", 4096, 6144, 14336}, {"1B", 2048, 3072, 8192}};
-    struct Cfg { const char* label; SmallGemmLimits limits; };
-    const Cfg cfgs[] = {{"plan", {}},
-                        {"half", {114 * 1024, 16, 0}},
-                        {"deep", {228 * 1024, 48, 0}},
-                        {"bn16 deep", {228 * 1024, 48, 16}}};
-    constexpr int kLayers = 8;
-    struct Op { std::string epi; int N, K, rows; };
-    auto layer_ops = [](const Shape& sh) {
-      return std::array<Op, 4>{Op{"bf16", sh.QKV, sh.H, sh.QKV}, Op{"residual", sh.H, sh.H, sh.H},
-                               Op{"swiglu", sh.I, sh.H, 2 * sh.I}, Op{"residual", sh.H, sh.I, sh.H}};
-    };
-    // Per (shape, M): every configuration's four tilings and instances, compiled side by side.
-    // At M = 1 also the four GEMMs of all 8 layers in one persistent launch (decode_persistent.cuh),
-    // its ring the plan's (below), with 32-row tiles (gate/up 32 + 32) and with 16-row tiles for
-    // qkv, o and down (twice the tiles: the 1B shape's o and down have 64 tiles of 32 rows for 132
-    // CTAs).
-    struct PersistentTiles { const char* label; std::array<int, 4> bn; };
-    const PersistentTiles persistent_tiles[] = {{"persistent", {32, 32, 64, 32}},
-                                                {"persistent bn16", {16, 16, 64, 16}}};
-    // The ring of the plan's persistent layer (decode_layer_tiling), so the prototype streams
-    // through as many slots as decode_layer_persistent does.
-    auto ring = [](const Shape& sh) { return decode_layer_tiling(sh.H, sh.QKV, sh.H, sh.I, 128); };
-    struct Chain { const Shape* sh; int M; std::vector<SmallGemmTiling> tiles; std::vector<std::string> names; };
-    std::vector<Chain> chains;
-    for (const Shape& sh : shapes)
-      for (int M : {1, 8}) {
-        Chain ch{&sh, M, {}, {}};
-        for (const Cfg& c : cfgs)
-          for (const Op& op : layer_ops(sh)) {
-            // bn16 leaves SwiGLU's tiles as the plan has them (16 rows would be 8 gate + 8 up).
-            SmallGemmLimits limits = c.limits;
-            if (op.epi == "swiglu") limits.bn = 0;
-            ch.tiles.push_back(small_gemm_tiling(op.N, op.K, M, op.epi == "swiglu", false, limits));
-            ch.names.push_back(ch.tiles.back().instance(op.epi, M, op.N, op.K));
-          }
-        if (M == 1)
-          for (const PersistentTiles& p : persistent_tiles)
-            ch.names.push_back("telos_kernels::layer_gemms_persistent<1, " + I(sh.H) + ", " + I(sh.QKV) + ", " +
-                               I(sh.I) + ", " + I(kLayers) + ", " + I(ring(sh).stages) + ", " + I(p.bn[0]) +
-                               ", " + I(p.bn[1]) + ", " + I(p.bn[2]) + ", " + I(p.bn[3]) + ">");
-        chains.push_back(std::move(ch));
-      }
-    std::vector<std::future<std::unique_ptr<Module>>> modules;
-    for (const Chain& ch : chains)
-      modules.push_back(std::async(std::launch::async, [&ch] { return std::make_unique<Module>(ch.names); }));
-    for (std::size_t chi = 0; chi < chains.size(); ++chi) {
-      {
-        const Shape& sh = *chains[chi].sh;
-        const int M = chains[chi].M;
-        const auto ops = layer_ops(sh);
-        const std::vector<SmallGemmTiling>& tiles = chains[chi].tiles;
-        const std::vector<std::string>& names = chains[chi].names;
-        const std::unique_ptr<Module> module = modules[chi].get();  // get() hands the module over
-        Module& mod = *module;
-        double layer_bytes = 0;
-        for (const Op& op : ops) layer_bytes += 2.0 * op.rows * op.K;
-        const int copies = std::max(2, static_cast<int>((400ull << 20) / layer_bytes) + 1);
-        std::vector<std::vector<void*>> w(copies, std::vector<void*>(4));
-        for (auto& layer : w)
-          for (int k = 0; k < 4; ++k) {
-            const std::size_t bytes = static_cast<std::size_t>(ops[k].rows) * ops[k].K * 2;
-            check(cudaMalloc(&layer[k], bytes), "alloc");
-            fill(layer[k], bytes);
-          }
-        void *a_h, *act, *qkv, *x;
-        check(cudaMalloc(&a_h, static_cast<std::size_t>(M) * sh.H * 2), "alloc");
-        fill(a_h, static_cast<std::size_t>(M) * sh.H * 2);
-        check(cudaMalloc(&act, static_cast<std::size_t>(M) * sh.I * 2), "alloc");
-        fill(act, static_cast<std::size_t>(M) * sh.I * 2);
-        check(cudaMalloc(&qkv, static_cast<std::size_t>(M) * sh.QKV * 2), "alloc");
-        check(cudaMalloc(&x, static_cast<std::size_t>(M) * sh.H * 4), "alloc");
-        cudaMemset(x, 0, static_cast<std::size_t>(M) * sh.H * 4);
-        void* outs[4] = {qkv, x, act, x};
-        // What one run of 8 layers leaves (qkv and act of the last layer, x summed over all),
-        // for the bit comparison of the plan's kernels with the persistent launch.
-        struct Result { std::vector<char> qkv, act, x; };
-        auto result = [&] {
-          Result r{std::vector<char>(static_cast<std::size_t>(M) * sh.QKV * 2),
-                   std::vector<char>(static_cast<std::size_t>(M) * sh.I * 2),
-                   std::vector<char>(static_cast<std::size_t>(M) * sh.H * 4)};
-          check(cudaMemcpy(r.qkv.data(), qkv, r.qkv.size(), cudaMemcpyDeviceToHost), "download");
-          check(cudaMemcpy(r.act.data(), act, r.act.size(), cudaMemcpyDeviceToHost), "download");
-          check(cudaMemcpy(r.x.data(), x, r.x.size(), cudaMemcpyDeviceToHost), "download");
-          return r;
+// One decode layer's four GEMMs as a step's graph chains them (qkv; o with the residual; gate/up
+// with SwiGLU; down with the residual; the small kernels between them left out), 8 layers per
+// timed run, each layer on another copy of the weights, all but the first launch with PDL: what
+// the GEMMs lose at their boundaries. Configurations: the plan's tiles; stages cut to half an
+// SM's shared memory, so that the next GEMM's CTAs fit beside them ("half"); up to 48 stages
+// instead of 16 where the shared memory allows ("deep": more of the weights in flight before the
+// wait); and 16-row weight tiles for qkv, o and down with deep rings ("bn16 deep": twice the
+// CTAs; the 1B shape's o and down have 64 CTAs of 32 rows for 132 SMs). None beats the plan,
+// nor does prefetching weight boxes to L2 before the wait (docs/performance.md).
+void bench_layer_gemms(double copy_gbs) {
+  struct Shape {
+    const char* name;
+    int H, QKV, I;
+  };
+  const Shape shapes[] = {{"8B", 4096, 6144, 14336}, {"1B", 2048, 3072, 8192}};
+  struct Cfg {
+    const char* label;
+    SmallGemmLimits limits;
+  };
+  const Cfg cfgs[] = {{"plan", {}},
+                      {"half", {114 * 1024, 16, 0}},
+                      {"deep", {228 * 1024, 48, 0}},
+                      {"bn16 deep", {228 * 1024, 48, 16}}};
+  constexpr int kLayers = 8;
+  struct Op {
+    std::string epi;
+    int N, K, rows;
+  };
+  auto layer_ops = [](const Shape& sh) {
+    return std::array<Op, 4>{Op{"bf16", sh.QKV, sh.H, sh.QKV}, Op{"residual", sh.H, sh.H, sh.H},
+                             Op{"swiglu", sh.I, sh.H, 2 * sh.I}, Op{"residual", sh.H, sh.I, sh.H}};
+  };
+  // Per (shape, M): every configuration's four tilings and instances, compiled side by side.
+  struct Chain {
+    const Shape* sh;
+    int M;
+    std::vector<SmallGemmTiling> tiles;
+    std::vector<std::string> names;
+  };
+  std::vector<Chain> chains;
+  for (const Shape& sh : shapes)
+    for (int M : {1, 8}) {
+      Chain ch{&sh, M, {}, {}};
+      for (const Cfg& c : cfgs)
+        for (const Op& op : layer_ops(sh)) {
+          // bn16 leaves SwiGLU's tiles as the plan has them (16 rows would be 8 gate + 8 up).
+          SmallGemmLimits limits = c.limits;
+          if (op.epi == "swiglu") limits.bn = 0;
+          ch.tiles.push_back(small_gemm_tiling(op.N, op.K, M, op.epi == "swiglu", false, limits));
+          ch.names.push_back(ch.tiles.back().instance(op.epi, M, op.N, op.K));
+        }
+      chains.push_back(std::move(ch));
+    }
+  std::vector<std::future<std::unique_ptr<Module>>> modules;
+  for (const Chain& ch : chains)
+    modules.push_back(
+        std::async(std::launch::async, [&ch] { return std::make_unique<Module>(ch.names); }));
+  for (std::size_t chi = 0; chi < chains.size(); ++chi) {
+    {
+      const Shape& sh = *chains[chi].sh;
+      const int M = chains[chi].M;
+      const auto ops = layer_ops(sh);
+      const std::vector<SmallGemmTiling>& tiles = chains[chi].tiles;
+      const std::vector<std::string>& names = chains[chi].names;
+      const std::unique_ptr<Module> module = modules[chi].get();  // get() hands the module over
+      Module& mod = *module;
+      double layer_bytes = 0;
+      for (const Op& op : ops) layer_bytes += 2.0 * op.rows * op.K;
+      const int copies = std::max(2, static_cast<int>((400ull << 20) / layer_bytes) + 1);
+      std::vector<std::vector<void*>> w(copies, std::vector<void*>(4));
+      for (auto& layer : w)
+        for (int k = 0; k < 4; ++k) {
+          const std::size_t bytes = static_cast<std::size_t>(ops[k].rows) * ops[k].K * 2;
+          check(cudaMalloc(&layer[k], bytes), "alloc");
+          fill(layer[k], bytes);
+        }
+      void *a_h, *act, *qkv, *x;
+      check(cudaMalloc(&a_h, static_cast<std::size_t>(M) * sh.H * 2), "alloc");
+      fill(a_h, static_cast<std::size_t>(M) * sh.H * 2);
+      check(cudaMalloc(&act, static_cast<std::size_t>(M) * sh.I * 2), "alloc");
+      fill(act, static_cast<std::size_t>(M) * sh.I * 2);
+      check(cudaMalloc(&qkv, static_cast<std::size_t>(M) * sh.QKV * 2), "alloc");
+      check(cudaMalloc(&x, static_cast<std::size_t>(M) * sh.H * 4), "alloc");
+      cudaMemset(x, 0, static_cast<std::size_t>(M) * sh.H * 4);
+      void* outs[4] = {qkv, x, act, x};
+      for (std::size_t ci = 0; ci < std::size(cfgs); ++ci) {
+        std::vector<void*> a_maps(4);
+        std::vector<std::vector<void*>> w_maps(copies, std::vector<void*>(4));
+        for (int k = 0; k < 4; ++k) {
+          const SmallGemmTiling& t = tiles[ci * 4 + k];
+          a_maps[k] = device_map(k == 3 ? act : a_h, M, ops[k].K, t.a_box);
+          for (int c = 0; c < copies; ++c)
+            w_maps[c][k] = device_map(w[c][k], ops[k].rows, ops[k].K, t.w_box());
+        }
+        auto launch = [&](int i) {
+          const int k = i % 4, c = (i / 4) % copies;
+          const SmallGemmTiling& t = tiles[ci * 4 + k];
+          mod.launch(names[ci * 4 + k], dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads,
+                     {a_maps[k], w_maps[c][k], outs[k]}, t.smem(), i % (4 * kLayers) != 0);
         };
-        Result plan_result;
-        for (std::size_t ci = 0; ci < std::size(cfgs); ++ci) {
-          std::vector<void*> a_maps(4);
-          std::vector<std::vector<void*>> w_maps(copies, std::vector<void*>(4));
-          for (int k = 0; k < 4; ++k) {
-            const SmallGemmTiling& t = tiles[ci * 4 + k];
-            a_maps[k] = device_map(k == 3 ? act : a_h, M, ops[k].K, t.a_box);
-            for (int c = 0; c < copies; ++c)
-              w_maps[c][k] = device_map(w[c][k], ops[k].rows, ops[k].K, t.w_box());
-          }
-          auto launch = [&](int i) {
-            const int k = i % 4, c = (i / 4) % copies;
-            const SmallGemmTiling& t = tiles[ci * 4 + k];
-            mod.launch(names[ci * 4 + k], dim3(t.tiles_m, t.tiles_n), kSmallGemmThreads,
-                       {a_maps[k], w_maps[c][k], outs[k]}, t.smem(), i % (4 * kLayers) != 0);
-          };
-          const double us = median_us(launch, 20, 4 * kLayers, 4 * kLayers);
-          if (ci == 0) {
-            cudaMemset(x, 0, static_cast<std::size_t>(M) * sh.H * 4);
-            for (int i = 0; i < 4 * kLayers; ++i) launch(i);
-            check(cudaDeviceSynchronize(), "plan run");
-            plan_result = result();
-          }
-          const double layer_us = 4 * us;
-          char label[64], shape[64];
-          std::snprintf(label, sizeof label, "layer GEMMs %s %s", sh.name, cfgs[ci].label);
-          std::snprintf(shape, sizeof shape, "M=%d (%d+%d+%d+%d st)", M, tiles[ci * 4].stages, tiles[ci * 4 + 1].stages,
-                        tiles[ci * 4 + 2].stages, tiles[ci * 4 + 3].stages);
-          std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, layer_us, layer_bytes / layer_us / 1e3,
-                      100.0 * layer_bytes / layer_us / 1e3 / copy_gbs);
-          for (void* p : a_maps) cudaFree(p);
-          for (auto& l : w_maps)
-            for (void* p : l) cudaFree(p);
-        }
-        for (std::size_t pi = 0; M == 1 && pi < std::size(persistent_tiles); ++pi) {
-          // The persistent launch: layer l on weight copy l % copies, as the chain's 8 layers.
-          const PersistentTiles& pt = persistent_tiles[pi];
-          std::vector<hexel::TensorMap> hmaps;
-          for (int l = 0; l < kLayers; ++l)
-            for (int k = 0; k < 4; ++k)
-              hmaps.push_back(hexel::encode_2d(hexel::TmaDtype::BF16, w[l % copies][k],
-                                               static_cast<std::uint64_t>(ops[k].rows),
-                                               static_cast<std::uint64_t>(ops[k].K),
-                                               static_cast<std::uint64_t>(ops[k].K) * 2,
-                                               static_cast<std::uint32_t>(k == 2 ? pt.bn[k] / 2 : pt.bn[k]), 64,
-                                               hexel::Swizzle::B128));
-          void *maps, *sync;
-          check(cudaMalloc(&maps, hmaps.size() * sizeof(hexel::TensorMap)), "alloc");
-          check(cudaMemcpy(maps, hmaps.data(), hmaps.size() * sizeof(hexel::TensorMap), cudaMemcpyHostToDevice), "maps");
-          check(cudaMalloc(&sync, 8), "alloc");
-          cudaMemset(sync, 0, 8);
-          const int sms = prop.multiProcessorCount;
-          auto launch = [&](int) {
-            mod.launch(names[names.size() - std::size(persistent_tiles) + pi], dim3(sms), 128 + 32,
-                       {maps, a_h, a_h, a_h, act, qkv, x, sync}, ring(sh).smem);
-          };
-          const double layer_us = median_us(launch, 20, 3) / kLayers;
-          cudaMemset(x, 0, static_cast<std::size_t>(M) * sh.H * 4);
-          launch(0);
-          check(cudaDeviceSynchronize(), "persistent run");
-          const Result r = result();
-          const bool same = r.qkv == plan_result.qkv && r.act == plan_result.act && r.x == plan_result.x;
-          char label[64], shape[64];
-          std::snprintf(label, sizeof label, "layer GEMMs %s %s%s", sh.name, pt.label, same ? "" : " DIFF");
-          std::snprintf(shape, sizeof shape, "M=%d (%d st of 8 KB)", M, ring(sh).stages);
-          std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, layer_us, layer_bytes / layer_us / 1e3,
-                      100.0 * layer_bytes / layer_us / 1e3 / copy_gbs);
-          cudaFree(maps);
-          cudaFree(sync);
-        }
-        for (auto& layer : w)
-          for (void* p : layer) cudaFree(p);
-        for (void* p : {a_h, act, qkv, x}) cudaFree(p);
+        const double us = median_us(launch, 20, 4 * kLayers, 4 * kLayers);
+        const double layer_us = 4 * us;
+        char label[64], shape[64];
+        std::snprintf(label, sizeof label, "layer GEMMs %s %s", sh.name, cfgs[ci].label);
+        std::snprintf(shape, sizeof shape, "M=%d (%d+%d+%d+%d st)", M, tiles[ci * 4].stages,
+                      tiles[ci * 4 + 1].stages, tiles[ci * 4 + 2].stages, tiles[ci * 4 + 3].stages);
+        std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, layer_us,
+                    layer_bytes / layer_us / 1e3, 100.0 * layer_bytes / layer_us / 1e3 / copy_gbs);
+        for (void* p : a_maps) cudaFree(p);
+        for (auto& l : w_maps)
+          for (void* p : l) cudaFree(p);
       }
+      for (auto& layer : w)
+        for (void* p : layer) cudaFree(p);
+      for (void* p : {a_h, act, qkv, x}) cudaFree(p);
     }
   }
+}
 
-  // Attention, HQ 32, HKV 8, D 128, page 16, the plan's split and partial slots for context C.
+// Attention, HQ 32, HKV 8, D 128, page 16, the plan's split and partial slots for context C.
+void bench_attention(bool sweep, double copy_gbs) {
   constexpr int HQ = 32, HKV = 8, D = 128, PAGE = 16;
   struct Attn {
     int C, MAXP, split, nsplit;
     long long page_elems;
-    bool ahead = false;  // attn_split's LOAD_AHEAD
+    bool ahead = false;                        // attn_split's LOAD_AHEAD
     bool pages = attn_split_page_ahead(PAGE);  // and PAGE_AHEAD, as the plan takes it
     int blocks = 0;                            // blocks an SM (0: the kernel's default)
     int bulk = 0;                              // BULK ring slots a warp (no PAGE_AHEAD), 0: none
@@ -1466,7 +1284,8 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
       return a;
     }
     std::string combine_kernel() const {
-      return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " + I(split) + ">";
+      return "telos_kernels::attn_combine<" + I(HQ) + ", " + I(D) + ", " + I(nsplit) + ", " +
+             I(split) + ">";
     }
   };
   // attn_split through BULK ring slots (not with --sweep), {slots a warp, blocks an
@@ -1483,8 +1302,8 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
          *seq = nullptr, *pt = nullptr;
     std::size_t layer_bytes = 0;  // one copy of the K/V pages (a layer's)
     // `copies` copies of the pages, as consecutive layers (kv_layer(c)).
-    AttnBuffers(const Attn& at, const std::vector<int>& hpos, const std::vector<int>& hseq, int seqs,
-                int copies = 1) {
+    AttnBuffers(const Attn& at, const std::vector<int>& hpos, const std::vector<int>& hseq,
+                int seqs, int copies = 1) {
       const std::size_t rows = hpos.size(), pages = static_cast<std::size_t>(seqs) * at.MAXP;
       layer_bytes = pages * at.page_elems * 2;
       check(cudaMalloc(&kv, layer_bytes * copies), "alloc");
@@ -1693,11 +1512,13 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
     for (auto [tpt, a] : {std::pair<int, const Attn*>{1, &at}, {tiled, &at}, {tiled, &four}}) {
       const std::string sk = a->split_kernel(tpt);
       const double us = median_us([&](int) {
-        mod.launch(sk, dim3(T / tpt, HKV, at.nsplit), 128, {m.q, m.pos, m.seq, m.pt, m.kv, m.po, m.pml});
+        mod.launch(sk, dim3(T / tpt, HKV, at.nsplit), 128,
+                   {m.q, m.pos, m.seq, m.pt, m.kv, m.po, m.pml});
         mod.launch(ck, dim3(T, HQ), D, {m.po, m.pml, m.pos, m.out});
       });
       double bytes = 0;
-      for (int t0 = 0; t0 < T; t0 += tpt) bytes += static_cast<double>(hpos[t0 + tpt - 1] + 1) * HKV * D * 2 * 2;
+      for (int t0 = 0; t0 < T; t0 += tpt)
+        bytes += static_cast<double>(hpos[t0 + tpt - 1] + 1) * HKV * D * 2 * 2;
       std::vector<unsigned short> o(static_cast<std::size_t>(T) * HQ * D);
       check(cudaMemcpy(o.data(), m.out, o.size() * 2, cudaMemcpyDeviceToHost), "download");
       if (first_out.empty()) first_out = o;
@@ -1707,6 +1528,44 @@ __global__ void __launch_bounds__(64, 1) telos_bench_exchange(const char* weight
       std::snprintf(shape, sizeof shape, "T=%d pos %d..%d", T, C - T, C - 1);
       attn_row(label, shape, us, bytes);
     }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("telos-kernel-bench: no CUDA GPU\n");
+    return 0;
+  }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // every row reaches the log before a later failure
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  const double copy_gbs = bench_copy();
+  if (mode == "--read-floor") {
+    bench_read_floor(prop, copy_gbs);
+  } else if (mode == "--exchange") {
+    bench_exchange(prop, copy_gbs);
+  } else if (mode == "--sample") {
+    bench_sample(copy_gbs);
+  } else if (mode == "--decode-layer") {
+    bench_decode_layer(prop, copy_gbs);
+  } else if (mode == "--gemm") {
+    bench_decode_gemms({256}, false, true, false, copy_gbs);
+  } else if (mode == "--small-rows") {
+    bench_decode_gemms({1, 8, 16, 32, 48, 64}, false, false, true, copy_gbs);
+  } else if (mode == "--attention") {
+    bench_attention(false, copy_gbs);
+  } else {  // every section; --sweep adds the sweeps' variants
+    const bool sweep = mode == "--sweep";
+    bench_sample(copy_gbs);
+    bench_decode_layer(prop, copy_gbs);
+    bench_decode_gemms({1, 8, 64, 256}, sweep, false, false, copy_gbs);
+    bench_layer_gemms(copy_gbs);
+    bench_attention(sweep, copy_gbs);
   }
   check(cudaGetLastError(), "bench");
   return 0;

@@ -13,23 +13,10 @@
 // so a row's result does not depend on its bucket.
 #include "common.cuh"
 #include "hexel/mbarrier.cuh"
+#include "hexel/mma.cuh"
 #include "hexel/tma.cuh"
 
 namespace telos_kernels {
-
-// d += a · b on one warp, A 16×16 bf16 (row), B 16×8 bf16 (col), f32 accumulators (PTX ISA:
-// Warp-level Matrix Multiply-Accumulate Instructions, mma.sync m16n8k16; fragment layouts there:
-// a0..a3 hold A[lane/4 (+8)][2·(lane%4) (+8) + {0,1}], b0/b1 hold B[2·(lane%4) (+8) +
-// {0,1}][lane/4], d0..d3 hold D[lane/4 (+8)][2·(lane%4) + {0,1}]).
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                               unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Partial results, per (token, query head, slot): part_o [D] f32 sums weighted by
 // 2^(score - max) and part_ml {max (log2 domain), sum of weights}. SCALE_LOG2 = log2(e) / sqrt(D).
@@ -121,10 +108,256 @@ struct AttnRing {
 template <bool WAIT>
 struct AttnPdlWaitIf {
   __device__ void operator()() const {
-    if constexpr (WAIT) pdl_wait();
+    if constexpr (WAIT) hexel::grid_dependency_wait();
   }
 };
 using AttnNoWait = AttnPdlWaitIf<false>;
+// An item's Q fragments into sm_q, by the item's 128 threads: the MMA's A layout, one 16-byte piece
+// per (k-step, lane), scaled by SCALE_LOG2 and rounded to bf16 (rows past R zeros). Lane (g, c4) of
+// warp `warp` holds rows g (token t0 + j0, head kvh · G + h0) and g + 8 (j1, h1).
+template <int HQ, int D, int G, int R, float SCALE_LOG2>
+__device__ __forceinline__ void attn_stage_q(uint4 (&sm_q)[D / 16][32], const float* q, int t0,
+                                             int kvh, int j0, int h0, int j1, int h1, int warp,
+                                             int lane, int g, int c4) {
+  constexpr int KS = D / 16, W = 4;
+  const float* q0 = q + (static_cast<long long>(t0 + j0) * HQ + kvh * G + h0) * D;
+  const float* q1 = q + (static_cast<long long>(t0 + j1) * HQ + kvh * G + h1) * D;
+  for (int s = warp; s < KS; s += W) {
+    const int d = 32 * (s / 2) + 8 * c4 + 4 * (s % 2);
+    const float4 a =
+        g < R ? *reinterpret_cast<const float4*>(q0 + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 b =
+        g + 8 < R ? *reinterpret_cast<const float4*>(q1 + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+    sm_q[s][lane] = make_uint4(pack_bf16x2(a.x * SCALE_LOG2, a.y * SCALE_LOG2),
+                               pack_bf16x2(b.x * SCALE_LOG2, b.y * SCALE_LOG2),
+                               pack_bf16x2(a.z * SCALE_LOG2, a.w * SCALE_LOG2),
+                               pack_bf16x2(b.z * SCALE_LOG2, b.w * SCALE_LOG2));
+  }
+}
+
+// One thread: the tile's segments (maximal runs of equal token_seq) that reach the slot starting
+// at position `first`, as {first token, end token, sequence, largest position}, and their count.
+template <int TPT>
+__device__ __forceinline__ void attn_scan_segments(const int (&sm_pos)[TPT],
+                                                   const int (&sm_seq)[TPT], int (&sm_seg)[TPT][4],
+                                                   int& sm_nseg, int first) {
+  int n = 0;
+  for (int a = 0, b; a < TPT; a = b) {
+    int last = sm_pos[a];
+    for (b = a + 1; b < TPT && sm_seq[b] == sm_seq[a]; ++b) last = max(last, sm_pos[b]);
+    if (last < first) continue;  // padding, or no position of the segment reaches the slot
+    sm_seg[n][0] = a, sm_seg[n][1] = b, sm_seg[n][2] = sm_seq[a], sm_seg[n][3] = last;
+    ++n;
+  }
+  sm_nseg = n;
+}
+
+// Row loads into registers: a lane's D / 32 16-byte pieces of a K row from k, its D / 16 words of a
+// V row from v.
+template <int D>
+__device__ __forceinline__ void attn_load_k_row(const bf16* k, uint4 (&kk)[D / 32]) {
+#pragma unroll
+  for (int j = 0; j < D / 32; ++j) kk[j] = load8(k + 32 * j);
+}
+template <int D>
+__device__ __forceinline__ void attn_load_v_row(const bf16* v, unsigned (&vv)[D / 16]) {
+  constexpr int VW = D / 16;
+  if constexpr (VW % 4 == 0) {
+#pragma unroll
+    for (int w = 0; w < VW; w += 4) {
+      const uint4 x = load8(v + 2 * w);
+      vv[w] = x.x, vv[w + 1] = x.y, vv[w + 2] = x.z, vv[w + 3] = x.w;
+    }
+  } else {
+#pragma unroll
+    for (int w = 0; w < VW; w += 2) {
+      const uint2 x = *reinterpret_cast<const uint2*>(v + 2 * w);
+      vv[w] = x.x, vv[w + 1] = x.y;
+    }
+  }
+}
+
+// One warp's 16-position chunk from c of an item, its K and V in the registers load_chunk fills:
+// S = Q·Kᵀ (two m16n8k16 tiles per 16 dims, Q's fragments from sm_q), the online softmax of rows
+// g and g + 8 (their valid positions [0, e0) and [0, e1); running maxima m0, m1 and sums l0, l1,
+// log2 domain), then o = o · correction + P·V (one m16n8k16 per 8 dims).
+template <int D>
+__device__ __forceinline__ void attn_chunk(int c, const uint4 (&kr)[2][D / 32],
+                                           const unsigned (&vr)[4][D / 16],
+                                           const uint4 (&sm_q)[D / 16][32], int lane, int c4,
+                                           int e0, int e1, float& m0, float& m1, float& l0,
+                                           float& l1, float (&o)[D / 8][4]) {
+  constexpr int NT = D / 8;
+  const float kNegInf = -__int_as_float(0x7f800000);
+  float s[2][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+  for (int j = 0; j < D / 32; ++j) {
+    const uint4 x = sm_q[2 * j][lane], y = sm_q[2 * j + 1][lane];
+    const unsigned qx[4] = {x.x, x.y, x.z, x.w}, qy[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      hexel::mma_m16n8k16_bf16(s[i], qx, kr[i][j].x, kr[i][j].y);
+      hexel::mma_m16n8k16_bf16(s[i], qy, kr[i][j].z, kr[i][j].w);
+    }
+  }
+  // s[i][0..1]: row g, positions c + 8i + 2·c4 + {0,1}; s[i][2..3]: row g + 8, same
+  // positions. Chunk positions stay inside the split (SPLIT is a multiple of 64), so a
+  // row's end is its own position + 1 alone.
+  float mx0 = kNegInf, mx1 = kNegInf;
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int p = c + 8 * i + 2 * c4 + h;
+      if (p >= e0) s[i][h] = kNegInf;
+      if (p >= e1) s[i][2 + h] = kNegInf;
+      mx0 = fmaxf(mx0, s[i][h]);
+      mx1 = fmaxf(mx1, s[i][2 + h]);
+    }
+#pragma unroll
+  for (int x = 1; x < 4; x <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+  }
+  // A row whose maximum is still -inf (no valid position yet: this warp's first chunks can
+  // lie past a row of the tile) keeps o = 0, l = 0: corr = 1 and weights 0, where
+  // exp2f(-inf - -inf) would be NaN. With a finite maximum the arithmetic is exactly the
+  // single-token kernel's; a chunk wholly past the row's position then gives corr =
+  // exp2f(0) = 1 and weights exp2f(-inf) = 0, an exact no-op.
+  const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+  const bool none0 = n0 == kNegInf, none1 = n1 == kNegInf;
+  const float corr0 = none0 ? 1.f : exp2f(m0 - n0), corr1 = none1 ? 1.f : exp2f(m1 - n1);
+  m0 = n0, m1 = n1;
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      s[i][h] = none0 ? 0.f : exp2f(s[i][h] - n0);
+      s[i][2 + h] = none1 ? 0.f : exp2f(s[i][2 + h] - n1);
+    }
+  l0 = fmaf(l0, corr0, (s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
+  l1 = fmaf(l1, corr1, (s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
+  const unsigned pa[4] = {pack_bf16x2(s[0][0], s[0][1]), pack_bf16x2(s[0][2], s[0][3]),
+                          pack_bf16x2(s[1][0], s[1][1]), pack_bf16x2(s[1][2], s[1][3])};
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    o[n][0] *= corr0, o[n][1] *= corr0, o[n][2] *= corr1, o[n][3] *= corr1;
+    // Low halves (even n) or high halves (odd n) of the two positions' words, the lower
+    // position in the low half (byte permute: CUDA __byte_perm).
+    const unsigned sel = n % 2 ? 0x7632u : 0x5410u;
+    hexel::mma_m16n8k16_bf16(o[n], pa, __byte_perm(vr[0][n / 2], vr[1][n / 2], sel),
+                             __byte_perm(vr[2][n / 2], vr[3][n / 2], sel));
+  }
+}
+
+// Merges the 4 warps' (m, l, o) of rows g and g + 8 (m0, l0, o[n][0..1]; m1, l1, o[n][2..3]):
+// a common maximum (mb0, mb1), then a fixed tree ((0 + 2) + (1 + 3)) through shared memory, so
+// warp 0 ends with the item's sums and rows. A warp without a valid position for a row (m = -inf)
+// contributes weight 0; for a row taking part, warp 0 always has one (position slot · SPLIT). Rows
+// not taking part may end up NaN here; they are never written. The previous pass's last reads of
+// the shared arrays are behind a barrier of its merge. sm_o's rows have one float of padding after
+// every 32 (dim d at d + d / 32): a warp's stores of one (n-tile, column) pair, dims 32 · c4 + ...
+// of rows g, then fall in 16 or 32 different banks instead of one.
+template <int D, int R, class Sync>
+__device__ __forceinline__ float2 attn_merge_warps(float (&sm_m)[4][16], float (&sm_l)[2][16],
+                                                   float (&sm_o)[2][R][D + (D + 31) / 32], int warp,
+                                                   int g, int c4, float m0, float m1, float& l0,
+                                                   float& l1, float (&o)[D / 8][4], Sync sync) {
+  constexpr int W = 4, NT = D / 8;
+  if (c4 == 0) sm_m[warp][g] = m0, sm_m[warp][g + 8] = m1;
+  sync();
+  float mb0 = sm_m[0][g], mb1 = sm_m[0][g + 8];
+#pragma unroll
+  for (int w = 1; w < W; ++w) mb0 = fmaxf(mb0, sm_m[w][g]), mb1 = fmaxf(mb1, sm_m[w][g + 8]);
+  const float sc0 = exp2f(m0 - mb0), sc1 = exp2f(m1 - mb1);
+  l0 *= sc0, l1 *= sc1;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) o[n][0] *= sc0, o[n][1] *= sc0, o[n][2] *= sc1, o[n][3] *= sc1;
+
+    // Output column 2·c4 + h of n-tile n is dim (2·c4 + h)·D/8 + n.
+#pragma unroll
+  for (int half = W / 2; half >= 1; half /= 2) {
+    if (warp >= half && warp < 2 * half) {
+      if (c4 == 0) sm_l[warp - half][g] = l0, sm_l[warp - half][g + 8] = l1;
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int d = (2 * c4 + h) * (D / 8) + n, at = d + d / 32;
+          if (g < R) sm_o[warp - half][g][at] = o[n][h];
+          if (g + 8 < R) sm_o[warp - half][g + 8][at] = o[n][2 + h];
+        }
+    }
+    sync();
+    if (warp < half) {
+      l0 += sm_l[warp][g], l1 += sm_l[warp][g + 8];
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int d = (2 * c4 + h) * (D / 8) + n, at = d + d / 32;
+          if (g < R) o[n][h] += sm_o[warp][g][at];
+          if (g + 8 < R) o[n][2 + h] += sm_o[warp][g + 8][at];
+        }
+    }
+    sync();
+  }
+  return make_float2(mb0, mb1);
+}
+
+// Warp 0: an item's rows (those taking part: e > 0) as their final bf16 values, where they have
+// this one slot: attn_combine_row's operations on it, on the same values (the weight
+// exp2f(m - max(-inf, m)), one fmaf each into zero, the division), so the same bits.
+template <int HQ, int D, int G>
+__device__ __forceinline__ void attn_write_out(bf16* out, const float (&o)[D / 8][4], float l0,
+                                               float l1, float mb0, float mb1, int e0, int e1,
+                                               int t0, int kvh, int j0, int h0, int j1, int h1,
+                                               int c4) {
+  constexpr int NT = D / 8;
+  const bool w0 = e0 > 0, w1 = e1 > 0;
+  const float ninf = -__int_as_float(0x7f800000);
+  const float s0 = exp2f(mb0 - fmaxf(ninf, mb0)), s1 = exp2f(mb1 - fmaxf(ninf, mb1));
+  const float d0 = fmaf(l0, s0, 0.f), d1 = fmaf(l1, s1, 0.f);
+  const long long r0 = (static_cast<long long>(t0 + j0) * HQ + kvh * G + h0) * D;
+  const long long r1 = (static_cast<long long>(t0 + j1) * HQ + kvh * G + h1) * D;
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int d = (2 * c4 + h) * (D / 8) + n;
+      if (w0) out[r0 + d] = f32_to_bf16(fmaf(o[n][h], s0, 0.f) / d0);
+      if (w1) out[r1 + d] = f32_to_bf16(fmaf(o[n][2 + h], s1, 0.f) / d1);
+    }
+}
+
+// Warp 0: an item's partials (the rows taking part: e > 0) into slot `slot`: part_o, and part_ml's
+// {maximum, sum}.
+template <int HQ, int D, int G, int NSPLIT>
+__device__ __forceinline__ void attn_write_partials(float* part_o, float* part_ml,
+                                                    const float (&o)[D / 8][4], float l0, float l1,
+                                                    float mb0, float mb1, int e0, int e1, int t0,
+                                                    int kvh, int slot, int j0, int h0, int j1,
+                                                    int h1, int c4) {
+  constexpr int NT = D / 8;
+  const bool w0 = e0 > 0, w1 = e1 > 0;
+  const long long i0 = (static_cast<long long>(t0 + j0) * HQ + kvh * G + h0) * NSPLIT + slot;
+  const long long i1 = (static_cast<long long>(t0 + j1) * HQ + kvh * G + h1) * NSPLIT + slot;
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int d = (2 * c4 + h) * (D / 8) + n;
+      if (w0) part_o[i0 * D + d] = o[n][h];
+      if (w1) part_o[i1 * D + d] = o[n][2 + h];
+    }
+  if (c4 == 0) {
+    if (w0) part_ml[i0 * 2] = mb0, part_ml[i0 * 2 + 1] = l0;
+    if (w1) part_ml[i1 * 2] = mb1, part_ml[i1 * 2 + 1] = l1;
+  }
+}
+
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false, int BULK = 0,
           class Sync, class BeforeQ = AttnNoWait>
@@ -177,27 +410,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     if (lane <= SPLIT / (16 * W))
       split_pg = pt[min(start + 16 * (warp + W * lane), end - 1) / PAGE];
   };
-  // Row loads into registers: this lane's D / 32 16-byte pieces of a K row from k, its VW words
-  // of a V row from v.
-  auto load_k_row = [&](const bf16* k, uint4(&kk)[D / 32]) {
-#pragma unroll
-    for (int j = 0; j < D / 32; ++j) kk[j] = load8(k + 32 * j);
-  };
-  auto load_v_row = [&](const bf16* v, unsigned(&vv)[VW]) {
-    if constexpr (VW % 4 == 0) {
-#pragma unroll
-      for (int w = 0; w < VW; w += 4) {
-        const uint4 x = load8(v + 2 * w);
-        vv[w] = x.x, vv[w + 1] = x.y, vv[w + 2] = x.z, vv[w + 3] = x.w;
-      }
-    } else {
-#pragma unroll
-      for (int w = 0; w < VW; w += 2) {
-        const uint2 x = *reinterpret_cast<const uint2*>(v + 2 * w);
-        vv[w] = x.x, vv[w + 1] = x.y;
-      }
-    }
-  };
+  auto load_k_row = [](const bf16* k, uint4(&kk)[D / 32]) { attn_load_k_row<D>(k, kk); };
+  auto load_v_row = [](const bf16* v, unsigned(&vv)[VW]) { attn_load_v_row<D>(v, vv); };
   // A chunk's K and V (16 positions from c; positions past `end` - 1 clamped to it) into
   // registers, every load issued before the first use. With PAGE_AHEAD the chunk's page comes from
   // its lane of split_pg (a chunk past `end` reads position end - 1, in that lane's page too).
@@ -348,34 +562,12 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     }
   }
   if (stage_q) {
-    const float* q0 = q + (static_cast<long long>(t0 + j0) * HQ + kvh * G + h0) * D;
-    const float* q1 = q + (static_cast<long long>(t0 + j1) * HQ + kvh * G + h1) * D;
-    for (int s = warp; s < KS; s += W) {
-      const int d = 32 * (s / 2) + 8 * c4 + 4 * (s % 2);
-      const float4 a =
-          g < R ? *reinterpret_cast<const float4*>(q0 + d) : make_float4(0.f, 0.f, 0.f, 0.f);
-      const float4 b =
-          g + 8 < R ? *reinterpret_cast<const float4*>(q1 + d) : make_float4(0.f, 0.f, 0.f, 0.f);
-      sm_q[s][lane] = make_uint4(pack_bf16x2(a.x * SCALE_LOG2, a.y * SCALE_LOG2),
-                                 pack_bf16x2(b.x * SCALE_LOG2, b.y * SCALE_LOG2),
-                                 pack_bf16x2(a.z * SCALE_LOG2, a.w * SCALE_LOG2),
-                                 pack_bf16x2(b.z * SCALE_LOG2, b.w * SCALE_LOG2));
-    }
+    attn_stage_q<HQ, D, G, R, SCALE_LOG2>(sm_q, q, t0, kvh, j0, h0, j1, h1, warp, lane, g, c4);
     sync();
   }
   int nseg = 1;
   if constexpr (TPT > 1) {
-    if (threadIdx.x == 0) {
-      int n = 0;
-      for (int a = 0, b; a < TPT; a = b) {
-        int last = sm_pos[a];
-        for (b = a + 1; b < TPT && sm_seq[b] == sm_seq[a]; ++b) last = max(last, sm_pos[b]);
-        if (last < first) continue;  // padding, or no position of the segment reaches the slot
-        sm_seg[n][0] = a, sm_seg[n][1] = b, sm_seg[n][2] = sm_seq[a], sm_seg[n][3] = last;
-        ++n;
-      }
-      sm_nseg = n;
-    }
+    if (threadIdx.x == 0) attn_scan_segments<TPT>(sm_pos, sm_seq, sm_seg, sm_nseg, first);
     sync();
     nseg = sm_nseg;
   }
@@ -411,68 +603,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;  // rows g and g + 8
 
     // The chunk's arithmetic: scores, the online softmax, o += P·V.
-    auto run_chunk = [&](int c, const uint4 (&kr)[2][D / 32], const unsigned (&vr)[4][VW]) {
-      float s[2][4];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-#pragma unroll
-      for (int j = 0; j < D / 32; ++j) {
-        const uint4 x = sm_q[2 * j][lane], y = sm_q[2 * j + 1][lane];
-        const unsigned qx[4] = {x.x, x.y, x.z, x.w}, qy[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          mma_bf16_16816(s[i], qx, kr[i][j].x, kr[i][j].y);
-          mma_bf16_16816(s[i], qy, kr[i][j].z, kr[i][j].w);
-        }
-      }
-      // s[i][0..1]: row g, positions c + 8i + 2·c4 + {0,1}; s[i][2..3]: row g + 8, same
-      // positions. Chunk positions stay inside the split (SPLIT is a multiple of 64), so a
-      // row's end is its own position + 1 alone.
-      float mx0 = kNegInf, mx1 = kNegInf;
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int p = c + 8 * i + 2 * c4 + h;
-          if (p >= e0) s[i][h] = kNegInf;
-          if (p >= e1) s[i][2 + h] = kNegInf;
-          mx0 = fmaxf(mx0, s[i][h]);
-          mx1 = fmaxf(mx1, s[i][2 + h]);
-        }
-#pragma unroll
-      for (int x = 1; x < 4; x <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
-      }
-      // A row whose maximum is still -inf (no valid position yet: this warp's first chunks can
-      // lie past a row of the tile) keeps o = 0, l = 0: corr = 1 and weights 0, where
-      // exp2f(-inf - -inf) would be NaN. With a finite maximum the arithmetic is exactly the
-      // single-token kernel's; a chunk wholly past the row's position then gives corr =
-      // exp2f(0) = 1 and weights exp2f(-inf) = 0, an exact no-op.
-      const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-      const bool none0 = n0 == kNegInf, none1 = n1 == kNegInf;
-      const float corr0 = none0 ? 1.f : exp2f(m0 - n0), corr1 = none1 ? 1.f : exp2f(m1 - n1);
-      m0 = n0, m1 = n1;
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          s[i][h] = none0 ? 0.f : exp2f(s[i][h] - n0);
-          s[i][2 + h] = none1 ? 0.f : exp2f(s[i][2 + h] - n1);
-        }
-      l0 = fmaf(l0, corr0, (s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
-      l1 = fmaf(l1, corr1, (s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
-      const unsigned pa[4] = {pack_bf16x2(s[0][0], s[0][1]), pack_bf16x2(s[0][2], s[0][3]),
-                              pack_bf16x2(s[1][0], s[1][1]), pack_bf16x2(s[1][2], s[1][3])};
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        o[n][0] *= corr0, o[n][1] *= corr0, o[n][2] *= corr1, o[n][3] *= corr1;
-        // Low halves (even n) or high halves (odd n) of the two positions' words, the lower
-        // position in the low half (byte permute: CUDA __byte_perm).
-        const unsigned sel = n % 2 ? 0x7632u : 0x5410u;
-        mma_bf16_16816(o[n], pa, __byte_perm(vr[0][n / 2], vr[1][n / 2], sel),
-                       __byte_perm(vr[2][n / 2], vr[3][n / 2], sel));
-      }
+    auto run_chunk = [&](int c, const uint4(&kr)[2][D / 32], const unsigned(&vr)[4][VW]) {
+      attn_chunk<D>(c, kr, vr, sm_q, lane, c4, e0, e1, m0, m1, l0, l1, o);
     };
     if constexpr (BULK > 0) {
       // The same chunks in the same order as the loop below.
@@ -529,85 +661,14 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
       l0 += __shfl_xor_sync(0xffffffffu, l0, x);
       l1 += __shfl_xor_sync(0xffffffffu, l1, x);
     }
-
-    // Merge the 4 warps: a common maximum, then a fixed tree ((0 + 2) + (1 + 3)) through shared
-    // memory. A warp without a valid position for a row (m = -inf) contributes weight 0; for a
-    // row taking part, warp 0 always has one (position slot · SPLIT). Rows not taking part may
-    // end up NaN here; they are never written. The previous pass's last reads of the shared
-    // arrays are behind a barrier of its merge.
-    if (c4 == 0) sm_m[warp][g] = m0, sm_m[warp][g + 8] = m1;
-    sync();
-    float mb0 = sm_m[0][g], mb1 = sm_m[0][g + 8];
-#pragma unroll
-    for (int w = 1; w < W; ++w) mb0 = fmaxf(mb0, sm_m[w][g]), mb1 = fmaxf(mb1, sm_m[w][g + 8]);
-    const float sc0 = exp2f(m0 - mb0), sc1 = exp2f(m1 - mb1);
-    l0 *= sc0, l1 *= sc1;
-#pragma unroll
-    for (int n = 0; n < NT; ++n) o[n][0] *= sc0, o[n][1] *= sc0, o[n][2] *= sc1, o[n][3] *= sc1;
-
-    // Output column 2·c4 + h of n-tile n is dim (2·c4 + h)·D/8 + n.
-#pragma unroll
-    for (int half = W / 2; half >= 1; half /= 2) {
-      if (warp >= half && warp < 2 * half) {
-        if (c4 == 0) sm_l[warp - half][g] = l0, sm_l[warp - half][g + 8] = l1;
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int d = (2 * c4 + h) * (D / 8) + n, at = d + d / 32;
-            if (g < R) sm_o[warp - half][g][at] = o[n][h];
-            if (g + 8 < R) sm_o[warp - half][g + 8][at] = o[n][2 + h];
-          }
-      }
-      sync();
-      if (warp < half) {
-        l0 += sm_l[warp][g], l1 += sm_l[warp][g + 8];
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int d = (2 * c4 + h) * (D / 8) + n, at = d + d / 32;
-            if (g < R) o[n][h] += sm_o[warp][g][at];
-            if (g + 8 < R) o[n][2 + h] += sm_o[warp][g + 8][at];
-          }
-      }
-      sync();
-    }
-    if (warp == 0 && out) {
-      // The rows' only slot: attn_combine_row's operations on it, on the same values (the weight
-      // exp2f(m - max(-inf, m)), one fmaf each into zero, the division), so the same bits.
-      const bool w0 = e0 > 0, w1 = e1 > 0;
-      const float ninf = -__int_as_float(0x7f800000);
-      const float s0 = exp2f(mb0 - fmaxf(ninf, mb0)), s1 = exp2f(mb1 - fmaxf(ninf, mb1));
-      const float d0 = fmaf(l0, s0, 0.f), d1 = fmaf(l1, s1, 0.f);
-      const long long r0 = (static_cast<long long>(t0 + j0) * HQ + kvh * G + h0) * D;
-      const long long r1 = (static_cast<long long>(t0 + j1) * HQ + kvh * G + h1) * D;
-#pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int d = (2 * c4 + h) * (D / 8) + n;
-          if (w0) out[r0 + d] = f32_to_bf16(fmaf(o[n][h], s0, 0.f) / d0);
-          if (w1) out[r1 + d] = f32_to_bf16(fmaf(o[n][2 + h], s1, 0.f) / d1);
-        }
-    } else if (warp == 0) {
-      // Only the rows taking part in this pass are written.
-      const bool w0 = e0 > 0, w1 = e1 > 0;
-      const long long i0 = (static_cast<long long>(t0 + j0) * HQ + kvh * G + h0) * NSPLIT + slot;
-      const long long i1 = (static_cast<long long>(t0 + j1) * HQ + kvh * G + h1) * NSPLIT + slot;
-#pragma unroll
-      for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int d = (2 * c4 + h) * (D / 8) + n;
-          if (w0) part_o[i0 * D + d] = o[n][h];
-          if (w1) part_o[i1 * D + d] = o[n][2 + h];
-        }
-      if (c4 == 0) {
-        if (w0) part_ml[i0 * 2] = mb0, part_ml[i0 * 2 + 1] = l0;
-        if (w1) part_ml[i1 * 2] = mb1, part_ml[i1 * 2 + 1] = l1;
-      }
-    }
+    const float2 mb =
+        attn_merge_warps<D, R>(sm_m, sm_l, sm_o, warp, g, c4, m0, m1, l0, l1, o, sync);
+    const float mb0 = mb.x, mb1 = mb.y;
+    if (warp == 0 && out)
+      attn_write_out<HQ, D, G>(out, o, l0, l1, mb0, mb1, e0, e1, t0, kvh, j0, h0, j1, h1, c4);
+    else if (warp == 0)
+      attn_write_partials<HQ, D, G, NSPLIT>(part_o, part_ml, o, l0, l1, mb0, mb1, e0, e1, t0, kvh,
+                                            slot, j0, h0, j1, h1, c4);
   }
 }
 
@@ -635,7 +696,7 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
   extern __shared__ __align__(128) unsigned char attn_split_ring[];
   AttnRing ring;  // BULK: each warp's ring across the block's items
   if constexpr (EARLY)
-    pdl_launch_dependents();
+    hexel::launch_dependents();
   else
     pdl_entry();
   // Items back to back need no barrier between them (attn_split_block); a slot past every
@@ -648,7 +709,7 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
         kv_layer, part_o, part_ml, [] { __syncthreads(); }, nullptr, attn_split_ring, &ring,
         next < NSPLIT ? static_cast<int>(next) : -1, AttnPdlWaitIf<EARLY>{});
   }
-  if constexpr (EARLY) pdl_wait();
+  if constexpr (EARLY) hexel::grid_dependency_wait();
 }
 
 // out[t, hq*D + d] = bf16(softmax-weighted sum), merging the slots 0..min(position/SPLIT,

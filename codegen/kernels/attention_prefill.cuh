@@ -81,46 +81,30 @@
 // registers: the S accumulator of columns 16k .. 16k + 15 is exactly the thread's register-A
 // fragment of k-step k (rows l/4 and l/4 + 8, k 2(l%4) + {0,1} and + 8), packed to bf16.
 // The output is o / l in bf16.
-// The plan uses the plain order with Q in bf16 (OVERLAP and Q_SPLIT false: the fastest at 4k-16k
-// with the engine's 16-position pages; docs/performance.md), persistent where it fits; the GPU
-// tests and the bench keep every option measured.
-// OVERLAP (false is the plain order, the bit-for-bit reference of the GPU tests): block b's
-// S = Q·Kᵀ is issued together with block b - 1's P·V, and the softmax of block b runs while that
-// P·V is on the tensor cores (FlashAttention-3's intra-warpgroup overlap), and the two consumer
-// warpgroups take turns issuing their wgmmas (ping-pong on named barriers 3 and 4), so one's
-// softmax overlaps the other's products; each row still sees the same operations in the same
-// order. TURNS false (with OVERLAP): the overlap within a warpgroup only, no ping-pong (the
-// warpgroups issue when ready, as in the plain order), which tells what the turns cost. Loads and
-// scheduling only: the same bits.
+// Each block in the plain order: S = Q·Kᵀ and its wait, the softmax, P·V and its wait, Q in bf16
+// (the fastest at 4k-16k with the engine's 16-position pages; what the softmax / P·V overlap and Q
+// in two bf16 parts measured is in docs/performance.md, "tried and did not pay").
 //
-// Three trims of each key block's fixed work in every order, none of which changes a bit: the row
+// Three trims of each key block's fixed work, none of which changes a bit: the row
 // maximum over four partial maxima a row instead of one chain of BN / 8 dependent steps; the
 // proxy fence after a stage's wait only for blocks that cp.async wrote some of (with K/V by TMA, a
 // segment's last block; TMA writes through the async proxy, as wgmma reads); and o's rescale
 // (D / 2 multiplications a thread) skipped where no row of the warp has a new maximum.
 //
-// Q_SPLIT: S = Q_hi·Kᵀ + Q_lo·Kᵀ with Q_hi = bf16(q) (the staged Q) and Q_lo = bf16(q - Q_hi), so
-// a score carries ~16 bits of q's mantissa instead of 8: rounding q to bf16 moves a score by up to
-// 2^-9 · |q|·|k|, which decides the weights of sharp rows (scores · SCALE_LOG2 of 10-30). Shared
-// memory has no room for a second Q at D = 128, so Q_lo lives in registers as the register-A
-// fragments of S's k-steps (4 b32 a k-step, D/16 k-steps: 32 at D = 128, read from q once); each
-// k-step issues Q_hi's wgmma (from shared memory) and then Q_lo's (from registers) into the same
-// accumulator, the same order for every row. It cuts the error of sharp rows several times
-// (PrefillAttentionQSplitKeepsSharpScores) for 16-23% of the kernel's time; end to end the 8B's
-// logits do not show it (bf16 activations' noise is larger), so the plan leaves it off.
-// Registers: S (BN/2 f32), O (D/2 f32), P (BN/4 b32) and with Q_SPLIT Q_lo (D/4 b32) per consumer
-// thread: setmaxnreg gives the consumers 240 and the producer 24; persistent, 232 and 40 (the
-// producer's scan of each tile spills at 24). The consumers' increase must come out of what the
-// producer gives back, (168 - 24) · 128 = (240 - 168) · 256, (168 - 40) · 128 = (232 - 168) · 256,
-// the CTA's 384 · 168 registers at launch (__launch_bounds__(384, 1): 65536 / 384 rounded down to
-// 8): an increase the pool cannot cover blocks setmaxnreg for ever (32 / 240 would hang the
-// persistent form; a static_assert checks the balance). At 232 the overlapped order's ordered P·V
-// wait spills (16 bytes), so the persistent overlapped order keeps the plain wait, as Q_SPLIT
-// does.
-// Stages: 3 at D = 128 (Q 32 KB + 3 x 64 KB = 224 KB, under the 227 KB a CTA may have with the
-// segment table; two tables, persistent, fit up to 64 tokens a tile), 6 at D = 64 (16 KB + 6 x
-// 32 KB).
+//
+// Registers: S (BN/2 f32), O (D/2 f32), P (BN/4 b32) per consumer thread: setmaxnreg gives the
+// consumers 240 and the producer 24; persistent, 232 and 40 (the producer's scan of each tile
+// spills at 24). The consumers' increase must come out of what the producer gives back, (168 - 24)
+// · 128 = (240 - 168) · 256, (168 - 40) · 128 = (232 - 168) · 256, the CTA's 384 · 168 registers at
+// launch (__launch_bounds__(384, 1): 65536 / 384 rounded down to 8): an increase the pool cannot
+// cover blocks setmaxnreg for ever (32 / 240 would hang the persistent form; a static_assert checks
+// the balance). Stages: 3 at D = 128 (Q 32 KB + 3 x 64 KB = 224 KB, under the 227 KB a CTA may have
+// with the segment table; two tables, persistent, fit up to 64 tokens a tile), 6 at D = 64 (16 KB +
+// 6 x 32 KB).
 #include "common.cuh"
+#include "hexel/cp_async.cuh"
+#include "hexel/ld_st.cuh"
+#include "hexel/math.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/swizzle.cuh"
 #include "hexel/sync.cuh"
@@ -152,36 +136,94 @@ struct AttnPrefillSegment {
   int last;
 };
 
-// 16 bytes global -> shared, bypassing L1; `src_bytes` 0 writes 16 zero bytes and reads nothing.
-// PTX ISA: Data Movement, cp.async (.cg, cp-size 16, src-size).
-__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, unsigned src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
+// Warp 0: the segments of the tile at t0 (maximal runs of equal token_seq that hold a position)
+// into table tb of sm_seg and their count into sm_nseg[tb]. Reads the tile's token_seq and
+// positions at once (a lane a token) and scans them through shuffles; lane 0 writes the segments.
+// (A serial scan, with Q staged behind it, would put a chain of dependent loads on every consumer's
+// path before its first key block.)
+template <int TPT, int TABLES>
+__device__ __forceinline__ void attn_prefill_scan_tile(int lane, int t0, int tb,
+                                                       const int* positions, const int* token_seq,
+                                                       AttnPrefillSegment (&sm_seg)[TABLES][TPT],
+                                                       int (&sm_nseg)[TABLES]) {
+  constexpr int kTok = (TPT + 31) / 32;  // tokens a lane
+  int tseq[kTok], tpos[kTok];
+#pragma unroll
+  for (int i = 0; i < kTok; ++i) {
+    const int j = 32 * i + lane;
+    tseq[i] = j < TPT ? token_seq[t0 + j] : 0;
+    tpos[i] = j < TPT ? positions[t0 + j] : 0;
+  }
+  // Runs of equal token_seq, token by token (lane l % 32's register l / 32, by shuffle), the
+  // same on every lane.
+  int n = 0, first = 0, seq = 0, last = -1;
+  auto close = [&](int end) {
+    if (last < 0) return;  // padding only
+    if (lane == 0) sm_seg[tb][n] = {static_cast<short>(first), static_cast<short>(end), last};
+    ++n;
+  };
+#pragma unroll
+  for (int i = 0; i < kTok; ++i)
+    for (int l = 0; l < 32 && 32 * i + l < TPT; ++l) {
+      const int t = 32 * i + l;
+      const int ts = __shfl_sync(0xffffffffu, tseq[i], l);
+      const int tp = __shfl_sync(0xffffffffu, tpos[i], l);
+      if (t > 0 && ts == seq) {
+        last = max(last, tp);
+        continue;
+      }
+      if (t > 0) close(t);
+      first = t, seq = ts, last = tp;
+    }
+  close(TPT);
+  if (lane == 0) sm_nseg[tb] = n;
 }
 
-// The mbarrier at `bar` receives one arrival once every cp.async this thread issued so far has
-// completed; .noinc: that arrival counts against the barrier's expected count (the producer's 128
-// threads are the count). PTX ISA: cp.async.mbarrier.arrive.
-__device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
-
-// 2^x on the special function unit: ex2(-inf) = +0, ex2(0) = 1. PTX ISA: ex2 (.approx.ftz.f32).
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
+// A consumer thread (wt of warpgroup cw): its warpgroup's 64 rows of the tile at t0 (KV head kvh)
+// of Q as bf16 into the swizzled Q tile at sq (zeros for rows of no token or of padding), every
+// load first, then the stores and the fence for wgmma; with `meet`, a meeting of the warpgroup
+// (barrier 1 + cw) between the two.
+template <int HQ, int D, int G, int TPT>
+__device__ __forceinline__ void attn_prefill_stage_q(const float* q, const int* positions,
+                                                     unsigned sq, int cw, int wt, int kvh, int t0,
+                                                     bool meet) {
+  using namespace hexel;
+  constexpr int R = TPT * G;
+  constexpr int kIt = 64 * (D / 8) / 128;  // 16-byte pieces a thread
+  float4 qa[kIt], qb[kIt];
+  bool live[kIt];
+#pragma unroll
+  for (int k = 0; k < kIt; ++k) {
+    const int c = wt + 128 * k, r = 64 * cw + c / (D / 8), i = c % (D / 8), j = r / G;
+    live[k] = r < R && positions[t0 + j] >= 0;
+    const float* src =
+        q + (static_cast<long long>(t0 + min(j, TPT - 1)) * HQ + kvh * G + r % G) * D + 8 * i;
+    qa[k] = *reinterpret_cast<const float4*>(src);
+    qb[k] = *reinterpret_cast<const float4*>(src + 4);
+  }
+  if (meet) named_barrier_sync(1 + cw, 128);
+#pragma unroll
+  for (int k = 0; k < kIt; ++k) {
+    const int c = wt + 128 * k, r = 64 * cw + c / (D / 8), i = c % (D / 8);
+    const float4 a = qa[k], b = qb[k];
+    const uint4 v = live[k] ? make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w),
+                                         pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w))
+                            : make_uint4(0u, 0u, 0u, 0u);
+    const unsigned dst = swizzled_chunk_b128(sq + (i / 8) * (AttnPrefill<D>::kRows * 128), r, i);
+    st_shared_v4(dst, v.x, v.y, v.z, v.w);
+  }
+  fence_proxy_async_smem();  // generic-proxy stores, then wgmma reads them (after a barrier)
 }
 
 // out[t, (kvh · G + h) · D + d] = bf16(softmax over keys [0, position] of the row's sequence ·
 // V); see the header comment. `kv_map`: the tensor map of `tmap:kv:L:...` over the pool from
 // kv_layer (rows of D, boxes of PAGE x 64, 128-byte swizzle), read when PAGE is a multiple of 8
 // dividing the key block. Launch: AttnPrefill<D>::kThreads threads, AttnPrefill<D>::kSmemBytes
-// dynamic shared memory (the same with Q_SPLIT), and the grid (HKV, T / TPT) with NT = 0, a tile
+// dynamic shared memory, and the grid (HKV, T / TPT) with NT = 0, a tile
 // a CTA; with NT = T / TPT > 0 (persistent, attn_prefill_persistent_grid CTAs), each CTA runs
 // its share of the HKV · NT tiles in turn through one K/V ring (see "Persistent" above).
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, float SCALE_LOG2,
-          int TPT, bool OVERLAP = true, bool Q_SPLIT = false, bool TURNS = true, int NT = 0>
+          int TPT, int NT = 0>
 __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
     attn_prefill(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                  const bf16* kv_layer, const hexel::TensorMap* kv_map, bf16* out) {
@@ -243,68 +285,13 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   // a position. (A serial scan, with Q staged behind it, would put a chain of dependent loads on
   // every consumer's path before its first key block.)
   auto scan_tile = [&](int lane, int t0, int tb) {
-    constexpr int kTok = (TPT + 31) / 32;  // tokens a lane
-    int tseq[kTok], tpos[kTok];
-#pragma unroll
-    for (int i = 0; i < kTok; ++i) {
-      const int j = 32 * i + lane;
-      tseq[i] = j < TPT ? token_seq[t0 + j] : 0;
-      tpos[i] = j < TPT ? positions[t0 + j] : 0;
-    }
-    // Runs of equal token_seq, token by token (lane l % 32's register l / 32, by shuffle), the
-    // same on every lane.
-    int n = 0, first = 0, seq = 0, last = -1;
-    auto close = [&](int end) {
-      if (last < 0) return;  // padding only
-      if (lane == 0) sm_seg[tb][n] = {static_cast<short>(first), static_cast<short>(end), last};
-      ++n;
-    };
-#pragma unroll
-    for (int i = 0; i < kTok; ++i)
-      for (int l = 0; l < 32 && 32 * i + l < TPT; ++l) {
-        const int t = 32 * i + l;
-        const int ts = __shfl_sync(0xffffffffu, tseq[i], l);
-        const int tp = __shfl_sync(0xffffffffu, tpos[i], l);
-        if (t > 0 && ts == seq) {
-          last = max(last, tp);
-          continue;
-        }
-        if (t > 0) close(t);
-        first = t, seq = ts, last = tp;
-      }
-    close(TPT);
-    if (lane == 0) sm_nseg[tb] = n;
+    attn_prefill_scan_tile<TPT, kTables>(lane, t0, tb, positions, token_seq, sm_seg, sm_nseg);
   };
   // A consumer thread (wt of warpgroup cw): its warpgroup's 64 rows of the tile's Q as bf16 (zeros
   // for rows of no token or of padding), every load first, then the stores and the fence for
   // wgmma; with `meet`, a meeting of the warpgroup (barrier 1 + cw) between the two.
   auto stage_q = [&](int cw, int wt, int kvh, int t0, bool meet) {
-    constexpr int kIt = 64 * (D / 8) / 128;  // 16-byte pieces a thread
-    float4 qa[kIt], qb[kIt];
-    bool live[kIt];
-#pragma unroll
-    for (int k = 0; k < kIt; ++k) {
-      const int c = wt + 128 * k, r = 64 * cw + c / (D / 8), i = c % (D / 8), j = r / G;
-      live[k] = r < R && positions[t0 + j] >= 0;
-      const float* src =
-          q + (static_cast<long long>(t0 + min(j, TPT - 1)) * HQ + kvh * G + r % G) * D + 8 * i;
-      qa[k] = *reinterpret_cast<const float4*>(src);
-      qb[k] = *reinterpret_cast<const float4*>(src + 4);
-    }
-    if (meet) named_barrier_sync(1 + cw, 128);
-#pragma unroll
-    for (int k = 0; k < kIt; ++k) {
-      const int c = wt + 128 * k, r = 64 * cw + c / (D / 8), i = c % (D / 8);
-      const float4 a = qa[k], b = qb[k];
-      const uint4 v = live[k] ? make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w),
-                                           pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w))
-                              : make_uint4(0u, 0u, 0u, 0u);
-      const unsigned dst = sq + (i / 8) * (C::kRows * 128) + r * 128 + (((i % 8) ^ (r % 8)) * 16);
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(v.x), "r"(v.y),
-                   "r"(v.z), "r"(v.w)
-                   : "memory");
-    }
-    fence_proxy_async_smem();  // generic-proxy stores, then wgmma reads them (after a barrier)
+    attn_prefill_stage_q<HQ, D, G, TPT>(q, positions, sq, cw, wt, kvh, t0, meet);
   };
 
   pdl_entry();
@@ -394,12 +381,12 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
               // write zeros (source size 0).
               for (int c = whole * kPieces + lane; c < BN * kPieces; c += 32) {
                 const int p = c / kPieces, i = c % kPieces, pos = min(b * BN + p, pos_max);
-                cp_async_16(dst0 + (i / 8) * (BN * 128) + p * 128 + (((i % 8) ^ (p % 8)) * 16),
-                            src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
-                                (pos % PAGE) * D + 8 * i,
-                            b * BN + p <= pos_max ? 16u : 0u);
+                cp_async::copy_16(swizzled_chunk_b128(dst0 + (i / 8) * (BN * 128), p, i),
+                                  src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
+                                      (pos % PAGE) * D + 8 * i,
+                                  b * BN + p <= pos_max ? 16u : 0u);
               }
-              cp_async_arrive_noinc(full);
+              cp_async::arrive_noinc(full);
             }
             ring.advance();
           }
@@ -428,26 +415,21 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
               const bf16* src = valid ? src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
                                             (pos % PAGE) * D + 8 * i
                                       : kv_layer;
-              const unsigned dst =
-                  dst0 + (i / 8) * (BN * 128) + p * 128 + (((i % 8) ^ (p % 8)) * 16);
-              cp_async_16(dst, src, valid ? 16u : 0u);
+              const unsigned dst = swizzled_chunk_b128(dst0 + (i / 8) * (BN * 128), p, i);
+              cp_async::copy_16(dst, src, valid ? 16u : 0u);
             }
-            cp_async_arrive_noinc((kv == 0 ? full_k : full_v) + 8 * ring.index);
+            cp_async::arrive_noinc((kv == 0 ? full_k : full_v) + 8 * ring.index);
           }
           ring.advance();
         }
       }
     }
     // No thread leaves with copies in flight into a stage the consumers have yet to read.
-    // PTX ISA: cp.async.wait_all.
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    cp_async::wait_all();
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     const int cw = threadIdx.x / 128 - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63
     const int wt = threadIdx.x % 128, warp = wt / 32, lane = wt % 32, quad = lane % 4;
-    if constexpr (OVERLAP && TURNS) {
-      if (cw == 1) named_barrier_arrive(3, 256);  // warpgroup 0 issues first
-    }
     // This thread's rows of every tile: r0 (accumulator registers 4j + {0,1}) and r1 = r0 + 8
     // (4j + {2,3}), tokens j0 and j1 of the tile.
     const int r0 = 64 * cw + 16 * warp + lane / 4, r1 = r0 + 8;
@@ -474,31 +456,6 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
         if (p1 == -1) *reinterpret_cast<unsigned*>(out1 + 8 * n) = 0u;
       }
 
-      // Q_lo = bf16(q - Q_hi) as the register-A fragments of S's k-steps (hexel/wgmma.cuh, mma_rs:
-      // qlo[kk][0] row r0, k 16kk + 2·quad + {0,1}; [1] row r1; [2] and [3] the same at k + 8),
-      // zeros where Q_hi is (rows of no token or of padding). q - Q_hi is exact in f32. Without
-      // Q_SPLIT the array is only named (by issue_s's discarded branch) and takes no registers.
-      unsigned qlo[Q_SPLIT ? D / 16 : 1][4];
-      if constexpr (Q_SPLIT) {
-        const float* q0 =
-            q + (static_cast<long long>(t0 + j0) * HQ + kvh * G + r0 % G) * D + 2 * quad;
-        const float* q1 =
-            q + (static_cast<long long>(t0 + j1) * HQ + kvh * G + r1 % G) * D + 2 * quad;
-        auto lo_pair = [](const float* src) {
-          const float2 x = *reinterpret_cast<const float2*>(src);
-          const unsigned hi = pack_bf16x2(x.x, x.y);
-          return pack_bf16x2(x.x - __uint_as_float(hi << 16),
-                             x.y - __uint_as_float(hi & 0xffff0000u));
-        };
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          qlo[kk][0] = p0 >= 0 ? lo_pair(q0 + 16 * kk) : 0u;
-          qlo[kk][1] = p1 >= 0 ? lo_pair(q1 + 16 * kk) : 0u;
-          qlo[kk][2] = p0 >= 0 ? lo_pair(q0 + 16 * kk + 8) : 0u;
-          qlo[kk][3] = p1 >= 0 ? lo_pair(q1 + 16 * kk + 8) : 0u;
-        }
-      }
-
       const auto q_desc = wgmma::kmajor_desc(sq + cw * 64 * 128, Swizzle::B128);
       for (int sg = 0; sg < nseg; ++sg) {
         const int a = sm_seg[tb][sg].first, b_end = sm_seg[tb][sg].end, pos_max = sm_seg[tb][sg].last;
@@ -522,8 +479,7 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           mbarrier::wait_parity(full_k + 8 * st, phase);
           fence_for(b);
         };
-        // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for); with Q_SPLIT
-        // each k-step adds Q_lo's product after Q_hi's.
+        // S = Q·Kᵀ of the block in stage st (issued and committed, not waited for).
         auto issue_s = [&](unsigned st, float(&sc)[BN / 2]) {
           const auto k_desc = wgmma::kmajor_desc(k_stage(st), Swizzle::B128);
           wgmma::fence();
@@ -532,7 +488,6 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
             const unsigned off_q = (kk / 4) * (C::kRows * 128) + (kk % 4) * 32;
             const unsigned off_k = (kk / 4) * (BN * 128) + (kk % 4) * 32;
             wgmma::mma_ss<BN>(sc, q_desc.advanced(off_q), k_desc.advanced(off_k), kk > 0);
-            if constexpr (Q_SPLIT) wgmma::mma_rs<BN>(sc, qlo[kk], k_desc.advanced(off_k), true);
           }
           wgmma::commit_group();
         };
@@ -588,17 +543,17 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           }
           // An unchanged maximum gives a correction of exactly 1 (a block past the row: an exact
           // no-op); from -inf (the row's first block) exp2(-inf) = 0 scales the zeros.
-          corr0 = mx0 == m0 ? 1.f : ex2((m0 - mx0) * SCALE_LOG2);
-          corr1 = mx1 == m1 ? 1.f : ex2((m1 - mx1) * SCALE_LOG2);
+          corr0 = mx0 == m0 ? 1.f : ex2_approx((m0 - mx0) * SCALE_LOG2);
+          corr1 = mx1 == m1 ? 1.f : ex2_approx((m1 - mx1) * SCALE_LOG2);
           m0 = mx0, m1 = mx1;
           const float ms0 = mx0 * SCALE_LOG2, ms1 = mx1 * SCALE_LOG2;
           float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
           for (int n = 0; n < BN / 8; ++n) {
-            sc[4 * n] = ex2(fmaf(sc[4 * n], SCALE_LOG2, -ms0));
-            sc[4 * n + 1] = ex2(fmaf(sc[4 * n + 1], SCALE_LOG2, -ms0));
-            sc[4 * n + 2] = ex2(fmaf(sc[4 * n + 2], SCALE_LOG2, -ms1));
-            sc[4 * n + 3] = ex2(fmaf(sc[4 * n + 3], SCALE_LOG2, -ms1));
+            sc[4 * n] = ex2_approx(fmaf(sc[4 * n], SCALE_LOG2, -ms0));
+            sc[4 * n + 1] = ex2_approx(fmaf(sc[4 * n + 1], SCALE_LOG2, -ms0));
+            sc[4 * n + 2] = ex2_approx(fmaf(sc[4 * n + 2], SCALE_LOG2, -ms1));
+            sc[4 * n + 3] = ex2_approx(fmaf(sc[4 * n + 3], SCALE_LOG2, -ms1));
             sum0 += sc[4 * n] + sc[4 * n + 1];
             sum1 += sc[4 * n + 2] + sc[4 * n + 3];
           }
@@ -634,99 +589,24 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
 
         const int nb = pos_max / BN + 1;
         unsigned pa[BN / 16][4];
-        if constexpr (!OVERLAP) {
-          for (int b = 0; b < nb; ++b) {
-            const unsigned st = ring.index, phase = ring.phase;
-            float sc[BN / 2];
-            wait_k(st, phase, b);
-            issue_s(st, sc);
-            wgmma::wait_group<0>();
-            wgmma::fence_operand(sc);
-            release(empty_k + 8 * st);
-            float corr0, corr1;
-            softmax(b, sc, corr0, corr1);
-            rescale(corr0, corr1);
-            pack(sc, pa);
-            wait_v(st, phase, b);
-            issue_pv(v_desc(st), pa);
-            wgmma::wait_group<0>();
-            wgmma::fence_operand(o);
-            release(empty_v + 8 * st);
-            ring.advance();
-          }
-        } else {
-          // Block b's S = Q·Kᵀ is issued with block b - 1's P·V and its softmax runs while that
-          // P·V is on the tensor cores. Registers an in-flight wgmma reads are not written until
-          // it has completed (ptxas would serialize the wgmmas otherwise): the softmax works in
-          // place on S (complete), and o's rescale and the bf16 P come after the P·V's wait.
-          // Each row sees the same operations in the same order as without the overlap.
-          // The two consumer warpgroups take turns issuing (ping-pong): each issue phase starts
-          // with a wait on the warpgroup's own named barrier (3 + cw, 256 threads) and ends with an
-          // arrival on the other's, so one warpgroup's softmax runs while the other's wgmmas
-          // have the tensor cores. Both run the same number of phases (the same segments and
-          // blocks); warpgroup 1 grants the first turn (see above the segment loop) and
-          // warpgroup 0 takes the last arrival at the end.
-          auto turn_begin = [&] {
-            if constexpr (TURNS) named_barrier_sync(3 + cw, 256);
-          };
-          auto turn_end = [&] {
-            if constexpr (TURNS) named_barrier_arrive(3 + (1 - cw), 256);
-          };
-          unsigned pst = ring.index, pphase = ring.phase;  // the stage whose P·V is pending
-          {
-            float sc[BN / 2];
-            wait_k(pst, pphase, 0);
-            turn_begin();
-            issue_s(pst, sc);
-            turn_end();
-            wgmma::wait_group<0>();
-            wgmma::fence_operand(sc);
-            release(empty_k + 8 * pst);
-            float corr0, corr1;
-            softmax(0, sc, corr0, corr1);
-            rescale(corr0, corr1);
-            pack(sc, pa);
-          }
-          ring.advance();
-          for (int b = 1; b < nb; ++b) {
-            const unsigned st = ring.index, phase = ring.phase;
-            float sc[BN / 2];
-            wait_k(st, phase, b);
-            wait_v(pst, pphase, b - 1);
-            const auto vd = v_desc(pst);
-            turn_begin();
-            issue_s(st, sc);
-            issue_pv(vd, pa);
-            turn_end();
-            wgmma::wait_group<1>();
-            wgmma::fence_operand(sc);
-            release(empty_k + 8 * st);
-            float corr0, corr1;
-            softmax(b, sc, corr0, corr1);
-            // After the softmax in the SASS too: ptxas schedules a plain wait_group<0> here above
-            // the softmax's arithmetic, which then never overlaps the P·V.
-            // With Q_SPLIT (Q_lo's 32 more registers) the ordered wait spills (20 bytes at D 128),
-            // and persistent (232 registers) 16 bytes, so those pairings, never a plan's, keep the
-            // plain wait.
-            if constexpr (Q_SPLIT || kPersistent)
-              wgmma::wait_group<0>();
-            else
-              wgmma::wait_group_after<0>(l0, l1);
-            wgmma::fence_operand(o);
-            release(empty_v + 8 * pst);
-            rescale(corr0, corr1);
-            pack(sc, pa);
-            pst = st, pphase = phase;
-            ring.advance();
-          }
-          wait_v(pst, pphase, nb - 1);
-          const auto vd = v_desc(pst);
-          turn_begin();
-          issue_pv(vd, pa);
-          turn_end();
+        for (int b = 0; b < nb; ++b) {
+          const unsigned st = ring.index, phase = ring.phase;
+          float sc[BN / 2];
+          wait_k(st, phase, b);
+          issue_s(st, sc);
+          wgmma::wait_group<0>();
+          wgmma::fence_operand(sc);
+          release(empty_k + 8 * st);
+          float corr0, corr1;
+          softmax(b, sc, corr0, corr1);
+          rescale(corr0, corr1);
+          pack(sc, pa);
+          wait_v(st, phase, b);
+          issue_pv(v_desc(st), pa);
           wgmma::wait_group<0>();
           wgmma::fence_operand(o);
-          release(empty_v + 8 * pst);
+          release(empty_v + 8 * st);
+          ring.advance();
         }
 
         // The quad's partial sums, folded in a fixed order; then this segment's rows are written.
@@ -750,9 +630,6 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
       // by its own arrival), not a lane a warp behind __syncwarp: racecheck flags the other
       // lanes' reads against the producer's next writes that way.
       if constexpr (kPersistent) mbarrier::arrive(seg_empty + 8 * tb);
-    }
-    if constexpr (OVERLAP && TURNS) {
-      if (cw == 0) named_barrier_sync(3, 256);  // warpgroup 1's last arrival
     }
   }
 }

@@ -7,34 +7,24 @@
 //  - every kernel parameter is a pointer (the launch program names them; docs/artifact.md);
 //  - a reduction's order depends on the shape and the absolute position only, never on the
 //    number of rows in the batch, so a row's result is the same in every bucket.
+#include "hexel/math.cuh"
+#include "hexel/sync.cuh"
+
 namespace telos_kernels {
 
 using bf16 = unsigned short;
 
-// Programmatic dependent launch (PTX ISA: Parallel Synchronization and Communication
-// Instructions, griddepcontrol). The executor launches every kernel of a step after the first with
-// programmatic stream serialization, so a kernel's blocks may be scheduled while its predecessor
-// still runs; every kernel calls this first, before touching memory: it lets its own successor be
-// scheduled (once all of this grid's blocks have called it), then waits until the predecessor has
-// completed and its writes are visible. Launched without that attribute, both are no-ops.
-// A kernel that reads weights first calls the two halves itself: pdl_launch_dependents(), its
-// weight loads, then pdl_wait() before anything a previous kernel wrote.
-__device__ __forceinline__ void pdl_launch_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// Programmatic dependent launch (hexel/sync.cuh, griddepcontrol). The executor launches every
+// kernel of a step after the first with programmatic stream serialization, so a kernel's blocks may
+// be scheduled while its predecessor still runs; every kernel calls pdl_entry first, before
+// touching memory: it lets its own successor be scheduled (once all of this grid's blocks have
+// called it), then waits until the predecessor has completed and its writes are visible. Launched
+// without that attribute, both are no-ops. A kernel that reads weights first calls the two halves
+// itself: hexel::launch_dependents(), its weight loads, then hexel::grid_dependency_wait() before
+// anything a previous kernel wrote.
 __device__ __forceinline__ void pdl_entry() {
-  pdl_launch_dependents();
-  pdl_wait();
-}
-
-// p[0] += a, p[1] += b in L2, nothing returned to wait for (PTX ISA: red, .global .add .v2.f32,
-// sm_90): rounded to nearest even with subnormal inputs and results flushed to sign-preserving
-// zero on global memory, the add the TMA's f32 reduction performs (cp.reduce.async.bulk.tensor,
-// .add.f32), so a residual added by a thread and one added by the TMA have the same bits, without
-// a load's round trip. p: 8-byte aligned.
-__device__ __forceinline__ void red_add_f32x2(float* p, float a, float b) {
-  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+  hexel::launch_dependents();
+  hexel::grid_dependency_wait();
 }
 
 // Round to nearest even; NaN stays NaN.
@@ -45,28 +35,8 @@ __device__ __forceinline__ bf16 f32_to_bf16(float f) {
   return static_cast<bf16>(u >> 16);
 }
 
-// Two f32 as one bf16x2 register, `lo` in the low half (PTX ISA: cvt, .bf16x2 form; round to
-// nearest even).
-__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
-  unsigned r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
-// Gpu-scope relaxed accesses (PTX ISA: st / ld with .relaxed.gpu, Memory Consistency Model): a
-// word that other CTAs of the same launch poll, and the poll's 16-byte read (a vector access is
-// its 32-bit elements' accesses, each single-copy atomic).
-__device__ __forceinline__ void st_relaxed_gpu(unsigned* p, unsigned v) {
-  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ uint4 ld_relaxed_gpu_v4(const void* p) {
-  uint4 v;
-  asm volatile("ld.relaxed.gpu.global.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
+// Two f32 as one bf16x2 register (hexel/math.cuh), packed everywhere a kernel writes bf16 pairs.
+using hexel::pack_bf16x2;
 
 // Eight bf16 in one 16-byte load. Weights are read through the non-coherent path: they never
 // change while a kernel runs.

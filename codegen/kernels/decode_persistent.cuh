@@ -7,11 +7,8 @@
 // resident A and runs its tiles or work items. So the memory system keeps streaming across the
 // phase boundaries, which a kernel boundary cannot (the ring drains while the grid completes and
 // the next one starts).
-//  - decode_layer_persistent: a whole one-token decode layer (the plan's decode buckets of
-//    kDecodeLayerPersistentMaxRows tokens), its attention half's phases and then MlpPhases.
-//  - layer_gemms_persistent: only the four GEMMs of a layer (qkv; o with the residual; gate/up with
-//    SwiGLU; down with the residual) for LAYERS layers, the prototype telos-kernel-bench times
-//    against the same GEMMs as separate kernels ("layer GEMMs").
+// decode_layer_persistent is a whole one-token decode layer (the plan's decode buckets of
+// kDecodeLayerPersistentMaxRows tokens): its attention half's phases and then MlpPhases.
 //
 // Bits: every output element is the same wgmma m64nNk16 chain over K, in 64-element blocks in
 // order from zero, as gemm_small_* computes it (the per-element result does not depend on the
@@ -33,6 +30,8 @@
 // at once: one CTA per SM (the shared memory takes more than half an SM) and gridDim.x <= SMs.
 #include "attention.cuh"
 #include "gemm_small.cuh"
+#include "hexel/memory_order.cuh"
+#include "hexel/timer.cuh"
 
 namespace telos_kernels {
 
@@ -47,19 +46,7 @@ __host__ __device__ constexpr bool persistent_tile_ok(int bn, int k) {
   return bn % 8 == 0 && bn >= 8 && bn <= 64 && k % (64 * (64 / bn)) == 0;
 }
 
-// The four GEMMs of a layer, by phase (0 qkv, 1 o, 2 gate/up, 3 down): K, weight rows per tile,
-// and tiles.
-template <int H, int NQKV, int I, int BQ, int BO, int BG, int BD>
-struct LayerGemmOps {
-  static constexpr int kMaxK = H > I ? H : I;
-  __device__ static constexpr unsigned k(int op) { return op == 3 ? I : H; }
-  __device__ static constexpr unsigned bn(int op) { return op == 0 ? BQ : op == 1 ? BO : op == 2 ? BG : BD; }
-  __device__ static constexpr unsigned tiles(int op) {
-    return (op == 0 ? NQKV : op == 2 ? 2 * I : H) / bn(op);
-  }
-};
-
-// One tile of layer_gemms_persistent: BN weight rows, the K blocks in order, each its four k16
+// One tile of a persistent GEMM phase: BN weight rows, the K blocks in order, each its four k16
 // steps (wgmma_k_loop's sequence, gemm_prefill.cuh), from the ring's slots (64 / BN K blocks each)
 // and the resident interleaved A at `a_base`; then gemm_small_body's epilogue for output columns
 // t · kOutCols ...
@@ -147,12 +134,11 @@ __device__ __forceinline__ unsigned persistent_first_tile(unsigned g0) {
 
 // One phase of a producer's weight stream: `tiles` tiles of `bn` rows of `map` (rows t · bn ..), or
 // with `up_row` > 0 (SwiGLU) bn / 2 gate rows t · bn / 2 .. and the up rows up_row + t · bn / 2 ..;
-// K in slots of 64 / bn K blocks; its first tile has the launch's global tile index g0. `wide`:
-// `map` is the weight's K-block view (StreamCursor::wide_box), one box a slot; else 2D.
+// K in slots of 64 / bn K blocks; its first tile has the launch's global tile index g0. (An
+// aggregate without member initializers: phases live in __shared__ arrays.)
 struct StreamPhase {
   const TensorMap* map;
   unsigned k, bn, tiles, up_row, g0;
-  bool wide;  // (an aggregate without member initializers: phases live in __shared__ arrays)
   // Instead of `map`: the weight's slot image (pack_slot_image's layout: slot sl of tile t is
   // slot_bytes() contiguous bytes at (t · slots + sl) · slot_bytes(), already in the ring's
   // swizzled layout), one plain bulk copy a slot.
@@ -178,19 +164,10 @@ class StreamCursor {
   }
   // The bytes of the current slot's boxes (per_slot K blocks of bn rows).
   __device__ __forceinline__ unsigned slot_bytes() const { return per_slot_ * bn_ * 128; }
-  __device__ __forceinline__ bool wide() const { return wide_; }
   // The current slot's bytes in the weight's slot image, or nullptr where it streams through a map.
   __device__ __forceinline__ const char* image_slot() const {
     if (!image_) return nullptr;
     return image_ + static_cast<unsigned long long>(t_ * slots_ + sl_) * slot_bytes();
-  }
-  // The current slot as one box of a wide map (rank 3, [K / 64][N][64] over the [N, K] matrix:
-  // strides K · 2 bytes for rows, 128 for K blocks; with SwiGLU rank 4, [K / 64][2][I][64], the up
-  // half I rows further): fn(map, first row, first K block, SwiGLU). The box lands as the slot's
-  // K blocks one after another, each its bn rows (gate then up), as boxes() places them.
-  template <class F>
-  __device__ __forceinline__ void wide_box(F&& fn) const {
-    fn(map_, row_, sl_ * per_slot_, up_row_ > 0);
   }
   // fn(byte offset in the 8 KB slot, map, column, row) for every box of the current slot.
   template <class F>
@@ -215,7 +192,6 @@ class StreamCursor {
       bn_ = s.bn;
       tiles_ = s.tiles;
       up_row_ = s.up_row;
-      wide_ = s.wide;
       image_ = s.image;
       per_slot_ = 64 / s.bn;
       slots_ = s.k / 64 / per_slot_;
@@ -230,7 +206,6 @@ class StreamCursor {
   const TensorMap* map_ = nullptr;
   unsigned bn_ = 0, tiles_ = 0, up_row_ = 0, per_slot_ = 0, slots_ = 0;
   unsigned t_ = 0, sl_ = 0, row_ = 0;  // tile, slot of the tile, first weight row of the tile
-  bool wide_ = false;
   const char* image_ = nullptr;
 };
 
@@ -250,9 +225,7 @@ __device__ unsigned long long telos_phase_trace[2 * kTraceCtas * kTraceEvents];
 __device__ unsigned telos_trace_launches;
 }
 __device__ __forceinline__ unsigned long long trace_clock() {
-  unsigned long long ns;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-  return ns;
+  return hexel::globaltimer();
 }
 __device__ __forceinline__ void phase_trace_at(int event, unsigned long long ns) {
   const unsigned slot = *static_cast<volatile unsigned*>(&telos_trace_launches) % 2;
@@ -292,13 +265,6 @@ __device__ __forceinline__ unsigned long long persistent_stream(
     mbarrier::arrive_expect_tx(bar, load.slot_bytes());
     if (const char* src = load.image_slot())
       tma::copy_g2s(slot, src, load.slot_bytes(), bar);
-    else if (load.wide())
-      load.wide_box([&](const TensorMap* map, unsigned row, unsigned kb, bool swiglu) {
-        if (swiglu)
-          tma::load(slot, map, bar, 0u, row, 0u, kb);
-        else
-          tma::load(slot, map, bar, 0u, row, kb);
-      });
     else
       load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) { tma::load(slot + off, map, bar, c, r); });
     ring.advance();
@@ -307,59 +273,37 @@ __device__ __forceinline__ unsigned long long persistent_stream(
 }
 
 // How a CTA's consumers meet the grid-wide count of finished phases (sync[0]; see the top of this
-// file): wait until it reaches `target` (thread 0 polls, then the 128 consumer threads meet), and
-// add this CTA's 1 once its stores are done. After a GEMM phase a count costs several times what it
-// costs where DRAM is idle (its release waits behind the next phase's weight stream), so the
-// variants below are timed side by side (telos-kernel-bench, "decode layer"). The plan uses
-// Release, the faster at the 1B and 8B shapes (docs/performance.md).
-//  - Fenced (V0): every consumer thread runs __threadfence (membar.gl, i.e. fence.sc.gpu) before
-//    the meeting, thread 0 adds with atom (a returned value), polls with ld.acquire.gpu in a tight
-//    loop and fences again.
-//  - Release (V1): the consumers meet first, then thread 0 alone releases (fence.acq_rel.gpu;
-//    red.relaxed.gpu.global.add: no returned value to wait for); it polls with ld.acquire.gpu and
-//    no fence after. This is the shape of cooperative groups' grid sync (cooperative_groups/
-//    details/sync.h: bar.sync, then one thread's atom.add.release.gpu; ld.acquire.gpu polls, then
-//    bar.sync). Why one thread's fence covers the other 127 threads' stores, in the terms of the
-//    PTX ISA's Memory Consistency Model ("Ordering of memory operations"): bar.sync synchronizes
-//    the participating threads, so each thread's stores precede thread 0's fence in base causality
-//    order (program order, then synchronizes-with through the barrier, then program order); the
-//    fence.acq_rel + red.relaxed is a release pattern at gpu scope, and release patterns are
-//    cumulative: everything that precedes the fence in causality order, not only thread 0's own
-//    accesses, precedes the red, and so precedes, for the CTA whose acquire (ld.acquire.gpu)
-//    observes the count, everything after its own bar.sync. The same argument orders this CTA's
-//    reads of a phase before another CTA's writes in a later phase (x is read by gate/up's norm and
-//    written by down).
-// (A release by red.release.gpu alone, or fence.release.gpu + red, costs what Release does: the
-// release fence's wait while the ring refills is the count's cost. ACT_POLL takes one count
-// away.)
-enum class GridCount { Fenced, Release };
-
-template <GridCount COUNT = GridCount::Release>
+// file): wait until it reaches `target` (thread 0 polls with ld.acquire.gpu, then the 128 consumer
+// threads meet), and add this CTA's count once its stores are done: the consumers meet, then
+// thread 0 alone releases (fence.acq_rel.gpu; red.relaxed.gpu.global.add: no returned value to
+// wait for). This is the shape of cooperative groups' grid sync (cooperative_groups/
+// details/sync.h: bar.sync, then one thread's atom.add.release.gpu; ld.acquire.gpu polls, then
+// bar.sync). Why one thread's fence covers the other 127 threads' stores, in the terms of the
+// PTX ISA's Memory Consistency Model ("Ordering of memory operations"): bar.sync synchronizes
+// the participating threads, so each thread's stores precede thread 0's fence in base causality
+// order (program order, then synchronizes-with through the barrier, then program order); the
+// fence.acq_rel + red.relaxed is a release pattern at gpu scope, and release patterns are
+// cumulative: everything that precedes the fence in causality order, not only thread 0's own
+// accesses, precedes the red, and so precedes, for the CTA whose acquire (ld.acquire.gpu)
+// observes the count, everything after its own bar.sync. The same argument orders this CTA's
+// reads of a phase before another CTA's writes in a later phase (x is read by gate/up's norm and
+// written by down). After a GEMM phase a count costs several times what it costs where DRAM is
+// idle (its release fence waits behind the next phase's weight stream; docs/performance.md has
+// the other forms timed).
 __device__ __forceinline__ void persistent_wait(const unsigned* sync, unsigned target) {
   if (threadIdx.x == 0) {
     unsigned seen;
     do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(sync) : "memory");
+      seen = hexel::ld_acquire_gpu(sync);
     } while (seen < target);
-    if constexpr (COUNT == GridCount::Fenced) __threadfence();
   }
   hexel::named_barrier_sync(1, 128);
 }
 // `phases`: how many phases this arrival ends (more than one where a CTA has no work in the later
 // ones and no reason to wait between them).
-template <GridCount COUNT = GridCount::Release>
 __device__ __forceinline__ void persistent_arrive(unsigned* sync, unsigned phases = 1) {
-  if constexpr (COUNT == GridCount::Fenced) {
-    __threadfence();
-    hexel::named_barrier_sync(1, 128);
-    if (threadIdx.x == 0) atomicAdd(&sync[0], phases);
-  } else {
-    hexel::named_barrier_sync(1, 128);
-    // PTX: fence, red (the release pattern; see above for the other threads' stores).
-    if (threadIdx.x == 0)
-      asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(sync), "r"(phases)
-                   : "memory");
-  }
+  hexel::named_barrier_sync(1, 128);
+  if (threadIdx.x == 0) hexel::red_add_release_gpu(sync, phases);
 }
 
 // The last CTA to finish returns the count (and its own counter, sync[1]) to zero for the next
@@ -375,12 +319,11 @@ __device__ __forceinline__ void persistent_finish(unsigned* sync, unsigned extra
 
 // From the end of phase `p` to the start of phase p + 1: this CTA's arrival, then the wait for
 // every CTA's (the count at (p + 1) · gridDim.x), traced as events 2 + 2p, 16 + p and 3 + 2p.
-template <GridCount COUNT>
 __device__ __forceinline__ void persistent_next_phase(unsigned* sync, unsigned p) {
   phase_trace(2 + 2 * p);
-  persistent_arrive<COUNT>(sync);
+  persistent_arrive(sync);
   phase_trace(16 + p);
-  persistent_wait<COUNT>(sync, (p + 1) * gridDim.x);
+  persistent_wait(sync, (p + 1) * gridDim.x);
   phase_trace(3 + 2 * p);
 }
 
@@ -401,7 +344,7 @@ __device__ __forceinline__ void persistent_load_a(unsigned base, const bf16* a, 
 // each word once with a gpu-scope relaxed store (small_gemm_store, L2_ONLY); here each thread reads
 // its 16-byte pieces with gpu-scope relaxed loads, all of them first, then again those with a
 // pending word until none has. The words are the unit (an aligned 32-bit access is single-copy
-// atomic; common.cuh, ld_relaxed_gpu_v4), so a word is either pending or final. A count here would
+// atomic; hexel::ld_relaxed_gpu_v4), so a word is either pending or final. A count here would
 // cost its release fence's wait while the producer refills the ring for down.
 template <int M, unsigned K>
 __device__ __forceinline__ void persistent_poll_a(unsigned base, const bf16* a) {
@@ -416,13 +359,14 @@ __device__ __forceinline__ void persistent_poll_a(unsigned base, const bf16* a) 
     uint4 v[kPer];
 #pragma unroll
     for (unsigned i = 0; i < kPer; ++i)
-      if (tid + 128 * i < kChunks) v[i] = ld_relaxed_gpu_v4(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
+      if (tid + 128 * i < kChunks)
+        v[i] = hexel::ld_relaxed_gpu_v4(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
     for (bool again = true; again;) {
       again = false;
 #pragma unroll
       for (unsigned i = 0; i < kPer; ++i)
         if (tid + 128 * i < kChunks && pending(v[i])) {
-          v[i] = ld_relaxed_gpu_v4(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
+          v[i] = hexel::ld_relaxed_gpu_v4(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
           again = true;
         }
     }
@@ -431,64 +375,6 @@ __device__ __forceinline__ void persistent_poll_a(unsigned base, const bf16* a) 
       if (tid + 128 * i < kChunks) a_store_chunk<M>(base, tid + 128 * i, r, v[i]);
   }
   a_finish<M>(base, kChunks, tid);
-}
-
-// maps: [LAYERS][4] weight maps (qkv, o, down: BN x 64 boxes of [N, K]; gate/up: BG / 2 x 64 boxes
-// of [2I, K]; WIDE: the wide maps of StreamCursor::wide_box, one box a ring slot). A of each
-// phase: h (qkv), attn (o), h2 (gate/up), act (down), bf16 [M, K]; outputs qkv
-// (bf16 [M, NQKV]), x (f32 [M, H], += for o and down), act (bf16 [M, I]).
-template <int M, int H, int NQKV, int I, int LAYERS, int STAGES, int BQ, int BO, int BG, int BD,
-          bool WIDE = false>
-__global__ void __launch_bounds__(LayerGemms::kThreads, 1)
-    layer_gemms_persistent(const TensorMap* maps, const bf16* h, const bf16* attn, const bf16* h2, bf16* act,
-                           bf16* qkv, float* x, unsigned* sync) {
-  using namespace hexel;
-  using Ops = LayerGemmOps<H, NQKV, I, BQ, BO, BG, BD>;
-  static_assert(M >= 1 && M <= 8, "one 8-row group of A, read with group stride 0");
-  static_assert(NQKV % BQ == 0 && H % BO == 0 && I % (BG / 2) == 0 && H % BD == 0, "whole tiles");
-  static_assert(persistent_tile_ok(BQ, H) && persistent_tile_ok(BO, H) && persistent_tile_ok(BG, H) &&
-                    BG % 16 == 0 && persistent_tile_ok(BD, I),
-                "whole K blocks in a slot, whole slots; gate/up halves are whole 8-row groups");
-  extern __shared__ unsigned char smem_raw[];
-  const PersistentSmem<M, Ops::kMaxK, STAGES> sm(smem_raw);
-  mbarrier::StageRing<STAGES> ring;
-
-  if (warp_index() == 4) {
-    if (threadIdx.x % 32 != 0) return;
-    __shared__ StreamPhase phases[4 * LAYERS];
-    unsigned g0 = 0;
-    for (int l = 0; l < LAYERS; ++l)
-      for (int op = 0; op < 4; ++op) {
-        phases[4 * l + op] = {maps + 4 * l + op, Ops::k(op), Ops::bn(op), Ops::tiles(op), op == 2 ? I : 0u, g0,
-                              WIDE};
-        g0 += Ops::tiles(op);
-      }
-    persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4 * LAYERS);
-    return;
-  }
-
-  unsigned g0 = 0, phase = 0;
-  for (int l = 0; l < LAYERS; ++l)
-    for (int op = 0; op < 4; ++op, ++phase) {
-      persistent_wait(sync, phase * gridDim.x);
-      const unsigned K = Ops::k(op), first = persistent_first_tile(g0);
-      if (first < Ops::tiles(op)) {
-        persistent_load_a<M>(sm.base, op == 0 ? h : op == 1 ? attn : op == 2 ? h2 : act, K);
-        for (unsigned t = first; t < Ops::tiles(op); t += gridDim.x) {
-          if (op == 0)
-            layer_gemm_tile<M, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, t, K, NQKV, qkv);
-          else if (op == 1)
-            layer_gemm_tile<M, BO, SmallEpi::Residual>(ring, sm.base, sm.ring_base, sm.full, sm.empty, t, K, H, x);
-          else if (op == 2)
-            layer_gemm_tile<M, BG, SmallEpi::SwiGlu>(ring, sm.base, sm.ring_base, sm.full, sm.empty, t, K, I, act);
-          else
-            layer_gemm_tile<M, BD, SmallEpi::Residual>(ring, sm.base, sm.ring_base, sm.full, sm.empty, t, K, H, x);
-        }
-      }
-      persistent_arrive(sync);
-      g0 += Ops::tiles(op);
-    }
-  persistent_finish(sync);
 }
 
 // RMSNorm of x's M rows (f32 [M, H], written by other CTAs in this launch or by earlier kernels)
@@ -533,17 +419,17 @@ struct MlpPhases {
   }
 
   // The consumers: x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x += down(act). Waits for the
-  // count (COUNT's way) to reach phase0 · gridDim.x first; arrives after o and, without ACT_POLL,
-  // after gate/up (the caller arrives after down if anything follows in the launch). ACT_POLL: no
-  // count between gate/up and down, down polls act (persistent_poll_a; the caller has set act to
-  // kActPending before phase0's count).
-  template <int M, float EPS, GridCount COUNT, bool ACT_POLL, unsigned STAGES>
-  __device__ static void run(hexel::mbarrier::StageRing<STAGES>& ring, unsigned base, unsigned ring_base,
-                             unsigned full, unsigned empty, const bf16* attn, const float* norm_w, float* x, bf16* act,
-                             unsigned* sync, unsigned phase0, unsigned g0) {
+  // count to reach phase0 · gridDim.x first and arrives after o (the caller arrives after down if
+  // anything follows in the launch); no count between gate/up and down: down polls act
+  // (persistent_poll_a; the caller has set act to kActPending before phase0's count).
+  template <int M, float EPS, unsigned STAGES>
+  __device__ static void run(hexel::mbarrier::StageRing<STAGES>& ring, unsigned base,
+                             unsigned ring_base, unsigned full, unsigned empty, const bf16* attn,
+                             const float* norm_w, float* x, bf16* act, unsigned* sync,
+                             unsigned phase0, unsigned g0) {
     float w8[kNormChunks<H>][8];
     rms_load_w<H>(norm_w, threadIdx.x, w8);  // a weight: its load overlaps the o tiles
-    persistent_wait<COUNT>(sync, phase0 * gridDim.x);
+    persistent_wait(sync, phase0 * gridDim.x);
     phase_trace(1 + 2 * phase0);
     unsigned first = persistent_first_tile(g0);
     if (first < kTilesO) {
@@ -551,25 +437,18 @@ struct MlpPhases {
       for (unsigned tile = first; tile < kTilesO; tile += gridDim.x)
         layer_gemm_tile<M, BO, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, KO, H, x);
     }
-    persistent_next_phase<COUNT>(sync, phase0);
+    persistent_next_phase(sync, phase0);
     first = persistent_first_tile(g0 + kTilesO);
     if (first < kTilesGu) {
       persistent_norm_a<M, H, EPS>(base, x, w8);
       for (unsigned tile = first; tile < kTilesGu; tile += gridDim.x)
         layer_gemm_tile<M, BG, SmallEpi::SwiGlu>(ring, base, ring_base, full, empty, tile, H, I, act);
     }
-    if constexpr (ACT_POLL)
-      phase_trace(2 + 2 * (phase0 + 1));
-    else
-      persistent_next_phase<COUNT>(sync, phase0 + 1);
+    phase_trace(2 + 2 * (phase0 + 1));
     first = persistent_first_tile(g0 + kTilesO + kTilesGu);
     if (first < kTilesDown) {
-      if constexpr (ACT_POLL) {
-        persistent_poll_a<M, I>(base, act);
-        phase_trace(3 + 2 * (phase0 + 1));
-      } else {
-        persistent_load_a<M>(base, act, I);
-      }
+      persistent_poll_a<M, I>(base, act);
+      phase_trace(3 + 2 * (phase0 + 1));
       for (unsigned tile = first; tile < kTilesDown; tile += gridDim.x)
         layer_gemm_tile<M, BD, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, I, H, x);
     }
@@ -660,6 +539,146 @@ __device__ __forceinline__ unsigned qkv_group_tiles(int g) {
 // third of the H200's 50 MB L2 (the weights stream through the rest).
 constexpr long long kKvPrefetchBytes = 16LL << 20;
 
+// The phases of decode_layer_persistent (its template arguments; see the kernel below), each run
+// by the consumer warpgroup's 128 threads unless it says otherwise. The kernel keeps the static
+// shared arrays and passes them in.
+template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
+          long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK, bool QKV_FLAGS>
+struct DecodeLayer {
+  static constexpr int NH = HQ + 2 * HKV, NQKV = NH * D, KO = HQ * D;
+  static constexpr unsigned kTilesQkv = NQKV / BQ;
+  static constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
+  using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
+  using Smem = PersistentSmem<1, kMaxK, STAGES>;
+  using Ring = hexel::mbarrier::StageRing<STAGES>;
+  using NormWeights = float[kNormChunks<H>][8];
+
+  // Before the first phase: the norm's weights (no kernel writes them), the wait for the previous
+  // kernels (x and the KV pages are theirs), then act set pending (persistent_poll_a): before this
+  // CTA's first arrival, so before every CTA's gate/up stores; after the wait, so after the
+  // previous kernels' reads of it.
+  __device__ __forceinline__ static void prologue(const float* attn_norm, bf16* act,
+                                                  NormWeights& w8) {
+    const int t = threadIdx.x;
+    const unsigned long long entry = trace_clock();
+    rms_load_w<H>(attn_norm, t, w8);
+    hexel::grid_dependency_wait();
+    phase_trace_at(0, entry);
+    for (unsigned w = blockIdx.x * 128 + t; w < static_cast<unsigned>(I / 2); w += gridDim.x * 128)
+      hexel::st_relaxed_gpu(reinterpret_cast<unsigned*>(act) + w, kActPending);
+    phase_trace(1);
+  }
+
+  // QKV_FLAGS: tile `tile`'s stores are warp 0's (threads 0-3): the warp meets, then its lane 0
+  // releases them to each head group the tile covers (fence, then red: the release pattern of
+  // persistent_arrive, with the warp barrier where that has the CTA's).
+  __device__ __forceinline__ static void release_qkv_tile(unsigned tile, unsigned* sync) {
+    const int t = threadIdx.x;
+    if (t < 32) {
+      __syncwarp();
+      if (t == 0) {
+        hexel::fence_acq_rel_gpu();
+        unsigned long long seen = 0;
+        for (int h = static_cast<int>(tile * BQ / D);
+             h <= static_cast<int>((tile * BQ + BQ - 1) / D); ++h) {
+          const int g = qkv_head_group<HQ, HKV>(h);
+          if (seen >> g & 1ull) continue;
+          seen |= 1ull << g;
+          hexel::red_add_relaxed_gpu<1>(sync + 2 + g);
+        }
+      }
+    }
+  }
+
+  // Phase 0 without QKV_ROPE: qkv = RMSNorm(x) · Wqkvᵀ (bf16), its epilogue in phase 1.
+  __device__ __forceinline__ static void qkv_phase(Ring& ring, const Smem& sm,
+                                                   const NormWeights& w8, const float* x,
+                                                   bf16* qkv) {
+    const unsigned first = persistent_first_tile(0);
+    if (first < kTilesQkv) {
+      persistent_norm_a<1, H, EPS>(sm.base, x, w8);
+      for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
+        layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty,
+                                                    tile, H, NQKV, qkv);
+    }
+  }
+
+  // Phase 1 (without QKV_ROPE): the QKV epilogue, a head per work item (q to `q`, K/V appended to
+  // their pages; qkv_rope_row, with head_v and scratch its shared memory).
+  __device__ __forceinline__ static void qkv_epilogue_phase(
+      const bf16* qkv, const float* bias, const float* q_norm, const float* k_norm,
+      const int* positions, const int* token_seq, const int* page_tables, bf16* kv_layer, float* q,
+      float* head_v, float* scratch) {
+    const int t = threadIdx.x;
+    auto sync128 = [] { hexel::named_barrier_sync(1, 128); };
+    for (unsigned head = blockIdx.x; head < static_cast<unsigned>(NH); head += gridDim.x) {
+      const float v =
+          t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(qkv + head * D + qkv_pair_pos(t, D)))
+                                  << 16)
+                : 0.f;
+      qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
+          v, static_cast<int>(head), 0, t, bias, q_norm, k_norm, positions, token_seq, page_tables,
+          kv_layer, q, head_v, scratch, sync128);
+    }
+  }
+
+  // Phase 2: the attention splits, a (KV head, slot) per work item, slot-major (item = slot · HKV +
+  // KV head): the slots with work at a context are the first ones, so its items are the first
+  // (position / SPLIT + 1) · HKV, one a CTA up to the grid's size (head-major, CTA b's second item
+  // b + gridDim.x would be a second chain after its first wherever NSPLIT · HKV passes the grid,
+  // however few slots have work). Which CTA runs an item changes no bit. Given `out` (attn, where
+  // the context is one split: no combine), the items write it as the combine would
+  // (attn_split_block's `out`, the same bits). Each item waits for what the QKV phase wrote inside
+  // itself, after its loads that need nothing this launch wrote (attn_split_block's before_q):
+  // with QKV_FLAGS for its KV head's group of QKV tiles alone (qkv_group_tiles), so a CTA without
+  // items waits for nothing (its arrival next reads nothing of this launch); else for the
+  // grid-wide count of phases 0 and 1, once a CTA (after the items where it has none).
+  __device__ __forceinline__ static void attention_phase(
+      const float* q, const int* positions, const int* token_seq, const int* page_tables,
+      const bf16* kv_layer, float* part_o, float* part_ml, bf16* out, unsigned* sync) {
+    auto sync128 = [] { hexel::named_barrier_sync(1, 128); };
+    bool waited = !QKV_ROPE;
+    auto wait_qkv = [&] {
+      if (waited) return;
+      persistent_wait(sync, 2 * gridDim.x);
+      phase_trace(5);
+      waited = true;
+    };
+    for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT);
+         item += gridDim.x) {
+      const int kvh = static_cast<int>(item % HKV);
+      auto before_q = [&] {
+        if constexpr (QKV_FLAGS) {
+          // The group's counter met as the grid-wide count is (persistent_wait).
+          persistent_wait(sync + 2 + kvh, qkv_group_tiles<HQ, HKV, D, BQ>(kvh));
+          phase_trace(5);
+        } else {
+          wait_qkv();
+        }
+      };
+      attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
+          0, kvh, static_cast<int>(item / HKV), q, positions, token_seq, page_tables, kv_layer,
+          part_o, part_ml, sync128, out, nullptr, nullptr, -1, before_q);
+    }
+    if constexpr (!QKV_FLAGS) wait_qkv();
+  }
+
+  // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
+  // row's last loop reads shared memory the next one writes).
+  __device__ __forceinline__ static void combine_phase(const float* part_o, const float* part_ml,
+                                                       const int* positions, bf16* attn) {
+    const int t = threadIdx.x;
+    if (t < D)
+      for (unsigned hq = blockIdx.x; hq < static_cast<unsigned>(HQ); hq += gridDim.x) {
+        auto sync_d = [] { hexel::named_barrier_sync(2, D); };
+        attn_combine_row<HQ, D, NSPLIT, SPLIT>(0, static_cast<int>(hq), part_o, part_ml, positions,
+                                               attn, sync_d);
+        sync_d();
+      }
+  }
+};
+
 // A whole one-token decode layer in one launch: the attention half (RMSNorm + the QKV GEMM; the QKV
 // epilogue per head, qkv_rope_row, or with QKV_ROPE in the QKV tiles, qkv_rope_pairs; the attention
 // splits, attn_split_block per (KV head, slot); the combine, attn_combine_row per query head, where
@@ -667,8 +686,7 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // (six without the combine, one fewer with QKV_ROPE), one weight stream (qkv, o, gate/up, down) per
 // SM. Every piece is the code the separate kernels run, or its operations in their order, so the
 // rows have their bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's
-// after D), then the MLP's and the ring's, QKV_ROPE, BULK, then how the grid-wide counts are met
-// (the plan leaves the default; telos-kernel-bench times every GridCount); args as those kernels'.
+// after D), then the MLP's and the ring's, QKV_ROPE, BULK, QKV_FLAGS; args as those kernels'.
 // The four weights (qkv, o, gate/up, down): each a tensor map in BQ / BO / BG / 2 / BD x 64 boxes,
 // or where its bit of the mask BULK is set (bit 0 qkv .. 3 down) its slot image in tiles of BQ /
 // BO / BG / BD rows (support/slot_image.hpp), streamed with one bulk copy a ring slot
@@ -683,36 +701,36 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
           int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK,
-          GridCount COUNT = GridCount::Release, bool ACT_POLL = true, bool QKV_FLAGS = false>
+          bool QKV_FLAGS = false>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
-    decode_layer_persistent(const void* qkv_w, const void* o_w, const void* gu_w, const void* down_w,
-                            const float* attn_norm, const float* mlp_norm, const float* bias,
-                            const float* q_norm, const float* k_norm, const int* positions,
-                            const int* token_seq, const int* page_tables, bf16* kv_layer, float* x,
-                            bf16* qkv, float* q, float* part_o, float* part_ml, bf16* attn,
-                            bf16* act, unsigned* sync) {
-  using namespace hexel;
-  constexpr int NH = HQ + 2 * HKV, NQKV = NH * D, KO = HQ * D;
-  using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
-  static_assert(persistent_tile_ok(BQ, H) && NQKV % BQ == 0, "QKV tiles");
+    decode_layer_persistent(const void* qkv_w, const void* o_w, const void* gu_w,
+                            const void* down_w, const float* attn_norm, const float* mlp_norm,
+                            const float* bias, const float* q_norm, const float* k_norm,
+                            const int* positions, const int* token_seq, const int* page_tables,
+                            bf16* kv_layer, float* x, bf16* qkv, float* q, float* part_o,
+                            float* part_ml, bf16* attn, bf16* act, unsigned* sync) {
+  using L = DecodeLayer<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT,
+                        NSPLIT, SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, QKV_FLAGS>;
+  static_assert(persistent_tile_ok(BQ, H) && L::NQKV % BQ == 0, "QKV tiles");
   static_assert(!QKV_ROPE || !QK_NORM, "QK norm needs a head's whole row");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
   static_assert(!QKV_FLAGS || (QKV_ROPE && HKV <= 64), "QKV_FLAGS: the epilogue in the QKV tiles");
-  constexpr unsigned kTilesQkv = NQKV / BQ;
-  constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
-  launch_dependents();  // the waits come later: weights first
+  hexel::launch_dependents();  // the waits come later: weights first
   extern __shared__ unsigned char smem_raw[];
-  const PersistentSmem<1, kMaxK, STAGES> sm(smem_raw);
-  mbarrier::StageRing<STAGES> ring;
-  if (warp_index() == 4) {
+  const typename L::Smem sm(smem_raw);
+  typename L::Ring ring;
+
+  // The producer warp's lane 0: every weight box of the CTA's tiles into the ring, each weight from
+  // its tensor map or, where its bit of BULK is set, its slot image.
+  if (hexel::warp_index() == 4) {
     if (threadIdx.x % 32 == 0) {
       __shared__ StreamPhase phases[4];
       const void* w[4] = {qkv_w, o_w, gu_w, down_w};
       const auto map = [&](int p) {
         return BULK >> p & 1u ? nullptr : static_cast<const TensorMap*>(w[p]);
       };
-      phases[0] = {map(0), H, BQ, kTilesQkv, 0, 0};
-      Mlp::stream_phases(map(1), map(2), map(3), kTilesQkv, phases + 1);
+      phases[0] = {map(0), H, BQ, L::kTilesQkv, 0, 0};
+      L::Mlp::stream_phases(map(1), map(2), map(3), L::kTilesQkv, phases + 1);
       for (int p = 0; p < 4; ++p)
         if (BULK >> p & 1u) phases[p].image = static_cast<const char*>(w[p]);
       phase_trace_at(kTraceProducerWaits,
@@ -722,154 +740,79 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     return;
   }
   const int t = threadIdx.x;
-  const unsigned long long entry = trace_clock();
-  auto sync128 = [] { named_barrier_sync(1, 128); };
-  float w8[kNormChunks<H>][8];
-  rms_load_w<H>(attn_norm, t, w8);
-  grid_dependency_wait();  // x, and the KV pages, are the previous kernels'
-  phase_trace_at(0, entry);
-  if constexpr (ACT_POLL) {
-    // act pending (persistent_poll_a): before this CTA's first arrival, so before every CTA's
-    // gate/up stores; after the wait, so after the previous kernels' reads of it.
-    for (unsigned w = blockIdx.x * 128 + t; w < static_cast<unsigned>(I / 2); w += gridDim.x * 128)
-      st_relaxed_gpu(reinterpret_cast<unsigned*>(act) + w, kActPending);
-  }
-  phase_trace(1);
+  typename L::NormWeights w8;
+  L::prologue(attn_norm, act, w8);
 
-  // Phase 0: qkv = RMSNorm(x) · Wqkvᵀ (bf16); with QKV_ROPE the tiles in RoPE's pair order, each
-  // running the QKV epilogue on its accumulators (qkv_rope_pairs), so phase 1 has no work.
+  // Phases 0 and 1: qkv and its epilogue (with QKV_ROPE in the QKV tiles: one arrival ends both,
+  // the wait for it is in the attention items), then the context's K/V into L2. The prefetch's
+  // page-table loads take the loaded latency, so they come after the arrival.
   const int pos = positions[0];
   const int* pt = page_tables + token_seq[0] * MAXP;
-  unsigned first = persistent_first_tile(0);
-  if (first < kTilesQkv) {
-    persistent_norm_a<1, H, EPS>(sm.base, x, w8);
-    if constexpr (QKV_ROPE) {
+  if constexpr (QKV_ROPE) {
+    // qkv in RoPE's pair order, each tile running the QKV epilogue on its accumulators
+    // (qkv_rope_pairs, with its (sin, cos) table in rope_sc), so phase 1 has no work.
+    __shared__ float2 rope_sc[BQ / 2];
+    auto sync128 = [] { hexel::named_barrier_sync(1, 128); };
+    unsigned first = persistent_first_tile(0);
+    if (first < L::kTilesQkv) {
+      persistent_norm_a<1, H, EPS>(sm.base, x, w8);
       const int page = pos >= 0 ? pt[pos / PAGE] : 0;
-      __shared__ float2 rope_sc[BQ / 2];
-      for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x) {
+      for (unsigned tile = first; tile < L::kTilesQkv; tile += gridDim.x) {
         sync128();  // the previous tile's epilogue has read rope_sc
         if (t < BQ / 2) rope_sc[t] = qkv_rope_angle<D, Rope, BQ>(tile, static_cast<unsigned>(t), pos);
         sync128();
         float d[BQ / 2];
         layer_gemm_tile_mma<1, BQ>(ring, sm.base, sm.ring_base, sm.full, sm.empty, H, d);
         qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer, q, rope_sc);
-        if constexpr (QKV_FLAGS) {
-          // The tile's stores are warp 0's (threads 0-3): the warp meets, then its lane 0
-          // releases them to each group the tile covers (fence, then red: the release pattern of
-          // persistent_arrive, with the warp barrier where that has the CTA's).
-          if (t < 32) {
-            __syncwarp();
-            if (t == 0) {
-              asm volatile("fence.acq_rel.gpu;" ::: "memory");
-              unsigned long long seen = 0;
-              for (int h = static_cast<int>(tile * BQ / D); h <= static_cast<int>((tile * BQ + BQ - 1) / D); ++h) {
-                const int g = qkv_head_group<HQ, HKV>(h);
-                if (seen >> g & 1ull) continue;
-                seen |= 1ull << g;
-                asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(sync + 2 + g) : "memory");
-              }
-            }
-          }
-        }
+        if constexpr (QKV_FLAGS) L::release_qkv_tile(tile, sync);
       }
-    } else {
-      for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
-        layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, H, NQKV,
-                                                    qkv);
     }
+  } else {
+    L::qkv_phase(ring, sm, w8, x, qkv);
   }
-
   // The context's K/V of this layer into L2, a page's slice of the layer per thread over the whole
   // grid, so that the attention items' chunk loads (phase 2) wait on L2 rather than DRAM: their
-  // chunks are a chain of dependent loads, each a DRAM latency without it. Issued
-  // after QKV, so that less than the ring's worth of weights passes through L2 before the items
-  // read it; at most kKvPrefetchBytes (the first pages: every slot's first split). Loads only.
+  // chunks are a chain of dependent loads, each a DRAM latency without it. Issued after QKV, so
+  // that less than the ring's worth of weights passes through L2 before the items read it; at most
+  // kKvPrefetchBytes (the first pages: every slot's first split). Loads only.
   const auto prefetch_kv = [&] {
     constexpr long long kLayerPageElems = 2LL * HKV * PAGE * D;
     constexpr int kMaxPages = static_cast<int>(kKvPrefetchBytes / (2 * kLayerPageElems));
     const int pages = pos < 0 ? 0 : min(pos / PAGE + 1, kMaxPages);
     for (int p = blockIdx.x + gridDim.x * t; p < pages; p += gridDim.x * 128)
-      tma::prefetch_bytes(kv_layer + static_cast<long long>(pt[p]) * PAGE_ELEMS, 2 * kLayerPageElems);
+      hexel::tma::prefetch_bytes(kv_layer + static_cast<long long>(pt[p]) * PAGE_ELEMS,
+                                 2 * kLayerPageElems);
   };
   if constexpr (QKV_ROPE) {
-    // One arrival ends phases 0 and 1; the prefetch (its page-table loads take the loaded latency)
-    // after it, and the wait later (wait_qkv).
     phase_trace(2);
-    persistent_arrive<COUNT>(sync, 2);
+    persistent_arrive(sync, 2);
     phase_trace(16);
     prefetch_kv();
   } else {
-    persistent_next_phase<COUNT>(sync, 0);
-    prefetch_kv();
-  }
-  // With QKV_ROPE, the wait for phases 0 and 1, once a CTA: inside its first attention item,
-  // after the item's loads that need nothing this launch wrote (attn_split_block's before_q), or
-  // after the items where it has none.
-  bool waited = !QKV_ROPE;
-  auto wait_qkv = [&] {
-    if (waited) return;
-    persistent_wait<COUNT>(sync, 2 * gridDim.x);
-    phase_trace(5);
-    waited = true;
-  };
-
-  // Phase 1: the QKV epilogue, a head per work item (q to `q`, K/V appended to their pages).
-  if constexpr (!QKV_ROPE) {
     __shared__ float head_v[D];
     __shared__ float scratch[D / 32 > 0 ? D / 32 : 1];
-    for (unsigned head = blockIdx.x; head < static_cast<unsigned>(NH); head += gridDim.x) {
-      const float v =
-          t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(qkv + head * D + qkv_pair_pos(t, D))) << 16) : 0.f;
-      qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
-          v, static_cast<int>(head), 0, t, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q,
-          head_v, scratch, sync128);
-    }
-    persistent_next_phase<COUNT>(sync, 1);
+    persistent_next_phase(sync, 0);
+    prefetch_kv();
+    L::qkv_epilogue_phase(qkv, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q,
+                          head_v, scratch);
+    persistent_next_phase(sync, 1);
   }
 
-  // Phase 2: the attention splits, a (KV head, slot) per work item, slot-major (item = slot · HKV +
-  // KV head): the slots with work at a context are the first ones, so its items are the first
-  // (position / SPLIT + 1) · HKV, one a CTA up to the grid's size (head-major, CTA b's second item
-  // b + gridDim.x would be a second chain after its first wherever NSPLIT · HKV passes the grid,
-  // however few slots have work). Which CTA runs an item changes no bit. A
-  // context of one split (position < SPLIT) needs no combine: the items write attn as the combine
-  // would (attn_split_block's `out`, the same bits), and this arrival ends phase 3 too, so o waits
-  // for one count fewer. Every CTA reads the same position, so all take the same branch.
-  // With QKV_FLAGS an item waits for its KV head's group of QKV tiles alone (qkv_group_tiles), and
-  // a CTA without items for nothing: what it does next (its arrival) reads nothing of this launch.
+  // Phases 2 and 3: the attention splits, then the combine where the context spans more than one
+  // split (every CTA reads the same position, so all take the same branch); where it does not, one
+  // arrival ends both, so o waits for one count fewer.
   const bool one_split = pos >= 0 && pos < SPLIT;
-  for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT); item += gridDim.x) {
-    const int kvh = static_cast<int>(item % HKV);
-    auto before_q = [&] {
-      if constexpr (QKV_FLAGS) {
-        // The group's counter met as the grid-wide count is (persistent_wait).
-        persistent_wait<COUNT>(sync + 2 + kvh, qkv_group_tiles<HQ, HKV, D, BQ>(kvh));
-        phase_trace(5);
-      } else {
-        wait_qkv();
-      }
-    };
-    attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
-        0, kvh, static_cast<int>(item / HKV), q, positions, token_seq, page_tables, kv_layer, part_o,
-        part_ml, sync128, one_split ? attn : nullptr, nullptr, nullptr, -1, before_q);
-  }
-  if constexpr (!QKV_FLAGS) wait_qkv();
+  L::attention_phase(q, positions, token_seq, page_tables, kv_layer, part_o, part_ml,
+                     one_split ? attn : nullptr, sync);
   if (one_split) {
     phase_trace(2 + 2 * 2);
-    persistent_arrive<COUNT>(sync, 2);
+    persistent_arrive(sync, 2);
     phase_trace(16 + 2);
   } else {
-    persistent_next_phase<COUNT>(sync, 2);
-    // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
-    // row's last loop reads shared memory the next one writes).
-    if (t < D)
-      for (unsigned hq = blockIdx.x; hq < static_cast<unsigned>(HQ); hq += gridDim.x) {
-        auto sync_d = [] { named_barrier_sync(2, D); };
-        attn_combine_row<HQ, D, NSPLIT, SPLIT>(0, static_cast<int>(hq), part_o, part_ml, positions, attn, sync_d);
-        sync_d();
-      }
+    persistent_next_phase(sync, 2);
+    L::combine_phase(part_o, part_ml, positions, attn);
     phase_trace(8);
-    persistent_arrive<COUNT>(sync);
+    persistent_arrive(sync);
     phase_trace(16 + 3);
   }
 
@@ -878,8 +821,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   static_assert(2 + 2 * (kMlpPhase0 + 2) < 15 && 16 + kMlpPhase0 + 1 < kTraceProducerWaits,
                 "phase_trace: the phases' events below the producer's (15), then the arrivals, then "
                 "the exit");
-  Mlp::template run<1, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x,
-                                             act, sync, kMlpPhase0, kTilesQkv);
+  L::Mlp::template run<1, EPS>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x,
+                               act, sync, kMlpPhase0, L::kTilesQkv);
   phase_trace(kTraceExit);
   persistent_finish(sync, QKV_FLAGS ? HKV : 0);
 }

@@ -19,6 +19,8 @@
 // whatever M is, so a row's result does not depend on the bucket.
 #include "common.cuh"
 #include "hexel/cluster.cuh"
+#include "hexel/ld_st.cuh"
+#include "hexel/math.cuh"
 #include "hexel/matrix_ldst.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/sync.cuh"
@@ -138,13 +140,10 @@ __device__ __forceinline__ unsigned wgmma_k_loop(float (&d)[N / 2],
     // One group stays in flight; once it is the only one, the previous stage has been read.
     wgmma::wait_group<1>();
     if (ks > 0 && lane == 0) {
-      if constexpr (CL == 1) {
+      if constexpr (CL == 1)
         mbarrier::arrive(empty + 8 * prev);
-      } else {
-#pragma unroll
-        for (unsigned r = 0; r < CL; ++r)
-          mbarrier::arrive_remote(cluster::map_shared(empty + 8 * prev, r));
-      }
+      else
+        mbarrier::arrive_remote_ranks<CL>(empty + 8 * prev);
     }
     prev = ring.index;
     ring.advance();
@@ -188,15 +187,14 @@ struct EpilogueSwiGlu {
   static constexpr unsigned kOutCols = PrefillGemm::kBlockN / 2, kChunkCols = 64;
   static constexpr bool kSplitW = true, kResidual = false;
   // silu(gate) · up = gate · up / (1 + 2^(-gate · log2 e)), on the special function unit: one
-  // ex2.approx and one rcp.approx (PTX ISA: ex2, rcp; .approx.ftz.f32, relative errors near 2^-22
-  // and 1 ulp, far below the bf16 rounding that follows) instead of expf and an IEEE division,
+  // ex2.approx and one rcp.approx (hexel/math.cuh: relative errors near 2^-22 and 1 ulp, far
+  // below the bf16 rounding that follows) instead of expf and an IEEE division,
   // which would cost the SwiGLU epilogue ~2 µs of issue per tile while the tensor cores wait. Large
   // negative gates give 2^+inf = inf, rcp(inf) = 0, so silu → -0 as it should. The small-M GEMM
   // calls this same function, so the two stay bit-identical.
   __device__ __forceinline__ static float act(float gate, float up) {
-    float e, r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(gate * -1.4426950408889634f));
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.f + e));
+    const float e = hexel::ex2_approx(gate * -1.4426950408889634f);
+    const float r = hexel::rcp_approx(1.f + e);
     return gate * r * up;
   }
   __device__ __forceinline__ static unsigned pack(const float (&d)[PrefillGemm::kBlockN / 2],
@@ -216,9 +214,108 @@ struct EpilogueResidual {
   static constexpr bool kSplitW = false, kResidual = true;
 };
 
-// Two f32 to shared memory. PTX: st (.shared, .v2.f32).
-__device__ __forceinline__ void st_shared_f32x2(unsigned addr, float a, float b) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+// The producer (one thread): for each of the CTA's tiles, every K block's A and W rows into the
+// ring of stages (a_stage, w_stage: their shared addresses) behind the full / empty barriers
+// (kCover: one box of whole slot-image tiles covering the tile's rows; SwiGLU: the gate and the up
+// rows).
+template <int M, int N, int K, class Epi, unsigned W_BH, unsigned W_BOX, class AStage, class WStage>
+__device__ __forceinline__ void prefill_gemm_produce(const TensorMap* a_map, const TensorMap* w_map,
+                                                     unsigned full, unsigned empty, AStage& a_stage,
+                                                     WStage& w_stage) {
+  using G = PrefillGemm;
+  using namespace hexel;
+  constexpr bool kCover = W_BH > 0 && W_BOX > G::kBlockN;
+  constexpr unsigned kWRows = kCover ? W_BOX : G::kBlockN;
+  constexpr unsigned kStages = G::stages_for(kWRows);
+  constexpr unsigned kStageBytes = G::kABytes + kWRows * 128;
+  constexpr unsigned tiles_m = (M + G::kBlockM - 1) / G::kBlockM;
+  constexpr unsigned tiles_n = (N + Epi::kOutCols - 1) / Epi::kOutCols;
+  constexpr unsigned units = tiles_m * tiles_n;
+  constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
+  mbarrier::StageRing<kStages> ring;
+  for (unsigned u = blockIdx.x; u < units; u += gridDim.x) {
+    unsigned tm, tn;
+    prefill_tile_coords(u, tiles_m, tiles_n, tm, tn);
+    for (unsigned kb = 0; kb < k_blocks; ++kb) {
+      mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
+      const unsigned bar = full + 8 * ring.index;
+      // Out-of-bounds box elements count too: the stage always receives kStageBytes.
+      mbarrier::arrive_expect_tx(bar, kStageBytes);
+      tma::load(a_stage(ring.index), a_map, bar, kb * G::kBlockK, tm * G::kBlockM);
+      if constexpr (Epi::kSplitW) {
+        constexpr unsigned half = G::kBlockN / 2;
+        load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index), w_map, bar, kb, tn * half, 0, N);
+        load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index) + half * 128, w_map, bar, kb,
+                                            tn * half, 1, N);
+      } else {
+        load_weight_rows<G::kBlockN, W_BH, W_BOX>(w_stage(ring.index), w_map, bar, kb,
+                                                  tn * G::kBlockN, 0, N);
+      }
+      ring.advance();
+    }
+  }
+}
+
+// A consumer warpgroup's epilogue of tile (tm, tn) (cw: its 64 rows; warp, lane: the thread's):
+// the accumulators d through its two 64 x 128-byte chunk buffers at `epilogue` to out_map, by TMA
+// stores (bf16, through stmatrix) or TMA reductions (the f32 residual), the warpgroup's leader
+// issuing them. Per chunk: wait until the TMA has read the buffer's previous chunk (two chunks
+// ago), fill it, switch proxies, and the leader hands it to the TMA.
+template <class Epi>
+__device__ __forceinline__ void prefill_gemm_epilogue(const float (&d)[PrefillGemm::kBlockN / 2],
+                                                      const TensorMap* out_map, unsigned epilogue,
+                                                      unsigned tm, unsigned tn, unsigned cw,
+                                                      unsigned warp, unsigned lane,
+                                                      bool wg_leader) {
+  using G = PrefillGemm;
+  using namespace hexel;
+  const unsigned row0 = tm * G::kBlockM + cw * 64;
+  // Per chunk: wait until the TMA has read the buffer's previous chunk (two chunks ago),
+  // fill it, switch proxies, and the leader hands it to the TMA.
+#pragma unroll
+  for (unsigned ch = 0; ch < Epi::kOutCols / Epi::kChunkCols; ++ch) {
+    const unsigned buf = epilogue + (cw * 2 + ch % 2) * G::kChunkBytes;
+    if (wg_leader) tma::wait_group_read<1>();
+    named_barrier_sync(1 + cw, 128);
+    if constexpr (Epi::kResidual) {
+      // Column block j (8 f32 = 32 bytes) of row half h: lanes 4r..4r+3 write row r's 32
+      // bytes; with the swizzle the warp's 8 rows fall in 8 different 16-byte bank groups.
+#pragma unroll
+      for (unsigned jj = 0; jj < Epi::kChunkCols / 8; ++jj) {
+        const unsigned j = ch * (Epi::kChunkCols / 8) + jj;
+#pragma unroll
+        for (unsigned h = 0; h < 2; ++h) {
+          const unsigned r = 16 * warp + lane / 4 + 8 * h;
+          const unsigned off = r * 128 + 4 * (8 * jj + 2 * (lane % 4));
+          st_shared_v2_f32(buf + swizzled_offset(off, Swizzle::B128), d[4 * j + 2 * h],
+                           d[4 * j + 2 * h + 1]);
+        }
+      }
+    } else {
+      // Per 16 columns (column blocks j, j + 1) one stmatrix.x4 writes the warp's 16 rows:
+      // matrices (rows 0-7, j), (8-15, j), (0-7, j + 1), (8-15, j + 1), lane l addressing
+      // row l % 8 of matrix l / 8.
+      const unsigned quad = lane / 8, r_in = 16 * warp + 8 * (quad % 2) + lane % 8;
+#pragma unroll
+      for (unsigned q = 0; q < Epi::kChunkCols / 16; ++q) {
+        const unsigned j = ch * (Epi::kChunkCols / 8) + 2 * q;
+        const unsigned frag[4] = {Epi::pack(d, j, 0), Epi::pack(d, j, 1), Epi::pack(d, j + 1, 0),
+                                  Epi::pack(d, j + 1, 1)};
+        const unsigned col_bytes = 2 * (16 * q + 8 * (quad / 2));
+        stmatrix<4>(buf + swizzled_offset(r_in * 128 + col_bytes, Swizzle::B128), frag);
+      }
+    }
+    fence_proxy_async_smem();  // shared writes, then the TMA reads them: proxy switch
+    named_barrier_sync(1 + cw, 128);
+    if (wg_leader) {
+      const unsigned col = tn * Epi::kOutCols + ch * Epi::kChunkCols;
+      if constexpr (Epi::kResidual)
+        tma::reduce_add(out_map, buf, col, row0);
+      else
+        tma::store(out_map, buf, col, row0);
+      tma::commit_group();
+    }
+  }
 }
 
 // The whole kernel; the epilogue writes through `out_map`: a bf16 TMA store, or the residual's
@@ -273,28 +370,7 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
-      mbarrier::StageRing<kStages> ring;
-      for (unsigned u = blockIdx.x; u < units; u += gridDim.x) {
-        unsigned tm, tn;
-        prefill_tile_coords(u, tiles_m, tiles_n, tm, tn);
-        for (unsigned kb = 0; kb < k_blocks; ++kb) {
-          mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
-          const unsigned bar = full + 8 * ring.index;
-          // Out-of-bounds box elements count too: the stage always receives kStageBytes.
-          mbarrier::arrive_expect_tx(bar, kStageBytes);
-          tma::load(a_stage(ring.index), a_map, bar, kb * G::kBlockK, tm * G::kBlockM);
-          if constexpr (Epi::kSplitW) {
-            constexpr unsigned half = G::kBlockN / 2;
-            load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index), w_map, bar, kb, tn * half, 0, N);
-            load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index) + half * 128, w_map, bar, kb,
-                                                tn * half, 1, N);
-          } else {
-            load_weight_rows<G::kBlockN, W_BH, W_BOX>(w_stage(ring.index), w_map, bar, kb,
-                                                      tn * G::kBlockN, 0, N);
-          }
-          ring.advance();
-        }
-      }
+      prefill_gemm_produce<M, N, K, Epi, W_BH, W_BOX>(a_map, w_map, full, empty, a_stage, w_stage);
     }
   } else {
     setmaxnreg_inc<232>();
@@ -319,53 +395,7 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
           [&](unsigned st) { return w_stage(st) + w_at; });
       if (lane == 0) mbarrier::arrive(empty + 8 * prev);
 
-      const unsigned row0 = tm * G::kBlockM + cw * 64;
-      // Per chunk: wait until the TMA has read the buffer's previous chunk (two chunks ago),
-      // fill it, switch proxies, and the leader hands it to the TMA.
-#pragma unroll
-      for (unsigned ch = 0; ch < Epi::kOutCols / Epi::kChunkCols; ++ch) {
-        const unsigned buf = epilogue + (cw * 2 + ch % 2) * G::kChunkBytes;
-        if (wg_leader) tma::wait_group_read<1>();
-        named_barrier_sync(1 + cw, 128);
-        if constexpr (Epi::kResidual) {
-          // Column block j (8 f32 = 32 bytes) of row half h: lanes 4r..4r+3 write row r's 32
-          // bytes; with the swizzle the warp's 8 rows fall in 8 different 16-byte bank groups.
-#pragma unroll
-          for (unsigned jj = 0; jj < Epi::kChunkCols / 8; ++jj) {
-            const unsigned j = ch * (Epi::kChunkCols / 8) + jj;
-#pragma unroll
-            for (unsigned h = 0; h < 2; ++h) {
-              const unsigned r = 16 * warp + lane / 4 + 8 * h;
-              const unsigned off = r * 128 + 4 * (8 * jj + 2 * (lane % 4));
-              st_shared_f32x2(buf + swizzled_offset(off, Swizzle::B128), d[4 * j + 2 * h],
-                              d[4 * j + 2 * h + 1]);
-            }
-          }
-        } else {
-          // Per 16 columns (column blocks j, j + 1) one stmatrix.x4 writes the warp's 16 rows:
-          // matrices (rows 0-7, j), (8-15, j), (0-7, j + 1), (8-15, j + 1), lane l addressing
-          // row l % 8 of matrix l / 8.
-          const unsigned quad = lane / 8, r_in = 16 * warp + 8 * (quad % 2) + lane % 8;
-#pragma unroll
-          for (unsigned q = 0; q < Epi::kChunkCols / 16; ++q) {
-            const unsigned j = ch * (Epi::kChunkCols / 8) + 2 * q;
-            const unsigned frag[4] = {Epi::pack(d, j, 0), Epi::pack(d, j, 1),
-                                      Epi::pack(d, j + 1, 0), Epi::pack(d, j + 1, 1)};
-            const unsigned col_bytes = 2 * (16 * q + 8 * (quad / 2));
-            stmatrix<4>(buf + swizzled_offset(r_in * 128 + col_bytes, Swizzle::B128), frag);
-          }
-        }
-        fence_proxy_async_smem();  // shared writes, then the TMA reads them: proxy switch
-        named_barrier_sync(1 + cw, 128);
-        if (wg_leader) {
-          const unsigned col = tn * Epi::kOutCols + ch * Epi::kChunkCols;
-          if constexpr (Epi::kResidual)
-            tma::reduce_add(out_map, buf, col, row0);
-          else
-            tma::store(out_map, buf, col, row0);
-          tma::commit_group();
-        }
-      }
+      prefill_gemm_epilogue<Epi>(d, out_map, epilogue, tm, tn, cw, warp, lane, wg_leader);
     }
     if (wg_leader) tma::wait_group<0>();
   }

@@ -53,6 +53,8 @@
 // stored. So A takes K · M · 2 bytes (8 KB at M = 1, K = 4096) instead of K · 16. The producer
 // never waits for the previous kernel: every load it issues is a weight.
 #include "gemm_prefill.cuh"
+#include "hexel/ld_st.cuh"
+#include "hexel/memory_order.cuh"
 #include "norm.cuh"
 
 namespace telos_kernels {
@@ -75,13 +77,12 @@ struct SmallGemm {
 enum class SmallEpi { StoreBf16, Residual, SwiGlu, F32Cand };
 
 // A resident in shared memory at `base` in the interleaved wgmma layout: chunk c (eight bf16) of
-// row r at 16 (c M + r). No "memory" clobber on the stores: the caller's global loads for later
-// chunks may move above them (they do not alias), so their L2 round trips overlap; a_finish's
-// fence and barrier are ordered after every store (volatile asm keeps its order).
+// row r at 16 (c M + r). Unordered stores: the caller's global loads for later chunks may move
+// above them (they do not alias), so their L2 round trips overlap; a_finish's fence and barrier
+// are ordered after every store.
 template <int M>
 __device__ __forceinline__ void a_store_chunk(unsigned base, unsigned c, int r, uint4 v) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(base + (c * M + r) * 16), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w));
+  hexel::st_shared_v4_unordered(base + (c * M + r) * 16, v.x, v.y, v.z, v.w);
 }
 // After the last of `chunks` chunks, by the 128 consumer threads (t): the 128-byte zero tail the
 // last core matrix's rows past M read, then the fence for wgmma and the meeting.
@@ -137,17 +138,18 @@ template <SmallEpi EPI, unsigned BN, bool L2_ONLY = false>
 __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsigned h, unsigned j, void* out,
                                                  long long at) {
   if constexpr (EPI == SmallEpi::Residual) {
-    // The add in L2 (common.cuh), past L1 as L2_ONLY needs: no read of x to wait for at the end of
-    // the kernel or of a persistent layer's phase, where a load meets the next launch's weight
-    // stream (docs/performance.md).
-    red_add_f32x2(static_cast<float*>(out) + at, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+    // The add in L2 (hexel/memory_order.cuh: the TMA f32 reduction's arithmetic), past L1 as
+    // L2_ONLY needs: no read of x to wait for at the end of the kernel or of a persistent layer's
+    // phase, where a load meets the next launch's weight stream (docs/performance.md).
+    hexel::red_add_relaxed_gpu(static_cast<float*>(out) + at, d[4 * j + 2 * h],
+                               d[4 * j + 2 * h + 1]);
   } else if constexpr (EPI == SmallEpi::SwiGlu) {
     constexpr unsigned kUp = 4 * (BN / 2 / 8);
     unsigned* p = reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at);
     const unsigned v = pack_bf16x2(EpilogueSwiGlu::act(d[4 * j + 2 * h], d[kUp + 4 * j + 2 * h]),
                                    EpilogueSwiGlu::act(d[4 * j + 2 * h + 1], d[kUp + 4 * j + 2 * h + 1]));
     if constexpr (L2_ONLY)
-      st_relaxed_gpu(p, v == kActPending ? 0x7fff7fffu : v);
+      hexel::st_relaxed_gpu(p, v == kActPending ? 0x7fff7fffu : v);
     else
       *p = v;
   } else if constexpr (EPI == SmallEpi::F32Cand) {
@@ -155,6 +157,130 @@ __device__ __forceinline__ void small_gemm_store(const float (&d)[BN / 2], unsig
         make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
   } else {
     *reinterpret_cast<unsigned*>(static_cast<bf16*>(out) + at) = pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+  }
+}
+
+// The greedy candidate of a tile row (F32Cand): the largest of its BN values (h: the accumulator
+// row half, tn the weight tile), each lane's 2 BN / 8, then its quad's (the four lanes holding the
+// row). Every lane takes part in the shuffles.
+template <unsigned BN>
+__device__ __forceinline__ unsigned long long small_gemm_candidate(const float (&d)[BN / 2],
+                                                                   unsigned h, unsigned tn,
+                                                                   unsigned lane) {
+  unsigned long long best = 0;
+#pragma unroll
+  for (unsigned j = 0; j < BN / 8; ++j)
+#pragma unroll
+    for (unsigned e = 0; e < 2; ++e) {
+      const unsigned long long c =
+          greedy_candidate(d[4 * j + 2 * h + e], tn * BN + 8 * j + 2 * (lane % 4) + e);
+      best = c > best ? c : best;
+    }
+#pragma unroll
+  for (unsigned o = 1; o < 4; o <<= 1) {
+    const unsigned long long c = __shfl_xor_sync(0xffffffffu, best, o);
+    best = c > best ? c : best;
+  }
+  return best;
+}
+
+// A consumer thread's epilogue of a small-M GEMM tile (M tile tm, weight tile tn; the thread's
+// warpgroup wg, warp and lane): its accumulators d[4j + 2h + e], row 16 warp + lane / 4 + 8h,
+// column 8j + 2 (lane % 4) + e of its 64 rows of the tile, into `out` (rows past M and columns
+// past N store nothing), and with F32Cand each row's candidate into cand.
+template <int M, int N, int BN, SmallEpi EPI, int WG>
+__device__ __forceinline__ void small_gemm_epilogue(const float (&d)[BN / 2], unsigned tm,
+                                                    unsigned tn, unsigned wg, unsigned warp,
+                                                    unsigned lane, void* out,
+                                                    unsigned long long* cand) {
+  constexpr unsigned kTileM = SmallGemm::kBlockM * WG;
+  constexpr unsigned kOutCols = EPI == SmallEpi::SwiGlu ? BN / 2 : BN;
+#pragma unroll
+  for (unsigned h = 0; h < 2; ++h) {
+    const unsigned m = tm * kTileM + wg * SmallGemm::kBlockM + 16 * warp + lane / 4 + 8 * h;
+    if constexpr (EPI == SmallEpi::F32Cand) {
+      const unsigned long long best = small_gemm_candidate<BN>(d, h, tn, lane);
+      if (m < static_cast<unsigned>(M) && cand != nullptr && lane % 4 == 0)
+        cand[static_cast<long long>(m) * (N / BN) + tn] = best;
+    }
+    if (m >= static_cast<unsigned>(M)) continue;
+#pragma unroll
+    for (unsigned j = 0; j < kOutCols / 8; ++j) {
+      const unsigned n = tn * kOutCols + 8 * j + 2 * (lane % 4);
+      if (n >= static_cast<unsigned>(N)) continue;
+      small_gemm_store<EPI, BN>(d, h, j, out, static_cast<long long>(m) * N + n);
+    }
+  }
+}
+
+// The producer of a small-M GEMM CTA (M tile tm, weight tile tn, cluster rank `rank`; one
+// thread): every K block's weight rows (with CL > 1 this CTA's slice, multicast to the cluster) and
+// activations into the ring of STAGES stages (a_stage, w_stage: their shared addresses) behind the
+// full / empty barriers. The first pass over the ring: weights before griddepcontrol.wait,
+// activations after it (the weights and tensor maps are never written by a kernel). Each stage
+// expects its A and W bytes (out-of-bounds box elements count too).
+template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM, int CL, int WG, int KPS,
+          unsigned W_BH, unsigned W_BOX, class AStage, class WStage>
+__device__ __forceinline__ void small_gemm_produce(const TensorMap* a_map, const TensorMap* w_map,
+                                                   unsigned full, unsigned empty, unsigned tm,
+                                                   unsigned tn, unsigned rank, AStage& a_stage,
+                                                   WStage& w_stage) {
+  using G = SmallGemm;
+  using namespace hexel;
+  constexpr unsigned kTileM = G::kBlockM * WG;
+  constexpr bool kSplitW = EPI == SmallEpi::SwiGlu;
+  constexpr unsigned kOutCols = kSplitW ? BN / 2 : BN;
+  constexpr unsigned kSliceRows = kOutCols / CL;
+  constexpr unsigned kWBytes = BN * G::kBlockK * 2;
+  constexpr unsigned kARows = M < static_cast<int>(kTileM) ? M : kTileM;
+  constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
+  constexpr unsigned kTxBytes = (NORM ? 0 : kARows * G::kBlockK * 2) + kWBytes;
+  mbarrier::StageRing<STAGES> ring;
+  // Slot s (stage s / KPS), K block kb.
+  auto load_w = [&](unsigned s, unsigned kb) {
+    const unsigned bar = full + 8 * (s / KPS);
+    if constexpr (CL > 1) {
+      constexpr uint16_t kAll = (1u << CL) - 1u;
+      const unsigned at = rank * kSliceRows;
+      load_weight_rows<kSliceRows, W_BH, W_BOX, true>(w_stage(s) + at * 128, w_map, bar, kb,
+                                                      tn * kOutCols + at, 0, N, kAll);
+      if constexpr (kSplitW)
+        load_weight_rows<kSliceRows, W_BH, W_BOX, true>(w_stage(s) + (kOutCols + at) * 128, w_map,
+                                                        bar, kb, tn * kOutCols + at, 1, N, kAll);
+    } else if constexpr (kSplitW) {
+      load_weight_rows<kOutCols, W_BH, W_BOX>(w_stage(s), w_map, bar, kb, tn * kOutCols, 0, N);
+      load_weight_rows<kOutCols, W_BH, W_BOX>(w_stage(s) + kOutCols * 128, w_map, bar, kb,
+                                              tn * kOutCols, 1, N);
+    } else {
+      load_weight_rows<BN, W_BH, W_BOX>(w_stage(s), w_map, bar, kb, tn * BN, 0, N);
+    }
+  };
+  auto load_a = [&](unsigned s, unsigned kb) {
+    if constexpr (!NORM)
+      tma::load(a_stage(s), a_map, full + 8 * (s / KPS), kb * G::kBlockK, tm * kTileM);
+  };
+  // The first pass over the ring: weights before the wait, activations after it. Each stage
+  // expects its A and W bytes (out-of-bounds box elements count too).
+  // (With KPS > 1, K blocks and slots pair up as stage · KPS + j.)
+  constexpr unsigned kStagesK = k_blocks / KPS;
+  constexpr unsigned kFirst = STAGES < kStagesK ? STAGES : kStagesK;
+  for (unsigned ks = 0; ks < kFirst; ++ks) {
+    mbarrier::arrive_expect_tx(full + 8 * ks, KPS * kTxBytes);
+    for (unsigned j = 0; j < KPS; ++j) load_w(ks * KPS + j, ks * KPS + j);
+  }
+  if constexpr (!NORM) {
+    grid_dependency_wait();
+    for (unsigned kb = 0; kb < kFirst * KPS; ++kb) load_a(kb, kb);
+  }
+  for (unsigned ks = 0; ks < kFirst; ++ks) ring.advance();
+  for (unsigned ks = kFirst; ks < kStagesK; ++ks) {
+    mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
+    mbarrier::arrive_expect_tx(full + 8 * ring.index, KPS * kTxBytes);
+    for (unsigned j = 0; j < KPS; ++j) {
+      load_a(ring.index * KPS + j, ks * KPS + j);
+      load_w(ring.index * KPS + j, ks * KPS + j);
+    }
+    ring.advance();
   }
 }
 
@@ -239,54 +365,8 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
 
   if (warp_index() == 4 * WG) {
     if (threadIdx.x % 32 == 0) {
-      mbarrier::StageRing<STAGES> ring;
-      // Slot s (stage s / KPS), K block kb.
-      auto load_w = [&](unsigned s, unsigned kb) {
-        const unsigned bar = full + 8 * (s / KPS);
-        if constexpr (CL > 1) {
-          constexpr uint16_t kAll = (1u << CL) - 1u;
-          const unsigned at = rank * kSliceRows;
-          load_weight_rows<kSliceRows, W_BH, W_BOX, true>(w_stage(s) + at * 128, w_map, bar, kb,
-                                                          tn * kOutCols + at, 0, N, kAll);
-          if constexpr (kSplitW)
-            load_weight_rows<kSliceRows, W_BH, W_BOX, true>(w_stage(s) + (kOutCols + at) * 128,
-                                                            w_map, bar, kb, tn * kOutCols + at, 1,
-                                                            N, kAll);
-        } else if constexpr (kSplitW) {
-          load_weight_rows<kOutCols, W_BH, W_BOX>(w_stage(s), w_map, bar, kb, tn * kOutCols, 0, N);
-          load_weight_rows<kOutCols, W_BH, W_BOX>(w_stage(s) + kOutCols * 128, w_map, bar, kb,
-                                                  tn * kOutCols, 1, N);
-        } else {
-          load_weight_rows<BN, W_BH, W_BOX>(w_stage(s), w_map, bar, kb, tn * BN, 0, N);
-        }
-      };
-      auto load_a = [&](unsigned s, unsigned kb) {
-        if constexpr (!NORM)
-          tma::load(a_stage(s), a_map, full + 8 * (s / KPS), kb * G::kBlockK, tm * kTileM);
-      };
-      // The first pass over the ring: weights before the wait, activations after it. Each stage
-      // expects its A and W bytes (out-of-bounds box elements count too).
-      // (With KPS > 1, K blocks and slots pair up as stage · KPS + j.)
-      constexpr unsigned kStagesK = k_blocks / KPS;
-      constexpr unsigned kFirst = STAGES < kStagesK ? STAGES : kStagesK;
-      for (unsigned ks = 0; ks < kFirst; ++ks) {
-        mbarrier::arrive_expect_tx(full + 8 * ks, KPS * kTxBytes);
-        for (unsigned j = 0; j < KPS; ++j) load_w(ks * KPS + j, ks * KPS + j);
-      }
-      if constexpr (!NORM) {
-        grid_dependency_wait();
-        for (unsigned kb = 0; kb < kFirst * KPS; ++kb) load_a(kb, kb);
-      }
-      for (unsigned ks = 0; ks < kFirst; ++ks) ring.advance();
-      for (unsigned ks = kFirst; ks < kStagesK; ++ks) {
-        mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
-        mbarrier::arrive_expect_tx(full + 8 * ring.index, KPS * kTxBytes);
-        for (unsigned j = 0; j < KPS; ++j) {
-          load_a(ring.index * KPS + j, ks * KPS + j);
-          load_w(ring.index * KPS + j, ks * KPS + j);
-        }
-        ring.advance();
-      }
+      small_gemm_produce<M, N, K, BN, STAGES, EPI, NORM, CL, WG, KPS, W_BH, W_BOX>(
+          a_map, w_map, full, empty, tm, tn, rank, a_stage, w_stage);
     }
     // No CTA of a cluster exits while a peer may still multicast into it or arrive on its barriers.
     if constexpr (CL > 1) {
@@ -317,38 +397,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
                                                          a_rows, w_stage);
   // The last stage needs no release: nothing loads after it.
 
-  // d[4j + 2h + e]: row 16 warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e of the tile.
-#pragma unroll
-  for (unsigned h = 0; h < 2; ++h) {
-    const unsigned m = tm * kTileM + wg * G::kBlockM + 16 * warp + lane / 4 + 8 * h;
-    if constexpr (EPI == SmallEpi::F32Cand) {
-      // The row's candidate over the tile: each lane's 2 BN / 8 values, then its quad's (the four
-      // lanes holding the row). Every lane takes part in the shuffles; rows past M store nothing.
-      unsigned long long best = 0;
-#pragma unroll
-      for (unsigned j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (unsigned e = 0; e < 2; ++e) {
-          const unsigned long long c =
-              greedy_candidate(d[4 * j + 2 * h + e], tn * BN + 8 * j + 2 * (lane % 4) + e);
-          best = c > best ? c : best;
-        }
-#pragma unroll
-      for (unsigned o = 1; o < 4; o <<= 1) {
-        const unsigned long long c = __shfl_xor_sync(0xffffffffu, best, o);
-        best = c > best ? c : best;
-      }
-      if (m < static_cast<unsigned>(M) && cand != nullptr && lane % 4 == 0)
-        cand[static_cast<long long>(m) * (N / BN) + tn] = best;
-    }
-    if (m >= static_cast<unsigned>(M)) continue;
-#pragma unroll
-    for (unsigned j = 0; j < kOutCols / 8; ++j) {
-      const unsigned n = tn * kOutCols + 8 * j + 2 * (lane % 4);
-      if (n >= static_cast<unsigned>(N)) continue;
-      small_gemm_store<EPI, BN>(d, h, j, out, static_cast<long long>(m) * N + n);
-    }
-  }
+  small_gemm_epilogue<M, N, BN, EPI, WG>(d, tm, tn, wg, warp, lane, out, cand);
   if constexpr (CL > 1) {
     __syncwarp();
     cluster::sync();

@@ -100,11 +100,11 @@ template <int H, float EPS, bool GATHER>
 __global__ void __launch_bounds__(kNormThreads) rmsnorm(const float* x, const float* w, const int* rows,
                                                         bf16* out) {
   __shared__ float scratch[4];
-  pdl_launch_dependents();
+  hexel::launch_dependents();
   const int t = threadIdx.x;
   float w8[kNormChunks<H>][8];
   rms_load_w<H>(w, t, w8);
-  pdl_wait();
+  hexel::grid_dependency_wait();
   const int r = blockIdx.x;
   const int src = GATHER ? rows[r] : r;
   uint4* o = reinterpret_cast<uint4*>(out + static_cast<long long>(r) * H);

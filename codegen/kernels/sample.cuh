@@ -54,6 +54,92 @@ struct alignas(16) SamplePartial {
   unsigned count[3], min_key[4], max_key, unused;
 };
 
+// A greedy row from its G candidates `c` (the LM head's first stage), by one block: the largest
+// candidate is the largest logit, lowest id among equals; none (every logit NaN or -inf) gives 0.
+// One load a thread (tid, lane, warp) for G up to THREADS; best_c holds the warps' maxima;
+// put(token) by thread 0.
+template <int THREADS, int G, class Put>
+__device__ __forceinline__ void sample_greedy(const unsigned long long* c, int tid, int lane,
+                                              int warp, unsigned long long (&best_c)[THREADS / 32],
+                                              Put& put) {
+  constexpr int kWarps = THREADS / 32;
+  unsigned long long best = 0;
+  for (int j = tid; j < G; j += THREADS) best = c[j] > best ? c[j] : best;
+  best = warp_max_u64(best);
+  if (lane == 0) best_c[warp] = best;
+  __syncthreads();
+  if (tid == 0) {
+    for (int w = 1; w < kWarps; ++w) best = best_c[w] > best ? best_c[w] : best;
+    put(best != 0 ? greedy_candidate_index(best) : 0);
+  }
+}
+
+// The block's offset in the cluster's running sum (the totals of the blocks before it, in rank
+// order) and the cluster's total, from each block's `block_total` through the blocks' block_sum
+// (distributed shared memory; res: thread 0's result for the block).
+template <int C>
+__device__ __forceinline__ float2 sample_block_offset(float block_total, int tid, int rank,
+                                                      float& block_sum, SamplePartial& res) {
+  float offset = 0.f, total = block_total;
+  if constexpr (C > 1) {
+    if (tid == 0) block_sum = block_total;
+    hexel::cluster::sync();
+    if (tid == 0) {
+      const unsigned a = hexel::smem_addr(&block_sum);
+      float run = 0.f;
+      for (int c = 0; c < C; ++c) {
+        if (c == rank) res.sum[0] = run;
+        run += __uint_as_float(hexel::cluster::load_u32(hexel::cluster::map_shared(a, c)));
+      }
+      res.max_key = __float_as_uint(run);
+    }
+    __syncthreads();
+    offset = res.sum[0], total = __uint_as_float(res.max_key);
+  }
+  return make_float2(offset, total);
+}
+
+// The token of the thread whose range of the running sum holds u (from `start`): the first of its
+// values (index base + j · THREADS, value(j, key, weight)) whose running sum passes u, or with
+// rounding its last weighed one.
+template <int V, int THREADS, int C, class Value>
+__device__ __forceinline__ int sample_pick(float start, float u, int base, Value& value) {
+  constexpr int PER = (V + C * THREADS - 1) / (C * THREADS);
+  constexpr bool kUnrolled = PER <= 64;
+  float run = start;
+  int token = -1;
+  int last = -1;
+#pragma unroll(kUnrolled ? PER : 4)
+  for (int j = 0; j < PER; ++j) {
+    unsigned k;
+    float x;
+    value(j, k, x);
+    if (token < 0 && x > 0.f) {
+      run += x;
+      last = base + j * THREADS;
+      if (run > u) token = last;
+    }
+  }
+  if (token < 0) token = last;  // rounding: the thread's last weighed value
+  return token;
+}
+
+// A partial reduced over a warp's lanes: the sums by butterflies over the first `width` lanes'
+// distances (lane 0 ends with the sum of lanes 0 .. width - 1), the integers by redux.sync over all
+// 32 lanes.
+__device__ __forceinline__ void sample_warp_reduce(SamplePartial& v, int width) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    if (o < width)
+#pragma unroll
+      for (int i = 0; i < 3; ++i) v.sum[i] += __shfl_xor_sync(0xffffffffu, v.sum[i], o);
+#pragma unroll
+  for (int i = 0; i < 3; ++i) v.count[i] = __reduce_add_sync(0xffffffffu, v.count[i]);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v.min_key[i] = __reduce_min_sync(0xffffffffu, v.min_key[i]);
+  v.max_key = __reduce_max_sync(0xffffffffu, v.max_key);
+}
+
 // Row r's token goes to tokens_out[r] (device memory: the next step's embedding reads it) and to
 // tokens_host[r], the step's pinned host buffer mapped into the device's address space (docs/
 // artifact.md, `host:sampled`): the host reads its tokens there once the step's event has
@@ -99,19 +185,9 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   const SampleParams p = params[r];
 
   if (p.temperature <= 0.f || p.top_k == 1) {
-    // Greedy: the largest candidate is the largest logit, lowest id among equals; none (every
-    // logit NaN or -inf) gives 0. One load a thread for G up to THREADS; the cluster's first block.
-    if (rank != 0) return;
-    const unsigned long long* c = cand + static_cast<long long>(r) * G;
-    unsigned long long best = 0;
-    for (int j = tid; j < G; j += THREADS) best = c[j] > best ? c[j] : best;
-    best = warp_max_u64(best);
-    if (lane == 0) best_c[warp] = best;
-    __syncthreads();
-    if (tid == 0) {
-      for (int w = 1; w < kWarps; ++w) best = best_c[w] > best ? best_c[w] : best;
-      put(best != 0 ? greedy_candidate_index(best) : 0);
-    }
+    // Greedy: the cluster's first block.
+    if (rank == 0)
+      sample_greedy<THREADS, G>(cand + static_cast<long long>(r) * G, tid, lane, warp, best_c, put);
     return;
   }
 
@@ -135,18 +211,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
   int parity = 0;
   unsigned phases = 0;  // bit p: the phase of inbox_bar[p] to wait for next
   auto reduce = [&](SamplePartial v) {
-    auto warp_reduce = [&](int width) {
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1)
-        if (o < width)
-#pragma unroll
-          for (int i = 0; i < 3; ++i) v.sum[i] += __shfl_xor_sync(0xffffffffu, v.sum[i], o);
-#pragma unroll
-      for (int i = 0; i < 3; ++i) v.count[i] = __reduce_add_sync(0xffffffffu, v.count[i]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v.min_key[i] = __reduce_min_sync(0xffffffffu, v.min_key[i]);
-      v.max_key = __reduce_max_sync(0xffffffffu, v.max_key);
-    };
+    auto warp_reduce = [&](int width) { sample_warp_reduce(v, width); };
     const SamplePartial none{
         {0.f, 0.f, 0.f}, {0u, 0u, 0u}, {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, 0u};
     warp_reduce(32);
@@ -396,46 +461,15 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS)
     if (k == warp) warp_base = block_total;
     block_total += red[k].sum[0];
   }
-  float offset = 0.f, total = block_total;
-  if constexpr (C > 1) {
-    if (tid == 0) block_sum = block_total;
-    hexel::cluster::sync();
-    if (tid == 0) {
-      const unsigned a = hexel::smem_addr(&block_sum);
-      float run = 0.f;
-      for (int c = 0; c < C; ++c) {
-        if (c == rank) res.sum[0] = run;
-        run += __uint_as_float(hexel::cluster::load_u32(hexel::cluster::map_shared(a, c)));
-      }
-      res.max_key = __float_as_uint(run);
-    }
-    __syncthreads();
-    offset = res.sum[0], total = __uint_as_float(res.max_key);
-  }
+  const float2 placed = sample_block_offset<C>(block_total, tid, rank, block_sum, res);
+  const float offset = placed.x, total = placed.y;
   const unsigned long long seed = (static_cast<unsigned long long>(p.seed_hi) << 32) | p.seed_lo;
   const unsigned long long bits =
       splitmix64(seed ^ splitmix64(static_cast<unsigned long long>(p.counter)));
   float u = static_cast<float>(bits >> 40) * (1.f / 16777216.f) * total;
   u = fminf(u, __uint_as_float(__float_as_uint(total) - 1u));  // below total (total > 0)
   const float start = offset + (warp_base + excl), end = offset + (warp_base + incl);
-  if (start <= u && u < end) {
-    float run = start;
-    int token = -1;
-    int last = -1;
-#pragma unroll(kUnrolled ? PER : 4)
-    for (int j = 0; j < PER; ++j) {
-      unsigned k;
-      float x;
-      value(j, k, x);
-      if (token < 0 && x > 0.f) {
-        run += x;
-        last = base + j * THREADS;
-        if (run > u) token = last;
-      }
-    }
-    if (token < 0) token = last;  // rounding: the thread's last weighed value
-    put(token);
-  }
+  if (start <= u && u < end) put(sample_pick<V, THREADS, C>(start, u, base, value));
   leave();
 }
 

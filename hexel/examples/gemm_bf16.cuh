@@ -11,6 +11,7 @@
 // the host launcher is in gemm_bf16_launch.h.
 #pragma once
 #include "hexel/cluster.cuh"
+#include "hexel/math.cuh"
 #include "hexel/matrix_ldst.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/sync.cuh"
@@ -53,13 +54,6 @@ HEXEL_DEVICE void gemm_tile_coords(uint32_t t, uint32_t tiles_m, uint32_t tiles_
   const uint32_t r = t % per_group;
   tm = first_m + r % rows;
   tn = r / rows;
-}
-
-// Two f32 -> one bf16x2 word (round to nearest even), `lo` in the low half. PTX: cvt.rn.bf16x2.f32.
-HEXEL_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
 }
 
 template <uint32_t ClusterM>
@@ -141,13 +135,10 @@ __global__ void __launch_bounds__(GemmBf16::kThreads, 1)
     // Releasing a stage: every CTA whose producer multicasts into it must hear about it.
     auto release = [&](uint32_t stage) {
       if (!leader) return;
-      if constexpr (ClusterM == 1) {
+      if constexpr (ClusterM == 1)
         mbarrier::arrive(empty + 8 * stage);
-      } else {
-#pragma unroll
-        for (uint32_t r = 0; r < ClusterM; ++r)
-          mbarrier::arrive_remote(cluster::map_shared(empty + 8 * stage, r));
-      }
+      else
+        mbarrier::arrive_remote_ranks<ClusterM>(empty + 8 * stage);
     };
     for (uint32_t u = first_unit; u < units; u += unit_stride) {
       uint32_t um, tn;

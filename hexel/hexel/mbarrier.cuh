@@ -2,6 +2,7 @@
 // tcgen05 commits complete on (PTX ISA, "Parallel Synchronization and Communication
 // Instructions: mbarrier"). Every function takes the barrier's 32-bit shared address.
 #pragma once
+#include "hexel/cluster.cuh"
 #include "hexel/config.cuh"
 
 namespace hexel::mbarrier {
@@ -37,6 +38,16 @@ HEXEL_DEVICE void arrive_cluster(uint32_t cluster_bar) {
 // PTX: mbarrier.arrive (.shared::cluster).
 HEXEL_DEVICE void arrive_remote(uint32_t cluster_bar) {
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+
+// Arrive (as arrive_remote) on the barrier at shared offset `bar` in each CTA of cluster ranks 0 ..
+// N - 1: a consumer's release of a pipeline stage that the producers of N CTAs multicast into,
+// each of which refills it only once every consumer of the N CTAs is done with it.
+// PTX: mapa (.shared::cluster), mbarrier.arrive (.shared::cluster).
+template <uint32_t N>
+HEXEL_DEVICE void arrive_remote_ranks(uint32_t bar) {
+#pragma unroll
+  for (uint32_t r = 0; r < N; ++r) arrive_remote(cluster::map_shared(bar, r));
 }
 
 // Arrive and add `bytes` to the transaction count the current phase waits for: the producer's

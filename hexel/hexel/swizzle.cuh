@@ -17,4 +17,14 @@ HEXEL_HOST_DEVICE constexpr uint32_t swizzled_offset(uint32_t off, Swizzle s) {
   return off ^ ((off >> 3) & mask);
 }
 
+// The same map for a tile of 128-byte rows under the 128B swizzle, by row and 16-byte chunk: the
+// shared address of chunk `chunk` % 8 of row `row` in the tile at `tile` (1024-byte aligned),
+// tile + row · 128 + ((chunk mod 8) XOR (row mod 8)) · 16, which is tile + swizzled_offset(row ·
+// 128 + chunk % 8 · 16, Swizzle::B128). A caller walking wider rows in 128-byte column blocks
+// passes the block's tile and its piece index as it is. Int: the caller's index type.
+template <class Int>
+HEXEL_HOST_DEVICE constexpr uint32_t swizzled_chunk_b128(uint32_t tile, Int row, Int chunk) {
+  return tile + row * 128 + (((chunk % 8) ^ (row % 8)) * 16);
+}
+
 }  // namespace hexel

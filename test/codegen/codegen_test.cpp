@@ -462,8 +462,7 @@ TEST(Codegen, QkvFlagsFromTheServingConfig) {
   EXPECT_EQ(plain_sync, 8);
   in.decode_qkv_flags = true;
   const auto [flags, flags_sync] = layer(in);
-  EXPECT_EQ(flags,
-            plain.substr(0, plain.size() - 1) + ", telos_kernels::GridCount::Release, true, true>");
+  EXPECT_EQ(flags, plain.substr(0, plain.size() - 1) + ", true>");
   EXPECT_EQ(flags_sync, 8 + 4 * in.num_kv_heads);
   CodegenInput qwen3 = tiny("qwen3");
   const auto [q3, q3_sync] = layer(qwen3);
@@ -1215,29 +1214,19 @@ TEST(Codegen, AttnSplitBulkRingCompilesWithoutSpills) {
 // The prefill attention kernel (kernels/attention_prefill.cuh) at the real head shapes, in the
 // tiles of TPT = 128 / G (rounded down to a power of two) tokens a prefill bucket would use:
 // Llama-3.2-1B (32/8/64), Llama-3.1-8B (32/8/128), Qwen2.5-1.5B (12/2/128), Qwen3-0.6B (16/8/128),
-// and the GQA 1 / 8 extremes of the GPU tests, with and without the softmax / P·V overlap. Every
-// instance compiles without spills or a stack frame (the consumers' S, O and P registers fit
-// under setmaxnreg's 240), runs both products on wgmma, and ptxas does not serialize the wgmmas
-// (its C7513 warning: a register an in-flight wgmma reads written before the wait). Pages of 16
-// (the engine's) load K/V by TMA with the cp.async tail; pages of 7 (the GPU tests' odd size) by
-// cp.async alone. The stages and the static segment table fit the 227 KB a CTA may have. With Q in
-// two bf16 parts (Q_SPLIT, D 64 and 128, both orders) the consumers also hold Q_lo's register-A
-// fragments (D/4 registers) and S takes Q_lo's wgmmas from registers with K-major B (trans-b 0:
-// the PTX ends in "p, 1, 1, 0;", which neither the SS wgmma nor P·V's trans-b 1 does). The
-// persistent form (NT > 0) likewise, both orders, at 32 and 64 tokens a tile (two segment tables).
-// attn_prefill's instance names: OVERLAP always, Q_SPLIT and TURNS only where they leave the
-// kernel's defaults (false, true), as the plan, the bench and the tests have named them.
+// and the GQA 1 / 8 extremes of the GPU tests. Every instance compiles without spills or a stack
+// frame (the consumers' S, O and P registers fit under setmaxnreg's 240), runs both products on
+// wgmma, and ptxas does not serialize the wgmmas (its C7513 warning: a register an in-flight wgmma
+// reads written before the wait). Pages of 16 (the engine's) load K/V by TMA with the cp.async
+// tail; pages of 7 (the GPU tests' odd size) by cp.async alone. The stages and the static segment
+// table fit the 227 KB a CTA may have. The persistent form (NT > 0) likewise, at 32 and 64 tokens a
+// tile (two segment tables). attn_prefill's instance names: NT only where it is not the kernel's
+// default (0), as the plan, the bench and the tests name them.
 TEST(Codegen, PrefillAttentionInstanceNames) {
   const std::string head =
       "telos_kernels::attn_prefill<32, 8, 128, 16, 512, 65536ll, 0.127517432f, 32";
-  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, false), head + ", false>");
-  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, true), head + ", true>");
-  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, false, true),
-            head + ", false, true>");
-  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, true, false, false),
-            head + ", true, false, false>");
-  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, false, false, true, 128),
-            head + ", false, false, true, 128>");
+  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32), head + ">");
+  EXPECT_EQ(attn_prefill_instance(32, 8, 128, 16, 512, 65536, 32, 128), head + ", 128>");
 }
 
 TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
@@ -1253,48 +1242,27 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
                     std::to_string(s.hkv) + ", " + std::to_string(s.d) + ", 16, 512, " +
                     std::to_string(page_elems) + "ll, " +
                     float_literal(1.4426950408889634 / std::sqrt(double(s.d))) + ", " +
-                    std::to_string(s.tpt) + ", true>");
+                    std::to_string(s.tpt) + ">");
     head_dim[names.back()] = s.d;
   }
-  names.push_back(
-      "telos_kernels::attn_prefill<32, 8, 128, 16, 512, 65536ll, 0.127517432f, 32, false>");
-  head_dim[names.back()] = 128;
   const std::string odd_page =
-      "telos_kernels::attn_prefill<8, 8, 128, 7, 512, 28672ll, 0.127517432f, 128, true>";
+      "telos_kernels::attn_prefill<8, 8, 128, 7, 512, 28672ll, 0.127517432f, 128>";
   names.push_back(odd_page);
   head_dim[odd_page] = 128;
-  std::set<std::string> q_split;
-  for (const int d : {64, 128})
-    for (const bool overlap : {true, false}) {
-      names.push_back("telos_kernels::attn_prefill<32, 8, " + std::to_string(d) + ", 16, 512, " +
-                      std::to_string(2LL * 2 * 8 * 16 * d) + "ll, " +
-                      float_literal(1.4426950408889634 / std::sqrt(double(d))) + ", 32, " +
-                      (overlap ? "true" : "false") + ", true>");
-      head_dim[names.back()] = d;
-      q_split.insert(names.back());
-    }
-  // The overlaps without the ping-pong turns (TURNS false).
-  for (const int d : {64, 128}) {
-    names.push_back(
-        attn_prefill_instance(32, 8, d, 16, 512, 2LL * 2 * 8 * 16 * d, 32, true, false, false));
-    head_dim[names.back()] = d;
-  }
-  // Persistent (NT > 0), both orders; its producer keeps 40 registers (the scan of each tile) and
-  // its consumers take 232.
+  // Persistent (NT > 0); its producer keeps 40 registers (the scan of each tile) and its consumers
+  // take 232.
   std::set<std::string> persistent;
   for (const int d : {64, 128})
-    for (const bool overlap : {true, false})
-      for (const auto& [hq, tpt] : {std::pair{32, 32}, std::pair{16, 64}}) {
-        names.push_back(attn_prefill_instance(hq, 8, d, 16, 512, 2LL * 2 * 8 * 16 * d, tpt, overlap,
-                                              false, true, 4096 / tpt));
-        head_dim[names.back()] = d;
-        persistent.insert(names.back());
-      }
+    for (const auto& [hq, tpt] : {std::pair{32, 32}, std::pair{16, 64}}) {
+      names.push_back(
+          attn_prefill_instance(hq, 8, d, 16, 512, 2LL * 2 * 8 * 16 * d, tpt, 4096 / tpt));
+      head_dim[names.back()] = d;
+      persistent.insert(names.back());
+    }
   const CompiledModule m =
       compile_module("#include \"attention_prefill.cuh\"\n", "sm_90a", names, "");
   EXPECT_EQ(m.log.find("C7513"), std::string::npos) << m.log;
-  // Nor for want of registers (C7512: what the consumers' 240 would give way to first; with
-  // Q_SPLIT and the overlap they need 217-232).
+  // Nor for want of registers (C7512: what the consumers' 240 would give way to first).
   EXPECT_EQ(m.log.find("C7512"), std::string::npos) << m.log;
   // ptxas allocates each role's code within its setmaxnreg count (C7508: setmaxnreg ignored).
   EXPECT_EQ(m.log.find("C7508"), std::string::npos) << m.log;
@@ -1314,7 +1282,6 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
               std::string::npos)
         << name;
     EXPECT_EQ(body.find("cp.async.bulk.tensor.2d") != std::string::npos, name != odd_page) << name;
-    EXPECT_EQ(body.find("p, 1, 1, 0;") != std::string::npos, q_split.count(name) > 0) << name;
     const KernelResources& r = m.resources.at(entry);
     EXPECT_LE(r.shared_static + attn_prefill_smem(head_dim.at(name)), 232448) << name;
     EXPECT_EQ(r.spill_stores, 0) << name;

@@ -772,17 +772,15 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
 // The MLP half of decode_layer_persistent (MlpPhases), run alone by a test kernel, gives the bits
 // of the kernels it replaces: gemm_small_residual (o), rmsnorm, gemm_small_swiglu (gate/up),
 // gemm_small_residual (down), for x and act, at the tiny, Llama-3.2-1B, Qwen2.5-1.5B, Qwen3-0.6B
-// and Llama-3.1-8B shapes (the plan's tiles, decode_layer_tiling), with every way of meeting the
-// grid-wide counts (GridCount), with and without the count between gate/up and down (ACT_POLL:
-// down polls act, which the host sets pending first as decode_layer_persistent does on the device),
-// and its counters are zero after each launch (a second launch from
+// and Llama-3.1-8B shapes (the plan's tiles, decode_layer_tiling; down polls act, which the host
+// sets pending first as decode_layer_persistent does on the device), and its counters are zero
+// after each launch (a second launch from
 // the same inputs gives the same bits). The whole layer is
 // checked through the models: one-token steps (decode_layer_persistent) against the same rows in
 // larger buckets, bit for bit (gpu_model_test).
 const char* kMlpTestKernel = R"(
 namespace telos_kernels {
-template <int M, int H, int KO, int I, int STAGES, int BO, int BG, int BD, float EPS, GridCount COUNT,
-          bool ACT_POLL>
+template <int M, int H, int KO, int I, int STAGES, int BO, int BG, int BD, float EPS>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     mlp_phases_test(const TensorMap* o_map, const TensorMap* gu_map, const TensorMap* down_map, const bf16* attn,
                     const float* norm_w, float* x, bf16* act, unsigned* sync) {
@@ -795,7 +793,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     if (threadIdx.x % 32 == 0) Mlp::stream(ring, sm.ring_base, sm.full, sm.empty, o_map, gu_map, down_map, 0);
     return;
   }
-  Mlp::template run<M, EPS, COUNT, ACT_POLL>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, norm_w, x, act, sync, 0, 0);
+  Mlp::template run<M, EPS>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, norm_w, x, act, sync, 0, 0);
   persistent_finish(sync);
 }
 }  // namespace telos_kernels
@@ -817,16 +815,13 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
     const codegen::SmallGemmTiling to = codegen::small_gemm_tiling(s.H, s.KO, 1, false),
                                    tg = codegen::small_gemm_tiling(s.I, s.H, 1, true),
                                    td = codegen::small_gemm_tiling(s.H, s.I, 1, false);
-    std::vector<std::string> persistent;  // GridCount, ACT_POLL
-    for (const char* count : {"Fenced, false", "Release, false", "Release, true"})
-      persistent.push_back("telos_kernels::mlp_phases_test<1, " + I(s.H) + ", " + I(s.KO) + ", " +
-                           I(s.I) + ", " + I(mt.stages) + ", " + I(mt.bo) + ", " + I(mt.bg) + ", " +
-                           I(mt.bd) + ", " + eps + ", telos_kernels::GridCount::" + count + ">");
-    std::vector<std::string> names = {to.instance("residual", 1, s.H, s.KO),
-                                      "telos_kernels::rmsnorm<" + I(s.H) + ", " + eps + ", false>",
-                                      tg.instance("swiglu", 1, s.I, s.H),
-                                      td.instance("residual", 1, s.H, s.I)};
-    names.insert(names.end(), persistent.begin(), persistent.end());
+    const std::string persistent = "telos_kernels::mlp_phases_test<1, " + I(s.H) + ", " + I(s.KO) +
+                                   ", " + I(s.I) + ", " + I(mt.stages) + ", " + I(mt.bo) + ", " +
+                                   I(mt.bg) + ", " + I(mt.bd) + ", " + eps + ">";
+    const std::vector<std::string> names = {
+        to.instance("residual", 1, s.H, s.KO),
+        "telos_kernels::rmsnorm<" + I(s.H) + ", " + eps + ", false>",
+        tg.instance("swiglu", 1, s.I, s.H), td.instance("residual", 1, s.H, s.I), persistent};
     TestModule mod(source_with_rope() + kMlpTestKernel, names);
     std::vector<float> f;
     const std::vector<float> x = random_floats(s.H, 2.f), nw = random_floats(s.H, 1.f);
@@ -861,27 +856,22 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
     for (float v : want_x) nans += std::isnan(v);
     ASSERT_EQ(nans, 0u) << what;
 
-    // The persistent launch of each GridCount, twice from the same inputs (its counters must be
-    // back at zero), one counter pair for all of them in turn.
+    // The persistent launch, twice from the same inputs (its counters must be back at zero).
     const DeviceMap mo(wo.get(), s.H, s.KO, mt.bo), mg(wgu.get(), 2 * s.I, s.H, mt.bg / 2), md(wd.get(), s.H, s.I, mt.bd);
     DeviceBuffer<unsigned> sync(std::vector<unsigned>{0u, 0u});
-    for (const std::string& kernel : persistent) {
-      for (int run = 0; run < 2; ++run) {
-        DeviceBuffer<float> x_p(x);
-        DeviceBuffer<std::uint16_t> act_p(s.I);  // poisoned
-        if (kernel.ends_with("true>"))  // act pending (every bf16 0xFFFF) where down polls it
-          act_p.upload(std::vector<std::uint16_t>(s.I, 0xffff));
-        CUDA_OK(mod.launch(kernel, sms, codegen::kPersistentThreads,
-                           {mo.get(), mg.get(), md.get(), attn.get(), dnw.get(), x_p.get(),
-                            act_p.get(), sync.get()},
-                           mt.smem));
-        const auto got_x = x_p.download();
-        const auto got_act = act_p.download();
-        const std::string at = what + " " + kernel + " run " + I(run);
-        EXPECT_EQ(0, std::memcmp(got_x.data(), want_x.data(), want_x.size() * sizeof(float))) << at;
-        EXPECT_EQ(0, std::memcmp(got_act.data(), want_act.data(), want_act.size() * 2)) << at;
-        EXPECT_EQ(sync.download(), (std::vector<unsigned>{0u, 0u})) << at;
-      }
+    for (int run = 0; run < 2; ++run) {
+      DeviceBuffer<float> x_p(x);
+      DeviceBuffer<std::uint16_t> act_p(std::vector<std::uint16_t>(s.I, 0xffff));  // pending
+      CUDA_OK(mod.launch(
+          persistent, sms, codegen::kPersistentThreads,
+          {mo.get(), mg.get(), md.get(), attn.get(), dnw.get(), x_p.get(), act_p.get(), sync.get()},
+          mt.smem));
+      const auto got_x = x_p.download();
+      const auto got_act = act_p.download();
+      const std::string at = what + " run " + I(run);
+      EXPECT_EQ(0, std::memcmp(got_x.data(), want_x.data(), want_x.size() * sizeof(float))) << at;
+      EXPECT_EQ(0, std::memcmp(got_act.data(), want_act.data(), want_act.size() * 2)) << at;
+      EXPECT_EQ(sync.download(), (std::vector<unsigned>{0u, 0u})) << at;
     }
   }
 }
@@ -1633,16 +1623,10 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
 
 // The attn_prefill instance for `s` (pages of a 2-layer pool) in tiles of `tpt` tokens, its launch
 // (grid (HKV, T / TPT), 384 threads) and its dynamic shared memory (codegen::attn_prefill_smem, the
-// plan's statement of AttnPrefill<D>::kSmemBytes).
-// OVERLAP false: the softmax does not overlap the P·V (the same bits by construction). Q_SPLIT:
-// scores from Q in two bf16 parts (hi + lo). TURNS false (with OVERLAP): no ping-pong between the
-// consumer warpgroups.
-// NT > 0: the persistent form over NT tiles of each KV head.
-std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int tpt,
-                                  bool overlap = true, bool q_split = false, bool turns = true,
-                                  int nt = 0) {
-  return codegen::attn_prefill_instance(s.HQ, s.HKV, s.D, s.PAGE, s.MAXP, page_elems, tpt, overlap,
-                                        q_split, turns, nt);
+// plan's statement of AttnPrefill<D>::kSmemBytes). NT > 0: the persistent form over NT tiles of
+// each KV head.
+std::string attn_prefill_instance(const AttnShape& s, long long page_elems, int tpt, int nt = 0) {
+  return codegen::attn_prefill_instance(s.HQ, s.HKV, s.D, s.PAGE, s.MAXP, page_elems, tpt, nt);
 }
 // The tests' source: a wait that never completes traps (a failed launch) instead of hanging the
 // run.
@@ -1698,8 +1682,7 @@ struct PagedKv {
 // persistent form on that many CTAs.
 bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, int tpt,
                        const std::vector<float>& q, const std::vector<int>& positions,
-                       const std::vector<int>& token_seq, bool overlap = true, bool q_split = false,
-                       bool turns = true, int ctas = 0) {
+                       const std::vector<int>& token_seq, int ctas = 0) {
   const AttnShape& s = pool.s;
   const int T = static_cast<int>(positions.size());
   EXPECT_EQ(T % tpt, 0);
@@ -1711,12 +1694,12 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
       dkv.get() + pool.layer_offset(),
       static_cast<int>((static_cast<long long>(kv.size()) - pool.layer_offset()) / s.D), s.D,
       s.PAGE);
-  const cudaError_t e = mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, overlap, q_split,
-                                                         turns, ctas > 0 ? T / tpt : 0),
-                                   ctas > 0 ? dim3(ctas) : dim3(s.HKV, T / tpt), 384,
-                                   {dq.get(), dpos.get(), dseq.get(), dpt.get(),
-                                    dkv.get() + pool.layer_offset(), kv_map.get(), out.get()},
-                                   codegen::attn_prefill_smem(s.D));
+  const cudaError_t e =
+      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, ctas > 0 ? T / tpt : 0),
+                 ctas > 0 ? dim3(ctas) : dim3(s.HKV, T / tpt), 384,
+                 {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(),
+                  kv_map.get(), out.get()},
+                 codegen::attn_prefill_smem(s.D));
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   return out.download();
 }
@@ -1726,13 +1709,10 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
 // step: a chunk that starts at a position > 0 mid-page (the previous chunks' K/V in the pages) and
 // runs past a tile; a padding row; a second sequence from position 0 starting mid-tile, two key
 // blocks long and ending mid-page; a single row with the whole context; padding to a whole tile.
-// Every position a sequence has not reached holds NaN, and so does every page of no sequence. Both
-// variants of the kernel (with and without the softmax / P·V overlap), each with Q in bf16 and
-// with Q in two bf16 parts (Q_SPLIT). Pages of 16 load K/V by TMA (whole pages) and cp.async (the
-// page of a sequence's last position, zero-filled past it); pages of 7 by cp.async alone. With
-// pages of 16 also the persistent form (Q in bf16, both orders) on 3 CTAs, each running its
-// tiles in turn (both segment tables, the ring across tiles, and the turns of the overlapped
-// order across tiles).
+// Every position a sequence has not reached holds NaN, and so does every page of no sequence.
+// Pages of 16 load K/V by TMA (whole pages) and cp.async (the page of a sequence's last position,
+// zero-filled past it); pages of 7 by cp.async alone. With pages of 16 also the persistent form on
+// 3 CTAs, each running its tiles in turn (both segment tables, the ring across tiles).
 TEST(GpuKernels, PrefillAttentionMatchesF64) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Case {
@@ -1760,30 +1740,18 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
     pad((c.tpt - static_cast<int>(positions.size()) % c.tpt) % c.tpt);
     const int T = static_cast<int>(positions.size());
     const bool persistent = codegen::attn_prefill_persistent_fits(s.D, s.PAGE, c.tpt);
-    std::vector<std::string> names;
-    for (const bool q_split : {false, true})
-      for (const bool overlap : {true, false})
-        names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt, overlap, q_split));
-    if (persistent)
-      for (const bool overlap : {true, false})
-        names.push_back(
-            attn_prefill_instance(s, pool.page_elems, c.tpt, overlap, false, true, T / c.tpt));
+    std::vector<std::string> names = {attn_prefill_instance(s, pool.page_elems, c.tpt)};
+    if (persistent) names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt, T / c.tpt));
     TestModule mod(kAttnPrefillSource, names);
     const std::vector<float> q = random_floats(static_cast<std::size_t>(T) * s.HQ * s.D);
     const bf16v kv = pool.with_nan_tails({first0 + n0, n1, ctx});
-    for (const int ctas : {0, 3})
-      for (const bool q_split : {false, true})
-        for (const bool overlap : {true, false}) {
-          if (ctas > 0 && (!persistent || q_split)) continue;
-          SCOPED_TRACE(
-              std::string(overlap ? "with the softmax / P·V overlap" : "without the overlap") +
-              (q_split ? ", Q in two bf16 parts" : ", Q in bf16") +
-              (ctas > 0 ? ", persistent on 3 CTAs" : ""));
-          const bf16v out = run_attn_prefill(mod, pool, kv, c.tpt, q, positions, token_seq, overlap,
-                                             q_split, true, ctas);
-          expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f,
-                                       pool.page_tables, positions, token_seq, q, out);
-        }
+    for (const int ctas : {0, 3}) {
+      if (ctas > 0 && !persistent) continue;
+      SCOPED_TRACE(ctas > 0 ? "persistent on 3 CTAs" : "a tile a CTA");
+      const bf16v out = run_attn_prefill(mod, pool, kv, c.tpt, q, positions, token_seq, ctas);
+      expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f,
+                                   pool.page_tables, positions, token_seq, q, out);
+    }
   }
 }
 
@@ -1792,10 +1760,7 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
 // same prompt in chunks of 64 + 77 + 159 tokens, each chunk its own step with NaN in every position
 // it has not reached, the second chunk behind another sequence's 37 tokens (so its first row is
 // mid-tile), and with the whole prompt and the chunks in tiles of 128 / G and of 32 / G tokens;
-// and the kernel without the softmax / P·V overlap, and (Q in bf16) with it but without the
-// ping-pong turns, and (pages of 16) the persistent form on 3 CTAs and on a CTA a tile, give the
-// same bits as with both. The same
-// again with Q in two bf16 parts (Q_SPLIT), against its own whole-prompt step.
+// and (pages of 16) the persistent form on 3 CTAs and on a CTA a tile gives the same bits.
 TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Case {
@@ -1808,26 +1773,19 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
     const AttnShape& s = c.s;
     const int G = s.HQ / s.HKV, L = 300, NY = 37;
     PagedKv pool(s, 2);  // sequence 0: the prompt; 1: the other sequence
-    std::vector<std::string> names;
-    for (const bool q_split : {false, true}) {
-      names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, true, q_split));
-      names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_small, true, q_split));
-      names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, false, q_split));
-    }
-    names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, true, false, false));
+    std::vector<std::string> names = {attn_prefill_instance(s, pool.page_elems, c.tpt_big),
+                                      attn_prefill_instance(s, pool.page_elems, c.tpt_small)};
     // The whole prompt's tiles, for the persistent form.
     const int nt = (L + c.tpt_big - 1) / c.tpt_big;
     const bool persistent = codegen::attn_prefill_persistent_fits(s.D, s.PAGE, c.tpt_big);
-    if (persistent)
-      names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, false, false, true, nt));
+    if (persistent) names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, nt));
     TestModule mod(kAttnPrefillSource, names);
     const std::size_t row = static_cast<std::size_t>(s.HQ) * s.D;
     const std::vector<float> qx = random_floats(L * row), qy = random_floats(NY * row);
 
     // A step: optionally the other sequence's NY rows (positions 10 ..), then prompt rows [a, b),
     // then padding to a whole tile; returns the prompt rows' outputs.
-    auto step = [&](bool q_split, int tpt, int a, int b, bool other, bool overlap = true,
-                    bool turns = true, int ctas = 0) {
+    auto step = [&](int tpt, int a, int b, bool other, int ctas = 0) {
       std::vector<int> positions, token_seq;
       std::vector<float> q;
       if (other)
@@ -1844,135 +1802,43 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
         positions.push_back(-1), token_seq.push_back(0);
         q.insert(q.end(), row, 0.f);
       }
-      const bf16v out =
-          run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}), tpt, q,
-                           positions, token_seq, overlap, q_split, turns, ctas);
+      const bf16v out = run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}),
+                                         tpt, q, positions, token_seq, ctas);
       return bf16v(out.begin() + first * row, out.begin() + (first + (b - a)) * row);
     };
-    for (const bool q_split : {false, true}) {
-      SCOPED_TRACE(q_split ? "Q in two bf16 parts" : "Q in bf16");
-      const bf16v whole = step(q_split, c.tpt_big, 0, L, false);
-      std::size_t nans = 0;
-      for (std::uint16_t v : whole) nans += (v & 0x7fffu) > 0x7f80u;
-      ASSERT_EQ(nans, 0u) << "G=" << G << " D=" << s.D;
-      bf16v chunked;
-      for (const auto& [a, b, tpt, other] :
-           {std::tuple{0, 64, c.tpt_small, false}, std::tuple{64, 141, c.tpt_big, true},
-            std::tuple{141, L, c.tpt_small, false}}) {
-        const bf16v part = step(q_split, tpt, a, b, other);
-        chunked.insert(chunked.end(), part.begin(), part.end());
-      }
-      const bf16v small_tiles = step(q_split, c.tpt_small, 0, L, true);
-      const bf16v plain = step(q_split, c.tpt_big, 0, L, false, false);
-      std::vector<std::pair<const char*, const bf16v*>> others = {
-          {"chunked", &chunked}, {"small tiles", &small_tiles}, {"without overlap", &plain}};
-      // The overlap without the turns (with Q in bf16; the kernel has no Q_SPLIT form of it).
-      const bf16v no_turns = q_split ? bf16v{} : step(false, c.tpt_big, 0, L, false, true, false);
-      if (!q_split) others.push_back({"without turns", &no_turns});
-      // Persistent, the plain order (Q in bf16): 3 CTAs, and a CTA a tile.
-      bf16v persistent3, persistent_all;
-      if (persistent && !q_split) {
-        persistent3 = step(false, c.tpt_big, 0, L, false, false, true, 3);
-        persistent_all = step(false, c.tpt_big, 0, L, false, false, true, s.HKV * nt);
-        others.push_back({"persistent on 3 CTAs", &persistent3});
-        others.push_back({"persistent, a CTA a tile", &persistent_all});
-      }
-      for (const auto& [name, got] : others) {
-        ASSERT_EQ(got->size(), whole.size());
-        for (std::size_t i = 0; i < whole.size(); ++i)
-          if ((*got)[i] != whole[i]) {
-            ADD_FAILURE() << "G=" << G << " D=" << s.D << " " << name << ": token " << i / row
-                          << " head " << i / s.D % s.HQ << " dim " << i % s.D << ": "
-                          << from_bf16((*got)[i]) << " vs " << from_bf16(whole[i]) << " in one step";
-            break;
-          }
-      }
+    const bf16v whole = step(c.tpt_big, 0, L, false);
+    std::size_t nans = 0;
+    for (std::uint16_t v : whole) nans += (v & 0x7fffu) > 0x7f80u;
+    ASSERT_EQ(nans, 0u) << "G=" << G << " D=" << s.D;
+    bf16v chunked;
+    for (const auto& [a, b, tpt, other] :
+         {std::tuple{0, 64, c.tpt_small, false}, std::tuple{64, 141, c.tpt_big, true},
+          std::tuple{141, L, c.tpt_small, false}}) {
+      const bf16v part = step(tpt, a, b, other);
+      chunked.insert(chunked.end(), part.begin(), part.end());
     }
-  }
-}
-
-// Q in two bf16 parts (Q_SPLIT) against Q rounded to bf16 where the rounding matters: large queries
-// (|q| = 200) in an 8-dimensional subspace U and keys (N(0, 1), Llama-3.1-8B's head shape) whose
-// components in U are scaled down to 0.25 (|k| ~ sqrt(D)), so the scores' spread (s · log2(e) /
-// sqrt(D) reaches ~25-30, sharp rows of a few keys, as in a trained model's) is small against
-// |q|·|k|, while the rounding of q moves a score by ~2^-9 · |q|·|k| / sqrt(3 D) in a random
-// direction. Over one prompt of 320 tokens, every row in f64 with q in f32: the error of the
-// scores from Q in bf16 makes ~1.3e-2 relative L2 over all rows, with the split ~1.7e-3 (the bf16
-// output's and P's rounding); the split must be below a quarter of the bf16-Q error in both
-// orders (an emulation of the kernel's arithmetic on the host gives a ratio of 7-8).
-TEST(GpuKernels, PrefillAttentionQSplitKeepsSharpScores) {
-  TELOS_SKIP_WITHOUT_GPU();
-  const AttnShape s{32, 8, 128, 16, 24, 0, 0};
-  constexpr int kTpt = 32, L = 320, M = 8;
-  constexpr double kQNorm = 200, kKeyInU = 0.25;
-  PagedKv pool(s, 1);
-  std::normal_distribution<double> nd(0.0, 1.0);
-  // U: M orthonormal directions (Gram-Schmidt on Gaussian vectors).
-  std::vector<std::vector<double>> U(M, std::vector<double>(s.D));
-  for (int j = 0; j < M; ++j) {
-    for (double& x : U[j]) x = nd(rng());
-    for (int i = 0; i < j; ++i) {
-      double dot = 0;
-      for (int d = 0; d < s.D; ++d) dot += U[j][d] * U[i][d];
-      for (int d = 0; d < s.D; ++d) U[j][d] -= dot * U[i][d];
+    const bf16v small_tiles = step(c.tpt_small, 0, L, true);
+    std::vector<std::pair<const char*, const bf16v*>> others = {{"chunked", &chunked},
+                                                                {"small tiles", &small_tiles}};
+    // Persistent: 3 CTAs, and a CTA a tile.
+    bf16v persistent3, persistent_all;
+    if (persistent) {
+      persistent3 = step(c.tpt_big, 0, L, false, 3);
+      persistent_all = step(c.tpt_big, 0, L, false, s.HKV * nt);
+      others.push_back({"persistent on 3 CTAs", &persistent3});
+      others.push_back({"persistent, a CTA a tile", &persistent_all});
     }
-    double norm = 0;
-    for (double x : U[j]) norm += x * x;
-    for (double& x : U[j]) x /= std::sqrt(norm);
-  }
-  // Every key of the layer attention reads: its U components replaced by kKeyInU · N(0, 1).
-  for (std::size_t page = 0; page < pool.kv.size() / pool.page_elems; ++page)
-    for (int h = 0; h < s.HKV; ++h)
-      for (int r = 0; r < s.PAGE; ++r) {
-        const std::size_t at = page * pool.page_elems + pool.layer_offset() +
-                               (static_cast<std::size_t>(h) * s.PAGE + r) * s.D;
-        std::vector<double> k(pool.kv_f.begin() + at, pool.kv_f.begin() + at + s.D);
-        for (int j = 0; j < M; ++j) {
-          double dot = 0;
-          for (int d = 0; d < s.D; ++d) dot += k[d] * U[j][d];
-          const double c = kKeyInU * nd(rng()) - dot;
-          for (int d = 0; d < s.D; ++d) k[d] += c * U[j][d];
+    for (const auto& [name, got] : others) {
+      ASSERT_EQ(got->size(), whole.size());
+      for (std::size_t i = 0; i < whole.size(); ++i)
+        if ((*got)[i] != whole[i]) {
+          ADD_FAILURE() << "G=" << G << " D=" << s.D << " " << name << ": token " << i / row
+                        << " head " << i / s.D % s.HQ << " dim " << i % s.D << ": "
+                        << from_bf16((*got)[i]) << " vs " << from_bf16(whole[i]) << " in one step";
+          break;
         }
-        for (int d = 0; d < s.D; ++d) {
-          pool.kv[at + d] = to_bf16(static_cast<float>(k[d]));
-          pool.kv_f[at + d] = from_bf16(pool.kv[at + d]);
-        }
-      }
-  std::vector<int> positions(L), token_seq(L, 0);
-  std::iota(positions.begin(), positions.end(), 0);
-  std::vector<float> q(static_cast<std::size_t>(L) * s.HQ * s.D);
-  for (std::size_t row = 0; row < q.size() / s.D; ++row) {
-    std::vector<double> w(M);
-    double norm = 0;
-    for (double& x : w) x = nd(rng()), norm += x * x;
-    for (int d = 0; d < s.D; ++d) {
-      double v = 0;
-      for (int j = 0; j < M; ++j) v += w[j] * U[j][d];
-      q[row * s.D + d] = static_cast<float>(kQNorm * v / std::sqrt(norm));
     }
   }
-  const std::vector<double> ref = attention_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f,
-                                                pool.page_tables, positions, token_seq, q);
-  const bf16v kv = pool.with_nan_tails({L});
-  TestModule mod(kAttnPrefillSource,
-                 {attn_prefill_instance(s, pool.page_elems, kTpt, false, false),
-                  attn_prefill_instance(s, pool.page_elems, kTpt, false, true),
-                  attn_prefill_instance(s, pool.page_elems, kTpt, true, true)});
-  auto error = [&](bool overlap, bool q_split) {
-    const bf16v out =
-        run_attn_prefill(mod, pool, kv, kTpt, q, positions, token_seq, overlap, q_split);
-    std::vector<float> got(out.size());
-    for (std::size_t i = 0; i < out.size(); ++i) got[i] = from_bf16(out[i]);
-    return rel_l2(got, ref);
-  };
-  const double bf16_q = error(false, false);
-  const double split_plain = error(false, true), split_overlap = error(true, true);
-  std::printf("attn_prefill rel L2 over %d rows: Q in bf16 %.3e, Q_SPLIT %.3e (plain order), %.3e "
-              "(overlap)\n",
-              L * s.HQ, bf16_q, split_plain, split_overlap);
-  EXPECT_LT(split_plain, bf16_q / 4);
-  EXPECT_LT(split_overlap, bf16_q / 4);
-  EXPECT_LT(split_plain, 5e-3);
 }
 
 // ---- sampling ---------------------------------------------------------------------------------

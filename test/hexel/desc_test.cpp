@@ -120,6 +120,25 @@ TEST(Swizzle, ChunkPermutation) {
   EXPECT_EQ(hexel::swizzled_offset(0x0F3, Swizzle::None), 0x0F3u);
 }
 
+// The row-and-chunk form of the 128B swizzle lands every chunk where swizzled_offset puts its
+// first byte, from the tile's base, for int and unsigned indices; a chunk index past 7 is its
+// 128-byte row's chunk % 8 (a caller's piece index along a wider row).
+TEST(Swizzle, RowAndChunkFormAgrees) {
+  constexpr uint32_t kTile = 0x2400;
+  for (int row = 0; row < 24; ++row)
+    for (int chunk = 0; chunk < 16; ++chunk) {
+      const uint32_t want =
+          kTile +
+          hexel::swizzled_offset(static_cast<uint32_t>(row * 128 + chunk % 8 * 16), Swizzle::B128);
+      EXPECT_EQ(hexel::swizzled_chunk_b128(kTile, row, chunk), want) << row << " " << chunk;
+      EXPECT_EQ(hexel::swizzled_chunk_b128(kTile, static_cast<uint32_t>(row),
+                                           static_cast<uint32_t>(chunk)),
+                want);
+    }
+  EXPECT_EQ(hexel::swizzled_chunk_b128(0u, 1, 0), 0x090u);  // row 1, chunk 0 -> 1
+  EXPECT_EQ(hexel::swizzled_chunk_b128(0u, 7, 7), 0x380u);  // row 7, chunk 7 -> 0
+}
+
 // The printers decode every field back out of the bits.
 TEST(DescPrint, EveryFieldDecoded) {
   EXPECT_EQ(hexel::to_string(hexel::wgmma::kmajor_desc(0x400, Swizzle::B128)),

@@ -182,7 +182,7 @@ TEST(TmaEncodeHost, RejectsBadSpecsWithTheField) {
   }
 }
 
-// A K-block view's box (hexel::encode_k_blocks: the decode layer's one box a ring slot) lands in
+// A K-block view's box (hexel::encode_k_blocks: a ring slot's K blocks in one box) lands in
 // shared memory as the 2D map's boxes of its K blocks and halves would, one after another: one
 // copy into view_out, k_blocks · halves copies into flat_out.
 __global__ void k_block_view_kernel(const __grid_constant__ hexel::TensorMap view,

@@ -31,6 +31,7 @@ extern "C" __global__ void mbarrier_kernel(unsigned* out) {
   }
   mbarrier::arrive_cluster(bar);
   mbarrier::arrive_remote(bar);
+  mbarrier::arrive_remote_ranks<2>(bar);
   mbarrier::wait_parity_cluster(bar, 0);
   out[threadIdx.x] = mbarrier::try_wait_parity(bar, 1) ? ring.index : 0;
 }
@@ -43,5 +44,9 @@ extern "C" __global__ void mbarrier_kernel(unsigned* out) {
 // CHECK: mbarrier.try_wait.parity.shared::cta.b64
 // CHECK: mbarrier.arrive.release.cluster.shared::cluster.b64
 // CHECK: mbarrier.arrive.shared::cluster.b64 _,
+// CHECK: mapa.shared::cluster.u32 [[PEER0:%r[0-9]+]],
+// CHECK: mbarrier.arrive.shared::cluster.b64 _, {{\[}}[[PEER0]]{{\]}};
+// CHECK: mapa.shared::cluster.u32 [[PEER1:%r[0-9]+]],
+// CHECK: mbarrier.arrive.shared::cluster.b64 _, {{\[}}[[PEER1]]{{\]}};
 // CHECK: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64
 // DEBUG: trap;

@@ -1,0 +1,44 @@
+// Loads and stores in the forms kernels need and C++ does not spell: 128-bit and 64-bit stores to
+// shared memory by 32-bit shared address, and a global load that does not allocate in L1
+// (PTX ISA, "Data Movement and Conversion Instructions: ld, st").
+#pragma once
+#include "hexel/config.cuh"
+
+#if defined(__CUDACC__)
+namespace hexel {
+
+// Thread: 16 bytes (four words) to shared memory at `addr` (16-byte aligned). PTX: st
+// (.shared.v4.b32).
+HEXEL_DEVICE void st_shared_v4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c),
+               "r"(d)
+               : "memory");
+}
+
+// The same store without the "memory" clobber: the compiler may move the thread's other memory
+// accesses across it (its global loads for later stores above it, so their round trips overlap),
+// which is right only for shared memory that nothing reads before a later fence and barrier (a
+// volatile asm keeps its order against those). PTX: st (.shared.v4.u32).
+HEXEL_DEVICE void st_shared_v4_unordered(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,
+                                         uint32_t d) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c),
+               "r"(d));
+}
+
+// Thread: two f32 to shared memory at `addr` (8-byte aligned). PTX: st (.shared.v2.f32).
+HEXEL_DEVICE void st_shared_v2_f32(uint32_t addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+
+// Thread: 16 bytes of global memory through the non-coherent path without allocating in L1 (data
+// read once, never written during the kernel). PTX: ld (.global.nc.L1::no_allocate.v4.u32).
+HEXEL_DEVICE uint4 ld_nc_no_allocate_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+}  // namespace hexel
+#endif
