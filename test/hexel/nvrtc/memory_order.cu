@@ -1,8 +1,12 @@
 // Global accesses with a memory-model order and scope: the release pattern and its acquire, the
 // relaxed polls and stores, the reductions (register and immediate forms), for Hopper and
-// Blackwell. RUN: %hexel-nvrtc --arch=compute_90a %s -o %t.90.ptx RUN: %ptxas -arch=sm_90a
-// %t.90.ptx -o %t.90.cubin RUN: FileCheck %s < %t.90.ptx RUN: %hexel-nvrtc --arch=compute_100a %s
-// -o %t.100.ptx RUN: %ptxas -arch=sm_100a %t.100.ptx -o %t.100.cubin RUN: FileCheck %s < %t.100.ptx
+// Blackwell.
+// RUN: %hexel-nvrtc --arch=compute_90a %s -o %t.90.ptx
+// RUN: %ptxas -arch=sm_90a %t.90.ptx -o %t.90.cubin
+// RUN: FileCheck %s < %t.90.ptx
+// RUN: %hexel-nvrtc --arch=compute_100a %s -o %t.100.ptx
+// RUN: %ptxas -arch=sm_100a %t.100.ptx -o %t.100.cubin
+// RUN: FileCheck %s < %t.100.ptx
 #include "hexel/memory_order.cuh"
 
 extern "C" __global__ void memory_order_kernel(unsigned* count, float* x, uint4* words,
