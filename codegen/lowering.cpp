@@ -724,51 +724,61 @@ void check_layer_ops(const std::vector<const ir::Op*>& ops) {
          num(op_layer(*ops[0])) + " has more: " + ir::print_op(*ops[kLayerOps.size()]));
 }
 
+// The table has always held the kernels the small-M rules would choose for a one-token bucket's
+// attention and its o, gate/up and down projections, though the bucket launches none of them.
+void declare_small_m_kernels(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
+  const ir::Op &attn = *ops[2], &o = *ops[3], &mlp_norm = *ops[4], &gate_up = *ops[5];
+  const ir::Param &wo = param_of(b.graph, o, 0), &wgu = param_of(b.graph, gate_up, 0);
+  const int H = dim(wo, 0), ko = dim(wo, 1), I = dim(wgu, 0) / 2;
+  const AttentionKernels a = choose_attention(b.model, b.bucket, attn);
+  b.declare(TableRole::attn_combine, a.combine);
+  b.declare(TableRole::attn_split, a.split);
+  b.declare(TableRole::o_proj,
+            choose_gemm(b.bucket, "residual", H, ko, b.model.image("o"), "").kernel);
+  b.declare(TableRole::gate_up, choose_gemm(b.bucket, "swiglu", I, H, b.model.image("gate_up"),
+                                            b.bucket.fold_norm ? eps_literal(mlp_norm) : "")
+                                    .kernel);
+  b.declare(TableRole::down_proj,
+            choose_gemm(b.bucket, "residual", H, I, b.model.image("down"), "").kernel);
+}
+
+// decode_layer_persistent for the layer whose QKV linear is `qkv` (H, I: the hidden and
+// intermediate sizes) and its QKV epilogue's template arguments.
+KernelInstance decode_layer_kernel(const ModelPlan& mp, const ir::Op& qkv, int H, int I,
+                                   const QkvEpilogue& epi) {
+  const PersistentLayerTiling& t = mp.layer_t;
+  const int D = int_attr(qkv, "head_dim");
+  return {"telos_kernels::decode_layer_persistent<" + num(H) + ", " + num(int_attr(qkv, "heads")) +
+              ", " + num(int_attr(qkv, "kv_heads")) + ", " + num(D) + ", " + epi.targs + ", " +
+              num(mp.split) + ", " + num(mp.nsplits) + ", " +
+              float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D))) + ", " +
+              num(I) + ", " + num(t.stages) + ", " + num(t.bq) + ", " + num(t.bo) + ", " +
+              num(t.bg) + ", " + num(t.bd) + (t.qkv_rope ? ", true" : ", false") + ", " +
+              num(t.bulk) + (mp.qkv_flags ? ", true" : "") + ">",
+          {"qkv_w",  "o_w",    "gu_w",      "down_w",    "attn_norm",   "mlp_norm", "bias",
+           "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x",
+           "qkv",    "q",      "part_o",    "part_ml",   "attn",        "act",      "sync"},
+          kPersistentThreads,
+          t.smem};
+}
+
 // A one-token layer in one persistent launch: its seven phases (norm + QKV GEMM, the QKV epilogue,
 // attention splits, the combine, o, norm + gate/up, down) between grid-wide counts.
 void lower_layer(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   check_layer_ops(ops);
-  const ir::Op &attn_norm = *ops[0], &qkv = *ops[1], &attn = *ops[2], &o = *ops[3];
+  declare_small_m_kernels(b, ops);
+  const ir::Op &attn_norm = *ops[0], &qkv = *ops[1], &o = *ops[3];
   const ir::Op &mlp_norm = *ops[4], &gate_up = *ops[5], &down = *ops[6];
-  ModelPlan& mp = b.model;
-  const PersistentLayerTiling& t = mp.layer_t;
+  const PersistentLayerTiling& t = b.model.layer_t;
   const int rows = dim(param_of(b.graph, qkv, 0), 0), H = dim(param_of(b.graph, qkv, 0), 1);
   const int ko = dim(param_of(b.graph, o, 0), 1), I = dim(param_of(b.graph, gate_up, 0), 0) / 2;
-  const int HQ = int_attr(qkv, "heads"), HKV = int_attr(qkv, "kv_heads"),
-            D = int_attr(qkv, "head_dim");
-
-  // The table has always held the kernels the small-M rules would choose for this bucket's
-  // attention and its o, gate/up and down projections, though the bucket launches none of them.
-  const AttentionKernels a = choose_attention(mp, b.bucket, attn);
-  b.declare(TableRole::attn_combine, a.combine);
-  b.declare(TableRole::attn_split, a.split);
-  b.declare(TableRole::o_proj, choose_gemm(b.bucket, "residual", H, ko, mp.image("o"), "").kernel);
-  b.declare(TableRole::gate_up, choose_gemm(b.bucket, "swiglu", I, H, mp.image("gate_up"),
-                                            b.bucket.fold_norm ? eps_literal(mlp_norm) : "")
-                                    .kernel);
-  b.declare(TableRole::down_proj,
-            choose_gemm(b.bucket, "residual", H, I, mp.image("down"), "").kernel);
-
-  const QkvEpilogue epi = qkv_epilogue(mp, qkv);
-  const int k =
-      b.use(TableRole::decode_layer,
-            {"telos_kernels::decode_layer_persistent<" + num(H) + ", " + num(HQ) + ", " + num(HKV) +
-                 ", " + num(D) + ", " + epi.targs + ", " + num(mp.split) + ", " + num(mp.nsplits) +
-                 ", " + float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D))) +
-                 ", " + num(I) + ", " + num(t.stages) + ", " + num(t.bq) + ", " + num(t.bo) + ", " +
-                 num(t.bg) + ", " + num(t.bd) + (t.qkv_rope ? ", true" : ", false") + ", " +
-                 num(t.bulk) + (mp.qkv_flags ? ", true" : "") + ">",
-             {"qkv_w",  "o_w",    "gu_w",      "down_w",    "attn_norm",   "mlp_norm", "bias",
-              "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x",
-              "qkv",    "q",      "part_o",    "part_ml",   "attn",        "act",      "sync"},
-             kPersistentThreads,
-             t.smem});
+  const QkvEpilogue epi = qkv_epilogue(b.model, qkv);
   // A weight in the tiling's `bulk` mask as its slot image in tiles of bn rows (gate/up: two
   // halves; docs/artifact.md, `wimg:`), one bulk copy a ring slot; else its tensor map.
-  auto wmap = [&](int bit, const ir::Op& op, long long n, long long kk, int bn, bool halves) {
+  auto wmap = [&](int bit, const ir::Op& op, long long n, long long k, int bn, bool halves) {
     if (t.bulk >> bit & 1)
       return "wimg:" + op.params.at(0) + ":" + num(bn) + ":" + (halves ? "2" : "1");
-    return tmap(weight(op, 0), n, kk, halves ? bn / 2 : bn);  // BOX_COLS 64
+    return tmap(weight(op, 0), n, k, halves ? bn / 2 : bn);  // BOX_COLS 64
   };
   std::vector<std::string> args = {wmap(0, qkv, rows, H, t.bq, false),
                                    wmap(1, o, H, ko, t.bo, false),
@@ -780,8 +790,9 @@ void lower_layer(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   args.insert(args.end(), epi.args.begin(), epi.args.begin() + 7);
   args.insert(args.end(), {"buf:x", "buf:qkv", "buf:q", "buf:part_o", "buf:part_ml", "buf:attn",
                            "buf:act", "buf:layer_sync"});
-  b.launch(k, {kSms, 1, 1}, args);
-  mp.uses_layer_sync = true;
+  b.launch(b.use(TableRole::decode_layer, decode_layer_kernel(b.model, qkv, H, I, epi)),
+           {kSms, 1, 1}, args);
+  b.model.uses_layer_sync = true;
 }
 
 constexpr unsigned bit(ShapeClass s) {
