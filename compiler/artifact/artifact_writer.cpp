@@ -16,7 +16,7 @@
 #include "compiler/artifact/compact_json.hpp"
 #include "compiler/artifact/output_file.hpp"
 #include "compiler/artifact/staging_dir.hpp"
-#include "compiler/artifact/weight_table.hpp"
+#include "compiler/ir/verifier.hpp"
 #include "support/artifact_format.hpp"
 #include "support/artifact_limits.hpp"
 #include "support/checksum.hpp"
@@ -341,7 +341,8 @@ void validate_configuration(const std::string& source, const ModelSpec& spec,
 void write_artifact(const std::string& destination, const ImportedModel& model,
                     const ServingConfig& serving, const ir::Graph& graph, const Plan& plan,
                     const ArtifactOptions& options) {
-  check_weight_table(graph, model.spec);
+  // The packer relies on the verifier's parameter rules (types it writes, sources to pack).
+  ir::verify(graph);
   if (!model.has_weights) fail(model.source + ": the model was imported without weights");
   validate_configuration(model.source, model.spec, serving, plan);
   const fs::path dest = fs::path(destination).lexically_normal();

@@ -37,7 +37,9 @@ codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& 
 void validate_configuration(const std::string& source, const ModelSpec& spec,
                             const ServingConfig& serving, const Plan& plan);
 
-// `graph` must be the fully fused IR (its parameters equal docs/artifact.md's weight table).
+// `graph`: the optimized IR; its parameters, in order, are the weights packed into weights.bin.
+// The manifest is validated as telos-run validates it before it is written, so an IR whose
+// parameters are not the weight table telos-run expects is refused, and nothing is left behind.
 void write_artifact(const std::string& destination, const ImportedModel& model,
                     const ServingConfig& serving, const ir::Graph& graph, const Plan& plan,
                     const ArtifactOptions& options);
