@@ -35,8 +35,11 @@
 namespace telos::compiler::ir {
 
 // Checks every op's operand, parameter and result types and shapes, attributes, SSA dominance
-// (operands defined by an earlier op or a graph input), unknown parameters and graph outputs.
-// Throws telos::Error "IR verifier: op N (%result = kind): what is wrong".
+// (operands defined by an earlier op or a graph input), unknown parameters and graph outputs;
+// then the parameters themselves, which the artifact writer packs as they are: each a bf16 matrix
+// or an f32 vector of constant dimensions, with checkpoint sources, read by some op.
+// Throws telos::Error "IR verifier: op N (%result = kind): what is wrong" ("IR verifier:
+// parameter @NAME ..." for a parameter).
 void verify(const Graph& graph);
 
 }  // namespace telos::compiler::ir
