@@ -263,6 +263,26 @@ void OpChecker::check() const {
   }
 }
 
+// The parameters are what the artifact writer packs, in order (docs/artifact.md, "weights"):
+// each a bf16 matrix or an f32 vector of constant dimensions, the only forms it writes, built
+// from at least one checkpoint tensor, and read by some op (an unread one would be packed for
+// nothing).
+void check_params(const Graph& graph) {
+  std::set<std::string> used;
+  for (const auto& op : graph.ops()) used.insert(op->params.begin(), op->params.end());
+  for (const Param& p : graph.params()) {
+    const std::string head = "IR verifier: parameter @" + p.name;
+    for (Dim d : p.type.dims)
+      if (d <= 0) fail(head + " has type " + p.type.str() + ", expected constant dimensions");
+    const bool matrix = p.type.dims.size() == 2 && p.type.dtype == DType::BF16;
+    const bool vector = p.type.dims.size() == 1 && p.type.dtype == DType::F32;
+    if (!matrix && !vector)
+      fail(head + " has type " + p.type.str() + ", expected a bf16 matrix or an f32 vector");
+    if (p.sources.empty()) fail(head + " has no checkpoint tensors to be packed from");
+    if (!used.count(p.name)) fail(head + " is read by no op");
+  }
+}
+
 }  // namespace
 
 void verify(const Graph& graph, const OpRules& extra_rules) {
@@ -291,11 +311,7 @@ void verify(const Graph& graph, const OpRules& extra_rules) {
   for (const Value* v : graph.outputs())
     if (!defined.count(v)) fail("IR verifier: graph output %" + v->name + " is not defined");
   if (graph.outputs().empty()) fail("IR verifier: graph @" + graph.name + " returns nothing");
-  for (const Param& p : graph.params())
-    for (Dim d : p.type.dims)
-      if (d <= 0)
-        fail("IR verifier: parameter @" + p.name + " has type " + p.type.str() +
-             ", expected constant dimensions");
+  check_params(graph);
 }
 
 }  // namespace telos::compiler::ir

@@ -43,8 +43,11 @@ using OpRules = std::map<std::string, OpRule, std::less<>>;
 
 // Checks every op's operand, parameter and result types and shapes, attributes, SSA dominance
 // (operands defined by an earlier op or a graph input), unknown parameters and graph outputs;
-// an op kind outside the set above by its rule in `extra_rules`.
-// Throws telos::Error "IR verifier: op N (%result = kind): what is wrong".
+// then the parameters themselves, which the artifact writer packs as they are: each a bf16 matrix
+// or an f32 vector of constant dimensions, with checkpoint sources, read by some op. An op kind
+// outside the set above is checked by its rule in `extra_rules`.
+// Throws telos::Error "IR verifier: op N (%result = kind): what is wrong" ("IR verifier:
+// parameter @NAME ..." for a parameter).
 void verify(const Graph& graph, const OpRules& extra_rules = {});
 
 }  // namespace telos::compiler::ir
