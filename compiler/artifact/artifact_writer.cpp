@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compiler/artifact/compact_json.hpp"
+#include "compiler/artifact/graph_section.hpp"
 #include "compiler/artifact/output_file.hpp"
 #include "compiler/artifact/staging_dir.hpp"
 #include "compiler/ir/verifier.hpp"
@@ -391,6 +392,7 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
   m["manifest_checksum"] = "";  // set by manifest_text
   m.update(config_sections(model.spec, serving, plan));
   m["weights"] = weights;
+  m["graph"] = graph_section(graph);
   m["plan"] = plan_to_json(plan);
   m["kernels"] = kernels.kernels;
   m["programs"] = kernels.programs;

@@ -9,8 +9,8 @@ namespace {
 
 class OpChecker {
  public:
-  OpChecker(const Graph& graph, const Op& op, std::size_t index)
-      : graph_(graph), op_(op), index_(index) {}
+  OpChecker(const Graph& graph, const Op& op, std::size_t index, const OpRules& extra_rules)
+      : graph_(graph), op_(op), index_(index), extra_rules_(extra_rules) {}
 
   [[noreturn]] void error(const std::string& message) const {
     std::string head = "op " + std::to_string(index_) + " (";
@@ -112,6 +112,7 @@ class OpChecker {
   const Graph& graph_;
   const Op& op_;
   std::size_t index_;
+  const OpRules& extra_rules_;
 };
 
 void OpChecker::check_heads(std::size_t i, const std::string& heads_attr) const {
@@ -255,6 +256,8 @@ void OpChecker::check() const {
       error("operand 0 %" + op_.operands[0]->name + " has type " + operand(0).str() +
             ", expected f32[S,V]");
     expect_result(0, {DType::I32, {kSequences}});
+  } else if (const auto rule = extra_rules_.find(k); rule != extra_rules_.end()) {
+    rule->second(graph_, op_);
   } else {
     error("unknown op");
   }
@@ -282,14 +285,14 @@ void check_params(const Graph& graph) {
 
 }  // namespace
 
-void verify(const Graph& graph) {
+void verify(const Graph& graph, const OpRules& extra_rules) {
   std::set<const Value*> defined(graph.inputs().begin(), graph.inputs().end());
   std::set<std::string> names;
   for (const Value* v : graph.inputs())
     if (!names.insert(v->name).second) fail("IR verifier: input %" + v->name + " is defined twice");
   for (std::size_t i = 0; i < graph.ops().size(); ++i) {
     const Op& op = *graph.ops()[i];
-    OpChecker checker(graph, op, i);
+    OpChecker checker(graph, op, i, extra_rules);
     for (std::size_t j = 0; j < op.operands.size(); ++j) {
       const Value* v = op.operands[j];
       if (!v) checker.error("operand " + std::to_string(j) + " is missing");
