@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <new>
@@ -17,7 +18,7 @@
 #include "compiler/artifact/artifact_inspector.hpp"
 #include "compiler/artifact/artifact_writer.hpp"
 #include "compiler/artifact/compact_json.hpp"
-#include "compiler/artifact/weight_table.hpp"
+#include "compiler/artifact/staging_dir.hpp"
 #include "compiler/import/checkpoint.hpp"
 #include "compiler/import/json_fields.hpp"
 #include "compiler/ir/model_graph.hpp"
@@ -31,6 +32,7 @@ namespace {
 
 using namespace telos;
 using namespace telos::compiler;
+namespace fs = std::filesystem;
 
 constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
@@ -55,14 +57,9 @@ void on_signal(int) {
   g_interrupted = 1;
 }
 
-int run_compile(const CompileOptions& o) {
-  if (o.no_weights && o.emit.empty())
-    throw UsageError("--no-weights needs --emit (an artifact always carries its weights)");
-  if (o.emit.empty() && o.output.empty())
-    throw UsageError("compile needs -o OUT.telos (or --emit=ir|plan|kernels to print a stage)");
-
-  ImportedModel model = import_model(o.model, ImportOptions{.weights = !o.no_weights});
-
+// The serving config: model.json's "serving" section, or the --serving file, resolved against the
+// model with its defaults; --target replaces its targets.
+ServingConfig serving_config(const CompileOptions& o, const ImportedModel& model) {
   nlohmann::json serving = model.serving;
   std::string serving_where = model.source;
   if (!o.serving_file.empty()) {
@@ -71,25 +68,53 @@ int run_compile(const CompileOptions& o) {
   }
   ServingConfig config = resolve_serving(serving, model.spec, serving_where);
   if (!o.targets.empty()) config.targets = parse_target_list(o.targets);
+  return config;
+}
 
-  ir::Graph graph = ir::build_model_graph(model.spec);
-  ir::verify(graph);
-  // --passes=none shows the importer's unfused IR.
-  const bool full_pipeline = o.passes.empty();
-  if (!full_pipeline && o.emit.empty())
+// The importer's IR, verified, through the fusion pipeline (verified after each pass). --passes
+// selects passes instead (none: the importer's unfused IR), for --emit only: an artifact always
+// gets the full pipeline.
+ir::Graph optimized_ir(const CompileOptions& o, const ModelSpec& spec) {
+  if (!o.passes.empty() && o.emit.empty())
     throw UsageError("--passes needs --emit (an artifact always gets the full pipeline)");
+  ir::Graph graph = ir::build_model_graph(spec);
+  ir::verify(graph);
   run_passes(graph,
-             full_pipeline        ? fusion_pipeline()
+             o.passes.empty()     ? fusion_pipeline()
              : o.passes == "none" ? std::vector<Pass>{}
                                   : select_passes(o.passes),
              o.print_after_all ? &std::cerr : nullptr);
-  // The full pipeline must end at docs/artifact.md's weight table, with or without weights.
-  if (full_pipeline) check_weight_table(graph, model.spec);
+  return graph;
+}
+
+// What --emit=kernels prints: per target, whether the module came from the cache and its sizes,
+// then the manifest's kernel table.
+nlohmann::ordered_json kernels_summary(const codegen::GeneratedKernels& kernels) {
+  nlohmann::ordered_json out;
+  for (const codegen::TargetKernels& t : kernels.targets)
+    out["targets"].push_back({{"arch", t.arch},
+                              {"from_cache", t.from_cache},
+                              {"ptx_bytes", t.ptx.size()},
+                              {"cubin_bytes", t.cubin.size()}});
+  out["kernels"] = kernels.kernels;
+  return out;
+}
+
+// The stages in order: import, IR and passes, plan, codegen, write. Each --emit prints its stage
+// and stops there.
+int run_compile(const CompileOptions& o) {
+  if (o.no_weights && o.emit.empty())
+    throw UsageError("--no-weights needs --emit (an artifact always carries its weights)");
+  if (o.emit.empty() && o.output.empty())
+    throw UsageError("compile needs -o OUT.telos (or --emit=ir|plan|kernels to print a stage)");
+
+  const ImportedModel model = import_model(o.model, ImportOptions{.weights = !o.no_weights});
+  const ServingConfig config = serving_config(o, model);
+  const ir::Graph graph = optimized_ir(o, model.spec);
   const Plan plan = make_plan(graph, model.spec, config);
   // Whatever telosc accepts, telos-run runs: the configuration passes the manifest's checks now,
   // before anything is compiled (and the whole manifest again before it is written).
   validate_configuration(model.source, model.spec, config, plan);
-
   if (o.emit == "ir") {
     std::cout << ir::print_graph(graph);
     return 0;
@@ -104,28 +129,21 @@ int run_compile(const CompileOptions& o) {
     std::cout << codegen::print_lowering(codegen::plan_kernels(graph, codegen_input(config)));
     return 0;
   }
+
+  // A destination telosc would not write is refused before the kernels are compiled.
+  if (o.emit.empty()) check_destination(fs::path(o.output).lexically_normal());
+  const codegen::GeneratedKernels kernels = codegen::generate_kernels(graph, codegen_input(config));
   if (o.emit == "kernels") {
-    // Codegen alone, as it runs inside `compile` (same cache), without weights: what the
-    // compile-time target measures. Prints the manifest's kernel table and, per target, whether
-    // it came from the cache.
-    const codegen::GeneratedKernels kernels =
-        codegen::generate_kernels(graph, codegen_input(config));
-    nlohmann::ordered_json out;
-    for (const codegen::TargetKernels& t : kernels.targets)
-      out["targets"].push_back({{"arch", t.arch},
-                                {"from_cache", t.from_cache},
-                                {"ptx_bytes", t.ptx.size()},
-                                {"cubin_bytes", t.cubin.size()}});
-    out["kernels"] = kernels.kernels;
-    std::cout << compact_json(out);
+    std::cout << compact_json(kernels_summary(kernels));
     return 0;
   }
+
   // Ctrl-C while packing stops the write cleanly, so no temporary directory is left behind. A
   // signal the caller chose to ignore (nohup, a background job) stays ignored.
   for (int sig : {SIGINT, SIGTERM})
     if (std::signal(sig, on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
   write_artifact(
-      o.output, model, config, graph, plan,
+      o.output, model, config, graph, plan, kernels,
       ArtifactOptions{.progress = ::isatty(STDERR_FILENO) == 1, .cancel = &g_interrupted});
   return 0;
 }

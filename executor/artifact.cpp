@@ -12,6 +12,7 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir, WeightChe
   a->model_ = opened.manifest.model;
   a->serving_ = opened.manifest.serving;
   a->kv_cache_ = opened.manifest.kv_cache;
+  a->graph_ = std::move(opened.manifest.graph);
   a->weights_ = std::move(opened.weights);
   for (const WeightEntry& e : opened.manifest.tensors)
     a->tensors_.push_back({e.name, e.layout, e.dtype, e.shape, a->weights_.data() + e.offset,

@@ -2,7 +2,7 @@
 // The executor's view of a compiled artifact (docs/artifact.md). Loading opens it through the
 // artifact format's one validation (support/artifact_files.hpp, shared with telosc): manifest.json
 // checked field by field against the bounds of support/artifact_limits.hpp, the checksum of every
-// file and weight tensor and of the manifest's model and weights sections verified, and
+// file and weight tensor and of the manifest's model, weights and graph sections verified, and
 // weights.bin mapped read-only. Anything wrong is refused with one telos::Error whose message names
 // the file and the field. Nothing here includes compiler/ headers: the two meet in support/'s
 // artifact format.
@@ -25,6 +25,10 @@ namespace telos::exec {
 
 // The manifest's typed form, its validation and the launch arguments' parsers live in support/
 // (artifact_format.hpp, launch_args.hpp), shared with telosc; these names keep the executor's.
+using telos::ArtifactGraph;
+using telos::GraphAttr;
+using telos::GraphOp;
+using telos::GraphValue;
 using telos::kArtifactSchemaVersion;
 using telos::KvCacheConfig;
 using telos::ModelConfig;
@@ -62,6 +66,8 @@ class Artifact {
   const KvCacheConfig& kv_cache() const { return kv_cache_; }
   const nlohmann::json& manifest() const { return manifest_; }
   const std::vector<WeightTensor>& tensors() const { return tensors_; }
+  // The optimized IR the CPU reference engine runs (docs/artifact.md, "graph").
+  const ArtifactGraph& graph() const { return graph_; }
 
   // The tensor called `name`; throws naming the tensor when the artifact has none.
   const WeightTensor& tensor(std::string_view name) const;
@@ -90,6 +96,7 @@ class Artifact {
   ModelConfig model_;
   ServingConfig serving_;
   KvCacheConfig kv_cache_;
+  ArtifactGraph graph_;
   MappedFile weights_;
   std::vector<WeightTensor> tensors_;
 };

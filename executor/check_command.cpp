@@ -2,7 +2,7 @@
 // bound, every checksum, tensor shapes, and the target architecture), so that a copied or
 // downloaded artifact can be checked anywhere. It refuses what `generate` would refuse before
 // running: the artifact and, where generate would run the CPU reference engine (no GPU, or no
-// kernels), a KV pool larger than the host's memory.
+// kernels), a KV pool larger than the host's memory and a graph that engine cannot run.
 #include <iostream>
 #include <memory>
 
@@ -24,7 +24,10 @@ int run_check(const CheckOptions& o) {
   std::string why_not;
   const std::optional<GpuDevice> gpu = detect_gpu(&why_not);
   // generate runs the CPU reference engine where there is no GPU or no kernels.
-  if (!gpu || !a->has_kernels()) CpuReferenceModel::check_kv_pool(*a, 0);
+  if (!gpu || !a->has_kernels()) {
+    CpuReferenceModel::check_kv_pool(*a, 0);
+    CpuReferenceModel::check_graph(*a);
+  }
   if (arch.empty()) {
     if (gpu)
       arch = gpu->arch;

@@ -357,6 +357,9 @@ ArtifactManifest validate_manifest(const json& m, const std::string& file) {
                                    "); use the telos-run and telosc of the release that wrote it");
   static_cast<ArtifactConfig&>(a) = validate_config_sections(m, file);
   read_weights(f, f.object(m, "", "weights"), expected_tensors(a.model), a);
+  std::set<std::string> tensor_names;
+  for (const WeightEntry& t : a.tensors) tensor_names.insert(t.name);
+  a.graph = read_graph(f, f.member(m, "", "graph"), tensor_names);
   a.files = read_files(f, f.object(m, "", "files"));
   bool weights_listed = false;
   for (const auto& [name, sum] : a.files) weights_listed |= name == a.weights_file;
@@ -369,15 +372,16 @@ ArtifactManifest validate_manifest(const json& m, const std::string& file) {
   if (!is_checksum(sum)) f.refuse("manifest_checksum", "expected a checksum string \"xxh64:...\"");
   if (const std::string got = manifest_checksum(m); got != sum.get<std::string>())
     f.refuse("manifest_checksum",
-             sum.get<std::string>() + " does not match the model and weights sections (" + got +
-                 "): the manifest was edited after telosc wrote it; compile the model again");
+             sum.get<std::string>() + " does not match the model, weights and graph sections (" +
+                 got + "): the manifest was edited after telosc wrote it; compile the model again");
   return a;
 }
 
 std::string manifest_checksum(const json& m) {
   // nlohmann::json keeps keys sorted: the same sections give the same text however they were
   // written.
-  const json sections = {{"model", m.at("model")}, {"weights", m.at("weights")}};
+  const json sections = {
+      {"graph", m.at("graph")}, {"model", m.at("model")}, {"weights", m.at("weights")}};
   const std::string text = sections.dump();
   return checksum_string(xxh64(text.data(), text.size()));
 }

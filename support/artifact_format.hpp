@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/artifact_graph.hpp"
 #include "support/dtype.hpp"
 #include "support/format_shape.hpp"
 
@@ -88,6 +89,7 @@ struct ArtifactManifest : ArtifactConfig {
   std::string weights_file;  // a file of the artifact, listed in `files`
   std::int64_t weights_size = 0;
   std::vector<WeightEntry> tensors;                        // manifest order
+  ArtifactGraph graph;                                     // the optimized IR (artifact_graph.hpp)
   std::vector<std::pair<std::string, std::string>> files;  // name, checksum: manifest order
   bool has_kernels = false;  // codegen filled "kernels" (the GPU engine needs them)
 };
@@ -99,14 +101,14 @@ ArtifactConfig validate_config_sections(const nlohmann::json& manifest, const st
 
 // Validates a whole manifest: format and schema version first (a newer schema may mean anything
 // below, so nothing else is read), then the configuration, the weight table against the model,
-// the file list, the kernel table and launch programs, and last the manifest checksum (what is
-// valid but was edited). Reads no other file.
+// the graph against the weight table, the file list, the kernel table and launch programs, and
+// last the manifest checksum (what is valid but was edited). Reads no other file.
 ArtifactManifest validate_manifest(const nlohmann::json& manifest, const std::string& file);
 
-// The manifest checksum ("manifest_checksum"): XXH64 of the model and weights sections, written as
-// the compact JSON of {"model": ..., "weights": ...} with keys sorted (docs/artifact.md). It
-// catches an edited numeric field (eps, RoPE theta, token ids) and tensors swapped in the table,
-// which the files' and tensors' own checksums do not.
+// The manifest checksum ("manifest_checksum"): XXH64 of the graph, model and weights sections,
+// written as the compact JSON of {"graph": ..., "model": ..., "weights": ...} with keys sorted
+// (docs/artifact.md). It catches an edited numeric field (eps, RoPE theta, token ids), tensors
+// swapped in the table and an edited graph, which the files' and tensors' own checksums do not.
 std::string manifest_checksum(const nlohmann::json& manifest);
 
 // Parses manifest text; refuses (naming `file`) malformed JSON and a document nested deeper than

@@ -46,6 +46,16 @@ inline constexpr int kMaxManifestDepth = 32;
 // Files an artifact lists (weights, IR, tokenizer files, kernels: about ten).
 inline constexpr std::int64_t kMaxArtifactFiles = 256;
 
+// The manifest's graph (the optimized IR the CPU reference engine runs). A fused layer is 8 ops and
+// the 405B shape's 126 layers about a thousand; an op has at most four operands, parameters or
+// results and about ten attributes, a value one or two dimensions.
+inline constexpr std::int64_t kMaxGraphOps = 1 << 16;
+inline constexpr std::int64_t kMaxOpEntries = 32;  // an op's operands, params, attrs, results each
+inline constexpr std::int64_t kMaxValueRank = 4;
+// A value's constant dimension: the widest a model forms is the vocabulary, or the QKV
+// projection's (Hq + 2 Hkv) D, below 2^22 within the bounds above.
+inline constexpr std::int64_t kMaxValueDim = kMaxVocabSize;
+
 // Launch programs (manifest "kernels" and "programs"), as the GPU engine reads them. The CUDA
 // limits of sm_90 and sm_100: 1024 threads a block, 227 KiB of dynamic shared memory a block,
 // grid y and z below 2^16, grid x below 2^31.

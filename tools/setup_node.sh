@@ -3,15 +3,14 @@
 # clients against telos-run serve) and test/tokenizer (Hugging Face's JS tokenizers and Jinja as
 # references). The demo needs none of this.
 #
-# They need Node.js 20 or newer: on Node 18 (Debian 12's nodejs) the tokenizer suites and the
-# openai SDK suite pass, but the server's load and http_errors suites fail: Node 18's fetch
-# (undici 5) gets connection resets from the server under 64 concurrent streams, and 400s on
-# reused connections. Where no node that new is on PATH, the distribution's nodejs and npm are
-# installed if apt offers one that new; otherwise this says what to install and exits 2. Then each
-# test folder with a package.json gets its node_modules (npm ci, from its package-lock.json).
+# They run on Node.js 18 or newer (Debian 12's own nodejs is 18.19; every suite passes on 18.20
+# and 20). Where no node that new is on PATH, the distribution's nodejs and npm are installed
+# (tools/install_packages.sh); where apt offers none that new either, this says what to install and
+# exits 2. Then each test folder with a package.json gets its node_modules (npm ci, from its
+# package-lock.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-min_node=20
+min_node=18
 
 node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
 
@@ -25,9 +24,8 @@ if ! command -v node >/dev/null || (($(node_major) < min_node)); then
     fi
     cat >&2 <<MSG
 setup: the client tests need Node.js $min_node or newer, with npm; $found.
-  Install it (Debian 12's own nodejs is 18: use NodeSource's Debian repository,
-  https://github.com/nodesource/distributions, or https://nodejs.org/en/download), put it first
-  on PATH, and run this command again.
+  Install it (Debian 12: apt-get install nodejs npm; elsewhere https://nodejs.org/en/download),
+  put it first on PATH, and run this command again.
 MSG
     exit 2
   fi

@@ -12,11 +12,11 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "codegen/codegen.hpp"
 #include "compiler/artifact/compact_json.hpp"
+#include "compiler/artifact/graph_section.hpp"
 #include "compiler/artifact/output_file.hpp"
 #include "compiler/artifact/staging_dir.hpp"
-#include "compiler/artifact/weight_table.hpp"
+#include "compiler/ir/verifier.hpp"
 #include "support/artifact_format.hpp"
 #include "support/artifact_limits.hpp"
 #include "support/checksum.hpp"
@@ -277,6 +277,28 @@ std::uint64_t copy_file_hashed(const fs::path& from, const fs::path& to) {
   return out.digest();
 }
 
+// Writes codegen's files (docs/artifact.md, "Kernels") into `dir`: the generated source and, per
+// target, its PTX and cubin. Returns their checksums by file name, for the manifest's "files".
+nlohmann::ordered_json write_kernel_files(const fs::path& dir,
+                                          const codegen::GeneratedKernels& kernels) {
+  for (const char* sub : {"kernels", "kernels/src"})
+    if (::mkdir((dir / sub).c_str(), 0777) != 0)
+      fail((dir / sub).string() + ": cannot create: " + std::strerror(errno));
+  nlohmann::ordered_json files;
+  files["kernels/src/model.cu"] =
+      checksum_string(write_file(dir / "kernels/src/model.cu", kernels.source));
+  for (const codegen::TargetKernels& t : kernels.targets)
+    for (const auto& [ext, bytes] : {std::pair{".ptx", &t.ptx}, std::pair{".cubin", &t.cubin}}) {
+      const std::string rel = "kernels/" + t.arch + ext;
+      files[rel] = checksum_string(write_file(dir / rel, *bytes));
+    }
+  // The staging directory itself is synced at commit; its subdirectories here.
+  for (const char* sub : {"kernels/src", "kernels"})
+    if (!sync_directory(dir / sub))
+      fail((dir / sub).string() + ": fsync failed: " + std::strerror(errno));
+  return files;
+}
+
 // The model, serving and kv_cache sections of the manifest.
 nlohmann::ordered_json config_sections(const ModelSpec& spec, const ServingConfig& serving,
                                        const Plan& plan) {
@@ -327,8 +349,9 @@ void validate_configuration(const std::string& source, const ModelSpec& spec,
 
 void write_artifact(const std::string& destination, const ImportedModel& model,
                     const ServingConfig& serving, const ir::Graph& graph, const Plan& plan,
-                    const ArtifactOptions& options) {
-  check_weight_table(graph, model.spec);
+                    const codegen::GeneratedKernels& kernels, const ArtifactOptions& options) {
+  // The packer relies on the verifier's parameter rules (types it writes, sources to pack).
+  ir::verify(graph);
   if (!model.has_weights) fail(model.source + ": the model was imported without weights");
   validate_configuration(model.source, model.spec, serving, plan);
   const fs::path dest = fs::path(destination).lexically_normal();
@@ -347,24 +370,7 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
     if (fs::is_regular_file(from, ec))
       files[name] = checksum_string(copy_file_hashed(from, staging.path() / name));
   }
-
-  // Kernels (docs/artifact.md, "Kernels"): compiled by codegen for every target, cached by content.
-  const codegen::GeneratedKernels kernels =
-      codegen::generate_kernels(graph, codegen_input(serving));
-  for (const char* dir : {"kernels", "kernels/src"})
-    if (::mkdir((staging.path() / dir).c_str(), 0777) != 0)
-      fail((staging.path() / dir).string() + ": cannot create: " + std::strerror(errno));
-  files["kernels/src/model.cu"] =
-      checksum_string(write_file(staging.path() / "kernels/src/model.cu", kernels.source));
-  for (const codegen::TargetKernels& t : kernels.targets)
-    for (const auto& [ext, bytes] : {std::pair{".ptx", &t.ptx}, std::pair{".cubin", &t.cubin}}) {
-      const std::string rel = "kernels/" + t.arch + ext;
-      files[rel] = checksum_string(write_file(staging.path() / rel, *bytes));
-    }
-  // The staging directory itself is synced at commit; its subdirectories here.
-  for (const char* dir : {"kernels/src", "kernels"})
-    if (!sync_directory(staging.path() / dir))
-      fail((staging.path() / dir).string() + ": fsync failed: " + std::strerror(errno));
+  files.update(write_kernel_files(staging.path(), kernels));
 
   nlohmann::ordered_json m;
   m["format"] = kArtifactFormat;
@@ -373,6 +379,7 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
   m["manifest_checksum"] = "";  // set by manifest_text
   m.update(config_sections(model.spec, serving, plan));
   m["weights"] = weights;
+  m["graph"] = graph_section(graph);
   m["plan"] = plan_to_json(plan);
   m["kernels"] = kernels.kernels;
   m["programs"] = kernels.programs;

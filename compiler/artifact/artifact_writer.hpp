@@ -12,6 +12,7 @@
 #include <csignal>
 #include <string>
 
+#include "codegen/codegen.hpp"
 #include "codegen/codegen_input.hpp"
 #include "compiler/import/checkpoint.hpp"
 #include "compiler/ir/graph.hpp"
@@ -37,9 +38,13 @@ codegen::CodegenInput codegen_input(const ServingConfig& serving);
 void validate_configuration(const std::string& source, const ModelSpec& spec,
                             const ServingConfig& serving, const Plan& plan);
 
-// `graph` must be the fully fused IR (its parameters equal docs/artifact.md's weight table).
+// Writes the artifact of the stages before it: `graph`, the optimized IR (ir.txt; its parameters,
+// in order, are the weights packed into weights.bin), `plan`, and `kernels`, codegen's output for
+// `serving`. The manifest the writer is about to write is validated as telos-run validates it, so
+// an IR whose parameters are not the weight table telos-run expects is refused, and nothing is
+// left behind.
 void write_artifact(const std::string& destination, const ImportedModel& model,
                     const ServingConfig& serving, const ir::Graph& graph, const Plan& plan,
-                    const ArtifactOptions& options);
+                    const codegen::GeneratedKernels& kernels, const ArtifactOptions& options);
 
 }  // namespace telos::compiler

@@ -9,8 +9,8 @@ namespace {
 
 class OpChecker {
  public:
-  OpChecker(const Graph& graph, const Op& op, std::size_t index)
-      : graph_(graph), op_(op), index_(index) {}
+  OpChecker(const Graph& graph, const Op& op, std::size_t index, const OpRules& extra_rules)
+      : graph_(graph), op_(op), index_(index), extra_rules_(extra_rules) {}
 
   [[noreturn]] void error(const std::string& message) const {
     std::string head = "op " + std::to_string(index_) + " (";
@@ -112,6 +112,7 @@ class OpChecker {
   const Graph& graph_;
   const Op& op_;
   std::size_t index_;
+  const OpRules& extra_rules_;
 };
 
 void OpChecker::check_heads(std::size_t i, const std::string& heads_attr) const {
@@ -255,21 +256,43 @@ void OpChecker::check() const {
       error("operand 0 %" + op_.operands[0]->name + " has type " + operand(0).str() +
             ", expected f32[S,V]");
     expect_result(0, {DType::I32, {kSequences}});
+  } else if (const auto rule = extra_rules_.find(k); rule != extra_rules_.end()) {
+    rule->second(graph_, op_);
   } else {
     error("unknown op");
   }
 }
 
+// The parameters are what the artifact writer packs, in order (docs/artifact.md, "weights"):
+// each a bf16 matrix or an f32 vector of constant dimensions, the only forms it writes, built
+// from at least one checkpoint tensor, and read by some op (an unread one would be packed for
+// nothing).
+void check_params(const Graph& graph) {
+  std::set<std::string> used;
+  for (const auto& op : graph.ops()) used.insert(op->params.begin(), op->params.end());
+  for (const Param& p : graph.params()) {
+    const std::string head = "IR verifier: parameter @" + p.name;
+    for (Dim d : p.type.dims)
+      if (d <= 0) fail(head + " has type " + p.type.str() + ", expected constant dimensions");
+    const bool matrix = p.type.dims.size() == 2 && p.type.dtype == DType::BF16;
+    const bool vector = p.type.dims.size() == 1 && p.type.dtype == DType::F32;
+    if (!matrix && !vector)
+      fail(head + " has type " + p.type.str() + ", expected a bf16 matrix or an f32 vector");
+    if (p.sources.empty()) fail(head + " has no checkpoint tensors to be packed from");
+    if (!used.count(p.name)) fail(head + " is read by no op");
+  }
+}
+
 }  // namespace
 
-void verify(const Graph& graph) {
+void verify(const Graph& graph, const OpRules& extra_rules) {
   std::set<const Value*> defined(graph.inputs().begin(), graph.inputs().end());
   std::set<std::string> names;
   for (const Value* v : graph.inputs())
     if (!names.insert(v->name).second) fail("IR verifier: input %" + v->name + " is defined twice");
   for (std::size_t i = 0; i < graph.ops().size(); ++i) {
     const Op& op = *graph.ops()[i];
-    OpChecker checker(graph, op, i);
+    OpChecker checker(graph, op, i, extra_rules);
     for (std::size_t j = 0; j < op.operands.size(); ++j) {
       const Value* v = op.operands[j];
       if (!v) checker.error("operand " + std::to_string(j) + " is missing");
@@ -288,11 +311,7 @@ void verify(const Graph& graph) {
   for (const Value* v : graph.outputs())
     if (!defined.count(v)) fail("IR verifier: graph output %" + v->name + " is not defined");
   if (graph.outputs().empty()) fail("IR verifier: graph @" + graph.name + " returns nothing");
-  for (const Param& p : graph.params())
-    for (Dim d : p.type.dims)
-      if (d <= 0)
-        fail("IR verifier: parameter @" + p.name + " has type " + p.type.str() +
-             ", expected constant dimensions");
+  check_params(graph);
 }
 
 }  // namespace telos::compiler::ir

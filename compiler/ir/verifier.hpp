@@ -28,15 +28,26 @@
 //       appended to the layer's KV pages                   -> q, bf16[T,Hq*D]
 //   paged_attention(%q) {layer, heads, kv_heads, head_dim}  attention over pages already appended
 //   lm_head_sample(%x: [T,H], @w: [V,H])                    -> i32[S], logits never stored
+#include <functional>
+#include <map>
 #include <string>
 
 #include "compiler/ir/graph.hpp"
 
 namespace telos::compiler::ir {
 
+// The rule of an op kind beyond the set above (a test's own op): throws telos::Error when `op` is
+// malformed. verify() has already checked its operands' dominance and its parameters' existence.
+using OpRule = std::function<void(const Graph& graph, const Op& op)>;
+using OpRules = std::map<std::string, OpRule, std::less<>>;
+
 // Checks every op's operand, parameter and result types and shapes, attributes, SSA dominance
-// (operands defined by an earlier op or a graph input), unknown parameters and graph outputs.
-// Throws telos::Error "IR verifier: op N (%result = kind): what is wrong".
-void verify(const Graph& graph);
+// (operands defined by an earlier op or a graph input), unknown parameters and graph outputs;
+// then the parameters themselves, which the artifact writer packs as they are: each a bf16 matrix
+// or an f32 vector of constant dimensions, with checkpoint sources, read by some op. An op kind
+// outside the set above is checked by its rule in `extra_rules`.
+// Throws telos::Error "IR verifier: op N (%result = kind): what is wrong" ("IR verifier:
+// parameter @NAME ..." for a parameter).
+void verify(const Graph& graph, const OpRules& extra_rules = {});
 
 }  // namespace telos::compiler::ir

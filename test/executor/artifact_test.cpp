@@ -4,7 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
+#include "executor/cpu_reference_model.hpp"
 #include "support/error.hpp"
 #include "test/executor/tiny_artifact.hpp"
 
@@ -394,7 +396,7 @@ TEST(Artifact, RefusesAnUnmarkedOrEditedManifest) {
   testing::rewrite_manifest(dir, m, testing::Signing::kAsIs);
   expect_refused(
       dir, {"manifest.json: manifest_checksum: " + good["manifest_checksum"].get<std::string>() +
-            " does not match the model and weights sections"});
+            " does not match the model, weights and graph sections"});
   m = good;
   m.erase("manifest_checksum");
   testing::rewrite_manifest(dir, m, testing::Signing::kAsIs);
@@ -404,6 +406,63 @@ TEST(Artifact, RefusesAnUnmarkedOrEditedManifest) {
   m["model"]["rms_norm_eps"] = 1e-3;
   testing::rewrite_manifest(dir, m);
   EXPECT_EQ(Artifact::load(dir)->model().rms_norm_eps, 1e-3);
+}
+
+// The graph section's own checks, each edit signed as telosc signs: a name defined twice, an
+// attribute that is not a number or string, a dimension that is not T, S or a positive integer,
+// a graph that returns nothing. What the CPU engine refuses at load beyond them: an input the step
+// does not provide, other than one op that computes the logits.
+TEST(Artifact, RefusesAMalformedGraph) {
+  const std::string dir = testing::temp_dir("graph");
+  const auto good = testing::write_tiny_artifact(dir, {});
+  auto edited = [&](const std::function<void(nlohmann::json&)>& edit) {
+    auto m = good;
+    edit(m["graph"]);
+    testing::rewrite_manifest(dir, m);
+  };
+  edited([](auto& g) { g["ops"][1]["results"][0]["name"] = "x"; });
+  expect_refused(dir,
+                 {"manifest.json: graph.ops[1] (rmsnorm).results[0].name: %x is defined twice"});
+  edited([](auto& g) { g["ops"][1]["attrs"]["eps"] = true; });
+  expect_refused(dir,
+                 {"graph.ops[1] (rmsnorm).attrs.eps: expected an integer, a number or a string"});
+  edited([](auto& g) { g["ops"][0]["results"][0]["shape"][0] = "B"; });
+  expect_refused(
+      dir, {"graph.ops[0] (embed).results[0].shape[0]: \"B\" is not \"T\", \"S\" or an integer"});
+  edited([](auto& g) { g["ops"][0]["results"][0]["shape"][1] = 0; });
+  expect_refused(dir, {"graph.ops[0] (embed).results[0].shape[1]: 0 is below 1"});
+  edited([](auto& g) { g["outputs"] = nlohmann::json::array(); });
+  expect_refused(dir, {"graph.outputs: expected at least one value"});
+
+  auto engine_refuses = [&](const std::string& part) {
+    try {
+      CpuReferenceModel model(Artifact::load(dir));
+      FAIL() << "expected the CPU engine to refuse the graph";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  edited([](auto& g) {
+    auto slots = g["inputs"][1];
+    slots["name"] = "slots";
+    g["inputs"].push_back(slots);
+  });
+  engine_refuses(
+      "manifest.json: graph.inputs[2]: %slots is not an input the CPU reference engine "
+      "provides (tokens, positions)");
+  edited([](auto& g) {
+    g["ops"].erase(g["ops"].size() - 1);
+    g["outputs"] = {"final"};
+  });
+  engine_refuses("graph.ops: 0 ops compute the logits, expected one (lm_head_sample)");
+  edited([](auto& g) {
+    auto head = g["ops"].back();
+    head["results"][0]["name"] = "again";
+    g["ops"].push_back(head);
+  });
+  engine_refuses("graph.ops: 2 ops compute the logits, expected one (lm_head_sample)");
+  edited([](auto&) {});
+  CpuReferenceModel model(Artifact::load(dir));
 }
 
 // A checkpoint without a BOS token has null; token ids are within the vocabulary.

@@ -27,10 +27,82 @@ std::string temp_dir(const std::string& name) {
 
 void rewrite_manifest(const std::string& dir, json manifest, Signing signing) {
   if (signing == Signing::kResign && manifest.is_object() && manifest.contains("model") &&
-      manifest.contains("weights"))
+      manifest.contains("weights") && manifest.contains("graph"))
     manifest["manifest_checksum"] = manifest_checksum(manifest);
   std::ofstream(fs::path(dir) / "manifest.json") << manifest.dump(2);
 }
+
+namespace {
+
+// The fused graph telosc writes for a model of this shape (docs/artifact.md, "graph").
+class TinyGraph {
+ public:
+  explicit TinyGraph(const TinyArtifactSpec& s) : s_(s) {}
+
+  json build(const json& rope) {
+    const int H = s_.hidden_size, D = s_.head_dim, Hq = s_.num_heads, Hkv = s_.num_kv_heads;
+    const json eps = {{"eps", 1e-5}};
+    std::string x = op("embed", {"tokens"}, {"embed"}, json::object(), "x", act(H));
+    for (int l = 0; l < s_.num_layers; ++l) {
+      const std::string p = "layers." + std::to_string(l) + ".", v = "l" + std::to_string(l) + ".";
+      const std::string h = op("rmsnorm", {x}, {p + "attn_norm"}, eps, v + "attn_in", act(H));
+      std::vector<std::string> qkv_params = {p + "qkv"};
+      if (s_.qkv_bias) qkv_params.push_back(p + "qkv_bias");
+      json rope_attrs = {{"epilogue", "rope_kv_append"},
+                         {"layer", l},
+                         {"heads", Hq},
+                         {"kv_heads", Hkv},
+                         {"head_dim", D}};
+      for (const auto& [key, value] : rope.items())
+        rope_attrs[key == "type" ? "scaling" : key] = value;
+      if (s_.qk_norm) {
+        qkv_params.push_back(p + "q_norm");
+        qkv_params.push_back(p + "k_norm");
+        rope_attrs["eps"] = 1e-5;
+      }
+      const std::string q =
+          op("linear", {h, "positions"}, qkv_params, rope_attrs, v + "q_rope", act(Hq * D));
+      const json heads = {{"layer", l}, {"heads", Hq}, {"kv_heads", Hkv}, {"head_dim", D}};
+      const std::string attn = op("paged_attention", {q}, {}, heads, v + "attn", act(Hq * D));
+      const json residual = {{"epilogue", "residual"}};
+      x = op("linear", {attn, x}, {p + "o"}, residual, v + "x_attn", act(H));
+      const std::string m = op("rmsnorm", {x}, {p + "mlp_norm"}, eps, v + "mlp_in", act(H));
+      const std::string a = op("linear", {m}, {p + "gate_up"}, {{"epilogue", "swiglu"}}, v + "act",
+                               act(s_.intermediate_size));
+      x = op("linear", {a, x}, {p + "down"}, residual, v + "x", act(H));
+    }
+    const std::string f = op("rmsnorm", {x}, {"final_norm"}, eps, "final", act(H));
+    const std::string head = s_.tie_word_embeddings ? "embed" : "lm_head";
+    op("lm_head_sample", {f}, {head}, json::object(), "next_tokens",
+       {{"dtype", "i32"}, {"shape", {"S"}}});
+    const json input = {{"dtype", "i32"}, {"shape", {"T"}}};
+    return {{"inputs", {named("tokens", input), named("positions", input)}},
+            {"ops", ops_},
+            {"outputs", {"next_tokens"}}};
+  }
+
+ private:
+  static json act(int cols) { return {{"dtype", "bf16"}, {"shape", {"T", cols}}}; }
+  static json named(const std::string& name, json type) {
+    type["name"] = name;
+    return type;
+  }
+  std::string op(const std::string& kind, const std::vector<std::string>& operands,
+                 const std::vector<std::string>& params, const json& attrs,
+                 const std::string& result, const json& type) {
+    ops_.push_back({{"op", kind},
+                    {"operands", operands},
+                    {"params", params},
+                    {"attrs", attrs},
+                    {"results", {named(result, type)}}});
+    return result;
+  }
+
+  const TinyArtifactSpec& s_;
+  json ops_ = json::array();
+};
+
+}  // namespace
 
 json write_tiny_artifact(const std::string& dir, const TinyArtifactSpec& s) {
   fs::remove_all(dir);
@@ -161,6 +233,7 @@ json write_tiny_artifact(const std::string& dir, const TinyArtifactSpec& s) {
         {"layout", "page[layer][kv][head][slot][dim]"}}},
       {"weights",
        {{"file", "weights.bin"}, {"alignment", 256}, {"size", blob.size()}, {"tensors", tensors}}},
+      {"graph", TinyGraph(s).build(rope)},
       {"plan", json::object()},
       {"kernels", json::array()},
       {"files",

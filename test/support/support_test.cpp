@@ -314,19 +314,24 @@ TEST(ManifestText, RefusesDeepNestingAndHugeFiles) {
   }
 }
 
-// The manifest checksum covers the model and weights sections as values: the order their keys were
-// written in and every other section do not change it, any value in them does.
-TEST(ManifestChecksum, CoversTheModelAndWeightsSectionsOnly) {
+// The manifest checksum covers the graph, model and weights sections as values: the order their
+// keys were written in and every other section do not change it, any value in them does.
+TEST(ManifestChecksum, CoversTheGraphModelAndWeightsSectionsOnly) {
   const auto m = nlohmann::json::parse(
-      R"({"model": {"a": 1, "b": 2.5}, "weights": {"tensors": [{"name": "x"}]}, "plan": 1})");
+      R"({"model": {"a": 1, "b": 2.5}, "weights": {"tensors": [{"name": "x"}]}, "plan": 1,
+          "graph": {"ops": [{"op": "rmsnorm", "attrs": {"eps": 1e-05}}]}})");
   const auto reordered = nlohmann::json::parse(
-      R"({"plan": 2, "weights": {"tensors": [{"name": "x"}]}, "model": {"b": 2.5, "a": 1}})");
+      R"({"plan": 2, "graph": {"ops": [{"attrs": {"eps": 1e-05}, "op": "rmsnorm"}]},
+          "weights": {"tensors": [{"name": "x"}]}, "model": {"b": 2.5, "a": 1}})");
   EXPECT_EQ(manifest_checksum(m), manifest_checksum(reordered));
   auto edited = m;
   edited["model"]["b"] = 2.25;
   EXPECT_NE(manifest_checksum(m), manifest_checksum(edited));
   edited = m;
   edited["weights"]["tensors"][0]["name"] = "y";
+  EXPECT_NE(manifest_checksum(m), manifest_checksum(edited));
+  edited = m;
+  edited["graph"]["ops"][0]["attrs"]["eps"] = 1e-06;
   EXPECT_NE(manifest_checksum(m), manifest_checksum(edited));
   EXPECT_EQ(manifest_checksum(m).rfind("xxh64:", 0), 0u);
 }

@@ -13,7 +13,8 @@ What it proves: the committed tree (not the working copy) holds everything the d
 job works end to end. What it does not: to keep the test command fast, TELOS_BUILD points at
 BUILD_DIR, the build this ctest runs from, so the demo's build step finds telosc and telos-run
 built and does nothing; the binaries are the working copy's, and a fresh configure and build
-(and the apt installs) are not exercised. The kernel cache is the user's (~/.cache/telos).
+(and the apt installs) are not exercised. The kernel cache is the tests' shared one (ctest sets
+TELOS_CACHE_DIR).
 Exit 77 (ctest: skipped) when SOURCE_DIR is not a git checkout.
 """
 import ctypes

@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
-#include "compiler/artifact/weight_table.hpp"
 #include "compiler/ir/model_graph.hpp"
 #include "compiler/passes/pass_manager.hpp"
 #include "support/error.hpp"
@@ -139,7 +139,8 @@ ModelSpec qwen3_like() {
   return s;
 }
 
-TEST(Passes, EveryPassKeepsTheGraphValidAndTheResultMatchesTheWeightTable) {
+// The fused IR's parameters are what the artifact writer packs, in this order.
+TEST(Passes, EveryPassKeepsTheGraphValidAndEndsAtTheArtifactsParameters) {
   for (bool tied : {true, false}) {
     ModelSpec spec = qwen3_like();
     spec.tie_word_embeddings = tied;
@@ -147,23 +148,62 @@ TEST(Passes, EveryPassKeepsTheGraphValidAndTheResultMatchesTheWeightTable) {
     ASSERT_EQ(verify_error(g), "");
     // run_passes verifies after each pass and names the pass that broke the graph.
     ASSERT_NO_THROW(run_passes(g, fusion_pipeline(), nullptr));
-    EXPECT_NO_THROW(check_weight_table(g, spec));
     // Per layer: rmsnorm, qkv+rope+append, paged_attention, o+residual, rmsnorm, gate_up+swiglu,
     // down+residual; plus embed, the final norm and lm_head_sample.
     EXPECT_EQ(g.ops().size(), 3u * 7u + 3u);
+
+    std::vector<std::string> want = {"embed"};
+    for (const char* layer : {"layers.0.", "layers.1.", "layers.2."})
+      for (const char* name :
+           {"attn_norm", "qkv", "qkv_bias", "q_norm", "k_norm", "o", "mlp_norm", "gate_up", "down"})
+        want.push_back(std::string(layer) + name);
+    want.push_back("final_norm");
+    if (!tied) want.push_back("lm_head");
+    std::vector<std::string> have;
+    for (const Param& p : g.params()) have.push_back(p.name);
+    EXPECT_EQ(have, want);
+
+    const Param* qkv = g.find_param("layers.1.qkv");
+    ASSERT_NE(qkv, nullptr);
+    EXPECT_EQ(qkv->type.str(), "bf16[128,32]");  // (4 + 2 * 2) heads of 16 rows
+    EXPECT_EQ(qkv->sources, (std::vector<std::string>{"model.layers.1.self_attn.q_proj.weight",
+                                                      "model.layers.1.self_attn.k_proj.weight",
+                                                      "model.layers.1.self_attn.v_proj.weight"}));
+    const Param* gate_up = g.find_param("layers.2.gate_up");
+    ASSERT_NE(gate_up, nullptr);
+    EXPECT_EQ(gate_up->type.str(), "bf16[96,32]");
+    EXPECT_EQ(gate_up->sources, (std::vector<std::string>{"model.layers.2.mlp.gate_proj.weight",
+                                                          "model.layers.2.mlp.up_proj.weight"}));
   }
 }
 
-TEST(Passes, TheUnfusedGraphIsNotTheWeightTable) {
-  const ModelSpec spec = qwen3_like();
-  const Graph g = build_model_graph(spec);
-  try {
-    check_weight_table(g, spec);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "IR: parameter 2 is @layers.0.q, the weight table has @layers.0.qkv there");
-  }
+// The writer packs parameters as they are: the verifier refuses one it could not pack.
+TEST(Verifier, RefusesAParameterTypeTheWriterDoesNotPack) {
+  Graph g = small_graph();
+  g.add_param({"half", {DType::F16, {8, 8}}, {"h"}});
+  EXPECT_EQ(verify_error(g),
+            "IR verifier: parameter @half has type f16[8,8], expected a bf16 matrix or an f32 "
+            "vector");
+
+  Graph g2 = small_graph();
+  g2.add_param({"cube", {DType::BF16, {2, 2, 2}}, {"c"}});
+  EXPECT_EQ(verify_error(g2),
+            "IR verifier: parameter @cube has type bf16[2,2,2], expected a bf16 matrix or an f32 "
+            "vector");
+}
+
+TEST(Verifier, RefusesAParameterWithoutSources) {
+  Graph g = small_graph();
+  g.add_param({"w", {DType::BF16, {4, 8}}, {}});
+  g.append_op("linear", {g.outputs()[0]}, {"w"}, {}, {{"y", act(4)}});
+  EXPECT_EQ(verify_error(g),
+            "IR verifier: parameter @w has no checkpoint tensors to be packed from");
+}
+
+TEST(Verifier, RefusesAParameterNoOpReads) {
+  Graph g = small_graph();
+  g.add_param({"unread", {DType::F32, {8}}, {"u"}});
+  EXPECT_EQ(verify_error(g), "IR verifier: parameter @unread is read by no op");
 }
 
 }  // namespace

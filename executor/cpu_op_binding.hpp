@@ -1,0 +1,88 @@
+#pragma once
+// What an op of the CPU reference engine (cpu_reference_ops.hpp) sees: at load, its graph op
+// through CpuOpBinding, whose every accessor checks what the op reads against the artifact and
+// refuses, naming the manifest field, what it cannot use; while a step runs, the step's rows, its
+// values and the KV cache (CpuStep).
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "executor/artifact.hpp"
+#include "executor/kv_page_pool.hpp"
+
+namespace telos::exec {
+
+// The KV cache: pages of [layer][kv][head][slot][dim] f32, the GPU engine's paged layout
+// addressed through the same page tables; only the element type differs.
+class CpuKvCache {
+ public:
+  CpuKvCache(const KvCacheConfig& geometry, int pages);
+  static std::size_t floats_per_page(const KvCacheConfig& geometry);
+  // Where the K (kv = 0) or V (kv = 1) vector of one head at one position lives.
+  float* slot(std::span<const PageId> pages, int layer, int kv, int head, int position);
+
+ private:
+  KvCacheConfig geometry_;
+  std::vector<float> data_;
+};
+
+// What an op computes with while a step runs. Rows are the step's tokens, its sequences' in order.
+struct CpuStep {
+  int rows = 0;
+  std::vector<std::int32_t> tokens, positions;  // the graph's inputs %tokens and %positions
+  std::vector<std::span<const PageId>> pages;   // each row's sequence's page table
+  std::vector<int> sample_rows;                 // rows whose logits come back, in step order
+  std::vector<float>* logits = nullptr;         // vocab_size floats a sample row
+  CpuKvCache* kv = nullptr;
+  std::vector<std::vector<float>> values;  // each graph value, [rows, cols], while it is live
+
+  const float* in(int value) const { return values[static_cast<std::size_t>(value)].data(); }
+  // Allocates value `value` as [rows, cols] zeros.
+  float* out(int value, int cols);
+};
+
+using CpuOpRun = std::function<void(CpuStep&)>;
+
+// One op of the graph as its binding function reads it. Every accessor refuses, naming the
+// manifest and the field ("graph.ops[3] (linear).attrs.layer: ..."), what the op cannot use.
+class CpuOpBinding {
+ public:
+  CpuOpBinding(const Artifact& artifact, std::size_t index, bool* writes_logits);
+
+  const GraphOp& op() const { return op_; }
+  const ModelConfig& model() const { return artifact_.model(); }
+  const KvCacheConfig& kv_cache() const { return artifact_.kv_cache(); }
+  [[noreturn]] void refuse(const std::string& field, const std::string& what) const;
+
+  void counts(std::size_t operands, std::size_t params_min, std::size_t params_max,
+              std::size_t results) const;
+  // Operand or result i: a [T, cols] value (any width when cols is 0); returns its index.
+  int operand(std::size_t i, std::int64_t cols) const;
+  int result(std::size_t i, std::int64_t cols) const;
+  int cols(int value) const;
+  // Operand i is the graph input `name` (i32[T]), which the step provides.
+  void input(std::size_t i, const char* name) const;
+  void result_type(std::size_t i, const std::string& type) const;  // e.g. "i32[S]"
+  // Parameter i: a matrix [rows, cols] (either 0: any), or an f32 vector of n.
+  const WeightTensor& matrix(std::size_t i, std::int64_t rows, std::int64_t cols) const;
+  std::span<const float> vector(std::size_t i, std::int64_t n) const;
+  std::int64_t int_attr(const char* name, std::int64_t min_value, std::int64_t max_value) const;
+  double positive_attr(const char* name) const;
+  std::string string_attr(const char* name) const;
+  bool has_attr(const char* name) const { return op_.attr(name) != nullptr; }
+  // The op writes the step's logits (the engine needs exactly one such op).
+  void writes_logits() const { *writes_logits_ = true; }
+
+ private:
+  const GraphValue& value(int index) const;
+  void shape(const std::string& field, int value, std::int64_t cols) const;
+
+  const Artifact& artifact_;
+  const GraphOp& op_;
+  std::string name_;  // "graph.ops[3] (linear)"
+  bool* writes_logits_;
+};
+
+}  // namespace telos::exec
