@@ -38,8 +38,7 @@ enum class TableRole {
   sample,
 };
 
-// ---- Reading the IR
-// ------------------------------------------------------------------------------
+// ---- Reading the IR -----------------------------------------------------------------------------
 
 std::string epilogue_of(const ir::Op& op) {
   const ir::AttrValue* v = op.attr("epilogue");
@@ -174,8 +173,7 @@ void check_model(const ModelShape& m, const CodegenInput& in) {
            std::to_string(kAttnSplitLong));
 }
 
-// ---- What the buckets share, and one bucket
-// ------------------------------------------------------
+// ---- What the buckets share, and one bucket -----------------------------------------------------
 
 // What every bucket's rules share: the model, the serving config, the KV pool's page geometry,
 // attention's split, the one-token layer's tiling and slot images, and what the arena must hold
@@ -337,8 +335,7 @@ class BucketLowering {
 
 namespace {
 
-// ---- Operands
-// ------------------------------------------------------------------------------------
+// ---- Operands -----------------------------------------------------------------------------------
 
 // bf16 maps have 64-column boxes; the f32 map of x (the prefill residual epilogue's TMA
 // reduction) has 32-column boxes: one 128-byte swizzle span either way.
@@ -357,8 +354,7 @@ std::string weight_map(const WeightImage& img, int img_box, const std::string& w
   return tmap(w_name, rows, k, w_box);
 }
 
-// ---- GEMMs
-// ---------------------------------------------------------------------------------------
+// ---- GEMMs --------------------------------------------------------------------------------------
 
 // One GEMM of W [n (2n for SwiGLU), k] over the bucket's T rows.
 struct Gemm {
@@ -481,8 +477,7 @@ void launch_gemm(BucketLowering& b, int kernel, const Gemm& g, const std::string
             g.out_box_cols ? tmap("buf:" + out, T, n, 64, g.out_box_cols) : "buf:" + out});
 }
 
-// ---- The QKV epilogue and attention
-// --------------------------------------------------------------
+// ---- The QKV epilogue and attention -------------------------------------------------------------
 
 // The QKV epilogue (bias, QK norm, RoPE, q out, K/V appended to their pages) of the rope_kv_append
 // linear `op`: its template arguments after the head shape, its parameters and operands.
@@ -548,8 +543,7 @@ AttentionKernels choose_attention(const ModelPlan& mp, const Bucket& b, const ir
   return a;
 }
 
-// ---- The rules
-// -----------------------------------------------------------------------------------
+// ---- The rules ----------------------------------------------------------------------------------
 
 void lower_embed(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const ir::Op& op = *ops[0];
@@ -803,8 +797,7 @@ constexpr unsigned kSmallM = bit(ShapeClass::small_m);
 constexpr unsigned kPrefill = bit(ShapeClass::prefill_gemm);
 constexpr unsigned kEvery = kOneToken | kSmallM | kPrefill;
 
-// ---- The walk
-// ------------------------------------------------------------------------------------
+// ---- The walk -----------------------------------------------------------------------------------
 
 bool has_layer_rule(ShapeClass shape) {
   return std::any_of(lowering_table().begin(), lowering_table().end(), [&](const LoweringRule& r) {
