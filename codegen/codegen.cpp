@@ -4,6 +4,7 @@
 
 #include "codegen/emit_source.hpp"
 #include "codegen/kernel_plan.hpp"
+#include "codegen/lowering.hpp"
 #include "codegen/nvrtc_driver.hpp"
 #include "support/error.hpp"
 
@@ -37,15 +38,10 @@ nlohmann::ordered_json programs_json(const KernelPlan& plan) {
 
 }  // namespace
 
-GeneratedKernels generate_kernels(const CodegenInput& in, const CodegenOptions& options) {
+GeneratedKernels generate_kernels(const compiler::ir::Graph& graph, const CodegenInput& in,
+                                  const CodegenOptions& options) {
   if (in.targets.empty()) fail("codegen: serving.targets is empty");
-  // The Blackwell kernels (tcgen05) are not written yet: every GEMM is wgmma, which sm_100a lacks.
-  for (const auto& arch : in.targets)
-    if (arch != "sm_90a")
-      fail("codegen: target " + arch +
-           ": no kernels for it yet (the GEMMs use wgmma, an sm_90a instruction; Blackwell's "
-           "tcgen05 kernels are not written); compile with --target sm_90a");
-  const KernelPlan plan = plan_kernels(in);
+  const KernelPlan plan = plan_kernels(graph, in);
   GeneratedKernels out;
   out.source = emit_source(plan);
   std::vector<std::string> names;

@@ -1,5 +1,6 @@
 #pragma once
-// Codegen's entry point for telosc: plan the kernel instances a model needs, emit their CUDA C++,
+// Codegen's entry point for telosc: lower the optimized IR to the kernel instances the model needs
+// (the lowering table, lowering.hpp), emit their CUDA C++,
 // compile it with NVRTC for every target (cached by content), enforce zero spills and no local
 // memory, and describe the result for the manifest (docs/artifact.md, "Kernels").
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "codegen/codegen_input.hpp"
 #include "codegen/compile_cache.hpp"
+#include "compiler/ir/graph.hpp"
 
 namespace telos::codegen {
 
@@ -29,8 +31,10 @@ struct CodegenOptions {
   std::string cache_dir = CompileCache::default_root();  // "" disables the cache
 };
 
-// Throws telos::Error naming the kernel when one spills or uses local memory, and with NVRTC's
-// log when compilation fails.
-GeneratedKernels generate_kernels(const CodegenInput& in, const CodegenOptions& options = {});
+// `graph` is the fully fused IR. Throws telos::Error naming the op when one has no lowering rule,
+// naming the kernel when one spills or uses local memory, and with NVRTC's log when compilation
+// fails.
+GeneratedKernels generate_kernels(const compiler::ir::Graph& graph, const CodegenInput& in,
+                                  const CodegenOptions& options = {});
 
 }  // namespace telos::codegen

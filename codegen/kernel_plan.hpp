@@ -1,7 +1,8 @@
 #pragma once
 // Which kernel instances a model needs and how each bucket launches them: the choosing half of
-// codegen (tile sizes, split sizes, thread counts). The kernel bodies live in codegen/kernels/;
-// emit_source() only prints what this plan decided.
+// codegen. The heuristics that choose shape classes, folds, tiles, splits and thread counts live
+// here, each named; the lowering table (lowering.hpp) applies them op by op to the optimized IR.
+// The kernel bodies live in codegen/kernels/; emit_source() only prints what the plan decided.
 //
 // A bucket's launch program names every argument symbolically (docs/artifact.md, "Kernels"):
 //   w:NAME      a weight tensor of the artifact
@@ -18,8 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "codegen/codegen_input.hpp"
-
 namespace telos::codegen {
 
 struct KernelInstance {
@@ -35,12 +34,39 @@ struct Launch {
   std::vector<std::string> args;
 };
 
+// A bucket's shape class: which family of kernels its ops lower to (the lowering table's column).
+enum class ShapeClass {
+  // Decode buckets of up to kDecodeLayerPersistentMaxRows rows where the model's layer fits
+  // decode_layer_persistent (its tiling's `fits`): each layer is one launch.
+  one_token_decode,
+  // Every other decode bucket, and prefill buckets under kPrefillGemmMinRows tokens: the
+  // projections on the small-M GEMM (kernels/gemm_small.cuh).
+  small_m,
+  // Prefill buckets of kPrefillGemmMinRows tokens or more: the projections on the prefill GEMM
+  // (kernels/gemm_prefill.cuh).
+  prefill_gemm,
+};
+ShapeClass bucket_shape_class(bool prefill, int tokens, bool layer_fits);
+const char* shape_class_name(ShapeClass shape);  // "one-token decode", "small-M", "prefill GEMM"
+
+// How the lowering table lowered one op (or a one-token layer's ops) of a bucket: what
+// `telosc compile --emit=lowering` prints.
+struct LoweredOps {
+  std::vector<std::string> ops;        // the IR ops, printed
+  std::string rule, kernels;           // the lowering table's row: its name and kernel templates
+  std::string note;                    // what the rule did besides launching ("folded into ...")
+  int first_launch = 0, launches = 0;  // its launches: BucketProgram::launches[first, first + n)
+  std::vector<int> declared;           // kernels it adds to the table without launching them
+};
+
 struct BucketProgram {
   std::string kind;     // "decode" (one token per sequence) or "prefill"
   int size = 0;         // the bucket: sequences (decode) or tokens (prefill)
   int tokens = 0;       // rows of the step
   int sample_rows = 0;  // rows the LM head and the sampler see
+  ShapeClass shape = ShapeClass::small_m;
   std::vector<Launch> launches;
+  std::vector<LoweredOps> lowered;  // in the IR's order
 };
 
 struct ArenaBuffer {
@@ -59,8 +85,8 @@ struct KernelPlan {
   std::vector<float> rope_inv_freq;
 };
 
-// Throws telos::Error naming the field when the model is outside what the kernels support.
-KernelPlan plan_kernels(const CodegenInput& in);
+// The GPU the artifact is planned for: the H200's 132 SMs (persistent grids are one CTA an SM).
+inline constexpr int kSms = 132;
 
 // Prefill buckets of at least this many tokens run their qkv, o, gate/up and down projections on
 // the prefill GEMM (kernels/gemm_prefill.cuh); smaller ones, and decode, on the small-M GEMM
@@ -370,6 +396,46 @@ int attn_prefill_persistent_grid(int hkv, int tiles);
 // is tokens / TPT. A token's bits are the same at every TPT (GPU test
 // GpuKernels.AttentionTilesMatchSingleTokensBitForBit), so the choice is speed only.
 int attn_tokens_per_tile(bool prefill, int tokens, int group);
+
+// The prefill GEMM's launch (kernels/gemm_prefill.cuh, PrefillGemm): 384 threads, and a
+// persistent grid over `rows` x `cols` outputs in tiles of 128 x `tile_cols`, at most one CTA an
+// SM (its dynamic shared memory: prefill_gemm_smem).
+inline constexpr int kPrefillGemmThreads = 384;
+int prefill_gemm_grid(int rows, int cols, int tile_cols);
+
+// The weight bytes of one layer's bf16 projections over hidden size `h`: qkv (`nqkv` rows), o
+// (K `ko`), gate/up and down (intermediate size `i`): the measure of the norm fold.
+long long layer_weight_bytes(int h, int nqkv, int ko, int i);
+// Whether a bucket of `tokens` rows folds the RMSNorm before the QKV and gate/up projections into
+// those GEMMs (gemm_small_norm_*: A = RMSNorm(x), computed in the kernel): small-M GEMMs of up to
+// kSmallGemmNormMaxRows rows, on layers of up to kSmallGemmNormFoldMaxLayerBytes.
+bool folds_norm(ShapeClass shape, int tokens, long long layer_bytes);
+// Whether it also folds the QKV epilogue into the QKV GEMM (gemm_small_norm_qkv): up to
+// kSmallGemmQkvFoldMaxRows rows where the norm folds.
+bool folds_qkv_epilogue(bool fold_norm, int tokens);
+
+// embed_gather's threads: 8 columns of a row a thread, whole warps, 32 to 256.
+int embed_threads(int hidden);
+// The sampler holds a row in registers, spread over a cluster of up to 8 blocks (the portable
+// cluster size) of up to 512 threads: 32 values a thread at V = 128256 (8 x 512 threads), 4 for
+// the tiny fixtures (one block of 128).
+struct SampleLaunch {
+  int cluster = 1, threads = 128;
+};
+SampleLaunch sample_launch(int vocab);
+
+// Whether a bucket's prompt rows run on attn_prefill: prefill buckets where it takes the head dim
+// and group, in the plain order (no softmax / P·V overlap: faster at 4k-16k with K/V by TMA), Q in
+// bf16 (Q_SPLIT costs 16-23% of the kernel and does not lower the 8B's worst teacher-forced
+// position beyond the noise of bf16 activations; docs/performance.md). The split kernels then see
+// the generated rows only (desc:split_positions; docs/artifact.md, "Prompt and generated
+// tokens").
+bool prompt_attention(bool prefill, int head_dim, int group);
+// The rows the split kernels cover: every row, or with prompt attention the generated rows, the
+// step's first, at most max_batch of them (the engine packs them so); the split tiles of tpt rows
+// then end within the bucket since tpt divides it. Every other row of `attn` is attn_prefill's
+// (its prompt rows, zeros for padding).
+int attn_split_rows(bool prompt_attn, int tokens, int max_batch);
 
 // `v` rounded to f32 and printed as a CUDA C++ float literal that reads back to the same value.
 std::string float_literal(double v);

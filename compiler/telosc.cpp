@@ -14,6 +14,7 @@
 #include <string>
 
 #include "codegen/codegen.hpp"
+#include "codegen/lowering.hpp"
 #include "compiler/artifact/artifact_inspector.hpp"
 #include "compiler/artifact/artifact_writer.hpp"
 #include "compiler/artifact/compact_json.hpp"
@@ -122,11 +123,16 @@ int run_compile(const CompileOptions& o) {
     std::cout << compact_json(plan_to_json(plan));
     return 0;
   }
+  if (o.emit == "lowering") {
+    // The lowering table at work, without NVRTC: every bucket's ops, the rule each took and the
+    // launches it made.
+    std::cout << codegen::print_lowering(codegen::plan_kernels(graph, codegen_input(config)));
+    return 0;
+  }
 
   // A destination telosc would not write is refused before the kernels are compiled.
   if (o.emit.empty()) check_destination(fs::path(o.output).lexically_normal());
-  const codegen::GeneratedKernels kernels =
-      codegen::generate_kernels(codegen_input(model.spec, config));
+  const codegen::GeneratedKernels kernels = codegen::generate_kernels(graph, codegen_input(config));
   if (o.emit == "kernels") {
     std::cout << compact_json(kernels_summary(kernels));
     return 0;
@@ -161,7 +167,7 @@ int main(int argc, char** argv) {
   compile->add_option("--target", co.targets,
                       "GPU architecture to compile kernels for: sm_90a (Hopper, the default)");
   compile->add_option("--emit", co.emit, "Print a stage to stdout instead of writing an artifact")
-      ->check(CLI::IsMember({"ir", "plan", "kernels"}));
+      ->check(CLI::IsMember({"ir", "plan", "lowering", "kernels"}));
   compile->add_option(
       "--passes", co.passes,
       "Run only these passes, comma-separated, or none (with --emit; for testing one pass)");

@@ -326,21 +326,8 @@ std::string manifest_text(nlohmann::ordered_json m, const fs::path& staged) {
 
 }  // namespace
 
-codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& serving) {
+codegen::CodegenInput codegen_input(const ServingConfig& serving) {
   codegen::CodegenInput in;
-  in.vocab_size = static_cast<int>(spec.vocab_size);
-  in.hidden_size = static_cast<int>(spec.hidden_size);
-  in.intermediate_size = static_cast<int>(spec.intermediate_size);
-  in.num_layers = static_cast<int>(spec.num_layers);
-  in.num_heads = static_cast<int>(spec.num_heads);
-  in.num_kv_heads = static_cast<int>(spec.num_kv_heads);
-  in.head_dim = static_cast<int>(spec.head_dim);
-  in.rms_norm_eps = spec.rms_norm_eps;
-  in.rope = {spec.rope.type, spec.rope.theta, spec.rope.factor, spec.rope.low_freq_factor,
-             spec.rope.high_freq_factor, static_cast<int>(spec.rope.original_max_position_embeddings)};
-  in.tie_word_embeddings = spec.tie_word_embeddings;
-  in.qkv_bias = spec.qkv_bias;
-  in.qk_norm = spec.qk_norm;
   in.max_batch = static_cast<int>(serving.max_batch);
   in.max_seq_len = static_cast<int>(serving.max_seq_len);
   in.kv_page_size = static_cast<int>(serving.kv_page_size);

@@ -29,8 +29,8 @@ struct ArtifactOptions {
   const volatile std::sig_atomic_t* cancel = nullptr;
 };
 
-// What codegen needs of the model and the serving config (codegen includes no compiler header).
-codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& serving);
+// What codegen takes from the serving config (the model reaches it as the optimized IR).
+codegen::CodegenInput codegen_input(const ServingConfig& serving);
 
 // Refuses (naming `source`, the model the user gave, and the manifest field) a model and serving
 // configuration whose manifest telos-run would refuse: the checks of support/artifact_format.hpp

@@ -17,59 +17,14 @@
 #include <vector>
 
 #include "codegen/kernel_plan.hpp"
+#include "codegen/lowering.hpp"
 #include "codegen/nvrtc_driver.hpp"
 #include "codegen/rope_table.hpp"
 #include "support/error.hpp"
+#include "test/codegen/test_models.hpp"
 
 namespace telos::codegen {
 namespace {
-
-CodegenInput tiny(const std::string& family) {
-  CodegenInput in;
-  in.vocab_size = 512;
-  in.hidden_size = 128;
-  in.intermediate_size = 256;
-  in.num_layers = 2;
-  in.num_heads = 4;
-  in.num_kv_heads = 2;
-  in.head_dim = 32;
-  in.rms_norm_eps = family == "llama" ? 1e-5 : 1e-6;
-  in.rope.theta = family == "llama" ? 500000.0 : 1000000.0;
-  if (family == "llama") {
-    in.rope = {"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
-  }
-  in.tie_word_embeddings = family != "qwen3";
-  in.qkv_bias = family == "qwen2";
-  in.qk_norm = family == "qwen3";
-  in.max_batch = 8;
-  in.max_seq_len = 256;
-  in.kv_page_size = 16;
-  in.decode_buckets = {1, 2, 4, 8};
-  in.prefill_buckets = {32, 64, 128};
-  in.targets = {"sm_90a"};
-  return in;
-}
-
-// Llama-3.2-1B's shape with a few buckets (a ragged one included).
-CodegenInput llama_1b() {
-  CodegenInput in;
-  in.vocab_size = 128256;
-  in.hidden_size = 2048;
-  in.intermediate_size = 8192;
-  in.num_layers = 16;
-  in.num_heads = 32;
-  in.num_kv_heads = 8;
-  in.head_dim = 64;
-  in.rope = {"llama3", 500000.0, 32.0, 1.0, 4.0, 8192};
-  in.tie_word_embeddings = true;
-  in.max_batch = 64;
-  in.max_seq_len = 8192;
-  in.kv_page_size = 16;
-  in.decode_buckets = {1, 6, 64};
-  in.prefill_buckets = {512};
-  in.targets = {"sm_90a"};
-  return in;
-}
 
 std::string temp_cache(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() /
@@ -420,7 +375,7 @@ TEST(Codegen, DecodeLayerTiling) {
 // serving.decode_weight_images = false keeps one copy of the weights: the one-token layer takes
 // its weights through tensor maps (no wimg: argument, BULK 0) where the plan would take images.
 TEST(Codegen, OneCopyOfTheWeightsWithoutSlotImages) {
-  auto layer_args = [](const CodegenInput& in) {
+  auto layer_args = [](const TestModel& in) {
     const KernelPlan plan = plan_kernels(in);
     for (const BucketProgram& b : plan.buckets)
       for (const Launch& l : b.launches)
@@ -429,12 +384,12 @@ TEST(Codegen, OneCopyOfTheWeightsWithoutSlotImages) {
           return std::make_pair(plan.kernels[static_cast<std::size_t>(l.kernel)].instance, l.args);
     return std::make_pair(std::string(), std::vector<std::string>());
   };
-  CodegenInput in = tiny("llama");
+  TestModel in = tiny("llama");
   const auto [with, with_args] = layer_args(in);
   ASSERT_FALSE(with.empty());
   EXPECT_TRUE(with.ends_with(", 15>"));
   EXPECT_TRUE(with_args[2].starts_with("wimg:layers.0.gate_up:"));
-  in.decode_weight_images = false;
+  in.serving.decode_weight_images = false;
   const auto [without, without_args] = layer_args(in);
   EXPECT_TRUE(without.ends_with(", 0>"));
   for (int i = 0; i < 4; ++i)
@@ -445,7 +400,7 @@ TEST(Codegen, OneCopyOfTheWeightsWithoutSlotImages) {
 // layer_sync grows by a counter per KV head; with QK norm (the QKV epilogue outside the QKV tiles)
 // the key changes nothing.
 TEST(Codegen, QkvFlagsFromTheServingConfig) {
-  auto layer = [](const CodegenInput& in) {
+  auto layer = [](const TestModel& in) {
     const KernelPlan plan = plan_kernels(in);
     std::string instance;
     for (const KernelInstance& k : plan.kernels)
@@ -455,17 +410,17 @@ TEST(Codegen, QkvFlagsFromTheServingConfig) {
       if (b.name == "layer_sync") sync = b.bytes;
     return std::make_pair(instance, sync);
   };
-  CodegenInput in = tiny("llama");
+  TestModel in = tiny("llama");
   const auto [plain, plain_sync] = layer(in);
   EXPECT_TRUE(plain.ends_with(", true, 15>")) << plain;
   EXPECT_EQ(plain_sync, 8);
-  in.decode_qkv_flags = true;
+  in.serving.decode_qkv_flags = true;
   const auto [flags, flags_sync] = layer(in);
   EXPECT_EQ(flags, plain.substr(0, plain.size() - 1) + ", true>");
-  EXPECT_EQ(flags_sync, 8 + 4 * in.num_kv_heads);
-  CodegenInput qwen3 = tiny("qwen3");
+  EXPECT_EQ(flags_sync, 8 + 4 * in.spec.num_kv_heads);
+  TestModel qwen3 = tiny("qwen3");
   const auto [q3, q3_sync] = layer(qwen3);
-  qwen3.decode_qkv_flags = true;
+  qwen3.serving.decode_qkv_flags = true;
   EXPECT_EQ(layer(qwen3), std::make_pair(q3, q3_sync));
 }
 
@@ -473,7 +428,7 @@ TEST(Codegen, QkvFlagsFromTheServingConfig) {
 // argument names those weights themselves and the engine keeps no second copy; without, none
 // names an image.
 TEST(Codegen, LayerWeightsHaveOneCopyEitherWay) {
-  auto args_of = [](const CodegenInput& in) {
+  auto args_of = [](const TestModel& in) {
     std::set<std::string> kinds;
     const KernelPlan plan = plan_kernels(in);
     for (const BucketProgram& b : plan.buckets)
@@ -485,10 +440,10 @@ TEST(Codegen, LayerWeightsHaveOneCopyEitherWay) {
         }
     return kinds;
   };
-  CodegenInput in = tiny("llama");
-  in.prefill_buckets = {16, 64, 128, 256};
+  TestModel in = tiny("llama");
+  in.serving.prefill_buckets = {16, 64, 128, 256};
   EXPECT_EQ(args_of(in), (std::set<std::string>{"timg:", "wimg:"}));
-  in.decode_weight_images = false;
+  in.serving.decode_weight_images = false;
   EXPECT_EQ(args_of(in), (std::set<std::string>{"tmap:"}));
 }
 
@@ -790,8 +745,8 @@ TEST(Codegen, AttentionSplitFromTheServingConfig) {
   EXPECT_EQ(attn_partial_slots(513, kAttnSplitLong), 2);
   EXPECT_EQ(attn_partial_slots(8192, kAttnSplitLong), 16);
   EXPECT_EQ(attn_partial_slots(131072, kAttnSplitLong), 32);
-  CodegenInput in = llama_1b();
-  in.attention_split = kAttnSplitLong;
+  TestModel in = llama_1b();
+  in.serving.attention_split = kAttnSplitLong;
   const KernelPlan base = plan_kernels(llama_1b()), plan = plan_kernels(in);
   EXPECT_EQ(plan.attn_split, 512);
   EXPECT_EQ(plan.attn_num_splits, 16);
@@ -812,7 +767,7 @@ TEST(Codegen, AttentionSplitFromTheServingConfig) {
     }
   }
   EXPECT_GT(attention, 2);
-  in.attention_split = 384;
+  in.serving.attention_split = 384;
   try {
     plan_kernels(in);
     ADD_FAILURE() << "split 384 accepted";
@@ -893,7 +848,7 @@ TEST(Codegen, AttentionTokensPerTile) {
 // PAGE_AHEAD, with the ring as the kernel's dynamic shared memory; the others keep their loads
 // (G = 8: four blocks an SM from kAttnSplitFourBlocksMinRows rows).
 TEST(Codegen, AttnSplitBulkInBucketsOfSixteenRowsOrMore) {
-  auto split_kernels = [](const CodegenInput& in) {
+  auto split_kernels = [](const TestModel& in) {
     std::map<int, KernelInstance> by_bucket;  // decode bucket size -> its attn_split
     const KernelPlan plan = plan_kernels(in);
     for (const BucketProgram& b : plan.buckets)
@@ -906,8 +861,8 @@ TEST(Codegen, AttnSplitBulkInBucketsOfSixteenRowsOrMore) {
   auto ends_with = [](const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
   };
-  CodegenInput in = llama_1b();
-  in.decode_buckets = {1, 8, 15, 16, 32, 63, 64};
+  TestModel in = llama_1b();
+  in.serving.decode_buckets = {1, 8, 15, 16, 32, 63, 64};
   const auto llama = split_kernels(in);
   for (const int size : {8, 15, 16, 32, 63, 64}) {
     const KernelInstance& k = llama.at(size);
@@ -918,23 +873,23 @@ TEST(Codegen, AttnSplitBulkInBucketsOfSixteenRowsOrMore) {
         << k.instance;
     EXPECT_EQ(k.dynamic_smem, bulk ? attn_split_ring_bytes(16, 64, kAttnSplitBulk) : 0) << size;
   }
-  CodegenInput g8 = in;  // 8 query heads a KV head: no ring, four blocks an SM from 64 rows
-  g8.num_kv_heads = 4;
+  TestModel g8 = in;  // 8 query heads a KV head: no ring, four blocks an SM from 64 rows
+  g8.spec.num_kv_heads = 4;
   ASSERT_FALSE(attn_split_bulk_fits(16, 8));
   EXPECT_TRUE(ends_with(split_kernels(g8).at(32).instance, "1, false, true, 3, 0, true>"));
   EXPECT_TRUE(ends_with(split_kernels(g8).at(64).instance, "1, false, true, 4, 0, true>"));
 
-  CodegenInput qwen = in;  // Qwen2.5-1.5B's heads: 12 query heads on 2 KV heads of 128 dims
-  qwen.num_heads = 12;
-  qwen.num_kv_heads = 2;
-  qwen.head_dim = 128;
-  qwen.hidden_size = 1536;
+  TestModel qwen = in;  // Qwen2.5-1.5B's heads: 12 query heads on 2 KV heads of 128 dims
+  qwen.spec.num_heads = 12;
+  qwen.spec.num_kv_heads = 2;
+  qwen.spec.head_dim = 128;
+  qwen.spec.hidden_size = 1536;
   ASSERT_FALSE(attn_split_four_blocks(128, 6));
   EXPECT_TRUE(ends_with(split_kernels(qwen).at(64).instance, "1, false, false, 3, 2, true>"));
   EXPECT_EQ(split_kernels(qwen).at(64).dynamic_smem, attn_split_ring_bytes(16, 128, 2));
 
-  CodegenInput pages8 = in;  // a chunk of 16 positions spans two pages: no BULK
-  pages8.kv_page_size = 8;
+  TestModel pages8 = in;  // a chunk of 16 positions spans two pages: no BULK
+  pages8.serving.kv_page_size = 8;
   EXPECT_EQ(split_kernels(pages8).at(32).dynamic_smem, 0);
   EXPECT_FALSE(attn_split_bulk_fits(8, 4));
   EXPECT_TRUE(attn_split_bulk_fits(16, 6));
@@ -1047,8 +1002,8 @@ TEST(Codegen, SplitKernelsOfPrefillBucketsCoverTheGeneratedRowsOnly) {
     return grids;
   };
   using Grids = std::map<std::pair<std::string, int>, std::pair<int, int>>;
-  CodegenInput in = llama_1b();  // G = 4: TPT 4 in prefill buckets; max_batch 64
-  in.prefill_buckets = {32, 512};
+  TestModel in = llama_1b();  // G = 4: TPT 4 in prefill buckets; max_batch 64
+  in.serving.prefill_buckets = {32, 512};
   EXPECT_EQ(split_grids(plan_kernels(in)),
             (Grids{{{"prefill", 512}, {64 / 4, 64}},
                    {{"prefill", 32}, {32 / 4, 32}},  // T below max_batch: all T rows
@@ -1056,8 +1011,8 @@ TEST(Codegen, SplitKernelsOfPrefillBucketsCoverTheGeneratedRowsOnly) {
                    {{"decode", 64}, {64, 64}}}));
   // max_batch 6: two tiles of 4 rows, the second's last two rows prompt or padding (-1 in
   // desc:split_positions, written by no split kernel).
-  in.max_batch = 6;
-  in.decode_buckets = {1, 6};
+  in.serving.max_batch = 6;
+  in.serving.decode_buckets = {1, 6};
   EXPECT_EQ(
       split_grids(plan_kernels(in)),
       (Grids{{{"prefill", 512}, {2, 6}}, {{"prefill", 32}, {2, 6}}, {{"decode", 6}, {6, 6}}}));
@@ -1324,24 +1279,38 @@ TEST(Codegen, Llama3RopeScaling) {
   EXPECT_NEAR(f[15], plain_last / 8.0, plain_last * 1e-6);
 }
 
+// The plan refuses a model the kernels do not take with a message naming the field.
 TEST(Codegen, RefusesUnsupportedShapes) {
-  CodegenInput in = tiny("llama");
-  in.head_dim = 24;
-  EXPECT_THROW(plan_kernels(in), Error);
-  in.head_dim = 256;  // attention holds a head's output in registers
-  EXPECT_THROW(plan_kernels(in), Error);
+  auto refusal = [](const TestModel& in) {
+    try {
+      plan_kernels(in);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  TestModel in = tiny("llama");
+  in.spec.head_dim = 24;
+  EXPECT_EQ(refusal(in), "codegen: head_dim must be a multiple of 32 up to 128");
+  in.spec.head_dim = 256;  // attention holds a head's output in registers
+  EXPECT_EQ(refusal(in), "codegen: head_dim must be a multiple of 32 up to 128");
   in = tiny("llama");
-  in.num_heads = 64;  // 32 query heads per KV head: more than one MMA tile of rows
-  EXPECT_THROW(plan_kernels(in), Error);
+  in.spec.num_heads = 64;  // 32 query heads per KV head: more than one MMA tile of rows
+  EXPECT_EQ(refusal(in), "codegen: at most 16 query heads per KV head");
   in = tiny("llama");
-  in.hidden_size = 136;  // not whole 32-element K steps
-  EXPECT_THROW(plan_kernels(in), Error);
+  in.spec.hidden_size = 136;  // not whole 32-element K steps
+  EXPECT_EQ(refusal(in), "codegen: hidden_size must be a positive multiple of 32");
   in = tiny("llama");
-  in.vocab_size = 500;  // not whole row groups of 16
-  EXPECT_THROW(plan_kernels(in), Error);
-  in = tiny("llama");
-  in.rope.type = "yarn";
-  EXPECT_THROW(plan_kernels(in), Error);
+  in.spec.vocab_size = 500;  // not whole row groups of 16
+  EXPECT_EQ(refusal(in), "codegen: vocab_size must be a multiple of 16 (the LM head's weight tiles)");
+  // The IR verifier refuses another RoPE scaling before codegen; the table refuses it too.
+  try {
+    rope_inv_freq({"yarn", 10000.0}, 32);
+    ADD_FAILURE() << "yarn RoPE tabulated";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "codegen: rope.type 'yarn' is not supported (expected default or llama3)");
+  }
 }
 
 TEST(Codegen, ParsesPtxasReport) {

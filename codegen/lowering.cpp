@@ -1,0 +1,963 @@
+#include "codegen/lowering.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <variant>
+
+#include "codegen/rope_table.hpp"
+#include "support/error.hpp"
+
+namespace telos::codegen {
+namespace ir = compiler::ir;
+namespace {
+
+std::string num(long long v) {
+  return std::to_string(v);
+}
+
+// Where a kernel joins the kernel table: the kernels of a bucket that are not in the table yet
+// join it in this order of their roles, whatever order the bucket launches them in. The generated
+// source lists the kernels in table order and the compile cache is keyed by the source, so this is
+// the order the plan has always registered them in.
+enum class TableRole {
+  embed,
+  attn_combine,
+  attn_prefill,
+  attn_split,
+  o_proj,
+  gate_up,
+  down_proj,
+  decode_layer,
+  qkv_proj,
+  norm,
+  qkv_epilogue,
+  final_norm,
+  lm_head,
+  sample,
+};
+
+// ---- Reading the IR -----------------------------------------------------------------------------
+
+std::string epilogue_of(const ir::Op& op) {
+  const ir::AttrValue* v = op.attr("epilogue");
+  return v && std::holds_alternative<std::string>(*v) ? std::get<std::string>(*v) : "";
+}
+
+int int_attr(const ir::Op& op, const std::string& name) {
+  return static_cast<int>(op.int_attr(name));
+}
+
+double float_attr(const ir::Op& op, const std::string& name) {
+  const ir::AttrValue* v = op.attr(name);
+  if (!v || !std::holds_alternative<double>(*v))
+    fail("codegen: " + ir::print_op(op) + ": expected a float attribute " + name);
+  return std::get<double>(*v);
+}
+
+const ir::Param& param_of(const ir::Graph& g, const ir::Op& op, std::size_t i) {
+  const ir::Param* p = i < op.params.size() ? g.find_param(op.params[i]) : nullptr;
+  if (!p) fail("codegen: " + ir::print_op(op) + ": no parameter " + num(static_cast<long long>(i)));
+  return *p;
+}
+
+int dim(const ir::Param& p, std::size_t i) {
+  return static_cast<int>(p.type.dims.at(i));
+}
+
+// A weight as a launch argument names it.
+std::string weight(const ir::Op& op, std::size_t i) {
+  return "w:" + op.params.at(i);
+}
+
+const ir::Op& first_op(const ir::Graph& g, const std::string& kind,
+                       const std::string& epilogue = "") {
+  for (const auto& op : g.ops())
+    if (op->kind == kind && epilogue_of(*op) == epilogue) return *op;
+  fail("codegen: the IR of @" + g.name + " has no " + kind +
+       (epilogue.empty() ? "" : " with epilogue " + epilogue) +
+       " op (codegen lowers the fused IR, after every pass)");
+}
+
+// The layer an op belongs to: its `layer` attribute, else the N of its layers.N.* parameter; -1
+// for the ops outside the layers.
+int op_layer(const ir::Op& op) {
+  if (op.attr("layer")) return int_attr(op, "layer");
+  for (const std::string& p : op.params)
+    if (p.starts_with("layers.")) return std::stoi(p.substr(7));
+  return -1;
+}
+
+// The dtype a rule is found by: the weight matrix of the op (of a layer's ops, the first),
+// else the op's result's.
+DType ops_dtype(const ir::Graph& g, const std::vector<const ir::Op*>& ops) {
+  for (const ir::Op* op : ops)
+    for (const std::string& name : op->params)
+      if (const ir::Param* p = g.find_param(name); p && p->type.dims.size() == 2)
+        return p->type.dtype;
+  if (ops[0]->results.empty())
+    fail("codegen: " + ir::print_op(*ops[0]) + ": an op without a result");
+  return ops[0]->results[0]->type.dtype;
+}
+
+// The rope_kv_append linear's parameters: qkv, then its bias where there are 2 or 4, then q_norm
+// and k_norm where there are 3 or 4 (compiler/ir/verifier.hpp).
+bool has_qkv_bias(const ir::Op& op) {
+  return op.params.size() == 2 || op.params.size() == 4;
+}
+bool has_qk_norm(const ir::Op& op) {
+  return op.params.size() >= 3;
+}
+
+RopeInput rope_of(const ir::Op& op) {
+  RopeInput r;
+  r.type = op.str_attr("scaling");
+  r.theta = float_attr(op, "theta");
+  if (r.type == "llama3") {
+    r.factor = float_attr(op, "factor");
+    r.low_freq_factor = float_attr(op, "low_freq_factor");
+    r.high_freq_factor = float_attr(op, "high_freq_factor");
+    r.original_max_position_embeddings = int_attr(op, "original_max_position_embeddings");
+  }
+  return r;
+}
+
+// The model as the plan needs it whole (the KV pool's pages, the one-token layer's tiles, the
+// arena), read from the IR: sizes from the parameters' shapes; heads, head dim, eps and RoPE from
+// the ops' attributes.
+struct ModelShape {
+  int V = 0, H = 0, I = 0, L = 0, HQ = 0, HKV = 0, D = 0;
+  double eps = 0;
+  RopeInput rope;
+  bool qk_norm = false;
+  int NH() const { return HQ + 2 * HKV; }
+};
+
+ModelShape read_model(const ir::Graph& g) {
+  ModelShape m;
+  const ir::Param& embed = param_of(g, first_op(g, "embed"), 0);
+  m.V = dim(embed, 0);
+  m.H = dim(embed, 1);
+  const ir::Op& attn = first_op(g, "paged_attention");
+  m.HQ = int_attr(attn, "heads");
+  m.HKV = int_attr(attn, "kv_heads");
+  m.D = int_attr(attn, "head_dim");
+  for (const auto& op : g.ops()) m.L += op->kind == "paged_attention";
+  m.I = dim(param_of(g, first_op(g, "linear", "swiglu"), 0), 0) / 2;
+  m.eps = float_attr(first_op(g, "rmsnorm"), "eps");
+  const ir::Op& qkv = first_op(g, "linear", "rope_kv_append");
+  m.rope = rope_of(qkv);
+  m.qk_norm = has_qk_norm(qkv);
+  return m;
+}
+
+void check_model(const ModelShape& m, const CodegenInput& in) {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) fail("codegen: " + what);
+  };
+  // The GEMMs read K in 32-element steps and own weight rows in groups of 16.
+  need(m.H > 0 && m.H % 32 == 0, "hidden_size must be a positive multiple of 32");
+  need(m.I > 0 && m.I % 32 == 0, "intermediate_size must be a positive multiple of 32");
+  // Attention keeps a 16-row MMA tile of query heads and a head's output in registers.
+  need(m.D % 32 == 0 && m.D >= 32 && m.D <= 128, "head_dim must be a multiple of 32 up to 128");
+  need(m.HQ > 0 && m.HKV > 0 && m.HQ % m.HKV == 0, "num_heads must be a multiple of num_kv_heads");
+  need(m.HQ / m.HKV <= 16, "at most 16 query heads per KV head");
+  need(m.V > 0 && m.L > 0, "vocab_size and num_layers must be positive");
+  need(m.V % 16 == 0, "vocab_size must be a multiple of 16 (the LM head's weight tiles)");
+  need(in.kv_page_size > 0 && in.max_seq_len > 0 && in.max_batch > 0,
+       "serving.kv_page_size, max_seq_len and max_batch must be positive");
+  need(!in.decode_buckets.empty() || !in.prefill_buckets.empty(), "no buckets to compile");
+  need(in.attention_split == kAttnSplit || in.attention_split == kAttnSplitLong,
+       "serving.attention_split must be " + std::to_string(kAttnSplit) + " or " +
+           std::to_string(kAttnSplitLong));
+}
+
+// ---- What the buckets share, and one bucket -----------------------------------------------------
+
+// What every bucket's rules share: the model, the serving config, the KV pool's page geometry,
+// attention's split, the one-token layer's tiling and slot images, and what the arena must hold
+// once every bucket is lowered.
+struct ModelPlan {
+  ModelShape m;
+  const CodegenInput& serving;
+  int page = 0, maxp = 0;
+  long long page_elems = 0;
+  int split = 0, nsplits = 0;
+  long long layer_bytes = 0;
+  PersistentLayerTiling layer_t{};
+  bool qkv_flags = false;
+  bool images = false;  // a bucket runs the one-token layer: the others read its slot images
+
+  int qkv_arrival_counters = 0;     // gemm_small_norm_qkv's, when a bucket folds the QKV epilogue
+  bool uses_layer_sync = false;     // decode_layer_persistent's grid-wide counters
+  long long max_lm_candidates = 0;  // the LM head's greedy candidates, all of a bucket's rows
+
+  // Where the GEMMs read layer weight `name` ("qkv", "o", "gate_up", "down"): from the slot image
+  // the one-token layer streams, or (bn 0) the weight itself.
+  WeightImage image(const std::string& name) const {
+    return images ? layer_weight_image(layer_t, name) : WeightImage{};
+  }
+};
+
+ModelPlan model_plan(const ModelShape& m, const CodegenInput& in) {
+  check_model(m, in);
+  ModelPlan mp{m, in};
+  mp.page = in.kv_page_size;
+  mp.maxp = (in.max_seq_len + mp.page - 1) / mp.page;
+  mp.page_elems = 2LL * m.L * m.HKV * mp.page * m.D;
+  mp.split = in.attention_split;
+  mp.nsplits = attn_partial_slots(mp.maxp * mp.page, mp.split);
+  mp.layer_bytes = layer_weight_bytes(m.H, m.NH() * m.D, m.HQ * m.D, m.I);
+  // The one-token decode layer's tiling (the same in every bucket that runs it). The weights in its
+  // `bulk` mask stream from slot images (`wimg:`) unless the serving config keeps one copy of the
+  // weights; every other GEMM of every bucket then reads those weights from the same image
+  // (`timg:`), so that the image is the weight's only copy on the device.
+  mp.layer_t = decode_layer_tiling(m.H, m.NH() * m.D, m.HQ * m.D, m.I, m.D, m.qk_norm);
+  if (!in.decode_weight_images) mp.layer_t.bulk = 0;  // one copy of the weights: tensor maps
+  // QKV_FLAGS needs the QKV epilogue in the QKV tiles (no QK norm); its counters follow the two
+  // grid-wide ones in layer_sync.
+  mp.qkv_flags = in.decode_qkv_flags && mp.layer_t.qkv_rope;
+  mp.images = std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(), [&](int n) {
+    return n > 0 && bucket_shape_class(false, n, mp.layer_t.fits) == ShapeClass::one_token_decode;
+  });
+  return mp;
+}
+
+// One bucket as its rules see it: its rows, its shape class and the folds it makes.
+struct Bucket {
+  std::string kind;  // "decode" or "prefill"
+  int size = 0, T = 0, S = 0;
+  ShapeClass shape = ShapeClass::small_m;
+  bool fold_norm = false, fold_qkv = false;
+  bool prefill() const { return kind == "prefill"; }
+};
+
+Bucket make_bucket(const ModelPlan& mp, const std::string& kind, int size, int tokens, int rows) {
+  Bucket b{kind, size, tokens, rows};
+  b.shape = bucket_shape_class(b.prefill(), tokens, mp.layer_t.fits);
+  b.fold_norm = folds_norm(b.shape, tokens, mp.layer_bytes);
+  b.fold_qkv = folds_qkv_epilogue(b.fold_norm, tokens);
+  return b;
+}
+
+// The plan's kernel table: each instance once, in the order the buckets add them.
+class KernelTable {
+ public:
+  explicit KernelTable(KernelPlan& plan) : plan_(plan) {}
+
+  int add(const KernelInstance& k) {
+    auto it = index_.find(k.instance);
+    if (it != index_.end()) return it->second;
+    const int id = static_cast<int>(plan_.kernels.size());
+    plan_.kernels.push_back(k);
+    index_.emplace(k.instance, id);
+    return id;
+  }
+
+ private:
+  KernelPlan& plan_;
+  std::map<std::string, int> index_;
+};
+
+}  // namespace
+
+// One bucket's lowering: the kernels its rules use (each joining the kernel table, by its role,
+// when the bucket is done), its launches, and what each rule did.
+class BucketLowering {
+ public:
+  BucketLowering(const ir::Graph& graph, ModelPlan& model, const Bucket& bucket)
+      : graph(graph), model(model), bucket(bucket) {
+    program_.kind = bucket.kind;
+    program_.size = bucket.size;
+    program_.tokens = bucket.T;
+    program_.sample_rows = bucket.S;
+    program_.shape = bucket.shape;
+  }
+
+  const ir::Graph& graph;
+  ModelPlan& model;
+  const Bucket& bucket;
+
+  // A kernel the bucket uses: the handle launch() takes. The same instance gives the same handle,
+  // with the earliest role of its uses.
+  int use(TableRole role, KernelInstance kernel) {
+    for (std::size_t i = 0; i < uses_.size(); ++i)
+      if (uses_[i].kernel.instance == kernel.instance) {
+        uses_[i].role = std::min(uses_[i].role, role);
+        return static_cast<int>(i);
+      }
+    uses_.push_back({role, std::move(kernel)});
+    return static_cast<int>(uses_.size()) - 1;
+  }
+  void launch(int kernel, std::array<int, 3> grid, std::vector<std::string> args) {
+    program_.launches.push_back({kernel, grid, std::move(args)});
+  }
+  // A kernel the table holds for this bucket, which the bucket does not launch.
+  void declare(TableRole role, KernelInstance kernel) {
+    program_.lowered.back().declared.push_back(use(role, std::move(kernel)));
+  }
+  void note(std::string text) { program_.lowered.back().note = std::move(text); }
+
+  void lower(const LoweringRule& rule, const std::vector<const ir::Op*>& ops) {
+    LoweredOps& t = program_.lowered.emplace_back();
+    for (const ir::Op* op : ops) t.ops.push_back(ir::print_op(*op));
+    t.rule = rule.name;
+    t.kernels = rule.kernels;
+    t.first_launch = static_cast<int>(program_.launches.size());
+    rule.lower(*this, ops);
+    LoweredOps& done = program_.lowered.back();
+    done.launches = static_cast<int>(program_.launches.size()) - done.first_launch;
+  }
+
+  // The program, its kernels added to `table` in role order (then in the order of first use).
+  BucketProgram finish(KernelTable& table) {
+    std::vector<std::size_t> order(uses_.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return uses_[a].role < uses_[b].role; });
+    std::vector<int> index(uses_.size());
+    for (std::size_t i : order) index[i] = table.add(uses_[i].kernel);
+    for (Launch& l : program_.launches) l.kernel = index[static_cast<std::size_t>(l.kernel)];
+    for (LoweredOps& t : program_.lowered)
+      for (int& k : t.declared) k = index[static_cast<std::size_t>(k)];
+    return std::move(program_);
+  }
+
+ private:
+  struct Use {
+    TableRole role;
+    KernelInstance kernel;
+  };
+  std::vector<Use> uses_;
+  BucketProgram program_;
+};
+
+namespace {
+
+// ---- Operands -----------------------------------------------------------------------------------
+
+// bf16 maps have 64-column boxes; the f32 map of x (the prefill residual epilogue's TMA
+// reduction) has 32-column boxes: one 128-byte swizzle span either way.
+std::string tmap(const std::string& target, long long rows, long long cols, int box_rows,
+                 int box_cols = 64) {
+  return "tmap:" + target + ":" + num(rows) + ":" + num(cols) + ":" + num(box_rows) + ":" +
+         num(box_cols);
+}
+
+// The weight operand of a GEMM: the map over its slot image, or over the weight.
+std::string weight_map(const WeightImage& img, int img_box, const std::string& w_name,
+                       long long rows, long long k, int w_box) {
+  if (img_box > 0)
+    return "timg:" + w_name.substr(2) + ":" + num(img.bn) + ":" + num(img.halves) + ":" +
+           num(img_box);
+  return tmap(w_name, rows, k, w_box);
+}
+
+// ---- GEMMs --------------------------------------------------------------------------------------
+
+// One GEMM of W [n (2n for SwiGLU), k] over the bucket's T rows.
+struct Gemm {
+  KernelInstance kernel;
+  std::array<int, 3> grid;
+  int a_box, w_box;  // tensor-map box rows of the activations and the weights
+  int out_box_cols;  // prefill: outputs through a map (bf16: 64 x 64 boxes, the f32 residual
+                     // stream: 64 x 32); small-M: 0, a pointer
+  WeightImage img;   // the weight from its slot image (bn 0: the weight's own map)
+  int img_box = 0;   // then the image map's box rows
+};
+
+// Prefill GEMM buckets: the prefill GEMM (128-row tiles, persistent grid); every other bucket the
+// small-M GEMM (64-row tiles, narrow weight tiles). Both compute each output element with the same
+// wgmma chain over K and the same epilogue arithmetic (kernels/gemm_small.cuh), so a row's bits do
+// not depend on which of them ran. `epi` is bf16, residual or swiglu (the suffix of
+// gemm_prefill_* / gemm_small_*); `norm_eps`, where not empty, folds the RMSNorm of x into the
+// GEMM (gemm_small_norm_*); `img` is the weight's slot image, read where the GEMM's weight rows
+// make whole boxes of it.
+Gemm choose_gemm(const Bucket& b, const std::string& epi, int n, int k, const WeightImage& img,
+                 const std::string& norm_eps) {
+  const bool swiglu = epi == "swiglu";
+  const std::string dims = "<" + num(b.T) + ", " + num(n) + ", " + num(k);
+  auto image_args = [&](int box) {
+    return box > 0 ? ", " + num(img.half_rows()) + ", " + num(box) : std::string();
+  };
+  if (b.shape == ShapeClass::prefill_gemm) {
+    const int cols = swiglu ? 128 : 256;
+    const int box = prefill_image_box_rows(img, cols);
+    return {{"telos_kernels::gemm_prefill_" + epi + dims + image_args(box) + ">",
+             {"a_map", "w_map", "out"},
+             kPrefillGemmThreads,
+             prefill_gemm_smem(box)},
+            {prefill_gemm_grid(b.T, n, cols), 1, 1},
+            128,
+            cols,
+            epi == "residual" ? 32 : 64,
+            box > 0 ? img : WeightImage{},
+            box};
+  }
+  const bool norm = !norm_eps.empty();
+  const SmallGemmTiling t = small_gemm_tiling(n, k, b.T, swiglu, norm).reading(img);
+  const int box = t.image_box;
+  const WeightImage used = box > 0 ? img : WeightImage{};
+  if (norm)
+    return {{"telos_kernels::gemm_small_norm_" + epi + dims + ", " + num(t.bn) + ", " +
+                 num(t.stages) + ", " + norm_eps + image_args(box) + ">",
+             {"x", "norm_w", "w_map", "out"},
+             kSmallGemmThreads,
+             t.smem()},
+            {t.tiles_m, t.tiles_n, 1},
+            0,
+            t.cols,
+            0,
+            used,
+            box};
+  return {{t.instance(epi, b.T, n, k), {"a_map", "w_map", "out"}, t.threads(), t.smem()},
+          {t.tiles_m, t.tiles_n, 1},
+          t.a_box,
+          t.w_box(),
+          0,
+          used,
+          box};
+}
+
+// The layer's projections as the plan runs them: the weight (layers.N.WEIGHT, docs/artifact.md),
+// where its kernel joins the kernel table, the activations it reads (x where its norm is folded
+// in) and the buffer it writes.
+struct LayerGemm {
+  const char* weight;
+  TableRole role;
+  const char* in;
+  const char* out;
+};
+constexpr LayerGemm kLayerGemms[] = {
+    {"qkv", TableRole::qkv_proj, "h", "qkv"},
+    {"o", TableRole::o_proj, "attn", "x"},
+    {"gate_up", TableRole::gate_up, "h", "act"},
+    {"down", TableRole::down_proj, "act", "x"},
+};
+
+const LayerGemm& layer_gemm(const ir::Op& linear) {
+  const std::string& w = linear.params.at(0);
+  for (const LayerGemm& g : kLayerGemms)
+    if (w.starts_with("layers.") && w.ends_with(std::string(".") + g.weight)) return g;
+  fail("codegen: " + ir::print_op(linear) + ": @" + w +
+       " is not a layer projection (layers.N.qkv, .o, .gate_up or .down)");
+}
+
+// Where a bucket folds norms, the RMSNorm before the QKV and gate/up projections runs in their
+// GEMMs.
+bool takes_norm(const Bucket& b, const ir::Op& user) {
+  const std::string epi = epilogue_of(user);
+  return b.fold_norm && user.kind == "linear" && (epi == "rope_kv_append" || epi == "swiglu");
+}
+
+// The RMSNorm folded into `linear`'s GEMM in this bucket, or null.
+const ir::Op* folded_norm(const Bucket& b, const ir::Op& linear) {
+  const ir::Op* def = linear.operands.empty() ? nullptr : linear.operands[0]->def;
+  return def && def->kind == "rmsnorm" && takes_norm(b, linear) ? def : nullptr;
+}
+
+std::string eps_literal(const ir::Op& norm) {
+  return float_literal(float_attr(norm, "eps"));
+}
+
+// Launches GEMM `g` (its handle `kernel`) of weight `w_name` [w_rows, k] over buffer `in` into
+// `out` [T, n], or with the norm `norm` folded in over x.
+void launch_gemm(BucketLowering& b, int kernel, const Gemm& g, const std::string& w_name,
+                 long long w_rows, int k, const std::string& in, const std::string& out,
+                 long long n, const ir::Op* norm) {
+  const std::string w = weight_map(g.img, g.img_box, w_name, w_rows, k, g.w_box);
+  if (norm) {
+    b.launch(kernel, g.grid, {"buf:x", weight(*norm, 0), w, "buf:" + out});
+    return;
+  }
+  const int T = b.bucket.T;
+  b.launch(kernel, g.grid,
+           {tmap("buf:" + in, T, k, g.a_box), w,
+            g.out_box_cols ? tmap("buf:" + out, T, n, 64, g.out_box_cols) : "buf:" + out});
+}
+
+// ---- The QKV epilogue and attention -------------------------------------------------------------
+
+// The QKV epilogue (bias, QK norm, RoPE, q out, K/V appended to their pages) of the rope_kv_append
+// linear `op`: its template arguments after the head shape, its parameters and operands.
+struct QkvEpilogue {
+  std::string targs;
+  std::vector<std::string> params, args;
+};
+
+QkvEpilogue qkv_epilogue(const ModelPlan& mp, const ir::Op& op) {
+  const bool bias = has_qkv_bias(op), qk_norm = has_qk_norm(op);
+  const std::size_t n = op.params.size();
+  return {
+      std::string(bias ? "true" : "false") + ", " + (qk_norm ? "true" : "false") + ", " +
+          float_literal(mp.m.eps) + ", " + num(mp.page) + ", " + num(mp.maxp) + ", " +
+          num(mp.page_elems) + "ll, telos_rope::Freqs",
+      {"bias", "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "q_out"},
+      {bias ? weight(op, 1) : "null", qk_norm ? weight(op, n - 2) : "null",
+       qk_norm ? weight(op, n - 1) : "null", "desc:positions", "desc:token_seq", "desc:page_tables",
+       "kv:" + num(int_attr(op, "layer")), "buf:q"}};
+}
+
+// The attention kernels of paged_attention `op` in a bucket.
+struct AttentionKernels {
+  KernelInstance split, combine, prompt;
+  bool prompt_attn = false;  // the prompt rows on attn_prefill (prompt_attention)
+  int tpt = 1;               // attn_split's tokens a tile
+  int prompt_tpt = 1, prompt_nt = 0;
+  int split_rows = 0, split_tiles = 0;
+  std::string split_positions;
+};
+
+AttentionKernels choose_attention(const ModelPlan& mp, const Bucket& b, const ir::Op& op) {
+  const int HQ = int_attr(op, "heads"), HKV = int_attr(op, "kv_heads"),
+            D = int_attr(op, "head_dim");
+  const int G = HQ / HKV;
+  AttentionKernels a;
+  // Attention in tiles of tpt tokens (prefill), one token per block in decode.
+  a.tpt = attn_tokens_per_tile(b.prefill(), b.T, G);
+  a.combine = {"telos_kernels::attn_combine<" + num(HQ) + ", " + num(D) + ", " + num(mp.nsplits) +
+                   ", " + num(mp.split) + ">",
+               {"part_o", "part_ml", "positions", "out"},
+               D};
+  a.prompt_attn = prompt_attention(b.prefill(), D, G);
+  // Persistent where it fits: the CTAs run the tiles in turn through one K/V ring, the same bits.
+  a.prompt_tpt = attn_prefill_tokens_per_tile(b.T, G);
+  a.prompt_nt = attn_prefill_persistent_fits(D, mp.page, a.prompt_tpt) ? b.T / a.prompt_tpt : 0;
+  if (a.prompt_attn)
+    a.prompt = {attn_prefill_instance(HQ, HKV, D, mp.page, mp.maxp, mp.page_elems, a.prompt_tpt,
+                                      a.prompt_nt),
+                {"q", "positions", "token_seq", "page_tables", "kv_layer", "kv_map", "out"},
+                kAttnPrefillThreads,
+                attn_prefill_smem(D)};
+  a.split_positions = a.prompt_attn ? "desc:split_positions" : "desc:positions";
+  a.split_rows = attn_split_rows(a.prompt_attn, b.T, mp.serving.max_batch);
+  a.split_tiles = (a.split_rows + a.tpt - 1) / a.tpt;
+  const AttnSplitKernel k = attn_split_for_rows(
+      {HQ, HKV, D, mp.page, mp.maxp, mp.page_elems, mp.split, mp.nsplits, a.tpt}, a.split_rows,
+      !b.prefill());
+  a.split = {k.instance(),
+             {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"},
+             128,
+             k.smem()};
+  return a;
+}
+
+// ---- The rules ----------------------------------------------------------------------------------
+
+void lower_embed(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
+  const ir::Op& op = *ops[0];
+  const int H = dim(param_of(b.graph, op, 0), 1), threads = embed_threads(H);
+  const int k =
+      b.use(TableRole::embed, {"telos_kernels::embed_gather<" + num(H) + ", " + num(threads) + ">",
+                               {"embed", "tokens", "sampled", "x"},
+                               threads});
+  b.launch(k, {b.bucket.T, 1, 1}, {weight(op, 0), "desc:tokens", "buf:sampled", "buf:x"});
+}
+
+// A norm of the residual stream x: into h for the next GEMM, nothing where that GEMM folds it,
+// and over the sampled rows only (gathered into hf) before the LM head.
+void lower_rmsnorm(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
+  const ir::Op& op = *ops[0];
+  const std::string norm =
+      "telos_kernels::rmsnorm<" + num(dim(param_of(b.graph, op, 0), 0)) + ", " + eps_literal(op);
+  const std::vector<std::string> params = {"x", "w", "rows", "out"};
+  const std::vector<ir::Op*> users = b.graph.users(op.results.at(0));
+  if (users.size() == 1 && users[0]->kind == "lm_head_sample") {
+    const int k = b.use(TableRole::final_norm, {norm + ", true>", params, kNormThreads});
+    b.launch(k, {b.bucket.S, 1, 1}, {"buf:x", weight(op, 0), "desc:sample_rows", "buf:hf"});
+    return;
+  }
+  if (users.size() == 1 && folded_norm(b.bucket, *users[0]) == &op) {
+    b.note("folded into the GEMM of %" + users[0]->results.at(0)->name);
+    return;
+  }
+  const int k = b.use(TableRole::norm, {norm + ", false>", params, kNormThreads});
+  b.launch(k, {b.bucket.T, 1, 1}, {"buf:x", weight(op, 0), "null", "buf:h"});
+}
+
+// The QKV projection and its epilogue: folded with the norm into one launch
+// (gemm_small_norm_qkv: the last CTA of each head runs the epilogue) where the bucket folds it,
+// else the GEMM and then the epilogue's own kernel.
+void lower_qkv(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
+  const ir::Op& op = *ops[0];
+  const ir::Param& w = param_of(b.graph, op, 0);
+  const int rows = dim(w, 0), H = dim(w, 1), T = b.bucket.T;
+  const int HQ = int_attr(op, "heads"), HKV = int_attr(op, "kv_heads"),
+            D = int_attr(op, "head_dim");
+  const WeightImage img = b.model.image("qkv");
+  const ir::Op* norm = folded_norm(b.bucket, op);
+  QkvEpilogue epi = qkv_epilogue(b.model, op);
+  if (norm && b.bucket.fold_qkv) {
+    const SmallGemmTiling t = small_gemm_tiling(rows, H, T, false, true);
+    const int box = image_box_rows(img, t.cols);
+    std::vector<std::string> params = {"x", "norm_w", "w_map", "qkv"};
+    params.insert(params.end(), epi.params.begin(), epi.params.end());
+    params.push_back("arrivals");
+    const int k =
+        b.use(TableRole::qkv_proj,
+              {"telos_kernels::gemm_small_norm_qkv<" + num(T) + ", " + num(H) + ", " + num(t.bn) +
+                   ", " + num(t.stages) + ", " + num(HQ) + ", " + num(HKV) + ", " + num(D) + ", " +
+                   epi.targs + (box > 0 ? ", " + num(img.half_rows()) + ", " + num(box) : "") + ">",
+               params, kSmallGemmThreads, t.smem()});
+    epi.args.insert(epi.args.begin(),
+                    {"buf:x", weight(*norm, 0),
+                     weight_map(img, box, weight(op, 0), rows, H, t.cols), "buf:qkv"});
+    epi.args.push_back("buf:qkv_arrivals");
+    b.launch(k, {t.tiles_m, t.tiles_n, 1}, epi.args);
+    b.model.qkv_arrival_counters = HQ + 2 * HKV;  // one a head, zero between launches
+    return;
+  }
+  const Gemm g = choose_gemm(b.bucket, "bf16", rows, H, img, norm ? eps_literal(*norm) : "");
+  launch_gemm(b, b.use(TableRole::qkv_proj, g.kernel), g, weight(op, 0), rows, H, "h", "qkv", rows,
+              norm);
+  epi.params.insert(epi.params.begin(), "qkv");
+  const int k =
+      b.use(TableRole::qkv_epilogue, {"telos_kernels::qkv_rope_append_rows<" + num(HQ) + ", " +
+                                          num(HKV) + ", " + num(D) + ", " + epi.targs + ">",
+                                      epi.params, D});
+  epi.args.insert(epi.args.begin(), "buf:qkv");
+  b.launch(k, {HQ + 2 * HKV, T, 1}, epi.args);
+}
+
+// Generated rows on attn_split + attn_combine (split along the context); a prefill bucket's prompt
+// rows on attn_prefill where it takes the head shape.
+void lower_attention(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
+  const ir::Op& op = *ops[0];
+  const ModelPlan& mp = b.model;
+  const AttentionKernels a = choose_attention(mp, b.bucket, op);
+  const int HQ = int_attr(op, "heads"), HKV = int_attr(op, "kv_heads"),
+            D = int_attr(op, "head_dim");
+  const std::string kv = "kv:" + num(int_attr(op, "layer"));
+  const int combine = b.use(TableRole::attn_combine, a.combine);
+  const int prompt = a.prompt_attn ? b.use(TableRole::attn_prefill, a.prompt) : -1;
+  const int split = b.use(TableRole::attn_split, a.split);
+  b.launch(split, {a.split_tiles, HKV, attn_grid_slots(a.split_tiles, HKV, mp.nsplits)},
+           {"buf:q", a.split_positions, "desc:token_seq", "desc:page_tables", kv, "buf:part_o",
+            "buf:part_ml"});
+  b.launch(combine, {a.split_rows, HQ, 1},
+           {"buf:part_o", "buf:part_ml", a.split_positions, "buf:attn"});
+  if (a.prompt_attn)
+    b.launch(prompt,
+             a.prompt_nt > 0
+                 ? std::array<int, 3>{attn_prefill_persistent_grid(HKV, a.prompt_nt), 1, 1}
+                 : std::array<int, 3>{HKV, b.bucket.T / a.prompt_tpt, 1},
+             {"buf:q", "desc:prompt_positions", "desc:token_seq", "desc:page_tables", kv,
+              tmap(kv, mp.page_elems / D, D, mp.page), "buf:attn"});
+}
+
+// A layer projection with a residual or SwiGLU epilogue: one GEMM, the norm before gate/up folded
+// in where the bucket folds norms.
+void lower_projection(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
+  const ir::Op& op = *ops[0];
+  const std::string epi = epilogue_of(op);
+  const LayerGemm& lg = layer_gemm(op);
+  const ir::Param& w = param_of(b.graph, op, 0);
+  const int rows = dim(w, 0), k = dim(w, 1), n = epi == "swiglu" ? rows / 2 : rows;
+  const ir::Op* norm = folded_norm(b.bucket, op);
+  const Gemm g =
+      choose_gemm(b.bucket, epi, n, k, b.model.image(lg.weight), norm ? eps_literal(*norm) : "");
+  launch_gemm(b, b.use(lg.role, g.kernel), g, weight(op, 0), rows, k, lg.in, lg.out, n, norm);
+}
+
+// The LM head with the first stage of greedy sampling: a candidate per weight tile and row
+// (`lm_cand`), which sample's greedy rows reduce; over the final norm's S gathered rows (hf).
+void lower_lm_head_sample(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
+  const ir::Op& op = *ops[0];
+  const ir::Param& w = param_of(b.graph, op, 0);
+  const int V = dim(w, 0), H = dim(w, 1), S = b.bucket.S;
+  const SmallGemmTiling lm_t = lm_head_tiling(V, H, S);
+  // The weight tiles are the grid's y (at most 65535 blocks).
+  if (lm_t.tiles_n > 65535)
+    fail("codegen: a vocabulary of " + num(V) + " needs " + num(lm_t.tiles_n) +
+         " LM head blocks of " + num(lm_t.bn) + " rows, more than a grid's y takes (65535)");
+  const int candidates = V / lm_t.bn;
+  b.model.max_lm_candidates =
+      std::max(b.model.max_lm_candidates, static_cast<long long>(S) * candidates);
+  const int lm = b.use(TableRole::lm_head, {lm_t.instance("f32cand", S, V, H),
+                                            {"a_map", "w_map", "y", "cand"},
+                                            lm_t.threads(),
+                                            lm_t.smem()});
+  b.launch(lm, {lm_t.tiles_m, lm_t.tiles_n, 1},
+           {tmap("buf:hf", S, H, lm_t.a_box), tmap(weight(op, 0), V, H, lm_t.w_box()), "buf:logits",
+            "buf:lm_cand"});
+  const SampleLaunch s = sample_launch(V);
+  const int sample =
+      b.use(TableRole::sample, {"telos_kernels::sample<" + num(V) + ", " + num(s.threads) + ", " +
+                                    num(candidates) + ", " + num(s.cluster) + ">",
+                                {"logits", "cand", "params", "rows", "tokens_out", "tokens_host"},
+                                s.threads});
+  b.launch(sample, {S * s.cluster, 1, 1},
+           {"buf:logits", "buf:lm_cand", "desc:sample_params", "desc:sample_rows", "buf:sampled",
+            "host:sampled"});
+}
+
+// The ops of a layer as decode_layer_persistent runs them, in order: op kind and epilogue.
+constexpr std::array<std::array<const char*, 2>, 7> kLayerOps = {{{"rmsnorm", ""},
+                                                                  {"linear", "rope_kv_append"},
+                                                                  {"paged_attention", ""},
+                                                                  {"linear", "residual"},
+                                                                  {"rmsnorm", ""},
+                                                                  {"linear", "swiglu"},
+                                                                  {"linear", "residual"}}};
+
+void check_layer_ops(const std::vector<const ir::Op*>& ops) {
+  std::string want;
+  for (const auto& [kind, epi] : kLayerOps)
+    want += (want.empty() ? "" : ", ") + std::string(kind) +
+            (*epi ? std::string(" (") + epi + ")" : "");
+  for (std::size_t i = 0; i < kLayerOps.size(); ++i)
+    if (i >= ops.size() || ops[i]->kind != kLayerOps[i][0] ||
+        epilogue_of(*ops[i]) != kLayerOps[i][1])
+      fail("codegen: decode_layer_persistent runs a layer of " + want + "; layer " +
+           num(op_layer(*ops[0])) + " has " +
+           (i < ops.size() ? ir::print_op(*ops[i]) : std::string("no more ops")) + " as op " +
+           num(static_cast<long long>(i)));
+  if (ops.size() > kLayerOps.size())
+    fail("codegen: decode_layer_persistent runs a layer of " + want + "; layer " +
+         num(op_layer(*ops[0])) + " has more: " + ir::print_op(*ops[kLayerOps.size()]));
+}
+
+// The table has always held the kernels the small-M rules would choose for a one-token bucket's
+// attention and its o, gate/up and down projections, though the bucket launches none of them.
+void declare_small_m_kernels(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
+  const ir::Op &attn = *ops[2], &o = *ops[3], &mlp_norm = *ops[4], &gate_up = *ops[5];
+  const ir::Param &wo = param_of(b.graph, o, 0), &wgu = param_of(b.graph, gate_up, 0);
+  const int H = dim(wo, 0), ko = dim(wo, 1), I = dim(wgu, 0) / 2;
+  const AttentionKernels a = choose_attention(b.model, b.bucket, attn);
+  b.declare(TableRole::attn_combine, a.combine);
+  b.declare(TableRole::attn_split, a.split);
+  b.declare(TableRole::o_proj,
+            choose_gemm(b.bucket, "residual", H, ko, b.model.image("o"), "").kernel);
+  b.declare(TableRole::gate_up, choose_gemm(b.bucket, "swiglu", I, H, b.model.image("gate_up"),
+                                            b.bucket.fold_norm ? eps_literal(mlp_norm) : "")
+                                    .kernel);
+  b.declare(TableRole::down_proj,
+            choose_gemm(b.bucket, "residual", H, I, b.model.image("down"), "").kernel);
+}
+
+// decode_layer_persistent for the layer whose QKV linear is `qkv` (H, I: the hidden and
+// intermediate sizes) and its QKV epilogue's template arguments.
+KernelInstance decode_layer_kernel(const ModelPlan& mp, const ir::Op& qkv, int H, int I,
+                                   const QkvEpilogue& epi) {
+  const PersistentLayerTiling& t = mp.layer_t;
+  const int D = int_attr(qkv, "head_dim");
+  return {"telos_kernels::decode_layer_persistent<" + num(H) + ", " + num(int_attr(qkv, "heads")) +
+              ", " + num(int_attr(qkv, "kv_heads")) + ", " + num(D) + ", " + epi.targs + ", " +
+              num(mp.split) + ", " + num(mp.nsplits) + ", " +
+              float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D))) + ", " +
+              num(I) + ", " + num(t.stages) + ", " + num(t.bq) + ", " + num(t.bo) + ", " +
+              num(t.bg) + ", " + num(t.bd) + (t.qkv_rope ? ", true" : ", false") + ", " +
+              num(t.bulk) + (mp.qkv_flags ? ", true" : "") + ">",
+          {"qkv_w",  "o_w",    "gu_w",      "down_w",    "attn_norm",   "mlp_norm", "bias",
+           "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x",
+           "qkv",    "q",      "part_o",    "part_ml",   "attn",        "act",      "sync"},
+          kPersistentThreads,
+          t.smem};
+}
+
+// A one-token layer in one persistent launch: its seven phases (norm + QKV GEMM, the QKV epilogue,
+// attention splits, the combine, o, norm + gate/up, down) between grid-wide counts.
+void lower_layer(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
+  check_layer_ops(ops);
+  declare_small_m_kernels(b, ops);
+  const ir::Op &attn_norm = *ops[0], &qkv = *ops[1], &o = *ops[3];
+  const ir::Op &mlp_norm = *ops[4], &gate_up = *ops[5], &down = *ops[6];
+  const PersistentLayerTiling& t = b.model.layer_t;
+  const int rows = dim(param_of(b.graph, qkv, 0), 0), H = dim(param_of(b.graph, qkv, 0), 1);
+  const int ko = dim(param_of(b.graph, o, 0), 1), I = dim(param_of(b.graph, gate_up, 0), 0) / 2;
+  const QkvEpilogue epi = qkv_epilogue(b.model, qkv);
+  // A weight in the tiling's `bulk` mask as its slot image in tiles of bn rows (gate/up: two
+  // halves; docs/artifact.md, `wimg:`), one bulk copy a ring slot; else its tensor map.
+  auto wmap = [&](int bit, const ir::Op& op, long long n, long long k, int bn, bool halves) {
+    if (t.bulk >> bit & 1)
+      return "wimg:" + op.params.at(0) + ":" + num(bn) + ":" + (halves ? "2" : "1");
+    return tmap(weight(op, 0), n, k, halves ? bn / 2 : bn);  // BOX_COLS 64
+  };
+  std::vector<std::string> args = {wmap(0, qkv, rows, H, t.bq, false),
+                                   wmap(1, o, H, ko, t.bo, false),
+                                   wmap(2, gate_up, 2LL * I, H, t.bg, true),
+                                   wmap(3, down, H, I, t.bd, false),
+                                   weight(attn_norm, 0),
+                                   weight(mlp_norm, 0)};
+  // The epilogue's operands up to kv:L; q goes after x and qkv.
+  args.insert(args.end(), epi.args.begin(), epi.args.begin() + 7);
+  args.insert(args.end(), {"buf:x", "buf:qkv", "buf:q", "buf:part_o", "buf:part_ml", "buf:attn",
+                           "buf:act", "buf:layer_sync"});
+  b.launch(b.use(TableRole::decode_layer, decode_layer_kernel(b.model, qkv, H, I, epi)),
+           {kSms, 1, 1}, args);
+  b.model.uses_layer_sync = true;
+}
+
+constexpr unsigned bit(ShapeClass s) {
+  return 1u << static_cast<int>(s);
+}
+constexpr unsigned kOneToken = bit(ShapeClass::one_token_decode);
+constexpr unsigned kSmallM = bit(ShapeClass::small_m);
+constexpr unsigned kPrefill = bit(ShapeClass::prefill_gemm);
+constexpr unsigned kEvery = kOneToken | kSmallM | kPrefill;
+
+// ---- The walk -----------------------------------------------------------------------------------
+
+bool has_layer_rule(ShapeClass shape) {
+  return std::any_of(lowering_table().begin(), lowering_table().end(), [&](const LoweringRule& r) {
+    return std::string(r.op) == "layer" && (r.shapes & bit(shape));
+  });
+}
+
+// A bucket's program: the IR's ops in order, each by its rule, or each layer's ops together where
+// the bucket's shape class has a `layer` rule.
+BucketProgram lower_bucket(const ir::Graph& graph, ModelPlan& mp, const Bucket& bucket,
+                           KernelTable& table) {
+  BucketLowering b(graph, mp, bucket);
+  const bool whole_layers = has_layer_rule(bucket.shape);
+  const auto& ops = graph.ops();
+  for (std::size_t i = 0; i < ops.size();) {
+    std::vector<const ir::Op*> group = {ops[i].get()};
+    const int layer = op_layer(*ops[i]);
+    const bool as_layer = whole_layers && layer >= 0;
+    while (as_layer && i + group.size() < ops.size() && op_layer(*ops[i + group.size()]) == layer)
+      group.push_back(ops[i + group.size()].get());
+    b.lower(find_lowering_rule(graph, group, as_layer, bucket.shape, mp.serving.targets), group);
+    i += group.size();
+  }
+  return b.finish(table);
+}
+
+std::vector<ArenaBuffer> arena(const ModelPlan& mp, const KernelPlan& plan) {
+  const long long T = plan.max_tokens, S = plan.max_sample_rows;
+  const ModelShape& m = mp.m;
+  std::vector<ArenaBuffer> a = {
+      {"x", T * m.H * 4},
+      {"h", T * m.H * 2},
+      {"q", T * m.HQ * m.D * 4},
+      {"part_o", T * m.HQ * plan.attn_num_splits * m.D * 4},
+      {"part_ml", T * m.HQ * plan.attn_num_splits * 2 * 4},
+      {"attn", T * m.HQ * m.D * 2},
+      {"act", T * m.I * 2},
+      {"hf", S * m.H * 2},
+      {"logits", S * m.V * 4},
+      {"lm_cand", mp.max_lm_candidates * 8},
+      {"sampled", S * 4},
+  };
+  // The QKV projection between its GEMM and its epilogue.
+  a.push_back({"qkv", T * m.NH() * m.D * 2});
+  // Arrival counters of gemm_small_norm_qkv, one per head, zero between launches.
+  if (mp.qkv_arrival_counters > 0) a.push_back({"qkv_arrivals", mp.qkv_arrival_counters * 4LL});
+  // decode_layer_persistent's two grid-wide counters, and with QKV_FLAGS one per KV head group,
+  // zero between launches.
+  if (mp.uses_layer_sync) a.push_back({"layer_sync", 8 + (mp.qkv_flags ? 4LL * m.HKV : 0)});
+  return a;
+}
+
+}  // namespace
+
+const std::vector<LoweringRule>& lowering_table() {
+  static const std::vector<LoweringRule> table = {
+      {"layer", "layer", "", DType::BF16, kOneToken, "sm_90a",
+       "decode_layer_persistent: the layer's seven ops in one launch", lower_layer},
+      {"embed", "embed", "", DType::BF16, kEvery, "sm_90a", "embed_gather", lower_embed},
+      {"rmsnorm", "rmsnorm", "", DType::BF16, kEvery, "sm_90a",
+       "rmsnorm into h, or none where the next GEMM folds it; over the sampled rows before the LM "
+       "head",
+       lower_rmsnorm},
+      {"linear.rope_kv_append", "linear", "rope_kv_append", DType::BF16, kSmallM, "sm_90a",
+       "gemm_small_norm_qkv (norm and epilogue folded in), or gemm_small[_norm]_bf16 + "
+       "qkv_rope_append_rows",
+       lower_qkv},
+      {"linear.rope_kv_append", "linear", "rope_kv_append", DType::BF16, kPrefill, "sm_90a",
+       "gemm_prefill_bf16 + qkv_rope_append_rows", lower_qkv},
+      {"paged_attention", "paged_attention", "", DType::BF16, kSmallM | kPrefill, "sm_90a",
+       "attn_split + attn_combine, and attn_prefill for a prefill bucket's prompt rows",
+       lower_attention},
+      {"linear.residual", "linear", "residual", DType::BF16, kSmallM, "sm_90a",
+       "gemm_small_residual", lower_projection},
+      {"linear.residual", "linear", "residual", DType::BF16, kPrefill, "sm_90a",
+       "gemm_prefill_residual", lower_projection},
+      {"linear.swiglu", "linear", "swiglu", DType::BF16, kSmallM, "sm_90a",
+       "gemm_small[_norm]_swiglu (the norm folded in)", lower_projection},
+      {"linear.swiglu", "linear", "swiglu", DType::BF16, kPrefill, "sm_90a", "gemm_prefill_swiglu",
+       lower_projection},
+      {"lm_head_sample", "lm_head_sample", "", DType::BF16, kEvery, "sm_90a",
+       "gemm_small_f32cand + sample", lower_lm_head_sample},
+  };
+  return table;
+}
+
+const LoweringRule& find_lowering_rule(const ir::Graph& graph,
+                                       const std::vector<const ir::Op*>& ops, bool layer,
+                                       ShapeClass shape, const std::vector<std::string>& targets) {
+  const ir::Op& op = *ops.at(0);
+  const std::string kind = layer ? "layer" : op.kind, epi = layer ? "" : epilogue_of(op);
+  const DType dtype = ops_dtype(graph, ops);
+  const LoweringRule* found = nullptr;
+  for (const LoweringRule& r : lowering_table())
+    if (kind == r.op && epi == r.epilogue && dtype == r.dtype && (r.shapes & bit(shape))) {
+      found = &r;
+      break;
+    }
+  if (!found)
+    fail("codegen: no lowering rule for " +
+         (layer ? "layer " + num(op_layer(op)) + " (from " + ir::print_op(op) + ")"
+                : ir::print_op(op)) +
+         ": op " + kind + (epi.empty() ? "" : ", epilogue " + epi) + ", " +
+         std::string(dtype_name(dtype)) + ", in " + shape_class_name(shape) + " buckets");
+  // The Blackwell kernels (tcgen05) are not written yet: every GEMM is wgmma, which sm_100a lacks.
+  for (const std::string& arch : targets)
+    if (arch != found->target)
+      fail("codegen: target " + arch +
+           ": no kernels for it yet (the GEMMs use wgmma, an sm_90a instruction; Blackwell's "
+           "tcgen05 kernels are not written); compile with --target sm_90a");
+  return *found;
+}
+
+KernelPlan plan_kernels(const ir::Graph& graph, const CodegenInput& in) {
+  ModelPlan mp = model_plan(read_model(graph), in);
+  KernelPlan plan;
+  plan.max_batch = in.max_batch;
+  plan.max_pages_per_seq = mp.maxp;
+  plan.attn_split = mp.split;
+  plan.attn_num_splits = mp.nsplits;
+  plan.rope_inv_freq = rope_inv_freq(mp.m.rope, mp.m.D);
+  KernelTable table(plan);
+  auto lower = [&](const std::string& kind, int n, int rows) {
+    if (n <= 0) fail("codegen: serving." + kind + "_buckets: sizes must be positive");
+    plan.buckets.push_back(lower_bucket(graph, mp, make_bucket(mp, kind, n, n, rows), table));
+    plan.max_tokens = std::max(plan.max_tokens, n);
+    plan.max_sample_rows = std::max(plan.max_sample_rows, rows);
+  };
+  std::vector<int> decode = in.decode_buckets, prefill = in.prefill_buckets;
+  std::sort(decode.rbegin(), decode.rend());
+  std::sort(prefill.rbegin(), prefill.rend());
+  for (int n : decode) lower("decode", n, n);
+  for (int n : prefill) lower("prefill", n, std::min(n, in.max_batch));
+  plan.arena = arena(mp, plan);
+  return plan;
+}
+
+std::string print_lowering(const KernelPlan& plan) {
+  std::string s;
+  for (const BucketProgram& p : plan.buckets) {
+    s += p.kind + ":" + num(p.size) + " (" + shape_class_name(p.shape) + ", " + num(p.tokens) +
+         " tokens, " + num(p.sample_rows) + " sample rows)\n";
+    for (const LoweredOps& t : p.lowered) {
+      for (const std::string& op : t.ops) s += "  " + op + "\n";
+      s += "    rule " + t.rule + ": " + t.kernels + "\n";
+      if (!t.note.empty()) s += "    " + t.note + "\n";
+      for (int i = t.first_launch; i < t.first_launch + t.launches; ++i) {
+        const Launch& l = p.launches[static_cast<std::size_t>(i)];
+        s += "    launch " + num(i) + ": kernel " + num(l.kernel) + " " +
+             plan.kernels[static_cast<std::size_t>(l.kernel)].instance + " grid " + num(l.grid[0]) +
+             "," + num(l.grid[1]) + "," + num(l.grid[2]) + " (";
+        for (std::size_t a = 0; a < l.args.size(); ++a) s += (a ? ", " : "") + l.args[a];
+        s += ")\n";
+      }
+      for (int k : t.declared)
+        s += "    declared: kernel " + num(k) + " " +
+             plan.kernels[static_cast<std::size_t>(k)].instance + " (not launched)\n";
+    }
+  }
+  return s;
+}
+
+}  // namespace telos::codegen

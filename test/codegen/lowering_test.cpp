@@ -1,0 +1,227 @@
+// The lowering table: every op of the fused IR finds its rule in each shape class, an op or a
+// target without one is refused naming it, and what each rule made of a bucket's ops.
+#include "codegen/lowering.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "compiler/passes/pass_manager.hpp"
+#include "support/error.hpp"
+#include "test/codegen/test_models.hpp"
+
+namespace telos::codegen {
+namespace {
+
+namespace ir = compiler::ir;
+
+const std::vector<std::string> kHopper = {"sm_90a"};
+
+std::string epilogue(const ir::Op& op) {
+  const ir::AttrValue* v = op.attr("epilogue");
+  return v ? std::get<std::string>(*v) : "";
+}
+
+// The message find_lowering_rule throws for `ops`, or "" when it finds a rule.
+std::string refusal(const ir::Graph& g, const std::vector<const ir::Op*>& ops, bool layer,
+                    ShapeClass shape, const std::vector<std::string>& targets = kHopper) {
+  try {
+    find_lowering_rule(g, ops, layer, shape, targets);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const ir::Op& op_named(const ir::Graph& g, const std::string& result) {
+  for (const auto& op : g.ops())
+    if (!op->results.empty() && op->results[0]->name == result) return *op;
+  throw std::runtime_error("no op defines %" + result);
+}
+
+// In small-M and prefill GEMM buckets each op finds the rule named for its kind and epilogue, and
+// the rule names the GEMM family of its shape class.
+TEST(Lowering, EveryOpFindsItsRule) {
+  const std::map<std::string, std::string> rule_of = {
+      {"embed", "embed"},
+      {"rmsnorm", "rmsnorm"},
+      {"linear/rope_kv_append", "linear.rope_kv_append"},
+      {"paged_attention", "paged_attention"},
+      {"linear/residual", "linear.residual"},
+      {"linear/swiglu", "linear.swiglu"},
+      {"lm_head_sample", "lm_head_sample"}};
+  for (const char* family : {"llama", "qwen2", "qwen3"}) {
+    const ir::Graph g = fused_ir(tiny(family).spec);
+    for (ShapeClass shape : {ShapeClass::small_m, ShapeClass::prefill_gemm}) {
+      std::set<std::string> kinds;
+      for (const auto& op : g.ops()) {
+        const std::string key = op->kind + (epilogue(*op).empty() ? "" : "/" + epilogue(*op));
+        const LoweringRule& rule = find_lowering_rule(g, {op.get()}, false, shape, kHopper);
+        EXPECT_EQ(rule.name, rule_of.at(key)) << family << ": " << ir::print_op(*op);
+        kinds.insert(key);
+        if (op->kind == "linear" && epilogue(*op) == "residual") {
+          const char* family_gemm =
+              shape == ShapeClass::small_m ? "gemm_small_residual" : "gemm_prefill_residual";
+          EXPECT_NE(std::string(rule.kernels).find(family_gemm), std::string::npos)
+              << rule.kernels;
+        }
+      }
+      EXPECT_EQ(kinds.size(), rule_of.size()) << family;
+    }
+  }
+}
+
+// In one-token decode buckets a layer's seven ops lower together (decode_layer_persistent); the
+// ops outside the layers each by their own rule; a layer's op alone has none there.
+TEST(Lowering, OneTokenLayersLowerWhole) {
+  const ir::Graph g = fused_ir(tiny("llama").spec);
+  std::vector<const ir::Op*> layer0;
+  for (const auto& op : g.ops())
+    if (layer0.size() < 7 && op->kind != "embed") layer0.push_back(op.get());
+  const LoweringRule& layer =
+      find_lowering_rule(g, layer0, true, ShapeClass::one_token_decode, kHopper);
+  EXPECT_EQ(std::string(layer.name), "layer");
+  EXPECT_NE(std::string(layer.kernels).find("decode_layer_persistent"), std::string::npos);
+  EXPECT_EQ(std::string(find_lowering_rule(g, {&op_named(g, "x")}, false,
+                                           ShapeClass::one_token_decode, kHopper)
+                            .name),
+            "embed");
+  EXPECT_EQ(std::string(find_lowering_rule(g, {&op_named(g, "final")}, false,
+                                           ShapeClass::one_token_decode, kHopper)
+                            .name),
+            "rmsnorm");
+  const std::string alone =
+      refusal(g, {&op_named(g, "l0.attn")}, false, ShapeClass::one_token_decode);
+  EXPECT_NE(alone.find("no lowering rule for %l0.attn = paged_attention(%l0.q_rope)"),
+            std::string::npos)
+      << alone;
+  EXPECT_NE(alone.find("in one-token decode buckets"), std::string::npos) << alone;
+  TestModel m = tiny("llama");
+  m.serving.decode_buckets = {1};
+  m.serving.prefill_buckets = {};
+  ir::Graph extra = fused_ir(m.spec);
+  // A layer whose ops are not decode_layer_persistent's is refused naming the op that differs.
+  extra.insert_op(2, "rmsnorm", {extra.ops()[1]->results[0]}, {"layers.0.attn_norm"},
+                  {{"eps", 1e-5}}, {{"l0.again", extra.ops()[1]->results[0]->type}});
+  try {
+    plan_kernels(extra, m.serving);
+    ADD_FAILURE() << "a layer of eight ops lowered";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("decode_layer_persistent runs a layer of rmsnorm, linear "
+                                         "(rope_kv_append), paged_attention"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("%l0.again = rmsnorm(%l0.attn_in"), std::string::npos)
+        << e.what();
+  }
+}
+
+// An op the table has no rule for is refused naming the op as the IR prints it and what was
+// looked up: the importer's unfused ops (a plain linear, an add), and a whole plan whose IR keeps
+// the LM head apart from sampling.
+TEST(Lowering, AnOpWithoutARuleIsRefusedNamingIt) {
+  TestModel m = tiny("llama");
+  ir::Graph unfused = ir::build_model_graph(m.spec);
+  const std::string q = refusal(unfused, {&op_named(unfused, "l0.q")}, false, ShapeClass::small_m);
+  EXPECT_EQ(q,
+            "codegen: no lowering rule for %l0.q = linear(%l0.attn_in, @layers.0.q) : bf16[T,128]: "
+            "op linear, bf16, in small-M buckets");
+  const std::string add =
+      refusal(unfused, {&op_named(unfused, "l0.x_attn")}, false, ShapeClass::prefill_gemm);
+  EXPECT_NE(add.find("no lowering rule for %l0.x_attn = add(%x, %l0.attn_out)"), std::string::npos)
+      << add;
+  EXPECT_NE(add.find("op add, bf16, in prefill GEMM buckets"), std::string::npos) << add;
+
+  ir::Graph apart = ir::build_model_graph(m.spec);
+  compiler::run_passes(apart,
+                       compiler::select_passes("fuse-qkv,fuse-rope-kv-append,fuse-gate-up-swiglu,"
+                                               "fuse-residual-epilogue"),
+                       nullptr);
+  try {
+    plan_kernels(apart, m.serving);
+    ADD_FAILURE() << "an lm_head op lowered";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no lowering rule for %logits = lm_head(%final, @embed)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Every rule is for sm_90a: another target is refused naming it, whichever op is asked first.
+TEST(Lowering, ATargetWithoutRulesIsRefusedNamingIt) {
+  const ir::Graph g = fused_ir(tiny("llama").spec);
+  EXPECT_EQ(refusal(g, {g.ops()[0].get()}, false, ShapeClass::small_m, {"sm_90a", "sm_100a"}),
+            "codegen: target sm_100a: no kernels for it yet (the GEMMs use wgmma, an sm_90a "
+            "instruction; Blackwell's tcgen05 kernels are not written); compile with --target "
+            "sm_90a");
+}
+
+// What each rule made of a bucket: in IR order, the rule, its launches, and what it folded or
+// declared. decode:8 folds the norms into the QKV and gate/up GEMMs; decode:1 runs each layer as
+// one launch, its table still holding the small-M kernels of its shape.
+TEST(Lowering, EachBucketRecordsWhatItsRulesDid) {
+  const KernelPlan plan = plan_kernels(tiny("llama"));
+  auto bucket = [&](const std::string& kind, int size) -> const BucketProgram& {
+    for (const BucketProgram& b : plan.buckets)
+      if (b.kind == kind && b.size == size) return b;
+    throw std::runtime_error("no bucket");
+  };
+  auto instance = [&](const BucketProgram& b, int launch) {
+    return plan
+        .kernels[static_cast<std::size_t>(b.launches[static_cast<std::size_t>(launch)].kernel)]
+        .instance;
+  };
+  const BucketProgram& d8 = bucket("decode", 8);
+  EXPECT_EQ(d8.shape, ShapeClass::small_m);
+  std::vector<std::string> rules;
+  int launches = 0;
+  for (const LoweredOps& t : d8.lowered) {
+    ASSERT_EQ(t.ops.size(), 1u);
+    rules.push_back(t.rule);
+    EXPECT_EQ(t.first_launch, launches) << t.ops[0];
+    launches += t.launches;
+  }
+  EXPECT_EQ(launches, static_cast<int>(d8.launches.size()));
+  ASSERT_EQ(rules.size(), 1u + 2 * 7 + 2);
+  EXPECT_EQ(
+      std::vector<std::string>(rules.begin(), rules.begin() + 8),
+      (std::vector<std::string>{"embed", "rmsnorm", "linear.rope_kv_append", "paged_attention",
+                                "linear.residual", "rmsnorm", "linear.swiglu", "linear.residual"}));
+  const LoweredOps& norm = d8.lowered[1];
+  EXPECT_EQ(norm.launches, 0);
+  EXPECT_EQ(norm.note, "folded into the GEMM of %l0.q_rope");
+  const LoweredOps& qkv = d8.lowered[2];
+  ASSERT_EQ(qkv.launches, 2);
+  EXPECT_TRUE(instance(d8, qkv.first_launch)
+                  .starts_with("telos_kernels::gemm_small_norm_bf16<8, 256, 128,"));
+  EXPECT_TRUE(instance(d8, qkv.first_launch + 1)
+                  .starts_with("telos_kernels::qkv_rope_append_rows<4, 2, 32,"));
+  EXPECT_EQ(d8.launches[static_cast<std::size_t>(qkv.first_launch)].args[1],
+            "w:layers.0.attn_norm");
+
+  const BucketProgram& d1 = bucket("decode", 1);
+  EXPECT_EQ(d1.shape, ShapeClass::one_token_decode);
+  ASSERT_EQ(d1.lowered.size(), 1u + 2 + 2);
+  const LoweredOps& layer = d1.lowered[1];
+  EXPECT_EQ(layer.rule, "layer");
+  EXPECT_EQ(layer.ops.size(), 7u);
+  ASSERT_EQ(layer.launches, 1);
+  EXPECT_TRUE(
+      instance(d1, layer.first_launch).starts_with("telos_kernels::decode_layer_persistent<"));
+  ASSERT_EQ(layer.declared.size(), 5u);  // combine, split, o, gate/up, down
+  EXPECT_TRUE(plan.kernels[static_cast<std::size_t>(layer.declared[2])].instance.starts_with(
+      "telos_kernels::gemm_small_residual<1, 128, 128,"));
+  EXPECT_NE(print_lowering(plan).find("decode:1 (one-token decode, 1 tokens, 1 sample rows)\n"
+                                      "  %x = embed(%tokens, @embed) : bf16[T,128]\n"
+                                      "    rule embed: embed_gather\n"
+                                      "    launch 0: kernel "),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace telos::codegen
