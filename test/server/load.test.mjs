@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { MODELS, metric, metrics, postJson, startServer } from "./server_harness.mjs";
+import { ENGINE, MODELS, metric, metrics, postJson, startServer } from "./server_harness.mjs";
 import { openStream } from "./sse_client.mjs";
 
 const kClients = 64;
@@ -67,10 +67,13 @@ test("64 streaming clients, some leaving early, leave every KV page free", async
   assert.equal(metric(text, "telos_kv_pages_free"), metric(text, "telos_kv_pages_total"));
   assert.equal(metric(text, "telos_requests_finished_total"), metric(text, "telos_requests_submitted_total"));
   assert.equal(metric(text, "telos_requests_submitted_total"), kClients);
-  // The leavers were cancelled, not run to their 200 tokens.
+  // The leavers were cancelled, not run to their 200 tokens. On the GPU engine this tiny model
+  // generates all 200 before this process has read three chunks of every stream, so the check
+  // holds only on the CPU engine; hostile_http asserts a hang-up's cancellation on both engines.
   const full = (kClients * 3 / 4) * kShort + (kClients / 4) * kLong;
-  assert.ok(metric(text, "telos_generation_tokens_total") < full,
-    `generated ${metric(text, "telos_generation_tokens_total")} tokens, as if nobody left`);
+  if (ENGINE === "cpu")
+    assert.ok(metric(text, "telos_generation_tokens_total") < full,
+      `generated ${metric(text, "telos_generation_tokens_total")} tokens, as if nobody left`);
   assert.match(text, /^telos_time_to_first_token_seconds_count [1-9]/m);
   assert.match(text, /^telos_time_per_output_token_seconds_bucket\{le="\+Inf"\} [1-9]/m);
   assert.ok(metric(text, "telos_preemptions_total") >= 0);
