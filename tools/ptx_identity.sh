@@ -80,9 +80,11 @@ record() {
       # The entry this compile made or read (a cache hit marks its entry as used now).
       local entry
       entry=$(ls -td "$cache"/*/ | head -1)
-      python3 - "$run" "$entry" <<'EOF'
-import json, re, struct, sys
+      python3 - "$run" "$entry" "$root/test/hexel" <<'EOF'
+import json, re, sys
 run, entry = sys.argv[1], sys.argv[2]
+sys.path.insert(0, sys.argv[3])
+from sass_waits import text_sections  # the cubin's .text.NAME sections
 names_file = f"{entry}/names.json"
 table = json.load(open(f"{run}/kernels.json"))["kernels"]
 names = json.load(open(names_file))
@@ -106,16 +108,9 @@ for t in texts.values():
 decls = [l for l in body.split("\n") if re.match(r"(\.weak |\.visible )?\.(global|shared|const|extern)\b", l.strip())]
 open(f"{run}/declarations.ptx", "w").write("\n".join(decls) + "\n")
 # Each kernel's machine code: the cubin's (ELF64) section .text.ENTRY.
-cubin = open(f"{entry}/module.cubin", "rb").read()
-shoff, = struct.unpack_from("<Q", cubin, 0x28)
-shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-headers = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
-strtab = headers[shstrndx][4]
-section = {}
-for name, _, _, _, off, size in headers:
-    section[cubin[strtab + name:cubin.index(b"\0", strtab + name)].decode()] = cubin[off:off + size]
+code = text_sections(open(f"{entry}/module.cubin", "rb").read())
 for i, k in enumerate(table):
-    open(f"{run}/{i:03d}.sass", "wb").write(section[".text." + k["entry"]])
+    open(f"{run}/{i:03d}.sass", "wb").write(code[k["entry"]])
 EOF
     done
   done
