@@ -15,13 +15,7 @@ std::string bucket_name(const BucketProgram& b) { return b.kind + ":" + std::to_
 
 nlohmann::ordered_json programs_json(const KernelPlan& plan) {
   nlohmann::ordered_json p;
-  p["descriptor"] = {{"max_tokens", plan.max_tokens},
-                     {"max_sample_rows", plan.max_sample_rows},
-                     {"max_batch", plan.max_batch},
-                     {"max_pages_per_seq", plan.max_pages_per_seq}};
-  p["attention"] = {{"split", plan.attn_split}, {"num_splits", plan.attn_num_splits}};
-  p["arena"] = nlohmann::ordered_json::array();
-  for (const auto& a : plan.arena) p["arena"].push_back({{"buffer", a.name}, {"bytes", a.bytes}});
+  p["descriptor"] = {{"max_tokens", plan.max_tokens}, {"max_sample_rows", plan.max_sample_rows}};
   p["buckets"] = nlohmann::ordered_json::array();
   for (const auto& b : plan.buckets) {
     nlohmann::ordered_json launches = nlohmann::ordered_json::array();
@@ -38,17 +32,16 @@ nlohmann::ordered_json programs_json(const KernelPlan& plan) {
 
 }  // namespace
 
-GeneratedKernels generate_kernels(const compiler::ir::Graph& graph, const CodegenInput& in,
+GeneratedKernels generate_kernels(const KernelPlan& plan, const std::vector<std::string>& targets,
                                   const CodegenOptions& options) {
-  if (in.targets.empty()) fail("codegen: serving.targets is empty");
-  const KernelPlan plan = plan_kernels(graph, in);
+  if (targets.empty()) fail("codegen: serving.targets is empty");
   GeneratedKernels out;
   out.source = emit_source(plan);
   std::vector<std::string> names;
   for (const auto& k : plan.kernels) names.push_back(k.instance);
 
   std::vector<std::future<CompiledModule>> jobs;
-  for (const auto& arch : in.targets)
+  for (const auto& arch : targets)
     jobs.push_back(std::async(std::launch::async, [&, arch] {
       return compile_module(out.source, arch, names, options.cache_dir);
     }));
@@ -61,7 +54,7 @@ GeneratedKernels generate_kernels(const compiler::ir::Graph& graph, const Codege
     const std::string& entry = modules.front().lowered.at(k.instance);
     nlohmann::ordered_json resources = nlohmann::ordered_json::object();
     for (std::size_t t = 0; t < modules.size(); ++t) {
-      const std::string& arch = in.targets[t];
+      const std::string& arch = targets[t];
       auto it = modules[t].resources.find(entry);
       // NVRTC serves a program from its own cache without the report (compile_options passes
       // --no-cache against that): the message says how much of the report there was, to tell a
@@ -96,7 +89,7 @@ GeneratedKernels generate_kernels(const compiler::ir::Graph& graph, const Codege
                            {"resources", std::move(resources)}});
   }
   for (std::size_t t = 0; t < modules.size(); ++t)
-    out.targets.push_back({in.targets[t], std::move(modules[t].ptx), std::move(modules[t].cubin),
+    out.targets.push_back({targets[t], std::move(modules[t].ptx), std::move(modules[t].cubin),
                            std::move(modules[t].log), modules[t].from_cache});
   out.programs = programs_json(plan);
   return out;

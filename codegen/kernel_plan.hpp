@@ -6,7 +6,7 @@
 //
 // A bucket's launch program names every argument symbolically (docs/artifact.md, "Kernels"):
 //   w:NAME      a weight tensor of the artifact
-//   buf:NAME    an activation buffer of the arena (programs.arena)
+//   buf:NAME    an activation buffer of the arena (KernelPlan::arena; placed by compiler/plan)
 //   desc:FIELD  a field of the step descriptor (tokens, positions, token_seq, page_tables,
 //               sample_rows, sample_params)
 //   kv:L        layer L of KV page 0 (the pool base plus L * 2 * Hkv * page_size * D elements)
@@ -69,17 +69,25 @@ struct BucketProgram {
   std::vector<LoweredOps> lowered;  // in the IR's order
 };
 
+// How long an activation buffer's contents must last, which decides what it may share memory with
+// (compiler/plan/arena_plan.hpp): from the first launch of a step that names it to the last
+// (`launches`), on to the step's end (`step`: the host copies it back after the graph), or from
+// one step into the next (`steps`: state the kernels keep across launches, or what the next step
+// reads before anything writes it).
+enum class BufferLifetime { launches, step, steps };
+
 struct ArenaBuffer {
   std::string name;
   std::int64_t bytes = 0;
+  BufferLifetime lifetime = BufferLifetime::launches;
 };
 
 struct KernelPlan {
   std::vector<KernelInstance> kernels;
   std::vector<BucketProgram> buckets;  // decode buckets largest first, then prefill largest first
   std::vector<ArenaBuffer> arena;
-  // Step descriptor dimensions.
-  int max_tokens = 0, max_sample_rows = 0, max_batch = 0, max_pages_per_seq = 0;
+  // Step descriptor dimensions (its batch and page-table sizes follow from the serving config).
+  int max_tokens = 0, max_sample_rows = 0;
   // Attention's split of the context (positions) and partial slots per token.
   int attn_split = 0, attn_num_splits = 0;
   std::vector<float> rope_inv_freq;

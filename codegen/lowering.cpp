@@ -836,17 +836,21 @@ std::vector<ArenaBuffer> arena(const ModelPlan& mp, const KernelPlan& plan) {
       {"attn", T * m.HQ * m.D * 2},
       {"act", T * m.I * 2},
       {"hf", S * m.H * 2},
-      {"logits", S * m.V * 4},
+      // Copied back to the host after the step's graph, when asked.
+      {"logits", S * m.V * 4, BufferLifetime::step},
       {"lm_cand", mp.max_lm_candidates * 8},
-      {"sampled", S * 4},
+      // The next step's embed_gather reads the tokens this step sampled (fed tokens).
+      {"sampled", S * 4, BufferLifetime::steps},
   };
   // The QKV projection between its GEMM and its epilogue.
   a.push_back({"qkv", T * m.NH() * m.D * 2});
   // Arrival counters of gemm_small_norm_qkv, one per head, zero between launches.
-  if (mp.qkv_arrival_counters > 0) a.push_back({"qkv_arrivals", mp.qkv_arrival_counters * 4LL});
+  if (mp.qkv_arrival_counters > 0)
+    a.push_back({"qkv_arrivals", mp.qkv_arrival_counters * 4LL, BufferLifetime::steps});
   // decode_layer_persistent's two grid-wide counters, and with QKV_FLAGS one per KV head group,
   // zero between launches.
-  if (mp.uses_layer_sync) a.push_back({"layer_sync", 8 + (mp.qkv_flags ? 4LL * m.HKV : 0)});
+  if (mp.uses_layer_sync)
+    a.push_back({"layer_sync", 8 + (mp.qkv_flags ? 4LL * m.HKV : 0), BufferLifetime::steps});
   return a;
 }
 
@@ -914,8 +918,6 @@ const LoweringRule& find_lowering_rule(const ir::Graph& graph,
 KernelPlan plan_kernels(const ir::Graph& graph, const CodegenInput& in) {
   ModelPlan mp = model_plan(read_model(graph), in);
   KernelPlan plan;
-  plan.max_batch = in.max_batch;
-  plan.max_pages_per_seq = mp.maxp;
   plan.attn_split = mp.split;
   plan.attn_num_splits = mp.nsplits;
   plan.rope_inv_freq = rope_inv_freq(mp.m.rope, mp.m.D);

@@ -24,7 +24,7 @@
 #include "compiler/ir/model_graph.hpp"
 #include "compiler/ir/verifier.hpp"
 #include "compiler/passes/pass_manager.hpp"
-#include "compiler/plan/bucket_plan.hpp"
+#include "compiler/plan/memory_plan.hpp"
 #include "compiler/plan/serving_config.hpp"
 #include "support/error.hpp"
 
@@ -100,39 +100,41 @@ nlohmann::ordered_json kernels_summary(const codegen::GeneratedKernels& kernels)
   return out;
 }
 
-// The stages in order: import, IR and passes, plan, codegen, write. Each --emit prints its stage
-// and stops there.
+// The stages in order: import, IR and passes, lowering, plan, codegen, write. Each --emit prints
+// its stage and stops there.
 int run_compile(const CompileOptions& o) {
   if (o.no_weights && o.emit.empty())
     throw UsageError("--no-weights needs --emit (an artifact always carries its weights)");
   if (o.emit.empty() && o.output.empty())
-    throw UsageError("compile needs -o OUT.telos (or --emit=ir|plan|kernels to print a stage)");
+    throw UsageError(
+        "compile needs -o OUT.telos (or --emit=ir|lowering|plan|kernels to print a stage)");
 
   const ImportedModel model = import_model(o.model, ImportOptions{.weights = !o.no_weights});
   const ServingConfig config = serving_config(o, model);
-  const ir::Graph graph = optimized_ir(o, model.spec);
-  const Plan plan = make_plan(graph, model.spec, config);
   // Whatever telosc accepts, telos-run runs: the configuration passes the manifest's checks now,
   // before anything is compiled (and the whole manifest again before it is written).
-  validate_configuration(model.source, model.spec, config, plan);
+  validate_configuration(model.source, model.spec, config);
+  const ir::Graph graph = optimized_ir(o, model.spec);
   if (o.emit == "ir") {
     std::cout << ir::print_graph(graph);
     return 0;
   }
-  if (o.emit == "plan") {
-    std::cout << compact_json(plan_to_json(plan));
+  // The lowering table at work, without NVRTC: every bucket's ops, the rule each took and the
+  // launches it made.
+  const codegen::KernelPlan lowered = codegen::plan_kernels(graph, codegen_input(config));
+  if (o.emit == "lowering") {
+    std::cout << codegen::print_lowering(lowered);
     return 0;
   }
-  if (o.emit == "lowering") {
-    // The lowering table at work, without NVRTC: every bucket's ops, the rule each took and the
-    // launches it made.
-    std::cout << codegen::print_lowering(codegen::plan_kernels(graph, codegen_input(config)));
+  const ArenaPlan plan = plan_arena(lowered);
+  if (o.emit == "plan") {
+    std::cout << compact_json(plan_to_json(plan));
     return 0;
   }
 
   // A destination telosc would not write is refused before the kernels are compiled.
   if (o.emit.empty()) check_destination(fs::path(o.output).lexically_normal());
-  const codegen::GeneratedKernels kernels = codegen::generate_kernels(graph, codegen_input(config));
+  const codegen::GeneratedKernels kernels = codegen::generate_kernels(lowered, config.targets);
   if (o.emit == "kernels") {
     std::cout << compact_json(kernels_summary(kernels));
     return 0;
@@ -167,7 +169,7 @@ int main(int argc, char** argv) {
   compile->add_option("--target", co.targets,
                       "GPU architecture to compile kernels for: sm_90a (Hopper, the default)");
   compile->add_option("--emit", co.emit, "Print a stage to stdout instead of writing an artifact")
-      ->check(CLI::IsMember({"ir", "plan", "lowering", "kernels"}));
+      ->check(CLI::IsMember({"ir", "lowering", "plan", "kernels"}));
   compile->add_option(
       "--passes", co.passes,
       "Run only these passes, comma-separated, or none (with --emit; for testing one pass)");

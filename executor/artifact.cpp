@@ -8,11 +8,12 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir, WeightChe
   OpenedArtifact opened = open_artifact(dir, checks);
   std::shared_ptr<Artifact> a(new Artifact());
   a->dir_ = dir;
-  a->manifest_ = std::move(opened.json);
   a->model_ = opened.manifest.model;
   a->serving_ = opened.manifest.serving;
   a->kv_cache_ = opened.manifest.kv_cache;
   a->graph_ = std::move(opened.manifest.graph);
+  a->has_kernels_ = opened.manifest.has_kernels;
+  a->programs_ = std::move(opened.manifest.programs);
   a->weights_ = std::move(opened.weights);
   for (const WeightEntry& e : opened.manifest.tensors)
     a->tensors_.push_back({e.name, e.layout, e.dtype, e.shape, a->weights_.data() + e.offset,
@@ -29,10 +30,6 @@ const WeightTensor* Artifact::find_tensor(std::string_view name) const {
 const WeightTensor& Artifact::tensor(std::string_view name) const {
   if (const WeightTensor* t = find_tensor(name)) return *t;
   fail(dir_ + "/manifest.json: weights.tensors: no tensor \"" + std::string(name) + "\"");
-}
-
-bool Artifact::has_kernels() const {
-  return !manifest_.at("kernels").empty();
 }
 
 void Artifact::check_target(const std::string& arch) const {

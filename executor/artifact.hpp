@@ -25,15 +25,21 @@ namespace telos::exec {
 
 // The manifest's typed form, its validation and the launch arguments' parsers live in support/
 // (artifact_format.hpp, launch_args.hpp), shared with telosc; these names keep the executor's.
+using telos::ArenaSlot;
+using telos::ArgKind;
 using telos::ArtifactGraph;
+using telos::DescriptorField;
 using telos::GraphAttr;
 using telos::GraphOp;
 using telos::GraphValue;
 using telos::kArtifactSchemaVersion;
+using telos::KernelEntry;
 using telos::KvCacheConfig;
+using telos::LaunchArg;
+using telos::LaunchPrograms;
 using telos::ModelConfig;
-using telos::parse_tensor_map_arg;
-using telos::parse_weight_image_arg;
+using telos::ProgramBucket;
+using telos::ProgramLaunch;
 using telos::RopeConfig;
 using telos::ServingConfig;
 using telos::TensorMapArg;
@@ -64,7 +70,6 @@ class Artifact {
   const ModelConfig& model() const { return model_; }
   const ServingConfig& serving() const { return serving_; }
   const KvCacheConfig& kv_cache() const { return kv_cache_; }
-  const nlohmann::json& manifest() const { return manifest_; }
   const std::vector<WeightTensor>& tensors() const { return tensors_; }
   // The optimized IR the CPU reference engine runs (docs/artifact.md, "graph").
   const ArtifactGraph& graph() const { return graph_; }
@@ -74,7 +79,9 @@ class Artifact {
   const WeightTensor* find_tensor(std::string_view name) const;
 
   // True when codegen has filled the kernel table; the GPU engine needs it.
-  bool has_kernels() const;
+  bool has_kernels() const { return has_kernels_; }
+  // With the kernels: the kernel table, the activation arena and the launch programs.
+  const LaunchPrograms& programs() const { return programs_; }
 
   // Refuses (telos::Error naming serving.targets) unless the artifact was compiled for the
   // device architecture `arch`, written like "sm_90a" or "sm_90". Arch-specific targets ("a")
@@ -92,11 +99,12 @@ class Artifact {
  private:
   Artifact() = default;
   std::string dir_;
-  nlohmann::json manifest_;
   ModelConfig model_;
   ServingConfig serving_;
   KvCacheConfig kv_cache_;
   ArtifactGraph graph_;
+  bool has_kernels_ = false;
+  LaunchPrograms programs_;
   MappedFile weights_;
   std::vector<WeightTensor> tensors_;
 };

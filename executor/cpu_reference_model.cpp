@@ -10,8 +10,7 @@ namespace telos::exec {
 int CpuReferenceModel::check_kv_pool(const Artifact& artifact, int kv_pages) {
   const ServingConfig& s = artifact.serving();
   const std::size_t page_bytes = CpuKvCache::floats_per_page(artifact.kv_cache()) * sizeof(float);
-  const std::size_t per_sequence =
-      static_cast<std::size_t>((s.max_seq_len + s.kv_page_size - 1) / s.kv_page_size);
+  const std::size_t per_sequence = static_cast<std::size_t>(max_pages_per_sequence(s));
   std::size_t pages = 0;
   if (kv_pages > 0) {
     pages = static_cast<std::size_t>(kv_pages);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "support/artifact_graph.hpp"
+#include "support/artifact_programs.hpp"
 #include "support/dtype.hpp"
 #include "support/format_shape.hpp"
 
@@ -60,6 +61,12 @@ struct ServingConfig {
   int tensor_parallel = 1;
 };
 
+// The KV pages a sequence of max_seq_len positions needs: a page table's row in the step
+// descriptor and in the kernels that read it.
+inline int max_pages_per_sequence(const ServingConfig& s) {
+  return (s.max_seq_len + s.kv_page_size - 1) / s.kv_page_size;
+}
+
 struct KvCacheConfig {
   std::string dtype;
   int page_size = 0, num_layers = 0, num_kv_heads = 0, head_dim = 0;
@@ -92,6 +99,7 @@ struct ArtifactManifest : ArtifactConfig {
   ArtifactGraph graph;                                     // the optimized IR (artifact_graph.hpp)
   std::vector<std::pair<std::string, std::string>> files;  // name, checksum: manifest order
   bool has_kernels = false;  // codegen filled "kernels" (the GPU engine needs them)
+  LaunchPrograms programs;   // with the kernels: the arena and the launch programs
 };
 
 // Validates the model, serving and kv_cache sections of `manifest` (an object holding at least

@@ -4,8 +4,8 @@
 #include <map>
 #include <string>
 
+#include "support/artifact_format.hpp"
 #include "support/artifact_limits.hpp"
-#include "support/launch_args.hpp"
 #include "support/slot_image.hpp"
 
 namespace telos {
@@ -13,6 +13,7 @@ namespace {
 
 using nlohmann::json;
 using WeightsByName = std::map<std::string, const WeightEntry*>;
+using ArenaByName = std::map<std::string, const ArenaSlot*>;
 
 std::string at(const std::string& path, std::size_t i) {
   return path + "[" + std::to_string(i) + "]";
@@ -28,171 +29,278 @@ const json& bounded_array(const ManifestFields& f, const json& obj, const std::s
 }
 
 // Three integers: a grid's or a block's dimensions.
-void check_dims(const ManifestFields& f, const json& obj, const std::string& path, const char* key,
-                std::int64_t max_x, std::int64_t max_yz) {
+std::array<unsigned, 3> read_dims(const ManifestFields& f, const json& obj, const std::string& path,
+                                  const char* key, std::int64_t max_x, std::int64_t max_yz) {
   const json& v = f.array(obj, path, key);
   const std::string field = ManifestFields::join(path, key);
   if (v.size() != 3) f.refuse(field, "expected three dimensions");
+  std::array<unsigned, 3> dims{};
   for (std::size_t d = 0; d < 3; ++d)
-    f.integer_value(v[d], at(field, d), 1, d == 0 ? max_x : max_yz);
+    dims[d] =
+        static_cast<unsigned>(f.integer_value(v[d], at(field, d), 1, d == 0 ? max_x : max_yz));
+  return dims;
 }
 
-void check_kernels(const ManifestFields& f, const json& kernels) {
+std::vector<KernelEntry> read_kernels(const ManifestFields& f, const json& kernels) {
   if (static_cast<std::int64_t>(kernels.size()) > limits::kMaxProgramEntries)
     f.refuse("kernels", std::to_string(kernels.size()) + " kernels, more than " +
                             std::to_string(limits::kMaxProgramEntries));
+  std::vector<KernelEntry> out;
   for (std::size_t i = 0; i < kernels.size(); ++i) {
     const std::string path = at("kernels", i);
     if (!kernels[i].is_object()) f.refuse(path, "expected an object");
-    f.string(kernels[i], path, "entry");
-    if (kernels[i].contains("instance")) f.string(kernels[i], path, "instance");
-    check_dims(f, kernels[i], path, "block", limits::kMaxBlockThreads, limits::kMaxBlockThreads);
-    const json& block = kernels[i].at("block");
-    if (block[0].get<std::int64_t>() * block[1].get<std::int64_t>() * block[2].get<std::int64_t>() >
-        limits::kMaxBlockThreads)
+    KernelEntry k;
+    k.entry = f.string(kernels[i], path, "entry");
+    k.instance = kernels[i].contains("instance") ? f.string(kernels[i], path, "instance") : k.entry;
+    k.block =
+        read_dims(f, kernels[i], path, "block", limits::kMaxBlockThreads, limits::kMaxBlockThreads);
+    if (std::int64_t{k.block[0]} * k.block[1] * k.block[2] > limits::kMaxBlockThreads)
       f.refuse(path + ".block",
                "more than " + std::to_string(limits::kMaxBlockThreads) + " threads a block");
-    f.integer(kernels[i], path, "dynamic_smem", 0, limits::kMaxDynamicSmem);
-  }
-}
-
-// The arena's buffers by name, with their sizes.
-std::map<std::string, std::int64_t> read_arena(const ManifestFields& f, const json& programs) {
-  const json& arena = bounded_array(f, programs, "programs", "arena");
-  std::map<std::string, std::int64_t> out;
-  std::int64_t total = 0;
-  for (std::size_t i = 0; i < arena.size(); ++i) {
-    const std::string path = at("programs.arena", i);
-    if (!arena[i].is_object()) f.refuse(path, "expected an object");
-    const std::string name = f.string(arena[i], path, "buffer");
-    const std::int64_t bytes = f.integer(arena[i], path, "bytes", 0, limits::kMaxDeviceBytes);
-    if (!out.emplace(name, bytes).second) f.refuse(path, "a second buffer \"" + name + "\"");
-    total += bytes;
-    if (total > limits::kMaxDeviceBytes)
-      f.refuse("programs.arena", "more than " + std::to_string(limits::kMaxDeviceBytes) + " bytes");
+    k.dynamic_smem =
+        static_cast<int>(f.integer(kernels[i], path, "dynamic_smem", 0, limits::kMaxDynamicSmem));
+    out.push_back(std::move(k));
   }
   return out;
 }
 
-// The step descriptor's sizes follow from the serving configuration (codegen/kernel_plan.cpp).
-int check_descriptor(const ManifestFields& f, const json& programs, const ServingConfig& s) {
-  const json& d = f.object(programs, "programs", "descriptor");
-  const std::string p = "programs.descriptor";
-  const int most_tokens = std::max(s.decode_buckets.back(), s.prefill_buckets.back());
-  const int max_tokens = f.small_integer(d, p, "max_tokens", 1, most_tokens);
-  f.integer(d, p, "max_sample_rows", 1, max_tokens);
-  f.integer(d, p, "max_batch", s.max_batch, s.max_batch);
-  const int pages = (s.max_seq_len + s.kv_page_size - 1) / s.kv_page_size;
-  f.integer(d, p, "max_pages_per_seq", pages, pages);
-  return max_tokens;
+// plan.arena: every buffer inside the arena at an aligned offset, each name once.
+void read_arena(const ManifestFields& f, const json& plan, LaunchPrograms& p) {
+  const json& arena = f.object(plan, "plan", "arena");
+  const std::string path = "plan.arena";
+  const std::int64_t align = f.integer(arena, path, "alignment", 256, 256);
+  p.arena_bytes = f.integer(arena, path, "bytes", 0, limits::kMaxDeviceBytes);
+  const json& buffers = bounded_array(f, arena, path, "buffers");
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const std::string b = at(path + ".buffers", i);
+    if (!buffers[i].is_object()) f.refuse(b, "expected an object");
+    ArenaSlot s;
+    s.buffer = f.string(buffers[i], b, "buffer");
+    s.offset = f.integer(buffers[i], b, "offset", 0, p.arena_bytes);
+    if (s.offset % align != 0)
+      f.refuse(b + ".offset", std::to_string(s.offset) + " is not a multiple of the alignment");
+    s.bytes = f.integer(buffers[i], b, "bytes", 0, p.arena_bytes - s.offset);
+    for (const ArenaSlot& o : p.arena)
+      if (o.buffer == s.buffer) f.refuse(b, "a second buffer \"" + s.buffer + "\"");
+    p.arena.push_back(std::move(s));
+  }
 }
 
-void check_weight_image(const ManifestFields& f, const std::string& field, const std::string& arg,
+// The step descriptor's rows (its batch and page-table sizes follow from the serving config).
+void read_descriptor(const ManifestFields& f, const json& programs, const ServingConfig& s,
+                     LaunchPrograms& p) {
+  const json& d = f.object(programs, "programs", "descriptor");
+  const std::string path = "programs.descriptor";
+  const int most_tokens = std::max(s.decode_buckets.back(), s.prefill_buckets.back());
+  p.max_tokens = f.small_integer(d, path, "max_tokens", 1, most_tokens);
+  p.max_sample_rows = f.small_integer(d, path, "max_sample_rows", 1, p.max_tokens);
+}
+
+void check_weight_image(const ManifestFields& f, const std::string& field, const LaunchArg& arg,
                         const WeightsByName& weights) {
-  const WeightImageArg img = parse_weight_image_arg(arg, f.file() + ": " + field);
+  const WeightImageArg& img = arg.image;
   const auto it = weights.find(img.weight);
-  if (it == weights.end()) f.refuse(field, arg + ": no weight tensor \"" + img.weight + "\"");
+  if (it == weights.end()) f.refuse(field, arg.text + ": no weight tensor \"" + img.weight + "\"");
   const WeightEntry* w = it->second;
   if (w->dtype != DType::BF16 || w->shape.size() != 2)
-    f.refuse(field, arg + ": a slot image is of a bf16 matrix");
+    f.refuse(field, arg.text + ": a slot image is of a bf16 matrix");
   std::string why = slot_image_refusal(w->shape[0], w->shape[1], img.bn, img.halves);
   if (why.empty() && img.box_rows > 0)
     why = slot_image_box_refusal(img.bn, img.halves, img.box_rows);
-  if (!why.empty()) f.refuse(field, arg + ": " + why);
+  if (!why.empty()) f.refuse(field, arg.text + ": " + why);
+}
+
+// A KV layer index: kv:L with L a layer of the cache.
+int kv_layer(const ManifestFields& f, const std::string& field, const std::string& arg,
+             const std::string& l, const KvCacheConfig& kv) {
+  if (l.empty() || l.size() > 6 || l.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(l) >= kv.num_layers)
+    f.refuse(field, arg + ": \"" + l + "\" is not a layer of the KV cache");
+  return std::stoi(l);
+}
+
+// A tensor map over the KV pool from layer L's base, a page's rows at a time: the engine spans it
+// over the pages it allocates, so only its shape is checked here.
+void check_kv_map(const ManifestFields& f, const std::string& field, const LaunchArg& arg,
+                  const KvCacheConfig& kv) {
+  const TensorMapArg& t = arg.map;
+  if (t.elem_bytes != 2 || t.cols != kv.head_dim || kv.head_dim % 64 != 0)
+    f.refuse(field, arg.text + ": a KV map's rows are one position of one head (COLS " +
+                        std::to_string(kv.head_dim) +
+                        ", a multiple of 64), read in bf16 boxes of 64 columns");
+  if (t.rows * t.cols * 2 != kv.bytes_per_page || t.box_rows != kv.page_size)
+    f.refuse(field, arg.text + ": a KV map's ROWS are one page's (" +
+                        std::to_string(kv.bytes_per_page / (2 * kv.head_dim)) +
+                        ") and its BOX_ROWS the page size (" + std::to_string(kv.page_size) + ")");
+}
+
+const WeightEntry& weight(const ManifestFields& f, const std::string& field, const std::string& arg,
+                          const std::string& name, const WeightsByName& weights) {
+  const auto it = weights.find(name);
+  if (it == weights.end()) f.refuse(field, arg + ": no weight tensor \"" + name + "\"");
+  return *it->second;
+}
+
+const ArenaSlot& buffer(const ManifestFields& f, const std::string& field, const std::string& arg,
+                        const std::string& name, const ArenaByName& arena) {
+  const auto it = arena.find(name);
+  if (it == arena.end()) f.refuse(field, arg + ": no arena buffer \"" + name + "\" (plan.arena)");
+  return *it->second;
 }
 
 // A `tmap:` argument fits inside the bf16 weight or arena buffer it maps (f32 maps: arena buffers
 // only), so the GPU engine never encodes a map over memory it does not own.
-void check_tensor_map(const ManifestFields& f, const std::string& field, const std::string& arg,
-                      const ArtifactManifest& a, const WeightsByName& weights,
-                      const std::map<std::string, std::int64_t>& arena) {
-  const TensorMapArg t = parse_tensor_map_arg(arg, f.file() + ": " + field);
-  // Each size is below 2^31 (parse_tensor_map_arg), so the product stays inside 64 bits.
-  const std::int64_t need = t.rows * t.cols * t.elem_bytes;
-  if (t.target.rfind("kv:", 0) == 0) {
-    // The pool from layer L's base, a page's rows at a time: the engine spans the map over the
-    // pages it allocates, so only its shape is checked here.
-    const KvCacheConfig& kv = a.kv_cache;
-    const std::string l = t.target.substr(3);
-    if (l.empty() || l.size() > 6 || l.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoi(l) >= kv.num_layers)
-      f.refuse(field, arg + ": \"" + l + "\" is not a layer of the KV cache");
-    if (t.elem_bytes != 2 || t.cols != kv.head_dim || kv.head_dim % 64 != 0)
-      f.refuse(field, arg + ": a KV map's rows are one position of one head (COLS " +
-                          std::to_string(kv.head_dim) +
-                          ", a multiple of 64), read in bf16 boxes of 64 columns");
-    if (t.rows * t.cols * 2 != kv.bytes_per_page || t.box_rows != kv.page_size)
-      f.refuse(field, arg + ": a KV map's ROWS are one page's (" +
-                          std::to_string(kv.bytes_per_page / (2 * kv.head_dim)) +
-                          ") and its BOX_ROWS the page size (" + std::to_string(kv.page_size) +
-                          ")");
+void read_tensor_map(const ManifestFields& f, const std::string& field, LaunchArg& arg,
+                     const ArtifactManifest& a, const WeightsByName& weights,
+                     const ArenaByName& arena) {
+  arg.map = parse_tensor_map_arg(arg.text, f.file() + ": " + field);
+  const TensorMapArg& t = arg.map;
+  const std::size_t colon = t.target.find(':');
+  const std::string prefix = t.target.substr(0, colon), name = t.target.substr(colon + 1);
+  if (prefix == "kv") {
+    arg.map_target = ArgKind::kv_layer;
+    arg.layer = kv_layer(f, field, arg.text, name, a.kv_cache);
+    check_kv_map(f, field, arg, a.kv_cache);
     return;
   }
+  arg.name = name;
+  // Each size is below 2^31 (parse_tensor_map_arg), so the product stays inside 64 bits.
+  const std::int64_t need = t.rows * t.cols * t.elem_bytes;
   std::int64_t have = 0;
-  if (t.target.rfind("w:", 0) == 0) {
-    const std::string name = t.target.substr(2);
-    const auto it = weights.find(name);
-    if (it == weights.end()) f.refuse(field, arg + ": no weight tensor \"" + name + "\"");
-    const WeightEntry* w = it->second;
-    if (w->dtype != DType::BF16)
-      f.refuse(field, arg + ": tensor maps over weights are bf16, the weight is " +
-                          std::string(dtype_name(w->dtype)));
+  arg.map_target = prefix == "w" ? ArgKind::weight : ArgKind::buffer;
+  if (prefix == "w") {
+    const WeightEntry& w = weight(f, field, arg.text, name, weights);
+    if (w.dtype != DType::BF16)
+      f.refuse(field, arg.text + ": tensor maps over weights are bf16, the weight is " +
+                          std::string(dtype_name(w.dtype)));
     if (t.elem_bytes != 2)
-      f.refuse(field, arg + ": a weight is bf16, its map's BOX_COLS must be 64");
-    have = w->bytes;
+      f.refuse(field, arg.text + ": a weight is bf16, its map's BOX_COLS must be 64");
+    have = w.bytes;
   } else {
-    auto it = arena.find(t.target.substr(4));
-    if (it == arena.end())
-      f.refuse(field, arg + ": no arena buffer \"" + t.target.substr(4) + "\"");
-    have = it->second;
+    have = buffer(f, field, arg.text, name, arena).bytes;
   }
   if (need > have)
-    f.refuse(field, arg + ": the map spans " + std::to_string(need) + " bytes, but " + t.target +
-                        " has " + std::to_string(have));
+    f.refuse(field, arg.text + ": the map spans " + std::to_string(need) + " bytes, but " +
+                        t.target + " has " + std::to_string(have));
 }
 
-void check_launch(const ManifestFields& f, const json& launch, const std::string& path,
-                  std::size_t kernels, const ArtifactManifest& a, const WeightsByName& weights,
-                  const std::map<std::string, std::int64_t>& arena) {
-  if (!launch.is_object()) f.refuse(path, "expected an object");
-  f.integer(launch, path, "kernel", 0, static_cast<std::int64_t>(kernels) - 1);
-  check_dims(f, launch, path, "grid", limits::kMaxGridX, limits::kMaxGridYZ);
-  const json& args = bounded_array(f, launch, path, "args");
-  for (std::size_t k = 0; k < args.size(); ++k) {
-    const std::string field = at(path + ".args", k);
-    if (!args[k].is_string()) f.refuse(field, "expected a string");
-    const std::string& arg = args[k].get_ref<const std::string&>();
-    if (arg.rfind("wimg:", 0) == 0 || arg.rfind("timg:", 0) == 0)
-      check_weight_image(f, field, arg, weights);
-    else if (arg.rfind("tmap:", 0) == 0)
-      check_tensor_map(f, field, arg, a, weights, arena);
+DescriptorField descriptor_field(const ManifestFields& f, const std::string& field,
+                                 const std::string& arg, const std::string& name) {
+  static const std::map<std::string, DescriptorField> fields = {
+      {"tokens", DescriptorField::tokens},
+      {"positions", DescriptorField::positions},
+      {"token_seq", DescriptorField::token_seq},
+      {"split_positions", DescriptorField::split_positions},
+      {"prompt_positions", DescriptorField::prompt_positions},
+      {"sample_rows", DescriptorField::sample_rows},
+      {"sample_params", DescriptorField::sample_params},
+      {"page_tables", DescriptorField::page_tables}};
+  const auto it = fields.find(name);
+  if (it == fields.end()) f.refuse(field, arg + ": no descriptor field \"" + name + "\"");
+  return it->second;
+}
+
+LaunchArg read_arg(const ManifestFields& f, const json& v, const std::string& field,
+                   const ArtifactManifest& a, const WeightsByName& weights,
+                   const ArenaByName& arena) {
+  if (!v.is_string()) f.refuse(field, "expected a string");
+  LaunchArg arg;
+  arg.text = v.get<std::string>();
+  const std::string& s = arg.text;
+  const auto after = [&](std::size_t n) { return s.substr(n); };
+  if (s == "null") {
+    arg.kind = ArgKind::null;
+  } else if (s == "host:sampled") {
+    arg.kind = ArgKind::host_sampled;
+  } else if (s.rfind("w:", 0) == 0) {
+    arg.kind = ArgKind::weight;
+    arg.name = weight(f, field, s, after(2), weights).name;
+  } else if (s.rfind("buf:", 0) == 0) {
+    arg.kind = ArgKind::buffer;
+    arg.name = buffer(f, field, s, after(4), arena).buffer;
+  } else if (s.rfind("kv:", 0) == 0) {
+    arg.kind = ArgKind::kv_layer;
+    arg.layer = kv_layer(f, field, s, after(3), a.kv_cache);
+  } else if (s.rfind("desc:", 0) == 0) {
+    arg.kind = ArgKind::descriptor;
+    arg.field = descriptor_field(f, field, s, after(5));
+  } else if (s.rfind("tmap:", 0) == 0) {
+    arg.kind = ArgKind::tensor_map;
+    read_tensor_map(f, field, arg, a, weights, arena);
+  } else if (s.rfind("wimg:", 0) == 0 || s.rfind("timg:", 0) == 0) {
+    arg.kind = s[0] == 'w' ? ArgKind::weight_image : ArgKind::image_map;
+    arg.image = parse_weight_image_arg(s, f.file() + ": " + field);
+    arg.name = arg.image.weight;
+    check_weight_image(f, field, arg, weights);
+  } else {
+    f.refuse(field, s + ": not a launch argument (null, host:sampled, w:, buf:, kv:, desc:, tmap:, "
+                        "wimg: or timg:)");
   }
+  return arg;
+}
+
+ProgramLaunch read_launch(const ManifestFields& f, const json& launch, const std::string& path,
+                          std::size_t kernels, const ArtifactManifest& a,
+                          const WeightsByName& weights, const ArenaByName& arena) {
+  if (!launch.is_object()) f.refuse(path, "expected an object");
+  ProgramLaunch l;
+  l.kernel = static_cast<int>(
+      f.integer(launch, path, "kernel", 0, static_cast<std::int64_t>(kernels) - 1));
+  l.grid = read_dims(f, launch, path, "grid", limits::kMaxGridX, limits::kMaxGridYZ);
+  const json& args = bounded_array(f, launch, path, "args");
+  for (std::size_t k = 0; k < args.size(); ++k)
+    l.args.push_back(read_arg(f, args[k], at(path + ".args", k), a, weights, arena));
+  return l;
+}
+
+ProgramBucket read_bucket(const ManifestFields& f, const json& b, const std::string& path,
+                          const LaunchPrograms& p, const ArtifactManifest& a,
+                          const WeightsByName& weights, const ArenaByName& arena) {
+  if (!b.is_object()) f.refuse(path, "expected an object");
+  ProgramBucket bucket;
+  const std::string kind = f.string(b, path, "kind");
+  if (kind != "decode" && kind != "prefill")
+    f.refuse(path + ".kind", "\"" + kind + "\" is not decode or prefill");
+  bucket.decode = kind == "decode";
+  bucket.size = f.small_integer(b, path, "size", 1, p.max_tokens);
+  bucket.tokens = f.small_integer(b, path, "tokens", 1, p.max_tokens);
+  bucket.sample_rows = f.small_integer(b, path, "sample_rows", 1, p.max_sample_rows);
+  const json& launches = bounded_array(f, b, path, "launches");
+  if (launches.empty()) f.refuse(path + ".launches", "expected at least one launch");
+  for (std::size_t j = 0; j < launches.size(); ++j)
+    bucket.launches.push_back(read_launch(f, launches[j], at(path + ".launches", j),
+                                          p.kernels.size(), a, weights, arena));
+  // The tokens reach the host only through the sample kernel's host:sampled.
+  const bool samples =
+      std::any_of(bucket.launches.begin(), bucket.launches.end(), [](const auto& l) {
+        return std::any_of(l.args.begin(), l.args.end(),
+                           [](const LaunchArg& x) { return x.kind == ArgKind::host_sampled; });
+      });
+  if (!samples) f.refuse(path + ".launches", "no launch passes host:sampled (the step's tokens)");
+  return bucket;
 }
 
 }  // namespace
 
-void validate_programs(const ManifestFields& f, const json& kernels, const json& programs,
-                       const ArtifactManifest& a) {
-  check_kernels(f, kernels);
-  const int max_tokens = check_descriptor(f, programs, a.serving);
-  const std::map<std::string, std::int64_t> arena = read_arena(f, programs);
+std::string ProgramBucket::name() const {
+  return std::string(decode ? "decode:" : "prefill:") + std::to_string(size);
+}
+
+LaunchPrograms read_launch_programs(const ManifestFields& f, const json& kernels, const json& plan,
+                                    const json& programs, const ArtifactManifest& a) {
+  LaunchPrograms p;
+  p.kernels = read_kernels(f, kernels);
+  read_arena(f, plan, p);
+  read_descriptor(f, programs, a.serving, p);
   WeightsByName weights;
   for (const WeightEntry& t : a.tensors) weights[t.name] = &t;
+  ArenaByName arena;
+  for (const ArenaSlot& s : p.arena) arena[s.buffer] = &s;
   const json& buckets = bounded_array(f, programs, "programs", "buckets");
-  for (std::size_t i = 0; i < buckets.size(); ++i) {
-    const std::string path = at("programs.buckets", i);
-    const json& b = buckets[i];
-    if (!b.is_object()) f.refuse(path, "expected an object");
-    const std::string kind = f.string(b, path, "kind");
-    if (kind != "decode" && kind != "prefill")
-      f.refuse(path + ".kind", "\"" + kind + "\" is not decode or prefill");
-    for (const char* size : {"size", "tokens", "sample_rows"})
-      f.integer(b, path, size, 1, max_tokens);
-    const json& launches = bounded_array(f, b, path, "launches");
-    if (launches.empty()) f.refuse(path + ".launches", "expected at least one launch");
-    for (std::size_t j = 0; j < launches.size(); ++j)
-      check_launch(f, launches[j], at(path + ".launches", j), kernels.size(), a, weights, arena);
-  }
+  for (std::size_t i = 0; i < buckets.size(); ++i)
+    p.buckets.push_back(
+        read_bucket(f, buckets[i], at("programs.buckets", i), p, a, weights, arena));
+  return p;
 }
 
 }  // namespace telos

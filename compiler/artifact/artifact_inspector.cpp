@@ -69,26 +69,18 @@ std::string summary(const std::string& path, const nlohmann::json& j, const Arti
       ", tensor_parallel " + std::to_string(sv.tensor_parallel) + "\n";
   s += "kv cache: " + std::to_string(a.kv_cache.bytes_per_page) + " bytes per page of " +
        std::to_string(a.kv_cache.page_size) + " tokens (" + a.kv_cache.layout + ")\n";
-  // The plan is for people (the executor reads the launch programs): printed as far as it is there.
-  const nlohmann::json& plan =
-      j.contains("plan") && j["plan"].is_object() ? j["plan"] : nlohmann::json::object();
-  for (const char* kind : {"decode", "prefill"}) {
+  for (const auto& [kind, sizes] :
+       {std::pair{"decode", &sv.decode_buckets}, std::pair{"prefill", &sv.prefill_buckets}}) {
     s += std::string(kind) + " buckets:";
-    const auto buckets = plan.find(std::string(kind) + "_buckets");
-    if (buckets != plan.end() && buckets->is_array())
-      for (const auto& b : *buckets) {
-        if (!b.is_object()) continue;
-        const auto arena = b.find("arena_bytes");
-        s += " " + b.value("tokens", nlohmann::json()).dump() + " (arena " +
-             human_bytes(arena != b.end() && arena->is_number_integer() ? arena->get<std::int64_t>()
-                                                                        : 0) +
-             ")";
-      }
+    for (int n : *sizes) s += " " + std::to_string(n);
     s += "\n";
   }
+  if (a.has_kernels)
+    s += "activation arena: " + human_bytes(a.programs.arena_bytes) + " (" +
+         std::to_string(a.programs.arena.size()) + " buffers)\n";
   s += "weights: " + std::to_string(a.tensors.size()) + " tensors, " + human_bytes(a.weights_size) +
        " in " + a.weights_file + "\n";
-  s += "kernels: " + std::to_string(j.at("kernels").size()) + "\n";
+  s += "kernels: " + std::to_string(a.programs.kernels.size()) + "\n";
   s += text_summary(fs::path(path), a.files);
   return s;
 }

@@ -300,12 +300,11 @@ nlohmann::ordered_json write_kernel_files(const fs::path& dir,
 }
 
 // The model, serving and kv_cache sections of the manifest.
-nlohmann::ordered_json config_sections(const ModelSpec& spec, const ServingConfig& serving,
-                                       const Plan& plan) {
+nlohmann::ordered_json config_sections(const ModelSpec& spec, const ServingConfig& serving) {
   nlohmann::ordered_json m;
   m["model"] = model_json(spec);
   m["serving"] = serving_to_json(serving);
-  m["kv_cache"] = kv_cache_to_json(plan.kv);
+  m["kv_cache"] = kv_cache_to_json(kv_cache_geometry(spec, serving));
   return m;
 }
 
@@ -341,19 +340,19 @@ codegen::CodegenInput codegen_input(const ServingConfig& serving) {
 }
 
 void validate_configuration(const std::string& source, const ModelSpec& spec,
-                            const ServingConfig& serving, const Plan& plan) {
-  const nlohmann::ordered_json sections = config_sections(spec, serving, plan);
+                            const ServingConfig& serving) {
+  const nlohmann::ordered_json sections = config_sections(spec, serving);
   const std::string where = source + " (as the artifact's manifest.json)";
   validate_config_sections(parse_manifest_text(compact_json(sections), where), where);
 }
 
 void write_artifact(const std::string& destination, const ImportedModel& model,
-                    const ServingConfig& serving, const ir::Graph& graph, const Plan& plan,
+                    const ServingConfig& serving, const ir::Graph& graph, const ArenaPlan& plan,
                     const codegen::GeneratedKernels& kernels, const ArtifactOptions& options) {
   // The packer relies on the verifier's parameter rules (types it writes, sources to pack).
   ir::verify(graph);
   if (!model.has_weights) fail(model.source + ": the model was imported without weights");
-  validate_configuration(model.source, model.spec, serving, plan);
+  validate_configuration(model.source, model.spec, serving);
   const fs::path dest = fs::path(destination).lexically_normal();
   check_destination(dest);
 
@@ -377,7 +376,7 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
   m["schema_version"] = kArtifactSchemaVersion;
   m["generator"] = kGenerator;
   m["manifest_checksum"] = "";  // set by manifest_text
-  m.update(config_sections(model.spec, serving, plan));
+  m.update(config_sections(model.spec, serving));
   m["weights"] = weights;
   m["graph"] = graph_section(graph);
   m["plan"] = plan_to_json(plan);

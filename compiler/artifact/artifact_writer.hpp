@@ -16,7 +16,7 @@
 #include "codegen/codegen_input.hpp"
 #include "compiler/import/checkpoint.hpp"
 #include "compiler/ir/graph.hpp"
-#include "compiler/plan/bucket_plan.hpp"
+#include "compiler/plan/memory_plan.hpp"
 #include "compiler/plan/serving_config.hpp"
 
 namespace telos::compiler {
@@ -36,15 +36,16 @@ codegen::CodegenInput codegen_input(const ServingConfig& serving);
 // configuration whose manifest telos-run would refuse: the checks of support/artifact_format.hpp
 // on the model, serving and kv_cache sections, before anything is compiled or written.
 void validate_configuration(const std::string& source, const ModelSpec& spec,
-                            const ServingConfig& serving, const Plan& plan);
+                            const ServingConfig& serving);
 
 // Writes the artifact of the stages before it: `graph`, the optimized IR (ir.txt; its parameters,
-// in order, are the weights packed into weights.bin), `plan`, and `kernels`, codegen's output for
+// in order, are the weights packed into weights.bin), `plan`, the arena of the lowered programs,
+// and `kernels`, codegen's output for
 // `serving`. The manifest the writer is about to write is validated as telos-run validates it, so
 // an IR whose parameters are not the weight table telos-run expects is refused, and nothing is
 // left behind.
 void write_artifact(const std::string& destination, const ImportedModel& model,
-                    const ServingConfig& serving, const ir::Graph& graph, const Plan& plan,
+                    const ServingConfig& serving, const ir::Graph& graph, const ArenaPlan& plan,
                     const codegen::GeneratedKernels& kernels, const ArtifactOptions& options);
 
 }  // namespace telos::compiler

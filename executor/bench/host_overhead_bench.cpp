@@ -32,10 +32,11 @@ namespace {
 class PackOnlyBackend : public ModelBackend {
  public:
   explicit PackOnlyBackend(const Artifact& a) : vocab_(a.model().vocab_size) {
-    const auto& d = a.manifest().at("programs").at("descriptor");
-    pages_ = a.serving().kv_pool_pages.value_or(4096);
-    layout_ = StepDescriptorLayout::make(d.at("max_tokens"), d.at("max_sample_rows"), d.at("max_batch"),
-                                         d.at("max_pages_per_seq"), a.kv_cache().page_size, vocab_, pages_);
+    const ServingConfig& s = a.serving();
+    pages_ = s.kv_pool_pages.value_or(4096);
+    layout_ = StepDescriptorLayout::make(a.programs().max_tokens, a.programs().max_sample_rows,
+                                         s.max_batch, max_pages_per_sequence(s),
+                                         a.kv_cache().page_size, vocab_, pages_);
     for (auto& h : host_) h.resize(static_cast<std::size_t>(layout_.bytes));
   }
   int num_kv_pages() const override { return pages_; }

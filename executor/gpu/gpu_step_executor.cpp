@@ -33,6 +33,25 @@ void check(cudaError_t e, const std::string& what) {
 
 std::int64_t align_up(std::int64_t v, std::int64_t a) { return (v + a - 1) / a * a; }
 
+// Laps of the host's time between device API calls, summed into LaunchCallTimes fields; reads no
+// clock when off.
+class CallTimer {
+ public:
+  explicit CallTimer(bool on) : on_(on) {
+    if (on_) last_ = std::chrono::steady_clock::now();
+  }
+  void lap(double& into) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    into = std::max(into, 0.0) + std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  bool on_;
+  std::chrono::steady_clock::time_point last_;
+};
+
 // Weight upload staging: two pinned buffers, so that filling one from the mapped file overlaps
 // the copy of the other to the device. 64 MiB each keeps the copies near full PCIe bandwidth.
 constexpr std::size_t kStagingBytes = 64u << 20;
@@ -66,11 +85,27 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-int json_int(const nlohmann::json& j, const char* key, const std::string& where) {
-  if (!j.contains(key) || !j.at(key).is_number_integer())
-    fail("manifest.json: " + where + "." + key + ": expected an integer");
-  return j.at(key).get<int>();
+dim3 dims(const std::array<unsigned, 3>& d) {
+  return dim3(d[0], d[1], d[2]);
 }
+
+// Where the load's time goes, a phase at a time, for the log's last line (docs/benchmarks.md:
+// load to first token).
+class LoadPhases {
+ public:
+  void done(const char* name) {
+    text_ << (text_.tellp() > 0 ? ", " : "") << name << " " << std::fixed << std::setprecision(2)
+          << seconds_since(phase_start_) << " s";
+    phase_start_ = std::chrono::steady_clock::now();
+  }
+  double total_seconds() const { return seconds_since(start_); }
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(),
+                                        phase_start_ = start_;
+  std::ostringstream text_;
+};
 
 }  // namespace
 
@@ -81,15 +116,16 @@ struct GpuStepExecutor::State {
     std::vector<void*> values;  // one device pointer per kernel parameter
     std::vector<void*> params;  // pointers to `values`, what cudaLaunchKernel takes
   };
-  struct Bucket : BucketShape {  // decode: kind == "decode"
-    std::string kind;
-    // By step parity (parity_copy): the arguments, and the graph captured from them.
+  struct Bucket : BucketShape {
+    std::string name;  // decode:8
+    // By step parity (LaunchArg::per_parity): the arguments, and the graph captured from them.
     std::vector<LaunchRecord> launches[2];
     cudaGraphExec_t graph[2] = {};
   };
 
   std::shared_ptr<const Artifact> art;
   GpuExecutorOptions opt;
+  std::string arch;  // the device's, e.g. sm_90a
   int vocab = 0, page_size = 0, kv_pages = 0;
   std::int64_t bytes_per_page = 0, layer_bytes = 0;
   std::int64_t weight_bytes = 0, kv_bytes = 0, arena_bytes = 0;
@@ -111,10 +147,12 @@ struct GpuStepExecutor::State {
   std::vector<dim3> blocks;
   std::vector<unsigned> dynamic_smem;
   // TMA tensor maps of the `tmap:` and `timg:` arguments, encoded once (weights and arena never
-  // move) and kept in device memory, 128 bytes each; `tmap_index` maps an argument to its slot.
+  // move) and kept in device memory, 128 bytes each; `tmap_index` maps an argument's text to its
+  // slot (at load: launches hold device addresses).
   hexel::TensorMap* tmaps = nullptr;
   std::map<std::string, std::size_t> tmap_index;
   char* base = nullptr;
+  // Device addresses by name, at load: the plain weights, the arena's buffers (plan.arena).
   std::map<std::string, char*> weights, arena;
   // Slot images (docs/artifact.md, `wimg:`, `timg:`) by their `wimg:` argument (key()): its parse
   // and its device copy, built from the weight's bytes while they are uploaded.
@@ -151,8 +189,10 @@ struct GpuStepExecutor::State {
     int rows = 0;                          // sampling rows
     bool logits = false;                   // the logits come back to logits_host
     std::vector<std::uint8_t> picks;       // per sampling row: the engine wants the device's pick
-    double api_seconds = 0;                // the host's time in the launch's device API calls
-    LaunchCallTimes calls;                 // api_seconds by call group
+    // With step timing on: the host's time in the launch's device API calls, and by call group;
+    // -1 when off.
+    double api_seconds = -1;
+    LaunchCallTimes calls;
   };
   Slot slots[2];
   int oldest = 0, in_flight = 0;
@@ -206,40 +246,51 @@ struct GpuStepExecutor::State {
       if (st) cudaStreamDestroy(st);
   }
 
-  // The device address of argument `arg` of a bucket's launch `launch` in a step of parity
-  // `parity`.
-  void* resolve(const std::string& arg, int parity) const {
-    auto field = [&](const std::string& prefix) { return arg.substr(prefix.size()); };
-    if (arg == "null") return nullptr;
-    if (arg == "host:sampled") return slots[parity_copy(arg, parity)].sampled_host_device;
-    if (arg.rfind("w:", 0) == 0) {
-      auto it = weights.find(field("w:"));
-      if (it == weights.end()) fail("manifest.json: programs: argument " + arg + ": no such weight");
-      return it->second;
+  // The device address of launch argument `arg` in a step of parity `parity`.
+  void* resolve(const LaunchArg& arg, int parity) const {
+    const int copy = arg.per_parity() ? parity : 0;
+    switch (arg.kind) {
+      case ArgKind::null:
+        return nullptr;
+      case ArgKind::host_sampled:
+        return slots[copy].sampled_host_device;
+      case ArgKind::weight:
+        return weights.at(arg.name);
+      case ArgKind::buffer:
+        return arena.at(arg.name);
+      case ArgKind::kv_layer:
+        return kv + arg.layer * layer_bytes;
+      case ArgKind::tensor_map:
+      case ArgKind::image_map:
+        return tmaps + tmap_index.at(arg.text);
+      case ArgKind::weight_image:
+        return images.at(arg.image.key()).dev;
+      case ArgKind::descriptor:
+        return desc_dev[copy] + desc_offset(arg.field);
     }
-    if (arg.rfind("buf:", 0) == 0) {
-      auto it = arena.find(field("buf:"));
-      if (it == arena.end()) fail("manifest.json: programs: argument " + arg + ": no such buffer");
-      return it->second;
+    fail("gpu engine: argument " + arg.text + ": unknown kind");
+  }
+
+  std::int64_t desc_offset(DescriptorField f) const {
+    switch (f) {
+      case DescriptorField::tokens:
+        return desc.off_tokens;
+      case DescriptorField::positions:
+        return desc.off_positions;
+      case DescriptorField::token_seq:
+        return desc.off_token_seq;
+      case DescriptorField::split_positions:
+        return desc.off_split_positions;
+      case DescriptorField::prompt_positions:
+        return desc.off_prompt_positions;
+      case DescriptorField::sample_rows:
+        return desc.off_sample_rows;
+      case DescriptorField::sample_params:
+        return desc.off_params;
+      case DescriptorField::page_tables:
+        return desc.off_page_tables;
     }
-    if (arg.rfind("kv:", 0) == 0) return kv + std::stoll(field("kv:")) * layer_bytes;
-    if (arg.rfind("tmap:", 0) == 0 || arg.rfind("timg:", 0) == 0) return tmaps + tmap_index.at(arg);
-    if (arg.rfind("wimg:", 0) == 0) return images.at(arg).dev;
-    const std::map<std::string, std::int64_t> fields = {
-        {"tokens", desc.off_tokens},
-        {"positions", desc.off_positions},
-        {"token_seq", desc.off_token_seq},
-        {"sample_rows", desc.off_sample_rows},
-        {"split_positions", desc.off_split_positions},
-        {"prompt_positions", desc.off_prompt_positions},
-        {"page_tables", desc.off_page_tables},
-        {"sample_params", desc.off_params}};
-    if (arg.rfind("desc:", 0) == 0) {
-      auto it = fields.find(field("desc:"));
-      if (it == fields.end()) fail("manifest.json: programs: argument " + arg + ": no such field");
-      return desc_dev[parity_copy(arg, parity)] + it->second;
-    }
-    fail("manifest.json: programs: argument " + arg + ": unknown kind");
+    fail("gpu engine: unknown descriptor field");
   }
 
   // Every kernel after a step's first is launched with programmatic stream serialization (PTX
@@ -300,9 +351,10 @@ struct GpuStepExecutor::State {
         pack_step_descriptor(desc, step, b.tokens, b.sample_rows, sampling, last_sample_rows,
                              slot.desc_host, &slot.page_rows);
     const int r = packed.sample_rows;
-    // Clock reads between the call groups (tens of ns each) split api_seconds (LaunchCallTimes).
-    using clock = std::chrono::steady_clock;
-    const clock::time_point api_start = clock::now();
+    // With step timing on (telos-run bench), the host's time in each group of device API calls
+    // (LaunchCallTimes); off, no clock is read between the calls.
+    CallTimer timer(timing);
+    LaunchCallTimes calls;
     // No wait before overwriting desc_dev[p]: step N-2 read it last, and N-2's graph is done.
     // A step is launched only while at most one is in flight, so N-2 was collected, and collect()
     // waited for N-2's slot.done, which N-2's graph recorded last (or for the logits' copy after
@@ -312,29 +364,23 @@ struct GpuStepExecutor::State {
                           cudaMemcpyHostToDevice, upload),
           "step descriptor upload");
     check(cudaEventRecord(desc_ready[p], upload), "step event");
-    const clock::time_point uploaded = clock::now();
+    timer.lap(calls.upload_seconds);
     check(cudaStreamWaitEvent(stream, desc_ready[p], 0), "step event");
-    const clock::time_point waited = clock::now();
+    timer.lap(calls.wait_seconds);
     // Once per bucket, so that keeping costs the measured steps nothing.
     if (keep_descriptors && !kept.count(&b)) kept[&b].assign(slot.desc_host, slot.desc_host + packed.upload);
-    const int ev = static_cast<int>(launched % 3);
+    timer.lap(calls.other_seconds);
     // The bench's idle-gap events are not production calls: their time is kept apart.
-    clock::duration timing_calls{};
-    if (timing) {
-      const clock::time_point t = clock::now();
-      check(cudaEventRecord(graph_begin[ev], stream), "timing event");
-      timing_calls += clock::now() - t;
-    }
-    const clock::time_point graph_start = clock::now();
+    const int ev = static_cast<int>(launched % 3);
+    if (timing) check(cudaEventRecord(graph_begin[ev], stream), "timing event");
+    timer.lap(calls.timing_seconds);
     if (b.graph[p])
       check(cudaGraphLaunch(b.graph[p], stream), "graph launch");
     else
       launch_all(b, p);
-    const clock::time_point graph_queued = clock::now();
-    if (timing) {
-      check(cudaEventRecord(graph_end[ev], stream), "timing event");
-      timing_calls += clock::now() - graph_queued;
-    }
+    timer.lap(calls.graph_launch_seconds);
+    if (timing) check(cudaEventRecord(graph_end[ev], stream), "timing event");
+    timer.lap(calls.timing_seconds);
     // A graph records slot.done itself (its last node).
     if (!b.graph[p]) check(cudaEventRecord(slot.done, stream), "step event");
     // The logits' copy back is in stream order: the next graph, which overwrites them, waits for
@@ -346,16 +392,12 @@ struct GpuStepExecutor::State {
             "logits download");
       check(cudaEventRecord(slot.logits_done, stream), "step event");
     }
-    const clock::time_point api_end = clock::now();
-    const auto secs = [](clock::duration d) { return std::chrono::duration<double>(d).count(); };
-    slot.api_seconds = secs(api_end - api_start - timing_calls);
-    slot.calls.upload_seconds = secs(uploaded - api_start);
-    slot.calls.wait_seconds = secs(waited - uploaded);
-    slot.calls.graph_launch_seconds = secs(graph_queued - graph_start);
-    slot.calls.other_seconds =
-        secs((graph_start - waited) + (api_end - graph_queued) - timing_calls);
-    slot.calls.timing_seconds = secs(timing_calls);
-    slot.calls.upload_bytes = packed.upload;
+    timer.lap(calls.other_seconds);
+    slot.calls = timing ? calls : LaunchCallTimes{};
+    slot.calls.upload_bytes = timing ? packed.upload : -1;
+    slot.api_seconds = timing ? calls.upload_seconds + calls.wait_seconds +
+                                    calls.graph_launch_seconds + calls.other_seconds
+                              : -1;
     slot.rows = r;
     slot.logits = want_logits;
     slot.picks.assign(picks.begin(), picks.end());
@@ -393,6 +435,271 @@ struct GpuStepExecutor::State {
       gap = ms * 1e-3;
     }
     return gap;
+  }
+
+  // The device, its streams and events; returns the device memory free before anything was
+  // taken. Refuses an artifact not compiled for this device's architecture.
+  std::int64_t open_device() {
+    check(cudaSetDevice(opt.device), "select device " + std::to_string(opt.device));
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, opt.device), "device properties");
+    arch = "sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + "a";
+    art->check_target(arch);
+    for (cudaStream_t* st : {&stream, &upload})
+      check(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking), "stream");
+    for (cudaEvent_t& e : desc_ready)
+      check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "step event");
+    return device_free_bytes();
+  }
+
+  // kernels/<arch>.cubin and the kernel table's entries, with their launch shapes.
+  void load_kernels() {
+    const std::string cubin = read_file(art->dir() + "/kernels/" + arch + ".cubin");
+    check(cudaLibraryLoadData(&library, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+          "load kernels/" + arch + ".cubin");
+    for (const KernelEntry& e : art->programs().kernels) {
+      cudaKernel_t k = nullptr;
+      check(cudaLibraryGetKernel(&k, library, e.entry.c_str()), "kernel " + e.entry);
+      kernels.push_back(k);
+      kernel_instances.push_back(e.instance);
+      blocks.push_back(dims(e.block));
+      // Above 48 KiB a kernel must opt in to its dynamic shared memory.
+      if (e.dynamic_smem > 48 * 1024)
+        check(cudaFuncSetAttribute(reinterpret_cast<const void*>(k),
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, e.dynamic_smem),
+              "shared memory of " + e.entry);
+      dynamic_smem.push_back(static_cast<unsigned>(e.dynamic_smem));
+    }
+  }
+
+  // What the device holds besides the pool: the weights the launches read as they are, their slot
+  // images (one per key, after the weights), the arena and the step descriptors; then the pool,
+  // within the memory free now.
+  void plan_memory() {
+    const Artifact& a = *art;
+    const LaunchPrograms& programs = a.programs();
+    vocab = a.model().vocab_size;
+    page_size = a.kv_cache().page_size;
+    bytes_per_page = a.kv_cache().bytes_per_page;
+    layer_bytes = bytes_per_page / a.kv_cache().num_layers;
+    for (const ProgramBucket& bucket : programs.buckets)
+      for (const ProgramLaunch& l : bucket.launches)
+        for (const LaunchArg& arg : l.args) note_weight_use(arg);
+    for (const auto& t : a.tensors())
+      if (plain_weights.count(t.name))
+        weight_bytes += align_up(static_cast<std::int64_t>(t.bytes), 256);
+    arena_bytes = align_up(programs.arena_bytes, 256);
+    const ServingConfig& serving = a.serving();
+    const int max_pages = max_pages_per_sequence(serving);
+    desc = StepDescriptorLayout::make(programs.max_tokens, programs.max_sample_rows,
+                                      serving.max_batch, max_pages, page_size, vocab, 0);
+    // The pool: --kv-pages, else the artifact's, within the memory free now (another process may
+    // hold some; runtime_limits.hpp, device_kv_pool_pages).
+    std::size_t free_b = 0, total_b = 0;
+    check(cudaMemGetInfo(&free_b, &total_b), "memory info");
+    std::string pool_note;
+    kv_pages =
+        device_kv_pool_pages({opt.kv_pages, serving.kv_pool_pages, serving.kv_pool_memory_fraction,
+                              static_cast<std::int64_t>(free_b), static_cast<std::int64_t>(total_b),
+                              fixed_bytes(), bytes_per_page, max_pages},
+                             &pool_note);
+    if (opt.log && !pool_note.empty()) *opt.log << "telos-run: " << pool_note << "\n";
+    kv_bytes = static_cast<std::int64_t>(kv_pages) * bytes_per_page;
+    desc.kv_pages = kv_pages;
+  }
+
+  // A weight a launch reads as it is (w:, tmap:w:) or from its slot image (wimg:, timg:).
+  void note_weight_use(const LaunchArg& arg) {
+    if (arg.kind == ArgKind::weight) plain_weights.insert(arg.name);
+    if (arg.kind == ArgKind::tensor_map && arg.map_target == ArgKind::weight)
+      plain_weights.insert(arg.name);
+    if (arg.kind != ArgKind::weight_image && arg.kind != ArgKind::image_map) return;
+    if (images.count(arg.image.key())) return;
+    Image img;
+    img.arg = arg.image;
+    img.arg.box_rows = 0;
+    img.bytes = align_up(static_cast<std::int64_t>(art->tensor(img.arg.weight).bytes), 256);
+    image_bytes += img.bytes;
+    images[img.arg.key()] = img;
+  }
+
+  // Everything but the pool: weights, slot images, arena, one step descriptor per parity.
+  std::int64_t fixed_bytes() const {
+    return weight_bytes + image_bytes + arena_bytes + 2 * desc.bytes;
+  }
+
+  // One allocation: weights, slot images, KV pool, arena, descriptors; where the device lacks it,
+  // the message says what it was for (and check() which flag asks for less). Then the pinned
+  // host side of each step slot.
+  void allocate() {
+    check(cudaMalloc(&base, static_cast<std::size_t>(fixed_bytes() + kv_bytes)),
+          "device memory for the weights, slot images, arena and descriptors (" +
+              mib(fixed_bytes()) + ") and a KV pool of " + std::to_string(kv_pages) + " pages (" +
+              mib(kv_bytes) + ")");
+    char* p = base + weight_bytes;
+    for (auto& [key, img] : images) {
+      img.dev = p;
+      p += img.bytes;
+    }
+    kv = p;
+    for (Slot& slot : slots) {
+      check(cudaMallocHost(&slot.desc_host, static_cast<std::size_t>(desc.bytes)),
+            "pinned descriptor");
+      check(cudaHostAlloc(&slot.sampled_host, sizeof(std::int32_t) * desc.max_sample_rows,
+                          cudaHostAllocMapped),
+            "pinned tokens");
+      check(cudaHostGetDevicePointer(&slot.sampled_host_device, slot.sampled_host, 0),
+            "pinned tokens");
+      check(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), "step event");
+      check(cudaEventCreateWithFlags(&slot.logits_done, cudaEventDisableTiming), "step event");
+      std::memset(slot.desc_host, 0, static_cast<std::size_t>(desc.bytes));
+    }
+    check(cudaMallocHost(&logits_host, sizeof(float) * desc.max_sample_rows * vocab),
+          "pinned logits");
+  }
+
+  // The arena after the pool, each buffer at its planned offset (plan.arena), then the two step
+  // descriptors. Both start zeroed (docs/artifact.md): kernels that keep state across launches
+  // (the arrival counters) leave it zero after each launch and rely on the first.
+  void place_arena_and_descriptors() {
+    char* arena_base = kv + kv_bytes;
+    check(cudaMemset(arena_base, 0, static_cast<std::size_t>(arena_bytes + 2 * desc.bytes)),
+          "arena init");
+    for (const ArenaSlot& b : art->programs().arena) arena[b.buffer] = arena_base + b.offset;
+    desc_dev[0] = arena_base + arena_bytes;
+    desc_dev[1] = desc_dev[0] + desc.bytes;
+    logits_dev = arena.at("logits");
+  }
+
+  // The TMA tensor maps of the `tmap:` and `timg:` arguments, one per distinct argument, in
+  // device memory (the loader checked each against its weight, buffer or the KV cache).
+  void encode_tensor_maps() {
+    std::vector<hexel::TensorMap> maps;
+    for (const ProgramBucket& bucket : art->programs().buckets)
+      for (const ProgramLaunch& l : bucket.launches)
+        for (const LaunchArg& arg : l.args) {
+          if (arg.kind != ArgKind::tensor_map && arg.kind != ArgKind::image_map) continue;
+          if (tmap_index.count(arg.text)) continue;
+          try {
+            maps.push_back(arg.kind == ArgKind::image_map ? image_map(arg) : tensor_map(arg));
+          } catch (const std::runtime_error& e) {
+            fail("gpu engine: argument " + arg.text + ": " + e.what());
+          }
+          tmap_index[arg.text] = maps.size() - 1;
+        }
+    if (maps.empty()) return;
+    // cudaMalloc's alignment (256 bytes) covers the 64 a tensor map needs.
+    check(cudaMalloc(&tmaps, sizeof(hexel::TensorMap) * maps.size()), "tensor maps");
+    check(cudaMemcpy(tmaps, maps.data(), sizeof(hexel::TensorMap) * maps.size(),
+                     cudaMemcpyHostToDevice),
+          "tensor map upload");
+  }
+
+  hexel::TensorMap image_map(const LaunchArg& arg) const {
+    const WeightTensor& w = art->tensor(arg.image.weight);
+    return encode_slot_image_map(images.at(arg.image.key()).dev, w.shape[0], w.shape[1],
+                                 arg.image.bn, arg.image.halves, arg.image.box_rows);
+  }
+
+  hexel::TensorMap tensor_map(const LaunchArg& arg) const {
+    const TensorMapArg& t = arg.map;
+    if (arg.map_target == ArgKind::kv_layer) {
+      // The pool from layer L's base to its end, rows of one position of one head
+      // (docs/artifact.md): kernels address a row as page · ROWS + offset in int32.
+      const std::int64_t rows = static_cast<std::int64_t>(kv_pages) * t.rows -
+                                arg.layer * (t.rows / art->kv_cache().num_layers);
+      if (static_cast<std::int64_t>(kv_pages) * t.rows > std::numeric_limits<std::int32_t>::max())
+        fail("the KV pool's " + std::to_string(kv_pages) +
+             " pages hold more rows than 32-bit TMA coordinates reach");
+      return hexel::encode_2d(hexel::TmaDtype::BF16, kv + arg.layer * layer_bytes,
+                              static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(t.cols),
+                              static_cast<std::uint64_t>(t.cols) * 2, t.box_rows, t.box_cols,
+                              hexel::Swizzle::B128);
+    }
+    void* at = arg.map_target == ArgKind::weight ? weights.at(arg.name) : arena.at(arg.name);
+    // The element type follows from the box width (docs/artifact.md): 64 bf16 or 32 f32.
+    return hexel::encode_2d(
+        t.elem_bytes == 4 ? hexel::TmaDtype::F32 : hexel::TmaDtype::BF16, at,
+        static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols),
+        static_cast<std::uint64_t>(t.cols) * static_cast<std::uint64_t>(t.elem_bytes), t.box_rows,
+        t.box_cols, hexel::Swizzle::B128);
+  }
+
+  // Every bucket's launches with their arguments' device addresses, one set per step parity;
+  // under runtime limits, not the buckets no step can choose (bucket_reachable). Returns how many
+  // were left out.
+  int resolve_launches() {
+    const std::vector<ProgramBucket>& programs = art->programs().buckets;
+    std::vector<BucketShape> shapes;
+    for (const ProgramBucket& p : programs)
+      shapes.push_back({p.decode, p.size, p.tokens, p.sample_rows});
+    int unreachable = 0;
+    for (std::size_t i = 0; i < programs.size(); ++i) {
+      if (!bucket_reachable(shapes, shapes[i], opt.max_batch, opt.prefill_chunk)) {
+        ++unreachable;
+        continue;
+      }
+      Bucket b;
+      static_cast<BucketShape&>(b) = shapes[i];
+      b.name = programs[i].name();
+      const auto& first_args = programs[i].launches.front().args;
+      feeds = feeds && std::any_of(first_args.begin(), first_args.end(), [](const LaunchArg& a) {
+                return a.kind == ArgKind::buffer && a.name == "sampled";
+              });
+      for (int parity = 0; parity < 2; ++parity)
+        for (const ProgramLaunch& pl : programs[i].launches) {
+          LaunchRecord l;
+          l.kernel = pl.kernel;
+          l.grid = dims(pl.grid);
+          for (const LaunchArg& arg : pl.args) l.values.push_back(resolve(arg, parity));
+          for (auto& v : l.values) l.params.push_back(&v);
+          b.launches[parity].push_back(std::move(l));
+        }
+      bucket_shapes.push_back(b);
+      buckets.push_back(std::move(b));
+    }
+    return unreachable;
+  }
+
+  // Two graphs per bucket (one per step parity), largest bucket first, each uploaded so that the
+  // first step does not pay for it; their memory and times go to the load log.
+  void capture_graphs(int unreachable) {
+    const std::int64_t free_before = device_free_bytes();
+    const auto started = std::chrono::steady_clock::now();
+    std::ostringstream times;
+    for (Bucket& b : buckets) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int parity = 0; parity < 2; ++parity) capture(b, parity);
+      check(cudaStreamSynchronize(stream), "upload graph for " + b.name);
+      times << " " << b.name << " " << std::fixed << std::setprecision(1) << seconds_since(t0) * 1e3
+            << " ms";
+    }
+    graph_bytes = free_before - device_free_bytes();
+    if (!opt.log) return;
+    *opt.log << "telos-run: captured " << 2 * buckets.size()
+             << " graphs (2 per bucket, one per step parity) in " << std::fixed
+             << std::setprecision(1) << seconds_since(started) * 1e3 << " ms, " << mib(graph_bytes)
+             << " of graph memory:" << times.str()
+             << (unreachable > 0 ? " (" + std::to_string(unreachable) +
+                                       " buckets past the runtime limits not loaded)"
+                                 : std::string())
+             << "\n"
+             << std::defaultfloat;
+  }
+
+  void capture(Bucket& b, int parity) {
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+    launch_all(b, parity);
+    // The step's done event as the graph's last node: each launch records it (CUDA runtime API,
+    // cudaEventRecordWithFlags, cudaEventRecordExternal during capture).
+    check(cudaEventRecordWithFlags(slots[parity].done, stream, cudaEventRecordExternal),
+          "capture the step's done event");
+    check(cudaStreamEndCapture(stream, &graph), "end capture");
+    const cudaError_t e = cudaGraphInstantiate(&b.graph[parity], graph, 0);
+    cudaGraphDestroy(graph);
+    check(e, "instantiate graph for " + b.name);
+    check(cudaGraphUpload(b.graph[parity], stream), "upload graph for " + b.name);
   }
 
   void upload_weights(const Artifact& a, std::ostream* log, bool progress) {
@@ -506,310 +813,35 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   State& s = *s_;
   s.art = std::move(artifact);
   s.opt = options;
-  const Artifact& a = *s.art;
-  const nlohmann::json& m = a.manifest();
-  if (!a.has_kernels() || !m.contains("programs"))
-    fail(a.dir() + ": the artifact has no kernels (compile it with a telosc that runs codegen)");
-  // Where the load's time goes, a phase at a time, for the log's last line (docs/benchmarks.md:
-  // load to first token).
-  const auto load_start = std::chrono::steady_clock::now();
-  auto phase_start = load_start;
-  std::ostringstream phases;
-  auto phase_done = [&](const char* name) {
-    phases << (phases.tellp() > 0 ? ", " : "") << name << " " << std::fixed << std::setprecision(2)
-           << seconds_since(phase_start) << " s";
-    phase_start = std::chrono::steady_clock::now();
-  };
-
-  check(cudaSetDevice(options.device), "select device " + std::to_string(options.device));
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, options.device), "device properties");
-  const std::string arch = "sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + "a";
-  a.check_target(arch);
-  for (cudaStream_t* st : {&s.stream, &s.upload})
-    check(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking), "stream");
-  for (cudaEvent_t& e : s.desc_ready) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "step event");
-  const std::int64_t free_at_start = device_free_bytes();
-  phase_done("device");
-
-  // Kernels.
-  const std::string cubin = read_file(a.dir() + "/kernels/" + arch + ".cubin");
-  check(cudaLibraryLoadData(&s.library, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-        "load kernels/" + arch + ".cubin");
-  const nlohmann::json& table = m.at("kernels");
-  for (std::size_t i = 0; i < table.size(); ++i) {
-    const std::string entry = table[i].at("entry").get<std::string>();
-    cudaKernel_t k = nullptr;
-    check(cudaLibraryGetKernel(&k, s.library, entry.c_str()), "kernel " + entry);
-    s.kernels.push_back(k);
-    s.kernel_instances.push_back(table[i].value("instance", entry));
-    const auto& blk = table[i].at("block");
-    s.blocks.emplace_back(blk.at(0).get<unsigned>(), blk.at(1).get<unsigned>(), blk.at(2).get<unsigned>());
-    const int smem = json_int(table[i], "dynamic_smem", "kernels[" + std::to_string(i) + "]");
-    // Above 48 KiB a kernel must opt in to its dynamic shared memory.
-    if (smem > 48 * 1024)
-      check(cudaFuncSetAttribute(reinterpret_cast<const void*>(k),
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-            "shared memory of " + entry);
-    s.dynamic_smem.push_back(static_cast<unsigned>(smem));
-  }
-  phase_done("kernels");
-
-  // Sizes.
-  const nlohmann::json& programs = m.at("programs");
-  const nlohmann::json& d = programs.at("descriptor");
-  s.vocab = a.model().vocab_size;
-  s.page_size = a.kv_cache().page_size;
-  s.bytes_per_page = a.kv_cache().bytes_per_page;
-  s.layer_bytes = s.bytes_per_page / a.kv_cache().num_layers;
-
-  // Weights the launches read as they are, and slot images (the loader checked each wimg: and
-  // timg: argument against its weight), one image per key, after the weights.
-  for (const auto& bj : programs.at("buckets"))
-    for (const auto& lj : bj.at("launches"))
-      for (const auto& arg_j : lj.at("args")) {
-        const std::string arg = arg_j.get<std::string>();
-        if (arg.rfind("w:", 0) == 0) s.plain_weights.insert(arg.substr(2));
-        if (arg.rfind("tmap:w:", 0) == 0)
-          s.plain_weights.insert(
-              parse_tensor_map_arg(arg, "manifest.json: programs").target.substr(2));
-        if (arg.rfind("wimg:", 0) != 0 && arg.rfind("timg:", 0) != 0) continue;
-        State::Image img;
-        img.arg = parse_weight_image_arg(arg, "manifest.json: programs");
-        if (s.images.count(img.arg.key())) continue;
-        img.arg.box_rows = 0;
-        img.bytes = align_up(static_cast<std::int64_t>(a.find_tensor(img.arg.weight)->bytes), 256);
-        s.image_bytes += img.bytes;
-        s.images[img.arg.key()] = img;
-      }
-  for (const auto& t : a.tensors())
-    if (s.plain_weights.count(t.name))
-      s.weight_bytes += align_up(static_cast<std::int64_t>(t.bytes), 256);
-  for (const auto& buf : programs.at("arena"))
-    s.arena_bytes += align_up(buf.at("bytes").get<std::int64_t>(), 256);
-  // The pool size is known below; the layout does not depend on it.
-  s.desc = StepDescriptorLayout::make(json_int(d, "max_tokens", "programs.descriptor"),
-                                      json_int(d, "max_sample_rows", "programs.descriptor"),
-                                      json_int(d, "max_batch", "programs.descriptor"),
-                                      json_int(d, "max_pages_per_seq", "programs.descriptor"),
-                                      s.page_size, s.vocab, 0);
-
-  // Beside the arena: the step descriptors, one per step parity.
-  const std::int64_t fixed = s.weight_bytes + s.image_bytes + s.arena_bytes + 2 * s.desc.bytes;
-  // The pool: --kv-pages, else the artifact's, within the memory free now (another process may
-  // hold some; runtime_limits.hpp, device_kv_pool_pages).
-  std::size_t free_b = 0, total_b = 0;
-  check(cudaMemGetInfo(&free_b, &total_b), "memory info");
-  std::string pool_note;
-  s.kv_pages = device_kv_pool_pages(
-      {options.kv_pages, a.serving().kv_pool_pages, a.serving().kv_pool_memory_fraction,
-       static_cast<std::int64_t>(free_b), static_cast<std::int64_t>(total_b), fixed,
-       s.bytes_per_page, (a.serving().max_seq_len + s.page_size - 1) / s.page_size},
-      &pool_note);
-  if (options.log && !pool_note.empty()) *options.log << "telos-run: " << pool_note << "\n";
-  s.kv_bytes = static_cast<std::int64_t>(s.kv_pages) * s.bytes_per_page;
-  s.desc.kv_pages = s.kv_pages;
-
-  // One allocation: weights, KV pool, arena, descriptors; where the device lacks it, the message
-  // says what it was for (and check() which flag asks for less).
-  check(cudaMalloc(&s.base, static_cast<std::size_t>(fixed + s.kv_bytes)),
-        "device memory for the weights, slot images, arena and descriptors (" + mib(fixed) +
-            ") and a KV pool of " + std::to_string(s.kv_pages) + " pages (" + mib(s.kv_bytes) +
-            ")");
-  char* p = s.base + s.weight_bytes;
-  for (auto& [arg, img] : s.images) {
-    img.dev = p;
-    p += img.bytes;
-  }
-  phase_done("allocation");
-  s.upload_weights(a, options.log, options.progress);
-  phase_done("weights");
-  s.kv = p;
-  p += s.kv_bytes;
-  // The arena starts zeroed (docs/artifact.md): kernels that keep state across launches (the
-  // folded QKV epilogue's arrival counters) leave it zero after each launch and rely on the first.
-  check(cudaMemset(p, 0, static_cast<std::size_t>(s.arena_bytes)), "arena init");
-  for (const auto& buf : programs.at("arena")) {
-    s.arena[buf.at("buffer").get<std::string>()] = p;
-    p += align_up(buf.at("bytes").get<std::int64_t>(), 256);
-  }
-  s.desc_dev[0] = p;
-  s.desc_dev[1] = p + s.desc.bytes;
-  s.logits_dev = s.arena.at("logits");
-  for (State::Slot& slot : s.slots) {
-    check(cudaMallocHost(&slot.desc_host, static_cast<std::size_t>(s.desc.bytes)), "pinned descriptor");
-    check(cudaHostAlloc(&slot.sampled_host, sizeof(std::int32_t) * s.desc.max_sample_rows, cudaHostAllocMapped),
-          "pinned tokens");
-    check(cudaHostGetDevicePointer(&slot.sampled_host_device, slot.sampled_host, 0), "pinned tokens");
-    check(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), "step event");
-    check(cudaEventCreateWithFlags(&slot.logits_done, cudaEventDisableTiming), "step event");
-    std::memset(slot.desc_host, 0, static_cast<std::size_t>(s.desc.bytes));
-  }
-  check(cudaMallocHost(&s.logits_host, sizeof(float) * s.desc.max_sample_rows * s.vocab), "pinned logits");
-  check(cudaMemset(p, 0, static_cast<std::size_t>(2 * s.desc.bytes)), "descriptor init");
-
-  // Tensor maps (the loader checked each tmap: argument against its weight, buffer or the KV
-  // cache).
-  std::vector<hexel::TensorMap> maps;
-  for (const auto& bj : programs.at("buckets"))
-    for (const auto& lj : bj.at("launches"))
-      for (const auto& arg_j : lj.at("args")) {
-        const std::string arg = arg_j.get<std::string>();
-        if (s.tmap_index.count(arg)) continue;
-        if (arg.rfind("timg:", 0) == 0) {
-          const WeightImageArg img = parse_weight_image_arg(arg, "manifest.json: programs");
-          const WeightTensor& w = *a.find_tensor(img.weight);
-          try {
-            maps.push_back(encode_slot_image_map(s.images.at(img.key()).dev, w.shape[0], w.shape[1],
-                                                 img.bn, img.halves, img.box_rows));
-          } catch (const std::runtime_error& e) {
-            fail("gpu engine: argument " + arg + ": " + e.what());
-          }
-          s.tmap_index[arg] = maps.size() - 1;
-          continue;
-        }
-        if (arg.rfind("tmap:", 0) != 0) continue;
-        const TensorMapArg t = parse_tensor_map_arg(arg, "manifest.json: programs");
-        try {
-          if (t.target.rfind("kv:", 0) == 0) {
-            // The pool from layer L's base to its end, rows of one position of one head
-            // (docs/artifact.md): kernels address a row as page · ROWS + offset in int32.
-            const std::int64_t layer = std::stoll(t.target.substr(3));
-            const std::int64_t rows = static_cast<std::int64_t>(s.kv_pages) * t.rows -
-                                      layer * (t.rows / a.kv_cache().num_layers);
-            if (static_cast<std::int64_t>(s.kv_pages) * t.rows >
-                std::numeric_limits<std::int32_t>::max())
-              fail("the KV pool's " + std::to_string(s.kv_pages) +
-                   " pages hold more rows than 32-bit TMA coordinates reach");
-            maps.push_back(hexel::encode_2d(
-                hexel::TmaDtype::BF16, s.resolve(t.target, 0), static_cast<std::uint64_t>(rows),
-                static_cast<std::uint64_t>(t.cols), static_cast<std::uint64_t>(t.cols) * 2,
-                t.box_rows, t.box_cols, hexel::Swizzle::B128));
-            s.tmap_index[arg] = maps.size() - 1;
-            continue;
-          }
-          // The element type follows from the box width (docs/artifact.md): 64 bf16 or 32 f32.
-          maps.push_back(hexel::encode_2d(
-              t.elem_bytes == 4 ? hexel::TmaDtype::F32 : hexel::TmaDtype::BF16,
-              s.resolve(t.target, 0), static_cast<std::uint64_t>(t.rows),
-              static_cast<std::uint64_t>(t.cols),
-              static_cast<std::uint64_t>(t.cols) * static_cast<std::uint64_t>(t.elem_bytes),
-              t.box_rows, t.box_cols, hexel::Swizzle::B128));
-        } catch (const std::runtime_error& e) {
-          fail("gpu engine: argument " + arg + ": " + e.what());
-        }
-        s.tmap_index[arg] = maps.size() - 1;
-      }
-  if (!maps.empty()) {
-    // cudaMalloc's alignment (256 bytes) covers the 64 a tensor map needs.
-    check(cudaMalloc(&s.tmaps, sizeof(hexel::TensorMap) * maps.size()), "tensor maps");
-    check(cudaMemcpy(s.tmaps, maps.data(), sizeof(hexel::TensorMap) * maps.size(),
-                     cudaMemcpyHostToDevice),
-          "tensor map upload");
-  }
-
-  // Launch programs, captured two graphs per bucket (one per step parity) in manifest order
-  // (largest first); under runtime limits, not the buckets no step can choose.
-  const auto shape_of = [](const nlohmann::json& bj) {
-    BucketShape b;
-    b.decode = bj.at("kind").get<std::string>() == "decode";
-    b.size = json_int(bj, "size", "programs.buckets[]");
-    b.tokens = json_int(bj, "tokens", "programs.buckets[]");
-    b.sample_rows = json_int(bj, "sample_rows", "programs.buckets[]");
-    return b;
-  };
-  const nlohmann::json& buckets_j = programs.at("buckets");
-  std::vector<BucketShape> shapes;
-  for (const auto& bj : buckets_j) shapes.push_back(shape_of(bj));
-  int unreachable = 0;
-  for (std::size_t bi = 0; bi < buckets_j.size(); ++bi) {
-    const nlohmann::json& bj = buckets_j[bi];
-    if (!bucket_reachable(shapes, shapes[bi], options.max_batch, options.prefill_chunk)) {
-      ++unreachable;
-      continue;
-    }
-    State::Bucket b;
-    static_cast<BucketShape&>(b) = shapes[bi];
-    b.kind = bj.at("kind").get<std::string>();
-    const auto& first_args = bj.at("launches").at(0).at("args");
-    s.feeds = s.feeds && std::find(first_args.begin(), first_args.end(), "buf:sampled") != first_args.end();
-    // The tokens reach the host only through the sample kernel's `host:sampled`.
-    const auto& launches_j = bj.at("launches");
-    if (std::none_of(launches_j.begin(), launches_j.end(), [](const nlohmann::json& lj) {
-          const auto& a = lj.at("args");
-          return std::find(a.begin(), a.end(), "host:sampled") != a.end();
-        }))
-      fail("manifest.json: programs: bucket " + b.kind + ":" + std::to_string(b.size) +
-           " passes no launch host:sampled (an artifact written before the sample kernel wrote its "
-           "tokens to the host): compile it again with this telosc");
-    const auto& launches = bj.at("launches");
-    for (int parity = 0; parity < 2; ++parity)
-      for (std::size_t i = 0; i < launches.size(); ++i) {
-        const auto& lj = launches[i];
-        State::LaunchRecord l;
-        l.kernel = lj.at("kernel").get<int>();
-        if (l.kernel < 0 || l.kernel >= static_cast<int>(s.kernels.size()))
-          fail("manifest.json: programs: launch of kernel " + std::to_string(l.kernel) + ": no such kernel");
-        const auto& g = lj.at("grid");
-        l.grid = dim3(g.at(0).get<unsigned>(), g.at(1).get<unsigned>(), g.at(2).get<unsigned>());
-        for (const auto& arg : lj.at("args"))
-          l.values.push_back(s.resolve(arg.get<std::string>(), parity));
-        for (auto& v : l.values) l.params.push_back(&v);
-        b.launches[parity].push_back(std::move(l));
-      }
-    s.bucket_shapes.push_back(b);
-    s.buckets.push_back(std::move(b));
-  }
+  if (!s.art->has_kernels())
+    fail(s.art->dir() +
+         ": the artifact has no kernels (compile it with a telosc that runs codegen)");
+  LoadPhases phases;
+  const std::int64_t free_at_start = s.open_device();
+  phases.done("device");
+  s.load_kernels();
+  phases.done("kernels");
+  s.plan_memory();
+  s.allocate();
+  phases.done("allocation");
+  s.upload_weights(*s.art, options.log, options.progress);
+  phases.done("weights");
+  s.place_arena_and_descriptors();
+  s.encode_tensor_maps();
+  const int unreachable = s.resolve_launches();
   check(cudaStreamSynchronize(s.stream), "load");
-  phase_done("tensor maps and launches");
+  phases.done("tensor maps and launches");
   if (options.use_graphs) {
-    const std::int64_t free_before = device_free_bytes();
-    const auto started = std::chrono::steady_clock::now();
-    std::ostringstream times;
-    for (auto& b : s.buckets) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const std::string name = b.kind + ":" + std::to_string(b.size);
-      for (int parity = 0; parity < 2; ++parity) {
-        cudaGraph_t graph = nullptr;
-        check(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-        s.launch_all(b, parity);
-        // The step's done event as the graph's last node: each launch records it (CUDA runtime
-        // API, cudaEventRecordWithFlags, cudaEventRecordExternal during capture).
-        check(cudaEventRecordWithFlags(s.slots[parity].done, s.stream, cudaEventRecordExternal),
-              "capture the step's done event");
-        check(cudaStreamEndCapture(s.stream, &graph), "end capture");
-        const cudaError_t e = cudaGraphInstantiate(&b.graph[parity], graph, 0);
-        cudaGraphDestroy(graph);
-        check(e, "instantiate graph for " + name);
-        // Uploaded now, so the first step does not pay for it and the memory shows below.
-        check(cudaGraphUpload(b.graph[parity], s.stream), "upload graph for " + name);
-      }
-      check(cudaStreamSynchronize(s.stream), "upload graph for " + name);
-      times << " " << name << " " << std::fixed << std::setprecision(1)
-            << seconds_since(t0) * 1e3 << " ms";
-    }
-    s.graph_bytes = free_before - device_free_bytes();
-    // Times per bucket, both parities' graphs together.
-    if (options.log)
-      *options.log << "telos-run: captured " << 2 * s.buckets.size()
-                   << " graphs (2 per bucket, one per step parity) in " << std::fixed
-                   << std::setprecision(1) << seconds_since(started) * 1e3 << " ms, "
-                   << mib(s.graph_bytes) << " of graph memory:" << times.str()
-                   << (unreachable > 0 ? " (" + std::to_string(unreachable) +
-                                             " buckets past the runtime limits not loaded)"
-                                       : std::string())
-                   << "\n"
-                   << std::defaultfloat;
+    s.capture_graphs(unreachable);
+    phases.done("graphs");
   }
-  check(cudaStreamSynchronize(s.stream), "load");
-  if (options.use_graphs) phase_done("graphs");
   s.total_bytes = free_at_start - device_free_bytes();
   if (options.log) {
     std::istringstream report(memory_report());
     for (std::string line; std::getline(report, line);)
       *options.log << "telos-run: memory: " << line << "\n";
     *options.log << "telos-run: gpu engine built in " << std::fixed << std::setprecision(2)
-                 << seconds_since(load_start) << " s: " << phases.str() << "\n"
+                 << phases.total_seconds() << " s: " << phases.text() << "\n"
                  << std::defaultfloat;
   }
 }
@@ -876,7 +908,7 @@ void GpuStepExecutor::keep_step_descriptors(bool on) {
 StepProfile GpuStepExecutor::profile_step(int reps) {
   State& s = *s_;
   // Decode before prefill, then the most tokens.
-  auto rank = [](const State::Bucket* b) { return std::pair{b->kind == "decode", b->tokens}; };
+  auto rank = [](const State::Bucket* b) { return std::pair{b->decode, b->tokens}; };
   const State::Bucket* pick = nullptr;
   for (const auto& [bucket, bytes] : s.kept)
     if (!pick || rank(bucket) > rank(pick)) pick = bucket;
@@ -941,7 +973,7 @@ StepProfile GpuStepExecutor::profile_step(int reps) {
   cudaGraphExecDestroy(serial);
   for (auto& e : ev) cudaEventDestroy(e);
   StepProfile p;
-  p.bucket = b.kind + ":" + std::to_string(b.size);
+  p.bucket = b.name;
   s.kept.clear();
   p.graph_us = median(graph);
   p.launch_host_us = median(launch_host);

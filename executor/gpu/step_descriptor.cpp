@@ -125,11 +125,6 @@ PackedStep pack_step_descriptor(const StepDescriptorLayout& L, const Step& step,
   return {r, L.off_page_tables + 4LL * L.max_pages * static_cast<std::int64_t>(step.sequences.size())};
 }
 
-int parity_copy(std::string_view arg, int parity) {
-  if (arg.starts_with("desc:") || arg == "host:sampled") return parity;
-  return -1;
-}
-
 int choose_bucket(std::span<const BucketShape> buckets, const Step& step, int sampling_rows,
                   int max_batch) {
   const int n = static_cast<int>(step.sequences.size());

@@ -102,12 +102,4 @@ int choose_bucket(std::span<const BucketShape> buckets, const Step& step, int sa
 bool bucket_reachable(std::span<const BucketShape> buckets, const BucketShape& bucket,
                       int runtime_max_batch, int runtime_prefill_chunk);
 
-// Step parity (docs/artifact.md, "Step parity"): the device holds two step descriptors and the
-// host two pinned token buffers, and the step launched N-th uses copy N % 2, so that a step's
-// descriptor upload runs beside the other step's graph instead of between the graphs. The copy
-// that argument `arg` names in a step of parity `parity`: a `desc:` field, or `host:sampled` (the
-// tokens the step's sample kernel writes to the host), that step's own; -1: the argument has one
-// copy.
-int parity_copy(std::string_view arg, int parity);
-
 }  // namespace telos::exec

@@ -266,20 +266,25 @@ TEST(Artifact, ParsesSlotImageArguments) {
 // What a weight allows is checked at load, naming the argument: the weight exists, is a bf16
 // matrix, and divides into the image's tiles and slots (support/slot_image.hpp).
 // `m` with a kernel table of one kernel and a launch program of one bucket, whose one launch
-// passes `args`, over an arena of `arena` (the tiny artifact's default serving limits).
-nlohmann::json with_program(nlohmann::json m, const nlohmann::json& args,
-                            const nlohmann::json& arena) {
+// passes `args` and then host:sampled (every bucket's tokens reach the host), over an arena of the
+// buffers `arena` ({buffer, bytes}) one after another (the tiny artifact's default serving limits).
+nlohmann::json with_program(nlohmann::json m, nlohmann::json args, const nlohmann::json& arena) {
   m["kernels"] = {{{"entry", "k"}, {"block", {128, 1, 1}}, {"dynamic_smem", 0}}};
-  m["programs"] = {
-      {"descriptor",
-       {{"max_tokens", 16}, {"max_sample_rows", 4}, {"max_batch", 4}, {"max_pages_per_seq", 16}}},
-      {"arena", arena},
-      {"buckets",
-       {{{"kind", "prefill"},
-         {"size", 16},
-         {"tokens", 16},
-         {"sample_rows", 4},
-         {"launches", {{{"kernel", 0}, {"grid", {1, 1, 1}}, {"args", args}}}}}}}};
+  nlohmann::json buffers = nlohmann::json::array();
+  std::int64_t at = 0;
+  for (const auto& b : arena) {
+    buffers.push_back({{"buffer", b["buffer"]}, {"offset", at}, {"bytes", b["bytes"]}});
+    at += (b["bytes"].get<std::int64_t>() + 255) / 256 * 256;
+  }
+  m["plan"] = {{"arena", {{"alignment", 256}, {"bytes", at}, {"buffers", buffers}}}};
+  args.push_back("host:sampled");
+  m["programs"] = {{"descriptor", {{"max_tokens", 16}, {"max_sample_rows", 4}}},
+                   {"buckets",
+                    {{{"kind", "prefill"},
+                      {"size", 16},
+                      {"tokens", 16},
+                      {"sample_rows", 4},
+                      {"launches", {{{"kernel", 0}, {"grid", {1, 1, 1}}, {"args", args}}}}}}}};
   return m;
 }
 
@@ -525,14 +530,76 @@ TEST(Artifact, RefusesLaunchProgramsBeyondTheirBounds) {
       {"programs.buckets[0].launches[0].grid[1]: 70000 is above 65535"});
   refused_with([](auto& c) { c["programs"]["descriptor"]["max_tokens"] = 1 << 30; },
                {"programs.descriptor.max_tokens: 1073741824 is above 16"});
-  refused_with([](auto& c) { c["programs"]["descriptor"]["max_pages_per_seq"] = 17; },
-               {"programs.descriptor.max_pages_per_seq: 17 is above 16"});
-  refused_with([](auto& c) { c["programs"]["arena"][0]["bytes"] = std::int64_t{1} << 50; },
-               {"programs.arena[0].bytes", "is above 1099511627776"});
+  refused_with([](auto& c) { c["programs"]["descriptor"]["max_sample_rows"] = 17; },
+               {"programs.descriptor.max_sample_rows: 17 is above 16"});
+  refused_with([](auto& c) { c["plan"]["arena"]["bytes"] = std::int64_t{1} << 50; },
+               {"plan.arena.bytes", "is above 1099511627776"});
+  refused_with([](auto& c) { c["plan"]["arena"]["buffers"][0]["bytes"] = 4097; },
+               {"plan.arena.buffers[0].bytes: 4097 is above 4096"});
+  refused_with([](auto& c) { c["plan"]["arena"]["buffers"][0]["offset"] = 128; },
+               {"plan.arena.buffers[0].offset: 128 is not a multiple of the alignment"});
+  refused_with(
+      [](auto& c) {
+        c["plan"]["arena"]["bytes"] = 8192;
+        c["plan"]["arena"]["buffers"].push_back({{"buffer", "h"}, {"offset", 4096}, {"bytes", 1}});
+      },
+      {"plan.arena.buffers[1]: a second buffer \"h\""});
+  refused_with([](auto& c) { c.erase("plan"); }, {"plan: missing"});
   refused_with([](auto& c) { c["programs"]["buckets"][0]["tokens"] = 17; },
                {"programs.buckets[0].tokens: 17 is above 16"});
   refused_with([](auto& c) { c["programs"].erase("descriptor"); },
                {"programs.descriptor: missing"});
+}
+
+// Every launch argument names something the artifact has, checked at load, naming the argument.
+TEST(Artifact, RefusesLaunchArgumentsThatNameNothing) {
+  const std::string dir = testing::temp_dir("args");
+  const auto m = testing::write_tiny_artifact(dir, {});
+  auto with_arg = [&](const std::string& arg) {
+    testing::rewrite_manifest(dir, with_program(m, {arg}, {{{"buffer", "h"}, {"bytes", 4096}}}));
+  };
+  for (const char* good : {"null", "w:embed", "buf:h", "kv:1", "desc:page_tables"}) {
+    with_arg(good);
+    EXPECT_NO_THROW(Artifact::load(dir)) << good;
+  }
+  with_arg("w:nope");
+  expect_refused(dir, {"programs.buckets[0].launches[0].args[0]: w:nope: no weight tensor"});
+  with_arg("buf:hh");
+  expect_refused(dir, {"args[0]: buf:hh: no arena buffer \"hh\" (plan.arena)"});
+  with_arg("kv:2");
+  expect_refused(dir, {"args[0]: kv:2: \"2\" is not a layer of the KV cache"});
+  with_arg("desc:colour");
+  expect_refused(dir, {"args[0]: desc:colour: no descriptor field \"colour\""});
+  with_arg("host:sampled_x");
+  expect_refused(dir, {"args[0]: host:sampled_x: not a launch argument"});
+  // A bucket whose launches never pass host:sampled would return no tokens.
+  auto c = with_program(m, {"buf:h"}, {{{"buffer", "h"}, {"bytes", 4096}}});
+  c["programs"]["buckets"][0]["launches"][0]["args"] = {"buf:h"};
+  testing::rewrite_manifest(dir, c);
+  expect_refused(dir, {"programs.buckets[0].launches: no launch passes host:sampled"});
+}
+
+// Descriptor fields and host:sampled have one copy per step parity, the rest one: `sampled` on the
+// device included (the next step's embed_gather reads it in stream order).
+TEST(Artifact, OnlyDescriptorFieldsAndHostTokensHaveACopyPerParity) {
+  const std::string dir = testing::temp_dir("parity");
+  const auto m = testing::write_tiny_artifact(dir, {});
+  testing::rewrite_manifest(
+      dir, with_program(m,
+                        {"w:embed", "desc:tokens", "buf:sampled", "kv:0", "desc:sample_params",
+                         "tmap:buf:sampled:1:64:1:64", "null"},
+                        {{{"buffer", "sampled"}, {"bytes", 4096}}}));
+  const auto a = Artifact::load(dir);
+  const auto& args = a->programs().buckets.at(0).launches.at(0).args;
+  ASSERT_EQ(args.size(), 8u);
+  for (const LaunchArg& arg : args)
+    EXPECT_EQ(arg.per_parity(), arg.text.starts_with("desc:") || arg.text == "host:sampled")
+        << arg.text;
+  EXPECT_EQ(args[2].kind, ArgKind::buffer);
+  EXPECT_EQ(args[2].name, "sampled");
+  EXPECT_EQ(args[3].layer, 0);
+  EXPECT_EQ(args[4].field, DescriptorField::sample_params);
+  EXPECT_EQ(args[5].map_target, ArgKind::buffer);
 }
 
 TEST(Artifact, ChecksTheTargetArchitecture) {

@@ -210,13 +210,6 @@ TEST(StepDescriptor, PassesFedTokensOn) {
   EXPECT_EQ(std::vector<std::int32_t>(tok, tok + 4), (std::vector<std::int32_t>{-2, 42, -1, 0}));
 }
 
-// A bucket's program as codegen writes it (codegen/kernel_plan.cpp): embed_gather first, a
-// layer's attention, sample last.
-const std::vector<std::vector<std::string>> kProgram = {
-    {"w:embed", "desc:tokens", "buf:sampled", "buf:x"},
-    {"buf:q", "desc:positions", "desc:token_seq", "desc:page_tables", "kv:0", "buf:part_o"},
-    {"buf:logits", "desc:sample_params", "desc:sample_rows", "buf:sampled", "host:sampled"}};
-
 // The bucket a step runs in: decode buckets only for one generated token a sequence (a one-token
 // prompt chunk beside decodes goes to a prefill bucket, so the prompt token meets attn_prefill as
 // it would alone), preferred there, then the smallest prefill bucket that holds the step.
@@ -394,29 +387,6 @@ TEST(ChooseBucket, BucketsPastTheRuntimeLimitsAreUnreachable) {
       step.sequences.push_back(q);
       EXPECT_TRUE(bucket_reachable(buckets, chosen(step, 1), 0, chunk)) << chunk << " " << tokens;
     }
-}
-
-TEST(StepParity, DescriptorFieldsAndHostTokensAreTheStepsOwnCopy) {
-  for (int parity : {0, 1})
-    for (const auto& launch : kProgram)
-      for (const std::string& arg : launch)
-        if (arg.starts_with("desc:") || arg == "host:sampled") {
-          EXPECT_EQ(parity_copy(arg, parity), parity) << arg;
-        }
-}
-
-TEST(StepParity, EverythingElseHasOneCopy) {
-  // `sampled` on the device included: the next step's embed_gather reads it in stream order.
-  for (int parity : {0, 1})
-    for (const auto& launch : kProgram)
-      for (const std::string& arg : launch)
-        if (!arg.starts_with("desc:") && arg != "host:sampled") {
-          EXPECT_EQ(parity_copy(arg, parity), -1) << arg;
-        }
-  // Names that only start like a parity argument.
-  EXPECT_EQ(parity_copy("buf:sampled_rows", 1), -1);
-  EXPECT_EQ(parity_copy("host:sampled_x", 1), -1);
-  EXPECT_EQ(parity_copy("tmap:buf:x:64:64:64:32", 1), -1);
 }
 
 }  // namespace
