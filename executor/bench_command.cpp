@@ -1,5 +1,6 @@
 // telos-run bench: how fast an artifact runs on this machine. Every scenario uses synthetic prompts
-// (token ids from a fixed seed) with ignore_eos, so lengths are exact and runs repeat; decoding is
+// (token ids from a fixed seed) with ignore_eos, so lengths are exact and runs repeat, and a
+// cache_salt per request, so that no prompt is served from the prefix cache; decoding is
 // greedy unless --temperature (with --top-p, --top-k, --min-p) asks for sampling, each request
 // seeded from --seed and its place in the run. Figures:
 //  - always: artifact load time (process start → engine ready, graphs captured) and load → first
@@ -76,6 +77,7 @@ struct BenchOptions {
   }();
   EngineChoice engine = EngineChoice::Auto;
   RuntimeLimits limits;
+  bool prefix_cache = true;  // --no-prefix-cache: false
 };
 
 double seconds(Clock::duration d) {
@@ -97,14 +99,18 @@ std::vector<std::int32_t> synthetic_prompt(std::mt19937_64& rng, int length, int
   return prompt;
 }
 
-// A request of `gen` tokens with the bench's sampling and the seed `seed`.
+// A request of `gen` tokens with the bench's sampling and the seed `seed`. Each has a cache_salt of
+// its own: the scenarios draw their prompts from the same seed, so they share prefixes that the
+// prefix cache would otherwise serve, and the figures are those of prompts computed in full.
 GenerationRequest bench_request(const SamplingParams& sampling, std::vector<std::int32_t> prompt,
                                 int gen, std::uint64_t seed) {
+  static std::uint64_t requests = 0;
   GenerationRequest r;
   r.prompt = std::move(prompt);
   r.sampling = sampling;
   r.sampling.max_tokens = gen;
   r.sampling.seed = seed;
+  r.cache_salt = "bench-" + std::to_string(requests++);
   return r;
 }
 
@@ -530,6 +536,7 @@ int run_bench(const BenchOptions& o) {
   options.check_invariants = false;
   options.overlap_steps = !o.no_overlap;
   options.limits = o.limits;
+  options.prefix_cache = o.prefix_cache;
   std::unique_ptr<Engine> engine = Engine::create(artifact, std::move(backend), options);
   const double load = seconds(Clock::now() - kProcessStart);
 
@@ -622,6 +629,7 @@ void add_bench_command(CLI::App& app, std::function<int()>& run) {
                 "comparison)");
   add_engine_option(*cmd, o->engine);
   add_limit_options(*cmd, o->limits);
+  add_prefix_cache_option(*cmd, o->prefix_cache);
   cmd->callback([o, &run] { run = [o] { return run_bench(*o); }; });
 }
 

@@ -38,6 +38,14 @@ inline void add_engine_option(CLI::App& command, EngineChoice& choice) {
       ->check(CLI::IsMember({"gpu", "cpu"}));
 }
 
+// --no-prefix-cache (EngineOptions::prefix_cache), the same on every subcommand that runs a model.
+inline void add_prefix_cache_option(CLI::App& command, bool& prefix_cache) {
+  command.add_flag_callback(
+      "--no-prefix-cache", [&prefix_cache] { prefix_cache = false; },
+      "Compute every prompt in full (default: requests with the same cache_salt share the KV "
+      "pages of the prompt prefixes they have in common)");
+}
+
 // --max-batch, --max-seq-len, --kv-pages and --prefill-chunk: the runtime limits
 // (runtime_limits.hpp), the same on every subcommand that runs a model.
 inline void add_limit_options(CLI::App& command, RuntimeLimits& limits) {

@@ -118,6 +118,13 @@ SchedulerLimits limits_from(const Artifact& a, const RuntimeLimits& asked) {
   l.max_seq_len_set_at_start = asked.max_seq_len > 0;
   return l;
 }
+
+// What a cached page's KV depends on besides its tokens: the model, its weights and the graph
+// that computes them, which the manifest checksum covers.
+std::string artifact_identity(const Artifact& a) {
+  const auto it = a.manifest().find("manifest_checksum");
+  return it != a.manifest().end() && it->is_string() ? it->get<std::string>() : a.dir();
+}
 }  // namespace
 
 Engine::Engine(std::shared_ptr<const Artifact> artifact, std::unique_ptr<ModelBackend> backend,
@@ -127,7 +134,11 @@ Engine::Engine(std::shared_ptr<const Artifact> artifact, std::unique_ptr<ModelBa
       options_(options),
       limits_(limits_from(*artifact_, options_.limits)),
       pool_(backend_->num_kv_pages()),
-      scheduler_(limits_, pool_) {
+      prefix_cache_(options_.prefix_cache
+                        ? std::make_optional<PrefixCache>(pool_, limits_.page_size,
+                                                          artifact_identity(*artifact_))
+                        : std::nullopt),
+      scheduler_(limits_, pool_, prefix_cache_ ? &*prefix_cache_ : nullptr) {
   backend_->set_step_timing(options_.record_step_timings);
   if (backend_->vocab_size() != artifact_->model().vocab_size)
     fail("engine: the " + backend_->name() + " backend was built for another artifact");
@@ -173,6 +184,9 @@ std::vector<RequestHandle> Engine::submit_all(std::vector<GenerationRequest> req
                ", outside the vocabulary of " + std::to_string(model.vocab_size));
       }
       validate(request.sampling, model.vocab_size, who);
+      if (request.cache_salt.size() > kMaxCacheSaltBytes)
+        fail(who + ": cache_salt has " + std::to_string(request.cache_salt.size()) +
+             " bytes, more than " + std::to_string(kMaxCacheSaltBytes));
       const int prompt_len = static_cast<int>(request.prompt.size());
       const int max_tokens =
           request.sampling.max_tokens.value_or(std::max(1, limits_.max_seq_len - prompt_len));
@@ -260,7 +274,7 @@ void Engine::loop() {
       Live& l = live_.emplace(id, std::move(incoming_live)).first->second;
       try {
         // submit() made the same checks, so this does not throw in practice.
-        l.slot = scheduler_.add(id, l.request.prompt, l.max_tokens);
+        l.slot = scheduler_.add(id, l.request.prompt, l.max_tokens, l.request.cache_salt);
         if (static_cast<std::size_t>(l.slot) >= live_by_slot_.size())
           live_by_slot_.resize(static_cast<std::size_t>(l.slot) + 1, nullptr);
         live_by_slot_[static_cast<std::size_t>(l.slot)] = &l;
@@ -393,6 +407,7 @@ void Engine::complete_step() {
     return;
   }
   if (!done.committed) scheduler_.commit(step);
+  scheduler_.cache_prompt_pages(step);
   ++undelivered_steps_;
   if (options_.record_step_timings) {
     StepTiming t;
@@ -442,7 +457,10 @@ void Engine::complete_step() {
         event.logits.assign(logits.begin(), logits.end());
     }
     const std::int32_t token = event.token->token;
-    if (l.generated.empty()) l.first_token = now;
+    if (l.generated.empty()) {
+      l.first_token = now;
+      event.usage.cached_tokens = scheduler_.find(seq.request)->cached_tokens;
+    }
     l.generated.push_back(token);
 
     if (contains(params.stop_token_ids, token) || (!params.ignore_eos && contains(eos, token))) {
@@ -466,6 +484,7 @@ void Engine::finish(RequestId id, FinishReason reason, RequestEvent event) {
   Live& l = it->second;
   const SequenceState* state = scheduler_.find(id);
   event.timings.preemptions = state ? state->preemptions : 0;
+  event.usage.cached_tokens = state ? state->cached_tokens : 0;
   scheduler_.remove(id);
   if (l.slot >= 0) live_by_slot_[static_cast<std::size_t>(l.slot)] = nullptr;
 
@@ -507,7 +526,10 @@ void Engine::deliver() {
     stats_.running = scheduler_.num_running();
     stats_.kv_pages_used = pool_.used_pages();
     stats_.kv_pages_free = pool_.free_pages();
+    stats_.kv_pages_cached = pool_.evictable_pages();
     stats_.preemptions = scheduler_.num_preemptions();
+    stats_.prefix_cache_queries = scheduler_.prefix_cache_queries();
+    stats_.prefix_cache_hits = scheduler_.prefix_cache_hits();
     for (Delivery& d : deliveries_) d.stream->push(std::move(d.event));
     in_flight_ -= finished;
     steps_on_device_ = num_launched_;

@@ -46,6 +46,11 @@
 // Every request ends with exactly one event whose `finish` is set (it may also carry the last
 // token). Its KV pages are back in the pool before that event is delivered, whatever the reason:
 // finished, cancelled, or failed.
+//
+// Prefix caching (EngineOptions::prefix_cache, on unless turned off): a request takes the KV pages
+// of the longest prefix of its prompt that an earlier request with the same cache_salt computed
+// (scheduler.hpp, prefix_cache.hpp) and computes only the rest; its tokens are the ones it gets
+// without the cache. RequestUsage::cached_tokens says how many prompt tokens it took.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -76,6 +81,9 @@ struct GenerationRequest {
   // Report each token's logprob (SampledToken::logprob) even when sampling.logprobs is 0; without
   // it, and without sampling.logprobs, the logprob of a device-sampled token is 0.
   bool token_logprobs = false;
+  // Requests share cached prompt pages only with requests of the same salt (prefix_cache.hpp);
+  // empty: the salt of every request without one. At most kMaxCacheSaltBytes.
+  std::string cache_salt;
 };
 
 enum class FinishReason {
@@ -90,6 +98,7 @@ std::string_view finish_reason_name(FinishReason reason);
 struct RequestUsage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  int cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
 };
 
 struct RequestTimings {
@@ -106,6 +115,8 @@ struct RequestEvent {
   // Set with `finish`:
   std::optional<std::int32_t> stop_token;  // Stop: the token that stopped it (also in `token`)
   std::string error;                       // Error: what failed
+  // With `finish`; the first token event carries cached_tokens too, for a reader that stops
+  // before the finish event (a stop string).
   RequestUsage usage;
   RequestTimings timings;
 };
@@ -156,8 +167,13 @@ struct EngineStats {
   std::string backend;  // "cpu" or "gpu"
   int waiting = 0;      // queued, not yet admitted (including preempted requests)
   int running = 0;      // admitted: holding KV pages
-  int kv_pages_total = 0, kv_pages_used = 0, kv_pages_free = 0;
+  // Free pages include the cached ones no request holds (kv_pages_cached), which the pool evicts
+  // when it needs them.
+  int kv_pages_total = 0, kv_pages_used = 0, kv_pages_free = 0, kv_pages_cached = 0;
   int kv_page_size = 0;  // tokens per page
+  // Prompt tokens looked up in the prefix cache at requests' first admissions, and those found
+  // there (their KV reused, not computed).
+  std::uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   std::uint64_t preemptions = 0;
   std::uint64_t requests_submitted = 0, requests_finished = 0;  // finished: any reason
   std::uint64_t requests_rejected = 0;                          // submit() threw
@@ -199,6 +215,9 @@ struct EngineOptions {
   // Launch step N+1 before waiting for step N where the backend can feed it (see above); false:
   // always wait first (telos-run bench --no-overlap compares the two).
   bool overlap_steps = true;
+  // Share the full KV pages of prompts between requests (prefix_cache.hpp); false: every prompt
+  // is computed in full (--no-prefix-cache).
+  bool prefix_cache = true;
   // Limits set at start, at most the artifact's (runtime_limits.hpp; all 0: the artifact's). The
   // backend must have been built with the same kv_pages (make_backend).
   RuntimeLimits limits;
@@ -217,8 +236,8 @@ class Engine {
 
   // Queues a request and returns its stream. Throws telos::Error naming the request and field
   // when the request can never run: a token id outside the vocabulary, an out-of-range sampling
-  // value, a prompt plus max_tokens beyond max_seq_len, more KV pages than the pool has, or an
-  // engine that is shutting down.
+  // value, a cache_salt over kMaxCacheSaltBytes, a prompt plus max_tokens beyond max_seq_len, more
+  // KV pages than the pool has, or an engine that is shutting down.
   RequestHandle submit(GenerationRequest request);
   // Queues several requests at once (the same checks; all or none): the loop sees them together,
   // so they are scheduled into the same steps (telos-run bench's batches).
@@ -299,6 +318,7 @@ class Engine {
 
   // Loop thread only.
   KvPagePool pool_;
+  std::optional<PrefixCache> prefix_cache_;  // with EngineOptions::prefix_cache
   Scheduler scheduler_;
   Sampler sampler_;
   std::unordered_map<RequestId, Live> live_;

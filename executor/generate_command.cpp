@@ -27,6 +27,7 @@ struct GenerateOptions {
   bool dump_logits = false;
   EngineChoice engine = EngineChoice::Auto;
   RuntimeLimits limits;
+  bool prefix_cache = true;  // --no-prefix-cache: false
 };
 
 std::vector<std::int32_t> parse_ids(const std::string& text, const std::string& option) {
@@ -98,6 +99,7 @@ int run_generate(const GenerateOptions& o) {
 
   EngineOptions options;
   options.limits = o.limits;
+  options.prefix_cache = o.prefix_cache;
   std::unique_ptr<Engine> engine =
       Engine::create(artifact, make_backend(artifact, o.engine, std::cerr, o.limits), options);
   std::vector<RequestHandle> handles;
@@ -129,7 +131,8 @@ int run_generate(const GenerateOptions& o) {
                             {"finish_reason", reason},
                             {"usage",
                              {{"prompt_tokens", last.usage.prompt_tokens},
-                              {"completion_tokens", last.usage.completion_tokens}}},
+                              {"completion_tokens", last.usage.completion_tokens},
+                              {"cached_tokens", last.usage.cached_tokens}}},
                             {"timings",
                              {{"queue_s", last.timings.queue_seconds},
                               {"first_token_s", last.timings.first_token_seconds},
@@ -187,6 +190,7 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--dump-logits", o->dump_logits)->group("");
   add_engine_option(*cmd, o->engine);
   add_limit_options(*cmd, o->limits);
+  add_prefix_cache_option(*cmd, o->prefix_cache);
   cmd->callback([o, &run] { run = [o] { return run_generate(*o); }; });
 }
 

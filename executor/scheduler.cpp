@@ -8,8 +8,8 @@
 
 namespace telos::exec {
 
-Scheduler::Scheduler(SchedulerLimits limits, KvPagePool& pool)
-    : limits_(std::move(limits)), pool_(pool) {
+Scheduler::Scheduler(SchedulerLimits limits, KvPagePool& pool, PrefixCache* cache)
+    : limits_(std::move(limits)), pool_(pool), cache_(cache) {
   if (limits_.max_batch < 1 || limits_.max_seq_len < 1 || limits_.page_size < 1 ||
       limits_.token_budget < 1)
     fail("scheduler: limits need max_batch, max_seq_len, page_size and token_budget >= 1");
@@ -18,6 +18,8 @@ Scheduler::Scheduler(SchedulerLimits limits, KvPagePool& pool)
     fail(
         "scheduler: the largest decode bucket must hold max_batch and the largest prefill bucket "
         "the token budget");
+  if (cache_ && cache_->page_size() != limits_.page_size)
+    fail("scheduler: the prefix cache's page size differs from the limits' page_size");
 }
 
 void Scheduler::check_fits(const SchedulerLimits& limits, int pool_pages, const std::string& who,
@@ -36,7 +38,8 @@ void Scheduler::check_fits(const SchedulerLimits& limits, int pool_pages, const 
          std::to_string(pool_pages));
 }
 
-int Scheduler::add(RequestId id, std::vector<std::int32_t> prompt, int max_new_tokens) {
+int Scheduler::add(RequestId id, std::vector<std::int32_t> prompt, int max_new_tokens,
+                   std::string_view cache_salt) {
   const std::string who = "request " + std::to_string(id);
   if (slot_of_.count(id)) fail(who + ": the id is already in use");
   check_fits(limits_, pool_.num_pages(), who, static_cast<int>(prompt.size()), max_new_tokens);
@@ -56,6 +59,7 @@ int Scheduler::add(RequestId id, std::vector<std::int32_t> prompt, int max_new_t
   s.prompt_len = static_cast<int>(prompt.size());
   s.max_len = s.prompt_len + max_new_tokens;
   s.tokens = std::move(prompt);
+  if (cache_) s.prefix = cache_->start(cache_salt);
   slot_used_[static_cast<std::size_t>(slot)] = true;
   slot_of_.emplace(id, slot);
   waiting_.push_back(slot);
@@ -74,6 +78,7 @@ void Scheduler::preempt(int slot) {
   SequenceState& s = slots_[static_cast<std::size_t>(slot)];
   pool_.release_all(s.pages);
   s.num_computed = 0;
+  s.prefix = PrefixLink{.seed = s.prefix.seed};
   s.running = false;
   ++s.preemptions;
   ++preemptions_;
@@ -82,6 +87,38 @@ void Scheduler::preempt(int slot) {
     return slots_[static_cast<std::size_t>(other)].arrival > s.arrival;
   });
   waiting_.insert(pos, slot);
+}
+
+bool Scheduler::take_pages(int count, std::vector<PageId>& pages) {
+  if (!pool_.allocate(count, pages, evicted_)) return false;
+  if (!evicted_.empty()) cache_->forget(evicted_);
+  evicted_.clear();
+  return true;
+}
+
+bool Scheduler::admit(SequenceState& s) {
+  const int known = static_cast<int>(s.tokens.size());
+  // Whole prompt pages, short of the last known token, which is computed for its logits.
+  const int max_hit = std::min(s.prompt_len, known - 1) / limits_.page_size;
+  if (cache_) cache_->match(s.prefix, s.tokens, max_hit, s.pages);
+  const int hit = static_cast<int>(s.pages.size());
+  // Hits nobody holds are counted free; taking them leaves that many fewer for the rest.
+  const auto unheld_hits = std::count_if(s.pages.begin(), s.pages.end(),
+                                         [&](PageId p) { return pool_.ref_count(p) == 0; });
+  if (pool_.free_pages() - unheld_hits < pages_for(known) - hit) {
+    s.pages.clear();
+    s.prefix = PrefixLink{.seed = s.prefix.seed};
+    return false;
+  }
+  for (PageId p : s.pages) pool_.retain(p);
+  take_pages(pages_for(known) - hit, s.pages);  // there are enough: checked above
+  s.num_computed = hit * limits_.page_size;
+  if (s.preemptions == 0) {
+    s.cached_tokens = s.num_computed;
+    prefix_cache_queries_ += static_cast<std::uint64_t>(s.prompt_len);
+    prefix_cache_hits_ += static_cast<std::uint64_t>(s.cached_tokens);
+  }
+  return true;
 }
 
 void Scheduler::schedule(Step& step) {
@@ -153,7 +190,7 @@ void Scheduler::schedule(Step& step) {
     if (!decoding(s)) continue;
     bool has_page = s.num_computed < static_cast<int>(s.pages.size()) * limits_.page_size;
     while (!has_page) {
-      if (pool_.allocate(1, s.pages)) {
+      if (take_pages(1, s.pages)) {
         has_page = true;
       } else {
         const int youngest = running_.back();
@@ -182,7 +219,7 @@ void Scheduler::schedule(Step& step) {
   while (!waiting_.empty() && budget > 0 && num_running() < limits_.max_batch) {
     const int slot = waiting_.front();
     SequenceState& s = slots_[static_cast<std::size_t>(slot)];
-    if (!pool_.allocate(pages_for(static_cast<int>(s.tokens.size())), s.pages)) break;
+    if (!admit(s)) break;
     waiting_.pop_front();
     s.running = true;
     s.pages_id = next_pages_id_++;
@@ -192,8 +229,11 @@ void Scheduler::schedule(Step& step) {
     s.tokens.reserve(static_cast<std::size_t>(s.max_len));
     s.pages.reserve(static_cast<std::size_t>(pages_for(s.max_len)));
     insert_by_arrival(running_, slot);
-    // num_computed is 0 here and a prompt has a token at least: the chunk is never empty.
-    add_chunk(slot, within_generated(s, std::min(static_cast<int>(s.tokens.size()), budget)));
+    // admit() leaves one known token at least to compute, but a request whose whole prompt was
+    // cached and that recomputes generated tokens gets none while the step's are spent (the
+    // decode pass serves it next).
+    const int count = within_generated(s, std::min(remaining(s), budget));
+    if (count > 0) add_chunk(slot, count);
   }
 
   // A decode step holds one generated token per sequence; a prompt's last token alone (a one-token
@@ -222,6 +262,19 @@ void Scheduler::commit(const Step& step) {
     // Removed since the step was scheduled, and perhaps the slot taken by a later request.
     if (!slot_used_[slot] || slots_[slot].id != q.request) continue;
     slots_[slot].num_computed = q.first_position + static_cast<int>(q.tokens.size());
+  }
+}
+
+void Scheduler::cache_prompt_pages(const Step& step) {
+  if (!cache_) return;
+  for (const ScheduledSequence& q : step.sequences) {
+    const auto slot = static_cast<std::size_t>(q.slot);
+    SequenceState& s = slots_[slot];
+    // Removed, or preempted (and perhaps admitted again, with other pages) since it was scheduled.
+    if (!slot_used_[slot] || s.id != q.request || !s.running || s.pages_id != q.pages_id) continue;
+    const int end = std::min(s.prompt_len, q.first_position + static_cast<int>(q.tokens.size()));
+    const int full = end / limits_.page_size;
+    if (full > s.prefix.pages) cache_->insert(s.prefix, s.tokens, s.pages, full);
   }
 }
 
@@ -281,6 +334,7 @@ void Scheduler::check_invariant() const {
   if (running_.size() + waiting_.size() != slot_of_.size())
     fail("scheduler invariant: a request is in neither queue or in both");
   pool_.check_invariant(tables);
+  if (cache_) cache_->check_invariant();
 }
 
 }  // namespace telos::exec

@@ -20,6 +20,11 @@
 //  3. Waiting requests are admitted in arrival order while the batch has room (serving.max_batch),
 //     the budget is not spent and the pool has pages for all of their known tokens; the first that
 //     does not fit stops admission, so a big request is not overtaken forever by small ones.
+//     With a prefix cache (prefix_cache.hpp), an admitted request first takes the cached pages of
+//     its longest cached prompt prefix, and its first chunk starts after them, as a later chunk of
+//     a chunked prefill would. The hit is whole prompt pages short of the last known token, which
+//     is always computed (its logits sample the next token). A prompt's full pages are offered to
+//     the cache once the step that fills them has run (cache_prompt_pages).
 //
 // A request is only a token sequence here; the engine owns sampling and streaming. The scheduler
 // does not know whether a GPU or the CPU runs its steps.
@@ -27,10 +32,12 @@
 #include <deque>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "executor/kv_page_pool.hpp"
+#include "executor/prefix_cache.hpp"
 
 namespace telos::exec {
 
@@ -96,16 +103,21 @@ struct SequenceState {
   bool running = false;
   int preemptions = 0;
   std::uint64_t pages_id = 0;  // ScheduledSequence::pages_id; new at each admission
+  PrefixLink prefix;           // how far its prompt pages are in the prefix cache
+  int cached_tokens = 0;       // prompt tokens taken from the prefix cache at its first admission
 };
 
 class Scheduler {
  public:
-  Scheduler(SchedulerLimits limits, KvPagePool& pool);
+  // `cache` (null: none) must manage `pool`, with the limits' page size.
+  Scheduler(SchedulerLimits limits, KvPagePool& pool, PrefixCache* cache = nullptr);
 
   // Queues a request and returns its slot (ScheduledSequence::slot). Throws
   // telos::Error naming the request when it can never run: an empty prompt, prompt +
-  // max_new_tokens over max_seq_len, or more pages than the whole pool.
-  int add(RequestId id, std::vector<std::int32_t> prompt, int max_new_tokens);
+  // max_new_tokens over max_seq_len, or more pages than the whole pool. Requests share cached
+  // pages only with requests of the same `cache_salt`.
+  int add(RequestId id, std::vector<std::int32_t> prompt, int max_new_tokens,
+          std::string_view cache_salt = {});
   // The checks add() makes, for callers that want to refuse a request before queueing it.
   static void check_fits(const SchedulerLimits& limits, int pool_pages, const std::string& who,
                          int prompt_len, int max_new_tokens);
@@ -121,6 +133,10 @@ class Scheduler {
   // Records that the step ran: every scheduled token now has its K and V in the cache. Requests
   // removed since the step was scheduled are skipped (an overlapped step may outlive them).
   void commit(const Step& step);
+  // Offers the prefix cache the prompt pages the step filled. Call once the step has run (its K
+  // and V are written), after commit; requests removed or preempted since it was scheduled are
+  // skipped.
+  void cache_prompt_pages(const Step& step);
   // Appends a token sampled for a sequence whose chunk had `samples` set. A negative token is a
   // placeholder for one not sampled yet (the engine's overlapped steps, engine.hpp): it may be
   // scheduled like any token, and resolve_token() later replaces it.
@@ -135,6 +151,9 @@ class Scheduler {
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
   std::uint64_t num_preemptions() const { return preemptions_; }
+  // Prompt tokens looked up in the prefix cache at requests' first admissions, and those found.
+  std::uint64_t prefix_cache_queries() const { return prefix_cache_queries_; }
+  std::uint64_t prefix_cache_hits() const { return prefix_cache_hits_; }
   const SchedulerLimits& limits() const { return limits_; }
   const KvPagePool& pool() const { return pool_; }
 
@@ -148,9 +167,16 @@ class Scheduler {
   }
   void preempt(int slot);
   void insert_by_arrival(std::vector<int>& list, int slot);
+  // Takes `count` pages from the pool (evicting cached ones if it must); false when it has fewer.
+  bool take_pages(int count, std::vector<PageId>& pages);
+  // Gives a waiting request its cached prefix pages and pages for the rest of its known tokens;
+  // false, changing nothing, when the pool has too few.
+  bool admit(SequenceState& s);
 
   SchedulerLimits limits_;
   KvPagePool& pool_;
+  PrefixCache* cache_;
+  std::vector<PageId> evicted_;  // take_pages' scratch
   // Requests by slot, so that schedule() and commit() index a vector where they would otherwise
   // hash an id per sequence per step; slot_of_ serves the calls that name a request by id.
   std::vector<SequenceState> slots_;
@@ -162,6 +188,7 @@ class Scheduler {
   std::uint64_t next_arrival_ = 0;
   std::uint64_t next_pages_id_ = 1;
   std::uint64_t preemptions_ = 0;
+  std::uint64_t prefix_cache_queries_ = 0, prefix_cache_hits_ = 0;
   bool last_step_prompt_turn_ = false;  // see schedule(): decodes and prompts alternate
 };
 

@@ -168,6 +168,7 @@ struct Choice {
   std::optional<std::string> finish_reason;
   std::optional<ApiError> error;
   bool done = false;
+  int cached_tokens = 0;  // prompt tokens its engine request took from the prefix cache
 };
 
 // What one engine event changed in a choice.
@@ -306,6 +307,7 @@ void CompletionJob::submit() {
       g.sampling = request.sampling;
       g.sampling.max_tokens = max_tokens;
       g.token_logprobs = request.logprobs;
+      g.cache_salt = request.cache_salt;
       // n samples of a seeded request differ from each other but not from run to run.
       if (g.sampling.seed) *g.sampling.seed += static_cast<std::uint64_t>(j);
       RequestHandle handle;
@@ -331,6 +333,9 @@ void CompletionJob::submit() {
 Delta CompletionJob::apply(Choice& c, RequestEvent& e) {
   Delta d;
   if (c.done) return d;
+  // The first token's event says it, and the finish event again: a choice a stop string ends
+  // reads no further than the token that ended it.
+  if ((e.token && c.tokens.empty()) || e.finish) c.cached_tokens = e.usage.cached_tokens;
   if (e.token) {
     c.tokens.push_back(e.token->token);
     d.tokens.push_back(e.token->token);
@@ -368,13 +373,19 @@ Delta CompletionJob::apply(Choice& c, RequestEvent& e) {
   return d;
 }
 
+// Prompt tokens count each prompt once, whatever n is; so do cached tokens, from the prompt's first
+// choice (choices are numbered prompt by prompt, n each).
 json CompletionJob::usage() const {
-  int prompt_tokens = 0, completion_tokens = 0;
+  int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   for (const PreparedPrompt& p : prompts) prompt_tokens += static_cast<int>(p.ids.size());
-  for (const Choice& c : choices) completion_tokens += static_cast<int>(c.tokens.size());
+  for (const Choice& c : choices) {
+    completion_tokens += static_cast<int>(c.tokens.size());
+    if (c.index % request.n == 0) cached_tokens += c.cached_tokens;
+  }
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 json CompletionJob::logprobs(const std::vector<SampledToken>& sampled,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "executor/prefix_cache.hpp"
 #include "executor/server/api_error.hpp"
 #include "executor/tokenizer/chat_template.hpp"
 
@@ -168,6 +169,23 @@ void refuse_unsupported(const json& body) {
     throw bad_request("response_format", "only {\"type\": \"text\"} is supported by Telos");
 }
 
+// An empty salt would share with every unsalted request while looking like isolation (a tenant id
+// that was never filled in), so it is refused rather than taken as none, as vLLM does.
+std::string parse_cache_salt(const json& body) {
+  const json* v = field(body, "cache_salt");
+  if (!v) return {};
+  if (!v->is_string()) expected("cache_salt", "a string", *v);
+  const std::string& salt = v->get_ref<const std::string&>();
+  if (salt.empty())
+    throw bad_request("cache_salt",
+                      "must not be empty (leave it out to share the prefix cache with every "
+                      "request that has no salt)");
+  if (salt.size() > kMaxCacheSaltBytes)
+    throw bad_request("cache_salt", "has " + std::to_string(salt.size()) + " bytes, more than " +
+                                        std::to_string(kMaxCacheSaltBytes));
+  return salt;
+}
+
 // The fields both endpoints share.
 void parse_common(const json& body, ApiRequest& r, int vocab_size) {
   if (!body.is_object())
@@ -228,6 +246,7 @@ void parse_common(const json& body, ApiRequest& r, int vocab_size) {
   r.return_token_ids = boolean(body, "return_token_ids").value_or(false);
   r.split_special_tokens =
       boolean(body, "split_special_tokens").value_or(r.kind == ApiRequest::Kind::Chat);
+  r.cache_salt = parse_cache_salt(body);
 }
 
 // max_tokens (chat: max_completion_tokens first) and min_tokens.

@@ -60,6 +60,10 @@ struct ApiRequest {
   // Extension, Hugging Face's name: special tokens spelled in request text are encoded as text.
   // Default: true for chat (message text and chat_template_kwargs), false for completions.
   bool split_special_tokens = false;
+  // Extension, vLLM's name: requests share cached prompt pages only with requests of the same salt
+  // (GenerationRequest::cache_salt). A non-empty string of at most kMaxCacheSaltBytes; absent: the
+  // salt of every request without one.
+  std::string cache_salt;
 };
 
 inline constexpr int kMaxChoices = 64;  // n per prompt

@@ -31,6 +31,7 @@ struct ServeOptions {
   ServerOptions server;
   EngineChoice engine = EngineChoice::Auto;
   RuntimeLimits limits;
+  bool prefix_cache = true;  // --no-prefix-cache: false
 };
 
 // The API key, from --api-key, --api-key-file (the file's text, trailing white space dropped) or,
@@ -83,6 +84,7 @@ int run_serve(const ServeOptions& o) {
 
   EngineOptions options;
   options.limits = o.limits;
+  options.prefix_cache = o.prefix_cache;
   std::unique_ptr<Engine> engine =
       Engine::create(artifact, make_backend(artifact, o.engine, std::cerr, o.limits), options);
   ApiServer server(
@@ -198,6 +200,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   add_engine_option(*cmd, o->engine);
   add_limit_options(*cmd, o->limits);
+  add_prefix_cache_option(*cmd, o->prefix_cache);
   cmd->callback([o, &run] { run = [o] { return run_serve(*o); }; });
 }
 

@@ -86,7 +86,19 @@ std::string ServerMetrics::render(Engine& engine, int in_flight, int connections
   metric(out, "telos_requests_running", "gauge", "Requests holding KV pages.", s.running);
   metric(out, "telos_kv_pages_total", "gauge", "KV-cache pages in the pool.", s.kv_pages_total);
   metric(out, "telos_kv_pages_used", "gauge", "KV-cache pages held by requests.", s.kv_pages_used);
-  metric(out, "telos_kv_pages_free", "gauge", "KV-cache pages free.", s.kv_pages_free);
+  metric(out, "telos_kv_pages_free", "gauge",
+         "KV-cache pages no request holds, telos_kv_pages_cached included.", s.kv_pages_free);
+  metric(out, "telos_kv_pages_cached", "gauge",
+         "KV-cache pages no request holds that keep a cached prompt prefix (evicted least recently "
+         "used first when the pool needs them).",
+         s.kv_pages_cached);
+  metric(out, "telos_prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache, at each request's first admission.",
+         static_cast<double>(s.prefix_cache_queries));
+  metric(out, "telos_prefix_cache_hits_total", "counter",
+         "Prompt tokens found in the prefix cache (their KV reused, not computed); the hit rate is "
+         "this over telos_prefix_cache_queries_total.",
+         static_cast<double>(s.prefix_cache_hits));
   metric(out, "telos_preemptions_total", "counter",
          "Times a request's pages were taken back to make room (it is recomputed later).",
          static_cast<double>(s.preemptions));

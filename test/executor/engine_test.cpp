@@ -30,17 +30,21 @@ struct Result {
   std::vector<float> prompt_logits;
   FinishReason finish = FinishReason::Error;
   RequestTimings timings;
+  RequestUsage usage;
+  int first_token_cached_tokens = -1;  // usage.cached_tokens of the first token event
 };
 
 Result collect(const RequestHandle& h) {
   Result r;
   RequestEvent e;
   while (h->next(e)) {
+    if (e.token && r.ids.empty()) r.first_token_cached_tokens = e.usage.cached_tokens;
     if (e.token) r.ids.push_back(e.token->token);
     if (!e.logits.empty()) r.prompt_logits = e.logits;
     if (e.finish) {
       r.finish = *e.finish;
       r.timings = e.timings;
+      r.usage = e.usage;
     }
   }
   return r;
@@ -840,6 +844,149 @@ TEST(Engine, ConcurrentClientsAndCancellationsLeaveNoPageBehind) {
   EXPECT_EQ(s.requests_finished, 60u);
   EXPECT_EQ(s.kv_pages_used, 0);
   EXPECT_EQ(s.running + s.waiting, 0);
+}
+
+// ---- Prefix caching ----
+
+std::unique_ptr<Engine> make_engine(const std::shared_ptr<const Artifact>& artifact,
+                                    bool prefix_cache) {
+  EngineOptions options = checked_options();
+  options.prefix_cache = prefix_cache;
+  return Engine::create(artifact, std::make_unique<CpuReferenceModel>(artifact), options);
+}
+
+// Prompts built on a 13-token "system prompt" (3 full pages of 4 and one token), one of 16 tokens
+// (whole pages), and a repeat of each.
+std::vector<std::vector<std::int32_t>> shared_prefix_prompts() {
+  const std::vector<std::int32_t> system = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9};
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (const std::vector<std::int32_t>& tail :
+       {std::vector<std::int32_t>{7}, {11, 12, 13, 14, 15, 16}, {20, 21, 22}, {}}) {
+    prompts.push_back(system);
+    prompts.back().insert(prompts.back().end(), tail.begin(), tail.end());
+  }
+  prompts.push_back(prompts[1]);  // 19 tokens again: 4 cached pages, 3 tokens computed
+  prompts.push_back(prompts[2]);  // 16 tokens again: 3 cached pages, the last page computed
+  return prompts;
+}
+
+// Requests one after another, so that each finds what the earlier ones left in the cache: the
+// tokens and the prompt logits are bit for bit those of the engine without a cache, and each
+// request reports the prompt tokens it took from the cache.
+TEST_P(EngineFamilies, APrefixCacheHitGivesTheBitsOfAFullPrefill) {
+  auto artifact = tiny_artifact(spec(), "prefix-" + GetParam());
+  auto cached = make_engine(artifact, true);
+  auto uncached = make_engine(artifact, false);
+  const auto prompts = shared_prefix_prompts();
+  // Cached tokens: in the first pass what the prompts before left; in the second, the first
+  // pass's pages too.
+  const std::vector<int> want_cached[2] = {{0, 12, 12, 12, 16, 12}, {12, 16, 12, 12, 16, 12}};
+  for (float temperature : {0.0f, 1.0f}) {
+    const std::vector<int>& expected = want_cached[temperature == 0.0f ? 0 : 1];
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      const GenerationRequest r = request(prompts[i], 8, temperature, 7 + i);
+      const Result got = collect(cached->submit(r));
+      const Result want = collect(uncached->submit(r));
+      EXPECT_EQ(got.ids, want.ids) << "prompt " << i << " T=" << temperature;
+      EXPECT_EQ(got.prompt_logits, want.prompt_logits) << "prompt " << i;
+      EXPECT_EQ(want.usage.cached_tokens, 0);
+      EXPECT_EQ(got.usage.cached_tokens, expected[i]) << "prompt " << i << " T=" << temperature;
+      EXPECT_EQ(got.first_token_cached_tokens, expected[i]) << "prompt " << i;
+    }
+  }
+  cached->wait_idle();
+  const EngineStats s = cached->stats();
+  EXPECT_EQ(s.prefix_cache_hits, 64u + 80u);
+  EXPECT_EQ(s.prefix_cache_queries, 2u * (14 + 19 + 16 + 13 + 19 + 16));
+  EXPECT_GT(s.kv_pages_cached, 0);
+  EXPECT_EQ(s.kv_pages_used, 0);
+  EXPECT_EQ(s.kv_pages_free, s.kv_pages_total);  // cached pages count free
+  const EngineStats u = uncached->stats();
+  EXPECT_EQ(u.prefix_cache_hits, 0u);
+  EXPECT_EQ(u.kv_pages_cached, 0);
+}
+
+// Requests submitted together, so that some are admitted while others' prompts are still being
+// computed, with the same or different salts: a salt only ever shares with itself.
+TEST(Engine, CacheSaltsKeepTenantsApart) {
+  auto artifact = tiny_artifact({}, "salt");
+  auto engine = make_engine(artifact, true);
+  const std::vector<std::int32_t> prompt = {5, 6, 7, 8, 9, 10, 11, 12, 13};
+  auto salted = [&](const std::string& salt) {
+    GenerationRequest r = request(prompt, 4, 0, 1);
+    r.cache_salt = salt;
+    return collect(engine->submit(r));
+  };
+  const Result a = salted("tenant-a");
+  EXPECT_EQ(a.usage.cached_tokens, 0);
+  EXPECT_EQ(salted("tenant-b").usage.cached_tokens, 0);
+  EXPECT_EQ(salted("").usage.cached_tokens, 0);
+  const Result again = salted("tenant-a");
+  EXPECT_EQ(again.usage.cached_tokens, 8);
+  EXPECT_EQ(again.ids, a.ids);
+  EXPECT_EQ(salted("").usage.cached_tokens, 8);
+  // The longest salt is taken; one byte more is refused, naming the field.
+  EXPECT_EQ(salted(std::string(kMaxCacheSaltBytes, 's')).finish, FinishReason::Length);
+  GenerationRequest too_long = request(prompt, 4, 0, 1);
+  too_long.cache_salt = std::string(kMaxCacheSaltBytes + 1, 's');
+  const std::string message = error_of([&] { engine->submit(too_long); });
+  EXPECT_NE(message.find("cache_salt has 257 bytes, more than 256"), std::string::npos) << message;
+  engine->wait_idle();
+  EXPECT_EQ(engine->stats().kv_pages_used, 0);
+}
+
+// A step that failed wrote nothing trustworthy: its pages are not offered to the cache, so a
+// request with the same prompt computes it in full.
+TEST(Engine, AFailedStepCachesNothing) {
+  auto artifact = tiny_artifact({}, "prefix-failing");
+  auto engine =
+      Engine::create(artifact, std::make_unique<FailingOnToken63>(artifact), checked_options());
+  std::vector<std::int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 63};
+  EXPECT_EQ(collect(engine->submit(request(prompt, 4, 0, 1))).finish, FinishReason::Error);
+  prompt.back() = 10;
+  const Result r = collect(engine->submit(request(prompt, 4, 0, 1)));
+  EXPECT_EQ(r.finish, FinishReason::Length);
+  EXPECT_EQ(r.usage.cached_tokens, 0);
+  engine->wait_idle();
+  EXPECT_EQ(engine->stats().kv_pages_used, 0);
+}
+
+// The overlapped engine (steps launched before the previous one is back) with prompts that share
+// prefixes, under a pool small enough to preempt and evict: the tokens of the synchronous engine
+// without a cache, hits taken, and no page left held.
+TEST(Engine, OverlappedStepsWithCachedPrefixesMatchAnUncachedEngine) {
+  TinyArtifactSpec spec;
+  spec.kv_pages = 16;
+  auto artifact = tiny_artifact(spec, "prefix-overlap");
+  auto uncached = make_engine(artifact, false);
+  auto fed_backend = std::make_unique<DeviceFed>(artifact);
+  DeviceFed* fed = fed_backend.get();
+  auto overlapped = Engine::create(artifact, std::move(fed_backend), checked_options());
+  std::mt19937 rng(5);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const auto prefixes = shared_prefix_prompts();
+  for (int round = 0; round < 6; ++round) {
+    std::vector<GenerationRequest> requests;
+    for (int i = 0; i < 8; ++i) {
+      GenerationRequest r;
+      r.prompt = prefixes[static_cast<std::size_t>(uniform(0, 3))];
+      for (int n = uniform(0, 6); n > 0; --n) r.prompt.push_back(uniform(0, spec.vocab_size - 1));
+      r.sampling.max_tokens = uniform(1, 20);
+      r.sampling.temperature = 0;
+      r.sampling.ignore_eos = true;
+      requests.push_back(r);
+    }
+    const std::vector<RequestHandle> want = uncached->submit_all(requests);
+    const std::vector<RequestHandle> got = overlapped->submit_all(requests);
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      EXPECT_EQ(collect(got[i]).ids, collect(want[i]).ids) << "round " << round << " request " << i;
+  }
+  overlapped->wait_idle();
+  const EngineStats s = overlapped->stats();
+  EXPECT_GT(s.prefix_cache_hits, s.prefix_cache_queries / 4);
+  EXPECT_GT(s.preemptions, 0u);
+  EXPECT_EQ(s.kv_pages_used, 0);
+  EXPECT_GT(fed->overlapped_launches, 20);
 }
 
 }  // namespace

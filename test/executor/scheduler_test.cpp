@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "support/error.hpp"
 
@@ -16,15 +18,16 @@ SchedulerLimits limits(int max_batch = 4, int budget = 16, int page_size = 4,
   return SchedulerLimits{max_batch, max_seq_len, page_size, budget, {1, 2, 4}, {8, 16}};
 }
 
-std::vector<std::int32_t> prompt(int n) {
+std::vector<std::int32_t> prompt(int n, std::int32_t first = 10) {
   std::vector<std::int32_t> p(static_cast<std::size_t>(n));
-  std::iota(p.begin(), p.end(), 10);
+  std::iota(p.begin(), p.end(), first);
   return p;
 }
 
 // Plays the engine: marks the step computed and gives every sampling sequence a token.
 void run(Scheduler& s, const Step& step, std::int32_t token = 7) {
   s.commit(step);
+  s.cache_prompt_pages(step);
   for (const ScheduledSequence& q : step.sequences)
     if (q.samples) s.append_token(q.request, token);
   s.check_invariant();
@@ -410,6 +413,300 @@ TEST(Scheduler, SchedulingIntoAUsedStepReplacesItsContents) {
   EXPECT_EQ(step.sequences[0].first_position, 10);
   EXPECT_EQ(step.sequences[1].first_position, 3);
   run(s, step);
+}
+
+// ---- With a prefix cache ----
+
+// A pool, the prefix cache over it and a scheduler using both, as the engine builds them.
+struct CachedScheduler {
+  explicit CachedScheduler(int pages, SchedulerLimits l = limits())
+      : pool(pages), cache(pool, l.page_size, "xxh64:test"), s(l, pool, &cache) {}
+  // Runs steps until nothing is left to schedule, removing requests that reach max_len.
+  void drain() {
+    for (int i = 0; i < 1000 && s.num_running() + s.num_waiting() > 0; ++i) {
+      const Step step = s.schedule();
+      run(s, step);
+      for (const ScheduledSequence& q : step.sequences) {
+        const SequenceState* st = s.find(q.request);
+        if (st && static_cast<int>(st->tokens.size()) == st->max_len) s.remove(q.request);
+      }
+    }
+    ASSERT_EQ(s.num_running() + s.num_waiting(), 0);
+  }
+  KvPagePool pool;
+  PrefixCache cache;
+  Scheduler s;
+};
+
+// The admission step's chunk of request `id`.
+const ScheduledSequence* chunk_of(const Step& step, RequestId id) {
+  for (const ScheduledSequence& q : step.sequences)
+    if (q.request == id) return &q;
+  return nullptr;
+}
+
+TEST(SchedulerPrefixCache, ARequestTakesTheCachedPagesOfItsPrefix) {
+  CachedScheduler c(64);
+  c.s.add(1, prompt(10), 4);
+  run(c.s, c.s.schedule());  // its whole prompt: pages 0 and 1 are full and cached
+  const std::vector<PageId> first = c.s.find(1)->pages;
+  EXPECT_EQ(c.cache.cached_pages(), 2);
+  c.s.add(2, prompt(10), 4);
+  const Step step = c.s.schedule();
+  const ScheduledSequence* q = chunk_of(step, 2);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->first_position, 8);
+  EXPECT_EQ(q->tokens.size(), 2u);
+  EXPECT_TRUE(q->samples);
+  ASSERT_EQ(q->page_table.size(), 3u);
+  EXPECT_EQ(q->page_table[0], first[0]);
+  EXPECT_EQ(q->page_table[1], first[1]);
+  EXPECT_NE(q->page_table[2], first[2]);
+  EXPECT_EQ(c.pool.ref_count(first[0]), 2);
+  EXPECT_EQ(c.pool.ref_count(first[1]), 2);
+  EXPECT_EQ(c.s.find(2)->cached_tokens, 8);
+  EXPECT_EQ(c.s.find(1)->cached_tokens, 0);
+  EXPECT_EQ(c.s.prefix_cache_queries(), 20u);
+  EXPECT_EQ(c.s.prefix_cache_hits(), 8u);
+  run(c.s, step);
+}
+
+// A prompt of whole pages: the last page is computed again, for the logits of its last token.
+TEST(SchedulerPrefixCache, APromptOfWholePagesComputesItsLastPage) {
+  CachedScheduler c(64);
+  c.s.add(1, prompt(12), 4);
+  run(c.s, c.s.schedule());
+  EXPECT_EQ(c.cache.cached_pages(), 3);
+  c.s.add(2, prompt(12), 4);
+  const Step step = c.s.schedule();
+  const ScheduledSequence* q = chunk_of(step, 2);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->first_position, 8);
+  EXPECT_EQ(q->tokens.size(), 4u);
+  EXPECT_EQ(c.s.find(2)->cached_tokens, 8);
+  EXPECT_EQ(c.pool.ref_count(c.s.find(1)->pages[2]), 1);  // its own copy of the last page
+  run(c.s, step);
+  // A prompt of one page takes nothing: its only page holds the token to compute.
+  c.s.add(3, prompt(4), 4);
+  const Step alone = c.s.schedule();
+  ASSERT_NE(chunk_of(alone, 3), nullptr);
+  EXPECT_EQ(chunk_of(alone, 3)->first_position, 0);
+  run(c.s, alone);
+}
+
+TEST(SchedulerPrefixCache, RequestsWithDifferentSaltsShareNothing) {
+  CachedScheduler c(64, SchedulerLimits{4, 64, 4, 64, {1, 2, 4}, {64}});
+  c.s.add(1, prompt(12), 4, "tenant-a");
+  run(c.s, c.s.schedule());
+  c.s.add(2, prompt(12), 4, "tenant-b");
+  c.s.add(3, prompt(12), 4);
+  c.s.add(4, prompt(12), 4, "tenant-a");
+  const Step step = c.s.schedule();
+  EXPECT_EQ(chunk_of(step, 2)->first_position, 0);
+  EXPECT_EQ(chunk_of(step, 3)->first_position, 0);
+  EXPECT_EQ(chunk_of(step, 4)->first_position, 8);
+  run(c.s, step);
+}
+
+// Pages are offered to the cache only once a step has filled them: a request admitted while the
+// first one's prompt is still being computed takes what is full by then.
+TEST(SchedulerPrefixCache, OnlyPagesOfCompletedStepsAreShared) {
+  CachedScheduler c(64, limits(4, /*budget=*/6));
+  c.s.add(1, prompt(12), 4);
+  const Step first = c.s.schedule();  // positions 0..5: page 0 full, page 1 half
+  c.s.commit(first);
+  EXPECT_EQ(c.cache.cached_pages(), 0);  // committed, but the step has not been reported run
+  c.s.cache_prompt_pages(first);
+  EXPECT_EQ(c.cache.cached_pages(), 1);
+  c.s.check_invariant();
+  run(c.s, c.s.schedule());  // positions 6..11: pages 1 and 2
+  EXPECT_EQ(c.cache.cached_pages(), 3);
+  c.s.add(2, prompt(20), 4);  // the same 12 tokens, and more
+  const Step step = c.s.schedule();
+  EXPECT_EQ(chunk_of(step, 2)->first_position, 12);
+  run(c.s, step);
+}
+
+// Cancelling a request that shares pages leaves them to the other; once neither holds them they
+// stay cached, counted free, until the pool needs them.
+TEST(SchedulerPrefixCache, CancellingASharerKeepsThePagesForTheOther) {
+  CachedScheduler c(16);
+  c.s.add(1, prompt(10), 8);
+  run(c.s, c.s.schedule());
+  c.s.add(2, prompt(10), 8);
+  run(c.s, c.s.schedule());
+  const std::vector<PageId> shared = {c.s.find(1)->pages[0], c.s.find(1)->pages[1]};
+  for (PageId p : shared) EXPECT_EQ(c.pool.ref_count(p), 2);
+  c.s.remove(1);
+  c.s.check_invariant();
+  for (PageId p : shared) EXPECT_EQ(c.pool.ref_count(p), 1);
+  EXPECT_EQ(c.s.find(2)->pages[0], shared[0]);
+  run(c.s, c.s.schedule());  // request 2 decodes on
+  c.s.remove(2);
+  c.s.check_invariant();
+  EXPECT_EQ(c.pool.used_pages(), 0);
+  EXPECT_EQ(c.pool.free_pages(), 16);
+  EXPECT_EQ(c.pool.evictable_pages(), 2);
+  for (PageId p : shared) EXPECT_EQ(c.pool.ref_count(p), 0);
+  // A third request with the same prompt takes them back from the evictable list.
+  c.s.add(3, prompt(10), 8);
+  const Step step = c.s.schedule();
+  EXPECT_EQ(chunk_of(step, 3)->first_position, 8);
+  EXPECT_EQ(c.pool.evictable_pages(), 0);
+  run(c.s, step);
+}
+
+// Preempting a request returns its references; pages it shared stay with their other holder,
+// and when it comes back it takes its prefix from the cache again.
+TEST(SchedulerPrefixCache, PreemptionReleasesSharedPagesAndTheRecomputeHitsAgain) {
+  // 6 pages of 4 positions. Two requests with the same 8-token prompt share its two pages; each
+  // adds a page of its own for the tokens it generates. Request 1 grows until the pool runs out.
+  CachedScheduler c(6, limits(4, 16, 4, 32));
+  c.s.add(1, prompt(9), 15);
+  run(c.s, c.s.schedule());
+  c.s.add(2, prompt(9), 15);
+  run(c.s, c.s.schedule());
+  const std::vector<PageId> shared = {c.s.find(1)->pages[0], c.s.find(1)->pages[1]};
+  EXPECT_EQ(c.s.find(2)->pages[0], shared[0]);
+  while (c.s.num_preemptions() == 0) run(c.s, c.s.schedule());
+  const SequenceState* two = c.s.find(2);
+  ASSERT_FALSE(two->running);
+  EXPECT_TRUE(two->pages.empty());
+  for (PageId p : shared) EXPECT_EQ(c.pool.ref_count(p), 1);  // request 1's
+  c.s.remove(1);
+  c.s.check_invariant();
+  const Step again = c.s.schedule();
+  const ScheduledSequence* q = chunk_of(again, 2);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->first_position, 8);  // its prompt's two full pages, from the cache
+  EXPECT_EQ(q->page_table[0], shared[0]);
+  EXPECT_EQ(c.s.find(2)->cached_tokens, 8);    // reported from its first admission
+  EXPECT_EQ(c.s.prefix_cache_queries(), 18u);  // the recompute is not counted again
+  run(c.s, again);
+}
+
+// Under pool pressure the cached pages released longest ago are evicted first: a prefix used
+// recently survives a burst of unrelated requests that one used long ago does not.
+TEST(SchedulerPrefixCache, EvictsTheLeastRecentlyUsedPrefixFirst) {
+  CachedScheduler c(8);
+  auto once = [&](RequestId id, std::vector<std::int32_t> p) {
+    c.s.add(id, std::move(p), 1);
+    c.drain();
+  };
+  once(1, prompt(9, 100));  // prefix A: 2 cached pages
+  once(2, prompt(9, 200));  // prefix B: 2 cached pages
+  once(3, prompt(9, 100));  // A again: a hit, and now the more recent
+  EXPECT_EQ(c.s.prefix_cache_hits(), 8u);
+  EXPECT_EQ(c.pool.evictable_pages(), 4);
+  EXPECT_EQ(c.pool.free_pages(), 8);
+  // 17 new tokens need 5 pages: 4 are free of anything, so one cached page goes: B's end.
+  once(4, prompt(17, 300));
+  EXPECT_EQ(c.pool.used_pages(), 0);
+  auto cached_prefix = [&](const std::vector<std::int32_t>& p) {
+    PrefixLink link = c.cache.start({});
+    std::vector<PageId> pages;
+    c.cache.match(link, p, 100, pages);
+    return pages.size();
+  };
+  EXPECT_EQ(cached_prefix(prompt(9, 100)), 2u);
+  EXPECT_EQ(cached_prefix(prompt(9, 200)), 1u);
+  EXPECT_EQ(cached_prefix(prompt(17, 300)), 4u);
+}
+
+// Plays the backend over a simulated KV pool: a step reads the slots of every position before its
+// chunk (which must hold what the request's own tokens would have written) and writes its own
+// (never into a page another request shares or the cache holds). A slot holds a hash of the salt
+// and of every token up to its position, as a real K and V depend on the tokens before them.
+class SimulatedKv {
+ public:
+  SimulatedKv(int pages, int page_size) : page_size_(page_size), slots_(pages * page_size, 0) {}
+  void run(const Scheduler& s, const Step& step, const std::map<RequestId, std::string>& salts) {
+    for (const ScheduledSequence& q : step.sequences) {
+      const SequenceState& st = *s.find(q.request);
+      std::uint64_t want = std::hash<std::string>{}(salts.at(q.request));
+      for (int pos = 0; pos < q.first_position + static_cast<int>(q.tokens.size()); ++pos) {
+        const PageId page = q.page_table[static_cast<std::size_t>(pos / page_size_)];
+        std::uint64_t& slot =
+            slots_[static_cast<std::size_t>(page * page_size_ + pos % page_size_)];
+        want = (want ^ static_cast<std::uint64_t>(st.tokens[static_cast<std::size_t>(pos)])) *
+               0x100000001b3ull;
+        if (pos < q.first_position) {
+          ASSERT_EQ(slot, want) << "request " << q.request << " reads position " << pos
+                                << " from page " << page << ", which holds another prefix";
+        } else {
+          ASSERT_EQ(s.pool().ref_count(page), 1) << "a write into a shared page";
+          ASSERT_FALSE(s.pool().cached(page)) << "a write into a cached page";
+          slot = want;
+        }
+      }
+    }
+  }
+
+ private:
+  int page_size_;
+  std::vector<std::uint64_t> slots_;
+};
+
+// Ten thousand requests whose prompts reuse a few prefixes (system prompts, under two salts), with
+// random lengths, early stops, cancellations and a pool small enough to preempt and evict: every
+// shared page holds the KV its reader would have computed, the invariants hold after every step,
+// and at the end no page is held and every cached one is evictable.
+TEST(SchedulerPrefixCache, RandomizedLifecyclesWithPrefixReuseLeakNoPage) {
+  std::mt19937 rng(11);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const int kPages = 24, kPageSize = 4, kMaxLen = 48;
+  CachedScheduler c(kPages, SchedulerLimits{4, kMaxLen, kPageSize, 16, {1, 2, 4}, {16}});
+  SimulatedKv kv(kPages, kPageSize);
+  const std::vector<std::vector<std::int32_t>> prefixes = {prompt(8, 100), prompt(13, 200),
+                                                           prompt(16, 300), prompt(3, 400)};
+  std::map<RequestId, std::string> salts;
+  RequestId next_id = 1;
+  int ended = 0, steps = 0;
+  const int total = 10000;
+  while (ended < total) {
+    while (next_id <= static_cast<RequestId>(total) && c.s.num_waiting() < 6 && uniform(0, 2)) {
+      std::vector<std::int32_t> p = prefixes[static_cast<std::size_t>(uniform(0, 3))];
+      for (int n = uniform(uniform(0, 1), 20); n > 0; --n) p.push_back(uniform(0, 5));
+      const int room = kMaxLen - static_cast<int>(p.size());
+      const std::string salt = uniform(0, 3) ? "" : "other";
+      c.s.add(next_id, p, uniform(1, room), salt);
+      salts[next_id++] = salt;
+    }
+    if (!salts.empty() && uniform(0, 9) == 0) {
+      auto it = std::next(salts.begin(), uniform(0, static_cast<int>(salts.size()) - 1));
+      c.s.remove(it->first);
+      salts.erase(it);
+      ++ended;
+    }
+    const Step step = c.s.schedule();
+    if (step.empty()) {
+      ASSERT_EQ(c.s.num_running() + c.s.num_waiting(), 0) << "live requests but nothing scheduled";
+      continue;
+    }
+    kv.run(c.s, step, salts);
+    if (::testing::Test::HasFatalFailure()) return;
+    c.s.commit(step);
+    c.s.cache_prompt_pages(step);
+    for (const ScheduledSequence& q : step.sequences) {
+      if (!q.samples) continue;
+      const SequenceState* st = c.s.find(q.request);
+      if (uniform(0, 19) == 0 || static_cast<int>(st->tokens.size()) + 1 == st->max_len) {
+        c.s.remove(q.request);
+        salts.erase(q.request);
+        ++ended;
+      } else {
+        c.s.append_token(q.request, uniform(0, 5));
+      }
+    }
+    c.s.check_invariant();
+    ASSERT_LT(++steps, 400000) << "no progress";
+  }
+  EXPECT_EQ(c.pool.used_pages(), 0);
+  EXPECT_EQ(c.pool.free_pages(), kPages);
+  EXPECT_EQ(c.pool.evictable_pages(), c.cache.cached_pages());
+  c.cache.check_invariant();
+  EXPECT_GT(c.s.num_preemptions(), 0u) << "the pool was meant to be small enough to preempt";
+  EXPECT_GT(c.s.prefix_cache_hits(), c.s.prefix_cache_queries() / 10) << "prefixes were reused";
 }
 
 }  // namespace

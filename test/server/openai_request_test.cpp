@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "executor/prefix_cache.hpp"
 #include "executor/server/api_error.hpp"
 
 namespace telos::exec {
@@ -340,6 +341,43 @@ TEST(ChatRequest, FlattensTextPartsAndChecksRoles) {
     FAIL();
   } catch (const ApiError& e) {
     EXPECT_EQ(e.param, "top_logprobs");
+  }
+}
+
+// cache_salt on both endpoints: a non-empty string of at most kMaxCacheSaltBytes; anything else is
+// a 400 naming the field.
+TEST(CacheSalt, IsABoundedNonEmptyStringOnBothEndpoints) {
+  const std::string longest(kMaxCacheSaltBytes, 'k');
+  EXPECT_EQ(
+      parse_completion_request({{"prompt", "x"}, {"cache_salt", longest}}, "m", 100).cache_salt,
+      longest);
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"cache_salt", "t1"}};
+  EXPECT_EQ(parse_chat_request(chat, "m", 100).cache_salt, "t1");
+  EXPECT_EQ(parse_completion_request({{"prompt", "x"}}, "m", 100).cache_salt, "");
+  EXPECT_EQ(
+      parse_completion_request({{"prompt", "x"}, {"cache_salt", nullptr}}, "m", 100).cache_salt,
+      "");
+  const struct {
+    json salt;
+    const char* message;
+  } cases[] = {
+      {7, "cache_salt: expected a string, got the number 7"},
+      {json::array({"a"}), "cache_salt: expected a string, got an array"},
+      {"",
+       "cache_salt: must not be empty (leave it out to share the prefix cache with every request "
+       "that has no salt)"},
+      {std::string(kMaxCacheSaltBytes + 1, 'k'), "cache_salt: has 257 bytes, more than 256"},
+  };
+  for (const auto& c : cases) {
+    const ApiError completion = completion_error({{"prompt", "x"}, {"cache_salt", c.salt}});
+    EXPECT_EQ(completion.status, 400);
+    EXPECT_EQ(completion.param, "cache_salt");
+    EXPECT_EQ(std::string(completion.what()), c.message);
+    json body = chat;
+    body["cache_salt"] = c.salt;
+    const ApiError e = chat_error(body);
+    EXPECT_EQ(e.param, "cache_salt");
+    EXPECT_EQ(std::string(e.what()), c.message);
   }
 }
 

@@ -1,6 +1,7 @@
 // The official openai SDK (v5) against `telos-run serve` on the CPU reference engine: completions
 // (text and token-id prompts, streaming, n, logprobs, echo, stop strings), chat (plain and
-// streaming), /v1/models, and the errors the SDK surfaces (status, param, message).
+// streaming), the prefix cache (cached_tokens, cache_salt, its metrics), /v1/models, and the
+// errors the SDK surfaces (status, param, message).
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { after, before, describe, test } from "node:test";
@@ -59,7 +60,8 @@ describe("with a tokenizer and chat template", () => {
     assert.match(out.id, /^cmpl-/);
     assert.equal(out.model, model);
     assert.equal(out.choices[0].finish_reason, "length");
-    assert.deepEqual(out.usage, { prompt_tokens: 5, completion_tokens: 12, total_tokens: 17 });
+    assert.deepEqual(out.usage, { prompt_tokens: 5, completion_tokens: 12, total_tokens: 17,
+      prompt_tokens_details: { cached_tokens: 0 } });
   });
 
   test("text completion, and the same text streamed", async () => {
@@ -134,6 +136,9 @@ describe("with a tokenizer and chat template", () => {
       ignore_eos: true });
     assert.equal(chat.usage.prompt_tokens, same.usage.prompt_tokens);
     assert.equal(chat.choices[0].message.content, same.choices[0].text);
+    // The rendered prompt is the chat's: its first page of 16 tokens comes from the prefix cache.
+    assert.equal(chat.usage.prompt_tokens_details.cached_tokens, 0);
+    assert.equal(same.usage.prompt_tokens_details.cached_tokens, 16);
 
     const chunks = await collect(await client.chat.completions.create({ model, messages, max_tokens: 10,
       temperature: 0, ignore_eos: true, stream: true, stream_options: { include_usage: true } }));
@@ -141,7 +146,48 @@ describe("with a tokenizer and chat template", () => {
     assert.equal(chunks[0].choices[0].delta.role, "assistant");
     const content = chunks.flatMap((c) => c.choices.map((ch) => ch.delta.content ?? "")).join("");
     assert.equal(content, chat.choices[0].message.content);
-    assert.deepEqual(chunks.at(-1).usage, chat.usage);
+    assert.deepEqual(chunks.at(-1).usage, { ...chat.usage, prompt_tokens_details: { cached_tokens: 16 } });
+  });
+
+  test("a resent prompt comes from the prefix cache, apart for each cache_salt", async () => {
+    const prompt = Array.from({ length: 40 }, (_, i) => (i * 37 + 11) % 500);  // 2 full pages and 8
+    const request = { model, prompt, max_tokens: 8, temperature: 0, ignore_eos: true, return_token_ids: true };
+    const scrape = async () => {
+      const text = await (await fetch(`${server.url}/metrics`)).text();
+      const value = (name) => Number(text.match(new RegExp(`^${name} (\\S+)$`, "m"))[1]);
+      return { queries: value("telos_prefix_cache_queries_total"), hits: value("telos_prefix_cache_hits_total") };
+    };
+    const before = await scrape();
+    const first = await client.completions.create(request);
+    const again = await client.completions.create(request);
+    assert.equal(first.usage.prompt_tokens_details.cached_tokens, 0);
+    assert.equal(again.usage.prompt_tokens_details.cached_tokens, 32);
+    assert.deepEqual(again.choices[0].token_ids, first.choices[0].token_ids);
+    const after = await scrape();
+    assert.equal(after.queries - before.queries, 80);
+    assert.equal(after.hits - before.hits, 32);
+
+    const salted = { ...request, cache_salt: "tenant-a" };
+    const chunks = await collect(await client.completions.create({ ...salted, stream: true,
+      stream_options: { include_usage: true } }));
+    assert.equal(chunks.at(-1).usage.prompt_tokens_details.cached_tokens, 0);
+    const salted_again = await client.completions.create(salted);
+    assert.equal(salted_again.usage.prompt_tokens_details.cached_tokens, 32);
+    assert.deepEqual(salted_again.choices[0].token_ids, first.choices[0].token_ids);
+    const other = await client.completions.create({ ...request, cache_salt: "tenant-b" });
+    assert.equal(other.usage.prompt_tokens_details.cached_tokens, 0);
+
+    // n choices of one prompt count its cached tokens once, like its prompt tokens.
+    const two = await client.completions.create({ ...request, n: 2 });
+    assert.equal(two.usage.prompt_tokens, 40);
+    assert.equal(two.usage.prompt_tokens_details.cached_tokens, 32);
+
+    const messages = [{ role: "system", content: "You are a terse assistant who answers in one word." },
+      { role: "user", content: "colour?" }];
+    const chat = { model, messages, max_tokens: 4, temperature: 0, ignore_eos: true, cache_salt: "tenant-c" };
+    assert.equal((await client.chat.completions.create(chat)).usage.prompt_tokens_details.cached_tokens, 0);
+    const resent = await client.chat.completions.create(chat);
+    assert.ok(resent.usage.prompt_tokens_details.cached_tokens >= 16, JSON.stringify(resent.usage));
   });
 
   test("chat logprobs", async () => {
@@ -174,6 +220,12 @@ describe("with a tokenizer and chat template", () => {
     await expectApiError(client.chat.completions.create({ model, messages: [] }), 400, /messages/, "messages");
     await expectApiError(client.chat.completions.create({ model, messages: [{ role: "wizard", content: "x" }] }),
       400, /role 'wizard'/, "messages");
+    await expectApiError(client.completions.create({ model, prompt: "x", cache_salt: 5 }), 400,
+      /cache_salt: expected a string, got the number 5/, "cache_salt");
+    await expectApiError(client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }],
+      cache_salt: "" }), 400, /cache_salt: must not be empty/, "cache_salt");
+    await expectApiError(client.completions.create({ model, prompt: "x", cache_salt: "s".repeat(257) }), 400,
+      /cache_salt: has 257 bytes, more than 256/, "cache_salt");
     await expectApiError(client.completions.create({ model: "gpt-4", prompt: "x" }), 404,
       /model 'gpt-4' does not exist/, "model");
     const wrongKey = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "wrong", maxRetries: 0 });
