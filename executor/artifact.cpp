@@ -12,6 +12,7 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir, WeightChe
   a->serving_ = opened.manifest.serving;
   a->kv_cache_ = opened.manifest.kv_cache;
   a->graph_ = std::move(opened.manifest.graph);
+  a->checksum_ = opened.manifest.checksum;
   a->has_kernels_ = opened.manifest.has_kernels;
   a->programs_ = std::move(opened.manifest.programs);
   a->weights_ = std::move(opened.weights);

@@ -70,6 +70,8 @@ class Artifact {
   const ModelConfig& model() const { return model_; }
   const ServingConfig& serving() const { return serving_; }
   const KvCacheConfig& kv_cache() const { return kv_cache_; }
+  // The manifest checksum: names the model, its weights and its graph (docs/artifact.md).
+  const std::string& checksum() const { return checksum_; }
   const std::vector<WeightTensor>& tensors() const { return tensors_; }
   // The optimized IR the CPU reference engine runs (docs/artifact.md, "graph").
   const ArtifactGraph& graph() const { return graph_; }
@@ -103,6 +105,7 @@ class Artifact {
   ServingConfig serving_;
   KvCacheConfig kv_cache_;
   ArtifactGraph graph_;
+  std::string checksum_;
   bool has_kernels_ = false;
   LaunchPrograms programs_;
   MappedFile weights_;

@@ -118,13 +118,6 @@ SchedulerLimits limits_from(const Artifact& a, const RuntimeLimits& asked) {
   l.max_seq_len_set_at_start = asked.max_seq_len > 0;
   return l;
 }
-
-// What a cached page's KV depends on besides its tokens: the model, its weights and the graph
-// that computes them, which the manifest checksum covers.
-std::string artifact_identity(const Artifact& a) {
-  const auto it = a.manifest().find("manifest_checksum");
-  return it != a.manifest().end() && it->is_string() ? it->get<std::string>() : a.dir();
-}
 }  // namespace
 
 Engine::Engine(std::shared_ptr<const Artifact> artifact, std::unique_ptr<ModelBackend> backend,
@@ -134,9 +127,10 @@ Engine::Engine(std::shared_ptr<const Artifact> artifact, std::unique_ptr<ModelBa
       options_(options),
       limits_(limits_from(*artifact_, options_.limits)),
       pool_(backend_->num_kv_pages()),
+      // A cached page's KV depends on the model, its weights and its graph: the manifest checksum.
       prefix_cache_(options_.prefix_cache
                         ? std::make_optional<PrefixCache>(pool_, limits_.page_size,
-                                                          artifact_identity(*artifact_))
+                                                          artifact_->checksum())
                         : std::nullopt),
       scheduler_(limits_, pool_, prefix_cache_ ? &*prefix_cache_ : nullptr) {
   backend_->set_step_timing(options_.record_step_timings);

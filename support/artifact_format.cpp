@@ -376,6 +376,7 @@ ArtifactManifest validate_manifest(const json& m, const std::string& file) {
     f.refuse("manifest_checksum",
              sum.get<std::string>() + " does not match the model, weights and graph sections (" +
                  got + "): the manifest was edited after telosc wrote it; compile the model again");
+  a.checksum = sum.get<std::string>();
   return a;
 }
 

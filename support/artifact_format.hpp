@@ -93,6 +93,7 @@ struct ArtifactConfig {
 
 struct ArtifactManifest : ArtifactConfig {
   int schema_version = 0;
+  std::string checksum;      // manifest_checksum: names the model, its weights and its graph
   std::string weights_file;  // a file of the artifact, listed in `files`
   std::int64_t weights_size = 0;
   std::vector<WeightEntry> tensors;                        // manifest order
