@@ -824,14 +824,19 @@ def find_block(text, begin, end, where):
 
 
 def kept_serving_section(path):
-    """The serving section of an existing benchmarks.md ("" when none), for bench_suite.py."""
+    """The serving section of an existing benchmarks.md, for bench_suite.py to write again after
+    its own tables: from the first begin marker to the last end marker (to the file's end when
+    there is none, so that nothing is lost); "" when there is no file or no section."""
     try:
         with open(path) as f:
             text = f.read()
     except FileNotFoundError:
         return ""
-    block = find_block(text, SECTION_BEGIN, SECTION_END, path)
-    return text[block[0]:block[1]] if block else ""
+    start = text.find(SECTION_BEGIN)
+    if start < 0:
+        return ""
+    end = text.rfind(SECTION_END)
+    return text[start:end + len(SECTION_END) if end > start else len(text)].rstrip("\n") + "\n"
 
 
 def replace_workload_section(text, workload, body, where):
