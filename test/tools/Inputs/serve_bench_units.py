@@ -6,6 +6,7 @@ messages, no traceback), which run the script itself.
 
     serve_bench_units.py SRC_ROOT
 """
+import asyncio
 import json
 import math
 import os
@@ -274,6 +275,60 @@ class Plot(unittest.TestCase):
         for x in r["runs"][0]["rates"]:
             x["ttft_ms"] = x["itl_ms"] = {"p50": None, "p99": None}
         self.assertIsNone(sb.latency_svg(r))
+
+
+class Client(unittest.TestCase):
+    """The streaming client against canned HTTP answers (a loopback server that sends `reply`
+    whole, whatever the request)."""
+
+    def stream(self, reply, output_len=2):
+        async def go():
+            async def answer(reader, writer):
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(reply)
+                await writer.drain()
+                writer.close()
+
+            server = await asyncio.start_server(answer, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            target = sb.Target(f"http://127.0.0.1:{port}", model="m")
+            async with server:
+                return await sb.send(target, sb.RequestSpec(0, [1, 2, 3], output_len), [1, 2, 3], "s")
+        return asyncio.run(go())
+
+    @staticmethod
+    def chunked(*events):
+        body = b"".join(f"data: {e}\n\n".encode() for e in events)
+        half = len(body) // 2  # two chunks, split inside an event
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (body[:half], body[half:])) + b"0\r\n\r\n")
+
+    def token(self, *ids):
+        return json.dumps({"choices": [{"index": 0, "text": "", "token_ids": list(ids)}]})
+
+    def test_a_whole_stream(self):
+        usage = json.dumps({"choices": [], "usage": {"prompt_tokens_details": {"cached_tokens": 16}}})
+        r = self.stream(self.chunked(self.token(5), self.token(6, 7), usage, "[DONE]"), output_len=3)
+        self.assertIsNone(r.error)
+        self.assertEqual((r.token_ids, len(r.chunk_times), r.cached_tokens), ([5, 6, 7], 2, 16))
+
+    def test_fewer_tokens_than_asked_for(self):
+        r = self.stream(self.chunked(self.token(5), "[DONE]"), output_len=2)
+        self.assertEqual(r.error, "short output: 1 of 2 tokens")
+
+    def test_a_refusal(self):
+        body = b'{"error": {"message": "too many requests"}}'
+        r = self.stream(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: %d\r\n\r\n%s"
+                        % (len(body), body))
+        self.assertEqual(r.error, 'HTTP 429: {"error": {"message": "too many requests"}}')
+
+    def test_an_error_inside_the_stream(self):
+        r = self.stream(self.chunked(self.token(5), json.dumps({"error": {"message": "boom"}})))
+        self.assertEqual(r.error, "stream error: boom")
+
+    def test_a_connection_cut_short(self):
+        r = self.stream(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n40\r\ndata: ")
+        self.assertTrue(r.error.startswith("connection: IncompleteReadError"), r.error)
 
 
 def free_port():
