@@ -97,8 +97,9 @@ LONG_EVERY = 10
 MIN_OUTPUT = 2  # every request streams at least two tokens, so each has a TPOT and an ITL
 
 WORKLOADS = {
-    "sharegpt": "ShareGPT-like prompt and output lengths (PROMPT_LEN, OUTPUT_LEN), random ids",
-    "shared-prefix": "one 2000-token system prompt shared by every request, then a short user turn",
+    "sharegpt": "ShareGPT-like prompt and output lengths (log-normal, means 161 and 338 tokens)",
+    "shared-prefix": f"a {SYSTEM_PROMPT_LEN}-token system prompt (at most half of max_model_len) "
+                     "shared by every request, then a short user turn",
     "multi-turn": f"conversations of {TURNS} turns, each resending the history with the replies",
     "long-prompts": f"sharegpt plus an {LONG_PROMPT_LEN}-token prompt every {LONG_EVERY}th request",
 }
@@ -112,7 +113,6 @@ class RequestSpec:
     prompt: list
     output_len: int
     conversation: int = None  # multi-turn only
-    turn: int = 0
 
 
 def fit(prompt_len, output_len, room):
@@ -152,8 +152,7 @@ def multi_turn_requests(n, max_seq_len, vocab_size, rng):
     out = []
     for i in range(n):
         u, o = fit(USER_TURN_LEN.draw(rng), OUTPUT_LEN.draw(rng), max_seq_len // TURNS)
-        out.append(RequestSpec(i, token_ids(rng, u, vocab_size), o, i % conversations,
-                               i // conversations))
+        out.append(RequestSpec(i, token_ids(rng, u, vocab_size), o, i % conversations))
     return out
 
 
@@ -203,23 +202,28 @@ class Target:
     engine: str = None  # the engine telos-run named on start; None for --url
 
 
-async def http_exchange(url, method, path, body=None, headers=()):
-    """Sends one request on a new connection; returns (status, headers, reader, writer)."""
+async def send_request(url, method, path, body=None):
+    """Sends one request (a JSON body, if any) on a new connection; returns (reader, writer). The
+    API key in TELOS_API_KEY, if set, goes along as the server expects it."""
     u = urllib.parse.urlsplit(url)
     reader, writer = await asyncio.open_connection(u.hostname, u.port or 80, limit=1 << 22)
     data = b"" if body is None else json.dumps(body).encode()
     head = [f"{method} {path} HTTP/1.1", f"Host: {u.netloc}", "Connection: close",
-            f"Content-Length: {len(data)}"] + list(headers)
+            f"Content-Length: {len(data)}"]
     if body is not None:
         head.append("Content-Type: application/json")
     if os.environ.get("TELOS_API_KEY"):
         head.append(f"Authorization: Bearer {os.environ['TELOS_API_KEY']}")
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
     await writer.drain()
+    return reader, writer
+
+
+async def read_head(reader):
+    """The response's status and headers (names in lower case)."""
     lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
     fields = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
-    return status, {k.strip().lower(): v.strip() for k, v in fields.items()}, reader, writer
+    return int(lines[0].split()[1]), {k.strip().lower(): v.strip() for k, v in fields.items()}
 
 
 async def body_pieces(reader, headers):
@@ -237,8 +241,9 @@ async def body_pieces(reader, headers):
 
 async def fetch(url, path):
     """GET path; returns (status, body bytes). Raises OSError when the server cannot be reached."""
-    status, headers, reader, writer = await http_exchange(url, "GET", path)
+    reader, writer = await send_request(url, "GET", path)
     try:
+        status, headers = await read_head(reader)
         return status, b"".join([p async for p in body_pieces(reader, headers)])
     finally:
         writer.close()
@@ -278,9 +283,10 @@ def completion_body(target, prompt, output_len, salt):
 async def stream_completion(target, prompt, output_len, salt, result):
     """Streams one completion into `result`; a refusal or a broken stream sets result.error."""
     result.start = time.perf_counter()
-    status, headers, reader, writer = await http_exchange(
-        target.url, "POST", "/v1/completions", completion_body(target, prompt, output_len, salt))
+    reader, writer = await send_request(target.url, "POST", "/v1/completions",
+                                        completion_body(target, prompt, output_len, salt))
     try:
+        status, headers = await read_head(reader)
         if status != 200:
             body = b"".join([p async for p in body_pieces(reader, headers)])
             result.error = f"HTTP {status}: {body[:300].decode(errors='replace')}"
@@ -355,7 +361,8 @@ def metrics_summary(before, after, samples):
     def delta(name):
         return after.get(name, 0.0) - before.get(name, 0.0) if name in after else None
 
-    queries, hits = delta("telos_prefix_cache_queries_total"), delta("telos_prefix_cache_hits_total")
+    queries = delta("telos_prefix_cache_queries_total")
+    hits = delta("telos_prefix_cache_hits_total")
     used = [s["telos_kv_pages_used"] for s in samples + [after] if "telos_kv_pages_used" in s]
     preemptions = delta("telos_preemptions_total")
     return {"prefix_cache_hit_rate": hits / queries if queries else None,
@@ -502,7 +509,7 @@ def compare_runs(cached, uncached):
     return out
 
 
-# ---- Server ---------------------------------------------------------------------------------------
+# ---- Server -------------------------------------------------------------------------------------
 
 
 def serve_command(args, prefix_cache):
@@ -587,7 +594,7 @@ async def describe_server(target):
 
 def warm_up(target, salt):
     """One short request before the rates, so that no rate pays the server's first-request costs."""
-    spec = RequestSpec(-1, [1, 2, 3, 4], MIN_OUTPUT)
+    spec = RequestSpec(-1, [i % target.vocab_size for i in range(1, 5)], MIN_OUTPUT)
     result = asyncio.run(send(target, spec, spec.prompt, salt))
     if result.error:
         raise BenchError(f"{target.url}/v1/completions: the warm-up request failed: {result.error}")
@@ -680,6 +687,10 @@ def fmt(v, digits=1):
     return "—" if v is None else f"{v:.{digits}f}"
 
 
+def count(v):
+    return "—" if v is None else str(v)
+
+
 def triple(d):
     return " / ".join(fmt(d[k]) for k in ("p50", "p90", "p99"))
 
@@ -693,7 +704,7 @@ def progress_line(row):
 def rate_table(rows):
     lines = ["| rate req/s | done / errors | req/s | output tok/s | TTFT ms p50 / p90 / p99 "
              "| TPOT ms p50 / p90 / p99 | ITL ms p50 / p90 / p99 | prefix cache hit rate "
-             "| peak KV pages (of) |",
+             "| peak KV pages used / pool |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         hit = r["prefix_cache_hit_rate"]
@@ -702,8 +713,7 @@ def rate_table(rows):
             f"| {fmt(r['request_throughput'], 2)} | {fmt(r['output_tokens_per_s'], 0)} "
             f"| {triple(r['ttft_ms'])} | {triple(r['tpot_ms'])} | {triple(r['itl_ms'])} "
             f"| {'—' if hit is None else f'{100 * hit:.1f}%'} "
-            f"| {r['kv_pages_used_peak'] if r['kv_pages_used_peak'] is not None else '—'} "
-            f"({r['kv_pages_total'] if r['kv_pages_total'] is not None else '—'}) |")
+            f"| {count(r['kv_pages_used_peak'])} / {count(r['kv_pages_total'])} |")
     return lines
 
 
@@ -726,7 +736,8 @@ def report_lines(report, svg_name=None):
                   f"(p99 TTFT < {m['slo_ttft_ms']:g} ms and p99 ITL < {m['slo_itl_ms']:g} ms).",
                   ""] + rate_table(run["rates"]) + [""]
     if "comparison" in report:
-        ratios = ", ".join(f"{c['rate']}: {fmt(c['ttft_p50_ratio'], 2)}" for c in report["comparison"])
+        ratios = ", ".join(f"{c['rate']}: {fmt(c['ttft_p50_ratio'], 2)}"
+                           for c in report["comparison"])
         lines += [f"TTFT p50 with the prefix cache over without it, by rate: {ratios}.", ""]
     if svg_name:
         lines += [f"![TTFT and ITL against the request rate]({svg_name})", ""]
@@ -735,70 +746,87 @@ def report_lines(report, svg_name=None):
 
 # ---- Plot (hand-made SVG: deterministic, no matplotlib needed) ----------------------------------
 
-SERIES = [("ttft_ms", "p50", "TTFT p50"), ("ttft_ms", "p99", "TTFT p99"),
-          ("itl_ms", "p50", "ITL p50"), ("itl_ms", "p99", "ITL p99")]
-COLORS = ["#1f77b4", "#aec7e8", "#d62728", "#ff9896"]
-PLOT = {"width": 640, "height": 360, "left": 60, "right": 150, "top": 30, "bottom": 50}
+SERIES = [("ttft_ms", "p50", "TTFT p50", "#1f77b4"), ("ttft_ms", "p99", "TTFT p99", "#aec7e8"),
+          ("itl_ms", "p50", "ITL p50", "#d62728"), ("itl_ms", "p99", "ITL p99", "#ff9896")]
 
 
-def log_range(values):
-    """Whole decades (as exponents) that hold every value."""
+@dataclasses.dataclass
+class Frame:
+    """The plot area in pixels: rate i spread evenly across it, milliseconds on a log scale over
+    the decades 10^lo .. 10^hi."""
+    rates: int
+    lo: int
+    hi: int
+    left: int = 60
+    top: int = 30
+    width: int = 430
+    height: int = 280
+
+    def x(self, i):
+        return self.left + self.width * (i + 0.5) / self.rates
+
+    def y(self, ms):
+        return self.top + self.height * (self.hi - math.log10(ms)) / (self.hi - self.lo)
+
+
+def decades(values):
+    """The whole decades (as exponents lo, hi) that hold every value."""
     logs = [math.log10(v) for v in values]
     lo, hi = math.floor(min(logs)), math.ceil(max(logs))
-    return lo, hi if hi > lo else lo + 1
+    return lo, max(hi, lo + 1)
+
+
+def svg_axes(f, rates, title):
+    right, bottom = f.left + f.width, f.top + f.height
+    out = [f'<text x="{f.left}" y="18" font-size="13">{escape(title)}</text>',
+           f'<rect x="{f.left}" y="{f.top}" width="{f.width}" height="{f.height}" fill="none" '
+           'stroke="#888"/>']
+    for e in range(f.lo, f.hi + 1):
+        y = f.y(10 ** e)
+        out += [f'<line x1="{f.left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>',
+                f'<text x="{f.left - 6}" y="{y + 4:.1f}" text-anchor="end">{10 ** e:g}</text>']
+    out += [f'<text x="{f.x(i):.1f}" y="{bottom + 16}" text-anchor="middle">{r}</text>'
+            for i, r in enumerate(rates)]
+    mid = f.top + f.height / 2
+    return out + [f'<text x="{f.left + f.width / 2:.1f}" y="{bottom + 38}" text-anchor="middle">'
+                  'request rate (requests/s)</text>',
+                  f'<text x="16" y="{mid:.1f}" text-anchor="middle" '
+                  f'transform="rotate(-90 16 {mid:.1f})">ms (log scale)</text>']
+
+
+def svg_run(f, run, legend_y):
+    """One run's lines (dashed without the prefix cache) and their legend entries from legend_y."""
+    dash = ' stroke-dasharray="5,3"' if run["prefix_cache"] is False else ""
+    cache = "cache off" if run["prefix_cache"] is False else "cache on"
+    out, lx = [], f.left + f.width + 10
+    for key, p, name, color in SERIES:
+        pts = [(f.x(i), f.y(r[key][p])) for i, r in enumerate(run["rates"]) if r[key][p]]
+        if pts:  # a line, and a dot at each rate (a run of one rate has no line to draw)
+            coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
+            out.append(f'<polyline points="{coords}" fill="none" stroke="{color}" '
+                       f'stroke-width="2"{dash}/>')
+            out += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"/>' for x, y in pts]
+        out += [f'<line x1="{lx}" x2="{lx + 20}" y1="{legend_y + 4}" y2="{legend_y + 4}" '
+                f'stroke="{color}" stroke-width="2"{dash}/>',
+                f'<text x="{lx + 26}" y="{legend_y + 8}">{name}, {cache}</text>']
+        legend_y += 16
+    return out
 
 
 def latency_svg(report):
-    """TTFT and ITL (p50, p99; ms, log scale) against the rate: solid with the prefix cache or at
-    --url, dashed without."""
-    rates = [r["rate"] for r in report["runs"][0]["rates"]]
-    values = [r[k][p] for run in report["runs"] for r in run["rates"] for k, p, _ in SERIES]
+    """TTFT and ITL (p50, p99) against the rate, every run of the report; None with no figures."""
+    values = [r[k][p] for run in report["runs"] for r in run["rates"] for k, p, _, _ in SERIES]
     values = [v for v in values if v]
     if not values:
         return None
-    lo, hi = log_range(values)
-    P = PLOT
-    w, h = P["width"] - P["left"] - P["right"], P["height"] - P["top"] - P["bottom"]
-
-    def x(i):
-        return P["left"] + (w * (i + 0.5) / len(rates))
-
-    def y(v):
-        return P["top"] + h * (hi - math.log10(v)) / (hi - lo)
-
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{P["width"]}" height="{P["height"]}" '
-           f'font-family="sans-serif" font-size="11">',
-           f'<text x="{P["left"]}" y="18" font-size="13">{escape(report["meta"]["workload"])}: '
-           'latency against request rate</text>',
-           f'<rect x="{P["left"]}" y="{P["top"]}" width="{w}" height="{h}" fill="none" stroke="#888"/>']
-    for e in range(lo, hi + 1):
-        out.append(f'<line x1="{P["left"]}" x2="{P["left"] + w}" y1="{y(10 ** e):.1f}" '
-                   f'y2="{y(10 ** e):.1f}" stroke="#ddd"/>')
-        out.append(f'<text x="{P["left"] - 6}" y="{y(10 ** e) + 4:.1f}" text-anchor="end">'
-                   f'{10 ** e:g}</text>')
-    for i, rate in enumerate(rates):
-        out.append(f'<text x="{x(i):.1f}" y="{P["top"] + h + 16}" text-anchor="middle">{rate}</text>')
-    out.append(f'<text x="{P["left"] + w / 2:.1f}" y="{P["height"] - 12}" text-anchor="middle">'
-               'request rate (requests/s)</text>')
-    out.append(f'<text x="16" y="{P["top"] + h / 2:.1f}" text-anchor="middle" '
-               f'transform="rotate(-90 16 {P["top"] + h / 2:.1f})">ms (log scale)</text>')
-    legend_y = P["top"]
-    for run in report["runs"]:
-        dash = ' stroke-dasharray="5,3"' if run["prefix_cache"] is False else ""
-        for (key, p, name), color in zip(SERIES, COLORS):
-            pts = [(x(i), y(r[key][p])) for i, r in enumerate(run["rates"]) if r[key][p]]
-            if pts:
-                coords = " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)
-                out.append(f'<polyline points="{coords}" fill="none" stroke="{color}" '
-                           f'stroke-width="2"{dash}/>')
-            label = f"{name}, {'cache off' if run['prefix_cache'] is False else 'cache on'}"
-            lx = P["left"] + w + 10
-            out.append(f'<line x1="{lx}" x2="{lx + 20}" y1="{legend_y + 4}" y2="{legend_y + 4}" '
-                       f'stroke="{color}" stroke-width="2"{dash}/>')
-            out.append(f'<text x="{lx + 26}" y="{legend_y + 8}">{escape(label)}</text>')
-            legend_y += 16
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    rates = [r["rate"] for r in report["runs"][0]["rates"]]
+    f = Frame(len(rates), *decades(values))
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="660" height="360" '
+           'font-family="sans-serif" font-size="11">']
+    out += svg_axes(f, rates, f"{report['meta']['workload']}: latency against request rate")
+    for i, run in enumerate(report["runs"]):
+        out += svg_run(f, run, f.top + i * 16 * len(SERIES))
+    return "\n".join(out + ["</svg>"]) + "\n"
 
 
 # ---- docs/benchmarks.md -------------------------------------------------------------------------
@@ -969,16 +997,26 @@ def check_args(ap, args):
         if u.scheme != "http" or not u.hostname:
             ap.error(f"--url: expected http://HOST:PORT, got '{args.url}'")
         if args.no_prefix_cache or args.compare_no_prefix_cache:
-            ap.error("--no-prefix-cache and --compare-no-prefix-cache start servers: not with --url")
+            ap.error("--no-prefix-cache and --compare-no-prefix-cache start servers: "
+                     "not with --url")
         if not args.artifact and not args.vocab_size:
             ap.error("--url needs ARTIFACT or --vocab-size to bound the prompt token ids")
+    # Checked now rather than after a long run whose figures would then have nowhere to go.
+    for option, path in (("--out", args.out), ("--write-docs", args.write_docs)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            ap.error(f"{option} {path}: the folder {os.path.dirname(os.path.abspath(path))} "
+                     "does not exist")
 
 
 def raise_open_file_limit():
-    """At rate inf every request holds a connection at once: as many files as allowed."""
+    """At rate inf every request holds a connection at once: as many open files as allowed."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    want = hard if hard != resource.RLIM_INFINITY else 1 << 16
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):
+            pass  # the soft limit stays; connections past it fail as request errors
 
 
 def main(argv=None):
@@ -986,6 +1024,7 @@ def main(argv=None):
     raise_open_file_limit()
     try:
         report = run(args)
+        print("\n".join(report_lines(report)), flush=True)
         if args.out:
             write_atomically(args.out, json.dumps(report, indent=1) + "\n")
         if args.write_docs:
@@ -993,7 +1032,6 @@ def main(argv=None):
     except BenchError as e:
         print(f"serve_bench: {e}", file=sys.stderr)
         return 1
-    print("\n".join(report_lines(report)))
     return 0
 
 

@@ -127,7 +127,7 @@ class Workloads(unittest.TestCase):
 
     def test_multi_turn_conversations_fit_whole(self):
         specs = sb.build_workload("multi-turn", 10, 256, 512, 0)
-        self.assertEqual([(s.conversation, s.turn) for s in specs[:4]], [(0, 0), (1, 0), (2, 0), (0, 1)])
+        self.assertEqual([s.conversation for s in specs], [0, 1, 2, 0, 1, 2, 0, 1, 2, 0])
         for c in range(3):
             turns = [s for s in specs if s.conversation == c]
             self.assertLessEqual(sum(self.total(s) for s in turns), 256)
@@ -172,7 +172,8 @@ class Summaries(unittest.TestCase):
                   "telos_preemptions_total": 1}
         after = {"telos_prefix_cache_queries_total": 300, "telos_prefix_cache_hits_total": 60,
                  "telos_preemptions_total": 1, "telos_kv_pages_used": 0, "telos_kv_pages_total": 64}
-        m = sb.metrics_summary(before, after, [{"telos_kv_pages_used": 5}, {}, {"telos_kv_pages_used": 9}])
+        samples = [{"telos_kv_pages_used": 5}, {}, {"telos_kv_pages_used": 9}]
+        m = sb.metrics_summary(before, after, samples)
         self.assertEqual(m, {"prefix_cache_hit_rate": 0.25, "kv_pages_used_peak": 9,
                              "kv_pages_total": 64, "preemptions": 0})
         self.assertIsNone(sb.metrics_summary({}, {}, [])["prefix_cache_hit_rate"])
@@ -191,7 +192,8 @@ def report(workload="shared-prefix", cache_runs=(True, False)):
                      "model": "tiny", "max_model_len": 256, "workload": workload,
                      "workload_description": "test", "num_requests": 2, "seed": 0,
                      "slo_ttft_ms": 1000.0, "slo_itl_ms": 50.0},
-            "runs": [{"prefix_cache": c, "rates": rates, "goodput_rate": "inf"} for c in cache_runs]}
+            "runs": [{"prefix_cache": c, "rates": rates, "goodput_rate": "inf"}
+                     for c in cache_runs]}
 
 
 class DocsSection(unittest.TestCase):
@@ -220,7 +222,8 @@ class DocsSection(unittest.TestCase):
     def test_adds_the_section_when_absent(self):
         new = sb.replace_workload_section(self.BEFORE, "sharegpt", "results", "f.md")
         self.assertTrue(new.startswith(self.BEFORE.rstrip("\n") + "\n\n" + sb.SECTION_BEGIN))
-        self.assertTrue(new.endswith(sb.workload_markers("sharegpt")[1] + "\n" + sb.SECTION_END + "\n"))
+        end = sb.workload_markers("sharegpt")[1]
+        self.assertTrue(new.endswith(f"{end}\n{sb.SECTION_END}\n"))
 
     def test_broken_markers_are_refused_and_nothing_is_written(self):
         begin, _ = sb.workload_markers("sharegpt")
@@ -246,7 +249,8 @@ class DocsSection(unittest.TestCase):
                 text = f.read()
             self.assertTrue(text.startswith(self.BEFORE + sb.SECTION_BEGIN))
             self.assertTrue(text.endswith(sb.SECTION_END + "\n" + self.AFTER))
-            self.assertIn("![TTFT and ITL against the request rate](serve_bench_shared-prefix.svg)", text)
+            self.assertIn("![TTFT and ITL against the request rate]"
+                          "(serve_bench_shared-prefix.svg)", text)
             self.assertIn("| inf | 2 / 0 |", text)
             self.assertTrue(os.path.exists(os.path.join(d, "serve_bench_shared-prefix.svg")))
 
@@ -268,6 +272,8 @@ class Plot(unittest.TestCase):
         lines = svg.findall("{http://www.w3.org/2000/svg}polyline")
         self.assertEqual(len(lines), 2 * len(sb.SERIES))
         self.assertEqual(sum(1 for l in lines if l.get("stroke-dasharray")), len(sb.SERIES))
+        dots = svg.findall("{http://www.w3.org/2000/svg}circle")
+        self.assertEqual(len(dots), 2 * len(sb.SERIES) * 3)  # runs, series, rates
         self.assertEqual(sb.latency_svg(report()), sb.latency_svg(report()))
 
     def test_nothing_to_plot(self):
@@ -293,22 +299,26 @@ class Client(unittest.TestCase):
             port = server.sockets[0].getsockname()[1]
             target = sb.Target(f"http://127.0.0.1:{port}", model="m")
             async with server:
-                return await sb.send(target, sb.RequestSpec(0, [1, 2, 3], output_len), [1, 2, 3], "s")
+                spec = sb.RequestSpec(0, [1, 2, 3], output_len)
+                return await sb.send(target, spec, spec.prompt, "s")
         return asyncio.run(go())
 
     @staticmethod
     def chunked(*events):
         body = b"".join(f"data: {e}\n\n".encode() for e in events)
         half = len(body) // 2  # two chunks, split inside an event
-        return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (body[:half], body[half:])) + b"0\r\n\r\n")
+        chunks = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (body[:half], body[half:]))
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n")
 
     def token(self, *ids):
         return json.dumps({"choices": [{"index": 0, "text": "", "token_ids": list(ids)}]})
 
     def test_a_whole_stream(self):
-        usage = json.dumps({"choices": [], "usage": {"prompt_tokens_details": {"cached_tokens": 16}}})
-        r = self.stream(self.chunked(self.token(5), self.token(6, 7), usage, "[DONE]"), output_len=3)
+        usage = json.dumps({"choices": [],
+                            "usage": {"prompt_tokens_details": {"cached_tokens": 16}}})
+        r = self.stream(self.chunked(self.token(5), self.token(6, 7), usage, "[DONE]"),
+                        output_len=3)
         self.assertIsNone(r.error)
         self.assertEqual((r.token_ids, len(r.chunk_times), r.cached_tokens), ([5, 6, 7], 2, 16))
 
@@ -368,6 +378,10 @@ class CommandLine(unittest.TestCase):
                           "--compare-no-prefix-cache")
         self.assert_fails(2, "not allowed with argument", "a.telos", "--no-prefix-cache",
                           "--compare-no-prefix-cache")
+        self.assert_fails(2, "--out /no/such/folder/r.json: the folder /no/such/folder does not "
+                          "exist", "a.telos", "--out", "/no/such/folder/r.json")
+        self.assert_fails(2, "--write-docs /no/such/folder/b.md: the folder", "a.telos",
+                          "--write-docs", "/no/such/folder/b.md")
 
     def test_unreachable_server_exits_1(self):
         url = f"http://127.0.0.1:{free_port()}"
@@ -390,7 +404,8 @@ class CommandLine(unittest.TestCase):
             with open(os.path.join(d, "a.telos", "manifest.json"), "w") as f:
                 json.dump({"model": {"vocab_size": 10}}, f)
             self.assert_fails(1, f"serve_bench: cannot start {d}/no-telos-run:",
-                              os.path.join(d, "a.telos"), "--telos-run", os.path.join(d, "no-telos-run"))
+                              os.path.join(d, "a.telos"), "--telos-run",
+                              os.path.join(d, "no-telos-run"))
 
 
 if __name__ == "__main__":
