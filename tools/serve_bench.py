@@ -8,7 +8,7 @@ throughput, output tokens/s, time to first token (TTFT), time per output token a
 and the peak of KV pages in use (scraped from /metrics), and the errors; then the goodput rate,
 the largest rate up to which every rate meets the latency objectives (p99 TTFT and p99 ITL).
 
-    python3 tools/serve_bench.py ARTIFACT [--telos-run BIN] [--engine cpu|gpu] [--serve-args ARGS]
+    python3 tools/serve_bench.py ARTIFACT [--telos-run BIN] [--engine gpu|cpu] [--serve-args ARGS]
                                  [--workload sharegpt|shared-prefix|multi-turn|long-prompts]
                                  [--rates 1,4,inf] [--num-requests N] [--seed S]
                                  [--no-prefix-cache | --compare-no-prefix-cache]
@@ -735,6 +735,8 @@ def report_lines(report, svg_name=None):
                   f"{run['goodput_rate'] if run['goodput_rate'] is not None else 'none'} req/s "
                   f"(p99 TTFT < {m['slo_ttft_ms']:g} ms and p99 ITL < {m['slo_itl_ms']:g} ms).",
                   ""] + rate_table(run["rates"]) + [""]
+        spread = ", ".join(f"{r['rate']}: {fmt(r['itl_p99_over_p50'], 1)}" for r in run["rates"])
+        lines += [f"ITL p99 over its median, by rate: {spread}.", ""]
     if "comparison" in report:
         ratios = ", ".join(f"{c['rate']}: {fmt(c['ttft_p50_ratio'], 2)}"
                            for c in report["comparison"])
@@ -962,7 +964,8 @@ def parse_args(argv):
                     help="with --url and no ARTIFACT: prompt token ids are drawn below this")
     ap.add_argument("--telos-run", default=os.path.join(REPO, "build", "bin", "telos-run"),
                     help="the telos-run binary (default: build/bin/telos-run)")
-    ap.add_argument("--engine", choices=["auto", "cpu", "gpu"], help="telos-run serve --engine")
+    ap.add_argument("--engine", choices=["cpu", "gpu"],
+                    help="telos-run serve --engine (default: telos-run's choice)")
     ap.add_argument("--serve-args", default="",
                     help="more telos-run serve options, one string (e.g. '--kv-pages 4096')")
     ap.add_argument("--workload", choices=sorted(WORKLOADS), default="sharegpt")

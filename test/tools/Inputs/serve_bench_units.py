@@ -186,7 +186,7 @@ def report(workload="shared-prefix", cache_runs=(True, False)):
                       "request_throughput": 1.0, "output_tokens_per_s": 10.0,
                       "ttft_ms": {"p50": 10.0 * (i + 1), "p90": 20.0, "p99": 30.0},
                       "tpot_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0},
-                      "itl_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0},
+                      "itl_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0}, "itl_p99_over_p50": 3.0,
                       "prefix_cache_hit_rate": 0.5, "kv_pages_used_peak": 7, "kv_pages_total": 64})
     return {"meta": {"date": "today", "command": "test", "hardware": "none", "engine": "cpu",
                      "model": "tiny", "max_model_len": 256, "workload": workload,
