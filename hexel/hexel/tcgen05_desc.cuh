@@ -49,8 +49,9 @@ HEXEL_HOST_DEVICE constexpr Kind kind_of(AbType t) {
 struct InstrDesc {
   uint32_t bits = 0;
 
-  // M = 64 or 128 for one CTA (128 or 256 for a CTA pair); N a multiple of 8 (16 when M is
-  // 128+) up to 256. `a_mn_major`/`b_mn_major` select MN-major operands.
+  // M = 64 or 128 for one CTA, N 8 .. 256 in steps of 8; M = 128 or 256 for a CTA pair, N in
+  // steps of 16 (PTX ISA, "Matrix Shape"; hexel/tcgen05_model.h checks it). `a_mn_major` /
+  // `b_mn_major` select MN-major operands.
   static HEXEL_HOST_DEVICE constexpr InstrDesc make(AbType a, AbType b, DType d, uint32_t m,
                                                     uint32_t n, bool a_mn_major = false,
                                                     bool b_mn_major = false, bool negate_a = false,
