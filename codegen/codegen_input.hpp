@@ -14,8 +14,6 @@ struct CodegenInput {
   bool decode_weight_images = true;
   // attention_split: positions per split of decode attention (256 or 512).
   int attention_split = 256;
-  // decode_qkv_flags: the one-token layer's QKV_FLAGS (an experiment).
-  bool decode_qkv_flags = false;
 };
 
 }  // namespace telos::codegen

@@ -186,7 +186,6 @@ struct ModelPlan {
   int split = 0, nsplits = 0;
   long long layer_bytes = 0;
   PersistentLayerTiling layer_t{};
-  bool qkv_flags = false;
   bool images = false;  // a bucket runs the one-token layer: the others read its slot images
 
   int qkv_arrival_counters = 0;     // gemm_small_norm_qkv's, when a bucket folds the QKV epilogue
@@ -215,9 +214,6 @@ ModelPlan model_plan(const ModelShape& m, const CodegenInput& in) {
   // (`timg:`), so that the image is the weight's only copy on the device.
   mp.layer_t = decode_layer_tiling(m.H, m.NH() * m.D, m.HQ * m.D, m.I, m.D, m.qk_norm);
   if (!in.decode_weight_images) mp.layer_t.bulk = 0;  // one copy of the weights: tensor maps
-  // QKV_FLAGS needs the QKV epilogue in the QKV tiles (no QK norm); its counters follow the two
-  // grid-wide ones in layer_sync.
-  mp.qkv_flags = in.decode_qkv_flags && mp.layer_t.qkv_rope;
   mp.images = std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(), [&](int n) {
     return n > 0 && bucket_shape_class(false, n, mp.layer_t.fits) == ShapeClass::one_token_decode;
   });
@@ -748,7 +744,7 @@ KernelInstance decode_layer_kernel(const ModelPlan& mp, const ir::Op& qkv, int H
               float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D))) + ", " +
               num(I) + ", " + num(t.stages) + ", " + num(t.bq) + ", " + num(t.bo) + ", " +
               num(t.bg) + ", " + num(t.bd) + (t.qkv_rope ? ", true" : ", false") + ", " +
-              num(t.bulk) + (mp.qkv_flags ? ", true" : "") + ">",
+              num(t.bulk) + ">",
           {"qkv_w",  "o_w",    "gu_w",      "down_w",    "attn_norm",   "mlp_norm", "bias",
            "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x",
            "qkv",    "q",      "part_o",    "part_ml",   "attn",        "act",      "sync"},
@@ -847,10 +843,8 @@ std::vector<ArenaBuffer> arena(const ModelPlan& mp, const KernelPlan& plan) {
   // Arrival counters of gemm_small_norm_qkv, one per head, zero between launches.
   if (mp.qkv_arrival_counters > 0)
     a.push_back({"qkv_arrivals", mp.qkv_arrival_counters * 4LL, BufferLifetime::steps});
-  // decode_layer_persistent's two grid-wide counters, and with QKV_FLAGS one per KV head group,
-  // zero between launches.
-  if (mp.uses_layer_sync)
-    a.push_back({"layer_sync", 8 + (mp.qkv_flags ? 4LL * m.HKV : 0), BufferLifetime::steps});
+  // decode_layer_persistent's two grid-wide counters, zero between launches.
+  if (mp.uses_layer_sync) a.push_back({"layer_sync", 8, BufferLifetime::steps});
   return a;
 }
 

@@ -48,8 +48,7 @@ if [ "${1:-}" = "--prepare" ]; then
   # telos-launch-bench and telos-device-launch-probe are built where CMake found nvcc
   # (executor/bench).
   cmake --build "$BUILD" --target telos-launch-bench telos-device-launch-probe -j2 2>/dev/null || true
-  rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128" \
-    "$CARRY/artifacts-flags"
+  rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128"
   p128=$(mktemp) b64=$(mktemp)
   echo '{"max_batch": 8, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 128},
          "prefill_chunk": 128, "prefill_buckets": [128]}' >"$p128"
@@ -67,17 +66,6 @@ if [ "${1:-}" = "--prepare" ]; then
   sed -i 's/"max_position_embeddings": 256/"max_position_embeddings": 512/' "$long/config.json"
   echo '{"max_batch": 8, "max_seq_len": 512, "kv_page_size": 16, "kv_pool": {"pages": 128}}' >"$long_serving"
   "$BUILD/bin/telosc" compile "$long" --serving "$long_serving" -o "$CARRY/artifacts/tiny-llama-long.telos"
-  # The one-token layer with decode_qkv_flags (not in the default plan): the tiny
-  # models (tiny-qwen3's QK norm leaves it off) and tiny-llama past its first split.
-  flags=$(mktemp)
-  echo '{"decode_qkv_flags": true}' >"$flags"
-  for m in models/tiny-llama test/fixtures/tiny-qwen2 test/fixtures/tiny-qwen3; do
-    "$BUILD/bin/telosc" compile "$m" --serving "$flags" -o "$CARRY/artifacts-flags/$(basename "$m").telos"
-  done
-  echo '{"max_batch": 8, "max_seq_len": 512, "kv_page_size": 16, "kv_pool": {"pages": 128},
-         "decode_qkv_flags": true}' >"$flags"
-  "$BUILD/bin/telosc" compile "$long" --serving "$flags" -o "$CARRY/artifacts-flags/tiny-llama-long.telos"
-  rm -f "$flags"
   # And at 1024 positions with the serving config's 512-position attention split.
   sed -i 's/"max_position_embeddings": 512/"max_position_embeddings": 1024/' "$long/config.json"
   echo '{"max_batch": 8, "max_seq_len": 1024, "kv_page_size": 16, "kv_pool": {"pages": 256},
@@ -100,8 +88,8 @@ if [ "${1:-}" = "--prepare" ]; then
   # telos-run's shared libraries that a bare GPU machine lacks (the CUDA runtime is static).
   for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu/ {print $3}'); do cp -L "$l" "$CARRY/lib/"; done
   # Compressed: the artifacts' PTX and ICU's data are most of the bytes.
-  tar cJf "$CARRY/payload.tar.xz" -C "$CARRY" lib artifacts artifacts-p128 artifacts-flags
-  rm -rf "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128" "$CARRY/artifacts-flags"
+  tar cJf "$CARRY/payload.tar.xz" -C "$CARRY" lib artifacts artifacts-p128
+  rm -rf "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128"
   # The kernel cache the last GPU run packed ($OUT/kernel-cache.tar.xz there, saved here as
   # KERNEL_CACHE, default .gpu-kernel-cache.tar.xz): tools/gpu_env.sh unpacks it.
   KERNEL_CACHE=${KERNEL_CACHE:-.gpu-kernel-cache.tar.xz}
@@ -146,7 +134,6 @@ if [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ] && [ -z "${GPU_CHECK_SANITIZERS_ONLY:-}"
   STEP_TIMEOUT=300 run "kernels vs f64; small GEMM == prefill GEMM" kernels.log "$B/gpu_kernels_test"
   run "tiny models vs transformers" model.log "$B/gpu_model_test"
   run "tiny models, prefill bucket 128" model-p128.log env TELOS_GPU_ARTIFACTS="$P/artifacts-p128" "$B/gpu_model_test"
-  run "tiny models, decode_qkv_flags" model-flags.log env TELOS_GPU_ARTIFACTS="$P/artifacts-flags" "$B/gpu_model_test"
   run "memcheck: kernels" memcheck-kernels.log $CS --tool memcheck "$B/gpu_kernels_test"
   run "memcheck: tiny models" memcheck-model.log $CS --tool memcheck "$B/gpu_model_test" \
       --gtest_filter='*MatchesTransformers*:*LongContext*'
@@ -175,12 +162,6 @@ if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ]; then
     # The same past a 512-position split (positions 506-517), alone and beside a second prompt.
     $CS --tool racecheck "$B/telos-run" generate "$P/artifacts/tiny-llama-long-split512.telos" \
         --engine gpu --prompt-ids "$(seq -s, 1 506)" --prompt-ids "$(seq -s, 3 508)" --max-tokens 12 || rc=1
-    # decode_qkv_flags: the items wait on their head group counters, before and past
-    # the first split (one request: its decode steps run the one-token layer).
-    $CS --tool racecheck "$B/telos-run" generate "$P/artifacts-flags/tiny-llama-long.telos" --engine gpu \
-        --prompt-ids "$(seq -s, 1 250)" --max-tokens 12 || rc=1
-    $CS --tool racecheck "$B/telos-run" generate "$P/artifacts-flags/tiny-qwen2.telos" --engine gpu \
-        --prompt-ids "$(seq -s, 1 40)" --max-tokens 20 || rc=1
     exit $rc'
   run "synccheck: tiny models" synccheck-model.log $CS --tool synccheck "$B/gpu_model_test" \
       --gtest_filter='*MatchesTransformers*:*LongContext*'

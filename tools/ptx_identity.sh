@@ -7,7 +7,7 @@
 # BASELINE_DIR absent (or holding no recorded compile): compiles every model config under test/
 # (test/telosc/Inputs/configs/*, test/fixtures/*, models/tiny-llama) with --no-weights
 # --emit=kernels, each with the default serving config and the serving variants the lit and GPU
-# tests compile (decode_qkv_flags, decode_weight_images false, attention_split 512), and saves
+# tests compile (decode_weight_images false, attention_split 512), and saves
 # for each kernel instance its PTX and its machine code (the .text section of the cubin) there.
 # BASELINE_DIR present: records the current tree the same way (into --out DIR, default a
 # temporary folder) and compares instance by instance, in plan order, and each module's
@@ -28,7 +28,9 @@
 # has the same instances; else 1. telosc runs from / so that the .file paths (NVRTC's working
 # directory) do not depend on the tree's location; all compiles share one kernel cache, so a
 # variant that does not change a config's source is not compiled twice. About 30 minutes of NVRTC
-# on a 2-core machine.
+# on a 2-core machine; PTX_IDENTITY_CONFIGS and PTX_IDENTITY_VARIANTS (space-separated names, e.g.
+# "Llama-3.2-1B tiny-llama" and "default") record a subset, for a change that touches few kernels
+# (both sides with the same subset).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,7 +61,6 @@ record() {
   serving="$dest/.serving"
   mkdir -p "$serving"
   echo '{}' >"$serving/default.json"
-  echo '{"decode_qkv_flags": true}' >"$serving/flags.json"
   echo '{"decode_weight_images": false}' >"$serving/no-images.json"
   echo '{"attention_split": 512}' >"$serving/split512.json"
   local configs=()
@@ -70,7 +71,8 @@ record() {
     local name
     name=$(basename "$c")
     [ "$name" = config.json ] && name=$(basename "$(dirname "$c")")
-    for v in default flags no-images split512; do
+    case " ${PTX_IDENTITY_CONFIGS:-$name} " in *" $name "*) ;; *) continue ;; esac
+    for v in ${PTX_IDENTITY_VARIANTS:-default no-images split512}; do
       local run="$dest/$name.$v"
       mkdir -p "$run"
       local args=(compile "$c" --no-weights --emit=kernels)

@@ -690,8 +690,7 @@ void bench_sample(double copy_gbs) {
 // plan's (the QKV epilogue in the QKV tiles, QKV_ROPE; the weights of its `bulk` mask streamed
 // from their slot images, a bulk copy a ring slot), and the same with every weight on tensor
 // maps (a box a K block and gate/up half), with all four from slot images and with gate/up and
-// down's, and the plan's with QKV_FLAGS (the attention items wait for their head group's QKV
-// tiles, not the grid-wide count; not planned yet). Every variant's x after one layer is
+// down's. Every variant's x after one layer is
 // compared with the plan's (DIFF in the output otherwise). The trace also has each CTA's
 // arrival after a phase (its release issued). The variants measured here and not kept (K-block
 // views, L2 prefetch ahead of the ring, the V0 counts, other tiles, the count between gate/up and
@@ -722,14 +721,12 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       std::string label;
       PersistentLayerTiling lt;  // with or without QKV_ROPE
       int bulk;  // BULK: the weights as slot images, a bulk copy a slot (bit 0 qkv .. 3 down)
-      bool flags = false;  // QKV_FLAGS: the items wait for their head group's QKV tiles alone
     };
     const PersistentLayerTiling plan_t = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false);
     const std::vector<Variant> variants = {{"V1 plan", plan_t, plan_t.bulk},
                                            {"V1 tensor maps", plan_t, 0},
                                            {"V1 bulk all", plan_t, 0b1111},
-                                           {"V1 bulk gate/up+down", plan_t, 0b1100},
-                                           {"V1 plan qkv flags", plan_t, plan_t.bulk, true}};
+                                           {"V1 bulk gate/up+down", plan_t, 0b1100}};
     const PersistentLayerTiling& lt = variants[0].lt;  // the ring and the other tiles: the same
     std::vector<std::string> names;
     for (const Variant& v : variants)
@@ -740,8 +737,7 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
                       float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) +
                       ", " + I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " +
                       I(v.lt.bo) + ", " + I(v.lt.bg) + ", " + I(v.lt.bd) +
-                      (v.lt.qkv_rope ? ", true" : ", false") + ", " + I(v.bulk) +
-                      (v.flags ? ", true" : "") + ">");
+                      (v.lt.qkv_rope ? ", true" : ", false") + ", " + I(v.bulk) + ">");
     auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
     Module traced(names, "#define TELOS_PHASE_TRACE 1\n", 1);
     const std::unique_ptr<Module> mod = plain.get();
@@ -801,7 +797,7 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
          *qkv = dev(2ull * NQKV, false), *q = dev(4ull * KO, false),
          *po = dev(4ull * sh.HQ * nsplit * sh.D, false), *pml = dev(8ull * sh.HQ * nsplit, false),
          *attn_out = dev(2ull * KO, false), *act = dev(2ull * sh.I, false),
-         *sync = dev(8 + 4ull * sh.HKV, false);  // the counts, and QKV_FLAGS' group counters
+         *sync = dev(8, false);  // the grid-wide counts
     std::vector<int> hpt(kMaxp);
     for (int i = 0; i < kMaxp; ++i) hpt[i] = (i * 7) % kMaxp;  // scattered pages
     cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice);

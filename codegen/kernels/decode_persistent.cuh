@@ -307,12 +307,11 @@ __device__ __forceinline__ void persistent_arrive(unsigned* sync, unsigned phase
 }
 
 // The last CTA to finish returns the count (and its own counter, sync[1]) to zero for the next
-// launch, and the `extra` words after them (decode_layer_persistent's QKV_FLAGS counters).
-__device__ __forceinline__ void persistent_finish(unsigned* sync, unsigned extra = 0) {
+// launch.
+__device__ __forceinline__ void persistent_finish(unsigned* sync) {
   if (threadIdx.x == 0 && atomicAdd(&sync[1], 1u) == gridDim.x - 1) {
     sync[0] = 0;
     sync[1] = 0;
-    for (unsigned w = 0; w < extra; ++w) sync[2 + w] = 0;
     trace_launch_done();
   }
 }
@@ -511,30 +510,6 @@ __device__ __forceinline__ float2 qkv_rope_angle(unsigned t, unsigned k, int pos
   return make_float2(sn, cs);
 }
 
-// QKV_FLAGS (decode_layer_persistent): the KV head groups' readiness counters. Group g is KV head
-// g with its G = HQ / HKV query heads: the q heads g·G .. g·G + G − 1, k head HQ + g and v head HQ
-// + HKV + g of the QKV phase's packed rows (a head's D rows stay its own in the pair order), which
-// the attention items of KV head g read (Q and the token's own K/V row). A QKV tile covers the
-// heads of rows t·BQ .. t·BQ + BQ − 1 and adds 1 to each group among them once its QKV epilogue's
-// stores are released; a group is ready when its counter holds every tile that covers it.
-template <int HQ, int HKV>
-__device__ __forceinline__ constexpr int qkv_head_group(int head) {
-  return head < HQ ? head / (HQ / HKV) : head < HQ + HKV ? head - HQ : head - HQ - HKV;
-}
-// The QKV tiles that cover group g's heads: the union of the tile ranges of its three row ranges.
-template <int HQ, int HKV, int D, int BQ>
-__device__ __forceinline__ unsigned qkv_group_tiles(int g) {
-  constexpr int G = HQ / HKV;
-  const int first[3] = {g * G * D, (HQ + g) * D, (HQ + HKV + g) * D};
-  const int rows[3] = {G * D, D, D};
-  unsigned n = 0;
-  int covered = -1;  // the last tile counted (the ranges ascend, so a shared tile is the last one)
-  for (int r = 0; r < 3; ++r)
-    for (int t = first[r] / BQ; t <= (first[r] + rows[r] - 1) / BQ; ++t)
-      if (t > covered) ++n, covered = t;
-  return n;
-}
-
 // decode_layer_persistent's L2 prefetch of the context's K/V: at most this many bytes a layer, a
 // third of the H200's 50 MB L2 (the weights stream through the rest).
 constexpr long long kKvPrefetchBytes = 16LL << 20;
@@ -544,7 +519,7 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // shared arrays and passes them in.
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
-          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK, bool QKV_FLAGS>
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK>
 struct DecodeLayer {
   static constexpr int NH = HQ + 2 * HKV, NQKV = NH * D, KO = HQ * D;
   static constexpr unsigned kTilesQkv = NQKV / BQ;
@@ -568,27 +543,6 @@ struct DecodeLayer {
     for (unsigned w = blockIdx.x * 128 + t; w < static_cast<unsigned>(I / 2); w += gridDim.x * 128)
       hexel::st_relaxed_gpu(reinterpret_cast<unsigned*>(act) + w, kActPending);
     phase_trace(1);
-  }
-
-  // QKV_FLAGS: tile `tile`'s stores are warp 0's (threads 0-3): the warp meets, then its lane 0
-  // releases them to each head group the tile covers (fence, then red: the release pattern of
-  // persistent_arrive, with the warp barrier where that has the CTA's).
-  __device__ __forceinline__ static void release_qkv_tile(unsigned tile, unsigned* sync) {
-    const int t = threadIdx.x;
-    if (t < 32) {
-      __syncwarp();
-      if (t == 0) {
-        hexel::fence_acq_rel_gpu();
-        unsigned long long seen = 0;
-        for (int h = static_cast<int>(tile * BQ / D);
-             h <= static_cast<int>((tile * BQ + BQ - 1) / D); ++h) {
-          const int g = qkv_head_group<HQ, HKV>(h);
-          if (seen >> g & 1ull) continue;
-          seen |= 1ull << g;
-          hexel::red_add_relaxed_gpu<1>(sync + 2 + g);
-        }
-      }
-    }
   }
 
   // Phase 0 without QKV_ROPE: qkv = RMSNorm(x) · Wqkvᵀ (bf16), its epilogue in phase 1.
@@ -630,10 +584,8 @@ struct DecodeLayer {
   // however few slots have work). Which CTA runs an item changes no bit. Given `out` (attn, where
   // the context is one split: no combine), the items write it as the combine would
   // (attn_split_block's `out`, the same bits). Each item waits for what the QKV phase wrote inside
-  // itself, after its loads that need nothing this launch wrote (attn_split_block's before_q):
-  // with QKV_FLAGS for its KV head's group of QKV tiles alone (qkv_group_tiles), so a CTA without
-  // items waits for nothing (its arrival next reads nothing of this launch); else for the
-  // grid-wide count of phases 0 and 1, once a CTA (after the items where it has none).
+  // itself, after its loads that need nothing this launch wrote (attn_split_block's before_q): for
+  // the grid-wide count of phases 0 and 1, once a CTA (after the items where it has none).
   __device__ __forceinline__ static void attention_phase(
       const float* q, const int* positions, const int* token_seq, const int* page_tables,
       const bf16* kv_layer, float* part_o, float* part_ml, bf16* out, unsigned* sync) {
@@ -648,20 +600,12 @@ struct DecodeLayer {
     for (unsigned item = blockIdx.x; item < static_cast<unsigned>(HKV * NSPLIT);
          item += gridDim.x) {
       const int kvh = static_cast<int>(item % HKV);
-      auto before_q = [&] {
-        if constexpr (QKV_FLAGS) {
-          // The group's counter met as the grid-wide count is (persistent_wait).
-          persistent_wait(sync + 2 + kvh, qkv_group_tiles<HQ, HKV, D, BQ>(kvh));
-          phase_trace(5);
-        } else {
-          wait_qkv();
-        }
-      };
+      auto before_q = [&] { wait_qkv(); };
       attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, 1, true>(
           0, kvh, static_cast<int>(item / HKV), q, positions, token_seq, page_tables, kv_layer,
           part_o, part_ml, sync128, out, nullptr, nullptr, -1, before_q);
     }
-    if constexpr (!QKV_FLAGS) wait_qkv();
+    wait_qkv();
   }
 
   // Phase 3: the combine, a query head per work item on D threads (a meeting between items: a
@@ -686,22 +630,14 @@ struct DecodeLayer {
 // (six without the combine, one fewer with QKV_ROPE), one weight stream (qkv, o, gate/up, down) per
 // SM. Every piece is the code the separate kernels run, or its operations in their order, so the
 // rows have their bits. Template arguments: the model's (qkv_rope_append_rows' and attn_split's
-// after D), then the MLP's and the ring's, QKV_ROPE, BULK, QKV_FLAGS; args as those kernels'.
+// after D), then the MLP's and the ring's, QKV_ROPE, BULK; args as those kernels'.
 // The four weights (qkv, o, gate/up, down): each a tensor map in BQ / BO / BG / 2 / BD x 64 boxes,
 // or where its bit of the mask BULK is set (bit 0 qkv .. 3 down) its slot image in tiles of BQ /
 // BO / BG / BD rows (support/slot_image.hpp), streamed with one bulk copy a ring slot
 // (StreamPhase::image).
-// QKV_FLAGS (with QKV_ROPE): the attention items wait for their KV head's group of QKV tiles
-// (counters sync[2 ..], one per KV head: qkv_head_group, qkv_group_tiles) instead of the grid-wide
-// count after the QKV phase, so an item starts when the tiles it reads have landed, not the last
-// CTA's, and a CTA without items does not wait; sync then holds 2 + HKV words, the last CTA
-// zeroing them all (persistent_finish). The same loads after the same values: the same bits.
-// telos-kernel-bench's "qkv flags" rows time it beside the plan's; the plan takes it only with the
-// serving config's decode_qkv_flags (docs/performance.md, owed GPU runs).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
-          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK,
-          bool QKV_FLAGS = false>
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent(const void* qkv_w, const void* o_w, const void* gu_w,
                             const void* down_w, const float* attn_norm, const float* mlp_norm,
@@ -710,11 +646,10 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
                             bf16* kv_layer, float* x, bf16* qkv, float* q, float* part_o,
                             float* part_ml, bf16* attn, bf16* act, unsigned* sync) {
   using L = DecodeLayer<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT,
-                        NSPLIT, SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, QKV_FLAGS>;
+                        NSPLIT, SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK>;
   static_assert(persistent_tile_ok(BQ, H) && L::NQKV % BQ == 0, "QKV tiles");
   static_assert(!QKV_ROPE || !QK_NORM, "QK norm needs a head's whole row");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
-  static_assert(!QKV_FLAGS || (QKV_ROPE && HKV <= 64), "QKV_FLAGS: the epilogue in the QKV tiles");
   hexel::launch_dependents();  // the waits come later: weights first
   extern __shared__ unsigned char smem_raw[];
   const typename L::Smem sm(smem_raw);
@@ -764,7 +699,6 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
         float d[BQ / 2];
         layer_gemm_tile_mma<1, BQ>(ring, sm.base, sm.ring_base, sm.full, sm.empty, H, d);
         qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer, q, rope_sc);
-        if constexpr (QKV_FLAGS) L::release_qkv_tile(tile, sync);
       }
     }
   } else {
@@ -824,7 +758,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   L::Mlp::template run<1, EPS>(ring, sm.base, sm.ring_base, sm.full, sm.empty, attn, mlp_norm, x,
                                act, sync, kMlpPhase0, L::kTilesQkv);
   phase_trace(kTraceExit);
-  persistent_finish(sync, QKV_FLAGS ? HKV : 0);
+  persistent_finish(sync);
 }
 
 }  // namespace telos_kernels

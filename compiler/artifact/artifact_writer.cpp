@@ -335,7 +335,6 @@ codegen::CodegenInput codegen_input(const ServingConfig& serving) {
   in.targets = serving.targets;
   in.decode_weight_images = serving.decode_weight_images;
   in.attention_split = static_cast<int>(serving.attention_split);
-  in.decode_qkv_flags = serving.decode_qkv_flags;
   return in;
 }
 

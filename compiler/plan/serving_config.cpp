@@ -17,7 +17,7 @@ constexpr double kDefaultMemoryFraction = 0.9;
 const std::vector<std::string> kFields = {
     "max_batch",       "max_seq_len",          "kv_page_size",    "kv_pool",
     "prefill_chunk",   "decode_buckets",       "prefill_buckets", "targets",
-    "tensor_parallel", "decode_weight_images", "attention_split", "decode_qkv_flags"};
+    "tensor_parallel", "decode_weight_images", "attention_split"};
 
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -232,11 +232,6 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
       r.fail_field("attention_split", "expected 256 or 512, got " + s->dump());
     c.attention_split = s->get<std::int64_t>();
   }
-  if (const nlohmann::json* f = r.get("decode_qkv_flags")) {
-    if (!f->is_boolean())
-      r.fail_field("decode_qkv_flags", "expected true or false, got " + f->dump());
-    c.decode_qkv_flags = f->get<bool>();
-  }
   return c;
 }
 
@@ -258,7 +253,6 @@ nlohmann::ordered_json serving_to_json(const ServingConfig& c) {
   j["tensor_parallel"] = c.tensor_parallel;
   j["decode_weight_images"] = c.decode_weight_images;
   j["attention_split"] = c.attention_split;
-  j["decode_qkv_flags"] = c.decode_qkv_flags;
   return j;
 }
 

@@ -31,10 +31,6 @@ struct ServingConfig {
   // Positions per attention split (docs/artifact.md): 256 suits few rows (more items a token to
   // fill the GPU), 512 long contexts at many rows (half the items and partials a token).
   std::int64_t attention_split = 256;
-  // The one-token decode layer's attention items wait for their KV head group's QKV tiles instead
-  // of the grid-wide count (decode_layer_persistent's QKV_FLAGS; docs/performance.md): an
-  // experiment, off until measured.
-  bool decode_qkv_flags = false;
 };
 
 // GPU architectures codegen can target.

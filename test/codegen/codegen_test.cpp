@@ -396,34 +396,6 @@ TEST(Codegen, OneCopyOfTheWeightsWithoutSlotImages) {
     EXPECT_TRUE(without_args[static_cast<std::size_t>(i)].starts_with("tmap:w:layers.0."));
 }
 
-// serving.decode_qkv_flags: the one-token layer's instance takes QKV_FLAGS and
-// layer_sync grows by a counter per KV head; with QK norm (the QKV epilogue outside the QKV tiles)
-// the key changes nothing.
-TEST(Codegen, QkvFlagsFromTheServingConfig) {
-  auto layer = [](const TestModel& in) {
-    const KernelPlan plan = plan_kernels(in);
-    std::string instance;
-    for (const KernelInstance& k : plan.kernels)
-      if (k.instance.starts_with("telos_kernels::decode_layer_persistent<")) instance = k.instance;
-    std::int64_t sync = -1;
-    for (const ArenaBuffer& b : plan.arena)
-      if (b.name == "layer_sync") sync = b.bytes;
-    return std::make_pair(instance, sync);
-  };
-  TestModel in = tiny("llama");
-  const auto [plain, plain_sync] = layer(in);
-  EXPECT_TRUE(plain.ends_with(", true, 15>")) << plain;
-  EXPECT_EQ(plain_sync, 8);
-  in.serving.decode_qkv_flags = true;
-  const auto [flags, flags_sync] = layer(in);
-  EXPECT_EQ(flags, plain.substr(0, plain.size() - 1) + ", true>");
-  EXPECT_EQ(flags_sync, 8 + 4 * in.spec.num_kv_heads);
-  TestModel qwen3 = tiny("qwen3");
-  const auto [q3, q3_sync] = layer(qwen3);
-  qwen3.serving.decode_qkv_flags = true;
-  EXPECT_EQ(layer(qwen3), std::make_pair(q3, q3_sync));
-}
-
 // With slot images every GEMM of every bucket reads the layer weights from them (`timg:`), so no
 // argument names those weights themselves and the engine keeps no second copy; without, none
 // names an image.
