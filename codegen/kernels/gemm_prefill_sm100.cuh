@@ -20,7 +20,8 @@
 // in 16-wide steps, in order, from zero, whatever M is.
 //
 // The index math is host-callable (PrefillEpilogueSm100; test/codegen/prefill_epilogue_sm100_test
-// checks it against hexel/tcgen05_model.h); the kernels compile under NVRTC for sm_100a only.
+// checks it against hexel/tcgen05_model.h); the kernels compile under NVRTC for sm_100a only
+// (test/codegen/lit/prefill_sm100_assembly.test assembles every instance the real configs need).
 #include "gemm_prefill_shape.cuh"
 #include "hexel/swizzle.cuh"
 #include "hexel/tcgen05_accum.cuh"
