@@ -18,6 +18,7 @@
 // Reduction order, for batch invariance: every output element sums K in 16-wide steps in order,
 // whatever M is, so a row's result does not depend on the bucket.
 #include "common.cuh"
+#include "gemm_prefill_shape.cuh"
 #include "hexel/cluster.cuh"
 #include "hexel/ld_st.cuh"
 #include "hexel/math.cuh"
@@ -30,32 +31,6 @@
 namespace telos_kernels {
 
 using hexel::TensorMap;
-
-struct PrefillGemm {
-  static constexpr unsigned kBlockM = 128;
-  static constexpr unsigned kBlockN = 256;
-  static constexpr unsigned kBlockK = 64;  // one 128-byte swizzle row of bf16
-  static constexpr unsigned kStages = 4;  // at most (stages_for)
-  static constexpr unsigned kConsumers = 2;  // warpgroups, 64 rows each
-  static constexpr unsigned kThreads = 128 * (1 + kConsumers);
-  static constexpr unsigned kGroupM = 16;  // tiles along M visited together, for L2 reuse
-  static constexpr unsigned kABytes = hexel::tma::tile_bytes<unsigned short>(kBlockK, kBlockM);
-  // Outputs leave in chunks of 64 rows x 128 bytes (128B-swizzled): 64 bf16 columns for a
-  // store, 32 f32 columns for the residual reduction. Two buffers per consumer, so the TMA
-  // drains one while the next chunk is written.
-  static constexpr unsigned kChunkBytes = 64 * 128;
-  static constexpr unsigned kEpilogueBytes = kConsumers * 2 * kChunkBytes;
-  // Shared memory: the stages (A, then w_rows W rows), the epilogue buffers, each stage's full
-  // and empty barriers; +1024 to align the base to the 128B swizzle repeat, which keeps the
-  // descriptors' base offsets zero. w_rows: kBlockN, or more where one box of whole slot-image
-  // tiles covers the tile's rows (prefill_gemm_body's kCover); as many stages as fit a CTA's
-  // 227 KB, at most kStages (4 of 256 rows, 3 of 288). The host's statement of the bytes:
-  // kernel_plan.hpp, prefill_gemm_smem.
-  __host__ __device__ static constexpr unsigned stages_for(unsigned w_rows) {
-    const unsigned fit = (227 * 1024 - kEpilogueBytes - 1024) / (kABytes + w_rows * 128 + 16);
-    return fit < kStages ? fit : kStages;
-  }
-};
 
 // Where a GEMM's weight rows come from, through its `w_map` argument (docs/artifact.md). W_BH = 0:
 // the 2D map of the [rows, K] weight with the 128-byte swizzle (`tmap:`), the second half's rows
@@ -153,27 +128,12 @@ __device__ __forceinline__ unsigned wgmma_k_loop(float (&d)[N / 2],
   return prev;
 }
 
-// Linear work index -> (tile m, tile n), kGroupM tiles along M per sweep over N, so the CTAs
-// running at one time share A rows and W columns in L2.
-__device__ __forceinline__ void prefill_tile_coords(unsigned t, unsigned tiles_m, unsigned tiles_n,
-                                                    unsigned& tm, unsigned& tn) {
-  const unsigned per_group = PrefillGemm::kGroupM * tiles_n;
-  const unsigned first_m = (t / per_group) * PrefillGemm::kGroupM;
-  const unsigned rows = min(tiles_m - first_m, PrefillGemm::kGroupM);
-  const unsigned r = t % per_group;
-  tm = first_m + r % rows;
-  tn = r / rows;
-}
-
 // Epilogues. A consumer thread's accumulators (wgmma m64nNk16 f32 layout): d[4j + 2h + e] is row
 // 16 · warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e of its 64-row slab.
 //
-// kOutCols: output columns per tile; W rows per tile are always kBlockN. kChunkCols: output
-// columns per 128-byte chunk row. pack(d, j, h): the two bf16 outputs of column pair
-// (j, lane % 4) and row half h, for the TMA-store path.
-struct EpilogueStoreBf16 {
-  static constexpr unsigned kOutCols = PrefillGemm::kBlockN, kChunkCols = 64;
-  static constexpr bool kSplitW = false, kResidual = false;
+// Each adds its arithmetic to its shape (gemm_prefill_shape.cuh). pack(d, j, h): the two bf16
+// outputs of column pair (j, lane % 4) and row half h, for the TMA-store path.
+struct EpilogueStoreBf16 : StoreBf16Shape {
   __device__ __forceinline__ static unsigned pack(const float (&d)[PrefillGemm::kBlockN / 2],
                                                   unsigned j, unsigned h) {
     return pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
@@ -183,9 +143,7 @@ struct EpilogueStoreBf16 {
 // SwiGLU: the tile's first 128 W rows are gate rows j0.., the next 128 the up rows I + j0.. (two
 // TMA boxes per stage), so gate column c and its up column sit in the same thread, 16 column
 // blocks apart.
-struct EpilogueSwiGlu {
-  static constexpr unsigned kOutCols = PrefillGemm::kBlockN / 2, kChunkCols = 64;
-  static constexpr bool kSplitW = true, kResidual = false;
+struct EpilogueSwiGlu : SwiGluShape {
   // silu(gate) · up = gate · up / (1 + 2^(-gate · log2 e)), on the special function unit: one
   // ex2.approx and one rcp.approx (hexel/math.cuh: relative errors near 2^-22 and 1 ulp, far
   // below the bf16 rounding that follows) instead of expf and an IEEE division,
@@ -209,10 +167,7 @@ struct EpilogueSwiGlu {
 // into x at L2 (cp.reduce.async.bulk.tensor .add, f32: x ← add.rn.ftz(x, acc), one reduction per
 // element since one tile owns it, so deterministic whatever M is). The consumers only wait for a
 // buffer to have been read before refilling it, not for x's round trip.
-struct EpilogueResidual {
-  static constexpr unsigned kOutCols = PrefillGemm::kBlockN, kChunkCols = 32;
-  static constexpr bool kSplitW = false, kResidual = true;
-};
+struct EpilogueResidual : ResidualShape {};
 
 // The producer (one thread): for each of the CTA's tiles, every K block's A and W rows into the
 // ring of stages (a_stage, w_stage: their shared addresses) behind the full / empty barriers
@@ -223,24 +178,17 @@ __device__ __forceinline__ void prefill_gemm_produce(const TensorMap* a_map, con
                                                      unsigned full, unsigned empty, AStage& a_stage,
                                                      WStage& w_stage) {
   using G = PrefillGemm;
+  using T = PrefillTiling<M, N, K, Epi, W_BH, W_BOX>;
   using namespace hexel;
-  constexpr bool kCover = W_BH > 0 && W_BOX > G::kBlockN;
-  constexpr unsigned kWRows = kCover ? W_BOX : G::kBlockN;
-  constexpr unsigned kStages = G::stages_for(kWRows);
-  constexpr unsigned kStageBytes = G::kABytes + kWRows * 128;
-  constexpr unsigned tiles_m = (M + G::kBlockM - 1) / G::kBlockM;
-  constexpr unsigned tiles_n = (N + Epi::kOutCols - 1) / Epi::kOutCols;
-  constexpr unsigned units = tiles_m * tiles_n;
-  constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
-  mbarrier::StageRing<kStages> ring;
-  for (unsigned u = blockIdx.x; u < units; u += gridDim.x) {
+  mbarrier::StageRing<T::kStages> ring;
+  for (unsigned u = blockIdx.x; u < T::kUnits; u += gridDim.x) {
     unsigned tm, tn;
-    prefill_tile_coords(u, tiles_m, tiles_n, tm, tn);
-    for (unsigned kb = 0; kb < k_blocks; ++kb) {
+    prefill_tile_coords(u, T::kTilesM, T::kTilesN, tm, tn);
+    for (unsigned kb = 0; kb < T::kKBlocks; ++kb) {
       mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
       const unsigned bar = full + 8 * ring.index;
       // Out-of-bounds box elements count too: the stage always receives kStageBytes.
-      mbarrier::arrive_expect_tx(bar, kStageBytes);
+      mbarrier::arrive_expect_tx(bar, T::kStageBytes);
       tma::load(a_stage(ring.index), a_map, bar, kb * G::kBlockK, tm * G::kBlockM);
       if constexpr (Epi::kSplitW) {
         constexpr unsigned half = G::kBlockN / 2;
@@ -256,11 +204,41 @@ __device__ __forceinline__ void prefill_gemm_produce(const TensorMap* a_map, con
   }
 }
 
+// One 64 x 128-byte chunk of a tile's output goes through a shared buffer (128B-swizzled) to its
+// box of out_map, written by the `threads` threads that share named barrier `barrier`, one of them
+// the leader. prefill_chunk_acquire, before the writes: the leader waits until the TMA has read
+// all but its PENDING most recent chunks (so that the buffer is free), and the threads meet.
+template <int PENDING>
+__device__ __forceinline__ void prefill_chunk_acquire(unsigned barrier, unsigned threads,
+                                                      bool leader) {
+  if (leader) hexel::tma::wait_group_read<PENDING>();
+  hexel::named_barrier_sync(barrier, threads);
+}
+
+// prefill_chunk_release, after the writes: the threads switch proxies and meet, and the leader
+// hands buffer `buf` to the TMA for the box at (col, row): a bf16 store, or the residual's f32
+// reduction into x.
+template <bool RESIDUAL>
+__device__ __forceinline__ void prefill_chunk_release(const TensorMap* out_map, unsigned buf,
+                                                      unsigned col, unsigned row, unsigned barrier,
+                                                      unsigned threads, bool leader) {
+  using namespace hexel;
+  fence_proxy_async_smem();  // shared writes, then the TMA reads them: proxy switch
+  named_barrier_sync(barrier, threads);
+  if (leader) {
+    if constexpr (RESIDUAL)
+      tma::reduce_add(out_map, buf, col, row);
+    else
+      tma::store(out_map, buf, col, row);
+    tma::commit_group();
+  }
+}
+
 // A consumer warpgroup's epilogue of tile (tm, tn) (cw: its 64 rows; warp, lane: the thread's):
-// the accumulators d through its two 64 x 128-byte chunk buffers at `epilogue` to out_map, by TMA
-// stores (bf16, through stmatrix) or TMA reductions (the f32 residual), the warpgroup's leader
-// issuing them. Per chunk: wait until the TMA has read the buffer's previous chunk (two chunks
-// ago), fill it, switch proxies, and the leader hands it to the TMA.
+// the accumulators d through its two 64 x 128-byte chunk buffers at `epilogue`, alternately, to
+// out_map, by TMA stores (bf16, through stmatrix) or TMA reductions (the f32 residual), the
+// warpgroup's leader issuing them; a buffer is refilled once the TMA has read its previous chunk,
+// two chunks ago.
 template <class Epi>
 __device__ __forceinline__ void prefill_gemm_epilogue(const float (&d)[PrefillGemm::kBlockN / 2],
                                                       const TensorMap* out_map, unsigned epilogue,
@@ -270,13 +248,10 @@ __device__ __forceinline__ void prefill_gemm_epilogue(const float (&d)[PrefillGe
   using G = PrefillGemm;
   using namespace hexel;
   const unsigned row0 = tm * G::kBlockM + cw * 64;
-  // Per chunk: wait until the TMA has read the buffer's previous chunk (two chunks ago),
-  // fill it, switch proxies, and the leader hands it to the TMA.
 #pragma unroll
   for (unsigned ch = 0; ch < Epi::kOutCols / Epi::kChunkCols; ++ch) {
     const unsigned buf = epilogue + (cw * 2 + ch % 2) * G::kChunkBytes;
-    if (wg_leader) tma::wait_group_read<1>();
-    named_barrier_sync(1 + cw, 128);
+    prefill_chunk_acquire<1>(1 + cw, 128, wg_leader);
     if constexpr (Epi::kResidual) {
       // Column block j (8 f32 = 32 bytes) of row half h: lanes 4r..4r+3 write row r's 32
       // bytes; with the swizzle the warp's 8 rows fall in 8 different 16-byte bank groups.
@@ -305,16 +280,43 @@ __device__ __forceinline__ void prefill_gemm_epilogue(const float (&d)[PrefillGe
         stmatrix<4>(buf + swizzled_offset(r_in * 128 + col_bytes, Swizzle::B128), frag);
       }
     }
-    fence_proxy_async_smem();  // shared writes, then the TMA reads them: proxy switch
-    named_barrier_sync(1 + cw, 128);
-    if (wg_leader) {
-      const unsigned col = tn * Epi::kOutCols + ch * Epi::kChunkCols;
-      if constexpr (Epi::kResidual)
-        tma::reduce_add(out_map, buf, col, row0);
-      else
-        tma::store(out_map, buf, col, row0);
-      tma::commit_group();
-    }
+    prefill_chunk_release<Epi::kResidual>(out_map, buf, tn * Epi::kOutCols + ch * Epi::kChunkCols,
+                                          row0, 1 + cw, 128, wg_leader);
+  }
+}
+
+// A CTA's shared memory (PrefillTiling), from the dynamic shared memory's start aligned to the
+// 128B swizzle repeat (1024 bytes), which keeps the operand descriptors' base offsets zero: the
+// stages (A, then the W rows), the epilogue's chunk buffers, each stage's full and empty barriers.
+template <class T>
+struct PrefillSmem {
+  unsigned base, epilogue, full, empty;
+  __device__ __forceinline__ explicit PrefillSmem(const unsigned char* raw)
+      : base((hexel::smem_addr(raw) + 1023u) & ~1023u),
+        epilogue(base + T::kStages * T::kStageBytes),
+        full(epilogue + PrefillGemm::kEpilogueBytes),
+        empty(full + T::kStages * 8) {}
+  __device__ __forceinline__ unsigned a(unsigned s) const { return base + s * T::kStageBytes; }
+  __device__ __forceinline__ unsigned w(unsigned s) const {
+    return base + s * T::kStageBytes + PrefillGemm::kABytes;
+  }
+};
+
+// Thread 0, before the CTA's first barrier: makes the operand maps visible to the TMA (written by
+// the host) and prefetches them, and initialises each stage's full barrier (the producer's one
+// arrival) and empty barrier (`empty_arrivals`). The caller fences the initialisation.
+template <class T>
+__device__ __forceinline__ void prefill_init_stages(const PrefillSmem<T>& sm,
+                                                    const TensorMap* a_map, const TensorMap* w_map,
+                                                    unsigned empty_arrivals) {
+  using namespace hexel;
+  tma::acquire_map(a_map);
+  tma::acquire_map(w_map);
+  tma::prefetch_map(a_map);
+  tma::prefetch_map(w_map);
+  for (unsigned s = 0; s < T::kStages; ++s) {
+    mbarrier::init(sm.full + 8 * s, 1);
+    mbarrier::init(sm.empty + 8 * s, empty_arrivals);
   }
 }
 
@@ -331,38 +333,17 @@ template <int M, int N, int K, class Epi, unsigned W_BH = 0, unsigned W_BOX = 0>
 __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const TensorMap* w_map,
                                                   const TensorMap* out_map) {
   using G = PrefillGemm;
+  using T = PrefillTiling<M, N, K, Epi, W_BH, W_BOX>;
   using namespace hexel;
-  static_assert(M > 0 && N % 8 == 0 && K % 8 == 0, "TMA rows are multiples of 16 bytes");
-  constexpr bool kCover = W_BH > 0 && W_BOX > G::kBlockN;
-  static_assert(!kCover || (!Epi::kSplitW && G::kBlockN % 8 == 0 && W_BH % 8 == 0),
-                "a covering box: one half, whole swizzle repeats");
-  constexpr unsigned kWRows = kCover ? W_BOX : G::kBlockN;
-  constexpr unsigned kStages = G::stages_for(kWRows);
-  static_assert(kStages >= 2, "a ring of at least two stages");
-  constexpr unsigned kStageBytes = G::kABytes + kWRows * 128;
   extern __shared__ unsigned char smem_raw[];
-  const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const unsigned epilogue = base + kStages * kStageBytes;
-  const unsigned full = epilogue + G::kEpilogueBytes;
-  const unsigned empty = full + kStages * 8;
-  auto a_stage = [&](unsigned s, unsigned = 0) { return base + s * kStageBytes; };
-  auto w_stage = [&](unsigned s) { return base + s * kStageBytes + G::kABytes; };
-
-  constexpr unsigned tiles_m = (M + G::kBlockM - 1) / G::kBlockM;
-  constexpr unsigned tiles_n = (N + Epi::kOutCols - 1) / Epi::kOutCols;
-  constexpr unsigned units = tiles_m * tiles_n;
-  constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
+  const PrefillSmem<T> sm(smem_raw);
+  const unsigned epilogue = sm.epilogue, full = sm.full, empty = sm.empty;
+  auto a_stage = [&](unsigned s, unsigned = 0) { return sm.a(s); };
+  auto w_stage = [&](unsigned s) { return sm.w(s); };
   const unsigned wg = warp_index() / 4;
 
   if (threadIdx.x == 0) {
-    hexel::tma::acquire_map(a_map);
-    hexel::tma::acquire_map(w_map);
-    tma::prefetch_map(a_map);
-    tma::prefetch_map(w_map);
-    for (unsigned s = 0; s < kStages; ++s) {
-      mbarrier::init(full + 8 * s, 1);
-      mbarrier::init(empty + 8 * s, G::kConsumers * 4);  // one arrival per consumer warp
-    }
+    prefill_init_stages(sm, a_map, w_map, G::kConsumers * 4);  // one arrival per consumer warp
     mbarrier::fence_init();
   }
   __syncthreads();
@@ -383,15 +364,16 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
       hexel::tma::acquire_map(out_map);
       tma::prefetch_map(out_map);
     }
-    mbarrier::StageRing<kStages> ring;
+    mbarrier::StageRing<T::kStages> ring;
     float d[G::kBlockN / 2];
-    for (unsigned u = blockIdx.x; u < units; u += gridDim.x) {
+    for (unsigned u = blockIdx.x; u < T::kUnits; u += gridDim.x) {
       unsigned tm, tn;
-      prefill_tile_coords(u, tiles_m, tiles_n, tm, tn);
+      prefill_tile_coords(u, T::kTilesM, T::kTilesN, tm, tn);
       // This consumer's 64 rows of the A stage; the tile's W rows (kCover: from their offset).
-      const unsigned w_at = kCover ? tn * G::kBlockN % W_BH * 128 : 0;
+      const unsigned w_at = T::w_offset(tn);
       const unsigned prev = wgmma_k_loop<G::kBlockN>(
-          d, ring, k_blocks, full, empty, lane, [&](unsigned st, unsigned) { return a_stage(st) + cw * 64 * 128; },
+          d, ring, T::kKBlocks, full, empty, lane,
+          [&](unsigned st, unsigned) { return a_stage(st) + cw * 64 * 128; },
           [&](unsigned st) { return w_stage(st) + w_at; });
       if (lane == 0) mbarrier::arrive(empty + 8 * prev);
 

@@ -111,28 +111,19 @@ HEXEL_DEVICE void store_chunk(uint16_t* c, uint32_t m, uint32_t n, uint32_t row0
   }
 }
 
-// MMA issuer (one thread, tcgen05): per K block, wait for the stage, issue its four K = 16
-// MMAs into the accumulator at `tmem` (overwriting it at the first), and commit them to the
-// stage's empty barrier, which completes once they have read the stage. A last commit completes
-// the accumulator barrier once every MMA has. PTX ISA: tcgen05.mma, tcgen05.commit,
-// tcgen05.fence (after the barrier wait, before the MMAs it orders).
+// MMA issuer (one thread, tcgen05): the K loop over the stage ring (Bf16Accum::k_loop: per K
+// block four K = 16 MMAs into the accumulator at `tmem`, overwriting it at the first, committed to
+// the stage's empty barrier), then a last commit that completes the accumulator barrier once every
+// MMA has. PTX ISA: tcgen05.commit.
 template <uint32_t BlockN>
 HEXEL_DEVICE void issue_tcgen05(const GemmTileSmem<GemmTileShape<BlockN>>& s, uint32_t tmem,
                                 uint32_t k_blocks) {
   using Accum = Tcgen05Accum<BlockN>;
   using Shape = typename Accum::Shape;
   mbarrier::StageRing<Shape::kStages> ring;
-  for (uint32_t kb = 0; kb < k_blocks; ++kb) {
-    mbarrier::wait_parity(s.full(ring.index), ring.phase);
-    tcgen05::fence_after_thread_sync();
-#pragma unroll
-    for (uint32_t kk = 0; kk < Shape::kBlockK / 16; ++kk)
-      tcgen05::mma<tcgen05::Kind::F16>(tmem, Accum::operand_desc(s.a(ring.index), kk),
-                                       Accum::operand_desc(s.w(ring.index), kk), Accum::kInstrDesc,
-                                       kb > 0 || kk > 0);
-    tcgen05::commit(s.empty(ring.index));
-    ring.advance();
-  }
+  Accum::Mma::k_loop(
+      ring, tmem, k_blocks, s.full(0), s.empty(0), [&](uint32_t st) { return s.a(st); },
+      [&](uint32_t st) { return s.w(st); });
   tcgen05::commit(s.accum_full());
 }
 

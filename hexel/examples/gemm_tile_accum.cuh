@@ -7,7 +7,7 @@
 #pragma once
 #include "hexel/config.cuh"
 #include "hexel/swizzle.cuh"
-#include "hexel/tcgen05_desc.cuh"
+#include "hexel/tcgen05_accum.cuh"
 #include "hexel/wgmma_desc.cuh"
 
 namespace hexel::examples {
@@ -41,34 +41,35 @@ struct TileElement {
 };
 
 // Blackwell: tcgen05.mma (kind::f16, cta_group::1, M = 128, N = BlockN) accumulates in Tensor
-// Memory, f32 element (row, n) in lane row, column base + n (PTX ISA, "Data Path Layout
-// Organization", Layout D). The epilogue's warp w (0..3) reaches lanes 32w .. 32w + 31 only
-// ("Tensor Memory: Access restrictions"), and loads the accumulator in chunks of 32 columns
+// Memory (hexel/tcgen05_accum.cuh, Bf16Accum: the descriptors, the K loop and the load addresses
+// every such kernel shares), f32 element (row, n) in lane row, column base + n (PTX ISA, "Data
+// Path Layout Organization", Layout D). The epilogue's warp w (0..3) reaches lanes 32w .. 32w + 31
+// only ("Tensor Memory: Access restrictions"), and loads the accumulator in chunks of 32 columns
 // with tcgen05.ld .32x32b.x32 ("Matrix fragments for shape .32x32b"): thread t of the
 // warpgroup gets lane t, register r column 32 chunk + r. Hence element (t, 32 chunk + r).
 template <uint32_t BlockN>
 struct Tcgen05Accum {
   using Shape = GemmTileShape<BlockN>;
+  using Mma = tcgen05::Bf16Accum<BlockN>;
   static_assert((BlockN & (BlockN - 1)) == 0, "Tensor Memory is allocated in powers of two");
   static constexpr bool kTensorMemory = true;
   static constexpr uint32_t kThreads = 192;  // accumulator warpgroup, producer warp, MMA warp
   static constexpr uint32_t kMmaWarp = 5;
   static constexpr uint32_t kEmptyArrivals = 1;     // the MMA thread's tcgen05.commit
   static constexpr uint32_t kTmemColumns = BlockN;  // one f32 column per n
-  static constexpr uint32_t kChunkRegs = 32;        // .32x32b.x32
+  static constexpr uint32_t kChunkRegs = Mma::kLoadColumns;  // .32x32b.x32
   static constexpr uint32_t kChunks = BlockN / kChunkRegs;
   static constexpr uint32_t kVec = 8;  // registers 8g .. 8g + 7: 8 adjacent columns of one row
-  static constexpr tcgen05::InstrDesc kInstrDesc = tcgen05::InstrDesc::make(
-      tcgen05::AbType::BF16, tcgen05::AbType::BF16, tcgen05::DType::F32, 128, BlockN);
+  static constexpr tcgen05::InstrDesc kInstrDesc = Mma::kInstrDesc;
 
   // K slice kk (16 elements, 32 bytes) of a 128B-swizzled K-major stage tile at `tile`.
   static HEXEL_HOST_DEVICE constexpr tcgen05::SmemDesc operand_desc(uint32_t tile, uint32_t kk) {
-    return tcgen05::kmajor_desc(tile, Swizzle::B128).advanced(32 * kk);
+    return Mma::operand_desc(tile, kk);
   }
   // The Tensor Memory address warp `warp` of the accumulator warpgroup loads chunk `chunk` from.
   static HEXEL_HOST_DEVICE constexpr uint32_t chunk_taddr(uint32_t tmem_base, uint32_t warp,
                                                           uint32_t chunk) {
-    return tmem_base + tcgen05::tmem_addr(32 * (warp % 4), chunk * kChunkRegs);
+    return Mma::ld_taddr(tmem_base, warp, chunk * kChunkRegs);
   }
   static HEXEL_HOST_DEVICE constexpr TileElement element(uint32_t thread, uint32_t chunk,
                                                          uint32_t reg) {

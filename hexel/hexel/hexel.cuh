@@ -15,6 +15,7 @@
 #include "hexel/swizzle.cuh"
 #include "hexel/sync.cuh"
 #include "hexel/tcgen05.cuh"
+#include "hexel/tcgen05_accum.cuh"
 #include "hexel/tcgen05_desc.cuh"
 #include "hexel/tensor_map.cuh"
 #include "hexel/timer.cuh"

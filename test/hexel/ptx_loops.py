@@ -1,4 +1,4 @@
-"""Lists the loops of each kernel in a PTX file with the instructions inside them, so a FileCheck
+"""Lists the loops of each kernel in PTX files with the instructions inside them, so a FileCheck
 test can pin what a main loop issues per iteration:
 
     KERNEL: loop OP xN, OP xN, ...
@@ -9,12 +9,13 @@ blocks count), listed in order of first appearance, with its count. Only loops t
 the instruction families named in FAMILIES are listed, and only those families are counted
 (arithmetic and moves would make the lines depend on the compiler's whims).
 
-    python3 ptx_loops.py FILE.ptx
+    python3 ptx_loops.py FILE.ptx...
 """
 import re
 import sys
 
-FAMILIES = ("mbarrier.", "cp.async.bulk", "tcgen05.", "wgmma.", "st.global", "bar.")
+FAMILIES = ("mbarrier.", "cp.async.bulk", "cp.reduce.async.bulk", "tcgen05.", "wgmma.", "st.global",
+            "bar.")
 
 ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+([\w$]+)")
 LABEL = re.compile(r"^(\$[\w$]+):")
@@ -48,16 +49,17 @@ def loops(lines):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: ptx_loops.py FILE.ptx")
-    with open(sys.argv[1]) as f:
-        lines = f.read().splitlines()
-    for kernel, bodies in loops(lines).items():
-        for body in bodies:
-            counts = {}
-            for op in body:
-                counts[op] = counts.get(op, 0) + 1
-            print(f"{kernel}: loop " + ", ".join(f"{op} x{n}" for op, n in counts.items()))
+    if len(sys.argv) < 2:
+        sys.exit("usage: ptx_loops.py FILE.ptx...")
+    for path in sys.argv[1:]:
+        with open(path) as f:
+            lines = f.read().splitlines()
+        for kernel, bodies in loops(lines).items():
+            for body in bodies:
+                counts = {}
+                for op in body:
+                    counts[op] = counts.get(op, 0) + 1
+                print(f"{kernel}: loop " + ", ".join(f"{op} x{n}" for op, n in counts.items()))
 
 
 if __name__ == "__main__":

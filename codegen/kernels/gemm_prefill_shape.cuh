@@ -1,0 +1,106 @@
+#pragma once
+// The prefill GEMM's shape, shared by its Hopper (gemm_prefill.cuh, wgmma) and Blackwell
+// (gemm_prefill_sm100.cuh, tcgen05) kernels and callable on the host, where
+// test/codegen/prefill_epilogue_sm100_test.cpp checks the index math against the tcgen05 model:
+// the tile, stage and epilogue-buffer sizes, what each epilogue makes of a tile, and the order in
+// which a persistent CTA visits the tiles. Compiles under NVRTC, nvcc and a host C++ compiler.
+#include "hexel/config.cuh"
+#include "hexel/tma.cuh"
+
+namespace telos_kernels {
+
+struct PrefillGemm {
+  static constexpr unsigned kBlockM = 128;
+  static constexpr unsigned kBlockN = 256;
+  static constexpr unsigned kBlockK = 64;  // one 128-byte swizzle row of bf16
+  static constexpr unsigned kStages = 4;   // at most (stages_for)
+  // Warpgroups that write the outputs (Hopper: 64 rows each; Blackwell: 128 columns each), after
+  // the one that loads (and on Blackwell issues the MMAs).
+  static constexpr unsigned kConsumers = 2;
+  static constexpr unsigned kThreads = 128 * (1 + kConsumers);
+  static constexpr unsigned kGroupM = 16;  // tiles along M visited together, for L2 reuse
+  static constexpr unsigned kABytes = hexel::tma::tile_bytes<unsigned short>(kBlockK, kBlockM);
+  // Outputs leave in chunks of 64 rows x 128 bytes (128B-swizzled), one TMA box: 64 bf16 columns
+  // for a store, 32 f32 columns for the residual reduction. Four buffers: on Hopper two per
+  // consumer, so the TMA drains one while the next chunk is written; on Blackwell one per 64 rows
+  // of each consumer.
+  static constexpr unsigned kChunkBytes = 64 * 128;
+  static constexpr unsigned kEpilogueBytes = kConsumers * 2 * kChunkBytes;
+  // Shared memory: the stages (A, then w_rows W rows), the epilogue buffers, each stage's full
+  // and empty barriers; +1024 to align the base to the 128B swizzle repeat, which keeps the
+  // descriptors' base offsets zero. w_rows: kBlockN, or more where one box of whole slot-image
+  // tiles covers the tile's rows (prefill_gemm_body's kCover); as many stages as fit a CTA's
+  // 227 KB, at most kStages (4 of 256 rows, 3 of 288). The host's statement of the bytes:
+  // kernel_plan.hpp, prefill_gemm_smem.
+  HEXEL_HOST_DEVICE static constexpr unsigned stages_for(unsigned w_rows) {
+    const unsigned fit = (227 * 1024 - kEpilogueBytes - 1024) / (kABytes + w_rows * 128 + 16);
+    return fit < kStages ? fit : kStages;
+  }
+};
+
+// What an epilogue makes of a tile's kBlockN W rows: kOutCols output columns (SwiGLU pairs a gate
+// row with its up row, so half as many), kChunkCols of them in a 128-byte chunk row (64 bf16, 32
+// f32), the W rows split into a gate and an up half (kSplitW), the f32 outputs added into the
+// residual stream x rather than stored (kResidual). The epilogues (gemm_prefill.cuh) add their
+// arithmetic.
+struct StoreBf16Shape {
+  static constexpr unsigned kOutCols = PrefillGemm::kBlockN, kChunkCols = 64;
+  static constexpr bool kSplitW = false, kResidual = false;
+};
+struct SwiGluShape {
+  static constexpr unsigned kOutCols = PrefillGemm::kBlockN / 2, kChunkCols = 64;
+  static constexpr bool kSplitW = true, kResidual = false;
+};
+struct ResidualShape {
+  static constexpr unsigned kOutCols = PrefillGemm::kBlockN, kChunkCols = 32;
+  static constexpr bool kSplitW = false, kResidual = true;
+};
+
+// One GEMM instance's tiling, from its template arguments: M x N outputs over K, the epilogue's
+// shape, the weight's source (W_BH, W_BOX: gemm_prefill.cuh, load_weight_rows). kCover (W_BOX >
+// kBlockN): one box of W_BOX rows of whole slot-image tiles covers a tile's kBlockN W rows
+// (gemm_prefill.cuh, prefill_gemm_body), so a stage holds W_BOX rows and fewer stages fit.
+// Enumerators rather than static constexpr variables: NVRTC emits
+// every static constexpr variable of a class it instantiates as a global of the module, one set
+// per kernel instance.
+template <int M, int N, int K, class Shape, unsigned W_BH, unsigned W_BOX>
+struct PrefillTiling {
+  enum : unsigned {
+    kCover = W_BH > 0 && W_BOX > PrefillGemm::kBlockN,
+    kWRows = kCover ? W_BOX : PrefillGemm::kBlockN,
+    kStages = PrefillGemm::stages_for(kWRows),
+    kStageBytes = PrefillGemm::kABytes + kWRows * 128,
+    kTilesM = (M + PrefillGemm::kBlockM - 1) / PrefillGemm::kBlockM,
+    kTilesN = (N + Shape::kOutCols - 1) / Shape::kOutCols,
+    kUnits = kTilesM * kTilesN,
+    kKBlocks = (K + PrefillGemm::kBlockK - 1) / PrefillGemm::kBlockK,
+  };
+  static_assert(M > 0 && N % 8 == 0 && K % 8 == 0, "TMA rows are multiples of 16 bytes");
+  static_assert(!kCover || (!Shape::kSplitW && PrefillGemm::kBlockN % 8 == 0 && W_BH % 8 == 0),
+                "a covering box: one half, whole swizzle repeats");
+  static_assert(kStages >= 2, "a ring of at least two stages");
+
+  // Where tile tn's W rows start in its stage: at 0, or under a covering box (tn · kBlockN) % W_BH
+  // rows in: whole 8-row swizzle repeats, so the operand descriptors' base offset stays 0.
+  static HEXEL_HOST_DEVICE constexpr unsigned w_offset(unsigned tn) {
+    if constexpr (kCover != 0)
+      return tn * PrefillGemm::kBlockN % W_BH * 128;
+    else
+      return 0;
+  }
+};
+
+// Linear work index -> (tile m, tile n), kGroupM tiles along M per sweep over N, so the CTAs
+// running at one time share A rows and W columns in L2.
+HEXEL_HOST_DEVICE constexpr void prefill_tile_coords(unsigned t, unsigned tiles_m, unsigned tiles_n,
+                                                     unsigned& tm, unsigned& tn) {
+  const unsigned per_group = PrefillGemm::kGroupM * tiles_n;
+  const unsigned first_m = (t / per_group) * PrefillGemm::kGroupM;
+  const unsigned left = tiles_m - first_m;
+  const unsigned rows = left < PrefillGemm::kGroupM ? left : PrefillGemm::kGroupM;
+  const unsigned r = t % per_group;
+  tm = first_m + r % rows;
+  tn = r / rows;
+}
+
+}  // namespace telos_kernels
