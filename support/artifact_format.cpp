@@ -15,6 +15,7 @@
 #include "support/checksum.hpp"
 #include "support/error.hpp"
 #include "support/manifest_fields.hpp"
+#include "support/tensor_parallel.hpp"
 
 namespace telos {
 namespace {
@@ -134,11 +135,11 @@ ServingConfig read_serving(const ManifestFields& f, const json& s, const ModelCo
     if (!t.is_string()) f.refuse("serving.targets", "expected strings like \"sm_90a\"");
     c.targets.push_back(t.get<std::string>());
   }
-  c.tensor_parallel = f.small_integer(s, p, "tensor_parallel", 1, model.num_kv_heads);
-  if (model.num_kv_heads % c.tensor_parallel != 0)
-    f.refuse("serving.tensor_parallel", std::to_string(c.tensor_parallel) +
-                                            " does not divide model.num_kv_heads " +
-                                            std::to_string(model.num_kv_heads));
+  c.tensor_parallel = f.small_integer(s, p, "tensor_parallel", 1, kMaxTensorParallel);
+  if (const std::string why = tensor_parallel_refusal(c.tensor_parallel, model.num_heads,
+                                                      model.num_kv_heads, model.intermediate_size);
+      !why.empty())
+    f.refuse("serving.tensor_parallel", why);
   return c;
 }
 
@@ -160,8 +161,11 @@ KvCacheConfig read_kv_cache(const ManifestFields& f, const json& k, const ModelC
   c.page_size =
       static_cast<int>(expect_equal("page_size", serving.kv_page_size, "serving.kv_page_size"));
   c.num_layers = static_cast<int>(expect_equal("num_layers", model.num_layers, "model.num_layers"));
-  c.num_kv_heads =
-      static_cast<int>(expect_equal("num_kv_heads", model.num_kv_heads, "model.num_kv_heads"));
+  // Each rank's pool holds its own KV heads (support/tensor_parallel.hpp).
+  c.num_kv_heads = static_cast<int>(
+      expect_equal("num_kv_heads", rank_shape_of(model, serving).kv_heads,
+                   serving.tensor_parallel > 1 ? "a rank's KV heads of model.num_kv_heads"
+                                               : "model.num_kv_heads"));
   c.head_dim = static_cast<int>(expect_equal("head_dim", model.head_dim, "model.head_dim"));
   // Each factor is bounded (artifact_limits.hpp), so the product stays far inside 64 bits.
   c.bytes_per_page =

@@ -17,6 +17,7 @@
 #include "support/artifact_programs.hpp"
 #include "support/dtype.hpp"
 #include "support/format_shape.hpp"
+#include "support/tensor_parallel.hpp"
 
 namespace telos {
 
@@ -60,6 +61,11 @@ struct ServingConfig {
   std::vector<std::string> targets;                  // e.g. "sm_90a"
   int tensor_parallel = 1;
 };
+
+// One rank's share of the model at serving.tensor_parallel ranks (support/tensor_parallel.hpp).
+inline RankShape rank_shape_of(const ModelConfig& m, const ServingConfig& s) {
+  return rank_shape(s.tensor_parallel, m.num_heads, m.num_kv_heads, m.intermediate_size);
+}
 
 // The KV pages a sequence of max_seq_len positions needs: a page table's row in the step
 // descriptor and in the kernels that read it.
