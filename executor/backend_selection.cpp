@@ -24,6 +24,7 @@ GpuBackendFactory& gpu_backend_factory() {
 
 // Why the GPU engine cannot run `artifact` on `gpu`, or empty when it can.
 std::string gpu_engine_unavailable(const Artifact& artifact, const GpuDevice& gpu) {
+  if (std::string why = gpu_engine_refusal(artifact); !why.empty()) return why;
   if (!supported_arch(gpu.arch))
     return "GPU 0 (" + gpu.name + ", " + gpu.arch + ") is not a supported GPU (sm_90, sm_100)";
   if (!artifact.has_kernels())
@@ -49,6 +50,14 @@ bool nvidia_driver_present() {
 }
 
 }  // namespace
+
+std::string gpu_engine_refusal(const Artifact& artifact) {
+  const int ranks = artifact.serving().tensor_parallel;
+  if (ranks == 1) return "";
+  return artifact.dir() + "/manifest.json: serving.tensor_parallel is " + std::to_string(ranks) +
+         ": the GPU engine drives one GPU and does not run a tensor-parallel artifact yet (the "
+         "CPU reference engine runs it, --engine cpu)";
+}
 
 std::optional<GpuDevice> detect_gpu(std::string* why_not) {
   if (!nvidia_driver_present()) {

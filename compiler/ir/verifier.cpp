@@ -133,12 +133,12 @@ void OpChecker::check_linear() const {
     counts(1, 1, 2, 1);
   } else if (epilogue == "residual") {
     counts(2, 1, 1, 1);
-  } else if (epilogue == "swiglu") {
+  } else if (epilogue == "swiglu" || epilogue == "partial") {
     counts(1, 1, 1, 1);
   } else if (epilogue == "rope_kv_append") {
     counts(2, 1, 4, 1);
   } else {
-    error("unknown epilogue (expected residual, swiglu or rope_kv_append)");
+    error("unknown epilogue (expected residual, swiglu, rope_kv_append or partial)");
   }
   expect_matrix_operand(0, DType::BF16);
   expect_weight_matrix(0);
@@ -150,17 +150,15 @@ void OpChecker::check_linear() const {
 
   if (epilogue == "none") {
     if (op_.params.size() == 2) expect_param(1, vec(out));
-    // An f32 result is a tensor-parallel rank's partial product, kept in f32 for all_reduce.
-    if (op_.results[0]->type.dtype != DType::F32)
-      expect_result(0, act(rows, out));
-    else
-      expect_result(0, {DType::F32, {rows, out}});
+    expect_result(0, act(rows, out));
   } else if (epilogue == "residual") {
     expect_operand(1, act(rows, out));
     expect_result(0, act(rows, out));
   } else if (epilogue == "swiglu") {
     if (out % 2 != 0) error("@" + op_.params[0] + " must have an even number of rows (gate, up)");
     expect_result(0, act(rows, out / 2));
+  } else if (epilogue == "partial") {
+    expect_result(0, {DType::F32, {rows, out}});
   } else {
     expect_operand(1, positions());
     nonnegative_attr("layer");

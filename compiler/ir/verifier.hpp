@@ -31,7 +31,7 @@
 //
 // Tensor parallelism (the shard pass, for a graph of `ranks` > 1; parameters then carry the rows
 // or columns each rank packs, graph.hpp's ParamShard):
-//   linear(%x: [T,K], @w: [M,K])                             -> f32[T,M], a rank's partial product
+//   linear {epilogue = "partial"}(%x: [T,K], @w: [M,K])     -> f32[T,M], a rank's partial product
 //   all_reduce(%partial: f32[T,H], %residual: [T,H]) {ranks, epilogue = "residual"}
 //       residual + the sum of every rank's partial, in rank order: the same bits on every rank
 //                                                           -> bf16[T,H]

@@ -10,8 +10,6 @@
 namespace telos::compiler {
 namespace {
 
-using Range = ir::ParamShard::Range;
-
 [[noreturn]] void refuse(const ir::Op& op, const std::string& what) {
   fail("shard-tensor-parallel: " + ir::print_op(op) + ": " + what);
 }
@@ -84,17 +82,9 @@ class Sharder {
     ir::ParamShard shard{dim, p->type.dims[static_cast<std::size_t>(dim)], {}};
     for (int r = 0; r < ranks_; ++r) shard.ranks.push_back(part(r));
     std::int64_t extent = 0;
-    for (const Range& range : shard.ranks[0]) extent += range.second - range.first;
+    for (const auto& [begin, end] : shard.ranks[0]) extent += end - begin;
     p->type.dims[static_cast<std::size_t>(dim)] = extent;
     p->shard = std::move(shard);
-  }
-
-  // Rank r's rows of the [q heads | k heads | v heads] projection (and of its bias).
-  std::vector<Range> qkv_rows(int r) const {
-    const std::int64_t D = whole_.head_dim, q = rank_.first_head(r) * D,
-                       k = (whole_.heads + rank_.first_kv_head(r)) * D,
-                       v = (whole_.heads + whole_.kv_heads + rank_.first_kv_head(r)) * D;
-    return {{q, q + rank_.heads * D}, {k, k + rank_.kv_heads * D}, {v, v + rank_.kv_heads * D}};
   }
 
   void set_heads(ir::Op& op) {
@@ -106,33 +96,30 @@ class Sharder {
   // The QKV linear: its params are qkv, then the bias where there are 2 or 4 (verifier.hpp); the
   // QK norms (3 or 4) are per head dimension, the same on every rank.
   void split_qkv(ir::Op& op) {
-    split_param(op, op.params[0], 0, [&](int r) { return qkv_rows(r); });
-    if (op.params.size() == 2 || op.params.size() == 4)
-      split_param(op, op.params[1], 0, [&](int r) { return qkv_rows(r); });
+    const auto rows = [&](int r) { return rank_.qkv_rows(r, whole_.head_dim); };
+    split_param(op, op.params[0], 0, rows);
+    if (op.params.size() == 2 || op.params.size() == 4) split_param(op, op.params[1], 0, rows);
     set_heads(op);
   }
 
   void split_gate_up(ir::Op& op) {
-    const std::int64_t I = whole_.intermediate, n = rank_.intermediate;
-    split_param(op, op.params[0], 0, [&](int r) {
-      const std::int64_t first = rank_.first_intermediate(r);
-      return std::vector<Range>{{first, first + n}, {I + first, I + first + n}};
-    });
-    op.results[0]->type.dims[1] = n;
+    split_param(op, op.params[0], 0, [&](int r) { return rank_.gate_up_rows(r); });
+    op.results[0]->type.dims[1] = rank_.intermediate;
   }
 
   // residual + x · wᵀ becomes the rank's partial x · w_rᵀ (the columns of w its x covers), then
   // all_reduce(partial, residual).
   void split_residual(ir::Op* op) {
     const std::string w = op->params[0];
-    const std::int64_t k = g_.find_param(w)->type.dims[1] / ranks_;
-    split_param(*op, w, 1, [&](int r) { return std::vector<Range>{{r * k, (r + 1) * k}}; });
+    const std::int64_t k = g_.find_param(w)->type.dims[1];
+    split_param(*op, w, 1, [&](int r) { return rank_.input_columns(r, k); });
     ir::Value* out = op->results[0];
     const std::string name = out->name;
     const std::size_t at = g_.index_of(op);
-    ir::Value* partial = g_.insert_op(at, "linear", {op->operands[0]}, {w}, {},
-                                      {{name + ".partial", {DType::F32, out->type.dims}}})
-                             ->results[0];
+    ir::Value* partial =
+        g_.insert_op(at, "linear", {op->operands[0]}, {w}, {{"epilogue", std::string("partial")}},
+                     {{name + ".partial", {DType::F32, out->type.dims}}})
+            ->results[0];
     ir::Value* sum =
         g_.insert_op(at + 1, "all_reduce", {partial, op->operands[1]}, {},
                      {{"ranks", std::int64_t{ranks_}}, {"epilogue", std::string("residual")}},

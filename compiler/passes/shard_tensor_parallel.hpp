@@ -12,9 +12,9 @@ namespace telos::compiler {
 //   hold that head (support/tensor_parallel.hpp), and each rank's KV cache holds its own KV heads.
 // - gate/up column-parallel: each rank's @layers.N.gate_up holds its gate rows and its up rows.
 // - o and down row-parallel: each rank's weight holds the columns its activations cover; the
-//   linear becomes a plain linear giving the rank's f32 partial product, and an all_reduce adds
-//   the partials of every rank, in rank order, to the residual once: the residual stream has the
-//   same bits on every rank, so every rank's next RMSNorm, and its logits, are the same.
+//   linear becomes one of the partial epilogue, the rank's f32 partial product, and an all_reduce
+//   adds the partials of every rank, in rank order, to the residual once: the residual stream has
+//   the same bits on every rank, so every rank's next RMSNorm, and its logits, are the same.
 // - embedding, norms and LM head replicated: every rank holds them whole. A vocabulary-parallel
 //   head would save each rank (1 - 1/N) of the head's bytes a step but needs a collective of the
 //   logits (or of each rank's best candidates) before sampling, and an all-reduce after the

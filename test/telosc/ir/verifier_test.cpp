@@ -106,8 +106,8 @@ TEST(Verifier, RefusesMissingAttributesAndBadEpilogues) {
   g2.append_op("linear", {g2.outputs()[0]}, {"w"}, {{"epilogue", std::string("gelu")}},
                {{"y", act(8)}});
   EXPECT_EQ(verify_error(g2),
-            "IR verifier: op 2 (%y = linear): unknown epilogue (expected residual, swiglu or "
-            "rope_kv_append)");
+            "IR verifier: op 2 (%y = linear): unknown epilogue (expected residual, swiglu, "
+            "rope_kv_append or partial)");
 }
 
 TEST(Verifier, RefusesAGraphWithoutOutputs) {
@@ -289,7 +289,9 @@ Graph all_reduce_graph(std::vector<Attr> attrs,
   g.ranks = 2;
   g.add_param({"w", {DType::BF16, {8, 8}}, {"w"}});
   Value* h = g.outputs()[0];
-  Value* partial = g.append_op("linear", {h}, {"w"}, {}, {{"p", partial_type}})->results[0];
+  Value* partial = g.append_op("linear", {h}, {"w"}, {{"epilogue", std::string("partial")}},
+                               {{"p", partial_type}})
+                       ->results[0];
   Value* sum =
       g.append_op("all_reduce", {partial, h}, {}, std::move(attrs), {{"s", act(8)}})->results[0];
   g.set_outputs({sum});
