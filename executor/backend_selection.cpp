@@ -24,7 +24,6 @@ GpuBackendFactory& gpu_backend_factory() {
 
 // Why the GPU engine cannot run `artifact` on `gpu`, or empty when it can.
 std::string gpu_engine_unavailable(const Artifact& artifact, const GpuDevice& gpu) {
-  if (std::string why = gpu_engine_refusal(artifact); !why.empty()) return why;
   if (!supported_arch(gpu.arch))
     return "GPU 0 (" + gpu.name + ", " + gpu.arch + ") is not a supported GPU (sm_90, sm_100)";
   if (!artifact.has_kernels())
@@ -55,8 +54,7 @@ std::string gpu_engine_refusal(const Artifact& artifact) {
   const int ranks = artifact.serving().tensor_parallel;
   if (ranks == 1) return "";
   return artifact.dir() + "/manifest.json: serving.tensor_parallel is " + std::to_string(ranks) +
-         ": the GPU engine drives one GPU and does not run a tensor-parallel artifact yet (the "
-         "CPU reference engine runs it, --engine cpu)";
+         ": the GPU engine drives one GPU and does not run a tensor-parallel artifact yet";
 }
 
 std::optional<GpuDevice> detect_gpu(std::string* why_not) {
@@ -111,8 +109,10 @@ std::unique_ptr<ModelBackend> make_backend(std::shared_ptr<const Artifact> artif
   if (choice == EngineChoice::Cpu)
     return std::make_unique<CpuReferenceModel>(std::move(artifact), kv_pages);
 
-  std::string why_not;
-  std::optional<GpuDevice> gpu = detect_gpu(&why_not);
+  // What the artifact rules out comes first: it holds on every machine.
+  std::string why_not = gpu_engine_refusal(*artifact);
+  std::optional<GpuDevice> gpu;
+  if (why_not.empty()) gpu = detect_gpu(&why_not);
   if (gpu) why_not = gpu_engine_unavailable(*artifact, *gpu);
   if (why_not.empty()) {
     if (choice == EngineChoice::Auto)
