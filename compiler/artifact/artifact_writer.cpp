@@ -243,7 +243,8 @@ class TensorPacker {
   std::vector<Read> read_;
 };
 
-// A parameter's whole (its checkpoint tensors concatenated along dim 0) as rows of `cols`.
+// A parameter's whole (its checkpoint tensors concatenated along dim 0) as rows of `cols`. The
+// importer has checked every tensor's shape against the model (checkpoint.hpp).
 struct WholeRows {
   std::vector<const TensorView*> sources;
   std::vector<std::int64_t> first_row;  // of each source in the whole; then the total
@@ -271,9 +272,6 @@ WholeRows whole_rows(const ImportedModel& model, const ir::Param& p) {
     const TensorView* src = model.find(name);
     if (!src) fail(model.checkpoint_dir + ": tensor " + name + " (for " + p.name + ") is missing");
     const auto elements = static_cast<std::int64_t>(src->bytes / dtype_size(src->dtype));
-    if (elements % w.cols != 0)
-      fail(model.checkpoint_dir + ": tensor " + name + " (for " + p.name + ") has " +
-           std::to_string(elements) + " elements, not rows of " + std::to_string(w.cols));
     w.sources.push_back(src);
     w.first_row.push_back(w.first_row.back() + elements / w.cols);
   }
@@ -291,8 +289,13 @@ struct PackedPart {
 PackedPart packed_part(const ir::Param& p, const WholeRows& w, int rank, int head_dim) {
   PackedPart part{{{0, w.rows()}}, {0, w.cols}};
   if (p.shard && p.shard->dim == 0) part.rows = p.shard->ranks[static_cast<std::size_t>(rank)];
-  if (p.shard && p.shard->dim == 1)
-    part.columns = p.shard->ranks[static_cast<std::size_t>(rank)][0];
+  if (p.shard && p.shard->dim == 1) {
+    const std::vector<ShardRange>& columns = p.shard->ranks[static_cast<std::size_t>(rank)];
+    if (columns.size() != 1)
+      fail(p.name + ": rank " + std::to_string(rank) + "'s columns are " +
+           std::to_string(columns.size()) + " ranges; the writer packs one range of columns");
+    part.columns = columns[0];
+  }
   for (const auto& [begin, end] : part.rows)
     if (end > w.rows())
       fail(p.name + ": rows " + std::to_string(begin) + ":" + std::to_string(end) +
