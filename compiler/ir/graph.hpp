@@ -43,8 +43,6 @@ struct ParamShard {
   int dim = 0;
   std::int64_t whole = 0;                 // the whole parameter's extent along dim
   std::vector<std::vector<Range>> ranks;  // per rank, in rank order
-
-  bool operator==(const ParamShard&) const = default;
 };
 
 struct Param {
