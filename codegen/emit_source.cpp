@@ -14,7 +14,9 @@ std::string emit_source(const KernelPlan& plan) {
        "#include \"sample.cuh\"\n"
        "#include \"gemm_prefill.cuh\"\n"
        "#include \"gemm_small.cuh\"\n"
-       "#include \"decode_persistent.cuh\"\n\n"
+       "#include \"decode_persistent.cuh\"\n";
+  if (plan.ranks > 1) s << "#include \"all_reduce.cuh\"\n";
+  s << "\n"
        "namespace telos_rope {\n\n"
        "// RoPE inverse frequencies (f32), scaling included.\n"
        "__constant__ float inv_freq_table["

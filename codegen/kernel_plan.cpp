@@ -432,6 +432,12 @@ int embed_threads(int hidden) {
   return std::clamp(hidden / 8 / 32 * 32, 32, 256);
 }
 
+int all_reduce_blocks(int rows, int hidden) {
+  const long long vectors = static_cast<long long>(rows) * hidden / 4;
+  return static_cast<int>(std::clamp((vectors + kAllReduceThreads - 1) / kAllReduceThreads, 1LL,
+                                     static_cast<long long>(kAllReduceMaxBlocks)));
+}
+
 SampleLaunch sample_launch(int vocab) {
   SampleLaunch s;
   s.cluster = std::clamp(pow2_at_least((vocab + 16383) / 16384), 1, 8);

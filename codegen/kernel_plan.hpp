@@ -14,6 +14,8 @@
 //   tmap:TARGET:ROWS:COLS:BOX_ROWS:BOX_COLS
 //               a TMA tensor map (in device memory) over the bf16 [ROWS, COLS] matrix at TARGET
 //               (w:NAME or buf:NAME), boxes of BOX_ROWS x BOX_COLS, 128-byte swizzle
+//   peer:NAME   a tensor-parallel rank's table of arena buffer NAME on every rank (peer pointers)
+//   rank        the rank's index (in device memory)
 #include <array>
 #include <cstdint>
 #include <string>
@@ -86,6 +88,7 @@ struct KernelPlan {
   std::vector<KernelInstance> kernels;
   std::vector<BucketProgram> buckets;  // decode buckets largest first, then prefill largest first
   std::vector<ArenaBuffer> arena;
+  int ranks = 1;  // tensor-parallel ranks: each runs these kernels on its part of the weights
   // Step descriptor dimensions (its batch and page-table sizes follow from the serving config).
   int max_tokens = 0, max_sample_rows = 0;
   // Attention's split of the context (positions) and partial slots per token.
@@ -424,6 +427,16 @@ bool folds_qkv_epilogue(bool fold_norm, int tokens);
 
 // embed_gather's threads: 8 columns of a row a thread, whole warps, 32 to 256.
 int embed_threads(int hidden);
+
+// all_reduce_residual (kernels/all_reduce.cuh), a tensor-parallel graph's sum of the ranks'
+// partials: blocks of kAllReduceThreads, each float4 of the rows' M x H elements one thread's,
+// over at most kAllReduceMaxBlocks blocks (each block meets the same block of every rank through
+// its own flag words, so the flags buffer holds kAllReduceMaxBlocks x ranks of them). The 8B's
+// decode row (4096 floats) takes 4 blocks; prefill messages this size are NCCL's in the multi-GPU
+// engine (docs/multi-gpu.md).
+inline constexpr int kAllReduceThreads = 256;
+inline constexpr int kAllReduceMaxBlocks = 64;
+int all_reduce_blocks(int rows, int hidden);
 // The sampler holds a row in registers, spread over a cluster of up to 8 blocks (the portable
 // cluster size) of up to 512 threads: 32 values a thread at V = 128256 (8 x 512 threads), 4 for
 // the tiny fixtures (one block of 128).

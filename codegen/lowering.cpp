@@ -29,6 +29,7 @@ enum class TableRole {
   o_proj,
   gate_up,
   down_proj,
+  all_reduce,
   decode_layer,
   qkv_proj,
   norm,
@@ -128,6 +129,7 @@ RopeInput rope_of(const ir::Op& op) {
 // the ops' attributes.
 struct ModelShape {
   int V = 0, H = 0, I = 0, L = 0, HQ = 0, HKV = 0, D = 0;
+  int ranks = 1;  // tensor-parallel ranks: the sizes above are each rank's (heads, intermediate)
   double eps = 0;
   RopeInput rope;
   bool qk_norm = false;
@@ -149,6 +151,7 @@ ModelShape read_model(const ir::Graph& g) {
   const ir::Op& qkv = first_op(g, "linear", "rope_kv_append");
   m.rope = rope_of(qkv);
   m.qk_norm = has_qk_norm(qkv);
+  m.ranks = g.ranks;
   return m;
 }
 
@@ -214,6 +217,9 @@ ModelPlan model_plan(const ModelShape& m, const CodegenInput& in) {
   // (`timg:`), so that the image is the weight's only copy on the device.
   mp.layer_t = decode_layer_tiling(m.H, m.NH() * m.D, m.HQ * m.D, m.I, m.D, m.qk_norm);
   if (!in.decode_weight_images) mp.layer_t.bulk = 0;  // one copy of the weights: tensor maps
+  // A tensor-parallel layer all-reduces twice between its GEMMs; decode_layer_persistent runs a
+  // whole layer in one launch, so its one-token buckets take the small-M rules instead.
+  if (m.ranks > 1) mp.layer_t.fits = false;
   mp.images = std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(), [&](int n) {
     return n > 0 && bucket_shape_class(false, n, mp.layer_t.fits) == ShapeClass::one_token_decode;
   });
@@ -642,6 +648,35 @@ void lower_attention(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
               tmap(kv, mp.page_elems / D, D, mp.page), "buf:attn"});
 }
 
+// A tensor-parallel rank's partial product of o or down: the residual GEMM adding into
+// `partial`, which all_reduce_residual leaves zeroed for the next one.
+void lower_partial(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
+  const ir::Op& op = *ops[0];
+  const LayerGemm& lg = layer_gemm(op);
+  if (std::string(lg.out) != "x")
+    fail("codegen: " + ir::print_op(op) +
+         ": a partial product is the o or down projection's (layers.N.o, layers.N.down)");
+  const ir::Param& w = param_of(b.graph, op, 0);
+  const int rows = dim(w, 0), k = dim(w, 1);
+  const Gemm g = choose_gemm(b.bucket, "residual", rows, k, b.model.image(lg.weight), "");
+  launch_gemm(b, b.use(lg.role, g.kernel), g, weight(op, 0), rows, k, lg.in, "partial", rows,
+              nullptr);
+}
+
+// x += the sum of every rank's partial, in rank order (kernels/all_reduce.cuh), one-shot over the
+// ranks' peer memory.
+void lower_all_reduce(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
+  const ir::Op& op = *ops[0];
+  const int T = b.bucket.T, H = static_cast<int>(op.results.at(0)->type.dims.at(1));
+  const int k = b.use(TableRole::all_reduce,
+                      {"telos_kernels::all_reduce_residual<" + num(T) + ", " + num(H) + ", " +
+                           num(int_attr(op, "ranks")) + ", " + num(kAllReduceThreads) + ">",
+                       {"partials", "flags", "rank", "x"},
+                       kAllReduceThreads});
+  b.launch(k, {all_reduce_blocks(T, H), 1, 1},
+           {"peer:partial", "peer:all_reduce_flags", "rank", "buf:x"});
+}
+
 // A layer projection with a residual or SwiGLU epilogue: one GEMM, the norm before gate/up folded
 // in where the bucket folds norms.
 void lower_projection(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
@@ -845,6 +880,12 @@ std::vector<ArenaBuffer> arena(const ModelPlan& mp, const KernelPlan& plan) {
     a.push_back({"qkv_arrivals", mp.qkv_arrival_counters * 4LL, BufferLifetime::steps});
   // decode_layer_persistent's two grid-wide counters, zero between launches.
   if (mp.uses_layer_sync) a.push_back({"layer_sync", 8, BufferLifetime::steps});
+  // Tensor parallelism: the rank's partial product, which the other ranks read and which stays
+  // zero between all-reduces, and the ranks' barrier flags (kernels/all_reduce.cuh).
+  if (m.ranks > 1) {
+    a.push_back({"partial", T * m.H * 4, BufferLifetime::steps});
+    a.push_back({"all_reduce_flags", 4LL * kAllReduceMaxBlocks * m.ranks, BufferLifetime::steps});
+  }
   return a;
 }
 
@@ -878,6 +919,15 @@ const std::vector<LoweringRule>& lowering_table() {
        lower_projection},
       {"lm_head_sample", "lm_head_sample", "", DType::BF16, kEvery, "sm_90a",
        "gemm_small_f32cand + sample", lower_lm_head_sample},
+      {"linear.partial", "linear", "partial", DType::BF16, kSmallM, "sm_90a",
+       "gemm_small_residual into the zeroed f32 partial (a tensor-parallel rank's o or down)",
+       lower_partial},
+      {"linear.partial", "linear", "partial", DType::BF16, kPrefill, "sm_90a",
+       "gemm_prefill_residual into the zeroed f32 partial (a tensor-parallel rank's o or down)",
+       lower_partial},
+      {"all_reduce.residual", "all_reduce", "residual", DType::BF16, kSmallM | kPrefill, "sm_90a",
+       "all_reduce_residual: every rank's partial, in rank order, added to x over peer memory",
+       lower_all_reduce},
   };
   return table;
 }
@@ -915,6 +965,7 @@ KernelPlan plan_kernels(const ir::Graph& graph, const CodegenInput& in) {
   plan.attn_split = mp.split;
   plan.attn_num_splits = mp.nsplits;
   plan.rope_inv_freq = rope_inv_freq(mp.m.rope, mp.m.D);
+  plan.ranks = mp.m.ranks;
   KernelTable table(plan);
   auto lower = [&](const std::string& kind, int n, int rows) {
     if (n <= 0) fail("codegen: serving." + kind + "_buckets: sizes must be positive");

@@ -71,19 +71,21 @@ ServingConfig serving_config(const CompileOptions& o, const ImportedModel& model
   return config;
 }
 
-// The importer's IR, verified, through the fusion pipeline (verified after each pass). --passes
-// selects passes instead (none: the importer's unfused IR), for --emit only: an artifact always
-// gets the full pipeline.
-ir::Graph optimized_ir(const CompileOptions& o, const ModelSpec& spec) {
+// The importer's IR, verified, through the fusion pipeline (verified after each pass), then, for
+// more than one rank, the tensor-parallel pass. --passes selects the fusion passes instead (none:
+// the importer's unfused IR), for --emit only: an artifact always gets the full pipeline.
+ir::Graph optimized_ir(const CompileOptions& o, const ModelSpec& spec,
+                       const ServingConfig& config) {
   if (!o.passes.empty() && o.emit.empty())
     throw UsageError("--passes needs --emit (an artifact always gets the full pipeline)");
   ir::Graph graph = ir::build_model_graph(spec);
   ir::verify(graph);
-  run_passes(graph,
-             o.passes.empty()     ? fusion_pipeline()
-             : o.passes == "none" ? std::vector<Pass>{}
-                                  : select_passes(o.passes),
-             o.print_after_all ? &std::cerr : nullptr);
+  std::vector<Pass> passes = o.passes.empty()     ? fusion_pipeline()
+                             : o.passes == "none" ? std::vector<Pass>{}
+                                                  : select_passes(o.passes);
+  if (config.tensor_parallel > 1)
+    passes.push_back(tensor_parallel_pass(static_cast<int>(config.tensor_parallel)));
+  run_passes(graph, passes, o.print_after_all ? &std::cerr : nullptr);
   return graph;
 }
 
@@ -114,7 +116,7 @@ int run_compile(const CompileOptions& o) {
   // Whatever telosc accepts, telos-run runs: the configuration passes the manifest's checks now,
   // before anything is compiled (and the whole manifest again before it is written).
   validate_configuration(model.source, model.spec, config);
-  const ir::Graph graph = optimized_ir(o, model.spec);
+  const ir::Graph graph = optimized_ir(o, model.spec, config);
   if (o.emit == "ir") {
     std::cout << ir::print_graph(graph);
     return 0;

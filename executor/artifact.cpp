@@ -16,20 +16,23 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir, WeightChe
   a->has_kernels_ = opened.manifest.has_kernels;
   a->programs_ = std::move(opened.manifest.programs);
   a->weights_ = std::move(opened.weights);
-  for (const WeightEntry& e : opened.manifest.tensors)
-    a->tensors_.push_back({e.name, e.layout, e.dtype, e.shape, a->weights_.data() + e.offset,
-                           static_cast<std::size_t>(e.bytes)});
+  for (std::size_t r = 0; r < opened.manifest.weights.size(); ++r) {
+    std::vector<WeightTensor>& tensors = a->tensors_.emplace_back();
+    for (const WeightEntry& e : opened.manifest.weights[r].tensors)
+      tensors.push_back({e.name, e.layout, e.dtype, e.shape, a->weights_[r].data() + e.offset,
+                         static_cast<std::size_t>(e.bytes)});
+  }
   return a;
 }
 
-const WeightTensor* Artifact::find_tensor(std::string_view name) const {
-  for (const WeightTensor& t : tensors_)
+const WeightTensor* Artifact::find_tensor(std::string_view name, int rank) const {
+  for (const WeightTensor& t : tensors(rank))
     if (t.name == name) return &t;
   return nullptr;
 }
 
-const WeightTensor& Artifact::tensor(std::string_view name) const {
-  if (const WeightTensor* t = find_tensor(name)) return *t;
+const WeightTensor& Artifact::tensor(std::string_view name, int rank) const {
+  if (const WeightTensor* t = find_tensor(name, rank)) return *t;
   fail(dir_ + "/manifest.json: weights.tensors: no tensor \"" + std::string(name) + "\"");
 }
 
@@ -48,7 +51,7 @@ void Artifact::check_target(const std::string& arch) const {
 
 void Artifact::release_weight_pages(const WeightTensor& tensor, std::size_t offset,
                                     std::size_t length) const {
-  weights_.release(static_cast<std::size_t>(tensor.data - weights_.data()) + offset, length);
+  weights_[0].release(static_cast<std::size_t>(tensor.data - weights_[0].data()) + offset, length);
 }
 
 }  // namespace telos::exec

@@ -46,7 +46,7 @@ using telos::TensorMapArg;
 using telos::WeightChecks;
 using telos::WeightImageArg;
 
-// One weight tensor, pointing into the mapped weights.bin.
+// One weight tensor, pointing into its mapped weight file.
 struct WeightTensor {
   std::string name;
   std::string layout;  // row_major, or qkv_rope_pairs (layers.N.qkv: support/qkv_layout.hpp)
@@ -72,13 +72,19 @@ class Artifact {
   const KvCacheConfig& kv_cache() const { return kv_cache_; }
   // The manifest checksum: names the model, its weights and its graph (docs/artifact.md).
   const std::string& checksum() const { return checksum_; }
-  const std::vector<WeightTensor>& tensors() const { return tensors_; }
+  // The tensor-parallel ranks (serving.tensor_parallel): each has its own weight file, the same
+  // tensors of the same shapes, and runs the same graph on them.
+  int ranks() const { return serving_.tensor_parallel; }
+  // Rank `rank`'s tensors (the artifact's, for one rank).
+  const std::vector<WeightTensor>& tensors(int rank = 0) const {
+    return tensors_[static_cast<std::size_t>(rank)];
+  }
   // The optimized IR the CPU reference engine runs (docs/artifact.md, "graph").
   const ArtifactGraph& graph() const { return graph_; }
 
-  // The tensor called `name`; throws naming the tensor when the artifact has none.
-  const WeightTensor& tensor(std::string_view name) const;
-  const WeightTensor* find_tensor(std::string_view name) const;
+  // Rank `rank`'s tensor called `name`; throws naming the tensor when the artifact has none.
+  const WeightTensor& tensor(std::string_view name, int rank = 0) const;
+  const WeightTensor* find_tensor(std::string_view name, int rank = 0) const;
 
   // True when codegen has filled the kernel table; the GPU engine needs it.
   bool has_kernels() const { return has_kernels_; }
@@ -91,10 +97,10 @@ class Artifact {
   // nothing else.
   void check_target(const std::string& arch) const;
 
-  // Drops the mapped weights.bin pages holding bytes [offset, offset + length) of `tensor` from
-  // this process's memory (whole pages only). Reading them again faults them back in from the
-  // file, so this only costs time; the GPU engine calls it behind its upload so that host memory
-  // stays small for a large model.
+  // Drops the mapped weight file's pages holding bytes [offset, offset + length) of rank 0's
+  // `tensor` from this process's memory (whole pages only). Reading them again faults them back in
+  // from the file, so this only costs time; the GPU engine calls it behind its upload so that host
+  // memory stays small for a large model.
   void release_weight_pages(const WeightTensor& tensor, std::size_t offset,
                             std::size_t length) const;
 
@@ -108,8 +114,8 @@ class Artifact {
   std::string checksum_;
   bool has_kernels_ = false;
   LaunchPrograms programs_;
-  MappedFile weights_;
-  std::vector<WeightTensor> tensors_;
+  std::vector<MappedFile> weights_;                 // one a rank
+  std::vector<std::vector<WeightTensor>> tensors_;  // one table a rank
 };
 
 }  // namespace telos::exec

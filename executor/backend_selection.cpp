@@ -50,6 +50,13 @@ bool nvidia_driver_present() {
 
 }  // namespace
 
+std::string gpu_engine_refusal(const Artifact& artifact) {
+  const int ranks = artifact.serving().tensor_parallel;
+  if (ranks == 1) return "";
+  return artifact.dir() + "/manifest.json: serving.tensor_parallel is " + std::to_string(ranks) +
+         ": the GPU engine drives one GPU and does not run a tensor-parallel artifact yet";
+}
+
 std::optional<GpuDevice> detect_gpu(std::string* why_not) {
   if (!nvidia_driver_present()) {
     if (why_not) *why_not = "no NVIDIA driver found (libcuda.so.1 is missing)";
@@ -102,8 +109,10 @@ std::unique_ptr<ModelBackend> make_backend(std::shared_ptr<const Artifact> artif
   if (choice == EngineChoice::Cpu)
     return std::make_unique<CpuReferenceModel>(std::move(artifact), kv_pages);
 
-  std::string why_not;
-  std::optional<GpuDevice> gpu = detect_gpu(&why_not);
+  // What the artifact rules out comes first: it holds on every machine.
+  std::string why_not = gpu_engine_refusal(*artifact);
+  std::optional<GpuDevice> gpu;
+  if (why_not.empty()) gpu = detect_gpu(&why_not);
   if (gpu) why_not = gpu_engine_unavailable(*artifact, *gpu);
   if (why_not.empty()) {
     if (choice == EngineChoice::Auto)

@@ -22,6 +22,12 @@ struct GpuDevice {
   std::string arch;  // "sm_90" for compute capability 9.0
 };
 
+// Why the GPU engine does not run `artifact` on any device ("" when it may): a tensor-parallel
+// artifact (serving.tensor_parallel above 1), whose ranks it does not drive yet: its per-rank
+// kernels and weights are written, but not the engine that runs them on several GPUs at once
+// (docs/multi-gpu.md). The CPU reference engine runs such an artifact, every rank simulated.
+std::string gpu_engine_refusal(const Artifact& artifact);
+
 // The first CUDA device, or nullopt with `why_not` saying why (no driver, no device), asked of
 // the CUDA runtime so that a machine without a GPU or driver answers instead of failing.
 std::optional<GpuDevice> detect_gpu(std::string* why_not);

@@ -23,8 +23,9 @@ int run_check(const CheckOptions& o) {
   std::string arch = o.arch;
   std::string why_not;
   const std::optional<GpuDevice> gpu = detect_gpu(&why_not);
-  // generate runs the CPU reference engine where there is no GPU or no kernels.
-  if (!gpu || !a->has_kernels()) {
+  // generate runs the CPU reference engine where there is no GPU, no kernels, or tensor-parallel
+  // ranks the GPU engine does not drive.
+  if (!gpu || !a->has_kernels() || !gpu_engine_refusal(*a).empty()) {
     CpuReferenceModel::check_kv_pool(*a, 0);
     CpuReferenceModel::check_graph(*a);
   }
@@ -35,12 +36,14 @@ int run_check(const CheckOptions& o) {
       std::cerr << "telos-run: " << why_not << "; not checking the target architecture\n";
   }
   if (!arch.empty()) a->check_target(arch);
-  std::size_t weight_bytes = 0;
-  for (const WeightTensor& t : a->tensors()) weight_bytes += t.bytes;
+  std::size_t weight_bytes = 0, tensors = 0;
+  for (int r = 0; r < a->ranks(); ++r)
+    for (const WeightTensor& t : a->tensors(r)) weight_bytes += t.bytes, ++tensors;
   const ModelConfig& m = a->model();
   std::cout << o.artifact << ": ok: " << m.name << " (" << m.family << ", " << m.num_layers
-            << " layers, vocabulary " << m.vocab_size << "), " << a->tensors().size()
-            << " tensors, " << weight_bytes << " weight bytes, checksums verified";
+            << " layers, vocabulary " << m.vocab_size << "), ";
+  if (a->ranks() > 1) std::cout << a->ranks() << " tensor-parallel ranks, ";
+  std::cout << tensors << " tensors, " << weight_bytes << " weight bytes, checksums verified";
   if (!arch.empty()) std::cout << ", runs on " << arch;
   std::cout << "\n";
   return kExitOk;

@@ -37,9 +37,11 @@ float* CpuStep::out(int value, int cols) {
   return v.data();
 }
 
-CpuOpBinding::CpuOpBinding(const Artifact& artifact, std::size_t index, bool* writes_logits)
+CpuOpBinding::CpuOpBinding(const Artifact& artifact, std::size_t index, int rank,
+                           bool* writes_logits)
     : artifact_(artifact),
       op_(artifact.graph().ops[index]),
+      rank_(rank),
       name_("graph.ops[" + std::to_string(index) + "] (" + op_.op + ")"),
       writes_logits_(writes_logits) {}
 
@@ -105,7 +107,7 @@ void CpuOpBinding::result_type(std::size_t i, const std::string& type) const {
 
 const WeightTensor& CpuOpBinding::matrix(std::size_t i, std::int64_t rows,
                                          std::int64_t cols) const {
-  const WeightTensor& t = artifact_.tensor(op_.params[i]);
+  const WeightTensor& t = artifact_.tensor(op_.params[i], rank_);
   if (t.shape.size() != 2 || t.dtype == DType::I32 || (rows != 0 && t.shape[0] != rows) ||
       (cols != 0 && t.shape[1] != cols))
     refuse("params[" + std::to_string(i) + "]",
@@ -116,7 +118,7 @@ const WeightTensor& CpuOpBinding::matrix(std::size_t i, std::int64_t rows,
 }
 
 std::span<const float> CpuOpBinding::vector(std::size_t i, std::int64_t n) const {
-  const WeightTensor& t = artifact_.tensor(op_.params[i]);
+  const WeightTensor& t = artifact_.tensor(op_.params[i], rank_);
   if (t.shape.size() != 1 || t.dtype != DType::F32 || t.shape[0] != n)
     refuse("params[" + std::to_string(i) + "]",
            "@" + t.name + " is " + std::string(dtype_name(t.dtype)) + format_shape(t.shape) +

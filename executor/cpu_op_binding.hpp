@@ -2,7 +2,8 @@
 // What an op of the CPU reference engine (cpu_reference_ops.hpp) sees: at load, its graph op
 // through CpuOpBinding, whose every accessor checks what the op reads against the artifact and
 // refuses, naming the manifest field, what it cannot use; while a step runs, the step's rows, its
-// values and the KV cache (CpuStep).
+// values and the KV cache (CpuStep). A tensor-parallel artifact's graph is bound once a rank, each
+// binding reading its rank's weights, and a step runs on every rank's CpuStep in turn.
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -30,12 +31,15 @@ class CpuKvCache {
 
 // What an op computes with while a step runs. Rows are the step's tokens, its sequences' in order.
 struct CpuStep {
+  int rank = 0;
+  // Every rank's step, in rank order (this one among them): what all_reduce sums over.
+  const std::vector<CpuStep>* ranks = nullptr;
   int rows = 0;
   std::vector<std::int32_t> tokens, positions;  // the graph's inputs %tokens and %positions
   std::vector<std::span<const PageId>> pages;   // each row's sequence's page table
   std::vector<int> sample_rows;                 // rows whose logits come back, in step order
   std::vector<float>* logits = nullptr;         // vocab_size floats a sample row
-  CpuKvCache* kv = nullptr;
+  CpuKvCache* kv = nullptr;                     // the rank's
   std::vector<std::vector<float>> values;  // each graph value, [rows, cols], while it is live
 
   const float* in(int value) const { return values[static_cast<std::size_t>(value)].data(); }
@@ -49,11 +53,13 @@ using CpuOpRun = std::function<void(CpuStep&)>;
 // manifest and the field ("graph.ops[3] (linear).attrs.layer: ..."), what the op cannot use.
 class CpuOpBinding {
  public:
-  CpuOpBinding(const Artifact& artifact, std::size_t index, bool* writes_logits);
+  // Op `index` of the graph as rank `rank` runs it, on that rank's weights.
+  CpuOpBinding(const Artifact& artifact, std::size_t index, int rank, bool* writes_logits);
 
   const GraphOp& op() const { return op_; }
   const ModelConfig& model() const { return artifact_.model(); }
   const KvCacheConfig& kv_cache() const { return artifact_.kv_cache(); }
+  int ranks() const { return artifact_.ranks(); }
   [[noreturn]] void refuse(const std::string& field, const std::string& what) const;
 
   void counts(std::size_t operands, std::size_t params_min, std::size_t params_max,
@@ -81,6 +87,7 @@ class CpuOpBinding {
 
   const Artifact& artifact_;
   const GraphOp& op_;
+  int rank_;
   std::string name_;  // "graph.ops[3] (linear)"
   bool* writes_logits_;
 };

@@ -5,6 +5,12 @@
 // llama2.c's run.c. Matrices are widened from their stored dtype to f32 row by row as they are
 // used, so a large artifact costs page cache, not a second f32 copy. The KV cache has the GPU
 // engine's paged layout and page tables, in f32 (the engine is an fp32 ground truth).
+//
+// A tensor-parallel artifact (serving.tensor_parallel N) runs as N simulated ranks in one process:
+// each its own binding of the graph (its weight file) and its own KV pool (its KV heads), all
+// under the same page tables; every op runs on rank 0, then rank 1, ..., before the next op, so
+// all_reduce sums partials every rank has computed, in rank order. Every rank then holds the same
+// residual stream and computes the same logits, which the engine checks bit for bit each step.
 #include <memory>
 #include <vector>
 
@@ -18,9 +24,9 @@ class CpuReferenceModel : public ModelBackend {
  public:
   // `kv_pages` 0: serving.kv_pool.pages, or, for a pool sized as a fraction of GPU memory, enough
   // pages for max_batch sequences of max_seq_len within 4 GiB of host memory (at least one
-  // sequence's worth). `ops`: the op kinds the graph may use (a test adds its own).
-  // Throws telos::Error (check_kv_pool) when the pool takes more host memory than there is, and,
-  // naming the manifest field, for a graph op it does not know or cannot run.
+  // sequence's worth), counting every rank's pool. `ops`: the op kinds the graph may use (a test
+  // adds its own). Throws telos::Error (check_kv_pool) when the pool takes more host memory than
+  // there is, and, naming the manifest field, for a graph op it does not know or cannot run.
   explicit CpuReferenceModel(std::shared_ptr<const Artifact> artifact, int kv_pages = 0,
                              const CpuOpTable& ops = cpu_reference_ops());
 
@@ -39,7 +45,8 @@ class CpuReferenceModel : public ModelBackend {
 
  private:
   struct BoundGraph {
-    std::vector<CpuOpRun> ops;                // the graph's ops, bound, in program order
+    // Per rank: the graph's ops bound to the rank's weights, in program order.
+    std::vector<std::vector<CpuOpRun>> ranks;
     std::vector<std::vector<int>> last_uses;  // per op: the values it defines or reads that no
                                               // later op reads
   };
@@ -49,7 +56,7 @@ class CpuReferenceModel : public ModelBackend {
 
   std::shared_ptr<const Artifact> artifact_;
   int num_pages_ = 0;
-  CpuKvCache kv_cache_;
+  std::vector<CpuKvCache> kv_caches_;  // one a rank
   BoundGraph graph_;
 };
 

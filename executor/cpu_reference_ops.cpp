@@ -227,6 +227,16 @@ CpuOpRun bind_linear_residual(const CpuOpBinding& b) {
   };
 }
 
+// %p = linear(%x, @w) {epilogue = "partial"}: p = W · x, a tensor-parallel rank's share of the
+// product over its columns of W, which all_reduce sums.
+CpuOpRun bind_linear_partial(const CpuOpBinding& b) {
+  b.counts(1, 1, 1, 1);
+  const WeightTensor* w = &b.matrix(0, 0, 0);
+  const int M = static_cast<int>(w->shape[0]);
+  const int x = b.operand(0, w->shape[1]), y = b.result(0, M);
+  return [=](CpuStep& s) { matmul(s.out(y, M), s.in(x), s.rows, *w); };
+}
+
 // %act = linear(%x, @gate_up) {epilogue = "swiglu"}: gate and up are W's two halves of rows;
 // act = silu(gate) * up.
 CpuOpRun bind_linear_swiglu(const CpuOpBinding& b) {
@@ -304,9 +314,10 @@ CpuOpRun bind_linear(const CpuOpBinding& b) {
   if (epilogue == "residual") return bind_linear_residual(b);
   if (epilogue == "swiglu") return bind_linear_swiglu(b);
   if (epilogue == "rope_kv_append") return bind_linear_rope_kv_append(b);
+  if (epilogue == "partial") return bind_linear_partial(b);
   b.refuse("attrs.epilogue", "\"" + epilogue +
                                  "\" is not an epilogue the CPU reference engine runs (residual, "
-                                 "swiglu, rope_kv_append)");
+                                 "swiglu, rope_kv_append, partial)");
 }
 
 // %o = paged_attention(%q) {layer, heads, kv_heads, head_dim}: attention over the KV pages the
@@ -322,6 +333,31 @@ CpuOpRun bind_paged_attention(const CpuOpBinding& b) {
     for (int t = 0; t < s.rows; ++t)
       attend(out + t * width, in + t * width, a.heads, a.kv_heads, a.head_dim, a.layer,
              s.positions[static_cast<std::size_t>(t)], s.pages[static_cast<std::size_t>(t)], *s.kv);
+  };
+}
+
+// %y = all_reduce(%partial, %residual) {ranks, epilogue = "residual"}: y = residual + the sum of
+// every rank's partial, taken in rank order, ((p0 + p1) + p2) + ..., as the GPU kernel adds them
+// (codegen/kernels/all_reduce.cuh): every rank computes the same bits.
+CpuOpRun bind_all_reduce(const CpuOpBinding& b) {
+  if (b.ranks() < 2)
+    b.refuse("", "an all_reduce in an artifact of one rank (serving.tensor_parallel 1)");
+  b.counts(2, 0, 0, 1);
+  b.int_attr("ranks", b.ranks(), b.ranks());
+  if (b.string_attr("epilogue") != "residual")
+    b.refuse("attrs.epilogue", "expected \"residual\" (the residual added once, after the sum)");
+  const int residual = b.operand(1, 0), H = b.cols(residual);
+  const int partial = b.operand(0, H), y = b.result(0, H);
+  return [=](CpuStep& s) {
+    const std::vector<CpuStep>& ranks = *s.ranks;
+    const std::size_t n = static_cast<std::size_t>(s.rows) * static_cast<std::size_t>(H);
+    float* out = s.out(y, H);
+    const float* r = s.in(residual);
+    for (std::size_t i = 0; i < n; ++i) {
+      float sum = ranks[0].in(partial)[i];
+      for (std::size_t k = 1; k < ranks.size(); ++k) sum += ranks[k].in(partial)[i];
+      out[i] = r[i] + sum;
+    }
   };
 }
 
@@ -351,6 +387,7 @@ const CpuOpTable& cpu_reference_ops() {
       {"linear", &bind_linear},
       {"paged_attention", &bind_paged_attention},
       {"lm_head_sample", &bind_lm_head_sample},
+      {"all_reduce", &bind_all_reduce},
   };
   return table;
 }

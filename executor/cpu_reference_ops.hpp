@@ -17,7 +17,8 @@ using CpuOpBinder = CpuOpRun (*)(const CpuOpBinding&);
 using CpuOpTable = std::map<std::string, CpuOpBinder, std::less<>>;
 
 // The ops of the graphs telosc writes: embed, rmsnorm, linear (plain with an optional bias, and
-// the residual, swiglu and rope_kv_append epilogues), paged_attention, lm_head_sample.
+// the residual, swiglu, rope_kv_append and partial epilogues), paged_attention, lm_head_sample,
+// and a tensor-parallel graph's all_reduce (a sum over the simulated ranks).
 const CpuOpTable& cpu_reference_ops();
 
 }  // namespace telos::exec

@@ -11,20 +11,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Every listed file present as a regular file, and weights.bin of the size the manifest states
-// (before any checksum, so that a truncated file gets the message that says so).
+// Every listed file present as a regular file, and each weight file of the size the manifest
+// states (before any checksum, so that a truncated file gets the message that says so).
 void check_files_present(const fs::path& root, const ArtifactManifest& m) {
   std::error_code ec;
   for (const auto& [name, sum] : m.files)
     if (!fs::is_regular_file(root / name, ec))
       fail((root / name).string() + ": missing (manifest.json files." + name + " lists it)");
-  const fs::path weights = root / m.weights_file;
-  const auto size = static_cast<std::int64_t>(fs::file_size(weights, ec));
-  if (ec) fail(weights.string() + ": cannot read its size: " + ec.message());
-  if (size != m.weights_size)
-    fail(weights.string() + ": " + std::to_string(size) +
-         " bytes, but manifest.json weights.size says " + std::to_string(m.weights_size) +
-         (size < m.weights_size ? " (truncated)" : " (not the file this manifest describes)"));
+  for (const WeightFile& w : m.weights) {
+    const fs::path weights = root / w.file;
+    const auto size = static_cast<std::int64_t>(fs::file_size(weights, ec));
+    if (ec) fail(weights.string() + ": cannot read its size: " + ec.message());
+    if (size != w.size)
+      fail(weights.string() + ": " + std::to_string(size) + " bytes, but manifest.json " + w.field +
+           ".size says " + std::to_string(w.size) +
+           (size < w.size ? " (truncated)" : " (not the file this manifest describes)"));
+  }
 }
 
 }  // namespace
@@ -40,25 +42,32 @@ OpenedArtifact open_artifact(const std::string& dir, WeightChecks checks) {
   const ArtifactManifest& m = a.manifest;
   check_files_present(root, m);
 
-  // The checksums, all computed together (xxh64_ranges): the files first, then the tensors.
-  // weights.bin's own checksum only with kEveryByte: its tensors' checksums cover every byte a
+  // The checksums, all computed together (xxh64_ranges): the files first, then the tensors. A
+  // weight file's own checksum only with kEveryByte: its tensors' checksums cover every byte a
   // model reads.
-  a.weights = MappedFile((root / m.weights_file).string());
+  a.weights.reserve(m.weights.size());  // the ranges point at them
+  for (const WeightFile& w : m.weights) a.weights.emplace_back((root / w.file).string());
+  const auto weight_file = [&](const std::string& name) -> const MappedFile* {
+    for (std::size_t r = 0; r < m.weights.size(); ++r)
+      if (m.weights[r].file == name) return &a.weights[r];
+    return nullptr;
+  };
   std::vector<MappedFile> other_files;
   other_files.reserve(m.files.size());  // the ranges point at them
   std::vector<ChecksumRange> ranges;
   std::vector<const std::pair<std::string, std::string>*> checked_files;
   for (const auto& file : m.files) {
-    const bool weights = file.first == m.weights_file;
+    const MappedFile* weights = weight_file(file.first);
     if (weights && checks == WeightChecks::kEveryTensor) continue;
     checked_files.push_back(&file);
     const MappedFile* mapped =
-        weights ? &a.weights : &other_files.emplace_back((root / file.first).string());
+        weights ? weights : &other_files.emplace_back((root / file.first).string());
     ranges.push_back({mapped, 0, mapped->size()});
   }
-  for (const WeightEntry& t : m.tensors)
-    ranges.push_back(
-        {&a.weights, static_cast<std::size_t>(t.offset), static_cast<std::size_t>(t.bytes)});
+  for (std::size_t r = 0; r < m.weights.size(); ++r)
+    for (const WeightEntry& t : m.weights[r].tensors)
+      ranges.push_back(
+          {&a.weights[r], static_cast<std::size_t>(t.offset), static_cast<std::size_t>(t.bytes)});
   xxh64_ranges(ranges);
 
   for (std::size_t i = 0; i < checked_files.size(); ++i) {
@@ -68,15 +77,17 @@ OpenedArtifact open_artifact(const std::string& dir, WeightChecks checks) {
       fail((root / name).string() + ": checksum " + got + " does not match manifest.json files." +
            name + " " + want + " (the file is corrupt or was changed)");
   }
-  for (std::size_t i = 0; i < m.tensors.size(); ++i) {
-    const WeightEntry& t = m.tensors[i];
-    const std::string got = checksum_string(ranges[checked_files.size() + i].digest);
-    if (got != t.checksum)
-      fail((root / m.weights_file).string() + ": tensor " + t.name + " (offset " +
-           std::to_string(t.offset) + ", " + std::to_string(t.bytes) + " bytes): checksum " + got +
-           " does not match " + manifest_path + " weights.tensors[" + std::to_string(i) + "] (" +
-           t.name + ").checksum " + t.checksum);
-  }
+  std::size_t next = checked_files.size();
+  for (const WeightFile& w : m.weights)
+    for (std::size_t i = 0; i < w.tensors.size(); ++i) {
+      const WeightEntry& t = w.tensors[i];
+      const std::string got = checksum_string(ranges[next++].digest);
+      if (got != t.checksum)
+        fail((root / w.file).string() + ": tensor " + t.name + " (offset " +
+             std::to_string(t.offset) + ", " + std::to_string(t.bytes) + " bytes): checksum " +
+             got + " does not match " + manifest_path + " " + w.field + ".tensors[" +
+             std::to_string(i) + "] (" + t.name + ").checksum " + t.checksum);
+    }
   return a;
 }
 

@@ -15,6 +15,7 @@
 #include "support/checksum.hpp"
 #include "support/error.hpp"
 #include "support/manifest_fields.hpp"
+#include "support/tensor_parallel.hpp"
 
 namespace telos {
 namespace {
@@ -134,11 +135,11 @@ ServingConfig read_serving(const ManifestFields& f, const json& s, const ModelCo
     if (!t.is_string()) f.refuse("serving.targets", "expected strings like \"sm_90a\"");
     c.targets.push_back(t.get<std::string>());
   }
-  c.tensor_parallel = f.small_integer(s, p, "tensor_parallel", 1, model.num_kv_heads);
-  if (model.num_kv_heads % c.tensor_parallel != 0)
-    f.refuse("serving.tensor_parallel", std::to_string(c.tensor_parallel) +
-                                            " does not divide model.num_kv_heads " +
-                                            std::to_string(model.num_kv_heads));
+  c.tensor_parallel = f.small_integer(s, p, "tensor_parallel", 1, kMaxTensorParallel);
+  if (const std::string why = tensor_parallel_refusal(c.tensor_parallel, model.num_heads,
+                                                      model.num_kv_heads, model.intermediate_size);
+      !why.empty())
+    f.refuse("serving.tensor_parallel", why);
   return c;
 }
 
@@ -160,8 +161,11 @@ KvCacheConfig read_kv_cache(const ManifestFields& f, const json& k, const ModelC
   c.page_size =
       static_cast<int>(expect_equal("page_size", serving.kv_page_size, "serving.kv_page_size"));
   c.num_layers = static_cast<int>(expect_equal("num_layers", model.num_layers, "model.num_layers"));
-  c.num_kv_heads =
-      static_cast<int>(expect_equal("num_kv_heads", model.num_kv_heads, "model.num_kv_heads"));
+  // Each rank's pool holds its own KV heads (support/tensor_parallel.hpp).
+  c.num_kv_heads = static_cast<int>(
+      expect_equal("num_kv_heads", rank_shape_of(model, serving).kv_heads,
+                   serving.tensor_parallel > 1 ? "a rank's KV heads of model.num_kv_heads"
+                                               : "model.num_kv_heads"));
   c.head_dim = static_cast<int>(expect_equal("head_dim", model.head_dim, "model.head_dim"));
   // Each factor is bounded (artifact_limits.hpp), so the product stays far inside 64 bits.
   c.bytes_per_page =
@@ -207,11 +211,33 @@ std::vector<std::pair<std::string, std::string>> read_files(const ManifestFields
   return out;
 }
 
-// One entry of weights.tensors, checked on its own: dtype, a shape that fits the file, layout,
-// offset and size inside the file.
+// A tensor-parallel entry's "split": {"dim", "of", "ranges"}, read as far as its types and
+// bounds; read_weight_file compares it with the part the rank must hold.
+WeightSplit read_split(const ManifestFields& f, const json& t, const std::string& named) {
+  const std::string field = named + ".split";
+  const json& split = f.object(t, named, "split");
+  WeightSplit w;
+  w.dim = f.small_integer(split, field, "dim", 0, 1);
+  w.whole = f.integer(split, field, "of", 1, limits::kMaxValueDim);
+  const json& ranges = f.array(split, field, "ranges");
+  if (ranges.empty() || static_cast<std::int64_t>(ranges.size()) > limits::kMaxOpEntries)
+    f.refuse(field + ".ranges",
+             "expected 1 to " + std::to_string(limits::kMaxOpEntries) + " ranges [begin, end]");
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const std::string at = field + ".ranges[" + std::to_string(i) + "]";
+    if (!ranges[i].is_array() || ranges[i].size() != 2) f.refuse(at, "expected [begin, end]");
+    w.ranges.emplace_back(f.integer_value(ranges[i][0], at + "[0]", 0, w.whole - 1),
+                          f.integer_value(ranges[i][1], at + "[1]", 1, w.whole));
+  }
+  return w;
+}
+
+// One entry of a weight file's tensors, checked on its own: dtype, a shape that fits the file,
+// layout, offset and size inside the file.
 WeightEntry read_weight_entry(const ManifestFields& f, const json& t, const std::string& path,
-                              std::int64_t size, const ModelConfig& model) {
+                              const WeightFile& file, const ModelConfig& model) {
   if (!t.is_object()) f.refuse(path, "expected an object");
+  const std::int64_t size = file.size;
   WeightEntry e;
   e.name = f.string(t, path, "name");
   const std::string named = path + " (" + e.name + ")";
@@ -225,10 +251,10 @@ WeightEntry read_weight_entry(const ManifestFields& f, const json& t, const std:
     if (!d.is_number_integer() || d.get<std::int64_t>() < 1)
       f.refuse(named + ".shape", "expected positive dimensions");
     e.shape.push_back(d.get<std::int64_t>());
-    // No tensor has more elements than weights.bin has bytes; checking as we go also keeps the
+    // No tensor has more elements than its file has bytes; checking as we go also keeps the
     // product from overflowing.
     if (e.shape.back() > size || elements > size / e.shape.back())
-      f.refuse(named + ".shape", format_shape(e.shape) + "... is larger than weights.bin (" +
+      f.refuse(named + ".shape", format_shape(e.shape) + "... is larger than " + file.file + " (" +
                                      std::to_string(size) + " bytes)");
     elements *= e.shape.back();
   }
@@ -254,74 +280,145 @@ WeightEntry read_weight_entry(const ManifestFields& f, const json& t, const std:
                                    std::string(dtype_name(e.dtype)));
   if (e.offset > size || e.bytes > size - e.offset)  // written so that nothing overflows
     f.refuse(named + ".offset", std::to_string(e.offset) + " plus " + std::to_string(e.bytes) +
-                                    " bytes runs past the end of weights.bin (" +
+                                    " bytes runs past the end of " + file.file + " (" +
                                     std::to_string(size) + " bytes)");
   const json& sum = f.member(t, named, "checksum");
   if (!is_checksum(sum)) f.refuse(named + ".checksum", "expected a checksum string \"xxh64:...\"");
   e.checksum = sum.get<std::string>();
+  if (t.contains("split")) e.split = read_split(f, t, named);
   return e;
 }
 
-// The weight table: every entry valid, and exactly the tensors the model needs, with their shapes.
+// One weight file (`w`, the weights section or an entry of its ranks, at `path`) of rank `rank`:
+// every entry valid, and exactly the tensors the model needs, with their shapes and, split over
+// ranks, the rank's part of each.
+WeightFile read_weight_file(const ManifestFields& f, const json& w, const std::string& path,
+                            const std::vector<ExpectedTensor>& want, std::size_t rank,
+                            const ModelConfig& model) {
+  WeightFile file;
+  file.field = path;
+  file.file = f.string(w, path, "file");
+  if (!inside_artifact(file.file))
+    f.refuse(path + ".file", "file names must stay inside the artifact directory");
+  file.size = f.integer(w, path, "size", 0, std::numeric_limits<std::int64_t>::max());
+  const json& tensors = f.array(w, path, "tensors");
+  // At most the tensors the model has: each entry is then checked once against a set of names.
+  if (tensors.size() > want.size())
+    f.refuse(path + ".tensors", std::to_string(tensors.size()) + " tensors, but the model has " +
+                                    std::to_string(want.size()));
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::string at = path + ".tensors[" + std::to_string(i) + "]";
+    WeightEntry e = read_weight_entry(f, tensors[i], at, file, model);
+    if (!names.insert(e.name).second)
+      f.refuse(at + " (" + e.name + ")", "a second tensor of the same name");
+    file.tensors.push_back(std::move(e));
+  }
+  for (const ExpectedTensor& e : want) {
+    const WeightEntry* t = nullptr;
+    for (const WeightEntry& have : file.tensors)
+      if (have.name == e.name) t = &have;
+    const std::string named = path + ".tensors (" + e.name + ")";
+    if (!t) f.refuse(path + ".tensors", "no tensor \"" + e.name + "\" (the model needs it)");
+    if (t->shape != e.shape)
+      f.refuse(named + ".shape", format_shape(t->shape) + ", expected " + format_shape(e.shape));
+    const bool ok = e.matrix ? t->dtype != DType::I32 : t->dtype == DType::F32;
+    if (!ok)
+      f.refuse(named + ".dtype",
+               std::string(dtype_name(t->dtype)) +
+                   (e.matrix ? " is not a floating-point type" : ", expected f32"));
+    // How the ranks' parts make up the whole: exactly the part this rank runs its graph on.
+    if (e.ranks.empty() && t->split)
+      f.refuse(named + ".split", "every rank holds this tensor whole (expected no split)");
+    if (!e.ranks.empty() && (!t->split || *t->split != e.ranks[rank]))
+      f.refuse(named + ".split", (t->split ? t->split->str() : std::string("missing")) +
+                                     ", expected rank " + std::to_string(rank) + "'s part, " +
+                                     e.ranks[rank].str());
+  }
+  return file;
+}
+
+// The weights section: one file, or (tensor parallelism) one a rank in "ranks", each listed in
+// `files` once.
 void read_weights(const ManifestFields& f, const json& w, const std::vector<ExpectedTensor>& want,
                   ArtifactManifest& a) {
-  a.weights_file = f.string(w, "weights", "file");
-  if (!inside_artifact(a.weights_file))
-    f.refuse("weights.file", "file names must stay inside the artifact directory");
   if (const json& align = f.member(w, "weights", "alignment"); align != limits::kWeightAlignment)
     f.refuse("weights.alignment", align.dump() + ", expected " +
                                       std::to_string(limits::kWeightAlignment) +
                                       " (every tensor starts at a multiple of it)");
-  a.weights_size = f.integer(w, "weights", "size", 0, std::numeric_limits<std::int64_t>::max());
-  const json& tensors = f.array(w, "weights", "tensors");
-  // At most the tensors the model has: each entry is then checked once against a set of names.
-  if (tensors.size() > want.size())
-    f.refuse("weights.tensors", std::to_string(tensors.size()) + " tensors, but the model has " +
-                                    std::to_string(want.size()));
-  std::set<std::string> names;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    WeightEntry e = read_weight_entry(f, tensors[i], "weights.tensors[" + std::to_string(i) + "]",
-                                      a.weights_size, a.model);
-    if (!names.insert(e.name).second)
-      f.refuse("weights.tensors[" + std::to_string(i) + "] (" + e.name + ")",
-               "a second tensor of the same name");
-    a.tensors.push_back(std::move(e));
+  const int ranks = a.serving.tensor_parallel;
+  if (ranks == 1) {
+    if (w.contains("ranks"))
+      f.refuse("weights.ranks",
+               "one weight file a rank is a tensor-parallel artifact's (serving.tensor_parallel is "
+               "1): expected weights.file");
+    a.weights.push_back(read_weight_file(f, w, "weights", want, 0, a.model));
+    return;
   }
-  for (const ExpectedTensor& e : want) {
-    const WeightEntry* t = nullptr;
-    for (const WeightEntry& have : a.tensors)
-      if (have.name == e.name) t = &have;
-    if (!t) f.refuse("weights.tensors", "no tensor \"" + e.name + "\" (the model needs it)");
-    if (t->shape != e.shape)
-      f.refuse("weights.tensors (" + e.name + ").shape",
-               format_shape(t->shape) + ", expected " + format_shape(e.shape));
-    const bool ok = e.matrix ? t->dtype != DType::I32 : t->dtype == DType::F32;
-    if (!ok)
-      f.refuse("weights.tensors (" + e.name + ").dtype",
-               std::string(dtype_name(t->dtype)) +
-                   (e.matrix ? " is not a floating-point type" : ", expected f32"));
+  if (w.contains("file"))
+    f.refuse("weights.file", "a tensor-parallel artifact (serving.tensor_parallel " +
+                                 std::to_string(ranks) +
+                                 ") names one weight file a rank, in weights.ranks");
+  const json& files = f.array(w, "weights", "ranks");
+  if (files.size() != static_cast<std::size_t>(ranks))
+    f.refuse("weights.ranks", std::to_string(files.size()) +
+                                  " weight files, expected one a rank: serving.tensor_parallel " +
+                                  std::to_string(ranks));
+  for (std::size_t r = 0; r < files.size(); ++r) {
+    const std::string path = "weights.ranks[" + std::to_string(r) + "]";
+    if (!files[r].is_object()) f.refuse(path, "expected an object {file, size, tensors}");
+    a.weights.push_back(read_weight_file(f, files[r], path, want, r, a.model));
+    for (std::size_t q = 0; q < r; ++q)
+      if (a.weights[q].file == a.weights[r].file)
+        f.refuse(path + ".file", a.weights[r].file + " is rank " + std::to_string(q) +
+                                     "'s weight file too (each rank has its own)");
   }
 }
 
 }  // namespace
 
-std::vector<ExpectedTensor> expected_tensors(const ModelConfig& m) {
-  const std::int64_t V = m.vocab_size, H = m.hidden_size, I = m.intermediate_size, D = m.head_dim,
-                     Hq = m.num_heads, Hkv = m.num_kv_heads;
+std::string WeightSplit::str() const {
+  std::string s = dim == 0 ? "rows " : "columns ";
+  for (std::size_t i = 0; i < ranges.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(ranges[i].first) + ":" + std::to_string(ranges[i].second);
+  return s + " of " + std::to_string(whole);
+}
+
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& m, const ServingConfig& serving) {
+  const RankShape rank = rank_shape_of(m, serving);
+  const std::int64_t V = m.vocab_size, H = m.hidden_size, I = rank.intermediate, D = m.head_dim,
+                     Hq = rank.heads, Hkv = rank.kv_heads;
+  // Each rank's part of a split tensor (support/tensor_parallel.hpp); none for one rank.
+  const auto split = [&](int dim, std::int64_t whole, auto part) {
+    std::vector<WeightSplit> parts;
+    for (std::int64_t r = 0; serving.tensor_parallel > 1 && r < rank.ranks; ++r)
+      parts.push_back({dim, whole, part(r)});
+    return parts;
+  };
+  const std::int64_t qkv_whole = (m.num_heads + 2 * m.num_kv_heads) * D;
+  const auto qkv = split(0, qkv_whole, [&](std::int64_t r) { return rank.qkv_rows(r, D); });
   std::vector<ExpectedTensor> out = {{"embed", {V, H}, true}};
   for (int l = 0; l < m.num_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     out.push_back({p + "attn_norm", {H}, false});
-    out.push_back({p + "qkv", {(Hq + 2 * Hkv) * D, H}, true});
-    if (m.qkv_bias) out.push_back({p + "qkv_bias", {(Hq + 2 * Hkv) * D}, false});
+    out.push_back({p + "qkv", {(Hq + 2 * Hkv) * D, H}, true, qkv});
+    if (m.qkv_bias) out.push_back({p + "qkv_bias", {(Hq + 2 * Hkv) * D}, false, qkv});
     if (m.qk_norm) {
       out.push_back({p + "q_norm", {D}, false});
       out.push_back({p + "k_norm", {D}, false});
     }
-    out.push_back({p + "o", {H, Hq * D}, true});
+    out.push_back({p + "o", {H, Hq * D}, true, split(1, m.num_heads * D, [&](std::int64_t r) {
+                     return rank.input_columns(r, m.num_heads * D);
+                   })});
     out.push_back({p + "mlp_norm", {H}, false});
-    out.push_back({p + "gate_up", {2 * I, H}, true});
-    out.push_back({p + "down", {H, I}, true});
+    out.push_back({p + "gate_up",
+                   {2 * I, H},
+                   true,
+                   split(0, 2 * rank.model_intermediate,
+                         [&](std::int64_t r) { return rank.gate_up_rows(r); })});
+    out.push_back({p + "down", {H, I}, true, split(1, rank.model_intermediate, [&](std::int64_t r) {
+                     return rank.input_columns(r, rank.model_intermediate);
+                   })});
   }
   out.push_back({"final_norm", {H}, false});
   if (!m.tie_word_embeddings) out.push_back({"lm_head", {V, H}, true});
@@ -356,14 +453,17 @@ ArtifactManifest validate_manifest(const json& m, const std::string& file) {
                                    std::to_string(kArtifactSchemaVersion) +
                                    "); use the telos-run and telosc of the release that wrote it");
   static_cast<ArtifactConfig&>(a) = validate_config_sections(m, file);
-  read_weights(f, f.object(m, "", "weights"), expected_tensors(a.model), a);
+  read_weights(f, f.object(m, "", "weights"), expected_tensors(a.model, a.serving), a);
+  // Every rank's weight table has the same names (read_weight_file): the graph reads rank 0's.
   std::set<std::string> tensor_names;
-  for (const WeightEntry& t : a.tensors) tensor_names.insert(t.name);
+  for (const WeightEntry& t : a.weights[0].tensors) tensor_names.insert(t.name);
   a.graph = read_graph(f, f.member(m, "", "graph"), tensor_names);
   a.files = read_files(f, f.object(m, "", "files"));
-  bool weights_listed = false;
-  for (const auto& [name, sum] : a.files) weights_listed |= name == a.weights_file;
-  if (!weights_listed) f.refuse("files", "no checksum of " + a.weights_file + " (weights.file)");
+  for (const WeightFile& w : a.weights) {
+    bool listed = false;
+    for (const auto& [name, sum] : a.files) listed |= name == w.file;
+    if (!listed) f.refuse("files", "no checksum of " + w.file + " (" + w.field + ".file)");
+  }
   // The launch programs, which only the GPU engine runs, with the kernels.
   const json& kernels = f.array(m, "", "kernels");
   a.has_kernels = !kernels.empty();

@@ -17,6 +17,7 @@
 #include "support/artifact_programs.hpp"
 #include "support/dtype.hpp"
 #include "support/format_shape.hpp"
+#include "support/tensor_parallel.hpp"
 
 namespace telos {
 
@@ -61,6 +62,11 @@ struct ServingConfig {
   int tensor_parallel = 1;
 };
 
+// One rank's share of the model at serving.tensor_parallel ranks (support/tensor_parallel.hpp).
+inline RankShape rank_shape_of(const ModelConfig& m, const ServingConfig& s) {
+  return rank_shape(s.tensor_parallel, m.num_heads, m.num_kv_heads, m.intermediate_size);
+}
+
 // The KV pages a sequence of max_seq_len positions needs: a page table's row in the step
 // descriptor and in the kernels that read it.
 inline int max_pages_per_sequence(const ServingConfig& s) {
@@ -74,6 +80,17 @@ struct KvCacheConfig {
   std::string layout;
 };
 
+// The part of a whole tensor a tensor-parallel rank holds (docs/artifact.md, "weights"): rows
+// (dim 0) or columns (dim 1) of the whole, which is `whole` long along dim, the ranges in order.
+struct WeightSplit {
+  int dim = 0;
+  std::int64_t whole = 0;
+  std::vector<ShardRange> ranges;
+
+  bool operator==(const WeightSplit&) const = default;
+  std::string str() const;  // "rows 0:64, 128:160 of 256"
+};
+
 // One entry of the weight table, as the manifest states it.
 struct WeightEntry {
   std::string name;
@@ -82,6 +99,16 @@ struct WeightEntry {
   std::vector<std::int64_t> shape;
   std::int64_t offset = 0, bytes = 0;
   std::string checksum;  // "xxh64:..."
+  std::optional<WeightSplit> split;  // a tensor-parallel rank's part of a split tensor
+};
+
+// A weight file and its tensors: the artifact's one, or one a tensor-parallel rank, each rank's
+// the same tensors of the same shapes.
+struct WeightFile {
+  std::string file;  // a file of the artifact, listed in `files`
+  std::int64_t size = 0;
+  std::vector<WeightEntry> tensors;  // manifest order
+  std::string field;                 // where the manifest states it: "weights", "weights.ranks[1]"
 };
 
 // The model, serving and kv_cache sections: what a model and its serving configuration are.
@@ -94,9 +121,7 @@ struct ArtifactConfig {
 struct ArtifactManifest : ArtifactConfig {
   int schema_version = 0;
   std::string checksum;      // manifest_checksum: names the model, its weights and its graph
-  std::string weights_file;  // a file of the artifact, listed in `files`
-  std::int64_t weights_size = 0;
-  std::vector<WeightEntry> tensors;                        // manifest order
+  std::vector<WeightFile> weights;  // one a rank (serving.tensor_parallel), in rank order
   ArtifactGraph graph;                                     // the optimized IR (artifact_graph.hpp)
   std::vector<std::pair<std::string, std::string>> files;  // name, checksum: manifest order
   bool has_kernels = false;  // codegen filled "kernels" (the GPU engine needs them)
@@ -127,12 +152,17 @@ nlohmann::json parse_manifest_text(std::string_view text, const std::string& fil
 // Reads and parses DIR/manifest.json: a regular file of at most limits::kMaxManifestBytes.
 nlohmann::json read_manifest_file(const std::string& dir);
 
-// The tensors docs/artifact.md's weight table gives a model of this configuration, in order.
+// The tensors docs/artifact.md's weight table gives a model of this configuration, in order, each
+// of a rank's shape.
 struct ExpectedTensor {
   std::string name;
   std::vector<std::int64_t> shape;
   bool matrix;  // matrices may be bf16, f16 or f32; vectors are f32
+  // Tensor parallelism: each rank's part of a split tensor, in rank order; empty where every rank
+  // holds the whole tensor (and for one rank).
+  std::vector<WeightSplit> ranks = {};
 };
-std::vector<ExpectedTensor> expected_tensors(const ModelConfig& model);
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& model,
+                                             const ServingConfig& serving);
 
 }  // namespace telos

@@ -232,9 +232,16 @@ LaunchArg read_arg(const ManifestFields& f, const json& v, const std::string& fi
     arg.image = parse_weight_image_arg(s, f.file() + ": " + field);
     arg.name = arg.image.weight;
     check_weight_image(f, field, arg, weights);
+  } else if (s.rfind("peer:", 0) == 0 || s == "rank") {
+    // What a tensor-parallel rank reads of the others (docs/artifact.md, "Kernels").
+    if (a.serving.tensor_parallel < 2)
+      f.refuse(field, s + ": a tensor-parallel argument in an artifact of one rank "
+                          "(serving.tensor_parallel 1)");
+    arg.kind = s == "rank" ? ArgKind::rank : ArgKind::peer_buffer;
+    if (arg.kind == ArgKind::peer_buffer) arg.name = buffer(f, field, s, after(5), arena).buffer;
   } else {
     f.refuse(field, s + ": not a launch argument (null, host:sampled, w:, buf:, kv:, desc:, tmap:, "
-                        "wimg: or timg:)");
+                        "wimg:, timg:, peer: or rank)");
   }
   return arg;
 }
@@ -293,7 +300,8 @@ LaunchPrograms read_launch_programs(const ManifestFields& f, const json& kernels
   read_arena(f, plan, p);
   read_descriptor(f, programs, a.serving, p);
   WeightsByName weights;
-  for (const WeightEntry& t : a.tensors) weights[t.name] = &t;
+  // Every rank has the same tensors of the same shapes (artifact_format.hpp), and one kernel set.
+  for (const WeightEntry& t : a.weights[0].tensors) weights[t.name] = &t;
   ArenaByName arena;
   for (const ArenaSlot& s : p.arena) arena[s.buffer] = &s;
   const json& buckets = bounded_array(f, programs, "programs", "buckets");

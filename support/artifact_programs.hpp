@@ -46,7 +46,9 @@ enum class ArgKind {
   descriptor,    // desc:FIELD
   tensor_map,    // tmap:TARGET:ROWS:COLS:BOX_ROWS:BOX_COLS
   weight_image,  // wimg:NAME:BN:HALVES
-  image_map      // timg:NAME:BN:HALVES:BOX
+  image_map,     // timg:NAME:BN:HALVES:BOX
+  peer_buffer,   // peer:NAME, arena buffer NAME of every tensor-parallel rank (peer pointers)
+  rank           // rank, the tensor-parallel rank's index
 };
 
 struct LaunchArg {

@@ -47,6 +47,27 @@ std::string text_summary(const fs::path& dir,
               : "text: tokenizer, no chat template (text prompts; chat requests refused)\n";
 }
 
+// One line for the weight file, or for tensor parallelism one a rank and what is split.
+std::string weights_summary(const ArtifactManifest& a) {
+  const std::size_t tensors = a.weights[0].tensors.size();
+  if (a.weights.size() == 1)
+    return "weights: " + std::to_string(tensors) + " tensors, " + human_bytes(a.weights[0].size) +
+           " in " + a.weights[0].file + "\n";
+  int split = 0;
+  for (const WeightEntry& t : a.weights[0].tensors) split += t.split.has_value();
+  std::string s = "tensor parallel: " + std::to_string(a.weights.size()) +
+                  " ranks, each the same graph and kernels on its own weight file; " +
+                  std::to_string(split) + " of " + std::to_string(tensors) +
+                  " tensors split (rows or columns), the rest whole on every rank; a rank's KV "
+                  "pool holds " +
+                  std::to_string(a.kv_cache.num_kv_heads) + " of " +
+                  std::to_string(a.model.num_kv_heads) + " KV heads\n";
+  for (std::size_t r = 0; r < a.weights.size(); ++r)
+    s += "weights: rank " + std::to_string(r) + ": " + std::to_string(tensors) + " tensors, " +
+         human_bytes(a.weights[r].size) + " in " + a.weights[r].file + "\n";
+  return s;
+}
+
 std::string summary(const std::string& path, const nlohmann::json& j, const ArtifactManifest& a) {
   const ModelConfig& m = a.model;
   const ServingConfig& sv = a.serving;
@@ -78,8 +99,7 @@ std::string summary(const std::string& path, const nlohmann::json& j, const Arti
   if (a.has_kernels)
     s += "activation arena: " + human_bytes(a.programs.arena_bytes) + " (" +
          std::to_string(a.programs.arena.size()) + " buffers)\n";
-  s += "weights: " + std::to_string(a.tensors.size()) + " tensors, " + human_bytes(a.weights_size) +
-       " in " + a.weights_file + "\n";
+  s += weights_summary(a);
   s += "kernels: " + std::to_string(a.programs.kernels.size()) + "\n";
   s += text_summary(fs::path(path), a.files);
   return s;
@@ -90,9 +110,10 @@ std::string summary(const std::string& path, const nlohmann::json& j, const Arti
 std::string inspect_artifact(const std::string& path, bool verify) {
   if (verify) {
     const OpenedArtifact a = open_artifact(path, WeightChecks::kEveryByte);
-    return summary(path, a.json, a.manifest) + "checksums: verified (" +
-           std::to_string(a.manifest.tensors.size()) + " tensors, " +
-           std::to_string(a.manifest.files.size()) + " files)\n";
+    std::size_t tensors = 0;
+    for (const WeightFile& w : a.manifest.weights) tensors += w.tensors.size();
+    return summary(path, a.json, a.manifest) + "checksums: verified (" + std::to_string(tensors) +
+           " tensors, " + std::to_string(a.manifest.files.size()) + " files)\n";
   }
   std::error_code ec;
   if (!fs::is_directory(path, ec))

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -182,65 +183,190 @@ bool is_qkv(const std::string& name) {
   return name.starts_with("layers.") && name.ends_with(".qkv");
 }
 
-// Packs every parameter into weights.bin; returns the manifest's "weights" section.
-nlohmann::ordered_json pack_weights(const fs::path& path, const ImportedModel& model,
-                                    const ir::Graph& graph, const ArtifactOptions& options) {
-  std::int64_t total = 0;
-  for (const ir::Param& p : graph.params()) total += p.type.bytes(0, 0);
-  ProgressBar progress(options.progress, total);
-  std::vector<std::uint8_t> buffer(kPackBufferBytes);
+// Converts runs of checkpoint elements into one tensor of the weight file through the bounded
+// buffer, hashing what it writes and releasing the checkpoint's pages behind it.
+class TensorPacker {
+ public:
+  TensorPacker(OutputFile& out, DType to, std::vector<std::uint8_t>& buffer, Xxh64& hash)
+      : out_(out), to_(to), out_size_(dtype_size(to)), buffer_(buffer), hash_(hash) {}
 
+  // The most elements one run may hold.
+  std::size_t capacity() const { return buffer_.size() / out_size_; }
+
+  // Elements [first, first + count) of `src`, whose rows are `cols` long; count <= capacity().
+  void add(const TensorView& src, std::size_t first, std::size_t count, std::size_t cols) {
+    if ((used_ + count) * out_size_ > buffer_.size()) flush();
+    convert(src, first, count, to_, buffer_.data() + used_ * out_size_);
+    used_ += count;
+    const std::size_t begin = first / cols * cols, end = (first + count + cols - 1) / cols * cols;
+    for (Read& r : read_)
+      if (r.src == &src) {
+        r.begin = std::min(r.begin, begin);
+        r.end = std::max(r.end, end);
+        return;
+      }
+    read_.push_back({&src, begin, end});
+  }
+
+  // Writes what the buffer holds, then drops the checkpoint rows it was read from, so they do not
+  // accumulate as resident memory (whole pages only: a head's rows in RoPE's pair order, or a
+  // column slice's rows, are dropped together; another rank's columns are read again from the
+  // page cache).
+  void flush() {
+    const std::size_t bytes = used_ * out_size_;
+    out_.write(buffer_.data(), bytes);
+    hash_.update(buffer_.data(), bytes);
+    used_ = 0;
+    for (const Read& r : read_)
+      if (r.src->file) {
+        const std::size_t in = dtype_size(r.src->dtype);
+        const std::size_t end = std::min(r.src->bytes / in, r.end);
+        r.src->file->release(
+            static_cast<std::size_t>(r.src->data - r.src->file->data()) + r.begin * in,
+            (end - r.begin) * in);
+      }
+    read_.clear();
+  }
+
+ private:
+  OutputFile& out_;
+  DType to_;
+  std::size_t out_size_;
+  std::vector<std::uint8_t>& buffer_;
+  Xxh64& hash_;
+  std::size_t used_ = 0;
+  // The elements of each checkpoint tensor the buffer was filled from, in whole rows.
+  struct Read {
+    const TensorView* src;
+    std::size_t begin, end;
+  };
+  std::vector<Read> read_;
+};
+
+// A parameter's whole (its checkpoint tensors concatenated along dim 0) as rows of `cols`. The
+// importer has checked every tensor's shape against the model (checkpoint.hpp).
+struct WholeRows {
+  std::vector<const TensorView*> sources;
+  std::vector<std::int64_t> first_row;  // of each source in the whole; then the total
+  std::int64_t cols = 1;
+
+  std::int64_t rows() const { return first_row.back(); }
+  // Where row `row` of the whole is: its source, its row there, and the rows left there from it.
+  struct Place {
+    const TensorView* source;
+    std::int64_t row, rows_left;
+  };
+  Place at(std::int64_t row) const {
+    std::size_t s = 0;
+    while (first_row[s + 1] <= row) ++s;
+    return {sources[s], row - first_row[s], first_row[s + 1] - row};
+  }
+};
+
+WholeRows whole_rows(const ImportedModel& model, const ir::Param& p) {
+  WholeRows w;
+  if (p.type.dims.size() == 2)
+    w.cols = p.shard && p.shard->dim == 1 ? p.shard->whole : p.type.dims[1];
+  w.first_row.push_back(0);
+  for (const std::string& name : p.sources) {
+    const TensorView* src = model.find(name);
+    if (!src) fail(model.checkpoint_dir + ": tensor " + name + " (for " + p.name + ") is missing");
+    const auto elements = static_cast<std::int64_t>(src->bytes / dtype_size(src->dtype));
+    w.sources.push_back(src);
+    w.first_row.push_back(w.first_row.back() + elements / w.cols);
+  }
+  return w;
+}
+
+// Rank `rank`'s part of parameter `p` (the whole where it is not split): the rows of the whole in
+// the order they are packed, and the columns of each. The QKV projection's rows go in RoPE's pair
+// order within each head (layout qkv_rope_pairs); its parts are whole heads.
+struct PackedPart {
+  std::vector<ShardRange> rows;  // runs of whole rows, in order; a run of the pair order is one row
+  ShardRange columns;
+};
+
+PackedPart packed_part(const ir::Param& p, const WholeRows& w, int rank, int head_dim) {
+  PackedPart part{{{0, w.rows()}}, {0, w.cols}};
+  if (p.shard && p.shard->dim == 0) part.rows = p.shard->ranks[static_cast<std::size_t>(rank)];
+  if (p.shard && p.shard->dim == 1) {
+    const std::vector<ShardRange>& columns = p.shard->ranks[static_cast<std::size_t>(rank)];
+    if (columns.size() != 1)
+      fail(p.name + ": rank " + std::to_string(rank) + "'s columns are " +
+           std::to_string(columns.size()) + " ranges; the writer packs one range of columns");
+    part.columns = columns[0];
+  }
+  for (const auto& [begin, end] : part.rows)
+    if (end > w.rows())
+      fail(p.name + ": rows " + std::to_string(begin) + ":" + std::to_string(end) +
+           " run past the " + std::to_string(w.rows()) + " rows of its checkpoint tensors");
+  if (part.columns.second > w.cols)
+    fail(p.name + ": columns run past the " + std::to_string(w.cols) +
+         " of its checkpoint tensors");
+  if (!is_qkv(p.name)) return part;
+  std::vector<std::int64_t> natural;
+  for (const auto& [begin, end] : part.rows)
+    for (std::int64_t r = begin; r < end; ++r) natural.push_back(r);
+  PackedPart pairs{{}, part.columns};
+  for (std::size_t o = 0; o < natural.size(); ++o) {
+    const std::int64_t r =
+        natural[static_cast<std::size_t>(qkv_pair_row(static_cast<long long>(o), head_dim))];
+    pairs.rows.push_back({r, r + 1});
+  }
+  return pairs;
+}
+
+// Packs `part` of the whole `w` through `packer`: runs of consecutive rows of one source (whole
+// rows), or row by row (a column slice).
+void pack_part(TensorPacker& packer, const WholeRows& w, const PackedPart& part,
+               const std::string& name, const ArtifactOptions& options,
+               const std::function<void(std::size_t)>& progress) {
+  const auto width = static_cast<std::size_t>(part.columns.second - part.columns.first);
+  const bool whole_rows = width == static_cast<std::size_t>(w.cols);
+  const std::size_t rows_a_run =
+      whole_rows ? std::max<std::size_t>(1, packer.capacity() / width) : 1;
+  if (width > packer.capacity())
+    fail(name + ": a row of " + std::to_string(width) + " elements does not fit the " +
+         std::to_string(kPackBufferBytes) + "-byte packing buffer");
+  for (auto [row, end] : part.rows)
+    while (row < end) {
+      if (options.cancel && *options.cancel) fail("interrupted while packing " + name);
+      const WholeRows::Place at = w.at(row);
+      const std::int64_t n =
+          std::min({end - row, at.rows_left, static_cast<std::int64_t>(rows_a_run)});
+      const auto first = static_cast<std::size_t>(at.row * w.cols + part.columns.first);
+      const std::size_t count = static_cast<std::size_t>(n) * width;
+      packer.add(*at.source, first, count, static_cast<std::size_t>(w.cols));
+      progress(count);
+      row += n;
+    }
+}
+
+// Packs rank `rank`'s part of every parameter into the weight file `path` (weights.bin, or the
+// rank's file); returns its entry of the manifest's "weights" section, with its checksum.
+nlohmann::ordered_json pack_weight_file(const fs::path& path, const ImportedModel& model,
+                                        const ir::Graph& graph, int rank,
+                                        std::vector<std::uint8_t>& buffer,
+                                        const ArtifactOptions& options,
+                                        const std::function<void(std::size_t)>& progress) {
   OutputFile out(path);
   nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
-  std::int64_t packed = 0;
   for (const ir::Param& p : graph.params()) {
     const std::int64_t offset = (out.written() + limits::kWeightAlignment - 1) /
                                 limits::kWeightAlignment * limits::kWeightAlignment;
     out.pad_to(offset);
     Xxh64 tensor_hash;
-    const std::size_t out_size = dtype_size(p.type.dtype);
-    const std::size_t chunk = kPackBufferBytes / out_size;
-    // The QKV projection's rows go in RoPE's pair order within each head (layout qkv_rope_pairs):
-    // the buffer holds a head's rows at a time.
+    TensorPacker packer(out, p.type.dtype, buffer, tensor_hash);
     const bool pairs = is_qkv(p.name);
-    const std::size_t head_dim = static_cast<std::size_t>(model.spec.head_dim);
-    const std::size_t cols = p.type.dims.size() == 2 ? static_cast<std::size_t>(p.type.dims[1]) : 1;
-    if (pairs && (head_dim % 8 != 0 || head_dim * cols > chunk))
-      fail(p.name + ": a head of " + std::to_string(head_dim) + " x " + std::to_string(cols) +
-           " does not pack in RoPE's pair order (head_dim a multiple of 8, a head within " +
-           std::to_string(kPackBufferBytes) + " bytes)");
-    for (const std::string& name : p.sources) {
-      const TensorView* src = model.find(name);
-      if (!src)
-        fail(model.checkpoint_dir + ": tensor " + name + " (for " + p.name + ") is missing");
-      const std::size_t elements = src->bytes / dtype_size(src->dtype);
-      const std::size_t step = pairs ? head_dim * cols : chunk;
-      for (std::size_t first = 0; first < elements; first += step) {
-        if (options.cancel && *options.cancel) fail("interrupted while packing " + p.name);
-        const std::size_t n = std::min(step, elements - first);
-        if (pairs) {
-          for (std::size_t r = 0; r < head_dim; ++r)
-            convert(*src,
-                    first + static_cast<std::size_t>(qkv_pair_row(static_cast<long long>(r),
-                                                                  static_cast<int>(head_dim))) *
-                                cols,
-                    cols, p.type.dtype, buffer.data() + r * cols * out_size);
-        } else {
-          convert(*src, first, n, p.type.dtype, buffer.data());
-        }
-        out.write(buffer.data(), n * out_size);
-        tensor_hash.update(buffer.data(), n * out_size);
-        // Drop the checkpoint pages just read, so they do not accumulate as resident memory.
-        if (src->file) {
-          const std::size_t in_size = dtype_size(src->dtype);
-          src->file->release(
-              static_cast<std::size_t>(src->data - src->file->data()) + first * in_size,
-              n * in_size);
-        }
-        packed += static_cast<std::int64_t>(n * out_size);
-        progress.update(packed);
-      }
-    }
+    const int head_dim = static_cast<int>(model.spec.head_dim);
+    if (pairs && head_dim % 8 != 0)
+      fail(p.name + ": a head of " + std::to_string(head_dim) +
+           " rows does not pack in RoPE's pair order (head_dim a multiple of 8)");
+    const WholeRows w = whole_rows(model, p);
+    const std::size_t out_size = dtype_size(p.type.dtype);
+    pack_part(packer, w, packed_part(p, w, rank, head_dim), p.name, options,
+              [&](std::size_t elements) { progress(elements * out_size); });
+    packer.flush();
     const std::int64_t bytes = p.type.bytes(0, 0);
     if (out.written() - offset != bytes)
       fail(p.name + ": packed " + std::to_string(out.written() - offset) + " bytes from " +
@@ -255,17 +381,66 @@ nlohmann::ordered_json pack_weights(const fs::path& path, const ImportedModel& m
     t["bytes"] = bytes;
     t["checksum"] = checksum_string(tensor_hash.digest());
     t["sources"] = p.sources;
+    if (p.shard) {
+      nlohmann::ordered_json ranges = nlohmann::ordered_json::array();
+      for (const auto& [begin, end] : p.shard->ranks[static_cast<std::size_t>(rank)])
+        ranges.push_back({begin, end});
+      t["split"] = {{"dim", p.shard->dim}, {"of", p.shard->whole}, {"ranges", ranges}};
+    }
     tensors.push_back(t);
   }
   out.close();
+  nlohmann::ordered_json f;
+  f["file"] = path.filename().string();
+  f["size"] = out.written();
+  f["tensors"] = tensors;
+  f["checksum"] = checksum_string(out.digest());
+  return f;
+}
+
+// The weight files' names: weights.bin, or one a tensor-parallel rank.
+std::vector<std::string> weight_file_names(int ranks) {
+  if (ranks == 1) return {"weights.bin"};
+  std::vector<std::string> names;
+  for (int r = 0; r < ranks; ++r) names.push_back("weights.rank" + std::to_string(r) + ".bin");
+  return names;
+}
+
+// Packs every rank's weight file into `dir`; returns the manifest's "weights" section and adds
+// each file's checksum to `files`.
+nlohmann::ordered_json pack_weights(const fs::path& dir, const ImportedModel& model,
+                                    const ir::Graph& graph, const ArtifactOptions& options,
+                                    nlohmann::ordered_json& files) {
+  std::int64_t total = 0;
+  for (const ir::Param& p : graph.params()) total += p.type.bytes(0, 0) * graph.ranks;
+  ProgressBar progress(options.progress, total);
+  std::int64_t packed = 0;
+  const auto advance = [&](std::size_t bytes) {
+    packed += static_cast<std::int64_t>(bytes);
+    progress.update(packed);
+  };
+  std::vector<std::uint8_t> buffer(kPackBufferBytes);
+  std::vector<nlohmann::ordered_json> ranks;
+  const std::vector<std::string> names = weight_file_names(graph.ranks);
+  for (int r = 0; r < graph.ranks; ++r) {
+    nlohmann::ordered_json f = pack_weight_file(dir / names[static_cast<std::size_t>(r)], model,
+                                                graph, r, buffer, options, advance);
+    files[f["file"].get<std::string>()] = f["checksum"];
+    f.erase("checksum");
+    ranks.push_back(std::move(f));
+  }
   progress.finish();
 
   nlohmann::ordered_json w;
-  w["file"] = "weights.bin";
+  if (graph.ranks == 1) {
+    w["file"] = ranks[0]["file"];
+    w["alignment"] = limits::kWeightAlignment;
+    w["size"] = ranks[0]["size"];
+    w["tensors"] = ranks[0]["tensors"];
+    return w;
+  }
   w["alignment"] = limits::kWeightAlignment;
-  w["size"] = out.written();
-  w["tensors"] = tensors;
-  w["checksum"] = checksum_string(out.digest());
+  w["ranks"] = ranks;
   return w;
 }
 
@@ -357,10 +532,7 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
 
   StagingDir staging(dest);
   nlohmann::ordered_json files;
-  nlohmann::ordered_json weights =
-      pack_weights(staging.path() / "weights.bin", model, graph, options);
-  files["weights.bin"] = weights["checksum"];
-  weights.erase("checksum");
+  const nlohmann::ordered_json weights = pack_weights(staging.path(), model, graph, options, files);
   files["ir.txt"] = checksum_string(write_file(staging.path() / "ir.txt", ir::print_graph(graph)));
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
     const fs::path from = fs::path(model.checkpoint_dir) / name;

@@ -60,6 +60,12 @@ const Param* Graph::find_param(const std::string& name) const {
   return nullptr;
 }
 
+Param* Graph::find_param(const std::string& name) {
+  for (auto& p : params_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
 void Graph::add_param(Param param) {
   if (find_param(param.name)) fail("IR: parameter @" + param.name + " is declared twice");
   params_.push_back(std::move(param));
@@ -198,13 +204,36 @@ std::string print_op(const Op& op) {
   return s;
 }
 
+namespace {
+
+// " rows of 256: rank 0 [0:64, 128:160], rank 1 [64:128, 160:192]"
+std::string format_shard(const ParamShard& shard) {
+  std::string s = std::string(shard.dim == 0 ? " rows" : " columns") + " of " +
+                  std::to_string(shard.whole) + ":";
+  for (std::size_t r = 0; r < shard.ranks.size(); ++r) {
+    s += (r ? ", rank " : " rank ") + std::to_string(r) + " [";
+    for (std::size_t i = 0; i < shard.ranks[r].size(); ++i)
+      s += (i ? ", " : "") + std::to_string(shard.ranks[r][i].first) + ":" +
+           std::to_string(shard.ranks[r][i].second);
+    s += "]";
+  }
+  return s;
+}
+
+}  // namespace
+
 std::string print_graph(const Graph& g) {
   std::string s = "// Telos IR: T = tokens in the step, S = sequences in the step\n";
+  if (g.ranks > 1)
+    s += "// tensor parallel: each of " + std::to_string(g.ranks) +
+         " ranks runs this graph on its part of the split parameters\n";
   for (const auto& p : g.params()) {
     s += "param @" + p.name + " : " + p.type.str() + " = [";
     for (std::size_t i = 0; i < p.sources.size(); ++i)
       s += (i ? ", \"" : "\"") + p.sources[i] + "\"";
-    s += "]\n";
+    s += "]";
+    if (p.shard) s += format_shard(*p.shard);
+    s += "\n";
   }
   s += "\ngraph @" + g.name + "(";
   for (std::size_t i = 0; i < g.inputs().size(); ++i)

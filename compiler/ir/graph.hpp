@@ -9,6 +9,7 @@
 // The ops, their operands, attributes and result types are listed in verifier.hpp.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -33,10 +34,24 @@ struct TensorType {
   std::string str() const;  // "bf16[T,128]"
 };
 
+// A tensor-parallel parameter: the part of the whole parameter (its sources concatenated along
+// dim 0) each rank packs: rows (dim 0) or columns (dim 1), the ranges of a rank concatenated in
+// order. Printed after the sources: `rows of 256: rank 0 [0:64, 128:160], rank 1 [...]`.
+struct ParamShard {
+  using Range = std::pair<std::int64_t, std::int64_t>;  // [begin, end)
+
+  int dim = 0;
+  std::int64_t whole = 0;                 // the whole parameter's extent along dim
+  std::vector<std::vector<Range>> ranks;  // per rank, in rank order
+};
+
 struct Param {
   std::string name;                  // as in docs/artifact.md's weight table, e.g. "layers.0.qkv"
-  TensorType type;                   // constant dims only
+  TensorType type;                   // constant dims only; a rank's part when sharded
   std::vector<std::string> sources;  // checkpoint tensors, concatenated along dim 0
+  // Set by the tensor-parallel pass (passes/shard_tensor_parallel.hpp) on the parameters it
+  // splits; absent where every rank packs the whole parameter.
+  std::optional<ParamShard> shard = std::nullopt;
 };
 
 struct Op;
@@ -69,10 +84,14 @@ struct Op {
 class Graph {
  public:
   std::string name;  // the model's name, printed in the header
+  // The tensor-parallel ranks that run this graph, each on its part of the parameters (their
+  // shards); 1 until the tensor-parallel pass splits the graph.
+  int ranks = 1;
 
   // Parameters in artifact order.
   const std::vector<Param>& params() const { return params_; }
   const Param* find_param(const std::string& name) const;
+  Param* find_param(const std::string& name);
   void add_param(Param param);
   // Puts `param` just before parameter `before` (fused weights take the place of their parts).
   void insert_param(Param param, const std::string& before);

@@ -107,6 +107,7 @@ class OpChecker {
 
  private:
   void check_linear() const;
+  void check_all_reduce() const;
   void check_heads(std::size_t operand_index, const std::string& heads_attr) const;
 
   const Graph& graph_;
@@ -132,12 +133,12 @@ void OpChecker::check_linear() const {
     counts(1, 1, 2, 1);
   } else if (epilogue == "residual") {
     counts(2, 1, 1, 1);
-  } else if (epilogue == "swiglu") {
+  } else if (epilogue == "swiglu" || epilogue == "partial") {
     counts(1, 1, 1, 1);
   } else if (epilogue == "rope_kv_append") {
     counts(2, 1, 4, 1);
   } else {
-    error("unknown epilogue (expected residual, swiglu or rope_kv_append)");
+    error("unknown epilogue (expected residual, swiglu, rope_kv_append or partial)");
   }
   expect_matrix_operand(0, DType::BF16);
   expect_weight_matrix(0);
@@ -156,6 +157,8 @@ void OpChecker::check_linear() const {
   } else if (epilogue == "swiglu") {
     if (out % 2 != 0) error("@" + op_.params[0] + " must have an even number of rows (gate, up)");
     expect_result(0, act(rows, out / 2));
+  } else if (epilogue == "partial") {
+    expect_result(0, {DType::F32, {rows, out}});
   } else {
     expect_operand(1, positions());
     nonnegative_attr("layer");
@@ -177,6 +180,27 @@ void OpChecker::check_linear() const {
     }
     expect_result(0, act(rows, heads * d));
   }
+}
+
+// all_reduce(%partial, %residual) {ranks, epilogue = "residual"}: the residual plus the sum of
+// every rank's partial.
+void OpChecker::check_all_reduce() const {
+  counts(2, 0, 0, 1);
+  if (graph_.ranks < 2)
+    error("an all_reduce in a graph of one rank (ranks is set by the shard pass)");
+  if (positive_attr("ranks") != graph_.ranks)
+    error("ranks is " + std::to_string(positive_attr("ranks")) + ", but the graph runs on " +
+          std::to_string(graph_.ranks) + " ranks");
+  const AttrValue* e = op_.attr("epilogue");
+  if (!e || *e != AttrValue(std::string("residual")))
+    error("expected epilogue = \"residual\" (the residual added once, after the sum)");
+  expect_matrix_operand(1, DType::BF16);
+  const TensorType& partial = operand(0);
+  if ((partial.dtype != DType::F32 && partial.dtype != DType::BF16) ||
+      partial.dims != operand(1).dims)
+    error("operand 0 %" + op_.operands[0]->name + " has type " + partial.str() +
+          ", expected f32 or bf16 of the residual's shape " + operand(1).str());
+  expect_result(0, operand(1));
 }
 
 void OpChecker::check() const {
@@ -249,6 +273,8 @@ void OpChecker::check() const {
       expect_result(0, {DType::F32, {kSequences, param(0).dims[0]}});
     else
       expect_result(0, {DType::I32, {kSequences}});
+  } else if (k == "all_reduce") {
+    check_all_reduce();
   } else if (k == "sample") {
     counts(1, 0, 0, 1);
     if (operand(0).dtype != DType::F32 || operand(0).dims.size() != 2 ||
@@ -267,6 +293,32 @@ void OpChecker::check() const {
 // each a bf16 matrix or an f32 vector of constant dimensions, the only forms it writes, built
 // from at least one checkpoint tensor, and read by some op (an unread one would be packed for
 // nothing).
+// A split parameter's shard: one part per rank of the graph, each made of ranges inside the whole
+// parameter that add up to the parameter's extent along the split dimension.
+void check_shard(const Graph& graph, const Param& p, const std::string& head) {
+  const ParamShard& s = *p.shard;
+  if (graph.ranks < 2) fail(head + " is split over ranks, but the graph runs on one");
+  if (s.ranks.size() != static_cast<std::size_t>(graph.ranks))
+    fail(head + " is split " + std::to_string(s.ranks.size()) + " ways, but the graph runs on " +
+         std::to_string(graph.ranks) + " ranks");
+  if (s.dim < 0 || s.dim >= static_cast<int>(p.type.dims.size()))
+    fail(head + " is split along dimension " + std::to_string(s.dim) + " of " + p.type.str());
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    const std::string part = head + ", rank " + std::to_string(r) + ": ";
+    std::int64_t extent = 0;
+    for (const auto& [begin, end] : s.ranks[r]) {
+      if (begin < 0 || begin >= end || end > s.whole)
+        fail(part + "range " + std::to_string(begin) + ":" + std::to_string(end) +
+             " is not inside the whole parameter's " + std::to_string(s.whole));
+      extent += end - begin;
+    }
+    if (extent != p.type.dims[static_cast<std::size_t>(s.dim)])
+      fail(part + "its ranges hold " + std::to_string(extent) +
+           (s.dim == 0 ? " rows" : " columns") + ", but the parameter has " +
+           std::to_string(p.type.dims[static_cast<std::size_t>(s.dim)]));
+  }
+}
+
 void check_params(const Graph& graph) {
   std::set<std::string> used;
   for (const auto& op : graph.ops()) used.insert(op->params.begin(), op->params.end());
@@ -280,6 +332,7 @@ void check_params(const Graph& graph) {
       fail(head + " has type " + p.type.str() + ", expected a bf16 matrix or an f32 vector");
     if (p.sources.empty()) fail(head + " has no checkpoint tensors to be packed from");
     if (!used.count(p.name)) fail(head + " is read by no op");
+    if (p.shard) check_shard(graph, p, head);
   }
 }
 

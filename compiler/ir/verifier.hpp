@@ -28,6 +28,13 @@
 //       appended to the layer's KV pages                   -> q, bf16[T,Hq*D]
 //   paged_attention(%q) {layer, heads, kv_heads, head_dim}  attention over pages already appended
 //   lm_head_sample(%x: [T,H], @w: [V,H])                    -> i32[S], logits never stored
+//
+// Tensor parallelism (the shard pass, for a graph of `ranks` > 1; parameters then carry the rows
+// or columns each rank packs, graph.hpp's ParamShard):
+//   linear {epilogue = "partial"}(%x: [T,K], @w: [M,K])     -> f32[T,M], a rank's partial product
+//   all_reduce(%partial: f32[T,H], %residual: [T,H]) {ranks, epilogue = "residual"}
+//       residual + the sum of every rank's partial, in rank order: the same bits on every rank
+//                                                           -> bf16[T,H]
 #include <functional>
 #include <map>
 #include <string>

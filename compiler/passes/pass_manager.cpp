@@ -2,6 +2,7 @@
 
 #include "compiler/ir/verifier.hpp"
 #include "compiler/passes/fusion_passes.hpp"
+#include "compiler/passes/shard_tensor_parallel.hpp"
 #include "support/error.hpp"
 
 namespace telos::compiler {
@@ -25,6 +26,12 @@ const std::vector<Pass>& fusion_pipeline() {
       {"fuse-lm-head-sample", "LM head + sampling -> lm_head_sample", fuse_lm_head_sample},
   };
   return passes;
+}
+
+Pass tensor_parallel_pass(int ranks) {
+  return {"shard-tensor-parallel",
+          "the fused graph -> the graph each of serving.tensor_parallel ranks runs",
+          [ranks](ir::Graph& graph) { shard_tensor_parallel(graph, ranks); }};
 }
 
 std::vector<Pass> select_passes(const std::string& list) {

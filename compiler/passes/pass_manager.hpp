@@ -20,6 +20,10 @@ struct Pass {
 // Every fusion pass, in the order the default pipeline runs them (see passes.cpp for why).
 const std::vector<Pass>& fusion_pipeline();
 
+// The tensor-parallel pass over `ranks` ranks (shard_tensor_parallel.hpp), which runs after the
+// fusion passes when serving.tensor_parallel is above 1.
+Pass tensor_parallel_pass(int ranks);
+
 // The passes named in a comma-separated list, e.g. "fuse-qkv,fuse-rope-kv-append"; throws
 // naming an unknown pass.
 std::vector<Pass> select_passes(const std::string& list);

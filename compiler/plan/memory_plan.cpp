@@ -6,6 +6,7 @@
 
 #include "support/dtype.hpp"
 #include "support/error.hpp"
+#include "support/tensor_parallel.hpp"
 
 namespace telos::compiler {
 namespace {
@@ -103,7 +104,10 @@ KvCacheGeometry kv_cache_geometry(const ModelSpec& spec, const ServingConfig& se
   KvCacheGeometry kv;
   kv.page_size = serving.kv_page_size;
   kv.num_layers = spec.num_layers;
-  kv.num_kv_heads = spec.num_kv_heads;
+  // Each rank's pool holds its own KV heads (support/tensor_parallel.hpp).
+  kv.num_kv_heads =
+      rank_shape(serving.tensor_parallel, spec.num_heads, spec.num_kv_heads, spec.intermediate_size)
+          .kv_heads;
   kv.head_dim = spec.head_dim;
   kv.bytes_per_page = 2 * kv.num_layers * kv.page_size * kv.num_kv_heads * kv.head_dim *
                       static_cast<std::int64_t>(dtype_size(DType::BF16));

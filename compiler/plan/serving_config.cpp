@@ -4,6 +4,7 @@
 
 #include "support/artifact_limits.hpp"
 #include "support/error.hpp"
+#include "support/tensor_parallel.hpp"
 
 namespace telos::compiler {
 namespace {
@@ -211,17 +212,11 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
     c.targets = {"sm_90a"};
   }
 
-  c.tensor_parallel = r.integer("tensor_parallel", 1, 64).value_or(1);
-  if (spec.num_heads % c.tensor_parallel != 0 || spec.num_kv_heads % c.tensor_parallel != 0)
-    r.fail_field("tensor_parallel", std::to_string(c.tensor_parallel) + " must divide num_heads (" +
-                                        std::to_string(spec.num_heads) + ") and num_kv_heads (" +
-                                        std::to_string(spec.num_kv_heads) + ")");
-  // Refused rather than recorded: an artifact claiming tensor parallelism with unsharded weights
-  // would be misread by the executor.
-  if (c.tensor_parallel > 1)
-    r.fail_field("tensor_parallel", std::to_string(c.tensor_parallel) +
-                                        " is not supported yet: telosc does not shard weights, "
-                                        "so only 1 is accepted");
+  c.tensor_parallel = r.integer("tensor_parallel", 1, kMaxTensorParallel).value_or(1);
+  if (const std::string why = tensor_parallel_refusal(c.tensor_parallel, spec.num_heads,
+                                                      spec.num_kv_heads, spec.intermediate_size);
+      !why.empty())
+    r.fail_field("tensor_parallel", why);
   if (const nlohmann::json* w = r.get("decode_weight_images")) {
     if (!w->is_boolean())
       r.fail_field("decode_weight_images", "expected true or false, got " + w->dump());

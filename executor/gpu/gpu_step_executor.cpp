@@ -14,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "executor/backend_selection.hpp"
 #include "executor/runtime_limits.hpp"
 #include "hexel/tensor_map_encode.h"
 #include "support/error.hpp"
@@ -267,6 +268,9 @@ struct GpuStepExecutor::State {
         return images.at(arg.image.key()).dev;
       case ArgKind::descriptor:
         return desc_dev[copy] + desc_offset(arg.field);
+      case ArgKind::peer_buffer:
+      case ArgKind::rank:
+        break;  // a tensor-parallel artifact is refused before (gpu_engine_refusal)
     }
     fail("gpu engine: argument " + arg.text + ": unknown kind");
   }
@@ -816,6 +820,7 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   if (!s.art->has_kernels())
     fail(s.art->dir() +
          ": the artifact has no kernels (compile it with a telosc that runs codegen)");
+  if (const std::string why = gpu_engine_refusal(*s.art); !why.empty()) fail(why);
   LoadPhases phases;
   const std::int64_t free_at_start = s.open_device();
   phases.done("device");

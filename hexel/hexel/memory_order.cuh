@@ -66,5 +66,22 @@ HEXEL_DEVICE void red_add_release_gpu(uint32_t* p, uint32_t v) {
                : "memory");
 }
 
+// Thread: *p with acquire semantics at system scope: a word another GPU writes (over NVLink, into
+// this GPU's memory) to say that what it wrote before is visible. PTX: ld
+// (.acquire.sys.global.u32).
+HEXEL_DEVICE uint32_t ld_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Thread: *p = v with release semantics at system scope, p possibly another GPU's memory: a reader
+// on any GPU that acquires v sees everything that precedes this store in causality order (this
+// thread's accesses, and those of the threads that met it at a barrier before).
+// PTX: st (.release.sys.global.u32).
+HEXEL_DEVICE void st_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 }  // namespace hexel
 #endif

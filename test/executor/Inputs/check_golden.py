@@ -2,11 +2,15 @@
 """Checks `telos-run generate --json --dump-logits` output against a fixture's golden.json.
 
     check_golden.py GOLDEN RESULTS.jsonl [--tolerance T] [--same-as OTHER.jsonl]
+                    [--logits-near OTHER.jsonl [--near-tolerance T]]
 
 Every golden case must appear in RESULTS (matched by prompt_ids): its generated ids must equal
 greedy_ids exactly and its prompt_logits be within relative L2 error T (default 1e-4) of
 last_logits. --same-as also requires OTHER to hold the same generated ids for the same prompts
-(a batch of requests against each request alone). Prints one line per case; exits 1 on failure.
+(a batch of requests against each request alone). --logits-near requires OTHER to hold, for the
+same prompts, prompt_logits within relative L2 error T (default 1e-5) of RESULTS' and the same
+generated ids (another engine configuration against a reference run, e.g. tensor-parallel ranks
+against one rank). Prints one line per case; exits 1 on failure.
 """
 import argparse
 import json
@@ -31,10 +35,13 @@ def main():
     ap.add_argument("results")
     ap.add_argument("--tolerance", type=float, default=1e-4)
     ap.add_argument("--same-as")
+    ap.add_argument("--logits-near")
+    ap.add_argument("--near-tolerance", type=float, default=1e-5)
     args = ap.parse_args()
     golden = json.load(open(args.golden))
     results = load_results(args.results)
     other = load_results(args.same_as) if args.same_as else None
+    near = load_results(args.logits_near) if args.logits_near else None
     ok = True
     for i, case in enumerate(golden["cases"]):
         matches = [r for r in results if r["prompt_ids"] == case["prompt_ids"]]
@@ -60,6 +67,20 @@ def main():
                 if not twins or any(o["generated_ids"] != r["generated_ids"] for o in twins):
                     line += " (DIFFERS FROM --same-as)"
                     ok = False
+            if near is not None:
+                twins = [o for o in near if o["prompt_ids"] == case["prompt_ids"]]
+                if not twins:
+                    line += " (NO --logits-near RESULT)"
+                    ok = False
+                for o in twins:
+                    e = rel_l2(r["prompt_logits"], o["prompt_logits"])
+                    line += f", rel L2 to --logits-near {e:.1e}"
+                    if e > args.near_tolerance:
+                        line += f" (ABOVE {args.near_tolerance:g})"
+                        ok = False
+                    if o["generated_ids"] != r["generated_ids"]:
+                        line += " (GREEDY DIFFERS FROM --logits-near)"
+                        ok = False
             print(line)
     print("golden: ok" if ok else "golden: FAILED")
     return 0 if ok else 1

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Breaks a copy of an artifact in one way, for the refusal tests.
 
-    edit_artifact.py DIR truncate-weights BYTES    drop BYTES from the end of weights.bin
-    edit_artifact.py DIR flip-weight-byte OFFSET   change one byte of weights.bin
+    edit_artifact.py DIR truncate-weights BYTES [FILE]   drop BYTES from the end of weights.bin
+                                                         (or FILE, a tensor-parallel rank's)
+    edit_artifact.py DIR flip-weight-byte OFFSET [FILE]  change one byte of weights.bin (or FILE)
     edit_artifact.py DIR set FIELD.PATH JSON       set a manifest.json field (dotted path)
     edit_artifact.py DIR delete FIELD.PATH         remove a manifest.json field
     edit_artifact.py DIR swap-tensors NAME NAME    swap two weight-table entries' offsets and
@@ -59,10 +60,10 @@ def xxh64(data):
 
 d, action = sys.argv[1], sys.argv[2]
 if action == "truncate-weights":
-    p = os.path.join(d, "weights.bin")
+    p = os.path.join(d, sys.argv[4] if len(sys.argv) > 4 else "weights.bin")
     os.truncate(p, os.path.getsize(p) - int(sys.argv[3]))
 elif action == "flip-weight-byte":
-    with open(os.path.join(d, "weights.bin"), "r+b") as f:
+    with open(os.path.join(d, sys.argv[4] if len(sys.argv) > 4 else "weights.bin"), "r+b") as f:
         f.seek(int(sys.argv[3]))
         b = f.read(1)
         f.seek(int(sys.argv[3]))

@@ -46,5 +46,54 @@ TEST(ArtifactWriter, RefusesAnIrWhoseParametersAreNotTheWeightTable) {
   fs::remove_all(dir);
 }
 
+// The writer packs each rank's part of a split parameter as the shard says, and refuses, naming
+// the parameter, a part it cannot take from the checkpoint: rows past the checkpoint tensors', or
+// columns in more than one range.
+std::string write_error(const ir::Graph& graph, const ImportedModel& model,
+                        const ServingConfig& serving, const fs::path& dir) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  codegen::GeneratedKernels no_kernels;  // an empty kernel table: the CPU engine's artifact
+  no_kernels.kernels = nlohmann::ordered_json::array();
+  try {
+    write_artifact((dir / "tiny.telos").string(), model, serving, graph, ArenaPlan{}, no_kernels,
+                   ArtifactOptions{});
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ArtifactWriter, RefusesARanksPartItCannotTakeFromTheCheckpoint) {
+  const ImportedModel model = import_model(TELOS_SOURCE_DIR "/models/tiny-llama/model.json");
+  const ServingConfig serving = resolve_serving(
+      nlohmann::json{{"max_batch", 8}, {"kv_pool", {{"pages", 128}}}, {"tensor_parallel", 2}},
+      model.spec, model.source);
+  const auto sharded = [&] {
+    ir::Graph g = ir::build_model_graph(model.spec);
+    run_passes(g, fusion_pipeline(), nullptr);
+    run_passes(g, {tensor_parallel_pass(2)}, nullptr);
+    return g;
+  };
+  const fs::path dir = fs::path(::testing::TempDir()) / "artifact_writer_tp_test";
+  EXPECT_EQ(write_error(sharded(), model, serving, dir), "");
+  EXPECT_TRUE(fs::exists(dir / "tiny.telos" / "weights.rank1.bin"));
+
+  ir::Graph past = sharded();
+  past.find_param("layers.0.gate_up")->shard =
+      ir::ParamShard{0, 1024, {{{0, 128}, {256, 384}}, {{512, 640}, {896, 1024}}}};
+  EXPECT_EQ(write_error(past, model, serving, dir),
+            "layers.0.gate_up: rows 512:640 run past the 512 rows of its checkpoint tensors");
+  EXPECT_FALSE(fs::exists(dir / "tiny.telos"));
+
+  ir::Graph columns = sharded();
+  columns.find_param("layers.0.o")->shard =
+      ir::ParamShard{1, 128, {{{0, 32}, {96, 128}}, {{32, 96}}}};
+  EXPECT_EQ(write_error(columns, model, serving, dir),
+            "layers.0.o: rank 0's columns are 2 ranges; the writer packs one range of columns");
+  EXPECT_TRUE(fs::is_empty(dir));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace telos::compiler

@@ -9,6 +9,7 @@
 
 #include "compiler/ir/model_graph.hpp"
 #include "compiler/passes/pass_manager.hpp"
+#include "compiler/passes/shard_tensor_parallel.hpp"
 #include "support/error.hpp"
 
 namespace telos::compiler::ir {
@@ -105,8 +106,8 @@ TEST(Verifier, RefusesMissingAttributesAndBadEpilogues) {
   g2.append_op("linear", {g2.outputs()[0]}, {"w"}, {{"epilogue", std::string("gelu")}},
                {{"y", act(8)}});
   EXPECT_EQ(verify_error(g2),
-            "IR verifier: op 2 (%y = linear): unknown epilogue (expected residual, swiglu or "
-            "rope_kv_append)");
+            "IR verifier: op 2 (%y = linear): unknown epilogue (expected residual, swiglu, "
+            "rope_kv_append or partial)");
 }
 
 TEST(Verifier, RefusesAGraphWithoutOutputs) {
@@ -204,6 +205,139 @@ TEST(Verifier, RefusesAParameterNoOpReads) {
   Graph g = small_graph();
   g.add_param({"unread", {DType::F32, {8}}, {"u"}});
   EXPECT_EQ(verify_error(g), "IR verifier: parameter @unread is read by no op");
+}
+
+// ---- Tensor parallelism -------------------------------------------------------------------------
+
+// qwen3_like through the fusion pipeline and the tensor-parallel pass over `ranks` ranks.
+Graph sharded_qwen3_like(int ranks) {
+  Graph g = build_model_graph(qwen3_like());
+  run_passes(g, fusion_pipeline(), nullptr);
+  run_passes(g, {tensor_parallel_pass(ranks)}, nullptr);
+  return g;
+}
+
+std::string shard_string(const Param& p) {
+  std::string s = p.shard->dim == 0 ? "rows" : "columns";
+  for (const auto& rank : p.shard->ranks) {
+    s += " |";
+    for (const auto& [begin, end] : rank)
+      s += " " + std::to_string(begin) + ":" + std::to_string(end);
+  }
+  return s;
+}
+
+TEST(TensorParallel, SplitsHeadsIntermediateRowsAndAddsAllReduces) {
+  const Graph g = sharded_qwen3_like(2);
+  EXPECT_EQ(g.ranks, 2);
+  // Per layer the two residual linears became a partial linear and an all_reduce.
+  EXPECT_EQ(g.ops().size(), 3u * 9u + 3u);
+  int all_reduces = 0;
+  for (const auto& op : g.ops()) all_reduces += op->kind == "all_reduce";
+  EXPECT_EQ(all_reduces, 6);
+  // 4 query heads, 2 KV heads of 16; intermediate 48; hidden 32.
+  EXPECT_EQ(g.find_param("layers.0.qkv")->type.str(), "bf16[64,32]");
+  EXPECT_EQ(shard_string(*g.find_param("layers.0.qkv")),
+            "rows | 0:32 64:80 96:112 | 32:64 80:96 112:128");
+  EXPECT_EQ(shard_string(*g.find_param("layers.0.qkv_bias")),
+            "rows | 0:32 64:80 96:112 | 32:64 80:96 112:128");
+  EXPECT_EQ(g.find_param("layers.0.o")->type.str(), "bf16[32,32]");
+  EXPECT_EQ(shard_string(*g.find_param("layers.0.o")), "columns | 0:32 | 32:64");
+  EXPECT_EQ(shard_string(*g.find_param("layers.0.gate_up")), "rows | 0:24 48:72 | 24:48 72:96");
+  EXPECT_EQ(shard_string(*g.find_param("layers.0.down")), "columns | 0:24 | 24:48");
+  for (const char* whole : {"embed", "layers.0.attn_norm", "layers.0.q_norm", "layers.0.k_norm",
+                            "layers.0.mlp_norm", "final_norm"})
+    EXPECT_FALSE(g.find_param(whole)->shard.has_value()) << whole;
+}
+
+TEST(TensorParallel, SharesAKvHeadAmongTheRanksThatReadIt) {
+  // 2 KV heads over 4 ranks: ranks 0 and 1 hold KV head 0, ranks 2 and 3 KV head 1.
+  const Graph g = sharded_qwen3_like(4);
+  EXPECT_EQ(shard_string(*g.find_param("layers.2.qkv")),
+            "rows | 0:16 64:80 96:112 | 16:32 64:80 96:112 | 32:48 80:96 112:128 | 48:64 80:96 "
+            "112:128");
+  for (const auto& op : g.ops())
+    if (op->kind == "paged_attention") {
+      EXPECT_EQ(op->int_attr("heads"), 1);
+      EXPECT_EQ(op->int_attr("kv_heads"), 1);
+    }
+}
+
+TEST(TensorParallel, RefusesShapesThatDoNotSplitAndUnfusedGraphs) {
+  Graph g = build_model_graph(qwen3_like());
+  run_passes(g, fusion_pipeline(), nullptr);
+  // 4 query heads do not go 8 ways; 48 intermediate rows go 2, 4, 8 ways (6 each).
+  EXPECT_THROW(shard_tensor_parallel(g, 8), Error);
+  try {
+    shard_tensor_parallel(g, 8);
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "shard-tensor-parallel: 8 does not divide num_heads 4 (each rank takes whole query "
+              "heads)");
+  }
+  EXPECT_EQ(g.ranks, 1);
+  EXPECT_EQ(verify_error(g), "");
+
+  Graph unfused = build_model_graph(qwen3_like());
+  EXPECT_THROW(shard_tensor_parallel(unfused, 2), Error);
+}
+
+// all_reduce(%partial, %residual) on a graph of two ranks, of hidden 8.
+Graph all_reduce_graph(std::vector<Attr> attrs,
+                       TensorType partial_type = {DType::F32, {kTokens, 8}}) {
+  Graph g = small_graph();
+  g.ranks = 2;
+  g.add_param({"w", {DType::BF16, {8, 8}}, {"w"}});
+  Value* h = g.outputs()[0];
+  Value* partial = g.append_op("linear", {h}, {"w"}, {{"epilogue", std::string("partial")}},
+                               {{"p", partial_type}})
+                       ->results[0];
+  Value* sum =
+      g.append_op("all_reduce", {partial, h}, {}, std::move(attrs), {{"s", act(8)}})->results[0];
+  g.set_outputs({sum});
+  return g;
+}
+
+TEST(Verifier, ChecksAllReduce) {
+  const Attr two{"ranks", std::int64_t{2}}, residual{"epilogue", std::string("residual")};
+  EXPECT_EQ(verify_error(all_reduce_graph({two, residual})), "");
+  EXPECT_EQ(verify_error(all_reduce_graph({{"ranks", std::int64_t{4}}, residual})),
+            "IR verifier: op 3 (%s = all_reduce): ranks is 4, but the graph runs on 2 ranks");
+  EXPECT_EQ(verify_error(all_reduce_graph({two})),
+            "IR verifier: op 3 (%s = all_reduce): expected epilogue = \"residual\" (the residual "
+            "added once, after the sum)");
+  EXPECT_EQ(verify_error(all_reduce_graph({two, residual}, {DType::F32, {kTokens, 4}})),
+            "IR verifier: op 2 (%p = linear): result %p has type f32[T,4], expected f32[T,8]");
+  Graph one_rank = all_reduce_graph({two, residual});
+  one_rank.ranks = 1;
+  EXPECT_EQ(verify_error(one_rank),
+            "IR verifier: op 3 (%s = all_reduce): an all_reduce in a graph of one rank (ranks is "
+            "set by the shard pass)");
+}
+
+TEST(Verifier, ChecksEveryRanksPartOfASplitParameter) {
+  const auto with_shard = [](ParamShard shard, int ranks = 2) {
+    Graph g = all_reduce_graph({{"ranks", std::int64_t{2}}, {"epilogue", std::string("residual")}});
+    g.ranks = ranks;
+    for (auto& op : g.ops())
+      if (op->kind == "all_reduce") op->set_attr("ranks", std::int64_t{ranks});
+    g.find_param("w")->shard = std::move(shard);
+    return verify_error(g);
+  };
+  EXPECT_EQ(with_shard({1, 16, {{{0, 8}}, {{8, 16}}}}), "");
+  EXPECT_EQ(with_shard({1, 16, {{{0, 8}}, {{8, 16}}}}, 4),
+            "IR verifier: parameter @w is split 2 ways, but the graph runs on 4 ranks");
+  EXPECT_EQ(with_shard({1, 16, {{{0, 8}}, {{8, 17}}}}),
+            "IR verifier: parameter @w, rank 1: range 8:17 is not inside the whole parameter's 16");
+  EXPECT_EQ(with_shard({0, 16, {{{0, 4}, {8, 12}}, {{4, 8}}}}),
+            "IR verifier: parameter @w, rank 1: its ranges hold 4 rows, but the parameter has 8");
+  EXPECT_EQ(with_shard({2, 16, {{{0, 8}}, {{8, 16}}}}),
+            "IR verifier: parameter @w is split along dimension 2 of bf16[8,8]");
+
+  Graph one_rank = small_graph();
+  one_rank.find_param("norm")->shard = ParamShard{0, 16, {{{0, 8}}, {{8, 16}}}};
+  EXPECT_EQ(verify_error(one_rank),
+            "IR verifier: parameter @norm is split over ranks, but the graph runs on one");
 }
 
 }  // namespace

@@ -124,7 +124,8 @@ TEST(ServingConfig, ErrorsNameTheFileAndField) {
     return std::string();
   };
   EXPECT_EQ(error(R"({"tensor_parallel": 3})"),
-            "s.json: serving.tensor_parallel: 3 must divide num_heads (32) and num_kv_heads (8)");
+            "s.json: serving.tensor_parallel: 3 is not 1, 2, 4 or 8 (a power of two up to the GPUs "
+            "of one host)");
   EXPECT_EQ(error(R"({"max_batch": 2.5})"),
             "s.json: serving.max_batch: expected an integer from 1 to 1024, got 2.5");
   EXPECT_EQ(error(R"({"kv_pool": {"pages": -1}})"),
