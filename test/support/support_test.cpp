@@ -63,6 +63,37 @@ TEST(DType, F16Conversions) {
   EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);
 }
 
+// E4M3: every finite code survives the round trip; ties go to the even code; what lies beyond 448
+// saturates; the subnormal grid is 2^-9.
+TEST(DType, E4M3Conversions) {
+  EXPECT_EQ(e4m3_to_f32(0x00), 0.0f);
+  EXPECT_EQ(e4m3_to_f32(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
+  EXPECT_EQ(e4m3_to_f32(0x08), std::ldexp(1.0f, -6));  // smallest normal
+  EXPECT_EQ(e4m3_to_f32(0x38), 1.0f);
+  EXPECT_EQ(e4m3_to_f32(0x7e), 448.0f);
+  EXPECT_EQ(e4m3_to_f32(0xfe), -448.0f);
+  EXPECT_TRUE(std::isnan(e4m3_to_f32(0x7f)));
+  EXPECT_TRUE(std::isnan(e4m3_to_f32(0xff)));
+  for (std::uint32_t q = 0; q < 0x100; ++q) {
+    if ((q & 0x7f) == 0x7f) continue;  // NaNs
+    ASSERT_EQ(f32_to_e4m3(e4m3_to_f32(static_cast<std::uint8_t>(q))), q) << q;
+  }
+  EXPECT_EQ(f32_to_e4m3(1.0625f), 0x38);  // halfway between 1 and 1.125: to 1 (even)
+  EXPECT_EQ(f32_to_e4m3(1.1875f), 0x3a);  // halfway between 1.125 and 1.25: to 1.25 (even)
+  EXPECT_EQ(f32_to_e4m3(1.07f), 0x39);    // above halfway: up
+  EXPECT_EQ(f32_to_e4m3(460.0f), 0x7e);   // beyond 448: saturates, never NaN
+  EXPECT_EQ(f32_to_e4m3(-1e30f), 0xfe);
+  EXPECT_EQ(f32_to_e4m3(INFINITY), 0x7e);
+  EXPECT_EQ(f32_to_e4m3(NAN), 0x7f);
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(1.5f, -9)), 0x02);  // subnormal tie: to 2 (even)
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(0.5f, -9)), 0x00);  // half the smallest subnormal: to zero
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(7.5f, -9)), 0x08);  // rounds up into the normals
+  DType t;
+  ASSERT_TRUE(parse_dtype("e4m3", &t));
+  EXPECT_EQ(t, DType::E4M3);
+  EXPECT_EQ(dtype_size(t), 1u);
+}
+
 TEST(DType, Names) {
   DType t;
   ASSERT_TRUE(parse_dtype("bf16", &t));
