@@ -48,6 +48,7 @@ struct CompileOptions {
   std::string targets;
   std::string emit;
   std::string passes;
+  std::string quantize;
   bool print_after_all = false;
   bool no_weights = false;
 };
@@ -58,7 +59,7 @@ void on_signal(int) {
 }
 
 // The serving config: model.json's "serving" section, or the --serving file, resolved against the
-// model with its defaults; --target replaces its targets.
+// model with its defaults; --target replaces its targets and --quantize its "quantize".
 ServingConfig serving_config(const CompileOptions& o, const ImportedModel& model) {
   nlohmann::json serving = model.serving;
   std::string serving_where = model.source;
@@ -68,7 +69,24 @@ ServingConfig serving_config(const CompileOptions& o, const ImportedModel& model
   }
   ServingConfig config = resolve_serving(serving, model.spec, serving_where);
   if (!o.targets.empty()) config.targets = parse_target_list(o.targets);
+  if (!o.quantize.empty() && !parse_quantize(o.quantize, &config.quantize))
+    throw UsageError("--quantize: expected " + std::string(kQuantizeChoices) + ", got \"" +
+                     o.quantize + "\"");
   return config;
+}
+
+// Quantizes the weights as the serving config asks (the importer then holds them as an FP8
+// checkpoint would), and refuses what FP8 weights cannot do yet: be split over ranks.
+void apply_quantization(const CompileOptions& o, ImportedModel& model,
+                        const ServingConfig& config) {
+  const std::string where = !o.quantize.empty()       ? std::string("--quantize")
+                            : !o.serving_file.empty() ? o.serving_file + ": serving.quantize"
+                                                      : model.source + ": serving.quantize";
+  quantize_weights(model, config.quantize, where);
+  if (model.spec.quant.scheme != WeightQuant::Scheme::kNone && config.tensor_parallel > 1)
+    fail(model.source + ": serving.tensor_parallel " + std::to_string(config.tensor_parallel) +
+         ": FP8 weights (" + model.spec.quant.method +
+         ") are not split over tensor-parallel ranks yet; compile with tensor_parallel 1");
 }
 
 // The importer's IR, verified, through the fusion pipeline (verified after each pass), then, for
@@ -102,6 +120,30 @@ nlohmann::ordered_json kernels_summary(const codegen::GeneratedKernels& kernels)
   return out;
 }
 
+void catch_signals() {
+  // Ctrl-C while packing stops the write cleanly, so no temporary directory is left behind. A
+  // signal the caller chose to ignore (nohup, a background job) stays ignored.
+  for (int sig : {SIGINT, SIGTERM})
+    if (std::signal(sig, on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
+}
+
+ArtifactOptions artifact_options() {
+  return ArtifactOptions{.progress = ::isatty(STDERR_FILENO) == 1, .cancel = &g_interrupted};
+}
+
+// --target cpu: no lowering, plan or kernels; the artifact's weights and graph are what the CPU
+// reference engine runs.
+int write_cpu_artifact(const CompileOptions& o, const ImportedModel& model,
+                       const ServingConfig& config, const ir::Graph& graph) {
+  if (!o.emit.empty())
+    throw UsageError("--emit=" + o.emit + " prints a GPU stage; --target cpu has none");
+  check_destination(fs::path(o.output).lexically_normal());
+  catch_signals();
+  write_artifact(o.output, model, config, graph, ArenaPlan{}, codegen::GeneratedKernels{},
+                 artifact_options());
+  return 0;
+}
+
 // The stages in order: import, IR and passes, lowering, plan, codegen, write. Each --emit prints
 // its stage and stops there.
 int run_compile(const CompileOptions& o) {
@@ -111,8 +153,9 @@ int run_compile(const CompileOptions& o) {
     throw UsageError(
         "compile needs -o OUT.telos (or --emit=ir|lowering|plan|kernels to print a stage)");
 
-  const ImportedModel model = import_model(o.model, ImportOptions{.weights = !o.no_weights});
+  ImportedModel model = import_model(o.model, ImportOptions{.weights = !o.no_weights});
   const ServingConfig config = serving_config(o, model);
+  apply_quantization(o, model, config);
   // Whatever telosc accepts, telos-run runs: the configuration passes the manifest's checks now,
   // before anything is compiled (and the whole manifest again before it is written).
   validate_configuration(model.source, model.spec, config);
@@ -121,6 +164,7 @@ int run_compile(const CompileOptions& o) {
     std::cout << ir::print_graph(graph);
     return 0;
   }
+  if (!has_gpu_targets(config)) return write_cpu_artifact(o, model, config, graph);
   // The lowering table at work, without NVRTC: every bucket's ops, the rule each took and the
   // launches it made.
   const codegen::KernelPlan lowered = codegen::plan_kernels(graph, codegen_input(config));
@@ -142,13 +186,8 @@ int run_compile(const CompileOptions& o) {
     return 0;
   }
 
-  // Ctrl-C while packing stops the write cleanly, so no temporary directory is left behind. A
-  // signal the caller chose to ignore (nohup, a background job) stays ignored.
-  for (int sig : {SIGINT, SIGTERM})
-    if (std::signal(sig, on_signal) == SIG_IGN) std::signal(sig, SIG_IGN);
-  write_artifact(
-      o.output, model, config, graph, plan, kernels,
-      ArtifactOptions{.progress = ::isatty(STDERR_FILENO) == 1, .cancel = &g_interrupted});
+  catch_signals();
+  write_artifact(o.output, model, config, graph, plan, kernels, artifact_options());
   return 0;
 }
 
@@ -168,13 +207,18 @@ int main(int argc, char** argv) {
   compile->add_option("-o,--output", co.output, "Artifact directory to write (NAME.telos)");
   compile->add_option("--serving", co.serving_file,
                       "JSON serving config; replaces model.json's \"serving\" section");
-  compile->add_option("--target", co.targets,
-                      "GPU architecture to compile kernels for: sm_90a (Hopper, the default)");
+  compile->add_option(
+      "--target", co.targets,
+      "GPU architectures to compile kernels for, comma-separated: sm_90a (Hopper, the default), "
+      "sm_100a; or cpu: no kernels, for the CPU reference engine");
   compile->add_option("--emit", co.emit, "Print a stage to stdout instead of writing an artifact")
       ->check(CLI::IsMember({"ir", "lowering", "plan", "kernels"}));
   compile->add_option(
       "--passes", co.passes,
       "Run only these passes, comma-separated, or none (with --emit; for testing one pass)");
+  compile->add_option("--quantize", co.quantize,
+                      "none, fp8 (E4M3 weights, one f32 scale a 128x128 block) or fp8-channel "
+                      "(one scale a row); replaces the serving config's \"quantize\"");
   compile->add_flag("--print-after-all", co.print_after_all,
                     "Print the IR to stderr after each pass");
   compile->add_flag("--no-weights", co.no_weights,

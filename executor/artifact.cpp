@@ -18,9 +18,22 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir, WeightChe
   a->weights_ = std::move(opened.weights);
   for (std::size_t r = 0; r < opened.manifest.weights.size(); ++r) {
     std::vector<WeightTensor>& tensors = a->tensors_.emplace_back();
-    for (const WeightEntry& e : opened.manifest.weights[r].tensors)
-      tensors.push_back({e.name, e.layout, e.dtype, e.shape, a->weights_[r].data() + e.offset,
-                         static_cast<std::size_t>(e.bytes)});
+    const std::vector<WeightEntry>& entries = opened.manifest.weights[r].tensors;
+    for (const WeightEntry& e : entries) {
+      WeightTensor& t = tensors.emplace_back(WeightTensor{e.name, e.layout, e.dtype, e.shape,
+                                                          a->weights_[r].data() + e.offset,
+                                                          static_cast<std::size_t>(e.bytes)});
+      if (!e.scale) continue;
+      // The manifest's check made the scale tensor f32 of the shape the blocks give; the weight
+      // file aligns it, so its floats are read in place.
+      for (const WeightEntry& s : entries)
+        if (s.name == e.scale->tensor) {
+          t.scale = reinterpret_cast<const float*>(a->weights_[r].data() + s.offset);
+          t.scale_cols = s.shape[1];
+        }
+      t.block_rows = e.scale->block_rows;
+      t.block_cols = e.scale->block_cols;
+    }
   }
   return a;
 }

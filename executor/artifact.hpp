@@ -54,6 +54,10 @@ struct WeightTensor {
   std::vector<std::int64_t> shape;
   const std::uint8_t* data = nullptr;
   std::size_t bytes = 0;
+  // An e4m3 tensor's scales (docs/artifact.md): w[r][c] = float(q[r][c]) * scale[r / block_rows *
+  // scale_cols + c / block_cols]; null for every other dtype.
+  const float* scale = nullptr;
+  std::int64_t block_rows = 0, block_cols = 0, scale_cols = 0;
 };
 
 class Artifact {

@@ -31,6 +31,13 @@ void widen_row(const WeightTensor& w, std::int64_t r, float* out) {
       for (std::size_t c = 0; c < cols; ++c)
         out[c] = reinterpret_cast<const float*>(w.data)[first + c];
       return;
+    case DType::E4M3: {
+      // The kernels' dequantization, in f32: the element times its block's scale.
+      const float* scale = w.scale + r / w.block_rows * w.scale_cols;
+      for (std::size_t c = 0; c < cols; ++c)
+        out[c] = e4m3_to_f32(w.data[first + c]) * scale[c / static_cast<std::size_t>(w.block_cols)];
+      return;
+    }
     case DType::I32:
       break;
   }

@@ -286,7 +286,47 @@ WeightEntry read_weight_entry(const ManifestFields& f, const json& t, const std:
   if (!is_checksum(sum)) f.refuse(named + ".checksum", "expected a checksum string \"xxh64:...\"");
   e.checksum = sum.get<std::string>();
   if (t.contains("split")) e.split = read_split(f, t, named);
+  if (t.contains("scale")) {
+    const std::string field = named + ".scale";
+    const json& scale = f.object(t, named, "scale");
+    const json& block = f.array(scale, field, "block");
+    if (block.size() != 2) f.refuse(field + ".block", "expected [rows, columns]");
+    e.scale = WeightScale{f.string(scale, field, "tensor"),
+                          f.integer_value(block[0], field + ".block[0]", 1, limits::kMaxValueDim),
+                          f.integer_value(block[1], field + ".block[1]", 1, limits::kMaxValueDim)};
+  }
+  if ((e.dtype == DType::E4M3) != e.scale.has_value())
+    f.refuse(named + ".scale", e.scale ? "only an e4m3 tensor has scales"
+                                       : "an e4m3 tensor needs its scales (expected "
+                                         "{\"tensor\", \"block\"})");
+  if (e.scale && e.shape.size() != 2) f.refuse(named + ".shape", "an e4m3 tensor is a matrix");
   return e;
+}
+
+// Each e4m3 entry's scale tensor: an f32 entry of the same file, of the shape its blocks give,
+// that scales nothing else and has no scales or split of its own. Returns the scale tensors' names.
+std::set<std::string> check_scales(const ManifestFields& f, const WeightFile& file,
+                                   const std::string& path) {
+  std::set<std::string> scales;
+  for (const WeightEntry& e : file.tensors) {
+    if (!e.scale) continue;
+    const std::string field = path + ".tensors (" + e.name + ").scale.tensor";
+    const WeightEntry* s = nullptr;
+    for (const WeightEntry& t : file.tensors)
+      if (t.name == e.scale->tensor) s = &t;
+    if (!s) f.refuse(field, "no tensor \"" + e.scale->tensor + "\" in " + file.file);
+    const std::vector<std::int64_t> want = {
+        (e.shape[0] + e.scale->block_rows - 1) / e.scale->block_rows,
+        (e.shape[1] + e.scale->block_cols - 1) / e.scale->block_cols};
+    if (s->dtype != DType::F32 || s->shape != want || s->scale || s->split)
+      f.refuse(field, "\"" + s->name + "\" is " + std::string(dtype_name(s->dtype)) +
+                          format_shape(s->shape) + ", expected f32" + format_shape(want) +
+                          " (one scale a " + std::to_string(e.scale->block_rows) + "x" +
+                          std::to_string(e.scale->block_cols) + " block), unsplit");
+    if (!scales.insert(s->name).second)
+      f.refuse(field, "\"" + s->name + "\" scales another tensor too");
+  }
+  return scales;
 }
 
 // One weight file (`w`, the weights section or an entry of its ranks, at `path`) of rank `rank`:
@@ -302,10 +342,11 @@ WeightFile read_weight_file(const ManifestFields& f, const json& w, const std::s
     f.refuse(path + ".file", "file names must stay inside the artifact directory");
   file.size = f.integer(w, path, "size", 0, std::numeric_limits<std::int64_t>::max());
   const json& tensors = f.array(w, path, "tensors");
-  // At most the tensors the model has: each entry is then checked once against a set of names.
-  if (tensors.size() > want.size())
+  // At most the tensors the model has, each with its scales: each entry is then checked once
+  // against a set of names.
+  if (tensors.size() > 2 * want.size())
     f.refuse(path + ".tensors", std::to_string(tensors.size()) + " tensors, but the model has " +
-                                    std::to_string(want.size()));
+                                    std::to_string(want.size()) + " (and their scales)");
   std::set<std::string> names;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const std::string at = path + ".tensors[" + std::to_string(i) + "]";
@@ -313,6 +354,14 @@ WeightFile read_weight_file(const ManifestFields& f, const json& w, const std::s
     if (!names.insert(e.name).second)
       f.refuse(at + " (" + e.name + ")", "a second tensor of the same name");
     file.tensors.push_back(std::move(e));
+  }
+  const std::set<std::string> scales = check_scales(f, file, path);
+  for (const WeightEntry& t : file.tensors) {
+    bool wanted = scales.count(t.name) > 0;
+    for (const ExpectedTensor& e : want) wanted |= e.name == t.name;
+    if (!wanted)
+      f.refuse(path + ".tensors (" + t.name + ")",
+               "not a tensor of the model, nor the scales of one");
   }
   for (const ExpectedTensor& e : want) {
     const WeightEntry* t = nullptr;

@@ -91,6 +91,14 @@ struct WeightSplit {
   std::string str() const;  // "rows 0:64, 128:160 of 256"
 };
 
+// An e4m3 weight's scales (docs/artifact.md, "weights"): the f32 tensor `tensor` of the same
+// file, [ceil(rows / block_rows), ceil(cols / block_cols)], with
+// w[r][c] = float(q[r][c]) * scale[r / block_rows][c / block_cols].
+struct WeightScale {
+  std::string tensor;
+  std::int64_t block_rows = 0, block_cols = 0;
+};
+
 // One entry of the weight table, as the manifest states it.
 struct WeightEntry {
   std::string name;
@@ -98,8 +106,9 @@ struct WeightEntry {
   DType dtype = DType::F32;
   std::vector<std::int64_t> shape;
   std::int64_t offset = 0, bytes = 0;
-  std::string checksum;  // "xxh64:..."
+  std::string checksum;              // "xxh64:..."
   std::optional<WeightSplit> split;  // a tensor-parallel rank's part of a split tensor
+  std::optional<WeightScale> scale;  // exactly for e4m3 tensors
 };
 
 // A weight file and its tensors: the artifact's one, or one a tensor-parallel rank, each rank's
@@ -120,9 +129,9 @@ struct ArtifactConfig {
 
 struct ArtifactManifest : ArtifactConfig {
   int schema_version = 0;
-  std::string checksum;      // manifest_checksum: names the model, its weights and its graph
+  std::string checksum;             // manifest_checksum: names the model, its weights and its graph
   std::vector<WeightFile> weights;  // one a rank (serving.tensor_parallel), in rank order
-  ArtifactGraph graph;                                     // the optimized IR (artifact_graph.hpp)
+  ArtifactGraph graph;              // the optimized IR (artifact_graph.hpp)
   std::vector<std::pair<std::string, std::string>> files;  // name, checksum: manifest order
   bool has_kernels = false;  // codegen filled "kernels" (the GPU engine needs them)
   LaunchPrograms programs;   // with the kernels: the arena and the launch programs
@@ -157,7 +166,7 @@ nlohmann::json read_manifest_file(const std::string& dir);
 struct ExpectedTensor {
   std::string name;
   std::vector<std::int64_t> shape;
-  bool matrix;  // matrices may be bf16, f16 or f32; vectors are f32
+  bool matrix;  // matrices may be bf16, f16, f32 or e4m3 (with scales); vectors are f32
   // Tensor parallelism: each rank's part of a split tensor, in rank order; empty where every rank
   // holds the whole tensor (and for one rank).
   std::vector<WeightSplit> ranks = {};

@@ -68,6 +68,29 @@ std::string weights_summary(const ArtifactManifest& a) {
   return s;
 }
 
+// One line a tensor of rank 0's weight file: its format and layout, and an e4m3 tensor's scales
+// (which are not listed again on their own).
+std::string tensors_summary(const ArtifactManifest& a) {
+  const std::vector<WeightEntry>& tensors = a.weights[0].tensors;
+  std::string s = "tensors:\n";
+  for (const WeightEntry& t : tensors) {
+    bool is_scale = false;
+    for (const WeightEntry& w : tensors) is_scale |= w.scale && w.scale->tensor == t.name;
+    if (is_scale) continue;
+    s += "  " + t.name + ": " + std::string(dtype_name(t.dtype)) + format_shape(t.shape) + " " +
+         t.layout;
+    for (const WeightEntry& scale : tensors)
+      if (t.scale && scale.name == t.scale->tensor)
+        s += ", scales " + std::string(dtype_name(scale.dtype)) + format_shape(scale.shape) +
+             " in " + scale.name + " (one a " + std::to_string(t.scale->block_rows) + "x" +
+             std::to_string(t.scale->block_cols) + " block" +
+             (t.scale->block_rows == 1 && t.scale->block_cols == t.shape[1] ? ": one a row" : "") +
+             ")";
+    s += "\n";
+  }
+  return s;
+}
+
 std::string summary(const std::string& path, const nlohmann::json& j, const ArtifactManifest& a) {
   const ModelConfig& m = a.model;
   const ServingConfig& sv = a.serving;
@@ -102,6 +125,7 @@ std::string summary(const std::string& path, const nlohmann::json& j, const Arti
   s += weights_summary(a);
   s += "kernels: " + std::to_string(a.programs.kernels.size()) + "\n";
   s += text_summary(fs::path(path), a.files);
+  s += tensors_summary(a);
   return s;
 }
 

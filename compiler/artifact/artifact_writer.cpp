@@ -38,7 +38,10 @@ constexpr std::size_t kPackBufferBytes = 8u << 20;  // the bounded buffer weight
 void check_finite(const TensorView& src, std::size_t first, std::size_t count, DType to,
                   const std::uint8_t* out) {
   std::size_t bad = count;
-  if (to == DType::BF16) {
+  if (to == DType::E4M3) {
+    for (std::size_t i = 0; i < count && bad == count; ++i)
+      if ((out[i] & 0x7fu) == 0x7fu) bad = i;
+  } else if (to == DType::BF16) {
     for (std::size_t i = 0; i < count && bad == count; ++i) {
       std::uint16_t h;
       std::memcpy(&h, out + 2 * i, 2);
@@ -69,6 +72,9 @@ void check_finite(const TensorView& src, std::size_t first, std::size_t count, D
       std::memcpy(&h, in, 2);
       value = f16_to_f32(h);
       break;
+    case DType::E4M3:
+      value = e4m3_to_f32(*in);
+      break;
     default:
       std::memcpy(&value, in, 4);
       break;
@@ -90,6 +96,10 @@ void convert(const TensorView& src, std::size_t first, std::size_t count, DType 
     check_finite(src, first, count, to, out);
     return;
   }
+  // E4M3 weights come from the importer (a checkpoint's, or --quantize's) with their scales.
+  if (src.dtype == DType::E4M3 || to == DType::E4M3)
+    fail(src.name + ": " + std::string(dtype_name(src.dtype)) + " cannot be packed as " +
+         std::string(dtype_name(to)) + " (e4m3 weights keep their own scales)");
   for (std::size_t i = 0; i < count; ++i) {
     float f = 0;
     std::uint16_t h = 0;
@@ -342,8 +352,74 @@ void pack_part(TensorPacker& packer, const WholeRows& w, const PackedPart& part,
     }
 }
 
+// Row `row` of a checkpoint scale tensor as f32 (scales are f32 or bf16: checkpoint.hpp).
+void scale_row(const TensorView& scale, std::int64_t row, std::int64_t cols, float* out) {
+  for (std::int64_t c = 0; c < cols; ++c) {
+    const std::size_t i = static_cast<std::size_t>(row * cols + c);
+    if (scale.dtype == DType::BF16) {
+      std::uint16_t h;
+      std::memcpy(&h, scale.data + 2 * i, 2);
+      out[c] = bf16_to_f32(h);
+    } else {
+      std::memcpy(out + c, scale.data + 4 * i, 4);
+    }
+    if (!std::isfinite(out[c]) || out[c] <= 0.0f)
+      fail((scale.file ? scale.file->path() + ": " : std::string()) + "tensor " + scale.name +
+           ": element " + std::to_string(i) + " is " + std::to_string(out[c]) +
+           ", not a positive finite scale (the checkpoint is damaged)");
+  }
+}
+
+// The f32 scales of e4m3 parameter `p`'s part: scale row j covers packed rows [j * block_rows,
+// (j + 1) * block_rows), which lie in one block of one source (ir::concat_params); it is that
+// source block's scale row, found through the first of those rows.
+std::vector<std::uint8_t> packed_scales(const ImportedModel& model, const ir::Param& p,
+                                        const WholeRows& w, const PackedPart& part) {
+  std::vector<std::int64_t> natural;  // the whole's row of each packed row
+  for (const auto& [begin, end] : part.rows)
+    for (std::int64_t r = begin; r < end; ++r) natural.push_back(r);
+  const std::vector<std::int64_t> dims = p.scale_dims();
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(dims[0] * dims[1]) * sizeof(float));
+  for (std::int64_t j = 0; j < dims[0]; ++j) {
+    const WholeRows::Place at = w.at(natural[static_cast<std::size_t>(j * p.scale->block_rows)]);
+    const auto s = static_cast<std::size_t>(
+        std::find(w.sources.begin(), w.sources.end(), at.source) - w.sources.begin());
+    const TensorView* scale = model.find(p.scale->sources[s]);
+    if (!scale)
+      fail(model.checkpoint_dir + ": tensor " + p.scale->sources[s] + " (the scales of " + p.name +
+           ") is missing");
+    const std::int64_t row = at.row / p.scale->source_block_rows;
+    if (scale->shape.size() != 2 || scale->shape[0] <= row || scale->shape[1] != dims[1])
+      fail("tensor " + scale->name + " is " + format_shape(scale->shape) + ": no scale row " +
+           std::to_string(row) + " of " + std::to_string(dims[1]) + " for " + p.name);
+    scale_row(*scale, row, dims[1], reinterpret_cast<float*>(out.data()) + j * dims[1]);
+  }
+  return out;
+}
+
+// Writes the scales of e4m3 parameter `p` as the tensor "NAME.scale" after it; returns its entry.
+nlohmann::ordered_json pack_scales(OutputFile& out, const ImportedModel& model, const ir::Param& p,
+                                   const WholeRows& w, const PackedPart& part) {
+  const std::int64_t offset = (out.written() + limits::kWeightAlignment - 1) /
+                              limits::kWeightAlignment * limits::kWeightAlignment;
+  out.pad_to(offset);
+  const std::vector<std::uint8_t> bytes = packed_scales(model, p, w, part);
+  out.write(bytes.data(), bytes.size());
+  nlohmann::ordered_json t;
+  t["name"] = p.name + ".scale";
+  t["dtype"] = dtype_name(DType::F32);
+  t["shape"] = p.scale_dims();
+  t["layout"] = "row_major";
+  t["offset"] = offset;
+  t["bytes"] = bytes.size();
+  t["checksum"] = checksum_string(xxh64(bytes.data(), bytes.size()));
+  t["sources"] = p.scale->sources;
+  return t;
+}
+
 // Packs rank `rank`'s part of every parameter into the weight file `path` (weights.bin, or the
-// rank's file); returns its entry of the manifest's "weights" section, with its checksum.
+// rank's file); returns its entry of the manifest's "weights" section, with its checksum. An e4m3
+// parameter is followed by its scales, a tensor of its own.
 nlohmann::ordered_json pack_weight_file(const fs::path& path, const ImportedModel& model,
                                         const ir::Graph& graph, int rank,
                                         std::vector<std::uint8_t>& buffer,
@@ -364,7 +440,8 @@ nlohmann::ordered_json pack_weight_file(const fs::path& path, const ImportedMode
            " rows does not pack in RoPE's pair order (head_dim a multiple of 8)");
     const WholeRows w = whole_rows(model, p);
     const std::size_t out_size = dtype_size(p.type.dtype);
-    pack_part(packer, w, packed_part(p, w, rank, head_dim), p.name, options,
+    const PackedPart part = packed_part(p, w, rank, head_dim);
+    pack_part(packer, w, part, p.name, options,
               [&](std::size_t elements) { progress(elements * out_size); });
     packer.flush();
     const std::int64_t bytes = p.type.bytes(0, 0);
@@ -387,7 +464,11 @@ nlohmann::ordered_json pack_weight_file(const fs::path& path, const ImportedMode
         ranges.push_back({begin, end});
       t["split"] = {{"dim", p.shard->dim}, {"of", p.shard->whole}, {"ranges", ranges}};
     }
+    if (p.scale)
+      t["scale"] = {{"tensor", p.name + ".scale"},
+                    {"block", {p.scale->block_rows, p.scale->block_cols}}};
     tensors.push_back(t);
+    if (p.scale) tensors.push_back(pack_scales(out, model, p, w, part));
   }
   out.close();
   nlohmann::ordered_json f;
@@ -540,7 +621,8 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
     if (fs::is_regular_file(from, ec))
       files[name] = checksum_string(copy_file_hashed(from, staging.path() / name));
   }
-  files.update(write_kernel_files(staging.path(), kernels));
+  // A --target cpu artifact has no kernels: no kernel files, and empty kernel sections.
+  if (!kernels.targets.empty()) files.update(write_kernel_files(staging.path(), kernels));
 
   nlohmann::ordered_json m;
   m["format"] = kArtifactFormat;
@@ -551,8 +633,8 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
   m["weights"] = weights;
   m["graph"] = graph_section(graph);
   m["plan"] = plan_to_json(plan);
-  m["kernels"] = kernels.kernels;
-  m["programs"] = kernels.programs;
+  m["kernels"] = kernels.targets.empty() ? nlohmann::ordered_json::array() : kernels.kernels;
+  m["programs"] = kernels.targets.empty() ? nlohmann::ordered_json::object() : kernels.programs;
   m["files"] = files;
   write_file(staging.path() / "manifest.json", manifest_text(std::move(m), staging.path()));
 

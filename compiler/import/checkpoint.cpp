@@ -4,6 +4,7 @@
 #include "compiler/import/checkpoint.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -18,14 +19,28 @@ using nlohmann::json;
 std::vector<RequiredTensor> required_tensors(const ModelSpec& spec) {
   const std::int64_t h = spec.hidden_size, d = spec.head_dim, i = spec.intermediate_size;
   const std::int64_t q = spec.num_heads * d, kv = spec.num_kv_heads * d;
+  using Kind = RequiredTensor::Kind;
+  const WeightQuant& quant = spec.quant;
   std::vector<RequiredTensor> out;
+  auto linear = [&](const std::string& module, std::int64_t rows, std::int64_t cols) {
+    if (!quant.quantizes(module)) {
+      out.push_back({module + ".weight", {rows, cols}, Kind::kFloat, module});
+      return;
+    }
+    out.push_back({module + ".weight", {rows, cols}, Kind::kE4M3, module});
+    const std::int64_t br = quant.block_rows(), bc = quant.block_cols(cols);
+    const std::vector<std::int64_t> scales =
+        quant.per_tensor ? std::vector<std::int64_t>{1}
+                         : std::vector<std::int64_t>{(rows + br - 1) / br, (cols + bc - 1) / bc};
+    out.push_back({quant.scale_name(module), scales, Kind::kScale, module});
+  };
   out.push_back({"model.embed_tokens.weight", {spec.vocab_size, h}});
   for (std::int64_t n = 0; n < spec.num_layers; ++n) {
     const std::string p = "model.layers." + std::to_string(n) + ".";
     out.push_back({p + "input_layernorm.weight", {h}});
-    out.push_back({p + "self_attn.q_proj.weight", {q, h}});
-    out.push_back({p + "self_attn.k_proj.weight", {kv, h}});
-    out.push_back({p + "self_attn.v_proj.weight", {kv, h}});
+    linear(p + "self_attn.q_proj", q, h);
+    linear(p + "self_attn.k_proj", kv, h);
+    linear(p + "self_attn.v_proj", kv, h);
     if (spec.qkv_bias) {
       out.push_back({p + "self_attn.q_proj.bias", {q}});
       out.push_back({p + "self_attn.k_proj.bias", {kv}});
@@ -35,28 +50,29 @@ std::vector<RequiredTensor> required_tensors(const ModelSpec& spec) {
       out.push_back({p + "self_attn.q_norm.weight", {d}});
       out.push_back({p + "self_attn.k_norm.weight", {d}});
     }
-    out.push_back({p + "self_attn.o_proj.weight", {h, q}});
+    linear(p + "self_attn.o_proj", h, q);
     out.push_back({p + "post_attention_layernorm.weight", {h}});
-    out.push_back({p + "mlp.gate_proj.weight", {i, h}});
-    out.push_back({p + "mlp.up_proj.weight", {i, h}});
-    out.push_back({p + "mlp.down_proj.weight", {h, i}});
+    linear(p + "mlp.gate_proj", i, h);
+    linear(p + "mlp.up_proj", i, h);
+    linear(p + "mlp.down_proj", h, i);
   }
   out.push_back({"model.norm.weight", {h}});
-  if (!spec.tie_word_embeddings) out.push_back({"lm_head.weight", {spec.vocab_size, h}});
+  if (!spec.tie_word_embeddings) linear("lm_head", spec.vocab_size, h);
   return out;
 }
 
 namespace {
 
 // Tensors a checkpoint may carry that the forward pass does not read: older Llama exports saved
-// the RoPE frequency buffer, and tied checkpoints sometimes keep a copy of the embedding as
-// lm_head.weight.
+// the RoPE frequency buffer, tied checkpoints sometimes keep a copy of the embedding as
+// lm_head.weight, and compressed-tensors checkpoints with static activation scales carry
+// "M.input_scale" beside each quantized weight (decode keeps activations bf16).
 bool ignorable_tensor(const std::string& name, const ModelSpec& spec) {
-  constexpr std::string_view kInvFreq = ".rotary_emb.inv_freq";
-  if (name.size() >= kInvFreq.size() &&
-      name.compare(name.size() - kInvFreq.size(), kInvFreq.size(), kInvFreq) == 0) {
+  if (name.ends_with(".rotary_emb.inv_freq")) return true;
+  constexpr std::string_view kInputScale = ".input_scale";
+  if (spec.quant.method == "compressed-tensors" && name.ends_with(kInputScale) &&
+      spec.quant.quantizes(name.substr(0, name.size() - kInputScale.size())))
     return true;
-  }
   return spec.tie_word_embeddings && name == "lm_head.weight";
 }
 
@@ -180,6 +196,71 @@ void check_config_fits_tensors(const ImportedModel& model, const std::string& co
        s.num_kv_heads * s.head_dim, heads(s.num_kv_heads));
 }
 
+// What a scale tensor holds, for messages: "one scale a 128x128 block of lm_head.weight".
+std::string scale_layout(const ModelSpec& spec, const RequiredTensor& scale) {
+  const WeightQuant& q = spec.quant;
+  const std::string per =
+      q.scheme == WeightQuant::Scheme::kBlock
+          ? std::to_string(q.block_size) + "x" + std::to_string(q.block_size) + " block"
+      : q.per_tensor ? std::string("tensor")
+                     : std::string("row (output channel)");
+  return "one scale a " + per + " of " + scale.module + ".weight, quantization_config " +
+         json_quote(q.method);
+}
+
+// A tensor's dtype against what the config makes of it: E4M3 exactly where the quantization
+// config quantizes, f32 or bf16 scales, floating point elsewhere.
+void check_kind(const TensorView& have, const RequiredTensor& want, const WeightQuant& quant) {
+  using Kind = RequiredTensor::Kind;
+  const std::string tensor = have.file->path() + ": tensor " + json_quote(want.name) + " is " +
+                             std::string(dtype_name(have.dtype));
+  const bool e4m3 = have.dtype == DType::E4M3;
+  if (want.kind == Kind::kE4M3 && !e4m3)
+    fail(tensor + ", but config.json's quantization_config (quant_method " +
+         json_quote(quant.method) + ") quantizes module " + json_quote(want.module) +
+         ": expected F8_E4M3 (list the module in " +
+         (quant.method == "fp8" ? "modules_to_not_convert" : "ignore") +
+         " if the checkpoint keeps it unquantized)");
+  if (want.kind == Kind::kScale && have.dtype != DType::F32 && have.dtype != DType::BF16)
+    fail(tensor + ": expected F32 or BF16 scales of " + want.module + ".weight");
+  if (want.kind == Kind::kFloat && e4m3)
+    fail(tensor + ", but " +
+         (quant.scheme == WeightQuant::Scheme::kNone
+              ? std::string("config.json has no quantization_config")
+          : want.module.empty()
+              ? std::string("only linear layers' weights may be quantized")
+              : "config.json's quantization_config leaves module " + json_quote(want.module) +
+                    " unquantized (" +
+                    (quant.method == "fp8" ? "modules_to_not_convert" : "ignore") + ")") +
+         ": expected BF16, F16 or F32");
+}
+
+// compressed-tensors' one scale a weight, widened to one a row ([rows, 1], the same number in
+// every row), so everything after the importer sees one per-row layout.
+void widen_tensor_scales(ImportedModel& model) {
+  for (const RequiredTensor& want : required_tensors(model.spec)) {
+    if (want.kind != RequiredTensor::Kind::kScale) continue;
+    TensorView& scale = model.tensors.at(want.name);
+    float value = 0;
+    if (scale.dtype == DType::BF16) {
+      std::uint16_t h;
+      std::memcpy(&h, scale.data, 2);
+      value = bf16_to_f32(h);
+    } else {
+      std::memcpy(&value, scale.data, 4);
+    }
+    const std::int64_t rows = model.tensors.at(want.module + ".weight").shape[0];
+    std::vector<std::uint8_t>& bytes =
+        model.made.emplace_back(static_cast<std::size_t>(rows) * sizeof(float));
+    for (std::int64_t r = 0; r < rows; ++r) std::memcpy(bytes.data() + r * 4, &value, 4);
+    scale.dtype = DType::F32;
+    scale.shape = {rows, 1};
+    scale.file = nullptr;
+    scale.data = bytes.data();
+    scale.bytes = bytes.size();
+  }
+}
+
 void check_tensors(const ImportedModel& model, const std::string& weights_file) {
   const ModelSpec& spec = model.spec;
   std::set<std::string> needed;
@@ -190,9 +271,14 @@ void check_tensors(const ImportedModel& model, const std::string& weights_file) 
       fail(weights_file + ": tensor " + json_quote(want.name) + " is missing (" +
            spec.architecture + " needs it with shape " + format_shape(want.shape) + ")");
     }
-    if (have->shape != want.shape) {
+    check_kind(*have, want, spec.quant);
+    const bool scalar_scale =
+        want.kind == RequiredTensor::Kind::kScale && spec.quant.per_tensor && have->shape.empty();
+    if (have->shape != want.shape && !scalar_scale) {
       fail(have->file->path() + ": tensor " + json_quote(want.name) + ": expected shape " +
-           format_shape(want.shape) + ", found " + format_shape(have->shape));
+           format_shape(want.shape) + ", found " + format_shape(have->shape) +
+           (want.kind == RequiredTensor::Kind::kScale ? " (" + scale_layout(spec, want) + ")"
+                                                      : std::string()));
     }
   }
   for (const auto& [name, view] : model.tensors) {
@@ -263,6 +349,7 @@ ImportedModel import_model(const std::string& path, const ImportOptions& options
     const std::string weights_file = map_weights(model, dir);
     check_config_fits_tensors(model, config_path.lexically_normal().string());
     check_tensors(model, weights_file);
+    if (model.spec.quant.per_tensor) widen_tensor_scales(model);
     model.has_weights = true;
   }
   return model;

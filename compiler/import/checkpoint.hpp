@@ -19,7 +19,7 @@ namespace telos::compiler {
 
 struct TensorView {
   std::string name;          // the checkpoint's name, e.g. "model.layers.0.self_attn.q_proj.weight"
-  DType dtype = DType::F32;  // BF16, F16 or F32 (others are refused when the file is read)
+  DType dtype = DType::F32;  // BF16, F16, F32 or E4M3 (others are refused when the file is read)
   std::vector<std::int64_t> shape;
   const std::uint8_t* data = nullptr;
   std::size_t bytes = 0;
@@ -36,6 +36,9 @@ struct ImportedModel {
   bool has_weights = false;
   std::vector<std::unique_ptr<MappedFile>> shards;
   std::map<std::string, TensorView> tensors;  // by checkpoint name
+  // Tensors the importer made rather than mapped (--quantize's, per-tensor scales widened to one a
+  // row): the views of `tensors` point into these.
+  std::vector<std::vector<std::uint8_t>> made;
 
   const TensorView* find(const std::string& name) const {
     auto it = tensors.find(name);
@@ -58,13 +61,26 @@ std::vector<TensorView> parse_safetensors(const MappedFile& file);
 std::vector<TensorView> parse_safetensors(std::span<const std::uint8_t> bytes,
                                           const std::string& where);
 
-// A tensor the architecture needs, by its checkpoint name, with the shape it must have.
+// Quantizes every linear weight of `model` but the LM head (embeddings are not linear layers) to
+// E4M3 with f32 scales, as `how` says, leaving the model exactly as an imported FP8 checkpoint of
+// that format would be: the spec's WeightQuant set, "M.weight" E4M3 beside its scale tensor. Each
+// scale is amax / 448 over its block (a block of zeros gets 1), each element rounded to nearest
+// even. Refuses (naming `where`) a checkpoint that is quantized already. Without weights only the
+// spec changes.
+void quantize_weights(ImportedModel& model, Quantize how, const std::string& where);
+
+// A tensor the architecture needs, by its checkpoint name, with the shape it must have, and what
+// it holds: a floating-point tensor (bf16, f16 or f32), a quantized weight (E4M3) or the f32 or
+// bf16 scales of one.
 struct RequiredTensor {
+  enum class Kind { kFloat, kE4M3, kScale };
   std::string name;
   std::vector<std::int64_t> shape;
+  Kind kind = Kind::kFloat;
+  std::string module = {};  // the module a weight or scale belongs to ("lm_head"), for messages
 };
 // Every tensor `spec` needs, in forward-pass order: embedding, each layer's tensors, final norm,
-// and lm_head unless the embeddings are tied.
+// and lm_head unless the embeddings are tied; each quantized weight followed by its scales.
 std::vector<RequiredTensor> required_tensors(const ModelSpec& spec);
 
 // Builds a ModelSpec from a parsed config.json (exposed for tests and the fuzzer). `where` names

@@ -7,6 +7,7 @@
 
 #include "compiler/import/checkpoint.hpp"
 #include "compiler/import/json_fields.hpp"
+#include "compiler/import/quantization_config.hpp"
 #include "support/artifact_limits.hpp"
 #include "support/error.hpp"
 
@@ -246,6 +247,7 @@ ModelSpec spec_from_config(const json& config_json, const std::string& where) {
   spec.tie_word_embeddings = config.boolean("tie_word_embeddings", false);
   spec.bos_token_id = config.optional_integer("bos_token_id", 0, spec.vocab_size - 1).value_or(-1);
   spec.eos_token_ids = read_eos(config, spec.vocab_size);
+  spec.quant = read_quantization_config(config);
   return spec;
 }
 

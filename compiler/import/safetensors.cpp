@@ -23,6 +23,8 @@ bool safetensors_dtype(const std::string& name, DType* out) {
     *out = DType::F16;
   else if (name == "F32")
     *out = DType::F32;
+  else if (name == "F8_E4M3")
+    *out = DType::E4M3;
   else
     return false;
   return true;
@@ -72,7 +74,8 @@ std::vector<TensorView> parse_safetensors(std::span<const std::uint8_t> bytes,
     view.name = name;
     const std::string dtype = fields.string("dtype");
     if (!safetensors_dtype(dtype, &view.dtype)) {
-      fail(tensor + ": unsupported dtype " + json_quote(dtype) + " (expected BF16, F16 or F32)");
+      fail(tensor + ": unsupported dtype " + json_quote(dtype) +
+           " (expected BF16, F16, F32 or F8_E4M3)");
     }
 
     const json* offsets = fields.get("data_offsets");

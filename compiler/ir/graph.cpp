@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <set>
 
 #include "support/error.hpp"
@@ -204,6 +205,39 @@ std::string print_op(const Op& op) {
   return s;
 }
 
+std::vector<std::int64_t> Param::scale_dims() const {
+  const std::int64_t rows = type.dims[0], cols = type.dims[1];
+  return {(rows + scale->block_rows - 1) / scale->block_rows,
+          (cols + scale->block_cols - 1) / scale->block_cols};
+}
+
+Param concat_params(const Graph& g, const std::vector<std::string>& names,
+                    const std::string& fused_name, std::int64_t row_group) {
+  const Param* first = g.find_param(names[0]);
+  Param fused{fused_name, first->type, {}};
+  fused.type.dims[0] = 0;
+  std::int64_t block_rows = first->scale ? first->scale->source_block_rows : 0;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const Param* p = g.find_param(names[i]);
+    if (p->type.dtype != first->type.dtype || p->scale.has_value() != first->scale.has_value())
+      fail("@" + p->name + " is " + p->type.str() + " but @" + first->name + " is " +
+           first->type.str() + ": @" + fused_name +
+           " packs them as one weight of one dtype (quantize all of them or none)");
+    fused.type.dims[0] += p->type.dims[0];
+    fused.sources.insert(fused.sources.end(), p->sources.begin(), p->sources.end());
+    if (!p->scale) continue;
+    if (!fused.scale) fused.scale = ParamScale{0, p->scale->block_cols, {}, block_rows};
+    fused.scale->sources.insert(fused.scale->sources.end(), p->scale->sources.begin(),
+                                p->scale->sources.end());
+    if (i + 1 < names.size()) block_rows = std::gcd(block_rows, p->type.dims[0]);
+  }
+  if (fused.scale) {
+    if (row_group > 1 && block_rows % row_group != 0) block_rows = 1;
+    fused.scale->block_rows = block_rows;
+  }
+  return fused;
+}
+
 namespace {
 
 // " rows of 256: rank 0 [0:64, 128:160], rank 1 [64:128, 160:192]"
@@ -233,6 +267,13 @@ std::string print_graph(const Graph& g) {
       s += (i ? ", \"" : "\"") + p.sources[i] + "\"";
     s += "]";
     if (p.shard) s += format_shard(*p.shard);
+    if (p.scale) {
+      s += " scale " + TensorType{DType::F32, p.scale_dims()}.str() + " blocks " +
+           std::to_string(p.scale->block_rows) + "x" + std::to_string(p.scale->block_cols) + " = [";
+      for (std::size_t i = 0; i < p.scale->sources.size(); ++i)
+        s += (i ? ", \"" : "\"") + p.scale->sources[i] + "\"";
+      s += "]";
+    }
     s += "\n";
   }
   s += "\ngraph @" + g.name + "(";

@@ -45,6 +45,18 @@ struct ParamShard {
   std::vector<std::vector<Range>> ranks;  // per rank, in rank order
 };
 
+// The f32 scales of an e4m3 parameter: w[r][c] = float(q[r][c]) * s[r / block_rows][c / block_cols]
+// over a scale tensor s of [ceil(rows / block_rows), ceil(cols / block_cols)], packed beside the
+// weight (docs/artifact.md, "NAME.scale"). Printed after the sources:
+// `scale f32[2,1] blocks 128x128 = ["...weight_scale_inv", ...]`.
+struct ParamScale {
+  std::int64_t block_rows = 0, block_cols = 0;
+  // The checkpoint's scale tensors, one a source of the weight, concatenated along dim 0 as the
+  // weights are; each has blocks of source_block_rows rows (and block_cols columns).
+  std::vector<std::string> sources;
+  std::int64_t source_block_rows = 0;
+};
+
 struct Param {
   std::string name;                  // as in docs/artifact.md's weight table, e.g. "layers.0.qkv"
   TensorType type;                   // constant dims only; a rank's part when sharded
@@ -52,6 +64,10 @@ struct Param {
   // Set by the tensor-parallel pass (passes/shard_tensor_parallel.hpp) on the parameters it
   // splits; absent where every rank packs the whole parameter.
   std::optional<ParamShard> shard = std::nullopt;
+  std::optional<ParamScale> scale = std::nullopt;  // exactly for e4m3 parameters
+
+  // The scale tensor's dims (a parameter with a scale only).
+  std::vector<std::int64_t> scale_dims() const;
 };
 
 struct Op;
@@ -135,6 +151,14 @@ class Graph {
   std::vector<std::unique_ptr<Op>> ops_;
   std::vector<std::unique_ptr<Value>> values_;
 };
+
+// Parameters `names` of `g` concatenated along dim 0 as one parameter `fused_name`: their sources
+// and, for e4m3 parts, their scales. The fused scale blocks are the largest that still fall inside
+// one part's block (rows a divisor of every part's rows and of its block rows) and, with
+// `row_group` > 1, hold whole groups of that many rows (the QKV weight's heads, whose rows the
+// writer reorders within a head); else one row each. Refuses parts of different dtypes.
+Param concat_params(const Graph& g, const std::vector<std::string>& names,
+                    const std::string& fused_name, std::int64_t row_group);
 
 // The printed form (see the top of this file).
 std::string print_graph(const Graph& graph);

@@ -37,6 +37,19 @@ Graph build_model_graph(const ModelSpec& spec) {
   const std::int64_t H = spec.hidden_size, I = spec.intermediate_size, V = spec.vocab_size;
   const std::int64_t D = spec.head_dim, Hq = spec.num_heads, Hkv = spec.num_kv_heads;
 
+  // A linear layer's weight: the checkpoint module's, bf16, or e4m3 with its scales.
+  auto weight = [&](const std::string& name, const std::string& module, std::int64_t rows,
+                    std::int64_t cols) {
+    Param p{name, matrix(rows, cols), {module + ".weight"}};
+    const WeightQuant& q = spec.quant;
+    if (q.quantizes(module)) {
+      p.type.dtype = DType::E4M3;
+      p.scale =
+          ParamScale{q.block_rows(), q.block_cols(cols), {q.scale_name(module)}, q.block_rows()};
+    }
+    g.add_param(std::move(p));
+  };
+
   g.add_param({"embed", matrix(V, H), {"model.embed_tokens.weight"}});
   Value* tokens = g.add_input("tokens", {DType::I32, {kTokens}});
   Value* positions = g.add_input("positions", {DType::I32, {kTokens}});
@@ -57,7 +70,7 @@ Graph build_model_graph(const ModelSpec& spec) {
     g.add_param({p + "attn_norm", vector(H), {ck + "input_layernorm.weight"}});
     for (const char* proj : {"q", "k", "v"}) {
       const std::int64_t rows = (proj[0] == 'q' ? Hq : Hkv) * D;
-      g.add_param({p + proj, matrix(rows, H), {ck + "self_attn." + proj + "_proj.weight"}});
+      weight(p + proj, ck + "self_attn." + proj + "_proj", rows, H);
       if (spec.qkv_bias)
         g.add_param({p + proj + "_bias", vector(rows), {ck + "self_attn." + proj + "_proj.bias"}});
     }
@@ -65,11 +78,11 @@ Graph build_model_graph(const ModelSpec& spec) {
       g.add_param({p + "q_norm", vector(D), {ck + "self_attn.q_norm.weight"}});
       g.add_param({p + "k_norm", vector(D), {ck + "self_attn.k_norm.weight"}});
     }
-    g.add_param({p + "o", matrix(H, Hq * D), {ck + "self_attn.o_proj.weight"}});
+    weight(p + "o", ck + "self_attn.o_proj", H, Hq * D);
     g.add_param({p + "mlp_norm", vector(H), {ck + "post_attention_layernorm.weight"}});
-    g.add_param({p + "gate", matrix(I, H), {ck + "mlp.gate_proj.weight"}});
-    g.add_param({p + "up", matrix(I, H), {ck + "mlp.up_proj.weight"}});
-    g.add_param({p + "down", matrix(H, I), {ck + "mlp.down_proj.weight"}});
+    weight(p + "gate", ck + "mlp.gate_proj", I, H);
+    weight(p + "up", ck + "mlp.up_proj", I, H);
+    weight(p + "down", ck + "mlp.down_proj", H, I);
 
     Value* h = g.append_op("rmsnorm", {x}, {p + "attn_norm"}, {{"eps", spec.rms_norm_eps}},
                            {{v + "attn_in", act(H)}})
@@ -116,7 +129,7 @@ Graph build_model_graph(const ModelSpec& spec) {
   std::string head = "embed";
   if (!spec.tie_word_embeddings) {
     head = "lm_head";
-    g.add_param({"lm_head", matrix(V, H), {"lm_head.weight"}});
+    weight("lm_head", "lm_head", V, H);
   }
   Value* logits =
       g.append_op("lm_head", {h}, {head}, {}, {{"logits", {DType::F32, {kSequences, V}}}})

@@ -63,8 +63,10 @@ class OpChecker {
   }
   void expect_weight_matrix(std::size_t i) const {
     const TensorType& t = param(i);
-    if (t.dtype != DType::BF16 || t.dims.size() != 2 || t.dims[0] <= 0 || t.dims[1] <= 0)
-      error("parameter @" + op_.params[i] + " has type " + t.str() + ", expected bf16[out,in]");
+    if ((t.dtype != DType::BF16 && t.dtype != DType::E4M3) || t.dims.size() != 2 ||
+        t.dims[0] <= 0 || t.dims[1] <= 0)
+      error("parameter @" + op_.params[i] + " has type " + t.str() +
+            ", expected bf16[out,in] or e4m3[out,in]");
   }
 
   std::int64_t positive_attr(const std::string& name) const {
@@ -326,10 +328,21 @@ void check_params(const Graph& graph) {
     const std::string head = "IR verifier: parameter @" + p.name;
     for (Dim d : p.type.dims)
       if (d <= 0) fail(head + " has type " + p.type.str() + ", expected constant dimensions");
-    const bool matrix = p.type.dims.size() == 2 && p.type.dtype == DType::BF16;
+    const bool e4m3 = p.type.dtype == DType::E4M3;
+    const bool matrix = p.type.dims.size() == 2 && (p.type.dtype == DType::BF16 || e4m3);
     const bool vector = p.type.dims.size() == 1 && p.type.dtype == DType::F32;
     if (!matrix && !vector)
-      fail(head + " has type " + p.type.str() + ", expected a bf16 matrix or an f32 vector");
+      fail(head + " has type " + p.type.str() +
+           ", expected a bf16 or e4m3 matrix or an f32 vector");
+    if (e4m3 != p.scale.has_value())
+      fail(head + " has type " + p.type.str() +
+           (e4m3 ? " but no scales (an e4m3 weight needs them)" : " but scales (e4m3 only)"));
+    if (p.scale && (p.scale->block_rows < 1 || p.scale->block_cols < 1 ||
+                    p.scale->source_block_rows < 1 || p.scale->sources.size() != p.sources.size()))
+      fail(head + ": expected positive scale blocks and one scale tensor a source, found blocks " +
+           std::to_string(p.scale->block_rows) + "x" + std::to_string(p.scale->block_cols) +
+           " and " + std::to_string(p.scale->sources.size()) + " scale tensors for " +
+           std::to_string(p.sources.size()) + " sources");
     if (p.sources.empty()) fail(head + " has no checkpoint tensors to be packed from");
     if (!used.count(p.name)) fail(head + " is read by no op");
     if (p.shard) check_shard(graph, p, head);

@@ -18,11 +18,8 @@ void fuse_gate_up_swiglu(ir::Graph& g) {
     if (!single_use(g, gate->results[0]) || !single_use(g, up->results[0])) continue;
 
     // Gate rows first, then up rows: the epilogue computes silu(row j) * row (j + I).
-    const ir::Param* gp = g.find_param(gate->params[0]);
-    const ir::Param* upp = g.find_param(up->params[0]);
-    ir::Param fused{param_prefix(gp->name) + "gate_up", gp->type, gp->sources};
-    fused.type.dims[0] += upp->type.dims[0];
-    fused.sources.insert(fused.sources.end(), upp->sources.begin(), upp->sources.end());
+    ir::Param fused = ir::concat_params(g, {gate->params[0], up->params[0]},
+                                        param_prefix(gate->params[0]) + "gate_up", 1);
     const std::string fused_name = fused.name;
     g.insert_param(std::move(fused), gate->params[0]);
 

@@ -15,18 +15,6 @@ ir::Op* projection_of(const ir::Value* v) {
   return defined_by(v, "linear");
 }
 
-ir::Param concat_params(const ir::Graph& g, const std::vector<std::string>& names,
-                        const std::string& fused_name) {
-  ir::Param fused{fused_name, g.find_param(names[0])->type, {}};
-  fused.type.dims[0] = 0;
-  for (const auto& n : names) {
-    const ir::Param* p = g.find_param(n);
-    fused.type.dims[0] += p->type.dims[0];
-    fused.sources.insert(fused.sources.end(), p->sources.begin(), p->sources.end());
-  }
-  return fused;
-}
-
 }  // namespace
 
 void fuse_qkv(ir::Graph& g) {
@@ -49,11 +37,14 @@ void fuse_qkv(ir::Graph& g) {
 
     const std::string prefix = param_prefix(q->params[0]);
     const std::vector<std::string> replaced = {q->params[0], k->params[0], v->params[0]};
-    g.insert_param(concat_params(g, replaced, prefix + "qkv"), q->params[0]);
+    // The writer orders the QKV rows within each head (RoPE's pairs): scale blocks hold whole
+    // heads.
+    g.insert_param(ir::concat_params(g, replaced, prefix + "qkv", attn->int_attr("head_dim")),
+                   q->params[0]);
     std::vector<std::string> fused_params = {prefix + "qkv"};
     if (bias) {
       g.insert_param(
-          concat_params(g, {q->params[1], k->params[1], v->params[1]}, prefix + "qkv_bias"),
+          ir::concat_params(g, {q->params[1], k->params[1], v->params[1]}, prefix + "qkv_bias", 1),
           q->params[1]);
       fused_params.push_back(prefix + "qkv_bias");
     }

@@ -18,7 +18,7 @@ constexpr double kDefaultMemoryFraction = 0.9;
 const std::vector<std::string> kFields = {
     "max_batch",       "max_seq_len",          "kv_page_size",    "kv_pool",
     "prefill_chunk",   "decode_buckets",       "prefill_buckets", "targets",
-    "tensor_parallel", "decode_weight_images", "attention_split"};
+    "tensor_parallel", "decode_weight_images", "attention_split", "quantize"};
 
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -110,10 +110,17 @@ std::vector<std::string> parse_target_list(const std::string& list) {
     std::size_t end = list.find(',', begin);
     if (end == std::string::npos) end = list.size();
     std::string target = list.substr(begin, end - begin);
+    if (target == kCpuTarget) {
+      if (list != kCpuTarget)
+        fail(
+            "--target: \"cpu\" (no GPU kernels: the CPU reference engine runs the artifact) is a "
+            "target list of its own, not one of several");
+      return {target};
+    }
     if (std::find(kSupportedTargets.begin(), kSupportedTargets.end(), target) ==
         kSupportedTargets.end())
       fail("--target: unsupported architecture \"" + target + "\" (expected " +
-           join(kSupportedTargets) + ")");
+           join(kSupportedTargets) + ", or cpu alone)");
     if (std::find(out.begin(), out.end(), target) != out.end())
       fail("--target: \"" + target + "\" is listed twice");
     out.push_back(target);
@@ -226,6 +233,10 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
     if (!s->is_number_integer() || (s->get<std::int64_t>() != 256 && s->get<std::int64_t>() != 512))
       r.fail_field("attention_split", "expected 256 or 512, got " + s->dump());
     c.attention_split = s->get<std::int64_t>();
+  }
+  if (const nlohmann::json* q = r.get("quantize")) {
+    if (!q->is_string() || !parse_quantize(q->get<std::string>(), &c.quantize))
+      r.fail_field("quantize", std::string("expected ") + kQuantizeChoices + ", got " + q->dump());
   }
   return c;
 }

@@ -31,7 +31,19 @@ struct ServingConfig {
   // Positions per attention split (docs/artifact.md): 256 suits few rows (more items a token to
   // fill the GPU), 512 long contexts at many rows (half the items and partials a token).
   std::int64_t attention_split = 256;
+  // "quantize": "none" (the default), "fp8" or "fp8-channel" (model_spec.hpp, Quantize): what the
+  // compiler does to a bf16 checkpoint's linear weights. Not written to the manifest, whose
+  // weight table states each weight's dtype and scales.
+  Quantize quantize = Quantize::kNone;
 };
+
+// The --target spelling of an artifact without GPU kernels, which the CPU reference engine runs
+// (serving.targets ["cpu"]); it is a target list of its own.
+inline constexpr const char* kCpuTarget = "cpu";
+// Whether `config` asks for GPU kernels (any target but "cpu").
+inline bool has_gpu_targets(const ServingConfig& config) {
+  return !(config.targets.size() == 1 && config.targets[0] == kCpuTarget);
+}
 
 // GPU architectures codegen can target.
 inline const std::vector<std::string> kSupportedTargets = {"sm_90a", "sm_100a"};
@@ -41,7 +53,8 @@ inline const std::vector<std::string> kSupportedTargets = {"sm_90a", "sm_100a"};
 ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& spec,
                               const std::string& where);
 
-// Parses a comma-separated --target list ("sm_90a,sm_100a") into the targets field.
+// Parses a comma-separated --target list ("sm_90a,sm_100a", or "cpu" alone) into the targets
+// field.
 std::vector<std::string> parse_target_list(const std::string& list);
 
 // The resolved form written to manifest.json "serving".
