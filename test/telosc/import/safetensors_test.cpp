@@ -126,7 +126,7 @@ TEST(Safetensors, UnsupportedDtypeNamesTheTensor) {
   EXPECT_EQ(
       error_of(safetensors_bytes(header.dump(), std::string(8, '\0'))),
       "w.safetensors: tensor \"model.norm.weight\": unsupported dtype \"F64\" (expected BF16, "
-      "F16 or F32)");
+      "F16, F32 or F8_E4M3)");
 }
 
 TEST(Safetensors, MalformedEntries) {

@@ -178,19 +178,68 @@ TEST(Passes, EveryPassKeepsTheGraphValidAndEndsAtTheArtifactsParameters) {
   }
 }
 
-// The writer packs parameters as they are: the verifier refuses one it could not pack.
+// The writer packs parameters as they are: the verifier refuses one it could not pack, and an
+// e4m3 parameter without its scales (or scales on any other).
 TEST(Verifier, RefusesAParameterTypeTheWriterDoesNotPack) {
   Graph g = small_graph();
   g.add_param({"half", {DType::F16, {8, 8}}, {"h"}});
   EXPECT_EQ(verify_error(g),
-            "IR verifier: parameter @half has type f16[8,8], expected a bf16 matrix or an f32 "
-            "vector");
+            "IR verifier: parameter @half has type f16[8,8], expected a bf16 or e4m3 matrix or an "
+            "f32 vector");
 
   Graph g2 = small_graph();
   g2.add_param({"cube", {DType::BF16, {2, 2, 2}}, {"c"}});
   EXPECT_EQ(verify_error(g2),
-            "IR verifier: parameter @cube has type bf16[2,2,2], expected a bf16 matrix or an f32 "
-            "vector");
+            "IR verifier: parameter @cube has type bf16[2,2,2], expected a bf16 or e4m3 matrix or "
+            "an f32 vector");
+
+  Graph g3 = small_graph();
+  g3.add_param({"fp8", {DType::E4M3, {8, 8}}, {"q"}});
+  EXPECT_EQ(verify_error(g3),
+            "IR verifier: parameter @fp8 has type e4m3[8,8] but no scales (an e4m3 weight needs "
+            "them)");
+
+  Graph g4 = small_graph();
+  g4.add_param({"scaled", {DType::BF16, {8, 8}}, {"w"}, std::nullopt, ParamScale{1, 8, {"s"}, 1}});
+  EXPECT_EQ(verify_error(g4),
+            "IR verifier: parameter @scaled has type bf16[8,8] but scales (e4m3 only)");
+
+  Graph g5 = small_graph();
+  g5.add_param({"two", {DType::E4M3, {8, 8}}, {"q"}, std::nullopt, ParamScale{1, 8, {}, 1}});
+  EXPECT_EQ(verify_error(g5),
+            "IR verifier: parameter @two: expected positive scale blocks and one scale tensor a "
+            "source, found blocks 1x8 and 0 scale tensors for 1 sources");
+}
+
+// Fused e4m3 weights keep blocks that lie inside one part's block: the gcd of the parts' rows and
+// their block rows, one row where a QKV head would not fit whole; parts of two dtypes are refused.
+TEST(Verifier, ConcatenatedScalesKeepTheirBlocks) {
+  Graph g;
+  auto add = [&](const std::string& name, DType dtype, std::int64_t rows) {
+    Param p{name, {dtype, {rows, 256}}, {name + ".weight"}};
+    if (dtype == DType::E4M3) p.scale = ParamScale{128, 128, {name + ".scale"}, 128};
+    g.add_param(p);
+  };
+  add("q", DType::E4M3, 256);
+  add("k", DType::E4M3, 64);
+  add("v", DType::E4M3, 64);
+  add("b", DType::BF16, 64);
+  const Param qkv = concat_params(g, {"q", "k", "v"}, "qkv", 32);
+  EXPECT_EQ(qkv.type.str(), "e4m3[384,256]");
+  EXPECT_EQ(qkv.scale->block_rows, 64);
+  EXPECT_EQ(qkv.scale->block_cols, 128);
+  EXPECT_EQ(qkv.scale->sources, (std::vector<std::string>{"q.scale", "k.scale", "v.scale"}));
+  EXPECT_EQ(qkv.scale_dims(), (std::vector<std::int64_t>{6, 2}));
+  EXPECT_EQ(concat_params(g, {"q", "k", "v"}, "qkv", 128).scale->block_rows, 1);
+  EXPECT_EQ(concat_params(g, {"q", "q"}, "qq", 1).scale->block_rows, 128);
+  try {
+    concat_params(g, {"q", "b"}, "qb", 1);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "@b is bf16[64,256] but @q is e4m3[256,256]: @qb packs them as one weight of one "
+              "dtype (quantize all of them or none)");
+  }
 }
 
 TEST(Verifier, RefusesAParameterWithoutSources) {
