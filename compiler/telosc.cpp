@@ -209,8 +209,8 @@ int main(int argc, char** argv) {
                       "JSON serving config; replaces model.json's \"serving\" section");
   compile->add_option(
       "--target", co.targets,
-      "GPU architectures to compile kernels for, comma-separated: sm_90a (Hopper, the default), "
-      "sm_100a; or cpu: no kernels, for the CPU reference engine");
+      "GPU architecture to compile kernels for: sm_90a (Hopper, the default); or cpu: no "
+      "kernels, for the CPU reference engine");
   compile->add_option("--emit", co.emit, "Print a stage to stdout instead of writing an artifact")
       ->check(CLI::IsMember({"ir", "lowering", "plan", "kernels"}));
   compile->add_option(

@@ -125,7 +125,6 @@ std::string summary(const std::string& path, const nlohmann::json& j, const Arti
   s += weights_summary(a);
   s += "kernels: " + std::to_string(a.programs.kernels.size()) + "\n";
   s += text_summary(fs::path(path), a.files);
-  s += tensors_summary(a);
   return s;
 }
 
@@ -137,13 +136,15 @@ std::string inspect_artifact(const std::string& path, bool verify) {
     std::size_t tensors = 0;
     for (const WeightFile& w : a.manifest.weights) tensors += w.tensors.size();
     return summary(path, a.json, a.manifest) + "checksums: verified (" + std::to_string(tensors) +
-           " tensors, " + std::to_string(a.manifest.files.size()) + " files)\n";
+           " tensors, " + std::to_string(a.manifest.files.size()) + " files)\n" +
+           tensors_summary(a.manifest);
   }
   std::error_code ec;
   if (!fs::is_directory(path, ec))
     fail(path + ": not an artifact directory (expected NAME.telos/)");
   const nlohmann::json j = read_manifest_file(path);
-  return summary(path, j, validate_manifest(j, (fs::path(path) / "manifest.json").string()));
+  const ArtifactManifest a = validate_manifest(j, (fs::path(path) / "manifest.json").string());
+  return summary(path, j, a) + tensors_summary(a);
 }
 
 }  // namespace telos::compiler
