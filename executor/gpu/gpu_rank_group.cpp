@@ -134,6 +134,19 @@ void GpuRankGroup::wait(StepOutput& out) {
   if (!differ.empty()) fail(differ);
 }
 
+void GpuRankGroup::run(const Step& step, std::span<const DeviceSampling> sampling,
+                       std::vector<std::int32_t>& tokens, std::vector<float>* logits) {
+  std::vector<DeviceSampling> rows;
+  for (std::size_t i = 0; i < step.sequences.size(); ++i)
+    if (step.sequences[i].samples) rows.push_back(sampling[i]);
+  const std::vector<std::uint8_t> picks(rows.size(), 1);
+  launch(step, picks, rows, logits != nullptr);
+  StepOutput out;
+  wait(out);
+  tokens = std::move(out.device_tokens);
+  if (logits) *logits = std::move(out.logits);
+}
+
 void GpuRankGroup::set_step_timing(bool on) {
   for (auto& r : ranks_) r->set_step_timing(on);
 }

@@ -57,6 +57,11 @@ class GpuRankGroup : public ModelBackend {
   void wait(StepOutput& out) override;
   void set_step_timing(bool on) override;
 
+  // GpuStepExecutor::run over every rank: `sampling` is indexed like step.sequences; `tokens` and
+  // `logits` are rank 0's.
+  void run(const Step& step, std::span<const DeviceSampling> sampling,
+           std::vector<std::int32_t>& tokens, std::vector<float>* logits);
+
  private:
   std::vector<std::unique_ptr<GpuStepExecutor>> ranks_;
   StepOutput other_;  // a rank's output past rank 0's, reused
