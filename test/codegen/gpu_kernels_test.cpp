@@ -83,9 +83,10 @@ class TestModule {
 using bf16v = std::vector<std::uint16_t>;
 using codegen::float_literal;
 
-std::string source_with_rope(const std::vector<float>& inv_freq = {1.f}) {
+std::string source_with_rope(const std::vector<float>& inv_freq = {1.f}, int ranks = 1) {
   codegen::KernelPlan plan;
   plan.rope_inv_freq = inv_freq;
+  plan.ranks = ranks;  // above 1 the source includes all_reduce.cuh
   return codegen::emit_source(plan);
 }
 std::string I(long long v) { return std::to_string(v); }
@@ -2175,7 +2176,7 @@ TEST(GpuKernels, AllReduceAddsEveryRanksPartialInRankOrder) {
   for (const Shape& s : shapes)
     instances.push_back("telos_kernels::all_reduce_residual<" + I(s.M) + ", " + I(s.H) + ", " +
                         I(s.ranks) + ", " + I(codegen::kAllReduceThreads) + ">");
-  TestModule mod(source_with_rope(), instances);
+  TestModule mod(source_with_rope({1.f}, 2), instances);
   for (const Shape& s : shapes) {
     check_all_reduce(mod, s.M, s.H, s.ranks);
     if (HasFatalFailure()) return;
