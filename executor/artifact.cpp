@@ -63,8 +63,9 @@ void Artifact::check_target(const std::string& arch) const {
 }
 
 void Artifact::release_weight_pages(const WeightTensor& tensor, std::size_t offset,
-                                    std::size_t length) const {
-  weights_[0].release(static_cast<std::size_t>(tensor.data - weights_[0].data()) + offset, length);
+                                    std::size_t length, int rank) const {
+  const MappedFile& file = weights_[static_cast<std::size_t>(rank)];
+  file.release(static_cast<std::size_t>(tensor.data - file.data()) + offset, length);
 }
 
 }  // namespace telos::exec

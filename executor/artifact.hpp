@@ -101,12 +101,12 @@ class Artifact {
   // nothing else.
   void check_target(const std::string& arch) const;
 
-  // Drops the mapped weight file's pages holding bytes [offset, offset + length) of rank 0's
+  // Drops the mapped weight file's pages holding bytes [offset, offset + length) of rank `rank`'s
   // `tensor` from this process's memory (whole pages only). Reading them again faults them back in
   // from the file, so this only costs time; the GPU engine calls it behind its upload so that host
   // memory stays small for a large model.
-  void release_weight_pages(const WeightTensor& tensor, std::size_t offset,
-                            std::size_t length) const;
+  void release_weight_pages(const WeightTensor& tensor, std::size_t offset, std::size_t length,
+                            int rank = 0) const;
 
  private:
   Artifact() = default;

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <system_error>
 #include <thread>
 
@@ -26,6 +27,7 @@ GpuBackendFactory& gpu_backend_factory() {
 std::string gpu_engine_unavailable(const Artifact& artifact, const GpuDevice& gpu) {
   if (!supported_arch(gpu.arch))
     return "GPU 0 (" + gpu.name + ", " + gpu.arch + ") is not a supported GPU (sm_90, sm_100)";
+  if (std::string why = gpu_engine_refusal(artifact, gpu.count); !why.empty()) return why;
   if (!artifact.has_kernels())
     return artifact.dir() +
            ": manifest.json kernels is empty: the GPU engine needs the kernels "
@@ -50,11 +52,25 @@ bool nvidia_driver_present() {
 
 }  // namespace
 
-std::string gpu_engine_refusal(const Artifact& artifact) {
-  const int ranks = artifact.serving().tensor_parallel;
-  if (ranks == 1) return "";
+bool tensor_parallel_one_device() {
+  const char* v = std::getenv(kTensorParallelOneDeviceEnv);
+  return v != nullptr && std::string(v) == "1";
+}
+
+std::vector<int> rank_devices(const Artifact& artifact, int first) {
+  std::vector<int> devices;
+  const bool one_device = tensor_parallel_one_device();
+  for (int r = 0; r < artifact.ranks(); ++r) devices.push_back(one_device ? first : first + r);
+  return devices;
+}
+
+std::string gpu_engine_refusal(const Artifact& artifact, int gpu_count) {
+  const int ranks = artifact.ranks();
+  if (ranks == 1 || ranks <= gpu_count || tensor_parallel_one_device()) return "";
   return artifact.dir() + "/manifest.json: serving.tensor_parallel is " + std::to_string(ranks) +
-         ": the GPU engine drives one GPU and does not run a tensor-parallel artifact yet";
+         ": its ranks need " + std::to_string(ranks) + " GPUs, one a rank, and this machine has " +
+         std::to_string(gpu_count) + " (" + kTensorParallelOneDeviceEnv +
+         "=1 runs every rank on GPU 0, a test mode)";
 }
 
 std::optional<GpuDevice> detect_gpu(std::string* why_not) {
@@ -76,7 +92,7 @@ std::optional<GpuDevice> detect_gpu(std::string* why_not) {
     if (why_not) *why_not = std::string("cannot query GPU 0 (") + cudaGetErrorString(e) + ")";
     return std::nullopt;
   }
-  return GpuDevice{0, prop.name, "sm_" + std::to_string(prop.major * 10 + prop.minor)};
+  return GpuDevice{0, prop.name, "sm_" + std::to_string(prop.major * 10 + prop.minor), count};
 }
 
 std::shared_ptr<const Artifact> load_artifact(const std::string& dir, EngineChoice choice) {
@@ -109,15 +125,16 @@ std::unique_ptr<ModelBackend> make_backend(std::shared_ptr<const Artifact> artif
   if (choice == EngineChoice::Cpu)
     return std::make_unique<CpuReferenceModel>(std::move(artifact), kv_pages);
 
-  // What the artifact rules out comes first: it holds on every machine.
-  std::string why_not = gpu_engine_refusal(*artifact);
-  std::optional<GpuDevice> gpu;
-  if (why_not.empty()) gpu = detect_gpu(&why_not);
+  std::string why_not;
+  const std::optional<GpuDevice> gpu = detect_gpu(&why_not);
   if (gpu) why_not = gpu_engine_unavailable(*artifact, *gpu);
   if (why_not.empty()) {
     if (choice == EngineChoice::Auto)
-      log << "telos-run: using the GPU engine on GPU 0 (" << gpu->name << ", " << gpu->arch
-          << ")\n";
+      log << "telos-run: using the GPU engine on GPU 0 (" << gpu->name << ", " << gpu->arch << ")"
+          << (artifact->ranks() > 1
+                  ? ", " + std::to_string(artifact->ranks()) + " tensor-parallel ranks"
+                  : std::string())
+          << "\n";
     return gpu_backend_factory()(std::move(artifact), *gpu, resolved);
   }
   if (choice == EngineChoice::Gpu) fail("--engine gpu: " + why_not + "; use --engine cpu");

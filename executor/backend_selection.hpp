@@ -7,6 +7,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "executor/artifact.hpp"
 #include "executor/model_backend.hpp"
@@ -20,13 +21,23 @@ struct GpuDevice {
   int index = 0;
   std::string name;
   std::string arch;  // "sm_90" for compute capability 9.0
+  int count = 1;     // the CUDA devices this process sees
 };
 
-// Why the GPU engine does not run `artifact` on any device ("" when it may): a tensor-parallel
-// artifact (serving.tensor_parallel above 1), whose ranks it does not drive yet: its per-rank
-// kernels and weights are written, but not the engine that runs them on several GPUs at once
-// (docs/multi-gpu.md). The CPU reference engine runs such an artifact, every rank simulated.
-std::string gpu_engine_refusal(const Artifact& artifact);
+// The environment variable of the one-device test mode: set to 1, every rank of a
+// tensor-parallel artifact runs on GPU 0, each with its own memory (docs/multi-gpu.md).
+inline constexpr const char* kTensorParallelOneDeviceEnv = "TELOS_TP_ONE_DEVICE";
+bool tensor_parallel_one_device();
+
+// The device of each rank of `artifact`: rank r on GPU first + r, or every rank on `first` in the
+// one-device test mode. One entry for a one-rank artifact.
+std::vector<int> rank_devices(const Artifact& artifact, int first);
+
+// Why the GPU engine cannot place `artifact`'s ranks on `gpu_count` GPUs ("" when it can): a
+// tensor-parallel artifact (serving.tensor_parallel N) needs N GPUs, one a rank, unless the
+// one-device test mode puts them all on GPU 0. The CPU reference engine runs such an artifact
+// anywhere, every rank simulated.
+std::string gpu_engine_refusal(const Artifact& artifact, int gpu_count);
 
 // The first CUDA device, or nullopt with `why_not` saying why (no driver, no device), asked of
 // the CUDA runtime so that a machine without a GPU or driver answers instead of failing.

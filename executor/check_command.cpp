@@ -25,7 +25,7 @@ int run_check(const CheckOptions& o) {
   const std::optional<GpuDevice> gpu = detect_gpu(&why_not);
   // generate runs the CPU reference engine where there is no GPU, no kernels, or tensor-parallel
   // ranks the GPU engine does not drive.
-  if (!gpu || !a->has_kernels() || !gpu_engine_refusal(*a).empty()) {
+  if (!gpu || !a->has_kernels() || !gpu_engine_refusal(*a, gpu->count).empty()) {
     CpuReferenceModel::check_kv_pool(*a, 0);
     CpuReferenceModel::check_graph(*a);
   }

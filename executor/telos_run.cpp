@@ -11,7 +11,7 @@
 #include "executor/server/serve_command.hpp"
 #endif
 #ifdef TELOS_RUN_HAS_GPU_ENGINE
-#include "executor/gpu/gpu_step_executor.hpp"
+#include "executor/gpu/gpu_rank_group.hpp"
 #endif
 
 int main(int argc, char** argv) {
@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
     // someone watches it.
     options.log = &std::cerr;
     options.progress = ::isatty(STDERR_FILENO) != 0;
-    return std::make_unique<GpuStepExecutor>(std::move(artifact), options);
+    return make_gpu_engine(std::move(artifact), options);
   });
 #endif
   CLI::App app{"telos-run: run a compiled Telos artifact", "telos-run"};

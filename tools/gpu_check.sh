@@ -6,6 +6,7 @@
 #      batch, graphs vs direct launches, seeded sampling vs batch, the engine's GPU sampling vs
 #      host sampling (gpu_model_test), on the committed buckets and again with one 128-token
 #      prefill bucket (every prompt through the prefill GEMM, decode through the small-M GEMM),
+#      tokens with and without prefix-cache hits (tools/prefix_cache_check.py),
 #   3. compute-sanitizer: memcheck on both, racecheck and synccheck on the kernels, synccheck on
 #      the tiny models' test, racecheck on short telos-run generate runs of each tiny model
 #      (racecheck of the whole gpu_model_test process dies without a hazard after its work ran
@@ -135,13 +136,17 @@ if [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ] && [ -z "${GPU_CHECK_SANITIZERS_ONLY:-}"
   run "tiny models vs transformers" model.log "$B/gpu_model_test"
   run "tiny models, prefill bucket 128" model-p128.log env TELOS_GPU_ARTIFACTS="$P/artifacts-p128" "$B/gpu_model_test"
   run "memcheck: kernels" memcheck-kernels.log $CS --tool memcheck "$B/gpu_kernels_test"
+  # Tokens with and without prefix-cache hits, alone and in a batch, on the GPU engine.
+  run "prefix cache: same tokens with hits" prefix-cache.log python3 tools/prefix_cache_check.py \
+      --telos-run "$B/telos-run" --engine gpu "$P/artifacts/tiny-llama.telos" \
+      "$P/artifacts/tiny-qwen2.telos" "$P/artifacts/tiny-qwen3.telos" "$P/artifacts-p128/tiny-llama.telos"
   run "memcheck: tiny models" memcheck-model.log $CS --tool memcheck "$B/gpu_model_test" \
       --gtest_filter='*MatchesTransformers*:*LongContext*'
 fi
 if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ]; then
   # Longer than the other steps: the small GEMM's bit test fills shared memory with NaNs before
-  # each launch, and racecheck tracks every one of those stores.
-  STEP_TIMEOUT=240 run "racecheck: kernels" racecheck.log $CS --tool racecheck "$B/gpu_kernels_test" --gtest_filter='-*Sample*'
+  # each launch, and racecheck tracks every one of those stores (about 340 s on an H100).
+  STEP_TIMEOUT=420 run "racecheck: kernels" racecheck.log $CS --tool racecheck "$B/gpu_kernels_test" --gtest_filter='-*Sample*'
   run "synccheck: kernels" synccheck.log $CS --tool synccheck "$B/gpu_kernels_test" --gtest_filter='-*Sample*'
   # The tiny models' steps: their one-token steps run decode_layer_persistent whole (its attention
   # phases are not in the kernel tests). Racecheck on short telos-run generate runs (a 40- and a

@@ -20,6 +20,15 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
          $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, s, "lib") for p in nvidia.__path__ for s in os.listdir(p)))' 2>/dev/null); do
   if ls "$d"/libnvrtc.so.13* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"; break; fi
 done
+# NCCL (the tensor-parallel engine's bootstrap and large messages, executor/gpu/nccl_library.hpp,
+# opened at run time): the toolkit's or the system's libnccl.so.2, else the one PyTorch's wheel
+# carries (nvidia/nccl/lib).
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
+  for d in /usr/local/cuda/lib /usr/local/cuda/lib64 \
+           $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "nccl", "lib") for p in nvidia.__path__))' 2>/dev/null); do
+    if [ -f "$d/libnccl.so.2" ]; then export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"; break; fi
+  done
+fi
 [ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"  # compute-sanitizer
 P=/tmp/telos-gpu-check-payload
 rm -rf "$P" && mkdir -p "$P" && tar -C "$P" -xJf "$CARRY/payload.tar.xz"

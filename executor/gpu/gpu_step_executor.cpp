@@ -164,6 +164,11 @@ struct GpuStepExecutor::State {
   };
   std::map<std::string, Image> images;
   char* kv = nullptr;
+  // Tensor parallelism: the `peer:NAME` tables (every rank's buffer NAME, rank order) and the
+  // rank's index, in one device allocation (link_ranks).
+  std::map<std::string, char**> peer_tables;
+  int* rank_index = nullptr;
+  void* rank_block = nullptr;
 
   // Step descriptor: the same layout on host (pinned) and device. The device has one descriptor
   // per step parity (launched % 2; parity_copy).
@@ -241,6 +246,7 @@ struct GpuStepExecutor::State {
     }
     if (library) cudaLibraryUnload(library);
     if (tmaps) cudaFree(tmaps);
+    if (rank_block) cudaFree(rank_block);
     if (base) cudaFree(base);
     if (logits_host) cudaFreeHost(logits_host);
     for (cudaStream_t st : {stream, upload})
@@ -269,8 +275,9 @@ struct GpuStepExecutor::State {
       case ArgKind::descriptor:
         return desc_dev[copy] + desc_offset(arg.field);
       case ArgKind::peer_buffer:
+        return peer_tables.at(arg.name);
       case ArgKind::rank:
-        break;  // a tensor-parallel artifact is refused before (gpu_engine_refusal)
+        return rank_index;
     }
     fail("gpu engine: argument " + arg.text + ": unknown kind");
   }
@@ -313,8 +320,9 @@ struct GpuStepExecutor::State {
       config.blockDim = blocks[l.kernel];
       config.dynamicSmemBytes = dynamic_smem[l.kernel];
       config.stream = stream;
-      config.attrs = i == 0 ? nullptr : &pdl;
-      config.numAttrs = i == 0 ? 0 : 1;
+      const bool programmatic = i > 0 && opt.programmatic_launch;
+      config.attrs = programmatic ? &pdl : nullptr;
+      config.numAttrs = programmatic ? 1 : 0;
       check(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernels[l.kernel]),
                                 const_cast<void**>(l.params.data())),
             "launch");
@@ -489,7 +497,7 @@ struct GpuStepExecutor::State {
     for (const ProgramBucket& bucket : programs.buckets)
       for (const ProgramLaunch& l : bucket.launches)
         for (const LaunchArg& arg : l.args) note_weight_use(arg);
-    for (const auto& t : a.tensors())
+    for (const auto& t : a.tensors(opt.rank))
       if (plain_weights.count(t.name))
         weight_bytes += align_up(static_cast<std::int64_t>(t.bytes), 256);
     arena_bytes = align_up(programs.arena_bytes, 256);
@@ -502,8 +510,10 @@ struct GpuStepExecutor::State {
     std::size_t free_b = 0, total_b = 0;
     check(cudaMemGetInfo(&free_b, &total_b), "memory info");
     std::string pool_note;
+    // Every rank takes rank 0's pool: one scheduler hands out the same pages on each.
+    const int asked = opt.ranks && opt.rank > 0 ? opt.ranks->pool_pages() : opt.kv_pages;
     kv_pages =
-        device_kv_pool_pages({opt.kv_pages, serving.kv_pool_pages, serving.kv_pool_memory_fraction,
+        device_kv_pool_pages({asked, serving.kv_pool_pages, serving.kv_pool_memory_fraction,
                               static_cast<std::int64_t>(free_b), static_cast<std::int64_t>(total_b),
                               fixed_bytes(), bytes_per_page, max_pages},
                              &pool_note);
@@ -522,7 +532,8 @@ struct GpuStepExecutor::State {
     Image img;
     img.arg = arg.image;
     img.arg.box_rows = 0;
-    img.bytes = align_up(static_cast<std::int64_t>(art->tensor(img.arg.weight).bytes), 256);
+    img.bytes =
+        align_up(static_cast<std::int64_t>(art->tensor(img.arg.weight, opt.rank).bytes), 256);
     image_bytes += img.bytes;
     images[img.arg.key()] = img;
   }
@@ -575,6 +586,35 @@ struct GpuStepExecutor::State {
     logits_dev = arena.at("logits");
   }
 
+  // A tensor-parallel rank's `peer:NAME` tables (every rank's buffer NAME, in rank order) and its
+  // `rank` index, in device memory, from every rank's arena (RankExchange). Ranks on other devices
+  // are reached through peer access, which GpuRankGroup enables before the ranks load.
+  void link_ranks() {
+    if (art->ranks() == 1) return;
+    const std::vector<RankExchange::ArenaAddresses> all =
+        opt.ranks->exchange_arenas(opt.rank, arena);
+    std::set<std::string> names;
+    for (const ProgramBucket& bucket : art->programs().buckets)
+      for (const ProgramLaunch& l : bucket.launches)
+        for (const LaunchArg& arg : l.args)
+          if (arg.kind == ArgKind::peer_buffer) names.insert(arg.name);
+    // The tables first (pointer-aligned), the rank's index last.
+    std::vector<char*> tables;
+    for (const std::string& name : names)
+      for (const RankExchange::ArenaAddresses& rank_arena : all)
+        tables.push_back(rank_arena.at(name));
+    const std::size_t table_bytes = sizeof(char*) * tables.size();
+    check(cudaMalloc(&rank_block, table_bytes + sizeof(int)), "tensor-parallel peer tables");
+    char* block = static_cast<char*>(rank_block);
+    check(cudaMemcpy(block, tables.data(), table_bytes, cudaMemcpyHostToDevice), "peer tables");
+    check(cudaMemcpy(block + table_bytes, &opt.rank, sizeof(int), cudaMemcpyHostToDevice),
+          "rank index");
+    std::size_t i = 0;
+    for (const std::string& name : names)
+      peer_tables[name] = reinterpret_cast<char**>(block) + all.size() * i++;
+    rank_index = reinterpret_cast<int*>(block + table_bytes);
+  }
+
   // The TMA tensor maps of the `tmap:` and `timg:` arguments, one per distinct argument, in
   // device memory (the loader checked each against its weight, buffer or the KV cache).
   void encode_tensor_maps() {
@@ -600,7 +640,7 @@ struct GpuStepExecutor::State {
   }
 
   hexel::TensorMap image_map(const LaunchArg& arg) const {
-    const WeightTensor& w = art->tensor(arg.image.weight);
+    const WeightTensor& w = art->tensor(arg.image.weight, opt.rank);
     return encode_slot_image_map(images.at(arg.image.key()).dev, w.shape[0], w.shape[1],
                                  arg.image.bn, arg.image.halves, arg.image.box_rows);
   }
@@ -750,7 +790,7 @@ struct GpuStepExecutor::State {
         }
       };
       char* p = base;
-      for (const auto& t : a.tensors()) {
+      for (const auto& t : a.tensors(opt.rank)) {
         // Its slot images first, a run of whole tiles a staging buffer, while its pages are mapped.
         for (auto& [arg, img] : images) {
           if (img.arg.weight != t.name) continue;
@@ -775,7 +815,7 @@ struct GpuStepExecutor::State {
         }
         if (!plain_weights.count(t.name)) {
           // Only its images go to the device: the mapped file's pages can go now.
-          a.release_weight_pages(t, 0, t.bytes);
+          a.release_weight_pages(t, 0, t.bytes, opt.rank);
           continue;
         }
         weights[t.name] = p;
@@ -789,7 +829,7 @@ struct GpuStepExecutor::State {
           });
           sent(p + off, n, t.name);
           // The bytes are in pinned memory now: the mapped file's pages can go.
-          a.release_weight_pages(t, off, n);
+          a.release_weight_pages(t, off, n, opt.rank);
           off += n;
         }
         p += align_up(static_cast<std::int64_t>(t.bytes), 256);
@@ -820,7 +860,10 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   if (!s.art->has_kernels())
     fail(s.art->dir() +
          ": the artifact has no kernels (compile it with a telosc that runs codegen)");
-  if (const std::string why = gpu_engine_refusal(*s.art); !why.empty()) fail(why);
+  if (s.art->ranks() > 1 && !options.ranks)
+    fail(s.art->dir() + "/manifest.json: serving.tensor_parallel is " +
+         std::to_string(s.art->ranks()) +
+         ": its ranks load together (GpuRankGroup), not one alone");
   LoadPhases phases;
   const std::int64_t free_at_start = s.open_device();
   phases.done("device");
@@ -828,10 +871,12 @@ GpuStepExecutor::GpuStepExecutor(std::shared_ptr<const Artifact> artifact, GpuEx
   phases.done("kernels");
   s.plan_memory();
   s.allocate();
+  if (s.opt.ranks && s.opt.rank == 0) s.opt.ranks->publish_pool_pages(s.kv_pages);
   phases.done("allocation");
   s.upload_weights(*s.art, options.log, options.progress);
   phases.done("weights");
   s.place_arena_and_descriptors();
+  s.link_ranks();
   s.encode_tensor_maps();
   const int unreachable = s.resolve_launches();
   check(cudaStreamSynchronize(s.stream), "load");

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "executor/artifact.hpp"
+#include "executor/gpu/rank_exchange.hpp"
 #include "executor/gpu/step_descriptor.hpp"
 #include "executor/model_backend.hpp"
 #include "executor/scheduler.hpp"
@@ -41,6 +42,14 @@ struct GpuExecutorOptions {
   // Where the load log goes (graph capture times and memory, the memory report); null: nowhere.
   std::ostream* log = nullptr;
   bool progress = false;  // a weight upload progress line on `log` (when it is a terminal)
+  // A tensor-parallel artifact's rank (GpuRankGroup, docs/multi-gpu.md): its index, which picks
+  // its weight file and its `rank` argument, and the exchange through which the ranks loading
+  // beside it share the KV pool size and their arena buffers (`peer:NAME`). Null for one rank.
+  int rank = 0;
+  RankExchange* ranks = nullptr;
+  // Programmatic dependent launch between a step's kernels (launch_all). Ranks that share one
+  // device launch in plain stream order instead (GpuRankGroup, the one-device test mode).
+  bool programmatic_launch = true;
 };
 
 // One launch of a step's program and its time (profile_step).

@@ -2,6 +2,8 @@
 // include ragged ones (M not a multiple of the tile, contexts ending mid-page, padding rows),
 // outputs poisoned first, plus bit-for-bit batch invariance. Skipped without a Hopper GPU.
 #include <algorithm>
+#include <chrono>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -64,6 +66,14 @@ class TestModule {
     if (e != cudaSuccess) return e;
     return cudaDeviceSynchronize();
   }
+  // Queues a launch on `stream` and returns (kernels that meet other launches: the all-reduce).
+  cudaError_t launch_on(cudaStream_t stream, const std::string& instance, dim3 grid, dim3 block,
+                        std::vector<const void*> args) {
+    std::vector<void*> params;
+    for (auto& a : args) params.push_back(&a);
+    return cudaLaunchKernel(reinterpret_cast<const void*>(kernels_.at(instance)), grid, block,
+                            params.data(), 0, stream);
+  }
 
  private:
   std::vector<cudaLibrary_t> libs_;
@@ -73,9 +83,10 @@ class TestModule {
 using bf16v = std::vector<std::uint16_t>;
 using codegen::float_literal;
 
-std::string source_with_rope(const std::vector<float>& inv_freq = {1.f}) {
+std::string source_with_rope(const std::vector<float>& inv_freq = {1.f}, int ranks = 1) {
   codegen::KernelPlan plan;
   plan.rope_inv_freq = inv_freq;
+  plan.ranks = ranks;  // above 1 the source includes all_reduce.cuh
   return codegen::emit_source(plan);
 }
 std::string I(long long v) { return std::to_string(v); }
@@ -2048,6 +2059,128 @@ TEST(GpuKernels, ClusterDrawsStayInTheKeptSet) {
   }
   EXPECT_EQ(tok[5], 0) << "a row of only NaN";
   EXPECT_EQ(tok[6], 0) << "a padding row";
+}
+
+}  // namespace
+}  // namespace telos::gpu_test
+
+// ---- the tensor-parallel all-reduce (all_reduce.cuh) --------------------------------------------
+
+namespace telos::gpu_test {
+namespace {
+
+// Whether every stream's work ends within `seconds`: a barrier that never opens fails the test
+// instead of hanging it.
+bool finished_within(const std::vector<cudaStream_t>& streams, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (cudaStream_t st : streams) {
+    cudaError_t e;
+    while ((e = cudaStreamQuery(st)) == cudaErrorNotReady)
+      if (std::chrono::steady_clock::now() > deadline) return false;
+    if (e != cudaSuccess) return false;
+  }
+  return true;
+}
+
+// RANKS ranks on this one GPU, each with its own partial, x and flags, its kernel on its own
+// stream (plain launches: no kernel waits resident for another, so the ranks' grids, at most
+// kAllReduceMaxBlocks blocks each, run side by side). Three launches in a row on fresh partials:
+// every rank's x gains exactly ((p0 + p1) + p2) + ... in f32 (the same adds in the same order:
+// bit for bit), every partial is zero after, and the poisoned words past each buffer's M x H
+// floats stay poisoned.
+void check_all_reduce(TestModule& mod, int M, int H, int ranks) {
+  const std::string name = "telos_kernels::all_reduce_residual<" + I(M) + ", " + I(H) + ", " +
+                           I(ranks) + ", " + I(codegen::kAllReduceThreads) + ">";
+  const std::size_t n = static_cast<std::size_t>(M) * H, guard = 64;
+  const int blocks = codegen::all_reduce_blocks(M, H);
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> partial, x;
+  std::vector<std::unique_ptr<DeviceBuffer<unsigned>>> flags;
+  std::vector<std::unique_ptr<DeviceBuffer<int>>> rank_index;
+  std::vector<std::vector<float>> x_host;
+  std::vector<cudaStream_t> streams(static_cast<std::size_t>(ranks));
+  std::vector<float*> partial_ptrs;
+  std::vector<unsigned*> flag_ptrs;
+  for (int r = 0; r < ranks; ++r) {
+    partial.push_back(std::make_unique<DeviceBuffer<float>>(n + guard));
+    x.push_back(std::make_unique<DeviceBuffer<float>>(n + guard));
+    flags.push_back(std::make_unique<DeviceBuffer<unsigned>>(
+        static_cast<std::size_t>(codegen::kAllReduceMaxBlocks) * ranks));
+    ASSERT_EQ(
+        cudaMemset(flags.back()->get(), 0, sizeof(unsigned) * codegen::kAllReduceMaxBlocks * ranks),
+        cudaSuccess);
+    rank_index.push_back(std::make_unique<DeviceBuffer<int>>(std::vector<int>{r}));
+    x_host.push_back(random_floats(n, 1.f));
+    x_host.back().resize(n + guard);
+    x.back()->upload(x_host.back());
+    ASSERT_EQ(cudaMemset(x.back()->get() + n, 0xff, guard * sizeof(float)), cudaSuccess);
+    partial_ptrs.push_back(partial.back()->get());
+    flag_ptrs.push_back(flags.back()->get());
+    ASSERT_EQ(
+        cudaStreamCreateWithFlags(&streams[static_cast<std::size_t>(r)], cudaStreamNonBlocking),
+        cudaSuccess);
+  }
+  DeviceBuffer<float*> partial_table(partial_ptrs);
+  DeviceBuffer<unsigned*> flag_table(flag_ptrs);
+  const std::string label =
+      "M=" + I(M) + " H=" + I(H) + " ranks=" + I(ranks) + " blocks=" + I(blocks);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::vector<float>> p;
+    for (int r = 0; r < ranks; ++r) {
+      p.push_back(random_floats(n, 1.f));
+      partial[static_cast<std::size_t>(r)]->upload(p.back());  // the guard past n stays poisoned
+    }
+    for (int r = 0; r < ranks; ++r)
+      CUDA_OK(mod.launch_on(
+          streams[static_cast<std::size_t>(r)], name, blocks, codegen::kAllReduceThreads,
+          {partial_table.get(), flag_table.get(), rank_index[static_cast<std::size_t>(r)]->get(),
+           x[static_cast<std::size_t>(r)]->get()}));
+    ASSERT_TRUE(finished_within(streams, 10.0))
+        << label << " round " << round << ": the ranks' barrier did not open";
+    for (int r = 0; r < ranks; ++r) {
+      std::vector<float>& want = x_host[static_cast<std::size_t>(r)];
+      for (std::size_t i = 0; i < n; ++i) {
+        float sum = p[0][i];
+        for (int q = 1; q < ranks; ++q) sum += p[static_cast<std::size_t>(q)][i];
+        want[i] += sum;
+      }
+      const std::vector<float> got = x[static_cast<std::size_t>(r)]->download();
+      const std::vector<float> left = partial[static_cast<std::size_t>(r)]->download();
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0)
+            << label << " rank " << r << " x[" << i << "] " << got[i] << " want " << want[i];
+        ASSERT_EQ(left[i], 0.f) << label << " rank " << r << ": partial[" << i << "] not zeroed";
+      }
+      for (std::size_t i = n; i < n + guard; ++i) {
+        ASSERT_TRUE(std::isnan(got[i]))
+            << label << " rank " << r << ": x written past its rows at " << i;
+        ASSERT_TRUE(std::isnan(left[i]))
+            << label << " rank " << r << ": partial written past its rows at " << i;
+      }
+    }
+  }
+  for (cudaStream_t st : streams) cudaStreamDestroy(st);
+}
+
+// Every launch shape the plan gives the all-reduce: one block (a decode row of a small model) to
+// kAllReduceMaxBlocks with several float4 a thread (a prefill chunk), hidden sizes that leave the
+// last block partly idle, over 2, 4 and 8 ranks.
+TEST(GpuKernels, AllReduceAddsEveryRanksPartialInRankOrder) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int M, H, ranks;
+  };
+  const std::vector<Shape> shapes = {{1, 128, 2},   {1, 4096, 2},   {3, 2052, 2},   {8, 4096, 2},
+                                     {64, 4096, 2}, {200, 1540, 2}, {512, 8192, 2}, {1, 4096, 4},
+                                     {37, 2052, 4}, {256, 8192, 4}, {1, 8192, 8},   {64, 8192, 8}};
+  std::vector<std::string> instances;
+  for (const Shape& s : shapes)
+    instances.push_back("telos_kernels::all_reduce_residual<" + I(s.M) + ", " + I(s.H) + ", " +
+                        I(s.ranks) + ", " + I(codegen::kAllReduceThreads) + ">");
+  TestModule mod(source_with_rope({1.f}, 2), instances);
+  for (const Shape& s : shapes) {
+    check_all_reduce(mod, s.M, s.H, s.ranks);
+    if (HasFatalFailure()) return;
+  }
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 
 #include "executor/artifact.hpp"
 #include "executor/engine.hpp"
+#include "executor/gpu/gpu_rank_group.hpp"
 #include "executor/gpu/gpu_step_executor.hpp"
 #include "test/codegen/gpu_test_support.hpp"
 
@@ -84,10 +85,10 @@ class PagePool {
 // One step over `seqs`: every sequence computes its tokens from `computed` on (at most `chunk` of
 // them) and samples when that reaches its end. Returns the sampled tokens in sequence order and
 // the logits of the sampling rows.
-std::vector<std::int32_t> step(GpuStepExecutor& ex, std::vector<Seq*> seqs, int page_size,
-                               PagePool& pool, std::span<const DeviceSampling> sampling,
-                               std::vector<float>* logits, std::vector<bool>* sampled_mask,
-                               int chunk) {
+// `ex`: a GpuStepExecutor, or a GpuRankGroup (the same run()).
+std::vector<std::int32_t> step(auto& ex, std::vector<Seq*> seqs, int page_size, PagePool& pool,
+                               std::span<const DeviceSampling> sampling, std::vector<float>* logits,
+                               std::vector<bool>* sampled_mask, int chunk) {
   Step st;
   for (Seq* s : seqs) {
     const int n = std::min(chunk, static_cast<int>(s->tokens.size()) - s->computed);
@@ -138,8 +139,7 @@ struct Generated {
   std::vector<double> golden_gap;    // teacher-forced only
 };
 
-std::vector<Generated> generate(GpuStepExecutor& ex, const Artifact& art,
-                                const std::vector<GoldenCase>& cases,
+std::vector<Generated> generate(auto& ex, const Artifact& art, const std::vector<GoldenCase>& cases,
                                 const std::vector<DeviceSampling>& sampling,
                                 bool teacher_forced = false) {
   const int page_size = art.kv_cache().page_size, V = art.model().vocab_size;
@@ -257,6 +257,43 @@ TEST_P(GpuModel, MatchesTransformersAloneAndInAMixedBatch) {
                                   alone[c].prompt_logits.size() * 4) == 0;
     report(label + ": vs alone (ids, logits bits)", same ? "identical" : "differ", same);
     EXPECT_TRUE(same) << label;
+  }
+}
+
+// The model compiled at tensor_parallel 2 (<model>-tp2.telos beside the one-rank artifact;
+// tools/multi_gpu_check.sh compiles it), its two ranks on this one GPU (the one-device test mode,
+// gpu_rank_group.hpp): the sharded kernels on each rank's weights and the all-reduce reading the
+// other rank's memory. Every golden case, in a mixed batch, checked against transformers as one
+// rank is; the greedy ids the one-rank artifact gives; and each case alone gives what it gives in
+// the batch (ids and logits bits: batch invariance holds at a given degree).
+TEST_P(GpuModel, TwoRanksOnOneDeviceMatchOneRank) {
+  const std::string tp2 = env_or("TELOS_GPU_ARTIFACTS", "") + "/" + model + "-tp2.telos";
+  if (!std::filesystem::exists(tp2))
+    GTEST_SKIP() << "skipped: no " << tp2
+                 << " (tools/multi_gpu_check.sh compiles it with serving.tensor_parallel 2)";
+  const std::shared_ptr<const Artifact> tp_art = Artifact::load(tp2);
+  GpuRankGroup ranks(tp_art, {0, 0}, GpuExecutorOptions{.kv_pages = kPoolPages});
+  const std::vector<DeviceSampling> greedy(cases.size());
+  const std::vector<Generated> batch = generate(ranks, *tp_art, cases, greedy);
+  const std::vector<Generated> forced = generate(ranks, *tp_art, cases, greedy, true);
+  std::vector<Generated> one_rank;
+  {
+    GpuStepExecutor one(art, GpuExecutorOptions{.kv_pages = kPoolPages});
+    one_rank = generate(one, *art, cases, greedy);
+  }
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    const std::string label = model + " tp2 case " + std::to_string(c);
+    check_case(label + " in batch", cases[c], batch[c], forced[c]);
+    const bool same = batch[c].ids == one_rank[c].ids;
+    report(label + ": greedy ids vs one rank", same ? "identical" : "differ", same);
+    EXPECT_TRUE(same) << label;
+    const Generated alone = generate(ranks, *tp_art, {cases[c]}, {DeviceSampling{}})[0];
+    const bool invariant = alone.ids == batch[c].ids &&
+                           std::memcmp(alone.prompt_logits.data(), batch[c].prompt_logits.data(),
+                                       batch[c].prompt_logits.size() * 4) == 0;
+    report(label + ": alone vs in batch (ids, logits bits)", invariant ? "identical" : "differ",
+           invariant);
+    EXPECT_TRUE(invariant) << label;
   }
 }
 

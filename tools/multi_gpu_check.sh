@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Tensor parallelism on the GPU machine, in one invocation (docs/multi-gpu.md, docs/gpu-check.md):
+#   1. the tiny models compiled at serving.tensor_parallel 2 (<model>-tp2.telos, beside the
+#      one-rank artifacts of tools/gpu_check.sh --prepare),
+#   2. on one GPU: the all-reduce kernel against a host sum at every launch shape the plan gives
+#      it over 2, 4 and 8 ranks (gpu_kernels_test), and the tiny models' two ranks on that GPU
+#      against transformers' goldens and the one-rank artifact (gpu_model_test),
+#   3. on two GPUs or more: telos-run generate at TP=2 (a rank a GPU, peer access) against TP=1,
+#      greedy ids identical for every tiny model; decode batch 1 and throughput at batch 64 and
+#      256, TP=2 beside TP=1, on MULTI_GPU_MODEL (a model directory telosc compiles, e.g. a
+#      Llama-3.1-8B checkpoint of tools/e2e_check.py --keep-work; default: tiny-llama).
+# NVLink multicast stays off: NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
+# NVSHMEM_DISABLE_NVLS=1 are exported for everything it runs.
+#
+#   tools/multi_gpu_check.sh            on the GPU machine, from the repository root, with
+#                                       .gpu-carry carried along (tools/gpu_check.sh --prepare)
+#   tools/multi_gpu_check.sh --dry-run  anywhere: prints every command it would run, runs none
+# Logs go to $OUT (or /tmp/telos-multi-gpu-check); a table is printed last. Exits 1 when a check
+# fails.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+DRY=0
+case "${1:-}" in
+  --dry-run) DRY=1 ;;
+  "") ;;
+  *) echo "usage: tools/multi_gpu_check.sh [--dry-run]" >&2; exit 2 ;;
+esac
+OUT=${OUT:-/tmp/telos-multi-gpu-check}
+mkdir -p "$OUT"
+if [ $DRY = 1 ]; then
+  B=${B:-\$B} P=${P:-\$P} TELOS_GPU_ARTIFACTS=${TELOS_GPU_ARTIFACTS:-\$P/artifacts} GPUS=2
+else
+  # shellcheck source=tools/gpu_env.sh
+  source tools/gpu_env.sh || exit 1
+  GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+fi
+ARTS=$TELOS_GPU_ARTIFACTS
+TINY="tiny-llama:models/tiny-llama tiny-qwen2:test/fixtures/tiny-qwen2 tiny-qwen3:test/fixtures/tiny-qwen3"
+ROWS=() FAILED=0
+
+# step NAME CMD...: runs CMD with its output in $OUT/NAME.log (the name's spaces and other
+# characters as dashes) and records a table row. A googletest that skipped fails the step: a
+# check that did not run has proven nothing.
+step() {
+  local name=$1
+  shift
+  echo "+ $*"
+  [ $DRY = 1 ] && return 0
+  local t0=$SECONDS log
+  log="$OUT/$(printf '%s' "$name" | tr -c 'A-Za-z0-9_.\n-' '-').log"
+  if "$@" >"$log" 2>&1 && ! grep -q '^\[  SKIPPED \]' "$log"; then
+    ROWS+=("$(printf '%-44s | pass | %4d s' "$name" $((SECONDS - t0)))")
+  else
+    ROWS+=("$(printf '%-44s | FAIL | %4d s | %s' "$name" $((SECONDS - t0)) "$log")")
+    FAILED=1
+  fi
+}
+
+# The serving config of a tiny model at tensor_parallel 2: its model.json's section (or the
+# defaults) with the degree set, so that the two artifacts differ only in it.
+tp2_serving() {
+  python3 -c 'import json, os, sys
+d = sys.argv[1]
+p = os.path.join(d, "model.json")
+s = json.load(open(p)).get("serving", {}) if os.path.exists(p) else {}
+s["tensor_parallel"] = 2
+print(json.dumps(s))' "$1"
+}
+
+# Greedy ids of a prompt through telos-run generate, TP=2 on two GPUs against TP=1 (the text and
+# ids generate prints, less its time to first token).
+greedy() {
+  "$B/telos-run" generate "$1" --engine gpu --prompt-ids 1,2,3,4,5 --max-tokens 32 |
+    sed 's/, first token after [^)]*//'
+}
+same_tokens() {
+  greedy "$1" >"$OUT/one.txt" && greedy "$2" >"$OUT/two.txt" && diff "$OUT/one.txt" "$OUT/two.txt"
+}
+
+# 1. The tensor-parallel artifacts.
+for entry in $TINY; do
+  name=${entry%%:*} dir=${entry#*:}
+  serving="$OUT/$name-tp2.serving.json"
+  [ $DRY = 1 ] || tp2_serving "$dir" >"$serving"
+  step "compile $name at TP=2" "$B/telosc" compile "$dir" --serving "$serving" -o "$ARTS/$name-tp2.telos"
+done
+
+# 2. One GPU: the kernel and the two ranks on one device.
+step "all-reduce kernel vs host sum" "$B/gpu_kernels_test" --gtest_filter='GpuKernels.AllReduce*'
+step "tiny models, 2 ranks on one GPU vs 1 rank" "$B/gpu_model_test" \
+  --gtest_filter='*GpuModel.TwoRanksOnOneDeviceMatchOneRank*'
+
+# 3. Two GPUs: a rank a GPU.
+if [ "$GPUS" -ge 2 ]; then
+  for entry in $TINY; do
+    name=${entry%%:*}
+    step "$name TP=2 on 2 GPUs vs TP=1, greedy ids" same_tokens "$ARTS/$name.telos" "$ARTS/$name-tp2.telos"
+  done
+  model=${MULTI_GPU_MODEL:-models/tiny-llama}
+  for tp in 1 2; do
+    echo "{\"tensor_parallel\": $tp, \"max_batch\": 256}" >"$OUT/bench-tp$tp.json"
+    step "compile $(basename "$model") at TP=$tp" "$B/telosc" compile "$model" \
+      --serving "$OUT/bench-tp$tp.json" -o "$OUT/bench-tp$tp.telos"
+    step "decode batch 1, 64, 256 at TP=$tp" "$B/telos-run" bench "$OUT/bench-tp$tp.telos" \
+      --engine gpu --batch 1,64,256 --prompt-len 128 --gen 128 --json
+  done
+else
+  ROWS+=("$(printf '%-44s | skip | one GPU: the two-GPU checks need two' "TP=2 on 2 GPUs")")
+fi
+
+[ $DRY = 1 ] && exit 0
+echo
+printf '%s\n' "${ROWS[@]}"
+exit $FAILED
