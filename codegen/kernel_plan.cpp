@@ -438,6 +438,15 @@ int all_reduce_blocks(int rows, int hidden) {
                                      static_cast<long long>(kAllReduceMaxBlocks)));
 }
 
+bool all_reduce_two_shot(int rows, int hidden, int ranks) {
+  const long long bytes = 4LL * rows * hidden;
+  return (ranks - 1LL) * (ranks - 2) * bytes >= kAllReduceBarrierBytes * ranks;
+}
+
+int all_reduce_norm_blocks(int rows) {
+  return std::clamp(rows, 1, kAllReduceMaxBlocks);
+}
+
 SampleLaunch sample_launch(int vocab) {
   SampleLaunch s;
   s.cluster = std::clamp(pow2_at_least((vocab + 16383) / 16384), 1, 8);

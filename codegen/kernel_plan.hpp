@@ -437,6 +437,23 @@ int embed_threads(int hidden);
 inline constexpr int kAllReduceThreads = 256;
 inline constexpr int kAllReduceMaxBlocks = 64;
 int all_reduce_blocks(int rows, int hidden);
+
+// Whether the all-reduce of `rows` x `hidden` f32 partials over `ranks` ranks takes the two-shot
+// form (all_reduce_residual_two_shot) rather than the one-shot. One-shot, each rank reads N - 1
+// whole messages of m bytes from its peers; two-shot, 2 (N - 1) / N of one, for one more barrier
+// round trip. It pays where the bytes it saves, (N - 1)(N - 2) m / N, take longer over NVLink than
+// that barrier: kAllReduceBarrierBytes, the bytes a rank reads at NVLink 4's 450 GB/s a direction
+// in the ~3 µs of a barrier round trip with its launch share (docs/multi-gpu.md, the latency
+// model). Never at 2 ranks (both forms read m); from 900,000 bytes at 4 ranks (55 rows of 4096)
+// and 257,143 at 8 (16 rows). telos-allreduce-bench times both forms at each size on the GPUs it
+// has, which is how to check the figure.
+inline constexpr long long kAllReduceBarrierBytes = 1350000;
+bool all_reduce_two_shot(int rows, int hidden, int ranks);
+
+// all_reduce_residual_rmsnorm's grid: a block of kNormThreads a row, at most kAllReduceMaxBlocks
+// (a block then takes every gridDim-th row).
+int all_reduce_norm_blocks(int rows);
+
 // The sampler holds a row in registers, spread over a cluster of up to 8 blocks (the portable
 // cluster size) of up to 512 threads: 32 values a thread at V = 128256 (8 x 512 threads), 4 for
 // the tiny fixtures (one block of 128).

@@ -463,6 +463,29 @@ std::string eps_literal(const ir::Op& norm) {
   return float_literal(float_attr(norm, "eps"));
 }
 
+// The all-reduce's form (kernels/all_reduce.cuh): two-shot above the plan's size threshold
+// (all_reduce_two_shot), else one-shot; in small-M buckets the one-shot form also applies the
+// RMSNorm of x that follows it where that norm would launch alone into h (not folded into the
+// next GEMM, not the final norm's gather before the LM head): all_reduce_fused_norm.
+bool takes_two_shot(const BucketLowering& b, const ir::Op& all_reduce) {
+  return all_reduce_two_shot(b.bucket.T,
+                             static_cast<int>(all_reduce.results.at(0)->type.dims.at(1)),
+                             int_attr(all_reduce, "ranks"));
+}
+
+// The RMSNorm of x that `all_reduce` applies in this bucket, or null.
+const ir::Op* all_reduce_fused_norm(const BucketLowering& b, const ir::Op& all_reduce) {
+  if (b.bucket.shape != ShapeClass::small_m || takes_two_shot(b, all_reduce)) return nullptr;
+  for (const ir::Op* norm : b.graph.users(all_reduce.results.at(0))) {
+    if (norm->kind != "rmsnorm") continue;
+    const std::vector<ir::Op*> users = b.graph.users(norm->results.at(0));
+    const bool alone = users.size() == 1 && users[0]->kind != "lm_head_sample" &&
+                       folded_norm(b.bucket, *users[0]) != norm;
+    return alone ? norm : nullptr;
+  }
+  return nullptr;
+}
+
 // Launches GEMM `g` (its handle `kernel`) of weight `w_name` [w_rows, k] over buffer `in` into
 // `out` [T, n], or with the norm `norm` folded in over x.
 void launch_gemm(BucketLowering& b, int kernel, const Gemm& g, const std::string& w_name,
@@ -564,6 +587,11 @@ void lower_rmsnorm(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const std::string norm =
       "telos_kernels::rmsnorm<" + num(dim(param_of(b.graph, op, 0), 0)) + ", " + eps_literal(op);
   const std::vector<std::string> params = {"x", "w", "rows", "out"};
+  const ir::Op* def = op.operands.empty() ? nullptr : op.operands[0]->def;
+  if (def && def->kind == "all_reduce" && all_reduce_fused_norm(b, *def) == &op) {
+    b.note("applied by the all-reduce of %" + def->results.at(0)->name);
+    return;
+  }
   const std::vector<ir::Op*> users = b.graph.users(op.results.at(0));
   if (users.size() == 1 && users[0]->kind == "lm_head_sample") {
     const int k = b.use(TableRole::final_norm, {norm + ", true>", params, kNormThreads});
@@ -663,18 +691,31 @@ void lower_partial(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
               nullptr);
 }
 
-// x += the sum of every rank's partial, in rank order (kernels/all_reduce.cuh), one-shot over the
-// ranks' peer memory.
+// x += the sum of every rank's partial, in rank order, over the ranks' peer memory: one-shot,
+// two-shot, or one-shot with the next RMSNorm (all_reduce_fused_norm).
 void lower_all_reduce(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const ir::Op& op = *ops[0];
   const int T = b.bucket.T, H = static_cast<int>(op.results.at(0)->type.dims.at(1));
-  const int k = b.use(TableRole::all_reduce,
-                      {"telos_kernels::all_reduce_residual<" + num(T) + ", " + num(H) + ", " +
-                           num(int_attr(op, "ranks")) + ", " + num(kAllReduceThreads) + ">",
-                       {"partials", "flags", "rank", "x"},
-                       kAllReduceThreads});
-  b.launch(k, {all_reduce_blocks(T, H), 1, 1},
-           {"peer:partial", "peer:all_reduce_flags", "rank", "buf:x"});
+  const std::string dims = "<" + num(T) + ", " + num(H) + ", " + num(int_attr(op, "ranks")) + ", ";
+  const std::vector<std::string> peers = {"peer:partial", "peer:all_reduce_flags", "rank", "buf:x"};
+  if (const ir::Op* norm = all_reduce_fused_norm(b, op)) {
+    const int k = b.use(TableRole::all_reduce, {"telos_kernels::all_reduce_residual_rmsnorm" +
+                                                    dims + eps_literal(*norm) + ">",
+                                                {"partials", "flags", "rank", "x", "w", "out"},
+                                                kNormThreads});
+    std::vector<std::string> args = peers;
+    args.insert(args.end(), {weight(*norm, 0), "buf:h"});
+    b.launch(k, {all_reduce_norm_blocks(T), 1, 1}, args);
+    b.note("with the RMSNorm of %" + norm->results.at(0)->name + " into h");
+    return;
+  }
+  const std::string form =
+      takes_two_shot(b, op) ? "all_reduce_residual_two_shot" : "all_reduce_residual";
+  const int k =
+      b.use(TableRole::all_reduce, {"telos_kernels::" + form + dims + num(kAllReduceThreads) + ">",
+                                    {"partials", "flags", "rank", "x"},
+                                    kAllReduceThreads});
+  b.launch(k, {all_reduce_blocks(T, H), 1, 1}, peers);
 }
 
 // A layer projection with a residual or SwiGLU epilogue: one GEMM, the norm before gate/up folded
@@ -897,8 +938,8 @@ const std::vector<LoweringRule>& lowering_table() {
        "decode_layer_persistent: the layer's seven ops in one launch", lower_layer},
       {"embed", "embed", "", DType::BF16, kEvery, "sm_90a", "embed_gather", lower_embed},
       {"rmsnorm", "rmsnorm", "", DType::BF16, kEvery, "sm_90a",
-       "rmsnorm into h, or none where the next GEMM folds it; over the sampled rows before the LM "
-       "head",
+       "rmsnorm into h, or none where the next GEMM or the all-reduce before it applies it; over "
+       "the sampled rows before the LM head",
        lower_rmsnorm},
       {"linear.rope_kv_append", "linear", "rope_kv_append", DType::BF16, kSmallM, "sm_90a",
        "gemm_small_norm_qkv (norm and epilogue folded in), or gemm_small[_norm]_bf16 + "
@@ -926,7 +967,8 @@ const std::vector<LoweringRule>& lowering_table() {
        "gemm_prefill_residual into the zeroed f32 partial (a tensor-parallel rank's o or down)",
        lower_partial},
       {"all_reduce.residual", "all_reduce", "residual", DType::BF16, kSmallM | kPrefill, "sm_90a",
-       "all_reduce_residual: every rank's partial, in rank order, added to x over peer memory",
+       "all_reduce_residual[_two_shot] (two-shot above the plan's size), or _rmsnorm with the "
+       "next norm: every rank's partial, in rank order, added to x over peer memory",
        lower_all_reduce},
   };
   return table;

@@ -2082,75 +2082,114 @@ bool finished_within(const std::vector<cudaStream_t>& streams, double seconds) {
   return true;
 }
 
-// RANKS ranks on this one GPU, each with its own partial, x and flags, its kernel on its own
+// RANKS ranks on this one GPU, each with its own partial, x and flags, its kernels on its own
 // stream (plain launches: no kernel waits resident for another, so the ranks' grids, at most
-// kAllReduceMaxBlocks blocks each, run side by side). Three launches in a row on fresh partials:
-// every rank's x gains exactly ((p0 + p1) + p2) + ... in f32 (the same adds in the same order:
-// bit for bit), every partial is zero after, and the poisoned words past each buffer's M x H
-// floats stay poisoned.
-void check_all_reduce(TestModule& mod, int M, int H, int ranks) {
-  const std::string name = "telos_kernels::all_reduce_residual<" + I(M) + ", " + I(H) + ", " +
-                           I(ranks) + ", " + I(codegen::kAllReduceThreads) + ">";
-  const std::size_t n = static_cast<std::size_t>(M) * H, guard = 64;
-  const int blocks = codegen::all_reduce_blocks(M, H);
-  std::vector<std::unique_ptr<DeviceBuffer<float>>> partial, x;
-  std::vector<std::unique_ptr<DeviceBuffer<unsigned>>> flags;
-  std::vector<std::unique_ptr<DeviceBuffer<int>>> rank_index;
-  std::vector<std::vector<float>> x_host;
-  std::vector<cudaStream_t> streams(static_cast<std::size_t>(ranks));
-  std::vector<float*> partial_ptrs;
-  std::vector<unsigned*> flag_ptrs;
-  for (int r = 0; r < ranks; ++r) {
-    partial.push_back(std::make_unique<DeviceBuffer<float>>(n + guard));
-    x.push_back(std::make_unique<DeviceBuffer<float>>(n + guard));
-    flags.push_back(std::make_unique<DeviceBuffer<unsigned>>(
-        static_cast<std::size_t>(codegen::kAllReduceMaxBlocks) * ranks));
-    ASSERT_EQ(
-        cudaMemset(flags.back()->get(), 0, sizeof(unsigned) * codegen::kAllReduceMaxBlocks * ranks),
-        cudaSuccess);
-    rank_index.push_back(std::make_unique<DeviceBuffer<int>>(std::vector<int>{r}));
-    x_host.push_back(random_floats(n, 1.f));
-    x_host.back().resize(n + guard);
-    x.back()->upload(x_host.back());
-    ASSERT_EQ(cudaMemset(x.back()->get() + n, 0xff, guard * sizeof(float)), cudaSuccess);
-    partial_ptrs.push_back(partial.back()->get());
-    flag_ptrs.push_back(flags.back()->get());
-    ASSERT_EQ(
-        cudaStreamCreateWithFlags(&streams[static_cast<std::size_t>(r)], cudaStreamNonBlocking),
-        cudaSuccess);
+// kAllReduceMaxBlocks blocks each, run side by side). Each buffer holds M x H floats and a guard
+// of poisoned words past them, which no kernel may write.
+class RankSet {
+ public:
+  static constexpr std::size_t kGuard = 64;
+
+  RankSet(int M, int H, int ranks) : n(static_cast<std::size_t>(M) * H) {
+    std::vector<float*> partial_ptrs;
+    std::vector<unsigned*> flag_ptrs;
+    const std::size_t flag_words = static_cast<std::size_t>(codegen::kAllReduceMaxBlocks) * ranks;
+    for (int r = 0; r < ranks; ++r) {
+      partial.push_back(std::make_unique<DeviceBuffer<float>>(n + kGuard));
+      x.push_back(std::make_unique<DeviceBuffer<float>>(n + kGuard));
+      flags_.push_back(std::make_unique<DeviceBuffer<unsigned>>(flag_words));
+      cudaMemset(flags_.back()->get(), 0, sizeof(unsigned) * flag_words);
+      rank_index_.push_back(std::make_unique<DeviceBuffer<int>>(std::vector<int>{r}));
+      partial_ptrs.push_back(partial.back()->get());
+      flag_ptrs.push_back(flags_.back()->get());
+      cudaStream_t st = nullptr;
+      cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+      streams.push_back(st);
+    }
+    partial_table_ = std::make_unique<DeviceBuffer<float*>>(partial_ptrs);
+    flag_table_ = std::make_unique<DeviceBuffer<unsigned*>>(flag_ptrs);
   }
-  DeviceBuffer<float*> partial_table(partial_ptrs);
-  DeviceBuffer<unsigned*> flag_table(flag_ptrs);
+  ~RankSet() {
+    for (cudaStream_t st : streams) cudaStreamDestroy(st);
+  }
+  RankSet(const RankSet&) = delete;
+  RankSet& operator=(const RankSet&) = delete;
+
+  // Rank r's x becomes `values` (n floats); the guard past them stays poisoned.
+  void set_x(int r, const std::vector<float>& values) {
+    x[static_cast<std::size_t>(r)]->upload(values);
+  }
+  // Rank r's partial becomes `values` (n floats); the guard past them stays poisoned.
+  void set_partial(int r, const std::vector<float>& values) {
+    partial[static_cast<std::size_t>(r)]->upload(values);
+  }
+  // The all-reduce's first four arguments for rank r: the ranks' partials, their flags, r, its x.
+  std::vector<const void*> args(int r) const {
+    return {partial_table_->get(), flag_table_->get(),
+            rank_index_[static_cast<std::size_t>(r)]->get(), x[static_cast<std::size_t>(r)]->get()};
+  }
+  cudaStream_t stream(int r) const { return streams[static_cast<std::size_t>(r)]; }
+
+  const std::size_t n;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> partial, x;
+  std::vector<cudaStream_t> streams;
+
+ private:
+  std::vector<std::unique_ptr<DeviceBuffer<unsigned>>> flags_;
+  std::vector<std::unique_ptr<DeviceBuffer<int>>> rank_index_;
+  std::unique_ptr<DeviceBuffer<float*>> partial_table_;
+  std::unique_ptr<DeviceBuffer<unsigned*>> flag_table_;
+};
+
+// ((p0 + p1) + p2) + ... at element i, in f32: the order every form of the kernel adds in.
+float rank_order_sum(const std::vector<std::vector<float>>& p, std::size_t i) {
+  float sum = p[0][i];
+  for (std::size_t q = 1; q < p.size(); ++q) sum += p[q][i];
+  return sum;
+}
+
+std::string all_reduce_instance(const std::string& form, int M, int H, int ranks) {
+  return "telos_kernels::" + form + "<" + I(M) + ", " + I(H) + ", " + I(ranks) + ", " +
+         I(codegen::kAllReduceThreads) + ">";
+}
+
+// The all-reduce form `form` (all_reduce_residual or all_reduce_residual_two_shot) over `ranks`
+// ranks, three launches in a row on fresh partials: every rank's x gains exactly
+// ((p0 + p1) + p2) + ... in f32 (the same adds in the same order: bit for bit), every partial is
+// zero after, and the poisoned words past each buffer's M x H floats stay poisoned.
+void check_all_reduce(TestModule& mod, const std::string& form, int M, int H, int ranks) {
+  const std::string name = all_reduce_instance(form, M, H, ranks);
+  const int blocks = codegen::all_reduce_blocks(M, H);
+  RankSet set(M, H, ranks);
+  const std::size_t n = set.n;
+  std::vector<std::vector<float>> x_host;
+  for (int r = 0; r < ranks; ++r) {
+    x_host.push_back(random_floats(n, 1.f));
+    set.set_x(r, x_host.back());
+  }
   const std::string label =
-      "M=" + I(M) + " H=" + I(H) + " ranks=" + I(ranks) + " blocks=" + I(blocks);
+      form + " M=" + I(M) + " H=" + I(H) + " ranks=" + I(ranks) + " blocks=" + I(blocks);
   for (int round = 0; round < 3; ++round) {
     std::vector<std::vector<float>> p;
     for (int r = 0; r < ranks; ++r) {
       p.push_back(random_floats(n, 1.f));
-      partial[static_cast<std::size_t>(r)]->upload(p.back());  // the guard past n stays poisoned
+      set.set_partial(r, p.back());
     }
     for (int r = 0; r < ranks; ++r)
-      CUDA_OK(mod.launch_on(
-          streams[static_cast<std::size_t>(r)], name, blocks, codegen::kAllReduceThreads,
-          {partial_table.get(), flag_table.get(), rank_index[static_cast<std::size_t>(r)]->get(),
-           x[static_cast<std::size_t>(r)]->get()}));
-    ASSERT_TRUE(finished_within(streams, 10.0))
+      CUDA_OK(mod.launch_on(set.stream(r), name, blocks, codegen::kAllReduceThreads, set.args(r)));
+    ASSERT_TRUE(finished_within(set.streams, 10.0))
         << label << " round " << round << ": the ranks' barrier did not open";
     for (int r = 0; r < ranks; ++r) {
       std::vector<float>& want = x_host[static_cast<std::size_t>(r)];
-      for (std::size_t i = 0; i < n; ++i) {
-        float sum = p[0][i];
-        for (int q = 1; q < ranks; ++q) sum += p[static_cast<std::size_t>(q)][i];
-        want[i] += sum;
-      }
-      const std::vector<float> got = x[static_cast<std::size_t>(r)]->download();
-      const std::vector<float> left = partial[static_cast<std::size_t>(r)]->download();
+      for (std::size_t i = 0; i < n; ++i) want[i] += rank_order_sum(p, i);
+      const std::vector<float> got = set.x[static_cast<std::size_t>(r)]->download();
+      const std::vector<float> left = set.partial[static_cast<std::size_t>(r)]->download();
       for (std::size_t i = 0; i < n; ++i) {
         ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0)
             << label << " rank " << r << " x[" << i << "] " << got[i] << " want " << want[i];
         ASSERT_EQ(left[i], 0.f) << label << " rank " << r << ": partial[" << i << "] not zeroed";
       }
-      for (std::size_t i = n; i < n + guard; ++i) {
+      for (std::size_t i = n; i < n + RankSet::kGuard; ++i) {
         ASSERT_TRUE(std::isnan(got[i]))
             << label << " rank " << r << ": x written past its rows at " << i;
         ASSERT_TRUE(std::isnan(left[i]))
@@ -2158,7 +2197,6 @@ void check_all_reduce(TestModule& mod, int M, int H, int ranks) {
       }
     }
   }
-  for (cudaStream_t st : streams) cudaStreamDestroy(st);
 }
 
 // Every launch shape the plan gives the all-reduce: one block (a decode row of a small model) to
@@ -2174,12 +2212,130 @@ TEST(GpuKernels, AllReduceAddsEveryRanksPartialInRankOrder) {
                                      {37, 2052, 4}, {256, 8192, 4}, {1, 8192, 8},   {64, 8192, 8}};
   std::vector<std::string> instances;
   for (const Shape& s : shapes)
-    instances.push_back("telos_kernels::all_reduce_residual<" + I(s.M) + ", " + I(s.H) + ", " +
-                        I(s.ranks) + ", " + I(codegen::kAllReduceThreads) + ">");
+    instances.push_back(all_reduce_instance("all_reduce_residual", s.M, s.H, s.ranks));
   TestModule mod(source_with_rope({1.f}, 2), instances);
   for (const Shape& s : shapes) {
-    check_all_reduce(mod, s.M, s.H, s.ranks);
+    check_all_reduce(mod, "all_reduce_residual", s.M, s.H, s.ranks);
     if (HasFatalFailure()) return;
+  }
+}
+
+// The two-shot form (reduce-scatter, then all-gather) gives the one-shot's bits: at sizes on both
+// sides of the plan's threshold over 4 and 8 ranks (all_reduce_two_shot), at 2 ranks (which the
+// plan never gives it, and telos-allreduce-bench times), with slices of unequal size (float4 counts
+// that the ranks do not divide) and blocks that take several float4s of each slice.
+TEST(GpuKernels, AllReduceTwoShotAddsEveryRanksPartialInRankOrder) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int M, H, ranks;
+  };
+  const std::vector<Shape> shapes = {{1, 128, 2},   {3, 2052, 2},  {64, 4096, 2},  {54, 4096, 4},
+                                     {55, 4096, 4}, {57, 4100, 4}, {512, 8192, 4}, {15, 4096, 8},
+                                     {16, 4096, 8}, {37, 2052, 8}, {256, 8192, 8}};
+  // The shapes hold sizes on both sides of the threshold at 4 and at 8 ranks.
+  for (int ranks : {4, 8}) {
+    int one = 0, two = 0;
+    for (const Shape& s : shapes)
+      if (s.ranks == ranks) (codegen::all_reduce_two_shot(s.M, s.H, ranks) ? two : one) += 1;
+    ASSERT_TRUE(one > 0 && two > 0) << ranks << " ranks: shapes on one side of the threshold only";
+  }
+  std::vector<std::string> instances;
+  for (const Shape& s : shapes)
+    instances.push_back(all_reduce_instance("all_reduce_residual_two_shot", s.M, s.H, s.ranks));
+  TestModule mod(source_with_rope({1.f}, 2), instances);
+  for (const Shape& s : shapes) {
+    check_all_reduce(mod, "all_reduce_residual_two_shot", s.M, s.H, s.ranks);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// all_reduce_residual_rmsnorm against the unfused path it replaces, all_reduce_residual and then
+// rmsnorm<H, EPS, false>, on the same x, partials and norm weight: x and h bit for bit on every
+// rank, x equal to the host's rank-order sum, every partial zero after, the guards past x and h
+// poisoned. Shapes: a decode row of the 1B, 8B and 70B, rows that leave the last thread's chunk
+// partly past H (H / 8 not a multiple of 128), 128 rows in 64 blocks (two rows a block), over 2, 4
+// and 8 ranks.
+TEST(GpuKernels, AllReduceWithNormMatchesUnfusedBitForBit) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int M, H, ranks;
+  };
+  const std::vector<Shape> shapes = {{1, 2048, 2},  {1, 4096, 2}, {3, 1544, 2}, {128, 4096, 2},
+                                     {16, 4096, 4}, {1, 8192, 8}, {33, 8192, 8}};
+  const std::string eps = float_literal(1e-5);
+  auto fused = [&](const Shape& s) {
+    return "telos_kernels::all_reduce_residual_rmsnorm<" + I(s.M) + ", " + I(s.H) + ", " +
+           I(s.ranks) + ", " + eps + ">";
+  };
+  auto norm = [&](int H) { return "telos_kernels::rmsnorm<" + I(H) + ", " + eps + ", false>"; };
+  std::vector<std::string> instances;
+  for (const Shape& s : shapes) {
+    instances.push_back(fused(s));
+    instances.push_back(all_reduce_instance("all_reduce_residual", s.M, s.H, s.ranks));
+    if (std::find(instances.begin(), instances.end(), norm(s.H)) == instances.end())
+      instances.push_back(norm(s.H));
+  }
+  TestModule mod(source_with_rope({1.f}, 2), instances);
+  for (const Shape& s : shapes) {
+    const std::string label = "M=" + I(s.M) + " H=" + I(s.H) + " ranks=" + I(s.ranks);
+    const std::size_t n = static_cast<std::size_t>(s.M) * s.H, guard = 64;
+    RankSet unfused(s.M, s.H, s.ranks), with_norm(s.M, s.H, s.ranks);
+    const DeviceBuffer<float> w(random_floats(static_cast<std::size_t>(s.H), 1.f));
+    std::vector<std::unique_ptr<DeviceBuffer<std::uint16_t>>> h_unfused, h_fused;
+    std::vector<std::vector<float>> x0, p;
+    for (int r = 0; r < s.ranks; ++r) {
+      x0.push_back(random_floats(n, 1.f));
+      p.push_back(random_floats(n, 1.f));
+      for (RankSet* set : {&unfused, &with_norm}) {
+        set->set_x(r, x0.back());
+        set->set_partial(r, p.back());
+      }
+      h_unfused.push_back(std::make_unique<DeviceBuffer<std::uint16_t>>(n + guard));
+      h_fused.push_back(std::make_unique<DeviceBuffer<std::uint16_t>>(n + guard));
+    }
+    for (int r = 0; r < s.ranks; ++r)
+      CUDA_OK(mod.launch_on(
+          unfused.stream(r), all_reduce_instance("all_reduce_residual", s.M, s.H, s.ranks),
+          codegen::all_reduce_blocks(s.M, s.H), codegen::kAllReduceThreads, unfused.args(r)));
+    ASSERT_TRUE(finished_within(unfused.streams, 10.0))
+        << label << ": the unfused barrier did not open";
+    for (int r = 0; r < s.ranks; ++r)
+      CUDA_OK(mod.launch(norm(s.H), s.M, codegen::kNormThreads,
+                         {unfused.x[static_cast<std::size_t>(r)]->get(), w.get(), nullptr,
+                          h_unfused[static_cast<std::size_t>(r)]->get()}));
+    for (int r = 0; r < s.ranks; ++r) {
+      std::vector<const void*> args = with_norm.args(r);
+      args.push_back(w.get());
+      args.push_back(h_fused[static_cast<std::size_t>(r)]->get());
+      CUDA_OK(mod.launch_on(with_norm.stream(r), fused(s), codegen::all_reduce_norm_blocks(s.M),
+                            codegen::kNormThreads, args));
+    }
+    ASSERT_TRUE(finished_within(with_norm.streams, 10.0))
+        << label << ": the fused barrier did not open";
+    for (int r = 0; r < s.ranks; ++r) {
+      const std::size_t ri = static_cast<std::size_t>(r);
+      const std::vector<float> x_want = unfused.x[ri]->download(),
+                               x_got = with_norm.x[ri]->download(),
+                               left = with_norm.partial[ri]->download();
+      const std::vector<std::uint16_t> h_want = h_unfused[ri]->download(),
+                                       h_got = h_fused[ri]->download();
+      for (std::size_t i = 0; i < n; ++i) {
+        const float sum = x0[ri][i] + rank_order_sum(p, i);
+        ASSERT_EQ(std::memcmp(&x_want[i], &sum, 4), 0)
+            << label << " rank " << r << " unfused x[" << i << "]";
+        ASSERT_EQ(std::memcmp(&x_got[i], &sum, 4), 0)
+            << label << " rank " << r << " x[" << i << "] " << x_got[i] << " want " << sum;
+        ASSERT_EQ(h_got[i], h_want[i]) << label << " rank " << r << " h[" << i << "] "
+                                       << from_bf16(h_got[i]) << " want " << from_bf16(h_want[i]);
+        ASSERT_EQ(left[i], 0.f) << label << " rank " << r << ": partial[" << i << "] not zeroed";
+      }
+      for (std::size_t i = n; i < n + guard; ++i) {
+        ASSERT_TRUE(std::isnan(x_got[i])) << label << " rank " << r << ": x written past its rows";
+        ASSERT_TRUE(std::isnan(left[i]))
+            << label << " rank " << r << ": partial written past its rows";
+        ASSERT_EQ(h_got[i], 0xffff) << label << " rank " << r << ": h written past its rows";
+      }
+    }
   }
 }
 
