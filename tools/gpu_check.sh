@@ -45,7 +45,7 @@ if [ "${1:-}" = "--prepare" ]; then
   set -e
   BUILD=${2:-build-cg}
   cmake --build "$BUILD" --target telosc telos-run gpu_kernels_test gpu_model_test telos-kernel-bench \
-    telos-prefill-bench telos-attn-prefill-bench -j2
+    telos-prefill-bench telos-attn-prefill-bench telos-allreduce-bench -j2
   # telos-launch-bench and telos-device-launch-probe are built where CMake found nvcc
   # (executor/bench).
   cmake --build "$BUILD" --target telos-launch-bench telos-device-launch-probe -j2 2>/dev/null || true
@@ -78,7 +78,7 @@ if [ "${1:-}" = "--prepare" ]; then
   rm -f "$p128" "$b64"
   cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$BUILD/bin/telos-kernel-bench" \
      "$BUILD/bin/telos-prefill-bench" "$BUILD/bin/telos-attn-prefill-bench" "$BUILD/bin/telos-run" \
-     "$BUILD/bin/telosc" "$CARRY/bin/"
+     "$BUILD/bin/telosc" "$BUILD/bin/telos-allreduce-bench" "$CARRY/bin/"
   [ -x "$BUILD/bin/telos-launch-bench" ] && cp "$BUILD/bin/telos-launch-bench" "$CARRY/bin/"
   [ -x "$BUILD/bin/telos-device-launch-probe" ] && cp "$BUILD/bin/telos-device-launch-probe" "$CARRY/bin/"
   strip "$CARRY"/bin/*

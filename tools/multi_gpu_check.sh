@@ -2,10 +2,13 @@
 # Tensor parallelism on the GPU machine, in one invocation (docs/multi-gpu.md, docs/gpu-check.md):
 #   1. the tiny models compiled at serving.tensor_parallel 2 (<model>-tp2.telos, beside the
 #      one-rank artifacts of tools/gpu_check.sh --prepare),
-#   2. on one GPU: the all-reduce kernel against a host sum at every launch shape the plan gives
-#      it over 2, 4 and 8 ranks (gpu_kernels_test), and the tiny models' two ranks on that GPU
-#      against transformers' goldens and the one-rank artifact (gpu_model_test),
-#   3. on two GPUs or more: telos-run generate at TP=2 (a rank a GPU, peer access) against TP=1,
+#   2. on one GPU: the all-reduce's forms (one-shot, two-shot, with the next RMSNorm) against a
+#      host sum and the unfused path, bit for bit, over 2, 4 and 8 ranks (gpu_kernels_test), and
+#      the tiny models' two ranks on that GPU against transformers' goldens and the one-rank
+#      artifact (gpu_model_test),
+#   3. the all-reduce latency at 8 KB, 64 KB, 1 MB and 16 MB, ours beside NCCL graph-captured
+#      (telos-allreduce-bench: over every visible GPU; on one GPU, ours with two ranks on it),
+#   4. on two GPUs or more: telos-run generate at TP=2 (a rank a GPU, peer access) against TP=1,
 #      greedy ids identical for every tiny model; decode batch 1 and throughput at batch 64 and
 #      256, TP=2 beside TP=1, on MULTI_GPU_MODEL (a model directory telosc compiles, e.g. a
 #      Llama-3.1-8B checkpoint of tools/e2e_check.py --keep-work; default: tiny-llama).
@@ -88,11 +91,14 @@ for entry in $TINY; do
 done
 
 # 2. One GPU: the kernel and the two ranks on one device.
-step "all-reduce kernel vs host sum" "$B/gpu_kernels_test" --gtest_filter='GpuKernels.AllReduce*'
+step "all-reduce forms vs host sum, unfused" "$B/gpu_kernels_test" --gtest_filter='GpuKernels.AllReduce*'
 step "tiny models, 2 ranks on one GPU vs 1 rank" "$B/gpu_model_test" \
   --gtest_filter='*GpuModel.TwoRanksOnOneDeviceMatchOneRank*'
 
-# 3. Two GPUs: a rank a GPU.
+# 3. The all-reduce's latency, ours beside NCCL (its table is in the log).
+step "all-reduce latency, ours and NCCL" "$B/telos-allreduce-bench"
+
+# 4. Two GPUs: a rank a GPU.
 if [ "$GPUS" -ge 2 ]; then
   for entry in $TINY; do
     name=${entry%%:*}
