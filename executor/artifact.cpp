@@ -14,7 +14,7 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir, WeightChe
   a->graph_ = std::move(opened.manifest.graph);
   a->checksum_ = opened.manifest.checksum;
   a->has_kernels_ = opened.manifest.has_kernels;
-  a->programs_ = std::move(opened.manifest.programs);
+  a->kernel_sets_ = std::move(opened.manifest.kernel_sets);
   a->weights_ = std::move(opened.weights);
   for (std::size_t r = 0; r < opened.manifest.weights.size(); ++r) {
     std::vector<WeightTensor>& tensors = a->tensors_.emplace_back();
@@ -47,6 +47,12 @@ void Artifact::check_target(const std::string& arch) const {
   for (const std::string& t : serving_.targets) list += (list.empty() ? "" : ", ") + t;
   fail(dir_ + "/manifest.json: serving.targets is [" + list + "], but this device is " + arch +
        " (compile the artifact with --target " + arch + ")");
+}
+
+const LaunchPrograms& Artifact::kernel_set(int major, int minor) const {
+  if (!has_kernels_) fail(dir_ + "/manifest.json: kernels is empty: the GPU engine needs kernels");
+  return kernel_sets_[kernel_set_for_device(major, minor, serving_.targets,
+                                            dir_ + "/manifest.json")];
 }
 
 void Artifact::release_weight_pages(const WeightTensor& tensor, std::size_t offset,

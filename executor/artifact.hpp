@@ -88,8 +88,15 @@ class Artifact {
 
   // True when codegen has filled the kernel table; the GPU engine needs it.
   bool has_kernels() const { return has_kernels_; }
-  // With the kernels: the kernel table, the activation arena and the launch programs.
-  const LaunchPrograms& programs() const { return programs_; }
+  // With the kernels: the kernel table, the activation arena and the launch programs of the first
+  // target's kernel set (serving.targets[0]).
+  const LaunchPrograms& programs() const { return kernel_sets_.at(0); }
+  // With the kernels: every kernel set, one a target of serving.targets, in its order.
+  const std::vector<LaunchPrograms>& kernel_sets() const { return kernel_sets_; }
+  // The kernel set that runs on a GPU of compute capability major.minor (sm_90a on 9.0, sm_100a on
+  // 10.0). Throws telos::Error naming manifest.json, the device and the targets the artifact has
+  // when it has no set for it.
+  const LaunchPrograms& kernel_set(int major, int minor) const;
 
   // Refuses (telos::Error naming serving.targets) unless the artifact was compiled for the
   // device architecture `arch`, written like "sm_90a" or "sm_90". Arch-specific targets ("a")
@@ -113,7 +120,7 @@ class Artifact {
   ArtifactGraph graph_;
   std::string checksum_;
   bool has_kernels_ = false;
-  LaunchPrograms programs_;
+  std::vector<LaunchPrograms> kernel_sets_;
   std::vector<MappedFile> weights_;                 // one a rank
   std::vector<std::vector<WeightTensor>> tensors_;  // one table a rank
 };

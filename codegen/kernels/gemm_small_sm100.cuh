@@ -78,7 +78,8 @@ struct SmallEpilogueSm100 {
     kStageBytes = kASlot + kWRows * 128,
   };
   static_assert(M > 0 && N % 8 == 0, "TMA rows are multiples of 16 bytes");
-  static_assert(kN % 16 == 0 && kN >= 16 && kN <= G::kMaxTokens, "M = 128 takes N = 16 .. 256");
+  static_assert(kN % 16 == 0 && kN >= 16 && kN <= unsigned{G::kMaxTokens},
+                "M = 128 takes N = 16 .. 256");
 
   // The tile's weight row (Tensor Memory lane) thread (warp, lane) holds: its warp's lane quarter.
   static HEXEL_HOST_DEVICE constexpr unsigned row(unsigned warp, unsigned lane) {
@@ -128,7 +129,7 @@ __device__ __forceinline__ void small_sm100_mma(unsigned stages, unsigned full, 
     mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
     tcgen05::fence_after_thread_sync();
     Accum::mma_stage(tmem, stage + E::a_offset(), stage, kb > 0);
-    if constexpr (E::kWRows > SmallGemmSm100::kWeightRows)
+    if constexpr (unsigned{E::kWRows} > unsigned{SmallGemmSm100::kWeightRows})
       Accum::mma_stage(tmem + E::kN, stage + E::up_offset(), stage, kb > 0);
     tcgen05::commit(empty + 8 * ring.index);
     ring.advance();
@@ -153,7 +154,7 @@ __device__ __forceinline__ void small_sm100_store(float v, float u, void* out, l
 // F32Cand: the greedy candidates of a piece's tokens over the warp's 32 weight rows into
 // best[warp][token column] (columns past N give none); the warp's lanes all shuffle.
 template <class E>
-__device__ __forceinline__ void small_sm100_candidates(const uint32_t (&g)[16], unsigned n,
+__device__ __forceinline__ void small_sm100_candidates(const hexel::uint32_t (&g)[16], unsigned n,
                                                        bool in_n, unsigned p, unsigned warp,
                                                        unsigned lane, unsigned long long* best) {
 #pragma unroll
