@@ -98,10 +98,9 @@ class Artifact {
   // when it has no set for it.
   const LaunchPrograms& kernel_set(int major, int minor) const;
 
-  // Refuses (telos::Error naming serving.targets) unless the artifact was compiled for the
-  // device architecture `arch`, written like "sm_90a" or "sm_90". Arch-specific targets ("a")
-  // run only on exactly that compute capability, so sm_90 and sm_90a match each other and
-  // nothing else.
+  // Refuses (telos::Error naming serving.targets) unless the artifact has a kernel set for the
+  // device architecture `arch`, written like "sm_90a" or "sm_90" (kernel_set's rule: sm_90a runs
+  // on 9.0, sm_100a on 10.0), or `arch` is not an architecture name.
   void check_target(const std::string& arch) const;
 
   // Drops the mapped weight file's pages holding bytes [offset, offset + length) of rank 0's

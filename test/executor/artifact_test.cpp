@@ -671,5 +671,24 @@ TEST(KernelSet, AnArtifactWithoutKernelsHasNone) {
   }
 }
 
+// check_target takes the architecture's name (telos-run check --arch) by the same rule, and refuses
+// a name that is none.
+TEST(KernelSet, CheckTargetReadsTheArchitectureName) {
+  const std::string dir = testing::temp_dir("check_target");
+  testing::write_tiny_artifact(dir, {});
+  auto a = Artifact::load(dir);
+  EXPECT_NO_THROW(a->check_target("sm_90a"));
+  EXPECT_NO_THROW(a->check_target("sm_90"));
+  for (const std::string bad : {"gfx90a", "sm_", "sm_9x", "sm_1000"}) try {
+      a->check_target(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), "architecture \"" + bad +
+                                           "\": expected sm_ and a compute capability, such as "
+                                           "sm_90a");
+    }
+  EXPECT_THROW(a->check_target("sm_103a"), Error);
+}
+
 }  // namespace
 }  // namespace telos::exec
