@@ -44,8 +44,8 @@ const ir::Op& op_named(const ir::Graph& g, const std::string& result) {
   throw std::runtime_error("no op defines %" + result);
 }
 
-// In small-M and prefill GEMM buckets each op finds the rule named for its kind and epilogue, and
-// the rule names the GEMM family of its shape class.
+// In small-M and prefill GEMM buckets each op finds the rule named for its kind and epilogue, for
+// each target, and the rule names the GEMM family of its shape class and target.
 TEST(Lowering, EveryOpFindsItsRule) {
   const std::map<std::string, std::string> rule_of = {
       {"embed", "embed"},
@@ -57,22 +57,25 @@ TEST(Lowering, EveryOpFindsItsRule) {
       {"lm_head_sample", "lm_head_sample"}};
   for (const char* family : {"llama", "qwen2", "qwen3"}) {
     const ir::Graph g = fused_ir(tiny(family).spec);
-    for (ShapeClass shape : {ShapeClass::small_m, ShapeClass::prefill_gemm}) {
-      std::set<std::string> kinds;
-      for (const auto& op : g.ops()) {
-        const std::string key = op->kind + (epilogue(*op).empty() ? "" : "/" + epilogue(*op));
-        const LoweringRule& rule = find_lowering_rule(g, {op.get()}, false, shape, kHopper);
-        EXPECT_EQ(rule.name, rule_of.at(key)) << family << ": " << ir::print_op(*op);
-        kinds.insert(key);
-        if (op->kind == "linear" && epilogue(*op) == "residual") {
-          const char* family_gemm =
-              shape == ShapeClass::small_m ? "gemm_small_residual" : "gemm_prefill_residual";
-          EXPECT_NE(std::string(rule.kernels).find(family_gemm), std::string::npos)
-              << rule.kernels;
+    for (const std::string target : {"sm_90a", "sm_100a"})
+      for (ShapeClass shape : {ShapeClass::small_m, ShapeClass::prefill_gemm}) {
+        std::set<std::string> kinds;
+        for (const auto& op : g.ops()) {
+          const std::string key = op->kind + (epilogue(*op).empty() ? "" : "/" + epilogue(*op));
+          const LoweringRule& rule = find_lowering_rule(g, {op.get()}, false, shape, target);
+          EXPECT_EQ(rule.name, rule_of.at(key)) << family << ": " << ir::print_op(*op);
+          EXPECT_EQ(rule.target, target);
+          kinds.insert(key);
+          if (op->kind == "linear" && epilogue(*op) == "residual") {
+            const std::string family_gemm =
+                std::string(shape == ShapeClass::small_m ? "gemm_small_" : "gemm_prefill_") +
+                (target == "sm_100a" ? "sm100_" : "") + "residual";
+            EXPECT_NE(std::string(rule.kernels).find(family_gemm), std::string::npos)
+                << rule.kernels;
+          }
         }
+        EXPECT_EQ(kinds.size(), rule_of.size()) << family << " " << target;
       }
-      EXPECT_EQ(kinds.size(), rule_of.size()) << family;
-    }
   }
 }
 
