@@ -15,14 +15,6 @@ HEXEL_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
   return r;
 }
 
-// One f32 as bf16 bits, rounded to nearest even (NaN stays NaN): pack_bf16x2's rounding, for a
-// thread that holds one value of a row. PTX: cvt (.rn.bf16.f32).
-HEXEL_DEVICE uint16_t to_bf16(float f) {
-  uint16_t r;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
-  return r;
-}
-
 // 2^x on the special function unit, subnormals flushed: ex2(-inf) = +0, ex2(0) = 1, ex2(+inf) =
 // +inf; relative error about 2^-22. PTX: ex2 (.approx.ftz.f32).
 HEXEL_DEVICE float ex2_approx(float x) {
@@ -37,6 +29,14 @@ HEXEL_DEVICE float rcp_approx(float x) {
   float y;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+// One f32 as bf16 bits, rounded to nearest even (NaN stays NaN): pack_bf16x2's rounding, for a
+// thread that holds one value of a row. PTX: cvt (.rn.bf16.f32).
+HEXEL_DEVICE uint16_t to_bf16(float f) {
+  uint16_t r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
 }
 
 }  // namespace hexel

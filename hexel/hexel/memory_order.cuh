@@ -52,12 +52,6 @@ HEXEL_DEVICE void red_add_relaxed_gpu(float* p, float a, float b) {
                : "memory");
 }
 
-// Thread: *p += a in L2, as red_add_relaxed_gpu's pair does per element (the same f32 add, the
-// same flush of subnormals). PTX: red (.relaxed.gpu.global.add.f32).
-HEXEL_DEVICE void red_add_relaxed_gpu(float* p, float a) {
-  asm volatile("red.relaxed.gpu.global.add.f32 [%0], %1;" ::"l"(p), "f"(a) : "memory");
-}
-
 // Thread: *p += V (an immediate), relaxed at gpu scope. PTX: red (.relaxed.gpu.global.add.u32).
 template <uint32_t V>
 HEXEL_DEVICE void red_add_relaxed_gpu(uint32_t* p) {
@@ -87,6 +81,12 @@ HEXEL_DEVICE uint32_t ld_acquire_sys(const uint32_t* p) {
 // PTX: st (.release.sys.global.u32).
 HEXEL_DEVICE void st_release_sys(uint32_t* p, uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Thread: *p += a in L2, as red_add_relaxed_gpu's pair does per element (the same f32 add, the
+// same flush of subnormals). PTX: red (.relaxed.gpu.global.add.f32).
+HEXEL_DEVICE void red_add_relaxed_gpu(float* p, float a) {
+  asm volatile("red.relaxed.gpu.global.add.f32 [%0], %1;" ::"l"(p), "f"(a) : "memory");
 }
 
 }  // namespace hexel
