@@ -32,47 +32,37 @@ nlohmann::ordered_json programs_json(const KernelPlan& plan) {
 
 }  // namespace
 
-GeneratedKernels generate_kernels(const KernelPlan& plan, const std::vector<std::string>& targets,
-                                  const CodegenOptions& options) {
-  if (targets.empty()) fail("codegen: serving.targets is empty");
+GeneratedKernels generate_kernels(const KernelPlan& plan, const CodegenOptions& options) {
+  const std::string& arch = plan.target;
+  if (arch.empty()) fail("codegen: the kernel plan names no target");
   GeneratedKernels out;
   out.source = emit_source(plan);
   std::vector<std::string> names;
   for (const auto& k : plan.kernels) names.push_back(k.instance);
-
-  std::vector<std::future<CompiledModule>> jobs;
-  for (const auto& arch : targets)
-    jobs.push_back(std::async(std::launch::async, [&, arch] {
-      return compile_module(out.source, arch, names, options.cache_dir);
-    }));
-  std::vector<CompiledModule> modules;
-  for (auto& j : jobs) modules.push_back(j.get());
+  CompiledModule module = compile_module(out.source, arch, names, options.cache_dir);
 
   out.kernels = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < plan.kernels.size(); ++i) {
     const KernelInstance& k = plan.kernels[i];
-    const std::string& entry = modules.front().lowered.at(k.instance);
+    const std::string& entry = module.lowered.at(k.instance);
+    auto it = module.resources.find(entry);
+    // NVRTC serves a program from its own cache without the report (compile_options passes
+    // --no-cache against that): the message says how much of the report there was, to tell a
+    // short log from a garbled one.
+    if (it == module.resources.end())
+      fail("codegen: ptxas reported nothing for kernel " + k.instance + " (" + arch +
+           "); its report (" + std::to_string(module.log.size()) + " bytes of NVRTC's log) named " +
+           std::to_string(module.resources.size()) + " of the " +
+           std::to_string(plan.kernels.size()) + " kernels" +
+           (module.from_cache ? ", read from the kernel cache" : ""));
+    const KernelResources& r = it->second;
+    check_kernel_resources(k.instance, entry, arch, r, k.dynamic_smem);
     nlohmann::ordered_json resources = nlohmann::ordered_json::object();
-    for (std::size_t t = 0; t < modules.size(); ++t) {
-      const std::string& arch = targets[t];
-      auto it = modules[t].resources.find(entry);
-      // NVRTC serves a program from its own cache without the report (compile_options passes
-      // --no-cache against that): the message says how much of the report there was, to tell a
-      // short log from a garbled one.
-      if (it == modules[t].resources.end())
-        fail("codegen: ptxas reported nothing for kernel " + k.instance + " (" + arch +
-             "); its report (" + std::to_string(modules[t].log.size()) +
-             " bytes of NVRTC's log) named " + std::to_string(modules[t].resources.size()) +
-             " of the " + std::to_string(plan.kernels.size()) + " kernels" +
-             (modules[t].from_cache ? ", read from the kernel cache" : ""));
-      const KernelResources& r = it->second;
-      check_kernel_resources(k.instance, entry, arch, r, k.dynamic_smem);
-      resources[arch] = {{"registers", r.registers},
-                         {"shared_static", r.shared_static},
-                         {"stack_frame", r.stack_frame},
-                         {"spill_stores", r.spill_stores},
-                         {"spill_loads", r.spill_loads}};
-    }
+    resources[arch] = {{"registers", r.registers},
+                       {"shared_static", r.shared_static},
+                       {"stack_frame", r.stack_frame},
+                       {"spill_stores", r.spill_stores},
+                       {"spill_loads", r.spill_loads}};
     nlohmann::ordered_json grids = nlohmann::ordered_json::object();
     for (const auto& b : plan.buckets)
       for (const auto& l : b.launches)
@@ -88,11 +78,21 @@ GeneratedKernels generate_kernels(const KernelPlan& plan, const std::vector<std:
                            {"grids", std::move(grids)},
                            {"resources", std::move(resources)}});
   }
-  for (std::size_t t = 0; t < modules.size(); ++t)
-    out.targets.push_back({targets[t], std::move(modules[t].ptx), std::move(modules[t].cubin),
-                           std::move(modules[t].log), modules[t].from_cache});
+  out.compiled = {arch, std::move(module.ptx), std::move(module.cubin), std::move(module.log),
+                  module.from_cache};
   out.programs = programs_json(plan);
   return out;
+}
+
+std::vector<GeneratedKernels> generate_kernel_sets(const std::vector<KernelPlan>& plans,
+                                                   const CodegenOptions& options) {
+  std::vector<std::future<GeneratedKernels>> jobs;
+  for (const KernelPlan& plan : plans)
+    jobs.push_back(std::async(std::launch::async,
+                              [&plan, &options] { return generate_kernels(plan, options); }));
+  std::vector<GeneratedKernels> sets;
+  for (auto& j : jobs) sets.push_back(j.get());
+  return sets;
 }
 
 }  // namespace telos::codegen

@@ -297,6 +297,37 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   return t;
 }
 
+int SmallGemmSm100Tiling::stage_bytes() const {
+  return (mma_n * 128 + 1023) / 1024 * 1024 + w_rows * 128;
+}
+
+int SmallGemmSm100Tiling::smem() const {
+  return stages * stage_bytes() + 1024;
+}
+
+std::string SmallGemmSm100Tiling::instance(const std::string& epi, int m, int n, int k) const {
+  return "telos_kernels::gemm_small_sm100_" + epi + "<" + std::to_string(m) + ", " +
+         std::to_string(n) + ", " + std::to_string(k) + ", " + std::to_string(stages) + ">";
+}
+
+// Token tiles of 64-row groups up to 256 rows; the stages fill what an SM's 228 KB (1 KB reserved
+// a CTA, 8 KB for the LM head's static candidates) gives the CTAs that share it, 2 to 16, no more
+// than K has blocks.
+SmallGemmSm100Tiling small_gemm_sm100_tiling(int n, int k, int tokens, bool swiglu) {
+  SmallGemmSm100Tiling t;
+  t.tile_tokens = 64 * (tokens >= 256 ? 4 : (tokens + 63) / 64);
+  t.a_box = std::min(tokens, t.tile_tokens);
+  t.mma_n = (t.a_box + 15) / 16 * 16;
+  t.w_rows = (swiglu ? 2 : 1) * kSmallGemmSm100Rows;
+  t.tiles_m = (tokens + t.tile_tokens - 1) / t.tile_tokens;
+  t.tiles_n = (n + kSmallGemmSm100Rows - 1) / kSmallGemmSm100Rows;
+  const int per_sm = (t.tiles_m * t.tiles_n + kSms - 1) / kSms;
+  const int budget = std::min(kMaxSmemPerBlock - 8 * 1024, 228 * 1024 / per_sm - 1024 - 8 * 1024);
+  const int k_blocks = (k + 63) / 64;
+  t.stages = std::clamp((budget - 1024) / t.stage_bytes(), 2, std::clamp(k_blocks, 2, 16));
+  return t;
+}
+
 SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups) {
   if (rows > kSmallGemmBlockM && vocab % 256 == 0) {
     SmallGemmLimits limits;

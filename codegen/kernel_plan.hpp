@@ -85,6 +85,7 @@ struct ArenaBuffer {
 };
 
 struct KernelPlan {
+  std::string target;  // the architecture the kernels are for: "sm_90a", "sm_100a"
   std::vector<KernelInstance> kernels;
   std::vector<BucketProgram> buckets;  // decode buckets largest first, then prefill largest first
   std::vector<ArenaBuffer> arena;
@@ -172,6 +173,25 @@ struct SmallGemmLimits {
 };
 SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm = false,
                                   const SmallGemmLimits& limits = {});
+
+// The small-M GEMM on tcgen05 (kernels/gemm_small_sm100.cuh; sm_100a): 128 weight rows a CTA as
+// the MMA's A (SwiGLU: 128 gate rows and their 128 up rows, 128 outputs), the tokens as its N in
+// tiles of up to 256 (`tile_tokens`: 64-row groups, the producer's; `a_box` rows of them loaded,
+// the MMA's N those rounded up to 16), and a stage ring as deep as the shared memory of the CTAs
+// sharing an SM allows, as for sm_90a. The grid is (tiles_m, tiles_n); the LM head's greedy
+// candidates are one a weight tile, tiles_n a row. The kernel's SmallGemmSm100 and
+// SmallEpilogueSm100 state the same tiles (test small_epilogue_sm100_test compares them).
+inline constexpr int kSmallGemmSm100Threads = 192;
+inline constexpr int kSmallGemmSm100Rows = 128;
+struct SmallGemmSm100Tiling {
+  int tile_tokens = 64, a_box = 1, mma_n = 16, w_rows = kSmallGemmSm100Rows, stages = 2;
+  int tiles_m = 1, tiles_n = 1;
+  int stage_bytes() const;  // the tokens' rows (1024-byte repeats), then the W rows
+  int smem() const;         // the stages and 1024 bytes of alignment
+  // gemm_small_sm100_<epi><M, N, K, STAGES> (epi: bf16, residual, swiglu, f32cand).
+  std::string instance(const std::string& epi, int m, int n, int k) const;
+};
+SmallGemmSm100Tiling small_gemm_sm100_tiling(int n, int k, int tokens, bool swiglu);
 
 // The LM head on the small GEMM (gemm_small_f32cand: f32 logits, and each weight tile's greedy
 // candidate a row for the sampler): weight tiles of the largest of 128, 64, 32, 16 rows that

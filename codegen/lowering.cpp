@@ -184,6 +184,8 @@ void check_model(const ModelShape& m, const CodegenInput& in) {
 struct ModelPlan {
   ModelShape m;
   const CodegenInput& serving;
+  std::string target;    // "sm_90a" or "sm_100a": the lowering table's column
+  bool tcgen05 = false;  // sm_100a: the GEMMs on tcgen05 (gemm_*_sm100), no wgmma kernels
   int page = 0, maxp = 0;
   long long page_elems = 0;
   int split = 0, nsplits = 0;
@@ -202,9 +204,11 @@ struct ModelPlan {
   }
 };
 
-ModelPlan model_plan(const ModelShape& m, const CodegenInput& in) {
+bool has_layer_rule(ShapeClass shape, const std::string& target);
+
+ModelPlan model_plan(const ModelShape& m, const CodegenInput& in, const std::string& target) {
   check_model(m, in);
-  ModelPlan mp{m, in};
+  ModelPlan mp{m, in, target, target == "sm_100a"};
   mp.page = in.kv_page_size;
   mp.maxp = (in.max_seq_len + mp.page - 1) / mp.page;
   mp.page_elems = 2LL * m.L * m.HKV * mp.page * m.D;
@@ -220,6 +224,8 @@ ModelPlan model_plan(const ModelShape& m, const CodegenInput& in) {
   // A tensor-parallel layer all-reduces twice between its GEMMs; decode_layer_persistent runs a
   // whole layer in one launch, so its one-token buckets take the small-M rules instead.
   if (m.ranks > 1) mp.layer_t.fits = false;
+  // A target whose table has no `layer` rule (sm_100a) runs one-token buckets on the small-M rules.
+  if (!has_layer_rule(ShapeClass::one_token_decode, target)) mp.layer_t.fits = false;
   mp.images = std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(), [&](int n) {
     return n > 0 && bucket_shape_class(false, n, mp.layer_t.fits) == ShapeClass::one_token_decode;
   });
@@ -232,13 +238,17 @@ struct Bucket {
   int size = 0, T = 0, S = 0;
   ShapeClass shape = ShapeClass::small_m;
   bool fold_norm = false, fold_qkv = false;
+  bool tcgen05 = false;  // the target's GEMMs are the sm_100a ones (ModelPlan::tcgen05)
   bool prefill() const { return kind == "prefill"; }
 };
 
 Bucket make_bucket(const ModelPlan& mp, const std::string& kind, int size, int tokens, int rows) {
   Bucket b{kind, size, tokens, rows};
   b.shape = bucket_shape_class(b.prefill(), tokens, mp.layer_t.fits);
-  b.fold_norm = folds_norm(b.shape, tokens, mp.layer_bytes);
+  b.tcgen05 = mp.tcgen05;
+  // The norm prologue and the folded QKV epilogue are gemm_small.cuh's (wgmma) only: on sm_100a
+  // rmsnorm writes h and qkv_rope_append_rows runs after the QKV GEMM, as in larger buckets.
+  b.fold_norm = !b.tcgen05 && folds_norm(b.shape, tokens, mp.layer_bytes);
   b.fold_qkv = folds_qkv_epilogue(b.fold_norm, tokens);
   return b;
 }
@@ -370,12 +380,14 @@ struct Gemm {
 };
 
 // Prefill GEMM buckets: the prefill GEMM (128-row tiles, persistent grid); every other bucket the
-// small-M GEMM (64-row tiles, narrow weight tiles). Both compute each output element with the same
-// wgmma chain over K and the same epilogue arithmetic (kernels/gemm_small.cuh), so a row's bits do
-// not depend on which of them ran. `epi` is bf16, residual or swiglu (the suffix of
-// gemm_prefill_* / gemm_small_*); `norm_eps`, where not empty, folds the RMSNorm of x into the
-// GEMM (gemm_small_norm_*); `img` is the weight's slot image, read where the GEMM's weight rows
-// make whole boxes of it.
+// small-M GEMM (64-row tiles, narrow weight tiles). On sm_100a their tcgen05 forms
+// (gemm_prefill_sm100_*: the same tiles, arguments and shared memory; gemm_small_sm100_*: 128
+// weight rows a CTA, the tokens as the MMA's N, no norm prologue and no slot images). Both compute
+// each output element with the same wgmma chain over K and the same epilogue arithmetic
+// (kernels/gemm_small.cuh), so a row's bits do not depend on which of them ran. `epi` is bf16,
+// residual or swiglu (the suffix of gemm_prefill_* / gemm_small_*); `norm_eps`, where not empty,
+// folds the RMSNorm of x into the GEMM (gemm_small_norm_*); `img` is the weight's slot image, read
+// where the GEMM's weight rows make whole boxes of it.
 Gemm choose_gemm(const Bucket& b, const std::string& epi, int n, int k, const WeightImage& img,
                  const std::string& norm_eps) {
   const bool swiglu = epi == "swiglu";
@@ -386,7 +398,9 @@ Gemm choose_gemm(const Bucket& b, const std::string& epi, int n, int k, const We
   if (b.shape == ShapeClass::prefill_gemm) {
     const int cols = swiglu ? 128 : 256;
     const int box = prefill_image_box_rows(img, cols);
-    return {{"telos_kernels::gemm_prefill_" + epi + dims + image_args(box) + ">",
+    return {{std::string(b.tcgen05 ? "telos_kernels::gemm_prefill_sm100_"
+                                   : "telos_kernels::gemm_prefill_") +
+                 epi + dims + image_args(box) + ">",
              {"a_map", "w_map", "out"},
              kPrefillGemmThreads,
              prefill_gemm_smem(box)},
@@ -396,6 +410,17 @@ Gemm choose_gemm(const Bucket& b, const std::string& epi, int n, int k, const We
             epi == "residual" ? 32 : 64,
             box > 0 ? img : WeightImage{},
             box};
+  }
+  if (b.tcgen05) {
+    const SmallGemmSm100Tiling t = small_gemm_sm100_tiling(n, k, b.T, swiglu);
+    return {
+        {t.instance(epi, b.T, n, k), {"a_map", "w_map", "out"}, kSmallGemmSm100Threads, t.smem()},
+        {t.tiles_m, t.tiles_n, 1},
+        t.a_box,
+        kSmallGemmSm100Rows,
+        0,
+        WeightImage{},
+        0};
   }
   const bool norm = !norm_eps.empty();
   const SmallGemmTiling t = small_gemm_tiling(n, k, b.T, swiglu, norm).reading(img);
@@ -545,7 +570,8 @@ AttentionKernels choose_attention(const ModelPlan& mp, const Bucket& b, const ir
                    ", " + num(mp.split) + ">",
                {"part_o", "part_ml", "positions", "out"},
                D};
-  a.prompt_attn = prompt_attention(b.prefill(), D, G);
+  // attn_prefill is wgmma: on sm_100a the split kernels (mma.sync) take the prompt rows too.
+  a.prompt_attn = !b.tcgen05 && prompt_attention(b.prefill(), D, G);
   // Persistent where it fits: the CTAs run the tiles in turn through one K/V ring, the same bits.
   a.prompt_tpt = attn_prefill_tokens_per_tile(b.T, G);
   a.prompt_nt = attn_prefill_persistent_fits(D, mp.page, a.prompt_tpt) ? b.T / a.prompt_tpt : 0;
@@ -558,9 +584,12 @@ AttentionKernels choose_attention(const ModelPlan& mp, const Bucket& b, const ir
   a.split_positions = a.prompt_attn ? "desc:split_positions" : "desc:positions";
   a.split_rows = attn_split_rows(a.prompt_attn, b.T, mp.serving.max_batch);
   a.split_tiles = (a.split_rows + a.tpt - 1) / a.tpt;
-  const AttnSplitKernel k = attn_split_for_rows(
+  AttnSplitKernel k = attn_split_for_rows(
       {HQ, HKV, D, mp.page, mp.maxp, mp.page_elems, mp.split, mp.nsplits, a.tpt}, a.split_rows,
       !b.prefill());
+  // sm_100a's ptxas spills attn_split at four blocks an SM (128 registers) where sm_90a's does not
+  // (head dim 128, tiles of 4 and 8 tokens): three there. Registers only: the same bits.
+  if (b.tcgen05) k.blocks = 0;
   a.split = {k.instance(),
              {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"},
              128,
@@ -732,27 +761,52 @@ void lower_projection(BucketLowering& b, const std::vector<const ir::Op*>& ops) 
   launch_gemm(b, b.use(lg.role, g.kernel), g, weight(op, 0), rows, k, lg.in, lg.out, n, norm);
 }
 
+// The LM head's GEMM for a bucket: gemm_small_f32cand (lm_head_tiling) or on sm_100a
+// gemm_small_sm100_f32cand (128-row weight tiles), its grid, the boxes of its maps and the greedy
+// candidates each row gets (one a weight tile).
+struct LmHead {
+  KernelInstance kernel;
+  std::array<int, 3> grid;
+  int a_box, w_box, candidates;
+};
+
+LmHead choose_lm_head(const Bucket& b, int V, int H, int S) {
+  const std::vector<std::string> params = {"a_map", "w_map", "y", "cand"};
+  if (b.tcgen05) {
+    const SmallGemmSm100Tiling t = small_gemm_sm100_tiling(V, H, S, false);
+    return {{t.instance("f32cand", S, V, H), params, kSmallGemmSm100Threads, t.smem()},
+            {t.tiles_m, t.tiles_n, 1},
+            t.a_box,
+            kSmallGemmSm100Rows,
+            t.tiles_n};
+  }
+  const SmallGemmTiling t = lm_head_tiling(V, H, S);
+  return {{t.instance("f32cand", S, V, H), params, t.threads(), t.smem()},
+          {t.tiles_m, t.tiles_n, 1},
+          t.a_box,
+          t.w_box(),
+          V / t.bn};
+}
+
 // The LM head with the first stage of greedy sampling: a candidate per weight tile and row
 // (`lm_cand`), which sample's greedy rows reduce; over the final norm's S gathered rows (hf).
 void lower_lm_head_sample(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const ir::Op& op = *ops[0];
   const ir::Param& w = param_of(b.graph, op, 0);
   const int V = dim(w, 0), H = dim(w, 1), S = b.bucket.S;
-  const SmallGemmTiling lm_t = lm_head_tiling(V, H, S);
+  const LmHead lm_head = choose_lm_head(b.bucket, V, H, S);
   // The weight tiles are the grid's y (at most 65535 blocks).
-  if (lm_t.tiles_n > 65535)
-    fail("codegen: a vocabulary of " + num(V) + " needs " + num(lm_t.tiles_n) +
-         " LM head blocks of " + num(lm_t.bn) + " rows, more than a grid's y takes (65535)");
-  const int candidates = V / lm_t.bn;
+  if (lm_head.grid[1] > 65535)
+    fail("codegen: a vocabulary of " + num(V) + " needs " + num(lm_head.grid[1]) +
+         " LM head blocks of " + num(V / lm_head.candidates) +
+         " rows, more than a grid's y takes (65535)");
+  const int candidates = lm_head.candidates;
   b.model.max_lm_candidates =
       std::max(b.model.max_lm_candidates, static_cast<long long>(S) * candidates);
-  const int lm = b.use(TableRole::lm_head, {lm_t.instance("f32cand", S, V, H),
-                                            {"a_map", "w_map", "y", "cand"},
-                                            lm_t.threads(),
-                                            lm_t.smem()});
-  b.launch(lm, {lm_t.tiles_m, lm_t.tiles_n, 1},
-           {tmap("buf:hf", S, H, lm_t.a_box), tmap(weight(op, 0), V, H, lm_t.w_box()), "buf:logits",
-            "buf:lm_cand"});
+  const int lm = b.use(TableRole::lm_head, lm_head.kernel);
+  b.launch(lm, lm_head.grid,
+           {tmap("buf:hf", S, H, lm_head.a_box), tmap(weight(op, 0), V, H, lm_head.w_box),
+            "buf:logits", "buf:lm_cand"});
   const SampleLaunch s = sample_launch(V);
   const int sample =
       b.use(TableRole::sample, {"telos_kernels::sample<" + num(V) + ", " + num(s.threads) + ", " +
@@ -871,9 +925,9 @@ constexpr unsigned kEvery = kOneToken | kSmallM | kPrefill;
 
 // ---- The walk -----------------------------------------------------------------------------------
 
-bool has_layer_rule(ShapeClass shape) {
+bool has_layer_rule(ShapeClass shape, const std::string& target) {
   return std::any_of(lowering_table().begin(), lowering_table().end(), [&](const LoweringRule& r) {
-    return std::string(r.op) == "layer" && (r.shapes & bit(shape));
+    return std::string(r.op) == "layer" && (r.shapes & bit(shape)) && r.target == target;
   });
 }
 
@@ -882,7 +936,7 @@ bool has_layer_rule(ShapeClass shape) {
 BucketProgram lower_bucket(const ir::Graph& graph, ModelPlan& mp, const Bucket& bucket,
                            KernelTable& table) {
   BucketLowering b(graph, mp, bucket);
-  const bool whole_layers = has_layer_rule(bucket.shape);
+  const bool whole_layers = has_layer_rule(bucket.shape, mp.target);
   const auto& ops = graph.ops();
   for (std::size_t i = 0; i < ops.size();) {
     std::vector<const ir::Op*> group = {ops[i].get()};
@@ -890,7 +944,7 @@ BucketProgram lower_bucket(const ir::Graph& graph, ModelPlan& mp, const Bucket& 
     const bool as_layer = whole_layers && layer >= 0;
     while (as_layer && i + group.size() < ops.size() && op_layer(*ops[i + group.size()]) == layer)
       group.push_back(ops[i + group.size()].get());
-    b.lower(find_lowering_rule(graph, group, as_layer, bucket.shape, mp.serving.targets), group);
+    b.lower(find_lowering_rule(graph, group, as_layer, bucket.shape, mp.target), group);
     i += group.size();
   }
   return b.finish(table);
@@ -970,46 +1024,80 @@ const std::vector<LoweringRule>& lowering_table() {
        "all_reduce_residual[_two_shot] (two-shot above the plan's size), or _rmsnorm with the "
        "next norm: every rank's partial, in rank order, added to x over peer memory",
        lower_all_reduce},
+      // Blackwell: the GEMMs on tcgen05; the kernels without wgmma (norms, embed, decode
+      // attention on mma.sync, sampling, the all-reduce) as they are. No `layer` rule (the
+      // one-token layer is wgmma): one-token buckets are small-M; prompt rows on attn_split.
+      {"embed", "embed", "", DType::BF16, kSmallM | kPrefill, "sm_100a", "embed_gather",
+       lower_embed},
+      {"rmsnorm", "rmsnorm", "", DType::BF16, kSmallM | kPrefill, "sm_100a",
+       "rmsnorm into h; over the sampled rows before the LM head", lower_rmsnorm},
+      {"linear.rope_kv_append", "linear", "rope_kv_append", DType::BF16, kSmallM, "sm_100a",
+       "gemm_small_sm100_bf16 + qkv_rope_append_rows", lower_qkv},
+      {"linear.rope_kv_append", "linear", "rope_kv_append", DType::BF16, kPrefill, "sm_100a",
+       "gemm_prefill_sm100_bf16 + qkv_rope_append_rows", lower_qkv},
+      {"paged_attention", "paged_attention", "", DType::BF16, kSmallM | kPrefill, "sm_100a",
+       "attn_split + attn_combine for every row", lower_attention},
+      {"linear.residual", "linear", "residual", DType::BF16, kSmallM, "sm_100a",
+       "gemm_small_sm100_residual", lower_projection},
+      {"linear.residual", "linear", "residual", DType::BF16, kPrefill, "sm_100a",
+       "gemm_prefill_sm100_residual", lower_projection},
+      {"linear.swiglu", "linear", "swiglu", DType::BF16, kSmallM, "sm_100a",
+       "gemm_small_sm100_swiglu", lower_projection},
+      {"linear.swiglu", "linear", "swiglu", DType::BF16, kPrefill, "sm_100a",
+       "gemm_prefill_sm100_swiglu", lower_projection},
+      {"lm_head_sample", "lm_head_sample", "", DType::BF16, kSmallM | kPrefill, "sm_100a",
+       "gemm_small_sm100_f32cand + sample", lower_lm_head_sample},
+      {"linear.partial", "linear", "partial", DType::BF16, kSmallM, "sm_100a",
+       "gemm_small_sm100_residual into the zeroed f32 partial (a tensor-parallel rank's o or down)",
+       lower_partial},
+      {"linear.partial", "linear", "partial", DType::BF16, kPrefill, "sm_100a",
+       "gemm_prefill_sm100_residual into the zeroed f32 partial (a tensor-parallel rank's o or "
+       "down)",
+       lower_partial},
+      {"all_reduce.residual", "all_reduce", "residual", DType::BF16, kSmallM | kPrefill, "sm_100a",
+       "all_reduce_residual[_two_shot] (two-shot above the plan's size), or _rmsnorm with the "
+       "next norm: every rank's partial, in rank order, added to x over peer memory",
+       lower_all_reduce},
   };
   return table;
 }
 
 const LoweringRule& find_lowering_rule(const ir::Graph& graph,
                                        const std::vector<const ir::Op*>& ops, bool layer,
-                                       ShapeClass shape, const std::vector<std::string>& targets) {
+                                       ShapeClass shape, const std::string& target) {
   const ir::Op& op = *ops.at(0);
   const std::string kind = layer ? "layer" : op.kind, epi = layer ? "" : epilogue_of(op);
   const DType dtype = ops_dtype(graph, ops);
-  const LoweringRule* found = nullptr;
+  bool other_target = false;
   for (const LoweringRule& r : lowering_table())
     if (kind == r.op && epi == r.epilogue && dtype == r.dtype && (r.shapes & bit(shape))) {
-      found = &r;
-      break;
+      if (r.target == target) return r;
+      other_target = true;
     }
-  if (!found)
-    fail("codegen: no lowering rule for " +
-         (layer ? "layer " + num(op_layer(op)) + " (from " + ir::print_op(op) + ")"
-                : ir::print_op(op)) +
-         ": op " + kind + (epi.empty() ? "" : ", epilogue " + epi) + ", " +
-         std::string(dtype_name(dtype)) + ", in " + shape_class_name(shape) + " buckets");
-  // The Blackwell kernels (tcgen05) are not written yet: every GEMM is wgmma, which sm_100a lacks.
-  for (const std::string& arch : targets)
-    if (arch != found->target)
-      fail("codegen: target " + arch +
-           ": no kernels for it yet (the GEMMs use wgmma, an sm_90a instruction; Blackwell's "
-           "tcgen05 kernels are not written); compile with --target sm_90a");
-  return *found;
+  const std::string what =
+      (layer ? "layer " + num(op_layer(op)) + " (from " + ir::print_op(op) + ")"
+             : ir::print_op(op)) +
+      ": op " + kind + (epi.empty() ? "" : ", epilogue " + epi) + ", " +
+      std::string(dtype_name(dtype)) + ", in " + shape_class_name(shape) + " buckets";
+  if (other_target)
+    fail("codegen: no lowering rule for target " + target + " for " + what +
+         " (other targets have one)");
+  fail("codegen: no lowering rule for " + what);
 }
 
-KernelPlan plan_kernels(const ir::Graph& graph, const CodegenInput& in) {
+KernelPlan plan_kernels(const ir::Graph& graph, const CodegenInput& in, const std::string& target) {
+  if (std::none_of(lowering_table().begin(), lowering_table().end(),
+                   [&](const LoweringRule& r) { return r.target == target; }))
+    fail("codegen: target " + target + ": the lowering table has no rules for it");
   // No lowering rule reads e4m3 weights yet: refused by name rather than lowered as bf16.
   for (const ir::Param& p : graph.params())
     if (p.type.dtype == DType::E4M3)
       fail("codegen: @" + p.name + " is " + p.type.str() +
            ": the GPU kernels do not read FP8 weights yet; the CPU reference engine runs them "
            "(compile with --target cpu)");
-  ModelPlan mp = model_plan(read_model(graph), in);
+  ModelPlan mp = model_plan(read_model(graph), in, target);
   KernelPlan plan;
+  plan.target = target;
   plan.attn_split = mp.split;
   plan.attn_num_splits = mp.nsplits;
   plan.rope_inv_freq = rope_inv_freq(mp.m.rope, mp.m.D);
@@ -1028,6 +1116,20 @@ KernelPlan plan_kernels(const ir::Graph& graph, const CodegenInput& in) {
   for (int n : prefill) lower("prefill", n, std::min(n, in.max_batch));
   plan.arena = arena(mp, plan);
   return plan;
+}
+
+KernelPlan plan_kernels(const ir::Graph& graph, const CodegenInput& in) {
+  if (in.targets.size() != 1)
+    fail("codegen: plan_kernels plans one target; serving.targets has " +
+         num(static_cast<long long>(in.targets.size())) + " (plan_kernel_sets plans each)");
+  return plan_kernels(graph, in, in.targets[0]);
+}
+
+std::vector<KernelPlan> plan_kernel_sets(const ir::Graph& graph, const CodegenInput& in) {
+  if (in.targets.empty()) fail("codegen: serving.targets is empty");
+  std::vector<KernelPlan> sets;
+  for (const std::string& target : in.targets) sets.push_back(plan_kernels(graph, in, target));
+  return sets;
 }
 
 std::string print_lowering(const KernelPlan& plan) {

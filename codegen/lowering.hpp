@@ -22,7 +22,7 @@ struct LoweringRule {
   const char* epilogue;  // a linear's epilogue; "" for every other op
   DType dtype;           // of the op's weight matrix, or its result where it has none
   unsigned shapes;       // the shape classes it lowers: bit ShapeClass
-  const char* target;    // "sm_90a"
+  const char* target;    // "sm_90a" or "sm_100a"
   const char* kernels;   // the kernel templates it instantiates, for people (--emit=lowering)
   LowerFn lower;
 };
@@ -30,17 +30,23 @@ struct LoweringRule {
 // Every rule, in the table's order.
 const std::vector<LoweringRule>& lowering_table();
 
-// The rule for `ops` (one op, or a layer's ops with `layer` set) in buckets of `shape` for every
-// target. Throws telos::Error naming the op (its printed IR) and what was looked up when there is
+// The rule for `ops` (one op, or a layer's ops with `layer` set) in buckets of `shape` for
+// `target`. Throws telos::Error naming the op (its printed IR) and what was looked up when there is
 // none, and naming the target when only the target has none.
 const LoweringRule& find_lowering_rule(const compiler::ir::Graph& graph,
                                        const std::vector<const compiler::ir::Op*>& ops, bool layer,
-                                       ShapeClass shape, const std::vector<std::string>& targets);
+                                       ShapeClass shape, const std::string& target);
 
-// The kernel instances `graph` (the fully fused IR) needs for the serving config `in` and every
-// bucket's launches. Throws telos::Error naming the field when the model is outside what the
-// kernels support, and naming the op when an op has no rule.
+// The kernel instances `graph` (the fully fused IR) needs on `target` for the serving config `in`
+// and every bucket's launches: the target's kernel set. Throws telos::Error naming the field when
+// the model is outside what the kernels support, naming the op when an op has no rule, and naming
+// the target when the table has no rules for it.
+KernelPlan plan_kernels(const compiler::ir::Graph& graph, const CodegenInput& in,
+                        const std::string& target);
+// The same for the one target of in.targets (throws when there are several).
 KernelPlan plan_kernels(const compiler::ir::Graph& graph, const CodegenInput& in);
+// One kernel set a target of in.targets, in its order.
+std::vector<KernelPlan> plan_kernel_sets(const compiler::ir::Graph& graph, const CodegenInput& in);
 
 // `telosc compile --emit=lowering`: every bucket's ops, the rule each took and the launches (and
 // kernels declared) it made.

@@ -108,15 +108,17 @@ ir::Graph optimized_ir(const CompileOptions& o, const ModelSpec& spec,
 }
 
 // What --emit=kernels prints: per target, whether the module came from the cache and its sizes,
-// then the manifest's kernel table.
-nlohmann::ordered_json kernels_summary(const codegen::GeneratedKernels& kernels) {
+// then the manifest's kernel table (further targets: kernel_sets.ARCH, as in the manifest).
+nlohmann::ordered_json kernels_summary(const std::vector<codegen::GeneratedKernels>& sets) {
   nlohmann::ordered_json out;
-  for (const codegen::TargetKernels& t : kernels.targets)
-    out["targets"].push_back({{"arch", t.arch},
-                              {"from_cache", t.from_cache},
-                              {"ptx_bytes", t.ptx.size()},
-                              {"cubin_bytes", t.cubin.size()}});
-  out["kernels"] = kernels.kernels;
+  for (const codegen::GeneratedKernels& k : sets)
+    out["targets"].push_back({{"arch", k.compiled.arch},
+                              {"from_cache", k.compiled.from_cache},
+                              {"ptx_bytes", k.compiled.ptx.size()},
+                              {"cubin_bytes", k.compiled.cubin.size()}});
+  out["kernels"] = sets.at(0).kernels;
+  for (std::size_t i = 1; i < sets.size(); ++i)
+    out["kernel_sets"][sets[i].compiled.arch]["kernels"] = sets[i].kernels;
   return out;
 }
 
@@ -139,9 +141,16 @@ int write_cpu_artifact(const CompileOptions& o, const ImportedModel& model,
     throw UsageError("--emit=" + o.emit + " prints a GPU stage; --target cpu has none");
   check_destination(fs::path(o.output).lexically_normal());
   catch_signals();
-  write_artifact(o.output, model, config, graph, ArenaPlan{}, codegen::GeneratedKernels{},
-                 artifact_options());
+  write_artifact(o.output, model, config, graph, {}, artifact_options());
   return 0;
+}
+
+// --emit=lowering: each target's lowering, under a line naming it when there are several.
+std::string print_lowerings(const std::vector<codegen::KernelPlan>& sets) {
+  std::string s;
+  for (const codegen::KernelPlan& p : sets)
+    s += (sets.size() > 1 ? "target " + p.target + "\n" : "") + codegen::print_lowering(p);
+  return s;
 }
 
 // The stages in order: import, IR and passes, lowering, plan, codegen, write. Each --emit prints
@@ -167,27 +176,31 @@ int run_compile(const CompileOptions& o) {
   if (!has_gpu_targets(config)) return write_cpu_artifact(o, model, config, graph);
   // The lowering table at work, without NVRTC: every bucket's ops, the rule each took and the
   // launches it made.
-  const codegen::KernelPlan lowered = codegen::plan_kernels(graph, codegen_input(config));
+  // One kernel set a target (docs/artifact.md, "Kernel sets").
+  const std::vector<codegen::KernelPlan> lowered =
+      codegen::plan_kernel_sets(graph, codegen_input(config));
   if (o.emit == "lowering") {
-    std::cout << codegen::print_lowering(lowered);
+    std::cout << print_lowerings(lowered);
     return 0;
   }
-  const ArenaPlan plan = plan_arena(lowered);
+  std::vector<TargetKernelSet> sets;
+  for (const codegen::KernelPlan& p : lowered) sets.push_back({plan_arena(p), {}});
   if (o.emit == "plan") {
-    std::cout << compact_json(plan_to_json(plan));
+    std::cout << compact_json(plan_to_json(sets[0].plan));
     return 0;
   }
 
   // A destination telosc would not write is refused before the kernels are compiled.
   if (o.emit.empty()) check_destination(fs::path(o.output).lexically_normal());
-  const codegen::GeneratedKernels kernels = codegen::generate_kernels(lowered, config.targets);
+  std::vector<codegen::GeneratedKernels> kernels = codegen::generate_kernel_sets(lowered);
   if (o.emit == "kernels") {
     std::cout << compact_json(kernels_summary(kernels));
     return 0;
   }
+  for (std::size_t i = 0; i < sets.size(); ++i) sets[i].kernels = std::move(kernels[i]);
 
   catch_signals();
-  write_artifact(o.output, model, config, graph, plan, kernels, artifact_options());
+  write_artifact(o.output, model, config, graph, sets, artifact_options());
   return 0;
 }
 
@@ -207,10 +220,10 @@ int main(int argc, char** argv) {
   compile->add_option("-o,--output", co.output, "Artifact directory to write (NAME.telos)");
   compile->add_option("--serving", co.serving_file,
                       "JSON serving config; replaces model.json's \"serving\" section");
-  compile->add_option(
-      "--target", co.targets,
-      "GPU architecture to compile kernels for: sm_90a (Hopper, the default); or cpu: no "
-      "kernels, for the CPU reference engine");
+  compile->add_option("--target", co.targets,
+                      "GPU architectures to compile kernels for, comma-separated: sm_90a (Hopper, "
+                      "the default), sm_100a (Blackwell B200), or sm_90a,sm_100a for one artifact "
+                      "with both kernel sets; or cpu: no kernels, for the CPU reference engine");
   compile->add_option("--emit", co.emit, "Print a stage to stdout instead of writing an artifact")
       ->check(CLI::IsMember({"ir", "lowering", "plan", "kernels"}));
   compile->add_option(

@@ -14,7 +14,7 @@ std::shared_ptr<const Artifact> Artifact::load(const std::string& dir, WeightChe
   a->graph_ = std::move(opened.manifest.graph);
   a->checksum_ = opened.manifest.checksum;
   a->has_kernels_ = opened.manifest.has_kernels;
-  a->programs_ = std::move(opened.manifest.programs);
+  a->kernel_sets_ = std::move(opened.manifest.kernel_sets);
   a->weights_ = std::move(opened.weights);
   for (std::size_t r = 0; r < opened.manifest.weights.size(); ++r) {
     std::vector<WeightTensor>& tensors = a->tensors_.emplace_back();
@@ -50,16 +50,20 @@ const WeightTensor& Artifact::tensor(std::string_view name, int rank) const {
 }
 
 void Artifact::check_target(const std::string& arch) const {
-  auto base = [](std::string s) {
-    if (!s.empty() && s.back() == 'a') s.pop_back();
-    return s;
-  };
-  for (const std::string& t : serving_.targets)
-    if (base(t) == base(arch)) return;
-  std::string list;
-  for (const std::string& t : serving_.targets) list += (list.empty() ? "" : ", ") + t;
-  fail(dir_ + "/manifest.json: serving.targets is [" + list + "], but this device is " + arch +
-       " (compile the artifact with --target " + arch + ")");
+  // "sm_NM", "sm_NMa" or "sm_NMf": compute capability N.M (N may have two digits).
+  std::string digits = arch.rfind("sm_", 0) == 0 ? arch.substr(3) : "";
+  if (!digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) digits.pop_back();
+  if (digits.size() < 2 || digits.size() > 3 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    fail("architecture \"" + arch + "\": expected sm_ and a compute capability, such as sm_90a");
+  const int cc = std::stoi(digits);
+  kernel_set_for_device(cc / 10, cc % 10, serving_.targets, dir_ + "/manifest.json");
+}
+
+const LaunchPrograms& Artifact::kernel_set(int major, int minor) const {
+  if (!has_kernels_) fail(dir_ + "/manifest.json: kernels is empty: the GPU engine needs kernels");
+  return kernel_sets_[kernel_set_for_device(major, minor, serving_.targets,
+                                            dir_ + "/manifest.json")];
 }
 
 void Artifact::release_weight_pages(const WeightTensor& tensor, std::size_t offset,

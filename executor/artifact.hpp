@@ -92,13 +92,19 @@ class Artifact {
 
   // True when codegen has filled the kernel table; the GPU engine needs it.
   bool has_kernels() const { return has_kernels_; }
-  // With the kernels: the kernel table, the activation arena and the launch programs.
-  const LaunchPrograms& programs() const { return programs_; }
+  // With the kernels: the kernel table, the activation arena and the launch programs of the first
+  // target's kernel set (serving.targets[0]).
+  const LaunchPrograms& programs() const { return kernel_sets_.at(0); }
+  // With the kernels: every kernel set, one a target of serving.targets, in its order.
+  const std::vector<LaunchPrograms>& kernel_sets() const { return kernel_sets_; }
+  // The kernel set that runs on a GPU of compute capability major.minor (sm_90a on 9.0, sm_100a on
+  // 10.0). Throws telos::Error naming manifest.json, the device and the targets the artifact has
+  // when it has no set for it.
+  const LaunchPrograms& kernel_set(int major, int minor) const;
 
-  // Refuses (telos::Error naming serving.targets) unless the artifact was compiled for the
-  // device architecture `arch`, written like "sm_90a" or "sm_90". Arch-specific targets ("a")
-  // run only on exactly that compute capability, so sm_90 and sm_90a match each other and
-  // nothing else.
+  // Refuses (telos::Error naming serving.targets) unless the artifact has a kernel set for the
+  // device architecture `arch`, written like "sm_90a" or "sm_90" (kernel_set's rule: sm_90a runs
+  // on 9.0, sm_100a on 10.0), or `arch` is not an architecture name.
   void check_target(const std::string& arch) const;
 
   // Drops the mapped weight file's pages holding bytes [offset, offset + length) of rank `rank`'s
@@ -117,7 +123,7 @@ class Artifact {
   ArtifactGraph graph_;
   std::string checksum_;
   bool has_kernels_ = false;
-  LaunchPrograms programs_;
+  std::vector<LaunchPrograms> kernel_sets_;
   std::vector<MappedFile> weights_;                 // one a rank
   std::vector<std::vector<WeightTensor>> tensors_;  // one table a rank
 };

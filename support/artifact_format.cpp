@@ -516,9 +516,7 @@ ArtifactManifest validate_manifest(const json& m, const std::string& file) {
   // The launch programs, which only the GPU engine runs, with the kernels.
   const json& kernels = f.array(m, "", "kernels");
   a.has_kernels = !kernels.empty();
-  if (a.has_kernels)
-    a.programs =
-        read_launch_programs(f, kernels, f.object(m, "", "plan"), f.object(m, "", "programs"), a);
+  if (a.has_kernels) a.kernel_sets = read_kernel_sets(f, m, a);
   const json& sum = f.member(m, "", "manifest_checksum");
   if (!is_checksum(sum)) f.refuse("manifest_checksum", "expected a checksum string \"xxh64:...\"");
   if (const std::string got = manifest_checksum(m); got != sum.get<std::string>())

@@ -134,7 +134,9 @@ struct ArtifactManifest : ArtifactConfig {
   ArtifactGraph graph;              // the optimized IR (artifact_graph.hpp)
   std::vector<std::pair<std::string, std::string>> files;  // name, checksum: manifest order
   bool has_kernels = false;  // codegen filled "kernels" (the GPU engine needs them)
-  LaunchPrograms programs;   // with the kernels: the arena and the launch programs
+  // With the kernels: one set (the arena and the launch programs) a target of serving.targets, in
+  // its order (artifact_programs.hpp, read_kernel_sets).
+  std::vector<LaunchPrograms> kernel_sets;
 };
 
 // Validates the model, serving and kv_cache sections of `manifest` (an object holding at least

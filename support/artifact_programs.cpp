@@ -311,4 +311,64 @@ LaunchPrograms read_launch_programs(const ManifestFields& f, const json& kernels
   return p;
 }
 
+std::vector<LaunchPrograms> read_kernel_sets(const ManifestFields& f, const json& m,
+                                             const ArtifactManifest& a) {
+  const std::vector<std::string>& targets = a.serving.targets;
+  std::vector<LaunchPrograms> sets;
+  sets.push_back(read_launch_programs(f, f.array(m, "", "kernels"), f.object(m, "", "plan"),
+                                      f.object(m, "", "programs"), a));
+  sets.back().target = targets.at(0);
+  const auto further = m.find("kernel_sets");
+  if (further == m.end()) {
+    if (targets.size() > 1)
+      f.refuse("kernel_sets", "missing: serving.targets lists " + std::to_string(targets.size()) +
+                                  " targets, the top-level kernels are " + targets[0] + "'s");
+    return sets;
+  }
+  if (!further->is_object()) f.refuse("kernel_sets", "expected an object");
+  for (const auto& [arch, set] : further->items()) {
+    const auto listed = std::find(targets.begin() + 1, targets.end(), arch);
+    if (listed == targets.end())
+      f.refuse("kernel_sets." + arch, "not a target of serving.targets after the first (" +
+                                          targets[0] + ", whose kernels are the top-level ones)");
+    if (!set.is_object()) f.refuse("kernel_sets." + arch, "expected an object");
+    const ManifestFields in_set(f.file() + ": kernel_sets." + arch);
+    sets.push_back(read_launch_programs(in_set, in_set.array(set, "", "kernels"),
+                                        in_set.object(set, "", "plan"),
+                                        in_set.object(set, "", "programs"), a));
+    sets.back().target = arch;
+  }
+  for (std::size_t t = 1; t < targets.size(); ++t)
+    if (!further->contains(targets[t]))
+      f.refuse("kernel_sets", "no kernel set for " + targets[t] + " (serving.targets lists it)");
+  std::sort(sets.begin() + 1, sets.end(), [&](const LaunchPrograms& x, const LaunchPrograms& y) {
+    return std::find(targets.begin(), targets.end(), x.target) <
+           std::find(targets.begin(), targets.end(), y.target);
+  });
+  return sets;
+}
+
+std::string kernel_target_for_device(int major, int minor) {
+  if (major == 9 && minor == 0) return "sm_90a";
+  if (major == 10 && minor == 0) return "sm_100a";
+  return "";
+}
+
+std::size_t kernel_set_for_device(int major, int minor, const std::vector<std::string>& targets,
+                                  const std::string& where) {
+  const std::string device = std::to_string(major) + "." + std::to_string(minor);
+  const std::string want = kernel_target_for_device(major, minor);
+  std::string have;
+  for (const std::string& t : targets) have += (have.empty() ? "" : ", ") + t;
+  if (want.empty())
+    fail(where + ": serving.targets is [" + have + "]; this device has compute capability " +
+         device + ", for which Telos has no kernels (sm_90a runs on 9.0, sm_100a on 10.0 only)");
+  const auto it = std::find(targets.begin(), targets.end(), want);
+  if (it == targets.end())
+    fail(where + ": serving.targets is [" + have + "], no kernel set for this device (compute " +
+         "capability " + device + ", " + want + "): compile the artifact with --target " + want +
+         " (or --target " + have + "," + want + " for one artifact with both)");
+  return static_cast<std::size_t>(it - targets.begin());
+}
+
 }  // namespace telos

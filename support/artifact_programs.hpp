@@ -85,6 +85,7 @@ struct ArenaSlot {
 };
 
 struct LaunchPrograms {
+  std::string target;  // the architecture of its kernels/<target>.cubin: "sm_90a", "sm_100a"
   std::vector<KernelEntry> kernels;
   int max_tokens = 0, max_sample_rows = 0;  // the step descriptor's rows
   std::int64_t arena_bytes = 0;
@@ -97,5 +98,24 @@ struct LaunchPrograms {
 LaunchPrograms read_launch_programs(const ManifestFields& f, const nlohmann::json& kernels,
                                     const nlohmann::json& plan, const nlohmann::json& programs,
                                     const ArtifactManifest& artifact);
+
+// Every kernel set of a manifest with kernels (docs/artifact.md, "Kernel sets"), one a target of
+// serving.targets in its order: the top-level plan, kernels and programs for the first target,
+// kernel_sets.ARCH for each further one. Throws telos::Error naming the field at fault (a set's
+// own fields after "kernel_sets.ARCH: "), a target without a set and a set for no target.
+std::vector<LaunchPrograms> read_kernel_sets(const ManifestFields& f,
+                                             const nlohmann::json& manifest,
+                                             const ArtifactManifest& artifact);
+
+// The kernel target that runs on a GPU of compute capability major.minor: "sm_90a" on 9.0,
+// "sm_100a" on 10.0; "" for any other (architecture-specific code runs on exactly its compute
+// capability: an sm_100a cubin does not load on 10.3).
+std::string kernel_target_for_device(int major, int minor);
+
+// Which of an artifact's kernel sets (`targets`, serving.targets' order) runs on a GPU of compute
+// capability major.minor. Throws telos::Error naming `where` (the manifest), the device, the sets
+// the artifact has and the --target to compile with, when none does.
+std::size_t kernel_set_for_device(int major, int minor, const std::vector<std::string>& targets,
+                                  const std::string& where);
 
 }  // namespace telos

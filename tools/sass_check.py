@@ -13,10 +13,11 @@ loops included. Each loop is summarised as `loop OP xN, OP xN, ...`: the opcodes
 included, predicates dropped) of the families in FAMILIES, in order of first appearance, with
 their counts. --loops prints those lines too.
 
-The patterns file holds one check a line, `LOOP NAME: PATTERN` or `NOT NAME: PATTERN`, the
-pattern FileCheck-style (literal text; {{...}} a regular expression): a LOOP check passes when
-the summary line of some loop of the kernel contains a match, a NOT check when no instruction of
-the kernel does. Prints per kernel one line per check, `KERNEL: NAME yes (loop ...)`, `KERNEL: NAME
+The patterns file holds one check a line, `LOOP NAME: PATTERN`, `HAS NAME: PATTERN` or `NOT NAME:
+PATTERN`, the pattern FileCheck-style (literal text; {{...}} a regular expression): a LOOP check
+passes when the summary line of some loop of the kernel contains a match, a HAS check when some
+instruction of the kernel does, a NOT check when none does. `NAME @REGEX` limits a check to the
+kernels whose (mangled) name REGEX matches (an artifact's cubin holds every kernel of its set). Prints per kernel one line per check, `KERNEL: NAME yes (loop ...)`, `KERNEL: NAME
 MISSING`, `KERNEL: NAME none` or `KERNEL: NAME FOUND (instruction)`, then a summary line. Exit
 status 0 when every check of every kernel passes, 1 when one fails, 2 when the input has no kernel
 or the patterns file is malformed (the message names the file and line).
@@ -33,7 +34,7 @@ LABEL = re.compile(r"^\s*(\.L[\w$]*):")
 INSTRUCTION = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s+(.*?)\s*;")
 PREDICATE = re.compile(r"^@!?U?P\w+\s+")
 BRANCH_TARGET = re.compile(r"`\((\.L[\w$]*)\)")
-CHECK = re.compile(r"^(LOOP|NOT)\s+([\w-]+):\s*(.+?)\s*$")
+CHECK = re.compile(r"^(LOOP|HAS|NOT)\s+([\w-]+)(?:\s+@(\S+))?:\s*(.+?)\s*$")
 
 
 class Kernel:
@@ -104,9 +105,10 @@ def read_checks(path):
                 continue
             m = CHECK.match(line)
             if not m:
-                raise ValueError(f"{path}:{number}: expected 'LOOP NAME: PATTERN' or 'NOT NAME: PATTERN'")
+                raise ValueError(f"{path}:{number}: expected 'LOOP|HAS|NOT NAME [@KERNELS]: PATTERN'")
             try:
-                checks.append((m.group(1), m.group(2), filecheck_regex(m.group(3))))
+                kernels = re.compile(m.group(3)) if m.group(3) else None
+                checks.append((m.group(1), m.group(2), kernels, filecheck_regex(m.group(4))))
             except re.error as e:
                 raise ValueError(f"{path}:{number}: bad regular expression: {e}") from None
     if not checks:
@@ -120,9 +122,15 @@ def report(kernel, checks, show_loops):
     if show_loops:
         for line in loops:
             print(f"{kernel.name}: {line}")
-    for kind, name, regex in checks:
+    for kind, name, kernels, regex in checks:
+        if kernels is not None and not kernels.search(kernel.name):
+            continue
         if kind == "LOOP":
             hit = next((line for line in loops if regex.search(line)), None)
+            print(f"{kernel.name}: {name} " + (f"yes ({hit})" if hit else "MISSING"))
+            failed += hit is None
+        elif kind == "HAS":
+            hit = next((text for _, text in kernel.instructions if regex.search(text)), None)
             print(f"{kernel.name}: {name} " + (f"yes ({hit})" if hit else "MISSING"))
             failed += hit is None
         else:
@@ -155,7 +163,7 @@ def main():
               file=sys.stderr)
         return 2
     failed = sum(report(k, checks, args.loops) for k in kernels)
-    print(f"{len(kernels)} kernels, {len(checks)} checks each: " +
+    print(f"{len(kernels)} kernels, {len(checks)} checks: " +
           ("all pass" if failed == 0 else f"{failed} failed"))
     return 1 if failed else 0
 

@@ -47,6 +47,22 @@ std::string text_summary(const fs::path& dir,
               : "text: tokenizer, no chat template (text prompts; chat requests refused)\n";
 }
 
+std::string arena_summary(const LaunchPrograms& p) {
+  return human_bytes(p.arena_bytes) + " (" + std::to_string(p.arena.size()) + " buffers)";
+}
+
+// One line a kernel set: its kernels and target (each further set with its own arena).
+std::string kernel_sets_summary(const ArtifactManifest& a) {
+  if (!a.has_kernels) return "kernels: 0\n";
+  std::string s;
+  for (std::size_t i = 0; i < a.kernel_sets.size(); ++i) {
+    const LaunchPrograms& p = a.kernel_sets[i];
+    s += "kernels: " + std::to_string(p.kernels.size()) + " for " + p.target +
+         (i > 0 ? ", activation arena " + arena_summary(p) : "") + "\n";
+  }
+  return s;
+}
+
 // One line for the weight file, or for tensor parallelism one a rank and what is split.
 std::string weights_summary(const ArtifactManifest& a) {
   const std::size_t tensors = a.weights[0].tensors.size();
@@ -119,11 +135,9 @@ std::string summary(const std::string& path, const nlohmann::json& j, const Arti
     for (int n : *sizes) s += " " + std::to_string(n);
     s += "\n";
   }
-  if (a.has_kernels)
-    s += "activation arena: " + human_bytes(a.programs.arena_bytes) + " (" +
-         std::to_string(a.programs.arena.size()) + " buffers)\n";
+  if (a.has_kernels) s += "activation arena: " + arena_summary(a.kernel_sets[0]) + "\n";
   s += weights_summary(a);
-  s += "kernels: " + std::to_string(a.programs.kernels.size()) + "\n";
+  s += kernel_sets_summary(a);
   s += text_summary(fs::path(path), a.files);
   return s;
 }

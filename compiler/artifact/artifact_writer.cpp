@@ -533,26 +533,53 @@ std::uint64_t copy_file_hashed(const fs::path& from, const fs::path& to) {
   return out.digest();
 }
 
-// Writes codegen's files (docs/artifact.md, "Kernels") into `dir`: the generated source and, per
-// target, its PTX and cubin. Returns their checksums by file name, for the manifest's "files".
+// Writes codegen's files (docs/artifact.md, "Kernels") into `dir`: per kernel set its generated
+// source (the first set's kernels/src/model.cu, every further one's kernels/src/model.ARCH.cu),
+// PTX and cubin. Returns their checksums by file name, for the manifest's "files".
 nlohmann::ordered_json write_kernel_files(const fs::path& dir,
-                                          const codegen::GeneratedKernels& kernels) {
+                                          const std::vector<TargetKernelSet>& sets) {
   for (const char* sub : {"kernels", "kernels/src"})
     if (::mkdir((dir / sub).c_str(), 0777) != 0)
       fail((dir / sub).string() + ": cannot create: " + std::strerror(errno));
   nlohmann::ordered_json files;
-  files["kernels/src/model.cu"] =
-      checksum_string(write_file(dir / "kernels/src/model.cu", kernels.source));
-  for (const codegen::TargetKernels& t : kernels.targets)
-    for (const auto& [ext, bytes] : {std::pair{".ptx", &t.ptx}, std::pair{".cubin", &t.cubin}}) {
-      const std::string rel = "kernels/" + t.arch + ext;
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    const codegen::GeneratedKernels& k = sets[i].kernels;
+    const std::string src =
+        i == 0 ? "kernels/src/model.cu" : "kernels/src/model." + k.compiled.arch + ".cu";
+    files[src] = checksum_string(write_file(dir / src, k.source));
+    if (k.compiled.arch.empty()) continue;
+    for (const auto& [ext, bytes] :
+         {std::pair{".ptx", &k.compiled.ptx}, std::pair{".cubin", &k.compiled.cubin}}) {
+      const std::string rel = "kernels/" + k.compiled.arch + ext;
       files[rel] = checksum_string(write_file(dir / rel, *bytes));
     }
+  }
   // The staging directory itself is synced at commit; its subdirectories here.
   for (const char* sub : {"kernels/src", "kernels"})
     if (!sync_directory(dir / sub))
       fail((dir / sub).string() + ": fsync failed: " + std::strerror(errno));
   return files;
+}
+
+// The manifest's kernel sections: the first set's plan, kernels and programs at the top level,
+// each further set's under kernel_sets.ARCH (docs/artifact.md, "Kernel sets").
+void kernel_sections(nlohmann::ordered_json& m, const std::vector<TargetKernelSet>& sets) {
+  if (sets.empty()) {  // --target cpu: no plan, kernels or programs
+    m["plan"] = plan_to_json(ArenaPlan{});
+    m["kernels"] = nlohmann::ordered_json::array();
+    m["programs"] = nlohmann::ordered_json::object();
+    return;
+  }
+  m["plan"] = plan_to_json(sets[0].plan);
+  m["kernels"] = sets[0].kernels.kernels;
+  m["programs"] = sets[0].kernels.programs;
+  if (sets.size() == 1) return;
+  nlohmann::ordered_json further = nlohmann::ordered_json::object();
+  for (std::size_t i = 1; i < sets.size(); ++i)
+    further[sets[i].kernels.compiled.arch] = {{"plan", plan_to_json(sets[i].plan)},
+                                              {"kernels", sets[i].kernels.kernels},
+                                              {"programs", sets[i].kernels.programs}};
+  m["kernel_sets"] = std::move(further);
 }
 
 // The model, serving and kv_cache sections of the manifest.
@@ -602,8 +629,8 @@ void validate_configuration(const std::string& source, const ModelSpec& spec,
 }
 
 void write_artifact(const std::string& destination, const ImportedModel& model,
-                    const ServingConfig& serving, const ir::Graph& graph, const ArenaPlan& plan,
-                    const codegen::GeneratedKernels& kernels, const ArtifactOptions& options) {
+                    const ServingConfig& serving, const ir::Graph& graph,
+                    const std::vector<TargetKernelSet>& sets, const ArtifactOptions& options) {
   // The packer relies on the verifier's parameter rules (types it writes, sources to pack).
   ir::verify(graph);
   if (!model.has_weights) fail(model.source + ": the model was imported without weights");
@@ -621,8 +648,8 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
     if (fs::is_regular_file(from, ec))
       files[name] = checksum_string(copy_file_hashed(from, staging.path() / name));
   }
-  // A --target cpu artifact has no kernels: no kernel files, and empty kernel sections.
-  if (!kernels.targets.empty()) files.update(write_kernel_files(staging.path(), kernels));
+  // A --target cpu artifact has no kernel set: no kernel files.
+  if (!sets.empty()) files.update(write_kernel_files(staging.path(), sets));
 
   nlohmann::ordered_json m;
   m["format"] = kArtifactFormat;
@@ -632,9 +659,7 @@ void write_artifact(const std::string& destination, const ImportedModel& model,
   m.update(config_sections(model.spec, serving));
   m["weights"] = weights;
   m["graph"] = graph_section(graph);
-  m["plan"] = plan_to_json(plan);
-  m["kernels"] = kernels.targets.empty() ? nlohmann::ordered_json::array() : kernels.kernels;
-  m["programs"] = kernels.targets.empty() ? nlohmann::ordered_json::object() : kernels.programs;
+  kernel_sections(m, sets);
   m["files"] = files;
   write_file(staging.path() / "manifest.json", manifest_text(std::move(m), staging.path()));
 

@@ -11,6 +11,7 @@
 // pages are released behind the reader, so resident memory stays small for any model size.
 #include <csignal>
 #include <string>
+#include <vector>
 
 #include "codegen/codegen.hpp"
 #include "codegen/codegen_input.hpp"
@@ -38,14 +39,21 @@ codegen::CodegenInput codegen_input(const ServingConfig& serving);
 void validate_configuration(const std::string& source, const ModelSpec& spec,
                             const ServingConfig& serving);
 
+// One target's kernels in the artifact: the arena of its lowered programs (plan_arena) and
+// codegen's output for it (compiled.arch names the target; empty: an artifact without kernels).
+struct TargetKernelSet {
+  ArenaPlan plan;
+  codegen::GeneratedKernels kernels;
+};
+
 // Writes the artifact of the stages before it: `graph`, the optimized IR (ir.txt; its parameters,
-// in order, are the weights packed into weights.bin), `plan`, the arena of the lowered programs,
-// and `kernels`, codegen's output for
-// `serving`. The manifest the writer is about to write is validated as telos-run validates it, so
-// an IR whose parameters are not the weight table telos-run expects is refused, and nothing is
-// left behind.
+// in order, are the weights packed into weights.bin), and `sets`, one kernel set a target of
+// `serving` in its order (docs/artifact.md, "Kernels": the first set's plan, kernels and programs
+// at the top level, every further one under "kernel_sets"). The manifest the writer is about to
+// write is validated as telos-run validates it, so an IR whose parameters are not the weight table
+// telos-run expects is refused, and nothing is left behind.
 void write_artifact(const std::string& destination, const ImportedModel& model,
-                    const ServingConfig& serving, const ir::Graph& graph, const ArenaPlan& plan,
-                    const codegen::GeneratedKernels& kernels, const ArtifactOptions& options);
+                    const ServingConfig& serving, const ir::Graph& graph,
+                    const std::vector<TargetKernelSet>& sets, const ArtifactOptions& options);
 
 }  // namespace telos::compiler

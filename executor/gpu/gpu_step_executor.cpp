@@ -126,7 +126,8 @@ struct GpuStepExecutor::State {
 
   std::shared_ptr<const Artifact> art;
   GpuExecutorOptions opt;
-  std::string arch;  // the device's, e.g. sm_90a
+  std::string arch;                          // the device's kernel set's target, e.g. sm_90a
+  const LaunchPrograms* programs = nullptr;  // that set (Artifact::kernel_set)
   int vocab = 0, page_size = 0, kv_pages = 0;
   std::int64_t bytes_per_page = 0, layer_bytes = 0;
   std::int64_t weight_bytes = 0, kv_bytes = 0, arena_bytes = 0;
@@ -455,8 +456,8 @@ struct GpuStepExecutor::State {
     check(cudaSetDevice(opt.device), "select device " + std::to_string(opt.device));
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, opt.device), "device properties");
-    arch = "sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + "a";
-    art->check_target(arch);
+    programs = &art->kernel_set(prop.major, prop.minor);
+    arch = programs->target;
     for (cudaStream_t* st : {&stream, &upload})
       check(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking), "stream");
     for (cudaEvent_t& e : desc_ready)
@@ -469,7 +470,7 @@ struct GpuStepExecutor::State {
     const std::string cubin = read_file(art->dir() + "/kernels/" + arch + ".cubin");
     check(cudaLibraryLoadData(&library, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
           "load kernels/" + arch + ".cubin");
-    for (const KernelEntry& e : art->programs().kernels) {
+    for (const KernelEntry& e : programs->kernels) {
       cudaKernel_t k = nullptr;
       check(cudaLibraryGetKernel(&k, library, e.entry.c_str()), "kernel " + e.entry);
       kernels.push_back(k);
@@ -489,21 +490,20 @@ struct GpuStepExecutor::State {
   // within the memory free now.
   void plan_memory() {
     const Artifact& a = *art;
-    const LaunchPrograms& programs = a.programs();
     vocab = a.model().vocab_size;
     page_size = a.kv_cache().page_size;
     bytes_per_page = a.kv_cache().bytes_per_page;
     layer_bytes = bytes_per_page / a.kv_cache().num_layers;
-    for (const ProgramBucket& bucket : programs.buckets)
+    for (const ProgramBucket& bucket : programs->buckets)
       for (const ProgramLaunch& l : bucket.launches)
         for (const LaunchArg& arg : l.args) note_weight_use(arg);
     for (const auto& t : a.tensors(opt.rank))
       if (plain_weights.count(t.name))
         weight_bytes += align_up(static_cast<std::int64_t>(t.bytes), 256);
-    arena_bytes = align_up(programs.arena_bytes, 256);
+    arena_bytes = align_up(programs->arena_bytes, 256);
     const ServingConfig& serving = a.serving();
     const int max_pages = max_pages_per_sequence(serving);
-    desc = StepDescriptorLayout::make(programs.max_tokens, programs.max_sample_rows,
+    desc = StepDescriptorLayout::make(programs->max_tokens, programs->max_sample_rows,
                                       serving.max_batch, max_pages, page_size, vocab, 0);
     // The pool: --kv-pages, else the artifact's, within the memory free now (another process may
     // hold some; runtime_limits.hpp, device_kv_pool_pages).
@@ -580,7 +580,7 @@ struct GpuStepExecutor::State {
     char* arena_base = kv + kv_bytes;
     check(cudaMemset(arena_base, 0, static_cast<std::size_t>(arena_bytes + 2 * desc.bytes)),
           "arena init");
-    for (const ArenaSlot& b : art->programs().arena) arena[b.buffer] = arena_base + b.offset;
+    for (const ArenaSlot& b : programs->arena) arena[b.buffer] = arena_base + b.offset;
     desc_dev[0] = arena_base + arena_bytes;
     desc_dev[1] = desc_dev[0] + desc.bytes;
     logits_dev = arena.at("logits");
@@ -619,7 +619,7 @@ struct GpuStepExecutor::State {
   // device memory (the loader checked each against its weight, buffer or the KV cache).
   void encode_tensor_maps() {
     std::vector<hexel::TensorMap> maps;
-    for (const ProgramBucket& bucket : art->programs().buckets)
+    for (const ProgramBucket& bucket : programs->buckets)
       for (const ProgramLaunch& l : bucket.launches)
         for (const LaunchArg& arg : l.args) {
           if (arg.kind != ArgKind::tensor_map && arg.kind != ArgKind::image_map) continue;
@@ -673,25 +673,25 @@ struct GpuStepExecutor::State {
   // under runtime limits, not the buckets no step can choose (bucket_reachable). Returns how many
   // were left out.
   int resolve_launches() {
-    const std::vector<ProgramBucket>& programs = art->programs().buckets;
+    const std::vector<ProgramBucket>& planned = programs->buckets;
     std::vector<BucketShape> shapes;
-    for (const ProgramBucket& p : programs)
+    for (const ProgramBucket& p : planned)
       shapes.push_back({p.decode, p.size, p.tokens, p.sample_rows});
     int unreachable = 0;
-    for (std::size_t i = 0; i < programs.size(); ++i) {
+    for (std::size_t i = 0; i < planned.size(); ++i) {
       if (!bucket_reachable(shapes, shapes[i], opt.max_batch, opt.prefill_chunk)) {
         ++unreachable;
         continue;
       }
       Bucket b;
       static_cast<BucketShape&>(b) = shapes[i];
-      b.name = programs[i].name();
-      const auto& first_args = programs[i].launches.front().args;
+      b.name = planned[i].name();
+      const auto& first_args = planned[i].launches.front().args;
       feeds = feeds && std::any_of(first_args.begin(), first_args.end(), [](const LaunchArg& a) {
                 return a.kind == ArgKind::buffer && a.name == "sampled";
               });
       for (int parity = 0; parity < 2; ++parity)
-        for (const ProgramLaunch& pl : programs[i].launches) {
+        for (const ProgramLaunch& pl : planned[i].launches) {
           LaunchRecord l;
           l.kernel = pl.kernel;
           l.grid = dims(pl.grid);

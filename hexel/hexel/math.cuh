@@ -31,5 +31,13 @@ HEXEL_DEVICE float rcp_approx(float x) {
   return y;
 }
 
+// One f32 as bf16 bits, rounded to nearest even (NaN stays NaN): pack_bf16x2's rounding, for a
+// thread that holds one value of a row. PTX: cvt (.rn.bf16.f32).
+HEXEL_DEVICE uint16_t to_bf16(float f) {
+  uint16_t r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+}
+
 }  // namespace hexel
 #endif

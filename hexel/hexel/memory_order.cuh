@@ -83,5 +83,11 @@ HEXEL_DEVICE void st_release_sys(uint32_t* p, uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// Thread: *p += a in L2, as red_add_relaxed_gpu's pair does per element (the same f32 add, the
+// same flush of subnormals). PTX: red (.relaxed.gpu.global.add.f32).
+HEXEL_DEVICE void red_add_relaxed_gpu(float* p, float a) {
+  asm volatile("red.relaxed.gpu.global.add.f32 [%0], %1;" ::"l"(p), "f"(a) : "memory");
+}
+
 }  // namespace hexel
 #endif

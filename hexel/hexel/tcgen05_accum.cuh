@@ -19,12 +19,12 @@ namespace hexel::tcgen05 {
 
 template <uint32_t N>
 struct Bf16Accum {
-  static_assert(N >= 32 && N <= 256 && N % 32 == 0,
-                "128 x N accumulators of 32 .. 256 columns, read 32 columns a load");
+  static_assert(N >= 16 && N <= 256 && N % 16 == 0,
+                "128 x N accumulators of 16 .. 256 columns (M = 128 takes N in steps of 16)");
   static constexpr uint32_t kRows = 128;
   static constexpr uint32_t kColumns = N;       // Tensor Memory columns: one f32 a column
   static constexpr uint32_t kBlockK = 64;       // K a stage: one 128-byte swizzle row of bf16
-  static constexpr uint32_t kLoadColumns = 32;  // a tcgen05.ld .32x32b.x32
+  static constexpr uint32_t kLoadColumns = 32;  // a tcgen05.ld .32x32b.x32 (N a multiple of 32)
   // kind::f16, bf16 x bf16 -> f32, M = 128, N, both operands K-major ("Instruction descriptor").
   static constexpr InstrDesc kInstrDesc =
       InstrDesc::make(AbType::BF16, AbType::BF16, DType::F32, kRows, N);

@@ -20,7 +20,7 @@ namespace {
 
 namespace ir = compiler::ir;
 
-const std::vector<std::string> kHopper = {"sm_90a"};
+const std::string kHopper = "sm_90a";
 
 std::string epilogue(const ir::Op& op) {
   const ir::AttrValue* v = op.attr("epilogue");
@@ -29,9 +29,9 @@ std::string epilogue(const ir::Op& op) {
 
 // The message find_lowering_rule throws for `ops`, or "" when it finds a rule.
 std::string refusal(const ir::Graph& g, const std::vector<const ir::Op*>& ops, bool layer,
-                    ShapeClass shape, const std::vector<std::string>& targets = kHopper) {
+                    ShapeClass shape, const std::string& target = kHopper) {
   try {
-    find_lowering_rule(g, ops, layer, shape, targets);
+    find_lowering_rule(g, ops, layer, shape, target);
   } catch (const Error& e) {
     return e.what();
   }
@@ -44,8 +44,8 @@ const ir::Op& op_named(const ir::Graph& g, const std::string& result) {
   throw std::runtime_error("no op defines %" + result);
 }
 
-// In small-M and prefill GEMM buckets each op finds the rule named for its kind and epilogue, and
-// the rule names the GEMM family of its shape class.
+// In small-M and prefill GEMM buckets each op finds the rule named for its kind and epilogue, for
+// each target, and the rule names the GEMM family of its shape class and target.
 TEST(Lowering, EveryOpFindsItsRule) {
   const std::map<std::string, std::string> rule_of = {
       {"embed", "embed"},
@@ -57,22 +57,25 @@ TEST(Lowering, EveryOpFindsItsRule) {
       {"lm_head_sample", "lm_head_sample"}};
   for (const char* family : {"llama", "qwen2", "qwen3"}) {
     const ir::Graph g = fused_ir(tiny(family).spec);
-    for (ShapeClass shape : {ShapeClass::small_m, ShapeClass::prefill_gemm}) {
-      std::set<std::string> kinds;
-      for (const auto& op : g.ops()) {
-        const std::string key = op->kind + (epilogue(*op).empty() ? "" : "/" + epilogue(*op));
-        const LoweringRule& rule = find_lowering_rule(g, {op.get()}, false, shape, kHopper);
-        EXPECT_EQ(rule.name, rule_of.at(key)) << family << ": " << ir::print_op(*op);
-        kinds.insert(key);
-        if (op->kind == "linear" && epilogue(*op) == "residual") {
-          const char* family_gemm =
-              shape == ShapeClass::small_m ? "gemm_small_residual" : "gemm_prefill_residual";
-          EXPECT_NE(std::string(rule.kernels).find(family_gemm), std::string::npos)
-              << rule.kernels;
+    for (const std::string target : {"sm_90a", "sm_100a"})
+      for (ShapeClass shape : {ShapeClass::small_m, ShapeClass::prefill_gemm}) {
+        std::set<std::string> kinds;
+        for (const auto& op : g.ops()) {
+          const std::string key = op->kind + (epilogue(*op).empty() ? "" : "/" + epilogue(*op));
+          const LoweringRule& rule = find_lowering_rule(g, {op.get()}, false, shape, target);
+          EXPECT_EQ(rule.name, rule_of.at(key)) << family << ": " << ir::print_op(*op);
+          EXPECT_EQ(rule.target, target);
+          kinds.insert(key);
+          if (op->kind == "linear" && epilogue(*op) == "residual") {
+            const std::string family_gemm =
+                std::string(shape == ShapeClass::small_m ? "gemm_small_" : "gemm_prefill_") +
+                (target == "sm_100a" ? "sm100_" : "") + "residual";
+            EXPECT_NE(std::string(rule.kernels).find(family_gemm), std::string::npos)
+                << rule.kernels;
+          }
         }
+        EXPECT_EQ(kinds.size(), rule_of.size()) << family << " " << target;
       }
-      EXPECT_EQ(kinds.size(), rule_of.size()) << family;
-    }
   }
 }
 
@@ -152,13 +155,25 @@ TEST(Lowering, AnOpWithoutARuleIsRefusedNamingIt) {
   }
 }
 
-// Every rule is for sm_90a: another target is refused naming it, whichever op is asked first.
+// A target is refused naming it where the table has no rules for it, and a rule another target
+// has (sm_90a's one-token layer) is refused for sm_100a naming the target.
 TEST(Lowering, ATargetWithoutRulesIsRefusedNamingIt) {
-  const ir::Graph g = fused_ir(tiny("llama").spec);
-  EXPECT_EQ(refusal(g, {g.ops()[0].get()}, false, ShapeClass::small_m, {"sm_90a", "sm_100a"}),
-            "codegen: target sm_100a: no kernels for it yet (the GEMMs use wgmma, an sm_90a "
-            "instruction; Blackwell's tcgen05 kernels are not written); compile with --target "
-            "sm_90a");
+  const TestModel m = tiny("llama");
+  const ir::Graph g = fused_ir(m.spec);
+  try {
+    plan_kernels(g, m.serving, "sm_80");
+    ADD_FAILURE() << "sm_80 planned";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "codegen: target sm_80: the lowering table has no rules for it");
+  }
+  std::vector<const ir::Op*> layer0;
+  for (const auto& op : g.ops())
+    if (layer0.size() < 7 && op->kind != "embed") layer0.push_back(op.get());
+  const std::string why = refusal(g, layer0, true, ShapeClass::one_token_decode, "sm_100a");
+  EXPECT_NE(why.find("codegen: no lowering rule for target sm_100a for layer 0"), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("(other targets have one)"), std::string::npos) << why;
 }
 
 // What each rule made of a bucket: in IR order, the rule, its launches, and what it folded or

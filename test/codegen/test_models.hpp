@@ -28,7 +28,7 @@ inline KernelPlan plan_kernels(const TestModel& m) {
 }
 
 inline GeneratedKernels generate_kernels(const TestModel& m, const CodegenOptions& options) {
-  return codegen::generate_kernels(plan_kernels(m), m.serving.targets, options);
+  return codegen::generate_kernels(plan_kernels(m), options);
 }
 
 inline TestModel tiny(const std::string& family) {

@@ -620,5 +620,77 @@ TEST(Artifact, ChecksTheTargetArchitecture) {
   }
 }
 
+// The kernel set a GPU runs, by its compute capability: sm_90a on 9.0, sm_100a on 10.0, whichever
+// position the target has in serving.targets.
+TEST(KernelSet, ChosenByComputeCapability) {
+  const std::vector<std::string> both = {"sm_90a", "sm_100a"};
+  EXPECT_EQ(kernel_set_for_device(9, 0, both, "m.json"), 0u);
+  EXPECT_EQ(kernel_set_for_device(10, 0, both, "m.json"), 1u);
+  EXPECT_EQ(kernel_set_for_device(10, 0, {"sm_100a"}, "m.json"), 0u);
+  EXPECT_EQ(kernel_set_for_device(9, 0, {"sm_100a", "sm_90a"}, "m.json"), 1u);
+  EXPECT_EQ(kernel_target_for_device(9, 0), "sm_90a");
+  EXPECT_EQ(kernel_target_for_device(10, 0), "sm_100a");
+  EXPECT_EQ(kernel_target_for_device(10, 3), "");
+  EXPECT_EQ(kernel_target_for_device(8, 0), "");
+}
+
+// An artifact without a set for the device is refused naming the manifest, the device, the sets
+// it has and the --target to compile with; so is a device Telos has no kernels for.
+TEST(KernelSet, RefusesAnArtifactWithoutTheDevicesSet) {
+  auto refusal = [](int major, int minor, const std::vector<std::string>& targets) {
+    try {
+      kernel_set_for_device(major, minor, targets, "a.telos/manifest.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(refusal(9, 0, {"sm_100a"}),
+            "a.telos/manifest.json: serving.targets is [sm_100a], no kernel set for this device "
+            "(compute capability 9.0, sm_90a): compile the artifact with --target sm_90a (or "
+            "--target sm_100a,sm_90a for one artifact with both)");
+  EXPECT_NE(refusal(10, 0, {"sm_90a"}).find("compile the artifact with --target sm_100a"),
+            std::string::npos);
+  EXPECT_EQ(refusal(10, 3, {"sm_90a", "sm_100a"}),
+            "a.telos/manifest.json: serving.targets is [sm_90a, sm_100a]; this device has compute "
+            "capability 10.3, for which Telos has no kernels (sm_90a runs on 9.0, sm_100a on 10.0 "
+            "only)");
+  EXPECT_NE(refusal(8, 0, {"sm_90a"}).find("compute capability 8.0"), std::string::npos);
+}
+
+// An artifact without kernels (the CPU engine's) has no set for any device, said so by name.
+TEST(KernelSet, AnArtifactWithoutKernelsHasNone) {
+  const std::string dir = testing::temp_dir("kernel_set");
+  testing::write_tiny_artifact(dir, {});
+  auto a = Artifact::load(dir);
+  ASSERT_FALSE(a->has_kernels());
+  try {
+    a->kernel_set(9, 0);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("manifest.json: kernels is empty"), std::string::npos)
+        << e.what();
+  }
+}
+
+// check_target takes the architecture's name (telos-run check --arch) by the same rule, and refuses
+// a name that is none.
+TEST(KernelSet, CheckTargetReadsTheArchitectureName) {
+  const std::string dir = testing::temp_dir("check_target");
+  testing::write_tiny_artifact(dir, {});
+  auto a = Artifact::load(dir);
+  EXPECT_NO_THROW(a->check_target("sm_90a"));
+  EXPECT_NO_THROW(a->check_target("sm_90"));
+  for (const std::string bad : {"gfx90a", "sm_", "sm_9x", "sm_1000"}) try {
+      a->check_target(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), "architecture \"" + bad +
+                                           "\": expected sm_ and a compute capability, such as "
+                                           "sm_90a");
+    }
+  EXPECT_THROW(a->check_target("sm_103a"), Error);
+}
+
 }  // namespace
 }  // namespace telos::exec

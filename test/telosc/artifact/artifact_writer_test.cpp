@@ -34,8 +34,8 @@ TEST(ArtifactWriter, RefusesAnIrWhoseParametersAreNotTheWeightTable) {
   fs::create_directories(dir);
   std::string error;
   try {
-    write_artifact((dir / "tiny.telos").string(), model, serving, graph, plan,
-                   codegen::GeneratedKernels{}, ArtifactOptions{});
+    write_artifact((dir / "tiny.telos").string(), model, serving, graph,
+                   {{plan, codegen::GeneratedKernels{}}}, ArtifactOptions{});
   } catch (const Error& e) {
     error = e.what();
   }
@@ -57,8 +57,8 @@ std::string write_error(const ir::Graph& graph, const ImportedModel& model,
   codegen::GeneratedKernels no_kernels;  // an empty kernel table: the CPU engine's artifact
   no_kernels.kernels = nlohmann::ordered_json::array();
   try {
-    write_artifact((dir / "tiny.telos").string(), model, serving, graph, ArenaPlan{}, no_kernels,
-                   ArtifactOptions{});
+    write_artifact((dir / "tiny.telos").string(), model, serving, graph,
+                   {{ArenaPlan{}, no_kernels}}, ArtifactOptions{});
   } catch (const Error& e) {
     return e.what();
   }

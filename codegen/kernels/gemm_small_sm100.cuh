@@ -1,0 +1,321 @@
+#pragma once
+// The small-M GEMM on Blackwell (sm_100a): y = A · Wᵀ for the buckets below the prefill GEMM's
+// (decode, short prefill), with the tensor-core work on tcgen05. The weights are the MMA's A
+// operand, 128 rows a CTA (one row a Tensor Memory lane), and the bucket's tokens its N, 16 to 256
+// a tile: a decode step streams the weights once and the tokens ride along as the narrow operand,
+// which on tcgen05 (M is 64 or 128, N is 16 to 256) is the one that may be small. The stage ring
+// and its producer are gemm_small.cuh's (small_gemm_produce: weights before griddepcontrol.wait,
+// tokens after it; the same tensor maps and boxes), the MMA's descriptors and accumulator access
+// hexel/tcgen05_accum.cuh's, as in the prefill GEMM (gemm_prefill_sm100.cuh), and each epilogue's
+// arithmetic is gemm_small.cuh's (the residual's add in L2, SwiGLU's EpilogueSwiGlu::act, the LM
+// head's f32 logits and greedy candidates).
+//
+// Roles, by warp: 0-3 the epilogue (warp q reads Tensor Memory lanes 32 q .. 32 q + 31, the
+// weight rows it writes as output columns); 4 the TMA producer (one thread); 5 allocates Tensor
+// Memory and one of its threads issues every MMA (per 64-wide K block four tcgen05.mma kind::f16,
+// M 128, N the token tile, K 16; SwiGLU: a second chain for the up rows into the columns after
+// the gate's), each stage released by tcgen05.commit, the accumulator handed to the epilogue by a
+// last commit.
+//
+// Reduction order: every output element is one chain of tcgen05.mma over K in 16-wide steps, in
+// order, from zero, whatever the bucket; the prefill GEMM's chain has the same steps with the
+// operands' roles exchanged (tokens as A), so the two agree bit for bit exactly when the tensor
+// core's per-element dot product does not depend on which operand is A (docs/hexel.md,
+// "Blackwell": to be checked on the first B200).
+//
+// The index math is host-callable (SmallEpilogueSm100; test/codegen/small_epilogue_sm100_test
+// checks it against hexel/tcgen05_model.h); the kernels compile under NVRTC for sm_100a only.
+#include "hexel/config.cuh"
+#include "hexel/tcgen05_accum.cuh"
+
+namespace telos_kernels {
+
+// The launch shape, for the plan too (kernel_plan.hpp restates kThreads and the shared memory).
+struct SmallGemmSm100 {
+  enum : unsigned {
+    kEpilogueWarps = 4,
+    kProducerWarp = 4,
+    kMmaWarp = 5,
+    kThreads = 192,
+    kWeightRows = 128,  // A rows a tile: the MMA's M, one a Tensor Memory lane
+    kBlockK = 64,       // one 128-byte swizzle row of bf16 a stage
+    kMaxTokens = 256,   // tokens a tile: the MMA's largest N
+    kLoadColumns = 16,  // a tcgen05.ld .32x32b.x16: 16 tokens of a weight row
+  };
+  // The token tile of a bucket of m tokens, in the producer's 64-row groups: m itself up to 256
+  // (gemm_small.cuh's WG, the tile's 64-row groups), else 256 rows a tile.
+  static HEXEL_HOST_DEVICE constexpr unsigned token_groups(unsigned m) {
+    return m >= kMaxTokens ? kMaxTokens / 64 : (m + 63) / 64;
+  }
+};
+
+// One instance's tiles and its epilogue's index math: M tokens, N output columns, the W rows
+// split into 128 gate rows and their 128 up rows (SPLIT_W, SwiGLU) or not. Thread (warp, lane)
+// of the epilogue holds weight row row(warp, lane) of the tile, the Tensor Memory lane of that
+// number; register r of its piece p holds token column p · kLoadColumns + r (the gate's, and the
+// up's kN columns further on).
+template <int M, int N, bool SPLIT_W>
+struct SmallEpilogueSm100 {
+  using G = SmallGemmSm100;
+  enum : unsigned {
+    kTileTokens = 64 * G::token_groups(M),
+    kARows = static_cast<unsigned>(M) < kTileTokens ? static_cast<unsigned>(M) : kTileTokens,
+    kN = (kARows + 15) / 16 * 16,  // the MMA's N: the tokens' box, whole 16-column steps
+    kAccumColumns = (SPLIT_W ? 2 : 1) * kN,
+    kTmemColumns = kAccumColumns <= 32    ? 32
+                   : kAccumColumns <= 64  ? 64
+                   : kAccumColumns <= 128 ? 128
+                   : kAccumColumns <= 256 ? 256
+                                          : 512,
+    kWRows = (SPLIT_W ? 2 : 1) * G::kWeightRows,  // W rows a stage: gemm_small.cuh's BN
+    kOutCols = G::kWeightRows,
+    kTilesM = (M + kTileTokens - 1) / kTileTokens,
+    kTilesN = (N + kOutCols - 1) / kOutCols,
+    kPieces = kN / G::kLoadColumns,
+    // A stage: the tokens' kN rows (the box fills kARows of them), then the W rows; each a whole
+    // number of 1024-byte swizzle repeats.
+    kASlot = (kN * 128 + 1023) / 1024 * 1024,
+    kStageBytes = kASlot + kWRows * 128,
+  };
+  static_assert(M > 0 && N % 8 == 0, "TMA rows are multiples of 16 bytes");
+  static_assert(kN % 16 == 0 && kN >= 16 && kN <= unsigned{G::kMaxTokens},
+                "M = 128 takes N = 16 .. 256");
+
+  // The tile's weight row (Tensor Memory lane) thread (warp, lane) holds: its warp's lane quarter.
+  static HEXEL_HOST_DEVICE constexpr unsigned row(unsigned warp, unsigned lane) {
+    return 32 * (warp % 4) + lane;
+  }
+  // Its output column in weight tile tn.
+  static HEXEL_HOST_DEVICE constexpr unsigned out_col(unsigned tn, unsigned warp, unsigned lane) {
+    return tn * kOutCols + row(warp, lane);
+  }
+  // The token of register r of piece p in token tile tm.
+  static HEXEL_HOST_DEVICE constexpr unsigned token(unsigned tm, unsigned p, unsigned r) {
+    return tm * kTileTokens + p * G::kLoadColumns + r;
+  }
+  // The accumulator columns piece p's loads start at: the gate's (or the only) product, and
+  // SwiGLU's up product, whose chain writes the kN columns after the gate's.
+  static HEXEL_HOST_DEVICE constexpr unsigned gate_col(unsigned p) { return p * G::kLoadColumns; }
+  static HEXEL_HOST_DEVICE constexpr unsigned up_col(unsigned p) { return kN + gate_col(p); }
+  // Where the stage's operands start: the tokens (the MMA's B) at its start, the W rows (A) after
+  // them, SwiGLU's up rows kWeightRows rows further (small_gemm_produce's second half).
+  static HEXEL_HOST_DEVICE constexpr unsigned a_offset() { return kASlot; }
+  static HEXEL_HOST_DEVICE constexpr unsigned up_offset() { return kASlot + G::kWeightRows * 128; }
+};
+
+}  // namespace telos_kernels
+
+#if defined(__CUDACC__)
+#include "gemm_small.cuh"
+#include "hexel/mbarrier.cuh"
+#include "hexel/sync.cuh"
+#include "hexel/tcgen05.cuh"
+#include "hexel/tma.cuh"
+
+namespace telos_kernels {
+
+// The MMA thread: the K loop of the CTA's one tile into the accumulator at `tmem` (SwiGLU: the
+// gate rows' chain into its first kN columns, the up rows' into the next kN), each stage given
+// back by a commit to its empty barrier once its MMAs have read it, then the accumulator handed to
+// the epilogue by a commit to `accum_full`. PTX: tcgen05.mma, tcgen05.commit.
+template <class E, unsigned STAGES, unsigned K_BLOCKS>
+__device__ __forceinline__ void small_sm100_mma(unsigned stages, unsigned full, unsigned empty,
+                                                unsigned accum_full, unsigned tmem) {
+  using Accum = hexel::tcgen05::Bf16Accum<E::kN>;
+  using namespace hexel;
+  mbarrier::StageRing<STAGES> ring;
+  for (unsigned kb = 0; kb < K_BLOCKS; ++kb) {
+    const unsigned stage = stages + ring.index * E::kStageBytes;
+    mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
+    tcgen05::fence_after_thread_sync();
+    Accum::mma_stage(tmem, stage + E::a_offset(), stage, kb > 0);
+    if constexpr (unsigned{E::kWRows} > unsigned{SmallGemmSm100::kWeightRows})
+      Accum::mma_stage(tmem + E::kN, stage + E::up_offset(), stage, kb > 0);
+    tcgen05::commit(empty + 8 * ring.index);
+    ring.advance();
+  }
+  tcgen05::commit(accum_full);
+}
+
+// One element of the epilogue: out[at] from the accumulator's v (SwiGLU: the gate, u the up),
+// with gemm_small.cuh's arithmetic.
+template <SmallEpi EPI>
+__device__ __forceinline__ void small_sm100_store(float v, float u, void* out, long long at) {
+  if constexpr (EPI == SmallEpi::Residual)
+    hexel::red_add_relaxed_gpu(static_cast<float*>(out) + at, v);
+  else if constexpr (EPI == SmallEpi::SwiGlu)
+    static_cast<bf16*>(out)[at] = hexel::to_bf16(EpilogueSwiGlu::act(v, u));
+  else if constexpr (EPI == SmallEpi::F32Cand)
+    static_cast<float*>(out)[at] = v;
+  else
+    static_cast<bf16*>(out)[at] = hexel::to_bf16(v);
+}
+
+// F32Cand: the greedy candidates of a piece's tokens over the warp's 32 weight rows into
+// best[warp][token column] (columns past N give none); the warp's lanes all shuffle.
+template <class E>
+__device__ __forceinline__ void small_sm100_candidates(const hexel::uint32_t (&g)[16], unsigned n,
+                                                       bool in_n, unsigned p, unsigned warp,
+                                                       unsigned lane, unsigned long long* best) {
+#pragma unroll
+  for (unsigned r = 0; r < SmallGemmSm100::kLoadColumns; ++r) {
+    const unsigned long long c =
+        warp_max_u64(in_n ? greedy_candidate(__uint_as_float(g[r]), static_cast<int>(n)) : 0ull);
+    if (lane == 0) best[warp * E::kN + E::gate_col(p) + r] = c;
+  }
+}
+
+// F32Cand, after every piece: each token's candidate of the tile, the largest of the four warps',
+// into cand[m, tn] (kTilesN a token), by the 128 epilogue threads (t).
+template <class E, int M>
+__device__ __forceinline__ void small_sm100_tile_candidates(const unsigned long long* best,
+                                                            unsigned tm, unsigned tn, unsigned t,
+                                                            unsigned long long* cand) {
+  hexel::named_barrier_sync(1, 128);
+  for (unsigned j = t; j < E::kN; j += 128) {
+    unsigned long long c = best[j];
+#pragma unroll
+    for (unsigned w = 1; w < SmallGemmSm100::kEpilogueWarps; ++w)
+      c = best[w * E::kN + j] > c ? best[w * E::kN + j] : c;
+    const unsigned m = tm * E::kTileTokens + j;
+    if (m < static_cast<unsigned>(M) && cand != nullptr)
+      cand[static_cast<long long>(m) * E::kTilesN + tn] = c;
+  }
+}
+
+// An epilogue thread's part of tile (tm, tn): per piece, 16 tokens of its weight row out of Tensor
+// Memory (SwiGLU: and their up values), each token's element stored where it lies inside M x N. A
+// warp's 32 lanes write 32 consecutive columns of a token. PTX: tcgen05.ld, tcgen05.wait::ld.
+template <class E, int M, int N, SmallEpi EPI>
+__device__ __forceinline__ void small_sm100_epilogue(unsigned tmem, unsigned tm, unsigned tn,
+                                                     unsigned warp, unsigned lane, void* out,
+                                                     unsigned long long* cand) {
+  using Accum = hexel::tcgen05::Bf16Accum<E::kN>;
+  using namespace hexel;
+  __shared__ unsigned long long best[EPI == SmallEpi::F32Cand ? 4 * E::kN : 1];
+  const unsigned n = E::out_col(tn, warp, lane);
+  const bool in_n = n < static_cast<unsigned>(N);
+#pragma unroll 1
+  for (unsigned p = 0; p < E::kPieces; ++p) {
+    uint32_t g[16], u[16];
+    tcgen05::ld_32x32b(g, Accum::ld_taddr(tmem, warp, E::gate_col(p)));
+    if constexpr (EPI == SmallEpi::SwiGlu)
+      tcgen05::ld_32x32b(u, Accum::ld_taddr(tmem, warp, E::up_col(p)));
+    tcgen05::wait_ld();
+    if constexpr (EPI == SmallEpi::F32Cand)
+      small_sm100_candidates<E>(g, n, in_n, p, warp, lane, best);
+#pragma unroll
+    for (unsigned r = 0; r < SmallGemmSm100::kLoadColumns; ++r) {
+      const unsigned m = E::token(tm, p, r);
+      if (!in_n || m >= static_cast<unsigned>(M)) continue;
+      small_sm100_store<EPI>(__uint_as_float(g[r]),
+                             EPI == SmallEpi::SwiGlu ? __uint_as_float(u[r]) : 0.f, out,
+                             static_cast<long long>(m) * N + n);
+    }
+  }
+  if constexpr (EPI == SmallEpi::F32Cand)
+    small_sm100_tile_candidates<E, M>(best, tm, tn, 32 * warp + lane, cand);
+}
+
+// The whole kernel: token tile blockIdx.x, weight tile blockIdx.y. The stages sit in the dynamic
+// shared memory (kernel_plan.hpp, small_gemm_sm100_smem), their barriers, the accumulator's and
+// the Tensor Memory address in static shared memory.
+template <int M, int N, int K, int STAGES, SmallEpi EPI>
+__device__ __forceinline__ void small_sm100_body(const TensorMap* a_map, const TensorMap* w_map,
+                                                 void* out, unsigned long long* cand) {
+  using G = SmallGemmSm100;
+  using E = SmallEpilogueSm100<M, N, EPI == SmallEpi::SwiGlu>;
+  using namespace hexel;
+  static_assert(STAGES >= 2, "one stage computes while the next loads");
+  static_assert(K % 8 == 0, "TMA rows are multiples of 16 bytes");
+  constexpr unsigned kKBlocks = (K + G::kBlockK - 1) / G::kBlockK;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ unsigned long long bars[2 * STAGES + 1];  // full[], empty[], the accumulator's
+  __shared__ unsigned tmem_slot;
+  const unsigned stages = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const unsigned full = smem_addr(bars), empty = full + 8 * STAGES, accum_full = empty + 8 * STAGES;
+  const unsigned warp = warp_index(), lane = threadIdx.x % 32;
+  const unsigned tm = blockIdx.x, tn = blockIdx.y;
+
+  if (threadIdx.x == 0) {
+    tma::acquire_map(a_map);
+    tma::prefetch_map(a_map);
+    tma::acquire_map(w_map);
+    tma::prefetch_map(w_map);
+    for (unsigned s = 0; s < STAGES; ++s) {
+      mbarrier::init(full + 8 * s, 1);
+      mbarrier::init(empty + 8 * s, 1);  // the MMA thread's tcgen05.commit
+    }
+    mbarrier::init(accum_full, 1);
+    mbarrier::fence_init();
+  }
+  if (warp == G::kMmaWarp) {
+    tcgen05::alloc(smem_addr(&tmem_slot), E::kTmemColumns);
+    tcgen05::relinquish_alloc_permit();
+  }
+  tcgen05::fence_before_thread_sync();
+  __syncthreads();
+  tcgen05::fence_after_thread_sync();
+  const unsigned tmem = tmem_slot;
+
+  if (warp == G::kProducerWarp) {
+    auto a_stage = [&](unsigned s) { return stages + s * E::kStageBytes; };
+    auto w_stage = [&](unsigned s) { return stages + s * E::kStageBytes + E::a_offset(); };
+    if (lane == 0)
+      small_gemm_produce<M, N, K, E::kWRows, STAGES, EPI, false, 1, G::token_groups(M), 1, 0, 0>(
+          a_map, w_map, full, empty, tm, tn, 0, a_stage, w_stage);
+  } else if (warp == G::kMmaWarp) {
+    if (lane == 0) small_sm100_mma<E, STAGES, kKBlocks>(stages, full, empty, accum_full, tmem);
+  } else {
+    grid_dependency_wait();  // the outputs (x for the residual) belong to the previous kernel
+    mbarrier::wait_parity(accum_full, 0);
+    tcgen05::fence_after_thread_sync();
+    small_sm100_epilogue<E, M, N, EPI>(tmem, tm, tn, warp, lane, out, cand);
+  }
+  // Every tcgen05.ld has completed (wait::ld) before the allocating warp frees the columns.
+  tcgen05::fence_before_thread_sync();
+  __syncthreads();
+  if (warp == G::kMmaWarp) {
+    tcgen05::fence_after_thread_sync();
+    tcgen05::dealloc(tmem, E::kTmemColumns);
+  }
+}
+
+// gemm_small_bf16 on tcgen05: y[m, n] = bf16((A · Wᵀ)[m, n]). A map: [M, K], boxes of the token
+// tile's rows (at most 256) x 64; W map: [N, K], 128 x 64 boxes.
+template <int M, int N, int K, int STAGES>
+__global__ void __launch_bounds__(SmallGemmSm100::kThreads, 1)
+    gemm_small_sm100_bf16(const TensorMap* a_map, const TensorMap* w_map, bf16* y) {
+  hexel::launch_dependents();  // the waits are in the producer and the epilogue
+  small_sm100_body<M, N, K, STAGES, SmallEpi::StoreBf16>(a_map, w_map, y, nullptr);
+}
+
+// gemm_small_residual on tcgen05: x[m, n] += (A · Wᵀ)[m, n], x the f32 residual stream.
+template <int M, int N, int K, int STAGES>
+__global__ void __launch_bounds__(SmallGemmSm100::kThreads, 1)
+    gemm_small_sm100_residual(const TensorMap* a_map, const TensorMap* w_map, float* x) {
+  hexel::launch_dependents();
+  small_sm100_body<M, N, K, STAGES, SmallEpi::Residual>(a_map, w_map, x, nullptr);
+}
+
+// gemm_small_swiglu on tcgen05: act[m, j] = bf16(silu(g) · u) of gate_up's rows j and I + j (W
+// map: [2I, K], 128 x 64 boxes, each stage a tile's 128 gate rows and their 128 up rows).
+template <int M, int I, int K, int STAGES>
+__global__ void __launch_bounds__(SmallGemmSm100::kThreads, 1)
+    gemm_small_sm100_swiglu(const TensorMap* a_map, const TensorMap* w_map, bf16* act) {
+  hexel::launch_dependents();
+  small_sm100_body<M, I, K, STAGES, SmallEpi::SwiGlu>(a_map, w_map, act, nullptr);
+}
+
+// gemm_small_f32cand on tcgen05: the LM head's f32 logits, and cand[m, t] (ceil(N / 128) a token)
+// the greedy candidate of weight tile t's logits of token m; null: logits only.
+template <int M, int N, int K, int STAGES>
+__global__ void __launch_bounds__(SmallGemmSm100::kThreads, 1)
+    gemm_small_sm100_f32cand(const TensorMap* a_map, const TensorMap* w_map, float* y,
+                             unsigned long long* cand) {
+  hexel::launch_dependents();
+  small_sm100_body<M, N, K, STAGES, SmallEpi::F32Cand>(a_map, w_map, y, cand);
+}
+
+}  // namespace telos_kernels
+#endif  // __CUDACC__

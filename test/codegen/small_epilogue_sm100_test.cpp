@@ -1,0 +1,167 @@
+// The Blackwell small-M GEMM's index math on the CPU (codegen/kernels/gemm_small_sm100.cuh),
+// against the tcgen05 model (hexel/tcgen05_model.h): its MMA's instruction descriptor, the operand
+// descriptors of a stage (the weights as A, the tokens as B), and a walk of whole GEMMs through the
+// functions the epilogue calls. Per CTA of the plan's grid, every epilogue thread loads its
+// registers (which Tensor Memory cells: the model's .32x32b fragments; which accumulator element
+// each holds: the model's Layout D) and stores the elements inside M x N; each output element must
+// come from the right accumulator element, once, and SwiGLU's gate and up from W rows j and I + j.
+// The plan's restatement of the tiles (kernel_plan.hpp, small_gemm_sm100_tiling) must agree.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codegen/kernel_plan.hpp"
+#include "codegen/kernels/gemm_small_sm100.cuh"
+#include "hexel/swizzle.cuh"
+#include "hexel/tcgen05_model.h"
+
+namespace telos_kernels {
+namespace {
+
+namespace model = hexel::tcgen05::model;
+using G = SmallGemmSm100;
+using hexel::Swizzle;
+
+// What one output element received: how often, and from which accumulator element (the MMA's A
+// row, its B row: W row, token) of the gate (or only) and the up product.
+struct Written {
+  int times = 0;
+  std::pair<unsigned, unsigned> gate, up;
+};
+
+template <int M, int N, bool SPLIT>
+void walk() {
+  using E = SmallEpilogueSm100<M, N, SPLIT>;
+  using Accum = hexel::tcgen05::Bf16Accum<E::kN>;
+  SCOPED_TRACE("M " + std::to_string(M) + ", N " + std::to_string(N) + (SPLIT ? ", SwiGLU" : ""));
+  // Layout D inverted for the products (SwiGLU: the gate chain's accumulator at column 0, the up
+  // chain's at kN): Tensor Memory cell -> the W row and the token of the element it holds. The up
+  // chain's A rows are the stage's second 128 rows, W rows N + tn · 128 + i.
+  std::map<std::pair<unsigned, unsigned>, std::pair<unsigned, unsigned>> held;
+  auto holding = [&](unsigned tm, unsigned tn) {
+    held.clear();
+    for (unsigned acc = 0; acc < (SPLIT ? 2u : 1u); ++acc)
+      for (unsigned i = 0; i < G::kWeightRows; ++i)
+        for (unsigned j = 0; j < E::kN; ++j) {
+          const model::TmemCell c =
+              model::accumulator_cell(hexel::tcgen05::tmem_addr(0, acc * E::kN), 128, E::kN, i, j);
+          held[{c.lane, c.column}] = {acc * N + tn * G::kWeightRows + i, tm * E::kTileTokens + j};
+        }
+  };
+  auto load = [&](unsigned warp, unsigned lane, unsigned col, unsigned r) {
+    const unsigned taddr = Accum::ld_taddr(0, warp, col);
+    const model::TmemCell cell = model::ld_32x32b_cell(warp, taddr, G::kLoadColumns, lane, r);
+    EXPECT_LT(cell.column, unsigned{E::kTmemColumns}) << "a load past the allocation";
+    return held.at({cell.lane, cell.column});
+  };
+
+  const telos::codegen::SmallGemmSm100Tiling plan =
+      telos::codegen::small_gemm_sm100_tiling(N, 64, M, SPLIT);
+  ASSERT_EQ(plan.tiles_m, static_cast<int>(E::kTilesM));
+  ASSERT_EQ(plan.tiles_n, static_cast<int>(E::kTilesN));
+  ASSERT_EQ(plan.a_box, static_cast<int>(E::kARows));
+  ASSERT_EQ(plan.mma_n, static_cast<int>(E::kN));
+  ASSERT_EQ(plan.stage_bytes(), static_cast<int>(E::kStageBytes));
+  ASSERT_EQ(plan.w_rows, static_cast<int>(E::kWRows));
+
+  std::vector<Written> out(static_cast<std::size_t>(M) * N);
+  for (unsigned tm = 0; tm < E::kTilesM; ++tm)
+    for (unsigned tn = 0; tn < E::kTilesN; ++tn) {
+      holding(tm, tn);
+      for (unsigned warp = 0; warp < G::kEpilogueWarps; ++warp)
+        for (unsigned lane = 0; lane < 32; ++lane)
+          for (unsigned p = 0; p < E::kPieces; ++p)
+            for (unsigned r = 0; r < G::kLoadColumns; ++r) {
+              const unsigned m = E::token(tm, p, r), n = E::out_col(tn, warp, lane);
+              if (m >= static_cast<unsigned>(M) || n >= static_cast<unsigned>(N)) continue;
+              Written& w = out[static_cast<std::size_t>(m) * N + n];
+              ++w.times;
+              w.gate = load(warp, lane, E::gate_col(p), r);
+              if constexpr (SPLIT) w.up = load(warp, lane, E::up_col(p), r);
+            }
+    }
+  for (unsigned m = 0; m < static_cast<unsigned>(M); ++m)
+    for (unsigned n = 0; n < static_cast<unsigned>(N); ++n) {
+      const Written& w = out[static_cast<std::size_t>(m) * N + n];
+      ASSERT_EQ(w.times, 1) << "element (" << m << ", " << n << ")";
+      ASSERT_EQ(w.gate, (std::pair<unsigned, unsigned>{n, m}));
+      if (SPLIT) {
+        ASSERT_EQ(w.up, (std::pair<unsigned, unsigned>{N + n, m}));
+      }
+    }
+}
+
+// Decode rows (1, 8), a token tile of several 64-row groups (100: N 112, a ragged weight tile),
+// whole and ragged 256-token tiles (256, 300), real widths (the 8B's gate/up, the 1B's o).
+TEST(SmallEpilogueSm100, StoreAndResidual) {
+  walk<1, 384, false>();
+  walk<8, 2048, false>();
+  walk<100, 1000, false>();
+  walk<300, 256, false>();
+}
+
+TEST(SmallEpilogueSm100, SwiGluPairsGateAndUpRows) {
+  walk<1, 14336, true>();
+  walk<64, 8192, true>();
+  walk<256, 200, true>();
+}
+
+// The MMA is a legal one-CTA kind::f16 shape for every token tile (M 128, N the tokens rounded to
+// 16), bf16 x bf16 -> f32, both operands K-major; the accumulators fit their allocation.
+TEST(SmallEpilogueSm100, MmaShapeForEveryTokenTile) {
+  auto check = [](auto e) {
+    using E = decltype(e);
+    const model::InstrFields f = model::decode(hexel::tcgen05::Bf16Accum<E::kN>::kInstrDesc);
+    EXPECT_NO_THROW(model::check_dense_kind_f16_cta1(f));
+    EXPECT_EQ(f.m, 128u);
+    EXPECT_EQ(f.n, unsigned{E::kN});
+    EXPECT_EQ(f.n % 16, 0u);
+    EXPECT_FALSE(f.a_mn_major || f.b_mn_major);
+    EXPECT_LE(unsigned{E::kAccumColumns}, unsigned{E::kTmemColumns});
+  };
+  check(SmallEpilogueSm100<1, 128, false>{});
+  check(SmallEpilogueSm100<17, 128, true>{});
+  check(SmallEpilogueSm100<200, 128, false>{});
+  check(SmallEpilogueSm100<256, 128, true>{});
+}
+
+// The descriptors the MMA thread builds for a stage read the bytes TMA wrote there: W row i of the
+// tile (gate, then up 128 rows on) and token row j, each K slice 16 elements on.
+template <int M, bool SPLIT>
+void expect_stage_operands() {
+  using E = SmallEpilogueSm100<M, 4096, SPLIT>;
+  using Accum = hexel::tcgen05::Bf16Accum<E::kN>;
+  constexpr unsigned kStage = 0x2000;  // 1024-byte aligned
+  for (unsigned kk = 0; kk < G::kBlockK / 16; ++kk)
+    for (unsigned k = 0; k < 16; ++k) {
+      const unsigned kb = 2 * (16 * kk + k);
+      for (unsigned i = 0; i < G::kWeightRows; ++i) {
+        ASSERT_EQ(
+            model::kmajor_element_address(Accum::operand_desc(kStage + E::a_offset(), kk), i, k, 2),
+            kStage + E::a_offset() + hexel::swizzled_offset(i * 128 + kb, Swizzle::B128));
+        if (SPLIT) {
+          ASSERT_EQ(model::kmajor_element_address(Accum::operand_desc(kStage + E::up_offset(), kk),
+                                                  i, k, 2),
+                    kStage + E::a_offset() +
+                        hexel::swizzled_offset((G::kWeightRows + i) * 128 + kb, Swizzle::B128));
+        }
+      }
+      for (unsigned j = 0; j < E::kN; ++j)
+        ASSERT_EQ(model::kmajor_element_address(Accum::operand_desc(kStage, kk), j, k, 2),
+                  kStage + hexel::swizzled_offset(j * 128 + kb, Swizzle::B128));
+    }
+  EXPECT_EQ(E::a_offset() % 1024, 0u);
+  EXPECT_GE(E::kASlot, E::kN * 128) << "the tokens' rows the MMA reads lie in the stage";
+}
+
+TEST(SmallEpilogueSm100, OperandDescriptorsReadTheTmaImage) {
+  expect_stage_operands<1, false>();
+  expect_stage_operands<40, true>();
+  expect_stage_operands<256, false>();
+}
+
+}  // namespace
+}  // namespace telos_kernels
