@@ -514,9 +514,9 @@ void launch_gemm_e4m3(BucketLowering& b, TableRole role, const ir::Param& w,
       b.use(role, {"telos_kernels::gemm_small_e4m3_" + epi + dims + ", " + num(t.bn) + ", " +
                        num(t.stages) + ", " + blocks,
                    params, t.threads() + kSmallGemmConverterThreads, small_gemm_e4m3_smem(t)});
-  b.launch(k_id, {t.tiles_m, t.tiles_n, 1},
-           {tmap("buf:" + in, T, k, t.a_box), tmap(w_name, rows, k, t.w_box()), scales,
-            "buf:" + out});
+  b.launch(
+      k_id, {t.tiles_m, t.tiles_n, 1},
+      {tmap("buf:" + in, T, k, t.a_box), tmap(w_name, rows, k, t.w_box()), scales, "buf:" + out});
 }
 
 // ---- The QKV epilogue and attention -------------------------------------------------------------

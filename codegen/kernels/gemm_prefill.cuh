@@ -387,7 +387,8 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
 
   if (threadIdx.x == 0) {
     // One arrival per consumer warp; with an e4m3 weight one per converter warp too.
-    prefill_init_stages(sm, a_map, w_map, G::kConsumers * 4, WF::kE4m3 ? kPrefillConverterWarps : 0);
+    prefill_init_stages(sm, a_map, w_map, G::kConsumers * 4,
+                        WF::kE4m3 ? kPrefillConverterWarps : 0);
     mbarrier::fence_init();
   }
   __syncthreads();
@@ -469,16 +470,16 @@ __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
                            const TensorMap* y_map) {
   pdl_entry();
   prefill_gemm_body<M, N, K, EpilogueStoreBf16, 0, 0, E4m3Weight<N, K, SBR, SBC>>(a_map, w_map,
-                                                                                 y_map, w_scale);
+                                                                                  y_map, w_scale);
 }
 
 template <int M, int N, int K, unsigned SBR, unsigned SBC>
 __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
-    gemm_prefill_e4m3_residual(const TensorMap* a_map, const TensorMap* w_map,
-                               const float* w_scale, const TensorMap* x_map) {
+    gemm_prefill_e4m3_residual(const TensorMap* a_map, const TensorMap* w_map, const float* w_scale,
+                               const TensorMap* x_map) {
   pdl_entry();
   prefill_gemm_body<M, N, K, EpilogueResidual, 0, 0, E4m3Weight<N, K, SBR, SBC>>(a_map, w_map,
-                                                                                x_map, w_scale);
+                                                                                 x_map, w_scale);
 }
 
 template <int M, int I, int K, unsigned SBR, unsigned SBC>

@@ -67,7 +67,8 @@ struct ResidualShape {
 // for a bf16 weight). Enumerators rather than static constexpr variables: NVRTC emits
 // every static constexpr variable of a class it instantiates as a global of the module, one set
 // per kernel instance.
-template <int M, int N, int K, class Shape, unsigned W_BH, unsigned W_BOX, unsigned RAW_ROW_BYTES = 0>
+template <int M, int N, int K, class Shape, unsigned W_BH, unsigned W_BOX,
+          unsigned RAW_ROW_BYTES = 0>
 struct PrefillTiling {
   enum : unsigned {
     kCover = W_BH > 0 && W_BOX > PrefillGemm::kBlockN,

@@ -412,8 +412,8 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
         return kSplitW ? (r < kOutCols ? 0u : N - kOutCols) + tn * kOutCols + r : tn * BN + r;
       };
       e4m3_convert_stages<WF, BN, G::kConverters>(conv_ring, k_blocks, raw, full, w_scale,
-                                                  threadIdx.x - G::kThreads, lane, row_of,
-                                                  w_load, w_stage);
+                                                  threadIdx.x - G::kThreads, lane, row_of, w_load,
+                                                  w_stage);
       return;
     }
   }

@@ -2224,10 +2224,10 @@ E4m3Weight random_e4m3(int rows, int k, int sbr, int sbc) {
 class E4m3Map {
  public:
   E4m3Map(const void* base, int rows, int cols, int box_rows)
-      : buf_(std::vector<hexel::TensorMap>{hexel::encode_2d(
-            hexel::TmaDtype::U8, base, static_cast<std::uint64_t>(rows),
-            static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(cols),
-            static_cast<std::uint32_t>(box_rows), 64, hexel::Swizzle::None)}) {}
+      : buf_(std::vector<hexel::TensorMap>{
+            hexel::encode_2d(hexel::TmaDtype::U8, base, static_cast<std::uint64_t>(rows),
+                             static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(cols),
+                             static_cast<std::uint32_t>(box_rows), 64, hexel::Swizzle::None)}) {}
   const void* get() const { return buf_.get(); }
 
  private:
@@ -2307,13 +2307,13 @@ TEST(GpuKernels, E4m3GemmsMatchBf16GemmOfDequantizedWeights) {
                            {a_small.get(), q_small.get(), dscale.get(), small_out},
                            codegen::small_gemm_e4m3_smem(t)));
         const std::string what = epi + " M=" + I(M) + " N=" + I(N) + " K=" + I(K) + " blocks " +
-                                 I(c.sbr) + "x" + I(c.sbc) + " BN=" + I(t.bn) + " st" +
-                                 I(t.stages);
+                                 I(c.sbr) + "x" + I(c.sbc) + " BN=" + I(t.bn) + " st" + I(t.stages);
         std::vector<float> got(MN);
         std::vector<double> want(MN);
         if (residual) {
           const auto bits = x0d.download(), pre = x1d.download(), sm = x2d.download();
-          EXPECT_EQ(0, std::memcmp(bits.data(), pre.data(), MN * sizeof(float))) << "prefill " << what;
+          EXPECT_EQ(0, std::memcmp(bits.data(), pre.data(), MN * sizeof(float)))
+              << "prefill " << what;
           EXPECT_EQ(0, std::memcmp(bits.data(), sm.data(), MN * sizeof(float))) << "small " << what;
           for (std::size_t e = MN; e < total; ++e) {
             ASSERT_EQ(pre[e], x0[e]) << "prefill wrote past M, " << what;
