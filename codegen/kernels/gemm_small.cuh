@@ -402,7 +402,6 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
     return;
   }
 
-  const unsigned lane = threadIdx.x % 32;
   if constexpr (WF::kE4m3) {
     if (warp_index() > 4 * WG) {
       // The converters: every K block's raw e4m3 rows into the stage's bf16 block. Tile row r is
@@ -412,12 +411,13 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
         return kSplitW ? (r < kOutCols ? 0u : N - kOutCols) + tn * kOutCols + r : tn * BN + r;
       };
       e4m3_convert_stages<WF, BN, G::kConverters>(conv_ring, k_blocks, raw, full, w_scale,
-                                                  threadIdx.x - G::kThreads, lane, row_of, w_load,
-                                                  w_stage);
+                                                  threadIdx.x - G::kThreads, threadIdx.x % 32,
+                                                  row_of, w_load, w_stage);
       return;
     }
   }
   const unsigned warp = warp_index() % 4, wg = WG > 1 ? warp_index() / 4 : 0;
+  const unsigned lane = threadIdx.x % 32;
   if constexpr (NORM) {
     // The norm's weights before the wait (no kernel writes them), x after it.
     const int t = threadIdx.x;
