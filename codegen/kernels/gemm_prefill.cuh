@@ -341,7 +341,7 @@ __device__ __forceinline__ void prefill_init_stages(const PrefillSmem<T>& sm,
 // the CTA's tiles in the producer's order, each K block's raw rows into the stage's bf16 block
 // (gemm_e4m3.cuh). Tile row r is weight row tn · kBlockN + r; with SwiGLU the 128 gate rows, then
 // their up rows N further.
-constexpr unsigned kPrefillConverterWarps = 3;
+enum : unsigned { kPrefillConverterWarps = 3 };  // an enumerator: no global of the module
 template <int M, int N, int K, class Epi, class WF, class T>
 __device__ __forceinline__ void prefill_convert(const PrefillSmem<T>& sm, const float* w_scale) {
   using G = PrefillGemm;

@@ -67,9 +67,9 @@ struct SmallGemm {
   static constexpr unsigned kBlockM = 64;
   static constexpr unsigned kBlockK = PrefillGemm::kBlockK;
   static constexpr unsigned kThreads = small_gemm_threads(1);
-  // The e4m3 forms (gemm_e4m3.cuh): four converter warps after the producer's.
-  static constexpr unsigned kConverters = 128;
-  static constexpr unsigned kE4m3Threads = kThreads + kConverters;
+  // The e4m3 forms (gemm_e4m3.cuh): four converter warps after the producer's. Enumerators, which
+  // NVRTC does not emit as globals of the module (gemm_prefill_shape.cuh).
+  enum : unsigned { kConverters = 128, kE4m3Threads = small_gemm_threads(1) + kConverters };
 };
 // Dynamic shared memory (codegen: SmallGemmTiling::smem): STAGES stages of (8 or 64) + BN rows of
 // 64 bf16, full[] and empty[] barriers, +1024 to align the base to the 128B swizzle repeat.
