@@ -162,6 +162,11 @@ int prefill_gemm_smem(int w_box) {
   return prefill_gemm_stages(w_box) * prefill_stage_bytes(w_box) + kPrefillFixedSmem;
 }
 
+int prefill_gemm_e4m3_smem() {
+  const int stage = prefill_stage_bytes(0) + 256 * 64 + 8;
+  return std::min(4, (kMaxSmemPerBlock - kPrefillFixedSmem) / stage) * stage + kPrefillFixedSmem;
+}
+
 int prefill_image_box_rows(const WeightImage& img, int rows) {
   const int box = image_box_rows(img, rows), h = img.half_rows();
   if (box == 0 || box == rows || img.halves != 1) return box;
@@ -325,6 +330,29 @@ SmallGemmSm100Tiling small_gemm_sm100_tiling(int n, int k, int tokens, bool swig
   const int budget = std::min(kMaxSmemPerBlock - 8 * 1024, 228 * 1024 / per_sm - 1024 - 8 * 1024);
   const int k_blocks = (k + 63) / 64;
   t.stages = std::clamp((budget - 1024) / t.stage_bytes(), 2, std::clamp(k_blocks, 2, 16));
+  return t;
+}
+
+// A stage of the e4m3 form: the bf16 stage, the bn raw rows of 64 bytes and the raw barrier.
+static int small_gemm_e4m3_stage_bytes(const SmallGemmTiling& t) {
+  return small_gemm_stage_bytes(t.a_box, t.bn, false) + t.bn * 64 + 8;
+}
+
+int small_gemm_e4m3_smem(const SmallGemmTiling& t) {
+  return t.stages * small_gemm_e4m3_stage_bytes(t) + 1024;
+}
+
+SmallGemmTiling small_gemm_e4m3_tiling(int n, int k, int tokens, bool swiglu) {
+  SmallGemmLimits one;
+  one.warpgroups = 1;
+  SmallGemmTiling t = small_gemm_tiling(n, k, tokens, swiglu, false, one);
+  t.cluster = 1;
+  t.kps = 1;
+  // The stages in the share of the SM small_gemm_tiling gave the bf16 ones.
+  const int budget = std::min(kMaxSmemPerBlock, t.smem());
+  const int k_blocks = (k + 63) / 64;
+  t.stages = std::clamp((budget - 1024) / small_gemm_e4m3_stage_bytes(t), 2,
+                        std::clamp(k_blocks, 2, SmallGemmLimits{}.max_stages));
   return t;
 }
 

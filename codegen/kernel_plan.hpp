@@ -193,6 +193,14 @@ struct SmallGemmSm100Tiling {
 };
 SmallGemmSm100Tiling small_gemm_sm100_tiling(int n, int k, int tokens, bool swiglu);
 
+// The small GEMM on an e4m3 weight (gemm_small_e4m3_*, kernels/gemm_e4m3.cuh): small_gemm_tiling's
+// weight tiles for one consumer warpgroup without the norm prologue, on no cluster, one K block a
+// stage, each stage also holding the bn raw e4m3 rows of 64 bytes and their barrier, as many stages
+// as the same shared memory share gives. The kernel's CTA adds kSmallGemmConverterThreads.
+inline constexpr int kSmallGemmConverterThreads = 128;
+SmallGemmTiling small_gemm_e4m3_tiling(int n, int k, int tokens, bool swiglu);
+int small_gemm_e4m3_smem(const SmallGemmTiling& t);
+
 // The LM head on the small GEMM (gemm_small_f32cand: f32 logits, and each weight tile's greedy
 // candidate a row for the sampler): weight tiles of the largest of 128, 64, 32, 16 rows that
 // divides the vocabulary (fewer CTAs re-reading A, and the whole K in flight in two stages). From
@@ -286,6 +294,9 @@ int prefill_image_box_rows(const WeightImage& img, int rows);
 // as many stages of 128 A rows and max(256, w_box) W rows as fit, at most 4, the epilogue's four
 // 8 KB chunks and 1024 bytes of alignment (gemm_prefill.cuh, PrefillGemm::stages_for).
 int prefill_gemm_smem(int w_box);
+// The prefill GEMM on an e4m3 weight (gemm_prefill_e4m3_*): each stage also holds 256 raw rows of
+// 64 bytes and a third barrier, so 3 stages fit (PrefillGemm::stages_for).
+int prefill_gemm_e4m3_smem();
 struct PersistentLayerTiling {
   int bq = 32, bo = 32, bg = 64, bd = 32, stages = 0, smem = 0;
   bool fits = false;  // the model's shapes divide into whole slots and tiles

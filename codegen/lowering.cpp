@@ -133,6 +133,7 @@ struct ModelShape {
   double eps = 0;
   RopeInput rope;
   bool qk_norm = false;
+  bool e4m3 = false;  // some weight is e4m3 (FP8; kernels/gemm_e4m3.cuh)
   int NH() const { return HQ + 2 * HKV; }
 };
 
@@ -152,6 +153,8 @@ ModelShape read_model(const ir::Graph& g) {
   m.rope = rope_of(qkv);
   m.qk_norm = has_qk_norm(qkv);
   m.ranks = g.ranks;
+  m.e4m3 = std::any_of(g.params().begin(), g.params().end(),
+                       [](const ir::Param& p) { return p.type.dtype == DType::E4M3; });
   return m;
 }
 
@@ -226,6 +229,9 @@ ModelPlan model_plan(const ModelShape& m, const CodegenInput& in, const std::str
   if (m.ranks > 1) mp.layer_t.fits = false;
   // A target whose table has no `layer` rule (sm_100a) runs one-token buckets on the small-M rules.
   if (!has_layer_rule(ShapeClass::one_token_decode, target)) mp.layer_t.fits = false;
+  // decode_layer_persistent reads bf16 weights only: an FP8 model's one-token buckets take the
+  // small-M rules, on the e4m3 GEMMs (docs/fp8.md).
+  if (m.e4m3) mp.layer_t.fits = false;
   mp.images = std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(), [&](int n) {
     return n > 0 && bucket_shape_class(false, n, mp.layer_t.fits) == ShapeClass::one_token_decode;
   });
@@ -246,9 +252,10 @@ Bucket make_bucket(const ModelPlan& mp, const std::string& kind, int size, int t
   Bucket b{kind, size, tokens, rows};
   b.shape = bucket_shape_class(b.prefill(), tokens, mp.layer_t.fits);
   b.tcgen05 = mp.tcgen05;
-  // The norm prologue and the folded QKV epilogue are gemm_small.cuh's (wgmma) only: on sm_100a
-  // rmsnorm writes h and qkv_rope_append_rows runs after the QKV GEMM, as in larger buckets.
-  b.fold_norm = !b.tcgen05 && folds_norm(b.shape, tokens, mp.layer_bytes);
+  // The norm prologue and the folded QKV epilogue are gemm_small.cuh's bf16 wgmma forms only: on
+  // sm_100a and for e4m3 weights rmsnorm writes h and qkv_rope_append_rows runs after the QKV
+  // GEMM, as in larger buckets.
+  b.fold_norm = !b.tcgen05 && !mp.m.e4m3 && folds_norm(b.shape, tokens, mp.layer_bytes);
   b.fold_qkv = folds_qkv_epilogue(b.fold_norm, tokens);
   return b;
 }
@@ -527,6 +534,39 @@ void launch_gemm(BucketLowering& b, int kernel, const Gemm& g, const std::string
             g.out_box_cols ? tmap("buf:" + out, T, n, 64, g.out_box_cols) : "buf:" + out});
 }
 
+// Launches the GEMM of e4m3 weight `w` [rows, k] (operand `w_name`) over buffer `in` into `out`
+// [T, n] with epilogue `epi` (bf16, residual or swiglu): gemm_prefill_e4m3_* in prefill GEMM
+// buckets, else gemm_small_e4m3_* (kernels/gemm_e4m3.cuh), the weight through a map of its e4m3
+// bytes (64-byte boxes, docs/artifact.md) and its scales (`w:NAME.scale`), their blocks the
+// kernel's last template arguments.
+void launch_gemm_e4m3(BucketLowering& b, TableRole role, const ir::Param& w,
+                      const std::string& w_name, const std::string& epi, int n,
+                      const std::string& in, const std::string& out) {
+  const int rows = dim(w, 0), k = dim(w, 1), T = b.bucket.T;
+  const ir::ParamScale& sc = w.scale.value();
+  const std::string dims = "<" + num(T) + ", " + num(n) + ", " + num(k);
+  const std::string blocks = num(sc.block_rows) + ", " + num(sc.block_cols) + ">";
+  const std::vector<std::string> params = {"a_map", "w_map", "w_scale", "out"};
+  const std::string scales = w_name + ".scale";
+  if (b.bucket.shape == ShapeClass::prefill_gemm) {
+    const int cols = epi == "swiglu" ? 128 : 256;
+    const int k_id = b.use(role, {"telos_kernels::gemm_prefill_e4m3_" + epi + dims + ", " + blocks,
+                                  params, kPrefillGemmThreads, prefill_gemm_e4m3_smem()});
+    b.launch(k_id, {prefill_gemm_grid(T, n, cols), 1, 1},
+             {tmap("buf:" + in, T, k, 128), tmap(w_name, rows, k, cols), scales,
+              tmap("buf:" + out, T, n, 64, epi == "residual" ? 32 : 64)});
+    return;
+  }
+  const SmallGemmTiling t = small_gemm_e4m3_tiling(n, k, T, epi == "swiglu");
+  const int k_id =
+      b.use(role, {"telos_kernels::gemm_small_e4m3_" + epi + dims + ", " + num(t.bn) + ", " +
+                       num(t.stages) + ", " + blocks,
+                   params, t.threads() + kSmallGemmConverterThreads, small_gemm_e4m3_smem(t)});
+  b.launch(
+      k_id, {t.tiles_m, t.tiles_n, 1},
+      {tmap("buf:" + in, T, k, t.a_box), tmap(w_name, rows, k, t.w_box()), scales, "buf:" + out});
+}
+
 // ---- The QKV epilogue and attention -------------------------------------------------------------
 
 // The QKV epilogue (bias, QK norm, RoPE, q out, K/V appended to their pages) of the rope_kv_append
@@ -667,9 +707,13 @@ void lower_qkv(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
     b.model.qkv_arrival_counters = HQ + 2 * HKV;  // one a head, zero between launches
     return;
   }
-  const Gemm g = choose_gemm(b.bucket, "bf16", rows, H, img, norm ? eps_literal(*norm) : "");
-  launch_gemm(b, b.use(TableRole::qkv_proj, g.kernel), g, weight(op, 0), rows, H, "h", "qkv", rows,
-              norm);
+  if (w.type.dtype == DType::E4M3) {
+    launch_gemm_e4m3(b, TableRole::qkv_proj, w, weight(op, 0), "bf16", rows, "h", "qkv");
+  } else {
+    const Gemm g = choose_gemm(b.bucket, "bf16", rows, H, img, norm ? eps_literal(*norm) : "");
+    launch_gemm(b, b.use(TableRole::qkv_proj, g.kernel), g, weight(op, 0), rows, H, "h", "qkv",
+                rows, norm);
+  }
   epi.params.insert(epi.params.begin(), "qkv");
   const int k =
       b.use(TableRole::qkv_epilogue, {"telos_kernels::qkv_rope_append_rows<" + num(HQ) + ", " +
@@ -755,6 +799,10 @@ void lower_projection(BucketLowering& b, const std::vector<const ir::Op*>& ops) 
   const LayerGemm& lg = layer_gemm(op);
   const ir::Param& w = param_of(b.graph, op, 0);
   const int rows = dim(w, 0), k = dim(w, 1), n = epi == "swiglu" ? rows / 2 : rows;
+  if (w.type.dtype == DType::E4M3) {
+    launch_gemm_e4m3(b, lg.role, w, weight(op, 0), epi, n, lg.in, lg.out);
+    return;
+  }
   const ir::Op* norm = folded_norm(b.bucket, op);
   const Gemm g =
       choose_gemm(b.bucket, epi, n, k, b.model.image(lg.weight), norm ? eps_literal(*norm) : "");
@@ -1058,6 +1106,20 @@ const std::vector<LoweringRule>& lowering_table() {
        "all_reduce_residual[_two_shot] (two-shot above the plan's size), or _rmsnorm with the "
        "next norm: every rank's partial, in rank order, added to x over peer memory",
        lower_all_reduce},
+      // e4m3 weights (FP8; kernels/gemm_e4m3.cuh): the GEMMs convert each stage's weights to bf16
+      // with their scales, then run the bf16 arithmetic. No norm prologue and no persistent layer.
+      {"linear.rope_kv_append", "linear", "rope_kv_append", DType::E4M3, kSmallM, "sm_90a",
+       "gemm_small_e4m3_bf16 + qkv_rope_append_rows", lower_qkv},
+      {"linear.rope_kv_append", "linear", "rope_kv_append", DType::E4M3, kPrefill, "sm_90a",
+       "gemm_prefill_e4m3_bf16 + qkv_rope_append_rows", lower_qkv},
+      {"linear.residual", "linear", "residual", DType::E4M3, kSmallM, "sm_90a",
+       "gemm_small_e4m3_residual", lower_projection},
+      {"linear.residual", "linear", "residual", DType::E4M3, kPrefill, "sm_90a",
+       "gemm_prefill_e4m3_residual", lower_projection},
+      {"linear.swiglu", "linear", "swiglu", DType::E4M3, kSmallM, "sm_90a",
+       "gemm_small_e4m3_swiglu", lower_projection},
+      {"linear.swiglu", "linear", "swiglu", DType::E4M3, kPrefill, "sm_90a",
+       "gemm_prefill_e4m3_swiglu", lower_projection},
   };
   return table;
 }
@@ -1089,12 +1151,6 @@ KernelPlan plan_kernels(const ir::Graph& graph, const CodegenInput& in, const st
   if (std::none_of(lowering_table().begin(), lowering_table().end(),
                    [&](const LoweringRule& r) { return r.target == target; }))
     fail("codegen: target " + target + ": the lowering table has no rules for it");
-  // No lowering rule reads e4m3 weights yet: refused by name rather than lowered as bf16.
-  for (const ir::Param& p : graph.params())
-    if (p.type.dtype == DType::E4M3)
-      fail("codegen: @" + p.name + " is " + p.type.str() +
-           ": the GPU kernels do not read FP8 weights yet; the CPU reference engine runs them "
-           "(compile with --target cpu)");
   ModelPlan mp = model_plan(read_model(graph), in, target);
   KernelPlan plan;
   plan.target = target;

@@ -32,10 +32,12 @@ void widen_row(const WeightTensor& w, std::int64_t r, float* out) {
         out[c] = reinterpret_cast<const float*>(w.data)[first + c];
       return;
     case DType::E4M3: {
-      // The kernels' dequantization, in f32: the element times its block's scale.
+      // The kernels' dequantization (codegen/kernels/gemm_e4m3.cuh): the element times its
+      // block's scale in f32, rounded to bf16 (the operand their bf16 MMAs read).
       const float* scale = w.scale + r / w.block_rows * w.scale_cols;
       for (std::size_t c = 0; c < cols; ++c)
-        out[c] = e4m3_to_f32(w.data[first + c]) * scale[c / static_cast<std::size_t>(w.block_cols)];
+        out[c] = bf16_to_f32(f32_to_bf16(e4m3_to_f32(w.data[first + c]) *
+                                         scale[c / static_cast<std::size_t>(w.block_cols)]));
       return;
     }
     case DType::I32:

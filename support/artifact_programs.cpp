@@ -164,21 +164,23 @@ void read_tensor_map(const ManifestFields& f, const std::string& field, LaunchAr
     return;
   }
   arg.name = name;
-  // Each size is below 2^31 (parse_tensor_map_arg), so the product stays inside 64 bits.
-  const std::int64_t need = t.rows * t.cols * t.elem_bytes;
   std::int64_t have = 0;
   arg.map_target = prefix == "w" ? ArgKind::weight : ArgKind::buffer;
   if (prefix == "w") {
     const WeightEntry& w = weight(f, field, arg.text, name, weights);
-    if (w.dtype != DType::BF16)
-      f.refuse(field, arg.text + ": tensor maps over weights are bf16, the weight is " +
+    if (w.dtype != DType::BF16 && w.dtype != DType::E4M3)
+      f.refuse(field, arg.text + ": tensor maps over weights are bf16 or e4m3, the weight is " +
                           std::string(dtype_name(w.dtype)));
-    if (t.elem_bytes != 2)
-      f.refuse(field, arg.text + ": a weight is bf16, its map's BOX_COLS must be 64");
+    if (t.box_cols != 64)
+      f.refuse(field, arg.text + ": a weight's map has BOX_COLS 64 (bf16 or e4m3 elements)");
+    // An e4m3 weight's map: one-byte elements, boxes of 64 bytes, no swizzle.
+    if (w.dtype == DType::E4M3) arg.map.elem_bytes = 1;
     have = w.bytes;
   } else {
     have = buffer(f, field, arg.text, name, arena).bytes;
   }
+  // Each size is below 2^31 (parse_tensor_map_arg), so the product stays inside 64 bits.
+  const std::int64_t need = t.rows * t.cols * t.elem_bytes;
   if (need > have)
     f.refuse(field, arg.text + ": the map spans " + std::to_string(need) + " bytes, but " +
                         t.target + " has " + std::to_string(have));

@@ -18,6 +18,7 @@
 // Reduction order, for batch invariance: every output element sums K in 16-wide steps in order,
 // whatever M is, so a row's result does not depend on the bucket.
 #include "common.cuh"
+#include "gemm_e4m3.cuh"
 #include "gemm_prefill_shape.cuh"
 #include "hexel/cluster.cuh"
 #include "hexel/ld_st.cuh"
@@ -172,14 +173,17 @@ struct EpilogueResidual : ResidualShape {};
 // The producer (one thread): for each of the CTA's tiles, every K block's A and W rows into the
 // ring of stages (a_stage, w_stage: their shared addresses) behind the full / empty barriers
 // (kCover: one box of whole slot-image tiles covering the tile's rows; SwiGLU: the gate and the up
-// rows).
-template <int M, int N, int K, class Epi, unsigned W_BH, unsigned W_BOX, class AStage, class WStage>
+// rows). An e4m3 weight (WF, gemm_e4m3.cuh): w_stage gives the stage's raw block, its rows of 64
+// bytes complete on the raw barriers at `raw`.
+template <int M, int N, int K, class Epi, unsigned W_BH, unsigned W_BOX, class WF = Bf16Weight,
+          class AStage, class WStage>
 __device__ __forceinline__ void prefill_gemm_produce(const TensorMap* a_map, const TensorMap* w_map,
                                                      unsigned full, unsigned empty, AStage& a_stage,
-                                                     WStage& w_stage) {
+                                                     WStage& w_stage, unsigned raw = 0) {
   using G = PrefillGemm;
-  using T = PrefillTiling<M, N, K, Epi, W_BH, W_BOX>;
+  using T = PrefillTiling<M, N, K, Epi, W_BH, W_BOX, WF::kRawRowBytes>;
   using namespace hexel;
+  constexpr unsigned kWRowBytes = WF::kE4m3 ? WF::kRawRowBytes : 128;
   mbarrier::StageRing<T::kStages> ring;
   for (unsigned u = blockIdx.x; u < T::kUnits; u += gridDim.x) {
     unsigned tm, tn;
@@ -187,16 +191,23 @@ __device__ __forceinline__ void prefill_gemm_produce(const TensorMap* a_map, con
     for (unsigned kb = 0; kb < T::kKBlocks; ++kb) {
       mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
       const unsigned bar = full + 8 * ring.index;
-      // Out-of-bounds box elements count too: the stage always receives kStageBytes.
-      mbarrier::arrive_expect_tx(bar, T::kStageBytes);
+      const unsigned w_bar = WF::kE4m3 ? raw + 8 * ring.index : bar;
+      // Out-of-bounds box elements count too: the stage always receives kStageBytes (with an e4m3
+      // weight, its A bytes on full and its raw bytes on w_full; the converters write the rest).
+      if constexpr (WF::kE4m3) {
+        mbarrier::arrive_expect_tx(bar, G::kABytes);
+        mbarrier::arrive_expect_tx(w_bar, T::kWRows * kWRowBytes);
+      } else {
+        mbarrier::arrive_expect_tx(bar, T::kStageBytes);
+      }
       tma::load(a_stage(ring.index), a_map, bar, kb * G::kBlockK, tm * G::kBlockM);
       if constexpr (Epi::kSplitW) {
         constexpr unsigned half = G::kBlockN / 2;
-        load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index), w_map, bar, kb, tn * half, 0, N);
-        load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index) + half * 128, w_map, bar, kb,
-                                            tn * half, 1, N);
+        load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index), w_map, w_bar, kb, tn * half, 0, N);
+        load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index) + half * kWRowBytes, w_map, w_bar,
+                                            kb, tn * half, 1, N);
       } else {
-        load_weight_rows<G::kBlockN, W_BH, W_BOX>(w_stage(ring.index), w_map, bar, kb,
+        load_weight_rows<G::kBlockN, W_BH, W_BOX>(w_stage(ring.index), w_map, w_bar, kb,
                                                   tn * G::kBlockN, 0, N);
       }
       ring.advance();
@@ -287,36 +298,64 @@ __device__ __forceinline__ void prefill_gemm_epilogue(const float (&d)[PrefillGe
 
 // A CTA's shared memory (PrefillTiling), from the dynamic shared memory's start aligned to the
 // 128B swizzle repeat (1024 bytes), which keeps the operand descriptors' base offsets zero: the
-// stages (A, then the W rows), the epilogue's chunk buffers, each stage's full and empty barriers.
+// stages (A, then the W rows, then an e4m3 weight's raw rows), the epilogue's chunk buffers, each
+// stage's full and empty barriers (and with an e4m3 weight its raw barrier).
 template <class T>
 struct PrefillSmem {
-  unsigned base, epilogue, full, empty;
-  __device__ __forceinline__ explicit PrefillSmem(const unsigned char* raw)
-      : base((hexel::smem_addr(raw) + 1023u) & ~1023u),
+  unsigned base, epilogue, full, empty, raw;
+  __device__ __forceinline__ explicit PrefillSmem(const unsigned char* smem)
+      : base((hexel::smem_addr(smem) + 1023u) & ~1023u),
         epilogue(base + T::kStages * T::kStageBytes),
         full(epilogue + PrefillGemm::kEpilogueBytes),
-        empty(full + T::kStages * 8) {}
+        empty(full + T::kStages * 8),
+        raw(empty + T::kStages * 8) {}
   __device__ __forceinline__ unsigned a(unsigned s) const { return base + s * T::kStageBytes; }
   __device__ __forceinline__ unsigned w(unsigned s) const {
     return base + s * T::kStageBytes + PrefillGemm::kABytes;
   }
+  __device__ __forceinline__ unsigned w_raw(unsigned s) const { return w(s) + T::kWRows * 128; }
 };
 
 // Thread 0, before the CTA's first barrier: makes the operand maps visible to the TMA (written by
 // the host) and prefetches them, and initialises each stage's full barrier (the producer's one
-// arrival) and empty barrier (`empty_arrivals`). The caller fences the initialisation.
+// arrival, and `converters` more: the e4m3 converter warps), empty barrier (`empty_arrivals`) and,
+// with converters, raw barrier (the producer's). The caller fences the initialisation.
 template <class T>
 __device__ __forceinline__ void prefill_init_stages(const PrefillSmem<T>& sm,
                                                     const TensorMap* a_map, const TensorMap* w_map,
-                                                    unsigned empty_arrivals) {
+                                                    unsigned empty_arrivals,
+                                                    unsigned converters = 0) {
   using namespace hexel;
   tma::acquire_map(a_map);
   tma::acquire_map(w_map);
   tma::prefetch_map(a_map);
   tma::prefetch_map(w_map);
   for (unsigned s = 0; s < T::kStages; ++s) {
-    mbarrier::init(sm.full + 8 * s, 1);
+    mbarrier::init(sm.full + 8 * s, 1 + converters);
     mbarrier::init(sm.empty + 8 * s, empty_arrivals);
+    if (converters > 0) mbarrier::init(sm.raw + 8 * s, 1);
+  }
+}
+
+// The converters of an e4m3 weight's prefill GEMM: warps 1-3 of the producer's warpgroup, over
+// the CTA's tiles in the producer's order, each K block's raw rows into the stage's bf16 block
+// (gemm_e4m3.cuh). Tile row r is weight row tn · kBlockN + r; with SwiGLU the 128 gate rows, then
+// their up rows N further.
+enum : unsigned { kPrefillConverterWarps = 3 };  // an enumerator: no global of the module
+template <int M, int N, int K, class Epi, class WF, class T>
+__device__ __forceinline__ void prefill_convert(const PrefillSmem<T>& sm, const float* w_scale) {
+  using G = PrefillGemm;
+  constexpr unsigned kHalf = G::kBlockN / 2;
+  hexel::mbarrier::StageRing<T::kStages> ring;
+  for (unsigned u = blockIdx.x; u < T::kUnits; u += gridDim.x) {
+    unsigned tm, tn;
+    prefill_tile_coords(u, T::kTilesM, T::kTilesN, tm, tn);
+    auto row_of = [&](unsigned r) {
+      return Epi::kSplitW ? (r < kHalf ? 0u : N - kHalf) + tn * kHalf + r : tn * G::kBlockN + r;
+    };
+    e4m3_convert_stages<WF, G::kBlockN, 32 * kPrefillConverterWarps>(
+        ring, T::kKBlocks, sm.raw, sm.full, w_scale, threadIdx.x - 32, threadIdx.x % 32, row_of,
+        [&](unsigned s) { return sm.w_raw(s); }, [&](unsigned s) { return sm.w(s); });
   }
 }
 
@@ -329,11 +368,15 @@ __device__ __forceinline__ void prefill_init_stages(const PrefillSmem<T>& sm,
 // rows where 4 of 256 fit) and tile tn's rows start (tn · kBlockN) % W_BH rows in: whole 8-row
 // swizzle repeats (kernel_plan.cpp, prefill_image_box_rows), so the W descriptor's base offset
 // stays 0 and the bits are the same.
-template <int M, int N, int K, class Epi, unsigned W_BH = 0, unsigned W_BOX = 0>
+// WF: the weight's format (gemm_e4m3.cuh); an e4m3 weight (its 2D map) has its scales at w_scale,
+// and warps 1-3 of the producer's warpgroup convert its stages.
+template <int M, int N, int K, class Epi, unsigned W_BH = 0, unsigned W_BOX = 0,
+          class WF = Bf16Weight>
 __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const TensorMap* w_map,
-                                                  const TensorMap* out_map) {
+                                                  const TensorMap* out_map,
+                                                  const float* w_scale = nullptr) {
   using G = PrefillGemm;
-  using T = PrefillTiling<M, N, K, Epi, W_BH, W_BOX>;
+  using T = PrefillTiling<M, N, K, Epi, W_BH, W_BOX, WF::kRawRowBytes>;
   using namespace hexel;
   extern __shared__ unsigned char smem_raw[];
   const PrefillSmem<T> sm(smem_raw);
@@ -343,14 +386,23 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
   const unsigned wg = warp_index() / 4;
 
   if (threadIdx.x == 0) {
-    prefill_init_stages(sm, a_map, w_map, G::kConsumers * 4);  // one arrival per consumer warp
+    // One arrival per consumer warp; with an e4m3 weight one per converter warp too.
+    prefill_init_stages(sm, a_map, w_map, G::kConsumers * 4,
+                        WF::kE4m3 ? kPrefillConverterWarps : 0);
     mbarrier::fence_init();
   }
   __syncthreads();
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) {
+    if constexpr (WF::kE4m3) {
+      auto w_raw = [&](unsigned s) { return sm.w_raw(s); };
+      if (threadIdx.x == 0)
+        prefill_gemm_produce<M, N, K, Epi, W_BH, W_BOX, WF>(a_map, w_map, full, empty, a_stage,
+                                                            w_raw, sm.raw);
+      else if (threadIdx.x >= 32)
+        prefill_convert<M, N, K, Epi, WF>(sm, w_scale);
+    } else if (threadIdx.x == 0) {
       prefill_gemm_produce<M, N, K, Epi, W_BH, W_BOX>(a_map, w_map, full, empty, a_stage, w_stage);
     }
   } else {
@@ -407,6 +459,36 @@ __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_swiglu(const TensorMap* a_map, const TensorMap* w_map, const TensorMap* act_map) {
   pdl_entry();
   prefill_gemm_body<M, I, K, EpilogueSwiGlu, W_BH, W_BOX>(a_map, w_map, act_map);
+}
+
+// The three kernels on an e4m3 weight (gemm_e4m3.cuh): W's map is over its e4m3 bytes (256 x
+// 64-byte boxes, SwiGLU 128, no swizzle), `w_scale` its f32 scales of SBR x SBC blocks; the
+// results are the bf16 kernels' on W' = bf16(float(q) · s), bit for bit.
+template <int M, int N, int K, unsigned SBR, unsigned SBC>
+__global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_e4m3_bf16(const TensorMap* a_map, const TensorMap* w_map, const float* w_scale,
+                           const TensorMap* y_map) {
+  pdl_entry();
+  prefill_gemm_body<M, N, K, EpilogueStoreBf16, 0, 0, E4m3Weight<N, K, SBR, SBC>>(a_map, w_map,
+                                                                                  y_map, w_scale);
+}
+
+template <int M, int N, int K, unsigned SBR, unsigned SBC>
+__global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_e4m3_residual(const TensorMap* a_map, const TensorMap* w_map, const float* w_scale,
+                               const TensorMap* x_map) {
+  pdl_entry();
+  prefill_gemm_body<M, N, K, EpilogueResidual, 0, 0, E4m3Weight<N, K, SBR, SBC>>(a_map, w_map,
+                                                                                 x_map, w_scale);
+}
+
+template <int M, int I, int K, unsigned SBR, unsigned SBC>
+__global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_e4m3_swiglu(const TensorMap* a_map, const TensorMap* w_map, const float* w_scale,
+                             const TensorMap* act_map) {
+  pdl_entry();
+  prefill_gemm_body<M, I, K, EpilogueSwiGlu, 0, 0, E4m3Weight<2 * I, K, SBR, SBC>>(
+      a_map, w_map, act_map, w_scale);
 }
 
 // The QKV projection's rows are packed in RoPE's pair order (docs/artifact.md, layout

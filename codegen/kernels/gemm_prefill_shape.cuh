@@ -30,10 +30,13 @@ struct PrefillGemm {
   // and empty barriers; +1024 to align the base to the 128B swizzle repeat, which keeps the
   // descriptors' base offsets zero. w_rows: kBlockN, or more where one box of whole slot-image
   // tiles covers the tile's rows (prefill_gemm_body's kCover); as many stages as fit a CTA's
-  // 227 KB, at most kStages (4 of 256 rows, 3 of 288). The host's statement of the bytes:
-  // kernel_plan.hpp, prefill_gemm_smem.
-  HEXEL_HOST_DEVICE static constexpr unsigned stages_for(unsigned w_rows) {
-    const unsigned fit = (227 * 1024 - kEpilogueBytes - 1024) / (kABytes + w_rows * 128 + 16);
+  // 227 KB, at most kStages (4 of 256 rows, 3 of 288). raw_row_bytes: an e4m3 weight's raw rows
+  // (gemm_e4m3.cuh), each stage then also holding w_rows of them and a third barrier (3 stages of
+  // 256 rows). The host's statement of the bytes: kernel_plan.hpp, prefill_gemm_smem.
+  HEXEL_HOST_DEVICE static constexpr unsigned stages_for(unsigned w_rows,
+                                                         unsigned raw_row_bytes = 0) {
+    const unsigned fit = (227 * 1024 - kEpilogueBytes - 1024) /
+                         (kABytes + w_rows * (128 + raw_row_bytes) + 16 + (raw_row_bytes ? 8 : 0));
     return fit < kStages ? fit : kStages;
   }
 };
@@ -60,16 +63,18 @@ struct ResidualShape {
 // shape, the weight's source (W_BH, W_BOX: gemm_prefill.cuh, load_weight_rows). kCover (W_BOX >
 // kBlockN): one box of W_BOX rows of whole slot-image tiles covers a tile's kBlockN W rows
 // (gemm_prefill.cuh, prefill_gemm_body), so a stage holds W_BOX rows and fewer stages fit.
-// Enumerators rather than static constexpr variables: NVRTC emits
+// RAW_ROW_BYTES: an e4m3 weight's raw rows a stage holds after its bf16 rows (gemm_e4m3.cuh; 0
+// for a bf16 weight). Enumerators rather than static constexpr variables: NVRTC emits
 // every static constexpr variable of a class it instantiates as a global of the module, one set
 // per kernel instance.
-template <int M, int N, int K, class Shape, unsigned W_BH, unsigned W_BOX>
+template <int M, int N, int K, class Shape, unsigned W_BH, unsigned W_BOX,
+          unsigned RAW_ROW_BYTES = 0>
 struct PrefillTiling {
   enum : unsigned {
     kCover = W_BH > 0 && W_BOX > PrefillGemm::kBlockN,
     kWRows = kCover ? W_BOX : PrefillGemm::kBlockN,
-    kStages = PrefillGemm::stages_for(kWRows),
-    kStageBytes = PrefillGemm::kABytes + kWRows * 128,
+    kStages = PrefillGemm::stages_for(kWRows, RAW_ROW_BYTES),
+    kStageBytes = PrefillGemm::kABytes + kWRows * (128 + RAW_ROW_BYTES),
     kTilesM = (M + PrefillGemm::kBlockM - 1) / PrefillGemm::kBlockM,
     kTilesN = (N + Shape::kOutCols - 1) / Shape::kOutCols,
     kUnits = kTilesM * kTilesN,
@@ -79,6 +84,7 @@ struct PrefillTiling {
   static_assert(!kCover || (!Shape::kSplitW && PrefillGemm::kBlockN % 8 == 0 && W_BH % 8 == 0),
                 "a covering box: one half, whole swizzle repeats");
   static_assert(kStages >= 2, "a ring of at least two stages");
+  static_assert(RAW_ROW_BYTES == 0 || W_BH == 0, "an e4m3 weight comes through its own 2D map");
 
   // Where tile tn's W rows start in its stage: at 0, or under a covering box (tn · kBlockN) % W_BH
   // rows in: whole 8-row swizzle repeats, so the operand descriptors' base offset stays 0.

@@ -52,6 +52,7 @@
 // result rows (M..7, and every 8-row group after the first, read with group stride 0) are never
 // stored. So A takes K · M · 2 bytes (8 KB at M = 1, K = 4096) instead of K · 16. The producer
 // never waits for the previous kernel: every load it issues is a weight.
+#include "gemm_e4m3.cuh"
 #include "gemm_prefill.cuh"
 #include "hexel/ld_st.cuh"
 #include "hexel/memory_order.cuh"
@@ -66,6 +67,9 @@ struct SmallGemm {
   static constexpr unsigned kBlockM = 64;
   static constexpr unsigned kBlockK = PrefillGemm::kBlockK;
   static constexpr unsigned kThreads = small_gemm_threads(1);
+  // The e4m3 forms (gemm_e4m3.cuh): four converter warps after the producer's. Enumerators, which
+  // NVRTC does not emit as globals of the module (gemm_prefill_shape.cuh).
+  enum : unsigned { kConverters = 128, kE4m3Threads = small_gemm_threads(1) + kConverters };
 };
 // Dynamic shared memory (codegen: SmallGemmTiling::smem): STAGES stages of (8 or 64) + BN rows of
 // 64 bf16, full[] and empty[] barriers, +1024 to align the base to the 128B swizzle repeat.
@@ -218,38 +222,47 @@ __device__ __forceinline__ void small_gemm_epilogue(const float (&d)[BN / 2], un
 // activations into the ring of STAGES stages (a_stage, w_stage: their shared addresses) behind the
 // full / empty barriers. The first pass over the ring: weights before griddepcontrol.wait,
 // activations after it (the weights and tensor maps are never written by a kernel). Each stage
-// expects its A and W bytes (out-of-bounds box elements count too).
+// expects its A and W bytes (out-of-bounds box elements count too). An e4m3 weight (WF,
+// gemm_e4m3.cuh) goes to the stage's raw area (w_stage gives it) behind its own barrier (w_full:
+// the raw barriers; full otherwise), rows of 64 bytes.
 template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM, int CL, int WG, int KPS,
-          unsigned W_BH, unsigned W_BOX, class AStage, class WStage>
+          unsigned W_BH, unsigned W_BOX, class WF, class AStage, class WStage>
 __device__ __forceinline__ void small_gemm_produce(const TensorMap* a_map, const TensorMap* w_map,
-                                                   unsigned full, unsigned empty, unsigned tm,
-                                                   unsigned tn, unsigned rank, AStage& a_stage,
-                                                   WStage& w_stage) {
+                                                   unsigned full, unsigned w_full, unsigned empty,
+                                                   unsigned tm, unsigned tn, unsigned rank,
+                                                   AStage& a_stage, WStage& w_stage) {
   using G = SmallGemm;
   using namespace hexel;
   constexpr unsigned kTileM = G::kBlockM * WG;
   constexpr bool kSplitW = EPI == SmallEpi::SwiGlu;
   constexpr unsigned kOutCols = kSplitW ? BN / 2 : BN;
   constexpr unsigned kSliceRows = kOutCols / CL;
-  constexpr unsigned kWBytes = BN * G::kBlockK * 2;
+  constexpr unsigned kWRowBytes = WF::kE4m3 ? WF::kRawRowBytes : 128;
+  constexpr unsigned kWBytes = BN * kWRowBytes;
   constexpr unsigned kARows = M < static_cast<int>(kTileM) ? M : kTileM;
   constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
-  constexpr unsigned kTxBytes = (NORM ? 0 : kARows * G::kBlockK * 2) + kWBytes;
+  constexpr unsigned kTxBytes = (NORM ? 0 : kARows * G::kBlockK * 2) + (WF::kE4m3 ? 0 : kWBytes);
   mbarrier::StageRing<STAGES> ring;
+  // Each stage's expected bytes: A and W, or with an e4m3 weight A (full) and W (w_full).
+  auto expect = [&](unsigned stage) {
+    mbarrier::arrive_expect_tx(full + 8 * stage, KPS * kTxBytes);
+    if constexpr (WF::kE4m3) mbarrier::arrive_expect_tx(w_full + 8 * stage, KPS * kWBytes);
+  };
   // Slot s (stage s / KPS), K block kb.
   auto load_w = [&](unsigned s, unsigned kb) {
-    const unsigned bar = full + 8 * (s / KPS);
+    const unsigned bar = w_full + 8 * (s / KPS);
     if constexpr (CL > 1) {
       constexpr uint16_t kAll = (1u << CL) - 1u;
       const unsigned at = rank * kSliceRows;
-      load_weight_rows<kSliceRows, W_BH, W_BOX, true>(w_stage(s) + at * 128, w_map, bar, kb,
+      load_weight_rows<kSliceRows, W_BH, W_BOX, true>(w_stage(s) + at * kWRowBytes, w_map, bar, kb,
                                                       tn * kOutCols + at, 0, N, kAll);
       if constexpr (kSplitW)
-        load_weight_rows<kSliceRows, W_BH, W_BOX, true>(w_stage(s) + (kOutCols + at) * 128, w_map,
-                                                        bar, kb, tn * kOutCols + at, 1, N, kAll);
+        load_weight_rows<kSliceRows, W_BH, W_BOX, true>(w_stage(s) + (kOutCols + at) * kWRowBytes,
+                                                        w_map, bar, kb, tn * kOutCols + at, 1, N,
+                                                        kAll);
     } else if constexpr (kSplitW) {
       load_weight_rows<kOutCols, W_BH, W_BOX>(w_stage(s), w_map, bar, kb, tn * kOutCols, 0, N);
-      load_weight_rows<kOutCols, W_BH, W_BOX>(w_stage(s) + kOutCols * 128, w_map, bar, kb,
+      load_weight_rows<kOutCols, W_BH, W_BOX>(w_stage(s) + kOutCols * kWRowBytes, w_map, bar, kb,
                                               tn * kOutCols, 1, N);
     } else {
       load_weight_rows<BN, W_BH, W_BOX>(w_stage(s), w_map, bar, kb, tn * BN, 0, N);
@@ -265,7 +278,7 @@ __device__ __forceinline__ void small_gemm_produce(const TensorMap* a_map, const
   constexpr unsigned kStagesK = k_blocks / KPS;
   constexpr unsigned kFirst = STAGES < kStagesK ? STAGES : kStagesK;
   for (unsigned ks = 0; ks < kFirst; ++ks) {
-    mbarrier::arrive_expect_tx(full + 8 * ks, KPS * kTxBytes);
+    expect(ks);
     for (unsigned j = 0; j < KPS; ++j) load_w(ks * KPS + j, ks * KPS + j);
   }
   if constexpr (!NORM) {
@@ -275,7 +288,7 @@ __device__ __forceinline__ void small_gemm_produce(const TensorMap* a_map, const
   for (unsigned ks = 0; ks < kFirst; ++ks) ring.advance();
   for (unsigned ks = kFirst; ks < kStagesK; ++ks) {
     mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
-    mbarrier::arrive_expect_tx(full + 8 * ring.index, KPS * kTxBytes);
+    expect(ring.index);
     for (unsigned j = 0; j < KPS; ++j) {
       load_a(ring.index * KPS + j, ks * KPS + j);
       load_w(ring.index * KPS + j, ks * KPS + j);
@@ -290,12 +303,16 @@ __device__ __forceinline__ void small_gemm_produce(const TensorMap* a_map, const
 // BN] where cand is not null). A is a_map's [M, K] bf16 rows, or with NORM the rows of RMSNorm(x)
 // with weights norm_w (x f32 [M, K]; a_map unused). W_BH, W_BOX: where the weight rows come from,
 // the weight's 2D map or its slot image's (load_weight_rows, gemm_prefill.cuh); every kernel below
-// takes them last.
+// takes them last. WF: the weight's format (gemm_e4m3.cuh); an e4m3 weight (its 2D map, one M tile
+// of one warpgroup, no cluster, no norm prologue, one K block a stage) has its scales at w_scale
+// and a CTA of SmallGemm::kE4m3Threads: the converter warps follow the producer's.
 template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM = false, float EPS = 0.f,
-          int CL = 1, int WG = 1, int KPS = 1, unsigned W_BH = 0, unsigned W_BOX = 0>
+          int CL = 1, int WG = 1, int KPS = 1, unsigned W_BH = 0, unsigned W_BOX = 0,
+          class WF = Bf16Weight>
 __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const float* x,
                                                 const float* norm_w, const TensorMap* w_map,
-                                                void* out, unsigned long long* cand = nullptr) {
+                                                void* out, unsigned long long* cand = nullptr,
+                                                const float* w_scale = nullptr) {
   using G = SmallGemm;
   using namespace hexel;
   static_assert(M > 0 && N % 8 == 0 && K % 8 == 0, "TMA rows are multiples of 16 bytes");
@@ -324,6 +341,8 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   // of a KPS = 1 stage), behind one full and one empty barrier.
   static_assert(KPS == 1 || (!NORM && CL == 1 && WG == 1 && k_blocks % KPS == 0),
                 "K blocks a stage: A by TMA, no multicast, one warpgroup, whole stages of K");
+  static_assert(!WF::kE4m3 || (!NORM && CL == 1 && WG == 1 && KPS == 1 && W_BH == 0),
+                "e4m3 weights: their 2D map, A by TMA, one warpgroup, one K block a stage");
   constexpr unsigned kSlots = STAGES * KPS;
   // With NORM the A region holds all of K ahead of the stages, which hold W only: M rows of 16
   // bytes per K chunk, 128 zero bytes after the last (the last core matrix's rows past M read
@@ -331,17 +350,22 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   constexpr unsigned kASlot = NORM ? 0 : kASlotRows * G::kBlockK * 2;
   constexpr unsigned kAChunks = k_blocks * 8;
   constexpr unsigned kAResident = NORM ? (kAChunks * M * 16 + 128 + 1023) / 1024 * 1024 : 0;
-  constexpr unsigned kStageBytes = kASlot + kWBytes;
+  // An e4m3 weight's raw block after the bf16 one (rows of 64 bytes; whole KB for BN % 16 == 0).
+  constexpr unsigned kRawBytes = WF::kE4m3 ? BN * WF::kRawRowBytes : 0;
+  constexpr unsigned kStageBytes = kASlot + kWBytes + kRawBytes;
   constexpr unsigned kTxBytes = (NORM ? 0 : kARows * G::kBlockK * 2) + kWBytes;
   extern __shared__ unsigned char smem_raw[];
   const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const unsigned stages = base + kAResident;
   const unsigned full = stages + kSlots * kStageBytes;
   const unsigned empty = full + STAGES * 8;
+  const unsigned raw = empty + STAGES * 8;  // e4m3 only: each stage's raw block has landed
   auto a_stage = [&](unsigned s, unsigned kb = 0) {
     return NORM ? base + kb * 8 * M * 16 : stages + s * kStageBytes;
   };
   auto w_stage = [&](unsigned s) { return stages + s * kStageBytes + kASlot; };
+  // Where the producer's weight loads land: the bf16 block, or an e4m3 weight's raw block.
+  auto w_load = [&](unsigned s) { return w_stage(s) + (WF::kE4m3 ? kWBytes : 0u); };
   const unsigned tm = blockIdx.x, tn = blockIdx.y;
   const unsigned rank = CL > 1 ? cluster::cta_rank() : 0;  // = tm % CL
 
@@ -353,8 +377,10 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
     hexel::tma::acquire_map(w_map);
     tma::prefetch_map(w_map);
     for (unsigned s = 0; s < STAGES; ++s) {
-      mbarrier::init(full + 8 * s, 1);
+      // The producer's arrival, and with an e4m3 weight each converter warp's.
+      mbarrier::init(full + 8 * s, 1 + (WF::kE4m3 ? G::kConverters / 32 : 0));
       mbarrier::init(empty + 8 * s, 4 * WG * CL);  // one arrival per consumer warp of the cluster
+      if constexpr (WF::kE4m3) mbarrier::init(raw + 8 * s, 1);
     }
     mbarrier::fence_init();
   }
@@ -365,8 +391,8 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
 
   if (warp_index() == 4 * WG) {
     if (threadIdx.x % 32 == 0) {
-      small_gemm_produce<M, N, K, BN, STAGES, EPI, NORM, CL, WG, KPS, W_BH, W_BOX>(
-          a_map, w_map, full, empty, tm, tn, rank, a_stage, w_stage);
+      small_gemm_produce<M, N, K, BN, STAGES, EPI, NORM, CL, WG, KPS, W_BH, W_BOX, WF>(
+          a_map, w_map, full, WF::kE4m3 ? raw : full, empty, tm, tn, rank, a_stage, w_load);
     }
     // No CTA of a cluster exits while a peer may still multicast into it or arrive on its barriers.
     if constexpr (CL > 1) {
@@ -376,6 +402,20 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
     return;
   }
 
+  if constexpr (WF::kE4m3) {
+    if (warp_index() > 4 * WG) {
+      // The converters: every K block's raw e4m3 rows into the stage's bf16 block. Tile row r is
+      // weight row tn · BN + r; with SwiGLU the gate rows, then their up rows N further.
+      mbarrier::StageRing<STAGES> conv_ring;
+      auto row_of = [&](unsigned r) {
+        return kSplitW ? (r < kOutCols ? 0u : N - kOutCols) + tn * kOutCols + r : tn * BN + r;
+      };
+      e4m3_convert_stages<WF, BN, G::kConverters>(conv_ring, k_blocks, raw, full, w_scale,
+                                                  threadIdx.x - G::kThreads, threadIdx.x % 32,
+                                                  row_of, w_load, w_stage);
+      return;
+    }
+  }
   const unsigned warp = warp_index() % 4, wg = WG > 1 ? warp_index() / 4 : 0;
   const unsigned lane = threadIdx.x % 32;
   if constexpr (NORM) {
@@ -483,6 +523,37 @@ __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(small_gemm_threads(
   hexel::launch_dependents();
   small_gemm_body<M, N, K, BN, STAGES, SmallEpi::F32Cand, false, 0.f, CL, WG>(
       a_map, nullptr, nullptr, w_map, y, cand);
+}
+
+// The three projection kernels on an e4m3 weight (gemm_e4m3.cuh): W's map is over its e4m3 bytes
+// (BN x 64-byte boxes, SwiGLU BN / 2, no swizzle), `w_scale` its f32 scales of SBR x SBC blocks;
+// the results are the bf16 kernels' on W' = bf16(float(q) · s), bit for bit.
+template <int M, int N, int K, int BN, int STAGES, unsigned SBR, unsigned SBC>
+__global__ void __launch_bounds__(SmallGemm::kE4m3Threads)
+    gemm_small_e4m3_bf16(const TensorMap* a_map, const TensorMap* w_map, const float* w_scale,
+                         bf16* y) {
+  hexel::launch_dependents();  // the wait is in the body
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, false, 0.f, 1, 1, 1, 0, 0,
+                  E4m3Weight<N, K, SBR, SBC>>(a_map, nullptr, nullptr, w_map, y, nullptr, w_scale);
+}
+
+template <int M, int N, int K, int BN, int STAGES, unsigned SBR, unsigned SBC>
+__global__ void __launch_bounds__(SmallGemm::kE4m3Threads)
+    gemm_small_e4m3_residual(const TensorMap* a_map, const TensorMap* w_map, const float* w_scale,
+                             float* x) {
+  hexel::launch_dependents();
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::Residual, false, 0.f, 1, 1, 1, 0, 0,
+                  E4m3Weight<N, K, SBR, SBC>>(a_map, nullptr, nullptr, w_map, x, nullptr, w_scale);
+}
+
+template <int M, int I, int K, int BN, int STAGES, unsigned SBR, unsigned SBC>
+__global__ void __launch_bounds__(SmallGemm::kE4m3Threads)
+    gemm_small_e4m3_swiglu(const TensorMap* a_map, const TensorMap* w_map, const float* w_scale,
+                           bf16* act) {
+  hexel::launch_dependents();
+  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, false, 0.f, 1, 1, 1, 0, 0,
+                  E4m3Weight<2 * I, K, SBR, SBC>>(a_map, nullptr, nullptr, w_map, act, nullptr,
+                                                  w_scale);
 }
 
 // The QKV and gate/up projections with the norm that feeds them (decode, up to 8 tokens):

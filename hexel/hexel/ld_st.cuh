@@ -25,6 +25,18 @@ HEXEL_DEVICE void st_shared_v4_unordered(uint32_t addr, uint32_t a, uint32_t b, 
                "r"(d));
 }
 
+// Thread: 16 bytes (four words) from shared memory at `addr` (16-byte aligned), ordered after the
+// thread's earlier barrier waits and before its later fences ("memory" clobber). PTX: ld
+// (.shared.v4.b32).
+HEXEL_DEVICE uint4 ld_shared_v4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
 // Thread: two f32 to shared memory at `addr` (8-byte aligned). PTX: st (.shared.v2.f32).
 HEXEL_DEVICE void st_shared_v2_f32(uint32_t addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");

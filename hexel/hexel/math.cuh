@@ -15,6 +15,22 @@ HEXEL_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
   return r;
 }
 
+// Two e4m3 (OCP E4M3: bias 7, no infinities) in the low 16 bits of `pair` as one f16x2 word, the
+// low byte's value in the low half. Exact: every e4m3 value, subnormals included, is an f16.
+// PTX: cvt (.rn.f16x2.e4m3x2; sm_89 and later).
+HEXEL_DEVICE uint32_t cvt_f16x2_e4m3x2(uint32_t pair) {
+  uint32_t r;
+  asm("{\n.reg .b16 p;\ncvt.u16.u32 p, %1;\ncvt.rn.f16x2.e4m3x2 %0, p;\n}" : "=r"(r) : "r"(pair));
+  return r;
+}
+
+// The f16 in the low 16 bits of `h` as an f32 (exact). PTX: cvt (.f32.f16).
+HEXEL_DEVICE float cvt_f32_f16(uint32_t h) {
+  float f;
+  asm("{\n.reg .b16 p;\ncvt.u16.u32 p, %1;\ncvt.f32.f16 %0, p;\n}" : "=f"(f) : "r"(h));
+  return f;
+}
+
 // 2^x on the special function unit, subnormals flushed: ex2(-inf) = +0, ex2(0) = 1, ex2(+inf) =
 // +inf; relative error about 2^-22. PTX: ex2 (.approx.ftz.f32).
 HEXEL_DEVICE float ex2_approx(float x) {

@@ -15,6 +15,7 @@
 #include "codegen/nvrtc_driver.hpp"
 #include "codegen/rope_table.hpp"
 #include "hexel/tensor_map_encode.h"
+#include "support/dtype.hpp"
 #include "support/qkv_layout.hpp"
 #include "support/slot_image_map.hpp"
 #include "test/codegen/gpu_test_support.hpp"
@@ -2334,6 +2335,163 @@ TEST(GpuKernels, AllReduceWithNormMatchesUnfusedBitForBit) {
         ASSERT_TRUE(std::isnan(left[i]))
             << label << " rank " << r << ": partial written past its rows";
         ASSERT_EQ(h_got[i], 0xffff) << label << " rank " << r << ": h written past its rows";
+
+// ---- e4m3 weights (gemm_e4m3.cuh) -----------------------------------------------------------
+
+// A random e4m3 weight of [rows, k] (every finite byte: NaN's 0x7f and 0xff left out) with f32
+// scales of sbr x sbc blocks between 0.008 and 0.024 (not powers of two), and its dequantized form
+// W' = bf16(float(q) · s), on which the kernels' arithmetic is defined (as bf16 and as f32).
+struct E4m3Weight {
+  std::vector<std::uint8_t> q;
+  std::vector<float> scale;
+  bf16v w;
+  std::vector<float> wf;
+};
+E4m3Weight random_e4m3(int rows, int k, int sbr, int sbc) {
+  E4m3Weight e;
+  const int srows = (rows + sbr - 1) / sbr, scols = (k + sbc - 1) / sbc;
+  std::uniform_int_distribution<int> byte(0, 253);
+  std::uniform_real_distribution<float> sd(0.008f, 0.024f);
+  e.q.resize(static_cast<std::size_t>(rows) * k);
+  for (auto& b : e.q) {
+    const int v = byte(rng());
+    b = static_cast<std::uint8_t>(v < 0x7f ? v : v + 1);  // 0 .. 0x7e, 0x80 .. 0xfe
+  }
+  e.scale.resize(static_cast<std::size_t>(srows) * scols);
+  for (auto& x : e.scale) x = sd(rng());
+  e.w.resize(e.q.size());
+  e.wf.resize(e.q.size());
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < k; ++c) {
+      const std::size_t i = static_cast<std::size_t>(r) * k + c;
+      const float s = e.scale[static_cast<std::size_t>(r / sbr) * scols + c / sbc];
+      e.w[i] = f32_to_bf16(e4m3_to_f32(e.q[i]) * s);
+      e.wf[i] = bf16_to_f32(e.w[i]);
+    }
+  return e;
+}
+
+// The map the executor encodes for `tmap:w:NAME` over an e4m3 weight: one-byte elements, boxes of
+// box_rows x 64 bytes, no swizzle.
+class E4m3Map {
+ public:
+  E4m3Map(const void* base, int rows, int cols, int box_rows)
+      : buf_(std::vector<hexel::TensorMap>{
+            hexel::encode_2d(hexel::TmaDtype::U8, base, static_cast<std::uint64_t>(rows),
+                             static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(cols),
+                             static_cast<std::uint32_t>(box_rows), 64, hexel::Swizzle::None)}) {}
+  const void* get() const { return buf_.get(); }
+
+ private:
+  DeviceBuffer<hexel::TensorMap> buf_;
+};
+
+// Every e4m3 GEMM form (small-M and prefill; bf16 store, residual, SwiGLU) on ragged shapes (M
+// from 1 to 200, N and K not multiples of the tiles, a partial last K block, a ring that wraps)
+// and each scale layout the importer writes (128 x 128 blocks, the QKV weight's 64-row blocks, one
+// scale a row): the output is, bit for bit, the bf16 prefill GEMM's on the dequantized W' =
+// bf16(float(q) · s), so the small and the prefill e4m3 GEMMs equal each other and a token's row
+// is the same in every bucket; it is within bf16 tolerance of f64 on W' (residual: 1e-5), and the
+// 64 guard rows past M stay poisoned. Before each small GEMM every SM's shared memory is NaNs.
+TEST(GpuKernels, E4m3GemmsMatchBf16GemmOfDequantizedWeights) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Case {
+    int N, K, sbr, sbc;
+    std::vector<int> ms;
+  };
+  for (const Case& c : {Case{520, 2000, 128, 128, {1, 5, 64, 130}},
+                        Case{384, 264, 64, 128, {1, 8, 200}}, Case{136, 264, 1, 264, {3, 100}}}) {
+    const int N = c.N, K = c.K;
+    const std::string blocks = ", " + I(c.sbr) + ", " + I(c.sbc) + ">";
+    std::vector<std::string> names;
+    for (int M : c.ms)
+      for (const std::string epi : {"bf16", "residual", "swiglu"}) {
+        const std::string dims = "<" + I(M) + ", " + I(N) + ", " + I(K);
+        const codegen::SmallGemmTiling t =
+            codegen::small_gemm_e4m3_tiling(N, K, M, epi == "swiglu");
+        names.push_back("telos_kernels::gemm_prefill_" + epi + dims + ">");
+        names.push_back("telos_kernels::gemm_prefill_e4m3_" + epi + dims + blocks);
+        names.push_back("telos_kernels::gemm_small_e4m3_" + epi + dims + ", " + I(t.bn) + ", " +
+                        I(t.stages) + blocks);
+      }
+    names.push_back("poison_shared");
+    TestModule mod(source_with_rope() + kPoisonShared, names);
+    constexpr int MAXM = 200, GUARD = 64;
+    std::vector<float> Af;
+    DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af));
+    const E4m3Weight w = random_e4m3(2 * N, K, c.sbr, c.sbc);  // [2N, K]: SwiGLU's gate and up
+    DeviceBuffer<std::uint8_t> dq(w.q);
+    DeviceBuffer<float> dscale(w.scale);
+    DeviceBuffer<std::uint16_t> dw(w.w);
+    const std::vector<double> ref = gemm_ref(Af, w.wf, MAXM, 2 * N, K);
+    const std::vector<float> x0 = random_floats(static_cast<std::size_t>(MAXM + GUARD) * N);
+    std::size_t i = 0;
+    for (int M : c.ms) {
+      const std::size_t MN = static_cast<std::size_t>(M) * N,
+                        total = MN + static_cast<std::size_t>(GUARD) * N;
+      for (const std::string epi : {"bf16", "residual", "swiglu"}) {
+        const bool swiglu = epi == "swiglu", residual = epi == "residual";
+        const std::string &bf16_gemm = names[i], &prefill = names[i + 1], &small = names[i + 2];
+        i += 3;
+        const int rows = swiglu ? 2 * N : N, cols = swiglu ? 128 : 256;
+        const codegen::SmallGemmTiling t = codegen::small_gemm_e4m3_tiling(N, K, M, swiglu);
+        // The outputs of the bf16 GEMM of W', the e4m3 prefill and the e4m3 small GEMM: poisoned
+        // (bf16) or x0 (residual).
+        DeviceBuffer<std::uint16_t> y0(total), y1(total), y2(total);
+        const std::vector<float> x_init(x0.begin(), x0.begin() + total);
+        DeviceBuffer<float> x0d(x_init), x1d(x_init), x2d(x_init);
+        const DeviceMap a128(dA.get(), M, K, 128), a_small(dA.get(), M, K, t.a_box),
+            w_bf16(dw.get(), rows, K, cols);
+        const E4m3Map q_prefill(dq.get(), rows, K, cols), q_small(dq.get(), rows, K, t.w_box());
+        const DeviceMap m0 = residual ? DeviceMap(x0d.get(), M, N, 64, hexel::TmaDtype::F32)
+                                      : DeviceMap(y0.get(), M, N, 64);
+        const DeviceMap m1 = residual ? DeviceMap(x1d.get(), M, N, 64, hexel::TmaDtype::F32)
+                                      : DeviceMap(y1.get(), M, N, 64);
+        CUDA_OK(mod.launch(bf16_gemm, prefill_grid(M, N, cols), kPrefillThreads,
+                           {a128.get(), w_bf16.get(), m0.get()}, kPrefillSmem));
+        CUDA_OK(mod.launch(prefill, prefill_grid(M, N, cols), kPrefillThreads,
+                           {a128.get(), q_prefill.get(), dscale.get(), m1.get()},
+                           codegen::prefill_gemm_e4m3_smem()));
+        const void* small_out = residual ? static_cast<const void*>(x2d.get()) : y2.get();
+        CUDA_OK(mod.launch("poison_shared", sm_count(), 1024, {}, codegen::kMaxSmemPerBlock));
+        CUDA_OK(mod.launch(small, dim3(t.tiles_m, t.tiles_n),
+                           t.threads() + codegen::kSmallGemmConverterThreads,
+                           {a_small.get(), q_small.get(), dscale.get(), small_out},
+                           codegen::small_gemm_e4m3_smem(t)));
+        const std::string what = epi + " M=" + I(M) + " N=" + I(N) + " K=" + I(K) + " blocks " +
+                                 I(c.sbr) + "x" + I(c.sbc) + " BN=" + I(t.bn) + " st" + I(t.stages);
+        std::vector<float> got(MN);
+        std::vector<double> want(MN);
+        if (residual) {
+          const auto bits = x0d.download(), pre = x1d.download(), sm = x2d.download();
+          EXPECT_EQ(0, std::memcmp(bits.data(), pre.data(), MN * sizeof(float)))
+              << "prefill " << what;
+          EXPECT_EQ(0, std::memcmp(bits.data(), sm.data(), MN * sizeof(float))) << "small " << what;
+          for (std::size_t e = MN; e < total; ++e) {
+            ASSERT_EQ(pre[e], x0[e]) << "prefill wrote past M, " << what;
+            ASSERT_EQ(sm[e], x0[e]) << "small wrote past M, " << what;
+          }
+          for (std::size_t e = 0; e < MN; ++e) {
+            got[e] = pre[e];
+            want[e] = x0[e] + ref[e / N * 2 * N + e % N];
+          }
+          EXPECT_LT(rel_l2(got, want), 1e-5) << "vs f64, " << what;
+        } else {
+          const auto bits = y0.download(), pre = y1.download(), sm = y2.download();
+          EXPECT_EQ(0, std::memcmp(bits.data(), pre.data(), MN * 2)) << "prefill " << what;
+          EXPECT_EQ(0, std::memcmp(bits.data(), sm.data(), MN * 2)) << "small " << what;
+          for (std::size_t e = MN; e < total; ++e) {
+            ASSERT_EQ(pre[e], 0xffff) << "prefill wrote past M, " << what;
+            ASSERT_EQ(sm[e], 0xffff) << "small wrote past M, " << what;
+          }
+          for (std::size_t e = 0; e < MN; ++e) {
+            const std::size_t r = e / N * 2 * N + e % N;
+            const double g = ref[r], u = ref[r + N];
+            got[e] = from_bf16(pre[e]);
+            want[e] = swiglu ? g / (1.0 + std::exp(-g)) * u : g;
+          }
+          EXPECT_LT(rel_l2(got, want), 1e-2) << "vs f64, " << what;
+        }
       }
     }
   }

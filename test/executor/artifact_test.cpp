@@ -345,9 +345,9 @@ TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {
   with_arg("tmap:w:embed:64:32:64:64");  // the whole bf16 [64, 32] embedding
   EXPECT_NO_THROW(Artifact::load(dir));
   with_arg("tmap:w:final_norm:16:64:16:64");
-  expect_refused(dir, {"tensor maps over weights are bf16, the weight is f32"});
+  expect_refused(dir, {"tensor maps over weights are bf16 or e4m3, the weight is f32"});
   with_arg("tmap:w:embed:64:32:64:32");
-  expect_refused(dir, {"a weight is bf16, its map's BOX_COLS must be 64"});
+  expect_refused(dir, {"a weight's map has BOX_COLS 64 (bf16 or e4m3 elements)"});
   with_arg("tmap:buf:h:16:64:16:16");
   expect_refused(dir,
                  {"programs.buckets[0].launches[0].args[1]", "BOX_COLS must be 64 (bf16) or 32"});
