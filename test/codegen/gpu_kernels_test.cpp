@@ -2335,6 +2335,10 @@ TEST(GpuKernels, AllReduceWithNormMatchesUnfusedBitForBit) {
         ASSERT_TRUE(std::isnan(left[i]))
             << label << " rank " << r << ": partial written past its rows";
         ASSERT_EQ(h_got[i], 0xffff) << label << " rank " << r << ": h written past its rows";
+      }
+    }
+  }
+}
 
 // ---- e4m3 weights (gemm_e4m3.cuh) -----------------------------------------------------------
 
