@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "support/dtype.hpp"
+
 namespace telos::codegen {
 
 struct CodegenInput {
@@ -14,6 +16,8 @@ struct CodegenInput {
   bool decode_weight_images = true;
   // attention_split: positions per split of decode attention (256 or 512).
   int attention_split = 256;
+  // kv_dtype: the KV pages' element type; the attention kernels read BF16 pages only.
+  DType kv_dtype = DType::BF16;
 };
 
 }  // namespace telos::codegen

@@ -177,6 +177,10 @@ void check_model(const ModelShape& m, const CodegenInput& in) {
   need(in.attention_split == kAttnSplit || in.attention_split == kAttnSplitLong,
        "serving.attention_split must be " + std::to_string(kAttnSplit) + " or " +
            std::to_string(kAttnSplitLong));
+  need(in.kv_dtype == DType::BF16,
+       "serving.kv_dtype \"fp8_e4m3\": the GPU attention kernels read bf16 KV pages only; "
+       "compile with --target cpu (the CPU reference engine runs an e4m3 KV cache) or "
+       "kv_dtype \"bf16\"");
 }
 
 // ---- What the buckets share, and one bucket -----------------------------------------------------

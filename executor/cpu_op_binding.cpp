@@ -7,28 +7,69 @@
 
 namespace telos::exec {
 
-CpuKvCache::CpuKvCache(const KvCacheConfig& geometry, int pages)
-    : geometry_(geometry), data_(floats_per_page(geometry) * static_cast<std::size_t>(pages)) {}
+namespace {
 
-std::size_t CpuKvCache::floats_per_page(const KvCacheConfig& g) {
+std::size_t elements_per_page(const KvCacheConfig& g) {
   return std::size_t{2} * static_cast<std::size_t>(g.num_layers) *
          static_cast<std::size_t>(g.num_kv_heads) * static_cast<std::size_t>(g.page_size) *
          static_cast<std::size_t>(g.head_dim);
 }
 
-float* CpuKvCache::slot(std::span<const PageId> pages, int layer, int kv, int head, int position) {
+}  // namespace
+
+CpuKvCache::CpuKvCache(const KvCacheConfig& geometry, int pages) : geometry_(geometry) {
+  const std::size_t n = elements_per_page(geometry) * static_cast<std::size_t>(pages);
+  if (geometry.dtype == DType::E4M3)
+    e4m3_.resize(n);
+  else
+    f32_.resize(n);
+}
+
+std::size_t CpuKvCache::bytes_per_page(const KvCacheConfig& g) {
+  return elements_per_page(g) * (g.dtype == DType::E4M3 ? 1 : sizeof(float));
+}
+
+std::size_t CpuKvCache::index(std::span<const PageId> pages, int layer, int kv, int head,
+                              int position) const {
   const std::size_t S = static_cast<std::size_t>(geometry_.page_size);
   const std::size_t page = static_cast<std::size_t>(pages[static_cast<std::size_t>(position) / S]);
   const std::size_t L = static_cast<std::size_t>(geometry_.num_layers),
                     Hkv = static_cast<std::size_t>(geometry_.num_kv_heads),
                     D = static_cast<std::size_t>(geometry_.head_dim);
-  const std::size_t index =
-      ((((page * L + static_cast<std::size_t>(layer)) * 2 + static_cast<std::size_t>(kv)) * Hkv +
-        static_cast<std::size_t>(head)) *
-           S +
-       static_cast<std::size_t>(position) % S) *
-      D;
-  return &data_[index];
+  return ((((page * L + static_cast<std::size_t>(layer)) * 2 + static_cast<std::size_t>(kv)) * Hkv +
+           static_cast<std::size_t>(head)) *
+              S +
+          static_cast<std::size_t>(position) % S) *
+         D;
+}
+
+float CpuKvCache::scale(int layer, int kv) const {
+  const std::vector<float>& scales = kv == 0 ? geometry_.k_scales : geometry_.v_scales;
+  return scales[static_cast<std::size_t>(layer)];
+}
+
+void CpuKvCache::store(std::span<const PageId> pages, int layer, int kv, int head, int position,
+                       const float* x) {
+  const std::size_t at = index(pages, layer, kv, head, position);
+  const std::size_t D = static_cast<std::size_t>(geometry_.head_dim);
+  if (geometry_.dtype != DType::E4M3) {
+    std::copy(x, x + D, &f32_[at]);
+    return;
+  }
+  const float s = scale(layer, kv);
+  for (std::size_t d = 0; d < D; ++d) e4m3_[at + d] = f32_to_e4m3(x[d] / s);
+}
+
+void CpuKvCache::load(std::span<const PageId> pages, int layer, int kv, int head, int position,
+                      float* out) const {
+  const std::size_t at = index(pages, layer, kv, head, position);
+  const std::size_t D = static_cast<std::size_t>(geometry_.head_dim);
+  if (geometry_.dtype != DType::E4M3) {
+    std::copy(&f32_[at], &f32_[at] + D, out);
+    return;
+  }
+  const float s = scale(layer, kv);
+  for (std::size_t d = 0; d < D; ++d) out[d] = e4m3_to_f32(e4m3_[at + d]) * s;
 }
 
 float* CpuStep::out(int value, int cols) {

@@ -15,18 +15,29 @@
 
 namespace telos::exec {
 
-// The KV cache: pages of [layer][kv][head][slot][dim] f32, the GPU engine's paged layout
-// addressed through the same page tables; only the element type differs.
+// The KV cache: pages of [layer][kv][head][slot][dim], the GPU engine's paged layout addressed
+// through the same page tables. A bf16 cache (kv_cache.dtype) is kept in f32, the engine's ground
+// truth; an e4m3 one in e4m3 bytes, q = e4m3(x / scale) (round to nearest even, saturating) read
+// back as float(q) * scale with the layer's K or V scale, as the GPU kernels are to read it.
 class CpuKvCache {
  public:
   CpuKvCache(const KvCacheConfig& geometry, int pages);
-  static std::size_t floats_per_page(const KvCacheConfig& geometry);
-  // Where the K (kv = 0) or V (kv = 1) vector of one head at one position lives.
-  float* slot(std::span<const PageId> pages, int layer, int kv, int head, int position);
+  // Host bytes of one page.
+  static std::size_t bytes_per_page(const KvCacheConfig& geometry);
+  // Writes the K (kv = 0) or V (kv = 1) vector of one head at one position: head_dim floats.
+  void store(std::span<const PageId> pages, int layer, int kv, int head, int position,
+             const float* x);
+  // Reads that vector back into `out` (head_dim floats).
+  void load(std::span<const PageId> pages, int layer, int kv, int head, int position,
+            float* out) const;
 
  private:
+  std::size_t index(std::span<const PageId> pages, int layer, int kv, int head, int position) const;
+  float scale(int layer, int kv) const;
+
   KvCacheConfig geometry_;
-  std::vector<float> data_;
+  std::vector<float> f32_;          // a bf16 cache
+  std::vector<std::uint8_t> e4m3_;  // an e4m3 cache
 };
 
 // What an op computes with while a step runs. Rows are the step's tokens, its sequences' in order.
@@ -40,7 +51,7 @@ struct CpuStep {
   std::vector<int> sample_rows;                 // rows whose logits come back, in step order
   std::vector<float>* logits = nullptr;         // vocab_size floats a sample row
   CpuKvCache* kv = nullptr;                     // the rank's
-  std::vector<std::vector<float>> values;  // each graph value, [rows, cols], while it is live
+  std::vector<std::vector<float>> values;       // each graph value, [rows, cols], while it is live
 
   const float* in(int value) const { return values[static_cast<std::size_t>(value)].data(); }
   // Allocates value `value` as [rows, cols] zeros.

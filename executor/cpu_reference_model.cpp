@@ -12,8 +12,7 @@ int CpuReferenceModel::check_kv_pool(const Artifact& artifact, int kv_pages) {
   const ServingConfig& s = artifact.serving();
   // A page of every rank's pool: each rank holds its own KV heads of the page.
   const std::size_t ranks = static_cast<std::size_t>(artifact.ranks());
-  const std::size_t page_bytes =
-      CpuKvCache::floats_per_page(artifact.kv_cache()) * sizeof(float) * ranks;
+  const std::size_t page_bytes = CpuKvCache::bytes_per_page(artifact.kv_cache()) * ranks;
   const std::size_t per_sequence = static_cast<std::size_t>(max_pages_per_sequence(s));
   std::size_t pages = 0;
   if (kv_pages > 0) {
@@ -29,7 +28,8 @@ int CpuReferenceModel::check_kv_pool(const Artifact& artifact, int kv_pages) {
   }
   // The manifest's bounds keep pages below 2^24 and a page below 2^41 bytes (over its ranks too:
   // together they hold at most max(num_kv_heads, 8) heads): no overflow.
-  check_host_memory("the CPU engine's KV pool of " + std::to_string(pages) + " pages (f32, " +
+  check_host_memory("the CPU engine's KV pool of " + std::to_string(pages) + " pages (" +
+                        (artifact.kv_cache().dtype == DType::E4M3 ? "e4m3" : "f32") + ", " +
                         std::to_string(page_bytes) + " bytes a page" +
                         (ranks > 1 ? " over " + std::to_string(ranks) + " ranks" : "") + ")",
                     static_cast<std::int64_t>(pages * page_bytes),

@@ -4,7 +4,8 @@
 // its function in cpu_reference_ops.hpp, in program order; read those top to bottom like
 // llama2.c's run.c. Matrices are widened from their stored dtype to f32 row by row as they are
 // used, so a large artifact costs page cache, not a second f32 copy. The KV cache has the GPU
-// engine's paged layout and page tables, in f32 (the engine is an fp32 ground truth).
+// engine's paged layout and page tables, in f32 (the engine is an fp32 ground truth), or in e4m3
+// with its scales for an FP8 cache (CpuKvCache: quantized and read back as the kernels are to).
 //
 // A tensor-parallel artifact (serving.tensor_parallel N) runs as N simulated ranks in one process:
 // each its own binding of the graph (its weight file) and its own KV pool (its KV heads), all

@@ -90,16 +90,17 @@ void rope(float* x, int heads, int D, int position, const std::vector<float>& in
 // Causal attention of one token's query heads over positions 0..position of its pages; query
 // head h reads KV head h / (heads / kv_heads), scale 1/sqrt(D).
 void attend(float* out, const float* q, int heads, int kv_heads, int D, int layer, int position,
-            std::span<const PageId> pages, CpuKvCache& kv) {
+            std::span<const PageId> pages, const CpuKvCache& kv) {
   const int group = heads / kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   std::vector<float> scores(static_cast<std::size_t>(position + 1));
+  std::vector<float> kt(static_cast<std::size_t>(D)), vt(static_cast<std::size_t>(D));
   for (int h = 0; h < heads; ++h) {
     const float* qh = q + h * D;
     const int kv_head = h / group;
     float max_score = -INFINITY;
     for (int t = 0; t <= position; ++t) {
-      const float* kt = kv.slot(pages, layer, 0, kv_head, t);
+      kv.load(pages, layer, 0, kv_head, t, kt.data());
       float dot = 0.0f;
       for (int d = 0; d < D; ++d) dot += qh[d] * kt[d];
       scores[static_cast<std::size_t>(t)] = dot * scale;
@@ -114,7 +115,7 @@ void attend(float* out, const float* q, int heads, int kv_heads, int D, int laye
     std::fill(o, o + D, 0.0f);
     for (int t = 0; t <= position; ++t) {
       const float p = scores[static_cast<std::size_t>(t)] / sum;
-      const float* vt = kv.slot(pages, layer, 1, kv_head, t);
+      kv.load(pages, layer, 1, kv_head, t, vt.data());
       for (int d = 0; d < D; ++d) o[d] += p * vt[d];
     }
   }
@@ -309,8 +310,8 @@ CpuOpRun bind_linear_rope_kv_append(const CpuOpBinding& b) {
       rope(k, a.kv_heads, D, position, inv_freq);
       const std::span<const PageId> pages = s.pages[static_cast<std::size_t>(t)];
       for (int h = 0; h < a.kv_heads; ++h) {
-        std::copy(k + h * D, k + (h + 1) * D, s.kv->slot(pages, a.layer, 0, h, position));
-        std::copy(v + h * D, v + (h + 1) * D, s.kv->slot(pages, a.layer, 1, h, position));
+        s.kv->store(pages, a.layer, 0, h, position, k + h * D);
+        s.kv->store(pages, a.layer, 1, h, position, v + h * D);
       }
       std::copy(q, k, out + t * a.heads * D);
     }

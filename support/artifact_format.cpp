@@ -143,14 +143,31 @@ ServingConfig read_serving(const ManifestFields& f, const json& s, const ModelCo
   return c;
 }
 
+// An e4m3 cache's scales: one positive normal f32 a layer (what the KV append divides by).
+std::vector<float> read_kv_scales(const ManifestFields& f, const json& k, const char* key,
+                                  int num_layers) {
+  const std::string field = ManifestFields::join("kv_cache", key);
+  const json& scales = f.array(k, "kv_cache", key);
+  if (scales.size() != static_cast<std::size_t>(num_layers))
+    f.refuse(field, std::to_string(scales.size()) + " scales, expected one a layer (" +
+                        std::to_string(num_layers) + ")");
+  std::vector<float> out;
+  for (const json& s : scales) {
+    const double x = s.is_number() ? s.get<double>() : 0.0;
+    if (!(x >= std::numeric_limits<float>::min() && x <= std::numeric_limits<float>::max()))
+      f.refuse(field, "expected positive normal f32 numbers, found " + s.dump());
+    out.push_back(static_cast<float>(x));
+  }
+  return out;
+}
+
 KvCacheConfig read_kv_cache(const ManifestFields& f, const json& k, const ModelConfig& model,
                             const ServingConfig& serving) {
   const std::string p = "kv_cache";
   KvCacheConfig c;
-  c.dtype = f.string(k, p, "dtype");
-  DType dt;
-  if (!parse_dtype(c.dtype, &dt) || dt == DType::I32)
-    f.refuse("kv_cache.dtype", "\"" + c.dtype + "\" is not bf16, f16 or f32");
+  const std::string dtype = f.string(k, p, "dtype");
+  if (!parse_dtype(dtype, &c.dtype) || (c.dtype != DType::BF16 && c.dtype != DType::E4M3))
+    f.refuse("kv_cache.dtype", "\"" + dtype + "\" is not bf16 or e4m3");
   auto expect_equal = [&](const char* field, std::int64_t want, const std::string& from) {
     const std::int64_t got = f.integer(k, p, field, 1, std::numeric_limits<std::int64_t>::max());
     if (got != want)
@@ -171,11 +188,17 @@ KvCacheConfig read_kv_cache(const ManifestFields& f, const json& k, const ModelC
   c.bytes_per_page =
       expect_equal("bytes_per_page",
                    std::int64_t{2} * c.num_layers * c.page_size * c.num_kv_heads * c.head_dim *
-                       static_cast<std::int64_t>(dtype_size(dt)),
+                       static_cast<std::int64_t>(dtype_size(c.dtype)),
                    "2 * num_layers * page_size * num_kv_heads * head_dim * dtype size");
   c.layout = f.string(k, p, "layout");
   if (c.layout != "page[layer][kv][head][slot][dim]")
     f.refuse("kv_cache.layout", "\"" + c.layout + "\" is not page[layer][kv][head][slot][dim]");
+  if (c.dtype == DType::E4M3) {
+    c.k_scales = read_kv_scales(f, k, "k_scales", c.num_layers);
+    c.v_scales = read_kv_scales(f, k, "v_scales", c.num_layers);
+  } else if (k.contains("k_scales") || k.contains("v_scales")) {
+    f.refuse("kv_cache", "k_scales and v_scales belong to an e4m3 cache only");
+  }
   return c;
 }
 
@@ -516,6 +539,10 @@ ArtifactManifest validate_manifest(const json& m, const std::string& file) {
   // The launch programs, which only the GPU engine runs, with the kernels.
   const json& kernels = f.array(m, "", "kernels");
   a.has_kernels = !kernels.empty();
+  if (a.has_kernels && a.kv_cache.dtype == DType::E4M3)
+    f.refuse("kv_cache.dtype",
+             "e4m3 KV pages are read by the CPU reference engine only, and this artifact has GPU "
+             "kernels (they read bf16 pages)");
   if (a.has_kernels) a.kernel_sets = read_kernel_sets(f, m, a);
   const json& sum = f.member(m, "", "manifest_checksum");
   if (!is_checksum(sum)) f.refuse("manifest_checksum", "expected a checksum string \"xxh64:...\"");

@@ -74,10 +74,12 @@ inline int max_pages_per_sequence(const ServingConfig& s) {
 }
 
 struct KvCacheConfig {
-  std::string dtype;
+  DType dtype = DType::BF16;  // BF16, or E4M3 with the scales below (docs/fp8.md)
   int page_size = 0, num_layers = 0, num_kv_heads = 0, head_dim = 0;
   std::int64_t bytes_per_page = 0;
   std::string layout;
+  // E4M3 only: layer l's K element is float(q) * k_scales[l], its V element float(q) * v_scales[l].
+  std::vector<float> k_scales, v_scales;
 };
 
 // The part of a whole tensor a tensor-parallel rank holds (docs/artifact.md, "weights"): rows

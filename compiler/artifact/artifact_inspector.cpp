@@ -1,5 +1,6 @@
 #include "compiler/artifact/artifact_inspector.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -107,6 +108,23 @@ std::string tensors_summary(const ArtifactManifest& a) {
   return s;
 }
 
+// The page geometry, the element type with its scales, and the tokens a GiB of pool holds (which
+// an e4m3 cache doubles against bf16).
+std::string kv_cache_summary(const KvCacheConfig& kv) {
+  std::string s = std::to_string(kv.bytes_per_page) + " bytes per page of " +
+                  std::to_string(kv.page_size) + " tokens (" + kv.layout + "), " +
+                  std::string(dtype_name(kv.dtype));
+  if (kv.dtype == DType::E4M3) {
+    std::vector<float> scales = kv.k_scales;
+    scales.insert(scales.end(), kv.v_scales.begin(), kv.v_scales.end());
+    const auto [low, high] = std::minmax_element(scales.begin(), scales.end());
+    s += " (a K and a V scale a layer, " + nlohmann::json(*low).dump() + " to " +
+         nlohmann::json(*high).dump() + ")";
+  }
+  const std::int64_t tokens_a_gib = (std::int64_t{1} << 30) / kv.bytes_per_page * kv.page_size;
+  return s + ", " + std::to_string(tokens_a_gib) + " tokens a GiB";
+}
+
 std::string summary(const std::string& path, const nlohmann::json& j, const ArtifactManifest& a) {
   const ModelConfig& m = a.model;
   const ServingConfig& sv = a.serving;
@@ -127,8 +145,7 @@ std::string summary(const std::string& path, const nlohmann::json& j, const Arti
                         : "memory_fraction " + nlohmann::json(*sv.kv_pool_memory_fraction).dump()) +
       ", prefill_chunk " + std::to_string(sv.prefill_chunk) + ", targets " + targets +
       ", tensor_parallel " + std::to_string(sv.tensor_parallel) + "\n";
-  s += "kv cache: " + std::to_string(a.kv_cache.bytes_per_page) + " bytes per page of " +
-       std::to_string(a.kv_cache.page_size) + " tokens (" + a.kv_cache.layout + ")\n";
+  s += "kv cache: " + kv_cache_summary(a.kv_cache) + "\n";
   for (const auto& [kind, sizes] :
        {std::pair{"decode", &sv.decode_buckets}, std::pair{"prefill", &sv.prefill_buckets}}) {
     s += std::string(kind) + " buckets:";

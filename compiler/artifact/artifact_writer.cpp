@@ -618,6 +618,7 @@ codegen::CodegenInput codegen_input(const ServingConfig& serving) {
   in.targets = serving.targets;
   in.decode_weight_images = serving.decode_weight_images;
   in.attention_split = static_cast<int>(serving.attention_split);
+  in.kv_dtype = serving.kv_dtype;
   return in;
 }
 

@@ -109,20 +109,29 @@ KvCacheGeometry kv_cache_geometry(const ModelSpec& spec, const ServingConfig& se
       rank_shape(serving.tensor_parallel, spec.num_heads, spec.num_kv_heads, spec.intermediate_size)
           .kv_heads;
   kv.head_dim = spec.head_dim;
+  kv.dtype = serving.kv_dtype;
   kv.bytes_per_page = 2 * kv.num_layers * kv.page_size * kv.num_kv_heads * kv.head_dim *
-                      static_cast<std::int64_t>(dtype_size(DType::BF16));
+                      static_cast<std::int64_t>(dtype_size(kv.dtype));
+  if (kv.dtype == DType::E4M3) {
+    kv.k_scales.assign(static_cast<std::size_t>(kv.num_layers), 1.0f);
+    kv.v_scales = kv.k_scales;
+  }
   return kv;
 }
 
 nlohmann::ordered_json kv_cache_to_json(const KvCacheGeometry& kv) {
   nlohmann::ordered_json j;
-  j["dtype"] = "bf16";
+  j["dtype"] = dtype_name(kv.dtype);
   j["page_size"] = kv.page_size;
   j["num_layers"] = kv.num_layers;
   j["num_kv_heads"] = kv.num_kv_heads;
   j["head_dim"] = kv.head_dim;
   j["bytes_per_page"] = kv.bytes_per_page;
   j["layout"] = "page[layer][kv][head][slot][dim]";
+  if (kv.dtype == DType::E4M3) {
+    j["k_scales"] = kv.k_scales;
+    j["v_scales"] = kv.v_scales;
+  }
   return j;
 }
 

@@ -35,7 +35,11 @@ struct KvCacheGeometry {
   std::int64_t num_layers = 0;
   std::int64_t num_kv_heads = 0;
   std::int64_t head_dim = 0;
-  std::int64_t bytes_per_page = 0;  // K and V of every layer for page_size tokens, bf16
+  DType dtype = DType::BF16;        // serving.kv_dtype: BF16 or E4M3
+  std::int64_t bytes_per_page = 0;  // K and V of every layer for page_size tokens, at dtype
+  // E4M3 only: one f32 scale a layer for K and one for V, k = float(q) * scale. 1.0 each: the
+  // checkpoints telosc reads carry none, and 1.0 is what vLLM assumes then (docs/fp8.md).
+  std::vector<float> k_scales, v_scales;
 };
 
 KvCacheGeometry kv_cache_geometry(const ModelSpec& spec, const ServingConfig& serving);

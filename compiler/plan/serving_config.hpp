@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "compiler/import/model_spec.hpp"
+#include "support/dtype.hpp"
 
 namespace telos::compiler {
 
@@ -35,7 +36,14 @@ struct ServingConfig {
   // compiler does to a bf16 checkpoint's linear weights. Not written to the manifest, whose
   // weight table states each weight's dtype and scales.
   Quantize quantize = Quantize::kNone;
+  // "kv_dtype": the KV cache's element type, BF16 ("bf16", the default) or E4M3 ("fp8_e4m3", one
+  // byte an element with an f32 scale a layer for K and one for V: docs/fp8.md). Written to the
+  // manifest as kv_cache.dtype, not in "serving".
+  DType kv_dtype = DType::BF16;
 };
+
+// The serving config's spellings of kv_dtype, for messages.
+inline constexpr const char* kKvDtypeChoices = "\"bf16\" or \"fp8_e4m3\"";
 
 // The --target spelling of an artifact without GPU kernels, which the CPU reference engine runs
 // (serving.targets ["cpu"]); it is a target list of its own.

@@ -115,5 +115,16 @@ TEST(HostMemory, RefusesWhatTheHostCannotHoldNamingTheRemedy) {
   }
 }
 
+// An e4m3 KV cache (kv_cache.dtype e4m3) has pages of the same tokens in half the bytes: the same
+// memory fraction gives twice the pages, so twice the tokens.
+TEST(DevicePool, AnE4m3CacheHoldsTwiceTheTokensOfTheSameMemory) {
+  DevicePoolInputs bf16 = device(78 * kGiB);
+  bf16.memory_fraction = 0.5;  // 40 GiB, 24 of them left after the fixed 16
+  DevicePoolInputs e4m3 = bf16;
+  e4m3.bytes_per_page = bf16.bytes_per_page / 2;
+  EXPECT_EQ(device_kv_pool_pages(bf16, nullptr), 12288);
+  EXPECT_EQ(device_kv_pool_pages(e4m3, nullptr), 24576);
+}
+
 }  // namespace
 }  // namespace telos::exec

@@ -96,6 +96,9 @@ ModelSpec llama8b_like() {
   ModelSpec s;
   s.num_heads = 32;
   s.num_kv_heads = 8;
+  s.num_layers = 32;
+  s.head_dim = 128;
+  s.intermediate_size = 14336;
   s.max_position_embeddings = 131072;
   return s;
 }
@@ -137,6 +140,31 @@ TEST(ServingConfig, ErrorsNameTheFileAndField) {
   EXPECT_EQ(error(R"({"decode_buckets": "all"})"),
             "s.json: serving.decode_buckets: expected a non-empty array of increasing integers, "
             "got \"all\"");
+  EXPECT_EQ(error(R"({"kv_dtype": "fp8"})"),
+            "s.json: serving.kv_dtype: expected \"bf16\" or \"fp8_e4m3\", got \"fp8\"");
+  EXPECT_EQ(error(R"({"kv_dtype": 8})"),
+            "s.json: serving.kv_dtype: expected \"bf16\" or \"fp8_e4m3\", got 8");
+}
+
+// An e4m3 cache holds K and V in one byte an element: the same page of tokens in half the bytes,
+// with a K and a V scale of 1.0 a layer.
+TEST(KvCacheGeometry, E4m3HalvesThePageAndScalesEachLayerByOne) {
+  const ModelSpec spec = llama8b_like();
+  const ServingConfig bf16 = resolve_serving(nullptr, spec, "model.json");
+  const ServingConfig fp8 =
+      resolve_serving(nlohmann::json::parse(R"({"kv_dtype": "fp8_e4m3"})"), spec, "model.json");
+  EXPECT_EQ(bf16.kv_dtype, DType::BF16);
+  EXPECT_EQ(fp8.kv_dtype, DType::E4M3);
+  const KvCacheGeometry a = kv_cache_geometry(spec, bf16), b = kv_cache_geometry(spec, fp8);
+  EXPECT_EQ(a.bytes_per_page, 2 * 32 * 16 * 8 * 128 * 2);
+  EXPECT_EQ(b.bytes_per_page * 2, a.bytes_per_page);
+  EXPECT_TRUE(a.k_scales.empty() && a.v_scales.empty());
+  EXPECT_EQ(b.k_scales, std::vector<float>(32, 1.0f));
+  EXPECT_EQ(b.v_scales, std::vector<float>(32, 1.0f));
+  const nlohmann::ordered_json j = kv_cache_to_json(b);
+  EXPECT_EQ(j["dtype"], "e4m3");
+  EXPECT_EQ(j["k_scales"].size(), 32u);
+  EXPECT_FALSE(kv_cache_to_json(a).contains("k_scales"));
 }
 
 }  // namespace
