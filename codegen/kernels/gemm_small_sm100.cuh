@@ -262,8 +262,8 @@ __device__ __forceinline__ void small_sm100_body(const TensorMap* a_map, const T
     auto a_stage = [&](unsigned s) { return stages + s * E::kStageBytes; };
     auto w_stage = [&](unsigned s) { return stages + s * E::kStageBytes + E::a_offset(); };
     if (lane == 0)
-      small_gemm_produce<M, N, K, E::kWRows, STAGES, EPI, false, 1, G::token_groups(M), 1, 0, 0>(
-          a_map, w_map, full, empty, tm, tn, 0, a_stage, w_stage);
+      small_gemm_produce<M, N, K, E::kWRows, STAGES, EPI, false, 1, G::token_groups(M), 1, 0, 0,
+                         Bf16Weight>(a_map, w_map, full, full, empty, tm, tn, 0, a_stage, w_stage);
   } else if (warp == G::kMmaWarp) {
     if (lane == 0) small_sm100_mma<E, STAGES, kKBlocks>(stages, full, empty, accum_full, tmem);
   } else {
