@@ -26,7 +26,11 @@
 // and, where the plan has one consumer warpgroup, on two (on two, the plan's own: the stages its
 // one-warpgroup tiling had, which the sweep's 6 and 8 test);
 // `telos-kernel-bench --small-rows` only the copy bandwidth and the decode GEMMs at 1, 8, 16, 32,
-// 48 and 64 rows (one M tile), at 8 rows also with the stages the plan gives 16.
+// 48 and 64 rows (one M tile), at 8 rows also with the stages the plan gives 16;
+// `telos-kernel-bench --gemm-m [--matmul-tflops R]` only the copy bandwidth and the decode GEMMs
+// at 64, 128, 192 and 256 rows on both GEMMs a bucket of that many rows may run (the small-M GEMM
+// as the plan tiles a decode bucket, the prefill GEMM as it runs a prefill bucket), each with its
+// TFLOP/s, the ratio, and the FLOPs' floor at R TFLOP/s (torch.matmul's rate on the same card).
 // The decode GEMMs' "plan" rows read the weight as the plan does: from the one-token layer's slot
 // image through its `timg:` map where the plan has one (the 8B's layer weights), with
 // the weight's own map beside it as "own map".
@@ -1355,7 +1359,7 @@ void print_gemm_m_row(const std::string& label, int M, int N, int K, const std::
   char floor[16] = "-";
   if (matmul_tflops > 0) std::snprintf(floor, sizeof floor, "%.1f", flop / matmul_tflops / 1e6);
   std::printf(
-      "%-20s | %3d | %6s | %5s | %-18s | %8.1f | %4s | %10.1f | %7.0f | %7.0f | %6.3f | "
+      "%-20s | %3d | %6s | %5s | %-22s | %8.1f | %4s | %10.1f | %7.0f | %7.0f | %6.3f | "
       "%8s\n",
       label.c_str(), M, dash(N).c_str(), dash(K).c_str(), tiles.c_str(), small_us,
       dash(prefill_ctas).c_str(), prefill_us, flop / small_us / 1e6, flop / prefill_us / 1e6,
@@ -1372,7 +1376,7 @@ void bench_gemm_m(double matmul_tflops) {
     names.push_back(c.prefill_instance);
   }
   Module mod(names);
-  std::printf("\n%-20s | %3s | %6s | %5s | %-18s | %8s | %4s | %10s | %7s | %7s | %6s | %8s\n",
+  std::printf("\n%-20s | %3s | %6s | %5s | %-22s | %8s | %4s | %10s | %7s | %7s | %6s | %8s\n",
               "gemm-m GEMM", "M", "N", "K", "small tiles", "small us", "CTAs", "prefill us",
               "small TF", "pref TF", "s/p", "floor us");
   // Per (model, M): the layer's four GEMMs summed.
