@@ -10,6 +10,9 @@ weight's rows (SwiGLU's gate and up together). torch does the matmul only: no re
 SwiGLU, bf16 logits where the LM head's are f32 (so the peer's figure is a lower bound of what the
 fused kernel does). Prints one table for each kind of row found; the ratios are torch's time over
 Telos's (> 1: Telos is faster).
+
+`decode_gemm_torch.py --rate` prints only torch.matmul's TFLOP/s on a square bf16 product of 8192
+(the card's matmul rate, for telos-kernel-bench --gemm-m --matmul-tflops).
 """
 import itertools
 import re
@@ -43,7 +46,21 @@ def torch_us(M, N, K):
     return t
 
 
+def matmul_rate():
+    """torch.matmul's TFLOP/s on [8192, 8192] @ [8192, 8192] in bf16: the median of 50 calls
+    after 600 (about a second: the clocks a sustained load holds)."""
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    return 2.0 * n ** 3 / median_ms(lambda: torch.matmul(a, b), reps=50, warm=600) / 1e9
+
+
 def main():
+    if sys.argv[1:] == ["--rate"]:
+        print(f"{matmul_rate():.0f}")
+        return
+    if len(sys.argv) != 2:
+        sys.exit("usage: decode_gemm_torch.py KERNEL_BENCH_LOG | --rate")
     rows, gemm_m_rows = [], []
     with open(sys.argv[1]) as f:
         for line in f:
