@@ -30,7 +30,8 @@
 // `telos-kernel-bench --gemm-m [--matmul-tflops R]` only the copy bandwidth and the decode GEMMs
 // at 64, 128, 192 and 256 rows on both GEMMs a bucket of that many rows may run (the small-M GEMM
 // as the plan tiles a decode bucket, the prefill GEMM as it runs a prefill bucket), each with its
-// TFLOP/s, the ratio, and the FLOPs' floor at R TFLOP/s (torch.matmul's rate on the same card).
+// TFLOP/s, the ratio, and the FLOPs' floor at R TFLOP/s (torch.matmul's rate on the same card;
+// decode_gemm_torch.py --rate measures it). Any other argument after a mode exits 2, saying why.
 // The decode GEMMs' "plan" rows read the weight as the plan does: from the one-token layer's slot
 // image through its `timg:` map where the plan has one (the 8B's layer weights), with
 // the weight's own map beside it as "own map".
