@@ -5,7 +5,9 @@ For each named config of test/telosc/Inputs/configs/ (real configs, random weigh
   1. transformers builds the model from the config with a fixed seed, trains it briefly on a
      synthetic language (below), rounds the weights to bf16 (the artifact stores bf16, so both
      sides see the same numbers), and saves the checkpoint;
-  2. telosc compiles it; telos-run runs it (the GPU engine when a GPU is present);
+  2. telosc compiles it (at serving.tensor_parallel N with --tensor-parallel N); telos-run runs
+     it (the GPU engine when a GPU is present; a tensor-parallel artifact takes a GPU a rank, or
+     every rank on GPU 0 with TELOS_TP_ONE_DEVICE=1 when fewer than N GPUs are visible);
   3. the two are compared, transformers in fp32 being the reference:
      - teacher-forced logits at 64 positions of a fixed random sequence: relative L2 error over
        the 64 positions (the [64, vocab] block; limit 2e-2, the brief's bound), argmax agreement
@@ -14,7 +16,10 @@ For each named config of test/telosc/Inputs/configs/ (real configs, random weigh
        max of 64 draws is a yardstick of bf16 noise, not a limit);
      - free-running greedy continuations of four prompts: the number of leading tokens that are
        identical (limit 16), and where they part, transformers' top-2 margin there;
-     - batch invariance: 64 mixed requests in one run against eight of them run alone.
+     - batch invariance: 64 mixed requests in one run against eight of them run alone;
+     - at N > 1, the same greedy continuations from the model compiled at N = 1: identical ids
+       (the brief's bar for tensor parallelism; the ranks' partial sums are ordered differently
+       from one GPU's, so a parting shows with transformers' top-2 margin there).
 
 The synthetic language: 2048 words of the vocabulary and a random successor for each, so every
 text is a walk word -> successor. Random weights predict nothing (top-2 logit margins of
@@ -26,7 +31,7 @@ below are walks; the batch-invariance prompts stay random.
 
     python3 tools/e2e_check.py --telosc BIN --telos-run BIN --work DIR [--out DIR]
                                [--models Llama-3.2-1B,Qwen2.5-1.5B] [--init-std S]
-                               [--train-steps N] [--keep-work]
+                               [--train-steps N] [--tensor-parallel N] [--keep-work]
 
 Needs torch and transformers (the GPU machine has both). Prints one table row per model and
 writes e2e.json (every figure) to --out. Exits 1 when a check fails.
@@ -40,8 +45,11 @@ import subprocess
 import sys
 import time
 
-import torch
-import transformers
+try:  # not needed for --help
+    import torch
+    import transformers
+except ImportError:
+    torch = transformers = None
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = os.path.join(HERE, "..", "test", "telosc", "Inputs", "configs")
@@ -130,36 +138,36 @@ def make_checkpoint(name, out_dir, init_std, seed, train_steps=0):
     return model, config, losses
 
 
-@torch.no_grad()
 def reference(model, sequence, prompts):
     """Teacher-forced logits of `sequence` and greedy continuations (ids, top-2 margins)."""
-    ids = torch.tensor([sequence], device="cuda")
-    logits = model(ids).logits[0].float().cpu()
-    greedy = []
-    for prompt in prompts:
-        cur = torch.tensor([prompt], device="cuda")
-        out = model(cur, use_cache=True)
-        past, tokens, margins = out.past_key_values, [], []
-        last = out.logits[0, -1]
-        for _ in range(GREEDY):
-            top2 = torch.topk(last.float(), 2)
-            tokens.append(int(top2.indices[0]))
-            margins.append(float(top2.values[0] - top2.values[1]) / float(last.float().std()))
-            out = model(torch.tensor([[tokens[-1]]], device="cuda"), past_key_values=past,
-                        use_cache=True)
-            past, last = out.past_key_values, out.logits[0, -1]
-        greedy.append((tokens, margins))
-    return logits, greedy
+    with torch.no_grad():
+        ids = torch.tensor([sequence], device="cuda")
+        logits = model(ids).logits[0].float().cpu()
+        greedy = []
+        for prompt in prompts:
+            cur = torch.tensor([prompt], device="cuda")
+            out = model(cur, use_cache=True)
+            past, tokens, margins = out.past_key_values, [], []
+            last = out.logits[0, -1]
+            for _ in range(GREEDY):
+                top2 = torch.topk(last.float(), 2)
+                tokens.append(int(top2.indices[0]))
+                margins.append(float(top2.values[0] - top2.values[1]) / float(last.float().std()))
+                out = model(torch.tensor([[tokens[-1]]], device="cuda"), past_key_values=past,
+                            use_cache=True)
+                past, last = out.past_key_values, out.logits[0, -1]
+            greedy.append((tokens, margins))
+        return logits, greedy
 
 
-def telos_generate(telos_run, artifact, prompts, max_tokens, dump_logits=False):
+def telos_generate(telos_run, artifact, prompts, max_tokens, dump_logits=False, env=None):
     cmd = [telos_run, "generate", artifact, "--temperature", "0", "--ignore-eos",
            "--max-tokens", str(max_tokens), "--json"]
     if dump_logits:
         cmd.append("--dump-logits")
     for p in prompts:
         cmd += ["--prompt-ids", ",".join(map(str, p))]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if res.returncode != 0:
         raise RuntimeError(f"telos-run failed ({res.returncode}): {res.stderr[-2000:]}")
     results = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
@@ -169,25 +177,50 @@ def telos_generate(telos_run, artifact, prompts, max_tokens, dump_logits=False):
     return [by_prompt[tuple(p)] for p in prompts], res.stderr
 
 
+def compile_artifact(telosc, ckpt, work, tensor_parallel):
+    """The checkpoint compiled at serving.tensor_parallel `tensor_parallel` into
+    WORK/model-tpN.telos; returns its path and the seconds telosc took."""
+    serving = os.path.join(work, f"serving-tp{tensor_parallel}.json")
+    with open(serving, "w") as f:
+        json.dump(dict(SERVING, tensor_parallel=tensor_parallel), f)
+    artifact = os.path.join(work, f"model-tp{tensor_parallel}.telos")
+    t0 = time.time()
+    res = subprocess.run([telosc, "compile", ckpt, "--serving", serving, "-o", artifact],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"telosc at tensor_parallel {tensor_parallel} failed: "
+                           f"{res.stderr[-2000:]}")
+    return artifact, round(time.time() - t0, 1)
+
+
+def rank_placement(tensor_parallel):
+    """telos-run's environment for an artifact of `tensor_parallel` ranks, and where they run: a
+    GPU a rank when that many are visible, else every rank on GPU 0 (TELOS_TP_ONE_DEVICE=1)."""
+    env = dict(os.environ)
+    if tensor_parallel == 1:
+        return env, "one GPU"
+    if torch.cuda.device_count() >= tensor_parallel:
+        return env, f"{tensor_parallel} GPUs, a rank each"
+    env["TELOS_TP_ONE_DEVICE"] = "1"
+    return env, f"{tensor_parallel} ranks on GPU 0 (TELOS_TP_ONE_DEVICE=1)"
+
+
+def identical_prefix(got, want):
+    return next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+
+
 def check_model(name, args):
-    row = {"model": name}
+    row = {"model": name, "tensor_parallel": args.tensor_parallel}
     work = os.path.join(args.work, name)
-    ckpt, artifact = os.path.join(work, "checkpoint"), os.path.join(work, "model.telos")
+    ckpt = os.path.join(work, "checkpoint")
     os.makedirs(ckpt, exist_ok=True)
     t0 = time.time()
     model, config, losses = make_checkpoint(name, ckpt, args.init_std, args.seed, args.train_steps)
     row["init_std"] = config.initializer_range
     row["train_steps"], row["train_loss_first_last"] = args.train_steps, losses
     row["make_s"] = round(time.time() - t0, 1)
-    serving = os.path.join(work, "serving.json")
-    with open(serving, "w") as f:
-        json.dump(SERVING, f)
-    t0 = time.time()
-    res = subprocess.run([args.telosc, "compile", ckpt, "--serving", serving, "-o", artifact],
-                         capture_output=True, text=True)
-    row["compile_s"] = round(time.time() - t0, 1)
-    if res.returncode != 0:
-        raise RuntimeError(f"telosc failed: {res.stderr[-2000:]}")
+    artifact, row["compile_s"] = compile_artifact(args.telosc, ckpt, work, args.tensor_parallel)
+    env, row["placement"] = rank_placement(args.tensor_parallel)
 
     g = torch.Generator().manual_seed(args.seed + 1)
     vocab = config.vocab_size
@@ -211,7 +244,8 @@ def check_model(name, args):
     # logits at position p.
     t0 = time.time()
     tf, stderr = telos_generate(args.telos_run, artifact,
-                                [sequence[:p + 1] for p in range(POSITIONS)], 1, dump_logits=True)
+                                [sequence[:p + 1] for p in range(POSITIONS)], 1, dump_logits=True,
+                                env=env)
     row["teacher_forced_s"] = round(time.time() - t0, 1)
     row["engine"] = "gpu" if "gpu" in stderr.lower() else "cpu?"
     errs, agree, got_block = [], 0, []
@@ -228,11 +262,11 @@ def check_model(name, args):
     row["logits_rel_l2_max"] = errs[-1]
     row["argmax_agreement"] = agree / POSITIONS
 
-    greedy, _ = telos_generate(args.telos_run, artifact, prompts, GREEDY)
+    greedy, _ = telos_generate(args.telos_run, artifact, prompts, GREEDY, env=env)
     row["greedy"] = []
     for r, (want, margins) in zip(greedy, ref_greedy):
         got = r["generated_ids"]
-        same = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        same = identical_prefix(got, want)
         row["greedy"].append({"identical_prefix": same,
                               "margin_at_parting": margins[same] if same < len(want) else None,
                               "min_margin_before": min(margins[:same]) if same else None})
@@ -240,18 +274,35 @@ def check_model(name, args):
     # Batch invariance: 64 requests of mixed lengths together, eight of them alone.
     mixed = [torch.randint(0, vocab, (int(n),), generator=g).tolist()
              for n in torch.randint(1, 120, (64,), generator=g)]
-    together, _ = telos_generate(args.telos_run, artifact, mixed, 16)
+    together, _ = telos_generate(args.telos_run, artifact, mixed, 16, env=env)
     alone_same = 0
     for i in range(0, 64, 8):
-        alone, _ = telos_generate(args.telos_run, artifact, [mixed[i]], 16)
+        alone, _ = telos_generate(args.telos_run, artifact, [mixed[i]], 16, env=env)
         alone_same += alone[0]["generated_ids"] == together[i]["generated_ids"]
     row["batch64_alone_identical"] = f"{alone_same}/8"
 
     row["pass"] = (row["logits_rel_l2_all"] <= 2e-2 and row["argmax_agreement"] >= 0.99 and
                    all(x["identical_prefix"] >= 16 for x in row["greedy"]) and alone_same == 8)
+    if args.tensor_parallel > 1:
+        same_as_one = check_against_one_rank(row, args, ckpt, work, prompts, greedy, ref_greedy)
+        row["pass"] = row["pass"] and same_as_one
     del model
     torch.cuda.empty_cache()
     return row
+
+
+def check_against_one_rank(row, args, ckpt, work, prompts, greedy, ref_greedy):
+    """The greedy continuations of the model compiled at tensor_parallel 1 against those of the
+    N-rank artifact: every id identical. Records per prompt the identical prefix and, where they
+    part, transformers' top-2 margin there (a near-tie says the order of the sums chose)."""
+    artifact, row["compile_tp1_s"] = compile_artifact(args.telosc, ckpt, work, 1)
+    one, _ = telos_generate(args.telos_run, artifact, prompts, GREEDY)
+    row["greedy_vs_tp1"] = []
+    for a, b, (want, margins) in zip(greedy, one, ref_greedy):
+        same = identical_prefix(a["generated_ids"], b["generated_ids"])
+        parting = margins[same] if same < len(want) else None
+        row["greedy_vs_tp1"].append({"identical_prefix": same, "margin_at_parting": parting})
+    return all(x["identical_prefix"] == GREEDY for x in row["greedy_vs_tp1"])
 
 
 def main():
@@ -268,7 +319,13 @@ def main():
                     help="keep each model's checkpoint and artifact under --work (default: removed)")
     ap.add_argument("--train-steps", type=int, default=300,
                     help="Adam steps on the synthetic language before the checks (0: random weights)")
+    ap.add_argument("--tensor-parallel", type=int, default=1, choices=(1, 2, 4, 8),
+                    help="compile at serving.tensor_parallel N and also check greedy ids against "
+                         "N = 1; with fewer than N GPUs visible every rank runs on GPU 0 "
+                         "(TELOS_TP_ONE_DEVICE=1)")
     args = ap.parse_args()
+    if torch is None:
+        sys.exit("tools/e2e_check.py needs torch and transformers (pip install torch transformers)")
     rows = []
     for name in args.models.split(","):
         try:
@@ -286,20 +343,23 @@ def main():
         json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
                    "gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
     print()
-    print("model | pass | logits rel L2 over 64 positions; per position median/max | argmax | "
+    print("model | TP | pass | logits rel L2 over 64 positions; per position median/max | argmax | "
           "transformers bf16: rel L2 over 64; median/max, argmax | greedy identical prefix (of 32) | "
-          "batch64 vs alone | compile s | train loss")
+          "batch64 vs alone | greedy identical prefix vs TP=1 | compile s | train loss")
     for r in rows:
         if "error" in r:
-            print(f"{r['model']} | ERROR | {r['error'][:300]}")
+            print(f"{r['model']} | {args.tensor_parallel} | ERROR | {r['error'][:300]}")
             continue
         pref = ",".join(str(x["identical_prefix"]) for x in r["greedy"])
-        print(f"{r['model']} | {'pass' if r['pass'] else 'FAIL'} | {r['logits_rel_l2_all']:.2e}; "
+        vs_one = ",".join(str(x["identical_prefix"]) for x in r.get("greedy_vs_tp1", [])) or "-"
+        print(f"{r['model']} | {r['tensor_parallel']} | {'pass' if r['pass'] else 'FAIL'} | "
+              f"{r['logits_rel_l2_all']:.2e}; "
               f"{r['logits_rel_l2_median']:.2e}/{r['logits_rel_l2_max']:.2e} | "
               f"{r['argmax_agreement']:.3f} | {r['hf_bf16_rel_l2_all']:.2e}; "
               f"{r['hf_bf16_rel_l2_median']:.2e}/{r['hf_bf16_rel_l2_max']:.2e}, "
               f"{r['hf_bf16_argmax_agreement']:.3f} | {pref} | "
-              f"{r['batch64_alone_identical']} | {r['compile_s']} | {r['train_loss_first_last']}")
+              f"{r['batch64_alone_identical']} | {vs_one} | {r['compile_s']} | "
+              f"{r['train_loss_first_last']}")
     sys.exit(0 if all(r["pass"] for r in rows) else 1)
 
 

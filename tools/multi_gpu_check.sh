@@ -3,15 +3,22 @@
 #   1. the tiny models compiled at serving.tensor_parallel 2 (<model>-tp2.telos, beside the
 #      one-rank artifacts of tools/gpu_check.sh --prepare),
 #   2. on one GPU: the all-reduce's forms (one-shot, two-shot, with the next RMSNorm) against a
-#      host sum and the unfused path, bit for bit, over 2, 4 and 8 ranks (gpu_kernels_test), and
-#      the tiny models' two ranks on that GPU against transformers' goldens and the one-rank
-#      artifact (gpu_model_test),
+#      host sum and the unfused path, bit for bit, over 2, 4 and 8 ranks (gpu_kernels_test), the
+#      same one rank at a time under compute-sanitizer memcheck and racecheck, and the tiny
+#      models' two ranks on that GPU against transformers' goldens and the one-rank artifact
+#      (gpu_model_test),
 #   3. the all-reduce latency at 8 KB, 64 KB, 1 MB and 16 MB, ours beside NCCL graph-captured
 #      (telos-allreduce-bench: over every visible GPU; on one GPU, ours with two ranks on it),
 #   4. on two GPUs or more: telos-run generate at TP=2 (a rank a GPU, peer access) against TP=1,
 #      greedy ids identical for every tiny model; decode batch 1 and throughput at batch 64 and
 #      256, TP=2 beside TP=1, on MULTI_GPU_MODEL (a model directory telosc compiles, e.g. a
-#      Llama-3.1-8B checkpoint of tools/e2e_check.py --keep-work; default: tiny-llama).
+#      Llama-3.1-8B checkpoint of tools/e2e_check.py --keep-work; default: tiny-llama),
+#   5. real shapes at TP=2 against transformers (tools/e2e_check.py --tensor-parallel 2: logits,
+#      greedy ids against transformers and against TP=1, batch invariance): on two GPUs
+#      Llama-3.1-8B and Qwen2.5-7B, a rank a GPU; on one GPU Llama-3.2-1B, both ranks on it.
+#      A model whose usual time would end the script past MULTI_GPU_CHECK_BUDGET_S seconds
+#      (default 540) is skipped with a row naming the call that runs it:
+#      MULTI_GPU_CHECK_E2E_ONLY=1 runs step 5 alone, MULTI_GPU_E2E_MODELS="A B" picks its models.
 # NVLink multicast stays off: NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 # NVSHMEM_DISABLE_NVLS=1 are exported for everything it runs.
 #
@@ -42,6 +49,7 @@ fi
 ARTS=$TELOS_GPU_ARTIFACTS
 TINY="tiny-llama:models/tiny-llama tiny-qwen2:test/fixtures/tiny-qwen2 tiny-qwen3:test/fixtures/tiny-qwen3"
 ROWS=() FAILED=0
+CS=(compute-sanitizer --error-exitcode 9 --print-limit 20)
 
 # step NAME CMD...: runs CMD with its output in $OUT/NAME.log (the name's spaces and other
 # characters as dashes) and records a table row. A googletest that skipped fails the step: a
@@ -59,6 +67,13 @@ step() {
     ROWS+=("$(printf '%-44s | FAIL | %4d s | %s' "$name" $((SECONDS - t0)) "$log")")
     FAILED=1
   fi
+}
+
+# skip_late NAME SECONDS: true, and a row naming the call that runs NAME, when SECONDS more would
+# end this script past its budget.
+skip_late() {
+  [ $((SECONDS + $2)) -le "${MULTI_GPU_CHECK_BUDGET_S:-540}" ] && return 1
+  ROWS+=("$(printf '%-44s | skip | past MULTI_GPU_CHECK_BUDGET_S: %s' "$1" "$3")")
 }
 
 # The serving config of a tiny model at tensor_parallel 2: its model.json's section (or the
@@ -82,39 +97,65 @@ same_tokens() {
   greedy "$1" >"$OUT/one.txt" && greedy "$2" >"$OUT/two.txt" && diff "$OUT/one.txt" "$OUT/two.txt"
 }
 
-# 1. The tensor-parallel artifacts.
-for entry in $TINY; do
-  name=${entry%%:*} dir=${entry#*:}
-  serving="$OUT/$name-tp2.serving.json"
-  [ $DRY = 1 ] || tp2_serving "$dir" >"$serving"
-  step "compile $name at TP=2" "$B/telosc" compile "$dir" --serving "$serving" -o "$ARTS/$name-tp2.telos"
-done
-
-# 2. One GPU: the kernel and the two ranks on one device.
-step "all-reduce forms vs host sum, unfused" "$B/gpu_kernels_test" --gtest_filter='GpuKernels.AllReduce*'
-step "tiny models, 2 ranks on one GPU vs 1 rank" "$B/gpu_model_test" \
-  --gtest_filter='*GpuModel.TwoRanksOnOneDeviceMatchOneRank*'
-
-# 3. The all-reduce's latency, ours beside NCCL (its table is in the log).
-step "all-reduce latency, ours and NCCL" "$B/telos-allreduce-bench"
-
-# 4. Two GPUs: a rank a GPU.
-if [ "$GPUS" -ge 2 ]; then
+if [ -z "${MULTI_GPU_CHECK_E2E_ONLY:-}" ]; then
+  # 1. The tensor-parallel artifacts.
   for entry in $TINY; do
-    name=${entry%%:*}
-    step "$name TP=2 on 2 GPUs vs TP=1, greedy ids" same_tokens "$ARTS/$name.telos" "$ARTS/$name-tp2.telos"
+    name=${entry%%:*} dir=${entry#*:}
+    serving="$OUT/$name-tp2.serving.json"
+    [ $DRY = 1 ] || tp2_serving "$dir" >"$serving"
+    step "compile $name at TP=2" "$B/telosc" compile "$dir" --serving "$serving" -o "$ARTS/$name-tp2.telos"
   done
-  model=${MULTI_GPU_MODEL:-models/tiny-llama}
-  for tp in 1 2; do
-    echo "{\"tensor_parallel\": $tp, \"max_batch\": 256}" >"$OUT/bench-tp$tp.json"
-    step "compile $(basename "$model") at TP=$tp" "$B/telosc" compile "$model" \
-      --serving "$OUT/bench-tp$tp.json" -o "$OUT/bench-tp$tp.telos"
-    step "decode batch 1, 64, 256 at TP=$tp" "$B/telos-run" bench "$OUT/bench-tp$tp.telos" \
-      --engine gpu --batch 1,64,256 --prompt-len 128 --gen 128 --json
-  done
-else
-  ROWS+=("$(printf '%-44s | skip | one GPU: the two-GPU checks need two' "TP=2 on 2 GPUs")")
+
+  # 2. One GPU: the kernel and the two ranks on one device.
+  step "all-reduce forms vs host sum, unfused" "$B/gpu_kernels_test" --gtest_filter='GpuKernels.AllReduce*'
+  # Under the sanitizer the ranks' launches run one at a time, so only the test whose ranks each pass
+  # their barriers alone (the others' flags raised by the host) can run; its modules are compiled by
+  # the step above (the kernel cache).
+  step "memcheck: all-reduce forms, a rank at a time" timeout 300 "${CS[@]}" --tool memcheck \
+    "$B/gpu_kernels_test" --gtest_filter='GpuKernels.AllReduceOneRankAtATime'
+  step "racecheck: all-reduce forms, a rank at a time" timeout 300 "${CS[@]}" --tool racecheck \
+    "$B/gpu_kernels_test" --gtest_filter='GpuKernels.AllReduceOneRankAtATime'
+  step "tiny models, 2 ranks on one GPU vs 1 rank" "$B/gpu_model_test" \
+    --gtest_filter='*GpuModel.TwoRanksOnOneDeviceMatchOneRank*'
+
+  # 3. The all-reduce's latency, ours beside NCCL (its table is in the log).
+  step "all-reduce latency, ours and NCCL" "$B/telos-allreduce-bench"
+
+  # 4. Two GPUs: a rank a GPU.
+  if [ "$GPUS" -ge 2 ]; then
+    for entry in $TINY; do
+      name=${entry%%:*}
+      step "$name TP=2 on 2 GPUs vs TP=1, greedy ids" same_tokens "$ARTS/$name.telos" "$ARTS/$name-tp2.telos"
+    done
+    model=${MULTI_GPU_MODEL:-models/tiny-llama}
+    for tp in 1 2; do
+      echo "{\"tensor_parallel\": $tp, \"max_batch\": 256}" >"$OUT/bench-tp$tp.json"
+      step "compile $(basename "$model") at TP=$tp" "$B/telosc" compile "$model" \
+        --serving "$OUT/bench-tp$tp.json" -o "$OUT/bench-tp$tp.telos"
+      step "decode batch 1, 64, 256 at TP=$tp" "$B/telos-run" bench "$OUT/bench-tp$tp.telos" \
+        --engine gpu --batch 1,64,256 --prompt-len 128 --gen 128 --json
+    done
+  else
+    ROWS+=("$(printf '%-44s | skip | one GPU: the two-GPU checks need two' "TP=2 on 2 GPUs")")
+  fi
 fi
+
+# 5. Real shapes at TP=2 against transformers, a model a step (E2E_SECONDS: its time estimated from
+# the TP=1 runs, docs/gpu-check.md, plus a TP=1 compile; its checkpoint and artifacts in /tmp,
+# removed after each model; e2e.json in $OUT/e2e-MODEL).
+declare -A E2E_SECONDS=([Llama-3.2-1B]=180 [Llama-3.1-8B]=360 [Qwen2.5-7B]=360)
+if [ "$GPUS" -ge 2 ]; then
+  E2E_MODELS=${MULTI_GPU_E2E_MODELS:-Llama-3.1-8B Qwen2.5-7B}
+else
+  E2E_MODELS=${MULTI_GPU_E2E_MODELS:-Llama-3.2-1B}
+fi
+for model in $E2E_MODELS; do
+  name="$model at TP=2 vs transformers"
+  [ $DRY = 0 ] && skip_late "$name" "${E2E_SECONDS[$model]:-360}" \
+    "MULTI_GPU_CHECK_E2E_ONLY=1 MULTI_GPU_E2E_MODELS=$model tools/multi_gpu_check.sh" && continue
+  step "$name" python3 tools/e2e_check.py --telosc "$B/telosc" --telos-run "$B/telos-run" \
+    --work /tmp/telos-e2e-tp2 --out "$OUT/e2e-$model" --models "$model" --tensor-parallel 2
+done
 
 [ $DRY = 1 ] && exit 0
 echo

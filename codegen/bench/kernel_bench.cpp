@@ -26,7 +26,12 @@
 // and, where the plan has one consumer warpgroup, on two (on two, the plan's own: the stages its
 // one-warpgroup tiling had, which the sweep's 6 and 8 test);
 // `telos-kernel-bench --small-rows` only the copy bandwidth and the decode GEMMs at 1, 8, 16, 32,
-// 48 and 64 rows (one M tile), at 8 rows also with the stages the plan gives 16.
+// 48 and 64 rows (one M tile), at 8 rows also with the stages the plan gives 16;
+// `telos-kernel-bench --gemm-m [--matmul-tflops R]` only the copy bandwidth and the decode GEMMs
+// at 64, 128, 192 and 256 rows on both GEMMs a bucket of that many rows may run (the small-M GEMM
+// as the plan tiles a decode bucket, the prefill GEMM as it runs a prefill bucket), each with its
+// TFLOP/s, the ratio, and the FLOPs' floor at R TFLOP/s (torch.matmul's rate on the same card;
+// decode_gemm_torch.py --rate measures it). Any other argument after a mode exits 2, saying why.
 // The decode GEMMs' "plan" rows read the weight as the plan does: from the one-token layer's slot
 // image through its `timg:` map where the plan has one (the 8B's layer weights), with
 // the weight's own map beside it as "own map".
@@ -36,6 +41,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -173,13 +179,15 @@ std::string I(long long v) {
   return std::to_string(v);
 }
 
-// A bf16 [rows, cols] tensor map (128B swizzle, 64-column boxes) in device memory, as the
-// executor builds one for a `tmap:` argument.
-void* device_map(const void* base, int rows, int cols, int box_rows) {
+// A [rows, cols] tensor map (128B swizzle, 128-byte boxes: 64 bf16 or 32 f32 columns) in device
+// memory, as the executor builds one for a `tmap:` argument.
+void* device_map(const void* base, int rows, int cols, int box_rows,
+                 hexel::TmaDtype dtype = hexel::TmaDtype::BF16) {
+  const std::uint32_t elem = hexel::tma_dtype_bytes(dtype);
   const hexel::TensorMap m =
-      hexel::encode_2d(hexel::TmaDtype::BF16, base, static_cast<std::uint64_t>(rows),
-                       static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(cols) * 2,
-                       static_cast<std::uint32_t>(box_rows), 64, hexel::Swizzle::B128);
+      hexel::encode_2d(dtype, base, static_cast<std::uint64_t>(rows),
+                       static_cast<std::uint64_t>(cols), static_cast<std::uint64_t>(cols) * elem,
+                       static_cast<std::uint32_t>(box_rows), 128 / elem, hexel::Swizzle::B128);
   void* p;
   check(cudaMalloc(&p, sizeof m), "alloc");
   check(cudaMemcpy(p, &m, sizeof m, cudaMemcpyHostToDevice), "map");
@@ -1237,6 +1245,179 @@ void bench_layer_gemms(double copy_gbs) {
   }
 }
 
+// --gemm-m: the decode GEMMs of a bucket of 64-256 rows on both GEMMs the lowering may give it
+// (docs/performance.md, open question "Throughput at batch 256"). They give every row the same
+// bits (GPU test GpuKernels.SmallGemmMatchesPrefillGemmBitForBit), so the choice is speed only:
+//   small: gemm_small_* as the plan tiles a decode bucket of M rows (small_gemm_tiling: its
+//   tiles, clusters, warpgroups and stages; the weight from the one-token layer's slot image
+//   where its boxes are whole);
+//   prefill: gemm_prefill_* as the plan runs a prefill bucket of M tokens (128-row tiles of 256
+//   weight rows, SwiGLU 128 gate + 128 up, on the persistent grid prefill_gemm_grid; the slot
+//   image's box prefill_image_box_rows; outputs through maps);
+// each with the epilogue the plan gives the projection (qkv bf16, o and down the residual add
+// into f32 x, gate/up SwiGLU). Each figure as a step runs the kernel: 8 launches back to back,
+// each on another copy of the weights, all but the first with PDL; the median of 30 such runs.
+// TFLOP/s count 2 · M · N · K (N: the weight's rows, SwiGLU's gate and up together); "floor" is
+// those FLOPs at `matmul_tflops` (--matmul-tflops R: torch.matmul's rate on the same card; 0:
+// none printed). A "layer" row per model and M sums its four GEMMs.
+struct GemmMShape {
+  const char* model;
+  const char* name;  // the layer weight (layer_weight_image's name)
+  const char* epi;
+  int N, K;  // N: output columns (SwiGLU: I, of a [2I, K] weight)
+};
+constexpr GemmMShape kGemmMShapes[] = {
+    {"8B", "qkv", "bf16", 6144, 4096},        {"8B", "o", "residual", 4096, 4096},
+    {"8B", "gate_up", "swiglu", 14336, 4096}, {"8B", "down", "residual", 4096, 14336},
+    {"1B", "qkv", "bf16", 3072, 2048},        {"1B", "o", "residual", 2048, 2048},
+    {"1B", "gate_up", "swiglu", 8192, 2048},  {"1B", "down", "residual", 2048, 8192}};
+constexpr int kGemmMRows[] = {64, 128, 192, 256};
+
+// One shape at M rows on both GEMMs, launched as lowering.cpp's choose_gemm launches them.
+struct GemmMCase {
+  const GemmMShape* s = nullptr;
+  int M = 0;
+  WeightImage img;  // the one-token layer's slot image of the weight (bn 0: none)
+  SmallGemmTiling small;
+  std::string small_instance;
+  int prefill_cols = 0, prefill_box = 0, prefill_grid = 0;
+  std::string prefill_instance;
+  bool swiglu() const { return std::string(s->epi) == "swiglu"; }
+  int w_rows() const { return swiglu() ? 2 * s->N : s->N; }
+  double flop() const { return 2.0 * M * w_rows() * s->K; }
+};
+
+GemmMCase gemm_m_case(const GemmMShape& s, int M) {
+  GemmMCase c;
+  c.s = &s;
+  c.M = M;
+  const PersistentLayerTiling lt = std::string(s.model) == "8B"
+                                       ? decode_layer_tiling(4096, 6144, 4096, 14336, 128, false)
+                                       : decode_layer_tiling(2048, 3072, 2048, 8192, 64, false);
+  c.img = layer_weight_image(lt, s.name);
+  c.small = small_gemm_tiling(s.N, s.K, M, c.swiglu()).reading(c.img);
+  c.small_instance = c.small.instance(s.epi, M, s.N, s.K);
+  c.prefill_cols = c.swiglu() ? 128 : 256;
+  c.prefill_box = prefill_image_box_rows(c.img, c.prefill_cols);
+  c.prefill_grid = prefill_gemm_grid(M, s.N, c.prefill_cols);
+  c.prefill_instance =
+      "telos_kernels::gemm_prefill_" + std::string(s.epi) + "<" + I(M) + ", " + I(s.N) + ", " +
+      I(s.K) +
+      (c.prefill_box > 0 ? ", " + I(c.img.half_rows()) + ", " + I(c.prefill_box) : std::string()) +
+      ">";
+  return c;
+}
+
+// Median µs of one launch of `name` in chains of kBatch (PDL after the first), the weight map
+// rotating over `w_maps` (one a weight copy).
+double time_gemm_chain(Module& mod, const std::string& name, dim3 grid, int threads, int smem,
+                       const void* a_map, const std::vector<void*>& w_maps, const void* out) {
+  return median_us(
+      [&](int i) {
+        mod.launch(name, grid, threads, {a_map, w_maps[i % w_maps.size()], out}, smem,
+                   i % kBatch != 0);
+      },
+      30, 5, kBatch);
+}
+
+// Times case `c` on both GEMMs over `w` (the weight's copies), A `a` [M, K] bf16 and output `y`
+// (room for [M, N] f32): {µs small, µs prefill}.
+std::pair<double, double> time_gemm_m_case(Module& mod, const GemmMCase& c,
+                                           const std::vector<void*>& w, void* a, void* y) {
+  const GemmMShape& s = *c.s;
+  const int halves = c.swiglu() ? 2 : 1;
+  const SmallGemmTiling& t = c.small;
+  std::vector<void*> small_w, prefill_w;
+  for (void* p : w) {
+    small_w.push_back(t.image_rows > 0 ? device_image_map(p, c.w_rows(), s.K, t.image_rows * halves,
+                                                          halves, t.image_box)
+                                       : device_map(p, c.w_rows(), s.K, t.w_box()));
+    prefill_w.push_back(c.prefill_box > 0 ? device_image_map(p, c.w_rows(), s.K, c.img.bn,
+                                                             c.img.halves, c.prefill_box)
+                                          : device_map(p, c.w_rows(), s.K, c.prefill_cols));
+  }
+  void* small_a = device_map(a, c.M, s.K, t.a_box);
+  void* prefill_a = device_map(a, c.M, s.K, 128);
+  void* prefill_out = std::string(s.epi) == "residual"
+                          ? device_map(y, c.M, s.N, 64, hexel::TmaDtype::F32)
+                          : device_map(y, c.M, s.N, 64);
+  const double small_us = time_gemm_chain(mod, c.small_instance, dim3(t.tiles_m, t.tiles_n),
+                                          t.threads(), t.smem(), small_a, small_w, y);
+  const double prefill_us =
+      time_gemm_chain(mod, c.prefill_instance, dim3(c.prefill_grid), kPrefillGemmThreads,
+                      prefill_gemm_smem(c.prefill_box), prefill_a, prefill_w, prefill_out);
+  for (void* p : small_w) cudaFree(p);
+  for (void* p : prefill_w) cudaFree(p);
+  for (void* p : {small_a, prefill_a, prefill_out}) cudaFree(p);
+  return {small_us, prefill_us};
+}
+
+// One row of --gemm-m's table; N, K and the prefill CTAs 0 (the layer rows) print as "-".
+void print_gemm_m_row(const std::string& label, int M, int N, int K, const std::string& tiles,
+                      double small_us, int prefill_ctas, double prefill_us, double flop,
+                      double matmul_tflops) {
+  auto dash = [](int v) { return v > 0 ? I(v) : std::string("-"); };
+  char floor[16] = "-";
+  if (matmul_tflops > 0) std::snprintf(floor, sizeof floor, "%.1f", flop / matmul_tflops / 1e6);
+  std::printf(
+      "%-20s | %3d | %6s | %5s | %-22s | %8.1f | %4s | %10.1f | %7.0f | %7.0f | %6.3f | "
+      "%8s\n",
+      label.c_str(), M, dash(N).c_str(), dash(K).c_str(), tiles.c_str(), small_us,
+      dash(prefill_ctas).c_str(), prefill_us, flop / small_us / 1e6, flop / prefill_us / 1e6,
+      small_us / prefill_us, floor);
+}
+
+void bench_gemm_m(double matmul_tflops) {
+  std::vector<GemmMCase> cases;
+  for (const GemmMShape& s : kGemmMShapes)
+    for (int M : kGemmMRows) cases.push_back(gemm_m_case(s, M));
+  std::vector<std::string> names;
+  for (const GemmMCase& c : cases) {
+    names.push_back(c.small_instance);
+    names.push_back(c.prefill_instance);
+  }
+  Module mod(names);
+  std::printf("\n%-20s | %3s | %6s | %5s | %-22s | %8s | %4s | %10s | %7s | %7s | %6s | %8s\n",
+              "gemm-m GEMM", "M", "N", "K", "small tiles", "small us", "CTAs", "prefill us",
+              "small TF", "pref TF", "s/p", "floor us");
+  // Per (model, M): the layer's four GEMMs summed.
+  std::map<std::pair<std::string, int>, std::array<double, 3>> layer;  // small us, prefill us, flop
+  for (const GemmMShape& s : kGemmMShapes) {
+    const int w_rows = std::string(s.epi) == "swiglu" ? 2 * s.N : s.N;
+    const std::size_t wbytes = static_cast<std::size_t>(w_rows) * s.K * 2;
+    std::vector<void*> w(std::max<int>(2, static_cast<int>((400ull << 20) / wbytes) + 1));
+    for (auto& p : w) {
+      check(cudaMalloc(&p, wbytes), "alloc");
+      fill(p, wbytes);
+    }
+    const int max_m = *std::max_element(std::begin(kGemmMRows), std::end(kGemmMRows));
+    void *a, *y;
+    check(cudaMalloc(&a, static_cast<std::size_t>(max_m) * s.K * 2), "alloc");
+    fill(a, static_cast<std::size_t>(max_m) * s.K * 2);
+    check(cudaMalloc(&y, static_cast<std::size_t>(max_m) * s.N * 4), "alloc");
+    check(cudaMemset(y, 0, static_cast<std::size_t>(max_m) * s.N * 4), "memset");
+    for (const GemmMCase& c : cases) {
+      if (c.s != &s) continue;
+      const auto [small_us, prefill_us] = time_gemm_m_case(mod, c, w, a, y);
+      const SmallGemmTiling& t = c.small;
+      const std::string tiles = "bn" + I(t.bn) + " st" + I(t.stages) + " cl" + I(t.cluster) +
+                                " wg" + I(t.warpgroups) + (t.image_rows > 0 ? " img" : "");
+      print_gemm_m_row(std::string(s.model) + " " + s.name + " (" + s.epi + ")", c.M, w_rows, s.K,
+                       tiles, small_us, c.prefill_grid, prefill_us, c.flop(), matmul_tflops);
+      auto& sum = layer[{s.model, c.M}];
+      sum[0] += small_us;
+      sum[1] += prefill_us;
+      sum[2] += c.flop();
+    }
+    for (void* p : w) cudaFree(p);
+    cudaFree(a);
+    cudaFree(y);
+  }
+  for (const auto& [key, sum] : layer)
+    print_gemm_m_row(key.first + " layer", key.second, 0, 0, "4 GEMMs", sum[0], 0, sum[1], sum[2],
+                     matmul_tflops);
+}
+
 // Attention, HQ 32, HKV 8, D 128, page 16, the plan's split and partial slots for context C.
 void bench_attention(bool sweep, double copy_gbs) {
   constexpr int HQ = 32, HKV = 8, D = 128, PAGE = 16;
@@ -1527,10 +1708,38 @@ void bench_attention(bool sweep, double copy_gbs) {
   }
 }
 
+// The arguments after the mode: only --gemm-m takes one, `--matmul-tflops R` (R > 0, TFLOP/s;
+// `tflops` stays 0 without it). On anything else, says what was expected and returns false.
+bool parse_matmul_tflops(int argc, char** argv, double& tflops) {
+  if (argc <= 2) return true;
+  if (std::string(argv[1]) != "--gemm-m" || std::string(argv[2]) != "--matmul-tflops") {
+    std::fprintf(stderr,
+                 "telos-kernel-bench: unexpected argument \"%s\" after \"%s\" (only --gemm-m "
+                 "takes one: --matmul-tflops R)\n",
+                 argv[2], argv[1]);
+    return false;
+  }
+  const char* value = argc == 4 ? argv[3] : "";
+  char* end = nullptr;
+  tflops = std::strtod(value, &end);
+  if (argc != 4 || end == value || *end != '\0' || !std::isfinite(tflops) || tflops <= 0) {
+    std::fprintf(stderr,
+                 "telos-kernel-bench: --matmul-tflops: expected one positive number of TFLOP/s "
+                 "after it, got %s\n",
+                 argc == 4   ? ("\"" + std::string(value) + "\"").c_str()
+                 : argc == 3 ? "nothing"
+                             : "more than one argument");
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
+  double matmul_tflops = 0;
+  if (!parse_matmul_tflops(argc, argv, matmul_tflops)) return 2;
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("telos-kernel-bench: no CUDA GPU\n");
@@ -1555,6 +1764,8 @@ int main(int argc, char** argv) {
     bench_decode_gemms({1, 8, 16, 32, 48, 64}, false, false, true, copy_gbs);
   } else if (mode == "--attention") {
     bench_attention(false, copy_gbs);
+  } else if (mode == "--gemm-m") {
+    bench_gemm_m(matmul_tflops);
   } else {  // every section; --sweep adds the sweeps' variants
     const bool sweep = mode == "--sweep";
     bench_sample(copy_gbs);

@@ -2130,6 +2130,8 @@ class RankSet {
             rank_index_[static_cast<std::size_t>(r)]->get(), x[static_cast<std::size_t>(r)]->get()};
   }
   cudaStream_t stream(int r) const { return streams[static_cast<std::size_t>(r)]; }
+  // Rank r's flag words, kAllReduceMaxBlocks x ranks: word [b][s] is block b's from rank s.
+  DeviceBuffer<unsigned>& flags(int r) const { return *flags_[static_cast<std::size_t>(r)]; }
 
   const std::size_t n;
   std::vector<std::unique_ptr<DeviceBuffer<float>>> partial, x;
@@ -2337,6 +2339,166 @@ TEST(GpuKernels, AllReduceWithNormMatchesUnfusedBitForBit) {
         ASSERT_EQ(h_got[i], 0xffff) << label << " rank " << r << ": h written past its rows";
       }
     }
+  }
+}
+
+// ---- the all-reduce one rank at a time: the form compute-sanitizer runs ------------------------
+//
+// compute-sanitizer runs one kernel at a time, so the side-by-side ranks above never pass their
+// first barrier under it. Here each rank's launch runs alone: before it, the host raises the words
+// that every other rank writes into this rank's flags to the launch's last epoch (as if they had
+// arrived), and puts every other rank's partial in the state this rank reads it in (the
+// projection's partial; for the two-shot, that rank's own slice already summed). Each launch is
+// the plan's instance on the plan's grid, so memcheck sees every address the kernel reads and
+// writes (its x and partial, every rank's partial and flag words, the norm weight and h) and
+// racecheck its shared memory (the epoch, the norm's scratch) across its __syncthreads; the
+// results are checked as above, bit for bit. What this form cannot show is the ranks' timing
+// against each other, which the side-by-side tests above hold. (Not one grid of every rank's
+// blocks: the kernels take their rank from memory and their flag words from blockIdx.x, so that
+// form would need a template switch the plan never takes, and co-resident blocks under the
+// sanitizer's instrumentation besides; docs/multi-gpu.md.)
+
+// An all-reduce form as the plan launches it: its instance, grid and block, its barriers (each
+// raises a block's epoch by one), and whether the other ranks' own slices are summed in place
+// before this rank reads them (the two-shot's reduce-scatter).
+struct AllReduceLaunch {
+  std::string instance;
+  int blocks, threads, barriers;
+  bool two_shot;
+  std::string norm;  // the unfused rmsnorm instance the fused form's h is checked against, or ""
+};
+
+std::string all_reduce_norm_instance(int M, int H, int ranks, const std::string& eps) {
+  return "telos_kernels::all_reduce_residual_rmsnorm<" + I(M) + ", " + I(H) + ", " + I(ranks) +
+         ", " + eps + ">";
+}
+
+// What rank q's partial holds while another rank's launch reads it.
+std::vector<float> partial_as_read(const std::vector<std::vector<float>>& p, int q, bool two_shot) {
+  std::vector<float> v = p[static_cast<std::size_t>(q)];
+  if (!two_shot) return v;
+  const long long vectors = static_cast<long long>(v.size() / 4),
+                  ranks = static_cast<long long>(p.size());
+  for (long long i = 4 * (vectors * q / ranks); i < 4 * (vectors * (q + 1) / ranks); ++i)
+    v[static_cast<std::size_t>(i)] = rank_order_sum(p, static_cast<std::size_t>(i));
+  return v;
+}
+
+// Rank q's flag words before rank r's launch from epoch e: r's words from every other rank at the
+// launch's last epoch, every other word at e (block b's epoch is its own word [b][r]).
+std::vector<unsigned> flags_before(int q, int r, int ranks, unsigned e, int barriers) {
+  std::vector<unsigned> f(static_cast<std::size_t>(codegen::kAllReduceMaxBlocks) * ranks, e);
+  if (q != r) return f;
+  for (int b = 0; b < codegen::kAllReduceMaxBlocks; ++b)
+    for (int s = 0; s < ranks; ++s)
+      if (s != r) f[static_cast<std::size_t>(b * ranks + s)] = e + static_cast<unsigned>(barriers);
+  return f;
+}
+
+// Two rounds of `ranks` launches, one rank at a time, on fresh x and partials, the epochs starting
+// two below the wrap-around (so the barriers' comparison crosses it): after rank r's launch its x
+// gains exactly ((p0 + p1) + p2) + ..., its partial is zero, every other rank's partial is as it
+// was, each of its blocks raised word [b][r] of every rank's flags to the last epoch and touched no
+// other word, the fused form's h has the unfused rmsnorm's bits, and every guard stays poisoned.
+void check_one_rank_at_a_time(TestModule& mod, const AllReduceLaunch& l, int M, int H, int ranks) {
+  RankSet set(M, H, ranks);
+  const std::size_t n = set.n, guard = RankSet::kGuard;
+  const DeviceBuffer<float> w(random_floats(static_cast<std::size_t>(H), 1.f));
+  DeviceBuffer<std::uint16_t> h(n + guard), h_want(n + guard);
+  const std::string label = l.instance + " blocks=" + I(l.blocks);
+  unsigned e = 0xfffffffeu;
+  for (int round = 0; round < 2; ++round, e += static_cast<unsigned>(l.barriers)) {
+    std::vector<std::vector<float>> p;
+    for (int r = 0; r < ranks; ++r) p.push_back(random_floats(n, 1.f));
+    for (int r = 0; r < ranks; ++r) {
+      const std::string at = label + " round " + I(round) + " rank " + I(r);
+      const std::vector<float> x0 = random_floats(n, 1.f);
+      set.set_x(r, x0);
+      std::vector<std::vector<float>> as_read;
+      for (int q = 0; q < ranks; ++q) {
+        as_read.push_back(q == r ? p[static_cast<std::size_t>(q)]
+                                 : partial_as_read(p, q, l.two_shot));
+        set.set_partial(q, as_read.back());
+        set.flags(q).upload(flags_before(q, r, ranks, e, l.barriers));
+      }
+      h.poison();
+      std::vector<const void*> args = set.args(r);
+      if (!l.norm.empty()) args.insert(args.end(), {w.get(), h.get()});
+      CUDA_OK(mod.launch_on(set.stream(r), l.instance, l.blocks, l.threads, args));
+      ASSERT_TRUE(finished_within({set.stream(r)}, 120.0)) << at << ": a barrier did not open";
+
+      const std::vector<float> x = set.x[static_cast<std::size_t>(r)]->download();
+      for (std::size_t i = 0; i < n; ++i) {
+        const float want = x0[i] + rank_order_sum(p, i);
+        ASSERT_EQ(std::memcmp(&x[i], &want, 4), 0)
+            << at << " x[" << i << "] " << x[i] << " want " << want;
+      }
+      for (std::size_t i = n; i < n + guard; ++i)
+        ASSERT_TRUE(std::isnan(x[i])) << at << ": x written past its rows at " << i;
+      for (int q = 0; q < ranks; ++q) {
+        const std::vector<float> left = set.partial[static_cast<std::size_t>(q)]->download();
+        for (std::size_t i = 0; i < n; ++i) {
+          const float want = q == r ? 0.f : as_read[static_cast<std::size_t>(q)][i];
+          ASSERT_EQ(std::memcmp(&left[i], &want, 4), 0)
+              << at << ": partial " << q << "[" << i << "] " << left[i] << " want " << want;
+        }
+        for (std::size_t i = n; i < n + guard; ++i)
+          ASSERT_TRUE(std::isnan(left[i])) << at << ": partial " << q << " written past its rows";
+        std::vector<unsigned> want = flags_before(q, r, ranks, e, l.barriers);
+        for (int b = 0; b < l.blocks; ++b)
+          want[static_cast<std::size_t>(b * ranks + r)] = e + static_cast<unsigned>(l.barriers);
+        ASSERT_EQ(set.flags(q).download(), want) << at << ": rank " << q << "'s flag words";
+      }
+      if (l.norm.empty()) continue;
+      h_want.poison();
+      CUDA_OK(
+          mod.launch(l.norm, M, codegen::kNormThreads,
+                     {set.x[static_cast<std::size_t>(r)]->get(), w.get(), nullptr, h_want.get()}));
+      const std::vector<std::uint16_t> got = h.download(), ref = h_want.download();
+      for (std::size_t i = 0; i < n + guard; ++i)
+        ASSERT_EQ(got[i], ref[i]) << at << " h[" << i << "] " << from_bf16(got[i]) << " want "
+                                  << from_bf16(ref[i]) << (i >= n ? " (past its rows)" : "");
+    }
+  }
+}
+
+// Every form over 2, 4 and 8 ranks on shapes the side-by-side tests take: one block to
+// kAllReduceMaxBlocks with several float4s a thread, hidden sizes that leave a block partly idle,
+// two-shot slices of unequal size, fused rows whose last chunk passes H, two rows a block.
+TEST(GpuKernels, AllReduceOneRankAtATime) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int M, H, ranks;
+  };
+  const std::string eps = float_literal(1e-5);
+  std::vector<std::pair<AllReduceLaunch, Shape>> cases;
+  for (const Shape& s :
+       std::vector<Shape>{{1, 128, 2}, {3, 2052, 2}, {512, 8192, 2}, {37, 2052, 4}, {1, 8192, 8}})
+    cases.push_back(
+        {{all_reduce_instance("all_reduce_residual", s.M, s.H, s.ranks),
+          codegen::all_reduce_blocks(s.M, s.H), codegen::kAllReduceThreads, 2, false, ""},
+         s});
+  for (const Shape& s : std::vector<Shape>{
+           {3, 2052, 2}, {55, 4096, 4}, {57, 4100, 4}, {512, 8192, 4}, {37, 2052, 8}})
+    cases.push_back(
+        {{all_reduce_instance("all_reduce_residual_two_shot", s.M, s.H, s.ranks),
+          codegen::all_reduce_blocks(s.M, s.H), codegen::kAllReduceThreads, 3, true, ""},
+         s});
+  for (const Shape& s :
+       std::vector<Shape>{{1, 2048, 2}, {3, 1544, 2}, {128, 4096, 2}, {16, 4096, 4}, {33, 8192, 8}})
+    cases.push_back({{all_reduce_norm_instance(s.M, s.H, s.ranks, eps),
+                      codegen::all_reduce_norm_blocks(s.M), codegen::kNormThreads, 2, false,
+                      "telos_kernels::rmsnorm<" + I(s.H) + ", " + eps + ", false>"},
+                     s});
+  std::vector<std::string> instances;
+  for (const auto& [l, s] : cases)
+    for (const std::string& name : {l.instance, l.norm})
+      if (!name.empty() && std::find(instances.begin(), instances.end(), name) == instances.end())
+        instances.push_back(name);
+  TestModule mod(source_with_rope({1.f}, 2), instances);
+  for (const auto& [l, s] : cases) {
+    check_one_rank_at_a_time(mod, l, s.M, s.H, s.ranks);
+    if (HasFatalFailure()) return;
   }
 }
 
