@@ -167,13 +167,20 @@ std::vector<cudaGraphExec_t> capture(const std::vector<Rank>& ranks, Record reco
     check(cudaStreamBeginCapture(k.stream, cudaStreamCaptureModeThreadLocal), "capture");
   }
   record();
+  // Every capture ends before any graph is instantiated: instantiation is refused while a stream
+  // of this thread is still capturing.
+  std::vector<cudaGraph_t> graphs;
   for (const Rank& k : ranks) {
     cudaGraph_t g = nullptr;
-    cudaGraphExec_t e = nullptr;
     check(cudaSetDevice(k.device), "device");
     check(cudaStreamEndCapture(k.stream, &g), "end capture");
-    check(cudaGraphInstantiate(&e, g, 0), "instantiate");
-    cudaGraphDestroy(g);
+    graphs.push_back(g);
+  }
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    cudaGraphExec_t e = nullptr;
+    check(cudaSetDevice(ranks[r].device), "device");
+    check(cudaGraphInstantiate(&e, graphs[r], 0), "instantiate");
+    cudaGraphDestroy(graphs[r]);
     execs.push_back(e);
   }
   return execs;
