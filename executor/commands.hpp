@@ -46,7 +46,7 @@ inline void add_prefix_cache_option(CLI::App& command, bool& prefix_cache) {
       "pages of the prompt prefixes they have in common)");
 }
 
-// --max-batch, --max-seq-len, --kv-pages and --prefill-chunk: the runtime limits
+// --max-batch, --max-seq-len, --kv-pages, --prefill-chunk and --mixed-chunk: the runtime limits
 // (runtime_limits.hpp), the same on every subcommand that runs a model.
 inline void add_limit_options(CLI::App& command, RuntimeLimits& limits) {
   const struct {
@@ -65,6 +65,9 @@ inline void add_limit_options(CLI::App& command, RuntimeLimits& limits) {
       {"--prefill-chunk", &limits.prefill_chunk,
        "Prompt tokens a step (the token budget), at most the artifact's serving.prefill_chunk "
        "(default: that)"},
+      {"--mixed-chunk", &limits.mixed_chunk,
+       "Tokens a step holds while requests decode, decode tokens included (at least half of it "
+       "prompt tokens), at most the prefill chunk (default: 256 or the prefill chunk if less)"},
   };
   for (const auto& o : options)
     command.add_option(o.name, *o.value, o.help)->check(CLI::Range(1, INT_MAX));

@@ -116,6 +116,7 @@ SchedulerLimits limits_from(const Artifact& a, const RuntimeLimits& asked) {
   SchedulerLimits l{r.max_batch,     r.max_seq_len,    s.kv_page_size,
                     r.prefill_chunk, s.decode_buckets, s.prefill_buckets};
   l.max_seq_len_set_at_start = asked.max_seq_len > 0;
+  l.mixed_budget = r.mixed_chunk;
   return l;
 }
 }  // namespace

@@ -35,6 +35,14 @@ RuntimeLimits resolve_runtime_limits(const Artifact& artifact, const RuntimeLimi
   r.max_seq_len = resolve("--max-seq-len", "serving.max_seq_len", asked.max_seq_len, s.max_seq_len);
   r.prefill_chunk =
       resolve("--prefill-chunk", "serving.prefill_chunk", asked.prefill_chunk, s.prefill_chunk);
+  if (asked.mixed_chunk < 0)
+    fail("--mixed-chunk " + std::to_string(asked.mixed_chunk) + ": expected at least 1");
+  if (asked.mixed_chunk > r.prefill_chunk)
+    fail("--mixed-chunk " + std::to_string(asked.mixed_chunk) + " is above the prefill chunk, " +
+         describe_limit("--prefill-chunk", "prefill_chunk", r.prefill_chunk,
+                        asked.prefill_chunk > 0));
+  r.mixed_chunk =
+      asked.mixed_chunk > 0 ? asked.mixed_chunk : std::min(r.prefill_chunk, kDefaultMixedChunk);
   // kv_pages stays 0 unless --kv-pages is given: the backend then sizes the artifact's pool within
   // the memory it has (device_kv_pool_pages, check_host_memory).
   if (s.kv_pool_pages && asked.kv_pages != 0) {
@@ -154,6 +162,7 @@ std::string runtime_limits_summary(const Artifact& artifact, const RuntimeLimits
   add("max_batch", asked.max_batch, compiled(s.max_batch));
   add("max_seq_len", asked.max_seq_len, compiled(s.max_seq_len));
   add("prefill_chunk", asked.prefill_chunk, compiled(s.prefill_chunk));
+  add("mixed_chunk", asked.mixed_chunk, "default " + std::to_string(kDefaultMixedChunk));
   add("kv_pages", asked.kv_pages,
       s.kv_pool_pages ? compiled(*s.kv_pool_pages) : std::string("compiled: a memory fraction"));
   return out;

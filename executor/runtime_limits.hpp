@@ -20,14 +20,23 @@ struct RuntimeLimits {
   int kv_pages = 0;  // pages of the KV pool; 0: serving.kv_pool (its pages, or a memory fraction),
                      // within the memory the backend has
   int prefill_chunk = 0;  // prompt tokens a step (the token budget); 0: serving.prefill_chunk
+  int mixed_chunk = 0;    // tokens a step that also carries decodes; 0: kDefaultMixedChunk
 };
 
+// The tokens a step that also carries decodes holds by default (at most the prefill chunk): every
+// decoding request waits for such a step, so its length is their inter-token latency. Up to ~256
+// rows a decode step's GEMMs cost about their weights' read (the 8B's at 256 rows: 197 µs a layer
+// against 141 at 128 on the H200, docs/performance.md), so prompt tokens ride along nearly free;
+// a 2048-token chunk takes ~50 ms against a decode step's ~5.
+inline constexpr int kDefaultMixedChunk = 256;
+
 // The limits in force: each one given is checked (at least 1, at most the compiled maximum:
-// serving.max_batch, serving.max_seq_len, serving.prefill_chunk, and serving.kv_pool.pages where
-// the artifact fixes the pool; a pool sized by a memory fraction has no compiled count, the
-// device's memory bounds it), the others are the artifact's, but for kv_pages, which stays 0
-// unless given: the backend sizes the artifact's pool within the memory it has. Throws
-// telos::Error naming the option and the maximum.
+// serving.max_batch, serving.max_seq_len, serving.prefill_chunk (for --mixed-chunk the prefill
+// chunk in force, which is also its default where it is under kDefaultMixedChunk), and
+// serving.kv_pool.pages where the artifact fixes the pool; a pool sized by a memory fraction has no
+// compiled count, the device's memory bounds it), the others are the artifact's, but for kv_pages,
+// which stays 0 unless given: the backend sizes the artifact's pool within the memory it has.
+// Throws telos::Error naming the option and the maximum.
 RuntimeLimits resolve_runtime_limits(const Artifact& artifact, const RuntimeLimits& asked);
 
 // What a message calls a limit: "--max-seq-len 16" where it was set at start, else "the

@@ -11,8 +11,12 @@ namespace telos::exec {
 Scheduler::Scheduler(SchedulerLimits limits, KvPagePool& pool, PrefixCache* cache)
     : limits_(std::move(limits)), pool_(pool), cache_(cache) {
   if (limits_.max_batch < 1 || limits_.max_seq_len < 1 || limits_.page_size < 1 ||
-      limits_.token_budget < 1)
-    fail("scheduler: limits need max_batch, max_seq_len, page_size and token_budget >= 1");
+      limits_.token_budget < 1 || limits_.mixed_budget < 0 ||
+      limits_.mixed_budget > limits_.token_budget)
+    fail(
+        "scheduler: limits need max_batch, max_seq_len, page_size and token_budget >= 1, and "
+        "mixed_budget from 0 to token_budget");
+  if (limits_.mixed_budget == 0) limits_.mixed_budget = limits_.token_budget;
   if (limits_.decode_buckets.empty() || limits_.decode_buckets.back() < limits_.max_batch ||
       limits_.prefill_buckets.empty() || limits_.prefill_buckets.back() < limits_.token_budget)
     fail(
@@ -201,6 +205,13 @@ void Scheduler::schedule(Step& step) {
     if (!has_page) continue;
     add_chunk(slot, 1);
   }
+
+  // A step with decodes takes at most mixed_budget tokens, and at least mixed_budget / 2 prompt
+  // tokens, within the budget (the largest prefill bucket holds the whole step).
+  const int decoded = step.num_tokens;
+  if (decoded > 0)
+    budget = std::min(
+        budget, std::max(limits_.mixed_budget - decoded, std::max(1, limits_.mixed_budget / 2)));
 
   // 2. The rest of the prompts of running requests, oldest first, within the budget.
   for (int slot : running_) {

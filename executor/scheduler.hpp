@@ -12,6 +12,10 @@
 //  2. Running requests in the middle of their prompt get what is left of the token budget
 //     (serving.prefill_chunk tokens per step, decode tokens included), oldest first; a step with
 //     prompt tokens thus never exceeds the largest prefill bucket.
+//     A step that also carries decodes holds fewer: at most mixed_budget tokens in all, so that
+//     a long prompt's chunks do not hold up every decoding request for a whole prefill_chunk's
+//     time (inter-token latency), but at least mixed_budget / 2 prompt tokens, so that prompts
+//     still move under a full batch of decodes.
 //     When the decodes alone spend the budget (max_batch > prefill_chunk), every other step
 //     serves prompts only, so that new requests still get in.
 //     A step holds at most max_batch generated tokens (decodes, and tokens a preempted request
@@ -53,6 +57,8 @@ struct SchedulerLimits {
   // max_seq_len was set when telos-run started (RuntimeLimits), below the artifact's: messages
   // name the option instead of the artifact's field.
   bool max_seq_len_set_at_start = false;
+  // Tokens per step that also carries decodes (--mixed-chunk), at most token_budget; 0: that.
+  int mixed_budget = 0;
 };
 
 // One sequence's share of a step. The spans point into the scheduler and stay valid until the

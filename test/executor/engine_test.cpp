@@ -349,12 +349,19 @@ TEST(Engine, RuntimeLimitsPastTheArtifactsAreRefused) {
             "--prefill-chunk 17 is above the artifact's serving.prefill_chunk 16 (the most it was "
             "compiled for)");
   EXPECT_EQ(refused({.max_batch = -1}), "--max-batch -1: expected at least 1");
+  EXPECT_EQ(refused({.mixed_chunk = 17}),
+            "--mixed-chunk 17 is above the prefill chunk, the artifact's prefill_chunk 16");
+  EXPECT_EQ(refused({.prefill_chunk = 8, .mixed_chunk = 9}),
+            "--mixed-chunk 9 is above the prefill chunk, --prefill-chunk 8");
+  EXPECT_EQ(refused({.mixed_chunk = -2}), "--mixed-chunk -2: expected at least 1");
   EXPECT_EQ(refused({.max_batch = 4, .max_seq_len = 64, .kv_pages = 64}), "(no error)");
   const RuntimeLimits artifacts = resolve_runtime_limits(*artifact, {});
   EXPECT_EQ(artifacts.max_batch, 4);
   EXPECT_EQ(artifacts.max_seq_len, 64);
   EXPECT_EQ(artifacts.kv_pages, 0);  // the backend sizes the artifact's pool
   EXPECT_EQ(artifacts.prefill_chunk, 16);
+  EXPECT_EQ(artifacts.mixed_chunk, 16);  // kDefaultMixedChunk, at most the prefill chunk
+  EXPECT_EQ(resolve_runtime_limits(*artifact, {.mixed_chunk = 6}).mixed_chunk, 6);
   // The same checks guard the engine and the backend.
   EngineOptions options = checked_options();
   options.limits.max_batch = 5;

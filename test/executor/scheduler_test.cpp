@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -94,6 +95,50 @@ TEST(Scheduler, DecodeComesFirstAndPrefillFillsTheBudget) {
   EXPECT_EQ(step.num_tokens, 16);
   EXPECT_EQ(step.bucket_kind, BucketKind::Prefill);
   EXPECT_EQ(step.bucket, 16);
+}
+
+// A step that carries decodes holds at most the mixed budget (8 of the 16 here), so a long prompt
+// beside decoding requests goes in shorter chunks; alone it takes the whole budget.
+TEST(Scheduler, AStepWithDecodesHoldsTheMixedBudget) {
+  KvPagePool pool(64);
+  SchedulerLimits l = limits(4, 16);
+  l.mixed_budget = 8;
+  Scheduler s(l, pool);
+  s.add(1, prompt(3), 8);
+  s.add(2, prompt(40), 4);
+  Step first = s.schedule();  // no decodes yet: 3 + 13 prompt tokens
+  EXPECT_EQ(first.num_tokens, 16);
+  run(s, first);
+  Step mixed = s.schedule();  // request 1 decodes: 1 + 7
+  ASSERT_EQ(mixed.sequences.size(), 2u);
+  EXPECT_EQ(mixed.sequences[0].tokens.size(), 1u);
+  EXPECT_EQ(mixed.sequences[1].tokens.size(), 7u);
+  EXPECT_EQ(mixed.bucket, 8);
+  run(s, mixed);
+  s.remove(1);
+  Step alone = s.schedule();  // request 2's prompt alone again: the whole budget
+  EXPECT_EQ(alone.num_tokens, 16);
+}
+
+// Decodes that spend most of the mixed budget leave the prompts half of it, within the token
+// budget: three decodes and a mixed budget of 4 give the prompt 2 tokens a step.
+TEST(Scheduler, PromptsKeepHalfTheMixedBudgetUnderManyDecodes) {
+  KvPagePool pool(64);
+  SchedulerLimits l = limits(4, 16);
+  l.mixed_budget = 4;
+  Scheduler s(l, pool);
+  for (RequestId id = 1; id <= 3; ++id) s.add(id, prompt(1), 8);
+  run(s, s.schedule());
+  s.add(4, prompt(20), 4);
+  Step step = s.schedule();
+  ASSERT_EQ(step.sequences.size(), 4u);
+  EXPECT_EQ(step.sequences[3].tokens.size(), 2u);
+  EXPECT_EQ(step.num_tokens, 5);
+  SchedulerLimits bad = limits(4, 16);
+  bad.mixed_budget = 17;
+  EXPECT_THROW(Scheduler(bad, pool), Error);
+  bad.mixed_budget = -1;
+  EXPECT_THROW(Scheduler(bad, pool), Error);
 }
 
 TEST(Scheduler, PadsToTheSmallestBucketThatHoldsTheStep) {
@@ -266,10 +311,12 @@ TEST(Scheduler, RejectsRequestsThatCanNeverFit) {
 // Thousands of requests with random prompts, lengths, early stops and cancellations, under a pool
 // small enough to force preemption: every request finishes, the invariant holds after every step,
 // and every page is free at the end.
-void run_random_lifecycles(int max_batch, int budget, unsigned seed) {
+void run_random_lifecycles(int max_batch, int budget, unsigned seed, int mixed_budget = 0) {
   std::mt19937 rng(seed);
   KvPagePool pool(24);
-  Scheduler s(SchedulerLimits{max_batch, 48, 4, budget, {1, 2, 4, 8}, {budget}}, pool);
+  SchedulerLimits l{max_batch, 48, 4, budget, {1, 2, 4, 8}, {budget}};
+  l.mixed_budget = mixed_budget;
+  Scheduler s(l, pool);
   std::map<RequestId, int> generated;
   RequestId next_id = 1;
   int finished = 0, cancelled = 0, steps = 0;
@@ -301,6 +348,14 @@ void run_random_lifecycles(int max_batch, int budget, unsigned seed) {
     ASSERT_LE(static_cast<int>(step.sequences.size()), max_batch);
     if (step.bucket_kind == BucketKind::Prefill) {
       ASSERT_LE(step.num_tokens, budget);
+      // With decodes, at most the mixed budget, or the decodes and half of it.
+      const int decodes = static_cast<int>(std::count_if(
+          step.sequences.begin(), step.sequences.end(), [](const ScheduledSequence& q) {
+            return q.first_position >= q.prompt_len && q.tokens.size() == 1;
+          }));
+      if (mixed_budget > 0 && decodes > 0) {
+        ASSERT_LE(step.num_tokens, std::max(mixed_budget, decodes + std::max(1, mixed_budget / 2)));
+      }
     }
     // At most max_batch generated tokens (decodes and recomputed ones): the GPU's prefill buckets
     // run the split kernels over that many rows.
@@ -343,6 +398,11 @@ TEST(Scheduler, RandomizedLifecyclesLeakNoPage) {
 // The same with max_batch above the token budget, where decodes and prompts alternate.
 TEST(Scheduler, RandomizedLifecyclesLeakNoPageWhenDecodesOutnumberTheBudget) {
   run_random_lifecycles(8, 4, 7);
+}
+
+// The same with a mixed budget under the token budget.
+TEST(Scheduler, RandomizedLifecyclesLeakNoPageWithAMixedBudget) {
+  run_random_lifecycles(4, 16, 11, 6);
 }
 
 // The engine's overlapped steps: a placeholder token is scheduled like any other before it is
