@@ -11,6 +11,7 @@
 
 #include "codegen/compile_cache.hpp"
 #include "codegen/emit_source.hpp"
+#include "codegen/kernels/gemm_small_sm100.cuh"
 #include "codegen/kernel_plan.hpp"
 #include "codegen/nvrtc_driver.hpp"
 #include "codegen/rope_table.hpp"
@@ -2662,6 +2663,187 @@ TEST(GpuKernels, E4m3GemmsMatchBf16GemmOfDequantizedWeights) {
         }
       }
     }
+  }
+}
+
+// ---- the sm_100a GEMMs' Hopper twins (docs/hexel.md, "Blackwell") ---------------------------
+
+// The Hopper twin of the sm_100a small GEMM that small_gemm_sm100_tiling plans for M tokens
+// (gemm_small_sm100.cuh, SmallWgmmaTwin): its instance and dynamic shared memory, or an empty
+// name where the twin cannot hold the tile's accumulator (SwiGLU token tiles over 128).
+struct SmallTwin {
+  codegen::SmallGemmSm100Tiling t;
+  std::string name;
+  int smem = 0;
+};
+SmallTwin small_twin(const std::string& epi, int M, int N, int K) {
+  using Twin = telos_kernels::SmallGemmSm100Twin;
+  SmallTwin s{codegen::small_gemm_sm100_tiling(N, K, M, epi == "swiglu"), "", 0};
+  const unsigned accum = (epi == "swiglu" ? 2u : 1u) * static_cast<unsigned>(s.t.mma_n);
+  if (accum > Twin::kMaxAccumColumns) return s;
+  s.name = "telos_kernels::gemm_small_sm100_twin_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) +
+           ", " + I(s.t.stages) + ">";
+  s.smem = static_cast<int>(Twin::smem(static_cast<unsigned>(s.t.stages),
+                                       static_cast<unsigned>(s.t.stage_bytes()), accum));
+  return s;
+}
+const std::string kSm100Twins = "#include \"gemm_small_sm100.cuh\"\n";
+
+// The sm_100a small GEMM's shared parts on an H200 (its twin: the same producer, stage ring,
+// barriers, tiles and epilogue, wgmma for tcgen05): every epilogue against f64 at ragged M (1 to
+// 300: one to two token tiles, 16 to 256 tokens an MMA, the last tile part-filled), N not a
+// multiple of the 128-row weight tile and K not of 64 with the ring wrapping (K = 2000: 32 blocks),
+// every SM's shared memory filled with NaNs first (the token rows no box writes) and outputs
+// poisoned, 64 guard rows past M that must stay so. Each element is one wgmma chain over K from
+// zero, as in the Hopper GEMMs, with the weights as A and the tokens as B; the products are exact
+// in f32, so unless wgmma's dot product depends on which operand is A the twin gives the Hopper
+// gemm_small's bits, which this checks too (SwiGLU up to its 128-token tiles).
+TEST(GpuKernels, Sm100TwinSmallGemmMatchesF64AndHopperBitForBit) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int N, K;
+    std::vector<int> ms;
+  };
+  const std::vector<std::string> epis = {"bf16", "residual", "swiglu"};
+  for (const Shape& shape :
+       {Shape{520, 2000, {1, 5, 20, 64, 100, 128, 200, 300}}, Shape{136, 264, {8, 130}}}) {
+    const int N = shape.N, K = shape.K;
+    std::vector<std::string> names = {"poison_shared"};
+    for (int M : shape.ms)
+      for (const std::string& epi : epis) {
+        const SmallTwin tw = small_twin(epi, M, N, K);
+        if (tw.name.empty()) continue;
+        names.push_back(tw.name);
+        names.push_back(
+            codegen::small_gemm_tiling(N, K, M, epi == "swiglu").instance(epi, M, N, K));
+      }
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    TestModule mod(source_with_rope() + kSm100Twins + kPoisonShared, names);
+    constexpr int MAXM = 300, GUARD = 64;
+    std::vector<float> Af, Wf;
+    DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af));
+    DeviceBuffer<std::uint16_t> dW(random_bf16(2 * static_cast<std::size_t>(N) * K, 0.05f, Wf));
+    const std::vector<double> ref = gemm_ref(Af, Wf, MAXM, 2 * N, K);  // [M, 2N]: gate, then up
+    const std::vector<float> x0 = random_floats(static_cast<std::size_t>(MAXM + GUARD) * N);
+    for (int M : shape.ms)
+      for (const std::string& epi : epis) {
+        const SmallTwin tw = small_twin(epi, M, N, K);
+        if (tw.name.empty()) continue;
+        const bool swiglu = epi == "swiglu", residual = epi == "residual";
+        const std::size_t MN = static_cast<std::size_t>(M) * N,
+                          total = MN + static_cast<std::size_t>(GUARD) * N;
+        const std::string what = epi + " M=" + I(M) + " N=" + I(N) + " K=" + I(K);
+        // The twin, then the Hopper gemm_small at its plan's tiling, on the same inputs.
+        std::vector<float> outs[2];
+        for (int hopper = 0; hopper < 2; ++hopper) {
+          DeviceBuffer<std::uint16_t> y(total);
+          DeviceBuffer<float> x(std::vector<float>(x0.begin(), x0.begin() + total));
+          const void* out = residual ? static_cast<const void*>(x.get()) : y.get();
+          CUDA_OK(mod.launch("poison_shared", sm_count(), 1024, {}, codegen::kMaxSmemPerBlock));
+          if (hopper) {
+            const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, swiglu);
+            const DeviceMap a(dA.get(), M, K, t.a_box),
+                w(dW.get(), swiglu ? 2 * N : N, K, t.w_box());
+            CUDA_OK(mod.launch(t.instance(epi, M, N, K), dim3(t.tiles_m, t.tiles_n), t.threads(),
+                               {a.get(), w.get(), out}, t.smem()));
+          } else {
+            const DeviceMap a(dA.get(), M, K, tw.t.a_box),
+                w(dW.get(), swiglu ? 2 * N : N, K, codegen::kSmallGemmSm100Rows);
+            CUDA_OK(mod.launch(tw.name, dim3(tw.t.tiles_m, tw.t.tiles_n),
+                               telos_kernels::SmallGemmSm100Twin::kThreads, {a.get(), w.get(), out},
+                               tw.smem));
+          }
+          if (residual) {
+            outs[hopper] = x.download();
+          } else {
+            const auto b = y.download();
+            outs[hopper].assign(b.begin(), b.end());
+          }
+        }
+        std::vector<float> got(MN);
+        std::vector<double> want(MN);
+        for (std::size_t e = 0; e < MN; ++e) {
+          const std::size_t r = e / N * 2 * N + e % N;
+          const double g = ref[r], u = ref[r + N];
+          got[e] = residual ? outs[0][e] : from_bf16(static_cast<std::uint16_t>(outs[0][e]));
+          want[e] = residual ? x0[e] + g : swiglu ? g / (1.0 + std::exp(-g)) * u : g;
+        }
+        EXPECT_LT(rel_l2(got, want), residual ? 1e-5 : 1e-2) << "twin vs f64, " << what;
+        for (std::size_t e = MN; e < total; ++e) {
+          if (residual)
+            ASSERT_EQ(outs[0][e], x0[e]) << "twin wrote past M, " << what;
+          else
+            ASSERT_EQ(outs[0][e], 0xffff) << "twin wrote past M, " << what;
+        }
+        EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), total * sizeof(float)))
+            << "twin vs Hopper gemm_small, " << what;
+      }
+  }
+}
+
+// The sm_100a LM head's twin (gemm_small_sm100_twin_f32cand): f32 logits against f64 and bit for
+// bit against the Hopper gemm_small_f32cand on 128-row weight tiles, each weight tile's greedy
+// candidates against those of the logits it wrote, at M from 1 to 300 (the 256-token tile's image
+// is larger than the ring), K not a multiple of 64; rows past M stay poisoned, and a null cand
+// writes the logits alone.
+TEST(GpuKernels, Sm100TwinSmallGemmLmHeadLogitsAndCandidates) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int N = 1024, K = 2000, MAXM = 300, GUARD = 64;
+  const std::vector<int> ms = {1, 7, 64, 130, 256, 300};
+  codegen::SmallGemmLimits one;
+  one.warpgroups = 1;
+  auto hopper = [&](int M) {
+    codegen::SmallGemmTiling t =
+        codegen::small_gemm_tiling(N, K, M, false, false, one).with_bn(128, N, false);
+    t.kps = 1;  // f32cand takes one K block a stage (lm_head_tiling)
+    t.stages = std::min(t.stages, 4);
+    return t;
+  };
+  std::vector<std::string> names;
+  for (int M : ms) {
+    names.push_back(small_twin("f32cand", M, N, K).name);
+    names.push_back(hopper(M).instance("f32cand", M, N, K));
+  }
+  TestModule mod(source_with_rope() + kSm100Twins, names);
+  std::vector<float> Af, Wf;
+  DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af));
+  DeviceBuffer<std::uint16_t> dW(random_bf16(static_cast<std::size_t>(N) * K, 0.05f, Wf));
+  const std::vector<double> ref = gemm_ref(Af, Wf, MAXM, N, K);
+  for (int M : ms) {
+    const SmallTwin tw = small_twin("f32cand", M, N, K);
+    const codegen::SmallGemmTiling ht = hopper(M);
+    const std::string what = "M=" + I(M);
+    const std::size_t MN = static_cast<std::size_t>(M) * N,
+                      total = MN + static_cast<std::size_t>(GUARD) * N;
+    const int tiles_n = N / codegen::kSmallGemmSm100Rows;
+    ASSERT_EQ(tw.t.tiles_n, tiles_n);
+    DeviceBuffer<float> y(total), y_hopper(MN), y_alone(MN);
+    DeviceBuffer<std::uint64_t> cand(MN / codegen::kSmallGemmSm100Rows),
+        cand_hopper(MN / codegen::kSmallGemmSm100Rows);
+    const DeviceMap a(dA.get(), M, K, tw.t.a_box), w(dW.get(), N, K, codegen::kSmallGemmSm100Rows),
+        ha(dA.get(), M, K, ht.a_box), hw(dW.get(), N, K, ht.w_box());
+    const dim3 grid(tw.t.tiles_m, tw.t.tiles_n);
+    const int threads = telos_kernels::SmallGemmSm100Twin::kThreads;
+    CUDA_OK(mod.launch(tw.name, grid, threads, {a.get(), w.get(), y.get(), cand.get()}, tw.smem));
+    CUDA_OK(
+        mod.launch(tw.name, grid, threads, {a.get(), w.get(), y_alone.get(), nullptr}, tw.smem));
+    CUDA_OK(mod.launch(ht.instance("f32cand", M, N, K), dim3(ht.tiles_m, ht.tiles_n), ht.threads(),
+                       {ha.get(), hw.get(), y_hopper.get(), cand_hopper.get()}, ht.smem()));
+    const std::vector<float> out = y.download();
+    for (std::size_t e = MN; e < total; ++e) {
+      std::uint32_t u;
+      std::memcpy(&u, &out[e], 4);
+      ASSERT_EQ(u, 0xffffffffu) << "wrote past M, " << what;
+    }
+    const std::vector<float> got(out.begin(), out.begin() + MN);
+    EXPECT_LT(rel_l2(got, std::vector<double>(ref.begin(), ref.begin() + MN)), 1e-5) << what;
+    EXPECT_EQ(cand.download(), greedy_candidates(got, M, N, tiles_n)) << what;
+    EXPECT_EQ(cand.download(), cand_hopper.download()) << "candidates vs Hopper, " << what;
+    EXPECT_EQ(0, std::memcmp(y_hopper.download().data(), got.data(), MN * sizeof(float)))
+        << "logits vs Hopper gemm_small_f32cand, " << what;
+    EXPECT_EQ(0, std::memcmp(y_alone.download().data(), got.data(), MN * sizeof(float)))
+        << "null cand, " << what;
   }
 }
 
