@@ -152,7 +152,7 @@ struct SmallGemmSm100Twin {
 #include "hexel/sync.cuh"
 #include "hexel/tcgen05.cuh"
 #include "hexel/tma.cuh"
-#include "hexel/wgmma.cuh"
+#include "wgmma_chains.cuh"
 
 namespace telos_kernels {
 
@@ -186,6 +186,7 @@ struct SmallTcgen05 {
     kProducerWarp = SmallGemmSm100::kProducerWarp,
     kEmptyArrivals = 1,  // the MMA thread's tcgen05.commit
     kAccumArrivals = 1,  // its last commit
+    kEpilogueIssues = false,
   };
   // Every thread, as the CTA's first barrier: warp kMmaWarp allocates the columns; returns their
   // address. PTX: tcgen05.alloc, tcgen05.relinquish_alloc_permit, tcgen05.fence.
@@ -202,13 +203,15 @@ struct SmallTcgen05 {
     tcgen05::fence_after_thread_sync();
     return tmem_slot;
   }
-  // Every thread but the producer's: the MMA thread's part.
+  // Warp kMmaWarp: its first thread issues every MMA; the epilogue warps issue none.
+  static __device__ __forceinline__ bool issues_alone(unsigned warp) {
+    return warp == SmallGemmSm100::kMmaWarp;
+  }
   template <class E, unsigned STAGES, unsigned K_BLOCKS>
   static __device__ __forceinline__ void mma(unsigned tmem, unsigned stages, unsigned full,
-                                             unsigned empty, unsigned accum_full, unsigned warp,
+                                             unsigned empty, unsigned accum_full, unsigned,
                                              unsigned lane) {
-    if (warp == SmallGemmSm100::kMmaWarp && lane == 0)
-      small_sm100_mma<E, STAGES, K_BLOCKS>(stages, full, empty, accum_full, tmem);
+    if (lane == 0) small_sm100_mma<E, STAGES, K_BLOCKS>(stages, full, empty, accum_full, tmem);
   }
   // An epilogue thread, once accum_full has completed.
   static __device__ __forceinline__ void accum_ready() {
@@ -236,44 +239,6 @@ struct SmallTcgen05 {
   }
 };
 
-// A consumer warpgroup of the Hopper twin (wg: rows 64 wg .. 64 wg + 63 of the tile's 128): the
-// K loop into d (d[0] the gate's or only chain, d[1] SwiGLU's up chain), per K block four k16
-// steps of one wgmma m64nNk16 a chain, A the stage's weight rows, B its kN token rows, from zero
-// at the first; one group stays in flight and each warp releases the previous stage once only the
-// newest is pending (the last stage needs no release: nothing loads after it). PTX:
-// wgmma.mma_async, wgmma.commit_group, wgmma.wait_group.
-template <class E, unsigned STAGES, unsigned K_BLOCKS, unsigned CHAINS>
-__device__ __forceinline__ void small_twin_k_loop(float (&d)[CHAINS][E::kN / 2], unsigned stages,
-                                                  unsigned full, unsigned empty, unsigned wg,
-                                                  unsigned lane) {
-  using namespace hexel;
-  mbarrier::StageRing<STAGES> ring;
-  unsigned prev = 0;
-  for (unsigned kb = 0; kb < K_BLOCKS; ++kb) {
-    const unsigned stage = stages + ring.index * E::kStageBytes;
-    mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
-    wgmma::fence();
-#pragma unroll
-    for (unsigned kk = 0; kk < SmallGemmSm100::kBlockK / 16; ++kk) {
-      const auto b = wgmma::kmajor_desc(stage, Swizzle::B128).advanced(32 * kk);
-#pragma unroll
-      for (unsigned c = 0; c < CHAINS; ++c) {
-        const unsigned rows = stage + (c == 0 ? E::a_offset() : E::up_offset()) + wg * 64 * 128;
-        const auto a = wgmma::kmajor_desc(rows, Swizzle::B128).advanced(32 * kk);
-        wgmma::mma_ss<E::kN>(d[c], a, b, kb > 0 || kk > 0);
-      }
-    }
-    wgmma::commit_group();
-    wgmma::wait_group<1>();
-    if (kb > 0 && lane == 0) mbarrier::arrive(empty + 8 * prev);
-    prev = ring.index;
-    ring.advance();
-  }
-  wgmma::wait_group<0>();
-#pragma unroll
-  for (unsigned c = 0; c < CHAINS; ++c) wgmma::fence_operand(d[c]);
-}
-
 // The sm_90a twin's atom: the accumulator in the two consumer warpgroups' registers, then in the
 // image at the stages' base (its address is the accumulator handle; SmallGemmSm100Twin).
 struct SmallWgmmaTwin {
@@ -283,6 +248,7 @@ struct SmallWgmmaTwin {
     kProducerWarp = T::kProducerWarp,
     kEmptyArrivals = T::kConsumerWarps,  // each consumer warp's first lane
     kAccumArrivals = 32 * T::kConsumerWarps,
+    kEpilogueIssues = true,  // warps 0-3 are consumer warpgroup 0
   };
   template <class E>
   static __device__ __forceinline__ unsigned start(unsigned, unsigned stages) {
@@ -291,7 +257,11 @@ struct SmallWgmmaTwin {
     __syncthreads();
     return stages;
   }
-  // A consumer thread (warp < 8): its warpgroup's K loop, then, once both warpgroups' wgmma have
+  // Consumer warpgroup 1 (warps 4-7) issues and does nothing else; warpgroup 0 is the epilogue.
+  static __device__ __forceinline__ bool issues_alone(unsigned warp) {
+    return warp >= SmallGemmSm100::kEpilogueWarps;
+  }
+  // A consumer thread (warps 0-7): its warpgroup's K loop, then, once both warpgroups' wgmma have
   // read their last stage (named barrier 2), its accumulators into the image where Tensor Memory
   // would hold them: element (row, column) at image + 4 (row · pitch + column), d[c][4j + 2h + e]
   // being row 64 wg + 16 (warp % 4) + lane / 4 + 8h, column c kN + 8j + 2 (lane % 4) + e (PTX
@@ -303,10 +273,18 @@ struct SmallWgmmaTwin {
     using namespace hexel;
     constexpr unsigned kChains = unsigned{E::kAccumColumns} / unsigned{E::kN};
     constexpr unsigned kPitch = T::image_pitch(E::kAccumColumns);
-    if (warp >= T::kConsumerWarps) return;
     const unsigned wg = warp / 4;
+    // Chain 0 the gate's (or only) product, 1 SwiGLU's up: this warpgroup's 64 rows of each, the
+    // stage's tokens as B. The last stage needs no release: nothing loads after it.
     float d[kChains][E::kN / 2];
-    small_twin_k_loop<E, STAGES, K_BLOCKS, kChains>(d, stages, full, empty, wg, lane);
+    mbarrier::StageRing<STAGES> ring;
+    wgmma_chains_k_loop<E::kN>(
+        d, ring, K_BLOCKS, full, empty, lane,
+        [&](unsigned s, unsigned c) {
+          return stages + s * E::kStageBytes + (c == 0 ? E::a_offset() : E::up_offset()) +
+                 wg * 64 * 128;
+        },
+        [&](unsigned s, unsigned) { return stages + s * E::kStageBytes; });
     named_barrier_sync(2, 32 * T::kConsumerWarps);
 #pragma unroll
     for (unsigned c = 0; c < kChains; ++c)
@@ -459,14 +437,15 @@ __device__ __forceinline__ void small_sm100_body(const TensorMap* a_map, const T
     if (lane == 0)
       small_gemm_produce<M, N, K, E::kWRows, STAGES, EPI, false, 1, G::token_groups(M), 1, 0, 0,
                          Bf16Weight>(a_map, w_map, full, full, empty, tm, tn, 0, a_stage, w_stage);
-  } else {
+  } else if (Atom::issues_alone(warp)) {
     Atom::template mma<E, STAGES, kKBlocks>(acc, stages, full, empty, accum_full, warp, lane);
-    if (warp < G::kEpilogueWarps) {
-      grid_dependency_wait();  // the outputs (x for the residual) belong to the previous kernel
-      mbarrier::wait_parity(accum_full, 0);
-      Atom::accum_ready();
-      small_sm100_epilogue<Atom, E, M, N, EPI>(acc, tm, tn, warp, lane, out, cand);
-    }
+  } else {
+    if constexpr (Atom::kEpilogueIssues)
+      Atom::template mma<E, STAGES, kKBlocks>(acc, stages, full, empty, accum_full, warp, lane);
+    grid_dependency_wait();  // the outputs (x for the residual) belong to the previous kernel
+    mbarrier::wait_parity(accum_full, 0);
+    Atom::accum_ready();
+    small_sm100_epilogue<Atom, E, M, N, EPI>(acc, tm, tn, warp, lane, out, cand);
   }
   Atom::template finish<E>(warp, acc);
 }

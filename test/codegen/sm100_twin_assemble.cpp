@@ -1,11 +1,12 @@
-// sm100_twin_assemble: codegen's sm_100a small-M GEMM (codegen/kernels/gemm_small_sm100.cuh) at
-// every instance the given model configs' sm_100a kernel sets hold (default serving config, as
-// `telosc compile --target sm_100a` plans them), through codegen's own NVRTC driver and ptxas:
-// as planned for sm_100a, or with --twins their Hopper twins (gemm_small_sm100_twin_*: the same
-// template arguments, the twin's block and dynamic shared memory) for sm_90a. Each instance must
-// use no local memory, spill nothing and fit its static and dynamic shared memory in a block's
-// (codegen::check_kernel_resources). A SwiGLU instance whose token tile is over 128 has no twin
-// (its accumulator does not fit two warpgroups' registers) and is listed as such.
+// sm100_twin_assemble: codegen's sm_100a GEMMs (codegen/kernels/gemm_small_sm100.cuh,
+// gemm_prefill_sm100.cuh) at every instance the given model configs' sm_100a kernel sets hold
+// (default serving config, as `telosc compile --target sm_100a` plans them), through codegen's own
+// NVRTC driver and ptxas: as planned for sm_100a, or with --twins their Hopper twins
+// (gemm_small_sm100_twin_*, gemm_prefill_sm100_twin_*: the same template arguments; the small
+// twin's own block and dynamic shared memory, the prefill twin's the same) for sm_90a. Each
+// instance must use no local memory, spill nothing and fit its static and dynamic shared memory in
+// a block's (codegen::check_kernel_resources). A SwiGLU instance whose token tile is over 128 has
+// no twin (its accumulator does not fit two warpgroups' registers) and is listed as such.
 //
 //   sm100_twin_assemble [--twins] -o DIR CONFIG.json...
 //
@@ -39,6 +40,8 @@ using namespace telos;
 
 constexpr const char* kPrefix = "telos_kernels::gemm_small_sm100_";
 constexpr const char* kTwinPrefix = "telos_kernels::gemm_small_sm100_twin_";
+constexpr const char* kPrefillPrefix = "telos_kernels::gemm_prefill_sm100_";
+constexpr const char* kPrefillTwinPrefix = "telos_kernels::gemm_prefill_sm100_twin_";
 constexpr int kCompileThreads = 2;
 
 // The twin of sm_100a instance `name` (gemm_small_sm100_EPI<M, N, K, STAGES>, planned with
@@ -60,8 +63,8 @@ std::pair<std::string, int> twin_of(const std::string& name, int smem) {
                                   static_cast<unsigned>(t.stage_bytes()), accum_columns))};
 }
 
-// The sm_100a plan's small-M GEMM instances of the config at `path` (or their twins), with their
-// dynamic shared memory; `untwinned` collects those without a twin.
+// The sm_100a plan's GEMM instances of the config at `path` (or their twins), with their dynamic
+// shared memory; `untwinned` collects those without a twin.
 void add_instances(const std::string& path, bool twins, std::map<std::string, int>& instances,
                    std::map<std::string, int>& untwinned) {
   const compiler::ImportedModel model = compiler::import_model(path, {.weights = false});
@@ -71,7 +74,13 @@ void add_instances(const std::string& path, bool twins, std::map<std::string, in
   compiler::run_passes(graph, compiler::fusion_pipeline(), nullptr);
   const codegen::KernelPlan plan =
       codegen::plan_kernels(graph, compiler::codegen_input(serving), "sm_100a");
+  const std::size_t prefill = std::string(kPrefillPrefix).size();
   for (const codegen::KernelInstance& k : plan.kernels) {
+    if (k.instance.rfind(kPrefillPrefix, 0) == 0) {
+      instances[twins ? kPrefillTwinPrefix + k.instance.substr(prefill) : k.instance] =
+          k.dynamic_smem;
+      continue;
+    }
     if (k.instance.rfind(kPrefix, 0) != 0) continue;
     if (!twins) {
       instances[k.instance] = k.dynamic_smem;
@@ -94,12 +103,13 @@ int run(const std::filesystem::path& dir, bool twins, const std::vector<std::str
   const std::string arch = twins ? "sm_90a" : "sm_100a";
   std::map<std::string, int> instances, untwinned;
   for (const std::string& c : configs) add_instances(c, twins, instances, untwinned);
-  if (instances.empty()) fail("sm100_twin_assemble: the configs plan no small-M GEMM");
+  if (instances.empty()) fail("sm100_twin_assemble: the configs plan no sm_100a GEMM");
   std::vector<std::string> names;
   for (const auto& [name, smem] : instances) names.push_back(name);
-  const std::vector<codegen::CompiledModule> modules =
-      codegen::compile_modules("#include \"gemm_small_sm100.cuh\"\n", arch, names,
-                               codegen::CompileCache::default_root(), kCompileThreads);
+  const std::vector<codegen::CompiledModule> modules = codegen::compile_modules(
+      "#include \"gemm_prefill_sm100.cuh\"\n"
+      "#include \"gemm_small_sm100.cuh\"\n",
+      arch, names, codegen::CompileCache::default_root(), kCompileThreads);
   std::filesystem::create_directories(dir);
   for (std::size_t m = 0; m < modules.size(); ++m) {
     write_file(dir / ("module_" + std::to_string(m) + ".ptx"), modules[m].ptx);
