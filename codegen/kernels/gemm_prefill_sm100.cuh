@@ -393,25 +393,23 @@ struct PrefillWgmmaTwin {
     using TE = PrefillTwinEpilogue<Epi>;
     PrefillSmem<T> sm;
     hexel::mbarrier::StageRing<T::kStages> ring{};
-    unsigned prev = 0;  // the tile's last stage
     float d[2 * TE::kChains][TE::kN / 2];
 
     __device__ __forceinline__ Tiles(const State&, const PrefillSmem<T>& s) : sm(s) {}
     // The tile's K loop into d: per row half h2 and chain, the stage's A rows 64 h2 .. and the
-    // chain's W rows (from the tile's offset in the stage, T::w_offset).
+    // chain's W rows (from the tile's offset in the stage, T::w_offset); then, the accumulator
+    // being in registers, the last stage goes back at once, as in gemm_prefill.
     __device__ __forceinline__ void acquire(unsigned tn, unsigned warp, unsigned lane) {
       const unsigned c = PrefillEpilogueSm100<Epi>::group(warp), w_at = T::w_offset(tn);
-      prev = wgmma_chains_k_loop<TE::kN>(
+      const unsigned last = wgmma_chains_k_loop<TE::kN>(
           d, ring, T::kKBlocks, sm.full, sm.empty, lane,
           [&](unsigned s, unsigned i) { return sm.a(s) + i / TE::kChains * 64 * 128; },
           [&](unsigned s, unsigned i) {
             return sm.w(s) + w_at + TE::w_row(c, i % TE::kChains) * 128;
           });
+      if (lane == 0) hexel::mbarrier::arrive(sm.empty + 8 * last);
     }
-    // The last stage, once every warp has read it.
-    __device__ __forceinline__ void release(unsigned lane) {
-      if (lane == 0) hexel::mbarrier::arrive(sm.empty + 8 * prev);
-    }
+    __device__ __forceinline__ void release(unsigned) {}
     __device__ __forceinline__ void piece(unsigned epilogue, unsigned c, unsigned chunk,
                                           unsigned piece, unsigned warp, unsigned lane) {
 #pragma unroll

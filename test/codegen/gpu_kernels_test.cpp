@@ -2687,7 +2687,8 @@ SmallTwin small_twin(const std::string& epi, int M, int N, int K) {
                                        static_cast<unsigned>(s.t.stage_bytes()), accum));
   return s;
 }
-const std::string kSm100Twins = "#include \"gemm_small_sm100.cuh\"\n";
+const std::string kSm100Twins =
+    "#include \"gemm_small_sm100.cuh\"\n#include \"gemm_prefill_sm100.cuh\"\n";
 
 // The sm_100a small GEMM's shared parts on an H200 (its twin: the same producer, stage ring,
 // barriers, tiles and epilogue, wgmma for tcgen05): every epilogue against f64 at ragged M (1 to
@@ -2844,6 +2845,114 @@ TEST(GpuKernels, Sm100TwinSmallGemmLmHeadLogitsAndCandidates) {
         << "logits vs Hopper gemm_small_f32cand, " << what;
     EXPECT_EQ(0, std::memcmp(y_alone.download().data(), got.data(), MN * sizeof(float)))
         << "null cand, " << what;
+  }
+}
+
+// The sm_100a prefill GEMM's shared parts on an H200 (its twin: the same producer, stage ring,
+// persistent tile loop, epilogue chunks, swizzled stores and TMA hand-off, wgmma for tcgen05):
+// every epilogue at ragged M, N and K, outputs poisoned with 128 guard rows past M that must stay
+// so, against f64, and bit for bit against the Hopper gemm_prefill (the twin's chains are its
+// chains: the tokens as A, one wgmma chain over K from zero per element, N 128 or 64 instead of
+// 256). Also on a grid of 3 CTAs (each loops over several tiles, the ring wrapping across them)
+// and reading a slot image whose 48-row tiles cut the 256-row weight tiles (one covering box a
+// stage, the tile's rows from an offset).
+TEST(GpuKernels, Sm100TwinPrefillGemmMatchesF64AndHopperBitForBit) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Case {
+    PrefillShape s;
+    int grid;      // 0: the plan's (prefill_grid)
+    int image_bn;  // 0: the weight's own map; else a one-half slot image of 48-row tiles
+  };
+  const std::vector<Case> cases = {{{200, 384, 264}, 0, 0}, {{401, 520, 128}, 0, 0},
+                                   {{128, 128, 64}, 0, 0},  {{130, 136, 1000}, 0, 0},
+                                   {{401, 520, 128}, 3, 0}, {{200, 768, 256}, 0, 48}};
+  const std::vector<std::string> epis = {"bf16", "residual", "swiglu"};
+  auto dims = [](const Case& c, const std::string& epi, bool twin_args) {
+    std::string d = "<" + I(c.s.M) + ", " + I(c.s.N) + ", " + I(c.s.K);
+    if (twin_args && c.image_bn > 0 && epi != "swiglu") {
+      const codegen::WeightImage img{c.image_bn, 1};
+      d += ", " + I(img.half_rows()) + ", " + I(codegen::prefill_image_box_rows(img, 256));
+    }
+    return d + ">";
+  };
+  std::vector<std::string> names;
+  for (const Case& c : cases)
+    for (const std::string& epi : epis) {
+      names.push_back("telos_kernels::gemm_prefill_" + epi + dims(c, epi, false));
+      names.push_back("telos_kernels::gemm_prefill_sm100_twin_" + epi + dims(c, epi, true));
+    }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  TestModule mod(source_with_rope() + kSm100Twins, names);
+  for (const Case& c : cases) {
+    const PrefillShape& s = c.s;
+    const std::size_t MN = static_cast<std::size_t>(s.M) * s.N,
+                      guard = 128 * static_cast<std::size_t>(s.N);
+    std::vector<float> Af, Wf;
+    const bf16v A = random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af);
+    const bf16v W = random_bf16(2 * static_cast<std::size_t>(s.N) * s.K, 0.05f, Wf);  // [2N, K]
+    const std::vector<float> x0 = random_floats(MN + guard);
+    const std::vector<double> ref = gemm_ref(Af, Wf, s.M, 2 * s.N, s.K);  // [M, 2N]: gate, then up
+    DeviceBuffer<std::uint16_t> dA(A), dW(W);
+    std::optional<DeviceBuffer<std::uint16_t>> dImage;
+    std::optional<DeviceBuffer<hexel::TensorMap>> image_map;
+    int image_box = 0;
+    if (c.image_bn > 0) {
+      ASSERT_EQ(slot_image_refusal(s.N, s.K, c.image_bn, 1), "");
+      bf16v image(static_cast<std::size_t>(s.N) * s.K);
+      pack_slot_image(W.data(), s.N, s.K, c.image_bn, 1, 0, s.N / c.image_bn, image.data());
+      image_box = codegen::prefill_image_box_rows(codegen::WeightImage{c.image_bn, 1}, 256);
+      dImage.emplace(image);
+      image_map.emplace(std::vector<hexel::TensorMap>{
+          encode_slot_image_map(dImage->get(), s.N, s.K, c.image_bn, 1, image_box)});
+    }
+    for (const std::string& epi : epis) {
+      const bool swiglu = epi == "swiglu", residual = epi == "residual",
+                 image = c.image_bn > 0 && !swiglu;
+      const int cols = swiglu ? 128 : 256;
+      const std::string what = epi + " M=" + I(s.M) + " N=" + I(s.N) + " K=" + I(s.K) + " grid " +
+                               I(c.grid) + (image ? " slot image" : "");
+      std::vector<float> outs[2];  // the twin's, the Hopper GEMM's
+      for (int hopper = 0; hopper < 2; ++hopper) {
+        DeviceBuffer<std::uint16_t> y(MN + guard);
+        DeviceBuffer<float> x(x0);
+        const DeviceMap a_map(dA.get(), s.M, s.K, 128),
+            w_map(dW.get(), swiglu ? 2 * s.N : s.N, s.K, cols), y_map(y.get(), s.M, s.N, 64),
+            x_map(x.get(), s.M, s.N, 64, hexel::TmaDtype::F32);
+        const bool twin_image = image && !hopper;
+        const std::string name =
+            hopper ? "telos_kernels::gemm_prefill_" + epi + dims(c, epi, false)
+                   : "telos_kernels::gemm_prefill_sm100_twin_" + epi + dims(c, epi, true);
+        const int grid = hopper || c.grid == 0 ? prefill_grid(s.M, s.N, cols) : c.grid;
+        CUDA_OK(mod.launch(name, grid, kPrefillThreads,
+                           {a_map.get(), twin_image ? image_map->get() : w_map.get(),
+                            residual ? x_map.get() : y_map.get()},
+                           codegen::prefill_gemm_smem(twin_image ? image_box : 0)));
+        if (residual) {
+          outs[hopper] = x.download();
+        } else {
+          const auto b = y.download();
+          outs[hopper].assign(b.begin(), b.end());
+        }
+      }
+      std::vector<float> got(MN);
+      std::vector<double> want(MN);
+      for (std::size_t e = 0; e < MN; ++e) {
+        const std::size_t r = e / s.N * 2 * s.N + e % s.N;
+        const double g = ref[r], u = ref[r + s.N];
+        got[e] = residual ? outs[0][e] : from_bf16(static_cast<std::uint16_t>(outs[0][e]));
+        want[e] = residual ? x0[e] + g : swiglu ? g / (1.0 + std::exp(-g)) * u : g;
+      }
+      EXPECT_LT(rel_l2(got, want), residual ? 1e-5 : 1e-2) << "twin vs f64, " << what;
+      for (std::size_t e = MN; e < MN + guard; ++e) {
+        if (residual)
+          ASSERT_EQ(outs[0][e], x0[e]) << "twin wrote past M, " << what;
+        else
+          ASSERT_EQ(outs[0][e], 0xffff) << "twin wrote past M, " << what;
+      }
+      EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)))
+          << "twin vs Hopper gemm_prefill, " << what;
+    }
   }
 }
 
