@@ -203,10 +203,12 @@ struct SmallTcgen05 {
     tcgen05::fence_after_thread_sync();
     return tmem_slot;
   }
-  // Warp kMmaWarp: its first thread issues every MMA; the epilogue warps issue none.
+  // Warp kMmaWarp: its first thread issues every MMA; the epilogue warps (the others but the
+  // producer's) issue none.
   static __device__ __forceinline__ bool issues_alone(unsigned warp) {
     return warp == SmallGemmSm100::kMmaWarp;
   }
+  static __device__ __forceinline__ bool epilogue(unsigned) { return true; }
   template <class E, unsigned STAGES, unsigned K_BLOCKS>
   static __device__ __forceinline__ void mma(unsigned tmem, unsigned stages, unsigned full,
                                              unsigned empty, unsigned accum_full, unsigned,
@@ -248,7 +250,7 @@ struct SmallWgmmaTwin {
     kProducerWarp = T::kProducerWarp,
     kEmptyArrivals = T::kConsumerWarps,  // each consumer warp's first lane
     kAccumArrivals = 32 * T::kConsumerWarps,
-    kEpilogueIssues = true,  // warps 0-3 are consumer warpgroup 0
+    kEpilogueIssues = true,
   };
   template <class E>
   static __device__ __forceinline__ unsigned start(unsigned, unsigned stages) {
@@ -257,9 +259,10 @@ struct SmallWgmmaTwin {
     __syncthreads();
     return stages;
   }
-  // Consumer warpgroup 1 (warps 4-7) issues and does nothing else; warpgroup 0 is the epilogue.
-  static __device__ __forceinline__ bool issues_alone(unsigned warp) {
-    return warp >= SmallGemmSm100::kEpilogueWarps;
+  // Every consumer warp issues (kEpilogueIssues); warpgroup 0 (warps 0-3) is also the epilogue.
+  static __device__ __forceinline__ bool issues_alone(unsigned) { return false; }
+  static __device__ __forceinline__ bool epilogue(unsigned warp) {
+    return warp < SmallGemmSm100::kEpilogueWarps;
   }
   // A consumer thread (warps 0-7): its warpgroup's K loop, then, once both warpgroups' wgmma have
   // read their last stage (named barrier 2), its accumulators into the image where Tensor Memory
@@ -440,12 +443,15 @@ __device__ __forceinline__ void small_sm100_body(const TensorMap* a_map, const T
   } else if (Atom::issues_alone(warp)) {
     Atom::template mma<E, STAGES, kKBlocks>(acc, stages, full, empty, accum_full, warp, lane);
   } else {
+    // The twin's consumer warps all issue here, one call site for their shared named barrier.
     if constexpr (Atom::kEpilogueIssues)
       Atom::template mma<E, STAGES, kKBlocks>(acc, stages, full, empty, accum_full, warp, lane);
-    grid_dependency_wait();  // the outputs (x for the residual) belong to the previous kernel
-    mbarrier::wait_parity(accum_full, 0);
-    Atom::accum_ready();
-    small_sm100_epilogue<Atom, E, M, N, EPI>(acc, tm, tn, warp, lane, out, cand);
+    if (Atom::epilogue(warp)) {
+      grid_dependency_wait();  // the outputs (x for the residual) belong to the previous kernel
+      mbarrier::wait_parity(accum_full, 0);
+      Atom::accum_ready();
+      small_sm100_epilogue<Atom, E, M, N, EPI>(acc, tm, tn, warp, lane, out, cand);
+    }
   }
   Atom::template finish<E>(warp, acc);
 }
