@@ -135,10 +135,26 @@ struct SmallGemmSm100Twin {
   static HEXEL_HOST_DEVICE constexpr unsigned image_pitch(unsigned accum_columns) {
     return accum_columns + 4;
   }
+  // Where consumer thread (warp, lane) puts its accumulator registers d[c][4j + 2h + e] (chain c
+  // of n columns: the gate's or only product, SwiGLU's up): the tile's weight row
+  // image_row(warp, lane, h), accumulator column image_col(c, n, j, lane) + e (PTX ISA, wgmma
+  // "Register Fragments", matrix D of .m64nNk16, for warpgroup warp / 4's 64 rows), as Tensor
+  // Memory holds them; byte image_offset(row, column, accum_columns) of the image.
+  static HEXEL_HOST_DEVICE constexpr unsigned image_row(unsigned warp, unsigned lane, unsigned h) {
+    return 64 * (warp / 4) + 16 * (warp % 4) + lane / 4 + 8 * h;
+  }
+  static HEXEL_HOST_DEVICE constexpr unsigned image_col(unsigned c, unsigned n, unsigned j,
+                                                        unsigned lane) {
+    return c * n + 8 * j + 2 * (lane % 4);
+  }
+  static HEXEL_HOST_DEVICE constexpr unsigned image_offset(unsigned row, unsigned col,
+                                                           unsigned accum_columns) {
+    return 4 * (row * image_pitch(accum_columns) + col);
+  }
   static HEXEL_HOST_DEVICE constexpr unsigned smem(unsigned stages, unsigned stage_bytes,
                                                    unsigned accum_columns) {
     const unsigned ring = stages * stage_bytes;
-    const unsigned image = SmallGemmSm100::kWeightRows * image_pitch(accum_columns) * 4;
+    const unsigned image = image_offset(SmallGemmSm100::kWeightRows, 0, accum_columns);
     return (ring > image ? ring : image) + 1024;
   }
 };
@@ -266,16 +282,13 @@ struct SmallWgmmaTwin {
   }
   // A consumer thread (warps 0-7): its warpgroup's K loop, then, once both warpgroups' wgmma have
   // read their last stage (named barrier 2), its accumulators into the image where Tensor Memory
-  // would hold them: element (row, column) at image + 4 (row · pitch + column), d[c][4j + 2h + e]
-  // being row 64 wg + 16 (warp % 4) + lane / 4 + 8h, column c kN + 8j + 2 (lane % 4) + e (PTX
-  // ISA, wgmma "Register Fragments", matrix D of .m64nNk16); then its arrival on accum_full.
+  // would hold them (SmallGemmSm100Twin::image_row, image_col), then its arrival on accum_full.
   template <class E, unsigned STAGES, unsigned K_BLOCKS>
   static __device__ __forceinline__ void mma(unsigned image, unsigned stages, unsigned full,
                                              unsigned empty, unsigned accum_full, unsigned warp,
                                              unsigned lane) {
     using namespace hexel;
     constexpr unsigned kChains = unsigned{E::kAccumColumns} / unsigned{E::kN};
-    constexpr unsigned kPitch = T::image_pitch(E::kAccumColumns);
     const unsigned wg = warp / 4;
     // Chain 0 the gate's (or only) product, 1 SwiGLU's up: this warpgroup's 64 rows of each, the
     // stage's tokens as B. The last stage needs no release: nothing loads after it.
@@ -295,10 +308,9 @@ struct SmallWgmmaTwin {
       for (unsigned j = 0; j < E::kN / 8; ++j)
 #pragma unroll
         for (unsigned h = 0; h < 2; ++h) {
-          const unsigned row = 64 * wg + 16 * (warp % 4) + lane / 4 + 8 * h;
-          const unsigned col = c * E::kN + 8 * j + 2 * (lane % 4);
-          st_shared_v2_f32(image + 4 * (row * kPitch + col), d[c][4 * j + 2 * h],
-                           d[c][4 * j + 2 * h + 1]);
+          const unsigned at = T::image_offset(T::image_row(warp, lane, h),
+                                              T::image_col(c, E::kN, j, lane), E::kAccumColumns);
+          st_shared_v2_f32(image + at, d[c][4 * j + 2 * h], d[c][4 * j + 2 * h + 1]);
         }
     mbarrier::arrive(accum_full);
   }
@@ -306,8 +318,7 @@ struct SmallWgmmaTwin {
   template <class E>
   static __device__ __forceinline__ void load(hexel::uint32_t (&v)[16], unsigned image,
                                               unsigned warp, unsigned lane, unsigned col) {
-    constexpr unsigned kPitch = T::image_pitch(E::kAccumColumns);
-    const unsigned at = image + 4 * (E::row(warp, lane) * kPitch + col);
+    const unsigned at = image + T::image_offset(E::row(warp, lane), col, E::kAccumColumns);
 #pragma unroll
     for (unsigned i = 0; i < 4; ++i) {
       const uint4 x = hexel::ld_shared_v4(at + 16 * i);
