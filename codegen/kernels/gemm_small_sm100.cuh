@@ -39,9 +39,10 @@
 // per-element dot product does not depend on which operand is A (docs/hexel.md, "Blackwell": the
 // twin checks this for wgmma against gemm_small; for tcgen05 it waits for the first B200).
 //
-// The index math is host-callable (SmallEpilogueSm100; test/codegen/small_epilogue_sm100_test
-// checks it against hexel/tcgen05_model.h); the tcgen05 kernels compile under NVRTC for sm_100a
-// only, the twins for sm_90a.
+// The index math is host-callable (SmallEpilogueSm100, SmallGemmSm100Twin;
+// test/codegen/small_epilogue_sm100_test checks it against hexel/tcgen05_model.h and wgmma's
+// fragment layout); the tcgen05 kernels compile under NVRTC for sm_100a only, the twins for sm_90a
+// (test/codegen/lit/sm100_twin_assembly.test).
 #include "hexel/config.cuh"
 #include "hexel/tcgen05_accum.cuh"
 
