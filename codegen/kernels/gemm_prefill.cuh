@@ -228,8 +228,9 @@ __device__ __forceinline__ void prefill_chunk_acquire(unsigned barrier, unsigned
 
 // prefill_chunk_release, after the writes: the threads switch proxies and meet, and the leader
 // hands buffer `buf` to the TMA for the box at (col, row): a bf16 store, or the residual's f32
-// reduction into x.
-template <bool RESIDUAL>
+// reduction into x; with BOXES > 1 also the next buffers for the boxes 64, 128, .. rows below
+// (one bulk group).
+template <bool RESIDUAL, unsigned BOXES = 1>
 __device__ __forceinline__ void prefill_chunk_release(const TensorMap* out_map, unsigned buf,
                                                       unsigned col, unsigned row, unsigned barrier,
                                                       unsigned threads, bool leader) {
@@ -237,10 +238,13 @@ __device__ __forceinline__ void prefill_chunk_release(const TensorMap* out_map, 
   fence_proxy_async_smem();  // shared writes, then the TMA reads them: proxy switch
   named_barrier_sync(barrier, threads);
   if (leader) {
-    if constexpr (RESIDUAL)
-      tma::reduce_add(out_map, buf, col, row);
-    else
-      tma::store(out_map, buf, col, row);
+#pragma unroll
+    for (unsigned b = 0; b < BOXES; ++b) {
+      if constexpr (RESIDUAL)
+        tma::reduce_add(out_map, buf + b * PrefillGemm::kChunkBytes, col, row + 64 * b);
+      else
+        tma::store(out_map, buf + b * PrefillGemm::kChunkBytes, col, row + 64 * b);
+    }
     tma::commit_group();
   }
 }

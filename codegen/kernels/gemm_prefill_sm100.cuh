@@ -16,12 +16,30 @@
 // accumulator-full barrier (tcgen05.commit) and an accumulator-empty barrier (every epilogue
 // thread, once its loads are done).
 //
-// Reduction order, for batch invariance: every output element is one chain of tcgen05.mma over K
-// in 16-wide steps, in order, from zero, whatever M is.
+// The MMA atom and its accumulator access are a policy (the kernel body's Atom), so that the same
+// kernel runs on Hopper as its twin and an H200 checks everything but the atom:
+// - Shared by both: the tiling, tile order and persistent loop, the producer and its stage ring,
+//   the roles of warps 0 and 4-11, the epilogue's chunks and pieces (PrefillEpilogueSm100), their
+//   arithmetic, the swizzled chunk-buffer stores (prefill_sm100_put) and the TMA hand-off
+//   (prefill_chunk_acquire / _release), the box coordinates, and the kernels' interface.
+// - PrefillTcgen05 (gemm_prefill_sm100_*): as above; an epilogue thread holds one tile row and
+//   loads 32 of its columns a piece with tcgen05.ld; 64 threads share a chunk buffer.
+// - PrefillWgmmaTwin (sm_90a, gemm_prefill_sm100_twin_*): each epilogue warpgroup issues wgmma
+//   m64nNk16 for its own output columns over the tile's 128 rows (N 128; SwiGLU 64 gate and 64 up
+//   columns) from the same stages and keeps the accumulator in registers, tile after tile (no
+//   accumulator hand-off, so no second accumulator); a thread holds 32 values of each piece in
+//   wgmma's fragment layout (PrefillTwinEpilogue), 2 adjacent columns a store, and the
+//   warpgroup's 128 threads share its two chunk buffers. Warps 1-3 idle.
 //
-// The index math is host-callable (PrefillEpilogueSm100; test/codegen/prefill_epilogue_sm100_test
-// checks it against hexel/tcgen05_model.h); the kernels compile under NVRTC for sm_100a only
-// (test/codegen/lit/prefill_sm100_assembly.test assembles every instance the real configs need).
+// Reduction order, for batch invariance: every output element is one chain of tcgen05.mma over K
+// in 16-wide steps, in order, from zero, whatever M is. The twin's chain is the Hopper GEMM's
+// (wgmma, the tokens as A), so it gives gemm_prefill's bits.
+//
+// The index math is host-callable (PrefillEpilogueSm100, PrefillTwinEpilogue;
+// test/codegen/prefill_epilogue_sm100_test checks it against hexel/tcgen05_model.h and wgmma's
+// fragment layout); the tcgen05 kernels compile under NVRTC for sm_100a only
+// (test/codegen/lit/prefill_sm100_assembly.test assembles every instance the real configs need),
+// the twins for sm_90a (test/codegen/lit/sm100_twin_assembly.test).
 #include "gemm_prefill_shape.cuh"
 #include "hexel/swizzle.cuh"
 #include "hexel/tcgen05_accum.cuh"
@@ -105,6 +123,52 @@ struct PrefillEpilogueSm100 {
   }
 };
 
+// The Hopper twin's accumulator and its map into the chunk buffers (PrefillWgmmaTwin), for an
+// epilogue of shape Shape. Epilogue warpgroup c issues the wgmma for its own kGroupCols output
+// columns over all 128 tile rows: per 64-row half h2 and chain (0 the gate's or only product, 1
+// SwiGLU's up), one m64nNk16 accumulator (N = kGroupCols) of the stage's W rows w_row(c, chain) ..,
+// kept in registers d[h2 kChains + chain]. Thread (warp, lane) of the warpgroup holds, of n-block
+// J (8 columns) of each, registers 4J + 2h + e: row 64 h2 + 16 (warp % 4) + lane / 4 + 8h, column
+// 8J + 2 (lane % 4) + e (PTX ISA, wgmma "Register Fragments", matrix D of .m64nNk16). So of
+// piece `piece` of chunk `chunk` (PrefillEpilogueSm100's 32 columns) it holds runs of two
+// adjacent columns, j = 0..3 and h, h2 = 0..1: 32 values, as a tcgen05 thread does, in both of
+// its warpgroup's chunk buffers (rows 64 h2 ..), which the warpgroup's 128 threads share.
+template <class Shape>
+struct PrefillTwinEpilogue {
+  using E = PrefillEpilogueSm100<Shape>;
+  enum : unsigned {
+    kChains = Shape::kSplitW ? 2 : 1,
+    kN = E::kGroupCols,  // wgmma's N
+    kRun = 2,            // adjacent columns of one row a thread holds
+  };
+  // The tile's first W row (accumulator column) of chain `chain` of warpgroup c.
+  static HEXEL_HOST_DEVICE constexpr unsigned w_row(unsigned c, unsigned chain) {
+    return chain * E::kUpOffset + c * E::kGroupCols;
+  }
+  // The tile row of thread (warp, lane)'s runs in row half h2, fragment half h.
+  static HEXEL_HOST_DEVICE constexpr unsigned row(unsigned warp, unsigned lane, unsigned h2,
+                                                  unsigned h) {
+    return 64 * h2 + 16 * (warp % 4) + lane / 4 + 8 * h;
+  }
+  // The column inside its chunk of run j of piece `piece`.
+  static HEXEL_HOST_DEVICE constexpr unsigned chunk_col(unsigned lane, unsigned piece, unsigned j) {
+    return piece * E::kPieceCols + 8 * j + 2 * (lane % 4);
+  }
+  // The register of that run's first value in its chain.
+  static HEXEL_HOST_DEVICE constexpr unsigned reg(unsigned chunk, unsigned piece, unsigned j,
+                                                  unsigned h) {
+    return 4 * ((chunk * Shape::kChunkCols + piece * E::kPieceCols) / 8 + j) + 2 * h;
+  }
+  // The chunk buffer of tile row `row` in warpgroup c, and the byte offset (before the swizzle)
+  // of column `col` of that row inside it.
+  static HEXEL_HOST_DEVICE constexpr unsigned buffer(unsigned c, unsigned row) {
+    return 2 * c + row / 64;
+  }
+  static HEXEL_HOST_DEVICE constexpr unsigned offset(unsigned row, unsigned col) {
+    return row % 64 * 128 + col * E::kElemBytes;
+  }
+};
+
 }  // namespace telos_kernels
 
 #if defined(__CUDACC__)
@@ -114,6 +178,7 @@ struct PrefillEpilogueSm100 {
 #include "hexel/sync.cuh"
 #include "hexel/tcgen05.cuh"
 #include "hexel/tma.cuh"
+#include "wgmma_chains.cuh"
 
 namespace telos_kernels {
 
@@ -164,106 +229,271 @@ __device__ __forceinline__ void prefill_sm100_load_piece(float (&v)[32], unsigne
   }
 }
 
-// An epilogue thread's part of tile (tm, tn) from the accumulator at `acc`: per chunk, its row's
-// pieces into the chunk buffer (16-byte stores; bf16 packed in pairs, the residual's f32 as they
-// are), which the leader of its 64 threads hands to the TMA (prefill_chunk_acquire / _release;
-// one buffer each, so it waits until the TMA has read the previous chunk). With the 128B swizzle a
-// quarter warp's eight rows put their 16 bytes in eight different bank groups.
-template <class Epi>
-__device__ __forceinline__ void prefill_sm100_epilogue(unsigned acc, const TensorMap* out_map,
+// RUN adjacent output values of one row into chunk buffer `buffer` (of PrefillGemm::kChunkBytes,
+// from `epilogue`) at byte offset `offset` before the 128B swizzle: bf16 packed in pairs, the
+// residual's f32 as they are, in one 16-, 8- or 4-byte store. With the swizzle a quarter warp's
+// eight rows put their 16 bytes in eight different bank groups.
+template <class Epi, unsigned RUN>
+__device__ __forceinline__ void prefill_sm100_put(unsigned epilogue, unsigned buffer,
+                                                  unsigned offset, const float* v) {
+  using namespace hexel;
+  const unsigned at =
+      epilogue + buffer * PrefillGemm::kChunkBytes + swizzled_offset(offset, Swizzle::B128);
+  if constexpr (Epi::kResidual && RUN == 4)
+    st_shared_v4(at, __float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
+                 __float_as_uint(v[3]));
+  else if constexpr (Epi::kResidual && RUN == 2)
+    st_shared_v2_f32(at, v[0], v[1]);
+  else if constexpr (RUN == 8)
+    st_shared_v4(at, pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
+                 pack_bf16x2(v[6], v[7]));
+  else
+    st_shared_b32(at, pack_bf16x2(v[0], v[1]));
+}
+
+// The sm_100a atom: two 256-column accumulators in Tensor Memory, filled by the MMA thread and
+// drained by the epilogue warps through the accumulator-full and -empty barriers; each 64 epilogue
+// threads (one lane half of a warpgroup) share a chunk buffer.
+struct PrefillTcgen05 {
+  enum : unsigned {
+    kEmptyArrivals = 1,  // the MMA thread's tcgen05.commit
+    kGroupThreads = 64,
+    kGroupBoxes = 1,
+  };
+  struct State {
+    unsigned tmem, accum_full, accum_empty;  // the barriers: full[2], then empty[2]
+  };
+  // Every thread, as the CTA's first barrier (thread 0 has initialised the stages): thread 0
+  // initialises the accumulators' barriers, warp kMmaWarp allocates all 512 columns. PTX:
+  // tcgen05.alloc, tcgen05.relinquish_alloc_permit, tcgen05.fence.
+  static __device__ __forceinline__ State start(unsigned warp) {
+    using R = PrefillSm100;
+    using namespace hexel;
+    __shared__ unsigned long long accum_bars[2 * R::kAccumulators];
+    __shared__ unsigned tmem_slot;
+    const unsigned accum_full = smem_addr(accum_bars),
+                   accum_empty = accum_full + 8 * R::kAccumulators;
+    if (threadIdx.x == 0) {
+      for (unsigned b = 0; b < R::kAccumulators; ++b) {
+        mbarrier::init(accum_full + 8 * b, 1);
+        mbarrier::init(accum_empty + 8 * b, PrefillGemm::kConsumers * 128);
+      }
+      mbarrier::fence_init();
+    }
+    if (warp == R::kMmaWarp) {
+      tcgen05::alloc(smem_addr(&tmem_slot), R::kTmemColumns);
+      tcgen05::relinquish_alloc_permit();
+    }
+    tcgen05::fence_before_thread_sync();
+    __syncthreads();
+    tcgen05::fence_after_thread_sync();
+    return {tmem_slot, accum_full, accum_empty};
+  }
+  // Warp kMmaWarp: its first thread issues every MMA.
+  template <class T, unsigned W_BH>
+  static __device__ __forceinline__ void mma(const State& st, const PrefillSmem<T>& sm,
+                                             unsigned lane) {
+    if (lane == 0) prefill_sm100_mma<T, W_BH>(sm, st.tmem, st.accum_full, st.accum_empty);
+  }
+  // Every thread, at the end: once every tcgen05.ld has completed (wait::ld), the allocating warp
+  // frees the columns. PTX: tcgen05.dealloc.
+  static __device__ __forceinline__ void finish(const State& st, unsigned warp) {
+    using namespace hexel;
+    tcgen05::fence_before_thread_sync();
+    __syncthreads();
+    if (warp == PrefillSm100::kMmaWarp) {
+      tcgen05::fence_after_thread_sync();
+      tcgen05::dealloc(st.tmem, PrefillSm100::kTmemColumns);
+    }
+  }
+  // The chunk buffer an epilogue thread writes first, the tile row of its box, and the thread
+  // that hands it to the TMA.
+  template <class Epi>
+  static __device__ __forceinline__ unsigned first_buffer(unsigned warp) {
+    return PrefillEpilogueSm100<Epi>::buffer(warp);
+  }
+  template <class Epi>
+  static __device__ __forceinline__ unsigned box_row(unsigned tm, unsigned warp) {
+    return PrefillEpilogueSm100<Epi>::box_row(tm, warp);
+  }
+  template <class Epi>
+  static __device__ __forceinline__ bool leader(unsigned warp, unsigned lane) {
+    return PrefillEpilogueSm100<Epi>::leader(warp, lane);
+  }
+
+  // An epilogue thread's tiles, in the MMA thread's order: each tile's accumulator once it is
+  // full, given back once the thread's loads are done.
+  template <class T, class Epi>
+  struct Tiles {
+    State st;
+    hexel::mbarrier::StageRing<PrefillSm100::kAccumulators> acc{};
+    unsigned now = 0;  // the current tile's accumulator
+
+    __device__ __forceinline__ Tiles(const State& s, const PrefillSmem<T>&) : st(s) {}
+    // PTX: tcgen05.fence::after_thread_sync after the wait.
+    __device__ __forceinline__ void acquire(unsigned, unsigned, unsigned) {
+      hexel::mbarrier::wait_parity(st.accum_full + 8 * acc.index, acc.phase);
+      hexel::tcgen05::fence_after_thread_sync();
+      now = st.tmem + acc.index * PrefillGemm::kBlockN;
+    }
+    // PTX: tcgen05.fence::before_thread_sync before the arrival.
+    __device__ __forceinline__ void release(unsigned) {
+      hexel::tcgen05::fence_before_thread_sync();
+      hexel::mbarrier::arrive(st.accum_empty + 8 * acc.index);
+      acc.advance();
+    }
+    // Piece `piece` of chunk `chunk` of warpgroup c: the thread's row, 32 columns, into the chunk
+    // buffer in 16-byte stores of kVecRegs values.
+    __device__ __forceinline__ void piece(unsigned epilogue, unsigned c, unsigned chunk,
+                                          unsigned piece, unsigned warp, unsigned lane) {
+      using E = PrefillEpilogueSm100<Epi>;
+      float v[32];
+      prefill_sm100_load_piece<Epi>(v, now, warp, E::acc_col(c, chunk, piece));
+#pragma unroll
+      for (unsigned i = 0; i < 32; i += E::kVecRegs)
+        prefill_sm100_put<Epi, E::kVecRegs>(epilogue, E::buffer(warp),
+                                            E::chunk_offset(warp, lane, piece, i), v + i);
+    }
+  };
+};
+
+// The sm_90a twin's atom: each epilogue warpgroup holds its columns' accumulator in registers
+// (PrefillTwinEpilogue) and runs the K loop itself, tile after tile, releasing each stage; its 128
+// threads share its two chunk buffers. Warps 1-3 idle.
+struct PrefillWgmmaTwin {
+  enum : unsigned {
+    kEmptyArrivals = 4 * PrefillGemm::kConsumers,  // each epilogue warp's first lane
+    kGroupThreads = 128,
+    kGroupBoxes = 2,
+  };
+  struct State {};
+  static __device__ __forceinline__ State start(unsigned) {
+    if (threadIdx.x == 0) hexel::mbarrier::fence_init();
+    __syncthreads();
+    return {};
+  }
+  template <class T, unsigned W_BH>
+  static __device__ __forceinline__ void mma(const State&, const PrefillSmem<T>&, unsigned) {}
+  static __device__ __forceinline__ void finish(const State&, unsigned) {}
+  template <class Epi>
+  static __device__ __forceinline__ unsigned first_buffer(unsigned warp) {
+    return 2 * PrefillEpilogueSm100<Epi>::group(warp);
+  }
+  template <class Epi>
+  static __device__ __forceinline__ unsigned box_row(unsigned tm, unsigned) {
+    return tm * PrefillGemm::kBlockM;
+  }
+  template <class Epi>
+  static __device__ __forceinline__ bool leader(unsigned warp, unsigned lane) {
+    return warp % 4 == 0 && lane == 0;
+  }
+
+  template <class T, class Epi>
+  struct Tiles {
+    using TE = PrefillTwinEpilogue<Epi>;
+    PrefillSmem<T> sm;
+    hexel::mbarrier::StageRing<T::kStages> ring{};
+    float d[2 * TE::kChains][TE::kN / 2];
+
+    __device__ __forceinline__ Tiles(const State&, const PrefillSmem<T>& s) : sm(s) {}
+    // The tile's K loop into d: per row half h2 and chain, the stage's A rows 64 h2 .. and the
+    // chain's W rows (from the tile's offset in the stage, T::w_offset); then, the accumulator
+    // being in registers, the last stage goes back at once, as in gemm_prefill.
+    __device__ __forceinline__ void acquire(unsigned tn, unsigned warp, unsigned lane) {
+      const unsigned c = PrefillEpilogueSm100<Epi>::group(warp), w_at = T::w_offset(tn);
+      const unsigned last = wgmma_chains_k_loop<TE::kN>(
+          d, ring, T::kKBlocks, sm.full, sm.empty, lane,
+          [&](unsigned s, unsigned i) { return sm.a(s) + i / TE::kChains * 64 * 128; },
+          [&](unsigned s, unsigned i) {
+            return sm.w(s) + w_at + TE::w_row(c, i % TE::kChains) * 128;
+          });
+      if (lane == 0) hexel::mbarrier::arrive(sm.empty + 8 * last);
+    }
+    __device__ __forceinline__ void release(unsigned) {}
+    __device__ __forceinline__ void piece(unsigned epilogue, unsigned c, unsigned chunk,
+                                          unsigned piece, unsigned warp, unsigned lane) {
+#pragma unroll
+      for (unsigned h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+        for (unsigned h = 0; h < 2; ++h)
+#pragma unroll
+          for (unsigned j = 0; j < PrefillEpilogueSm100<Epi>::kPieceCols / 8; ++j) {
+            const unsigned row = TE::row(warp, lane, h2, h), r = TE::reg(chunk, piece, j, h);
+            const float(&g)[TE::kN / 2] = d[h2 * TE::kChains];
+            float v[TE::kRun];
+#pragma unroll
+            for (unsigned e = 0; e < TE::kRun; ++e)
+              if constexpr (Epi::kSplitW)
+                v[e] = Epi::act(g[r + e], d[h2 * TE::kChains + 1][r + e]);
+              else
+                v[e] = g[r + e];
+            prefill_sm100_put<Epi, TE::kRun>(epilogue, TE::buffer(c, row),
+                                             TE::offset(row, TE::chunk_col(lane, piece, j)), v);
+          }
+    }
+  };
+};
+
+// An epilogue thread's part of tile (tm, tn) from its atom's accumulator (`tiles`): per chunk,
+// its pieces into the chunk buffers of its group, which the group's leader hands to the TMA
+// (prefill_chunk_acquire / _release: one buffer, or a warpgroup's two, each; it waits until the
+// TMA has read the previous chunk).
+template <class Atom, class Epi, class Tiles>
+__device__ __forceinline__ void prefill_sm100_epilogue(Tiles& tiles, const TensorMap* out_map,
                                                        unsigned epilogue, unsigned tm, unsigned tn,
                                                        unsigned warp, unsigned lane) {
   using E = PrefillEpilogueSm100<Epi>;
-  using namespace hexel;
-  const unsigned c = E::group(warp), buf = epilogue + E::buffer(warp) * PrefillGemm::kChunkBytes;
-  const unsigned barrier = 1 + E::buffer(warp);
-  const bool leader = E::leader(warp, lane);
+  const unsigned c = E::group(warp), first = Atom::template first_buffer<Epi>(warp);
+  const unsigned barrier = 1 + first;
+  const bool leader = Atom::template leader<Epi>(warp, lane);
 #pragma unroll
   for (unsigned ch = 0; ch < E::kChunks; ++ch) {
-    prefill_chunk_acquire<0>(barrier, 64, leader);
+    prefill_chunk_acquire<0>(barrier, Atom::kGroupThreads, leader);
 #pragma unroll
-    for (unsigned pc = 0; pc < E::kPieces; ++pc) {
-      float v[32];
-      prefill_sm100_load_piece<Epi>(v, acc, warp, E::acc_col(c, ch, pc));
-#pragma unroll
-      for (unsigned i = 0; i < 32; i += E::kVecRegs) {
-        const unsigned at =
-            buf + swizzled_offset(E::chunk_offset(warp, lane, pc, i), Swizzle::B128);
-        if constexpr (Epi::kResidual)
-          st_shared_v4(at, __float_as_uint(v[i]), __float_as_uint(v[i + 1]),
-                       __float_as_uint(v[i + 2]), __float_as_uint(v[i + 3]));
-        else
-          st_shared_v4(at, pack_bf16x2(v[i], v[i + 1]), pack_bf16x2(v[i + 2], v[i + 3]),
-                       pack_bf16x2(v[i + 4], v[i + 5]), pack_bf16x2(v[i + 6], v[i + 7]));
-      }
-    }
-    prefill_chunk_release<Epi::kResidual>(out_map, buf, E::box_col(tn, c, ch), E::box_row(tm, warp),
-                                          barrier, 64, leader);
+    for (unsigned pc = 0; pc < E::kPieces; ++pc) tiles.piece(epilogue, c, ch, pc, warp, lane);
+    prefill_chunk_release<Epi::kResidual, Atom::kGroupBoxes>(
+        out_map, epilogue + first * PrefillGemm::kChunkBytes, E::box_col(tn, c, ch),
+        Atom::template box_row<Epi>(tm, warp), barrier, Atom::kGroupThreads, leader);
   }
 }
 
-// An epilogue thread's tiles: wait for each tile's accumulator, write the tile out, and give the
-// accumulator back (every epilogue thread arrives, after its loads). PTX:
-// tcgen05.fence::after_thread_sync / before_thread_sync around the barrier.
-template <class T, class Epi>
-__device__ __forceinline__ void prefill_sm100_drain(unsigned tmem, const TensorMap* out_map,
-                                                    unsigned epilogue, unsigned accum_full,
-                                                    unsigned accum_empty, unsigned warp,
-                                                    unsigned lane) {
+// An epilogue thread's tiles: take each tile's accumulator, write the tile out, give it back.
+template <class Atom, class T, class Epi>
+__device__ __forceinline__ void prefill_sm100_drain(typename Atom::template Tiles<T, Epi>& tiles,
+                                                    const TensorMap* out_map, unsigned epilogue,
+                                                    unsigned warp, unsigned lane) {
   using namespace hexel;
-  const bool leader = PrefillEpilogueSm100<Epi>::leader(warp, lane);
+  const bool leader = Atom::template leader<Epi>(warp, lane);
   if (leader) {
     tma::acquire_map(out_map);
     tma::prefetch_map(out_map);
   }
-  mbarrier::StageRing<PrefillSm100::kAccumulators> acc;
   for (unsigned u = blockIdx.x; u < T::kUnits; u += gridDim.x) {
     unsigned tm, tn;
     prefill_tile_coords(u, T::kTilesM, T::kTilesN, tm, tn);
-    mbarrier::wait_parity(accum_full + 8 * acc.index, acc.phase);
-    tcgen05::fence_after_thread_sync();
-    prefill_sm100_epilogue<Epi>(tmem + acc.index * PrefillGemm::kBlockN, out_map, epilogue, tm, tn,
-                                warp, lane);
-    tcgen05::fence_before_thread_sync();
-    mbarrier::arrive(accum_empty + 8 * acc.index);
-    acc.advance();
+    tiles.acquire(tn, warp, lane);
+    prefill_sm100_epilogue<Atom, Epi>(tiles, out_map, epilogue, tm, tn, warp, lane);
+    tiles.release(lane);
   }
   if (leader) tma::wait_group<0>();
 }
 
-// The whole kernel (prefill_gemm_body's interface). The stages' barriers are in the dynamic shared
-// memory as on Hopper; the accumulators' barriers and the Tensor Memory address are static, so the
-// dynamic shared memory is the Hopper kernel's (kernel_plan.hpp, prefill_gemm_smem).
-template <int M, int N, int K, class Epi, unsigned W_BH = 0, unsigned W_BOX = 0>
+// The whole kernel on atom Atom (PrefillTcgen05, PrefillWgmmaTwin; prefill_gemm_body's interface).
+// The stages' barriers are in the dynamic shared memory as on Hopper; the accumulators' barriers
+// and the Tensor Memory address are static, so the dynamic shared memory is the Hopper kernel's
+// (kernel_plan.hpp, prefill_gemm_smem).
+template <class Atom, int M, int N, int K, class Epi, unsigned W_BH = 0, unsigned W_BOX = 0>
 __device__ __forceinline__ void prefill_sm100_body(const TensorMap* a_map, const TensorMap* w_map,
                                                    const TensorMap* out_map) {
   using T = PrefillTiling<M, N, K, Epi, W_BH, W_BOX>;
   using R = PrefillSm100;
   using namespace hexel;
   extern __shared__ unsigned char smem_raw[];
-  __shared__ unsigned long long accum_bars[2 * R::kAccumulators];  // full[2], then empty[2]
-  __shared__ unsigned tmem_slot;
   const PrefillSmem<T> sm(smem_raw);
-  const unsigned accum_full = smem_addr(accum_bars),
-                 accum_empty = accum_full + 8 * R::kAccumulators;
   const unsigned warp = warp_index(), lane = threadIdx.x % 32;
 
-  if (threadIdx.x == 0) {
-    prefill_init_stages(sm, a_map, w_map, 1);  // the MMA thread's tcgen05.commit
-    for (unsigned b = 0; b < R::kAccumulators; ++b) {
-      mbarrier::init(accum_full + 8 * b, 1);
-      mbarrier::init(accum_empty + 8 * b, PrefillGemm::kConsumers * 128);
-    }
-    mbarrier::fence_init();
-  }
-  if (warp == R::kMmaWarp) {
-    tcgen05::alloc(smem_addr(&tmem_slot), R::kTmemColumns);
-    tcgen05::relinquish_alloc_permit();
-  }
-  tcgen05::fence_before_thread_sync();
-  __syncthreads();
-  tcgen05::fence_after_thread_sync();
-  const unsigned tmem = tmem_slot;
+  if (threadIdx.x == 0) prefill_init_stages(sm, a_map, w_map, Atom::kEmptyArrivals);
+  const typename Atom::State st = Atom::start(warp);
 
   if (warp == R::kProducerWarp) {
     auto a_stage = [&](unsigned s) { return sm.a(s); };
@@ -272,17 +502,12 @@ __device__ __forceinline__ void prefill_sm100_body(const TensorMap* a_map, const
       prefill_gemm_produce<M, N, K, Epi, W_BH, W_BOX>(a_map, w_map, sm.full, sm.empty, a_stage,
                                                       w_stage);
   } else if (warp == R::kMmaWarp) {
-    if (lane == 0) prefill_sm100_mma<T, W_BH>(sm, tmem, accum_full, accum_empty);
+    Atom::template mma<T, W_BH>(st, sm, lane);
   } else if (warp >= R::kFirstEpilogueWarp) {
-    prefill_sm100_drain<T, Epi>(tmem, out_map, sm.epilogue, accum_full, accum_empty, warp, lane);
+    typename Atom::template Tiles<T, Epi> tiles(st, sm);
+    prefill_sm100_drain<Atom, T, Epi>(tiles, out_map, sm.epilogue, warp, lane);
   }
-  // Every tcgen05.ld has completed (wait::ld) before the allocating warp frees the columns.
-  tcgen05::fence_before_thread_sync();
-  __syncthreads();
-  if (warp == R::kMmaWarp) {
-    tcgen05::fence_after_thread_sync();
-    tcgen05::dealloc(tmem, R::kTmemColumns);
-  }
+  Atom::finish(st, warp);
 }
 
 // gemm_prefill_bf16 on tcgen05: y[m, n] = bf16((A · Wᵀ)[m, n]).
@@ -291,7 +516,7 @@ __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_sm100_bf16(const TensorMap* a_map, const TensorMap* w_map,
                             const TensorMap* y_map) {
   pdl_entry();
-  prefill_sm100_body<M, N, K, EpilogueStoreBf16, W_BH, W_BOX>(a_map, w_map, y_map);
+  prefill_sm100_body<PrefillTcgen05, M, N, K, EpilogueStoreBf16, W_BH, W_BOX>(a_map, w_map, y_map);
 }
 
 // gemm_prefill_residual on tcgen05: x[m, n] += (A · Wᵀ)[m, n] by TMA reductions.
@@ -300,7 +525,7 @@ __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_sm100_residual(const TensorMap* a_map, const TensorMap* w_map,
                                 const TensorMap* x_map) {
   pdl_entry();
-  prefill_sm100_body<M, N, K, EpilogueResidual, W_BH, W_BOX>(a_map, w_map, x_map);
+  prefill_sm100_body<PrefillTcgen05, M, N, K, EpilogueResidual, W_BH, W_BOX>(a_map, w_map, x_map);
 }
 
 // gemm_prefill_swiglu on tcgen05: act[m, j] = bf16(silu(g) · u) of gate_up's rows j and I + j.
@@ -309,7 +534,34 @@ __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_sm100_swiglu(const TensorMap* a_map, const TensorMap* w_map,
                               const TensorMap* act_map) {
   pdl_entry();
-  prefill_sm100_body<M, I, K, EpilogueSwiGlu, W_BH, W_BOX>(a_map, w_map, act_map);
+  prefill_sm100_body<PrefillTcgen05, M, I, K, EpilogueSwiGlu, W_BH, W_BOX>(a_map, w_map, act_map);
+}
+
+// The Hopper twins (sm_90a) of the three kernels above: the same arguments, tensor maps, grid,
+// block and dynamic shared memory, on PrefillWgmmaTwin.
+template <int M, int N, int K, unsigned W_BH = 0, unsigned W_BOX = 0>
+__global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_sm100_twin_bf16(const TensorMap* a_map, const TensorMap* w_map,
+                                 const TensorMap* y_map) {
+  pdl_entry();
+  prefill_sm100_body<PrefillWgmmaTwin, M, N, K, EpilogueStoreBf16, W_BH, W_BOX>(a_map, w_map,
+                                                                                y_map);
+}
+
+template <int M, int N, int K, unsigned W_BH = 0, unsigned W_BOX = 0>
+__global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_sm100_twin_residual(const TensorMap* a_map, const TensorMap* w_map,
+                                     const TensorMap* x_map) {
+  pdl_entry();
+  prefill_sm100_body<PrefillWgmmaTwin, M, N, K, EpilogueResidual, W_BH, W_BOX>(a_map, w_map, x_map);
+}
+
+template <int M, int I, int K, unsigned W_BH = 0, unsigned W_BOX = 0>
+__global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_sm100_twin_swiglu(const TensorMap* a_map, const TensorMap* w_map,
+                                   const TensorMap* act_map) {
+  pdl_entry();
+  prefill_sm100_body<PrefillWgmmaTwin, M, I, K, EpilogueSwiGlu, W_BH, W_BOX>(a_map, w_map, act_map);
 }
 
 }  // namespace telos_kernels

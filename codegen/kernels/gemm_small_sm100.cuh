@@ -10,21 +10,39 @@
 // arithmetic is gemm_small.cuh's (the residual's add in L2, SwiGLU's EpilogueSwiGlu::act, the LM
 // head's f32 logits and greedy candidates).
 //
-// Roles, by warp: 0-3 the epilogue (warp q reads Tensor Memory lanes 32 q .. 32 q + 31, the
-// weight rows it writes as output columns); 4 the TMA producer (one thread); 5 allocates Tensor
-// Memory and one of its threads issues every MMA (per 64-wide K block four tcgen05.mma kind::f16,
-// M 128, N the token tile, K 16; SwiGLU: a second chain for the up rows into the columns after
-// the gate's), each stage released by tcgen05.commit, the accumulator handed to the epilogue by a
-// last commit.
+// The MMA atom and its accumulator access are a policy (the kernel body's Atom), so that the same
+// kernel runs on Hopper as its twin and an H200 checks everything but the atom:
+// - Shared by both: the tiles and their index math (SmallGemmSm100, SmallEpilogueSm100), the
+//   stage layout, the producer and its full / empty barriers, the accumulator-full barrier the
+//   epilogue waits on, the epilogue (one weight row a thread, 16 tokens a piece) with its
+//   arithmetic and stores, the LM head's candidates, and the kernels' arguments.
+// - SmallTcgen05 (sm_100a, gemm_small_sm100_*): warp 5 allocates Tensor Memory and one of its
+//   threads issues every MMA (per 64-wide K block four tcgen05.mma kind::f16, M 128, N the token
+//   tile, K 16; SwiGLU: a second chain for the up rows into the columns after the gate's), each
+//   stage released by tcgen05.commit, the accumulator handed over by a last commit; the epilogue
+//   reads it with tcgen05.ld (warp q: lanes 32 q .. 32 q + 31).
+// - SmallWgmmaTwin (sm_90a, gemm_small_sm100_twin_*): warps 0-7, two consumer warpgroups of 64
+//   weight rows each, issue wgmma m64nNk16 (N the same token tile) from the same stages, the
+//   weights as A and the tokens as B, one chain per product as above, each warp releasing a
+//   stage once read; the accumulators stay in registers and, after the K loop, go to a
+//   shared-memory image of the Tensor Memory accumulator (row = lane, column = column, over the
+//   drained stage ring), every consumer thread arriving on the accumulator-full barrier; the
+//   epilogue reads the image where tcgen05.ld would read Tensor Memory. Its limit: 128 rows of
+//   at most 256 accumulator columns (two warpgroups' registers), so SwiGLU token tiles of at
+//   most 128.
+// Roles, by warp: 0-3 the epilogue (thread (q, lane) holds weight row 32 q + lane, which it writes
+// as an output column); the TMA producer (one thread) warp 4 on sm_100a, warp 8 in the twin.
 //
-// Reduction order: every output element is one chain of tcgen05.mma over K in 16-wide steps, in
-// order, from zero, whatever the bucket; the prefill GEMM's chain has the same steps with the
-// operands' roles exchanged (tokens as A), so the two agree bit for bit exactly when the tensor
-// core's per-element dot product does not depend on which operand is A (docs/hexel.md,
-// "Blackwell": to be checked on the first B200).
+// Reduction order: every output element is one chain of MMAs over K in 16-wide steps, in order,
+// from zero, whatever the bucket; the prefill GEMM's chain has the same steps with the operands'
+// roles exchanged (tokens as A), so the two agree bit for bit exactly when the tensor core's
+// per-element dot product does not depend on which operand is A (docs/hexel.md, "Blackwell": the
+// twin checks this for wgmma against gemm_small; for tcgen05 it waits for the first B200).
 //
-// The index math is host-callable (SmallEpilogueSm100; test/codegen/small_epilogue_sm100_test
-// checks it against hexel/tcgen05_model.h); the kernels compile under NVRTC for sm_100a only.
+// The index math is host-callable (SmallEpilogueSm100, SmallGemmSm100Twin;
+// test/codegen/small_epilogue_sm100_test checks it against hexel/tcgen05_model.h and wgmma's
+// fragment layout); the tcgen05 kernels compile under NVRTC for sm_100a only, the twins for sm_90a
+// (test/codegen/lit/sm100_twin_assembly.test).
 #include "hexel/config.cuh"
 #include "hexel/tcgen05_accum.cuh"
 
@@ -103,14 +121,55 @@ struct SmallEpilogueSm100 {
   static HEXEL_HOST_DEVICE constexpr unsigned up_offset() { return kASlot + G::kWeightRows * 128; }
 };
 
+// The Hopper twin's launch shape and shared memory (SmallWgmmaTwin): two consumer warpgroups
+// (warps 0-7, 64 weight rows each) and the producer's warp; the dynamic shared memory holds the
+// stage ring and, once the K loop has drained it, the accumulator image over it: 128 rows of
+// `accum_columns` f32 and 4 more (a row 16 bytes off the last one's banks), from the same
+// 1024-byte-aligned base.
+struct SmallGemmSm100Twin {
+  enum : unsigned {
+    kConsumerWarps = 8,
+    kProducerWarp = 8,
+    kThreads = 32 * (kConsumerWarps + 1),
+    kMaxAccumColumns = 256,  // 128 a warpgroup thread: two warpgroups' registers hold the tile
+  };
+  static HEXEL_HOST_DEVICE constexpr unsigned image_pitch(unsigned accum_columns) {
+    return accum_columns + 4;
+  }
+  // Where consumer thread (warp, lane) puts its accumulator registers d[c][4j + 2h + e] (chain c
+  // of n columns: the gate's or only product, SwiGLU's up): the tile's weight row
+  // image_row(warp, lane, h), accumulator column image_col(c, n, j, lane) + e (PTX ISA, wgmma
+  // "Register Fragments", matrix D of .m64nNk16, for warpgroup warp / 4's 64 rows), as Tensor
+  // Memory holds them; byte image_offset(row, column, accum_columns) of the image.
+  static HEXEL_HOST_DEVICE constexpr unsigned image_row(unsigned warp, unsigned lane, unsigned h) {
+    return 64 * (warp / 4) + 16 * (warp % 4) + lane / 4 + 8 * h;
+  }
+  static HEXEL_HOST_DEVICE constexpr unsigned image_col(unsigned c, unsigned n, unsigned j,
+                                                        unsigned lane) {
+    return c * n + 8 * j + 2 * (lane % 4);
+  }
+  static HEXEL_HOST_DEVICE constexpr unsigned image_offset(unsigned row, unsigned col,
+                                                           unsigned accum_columns) {
+    return 4 * (row * image_pitch(accum_columns) + col);
+  }
+  static HEXEL_HOST_DEVICE constexpr unsigned smem(unsigned stages, unsigned stage_bytes,
+                                                   unsigned accum_columns) {
+    const unsigned ring = stages * stage_bytes;
+    const unsigned image = image_offset(SmallGemmSm100::kWeightRows, 0, accum_columns);
+    return (ring > image ? ring : image) + 1024;
+  }
+};
+
 }  // namespace telos_kernels
 
 #if defined(__CUDACC__)
 #include "gemm_small.cuh"
+#include "hexel/ld_st.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/sync.cuh"
 #include "hexel/tcgen05.cuh"
 #include "hexel/tma.cuh"
+#include "wgmma_chains.cuh"
 
 namespace telos_kernels {
 
@@ -136,6 +195,144 @@ __device__ __forceinline__ void small_sm100_mma(unsigned stages, unsigned full, 
   }
   tcgen05::commit(accum_full);
 }
+
+// The sm_100a atom: the accumulator in Tensor Memory (its address is the accumulator handle).
+struct SmallTcgen05 {
+  enum : unsigned {
+    kThreads = SmallGemmSm100::kThreads,
+    kProducerWarp = SmallGemmSm100::kProducerWarp,
+    kEmptyArrivals = 1,  // the MMA thread's tcgen05.commit
+    kAccumArrivals = 1,  // its last commit
+    kEpilogueIssues = false,
+  };
+  // Every thread, as the CTA's first barrier: warp kMmaWarp allocates the columns; returns their
+  // address. PTX: tcgen05.alloc, tcgen05.relinquish_alloc_permit, tcgen05.fence.
+  template <class E>
+  static __device__ __forceinline__ unsigned start(unsigned warp, unsigned) {
+    using namespace hexel;
+    __shared__ unsigned tmem_slot;
+    if (warp == SmallGemmSm100::kMmaWarp) {
+      tcgen05::alloc(smem_addr(&tmem_slot), E::kTmemColumns);
+      tcgen05::relinquish_alloc_permit();
+    }
+    tcgen05::fence_before_thread_sync();
+    __syncthreads();
+    tcgen05::fence_after_thread_sync();
+    return tmem_slot;
+  }
+  // Warp kMmaWarp: its first thread issues every MMA; the epilogue warps (the others but the
+  // producer's) issue none.
+  static __device__ __forceinline__ bool issues_alone(unsigned warp) {
+    return warp == SmallGemmSm100::kMmaWarp;
+  }
+  static __device__ __forceinline__ bool epilogue(unsigned) { return true; }
+  template <class E, unsigned STAGES, unsigned K_BLOCKS>
+  static __device__ __forceinline__ void mma(unsigned tmem, unsigned stages, unsigned full,
+                                             unsigned empty, unsigned accum_full, unsigned,
+                                             unsigned lane) {
+    if (lane == 0) small_sm100_mma<E, STAGES, K_BLOCKS>(stages, full, empty, accum_full, tmem);
+  }
+  // An epilogue thread, once accum_full has completed.
+  static __device__ __forceinline__ void accum_ready() {
+    hexel::tcgen05::fence_after_thread_sync();
+  }
+  // Columns col .. col + 15 of its row into v, complete after wait(). PTX: tcgen05.ld.
+  template <class E>
+  static __device__ __forceinline__ void load(hexel::uint32_t (&v)[16], unsigned tmem,
+                                              unsigned warp, unsigned, unsigned col) {
+    using Accum = hexel::tcgen05::Bf16Accum<E::kN>;
+    hexel::tcgen05::ld_32x32b(v, Accum::ld_taddr(tmem, warp, col));
+  }
+  static __device__ __forceinline__ void wait() { hexel::tcgen05::wait_ld(); }
+  // Every thread, at the end: once every tcgen05.ld has completed (wait::ld), the allocating warp
+  // frees the columns. PTX: tcgen05.dealloc.
+  template <class E>
+  static __device__ __forceinline__ void finish(unsigned warp, unsigned tmem) {
+    using namespace hexel;
+    tcgen05::fence_before_thread_sync();
+    __syncthreads();
+    if (warp == SmallGemmSm100::kMmaWarp) {
+      tcgen05::fence_after_thread_sync();
+      tcgen05::dealloc(tmem, E::kTmemColumns);
+    }
+  }
+};
+
+// The sm_90a twin's atom: the accumulator in the two consumer warpgroups' registers, then in the
+// image at the stages' base (its address is the accumulator handle; SmallGemmSm100Twin).
+struct SmallWgmmaTwin {
+  using T = SmallGemmSm100Twin;
+  enum : unsigned {
+    kThreads = T::kThreads,
+    kProducerWarp = T::kProducerWarp,
+    kEmptyArrivals = T::kConsumerWarps,  // each consumer warp's first lane
+    kAccumArrivals = 32 * T::kConsumerWarps,
+    kEpilogueIssues = true,
+  };
+  template <class E>
+  static __device__ __forceinline__ unsigned start(unsigned, unsigned stages) {
+    static_assert(unsigned{E::kAccumColumns} <= unsigned{T::kMaxAccumColumns},
+                  "two warpgroups hold 128 rows of at most 256 f32 accumulator columns");
+    __syncthreads();
+    return stages;
+  }
+  // Every consumer warp issues (kEpilogueIssues); warpgroup 0 (warps 0-3) is also the epilogue.
+  static __device__ __forceinline__ bool issues_alone(unsigned) { return false; }
+  static __device__ __forceinline__ bool epilogue(unsigned warp) {
+    return warp < SmallGemmSm100::kEpilogueWarps;
+  }
+  // A consumer thread (warps 0-7): its warpgroup's K loop, then, once both warpgroups' wgmma have
+  // read their last stage (named barrier 2), its accumulators into the image where Tensor Memory
+  // would hold them (SmallGemmSm100Twin::image_row, image_col), then its arrival on accum_full.
+  template <class E, unsigned STAGES, unsigned K_BLOCKS>
+  static __device__ __forceinline__ void mma(unsigned image, unsigned stages, unsigned full,
+                                             unsigned empty, unsigned accum_full, unsigned warp,
+                                             unsigned lane) {
+    using namespace hexel;
+    constexpr unsigned kChains = unsigned{E::kAccumColumns} / unsigned{E::kN};
+    const unsigned wg = warp / 4;
+    // Chain 0 the gate's (or only) product, 1 SwiGLU's up: this warpgroup's 64 rows of each, the
+    // stage's tokens as B. The last stage needs no release: nothing loads after it.
+    float d[kChains][E::kN / 2];
+    mbarrier::StageRing<STAGES> ring;
+    wgmma_chains_k_loop<E::kN>(
+        d, ring, K_BLOCKS, full, empty, lane,
+        [&](unsigned s, unsigned c) {
+          return stages + s * E::kStageBytes + (c == 0 ? E::a_offset() : E::up_offset()) +
+                 wg * 64 * 128;
+        },
+        [&](unsigned s, unsigned) { return stages + s * E::kStageBytes; });
+    named_barrier_sync(2, 32 * T::kConsumerWarps);
+#pragma unroll
+    for (unsigned c = 0; c < kChains; ++c)
+#pragma unroll
+      for (unsigned j = 0; j < E::kN / 8; ++j)
+#pragma unroll
+        for (unsigned h = 0; h < 2; ++h) {
+          const unsigned at = T::image_offset(T::image_row(warp, lane, h),
+                                              T::image_col(c, E::kN, j, lane), E::kAccumColumns);
+          st_shared_v2_f32(image + at, d[c][4 * j + 2 * h], d[c][4 * j + 2 * h + 1]);
+        }
+    mbarrier::arrive(accum_full);
+  }
+  static __device__ __forceinline__ void accum_ready() {}
+  template <class E>
+  static __device__ __forceinline__ void load(hexel::uint32_t (&v)[16], unsigned image,
+                                              unsigned warp, unsigned lane, unsigned col) {
+    const unsigned at = image + T::image_offset(E::row(warp, lane), col, E::kAccumColumns);
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) {
+      const uint4 x = hexel::ld_shared_v4(at + 16 * i);
+      v[4 * i] = x.x;
+      v[4 * i + 1] = x.y;
+      v[4 * i + 2] = x.z;
+      v[4 * i + 3] = x.w;
+    }
+  }
+  static __device__ __forceinline__ void wait() {}
+  template <class E>
+  static __device__ __forceinline__ void finish(unsigned, unsigned) {}
+};
 
 // One element of the epilogue: out[at] from the accumulator's v (SwiGLU: the gate, u the up),
 // with gemm_small.cuh's arithmetic.
@@ -183,14 +380,13 @@ __device__ __forceinline__ void small_sm100_tile_candidates(const unsigned long 
   }
 }
 
-// An epilogue thread's part of tile (tm, tn): per piece, 16 tokens of its weight row out of Tensor
-// Memory (SwiGLU: and their up values), each token's element stored where it lies inside M x N. A
-// warp's 32 lanes write 32 consecutive columns of a token. PTX: tcgen05.ld, tcgen05.wait::ld.
-template <class E, int M, int N, SmallEpi EPI>
-__device__ __forceinline__ void small_sm100_epilogue(unsigned tmem, unsigned tm, unsigned tn,
+// An epilogue thread's part of tile (tm, tn): per piece, 16 tokens of its weight row out of the
+// accumulator `acc` (SwiGLU: and their up values) through the atom's loads, each token's element
+// stored where it lies inside M x N. A warp's 32 lanes write 32 consecutive columns of a token.
+template <class Atom, class E, int M, int N, SmallEpi EPI>
+__device__ __forceinline__ void small_sm100_epilogue(unsigned acc, unsigned tm, unsigned tn,
                                                      unsigned warp, unsigned lane, void* out,
                                                      unsigned long long* cand) {
-  using Accum = hexel::tcgen05::Bf16Accum<E::kN>;
   using namespace hexel;
   __shared__ unsigned long long best[EPI == SmallEpi::F32Cand ? 4 * E::kN : 1];
   const unsigned n = E::out_col(tn, warp, lane);
@@ -198,10 +394,9 @@ __device__ __forceinline__ void small_sm100_epilogue(unsigned tmem, unsigned tm,
 #pragma unroll 1
   for (unsigned p = 0; p < E::kPieces; ++p) {
     uint32_t g[16], u[16];
-    tcgen05::ld_32x32b(g, Accum::ld_taddr(tmem, warp, E::gate_col(p)));
-    if constexpr (EPI == SmallEpi::SwiGlu)
-      tcgen05::ld_32x32b(u, Accum::ld_taddr(tmem, warp, E::up_col(p)));
-    tcgen05::wait_ld();
+    Atom::template load<E>(g, acc, warp, lane, E::gate_col(p));
+    if constexpr (EPI == SmallEpi::SwiGlu) Atom::template load<E>(u, acc, warp, lane, E::up_col(p));
+    Atom::wait();
     if constexpr (EPI == SmallEpi::F32Cand)
       small_sm100_candidates<E>(g, n, in_n, p, warp, lane, best);
 #pragma unroll
@@ -217,10 +412,11 @@ __device__ __forceinline__ void small_sm100_epilogue(unsigned tmem, unsigned tm,
     small_sm100_tile_candidates<E, M>(best, tm, tn, 32 * warp + lane, cand);
 }
 
-// The whole kernel: token tile blockIdx.x, weight tile blockIdx.y. The stages sit in the dynamic
-// shared memory (kernel_plan.hpp, small_gemm_sm100_smem), their barriers, the accumulator's and
-// the Tensor Memory address in static shared memory.
-template <int M, int N, int K, int STAGES, SmallEpi EPI>
+// The whole kernel on atom Atom (SmallTcgen05, SmallWgmmaTwin): token tile blockIdx.x, weight tile
+// blockIdx.y. The stages sit in the dynamic shared memory (kernel_plan.hpp, small_gemm_sm100_smem;
+// the twin's: SmallGemmSm100Twin::smem), their barriers and the accumulator's in static shared
+// memory.
+template <class Atom, int M, int N, int K, int STAGES, SmallEpi EPI>
 __device__ __forceinline__ void small_sm100_body(const TensorMap* a_map, const TensorMap* w_map,
                                                  void* out, unsigned long long* cand) {
   using G = SmallGemmSm100;
@@ -231,7 +427,6 @@ __device__ __forceinline__ void small_sm100_body(const TensorMap* a_map, const T
   constexpr unsigned kKBlocks = (K + G::kBlockK - 1) / G::kBlockK;
   extern __shared__ unsigned char smem_raw[];
   __shared__ unsigned long long bars[2 * STAGES + 1];  // full[], empty[], the accumulator's
-  __shared__ unsigned tmem_slot;
   const unsigned stages = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const unsigned full = smem_addr(bars), empty = full + 8 * STAGES, accum_full = empty + 8 * STAGES;
   const unsigned warp = warp_index(), lane = threadIdx.x % 32;
@@ -244,41 +439,33 @@ __device__ __forceinline__ void small_sm100_body(const TensorMap* a_map, const T
     tma::prefetch_map(w_map);
     for (unsigned s = 0; s < STAGES; ++s) {
       mbarrier::init(full + 8 * s, 1);
-      mbarrier::init(empty + 8 * s, 1);  // the MMA thread's tcgen05.commit
+      mbarrier::init(empty + 8 * s, Atom::kEmptyArrivals);
     }
-    mbarrier::init(accum_full, 1);
+    mbarrier::init(accum_full, Atom::kAccumArrivals);
     mbarrier::fence_init();
   }
-  if (warp == G::kMmaWarp) {
-    tcgen05::alloc(smem_addr(&tmem_slot), E::kTmemColumns);
-    tcgen05::relinquish_alloc_permit();
-  }
-  tcgen05::fence_before_thread_sync();
-  __syncthreads();
-  tcgen05::fence_after_thread_sync();
-  const unsigned tmem = tmem_slot;
+  const unsigned acc = Atom::template start<E>(warp, stages);
 
-  if (warp == G::kProducerWarp) {
+  if (warp == Atom::kProducerWarp) {
     auto a_stage = [&](unsigned s) { return stages + s * E::kStageBytes; };
     auto w_stage = [&](unsigned s) { return stages + s * E::kStageBytes + E::a_offset(); };
     if (lane == 0)
       small_gemm_produce<M, N, K, E::kWRows, STAGES, EPI, false, 1, G::token_groups(M), 1, 0, 0,
                          Bf16Weight>(a_map, w_map, full, full, empty, tm, tn, 0, a_stage, w_stage);
-  } else if (warp == G::kMmaWarp) {
-    if (lane == 0) small_sm100_mma<E, STAGES, kKBlocks>(stages, full, empty, accum_full, tmem);
+  } else if (Atom::issues_alone(warp)) {
+    Atom::template mma<E, STAGES, kKBlocks>(acc, stages, full, empty, accum_full, warp, lane);
   } else {
-    grid_dependency_wait();  // the outputs (x for the residual) belong to the previous kernel
-    mbarrier::wait_parity(accum_full, 0);
-    tcgen05::fence_after_thread_sync();
-    small_sm100_epilogue<E, M, N, EPI>(tmem, tm, tn, warp, lane, out, cand);
+    // The twin's consumer warps all issue here, one call site for their shared named barrier.
+    if constexpr (Atom::kEpilogueIssues)
+      Atom::template mma<E, STAGES, kKBlocks>(acc, stages, full, empty, accum_full, warp, lane);
+    if (Atom::epilogue(warp)) {
+      grid_dependency_wait();  // the outputs (x for the residual) belong to the previous kernel
+      mbarrier::wait_parity(accum_full, 0);
+      Atom::accum_ready();
+      small_sm100_epilogue<Atom, E, M, N, EPI>(acc, tm, tn, warp, lane, out, cand);
+    }
   }
-  // Every tcgen05.ld has completed (wait::ld) before the allocating warp frees the columns.
-  tcgen05::fence_before_thread_sync();
-  __syncthreads();
-  if (warp == G::kMmaWarp) {
-    tcgen05::fence_after_thread_sync();
-    tcgen05::dealloc(tmem, E::kTmemColumns);
-  }
+  Atom::template finish<E>(warp, acc);
 }
 
 // gemm_small_bf16 on tcgen05: y[m, n] = bf16((A · Wᵀ)[m, n]). A map: [M, K], boxes of the token
@@ -287,7 +474,7 @@ template <int M, int N, int K, int STAGES>
 __global__ void __launch_bounds__(SmallGemmSm100::kThreads, 1)
     gemm_small_sm100_bf16(const TensorMap* a_map, const TensorMap* w_map, bf16* y) {
   hexel::launch_dependents();  // the waits are in the producer and the epilogue
-  small_sm100_body<M, N, K, STAGES, SmallEpi::StoreBf16>(a_map, w_map, y, nullptr);
+  small_sm100_body<SmallTcgen05, M, N, K, STAGES, SmallEpi::StoreBf16>(a_map, w_map, y, nullptr);
 }
 
 // gemm_small_residual on tcgen05: x[m, n] += (A · Wᵀ)[m, n], x the f32 residual stream.
@@ -295,7 +482,7 @@ template <int M, int N, int K, int STAGES>
 __global__ void __launch_bounds__(SmallGemmSm100::kThreads, 1)
     gemm_small_sm100_residual(const TensorMap* a_map, const TensorMap* w_map, float* x) {
   hexel::launch_dependents();
-  small_sm100_body<M, N, K, STAGES, SmallEpi::Residual>(a_map, w_map, x, nullptr);
+  small_sm100_body<SmallTcgen05, M, N, K, STAGES, SmallEpi::Residual>(a_map, w_map, x, nullptr);
 }
 
 // gemm_small_swiglu on tcgen05: act[m, j] = bf16(silu(g) · u) of gate_up's rows j and I + j (W
@@ -304,7 +491,7 @@ template <int M, int I, int K, int STAGES>
 __global__ void __launch_bounds__(SmallGemmSm100::kThreads, 1)
     gemm_small_sm100_swiglu(const TensorMap* a_map, const TensorMap* w_map, bf16* act) {
   hexel::launch_dependents();
-  small_sm100_body<M, I, K, STAGES, SmallEpi::SwiGlu>(a_map, w_map, act, nullptr);
+  small_sm100_body<SmallTcgen05, M, I, K, STAGES, SmallEpi::SwiGlu>(a_map, w_map, act, nullptr);
 }
 
 // gemm_small_f32cand on tcgen05: the LM head's f32 logits, and cand[m, t] (ceil(N / 128) a token)
@@ -314,7 +501,38 @@ __global__ void __launch_bounds__(SmallGemmSm100::kThreads, 1)
     gemm_small_sm100_f32cand(const TensorMap* a_map, const TensorMap* w_map, float* y,
                              unsigned long long* cand) {
   hexel::launch_dependents();
-  small_sm100_body<M, N, K, STAGES, SmallEpi::F32Cand>(a_map, w_map, y, cand);
+  small_sm100_body<SmallTcgen05, M, N, K, STAGES, SmallEpi::F32Cand>(a_map, w_map, y, cand);
+}
+
+// The Hopper twins (sm_90a) of the four kernels above: the same arguments, tensor maps, grid and
+// results, on SmallWgmmaTwin (SmallGemmSm100Twin::kThreads threads, SmallGemmSm100Twin::smem).
+template <int M, int N, int K, int STAGES>
+__global__ void __launch_bounds__(SmallGemmSm100Twin::kThreads, 1)
+    gemm_small_sm100_twin_bf16(const TensorMap* a_map, const TensorMap* w_map, bf16* y) {
+  hexel::launch_dependents();
+  small_sm100_body<SmallWgmmaTwin, M, N, K, STAGES, SmallEpi::StoreBf16>(a_map, w_map, y, nullptr);
+}
+
+template <int M, int N, int K, int STAGES>
+__global__ void __launch_bounds__(SmallGemmSm100Twin::kThreads, 1)
+    gemm_small_sm100_twin_residual(const TensorMap* a_map, const TensorMap* w_map, float* x) {
+  hexel::launch_dependents();
+  small_sm100_body<SmallWgmmaTwin, M, N, K, STAGES, SmallEpi::Residual>(a_map, w_map, x, nullptr);
+}
+
+template <int M, int I, int K, int STAGES>
+__global__ void __launch_bounds__(SmallGemmSm100Twin::kThreads, 1)
+    gemm_small_sm100_twin_swiglu(const TensorMap* a_map, const TensorMap* w_map, bf16* act) {
+  hexel::launch_dependents();
+  small_sm100_body<SmallWgmmaTwin, M, I, K, STAGES, SmallEpi::SwiGlu>(a_map, w_map, act, nullptr);
+}
+
+template <int M, int N, int K, int STAGES>
+__global__ void __launch_bounds__(SmallGemmSm100Twin::kThreads, 1)
+    gemm_small_sm100_twin_f32cand(const TensorMap* a_map, const TensorMap* w_map, float* y,
+                                  unsigned long long* cand) {
+  hexel::launch_dependents();
+  small_sm100_body<SmallWgmmaTwin, M, N, K, STAGES, SmallEpi::F32Cand>(a_map, w_map, y, cand);
 }
 
 }  // namespace telos_kernels

@@ -1,4 +1,4 @@
-// Loads and stores in the forms kernels need and C++ does not spell: 128-bit and 64-bit stores to
+// Loads and stores in the forms kernels need and C++ does not spell: 128-, 64- and 32-bit stores to
 // shared memory by 32-bit shared address, and a global load that does not allocate in L1
 // (PTX ISA, "Data Movement and Conversion Instructions: ld, st").
 #pragma once
@@ -35,6 +35,11 @@ HEXEL_DEVICE uint4 ld_shared_v4(uint32_t addr) {
                : "r"(addr)
                : "memory");
   return v;
+}
+
+// Thread: one word to shared memory at `addr` (4-byte aligned). PTX: st (.shared.b32).
+HEXEL_DEVICE void st_shared_b32(uint32_t addr, uint32_t a) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(a) : "memory");
 }
 
 // Thread: two f32 to shared memory at `addr` (8-byte aligned). PTX: st (.shared.v2.f32).

@@ -11,6 +11,7 @@
 
 #include "codegen/compile_cache.hpp"
 #include "codegen/emit_source.hpp"
+#include "codegen/kernels/gemm_small_sm100.cuh"
 #include "codegen/kernel_plan.hpp"
 #include "codegen/nvrtc_driver.hpp"
 #include "codegen/rope_table.hpp"
@@ -2661,6 +2662,296 @@ TEST(GpuKernels, E4m3GemmsMatchBf16GemmOfDequantizedWeights) {
           EXPECT_LT(rel_l2(got, want), 1e-2) << "vs f64, " << what;
         }
       }
+    }
+  }
+}
+
+// ---- the sm_100a GEMMs' Hopper twins (docs/hexel.md, "Blackwell") ---------------------------
+
+// The Hopper twin of the sm_100a small GEMM that small_gemm_sm100_tiling plans for M tokens
+// (gemm_small_sm100.cuh, SmallWgmmaTwin): its instance and dynamic shared memory, or an empty
+// name where the twin cannot hold the tile's accumulator (SwiGLU token tiles over 128).
+struct SmallTwin {
+  codegen::SmallGemmSm100Tiling t;
+  std::string name;
+  int smem = 0;
+};
+SmallTwin small_twin(const std::string& epi, int M, int N, int K) {
+  using Twin = telos_kernels::SmallGemmSm100Twin;
+  SmallTwin s{codegen::small_gemm_sm100_tiling(N, K, M, epi == "swiglu"), "", 0};
+  const unsigned accum = (epi == "swiglu" ? 2u : 1u) * static_cast<unsigned>(s.t.mma_n);
+  if (accum > Twin::kMaxAccumColumns) return s;
+  s.name = "telos_kernels::gemm_small_sm100_twin_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) +
+           ", " + I(s.t.stages) + ">";
+  s.smem = static_cast<int>(Twin::smem(static_cast<unsigned>(s.t.stages),
+                                       static_cast<unsigned>(s.t.stage_bytes()), accum));
+  return s;
+}
+const std::string kSm100Twins =
+    "#include \"gemm_small_sm100.cuh\"\n#include \"gemm_prefill_sm100.cuh\"\n";
+
+// The sm_100a small GEMM's shared parts on an H200 (its twin: the same producer, stage ring,
+// barriers, tiles and epilogue, wgmma for tcgen05): every epilogue against f64 at ragged M (1 to
+// 300: one to two token tiles, 16 to 256 tokens an MMA, the last tile part-filled), N not a
+// multiple of the 128-row weight tile and K not of 64 with the ring wrapping (K = 2000: 32 blocks),
+// every SM's shared memory filled with NaNs first (the token rows no box writes) and outputs
+// poisoned, 64 guard rows past M that must stay so. Each element is one wgmma chain over K from
+// zero, as in the Hopper GEMMs, with the weights as A and the tokens as B; the products are exact
+// in f32, so unless wgmma's dot product depends on which operand is A the twin gives the Hopper
+// gemm_small's bits, which this checks too (SwiGLU up to its 128-token tiles).
+TEST(GpuKernels, Sm100TwinSmallGemmMatchesF64AndHopperBitForBit) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int N, K;
+    std::vector<int> ms;
+  };
+  const std::vector<std::string> epis = {"bf16", "residual", "swiglu"};
+  for (const Shape& shape :
+       {Shape{520, 2000, {1, 5, 20, 64, 100, 128, 200, 300}}, Shape{136, 264, {8, 130}}}) {
+    const int N = shape.N, K = shape.K;
+    std::vector<std::string> names = {"poison_shared"};
+    for (int M : shape.ms)
+      for (const std::string& epi : epis) {
+        const SmallTwin tw = small_twin(epi, M, N, K);
+        if (tw.name.empty()) continue;
+        names.push_back(tw.name);
+        names.push_back(
+            codegen::small_gemm_tiling(N, K, M, epi == "swiglu").instance(epi, M, N, K));
+      }
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    TestModule mod(source_with_rope() + kSm100Twins + kPoisonShared, names);
+    constexpr int MAXM = 300, GUARD = 64;
+    std::vector<float> Af, Wf;
+    DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af));
+    DeviceBuffer<std::uint16_t> dW(random_bf16(2 * static_cast<std::size_t>(N) * K, 0.05f, Wf));
+    const std::vector<double> ref = gemm_ref(Af, Wf, MAXM, 2 * N, K);  // [M, 2N]: gate, then up
+    const std::vector<float> x0 = random_floats(static_cast<std::size_t>(MAXM + GUARD) * N);
+    for (int M : shape.ms)
+      for (const std::string& epi : epis) {
+        const SmallTwin tw = small_twin(epi, M, N, K);
+        if (tw.name.empty()) continue;
+        const bool swiglu = epi == "swiglu", residual = epi == "residual";
+        const std::size_t MN = static_cast<std::size_t>(M) * N,
+                          total = MN + static_cast<std::size_t>(GUARD) * N;
+        const std::string what = epi + " M=" + I(M) + " N=" + I(N) + " K=" + I(K);
+        // The twin, then the Hopper gemm_small at its plan's tiling, on the same inputs.
+        std::vector<float> outs[2];
+        for (int hopper = 0; hopper < 2; ++hopper) {
+          DeviceBuffer<std::uint16_t> y(total);
+          DeviceBuffer<float> x(std::vector<float>(x0.begin(), x0.begin() + total));
+          const void* out = residual ? static_cast<const void*>(x.get()) : y.get();
+          if (hopper) {  // its shared memory poisoned in SmallGemmMatchesPrefillGemmBitForBit
+            const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, swiglu);
+            const DeviceMap a(dA.get(), M, K, t.a_box),
+                w(dW.get(), swiglu ? 2 * N : N, K, t.w_box());
+            CUDA_OK(mod.launch(t.instance(epi, M, N, K), dim3(t.tiles_m, t.tiles_n), t.threads(),
+                               {a.get(), w.get(), out}, t.smem()));
+          } else {
+            const DeviceMap a(dA.get(), M, K, tw.t.a_box),
+                w(dW.get(), swiglu ? 2 * N : N, K, codegen::kSmallGemmSm100Rows);
+            CUDA_OK(mod.launch("poison_shared", sm_count(), 1024, {}, codegen::kMaxSmemPerBlock));
+            CUDA_OK(mod.launch(tw.name, dim3(tw.t.tiles_m, tw.t.tiles_n),
+                               telos_kernels::SmallGemmSm100Twin::kThreads, {a.get(), w.get(), out},
+                               tw.smem));
+          }
+          if (residual) {
+            outs[hopper] = x.download();
+          } else {
+            const auto b = y.download();
+            outs[hopper].assign(b.begin(), b.end());
+          }
+        }
+        std::vector<float> got(MN);
+        std::vector<double> want(MN);
+        for (std::size_t e = 0; e < MN; ++e) {
+          const std::size_t r = e / N * 2 * N + e % N;
+          const double g = ref[r], u = ref[r + N];
+          got[e] = residual ? outs[0][e] : from_bf16(static_cast<std::uint16_t>(outs[0][e]));
+          want[e] = residual ? x0[e] + g : swiglu ? g / (1.0 + std::exp(-g)) * u : g;
+        }
+        EXPECT_LT(rel_l2(got, want), residual ? 1e-5 : 1e-2) << "twin vs f64, " << what;
+        for (std::size_t e = MN; e < total; ++e) {
+          if (residual)
+            ASSERT_EQ(outs[0][e], x0[e]) << "twin wrote past M, " << what;
+          else
+            ASSERT_EQ(outs[0][e], 0xffff) << "twin wrote past M, " << what;
+        }
+        EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), total * sizeof(float)))
+            << "twin vs Hopper gemm_small, " << what;
+      }
+  }
+}
+
+// The sm_100a LM head's twin (gemm_small_sm100_twin_f32cand): f32 logits against f64 and bit for
+// bit against the Hopper gemm_small_f32cand on 128-row weight tiles, each weight tile's greedy
+// candidates against those of the logits it wrote, at M from 1 to 300 (the 256-token tile's image
+// is larger than the ring), K not a multiple of 64; rows past M stay poisoned, and a null cand
+// writes the logits alone.
+TEST(GpuKernels, Sm100TwinSmallGemmLmHeadLogitsAndCandidates) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int N = 1024, K = 2000, MAXM = 300, GUARD = 64;
+  const std::vector<int> ms = {1, 7, 64, 130, 256, 300};
+  codegen::SmallGemmLimits one;
+  one.warpgroups = 1;
+  auto hopper = [&](int M) {
+    codegen::SmallGemmTiling t =
+        codegen::small_gemm_tiling(N, K, M, false, false, one).with_bn(128, N, false);
+    t.kps = 1;  // f32cand takes one K block a stage (lm_head_tiling)
+    t.stages = std::min(t.stages, 4);
+    return t;
+  };
+  std::vector<std::string> names;
+  for (int M : ms) {
+    names.push_back(small_twin("f32cand", M, N, K).name);
+    names.push_back(hopper(M).instance("f32cand", M, N, K));
+  }
+  TestModule mod(source_with_rope() + kSm100Twins, names);
+  std::vector<float> Af, Wf;
+  DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af));
+  DeviceBuffer<std::uint16_t> dW(random_bf16(static_cast<std::size_t>(N) * K, 0.05f, Wf));
+  const std::vector<double> ref = gemm_ref(Af, Wf, MAXM, N, K);
+  for (int M : ms) {
+    const SmallTwin tw = small_twin("f32cand", M, N, K);
+    const codegen::SmallGemmTiling ht = hopper(M);
+    const std::string what = "M=" + I(M);
+    const std::size_t MN = static_cast<std::size_t>(M) * N,
+                      total = MN + static_cast<std::size_t>(GUARD) * N;
+    const int tiles_n = N / codegen::kSmallGemmSm100Rows;
+    ASSERT_EQ(tw.t.tiles_n, tiles_n);
+    DeviceBuffer<float> y(total), y_hopper(MN), y_alone(MN);
+    DeviceBuffer<std::uint64_t> cand(MN / codegen::kSmallGemmSm100Rows),
+        cand_hopper(MN / codegen::kSmallGemmSm100Rows);
+    const DeviceMap a(dA.get(), M, K, tw.t.a_box), w(dW.get(), N, K, codegen::kSmallGemmSm100Rows),
+        ha(dA.get(), M, K, ht.a_box), hw(dW.get(), N, K, ht.w_box());
+    const dim3 grid(tw.t.tiles_m, tw.t.tiles_n);
+    const int threads = telos_kernels::SmallGemmSm100Twin::kThreads;
+    CUDA_OK(mod.launch(tw.name, grid, threads, {a.get(), w.get(), y.get(), cand.get()}, tw.smem));
+    CUDA_OK(
+        mod.launch(tw.name, grid, threads, {a.get(), w.get(), y_alone.get(), nullptr}, tw.smem));
+    CUDA_OK(mod.launch(ht.instance("f32cand", M, N, K), dim3(ht.tiles_m, ht.tiles_n), ht.threads(),
+                       {ha.get(), hw.get(), y_hopper.get(), cand_hopper.get()}, ht.smem()));
+    const std::vector<float> out = y.download();
+    for (std::size_t e = MN; e < total; ++e) {
+      std::uint32_t u;
+      std::memcpy(&u, &out[e], 4);
+      ASSERT_EQ(u, 0xffffffffu) << "wrote past M, " << what;
+    }
+    const std::vector<float> got(out.begin(), out.begin() + MN);
+    EXPECT_LT(rel_l2(got, std::vector<double>(ref.begin(), ref.begin() + MN)), 1e-5) << what;
+    EXPECT_EQ(cand.download(), greedy_candidates(got, M, N, tiles_n)) << what;
+    EXPECT_EQ(cand.download(), cand_hopper.download()) << "candidates vs Hopper, " << what;
+    EXPECT_EQ(0, std::memcmp(y_hopper.download().data(), got.data(), MN * sizeof(float)))
+        << "logits vs Hopper gemm_small_f32cand, " << what;
+    EXPECT_EQ(0, std::memcmp(y_alone.download().data(), got.data(), MN * sizeof(float)))
+        << "null cand, " << what;
+  }
+}
+
+// The sm_100a prefill GEMM's shared parts on an H200 (its twin: the same producer, stage ring,
+// persistent tile loop, epilogue chunks, swizzled stores and TMA hand-off, wgmma for tcgen05):
+// every epilogue at ragged M, N and K, outputs poisoned with 128 guard rows past M that must stay
+// so, against f64, and bit for bit against the Hopper gemm_prefill (the twin's chains are its
+// chains: the tokens as A, one wgmma chain over K from zero per element, N 128 or 64 instead of
+// 256). Also on a grid of 3 CTAs (each loops over several tiles, the ring wrapping across them)
+// and reading a slot image whose 48-row tiles cut the 256-row weight tiles (one covering box a
+// stage, the tile's rows from an offset).
+TEST(GpuKernels, Sm100TwinPrefillGemmMatchesF64AndHopperBitForBit) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Case {
+    PrefillShape s;
+    int grid;      // 0: the plan's (prefill_grid)
+    int image_bn;  // 0: the weight's own map; else a one-half slot image of 48-row tiles
+  };
+  const std::vector<Case> cases = {{{200, 384, 264}, 0, 0}, {{401, 520, 128}, 0, 0},
+                                   {{128, 128, 64}, 0, 0},  {{130, 136, 1000}, 0, 0},
+                                   {{401, 520, 128}, 3, 0}, {{200, 768, 256}, 0, 48}};
+  const std::vector<std::string> epis = {"bf16", "residual", "swiglu"};
+  auto dims = [](const Case& c, const std::string& epi, bool twin_args) {
+    std::string d = "<" + I(c.s.M) + ", " + I(c.s.N) + ", " + I(c.s.K);
+    if (twin_args && c.image_bn > 0 && epi != "swiglu") {
+      const codegen::WeightImage img{c.image_bn, 1};
+      d += ", " + I(img.half_rows()) + ", " + I(codegen::prefill_image_box_rows(img, 256));
+    }
+    return d + ">";
+  };
+  std::vector<std::string> names;
+  for (const Case& c : cases)
+    for (const std::string& epi : epis) {
+      names.push_back("telos_kernels::gemm_prefill_" + epi + dims(c, epi, false));
+      names.push_back("telos_kernels::gemm_prefill_sm100_twin_" + epi + dims(c, epi, true));
+    }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  TestModule mod(source_with_rope() + kSm100Twins, names);
+  for (const Case& c : cases) {
+    const PrefillShape& s = c.s;
+    const std::size_t MN = static_cast<std::size_t>(s.M) * s.N,
+                      guard = 128 * static_cast<std::size_t>(s.N);
+    std::vector<float> Af, Wf;
+    const bf16v A = random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af);
+    const bf16v W = random_bf16(2 * static_cast<std::size_t>(s.N) * s.K, 0.05f, Wf);  // [2N, K]
+    const std::vector<float> x0 = random_floats(MN + guard);
+    const std::vector<double> ref = gemm_ref(Af, Wf, s.M, 2 * s.N, s.K);  // [M, 2N]: gate, then up
+    DeviceBuffer<std::uint16_t> dA(A), dW(W);
+    std::optional<DeviceBuffer<std::uint16_t>> dImage;
+    std::optional<DeviceBuffer<hexel::TensorMap>> image_map;
+    int image_box = 0;
+    if (c.image_bn > 0) {
+      ASSERT_EQ(slot_image_refusal(s.N, s.K, c.image_bn, 1), "");
+      bf16v image(static_cast<std::size_t>(s.N) * s.K);
+      pack_slot_image(W.data(), s.N, s.K, c.image_bn, 1, 0, s.N / c.image_bn, image.data());
+      image_box = codegen::prefill_image_box_rows(codegen::WeightImage{c.image_bn, 1}, 256);
+      dImage.emplace(image);
+      image_map.emplace(std::vector<hexel::TensorMap>{
+          encode_slot_image_map(dImage->get(), s.N, s.K, c.image_bn, 1, image_box)});
+    }
+    for (const std::string& epi : epis) {
+      const bool swiglu = epi == "swiglu", residual = epi == "residual",
+                 image = c.image_bn > 0 && !swiglu;
+      const int cols = swiglu ? 128 : 256;
+      const std::string what = epi + " M=" + I(s.M) + " N=" + I(s.N) + " K=" + I(s.K) + " grid " +
+                               I(c.grid) + (image ? " slot image" : "");
+      std::vector<float> outs[2];  // the twin's, the Hopper GEMM's
+      for (int hopper = 0; hopper < 2; ++hopper) {
+        DeviceBuffer<std::uint16_t> y(MN + guard);
+        DeviceBuffer<float> x(x0);
+        const DeviceMap a_map(dA.get(), s.M, s.K, 128),
+            w_map(dW.get(), swiglu ? 2 * s.N : s.N, s.K, cols), y_map(y.get(), s.M, s.N, 64),
+            x_map(x.get(), s.M, s.N, 64, hexel::TmaDtype::F32);
+        const bool twin_image = image && !hopper;
+        const std::string name =
+            hopper ? "telos_kernels::gemm_prefill_" + epi + dims(c, epi, false)
+                   : "telos_kernels::gemm_prefill_sm100_twin_" + epi + dims(c, epi, true);
+        const int grid = hopper || c.grid == 0 ? prefill_grid(s.M, s.N, cols) : c.grid;
+        CUDA_OK(mod.launch(name, grid, kPrefillThreads,
+                           {a_map.get(), twin_image ? image_map->get() : w_map.get(),
+                            residual ? x_map.get() : y_map.get()},
+                           codegen::prefill_gemm_smem(twin_image ? image_box : 0)));
+        if (residual) {
+          outs[hopper] = x.download();
+        } else {
+          const auto b = y.download();
+          outs[hopper].assign(b.begin(), b.end());
+        }
+      }
+      std::vector<float> got(MN);
+      std::vector<double> want(MN);
+      for (std::size_t e = 0; e < MN; ++e) {
+        const std::size_t r = e / s.N * 2 * s.N + e % s.N;
+        const double g = ref[r], u = ref[r + s.N];
+        got[e] = residual ? outs[0][e] : from_bf16(static_cast<std::uint16_t>(outs[0][e]));
+        want[e] = residual ? x0[e] + g : swiglu ? g / (1.0 + std::exp(-g)) * u : g;
+      }
+      EXPECT_LT(rel_l2(got, want), residual ? 1e-5 : 1e-2) << "twin vs f64, " << what;
+      for (std::size_t e = MN; e < MN + guard; ++e) {
+        if (residual)
+          ASSERT_EQ(outs[0][e], x0[e]) << "twin wrote past M, " << what;
+        else
+          ASSERT_EQ(outs[0][e], 0xffff) << "twin wrote past M, " << what;
+      }
+      EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)))
+          << "twin vs Hopper gemm_prefill, " << what;
     }
   }
 }

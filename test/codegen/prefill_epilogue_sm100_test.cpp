@@ -7,7 +7,8 @@
 // D), writes them to its chunk buffer, and each buffer goes to the output as a TMA box (the bytes
 // of the box's row-major image read from their 128B-swizzled places). Each output element must
 // come from the right accumulator element, once: bf16 stores, the residual's f32 adds into x, and
-// SwiGLU's gate and up from W rows j and I + j.
+// SwiGLU's gate and up from W rows j and I + j. The Hopper twin's map (PrefillTwinEpilogue, over
+// wgmma's fragment layout) must fill every chunk buffer with the bytes the tcgen05 epilogue does.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -18,6 +19,7 @@
 
 #include "codegen/kernel_plan.hpp"
 #include "codegen/kernels/gemm_prefill_sm100.cuh"
+#include "examples/gemm_tile_accum.cuh"
 #include "hexel/swizzle.cuh"
 #include "hexel/tcgen05_model.h"
 
@@ -258,6 +260,67 @@ TEST(PrefillEpilogueSm100, SwiGluPairsGateAndUpRows) {
 
 // The MMA thread's instruction descriptor is a legal one-CTA kind::f16 shape (M 128, N 256, bf16
 // x bf16 -> f32, K-major), and its two accumulators fit Tensor Memory's 512 columns.
+// The Hopper twin: per chunk, every epilogue thread's runs of its pieces (registers of its
+// warpgroup's wgmma accumulators, whose elements hexel/examples/gemm_tile_accum.cuh's WgmmaAccum
+// states from wgmma's fragment layout) at their places in its warpgroup's two buffers: each byte
+// once, each buffer written by one warpgroup's 128 threads, and every buffer's bytes the same
+// accumulator elements as the tcgen05 epilogue's (SwiGLU: the up value from the same element of
+// the up chain, kUpOffset columns on).
+template <class Shape>
+void expect_twin_images_match() {
+  using E = PrefillEpilogueSm100<Shape>;
+  using TE = PrefillTwinEpilogue<Shape>;
+  using Fragment = hexel::examples::WgmmaAccum<TE::kN>;
+  const TileImages<Shape> tcgen05(0);
+  std::map<std::pair<unsigned, unsigned>, std::vector<long>> twin;
+  std::map<std::pair<unsigned, unsigned>, std::map<unsigned, int>> writers;  // -> warpgroup c
+  for (unsigned ch = 0; ch < E::kChunks; ++ch)
+    for (unsigned warp = PrefillSm100::kFirstEpilogueWarp; warp < kThreads / 32; ++warp)
+      for (unsigned lane = 0; lane < 32; ++lane) {
+        const unsigned c = E::group(warp), thread = 32 * (warp % 4) + lane;
+        for (unsigned pc = 0; pc < E::kPieces; ++pc)
+          for (unsigned h2 = 0; h2 < 2; ++h2)
+            for (unsigned h = 0; h < 2; ++h)
+              for (unsigned j = 0; j < E::kPieceCols / 8; ++j)
+                for (unsigned e = 0; e < TE::kRun; ++e) {
+                  const unsigned row = TE::row(warp, lane, h2, h);
+                  const unsigned col = TE::chunk_col(lane, pc, j) + e;
+                  const unsigned reg = TE::reg(ch, pc, j, h) + e;
+                  ASSERT_LT(reg, unsigned{TE::kN} / 2);
+                  const hexel::examples::TileElement held = Fragment::element(thread, h2, reg);
+                  ASSERT_EQ(held.row, row);
+                  const unsigned n = TE::w_row(c, 0) + held.col;
+                  ASSERT_EQ(n, E::out_col(c, ch, 0, 0) + col)
+                      << "accumulator column of the output's";
+                  if constexpr (Shape::kSplitW) {
+                    ASSERT_EQ(TE::w_row(c, 1) + held.col, n + E::kUpOffset) << "up pairs with gate";
+                  }
+                  const unsigned b = TE::buffer(c, row);
+                  ++writers[{ch, b}][c];
+                  std::vector<long>& slot = twin[{ch, b}];
+                  slot.resize(G::kChunkBytes, -1);
+                  const unsigned at = hexel::swizzled_offset(TE::offset(row, col), Swizzle::B128);
+                  ASSERT_LE(at + E::kElemBytes, G::kChunkBytes);
+                  for (unsigned byte = 0; byte < E::kElemBytes; ++byte) {
+                    ASSERT_EQ(slot[at + byte], -1) << "byte written twice";
+                    slot[at + byte] = static_cast<long>(row) * kTile + n;
+                  }
+                }
+      }
+  ASSERT_EQ(twin.size(), tcgen05.images().size());
+  for (const auto& [key, image] : tcgen05.images()) {
+    EXPECT_EQ(twin.at(key), image.slot) << "chunk " << key.first << ", buffer " << key.second;
+    EXPECT_EQ(writers.at(key).size(), 1u) << "one warpgroup a buffer";
+    EXPECT_EQ(writers.at(key).begin()->first, key.second / 2);
+  }
+}
+
+TEST(PrefillEpilogueSm100, TwinWritesTheSameChunkImages) {
+  expect_twin_images_match<StoreBf16Shape>();
+  expect_twin_images_match<ResidualShape>();
+  expect_twin_images_match<SwiGluShape>();
+}
+
 TEST(PrefillEpilogueSm100, MmaShapeAndTensorMemory) {
   const model::InstrFields f = model::decode(PrefillAccum::kInstrDesc);
   EXPECT_NO_THROW(model::check_dense_kind_f16_cta1(f));

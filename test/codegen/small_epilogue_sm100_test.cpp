@@ -15,6 +15,7 @@
 
 #include "codegen/kernel_plan.hpp"
 #include "codegen/kernels/gemm_small_sm100.cuh"
+#include "examples/gemm_tile_accum.cuh"
 #include "hexel/swizzle.cuh"
 #include "hexel/tcgen05_model.h"
 
@@ -161,6 +162,62 @@ TEST(SmallEpilogueSm100, OperandDescriptorsReadTheTmaImage) {
   expect_stage_operands<1, false>();
   expect_stage_operands<40, true>();
   expect_stage_operands<256, false>();
+}
+
+// The Hopper twin's accumulator image (SmallGemmSm100Twin): every register of both consumer
+// warpgroups' wgmma accumulators (their elements as hexel/examples/gemm_tile_accum.cuh's
+// WgmmaAccum states wgmma's fragment layout) lands in the cell where Tensor Memory holds that
+// element (row = the tile's W row, column = its accumulator column), each cell once and inside the
+// image, which fits the twin's shared memory; so each epilogue load reads the elements the
+// tcgen05.ld it stands for would (the walk above).
+template <int M, bool SPLIT>
+void expect_twin_image() {
+  using E = SmallEpilogueSm100<M, 4096, SPLIT>;
+  using T = SmallGemmSm100Twin;
+  using Fragment = hexel::examples::WgmmaAccum<128>;  // its element map holds for every N
+  constexpr unsigned kColumns = E::kAccumColumns, kChains = SPLIT ? 2 : 1;
+  SCOPED_TRACE("M " + std::to_string(M) + (SPLIT ? ", SwiGLU" : ""));
+  ASSERT_LE(kColumns, unsigned{T::kMaxAccumColumns});
+  const unsigned bytes = G::kWeightRows * T::image_pitch(kColumns) * 4;
+  ASSERT_LE(bytes + 1024, T::smem(2, E::kStageBytes, kColumns));
+  std::map<unsigned, std::pair<unsigned, unsigned>> image;  // byte offset -> (W row, column)
+  for (unsigned warp = 0; warp < T::kConsumerWarps; ++warp)
+    for (unsigned lane = 0; lane < 32; ++lane)
+      for (unsigned c = 0; c < kChains; ++c)
+        for (unsigned j = 0; j < E::kN / 8; ++j)
+          for (unsigned h = 0; h < 2; ++h)
+            for (unsigned e = 0; e < 2; ++e) {
+              const hexel::examples::TileElement held =
+                  Fragment::element(32 * (warp % 4) + lane, 0, 4 * j + 2 * h + e);
+              ASSERT_LT(held.col, unsigned{E::kN});
+              const unsigned row = T::image_row(warp, lane, h),
+                             col = T::image_col(c, E::kN, j, lane) + e;
+              ASSERT_EQ(row, 64 * (warp / 4) + held.row) << "the element's W row";
+              ASSERT_EQ(col, c * E::kN + held.col) << "the element's accumulator column";
+              const unsigned at = T::image_offset(row, col, kColumns);
+              ASSERT_LE(at + 4, bytes);
+              ASSERT_TRUE(image.emplace(at, std::pair{row, col}).second) << "a cell written twice";
+            }
+  ASSERT_EQ(image.size(), std::size_t{G::kWeightRows} * kColumns);
+  for (unsigned warp = 0; warp < G::kEpilogueWarps; ++warp)
+    for (unsigned lane = 0; lane < 32; ++lane)
+      for (unsigned p = 0; p < E::kPieces; ++p)
+        for (unsigned r = 0; r < G::kLoadColumns; ++r) {
+          const unsigned row = E::row(warp, lane);
+          ASSERT_EQ(image.at(T::image_offset(row, E::gate_col(p) + r, kColumns)),
+                    (std::pair{row, E::gate_col(p) + r}));
+          if (SPLIT) {
+            ASSERT_EQ(image.at(T::image_offset(row, E::up_col(p) + r, kColumns)),
+                      (std::pair{row, E::up_col(p) + r}));
+          }
+        }
+}
+
+TEST(SmallEpilogueSm100, TwinImageHoldsTheTensorMemoryLayout) {
+  expect_twin_image<1, false>();
+  expect_twin_image<40, true>();
+  expect_twin_image<128, true>();
+  expect_twin_image<300, false>();
 }
 
 }  // namespace

@@ -1,0 +1,51 @@
+#pragma once
+// The K loop of the sm_100a GEMMs' Hopper twins (gemm_small_sm100.cuh, gemm_prefill_sm100.cuh):
+// one consumer warpgroup's CHAINS accumulators of wgmma m64nNk16 over a ring of 128B-swizzled,
+// K-major stages that TMA filled, each chain one operand pair of the stage (its 64 A rows and its
+// N B rows). The tcgen05 kernels issue one MMA chain per accumulator over the same stages; the
+// twins split the same chains into wgmma's 64-row pieces, which a row's result does not depend on.
+#include "hexel/mbarrier.cuh"
+#include "hexel/swizzle.cuh"
+#include "hexel/wgmma.cuh"
+
+namespace telos_kernels {
+
+// For each of k_blocks stages of the ring: wait for its full barrier (full + 8 · index), then per
+// 16-wide K step one wgmma into each chain d[i] (A at a_tile(stage, i), B at b_tile(stage, i): the
+// stage's addresses, 1024-byte aligned), from zero at the first; one group stays in flight, and
+// once only the newest is pending the warp's first lane releases the previous stage (empty + 8 ·
+// index: one arrival per warp). Returns the last stage's index, which the caller releases if
+// anything loads after it. PTX: wgmma.fence, wgmma.mma_async, wgmma.commit_group,
+// wgmma.wait_group.
+template <unsigned N, unsigned CHAINS, unsigned STAGES, class ATile, class BTile>
+__device__ __forceinline__ unsigned wgmma_chains_k_loop(float (&d)[CHAINS][N / 2],
+                                                        hexel::mbarrier::StageRing<STAGES>& ring,
+                                                        unsigned k_blocks, unsigned full,
+                                                        unsigned empty, unsigned lane, ATile a_tile,
+                                                        BTile b_tile) {
+  using namespace hexel;
+  unsigned prev = 0;
+  for (unsigned kb = 0; kb < k_blocks; ++kb) {
+    mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
+    wgmma::fence();
+#pragma unroll
+    for (unsigned kk = 0; kk < 4; ++kk)  // a 64-wide K block: one 128-byte swizzle row of bf16
+#pragma unroll
+      for (unsigned i = 0; i < CHAINS; ++i) {
+        const auto a = wgmma::kmajor_desc(a_tile(ring.index, i), Swizzle::B128).advanced(32 * kk);
+        const auto b = wgmma::kmajor_desc(b_tile(ring.index, i), Swizzle::B128).advanced(32 * kk);
+        wgmma::mma_ss<N>(d[i], a, b, kb > 0 || kk > 0);
+      }
+    wgmma::commit_group();
+    wgmma::wait_group<1>();
+    if (kb > 0 && lane == 0) mbarrier::arrive(empty + 8 * prev);
+    prev = ring.index;
+    ring.advance();
+  }
+  wgmma::wait_group<0>();
+#pragma unroll
+  for (unsigned i = 0; i < CHAINS; ++i) wgmma::fence_operand(d[i]);
+  return prev;
+}
+
+}  // namespace telos_kernels
