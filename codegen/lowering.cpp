@@ -761,6 +761,8 @@ void lower_attention(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const int combine = b.use(TableRole::attn_combine, a.combine);
   const int prompt = a.prompt_attn ? b.use(TableRole::attn_prefill, a.prompt) : -1;
   const int split = b.use(TableRole::attn_split, a.split);
+  if (mp.e4m3_kv && b.bucket.prefill())
+    b.note("an e4m3 KV cache: the prompt rows on attn_split too (attn_prefill reads bf16 pages)");
   b.launch(split, {a.split_tiles, HKV, attn_grid_slots(a.split_tiles, HKV, mp.nsplits)},
            {"buf:q", a.split_positions, "desc:token_seq", "desc:page_tables", kv, "buf:part_o",
             "buf:part_ml"});
