@@ -392,7 +392,7 @@ struct AttnSplitKernel {
   bool ahead = false, pages = false;
   int blocks = 0, bulk = 0;
   bool early = false;
-  std::string kv;  // kv_format's: "" (bf16) or telos_kernels::KvE4m3<K_SCALE, V_SCALE>
+  std::string kv{};  // kv_format's: "" (bf16) or telos_kernels::KvE4m3<K_SCALE, V_SCALE>
   std::string instance() const;
   int smem() const { return bulk ? attn_split_ring_bytes(page, d, bulk, kv.empty() ? 2 : 1) : 0; }
 };
