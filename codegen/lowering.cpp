@@ -716,6 +716,7 @@ void lower_qkv(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
     std::vector<std::string> params = {"x", "norm_w", "w_map", "qkv"};
     params.insert(params.end(), epi.params.begin(), epi.params.end());
     params.push_back("arrivals");
+    // The slot image's W_BH and W_BOX (0, 0: none) are spelled out where the KV format follows.
     const int k = b.use(
         TableRole::qkv_proj,
         {"telos_kernels::gemm_small_norm_qkv<" + num(T) + ", " + num(H) + ", " + num(t.bn) + ", " +
@@ -761,7 +762,7 @@ void lower_attention(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const int combine = b.use(TableRole::attn_combine, a.combine);
   const int prompt = a.prompt_attn ? b.use(TableRole::attn_prefill, a.prompt) : -1;
   const int split = b.use(TableRole::attn_split, a.split);
-  if (mp.e4m3_kv && b.bucket.prefill())
+  if (mp.e4m3_kv && b.bucket.prefill() && !b.bucket.tcgen05)
     b.note("an e4m3 KV cache: the prompt rows on attn_split too (attn_prefill reads bf16 pages)");
   b.launch(split, {a.split_tiles, HKV, attn_grid_slots(a.split_tiles, HKV, mp.nsplits)},
            {"buf:q", a.split_positions, "desc:token_seq", "desc:page_tables", kv, "buf:part_o",

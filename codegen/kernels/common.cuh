@@ -48,7 +48,7 @@ using hexel::pack_bf16x2;
 // product is rounded once more, to bf16 (relative error at most 2^-9, an eighth of e4m3's own
 // step), where the CPU engine keeps it in f32. kBytes: bytes an element.
 struct KvBf16 {
-  enum : unsigned { kE4m3 = 0, kBytes = 2 };
+  enum : unsigned { kBytes = 2 };
   using Elem = bf16;
   using Piece8 = uint4;  // eight elements
   __device__ __forceinline__ static Elem encode(float x, int) { return f32_to_bf16(x); }
@@ -59,7 +59,7 @@ struct KvBf16 {
 };
 template <float K_SCALE, float V_SCALE>
 struct KvE4m3 {
-  enum : unsigned { kE4m3 = 1, kBytes = 1 };
+  enum : unsigned { kBytes = 1 };
   using Elem = unsigned char;
   using Piece8 = uint2;
   // kv: 0 for K, 1 for V.
