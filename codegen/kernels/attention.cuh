@@ -704,7 +704,8 @@ __device__ __forceinline__ void attn_split_block(
 // which the QKV kernel before this one writes, are read after it. Elsewhere (a prefill bucket's
 // rows may be several tokens of one sequence, whose K/V this step writes) the block waits at
 // entry. Nothing is written before the wait, and a block whose items all return early waits after
-// them, so the grid still completes after its predecessor. Loads only: the same bits.
+// them, so the grid still completes after its predecessor. Loads only: the same bits. KV: the
+// cache's element format (common.cuh), KvE4m3 with the layer's scales for an e4m3 cache.
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false,
           int BLOCKS = 3, int BULK = 0, bool EARLY = false, class KV = KvBf16>
