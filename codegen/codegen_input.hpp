@@ -16,8 +16,11 @@ struct CodegenInput {
   bool decode_weight_images = true;
   // attention_split: positions per split of decode attention (256 or 512).
   int attention_split = 256;
-  // kv_dtype: the KV pages' element type; the attention kernels read BF16 pages only.
+  // kv_dtype: the KV pages' element type, BF16 or E4M3; an E4M3 cache's scales, one a layer (the
+  // manifest's kv_cache.k_scales and v_scales), are template arguments of the kernels that append
+  // to the pages and read them.
   DType kv_dtype = DType::BF16;
+  std::vector<float> kv_k_scales, kv_v_scales;
 };
 
 }  // namespace telos::codegen

@@ -425,12 +425,19 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
 
 std::string AttnSplitKernel::instance() const {
   auto I_ = [](long long v) { return std::to_string(v); };
+  const bool e4m3 = !kv.empty();  // KV, the last argument: every one before it spelled out
   return "telos_kernels::attn_split<" + I_(hq) + ", " + I_(hkv) + ", " + I_(d) + ", " + I_(page) +
          ", " + I_(maxp) + ", " + I_(page_elems) + "ll, " + I_(split) + ", " + I_(nsplit) + ", " +
          float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(d))) + ", " + I_(tpt) +
          (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
-         (blocks || bulk || early ? ", " + I_(blocks ? blocks : 3) : "") +
-         (bulk || early ? ", " + I_(bulk) : "") + (early ? ", true" : "") + ">";
+         (blocks || bulk || early || e4m3 ? ", " + I_(blocks ? blocks : 3) : "") +
+         (bulk || early || e4m3 ? ", " + I_(bulk) : "") +
+         (early || e4m3 ? (early ? ", true" : ", false") : "") + (e4m3 ? ", " + kv : "") + ">";
+}
+
+std::string kv_format(bool e4m3, float k_scale, float v_scale) {
+  if (!e4m3) return "";
+  return "telos_kernels::KvE4m3<" + float_literal(k_scale) + ", " + float_literal(v_scale) + ">";
 }
 
 AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows, bool decode) {

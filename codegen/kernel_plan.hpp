@@ -358,9 +358,10 @@ inline bool attn_split_page_ahead(int page_size) {
   return page_size % 16 == 0;
 }
 // attn_split's dynamic shared memory with BULK ring slots a warp (kernels/attention.cuh: pages of
-// 16 positions, one token a block): four warps' slots of a page's K and V, and an mbarrier a slot.
-inline int attn_split_ring_bytes(int page_size, int head_dim, int bulk) {
-  return 4 * bulk * (2 * page_size * head_dim * 2 + 8);
+// 16 positions, one token a block): four warps' slots of a page's K and V (elem_bytes an element:
+// 2 for a bf16 cache, 1 for an e4m3 one), and an mbarrier a slot.
+inline int attn_split_ring_bytes(int page_size, int head_dim, int bulk, int elem_bytes = 2) {
+  return 4 * bulk * (2 * page_size * head_dim * elem_bytes + 8);
 }
 // Buckets of at least kAttnSplitBulkMinRows split rows, one token a tile, without LOAD_AHEAD,
 // stream each warp's chunks through kAttnSplitBulk ring slots of bulk copies (BULK, three blocks
@@ -382,7 +383,8 @@ inline bool attn_split_bulk_fits(int page_size, int group) {
 // the head shape, the KV pool's page geometry, the split and its partial slots, tokens a tile,
 // LOAD_AHEAD, PAGE_AHEAD, blocks an SM (0: the kernel's default, 3), BULK ring slots a warp
 // (0: none) and EARLY (the PDL wait inside each item, after the loads of what earlier steps
-// wrote: decode buckets only); the scale is log2(e) / sqrt(d).
+// wrote: decode buckets only) and the cache's element format (kv_format: "" for bf16); the scale
+// is log2(e) / sqrt(d).
 struct AttnSplitKernel {
   int hq = 0, hkv = 0, d = 0, page = 0, maxp = 0;
   long long page_elems = 0;
@@ -390,9 +392,14 @@ struct AttnSplitKernel {
   bool ahead = false, pages = false;
   int blocks = 0, bulk = 0;
   bool early = false;
+  std::string kv{};  // kv_format's: "" (bf16) or telos_kernels::KvE4m3<K_SCALE, V_SCALE>
   std::string instance() const;
-  int smem() const { return bulk ? attn_split_ring_bytes(page, d, bulk) : 0; }
+  int smem() const { return bulk ? attn_split_ring_bytes(page, d, bulk, kv.empty() ? 2 : 1) : 0; }
 };
+// The KV cache's element format as the kernels that append to it and read it take it
+// (kernels/common.cuh): "" for a bf16 cache (their default, KvBf16), else
+// telos_kernels::KvE4m3<K_SCALE, V_SCALE> with the layer's scales (docs/fp8.md, "FP8 KV cache").
+std::string kv_format(bool e4m3, float k_scale, float v_scale);
 // `k` (its shape, split and TPT) with the plan's load scheme and blocks an SM for a bucket of
 // `split_rows` split rows: LOAD_AHEAD up to kAttnSplitAheadMaxRows at TPT 1, else BULK from
 // kAttnSplitBulkMinRows where attn_split_bulk_fits, else four blocks from

@@ -177,10 +177,13 @@ void check_model(const ModelShape& m, const CodegenInput& in) {
   need(in.attention_split == kAttnSplit || in.attention_split == kAttnSplitLong,
        "serving.attention_split must be " + std::to_string(kAttnSplit) + " or " +
            std::to_string(kAttnSplitLong));
-  need(in.kv_dtype == DType::BF16,
-       "serving.kv_dtype \"fp8_e4m3\": the GPU attention kernels read bf16 KV pages only; "
-       "compile with --target cpu (the CPU reference engine runs an e4m3 KV cache) or "
-       "kv_dtype \"bf16\"");
+  const bool e4m3_kv = in.kv_dtype == DType::E4M3;
+  need(in.kv_dtype == DType::BF16 || e4m3_kv, "serving.kv_dtype must be bf16 or e4m3");
+  const std::size_t scales = e4m3_kv ? static_cast<std::size_t>(m.L) : 0;
+  need(in.kv_k_scales.size() == scales && in.kv_v_scales.size() == scales,
+       "an e4m3 KV cache takes a K and a V scale a layer (" + std::to_string(m.L) +
+           "), a bf16 one none; got " + std::to_string(in.kv_k_scales.size()) + " and " +
+           std::to_string(in.kv_v_scales.size()));
 }
 
 // ---- What the buckets share, and one bucket -----------------------------------------------------
@@ -197,6 +200,7 @@ struct ModelPlan {
   long long page_elems = 0;
   int split = 0, nsplits = 0;
   long long layer_bytes = 0;
+  bool e4m3_kv = false;  // the KV cache is e4m3 (docs/fp8.md, "FP8 KV cache")
   PersistentLayerTiling layer_t{};
   bool images = false;  // a bucket runs the one-token layer: the others read its slot images
 
@@ -208,6 +212,13 @@ struct ModelPlan {
   // the one-token layer streams, or (bn 0) the weight itself.
   WeightImage image(const std::string& name) const {
     return images ? layer_weight_image(layer_t, name) : WeightImage{};
+  }
+  // Layer `layer`'s KV format, the last template argument of the kernels that append to its pages
+  // and read them: "" for a bf16 cache (their default).
+  std::string kv(int layer) const {
+    const auto l = static_cast<std::size_t>(layer);
+    return kv_format(e4m3_kv, e4m3_kv ? serving.kv_k_scales.at(l) : 1.0f,
+                     e4m3_kv ? serving.kv_v_scales.at(l) : 1.0f);
   }
 };
 
@@ -236,6 +247,10 @@ ModelPlan model_plan(const ModelShape& m, const CodegenInput& in, const std::str
   // decode_layer_persistent reads bf16 weights only: an FP8 model's one-token buckets take the
   // small-M rules, on the e4m3 GEMMs (docs/fp8.md).
   if (m.e4m3) mp.layer_t.fits = false;
+  // It appends and reads bf16 KV pages only: with an e4m3 cache, one-token buckets take the
+  // small-M rules too (docs/fp8.md, "FP8 KV cache").
+  mp.e4m3_kv = in.kv_dtype == DType::E4M3;
+  if (mp.e4m3_kv) mp.layer_t.fits = false;
   mp.images = std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(), [&](int n) {
     return n > 0 && bucket_shape_class(false, n, mp.layer_t.fits) == ShapeClass::one_token_decode;
   });
@@ -574,9 +589,10 @@ void launch_gemm_e4m3(BucketLowering& b, TableRole role, const ir::Param& w,
 // ---- The QKV epilogue and attention -------------------------------------------------------------
 
 // The QKV epilogue (bias, QK norm, RoPE, q out, K/V appended to their pages) of the rope_kv_append
-// linear `op`: its template arguments after the head shape, its parameters and operands.
+// linear `op`: its template arguments after the head shape up to the RoPE table, the layer's KV
+// format (ModelPlan::kv), its parameters and operands.
 struct QkvEpilogue {
-  std::string targs;
+  std::string targs, kv;
   std::vector<std::string> params, args;
 };
 
@@ -587,6 +603,7 @@ QkvEpilogue qkv_epilogue(const ModelPlan& mp, const ir::Op& op) {
       std::string(bias ? "true" : "false") + ", " + (qk_norm ? "true" : "false") + ", " +
           float_literal(mp.m.eps) + ", " + num(mp.page) + ", " + num(mp.maxp) + ", " +
           num(mp.page_elems) + "ll, telos_rope::Freqs",
+      mp.kv(int_attr(op, "layer")),
       {"bias", "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "q_out"},
       {bias ? weight(op, 1) : "null", qk_norm ? weight(op, n - 2) : "null",
        qk_norm ? weight(op, n - 1) : "null", "desc:positions", "desc:token_seq", "desc:page_tables",
@@ -614,8 +631,9 @@ AttentionKernels choose_attention(const ModelPlan& mp, const Bucket& b, const ir
                    ", " + num(mp.split) + ">",
                {"part_o", "part_ml", "positions", "out"},
                D};
-  // attn_prefill is wgmma: on sm_100a the split kernels (mma.sync) take the prompt rows too.
-  a.prompt_attn = !b.tcgen05 && prompt_attention(b.prefill(), D, G);
+  // attn_prefill is wgmma: on sm_100a the split kernels (mma.sync) take the prompt rows too. It
+  // reads bf16 pages through tensor maps: with an e4m3 cache they do so on every target.
+  a.prompt_attn = !b.tcgen05 && !mp.e4m3_kv && prompt_attention(b.prefill(), D, G);
   // Persistent where it fits: the CTAs run the tiles in turn through one K/V ring, the same bits.
   a.prompt_tpt = attn_prefill_tokens_per_tile(b.T, G);
   a.prompt_nt = attn_prefill_persistent_fits(D, mp.page, a.prompt_tpt) ? b.T / a.prompt_tpt : 0;
@@ -631,6 +649,7 @@ AttentionKernels choose_attention(const ModelPlan& mp, const Bucket& b, const ir
   AttnSplitKernel k = attn_split_for_rows(
       {HQ, HKV, D, mp.page, mp.maxp, mp.page_elems, mp.split, mp.nsplits, a.tpt}, a.split_rows,
       !b.prefill());
+  k.kv = mp.kv(int_attr(op, "layer"));
   // sm_100a's ptxas spills attn_split at four blocks an SM (128 registers) where sm_90a's does not
   // (head dim 128, tiles of 4 and 8 tokens): three there. Registers only: the same bits.
   if (b.tcgen05) k.blocks = 0;
@@ -697,12 +716,16 @@ void lower_qkv(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
     std::vector<std::string> params = {"x", "norm_w", "w_map", "qkv"};
     params.insert(params.end(), epi.params.begin(), epi.params.end());
     params.push_back("arrivals");
-    const int k =
-        b.use(TableRole::qkv_proj,
-              {"telos_kernels::gemm_small_norm_qkv<" + num(T) + ", " + num(H) + ", " + num(t.bn) +
-                   ", " + num(t.stages) + ", " + num(HQ) + ", " + num(HKV) + ", " + num(D) + ", " +
-                   epi.targs + (box > 0 ? ", " + num(img.half_rows()) + ", " + num(box) : "") + ">",
-               params, kSmallGemmThreads, t.smem()});
+    // The slot image's W_BH and W_BOX (0, 0: none) are spelled out where the KV format follows.
+    const int k = b.use(
+        TableRole::qkv_proj,
+        {"telos_kernels::gemm_small_norm_qkv<" + num(T) + ", " + num(H) + ", " + num(t.bn) + ", " +
+             num(t.stages) + ", " + num(HQ) + ", " + num(HKV) + ", " + num(D) + ", " + epi.targs +
+             (box > 0 || !epi.kv.empty()
+                  ? ", " + num(box > 0 ? img.half_rows() : 0) + ", " + num(box)
+                  : "") +
+             (epi.kv.empty() ? "" : ", " + epi.kv) + ">",
+         params, kSmallGemmThreads, t.smem()});
     epi.args.insert(epi.args.begin(),
                     {"buf:x", weight(*norm, 0),
                      weight_map(img, box, weight(op, 0), rows, H, t.cols), "buf:qkv"});
@@ -719,10 +742,10 @@ void lower_qkv(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
                 rows, norm);
   }
   epi.params.insert(epi.params.begin(), "qkv");
-  const int k =
-      b.use(TableRole::qkv_epilogue, {"telos_kernels::qkv_rope_append_rows<" + num(HQ) + ", " +
-                                          num(HKV) + ", " + num(D) + ", " + epi.targs + ">",
-                                      epi.params, D});
+  const int k = b.use(TableRole::qkv_epilogue,
+                      {"telos_kernels::qkv_rope_append_rows<" + num(HQ) + ", " + num(HKV) + ", " +
+                           num(D) + ", " + epi.targs + (epi.kv.empty() ? "" : ", " + epi.kv) + ">",
+                       epi.params, D});
   epi.args.insert(epi.args.begin(), "buf:qkv");
   b.launch(k, {HQ + 2 * HKV, T, 1}, epi.args);
 }
@@ -739,6 +762,8 @@ void lower_attention(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const int combine = b.use(TableRole::attn_combine, a.combine);
   const int prompt = a.prompt_attn ? b.use(TableRole::attn_prefill, a.prompt) : -1;
   const int split = b.use(TableRole::attn_split, a.split);
+  if (mp.e4m3_kv && b.bucket.prefill() && !b.bucket.tcgen05)
+    b.note("an e4m3 KV cache: the prompt rows on attn_split too (attn_prefill reads bf16 pages)");
   b.launch(split, {a.split_tiles, HKV, attn_grid_slots(a.split_tiles, HKV, mp.nsplits)},
            {"buf:q", a.split_positions, "desc:token_seq", "desc:page_tables", kv, "buf:part_o",
             "buf:part_ml"});

@@ -178,7 +178,7 @@ int run_compile(const CompileOptions& o) {
   // launches it made.
   // One kernel set a target (docs/artifact.md, "Kernel sets").
   const std::vector<codegen::KernelPlan> lowered =
-      codegen::plan_kernel_sets(graph, codegen_input(config));
+      codegen::plan_kernel_sets(graph, codegen_input(model.spec, config));
   if (o.emit == "lowering") {
     std::cout << print_lowerings(lowered);
     return 0;

@@ -539,10 +539,6 @@ ArtifactManifest validate_manifest(const json& m, const std::string& file) {
   // The launch programs, which only the GPU engine runs, with the kernels.
   const json& kernels = f.array(m, "", "kernels");
   a.has_kernels = !kernels.empty();
-  if (a.has_kernels && a.kv_cache.dtype == DType::E4M3)
-    f.refuse("kv_cache.dtype",
-             "e4m3 KV pages are read by the CPU reference engine only, and this artifact has GPU "
-             "kernels (they read bf16 pages)");
   if (a.has_kernels) a.kernel_sets = read_kernel_sets(f, m, a);
   const json& sum = f.member(m, "", "manifest_checksum");
   if (!is_checksum(sum)) f.refuse("manifest_checksum", "expected a checksum string \"xxh64:...\"");

@@ -1,7 +1,9 @@
 #include "support/artifact_programs.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "support/artifact_format.hpp"
@@ -248,17 +250,53 @@ LaunchArg read_arg(const ManifestFields& f, const json& v, const std::string& fi
   return arg;
 }
 
+// A kernel that takes kv:L appends to or reads the pages in one element format, a template
+// argument of its instance (codegen/kernels/common.cuh): telos_kernels::KvE4m3<K_SCALE, V_SCALE>
+// for an e4m3 cache, with layer L's scales, none for a bf16 one. An instance of the other format
+// would address the pool's pages at the other size.
+void check_kv_format(const ManifestFields& f, const std::string& field, const KernelEntry& k,
+                     int layer, const KvCacheConfig& kv) {
+  const std::string tag = "telos_kernels::KvE4m3<";
+  const std::size_t at = k.instance.find(tag);
+  if (kv.dtype != DType::E4M3) {
+    if (at != std::string::npos)
+      f.refuse(field, "kernel " + k.instance + " reads an e4m3 KV cache; kv_cache.dtype is " +
+                          std::string(dtype_name(kv.dtype)));
+    return;
+  }
+  const auto l = static_cast<std::size_t>(layer);
+  float scales[2] = {0.f, 0.f};
+  if (at != std::string::npos) {
+    const char* p = k.instance.c_str() + at + tag.size();
+    char* end = nullptr;
+    scales[0] = std::strtof(p, &end);
+    if (end[0] == 'f' && end[1] == ',') scales[1] = std::strtof(end + 2, nullptr);
+  }
+  if (at == std::string::npos || scales[0] != kv.k_scales[l] || scales[1] != kv.v_scales[l]) {
+    std::ostringstream want;
+    want.precision(9);
+    want << tag << kv.k_scales[l] << ", " << kv.v_scales[l] << ">";
+    f.refuse(field, "kernel " + k.instance + " does not read layer " + std::to_string(layer) +
+                        "'s e4m3 KV cache as kv_cache.dtype, k_scales and v_scales give it (" +
+                        want.str() + ")");
+  }
+}
+
 ProgramLaunch read_launch(const ManifestFields& f, const json& launch, const std::string& path,
-                          std::size_t kernels, const ArtifactManifest& a,
+                          const std::vector<KernelEntry>& kernels, const ArtifactManifest& a,
                           const WeightsByName& weights, const ArenaByName& arena) {
   if (!launch.is_object()) f.refuse(path, "expected an object");
   ProgramLaunch l;
   l.kernel = static_cast<int>(
-      f.integer(launch, path, "kernel", 0, static_cast<std::int64_t>(kernels) - 1));
+      f.integer(launch, path, "kernel", 0, static_cast<std::int64_t>(kernels.size()) - 1));
   l.grid = read_dims(f, launch, path, "grid", limits::kMaxGridX, limits::kMaxGridYZ);
   const json& args = bounded_array(f, launch, path, "args");
-  for (std::size_t k = 0; k < args.size(); ++k)
+  for (std::size_t k = 0; k < args.size(); ++k) {
     l.args.push_back(read_arg(f, args[k], at(path + ".args", k), a, weights, arena));
+    if (l.args.back().kind == ArgKind::kv_layer)
+      check_kv_format(f, at(path + ".args", k), kernels[static_cast<std::size_t>(l.kernel)],
+                      l.args.back().layer, a.kv_cache);
+  }
   return l;
 }
 
@@ -277,8 +315,8 @@ ProgramBucket read_bucket(const ManifestFields& f, const json& b, const std::str
   const json& launches = bounded_array(f, b, path, "launches");
   if (launches.empty()) f.refuse(path + ".launches", "expected at least one launch");
   for (std::size_t j = 0; j < launches.size(); ++j)
-    bucket.launches.push_back(read_launch(f, launches[j], at(path + ".launches", j),
-                                          p.kernels.size(), a, weights, arena));
+    bucket.launches.push_back(
+        read_launch(f, launches[j], at(path + ".launches", j), p.kernels, a, weights, arena));
   // The tokens reach the host only through the sample kernel's host:sampled.
   const bool samples =
       std::any_of(bucket.launches.begin(), bucket.launches.end(), [](const auto& l) {

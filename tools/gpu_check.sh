@@ -50,15 +50,18 @@ if [ "${1:-}" = "--prepare" ]; then
   # (executor/bench).
   cmake --build "$BUILD" --target telos-launch-bench telos-device-launch-probe -j2 2>/dev/null || true
   rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128"
-  p128=$(mktemp) b64=$(mktemp)
+  p128=$(mktemp) b64=$(mktemp) kvfp8=$(mktemp)
   echo '{"max_batch": 8, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 128},
          "prefill_chunk": 128, "prefill_buckets": [128]}' >"$p128"
   echo '{"max_batch": 64, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 1152},
          "prefill_chunk": 256}' >"$b64"
+  # The tiny models with an e4m3 KV cache (gpu_model_test, E4m3KvCache...; docs/fp8.md).
+  echo '{"max_batch": 8, "kv_pool": {"pages": 256}, "kv_dtype": "fp8_e4m3"}' >"$kvfp8"
   for m in models/tiny-llama test/fixtures/tiny-qwen2 test/fixtures/tiny-qwen3; do
     name=$(basename "$m")
     "$BUILD/bin/telosc" compile "$m" -o "$CARRY/artifacts/$name.telos"
     "$BUILD/bin/telosc" compile "$m" --serving "$p128" -o "$CARRY/artifacts-p128/$name.telos"
+    "$BUILD/bin/telosc" compile "$m" --serving "$kvfp8" -o "$CARRY/artifacts/$name-kv-fp8.telos"
   done
   # tiny-llama past its committed 256 positions (a copy with max_position_embeddings 512), for
   # one-token steps past the first attention split (gpu_model_test, GpuModelLongContext).
@@ -75,7 +78,7 @@ if [ "${1:-}" = "--prepare" ]; then
   rm -rf "$long" "$long_serving"
   # tiny-llama as committed has max_batch 8; the engine's overhead is wanted at batch 1 and 64.
   "$BUILD/bin/telosc" compile models/tiny-llama --serving "$b64" -o "$CARRY/artifacts/tiny-llama-b64.telos"
-  rm -f "$p128" "$b64"
+  rm -f "$p128" "$b64" "$kvfp8"
   cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$BUILD/bin/telos-kernel-bench" \
      "$BUILD/bin/telos-prefill-bench" "$BUILD/bin/telos-attn-prefill-bench" "$BUILD/bin/telos-run" \
      "$BUILD/bin/telosc" "$BUILD/bin/telos-allreduce-bench" "$CARRY/bin/"
@@ -145,7 +148,7 @@ if [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ] && [ -z "${GPU_CHECK_SANITIZERS_ONLY:-}"
       --telos-run "$B/telos-run" --engine gpu "$P/artifacts/tiny-llama.telos" \
       "$P/artifacts/tiny-qwen2.telos" "$P/artifacts/tiny-qwen3.telos" "$P/artifacts-p128/tiny-llama.telos"
   run "memcheck: tiny models" memcheck-model.log $CS --tool memcheck "$B/gpu_model_test" \
-      --gtest_filter='*MatchesTransformers*:*LongContext*'
+      --gtest_filter='*MatchesTransformers*:*LongContext*:*E4m3Kv*'
 fi
 if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ]; then
   # Longer than the other steps: the small GEMM's bit test fills shared memory with NaNs before
@@ -173,7 +176,7 @@ if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ]; then
         --engine gpu --prompt-ids "$(seq -s, 1 506)" --prompt-ids "$(seq -s, 3 508)" --max-tokens 12 || rc=1
     exit $rc'
   run "synccheck: tiny models" synccheck-model.log $CS --tool synccheck "$B/gpu_model_test" \
-      --gtest_filter='*MatchesTransformers*:*LongContext*'
+      --gtest_filter='*MatchesTransformers*:*LongContext*:*E4m3Kv*'
 fi
 if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_SANITIZERS_ONLY:-}" ]; then
   # The kernel cache entries used so far, packed before the timings (a call cut short in them

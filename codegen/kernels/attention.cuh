@@ -10,7 +10,11 @@
 // tokens) with an online softmax on tensor cores, and attn_combine merges the slots in order.
 // Split boundaries, the slot of a split, the 16-position chunks inside a split and the order in
 // which the warps' results are merged depend only on positions, never on the batch or the tile,
-// so a row's result does not depend on its bucket.
+// so a row's result does not depend on its bucket. The cache's element format (KV: KvBf16 or
+// KvE4m3, common.cuh) changes only what a lane loads (an e4m3 cache's pieces are half the bytes)
+// and one step where the MMA takes them: each element becomes its bf16 operand (KV::k_operand,
+// v_operand), a function of the element and the layer's scale alone, so that rule holds for
+// either format; with a bf16 cache the step is the identity.
 #include "common.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/mma.cuh"
@@ -71,8 +75,8 @@ namespace telos_kernels {
 // chunk's K/V loads wait on no page-table load of their own. Loads only, as LOAD_AHEAD.
 // BULK (one token an item, pages of 16 positions, without LOAD_AHEAD): each warp streams its
 // chunks through a ring of BULK slots of shared memory at `ring` (attn_split_ring_bytes), a slot
-// one chunk's page of K and of V (2 · 16 · D bf16), filled by two bulk copies that lane 0 issues
-// (PTX ISA: cp.async.bulk, completing on the slot's mbarrier), the warp's first BULK chunks
+// one chunk's page of K and of V (2 · 16 · D elements), filled by two bulk copies that lane 0
+// issues (PTX ISA: cp.async.bulk, completing on the slot's mbarrier), the warp's first BULK chunks
 // before Q's staging; for each chunk, across its splits, the lanes wait on its slot, read it into
 // the registers load_chunk fills, with the same rows (positions clamped to end - 1: the slot holds
 // the whole page, whose rows past the sequence's last position were never written), compute, and
@@ -152,38 +156,51 @@ __device__ __forceinline__ void attn_scan_segments(const int (&sm_pos)[TPT],
   sm_nseg = n;
 }
 
-// Row loads into registers: a lane's D / 32 16-byte pieces of a K row from k, its D / 16 words of a
-// V row from v.
-template <int D>
-__device__ __forceinline__ void attn_load_k_row(const bf16* k, uint4 (&kk)[D / 32]) {
+// The words of the D / 8 elements of a V row a lane loads, in the cache's element format KV.
+template <int D, class KV>
+inline constexpr int kAttnVWords = D / 8 * KV::kBytes / 4;
+
+// Row loads into registers, as stored (KV, common.cuh; attn_chunk makes them MMA operands): a
+// lane's D / 32 pieces of eight elements of a K row from k, its kAttnVWords words of a V row from
+// v.
+template <int D, class KV>
+__device__ __forceinline__ void attn_load_k_row(const typename KV::Elem* k,
+                                                typename KV::Piece8 (&kk)[D / 32]) {
 #pragma unroll
-  for (int j = 0; j < D / 32; ++j) kk[j] = load8(k + 32 * j);
+  for (int j = 0; j < D / 32; ++j)
+    kk[j] = *reinterpret_cast<const typename KV::Piece8*>(k + 32 * j);
 }
-template <int D>
-__device__ __forceinline__ void attn_load_v_row(const bf16* v, unsigned (&vv)[D / 16]) {
-  constexpr int VW = D / 16;
+template <int D, class KV>
+__device__ __forceinline__ void attn_load_v_row(const typename KV::Elem* v,
+                                                unsigned (&vv)[kAttnVWords<D, KV>]) {
+  constexpr int VW = kAttnVWords<D, KV>;
+  const unsigned* words = reinterpret_cast<const unsigned*>(v);
   if constexpr (VW % 4 == 0) {
 #pragma unroll
     for (int w = 0; w < VW; w += 4) {
-      const uint4 x = load8(v + 2 * w);
+      const uint4 x = *reinterpret_cast<const uint4*>(words + w);
       vv[w] = x.x, vv[w + 1] = x.y, vv[w + 2] = x.z, vv[w + 3] = x.w;
+    }
+  } else if constexpr (VW % 2 == 0) {
+#pragma unroll
+    for (int w = 0; w < VW; w += 2) {
+      const uint2 x = *reinterpret_cast<const uint2*>(words + w);
+      vv[w] = x.x, vv[w + 1] = x.y;
     }
   } else {
 #pragma unroll
-    for (int w = 0; w < VW; w += 2) {
-      const uint2 x = *reinterpret_cast<const uint2*>(v + 2 * w);
-      vv[w] = x.x, vv[w + 1] = x.y;
-    }
+    for (int w = 0; w < VW; ++w) vv[w] = words[w];
   }
 }
 
 // One warp's 16-position chunk from c of an item, its K and V in the registers load_chunk fills:
 // S = Q·Kᵀ (two m16n8k16 tiles per 16 dims, Q's fragments from sm_q), the online softmax of rows
 // g and g + 8 (their valid positions [0, e0) and [0, e1); running maxima m0, m1 and sums l0, l1,
-// log2 domain), then o = o · correction + P·V (one m16n8k16 per 8 dims).
-template <int D>
-__device__ __forceinline__ void attn_chunk(int c, const uint4 (&kr)[2][D / 32],
-                                           const unsigned (&vr)[4][D / 16],
+// log2 domain), then o = o · correction + P·V (one m16n8k16 per 8 dims). K and V are as stored
+// (KV): each element becomes its bf16 operand (KV::k_operand, v_operand) where the MMA takes it.
+template <int D, class KV>
+__device__ __forceinline__ void attn_chunk(int c, const typename KV::Piece8 (&kr)[2][D / 32],
+                                           const unsigned (&vr)[4][kAttnVWords<D, KV>],
                                            const uint4 (&sm_q)[D / 16][32], int lane, int c4,
                                            int e0, int e1, float& m0, float& m1, float& l0,
                                            float& l1, float (&o)[D / 8][4]) {
@@ -198,8 +215,9 @@ __device__ __forceinline__ void attn_chunk(int c, const uint4 (&kr)[2][D / 32],
     const unsigned qx[4] = {x.x, x.y, x.z, x.w}, qy[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      hexel::mma_m16n8k16_bf16(s[i], qx, kr[i][j].x, kr[i][j].y);
-      hexel::mma_m16n8k16_bf16(s[i], qy, kr[i][j].z, kr[i][j].w);
+      const uint4 k = KV::k_operand(kr[i][j]);
+      hexel::mma_m16n8k16_bf16(s[i], qx, k.x, k.y);
+      hexel::mma_m16n8k16_bf16(s[i], qy, k.z, k.w);
     }
   }
   // s[i][0..1]: row g, positions c + 8i + 2·c4 + {0,1}; s[i][2..3]: row g + 8, same
@@ -247,8 +265,9 @@ __device__ __forceinline__ void attn_chunk(int c, const uint4 (&kr)[2][D / 32],
     // Low halves (even n) or high halves (odd n) of the two positions' words, the lower
     // position in the low half (byte permute: CUDA __byte_perm).
     const unsigned sel = n % 2 ? 0x7632u : 0x5410u;
-    hexel::mma_m16n8k16_bf16(o[n], pa, __byte_perm(vr[0][n / 2], vr[1][n / 2], sel),
-                             __byte_perm(vr[2][n / 2], vr[3][n / 2], sel));
+    hexel::mma_m16n8k16_bf16(
+        o[n], pa, __byte_perm(KV::v_operand(vr[0], n / 2), KV::v_operand(vr[1], n / 2), sel),
+        __byte_perm(KV::v_operand(vr[2], n / 2), KV::v_operand(vr[3], n / 2), sel));
   }
 }
 
@@ -360,17 +379,17 @@ __device__ __forceinline__ void attn_write_partials(float* part_o, float* part_m
 
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false, int BULK = 0,
-          class Sync, class BeforeQ = AttnNoWait>
-__device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, const float* q,
-                                                 const int* positions, const int* token_seq,
-                                                 const int* page_tables, const bf16* kv_layer,
-                                                 float* part_o, float* part_ml, Sync sync,
-                                                 bf16* out = nullptr,
-                                                 unsigned char* ring = nullptr,
-                                                 AttnRing* ring_state = nullptr,
-                                                 int next_slot = -1, BeforeQ before_q = {}) {
+          class KV = KvBf16, class Sync, class BeforeQ = AttnNoWait>
+__device__ __forceinline__ void attn_split_block(
+    int tile, int kvh, int slot, const float* q, const int* positions, const int* token_seq,
+    const int* page_tables, const typename KV::Elem* kv_layer, float* part_o, float* part_ml,
+    Sync sync, bf16* out = nullptr, unsigned char* ring = nullptr, AttnRing* ring_state = nullptr,
+    int next_slot = -1, BeforeQ before_q = {}) {
   constexpr int G = HQ / HKV, W = 4, R = TPT * G;  // R: MMA rows in use
-  constexpr int KS = D / 16, NT = D / 8, VW = D / 16;  // k-steps, n-tiles, V words per position
+  constexpr int KS = D / 16, NT = D / 8;           // k-steps, n-tiles
+  constexpr int VW = kAttnVWords<D, KV>;           // a lane's words of a V row
+  using Elem = typename KV::Elem;
+  using Piece8 = typename KV::Piece8;
   static_assert(HQ % HKV == 0 && TPT >= 1 && R <= 16 && D % 32 == 0 && D <= 128 &&
                     SPLIT % (16 * W) == 0,
                 "shape");
@@ -398,8 +417,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     if (last < first) return;
   }
 
-  const bf16* k_base = kv_layer + static_cast<long long>(kvh) * PAGE * D + 8 * c4;
-  const bf16* v_base = kv_layer + static_cast<long long>(HKV + kvh) * PAGE * D + g * (D / 8);
+  const Elem* k_base = kv_layer + static_cast<long long>(kvh) * PAGE * D + 8 * c4;
+  const Elem* v_base = kv_layer + static_cast<long long>(HKV + kvh) * PAGE * D + g * (D / 8);
   const int* pt = page_tables + seq1 * MAXP;  // the pass's sequence's page table
   // PAGE_AHEAD: lane j of a warp holds the page of the warp's chunk j of the split from `start`
   // (start + 16 · (warp + W · j), clamped to end - 1 as the loads clamp their positions), j up to
@@ -410,12 +429,12 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     if (lane <= SPLIT / (16 * W))
       split_pg = pt[min(start + 16 * (warp + W * lane), end - 1) / PAGE];
   };
-  auto load_k_row = [](const bf16* k, uint4(&kk)[D / 32]) { attn_load_k_row<D>(k, kk); };
-  auto load_v_row = [](const bf16* v, unsigned(&vv)[VW]) { attn_load_v_row<D>(v, vv); };
+  auto load_k_row = [](const Elem* k, Piece8(&kk)[D / 32]) { attn_load_k_row<D, KV>(k, kk); };
+  auto load_v_row = [](const Elem* v, unsigned(&vv)[VW]) { attn_load_v_row<D, KV>(v, vv); };
   // A chunk's K and V (16 positions from c; positions past `end` - 1 clamped to it) into
   // registers, every load issued before the first use. With PAGE_AHEAD the chunk's page comes from
   // its lane of split_pg (a chunk past `end` reads position end - 1, in that lane's page too).
-  auto load_chunk = [&](int c, int end, uint4(&kr)[2][D / 32], unsigned(&vr)[4][VW]) {
+  auto load_chunk = [&](int c, int end, Piece8(&kr)[2][D / 32], unsigned(&vr)[4][VW]) {
     long long page_base = 0;
     if constexpr (PAGE_AHEAD)
       page_base =
@@ -434,7 +453,7 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
       load_v_row(v_base + row(min(c + 2 * c4 + (e & 1) + 8 * (e >> 1), end - 1)), vr[e]);
   };
   // BULK: the same rows of the chunk's page from its slot at ks (K, then V).
-  auto read_slot = [&](const bf16* ks, int c, int end, uint4(&kr)[2][D / 32],
+  auto read_slot = [&](const Elem* ks, int c, int end, Piece8(&kr)[2][D / 32],
                        unsigned(&vr)[4][VW]) {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -449,7 +468,7 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   // each) starts at chunk_at(n); the sequence ends at the first one past the token's position.
   // Slot (taken + n) % BULK of the warp's ring holds it, its mbarrier completing that phase
   // (taken: the chunks of the caller's earlier items).
-  constexpr int kPageBytes = PAGE * D * 2, kChunksPerSplit = SPLIT / (16 * W);
+  constexpr int kPageBytes = PAGE * D * KV::kBytes, kChunksPerSplit = SPLIT / (16 * W);
   // Chunk n of the warp's sequence in the item of slot first / SPLIT.
   auto chunk_of = [&](int slot_first, int n) {
     return slot_first + (n / kChunksPerSplit) * (NSPLIT * SPLIT) +
@@ -468,7 +487,7 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   auto copy_page = [&](int at, long long page) {
     if (lane == 0) {
       const unsigned bar = ring_bars + 8 * (at % BULK), dst = ring_slots + at % BULK * 2 * kPageBytes;
-      const bf16* src = kv_layer + page * PAGE_ELEMS + static_cast<long long>(kvh) * PAGE * D;
+      const Elem* src = kv_layer + page * PAGE_ELEMS + static_cast<long long>(kvh) * PAGE * D;
       hexel::mbarrier::arrive_expect_tx(bar, 2 * kPageBytes);
       hexel::tma::copy_g2s(dst, src, kPageBytes, bar);
       hexel::tma::copy_g2s(dst + kPageBytes, src + static_cast<long long>(HKV) * PAGE * D,
@@ -496,7 +515,7 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
   // The chunk whose loads are in flight (with LOAD_AHEAD, the next one). One token with
   // LOAD_AHEAD: the warp's first chunk is issued here, before Q's staging and its barrier, so
   // that its page-table and K/V loads overlap them.
-  uint4 kr[2][D / 32];
+  Piece8 kr[2][D / 32];
   unsigned vr[4][VW];
   if constexpr (TPT == 1 && LOAD_AHEAD) {
     if constexpr (PAGE_AHEAD) load_split_pages(first, min(first + SPLIT, pos1 + 1));
@@ -603,8 +622,8 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
     float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;  // rows g and g + 8
 
     // The chunk's arithmetic: scores, the online softmax, o += P·V.
-    auto run_chunk = [&](int c, const uint4(&kr)[2][D / 32], const unsigned(&vr)[4][VW]) {
-      attn_chunk<D>(c, kr, vr, sm_q, lane, c4, e0, e1, m0, m1, l0, l1, o);
+    auto run_chunk = [&](int c, const Piece8(&kr)[2][D / 32], const unsigned(&vr)[4][VW]) {
+      attn_chunk<D, KV>(c, kr, vr, sm_q, lane, c4, e0, e1, m0, m1, l0, l1, o);
     };
     if constexpr (BULK > 0) {
       // The same chunks in the same order as the loop below.
@@ -616,7 +635,7 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
         const int end = min(start + SPLIT, pos_max + 1);
         const int k = (taken + n) % BULK;
         hexel::mbarrier::wait_parity(ring_bars + 8 * k, ((taken + n) / BULK) & 1);
-        const bf16* ks = reinterpret_cast<const bf16*>(ring + (warp * BULK + k) * 2 * kPageBytes);
+        const Elem* ks = reinterpret_cast<const Elem*>(ring + (warp * BULK + k) * 2 * kPageBytes);
         read_slot(ks, c, end, kr, vr);
         run_chunk(c, kr, vr);
         __syncwarp();  // every lane has read the slot: it takes chunk n + BULK
@@ -634,7 +653,7 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
           // token's first chunk was issued before Q's staging.
           if (TPT > 1 || start != first) load_chunk(start + 16 * warp, end, kr, vr);
           for (int c = start + 16 * warp; c < end; c += 16 * W) {
-            uint4 kn[2][D / 32];
+            Piece8 kn[2][D / 32];
             unsigned vn[4][VW];
             load_chunk(c + 16 * W, end, kn, vn);
             run_chunk(c, kr, vr);
@@ -685,13 +704,14 @@ __device__ __forceinline__ void attn_split_block(int tile, int kvh, int slot, co
 // which the QKV kernel before this one writes, are read after it. Elsewhere (a prefill bucket's
 // rows may be several tokens of one sequence, whose K/V this step writes) the block waits at
 // entry. Nothing is written before the wait, and a block whose items all return early waits after
-// them, so the grid still completes after its predecessor. Loads only: the same bits.
+// them, so the grid still completes after its predecessor. Loads only: the same bits. KV: the
+// cache's element format (common.cuh), KvE4m3 with the layer's scales for an e4m3 cache.
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false,
-          int BLOCKS = 3, int BULK = 0, bool EARLY = false>
+          int BLOCKS = 3, int BULK = 0, bool EARLY = false, class KV = KvBf16>
 __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
-               const bf16* kv_layer, float* part_o, float* part_ml) {
+               const typename KV::Elem* kv_layer, float* part_o, float* part_ml) {
   static_assert(!EARLY || TPT == 1, "EARLY: one token a tile");
   extern __shared__ __align__(128) unsigned char attn_split_ring[];
   AttnRing ring;  // BULK: each warp's ring across the block's items
@@ -704,7 +724,7 @@ __global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
   for (unsigned slot = blockIdx.z; slot < NSPLIT; slot += gridDim.z) {
     const unsigned next = slot + gridDim.z;
     attn_split_block<HQ, HKV, D, PAGE, MAXP, PAGE_ELEMS, SPLIT, NSPLIT, SCALE_LOG2, TPT, LOAD_AHEAD,
-                     PAGE_AHEAD, BULK>(
+                     PAGE_AHEAD, BULK, KV>(
         blockIdx.x, blockIdx.y, static_cast<int>(slot), q, positions, token_seq, page_tables,
         kv_layer, part_o, part_ml, [] { __syncthreads(); }, nullptr, attn_split_ring, &ring,
         next < NSPLIT ? static_cast<int>(next) : -1, AttnPdlWaitIf<EARLY>{});

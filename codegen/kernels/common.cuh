@@ -38,6 +38,53 @@ __device__ __forceinline__ bf16 f32_to_bf16(float f) {
 // Two f32 as one bf16x2 register (hexel/math.cuh), packed everywhere a kernel writes bf16 pairs.
 using hexel::pack_bf16x2;
 
+// The KV cache's element format, a template argument of the kernels that append to the pages and
+// of those that read them (docs/fp8.md, "FP8 KV cache"). Enumerators, not static constexpr
+// variables (NVRTC emits those as globals). KvBf16: bf16 elements. KvE4m3: one e4m3 byte an
+// element with the layer's K and V scales; the append stores q = e4m3(x / scale) (the f32
+// quotient, rounded to nearest even and saturated at ±448: support/dtype.hpp's f32_to_e4m3, the
+// CPU reference engine's), and a reader takes bf16(float(q) · scale), the MMA operand. With scale
+// 1 that operand is float(q) exactly (every e4m3 value is a bf16); with another scale the f32
+// product is rounded once more, to bf16 (relative error at most 2^-9, an eighth of e4m3's own
+// step), where the CPU engine keeps it in f32. kBytes: bytes an element.
+struct KvBf16 {
+  enum : unsigned { kBytes = 2 };
+  using Elem = bf16;
+  using Piece8 = uint4;  // eight elements
+  __device__ __forceinline__ static Elem encode(float x, int) { return f32_to_bf16(x); }
+  __device__ __forceinline__ static uint4 k_operand(uint4 p) { return p; }
+  __device__ __forceinline__ static unsigned v_operand(const unsigned* words, int w) {
+    return words[w];
+  }
+};
+template <float K_SCALE, float V_SCALE>
+struct KvE4m3 {
+  enum : unsigned { kBytes = 1 };
+  using Elem = unsigned char;
+  using Piece8 = uint2;
+  // kv: 0 for K, 1 for V.
+  __device__ __forceinline__ static float scale(int kv) { return kv == 0 ? K_SCALE : V_SCALE; }
+  __device__ __forceinline__ static Elem encode(float x, int kv) {
+    return static_cast<Elem>(hexel::cvt_e4m3x2_f32(__fdiv_rn(x, scale(kv)), 0.f));
+  }
+  // Two e4m3 in the low 16 bits of `pair` as the bf16x2 operand word, the low byte's in the low
+  // half.
+  __device__ __forceinline__ static unsigned operand_pair(unsigned pair, float s) {
+    const unsigned h = hexel::cvt_f16x2_e4m3x2(pair);
+    return pack_bf16x2(__fmul_rn(hexel::cvt_f32_f16(h), s),
+                       __fmul_rn(hexel::cvt_f32_f16(h >> 16), s));
+  }
+  // Eight K elements as the eight bf16 a bf16 cache's 16-byte piece holds.
+  __device__ __forceinline__ static uint4 k_operand(uint2 p) {
+    return make_uint4(operand_pair(p.x, K_SCALE), operand_pair(p.x >> 16, K_SCALE),
+                      operand_pair(p.y, K_SCALE), operand_pair(p.y >> 16, K_SCALE));
+  }
+  // Word w of a bf16 cache's V row piece (elements 2w, 2w + 1) from the e4m3 piece's words.
+  __device__ __forceinline__ static unsigned v_operand(const unsigned* words, int w) {
+    return operand_pair(words[w / 2] >> (16 * (w % 2)), V_SCALE);
+  }
+};
+
 // Eight bf16 in one 16-byte load. Weights are read through the non-coherent path: they never
 // change while a kernel runs.
 __device__ __forceinline__ uint4 load8_nc(const bf16* p) {

@@ -532,13 +532,15 @@ __device__ __forceinline__ float rope_second(float x1, float x2, float cs, float
 // only take part in the barriers; `sync` is the barrier of the threads running the row, `head_v`
 // D floats and `scratch` 4 floats of shared memory. The norm's sum has one order over D threads
 // (warp butterflies, then the warp sums), so qkv_rope_append_rows and the small GEMM's
-// folded epilogue (gemm_small.cuh) give a row the same bits.
+// folded epilogue (gemm_small.cuh) give a row the same bits. KV: the cache's element format
+// (common.cuh), which encodes the appended k and v.
 template <int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP, long long PAGE_ELEMS,
-          class Rope, class Sync>
+          class Rope, class KV = KvBf16, class Sync>
 __device__ __forceinline__ void qkv_rope_row(float v, int head, int m, int d, const float* bias,
                                              const float* q_norm, const float* k_norm, const int* positions,
-                                             const int* token_seq, const int* page_tables, bf16* kv_layer,
-                                             float* q_out, float* head_v, float* scratch, Sync sync) {
+                                             const int* token_seq, const int* page_tables,
+                                             typename KV::Elem* kv_layer, float* q_out, float* head_v,
+                                             float* scratch, Sync sync) {
   static_assert(D % 32 == 0 && D <= 256, "one thread per element of a head");
   const bool on = d < D;
   const bool is_q = head < HQ, is_k = !is_q && head < HQ + HKV;
@@ -580,19 +582,20 @@ __device__ __forceinline__ void qkv_rope_row(float v, int head, int m, int d, co
   const int kv = is_k ? 0 : 1, kvh = head - HQ - kv * HKV;
   const int page = page_tables[token_seq[m] * MAXP + pos / PAGE];
   kv_layer[page * PAGE_ELEMS + (static_cast<long long>(kv * HKV + kvh) * PAGE + pos % PAGE) * D + d] =
-      f32_to_bf16(v);
+      KV::encode(v, kv);
 }
 
 // The QKV epilogue as its own kernel, after a GEMM wrote the projection qkv [M, (HQ + 2 HKV) D]
 // (bf16, as transformers' projection is; each head's elements in RoPE's pair order, qkv_pair_pos):
 // block (head, m), D threads, qkv_rope_row. Decode
-// buckets of up to 8 tokens fold it into the QKV GEMM instead (gemm_small_norm_qkv).
+// buckets of up to 8 tokens fold it into the QKV GEMM instead (gemm_small_norm_qkv). KV: the
+// cache's element format.
 template <int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
-          long long PAGE_ELEMS, class Rope>
+          long long PAGE_ELEMS, class Rope, class KV = KvBf16>
 __global__ void __launch_bounds__(D)
     qkv_rope_append_rows(const bf16* qkv, const float* bias, const float* q_norm,
                          const float* k_norm, const int* positions, const int* token_seq,
-                         const int* page_tables, bf16* kv_layer, float* q_out) {
+                         const int* page_tables, typename KV::Elem* kv_layer, float* q_out) {
   pdl_entry();
   __shared__ float head_v[D];
   __shared__ float scratch[D / 32];
@@ -600,7 +603,7 @@ __global__ void __launch_bounds__(D)
   const float v = __uint_as_float(static_cast<unsigned>(qkv[static_cast<long long>(m) * (HQ + 2 * HKV) * D +
                                                             head * D + qkv_pair_pos(d, D)])
                                   << 16);
-  qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
+  qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, KV>(
       v, head, m, d, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q_out, head_v, scratch,
       [] { __syncthreads(); });
 }

@@ -583,13 +583,13 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
 // arena starts zeroed, docs/artifact.md). The epilogue reads the same bf16 values that
 // qkv_rope_append_rows would, so every bucket gives a row the same bits.
 // EPS is the model's RMSNorm epsilon, for the input norm and the QK norm alike; the template
-// arguments after D are qkv_rope_append_rows's after its D.
+// arguments after D are qkv_rope_append_rows's after its D up to Rope; KV (last) is its KV.
 template <int M, int K, int BN, int STAGES, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE,
-          int MAXP, long long PAGE_ELEMS, class Rope, unsigned W_BH = 0, unsigned W_BOX = 0>
+          int MAXP, long long PAGE_ELEMS, class Rope, unsigned W_BH = 0, unsigned W_BOX = 0, class KV = KvBf16>
 __global__ void __launch_bounds__(SmallGemm::kThreads)
     gemm_small_norm_qkv(const float* x, const float* norm_w, const TensorMap* w_map, bf16* qkv, const float* bias,
                         const float* q_norm, const float* k_norm, const int* positions, const int* token_seq,
-                        const int* page_tables, bf16* kv_layer, float* q_out, unsigned* arrivals) {
+                        const int* page_tables, typename KV::Elem* kv_layer, float* q_out, unsigned* arrivals) {
   constexpr int NH = HQ + 2 * HKV, N = NH * D;
   static_assert(D % BN == 0 && D <= 128, "a weight tile lies inside one head; a thread per element");
   hexel::launch_dependents();  // the wait is in the body
@@ -613,7 +613,7 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
   for (int m = 0; m < M; ++m) {
     const bf16* p = qkv + static_cast<long long>(m) * N + head * D + qkv_pair_pos(d, D);
     const float v = d < D ? __uint_as_float(static_cast<unsigned>(__ldcg(p)) << 16) : 0.f;
-    qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope>(
+    qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, KV>(
         v, head, m, d, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q_out, head_v, scratch,
         sync);
   }

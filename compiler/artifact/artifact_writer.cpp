@@ -608,7 +608,7 @@ std::string manifest_text(nlohmann::ordered_json m, const fs::path& staged) {
 
 }  // namespace
 
-codegen::CodegenInput codegen_input(const ServingConfig& serving) {
+codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& serving) {
   codegen::CodegenInput in;
   in.max_batch = static_cast<int>(serving.max_batch);
   in.max_seq_len = static_cast<int>(serving.max_seq_len);
@@ -619,6 +619,10 @@ codegen::CodegenInput codegen_input(const ServingConfig& serving) {
   in.decode_weight_images = serving.decode_weight_images;
   in.attention_split = static_cast<int>(serving.attention_split);
   in.kv_dtype = serving.kv_dtype;
+  // The manifest's scales (kv_cache_to_json writes the same geometry's).
+  const KvCacheGeometry kv = kv_cache_geometry(spec, serving);
+  in.kv_k_scales = kv.k_scales;
+  in.kv_v_scales = kv.v_scales;
   return in;
 }
 

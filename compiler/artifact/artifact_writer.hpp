@@ -30,8 +30,9 @@ struct ArtifactOptions {
   const volatile std::sig_atomic_t* cancel = nullptr;
 };
 
-// What codegen takes from the serving config (the model reaches it as the optimized IR).
-codegen::CodegenInput codegen_input(const ServingConfig& serving);
+// What codegen takes from the serving config and the KV cache's geometry (the model reaches it as
+// the optimized IR).
+codegen::CodegenInput codegen_input(const ModelSpec& spec, const ServingConfig& serving);
 
 // Refuses (naming `source`, the model the user gave, and the manifest field) a model and serving
 // configuration whose manifest telos-run would refuse: the checks of support/artifact_format.hpp

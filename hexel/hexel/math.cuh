@@ -24,6 +24,17 @@ HEXEL_DEVICE uint32_t cvt_f16x2_e4m3x2(uint32_t pair) {
   return r;
 }
 
+// Two f32 as two e4m3 in the low 16 bits, `lo` in the low byte, each rounded to nearest even and
+// saturated: a magnitude beyond 448 (infinity included) becomes ±448, NaN a NaN.
+// PTX: cvt (.rn.satfinite.e4m3x2.f32; sm_89 and later).
+HEXEL_DEVICE uint32_t cvt_e4m3x2_f32(float lo, float hi) {
+  uint32_t r;
+  asm("{\n.reg .b16 p;\ncvt.rn.satfinite.e4m3x2.f32 p, %1, %2;\ncvt.u32.u16 %0, p;\n}"
+      : "=r"(r)
+      : "f"(hi), "f"(lo));
+  return r;
+}
+
 // The f16 in the low 16 bits of `h` as an f32 (exact). PTX: cvt (.f32.f16).
 HEXEL_DEVICE float cvt_f32_f16(uint32_t h) {
   float f;

@@ -1101,6 +1101,48 @@ TEST(Codegen, AttnSplitFourBlocksCompileWithoutSpills) {
   EXPECT_FALSE(attn_split_four_blocks(128, 1));
 }
 
+// attn_split on an e4m3 KV cache (KvE4m3, kernels/common.cuh; scales 1 and not) in every load
+// scheme the plan takes (LOAD_AHEAD with PAGE_AHEAD, BULK, four blocks an SM where
+// attn_split_four_blocks allows it, tiles), at head dims 32 to 128 (each width of the V loads) and
+// pages of 7: no spills, no stack frame, registers within the blocks an SM; the BULK ring is half
+// the bf16 one.
+TEST(Codegen, AttnSplitE4m3FormsCompileWithoutSpills) {
+  struct Case {
+    int hq, d, page, tpt;
+    bool ahead, pages;
+    int blocks, bulk;
+  };
+  const Case cases[] = {{8, 128, 16, 1, true, true, 0, 0},  {8, 128, 16, 1, false, false, 3, 2},
+                        {8, 128, 16, 4, false, true, 4, 0}, {8, 64, 16, 1, false, true, 4, 0},
+                        {8, 32, 16, 4, false, true, 0, 0},  {6, 96, 16, 2, false, false, 0, 0},
+                        {12, 128, 7, 1, true, false, 0, 0}, {12, 128, 16, 1, false, false, 3, 2}};
+  std::vector<std::string> names;
+  for (const Case& c : cases)
+    for (const std::string& kv : {kv_format(true, 1.f, 1.f), kv_format(true, 0.3f, 5.f)}) {
+      AttnSplitKernel k{c.hq, 2, c.d, c.page, 528, 2LL * 2 * 2 * c.page * c.d, 256, 32, c.tpt};
+      k.ahead = c.ahead, k.pages = c.pages, k.blocks = c.blocks, k.bulk = c.bulk, k.kv = kv;
+      names.push_back(k.instance());
+    }
+  EXPECT_EQ(names[0],
+            "telos_kernels::attn_split<8, 2, 128, 16, 528, 16384ll, 256, 32, 0.127517432f, 1, "
+            "true, true, 3, 0, false, telos_kernels::KvE4m3<1.0f, 1.0f>>");
+  EXPECT_EQ(kv_format(true, 0.3f, 5.f), "telos_kernels::KvE4m3<0.300000012f, 5.0f>");
+  EXPECT_EQ(kv_format(false, 1.f, 1.f), "");
+  const CompiledModule m = compile_module("#include \"attention.cuh\"\n", "sm_90a", names, "");
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const Case& c = cases[i / 2];
+    const KernelResources& r = m.resources.at(m.lowered.at(names[i]));
+    EXPECT_EQ(r.stack_frame, 0) << names[i];
+    EXPECT_EQ(r.spill_stores, 0) << names[i];
+    EXPECT_LE(r.registers, 65536 / (128 * (c.ahead ? 2 : c.blocks ? c.blocks : 3))) << names[i];
+  }
+  AttnSplitKernel bulk{32, 8, 128, 16, 528, 2LL * 2 * 8 * 16 * 128, 256, 32, 1};
+  bulk.bulk = 2;
+  bulk.kv = kv_format(true, 1.f, 1.f);
+  EXPECT_EQ(bulk.smem(), attn_split_ring_bytes(16, 128, 2, 1));
+  EXPECT_EQ(attn_split_ring_bytes(16, 128, 2, 1), 4 * 2 * (4096 + 8));
+}
+
 // attn_split through BULK ring slots (the plan's kAttnSplitBulk) at the Llama shapes' head dims
 // and groups and G = 6, 1, 8 and 16: 2 slots a warp under three blocks' registers, 3 and 4 under
 // two's, and with EARLY; no spills or stack frame, and the ring with the

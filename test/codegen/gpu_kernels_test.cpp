@@ -1311,6 +1311,178 @@ TEST(GpuKernels, QkvFoldedMatchesGemmThenRows) {
   }
 }
 
+// ---- the e4m3 KV cache (docs/fp8.md, "FP8 KV cache") ----------------------------------------
+
+// Random e4m3 K and V scales of a test case, up to k_max and v_max: not powers of two.
+std::pair<float, float> random_kv_scales(float k_max = 6.f, float v_max = 6.f) {
+  std::uniform_real_distribution<float> k(0.05f, k_max), v(0.05f, v_max);
+  return {k(rng()), v(rng())};
+}
+
+// The QKV epilogue appending to an e4m3 cache (qkv_rope_append_rows with KvE4m3<K_SCALE, V_SCALE>)
+// writes exactly the bytes support/dtype.hpp's f32_to_e4m3 (the CPU reference engine's) gives the
+// appended value over the layer's scale, and nothing else. The value a K head appends is the one a
+// Q head with the same projection, bias and norm weight writes to q (the same arithmetic in f32):
+// each K head's projection row is Q head 0's, so q gives the expected f32; a V head appends its
+// bf16 projection plus the bias. The projection's magnitudes span 2^-16 to 2^13, so the quotients
+// reach e4m3's subnormals and saturation (some of each over the test), and with scale 1 its
+// rounding ties; scales 1 and random ones; a padding row; two sequences.
+TEST(GpuKernels, E4m3KvAppendWritesTheHostsBytes) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int HQ = 4, HKV = 2, PAGE = 16, MAXP = 8, LAYERS = 2, POOL = 20, LAYER = 1, M = 37;
+  const codegen::RopeInput rope{"default", 10000.0};
+  std::size_t saturated = 0, subnormal = 0;
+  for (const int D : {64, 128})
+    for (const bool bias : {false, true})
+      for (const bool qk_norm : {false, true})
+        for (const auto& [ks, vs] : {std::pair<float, float>{1.f, 1.f}, random_kv_scales()}) {
+          const long long page_elems = 2LL * LAYERS * HKV * PAGE * D;
+          const int NH = HQ + 2 * HKV, N = NH * D;
+          const std::string kv = codegen::kv_format(true, ks, vs);
+          const std::string rows = "telos_kernels::qkv_rope_append_rows<" + I(HQ) + ", " + I(HKV) +
+                                   ", " + I(D) + ", " + (bias ? "true" : "false") + ", " +
+                                   (qk_norm ? "true" : "false") + ", " + float_literal(1e-6) +
+                                   ", " + I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) +
+                                   "ll, telos_rope::Freqs, " + kv + ">";
+          TestModule mod(source_with_rope(codegen::rope_inv_freq(rope, D)), {rows});
+          // Projection values ±2^e · (1 + u), e in [-16, 12], rounded to bf16; each K head's row
+          // a copy of Q head 0's.
+          std::uniform_int_distribution<int> e(-16, 12);
+          std::uniform_real_distribution<float> u(0.f, 1.f);
+          std::vector<std::uint16_t> qkv(static_cast<std::size_t>(M) * N);
+          for (auto& x : qkv)
+            x = to_bf16((u(rng()) < 0.5f ? -1.f : 1.f) * std::ldexp(1.f + u(rng()), e(rng())));
+          for (int m = 0; m < M; ++m)
+            for (int k = 0; k < HKV; ++k)
+              std::copy_n(qkv.begin() + static_cast<std::size_t>(m) * N, D,
+                          qkv.begin() + static_cast<std::size_t>(m) * N + (HQ + k) * D);
+          std::vector<float> bias_v = random_floats(N, 0.25f);
+          for (int k = 0; k < HKV; ++k)
+            std::copy_n(bias_v.begin(), D, bias_v.begin() + (HQ + k) * D);
+          const std::vector<float> norm_w = random_floats(D);
+          std::vector<int> positions(M), token_seq(M);
+          for (int m = 0; m < M; ++m) {
+            positions[m] = m == 17 ? -1 : m / 2 + 3;
+            token_seq[m] = m % 2;
+          }
+          std::vector<int> pool(POOL);
+          std::iota(pool.begin(), pool.end(), 0);
+          std::shuffle(pool.begin(), pool.end(), rng());
+          const std::vector<int> page_tables(pool.begin(), pool.begin() + 2 * MAXP);
+          DeviceBuffer<std::uint16_t> dqkv(qkv);
+          DeviceBuffer<float> dbias(bias_v), dnorm(norm_w),
+              dq(static_cast<std::size_t>(M) * HQ * D);
+          DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(page_tables);
+          DeviceBuffer<std::uint8_t> dkv(static_cast<std::size_t>(POOL) * page_elems);
+          const long long layer_off = LAYER * 2LL * HKV * PAGE * D;
+          CUDA_OK(mod.launch(rows, dim3(NH, M), D,
+                             {dqkv.get(), bias ? dbias.get() : nullptr,
+                              qk_norm ? dnorm.get() : nullptr, qk_norm ? dnorm.get() : nullptr,
+                              dpos.get(), dseq.get(), dpt.get(), dkv.get() + layer_off, dq.get()}));
+          const auto q = dq.download();
+          const auto got = dkv.download();
+          std::vector<std::uint8_t> want(got.size(),
+                                         0xff);  // the poison, where nothing is appended
+          for (int m = 0; m < M; ++m) {
+            if (positions[m] < 0) continue;
+            const int page = page_tables[token_seq[m] * MAXP + positions[m] / PAGE];
+            for (int kv_i = 0; kv_i < 2; ++kv_i)
+              for (int k = 0; k < HKV; ++k)
+                for (int d = 0; d < D; ++d) {
+                  const int head = HQ + kv_i * HKV + k;
+                  const float x = kv_i == 0 ? q[(static_cast<std::size_t>(m) * HQ) * D + d]
+                                            : from_bf16(qkv[static_cast<std::size_t>(m) * N +
+                                                            head * D + telos::qkv_pair_pos(d, D)]) +
+                                                  (bias ? bias_v[head * D + d] : 0.f);
+                  want[page * page_elems + layer_off +
+                       (static_cast<long long>(kv_i * HKV + k) * PAGE + positions[m] % PAGE) * D +
+                       d] = f32_to_e4m3(x / (kv_i == 0 ? ks : vs));
+                }
+          }
+          const std::string what = "D=" + I(D) + (bias ? " bias" : "") +
+                                   (qk_norm ? " qk-norm" : "") + " scales " + float_literal(ks) +
+                                   ", " + float_literal(vs);
+          for (std::size_t i = 0; i < got.size(); ++i)
+            if (got[i] != want[i]) {
+              ADD_FAILURE() << what << ": pool byte " << i << " is 0x" << std::hex << int(got[i])
+                            << ", f32_to_e4m3 gives 0x" << int(want[i]) << std::dec;
+              break;
+            }
+          for (std::uint8_t b : got)
+            saturated += (b & 0x7f) == 0x7e, subnormal += (b & 0x78) == 0 && (b & 7) != 0;
+        }
+  EXPECT_GT(saturated, 0u);
+  EXPECT_GT(subnormal, 0u);
+}
+
+// gemm_small_norm_qkv (the QKV epilogue folded into the one-token GEMM) appends the same e4m3 bytes
+// as rmsnorm, gemm_small_bf16 and qkv_rope_append_rows with the same KvE4m3, scales 1 and random.
+TEST(GpuKernels, E4m3KvFoldedAppendMatchesGemmThenRows) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int K = 256, HQ = 4, HKV = 2, D = 64, M = 5, PAGE = 16, MAXP = 16, LAYERS = 2,
+                POOL = 40, LAYER = 1;
+  const codegen::RopeInput rope{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
+  for (const auto& [ks, vs] : {std::pair<float, float>{1.f, 1.f}, random_kv_scales()}) {
+    const long long page_elems = 2LL * LAYERS * HKV * PAGE * D;
+    const int NH = HQ + 2 * HKV, ROWS = NH * D;
+    const std::string eps = float_literal(1e-6), kv = codegen::kv_format(true, ks, vs);
+    const std::string epi = "true, true, " + eps + ", " + I(PAGE) + ", " + I(MAXP) + ", " +
+                            I(page_elems) + "ll, telos_rope::Freqs";
+    const codegen::SmallGemmTiling tp = codegen::small_gemm_tiling(ROWS, K, M, false),
+                                   tf = codegen::small_gemm_tiling(ROWS, K, M, false, true);
+    const std::string norm = "telos_kernels::rmsnorm<" + I(K) + ", " + eps + ", false>";
+    const std::string gemm = tp.instance("bf16", M, ROWS, K);
+    const std::string rows = "telos_kernels::qkv_rope_append_rows<" + I(HQ) + ", " + I(HKV) + ", " +
+                             I(D) + ", " + epi + ", " + kv + ">";
+    const std::string folded = "telos_kernels::gemm_small_norm_qkv<" + I(M) + ", " + I(K) + ", " +
+                               I(tf.bn) + ", " + I(tf.stages) + ", " + I(HQ) + ", " + I(HKV) +
+                               ", " + I(D) + ", " + epi + ", 0, 0, " + kv + ">";
+    TestModule mod(source_with_rope(codegen::rope_inv_freq(rope, D)), {norm, gemm, rows, folded});
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(M) * K, 2.f),
+                             nw = random_floats(K);
+    std::vector<float> Wf;
+    DeviceBuffer<std::uint16_t> dW(random_bf16(static_cast<std::size_t>(ROWS) * K, 0.05f, Wf));
+    DeviceBuffer<float> dx(x), dnw(nw), dbias(random_floats(ROWS, 0.5f)), dqn(random_floats(D)),
+        dkn(random_floats(D));
+    std::vector<int> positions(M), token_seq(M);
+    for (int m = 0; m < M; ++m) {
+      positions[m] = m == M - 1 ? -1 : 37 + 5 * m;
+      token_seq[m] = m % 2;
+    }
+    std::vector<int> pool(POOL);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng());
+    DeviceBuffer<int> dpos(positions), dseq(token_seq),
+        dpt(std::vector<int>(pool.begin(), pool.begin() + 2 * MAXP));
+    const std::size_t pool_elems = static_cast<std::size_t>(POOL) * page_elems;
+    DeviceBuffer<std::uint8_t> kv_ref(pool_elems), kv_got(pool_elems);
+    DeviceBuffer<std::uint16_t> h(static_cast<std::size_t>(M) * K),
+        qkv_ref(static_cast<std::size_t>(M) * ROWS), qkv_got(static_cast<std::size_t>(M) * ROWS);
+    DeviceBuffer<float> q_ref(static_cast<std::size_t>(M) * HQ * D),
+        q_got(static_cast<std::size_t>(M) * HQ * D);
+    DeviceBuffer<unsigned> arrivals(std::vector<unsigned>(NH, 0u));
+    const long long layer_off = LAYER * 2LL * HKV * PAGE * D;
+    CUDA_OK(mod.launch(norm, M, codegen::kNormThreads, {dx.get(), dnw.get(), nullptr, h.get()}));
+    const DeviceMap a_map(h.get(), M, K, tp.a_box), wp(dW.get(), ROWS, K, tp.cols),
+        wf(dW.get(), ROWS, K, tf.cols);
+    CUDA_OK(mod.launch(gemm, dim3(tp.tiles_m, tp.tiles_n), codegen::kSmallGemmThreads,
+                       {a_map.get(), wp.get(), qkv_ref.get()}, tp.smem()));
+    CUDA_OK(mod.launch(rows, dim3(NH, M), D,
+                       {qkv_ref.get(), dbias.get(), dqn.get(), dkn.get(), dpos.get(), dseq.get(),
+                        dpt.get(), kv_ref.get() + layer_off, q_ref.get()}));
+    CUDA_OK(mod.launch(
+        folded, dim3(tf.tiles_m, tf.tiles_n), codegen::kSmallGemmThreads,
+        {dx.get(), dnw.get(), wf.get(), qkv_got.get(), dbias.get(), dqn.get(), dkn.get(),
+         dpos.get(), dseq.get(), dpt.get(), kv_got.get() + layer_off, q_got.get(), arrivals.get()},
+        tf.smem()));
+    const auto want = kv_ref.download(), got = kv_got.download();
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size()))
+        << "scales " << ks << ", " << vs;
+    EXPECT_NE(std::count(want.begin(), want.end(), std::uint8_t{0xff}),
+              static_cast<std::ptrdiff_t>(want.size()));
+  }
+}
+
 // ---- paged attention --------------------------------------------------------------------------
 
 struct AttnShape {
@@ -1630,6 +1802,137 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
         }
     }
   }
+}
+
+// ---- decode attention on an e4m3 KV cache ----------------------------------------------------
+
+// A random e4m3 KV pool of `pages` pages (page_elems elements each, layers of 2 · HKV · PAGE · D:
+// K then V) on the device, finite values up to ±1.875 before the scale (no NaN byte), and its
+// elements as the kernels read them, in f32: float(q) · k_scale for K, · v_scale for V (every
+// layer's, so layer LAYER's as the kernels take it).
+struct E4m3Pool {
+  std::unique_ptr<DeviceBuffer<std::uint8_t>> dev;
+  std::vector<float> f32;
+};
+E4m3Pool random_e4m3_pool(int pages, long long page_elems, long long layer_half, float ks,
+                          float vs) {
+  std::uniform_int_distribution<int> b(0, 255);
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(pages) * page_elems);
+  E4m3Pool p;
+  p.f32.resize(q.size());
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    const int r = b(rng());
+    q[i] = static_cast<std::uint8_t>((r & 0x80) | (r & 0x7f) % 0x40);  // exponent field up to 7
+    const bool v = static_cast<long long>(i) % (2 * layer_half) >= layer_half;
+    p.f32[i] = e4m3_to_f32(q[i]) * (v ? vs : ks);
+  }
+  p.dev = std::make_unique<DeviceBuffer<std::uint8_t>>(q);
+  return p;
+}
+
+// attn_split + attn_combine reading an e4m3 cache (KvE4m3<K_SCALE, V_SCALE>, scales 1 and random)
+// against the f64 reference on the dequantized cache (float(q) · scale: bf16 tolerance, the
+// operands' rounding), outputs poisoned first: head dims 32, 64, 96 and 128 (each of the V loads'
+// widths), groups 2 to 6, pages of 16 and 7, contexts that wrap the slots, ragged rows and padding.
+// Every load scheme and tile size gives the plain TPT = 1 form's bits (LOAD_AHEAD, PAGE_AHEAD,
+// BULK, four blocks, EARLY, tiles of 2 and 16 / G), and a row alone gives its bits in the batch.
+TEST(GpuKernels, E4m3KvAttentionMatchesF64AndIsBatchInvariant) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int LAYERS = 2, LAYER = 1;
+  for (const AttnShape& s :
+       {AttnShape{4, 2, 32, 16, 16, 64, 4}, AttnShape{8, 2, 64, 16, 40, 64, 3},
+        AttnShape{12, 2, 128, 7, 32, 64, 8}, AttnShape{6, 2, 96, 16, 12, 64, 3},
+        AttnShape{32, 8, 128, 16, 64, codegen::kAttnSplit, 4}})
+    // K scales up to 1.5 keep the scores' spread near the bf16 tests' (K's RMS about 0.6 before
+    // the scale); the V scale only scales the output.
+    for (const auto& [ks, vs] : {std::pair<float, float>{1.f, 1.f}, random_kv_scales(1.5f, 6.f)}) {
+      const int G = s.HQ / s.HKV, PAGE = s.PAGE, NSPLIT = s.NSPLIT, SPLIT = s.SPLIT;
+      const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
+      const std::string kv = codegen::kv_format(true, ks, vs);
+      struct Variant {
+        int tpt = 1;
+        bool ahead = false, pages = false;
+        int blocks = 0, bulk = 0;
+        bool early = false;
+      };
+      // Tiles of 2 and 16 / G tokens where they divide the step's 16 rows.
+      std::vector<Variant> variants = {{}, {1, true}, {2}, {1, true, false, 0, 0, true}};
+      if (16 % (16 / G) == 0) variants.push_back({16 / G});
+      if (codegen::attn_split_four_blocks(s.D, G)) variants.push_back({1, false, false, 4});
+      if (PAGE % 16 == 0)
+        variants.push_back({1, true, true}), variants.push_back({16 / G, false, true});
+      if (PAGE == 16 && G <= 6)
+        variants.push_back({1, false, false, 3, 2}),
+            variants.push_back({1, false, false, 3, 2, true});
+      auto instance = [&](const Variant& v) {
+        codegen::AttnSplitKernel k{s.HQ,   s.HKV, s.D,     PAGE,    s.MAXP,   page_elems, SPLIT,
+                                   NSPLIT, v.tpt, v.ahead, v.pages, v.blocks, v.bulk,     v.early};
+        k.kv = kv;
+        return k;
+      };
+      std::vector<std::string> instances = {attn_combine_instance(s)};
+      for (const Variant& v : variants) instances.push_back(instance(v).instance());
+      TestModule mod("#define HEXEL_DEBUG_WAIT_LIMIT 100000000\n" + source_with_rope(), instances);
+
+      const int POOL = 2 * s.MAXP + 3, ctx = s.MAXP * PAGE;
+      const E4m3Pool kvp =
+          random_e4m3_pool(POOL, page_elems, static_cast<long long>(s.HKV) * PAGE * s.D, ks, vs);
+      std::vector<int> pool(POOL);
+      std::iota(pool.begin(), pool.end(), 0);
+      std::shuffle(pool.begin(), pool.end(), rng());
+      const std::vector<int> page_tables(pool.begin(), pool.begin() + 2 * s.MAXP);
+      // Sequence 0 decodes near the end of the context; sequence 1 prefills a chunk that ends
+      // mid-page; padding inside and at the end; a first position; one split exactly, one split
+      // plus one position, two splits and a part.
+      const std::vector<int> positions = {
+          ctx - 3, 70, 71, 72, 73, 77, -1, 0, SPLIT - 1, SPLIT, std::min(2 * SPLIT + 37, ctx - 1),
+          -1,      -1, -1, -1, -1};
+      const std::vector<int> token_seq = {0, 1, 1, 1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0};
+      const int T = static_cast<int>(positions.size());
+      const std::vector<float> q = random_floats(static_cast<std::size_t>(T) * s.HQ * s.D);
+      AttnStep a(s, q, positions, token_seq, page_tables);
+      const std::uint8_t* kv_layer = kvp.dev->get() + LAYER * 2LL * s.HKV * PAGE * s.D;
+      auto run = [&](const Variant& v, int rows, const float* qp, const int* pos, const int* seq,
+                     std::uint16_t* out) {
+        const codegen::AttnSplitKernel k = instance(v);
+        CUDA_OK(mod.launch(k.instance(), dim3(rows / v.tpt, s.HKV, NSPLIT), 128,
+                           {qp, pos, seq, a.pt.get(), kv_layer, a.part_o.get(), a.part_ml.get()},
+                           k.smem()));
+        CUDA_OK(mod.launch(attn_combine_instance(s), dim3(rows, s.HQ), s.D,
+                           {a.part_o.get(), a.part_ml.get(), pos, out}));
+      };
+      const std::string what = "G=" + I(G) + " D=" + I(s.D) + " PAGE=" + I(PAGE) + " scales " +
+                               float_literal(ks) + ", " + float_literal(vs);
+      bf16v out1;
+      for (const Variant& v : variants) {
+        a.part_o.poison();
+        a.part_ml.poison();
+        a.out.poison();
+        run(v, T, a.q.get(), a.pos.get(), a.seq.get(), a.out.get());
+        const auto out = a.out.download();
+        if (out1.empty()) {
+          expect_attention_matches_f64(s, LAYERS, LAYER, kvp.f32, page_tables, positions, token_seq,
+                                       q, out);
+          out1 = out;
+          continue;
+        }
+        EXPECT_EQ(0, std::memcmp(out.data(), out1.data(), out.size() * 2))
+            << what << ": " << instance(v).instance();
+      }
+      // The decode row and the row two splits long alone give their bits in the batch.
+      for (const int r : {0, 10}) {
+        DeviceBuffer<int> pos1(std::vector<int>{positions[r]}),
+            seq1(std::vector<int>{token_seq[r]});
+        DeviceBuffer<std::uint16_t> out(static_cast<std::size_t>(s.HQ) * s.D);
+        run({}, 1, a.q.get() + static_cast<std::size_t>(r) * s.HQ * s.D, pos1.get(), seq1.get(),
+            out.get());
+        const auto alone = out.download();
+        EXPECT_EQ(0,
+                  std::memcmp(alone.data(), out1.data() + static_cast<std::size_t>(r) * s.HQ * s.D,
+                              alone.size() * 2))
+            << what << ": row " << r;
+      }
+    }
 }
 
 // ---- prefill attention on wgmma (attention_prefill.cuh) ----------------------------------------

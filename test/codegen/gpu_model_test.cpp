@@ -20,6 +20,7 @@
 #include <random>
 
 #include "executor/artifact.hpp"
+#include "executor/cpu_reference_model.hpp"
 #include "executor/engine.hpp"
 #include "executor/gpu/gpu_rank_group.hpp"
 #include "executor/gpu/gpu_step_executor.hpp"
@@ -136,6 +137,7 @@ constexpr int kBatchChunk = 8;
 struct Generated {
   std::vector<std::int32_t> ids;
   std::vector<float> prompt_logits;  // at the prompt's last position
+  std::vector<std::vector<float>> logits;  // at each sampled position, the prompt's last first
   std::vector<double> golden_gap;    // teacher-forced only
 };
 
@@ -171,6 +173,7 @@ std::vector<Generated> generate(auto& ex, const Artifact& art, const std::vector
       const std::size_t i = index[a];
       const std::span<const float> row(lg.data() + r * V, static_cast<std::size_t>(V));
       if (out[i].ids.empty()) out[i].prompt_logits.assign(row.begin(), row.end());
+      out[i].logits.emplace_back(row.begin(), row.end());
       const std::int32_t golden = cases[i].greedy[out[i].ids.size()];
       double rms = 0;
       for (float v : row) rms += double(v) * v;
@@ -294,6 +297,68 @@ TEST_P(GpuModel, TwoRanksOnOneDeviceMatchOneRank) {
     report(label + ": alone vs in batch (ids, logits bits)", invariant ? "identical" : "differ",
            invariant);
     EXPECT_TRUE(invariant) << label;
+  }
+}
+
+// The CPU reference engine as generate() drives an executor: the sampling rows' logits and each
+// row's greedy token (the lowest index among equal logits, as the device's).
+class CpuGreedy {
+ public:
+  CpuGreedy(std::shared_ptr<const Artifact> art, int pages) : model_(std::move(art), pages) {}
+  int num_kv_pages() const { return model_.num_kv_pages(); }
+  void run(const Step& step, std::span<const DeviceSampling>, std::vector<std::int32_t>& tokens,
+           std::vector<float>* logits) {
+    std::vector<float> lg;
+    model_.forward(step, lg);
+    const auto V = static_cast<std::ptrdiff_t>(model_.vocab_size());
+    tokens.clear();
+    for (auto row = lg.begin(); row != lg.end(); row += V)
+      tokens.push_back(static_cast<std::int32_t>(std::max_element(row, row + V) - row));
+    if (logits) *logits = std::move(lg);
+  }
+
+ private:
+  CpuReferenceModel model_;
+};
+
+// The model with an e4m3 KV cache (<model>-kv-fp8.telos, serving.kv_dtype fp8_e4m3; compiled by
+// tools/gpu_check.sh --prepare) on the GPU against the CPU reference engine on the same artifact,
+// which stores and reads the cache's e4m3 bytes as the kernels do, its arithmetic f32: every
+// case's logits after its prompt and at each teacher-forced step within 2e-2 relative L2, all the
+// cases in one mixed batch; and on the GPU each case alone gives its ids and logits bits in the
+// batch.
+TEST_P(GpuModel, E4m3KvCacheMatchesTheCpuEngineAndIgnoresTheBatch) {
+  const std::string path = env_or("TELOS_GPU_ARTIFACTS", "") + "/" + model + "-kv-fp8.telos";
+  if (!std::filesystem::exists(path))
+    GTEST_SKIP() << "skipped: no " << path
+                 << " (tools/gpu_check.sh --prepare compiles it with serving.kv_dtype fp8_e4m3)";
+  const std::shared_ptr<const Artifact> kv_art = Artifact::load(path);
+  ASSERT_EQ(kv_art->kv_cache().dtype, DType::E4M3);
+  GpuStepExecutor gpu(kv_art, GpuExecutorOptions{.kv_pages = kPoolPages});
+  CpuGreedy cpu(kv_art, kPoolPages);
+  const std::vector<DeviceSampling> greedy(cases.size());
+  const std::vector<Generated> on_gpu = generate(gpu, *kv_art, cases, greedy, true);
+  const std::vector<Generated> on_cpu = generate(cpu, *kv_art, cases, greedy, true);
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    double worst = 0;
+    for (std::size_t i = 0; i < on_cpu[c].logits.size(); ++i)
+      worst = std::max(worst, rel_l2(on_gpu[c].logits[i], on_cpu[c].logits[i]));
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "worst relL2 %.2e", worst);
+    const std::string label = model + " kv e4m3 case " + std::to_string(c);
+    report(label + ": logits vs CPU engine", buf, worst <= 2e-2);
+    EXPECT_LE(worst, 2e-2) << label;
+  }
+  const std::vector<Generated> batch = generate(gpu, *kv_art, cases, greedy);
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    const Generated alone = generate(gpu, *kv_art, {cases[c]}, {DeviceSampling{}})[0];
+    bool same = alone.ids == batch[c].ids && alone.logits.size() == batch[c].logits.size();
+    for (std::size_t i = 0; same && i < alone.logits.size(); ++i)
+      same = std::memcmp(alone.logits[i].data(), batch[c].logits[i].data(),
+                         alone.logits[i].size() * 4) == 0;
+    const std::string label = model + " kv e4m3 case " + std::to_string(c);
+    report(label + ": alone vs in batch (ids, logits bits)", same ? "identical" : "differ", same);
+    EXPECT_TRUE(same) << label;
   }
 }
 

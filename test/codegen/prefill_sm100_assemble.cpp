@@ -47,7 +47,8 @@ void add_instances(const std::string& path, std::map<std::string, int>& instance
       compiler::resolve_serving(model.serving, model.spec, model.source);
   compiler::ir::Graph graph = compiler::ir::build_model_graph(model.spec);
   compiler::run_passes(graph, compiler::fusion_pipeline(), nullptr);
-  const codegen::KernelPlan plan = codegen::plan_kernels(graph, compiler::codegen_input(serving));
+  const codegen::KernelPlan plan =
+      codegen::plan_kernels(graph, compiler::codegen_input(model.spec, serving));
   const std::size_t prefix = std::string(kHopperPrefix).size();
   for (const codegen::KernelInstance& k : plan.kernels)
     if (k.instance.rfind(kHopperPrefix, 0) == 0)
