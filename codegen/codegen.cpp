@@ -18,9 +18,12 @@ nlohmann::ordered_json launches_json(const std::vector<Launch>& launches);
 // A kernel launch, or a collective entry (docs/artifact.md, "Collectives").
 nlohmann::ordered_json launch_json(const Launch& l) {
   if (l.collective.empty()) return {{"kernel", l.kernel}, {"grid", l.grid}, {"args", l.args}};
-  return {{"collective", l.collective}, {"send", l.send},
-          {"recv", l.recv},             {"count", l.count},
-          {"then", launches_json(l.then)}, {"fallback", launches_json(l.fallback)}};
+  return {{"collective", l.collective},
+          {"send", l.send},
+          {"recv", l.recv},
+          {"count", l.count},
+          {"then", launches_json(l.then)},
+          {"fallback", launches_json(l.fallback)}};
 }
 
 nlohmann::ordered_json launches_json(const std::vector<Launch>& launches) {

@@ -817,7 +817,8 @@ void lower_all_reduce(BucketLowering& b, const std::vector<const ir::Op*>& ops) 
   c.send = "buf:partial";
   c.recv = "buf:all_reduce_gather";
   c.count = static_cast<long long>(T) * H;
-  c.then = {{g, {gather_sum_blocks(T, H), 1, 1}, {"buf:all_reduce_gather", "buf:partial", "buf:x"}}};
+  c.then = {
+      {g, {gather_sum_blocks(T, H), 1, 1}, {"buf:all_reduce_gather", "buf:partial", "buf:x"}}};
   c.fallback = {kernel_form};
   b.launch(std::move(c));
   b.model.max_gather_rows = std::max(b.model.max_gather_rows, static_cast<long long>(ranks) * T);
@@ -1259,7 +1260,8 @@ std::string print_lowering(const KernelPlan& plan) {
       s += "    rule " + t.rule + ": " + t.kernels + "\n";
       if (!t.note.empty()) s += "    " + t.note + "\n";
       for (int i = t.first_launch; i < t.first_launch + t.launches; ++i)
-        s += print_launch(plan, p.launches[static_cast<std::size_t>(i)], "launch " + num(i), "    ");
+        s +=
+            print_launch(plan, p.launches[static_cast<std::size_t>(i)], "launch " + num(i), "    ");
       for (int k : t.declared)
         s += "    declared: kernel " + num(k) + " " +
              plan.kernels[static_cast<std::size_t>(k)].instance + " (not launched)\n";

@@ -271,7 +271,8 @@ LaunchArg collective_buffer(const ManifestFields& f, const json& entry, const st
   const std::string field = ManifestFields::join(path, key);
   if (!entry.contains(key)) f.refuse(field, "missing (an arena buffer, buf:NAME)");
   LaunchArg arg = read_arg(f, entry.at(key), field, a, weights, arena);
-  if (arg.kind != ArgKind::buffer) f.refuse(field, arg.text + ": expected an arena buffer, buf:NAME");
+  if (arg.kind != ArgKind::buffer)
+    f.refuse(field, arg.text + ": expected an arena buffer, buf:NAME");
   const std::int64_t have = arena.at(arg.name)->bytes;
   if (have < need)
     f.refuse(field, arg.text + " has " + std::to_string(have) + " bytes, the collective moves " +
@@ -309,17 +310,17 @@ void read_collective(const ManifestFields& f, const json& entry, const std::stri
   if (name != "all_gather")
     f.refuse(path + ".collective", "\"" + name + "\" is not a collective Telos runs (all_gather)");
   c.collective = Collective::all_gather;
-  const std::int64_t expected =
-      static_cast<std::int64_t>(bucket.tokens) * a.model.hidden_size;
+  const std::int64_t expected = static_cast<std::int64_t>(bucket.tokens) * a.model.hidden_size;
   c.count = f.integer(entry, path, "count", 0, limits::kMaxDeviceBytes);
   if (c.count != expected)
     f.refuse(path + ".count", std::to_string(c.count) + ", expected the bucket's tokens x " +
-                                  "hidden_size, " + std::to_string(expected) + " (a rank's partial)");
+                                  "hidden_size, " + std::to_string(expected) +
+                                  " (a rank's partial)");
   c.send = collective_buffer(f, entry, path, "send", 4 * c.count, a, weights, arena);
   c.recv = collective_buffer(f, entry, path, "recv", 4 * c.count * ranks, a, weights, arena);
   out.push_back(std::move(c));
-  read_collective_launches(f, entry, path, "then", LaunchPath::with_collective, kernels, a,
-                           weights, arena, out);
+  read_collective_launches(f, entry, path, "then", LaunchPath::with_collective, kernels, a, weights,
+                           arena, out);
   read_collective_launches(f, entry, path, "fallback", LaunchPath::without_collective, kernels, a,
                            weights, arena, out);
 }
