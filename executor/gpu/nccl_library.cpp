@@ -74,10 +74,15 @@ void disable_graph_mixing() {
   setenv("NCCL_GRAPH_MIXING_SUPPORT", "0", /*overwrite=*/0);
 }
 
+void connect_at_init() {
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+}
+
 NcclGroup::NcclGroup(const std::vector<int>& devices) {
   const NcclApi& api = NcclLibrary::get().api();
   disable_nvlink_multicast();
   disable_graph_mixing();
+  connect_at_init();
   std::vector<ncclComm_t> comms(devices.size());
   check(api, api.comm_init_all(comms.data(), static_cast<int>(devices.size()), devices.data()),
         "ncclCommInitAll over " + std::to_string(devices.size()) + " GPUs");

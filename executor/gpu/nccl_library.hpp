@@ -44,9 +44,15 @@ std::string disable_nvlink_multicast();
 // a capture, so it needs no mixing.
 void disable_graph_mixing();
 
+// Sets NCCL_RUNTIME_CONNECT=0 unless it is set already: the ranks' connections and their buffers
+// are made when the communicators are created, before the KV pool takes what memory is free,
+// rather than at the first collective (a graph capture, after the pool).
+void connect_at_init();
+
 // One communicator a rank for ranks on `devices` of this process (ncclCommInitAll), each on its
-// own device. NVLink multicast and graph mixing off (above). Destroy the graphs that captured its
-// operations first: from NCCL 2.26 a communicator's destruction waits until they are gone.
+// own device; NVLink multicast and graph mixing off, connections made at once (above). Destroy
+// the graphs that captured its operations first: from NCCL 2.26 a communicator's destruction
+// waits until they are gone.
 class NcclGroup {
  public:
   explicit NcclGroup(const std::vector<int>& devices);
