@@ -1011,6 +1011,10 @@ StepProfile GpuStepExecutor::profile_step(int reps) {
   // the whole descriptor (a plain cudaMemcpy from pageable memory may return before its DMA ends
   // and would be ordered only against the legacy default stream).
   const auto& launches = b.launches[0];
+  // A collective meets the other ranks: one rank's replay alone would wait for them.
+  for (const auto& l : launches)
+    if (l.collective != Collective::none)
+      fail("gpu engine: profile: bucket " + b.name + " runs a collective (a tensor-parallel rank)");
   check(cudaMemcpyAsync(s.desc_dev[0], bytes.data(), bytes.size(), cudaMemcpyHostToDevice, s.stream),
         "profile descriptor");
   const std::size_t n = launches.size();
@@ -1034,9 +1038,6 @@ StepProfile GpuStepExecutor::profile_step(int reps) {
   check(cudaEventRecordWithFlags(ev[0], s.stream, cudaEventRecordExternal), "profile event");
   for (std::size_t i = 0; i < n; ++i) {
     const auto& l = launches[i];
-    // A collective meets the other ranks: one rank's replay alone would wait for them.
-    if (l.collective != Collective::none)
-      fail("gpu engine: profile: bucket " + b.name + " runs a collective (a tensor-parallel rank)");
     check(cudaLaunchKernel(reinterpret_cast<const void*>(s.kernels[l.kernel]), l.grid, s.blocks[l.kernel],
                            const_cast<void**>(l.params.data()), s.dynamic_smem[l.kernel], s.stream),
           "launch");
