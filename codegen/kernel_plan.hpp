@@ -45,8 +45,8 @@ struct Launch {
   std::string collective, send, recv;
   long long count = 0;
   std::vector<Launch> then, fallback;
-  // Every arena-or-other argument the entry names: a kernel launch's args; a collective's send,
-  // recv and its launches' args.
+  // Every argument the entry names: a kernel launch's args; a collective's send, recv and its
+  // launches' args.
   std::vector<std::string> all_args() const;
 };
 
