@@ -13,14 +13,43 @@ namespace {
 
 std::string bucket_name(const BucketProgram& b) { return b.kind + ":" + std::to_string(b.size); }
 
+nlohmann::ordered_json launches_json(const std::vector<Launch>& launches);
+
+// A kernel launch, or a collective entry (docs/artifact.md, "Collectives").
+nlohmann::ordered_json launch_json(const Launch& l) {
+  if (l.collective.empty()) return {{"kernel", l.kernel}, {"grid", l.grid}, {"args", l.args}};
+  return {{"collective", l.collective},
+          {"send", l.send},
+          {"recv", l.recv},
+          {"count", l.count},
+          {"then", launches_json(l.then)},
+          {"fallback", launches_json(l.fallback)}};
+}
+
+nlohmann::ordered_json launches_json(const std::vector<Launch>& launches) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const Launch& l : launches) out.push_back(launch_json(l));
+  return out;
+}
+
+// Whether `l` (a collective's launches too) launches kernel `k`; its grid into `grid`.
+bool launches_kernel(const Launch& l, int k, std::array<int, 3>& grid) {
+  if (l.collective.empty() && l.kernel == k) {
+    grid = l.grid;
+    return true;
+  }
+  for (const std::vector<Launch>* nested : {&l.then, &l.fallback})
+    for (const Launch& n : *nested)
+      if (launches_kernel(n, k, grid)) return true;
+  return false;
+}
+
 nlohmann::ordered_json programs_json(const KernelPlan& plan) {
   nlohmann::ordered_json p;
   p["descriptor"] = {{"max_tokens", plan.max_tokens}, {"max_sample_rows", plan.max_sample_rows}};
   p["buckets"] = nlohmann::ordered_json::array();
   for (const auto& b : plan.buckets) {
-    nlohmann::ordered_json launches = nlohmann::ordered_json::array();
-    for (const auto& l : b.launches)
-      launches.push_back({{"kernel", l.kernel}, {"grid", l.grid}, {"args", l.args}});
+    nlohmann::ordered_json launches = launches_json(b.launches);
     p["buckets"].push_back({{"kind", b.kind},
                             {"size", b.size},
                             {"tokens", b.tokens},
@@ -66,8 +95,8 @@ GeneratedKernels generate_kernels(const KernelPlan& plan, const CodegenOptions& 
     nlohmann::ordered_json grids = nlohmann::ordered_json::object();
     for (const auto& b : plan.buckets)
       for (const auto& l : b.launches)
-        if (l.kernel == static_cast<int>(i)) {
-          grids[bucket_name(b)] = l.grid;
+        if (std::array<int, 3> grid{}; launches_kernel(l, static_cast<int>(i), grid)) {
+          grids[bucket_name(b)] = grid;
           break;
         }
     out.kernels.push_back({{"entry", entry},

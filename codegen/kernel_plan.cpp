@@ -463,6 +463,17 @@ int prefill_gemm_grid(int rows, int cols, int tile_cols) {
   return std::min(tiles, kSms);
 }
 
+std::vector<std::string> Launch::all_args() const {
+  std::vector<std::string> out = args;
+  if (!collective.empty()) out.insert(out.end(), {send, recv});
+  for (const std::vector<Launch>* nested : {&then, &fallback})
+    for (const Launch& l : *nested) {
+      const std::vector<std::string> inner = l.all_args();
+      out.insert(out.end(), inner.begin(), inner.end());
+    }
+  return out;
+}
+
 ShapeClass bucket_shape_class(bool prefill, int tokens, bool layer_fits) {
   if (!prefill && tokens <= kDecodeLayerPersistentMaxRows && layer_fits)
     return ShapeClass::one_token_decode;
@@ -507,6 +518,16 @@ int all_reduce_blocks(int rows, int hidden) {
 bool all_reduce_two_shot(int rows, int hidden, int ranks) {
   const long long bytes = 4LL * rows * hidden;
   return (ranks - 1LL) * (ranks - 2) * bytes >= kAllReduceBarrierBytes * ranks;
+}
+
+bool all_reduce_nccl(ShapeClass shape, int rows, int hidden) {
+  return shape == ShapeClass::prefill_gemm && 4LL * rows * hidden >= kAllReduceNcclMinBytes;
+}
+
+int gather_sum_blocks(int rows, int hidden) {
+  const long long vectors = static_cast<long long>(rows) * hidden / 4;
+  return static_cast<int>(std::clamp((vectors + kAllReduceThreads - 1) / kAllReduceThreads, 1LL,
+                                     static_cast<long long>(kGatherSumMaxBlocks)));
 }
 
 int all_reduce_norm_blocks(int rows) {

@@ -19,6 +19,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace telos::codegen {
@@ -30,10 +31,23 @@ struct KernelInstance {
   int dynamic_smem = 0;             // bytes of dynamic shared memory per block
 };
 
+// A kernel launch, or a collective entry (docs/artifact.md, "Collectives"): `collective` (e.g.
+// "all_gather") of `count` f32 from `send` into `recv` (buf:NAME each) on the ranks' NCCL
+// communicators, then the launches `then`; where the engine runs no NCCL, the launches `fallback`
+// instead. kernel, grid and args are a kernel launch's only.
 struct Launch {
+  Launch() = default;
+  Launch(int kernel, std::array<int, 3> grid, std::vector<std::string> args)
+      : kernel(kernel), grid(grid), args(std::move(args)) {}
   int kernel = 0;  // index into KernelPlan::kernels
   std::array<int, 3> grid{1, 1, 1};
   std::vector<std::string> args;
+  std::string collective, send, recv;
+  long long count = 0;
+  std::vector<Launch> then, fallback;
+  // Every argument the entry names: a kernel launch's args; a collective's send, recv and its
+  // launches' args.
+  std::vector<std::string> all_args() const;
 };
 
 // A bucket's shape class: which family of kernels its ops lower to (the lowering table's column).
@@ -487,6 +501,21 @@ int all_reduce_blocks(int rows, int hidden);
 // has, which is how to check the figure.
 inline constexpr long long kAllReduceBarrierBytes = 1350000;
 bool all_reduce_two_shot(int rows, int hidden, int ranks);
+
+// Whether the all-reduce of `rows` x `hidden` f32 partials goes through NCCL (docs/multi-gpu.md):
+// ncclAllGather of the ranks' partials into `all_reduce_gather`, then gather_sum_residual, a
+// collective entry whose fallback is the kernel form above. In prefill-GEMM buckets, from
+// kAllReduceNcclMinBytes: where the message's copy over NVLink 4 (9.3 µs a peer at 450 GB/s)
+// reaches NCCL's fixed cost graph-captured (~13 µs, against ~3 µs for our barrier), so the fixed
+// cost no longer dominates the collective: 256 rows of the 8B's 4096. Provisional: the figure to
+// set from telos-allreduce-bench's table on two and eight GPUs (the size from which NCCL's graph
+// row beats our best form).
+inline constexpr long long kAllReduceNcclMinBytes = 4LL << 20;
+bool all_reduce_nccl(ShapeClass shape, int rows, int hidden);
+// gather_sum_residual's grid: blocks of kAllReduceThreads, a float4 a thread, grid-strided over at
+// most kGatherSumMaxBlocks (8 a SM; it reads local memory only, no barrier).
+inline constexpr int kGatherSumMaxBlocks = 8 * kSms;
+int gather_sum_blocks(int rows, int hidden);
 
 // all_reduce_residual_rmsnorm's grid: a block of kNormThreads a row, at most kAllReduceMaxBlocks
 // (a block then takes every gridDim-th row).

@@ -206,6 +206,7 @@ struct ModelPlan {
 
   int qkv_arrival_counters = 0;     // gemm_small_norm_qkv's, when a bucket folds the QKV epilogue
   bool uses_layer_sync = false;     // decode_layer_persistent's grid-wide counters
+  long long max_gather_rows = 0;    // the NCCL all-reduce's gather buffer: ranks x tokens rows
   long long max_lm_candidates = 0;  // the LM head's greedy candidates, all of a bucket's rows
 
   // Where the GEMMs read layer weight `name` ("qkv", "o", "gate_up", "down"): from the slot image
@@ -331,6 +332,8 @@ class BucketLowering {
   void launch(int kernel, std::array<int, 3> grid, std::vector<std::string> args) {
     program_.launches.push_back({kernel, grid, std::move(args)});
   }
+  // A collective entry: its launches name kernels by the handles use() gave.
+  void launch(Launch collective) { program_.launches.push_back(std::move(collective)); }
   // A kernel the table holds for this bucket, which the bucket does not launch.
   void declare(TableRole role, KernelInstance kernel) {
     program_.lowered.back().declared.push_back(use(role, std::move(kernel)));
@@ -356,7 +359,7 @@ class BucketLowering {
                      [&](std::size_t a, std::size_t b) { return uses_[a].role < uses_[b].role; });
     std::vector<int> index(uses_.size());
     for (std::size_t i : order) index[i] = table.add(uses_[i].kernel);
-    for (Launch& l : program_.launches) l.kernel = index[static_cast<std::size_t>(l.kernel)];
+    for (Launch& l : program_.launches) renumber(l, index);
     for (LoweredOps& t : program_.lowered)
       for (int& k : t.declared) k = index[static_cast<std::size_t>(k)];
     return std::move(program_);
@@ -367,6 +370,12 @@ class BucketLowering {
     TableRole role;
     KernelInstance kernel;
   };
+  // `l`'s kernel handles (its collective's launches too) as indices into the kernel table.
+  static void renumber(Launch& l, const std::vector<int>& index) {
+    if (l.collective.empty()) l.kernel = index[static_cast<std::size_t>(l.kernel)];
+    for (std::vector<Launch>* nested : {&l.then, &l.fallback})
+      for (Launch& n : *nested) renumber(n, index);
+  }
   std::vector<Use> uses_;
   BucketProgram program_;
 };
@@ -794,7 +803,8 @@ void lower_partial(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
 }
 
 // x += the sum of every rank's partial, in rank order, over the ranks' peer memory: one-shot,
-// two-shot, or one-shot with the next RMSNorm (all_reduce_fused_norm).
+// two-shot, or one-shot with the next RMSNorm (all_reduce_fused_norm); for large messages
+// (all_reduce_nccl) NCCL's all-gather and gather_sum_residual, with that kernel form as fallback.
 void lower_all_reduce(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const ir::Op& op = *ops[0];
   const int T = b.bucket.T, H = static_cast<int>(op.results.at(0)->type.dims.at(1));
@@ -817,7 +827,28 @@ void lower_all_reduce(BucketLowering& b, const std::vector<const ir::Op*>& ops) 
       b.use(TableRole::all_reduce, {"telos_kernels::" + form + dims + num(kAllReduceThreads) + ">",
                                     {"partials", "flags", "rank", "x"},
                                     kAllReduceThreads});
-  b.launch(k, {all_reduce_blocks(T, H), 1, 1}, peers);
+  const Launch kernel_form{k, {all_reduce_blocks(T, H), 1, 1}, peers};
+  if (!all_reduce_nccl(b.bucket.shape, T, H)) {
+    b.launch(kernel_form);
+    return;
+  }
+  const int ranks = int_attr(op, "ranks");
+  const int g = b.use(TableRole::all_reduce,
+                      {"telos_kernels::gather_sum_residual" + dims.substr(0, dims.size() - 2) + ">",
+                       {"gather", "partial", "x"},
+                       kAllReduceThreads});
+  Launch c;
+  c.collective = "all_gather";
+  c.send = "buf:partial";
+  c.recv = "buf:all_reduce_gather";
+  c.count = static_cast<long long>(T) * H;
+  c.then = {
+      {g, {gather_sum_blocks(T, H), 1, 1}, {"buf:all_reduce_gather", "buf:partial", "buf:x"}}};
+  c.fallback = {kernel_form};
+  b.launch(std::move(c));
+  b.model.max_gather_rows = std::max(b.model.max_gather_rows, static_cast<long long>(ranks) * T);
+  b.note("through NCCL: all_gather of the partials into all_reduce_gather, gather_sum_residual; " +
+         form + " without NCCL");
 }
 
 // A layer projection with a residual or SwiGLU epilogue: one GEMM, the norm before gate/up folded
@@ -1058,6 +1089,10 @@ std::vector<ArenaBuffer> arena(const ModelPlan& mp, const KernelPlan& plan) {
     a.push_back({"partial", T * m.H * 4, BufferLifetime::steps});
     a.push_back({"all_reduce_flags", 4LL * kAllReduceMaxBlocks * m.ranks, BufferLifetime::steps});
   }
+  // The NCCL all-reduce's gather buffer [ranks, tokens, H] (lower_all_reduce), where a bucket
+  // takes it.
+  if (mp.max_gather_rows > 0)
+    a.push_back({"all_reduce_gather", mp.max_gather_rows * m.H * 4, BufferLifetime::step});
   return a;
 }
 
@@ -1099,7 +1134,8 @@ const std::vector<LoweringRule>& lowering_table() {
        lower_partial},
       {"all_reduce.residual", "all_reduce", "residual", DType::BF16, kSmallM | kPrefill, "sm_90a",
        "all_reduce_residual[_two_shot] (two-shot above the plan's size), or _rmsnorm with the "
-       "next norm: every rank's partial, in rank order, added to x over peer memory",
+       "next norm: every rank's partial, in rank order, added to x over peer memory; large "
+       "prefill messages: NCCL's all_gather, then gather_sum_residual",
        lower_all_reduce},
       // Blackwell: the GEMMs on tcgen05; the kernels without wgmma (norms, embed, decode
       // attention on mma.sync, sampling, the all-reduce) as they are. No `layer` rule (the
@@ -1133,7 +1169,8 @@ const std::vector<LoweringRule>& lowering_table() {
        lower_partial},
       {"all_reduce.residual", "all_reduce", "residual", DType::BF16, kSmallM | kPrefill, "sm_100a",
        "all_reduce_residual[_two_shot] (two-shot above the plan's size), or _rmsnorm with the "
-       "next norm: every rank's partial, in rank order, added to x over peer memory",
+       "next norm: every rank's partial, in rank order, added to x over peer memory; large "
+       "prefill messages: NCCL's all_gather, then gather_sum_residual",
        lower_all_reduce},
       // e4m3 weights (FP8; kernels/gemm_e4m3.cuh): the GEMMs convert each stage's weights to bf16
       // with their scales, then run the bf16 arithmetic. No norm prologue and no persistent layer.
@@ -1217,6 +1254,27 @@ std::vector<KernelPlan> plan_kernel_sets(const ir::Graph& graph, const CodegenIn
   return sets;
 }
 
+namespace {
+
+// One launch of print_lowering: a kernel's, or a collective's line and its launches beneath.
+std::string print_launch(const KernelPlan& plan, const Launch& l, const std::string& label,
+                         const std::string& indent) {
+  if (!l.collective.empty()) {
+    std::string s = indent + label + ": collective " + l.collective + " " + num(l.count) +
+                    " f32 from " + l.send + " into " + l.recv + "\n";
+    for (const Launch& n : l.then) s += print_launch(plan, n, "then", indent + "  ");
+    for (const Launch& n : l.fallback) s += print_launch(plan, n, "fallback", indent + "  ");
+    return s;
+  }
+  std::string s = indent + label + ": kernel " + num(l.kernel) + " " +
+                  plan.kernels[static_cast<std::size_t>(l.kernel)].instance + " grid " +
+                  num(l.grid[0]) + "," + num(l.grid[1]) + "," + num(l.grid[2]) + " (";
+  for (std::size_t a = 0; a < l.args.size(); ++a) s += (a ? ", " : "") + l.args[a];
+  return s + ")\n";
+}
+
+}  // namespace
+
 std::string print_lowering(const KernelPlan& plan) {
   std::string s;
   for (const BucketProgram& p : plan.buckets) {
@@ -1226,14 +1284,9 @@ std::string print_lowering(const KernelPlan& plan) {
       for (const std::string& op : t.ops) s += "  " + op + "\n";
       s += "    rule " + t.rule + ": " + t.kernels + "\n";
       if (!t.note.empty()) s += "    " + t.note + "\n";
-      for (int i = t.first_launch; i < t.first_launch + t.launches; ++i) {
-        const Launch& l = p.launches[static_cast<std::size_t>(i)];
-        s += "    launch " + num(i) + ": kernel " + num(l.kernel) + " " +
-             plan.kernels[static_cast<std::size_t>(l.kernel)].instance + " grid " + num(l.grid[0]) +
-             "," + num(l.grid[1]) + "," + num(l.grid[2]) + " (";
-        for (std::size_t a = 0; a < l.args.size(); ++a) s += (a ? ", " : "") + l.args[a];
-        s += ")\n";
-      }
+      for (int i = t.first_launch; i < t.first_launch + t.launches; ++i)
+        s +=
+            print_launch(plan, p.launches[static_cast<std::size_t>(i)], "launch " + num(i), "    ");
       for (int k : t.declared)
         s += "    declared: kernel " + num(k) + " " +
              plan.kernels[static_cast<std::size_t>(k)].instance + " (not launched)\n";

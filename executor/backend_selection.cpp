@@ -57,6 +57,11 @@ bool tensor_parallel_one_device() {
   return v != nullptr && std::string(v) == "1";
 }
 
+bool nccl_enabled() {
+  const char* v = std::getenv(kNcclEnv);
+  return v == nullptr || std::string(v) != "0";
+}
+
 std::vector<int> rank_devices(const Artifact& artifact, int first) {
   std::vector<int> devices;
   const bool one_device = tensor_parallel_one_device();

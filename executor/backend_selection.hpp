@@ -29,6 +29,11 @@ struct GpuDevice {
 inline constexpr const char* kTensorParallelOneDeviceEnv = "TELOS_TP_ONE_DEVICE";
 bool tensor_parallel_one_device();
 
+// The environment variable that keeps NCCL out of a tensor-parallel artifact's run: set to 0, the
+// large all-reduces run each collective entry's fallback, our kernel (docs/multi-gpu.md).
+inline constexpr const char* kNcclEnv = "TELOS_NCCL";
+bool nccl_enabled();
+
 // The device of each rank of `artifact`: rank r on GPU first + r, or every rank on `first` in the
 // one-device test mode. One entry for a one-rank artifact.
 std::vector<int> rank_devices(const Artifact& artifact, int first);

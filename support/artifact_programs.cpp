@@ -286,6 +286,8 @@ ProgramLaunch read_launch(const ManifestFields& f, const json& launch, const std
                           const std::vector<KernelEntry>& kernels, const ArtifactManifest& a,
                           const WeightsByName& weights, const ArenaByName& arena) {
   if (!launch.is_object()) f.refuse(path, "expected an object");
+  if (launch.contains("collective"))
+    f.refuse(path, "a collective entry's launches are kernel launches (kernel, grid, args)");
   ProgramLaunch l;
   l.kernel = static_cast<int>(
       f.integer(launch, path, "kernel", 0, static_cast<std::int64_t>(kernels.size()) - 1));
@@ -298,6 +300,69 @@ ProgramLaunch read_launch(const ManifestFields& f, const json& launch, const std
                       l.args.back().layer, a.kv_cache);
   }
   return l;
+}
+
+// A collective entry's arena buffer (send or recv): buf:NAME of at least `need` bytes.
+LaunchArg collective_buffer(const ManifestFields& f, const json& entry, const std::string& path,
+                            const char* key, std::int64_t need, const ArtifactManifest& a,
+                            const WeightsByName& weights, const ArenaByName& arena) {
+  const std::string field = ManifestFields::join(path, key);
+  if (!entry.contains(key)) f.refuse(field, "missing (an arena buffer, buf:NAME)");
+  LaunchArg arg = read_arg(f, entry.at(key), field, a, weights, arena);
+  if (arg.kind != ArgKind::buffer)
+    f.refuse(field, arg.text + ": expected an arena buffer, buf:NAME");
+  const std::int64_t have = arena.at(arg.name)->bytes;
+  if (have < need)
+    f.refuse(field, arg.text + " has " + std::to_string(have) + " bytes, the collective moves " +
+                        std::to_string(need) + " into it or out of it");
+  return arg;
+}
+
+// A collective entry's `then` or `fallback`: one or more kernel launches.
+void read_collective_launches(const ManifestFields& f, const json& entry, const std::string& path,
+                              const char* key, LaunchPath on,
+                              const std::vector<KernelEntry>& kernels,
+                              const ArtifactManifest& a, const WeightsByName& weights,
+                              const ArenaByName& arena, std::vector<ProgramLaunch>& out) {
+  const json& launches = bounded_array(f, entry, path, key);
+  const std::string field = ManifestFields::join(path, key);
+  if (launches.empty()) f.refuse(field, "expected at least one launch");
+  for (std::size_t j = 0; j < launches.size(); ++j) {
+    out.push_back(read_launch(f, launches[j], at(field, j), kernels, a, weights, arena));
+    out.back().path = on;
+  }
+}
+
+// A collective entry (docs/artifact.md, "Collectives"), its `then` and `fallback` launches after
+// it: every rank's `count` f32, the bucket's tokens x hidden_size (a rank's partial), from `send`
+// into `recv` (ranks x count).
+void read_collective(const ManifestFields& f, const json& entry, const std::string& path,
+                     const ProgramBucket& bucket, const std::vector<KernelEntry>& kernels,
+                     const ArtifactManifest& a,
+                     const WeightsByName& weights, const ArenaByName& arena,
+                     std::vector<ProgramLaunch>& out) {
+  const int ranks = a.serving.tensor_parallel;
+  if (ranks < 2)
+    f.refuse(path + ".collective",
+             "a collective in an artifact of one rank (serving.tensor_parallel 1)");
+  ProgramLaunch c;
+  const std::string name = f.string(entry, path, "collective");
+  if (name != "all_gather")
+    f.refuse(path + ".collective", "\"" + name + "\" is not a collective Telos runs (all_gather)");
+  c.collective = Collective::all_gather;
+  const std::int64_t expected = static_cast<std::int64_t>(bucket.tokens) * a.model.hidden_size;
+  c.count = f.integer(entry, path, "count", 0, limits::kMaxDeviceBytes);
+  if (c.count != expected)
+    f.refuse(path + ".count", std::to_string(c.count) + ", expected the bucket's tokens x " +
+                                  "hidden_size, " + std::to_string(expected) +
+                                  " (a rank's partial)");
+  c.send = collective_buffer(f, entry, path, "send", 4 * c.count, a, weights, arena);
+  c.recv = collective_buffer(f, entry, path, "recv", 4 * c.count * ranks, a, weights, arena);
+  out.push_back(std::move(c));
+  read_collective_launches(f, entry, path, "then", LaunchPath::with_collective, kernels, a, weights,
+                           arena, out);
+  read_collective_launches(f, entry, path, "fallback", LaunchPath::without_collective, kernels, a,
+                           weights, arena, out);
 }
 
 ProgramBucket read_bucket(const ManifestFields& f, const json& b, const std::string& path,
@@ -314,9 +379,15 @@ ProgramBucket read_bucket(const ManifestFields& f, const json& b, const std::str
   bucket.sample_rows = f.small_integer(b, path, "sample_rows", 1, p.max_sample_rows);
   const json& launches = bounded_array(f, b, path, "launches");
   if (launches.empty()) f.refuse(path + ".launches", "expected at least one launch");
-  for (std::size_t j = 0; j < launches.size(); ++j)
-    bucket.launches.push_back(
-        read_launch(f, launches[j], at(path + ".launches", j), p.kernels, a, weights, arena));
+  for (std::size_t j = 0; j < launches.size(); ++j) {
+    const std::string entry = at(path + ".launches", j);
+    if (launches[j].is_object() && launches[j].contains("collective"))
+      read_collective(f, launches[j], entry, bucket, p.kernels, a, weights, arena,
+                      bucket.launches);
+    else
+      bucket.launches.push_back(
+          read_launch(f, launches[j], entry, p.kernels, a, weights, arena));
+  }
   // The tokens reach the host only through the sample kernel's host:sampled.
   const bool samples =
       std::any_of(bucket.launches.begin(), bucket.launches.end(), [](const auto& l) {

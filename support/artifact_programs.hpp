@@ -65,10 +65,27 @@ struct LaunchArg {
   bool per_parity() const { return kind == ArgKind::descriptor || kind == ArgKind::host_sampled; }
 };
 
+// A collective of the ranks' NCCL communicators (docs/artifact.md, "Collectives").
+enum class Collective {
+  none,        // a kernel launch
+  all_gather,  // every rank's `count` f32 at `send`, in rank order, into each rank's `recv`
+};
+
+// Which engines run a launch of a bucket: every one, or, after a collective entry, those that run
+// the collective (its `then`) or those that do not (its `fallback`).
+enum class LaunchPath { always, with_collective, without_collective };
+
+// A kernel launch, or a collective entry. A bucket's launches are flat: a collective entry is
+// followed by its `then` launches (LaunchPath::with_collective), then its `fallback` launches
+// (without_collective); an engine runs the one or the other.
 struct ProgramLaunch {
   int kernel = 0;
   std::array<unsigned, 3> grid{1, 1, 1};
   std::vector<LaunchArg> args;
+  Collective collective = Collective::none;
+  LaunchArg send, recv;    // arena buffers (buf:NAME)
+  std::int64_t count = 0;  // f32 elements a rank
+  LaunchPath path = LaunchPath::always;
 };
 
 struct ProgramBucket {

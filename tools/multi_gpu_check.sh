@@ -3,14 +3,18 @@
 #   1. the tiny models compiled at serving.tensor_parallel 2 (<model>-tp2.telos, beside the
 #      one-rank artifacts of tools/gpu_check.sh --prepare),
 #   2. on one GPU: the all-reduce's forms (one-shot, two-shot, with the next RMSNorm) against a
-#      host sum and the unfused path, bit for bit, over 2, 4 and 8 ranks (gpu_kernels_test), the
+#      host sum and the unfused path, bit for bit, over 2, 4 and 8 ranks, and the NCCL form's
+#      gather_sum_residual against the host sum (gpu_kernels_test), the
 #      same one rank at a time under compute-sanitizer memcheck and racecheck, and the tiny
 #      models' two ranks on that GPU against transformers' goldens and the one-rank artifact
 #      (gpu_model_test),
 #   3. the all-reduce latency at 8 KB, 64 KB, 1 MB and 16 MB, ours beside NCCL graph-captured
 #      (telos-allreduce-bench: over every visible GPU; on one GPU, ours with two ranks on it),
 #   4. on two GPUs or more: telos-run generate at TP=2 (a rank a GPU, peer access) against TP=1,
-#      greedy ids identical for every tiny model; decode batch 1 and throughput at batch 64 and
+#      greedy ids identical for every tiny model; a 4200-token prompt through tiny-llama's
+#      8192-token prefill bucket (its positions raised to 8192: 4 MiB all-reduces, the launch
+#      programs' collective entries) with NCCL's all-gathers against TELOS_NCCL=0's fallback
+#      kernels, greedy ids identical; decode batch 1 and throughput at batch 64 and
 #      256, TP=2 beside TP=1, on MULTI_GPU_MODEL (a model directory telosc compiles, e.g. a
 #      Llama-3.1-8B checkpoint of tools/e2e_check.py --keep-work; default: tiny-llama),
 #   5. real shapes at TP=2 against transformers (tools/e2e_check.py --tensor-parallel 2: logits,
@@ -87,6 +91,18 @@ s["tensor_parallel"] = 2
 print(json.dumps(s))' "$1"
 }
 
+# tiny-llama with max_position_embeddings 8192 in $OUT/tiny-llama-long: its 8192-token prefill
+# bucket's all-reduces (8192 x 128 f32, 4 MiB) reach kAllReduceNcclMinBytes and take NCCL.
+long_tiny_llama() {
+  mkdir -p "$OUT/tiny-llama-long" &&
+    cp models/tiny-llama/*.safetensors models/tiny-llama/tokenizer*.json \
+      models/tiny-llama/generation_config.json "$OUT/tiny-llama-long" &&
+    python3 -c 'import json, sys
+c = json.load(open(sys.argv[1])); c["max_position_embeddings"] = 8192
+json.dump(c, open(sys.argv[2], "w"))' models/tiny-llama/config.json "$OUT/tiny-llama-long/config.json" &&
+    "$B/telosc" compile "$OUT/tiny-llama-long" --serving "$OUT/long-tp2.serving.json" -o "$1"
+}
+
 # Greedy ids of a prompt through telos-run generate, TP=2 on two GPUs against TP=1 (the text and
 # ids generate prints, less its time to first token).
 greedy() {
@@ -97,6 +113,19 @@ same_tokens() {
   greedy "$1" >"$OUT/one.txt" && greedy "$2" >"$OUT/two.txt" && diff "$OUT/one.txt" "$OUT/two.txt"
 }
 
+# A 4200-token prompt through artifact $1 on two GPUs with NCCL (its load log must say so) and with
+# TELOS_NCCL=0 (the collective entries' fallbacks): the same greedy ids.
+long_greedy() {
+  "$B/telos-run" generate "$1" --engine gpu --max-tokens 32 --prompt-ids \
+    "$(python3 -c 'print(",".join(str(i * 37 % 500 + 1) for i in range(4200)))')" |
+    sed 's/, first token after [^)]*//'
+}
+nccl_vs_fallback() {
+  long_greedy "$1" 2>"$OUT/nccl.log" >"$OUT/nccl.txt" &&
+    grep -q 'NCCL [0-9]*: the large all-reduces are its all-gathers' "$OUT/nccl.log" &&
+    TELOS_NCCL=0 long_greedy "$1" >"$OUT/fallback.txt" && diff "$OUT/nccl.txt" "$OUT/fallback.txt"
+}
+
 if [ -z "${MULTI_GPU_CHECK_E2E_ONLY:-}" ]; then
   # 1. The tensor-parallel artifacts.
   for entry in $TINY; do
@@ -105,9 +134,12 @@ if [ -z "${MULTI_GPU_CHECK_E2E_ONLY:-}" ]; then
     [ $DRY = 1 ] || tp2_serving "$dir" >"$serving"
     step "compile $name at TP=2" "$B/telosc" compile "$dir" --serving "$serving" -o "$ARTS/$name-tp2.telos"
   done
+  echo '{"max_batch": 8, "max_seq_len": 8192, "kv_pool": {"pages": 1040}, "prefill_chunk": 8192, "prefill_buckets": [128, 8192], "tensor_parallel": 2}' >"$OUT/long-tp2.serving.json"
+  step "compile tiny-llama-long at TP=2" long_tiny_llama "$ARTS/tiny-llama-long-tp2.telos"
 
   # 2. One GPU: the kernel and the two ranks on one device.
-  step "all-reduce forms vs host sum, unfused" "$B/gpu_kernels_test" --gtest_filter='GpuKernels.AllReduce*'
+  step "all-reduce forms, gather-sum vs host sum" "$B/gpu_kernels_test" \
+    --gtest_filter='GpuKernels.AllReduce*:GpuKernels.GatherSum*'
   # Under the sanitizer the ranks' launches run one at a time, so only the test whose ranks each pass
   # their barriers alone (the others' flags raised by the host) can run; its modules are compiled by
   # the step above (the kernel cache).
@@ -127,6 +159,7 @@ if [ -z "${MULTI_GPU_CHECK_E2E_ONLY:-}" ]; then
       name=${entry%%:*}
       step "$name TP=2 on 2 GPUs vs TP=1, greedy ids" same_tokens "$ARTS/$name.telos" "$ARTS/$name-tp2.telos"
     done
+    step "tiny-llama-long TP=2, NCCL vs TELOS_NCCL=0" nccl_vs_fallback "$ARTS/tiny-llama-long-tp2.telos"
     model=${MULTI_GPU_MODEL:-models/tiny-llama}
     for tp in 1 2; do
       echo "{\"tensor_parallel\": $tp, \"max_batch\": 256}" >"$OUT/bench-tp$tp.json"

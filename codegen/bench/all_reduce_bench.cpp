@@ -1,14 +1,16 @@
 // telos-allreduce-bench: the tensor-parallel all-reduce's latency (docs/multi-gpu.md) at messages
 // of 8 KB, 64 KB, 1 MB and 16 MB of f32 partials (1, 8, 128 and 2048 rows of 2048 floats,
 // Llama-3.2-1B's hidden size), our three forms (kernels/all_reduce.cuh: one-shot, two-shot,
-// one-shot with the next RMSNorm) beside NCCL's ncclAllReduce, in one table.
+// one-shot with the next RMSNorm) beside NCCL's ncclAllReduce and the form the plan gives large
+// prefill messages (ncclAllGather of the partials, then gather_sum_residual), in one table.
 //
 // Every form is timed as a bucket's graph runs it: each rank captures a CUDA graph of kOps
 // all-reduces back to back on its own stream (ours: the kernel's launches; NCCL: ncclAllReduce,
 // sum, f32, in place, over one communicator a GPU from ncclCommInitAll), the ranks' graphs are
 // launched together, and a figure is the median over kReps launches of rank 0's graph time over
-// kOps, after kWarm launches. NCCL_NVLS_ENABLE=0 (NcclGroup sets it unless the environment does);
-// nothing here calls cuMulticastCreate.
+// kOps, after kWarm launches; the all-gather form's graph holds ncclAllGather and the kernel after
+// it, kOps times. NCCL_NVLS_ENABLE=0 (NcclGroup sets it unless the environment does); nothing here
+// calls cuMulticastCreate.
 //
 // With two GPUs or more it takes every visible GPU up to 8, a rank each, peer access between each
 // pair. With one GPU it times ours with two ranks on that GPU (their blocks share its SMs, their
@@ -74,11 +76,12 @@ constexpr Form kForms[] = {{"one-shot", false, "all_reduce_residual"},
                            {"one-shot + rmsnorm", true, "all_reduce_residual_rmsnorm"}};
 
 // A rank's buffers on its device: the partial, x, h and the norm's weight at the largest size,
-// the barrier flags, its index, and the tables of every rank's partials and flags.
+// the all-gather's buffer (every rank's partial), the barrier flags, its index, and the tables of
+// every rank's partials and flags.
 struct Rank {
   int device = 0;
   cudaStream_t stream = nullptr;
-  float *partial = nullptr, *x = nullptr, *w = nullptr;
+  float *partial = nullptr, *x = nullptr, *w = nullptr, *gather = nullptr;
   unsigned short* h = nullptr;
   unsigned* flags = nullptr;
   int* index = nullptr;
@@ -106,6 +109,7 @@ std::vector<Rank> make_ranks(const std::vector<int>& devices) {
     k.x = device_alloc<float>(n);
     k.w = device_alloc<float>(kHidden);
     k.h = device_alloc<unsigned short>(n);
+    k.gather = device_alloc<float>(n * devices.size());
     k.flags = device_alloc<unsigned>(static_cast<std::size_t>(kAllReduceMaxBlocks) * ranks.size());
     k.index = device_alloc<int>(1);
     const int index = static_cast<int>(r);
@@ -268,6 +272,39 @@ double time_nccl(const telos::exec::NcclGroup& nccl, const std::vector<Rank>& ra
   return time_graphs(ranks, execs, "ncclAllReduce");
 }
 
+std::string gather_sum_instance(int rows, int ranks) {
+  return "telos_kernels::gather_sum_residual<" + I(rows) + ", " + I(kHidden) + ", " + I(ranks) +
+         ">";
+}
+
+// The plan's NCCL form (all_reduce_nccl): ncclAllGather of every rank's partial (a group call
+// over the ranks, this being one thread), then each rank's gather_sum_residual.
+double time_nccl_gather(const telos::exec::NcclGroup& nccl, const Kernels& kernels,
+                        const std::vector<Rank>& ranks, int rows) {
+  const std::size_t count = static_cast<std::size_t>(rows) * kHidden;
+  const std::string name = gather_sum_instance(rows, static_cast<int>(ranks.size()));
+  const void* k = kernels.get(name);
+  auto execs = capture(ranks, [&] {
+    for (int i = 0; i < kOps; ++i) {
+      nccl.group_begin();
+      for (std::size_t r = 0; r < ranks.size(); ++r)
+        nccl.all_gather(static_cast<int>(r), ranks[r].partial, ranks[r].gather, count,
+                        ranks[r].stream);
+      nccl.group_end();
+      for (const Rank& rk : ranks) {
+        check(cudaSetDevice(rk.device), "device");
+        std::vector<const void*> args = {rk.gather, rk.partial, rk.x};
+        std::vector<void*> params;
+        for (auto& a : args) params.push_back(&a);
+        check(cudaLaunchKernel(k, gather_sum_blocks(rows, kHidden), kAllReduceThreads,
+                               params.data(), 0, rk.stream),
+              "launch " + name);
+      }
+    }
+  });
+  return time_graphs(ranks, execs, "ncclAllGather + " + name);
+}
+
 // One communicator a GPU over `devices`, or null with the reason in `note` (no libnccl.so.2, or
 // NCCL refused); `note` says the version otherwise.
 std::unique_ptr<telos::exec::NcclGroup> open_nccl(const std::vector<int>& devices,
@@ -283,7 +320,8 @@ std::unique_ptr<telos::exec::NcclGroup> open_nccl(const std::vector<int>& device
   }
 }
 
-void row(int rows, const std::string& form, const std::string& where, double us, bool planned) {
+void row(int rows, const std::string& form, const std::string& where, double us,
+         const char* planned) {
   const double bytes = 4.0 * rows * kHidden;
   char size[32];
   if (bytes >= 1 << 20)
@@ -296,7 +334,7 @@ void row(int rows, const std::string& form, const std::string& where, double us,
     return;
   }
   std::printf("%-6s | %-20s | %-26s | %9.2f | %8.1f | %s\n", size, form.c_str(), where.c_str(), us,
-              bytes / us / 1e3, planned ? "the plan's" : "");
+              bytes / us / 1e3, planned);
 }
 
 }  // namespace
@@ -325,6 +363,7 @@ int main() {
   std::vector<std::string> names;
   for (int rows : kRows)
     for (const Form& f : kForms) names.push_back(f.instance(rows, R));
+  for (int rows : kRows) names.push_back(gather_sum_instance(rows, R));
   const Kernels kernels(R, names);
   const std::vector<Rank> ranks = make_ranks(devices);
 
@@ -336,18 +375,25 @@ int main() {
               "GB/s");
   for (int rows : kRows) {
     const bool two_shot = all_reduce_two_shot(rows, kHidden, R);
-    for (const Form& f : kForms)
-      row(rows, f.label, where, time_ours(kernels, ranks, f, rows),
-          !f.norm && two_shot == (std::string(f.name) == "all_reduce_residual_two_shot"));
-    if (nccl)
-      row(rows, "ncclAllReduce graph", nccl_note, time_nccl(*nccl, ranks, rows), false);
-    else
-      row(rows, "ncclAllReduce graph", nccl_note, -1, false);
+    const bool nccl_form = all_reduce_nccl(ShapeClass::prefill_gemm, rows, kHidden);
+    for (const Form& f : kForms) {
+      const bool planned =
+          !f.norm && two_shot == (std::string(f.name) == "all_reduce_residual_two_shot");
+      const char* mark = "";
+      if (planned) mark = nccl_form ? "the plan's (decode)" : "the plan's";
+      row(rows, f.label, where, time_ours(kernels, ranks, f, rows), mark);
+    }
+    row(rows, "ncclAllReduce graph", nccl_note, nccl ? time_nccl(*nccl, ranks, rows) : -1, "");
+    row(rows, "ncclAllGather + sum", nccl_note,
+        nccl ? time_nccl_gather(*nccl, kernels, ranks, rows) : -1,
+        nccl_form ? "the plan's (prefill)" : "");
   }
   std::printf(
       "\nmedian us: one all-reduce of f32 partials summed into x (one-shot + rmsnorm: and h "
       "normalized), %d back to back in each rank's graph; GB/s: the message's bytes over that "
-      "time; the plan's: the form the lowering gives this size at %d ranks without the norm\n",
+      "time; the plan's: the form the lowering gives this size at %d ranks without the norm "
+      "(from kAllReduceNcclMinBytes, NCCL's all-gather and gather_sum_residual in prefill "
+      "buckets)\n",
       kOps, R);
   return 0;
 }

@@ -12,6 +12,9 @@
 //                                 instead of N - 1, for one more barrier);
 //   all_reduce_residual_rmsnorm   one-shot, one block a row, and the next RMSNorm applied to the
 //                                 row it leaves in x, writing h for the next GEMM.
+// Large messages (prefill chunks) go through NCCL instead: ncclAllGather of every rank's partial
+// into the rank's gather buffer, then gather_sum_residual adds the gathered rows to x in rank
+// order, with no barrier of its own (the collective before it on the stream is one).
 // Every form adds the same values in the same order for every element, so x keeps the same bits
 // on every rank and in every form: x[i] += ((p0[i] + p1[i]) + p2[i]) + ..., the CPU reference
 // engine's order (rank_sum4; the two-shot's owner of a slice forms that sum once and every rank
@@ -206,6 +209,33 @@ __global__ void __launch_bounds__(kNormThreads)
   for (int m = blockIdx.x; m < M; m += gridDim.x)
     for (int i = t; i < H / 4; i += kNormThreads)
       own[static_cast<long long>(m) * H / 4 + i] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// x[m, :] += sum over ranks r of gather[r, m, :] for the bucket's M rows, in rank order, and
+// partial zeroed: the one-shot's arithmetic over the rows ncclAllGather put in `gather` [RANKS, M,
+// H] (rank r's partial at row block r), so x has the one-shot's bits. The collective before it has
+// finished on this rank's stream, so every rank has its copy of this rank's partial and the partial
+// can be zeroed for the next projection at once. Launched without programmatic serialization (its
+// predecessor is NCCL's kernel); its own successor may be.
+template <int M, int H, int RANKS>
+__global__ void gather_sum_residual(const float* gather, float* partial, float* x) {
+  pdl_entry();
+  static_assert(H % 4 == 0, "rows are read 16 bytes at a time");
+  static_assert(RANKS >= 2 && RANKS <= 8, "the ranks of one host");
+  constexpr long long kVectors = static_cast<long long>(M) * H / 4;
+  const float4* g = reinterpret_cast<const float4*>(gather);
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < kVectors;
+       i += stride) {
+    float4 s = g[i];
+#pragma unroll
+    for (int r = 1; r < RANKS; ++r) {
+      const float4 p = g[r * kVectors + i];
+      s.x += p.x, s.y += p.y, s.z += p.z, s.w += p.w;
+    }
+    add_to4(x, i, s);
+    reinterpret_cast<float4*>(partial)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 }
 
 }  // namespace telos_kernels

@@ -40,7 +40,7 @@ std::vector<std::map<std::string, Span>> live_spans(const codegen::KernelPlan& l
   for (const codegen::BucketProgram& p : lowered.buckets) {
     std::map<std::string, Span> spans;
     for (int i = 0; i < static_cast<int>(p.launches.size()); ++i)
-      for (const std::string& arg : p.launches[static_cast<std::size_t>(i)].args) {
+      for (const std::string& arg : p.launches[static_cast<std::size_t>(i)].all_args()) {
         const std::string name = named_buffer(arg);
         if (name.empty()) continue;
         if (!lifetime.count(name))

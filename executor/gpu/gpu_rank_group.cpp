@@ -4,10 +4,12 @@
 
 #include <exception>
 #include <mutex>
+#include <ostream>
 #include <set>
 #include <thread>
 
 #include "executor/backend_selection.hpp"
+#include "executor/gpu/nccl_library.hpp"
 #include "support/error.hpp"
 
 namespace telos::exec {
@@ -38,6 +40,39 @@ void enable_peer_access(const std::vector<int>& devices) {
     }
 }
 
+bool has_collectives(const Artifact& artifact) {
+  for (const LaunchPrograms& set : artifact.kernel_sets())
+    for (const ProgramBucket& b : set.buckets)
+      for (const ProgramLaunch& l : b.launches)
+        if (l.collective != Collective::none) return true;
+  return false;
+}
+
+// The ranks' communicators where the artifact has collectives and each rank has its own GPU;
+// null (the fallbacks), with a log line saying why, where TELOS_NCCL=0 or libnccl.so.2 is missing.
+std::unique_ptr<NcclGroup> make_nccl_group(const Artifact& artifact,
+                                           const std::vector<int>& devices, bool shared,
+                                           std::ostream* log) {
+  if (shared || !has_collectives(artifact)) return nullptr;
+  auto say = [&](const std::string& line) {
+    if (log) *log << "telos-run: " << line << "\n";
+  };
+  if (!nccl_enabled()) {
+    say(std::string(kNcclEnv) + "=0: the large all-reduces run our kernels, not NCCL");
+    return nullptr;
+  }
+  try {
+    NcclLibrary::get();
+  } catch (const Error& e) {
+    say(std::string(e.what()) + ": the large all-reduces run our kernels instead");
+    return nullptr;
+  }
+  auto group = std::make_unique<NcclGroup>(devices);
+  say("NCCL " + std::to_string(NcclLibrary::get().version()) +
+      ": the large all-reduces are its all-gathers");
+  return group;
+}
+
 }  // namespace
 
 GpuRankGroup::GpuRankGroup(std::shared_ptr<const Artifact> artifact, std::vector<int> devices,
@@ -48,6 +83,7 @@ GpuRankGroup::GpuRankGroup(std::shared_ptr<const Artifact> artifact, std::vector
          " tensor-parallel ranks of " + artifact->dir());
   enable_peer_access(devices);
   const bool shared = std::set<int>(devices.begin(), devices.end()).size() < devices.size();
+  nccl_ = make_nccl_group(*artifact, devices, shared, options.log);
   RankExchange exchange(n);
   ranks_.resize(static_cast<std::size_t>(n));
   std::mutex failure_mutex;
@@ -61,6 +97,7 @@ GpuRankGroup::GpuRankGroup(std::shared_ptr<const Artifact> artifact, std::vector
         o.rank = r;
         o.ranks = &exchange;
         o.programmatic_launch = options.programmatic_launch && !shared;
+        o.nccl = nccl_.get();
         if (r > 0) o.log = nullptr, o.progress = false;
         try {
           ranks_[static_cast<std::size_t>(r)] = std::make_unique<GpuStepExecutor>(artifact, o);

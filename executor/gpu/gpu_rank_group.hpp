@@ -14,6 +14,13 @@
 // every rank loads on its own thread (the weight uploads run side by side), taking rank 0's KV
 // pool size and the others' arena addresses (the `peer:NAME` tables) through a RankExchange.
 //
+// Large all-reduces (the launch programs' collective entries, docs/artifact.md) run on NCCL where
+// each rank has its own GPU: before the ranks load, the group creates one communicator a rank
+// (NcclGroup), and each rank captures its ncclAllGather into its graphs on its own load thread, so
+// the ranks' first collective, which connects them, is reached by all at once and no group call
+// has to span them. Ranks sharing a device (NCCL refuses two ranks on one), a machine without
+// libnccl.so.2 (said in one log line) and TELOS_NCCL=0 run each entry's fallback, our kernel.
+//
 // The one-device test mode (TELOS_TP_ONE_DEVICE=1, backend_selection.hpp) places every rank on
 // one GPU, each with its own memory, streams and graphs; the all-reduce reads the other ranks'
 // buffers through plain device pointers. Graphs of several ranks then share the GPU, and a rank's
@@ -63,6 +70,8 @@ class GpuRankGroup : public ModelBackend {
            std::vector<std::int32_t>& tokens, std::vector<float>* logits);
 
  private:
+  // Before the ranks: their graphs, which captured its operations, go first (NcclGroup).
+  std::unique_ptr<NcclGroup> nccl_;
   std::vector<std::unique_ptr<GpuStepExecutor>> ranks_;
   StepOutput other_;  // a rank's output past rank 0's, reused
 };

@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "executor/backend_selection.hpp"
+#include "executor/gpu/nccl_library.hpp"
 #include "executor/runtime_limits.hpp"
 #include "hexel/tensor_map_encode.h"
 #include "support/error.hpp"
@@ -116,6 +117,10 @@ struct GpuStepExecutor::State {
     dim3 grid;
     std::vector<void*> values;  // one device pointer per kernel parameter
     std::vector<void*> params;  // pointers to `values`, what cudaLaunchKernel takes
+    // A collective entry (opt.nccl's): kernel, grid and the parameters unused.
+    Collective collective = Collective::none;
+    void *send = nullptr, *recv = nullptr;
+    std::int64_t count = 0;
   };
   struct Bucket : BucketShape {
     std::string name;  // decode:8
@@ -309,19 +314,26 @@ struct GpuStepExecutor::State {
   // griddepcontrol; codegen/kernels/common.cuh, pdl_entry): its blocks are scheduled while its
   // predecessor finishes and wait there, so launch latency overlaps the previous kernel's tail.
   // The first kernel follows the previous step's graph and the wait for the step descriptor's copy
-  // in plain stream order.
+  // in plain stream order, as does a kernel after a collective (NCCL's kernel ends the chain).
   void launch_all(const Bucket& b, int parity) {
     cudaLaunchAttribute pdl{};
     pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     pdl.val.programmaticStreamSerializationAllowed = 1;
     for (std::size_t i = 0; i < b.launches[parity].size(); ++i) {
       const auto& l = b.launches[parity][i];
+      if (l.collective == Collective::all_gather) {
+        opt.nccl->all_gather(opt.rank, static_cast<const float*>(l.send),
+                             static_cast<float*>(l.recv), static_cast<std::size_t>(l.count),
+                             stream);
+        continue;
+      }
       cudaLaunchConfig_t config{};
       config.gridDim = l.grid;
       config.blockDim = blocks[l.kernel];
       config.dynamicSmemBytes = dynamic_smem[l.kernel];
       config.stream = stream;
-      const bool programmatic = i > 0 && opt.programmatic_launch;
+      const bool programmatic = i > 0 && opt.programmatic_launch &&
+                                b.launches[parity][i - 1].collective == Collective::none;
       config.attrs = programmatic ? &pdl : nullptr;
       config.numAttrs = programmatic ? 1 : 0;
       check(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernels[l.kernel]),
@@ -676,9 +688,32 @@ struct GpuStepExecutor::State {
         t.box_cols, hexel::Swizzle::B128);
   }
 
-  // Every bucket's launches with their arguments' device addresses, one set per step parity;
-  // under runtime limits, not the buckets no step can choose (bucket_reachable). Returns how many
-  // were left out.
+  // Whether this rank runs the launch programs' collectives: on the rank group's communicators,
+  // captured in the graphs (NCCL's operations of several communicators from one thread need a
+  // group call, which the plain launches of launch_all do not make).
+  bool runs_collectives() const { return opt.nccl != nullptr && opt.use_graphs; }
+
+  // A launch as this rank runs it: a kernel's, or a collective's on its communicator.
+  LaunchRecord record(const ProgramLaunch& pl, int parity) const {
+    LaunchRecord l;
+    l.collective = pl.collective;
+    if (pl.collective != Collective::none) {
+      l.send = resolve(pl.send, parity);
+      l.recv = resolve(pl.recv, parity);
+      l.count = pl.count;
+      return l;
+    }
+    l.kernel = pl.kernel;
+    l.grid = dims(pl.grid);
+    for (const LaunchArg& arg : pl.args) l.values.push_back(resolve(arg, parity));
+    for (auto& v : l.values) l.params.push_back(&v);
+    return l;
+  }
+
+  // Every bucket's launches with their arguments' device addresses, one set per step parity:
+  // after a collective entry its `then` launches where this rank runs collectives, else its
+  // fallback in its place. Under runtime limits, not the buckets no step can choose
+  // (bucket_reachable). Returns how many were left out.
   int resolve_launches() {
     const std::vector<ProgramBucket>& planned = programs->buckets;
     std::vector<BucketShape> shapes;
@@ -697,14 +732,13 @@ struct GpuStepExecutor::State {
       feeds = feeds && std::any_of(first_args.begin(), first_args.end(), [](const LaunchArg& a) {
                 return a.kind == ArgKind::buffer && a.name == "sampled";
               });
+      const LaunchPath skipped =
+          runs_collectives() ? LaunchPath::without_collective : LaunchPath::with_collective;
       for (int parity = 0; parity < 2; ++parity)
         for (const ProgramLaunch& pl : planned[i].launches) {
-          LaunchRecord l;
-          l.kernel = pl.kernel;
-          l.grid = dims(pl.grid);
-          for (const LaunchArg& arg : pl.args) l.values.push_back(resolve(arg, parity));
-          for (auto& v : l.values) l.params.push_back(&v);
-          b.launches[parity].push_back(std::move(l));
+          if (pl.path == skipped) continue;
+          if (pl.collective != Collective::none && !runs_collectives()) continue;
+          b.launches[parity].push_back(record(pl, parity));
         }
       bucket_shapes.push_back(b);
       buckets.push_back(std::move(b));
@@ -977,6 +1011,10 @@ StepProfile GpuStepExecutor::profile_step(int reps) {
   // the whole descriptor (a plain cudaMemcpy from pageable memory may return before its DMA ends
   // and would be ordered only against the legacy default stream).
   const auto& launches = b.launches[0];
+  // A collective meets the other ranks: one rank's replay alone would wait for them.
+  for (const auto& l : launches)
+    if (l.collective != Collective::none)
+      fail("gpu engine: profile: bucket " + b.name + " runs a collective (a tensor-parallel rank)");
   check(cudaMemcpyAsync(s.desc_dev[0], bytes.data(), bytes.size(), cudaMemcpyHostToDevice, s.stream),
         "profile descriptor");
   const std::size_t n = launches.size();

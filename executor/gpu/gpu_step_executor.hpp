@@ -32,6 +32,8 @@
 
 namespace telos::exec {
 
+class NcclGroup;
+
 struct GpuExecutorOptions {
   int device = 0;
   int kv_pages = 0;         // 0: the artifact's kv_pool (pages, or memory fraction)
@@ -50,6 +52,10 @@ struct GpuExecutorOptions {
   // Programmatic dependent launch between a step's kernels (launch_all). Ranks that share one
   // device launch in plain stream order instead (GpuRankGroup, the one-device test mode).
   bool programmatic_launch = true;
+  // The communicators of the rank group (GpuRankGroup, one a rank on its own GPU): the launch
+  // programs' collective entries are captured on them (ncclAllGather) and followed by their `then`
+  // launches. Null, or without graphs: every collective entry's fallback launches instead.
+  const NcclGroup* nccl = nullptr;
 };
 
 // One launch of a step's program and its time (profile_step).

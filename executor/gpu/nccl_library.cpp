@@ -16,6 +16,7 @@ struct NcclApi {
   decltype(&ncclCommInitAll) comm_init_all = nullptr;
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
+  decltype(&ncclAllGather) all_gather = nullptr;
   decltype(&ncclGroupStart) group_start = nullptr;
   decltype(&ncclGroupEnd) group_end = nullptr;
 };
@@ -48,6 +49,7 @@ NcclLibrary::NcclLibrary() : api_(std::make_unique<NcclApi>()) {
   resolve(lib, "ncclCommInitAll", api_->comm_init_all);
   resolve(lib, "ncclCommDestroy", api_->comm_destroy);
   resolve(lib, "ncclAllReduce", api_->all_reduce);
+  resolve(lib, "ncclAllGather", api_->all_gather);
   resolve(lib, "ncclGroupStart", api_->group_start);
   resolve(lib, "ncclGroupEnd", api_->group_end);
 }
@@ -68,9 +70,19 @@ std::string disable_nvlink_multicast() {
   return std::getenv("NCCL_NVLS_ENABLE");
 }
 
+void disable_graph_mixing() {
+  setenv("NCCL_GRAPH_MIXING_SUPPORT", "0", /*overwrite=*/0);
+}
+
+void connect_at_init() {
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+}
+
 NcclGroup::NcclGroup(const std::vector<int>& devices) {
   const NcclApi& api = NcclLibrary::get().api();
   disable_nvlink_multicast();
+  disable_graph_mixing();
+  connect_at_init();
   std::vector<ncclComm_t> comms(devices.size());
   check(api, api.comm_init_all(comms.data(), static_cast<int>(devices.size()), devices.data()),
         "ncclCommInitAll over " + std::to_string(devices.size()) + " GPUs");
@@ -88,6 +100,15 @@ void NcclGroup::all_reduce_sum(int rank, float* buf, std::size_t count, CUstream
         api.all_reduce(buf, buf, count, ncclFloat32, ncclSum,
                        static_cast<ncclComm_t>(comms_.at(static_cast<std::size_t>(rank))), stream),
         "ncclAllReduce of " + std::to_string(count) + " floats on rank " + std::to_string(rank));
+}
+
+void NcclGroup::all_gather(int rank, const float* send, float* recv, std::size_t count,
+                           CUstream_st* stream) const {
+  const NcclApi& api = NcclLibrary::get().api();
+  check(api,
+        api.all_gather(send, recv, count, ncclFloat32,
+                       static_cast<ncclComm_t>(comms_.at(static_cast<std::size_t>(rank))), stream),
+        "ncclAllGather of " + std::to_string(count) + " floats on rank " + std::to_string(rank));
 }
 
 void NcclGroup::group_begin() const {

@@ -37,8 +37,22 @@ class NcclLibrary {
 // Sets NCCL_NVLS_ENABLE=0 unless it is set already; returns its value after.
 std::string disable_nvlink_multicast();
 
+// Sets NCCL_GRAPH_MIXING_SUPPORT=0 unless it is set already. NCCL's support for captured and
+// uncaptured operations outstanding together on one communicator can deadlock CUDA when the graphs
+// of several communicators are launched from one thread (NCCL's user guide, "Using NCCL with CUDA
+// Graphs"), which is how GpuRankGroup launches its ranks' graphs; Telos only ever calls NCCL inside
+// a capture, so it needs no mixing.
+void disable_graph_mixing();
+
+// Sets NCCL_RUNTIME_CONNECT=0 unless it is set already: the ranks' connections and their buffers
+// are made when the communicators are created, before the KV pool takes what memory is free,
+// rather than at the first collective (a graph capture, after the pool).
+void connect_at_init();
+
 // One communicator a rank for ranks on `devices` of this process (ncclCommInitAll), each on its
-// own device.
+// own device; NVLink multicast and graph mixing off, connections made at once (above). Destroy
+// the graphs that captured its operations first: from NCCL 2.26 a communicator's destruction
+// waits until they are gone.
 class NcclGroup {
  public:
   explicit NcclGroup(const std::vector<int>& devices);
@@ -51,6 +65,11 @@ class NcclGroup {
   // `stream` (captured into a graph when the stream is capturing). Every rank must queue its
   // part: call it for each rank between group_begin() and group_end() from one thread.
   void all_reduce_sum(int rank, float* buf, std::size_t count, CUstream_st* stream) const;
+  // Queues rank `rank`'s part of an all-gather of `count` floats from each rank's `send` into
+  // every rank's `recv` (rank r's at recv + r * count) on `stream`. Every rank must queue its part,
+  // each from its own thread or all between group_begin() and group_end() from one.
+  void all_gather(int rank, const float* send, float* recv, std::size_t count,
+                  CUstream_st* stream) const;
   void group_begin() const;
   void group_end() const;
 

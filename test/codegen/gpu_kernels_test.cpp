@@ -2556,6 +2556,70 @@ TEST(GpuKernels, AllReduceTwoShotAddsEveryRanksPartialInRankOrder) {
   }
 }
 
+// gather_sum_residual<M, H, RANKS>, the NCCL form's kernel after ncclAllGather, on a gather buffer
+// [RANKS, M, H] of random partials as the all-gather leaves it (rank r's at row block r): x gains
+// exactly ((g0 + g1) + g2) + ... in f32, the one-shot's adds in its order (bit for bit), its own
+// partial is zero after, the gather buffer is unchanged, and the poisoned words past x and the
+// partial stay poisoned. Three rounds on the same x. Shapes: one row, rows whose float4 count
+// leaves the last block partly idle (ragged M, H not a multiple of 1024), the grid's cap with
+// several float4s a thread (the 8B's 512-token chunk), a tiny model's 8192-token chunk; 2, 4 and 8
+// ranks.
+void check_gather_sum(TestModule& mod, int M, int H, int ranks) {
+  const std::string name =
+      "telos_kernels::gather_sum_residual<" + I(M) + ", " + I(H) + ", " + I(ranks) + ">";
+  const std::size_t n = static_cast<std::size_t>(M) * H, guard = 64;
+  const int blocks = codegen::gather_sum_blocks(M, H);
+  const std::string label = name + " blocks=" + I(blocks);
+  DeviceBuffer<float> x(n + guard), partial(n + guard), gather(n * ranks);
+  std::vector<float> want = random_floats(n, 1.f);
+  x.upload(want);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::vector<float>> p;
+    std::vector<float> all;
+    for (int r = 0; r < ranks; ++r) {
+      p.push_back(random_floats(n, 1.f));
+      all.insert(all.end(), p.back().begin(), p.back().end());
+    }
+    gather.upload(all);
+    partial.upload(p[0]);  // this rank's own, which the all-gather sent
+    CUDA_OK(mod.launch(name, blocks, codegen::kAllReduceThreads,
+                       {gather.get(), partial.get(), x.get()}));
+    for (std::size_t i = 0; i < n; ++i) want[i] += rank_order_sum(p, i);
+    const std::vector<float> got = x.download(), left = partial.download(),
+                             kept = gather.download();
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0)
+          << label << " round " << round << " x[" << i << "] " << got[i] << " want " << want[i];
+      ASSERT_EQ(left[i], 0.f) << label << ": partial[" << i << "] not zeroed";
+    }
+    ASSERT_EQ(std::memcmp(kept.data(), all.data(), 4 * all.size()), 0)
+        << label << ": the gather buffer changed";
+    for (std::size_t i = n; i < n + guard; ++i) {
+      ASSERT_TRUE(std::isnan(got[i])) << label << ": x written past its rows at " << i;
+      ASSERT_TRUE(std::isnan(left[i])) << label << ": partial written past its rows at " << i;
+    }
+  }
+}
+
+TEST(GpuKernels, GatherSumResidualAddsTheGatheredPartialsInRankOrder) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int M, H, ranks;
+  };
+  const std::vector<Shape> shapes = {{1, 128, 2},    {3, 2052, 2},  {200, 1540, 2}, {512, 4096, 2},
+                                     {8192, 128, 2}, {1, 4096, 4},  {37, 2052, 4},  {256, 4096, 4},
+                                     {1, 8192, 8},   {57, 4100, 8}, {128, 4096, 8}};
+  std::vector<std::string> instances;
+  for (const Shape& s : shapes)
+    instances.push_back("telos_kernels::gather_sum_residual<" + I(s.M) + ", " + I(s.H) + ", " +
+                        I(s.ranks) + ">");
+  TestModule mod(source_with_rope({1.f}, 2), instances);
+  for (const Shape& s : shapes) {
+    check_gather_sum(mod, s.M, s.H, s.ranks);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // all_reduce_residual_rmsnorm against the unfused path it replaces, all_reduce_residual and then
 // rmsnorm<H, EPS, false>, on the same x, partials and norm weight: x and h bit for bit on every
 // rank, x equal to the host's rank-order sum, every partial zero after, the guards past x and h
