@@ -321,9 +321,9 @@ LaunchArg collective_buffer(const ManifestFields& f, const json& entry, const st
 // A collective entry's `then` or `fallback`: one or more kernel launches.
 void read_collective_launches(const ManifestFields& f, const json& entry, const std::string& path,
                               const char* key, LaunchPath on,
-                              const std::vector<KernelEntry>& kernels,
-                              const ArtifactManifest& a, const WeightsByName& weights,
-                              const ArenaByName& arena, std::vector<ProgramLaunch>& out) {
+                              const std::vector<KernelEntry>& kernels, const ArtifactManifest& a,
+                              const WeightsByName& weights, const ArenaByName& arena,
+                              std::vector<ProgramLaunch>& out) {
   const json& launches = bounded_array(f, entry, path, key);
   const std::string field = ManifestFields::join(path, key);
   if (launches.empty()) f.refuse(field, "expected at least one launch");
@@ -338,9 +338,8 @@ void read_collective_launches(const ManifestFields& f, const json& entry, const 
 // into `recv` (ranks x count).
 void read_collective(const ManifestFields& f, const json& entry, const std::string& path,
                      const ProgramBucket& bucket, const std::vector<KernelEntry>& kernels,
-                     const ArtifactManifest& a,
-                     const WeightsByName& weights, const ArenaByName& arena,
-                     std::vector<ProgramLaunch>& out) {
+                     const ArtifactManifest& a, const WeightsByName& weights,
+                     const ArenaByName& arena, std::vector<ProgramLaunch>& out) {
   const int ranks = a.serving.tensor_parallel;
   if (ranks < 2)
     f.refuse(path + ".collective",
@@ -382,11 +381,9 @@ ProgramBucket read_bucket(const ManifestFields& f, const json& b, const std::str
   for (std::size_t j = 0; j < launches.size(); ++j) {
     const std::string entry = at(path + ".launches", j);
     if (launches[j].is_object() && launches[j].contains("collective"))
-      read_collective(f, launches[j], entry, bucket, p.kernels, a, weights, arena,
-                      bucket.launches);
+      read_collective(f, launches[j], entry, bucket, p.kernels, a, weights, arena, bucket.launches);
     else
-      bucket.launches.push_back(
-          read_launch(f, launches[j], entry, p.kernels, a, weights, arena));
+      bucket.launches.push_back(read_launch(f, launches[j], entry, p.kernels, a, weights, arena));
   }
   // The tokens reach the host only through the sample kernel's host:sampled.
   const bool samples =
