@@ -73,7 +73,7 @@ void add_instances(const std::string& path, bool twins, std::map<std::string, in
   compiler::ir::Graph graph = compiler::ir::build_model_graph(model.spec);
   compiler::run_passes(graph, compiler::fusion_pipeline(), nullptr);
   const codegen::KernelPlan plan =
-      codegen::plan_kernels(graph, compiler::codegen_input(serving), "sm_100a");
+      codegen::plan_kernels(graph, compiler::codegen_input(model.spec, serving), "sm_100a");
   const std::size_t prefill = std::string(kPrefillPrefix).size();
   for (const codegen::KernelInstance& k : plan.kernels) {
     if (k.instance.rfind(kPrefillPrefix, 0) == 0) {
