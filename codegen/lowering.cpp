@@ -134,6 +134,7 @@ struct ModelShape {
   RopeInput rope;
   bool qk_norm = false;
   bool e4m3 = false;  // some weight is e4m3 (FP8; kernels/gemm_e4m3.cuh)
+  bool layers_e4m3 = false;  // every layer projection's weight is (decode_layer_persistent_e4m3)
   int NH() const { return HQ + 2 * HKV; }
 };
 
@@ -155,6 +156,10 @@ ModelShape read_model(const ir::Graph& g) {
   m.ranks = g.ranks;
   m.e4m3 = std::any_of(g.params().begin(), g.params().end(),
                        [](const ir::Param& p) { return p.type.dtype == DType::E4M3; });
+  m.layers_e4m3 = std::all_of(g.ops().begin(), g.ops().end(), [&](const auto& op) {
+    return op->kind != "linear" || op_layer(*op) < 0 ||
+           param_of(g, *op, 0).type.dtype == DType::E4M3;
+  });
   return m;
 }
 
@@ -226,16 +231,17 @@ ModelPlan model_plan(const ModelShape& m, const CodegenInput& in, const std::str
   // `bulk` mask stream from slot images (`wimg:`) unless the serving config keeps one copy of the
   // weights; every other GEMM of every bucket then reads those weights from the same image
   // (`timg:`), so that the image is the weight's only copy on the device.
-  mp.layer_t = decode_layer_tiling(m.H, m.NH() * m.D, m.HQ * m.D, m.I, m.D, m.qk_norm);
+  mp.layer_t =
+      decode_layer_tiling(m.H, m.NH() * m.D, m.HQ * m.D, m.I, m.D, m.qk_norm, m.layers_e4m3);
   if (!in.decode_weight_images) mp.layer_t.bulk = 0;  // one copy of the weights: tensor maps
   // A tensor-parallel layer all-reduces twice between its GEMMs; decode_layer_persistent runs a
   // whole layer in one launch, so its one-token buckets take the small-M rules instead.
   if (m.ranks > 1) mp.layer_t.fits = false;
   // A target whose table has no `layer` rule (sm_100a) runs one-token buckets on the small-M rules.
   if (!has_layer_rule(ShapeClass::one_token_decode, target)) mp.layer_t.fits = false;
-  // decode_layer_persistent reads bf16 weights only: an FP8 model's one-token buckets take the
-  // small-M rules, on the e4m3 GEMMs (docs/fp8.md).
-  if (m.e4m3) mp.layer_t.fits = false;
+  // The one-token layer reads its four weights all bf16 (decode_layer_persistent) or all e4m3
+  // (decode_layer_persistent_e4m3); a model with some of them in each takes the small-M rules.
+  if (m.e4m3 && !m.layers_e4m3) mp.layer_t.fits = false;
   mp.images = std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(), [&](int n) {
     return n > 0 && bucket_shape_class(false, n, mp.layer_t.fits) == ShapeClass::one_token_decode;
   });
@@ -897,7 +903,8 @@ void check_layer_ops(const std::vector<const ir::Op*>& ops) {
 }
 
 // The table has always held the kernels the small-M rules would choose for a one-token bucket's
-// attention and its o, gate/up and down projections, though the bucket launches none of them.
+// attention and, with bf16 weights, its o, gate/up and down projections, though the bucket
+// launches none of them.
 void declare_small_m_kernels(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const ir::Op &attn = *ops[2], &o = *ops[3], &mlp_norm = *ops[4], &gate_up = *ops[5];
   const ir::Param &wo = param_of(b.graph, o, 0), &wgu = param_of(b.graph, gate_up, 0);
@@ -905,6 +912,7 @@ void declare_small_m_kernels(BucketLowering& b, const std::vector<const ir::Op*>
   const AttentionKernels a = choose_attention(b.model, b.bucket, attn);
   b.declare(TableRole::attn_combine, a.combine);
   b.declare(TableRole::attn_split, a.split);
+  if (b.model.m.layers_e4m3) return;
   b.declare(TableRole::o_proj,
             choose_gemm(b.bucket, "residual", H, ko, b.model.image("o"), "").kernel);
   b.declare(TableRole::gate_up, choose_gemm(b.bucket, "swiglu", I, H, b.model.image("gate_up"),
@@ -915,23 +923,35 @@ void declare_small_m_kernels(BucketLowering& b, const std::vector<const ir::Op*>
 }
 
 // decode_layer_persistent for the layer whose QKV linear is `qkv` (H, I: the hidden and
-// intermediate sizes) and its QKV epilogue's template arguments.
+// intermediate sizes) and its QKV epilogue's template arguments; with e4m3 weights
+// decode_layer_persistent_e4m3, `scales` the four weights' scale blocks (rows, columns) as its
+// last template arguments.
 KernelInstance decode_layer_kernel(const ModelPlan& mp, const ir::Op& qkv, int H, int I,
-                                   const QkvEpilogue& epi) {
+                                   const QkvEpilogue& epi,
+                                   const std::vector<const ir::ParamScale*>& scales) {
   const PersistentLayerTiling& t = mp.layer_t;
   const int D = int_attr(qkv, "head_dim");
-  return {"telos_kernels::decode_layer_persistent<" + num(H) + ", " + num(int_attr(qkv, "heads")) +
-              ", " + num(int_attr(qkv, "kv_heads")) + ", " + num(D) + ", " + epi.targs + ", " +
-              num(mp.split) + ", " + num(mp.nsplits) + ", " +
-              float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D))) + ", " +
+  const bool e4m3 = !scales.empty();
+  std::string last = num(t.bulk);
+  std::vector<std::string> params = {"qkv_w", "o_w", "gu_w", "down_w"};
+  if (e4m3) {
+    last = num(t.raw_stages);
+    for (const ir::ParamScale* sc : scales)
+      last += ", " + num(sc->block_rows) + ", " + num(sc->block_cols);
+    params.insert(params.end(), {"qkv_s", "o_s", "gu_s", "down_s"});
+  }
+  params.insert(params.end(),
+                {"attn_norm", "mlp_norm", "bias", "q_norm", "k_norm", "positions", "token_seq",
+                 "page_tables", "kv_layer", "x", "qkv", "q", "part_o", "part_ml", "attn", "act",
+                 "sync"});
+  return {std::string("telos_kernels::decode_layer_persistent") + (e4m3 ? "_e4m3<" : "<") +
+              num(H) + ", " + num(int_attr(qkv, "heads")) + ", " + num(int_attr(qkv, "kv_heads")) +
+              ", " + num(D) + ", " + epi.targs + ", " + num(mp.split) + ", " + num(mp.nsplits) +
+              ", " + float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D))) + ", " +
               num(I) + ", " + num(t.stages) + ", " + num(t.bq) + ", " + num(t.bo) + ", " +
-              num(t.bg) + ", " + num(t.bd) + (t.qkv_rope ? ", true" : ", false") + ", " +
-              num(t.bulk) + ">",
-          {"qkv_w",  "o_w",    "gu_w",      "down_w",    "attn_norm",   "mlp_norm", "bias",
-           "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x",
-           "qkv",    "q",      "part_o",    "part_ml",   "attn",        "act",      "sync"},
-          kPersistentThreads,
-          t.smem};
+              num(t.bg) + ", " + num(t.bd) + (t.qkv_rope ? ", true" : ", false") + ", " + last +
+              ">",
+          params, e4m3 ? kPersistentE4m3Threads : kPersistentThreads, t.smem};
 }
 
 // A one-token layer in one persistent launch: its seven phases (norm + QKV GEMM, the QKV epilogue,
@@ -955,14 +975,20 @@ void lower_layer(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   std::vector<std::string> args = {wmap(0, qkv, rows, H, t.bq, false),
                                    wmap(1, o, H, ko, t.bo, false),
                                    wmap(2, gate_up, 2LL * I, H, t.bg, true),
-                                   wmap(3, down, H, I, t.bd, false),
-                                   weight(attn_norm, 0),
-                                   weight(mlp_norm, 0)};
+                                   wmap(3, down, H, I, t.bd, false)};
+  // e4m3 weights (the maps then over their e4m3 bytes, docs/artifact.md): their scales after them.
+  std::vector<const ir::ParamScale*> scales;
+  if (b.model.m.layers_e4m3)
+    for (const ir::Op* op : {&qkv, &o, &gate_up, &down}) {
+      scales.push_back(&param_of(b.graph, *op, 0).scale.value());
+      args.push_back(weight(*op, 0) + ".scale");
+    }
+  args.insert(args.end(), {weight(attn_norm, 0), weight(mlp_norm, 0)});
   // The epilogue's operands up to kv:L; q goes after x and qkv.
   args.insert(args.end(), epi.args.begin(), epi.args.begin() + 7);
   args.insert(args.end(), {"buf:x", "buf:qkv", "buf:q", "buf:part_o", "buf:part_ml", "buf:attn",
                            "buf:act", "buf:layer_sync"});
-  b.launch(b.use(TableRole::decode_layer, decode_layer_kernel(b.model, qkv, H, I, epi)),
+  b.launch(b.use(TableRole::decode_layer, decode_layer_kernel(b.model, qkv, H, I, epi, scales)),
            {kSms, 1, 1}, args);
   b.model.uses_layer_sync = true;
 }
@@ -1042,6 +1068,10 @@ const std::vector<LoweringRule>& lowering_table() {
   static const std::vector<LoweringRule> table = {
       {"layer", "layer", "", DType::BF16, kOneToken, "sm_90a",
        "decode_layer_persistent: the layer's seven ops in one launch", lower_layer},
+      {"layer", "layer", "", DType::E4M3, kOneToken, "sm_90a",
+       "decode_layer_persistent_e4m3: the layer's seven ops in one launch, its weights converted "
+       "to bf16 with their scales",
+       lower_layer},
       {"embed", "embed", "", DType::BF16, kEvery, "sm_90a", "embed_gather", lower_embed},
       {"rmsnorm", "rmsnorm", "", DType::BF16, kEvery, "sm_90a",
        "rmsnorm into h, or none where the next GEMM or the all-reduce before it applies it; over "
@@ -1111,7 +1141,7 @@ const std::vector<LoweringRule>& lowering_table() {
        "next norm: every rank's partial, in rank order, added to x over peer memory",
        lower_all_reduce},
       // e4m3 weights (FP8; kernels/gemm_e4m3.cuh): the GEMMs convert each stage's weights to bf16
-      // with their scales, then run the bf16 arithmetic. No norm prologue and no persistent layer.
+      // with their scales, then run the bf16 arithmetic. No norm prologue.
       {"linear.rope_kv_append", "linear", "rope_kv_append", DType::E4M3, kSmallM, "sm_90a",
        "gemm_small_e4m3_bf16 + qkv_rope_append_rows", lower_qkv},
       {"linear.rope_kv_append", "linear", "rope_kv_append", DType::E4M3, kPrefill, "sm_90a",

@@ -101,6 +101,15 @@ __device__ __forceinline__ void e4m3_block_to_bf16(unsigned raw, unsigned w, con
   }
 }
 
+// After a converter warp's stores of a stage's bf16 block(s): the fence for wgmma (generic-proxy
+// stores, then wgmma, the async proxy, reads them), then the warp's one arrival on the stage's full
+// barrier `full` (its lane 0, after every lane's stores).
+__device__ __forceinline__ void e4m3_stage_converted(unsigned full, unsigned lane) {
+  hexel::fence_proxy_async_smem();
+  __syncwarp();
+  if (lane == 0) hexel::mbarrier::arrive(full);
+}
+
 // Phase: the converters' pass over `k_blocks` stages of the ring (continued across a persistent
 // CTA's tiles: the caller keeps `ring`): wait for the stage's e4m3 block (raw barrier), convert it
 // into the stage's bf16 block, fence for wgmma, and arrive on the stage's full barrier once a warp
@@ -118,9 +127,7 @@ __device__ __forceinline__ void e4m3_convert_stages(hexel::mbarrier::StageRing<S
     mbarrier::wait_parity(raw_full + 8 * ring.index, ring.phase);
     e4m3_block_to_bf16<WF, ROWS, THREADS>(raw_stage(ring.index), w_stage(ring.index), scale, kb, t,
                                           row_of);
-    fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
-    __syncwarp();
-    if (lane == 0) mbarrier::arrive(full + 8 * ring.index);
+    e4m3_stage_converted(full + 8 * ring.index, lane);
     ring.advance();
   }
 }
