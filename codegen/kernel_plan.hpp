@@ -263,10 +263,10 @@ inline constexpr int kPersistentSlotBytes = 8192 + 16;
 // The e4m3 form (decode_layer_persistent_e4m3): a raw slot holds a ring slot's K blocks of e4m3
 // (4 KB) and its pair of barriers; the raw ring takes the shared memory the bf16 ring had, less
 // kPersistentE4m3Slots ring slots, which the converter warps fill (kernels/decode_persistent.cuh
-// says why). Its CTA adds the converter warps to kPersistentThreads.
+// says why). Its CTA is the consumer warpgroup and the converter warps (one of them the producer).
 inline constexpr int kPersistentRawSlotBytes = 4096 + 16;
 inline constexpr int kPersistentE4m3Slots = 4;
-inline constexpr int kPersistentE4m3Threads = kPersistentThreads + kSmallGemmConverterThreads;
+inline constexpr int kPersistentE4m3Threads = 128 + kSmallGemmConverterThreads;
 // Whether decode_layer_persistent's ring takes tiles of bn of the n weight rows over K = k: whole
 // tiles, whole 8-row groups, 64 / bn whole K blocks a slot and K in whole slots (the kernel's
 // persistent_tile_ok, decode_persistent.cuh).

@@ -25,9 +25,9 @@
 //
 // e4m3 weights (decode_layer_persistent_e4m3; docs/fp8.md): the producer streams each weight's
 // e4m3 bytes (its map as gemm_e4m3.cuh's: 64-byte box rows, no swizzle) into a raw ring, and four
-// converter warps after the producer's turn each raw slot into the ring slot of W' = bf16(float(q)
-// · s) a bf16 stream would have filled, with gemm_e4m3.cuh's conversion, fence and barrier
-// discipline (persistent_convert_phase). The consumers' code is then the bf16 layer's unchanged,
+// converter warps after the consumers (the producer is the first one's lane 0) turn each raw slot
+// into the ring slot of W' = bf16(float(q) · s) a bf16 stream would have filled, with
+// gemm_e4m3.cuh's conversion, fence and barrier discipline (persistent_convert_phase). The consumers' code is then the bf16 layer's unchanged,
 // so the outputs are its bits on W' and gemm_small_e4m3_*'s. A raw slot holds the same K blocks of
 // a tile as a ring slot in half the bytes (4 KB): the tiles (persistent_tile_ok), the stream's order
 // and the consumers' K loop stay the bf16 layer's, where a raw slot of twice the K blocks would
@@ -35,9 +35,10 @@
 // raw slot is free once converted, so it holds the bytes in flight from DRAM; kernel_plan's
 // decode_layer_tiling sizes both rings); the ring of bf16 slots only lets the converters run a few
 // slots ahead of the consumers. The converters are warps of their own rather than the consumer
-// warpgroup: one CTA an SM has the registers for 288 threads, and the consumers spend the
-// attention half and every grid-wide wait away from the weights, time in which the converters
-// work ahead, where a conversion by the consumers would sit on every tile's critical path.
+// warpgroup: the consumers spend the attention half and every grid-wide wait away from the
+// weights, time in which the converters work ahead, where a conversion by the consumers would sit
+// on every tile's critical path; and eight warps keep the 255 registers a thread the consumers'
+// attention needs (a ninth, a producer warp of its own, would cap them at 65536 / 288 and spill).
 //
 // Grid-wide count (sync[0], zero at launch): a CTA's consumers add 1 when they have finished a
 // phase's stores (a fence first), after having waited for the phase to start (count >= phase ·
@@ -61,7 +62,7 @@ struct LayerE4m3 {
   enum : unsigned {
     kRawSlotBytes = 4096,  // a bf16 slot's K blocks at 64 bytes a row
     kConverterWarps = SmallGemm::kConverters / 32,
-    kThreads = LayerGemms::kThreads + SmallGemm::kConverters,
+    kThreads = 128 + SmallGemm::kConverters,  // the consumers, the converters (and producer)
   };
 };
 
@@ -279,6 +280,36 @@ __device__ __forceinline__ void phase_trace(int) {}
 __device__ __forceinline__ void trace_launch_done() {}
 #endif
 
+// The TMA descriptors of `n` phases' maps, before their first load (tma::acquire_map).
+__device__ __forceinline__ void persistent_acquire_maps(const StreamPhase* phases, int n) {
+  for (int p = 0; p < n; ++p)
+    if (phases[p].map) hexel::tma::acquire_map(phases[p].map);
+}
+
+// The current slot of a producer's stream (`load`) into the next slot of its ring (slots of 64
+// K-block rows of ROW_BYTES: 128 for bf16, the ring; 64 for e4m3, the raw ring): wait for the slot
+// to be free, then its boxes (or its image's one bulk copy) behind its full barrier. Returns the ns
+// it waited with TELOS_PHASE_TRACE, else 0.
+template <unsigned STAGES, unsigned ROW_BYTES>
+__device__ __forceinline__ unsigned long long persistent_stream_slot(
+    StreamCursor<ROW_BYTES>& load, hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base,
+    unsigned full, unsigned empty) {
+  using namespace hexel;
+  static_assert(64 * ROW_BYTES == LayerGemms::kSlotBytes || 64 * ROW_BYTES == LayerE4m3::kRawSlotBytes,
+                "a ring slot or a raw slot");
+  const unsigned slot = ring_base + ring.index * 64 * ROW_BYTES, bar = full + 8 * ring.index;
+  const unsigned long long t0 = trace_clock();
+  mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
+  const unsigned long long waited = trace_clock() - t0;
+  mbarrier::arrive_expect_tx(bar, load.slot_bytes());
+  if (const char* src = load.image_slot())
+    tma::copy_g2s(slot, src, load.slot_bytes(), bar);
+  else
+    load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) { tma::load(slot + off, map, bar, c, r); });
+  ring.advance();
+  return waited;
+}
+
 // The producer's part of `n` phases (`phases` in shared memory): every K block of this CTA's
 // tiles into the ring, in the order layer_gemm_tile consumes them. The producer never waits for
 // activations, only for free slots. (An L2 prefetch running ahead of the ring, prefetching only
@@ -286,49 +317,37 @@ __device__ __forceinline__ void trace_launch_done() {}
 // half and prefetching the next layer's QKV boxes all make the layer slower: docs/performance.md,
 // tried and did not pay.)
 // Returns the ns it waited for free slots with TELOS_PHASE_TRACE (the ring full: the consumers
-// behind), else 0. ROW_BYTES: the bytes of a weight row's K block, 128 (bf16, into the ring) or 64
-// (e4m3, into the raw ring: slots of 64 · ROW_BYTES).
-template <unsigned STAGES, unsigned ROW_BYTES = 128>
+// behind), else 0.
+template <unsigned STAGES>
 __device__ __forceinline__ unsigned long long persistent_stream(
     hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base, unsigned full, unsigned empty,
     const StreamPhase* phases, int n) {
-  using namespace hexel;
-  static_assert(64 * ROW_BYTES == LayerGemms::kSlotBytes || 64 * ROW_BYTES == LayerE4m3::kRawSlotBytes,
-                "a ring slot or a raw slot");
   unsigned long long waited = 0;
-  for (int p = 0; p < n; ++p)
-    if (phases[p].map) hexel::tma::acquire_map(phases[p].map);
-  for (StreamCursor<ROW_BYTES> load(phases, n); load.valid(); load.next()) {
-    const unsigned slot = ring_base + ring.index * 64 * ROW_BYTES, bar = full + 8 * ring.index;
-    const unsigned long long t0 = trace_clock();
-    mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
-    waited += trace_clock() - t0;
-    mbarrier::arrive_expect_tx(bar, load.slot_bytes());
-    if (const char* src = load.image_slot())
-      tma::copy_g2s(slot, src, load.slot_bytes(), bar);
-    else
-      load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) { tma::load(slot + off, map, bar, c, r); });
-    ring.advance();
-  }
+  persistent_acquire_maps(phases, n);
+  for (StreamCursor<> load(phases, n); load.valid(); load.next())
+    waited += persistent_stream_slot(load, ring, ring_base, full, empty);
   return waited;
 }
 
-// The converter warps' part of one phase of decode_layer_persistent_e4m3 (warps 5-8): every raw
+// The converter warps' part of one phase of decode_layer_persistent_e4m3 (warps 4-7): every raw
 // slot of this CTA's tiles of the phase in the producer's order (StreamCursor's: tiles from
 // persistent_first_tile(g0) in steps of gridDim.x, each tile's slots in K order, 64 / BN K blocks a
 // slot) into the next slot of the ring: wait for the raw slot's bytes and for the slot's release
-// by the consumers, write each K block's bf16 W' block where a bf16 slot's box would have landed
+// by the consumers, write each K block's bf16 W' block where a bf16 stream's box would have landed
 // (e4m3_block_to_bf16, with the weight's format WF and scales), e4m3_stage_converted (fence, the
-// warp's arrival on the slot's full barrier), then release the raw slot (after the warp's reads:
-// the __syncwarp in e4m3_stage_converted). Tile row r is weight row tile · BN + r; with SPLIT
-// (gate/up) the gate rows tile · BN / 2 + r, then their up rows `up_row` further.
-template <class WF, unsigned BN, bool SPLIT, unsigned RAW_STAGES, unsigned STAGES, class S>
+// warp's arrival on the slot's full barrier), release the raw slot (after the warp's reads: the
+// __syncwarp in e4m3_stage_converted), then after_slot() (the producer's next load). Tile row r is
+// weight row tile · BN + r; with SPLIT (gate/up) the gate rows tile · BN / 2 + r, then their up
+// rows `up_row` further.
+template <class WF, unsigned BN, bool SPLIT, unsigned RAW_STAGES, unsigned STAGES, class S,
+          class AfterSlot>
 __device__ __forceinline__ void persistent_convert_phase(
     hexel::mbarrier::StageRing<RAW_STAGES>& raw_ring, hexel::mbarrier::StageRing<STAGES>& ring,
-    const S& sm, unsigned k, unsigned tiles, unsigned up_row, unsigned g0, const float* scale) {
+    const S& sm, unsigned k, unsigned tiles, unsigned up_row, unsigned g0, const float* scale,
+    AfterSlot after_slot) {
   using namespace hexel;
   constexpr unsigned kPerSlot = 64 / BN;
-  const unsigned t = threadIdx.x - LayerGemms::kThreads, lane = threadIdx.x % 32;
+  const unsigned t = threadIdx.x - 128, lane = threadIdx.x % 32;
   const unsigned slots = k / 64 / kPerSlot;
   for (unsigned tile = persistent_first_tile(g0); tile < tiles; tile += gridDim.x) {
     const auto row_of = [&](unsigned r) {
@@ -347,6 +366,7 @@ __device__ __forceinline__ void persistent_convert_phase(
       if (lane == 0) mbarrier::arrive(sm.raw_empty + 8 * raw_ring.index);
       raw_ring.advance();
       ring.advance();
+      after_slot();
     }
   }
 }
@@ -625,18 +645,39 @@ struct DecodeLayer {
     phase_trace(1);
   }
 
-  // The converter warps of the e4m3 form: the four phases' raw slots in the producer's order
-  // (persistent_convert_phase, a weight's format and scales a phase).
+  // Warps 4-7 of the e4m3 form: the converters of the four phases' raw slots
+  // (persistent_convert_phase, a weight's format and scales a phase), warp 4's lane 0 also the
+  // producer: it fills the raw ring, then after each slot it has converted loads the next one into
+  // the slot that frees (waiting for the other converter warps to release it), so RAW_STAGES raw
+  // slots stay in flight. (A producer warp of its own would make 9 warps, whose 65536 / 288
+  // registers a thread are fewer than the consumers' attention needs.)
   template <class WQ, class WO, class WG, class WD, int RAW_STAGES, class S>
-  __device__ __forceinline__ static void convert(Ring& ring, const S& sm, const float* qkv_s,
-                                                 const float* o_s, const float* gu_s,
-                                                 const float* down_s) {
-    hexel::mbarrier::StageRing<RAW_STAGES> raw;
+  __device__ __forceinline__ static void convert(Ring& ring, const S& sm, const StreamPhase* phases,
+                                                 const float* qkv_s, const float* o_s,
+                                                 const float* gu_s, const float* down_s) {
+    const bool producer = threadIdx.x == 128;
+    hexel::mbarrier::StageRing<RAW_STAGES> raw, loads;
+    StreamCursor<64> load(phases, producer ? 4 : 0);
+    unsigned long long waited = 0;
+    const auto next_load = [&] {
+      if (!load.valid()) return;
+      waited += persistent_stream_slot(load, loads, sm.raw_base, sm.raw_full, sm.raw_empty);
+      load.next();
+    };
+    if (producer) {
+      persistent_acquire_maps(phases, 4);
+      for (int s = 0; s < RAW_STAGES; ++s) next_load();
+    }
     constexpr unsigned g_o = kTilesQkv, g_gu = g_o + Mlp::kTilesO, g_down = g_gu + Mlp::kTilesGu;
-    persistent_convert_phase<WQ, BQ, false>(raw, ring, sm, H, kTilesQkv, 0, 0, qkv_s);
-    persistent_convert_phase<WO, BO, false>(raw, ring, sm, KO, Mlp::kTilesO, 0, g_o, o_s);
-    persistent_convert_phase<WG, BG, true>(raw, ring, sm, H, Mlp::kTilesGu, I, g_gu, gu_s);
-    persistent_convert_phase<WD, BD, false>(raw, ring, sm, I, Mlp::kTilesDown, 0, g_down, down_s);
+    persistent_convert_phase<WQ, BQ, false>(raw, ring, sm, H, kTilesQkv, 0, 0, qkv_s, next_load);
+    persistent_convert_phase<WO, BO, false>(raw, ring, sm, KO, Mlp::kTilesO, 0, g_o, o_s, next_load);
+    persistent_convert_phase<WG, BG, true>(raw, ring, sm, H, Mlp::kTilesGu, I, g_gu, gu_s, next_load);
+    persistent_convert_phase<WD, BD, false>(raw, ring, sm, I, Mlp::kTilesDown, 0, g_down, down_s,
+                                            next_load);
+    if (producer) {
+      phase_trace_at(kTraceProducerWaits, waited);
+      phase_trace(15);
+    }
   }
 
   // Phase 0 without QKV_ROPE: qkv = RMSNorm(x) · Wqkvᵀ (bf16), its epilogue in phase 1.
@@ -753,39 +794,36 @@ __device__ __forceinline__ void decode_layer_body(
   const typename L::template Smem<RAW_STAGES> sm(smem_raw);
   typename L::Ring ring;
 
-  // The producer warp's lane 0: every weight box of the CTA's tiles into the ring, each weight from
-  // its tensor map or, where its bit of BULK is set, its slot image; e4m3 weights into the raw
-  // ring.
-  if (hexel::warp_index() == 4) {
+  // The producer's phases: each weight from its tensor map or, where its bit of BULK is set, its
+  // slot image.
+  __shared__ StreamPhase phases[4];
+  const auto stream_phases = [&] {
+    const void* w[4] = {qkv_w, o_w, gu_w, down_w};
+    const auto map = [&](int p) {
+      return BULK >> p & 1u ? nullptr : static_cast<const TensorMap*>(w[p]);
+    };
+    phases[0] = {map(0), H, BQ, L::kTilesQkv, 0, 0};
+    L::Mlp::stream_phases(map(1), map(2), map(3), L::kTilesQkv, phases + 1);
+    for (int p = 0; p < 4; ++p)
+      if (BULK >> p & 1u) phases[p].image = static_cast<const char*>(w[p]);
+  };
+  if constexpr (RAW_STAGES > 0) {
+    // e4m3: warps 4-7 convert every raw slot into the ring, warp 4's lane 0 also the producer
+    // (DecodeLayer::convert).
+    if (hexel::warp_index() >= 4) {
+      if (threadIdx.x == 128) stream_phases();
+      L::template convert<WQ, WO, WG, WD, RAW_STAGES>(ring, sm, phases, qkv_s, o_s, gu_s, down_s);
+      return;
+    }
+  } else if (hexel::warp_index() == 4) {
+    // The producer warp's lane 0: every weight box of the CTA's tiles into the ring.
     if (threadIdx.x % 32 == 0) {
-      __shared__ StreamPhase phases[4];
-      const void* w[4] = {qkv_w, o_w, gu_w, down_w};
-      const auto map = [&](int p) {
-        return BULK >> p & 1u ? nullptr : static_cast<const TensorMap*>(w[p]);
-      };
-      phases[0] = {map(0), H, BQ, L::kTilesQkv, 0, 0};
-      L::Mlp::stream_phases(map(1), map(2), map(3), L::kTilesQkv, phases + 1);
-      for (int p = 0; p < 4; ++p)
-        if (BULK >> p & 1u) phases[p].image = static_cast<const char*>(w[p]);
-      if constexpr (RAW_STAGES > 0) {
-        hexel::mbarrier::StageRing<RAW_STAGES> raw_ring;
-        phase_trace_at(kTraceProducerWaits,
-                       persistent_stream<RAW_STAGES, 64>(raw_ring, sm.raw_base, sm.raw_full,
-                                                         sm.raw_empty, phases, 4));
-      } else {
-        phase_trace_at(kTraceProducerWaits,
-                       persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4));
-      }
+      stream_phases();
+      phase_trace_at(kTraceProducerWaits,
+                     persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4));
       phase_trace(15);
     }
     return;
-  }
-  // The converter warps (e4m3): every raw slot into the ring, as the consumers will read it.
-  if constexpr (RAW_STAGES > 0) {
-    if (hexel::warp_index() > 4) {
-      L::template convert<WQ, WO, WG, WD, RAW_STAGES>(ring, sm, qkv_s, o_s, gu_s, down_s);
-      return;
-    }
   }
   const int t = threadIdx.x;
   typename L::NormWeights w8;
