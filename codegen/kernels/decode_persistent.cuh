@@ -329,26 +329,68 @@ __device__ __forceinline__ unsigned long long persistent_stream(
   return waited;
 }
 
-// The converter warps' part of one phase of decode_layer_persistent_e4m3 (warps 4-7): every raw
-// slot of this CTA's tiles of the phase in the producer's order (StreamCursor's: tiles from
-// persistent_first_tile(g0) in steps of gridDim.x, each tile's slots in K order, 64 / BN K blocks a
-// slot) into the next slot of the ring: wait for the raw slot's bytes and for the slot's release
-// by the consumers, write each K block's bf16 W' block where a bf16 stream's box would have landed
-// (e4m3_block_to_bf16, with the weight's format WF and scales), e4m3_stage_converted (fence, the
-// warp's arrival on the slot's full barrier), release the raw slot (after the warp's reads: the
-// __syncwarp in e4m3_stage_converted), then after_slot() (the producer's next load). Tile row r is
-// weight row tile · BN + r; with SPLIT (gate/up) the gate rows tile · BN / 2 + r, then their up
-// rows `up_row` further.
-template <class WF, unsigned BN, bool SPLIT, unsigned RAW_STAGES, unsigned STAGES, class S,
-          class AfterSlot>
-__device__ __forceinline__ void persistent_convert_phase(
-    hexel::mbarrier::StageRing<RAW_STAGES>& raw_ring, hexel::mbarrier::StageRing<STAGES>& ring,
-    const S& sm, unsigned k, unsigned tiles, unsigned up_row, unsigned g0, const float* scale,
-    AfterSlot after_slot) {
+// Warps 4-7 of an e4m3 persistent kernel (decode_layer_persistent_e4m3): the converters of `n`
+// phases (`phases` in shared memory, written by thread 128), warp 4's lane 0 (thread 128) also
+// the producer: it fills the raw ring of RAW_STAGES slots at construction, then after each slot
+// the converters finish (next_load) it loads the next one into the slot that frees
+// (persistent_stream_slot, which waits for the other converter warps to release it), so
+// RAW_STAGES raw slots stay in flight. The caller runs the phases' persistent_convert_phase in
+// order, then finish(). (A producer warp of its own would make 9 warps, whose 65536 / 288
+// registers a thread are fewer than the consumers' attention needs.)
+template <unsigned RAW_STAGES>
+class PersistentConverters {
+ public:
+  template <class S>
+  __device__ __forceinline__ PersistentConverters(const S& sm, const StreamPhase* phases, int n)
+      : load_(phases, threadIdx.x == 128 ? n : 0),
+        base_(sm.raw_base),
+        full_(sm.raw_full),
+        empty_(sm.raw_empty) {
+    if (threadIdx.x != 128) return;
+    persistent_acquire_maps(phases, n);
+    for (unsigned s = 0; s < RAW_STAGES; ++s) next_load();
+  }
+  // The producer's next slot, if any (other threads: none).
+  __device__ __forceinline__ void next_load() {
+    if (!load_.valid()) return;
+    waited_ += persistent_stream_slot(load_, loads_, base_, full_, empty_);
+    load_.next();
+  }
+  // After the last phase: the producer's trace events (phase_trace).
+  __device__ __forceinline__ void finish() const {
+    if (threadIdx.x != 128) return;
+    phase_trace_at(kTraceProducerWaits, waited_);
+    phase_trace(15);
+  }
+  hexel::mbarrier::StageRing<RAW_STAGES> raw;  // the converters' position in the raw ring
+
+ private:
+  StreamCursor<64> load_;
+  hexel::mbarrier::StageRing<RAW_STAGES> loads_;  // the producer's
+  unsigned base_, full_, empty_;
+  unsigned long long waited_ = 0;
+};
+
+// The converter warps' part of one phase (PersistentConverters): every raw slot of this CTA's tiles
+// of the phase in the producer's order (StreamCursor's: tiles from persistent_first_tile(g0) in
+// steps of gridDim.x, each tile's slots in K order, 64 / BN K blocks a slot) into the next slot of
+// the ring: wait for the raw slot's bytes and for the slot's release by the consumers, write each
+// K block's bf16 W' block where a bf16 stream's box would have landed (e4m3_block_to_bf16, with
+// the weight's format WF and scales), e4m3_stage_converted (fence, the warp's arrival on the
+// slot's full barrier), release the raw slot (after the warp's reads: the __syncwarp in
+// e4m3_stage_converted), then the producer's next load. Tile row r is weight row tile · BN + r;
+// with SPLIT (gate/up) the gate rows tile · BN / 2 + r, then their up rows `up_row` further.
+template <class WF, unsigned BN, bool SPLIT, unsigned RAW_STAGES, unsigned STAGES, class S>
+__device__ __forceinline__ void persistent_convert_phase(PersistentConverters<RAW_STAGES>& conv,
+                                                         hexel::mbarrier::StageRing<STAGES>& ring,
+                                                         const S& sm, unsigned k, unsigned tiles,
+                                                         unsigned up_row, unsigned g0,
+                                                         const float* scale) {
   using namespace hexel;
   constexpr unsigned kPerSlot = 64 / BN;
   const unsigned t = threadIdx.x - 128, lane = threadIdx.x % 32;
   const unsigned slots = k / 64 / kPerSlot;
+  auto& raw_ring = conv.raw;
   for (unsigned tile = persistent_first_tile(g0); tile < tiles; tile += gridDim.x) {
     const auto row_of = [&](unsigned r) {
       return SPLIT ? tile * BN / 2 + (r < BN / 2 ? r : up_row + r - BN / 2) : tile * BN + r;
@@ -366,7 +408,7 @@ __device__ __forceinline__ void persistent_convert_phase(
       if (lane == 0) mbarrier::arrive(sm.raw_empty + 8 * raw_ring.index);
       raw_ring.advance();
       ring.advance();
-      after_slot();
+      conv.next_load();
     }
   }
 }
@@ -645,39 +687,19 @@ struct DecodeLayer {
     phase_trace(1);
   }
 
-  // Warps 4-7 of the e4m3 form: the converters of the four phases' raw slots
-  // (persistent_convert_phase, a weight's format and scales a phase), warp 4's lane 0 also the
-  // producer: it fills the raw ring, then after each slot it has converted loads the next one into
-  // the slot that frees (waiting for the other converter warps to release it), so RAW_STAGES raw
-  // slots stay in flight. (A producer warp of its own would make 9 warps, whose 65536 / 288
-  // registers a thread are fewer than the consumers' attention needs.)
+  // Warps 4-7 of the e4m3 form (PersistentConverters): the four phases' raw slots, each
+  // persistent_convert_phase with its weight's format and scales.
   template <class WQ, class WO, class WG, class WD, int RAW_STAGES, class S>
   __device__ __forceinline__ static void convert(Ring& ring, const S& sm, const StreamPhase* phases,
                                                  const float* qkv_s, const float* o_s,
                                                  const float* gu_s, const float* down_s) {
-    const bool producer = threadIdx.x == 128;
-    hexel::mbarrier::StageRing<RAW_STAGES> raw, loads;
-    StreamCursor<64> load(phases, producer ? 4 : 0);
-    unsigned long long waited = 0;
-    const auto next_load = [&] {
-      if (!load.valid()) return;
-      waited += persistent_stream_slot(load, loads, sm.raw_base, sm.raw_full, sm.raw_empty);
-      load.next();
-    };
-    if (producer) {
-      persistent_acquire_maps(phases, 4);
-      for (int s = 0; s < RAW_STAGES; ++s) next_load();
-    }
+    PersistentConverters<RAW_STAGES> conv(sm, phases, 4);
     constexpr unsigned g_o = kTilesQkv, g_gu = g_o + Mlp::kTilesO, g_down = g_gu + Mlp::kTilesGu;
-    persistent_convert_phase<WQ, BQ, false>(raw, ring, sm, H, kTilesQkv, 0, 0, qkv_s, next_load);
-    persistent_convert_phase<WO, BO, false>(raw, ring, sm, KO, Mlp::kTilesO, 0, g_o, o_s, next_load);
-    persistent_convert_phase<WG, BG, true>(raw, ring, sm, H, Mlp::kTilesGu, I, g_gu, gu_s, next_load);
-    persistent_convert_phase<WD, BD, false>(raw, ring, sm, I, Mlp::kTilesDown, 0, g_down, down_s,
-                                            next_load);
-    if (producer) {
-      phase_trace_at(kTraceProducerWaits, waited);
-      phase_trace(15);
-    }
+    persistent_convert_phase<WQ, BQ, false>(conv, ring, sm, H, kTilesQkv, 0, 0, qkv_s);
+    persistent_convert_phase<WO, BO, false>(conv, ring, sm, KO, Mlp::kTilesO, 0, g_o, o_s);
+    persistent_convert_phase<WG, BG, true>(conv, ring, sm, H, Mlp::kTilesGu, I, g_gu, gu_s);
+    persistent_convert_phase<WD, BD, false>(conv, ring, sm, I, Mlp::kTilesDown, 0, g_down, down_s);
+    conv.finish();
   }
 
   // Phase 0 without QKV_ROPE: qkv = RMSNorm(x) · Wqkvᵀ (bf16), its epilogue in phase 1.
