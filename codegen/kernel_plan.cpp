@@ -411,8 +411,8 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   if (e4m3) {
     t.stages = kPersistentE4m3Slots;
     t.raw_stages = (rings - t.stages * kPersistentSlotBytes) / kPersistentRawSlotBytes;
-    t.smem = 1024 + resident + t.stages * kPersistentSlotBytes +
-             t.raw_stages * kPersistentRawSlotBytes;
+    t.smem =
+        1024 + resident + t.stages * kPersistentSlotBytes + t.raw_stages * kPersistentRawSlotBytes;
     t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.raw_stages >= 8;
     return t;  // no slot images: they hold bf16 tiles
   }

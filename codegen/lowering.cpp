@@ -940,14 +940,13 @@ KernelInstance decode_layer_kernel(const ModelPlan& mp, const ir::Op& qkv, int H
       last += ", " + num(sc->block_rows) + ", " + num(sc->block_cols);
     params.insert(params.end(), {"qkv_s", "o_s", "gu_s", "down_s"});
   }
-  params.insert(params.end(),
-                {"attn_norm", "mlp_norm", "bias", "q_norm", "k_norm", "positions", "token_seq",
-                 "page_tables", "kv_layer", "x", "qkv", "q", "part_o", "part_ml", "attn", "act",
-                 "sync"});
-  return {std::string("telos_kernels::decode_layer_persistent") + (e4m3 ? "_e4m3<" : "<") +
-              num(H) + ", " + num(int_attr(qkv, "heads")) + ", " + num(int_attr(qkv, "kv_heads")) +
-              ", " + num(D) + ", " + epi.targs + ", " + num(mp.split) + ", " + num(mp.nsplits) +
-              ", " + float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D))) + ", " +
+  params.insert(params.end(), {"attn_norm", "mlp_norm", "bias", "q_norm", "k_norm", "positions",
+                               "token_seq", "page_tables", "kv_layer", "x", "qkv", "q", "part_o",
+                               "part_ml", "attn", "act", "sync"});
+  return {std::string("telos_kernels::decode_layer_persistent") + (e4m3 ? "_e4m3<" : "<") + num(H) +
+              ", " + num(int_attr(qkv, "heads")) + ", " + num(int_attr(qkv, "kv_heads")) + ", " +
+              num(D) + ", " + epi.targs + ", " + num(mp.split) + ", " + num(mp.nsplits) + ", " +
+              float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D))) + ", " +
               num(I) + ", " + num(t.stages) + ", " + num(t.bq) + ", " + num(t.bo) + ", " +
               num(t.bg) + ", " + num(t.bd) + (t.qkv_rope ? ", true" : ", false") + ", " + last +
               ">",
@@ -972,10 +971,9 @@ void lower_layer(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
       return "wimg:" + op.params.at(0) + ":" + num(bn) + ":" + (halves ? "2" : "1");
     return tmap(weight(op, 0), n, k, halves ? bn / 2 : bn);  // BOX_COLS 64
   };
-  std::vector<std::string> args = {wmap(0, qkv, rows, H, t.bq, false),
-                                   wmap(1, o, H, ko, t.bo, false),
-                                   wmap(2, gate_up, 2LL * I, H, t.bg, true),
-                                   wmap(3, down, H, I, t.bd, false)};
+  std::vector<std::string> args = {
+      wmap(0, qkv, rows, H, t.bq, false), wmap(1, o, H, ko, t.bo, false),
+      wmap(2, gate_up, 2LL * I, H, t.bg, true), wmap(3, down, H, I, t.bd, false)};
   // e4m3 weights (the maps then over their e4m3 bytes, docs/artifact.md): their scales after them.
   std::vector<const ir::ParamScale*> scales;
   if (b.model.m.layers_e4m3)

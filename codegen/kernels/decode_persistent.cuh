@@ -27,18 +27,19 @@
 // e4m3 bytes (its map as gemm_e4m3.cuh's: 64-byte box rows, no swizzle) into a raw ring, and four
 // converter warps after the consumers (the producer is the first one's lane 0) turn each raw slot
 // into the ring slot of W' = bf16(float(q) · s) a bf16 stream would have filled, with
-// gemm_e4m3.cuh's conversion, fence and barrier discipline (persistent_convert_phase). The consumers' code is then the bf16 layer's unchanged,
-// so the outputs are its bits on W' and gemm_small_e4m3_*'s. A raw slot holds the same K blocks of
-// a tile as a ring slot in half the bytes (4 KB): the tiles (persistent_tile_ok), the stream's order
-// and the consumers' K loop stay the bf16 layer's, where a raw slot of twice the K blocks would
-// need K in whole pairs of slots and the consumers to split a slot. The raw ring is the deep one (a
-// raw slot is free once converted, so it holds the bytes in flight from DRAM; kernel_plan's
-// decode_layer_tiling sizes both rings); the ring of bf16 slots only lets the converters run a few
-// slots ahead of the consumers. The converters are warps of their own rather than the consumer
-// warpgroup: the consumers spend the attention half and every grid-wide wait away from the
-// weights, time in which the converters work ahead, where a conversion by the consumers would sit
-// on every tile's critical path; and eight warps keep the 255 registers a thread the consumers'
-// attention needs (a ninth, a producer warp of its own, would cap them at 65536 / 288 and spill).
+// gemm_e4m3.cuh's conversion, fence and barrier discipline (persistent_convert_phase). The
+// consumers' code is then the bf16 layer's unchanged, so the outputs are its bits on W' and
+// gemm_small_e4m3_*'s. A raw slot holds the same K blocks of a tile as a ring slot in half the
+// bytes (4 KB): the tiles (persistent_tile_ok), the stream's order and the consumers' K loop stay
+// the bf16 layer's, where a raw slot of twice the K blocks would need K in whole pairs of slots and
+// the consumers to split a slot. The raw ring is the deep one (a raw slot is free once converted,
+// so it holds the bytes in flight from DRAM; kernel_plan's decode_layer_tiling sizes both rings);
+// the ring of bf16 slots only lets the converters run a few slots ahead of the consumers. The
+// converters are warps of their own rather than the consumer warpgroup: the consumers spend the
+// attention half and every grid-wide wait away from the weights, time in which the converters work
+// ahead, where a conversion by the consumers would sit on every tile's critical path; and eight
+// warps keep the 255 registers a thread the consumers' attention needs (a ninth, a producer warp of
+// its own, would cap them at 65536 / 288 and spill).
 //
 // Grid-wide count (sync[0], zero at launch): a CTA's consumers add 1 when they have finished a
 // phase's stores (a fence first), after having waited for the phase to start (count >= phase ·
@@ -295,8 +296,9 @@ __device__ __forceinline__ unsigned long long persistent_stream_slot(
     StreamCursor<ROW_BYTES>& load, hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base,
     unsigned full, unsigned empty) {
   using namespace hexel;
-  static_assert(64 * ROW_BYTES == LayerGemms::kSlotBytes || 64 * ROW_BYTES == LayerE4m3::kRawSlotBytes,
-                "a ring slot or a raw slot");
+  static_assert(
+      64 * ROW_BYTES == LayerGemms::kSlotBytes || 64 * ROW_BYTES == LayerE4m3::kRawSlotBytes,
+      "a ring slot or a raw slot");
   const unsigned slot = ring_base + ring.index * 64 * ROW_BYTES, bar = full + 8 * ring.index;
   const unsigned long long t0 = trace_clock();
   mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
@@ -305,7 +307,9 @@ __device__ __forceinline__ unsigned long long persistent_stream_slot(
   if (const char* src = load.image_slot())
     tma::copy_g2s(slot, src, load.slot_bytes(), bar);
   else
-    load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) { tma::load(slot + off, map, bar, c, r); });
+    load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) {
+      tma::load(slot + off, map, bar, c, r);
+    });
   ring.advance();
   return waited;
 }
@@ -948,8 +952,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
                     SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, 0, Bf16Weight,
                     Bf16Weight, Bf16Weight, Bf16Weight>(
       qkv_w, o_w, gu_w, down_w, nullptr, nullptr, nullptr, nullptr, attn_norm, mlp_norm, bias,
-      q_norm, k_norm, positions, token_seq, page_tables, kv_layer, x, qkv, q, part_o, part_ml,
-      attn, act, sync);
+      q_norm, k_norm, positions, token_seq, page_tables, kv_layer, x, qkv, q, part_o, part_ml, attn,
+      act, sync);
 }
 
 // The layer on e4m3 weights (see the top of this file): decode_layer_persistent's template
@@ -964,23 +968,21 @@ template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int
           unsigned SDC>
 __global__ void __launch_bounds__(LayerE4m3::kThreads, 1)
     decode_layer_persistent_e4m3(const TensorMap* qkv_w, const TensorMap* o_w,
-                                 const TensorMap* gu_w, const TensorMap* down_w,
-                                 const float* qkv_s, const float* o_s, const float* gu_s,
-                                 const float* down_s, const float* attn_norm,
-                                 const float* mlp_norm, const float* bias, const float* q_norm,
-                                 const float* k_norm, const int* positions, const int* token_seq,
-                                 const int* page_tables, bf16* kv_layer, float* x, bf16* qkv,
-                                 float* q, float* part_o, float* part_ml, bf16* attn, bf16* act,
-                                 unsigned* sync) {
+                                 const TensorMap* gu_w, const TensorMap* down_w, const float* qkv_s,
+                                 const float* o_s, const float* gu_s, const float* down_s,
+                                 const float* attn_norm, const float* mlp_norm, const float* bias,
+                                 const float* q_norm, const float* k_norm, const int* positions,
+                                 const int* token_seq, const int* page_tables, bf16* kv_layer,
+                                 float* x, bf16* qkv, float* q, float* part_o, float* part_ml,
+                                 bf16* attn, bf16* act, unsigned* sync) {
   static_assert(RAW_STAGES >= 2, "a raw slot converts while the next lands");
   constexpr int NQKV = (HQ + 2 * HKV) * D;
   decode_layer_body<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT, NSPLIT,
                     SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, 0, RAW_STAGES,
                     E4m3Weight<NQKV, H, SQR, SQC>, E4m3Weight<H, HQ * D, SOR, SOC>,
                     E4m3Weight<2 * I, H, SGR, SGC>, E4m3Weight<H, I, SDR, SDC>>(
-      qkv_w, o_w, gu_w, down_w, qkv_s, o_s, gu_s, down_s, attn_norm, mlp_norm, bias, q_norm,
-      k_norm, positions, token_seq, page_tables, kv_layer, x, qkv, q, part_o, part_ml, attn, act,
-      sync);
+      qkv_w, o_w, gu_w, down_w, qkv_s, o_s, gu_s, down_s, attn_norm, mlp_norm, bias, q_norm, k_norm,
+      positions, token_seq, page_tables, kv_layer, x, qkv, q, part_o, part_ml, attn, act, sync);
 }
 
 }  // namespace telos_kernels

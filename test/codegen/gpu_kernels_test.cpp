@@ -2721,9 +2721,9 @@ TEST(GpuKernels, E4m3PersistentQkvTilesMatchSmallGemm) {
       if (bq != me.bq && codegen::persistent_tile_fits(bq, s.H, s.NQKV)) heights.push_back(bq);
     const codegen::SmallGemmTiling ts = codegen::small_gemm_e4m3_tiling(s.NQKV, s.H, 1, false);
     const std::string blocks = I(s.sbr) + ", " + I(s.sbc) + ">";
-    std::vector<std::string> names = {"telos_kernels::gemm_small_e4m3_bf16<1, " + I(s.NQKV) +
-                                          ", " + I(s.H) + ", " + I(ts.bn) + ", " + I(ts.stages) +
-                                          ", " + blocks,
+    std::vector<std::string> names = {"telos_kernels::gemm_small_e4m3_bf16<1, " + I(s.NQKV) + ", " +
+                                          I(s.H) + ", " + I(ts.bn) + ", " + I(ts.stages) + ", " +
+                                          blocks,
                                       "poison_shared"};
     for (int bq : heights) {
       names.push_back("telos_kernels::qkv_phase_test<" + I(s.H) + ", " + I(s.NQKV) + ", " +
