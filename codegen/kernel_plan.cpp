@@ -335,23 +335,23 @@ SmallGemmSm100Tiling small_gemm_sm100_tiling(int n, int k, int tokens, bool swig
 
 // A stage of the e4m3 form: the bf16 stage, the bn raw rows of 64 bytes and the raw barrier.
 static int small_gemm_e4m3_stage_bytes(const SmallGemmTiling& t) {
-  return small_gemm_stage_bytes(t.a_box, t.bn, false) + t.bn * 64 + 8;
+  return small_gemm_stage_bytes(t.a_box, t.bn, t.norm_blocks > 0) + t.bn * 64 + 8;
 }
 
 int small_gemm_e4m3_smem(const SmallGemmTiling& t) {
-  return t.stages * small_gemm_e4m3_stage_bytes(t) + 1024;
+  return t.stages * small_gemm_e4m3_stage_bytes(t) + t.resident_bytes() + 1024;
 }
 
-SmallGemmTiling small_gemm_e4m3_tiling(int n, int k, int tokens, bool swiglu) {
+SmallGemmTiling small_gemm_e4m3_tiling(int n, int k, int tokens, bool swiglu, bool norm) {
   SmallGemmLimits one;
   one.warpgroups = 1;
-  SmallGemmTiling t = small_gemm_tiling(n, k, tokens, swiglu, false, one);
+  SmallGemmTiling t = small_gemm_tiling(n, k, tokens, swiglu, norm, one);
   t.cluster = 1;
   t.kps = 1;
   // The stages in the share of the SM small_gemm_tiling gave the bf16 ones.
   const int budget = std::min(kMaxSmemPerBlock, t.smem());
   const int k_blocks = (k + 63) / 64;
-  t.stages = std::clamp((budget - 1024) / small_gemm_e4m3_stage_bytes(t), 2,
+  t.stages = std::clamp((budget - 1024 - t.resident_bytes()) / small_gemm_e4m3_stage_bytes(t), 2,
                         std::clamp(k_blocks, 2, SmallGemmLimits{}.max_stages));
   return t;
 }

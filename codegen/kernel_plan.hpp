@@ -194,11 +194,12 @@ struct SmallGemmSm100Tiling {
 SmallGemmSm100Tiling small_gemm_sm100_tiling(int n, int k, int tokens, bool swiglu);
 
 // The small GEMM on an e4m3 weight (gemm_small_e4m3_*, kernels/gemm_e4m3.cuh): small_gemm_tiling's
-// weight tiles for one consumer warpgroup without the norm prologue, on no cluster, one K block a
-// stage, each stage also holding the bn raw e4m3 rows of 64 bytes and their barrier, as many stages
+// weight tiles for one consumer warpgroup, on no cluster, one K block a stage, each stage also holding the bn raw e4m3 rows of 64 bytes and their barrier, as many stages
 // as the same shared memory share gives. The kernel's CTA adds kSmallGemmConverterThreads.
 inline constexpr int kSmallGemmConverterThreads = 128;
-SmallGemmTiling small_gemm_e4m3_tiling(int n, int k, int tokens, bool swiglu);
+// With `norm` (up to kSmallGemmNormMaxRows tokens) the norm prologue's tiles and resident A
+// (gemm_small_e4m3_norm_*).
+SmallGemmTiling small_gemm_e4m3_tiling(int n, int k, int tokens, bool swiglu, bool norm = false);
 int small_gemm_e4m3_smem(const SmallGemmTiling& t);
 
 // The LM head on the small GEMM (gemm_small_f32cand: f32 logits, and each weight tile's greedy

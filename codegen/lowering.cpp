@@ -262,11 +262,11 @@ Bucket make_bucket(const ModelPlan& mp, const std::string& kind, int size, int t
   Bucket b{kind, size, tokens, rows};
   b.shape = bucket_shape_class(b.prefill(), tokens, mp.layer_t.fits);
   b.tcgen05 = mp.tcgen05;
-  // The norm prologue and the folded QKV epilogue are gemm_small.cuh's bf16 wgmma forms only: on
-  // sm_100a and for e4m3 weights rmsnorm writes h and qkv_rope_append_rows runs after the QKV
-  // GEMM, as in larger buckets.
-  b.fold_norm = !b.tcgen05 && !mp.m.e4m3 && folds_norm(b.shape, tokens, mp.layer_bytes);
-  b.fold_qkv = folds_qkv_epilogue(b.fold_norm, tokens);
+  // The norm prologue is gemm_small.cuh's wgmma forms' (bf16 and e4m3 weights), the folded QKV
+  // epilogue its bf16 forms' only: on sm_100a rmsnorm writes h, and for e4m3 weights
+  // qkv_rope_append_rows runs after the QKV GEMM, as in larger buckets.
+  b.fold_norm = !b.tcgen05 && folds_norm(b.shape, tokens, mp.layer_bytes);
+  b.fold_qkv = !mp.m.e4m3 && folds_qkv_epilogue(b.fold_norm, tokens);
   return b;
 }
 
@@ -546,12 +546,13 @@ void launch_gemm(BucketLowering& b, int kernel, const Gemm& g, const std::string
 
 // Launches the GEMM of e4m3 weight `w` [rows, k] (operand `w_name`) over buffer `in` into `out`
 // [T, n] with epilogue `epi` (bf16, residual or swiglu): gemm_prefill_e4m3_* in prefill GEMM
-// buckets, else gemm_small_e4m3_* (kernels/gemm_e4m3.cuh), the weight through a map of its e4m3
-// bytes (64-byte boxes, docs/artifact.md) and its scales (`w:NAME.scale`), their blocks the
-// kernel's last template arguments.
+// buckets, else gemm_small_e4m3_* (kernels/gemm_e4m3.cuh), or with the norm `norm` folded in
+// gemm_small_e4m3_norm_* over x; the weight through a map of its e4m3 bytes (64-byte boxes,
+// docs/artifact.md) and its scales (`w:NAME.scale`), their blocks the kernel's last template
+// arguments.
 void launch_gemm_e4m3(BucketLowering& b, TableRole role, const ir::Param& w,
                       const std::string& w_name, const std::string& epi, int n,
-                      const std::string& in, const std::string& out) {
+                      const std::string& in, const std::string& out, const ir::Op* norm) {
   const int rows = dim(w, 0), k = dim(w, 1), T = b.bucket.T;
   const ir::ParamScale& sc = w.scale.value();
   const std::string dims = "<" + num(T) + ", " + num(n) + ", " + num(k);
@@ -567,7 +568,17 @@ void launch_gemm_e4m3(BucketLowering& b, TableRole role, const ir::Param& w,
               tmap("buf:" + out, T, n, 64, epi == "residual" ? 32 : 64)});
     return;
   }
-  const SmallGemmTiling t = small_gemm_e4m3_tiling(n, k, T, epi == "swiglu");
+  const SmallGemmTiling t = small_gemm_e4m3_tiling(n, k, T, epi == "swiglu", norm != nullptr);
+  if (norm) {
+    const int k_id = b.use(
+        role, {"telos_kernels::gemm_small_e4m3_norm_" + epi + dims + ", " + num(t.bn) + ", " +
+                   num(t.stages) + ", " + eps_literal(*norm) + ", " + blocks,
+               {"x", "norm_w", "w_map", "w_scale", "out"}, t.threads() + kSmallGemmConverterThreads,
+               small_gemm_e4m3_smem(t)});
+    b.launch(k_id, {t.tiles_m, t.tiles_n, 1},
+             {"buf:x", weight(*norm, 0), tmap(w_name, rows, k, t.w_box()), scales, "buf:" + out});
+    return;
+  }
   const int k_id =
       b.use(role, {"telos_kernels::gemm_small_e4m3_" + epi + dims + ", " + num(t.bn) + ", " +
                        num(t.stages) + ", " + blocks,
@@ -718,7 +729,7 @@ void lower_qkv(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
     return;
   }
   if (w.type.dtype == DType::E4M3) {
-    launch_gemm_e4m3(b, TableRole::qkv_proj, w, weight(op, 0), "bf16", rows, "h", "qkv");
+    launch_gemm_e4m3(b, TableRole::qkv_proj, w, weight(op, 0), "bf16", rows, "h", "qkv", norm);
   } else {
     const Gemm g = choose_gemm(b.bucket, "bf16", rows, H, img, norm ? eps_literal(*norm) : "");
     launch_gemm(b, b.use(TableRole::qkv_proj, g.kernel), g, weight(op, 0), rows, H, "h", "qkv",
@@ -809,11 +820,11 @@ void lower_projection(BucketLowering& b, const std::vector<const ir::Op*>& ops) 
   const LayerGemm& lg = layer_gemm(op);
   const ir::Param& w = param_of(b.graph, op, 0);
   const int rows = dim(w, 0), k = dim(w, 1), n = epi == "swiglu" ? rows / 2 : rows;
+  const ir::Op* norm = folded_norm(b.bucket, op);
   if (w.type.dtype == DType::E4M3) {
-    launch_gemm_e4m3(b, lg.role, w, weight(op, 0), epi, n, lg.in, lg.out);
+    launch_gemm_e4m3(b, lg.role, w, weight(op, 0), epi, n, lg.in, lg.out, norm);
     return;
   }
-  const ir::Op* norm = folded_norm(b.bucket, op);
   const Gemm g =
       choose_gemm(b.bucket, epi, n, k, b.model.image(lg.weight), norm ? eps_literal(*norm) : "");
   launch_gemm(b, b.use(lg.role, g.kernel), g, weight(op, 0), rows, k, lg.in, lg.out, n, norm);
@@ -1139,9 +1150,9 @@ const std::vector<LoweringRule>& lowering_table() {
        "next norm: every rank's partial, in rank order, added to x over peer memory",
        lower_all_reduce},
       // e4m3 weights (FP8; kernels/gemm_e4m3.cuh): the GEMMs convert each stage's weights to bf16
-      // with their scales, then run the bf16 arithmetic. No norm prologue.
+      // with their scales, then run the bf16 arithmetic.
       {"linear.rope_kv_append", "linear", "rope_kv_append", DType::E4M3, kSmallM, "sm_90a",
-       "gemm_small_e4m3_bf16 + qkv_rope_append_rows", lower_qkv},
+       "gemm_small_e4m3[_norm]_bf16 + qkv_rope_append_rows", lower_qkv},
       {"linear.rope_kv_append", "linear", "rope_kv_append", DType::E4M3, kPrefill, "sm_90a",
        "gemm_prefill_e4m3_bf16 + qkv_rope_append_rows", lower_qkv},
       {"linear.residual", "linear", "residual", DType::E4M3, kSmallM, "sm_90a",
@@ -1149,7 +1160,7 @@ const std::vector<LoweringRule>& lowering_table() {
       {"linear.residual", "linear", "residual", DType::E4M3, kPrefill, "sm_90a",
        "gemm_prefill_e4m3_residual", lower_projection},
       {"linear.swiglu", "linear", "swiglu", DType::E4M3, kSmallM, "sm_90a",
-       "gemm_small_e4m3_swiglu", lower_projection},
+       "gemm_small_e4m3[_norm]_swiglu", lower_projection},
       {"linear.swiglu", "linear", "swiglu", DType::E4M3, kPrefill, "sm_90a",
        "gemm_prefill_e4m3_swiglu", lower_projection},
   };

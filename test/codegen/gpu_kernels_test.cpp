@@ -2949,5 +2949,81 @@ TEST(GpuKernels, E4m3PersistentLayerMatchesBf16LayerOnDequantizedWeights) {
   }
 }
 
+// The e4m3 norm prologue (decode buckets up to 8 tokens): gemm_small_e4m3_norm_{bf16,swiglu} on x
+// give the bits of rmsnorm into h then gemm_small_e4m3_{bf16,swiglu} on h, at M 1, 3 and 8, with K
+// not a multiple of 64 (the last block's tail is zeros), the ring wrapping, 128 x 128 and 64-row
+// scale blocks and one scale a row; rows past M stay poisoned, and every SM's shared memory is
+// NaNs before each launch.
+TEST(GpuKernels, E4m3SmallGemmNormPrologueMatchesRmsNormThenGemm) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int N, K, sbr, sbc;
+  };
+  const std::string eps = float_literal(1e-5);
+  const int sms = sm_count();
+  for (const Shape& shape : {Shape{520, 2000, 128, 128}, Shape{384, 1024, 64, 128},
+                             Shape{96, 4096, 1, 4096}}) {
+    const int N = shape.N, K = shape.K;
+    const std::string blocks = ", " + I(shape.sbr) + ", " + I(shape.sbc) + ">";
+    const std::vector<int> ms = {1, 3, 8};
+    std::vector<std::string> names = {"telos_kernels::rmsnorm<" + I(K) + ", " + eps + ", false>",
+                                      "poison_shared"};
+    for (int M : ms)
+      for (const std::string epi : {"bf16", "swiglu"}) {
+        const bool swiglu = epi == "swiglu";
+        const std::string dims = "<" + I(M) + ", " + I(N) + ", " + I(K) + ", ";
+        const codegen::SmallGemmTiling tp = codegen::small_gemm_e4m3_tiling(N, K, M, swiglu),
+                                       tf = codegen::small_gemm_e4m3_tiling(N, K, M, swiglu, true);
+        names.push_back("telos_kernels::gemm_small_e4m3_" + epi + dims + I(tp.bn) + ", " +
+                        I(tp.stages) + blocks);
+        names.push_back("telos_kernels::gemm_small_e4m3_norm_" + epi + dims + I(tf.bn) + ", " +
+                        I(tf.stages) + ", " + eps + blocks);
+      }
+    TestModule mod(source_with_rope() + kPoisonShared, names);
+    constexpr int MAXM = 8, GUARD = 8;
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(MAXM) * K, 2.f);
+    DeviceBuffer<float> dx(x), dnw(random_floats(K, 1.f));
+    const E4m3Weight w = random_e4m3(2 * N, K, shape.sbr, shape.sbc);  // SwiGLU's gate and up
+    DeviceBuffer<std::uint8_t> dq(w.q);
+    DeviceBuffer<float> dscale(w.scale);
+    std::size_t i = 2;
+    for (int M : ms) {
+      DeviceBuffer<std::uint16_t> h(static_cast<std::size_t>(M) * K);
+      CUDA_OK(mod.launch(names[0], M, codegen::kNormThreads,
+                         {dx.get(), dnw.get(), nullptr, h.get()}));
+      for (const std::string epi : {"bf16", "swiglu"}) {
+        const bool swiglu = epi == "swiglu";
+        const std::string &plain = names[i], &fused = names[i + 1];
+        i += 2;
+        const std::string what = epi + " M=" + I(M) + " N=" + I(N) + " K=" + I(K) + " blocks " +
+                                 I(shape.sbr) + "x" + I(shape.sbc);
+        const codegen::SmallGemmTiling tp = codegen::small_gemm_e4m3_tiling(N, K, M, swiglu),
+                                       tf = codegen::small_gemm_e4m3_tiling(N, K, M, swiglu, true);
+        const std::size_t MN = static_cast<std::size_t>(M) * N,
+                          total = MN + static_cast<std::size_t>(GUARD) * N;
+        DeviceBuffer<std::uint16_t> y_plain(total), y_fused(total);  // poisoned
+        const int rows = swiglu ? 2 * N : N, conv = codegen::kSmallGemmConverterThreads;
+        const DeviceMap a(h.get(), M, K, tp.a_box);
+        const E4m3Map wp(dq.get(), rows, K, tp.w_box()), wf(dq.get(), rows, K, tf.w_box());
+        CUDA_OK(mod.launch("poison_shared", sms, 1024, {}, codegen::kMaxSmemPerBlock));
+        CUDA_OK(mod.launch(plain, dim3(tp.tiles_m, tp.tiles_n), tp.threads() + conv,
+                           {a.get(), wp.get(), dscale.get(), y_plain.get()},
+                           codegen::small_gemm_e4m3_smem(tp)));
+        CUDA_OK(mod.launch("poison_shared", sms, 1024, {}, codegen::kMaxSmemPerBlock));
+        CUDA_OK(mod.launch(fused, dim3(tf.tiles_m, tf.tiles_n), tf.threads() + conv,
+                           {dx.get(), dnw.get(), wf.get(), dscale.get(), y_fused.get()},
+                           codegen::small_gemm_e4m3_smem(tf)));
+        const auto p = y_plain.download(), f = y_fused.download();
+        EXPECT_EQ(0, std::memcmp(p.data(), f.data(), MN * sizeof(std::uint16_t))) << what;
+        for (std::size_t e = MN; e < total; ++e)
+          ASSERT_EQ(f[e], 0xffff) << "wrote past M, " << what;
+        std::size_t nans = 0;
+        for (std::size_t e = 0; e < MN; ++e) nans += std::isnan(from_bf16(f[e]));
+        EXPECT_EQ(nans, 0u) << what;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace telos::gpu_test
