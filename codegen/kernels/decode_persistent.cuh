@@ -338,9 +338,8 @@ __device__ __forceinline__ unsigned long long persistent_stream(
 // the producer: it fills the raw ring of RAW_STAGES slots at construction, then after each slot
 // the converters finish (next_load) it loads the next one into the slot that frees
 // (persistent_stream_slot, which waits for the other converter warps to release it), so
-// RAW_STAGES raw slots stay in flight. The caller runs the phases' persistent_convert_phase in
-// order, then finish(). (A producer warp of its own would make 9 warps, whose 65536 / 288
-// registers a thread are fewer than the consumers' attention needs.)
+// RAW_STAGES raw slots stay in flight (why no producer warp of its own: the top of this file). The
+// caller runs the phases' persistent_convert_phase in order, then finish().
 template <unsigned RAW_STAGES>
 class PersistentConverters {
  public:

@@ -36,7 +36,9 @@
 // refilled only after the consumers release the stage (the producer's wait on `empty`), so the
 // converters never race the next TMA. The scales are read with plain loads (one a 16-byte chunk,
 // L1-resident: a tile's scales are a few hundred bytes), before the grid dependency wait like the
-// weights (no kernel writes either).
+// weights (no kernel writes either). The persistent decode layer's e4m3 form
+// (decode_layer_persistent_e4m3, decode_persistent.cuh: persistent_convert_phase) converts its
+// ring's slots with the same two steps, e4m3_block_to_bf16 and e4m3_stage_converted.
 #include "common.cuh"
 #include "hexel/ld_st.cuh"
 #include "hexel/math.cuh"
