@@ -335,23 +335,23 @@ SmallGemmSm100Tiling small_gemm_sm100_tiling(int n, int k, int tokens, bool swig
 
 // A stage of the e4m3 form: the bf16 stage, the bn raw rows of 64 bytes and the raw barrier.
 static int small_gemm_e4m3_stage_bytes(const SmallGemmTiling& t) {
-  return small_gemm_stage_bytes(t.a_box, t.bn, false) + t.bn * 64 + 8;
+  return small_gemm_stage_bytes(t.a_box, t.bn, t.norm_blocks > 0) + t.bn * 64 + 8;
 }
 
 int small_gemm_e4m3_smem(const SmallGemmTiling& t) {
-  return t.stages * small_gemm_e4m3_stage_bytes(t) + 1024;
+  return t.stages * small_gemm_e4m3_stage_bytes(t) + t.resident_bytes() + 1024;
 }
 
-SmallGemmTiling small_gemm_e4m3_tiling(int n, int k, int tokens, bool swiglu) {
+SmallGemmTiling small_gemm_e4m3_tiling(int n, int k, int tokens, bool swiglu, bool norm) {
   SmallGemmLimits one;
   one.warpgroups = 1;
-  SmallGemmTiling t = small_gemm_tiling(n, k, tokens, swiglu, false, one);
+  SmallGemmTiling t = small_gemm_tiling(n, k, tokens, swiglu, norm, one);
   t.cluster = 1;
   t.kps = 1;
   // The stages in the share of the SM small_gemm_tiling gave the bf16 ones.
   const int budget = std::min(kMaxSmemPerBlock, t.smem());
   const int k_blocks = (k + 63) / 64;
-  t.stages = std::clamp((budget - 1024) / small_gemm_e4m3_stage_bytes(t), 2,
+  t.stages = std::clamp((budget - 1024 - t.resident_bytes()) / small_gemm_e4m3_stage_bytes(t), 2,
                         std::clamp(k_blocks, 2, SmallGemmLimits{}.max_stages));
   return t;
 }
@@ -379,7 +379,7 @@ SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups) 
 }
 
 PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim,
-                                          bool qk_norm) {
+                                          bool qk_norm, bool e4m3) {
   PersistentLayerTiling t;
   // The QKV epilogue runs in the QKV tiles wherever it can (no QK norm: the weights' pair order
   // puts both elements of a rotated pair in one 8-row group): one grid-wide count and one phase a
@@ -407,7 +407,16 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   // for the static shared memory (attn_split_block's 8.6 KB at head dim 128, the QKV epilogue's,
   // the norm's) and 1 KB of alignment.
   const int resident = (std::max({h, ko, i}) / 8 * 16 + 128 + 1023) / 1024 * 1024;
-  t.stages = (kMaxSmemPerBlock - 1024 - 16 * 1024 - resident) / kPersistentSlotBytes;
+  const int rings = kMaxSmemPerBlock - 1024 - 16 * 1024 - resident;
+  if (e4m3) {
+    t.stages = kPersistentE4m3Slots;
+    t.raw_stages = (rings - t.stages * kPersistentSlotBytes) / kPersistentRawSlotBytes;
+    t.smem =
+        1024 + resident + t.stages * kPersistentSlotBytes + t.raw_stages * kPersistentRawSlotBytes;
+    t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.raw_stages >= 8;
+    return t;  // no slot images: they hold bf16 tiles
+  }
+  t.stages = rings / kPersistentSlotBytes;
   t.smem = 1024 + resident + t.stages * kPersistentSlotBytes;
   t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
   // Every weight from its slot image, one bulk copy a ring slot, where gate/up's last round leaves

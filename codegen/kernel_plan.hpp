@@ -208,11 +208,12 @@ struct SmallGemmSm100Tiling {
 SmallGemmSm100Tiling small_gemm_sm100_tiling(int n, int k, int tokens, bool swiglu);
 
 // The small GEMM on an e4m3 weight (gemm_small_e4m3_*, kernels/gemm_e4m3.cuh): small_gemm_tiling's
-// weight tiles for one consumer warpgroup without the norm prologue, on no cluster, one K block a
-// stage, each stage also holding the bn raw e4m3 rows of 64 bytes and their barrier, as many stages
+// weight tiles for one consumer warpgroup, on no cluster, one K block a stage, each stage also holding the bn raw e4m3 rows of 64 bytes and their barrier, as many stages
 // as the same shared memory share gives. The kernel's CTA adds kSmallGemmConverterThreads.
 inline constexpr int kSmallGemmConverterThreads = 128;
-SmallGemmTiling small_gemm_e4m3_tiling(int n, int k, int tokens, bool swiglu);
+// With `norm` (up to kSmallGemmNormMaxRows tokens) the norm prologue's tiles and resident A
+// (gemm_small_e4m3_norm_*).
+SmallGemmTiling small_gemm_e4m3_tiling(int n, int k, int tokens, bool swiglu, bool norm = false);
 int small_gemm_e4m3_smem(const SmallGemmTiling& t);
 
 // The LM head on the small GEMM (gemm_small_f32cand: f32 logits, and each weight tile's greedy
@@ -274,6 +275,13 @@ inline constexpr int kPersistentThreads = 160;  // the consumer warpgroup and th
 // and the attention's static shared memory. `nqkv` is (Hq + 2 Hkv) D, `ko` Hq D.
 // A ring slot: 8 KB of weights and its pair of barriers.
 inline constexpr int kPersistentSlotBytes = 8192 + 16;
+// The e4m3 form (decode_layer_persistent_e4m3): a raw slot holds a ring slot's K blocks of e4m3
+// (4 KB) and its pair of barriers; the raw ring takes the shared memory the bf16 ring had, less
+// kPersistentE4m3Slots ring slots, which the converter warps fill (kernels/decode_persistent.cuh
+// says why). Its CTA is the consumer warpgroup and the converter warps (one of them the producer).
+inline constexpr int kPersistentRawSlotBytes = 4096 + 16;
+inline constexpr int kPersistentE4m3Slots = 4;
+inline constexpr int kPersistentE4m3Threads = 128 + kSmallGemmConverterThreads;
 // Whether decode_layer_persistent's ring takes tiles of bn of the n weight rows over K = k: whole
 // tiles, whole 8-row groups, 64 / bn whole K blocks a slot and K in whole slots (the kernel's
 // persistent_tile_ok, decode_persistent.cuh).
@@ -319,11 +327,16 @@ struct PersistentLayerTiling {
   // The weights streamed from their slot images, one bulk copy a ring slot, not through tensor maps
   // (decode_layer_persistent's BULK: bit 0 qkv, 1 o, 2 gate/up, 3 down).
   int bulk = 0;
+  // e4m3 weights: the raw ring's slots (decode_layer_persistent_e4m3's RAW_STAGES; `stages` is then
+  // kPersistentE4m3Slots); 0 for bf16 weights.
+  int raw_stages = 0;
 };
 // `qk_norm`: the model normalizes q and k per head (Qwen3), whose QKV epilogue needs a head's
-// whole row, so it keeps its own phase.
+// whole row, so it keeps its own phase. `e4m3`: the four weights are e4m3
+// (decode_layer_persistent_e4m3): the same tiles, the rings as kPersistentRawSlotBytes says, no
+// slot images (they hold bf16 tiles).
 PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim,
-                                          bool qk_norm = true);
+                                          bool qk_norm = true, bool e4m3 = false);
 
 // Attention cuts the context into splits of kAttnSplit positions (four 16-position chunks per
 // warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most

@@ -134,6 +134,7 @@ struct ModelShape {
   RopeInput rope;
   bool qk_norm = false;
   bool e4m3 = false;  // some weight is e4m3 (FP8; kernels/gemm_e4m3.cuh)
+  bool layers_e4m3 = false;  // every layer projection's weight is (decode_layer_persistent_e4m3)
   int NH() const { return HQ + 2 * HKV; }
 };
 
@@ -155,6 +156,10 @@ ModelShape read_model(const ir::Graph& g) {
   m.ranks = g.ranks;
   m.e4m3 = std::any_of(g.params().begin(), g.params().end(),
                        [](const ir::Param& p) { return p.type.dtype == DType::E4M3; });
+  m.layers_e4m3 = std::all_of(g.ops().begin(), g.ops().end(), [&](const auto& op) {
+    return op->kind != "linear" || op_layer(*op) < 0 ||
+           param_of(g, *op, 0).type.dtype == DType::E4M3;
+  });
   return m;
 }
 
@@ -238,18 +243,19 @@ ModelPlan model_plan(const ModelShape& m, const CodegenInput& in, const std::str
   // `bulk` mask stream from slot images (`wimg:`) unless the serving config keeps one copy of the
   // weights; every other GEMM of every bucket then reads those weights from the same image
   // (`timg:`), so that the image is the weight's only copy on the device.
-  mp.layer_t = decode_layer_tiling(m.H, m.NH() * m.D, m.HQ * m.D, m.I, m.D, m.qk_norm);
+  mp.layer_t =
+      decode_layer_tiling(m.H, m.NH() * m.D, m.HQ * m.D, m.I, m.D, m.qk_norm, m.layers_e4m3);
   if (!in.decode_weight_images) mp.layer_t.bulk = 0;  // one copy of the weights: tensor maps
   // A tensor-parallel layer all-reduces twice between its GEMMs; decode_layer_persistent runs a
   // whole layer in one launch, so its one-token buckets take the small-M rules instead.
   if (m.ranks > 1) mp.layer_t.fits = false;
   // A target whose table has no `layer` rule (sm_100a) runs one-token buckets on the small-M rules.
   if (!has_layer_rule(ShapeClass::one_token_decode, target)) mp.layer_t.fits = false;
-  // decode_layer_persistent reads bf16 weights only: an FP8 model's one-token buckets take the
-  // small-M rules, on the e4m3 GEMMs (docs/fp8.md).
-  if (m.e4m3) mp.layer_t.fits = false;
-  // It appends and reads bf16 KV pages only: with an e4m3 cache, one-token buckets take the
-  // small-M rules too (docs/fp8.md, "FP8 KV cache").
+  // The one-token layer reads its four weights all bf16 (decode_layer_persistent) or all e4m3
+  // (decode_layer_persistent_e4m3); a model with some of them in each takes the small-M rules.
+  if (m.e4m3 && !m.layers_e4m3) mp.layer_t.fits = false;
+  // decode_layer_persistent appends and reads bf16 KV pages only: with an e4m3 cache, one-token
+  // buckets take the small-M rules (docs/fp8.md, "FP8 KV cache").
   mp.e4m3_kv = in.kv_dtype == DType::E4M3;
   if (mp.e4m3_kv) mp.layer_t.fits = false;
   mp.images = std::any_of(in.decode_buckets.begin(), in.decode_buckets.end(), [&](int n) {
@@ -272,11 +278,11 @@ Bucket make_bucket(const ModelPlan& mp, const std::string& kind, int size, int t
   Bucket b{kind, size, tokens, rows};
   b.shape = bucket_shape_class(b.prefill(), tokens, mp.layer_t.fits);
   b.tcgen05 = mp.tcgen05;
-  // The norm prologue and the folded QKV epilogue are gemm_small.cuh's bf16 wgmma forms only: on
-  // sm_100a and for e4m3 weights rmsnorm writes h and qkv_rope_append_rows runs after the QKV
-  // GEMM, as in larger buckets.
-  b.fold_norm = !b.tcgen05 && !mp.m.e4m3 && folds_norm(b.shape, tokens, mp.layer_bytes);
-  b.fold_qkv = folds_qkv_epilogue(b.fold_norm, tokens);
+  // The norm prologue is gemm_small.cuh's wgmma forms' (bf16 and e4m3 weights), the folded QKV
+  // epilogue its bf16 forms' only: on sm_100a rmsnorm writes h, and for e4m3 weights
+  // qkv_rope_append_rows runs after the QKV GEMM, as in larger buckets.
+  b.fold_norm = !b.tcgen05 && folds_norm(b.shape, tokens, mp.layer_bytes);
+  b.fold_qkv = !mp.m.e4m3 && folds_qkv_epilogue(b.fold_norm, tokens);
   return b;
 }
 
@@ -564,12 +570,13 @@ void launch_gemm(BucketLowering& b, int kernel, const Gemm& g, const std::string
 
 // Launches the GEMM of e4m3 weight `w` [rows, k] (operand `w_name`) over buffer `in` into `out`
 // [T, n] with epilogue `epi` (bf16, residual or swiglu): gemm_prefill_e4m3_* in prefill GEMM
-// buckets, else gemm_small_e4m3_* (kernels/gemm_e4m3.cuh), the weight through a map of its e4m3
-// bytes (64-byte boxes, docs/artifact.md) and its scales (`w:NAME.scale`), their blocks the
-// kernel's last template arguments.
+// buckets, else gemm_small_e4m3_* (kernels/gemm_e4m3.cuh), or with the norm `norm` folded in
+// gemm_small_e4m3_norm_* over x; the weight through a map of its e4m3 bytes (64-byte boxes,
+// docs/artifact.md) and its scales (`w:NAME.scale`), their blocks the kernel's last template
+// arguments.
 void launch_gemm_e4m3(BucketLowering& b, TableRole role, const ir::Param& w,
                       const std::string& w_name, const std::string& epi, int n,
-                      const std::string& in, const std::string& out) {
+                      const std::string& in, const std::string& out, const ir::Op* norm) {
   const int rows = dim(w, 0), k = dim(w, 1), T = b.bucket.T;
   const ir::ParamScale& sc = w.scale.value();
   const std::string dims = "<" + num(T) + ", " + num(n) + ", " + num(k);
@@ -585,7 +592,17 @@ void launch_gemm_e4m3(BucketLowering& b, TableRole role, const ir::Param& w,
               tmap("buf:" + out, T, n, 64, epi == "residual" ? 32 : 64)});
     return;
   }
-  const SmallGemmTiling t = small_gemm_e4m3_tiling(n, k, T, epi == "swiglu");
+  const SmallGemmTiling t = small_gemm_e4m3_tiling(n, k, T, epi == "swiglu", norm != nullptr);
+  if (norm) {
+    const int k_id = b.use(
+        role, {"telos_kernels::gemm_small_e4m3_norm_" + epi + dims + ", " + num(t.bn) + ", " +
+                   num(t.stages) + ", " + eps_literal(*norm) + ", " + blocks,
+               {"x", "norm_w", "w_map", "w_scale", "out"}, t.threads() + kSmallGemmConverterThreads,
+               small_gemm_e4m3_smem(t)});
+    b.launch(k_id, {t.tiles_m, t.tiles_n, 1},
+             {"buf:x", weight(*norm, 0), tmap(w_name, rows, k, t.w_box()), scales, "buf:" + out});
+    return;
+  }
   const int k_id =
       b.use(role, {"telos_kernels::gemm_small_e4m3_" + epi + dims + ", " + num(t.bn) + ", " +
                        num(t.stages) + ", " + blocks,
@@ -744,7 +761,7 @@ void lower_qkv(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
     return;
   }
   if (w.type.dtype == DType::E4M3) {
-    launch_gemm_e4m3(b, TableRole::qkv_proj, w, weight(op, 0), "bf16", rows, "h", "qkv");
+    launch_gemm_e4m3(b, TableRole::qkv_proj, w, weight(op, 0), "bf16", rows, "h", "qkv", norm);
   } else {
     const Gemm g = choose_gemm(b.bucket, "bf16", rows, H, img, norm ? eps_literal(*norm) : "");
     launch_gemm(b, b.use(TableRole::qkv_proj, g.kernel), g, weight(op, 0), rows, H, "h", "qkv",
@@ -859,11 +876,11 @@ void lower_projection(BucketLowering& b, const std::vector<const ir::Op*>& ops) 
   const LayerGemm& lg = layer_gemm(op);
   const ir::Param& w = param_of(b.graph, op, 0);
   const int rows = dim(w, 0), k = dim(w, 1), n = epi == "swiglu" ? rows / 2 : rows;
+  const ir::Op* norm = folded_norm(b.bucket, op);
   if (w.type.dtype == DType::E4M3) {
-    launch_gemm_e4m3(b, lg.role, w, weight(op, 0), epi, n, lg.in, lg.out);
+    launch_gemm_e4m3(b, lg.role, w, weight(op, 0), epi, n, lg.in, lg.out, norm);
     return;
   }
-  const ir::Op* norm = folded_norm(b.bucket, op);
   const Gemm g =
       choose_gemm(b.bucket, epi, n, k, b.model.image(lg.weight), norm ? eps_literal(*norm) : "");
   launch_gemm(b, b.use(lg.role, g.kernel), g, weight(op, 0), rows, k, lg.in, lg.out, n, norm);
@@ -953,7 +970,8 @@ void check_layer_ops(const std::vector<const ir::Op*>& ops) {
 }
 
 // The table has always held the kernels the small-M rules would choose for a one-token bucket's
-// attention and its o, gate/up and down projections, though the bucket launches none of them.
+// attention and, with bf16 weights, its o, gate/up and down projections, though the bucket
+// launches none of them.
 void declare_small_m_kernels(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const ir::Op &attn = *ops[2], &o = *ops[3], &mlp_norm = *ops[4], &gate_up = *ops[5];
   const ir::Param &wo = param_of(b.graph, o, 0), &wgu = param_of(b.graph, gate_up, 0);
@@ -961,6 +979,7 @@ void declare_small_m_kernels(BucketLowering& b, const std::vector<const ir::Op*>
   const AttentionKernels a = choose_attention(b.model, b.bucket, attn);
   b.declare(TableRole::attn_combine, a.combine);
   b.declare(TableRole::attn_split, a.split);
+  if (b.model.m.layers_e4m3) return;
   b.declare(TableRole::o_proj,
             choose_gemm(b.bucket, "residual", H, ko, b.model.image("o"), "").kernel);
   b.declare(TableRole::gate_up, choose_gemm(b.bucket, "swiglu", I, H, b.model.image("gate_up"),
@@ -971,23 +990,34 @@ void declare_small_m_kernels(BucketLowering& b, const std::vector<const ir::Op*>
 }
 
 // decode_layer_persistent for the layer whose QKV linear is `qkv` (H, I: the hidden and
-// intermediate sizes) and its QKV epilogue's template arguments.
+// intermediate sizes) and its QKV epilogue's template arguments; with e4m3 weights
+// decode_layer_persistent_e4m3, `scales` the four weights' scale blocks (rows, columns) as its
+// last template arguments.
 KernelInstance decode_layer_kernel(const ModelPlan& mp, const ir::Op& qkv, int H, int I,
-                                   const QkvEpilogue& epi) {
+                                   const QkvEpilogue& epi,
+                                   const std::vector<const ir::ParamScale*>& scales) {
   const PersistentLayerTiling& t = mp.layer_t;
   const int D = int_attr(qkv, "head_dim");
-  return {"telos_kernels::decode_layer_persistent<" + num(H) + ", " + num(int_attr(qkv, "heads")) +
-              ", " + num(int_attr(qkv, "kv_heads")) + ", " + num(D) + ", " + epi.targs + ", " +
-              num(mp.split) + ", " + num(mp.nsplits) + ", " +
+  const bool e4m3 = !scales.empty();
+  std::string last = num(t.bulk);
+  std::vector<std::string> params = {"qkv_w", "o_w", "gu_w", "down_w"};
+  if (e4m3) {
+    last = num(t.raw_stages);
+    for (const ir::ParamScale* sc : scales)
+      last += ", " + num(sc->block_rows) + ", " + num(sc->block_cols);
+    params.insert(params.end(), {"qkv_s", "o_s", "gu_s", "down_s"});
+  }
+  params.insert(params.end(), {"attn_norm", "mlp_norm", "bias", "q_norm", "k_norm", "positions",
+                               "token_seq", "page_tables", "kv_layer", "x", "qkv", "q", "part_o",
+                               "part_ml", "attn", "act", "sync"});
+  return {std::string("telos_kernels::decode_layer_persistent") + (e4m3 ? "_e4m3<" : "<") + num(H) +
+              ", " + num(int_attr(qkv, "heads")) + ", " + num(int_attr(qkv, "kv_heads")) + ", " +
+              num(D) + ", " + epi.targs + ", " + num(mp.split) + ", " + num(mp.nsplits) + ", " +
               float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D))) + ", " +
               num(I) + ", " + num(t.stages) + ", " + num(t.bq) + ", " + num(t.bo) + ", " +
-              num(t.bg) + ", " + num(t.bd) + (t.qkv_rope ? ", true" : ", false") + ", " +
-              num(t.bulk) + ">",
-          {"qkv_w",  "o_w",    "gu_w",      "down_w",    "attn_norm",   "mlp_norm", "bias",
-           "q_norm", "k_norm", "positions", "token_seq", "page_tables", "kv_layer", "x",
-           "qkv",    "q",      "part_o",    "part_ml",   "attn",        "act",      "sync"},
-          kPersistentThreads,
-          t.smem};
+              num(t.bg) + ", " + num(t.bd) + (t.qkv_rope ? ", true" : ", false") + ", " + last +
+              ">",
+          params, e4m3 ? kPersistentE4m3Threads : kPersistentThreads, t.smem};
 }
 
 // A one-token layer in one persistent launch: its seven phases (norm + QKV GEMM, the QKV epilogue,
@@ -1008,17 +1038,22 @@ void lower_layer(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
       return "wimg:" + op.params.at(0) + ":" + num(bn) + ":" + (halves ? "2" : "1");
     return tmap(weight(op, 0), n, k, halves ? bn / 2 : bn);  // BOX_COLS 64
   };
-  std::vector<std::string> args = {wmap(0, qkv, rows, H, t.bq, false),
-                                   wmap(1, o, H, ko, t.bo, false),
-                                   wmap(2, gate_up, 2LL * I, H, t.bg, true),
-                                   wmap(3, down, H, I, t.bd, false),
-                                   weight(attn_norm, 0),
-                                   weight(mlp_norm, 0)};
+  std::vector<std::string> args = {
+      wmap(0, qkv, rows, H, t.bq, false), wmap(1, o, H, ko, t.bo, false),
+      wmap(2, gate_up, 2LL * I, H, t.bg, true), wmap(3, down, H, I, t.bd, false)};
+  // e4m3 weights (the maps then over their e4m3 bytes, docs/artifact.md): their scales after them.
+  std::vector<const ir::ParamScale*> scales;
+  if (b.model.m.layers_e4m3)
+    for (const ir::Op* op : {&qkv, &o, &gate_up, &down}) {
+      scales.push_back(&param_of(b.graph, *op, 0).scale.value());
+      args.push_back(weight(*op, 0) + ".scale");
+    }
+  args.insert(args.end(), {weight(attn_norm, 0), weight(mlp_norm, 0)});
   // The epilogue's operands up to kv:L; q goes after x and qkv.
   args.insert(args.end(), epi.args.begin(), epi.args.begin() + 7);
   args.insert(args.end(), {"buf:x", "buf:qkv", "buf:q", "buf:part_o", "buf:part_ml", "buf:attn",
                            "buf:act", "buf:layer_sync"});
-  b.launch(b.use(TableRole::decode_layer, decode_layer_kernel(b.model, qkv, H, I, epi)),
+  b.launch(b.use(TableRole::decode_layer, decode_layer_kernel(b.model, qkv, H, I, epi, scales)),
            {kSms, 1, 1}, args);
   b.model.uses_layer_sync = true;
 }
@@ -1102,6 +1137,10 @@ const std::vector<LoweringRule>& lowering_table() {
   static const std::vector<LoweringRule> table = {
       {"layer", "layer", "", DType::BF16, kOneToken, "sm_90a",
        "decode_layer_persistent: the layer's seven ops in one launch", lower_layer},
+      {"layer", "layer", "", DType::E4M3, kOneToken, "sm_90a",
+       "decode_layer_persistent_e4m3: the layer's seven ops in one launch, its weights converted "
+       "to bf16 with their scales",
+       lower_layer},
       {"embed", "embed", "", DType::BF16, kEvery, "sm_90a", "embed_gather", lower_embed},
       {"rmsnorm", "rmsnorm", "", DType::BF16, kEvery, "sm_90a",
        "rmsnorm into h, or none where the next GEMM or the all-reduce before it applies it; over "
@@ -1173,9 +1212,9 @@ const std::vector<LoweringRule>& lowering_table() {
        "prefill messages: NCCL's all_gather, then gather_sum_residual",
        lower_all_reduce},
       // e4m3 weights (FP8; kernels/gemm_e4m3.cuh): the GEMMs convert each stage's weights to bf16
-      // with their scales, then run the bf16 arithmetic. No norm prologue and no persistent layer.
+      // with their scales, then run the bf16 arithmetic.
       {"linear.rope_kv_append", "linear", "rope_kv_append", DType::E4M3, kSmallM, "sm_90a",
-       "gemm_small_e4m3_bf16 + qkv_rope_append_rows", lower_qkv},
+       "gemm_small_e4m3[_norm]_bf16 + qkv_rope_append_rows", lower_qkv},
       {"linear.rope_kv_append", "linear", "rope_kv_append", DType::E4M3, kPrefill, "sm_90a",
        "gemm_prefill_e4m3_bf16 + qkv_rope_append_rows", lower_qkv},
       {"linear.residual", "linear", "residual", DType::E4M3, kSmallM, "sm_90a",
@@ -1183,7 +1222,7 @@ const std::vector<LoweringRule>& lowering_table() {
       {"linear.residual", "linear", "residual", DType::E4M3, kPrefill, "sm_90a",
        "gemm_prefill_e4m3_residual", lower_projection},
       {"linear.swiglu", "linear", "swiglu", DType::E4M3, kSmallM, "sm_90a",
-       "gemm_small_e4m3_swiglu", lower_projection},
+       "gemm_small_e4m3[_norm]_swiglu", lower_projection},
       {"linear.swiglu", "linear", "swiglu", DType::E4M3, kPrefill, "sm_90a",
        "gemm_prefill_e4m3_swiglu", lower_projection},
   };

@@ -13,13 +13,17 @@ transformers at run time):
     first token for 512/2048/8192-token prompts;
   - the peer: transformers eager in bf16 on the same weights, batch 1, 256 greedy steps after a
     32-token prompt, CUDA events around the decode steps;
+  - with --fp8, the same checkpoint compiled with `--quantize fp8` (e4m3 layer weights, the LM
+    head bf16): decode latency at batch 1 (greedy) and its floor, the bytes a token reads (every
+    weight of the artifact's manifest but an untied embedding table, of which a step reads a row)
+    over the copy bandwidth;
   - the ceilings: device-to-device copy bandwidth (read + write bytes / time, median of 20), and
     the floor it gives: weight bytes / bandwidth per decoded token at batch 1; with --throughput
     also the bf16 matmul rate (torch.matmul, 8192 cubed), and each throughput batch's decode-step
     floor: its bytes at the bandwidth or its FLOPs at that rate, whichever is longer.
 
     python3 tools/bench_suite.py --telosc BIN --telos-run BIN --work DIR --out DIR
-                                 [--models Llama-3.2-1B,Llama-3.1-8B] [--throughput]
+                                 [--models Llama-3.2-1B,Llama-3.1-8B] [--throughput] [--fp8]
 
 Writes OUT/benchmarks.md (the tables, hardware, versions, commands, date), OUT/bench.json (every
 figure) and OUT/decode_latency.png (ms/token: Telos, transformers, the floor).
@@ -47,6 +51,7 @@ from e2e_check import make_checkpoint  # noqa: E402
 from serve_bench import DOCS, kept_serving_section  # noqa: E402
 
 TARGET_MS = {"Llama-3.2-1B": 0.68, "Llama-3.1-8B": 4.1}
+TARGET_FP8_MS = {"Llama-3.2-1B": 0.40, "Llama-3.1-8B": 2.1}
 # The batch-1 decode's second run: sampled, as a chat client's request usually is (the table's
 # column names the same values).
 SAMPLED = ["--temperature", "0.8", "--top-p", "0.95"]
@@ -132,14 +137,23 @@ def transformers_decode_ms(model, vocab, steps=256, prompt_len=32):
     return a.elapsed_time(b) / steps
 
 
-def telosc_time(telosc, ckpt, serving, out, cache):
+def telosc_time(telosc, ckpt, serving, out, cache, extra=()):
     env = dict(os.environ, TELOS_CACHE_DIR=cache)
     t0 = time.time()
-    res = subprocess.run([telosc, "compile", ckpt, "--serving", serving, "-o", out],
+    res = subprocess.run([telosc, "compile", ckpt, "--serving", serving, "-o", out, *extra],
                          capture_output=True, text=True, env=env)
     if res.returncode != 0:
         raise RuntimeError(f"telosc failed: {res.stderr[-2000:]}")
     return time.time() - t0
+
+
+def token_weight_bytes(artifact):
+    """The weight bytes a batch-1 decode step reads, from the artifact's manifest: every tensor
+    but an untied embedding table, of which a step reads one row."""
+    with open(os.path.join(artifact, "manifest.json")) as f:
+        m = json.load(f)
+    tied = m["model"].get("tie_word_embeddings", False)
+    return sum(t["bytes"] for t in m["weights"]["tensors"] if tied or t["name"] != "embed")
 
 
 def telos_bench(telos_run, artifact, args):
@@ -181,12 +195,22 @@ def bench_model(name, args, bandwidth):
     artifact = os.path.join(work, "model.telos")
     row["compile_cold_s"] = telosc_time(args.telosc, ckpt, serving, artifact, cache)
     row["compile_warm_s"] = telosc_time(args.telosc, ckpt, serving, artifact, cache)
+    if args.fp8:
+        fp8 = os.path.join(work, "model-fp8.telos")
+        telosc_time(args.telosc, ckpt, serving, fp8, cache, ["--quantize", "fp8"])
     subprocess.run(["rm", "-rf", ckpt])
+    if args.fp8:
+        row["fp8_weight_bytes"] = token_weight_bytes(fp8)
+        row["fp8_floor_ms_per_token"] = row["fp8_weight_bytes"] / bandwidth * 1e3
+        fp8_decode, _ = telos_bench(args.telos_run, fp8, ["--batch", "1", "--prompt-len", "32", "--gen", "256"])
+        row["telos"] = {"decode_fp8": fp8_decode}
+        row["telos_fp8_ms_per_token"] = fp8_decode["runs"][0]["ms_per_token"]
+        subprocess.run(["rm", "-rf", fp8])
 
     decode, stderr = telos_bench(args.telos_run, artifact,
                                  ["--batch", "1", "--prompt-len", "32", "--gen", "256", "--profile"])
     row["engine_log"] = [l for l in stderr.splitlines() if l.strip()][:20]
-    row["telos"] = {"decode": decode}
+    row.setdefault("telos", {})["decode"] = decode
     run = decode["runs"][0]
     row["telos_ms_per_token"] = run["ms_per_token"]
     row["load_s"] = decode["load_s"]
@@ -348,6 +372,15 @@ def write_report(rows, meta, out):
             f"{fmt(r.get('telos_sampled_ms_per_token'))} | "
             f"{fmt(r['transformers_ms_per_token'])} | {host_cell(r['telos']['decode'])} | "
             f"{fmt(run.get('gpu_idle_gap_us'), 1)} |")
+    fp8_rows = [r for r in rows if "telos_fp8_ms_per_token" in r]
+    if fp8_rows:
+        lines += ["", "## Decode latency, batch 1, FP8 weights (`--quantize fp8`, LM head bf16)", "",
+                  "| model | Telos ms/token | target | floor ms/token (bytes a token reads / copy BW) "
+                  "| Telos % of floor |", "| --- | --- | --- | --- | --- |"]
+        for r in fp8_rows:
+            t, floor = r["telos_fp8_ms_per_token"], r["fp8_floor_ms_per_token"]
+            lines.append(f"| {r['model']} | {fmt(t)} | ≤ {TARGET_FP8_MS.get(r['model'], float('nan'))} | "
+                         f"{fmt(floor)} | {fmt(100 * floor / t if t else None, 0)}% |")
     lines += ["", "## Batch 64 decode, load and compile", "",
               "| model | batch 64 ms/step | batch 64 tok/s | host µs/step (of which launch calls), median of "
               "processes and range | GPU idle µs | load s | "
@@ -449,6 +482,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", default="Llama-3.2-1B,Llama-3.1-8B")
     ap.add_argument("--throughput", action="store_true")
+    ap.add_argument("--fp8", action="store_true",
+                    help="also compile each model with --quantize fp8 and time its batch-1 decode")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     ceiling = run_child(["--child-ceiling"])
@@ -460,7 +495,8 @@ def main():
             "torch": torch.__version__, "transformers": transformers.__version__,
             "bandwidth": bandwidth, "flops": ceiling.get("flops"),
             "command": f"python3 tools/bench_suite.py --telosc BIN/telosc --telos-run BIN/telos-run "
-                       f"--work DIR --out OUT --models {args.models}" + (" --throughput" if args.throughput else "")}
+                       f"--work DIR --out OUT --models {args.models}" + (" --throughput" if args.throughput else "")
+                       + (" --fp8" if args.fp8 else "")}
     rows = []
     for name in args.models.split(","):
         try:

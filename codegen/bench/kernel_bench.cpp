@@ -181,6 +181,19 @@ std::string I(long long v) {
 
 // A [rows, cols] tensor map (128B swizzle, 128-byte boxes: 64 bf16 or 32 f32 columns) in device
 // memory, as the executor builds one for a `tmap:` argument.
+// The map of an e4m3 weight as the executor encodes it: one-byte elements, box_rows x 64 bytes, no
+// swizzle (gemm_e4m3.cuh).
+void* device_map_e4m3(const void* base, int rows, int cols, int box_rows) {
+  const hexel::TensorMap m = hexel::encode_2d(
+      hexel::TmaDtype::U8, base, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
+      static_cast<std::uint64_t>(cols), static_cast<std::uint32_t>(box_rows), 64,
+      hexel::Swizzle::None);
+  void* p;
+  check(cudaMalloc(&p, sizeof m), "alloc");
+  check(cudaMemcpy(p, &m, sizeof m, cudaMemcpyHostToDevice), "map");
+  return p;
+}
+
 void* device_map(const void* base, int rows, int cols, int box_rows,
                  hexel::TmaDtype dtype = hexel::TmaDtype::BF16) {
   const std::uint32_t elem = hexel::tma_dtype_bytes(dtype);
@@ -698,7 +711,8 @@ void bench_sample(double copy_gbs) {
 // plan's (the QKV epilogue in the QKV tiles, QKV_ROPE; the weights of its `bulk` mask streamed
 // from their slot images, a bulk copy a ring slot), and the same with every weight on tensor
 // maps (a box a K block and gate/up half), with all four from slot images and with gate/up and
-// down's. Every variant's x after one layer is
+// down's; and decode_layer_persistent_e4m3 on e4m3 copies of the weights (128 x 128 scale blocks;
+// bytes: the e4m3 weights and their scales), whose x is its own. Every variant's x after one layer is
 // compared with the plan's (DIFF in the output otherwise). The trace also has each CTA's
 // arrival after a phase (its release issued). The variants measured here and not kept (K-block
 // views, L2 prefetch ahead of the ring, the V0 counts, other tiles, the count between gate/up and
@@ -729,23 +743,31 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       std::string label;
       PersistentLayerTiling lt;  // with or without QKV_ROPE
       int bulk;  // BULK: the weights as slot images, a bulk copy a slot (bit 0 qkv .. 3 down)
+      bool e4m3 = false;  // decode_layer_persistent_e4m3 on the e4m3 copies
     };
     const PersistentLayerTiling plan_t = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false);
     const std::vector<Variant> variants = {{"V1 plan", plan_t, plan_t.bulk},
                                            {"V1 tensor maps", plan_t, 0},
                                            {"V1 bulk all", plan_t, 0b1111},
-                                           {"V1 bulk gate/up+down", plan_t, 0b1100}};
+                                           {"V1 bulk gate/up+down", plan_t, 0b1100},
+                                           {"V1 e4m3", decode_layer_tiling(sh.H, NQKV, KO, sh.I,
+                                                                           sh.D, false, true),
+                                            0, true}};
     const PersistentLayerTiling& lt = variants[0].lt;  // the ring and the other tiles: the same
     std::vector<std::string> names;
     for (const Variant& v : variants)
-      names.push_back("telos_kernels::decode_layer_persistent<" + I(sh.H) + ", " + I(sh.HQ) + ", " +
+      names.push_back("telos_kernels::decode_layer_persistent" + std::string(v.e4m3 ? "_e4m3<" : "<") +
+                      I(sh.H) + ", " + I(sh.HQ) + ", " +
                       I(sh.HKV) + ", " + I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " +
                       I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) +
                       "ll, telos_rope::Freqs, " + I(kAttnSplit) + ", " + I(nsplit) + ", " +
                       float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) +
                       ", " + I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " +
                       I(v.lt.bo) + ", " + I(v.lt.bg) + ", " + I(v.lt.bd) +
-                      (v.lt.qkv_rope ? ", true" : ", false") + ", " + I(v.bulk) + ">");
+                      (v.lt.qkv_rope ? ", true" : ", false") + ", " +
+                      (v.e4m3 ? I(v.lt.raw_stages) + ", 128, 128, 128, 128, 128, 128, 128, 128"
+                              : I(v.bulk)) +
+                      ">");
     auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
     Module traced(names, "#define TELOS_PHASE_TRACE 1\n", 1);
     const std::unique_ptr<Module> mod = plain.get();
@@ -754,14 +776,22 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
                                    static_cast<std::size_t>(sh.H)};
     const std::size_t w_cols[4] = {static_cast<std::size_t>(sh.H), static_cast<std::size_t>(KO),
                                    static_cast<std::size_t>(sh.H), static_cast<std::size_t>(sh.I)};
-    double w_bytes = 0;
-    for (int k = 0; k < 4; ++k) w_bytes += 2.0 * w_rows[k] * w_cols[k];
+    double w_bytes = 0, e4m3_bytes = 0;  // e4m3: a byte an element, an f32 scale a 128 x 128 block
+    std::size_t scales[4];
+    for (int k = 0; k < 4; ++k) {
+      w_bytes += 2.0 * w_rows[k] * w_cols[k];
+      scales[k] = (w_rows[k] + 127) / 128 * ((w_cols[k] + 127) / 128);
+      e4m3_bytes += 1.0 * w_rows[k] * w_cols[k] + 4.0 * scales[k];
+    }
     const std::size_t kv_bytes = static_cast<std::size_t>(kMaxp) * page_elems * 2;
     const int copies = std::max(2, static_cast<int>((400ull << 20) / (w_bytes + kv_bytes)) + 1);
     struct Copy {
       void* w[4];
       void* maps[4];    // 2D, a box a K block (and half)
       void* images[4];  // slot images (support/slot_image.hpp), a bulk copy a ring slot
+      void* q[4];       // e4m3 weights (fill's bytes: finite values but for a few NaNs)
+      void* s[4];       // their scales
+      void* q_maps[4];  // 2D over the e4m3 bytes, boxes of 64 bytes
       void* kv;
     };
     std::vector<Copy> cs(copies);
@@ -787,6 +817,12 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
         check(cudaMalloc(&c.images[k], 2 * image.size()), "alloc");
         check(cudaMemcpy(c.images[k], image.data(), 2 * image.size(), cudaMemcpyHostToDevice),
               "image");
+        check(cudaMalloc(&c.q[k], w_rows[k] * w_cols[k]), "alloc");
+        fill(c.q[k], w_rows[k] * w_cols[k]);
+        check(cudaMalloc(&c.s[k], 4 * scales[k]), "alloc");
+        fill(c.s[k], 4 * scales[k]);
+        c.q_maps[k] = device_map_e4m3(c.q[k], static_cast<int>(w_rows[k]),
+                                      static_cast<int>(w_cols[k]), boxes[k]);
       }
       check(cudaMalloc(&c.kv, kv_bytes), "alloc");
       fill(c.kv, kv_bytes);
@@ -809,29 +845,34 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
     std::vector<int> hpt(kMaxp);
     for (int i = 0; i < kMaxp; ++i) hpt[i] = (i * 7) % kMaxp;  // scattered pages
     cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice);
+    const auto threads = [&](std::size_t vi) { return variants[vi].e4m3 ? 256 : 160; };
     for (std::size_t vi = 0; vi < names.size(); ++vi) {
-      const auto [blocks, regs] = mod->occupancy(names[vi], 160, lt.smem);
+      const int smem = variants[vi].lt.smem;
+      const auto [blocks, regs] = mod->occupancy(names[vi], threads(vi), smem);
       std::printf("  %s %s: %d B of dynamic shared memory, %d registers, %d CTA(s) an SM\n",
-                  sh.name, variants[vi].label.c_str(), lt.smem, regs, blocks);
+                  sh.name, variants[vi].label.c_str(), smem, regs, blocks);
     }
     for (int C : {33, 96, 160, 288, 4096}) {
       const int position = C - 1;
       cudaMemcpy(pos, &position, 4, cudaMemcpyHostToDevice);
-      const double bytes = w_bytes + static_cast<double>(C) * sh.HKV * sh.D * 2 * 2;
+      const double kv_read = static_cast<double>(C) * sh.HKV * sh.D * 2 * 2;
       auto launch = [&](Module& m, std::size_t vi, int i, bool pdl) {
         const Copy& c = cs[i % copies];
         const void* null = nullptr;
-        const void* maps[4];
-        for (int k = 0; k < 4; ++k) maps[k] = variants[vi].bulk >> k & 1 ? c.images[k] : c.maps[k];
-        m.launch(
-            names[vi], dim3(prop.multiProcessorCount), 160,
-            {maps[0], maps[1], maps[2], maps[3], norm_a, norm_m, null, null,     null, pos, seq,
-             pt,      c.kv,    x,       qkv,     q,      po,     pml,  attn_out, act,  sync},
-            lt.smem, pdl);
+        std::vector<const void*> args;
+        for (int k = 0; k < 4; ++k)
+          args.push_back(variants[vi].e4m3             ? c.q_maps[k]
+                         : variants[vi].bulk >> k & 1 ? c.images[k]
+                                                      : c.maps[k]);
+        if (variants[vi].e4m3) args.insert(args.end(), c.s, c.s + 4);
+        args.insert(args.end(), {norm_a, norm_m, null, null, null, pos, seq, pt, c.kv, x, qkv, q,
+                                 po, pml, attn_out, act, sync});
+        m.launch(names[vi], dim3(prop.multiProcessorCount), threads(vi), args,
+                 variants[vi].lt.smem, pdl);
       };
       // The same bits whatever the weights' form: x after one layer on the same inputs, every
-      // variant against the first (a slot image is the ring's bytes exactly, so any difference is
-      // a packing or addressing error).
+      // bf16 variant against the first (a slot image is the ring's bytes exactly, so any difference
+      // is a packing or addressing error; the e4m3 layer's weights are others).
       {
         std::vector<float> x0(sh.H), first, got(sh.H);
         check(cudaMemcpy(x0.data(), x, 4ull * sh.H, cudaMemcpyDeviceToHost), "x");
@@ -840,6 +881,7 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
           launch(*mod, vi, 0, false);
           check(cudaMemcpy(got.data(), x, 4ull * sh.H, cudaMemcpyDeviceToHost), "x");
           if (vi == 0) first = got;
+          if (variants[vi].e4m3) continue;
           const bool same = std::memcmp(first.data(), got.data(), 4ull * sh.H) == 0;
           if (!same)
             std::printf("  DIFF: %s %s ctx=%d x differs from the first variant's\n", sh.name,
@@ -850,11 +892,13 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       for (std::size_t vi = 0; vi < names.size(); ++vi) {
         const double us = median_us([&](int i) { launch(*mod, vi, i, i % kLayers != 0); }, 20,
                                     2 * kLayers, kLayers);
+        const PersistentLayerTiling& vt = variants[vi].lt;
+        const double bytes = (variants[vi].e4m3 ? e4m3_bytes : w_bytes) + kv_read;
         char label[64], shape[64];
         std::snprintf(label, sizeof label, "decode layer %s %s", sh.name,
                       variants[vi].label.c_str());
-        std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C, lt.stages, lt.bq,
-                      lt.bo, lt.bg, lt.bd);
+        std::snprintf(shape, sizeof shape, "ctx=%d (%d st, %d/%d/%d/%d)", C,
+                      vt.stages + vt.raw_stages, vt.bq, vt.bo, vt.bg, vt.bd);
         std::printf("%-34s | %-26s | %9.1f | %8.0f | %6.1f\n", label, shape, us, bytes / us / 1e3,
                     100.0 * bytes / us / 1e3 / copy_gbs);
       }
@@ -921,7 +965,12 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       }
     }
     for (Copy& c : cs) {
-      for (int k = 0; k < 4; ++k) cudaFree(c.w[k]);
+      for (int k = 0; k < 4; ++k) {
+        cudaFree(c.w[k]);
+        cudaFree(c.q[k]);
+        cudaFree(c.s[k]);
+        cudaFree(c.q_maps[k]);
+      }
       for (void* m : c.maps) cudaFree(m);
       for (void* m : c.images) cudaFree(m);
       cudaFree(c.kv);

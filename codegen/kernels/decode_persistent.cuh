@@ -23,6 +23,24 @@
 // so every CTA streams about as many bytes as any other over a layer, and a CTA with no tile in a
 // phase streams its next phase's weights meanwhile.
 //
+// e4m3 weights (decode_layer_persistent_e4m3; docs/fp8.md): the producer streams each weight's
+// e4m3 bytes (its map as gemm_e4m3.cuh's: 64-byte box rows, no swizzle) into a raw ring, and four
+// converter warps after the consumers (the producer is the first one's lane 0) turn each raw slot
+// into the ring slot of W' = bf16(float(q) · s) a bf16 stream would have filled, with
+// gemm_e4m3.cuh's conversion, fence and barrier discipline (persistent_convert_phase). The
+// consumers' code is then the bf16 layer's unchanged, so the outputs are its bits on W' and
+// gemm_small_e4m3_*'s. A raw slot holds the same K blocks of a tile as a ring slot in half the
+// bytes (4 KB): the tiles (persistent_tile_ok), the stream's order and the consumers' K loop stay
+// the bf16 layer's, where a raw slot of twice the K blocks would need K in whole pairs of slots and
+// the consumers to split a slot. The raw ring is the deep one (a raw slot is free once converted,
+// so it holds the bytes in flight from DRAM; kernel_plan's decode_layer_tiling sizes both rings);
+// the ring of bf16 slots only lets the converters run a few slots ahead of the consumers. The
+// converters are warps of their own rather than the consumer warpgroup: the consumers spend the
+// attention half and every grid-wide wait away from the weights, time in which the converters work
+// ahead, where a conversion by the consumers would sit on every tile's critical path; and eight
+// warps keep the 255 registers a thread the consumers' attention needs (a ninth, a producer warp of
+// its own, would cap them at 65536 / 288 and spill).
+//
 // Grid-wide count (sync[0], zero at launch): a CTA's consumers add 1 when they have finished a
 // phase's stores (a fence first), after having waited for the phase to start (count >= phase ·
 // gridDim.x), so the count only reaches p · gridDim.x when every CTA has finished phases < p. The
@@ -38,6 +56,15 @@ namespace telos_kernels {
 struct LayerGemms {
   static constexpr unsigned kSlotBytes = 8192;
   static constexpr unsigned kThreads = 128 + 32;
+};
+// decode_layer_persistent_e4m3's raw ring and converter warps (see the top of this file).
+// Enumerators, which NVRTC does not emit as globals of the module (gemm_prefill_shape.cuh).
+struct LayerE4m3 {
+  enum : unsigned {
+    kRawSlotBytes = 4096,  // a bf16 slot's K blocks at 64 bytes a row
+    kConverterWarps = SmallGemm::kConverters / 32,
+    kThreads = 128 + SmallGemm::kConverters,  // the consumers, the converters (and producer)
+  };
 };
 
 // A tile of BN weight rows in the ring: whole 8-row groups (1 KB a K block, the 128-byte swizzle's
@@ -105,21 +132,33 @@ __device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGE
 }
 
 // The setup every persistent kernel here shares: shared memory (the resident A of K_MAX columns,
-// then the ring of STAGES 8 KB slots and their full / empty barriers), initialised barriers.
-template <int M, int K_MAX, int STAGES>
+// then the ring of STAGES 8 KB slots and their full / empty barriers), initialised barriers. With
+// e4m3 weights (RAW_STAGES > 0, decode_layer_persistent_e4m3) the raw ring's RAW_STAGES slots of
+// LayerE4m3::kRawSlotBytes follow the ring's, and their raw_full / raw_empty barriers the ring's;
+// the converter warps then fill the ring of STAGES slots (their arrivals, not the producer's).
+template <int M, int K_MAX, int STAGES, int RAW_STAGES = 0>
 struct PersistentSmem {
   static constexpr unsigned kAResident = (K_MAX / 8 * M * 16 + 128 + 1023) / 1024 * 1024;
-  static constexpr unsigned kBytes = 1024 + kAResident + STAGES * (LayerGemms::kSlotBytes + 16);
+  static constexpr unsigned kBytes = 1024 + kAResident + STAGES * (LayerGemms::kSlotBytes + 16) +
+                                     RAW_STAGES * (LayerE4m3::kRawSlotBytes + 16);
   unsigned base, ring_base, full, empty;
+  unsigned raw_base, raw_full, raw_empty;  // with RAW_STAGES > 0
   __device__ explicit PersistentSmem(unsigned char* raw) {
     base = (hexel::smem_addr(raw) + 1023u) & ~1023u;
     ring_base = base + kAResident;
-    full = ring_base + STAGES * LayerGemms::kSlotBytes;
+    raw_base = ring_base + STAGES * LayerGemms::kSlotBytes;
+    full = raw_base + RAW_STAGES * LayerE4m3::kRawSlotBytes;
     empty = full + STAGES * 8;
+    raw_full = empty + STAGES * 8;
+    raw_empty = raw_full + RAW_STAGES * 8;
     if (threadIdx.x == 0) {
       for (unsigned s = 0; s < STAGES; ++s) {
-        hexel::mbarrier::init(full + 8 * s, 1);
+        hexel::mbarrier::init(full + 8 * s, RAW_STAGES > 0 ? LayerE4m3::kConverterWarps : 1);
         hexel::mbarrier::init(empty + 8 * s, 4);  // one arrival per consumer warp
+      }
+      for (unsigned s = 0; s < RAW_STAGES; ++s) {
+        hexel::mbarrier::init(raw_full + 8 * s, 1);  // the producer's, with its bytes
+        hexel::mbarrier::init(raw_empty + 8 * s, LayerE4m3::kConverterWarps);
       }
       hexel::mbarrier::fence_init();
     }
@@ -150,6 +189,7 @@ struct StreamPhase {
 // current phase's fields live in registers: the producer is one thread issuing a slot's boxes
 // back to back, and a shared-memory load per box (the TMA's asm clobbers memory, so nothing read
 // from memory survives it) would make it slower than DRAM.
+template <unsigned ROW_BYTES = 128>
 class StreamCursor {
  public:
   __device__ __forceinline__ StreamCursor(const StreamPhase* phases, int n) : ph_(phases), n_(n) { enter(0); }
@@ -162,21 +202,21 @@ class StreamCursor {
       if (t_ >= tiles_) enter(p_ + 1);
     }
   }
-  // The bytes of the current slot's boxes (per_slot K blocks of bn rows).
-  __device__ __forceinline__ unsigned slot_bytes() const { return per_slot_ * bn_ * 128; }
+  // The bytes of the current slot's boxes (per_slot K blocks of bn rows of ROW_BYTES).
+  __device__ __forceinline__ unsigned slot_bytes() const { return per_slot_ * bn_ * ROW_BYTES; }
   // The current slot's bytes in the weight's slot image, or nullptr where it streams through a map.
   __device__ __forceinline__ const char* image_slot() const {
     if (!image_) return nullptr;
     return image_ + static_cast<unsigned long long>(t_ * slots_ + sl_) * slot_bytes();
   }
-  // fn(byte offset in the 8 KB slot, map, column, row) for every box of the current slot.
+  // fn(byte offset in the slot, map, column, row) for every box of the current slot.
   template <class F>
   __device__ __forceinline__ void boxes(F&& fn) const {
     for (unsigned j = 0; j < per_slot_; ++j) {
-      const unsigned col = (sl_ * per_slot_ + j) * 64, off = j * bn_ * 128;
+      const unsigned col = (sl_ * per_slot_ + j) * 64, off = j * bn_ * ROW_BYTES;
       if (up_row_ > 0) {
         fn(off, map_, col, row_);
-        fn(off + bn_ / 2 * 128, map_, col, up_row_ + row_);
+        fn(off + bn_ / 2 * ROW_BYTES, map_, col, up_row_ + row_);
       } else {
         fn(off, map_, col, row_);
       }
@@ -241,6 +281,39 @@ __device__ __forceinline__ void phase_trace(int) {}
 __device__ __forceinline__ void trace_launch_done() {}
 #endif
 
+// The TMA descriptors of `n` phases' maps, before their first load (tma::acquire_map).
+__device__ __forceinline__ void persistent_acquire_maps(const StreamPhase* phases, int n) {
+  for (int p = 0; p < n; ++p)
+    if (phases[p].map) hexel::tma::acquire_map(phases[p].map);
+}
+
+// The current slot of a producer's stream (`load`) into the next slot of its ring (slots of 64
+// K-block rows of ROW_BYTES: 128 for bf16, the ring; 64 for e4m3, the raw ring): wait for the slot
+// to be free, then its boxes (or its image's one bulk copy) behind its full barrier. Returns the ns
+// it waited with TELOS_PHASE_TRACE, else 0.
+template <unsigned STAGES, unsigned ROW_BYTES>
+__device__ __forceinline__ unsigned long long persistent_stream_slot(
+    StreamCursor<ROW_BYTES>& load, hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base,
+    unsigned full, unsigned empty) {
+  using namespace hexel;
+  static_assert(
+      64 * ROW_BYTES == LayerGemms::kSlotBytes || 64 * ROW_BYTES == LayerE4m3::kRawSlotBytes,
+      "a ring slot or a raw slot");
+  const unsigned slot = ring_base + ring.index * 64 * ROW_BYTES, bar = full + 8 * ring.index;
+  const unsigned long long t0 = trace_clock();
+  mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
+  const unsigned long long waited = trace_clock() - t0;
+  mbarrier::arrive_expect_tx(bar, load.slot_bytes());
+  if (const char* src = load.image_slot())
+    tma::copy_g2s(slot, src, load.slot_bytes(), bar);
+  else
+    load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) {
+      tma::load(slot + off, map, bar, c, r);
+    });
+  ring.advance();
+  return waited;
+}
+
 // The producer's part of `n` phases (`phases` in shared memory): every K block of this CTA's
 // tiles into the ring, in the order layer_gemm_tile consumes them. The producer never waits for
 // activations, only for free slots. (An L2 prefetch running ahead of the ring, prefetching only
@@ -253,23 +326,94 @@ template <unsigned STAGES>
 __device__ __forceinline__ unsigned long long persistent_stream(
     hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base, unsigned full, unsigned empty,
     const StreamPhase* phases, int n) {
-  using namespace hexel;
   unsigned long long waited = 0;
-  for (int p = 0; p < n; ++p)
-    if (phases[p].map) hexel::tma::acquire_map(phases[p].map);
-  for (StreamCursor load(phases, n); load.valid(); load.next()) {
-    const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes, bar = full + 8 * ring.index;
-    const unsigned long long t0 = trace_clock();
-    mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
-    waited += trace_clock() - t0;
-    mbarrier::arrive_expect_tx(bar, load.slot_bytes());
-    if (const char* src = load.image_slot())
-      tma::copy_g2s(slot, src, load.slot_bytes(), bar);
-    else
-      load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) { tma::load(slot + off, map, bar, c, r); });
-    ring.advance();
-  }
+  persistent_acquire_maps(phases, n);
+  for (StreamCursor<> load(phases, n); load.valid(); load.next())
+    waited += persistent_stream_slot(load, ring, ring_base, full, empty);
   return waited;
+}
+
+// Warps 4-7 of an e4m3 persistent kernel (decode_layer_persistent_e4m3): the converters of `n`
+// phases (`phases` in shared memory, written by thread 128), warp 4's lane 0 (thread 128) also
+// the producer: it fills the raw ring of RAW_STAGES slots at construction, then after each slot
+// the converters finish (next_load) it loads the next one into the slot that frees
+// (persistent_stream_slot, which waits for the other converter warps to release it), so
+// RAW_STAGES raw slots stay in flight (why no producer warp of its own: the top of this file). The
+// caller runs the phases' persistent_convert_phase in order, then finish().
+template <unsigned RAW_STAGES>
+class PersistentConverters {
+ public:
+  template <class S>
+  __device__ __forceinline__ PersistentConverters(const S& sm, const StreamPhase* phases, int n)
+      : load_(phases, threadIdx.x == 128 ? n : 0),
+        base_(sm.raw_base),
+        full_(sm.raw_full),
+        empty_(sm.raw_empty) {
+    if (threadIdx.x != 128) return;
+    persistent_acquire_maps(phases, n);
+    for (unsigned s = 0; s < RAW_STAGES; ++s) next_load();
+  }
+  // The producer's next slot, if any (other threads: none).
+  __device__ __forceinline__ void next_load() {
+    if (!load_.valid()) return;
+    waited_ += persistent_stream_slot(load_, loads_, base_, full_, empty_);
+    load_.next();
+  }
+  // After the last phase: the producer's trace events (phase_trace).
+  __device__ __forceinline__ void finish() const {
+    if (threadIdx.x != 128) return;
+    phase_trace_at(kTraceProducerWaits, waited_);
+    phase_trace(15);
+  }
+  hexel::mbarrier::StageRing<RAW_STAGES> raw;  // the converters' position in the raw ring
+
+ private:
+  StreamCursor<64> load_;
+  hexel::mbarrier::StageRing<RAW_STAGES> loads_;  // the producer's
+  unsigned base_, full_, empty_;
+  unsigned long long waited_ = 0;
+};
+
+// The converter warps' part of one phase (PersistentConverters): every raw slot of this CTA's tiles
+// of the phase in the producer's order (StreamCursor's: tiles from persistent_first_tile(g0) in
+// steps of gridDim.x, each tile's slots in K order, 64 / BN K blocks a slot) into the next slot of
+// the ring: wait for the raw slot's bytes and for the slot's release by the consumers, write each
+// K block's bf16 W' block where a bf16 stream's box would have landed (e4m3_block_to_bf16, with
+// the weight's format WF and scales), e4m3_stage_converted (fence, the warp's arrival on the
+// slot's full barrier), release the raw slot (after the warp's reads: the __syncwarp in
+// e4m3_stage_converted), then the producer's next load. Tile row r is weight row tile · BN + r;
+// with SPLIT (gate/up) the gate rows tile · BN / 2 + r, then their up rows `up_row` further.
+template <class WF, unsigned BN, bool SPLIT, unsigned RAW_STAGES, unsigned STAGES, class S>
+__device__ __forceinline__ void persistent_convert_phase(PersistentConverters<RAW_STAGES>& conv,
+                                                         hexel::mbarrier::StageRing<STAGES>& ring,
+                                                         const S& sm, unsigned k, unsigned tiles,
+                                                         unsigned up_row, unsigned g0,
+                                                         const float* scale) {
+  using namespace hexel;
+  constexpr unsigned kPerSlot = 64 / BN;
+  const unsigned t = threadIdx.x - 128, lane = threadIdx.x % 32;
+  const unsigned slots = k / 64 / kPerSlot;
+  auto& raw_ring = conv.raw;
+  for (unsigned tile = persistent_first_tile(g0); tile < tiles; tile += gridDim.x) {
+    const auto row_of = [&](unsigned r) {
+      return SPLIT ? tile * BN / 2 + (r < BN / 2 ? r : up_row + r - BN / 2) : tile * BN + r;
+    };
+    for (unsigned sl = 0; sl < slots; ++sl) {
+      mbarrier::wait_parity(sm.raw_full + 8 * raw_ring.index, raw_ring.phase);
+      mbarrier::wait_parity(sm.empty + 8 * ring.index, ring.phase ^ 1u);
+      const unsigned raw = sm.raw_base + raw_ring.index * LayerE4m3::kRawSlotBytes;
+      const unsigned slot = sm.ring_base + ring.index * LayerGemms::kSlotBytes;
+#pragma unroll
+      for (unsigned j = 0; j < kPerSlot; ++j)
+        e4m3_block_to_bf16<WF, BN, SmallGemm::kConverters>(raw + j * BN * 64, slot + j * BN * 128,
+                                                           scale, sl * kPerSlot + j, t, row_of);
+      e4m3_stage_converted(sm.full + 8 * ring.index, lane);
+      if (lane == 0) mbarrier::arrive(sm.raw_empty + 8 * raw_ring.index);
+      raw_ring.advance();
+      ring.advance();
+      conv.next_load();
+    }
+  }
 }
 
 // How a CTA's consumers meet the grid-wide count of finished phases (sync[0]; see the top of this
@@ -525,7 +669,8 @@ struct DecodeLayer {
   static constexpr unsigned kTilesQkv = NQKV / BQ;
   static constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
   using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
-  using Smem = PersistentSmem<1, kMaxK, STAGES>;
+  template <int RAW_STAGES>
+  using Smem = PersistentSmem<1, kMaxK, STAGES, RAW_STAGES>;
   using Ring = hexel::mbarrier::StageRing<STAGES>;
   using NormWeights = float[kNormChunks<H>][8];
 
@@ -545,10 +690,25 @@ struct DecodeLayer {
     phase_trace(1);
   }
 
+  // Warps 4-7 of the e4m3 form (PersistentConverters): the four phases' raw slots, each
+  // persistent_convert_phase with its weight's format and scales.
+  template <class WQ, class WO, class WG, class WD, int RAW_STAGES, class S>
+  __device__ __forceinline__ static void convert(Ring& ring, const S& sm, const StreamPhase* phases,
+                                                 const float* qkv_s, const float* o_s,
+                                                 const float* gu_s, const float* down_s) {
+    PersistentConverters<RAW_STAGES> conv(sm, phases, 4);
+    constexpr unsigned g_o = kTilesQkv, g_gu = g_o + Mlp::kTilesO, g_down = g_gu + Mlp::kTilesGu;
+    persistent_convert_phase<WQ, BQ, false>(conv, ring, sm, H, kTilesQkv, 0, 0, qkv_s);
+    persistent_convert_phase<WO, BO, false>(conv, ring, sm, KO, Mlp::kTilesO, 0, g_o, o_s);
+    persistent_convert_phase<WG, BG, true>(conv, ring, sm, H, Mlp::kTilesGu, I, g_gu, gu_s);
+    persistent_convert_phase<WD, BD, false>(conv, ring, sm, I, Mlp::kTilesDown, 0, g_down, down_s);
+    conv.finish();
+  }
+
   // Phase 0 without QKV_ROPE: qkv = RMSNorm(x) · Wqkvᵀ (bf16), its epilogue in phase 1.
-  __device__ __forceinline__ static void qkv_phase(Ring& ring, const Smem& sm,
-                                                   const NormWeights& w8, const float* x,
-                                                   bf16* qkv) {
+  template <class S>
+  __device__ __forceinline__ static void qkv_phase(Ring& ring, const S& sm, const NormWeights& w8,
+                                                   const float* x, bf16* qkv) {
     const unsigned first = persistent_first_tile(0);
     if (first < kTilesQkv) {
       persistent_norm_a<1, H, EPS>(sm.base, x, w8);
@@ -635,39 +795,55 @@ struct DecodeLayer {
 // or where its bit of the mask BULK is set (bit 0 qkv .. 3 down) its slot image in tiles of BQ /
 // BO / BG / BD rows (support/slot_image.hpp), streamed with one bulk copy a ring slot
 // (StreamPhase::image).
+// decode_layer_body is both kernels' code: decode_layer_persistent (bf16 weights: RAW_STAGES 0,
+// the formats Bf16Weight, no scales) and decode_layer_persistent_e4m3 (the raw ring of RAW_STAGES
+// slots, the converter warps, the four weights' formats and scales).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
-          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK>
-__global__ void __launch_bounds__(LayerGemms::kThreads, 1)
-    decode_layer_persistent(const void* qkv_w, const void* o_w, const void* gu_w,
-                            const void* down_w, const float* attn_norm, const float* mlp_norm,
-                            const float* bias, const float* q_norm, const float* k_norm,
-                            const int* positions, const int* token_seq, const int* page_tables,
-                            bf16* kv_layer, float* x, bf16* qkv, float* q, float* part_o,
-                            float* part_ml, bf16* attn, bf16* act, unsigned* sync) {
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK, int RAW_STAGES,
+          class WQ, class WO, class WG, class WD>
+__device__ __forceinline__ void decode_layer_body(
+    const void* qkv_w, const void* o_w, const void* gu_w, const void* down_w, const float* qkv_s,
+    const float* o_s, const float* gu_s, const float* down_s, const float* attn_norm,
+    const float* mlp_norm, const float* bias, const float* q_norm, const float* k_norm,
+    const int* positions, const int* token_seq, const int* page_tables, bf16* kv_layer, float* x,
+    bf16* qkv, float* q, float* part_o, float* part_ml, bf16* attn, bf16* act, unsigned* sync) {
   using L = DecodeLayer<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT,
                         NSPLIT, SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK>;
   static_assert(persistent_tile_ok(BQ, H) && L::NQKV % BQ == 0, "QKV tiles");
   static_assert(!QKV_ROPE || !QK_NORM, "QK norm needs a head's whole row");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
+  static_assert(RAW_STAGES == 0 || BULK == 0, "e4m3 weights stream through their maps");
   hexel::launch_dependents();  // the waits come later: weights first
   extern __shared__ unsigned char smem_raw[];
-  const typename L::Smem sm(smem_raw);
+  const typename L::template Smem<RAW_STAGES> sm(smem_raw);
   typename L::Ring ring;
 
-  // The producer warp's lane 0: every weight box of the CTA's tiles into the ring, each weight from
-  // its tensor map or, where its bit of BULK is set, its slot image.
-  if (hexel::warp_index() == 4) {
+  // The producer's phases: each weight from its tensor map or, where its bit of BULK is set, its
+  // slot image.
+  __shared__ StreamPhase phases[4];
+  const auto stream_phases = [&] {
+    const void* w[4] = {qkv_w, o_w, gu_w, down_w};
+    const auto map = [&](int p) {
+      return BULK >> p & 1u ? nullptr : static_cast<const TensorMap*>(w[p]);
+    };
+    phases[0] = {map(0), H, BQ, L::kTilesQkv, 0, 0};
+    L::Mlp::stream_phases(map(1), map(2), map(3), L::kTilesQkv, phases + 1);
+    for (int p = 0; p < 4; ++p)
+      if (BULK >> p & 1u) phases[p].image = static_cast<const char*>(w[p]);
+  };
+  if constexpr (RAW_STAGES > 0) {
+    // e4m3: warps 4-7 convert every raw slot into the ring, warp 4's lane 0 also the producer
+    // (DecodeLayer::convert).
+    if (hexel::warp_index() >= 4) {
+      if (threadIdx.x == 128) stream_phases();
+      L::template convert<WQ, WO, WG, WD, RAW_STAGES>(ring, sm, phases, qkv_s, o_s, gu_s, down_s);
+      return;
+    }
+  } else if (hexel::warp_index() == 4) {
+    // The producer warp's lane 0: every weight box of the CTA's tiles into the ring.
     if (threadIdx.x % 32 == 0) {
-      __shared__ StreamPhase phases[4];
-      const void* w[4] = {qkv_w, o_w, gu_w, down_w};
-      const auto map = [&](int p) {
-        return BULK >> p & 1u ? nullptr : static_cast<const TensorMap*>(w[p]);
-      };
-      phases[0] = {map(0), H, BQ, L::kTilesQkv, 0, 0};
-      L::Mlp::stream_phases(map(1), map(2), map(3), L::kTilesQkv, phases + 1);
-      for (int p = 0; p < 4; ++p)
-        if (BULK >> p & 1u) phases[p].image = static_cast<const char*>(w[p]);
+      stream_phases();
       phase_trace_at(kTraceProducerWaits,
                      persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4));
       phase_trace(15);
@@ -759,6 +935,53 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
                                act, sync, kMlpPhase0, L::kTilesQkv);
   phase_trace(kTraceExit);
   persistent_finish(sync);
+}
+
+template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
+          long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK>
+__global__ void __launch_bounds__(LayerGemms::kThreads, 1)
+    decode_layer_persistent(const void* qkv_w, const void* o_w, const void* gu_w,
+                            const void* down_w, const float* attn_norm, const float* mlp_norm,
+                            const float* bias, const float* q_norm, const float* k_norm,
+                            const int* positions, const int* token_seq, const int* page_tables,
+                            bf16* kv_layer, float* x, bf16* qkv, float* q, float* part_o,
+                            float* part_ml, bf16* attn, bf16* act, unsigned* sync) {
+  decode_layer_body<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT, NSPLIT,
+                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, 0, Bf16Weight,
+                    Bf16Weight, Bf16Weight, Bf16Weight>(
+      qkv_w, o_w, gu_w, down_w, nullptr, nullptr, nullptr, nullptr, attn_norm, mlp_norm, bias,
+      q_norm, k_norm, positions, token_seq, page_tables, kv_layer, x, qkv, q, part_o, part_ml, attn,
+      act, sync);
+}
+
+// The layer on e4m3 weights (see the top of this file): decode_layer_persistent's template
+// arguments up to QKV_ROPE, then the raw ring's slots and the scale blocks (rows, columns) of qkv,
+// o, gate/up and down; its arguments with each weight's map (over its e4m3 bytes: BQ / BO / BG / 2
+// / BD x 64-byte boxes, no swizzle) followed by the four weights' f32 scales. The results are
+// decode_layer_persistent's on W' = bf16(float(q) · s), bit for bit.
+template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
+          long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, int RAW_STAGES, unsigned SQR,
+          unsigned SQC, unsigned SOR, unsigned SOC, unsigned SGR, unsigned SGC, unsigned SDR,
+          unsigned SDC>
+__global__ void __launch_bounds__(LayerE4m3::kThreads, 1)
+    decode_layer_persistent_e4m3(const TensorMap* qkv_w, const TensorMap* o_w,
+                                 const TensorMap* gu_w, const TensorMap* down_w, const float* qkv_s,
+                                 const float* o_s, const float* gu_s, const float* down_s,
+                                 const float* attn_norm, const float* mlp_norm, const float* bias,
+                                 const float* q_norm, const float* k_norm, const int* positions,
+                                 const int* token_seq, const int* page_tables, bf16* kv_layer,
+                                 float* x, bf16* qkv, float* q, float* part_o, float* part_ml,
+                                 bf16* attn, bf16* act, unsigned* sync) {
+  static_assert(RAW_STAGES >= 2, "a raw slot converts while the next lands");
+  constexpr int NQKV = (HQ + 2 * HKV) * D;
+  decode_layer_body<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT, NSPLIT,
+                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, 0, RAW_STAGES,
+                    E4m3Weight<NQKV, H, SQR, SQC>, E4m3Weight<H, HQ * D, SOR, SOC>,
+                    E4m3Weight<2 * I, H, SGR, SGC>, E4m3Weight<H, I, SDR, SDC>>(
+      qkv_w, o_w, gu_w, down_w, qkv_s, o_s, gu_s, down_s, attn_norm, mlp_norm, bias, q_norm, k_norm,
+      positions, token_seq, page_tables, kv_layer, x, qkv, q, part_o, part_ml, attn, act, sync);
 }
 
 }  // namespace telos_kernels

@@ -36,7 +36,9 @@
 // refilled only after the consumers release the stage (the producer's wait on `empty`), so the
 // converters never race the next TMA. The scales are read with plain loads (one a 16-byte chunk,
 // L1-resident: a tile's scales are a few hundred bytes), before the grid dependency wait like the
-// weights (no kernel writes either).
+// weights (no kernel writes either). The persistent decode layer's e4m3 form
+// (decode_layer_persistent_e4m3, decode_persistent.cuh: persistent_convert_phase) converts its
+// ring's slots with the same two steps, e4m3_block_to_bf16 and e4m3_stage_converted.
 #include "common.cuh"
 #include "hexel/ld_st.cuh"
 #include "hexel/math.cuh"
@@ -101,6 +103,15 @@ __device__ __forceinline__ void e4m3_block_to_bf16(unsigned raw, unsigned w, con
   }
 }
 
+// After a converter warp's stores of a stage's bf16 block(s): the fence for wgmma (generic-proxy
+// stores, then wgmma, the async proxy, reads them), then the warp's one arrival on the stage's full
+// barrier `full` (its lane 0, after every lane's stores).
+__device__ __forceinline__ void e4m3_stage_converted(unsigned full, unsigned lane) {
+  hexel::fence_proxy_async_smem();
+  __syncwarp();
+  if (lane == 0) hexel::mbarrier::arrive(full);
+}
+
 // Phase: the converters' pass over `k_blocks` stages of the ring (continued across a persistent
 // CTA's tiles: the caller keeps `ring`): wait for the stage's e4m3 block (raw barrier), convert it
 // into the stage's bf16 block, fence for wgmma, and arrive on the stage's full barrier once a warp
@@ -118,9 +129,7 @@ __device__ __forceinline__ void e4m3_convert_stages(hexel::mbarrier::StageRing<S
     mbarrier::wait_parity(raw_full + 8 * ring.index, ring.phase);
     e4m3_block_to_bf16<WF, ROWS, THREADS>(raw_stage(ring.index), w_stage(ring.index), scale, kb, t,
                                           row_of);
-    fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
-    __syncwarp();
-    if (lane == 0) mbarrier::arrive(full + 8 * ring.index);
+    e4m3_stage_converted(full + 8 * ring.index, lane);
     ring.advance();
   }
 }

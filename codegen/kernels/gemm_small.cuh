@@ -304,8 +304,9 @@ __device__ __forceinline__ void small_gemm_produce(const TensorMap* a_map, const
 // with weights norm_w (x f32 [M, K]; a_map unused). W_BH, W_BOX: where the weight rows come from,
 // the weight's 2D map or its slot image's (load_weight_rows, gemm_prefill.cuh); every kernel below
 // takes them last. WF: the weight's format (gemm_e4m3.cuh); an e4m3 weight (its 2D map, one M tile
-// of one warpgroup, no cluster, no norm prologue, one K block a stage) has its scales at w_scale
-// and a CTA of SmallGemm::kE4m3Threads: the converter warps follow the producer's.
+// of one warpgroup, no cluster, one K block a stage; with or without the norm prologue) has its
+// scales at w_scale and a CTA of SmallGemm::kE4m3Threads: the converter warps follow the
+// producer's.
 template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM = false, float EPS = 0.f,
           int CL = 1, int WG = 1, int KPS = 1, unsigned W_BH = 0, unsigned W_BOX = 0,
           class WF = Bf16Weight>
@@ -341,8 +342,8 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   // of a KPS = 1 stage), behind one full and one empty barrier.
   static_assert(KPS == 1 || (!NORM && CL == 1 && WG == 1 && k_blocks % KPS == 0),
                 "K blocks a stage: A by TMA, no multicast, one warpgroup, whole stages of K");
-  static_assert(!WF::kE4m3 || (!NORM && CL == 1 && WG == 1 && KPS == 1 && W_BH == 0),
-                "e4m3 weights: their 2D map, A by TMA, one warpgroup, one K block a stage");
+  static_assert(!WF::kE4m3 || (CL == 1 && WG == 1 && KPS == 1 && W_BH == 0),
+                "e4m3 weights: their 2D map, one warpgroup, one K block a stage");
   constexpr unsigned kSlots = STAGES * KPS;
   // With NORM the A region holds all of K ahead of the stages, which hold W only: M rows of 16
   // bytes per K chunk, 128 zero bytes after the last (the last core matrix's rows past M read
@@ -424,7 +425,9 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
     float w8[kNormChunks<K>][8];
     rms_load_w<K>(norm_w, t, w8);
     grid_dependency_wait();
-    float* scratch = reinterpret_cast<float*>(smem_raw + (empty + STAGES * 8 - smem_addr(smem_raw)));
+    // The norm's warp sums after the barriers (an e4m3 weight's raw ones included).
+    const unsigned sums = raw + (WF::kE4m3 ? STAGES * 8 : 0u);
+    float* scratch = reinterpret_cast<float*>(smem_raw + (sums - smem_addr(smem_raw)));
     rms_rows_interleaved<M, K, EPS, kAChunks, false>(base, x, w8, scratch, t, warp, lane);
   } else {
     grid_dependency_wait();
@@ -572,6 +575,26 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
   hexel::launch_dependents();  // the wait is in the body
   small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, true, EPS, 1, 1, 1, W_BH, W_BOX>(
       nullptr, x, norm_w, w_map, act);
+}
+
+// The same two on an e4m3 weight (as gemm_small_e4m3_bf16 and _swiglu, the scales at w_scale):
+// the bits of rmsnorm, then gemm_small_e4m3_bf16 or _swiglu.
+template <int M, int N, int K, int BN, int STAGES, float EPS, unsigned SBR, unsigned SBC>
+__global__ void __launch_bounds__(SmallGemm::kE4m3Threads)
+    gemm_small_e4m3_norm_bf16(const float* x, const float* norm_w, const TensorMap* w_map,
+                              const float* w_scale, bf16* y) {
+  hexel::launch_dependents();  // the wait is in the body
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, true, EPS, 1, 1, 1, 0, 0,
+                  E4m3Weight<N, K, SBR, SBC>>(nullptr, x, norm_w, w_map, y, nullptr, w_scale);
+}
+
+template <int M, int I, int K, int BN, int STAGES, float EPS, unsigned SBR, unsigned SBC>
+__global__ void __launch_bounds__(SmallGemm::kE4m3Threads)
+    gemm_small_e4m3_norm_swiglu(const float* x, const float* norm_w, const TensorMap* w_map,
+                                const float* w_scale, bf16* act) {
+  hexel::launch_dependents();  // the wait is in the body
+  small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, true, EPS, 1, 1, 1, 0, 0,
+                  E4m3Weight<2 * I, K, SBR, SBC>>(nullptr, x, norm_w, w_map, act, nullptr, w_scale);
 }
 
 // The QKV projection of a one-token decode bucket in one launch: the norm prologue, the

@@ -371,6 +371,31 @@ TEST(Codegen, DecodeLayerTiling) {
   EXPECT_EQ(decode_layer_tiling(1024, 4096, 2048, 3072, 128).bulk, 0);
 }
 
+// The persistent layer on e4m3 weights (decode_layer_persistent_e4m3): the bf16 layer's tiles and
+// QKV epilogue (a raw slot holds a ring slot's K blocks), kPersistentE4m3Slots ring slots, and the
+// raw ring of 4 KB slots in the rest of the shared memory: at the 8B 37 raw slots (148 KB of e4m3
+// in flight against the bf16 layer's 22 slots of 8 KB); no slot images.
+TEST(Codegen, DecodeLayerTilingE4m3) {
+  for (const auto& [h, nqkv, ko, i, d] : {std::array<int, 5>{4096, 6144, 4096, 14336, 128},
+                                          std::array<int, 5>{2048, 3072, 2048, 8192, 64},
+                                          std::array<int, 5>{128, 256, 128, 256, 32}}) {
+    const PersistentLayerTiling b = decode_layer_tiling(h, nqkv, ko, i, d, false);
+    const PersistentLayerTiling e = decode_layer_tiling(h, nqkv, ko, i, d, false, true);
+    EXPECT_EQ((std::array<int, 4>{e.bq, e.bo, e.bg, e.bd}),
+              (std::array<int, 4>{b.bq, b.bo, b.bg, b.bd}));
+    EXPECT_EQ(e.qkv_rope, b.qkv_rope);
+    EXPECT_TRUE(e.fits);
+    EXPECT_EQ(e.stages, kPersistentE4m3Slots);
+    EXPECT_EQ(e.bulk, 0);
+    EXPECT_LE(e.smem + 16 * 1024, 227 * 1024);
+    EXPECT_GT(e.smem + kPersistentRawSlotBytes + 16 * 1024, 227 * 1024);  // the raw ring fills it
+    EXPECT_EQ(b.raw_stages, 0);
+  }
+  const PersistentLayerTiling e = decode_layer_tiling(4096, 6144, 4096, 14336, 128, false, true);
+  EXPECT_EQ(e.raw_stages, 37);
+  EXPECT_EQ(e.smem, 1024 + 29696 + 4 * kPersistentSlotBytes + 37 * kPersistentRawSlotBytes);
+}
+
 // serving.decode_weight_images = false keeps one copy of the weights: the one-token layer takes
 // its weights through tensor maps (no wimg: argument, BULK 0) where the plan would take images.
 TEST(Codegen, OneCopyOfTheWeightsWithoutSlotImages) {

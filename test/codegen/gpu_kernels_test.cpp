@@ -3319,6 +3319,364 @@ TEST(GpuKernels, Sm100TwinPrefillGemmMatchesF64AndHopperBitForBit) {
       }
       EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)))
           << "twin vs Hopper gemm_prefill, " << what;
+// ---- the persistent layer on e4m3 weights (decode_layer_persistent_e4m3) ----------------------
+
+// The e4m3 layer's QKV phase alone, as decode_layer_persistent_e4m3 runs it (its warps 4-7: the
+// converters and the producer, PersistentConverters; the consumers' tiles as the bf16 phase's).
+const char* kE4m3QkvPhaseTestKernel = R"(
+namespace telos_kernels {
+template <int H, int NQKV, int STAGES, int RAW_STAGES, int BQ, unsigned SBR, unsigned SBC>
+__global__ void __launch_bounds__(LayerE4m3::kThreads, 1)
+    qkv_phase_e4m3_test(const TensorMap* qkv_map, const float* scale, const bf16* h, bf16* qkv) {
+  static_assert(persistent_tile_ok(BQ, H) && NQKV % BQ == 0, "QKV tiles");
+  constexpr unsigned kTiles = NQKV / BQ;
+  extern __shared__ unsigned char smem_raw[];
+  const PersistentSmem<1, H, STAGES, RAW_STAGES> sm(smem_raw);
+  hexel::mbarrier::StageRing<STAGES> ring;
+  if (hexel::warp_index() >= 4) {
+    __shared__ StreamPhase phase[1];
+    if (threadIdx.x == 128) phase[0] = {qkv_map, H, BQ, kTiles, 0, 0};
+    PersistentConverters<RAW_STAGES> conv(sm, phase, 1);
+    persistent_convert_phase<E4m3Weight<NQKV, H, SBR, SBC>, BQ, false>(conv, ring, sm, H, kTiles, 0,
+                                                                       0, scale);
+    return;
+  }
+  const unsigned first = persistent_first_tile(0);
+  if (first >= kTiles) return;
+  persistent_load_a<1>(sm.base, h, H);
+  for (unsigned t = first; t < kTiles; t += gridDim.x)
+    layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty, t,
+                                                H, NQKV, qkv);
+}
+}  // namespace telos_kernels
+)";
+
+// The e4m3 QKV phase (its converters writing W' into the ring, raw slots of 64-byte rows) at every
+// QKV tile height the plan can pick (24 and 48 rows: one K block a slot; 16 and 32: four and two)
+// and each scale layout the importer writes (128 x 128 blocks, 64-row blocks, one scale a row),
+// at the tiny, Qwen3-0.6B, Llama-3.2-1B and Llama-3.1-8B shapes: its output is, bit for bit,
+// gemm_small_e4m3_bf16's for one token and the bf16 QKV phase's on W' = bf16(float(q) · s), output
+// poisoned first and every SM's shared memory NaNs before each launch.
+TEST(GpuKernels, E4m3PersistentQkvTilesMatchSmallGemm) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int H, NQKV, sbr, sbc;
+  };
+  const int sms = sm_count();
+  for (const Shape& s : {Shape{128, 256, 64, 128}, Shape{1024, 4096, 128, 128},
+                         Shape{2048, 3072, 1, 2048}, Shape{4096, 6144, 128, 128}}) {
+    const std::string what =
+        "H=" + I(s.H) + " NQKV=" + I(s.NQKV) + " blocks " + I(s.sbr) + "x" + I(s.sbc);
+    const codegen::PersistentLayerTiling mt =
+        codegen::decode_layer_tiling(s.H, s.NQKV, s.H, s.H, 64);
+    const codegen::PersistentLayerTiling me =
+        codegen::decode_layer_tiling(s.H, s.NQKV, s.H, s.H, 64, true, true);
+    ASSERT_TRUE(me.fits) << what;
+    std::vector<int> heights = {me.bq};
+    for (int bq : {16, 32})
+      if (bq != me.bq && codegen::persistent_tile_fits(bq, s.H, s.NQKV)) heights.push_back(bq);
+    const codegen::SmallGemmTiling ts = codegen::small_gemm_e4m3_tiling(s.NQKV, s.H, 1, false);
+    const std::string blocks = I(s.sbr) + ", " + I(s.sbc) + ">";
+    std::vector<std::string> names = {"telos_kernels::gemm_small_e4m3_bf16<1, " + I(s.NQKV) + ", " +
+                                          I(s.H) + ", " + I(ts.bn) + ", " + I(ts.stages) + ", " +
+                                          blocks,
+                                      "poison_shared"};
+    for (int bq : heights) {
+      names.push_back("telos_kernels::qkv_phase_test<" + I(s.H) + ", " + I(s.NQKV) + ", " +
+                      I(mt.stages) + ", " + I(bq) + ">");
+      names.push_back("telos_kernels::qkv_phase_e4m3_test<" + I(s.H) + ", " + I(s.NQKV) + ", " +
+                      I(me.stages) + ", " + I(me.raw_stages) + ", " + I(bq) + ", " + blocks);
+    }
+    TestModule mod(source_with_rope() + kPoisonShared + kQkvTestProducer + kQkvPhaseTestKernel +
+                       kE4m3QkvPhaseTestKernel,
+                   names);
+    std::vector<float> f;
+    DeviceBuffer<std::uint16_t> h(random_bf16(s.H, 1.f, f));
+    const E4m3Weight w = random_e4m3(s.NQKV, s.H, s.sbr, s.sbc);
+    DeviceBuffer<std::uint8_t> dq(w.q);
+    DeviceBuffer<float> dscale(w.scale);
+    DeviceBuffer<std::uint16_t> dw(w.w);
+    DeviceBuffer<std::uint16_t> want_d(s.NQKV);  // poisoned
+    {
+      const DeviceMap a(h.get(), 1, s.H, ts.a_box);
+      const E4m3Map wm(dq.get(), s.NQKV, s.H, ts.w_box());
+      CUDA_OK(mod.launch("poison_shared", sms, 1024, {}, codegen::kMaxSmemPerBlock));
+      CUDA_OK(mod.launch(names[0], dim3(ts.tiles_m, ts.tiles_n),
+                         ts.threads() + codegen::kSmallGemmConverterThreads,
+                         {a.get(), wm.get(), dscale.get(), want_d.get()},
+                         codegen::small_gemm_e4m3_smem(ts)));
+    }
+    const std::vector<std::uint16_t> want = want_d.download();
+    std::size_t nans = 0;
+    for (std::uint16_t v : want) nans += std::isnan(from_bf16(v));
+    ASSERT_EQ(nans, 0u) << what;
+    for (std::size_t k = 0; k < heights.size(); ++k) {
+      const std::string at = what + " BQ=" + I(heights[k]);
+      const DeviceMap wb(dw.get(), s.NQKV, s.H, heights[k]);
+      const E4m3Map we(dq.get(), s.NQKV, s.H, heights[k]);
+      DeviceBuffer<std::uint16_t> bf16_d(s.NQKV), e4m3_d(s.NQKV);  // poisoned
+      CUDA_OK(mod.launch("poison_shared", sms, 1024, {}, codegen::kMaxSmemPerBlock));
+      CUDA_OK(mod.launch(names[2 + 2 * k], sms, codegen::kPersistentThreads,
+                         {wb.get(), h.get(), bf16_d.get()}, mt.smem));
+      CUDA_OK(mod.launch("poison_shared", sms, 1024, {}, codegen::kMaxSmemPerBlock));
+      CUDA_OK(mod.launch(names[3 + 2 * k], sms, codegen::kPersistentE4m3Threads,
+                         {we.get(), dscale.get(), h.get(), e4m3_d.get()}, me.smem));
+      const std::vector<std::uint16_t> got_bf16 = bf16_d.download(), got = e4m3_d.download();
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 2)) << "vs small, " << at;
+      EXPECT_EQ(0, std::memcmp(got.data(), got_bf16.data(), want.size() * 2)) << "vs W', " << at;
+    }
+  }
+}
+
+// The whole one-token layer on e4m3 weights (decode_layer_persistent_e4m3, the plan's tiles and
+// rings) gives, bit for bit, decode_layer_persistent's x, appended K/V, attention output and act on
+// W' = bf16(float(q) · s) (so the bf16 layer's checks carry over: its bits are the separate
+// kernels'), at the tiny (QKV bias), Llama-3.2-1B, Qwen3-0.6B (QK norm: the QKV epilogue's own
+// phase) and Llama-3.1-8B shapes, at ragged context lengths (the first position, mid-page, past one
+// split, several splits), with 128 x 128 scale blocks and, at the 1B, one scale a row; outputs
+// poisoned first, every SM's shared memory NaNs before each launch, the counters back at zero
+// after it. Its MLP half gives the bits of the small-M e4m3 kernels a bucket of more tokens runs
+// (gemm_small_e4m3_residual, rmsnorm, gemm_small_e4m3_swiglu, gemm_small_e4m3_residual) from the
+// layer's own attention output.
+TEST(GpuKernels, E4m3PersistentLayerMatchesBf16LayerOnDequantizedWeights) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int H, HQ, HKV, D, I;
+    bool bias, qk_norm;
+    int sbr, sbc;  // 0, 0: one scale a row
+  };
+  constexpr int PAGE = 16, MAXP = 72, POOL = MAXP + 8;
+  const std::string eps = float_literal(1e-5);
+  const int sms = sm_count(), nsplit = codegen::attn_partial_slots(MAXP * PAGE);
+  for (const Shape& s : {Shape{128, 4, 2, 32, 256, true, false, 128, 128},
+                         Shape{2048, 32, 8, 64, 8192, false, false, 0, 0},
+                         Shape{1024, 16, 8, 128, 3072, false, true, 128, 128},
+                         Shape{4096, 32, 8, 128, 14336, false, false, 128, 128}}) {
+    const int NH = s.HQ + 2 * s.HKV, NQKV = NH * s.D, KO = s.HQ * s.D;
+    const long long page_elems = 2LL * s.HKV * PAGE * s.D;
+    const std::string what = "H=" + I(s.H) + " D=" + I(s.D) + " I=" + I(s.I);
+    const codegen::PersistentLayerTiling lt =
+        codegen::decode_layer_tiling(s.H, NQKV, KO, s.I, s.D, s.qk_norm);
+    const codegen::PersistentLayerTiling le =
+        codegen::decode_layer_tiling(s.H, NQKV, KO, s.I, s.D, s.qk_norm, true);
+    ASSERT_TRUE(lt.fits && le.fits) << what;
+    // The four weights (qkv, o, gate/up, down): rows, K, the tile's box rows (gate/up: a half),
+    // their scale blocks, and their e4m3 forms.
+    const int rows[4] = {NQKV, s.H, 2 * s.I, s.H}, cols[4] = {s.H, KO, s.H, s.I},
+              boxes[4] = {lt.bq, lt.bo, lt.bg / 2, lt.bd};
+    std::string blocks[4], all_blocks;
+    std::vector<E4m3Weight> w;
+    for (int k = 0; k < 4; ++k) {
+      const int sbr = s.sbr ? s.sbr : 1, sbc = s.sbc ? s.sbc : cols[k];
+      w.push_back(random_e4m3(rows[k], cols[k], sbr, sbc));
+      blocks[k] = I(sbr) + ", " + I(sbc);
+      all_blocks += ", " + blocks[k];
+    }
+    const std::string model =
+        I(s.H) + ", " + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
+        (s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", " + eps + ", " +
+        I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " +
+        I(codegen::kAttnSplit) + ", " + I(nsplit) + ", " +
+        float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(s.D))) + ", " + I(s.I) +
+        ", ";
+    const auto tiles = [](const codegen::PersistentLayerTiling& t) {
+      return I(t.stages) + ", " + I(t.bq) + ", " + I(t.bo) + ", " + I(t.bg) + ", " + I(t.bd) +
+             (t.qkv_rope ? ", true" : ", false");
+    };
+    const codegen::SmallGemmTiling to = codegen::small_gemm_e4m3_tiling(s.H, KO, 1, false),
+                                   tg = codegen::small_gemm_e4m3_tiling(s.I, s.H, 1, true),
+                                   td = codegen::small_gemm_e4m3_tiling(s.H, s.I, 1, false);
+    const auto small = [&](const std::string& epi, const codegen::SmallGemmTiling& t, int n,
+                           int weight) {
+      return "telos_kernels::gemm_small_e4m3_" + epi + "<1, " + I(n) + ", " + I(cols[weight]) +
+             ", " + I(t.bn) + ", " + I(t.stages) + ", " + blocks[weight] + ">";
+    };
+    const std::vector<std::string> names = {
+        "telos_kernels::decode_layer_persistent<" + model + tiles(lt) + ", 0>",
+        "telos_kernels::decode_layer_persistent_e4m3<" + model + tiles(le) + ", " +
+            I(le.raw_stages) + all_blocks + ">",
+        small("residual", to, s.H, 1),
+        "telos_kernels::rmsnorm<" + I(s.H) + ", " + eps + ", false>",
+        small("swiglu", tg, s.I, 2),
+        small("residual", td, s.H, 3),
+        "poison_shared"};
+    const codegen::RopeInput plain{"default", 1000000.0};
+    TestModule mod(source_with_rope(codegen::rope_inv_freq(plain, s.D)) + kPoisonShared, names);
+
+    std::vector<std::unique_ptr<DeviceBuffer<std::uint8_t>>> dq;
+    std::vector<std::unique_ptr<DeviceBuffer<float>>> dscale;
+    std::vector<std::unique_ptr<DeviceBuffer<std::uint16_t>>> dw;
+    std::vector<std::unique_ptr<DeviceMap>> bf16_maps;
+    std::vector<std::unique_ptr<E4m3Map>> e4m3_maps;
+    for (int k = 0; k < 4; ++k) {
+      dq.push_back(std::make_unique<DeviceBuffer<std::uint8_t>>(w[k].q));
+      dscale.push_back(std::make_unique<DeviceBuffer<float>>(w[k].scale));
+      dw.push_back(std::make_unique<DeviceBuffer<std::uint16_t>>(w[k].w));
+      bf16_maps.push_back(std::make_unique<DeviceMap>(dw[k]->get(), rows[k], cols[k], boxes[k]));
+      e4m3_maps.push_back(std::make_unique<E4m3Map>(dq[k]->get(), rows[k], cols[k], boxes[k]));
+    }
+    const std::vector<float> x0 = random_floats(s.H, 2.f);
+    DeviceBuffer<float> attn_norm(random_floats(s.H, 1.f)), mlp_norm(random_floats(s.H, 1.f)),
+        bias(random_floats(NQKV, 0.5f)), q_norm(random_floats(s.D, 1.f)),
+        k_norm(random_floats(s.D, 1.f));
+    std::vector<float> f;
+    const bf16v kv0 = random_bf16(static_cast<std::size_t>(POOL) * page_elems, 1.f, f);
+    std::vector<int> pool(POOL);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng());
+    DeviceBuffer<int> pt(std::vector<int>(pool.begin(), pool.begin() + MAXP)),
+        seq(std::vector<int>{0});
+    DeviceBuffer<unsigned> sync(std::vector<unsigned>{0u, 0u});
+    for (int position : {0, 37, 300, 1061}) {
+      const std::string at = what + " pos=" + I(position);
+      DeviceBuffer<int> pos(std::vector<int>{position});
+      // One layer launch (kernel 0: bf16 on W'; 1: e4m3) from the same inputs, and its outputs.
+      struct Outputs {
+        std::vector<float> x;
+        bf16v kv, attn, act;
+      };
+      const auto run = [&](int kernel) {
+        const bool e4m3 = kernel == 1;
+        DeviceBuffer<float> x(x0), q(static_cast<std::size_t>(KO)),
+            part_o(static_cast<std::size_t>(KO) * nsplit),
+            part_ml(static_cast<std::size_t>(s.HQ) * nsplit * 2);
+        DeviceBuffer<std::uint16_t> kv(kv0), qkv(NQKV), attn(KO), act(s.I);  // poisoned
+        std::vector<const void*> args;
+        for (int k = 0; k < 4; ++k)
+          args.push_back(e4m3 ? e4m3_maps[k]->get() : bf16_maps[k]->get());
+        if (e4m3)
+          for (int k = 0; k < 4; ++k) args.push_back(dscale[k]->get());
+        args.insert(args.end(),
+                    {attn_norm.get(), mlp_norm.get(), s.bias ? bias.get() : nullptr,
+                     s.qk_norm ? q_norm.get() : nullptr, s.qk_norm ? k_norm.get() : nullptr,
+                     pos.get(), seq.get(), pt.get(), kv.get(), x.get(), qkv.get(), q.get(),
+                     part_o.get(), part_ml.get(), attn.get(), act.get(), sync.get()});
+        EXPECT_EQ(mod.launch("poison_shared", sms, 1024, {}, codegen::kMaxSmemPerBlock),
+                  cudaSuccess);
+        EXPECT_EQ(mod.launch(names[kernel], sms,
+                             e4m3 ? codegen::kPersistentE4m3Threads : codegen::kPersistentThreads,
+                             args, e4m3 ? le.smem : lt.smem),
+                  cudaSuccess)
+            << cudaGetErrorString(cudaGetLastError()) << ", " << names[kernel];
+        EXPECT_EQ(sync.download(), (std::vector<unsigned>{0u, 0u})) << at;
+        return Outputs{x.download(), kv.download(), attn.download(), act.download()};
+      };
+      const Outputs want = run(0), got = run(1);
+      if (HasFailure()) return;
+      std::size_t nans = 0;
+      for (float v : want.x) nans += std::isnan(v);
+      for (std::uint16_t v : want.attn) nans += std::isnan(from_bf16(v));
+      for (std::uint16_t v : want.act) nans += std::isnan(from_bf16(v));
+      ASSERT_EQ(nans, 0u) << at;
+      EXPECT_EQ(0, std::memcmp(got.x.data(), want.x.data(), want.x.size() * sizeof(float))) << at;
+      EXPECT_EQ(0, std::memcmp(got.kv.data(), want.kv.data(), want.kv.size() * 2)) << at;
+      EXPECT_EQ(0, std::memcmp(got.attn.data(), want.attn.data(), want.attn.size() * 2)) << at;
+      EXPECT_EQ(0, std::memcmp(got.act.data(), want.act.data(), want.act.size() * 2)) << at;
+      // The token's K was appended: its slot no longer holds the pool's first bits.
+      const std::size_t row = static_cast<std::size_t>(pool[position / PAGE]) * page_elems +
+                              static_cast<std::size_t>(position % PAGE) * s.D;
+      EXPECT_NE(0, std::memcmp(got.kv.data() + row, kv0.data() + row, s.D * 2)) << at;
+
+      // The MLP half against the small-M e4m3 kernels, from x0 and the layer's attention output.
+      DeviceBuffer<float> x_sep(x0);
+      DeviceBuffer<std::uint16_t> attn_in(got.attn), h(s.H), act_sep(s.I);
+      const DeviceMap ao(attn_in.get(), 1, KO, to.a_box), ag(h.get(), 1, s.H, tg.a_box),
+          ad(act_sep.get(), 1, s.I, td.a_box);
+      const E4m3Map wo(dq[1]->get(), s.H, KO, to.w_box()),
+          wg(dq[2]->get(), 2 * s.I, s.H, tg.w_box()), wd(dq[3]->get(), s.H, s.I, td.w_box());
+      const int conv = codegen::kSmallGemmConverterThreads;
+      CUDA_OK(mod.launch(names[2], dim3(to.tiles_m, to.tiles_n), to.threads() + conv,
+                         {ao.get(), wo.get(), dscale[1]->get(), x_sep.get()},
+                         codegen::small_gemm_e4m3_smem(to)));
+      CUDA_OK(mod.launch(names[3], 1, codegen::kNormThreads,
+                         {x_sep.get(), mlp_norm.get(), nullptr, h.get()}));
+      CUDA_OK(mod.launch(names[4], dim3(tg.tiles_m, tg.tiles_n), tg.threads() + conv,
+                         {ag.get(), wg.get(), dscale[2]->get(), act_sep.get()},
+                         codegen::small_gemm_e4m3_smem(tg)));
+      CUDA_OK(mod.launch(names[5], dim3(td.tiles_m, td.tiles_n), td.threads() + conv,
+                         {ad.get(), wd.get(), dscale[3]->get(), x_sep.get()},
+                         codegen::small_gemm_e4m3_smem(td)));
+      const std::vector<float> xs = x_sep.download();
+      const bf16v as = act_sep.download();
+      EXPECT_EQ(0, std::memcmp(got.x.data(), xs.data(), xs.size() * sizeof(float)))
+          << "vs small, " << at;
+      EXPECT_EQ(0, std::memcmp(got.act.data(), as.data(), as.size() * 2)) << "vs small, " << at;
+    }
+  }
+}
+
+// The e4m3 norm prologue (decode buckets up to 8 tokens): gemm_small_e4m3_norm_{bf16,swiglu} on x
+// give the bits of rmsnorm into h then gemm_small_e4m3_{bf16,swiglu} on h, at M 1, 3 and 8, with K
+// not a multiple of 64 (the last block's tail is zeros), the ring wrapping, 128 x 128 and 64-row
+// scale blocks and one scale a row; rows past M stay poisoned, and every SM's shared memory is
+// NaNs before each launch.
+TEST(GpuKernels, E4m3SmallGemmNormPrologueMatchesRmsNormThenGemm) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int N, K, sbr, sbc;
+  };
+  const std::string eps = float_literal(1e-5);
+  const int sms = sm_count();
+  for (const Shape& shape : {Shape{520, 2000, 128, 128}, Shape{384, 1024, 64, 128},
+                             Shape{96, 4096, 1, 4096}}) {
+    const int N = shape.N, K = shape.K;
+    const std::string blocks = ", " + I(shape.sbr) + ", " + I(shape.sbc) + ">";
+    const std::vector<int> ms = {1, 3, 8};
+    std::vector<std::string> names = {"telos_kernels::rmsnorm<" + I(K) + ", " + eps + ", false>",
+                                      "poison_shared"};
+    for (int M : ms)
+      for (const std::string epi : {"bf16", "swiglu"}) {
+        const bool swiglu = epi == "swiglu";
+        const std::string dims = "<" + I(M) + ", " + I(N) + ", " + I(K) + ", ";
+        const codegen::SmallGemmTiling tp = codegen::small_gemm_e4m3_tiling(N, K, M, swiglu),
+                                       tf = codegen::small_gemm_e4m3_tiling(N, K, M, swiglu, true);
+        names.push_back("telos_kernels::gemm_small_e4m3_" + epi + dims + I(tp.bn) + ", " +
+                        I(tp.stages) + blocks);
+        names.push_back("telos_kernels::gemm_small_e4m3_norm_" + epi + dims + I(tf.bn) + ", " +
+                        I(tf.stages) + ", " + eps + blocks);
+      }
+    TestModule mod(source_with_rope() + kPoisonShared, names);
+    constexpr int MAXM = 8, GUARD = 8;
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(MAXM) * K, 2.f);
+    DeviceBuffer<float> dx(x), dnw(random_floats(K, 1.f));
+    const E4m3Weight w = random_e4m3(2 * N, K, shape.sbr, shape.sbc);  // SwiGLU's gate and up
+    DeviceBuffer<std::uint8_t> dq(w.q);
+    DeviceBuffer<float> dscale(w.scale);
+    std::size_t i = 2;
+    for (int M : ms) {
+      DeviceBuffer<std::uint16_t> h(static_cast<std::size_t>(M) * K);
+      CUDA_OK(mod.launch(names[0], M, codegen::kNormThreads,
+                         {dx.get(), dnw.get(), nullptr, h.get()}));
+      for (const std::string epi : {"bf16", "swiglu"}) {
+        const bool swiglu = epi == "swiglu";
+        const std::string &plain = names[i], &fused = names[i + 1];
+        i += 2;
+        const std::string what = epi + " M=" + I(M) + " N=" + I(N) + " K=" + I(K) + " blocks " +
+                                 I(shape.sbr) + "x" + I(shape.sbc);
+        const codegen::SmallGemmTiling tp = codegen::small_gemm_e4m3_tiling(N, K, M, swiglu),
+                                       tf = codegen::small_gemm_e4m3_tiling(N, K, M, swiglu, true);
+        const std::size_t MN = static_cast<std::size_t>(M) * N,
+                          total = MN + static_cast<std::size_t>(GUARD) * N;
+        DeviceBuffer<std::uint16_t> y_plain(total), y_fused(total);  // poisoned
+        const int rows = swiglu ? 2 * N : N, conv = codegen::kSmallGemmConverterThreads;
+        const DeviceMap a(h.get(), M, K, tp.a_box);
+        const E4m3Map wp(dq.get(), rows, K, tp.w_box()), wf(dq.get(), rows, K, tf.w_box());
+        CUDA_OK(mod.launch("poison_shared", sms, 1024, {}, codegen::kMaxSmemPerBlock));
+        CUDA_OK(mod.launch(plain, dim3(tp.tiles_m, tp.tiles_n), tp.threads() + conv,
+                           {a.get(), wp.get(), dscale.get(), y_plain.get()},
+                           codegen::small_gemm_e4m3_smem(tp)));
+        CUDA_OK(mod.launch("poison_shared", sms, 1024, {}, codegen::kMaxSmemPerBlock));
+        CUDA_OK(mod.launch(fused, dim3(tf.tiles_m, tf.tiles_n), tf.threads() + conv,
+                           {dx.get(), dnw.get(), wf.get(), dscale.get(), y_fused.get()},
+                           codegen::small_gemm_e4m3_smem(tf)));
+        const auto p = y_plain.download(), f = y_fused.download();
+        EXPECT_EQ(0, std::memcmp(p.data(), f.data(), MN * sizeof(std::uint16_t))) << what;
+        for (std::size_t e = MN; e < total; ++e)
+          ASSERT_EQ(f[e], 0xffff) << "wrote past M, " << what;
+        std::size_t nans = 0;
+        for (std::size_t e = 0; e < MN; ++e) nans += std::isnan(from_bf16(f[e]));
+        EXPECT_EQ(nans, 0u) << what;
+      }
     }
   }
 }

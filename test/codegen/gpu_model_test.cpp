@@ -616,6 +616,74 @@ TEST_P(GpuModel, EngineDrawsSampledRowsOnTheDevice) {
 INSTANTIATE_TEST_SUITE_P(Tiny, GpuModel,
                          ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3"));
 
+// The CPU reference engine behind generate()'s interface: its logits, and greedy ids on the host
+// (the largest logit, the lowest index among equals).
+class CpuGreedy {
+ public:
+  CpuGreedy(std::shared_ptr<const Artifact> art, int kv_pages) : model_(std::move(art), kv_pages) {}
+  int num_kv_pages() const { return model_.num_kv_pages(); }
+  void run(const Step& step, std::span<const DeviceSampling>, std::vector<std::int32_t>& tokens,
+           std::vector<float>* logits) {
+    std::vector<float> lg;
+    model_.forward(step, lg);
+    const std::size_t V = static_cast<std::size_t>(model_.vocab_size());
+    tokens.clear();
+    for (std::size_t r = 0; r * V < lg.size(); ++r) {
+      const auto row = lg.begin() + static_cast<std::ptrdiff_t>(r * V);
+      tokens.push_back(static_cast<std::int32_t>(
+          std::max_element(row, row + static_cast<std::ptrdiff_t>(V)) - row));
+    }
+    if (logits) *logits = std::move(lg);
+  }
+
+ private:
+  CpuReferenceModel model_;
+};
+
+// tiny-llama compiled with --quantize fp8 (tiny-llama-fp8.telos; tools/gpu_check.sh compiles it):
+// its one-token steps run decode_layer_persistent_e4m3, its other buckets the small-M and prefill
+// e4m3 GEMMs. Against the CPU reference engine on the same artifact (the same dequantized weights
+// W' = bf16(float(q) · s), f32 arithmetic), each golden prompt alone and all in one mixed batch:
+// the prompt's logits within 2e-2 relative L2, the CPU's greedy ids, teacher-forced, within bf16
+// tolerance of the GPU's largest logit, the free-running ids identical or parting only at such a
+// tie (check_case, with the CPU run as the golden); and each case alone gives the ids and logits
+// bits it gives in the batch (batch invariance across the persistent layer and the GEMMs).
+TEST(GpuModelFp8, MatchesTheCpuEngineAloneAndInAMixedBatch) {
+  TELOS_SKIP_WITHOUT_GPU();
+  const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
+  const std::string path = dir + "/tiny-llama-fp8.telos";
+  if (dir.empty() || !std::filesystem::exists(path))
+    GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory holding tiny-llama-fp8.telos";
+  const auto art = Artifact::load(path);
+  const std::vector<GoldenCase> prompts = load_golden("tiny-llama");
+  std::vector<GoldenCase> cpu_cases;
+  {
+    CpuGreedy cpu(art, kPoolPages);
+    for (const GoldenCase& p : prompts) {
+      const Generated g = generate(cpu, *art, {p}, {DeviceSampling{}})[0];
+      cpu_cases.push_back({p.prompt, g.ids, g.prompt_logits});
+    }
+  }
+  GpuStepExecutor ex(art, GpuExecutorOptions{.kv_pages = kPoolPages});
+  std::vector<Generated> alone;
+  for (std::size_t c = 0; c < cpu_cases.size(); ++c) {
+    alone.push_back(generate(ex, *art, {cpu_cases[c]}, {DeviceSampling{}})[0]);
+    const Generated forced = generate(ex, *art, {cpu_cases[c]}, {DeviceSampling{}}, true)[0];
+    check_case("tiny-llama fp8 case " + std::to_string(c) + " alone vs cpu", cpu_cases[c],
+               alone.back(), forced);
+  }
+  const std::vector<DeviceSampling> greedy(cpu_cases.size());
+  const std::vector<Generated> batch = generate(ex, *art, cpu_cases, greedy);
+  for (std::size_t c = 0; c < cpu_cases.size(); ++c) {
+    const std::string label = "tiny-llama fp8 case " + std::to_string(c) + " in batch";
+    const bool same = batch[c].ids == alone[c].ids &&
+                      std::memcmp(batch[c].prompt_logits.data(), alone[c].prompt_logits.data(),
+                                  alone[c].prompt_logits.size() * 4) == 0;
+    report(label + ": vs alone (ids, logits bits)", same ? "identical" : "differ", same);
+    EXPECT_TRUE(same) << label;
+  }
+}
+
 // Past the first attention split: a sequence whose one-token steps run from six positions before
 // the split's end to ten after it (positions 250 to 265 at the default split of 256, 506 to 521 at
 // the serving config's 512) alone (decode_layer_persistent, which skips the combine while the

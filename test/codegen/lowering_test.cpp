@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -122,6 +123,37 @@ TEST(Lowering, OneTokenLayersLowerWhole) {
     EXPECT_NE(std::string(e.what()).find("%l0.again = rmsnorm(%l0.attn_in"), std::string::npos)
         << e.what();
   }
+}
+
+// An FP8 model (every layer projection e4m3): its one-token bucket runs each layer on
+// decode_layer_persistent_e4m3 (the table's e4m3 `layer` rule), with the bf16 layer's tiles; a
+// model whose layer projections are e4m3 and bf16 both (a checkpoint's unconverted module) runs
+// its one-token bucket on the small-M rules instead, the bf16 projection on the bf16 GEMM.
+TEST(Lowering, Fp8OneTokenLayersTakeTheE4m3LayerOrTheSmallGemms) {
+  TestModel m = tiny("llama");
+  m.spec.quant.scheme = compiler::WeightQuant::Scheme::kBlock;
+  m.spec.quant.method = "fp8";
+  m.spec.quant.scale_suffix = "weight_scale_inv";
+  m.spec.quant.block_size = 128;
+  const auto one_token = [](const KernelPlan& plan) {
+    std::vector<std::string> used;
+    for (const BucketProgram& b : plan.buckets)
+      if (b.kind == "decode" && b.size == 1)
+        for (const Launch& l : b.launches) used.push_back(plan.kernels[l.kernel].instance);
+    return used;
+  };
+  const auto count = [](const std::vector<std::string>& used, const std::string& prefix) {
+    return std::count_if(used.begin(), used.end(),
+                         [&](const std::string& k) { return k.starts_with(prefix); });
+  };
+  const std::vector<std::string> fp8 = one_token(plan_kernels(m));
+  EXPECT_EQ(count(fp8, "telos_kernels::decode_layer_persistent_e4m3<128, 4, 2, 32, "), 2);
+  EXPECT_EQ(count(fp8, "telos_kernels::gemm_small"), 1);  // the LM head's
+  m.spec.quant.not_converted = {"model.layers.1.mlp.down_proj"};
+  const std::vector<std::string> mixed = one_token(plan_kernels(m));
+  EXPECT_EQ(count(mixed, "telos_kernels::decode_layer_persistent"), 0);
+  EXPECT_EQ(count(mixed, "telos_kernels::gemm_small_e4m3_norm_bf16<1, "), 2);
+  EXPECT_EQ(count(mixed, "telos_kernels::gemm_small_residual<1, 128, 256, "), 1);  // its down
 }
 
 // An op the table has no rule for is refused naming the op as the IR prints it and what was
