@@ -3319,6 +3319,11 @@ TEST(GpuKernels, Sm100TwinPrefillGemmMatchesF64AndHopperBitForBit) {
       }
       EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)))
           << "twin vs Hopper gemm_prefill, " << what;
+    }
+  }
+}
+
+
 // ---- the persistent layer on e4m3 weights (decode_layer_persistent_e4m3) ----------------------
 
 // The e4m3 layer's QKV phase alone, as decode_layer_persistent_e4m3 runs it (its warps 4-7: the

@@ -616,30 +616,6 @@ TEST_P(GpuModel, EngineDrawsSampledRowsOnTheDevice) {
 INSTANTIATE_TEST_SUITE_P(Tiny, GpuModel,
                          ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3"));
 
-// The CPU reference engine behind generate()'s interface: its logits, and greedy ids on the host
-// (the largest logit, the lowest index among equals).
-class CpuGreedy {
- public:
-  CpuGreedy(std::shared_ptr<const Artifact> art, int kv_pages) : model_(std::move(art), kv_pages) {}
-  int num_kv_pages() const { return model_.num_kv_pages(); }
-  void run(const Step& step, std::span<const DeviceSampling>, std::vector<std::int32_t>& tokens,
-           std::vector<float>* logits) {
-    std::vector<float> lg;
-    model_.forward(step, lg);
-    const std::size_t V = static_cast<std::size_t>(model_.vocab_size());
-    tokens.clear();
-    for (std::size_t r = 0; r * V < lg.size(); ++r) {
-      const auto row = lg.begin() + static_cast<std::ptrdiff_t>(r * V);
-      tokens.push_back(static_cast<std::int32_t>(
-          std::max_element(row, row + static_cast<std::ptrdiff_t>(V)) - row));
-    }
-    if (logits) *logits = std::move(lg);
-  }
-
- private:
-  CpuReferenceModel model_;
-};
-
 // tiny-llama compiled with --quantize fp8 (tiny-llama-fp8.telos; tools/gpu_check.sh compiles it):
 // its one-token steps run decode_layer_persistent_e4m3, its other buckets the small-M and prefill
 // e4m3 GEMMs. Against the CPU reference engine on the same artifact (the same dequantized weights
