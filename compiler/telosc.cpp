@@ -76,17 +76,13 @@ ServingConfig serving_config(const CompileOptions& o, const ImportedModel& model
 }
 
 // Quantizes the weights as the serving config asks (the importer then holds them as an FP8
-// checkpoint would), and refuses what FP8 weights cannot do yet: be split over ranks.
+// checkpoint would).
 void apply_quantization(const CompileOptions& o, ImportedModel& model,
                         const ServingConfig& config) {
   const std::string where = !o.quantize.empty()       ? std::string("--quantize")
                             : !o.serving_file.empty() ? o.serving_file + ": serving.quantize"
                                                       : model.source + ": serving.quantize";
   quantize_weights(model, config.quantize, where);
-  if (model.spec.quant.scheme != WeightQuant::Scheme::kNone && config.tensor_parallel > 1)
-    fail(model.source + ": serving.tensor_parallel " + std::to_string(config.tensor_parallel) +
-         ": FP8 weights (" + model.spec.quant.method +
-         ") are not split over tensor-parallel ranks yet; compile with tensor_parallel 1");
 }
 
 // The importer's IR, verified, through the fusion pipeline (verified after each pass), then, for

@@ -370,29 +370,39 @@ void scale_row(const TensorView& scale, std::int64_t row, std::int64_t cols, flo
   }
 }
 
-// The f32 scales of e4m3 parameter `p`'s part: scale row j covers packed rows [j * block_rows,
-// (j + 1) * block_rows), which lie in one block of one source (ir::concat_params); it is that
-// source block's scale row, found through the first of those rows.
+// The f32 scales of e4m3 parameter `p`'s part, in the part's blocks (ir::shard_scale chose them so
+// that each lies inside one block of one source: ir::concat_params for the fused rows): scale row j
+// covers packed rows [j * block_rows, (j + 1) * block_rows), found through the first of those rows;
+// scale column k covers the part's columns from k * block_cols, found through the first of those.
 std::vector<std::uint8_t> packed_scales(const ImportedModel& model, const ir::Param& p,
                                         const WholeRows& w, const PackedPart& part) {
   std::vector<std::int64_t> natural;  // the whole's row of each packed row
   for (const auto& [begin, end] : part.rows)
     for (std::int64_t r = begin; r < end; ++r) natural.push_back(r);
+  const ir::ParamScale& sc = p.scale.value();
   const std::vector<std::int64_t> dims = p.scale_dims();
+  const std::int64_t source_cols = (w.cols + sc.source_block_cols - 1) / sc.source_block_cols;
+  std::vector<float> source_row(static_cast<std::size_t>(source_cols));
   std::vector<std::uint8_t> out(static_cast<std::size_t>(dims[0] * dims[1]) * sizeof(float));
   for (std::int64_t j = 0; j < dims[0]; ++j) {
-    const WholeRows::Place at = w.at(natural[static_cast<std::size_t>(j * p.scale->block_rows)]);
+    const WholeRows::Place at = w.at(natural[static_cast<std::size_t>(j * sc.block_rows)]);
     const auto s = static_cast<std::size_t>(
         std::find(w.sources.begin(), w.sources.end(), at.source) - w.sources.begin());
-    const TensorView* scale = model.find(p.scale->sources[s]);
+    const TensorView* scale = model.find(sc.sources[s]);
     if (!scale)
-      fail(model.checkpoint_dir + ": tensor " + p.scale->sources[s] + " (the scales of " + p.name +
+      fail(model.checkpoint_dir + ": tensor " + sc.sources[s] + " (the scales of " + p.name +
            ") is missing");
-    const std::int64_t row = at.row / p.scale->source_block_rows;
-    if (scale->shape.size() != 2 || scale->shape[0] <= row || scale->shape[1] != dims[1])
+    const std::int64_t row = at.row / sc.source_block_rows;
+    if (scale->shape.size() != 2 || scale->shape[0] <= row || scale->shape[1] != source_cols)
       fail("tensor " + scale->name + " is " + format_shape(scale->shape) + ": no scale row " +
-           std::to_string(row) + " of " + std::to_string(dims[1]) + " for " + p.name);
-    scale_row(*scale, row, dims[1], reinterpret_cast<float*>(out.data()) + j * dims[1]);
+           std::to_string(row) + " of " + std::to_string(source_cols) + " for " + p.name);
+    scale_row(*scale, row, source_cols, source_row.data());
+    for (std::int64_t k = 0; k < dims[1]; ++k) {
+      const std::int64_t column = part.columns.first + k * sc.block_cols;
+      const float v = source_row[static_cast<std::size_t>(column / sc.source_block_cols)];
+      std::memcpy(out.data() + static_cast<std::size_t>(j * dims[1] + k) * sizeof(float), &v,
+                  sizeof(float));
+    }
   }
   return out;
 }

@@ -226,7 +226,9 @@ Param concat_params(const Graph& g, const std::vector<std::string>& names,
     fused.type.dims[0] += p->type.dims[0];
     fused.sources.insert(fused.sources.end(), p->sources.begin(), p->sources.end());
     if (!p->scale) continue;
-    if (!fused.scale) fused.scale = ParamScale{0, p->scale->block_cols, {}, block_rows};
+    if (!fused.scale)
+      fused.scale =
+          ParamScale{0, p->scale->block_cols, {}, block_rows, p->scale->source_block_cols};
     fused.scale->sources.insert(fused.scale->sources.end(), p->scale->sources.begin(),
                                 p->scale->sources.end());
     if (i + 1 < names.size()) block_rows = std::gcd(block_rows, p->type.dims[0]);
@@ -236,6 +238,41 @@ Param concat_params(const Graph& g, const std::vector<std::string>& names,
     fused.scale->block_rows = block_rows;
   }
   return fused;
+}
+
+ParamScale shard_scale(const Param& p, const ParamShard& shard) {
+  ParamScale s = p.scale.value();
+  std::int64_t& block = shard.dim == 0 ? s.block_rows : s.block_cols;
+  const auto on_boundary = [&](std::int64_t at) { return at % block == 0 || at == shard.whole; };
+  bool aligned = true, inside = true;
+  std::int64_t common = block;
+  for (const auto& ranges : shard.ranks)
+    for (const auto& [begin, end] : ranges) {
+      aligned = aligned && on_boundary(begin) && on_boundary(end);
+      inside = inside && ranges.size() == 1 && begin / block == (end - 1) / block;
+      common = std::gcd(common, begin);
+      if (end != shard.whole) common = std::gcd(common, end);
+    }
+  if (aligned) return s;
+  if (shard.dim == 0) {
+    block = 1;
+    return s;
+  }
+  if (!inside && common % 64 != 0)
+    for (std::size_t r = 0; r < shard.ranks.size(); ++r) {
+      const auto& [begin, end] = shard.ranks[r][0];
+      if (!on_boundary(begin) || !on_boundary(end))
+        fail("@" + p.name + ": its e4m3 scales of " + std::to_string(s.block_rows) + "x" +
+             std::to_string(block) + " blocks do not split over the ranks' columns: rank " +
+             std::to_string(r) + " takes columns " + std::to_string(begin) + ":" +
+             std::to_string(end) + " of " + std::to_string(shard.whole) +
+             ", which neither lie inside one block nor fall on blocks of a multiple of 64 "
+             "columns (the e4m3 kernels' K block); compile with fewer ranks or unquantized "
+             "weights");
+    }
+  const auto& [first_begin, first_end] = shard.ranks[0][0];
+  block = inside ? first_end - first_begin : common;
+  return s;
 }
 
 namespace {

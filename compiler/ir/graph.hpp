@@ -52,9 +52,9 @@ struct ParamShard {
 struct ParamScale {
   std::int64_t block_rows = 0, block_cols = 0;
   // The checkpoint's scale tensors, one a source of the weight, concatenated along dim 0 as the
-  // weights are; each has blocks of source_block_rows rows (and block_cols columns).
+  // weights are; each has blocks of source_block_rows x source_block_cols.
   std::vector<std::string> sources;
-  std::int64_t source_block_rows = 0;
+  std::int64_t source_block_rows = 0, source_block_cols = 0;
 };
 
 struct Param {
@@ -159,6 +159,18 @@ class Graph {
 // writer reorders within a head); else one row each. Refuses parts of different dtypes.
 Param concat_params(const Graph& g, const std::vector<std::string>& names,
                     const std::string& fused_name, std::int64_t row_group);
+
+// The scale blocks of e4m3 parameter `p` (the whole, with the whole's blocks) once split by
+// `shard`, the same on every rank, such that each of a rank's scale blocks lies inside one block of
+// the whole: its scales are then the whole's scales of its elements, and every rank's dequantized
+// part equals that part of the whole's. Where every rank's ranges start and end on block
+// boundaries along the split dimension, the whole's blocks (a rank gets the blocks its ranges
+// cover); else, for a row split, blocks of one row; for a column split, the rank's columns as one
+// block where each rank's columns lie inside one block of the whole, else the largest block that
+// divides the whole's block and every rank's column bounds, which the e4m3 kernels take only as a
+// multiple of 64 columns (kernels/gemm_e4m3.cuh). Refuses a column split no block fits, naming the
+// weight, its block and the rank's columns.
+ParamScale shard_scale(const Param& p, const ParamShard& shard);
 
 // The printed form (see the top of this file).
 std::string print_graph(const Graph& graph);

@@ -74,13 +74,15 @@ class Sharder {
   }
 
  private:
-  // Parameter `name` becomes each rank's part: the ranges `part(r)` along `dim` of the whole.
+  // Parameter `name` becomes each rank's part: the ranges `part(r)` along `dim` of the whole, an
+  // e4m3 one with scale blocks that split with it (ir::shard_scale).
   template <typename Part>
   void split_param(const ir::Op& op, const std::string& name, int dim, Part part) {
     ir::Param* p = g_.find_param(name);
     if (p->shard) refuse(op, "@" + name + " is read by another op the pass already split");
     ir::ParamShard shard{dim, p->type.dims[static_cast<std::size_t>(dim)], {}};
     for (int r = 0; r < ranks_; ++r) shard.ranks.push_back(part(r));
+    if (p->scale) p->scale = ir::shard_scale(*p, shard);
     std::int64_t extent = 0;
     for (const auto& [begin, end] : shard.ranks[0]) extent += end - begin;
     p->type.dims[static_cast<std::size_t>(dim)] = extent;

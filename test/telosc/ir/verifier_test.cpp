@@ -200,12 +200,12 @@ TEST(Verifier, RefusesAParameterTypeTheWriterDoesNotPack) {
             "them)");
 
   Graph g4 = small_graph();
-  g4.add_param({"scaled", {DType::BF16, {8, 8}}, {"w"}, std::nullopt, ParamScale{1, 8, {"s"}, 1}});
+  g4.add_param({"scaled", {DType::BF16, {8, 8}}, {"w"}, std::nullopt, ParamScale{1, 8, {"s"}, 1, 8}});
   EXPECT_EQ(verify_error(g4),
             "IR verifier: parameter @scaled has type bf16[8,8] but scales (e4m3 only)");
 
   Graph g5 = small_graph();
-  g5.add_param({"two", {DType::E4M3, {8, 8}}, {"q"}, std::nullopt, ParamScale{1, 8, {}, 1}});
+  g5.add_param({"two", {DType::E4M3, {8, 8}}, {"q"}, std::nullopt, ParamScale{1, 8, {}, 1, 8}});
   EXPECT_EQ(verify_error(g5),
             "IR verifier: parameter @two: expected positive scale blocks and one scale tensor a "
             "source, found blocks 1x8 and 0 scale tensors for 1 sources");
@@ -217,7 +217,7 @@ TEST(Verifier, ConcatenatedScalesKeepTheirBlocks) {
   Graph g;
   auto add = [&](const std::string& name, DType dtype, std::int64_t rows) {
     Param p{name, {dtype, {rows, 256}}, {name + ".weight"}};
-    if (dtype == DType::E4M3) p.scale = ParamScale{128, 128, {name + ".scale"}, 128};
+    if (dtype == DType::E4M3) p.scale = ParamScale{128, 128, {name + ".scale"}, 128, 128};
     g.add_param(p);
   };
   add("q", DType::E4M3, 256);
