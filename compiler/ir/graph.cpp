@@ -240,6 +240,24 @@ Param concat_params(const Graph& g, const std::vector<std::string>& names,
   return fused;
 }
 
+namespace {
+
+// " rows of 256: rank 0 [0:64, 128:160], rank 1 [64:128, 160:192]"
+std::string format_shard(const ParamShard& shard) {
+  std::string s = std::string(shard.dim == 0 ? " rows" : " columns") + " of " +
+                  std::to_string(shard.whole) + ":";
+  for (std::size_t r = 0; r < shard.ranks.size(); ++r) {
+    s += (r ? ", rank " : " rank ") + std::to_string(r) + " [";
+    for (std::size_t i = 0; i < shard.ranks[r].size(); ++i)
+      s += (i ? ", " : "") + std::to_string(shard.ranks[r][i].first) + ":" +
+           std::to_string(shard.ranks[r][i].second);
+    s += "]";
+  }
+  return s;
+}
+
+}  // namespace
+
 ParamScale shard_scale(const Param& p, const ParamShard& shard) {
   ParamScale s = p.scale.value();
   std::int64_t& block = shard.dim == 0 ? s.block_rows : s.block_cols;
@@ -259,39 +277,15 @@ ParamScale shard_scale(const Param& p, const ParamShard& shard) {
     return s;
   }
   if (!inside && common % 64 != 0)
-    for (std::size_t r = 0; r < shard.ranks.size(); ++r) {
-      const auto& [begin, end] = shard.ranks[r][0];
-      if (!on_boundary(begin) || !on_boundary(end))
-        fail("@" + p.name + ": its e4m3 scales of " + std::to_string(s.block_rows) + "x" +
-             std::to_string(block) + " blocks do not split over the ranks' columns: rank " +
-             std::to_string(r) + " takes columns " + std::to_string(begin) + ":" +
-             std::to_string(end) + " of " + std::to_string(shard.whole) +
-             ", which neither lie inside one block nor fall on blocks of a multiple of 64 "
-             "columns (the e4m3 kernels' K block); compile with fewer ranks or unquantized "
-             "weights");
-    }
+    fail("@" + p.name + ": its e4m3 scales of " + std::to_string(s.block_rows) + "x" +
+         std::to_string(block) + " blocks do not split with its" + format_shard(shard) +
+         ": each rank's columns must lie inside one scale block, or start and end on blocks of "
+         "a multiple of 64 columns (the e4m3 kernels' K block; these columns share blocks of " +
+         std::to_string(common) + "); compile with fewer ranks or unquantized weights");
   const auto& [first_begin, first_end] = shard.ranks[0][0];
   block = inside ? first_end - first_begin : common;
   return s;
 }
-
-namespace {
-
-// " rows of 256: rank 0 [0:64, 128:160], rank 1 [64:128, 160:192]"
-std::string format_shard(const ParamShard& shard) {
-  std::string s = std::string(shard.dim == 0 ? " rows" : " columns") + " of " +
-                  std::to_string(shard.whole) + ":";
-  for (std::size_t r = 0; r < shard.ranks.size(); ++r) {
-    s += (r ? ", rank " : " rank ") + std::to_string(r) + " [";
-    for (std::size_t i = 0; i < shard.ranks[r].size(); ++i)
-      s += (i ? ", " : "") + std::to_string(shard.ranks[r][i].first) + ":" +
-           std::to_string(shard.ranks[r][i].second);
-    s += "]";
-  }
-  return s;
-}
-
-}  // namespace
 
 std::string print_graph(const Graph& g) {
   std::string s = "// Telos IR: T = tokens in the step, S = sequences in the step\n";

@@ -44,8 +44,8 @@ Graph build_model_graph(const ModelSpec& spec) {
     const WeightQuant& q = spec.quant;
     if (q.quantizes(module)) {
       p.type.dtype = DType::E4M3;
-      p.scale = ParamScale{q.block_rows(), q.block_cols(cols), {q.scale_name(module)},
-                           q.block_rows(), q.block_cols(cols)};
+      const std::int64_t br = q.block_rows(), bc = q.block_cols(cols);
+      p.scale = ParamScale{br, bc, {q.scale_name(module)}, br, bc};
     }
     g.add_param(std::move(p));
   };

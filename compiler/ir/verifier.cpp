@@ -337,9 +337,9 @@ void check_params(const Graph& graph) {
     if (e4m3 != p.scale.has_value())
       fail(head + " has type " + p.type.str() +
            (e4m3 ? " but no scales (an e4m3 weight needs them)" : " but scales (e4m3 only)"));
-    if (p.scale && (p.scale->block_rows < 1 || p.scale->block_cols < 1 ||
-                    p.scale->source_block_rows < 1 || p.scale->source_block_cols < 1 ||
-                    p.scale->sources.size() != p.sources.size()))
+    if (p.scale &&
+        (p.scale->block_rows < 1 || p.scale->block_cols < 1 || p.scale->source_block_rows < 1 ||
+         p.scale->source_block_cols < 1 || p.scale->sources.size() != p.sources.size()))
       fail(head + ": expected positive scale blocks and one scale tensor a source, found blocks " +
            std::to_string(p.scale->block_rows) + "x" + std::to_string(p.scale->block_cols) +
            " and " + std::to_string(p.scale->sources.size()) + " scale tensors for " +

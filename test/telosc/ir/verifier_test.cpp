@@ -200,7 +200,8 @@ TEST(Verifier, RefusesAParameterTypeTheWriterDoesNotPack) {
             "them)");
 
   Graph g4 = small_graph();
-  g4.add_param({"scaled", {DType::BF16, {8, 8}}, {"w"}, std::nullopt, ParamScale{1, 8, {"s"}, 1, 8}});
+  g4.add_param(
+      {"scaled", {DType::BF16, {8, 8}}, {"w"}, std::nullopt, ParamScale{1, 8, {"s"}, 1, 8}});
   EXPECT_EQ(verify_error(g4),
             "IR verifier: parameter @scaled has type bf16[8,8] but scales (e4m3 only)");
 
