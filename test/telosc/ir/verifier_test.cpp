@@ -243,6 +243,41 @@ TEST(Verifier, ConcatenatedScalesKeepTheirBlocks) {
   }
 }
 
+// A split e4m3 weight's scale blocks lie inside one block of the whole on every rank: the whole's
+// blocks where the ranges fall on block bounds; else one row each for a row split, and for a column
+// split the rank's columns as one block, or the common divisor of 64 columns; else refused.
+TEST(Verifier, SplitScalesKeepEachElementsBlock) {
+  const auto blocks = [](std::int64_t rows, std::int64_t cols, std::int64_t block_cols,
+                         const ParamShard& shard) {
+    const Param p{"w",
+                  {DType::E4M3, {rows, cols}},
+                  {"w.weight"},
+                  std::nullopt,
+                  ParamScale{128, block_cols, {"w.scale"}, 128, block_cols}};
+    const ParamScale s = shard_scale(p, shard);
+    return std::to_string(s.block_rows) + "x" + std::to_string(s.block_cols);
+  };
+  EXPECT_EQ(blocks(512, 256, 128, {0, 512, {{{0, 128}, {256, 384}}, {{128, 256}, {384, 512}}}}),
+            "128x128");
+  EXPECT_EQ(blocks(256, 256, 128, {0, 256, {{{0, 64}, {128, 160}}, {{64, 128}, {160, 192}}}}),
+            "1x128");
+  EXPECT_EQ(blocks(128, 512, 128, {1, 512, {{{0, 256}}, {{256, 512}}}}), "128x128");
+  EXPECT_EQ(blocks(128, 128, 128, {1, 128, {{{0, 32}}, {{32, 64}}, {{64, 96}}, {{96, 128}}}}),
+            "128x32");
+  EXPECT_EQ(blocks(128, 384, 128, {1, 384, {{{0, 192}}, {{192, 384}}}}), "128x64");
+  EXPECT_EQ(blocks(128, 256, 256, {1, 256, {{{0, 128}}, {{128, 256}}}}), "128x128");
+  try {
+    blocks(128, 192, 128, {1, 192, {{{0, 96}}, {{96, 192}}}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "@w: its e4m3 scales of 128x128 blocks do not split with its columns of 192: rank 0 "
+              "[0:96], rank 1 [96:192]: each rank's columns must lie inside one scale block, or "
+              "start and end on blocks of a multiple of 64 columns (the e4m3 kernels' K block; "
+              "these columns share blocks of 32); compile with fewer ranks or unquantized weights");
+  }
+}
+
 TEST(Verifier, RefusesAParameterWithoutSources) {
   Graph g = small_graph();
   g.add_param({"w", {DType::BF16, {4, 8}}, {}});
