@@ -1478,9 +1478,10 @@ void bench_attention(bool sweep, double copy_gbs) {
     int blocks = 0;                            // blocks an SM (0: the kernel's default)
     int bulk = 0;                              // BULK ring slots a warp (no PAGE_AHEAD), 0: none
     bool early = false;  // EARLY: the PDL wait inside each item (one token a tile)
+    std::string kv{};    // the cache's element format (kv_format): "" for bf16
     AttnSplitKernel kernel(int tpt) const {
-      return {HQ,     HKV, D,     PAGE,  MAXP,   page_elems, split,
-              nsplit, tpt, ahead, pages, blocks, bulk,       early && tpt == 1};
+      return {HQ,  HKV,   D,     PAGE,   MAXP, page_elems,        split, nsplit,
+              tpt, ahead, pages, blocks, bulk, early && tpt == 1, kv};
     }
     std::string split_kernel(int tpt) const { return kernel(tpt).instance(); }
     int smem() const { return kernel(1).smem(); }
@@ -1608,11 +1609,16 @@ void bench_attention(bool sweep, double copy_gbs) {
     Attn plan512 = plan;
     plan512.split = kAttnSplitLong;
     plan512.nsplit = attn_partial_slots(C, kAttnSplitLong);
+    // And the plan's kernel on an e4m3 cache (scales 1: the same instructions as any other
+    // scale), whose bytes are half the bf16 cache's.
+    Attn plan_e4m3 = plan;
+    plan_e4m3.kv = kv_format(true, 1.0f, 1.0f);
     constexpr int kAttnBatches[] = {1, 16, 64};
     std::vector<std::string> plan_names = names;
     plan_names.push_back(plan512.combine_kernel());
     for (int B : kAttnBatches)
-      for (const Attn& a : {plan, plan512}) plan_names.push_back(a.planned_for(B).split_kernel(1));
+      for (const Attn& a : {plan, plan512, plan_e4m3})
+        plan_names.push_back(a.planned_for(B).split_kernel(1));
     Module mod(plan_names);
     for (int B : kAttnBatches) {
       std::vector<int> hpos(B, C - 1), hseq(B);
@@ -1641,6 +1647,12 @@ void bench_attention(bool sweep, double copy_gbs) {
         const int z = attn_grid_slots(B, HKV, a.nsplit);
         const std::string label = "attn_split+combine PDL plan s" + I(a.split) + " z=" + I(z);
         attn_row(label.c_str(), shape, attn_chain_us(mod, a, m, B, z, copies), bytes);
+      }
+      {  // on the bf16 pages' copies, each read for its first half's bytes
+        const Attn a = plan_e4m3.planned_for(B);
+        const int z = attn_grid_slots(B, HKV, a.nsplit);
+        const std::string label = "attn_split+combine PDL plan e4m3 z=" + I(z);
+        attn_row(label.c_str(), shape, attn_chain_us(mod, a, m, B, z, copies), bytes / 2);
       }
     }
   }
