@@ -324,9 +324,12 @@ class CpuGreedy {
 // The model with an e4m3 KV cache (<model>-kv-fp8.telos, serving.kv_dtype fp8_e4m3; compiled by
 // tools/gpu_check.sh --prepare) on the GPU against the CPU reference engine on the same artifact,
 // which stores and reads the cache's e4m3 bytes as the kernels do, its arithmetic f32: every
-// case's logits after its prompt and at each teacher-forced step within 2e-2 relative L2, all the
-// cases in one mixed batch; and on the GPU each case alone gives its ids and logits bits in the
-// batch.
+// case's logits after its prompt and at each teacher-forced step, all the cases in one mixed batch,
+// within the e4m3 cache's own error (the CPU engine's difference from its f32 cache on the same
+// steps, `noise`) plus the bf16 tolerance the suite uses (2e-2): the GPU's K and V reach the
+// quantizer as bf16, the CPU's as f32, and an element within a bf16 step of an e4m3 rounding
+// boundary rounds to the neighbouring e4m3 value, a whole step, in one engine only. And on the GPU
+// each case alone gives its ids and logits bits in the batch.
 TEST_P(GpuModel, E4m3KvCacheMatchesTheCpuEngineAndIgnoresTheBatch) {
   const std::string path = env_or("TELOS_GPU_ARTIFACTS", "") + "/" + model + "-kv-fp8.telos";
   if (!std::filesystem::exists(path))
@@ -339,15 +342,22 @@ TEST_P(GpuModel, E4m3KvCacheMatchesTheCpuEngineAndIgnoresTheBatch) {
   const std::vector<DeviceSampling> greedy(cases.size());
   const std::vector<Generated> on_gpu = generate(gpu, *kv_art, cases, greedy, true);
   const std::vector<Generated> on_cpu = generate(cpu, *kv_art, cases, greedy, true);
+  CpuGreedy cpu_f32(art, kPoolPages);
+  const std::vector<Generated> on_cpu_f32 = generate(cpu_f32, *art, cases, greedy, true);
   for (std::size_t c = 0; c < cases.size(); ++c) {
-    double worst = 0;
-    for (std::size_t i = 0; i < on_cpu[c].logits.size(); ++i)
+    double worst = 0, noise = 0;
+    for (std::size_t i = 0; i < on_cpu[c].logits.size(); ++i) {
       worst = std::max(worst, rel_l2(on_gpu[c].logits[i], on_cpu[c].logits[i]));
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "worst relL2 %.2e", worst);
+      noise = std::max(noise, rel_l2(on_cpu[c].logits[i], on_cpu_f32[c].logits[i]));
+    }
     const std::string label = model + " kv e4m3 case " + std::to_string(c);
-    report(label + ": logits vs CPU engine", buf, worst <= 2e-2);
-    EXPECT_LE(worst, 2e-2) << label;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "cache's own error %.2e", noise);
+    report(label + ": CPU engine e4m3 vs f32 cache", buf, noise > 0);
+    EXPECT_GT(noise, 0) << label << ": the e4m3 cache changes nothing on the CPU engine";
+    std::snprintf(buf, sizeof buf, "worst relL2 %.2e (bound %.2e)", worst, noise + 2e-2);
+    report(label + ": logits vs CPU engine", buf, worst <= noise + 2e-2);
+    EXPECT_LE(worst, noise + 2e-2) << label;
   }
   const std::vector<Generated> batch = generate(gpu, *kv_art, cases, greedy);
   for (std::size_t c = 0; c < cases.size(); ++c) {
