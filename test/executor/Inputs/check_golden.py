@@ -14,19 +14,11 @@ against one rank). Prints one line per case; exits 1 on failure.
 """
 import argparse
 import json
-import math
+import os
 import sys
 
-
-def load_results(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def rel_l2(got, want):
-    num = math.sqrt(sum((g - w) ** 2 for g, w in zip(got, want)))
-    den = math.sqrt(sum(w * w for w in want))
-    return num / den if den else num
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../Inputs"))
+from generate_results import load_results, rel_l2  # noqa: E402
 
 
 def main():

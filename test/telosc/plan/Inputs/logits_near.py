@@ -5,20 +5,11 @@ the second file's, and whether the generated ids are the same. Prints "max rel L
 results, greedy identical in K" and exits non-zero when E exceeds --tolerance or the prompts
 differ."""
 import argparse
-import json
-import math
+import os
 import sys
 
-
-def results(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def rel_l2(got, want):
-    num = math.sqrt(sum((g - w) ** 2 for g, w in zip(got, want)))
-    den = math.sqrt(sum(w * w for w in want))
-    return num / den if den else num
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../Inputs"))
+from generate_results import load_results, rel_l2  # noqa: E402
 
 
 ap = argparse.ArgumentParser()
@@ -26,7 +17,7 @@ ap.add_argument("got")
 ap.add_argument("want")
 ap.add_argument("--tolerance", type=float, required=True)
 args = ap.parse_args()
-got, want = results(args.got), results(args.want)
+got, want = load_results(args.got), load_results(args.want)
 if len(got) != len(want) or not got:
     sys.exit(f"different result counts: {len(got)} vs {len(want)}")
 worst, same = 0.0, 0
