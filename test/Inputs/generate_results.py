@@ -1,6 +1,7 @@
 """Reads `telos-run generate --json --dump-logits` output and measures how far two logit vectors
 are apart; shared by the lit suites' checkers (executor/Inputs/check_golden.py,
-telosc/plan/Inputs/logits_near.py), which import it from this folder."""
+telosc/plan/Inputs/logits_near.py, telosc/import/Inputs/same_results.py), which import it from
+this folder."""
 import json
 import math
 

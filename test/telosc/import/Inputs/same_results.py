@@ -2,13 +2,15 @@
 """Compares two `telos-run generate --json --dump-logits` outputs result by result: generated ids
 and every logit bit for bit (timings aside). Prints "identical: N results" or the first
 difference, and exits non-zero on one."""
-import json
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../Inputs"))
+from generate_results import load_results  # noqa: E402
 
 
 def results(path):
-    with open(path) as f:
-        out = [json.loads(line) for line in f if line.strip()]
+    out = load_results(path)
     for r in out:
         r.pop("timings", None)
     return out
