@@ -16,23 +16,16 @@
 // a compile or a limit failed (message on stderr); 2 usage.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "codegen/compile_cache.hpp"
 #include "codegen/kernel_plan.hpp"
 #include "codegen/kernels/gemm_small_sm100.cuh"
-#include "codegen/lowering.hpp"
-#include "codegen/nvrtc_driver.hpp"
-#include "compiler/artifact/artifact_writer.hpp"
-#include "compiler/import/checkpoint.hpp"
-#include "compiler/ir/model_graph.hpp"
-#include "compiler/passes/pass_manager.hpp"
-#include "compiler/plan/serving_config.hpp"
 #include "support/error.hpp"
+#include "test/codegen/sm100_assemble.hpp"
 
 namespace {
 
@@ -42,7 +35,6 @@ constexpr const char* kPrefix = "telos_kernels::gemm_small_sm100_";
 constexpr const char* kTwinPrefix = "telos_kernels::gemm_small_sm100_twin_";
 constexpr const char* kPrefillPrefix = "telos_kernels::gemm_prefill_sm100_";
 constexpr const char* kPrefillTwinPrefix = "telos_kernels::gemm_prefill_sm100_twin_";
-constexpr int kCompileThreads = 2;
 
 // The twin of sm_100a instance `name` (gemm_small_sm100_EPI<M, N, K, STAGES>, planned with
 // `smem` bytes), with its dynamic shared memory; an empty name where it has none.
@@ -67,13 +59,7 @@ std::pair<std::string, int> twin_of(const std::string& name, int smem) {
 // shared memory; `untwinned` collects those without a twin.
 void add_instances(const std::string& path, bool twins, std::map<std::string, int>& instances,
                    std::map<std::string, int>& untwinned) {
-  const compiler::ImportedModel model = compiler::import_model(path, {.weights = false});
-  const compiler::ServingConfig serving =
-      compiler::resolve_serving(model.serving, model.spec, model.source);
-  compiler::ir::Graph graph = compiler::ir::build_model_graph(model.spec);
-  compiler::run_passes(graph, compiler::fusion_pipeline(), nullptr);
-  const codegen::KernelPlan plan =
-      codegen::plan_kernels(graph, compiler::codegen_input(model.spec, serving), "sm_100a");
+  const codegen::KernelPlan plan = codegen::plan_config(path, "sm_100a");
   const std::size_t prefill = std::string(kPrefillPrefix).size();
   for (const codegen::KernelInstance& k : plan.kernels) {
     if (k.instance.rfind(kPrefillPrefix, 0) == 0) {
@@ -94,37 +80,15 @@ void add_instances(const std::string& path, bool twins, std::map<std::string, in
   }
 }
 
-void write_file(const std::filesystem::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  if (!(out << bytes)) fail("sm100_twin_assemble: cannot write " + path.string());
-}
-
 int run(const std::filesystem::path& dir, bool twins, const std::vector<std::string>& configs) {
   const std::string arch = twins ? "sm_90a" : "sm_100a";
   std::map<std::string, int> instances, untwinned;
   for (const std::string& c : configs) add_instances(c, twins, instances, untwinned);
   if (instances.empty()) fail("sm100_twin_assemble: the configs plan no sm_100a GEMM");
-  std::vector<std::string> names;
-  for (const auto& [name, smem] : instances) names.push_back(name);
-  const std::vector<codegen::CompiledModule> modules = codegen::compile_modules(
-      "#include \"gemm_prefill_sm100.cuh\"\n"
-      "#include \"gemm_small_sm100.cuh\"\n",
-      arch, names, codegen::CompileCache::default_root(), kCompileThreads);
-  std::filesystem::create_directories(dir);
-  for (std::size_t m = 0; m < modules.size(); ++m) {
-    write_file(dir / ("module_" + std::to_string(m) + ".ptx"), modules[m].ptx);
-    write_file(dir / ("module_" + std::to_string(m) + ".cubin"), modules[m].cubin);
-  }
-  for (const auto& [name, smem] : instances)
-    for (const codegen::CompiledModule& m : modules) {
-      const auto entry = m.lowered.find(name);
-      if (entry == m.lowered.end()) continue;
-      const auto r = m.resources.find(entry->second);
-      if (r == m.resources.end()) fail("sm100_twin_assemble: ptxas reported nothing for " + name);
-      codegen::check_kernel_resources(name, entry->second, arch, r->second, smem);
-      std::cout << name << ": " << r->second.registers << " registers, " << r->second.shared_static
-                << " + " << smem << " bytes shared\n";
-    }
+  codegen::assemble_instances("sm100_twin_assemble",
+                              "#include \"gemm_prefill_sm100.cuh\"\n"
+                              "#include \"gemm_small_sm100.cuh\"\n",
+                              arch, instances, dir);
   for (const auto& [name, smem] : untwinned) std::cout << name << ": no twin\n";
   std::cout << instances.size() << " instances assembled for " << arch << "\n";
   return 0;

@@ -1,0 +1,69 @@
+#pragma once
+// What the sm_100a assembly tools (prefill_sm100_assemble, sm100_twin_assemble) share: planning a
+// model config as telosc plans it, and assembling a set of kernel instances through codegen's own
+// NVRTC driver and ptxas with its resource check.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "codegen/compile_cache.hpp"
+#include "codegen/lowering.hpp"
+#include "codegen/nvrtc_driver.hpp"
+#include "compiler/artifact/artifact_writer.hpp"
+#include "compiler/import/checkpoint.hpp"
+#include "compiler/ir/model_graph.hpp"
+#include "compiler/passes/pass_manager.hpp"
+#include "compiler/plan/serving_config.hpp"
+#include "support/error.hpp"
+
+namespace telos::codegen {
+
+// The kernel set of the config at `path` on `target` (default serving config), planned from the
+// fully fused IR as telosc plans it.
+inline KernelPlan plan_config(const std::string& path, const std::string& target) {
+  const compiler::ImportedModel model = compiler::import_model(path, {.weights = false});
+  const compiler::ServingConfig serving =
+      compiler::resolve_serving(model.serving, model.spec, model.source);
+  compiler::ir::Graph graph = compiler::ir::build_model_graph(model.spec);
+  compiler::run_passes(graph, compiler::fusion_pipeline(), nullptr);
+  return plan_kernels(graph, compiler::codegen_input(model.spec, serving), target);
+}
+
+// Compiles `instances` (each with its dynamic shared memory) from `source` for `arch`, two modules
+// on two compile threads, and writes DIR/module_N.ptx and DIR/module_N.cubin. Each instance must
+// use no local memory, spill nothing and fit its static and dynamic shared memory in a block's
+// (check_kernel_resources); prints one line per instance: its registers, static shared memory and
+// dynamic shared memory. Errors begin with `tool`.
+inline void assemble_instances(const std::string& tool, const std::string& source,
+                               const std::string& arch, const std::map<std::string, int>& instances,
+                               const std::filesystem::path& dir) {
+  constexpr int kCompileThreads = 2;
+  std::vector<std::string> names;
+  for (const auto& [name, smem] : instances) names.push_back(name);
+  const std::vector<CompiledModule> modules =
+      compile_modules(source, arch, names, CompileCache::default_root(), kCompileThreads);
+  std::filesystem::create_directories(dir);
+  auto write_file = [&](const std::filesystem::path& path, const std::string& bytes) {
+    std::ofstream out(path, std::ios::binary);
+    if (!(out << bytes)) fail(tool + ": cannot write " + path.string());
+  };
+  for (std::size_t m = 0; m < modules.size(); ++m) {
+    write_file(dir / ("module_" + std::to_string(m) + ".ptx"), modules[m].ptx);
+    write_file(dir / ("module_" + std::to_string(m) + ".cubin"), modules[m].cubin);
+  }
+  for (const auto& [name, smem] : instances)
+    for (const CompiledModule& m : modules) {
+      const auto entry = m.lowered.find(name);
+      if (entry == m.lowered.end()) continue;
+      const auto r = m.resources.find(entry->second);
+      if (r == m.resources.end()) fail(tool + ": ptxas reported nothing for " + name);
+      check_kernel_resources(name, entry->second, arch, r->second, smem);
+      std::cout << name << ": " << r->second.registers << " registers, " << r->second.shared_static
+                << " + " << smem << " bytes shared\n";
+    }
+}
+
+}  // namespace telos::codegen
