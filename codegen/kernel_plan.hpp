@@ -117,8 +117,11 @@ inline constexpr int kSms = 132;
 // Prefill buckets of at least this many tokens run their qkv, o, gate/up and down projections on
 // the prefill GEMM (kernels/gemm_prefill.cuh); smaller ones, and decode, on the small-M GEMM
 // (kernels/gemm_small.cuh). The two give every row the same bits (batch invariance across
-// buckets; GPU test GpuKernels.SmallGemmMatchesPrefillGemmBitForBit), so the choice is speed only.
-inline constexpr int kPrefillGemmMinRows = 128;
+// buckets; GPU test GpuKernels.SmallGemmMatchesPrefillGemmBitForBit), so the choice is speed only:
+// at 128 and 256 rows the small GEMM takes about half the time (`telos-kernel-bench --gemm-m`,
+// H200: Llama-3.1-8B's four GEMMs of a layer 141.5 against 287.4 µs at 128 rows, 196.6 against
+// 320.4 µs at 256).
+inline constexpr int kPrefillGemmMinRows = 512;
 
 // RMSNorm's block (kernels/norm.cuh, kNormThreads): its reduction's partition is part of the
 // arithmetic, shared by the rmsnorm kernel and the small GEMM's norm prologue.

@@ -93,6 +93,9 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
                                           "telos_kernels::gemm_small_residual",
                                           "telos_kernels::gemm_small_swiglu",
                                           "telos_kernels::gemm_small_bf16",
+                                          "telos_kernels::gemm_small_residual_cl",
+                                          "telos_kernels::gemm_small_swiglu_cl",
+                                          "telos_kernels::gemm_small_bf16_cl",
                                           "telos_kernels::gemm_small_norm_bf16",
                                           "telos_kernels::gemm_small_norm_swiglu",
                                           "telos_kernels::decode_layer_persistent"};
@@ -100,12 +103,13 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
 
   // Every bucket launches something valid, decode buckets first and largest first.
   const auto& buckets = k.programs.at("buckets");
-  ASSERT_EQ(buckets.size(), 7u);
+  ASSERT_EQ(buckets.size(), 8u);
   EXPECT_EQ(buckets[0].at("kind"), "decode");
   EXPECT_EQ(buckets[0].at("size"), 8);
   EXPECT_EQ(buckets[4].at("kind"), "prefill");
-  EXPECT_EQ(buckets[4].at("size"), 128);
+  EXPECT_EQ(buckets[4].at("size"), 512);
   EXPECT_EQ(buckets[4].at("sample_rows"), 8);
+  EXPECT_EQ(buckets[5].at("size"), 128);
   for (const auto& b : buckets)
     for (const auto& l : b.at("launches")) {
       const int kernel = l.at("kernel");
@@ -113,51 +117,75 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
       EXPECT_EQ(l.at("args").size(), k.kernels[kernel].at("args").size());
     }
 
-  // Prefill at 128 tokens runs qkv, o, gate/up and down on the wgmma + TMA GEMM, operands as
-  // tensor maps, the QKV epilogue as its own kernel; prefill at 64 and decode run the small-M
-  // GEMM (the same wgmma chain per element) with the same launch sequence. The layer weights come
-  // from the one-token layer's slot images (`timg:`, in its tiles: qkv and o 32 rows, gate/up 32 +
-  // 32, down 16), the weights' only copy: the prefill GEMM's 256 rows (SwiGLU: 128 of each half)
-  // are whole tiles of them, one box a stage.
+  // Prefill at 512 tokens (kPrefillGemmMinRows) runs qkv, o, gate/up and down on the wgmma + TMA
+  // prefill GEMM, operands as tensor maps, the QKV epilogue as its own kernel; prefill at 128 and
+  // 64 and decode run the small-M GEMM (the same wgmma chain per element) with the same launch
+  // sequence. The layer weights come from the one-token layer's slot images (`timg:`, in its
+  // tiles: qkv and o 32 rows, gate/up 32 + 32, down 16), the weights' only copy: the prefill
+  // GEMM's 256 rows (SwiGLU: 128 of each half) are whole tiles of them, one box a stage.
   auto instance_of = [&](const nlohmann::ordered_json& launch) {
     return k.kernels[launch.at("kernel").get<int>()].at("instance").get<std::string>();
   };
-  const auto& p128 = buckets[4].at("launches");
-  EXPECT_EQ(instance_of(p128[2]), "telos_kernels::gemm_prefill_bf16<128, 256, 128, 32, 256>");
-  EXPECT_EQ(p128[2].at("args"),
-            nlohmann::ordered_json({"tmap:buf:h:128:128:128:64", "timg:layers.0.qkv:32:1:256",
-                                    "tmap:buf:qkv:128:256:64:64"}));
-  EXPECT_EQ(instance_of(p128[3]).rfind("telos_kernels::qkv_rope_append_rows<4, 2, 32, ", 0), 0u);
-  EXPECT_EQ(p128[3].at("grid"), nlohmann::ordered_json({8, 128, 1}));
-  EXPECT_EQ(p128[3].at("args")[0], "buf:qkv");
-  EXPECT_EQ(p128[3].at("args")[7], "kv:0");
+  const auto& p512 = buckets[4].at("launches");
+  EXPECT_EQ(instance_of(p512[2]), "telos_kernels::gemm_prefill_bf16<512, 256, 128, 32, 256>");
+  EXPECT_EQ(p512[2].at("args"),
+            nlohmann::ordered_json({"tmap:buf:h:512:128:128:64", "timg:layers.0.qkv:32:1:256",
+                                    "tmap:buf:qkv:512:256:64:64"}));
+  EXPECT_EQ(p512[2].at("grid"), nlohmann::ordered_json({4, 1, 1}));
+  EXPECT_EQ(instance_of(p512[3]).rfind("telos_kernels::qkv_rope_append_rows<4, 2, 32, ", 0), 0u);
+  EXPECT_EQ(p512[3].at("grid"), nlohmann::ordered_json({8, 512, 1}));
+  EXPECT_EQ(p512[3].at("args")[0], "buf:qkv");
+  EXPECT_EQ(p512[3].at("args")[7], "kv:0");
   // Attention in tiles of 8 tokens (G = 2: 16 MMA rows) in prefill, one token per block in decode.
-  EXPECT_EQ(instance_of(p128[4]).rfind("telos_kernels::attn_split<4, 2, 32, ", 0), 0u);
+  EXPECT_EQ(instance_of(p512[4]).rfind("telos_kernels::attn_split<4, 2, 32, ", 0), 0u);
   // Four blocks an SM: the bucket's split rows reach kAttnSplitFourBlocksMinRows.
-  EXPECT_EQ(instance_of(p128[4]).substr(instance_of(p128[4]).size() - 20), ", 8, false, true, 4>");
-  // One partial slot: max_seq_len 256 is one split.
-  EXPECT_EQ(p128[4].at("grid"), nlohmann::ordered_json({128 / 8, 2, 1}));
-  EXPECT_EQ(instance_of(p128[6]), "telos_kernels::gemm_prefill_residual<128, 128, 128, 32, 256>");
-  EXPECT_EQ(p128[6].at("args"),
-            nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64", "timg:layers.0.o:32:1:256",
-                                    "tmap:buf:x:128:128:64:32"}));
-  EXPECT_EQ(p128[6].at("grid"), nlohmann::ordered_json({1, 1, 1}));
-  EXPECT_EQ(instance_of(p128[8]), "telos_kernels::gemm_prefill_swiglu<128, 256, 128, 32, 128>");
+  EXPECT_EQ(instance_of(p512[4]).substr(instance_of(p512[4]).size() - 20), ", 8, false, true, 4>");
+  // Two partial slots: max_seq_len 512 in splits of 256.
+  EXPECT_EQ(p512[4].at("grid"), nlohmann::ordered_json({512 / 8, 2, 2}));
+  EXPECT_EQ(instance_of(p512[6]), "telos_kernels::gemm_prefill_residual<512, 128, 128, 32, 256>");
+  EXPECT_EQ(p512[6].at("args"),
+            nlohmann::ordered_json({"tmap:buf:attn:512:128:128:64", "timg:layers.0.o:32:1:256",
+                                    "tmap:buf:x:512:128:64:32"}));
+  EXPECT_EQ(p512[6].at("grid"), nlohmann::ordered_json({4, 1, 1}));
+  EXPECT_EQ(instance_of(p512[8]), "telos_kernels::gemm_prefill_swiglu<512, 256, 128, 32, 128>");
+  EXPECT_EQ(p512[8].at("args"),
+            nlohmann::ordered_json({"tmap:buf:h:512:128:128:64", "timg:layers.0.gate_up:64:2:128",
+                                    "tmap:buf:act:512:256:64:64"}));
+  EXPECT_EQ(p512[8].at("grid"), nlohmann::ordered_json({8, 1, 1}));
+  EXPECT_EQ(instance_of(p512[9]), "telos_kernels::gemm_prefill_residual<512, 128, 256, 16, 256>");
+  EXPECT_EQ(p512[9].at("args")[1], "timg:layers.0.down:16:1:256");
+  EXPECT_EQ(p512[9].at("args")[2], "tmap:buf:x:512:128:64:32");
+  // Prefill 128, under kPrefillGemmMinRows: the small-M GEMM on two consumer warpgroups a CTA
+  // (M tiles of 128 rows: the `_cl` instances, on clusters of one), the same launch sequence and
+  // QKV epilogue as prefill 512, the A box the bucket's 128 rows.
+  const auto& p128 = buckets[5].at("launches");
+  EXPECT_EQ(instance_of(p128[2]),
+            "telos_kernels::gemm_small_bf16_cl<128, 256, 128, 32, 2, 1, 2, 32, 32>");
+  EXPECT_EQ(p128[2].at("args"), nlohmann::ordered_json({"tmap:buf:h:128:128:128:64",
+                                                        "timg:layers.0.qkv:32:1:32", "buf:qkv"}));
+  EXPECT_EQ(p128[2].at("grid"), nlohmann::ordered_json({1, 8, 1}));
+  EXPECT_EQ(instance_of(p128[3]), instance_of(p512[3]));
+  EXPECT_EQ(p128[3].at("grid"), nlohmann::ordered_json({8, 128, 1}));
+  EXPECT_EQ(instance_of(p128[6]),
+            "telos_kernels::gemm_small_residual_cl<128, 128, 128, 32, 2, 1, 2, 32, 32>");
+  EXPECT_EQ(p128[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:128:128:128:64",
+                                                        "timg:layers.0.o:32:1:32", "buf:x"}));
+  EXPECT_EQ(instance_of(p128[8]),
+            "telos_kernels::gemm_small_swiglu_cl<128, 256, 128, 256, 2, 1, 2, 32, 128>");
   EXPECT_EQ(p128[8].at("args"),
-            nlohmann::ordered_json({"tmap:buf:h:128:128:128:64", "timg:layers.0.gate_up:64:2:128",
-                                    "tmap:buf:act:128:256:64:64"}));
-  EXPECT_EQ(p128[8].at("grid"), nlohmann::ordered_json({2, 1, 1}));
-  EXPECT_EQ(instance_of(p128[9]), "telos_kernels::gemm_prefill_residual<128, 128, 256, 16, 256>");
-  EXPECT_EQ(p128[9].at("args")[1], "timg:layers.0.down:16:1:256");
+            nlohmann::ordered_json(
+                {"tmap:buf:h:128:128:128:64", "timg:layers.0.gate_up:64:2:128", "buf:act"}));
+  EXPECT_EQ(instance_of(p128[9]),
+            "telos_kernels::gemm_small_residual_cl<128, 128, 256, 32, 4, 1, 2, 16, 32>");
   // Prefill 64: one 64-token tile, 32 weight rows per CTA (SwiGLU: 32 gate and 32 up rows), the
   // weights through image maps of 32-row boxes (down: 16-row tiles, two boxes), bf16 outputs
   // through plain pointers.
-  const auto& p64 = buckets[5].at("launches");
+  const auto& p64 = buckets[6].at("launches");
   EXPECT_EQ(instance_of(p64[2]), "telos_kernels::gemm_small_bf16<64, 256, 128, 32, 2, 1, 32, 32>");
   EXPECT_EQ(p64[2].at("args"), nlohmann::ordered_json({"tmap:buf:h:64:128:64:64",
                                                        "timg:layers.0.qkv:32:1:32", "buf:qkv"}));
   EXPECT_EQ(p64[2].at("grid"), nlohmann::ordered_json({1, 8, 1}));
-  EXPECT_EQ(instance_of(p64[3]), instance_of(p128[3]));
+  EXPECT_EQ(instance_of(p64[3]), instance_of(p512[3]));
   EXPECT_EQ(instance_of(p64[6]),
             "telos_kernels::gemm_small_residual<64, 128, 128, 32, 2, 1, 32, 32>");
   EXPECT_EQ(p64[6].at("args"), nlohmann::ordered_json({"tmap:buf:attn:64:128:64:64",
@@ -178,12 +206,12 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(instance_of(d8[1]).rfind("telos_kernels::gemm_small_norm_bf16<8, 256, 128, 32, ", 0), 0u);
   EXPECT_EQ(d8[1].at("args"), nlohmann::ordered_json({"buf:x", "w:layers.0.attn_norm",
                                                       "timg:layers.0.qkv:32:1:32", "buf:qkv"}));
-  EXPECT_EQ(instance_of(d8[2]), instance_of(p128[3]));
+  EXPECT_EQ(instance_of(d8[2]), instance_of(p512[3]));
   // One token a block, the next chunk's loads ahead (8 rows: kAttnSplitAheadMaxRows), the split's
   // page ids loaded when it starts, the PDL wait inside each item (EARLY: a decode bucket).
   EXPECT_EQ(instance_of(d8[3]).substr(instance_of(d8[3]).size() - 28),
             ", 1, true, true, 3, 0, true>");
-  EXPECT_EQ(d8[3].at("grid"), nlohmann::ordered_json({8, 2, 1}));
+  EXPECT_EQ(d8[3].at("grid"), nlohmann::ordered_json({8, 2, 2}));
   EXPECT_EQ(d8[5].at("args")[0], "tmap:buf:attn:8:128:8:64");
   EXPECT_EQ(instance_of(d8[6]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
   EXPECT_EQ(d8[6].at("args")[0], "buf:x");
@@ -215,7 +243,6 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   EXPECT_EQ(layer_args[13], "buf:x");
   EXPECT_EQ(layer_args[20], "buf:layer_sync");
   EXPECT_EQ(instance_of(d1[2]), instance_of(d1[1]));  // the same instance for every layer
-  EXPECT_EQ(p128[9].at("args")[2], "tmap:buf:x:128:128:64:32");
   for (const auto& e : k.kernels) {
     const std::string instance = e.at("instance");
     const bool prefill = instance.rfind("telos_kernels::gemm_prefill", 0) == 0;
@@ -239,14 +266,18 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
     if (prefill) {
       EXPECT_EQ(e.at("dynamic_smem").get<int>(), 230464) << instance;
     }
-    EXPECT_EQ(e.at("block"), nlohmann::ordered_json({prefill ? 384 : 160, 1, 1}));
+    // The small GEMM's 128-row M tiles (the 128-token bucket's `_cl` instances) on two consumer
+    // warpgroups, the rest on one; each beside its producer warp.
+    const int small_threads = instance.find("_cl<") != std::string::npos ? 288 : 160;
+    EXPECT_EQ(e.at("block"), nlohmann::ordered_json({prefill ? 384 : small_threads, 1, 1}));
     const std::string body = ptx_function(t.ptx, e.at("entry"));
     ASSERT_FALSE(body.empty()) << instance;
-    // The LM head (f32cand): 128-row weight tiles for the tiny vocabulary of 512.
-    const std::string n = prefill                                         ? "256"
-                          : instance.find("swiglu") != std::string::npos  ? "64"
-                          : instance.find("f32cand") != std::string::npos ? "128"
-                                                                          : "32";
+    // The LM head (f32cand): 128-row weight tiles for the tiny vocabulary of 512; the 128-token
+    // bucket's gate/up (swiglu_cl): 256-row tiles, 128 gate and 128 up rows.
+    const std::string n = prefill || instance.find("swiglu_cl") != std::string::npos ? "256"
+                          : instance.find("swiglu") != std::string::npos             ? "64"
+                          : instance.find("f32cand") != std::string::npos            ? "128"
+                                                                                     : "32";
     EXPECT_NE(body.find("wgmma.mma_async.sync.aligned.m64n" + n + "k16.f32.bf16.bf16"), std::string::npos)
         << instance;
     // Weights by tensor copies: the LM head's through the embedding's 2D map, the layer weights'
@@ -437,7 +468,7 @@ TEST(Codegen, LayerWeightsHaveOneCopyEitherWay) {
     return kinds;
   };
   TestModel in = tiny("llama");
-  in.serving.prefill_buckets = {16, 64, 128, 256};
+  in.serving.prefill_buckets = {16, 64, 256, 512};
   EXPECT_EQ(args_of(in), (std::set<std::string>{"timg:", "wimg:"}));
   in.serving.decode_weight_images = false;
   EXPECT_EQ(args_of(in), (std::set<std::string>{"tmap:"}));

@@ -49,10 +49,10 @@ inline TestModel tiny(const std::string& family) {
   in.spec.qkv_bias = family == "qwen2";
   in.spec.qk_norm = family == "qwen3";
   in.serving.max_batch = 8;
-  in.serving.max_seq_len = 256;
+  in.serving.max_seq_len = 512;
   in.serving.kv_page_size = 16;
   in.serving.decode_buckets = {1, 2, 4, 8};
-  in.serving.prefill_buckets = {32, 64, 128};
+  in.serving.prefill_buckets = {32, 64, 128, 512};
   in.serving.targets = {"sm_90a"};
   return in;
 }
