@@ -523,9 +523,10 @@ bool all_reduce_two_shot(int rows, int hidden, int ranks);
 // collective entry whose fallback is the kernel form above. In prefill-GEMM buckets, from
 // kAllReduceNcclMinBytes: where the message's copy over NVLink 4 (9.3 µs a peer at 450 GB/s)
 // reaches NCCL's fixed cost graph-captured (~13 µs, against ~3 µs for our barrier), so the fixed
-// cost no longer dominates the collective: 256 rows of the 8B's 4096. Provisional: the figure to
-// set from telos-allreduce-bench's table on two and eight GPUs (the size from which NCCL's graph
-// row beats our best form).
+// cost no longer dominates the collective: 256 rows of the 8B's 4096 (its prefill-GEMM buckets
+// start at kPrefillGemmMinRows, 512 rows: 8 MiB). Provisional: the figure to set from
+// telos-allreduce-bench's table on two and eight GPUs (the size from which NCCL's graph row beats
+// our best form).
 inline constexpr long long kAllReduceNcclMinBytes = 4LL << 20;
 bool all_reduce_nccl(ShapeClass shape, int rows, int hidden);
 // gather_sum_residual's grid: blocks of kAllReduceThreads, a float4 a thread, grid-strided over at
