@@ -4,8 +4,9 @@
 #      against the prefill GEMM bit for bit (gpu_kernels_test),
 #   2. the tiny models end to end against transformers' golden outputs, alone and in a mixed
 #      batch, graphs vs direct launches, seeded sampling vs batch, the engine's GPU sampling vs
-#      host sampling (gpu_model_test), on the committed buckets and again with one 128-token
-#      prefill bucket (every prompt through the prefill GEMM, decode through the small-M GEMM),
+#      host sampling (gpu_model_test), on the committed buckets and again with one 512-token
+#      prefill bucket (the models' positions raised to 512: every prompt through the prefill
+#      GEMM, decode through the small-M GEMM; tiny-llama also with e4m3 weights),
 #      tokens with and without prefix-cache hits (tools/prefix_cache_check.py),
 #   3. compute-sanitizer: memcheck on both, racecheck and synccheck on the kernels, synccheck on
 #      the tiny models' test, racecheck on short telos-run generate runs of each tiny model
@@ -49,10 +50,10 @@ if [ "${1:-}" = "--prepare" ]; then
   # telos-launch-bench and telos-device-launch-probe are built where CMake found nvcc
   # (executor/bench).
   cmake --build "$BUILD" --target telos-launch-bench telos-device-launch-probe -j2 2>/dev/null || true
-  rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128"
-  p128=$(mktemp) b64=$(mktemp) kvfp8=$(mktemp)
-  echo '{"max_batch": 8, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 128},
-         "prefill_chunk": 128, "prefill_buckets": [128]}' >"$p128"
+  rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p512"
+  p512=$(mktemp) b64=$(mktemp) kvfp8=$(mktemp)
+  echo '{"max_batch": 8, "max_seq_len": 512, "kv_page_size": 16, "kv_pool": {"pages": 128},
+         "prefill_chunk": 512, "prefill_buckets": [512]}' >"$p512"
   echo '{"max_batch": 64, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 1152},
          "prefill_chunk": 256}' >"$b64"
   # The tiny models with an e4m3 KV cache (gpu_model_test, E4m3KvCache...; docs/fp8.md).
@@ -60,9 +61,24 @@ if [ "${1:-}" = "--prepare" ]; then
   for m in models/tiny-llama test/fixtures/tiny-qwen2 test/fixtures/tiny-qwen3; do
     name=$(basename "$m")
     "$BUILD/bin/telosc" compile "$m" -o "$CARRY/artifacts/$name.telos"
-    "$BUILD/bin/telosc" compile "$m" --serving "$p128" -o "$CARRY/artifacts-p128/$name.telos"
     "$BUILD/bin/telosc" compile "$m" --serving "$kvfp8" -o "$CARRY/artifacts/$name-kv-fp8.telos"
   done
+  # The tiny models with one 512-token prefill bucket, the smallest that takes the prefill GEMM
+  # (kPrefillGemmMinRows), past their committed 256 positions (copies with max_position_embeddings
+  # 512; positions change no arithmetic): gpu_model_test runs them as it runs the committed ones,
+  # tiny-llama with e4m3 weights too (GpuModelFp8: the e4m3 prefill GEMM).
+  p512_model=$(mktemp -d)
+  for m in models/tiny-llama test/fixtures/tiny-qwen2 test/fixtures/tiny-qwen3; do
+    name=$(basename "$m")
+    rm -rf "${p512_model:?}"/* && cp "$m"/* "$p512_model/"
+    sed -i 's/"max_position_embeddings": 256/"max_position_embeddings": 512/' "$p512_model/config.json"
+    "$BUILD/bin/telosc" compile "$p512_model" --serving "$p512" -o "$CARRY/artifacts-p512/$name.telos"
+    if [ "$name" = tiny-llama ]; then
+      "$BUILD/bin/telosc" compile "$p512_model" --serving "$p512" --quantize fp8 \
+        -o "$CARRY/artifacts-p512/tiny-llama-fp8.telos"
+    fi
+  done
+  rm -rf "$p512_model"
   # tiny-llama past its committed 256 positions (a copy with max_position_embeddings 512), for
   # one-token steps past the first attention split (gpu_model_test, GpuModelLongContext).
   long=$(mktemp -d) long_serving=$(mktemp)
@@ -81,7 +97,7 @@ if [ "${1:-}" = "--prepare" ]; then
   "$BUILD/bin/telosc" compile models/tiny-llama --quantize fp8 -o "$CARRY/artifacts/tiny-llama-fp8.telos"
   # tiny-llama as committed has max_batch 8; the engine's overhead is wanted at batch 1 and 64.
   "$BUILD/bin/telosc" compile models/tiny-llama --serving "$b64" -o "$CARRY/artifacts/tiny-llama-b64.telos"
-  rm -f "$p128" "$b64" "$kvfp8"
+  rm -f "$p512" "$b64" "$kvfp8"
   cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$BUILD/bin/telos-kernel-bench" \
      "$BUILD/bin/telos-prefill-bench" "$BUILD/bin/telos-attn-prefill-bench" "$BUILD/bin/telos-run" \
      "$BUILD/bin/telosc" "$BUILD/bin/telos-allreduce-bench" "$CARRY/bin/"
@@ -95,8 +111,8 @@ if [ "${1:-}" = "--prepare" ]; then
   # telos-run's shared libraries that a bare GPU machine lacks (the CUDA runtime is static).
   for l in $(ldd "$BUILD/bin/telos-run" | awk '/pcre2|icu/ {print $3}'); do cp -L "$l" "$CARRY/lib/"; done
   # Compressed: the artifacts' PTX and ICU's data are most of the bytes.
-  tar cJf "$CARRY/payload.tar.xz" -C "$CARRY" lib artifacts artifacts-p128
-  rm -rf "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p128"
+  tar cJf "$CARRY/payload.tar.xz" -C "$CARRY" lib artifacts artifacts-p512
+  rm -rf "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p512"
   # The kernel cache the last GPU run packed ($OUT/kernel-cache.tar.xz there, saved here as
   # KERNEL_CACHE, default .gpu-kernel-cache.tar.xz): tools/gpu_env.sh unpacks it.
   KERNEL_CACHE=${KERNEL_CACHE:-.gpu-kernel-cache.tar.xz}
@@ -143,13 +159,13 @@ if [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ] && [ -z "${GPU_CHECK_SANITIZERS_ONLY:-}"
   # About two minutes when its modules are compiled here (no kernel cache carried).
   STEP_TIMEOUT=300 run "kernels vs f64; small GEMM == prefill GEMM" kernels.log "$B/gpu_kernels_test"
   run "tiny models vs transformers" model.log "$B/gpu_model_test"
-  run "tiny models, prefill bucket 128" model-p128.log env TELOS_GPU_ARTIFACTS="$P/artifacts-p128" "$B/gpu_model_test"
+  run "tiny models, prefill bucket 512" model-p512.log env TELOS_GPU_ARTIFACTS="$P/artifacts-p512" "$B/gpu_model_test"
   run "memcheck: kernels" memcheck-kernels.log $CS --tool memcheck "$B/gpu_kernels_test" \
       --gtest_filter="-$SIDE_BY_SIDE"
   # Tokens with and without prefix-cache hits, alone and in a batch, on the GPU engine.
   run "prefix cache: same tokens with hits" prefix-cache.log python3 tools/prefix_cache_check.py \
       --telos-run "$B/telos-run" --engine gpu "$P/artifacts/tiny-llama.telos" \
-      "$P/artifacts/tiny-qwen2.telos" "$P/artifacts/tiny-qwen3.telos" "$P/artifacts-p128/tiny-llama.telos"
+      "$P/artifacts/tiny-qwen2.telos" "$P/artifacts/tiny-qwen3.telos" "$P/artifacts-p512/tiny-llama.telos"
   run "memcheck: tiny models" memcheck-model.log $CS --tool memcheck "$B/gpu_model_test" \
       --gtest_filter='*MatchesTransformers*:*LongContext*:*E4m3Kv*:GpuModelFp8.*'
 fi

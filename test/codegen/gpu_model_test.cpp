@@ -627,8 +627,10 @@ INSTANTIATE_TEST_SUITE_P(Tiny, GpuModel,
                          ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3"));
 
 // tiny-llama compiled with --quantize fp8 (tiny-llama-fp8.telos; tools/gpu_check.sh compiles it):
-// its one-token steps run decode_layer_persistent_e4m3, its other buckets the small-M and prefill
-// e4m3 GEMMs. Against the CPU reference engine on the same artifact (the same dequantized weights
+// its one-token steps run decode_layer_persistent_e4m3, its other buckets the small-M e4m3 GEMMs,
+// and the prefill e4m3 GEMM where the artifact has a bucket of kPrefillGemmMinRows tokens (the
+// check's artifacts-p512 copy: every prompt through its one 512-token bucket). Against the CPU
+// reference engine on the same artifact (the same dequantized weights
 // W' = bf16(float(q) · s), f32 arithmetic), each golden prompt alone and all in one mixed batch:
 // the prompt's logits within 2e-2 relative L2, the CPU's greedy ids, teacher-forced, within bf16
 // tolerance of the GPU's largest logit, the free-running ids identical or parting only at such a
