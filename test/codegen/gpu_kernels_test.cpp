@@ -1111,22 +1111,23 @@ struct QkvShape {
   codegen::RopeInput rope;
 };
 
-// The QKV path: the GEMM the plan picks for M (gemm_prefill_bf16 from 128 rows, else
-// gemm_small_bf16) projects into a bf16 buffer (the weights packed in RoPE's pair order, so the
-// projection is too), qkv_rope_append_rows adds the bias, normalizes,
+// The QKV path: the GEMM the plan picks for M (gemm_prefill_bf16 from kPrefillGemmMinRows rows,
+// else gemm_small_bf16) projects into a bf16 buffer (the weights packed in RoPE's pair order, so
+// the projection is too), qkv_rope_append_rows adds the bias, normalizes,
 // rotates, writes q and appends k / v (ragged M, a padding row, distinct positions per sequence so
 // no two rows write one KV slot).
 TEST(GpuKernels, QkvGemmThenRows) {
   TELOS_SKIP_WITHOUT_GPU();
   const codegen::RopeInput llama3{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
   const codegen::RopeInput plain{"default", 1000000.0};
-  constexpr int PAGE = 16, MAXP = 16, LAYERS = 2, POOL = 40, LAYER = 1;
+  constexpr int PAGE = 16, MAXP = 32, LAYERS = 2, POOL = 72, LAYER = 1;
   for (const QkvShape& s : {QkvShape{128, 4, 2, 32, 200, true, false, llama3},
-                           QkvShape{256, 4, 2, 32, 401, false, true, plain},
-                           QkvShape{512, 8, 2, 128, 130, true, false, plain},
-                           QkvShape{128, 4, 2, 32, 5, false, false, llama3},
-                           QkvShape{256, 4, 2, 64, 40, false, true, llama3},
-                           QkvShape{1536, 12, 2, 128, 100, true, false, plain}}) {
+                            QkvShape{256, 4, 2, 32, 401, false, true, plain},
+                            QkvShape{256, 4, 2, 32, 601, true, true, llama3},
+                            QkvShape{512, 8, 2, 128, 130, true, false, plain},
+                            QkvShape{128, 4, 2, 32, 5, false, false, llama3},
+                            QkvShape{256, 4, 2, 64, 40, false, true, llama3},
+                            QkvShape{1536, 12, 2, 128, 100, true, false, plain}}) {
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     const int NH = s.HQ + 2 * s.HKV, ROWS = NH * s.D;
     const bool big = s.M >= codegen::kPrefillGemmMinRows;
