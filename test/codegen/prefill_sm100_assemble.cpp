@@ -5,8 +5,8 @@
 // buckets up to 512 tokens), and every prefill GEMM instance (gemm_prefill_{bf16,residual,swiglu}
 // <M, N, K[, W_BH, W_BOX]>, buckets of kPrefillGemmMinRows tokens and more) is renamed to its
 // sm_100a twin with the same template arguments and dynamic shared memory, which is all an sm_100a
-// lowering row will change. Each instance must use no local memory, spill nothing and fit its static and dynamic
-// shared memory in a block's (codegen::check_kernel_resources).
+// lowering row will change. Each instance must use no local memory, spill nothing and fit its
+// static and dynamic shared memory in a block's (codegen::check_kernel_resources).
 //
 //   prefill_sm100_assemble -o DIR CONFIG.json...
 //
