@@ -16,7 +16,9 @@
 #      programs' collective entries) with NCCL's all-gathers against TELOS_NCCL=0's fallback
 #      kernels, greedy ids identical; decode batch 1 and throughput at batch 64 and
 #      256, TP=2 beside TP=1, on MULTI_GPU_MODEL (a model directory telosc compiles, e.g. a
-#      Llama-3.1-8B checkpoint of tools/e2e_check.py --keep-work; default: tiny-llama),
+#      Llama-3.1-8B checkpoint of tools/e2e_check.py --keep-work; default: tiny-llama), and
+#      beside it the peer, PyTorch's tensor-parallel decode of the 8B's shape at TP=1 and TP=2
+#      (tools/torch_tp_decode.py under torchrun),
 #   5. real shapes at TP=2 against transformers (tools/e2e_check.py --tensor-parallel 2: logits,
 #      greedy ids against transformers and against TP=1, batch invariance): on two GPUs
 #      Llama-3.1-8B and Qwen2.5-7B, a rank a GPU; on one GPU Llama-3.2-1B, both ranks on it.
@@ -167,6 +169,15 @@ if [ -z "${MULTI_GPU_CHECK_E2E_ONLY:-}" ]; then
         --serving "$OUT/bench-tp$tp.json" -o "$OUT/bench-tp$tp.telos"
       step "decode batch 1, 64, 256 at TP=$tp" "$B/telos-run" bench "$OUT/bench-tp$tp.telos" \
         --engine gpu --batch 1,64,256 --prompt-len 128 --gen 128 --json
+    done
+    # The peer: PyTorch's tensor-parallel decode of Llama-3.1-8B's shape (random weights,
+    # torch.compile with CUDA graphs) at the bench's middle context, its JSON lines in the log.
+    for tp in 1 2; do
+      name="PyTorch peer, llama-8b decode at TP=$tp"
+      peer=(python3 -m torch.distributed.run --standalone --nproc-per-node $tp
+        tools/torch_tp_decode.py --model llama-8b --batch 1,64,256 --ctx 192)
+      [ $DRY = 0 ] && skip_late "$name" 240 "${peer[*]}" && continue
+      step "$name" "${peer[@]}"
     done
   else
     ROWS+=("$(printf '%-44s | skip | one GPU: the two-GPU checks need two' "TP=2 on 2 GPUs")")
