@@ -83,7 +83,8 @@ def parse_args(argv):
         "(the peer of Telos's decode; run under torchrun, a rank a GPU).",
         epilog="Exit codes: 0 done, 1 a failure on the GPU side, 2 a usage error.")
     p.add_argument("--model", choices=sorted(SHAPES), default="llama-8b", help="the shape")
-    p.add_argument("--layers", type=positive_int, help="the number of layers (default: the model's)")
+    p.add_argument("--layers", type=positive_int,
+                   help="the number of layers (default: the model's)")
     p.add_argument("--batch", type=positive_ints, default=[1, 64, 256],
                    help="batch sizes, comma-separated (default 1,64,256)")
     p.add_argument("--ctx", type=positive_int, default=512,
