@@ -3058,6 +3058,33 @@ SmallTwin small_twin(const std::string& epi, int M, int N, int K) {
 const std::string kSm100Twins =
     "#include \"gemm_small_sm100.cuh\"\n#include \"gemm_prefill_sm100.cuh\"\n";
 
+// An sm_100a twin's output (outs[0]) and its Hopper GEMM's (outs[1]): M x N elements (bf16 bits
+// as floats, or the residual's f32), then `guard` poisoned ones past M. The twin against f64 (ref
+// [M, 2N]: gate, then up; x0 the residual's input), the guard untouched, the two bit for bit.
+void check_twin_outputs(const std::vector<float> (&outs)[2], const std::vector<double>& ref,
+                        const std::vector<float>& x0, const std::string& epi, int M, int N,
+                        std::size_t guard, const std::string& what, const char* hopper_gemm) {
+  const bool swiglu = epi == "swiglu", residual = epi == "residual";
+  const std::size_t MN = static_cast<std::size_t>(M) * N, n = static_cast<std::size_t>(N);
+  std::vector<float> got(MN);
+  std::vector<double> want(MN);
+  for (std::size_t e = 0; e < MN; ++e) {
+    const std::size_t r = e / n * 2 * n + e % n;
+    const double g = ref[r], u = ref[r + n];
+    got[e] = residual ? outs[0][e] : from_bf16(static_cast<std::uint16_t>(outs[0][e]));
+    want[e] = residual ? x0[e] + g : swiglu ? g / (1.0 + std::exp(-g)) * u : g;
+  }
+  EXPECT_LT(rel_l2(got, want), residual ? 1e-5 : 1e-2) << "twin vs f64, " << what;
+  for (std::size_t e = MN; e < MN + guard; ++e) {
+    if (residual)
+      ASSERT_EQ(outs[0][e], x0[e]) << "twin wrote past M, " << what;
+    else
+      ASSERT_EQ(outs[0][e], 0xffff) << "twin wrote past M, " << what;
+  }
+  EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), (MN + guard) * sizeof(float)))
+      << "twin vs Hopper " << hopper_gemm << ", " << what;
+}
+
 // The sm_100a small GEMM's shared parts on an H200 (its twin: the same producer, stage ring,
 // barriers, tiles and epilogue, wgmma for tcgen05): every epilogue against f64 at ragged M (1 to
 // 300: one to two token tiles, 16 to 256 tokens an MMA, the last tile part-filled), N not a
@@ -3130,23 +3157,8 @@ TEST(GpuKernels, Sm100TwinSmallGemmMatchesF64AndHopperBitForBit) {
             outs[hopper].assign(b.begin(), b.end());
           }
         }
-        std::vector<float> got(MN);
-        std::vector<double> want(MN);
-        for (std::size_t e = 0; e < MN; ++e) {
-          const std::size_t r = e / N * 2 * N + e % N;
-          const double g = ref[r], u = ref[r + N];
-          got[e] = residual ? outs[0][e] : from_bf16(static_cast<std::uint16_t>(outs[0][e]));
-          want[e] = residual ? x0[e] + g : swiglu ? g / (1.0 + std::exp(-g)) * u : g;
-        }
-        EXPECT_LT(rel_l2(got, want), residual ? 1e-5 : 1e-2) << "twin vs f64, " << what;
-        for (std::size_t e = MN; e < total; ++e) {
-          if (residual)
-            ASSERT_EQ(outs[0][e], x0[e]) << "twin wrote past M, " << what;
-          else
-            ASSERT_EQ(outs[0][e], 0xffff) << "twin wrote past M, " << what;
-        }
-        EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), total * sizeof(float)))
-            << "twin vs Hopper gemm_small, " << what;
+        ASSERT_NO_FATAL_FAILURE(
+            check_twin_outputs(outs, ref, x0, epi, M, N, total - MN, what, "gemm_small"));
       }
   }
 }
@@ -3303,23 +3315,8 @@ TEST(GpuKernels, Sm100TwinPrefillGemmMatchesF64AndHopperBitForBit) {
           outs[hopper].assign(b.begin(), b.end());
         }
       }
-      std::vector<float> got(MN);
-      std::vector<double> want(MN);
-      for (std::size_t e = 0; e < MN; ++e) {
-        const std::size_t r = e / s.N * 2 * s.N + e % s.N;
-        const double g = ref[r], u = ref[r + s.N];
-        got[e] = residual ? outs[0][e] : from_bf16(static_cast<std::uint16_t>(outs[0][e]));
-        want[e] = residual ? x0[e] + g : swiglu ? g / (1.0 + std::exp(-g)) * u : g;
-      }
-      EXPECT_LT(rel_l2(got, want), residual ? 1e-5 : 1e-2) << "twin vs f64, " << what;
-      for (std::size_t e = MN; e < MN + guard; ++e) {
-        if (residual)
-          ASSERT_EQ(outs[0][e], x0[e]) << "twin wrote past M, " << what;
-        else
-          ASSERT_EQ(outs[0][e], 0xffff) << "twin wrote past M, " << what;
-      }
-      EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)))
-          << "twin vs Hopper gemm_prefill, " << what;
+      ASSERT_NO_FATAL_FAILURE(
+          check_twin_outputs(outs, ref, x0, epi, s.M, s.N, guard, what, "gemm_prefill"));
     }
   }
 }
