@@ -814,6 +814,10 @@ void lower_partial(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
          ": a partial product is the o or down projection's (layers.N.o, layers.N.down)");
   const ir::Param& w = param_of(b.graph, op, 0);
   const int rows = dim(w, 0), k = dim(w, 1);
+  if (w.type.dtype == DType::E4M3) {
+    launch_gemm_e4m3(b, lg.role, w, weight(op, 0), "residual", rows, lg.in, "partial", nullptr);
+    return;
+  }
   const Gemm g = choose_gemm(b.bucket, "residual", rows, k, b.model.image(lg.weight), "");
   launch_gemm(b, b.use(lg.role, g.kernel), g, weight(op, 0), rows, k, lg.in, "partial", rows,
               nullptr);
@@ -1225,6 +1229,13 @@ const std::vector<LoweringRule>& lowering_table() {
        "gemm_small_e4m3[_norm]_swiglu", lower_projection},
       {"linear.swiglu", "linear", "swiglu", DType::E4M3, kPrefill, "sm_90a",
        "gemm_prefill_e4m3_swiglu", lower_projection},
+      {"linear.partial", "linear", "partial", DType::E4M3, kSmallM, "sm_90a",
+       "gemm_small_e4m3_residual into the zeroed f32 partial (a tensor-parallel rank's o or down)",
+       lower_partial},
+      {"linear.partial", "linear", "partial", DType::E4M3, kPrefill, "sm_90a",
+       "gemm_prefill_e4m3_residual into the zeroed f32 partial (a tensor-parallel rank's o or "
+       "down)",
+       lower_partial},
   };
   return table;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tensor parallelism on the GPU machine, in one invocation (docs/multi-gpu.md, docs/gpu-check.md):
-#   1. the tiny models compiled at serving.tensor_parallel 2 (<model>-tp2.telos, beside the
+#   1. the tiny models compiled at serving.tensor_parallel 2 (<model>-tp2.telos, and
+#      tiny-llama --quantize fp8 as tiny-llama-fp8-tp2.telos, beside the
 #      one-rank artifacts of tools/gpu_check.sh --prepare),
 #   2. on one GPU: the all-reduce's forms (one-shot, two-shot, with the next RMSNorm) against a
 #      host sum and the unfused path, bit for bit, over 2, 4 and 8 ranks, and the NCCL form's
@@ -138,6 +139,8 @@ if [ -z "${MULTI_GPU_CHECK_E2E_ONLY:-}" ]; then
   done
   echo '{"max_batch": 8, "max_seq_len": 8192, "kv_pool": {"pages": 1040}, "prefill_chunk": 8192, "prefill_buckets": [128, 8192], "tensor_parallel": 2}' >"$OUT/long-tp2.serving.json"
   step "compile tiny-llama-long at TP=2" long_tiny_llama "$ARTS/tiny-llama-long-tp2.telos"
+  step "compile tiny-llama --quantize fp8 at TP=2" "$B/telosc" compile models/tiny-llama \
+    --quantize fp8 --serving "$OUT/tiny-llama-tp2.serving.json" -o "$ARTS/tiny-llama-fp8-tp2.telos"
 
   # 2. One GPU: the kernel and the two ranks on one device.
   step "all-reduce forms, gather-sum vs host sum" "$B/gpu_kernels_test" \
@@ -150,7 +153,7 @@ if [ -z "${MULTI_GPU_CHECK_E2E_ONLY:-}" ]; then
   step "racecheck: all-reduce forms, a rank at a time" timeout 300 "${CS[@]}" --tool racecheck \
     "$B/gpu_kernels_test" --gtest_filter='GpuKernels.AllReduceOneRankAtATime'
   step "tiny models, 2 ranks on one GPU vs 1 rank" "$B/gpu_model_test" \
-    --gtest_filter='*GpuModel.TwoRanksOnOneDeviceMatchOneRank*'
+    --gtest_filter='*GpuModel.TwoRanksOnOneDeviceMatchOneRank*:GpuModelFp8.TwoRanksOnOneDeviceMatchOneRank'
 
   # 3. The all-reduce's latency, ours beside NCCL (its table is in the log).
   step "all-reduce latency, ours and NCCL" "$B/telos-allreduce-bench"

@@ -672,6 +672,56 @@ TEST(GpuModelFp8, MatchesTheCpuEngineAloneAndInAMixedBatch) {
   }
 }
 
+// tiny-llama --quantize fp8 at tensor_parallel 2 (tiny-llama-fp8-tp2.telos;
+// tools/multi_gpu_check.sh compiles it), its two ranks on this one GPU: the row-parallel o and down
+// projections on the e4m3 residual GEMMs into the rank's f32 partial, then the all-reduce. Against
+// the CPU reference engine on the one-rank FP8 artifact (the same dequantized weights), every
+// golden prompt in a mixed batch as GpuModelFp8.MatchesTheCpuEngineAloneAndInAMixedBatch checks one
+// rank; the greedy ids of the one-rank FP8 artifact on the GPU; and each case alone gives the ids
+// and logits bits it gives in the batch.
+TEST(GpuModelFp8, TwoRanksOnOneDeviceMatchOneRank) {
+  TELOS_SKIP_WITHOUT_GPU();
+  const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
+  const std::string one_path = dir + "/tiny-llama-fp8.telos",
+                    tp2 = dir + "/tiny-llama-fp8-tp2.telos";
+  if (dir.empty() || !std::filesystem::exists(one_path) || !std::filesystem::exists(tp2))
+    GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory holding tiny-llama-fp8.telos "
+                    "and tiny-llama-fp8-tp2.telos (tools/multi_gpu_check.sh compiles the second)";
+  const auto art = Artifact::load(one_path);
+  const auto tp_art = Artifact::load(tp2);
+  std::vector<GoldenCase> cpu_cases;
+  {
+    CpuGreedy cpu(art, kPoolPages);
+    for (const GoldenCase& p : load_golden("tiny-llama")) {
+      const Generated g = generate(cpu, *art, {p}, {DeviceSampling{}})[0];
+      cpu_cases.push_back({p.prompt, g.ids, g.prompt_logits});
+    }
+  }
+  const std::vector<DeviceSampling> greedy(cpu_cases.size());
+  std::vector<Generated> one_rank;
+  {
+    GpuStepExecutor one(art, GpuExecutorOptions{.kv_pages = kPoolPages});
+    one_rank = generate(one, *art, cpu_cases, greedy);
+  }
+  GpuRankGroup ranks(tp_art, {0, 0}, GpuExecutorOptions{.kv_pages = kPoolPages});
+  const std::vector<Generated> batch = generate(ranks, *tp_art, cpu_cases, greedy);
+  const std::vector<Generated> forced = generate(ranks, *tp_art, cpu_cases, greedy, true);
+  for (std::size_t c = 0; c < cpu_cases.size(); ++c) {
+    const std::string label = "tiny-llama fp8 tp2 case " + std::to_string(c);
+    check_case(label + " in batch vs cpu", cpu_cases[c], batch[c], forced[c]);
+    const bool same = batch[c].ids == one_rank[c].ids;
+    report(label + ": greedy ids vs one rank", same ? "identical" : "differ", same);
+    EXPECT_TRUE(same) << label;
+    const Generated alone = generate(ranks, *tp_art, {cpu_cases[c]}, {DeviceSampling{}})[0];
+    const bool invariant = alone.ids == batch[c].ids &&
+                           std::memcmp(alone.prompt_logits.data(), batch[c].prompt_logits.data(),
+                                       batch[c].prompt_logits.size() * 4) == 0;
+    report(label + ": alone vs in batch (ids, logits bits)", invariant ? "identical" : "differ",
+           invariant);
+    EXPECT_TRUE(invariant) << label;
+  }
+}
+
 // Past the first attention split: a sequence whose one-token steps run from six positions before
 // the split's end to ten after it (positions 250 to 265 at the default split of 256, 506 to 521 at
 // the serving config's 512) alone (decode_layer_persistent, which skips the combine while the
