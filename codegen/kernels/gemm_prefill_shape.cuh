@@ -151,7 +151,6 @@ struct PrefillW8a8Tiling {
   static_assert(!Shape::kSplitW || N % 64 == 0,
                 "SwiGLU: a tile's 64 up rows lie in one 128-row scale block");
   static_assert(kStages >= 2, "a ring of at least two stages");
-  static HEXEL_HOST_DEVICE constexpr unsigned w_offset(unsigned) { return 0; }
 };
 
 // Linear work index -> (tile m, tile n), kGroupM tiles along M per sweep over N, so the CTAs

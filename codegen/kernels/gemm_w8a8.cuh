@@ -147,8 +147,10 @@ __device__ __forceinline__ void w8a8_promote(float (&acc)[N / 2], const float (&
 // One tile's K loop for a consumer warpgroup: for each K block, its scale products (loaded before
 // the stage's wait, so the loads overlap it and the chain), the stage's wait, the chain into
 // `part`, the wait for it, the stage's release (the warp's lane 0) and the promotion into `acc`,
-// which starts at +0. row: the thread's first row (w8a8_scales); wb: its weight scale block rows.
-template <int M, int K, unsigned N, unsigned G, unsigned STAGES, class AStage, class WStage>
+// which starts at +0, over K_BLOCKS blocks. row: the thread's first row (w8a8_scales); wb: its
+// weight scale block rows.
+template <int M, unsigned K_BLOCKS, unsigned N, unsigned G, unsigned STAGES, class AStage,
+          class WStage>
 __device__ __forceinline__ void w8a8_k_loop(float (&acc)[N / 2],
                                             hexel::mbarrier::StageRing<STAGES>& ring, unsigned full,
                                             unsigned empty, unsigned lane, const float* a_scale,
@@ -156,13 +158,12 @@ __device__ __forceinline__ void w8a8_k_loop(float (&acc)[N / 2],
                                             const unsigned (&wb)[G], AStage a_stage,
                                             WStage w_stage) {
   using namespace hexel;
-  constexpr unsigned kKBlocks = (K + PrefillW8a8Gemm::kBlockK - 1) / PrefillW8a8Gemm::kBlockK;
   float part[N / 2];
 #pragma unroll
   for (unsigned i = 0; i < N / 2; ++i) acc[i] = 0.f;
-  for (unsigned kb = 0; kb < kKBlocks; ++kb) {
+  for (unsigned kb = 0; kb < K_BLOCKS; ++kb) {
     float s[2][G];
-    w8a8_scales<M, kKBlocks, G>(s, a_scale, w_scale, row, wb, kb);
+    w8a8_scales<M, K_BLOCKS, G>(s, a_scale, w_scale, row, wb, kb);
     mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
     wgmma::fence();
     w8a8_block_mma<N>(part, a_stage(ring.index), w_stage(ring.index));
@@ -228,7 +229,7 @@ __device__ __forceinline__ void prefill_w8a8_body(const TensorMap* a_map, const 
       } else {
         wb[0] = tn * G::kBlockN / 128;
       }
-      w8a8_k_loop<M, K, G::kBlockN>(
+      w8a8_k_loop<M, T::kKBlocks, G::kBlockN>(
           acc, ring, sm.full, sm.empty, lane, a_scale, w_scale, row, wb,
           [&](unsigned st) { return a_stage(st) + cw * 64 * 128; }, w_stage);
       prefill_gemm_epilogue<Epi>(acc, out_map, sm.epilogue, tm, tn, cw, warp, lane, wg_leader);
