@@ -549,11 +549,10 @@ __device__ __forceinline__ float rope_second(float x1, float x2, float cs, float
 template <int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP, long long PAGE_ELEMS,
           class Rope, class KV = KvBf16, class Sync>
 __device__ __forceinline__ void qkv_rope_row(float v, int head, int m, int d, const float* bias,
-                                             const float* q_norm, const float* k_norm,
-                                             const int* positions, const int* token_seq,
-                                             const int* page_tables, typename KV::Elem* kv_layer,
-                                             float* q_out, float* head_v, float* scratch,
-                                             Sync sync) {
+                                             const float* q_norm, const float* k_norm, const int* positions,
+                                             const int* token_seq, const int* page_tables,
+                                             typename KV::Elem* kv_layer, float* q_out, float* head_v,
+                                             float* scratch, Sync sync) {
   static_assert(D % 32 == 0 && D <= 256, "one thread per element of a head");
   const bool on = d < D;
   const bool is_q = head < HQ, is_k = !is_q && head < HQ + HKV;
