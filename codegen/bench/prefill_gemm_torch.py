@@ -293,7 +293,7 @@ def scaled_mm_mode(qa, sa, wq, sw, ref):
         if not e <= 1e-2:
             raise RuntimeError(f"relative L2 error {e:.2e} against the dequantized operands")
         return True, "blockwise 1x128 / 128x128"
-    except RuntimeError as err:
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as err:
         return False, f"rowwise / per-channel: blockwise unavailable ({str(err).splitlines()[0]})"
 
 
