@@ -105,6 +105,8 @@ if [ "${1:-}" = "--prepare" ]; then
   [ -x "$BUILD/bin/telos-device-launch-probe" ] && cp "$BUILD/bin/telos-device-launch-probe" "$CARRY/bin/"
   strip "$CARRY"/bin/*
   "$BUILD/bin/telos-prefill-bench" --compile-only "$CARRY/prefill-bench.cubin"
+  # The W8A8 GEMM beside our bf16 GEMM and torch._scaled_mm: prefill_gemm_torch.py --w8a8.
+  "$BUILD/bin/telos-prefill-bench" --compile-only-w8a8 "$CARRY/prefill-w8a8.cubin"
   cp codegen/bench/prefill_gemm_torch.py "$CARRY/"
   "$BUILD/bin/telos-attn-prefill-bench" --compile-only "$CARRY/attn-prefill.cubin"
   cp codegen/bench/attention_prefill_torch.py codegen/bench/decode_gemm_torch.py "$CARRY/"

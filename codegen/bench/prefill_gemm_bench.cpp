@@ -7,10 +7,15 @@
 // process (the issue-4 figure); the timing mode times ours alone under load (bench_support.hpp,
 // steady_event_ms: the median of 20 back-to-back launches after ~100 ms of them), one line per
 // case, "telos SHAPE M EPILOGUE N K MS": a process of our kernels only, for profilers (ncu).
+// `--compile-only-w8a8` writes the cubin of prefill_gemm_torch.py's --w8a8 mode: at M = 4096,
+// 8192, 16384, each case's W8A8 GEMM (codegen/kernels/gemm_w8a8.cuh), its activations'
+// quantization and the bf16 GEMM of the same shape, to time beside torch._scaled_mm.
 //
-//   telos-prefill-bench --compile-only CUBIN   NVRTC only (no GPU): compiles every instance and
-//                                              writes CUBIN and CUBIN.names (instance → entry)
-//   telos-prefill-bench CUBIN                  loads them and times
+//   telos-prefill-bench --compile-only CUBIN       NVRTC only (no GPU): compiles every instance
+//                                                  and writes CUBIN and CUBIN.names (instance →
+//                                                  entry)
+//   telos-prefill-bench --compile-only-w8a8 CUBIN  the same for the W8A8 comparison
+//   telos-prefill-bench CUBIN                      loads the first and times
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,6 +24,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,6 +78,24 @@ std::vector<Case> cases() {
   return out;
 }
 
+// The W8A8 comparison's instances, in order (prefill_gemm_torch.py --w8a8 pairs them by shape):
+// per case at M >= 4096, the bf16 GEMM, the W8A8 GEMM of the same epilogue and the quantization
+// of its activations (once a shape of A).
+std::vector<std::string> w8a8_instances() {
+  std::vector<std::string> names;
+  std::set<std::string> quantize;
+  for (const Case& c : cases()) {
+    if (c.M < 4096) continue;
+    const std::string bf16 = c.instance(), prefix = "telos_kernels::gemm_prefill_";
+    names.push_back(bf16);
+    names.push_back(prefix + "w8a8_" + bf16.substr(prefix.size()));
+    const std::string q = "telos_kernels::quantize_rows_e4m3<" + std::to_string(c.M) + ", " +
+                          std::to_string(c.K) + ">";
+    if (quantize.insert(q).second) names.push_back(q);
+  }
+  return names;
+}
+
 // The same cases reading the weight from the slot image the plan gives the 8B's one-token layer
 // (decode_layer_tiling's tiles; prefill_image_box_rows as kernel_plan.cpp), for --compile-only:
 // their instances end in ", W_BH, W_BOX" (prefill_gemm_torch.py packs the image and encodes its
@@ -122,8 +146,18 @@ int main(int argc, char** argv) {
     save_bench_cubin(argv[2], m, names);
     return 0;
   }
+  if (argc == 3 && std::string(argv[1]) == "--compile-only-w8a8") {
+    const std::vector<std::string> names = w8a8_instances();
+    KernelPlan plan;
+    plan.rope_inv_freq = {1.f};
+    const CompiledModule m = compile_module(emit_source(plan) + "#include \"gemm_w8a8.cuh\"\n",
+                                            "sm_90a", names, CompileCache::default_root());
+    save_bench_cubin(argv[2], m, names);
+    return 0;
+  }
   if (argc != 2) {
-    std::fprintf(stderr, "usage: telos-prefill-bench [--compile-only] CUBIN\n");
+    std::fprintf(stderr,
+                 "usage: telos-prefill-bench [--compile-only | --compile-only-w8a8] CUBIN\n");
     return 2;
   }
   const BenchCubin loaded = load_bench_cubin(argv[1]);

@@ -1,6 +1,8 @@
-"""Telos's prefill GEMM beside torch.matmul (cuBLAS), interleaved in one process.
+"""Telos's prefill GEMM beside torch.matmul (cuBLAS), interleaved in one process; with --w8a8, the
+W8A8 GEMM beside our bf16 GEMM and torch._scaled_mm.
 
     prefill_gemm_torch.py CUBIN [ROUNDS]
+    prefill_gemm_torch.py --w8a8 CUBIN [ROUNDS]
 
 Loads CUBIN and CUBIN.names (what `telos-prefill-bench --compile-only` writes: the prefill GEMM
 on Llama-3.1-8B's shapes at M = 2048 .. 16384, each with the epilogue the plan gives it) through
@@ -17,6 +19,16 @@ faster) and per row the median ratio over the rounds and its range. The bf16 epi
 poisoned with NaN first, is checked against torch's (relative L2 at most 1e-2), so a fast wrong
 kernel does not pass. The residual epilogue also reads and writes the f32 residual stream (the
 peer does not); the SwiGLU one writes half the columns.
+
+--w8a8 loads what `telos-prefill-bench --compile-only-w8a8` writes (M = 4096, 8192, 16384) and
+times, interleaved as above, per shape: our W8A8 GEMM (codegen/kernels/gemm_w8a8.cuh), our bf16
+GEMM of the same epilogue, and torch._scaled_mm (cuBLASLt) on the same e4m3 operands and scales,
+1x128 blockwise activation scales and 128x128 weight scales; where this torch cannot do
+blockwise, per-row and per-channel scales instead, which the table's header says. The
+activations are quantized by our quantize_rows_e4m3 (timed apart: `quant ms`), the weight per
+128x128 block in torch with the same recipe (amax / 448). The ratios are the issue's: W8A8 speed
+over torch._scaled_mm's (target >= 0.95) and over our bf16 GEMM's (target >= 1.5). The W8A8 bf16
+output is checked against f32 of the dequantized operands (relative L2 at most 1e-2).
 
 The timing helpers here are shared with decode_gemm_torch.py (median_ms: single calls between
 host waits) and attention_prefill_torch.py (interleaved_ms, with Driver).
@@ -96,7 +108,7 @@ class Driver:
         """A 2D map over a row-major matrix as hexel::encode_2d makes one: box_rows x 128 bytes, the
         128-byte swizzle, L2 promotion 256 B; copied to the device (the kernels read maps from
         global memory, as the executor keeps them)."""
-        dtype = {torch.bfloat16: 9, torch.float32: 7}[t.dtype]  # CU_TENSOR_MAP_DATA_TYPE_*
+        dtype = {torch.uint8: 0, torch.bfloat16: 9, torch.float32: 7}[t.dtype]  # CU_TENSOR_MAP_DATA_TYPE_*
         rows, cols = t.shape
         buf = (ctypes.c_uint8 * 192)()  # a CUtensorMap is 128 bytes, 64-byte aligned
         raw = (ctypes.addressof(buf) + 63) & ~63
@@ -229,8 +241,161 @@ def paired(cubin, rounds):
         print(f"| {' | '.join(key)} | {v[len(v) // 2]:.3f} | {v[0]:.3f} | {v[-1]:.3f} |")
 
 
+# The W8A8 GEMM's dynamic shared memory (gemm_prefill_shape.cuh, PrefillW8a8Gemm::smem): six
+# stages of 128 A and 128 W rows of 128 bytes with two barriers each, the epilogue's four 8 KB
+# chunks, 1024 bytes of alignment.
+W8A8_SMEM = 1024 + 6 * (2 * 128 * 128 + 16) + 4 * 64 * 128
+QUANTIZE_WARPS = 8  # gemm_w8a8.cuh, kQuantizeWarps
+
+
+def quantize_weight(w):
+    """w [N, K] bf16 as e4m3 with one f32 scale a 128x128 block (amax / 448, 1 for zeros)."""
+    n, k = w.shape
+    blocks = w.float().view(n // 128, 128, k // 128, 128)
+    amax = blocks.abs().amax(dim=(1, 3))
+    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    q = (blocks / scale[:, None, :, None]).view(n, k).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+def dequantized(q, scale, rows_per_block):
+    """float(q) * scale over blocks of rows_per_block rows and 128 columns, in f32."""
+    s = scale.repeat_interleave(rows_per_block, 0).repeat_interleave(128, 1)
+    return q.float() * s[: q.shape[0], : q.shape[1]]
+
+
+def scaled_mm_peer(qa, sa, wq, sw, blockwise):
+    """torch._scaled_mm on e4m3 a [M, K] and w [N, K] as the column-major [K, N] view: blockwise
+    (activation scales [M, K/128] outer-dim-major, weight scales [K/128, N/128]) if `blockwise`,
+    else rowwise (a scale a token, a scale a weight row, requantized here from the dequantized
+    operands)."""
+    a8 = qa.view(torch.float8_e4m3fn)
+    if blockwise:
+        sa_outer = sa.t().contiguous().t()
+        return lambda: torch._scaled_mm(a8, wq.t(), sa_outer, sw.t(), out_dtype=torch.bfloat16)
+    a = dequantized(a8, sa, 1)
+    w = dequantized(wq, sw, 128)
+    ra = (a.abs().amax(dim=1, keepdim=True) / 448.0).clamp(min=1e-12)
+    rw = (w.abs().amax(dim=1, keepdim=True) / 448.0).clamp(min=1e-12)
+    a_row = (a / ra).to(torch.float8_e4m3fn)
+    w_row = (w / rw).to(torch.float8_e4m3fn)
+    rw_t = rw.t().contiguous()
+    return lambda: torch._scaled_mm(a_row, w_row.t(), ra, rw_t, out_dtype=torch.bfloat16)
+
+
+def scaled_mm_mode(qa, sa, wq, sw, ref):
+    """Whether this torch's _scaled_mm takes the blockwise scales, tried once: it runs and its output
+    is within relative L2 1e-2 of `ref` (f32 of the dequantized operands). Returns (blockwise,
+    description for the table's header)."""
+    try:
+        got = scaled_mm_peer(qa, sa, wq, sw, True)().float()
+        e = ((got - ref).norm() / ref.norm()).item()
+        if not e <= 1e-2:
+            raise RuntimeError(f"relative L2 error {e:.2e} against the dequantized operands")
+        return True, "blockwise 1x128 / 128x128"
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as err:
+        return False, f"rowwise / per-channel: blockwise unavailable ({str(err).splitlines()[0]})"
+
+
+def w8a8_cases(cubin, drv, module):
+    """(shape, M, epilogue, N, K, n, bf16 function, W8A8 function, quantize function) per shape,
+    from the names file's triples (telos-prefill-bench's w8a8_instances)."""
+    fns, cases = {}, []
+    for line in open(cubin + ".names"):
+        inst, entry = line.rstrip("\n").split("\t")
+        m = re.fullmatch(r"telos_kernels::(gemm_prefill_(?:w8a8_)?\w+?|quantize_rows_e4m3)<([\d, ]+)>",
+                         inst)
+        kind, dims = m.group(1), tuple(int(x) for x in m.group(2).split(", "))
+        w8a8 = kind.startswith("gemm_prefill_w8a8_")
+        smem_bytes = W8A8_SMEM if w8a8 else 0 if kind == "quantize_rows_e4m3" else smem(0)
+        fns[(kind, dims)] = drv.function(module, entry, smem_bytes)
+    for (kind, dims), f in fns.items():
+        if not kind.startswith("gemm_prefill_") or kind.startswith("gemm_prefill_w8a8_"):
+            continue
+        epi = kind[len("gemm_prefill_"):]
+        M, n, K = dims
+        N = 2 * n if epi == "swiglu" else n
+        shape = "gate_up" if epi == "swiglu" else "down" if K > 4096 else "qkv" if N == 6144 else "o"
+        cases.append((shape, M, epi, N, K, n, f, fns[("gemm_prefill_w8a8_" + epi, dims)],
+                      fns[("quantize_rows_e4m3", (M, K))]))
+    return cases
+
+
+def w8a8(cubin, rounds):
+    drv = Driver()
+    module = drv.load(cubin)
+    cases = w8a8_cases(cubin, drv, module)
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    tables, blockwise, peer_kind, first = [], None, None, True
+    for r in range(rounds):
+        rows = []
+        for shape, M, epi, N, K, n, f_bf16, f_w8a8, f_quant in cases:
+            a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
+            qa = torch.empty(M, K, device="cuda", dtype=torch.uint8)
+            sa = torch.empty(M, K // 128, device="cuda", dtype=torch.float32)
+            units = M * (K // 128)
+            quant = lambda: drv.launch(f_quant, (-(-units // QUANTIZE_WARPS), 1), 32 * QUANTIZE_WARPS,
+                                       0, [a.data_ptr(), qa.data_ptr(), sa.data_ptr()])
+            quant()
+            wq, sw = quantize_weight(w)
+            y = (torch.zeros(M, n, device="cuda", dtype=torch.float32) if epi == "residual"
+                 else torch.empty(M, n, device="cuda", dtype=torch.bfloat16))
+            tile_cols = 128 if epi == "swiglu" else 256
+            bf16_maps = [drv.tensor_map(a, 128), drv.tensor_map(w, tile_cols), drv.tensor_map(y, 64)]
+            w8_maps = [drv.tensor_map(qa, 128), drv.tensor_map(wq.view(torch.uint8), tile_cols // 2)]
+            tiles = -(-M // 128) * -(-n // tile_cols)
+            tiles8 = -(-M // 128) * -(-n // (tile_cols // 2))
+            ours_bf16 = lambda: drv.launch(f_bf16, (min(tiles, sm), 1), THREADS, smem(0),
+                                           [t.data_ptr() for t in bf16_maps])
+            ours_w8a8 = lambda: drv.launch(
+                f_w8a8, (min(tiles8, sm), 1), THREADS, W8A8_SMEM,
+                [w8_maps[0].data_ptr(), sa.data_ptr(), w8_maps[1].data_ptr(), sw.data_ptr(),
+                 bf16_maps[2].data_ptr()])
+            err = "-"
+            if epi == "bf16" and r == 0:
+                y.fill_(float("nan"))
+                ours_w8a8()
+                ref = dequantized(qa.view(torch.float8_e4m3fn), sa, 1) @ dequantized(wq, sw, 128).t()
+                e = ((y.float() - ref).norm() / ref.norm()).item()
+                if not e <= 1e-2:  # NaN fails too
+                    raise RuntimeError(f"{shape} M={M}: W8A8 relative L2 error {e} against f32")
+                err = f"{e:.1e}"
+                if blockwise is None:
+                    blockwise, peer_kind = scaled_mm_mode(qa, sa, wq, sw, ref)
+                del ref
+            peer = scaled_mm_peer(qa, sa, wq, sw, blockwise)
+            t_w8a8, t_bf16, t_peer, t_quant = interleaved_ms(
+                [ours_w8a8, ours_bf16, peer, quant], 2000.0 if first else 200.0)
+            first = False
+            rows.append((shape, M, epi, N, K, t_w8a8, t_bf16, t_peer, t_quant, err))
+            del a, w, qa, sa, wq, sw, y, bf16_maps, w8_maps, peer
+        print(f"round {r + 1}: W8A8, our bf16 GEMM and torch._scaled_mm ({peer_kind}) interleaved "
+              f"in one process ({torch.cuda.get_device_name()}, torch {torch.__version__})")
+        print("| shape | M | N | K | epilogue | w8a8 ms | TFLOP/s | bf16 ms | scaled_mm ms | quant ms "
+              "| scaled_mm/w8a8 (>= 0.95) | bf16/w8a8 (>= 1.5) | rel err |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for shape, M, epi, N, K, t8, tb, tp, tq, err in rows:
+            flop = 2.0 * M * N * K
+            print(f"| {shape} | {M} | {N} | {K} | {epi} | {t8:.3f} | {flop / t8 / 1e9:.0f} | {tb:.3f} | "
+                  f"{tp:.3f} | {tq:.3f} | {tp / t8:.3f} | {tb / t8:.3f} | {err} |")
+        tables.append({(s_, str(M), str(N), str(K), e): (tp / t8, tb / t8)
+                       for s_, M, e, N, K, t8, tb, tp, _, _ in rows})
+    print(f"over {rounds} rounds (median, min, max)")
+    print("| shape | M | N | K | epilogue | scaled_mm/w8a8 | bf16/w8a8 |")
+    print("|---|---|---|---|---|---|---|")
+    for key in tables[0]:
+        p = sorted(t[key][0] for t in tables)
+        b = sorted(t[key][1] for t in tables)
+        print(f"| {' | '.join(key)} | {p[len(p) // 2]:.3f} ({p[0]:.3f}-{p[-1]:.3f}) | "
+              f"{b[len(b) // 2]:.3f} ({b[0]:.3f}-{b[-1]:.3f}) |")
+
+
 def main():
-    paired(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3)
+    if sys.argv[1] == "--w8a8":
+        w8a8(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 3)
+    else:
+        paired(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3)
 
 
 if __name__ == "__main__":

@@ -42,11 +42,14 @@ using hexel::TensorMap;
 // puts them, so its bytes land in shared memory as the 2D map's box would have written them (dst
 // 1024-byte aligned, n a multiple of 8): the same wgmma operands, the same bits. Rows n .. n + ROWS
 // - 1 of half `half`, K block kb, to dst; the boxes complete_tx on `bar` (ROWS · 128 bytes either
-// way). MULTICAST: to the cluster's CTAs in `mask` (gemm_small.cuh's weight slices).
+// way). MULTICAST: to the cluster's CTAs in `mask` (gemm_small.cuh's weight slices). KB_COLS: the
+// 2D map's columns a K block (64: a bf16 swizzle row or an e4m3 raw row; 128: an e4m3 swizzle row,
+// gemm_w8a8.cuh).
 // W_BOX > ROWS (the prefill GEMM where the image's tiles cut its rows, prefill_gemm_body's kCover):
 // one box of W_BOX / W_BH whole tiles from the tile that holds row n, so row n lands n % W_BH rows
 // into dst (W_BOX · 128 bytes); the caller reads from there.
-template <unsigned ROWS, unsigned W_BH, unsigned W_BOX, bool MULTICAST = false>
+template <unsigned ROWS, unsigned W_BH, unsigned W_BOX, bool MULTICAST = false,
+          unsigned KB_COLS = 64>
 __device__ __forceinline__ void load_weight_rows(unsigned dst, const TensorMap* map, unsigned bar,
                                                  unsigned kb, unsigned n, unsigned half,
                                                  unsigned half_rows, unsigned short mask = 0) {
@@ -58,9 +61,9 @@ __device__ __forceinline__ void load_weight_rows(unsigned dst, const TensorMap* 
     hexel::tma::load(dst, map, bar, 0u, 0u, half, kb, n / W_BH);
   } else if constexpr (W_BH == 0) {
     if constexpr (MULTICAST)
-      hexel::tma::load_multicast(dst, map, bar, mask, kb * 64, half * half_rows + n);
+      hexel::tma::load_multicast(dst, map, bar, mask, kb * KB_COLS, half * half_rows + n);
     else
-      hexel::tma::load(dst, map, bar, kb * 64, half * half_rows + n);
+      hexel::tma::load(dst, map, bar, kb * KB_COLS, half * half_rows + n);
   } else {
 #pragma unroll
     for (unsigned c = 0; c < ROWS / W_BOX; ++c) {
@@ -132,19 +135,23 @@ __device__ __forceinline__ unsigned wgmma_k_loop(float (&d)[N / 2],
 // Epilogues. A consumer thread's accumulators (wgmma m64nNk16 f32 layout): d[4j + 2h + e] is row
 // 16 · warp + lane / 4 + 8h, column 8j + 2 (lane % 4) + e of its 64-row slab.
 //
-// Each adds its arithmetic to its shape (gemm_prefill_shape.cuh). pack(d, j, h): the two bf16
-// outputs of column pair (j, lane % 4) and row half h, for the TMA-store path.
-struct EpilogueStoreBf16 : StoreBf16Shape {
-  __device__ __forceinline__ static unsigned pack(const float (&d)[PrefillGemm::kBlockN / 2],
-                                                  unsigned j, unsigned h) {
+// Each adds its arithmetic to its shape (gemm_prefill_shape.cuh): the bf16 GEMM's tile of kBlockN
+// W rows, or the W8A8 GEMM's (gemm_w8a8.cuh). pack(d, j, h): the two bf16 outputs of column pair
+// (j, lane % 4) and row half h, for the TMA-store path.
+template <class Shape>
+struct EpilogueStoreBf16Of : Shape {
+  template <unsigned R>
+  __device__ __forceinline__ static unsigned pack(const float (&d)[R], unsigned j, unsigned h) {
     return pack_bf16x2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
   }
 };
+using EpilogueStoreBf16 = EpilogueStoreBf16Of<StoreBf16Shape>;
 
-// SwiGLU: the tile's first 128 W rows are gate rows j0.., the next 128 the up rows I + j0.. (two
-// TMA boxes per stage), so gate column c and its up column sit in the same thread, 16 column
-// blocks apart.
-struct EpilogueSwiGlu : SwiGluShape {
+// SwiGLU: the tile's first half of W rows are gate rows j0.., the second half the up rows I + j0..
+// (two TMA boxes per stage), so gate column c and its up column sit in the same thread, the second
+// half of its R accumulators holding the up columns.
+template <class Shape>
+struct EpilogueSwiGluOf : Shape {
   // silu(gate) · up = gate · up / (1 + 2^(-gate · log2 e)), on the special function unit: one
   // ex2.approx and one rcp.approx (hexel/math.cuh: relative errors near 2^-22 and 1 ulp, far
   // below the bf16 rounding that follows) instead of expf and an IEEE division,
@@ -156,9 +163,9 @@ struct EpilogueSwiGlu : SwiGluShape {
     const float r = hexel::rcp_approx(1.f + e);
     return gate * r * up;
   }
-  __device__ __forceinline__ static unsigned pack(const float (&d)[PrefillGemm::kBlockN / 2],
-                                                  unsigned j, unsigned h) {
-    constexpr unsigned kUp = 4 * (kOutCols / 8);
+  template <unsigned R>
+  __device__ __forceinline__ static unsigned pack(const float (&d)[R], unsigned j, unsigned h) {
+    constexpr unsigned kUp = R / 2;
     return pack_bf16x2(act(d[4 * j + 2 * h], d[kUp + 4 * j + 2 * h]),
                        act(d[4 * j + 2 * h + 1], d[kUp + 4 * j + 2 * h + 1]));
   }
@@ -168,22 +175,27 @@ struct EpilogueSwiGlu : SwiGluShape {
 // into x at L2 (cp.reduce.async.bulk.tensor .add, f32: x ← add.rn.ftz(x, acc), one reduction per
 // element since one tile owns it, so deterministic whatever M is). The consumers only wait for a
 // buffer to have been read before refilling it, not for x's round trip.
-struct EpilogueResidual : ResidualShape {};
+template <class Shape>
+struct EpilogueResidualOf : Shape {};
+using EpilogueSwiGlu = EpilogueSwiGluOf<SwiGluShape>;
+using EpilogueResidual = EpilogueResidualOf<ResidualShape>;
 
 // The producer (one thread): for each of the CTA's tiles, every K block's A and W rows into the
 // ring of stages (a_stage, w_stage: their shared addresses) behind the full / empty barriers
 // (kCover: one box of whole slot-image tiles covering the tile's rows; SwiGLU: the gate and the up
-// rows). An e4m3 weight (WF, gemm_e4m3.cuh): w_stage gives the stage's raw block, its rows of 64
-// bytes complete on the raw barriers at `raw`.
-template <int M, int N, int K, class Epi, unsigned W_BH, unsigned W_BOX, class WF = Bf16Weight,
+// rows). T: the instance's tiling (PrefillTiling, or PrefillW8a8Tiling, whose e4m3 rows land in
+// the stage as the MMA reads them, as a bf16 weight's do). An e4m3 weight of the weight-only GEMM
+// (WF, gemm_e4m3.cuh): w_stage gives the stage's raw block, its rows of 64 bytes complete on the
+// raw barriers at `raw`.
+template <class T, int N, class Epi, unsigned W_BH, unsigned W_BOX, class WF = Bf16Weight,
           class AStage, class WStage>
 __device__ __forceinline__ void prefill_gemm_produce(const TensorMap* a_map, const TensorMap* w_map,
                                                      unsigned full, unsigned empty, AStage& a_stage,
                                                      WStage& w_stage, unsigned raw = 0) {
-  using G = PrefillGemm;
-  using T = PrefillTiling<M, N, K, Epi, W_BH, W_BOX, WF::kRawRowBytes>;
   using namespace hexel;
   constexpr unsigned kWRowBytes = WF::kE4m3 ? WF::kRawRowBytes : 128;
+  // The weight map's columns a K block: a raw row's 64 e4m3, else the A map's K block.
+  constexpr unsigned kKbCols = WF::kE4m3 ? WF::kRawRowBytes : T::kBlockK;
   mbarrier::StageRing<T::kStages> ring;
   for (unsigned u = blockIdx.x; u < T::kUnits; u += gridDim.x) {
     unsigned tm, tn;
@@ -195,20 +207,21 @@ __device__ __forceinline__ void prefill_gemm_produce(const TensorMap* a_map, con
       // Out-of-bounds box elements count too: the stage always receives kStageBytes (with an e4m3
       // weight, its A bytes on full and its raw bytes on w_full; the converters write the rest).
       if constexpr (WF::kE4m3) {
-        mbarrier::arrive_expect_tx(bar, G::kABytes);
+        mbarrier::arrive_expect_tx(bar, T::kABytes);
         mbarrier::arrive_expect_tx(w_bar, T::kWRows * kWRowBytes);
       } else {
         mbarrier::arrive_expect_tx(bar, T::kStageBytes);
       }
-      tma::load(a_stage(ring.index), a_map, bar, kb * G::kBlockK, tm * G::kBlockM);
+      tma::load(a_stage(ring.index), a_map, bar, kb * T::kBlockK, tm * T::kBlockM);
       if constexpr (Epi::kSplitW) {
-        constexpr unsigned half = G::kBlockN / 2;
-        load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index), w_map, w_bar, kb, tn * half, 0, N);
-        load_weight_rows<half, W_BH, W_BOX>(w_stage(ring.index) + half * kWRowBytes, w_map, w_bar,
-                                            kb, tn * half, 1, N);
+        constexpr unsigned half = T::kBlockN / 2;
+        load_weight_rows<half, W_BH, W_BOX, false, kKbCols>(w_stage(ring.index), w_map, w_bar, kb,
+                                                            tn * half, 0, N);
+        load_weight_rows<half, W_BH, W_BOX, false, kKbCols>(w_stage(ring.index) + half * kWRowBytes,
+                                                            w_map, w_bar, kb, tn * half, 1, N);
       } else {
-        load_weight_rows<G::kBlockN, W_BH, W_BOX>(w_stage(ring.index), w_map, w_bar, kb,
-                                                  tn * G::kBlockN, 0, N);
+        load_weight_rows<T::kBlockN, W_BH, W_BOX, false, kKbCols>(w_stage(ring.index), w_map, w_bar,
+                                                                  kb, tn * T::kBlockN, 0, N);
       }
       ring.advance();
     }
@@ -254,11 +267,10 @@ __device__ __forceinline__ void prefill_chunk_release(const TensorMap* out_map, 
 // out_map, by TMA stores (bf16, through stmatrix) or TMA reductions (the f32 residual), the
 // warpgroup's leader issuing them; a buffer is refilled once the TMA has read its previous chunk,
 // two chunks ago.
-template <class Epi>
-__device__ __forceinline__ void prefill_gemm_epilogue(const float (&d)[PrefillGemm::kBlockN / 2],
-                                                      const TensorMap* out_map, unsigned epilogue,
-                                                      unsigned tm, unsigned tn, unsigned cw,
-                                                      unsigned warp, unsigned lane,
+template <class Epi, unsigned R>
+__device__ __forceinline__ void prefill_gemm_epilogue(const float (&d)[R], const TensorMap* out_map,
+                                                      unsigned epilogue, unsigned tm, unsigned tn,
+                                                      unsigned cw, unsigned warp, unsigned lane,
                                                       bool wg_leader) {
   using G = PrefillGemm;
   using namespace hexel;
@@ -315,7 +327,7 @@ struct PrefillSmem {
         raw(empty + T::kStages * 8) {}
   __device__ __forceinline__ unsigned a(unsigned s) const { return base + s * T::kStageBytes; }
   __device__ __forceinline__ unsigned w(unsigned s) const {
-    return base + s * T::kStageBytes + PrefillGemm::kABytes;
+    return base + s * T::kStageBytes + T::kABytes;
   }
   __device__ __forceinline__ unsigned w_raw(unsigned s) const { return w(s) + T::kWRows * 128; }
 };
@@ -402,12 +414,12 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
     if constexpr (WF::kE4m3) {
       auto w_raw = [&](unsigned s) { return sm.w_raw(s); };
       if (threadIdx.x == 0)
-        prefill_gemm_produce<M, N, K, Epi, W_BH, W_BOX, WF>(a_map, w_map, full, empty, a_stage,
-                                                            w_raw, sm.raw);
+        prefill_gemm_produce<T, N, Epi, W_BH, W_BOX, WF>(a_map, w_map, full, empty, a_stage, w_raw,
+                                                         sm.raw);
       else if (threadIdx.x >= 32)
         prefill_convert<M, N, K, Epi, WF>(sm, w_scale);
     } else if (threadIdx.x == 0) {
-      prefill_gemm_produce<M, N, K, Epi, W_BH, W_BOX>(a_map, w_map, full, empty, a_stage, w_stage);
+      prefill_gemm_produce<T, N, Epi, W_BH, W_BOX>(a_map, w_map, full, empty, a_stage, w_stage);
     }
   } else {
     setmaxnreg_inc<232>();

@@ -41,23 +41,29 @@ struct PrefillGemm {
   }
 };
 
-// What an epilogue makes of a tile's kBlockN W rows: kOutCols output columns (SwiGLU pairs a gate
-// row with its up row, so half as many), kChunkCols of them in a 128-byte chunk row (64 bf16, 32
-// f32), the W rows split into a gate and an up half (kSplitW), the f32 outputs added into the
-// residual stream x rather than stored (kResidual). The epilogues (gemm_prefill.cuh) add their
-// arithmetic.
-struct StoreBf16Shape {
-  static constexpr unsigned kOutCols = PrefillGemm::kBlockN, kChunkCols = 64;
+// What an epilogue makes of a tile's W_ROWS W rows (kBlockN; PrefillW8a8Gemm::kBlockN for the
+// W8A8 GEMM): kOutCols output columns (SwiGLU pairs a gate row with its up row, so half as many),
+// kChunkCols of them in a 128-byte chunk row (64 bf16, 32 f32), the W rows split into a gate and an
+// up half (kSplitW), the f32 outputs added into the residual stream x rather than stored
+// (kResidual). The epilogues (gemm_prefill.cuh) add their arithmetic.
+template <unsigned W_ROWS>
+struct StoreBf16ShapeOf {
+  static constexpr unsigned kOutCols = W_ROWS, kChunkCols = 64;
   static constexpr bool kSplitW = false, kResidual = false;
 };
-struct SwiGluShape {
-  static constexpr unsigned kOutCols = PrefillGemm::kBlockN / 2, kChunkCols = 64;
+template <unsigned W_ROWS>
+struct SwiGluShapeOf {
+  static constexpr unsigned kOutCols = W_ROWS / 2, kChunkCols = 64;
   static constexpr bool kSplitW = true, kResidual = false;
 };
-struct ResidualShape {
-  static constexpr unsigned kOutCols = PrefillGemm::kBlockN, kChunkCols = 32;
+template <unsigned W_ROWS>
+struct ResidualShapeOf {
+  static constexpr unsigned kOutCols = W_ROWS, kChunkCols = 32;
   static constexpr bool kSplitW = false, kResidual = true;
 };
+using StoreBf16Shape = StoreBf16ShapeOf<PrefillGemm::kBlockN>;
+using SwiGluShape = SwiGluShapeOf<PrefillGemm::kBlockN>;
+using ResidualShape = ResidualShapeOf<PrefillGemm::kBlockN>;
 
 // One GEMM instance's tiling, from its template arguments: M x N outputs over K, the epilogue's
 // shape, the weight's source (W_BH, W_BOX: gemm_prefill.cuh, load_weight_rows). kCover (W_BOX >
@@ -71,6 +77,10 @@ template <int M, int N, int K, class Shape, unsigned W_BH, unsigned W_BOX,
           unsigned RAW_ROW_BYTES = 0>
 struct PrefillTiling {
   enum : unsigned {
+    kBlockM = PrefillGemm::kBlockM,
+    kBlockN = PrefillGemm::kBlockN,
+    kBlockK = PrefillGemm::kBlockK,
+    kABytes = PrefillGemm::kABytes,
     kCover = W_BH > 0 && W_BOX > PrefillGemm::kBlockN,
     kWRows = kCover ? W_BOX : PrefillGemm::kBlockN,
     kStages = PrefillGemm::stages_for(kWRows, RAW_ROW_BYTES),
@@ -94,6 +104,53 @@ struct PrefillTiling {
     else
       return 0;
   }
+};
+
+// The W8A8 prefill GEMM's shape (gemm_w8a8.cuh): e4m3 activations and weights, a 128 x 128 tile
+// (each consumer warpgroup m64n128: 64 accumulators a thread and 64 more for a K block's partial
+// sums, where m64n256 would need 256), one K block of 128 e4m3 a stage (a 128-byte swizzle row,
+// one scale block), the bf16 GEMM's producer warpgroup, consumers, epilogue buffers and tile order.
+struct PrefillW8a8Gemm {
+  // Enumerators: NVRTC emits a static constexpr variable as a global of every module
+  // (PrefillTiling).
+  enum : unsigned {
+    kBlockM = 128,
+    kBlockN = 128,
+    kBlockK = 128,
+    kABytes = kBlockM * kBlockK,
+    kStageBytes = kABytes + kBlockN * kBlockK,
+    // As many stages as fit a CTA's 227 KB beside the epilogue buffers, two barriers each and the
+    // 1024 bytes of alignment: 6.
+    kStages = (227 * 1024 - PrefillGemm::kEpilogueBytes - 1024) / (kStageBytes + 16),
+  };
+  // The dynamic shared memory a launch asks for (PrefillSmem's layout).
+  HEXEL_HOST_DEVICE static constexpr unsigned smem() {
+    return 1024 + kStages * (kStageBytes + 16) + PrefillGemm::kEpilogueBytes;
+  }
+};
+
+// A W8A8 instance's tiling, with PrefillTiling's names (the producer, PrefillSmem and the epilogue
+// read them): M x N outputs over K, the epilogue's Shape of PrefillW8a8Gemm::kBlockN W rows.
+template <int M, int N, int K, class Shape>
+struct PrefillW8a8Tiling {
+  using G = PrefillW8a8Gemm;
+  enum : unsigned {
+    kBlockM = G::kBlockM,
+    kBlockN = G::kBlockN,
+    kBlockK = G::kBlockK,
+    kABytes = G::kABytes,
+    kWRows = G::kBlockN,
+    kStages = G::kStages,
+    kStageBytes = G::kStageBytes,
+    kTilesM = (M + G::kBlockM - 1) / G::kBlockM,
+    kTilesN = (N + Shape::kOutCols - 1) / Shape::kOutCols,
+    kUnits = kTilesM * kTilesN,
+    kKBlocks = (K + G::kBlockK - 1) / G::kBlockK,
+  };
+  static_assert(M > 0 && N % 8 == 0 && K % 16 == 0, "TMA rows are multiples of 16 bytes");
+  static_assert(!Shape::kSplitW || N % 64 == 0,
+                "SwiGLU: a tile's 64 up rows lie in one 128-row scale block");
+  static_assert(kStages >= 2, "a ring of at least two stages");
 };
 
 // Linear work index -> (tile m, tile n), kGroupM tiles along M per sweep over N, so the CTAs

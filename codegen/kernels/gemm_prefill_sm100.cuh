@@ -499,8 +499,8 @@ __device__ __forceinline__ void prefill_sm100_body(const TensorMap* a_map, const
     auto a_stage = [&](unsigned s) { return sm.a(s); };
     auto w_stage = [&](unsigned s) { return sm.w(s); };
     if (lane == 0)
-      prefill_gemm_produce<M, N, K, Epi, W_BH, W_BOX>(a_map, w_map, sm.full, sm.empty, a_stage,
-                                                      w_stage);
+      prefill_gemm_produce<T, N, Epi, W_BH, W_BOX>(a_map, w_map, sm.full, sm.empty, a_stage,
+                                                   w_stage);
   } else if (warp == R::kMmaWarp) {
     Atom::template mma<T, W_BH>(st, sm, lane);
   } else if (warp >= R::kFirstEpilogueWarp) {

@@ -11,10 +11,12 @@
 
 #include "codegen/compile_cache.hpp"
 #include "codegen/emit_source.hpp"
-#include "codegen/kernels/gemm_small_sm100.cuh"
 #include "codegen/kernel_plan.hpp"
+#include "codegen/kernels/gemm_prefill_shape.cuh"
+#include "codegen/kernels/gemm_small_sm100.cuh"
 #include "codegen/nvrtc_driver.hpp"
 #include "codegen/rope_table.hpp"
+#include "executor/w8a8_reference.hpp"
 #include "hexel/tensor_map_encode.h"
 #include "support/dtype.hpp"
 #include "support/qkv_layout.hpp"
@@ -3680,6 +3682,281 @@ TEST(GpuKernels, E4m3SmallGemmNormPrologueMatchesRmsNormThenGemm) {
         for (std::size_t e = 0; e < MN; ++e) nans += std::isnan(from_bf16(f[e]));
         EXPECT_EQ(nans, 0u) << what;
       }
+    }
+  }
+}
+
+// ---- W8A8: e4m3 activations and weights (gemm_w8a8.cuh) ----------------------------------------
+
+const std::string kW8a8Source = "#include \"gemm_w8a8.cuh\"\n";
+const int kW8a8Smem = static_cast<int>(telos_kernels::PrefillW8a8Gemm::smem());
+using exec::w8a8_k_blocks;
+
+// Random bf16 activations [m, k] with an outlier (x100) about every 50th element, so blocks' scales
+// differ; row 1 all zeros and row 2's second K block zeros (scale 1); with `bad`, row 3 holds a NaN
+// and row 4 an infinity (their outputs must be NaN).
+bf16v w8a8_activations(int m, int k, bool bad, std::vector<float>& as_f32) {
+  bf16v a = random_bf16(static_cast<std::size_t>(m) * k, 1.f, as_f32);
+  std::uniform_int_distribution<int> pick(0, 49);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (pick(rng()) == 0) a[i] = to_bf16(from_bf16(a[i]) * 100.f);
+  auto set = [&](int r, int c, std::uint16_t v) {
+    if (r < m && c < k) a[static_cast<std::size_t>(r) * k + c] = v;
+  };
+  for (int c = 0; c < k; ++c) set(1, c, 0);
+  for (int c = 128; c < 256; ++c) set(2, c, 0x8000);  // -0
+  if (bad) {
+    set(3, 5, 0x7fc0);
+    set(4, k - 1, 0x7f80);
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) as_f32[i] = from_bf16(a[i]);
+  return a;
+}
+
+// The host's quantization of each row (executor/w8a8_reference.hpp).
+struct W8a8Rows {
+  std::vector<std::uint8_t> q;
+  std::vector<float> scale;
+};
+W8a8Rows host_quantize(const std::vector<float>& x, int m, int k) {
+  W8a8Rows r{std::vector<std::uint8_t>(static_cast<std::size_t>(m) * k),
+             std::vector<float>(static_cast<std::size_t>(m) * w8a8_k_blocks(k))};
+  for (int t = 0; t < m; ++t)
+    exec::quantize_row_e4m3(x.data() + static_cast<std::size_t>(t) * k, k,
+                            r.q.data() + static_cast<std::size_t>(t) * k,
+                            r.scale.data() + static_cast<std::size_t>(t) * w8a8_k_blocks(k));
+  return r;
+}
+
+std::string quantize_instance(int m, int k) {
+  return "telos_kernels::quantize_rows_e4m3<" + I(m) + ", " + I(k) + ">";
+}
+cudaError_t launch_quantize(TestModule& mod, int m, int k, const void* x, void* q, void* scale) {
+  const int units = m * w8a8_k_blocks(k), warps = 8;  // kQuantizeWarps
+  return mod.launch(quantize_instance(m, k), (units + warps - 1) / warps, 32 * warps,
+                    {x, q, scale});
+}
+
+bool e4m3_nan(std::uint8_t b) {
+  return (b & 0x7f) == 0x7f;
+}
+
+// quantize_rows_e4m3 writes the host's bytes and scales bit for bit (a NaN byte as any NaN
+// pattern: the host writes 0x7f), on ragged K (a last block of 16 columns), zero rows and blocks,
+// outliers, a NaN and an infinity; the outputs' guard bytes past M stay poisoned.
+TEST(GpuKernels, W8a8QuantizeRowsMatchesHostBytes) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Case {
+    int m, k;
+  };
+  const std::vector<Case> cases = {{1, 2048}, {37, 4112}, {200, 144}};
+  std::vector<std::string> names;
+  for (const Case& c : cases) names.push_back(quantize_instance(c.m, c.k));
+  TestModule mod(kW8a8Source, names);
+  for (const Case& c : cases) {
+    const int kb = w8a8_k_blocks(c.k), guard = 256;
+    std::vector<float> xf;
+    const bf16v x = w8a8_activations(c.m, c.k, true, xf);
+    DeviceBuffer<std::uint16_t> dx(x);
+    DeviceBuffer<std::uint8_t> dq(static_cast<std::size_t>(c.m) * c.k + guard);
+    DeviceBuffer<float> ds(static_cast<std::size_t>(c.m) * kb + guard);
+    CUDA_OK(launch_quantize(mod, c.m, c.k, dx.get(), dq.get(), ds.get()));
+    const W8a8Rows want = host_quantize(xf, c.m, c.k);
+    const auto q = dq.download();
+    const auto s = ds.download();
+    const std::string what = "M=" + I(c.m) + " K=" + I(c.k);
+    for (std::size_t i = 0; i < want.q.size(); ++i) {
+      if (e4m3_nan(want.q[i])) {
+        ASSERT_TRUE(e4m3_nan(q[i])) << what << " byte " << i;
+      } else {
+        ASSERT_EQ(q[i], want.q[i]) << what << " byte " << i;
+      }
+    }
+    for (std::size_t i = 0; i < want.scale.size(); ++i) {
+      if (std::isnan(want.scale[i])) {
+        ASSERT_TRUE(std::isnan(s[i])) << what << " scale " << i;
+      } else {
+        ASSERT_EQ(s[i], want.scale[i]) << what << " scale " << i;
+      }
+    }
+    for (std::size_t i = want.q.size(); i < q.size(); ++i) ASSERT_EQ(q[i], 0xff) << what;
+    for (std::size_t i = want.scale.size(); i < s.size(); ++i) ASSERT_TRUE(std::isnan(s[i]));
+  }
+}
+
+// What the host says of one output: the reference's value (executor/w8a8_reference.hpp), the f64
+// dot product of the dequantized operands, and the kernels' bound against the reference
+// (gemm_w8a8.cuh): 2^-9 · Σ_kb |sa · sw| · Σ_k |float(qa) · float(qw)|, the tensor cores' order and
+// rounding inside a block's 128 products. The reference is within 2^-16 of the same sum of
+// magnitudes of the f64 value (its f32 sums; test/executor/w8a8_reference_test.cpp).
+struct W8a8Expected {
+  float ref;
+  double exact, bound, magnitude;
+};
+W8a8Expected w8a8_expected(const W8a8Rows& a, int m, const E4m3Weight& w, int n, int k) {
+  const int kb = w8a8_k_blocks(k);
+  const std::uint8_t* qa = a.q.data() + static_cast<std::size_t>(m) * k;
+  const float* sa = a.scale.data() + static_cast<std::size_t>(m) * kb;
+  const std::uint8_t* qw = w.q.data() + static_cast<std::size_t>(n) * k;
+  const float* sw = w.scale.data() + static_cast<std::size_t>(n / 128) * kb;
+  W8a8Expected e{exec::w8a8_dot(qa, sa, qw, sw, k), 0, 0, 0};
+  for (int b = 0; b < kb; ++b) {
+    double block = 0;
+    const double s = static_cast<double>(sa[b]) * sw[b];
+    for (int c = b * 128; c < std::min(k, b * 128 + 128); ++c) {
+      const double p = static_cast<double>(e4m3_to_f32(qa[c])) * e4m3_to_f32(qw[c]);
+      e.exact += p * s;
+      block += std::abs(p);
+    }
+    e.magnitude += block * std::abs(s);
+  }
+  e.bound = std::ldexp(e.magnitude, -9);
+  return e;
+}
+
+bool within(double got, double want, double bound) {
+  return std::abs(got - want) <= bound;
+}
+
+// Each W8A8 epilogue against the host: ragged M, N and K (a last K block of 16 columns), a
+// persistent case with more tiles than SMs (every 37th row checked), activations quantized on the
+// device (the bytes the quantization test pins). bf16 store: within the bound of the reference
+// plus the bf16 rounding, and within bf16 tolerance of f64 on the dequantized operands; residual:
+// x0 + y within the bound plus two f32 roundings; SwiGLU: within bf16 tolerance of f64. Rows with
+// a NaN or an infinity give NaN everywhere; the guard rows past M stay poisoned.
+TEST(GpuKernels, W8a8GemmsMatchReferenceAndF64) {
+  TELOS_SKIP_WITHOUT_GPU();
+  for (const PrefillShape& c : {PrefillShape{200, 384, 272}, PrefillShape{401, 136, 128},
+                                PrefillShape{130, 640, 1040}, PrefillShape{2100, 3072, 512}}) {
+    const std::string dims = "<" + I(c.M) + ", " + I(c.N) + ", " + I(c.K) + ">";
+    const bool swiglu = c.N % 64 == 0;  // a tile's up rows in one scale block
+    std::vector<std::string> names = {quantize_instance(c.M, c.K),
+                                      "telos_kernels::gemm_prefill_w8a8_bf16" + dims,
+                                      "telos_kernels::gemm_prefill_w8a8_residual" + dims};
+    if (swiglu) names.push_back("telos_kernels::gemm_prefill_w8a8_swiglu" + dims);
+    TestModule mod(kW8a8Source, names);
+    const int kb = w8a8_k_blocks(c.K), guard = 64;
+    const std::size_t MN = static_cast<std::size_t>(c.M) * c.N, total = MN + guard * c.N;
+    std::vector<float> xf;
+    DeviceBuffer<std::uint16_t> dx(w8a8_activations(c.M, c.K, true, xf));
+    DeviceBuffer<std::uint8_t> dq(static_cast<std::size_t>(c.M) * c.K);
+    DeviceBuffer<float> dsa(static_cast<std::size_t>(c.M) * kb);
+    CUDA_OK(launch_quantize(mod, c.M, c.K, dx.get(), dq.get(), dsa.get()));
+    const E4m3Weight w = random_e4m3(2 * c.N, c.K, 128, 128);  // [2N, K]: SwiGLU's gate and up
+    DeviceBuffer<std::uint8_t> dw(w.q);
+    DeviceBuffer<float> dsw(w.scale);
+    const std::vector<float> x0 = random_floats(total);
+    DeviceBuffer<std::uint16_t> dy(total), dact(total);
+    DeviceBuffer<float> dres(total);
+    dres.upload(x0);
+    const auto u8 = hexel::TmaDtype::U8;
+    const DeviceMap a_map(dq.get(), c.M, c.K, 128, u8), w_map(dw.get(), c.N, c.K, 128, u8),
+        gu_map(dw.get(), 2 * c.N, c.K, 64, u8), y_map(dy.get(), c.M, c.N, 64),
+        act_map(dact.get(), c.M, c.N, 64), x_map(dres.get(), c.M, c.N, 64, hexel::TmaDtype::F32);
+    CUDA_OK(mod.launch(names[1], prefill_grid(c.M, c.N, 128), kPrefillThreads,
+                       {a_map.get(), dsa.get(), w_map.get(), dsw.get(), y_map.get()}, kW8a8Smem));
+    CUDA_OK(mod.launch(names[2], prefill_grid(c.M, c.N, 128), kPrefillThreads,
+                       {a_map.get(), dsa.get(), w_map.get(), dsw.get(), x_map.get()}, kW8a8Smem));
+    if (swiglu) {
+      CUDA_OK(mod.launch(names[3], prefill_grid(c.M, c.N, 64), kPrefillThreads,
+                         {a_map.get(), dsa.get(), gu_map.get(), dsw.get(), act_map.get()},
+                         kW8a8Smem));
+    }
+    const W8a8Rows a = host_quantize(xf, c.M, c.K);
+    const auto y = dy.download();
+    const auto res = dres.download();
+    const auto act = dact.download();
+    const std::string what = "M=" + I(c.M) + " N=" + I(c.N) + " K=" + I(c.K);
+    const int step = c.M > 1000 ? 37 : 1;
+    std::vector<float> y_got, act_got;
+    std::vector<double> y_want, act_want;
+    for (int m = 0; m < c.M; m += step) {
+      const bool bad = m == 3 || m == 4;
+      for (int n = 0; n < c.N; ++n) {
+        const std::size_t i = static_cast<std::size_t>(m) * c.N + n;
+        const float yv = from_bf16(y[i]);
+        if (bad) {
+          ASSERT_TRUE(std::isnan(yv) && std::isnan(res[i])) << what << " row " << m;
+          if (swiglu) {
+            ASSERT_TRUE(std::isnan(from_bf16(act[i]))) << what << " row " << m;
+          }
+          continue;
+        }
+        const W8a8Expected g = w8a8_expected(a, m, w, n, c.K);
+        ASSERT_TRUE(within(yv, g.ref, g.bound + std::ldexp(std::abs(g.ref), -8)))
+            << what << " bf16 (" << m << ", " << n << "): " << yv << " vs " << g.ref;
+        ASSERT_TRUE(within(res[i], x0[i] + static_cast<double>(g.ref),
+                           g.bound + std::ldexp(std::abs(x0[i]) + std::abs(g.ref), -23)))
+            << what << " residual (" << m << ", " << n << "): " << res[i] << " vs "
+            << x0[i] + g.ref;
+        y_got.push_back(yv);
+        y_want.push_back(g.exact);
+        if (swiglu) {
+          const double gate = g.exact, up = w8a8_expected(a, m, w, c.N + n, c.K).exact;
+          act_got.push_back(from_bf16(act[i]));
+          act_want.push_back(gate / (1.0 + std::exp(-gate)) * up);
+        }
+      }
+    }
+    EXPECT_LT(rel_l2(y_got, y_want), 1e-2) << "bf16 against f64, " << what;
+    if (swiglu) {
+      EXPECT_LT(rel_l2(act_got, act_want), 1e-2) << "swiglu against f64, " << what;
+    }
+    for (std::size_t i = MN; i < total; ++i) {
+      ASSERT_EQ(y[i], 0xffff) << "bf16 store wrote past M, " << what;
+      ASSERT_EQ(res[i], x0[i]) << "residual wrote past M, " << what;
+      if (swiglu) {
+        ASSERT_EQ(act[i], 0xffff) << "swiglu store wrote past M, " << what;
+      }
+    }
+  }
+}
+
+// Batch invariance: a row's outputs are the same bits whichever bucket (M) computes it and
+// wherever it lands in a tile: the same quantized rows from row `off` on, for offsets that move a
+// row to another warp (16), the other consumer warpgroup (64, 72) and another M tile (144).
+TEST(GpuKernels, W8a8GemmRowsDoNotDependOnTheTile) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int R = 300, N = 384, K = 272;
+  const std::vector<int> offsets = {0, 16, 64, 72, 144};
+  std::vector<std::string> names = {quantize_instance(R, K)};
+  for (int off : offsets)
+    for (const std::string epi : {"bf16", "swiglu"})
+      names.push_back("telos_kernels::gemm_prefill_w8a8_" + epi + "<" + I(R - off) + ", " + I(N) +
+                      ", " + I(K) + ">");
+  TestModule mod(kW8a8Source, names);
+  const int kb = w8a8_k_blocks(K);
+  std::vector<float> xf;
+  DeviceBuffer<std::uint16_t> dx(w8a8_activations(R, K, false, xf));
+  DeviceBuffer<std::uint8_t> dq(static_cast<std::size_t>(R) * K);
+  DeviceBuffer<float> dsa(static_cast<std::size_t>(R) * kb);
+  CUDA_OK(launch_quantize(mod, R, K, dx.get(), dq.get(), dsa.get()));
+  const E4m3Weight w = random_e4m3(2 * N, K, 128, 128);
+  DeviceBuffer<std::uint8_t> dw(w.q);
+  DeviceBuffer<float> dsw(w.scale);
+  const auto u8 = hexel::TmaDtype::U8;
+  const DeviceMap w_map(dw.get(), N, K, 128, u8), gu_map(dw.get(), 2 * N, K, 64, u8);
+  std::vector<bf16v> first(2);
+  for (std::size_t o = 0; o < offsets.size(); ++o) {
+    const int off = offsets[o], m = R - off;
+    const DeviceMap a_map(dq.get() + static_cast<std::size_t>(off) * K, m, K, 128, u8);
+    const float* sa = dsa.get() + static_cast<std::size_t>(off) * kb;
+    for (int e = 0; e < 2; ++e) {
+      DeviceBuffer<std::uint16_t> dy(static_cast<std::size_t>(m) * N);
+      const DeviceMap y_map(dy.get(), m, N, 64);
+      CUDA_OK(
+          mod.launch(names[1 + 2 * o + e], prefill_grid(m, N, e == 0 ? 128 : 64), kPrefillThreads,
+                     {a_map.get(), sa, e == 0 ? w_map.get() : gu_map.get(), dsw.get(), y_map.get()},
+                     kW8a8Smem));
+      const bf16v y = dy.download();
+      if (off == 0) {
+        first[e] = y;
+        continue;
+      }
+      for (std::size_t i = 0; i < y.size(); ++i)
+        ASSERT_EQ(y[i], first[e][static_cast<std::size_t>(off) * N + i])
+            << names[1 + 2 * o + e] << " row " << i / N << " (row " << off + i / N << " at M=" << R
+            << ")";
     }
   }
 }
