@@ -127,6 +127,12 @@ struct AttnSm100Layout {
   static HEXEL_HOST_DEVICE constexpr unsigned v_slice(unsigned v_tile, unsigned kk) {
     return v_tile + kk * 2048;
   }
+  // The Tensor Memory address from which softmax warp q (of its warpgroup: CTA warp 4 + q) loads
+  // or stores columns col .. col + 31 of the accumulators at `tmem`: its lane quarter, 32 q
+  // ("Tensor Memory: Access restrictions"); thread l then holds row 32 q + l, the softmax's row r.
+  static HEXEL_HOST_DEVICE constexpr unsigned taddr(unsigned tmem, unsigned q, unsigned col) {
+    return tmem + hexel::tcgen05::tmem_addr(32 * q, col);
+  }
   // Where row r's weights of keys 8 c .. 8 c + 7 of the block go in P (one 16-byte chunk): the
   // 128B swizzle of attn_prefill's tiles.
   static HEXEL_HOST_DEVICE constexpr unsigned p_chunk(unsigned p, unsigned r, unsigned c) {
@@ -219,13 +225,13 @@ struct AttnTcgen05 {
   // complete after wait_ld(). PTX: tcgen05.ld .32x32b.x32.
   static __device__ __forceinline__ void load(hexel::uint32_t (&v)[32], unsigned acc, unsigned q,
                                               unsigned, unsigned col) {
-    hexel::tcgen05::ld_32x32b(v, acc + hexel::tcgen05::tmem_addr(32 * q, col));
+    hexel::tcgen05::ld_32x32b(v, L::taddr(acc, q, col));
   }
   static __device__ __forceinline__ void wait_ld() { hexel::tcgen05::wait_ld(); }
   // The inverse of load. PTX: tcgen05.st .32x32b.x32.
   static __device__ __forceinline__ void store(unsigned acc, unsigned q, unsigned, unsigned col,
                                                const hexel::uint32_t (&v)[32]) {
-    hexel::tcgen05::st_32x32b(acc + hexel::tcgen05::tmem_addr(32 * q, col), v);
+    hexel::tcgen05::st_32x32b(L::taddr(acc, q, col), v);
   }
   // A softmax thread, after its wait on s_full or o_full.
   static __device__ __forceinline__ void after_wait() { hexel::tcgen05::fence_after_thread_sync(); }
@@ -453,7 +459,7 @@ struct AttnWgmmaTwin {
 // attn_prefill's softmax, along one thread's row, the sum in key order.
 template <int BN, float SCALE_LOG2>
 __device__ __forceinline__ float attn_sm100_softmax(int b, int lim, float (&sc)[BN], float& m,
-                                                    float& l, uint32_t (&pk)[BN / 2]) {
+                                                    float& l, hexel::uint32_t (&pk)[BN / 2]) {
   const float kNegInf = -__int_as_float(0x7f800000);
   if (b * BN + BN - 1 > lim) {
 #pragma unroll
@@ -485,7 +491,7 @@ __device__ __forceinline__ float attn_sm100_softmax(int b, int lim, float (&sc)[
 // A softmax thread: its row's weights (bf16 pairs) into P (AttnSm100Layout::p_chunk).
 template <int D, bool TWIN>
 __device__ __forceinline__ void attn_sm100_store_p(
-    unsigned sp, unsigned r, const uint32_t (&pk)[AttnSm100Layout<D>::kBlockN / 2]) {
+    unsigned sp, unsigned r, const hexel::uint32_t (&pk)[AttnSm100Layout<D>::kBlockN / 2]) {
   using L = AttnSm100Layout<D, TWIN>;
 #pragma unroll
   for (unsigned c = 0; c < L::kBlockN / 8; ++c)
@@ -560,7 +566,7 @@ __device__ __forceinline__ void attn_sm100_softmax_role(
     for (int b = 0; b < nb; ++b, ++n) {
       mbarrier::wait_parity(bars.s_full, n & 1);
       Atom::after_wait();
-      uint32_t v[BN / 32][32];
+      hexel::uint32_t v[BN / 32][32];
 #pragma unroll
       for (int c = 0; c < BN / 32; ++c) Atom::load(v[c], acc, q, lane, L::kSColumn + 32 * c);
       Atom::wait_ld();
@@ -568,7 +574,7 @@ __device__ __forceinline__ void attn_sm100_softmax_role(
       float sc[BN];
 #pragma unroll
       for (int c = 0; c < BN; ++c) sc[c] = __uint_as_float(v[c / 32][c % 32]);
-      uint32_t pk[BN / 2];
+      hexel::uint32_t pk[BN / 2];
       const float corr = attn_sm100_softmax<BN, SCALE_LOG2>(b, lim, sc, m, l, pk);
       if (b > 0) {  // the previous P·V has read P and written O
         mbarrier::wait_parity(bars.o_full, done++ & 1);
@@ -604,6 +610,8 @@ __device__ __forceinline__ void attn_sm100_body(const float* q, const int* posit
   constexpr bool kTma = PAGE % 8 == 0 && L::kBlockN % PAGE == 0;
   constexpr unsigned kFullCount = kTma ? 33 : 128;
   constexpr unsigned kBars = 4 * S + 4;
+  static_assert(L::kKvBytes == AttnPrefill<D>::kKvBytes && L::kRows == AttnPrefill<D>::kRows,
+                "attn_prefill's stage and Q tile (AttnPrefillKvRing, attn_prefill_stage_q)");
   static_assert(
       128 * (L::kProducerRegs + L::kSoftmaxRegs + L::kMmaRegs) <= L::kThreads * L::kLaunchRegs,
       "setmaxnreg: the softmax's registers come out of what the others give back");
