@@ -16,10 +16,9 @@
 // Roles (AttnSm100Layout): warps 0-3 the producer (warp 0 with K/V by TMA, all four by cp.async),
 // warps 4-7 the softmax warpgroup, thread r of it row r (Tensor Memory lane r: warp 4 + q reaches
 // lanes 32 q .. 32 q + 31), warps 8-11 the MMA role. Per key block b of a segment:
-//  - MMA: S = Q·Kᵀ into Tensor Memory columns [0, BN) (D / 16 MMAs M 128, N BN, K 16, both
-//  K-major),
-//    committed to empty_k (the stage's K is read) and s_full; issued one block ahead, once the
-//    softmax has read the previous S (s_empty).
+//  - MMA: S = Q·Kᵀ into Tensor Memory columns [0, BN) (D / 16 MMAs, M 128, N BN, K 16, both
+//    K-major), committed to empty_k (the stage's K is read) and s_full; issued one block ahead,
+//    once the softmax has read the previous S (s_empty).
 //  - Softmax (thread r): S's row r by tcgen05.ld (.32x32b, 32 columns a load), then s_empty; the
 //    mask, the row maximum, the correction (exactly 1 where the maximum did not move), the weights
 //    exp2(s · SCALE_LOG2 - m · SCALE_LOG2) and their sum, in a fixed order along the row; once the
@@ -39,11 +38,12 @@
 // 16-wide steps. A block wholly past the row's position is an exact no-op, as in attn_prefill: its
 // scores are -inf, the maximum does not move, the correction is 1 (O is not touched: the rescale of
 // a row whose correction is 1 multiplies by 1), its weights are exp2(-inf) = 0 and O += 0 · V (V
-// finite: zero-filled past the sequence's last position) leaves O's bits, whatever the other rows
-// of the tile. The key blocks' boundaries are absolute positions, so neither TPT, the other rows of
-// the tile nor the chunking of the prompt changes a row's bits. (The sum over a row is one thread's
-// sequential sum, not attn_prefill's four lanes folded: the two forms agree within rounding, not
-// bit for bit.)
+// finite: zero-filled past the sequence's last position) leaves O's bits (an MMA adding exact
+// zeros changes nothing: the twin shows it for wgmma, a B200 must for tcgen05), whatever the other
+// rows of the tile. The key blocks' boundaries are absolute positions, so neither TPT, the other
+// rows of the tile nor the chunking of the prompt changes a row's bits. (The sum over a row is one
+// thread's sequential sum, not attn_prefill's four lanes folded: the two forms agree within
+// rounding, not bit for bit.)
 //
 // The MMA atom and its accumulator access are a policy (Atom), so the same kernel runs on Hopper as
 // its twin and an H200 checks everything but the atom:
@@ -53,9 +53,9 @@
 // - AttnWgmmaTwin (sm_90a, attn_prefill_sm100_twin): warps 8-11, a warpgroup, issue wgmma m64 for
 //   the two 64-row halves of the same products from the same shared-memory operands and keep
 //   Tensor Memory's image in shared memory (AttnSm100Twin::image_offset: row = lane, column =
-//   column), which the softmax reads and writes where it would issue tcgen05.ld / st. Its S·(b + 1)
-//   follows its P·V(b) (P lies over S's image, so the softmax meets once between reading S and
-//   writing P), and it has fewer stages (the image takes their room).
+//   column), which the softmax reads and writes where it would issue tcgen05.ld / st. Its S of
+//   block b + 1 follows its P·V of block b (P lies over S's image, so the softmax meets once
+//   between reading S and writing P), and it has fewer stages (the image takes their room).
 //
 // Shared memory (1024-byte aligned base): Q [D/64][128][64] bf16, P [BN/64][128][64] bf16, then
 // the K/V stages as attn_prefill's (2 at D = 128: Q 32 KB + P 32 KB + 2 x 64 KB; 5 at D = 64); the
@@ -529,13 +529,14 @@ __device__ __forceinline__ void attn_sm100_write_row(unsigned acc, unsigned q, u
     hexel::uint32_t v[32];
     Atom::load(v, acc, q, lane, L::kOColumn + 32 * c);
     Atom::wait_ld();
-    if (!store) continue;
+    if (store) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      auto x = [&](int e) { return __uint_as_float(v[8 * i + e]) * inv; };
-      *reinterpret_cast<uint4*>(dst + 32 * c + 8 * i) =
-          make_uint4(pack_bf16x2(x(0), x(1)), pack_bf16x2(x(2), x(3)), pack_bf16x2(x(4), x(5)),
-                     pack_bf16x2(x(6), x(7)));
+      for (int i = 0; i < 4; ++i) {
+        auto x = [&](int e) { return __uint_as_float(v[8 * i + e]) * inv; };
+        *reinterpret_cast<uint4*>(dst + 32 * c + 8 * i) =
+            make_uint4(pack_bf16x2(x(0), x(1)), pack_bf16x2(x(2), x(3)), pack_bf16x2(x(4), x(5)),
+                       pack_bf16x2(x(6), x(7)));
+      }
     }
   }
 }
