@@ -48,13 +48,38 @@ int attn_prefill_tokens_per_tile(int tokens, int group) {
   return tpt;
 }
 
+namespace {
+
+// The template arguments attn_prefill and its sm_100a form share: the head shape, the KV pool's
+// page geometry, the scale (log2(e) / sqrt(d)) and the tokens a tile.
+std::string attn_prefill_args(int hq, int hkv, int d, int page, int maxp, long long page_elems,
+                              int tpt) {
+  auto I_ = [](long long v) { return std::to_string(v); };
+  return I_(hq) + ", " + I_(hkv) + ", " + I_(d) + ", " + I_(page) + ", " + I_(maxp) + ", " +
+         I_(page_elems) + "ll, " +
+         float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(d))) + ", " + I_(tpt);
+}
+
+}  // namespace
+
 std::string attn_prefill_instance(int hq, int hkv, int d, int page, int maxp, long long page_elems,
                                   int tpt, int nt) {
-  auto I_ = [](long long v) { return std::to_string(v); };
-  return "telos_kernels::attn_prefill<" + I_(hq) + ", " + I_(hkv) + ", " + I_(d) + ", " + I_(page) +
-         ", " + I_(maxp) + ", " + I_(page_elems) + "ll, " +
-         float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(d))) + ", " + I_(tpt) +
-         (nt > 0 ? ", " + I_(nt) : "") + ">";
+  return "telos_kernels::attn_prefill<" +
+         attn_prefill_args(hq, hkv, d, page, maxp, page_elems, tpt) +
+         (nt > 0 ? ", " + std::to_string(nt) : "") + ">";
+}
+
+std::string attn_prefill_sm100_instance(int hq, int hkv, int d, int page, int maxp,
+                                        long long page_elems, int tpt, bool twin) {
+  return std::string("telos_kernels::attn_prefill_sm100") + (twin ? "_twin<" : "<") +
+         attn_prefill_args(hq, hkv, d, page, maxp, page_elems, tpt) + ">";
+}
+
+int attn_prefill_sm100_smem(int head_dim, bool twin) {
+  const int kv_stage = 2 * 128 * head_dim * 2, q = 128 * head_dim * 2, p = 128 * 128 * 2;
+  const int stages = twin ? (head_dim == 128 ? 1 : 3) : (head_dim == 128 ? 2 : 5);
+  const int image = twin ? 128 * (128 + head_dim) * 4 : 0;
+  return q + (twin ? 0 : p) + stages * kv_stage + image + 1024;
 }
 
 bool attn_prefill_persistent_fits(int head_dim, int page, int tpt) {

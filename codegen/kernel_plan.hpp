@@ -464,6 +464,15 @@ std::string attn_prefill_instance(int hq, int hkv, int d, int page, int maxp, lo
 // stages (not D 128 with 128 tokens a tile); its grid, min(KV heads x tiles, SMs) CTAs.
 bool attn_prefill_persistent_fits(int head_dim, int page, int tpt);
 int attn_prefill_persistent_grid(int hkv, int tiles);
+// attn_prefill's tcgen05 form (codegen/kernels/attention_prefill_sm100.cuh), sm_100a's prompt
+// attention: attn_prefill's arguments, head dims and grid (HKV, T / TPT; no persistent form), its
+// instance (or with `twin` its Hopper twin's, attn_prefill_sm100_twin) and dynamic shared memory
+// (AttnSm100Layout<D, TWIN>::kSmemBytes restated: Q, P, the K/V stages (2 at D 128, 5 at D 64),
+// 1 KB of alignment; the twin: Q, 1 or 3 stages and the image of Tensor Memory, with P in it).
+inline constexpr int kAttnPrefillSm100Threads = 384;
+std::string attn_prefill_sm100_instance(int hq, int hkv, int d, int page, int maxp,
+                                        long long page_elems, int tpt, bool twin = false);
+int attn_prefill_sm100_smem(int head_dim, bool twin = false);
 
 // Tokens per tile of attn_split (its last template argument, TPT): a block reads K and V once for
 // TPT consecutive tokens, their G = num_heads / num_kv_heads query heads sharing the MMA's 16 rows

@@ -657,18 +657,23 @@ AttentionKernels choose_attention(const ModelPlan& mp, const Bucket& b, const ir
                    ", " + num(mp.split) + ">",
                {"part_o", "part_ml", "positions", "out"},
                D};
-  // attn_prefill is wgmma: on sm_100a the split kernels (mma.sync) take the prompt rows too. It
-  // reads bf16 pages through tensor maps: with an e4m3 cache they do so on every target.
-  a.prompt_attn = !b.tcgen05 && !mp.e4m3_kv && prompt_attention(b.prefill(), D, G);
-  // Persistent where it fits: the CTAs run the tiles in turn through one K/V ring, the same bits.
+  // attn_prefill (wgmma) on sm_90a, attn_prefill_sm100 (tcgen05) on sm_100a: the same arguments.
+  // Both read bf16 pages through tensor maps: with an e4m3 cache the split kernels take every row.
+  a.prompt_attn = !mp.e4m3_kv && prompt_attention(b.prefill(), D, G);
+  // Persistent where it fits (sm_90a: sm_100a's form runs a tile a CTA), the same bits.
   a.prompt_tpt = attn_prefill_tokens_per_tile(b.T, G);
-  a.prompt_nt = attn_prefill_persistent_fits(D, mp.page, a.prompt_tpt) ? b.T / a.prompt_tpt : 0;
-  if (a.prompt_attn)
+  a.prompt_nt =
+      !b.tcgen05 && attn_prefill_persistent_fits(D, mp.page, a.prompt_tpt) ? b.T / a.prompt_tpt : 0;
+  const std::vector<std::string> prompt_params = {
+      "q", "positions", "token_seq", "page_tables", "kv_layer", "kv_map", "out"};
+  if (a.prompt_attn && b.tcgen05)
+    a.prompt = {
+        attn_prefill_sm100_instance(HQ, HKV, D, mp.page, mp.maxp, mp.page_elems, a.prompt_tpt),
+        prompt_params, kAttnPrefillSm100Threads, attn_prefill_sm100_smem(D)};
+  else if (a.prompt_attn)
     a.prompt = {attn_prefill_instance(HQ, HKV, D, mp.page, mp.maxp, mp.page_elems, a.prompt_tpt,
                                       a.prompt_nt),
-                {"q", "positions", "token_seq", "page_tables", "kv_layer", "kv_map", "out"},
-                kAttnPrefillThreads,
-                attn_prefill_smem(D)};
+                prompt_params, kAttnPrefillThreads, attn_prefill_smem(D)};
   a.split_positions = a.prompt_attn ? "desc:split_positions" : "desc:positions";
   a.split_rows = attn_split_rows(a.prompt_attn, b.T, mp.serving.max_batch);
   a.split_tiles = (a.split_rows + a.tpt - 1) / a.tpt;
@@ -788,7 +793,7 @@ void lower_attention(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const int combine = b.use(TableRole::attn_combine, a.combine);
   const int prompt = a.prompt_attn ? b.use(TableRole::attn_prefill, a.prompt) : -1;
   const int split = b.use(TableRole::attn_split, a.split);
-  if (mp.e4m3_kv && b.bucket.prefill() && !b.bucket.tcgen05)
+  if (mp.e4m3_kv && b.bucket.prefill())
     b.note("an e4m3 KV cache: the prompt rows on attn_split too (attn_prefill reads bf16 pages)");
   b.launch(split, {a.split_tiles, HKV, attn_grid_slots(a.split_tiles, HKV, mp.nsplits)},
            {"buf:q", a.split_positions, "desc:token_seq", "desc:page_tables", kv, "buf:part_o",
@@ -1182,7 +1187,8 @@ const std::vector<LoweringRule>& lowering_table() {
        lower_all_reduce},
       // Blackwell: the GEMMs on tcgen05; the kernels without wgmma (norms, embed, decode
       // attention on mma.sync, sampling, the all-reduce) as they are. No `layer` rule (the
-      // one-token layer is wgmma): one-token buckets are small-M; prompt rows on attn_split.
+      // one-token layer is wgmma): one-token buckets are small-M; prompt rows on
+      // attn_prefill_sm100.
       {"embed", "embed", "", DType::BF16, kSmallM | kPrefill, "sm_100a", "embed_gather",
        lower_embed},
       {"rmsnorm", "rmsnorm", "", DType::BF16, kSmallM | kPrefill, "sm_100a",
@@ -1192,7 +1198,8 @@ const std::vector<LoweringRule>& lowering_table() {
       {"linear.rope_kv_append", "linear", "rope_kv_append", DType::BF16, kPrefill, "sm_100a",
        "gemm_prefill_sm100_bf16 + qkv_rope_append_rows", lower_qkv},
       {"paged_attention", "paged_attention", "", DType::BF16, kSmallM | kPrefill, "sm_100a",
-       "attn_split + attn_combine for every row", lower_attention},
+       "attn_split + attn_combine, and attn_prefill_sm100 for a prefill bucket's prompt rows",
+       lower_attention},
       {"linear.residual", "linear", "residual", DType::BF16, kSmallM, "sm_100a",
        "gemm_small_sm100_residual", lower_projection},
       {"linear.residual", "linear", "residual", DType::BF16, kPrefill, "sm_100a",

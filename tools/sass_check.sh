@@ -10,10 +10,10 @@
 #
 # e.g. on the cubins of build/test/codegen's prefill_sm100_assemble -o DIR CONFIG... (DIR/module_N
 # .cubin). --artifact DIR checks DIR/kernels/sm_100a.cubin, every kernel of an artifact's sm_100a
-# set, with tools/sass_check_artifact.patterns (each GEMM's tcgen05 MMAs, commits, TMA loads and
-# Tensor Memory loads; no wgmma and no local memory anywhere). --loops also prints every loop's
-# summary line. Exit code: 0 every check passes, 1 one
-# fails, 2 usage error, no disassembler or no kernel.
+# set, with tools/sass_check_artifact.patterns (each GEMM's and the prefill attention's tcgen05
+# MMAs, commits, TMA loads and Tensor Memory loads; no wgmma and no local memory anywhere). --loops
+# also prints every loop's summary line. Exit code: 0 every check passes, 1 one fails, 2 usage error, no
+# disassembler or no kernel.
 set -euo pipefail
 here=$(cd "${0%/*}" && pwd)
 patterns="$here/sass_check.patterns"

@@ -215,6 +215,111 @@ __device__ __forceinline__ void attn_prefill_stage_q(const float* q, const int* 
   fence_proxy_async_smem();  // generic-proxy stores, then wgmma reads them (after a barrier)
 }
 
+// The K/V stage ring: stage s's K tile at k_stage(s), its V tile kKvBytes after it, and the
+// stage's barriers full_k, full_v, empty_k, empty_v (+ 8 · s each).
+template <int D>
+struct AttnPrefillKvRing {
+  unsigned stages, full_k, full_v, empty_k, empty_v;
+  __device__ __forceinline__ unsigned k_stage(unsigned s) const {
+    return stages + s * AttnPrefill<D>::kStageBytes;
+  }
+  __device__ __forceinline__ unsigned v_stage(unsigned s) const {
+    return k_stage(s) + AttnPrefill<D>::kKvBytes;
+  }
+};
+
+// The TMA producer warp (`lane`): the K and V blocks of the nseg segments `seg` of the tile at t0
+// (KV head kvh) into the ring, each segment's blocks 0 .. last / BN in order, K then V on their own
+// barriers. Whole pages up to the segment's last position by TMA through `kv_map` (lane i: page i
+// of the block), the rest by cp.async from the warp's lanes, zero-filled past the last position
+// (see the header, "Warp roles").
+template <int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int S>
+__device__ __forceinline__ void attn_prefill_produce_tma(
+    int lane, int kvh, int t0, const AttnPrefillSegment* seg, int nseg, const int* token_seq,
+    const int* page_tables, const bf16* kv_layer, const hexel::TensorMap* kv_map,
+    const AttnPrefillKvRing<D>& kv_ring, hexel::mbarrier::StageRing<S>& ring) {
+  using namespace hexel;
+  constexpr int BN = AttnPrefill<D>::kBlockN;
+  constexpr int kPieces = D / 8;                               // 16-byte pieces a position
+  constexpr int kPageRows = static_cast<int>(PAGE_ELEMS / D);  // a page's stride in map rows
+  for (int sg = 0; sg < nseg; ++sg) {
+    const int pos_max = seg[sg].last;
+    const int* pt = page_tables + token_seq[t0 + seg[sg].first] * MAXP;
+    for (int b = 0; b <= pos_max / BN; ++b) {
+      // Rows [0, whole) of the block are whole pages up to pos_max; the rest is the tail.
+      const int whole = min(BN, (pos_max + 1) / PAGE * PAGE - b * BN);
+      const int page = lane < whole / PAGE ? pt[b * (BN / PAGE) + lane] : 0;
+#pragma unroll
+      for (int kv = 0; kv < 2; ++kv) {
+        mbarrier::wait_parity((kv == 0 ? kv_ring.empty_k : kv_ring.empty_v) + 8 * ring.index,
+                              ring.phase ^ 1u);
+        const unsigned dst0 = kv == 0 ? kv_ring.k_stage(ring.index) : kv_ring.v_stage(ring.index);
+        const unsigned full = (kv == 0 ? kv_ring.full_k : kv_ring.full_v) + 8 * ring.index;
+        if (lane == 0) mbarrier::arrive_expect_tx(full, static_cast<unsigned>(whole) * D * 2);
+        __syncwarp();
+        if (lane < whole / PAGE) {
+          const int row = page * kPageRows + (kv * HKV + kvh) * PAGE;
+#pragma unroll
+          for (int c = 0; c < D / 64; ++c)
+            tma::load(dst0 + c * (BN * 128) + lane * PAGE * 128, kv_map, full, 64 * c, row);
+        }
+        const bf16* src0 = kv_layer + static_cast<long long>(kv * HKV + kvh) * PAGE * D;
+        // Positions past the last one read its row (finite, in the sequence's pages) and
+        // write zeros (source size 0).
+        for (int c = whole * kPieces + lane; c < BN * kPieces; c += 32) {
+          const int p = c / kPieces, i = c % kPieces, pos = min(b * BN + p, pos_max);
+          cp_async::copy_16(
+              swizzled_chunk_b128(dst0 + (i / 8) * (BN * 128), p, i),
+              src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS + (pos % PAGE) * D + 8 * i,
+              b * BN + p <= pos_max ? 16u : 0u);
+        }
+        cp_async::arrive_noinc(full);
+      }
+      ring.advance();
+    }
+  }
+}
+
+// The cp.async producer (pages TMA cannot tile): thread `tid` of the producer warpgroup copies
+// 16-byte pieces i of positions p (16 threads a D = 128 row) of the same blocks, in the same order,
+// each position looked up in the page table, zero-filled past the segment's last position.
+template <int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int S>
+__device__ __forceinline__ void attn_prefill_produce_copy(
+    int tid, int kvh, int t0, const AttnPrefillSegment* seg, int nseg, const int* token_seq,
+    const int* page_tables, const bf16* kv_layer, const AttnPrefillKvRing<D>& kv_ring,
+    hexel::mbarrier::StageRing<S>& ring) {
+  using namespace hexel;
+  constexpr int BN = AttnPrefill<D>::kBlockN;
+  constexpr int kPieces = D / 8;  // 16-byte pieces a position
+  constexpr int kPerThread = BN * kPieces / 128;
+  for (int sg = 0; sg < nseg; ++sg) {
+    const int pos_max = seg[sg].last;
+    const int* pt = page_tables + token_seq[t0 + seg[sg].first] * MAXP;
+    for (int b = 0; b <= pos_max / BN; ++b) {
+#pragma unroll
+      for (int kv = 0; kv < 2; ++kv) {
+        mbarrier::wait_parity((kv == 0 ? kv_ring.empty_k : kv_ring.empty_v) + 8 * ring.index,
+                              ring.phase ^ 1u);
+        const unsigned dst0 = kv == 0 ? kv_ring.k_stage(ring.index) : kv_ring.v_stage(ring.index);
+        const bf16* src0 = kv_layer + static_cast<long long>(kv * HKV + kvh) * PAGE * D;
+#pragma unroll 4
+        for (int k = 0; k < kPerThread; ++k) {
+          const int c = tid + 128 * k, p = c / kPieces, i = c % kPieces;
+          const int pos = b * BN + p;
+          const bool valid = pos <= pos_max;
+          const bf16* src = valid ? src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
+                                        (pos % PAGE) * D + 8 * i
+                                  : kv_layer;
+          const unsigned dst = swizzled_chunk_b128(dst0 + (i / 8) * (BN * 128), p, i);
+          cp_async::copy_16(dst, src, valid ? 16u : 0u);
+        }
+        cp_async::arrive_noinc((kv == 0 ? kv_ring.full_k : kv_ring.full_v) + 8 * ring.index);
+      }
+      ring.advance();
+    }
+  }
+}
+
 // out[t, (kvh · G + h) · D + d] = bf16(softmax over keys [0, position] of the row's sequence ·
 // V); see the header comment. `kv_map`: the tensor map of `tmap:kv:L:...` over the pool from
 // kv_layer (rows of D, boxes of PAGE x 64, 128-byte swizzle), read when PAGE is a multiple of 8
@@ -330,13 +435,12 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
   if (threadIdx.x < 128) {
     // The producer; with persistent tiles it also scans (40 registers: the scan spills at 24).
     setmaxnreg_dec<kProducerRegs>();
-    constexpr int kPieces = D / 8;  // 16-byte pieces a position
     mbarrier::StageRing<S> ring;
+    const AttnPrefillKvRing<D> kv_ring{k_stage(0), full_k, full_v, empty_k, empty_v};
     if constexpr (kTma) {
       // One warp: lane i issues the TMA boxes of the block's page i; the tail by cp.async.
       if (threadIdx.x >= 32) return;
       const int lane = threadIdx.x;
-      constexpr int kPageRows = static_cast<int>(PAGE_ELEMS / D);  // a page's stride in map rows
       if (lane == 0) {
         tma::acquire_map(kv_map);
         tma::prefetch_map(kv_map);
@@ -355,74 +459,16 @@ __global__ void __launch_bounds__(AttnPrefill<D>::kThreads, 1)
           for (int j = lane; j < TPT; j += 32)
             tma::prefetch_bytes(q + (static_cast<long long>(t0 + j) * HQ + kvh * G) * D, G * D * 4);
         }
-        const int nseg = sm_nseg[tb];
-        for (int sg = 0; sg < nseg; ++sg) {
-          const int pos_max = sm_seg[tb][sg].last;
-          const int* pt = page_tables + token_seq[t0 + sm_seg[tb][sg].first] * MAXP;
-          for (int b = 0; b <= pos_max / BN; ++b) {
-            // Rows [0, whole) of the block are whole pages up to pos_max; the rest is the tail.
-            const int whole = min(BN, (pos_max + 1) / PAGE * PAGE - b * BN);
-            const int page = lane < whole / PAGE ? pt[b * (BN / PAGE) + lane] : 0;
-#pragma unroll
-            for (int kv = 0; kv < 2; ++kv) {
-              mbarrier::wait_parity((kv == 0 ? empty_k : empty_v) + 8 * ring.index, ring.phase ^ 1u);
-              const unsigned dst0 = kv == 0 ? k_stage(ring.index) : v_stage(ring.index);
-              const unsigned full = (kv == 0 ? full_k : full_v) + 8 * ring.index;
-              if (lane == 0) mbarrier::arrive_expect_tx(full, static_cast<unsigned>(whole) * D * 2);
-              __syncwarp();
-              if (lane < whole / PAGE) {
-                const int row = page * kPageRows + (kv * HKV + kvh) * PAGE;
-#pragma unroll
-                for (int c = 0; c < D / 64; ++c)
-                  tma::load(dst0 + c * (BN * 128) + lane * PAGE * 128, kv_map, full, 64 * c, row);
-              }
-              const bf16* src0 = kv_layer + static_cast<long long>(kv * HKV + kvh) * PAGE * D;
-              // Positions past the last one read its row (finite, in the sequence's pages) and
-              // write zeros (source size 0).
-              for (int c = whole * kPieces + lane; c < BN * kPieces; c += 32) {
-                const int p = c / kPieces, i = c % kPieces, pos = min(b * BN + p, pos_max);
-                cp_async::copy_16(swizzled_chunk_b128(dst0 + (i / 8) * (BN * 128), p, i),
-                                  src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
-                                      (pos % PAGE) * D + 8 * i,
-                                  b * BN + p <= pos_max ? 16u : 0u);
-              }
-              cp_async::arrive_noinc(full);
-            }
-            ring.advance();
-          }
-        }
+        attn_prefill_produce_tma<HKV, D, PAGE, MAXP, PAGE_ELEMS, S>(
+            lane, kvh, t0, sm_seg[tb], sm_nseg[tb], token_seq, page_tables, kv_layer, kv_map,
+            kv_ring, ring);
       }
     } else {
-      // Every thread copies 16-byte pieces i of positions p (16 threads a D = 128 row).
-      constexpr int kPerThread = BN * kPieces / 128;
-      const int tid = threadIdx.x;
       int kvh, t0;
       tile_of(0, kvh, t0);
-      for (int sg = 0; sg < sm_nseg[0]; ++sg) {
-        const int pos_max = sm_seg[0][sg].last;
-        const int* pt = page_tables + token_seq[t0 + sm_seg[0][sg].first] * MAXP;
-        for (int b = 0; b <= pos_max / BN; ++b) {
-#pragma unroll
-          for (int kv = 0; kv < 2; ++kv) {
-            mbarrier::wait_parity((kv == 0 ? empty_k : empty_v) + 8 * ring.index, ring.phase ^ 1u);
-            const unsigned dst0 = kv == 0 ? k_stage(ring.index) : v_stage(ring.index);
-            const bf16* src0 = kv_layer + static_cast<long long>(kv * HKV + kvh) * PAGE * D;
-#pragma unroll 4
-            for (int k = 0; k < kPerThread; ++k) {
-              const int c = tid + 128 * k, p = c / kPieces, i = c % kPieces;
-              const int pos = b * BN + p;
-              const bool valid = pos <= pos_max;
-              const bf16* src = valid ? src0 + static_cast<long long>(pt[pos / PAGE]) * PAGE_ELEMS +
-                                            (pos % PAGE) * D + 8 * i
-                                      : kv_layer;
-              const unsigned dst = swizzled_chunk_b128(dst0 + (i / 8) * (BN * 128), p, i);
-              cp_async::copy_16(dst, src, valid ? 16u : 0u);
-            }
-            cp_async::arrive_noinc((kv == 0 ? full_k : full_v) + 8 * ring.index);
-          }
-          ring.advance();
-        }
-      }
+      attn_prefill_produce_copy<HKV, D, PAGE, MAXP, PAGE_ELEMS, S>(
+          threadIdx.x, kvh, t0, sm_seg[0], sm_nseg[0], token_seq, page_tables, kv_layer, kv_ring,
+          ring);
     }
     // No thread leaves with copies in flight into a stage the consumers have yet to read.
     cp_async::wait_all();

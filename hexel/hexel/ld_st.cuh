@@ -47,6 +47,14 @@ HEXEL_DEVICE void st_shared_v2_f32(uint32_t addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }
 
+// Thread: two f32 from shared memory at `addr` (8-byte aligned), ordered as ld_shared_v4.
+// PTX: ld (.shared.v2.f32).
+HEXEL_DEVICE float2 ld_shared_v2_f32(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
 // Thread: 16 bytes of global memory through the non-coherent path without allocating in L1 (data
 // read once, never written during the kernel). PTX: ld (.global.nc.L1::no_allocate.v4.u32).
 HEXEL_DEVICE uint4 ld_nc_no_allocate_v4(const void* p) {

@@ -211,6 +211,30 @@ inline uint32_t kmajor_element_address(SmemDesc desc, uint32_t row, uint32_t k,
   return addr ^ (((addr >> 7) & chunk_mask) << 4);
 }
 
+// Shared-memory byte address of element (mn, k) of an MN-major operand described by `d` (A's M or
+// B's N contiguous: the transpose bit of the instruction descriptor set), elements of `elem_bytes`
+// bytes, swizzled layouts only. "Major-ness supported by Strides" and "Shared Memory Descriptor":
+// a swizzle atom is 8 K rows of `span` bytes along MN, stored contiguously; the leading-dimension
+// byte offset (LBO) is the stride from one atom's span of MN to the next ("from the first
+// swizzle-byte-size / 16 rows to the next", rows of 16 bytes), the stride-dimension byte offset
+// (SBO) the stride between groups of 8 along K. The swizzle then XORs address bits 4 ..
+// 4 + log2(span / 16) - 1 with bits 7 and up, as for K-major. Base offset 0 and relative LBO
+// only, as kmajor_element_address.
+inline uint32_t mnmajor_element_address(SmemDesc desc, uint32_t mn, uint32_t k,
+                                        uint32_t elem_bytes) {
+  const SmemFields f = decode(desc);
+  detail::require(f.base_offset == 0, "base_offset = " + std::to_string(f.base_offset) +
+                                          ": only 0 (pattern-aligned tiles) is modelled");
+  detail::require(f.lbo_mode == 0, "lbo_mode = 1 (absolute LBO) is not modelled");
+  detail::require(f.layout != 0, "an MN-major operand is modelled in swizzled layouts only");
+  const uint32_t span = swizzle_span(f.layout);
+  const uint32_t mn_bytes = mn * elem_bytes;
+  const uint32_t addr =
+      f.start + (mn_bytes / span) * f.lbo + (k / 8) * f.sbo + (k % 8) * span + mn_bytes % span;
+  const uint32_t chunk_mask = span / 16 - 1;
+  return addr ^ (((addr >> 7) & chunk_mask) << 4);
+}
+
 // A Tensor Memory cell: lane (row of TMEM, 0..127) and 32-bit column (0..511).
 struct TmemCell {
   uint32_t lane = 0;
@@ -256,6 +280,14 @@ inline TmemCell ld_32x32b_cell(uint32_t warp, uint32_t taddr, uint32_t num, uint
                                                      ", register " + std::to_string(reg) +
                                                      " is outside the fragment");
   return {base.lane + thread_lane, base.column + reg};
+}
+
+// "Matrix fragments for shape .32x32b" holds for tcgen05.st as for tcgen05.ld (and the same
+// access restriction): thread l's register r goes to lane taddr.lane + l, column
+// taddr.column + r.
+inline TmemCell st_32x32b_cell(uint32_t warp, uint32_t taddr, uint32_t num, uint32_t thread_lane,
+                               uint32_t reg) {
+  return ld_32x32b_cell(warp, taddr, num, thread_lane, reg);
 }
 
 }  // namespace hexel::tcgen05::model

@@ -1313,6 +1313,55 @@ TEST(Codegen, PrefillAttentionCompilesWithoutSpills) {
   }
 }
 
+// The sm_100a prefill attention (kernels/attention_prefill_sm100.cuh) for sm_100a and its Hopper
+// twin for sm_90a at the head shapes of PrefillAttentionCompilesWithoutSpills (not persistent) and
+// pages of 16 and 7: no spill or stack frame, setmaxnreg honoured (C7508) and not starved (C7512),
+// wgmma not serialized in the twin (C7513); the tcgen05 form issues tcgen05.mma and reads and
+// writes Tensor Memory (tcgen05.ld / st), the twin wgmma, each with the softmax's 240 registers;
+// K/V by TMA with pages of 16 only; the dynamic and static shared memory fit a CTA's.
+TEST(Codegen, PrefillAttentionSm100CompilesWithoutSpills) {
+  struct Shape {
+    int hq, hkv, d, page, tpt;
+  };
+  for (const bool twin : {false, true}) {
+    std::vector<std::string> names;
+    std::map<std::string, Shape> shapes;
+    for (const Shape& s :
+         {Shape{32, 8, 64, 16, 32}, Shape{32, 8, 128, 16, 32}, Shape{12, 2, 128, 16, 16},
+          Shape{16, 8, 128, 16, 64}, Shape{8, 8, 64, 16, 128}, Shape{64, 8, 128, 16, 16},
+          Shape{8, 8, 128, 7, 128}, Shape{8, 2, 64, 7, 32}}) {
+      const long long page_elems = 2LL * 2 * s.hkv * s.page * s.d;
+      names.push_back(
+          attn_prefill_sm100_instance(s.hq, s.hkv, s.d, s.page, 512, page_elems, s.tpt, twin));
+      shapes[names.back()] = s;
+    }
+    const CompiledModule m = compile_module("#include \"attention_prefill_sm100.cuh\"\n",
+                                            twin ? "sm_90a" : "sm_100a", names, "");
+    for (const char* warning : {"C7508", "C7512", "C7513"})
+      EXPECT_EQ(m.log.find(warning), std::string::npos) << m.log;
+    for (const auto& name : names) {
+      const std::string body = ptx_function(m.ptx, m.lowered.at(name));
+      ASSERT_FALSE(body.empty()) << name;
+      for (const char* op :
+           twin ? std::vector<const char*>{"wgmma.mma_async.sync.aligned.m64n128k16"}
+                : std::vector<const char*>{"tcgen05.mma.cta_group::1.kind::f16",
+                                           "tcgen05.ld.sync.aligned.32x32b.x32",
+                                           "tcgen05.st.sync.aligned.32x32b.x32", "tcgen05.commit"})
+        EXPECT_NE(body.find(op), std::string::npos) << name << ": " << op;
+      EXPECT_EQ(body.find(twin ? "tcgen05" : "wgmma"), std::string::npos) << name;
+      EXPECT_NE(body.find("setmaxnreg.inc.sync.aligned.u32 240"), std::string::npos) << name;
+      EXPECT_NE(body.find("setmaxnreg.dec.sync.aligned.u32 56"), std::string::npos) << name;
+      const Shape& s = shapes.at(name);
+      EXPECT_EQ(body.find("cp.async.bulk.tensor.2d") != std::string::npos, s.page == 16) << name;
+      const KernelResources& r = m.resources.at(m.lowered.at(name));
+      EXPECT_LE(r.shared_static + attn_prefill_sm100_smem(s.d, twin), 232448) << name;
+      EXPECT_EQ(r.spill_stores, 0) << name;
+      EXPECT_EQ(r.spill_loads, 0) << name;
+      EXPECT_EQ(r.stack_frame, 0) << name;
+    }
+  }
+}
+
 // Llama-3.2-1B's prefill bucket runs attn_prefill once a layer, reading that layer's K/V through
 // `tmap:kv:L:ROWS:COLS:BOX_ROWS:BOX_COLS` (docs/artifact.md): ROWS a page's rows (2 · 16 layers ·
 // 8 heads · 16 positions), COLS the head dim, boxes of a page by 64 dims; the launch states the

@@ -1995,13 +1995,33 @@ struct PagedKv {
   }
 };
 
-// One attn_prefill launch over a step (T = positions.size(), a multiple of tpt) with the pool's
-// bits `kv` and the map the engine builds for `tmap:kv:1:...` (rows of D from layer 1's base to
-// the pool's end, boxes of a page); returns the output (poisoned before the launch). ctas > 0: the
-// persistent form on that many CTAs.
+// The tests' source for the sm_100a prefill attention's Hopper twin (attention_prefill_sm100.cuh,
+// which includes attention_prefill.cuh: one module holds both forms), with poison_shared.
+const std::string kAttnPrefillSm100Source =
+    "#define HEXEL_DEBUG_WAIT_LIMIT 100000000\n#include \"attention_prefill_sm100.cuh\"\n" +
+    kPoisonShared;
+
+// Which prefill attention a run launches: attn_prefill (a tile a CTA, or persistent on `ctas`
+// CTAs), or attn_prefill_sm100_twin (a tile a CTA, its shared memory poisoned first).
+struct PrefillForm {
+  bool twin = false;
+  int ctas = 0;
+};
+
+std::string prefill_instance(const PagedKv& pool, int tpt, const PrefillForm& form, int T) {
+  const AttnShape& s = pool.s;
+  if (form.twin)
+    return codegen::attn_prefill_sm100_instance(s.HQ, s.HKV, s.D, s.PAGE, s.MAXP, pool.page_elems,
+                                                tpt, true);
+  return attn_prefill_instance(s, pool.page_elems, tpt, form.ctas > 0 ? T / tpt : 0);
+}
+
+// One prefill attention launch over a step (T = positions.size(), a multiple of tpt) with the
+// pool's bits `kv` and the map the engine builds for `tmap:kv:1:...` (rows of D from layer 1's base
+// to the pool's end, boxes of a page); returns the output (poisoned before the launch).
 bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, int tpt,
                        const std::vector<float>& q, const std::vector<int>& positions,
-                       const std::vector<int>& token_seq, int ctas = 0) {
+                       const std::vector<int>& token_seq, const PrefillForm& form = {}) {
   const AttnShape& s = pool.s;
   const int T = static_cast<int>(positions.size());
   EXPECT_EQ(T % tpt, 0);
@@ -2013,64 +2033,124 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
       dkv.get() + pool.layer_offset(),
       static_cast<int>((static_cast<long long>(kv.size()) - pool.layer_offset()) / s.D), s.D,
       s.PAGE);
-  const cudaError_t e =
-      mod.launch(attn_prefill_instance(s, pool.page_elems, tpt, ctas > 0 ? T / tpt : 0),
-                 ctas > 0 ? dim3(ctas) : dim3(s.HKV, T / tpt), 384,
-                 {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(),
-                  kv_map.get(), out.get()},
-                 codegen::attn_prefill_smem(s.D));
+  if (form.twin) {
+    EXPECT_EQ(mod.launch("poison_shared", sm_count(), 1024, {}, codegen::kMaxSmemPerBlock),
+              cudaSuccess);
+  }
+  const cudaError_t e = mod.launch(
+      prefill_instance(pool, tpt, form, T), form.ctas > 0 ? dim3(form.ctas) : dim3(s.HKV, T / tpt),
+      form.twin ? codegen::kAttnPrefillSm100Threads : codegen::kAttnPrefillThreads,
+      {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(), kv_map.get(),
+       out.get()},
+      form.twin ? codegen::attn_prefill_sm100_smem(s.D, true) : codegen::attn_prefill_smem(s.D));
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   return out.download();
 }
 
-// Against f64, GQA 1, 2, 4, 6 (Qwen2.5-1.5B's 12/2), 8 at D 64 and 128, pages of 16 and of 7
-// positions, in the tile the plan would use (128 / G tokens, rounded down to a power of two). One
-// step: a chunk that starts at a position > 0 mid-page (the previous chunks' K/V in the pages) and
-// runs past a tile; a padding row; a second sequence from position 0 starting mid-tile, two key
-// blocks long and ending mid-page; a single row with the whole context; padding to a whole tile.
-// Every position a sequence has not reached holds NaN, and so does every page of no sequence.
-// Pages of 16 load K/V by TMA (whole pages) and cp.async (the page of a sequence's last position,
-// zero-filled past it); pages of 7 by cp.async alone. With pages of 16 also the persistent form on
-// 3 CTAs, each running its tiles in turn (both segment tables, the ring across tiles).
+// A ragged step in tiles of `tpt`: a chunk of sequence 0 that starts at a position > 0 mid-page
+// (the previous chunks' K/V in the pages) and runs past a tile; a padding row; sequence 1 from
+// position 0 starting mid-tile, two key blocks long and ending mid-page; sequence 2's single row
+// with the whole context; padding to a whole tile. `ends`: each sequence's positions written.
+struct RaggedStep {
+  std::vector<int> positions, token_seq, ends;
+};
+RaggedStep ragged_prefill_step(const AttnShape& s, int tpt) {
+  RaggedStep r;
+  const int ctx = s.MAXP * s.PAGE;
+  auto add = [&](int seq, int first, int n) {
+    for (int j = 0; j < n; ++j) r.positions.push_back(first + j), r.token_seq.push_back(seq);
+  };
+  auto pad = [&](int n) {
+    for (int j = 0; j < n; ++j) r.positions.push_back(-1), r.token_seq.push_back(0);
+  };
+  const int first0 = 3 * s.PAGE + 5, n0 = tpt + 13, n1 = 150;
+  add(0, first0, n0);
+  pad(1);
+  add(1, 0, n1);
+  add(2, ctx - 1, 1);
+  pad((tpt - static_cast<int>(r.positions.size()) % tpt) % tpt);
+  r.ends = {first0 + n0, n1, ctx};
+  return r;
+}
+
+// The head shapes and tiles of the prefill attention tests: GQA 1, 2, 4, 6 (Qwen2.5-1.5B's 12/2),
+// 8 at D 64 and 128, pages of 16 and of 7 positions, in the tile the plan would use (128 / G
+// tokens, rounded down to a power of two).
+struct PrefillCase {
+  AttnShape s;
+  int tpt;
+};
+const std::vector<PrefillCase> kPrefillCases = {
+    {{8, 8, 64, 16, 40, 0, 0}, 128},  {{32, 8, 128, 16, 40, 0, 0}, 32},
+    {{8, 2, 64, 7, 60, 0, 0}, 32},    {{16, 2, 128, 16, 40, 0, 0}, 16},
+    {{12, 2, 128, 16, 40, 0, 0}, 16}, {{4, 2, 128, 7, 60, 0, 0}, 64}};
+
+// Against f64 on ragged_prefill_step's step, every position a sequence has not reached holding NaN,
+// and so does every page of no sequence. Pages of 16 load K/V by TMA (whole pages) and cp.async
+// (the page of a sequence's last position, zero-filled past it); pages of 7 by cp.async alone. With
+// pages of 16 also the persistent form on 3 CTAs, each running its tiles in turn (both segment
+// tables, the ring across tiles).
 TEST(GpuKernels, PrefillAttentionMatchesF64) {
   TELOS_SKIP_WITHOUT_GPU();
-  struct Case {
-    AttnShape s;
-    int tpt;
-  };
-  for (const Case& c : {Case{{8, 8, 64, 16, 40, 0, 0}, 128}, Case{{32, 8, 128, 16, 40, 0, 0}, 32},
-                        Case{{8, 2, 64, 7, 60, 0, 0}, 32}, Case{{16, 2, 128, 16, 40, 0, 0}, 16},
-                        Case{{12, 2, 128, 16, 40, 0, 0}, 16}, Case{{4, 2, 128, 7, 60, 0, 0}, 64}}) {
+  for (const PrefillCase& c : kPrefillCases) {
     const AttnShape& s = c.s;
     PagedKv pool(s, 3);
-    const int ctx = s.MAXP * s.PAGE;
-    std::vector<int> positions, token_seq;
-    auto add = [&](int seq, int first, int n) {
-      for (int j = 0; j < n; ++j) positions.push_back(first + j), token_seq.push_back(seq);
-    };
-    auto pad = [&](int n) {
-      for (int j = 0; j < n; ++j) positions.push_back(-1), token_seq.push_back(0);
-    };
-    const int first0 = 3 * s.PAGE + 5, n0 = c.tpt + 13, n1 = 150;
-    add(0, first0, n0);
-    pad(1);
-    add(1, 0, n1);
-    add(2, ctx - 1, 1);
-    pad((c.tpt - static_cast<int>(positions.size()) % c.tpt) % c.tpt);
-    const int T = static_cast<int>(positions.size());
+    const RaggedStep st = ragged_prefill_step(s, c.tpt);
+    const int T = static_cast<int>(st.positions.size());
     const bool persistent = codegen::attn_prefill_persistent_fits(s.D, s.PAGE, c.tpt);
     std::vector<std::string> names = {attn_prefill_instance(s, pool.page_elems, c.tpt)};
     if (persistent) names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt, T / c.tpt));
     TestModule mod(kAttnPrefillSource, names);
     const std::vector<float> q = random_floats(static_cast<std::size_t>(T) * s.HQ * s.D);
-    const bf16v kv = pool.with_nan_tails({first0 + n0, n1, ctx});
+    const bf16v kv = pool.with_nan_tails(st.ends);
     for (const int ctas : {0, 3}) {
       if (ctas > 0 && !persistent) continue;
       SCOPED_TRACE(ctas > 0 ? "persistent on 3 CTAs" : "a tile a CTA");
-      const bf16v out = run_attn_prefill(mod, pool, kv, c.tpt, q, positions, token_seq, ctas);
+      const bf16v out =
+          run_attn_prefill(mod, pool, kv, c.tpt, q, st.positions, st.token_seq, {false, ctas});
       expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f,
-                                   pool.page_tables, positions, token_seq, q, out);
+                                   pool.page_tables, st.positions, st.token_seq, q, out);
     }
+  }
+}
+
+// The sm_100a prefill attention's Hopper twin (attn_prefill_sm100_twin: the tcgen05 kernel's body,
+// producer, softmax, masks, barriers and shared-memory layout, with wgmma for tcgen05.mma and an
+// image of Tensor Memory in shared memory) on PrefillAttentionMatchesF64's shapes and ragged step,
+// its shared memory and output poisoned: against f64, and against attn_prefill on the same inputs
+// within the same tolerance row by row (the two sum a row's weights in different orders: not bit
+// for bit); padding rows are zeros in both.
+TEST(GpuKernels, Sm100TwinPrefillAttentionMatchesF64AndHopper) {
+  TELOS_SKIP_WITHOUT_GPU();
+  for (const PrefillCase& c : kPrefillCases) {
+    const AttnShape& s = c.s;
+    SCOPED_TRACE("HQ " + I(s.HQ) + " HKV " + I(s.HKV) + " D " + I(s.D) + " page " + I(s.PAGE));
+    PagedKv pool(s, 3);
+    const RaggedStep st = ragged_prefill_step(s, c.tpt);
+    const int T = static_cast<int>(st.positions.size());
+    TestModule mod(kAttnPrefillSm100Source,
+                   {"poison_shared", prefill_instance(pool, c.tpt, {true, 0}, T),
+                    prefill_instance(pool, c.tpt, {}, T)});
+    const std::vector<float> q = random_floats(static_cast<std::size_t>(T) * s.HQ * s.D);
+    const bf16v kv = pool.with_nan_tails(st.ends);
+    const bf16v twin =
+        run_attn_prefill(mod, pool, kv, c.tpt, q, st.positions, st.token_seq, {true, 0});
+    const bf16v hopper = run_attn_prefill(mod, pool, kv, c.tpt, q, st.positions, st.token_seq);
+    expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f, pool.page_tables,
+                                 st.positions, st.token_seq, q, twin);
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < s.HQ; ++h) {
+        const std::size_t at = (static_cast<std::size_t>(t) * s.HQ + h) * s.D;
+        std::vector<float> got(s.D);
+        std::vector<double> want(s.D);
+        for (int d = 0; d < s.D; ++d)
+          got[d] = from_bf16(twin[at + d]), want[d] = from_bf16(hopper[at + d]);
+        if (st.positions[t] < 0) {
+          EXPECT_EQ(0, std::memcmp(twin.data() + at, hopper.data() + at, s.D * 2)) << "row " << t;
+        } else {
+          EXPECT_LT(rel_l2(got, want), 1e-2) << "token " << t << " head " << h;
+        }
+      }
   }
 }
 
@@ -2079,9 +2159,9 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
 // same prompt in chunks of 64 + 77 + 159 tokens, each chunk its own step with NaN in every position
 // it has not reached, the second chunk behind another sequence's 37 tokens (so its first row is
 // mid-tile), and with the whole prompt and the chunks in tiles of 128 / G and of 32 / G tokens;
-// and (pages of 16) the persistent form on 3 CTAs and on a CTA a tile gives the same bits.
-TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
-  TELOS_SKIP_WITHOUT_GPU();
+// and (attn_prefill, pages of 16) the persistent form on 3 CTAs and on a CTA a tile gives the same
+// bits. `twin`: the sm_100a kernel's Hopper twin instead of attn_prefill.
+void check_prefill_batch_invariance(bool twin) {
   struct Case {
     AttnShape s;
     int tpt_big, tpt_small;
@@ -2092,13 +2172,14 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
     const AttnShape& s = c.s;
     const int G = s.HQ / s.HKV, L = 300, NY = 37;
     PagedKv pool(s, 2);  // sequence 0: the prompt; 1: the other sequence
-    std::vector<std::string> names = {attn_prefill_instance(s, pool.page_elems, c.tpt_big),
-                                      attn_prefill_instance(s, pool.page_elems, c.tpt_small)};
+    const PrefillForm plain{twin, 0};
+    std::vector<std::string> names = {"poison_shared", prefill_instance(pool, c.tpt_big, plain, 0),
+                                      prefill_instance(pool, c.tpt_small, plain, 0)};
     // The whole prompt's tiles, for the persistent form.
     const int nt = (L + c.tpt_big - 1) / c.tpt_big;
-    const bool persistent = codegen::attn_prefill_persistent_fits(s.D, s.PAGE, c.tpt_big);
+    const bool persistent = !twin && codegen::attn_prefill_persistent_fits(s.D, s.PAGE, c.tpt_big);
     if (persistent) names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, nt));
-    TestModule mod(kAttnPrefillSource, names);
+    TestModule mod(kAttnPrefillSm100Source, names);
     const std::size_t row = static_cast<std::size_t>(s.HQ) * s.D;
     const std::vector<float> qx = random_floats(L * row), qy = random_floats(NY * row);
 
@@ -2122,7 +2203,7 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
         q.insert(q.end(), row, 0.f);
       }
       const bf16v out = run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}),
-                                         tpt, q, positions, token_seq, ctas);
+                                         tpt, q, positions, token_seq, {twin, ctas});
       return bf16v(out.begin() + first * row, out.begin() + (first + (b - a)) * row);
     };
     const bf16v whole = step(c.tpt_big, 0, L, false);
@@ -2158,6 +2239,18 @@ TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
         }
     }
   }
+}
+
+TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
+  TELOS_SKIP_WITHOUT_GPU();
+  check_prefill_batch_invariance(false);
+}
+
+// The same of the sm_100a kernel's Hopper twin: the rows' bits do not depend on the tile, the
+// other rows in it or the chunking (the tcgen05 kernel's argument, docs/hexel.md, "Blackwell").
+TEST(GpuKernels, Sm100TwinPrefillAttentionIsBatchInvariant) {
+  TELOS_SKIP_WITHOUT_GPU();
+  check_prefill_batch_invariance(true);
 }
 
 // ---- sampling ---------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
-// sm100_twin_assemble: codegen's sm_100a GEMMs (codegen/kernels/gemm_small_sm100.cuh,
-// gemm_prefill_sm100.cuh) at every instance the given model configs' sm_100a kernel sets hold
-// (default serving config, as `telosc compile --target sm_100a` plans them), through codegen's own
-// NVRTC driver and ptxas: as planned for sm_100a, or with --twins their Hopper twins
-// (gemm_small_sm100_twin_*, gemm_prefill_sm100_twin_*: the same template arguments; the small
-// twin's own block and dynamic shared memory, the prefill twin's the same) for sm_90a. Each
+// sm100_twin_assemble: codegen's sm_100a GEMMs and prefill attention
+// (codegen/kernels/gemm_small_sm100.cuh, gemm_prefill_sm100.cuh, attention_prefill_sm100.cuh) at
+// every instance the given model configs' sm_100a kernel sets hold (default serving config, as
+// `telosc compile --target sm_100a` plans them), through codegen's own NVRTC driver and ptxas: as
+// planned for sm_100a, or with --twins their Hopper twins (gemm_small_sm100_twin_*,
+// gemm_prefill_sm100_twin_*, attn_prefill_sm100_twin: the same template arguments; the small
+// GEMM's and the attention's twins their own dynamic shared memory, the prefill twin's the same)
+// for sm_90a. Each
 // instance must use no local memory, spill nothing and fit its static and dynamic shared memory in
 // a block's (codegen::check_kernel_resources). A SwiGLU instance whose token tile is over 128 has
 // no twin (its accumulator does not fit two warpgroups' registers) and is listed as such.
@@ -35,6 +37,18 @@ constexpr const char* kPrefix = "telos_kernels::gemm_small_sm100_";
 constexpr const char* kTwinPrefix = "telos_kernels::gemm_small_sm100_twin_";
 constexpr const char* kPrefillPrefix = "telos_kernels::gemm_prefill_sm100_";
 constexpr const char* kPrefillTwinPrefix = "telos_kernels::gemm_prefill_sm100_twin_";
+constexpr const char* kAttnPrefix = "telos_kernels::attn_prefill_sm100<";
+constexpr const char* kAttnTwinPrefix = "telos_kernels::attn_prefill_sm100_twin<";
+
+// The twin of attention instance `name` (attn_prefill_sm100<HQ, HKV, D, ...>), with its dynamic
+// shared memory.
+std::pair<std::string, int> attn_twin_of(const std::string& name) {
+  const std::string args = name.substr(std::string(kAttnPrefix).size());
+  int hq = 0, hkv = 0, d = 0;
+  if (std::sscanf(args.c_str(), "%d, %d, %d", &hq, &hkv, &d) != 3)
+    fail("sm100_twin_assemble: cannot read the template arguments of " + name);
+  return {kAttnTwinPrefix + args, codegen::attn_prefill_sm100_smem(d, true)};
+}
 
 // The twin of sm_100a instance `name` (gemm_small_sm100_EPI<M, N, K, STAGES>, planned with
 // `smem` bytes), with its dynamic shared memory; an empty name where it has none.
@@ -62,6 +76,14 @@ void add_instances(const std::string& path, bool twins, std::map<std::string, in
   const codegen::KernelPlan plan = codegen::plan_config(path, "sm_100a");
   const std::size_t prefill = std::string(kPrefillPrefix).size();
   for (const codegen::KernelInstance& k : plan.kernels) {
+    if (k.instance.rfind(kAttnPrefix, 0) == 0) {
+      const auto [twin, smem] = attn_twin_of(k.instance);
+      if (twins)
+        instances[twin] = smem;
+      else
+        instances[k.instance] = k.dynamic_smem;
+      continue;
+    }
     if (k.instance.rfind(kPrefillPrefix, 0) == 0) {
       instances[twins ? kPrefillTwinPrefix + k.instance.substr(prefill) : k.instance] =
           k.dynamic_smem;
@@ -86,6 +108,7 @@ int run(const std::filesystem::path& dir, bool twins, const std::vector<std::str
   for (const std::string& c : configs) add_instances(c, twins, instances, untwinned);
   if (instances.empty()) fail("sm100_twin_assemble: the configs plan no sm_100a GEMM");
   codegen::assemble_instances("sm100_twin_assemble",
+                              "#include \"attention_prefill_sm100.cuh\"\n"
                               "#include \"gemm_prefill_sm100.cuh\"\n"
                               "#include \"gemm_small_sm100.cuh\"\n",
                               arch, instances, dir);

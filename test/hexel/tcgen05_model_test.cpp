@@ -218,6 +218,41 @@ TEST(Tcgen05ModelSmem, NarrowSwizzlesReadTheTmaImage) {
   }
 }
 
+// "Shared Memory Matrix Layout", the figure "MN major 128B swizzling", in 16-byte units: an atom is
+// 8 K rows of 8 chunks along MN, chunk i of row j stored at position 8 j + (i ^ j). For bf16 (8
+// a chunk) element (mn, k) of the first atom is at 128 k + 16 ((mn / 8) ^ k) + 2 (mn % 8); the
+// next 64 elements along MN are LBO further, the next 8 K rows SBO further.
+TEST(Tcgen05ModelSmem, MnMajor128BAtomIsTheFigure) {
+  const uint32_t lbo = 0x4000, sbo = 0x400;
+  const SmemDesc d = SmemDesc::make(0x2000, Swizzle::B128, lbo, sbo);
+  for (uint32_t k = 0; k < 8; ++k)
+    for (uint32_t mn = 0; mn < 64; ++mn)
+      ASSERT_EQ(model::mnmajor_element_address(d, mn, k, 2),
+                0x2000u + 128 * k + 16 * ((mn / 8) ^ k) + 2 * (mn % 8))
+          << "mn " << mn << " k " << k;
+  EXPECT_EQ(model::mnmajor_element_address(d, 64 + 9, 3, 2),
+            0x2000u + lbo + 128 * 3 + 16 * (1 ^ 3) + 2);
+  EXPECT_EQ(model::mnmajor_element_address(d, 5, 8 + 2, 2), 0x2000u + sbo + 128 * 2 + 16 * 2 + 10);
+  // Distinct elements of a 128 x 16 operand land on distinct bytes.
+  std::set<uint32_t> bytes;
+  for (uint32_t k = 0; k < 16; ++k)
+    for (uint32_t mn = 0; mn < 128; ++mn) bytes.insert(model::mnmajor_element_address(d, mn, k, 2));
+  EXPECT_EQ(bytes.size(), 128u * 16u);
+  EXPECT_INVALID(
+      model::mnmajor_element_address(SmemDesc::make(0x2000, Swizzle::None, 128, 256), 0, 0, 2),
+      "swizzled layouts only");
+}
+
+// tcgen05.st .32x32b writes the cells tcgen05.ld .32x32b reads, under the same restriction.
+TEST(Tcgen05ModelTmem, St32x32bIsLdsFragment) {
+  const uint32_t taddr = hexel::tcgen05::tmem_addr(64, 160);
+  for (uint32_t lane = 0; lane < 32; ++lane)
+    for (uint32_t reg = 0; reg < 32; ++reg)
+      EXPECT_EQ(model::st_32x32b_cell(6, taddr, 32, lane, reg),
+                (model::TmemCell{64 + lane, 160 + reg}));
+  EXPECT_INVALID(model::st_32x32b_cell(5, taddr, 32, 0, 0), "reaches lanes 32-63");
+}
+
 // "Data Path Layout Organization", Layout D: an M = 128, N = 256 f32 accumulator at column 128
 // puts (row, n) at lane row, column 128 + n; distinct elements land in distinct cells.
 TEST(Tcgen05ModelTmem, LayoutDIsLaneRowColumnN) {

@@ -1,5 +1,5 @@
-// Shared-memory stores by 32-bit address (ordered and unordered 128-bit, 64-bit f32, 32-bit) and
-// the non-allocating global load, for Hopper and Blackwell.
+// Shared-memory stores by 32-bit address (ordered and unordered 128-bit, 64-bit f32, 32-bit), the
+// 64-bit f32 shared load, and the non-allocating global load, for Hopper and Blackwell.
 // RUN: %hexel-nvrtc --arch=compute_90a %s -o %t.90.ptx
 // RUN: %ptxas -arch=sm_90a %t.90.ptx -o %t.90.cubin
 // RUN: FileCheck %s < %t.90.ptx
@@ -18,7 +18,8 @@ extern "C" __global__ void ld_st_kernel(const uint4* in, unsigned* out) {
   st_shared_v2_f32(at + 32 * 128, 1.f, 2.f);
   st_shared_b32(at + 48 * 128, v.x);
   __syncthreads();
-  out[threadIdx.x] = buf[(threadIdx.x * 7) % (4 * 4 * 128)];
+  const float2 f = ld_shared_v2_f32(smem_addr(buf) + 8 * ((threadIdx.x * 3) % 256));
+  out[threadIdx.x] = buf[(threadIdx.x * 7) % (4 * 4 * 128)] + __float_as_uint(f.x + f.y);
 }
 // CHECK-LABEL: .entry ld_st_kernel
 // CHECK: ld.global.nc.L1::no_allocate.v4.u32
@@ -26,3 +27,4 @@ extern "C" __global__ void ld_st_kernel(const uint4* in, unsigned* out) {
 // CHECK: st.shared.v4.u32 [{{%r[0-9]+}}],
 // CHECK: st.shared.v2.f32 [{{%r[0-9]+}}], {{{%f[0-9]+}}, {{%f[0-9]+}}};
 // CHECK: st.shared.b32 [{{%r[0-9]+}}], {{%r[0-9]+}};
+// CHECK: ld.shared.v2.f32 {{{%f[0-9]+}}, {{%f[0-9]+}}}, [{{%r[0-9]+}}];
