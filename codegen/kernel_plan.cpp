@@ -454,6 +454,15 @@ PersistentLayerTiling decode_layer_sm100_tiling(int h, int nqkv, int ko, int i, 
   return t;
 }
 
+PersistentLayerTiling decode_layer_sm100_twin_tiling(PersistentLayerTiling t) {
+  while (t.stages > 0 && t.smem + 16 * 1024 + kPersistentSm100TwinImageBytes > kMaxSmemPerBlock) {
+    --t.stages;
+    t.smem -= kPersistentSm100SlotBytes;
+  }
+  t.fits = t.fits && t.stages >= 4;
+  return t;
+}
+
 std::string AttnSplitKernel::instance() const {
   auto I_ = [](long long v) { return std::to_string(v); };
   const bool e4m3 = !kv.empty();  // KV, the last argument: every one before it spelled out

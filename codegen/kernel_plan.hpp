@@ -351,6 +351,11 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
 // It fits where every weight's rows and K are whole tiles and slots.
 PersistentLayerTiling decode_layer_sm100_tiling(int h, int nqkv, int ko, int i, int head_dim,
                                                 bool qk_norm);
+// Its Hopper twin's (decode_layer_persistent_sm100_twin, a GPU test's kernel): the same tiles; the
+// static shared memory also holds the image of Tensor Memory (kPersistentSm100TwinImageBytes:
+// LayerSm100::image_bytes), so the ring keeps as many of `t`'s slots as still fit.
+inline constexpr int kPersistentSm100TwinImageBytes = 128 * (32 + 4) * 4;
+PersistentLayerTiling decode_layer_sm100_twin_tiling(PersistentLayerTiling t);
 
 // Attention cuts the context into splits of kAttnSplit positions (four 16-position chunks per
 // warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most

@@ -134,9 +134,12 @@ struct LayerSm100 {
 
 namespace telos_kernels {
 
-// What both sm_100a atoms share: the slots, the tiles, and the per-element epilogues of a tile from
-// each consumer thread's accumulator values (g: the gate's or only chain, u: SwiGLU's up).
-struct LayerSm100Epilogue {
+// What both sm_100a atoms (Atom: LayerTcgen05, LayerWgmmaTwin) share: the slots, the tiles, and a
+// tile's steps: Atom::mma (the K loop), Atom::load (this consumer thread's accumulator values: g
+// the gate's or only chain, u SwiGLU's up; then the consumers meet, so that the next tile's MMAs
+// find every read done), then the per-element epilogue (store; QKV_ROPE's qkv_rope_one).
+template <class Atom>
+struct LayerSm100Tiles {
   using S = LayerSm100;
   enum : unsigned { kSlotRows = S::kSlotRows, kSlotBytes = S::kSlotBytes };
   __host__ __device__ static constexpr bool tile_ok(int bn, int k) { return S::tile_ok(bn, k); }
@@ -162,7 +165,7 @@ struct LayerSm100Epilogue {
     }
   }
 
-  // QKV_ROPE: qkv_rope_pairs' operations on this thread's element v of tile t (the projection,
+  // QKV_ROPE: qkv_rope_pairs' operations on this thread's element of tile t (the projection,
   // rounded to bf16 and back; the bias; RoPE with the partner's element and (sin, cos) `sc` of its
   // pair index; q to q_out or k / v appended at `pos` to `page`).
   template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, unsigned BQ>
@@ -188,11 +191,38 @@ struct LayerSm100Epilogue {
       row[n] = f32_to_bf16(v);
     }
   }
+
+  template <int M, unsigned BN, SmallEpi EPI, class Ring>
+  __device__ __forceinline__ static void tile(Ring& ring, unsigned a_base, unsigned ring_base,
+                                              unsigned full, unsigned empty, unsigned t, unsigned K,
+                                              unsigned N, void* out) {
+    static_assert(M == 1, "one token");
+    static_assert(BN == (EPI == SmallEpi::SwiGlu ? 2u : 1u) * S::kWeightRows, "128-row chains");
+    float g, u;
+    Atom::template mma<BN>(ring, a_base, ring_base, full, empty, K);
+    Atom::template load<BN>(ring, g, u);
+    store<EPI>(g, u, t, N, out);
+  }
+  template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope,
+            unsigned BQ, unsigned H, class Ring>
+  __device__ __forceinline__ static void qkv_rope_tile(Ring& ring, unsigned a_base,
+                                                       unsigned ring_base, unsigned full,
+                                                       unsigned empty, unsigned tile, int pos,
+                                                       int page, const float* bias, bf16* kv_layer,
+                                                       float* q, float2*) {
+    static_assert(BQ == S::kWeightRows, "128-row chains");
+    const unsigned r = S::row(hexel::warp_index(), threadIdx.x % 32);
+    const float2 sc = qkv_rope_angle<D, Rope, BQ>(tile, S::rope_entry(r), pos);
+    float g, u;
+    Atom::template mma<BQ>(ring, a_base, ring_base, full, empty, H);
+    Atom::template load<BQ>(ring, g, u);
+    qkv_rope_one<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, BQ>(g, tile, pos, page, bias, kv_layer, q, sc);
+  }
 };
 
 // The sm_100a atom: the accumulator in Tensor Memory. Ring: the stage ring, the accumulator's
 // address, its barrier and that barrier's phase.
-struct LayerTcgen05 : LayerSm100Epilogue {
+struct LayerTcgen05 : LayerSm100Tiles<LayerTcgen05> {
   using Accum = hexel::tcgen05::Bf16Accum<LayerSm100::kN>;
   enum : unsigned { kEmptyArrivals = 1 };  // the MMA thread's tcgen05.commit
   template <unsigned STAGES>
@@ -271,9 +301,8 @@ struct LayerTcgen05 : LayerSm100Epilogue {
     }
     tcgen05::commit(ring.accum);
   }
-  // The consumers: once the accumulator is complete, this thread's row of chain 0 into g (and of
-  // SwiGLU's up into u); then they meet, so that the next tile's MMAs find every load done. PTX:
-  // tcgen05.ld, tcgen05.wait::ld.
+  // Once the accumulator is complete: this thread's row of each chain. PTX: tcgen05.ld,
+  // tcgen05.wait::ld.
   template <unsigned BN, unsigned STAGES>
   __device__ __forceinline__ static void load(Ring<STAGES>& ring, float& g, float& u) {
     using namespace hexel;
@@ -291,35 +320,102 @@ struct LayerTcgen05 : LayerSm100Epilogue {
     tcgen05::fence_before_thread_sync();
     named_barrier_sync(1, 128);
   }
+};
 
-  template <int M, unsigned BN, SmallEpi EPI, unsigned STAGES>
-  __device__ __forceinline__ static void tile(Ring<STAGES>& ring, unsigned a_base,
-                                              unsigned ring_base, unsigned full, unsigned empty,
-                                              unsigned t, unsigned K, unsigned N, void* out) {
-    static_assert(M == 1, "one token");
-    static_assert(BN == (EPI == SmallEpi::SwiGlu ? 2u : 1u) * S::kWeightRows, "128-row chains");
-    float g, u;
-    mma<BN>(ring, a_base, ring_base, full, empty, K);
-    load<BN>(ring, g, u);
-    store<EPI>(g, u, t, N, out);
+// The sm_90a twin's atom: the accumulators in the consumer warpgroup's registers (each chain as two
+// 64-row pieces of wgmma m64n16k16, the weights as A, the token as B), then in the image of Tensor
+// Memory in static shared memory (LayerSm100::image_row, SmallGemmSm100Twin's cells). Ring: the
+// stage ring and the image's address.
+struct LayerWgmmaTwin : LayerSm100Tiles<LayerWgmmaTwin> {
+  using T = SmallGemmSm100Twin;
+  enum : unsigned { kEmptyArrivals = 4 };  // each consumer warp's first lane
+  template <unsigned STAGES>
+  struct Ring : hexel::mbarrier::StageRing<STAGES> {
+    float* image = nullptr;
+  };
+  template <unsigned STAGES, class Sm>
+  __device__ __forceinline__ static void start(Ring<STAGES>& ring, const Sm&) {
+    __shared__ alignas(16) float image[S::image_bytes() / 4];
+    ring.image = image;
   }
-  template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope,
-            unsigned BQ, unsigned H, unsigned STAGES>
-  __device__ __forceinline__ static void qkv_rope_tile(Ring<STAGES>& ring, unsigned a_base,
-                                                       unsigned ring_base, unsigned full,
-                                                       unsigned empty, unsigned tile, int pos,
-                                                       int page, const float* bias, bf16* kv_layer,
-                                                       float* q, float2*) {
-    static_assert(BQ == S::kWeightRows, "128-row chains");
-    const unsigned r = S::row(hexel::warp_index(), threadIdx.x % 32);
-    const float2 sc = qkv_rope_angle<D, Rope, BQ>(tile, S::rope_entry(r), pos);
-    float g, u;
-    mma<BQ>(ring, a_base, ring_base, full, empty, H);
-    load<BQ>(ring, g, u);
-    qkv_rope_one<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, BQ>(g, tile, pos, page, bias, kv_layer, q, sc);
+  template <unsigned STAGES>
+  __device__ __forceinline__ static void finish(const Ring<STAGES>&) {}
+
+  // The warpgroup's K loop over the tile's slots (layer_gemm_tile_mma's discipline: one group in
+  // flight, each warp releasing the previous slot), then its accumulators into the image. PTX:
+  // wgmma.fence, wgmma.mma_async, wgmma.commit_group, wgmma.wait_group.
+  template <unsigned BN, unsigned STAGES>
+  __device__ __forceinline__ static void mma(Ring<STAGES>& ring, unsigned a_base,
+                                             unsigned ring_base, unsigned full, unsigned empty,
+                                             unsigned K) {
+    using namespace hexel;
+    constexpr unsigned kChains = BN / S::kWeightRows, kBlocksPerSlot = S::kSlotRows / BN;
+    const unsigned warp = warp_index(), lane = threadIdx.x % 32;
+    const unsigned slots = K / 64 / kBlocksPerSlot;
+    float d[kChains][2][S::kN / 2];
+    unsigned prev = 0;
+    for (unsigned sl = 0; sl < slots; ++sl) {
+      mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
+      const unsigned slot = ring_base + ring.index * S::kSlotBytes;
+      wgmma::fence();
+#pragma unroll
+      for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+        const unsigned kb = sl * kBlocksPerSlot + j;
+#pragma unroll
+        for (unsigned c = 0; c < kChains; ++c)
+#pragma unroll
+          for (unsigned h = 0; h < 2; ++h)
+#pragma unroll
+            for (unsigned kk = 0; kk < 4; ++kk) {
+              const auto a =
+                  wgmma::kmajor_desc(S::weight_tile(slot, j, BN, c) + h * 64 * 128, Swizzle::B128)
+                      .advanced(32 * kk);
+              const auto b =
+                  wgmma::SmemDesc::make(S::token_addr(a_base, kb, kk), Swizzle::None, 16, 0);
+              wgmma::mma_ss<S::kN>(d[c][h], a, b, kb > 0 || kk > 0);
+            }
+      }
+      wgmma::commit_group();
+      wgmma::wait_group<1>();
+      if (sl > 0 && lane == 0) mbarrier::arrive(empty + 8 * prev);
+      prev = ring.index;
+      ring.advance();
+    }
+    wgmma::wait_group<0>();
+#pragma unroll
+    for (unsigned c = 0; c < kChains; ++c)
+#pragma unroll
+      for (unsigned h = 0; h < 2; ++h) wgmma::fence_operand(d[c][h]);
+    if (lane == 0) mbarrier::arrive(empty + 8 * prev);
+#pragma unroll
+    for (unsigned c = 0; c < kChains; ++c)
+#pragma unroll
+      for (unsigned h = 0; h < 2; ++h)
+#pragma unroll
+        for (unsigned j = 0; j < S::kN / 8; ++j)
+#pragma unroll
+          for (unsigned hh = 0; hh < 2; ++hh) {
+            const unsigned at = T::image_offset(S::image_row(h, warp, lane, hh),
+                                                T::image_col(c, S::kN, j, lane), S::kTmemColumns);
+            *reinterpret_cast<float2*>(ring.image + at / 4) =
+                make_float2(d[c][h][4 * j + 2 * hh], d[c][h][4 * j + 2 * hh + 1]);
+          }
+  }
+  // Once every thread has written its cells: this thread's row of each chain, where tcgen05.ld
+  // would read it.
+  template <unsigned BN, unsigned STAGES>
+  __device__ __forceinline__ static void load(Ring<STAGES>& ring, float& g, float& u) {
+    const unsigned row = S::row(hexel::warp_index(), threadIdx.x % 32);
+    hexel::named_barrier_sync(1, 128);
+    g = ring.image[T::image_offset(row, S::token_col(0), S::kTmemColumns) / 4];
+    u = BN > S::kWeightRows ? ring.image[T::image_offset(row, S::token_col(1), S::kTmemColumns) / 4]
+                            : 0.f;
+    hexel::named_barrier_sync(1, 128);
   }
 };
 
+// The layer on sm_100a: decode_layer_persistent's template arguments and arguments (its tiling:
+// kernel_plan.hpp, decode_layer_sm100_tiling), the GEMM phases on LayerTcgen05.
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
           int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK>
@@ -334,6 +430,29 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   decode_layer_body<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT, NSPLIT,
                     SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, 0, Bf16Weight,
                     Bf16Weight, Bf16Weight, Bf16Weight, LayerTcgen05>(
+      qkv_w, o_w, gu_w, down_w, nullptr, nullptr, nullptr, nullptr, attn_norm, mlp_norm, bias,
+      q_norm, k_norm, positions, token_seq, page_tables, kv_layer, x, qkv, q, part_o, part_ml, attn,
+      act, sync);
+}
+
+// Its Hopper twin (sm_90a): the same arguments, tiles, grid and results, on LayerWgmmaTwin; its
+// static shared memory holds the image too (LayerSm100::image_bytes), so its ring may have fewer
+// slots than the sm_100a plan's (kernel_plan.hpp, decode_layer_sm100_twin_tiling).
+template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
+          long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK>
+__global__ void __launch_bounds__(LayerGemms::kThreads, 1)
+    decode_layer_persistent_sm100_twin(const void* qkv_w, const void* o_w, const void* gu_w,
+                                       const void* down_w, const float* attn_norm,
+                                       const float* mlp_norm, const float* bias,
+                                       const float* q_norm, const float* k_norm,
+                                       const int* positions, const int* token_seq,
+                                       const int* page_tables, bf16* kv_layer, float* x, bf16* qkv,
+                                       float* q, float* part_o, float* part_ml, bf16* attn,
+                                       bf16* act, unsigned* sync) {
+  decode_layer_body<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT, NSPLIT,
+                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, 0, Bf16Weight,
+                    Bf16Weight, Bf16Weight, Bf16Weight, LayerWgmmaTwin>(
       qkv_w, o_w, gu_w, down_w, nullptr, nullptr, nullptr, nullptr, attn_norm, mlp_norm, bias,
       q_norm, k_norm, positions, token_seq, page_tables, kv_layer, x, qkv, q, part_o, part_ml, attn,
       act, sync);

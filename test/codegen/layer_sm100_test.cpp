@@ -205,6 +205,17 @@ TEST(LayerSm100, PlanTilingIsTheKernels) {
     EXPECT_GE(t.stages, 4);
     EXPECT_LE(t.smem + 16 * 1024, telos::codegen::kMaxSmemPerBlock);
   }
+  EXPECT_EQ(telos::codegen::kPersistentSm100TwinImageBytes, static_cast<int>(S::image_bytes()));
+  // The twin: the slots that fit beside the image in static shared memory (the 1B: one fewer).
+  const telos::codegen::PersistentLayerTiling one_b =
+      decode_layer_sm100_tiling(2048, 3072, 2048, 8192, 64, false);
+  const telos::codegen::PersistentLayerTiling twin =
+      telos::codegen::decode_layer_sm100_twin_tiling(one_b);
+  EXPECT_TRUE(twin.fits);
+  EXPECT_EQ(twin.stages, one_b.stages - 1);
+  EXPECT_EQ(twin.smem, one_b.smem - telos::codegen::kPersistentSm100SlotBytes);
+  EXPECT_LE(twin.smem + 16 * 1024 + telos::codegen::kPersistentSm100TwinImageBytes,
+            telos::codegen::kMaxSmemPerBlock);
   EXPECT_FALSE(decode_layer_sm100_tiling(192, 384, 192, 512, 64, false).fits) << "192 rows";
   EXPECT_FALSE(decode_layer_sm100_tiling(2048, 3072, 2048, 8200, 64, false).fits) << "I 8200";
   EXPECT_FALSE(S::tile_ok(128, 192)) << "K in whole 32 KB slots";
