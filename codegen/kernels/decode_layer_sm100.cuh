@@ -17,9 +17,9 @@
 //   chains into Tensor Memory columns 0 and 16, gemm_small_sm100's SwiGLU) in ring slots of 32 KB:
 //   two 64-wide K blocks of a 128-row tile, or one of gate/up's 256 rows (LayerSm100). A tile's
 //   rows are one CTA's (the bits allow no split of K), so a phase has N / 128 tiles: the 1B's o
-//   and down 16, its qkv 24, its gate/up 64, on 148 SMs; the stream's tile order (tile g of the
-//   launch is CTA g mod the grid's) gives the CTAs without a tile in a phase the next phases'
-//   weights to stream meanwhile, as on sm_90a.
+//   and down 16, its qkv 24, its gate/up 64, on a grid of kSms CTAs; the stream's tile order (tile
+//   g of the launch is CTA g mod the grid's) gives the CTAs without a tile in a phase the next
+//   phases' weights to stream meanwhile, as on sm_90a.
 // - The token is the MMA's B: the resident row that persistent_norm_a (RMSNorm with the rmsnorm
 //   kernel's arithmetic: on sm_100a rmsnorm writes h with the same operations) or
 //   persistent_load_a / persistent_poll_a wrote (chunk c at 16 c), read K-major without swizzle
@@ -37,24 +37,27 @@
 //   qkv_rope_pairs' operations on each thread's one element (qkv_rope_one), its rotation partner
 //   four lanes over.
 // So the layer's outputs (x, the K/V appended to the pages, q) are, bit for bit, what the sm_100a
-// small-M rows give the token (rmsnorm, gemm_small_sm100_bf16, qkv_rope_append_rows, attn_split /
-// attn_combine, gemm_small_sm100_residual, rmsnorm, gemm_small_sm100_swiglu,
-// gemm_small_sm100_residual), given that those rows agree with each other: the attention half is
-// the code the split kernels run. One word differs: gate/up's act word that would be 0xFFFFFFFF
-// (two NaNs with every bit set) is stored as 0x7FFF7FFF, the persistent layer's pending mark
-// (gemm_small.cuh's small_gemm_store), a NaN either way.
+// small-M rows of a one-token bucket give the token (rmsnorm, gemm_small_sm100_bf16,
+// qkv_rope_append_rows, attn_split / attn_combine, gemm_small_sm100_residual, rmsnorm,
+// gemm_small_sm100_swiglu, gemm_small_sm100_residual: the same MMA, M 128 and N 16, whose column 0
+// depends on the token's row of B alone; the attention half is the code the split kernels run),
+// and so what every larger bucket gives it wherever gemm_small_sm100's buckets agree with each
+// other (its per-element result the same at every N). One word differs: gate/up's act word that
+// would be 0xFFFFFFFF (two NaNs with every bit set) is stored as 0x7FFF7FFF, the persistent
+// layer's pending mark (gemm_small.cuh's small_gemm_store), a NaN either way.
 //
 // The Hopper twin (LayerWgmmaTwin, decode_layer_persistent_sm100_twin, sm_90a): the same tiles,
 // slots, kernel and epilogues; the consumer warpgroup issues wgmma m64n16k16 with the weights as A
 // (two 64-row pieces a chain) and the resident token as B (the same descriptor fields), each warp
 // releasing a slot once read, then puts its accumulators into a shared-memory image of Tensor
 // Memory (row = lane, SmallGemmSm100Twin's cells) where each thread reads its row as tcgen05.ld
-// would. On an H200 it checks everything but the atom against decode_layer_persistent and f64, and
-// its GEMM elements bit for bit against gemm_small_sm100_twin (GpuKernels.DecodeLayerSm100Twin).
+// would. On an H200 it checks everything but the atom, bit for bit against decode_layer_persistent
+// and its MLP half against f64 and the gemm_small_sm100 twins
+// (GpuKernels.DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins).
 //
-// The index math is host-callable (LayerSm100; test/codegen/small_epilogue_sm100_test checks it
-// against hexel/tcgen05_model.h); the kernels compile under NVRTC for sm_100a (the layer) and
-// sm_90a (the twin) only.
+// The index math is host-callable (LayerSm100; test/codegen/layer_sm100_test checks it against
+// hexel/tcgen05_model.h); the kernels compile under NVRTC for sm_100a (the layer) and sm_90a (the
+// twin) only (test/codegen/lit/layer_sm100_assembly.test).
 #include "gemm_small_sm100.cuh"
 #include "hexel/tcgen05_accum.cuh"
 
