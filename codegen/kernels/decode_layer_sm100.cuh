@@ -313,6 +313,7 @@ struct LayerTcgen05 : LayerSm100Tiles<LayerTcgen05> {
     mbarrier::wait_parity(ring.accum, ring.accum_phase);
     ring.accum_phase ^= 1u;
     tcgen05::fence_after_thread_sync();
+    __syncwarp();  // warp 0 whole again after its thread 0's K loop: tcgen05.ld is .sync.aligned
     uint32_t vg[1], vu[1] = {0u};
     tcgen05::ld_32x32b(vg, Accum::ld_taddr(ring.tmem, warp, S::token_col(0)));
     if constexpr (BN > S::kWeightRows)
