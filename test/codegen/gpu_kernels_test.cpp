@@ -3363,10 +3363,12 @@ __global__ void __launch_bounds__(LayerE4m3::kThreads, 1)
 // the tiny (QKV bias), Llama-3.2-1B, Qwen3-0.6B (QK norm: the QKV epilogue's own phase) and
 // Llama-3.1-8B shapes, at ragged context lengths (the first position, mid-page, past one split,
 // several splits); outputs poisoned first, every SM's shared memory NaNs before each launch, the
-// counters back at zero after it. Its MLP half from the layer's own attention output: against f64,
-// and bit for bit against the sm_100a small-M path's twins a bucket of more tokens runs
-// (gemm_small_sm100_twin_residual, rmsnorm, gemm_small_sm100_twin_swiglu,
-// gemm_small_sm100_twin_residual, one token).
+// counters back at zero after it. Against the sm_100a small-M path's kernels a one-token bucket
+// runs, with the small GEMM's twins, bit for bit: q and the appended K/V (rmsnorm,
+// gemm_small_sm100_twin_bf16, qkv_rope_append_rows), and from the layer's own attention output
+// (the attention half is the split kernels' code) x and act (gemm_small_sm100_twin_residual,
+// rmsnorm, gemm_small_sm100_twin_swiglu, gemm_small_sm100_twin_residual); that MLP half against
+// f64 too.
 TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
   TELOS_SKIP_WITHOUT_GPU();
   struct Shape {
@@ -3401,7 +3403,8 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
       return I(t.stages) + ", " + I(t.bq) + ", " + I(t.bo) + ", " + I(t.bg) + ", " + I(t.bd) +
              (t.qkv_rope ? ", true" : ", false") + ", 0>";
     };
-    const SmallTwin to = small_twin("residual", 1, s.H, KO), tg = small_twin("swiglu", 1, s.I, s.H),
+    const SmallTwin tq = small_twin("bf16", 1, NQKV, s.H), to = small_twin("residual", 1, s.H, KO),
+                    tg = small_twin("swiglu", 1, s.I, s.H),
                     td = small_twin("residual", 1, s.H, s.I);
     const std::vector<std::string> names = {
         "telos_kernels::decode_layer_persistent<" + model + tiles(lt),
@@ -3410,7 +3413,11 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
         "telos_kernels::rmsnorm<" + I(s.H) + ", " + eps + ", false>",
         tg.name,
         td.name,
-        "poison_shared"};
+        "poison_shared",
+        tq.name,
+        "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
+            (s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", " + eps +
+            ", " + I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>"};
     const codegen::RopeInput plain{"default", 1000000.0};
     TestModule mod(source_with_rope(codegen::rope_inv_freq(plain, s.D)) + kSm100Twins +
                        "#include \"decode_layer_sm100.cuh\"\n" + kPoisonShared,
@@ -3427,7 +3434,7 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
         maps[l].push_back(std::make_unique<DeviceMap>(dw[k]->get(), rows[k], cols[k], boxes[l][k]));
     }
     const std::vector<float> x0 = random_floats(s.H, 2.f), mlp_w = random_floats(s.H, 1.f);
-    DeviceBuffer<float> attn_norm(random_floats(s.H, 1.f)), mlp_norm(mlp_w),
+    DeviceBuffer<float> x_in(x0), attn_norm(random_floats(s.H, 1.f)), mlp_norm(mlp_w),
         bias(random_floats(NQKV, 0.5f)), q_norm(random_floats(s.D, 1.f)),
         k_norm(random_floats(s.D, 1.f));
     std::vector<float> f;
@@ -3442,7 +3449,7 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
       const std::string at = what + " pos=" + I(position);
       DeviceBuffer<int> pos(std::vector<int>{position});
       struct Outputs {
-        std::vector<float> x;
+        std::vector<float> x, q;
         bf16v kv, attn, act;
       };
       // One layer launch (kernel 0: decode_layer_persistent; 1: the twin) and its outputs.
@@ -3465,7 +3472,7 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
                   cudaSuccess)
             << cudaGetErrorString(cudaGetLastError()) << ", " << names[kernel];
         EXPECT_EQ(sync.download(), (std::vector<unsigned>{0u, 0u})) << at;
-        return Outputs{x.download(), kv.download(), attn.download(), act.download()};
+        return Outputs{x.download(), q.download(), kv.download(), attn.download(), act.download()};
       };
       const Outputs want = run(0), got = run(1);
       if (HasFailure()) return;
@@ -3475,6 +3482,7 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
       for (std::uint16_t v : got.act) nans += std::isnan(from_bf16(v));
       ASSERT_EQ(nans, 0u) << at;
       EXPECT_EQ(0, std::memcmp(got.x.data(), want.x.data(), want.x.size() * sizeof(float))) << at;
+      EXPECT_EQ(0, std::memcmp(got.q.data(), want.q.data(), want.q.size() * sizeof(float))) << at;
       EXPECT_EQ(0, std::memcmp(got.kv.data(), want.kv.data(), want.kv.size() * 2)) << at;
       EXPECT_EQ(0, std::memcmp(got.attn.data(), want.attn.data(), want.attn.size() * 2)) << at;
       EXPECT_EQ(0, std::memcmp(got.act.data(), want.act.data(), want.act.size() * 2)) << at;
@@ -3482,6 +3490,31 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
       const std::size_t row = static_cast<std::size_t>(pool[position / PAGE]) * page_elems +
                               static_cast<std::size_t>(position % PAGE) * s.D;
       EXPECT_NE(0, std::memcmp(got.kv.data() + row, kv0.data() + row, s.D * 2)) << at;
+
+      // The attention half's front against the sm_100a small-M path's kernels, one token:
+      // rmsnorm into h, gemm_small_sm100_twin_bf16 into qkv, qkv_rope_append_rows: q and the K/V
+      // pool.
+      {
+        DeviceBuffer<std::uint16_t> h(s.H), qkv(NQKV), kv(kv0);
+        DeviceBuffer<float> q(static_cast<std::size_t>(KO));
+        const DeviceMap ah(h.get(), 1, s.H, tq.t.a_box),
+            wq(dw[0]->get(), NQKV, s.H, codegen::kSmallGemmSm100Rows);
+        CUDA_OK(mod.launch(names[3], 1, codegen::kNormThreads,
+                           {x_in.get(), attn_norm.get(), nullptr, h.get()}));
+        CUDA_OK(mod.launch(tq.name, dim3(tq.t.tiles_m, tq.t.tiles_n),
+                           telos_kernels::SmallGemmSm100Twin::kThreads,
+                           {ah.get(), wq.get(), qkv.get()}, tq.smem));
+        CUDA_OK(mod.launch(names[8], dim3(NH, 1), s.D,
+                           {qkv.get(), s.bias ? bias.get() : nullptr,
+                            s.qk_norm ? q_norm.get() : nullptr, s.qk_norm ? k_norm.get() : nullptr,
+                            pos.get(), seq.get(), pt.get(), kv.get(), q.get()}));
+        const std::vector<float> qs = q.download();
+        const bf16v kvs = kv.download();
+        EXPECT_EQ(0, std::memcmp(got.q.data(), qs.data(), qs.size() * sizeof(float)))
+            << "q vs the small twins, " << at;
+        EXPECT_EQ(0, std::memcmp(got.kv.data(), kvs.data(), kvs.size() * 2))
+            << "K/V vs the small twins, " << at;
+      }
 
       // The MLP half in f64 from x0 and the layer's attention output: x1 = x0 + o(attn), act =
       // SwiGLU(gate_up(RMSNorm(x1))) against the layer's act, x1 + down(act) (the layer's act)
