@@ -179,7 +179,8 @@ struct LayerSm100Tiles {
     const unsigned r = S::row(hexel::warp_index(), threadIdx.x % 32);
     const unsigned p = t * BQ + r;  // the row in the stored order
     const unsigned head = p / D, half = p % 8 / 4, n = S::rope_element(p, D);
-    float v = __uint_as_float(static_cast<unsigned>(f32_to_bf16(acc)) << 16);
+    // The projection as gemm_small_sm100_bf16 stores it (cvt's rounding, NaN included).
+    float v = __uint_as_float(static_cast<unsigned>(hexel::to_bf16(acc)) << 16);
     if constexpr (BIAS) v += bias[head * D + n];
     const float other = __shfl_xor_sync(0xffffffffu, v, S::rope_partner(0u));  // lane r ^ 4
     if (head < static_cast<unsigned>(HQ + HKV))
