@@ -18,7 +18,8 @@ std::string emit_source(const KernelPlan& plan) {
   if (plan.target == "sm_100a")
     s << "#include \"attention_prefill_sm100.cuh\"\n"
          "#include \"gemm_prefill_sm100.cuh\"\n"
-         "#include \"gemm_small_sm100.cuh\"\n";
+         "#include \"gemm_small_sm100.cuh\"\n"
+         "#include \"decode_layer_sm100.cuh\"\n";
   if (plan.ranks > 1) s << "#include \"all_reduce.cuh\"\n";
   s << "\n"
        "namespace telos_rope {\n\n"

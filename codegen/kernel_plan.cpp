@@ -457,6 +457,37 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   return t;
 }
 
+PersistentLayerTiling decode_layer_sm100_tiling(int h, int nqkv, int ko, int i, int head_dim,
+                                                bool qk_norm) {
+  constexpr int kRows = kSmallGemmSm100Rows, kSlotRows = 256;
+  PersistentLayerTiling t;
+  t.bq = t.bo = t.bd = kRows;
+  t.bg = 2 * kRows;
+  t.qkv_rope = !qk_norm;
+  // The same shared memory as decode_layer_tiling's: the resident A, 16 KB of static shared
+  // memory, 1 KB of alignment; the rest in slots.
+  const int resident = (std::max({h, ko, i}) / 8 * 16 + 128 + 1023) / 1024 * 1024;
+  t.stages = (kMaxSmemPerBlock - 1024 - 16 * 1024 - resident) / kPersistentSm100SlotBytes;
+  t.smem = 1024 + resident + t.stages * kPersistentSm100SlotBytes;
+  // Whole 128-row chains of each weight (gate/up: of each half), K in whole slots of
+  // kSlotRows / bn K blocks (LayerSm100::tile_ok).
+  const auto whole = [](int bn, int k, int rows) {
+    return rows > 0 && rows % kRows == 0 && k > 0 && k % (64 * (kSlotRows / bn)) == 0;
+  };
+  t.fits = whole(t.bq, h, nqkv) && whole(t.bo, ko, h) && whole(t.bg, h, i) && whole(t.bd, i, h) &&
+           head_dim % 32 == 0 && head_dim <= 128 && t.stages >= 4;
+  return t;
+}
+
+PersistentLayerTiling decode_layer_sm100_twin_tiling(PersistentLayerTiling t) {
+  while (t.stages > 0 && t.smem + 16 * 1024 + kPersistentSm100TwinImageBytes > kMaxSmemPerBlock) {
+    --t.stages;
+    t.smem -= kPersistentSm100SlotBytes;
+  }
+  t.fits = t.fits && t.stages >= 4;
+  return t;
+}
+
 std::string AttnSplitKernel::instance() const {
   auto I_ = [](long long v) { return std::to_string(v); };
   const bool e4m3 = !kv.empty();  // KV, the last argument: every one before it spelled out

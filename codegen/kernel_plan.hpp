@@ -285,6 +285,9 @@ inline constexpr int kPersistentSlotBytes = 8192 + 16;
 inline constexpr int kPersistentRawSlotBytes = 4096 + 16;
 inline constexpr int kPersistentE4m3Slots = 4;
 inline constexpr int kPersistentE4m3Threads = 128 + kSmallGemmConverterThreads;
+// A ring slot of the sm_100a layer: 256 weight rows of 128 bytes (kernels/decode_layer_sm100.cuh,
+// LayerSm100::kSlotBytes) and its pair of barriers.
+inline constexpr int kPersistentSm100SlotBytes = 32768 + 16;
 // Whether decode_layer_persistent's ring takes tiles of bn of the n weight rows over K = k: whole
 // tiles, whole 8-row groups, 64 / bn whole K blocks a slot and K in whole slots (the kernel's
 // persistent_tile_ok, decode_persistent.cuh).
@@ -340,6 +343,19 @@ struct PersistentLayerTiling {
 // slot images (they hold bf16 tiles).
 PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim,
                                           bool qk_norm = true, bool e4m3 = false);
+// The sm_100a layer's (decode_layer_persistent_sm100, kernels/decode_layer_sm100.cuh): tiles of
+// 128 weight rows, gate/up's of 128 gate and 128 up rows (the tcgen05 chain gemm_small_sm100 runs,
+// M 128, which the bits require), 32 KB ring slots (kPersistentSm100SlotBytes) as many as fit
+// beside the resident A and the static shared memory, the QKV epilogue in the QKV tiles without QK
+// norm, and no slot images (the sm_100a GEMMs of the other buckets read the weights as they are).
+// It fits where every weight's rows and K are whole tiles and slots.
+PersistentLayerTiling decode_layer_sm100_tiling(int h, int nqkv, int ko, int i, int head_dim,
+                                                bool qk_norm);
+// Its Hopper twin's (decode_layer_persistent_sm100_twin, a GPU test's kernel): the same tiles; the
+// static shared memory also holds the image of Tensor Memory (kPersistentSm100TwinImageBytes:
+// LayerSm100::image_bytes), so the ring keeps as many of `t`'s slots as still fit.
+inline constexpr int kPersistentSm100TwinImageBytes = 128 * (32 + 4) * 4;
+PersistentLayerTiling decode_layer_sm100_twin_tiling(PersistentLayerTiling t);
 
 // Attention cuts the context into splits of kAttnSplit positions (four 16-position chunks per
 // warp of a block) dealt round-robin to attn_partial_slots(...) partial slots per token: at most

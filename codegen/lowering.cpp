@@ -243,14 +243,20 @@ ModelPlan model_plan(const ModelShape& m, const CodegenInput& in, const std::str
   // `bulk` mask stream from slot images (`wimg:`) unless the serving config keeps one copy of the
   // weights; every other GEMM of every bucket then reads those weights from the same image
   // (`timg:`), so that the image is the weight's only copy on the device.
+  // On sm_100a the layer's tiles are the tcgen05 chain's 128 rows and it reads the weights as they
+  // are (decode_layer_sm100_tiling: no slot images).
   mp.layer_t =
-      decode_layer_tiling(m.H, m.NH() * m.D, m.HQ * m.D, m.I, m.D, m.qk_norm, m.layers_e4m3);
+      mp.tcgen05
+          ? decode_layer_sm100_tiling(m.H, m.NH() * m.D, m.HQ * m.D, m.I, m.D, m.qk_norm)
+          : decode_layer_tiling(m.H, m.NH() * m.D, m.HQ * m.D, m.I, m.D, m.qk_norm, m.layers_e4m3);
   if (!in.decode_weight_images) mp.layer_t.bulk = 0;  // one copy of the weights: tensor maps
   // A tensor-parallel layer all-reduces twice between its GEMMs; decode_layer_persistent runs a
   // whole layer in one launch, so its one-token buckets take the small-M rules instead.
   if (m.ranks > 1) mp.layer_t.fits = false;
-  // A target whose table has no `layer` rule (sm_100a) runs one-token buckets on the small-M rules.
+  // A target whose table has no `layer` rule runs one-token buckets on the small-M rules.
   if (!has_layer_rule(ShapeClass::one_token_decode, target)) mp.layer_t.fits = false;
+  // sm_100a's layer has bf16 weights only (decode_layer_persistent_sm100).
+  if (mp.tcgen05 && m.e4m3) mp.layer_t.fits = false;
   // The one-token layer reads its four weights all bf16 (decode_layer_persistent) or all e4m3
   // (decode_layer_persistent_e4m3); a model with some of them in each takes the small-M rules.
   if (m.e4m3 && !m.layers_e4m3) mp.layer_t.fits = false;
@@ -1001,7 +1007,7 @@ void declare_small_m_kernels(BucketLowering& b, const std::vector<const ir::Op*>
 // decode_layer_persistent for the layer whose QKV linear is `qkv` (H, I: the hidden and
 // intermediate sizes) and its QKV epilogue's template arguments; with e4m3 weights
 // decode_layer_persistent_e4m3, `scales` the four weights' scale blocks (rows, columns) as its
-// last template arguments.
+// last template arguments; on sm_100a decode_layer_persistent_sm100 (the same arguments).
 KernelInstance decode_layer_kernel(const ModelPlan& mp, const ir::Op& qkv, int H, int I,
                                    const QkvEpilogue& epi,
                                    const std::vector<const ir::ParamScale*>& scales) {
@@ -1019,9 +1025,10 @@ KernelInstance decode_layer_kernel(const ModelPlan& mp, const ir::Op& qkv, int H
   params.insert(params.end(), {"attn_norm", "mlp_norm", "bias", "q_norm", "k_norm", "positions",
                                "token_seq", "page_tables", "kv_layer", "x", "qkv", "q", "part_o",
                                "part_ml", "attn", "act", "sync"});
-  return {std::string("telos_kernels::decode_layer_persistent") + (e4m3 ? "_e4m3<" : "<") + num(H) +
-              ", " + num(int_attr(qkv, "heads")) + ", " + num(int_attr(qkv, "kv_heads")) + ", " +
-              num(D) + ", " + epi.targs + ", " + num(mp.split) + ", " + num(mp.nsplits) + ", " +
+  const char* form = e4m3 ? "_e4m3<" : mp.tcgen05 ? "_sm100<" : "<";
+  return {std::string("telos_kernels::decode_layer_persistent") + form + num(H) + ", " +
+              num(int_attr(qkv, "heads")) + ", " + num(int_attr(qkv, "kv_heads")) + ", " + num(D) +
+              ", " + epi.targs + ", " + num(mp.split) + ", " + num(mp.nsplits) + ", " +
               float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D))) + ", " +
               num(I) + ", " + num(t.stages) + ", " + num(t.bq) + ", " + num(t.bo) + ", " +
               num(t.bg) + ", " + num(t.bd) + (t.qkv_rope ? ", true" : ", false") + ", " + last +
@@ -1186,12 +1193,13 @@ const std::vector<LoweringRule>& lowering_table() {
        "prefill messages: NCCL's all_gather, then gather_sum_residual",
        lower_all_reduce},
       // Blackwell: the GEMMs on tcgen05; the kernels without wgmma (norms, embed, decode
-      // attention on mma.sync, sampling, the all-reduce) as they are. No `layer` rule (the
-      // one-token layer is wgmma): one-token buckets are small-M; prompt rows on
-      // attn_prefill_sm100.
-      {"embed", "embed", "", DType::BF16, kSmallM | kPrefill, "sm_100a", "embed_gather",
-       lower_embed},
-      {"rmsnorm", "rmsnorm", "", DType::BF16, kSmallM | kPrefill, "sm_100a",
+      // attention on mma.sync, sampling, the all-reduce) as they are; the one-token layer on
+      // tcgen05 (its GEMM phases gemm_small_sm100's chain); prompt rows on attn_prefill_sm100.
+      {"layer", "layer", "", DType::BF16, kOneToken, "sm_100a",
+       "decode_layer_persistent_sm100: the layer's seven ops in one launch, its GEMMs on tcgen05",
+       lower_layer},
+      {"embed", "embed", "", DType::BF16, kEvery, "sm_100a", "embed_gather", lower_embed},
+      {"rmsnorm", "rmsnorm", "", DType::BF16, kEvery, "sm_100a",
        "rmsnorm into h; over the sampled rows before the LM head", lower_rmsnorm},
       {"linear.rope_kv_append", "linear", "rope_kv_append", DType::BF16, kSmallM, "sm_100a",
        "gemm_small_sm100_bf16 + qkv_rope_append_rows", lower_qkv},
@@ -1208,7 +1216,7 @@ const std::vector<LoweringRule>& lowering_table() {
        "gemm_small_sm100_swiglu", lower_projection},
       {"linear.swiglu", "linear", "swiglu", DType::BF16, kPrefill, "sm_100a",
        "gemm_prefill_sm100_swiglu", lower_projection},
-      {"lm_head_sample", "lm_head_sample", "", DType::BF16, kSmallM | kPrefill, "sm_100a",
+      {"lm_head_sample", "lm_head_sample", "", DType::BF16, kEvery, "sm_100a",
        "gemm_small_sm100_f32cand + sample", lower_lm_head_sample},
       {"linear.partial", "linear", "partial", DType::BF16, kSmallM, "sm_100a",
        "gemm_small_sm100_residual into the zeroed f32 partial (a tensor-parallel rank's o or down)",

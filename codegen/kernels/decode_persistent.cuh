@@ -15,6 +15,12 @@
 // instruction's N), with the interleaved resident A of the norm prologue (gemm_small.cuh) and the
 // same epilogue arithmetic; gpu_kernels_test compares them bit for bit.
 //
+// The GEMM phases' MMA atom and accumulator access are a policy (Atom: the slots, the tiles, the
+// K loop and its epilogues; LayerWgmma below says what an atom provides), so that one body of code
+// runs every phase: LayerWgmma (sm_90a, the kernels here) and LayerTcgen05 (sm_100a,
+// decode_layer_sm100.cuh: tcgen05 with the weights as A, the chain gemm_small_sm100 runs). The
+// tiles and slots below are LayerWgmma's.
+//
 // Tiles: BN weight rows per phase (BQ, BO, BG, BD: multiples of 8 (of 16 for gate/up, whose tiles
 // are BG / 2 gate and BG / 2 up rows) up to 64); a ring slot is up to 8 KB, 64 / BN whole K blocks
 // of a tile (a K block of a BN-row tile is BN · 128 bytes: 6 KB of a slot at 48 rows, two blocks of
@@ -131,22 +137,25 @@ __device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGE
   }
 }
 
+struct LayerWgmma;
+
 // The setup every persistent kernel here shares: shared memory (the resident A of K_MAX columns,
-// then the ring of STAGES 8 KB slots and their full / empty barriers), initialised barriers. With
+// then the ring of STAGES slots of the MMA atom's (LayerWgmma: 8 KB) and their full / empty
+// barriers, an empty barrier completing on the atom's arrivals), initialised barriers. With
 // e4m3 weights (RAW_STAGES > 0, decode_layer_persistent_e4m3) the raw ring's RAW_STAGES slots of
 // LayerE4m3::kRawSlotBytes follow the ring's, and their raw_full / raw_empty barriers the ring's;
 // the converter warps then fill the ring of STAGES slots (their arrivals, not the producer's).
-template <int M, int K_MAX, int STAGES, int RAW_STAGES = 0>
+template <int M, int K_MAX, int STAGES, int RAW_STAGES = 0, class Atom = LayerWgmma>
 struct PersistentSmem {
   static constexpr unsigned kAResident = (K_MAX / 8 * M * 16 + 128 + 1023) / 1024 * 1024;
-  static constexpr unsigned kBytes = 1024 + kAResident + STAGES * (LayerGemms::kSlotBytes + 16) +
+  static constexpr unsigned kBytes = 1024 + kAResident + STAGES * (Atom::kSlotBytes + 16) +
                                      RAW_STAGES * (LayerE4m3::kRawSlotBytes + 16);
   unsigned base, ring_base, full, empty;
   unsigned raw_base, raw_full, raw_empty;  // with RAW_STAGES > 0
   __device__ explicit PersistentSmem(unsigned char* raw) {
     base = (hexel::smem_addr(raw) + 1023u) & ~1023u;
     ring_base = base + kAResident;
-    raw_base = ring_base + STAGES * LayerGemms::kSlotBytes;
+    raw_base = ring_base + STAGES * Atom::kSlotBytes;
     full = raw_base + RAW_STAGES * LayerE4m3::kRawSlotBytes;
     empty = full + STAGES * 8;
     raw_full = empty + STAGES * 8;
@@ -154,7 +163,7 @@ struct PersistentSmem {
     if (threadIdx.x == 0) {
       for (unsigned s = 0; s < STAGES; ++s) {
         hexel::mbarrier::init(full + 8 * s, RAW_STAGES > 0 ? LayerE4m3::kConverterWarps : 1);
-        hexel::mbarrier::init(empty + 8 * s, 4);  // one arrival per consumer warp
+        hexel::mbarrier::init(empty + 8 * s, Atom::kEmptyArrivals);
       }
       for (unsigned s = 0; s < RAW_STAGES; ++s) {
         hexel::mbarrier::init(raw_full + 8 * s, 1);  // the producer's, with its bytes
@@ -173,7 +182,8 @@ __device__ __forceinline__ unsigned persistent_first_tile(unsigned g0) {
 
 // One phase of a producer's weight stream: `tiles` tiles of `bn` rows of `map` (rows t · bn ..), or
 // with `up_row` > 0 (SwiGLU) bn / 2 gate rows t · bn / 2 .. and the up rows up_row + t · bn / 2 ..;
-// K in slots of 64 / bn K blocks; its first tile has the launch's global tile index g0. (An
+// K in slots of SLOT_ROWS / bn K blocks (StreamCursor); its first tile has the launch's global tile
+// index g0. (An
 // aggregate without member initializers: phases live in __shared__ arrays.)
 struct StreamPhase {
   const TensorMap* map;
@@ -189,7 +199,7 @@ struct StreamPhase {
 // current phase's fields live in registers: the producer is one thread issuing a slot's boxes
 // back to back, and a shared-memory load per box (the TMA's asm clobbers memory, so nothing read
 // from memory survives it) would make it slower than DRAM.
-template <unsigned ROW_BYTES = 128>
+template <unsigned ROW_BYTES = 128, unsigned SLOT_ROWS = 64>
 class StreamCursor {
  public:
   __device__ __forceinline__ StreamCursor(const StreamPhase* phases, int n) : ph_(phases), n_(n) { enter(0); }
@@ -233,7 +243,7 @@ class StreamCursor {
       tiles_ = s.tiles;
       up_row_ = s.up_row;
       image_ = s.image;
-      per_slot_ = 64 / s.bn;
+      per_slot_ = SLOT_ROWS / s.bn;
       slots_ = s.k / 64 / per_slot_;
       sl_ = 0;
       t_ = persistent_first_tile(s.g0);
@@ -287,19 +297,18 @@ __device__ __forceinline__ void persistent_acquire_maps(const StreamPhase* phase
     if (phases[p].map) hexel::tma::acquire_map(phases[p].map);
 }
 
-// The current slot of a producer's stream (`load`) into the next slot of its ring (slots of 64
-// K-block rows of ROW_BYTES: 128 for bf16, the ring; 64 for e4m3, the raw ring): wait for the slot
+// The current slot of a producer's stream (`load`) into the next slot of its ring (slots of
+// SLOT_ROWS K-block rows of ROW_BYTES: 128 for bf16, the ring; 64 for e4m3, the raw ring): wait for
+// the slot
 // to be free, then its boxes (or its image's one bulk copy) behind its full barrier. Returns the ns
 // it waited with TELOS_PHASE_TRACE, else 0.
-template <unsigned STAGES, unsigned ROW_BYTES>
+template <unsigned STAGES, unsigned ROW_BYTES, unsigned SLOT_ROWS>
 __device__ __forceinline__ unsigned long long persistent_stream_slot(
-    StreamCursor<ROW_BYTES>& load, hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base,
-    unsigned full, unsigned empty) {
+    StreamCursor<ROW_BYTES, SLOT_ROWS>& load, hexel::mbarrier::StageRing<STAGES>& ring,
+    unsigned ring_base, unsigned full, unsigned empty) {
   using namespace hexel;
-  static_assert(
-      64 * ROW_BYTES == LayerGemms::kSlotBytes || 64 * ROW_BYTES == LayerE4m3::kRawSlotBytes,
-      "a ring slot or a raw slot");
-  const unsigned slot = ring_base + ring.index * 64 * ROW_BYTES, bar = full + 8 * ring.index;
+  static_assert(SLOT_ROWS * ROW_BYTES % 1024 == 0, "slots of whole 1024-byte swizzle repeats");
+  const unsigned slot = ring_base + ring.index * SLOT_ROWS * ROW_BYTES, bar = full + 8 * ring.index;
   const unsigned long long t0 = trace_clock();
   mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
   const unsigned long long waited = trace_clock() - t0;
@@ -322,13 +331,13 @@ __device__ __forceinline__ unsigned long long persistent_stream_slot(
 // tried and did not pay.)
 // Returns the ns it waited for free slots with TELOS_PHASE_TRACE (the ring full: the consumers
 // behind), else 0.
-template <unsigned STAGES>
+template <unsigned STAGES, unsigned SLOT_ROWS = 64>
 __device__ __forceinline__ unsigned long long persistent_stream(
     hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base, unsigned full, unsigned empty,
     const StreamPhase* phases, int n) {
   unsigned long long waited = 0;
   persistent_acquire_maps(phases, n);
-  for (StreamCursor<> load(phases, n); load.valid(); load.next())
+  for (StreamCursor<128, SLOT_ROWS> load(phases, n); load.valid(); load.next())
     waited += persistent_stream_slot(load, ring, ring_base, full, empty);
   return waited;
 }
@@ -535,10 +544,12 @@ __device__ __forceinline__ void persistent_norm_a(unsigned base, const float* x,
 // down(act), three phases of one weight stream. Shapes: o [H, KO] in BO x 64 boxes, gate/up [2I, H]
 // in BG / 2 x 64 boxes, down [H, I] in BD x 64 boxes. `phase0` is the grid-wide count of phases
 // before it in its launch and `g0` the global index of its first tile (o's), so the kernel that
-// runs it may run phases of its own first (decode_layer_persistent: the attention half).
-template <int H, int KO, int I, int BO, int BG, int BD>
+// runs it may run phases of its own first (decode_layer_persistent: the attention half). Atom: the
+// tiles' MMA and accumulator access (LayerWgmma; LayerTcgen05, decode_layer_sm100.cuh).
+template <int H, int KO, int I, int BO, int BG, int BD, class Atom = LayerWgmma>
 struct MlpPhases {
-  static_assert(persistent_tile_ok(BO, KO) && persistent_tile_ok(BG, H) && BG % 16 == 0 && persistent_tile_ok(BD, I),
+  static_assert(Atom::tile_ok(BO, KO) && Atom::tile_ok(BG, H) && BG % 16 == 0 &&
+                    Atom::tile_ok(BD, I),
                 "whole K blocks in a slot, whole slots; gate/up halves are whole 8-row groups");
   static_assert(H % BO == 0 && I % (BG / 2) == 0 && H % BD == 0, "whole tiles");
   static constexpr unsigned kTilesO = H / BO, kTilesGu = 2 * I / BG, kTilesDown = H / BD;
@@ -558,18 +569,17 @@ struct MlpPhases {
                                 const TensorMap* down_map, unsigned g0) {
     __shared__ StreamPhase phases[3];
     stream_phases(o_map, gu_map, down_map, g0, phases);
-    persistent_stream(ring, ring_base, full, empty, phases, 3);
+    persistent_stream<STAGES, Atom::kSlotRows>(ring, ring_base, full, empty, phases, 3);
   }
 
   // The consumers: x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x += down(act). Waits for the
   // count to reach phase0 · gridDim.x first and arrives after o (the caller arrives after down if
   // anything follows in the launch); no count between gate/up and down: down polls act
   // (persistent_poll_a; the caller has set act to kActPending before phase0's count).
-  template <int M, float EPS, unsigned STAGES>
-  __device__ static void run(hexel::mbarrier::StageRing<STAGES>& ring, unsigned base,
-                             unsigned ring_base, unsigned full, unsigned empty, const bf16* attn,
-                             const float* norm_w, float* x, bf16* act, unsigned* sync,
-                             unsigned phase0, unsigned g0) {
+  template <int M, float EPS, class Ring>
+  __device__ static void run(Ring& ring, unsigned base, unsigned ring_base, unsigned full,
+                             unsigned empty, const bf16* attn, const float* norm_w, float* x,
+                             bf16* act, unsigned* sync, unsigned phase0, unsigned g0) {
     float w8[kNormChunks<H>][8];
     rms_load_w<H>(norm_w, threadIdx.x, w8);  // a weight: its load overlaps the o tiles
     persistent_wait(sync, phase0 * gridDim.x);
@@ -578,14 +588,16 @@ struct MlpPhases {
     if (first < kTilesO) {
       persistent_load_a<M>(base, attn, KO);
       for (unsigned tile = first; tile < kTilesO; tile += gridDim.x)
-        layer_gemm_tile<M, BO, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, KO, H, x);
+        Atom::template tile<M, BO, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, KO,
+                                                       H, x);
     }
     persistent_next_phase(sync, phase0);
     first = persistent_first_tile(g0 + kTilesO);
     if (first < kTilesGu) {
       persistent_norm_a<M, H, EPS>(base, x, w8);
       for (unsigned tile = first; tile < kTilesGu; tile += gridDim.x)
-        layer_gemm_tile<M, BG, SmallEpi::SwiGlu>(ring, base, ring_base, full, empty, tile, H, I, act);
+        Atom::template tile<M, BG, SmallEpi::SwiGlu>(ring, base, ring_base, full, empty, tile, H, I,
+                                                     act);
     }
     phase_trace(2 + 2 * (phase0 + 1));
     first = persistent_first_tile(g0 + kTilesO + kTilesGu);
@@ -593,7 +605,8 @@ struct MlpPhases {
       persistent_poll_a<M, I>(base, act);
       phase_trace(3 + 2 * (phase0 + 1));
       for (unsigned tile = first; tile < kTilesDown; tile += gridDim.x)
-        layer_gemm_tile<M, BD, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, I, H, x);
+        Atom::template tile<M, BD, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, I,
+                                                       H, x);
     }
     phase_trace(6 + 2 * phase0);
   }
@@ -654,6 +667,56 @@ __device__ __forceinline__ float2 qkv_rope_angle(unsigned t, unsigned k, int pos
   return make_float2(sn, cs);
 }
 
+// The persistent layer's MMA atom and accumulator access on sm_90a (decode_layer_persistent,
+// decode_layer_persistent_e4m3): the token as wgmma's A (resident, interleaved), tiles of BN <= 64
+// weight rows as its B from 8 KB ring slots, each consumer warp releasing a slot once read, the
+// accumulators in wgmma's fragment layout (layer_gemm_tile; QKV_ROPE's tiles qkv_rope_pairs). The
+// sm_100a atom, LayerTcgen05, is in decode_layer_sm100.cuh. An atom provides: the ring's slots
+// (kSlotRows rows of 128 bytes, kSlotBytes) and the arrivals that free one (kEmptyArrivals); the
+// tiles it takes (tile_ok); the consumers' Ring (the stage ring and any accumulator state), set up
+// by every thread after the barriers' initialisation (start) and released by the consumers at the
+// end (finish); a tile of a GEMM phase with its epilogue (tile); and a QKV tile with the QKV
+// epilogue (qkv_rope_tile, by the 128 consumer threads; `sc` is BQ / 2 entries of shared memory).
+struct LayerWgmma {
+  enum : unsigned {
+    kSlotRows = 64,
+    kSlotBytes = LayerGemms::kSlotBytes,
+    kEmptyArrivals = 4,  // one a consumer warp
+  };
+  __host__ __device__ static constexpr bool tile_ok(int bn, int k) {
+    return persistent_tile_ok(bn, k);
+  }
+  template <unsigned STAGES>
+  using Ring = hexel::mbarrier::StageRing<STAGES>;
+  template <unsigned STAGES, class S>
+  __device__ __forceinline__ static void start(Ring<STAGES>&, const S&) {}
+  template <unsigned STAGES>
+  __device__ __forceinline__ static void finish(const Ring<STAGES>&) {}
+  template <int M, unsigned BN, SmallEpi EPI, unsigned STAGES>
+  __device__ __forceinline__ static void tile(Ring<STAGES>& ring, unsigned a_base,
+                                              unsigned ring_base, unsigned full, unsigned empty,
+                                              unsigned t, unsigned K, unsigned N, void* out) {
+    layer_gemm_tile<M, BN, EPI>(ring, a_base, ring_base, full, empty, t, K, N, out);
+  }
+  template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope,
+            unsigned BQ, unsigned H, unsigned STAGES>
+  __device__ __forceinline__ static void qkv_rope_tile(Ring<STAGES>& ring, unsigned a_base,
+                                                       unsigned ring_base, unsigned full,
+                                                       unsigned empty, unsigned tile, int pos,
+                                                       int page, const float* bias, bf16* kv_layer,
+                                                       float* q, float2* sc) {
+    const int t = threadIdx.x;
+    hexel::named_barrier_sync(1, 128);  // the previous tile's epilogue has read sc
+    if (t < static_cast<int>(BQ / 2))
+      sc[t] = qkv_rope_angle<D, Rope, BQ>(tile, static_cast<unsigned>(t), pos);
+    hexel::named_barrier_sync(1, 128);
+    float d[BQ / 2];
+    layer_gemm_tile_mma<1, BQ>(ring, a_base, ring_base, full, empty, H, d);
+    qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer,
+                                                                 q, sc);
+  }
+};
+
 // decode_layer_persistent's L2 prefetch of the context's K/V: at most this many bytes a layer, a
 // third of the H200's 50 MB L2 (the weights stream through the rest).
 constexpr long long kKvPrefetchBytes = 16LL << 20;
@@ -663,15 +726,16 @@ constexpr long long kKvPrefetchBytes = 16LL << 20;
 // shared arrays and passes them in.
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
-          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK>
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK,
+          class Atom = LayerWgmma>
 struct DecodeLayer {
   static constexpr int NH = HQ + 2 * HKV, NQKV = NH * D, KO = HQ * D;
   static constexpr unsigned kTilesQkv = NQKV / BQ;
   static constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
-  using Mlp = MlpPhases<H, KO, I, BO, BG, BD>;
+  using Mlp = MlpPhases<H, KO, I, BO, BG, BD, Atom>;
   template <int RAW_STAGES>
-  using Smem = PersistentSmem<1, kMaxK, STAGES, RAW_STAGES>;
-  using Ring = hexel::mbarrier::StageRing<STAGES>;
+  using Smem = PersistentSmem<1, kMaxK, STAGES, RAW_STAGES, Atom>;
+  using Ring = typename Atom::template Ring<STAGES>;
   using NormWeights = float[kNormChunks<H>][8];
 
   // Before the first phase: the norm's weights (no kernel writes them), the wait for the previous
@@ -713,8 +777,8 @@ struct DecodeLayer {
     if (first < kTilesQkv) {
       persistent_norm_a<1, H, EPS>(sm.base, x, w8);
       for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
-        layer_gemm_tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full, sm.empty,
-                                                    tile, H, NQKV, qkv);
+        Atom::template tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full,
+                                                        sm.empty, tile, H, NQKV, qkv);
     }
   }
 
@@ -795,13 +859,14 @@ struct DecodeLayer {
 // or where its bit of the mask BULK is set (bit 0 qkv .. 3 down) its slot image in tiles of BQ /
 // BO / BG / BD rows (support/slot_image.hpp), streamed with one bulk copy a ring slot
 // (StreamPhase::image).
-// decode_layer_body is both kernels' code: decode_layer_persistent (bf16 weights: RAW_STAGES 0,
-// the formats Bf16Weight, no scales) and decode_layer_persistent_e4m3 (the raw ring of RAW_STAGES
-// slots, the converter warps, the four weights' formats and scales).
+// decode_layer_body is the kernels' code: decode_layer_persistent (bf16 weights: RAW_STAGES 0,
+// the formats Bf16Weight, no scales), decode_layer_persistent_e4m3 (the raw ring of RAW_STAGES
+// slots, the converter warps, the four weights' formats and scales), and on the atom Atom
+// (LayerWgmma, LayerTcgen05) the sm_100a layer and its twin (decode_layer_sm100.cuh).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
           int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK, int RAW_STAGES,
-          class WQ, class WO, class WG, class WD>
+          class WQ, class WO, class WG, class WD, class Atom = LayerWgmma>
 __device__ __forceinline__ void decode_layer_body(
     const void* qkv_w, const void* o_w, const void* gu_w, const void* down_w, const float* qkv_s,
     const float* o_s, const float* gu_s, const float* down_s, const float* attn_norm,
@@ -809,8 +874,8 @@ __device__ __forceinline__ void decode_layer_body(
     const int* positions, const int* token_seq, const int* page_tables, bf16* kv_layer, float* x,
     bf16* qkv, float* q, float* part_o, float* part_ml, bf16* attn, bf16* act, unsigned* sync) {
   using L = DecodeLayer<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT,
-                        NSPLIT, SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK>;
-  static_assert(persistent_tile_ok(BQ, H) && L::NQKV % BQ == 0, "QKV tiles");
+                        NSPLIT, SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, Atom>;
+  static_assert(Atom::tile_ok(BQ, H) && L::NQKV % BQ == 0, "QKV tiles");
   static_assert(!QKV_ROPE || !QK_NORM, "QK norm needs a head's whole row");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
   static_assert(RAW_STAGES == 0 || BULK == 0, "e4m3 weights stream through their maps");
@@ -818,6 +883,7 @@ __device__ __forceinline__ void decode_layer_body(
   extern __shared__ unsigned char smem_raw[];
   const typename L::template Smem<RAW_STAGES> sm(smem_raw);
   typename L::Ring ring;
+  Atom::start(ring, sm);
 
   // The producer's phases: each weight from its tensor map or, where its bit of BULK is set, its
   // slot image.
@@ -844,8 +910,8 @@ __device__ __forceinline__ void decode_layer_body(
     // The producer warp's lane 0: every weight box of the CTA's tiles into the ring.
     if (threadIdx.x % 32 == 0) {
       stream_phases();
-      phase_trace_at(kTraceProducerWaits,
-                     persistent_stream(ring, sm.ring_base, sm.full, sm.empty, phases, 4));
+      phase_trace_at(kTraceProducerWaits, persistent_stream<STAGES, Atom::kSlotRows>(
+                                              ring, sm.ring_base, sm.full, sm.empty, phases, 4));
       phase_trace(15);
     }
     return;
@@ -863,18 +929,14 @@ __device__ __forceinline__ void decode_layer_body(
     // qkv in RoPE's pair order, each tile running the QKV epilogue on its accumulators
     // (qkv_rope_pairs, with its (sin, cos) table in rope_sc), so phase 1 has no work.
     __shared__ float2 rope_sc[BQ / 2];
-    auto sync128 = [] { hexel::named_barrier_sync(1, 128); };
     unsigned first = persistent_first_tile(0);
     if (first < L::kTilesQkv) {
       persistent_norm_a<1, H, EPS>(sm.base, x, w8);
       const int page = pos >= 0 ? pt[pos / PAGE] : 0;
       for (unsigned tile = first; tile < L::kTilesQkv; tile += gridDim.x) {
-        sync128();  // the previous tile's epilogue has read rope_sc
-        if (t < BQ / 2) rope_sc[t] = qkv_rope_angle<D, Rope, BQ>(tile, static_cast<unsigned>(t), pos);
-        sync128();
-        float d[BQ / 2];
-        layer_gemm_tile_mma<1, BQ>(ring, sm.base, sm.ring_base, sm.full, sm.empty, H, d);
-        qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer, q, rope_sc);
+        Atom::template qkv_rope_tile<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ, H>(
+            ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, pos, page, bias, kv_layer, q,
+            rope_sc);
       }
     }
   } else {
@@ -935,6 +997,7 @@ __device__ __forceinline__ void decode_layer_body(
                                act, sync, kMlpPhase0, L::kTilesQkv);
   phase_trace(kTraceExit);
   persistent_finish(sync);
+  Atom::finish(ring);
 }
 
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,

@@ -3449,6 +3449,216 @@ __global__ void __launch_bounds__(LayerE4m3::kThreads, 1)
 }  // namespace telos_kernels
 )";
 
+// The Hopper twin of the sm_100a one-token layer (decode_layer_persistent_sm100_twin,
+// decode_layer_sm100.cuh: the sm_100a layer's phases, 128-row tiles, 32 KB slots, accumulator hand-
+// off and per-element epilogues, with wgmma and the weights as A where sm_100a issues tcgen05),
+// the sm_90a plan's decode_layer_persistent from the same inputs: x, the appended K/V, the
+// attention output and act bit for bit (each element one chain over K from zero in both, the
+// operands' roles exchanged, as Sm100TwinSmallGemmMatchesF64AndHopperBitForBit asks of wgmma), at
+// the tiny (QKV bias), Llama-3.2-1B, Qwen3-0.6B (QK norm: the QKV epilogue's own phase) and
+// Llama-3.1-8B shapes, at ragged context lengths (the first position, mid-page, past one split,
+// several splits); outputs poisoned first, every SM's shared memory NaNs before each launch, the
+// counters back at zero after it. Against the sm_100a small-M path's kernels a one-token bucket
+// runs, with the small GEMM's twins, bit for bit: q and the appended K/V (rmsnorm,
+// gemm_small_sm100_twin_bf16, qkv_rope_append_rows), and from the layer's own attention output
+// (the attention half is the split kernels' code) x and act (gemm_small_sm100_twin_residual,
+// rmsnorm, gemm_small_sm100_twin_swiglu, gemm_small_sm100_twin_residual); that MLP half against
+// f64 too.
+TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int H, HQ, HKV, D, I;
+    bool bias, qk_norm;
+  };
+  constexpr int PAGE = 16, MAXP = 72, POOL = MAXP + 8;
+  const std::string eps = float_literal(1e-5);
+  const int sms = sm_count(), nsplit = codegen::attn_partial_slots(MAXP * PAGE);
+  for (const Shape& s :
+       {Shape{128, 4, 2, 32, 256, true, false}, Shape{2048, 32, 8, 64, 8192, false, false},
+        Shape{1024, 16, 8, 128, 3072, false, true}, Shape{4096, 32, 8, 128, 14336, false, false}}) {
+    const int NH = s.HQ + 2 * s.HKV, NQKV = NH * s.D, KO = s.HQ * s.D;
+    const long long page_elems = 2LL * s.HKV * PAGE * s.D;
+    const std::string what = "H=" + I(s.H) + " D=" + I(s.D) + " I=" + I(s.I);
+    const codegen::PersistentLayerTiling lt =
+        codegen::decode_layer_tiling(s.H, NQKV, KO, s.I, s.D, s.qk_norm);
+    const codegen::PersistentLayerTiling tt = codegen::decode_layer_sm100_twin_tiling(
+        codegen::decode_layer_sm100_tiling(s.H, NQKV, KO, s.I, s.D, s.qk_norm));
+    ASSERT_TRUE(lt.fits && tt.fits) << what;
+    // The four weights (qkv, o, gate/up, down): rows, K, each layer's box rows (gate/up: a half).
+    const int rows[4] = {NQKV, s.H, 2 * s.I, s.H}, cols[4] = {s.H, KO, s.H, s.I};
+    const int boxes[2][4] = {{lt.bq, lt.bo, lt.bg / 2, lt.bd}, {tt.bq, tt.bo, tt.bg / 2, tt.bd}};
+    const std::string model =
+        I(s.H) + ", " + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
+        (s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", " + eps + ", " +
+        I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " +
+        I(codegen::kAttnSplit) + ", " + I(nsplit) + ", " +
+        float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(s.D))) + ", " + I(s.I) +
+        ", ";
+    const auto tiles = [](const codegen::PersistentLayerTiling& t) {
+      return I(t.stages) + ", " + I(t.bq) + ", " + I(t.bo) + ", " + I(t.bg) + ", " + I(t.bd) +
+             (t.qkv_rope ? ", true" : ", false") + ", 0>";
+    };
+    const SmallTwin tq = small_twin("bf16", 1, NQKV, s.H), to = small_twin("residual", 1, s.H, KO),
+                    tg = small_twin("swiglu", 1, s.I, s.H),
+                    td = small_twin("residual", 1, s.H, s.I);
+    const std::vector<std::string> names = {
+        "telos_kernels::decode_layer_persistent<" + model + tiles(lt),
+        "telos_kernels::decode_layer_persistent_sm100_twin<" + model + tiles(tt),
+        to.name,
+        "telos_kernels::rmsnorm<" + I(s.H) + ", " + eps + ", false>",
+        tg.name,
+        td.name,
+        "poison_shared",
+        tq.name,
+        "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
+            (s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", " + eps +
+            ", " + I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>"};
+    const codegen::RopeInput plain{"default", 1000000.0};
+    TestModule mod(source_with_rope(codegen::rope_inv_freq(plain, s.D)) + kSm100Twins +
+                       "#include \"decode_layer_sm100.cuh\"\n" + kPoisonShared,
+                   names);
+
+    std::vector<std::vector<float>> wf(4);
+    std::vector<std::unique_ptr<DeviceBuffer<std::uint16_t>>> dw;
+    std::vector<std::unique_ptr<DeviceMap>> maps[2];
+    for (int k = 0; k < 4; ++k) {
+      const float scale = 1.f / std::sqrt(static_cast<float>(cols[k]));
+      dw.push_back(std::make_unique<DeviceBuffer<std::uint16_t>>(
+          random_bf16(static_cast<std::size_t>(rows[k]) * cols[k], scale, wf[k])));
+      for (int l = 0; l < 2; ++l)
+        maps[l].push_back(std::make_unique<DeviceMap>(dw[k]->get(), rows[k], cols[k], boxes[l][k]));
+    }
+    const std::vector<float> x0 = random_floats(s.H, 2.f), mlp_w = random_floats(s.H, 1.f);
+    DeviceBuffer<float> x_in(x0), attn_norm(random_floats(s.H, 1.f)), mlp_norm(mlp_w),
+        bias(random_floats(NQKV, 0.5f)), q_norm(random_floats(s.D, 1.f)),
+        k_norm(random_floats(s.D, 1.f));
+    std::vector<float> f;
+    const bf16v kv0 = random_bf16(static_cast<std::size_t>(POOL) * page_elems, 1.f, f);
+    std::vector<int> pool(POOL);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng());
+    DeviceBuffer<int> pt(std::vector<int>(pool.begin(), pool.begin() + MAXP)),
+        seq(std::vector<int>{0});
+    DeviceBuffer<unsigned> sync(std::vector<unsigned>{0u, 0u});
+    for (int position : {0, 37, 300, 1061}) {
+      const std::string at = what + " pos=" + I(position);
+      DeviceBuffer<int> pos(std::vector<int>{position});
+      struct Outputs {
+        std::vector<float> x, q;
+        bf16v kv, attn, act;
+      };
+      // One layer launch (kernel 0: decode_layer_persistent; 1: the twin) and its outputs.
+      const auto run = [&](int kernel) {
+        DeviceBuffer<float> x(x0), q(static_cast<std::size_t>(KO)),
+            part_o(static_cast<std::size_t>(KO) * nsplit),
+            part_ml(static_cast<std::size_t>(s.HQ) * nsplit * 2);
+        DeviceBuffer<std::uint16_t> kv(kv0), qkv(NQKV), attn(KO), act(s.I);  // poisoned
+        std::vector<const void*> args;
+        for (int k = 0; k < 4; ++k) args.push_back(maps[kernel][k]->get());
+        args.insert(args.end(),
+                    {attn_norm.get(), mlp_norm.get(), s.bias ? bias.get() : nullptr,
+                     s.qk_norm ? q_norm.get() : nullptr, s.qk_norm ? k_norm.get() : nullptr,
+                     pos.get(), seq.get(), pt.get(), kv.get(), x.get(), qkv.get(), q.get(),
+                     part_o.get(), part_ml.get(), attn.get(), act.get(), sync.get()});
+        EXPECT_EQ(mod.launch("poison_shared", sms, 1024, {}, codegen::kMaxSmemPerBlock),
+                  cudaSuccess);
+        EXPECT_EQ(mod.launch(names[kernel], sms, codegen::kPersistentThreads, args,
+                             kernel == 0 ? lt.smem : tt.smem),
+                  cudaSuccess)
+            << cudaGetErrorString(cudaGetLastError()) << ", " << names[kernel];
+        EXPECT_EQ(sync.download(), (std::vector<unsigned>{0u, 0u})) << at;
+        return Outputs{x.download(), q.download(), kv.download(), attn.download(), act.download()};
+      };
+      const Outputs want = run(0), got = run(1);
+      if (HasFailure()) return;
+      std::size_t nans = 0;
+      for (float v : got.x) nans += std::isnan(v);
+      for (std::uint16_t v : got.attn) nans += std::isnan(from_bf16(v));
+      for (std::uint16_t v : got.act) nans += std::isnan(from_bf16(v));
+      ASSERT_EQ(nans, 0u) << at;
+      EXPECT_EQ(0, std::memcmp(got.x.data(), want.x.data(), want.x.size() * sizeof(float))) << at;
+      EXPECT_EQ(0, std::memcmp(got.q.data(), want.q.data(), want.q.size() * sizeof(float))) << at;
+      EXPECT_EQ(0, std::memcmp(got.kv.data(), want.kv.data(), want.kv.size() * 2)) << at;
+      EXPECT_EQ(0, std::memcmp(got.attn.data(), want.attn.data(), want.attn.size() * 2)) << at;
+      EXPECT_EQ(0, std::memcmp(got.act.data(), want.act.data(), want.act.size() * 2)) << at;
+      // The token's K was appended: its slot no longer holds the pool's first bits.
+      const std::size_t row = static_cast<std::size_t>(pool[position / PAGE]) * page_elems +
+                              static_cast<std::size_t>(position % PAGE) * s.D;
+      EXPECT_NE(0, std::memcmp(got.kv.data() + row, kv0.data() + row, s.D * 2)) << at;
+
+      // The attention half's front against the sm_100a small-M path's kernels, one token:
+      // rmsnorm into h, gemm_small_sm100_twin_bf16 into qkv, qkv_rope_append_rows: q and the K/V
+      // pool.
+      {
+        DeviceBuffer<std::uint16_t> h(s.H), qkv(NQKV), kv(kv0);
+        DeviceBuffer<float> q(static_cast<std::size_t>(KO));
+        const DeviceMap ah(h.get(), 1, s.H, tq.t.a_box),
+            wq(dw[0]->get(), NQKV, s.H, codegen::kSmallGemmSm100Rows);
+        CUDA_OK(mod.launch(names[3], 1, codegen::kNormThreads,
+                           {x_in.get(), attn_norm.get(), nullptr, h.get()}));
+        CUDA_OK(mod.launch(tq.name, dim3(tq.t.tiles_m, tq.t.tiles_n),
+                           telos_kernels::SmallGemmSm100Twin::kThreads,
+                           {ah.get(), wq.get(), qkv.get()}, tq.smem));
+        CUDA_OK(mod.launch(names[8], dim3(NH, 1), s.D,
+                           {qkv.get(), s.bias ? bias.get() : nullptr,
+                            s.qk_norm ? q_norm.get() : nullptr, s.qk_norm ? k_norm.get() : nullptr,
+                            pos.get(), seq.get(), pt.get(), kv.get(), q.get()}));
+        const std::vector<float> qs = q.download();
+        const bf16v kvs = kv.download();
+        EXPECT_EQ(0, std::memcmp(got.q.data(), qs.data(), qs.size() * sizeof(float)))
+            << "q vs the small twins, " << at;
+        EXPECT_EQ(0, std::memcmp(got.kv.data(), kvs.data(), kvs.size() * 2))
+            << "K/V vs the small twins, " << at;
+      }
+
+      // The MLP half in f64 from x0 and the layer's attention output: x1 = x0 + o(attn), act =
+      // SwiGLU(gate_up(RMSNorm(x1))) against the layer's act, x1 + down(act) (the layer's act)
+      // against its x.
+      std::vector<float> attn_f(KO), act_f(s.I);
+      for (int e = 0; e < KO; ++e) attn_f[e] = from_bf16(got.attn[e]);
+      for (int e = 0; e < s.I; ++e) act_f[e] = from_bf16(got.act[e]);
+      const std::vector<double> o = gemm_ref(attn_f, wf[1], 1, s.H, KO);
+      std::vector<double> x1(s.H);
+      double ss = 0;
+      for (int e = 0; e < s.H; ++e) x1[e] = x0[e] + o[e], ss += x1[e] * x1[e];
+      const double inv = 1.0 / std::sqrt(ss / s.H + 1e-5);
+      std::vector<float> hn(s.H);
+      for (int e = 0; e < s.H; ++e) hn[e] = static_cast<float>(x1[e] * inv * mlp_w[e]);
+      const std::vector<double> gu = gemm_ref(hn, wf[2], 1, 2 * s.I, s.H);
+      std::vector<double> act_ref(s.I), x2(s.H);
+      for (int e = 0; e < s.I; ++e) act_ref[e] = gu[e] / (1.0 + std::exp(-gu[e])) * gu[s.I + e];
+      const std::vector<double> down = gemm_ref(act_f, wf[3], 1, s.H, s.I);
+      for (int e = 0; e < s.H; ++e) x2[e] = x1[e] + down[e];
+      EXPECT_LT(rel_l2(act_f, act_ref), 2e-2) << "act vs f64, " << at;
+      EXPECT_LT(rel_l2(got.x, x2), 1e-3) << "x vs f64, " << at;
+
+      // The MLP half against the sm_100a small-M path's twins, one token.
+      DeviceBuffer<float> x_sep(x0);
+      DeviceBuffer<std::uint16_t> attn_in(got.attn), h(s.H), act_sep(s.I);
+      const DeviceMap ao(attn_in.get(), 1, KO, to.t.a_box), ag(h.get(), 1, s.H, tg.t.a_box),
+          ad(act_sep.get(), 1, s.I, td.t.a_box);
+      constexpr int kBox = codegen::kSmallGemmSm100Rows;
+      const DeviceMap wo(dw[1]->get(), s.H, KO, kBox), wg(dw[2]->get(), 2 * s.I, s.H, kBox),
+          wd(dw[3]->get(), s.H, s.I, kBox);
+      constexpr unsigned twin_threads = telos_kernels::SmallGemmSm100Twin::kThreads;
+      CUDA_OK(mod.launch(to.name, dim3(to.t.tiles_m, to.t.tiles_n), twin_threads,
+                         {ao.get(), wo.get(), x_sep.get()}, to.smem));
+      CUDA_OK(mod.launch(names[3], 1, codegen::kNormThreads,
+                         {x_sep.get(), mlp_norm.get(), nullptr, h.get()}));
+      CUDA_OK(mod.launch(tg.name, dim3(tg.t.tiles_m, tg.t.tiles_n), twin_threads,
+                         {ag.get(), wg.get(), act_sep.get()}, tg.smem));
+      CUDA_OK(mod.launch(td.name, dim3(td.t.tiles_m, td.t.tiles_n), twin_threads,
+                         {ad.get(), wd.get(), x_sep.get()}, td.smem));
+      const std::vector<float> xs = x_sep.download();
+      const bf16v as = act_sep.download();
+      EXPECT_EQ(0, std::memcmp(got.x.data(), xs.data(), xs.size() * sizeof(float)))
+          << "vs the small twins, " << at;
+      EXPECT_EQ(0, std::memcmp(got.act.data(), as.data(), as.size() * 2))
+          << "vs the small twins, " << at;
+    }
+  }
+}
+
 // The e4m3 QKV phase (its converters writing W' into the ring, raw slots of 64-byte rows) at every
 // QKV tile height the plan can pick (24 and 48 rows: one K block a slot; 16 and 32: four and two)
 // and each scale layout the importer writes (128 x 128 blocks, 64-row blocks, one scale a row),

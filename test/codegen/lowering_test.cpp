@@ -188,9 +188,13 @@ TEST(Lowering, AnOpWithoutARuleIsRefusedNamingIt) {
 }
 
 // A target is refused naming it where the table has no rules for it, and a rule another target
-// has (sm_90a's one-token layer) is refused for sm_100a naming the target.
+// has (sm_90a's one-token layer on e4m3 weights) is refused for sm_100a naming the target.
 TEST(Lowering, ATargetWithoutRulesIsRefusedNamingIt) {
-  const TestModel m = tiny("llama");
+  TestModel m = tiny("llama");
+  m.spec.quant.scheme = compiler::WeightQuant::Scheme::kBlock;
+  m.spec.quant.method = "fp8";
+  m.spec.quant.scale_suffix = "weight_scale_inv";
+  m.spec.quant.block_size = 128;
   const ir::Graph g = fused_ir(m.spec);
   try {
     plan_kernels(g, m.serving, "sm_80");
@@ -206,6 +210,37 @@ TEST(Lowering, ATargetWithoutRulesIsRefusedNamingIt) {
   EXPECT_NE(why.find("codegen: no lowering rule for target sm_100a for layer 0"), std::string::npos)
       << why;
   EXPECT_NE(why.find("(other targets have one)"), std::string::npos) << why;
+}
+
+// On sm_100a a one-token bucket runs each layer on decode_layer_persistent_sm100 (the table's
+// sm_100a `layer` rule): 128-row tiles, gate/up's 256, no slot images; the ops outside the layers
+// on their sm_100a rules (the LM head's tcgen05 GEMM); the other buckets stay small-M.
+TEST(Lowering, Sm100OneTokenLayersRunTheTcgen05Layer) {
+  const TestModel m = tiny("llama");
+  const ir::Graph g = fused_ir(m.spec);
+  const KernelPlan plan = plan_kernels(g, m.serving, "sm_100a");
+  for (const BucketProgram& b : plan.buckets) {
+    std::vector<std::string> used;
+    for (const Launch& l : b.launches) used.push_back(plan.kernels[l.kernel].instance);
+    const auto count = [&](const std::string& prefix) {
+      return std::count_if(used.begin(), used.end(),
+                           [&](const std::string& k) { return k.starts_with(prefix); });
+    };
+    SCOPED_TRACE(b.kind + ":" + std::to_string(b.size));
+    const bool one = b.kind == "decode" && b.size == 1;
+    EXPECT_EQ(b.shape == ShapeClass::one_token_decode, one);
+    EXPECT_EQ(count("telos_kernels::decode_layer_persistent_sm100<128, 4, 2, 32, "), one ? 2 : 0);
+    EXPECT_EQ(count("telos_kernels::decode_layer_persistent<"), 0);
+    if (one) {
+      EXPECT_EQ(count("telos_kernels::gemm_small_sm100_f32cand<1, "), 1);
+      EXPECT_EQ(used.size(), 6u);  // embed, the two layers, the final norm, the LM head, sample
+    }
+  }
+  for (const KernelInstance& k : plan.kernels)
+    if (k.instance.starts_with("telos_kernels::decode_layer_persistent_sm100<")) {
+      EXPECT_NE(k.instance.find(", 128, 128, 256, 128, true, 0>"), std::string::npos) << k.instance;
+      EXPECT_EQ(k.block, kPersistentThreads);
+    }
 }
 
 // What each rule made of a bucket: in IR order, the rule, its launches, and what it folded or
