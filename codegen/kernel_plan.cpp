@@ -381,6 +381,32 @@ SmallGemmTiling small_gemm_e4m3_tiling(int n, int k, int tokens, bool swiglu, bo
   return t;
 }
 
+SmallGemmTiling small_gemm_w8a8_tiling(int n, int k, int tokens, bool swiglu) {
+  SmallGemmLimits one;
+  one.warpgroups = 1;
+  SmallGemmTiling t = small_gemm_tiling(n, k, tokens, swiglu, false, one);
+  const int budget = std::min(kMaxSmemPerBlock, t.smem());
+  t.cluster = 1;
+  t.kps = 1;
+  int bn = std::min(t.bn, 128);
+  while (bn > 16 && (128 % bn != 0 || (swiglu && n % (bn / 2) != 0))) bn -= 16;
+  if (swiglu && n % (bn / 2) != 0)
+    fail("codegen: the W8A8 SwiGLU needs an intermediate size that is a multiple of 8, not " +
+         std::to_string(n));
+  t = t.with_bn(bn, n, swiglu);
+  const int k_blocks = (k + 127) / 128;
+  t.stages = std::clamp((budget - 1024) / small_gemm_stage_bytes(t.a_box, t.bn, false), 2,
+                        std::clamp(k_blocks, 2, SmallGemmLimits{}.max_stages));
+  return t;
+}
+
+std::string small_gemm_w8a8_instance(const SmallGemmTiling& t, const std::string& epi, int m, int n,
+                                     int k) {
+  auto I_ = [](int v) { return std::to_string(v); };
+  return "telos_kernels::gemm_small_w8a8_" + epi + "<" + I_(m) + ", " + I_(n) + ", " + I_(k) +
+         ", " + I_(t.bn) + ", " + I_(t.stages) + ">";
+}
+
 SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups) {
   if (rows > kSmallGemmBlockM && vocab % 256 == 0) {
     SmallGemmLimits limits;

@@ -219,6 +219,16 @@ inline constexpr int kSmallGemmConverterThreads = 128;
 SmallGemmTiling small_gemm_e4m3_tiling(int n, int k, int tokens, bool swiglu, bool norm = false);
 int small_gemm_e4m3_smem(const SmallGemmTiling& t);
 
+// The small-M W8A8 GEMM (gemm_small_w8a8_*, kernels/gemm_small_w8a8.cuh): small_gemm_tiling's
+// tiles for one consumer warpgroup, no cluster, one K block of 128 e4m3 columns a stage, the
+// weight tile narrowed to divide 128 rows (its rows in one 128-row scale block; SwiGLU: its gate
+// and up halves, n a multiple of the half) and as many stages as the same shared memory share
+// gives (a stage has the bf16 form's bytes: smem()), no more than K has blocks.
+SmallGemmTiling small_gemm_w8a8_tiling(int n, int k, int tokens, bool swiglu);
+// gemm_small_w8a8_<epi><M, N, K, BN, STAGES> (epi: bf16, residual, swiglu).
+std::string small_gemm_w8a8_instance(const SmallGemmTiling& t, const std::string& epi, int m, int n,
+                                     int k);
+
 // The LM head on the small GEMM (gemm_small_f32cand: f32 logits, and each weight tile's greedy
 // candidate a row for the sampler): weight tiles of the largest of 128, 64, 32, 16 rows that
 // divides the vocabulary (fewer CTAs re-reading A, and the whole K in flight in two stages). From

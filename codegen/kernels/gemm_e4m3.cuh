@@ -50,14 +50,19 @@ namespace telos_kernels {
 // The weight format of a GEMM form. Bf16Weight: the weight's bf16 rows go straight to the stage.
 // E4m3Weight: an e4m3 weight of W_ROWS rows over K with scales of SBR x SBC blocks, f32
 // [ceil(W_ROWS / SBR), ceil(K / SBC)] row-major; its TMA box rows are 64 bytes (one K block) and
-// the stage's bf16 block comes from the converters. Enumerators (not static constexpr variables,
-// which NVRTC emits as globals: gemm_prefill_shape.cuh).
+// the stage's bf16 block comes from the converters. W8a8Operands (the small-M W8A8 GEMM,
+// gemm_small_w8a8.cuh): e4m3 activations and weights straight to the stage, a K block of 128
+// columns, the scales applied per K block (gemm_w8a8.cuh). Enumerators (not static constexpr
+// variables, which NVRTC emits as globals: gemm_prefill_shape.cuh).
 struct Bf16Weight {
-  enum : unsigned { kE4m3 = 0, kRawRowBytes = 0 };
+  enum : unsigned { kE4m3 = 0, kRawRowBytes = 0, kW8a8 = 0 };
+};
+struct W8a8Operands {
+  enum : unsigned { kE4m3 = 0, kRawRowBytes = 0, kW8a8 = 1 };
 };
 template <unsigned W_ROWS, unsigned K, unsigned SBR, unsigned SBC>
 struct E4m3Weight {
-  enum : unsigned { kE4m3 = 1, kRawRowBytes = 64, kScaleCols = (K + SBC - 1) / SBC };
+  enum : unsigned { kE4m3 = 1, kRawRowBytes = 64, kW8a8 = 0, kScaleCols = (K + SBC - 1) / SBC };
   static_assert(SBR >= 1 && SBC >= 1 && (SBC % 64 == 0 || SBC >= K),
                 "a scale block holds whole 64-column K blocks, or all of K");
   // The scale of weight row `row` in K block kb; 0 for rows past the weight (TMA filled them with

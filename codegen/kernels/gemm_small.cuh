@@ -54,6 +54,7 @@
 // never waits for the previous kernel: every load it issues is a weight.
 #include "gemm_e4m3.cuh"
 #include "gemm_prefill.cuh"
+#include "gemm_w8a8.cuh"
 #include "hexel/ld_st.cuh"
 #include "hexel/memory_order.cuh"
 #include "norm.cuh"
@@ -224,7 +225,8 @@ __device__ __forceinline__ void small_gemm_epilogue(const float (&d)[BN / 2], un
 // activations after it (the weights and tensor maps are never written by a kernel). Each stage
 // expects its A and W bytes (out-of-bounds box elements count too). An e4m3 weight (WF,
 // gemm_e4m3.cuh) goes to the stage's raw area (w_stage gives it) behind its own barrier (w_full:
-// the raw barriers; full otherwise), rows of 64 bytes.
+// the raw barriers; full otherwise), rows of 64 bytes. W8A8 (WF = W8a8Operands): e4m3 rows of A
+// and W, a K block of 128 columns (a row's 128 bytes, as a bf16 block's 64 columns are).
 template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM, int CL, int WG, int KPS,
           unsigned W_BH, unsigned W_BOX, class WF, class AStage, class WStage>
 __device__ __forceinline__ void small_gemm_produce(const TensorMap* a_map, const TensorMap* w_map,
@@ -240,8 +242,9 @@ __device__ __forceinline__ void small_gemm_produce(const TensorMap* a_map, const
   constexpr unsigned kWRowBytes = WF::kE4m3 ? WF::kRawRowBytes : 128;
   constexpr unsigned kWBytes = BN * kWRowBytes;
   constexpr unsigned kARows = M < static_cast<int>(kTileM) ? M : kTileM;
-  constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
-  constexpr unsigned kTxBytes = (NORM ? 0 : kARows * G::kBlockK * 2) + (WF::kE4m3 ? 0 : kWBytes);
+  constexpr unsigned kKbCols = WF::kW8a8 ? PrefillW8a8Gemm::kBlockK : G::kBlockK;
+  constexpr unsigned k_blocks = (K + kKbCols - 1) / kKbCols;
+  constexpr unsigned kTxBytes = (NORM ? 0 : kARows * 128) + (WF::kE4m3 ? 0 : kWBytes);
   mbarrier::StageRing<STAGES> ring;
   // Each stage's expected bytes: A and W, or with an e4m3 weight A (full) and W (w_full).
   auto expect = [&](unsigned stage) {
@@ -261,16 +264,17 @@ __device__ __forceinline__ void small_gemm_produce(const TensorMap* a_map, const
                                                         w_map, bar, kb, tn * kOutCols + at, 1, N,
                                                         kAll);
     } else if constexpr (kSplitW) {
-      load_weight_rows<kOutCols, W_BH, W_BOX>(w_stage(s), w_map, bar, kb, tn * kOutCols, 0, N);
-      load_weight_rows<kOutCols, W_BH, W_BOX>(w_stage(s) + kOutCols * kWRowBytes, w_map, bar, kb,
-                                              tn * kOutCols, 1, N);
+      load_weight_rows<kOutCols, W_BH, W_BOX, false, kKbCols>(w_stage(s), w_map, bar, kb,
+                                                              tn * kOutCols, 0, N);
+      load_weight_rows<kOutCols, W_BH, W_BOX, false, kKbCols>(w_stage(s) + kOutCols * kWRowBytes,
+                                                              w_map, bar, kb, tn * kOutCols, 1, N);
     } else {
-      load_weight_rows<BN, W_BH, W_BOX>(w_stage(s), w_map, bar, kb, tn * BN, 0, N);
+      load_weight_rows<BN, W_BH, W_BOX, false, kKbCols>(w_stage(s), w_map, bar, kb, tn * BN, 0, N);
     }
   };
   auto load_a = [&](unsigned s, unsigned kb) {
     if constexpr (!NORM)
-      tma::load(a_stage(s), a_map, full + 8 * (s / KPS), kb * G::kBlockK, tm * kTileM);
+      tma::load(a_stage(s), a_map, full + 8 * (s / KPS), kb * kKbCols, tm * kTileM);
   };
   // The first pass over the ring: weights before the wait, activations after it. Each stage
   // expects its A and W bytes (out-of-bounds box elements count too).
@@ -306,14 +310,18 @@ __device__ __forceinline__ void small_gemm_produce(const TensorMap* a_map, const
 // takes them last. WF: the weight's format (gemm_e4m3.cuh); an e4m3 weight (its 2D map, one M tile
 // of one warpgroup, no cluster, one K block a stage; with or without the norm prologue) has its
 // scales at w_scale and a CTA of SmallGemm::kE4m3Threads: the converter warps follow the
-// producer's.
+// producer's. WF = W8a8Operands (gemm_small_w8a8.cuh; one warpgroup, A by TMA from the weight's 2D
+// map, no cluster, one K block a stage): A is a_map's e4m3 rows with their scales a_scale [M,
+// ceil(K / 128)], W e4m3 with its 128 x 128 block scales w_scale, and the K loop is the W8A8
+// prefill GEMM's (w8a8_k_loop, gemm_w8a8.cuh).
 template <int M, int N, int K, int BN, int STAGES, SmallEpi EPI, bool NORM = false, float EPS = 0.f,
           int CL = 1, int WG = 1, int KPS = 1, unsigned W_BH = 0, unsigned W_BOX = 0,
           class WF = Bf16Weight>
 __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const float* x,
                                                 const float* norm_w, const TensorMap* w_map,
                                                 void* out, unsigned long long* cand = nullptr,
-                                                const float* w_scale = nullptr) {
+                                                const float* w_scale = nullptr,
+                                                const float* a_scale = nullptr) {
   using G = SmallGemm;
   using namespace hexel;
   static_assert(M > 0 && N % 8 == 0 && K % 8 == 0, "TMA rows are multiples of 16 bytes");
@@ -337,13 +345,20 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   constexpr unsigned kARows = M < static_cast<int>(kTileM) ? M : kTileM;
   constexpr unsigned kASlotRows = kARows <= 8 ? 8 : kTileM;
   constexpr unsigned kASbo = kARows <= 8 ? 0 : 1024;
-  constexpr unsigned k_blocks = (K + G::kBlockK - 1) / G::kBlockK;
+  // A K block: 128 bytes of a row, 64 bf16 or (W8A8) 128 e4m3.
+  constexpr unsigned kKbCols = WF::kW8a8 ? PrefillW8a8Gemm::kBlockK : G::kBlockK;
+  constexpr unsigned k_blocks = (K + kKbCols - 1) / kKbCols;
   // KPS K blocks a stage: a stage is KPS consecutive slots (one K block's A and W each, the layout
   // of a KPS = 1 stage), behind one full and one empty barrier.
   static_assert(KPS == 1 || (!NORM && CL == 1 && WG == 1 && k_blocks % KPS == 0),
                 "K blocks a stage: A by TMA, no multicast, one warpgroup, whole stages of K");
   static_assert(!WF::kE4m3 || (CL == 1 && WG == 1 && KPS == 1 && W_BH == 0),
                 "e4m3 weights: their 2D map, one warpgroup, one K block a stage");
+  static_assert(!WF::kW8a8 || (!NORM && CL == 1 && WG == 1 && KPS == 1 && W_BH == 0 &&
+                               EPI != SmallEpi::F32Cand && K % 16 == 0),
+                "W8A8: A by TMA, the weight's 2D map, one warpgroup, one K block a stage");
+  static_assert(!WF::kW8a8 || (128 % BN == 0 && (!kSplitW || N % (BN / 2) == 0)),
+                "W8A8: a weight tile's rows (SwiGLU: its gate and its up rows) in one scale block");
   constexpr unsigned kSlots = STAGES * KPS;
   // With NORM the A region holds all of K ahead of the stages, which hold W only: M rows of 16
   // bytes per K chunk, 128 zero bytes after the last (the last core matrix's rows past M read
@@ -436,8 +451,16 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   float d[BN / 2];
   // This warpgroup's 64 rows of the stage's A.
   auto a_rows = [&](unsigned s, unsigned kb) { return a_stage(s, kb) + wg * G::kBlockM * 128; };
-  wgmma_k_loop<BN, STAGES, kASbo, NORM ? M * 16 : 0, CL, KPS>(d, ring, k_blocks, full, empty, lane,
-                                                         a_rows, w_stage);
+  if constexpr (WF::kW8a8) {
+    unsigned wb[kSplitW ? 2 : 1];
+    w8a8_weight_blocks<N, kOutCols, kSplitW>(wb, tn);
+    w8a8_k_loop<M, k_blocks, BN, kASbo>(
+        d, ring, full, empty, lane, a_scale, w_scale, tm * kTileM + 16 * warp + lane / 4, wb,
+        [&](unsigned s) { return a_stage(s); }, w_stage);
+  } else {
+    wgmma_k_loop<BN, STAGES, kASbo, NORM ? M * 16 : 0, CL, KPS>(d, ring, k_blocks, full, empty,
+                                                                lane, a_rows, w_stage);
+  }
   // The last stage needs no release: nothing loads after it.
 
   small_gemm_epilogue<M, N, BN, EPI, WG>(d, tm, tn, wg, warp, lane, out, cand);

@@ -99,11 +99,13 @@ using EpilogueW8a8Residual = EpilogueResidualOf<ResidualShapeOf<PrefillW8a8Gemm:
 
 // The MMA chain of one K block: four wgmma m64nNk32 e4m3 (PTX ISA, wgmma.mma_async, .e4m3) over
 // the stage's 64 A rows at `a` and N W rows at `w` (K-major, 128B-swizzled, 128 bytes a row), into
-// `part` from zero. Issued between wgmma::fence and commit_group.
-template <unsigned N>
+// `part` from zero. Issued between wgmma::fence and commit_group. A_SBO: the bytes between A's
+// 8-row groups (1024 dense; 0 reads the first group for every group: the small-M GEMM up to 8
+// tokens, gemm_small.cuh).
+template <unsigned N, unsigned A_SBO = 1024>
 __device__ __forceinline__ void w8a8_block_mma(float (&part)[N / 2], unsigned a, unsigned w) {
   using namespace hexel;
-  const auto ad = wgmma::kmajor_desc(a, Swizzle::B128);
+  const auto ad = wgmma::SmemDesc::make(a, Swizzle::B128, 16, A_SBO);
   const auto wd = wgmma::kmajor_desc(w, Swizzle::B128);
 #pragma unroll
   for (unsigned kk = 0; kk < PrefillW8a8Gemm::kBlockK / 32; ++kk)
@@ -148,9 +150,9 @@ __device__ __forceinline__ void w8a8_promote(float (&acc)[N / 2], const float (&
 // the stage's wait, so the loads overlap it and the chain), the stage's wait, the chain into
 // `part`, the wait for it, the stage's release (the warp's lane 0) and the promotion into `acc`,
 // which starts at +0, over K_BLOCKS blocks. row: the thread's first row (w8a8_scales); wb: its
-// weight scale block rows.
-template <int M, unsigned K_BLOCKS, unsigned N, unsigned G, unsigned STAGES, class AStage,
-          class WStage>
+// weight scale block rows; A_SBO: w8a8_block_mma's.
+template <int M, unsigned K_BLOCKS, unsigned N, unsigned A_SBO = 1024, unsigned G, unsigned STAGES,
+          class AStage, class WStage>
 __device__ __forceinline__ void w8a8_k_loop(float (&acc)[N / 2],
                                             hexel::mbarrier::StageRing<STAGES>& ring, unsigned full,
                                             unsigned empty, unsigned lane, const float* a_scale,
@@ -166,7 +168,7 @@ __device__ __forceinline__ void w8a8_k_loop(float (&acc)[N / 2],
     w8a8_scales<M, K_BLOCKS, G>(s, a_scale, w_scale, row, wb, kb);
     mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
     wgmma::fence();
-    w8a8_block_mma<N>(part, a_stage(ring.index), w_stage(ring.index));
+    w8a8_block_mma<N, A_SBO>(part, a_stage(ring.index), w_stage(ring.index));
     wgmma::commit_group();
     wgmma::wait_group<0>();
     wgmma::fence_operand(part);
@@ -175,6 +177,15 @@ __device__ __forceinline__ void w8a8_k_loop(float (&acc)[N / 2],
     wgmma::fence_operand(part);  // the promotion reads part before the next chain writes it
     ring.advance();
   }
+}
+
+// The weight scale block rows of weight tile tn's rows (OUT_COLS output columns a tile): one
+// block, or SwiGLU's (SPLIT) gate rows tn · OUT_COLS.. and their up rows N + tn · OUT_COLS.. (each
+// inside one block: OUT_COLS divides 128 and N, the callers' static_asserts).
+template <int N, unsigned OUT_COLS, bool SPLIT>
+__device__ __forceinline__ void w8a8_weight_blocks(unsigned (&wb)[SPLIT ? 2 : 1], unsigned tn) {
+  wb[0] = tn * OUT_COLS / 128;
+  if constexpr (SPLIT) wb[1] = (N + tn * OUT_COLS) / 128;
 }
 
 // The whole kernel (prefill_gemm_body's roles): warpgroup 0's thread 0 loads the stages,
@@ -220,15 +231,8 @@ __device__ __forceinline__ void prefill_w8a8_body(const TensorMap* a_map, const 
       unsigned tm, tn;
       prefill_tile_coords(u, T::kTilesM, T::kTilesN, tm, tn);
       const unsigned row = tm * G::kBlockM + cw * 64 + 16 * warp + lane / 4;
-      // The weight scale block rows of the tile's W rows: one block, or SwiGLU's gate rows tn ·
-      // 64.. and their up rows N + tn · 64.. (each inside one block: 64 | 128, N % 64 == 0).
       unsigned wb[kScaleGroups];
-      if constexpr (Epi::kSplitW) {
-        wb[0] = tn * (G::kBlockN / 2) / 128;
-        wb[1] = (N + tn * (G::kBlockN / 2)) / 128;
-      } else {
-        wb[0] = tn * G::kBlockN / 128;
-      }
+      w8a8_weight_blocks<N, Epi::kOutCols, Epi::kSplitW>(wb, tn);
       w8a8_k_loop<M, T::kKBlocks, G::kBlockN>(
           acc, ring, sm.full, sm.empty, lane, a_scale, w_scale, row, wb,
           [&](unsigned st) { return a_stage(st) + cw * 64 * 128; }, w_stage);

@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "codegen/kernel_plan.hpp"
@@ -626,6 +627,56 @@ TEST(Codegen, SmallGemmTilingOfLlama8bShapes) {
   const SmallGemmTiling narrow = lm_head_tiling(16 * 1001, 2048, 256);  // 16-row tiles, 4 M tiles
   EXPECT_TRUE(narrow.cluster_fits(2));
   EXPECT_FALSE(narrow.cluster_fits(4));  // slices of 4 rows
+}
+
+// The small-M W8A8 tiles: the plan's on one warpgroup, no cluster, one K block of 128 columns a
+// stage, the weight tile narrowed to divide a 128-row scale block (SwiGLU: its halves dividing I),
+// the stages filling the plan's shared memory share up to K's blocks and within a block's.
+TEST(Codegen, SmallGemmW8a8Tiling) {
+  // The 8B's qkv at 8 tokens: 48-row tiles become 32 (stages of one 8-row A group and 32 W rows of
+  // 128 bytes and two barriers, 16 of them: K's 32 blocks beyond the ring's limit).
+  const SmallGemmTiling qkv = small_gemm_w8a8_tiling(6144, 4096, 8, false);
+  EXPECT_EQ(qkv.bn, 32);
+  EXPECT_EQ(qkv.tiles_n, 192);
+  EXPECT_EQ(qkv.stages, 16);
+  EXPECT_EQ(qkv.smem(), 16 * ((8 + 32) * 128 + 16) + 1024);
+  EXPECT_EQ(small_gemm_w8a8_instance(qkv, "bf16", 8, 6144, 4096),
+            "telos_kernels::gemm_small_w8a8_bf16<8, 6144, 4096, 32, 16>");
+  // The 8B's gate/up at 256 tokens: 128 gate and 128 up rows become 64 and 64.
+  const SmallGemmTiling gate_up = small_gemm_w8a8_tiling(14336, 4096, 256, true);
+  EXPECT_EQ(gate_up.bn, 128);
+  EXPECT_EQ(gate_up.cols, 64);
+  EXPECT_EQ(gate_up.tiles_m, 4);
+  EXPECT_EQ(gate_up.tiles_n, 224);
+  // I = 136: halves of 8 rows (16-row tiles), the only ones dividing both 64 and 136.
+  EXPECT_EQ(small_gemm_w8a8_tiling(136, 1040, 5, true).bn, 16);
+  // A K of one block: two stages.
+  EXPECT_EQ(small_gemm_w8a8_tiling(256, 128, 1, false).stages, 2);
+  for (int tokens : {1, 2, 8, 64, 128, 200, 256})
+    for (const auto& [n, k, swiglu] : std::vector<std::tuple<int, int, bool>>{{3072, 2048, false},
+                                                                              {6144, 4096, false},
+                                                                              {4096, 14336, false},
+                                                                              {8192, 2048, true},
+                                                                              {14336, 4096, true},
+                                                                              {136, 1040, true},
+                                                                              {520, 144, false}}) {
+      const SmallGemmTiling t = small_gemm_w8a8_tiling(n, k, tokens, swiglu);
+      const std::string what =
+          small_gemm_w8a8_instance(t, swiglu ? "swiglu" : "bf16", tokens, n, k);
+      EXPECT_EQ(128 % t.bn, 0) << what;
+      EXPECT_TRUE(!swiglu || n % (t.bn / 2) == 0) << what;
+      EXPECT_EQ(t.cols, swiglu ? t.bn / 2 : t.bn) << what;
+      EXPECT_EQ(t.tiles_n, (n + t.cols - 1) / t.cols) << what;
+      EXPECT_EQ(t.tiles_m, (tokens + 63) / 64) << what;
+      EXPECT_EQ(t.a_box, std::min(tokens, 64)) << what;
+      EXPECT_EQ(t.kps, 1) << what;
+      EXPECT_EQ(t.cluster, 1) << what;
+      EXPECT_EQ(t.warpgroups, 1) << what;
+      EXPECT_EQ(t.threads(), 160) << what;
+      EXPECT_GE(t.stages, 2) << what;
+      EXPECT_LE(t.stages, std::max(2, (k + 127) / 128)) << what;
+      EXPECT_LE(t.smem(), kMaxSmemPerBlock) << what;
+    }
 }
 
 // Two consumer warpgroups a CTA from a one-warpgroup tiling: 128-row M tiles and A boxes, 288

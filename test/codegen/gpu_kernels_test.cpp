@@ -4264,5 +4264,204 @@ TEST(GpuKernels, W8a8GemmRowsDoNotDependOnTheTile) {
   }
 }
 
+// ---- small-M W8A8 (gemm_small_w8a8.cuh) -------------------------------------------------------
+
+const std::string kSmallW8a8Source = "#include \"gemm_small_w8a8.cuh\"\n" + kPoisonShared;
+
+// The small-M W8A8 tiles a test runs: the plan's (codegen::small_gemm_w8a8_tiling), then 16 and
+// 128 weight rows a tile where they differ from it and fit (SwiGLU: n a multiple of the half), each
+// with as many of the plan's stages as fit a block: wgmma m64n16 to m64n128.
+std::vector<codegen::SmallGemmTiling> w8a8_small_tilings(int n, int k, int tokens, bool swiglu) {
+  const codegen::SmallGemmTiling plan = codegen::small_gemm_w8a8_tiling(n, k, tokens, swiglu);
+  std::vector<codegen::SmallGemmTiling> ts = {plan};
+  for (int bn : {16, 128}) {
+    if (bn == plan.bn || (swiglu && n % (bn / 2) != 0)) continue;
+    codegen::SmallGemmTiling t = plan.with_bn(bn, n, swiglu);
+    while (t.smem() > codegen::kMaxSmemPerBlock) --t.stages;
+    ts.push_back(t);
+  }
+  return ts;
+}
+
+// Launches small-M W8A8 form `name` (tiles t) on the quantized rows at q (their scales at sa, m
+// rows of k), the e4m3 weight at w (rows of it, k columns; its scales at sw) into `out`, after
+// poisoning every SM's shared memory with NaNs.
+cudaError_t launch_w8a8_small(TestModule& mod, const std::string& name,
+                              const codegen::SmallGemmTiling& t, const std::uint8_t* q,
+                              const float* sa, int m, const std::uint8_t* w, const float* sw,
+                              int rows, int k, const void* out) {
+  const auto u8 = hexel::TmaDtype::U8;
+  const DeviceMap a_map(q, m, k, t.a_box, u8), w_map(w, rows, k, t.w_box(), u8);
+  const cudaError_t e =
+      mod.launch("poison_shared", sm_count(), 1024, {}, codegen::kMaxSmemPerBlock);
+  if (e != cudaSuccess) return e;
+  return mod.launch(name, dim3(t.tiles_m, t.tiles_n), t.threads(),
+                    {a_map.get(), sa, w_map.get(), sw, out}, t.smem());
+}
+
+// Each small-M W8A8 form against the host, with the W8A8 prefill GEMM's bounds
+// (W8a8GemmsMatchReferenceAndF64): ragged T, N and K (a last K block of 16 columns), the plan's
+// tiles and others (w8a8_small_tilings), one 8-row A group (T <= 8: rows T..7 never written, the
+// shared memory NaNs) and whole 64-row tiles; bf16 within the bound of the reference plus the bf16
+// rounding and within bf16 tolerance of f64; residual x0 + y within the bound plus two f32
+// roundings; SwiGLU within bf16 tolerance of f64. Rows with a NaN or an infinity give NaN
+// everywhere; the outputs' 64 guard rows past T stay poisoned (x0 for the residual).
+TEST(GpuKernels, W8a8SmallGemmsMatchReference) {
+  TELOS_SKIP_WITHOUT_GPU();
+  for (const PrefillShape& c :
+       {PrefillShape{1, 384, 272}, PrefillShape{5, 136, 1040}, PrefillShape{8, 520, 144},
+        PrefillShape{64, 256, 2064}, PrefillShape{200, 640, 400}}) {
+    std::vector<std::string> names = {"poison_shared"};
+    for (const std::string epi : {"bf16", "residual", "swiglu"})
+      for (const codegen::SmallGemmTiling& t : w8a8_small_tilings(c.N, c.K, c.M, epi == "swiglu"))
+        names.push_back(codegen::small_gemm_w8a8_instance(t, epi, c.M, c.N, c.K));
+    TestModule mod(kSmallW8a8Source, names);
+    const int guard = 64;
+    const std::size_t MN = static_cast<std::size_t>(c.M) * c.N, total = MN + guard * c.N;
+    std::vector<float> xf;
+    w8a8_activations(c.M, c.K, true, xf);
+    const W8a8Rows a = host_quantize(xf, c.M, c.K);
+    DeviceBuffer<std::uint8_t> dq(a.q);
+    DeviceBuffer<float> dsa(a.scale);
+    const E4m3Weight w = random_e4m3(2 * c.N, c.K, 128, 128);  // [2N, K]: SwiGLU's gate and up
+    DeviceBuffer<std::uint8_t> dw(w.q);
+    DeviceBuffer<float> dsw(w.scale);
+    const std::vector<float> x0 = random_floats(total);
+    // The host's values: the reference, f64 and the bound of each output, and SwiGLU's f64.
+    std::vector<W8a8Expected> want(MN);
+    std::vector<double> act_want(MN);
+    for (int m = 0; m < c.M; ++m)
+      for (int n = 0; n < c.N; ++n) {
+        const std::size_t i = static_cast<std::size_t>(m) * c.N + n;
+        want[i] = w8a8_expected(a, m, w, n, c.K);
+        const double gate = want[i].exact, up = w8a8_expected(a, m, w, c.N + n, c.K).exact;
+        act_want[i] = gate / (1.0 + std::exp(-gate)) * up;
+      }
+    for (const std::string epi : {"bf16", "residual", "swiglu"}) {
+      const bool swiglu = epi == "swiglu", residual = epi == "residual";
+      for (const codegen::SmallGemmTiling& t : w8a8_small_tilings(c.N, c.K, c.M, swiglu)) {
+        const std::string what = codegen::small_gemm_w8a8_instance(t, epi, c.M, c.N, c.K);
+        DeviceBuffer<std::uint16_t> dy(total);
+        DeviceBuffer<float> dx(x0);
+        CUDA_OK(launch_w8a8_small(mod, what, t, dq.get(), dsa.get(), c.M, dw.get(), dsw.get(),
+                                  swiglu ? 2 * c.N : c.N, c.K,
+                                  residual ? static_cast<const void*>(dx.get()) : dy.get()));
+        const auto y = dy.download();
+        const auto x = dx.download();
+        std::vector<float> got;
+        std::vector<double> exact;
+        for (int m = 0; m < c.M; ++m) {
+          const bool bad = m == 3 || m == 4;
+          for (int n = 0; n < c.N; ++n) {
+            const std::size_t i = static_cast<std::size_t>(m) * c.N + n;
+            const W8a8Expected& g = want[i];
+            const float v = residual ? x[i] : from_bf16(y[i]);
+            if (bad) {
+              ASSERT_TRUE(std::isnan(v)) << what << " row " << m;
+              continue;
+            }
+            if (residual) {
+              ASSERT_TRUE(within(v, x0[i] + static_cast<double>(g.ref),
+                                 g.bound + std::ldexp(std::abs(x0[i]) + std::abs(g.ref), -23)))
+                  << what << " (" << m << ", " << n << "): " << v << " vs " << x0[i] + g.ref;
+              continue;
+            }
+            if (!swiglu) {
+              ASSERT_TRUE(within(v, g.ref, g.bound + std::ldexp(std::abs(g.ref), -8)))
+                  << what << " (" << m << ", " << n << "): " << v << " vs " << g.ref;
+            }
+            got.push_back(v);
+            exact.push_back(swiglu ? act_want[i] : g.exact);
+          }
+        }
+        if (!residual) {
+          ASSERT_FALSE(got.empty()) << what;
+          EXPECT_LT(rel_l2(got, exact), 1e-2) << "against f64, " << what;
+        }
+        for (std::size_t i = MN; i < total; ++i) {
+          ASSERT_EQ(y[i], 0xffff) << what << " wrote past T";
+          ASSERT_EQ(x[i], x0[i]) << what << " wrote past T";
+        }
+      }
+    }
+  }
+}
+
+// Batch invariance across the GEMM classes: T rows taken out of the W8A8 prefill GEMM's R (T = 1,
+// 7, 64 and 200, at offsets that put them in other tiles, warps and consumer warpgroups of the
+// prefill GEMM than of the small-M form) give, in every small-M form and tiling, the prefill GEMM's
+// bits for those rows: bf16, the residual (both from the same x0) and SwiGLU.
+TEST(GpuKernels, W8a8SmallGemmRowsMatchPrefillGemm) {
+  TELOS_SKIP_WITHOUT_GPU();
+  constexpr int R = 300, N = 384, K = 1040;
+  struct Rows {
+    int t, off;
+  };
+  const std::vector<Rows> takes = {{1, 5}, {7, 64}, {64, 100}, {200, 90}};
+  const std::vector<std::string> epis = {"bf16", "residual", "swiglu"};
+  std::vector<std::string> names = {"poison_shared"};
+  for (const std::string& epi : epis) {
+    names.push_back("telos_kernels::gemm_prefill_w8a8_" + epi + "<" + I(R) + ", " + I(N) + ", " +
+                    I(K) + ">");
+    for (const Rows& r : takes)
+      for (const codegen::SmallGemmTiling& t : w8a8_small_tilings(N, K, r.t, epi == "swiglu"))
+        names.push_back(codegen::small_gemm_w8a8_instance(t, epi, r.t, N, K));
+  }
+  TestModule mod(kSmallW8a8Source, names);  // gemm_small_w8a8.cuh includes gemm_w8a8.cuh
+  const int kb = w8a8_k_blocks(K);
+  std::vector<float> xf;
+  w8a8_activations(R, K, false, xf);
+  const W8a8Rows a = host_quantize(xf, R, K);
+  DeviceBuffer<std::uint8_t> dq(a.q);
+  DeviceBuffer<float> dsa(a.scale);
+  const E4m3Weight w = random_e4m3(2 * N, K, 128, 128);
+  DeviceBuffer<std::uint8_t> dw(w.q);
+  DeviceBuffer<float> dsw(w.scale);
+  const std::vector<float> x0 = random_floats(static_cast<std::size_t>(R) * N);
+  const auto u8 = hexel::TmaDtype::U8;
+  const DeviceMap a_map(dq.get(), R, K, 128, u8), w_map(dw.get(), N, K, 128, u8),
+      gu_map(dw.get(), 2 * N, K, 64, u8);
+  for (const std::string& epi : epis) {
+    const bool swiglu = epi == "swiglu", residual = epi == "residual";
+    // The prefill GEMM's outputs: bf16 (bf16 store, SwiGLU) or x0 + y (residual).
+    DeviceBuffer<std::uint16_t> dy(static_cast<std::size_t>(R) * N);
+    DeviceBuffer<float> dx(x0);
+    const DeviceMap out_map = residual ? DeviceMap(dx.get(), R, N, 64, hexel::TmaDtype::F32)
+                                       : DeviceMap(dy.get(), R, N, 64);
+    CUDA_OK(mod.launch(
+        "telos_kernels::gemm_prefill_w8a8_" + epi + "<" + I(R) + ", " + I(N) + ", " + I(K) + ">",
+        prefill_grid(R, N, swiglu ? 64 : 128), kPrefillThreads,
+        {a_map.get(), dsa.get(), swiglu ? gu_map.get() : w_map.get(), dsw.get(), out_map.get()},
+        kW8a8Smem));
+    const auto prefill_y = dy.download();
+    const auto prefill_x = dx.download();
+    for (const Rows& r : takes) {
+      const std::size_t first = static_cast<std::size_t>(r.off) * N,
+                        count = static_cast<std::size_t>(r.t) * N;
+      for (const codegen::SmallGemmTiling& t : w8a8_small_tilings(N, K, r.t, swiglu)) {
+        const std::string name = codegen::small_gemm_w8a8_instance(t, epi, r.t, N, K),
+                          what = name + " rows " + I(r.off) + "..";
+        DeviceBuffer<std::uint16_t> sy(count);
+        DeviceBuffer<float> sx(std::vector<float>(x0.begin() + first, x0.begin() + first + count));
+        CUDA_OK(launch_w8a8_small(mod, name, t, dq.get() + static_cast<std::size_t>(r.off) * K,
+                                  dsa.get() + static_cast<std::size_t>(r.off) * kb, r.t, dw.get(),
+                                  dsw.get(), swiglu ? 2 * N : N, K,
+                                  residual ? static_cast<const void*>(sx.get()) : sy.get()));
+        const auto y = sy.download();
+        const auto x = sx.download();
+        for (std::size_t i = 0; i < count; ++i) {
+          if (residual) {
+            ASSERT_EQ(std::memcmp(&x[i], &prefill_x[first + i], sizeof(float)), 0)
+                << what << " row " << r.off + i / N << " column " << i % N;
+          } else {
+            ASSERT_EQ(y[i], prefill_y[first + i])
+                << what << " row " << r.off + i / N << " column " << i % N;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace telos::gpu_test

@@ -1,11 +1,13 @@
-// w8a8_assemble: the W8A8 prefill GEMM and its activation quantization (codegen/kernels/
-// gemm_w8a8.cuh) at every shape the given model configs' prefill GEMMs have, through codegen's own
-// NVRTC driver and ptxas for sm_90a. The shapes are the sm_90a lowering's: each config is planned
-// as telosc plans it (default serving config), and every prefill GEMM instance
+// w8a8_assemble: the W8A8 GEMMs and the activation quantization (codegen/kernels/gemm_w8a8.cuh,
+// gemm_small_w8a8.cuh) at every shape the given model configs' prefill GEMMs have, through
+// codegen's own NVRTC driver and ptxas for sm_90a. The shapes are the sm_90a lowering's: each
+// config is planned as telosc plans it (default serving config), and every prefill GEMM instance
 // (gemm_prefill_{bf16,residual,swiglu}<M, N, K[, W_BH, W_BOX]>) gives gemm_prefill_w8a8_EPI<M, N,
-// K> with PrefillW8a8Gemm::smem() bytes of dynamic shared memory and quantize_rows_e4m3<M, K>, the
-// quantization of its activations. Each instance must use no local memory, spill nothing and fit
-// its static and dynamic shared memory in a block's (codegen::check_kernel_resources).
+// K> with PrefillW8a8Gemm::smem() bytes of dynamic shared memory, quantize_rows_e4m3<M, K>, the
+// quantization of its activations, and at each small-M bucket size T of kSmallTokens the small-M
+// form gemm_small_w8a8_EPI<T, N, K, BN, STAGES> (codegen::small_gemm_w8a8_tiling, its smem()).
+// Each instance must use no local memory, spill nothing and fit its static and dynamic shared
+// memory in a block's (codegen::check_kernel_resources).
 //
 //   w8a8_assemble -o DIR CONFIG.json...
 //
@@ -29,6 +31,9 @@ namespace {
 using namespace telos;
 
 constexpr const char* kPrefix = "telos_kernels::gemm_prefill_";
+// The small-M buckets' token counts the small-M forms are assembled at (below
+// kPrefillGemmMinRows).
+constexpr int kSmallTokens[] = {1, 2, 8, 64, 128, 256};
 
 // The W8A8 instances of the config at `path`'s sm_90a prefill GEMMs, with their dynamic shared
 // memory.
@@ -49,6 +54,10 @@ void add_instances(const std::string& path, std::map<std::string, int>& instance
         static_cast<int>(telos_kernels::PrefillW8a8Gemm::smem());
     instances["telos_kernels::quantize_rows_e4m3<" + std::to_string(m) + ", " + std::to_string(kk) +
               ">"] = 0;
+    for (int t : kSmallTokens) {
+      const codegen::SmallGemmTiling s = codegen::small_gemm_w8a8_tiling(n, kk, t, epi == "swiglu");
+      instances[codegen::small_gemm_w8a8_instance(s, epi, t, n, kk)] = s.smem();
+    }
   }
 }
 
@@ -56,8 +65,8 @@ int run(const std::filesystem::path& dir, const std::vector<std::string>& config
   std::map<std::string, int> instances;
   for (const std::string& c : configs) add_instances(c, instances);
   if (instances.empty()) fail("w8a8_assemble: the configs plan no prefill GEMM");
-  codegen::assemble_instances("w8a8_assemble", "#include \"gemm_w8a8.cuh\"\n", "sm_90a", instances,
-                              dir);
+  codegen::assemble_instances("w8a8_assemble", "#include \"gemm_small_w8a8.cuh\"\n", "sm_90a",
+                              instances, dir);
   std::cout << instances.size() << " instances assembled for sm_90a\n";
   return 0;
 }
