@@ -162,12 +162,12 @@ struct PersistentSmem {
     raw_empty = raw_full + RAW_STAGES * 8;
     if (threadIdx.x == 0) {
       for (unsigned s = 0; s < STAGES; ++s) {
-        hexel::mbarrier::init(full + 8 * s, RAW_STAGES > 0 ? LayerE4m3::kConverterWarps : 1);
+        hexel::mbarrier::init(full + 8 * s, 1);  // the producer's, or the slot's converter warp's
         hexel::mbarrier::init(empty + 8 * s, Atom::kEmptyArrivals);
       }
       for (unsigned s = 0; s < RAW_STAGES; ++s) {
         hexel::mbarrier::init(raw_full + 8 * s, 1);  // the producer's, with its bytes
-        hexel::mbarrier::init(raw_empty + 8 * s, LayerE4m3::kConverterWarps);
+        hexel::mbarrier::init(raw_empty + 8 * s, 1);  // the slot's converter warp's
       }
       hexel::mbarrier::fence_init();
     }
@@ -343,14 +343,20 @@ __device__ __forceinline__ unsigned long long persistent_stream(
 }
 
 // Warps 4-7 of an e4m3 persistent kernel (decode_layer_persistent_e4m3): the converters of `n`
-// phases (`phases` in shared memory, written by thread 128), warp 4's lane 0 (thread 128) also
-// the producer: it fills the raw ring of RAW_STAGES slots at construction, then after each slot
-// the converters finish (next_load) it loads the next one into the slot that frees
-// (persistent_stream_slot, which waits for the other converter warps to release it), so
-// RAW_STAGES raw slots stay in flight (why no producer warp of its own: the top of this file). The
-// caller runs the phases' persistent_convert_phase in order, then finish().
+// phases (`phases` in shared memory, written by thread 128). Slot n of the stream (counted over
+// the phases, `seq`) is converter warp n mod 4's alone, so four slots are converted at once, each
+// by one warp with its whole slot's loads in flight (a slot shared by the four warps leaves each
+// a few loads and the whole latency of its wait, conversion, fence and arrival a slot). Warp 4's
+// lane 0 (thread 128) is also the producer: it fills the raw ring of RAW_STAGES slots at
+// construction, then after each slot of its own (n) loads every slot up to n + RAW_STAGES into the
+// raw slots that frees (persistent_stream_slot waits for their warps' releases; all belong to
+// slots up to n), so at least RAW_STAGES - 4 raw slots stay in flight (why no producer warp of its
+// own: the top of this file). The caller runs the phases' persistent_convert_phase in order, then
+// finish().
 template <unsigned RAW_STAGES>
 class PersistentConverters {
+  static_assert(RAW_STAGES >= 2 * LayerE4m3::kConverterWarps, "a raw slot in flight a warp");
+
  public:
   template <class S>
   __device__ __forceinline__ PersistentConverters(const S& sm, const StreamPhase* phases, int n)
@@ -360,38 +366,49 @@ class PersistentConverters {
         empty_(sm.raw_empty) {
     if (threadIdx.x != 128) return;
     persistent_acquire_maps(phases, n);
-    for (unsigned s = 0; s < RAW_STAGES; ++s) next_load();
+    load_until(RAW_STAGES);
   }
-  // The producer's next slot, if any (other threads: none).
-  __device__ __forceinline__ void next_load() {
-    if (!load_.valid()) return;
-    waited_ += persistent_stream_slot(load_, loads_, base_, full_, empty_);
-    load_.next();
+  // Whether stream slot `seq` is this warp's to convert.
+  __device__ __forceinline__ bool owns() const {
+    return seq % LayerE4m3::kConverterWarps == hexel::warp_index() - 4;
   }
+  // After this warp's slot `seq`: the producer's loads of the slots up to seq + RAW_STAGES (other
+  // threads: none).
+  __device__ __forceinline__ void loads_after_own_slot() {
+    if (threadIdx.x == 128) load_until(seq + 1 + RAW_STAGES);
+  }
+  unsigned seq = 0;  // the stream slot the converters are at, over the phases
+  hexel::mbarrier::StageRing<RAW_STAGES> raw;  // the converters' position in the raw ring
   // After the last phase: the producer's trace events (phase_trace).
   __device__ __forceinline__ void finish() const {
     if (threadIdx.x != 128) return;
     phase_trace_at(kTraceProducerWaits, waited_);
     phase_trace(15);
   }
-  hexel::mbarrier::StageRing<RAW_STAGES> raw;  // the converters' position in the raw ring
 
  private:
+  // The producer's next slots while fewer than `end` are loaded and the stream has more.
+  __device__ __forceinline__ void load_until(unsigned end) {
+    for (; loaded_ < end && load_.valid(); ++loaded_, load_.next())
+      waited_ += persistent_stream_slot(load_, loads_, base_, full_, empty_);
+  }
   StreamCursor<64> load_;
   hexel::mbarrier::StageRing<RAW_STAGES> loads_;  // the producer's
   unsigned base_, full_, empty_;
+  unsigned loaded_ = 0;
   unsigned long long waited_ = 0;
 };
 
 // The converter warps' part of one phase (PersistentConverters): every raw slot of this CTA's tiles
 // of the phase in the producer's order (StreamCursor's: tiles from persistent_first_tile(g0) in
 // steps of gridDim.x, each tile's slots in K order, 64 / BN K blocks a slot) into the next slot of
-// the ring: wait for the raw slot's bytes and for the slot's release by the consumers, write each
-// K block's bf16 W' block where a bf16 stream's box would have landed (e4m3_block_to_bf16, with
-// the weight's format WF and scales), e4m3_stage_converted (fence, the warp's arrival on the
-// slot's full barrier), release the raw slot (after the warp's reads: the __syncwarp in
-// e4m3_stage_converted), then the producer's next load. Tile row r is weight row tile · BN + r;
-// with SPLIT (gate/up) the gate rows tile · BN / 2 + r, then their up rows `up_row` further.
+// the ring, by the slot's warp: wait for the raw slot's bytes and for the slot's release by the
+// consumers, write each K block's bf16 W' block where a bf16 stream's box would have landed
+// (e4m3_block_to_bf16, with the weight's format WF and scales), e4m3_stage_converted (fence, the
+// warp's arrival on the slot's full barrier), release the raw slot (after the warp's reads: the
+// __syncwarp in e4m3_stage_converted), then the producer's loads. Every warp steps both rings
+// past every slot. Tile row r is weight row tile · BN + r; with SPLIT (gate/up) the gate rows
+// tile · BN / 2 + r, then their up rows `up_row` further.
 template <class WF, unsigned BN, bool SPLIT, unsigned RAW_STAGES, unsigned STAGES, class S>
 __device__ __forceinline__ void persistent_convert_phase(PersistentConverters<RAW_STAGES>& conv,
                                                          hexel::mbarrier::StageRing<STAGES>& ring,
@@ -400,27 +417,26 @@ __device__ __forceinline__ void persistent_convert_phase(PersistentConverters<RA
                                                          const float* scale) {
   using namespace hexel;
   constexpr unsigned kPerSlot = 64 / BN;
-  const unsigned t = threadIdx.x - 128, lane = threadIdx.x % 32;
+  const unsigned lane = threadIdx.x % 32;
   const unsigned slots = k / 64 / kPerSlot;
   auto& raw_ring = conv.raw;
   for (unsigned tile = persistent_first_tile(g0); tile < tiles; tile += gridDim.x) {
     const auto row_of = [&](unsigned r) {
       return SPLIT ? tile * BN / 2 + (r < BN / 2 ? r : up_row + r - BN / 2) : tile * BN + r;
     };
-    for (unsigned sl = 0; sl < slots; ++sl) {
+    for (unsigned sl = 0; sl < slots; ++sl, ++conv.seq, raw_ring.advance(), ring.advance()) {
+      if (!conv.owns()) continue;
       mbarrier::wait_parity(sm.raw_full + 8 * raw_ring.index, raw_ring.phase);
       mbarrier::wait_parity(sm.empty + 8 * ring.index, ring.phase ^ 1u);
       const unsigned raw = sm.raw_base + raw_ring.index * LayerE4m3::kRawSlotBytes;
       const unsigned slot = sm.ring_base + ring.index * LayerGemms::kSlotBytes;
 #pragma unroll
       for (unsigned j = 0; j < kPerSlot; ++j)
-        e4m3_block_to_bf16<WF, BN, SmallGemm::kConverters>(raw + j * BN * 64, slot + j * BN * 128,
-                                                           scale, sl * kPerSlot + j, t, row_of);
+        e4m3_block_to_bf16<WF, BN, 32>(raw + j * BN * 64, slot + j * BN * 128, scale,
+                                       sl * kPerSlot + j, lane, row_of);
       e4m3_stage_converted(sm.full + 8 * ring.index, lane);
       if (lane == 0) mbarrier::arrive(sm.raw_empty + 8 * raw_ring.index);
-      raw_ring.advance();
-      ring.advance();
-      conv.next_load();
+      conv.loads_after_own_slot();
     }
   }
 }

@@ -96,7 +96,10 @@ template <class WF, unsigned ROWS, unsigned THREADS, class RowOf>
 __device__ __forceinline__ void e4m3_block_to_bf16(unsigned raw, unsigned w, const float* scale,
                                                    unsigned kb, unsigned t, RowOf row_of) {
   static_assert(WF::kE4m3, "the converters serve e4m3 weights");
-#pragma unroll 2
+  // Up to eight chunks a thread all in flight at once (a persistent layer's converter warp takes a
+  // whole slot); two at a time beyond (a prefill stage's hundreds of rows).
+  constexpr unsigned kUnroll = ROWS * 4 / THREADS <= 8 ? 8 : 2;
+#pragma unroll kUnroll
   for (unsigned i = t; i < ROWS * 4; i += THREADS) {
     const unsigned r = i / 4, c = i % 4;
     const uint4 q = hexel::ld_shared_v4(raw + r * 64 + c * 16);
