@@ -119,8 +119,8 @@ __device__ __forceinline__ void layer_gemm_tile_mma(hexel::mbarrier::StageRing<S
 }
 // layer_gemm_tile_store is the tile's epilogue from its accumulators d (wgmma's layout).
 template <int M, unsigned BN, SmallEpi EPI>
-__device__ __forceinline__ void layer_gemm_tile_store(const float (&d)[BN / 2], unsigned t, unsigned N,
-                                                      void* out) {
+__device__ __forceinline__ void layer_gemm_tile_store(const float (&d)[BN / 2], unsigned t,
+                                                      unsigned N, void* out) {
   constexpr unsigned kOutCols = EPI == SmallEpi::SwiGlu ? BN / 2 : BN;
   const unsigned warp = hexel::warp_index(), lane = threadIdx.x % 32;
 #pragma unroll
@@ -135,9 +135,10 @@ __device__ __forceinline__ void layer_gemm_tile_store(const float (&d)[BN / 2], 
   }
 }
 template <int M, unsigned BN, SmallEpi EPI, unsigned STAGES>
-__device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGES>& ring, unsigned a_base,
-                                                unsigned ring_base, unsigned full, unsigned empty, unsigned t,
-                                                unsigned K, unsigned N, void* out) {
+__device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGES>& ring,
+                                                unsigned a_base, unsigned ring_base, unsigned full,
+                                                unsigned empty, unsigned t, unsigned K, unsigned N,
+                                                void* out) {
   float d[BN / 2];
   layer_gemm_tile_mma<M, BN>(ring, a_base, ring_base, full, empty, K, d);
   layer_gemm_tile_store<M, BN, EPI>(d, t, N, out);
