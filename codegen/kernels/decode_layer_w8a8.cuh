@@ -154,11 +154,12 @@ struct LayerW8a8 {
                                               unsigned full, unsigned empty, unsigned t, unsigned K,
                                               unsigned N, void* out) {
     static_assert(M == 1, "one token");
+    const unsigned warp = hexel::warp_index(), lane = threadIdx.x % 32;
     unsigned wrow[BN / 8];
     layer_w8a8_scale_rows<BN, EPI == SmallEpi::SwiGlu>(wrow, t, N, K / 128);
     float acc[BN / 2];
     layer_w8a8_tile_mma<BN>(ring, ring_base, full, empty, K, wrow, acc);
-    layer_gemm_tile_store<M, BN, EPI>(acc, t, N, out);
+    layer_gemm_tile_store<M, BN, EPI>(acc, t, N, out, warp, lane);
   }
   template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope,
             unsigned BQ, unsigned H, unsigned STAGES>

@@ -117,12 +117,13 @@ __device__ __forceinline__ void layer_gemm_tile_mma(hexel::mbarrier::StageRing<S
   wgmma::fence_operand(d);
   if (lane == 0) mbarrier::arrive(empty + 8 * prev);
 }
-// layer_gemm_tile_store is the tile's epilogue from its accumulators d (wgmma's layout).
+// layer_gemm_tile_store is the tile's epilogue from its accumulators d (wgmma's layout), by the
+// consumer warp `warp` (hexel::warp_index, taken before the tile's K loop) and its lane.
 template <int M, unsigned BN, SmallEpi EPI>
 __device__ __forceinline__ void layer_gemm_tile_store(const float (&d)[BN / 2], unsigned t,
-                                                      unsigned N, void* out) {
+                                                      unsigned N, void* out, unsigned warp,
+                                                      unsigned lane) {
   constexpr unsigned kOutCols = EPI == SmallEpi::SwiGlu ? BN / 2 : BN;
-  const unsigned warp = hexel::warp_index(), lane = threadIdx.x % 32;
 #pragma unroll
   for (unsigned hh = 0; hh < 2; ++hh) {
     const unsigned m = 16 * warp + lane / 4 + 8 * hh;
@@ -139,9 +140,10 @@ __device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGE
                                                 unsigned a_base, unsigned ring_base, unsigned full,
                                                 unsigned empty, unsigned t, unsigned K, unsigned N,
                                                 void* out) {
+  const unsigned warp = hexel::warp_index(), lane = threadIdx.x % 32;
   float d[BN / 2];
   layer_gemm_tile_mma<M, BN>(ring, a_base, ring_base, full, empty, K, d);
-  layer_gemm_tile_store<M, BN, EPI>(d, t, N, out);
+  layer_gemm_tile_store<M, BN, EPI>(d, t, N, out, warp, lane);
 }
 
 struct LayerWgmma;
