@@ -35,9 +35,9 @@
 // norm prologue and the loads give as the separate kernels do. gpu_kernels_test's W8a8Persistent
 // tests compare them bit for bit.
 //
-// The K loop waits for each block's chain before promoting it (its partials are read) and
-// releases a slot after its last block's chain: one token's chain is short, and the slot's next
-// fill is the ring's depth away.
+// The K loop issues a slot's chains (one a K block, each into partials of its own) under one
+// commit and waits for them once before promoting them in K order and releasing the slot: one
+// wait a slot, as the bf16 layer's, rather than one a K block.
 #include "decode_persistent.cuh"
 #include "gemm_w8a8.cuh"
 
@@ -69,9 +69,11 @@ __device__ __forceinline__ void layer_w8a8_scales(float (&s)[2][BN / 8], float s
   }
 }
 
-// One tile's K loop: for each slot (64 / BN K blocks), its wait; per block the scale products,
-// the chain of four e4m3 wgmma k32 from zero into `part`, the wait for it, after the slot's last
-// block the slot's release (each warp's lane 0), and the promotion into acc (from +0).
+// One tile's K loop: for each slot (64 / BN K blocks), the scale products of its blocks (loaded
+// before the slot's wait, so the loads overlap it), the wait, every block's chain of four e4m3
+// wgmma k32 from zero into its own partials (64 / BN sets of BN / 2: 32 registers whatever BN),
+// one commit and one wait for them, the slot's release (each warp's lane 0), then the blocks'
+// promotions into acc (from +0) in K order.
 template <unsigned BN, unsigned STAGES>
 __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring, unsigned ring_base,
                                                     unsigned full, unsigned empty, unsigned K,
@@ -80,30 +82,38 @@ __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring,
   using namespace hexel;
   constexpr unsigned kBlocksPerSlot = 64 / BN;
   const unsigned lane = threadIdx.x % 32, slots = K / 128 / kBlocksPerSlot;
-  float part[BN / 2];
+  float part[kBlocksPerSlot][BN / 2];
 #pragma unroll
   for (unsigned i = 0; i < BN / 2; ++i) acc[i] = 0.f;
   for (unsigned sl = 0; sl < slots; ++sl) {
-    mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
-    const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes;
+    float s[kBlocksPerSlot][2][BN / 8];
 #pragma unroll
     for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
       const unsigned kb = sl * kBlocksPerSlot + j;
-      float s[2][BN / 8];
-      layer_w8a8_scales<BN>(s, ring.scale[kb], ring.w_scale, wrow, kb);
-      const auto a = wgmma::SmemDesc::make(ring.q + kb * 128, Swizzle::None, 16, 0);
+      layer_w8a8_scales<BN>(s[j], ring.scale[kb], ring.w_scale, wrow, kb);
+    }
+    mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
+    const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes;
+    wgmma::fence();
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+      const auto a =
+          wgmma::SmemDesc::make(ring.q + (sl * kBlocksPerSlot + j) * 128, Swizzle::None, 16, 0);
       const auto b = wgmma::kmajor_desc(slot + j * BN * 128, Swizzle::B128);
-      wgmma::fence();
 #pragma unroll
       for (unsigned kk = 0; kk < 4; ++kk)
-        wgmma::mma_ss<BN, wgmma::AbType::E4M3>(part, a.advanced(32 * kk), b.advanced(32 * kk),
+        wgmma::mma_ss<BN, wgmma::AbType::E4M3>(part[j], a.advanced(32 * kk), b.advanced(32 * kk),
                                                kk > 0);
-      wgmma::commit_group();
-      wgmma::wait_group<0>();
-      wgmma::fence_operand(part);
-      if (j + 1 == kBlocksPerSlot && lane == 0) mbarrier::arrive(empty + 8 * ring.index);
-      w8a8_promote<BN, BN / 8>(acc, part, s);
-      wgmma::fence_operand(part);  // the promotion reads part before the next chain writes it
+    }
+    wgmma::commit_group();
+    wgmma::wait_group<0>();
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) wgmma::fence_operand(part[j]);
+    if (lane == 0) mbarrier::arrive(empty + 8 * ring.index);
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+      w8a8_promote<BN, BN / 8>(acc, part[j], s[j]);
+      wgmma::fence_operand(part[j]);  // the promotion reads part before the next chain writes it
     }
     ring.advance();
   }
