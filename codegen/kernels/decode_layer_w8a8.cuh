@@ -142,7 +142,7 @@ struct LayerW8a8 {
     kEmptyArrivals = 4,  // one a consumer warp
     // The resident e4m3 A after the ring's barriers: 128 bytes of alignment, the row and the 128
     // bytes its rows past the token read, then the scales (kernel_plan.hpp's
-    // kPersistentW8a8ABytes mirrors it).
+    // persistent_w8a8_a_bytes mirrors it).
     kABytes = 128 + K_MAX + 128 + K_MAX / 128 * 4,
   };
   static_assert(K_MAX % 128 == 0, "whole K blocks");
