@@ -17,9 +17,11 @@
 //
 // The GEMM phases' MMA atom and accumulator access are a policy (Atom: the slots, the tiles, the
 // K loop and its epilogues; LayerWgmma below says what an atom provides), so that one body of code
-// runs every phase: LayerWgmma (sm_90a, the kernels here) and LayerTcgen05 (sm_100a,
-// decode_layer_sm100.cuh: tcgen05 with the weights as A, the chain gemm_small_sm100 runs). The
-// tiles and slots below are LayerWgmma's.
+// runs every phase: LayerWgmma (sm_90a, the kernels here), LayerTcgen05 (sm_100a,
+// decode_layer_sm100.cuh: tcgen05 with the weights as A, the chain gemm_small_sm100 runs) and
+// LayerW8a8 (sm_90a, decode_layer_w8a8.cuh: e4m3 weights and activations, gemm_prefill_w8a8's
+// chain; what else it needs of the body is LayerAtomInput's). The tiles and slots below are
+// LayerWgmma's.
 //
 // Tiles: BN weight rows per phase (BQ, BO, BG, BD: multiples of 8 (of 16 for gate/up, whose tiles
 // are BG / 2 gate and BG / 2 up rows) up to 64); a ring slot is up to 8 KB, 64 / BN whole K blocks
