@@ -32,12 +32,13 @@
 // gate/up's two halves, may span two scale blocks). The epilogues are small_gemm_store's, the
 // prefill epilogues' arithmetic (the layer's: the residual added in L2, act with gpu-scope
 // stores); the quantization is quantize_rows_e4m3's code on the same bf16 input bits, which the
-// norm prologue and the loads give as the separate kernels do. gpu_kernels_test's W8a8Persistent
-// tests compare them bit for bit.
+// norm prologue and the loads give as the separate kernels do. gpu_kernels_test's
+// W8a8PersistentLayerMatchesPrefillW8a8Kernels compares them bit for bit.
 //
 // The K loop issues a slot's chains (one a K block, each into partials of its own) under one
-// commit and waits for them once before promoting them in K order and releasing the slot: one
-// wait a slot, as the bf16 layer's, rather than one a K block.
+// commit, waits for them once, releases the slot and then promotes them in K order: one wait a
+// slot, as the bf16 layer's, rather than one a K block. The tiles and the ring are kernel_plan's
+// decode_layer_w8a8_tiling's.
 #include "decode_persistent.cuh"
 #include "gemm_w8a8.cuh"
 
