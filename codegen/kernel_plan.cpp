@@ -429,8 +429,13 @@ SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups) 
        " is not a multiple of 16 (the LM head's weight tiles)");
 }
 
-PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim,
-                                          bool qk_norm, bool e4m3) {
+namespace {
+
+// The one-token layer's tiles for weights whose tiles `fits` takes (persistent_tile_fits,
+// persistent_w8a8_tile_fits) and its QKV epilogue's place.
+template <class Fits>
+PersistentLayerTiling layer_tiles(int h, int nqkv, int ko, int i, int head_dim, bool qk_norm,
+                                  Fits fits) {
   PersistentLayerTiling t;
   // The QKV epilogue runs in the QKV tiles wherever it can (no QK norm: the weights' pair order
   // puts both elements of a rotated pair in one 8-row group): one grid-wide count and one phase a
@@ -444,7 +449,7 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   const auto pick = [&](int k, int n) {
     int best = 0, best_rows = 0;
     for (int bn = 16; bn <= 64; bn += 8) {
-      if (!persistent_tile_fits(bn, k, n)) continue;
+      if (!fits(bn, k, n)) continue;
       const int rows = (n / bn + kSms - 1) / kSms * bn;  // the busiest CTA's
       if (best == 0 || rows <= best_rows) best = bn, best_rows = rows;
     }
@@ -453,7 +458,30 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
   t.bq = pick(h, nqkv);
   t.bo = pick(ko, h);
   t.bd = pick(i, h);
-  t.bg = persistent_tile_fits(64, h, 2 * i) && i % 32 == 0 ? 64 : 0;
+  t.bg = fits(64, h, 2 * i) && i % 32 == 0 ? 64 : 0;
+  return t;
+}
+
+}  // namespace
+
+PersistentLayerTiling decode_layer_w8a8_tiling(int h, int nqkv, int ko, int i, int head_dim,
+                                               bool qk_norm) {
+  PersistentLayerTiling t =
+      layer_tiles(h, nqkv, ko, i, head_dim, qk_norm, persistent_w8a8_tile_fits);
+  // As decode_layer_tiling's: the bf16 resident A (each phase's input before its quantization),
+  // 16 KB of static shared memory, 1 KB of alignment; then the e4m3 resident A, the rest in slots.
+  const int k_max = std::max({h, ko, i});
+  const int resident = (k_max / 8 * 16 + 128 + 1023) / 1024 * 1024;
+  const int w8a8_a = persistent_w8a8_a_bytes(k_max);
+  t.stages = (kMaxSmemPerBlock - 1024 - 16 * 1024 - resident - w8a8_a) / kPersistentSlotBytes;
+  t.smem = 1024 + resident + t.stages * kPersistentSlotBytes + w8a8_a;
+  t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
+  return t;
+}
+
+PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim,
+                                          bool qk_norm, bool e4m3) {
+  PersistentLayerTiling t = layer_tiles(h, nqkv, ko, i, head_dim, qk_norm, persistent_tile_fits);
   // Resident A: 16 bytes per 8 columns of the largest K (one token), a zero tail, whole KBs; 16 KB
   // for the static shared memory (attn_split_block's 8.6 KB at head dim 128, the QKV epilogue's,
   // the norm's) and 1 KB of alignment.

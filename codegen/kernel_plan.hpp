@@ -304,6 +304,17 @@ inline constexpr int kPersistentSm100SlotBytes = 32768 + 16;
 inline constexpr bool persistent_tile_fits(int bn, int k, int n) {
   return bn % 8 == 0 && bn >= 8 && bn <= 64 && n % bn == 0 && k % (64 * (64 / bn)) == 0;
 }
+// Whether the W8A8 layer's ring takes tiles of bn of the n weight rows over K = k: as
+// persistent_tile_fits, with a K block of 128 e4m3 columns (a slot holds twice the K of a bf16
+// slot; LayerW8a8::tile_ok, kernels/decode_layer_w8a8.cuh).
+inline constexpr bool persistent_w8a8_tile_fits(int bn, int k, int n) {
+  return bn % 8 == 0 && bn >= 8 && bn <= 64 && n % bn == 0 && k % (128 * (64 / bn)) == 0;
+}
+// The W8A8 layer's resident e4m3 A for a largest K of k_max (LayerW8a8::kABytes): 128 bytes of
+// alignment, the row, the 128 bytes its rows past the token read, the per-128 scales.
+inline constexpr int persistent_w8a8_a_bytes(int k_max) {
+  return 128 + k_max + 128 + k_max / 128 * 4;
+}
 // A weight as the GEMMs read it: from its slot image in tiles of bn rows of one or two halves
 // (support/slot_image.hpp; the one-token layer's `wimg:`, every other GEMM's `timg:`), or, bn 0,
 // as it is (`tmap:`).
@@ -353,6 +364,15 @@ struct PersistentLayerTiling {
 // slot images (they hold bf16 tiles).
 PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int head_dim,
                                           bool qk_norm = true, bool e4m3 = false);
+// The W8A8 layer's (decode_layer_persistent_w8a8, kernels/decode_layer_w8a8.cuh):
+// decode_layer_tiling's choice of tiles (the fewest rows on the busiest CTA) among those whose K is
+// whole slots of 128-column blocks (persistent_w8a8_tile_fits); the ring's 8 KB slots as many as
+// fit beside the bf16 resident A, the e4m3 one (persistent_w8a8_a_bytes) and the static shared
+// memory (a slot of e4m3 holds twice the K, so the ring holds twice the weight rows' K in flight in
+// the same bytes); no slot images (they hold bf16 tiles). It fits where K is whole 128-column
+// blocks too.
+PersistentLayerTiling decode_layer_w8a8_tiling(int h, int nqkv, int ko, int i, int head_dim,
+                                               bool qk_norm);
 // The sm_100a layer's (decode_layer_persistent_sm100, kernels/decode_layer_sm100.cuh): tiles of
 // 128 weight rows, gate/up's of 128 gate and 128 up rows (the tcgen05 chain gemm_small_sm100 runs,
 // M 128, which the bits require), 32 KB ring slots (kPersistentSm100SlotBytes) as many as fit

@@ -17,9 +17,11 @@
 //
 // The GEMM phases' MMA atom and accumulator access are a policy (Atom: the slots, the tiles, the
 // K loop and its epilogues; LayerWgmma below says what an atom provides), so that one body of code
-// runs every phase: LayerWgmma (sm_90a, the kernels here) and LayerTcgen05 (sm_100a,
-// decode_layer_sm100.cuh: tcgen05 with the weights as A, the chain gemm_small_sm100 runs). The
-// tiles and slots below are LayerWgmma's.
+// runs every phase: LayerWgmma (sm_90a, the kernels here), LayerTcgen05 (sm_100a,
+// decode_layer_sm100.cuh: tcgen05 with the weights as A, the chain gemm_small_sm100 runs) and
+// LayerW8a8 (sm_90a, decode_layer_w8a8.cuh: e4m3 weights and activations, gemm_prefill_w8a8's
+// chain; what else it needs of the body is LayerAtomInput's). The tiles and slots below are
+// LayerWgmma's.
 //
 // Tiles: BN weight rows per phase (BQ, BO, BG, BD: multiples of 8 (of 16 for gate/up, whose tiles
 // are BG / 2 gate and BG / 2 up rows) up to 64); a ring slot is up to 8 KB, 64 / BN whole K blocks
@@ -117,14 +119,13 @@ __device__ __forceinline__ void layer_gemm_tile_mma(hexel::mbarrier::StageRing<S
   wgmma::fence_operand(d);
   if (lane == 0) mbarrier::arrive(empty + 8 * prev);
 }
-template <int M, unsigned BN, SmallEpi EPI, unsigned STAGES>
-__device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGES>& ring, unsigned a_base,
-                                                unsigned ring_base, unsigned full, unsigned empty, unsigned t,
-                                                unsigned K, unsigned N, void* out) {
+// layer_gemm_tile_store is the tile's epilogue from its accumulators d (wgmma's layout), by the
+// consumer warp `warp` (hexel::warp_index, taken before the tile's K loop) and its lane.
+template <int M, unsigned BN, SmallEpi EPI>
+__device__ __forceinline__ void layer_gemm_tile_store(const float (&d)[BN / 2], unsigned t,
+                                                      unsigned N, void* out, unsigned warp,
+                                                      unsigned lane) {
   constexpr unsigned kOutCols = EPI == SmallEpi::SwiGlu ? BN / 2 : BN;
-  const unsigned warp = hexel::warp_index(), lane = threadIdx.x % 32;
-  float d[BN / 2];
-  layer_gemm_tile_mma<M, BN>(ring, a_base, ring_base, full, empty, K, d);
 #pragma unroll
   for (unsigned hh = 0; hh < 2; ++hh) {
     const unsigned m = 16 * warp + lane / 4 + 8 * hh;
@@ -135,6 +136,16 @@ __device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGE
       small_gemm_store<EPI, BN, true>(d, hh, j, out, static_cast<long long>(m) * N + n);
     }
   }
+}
+template <int M, unsigned BN, SmallEpi EPI, unsigned STAGES>
+__device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGES>& ring,
+                                                unsigned a_base, unsigned ring_base, unsigned full,
+                                                unsigned empty, unsigned t, unsigned K, unsigned N,
+                                                void* out) {
+  const unsigned warp = hexel::warp_index(), lane = threadIdx.x % 32;
+  float d[BN / 2];
+  layer_gemm_tile_mma<M, BN>(ring, a_base, ring_base, full, empty, K, d);
+  layer_gemm_tile_store<M, BN, EPI>(d, t, N, out, warp, lane);
 }
 
 struct LayerWgmma;
@@ -556,6 +567,24 @@ __device__ __forceinline__ void persistent_norm_a(unsigned base, const float* x,
   rms_rows_interleaved<M, H, EPS, H / 8, true>(base, x, w8, scratch, t, warp, lane);
 }
 
+// What the layer's atom does beyond its tiles (the default: LayerWgmma, LayerTcgen05, which read
+// the bf16 resident A as it is and stream K bf16 columns a weight row). The W8A8 atom
+// (decode_layer_w8a8.cuh) specializes it: its producer streams e4m3 rows as 16-bit elements
+// (kStreamKDiv 2), start also takes the four weights' scales, and each phase's input, once formed
+// in the resident A (a_finish's meeting), is quantized (ready: P the phase's weight, 0 qkv .. 3
+// down, K its columns).
+template <class Atom>
+struct LayerAtomInput {
+  enum : unsigned { kStreamKDiv = 1 };
+  template <class Ring, class S>
+  __device__ __forceinline__ static void start(Ring& ring, const S& sm, const float*, const float*,
+                                               const float*, const float*) {
+    Atom::start(ring, sm);
+  }
+  template <unsigned P, unsigned K, class Ring>
+  __device__ __forceinline__ static void ready(Ring&, unsigned) {}
+};
+
 // The MLP half of a layer's decode step: x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x +=
 // down(act), three phases of one weight stream. Shapes: o [H, KO] in BO x 64 boxes, gate/up [2I, H]
 // in BG / 2 x 64 boxes, down [H, I] in BD x 64 boxes. `phase0` is the grid-wide count of phases
@@ -574,9 +603,10 @@ struct MlpPhases {
   // The three phases of the producer's weight stream, o's first tile at global index g0.
   __device__ static void stream_phases(const TensorMap* o_map, const TensorMap* gu_map, const TensorMap* down_map,
                                        unsigned g0, StreamPhase* out) {
-    out[0] = {o_map, KO, BO, kTilesO, 0, g0};
-    out[1] = {gu_map, H, BG, kTilesGu, I, g0 + kTilesO};
-    out[2] = {down_map, I, BD, kTilesDown, 0, g0 + kTilesO + kTilesGu};
+    constexpr unsigned kDiv = LayerAtomInput<Atom>::kStreamKDiv;
+    out[0] = {o_map, KO / kDiv, BO, kTilesO, 0, g0};
+    out[1] = {gu_map, H / kDiv, BG, kTilesGu, I, g0 + kTilesO};
+    out[2] = {down_map, I / kDiv, BD, kTilesDown, 0, g0 + kTilesO + kTilesGu};
   }
   // The producer's weights of the three phases, alone in their launch.
   template <unsigned STAGES>
@@ -603,6 +633,7 @@ struct MlpPhases {
     unsigned first = persistent_first_tile(g0);
     if (first < kTilesO) {
       persistent_load_a<M>(base, attn, KO);
+      LayerAtomInput<Atom>::template ready<1, KO>(ring, base);
       for (unsigned tile = first; tile < kTilesO; tile += gridDim.x)
         Atom::template tile<M, BO, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, KO,
                                                        H, x);
@@ -611,6 +642,7 @@ struct MlpPhases {
     first = persistent_first_tile(g0 + kTilesO);
     if (first < kTilesGu) {
       persistent_norm_a<M, H, EPS>(base, x, w8);
+      LayerAtomInput<Atom>::template ready<2, H>(ring, base);
       for (unsigned tile = first; tile < kTilesGu; tile += gridDim.x)
         Atom::template tile<M, BG, SmallEpi::SwiGlu>(ring, base, ring_base, full, empty, tile, H, I,
                                                      act);
@@ -619,6 +651,7 @@ struct MlpPhases {
     first = persistent_first_tile(g0 + kTilesO + kTilesGu);
     if (first < kTilesDown) {
       persistent_poll_a<M, I>(base, act);
+      LayerAtomInput<Atom>::template ready<3, I>(ring, base);
       phase_trace(3 + 2 * (phase0 + 1));
       for (unsigned tile = first; tile < kTilesDown; tile += gridDim.x)
         Atom::template tile<M, BD, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, I,
@@ -683,6 +716,17 @@ __device__ __forceinline__ float2 qkv_rope_angle(unsigned t, unsigned k, int pos
   return make_float2(sn, cs);
 }
 
+// qkv_rope_pairs' table of tile `tile` at `pos` into sc (BN / 2 entries of shared memory), by the
+// 128 consumer threads, after the previous tile's epilogue has read it.
+template <int D, class Rope, unsigned BN>
+__device__ __forceinline__ void qkv_rope_table(unsigned tile, int pos, float2* sc) {
+  const int t = threadIdx.x;
+  hexel::named_barrier_sync(1, 128);  // the previous tile's epilogue has read sc
+  if (t < static_cast<int>(BN / 2))
+    sc[t] = qkv_rope_angle<D, Rope, BN>(tile, static_cast<unsigned>(t), pos);
+  hexel::named_barrier_sync(1, 128);
+}
+
 // The persistent layer's MMA atom and accumulator access on sm_90a (decode_layer_persistent,
 // decode_layer_persistent_e4m3): the token as wgmma's A (resident, interleaved), tiles of BN <= 64
 // weight rows as its B from 8 KB ring slots, each consumer warp releasing a slot once read, the
@@ -721,11 +765,7 @@ struct LayerWgmma {
                                                        unsigned empty, unsigned tile, int pos,
                                                        int page, const float* bias, bf16* kv_layer,
                                                        float* q, float2* sc) {
-    const int t = threadIdx.x;
-    hexel::named_barrier_sync(1, 128);  // the previous tile's epilogue has read sc
-    if (t < static_cast<int>(BQ / 2))
-      sc[t] = qkv_rope_angle<D, Rope, BQ>(tile, static_cast<unsigned>(t), pos);
-    hexel::named_barrier_sync(1, 128);
+    qkv_rope_table<D, Rope, BQ>(tile, pos, sc);
     float d[BQ / 2];
     layer_gemm_tile_mma<1, BQ>(ring, a_base, ring_base, full, empty, H, d);
     qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer,
@@ -792,6 +832,7 @@ struct DecodeLayer {
     const unsigned first = persistent_first_tile(0);
     if (first < kTilesQkv) {
       persistent_norm_a<1, H, EPS>(sm.base, x, w8);
+      LayerAtomInput<Atom>::template ready<0, H>(ring, sm.base);
       for (unsigned tile = first; tile < kTilesQkv; tile += gridDim.x)
         Atom::template tile<1, BQ, SmallEpi::StoreBf16>(ring, sm.base, sm.ring_base, sm.full,
                                                         sm.empty, tile, H, NQKV, qkv);
@@ -899,7 +940,7 @@ __device__ __forceinline__ void decode_layer_body(
   extern __shared__ unsigned char smem_raw[];
   const typename L::template Smem<RAW_STAGES> sm(smem_raw);
   typename L::Ring ring;
-  Atom::start(ring, sm);
+  LayerAtomInput<Atom>::start(ring, sm, qkv_s, o_s, gu_s, down_s);
 
   // The producer's phases: each weight from its tensor map or, where its bit of BULK is set, its
   // slot image.
@@ -909,7 +950,7 @@ __device__ __forceinline__ void decode_layer_body(
     const auto map = [&](int p) {
       return BULK >> p & 1u ? nullptr : static_cast<const TensorMap*>(w[p]);
     };
-    phases[0] = {map(0), H, BQ, L::kTilesQkv, 0, 0};
+    phases[0] = {map(0), H / LayerAtomInput<Atom>::kStreamKDiv, BQ, L::kTilesQkv, 0, 0};
     L::Mlp::stream_phases(map(1), map(2), map(3), L::kTilesQkv, phases + 1);
     for (int p = 0; p < 4; ++p)
       if (BULK >> p & 1u) phases[p].image = static_cast<const char*>(w[p]);
@@ -948,6 +989,7 @@ __device__ __forceinline__ void decode_layer_body(
     unsigned first = persistent_first_tile(0);
     if (first < L::kTilesQkv) {
       persistent_norm_a<1, H, EPS>(sm.base, x, w8);
+      LayerAtomInput<Atom>::template ready<0, H>(ring, sm.base);
       const int page = pos >= 0 ? pt[pos / PAGE] : 0;
       for (unsigned tile = first; tile < L::kTilesQkv; tile += gridDim.x) {
         Atom::template qkv_rope_tile<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ, H>(

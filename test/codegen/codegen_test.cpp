@@ -428,6 +428,42 @@ TEST(Codegen, DecodeLayerTilingE4m3) {
   EXPECT_EQ(e.smem, 1024 + 29696 + 4 * kPersistentSlotBytes + 37 * kPersistentRawSlotBytes);
 }
 
+// The W8A8 layer (decode_layer_persistent_w8a8): a slot holds twice a bf16 slot's K, so K must be
+// whole slots of 128 · (64 / BN) columns; among those, the bf16 layer's choice (the 8B's tiles are
+// the bf16 layer's; Qwen2.5-1.5B's down, K 8960 = 70 blocks, cannot take 16 rows (four blocks a
+// slot) and takes 24); the ring fills what the bf16 and e4m3 resident A and 16 KB of static shared
+// memory leave; no slot images. K not whole 128-column blocks does not fit.
+TEST(Codegen, DecodeLayerTilingW8a8) {
+  EXPECT_TRUE(persistent_w8a8_tile_fits(16, 512, 256));
+  EXPECT_FALSE(persistent_w8a8_tile_fits(16, 256, 256));  // four 128-column blocks a slot
+  EXPECT_FALSE(persistent_w8a8_tile_fits(64, 192, 256));  // a partial K block
+  EXPECT_TRUE(persistent_tile_fits(16, 256, 256));
+  auto tiling = [](int h, int nqkv, int ko, int i, int d, bool qk_norm) {
+    const PersistentLayerTiling t = decode_layer_w8a8_tiling(h, nqkv, ko, i, d, qk_norm);
+    return std::array<int, 8>{t.bq, t.bo, t.bg, t.bd, t.stages, t.smem, t.fits ? 1 : 0, t.bulk};
+  };
+  // Llama-3.1-8B: resident A 29 KB, e4m3 A 14336 + 256 + 448 bytes, 20 slots.
+  EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 128, false),
+            (std::array<int, 8>{48, 32, 64, 32, 20, 209920, 1, 0}));
+  EXPECT_EQ(decode_layer_w8a8_tiling(4096, 6144, 4096, 14336, 128, false).smem,
+            1024 + 29696 + 20 * kPersistentSlotBytes + persistent_w8a8_a_bytes(14336));
+  EXPECT_EQ(tiling(2048, 3072, 2048, 8192, 64, false),
+            (std::array<int, 8>{24, 16, 64, 16, 23, 215920, 1, 0}));
+  EXPECT_EQ(tiling(1536, 2048, 1536, 8960, 128, false)[3], 24);
+  EXPECT_EQ(decode_layer_tiling(1536, 2048, 1536, 8960, 128, false).bd, 16);
+  EXPECT_TRUE(decode_layer_w8a8_tiling(2048, 3072, 2048, 8192, 64, false).qkv_rope);
+  EXPECT_FALSE(decode_layer_w8a8_tiling(1024, 4096, 2048, 3072, 128, true).qkv_rope);
+  for (const auto& t :
+       {tiling(4096, 6144, 4096, 14336, 128, false), tiling(2048, 3072, 2048, 8192, 64, false),
+        tiling(1024, 4096, 2048, 3072, 128, true), tiling(128, 256, 128, 256, 32, false)}) {
+    EXPECT_EQ(t[6], 1);
+    EXPECT_LE(t[5] + 16 * 1024, 227 * 1024);
+    EXPECT_GT(t[5] + kPersistentSlotBytes + 16 * 1024, 227 * 1024);  // the ring fills it
+  }
+  EXPECT_EQ(tiling(1000, 3000, 1000, 3000, 100, false)[6], 0);
+  EXPECT_EQ(tiling(2112, 3168, 2112, 8448, 64, false)[6], 0);  // K 2112: 16.5 blocks
+}
+
 // serving.decode_weight_images = false keeps one copy of the weights: the one-token layer takes
 // its weights through tensor maps (no wimg: argument, BULK 0) where the plan would take images.
 TEST(Codegen, OneCopyOfTheWeightsWithoutSlotImages) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -4458,6 +4459,215 @@ TEST(GpuKernels, W8a8SmallGemmRowsMatchPrefillGemm) {
                 << what << " row " << r.off + i / N << " column " << i % N;
           }
         }
+// ---- the persistent layer on W8A8 (decode_layer_persistent_w8a8) -------------------------------
+
+// The whole one-token layer on W8A8 (decode_layer_persistent_w8a8, decode_layer_w8a8_tiling's tiles
+// and ring) against the same token through the kernels a bucket of more tokens runs, bit for bit:
+// q and the appended K/V (rmsnorm, quantize_rows_e4m3, gemm_prefill_w8a8_bf16,
+// qkv_rope_append_rows), the attention output (attn_split and attn_combine on those q and K/V),
+// and from the layer's own attention output x and act (quantize_rows_e4m3 before each of
+// gemm_prefill_w8a8_residual (o), rmsnorm, gemm_prefill_w8a8_swiglu, gemm_prefill_w8a8_residual
+// (down)). At the tiny (QKV bias, head dim 32), Llama-3.2-1B, Qwen3-0.6B (QK norm: the QKV
+// epilogue's own phase) and Llama-3.1-8B shapes, at ragged context lengths (the first position,
+// mid-page, past one split, several splits), with 128 x 128 weight scale blocks; outputs poisoned
+// first, every SM's shared memory NaNs before each launch, the counters back at zero after it.
+// Against f64 on the quantized operands (host_quantize of the layer's own act): each element of
+// x = x1 + down(act) within 2^-8 · Σ_kb |sa · sw| · Σ_k |qa · qw| + 2^-23 · (|x1| + |down|) (the
+// tensor cores' sum inside a block, gemm_w8a8.cuh's 2^-9, and the f32 promotion and add).
+TEST(GpuKernels, W8a8PersistentLayerMatchesPrefillW8a8Kernels) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int H, HQ, HKV, D, I;
+    bool bias, qk_norm;
+  };
+  constexpr int PAGE = 16, MAXP = 72, POOL = MAXP + 8;
+  const std::string eps = float_literal(1e-5);
+  const int sms = sm_count(), nsplit = codegen::attn_partial_slots(MAXP * PAGE);
+  for (const Shape& s :
+       {Shape{128, 4, 2, 32, 256, true, false}, Shape{2048, 32, 8, 64, 8192, false, false},
+        Shape{1024, 16, 8, 128, 3072, false, true}, Shape{4096, 32, 8, 128, 14336, false, false}}) {
+    const int NH = s.HQ + 2 * s.HKV, NQKV = NH * s.D, KO = s.HQ * s.D;
+    const long long page_elems = 2LL * s.HKV * PAGE * s.D;
+    const auto u8 = hexel::TmaDtype::U8;
+    const std::string what = "H=" + I(s.H) + " D=" + I(s.D) + " I=" + I(s.I);
+    const codegen::PersistentLayerTiling lw =
+        codegen::decode_layer_w8a8_tiling(s.H, NQKV, KO, s.I, s.D, s.qk_norm);
+    ASSERT_TRUE(lw.fits) << what;
+    // The four weights (qkv, o, gate/up, down): rows, K, the layer's box rows (gate/up: a half).
+    const int rows[4] = {NQKV, s.H, 2 * s.I, s.H}, cols[4] = {s.H, KO, s.H, s.I},
+              boxes[4] = {lw.bq, lw.bo, lw.bg / 2, lw.bd};
+    const std::string model =
+        I(s.H) + ", " + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
+        (s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", " + eps + ", " +
+        I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs, " +
+        I(codegen::kAttnSplit) + ", " + I(nsplit) + ", " +
+        float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(s.D))) + ", " + I(s.I) +
+        ", ";
+    const std::string layer = "telos_kernels::decode_layer_persistent_w8a8<" + model +
+                              I(lw.stages) + ", " + I(lw.bq) + ", " + I(lw.bo) + ", " + I(lw.bg) +
+                              ", " + I(lw.bd) + (lw.qkv_rope ? ", true>" : ", false>");
+    const auto prefill = [](const std::string& epi, int n, int k) {
+      return "telos_kernels::gemm_prefill_w8a8_" + epi + "<1, " + I(n) + ", " + I(k) + ">";
+    };
+    const std::string norm = "telos_kernels::rmsnorm<" + I(s.H) + ", " + eps + ", false>",
+                      g_qkv = prefill("bf16", NQKV, s.H), g_o = prefill("residual", s.H, KO),
+                      g_gu = prefill("swiglu", s.I, s.H), g_down = prefill("residual", s.H, s.I),
+                      rope = "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) +
+                             ", " + I(s.D) + ", " + (s.bias ? "true" : "false") + ", " +
+                             (s.qk_norm ? "true" : "false") + ", " + eps + ", " + I(PAGE) + ", " +
+                             I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>";
+    const AttnShape as{s.HQ, s.HKV, s.D, PAGE, MAXP, codegen::kAttnSplit, nsplit};
+    const std::string split = attn_split_instance(as, page_elems, 1),
+                      combine = attn_combine_instance(as);
+    const std::set<std::string> unique = {layer,
+                                          norm,
+                                          "poison_shared",
+                                          quantize_instance(1, s.H),
+                                          quantize_instance(1, KO),
+                                          quantize_instance(1, s.I),
+                                          g_qkv,
+                                          g_o,
+                                          g_gu,
+                                          g_down,
+                                          rope,
+                                          split,
+                                          combine};
+    const codegen::RopeInput plain{"default", 1000000.0};
+    TestModule mod(source_with_rope(codegen::rope_inv_freq(plain, s.D)) + kPoisonShared +
+                       "#include \"decode_layer_w8a8.cuh\"\n",
+                   std::vector<std::string>(unique.begin(), unique.end()));
+
+    std::vector<E4m3Weight> w;
+    std::vector<std::unique_ptr<DeviceBuffer<std::uint8_t>>> dq;
+    std::vector<std::unique_ptr<DeviceBuffer<float>>> dscale;
+    std::vector<std::unique_ptr<DeviceMap>> layer_maps;
+    for (int k = 0; k < 4; ++k) {
+      w.push_back(random_e4m3(rows[k], cols[k], 128, 128));
+      dq.push_back(std::make_unique<DeviceBuffer<std::uint8_t>>(w[k].q));
+      dscale.push_back(std::make_unique<DeviceBuffer<float>>(w[k].scale));
+      // The e4m3 bytes as 16-bit elements: 128-byte box rows, one K block (decode_layer_w8a8.cuh).
+      layer_maps.push_back(
+          std::make_unique<DeviceMap>(dq[k]->get(), rows[k], cols[k] / 2, boxes[k]));
+    }
+    const DeviceMap wq(dq[0]->get(), NQKV, s.H, 128, u8), wo(dq[1]->get(), s.H, KO, 128, u8),
+        wg(dq[2]->get(), 2 * s.I, s.H, 64, u8), wd(dq[3]->get(), s.H, s.I, 128, u8);
+    const std::vector<float> x0 = random_floats(s.H, 2.f);
+    DeviceBuffer<float> x_in(x0), attn_norm(random_floats(s.H, 1.f)),
+        mlp_norm(random_floats(s.H, 1.f)), bias(random_floats(NQKV, 0.5f)),
+        q_norm(random_floats(s.D, 1.f)), k_norm(random_floats(s.D, 1.f));
+    std::vector<float> f;
+    const bf16v kv0 = random_bf16(static_cast<std::size_t>(POOL) * page_elems, 1.f, f);
+    std::vector<int> pool(POOL);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng());
+    DeviceBuffer<int> pt(std::vector<int>(pool.begin(), pool.begin() + MAXP)),
+        seq(std::vector<int>{0});
+    DeviceBuffer<unsigned> sync(std::vector<unsigned>{0u, 0u});
+    // x (f32 [1, n]) as the residual epilogue's map, and quantize_rows_e4m3 of a bf16 row of k
+    // into q and its scales.
+    const auto quantize = [&](const void* row, int k, DeviceBuffer<std::uint8_t>& q,
+                              DeviceBuffer<float>& sc) {
+      CUDA_OK(launch_quantize(mod, 1, k, row, q.get(), sc.get()));
+    };
+    for (int position : {0, 37, 300, 1061}) {
+      const std::string at = what + " pos=" + I(position);
+      DeviceBuffer<int> pos(std::vector<int>{position});
+      DeviceBuffer<float> x(x0), q(static_cast<std::size_t>(KO)),
+          part_o(static_cast<std::size_t>(KO) * nsplit),
+          part_ml(static_cast<std::size_t>(s.HQ) * nsplit * 2);
+      DeviceBuffer<std::uint16_t> kv(kv0), qkv(NQKV), attn(KO), act(s.I);  // poisoned
+      std::vector<const void*> args;
+      for (int k = 0; k < 4; ++k) args.push_back(layer_maps[k]->get());
+      for (int k = 0; k < 4; ++k) args.push_back(dscale[k]->get());
+      args.insert(args.end(),
+                  {attn_norm.get(), mlp_norm.get(), s.bias ? bias.get() : nullptr,
+                   s.qk_norm ? q_norm.get() : nullptr, s.qk_norm ? k_norm.get() : nullptr,
+                   pos.get(), seq.get(), pt.get(), kv.get(), x.get(), qkv.get(), q.get(),
+                   part_o.get(), part_ml.get(), attn.get(), act.get(), sync.get()});
+      CUDA_OK(mod.launch("poison_shared", sms, 1024, {}, codegen::kMaxSmemPerBlock));
+      ASSERT_EQ(mod.launch(layer, sms, codegen::kPersistentThreads, args, lw.smem), cudaSuccess)
+          << cudaGetErrorString(cudaGetLastError()) << ", " << layer;
+      EXPECT_EQ(sync.download(), (std::vector<unsigned>{0u, 0u})) << at;
+      const std::vector<float> got_x = x.download(), got_q = q.download();
+      const bf16v got_kv = kv.download(), got_attn = attn.download(), got_act = act.download();
+      std::size_t nans = 0;
+      for (float v : got_x) nans += std::isnan(v);
+      for (std::uint16_t v : got_attn) nans += std::isnan(from_bf16(v));
+      for (std::uint16_t v : got_act) nans += std::isnan(from_bf16(v));
+      ASSERT_EQ(nans, 0u) << at;
+      // The token's K was appended: its slot no longer holds the pool's first bits.
+      const std::size_t row = static_cast<std::size_t>(pool[position / PAGE]) * page_elems +
+                              static_cast<std::size_t>(position % PAGE) * s.D;
+      EXPECT_NE(0, std::memcmp(got_kv.data() + row, kv0.data() + row, s.D * 2)) << at;
+
+      // The attention half: rmsnorm into h, its quantization, gemm_prefill_w8a8_bf16 into qkv,
+      // qkv_rope_append_rows (q and the K/V pool), then the splits and the combine.
+      {
+        DeviceBuffer<std::uint16_t> h(s.H), qkv_ref(NQKV), kv_ref(kv0), attn_ref(KO);
+        DeviceBuffer<std::uint8_t> qh(s.H);
+        DeviceBuffer<float> sh(w8a8_k_blocks(s.H)), q_ref(static_cast<std::size_t>(KO)),
+            po(static_cast<std::size_t>(KO) * nsplit),
+            pml(static_cast<std::size_t>(s.HQ) * nsplit * 2);
+        CUDA_OK(mod.launch(norm, 1, codegen::kNormThreads,
+                           {x_in.get(), attn_norm.get(), nullptr, h.get()}));
+        quantize(h.get(), s.H, qh, sh);
+        const DeviceMap ah(qh.get(), 1, s.H, 128, u8), yq(qkv_ref.get(), 1, NQKV, 64);
+        CUDA_OK(mod.launch(g_qkv, prefill_grid(1, NQKV, 128), kPrefillThreads,
+                           {ah.get(), sh.get(), wq.get(), dscale[0]->get(), yq.get()}, kW8a8Smem));
+        CUDA_OK(mod.launch(rope, dim3(NH, 1), s.D,
+                           {qkv_ref.get(), s.bias ? bias.get() : nullptr,
+                            s.qk_norm ? q_norm.get() : nullptr, s.qk_norm ? k_norm.get() : nullptr,
+                            pos.get(), seq.get(), pt.get(), kv_ref.get(), q_ref.get()}));
+        CUDA_OK(mod.launch(
+            split, dim3(1, s.HKV, nsplit), 128,
+            {q_ref.get(), pos.get(), seq.get(), pt.get(), kv_ref.get(), po.get(), pml.get()}));
+        CUDA_OK(mod.launch(combine, dim3(1, s.HQ), s.D,
+                           {po.get(), pml.get(), pos.get(), attn_ref.get()}));
+        const std::vector<float> qs = q_ref.download();
+        const bf16v kvs = kv_ref.download(), attns = attn_ref.download();
+        EXPECT_EQ(0, std::memcmp(got_q.data(), qs.data(), qs.size() * sizeof(float)))
+            << "q, " << at;
+        EXPECT_EQ(0, std::memcmp(got_kv.data(), kvs.data(), kvs.size() * 2)) << "K/V, " << at;
+        EXPECT_EQ(0, std::memcmp(got_attn.data(), attns.data(), attns.size() * 2))
+            << "attn, " << at;
+      }
+
+      // The MLP half from x0 and the layer's attention output, each GEMM's input quantized first.
+      DeviceBuffer<float> x_sep(x0);
+      DeviceBuffer<std::uint16_t> attn_in(got_attn), h(s.H), act_sep(s.I);
+      DeviceBuffer<std::uint8_t> qa(KO), qh(s.H), qd(s.I);
+      DeviceBuffer<float> sa(w8a8_k_blocks(KO)), sh(w8a8_k_blocks(s.H)), sd(w8a8_k_blocks(s.I));
+      const DeviceMap aa(qa.get(), 1, KO, 128, u8), ah(qh.get(), 1, s.H, 128, u8),
+          ad(qd.get(), 1, s.I, 128, u8), xm(x_sep.get(), 1, s.H, 64, hexel::TmaDtype::F32),
+          am(act_sep.get(), 1, s.I, 64);
+      quantize(attn_in.get(), KO, qa, sa);
+      CUDA_OK(mod.launch(g_o, prefill_grid(1, s.H, 128), kPrefillThreads,
+                         {aa.get(), sa.get(), wo.get(), dscale[1]->get(), xm.get()}, kW8a8Smem));
+      const std::vector<float> x1 = x_sep.download();
+      CUDA_OK(mod.launch(norm, 1, codegen::kNormThreads,
+                         {x_sep.get(), mlp_norm.get(), nullptr, h.get()}));
+      quantize(h.get(), s.H, qh, sh);
+      CUDA_OK(mod.launch(g_gu, prefill_grid(1, s.I, 64), kPrefillThreads,
+                         {ah.get(), sh.get(), wg.get(), dscale[2]->get(), am.get()}, kW8a8Smem));
+      quantize(act_sep.get(), s.I, qd, sd);
+      CUDA_OK(mod.launch(g_down, prefill_grid(1, s.H, 128), kPrefillThreads,
+                         {ad.get(), sd.get(), wd.get(), dscale[3]->get(), xm.get()}, kW8a8Smem));
+      const std::vector<float> xs = x_sep.download();
+      const bf16v acts = act_sep.download();
+      EXPECT_EQ(0, std::memcmp(got_x.data(), xs.data(), xs.size() * sizeof(float))) << "x, " << at;
+      EXPECT_EQ(0, std::memcmp(got_act.data(), acts.data(), acts.size() * 2)) << "act, " << at;
+
+      // down against f64 on the layer's own quantized act.
+      std::vector<float> act_f(s.I);
+      for (int e = 0; e < s.I; ++e) act_f[e] = from_bf16(got_act[e]);
+      const W8a8Rows a = host_quantize(act_f, 1, s.I);
+      for (int n = 0; n < s.H; ++n) {
+        const W8a8Expected g = w8a8_expected(a, 0, w[3], n, s.I);
+        const double want = static_cast<double>(x1[n]) + g.exact;
+        ASSERT_TRUE(within(
+            got_x[n], want,
+            std::ldexp(g.magnitude, -8) + std::ldexp(std::abs(x1[n]) + std::abs(g.exact), -23)))
+            << "x vs f64 (" << n << "): " << got_x[n] << " vs " << want << ", " << at;
       }
     }
   }

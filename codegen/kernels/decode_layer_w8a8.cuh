@@ -1,0 +1,254 @@
+#pragma once
+// The one-token layer on W8A8 (decode_layer_persistent_w8a8; docs/fp8.md):
+// decode_layer_persistent's phases, producer and grid-wide counts (decode_persistent.cuh) on the
+// MMA atom LayerW8a8, which runs gemm_w8a8.cuh's arithmetic with no converter warps: the producer
+// streams each weight's e4m3 bytes into the ring as the e4m3 wgmma reads them, and the consumers
+// run the W8A8 chain on the ring's slots.
+//
+// Weights: e4m3 [N, K] with one f32 scale a 128 x 128 block (the artifact's `w:NAME.scale`, row
+// block n / 128, ceil(K / 128) a row), each through a map over its bytes as 16-bit elements [N,
+// K / 2] in BN x 64 boxes with the 128B swizzle: a box row is 128 bytes, one 128-column K block of
+// a weight row, K-major and swizzled as the e4m3 wgmma reads it, so the producer's StreamCursor
+// counts K / 2 columns (LayerAtomInput::kStreamKDiv) and nothing else of the stream changes. A
+// slot (8 KB, 64 rows of 128 bytes) holds 64 / BN K blocks of a BN-row tile: twice a bf16 slot's
+// K, so K must be whole slots of 128 · (64 / BN) columns (LayerW8a8::tile_ok) and each weight row
+// costs the ring half the bytes.
+//
+// Activations: once a phase's input is in the bf16 resident A (the norm prologue's h for QKV and
+// gate/up, attn for o, act for down: a_finish's meeting), the consumer warps quantize it, one K
+// block a warp at a time, with quantize_block_e4m3 (gemm_w8a8.cuh: quantize_rows_e4m3's own
+// code, on shared memory) into the e4m3 resident A and its per-128 scales, which live after the
+// ring's barriers (LayerW8a8::kABytes; the Ring holds their addresses). The e4m3 A is the token's
+// row as wgmma's A without swizzle (core matrices of 8 rows of 16 bytes, LBO 16, SBO 0: row 0 is
+// the token, rows 1-63 read the bytes after it and are never stored; the 128 bytes past K_MAX
+// keep those reads inside the region).
+//
+// Bits: each output element is gemm_prefill_w8a8's for the same token. Per K block kb, a chain of
+// four wgmma m64nBNk32 e4m3 sums the block's products from zero into `part` (the per-element sum
+// does not depend on the instruction's N or on the row's place in the tile: gemm_w8a8.cuh's batch
+// invariance), then w8a8_promote takes acc = fma(part, sa · sw, acc) with the scale product
+// rounded to f32 first, acc from +0, kb in order: the prefill GEMM's promotion, its code, with a
+// scale group an 8-column block (sw that of the group's weight rows: a tile of up to 64 rows, or
+// gate/up's two halves, may span two scale blocks). The epilogues are small_gemm_store's, the
+// prefill epilogues' arithmetic (the layer's: the residual added in L2, act with gpu-scope
+// stores); the quantization is quantize_rows_e4m3's code on the same bf16 input bits, which the
+// norm prologue and the loads give as the separate kernels do. gpu_kernels_test's
+// W8a8PersistentLayerMatchesPrefillW8a8Kernels compares them bit for bit.
+//
+// The K loop issues a slot's chains (one a K block, each into partials of its own) under one
+// commit, waits for them once, releases the slot and then promotes them in K order: one wait a
+// slot, as the bf16 layer's, rather than one a K block. The tiles and the ring are kernel_plan's
+// decode_layer_w8a8_tiling's.
+#include "decode_persistent.cuh"
+#include "gemm_w8a8.cuh"
+
+namespace telos_kernels {
+
+// The resident e4m3 A of the W8A8 layer: the token's e4m3 row at `q`, its per-128 scales at
+// `scale` (generic, shared memory), and the ring's position; with the four weights' scales and
+// the current phase's (LayerAtomInput<LayerW8a8>::ready sets it).
+template <unsigned STAGES>
+struct LayerW8a8Ring : hexel::mbarrier::StageRing<STAGES> {
+  unsigned q;
+  const float* scale;
+  const float* weight_scales[4];
+  const float* w_scale;
+};
+
+// The scale products of K block kb for a tile's 8-column groups: s[h][j] = sa · sw[j] (both row
+// halves alike: only row 0, the token's, is stored), sw[j] the weight scale of group j's rows
+// (`wrow`: their scale block row times the weight's K blocks).
+template <unsigned BN>
+__device__ __forceinline__ void layer_w8a8_scales(float (&s)[2][BN / 8], float sa,
+                                                  const float* w_scale,
+                                                  const unsigned (&wrow)[BN / 8], unsigned kb) {
+#pragma unroll
+  for (unsigned j = 0; j < BN / 8; ++j) {
+    const float p = __fmul_rn(sa, __ldg(w_scale + wrow[j] + kb));
+    s[0][j] = p;
+    s[1][j] = p;
+  }
+}
+
+// One tile's K loop: for each slot (64 / BN K blocks), the scale products of its blocks (loaded
+// before the slot's wait, so the loads overlap it), the wait, every block's chain of four e4m3
+// wgmma k32 from zero into its own partials (64 / BN sets of BN / 2: 32 registers whatever BN),
+// one commit and one wait for them, the slot's release (each warp's lane 0), then the blocks'
+// promotions into acc (from +0) in K order.
+template <unsigned BN, unsigned STAGES>
+__device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring, unsigned ring_base,
+                                                    unsigned full, unsigned empty, unsigned K,
+                                                    const unsigned (&wrow)[BN / 8],
+                                                    float (&acc)[BN / 2]) {
+  using namespace hexel;
+  constexpr unsigned kBlocksPerSlot = 64 / BN;
+  const unsigned lane = threadIdx.x % 32, slots = K / 128 / kBlocksPerSlot;
+  float part[kBlocksPerSlot][BN / 2];
+#pragma unroll
+  for (unsigned i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+  for (unsigned sl = 0; sl < slots; ++sl) {
+    float s[kBlocksPerSlot][2][BN / 8];
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+      const unsigned kb = sl * kBlocksPerSlot + j;
+      layer_w8a8_scales<BN>(s[j], ring.scale[kb], ring.w_scale, wrow, kb);
+    }
+    mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
+    const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes;
+    wgmma::fence();
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+      const auto a =
+          wgmma::SmemDesc::make(ring.q + (sl * kBlocksPerSlot + j) * 128, Swizzle::None, 16, 0);
+      const auto b = wgmma::kmajor_desc(slot + j * BN * 128, Swizzle::B128);
+#pragma unroll
+      for (unsigned kk = 0; kk < 4; ++kk)
+        wgmma::mma_ss<BN, wgmma::AbType::E4M3>(part[j], a.advanced(32 * kk), b.advanced(32 * kk),
+                                               kk > 0);
+    }
+    wgmma::commit_group();
+    wgmma::wait_group<0>();
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) wgmma::fence_operand(part[j]);
+    if (lane == 0) mbarrier::arrive(empty + 8 * ring.index);
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+      w8a8_promote<BN, BN / 8>(acc, part[j], s[j]);
+      wgmma::fence_operand(part[j]);  // the promotion reads part before the next chain writes it
+    }
+    ring.advance();
+  }
+}
+
+// The scale rows (block row times K blocks) of tile t's 8-column groups: rows t · BN + 8j, or with
+// SPLIT (gate/up) the gate rows t · BN / 2 + 8j and their up rows `up_row` further.
+template <unsigned BN, bool SPLIT>
+__device__ __forceinline__ void layer_w8a8_scale_rows(unsigned (&wrow)[BN / 8], unsigned t,
+                                                      unsigned up_row, unsigned k_blocks) {
+#pragma unroll
+  for (unsigned j = 0; j < BN / 8; ++j) {
+    const unsigned r =
+        SPLIT ? t * BN / 2 + (j < BN / 16 ? 8 * j : up_row + 8 * (j - BN / 16)) : t * BN + 8 * j;
+    wrow[j] = r / 128 * k_blocks;
+  }
+}
+
+// The W8A8 layer's MMA atom (decode_persistent.cuh's LayerWgmma says what an atom provides), for a
+// layer whose largest K is K_MAX.
+template <unsigned K_MAX>
+struct LayerW8a8 {
+  enum : unsigned {
+    kSlotRows = 64,
+    kSlotBytes = LayerGemms::kSlotBytes,
+    kEmptyArrivals = 4,  // one a consumer warp
+    // The resident e4m3 A after the ring's barriers: 128 bytes of alignment, the row and the 128
+    // bytes its rows past the token read, then the scales (kernel_plan.hpp's
+    // persistent_w8a8_a_bytes mirrors it).
+    kABytes = 128 + K_MAX + 128 + K_MAX / 128 * 4,
+  };
+  static_assert(K_MAX % 128 == 0, "whole K blocks");
+  __host__ __device__ static constexpr bool tile_ok(int bn, int k) {
+    return bn % 8 == 0 && bn >= 8 && bn <= 64 && k % (128 * (64 / bn)) == 0;
+  }
+  template <unsigned STAGES>
+  using Ring = LayerW8a8Ring<STAGES>;
+  template <unsigned STAGES, class S>
+  __device__ __forceinline__ static void start(Ring<STAGES>& ring, const S& sm) {
+    ring.q = (sm.empty + 8 * STAGES + 127) & ~127u;
+    ring.scale = static_cast<const float*>(__cvta_shared_to_generic(ring.q + K_MAX + 128));
+  }
+  template <unsigned STAGES>
+  __device__ __forceinline__ static void finish(const Ring<STAGES>&) {}
+
+  template <int M, unsigned BN, SmallEpi EPI, unsigned STAGES>
+  __device__ __forceinline__ static void tile(Ring<STAGES>& ring, unsigned, unsigned ring_base,
+                                              unsigned full, unsigned empty, unsigned t, unsigned K,
+                                              unsigned N, void* out) {
+    static_assert(M == 1, "one token");
+    const unsigned warp = hexel::warp_index(), lane = threadIdx.x % 32;
+    unsigned wrow[BN / 8];
+    layer_w8a8_scale_rows<BN, EPI == SmallEpi::SwiGlu>(wrow, t, N, K / 128);
+    float acc[BN / 2];
+    layer_w8a8_tile_mma<BN>(ring, ring_base, full, empty, K, wrow, acc);
+    layer_gemm_tile_store<M, BN, EPI>(acc, t, N, out, warp, lane);
+  }
+  template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope,
+            unsigned BQ, unsigned H, unsigned STAGES>
+  __device__ __forceinline__ static void qkv_rope_tile(Ring<STAGES>& ring, unsigned,
+                                                       unsigned ring_base, unsigned full,
+                                                       unsigned empty, unsigned tile, int pos,
+                                                       int page, const float* bias, bf16* kv_layer,
+                                                       float* q, float2* sc) {
+    qkv_rope_table<D, Rope, BQ>(tile, pos, sc);
+    unsigned wrow[BQ / 8];
+    layer_w8a8_scale_rows<BQ, false>(wrow, tile, 0, H / 128);
+    float d[BQ / 2];
+    layer_w8a8_tile_mma<BQ>(ring, ring_base, full, empty, H, wrow, d);
+    qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer,
+                                                                 q, sc);
+  }
+};
+
+// The token's bf16 row of K columns at shared address `base` (the resident A, M 1: contiguous)
+// into the e4m3 resident A of `ring` by the 128 consumer threads, a K block a warp at a time
+// (quantize_block_e4m3), then the fence for wgmma and the meeting.
+template <unsigned K, unsigned STAGES>
+__device__ __forceinline__ void layer_w8a8_quantize(const LayerW8a8Ring<STAGES>& ring,
+                                                    unsigned base) {
+  const auto* x = static_cast<const bf16*>(__cvta_shared_to_generic(base));
+  auto* q = static_cast<unsigned char*>(__cvta_shared_to_generic(ring.q));
+  auto* scale = const_cast<float*>(ring.scale);
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (unsigned kb = warp; kb < K / 128; kb += 4) quantize_block_e4m3<K>(x, q, scale, kb, lane);
+  hexel::fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
+  hexel::named_barrier_sync(1, 128);
+}
+
+template <unsigned K_MAX>
+struct LayerAtomInput<LayerW8a8<K_MAX>> {
+  enum : unsigned { kStreamKDiv = 2 };  // e4m3 rows as 16-bit elements
+  template <unsigned STAGES, class S>
+  __device__ __forceinline__ static void start(LayerW8a8Ring<STAGES>& ring, const S& sm,
+                                               const float* qkv_s, const float* o_s,
+                                               const float* gu_s, const float* down_s) {
+    LayerW8a8<K_MAX>::start(ring, sm);
+    ring.weight_scales[0] = qkv_s;
+    ring.weight_scales[1] = o_s;
+    ring.weight_scales[2] = gu_s;
+    ring.weight_scales[3] = down_s;
+  }
+  template <unsigned P, unsigned K, unsigned STAGES>
+  __device__ __forceinline__ static void ready(LayerW8a8Ring<STAGES>& ring, unsigned base) {
+    static_assert(K <= K_MAX && K % 128 == 0, "whole K blocks in the resident A");
+    ring.w_scale = ring.weight_scales[P];
+    layer_w8a8_quantize<K>(ring, base);
+  }
+};
+
+// The layer on W8A8 (see the top of this file): decode_layer_persistent's template arguments up to
+// QKV_ROPE (the tiles kernel_plan's decode_layer_w8a8_tiling picks); its arguments with each
+// weight's map (its e4m3 bytes as 16-bit elements [N, K / 2], BQ / BO / BG / 2 / BD x 64 boxes,
+// 128B swizzle) followed by the four weights' 128 x 128 block scales; dynamic shared memory
+// decode_layer_persistent's and LayerW8a8::kABytes.
+template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
+          long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE>
+__global__ void __launch_bounds__(LayerGemms::kThreads, 1)
+    decode_layer_persistent_w8a8(const TensorMap* qkv_w, const TensorMap* o_w,
+                                 const TensorMap* gu_w, const TensorMap* down_w, const float* qkv_s,
+                                 const float* o_s, const float* gu_s, const float* down_s,
+                                 const float* attn_norm, const float* mlp_norm, const float* bias,
+                                 const float* q_norm, const float* k_norm, const int* positions,
+                                 const int* token_seq, const int* page_tables, bf16* kv_layer,
+                                 float* x, bf16* qkv, float* q, float* part_o, float* part_ml,
+                                 bf16* attn, bf16* act, unsigned* sync) {
+  constexpr int KO = HQ * D;
+  constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
+  decode_layer_body<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT, NSPLIT,
+                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, 0, 0, Bf16Weight, Bf16Weight,
+                    Bf16Weight, Bf16Weight, LayerW8a8<kMaxK>>(
+      qkv_w, o_w, gu_w, down_w, qkv_s, o_s, gu_s, down_s, attn_norm, mlp_norm, bias, q_norm, k_norm,
+      positions, token_seq, page_tables, kv_layer, x, qkv, q, part_o, part_ml, attn, act, sync);
+}
+
+}  // namespace telos_kernels
