@@ -4459,6 +4459,11 @@ TEST(GpuKernels, W8a8SmallGemmRowsMatchPrefillGemm) {
                 << what << " row " << r.off + i / N << " column " << i % N;
           }
         }
+      }
+    }
+  }
+}
+
 // ---- the persistent layer on W8A8 (decode_layer_persistent_w8a8) -------------------------------
 
 // The whole one-token layer on W8A8 (decode_layer_persistent_w8a8, decode_layer_w8a8_tiling's tiles
