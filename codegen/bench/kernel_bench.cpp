@@ -744,32 +744,38 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       PersistentLayerTiling lt;  // with or without QKV_ROPE
       int bulk;  // BULK: the weights as slot images, a bulk copy a slot (bit 0 qkv .. 3 down)
       bool e4m3 = false;  // decode_layer_persistent_e4m3 on the e4m3 copies
+      bool w8a8 = false;  // decode_layer_persistent_w8a8 on the e4m3 copies (no converters)
     };
     const PersistentLayerTiling plan_t = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false);
-    const std::vector<Variant> variants = {{"V1 plan", plan_t, plan_t.bulk},
-                                           {"V1 tensor maps", plan_t, 0},
-                                           {"V1 bulk all", plan_t, 0b1111},
-                                           {"V1 bulk gate/up+down", plan_t, 0b1100},
-                                           {"V1 e4m3", decode_layer_tiling(sh.H, NQKV, KO, sh.I,
-                                                                           sh.D, false, true),
-                                            0, true}};
+    const std::vector<Variant> variants = {
+        {"V1 plan", plan_t, plan_t.bulk},
+        {"V1 tensor maps", plan_t, 0},
+        {"V1 bulk all", plan_t, 0b1111},
+        {"V1 bulk gate/up+down", plan_t, 0b1100},
+        {"V1 e4m3", decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false, true), 0, true},
+        {"V1 w8a8", decode_layer_w8a8_tiling(sh.H, NQKV, KO, sh.I, sh.D, false), 0, false, true}};
     const PersistentLayerTiling& lt = variants[0].lt;  // the ring and the other tiles: the same
     std::vector<std::string> names;
     for (const Variant& v : variants)
-      names.push_back("telos_kernels::decode_layer_persistent" + std::string(v.e4m3 ? "_e4m3<" : "<") +
-                      I(sh.H) + ", " + I(sh.HQ) + ", " +
-                      I(sh.HKV) + ", " + I(sh.D) + ", false, false, " + float_literal(1e-5) + ", " +
-                      I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) +
-                      "ll, telos_rope::Freqs, " + I(kAttnSplit) + ", " + I(nsplit) + ", " +
-                      float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) +
-                      ", " + I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " +
-                      I(v.lt.bo) + ", " + I(v.lt.bg) + ", " + I(v.lt.bd) +
-                      (v.lt.qkv_rope ? ", true" : ", false") + ", " +
-                      (v.e4m3 ? I(v.lt.raw_stages) + ", 128, 128, 128, 128, 128, 128, 128, 128"
-                              : I(v.bulk)) +
-                      ">");
-    auto plain = std::async(std::launch::async, [&] { return std::make_unique<Module>(names); });
-    Module traced(names, "#define TELOS_PHASE_TRACE 1\n", 1);
+      names.push_back(
+          "telos_kernels::decode_layer_persistent" +
+          std::string(v.e4m3   ? "_e4m3<"
+                      : v.w8a8 ? "_w8a8<"
+                               : "<") +
+          I(sh.H) + ", " + I(sh.HQ) + ", " + I(sh.HKV) + ", " + I(sh.D) + ", false, false, " +
+          float_literal(1e-5) + ", " + I(kPage) + ", " + I(kMaxp) + ", " + I(page_elems) +
+          "ll, telos_rope::Freqs, " + I(kAttnSplit) + ", " + I(nsplit) + ", " +
+          float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
+          I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " + I(v.lt.bo) + ", " +
+          I(v.lt.bg) + ", " + I(v.lt.bd) + (v.lt.qkv_rope ? ", true" : ", false") +
+          (v.w8a8   ? std::string()
+           : v.e4m3 ? ", " + I(v.lt.raw_stages) + ", 128, 128, 128, 128, 128, 128, 128, 128"
+                    : ", " + I(v.bulk)) +
+          ">");
+    const std::string w8a8_include = "#include \"decode_layer_w8a8.cuh\"\n";
+    auto plain = std::async(std::launch::async,
+                            [&] { return std::make_unique<Module>(names, w8a8_include); });
+    Module traced(names, "#define TELOS_PHASE_TRACE 1\n" + w8a8_include, 1);
     const std::unique_ptr<Module> mod = plain.get();
     const std::size_t w_rows[4] = {static_cast<std::size_t>(NQKV), static_cast<std::size_t>(sh.H),
                                    2 * static_cast<std::size_t>(sh.I),
@@ -792,6 +798,7 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       void* q[4];       // e4m3 weights (fill's bytes: finite values but for a few NaNs)
       void* s[4];       // their scales
       void* q_maps[4];  // 2D over the e4m3 bytes, boxes of 64 bytes
+      void* w8_maps[4];  // the e4m3 bytes as 16-bit elements, 128-byte box rows (the W8A8 layer)
       void* kv;
     };
     std::vector<Copy> cs(copies);
@@ -802,6 +809,8 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       }
       const int boxes[4] = {lt.bq, lt.bo, lt.bg / 2, lt.bd};
       const int bn[4] = {lt.bq, lt.bo, lt.bg, lt.bd};
+      const PersistentLayerTiling& w8 = variants.back().lt;
+      const int w8_boxes[4] = {w8.bq, w8.bo, w8.bg / 2, w8.bd};
       for (int k = 0; k < 4; ++k) {
         c.maps[k] =
             device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]), boxes[k]);
@@ -823,6 +832,8 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
         fill(c.s[k], 4 * scales[k]);
         c.q_maps[k] = device_map_e4m3(c.q[k], static_cast<int>(w_rows[k]),
                                       static_cast<int>(w_cols[k]), boxes[k]);
+        c.w8_maps[k] = device_map(c.q[k], static_cast<int>(w_rows[k]),
+                                  static_cast<int>(w_cols[k]) / 2, w8_boxes[k]);
       }
       check(cudaMalloc(&c.kv, kv_bytes), "alloc");
       fill(c.kv, kv_bytes);
@@ -861,10 +872,11 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
         const void* null = nullptr;
         std::vector<const void*> args;
         for (int k = 0; k < 4; ++k)
-          args.push_back(variants[vi].e4m3             ? c.q_maps[k]
+          args.push_back(variants[vi].e4m3            ? c.q_maps[k]
+                         : variants[vi].w8a8          ? c.w8_maps[k]
                          : variants[vi].bulk >> k & 1 ? c.images[k]
                                                       : c.maps[k]);
-        if (variants[vi].e4m3) args.insert(args.end(), c.s, c.s + 4);
+        if (variants[vi].e4m3 || variants[vi].w8a8) args.insert(args.end(), c.s, c.s + 4);
         args.insert(args.end(), {norm_a, norm_m, null, null, null, pos, seq, pt, c.kv, x, qkv, q,
                                  po, pml, attn_out, act, sync});
         m.launch(names[vi], dim3(prop.multiProcessorCount), threads(vi), args,
@@ -881,7 +893,7 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
           launch(*mod, vi, 0, false);
           check(cudaMemcpy(got.data(), x, 4ull * sh.H, cudaMemcpyDeviceToHost), "x");
           if (vi == 0) first = got;
-          if (variants[vi].e4m3) continue;
+          if (variants[vi].e4m3 || variants[vi].w8a8) continue;
           const bool same = std::memcmp(first.data(), got.data(), 4ull * sh.H) == 0;
           if (!same)
             std::printf("  DIFF: %s %s ctx=%d x differs from the first variant's\n", sh.name,
@@ -893,7 +905,8 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
         const double us = median_us([&](int i) { launch(*mod, vi, i, i % kLayers != 0); }, 20,
                                     2 * kLayers, kLayers);
         const PersistentLayerTiling& vt = variants[vi].lt;
-        const double bytes = (variants[vi].e4m3 ? e4m3_bytes : w_bytes) + kv_read;
+        const double bytes =
+            (variants[vi].e4m3 || variants[vi].w8a8 ? e4m3_bytes : w_bytes) + kv_read;
         char label[64], shape[64];
         std::snprintf(label, sizeof label, "decode layer %s %s", sh.name,
                       variants[vi].label.c_str());
