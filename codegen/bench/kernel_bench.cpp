@@ -712,7 +712,8 @@ void bench_sample(double copy_gbs) {
 // from their slot images, a bulk copy a ring slot), and the same with every weight on tensor
 // maps (a box a K block and gate/up half), with all four from slot images and with gate/up and
 // down's; and decode_layer_persistent_e4m3 on e4m3 copies of the weights (128 x 128 scale blocks;
-// bytes: the e4m3 weights and their scales), whose x is its own. Every variant's x after one layer is
+// bytes: the e4m3 weights and their scales) and decode_layer_persistent_w8a8 on the same bytes
+// (no converters: the e4m3 wgmma reads the ring), whose x are their own. Every variant's x after one layer is
 // compared with the plan's (DIFF in the output otherwise). The trace also has each CTA's
 // arrival after a phase (its release issued). The variants measured here and not kept (K-block
 // views, L2 prefetch ahead of the ring, the V0 counts, other tiles, the count between gate/up and
