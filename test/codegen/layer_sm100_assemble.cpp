@@ -70,30 +70,13 @@ void assemble_config(const std::string& path, bool twins, const std::filesystem:
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir;
-  bool twins = false;
-  std::vector<std::string> configs;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-o" && i + 1 < argc)
-      dir = argv[++i];
-    else if (a == "--twins")
-      twins = true;
-    else
-      configs.push_back(a);
-  }
-  if (dir.empty() || configs.empty()) {
-    std::cerr << "usage: layer_sm100_assemble [--twins] -o DIR CONFIG.json...\n";
-    return 2;
-  }
-  try {
-    for (std::size_t c = 0; c < configs.size(); ++c)
-      assemble_config(configs[c], twins, std::filesystem::path(dir) / std::to_string(c));
-    std::cout << configs.size() << " layers assembled for " << (twins ? "sm_90a" : "sm_100a")
-              << "\n";
-    return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "layer_sm100_assemble: error: " << e.what() << "\n";
-    return 1;
-  }
+  return codegen::assemble_tool_main(
+      argc, argv, "layer_sm100_assemble", true,
+      [](const std::string& dir, bool twins, const std::vector<std::string>& configs) {
+        for (std::size_t c = 0; c < configs.size(); ++c)
+          assemble_config(configs[c], twins, std::filesystem::path(dir) / std::to_string(c));
+        std::cout << configs.size() << " layers assembled for " << (twins ? "sm_90a" : "sm_100a")
+                  << "\n";
+        return 0;
+      });
 }

@@ -53,23 +53,9 @@ int run(const std::filesystem::path& dir, const std::vector<std::string>& config
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir;
-  std::vector<std::string> configs;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-o" && i + 1 < argc)
-      dir = argv[++i];
-    else
-      configs.push_back(a);
-  }
-  if (dir.empty() || configs.empty()) {
-    std::cerr << "usage: prefill_sm100_assemble -o DIR CONFIG.json...\n";
-    return 2;
-  }
-  try {
-    return run(dir, configs);
-  } catch (const std::exception& e) {
-    std::cerr << "prefill_sm100_assemble: error: " << e.what() << "\n";
-    return 1;
-  }
+  return codegen::assemble_tool_main(
+      argc, argv, "prefill_sm100_assemble", false,
+      [](const std::string& dir, bool, const std::vector<std::string>& configs) {
+        return run(dir, configs);
+      });
 }

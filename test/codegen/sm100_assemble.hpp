@@ -1,9 +1,12 @@
 #pragma once
-// What the sm_100a assembly tools (prefill_sm100_assemble, sm100_twin_assemble) share: planning a
-// model config as telosc plans it, and assembling a set of kernel instances through codegen's own
-// NVRTC driver and ptxas with its resource check.
+// What the assembly tools (prefill_sm100_assemble, sm100_twin_assemble, layer_sm100_assemble,
+// w8a8_assemble, w8a8_layer_assemble) share: their command line, planning a model config as telosc
+// plans it, and assembling a set of kernel instances through codegen's own NVRTC driver and ptxas
+// with its resource check.
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <string>
@@ -20,6 +23,37 @@
 #include "support/error.hpp"
 
 namespace telos::codegen {
+
+// A tool's command line, `TOOL [--twins] -o DIR CONFIG.json...` (--twins where `takes_twins`):
+// runs `run(dir, twins, configs)` and returns its status; a bad command line prints the usage and
+// returns 2, an error prints `TOOL: error: ...` and returns 1.
+inline int assemble_tool_main(
+    int argc, char** argv, const std::string& tool, bool takes_twins,
+    const std::function<int(const std::string&, bool, const std::vector<std::string>&)>& run) {
+  std::string dir;
+  bool twins = false;
+  std::vector<std::string> configs;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-o" && i + 1 < argc)
+      dir = argv[++i];
+    else if (takes_twins && a == "--twins")
+      twins = true;
+    else
+      configs.push_back(a);
+  }
+  if (dir.empty() || configs.empty()) {
+    std::cerr << "usage: " << tool << (takes_twins ? " [--twins]" : "")
+              << " -o DIR CONFIG.json...\n";
+    return 2;
+  }
+  try {
+    return run(dir, twins, configs);
+  } catch (const std::exception& e) {
+    std::cerr << tool << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}
 
 // The kernel set of the config at `path` on `target` (default serving config), planned from the
 // fully fused IR as telosc plans it.

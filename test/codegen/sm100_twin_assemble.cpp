@@ -120,26 +120,5 @@ int run(const std::filesystem::path& dir, bool twins, const std::vector<std::str
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir;
-  bool twins = false;
-  std::vector<std::string> configs;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-o" && i + 1 < argc)
-      dir = argv[++i];
-    else if (a == "--twins")
-      twins = true;
-    else
-      configs.push_back(a);
-  }
-  if (dir.empty() || configs.empty()) {
-    std::cerr << "usage: sm100_twin_assemble [--twins] -o DIR CONFIG.json...\n";
-    return 2;
-  }
-  try {
-    return run(dir, twins, configs);
-  } catch (const std::exception& e) {
-    std::cerr << "sm100_twin_assemble: error: " << e.what() << "\n";
-    return 1;
-  }
+  return codegen::assemble_tool_main(argc, argv, "sm100_twin_assemble", true, run);
 }

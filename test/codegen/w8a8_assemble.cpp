@@ -74,23 +74,9 @@ int run(const std::filesystem::path& dir, const std::vector<std::string>& config
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir;
-  std::vector<std::string> configs;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-o" && i + 1 < argc)
-      dir = argv[++i];
-    else
-      configs.push_back(a);
-  }
-  if (dir.empty() || configs.empty()) {
-    std::cerr << "usage: w8a8_assemble -o DIR CONFIG.json...\n";
-    return 2;
-  }
-  try {
-    return run(dir, configs);
-  } catch (const std::exception& e) {
-    std::cerr << "w8a8_assemble: error: " << e.what() << "\n";
-    return 1;
-  }
+  return codegen::assemble_tool_main(
+      argc, argv, "w8a8_assemble", false,
+      [](const std::string& dir, bool, const std::vector<std::string>& configs) {
+        return run(dir, configs);
+      });
 }

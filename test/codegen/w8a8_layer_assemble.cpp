@@ -72,26 +72,12 @@ void assemble_config(const std::string& path, const std::filesystem::path& dir) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir;
-  std::vector<std::string> configs;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-o" && i + 1 < argc)
-      dir = argv[++i];
-    else
-      configs.push_back(a);
-  }
-  if (dir.empty() || configs.empty()) {
-    std::cerr << "usage: w8a8_layer_assemble -o DIR CONFIG.json...\n";
-    return 2;
-  }
-  try {
-    for (std::size_t c = 0; c < configs.size(); ++c)
-      assemble_config(configs[c], std::filesystem::path(dir) / std::to_string(c));
-    std::cout << configs.size() << " layers assembled for sm_90a\n";
-    return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "w8a8_layer_assemble: error: " << e.what() << "\n";
-    return 1;
-  }
+  return codegen::assemble_tool_main(
+      argc, argv, "w8a8_layer_assemble", false,
+      [](const std::string& dir, bool, const std::vector<std::string>& configs) {
+        for (std::size_t c = 0; c < configs.size(); ++c)
+          assemble_config(configs[c], std::filesystem::path(dir) / std::to_string(c));
+        std::cout << configs.size() << " layers assembled for sm_90a\n";
+        return 0;
+      });
 }
