@@ -5,6 +5,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "codegen/kernels/gemm_prefill_shape.cuh"
 #include "codegen/nvrtc_driver.hpp"
 #include "support/error.hpp"
 
@@ -190,6 +191,19 @@ int prefill_gemm_smem(int w_box) {
 int prefill_gemm_e4m3_smem() {
   const int stage = prefill_stage_bytes(0) + 256 * 64 + 8;
   return std::min(4, (kMaxSmemPerBlock - kPrefillFixedSmem) / stage) * stage + kPrefillFixedSmem;
+}
+
+int prefill_gemm_w8a8_smem() {
+  return static_cast<int>(telos_kernels::PrefillW8a8Gemm::smem());
+}
+
+int quantize_rows_threads() {
+  return 32 * telos_kernels::kQuantizeWarps;
+}
+
+int quantize_rows_blocks(int rows, int k) {
+  const int units = rows * ((k + 127) / 128), warps = telos_kernels::kQuantizeWarps;
+  return (units + warps - 1) / warps;
 }
 
 int prefill_image_box_rows(const WeightImage& img, int rows) {

@@ -346,6 +346,12 @@ int prefill_gemm_smem(int w_box);
 // The prefill GEMM on an e4m3 weight (gemm_prefill_e4m3_*): each stage also holds 256 raw rows of
 // 64 bytes and a third barrier, so 3 stages fit (PrefillGemm::stages_for).
 int prefill_gemm_e4m3_smem();
+// W8A8 (kernels/gemm_w8a8.cuh): the prefill GEMM's dynamic shared memory (PrefillW8a8Gemm::smem:
+// 128 x 128 tiles, six stages of one K block of 128 e4m3 columns); quantize_rows_e4m3's threads
+// and its blocks over `rows` rows of k columns (one (row, K block) a warp).
+int prefill_gemm_w8a8_smem();
+int quantize_rows_threads();
+int quantize_rows_blocks(int rows, int k);
 struct PersistentLayerTiling {
   int bq = 32, bo = 32, bg = 64, bd = 32, stages = 0, smem = 0;
   bool fits = false;  // the model's shapes divide into whole slots and tiles

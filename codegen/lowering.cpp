@@ -102,6 +102,15 @@ DType ops_dtype(const ir::Graph& g, const std::vector<const ir::Op*>& ops) {
   return ops[0]->results[0]->type.dtype;
 }
 
+// Whether linear `op` runs W8A8: its input quantized to e4m3 (the W8A8 pass's `activations =
+// "e4m3"`, which the verifier admits only on weights the W8A8 kernels take).
+bool takes_w8a8(const ir::Op& op) {
+  return op.attr("activations") != nullptr;
+}
+bool any_w8a8(const std::vector<const ir::Op*>& ops) {
+  return std::any_of(ops.begin(), ops.end(), [](const ir::Op* op) { return takes_w8a8(*op); });
+}
+
 // The rope_kv_append linear's parameters: qkv, then its bias where there are 2 or 4, then q_norm
 // and k_norm where there are 3 or 4 (compiler/ir/verifier.hpp).
 bool has_qkv_bias(const ir::Op& op) {
@@ -135,6 +144,8 @@ struct ModelShape {
   bool qk_norm = false;
   bool e4m3 = false;  // some weight is e4m3 (FP8; kernels/gemm_e4m3.cuh)
   bool layers_e4m3 = false;  // every layer projection's weight is (decode_layer_persistent_e4m3)
+  bool w8a8 = false;         // some linear runs W8A8 (kernels/gemm_w8a8.cuh)
+  bool layers_w8a8 = false;  // every layer projection does (decode_layer_persistent_w8a8)
   int NH() const { return HQ + 2 * HKV; }
 };
 
@@ -159,6 +170,11 @@ ModelShape read_model(const ir::Graph& g) {
   m.layers_e4m3 = std::all_of(g.ops().begin(), g.ops().end(), [&](const auto& op) {
     return op->kind != "linear" || op_layer(*op) < 0 ||
            param_of(g, *op, 0).type.dtype == DType::E4M3;
+  });
+  m.w8a8 =
+      std::any_of(g.ops().begin(), g.ops().end(), [](const auto& op) { return takes_w8a8(*op); });
+  m.layers_w8a8 = std::all_of(g.ops().begin(), g.ops().end(), [](const auto& op) {
+    return op->kind != "linear" || op_layer(*op) < 0 || takes_w8a8(*op);
   });
   return m;
 }
@@ -213,6 +229,7 @@ struct ModelPlan {
   bool uses_layer_sync = false;     // decode_layer_persistent's grid-wide counters
   long long max_gather_rows = 0;    // the NCCL all-reduce's gather buffer: ranks x tokens rows
   long long max_lm_candidates = 0;  // the LM head's greedy candidates, all of a bucket's rows
+  long long max_w8a8_k = 0;         // the widest input a W8A8 GEMM quantizes (buffers aq, aq_scale)
 
   // Where the GEMMs read layer weight `name` ("qkv", "o", "gate_up", "down"): from the slot image
   // the one-token layer streams, or (bn 0) the weight itself.
@@ -245,9 +262,11 @@ ModelPlan model_plan(const ModelShape& m, const CodegenInput& in, const std::str
   // (`timg:`), so that the image is the weight's only copy on the device.
   // On sm_100a the layer's tiles are the tcgen05 chain's 128 rows and it reads the weights as they
   // are (decode_layer_sm100_tiling: no slot images).
+  // W8A8 layers: decode_layer_w8a8_tiling (the W8A8 chain's whole 128-column K blocks).
   mp.layer_t =
-      mp.tcgen05
-          ? decode_layer_sm100_tiling(m.H, m.NH() * m.D, m.HQ * m.D, m.I, m.D, m.qk_norm)
+      mp.tcgen05 ? decode_layer_sm100_tiling(m.H, m.NH() * m.D, m.HQ * m.D, m.I, m.D, m.qk_norm)
+      : m.layers_w8a8
+          ? decode_layer_w8a8_tiling(m.H, m.NH() * m.D, m.HQ * m.D, m.I, m.D, m.qk_norm)
           : decode_layer_tiling(m.H, m.NH() * m.D, m.HQ * m.D, m.I, m.D, m.qk_norm, m.layers_e4m3);
   if (!in.decode_weight_images) mp.layer_t.bulk = 0;  // one copy of the weights: tensor maps
   // A tensor-parallel layer all-reduces twice between its GEMMs; decode_layer_persistent runs a
@@ -260,6 +279,8 @@ ModelPlan model_plan(const ModelShape& m, const CodegenInput& in, const std::str
   // The one-token layer reads its four weights all bf16 (decode_layer_persistent) or all e4m3
   // (decode_layer_persistent_e4m3); a model with some of them in each takes the small-M rules.
   if (m.e4m3 && !m.layers_e4m3) mp.layer_t.fits = false;
+  // Likewise all W8A8 (decode_layer_persistent_w8a8) or none.
+  if (m.w8a8 && !m.layers_w8a8) mp.layer_t.fits = false;
   // decode_layer_persistent appends and reads bf16 KV pages only: with an e4m3 cache, one-token
   // buckets take the small-M rules (docs/fp8.md, "FP8 KV cache").
   mp.e4m3_kv = in.kv_dtype == DType::E4M3;
@@ -287,7 +308,8 @@ Bucket make_bucket(const ModelPlan& mp, const std::string& kind, int size, int t
   // The norm prologue is gemm_small.cuh's wgmma forms' (bf16 and e4m3 weights), the folded QKV
   // epilogue its bf16 forms' only: on sm_100a rmsnorm writes h, and for e4m3 weights
   // qkv_rope_append_rows runs after the QKV GEMM, as in larger buckets.
-  b.fold_norm = !b.tcgen05 && folds_norm(b.shape, tokens, mp.layer_bytes);
+  // W8A8 GEMMs read their input quantized, so rmsnorm writes h for the quantization to read.
+  b.fold_norm = !b.tcgen05 && !mp.m.w8a8 && folds_norm(b.shape, tokens, mp.layer_bytes);
   b.fold_qkv = !mp.m.e4m3 && folds_qkv_epilogue(b.fold_norm, tokens);
   return b;
 }
@@ -618,6 +640,42 @@ void launch_gemm_e4m3(BucketLowering& b, TableRole role, const ir::Param& w,
       {tmap("buf:" + in, T, k, t.a_box), tmap(w_name, rows, k, t.w_box()), scales, "buf:" + out});
 }
 
+// Launches the W8A8 GEMM of e4m3 weight `w` [rows, k] (operand `w_name`, 128 x 128 scale blocks)
+// over buffer `in` into `out` [T, n] with epilogue `epi` (bf16, residual or swiglu; kernels/
+// gemm_w8a8.cuh): quantize_rows_e4m3 of `in` into aq and aq_scale (per token and 128 columns),
+// then gemm_prefill_w8a8_* in prefill GEMM buckets, else gemm_small_w8a8_*, reading them and the
+// weight through maps of bytes with the 128-byte swizzle (BOX_COLS 128, docs/artifact.md). Both
+// GEMMs give a row the same bits (gemm_small_w8a8.cuh).
+void launch_gemm_w8a8(BucketLowering& b, TableRole role, const ir::Param& w,
+                      const std::string& w_name, const std::string& epi, int n,
+                      const std::string& in, const std::string& out) {
+  const int rows = dim(w, 0), k = dim(w, 1), T = b.bucket.T;
+  const int q = b.use(role, {"telos_kernels::quantize_rows_e4m3<" + num(T) + ", " + num(k) + ">",
+                             {"x", "q", "scale"},
+                             quantize_rows_threads()});
+  b.launch(q, {quantize_rows_blocks(T, k), 1, 1}, {"buf:" + in, "buf:aq", "buf:aq_scale"});
+  b.model.max_w8a8_k = std::max(b.model.max_w8a8_k, static_cast<long long>(k));
+  const std::vector<std::string> params = {"a_map", "a_scale", "w_map", "w_scale", "out"};
+  const bool swiglu = epi == "swiglu";
+  if (b.bucket.shape == ShapeClass::prefill_gemm) {
+    // 128 x 128 tiles: 128 weight rows, or SwiGLU's 64 gate and their 64 up rows.
+    const int w_box = swiglu ? 64 : 128;
+    const int k_id = b.use(role, {"telos_kernels::gemm_prefill_w8a8_" + epi + "<" + num(T) + ", " +
+                                      num(n) + ", " + num(k) + ">",
+                                  params, kPrefillGemmThreads, prefill_gemm_w8a8_smem()});
+    b.launch(k_id, {prefill_gemm_grid(T, n, w_box), 1, 1},
+             {tmap("buf:aq", T, k, 128, 128), "buf:aq_scale", tmap(w_name, rows, k, w_box, 128),
+              w_name + ".scale", tmap("buf:" + out, T, n, 64, epi == "residual" ? 32 : 64)});
+    return;
+  }
+  const SmallGemmTiling t = small_gemm_w8a8_tiling(n, k, T, swiglu);
+  const int k_id =
+      b.use(role, {small_gemm_w8a8_instance(t, epi, T, n, k), params, t.threads(), t.smem()});
+  b.launch(k_id, {t.tiles_m, t.tiles_n, 1},
+           {tmap("buf:aq", T, k, t.a_box, 128), "buf:aq_scale",
+            tmap(w_name, rows, k, t.w_box(), 128), w_name + ".scale", "buf:" + out});
+}
+
 // ---- The QKV epilogue and attention -------------------------------------------------------------
 
 // The QKV epilogue (bias, QK norm, RoPE, q out, K/V appended to their pages) of the rope_kv_append
@@ -771,7 +829,9 @@ void lower_qkv(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
     b.model.qkv_arrival_counters = HQ + 2 * HKV;  // one a head, zero between launches
     return;
   }
-  if (w.type.dtype == DType::E4M3) {
+  if (takes_w8a8(op)) {
+    launch_gemm_w8a8(b, TableRole::qkv_proj, w, weight(op, 0), "bf16", rows, "h", "qkv");
+  } else if (w.type.dtype == DType::E4M3) {
     launch_gemm_e4m3(b, TableRole::qkv_proj, w, weight(op, 0), "bf16", rows, "h", "qkv", norm);
   } else {
     const Gemm g = choose_gemm(b.bucket, "bf16", rows, H, img, norm ? eps_literal(*norm) : "");
@@ -825,6 +885,10 @@ void lower_partial(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
          ": a partial product is the o or down projection's (layers.N.o, layers.N.down)");
   const ir::Param& w = param_of(b.graph, op, 0);
   const int rows = dim(w, 0), k = dim(w, 1);
+  if (takes_w8a8(op)) {
+    launch_gemm_w8a8(b, lg.role, w, weight(op, 0), "residual", rows, lg.in, "partial");
+    return;
+  }
   if (w.type.dtype == DType::E4M3) {
     launch_gemm_e4m3(b, lg.role, w, weight(op, 0), "residual", rows, lg.in, "partial", nullptr);
     return;
@@ -892,6 +956,10 @@ void lower_projection(BucketLowering& b, const std::vector<const ir::Op*>& ops) 
   const ir::Param& w = param_of(b.graph, op, 0);
   const int rows = dim(w, 0), k = dim(w, 1), n = epi == "swiglu" ? rows / 2 : rows;
   const ir::Op* norm = folded_norm(b.bucket, op);
+  if (takes_w8a8(op)) {
+    launch_gemm_w8a8(b, lg.role, w, weight(op, 0), epi, n, lg.in, lg.out);
+    return;
+  }
   if (w.type.dtype == DType::E4M3) {
     launch_gemm_e4m3(b, lg.role, w, weight(op, 0), epi, n, lg.in, lg.out, norm);
     return;
@@ -1007,32 +1075,33 @@ void declare_small_m_kernels(BucketLowering& b, const std::vector<const ir::Op*>
 // decode_layer_persistent for the layer whose QKV linear is `qkv` (H, I: the hidden and
 // intermediate sizes) and its QKV epilogue's template arguments; with e4m3 weights
 // decode_layer_persistent_e4m3, `scales` the four weights' scale blocks (rows, columns) as its
-// last template arguments; on sm_100a decode_layer_persistent_sm100 (the same arguments).
+// last template arguments; with W8A8 weights decode_layer_persistent_w8a8 (no last arguments: the
+// blocks are 128 x 128); on sm_100a decode_layer_persistent_sm100 (the same arguments).
 KernelInstance decode_layer_kernel(const ModelPlan& mp, const ir::Op& qkv, int H, int I,
                                    const QkvEpilogue& epi,
                                    const std::vector<const ir::ParamScale*>& scales) {
   const PersistentLayerTiling& t = mp.layer_t;
   const int D = int_attr(qkv, "head_dim");
-  const bool e4m3 = !scales.empty();
-  std::string last = num(t.bulk);
+  const bool w8a8 = mp.m.layers_w8a8, e4m3 = !scales.empty() && !w8a8;
+  std::string last = ", " + num(t.bulk);
   std::vector<std::string> params = {"qkv_w", "o_w", "gu_w", "down_w"};
+  if (!scales.empty()) params.insert(params.end(), {"qkv_s", "o_s", "gu_s", "down_s"});
+  if (w8a8) last = "";
   if (e4m3) {
-    last = num(t.raw_stages);
+    last = ", " + num(t.raw_stages);
     for (const ir::ParamScale* sc : scales)
       last += ", " + num(sc->block_rows) + ", " + num(sc->block_cols);
-    params.insert(params.end(), {"qkv_s", "o_s", "gu_s", "down_s"});
   }
   params.insert(params.end(), {"attn_norm", "mlp_norm", "bias", "q_norm", "k_norm", "positions",
                                "token_seq", "page_tables", "kv_layer", "x", "qkv", "q", "part_o",
                                "part_ml", "attn", "act", "sync"});
-  const char* form = e4m3 ? "_e4m3<" : mp.tcgen05 ? "_sm100<" : "<";
+  const char* form = w8a8 ? "_w8a8<" : e4m3 ? "_e4m3<" : mp.tcgen05 ? "_sm100<" : "<";
   return {std::string("telos_kernels::decode_layer_persistent") + form + num(H) + ", " +
               num(int_attr(qkv, "heads")) + ", " + num(int_attr(qkv, "kv_heads")) + ", " + num(D) +
               ", " + epi.targs + ", " + num(mp.split) + ", " + num(mp.nsplits) + ", " +
               float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D))) + ", " +
               num(I) + ", " + num(t.stages) + ", " + num(t.bq) + ", " + num(t.bo) + ", " +
-              num(t.bg) + ", " + num(t.bd) + (t.qkv_rope ? ", true" : ", false") + ", " + last +
-              ">",
+              num(t.bg) + ", " + num(t.bd) + (t.qkv_rope ? ", true" : ", false") + last + ">",
           params, e4m3 ? kPersistentE4m3Threads : kPersistentThreads, t.smem};
 }
 
@@ -1048,11 +1117,13 @@ void lower_layer(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const int ko = dim(param_of(b.graph, o, 0), 1), I = dim(param_of(b.graph, gate_up, 0), 0) / 2;
   const QkvEpilogue epi = qkv_epilogue(b.model, qkv);
   // A weight in the tiling's `bulk` mask as its slot image in tiles of bn rows (gate/up: two
-  // halves; docs/artifact.md, `wimg:`), one bulk copy a ring slot; else its tensor map.
+  // halves; docs/artifact.md, `wimg:`), one bulk copy a ring slot; else its tensor map (W8A8: over
+  // its bytes, 128-byte box rows with the swizzle).
+  const int box_cols = b.model.m.layers_w8a8 ? 128 : 64;
   auto wmap = [&](int bit, const ir::Op& op, long long n, long long k, int bn, bool halves) {
     if (t.bulk >> bit & 1)
       return "wimg:" + op.params.at(0) + ":" + num(bn) + ":" + (halves ? "2" : "1");
-    return tmap(weight(op, 0), n, k, halves ? bn / 2 : bn);  // BOX_COLS 64
+    return tmap(weight(op, 0), n, k, halves ? bn / 2 : bn, box_cols);
   };
   std::vector<std::string> args = {
       wmap(0, qkv, rows, H, t.bq, false), wmap(1, o, H, ko, t.bo, false),
@@ -1144,6 +1215,11 @@ std::vector<ArenaBuffer> arena(const ModelPlan& mp, const KernelPlan& plan) {
   // takes it.
   if (mp.max_gather_rows > 0)
     a.push_back({"all_reduce_gather", mp.max_gather_rows * m.H * 4, BufferLifetime::step});
+  // A W8A8 GEMM's input quantized (launch_gemm_w8a8): e4m3 rows and their per-128 scales.
+  if (mp.max_w8a8_k > 0) {
+    a.push_back({"aq", T * mp.max_w8a8_k});
+    a.push_back({"aq_scale", T * ((mp.max_w8a8_k + 127) / 128) * 4});
+  }
   return a;
 }
 
@@ -1251,6 +1327,31 @@ const std::vector<LoweringRule>& lowering_table() {
        "gemm_prefill_e4m3_residual into the zeroed f32 partial (a tensor-parallel rank's o or "
        "down)",
        lower_partial},
+      // W8A8 (the W8A8 pass: e4m3 weights of 128 x 128 blocks; kernels/gemm_w8a8.cuh): each
+      // GEMM's input quantized per token and 128 columns, then the e4m3 tensor-core product
+      // promoted to f32 at each K block.
+      {"layer", "layer", "", DType::E4M3, kOneToken, "sm_90a",
+       "decode_layer_persistent_w8a8: the layer's seven ops in one launch, each GEMM's input "
+       "quantized in shared memory",
+       lower_layer, true},
+      {"linear.rope_kv_append", "linear", "rope_kv_append", DType::E4M3, kSmallM, "sm_90a",
+       "quantize_rows_e4m3 + gemm_small_w8a8_bf16 + qkv_rope_append_rows", lower_qkv, true},
+      {"linear.rope_kv_append", "linear", "rope_kv_append", DType::E4M3, kPrefill, "sm_90a",
+       "quantize_rows_e4m3 + gemm_prefill_w8a8_bf16 + qkv_rope_append_rows", lower_qkv, true},
+      {"linear.residual", "linear", "residual", DType::E4M3, kSmallM, "sm_90a",
+       "quantize_rows_e4m3 + gemm_small_w8a8_residual", lower_projection, true},
+      {"linear.residual", "linear", "residual", DType::E4M3, kPrefill, "sm_90a",
+       "quantize_rows_e4m3 + gemm_prefill_w8a8_residual", lower_projection, true},
+      {"linear.swiglu", "linear", "swiglu", DType::E4M3, kSmallM, "sm_90a",
+       "quantize_rows_e4m3 + gemm_small_w8a8_swiglu", lower_projection, true},
+      {"linear.swiglu", "linear", "swiglu", DType::E4M3, kPrefill, "sm_90a",
+       "quantize_rows_e4m3 + gemm_prefill_w8a8_swiglu", lower_projection, true},
+      {"linear.partial", "linear", "partial", DType::E4M3, kSmallM, "sm_90a",
+       "quantize_rows_e4m3 + gemm_small_w8a8_residual into the zeroed f32 partial", lower_partial,
+       true},
+      {"linear.partial", "linear", "partial", DType::E4M3, kPrefill, "sm_90a",
+       "quantize_rows_e4m3 + gemm_prefill_w8a8_residual into the zeroed f32 partial", lower_partial,
+       true},
   };
   return table;
 }
@@ -1261,9 +1362,11 @@ const LoweringRule& find_lowering_rule(const ir::Graph& graph,
   const ir::Op& op = *ops.at(0);
   const std::string kind = layer ? "layer" : op.kind, epi = layer ? "" : epilogue_of(op);
   const DType dtype = ops_dtype(graph, ops);
+  const bool w8a8 = any_w8a8(ops);
   bool other_target = false;
   for (const LoweringRule& r : lowering_table())
-    if (kind == r.op && epi == r.epilogue && dtype == r.dtype && (r.shapes & bit(shape))) {
+    if (kind == r.op && epi == r.epilogue && dtype == r.dtype && w8a8 == r.w8a8 &&
+        (r.shapes & bit(shape))) {
       if (r.target == target) return r;
       other_target = true;
     }
@@ -1271,7 +1374,8 @@ const LoweringRule& find_lowering_rule(const ir::Graph& graph,
       (layer ? "layer " + num(op_layer(op)) + " (from " + ir::print_op(op) + ")"
              : ir::print_op(op)) +
       ": op " + kind + (epi.empty() ? "" : ", epilogue " + epi) + ", " +
-      std::string(dtype_name(dtype)) + ", in " + shape_class_name(shape) + " buckets";
+      std::string(dtype_name(dtype)) + (w8a8 ? " (W8A8)" : "") + ", in " + shape_class_name(shape) +
+      " buckets";
   if (other_target)
     fail("codegen: no lowering rule for target " + target + " for " + what +
          " (other targets have one)");

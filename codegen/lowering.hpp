@@ -25,6 +25,7 @@ struct LoweringRule {
   const char* target;    // "sm_90a" or "sm_100a"
   const char* kernels;   // the kernel templates it instantiates, for people (--emit=lowering)
   LowerFn lower;
+  bool w8a8 = false;  // linears with activations = "e4m3" (the W8A8 pass), else without
 };
 
 // Every rule, in the table's order.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "executor/w8a8_reference.hpp"
 #include "support/artifact_limits.hpp"
 #include "support/error.hpp"
 #include "support/qkv_layout.hpp"
@@ -60,6 +61,20 @@ void matmul(float* y, const float* x, int rows, const WeightTensor& w) {
     }
   }
 }
+
+// A linear's weight and how its product runs: on the f32 activations (bf16, f16, f32 and
+// weight-only e4m3 weights), or with `activations = "e4m3"` on the activations quantized per token
+// and 128 columns (W8A8, w8a8_reference.hpp), as the GPU kernels run it.
+struct LinearWeight {
+  const WeightTensor* w;
+  bool w8a8;
+  void apply(float* y, const float* x, int rows) const {
+    if (w8a8)
+      w8a8_matmul(y, x, rows, *w);
+    else
+      matmul(y, x, rows, *w);
+  }
+};
 
 void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {
   float sum_squares = 0.0f;
@@ -205,10 +220,28 @@ CpuOpRun bind_rmsnorm(const CpuOpBinding& b) {
   };
 }
 
+// A linear op's weight (parameter 0, `rows` rows or any for 0) and its `activations`.
+LinearWeight linear_weight(const CpuOpBinding& b, std::int64_t rows) {
+  const WeightTensor* w = &b.matrix(0, rows, 0);
+  if (!b.has_attr("activations")) return {w, false};
+  const std::string a = b.string_attr("activations");
+  if (a != "e4m3")
+    b.refuse("attrs.activations", "\"" + a +
+                                      "\" is not an activation format the CPU reference "
+                                      "engine runs (e4m3)");
+  try {
+    check_w8a8_weight(*w);
+  } catch (const Error& e) {
+    b.refuse("attrs.activations", std::string("\"e4m3\" (W8A8): ") + e.what());
+  }
+  return {w, true};
+}
+
 // %y = linear(%x, @w [, @bias]): y = W · x (+ bias).
 CpuOpRun bind_linear_plain(const CpuOpBinding& b) {
   b.counts(1, 1, 2, 1);
-  const WeightTensor* w = &b.matrix(0, 0, 0);
+  const LinearWeight lw = linear_weight(b, 0);
+  const WeightTensor* w = lw.w;
   const int M = static_cast<int>(w->shape[0]);
   const int x = b.operand(0, w->shape[1]);
   const std::span<const float> bias =
@@ -216,7 +249,7 @@ CpuOpRun bind_linear_plain(const CpuOpBinding& b) {
   const int y = b.result(0, M);
   return [=](CpuStep& s) {
     float* out = s.out(y, M);
-    matmul(out, s.in(x), s.rows, *w);
+    lw.apply(out, s.in(x), s.rows);
     if (!bias.empty())
       for (int t = 0; t < s.rows; ++t)
         for (int i = 0; i < M; ++i) out[t * M + i] += bias[static_cast<std::size_t>(i)];
@@ -226,12 +259,13 @@ CpuOpRun bind_linear_plain(const CpuOpBinding& b) {
 // %y = linear(%x, %residual, @w) {epilogue = "residual"}: y = residual + W · x.
 CpuOpRun bind_linear_residual(const CpuOpBinding& b) {
   b.counts(2, 1, 1, 1);
-  const WeightTensor* w = &b.matrix(0, 0, 0);
+  const LinearWeight lw = linear_weight(b, 0);
+  const WeightTensor* w = lw.w;
   const int M = static_cast<int>(w->shape[0]);
   const int x = b.operand(0, w->shape[1]), residual = b.operand(1, M), y = b.result(0, M);
   return [=](CpuStep& s) {
     float* out = s.out(y, M);
-    matmul(out, s.in(x), s.rows, *w);
+    lw.apply(out, s.in(x), s.rows);
     const float* r = s.in(residual);
     for (std::size_t i = 0; i < static_cast<std::size_t>(s.rows) * M; ++i) out[i] = r[i] + out[i];
   };
@@ -241,23 +275,25 @@ CpuOpRun bind_linear_residual(const CpuOpBinding& b) {
 // product over its columns of W, which all_reduce sums.
 CpuOpRun bind_linear_partial(const CpuOpBinding& b) {
   b.counts(1, 1, 1, 1);
-  const WeightTensor* w = &b.matrix(0, 0, 0);
+  const LinearWeight lw = linear_weight(b, 0);
+  const WeightTensor* w = lw.w;
   const int M = static_cast<int>(w->shape[0]);
   const int x = b.operand(0, w->shape[1]), y = b.result(0, M);
-  return [=](CpuStep& s) { matmul(s.out(y, M), s.in(x), s.rows, *w); };
+  return [=](CpuStep& s) { lw.apply(s.out(y, M), s.in(x), s.rows); };
 }
 
 // %act = linear(%x, @gate_up) {epilogue = "swiglu"}: gate and up are W's two halves of rows;
 // act = silu(gate) * up.
 CpuOpRun bind_linear_swiglu(const CpuOpBinding& b) {
   b.counts(1, 1, 1, 1);
-  const WeightTensor* w = &b.matrix(0, 0, 0);
+  const LinearWeight lw = linear_weight(b, 0);
+  const WeightTensor* w = lw.w;
   if (w->shape[0] % 2 != 0) b.refuse("params[0]", w->name + " has an odd number of rows");
   const int I = static_cast<int>(w->shape[0] / 2);
   const int x = b.operand(0, w->shape[1]), act = b.result(0, I);
   return [=](CpuStep& s) {
     std::vector<float> gate_up(static_cast<std::size_t>(s.rows) * 2 * I);
-    matmul(gate_up.data(), s.in(x), s.rows, *w);
+    lw.apply(gate_up.data(), s.in(x), s.rows);
     float* out = s.out(act, I);
     for (int t = 0; t < s.rows; ++t) {
       const float* g = &gate_up[static_cast<std::size_t>(t) * 2 * I];
@@ -274,7 +310,8 @@ CpuOpRun bind_linear_rope_kv_append(const CpuOpBinding& b) {
   b.counts(2, 1, 4, 1);
   const AttentionShape a = attention_shape(b);
   const int D = a.head_dim, R = (a.heads + 2 * a.kv_heads) * D;
-  const WeightTensor* w = &b.matrix(0, R, 0);
+  const LinearWeight lw = linear_weight(b, R);
+  const WeightTensor* w = lw.w;
   const int x = b.operand(0, w->shape[1]);
   b.input(1, "positions");
   // Params: qkv, then the bias when there are 2 or 4, then q_norm and k_norm when 3 or 4.
@@ -291,7 +328,7 @@ CpuOpRun bind_linear_rope_kv_append(const CpuOpBinding& b) {
   const int q_out = b.result(0, a.heads * D);
   return [=](CpuStep& s) {
     std::vector<float> projected(static_cast<std::size_t>(s.rows) * R), qkv(R);
-    matmul(projected.data(), s.in(x), s.rows, *w);
+    lw.apply(projected.data(), s.in(x), s.rows);
     float* out = s.out(q_out, a.heads * D);
     for (int t = 0; t < s.rows; ++t) {
       const float* p = &projected[static_cast<std::size_t>(t) * R];

@@ -47,7 +47,7 @@ float w8a8_dot(const std::uint8_t* qa, const float* sa, const std::uint8_t* qw, 
   return acc;
 }
 
-void w8a8_matmul(float* y, const float* x, int rows, const WeightTensor& w) {
+void check_w8a8_weight(const WeightTensor& w) {
   if (w.dtype != DType::E4M3 || w.shape.size() != 2)
     fail(w.name + ": a W8A8 linear needs a 2-D e4m3 weight, got " +
          std::string(dtype_name(w.dtype)) + " of " + std::to_string(w.shape.size()) +
@@ -57,11 +57,16 @@ void w8a8_matmul(float* y, const float* x, int rows, const WeightTensor& w) {
          ": a W8A8 linear needs 128 x 128 scale blocks (the K block of its activations' "
          "scales), got " +
          std::to_string(w.block_rows) + " x " + std::to_string(w.block_cols));
-  const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
-  const int blocks = w8a8_k_blocks(k);
+  const int k = static_cast<int>(w.shape[1]), blocks = w8a8_k_blocks(k);
   if (w.scale_cols != blocks)
     fail(w.name + ": its scales have " + std::to_string(w.scale_cols) + " columns, expected " +
          std::to_string(blocks) + " (ceil(" + std::to_string(k) + " / 128))");
+}
+
+void w8a8_matmul(float* y, const float* x, int rows, const WeightTensor& w) {
+  check_w8a8_weight(w);
+  const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
+  const int blocks = w8a8_k_blocks(k);
   std::vector<std::uint8_t> qa(static_cast<std::size_t>(k));
   std::vector<float> sa(static_cast<std::size_t>(blocks));
   for (int t = 0; t < rows; ++t) {

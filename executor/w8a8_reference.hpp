@@ -48,9 +48,12 @@ void quantize_row_e4m3(const float* x, int k, std::uint8_t* q, float* scale);
 float w8a8_dot(const std::uint8_t* qa, const float* sa, const std::uint8_t* qw, const float* sw,
                int k);
 
+// Refuses, naming it, a weight W8A8 cannot take: not a 2-D e4m3 matrix in 128 x 128 scale blocks.
+void check_w8a8_weight(const WeightTensor& w);
+
 // y[t · N + r] = the W8A8 product of activation row t of x [rows, K] and row r of w [N, K]: each
 // row of x quantized as above, w an e4m3 weight with 128 x 128 scale blocks. Refuses any other
-// weight, naming it.
+// weight, naming it (check_w8a8_weight).
 void w8a8_matmul(float* y, const float* x, int rows, const WeightTensor& w);
 
 }  // namespace telos::exec

@@ -173,10 +173,15 @@ void read_tensor_map(const ManifestFields& f, const std::string& field, LaunchAr
     if (w.dtype != DType::BF16 && w.dtype != DType::E4M3)
       f.refuse(field, arg.text + ": tensor maps over weights are bf16 or e4m3, the weight is " +
                           std::string(dtype_name(w.dtype)));
-    if (t.box_cols != 64)
-      f.refuse(field, arg.text + ": a weight's map has BOX_COLS 64 (bf16 or e4m3 elements)");
-    // An e4m3 weight's map: one-byte elements, boxes of 64 bytes, no swizzle.
-    if (w.dtype == DType::E4M3) arg.map.elem_bytes = 1;
+    if (t.box_cols != 64 && !(t.box_cols == 128 && w.dtype == DType::E4M3))
+      f.refuse(field, arg.text +
+                          ": a weight's map has BOX_COLS 64 (bf16 or e4m3 elements) or, "
+                          "over an e4m3 weight, 128 (its bytes with the 128-byte swizzle)");
+    // An e4m3 weight's map of BOX_COLS 64: one-byte elements, boxes of 64 bytes, no swizzle.
+    if (w.dtype == DType::E4M3 && t.box_cols == 64) {
+      arg.map.elem_bytes = 1;
+      arg.map.swizzle = false;
+    }
     have = w.bytes;
   } else {
     have = buffer(f, field, arg.text, name, arena).bytes;

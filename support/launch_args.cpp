@@ -40,8 +40,8 @@ TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& whe
   t.cols = v[1];
   if (t.cols % 8 != 0) bad("COLS must be a multiple of 8 (rows of 16-byte multiples)");
   if (v[2] > 256) bad("BOX_ROWS must be 1..256");
-  if (v[3] != 64 && v[3] != 32)
-    bad("BOX_COLS must be 64 (bf16) or 32 (f32): one 128-byte swizzle span");
+  if (v[3] != 64 && v[3] != 32 && v[3] != 128)
+    bad("BOX_COLS must be 64 (bf16), 32 (f32) or 128 (bytes): one 128-byte swizzle span");
   t.box_rows = static_cast<int>(v[2]);
   t.box_cols = static_cast<int>(v[3]);
   t.elem_bytes = 128 / t.box_cols;

@@ -6,10 +6,11 @@
 // run the W8A8 chain on the ring's slots.
 //
 // Weights: e4m3 [N, K] with one f32 scale a 128 x 128 block (the artifact's `w:NAME.scale`, row
-// block n / 128, ceil(K / 128) a row), each through a map over its bytes as 16-bit elements [N,
-// K / 2] in BN x 64 boxes with the 128B swizzle: a box row is 128 bytes, one 128-column K block of
-// a weight row, K-major and swizzled as the e4m3 wgmma reads it, so the producer's StreamCursor
-// counts K / 2 columns (LayerAtomInput::kStreamKDiv) and nothing else of the stream changes. A
+// block n / 128, ceil(K / 128) a row), each through a map over its bytes [N, K] in BN x 128
+// boxes with the 128B swizzle (BOX_COLS 128, docs/artifact.md): a box row is 128 bytes, one
+// 128-column K block of a weight row, K-major and swizzled as the e4m3 wgmma reads it, where a bf16
+// box row is 64 columns; so the producer's phases count K / 2 (LayerAtomInput::kStreamKDiv) and its
+// StreamCursor steps 128 columns a box, and nothing else of the stream changes. A
 // slot (8 KB, 64 rows of 128 bytes) holds 64 / BN K blocks of a BN-row tile: twice a bf16 slot's
 // K, so K must be whole slots of 128 · (64 / BN) columns (LayerW8a8::tile_ok) and each weight row
 // costs the ring half the bytes.
@@ -206,7 +207,7 @@ __device__ __forceinline__ void layer_w8a8_quantize(const LayerW8a8Ring<STAGES>&
 
 template <unsigned K_MAX>
 struct LayerAtomInput<LayerW8a8<K_MAX>> {
-  enum : unsigned { kStreamKDiv = 2 };  // e4m3 rows as 16-bit elements
+  enum : unsigned { kStreamKDiv = 2 };  // 128-byte boxes where bf16 has 64 columns
   template <unsigned STAGES, class S>
   __device__ __forceinline__ static void start(LayerW8a8Ring<STAGES>& ring, const S& sm,
                                                const float* qkv_s, const float* o_s,
@@ -227,8 +228,7 @@ struct LayerAtomInput<LayerW8a8<K_MAX>> {
 
 // The layer on W8A8 (see the top of this file): decode_layer_persistent's template arguments up to
 // QKV_ROPE (the tiles kernel_plan's decode_layer_w8a8_tiling picks); its arguments with each
-// weight's map (its e4m3 bytes as 16-bit elements [N, K / 2], BQ / BO / BG / 2 / BD x 64 boxes,
-// 128B swizzle) followed by the four weights' 128 x 128 block scales; dynamic shared memory
+// weight's map (its e4m3 bytes [N, K], BQ / BO / BG / 2 / BD x 128 boxes, 128B swizzle) followed by the four weights' 128 x 128 block scales; dynamic shared memory
 // decode_layer_persistent's and LayerW8a8::kABytes.
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,

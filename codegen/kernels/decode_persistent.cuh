@@ -210,7 +210,9 @@ struct StreamPhase {
 // current phase's fields live in registers: the producer is one thread issuing a slot's boxes
 // back to back, and a shared-memory load per box (the TMA's asm clobbers memory, so nothing read
 // from memory survives it) would make it slower than DRAM.
-template <unsigned ROW_BYTES = 128, unsigned SLOT_ROWS = 64>
+// COL_ELEMS: a box row's columns in the map's elements (64 bf16 columns, or 128 e4m3 bytes for the
+// W8A8 layer, whose phases count K / 2: LayerAtomInput::kStreamKDiv).
+template <unsigned ROW_BYTES = 128, unsigned SLOT_ROWS = 64, unsigned COL_ELEMS = 64>
 class StreamCursor {
  public:
   __device__ __forceinline__ StreamCursor(const StreamPhase* phases, int n) : ph_(phases), n_(n) { enter(0); }
@@ -234,7 +236,7 @@ class StreamCursor {
   template <class F>
   __device__ __forceinline__ void boxes(F&& fn) const {
     for (unsigned j = 0; j < per_slot_; ++j) {
-      const unsigned col = (sl_ * per_slot_ + j) * 64, off = j * bn_ * ROW_BYTES;
+      const unsigned col = (sl_ * per_slot_ + j) * COL_ELEMS, off = j * bn_ * ROW_BYTES;
       if (up_row_ > 0) {
         fn(off, map_, col, row_);
         fn(off + bn_ / 2 * ROW_BYTES, map_, col, up_row_ + row_);
@@ -313,9 +315,9 @@ __device__ __forceinline__ void persistent_acquire_maps(const StreamPhase* phase
 // the slot
 // to be free, then its boxes (or its image's one bulk copy) behind its full barrier. Returns the ns
 // it waited with TELOS_PHASE_TRACE, else 0.
-template <unsigned STAGES, unsigned ROW_BYTES, unsigned SLOT_ROWS>
+template <unsigned STAGES, unsigned ROW_BYTES, unsigned SLOT_ROWS, unsigned COL_ELEMS>
 __device__ __forceinline__ unsigned long long persistent_stream_slot(
-    StreamCursor<ROW_BYTES, SLOT_ROWS>& load, hexel::mbarrier::StageRing<STAGES>& ring,
+    StreamCursor<ROW_BYTES, SLOT_ROWS, COL_ELEMS>& load, hexel::mbarrier::StageRing<STAGES>& ring,
     unsigned ring_base, unsigned full, unsigned empty) {
   using namespace hexel;
   static_assert(SLOT_ROWS * ROW_BYTES % 1024 == 0, "slots of whole 1024-byte swizzle repeats");
@@ -342,13 +344,13 @@ __device__ __forceinline__ unsigned long long persistent_stream_slot(
 // tried and did not pay.)
 // Returns the ns it waited for free slots with TELOS_PHASE_TRACE (the ring full: the consumers
 // behind), else 0.
-template <unsigned STAGES, unsigned SLOT_ROWS = 64>
+template <unsigned STAGES, unsigned SLOT_ROWS = 64, unsigned COL_ELEMS = 64>
 __device__ __forceinline__ unsigned long long persistent_stream(
     hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base, unsigned full, unsigned empty,
     const StreamPhase* phases, int n) {
   unsigned long long waited = 0;
   persistent_acquire_maps(phases, n);
-  for (StreamCursor<128, SLOT_ROWS> load(phases, n); load.valid(); load.next())
+  for (StreamCursor<128, SLOT_ROWS, COL_ELEMS> load(phases, n); load.valid(); load.next())
     waited += persistent_stream_slot(load, ring, ring_base, full, empty);
   return waited;
 }
@@ -569,8 +571,8 @@ __device__ __forceinline__ void persistent_norm_a(unsigned base, const float* x,
 
 // What the layer's atom does beyond its tiles (the default: LayerWgmma, LayerTcgen05, which read
 // the bf16 resident A as it is and stream K bf16 columns a weight row). The W8A8 atom
-// (decode_layer_w8a8.cuh) specializes it: its producer streams e4m3 rows as 16-bit elements
-// (kStreamKDiv 2), start also takes the four weights' scales, and each phase's input, once formed
+// (decode_layer_w8a8.cuh) specializes it: its producer streams e4m3 rows of 128-byte boxes, a
+// box where a bf16 stream has one of 64 columns (kStreamKDiv 2: a phase counts K / 2), start also takes the four weights' scales, and each phase's input, once formed
 // in the resident A (a_finish's meeting), is quantized (ready: P the phase's weight, 0 qkv .. 3
 // down, K its columns).
 template <class Atom>
@@ -615,7 +617,8 @@ struct MlpPhases {
                                 const TensorMap* down_map, unsigned g0) {
     __shared__ StreamPhase phases[3];
     stream_phases(o_map, gu_map, down_map, g0, phases);
-    persistent_stream<STAGES, Atom::kSlotRows>(ring, ring_base, full, empty, phases, 3);
+    persistent_stream<STAGES, Atom::kSlotRows, 64 * LayerAtomInput<Atom>::kStreamKDiv>(
+        ring, ring_base, full, empty, phases, 3);
   }
 
   // The consumers: x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x += down(act). Waits for the
@@ -967,7 +970,9 @@ __device__ __forceinline__ void decode_layer_body(
     // The producer warp's lane 0: every weight box of the CTA's tiles into the ring.
     if (threadIdx.x % 32 == 0) {
       stream_phases();
-      phase_trace_at(kTraceProducerWaits, persistent_stream<STAGES, Atom::kSlotRows>(
+      phase_trace_at(kTraceProducerWaits,
+                     persistent_stream<STAGES, Atom::kSlotRows,
+                                       64 * LayerAtomInput<Atom>::kStreamKDiv>(
                                               ring, sm.ring_base, sm.full, sm.empty, phases, 4));
       phase_trace(15);
     }

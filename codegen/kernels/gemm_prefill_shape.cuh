@@ -110,6 +110,9 @@ struct PrefillTiling {
 // (each consumer warpgroup m64n128: 64 accumulators a thread and 64 more for a K block's partial
 // sums, where m64n256 would need 256), one K block of 128 e4m3 a stage (a 128-byte swizzle row,
 // one scale block), the bf16 GEMM's producer warpgroup, consumers, epilogue buffers and tile order.
+// A block of quantize_rows_e4m3 (gemm_w8a8.cuh): one (row, K block) a warp.
+enum : unsigned { kQuantizeWarps = 8 };
+
 struct PrefillW8a8Gemm {
   // Enumerators: NVRTC emits a static constexpr variable as a global of every module
   // (PrefillTiling).

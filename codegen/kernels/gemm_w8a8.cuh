@@ -46,7 +46,6 @@ namespace telos_kernels {
 
 // ---- activation quantization ------------------------------------------------------------------
 
-enum : unsigned { kQuantizeWarps = 8 };  // a block of quantize_rows_e4m3: one (row, K block) a warp
 
 // Phase: one row's K block kb of 128 columns by one warp, lane l columns 128 kb + 4l .. + 3 (K a
 // multiple of 16: a lane's four columns are all in K or all past it). The block's amax is the

@@ -258,6 +258,21 @@ std::string format_shard(const ParamShard& shard) {
 
 }  // namespace
 
+std::string w8a8_refusal(const Param& w, const std::string& epilogue) {
+  if (w.type.dtype != DType::E4M3 || w.type.dims.size() != 2 || !w.scale)
+    return "@" + w.name + " is not an e4m3 matrix";
+  if (w.scale->block_rows != 128 || w.scale->block_cols != 128)
+    return "@" + w.name + " has scale blocks of " + std::to_string(w.scale->block_rows) + " x " +
+           std::to_string(w.scale->block_cols) + ", not 128 x 128";
+  if (w.type.dims[1] % 16 != 0)
+    return "@" + w.name + " has " + std::to_string(w.type.dims[1]) +
+           " columns, not a multiple of 16";
+  if (epilogue == "swiglu" && w.type.dims[0] / 2 % 64 != 0)
+    return "@" + w.name + " has halves of " + std::to_string(w.type.dims[0] / 2) +
+           " rows, not a multiple of 64";
+  return "";
+}
+
 ParamScale shard_scale(const Param& p, const ParamShard& shard) {
   ParamScale s = p.scale.value();
   std::int64_t& block = shard.dim == 0 ? s.block_rows : s.block_cols;

@@ -172,6 +172,14 @@ Param concat_params(const Graph& g, const std::vector<std::string>& names,
 // weight, its block and the rank's columns.
 ParamScale shard_scale(const Param& p, const ParamShard& shard);
 
+// W8A8 (docs/fp8.md): a linear whose weight is e4m3 in 128 x 128 scale blocks (the hub's `fp8`
+// format and `--quantize fp8`) runs on e4m3 activations too, quantized per token and 128 columns
+// (executor/w8a8_reference.hpp), the attribute `activations = "e4m3"` saying so. Empty where weight
+// `w` of a linear with epilogue `epilogue` takes it; else why not: another dtype or scale layout,
+// columns not a multiple of 16 (the quantized rows' TMA), or SwiGLU halves not a multiple of 64
+// rows (a weight tile's gate and up rows inside one scale block).
+std::string w8a8_refusal(const Param& w, const std::string& epilogue);
+
 // The printed form (see the top of this file).
 std::string print_graph(const Graph& graph);
 std::string print_op(const Op& op);

@@ -144,6 +144,12 @@ void OpChecker::check_linear() const {
   }
   expect_matrix_operand(0, DType::BF16);
   expect_weight_matrix(0);
+  if (const AttrValue* a = op_.attr("activations")) {
+    if (!std::holds_alternative<std::string>(*a) || std::get<std::string>(*a) != "e4m3")
+      error("activations must be \"e4m3\" (W8A8) where given");
+    const std::string why = w8a8_refusal(*graph_.find_param(op_.params[0]), epilogue);
+    if (!why.empty()) error("activations = \"e4m3\" needs a W8A8 weight: " + why);
+  }
   const Dim rows = operand(0).dims[0];
   const std::int64_t out = param(0).dims[0];
   if (operand(0).dims[1] != param(0).dims[1])

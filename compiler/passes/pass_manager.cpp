@@ -3,6 +3,7 @@
 #include "compiler/ir/verifier.hpp"
 #include "compiler/passes/fusion_passes.hpp"
 #include "compiler/passes/shard_tensor_parallel.hpp"
+#include "compiler/passes/w8a8_activations.hpp"
 #include "support/error.hpp"
 
 namespace telos::compiler {
@@ -32,6 +33,12 @@ Pass tensor_parallel_pass(int ranks) {
   return {"shard-tensor-parallel",
           "the fused graph -> the graph each of serving.tensor_parallel ranks runs",
           [ranks](ir::Graph& graph) { shard_tensor_parallel(graph, ranks); }};
+}
+
+Pass w8a8_activations_pass() {
+  return {"w8a8-activations",
+          "linears on e4m3 weights of 128x128 scale blocks -> e4m3 activations (W8A8)",
+          mark_w8a8_activations};
 }
 
 std::vector<Pass> select_passes(const std::string& list) {

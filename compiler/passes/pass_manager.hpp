@@ -24,6 +24,9 @@ const std::vector<Pass>& fusion_pipeline();
 // fusion passes when serving.tensor_parallel is above 1.
 Pass tensor_parallel_pass(int ranks);
 
+// The W8A8 pass (w8a8_activations.hpp), which runs last.
+Pass w8a8_activations_pass();
+
 // The passes named in a comma-separated list, e.g. "fuse-qkv,fuse-rope-kv-append"; throws
 // naming an unknown pass.
 std::vector<Pass> select_passes(const std::string& list);

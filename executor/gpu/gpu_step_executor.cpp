@@ -673,13 +673,14 @@ struct GpuStepExecutor::State {
                               hexel::Swizzle::B128);
     }
     void* at = arg.map_target == ArgKind::weight ? weights.at(arg.name) : arena.at(arg.name);
-    // An e4m3 weight's map (the loader set its one-byte elements): 64-byte box rows, no swizzle
-    // (gemm_e4m3.cuh's converters read them as they land).
+    // One-byte elements: a W8A8 operand's 128-byte box rows with the swizzle, or an e4m3 weight's
+    // 64-byte ones without (the loader cleared it; gemm_e4m3.cuh's converters read them as they
+    // land).
     if (t.elem_bytes == 1)
       return hexel::encode_2d(hexel::TmaDtype::U8, at, static_cast<std::uint64_t>(t.rows),
                               static_cast<std::uint64_t>(t.cols),
                               static_cast<std::uint64_t>(t.cols), t.box_rows, t.box_cols,
-                              hexel::Swizzle::None);
+                              t.swizzle ? hexel::Swizzle::B128 : hexel::Swizzle::None);
     // The element type follows from the box width (docs/artifact.md): 64 bf16 or 32 f32.
     return hexel::encode_2d(
         t.elem_bytes == 4 ? hexel::TmaDtype::F32 : hexel::TmaDtype::BF16, at,

@@ -4550,9 +4550,10 @@ TEST(GpuKernels, W8a8PersistentLayerMatchesPrefillW8a8Kernels) {
       w.push_back(random_e4m3(rows[k], cols[k], 128, 128));
       dq.push_back(std::make_unique<DeviceBuffer<std::uint8_t>>(w[k].q));
       dscale.push_back(std::make_unique<DeviceBuffer<float>>(w[k].scale));
-      // The e4m3 bytes as 16-bit elements: 128-byte box rows, one K block (decode_layer_w8a8.cuh).
-      layer_maps.push_back(
-          std::make_unique<DeviceMap>(dq[k]->get(), rows[k], cols[k] / 2, boxes[k]));
+      // The e4m3 bytes in 128-byte box rows, one K block a row (decode_layer_w8a8.cuh), as the
+      // executor encodes `tmap:w:NAME:ROWS:COLS:BN:128`.
+      layer_maps.push_back(std::make_unique<DeviceMap>(dq[k]->get(), rows[k], cols[k], boxes[k],
+                                                       hexel::TmaDtype::U8));
     }
     const DeviceMap wq(dq[0]->get(), NQKV, s.H, 128, u8), wo(dq[1]->get(), s.H, KO, 128, u8),
         wg(dq[2]->get(), 2 * s.I, s.H, 64, u8), wd(dq[3]->get(), s.H, s.I, 128, u8);

@@ -229,7 +229,11 @@ TEST(Artifact, ParsesTensorMapArguments) {
   refused("tmap:w:o:0:128:128:64", "positive");
   refused("tmap:w:o:128:100:128:64", "multiple of 8");
   refused("tmap:w:o:128:128:512:64", "BOX_ROWS");
-  refused("tmap:w:o:128:128:128:16", "BOX_COLS must be 64 (bf16) or 32 (f32)");
+  refused("tmap:w:o:128:128:128:16", "BOX_COLS must be 64 (bf16), 32 (f32) or 128 (bytes)");
+  refused("tmap:w:o:128:128:128:256", "BOX_COLS must be 64 (bf16), 32 (f32) or 128 (bytes)");
+  const TensorMapArg bytes = parse_tensor_map_arg("tmap:buf:aq:128:256:128:128", "here");
+  EXPECT_EQ(bytes.elem_bytes, 1);
+  EXPECT_TRUE(bytes.swizzle);
 }
 
 // wimg:NAME:BN:HALVES, a weight's slot image (the persistent decode layer's bulk copies).
@@ -348,6 +352,11 @@ TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {
   expect_refused(dir, {"tensor maps over weights are bf16 or e4m3, the weight is f32"});
   with_arg("tmap:w:embed:64:32:64:32");
   expect_refused(dir, {"a weight's map has BOX_COLS 64 (bf16 or e4m3 elements)"});
+  // BOX_COLS 128 (bytes, swizzled) maps e4m3 weights only; over an arena buffer it counts bytes.
+  with_arg("tmap:w:embed:64:32:64:128");
+  expect_refused(dir, {"over an e4m3 weight, 128"});
+  with_arg("tmap:buf:h:32:128:32:128");  // 4096 bytes: the whole buffer
+  EXPECT_NO_THROW(Artifact::load(dir));
   with_arg("tmap:buf:h:16:64:16:16");
   expect_refused(dir,
                  {"programs.buckets[0].launches[0].args[1]", "BOX_COLS must be 64 (bf16) or 32"});
