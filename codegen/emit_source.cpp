@@ -1,5 +1,6 @@
 #include "codegen/emit_source.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 namespace telos::codegen {
@@ -21,6 +22,13 @@ std::string emit_source(const KernelPlan& plan) {
          "#include \"gemm_small_sm100.cuh\"\n"
          "#include \"decode_layer_sm100.cuh\"\n";
   if (plan.ranks > 1) s << "#include \"all_reduce.cuh\"\n";
+  // W8A8 kernels (the quantization, the small-M and prefill GEMMs, the one-token layer) where the
+  // plan has any.
+  if (std::any_of(plan.kernels.begin(), plan.kernels.end(), [](const KernelInstance& k) {
+        return k.instance.find("w8a8") != std::string::npos;
+      }))
+    s << "#include \"gemm_small_w8a8.cuh\"\n"
+         "#include \"decode_layer_w8a8.cuh\"\n";
   s << "\n"
        "namespace telos_rope {\n\n"
        "// RoPE inverse frequencies (f32), scaling included.\n"

@@ -86,9 +86,9 @@ void apply_quantization(const CompileOptions& o, ImportedModel& model,
 }
 
 // The importer's IR, verified, through the fusion pipeline (verified after each pass), then, for
-// more than one rank, the tensor-parallel pass, and last the W8A8 pass. --passes selects the fusion
-// passes instead (none: the importer's unfused IR), for --emit only: an artifact always gets the
-// full pipeline.
+// more than one rank, the tensor-parallel pass, and last the W8A8 pass (unless
+// serving.fp8_activations is bf16). --passes selects the fusion passes instead (none: the
+// importer's unfused IR), for --emit only: an artifact always gets the full pipeline.
 ir::Graph optimized_ir(const CompileOptions& o, const ModelSpec& spec,
                        const ServingConfig& config) {
   if (!o.passes.empty() && o.emit.empty())
@@ -100,7 +100,7 @@ ir::Graph optimized_ir(const CompileOptions& o, const ModelSpec& spec,
                                                   : select_passes(o.passes);
   if (config.tensor_parallel > 1)
     passes.push_back(tensor_parallel_pass(static_cast<int>(config.tensor_parallel)));
-  passes.push_back(w8a8_activations_pass());
+  if (config.fp8_activations == DType::E4M3) passes.push_back(w8a8_activations_pass());
   run_passes(graph, passes, o.print_after_all ? &std::cerr : nullptr);
   return graph;
 }

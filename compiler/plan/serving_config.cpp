@@ -18,7 +18,7 @@ constexpr double kDefaultMemoryFraction = 0.9;
 const std::vector<std::string> kFields = {
     "max_batch",       "max_seq_len",     "kv_page_size", "kv_pool",         "prefill_chunk",
     "decode_buckets",  "prefill_buckets", "targets",      "tensor_parallel", "decode_weight_images",
-    "attention_split", "quantize",        "kv_dtype"};
+    "attention_split", "quantize",        "kv_dtype",     "fp8_activations"};
 
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -243,6 +243,13 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
       c.kv_dtype = DType::E4M3;
     else if (*k != "bf16")
       r.fail_field("kv_dtype", std::string("expected ") + kKvDtypeChoices + ", got " + k->dump());
+  }
+  if (const nlohmann::json* a = r.get("fp8_activations")) {
+    if (*a == "bf16")
+      c.fp8_activations = DType::BF16;
+    else if (*a != "e4m3")
+      r.fail_field("fp8_activations",
+                   std::string("expected ") + kFp8ActivationChoices + ", got " + a->dump());
   }
   return c;
 }

@@ -40,7 +40,15 @@ struct ServingConfig {
   // byte an element with an f32 scale a layer for K and one for V: docs/fp8.md). Written to the
   // manifest as kv_cache.dtype, not in "serving".
   DType kv_dtype = DType::BF16;
+  // "fp8_activations": what the linears on e4m3 weights of 128 x 128 scale blocks multiply, E4M3
+  // ("e4m3", the default: W8A8, their inputs quantized per token and 128 columns; docs/fp8.md) or
+  // BF16 ("bf16": weight-only FP8, as the per-channel formats always run). Other FP8 weights run
+  // weight-only either way. Not in the manifest: the IR's linears carry it (`activations`).
+  DType fp8_activations = DType::E4M3;
 };
+
+// The serving config's spellings of fp8_activations, for messages.
+inline constexpr const char* kFp8ActivationChoices = "\"e4m3\" or \"bf16\"";
 
 // The serving config's spellings of kv_dtype, for messages.
 inline constexpr const char* kKvDtypeChoices = "\"bf16\" or \"fp8_e4m3\"";

@@ -144,6 +144,20 @@ TEST(ServingConfig, ErrorsNameTheFileAndField) {
             "s.json: serving.kv_dtype: expected \"bf16\" or \"fp8_e4m3\", got \"fp8\"");
   EXPECT_EQ(error(R"({"kv_dtype": 8})"),
             "s.json: serving.kv_dtype: expected \"bf16\" or \"fp8_e4m3\", got 8");
+  EXPECT_EQ(error(R"({"fp8_activations": "fp8"})"),
+            "s.json: serving.fp8_activations: expected \"e4m3\" or \"bf16\", got \"fp8\"");
+  EXPECT_EQ(error(R"({"fp8_activations": true})"),
+            "s.json: serving.fp8_activations: expected \"e4m3\" or \"bf16\", got true");
+}
+
+// FP8 activations: W8A8 unless the config asks for weight-only.
+TEST(ServingConfig, Fp8ActivationsDefaultToE4m3) {
+  const ModelSpec spec = llama8b_like();
+  EXPECT_EQ(resolve_serving(nullptr, spec, "model.json").fp8_activations, DType::E4M3);
+  EXPECT_EQ(
+      resolve_serving(nlohmann::json::parse(R"({"fp8_activations": "bf16"})"), spec, "model.json")
+          .fp8_activations,
+      DType::BF16);
 }
 
 // An e4m3 cache holds K and V in one byte an element: the same page of tokens in half the bytes,
