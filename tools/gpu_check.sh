@@ -51,11 +51,30 @@ if [ "${1:-}" = "--prepare" ]; then
   # (executor/bench).
   cmake --build "$BUILD" --target telos-launch-bench telos-device-launch-probe -j2 2>/dev/null || true
   rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p512"
-  p512=$(mktemp) b64=$(mktemp) kvfp8=$(mktemp)
+  p512=$(mktemp) b64=$(mktemp) kvfp8=$(mktemp) tiny=$(mktemp) wo=$(mktemp) w8a8=$(mktemp -d)
   echo '{"max_batch": 8, "max_seq_len": 512, "kv_page_size": 16, "kv_pool": {"pages": 128},
          "prefill_chunk": 512, "prefill_buckets": [512]}' >"$p512"
   echo '{"max_batch": 64, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 1152},
          "prefill_chunk": 256}' >"$b64"
+  # Weight-only FP8 for block-quantized weights (tiny-llama's serving config and fp8_activations
+  # bf16): tiny-llama-fp8 runs decode_layer_persistent_e4m3 and the e4m3 GEMMs (GpuModelFp8).
+  echo '{"max_batch": 8, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 128},
+         "prefill_chunk": 128}' >"$tiny"
+  sed 's/"prefill_chunk": 128}/"prefill_chunk": 128, "fp8_activations": "bf16"}/' "$tiny" >"$wo"
+  # tiny-w8a8: tiny-llama's shape with 2 query heads and 1 KV head of 128 dims, hidden 256 and
+  # intermediate 512 (random weights), so that every layer weight keeps 128x128 scale blocks and
+  # its --quantize fp8 artifact runs all W8A8: decode_layer_persistent_w8a8, the small-M and (p512)
+  # prefill W8A8 GEMMs (GpuModelFp8).
+  python3 - "$w8a8" <<'PY'
+import json, sys
+sys.path.insert(0, "test/telosc/Inputs")
+import config_matrix as m
+c = json.load(open("models/tiny-llama/config.json"))
+c.update(hidden_size=256, num_attention_heads=2, num_key_value_heads=1, head_dim=128,
+         intermediate_size=512, max_position_embeddings=512)
+json.dump(c, open(sys.argv[1] + "/config.json", "w"))
+m.write_checkpoint(sys.argv[1] + "/model.safetensors", m.tensor_shapes(c), 5)
+PY
   # The tiny models with an e4m3 KV cache (gpu_model_test, E4m3KvCache...; docs/fp8.md).
   echo '{"max_batch": 8, "kv_pool": {"pages": 256}, "kv_dtype": "fp8_e4m3"}' >"$kvfp8"
   for m in models/tiny-llama test/fixtures/tiny-qwen2 test/fixtures/tiny-qwen3; do
@@ -74,11 +93,15 @@ if [ "${1:-}" = "--prepare" ]; then
     sed -i 's/"max_position_embeddings": 256/"max_position_embeddings": 512/' "$p512_model/config.json"
     "$BUILD/bin/telosc" compile "$p512_model" --serving "$p512" -o "$CARRY/artifacts-p512/$name.telos"
     if [ "$name" = tiny-llama ]; then
-      "$BUILD/bin/telosc" compile "$p512_model" --serving "$p512" --quantize fp8 \
+      sed 's/"prefill_buckets": \[512\]}/"prefill_buckets": [512], "fp8_activations": "bf16"}/' \
+        "$p512" >"$p512.wo"
+      "$BUILD/bin/telosc" compile "$p512_model" --serving "$p512.wo" --quantize fp8 \
         -o "$CARRY/artifacts-p512/tiny-llama-fp8.telos"
     fi
   done
-  rm -rf "$p512_model"
+  rm -rf "$p512_model" "$p512.wo"
+  "$BUILD/bin/telosc" compile "$w8a8" --serving "$p512" --quantize fp8 \
+    -o "$CARRY/artifacts-p512/tiny-w8a8.telos"
   # tiny-llama past its committed 256 positions (a copy with max_position_embeddings 512), for
   # one-token steps past the first attention split (gpu_model_test, GpuModelLongContext).
   long=$(mktemp -d) long_serving=$(mktemp)
@@ -94,10 +117,14 @@ if [ "${1:-}" = "--prepare" ]; then
   rm -rf "$long" "$long_serving"
   # tiny-llama with e4m3 weights: its one-token steps on decode_layer_persistent_e4m3, against the
   # CPU engine (gpu_model_test, GpuModelFp8).
-  "$BUILD/bin/telosc" compile models/tiny-llama --quantize fp8 -o "$CARRY/artifacts/tiny-llama-fp8.telos"
+  "$BUILD/bin/telosc" compile models/tiny-llama --quantize fp8 --serving "$wo" \
+    -o "$CARRY/artifacts/tiny-llama-fp8.telos"
+  "$BUILD/bin/telosc" compile "$w8a8" --quantize fp8 --serving "$tiny" \
+    -o "$CARRY/artifacts/tiny-w8a8.telos"
   # tiny-llama as committed has max_batch 8; the engine's overhead is wanted at batch 1 and 64.
   "$BUILD/bin/telosc" compile models/tiny-llama --serving "$b64" -o "$CARRY/artifacts/tiny-llama-b64.telos"
-  rm -f "$p512" "$b64" "$kvfp8"
+  rm -f "$p512" "$b64" "$kvfp8" "$tiny" "$wo"
+  rm -rf "$w8a8"
   cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$BUILD/bin/telos-kernel-bench" \
      "$BUILD/bin/telos-prefill-bench" "$BUILD/bin/telos-attn-prefill-bench" "$BUILD/bin/telos-run" \
      "$BUILD/bin/telosc" "$BUILD/bin/telos-allreduce-bench" "$CARRY/bin/"
@@ -169,7 +196,7 @@ if [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ] && [ -z "${GPU_CHECK_SANITIZERS_ONLY:-}"
       --telos-run "$B/telos-run" --engine gpu "$P/artifacts/tiny-llama.telos" \
       "$P/artifacts/tiny-qwen2.telos" "$P/artifacts/tiny-qwen3.telos" "$P/artifacts-p512/tiny-llama.telos"
   run "memcheck: tiny models" memcheck-model.log $CS --tool memcheck "$B/gpu_model_test" \
-      --gtest_filter='*MatchesTransformers*:*LongContext*:*E4m3Kv*:GpuModelFp8.*'
+      --gtest_filter='*MatchesTransformers*:*LongContext*:*E4m3Kv*:GpuModelFp8.*:*GpuModelFp8Artifact.*'
 fi
 if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ]; then
   # Longer than the other steps: the small GEMM's bit test fills shared memory with NaNs before

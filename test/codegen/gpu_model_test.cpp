@@ -626,22 +626,27 @@ TEST_P(GpuModel, EngineDrawsSampledRowsOnTheDevice) {
 INSTANTIATE_TEST_SUITE_P(Tiny, GpuModel,
                          ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-qwen3"));
 
-// tiny-llama compiled with --quantize fp8 (tiny-llama-fp8.telos; tools/gpu_check.sh compiles it):
-// its one-token steps run decode_layer_persistent_e4m3, its other buckets the small-M e4m3 GEMMs,
-// and the prefill e4m3 GEMM where the artifact has a bucket of kPrefillGemmMinRows tokens (the
-// check's artifacts-p512 copy: every prompt through its one 512-token bucket). Against the CPU
-// reference engine on the same artifact (the same dequantized weights
-// W' = bf16(float(q) · s), f32 arithmetic), each golden prompt alone and all in one mixed batch:
-// the prompt's logits within 2e-2 relative L2, the CPU's greedy ids, teacher-forced, within bf16
+// FP8 artifacts (tools/gpu_check.sh compiles them): tiny-llama --quantize fp8 weight-only
+// (fp8_activations bf16: its one-token steps run decode_layer_persistent_e4m3, its other buckets
+// the small-M e4m3 GEMMs) and tiny-w8a8 --quantize fp8 (every layer weight in 128x128 blocks, so
+// W8A8: decode_layer_persistent_w8a8 and the small-M W8A8 GEMMs, each GEMM's input quantized), and
+// the prefill GEMMs' forms where the artifact has a bucket of kPrefillGemmMinRows tokens (the
+// check's artifacts-p512 copies: every prompt through its one 512-token bucket). Against the CPU
+// reference engine on the same artifact (the same dequantized weights, or the same W8A8 arithmetic
+// on f32 activations), each golden prompt of tiny-llama alone and all in one mixed batch: the
+// prompt's logits within 2e-2 relative L2, the CPU's greedy ids, teacher-forced, within bf16
 // tolerance of the GPU's largest logit, the free-running ids identical or parting only at such a
 // tie (check_case, with the CPU run as the golden); and each case alone gives the ids and logits
 // bits it gives in the batch (batch invariance across the persistent layer and the GEMMs).
-TEST(GpuModelFp8, MatchesTheCpuEngineAloneAndInAMixedBatch) {
+class GpuModelFp8Artifact : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuModelFp8Artifact, MatchesTheCpuEngineAloneAndInAMixedBatch) {
   TELOS_SKIP_WITHOUT_GPU();
+  const std::string name = GetParam();
   const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
-  const std::string path = dir + "/tiny-llama-fp8.telos";
+  const std::string path = dir + "/" + name + ".telos";
   if (dir.empty() || !std::filesystem::exists(path))
-    GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory holding tiny-llama-fp8.telos";
+    GTEST_SKIP() << "skipped: set TELOS_GPU_ARTIFACTS to a directory holding " << name << ".telos";
   const auto art = Artifact::load(path);
   const std::vector<GoldenCase> prompts = load_golden("tiny-llama");
   std::vector<GoldenCase> cpu_cases;
@@ -657,13 +662,13 @@ TEST(GpuModelFp8, MatchesTheCpuEngineAloneAndInAMixedBatch) {
   for (std::size_t c = 0; c < cpu_cases.size(); ++c) {
     alone.push_back(generate(ex, *art, {cpu_cases[c]}, {DeviceSampling{}})[0]);
     const Generated forced = generate(ex, *art, {cpu_cases[c]}, {DeviceSampling{}}, true)[0];
-    check_case("tiny-llama fp8 case " + std::to_string(c) + " alone vs cpu", cpu_cases[c],
-               alone.back(), forced);
+    check_case(name + " case " + std::to_string(c) + " alone vs cpu", cpu_cases[c], alone.back(),
+               forced);
   }
   const std::vector<DeviceSampling> greedy(cpu_cases.size());
   const std::vector<Generated> batch = generate(ex, *art, cpu_cases, greedy);
   for (std::size_t c = 0; c < cpu_cases.size(); ++c) {
-    const std::string label = "tiny-llama fp8 case " + std::to_string(c) + " in batch";
+    const std::string label = name + " case " + std::to_string(c) + " in batch";
     const bool same = batch[c].ids == alone[c].ids &&
                       std::memcmp(batch[c].prompt_logits.data(), alone[c].prompt_logits.data(),
                                   alone[c].prompt_logits.size() * 4) == 0;
@@ -672,7 +677,10 @@ TEST(GpuModelFp8, MatchesTheCpuEngineAloneAndInAMixedBatch) {
   }
 }
 
-// tiny-llama --quantize fp8 at tensor_parallel 2 (tiny-llama-fp8-tp2.telos;
+INSTANTIATE_TEST_SUITE_P(Fp8, GpuModelFp8Artifact,
+                         ::testing::Values("tiny-llama-fp8", "tiny-w8a8"));
+
+// tiny-llama --quantize fp8 weight-only at tensor_parallel 2 (tiny-llama-fp8-tp2.telos;
 // tools/multi_gpu_check.sh compiles it), its two ranks on this one GPU: the row-parallel o and down
 // projections on the e4m3 residual GEMMs into the rank's f32 partial, then the all-reduce. Against
 // the CPU reference engine on the one-rank FP8 artifact (the same dequantized weights), every
