@@ -31,9 +31,37 @@
 //   wgmma's fragment layout (PrefillTwinEpilogue), 2 adjacent columns a store, and the
 //   warpgroup's 128 threads share its two chunk buffers. Warps 1-3 idle.
 //
+// The CTA pair (gemm_prefill_sm100_pair_*, the form sm_100a's prefill buckets take): a cluster of
+// two CTAs computes a 256 x 256 tile with M = 256 tcgen05.mma.cta_group::2, each CTA loading its
+// own 128 A rows and half of the tile's W rows (128; SwiGLU: rank 0 the gate rows, rank 1 their up
+// rows, so accumulator column j is gate j and 128 + j up j as on one CTA). Why: per 64-wide K
+// block a one-CTA tile loads 16 KB of A and 32 KB of W for 128 x 256 x 64 x 2 = 4.2 MFLOP; a pair
+// CTA loads 16 + 16 = 32 KB for the same 4.2 MFLOP (the pair's 8.4 over two SMs), so the
+// L2-to-SM traffic drops by a third at the same MMA rate, which is what limits a large GEMM on
+// B200. The stage is 32 KB, so 6 stages fit where 4 of 48 KB do: 6 x (32768 + 16) + 4 x 8192
+// (chunk buffers) + 1024 (alignment) = 230496 bytes of 232448, beside 48 static. Wiring: the
+// leader (rank 0) arms its full barrier for both CTAs' bytes and both producers' boxes complete on
+// it (.cta_group::2); the leader's MMA thread issues the MMAs once it is full and commits each
+// stage and each accumulator to the barriers of both CTAs (multicast), which free the stage in
+// both and hand each CTA's epilogue its own 128 rows (Layout A: a CTA's rows in its own lanes, read
+// as on one CTA); every epilogue thread of both CTAs gives the accumulator back on the leader's
+// empty barrier. Tensor Memory is allocated by the pair (cta_group::2). The tiles, tile order
+// (over clusters), persistent loop, epilogue and chunk protocol are the one-CTA form's; only the
+// atom (PrefillTcgen05Pair), the stage's contents (PrefillPairTiling, prefill_pair_produce) and the
+// barriers differ. It reads the weight's own 2D map only: where a slot image would be read the
+// lowering keeps the one-CTA form (kernel_plan's image boxes are planned for 256-row tiles).
+// Its Hopper twin (gemm_prefill_sm100_pair_twin_*, PrefillWgmmaPairTwin) runs the pair's tiles,
+// tile order, stage split and cluster barriers on an H100/H200: each CTA multicasts its W half to
+// both, so each stage holds the whole tile (48 KB, 4 stages) and each CTA's wgmma computes its 128
+// rows; a stage goes back to the empty barriers of both CTAs.
+//
 // Reduction order, for batch invariance: every output element is one chain of tcgen05.mma over K
 // in 16-wide steps, in order, from zero, whatever M is. The twin's chain is the Hopper GEMM's
-// (wgmma, the tokens as A), so it gives gemm_prefill's bits.
+// (wgmma, the tokens as A), so it gives gemm_prefill's bits. The PTX ISA does not state that an
+// M = 256 cta_group::2 MMA gives a row the bits an M = 128 cta_group::1 MMA gives it (the small-M
+// GEMM's and the decode rows' chain); that waits for the first B200 run, of a test comparing the
+// sm_100a small and prefill GEMMs bit for bit (test/codegen/gpu_kernels_test.cpp has the Hopper
+// form, SmallGemmMatchesPrefillGemmBitForBit, and the twins').
 //
 // The index math is host-callable (PrefillEpilogueSm100, PrefillTwinEpilogue;
 // test/codegen/prefill_epilogue_sm100_test checks it against hexel/tcgen05_model.h and wgmma's
