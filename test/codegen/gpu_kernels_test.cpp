@@ -58,18 +58,16 @@ class TestModule {
   TestModule& operator=(const TestModule&) = delete;
 
   // Launches and waits; returns the first error.
-  cudaError_t launch(const std::string& instance, dim3 grid, dim3 block,
-                     std::vector<const void*> args, int dynamic_smem = 0) {
+  cudaError_t launch(const std::string& instance, dim3 grid, dim3 block, std::vector<const void*> args,
+                     int dynamic_smem = 0) {
     std::vector<void*> params;
     for (auto& a : args) params.push_back(&a);
     const void* k = reinterpret_cast<const void*>(kernels_.at(instance));
     if (dynamic_smem > 48 * 1024) {
-      const cudaError_t e =
-          cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_smem);
+      const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_smem);
       if (e != cudaSuccess) return e;
     }
-    cudaError_t e = cudaLaunchKernel(k, grid, block, params.data(),
-                                     static_cast<std::size_t>(dynamic_smem), nullptr);
+    cudaError_t e = cudaLaunchKernel(k, grid, block, params.data(), static_cast<std::size_t>(dynamic_smem), nullptr);
     if (e != cudaSuccess) return e;
     return cudaDeviceSynchronize();
   }
@@ -96,17 +94,15 @@ std::string source_with_rope(const std::vector<float>& inv_freq = {1.f}, int ran
   plan.ranks = ranks;  // above 1 the source includes all_reduce.cuh
   return codegen::emit_source(plan);
 }
-std::string I(long long v) {
-  return std::to_string(v);
-}
+std::string I(long long v) { return std::to_string(v); }
 
 // ---- embedding and RMSNorm -------------------------------------------------------------------
 
 TEST(GpuKernels, EmbedAndRmsNorm) {
   TELOS_SKIP_WITHOUT_GPU();
   for (int H : {128, 1536, 2048, 4096}) {
-    const int threads = codegen::kNormThreads, embed_threads = std::clamp(H / 8 / 32 * 32, 32, 256),
-              V = 100, T = 5;
+    const int threads = codegen::kNormThreads, embed_threads = std::clamp(H / 8 / 32 * 32, 32, 256), V = 100,
+              T = 5;
     const std::string eps = float_literal(1e-6);
     const std::string embed = "telos_kernels::embed_gather<" + I(H) + ", " + I(embed_threads) + ">";
     const std::string norm = "telos_kernels::rmsnorm<" + I(H) + ", " + eps + ", false>";
@@ -120,10 +116,8 @@ TEST(GpuKernels, EmbedAndRmsNorm) {
     DeviceBuffer<std::uint16_t> d_table(table);
     DeviceBuffer<int> d_tokens(fed), d_sampled(sampled), d_rows(rows);
     DeviceBuffer<float> d_x(static_cast<std::size_t>(T) * H), d_w(w);
-    DeviceBuffer<std::uint16_t> d_h(static_cast<std::size_t>(T) * H),
-        d_hf(3 * static_cast<std::size_t>(H));
-    CUDA_OK(mod.launch(embed, T, embed_threads,
-                       {d_table.get(), d_tokens.get(), d_sampled.get(), d_x.get()}));
+    DeviceBuffer<std::uint16_t> d_h(static_cast<std::size_t>(T) * H), d_hf(3 * static_cast<std::size_t>(H));
+    CUDA_OK(mod.launch(embed, T, embed_threads, {d_table.get(), d_tokens.get(), d_sampled.get(), d_x.get()}));
     CUDA_OK(mod.launch(norm, T, threads, {d_x.get(), d_w.get(), nullptr, d_h.get()}));
     CUDA_OK(mod.launch(gather, 3, threads, {d_x.get(), d_w.get(), d_rows.get(), d_hf.get()}));
     const auto x = d_x.download();
@@ -131,8 +125,7 @@ TEST(GpuKernels, EmbedAndRmsNorm) {
     const auto hf = d_hf.download();
     auto norm_ref = [&](int t) {
       double ss = 0;
-      for (int i = 0; i < H; ++i)
-        ss += double(table_f[tokens[t] * H + i]) * table_f[tokens[t] * H + i];
+      for (int i = 0; i < H; ++i) ss += double(table_f[tokens[t] * H + i]) * table_f[tokens[t] * H + i];
       const double inv = 1.0 / std::sqrt(ss / H + 1e-6);
       std::vector<double> r(H);
       for (int i = 0; i < H; ++i) r[i] = table_f[tokens[t] * H + i] * inv * w[i];
@@ -159,15 +152,12 @@ TEST(GpuKernels, EmbedAndRmsNorm) {
 // ---- the small-M GEMM and its epilogues -------------------------------------------------------
 
 // y = A · Wᵀ in f64 from the bf16 values.
-std::vector<double> gemm_ref(const std::vector<float>& A, const std::vector<float>& W, int M, int N,
-                             int K) {
+std::vector<double> gemm_ref(const std::vector<float>& A, const std::vector<float>& W, int M, int N, int K) {
   std::vector<double> y(static_cast<std::size_t>(M) * N);
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
       double s = 0;
-      for (int k = 0; k < K; ++k)
-        s +=
-            double(A[static_cast<std::size_t>(m) * K + k]) * W[static_cast<std::size_t>(n) * K + k];
+      for (int k = 0; k < K; ++k) s += double(A[static_cast<std::size_t>(m) * K + k]) * W[static_cast<std::size_t>(n) * K + k];
       y[static_cast<std::size_t>(m) * N + n] = s;
     }
   return y;
@@ -208,13 +198,11 @@ int prefill_grid(int rows, int cols, int tile_cols) {
 // box_rows x 64 boxes, or f32 (the residual stream x) in box_rows x 32 boxes.
 class DeviceMap {
  public:
-  DeviceMap(const void* base, int rows, int cols, int box_rows,
-            hexel::TmaDtype dtype = hexel::TmaDtype::BF16)
+  DeviceMap(const void* base, int rows, int cols, int box_rows, hexel::TmaDtype dtype = hexel::TmaDtype::BF16)
       : buf_(std::vector<hexel::TensorMap>{hexel::encode_2d(
             dtype, base, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
-            static_cast<std::uint64_t>(cols) * hexel::tma_dtype_bytes(dtype),
-            static_cast<std::uint32_t>(box_rows), 128 / hexel::tma_dtype_bytes(dtype),
-            hexel::Swizzle::B128)}) {}
+            static_cast<std::uint64_t>(cols) * hexel::tma_dtype_bytes(dtype), static_cast<std::uint32_t>(box_rows),
+            128 / hexel::tma_dtype_bytes(dtype), hexel::Swizzle::B128)}) {}
   const void* get() const { return buf_.get(); }
 
  private:
@@ -236,8 +224,7 @@ TEST(GpuKernels, PrefillGemmEpilogues) {
     const std::string out = "telos_kernels::gemm_prefill_bf16" + dims;
     const std::string glu = "telos_kernels::gemm_prefill_swiglu" + dims;
     TestModule mod(source_with_rope(), {res, out, glu});
-    const std::size_t MN = static_cast<std::size_t>(s.M) * s.N,
-                      guard = 128 * static_cast<std::size_t>(s.N);
+    const std::size_t MN = static_cast<std::size_t>(s.M) * s.N, guard = 128 * static_cast<std::size_t>(s.N);
     std::vector<float> Af, Wf;
     const bf16v A = random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af);
     const bf16v W = random_bf16(2 * static_cast<std::size_t>(s.N) * s.K, 0.05f, Wf);  // [2N, K]
@@ -246,20 +233,19 @@ TEST(GpuKernels, PrefillGemmEpilogues) {
     DeviceBuffer<float> dx(MN + guard);
     dx.upload(x0);
     const DeviceMap a_map(dA.get(), s.M, s.K, 128), w_map(dW.get(), s.N, s.K, 256),
-        gu_map(dW.get(), 2 * s.N, s.K, 128), y_map(dy.get(), s.M, s.N, 64),
-        act_map(dact.get(), s.M, s.N, 64), x_map(dx.get(), s.M, s.N, 64, hexel::TmaDtype::F32);
-    CUDA_OK(mod.launch(res, prefill_grid(s.M, s.N, 256), kPrefillThreads,
-                       {a_map.get(), w_map.get(), x_map.get()}, kPrefillSmem));
-    CUDA_OK(mod.launch(out, prefill_grid(s.M, s.N, 256), kPrefillThreads,
-                       {a_map.get(), w_map.get(), y_map.get()}, kPrefillSmem));
+        gu_map(dW.get(), 2 * s.N, s.K, 128), y_map(dy.get(), s.M, s.N, 64), act_map(dact.get(), s.M, s.N, 64),
+        x_map(dx.get(), s.M, s.N, 64, hexel::TmaDtype::F32);
+    CUDA_OK(mod.launch(res, prefill_grid(s.M, s.N, 256), kPrefillThreads, {a_map.get(), w_map.get(), x_map.get()},
+                       kPrefillSmem));
+    CUDA_OK(mod.launch(out, prefill_grid(s.M, s.N, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
+                       kPrefillSmem));
     CUDA_OK(mod.launch(glu, prefill_grid(s.M, s.N, 128), kPrefillThreads,
                        {a_map.get(), gu_map.get(), act_map.get()}, kPrefillSmem));
     const std::vector<double> ref = gemm_ref(Af, Wf, s.M, 2 * s.N, s.K);  // [M, 2N]: gate, then up
     std::vector<double> y(MN), xr(MN), act(MN);
     for (int m = 0; m < s.M; ++m)
       for (int n = 0; n < s.N; ++n) {
-        const std::size_t i = static_cast<std::size_t>(m) * s.N + n,
-                          r = static_cast<std::size_t>(m) * 2 * s.N;
+        const std::size_t i = static_cast<std::size_t>(m) * s.N + n, r = static_cast<std::size_t>(m) * 2 * s.N;
         const double g = ref[r + n], u = ref[r + s.N + n];
         y[i] = g;
         xr[i] = x0[i] + g;
@@ -274,8 +260,7 @@ TEST(GpuKernels, PrefillGemmEpilogues) {
       yf[i] = from_bf16(y_out[i]);
       actf[i] = from_bf16(act_out[i]);
     }
-    EXPECT_LT(rel_l2(std::vector<float>(x_out.begin(), x_out.begin() + MN), xr), 1e-5)
-        << "residual " << what;
+    EXPECT_LT(rel_l2(std::vector<float>(x_out.begin(), x_out.begin() + MN), xr), 1e-5) << "residual " << what;
     EXPECT_LT(rel_l2(yf, y), 1e-2) << "bf16 " << what;
     EXPECT_LT(rel_l2(actf, act), 1e-2) << "swiglu " << what;
     for (std::size_t i = MN; i < MN + guard; ++i) {
@@ -291,25 +276,21 @@ TEST(GpuKernels, PrefillGemmEpilogues) {
 TEST(GpuKernels, PrefillGemmPersistentTiles) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int M = 2100, N = 3072, K = 512;
-  const std::string out =
-      "telos_kernels::gemm_prefill_bf16<" + I(M) + ", " + I(N) + ", " + I(K) + ">";
+  const std::string out = "telos_kernels::gemm_prefill_bf16<" + I(M) + ", " + I(N) + ", " + I(K) + ">";
   TestModule mod(source_with_rope(), {out});
   std::vector<float> Af, Wf;
   DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(M) * K, 1.f, Af)),
-      dW(random_bf16(static_cast<std::size_t>(N) * K, 0.05f, Wf)),
-      dy(static_cast<std::size_t>(M) * N);
+      dW(random_bf16(static_cast<std::size_t>(N) * K, 0.05f, Wf)), dy(static_cast<std::size_t>(M) * N);
   const DeviceMap a_map(dA.get(), M, K, 128), w_map(dW.get(), N, K, 256), y_map(dy.get(), M, N, 64);
-  CUDA_OK(mod.launch(out, prefill_grid(M, N, 256), kPrefillThreads,
-                     {a_map.get(), w_map.get(), y_map.get()}, kPrefillSmem));
+  CUDA_OK(mod.launch(out, prefill_grid(M, N, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
+                     kPrefillSmem));
   const auto y = dy.download();
   for (int m = 0; m < M; m += 37) {
     std::vector<float> got(N);
     std::vector<double> want(N);
     for (int n = 0; n < N; ++n) {
       double acc = 0;
-      for (int k = 0; k < K; ++k)
-        acc += double(Af[static_cast<std::size_t>(m) * K + k]) *
-               Wf[static_cast<std::size_t>(n) * K + k];
+      for (int k = 0; k < K; ++k) acc += double(Af[static_cast<std::size_t>(m) * K + k]) * Wf[static_cast<std::size_t>(n) * K + k];
       want[n] = acc;
       got[n] = from_bf16(y[static_cast<std::size_t>(m) * N + n]);
     }
@@ -328,17 +309,15 @@ TEST(GpuKernels, PrefillGemmRowsDoNotDependOnM) {
   DeviceBuffer<std::uint16_t> dA(random_bf16(401 * K, 1.f, Af)), dW(random_bf16(N * K, 0.05f, Wf));
   const std::vector<float> x0 = random_floats(401 * N);
   DeviceBuffer<float> x_small(x0), x_large(x0);
-  const DeviceMap a200(dA.get(), 200, K, 128), a401(dA.get(), 401, K, 128),
-      w_map(dW.get(), N, K, 256), x200(x_small.get(), 200, N, 64, hexel::TmaDtype::F32),
-      x401(x_large.get(), 401, N, 64, hexel::TmaDtype::F32);
-  CUDA_OK(mod.launch(small, prefill_grid(200, N, 256), kPrefillThreads,
-                     {a200.get(), w_map.get(), x200.get()}, kPrefillSmem));
-  CUDA_OK(mod.launch(large, prefill_grid(401, N, 256), kPrefillThreads,
-                     {a401.get(), w_map.get(), x401.get()}, kPrefillSmem));
+  const DeviceMap a200(dA.get(), 200, K, 128), a401(dA.get(), 401, K, 128), w_map(dW.get(), N, K, 256),
+      x200(x_small.get(), 200, N, 64, hexel::TmaDtype::F32), x401(x_large.get(), 401, N, 64, hexel::TmaDtype::F32);
+  CUDA_OK(mod.launch(small, prefill_grid(200, N, 256), kPrefillThreads, {a200.get(), w_map.get(), x200.get()},
+                     kPrefillSmem));
+  CUDA_OK(mod.launch(large, prefill_grid(401, N, 256), kPrefillThreads, {a401.get(), w_map.get(), x401.get()},
+                     kPrefillSmem));
   const auto s = x_small.download(), l = x_large.download();
   EXPECT_EQ(0, std::memcmp(s.data(), l.data(), 200 * N * sizeof(float)));
-  for (std::size_t i = 200 * N; i < s.size(); ++i)
-    ASSERT_EQ(s[i], x0[i]) << "rows past M=200 were touched";
+  for (std::size_t i = 200 * N; i < s.size(); ++i) ASSERT_EQ(s[i], x0[i]) << "rows past M=200 were touched";
 }
 
 // The residual epilogue is one f32 add of the accumulator per element, rounded to nearest even
@@ -348,20 +327,18 @@ TEST(GpuKernels, PrefillGemmRowsDoNotDependOnM) {
 TEST(GpuKernels, PrefillResidualIsOneF32Add) {
   TELOS_SKIP_WITHOUT_GPU();
   constexpr int M = 200, N = 384, K = 264;
-  const std::string res =
-      "telos_kernels::gemm_prefill_residual<" + I(M) + ", " + I(N) + ", " + I(K) + ">";
+  const std::string res = "telos_kernels::gemm_prefill_residual<" + I(M) + ", " + I(N) + ", " + I(K) + ">";
   TestModule mod(source_with_rope(), {res});
   std::vector<float> Af, Wf;
   DeviceBuffer<std::uint16_t> dA(random_bf16(M * K, 1.f, Af)), dW(random_bf16(N * K, 0.05f, Wf));
   const std::vector<float> x0 = random_floats(M * N);
   DeviceBuffer<float> acc(std::vector<float>(M * N, 0.f)), x(x0);
   const DeviceMap a_map(dA.get(), M, K, 128), w_map(dW.get(), N, K, 256),
-      acc_map(acc.get(), M, N, 64, hexel::TmaDtype::F32),
-      x_map(x.get(), M, N, 64, hexel::TmaDtype::F32);
-  CUDA_OK(mod.launch(res, prefill_grid(M, N, 256), kPrefillThreads,
-                     {a_map.get(), w_map.get(), acc_map.get()}, kPrefillSmem));
-  CUDA_OK(mod.launch(res, prefill_grid(M, N, 256), kPrefillThreads,
-                     {a_map.get(), w_map.get(), x_map.get()}, kPrefillSmem));
+      acc_map(acc.get(), M, N, 64, hexel::TmaDtype::F32), x_map(x.get(), M, N, 64, hexel::TmaDtype::F32);
+  CUDA_OK(mod.launch(res, prefill_grid(M, N, 256), kPrefillThreads, {a_map.get(), w_map.get(), acc_map.get()},
+                     kPrefillSmem));
+  CUDA_OK(mod.launch(res, prefill_grid(M, N, 256), kPrefillThreads, {a_map.get(), w_map.get(), x_map.get()},
+                     kPrefillSmem));
   const auto a = acc.download(), got = x.download();
   std::vector<float> want(a.size());
   for (std::size_t i = 0; i < a.size(); ++i) want[i] = x0[i] + a[i];
@@ -369,8 +346,7 @@ TEST(GpuKernels, PrefillResidualIsOneF32Add) {
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
 }
 
-// ---- the small-M GEMM (wgmma + TMA, 64-row tiles, narrow weight tiles)
-// ---------------------------
+// ---- the small-M GEMM (wgmma + TMA, 64-row tiles, narrow weight tiles) ---------------------------
 
 // The tiling `t`, then the same tiles on the other clusters of 1, 2 and 4 M tiles (sharing each
 // weight tile by multicast) that divide its M tiles and its weight rows.
@@ -476,8 +452,7 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
     std::vector<std::string> names;
     for (int M : ms)
       for (const std::string epi : {"bf16", "residual", "swiglu"}) {
-        names.push_back("telos_kernels::gemm_prefill_" + epi + "<" + I(M) + ", " + I(N) + ", " +
-                        I(K) + ">");
+        names.push_back("telos_kernels::gemm_prefill_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) + ">");
         for (const codegen::SmallGemmTiling& t : tilings(N, K, M, epi == "swiglu"))
           names.push_back(t.instance(epi, M, N, K));
       }
@@ -486,8 +461,7 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
     constexpr int MAXM = 200, GUARD = 64;
     std::vector<float> Af, Wf;
     DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af));
-    DeviceBuffer<std::uint16_t> dW(
-        random_bf16(2 * static_cast<std::size_t>(N) * K, 0.05f, Wf));  // [2N, K]
+    DeviceBuffer<std::uint16_t> dW(random_bf16(2 * static_cast<std::size_t>(N) * K, 0.05f, Wf));  // [2N, K]
     const std::vector<double> ref = gemm_ref(Af, Wf, MAXM, 2 * N, K);  // [M, 2N]: gate, then up
     const std::vector<float> x0 = random_floats(static_cast<std::size_t>(MAXM + GUARD) * N);
     std::size_t i = 0;
@@ -771,8 +745,8 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
         const bool swiglu = epi == "swiglu";
         names.push_back(codegen::small_gemm_tiling(N, K, M, swiglu).instance(epi, M, N, K));
         const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, swiglu, true);
-        names.push_back("telos_kernels::gemm_small_norm_" + epi + "<" + I(M) + ", " + I(N) + ", " +
-                        I(K) + ", " + I(t.bn) + ", " + I(t.stages) + ", " + eps + ">");
+        names.push_back("telos_kernels::gemm_small_norm_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) + ", " +
+                        I(t.bn) + ", " + I(t.stages) + ", " + eps + ">");
       }
     TestModule mod(source_with_rope(), names);
     constexpr int MAXM = 8, GUARD = 8;
@@ -784,8 +758,7 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
     std::size_t i = 1;
     for (int M : ms) {
       DeviceBuffer<std::uint16_t> h(static_cast<std::size_t>(M) * K);
-      CUDA_OK(
-          mod.launch(names[0], M, codegen::kNormThreads, {dx.get(), dnw.get(), nullptr, h.get()}));
+      CUDA_OK(mod.launch(names[0], M, codegen::kNormThreads, {dx.get(), dnw.get(), nullptr, h.get()}));
       for (const std::string epi : {"bf16", "swiglu"}) {
         const bool swiglu = epi == "swiglu";
         const std::string& plain = names[i++];
@@ -793,20 +766,17 @@ TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
         const std::string what = epi + " M=" + I(M) + " N=" + I(N) + " K=" + I(K);
         const codegen::SmallGemmTiling tp = codegen::small_gemm_tiling(N, K, M, swiglu),
                                        tf = codegen::small_gemm_tiling(N, K, M, swiglu, true);
-        const std::size_t MN = static_cast<std::size_t>(M) * N,
-                          total = MN + static_cast<std::size_t>(GUARD) * N;
+        const std::size_t MN = static_cast<std::size_t>(M) * N, total = MN + static_cast<std::size_t>(GUARD) * N;
         DeviceBuffer<std::uint16_t> y_plain(total), y_fused(total);
         const int w_rows = swiglu ? 2 * N : N;
-        const DeviceMap a_map(h.get(), M, K, tp.a_box), wp(dW.get(), w_rows, K, tp.cols),
-            wf(dW.get(), w_rows, K, tf.cols);
+        const DeviceMap a_map(h.get(), M, K, tp.a_box), wp(dW.get(), w_rows, K, tp.cols), wf(dW.get(), w_rows, K, tf.cols);
         CUDA_OK(mod.launch(plain, dim3(tp.tiles_m, tp.tiles_n), codegen::kSmallGemmThreads,
                            {a_map.get(), wp.get(), y_plain.get()}, tp.smem()));
         CUDA_OK(mod.launch(fused, dim3(tf.tiles_m, tf.tiles_n), codegen::kSmallGemmThreads,
                            {dx.get(), dnw.get(), wf.get(), y_fused.get()}, tf.smem()));
         const auto a = y_plain.download(), b = y_fused.download();
         EXPECT_EQ(0, std::memcmp(a.data(), b.data(), MN * sizeof(std::uint16_t))) << what;
-        for (std::size_t e = MN; e < total; ++e)
-          ASSERT_EQ(b[e], 0xffff) << "wrote past M, " << what;
+        for (std::size_t e = MN; e < total; ++e) ASSERT_EQ(b[e], 0xffff) << "wrote past M, " << what;
         std::size_t nans = 0;
         for (std::size_t e = 0; e < MN; ++e) nans += std::isnan(from_bf16(b[e]));
         EXPECT_EQ(nans, 0u) << what;
@@ -852,8 +822,8 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
   };
   const std::string eps = float_literal(1e-5);
   const int sms = sm_count();
-  for (const Shape& s : {Shape{128, 128, 256}, Shape{2048, 2048, 8192}, Shape{1536, 1536, 8960},
-                         Shape{1024, 2048, 3072}, Shape{4096, 4096, 14336}}) {
+  for (const Shape& s : {Shape{128, 128, 256}, Shape{2048, 2048, 8192}, Shape{1536, 1536, 8960}, Shape{1024, 2048, 3072},
+                         Shape{4096, 4096, 14336}}) {
     const std::string what = "H=" + I(s.H) + " KO=" + I(s.KO) + " I=" + I(s.I);
     // The QKV rows do not matter here: nqkv = H, head dim 64.
     const codegen::PersistentLayerTiling mt = codegen::decode_layer_tiling(s.H, s.H, s.KO, s.I, 64);
@@ -882,11 +852,10 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
     DeviceBuffer<std::uint16_t> h(s.H), act_sep(s.I);
     {
       const DeviceMap a(attn.get(), 1, s.KO, to.a_box), w(wo.get(), s.H, s.KO, to.cols);
-      CUDA_OK(mod.launch(names[0], dim3(to.tiles_m, to.tiles_n), codegen::kSmallGemmThreads,
-                         {a.get(), w.get(), x_sep.get()}, to.smem()));
+      CUDA_OK(mod.launch(names[0], dim3(to.tiles_m, to.tiles_n), codegen::kSmallGemmThreads, {a.get(), w.get(), x_sep.get()},
+                         to.smem()));
     }
-    CUDA_OK(
-        mod.launch(names[1], 1, codegen::kNormThreads, {x_sep.get(), dnw.get(), nullptr, h.get()}));
+    CUDA_OK(mod.launch(names[1], 1, codegen::kNormThreads, {x_sep.get(), dnw.get(), nullptr, h.get()}));
     {
       const DeviceMap a(h.get(), 1, s.H, tg.a_box), w(wgu.get(), 2 * s.I, s.H, tg.cols);
       CUDA_OK(mod.launch(names[2], dim3(tg.tiles_m, tg.tiles_n), codegen::kSmallGemmThreads,
@@ -894,8 +863,8 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
     }
     {
       const DeviceMap a(act_sep.get(), 1, s.I, td.a_box), w(wd.get(), s.H, s.I, td.cols);
-      CUDA_OK(mod.launch(names[3], dim3(td.tiles_m, td.tiles_n), codegen::kSmallGemmThreads,
-                         {a.get(), w.get(), x_sep.get()}, td.smem()));
+      CUDA_OK(mod.launch(names[3], dim3(td.tiles_m, td.tiles_n), codegen::kSmallGemmThreads, {a.get(), w.get(), x_sep.get()},
+                         td.smem()));
     }
     const std::vector<float> want_x = x_sep.download();
     const std::vector<std::uint16_t> want_act = act_sep.download();
@@ -904,8 +873,7 @@ TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
     ASSERT_EQ(nans, 0u) << what;
 
     // The persistent launch, twice from the same inputs (its counters must be back at zero).
-    const DeviceMap mo(wo.get(), s.H, s.KO, mt.bo), mg(wgu.get(), 2 * s.I, s.H, mt.bg / 2),
-        md(wd.get(), s.H, s.I, mt.bd);
+    const DeviceMap mo(wo.get(), s.H, s.KO, mt.bo), mg(wgu.get(), 2 * s.I, s.H, mt.bg / 2), md(wd.get(), s.H, s.I, mt.bd);
     DeviceBuffer<unsigned> sync(std::vector<unsigned>{0u, 0u});
     for (int run = 0; run < 2; ++run) {
       DeviceBuffer<float> x_p(x);
@@ -1170,10 +1138,9 @@ TEST(GpuKernels, QkvGemmThenRows) {
     const std::string gemm =
         big ? "telos_kernels::gemm_prefill_bf16<" + I(s.M) + ", " + I(ROWS) + ", " + I(s.K) + ">"
             : t.instance("bf16", s.M, ROWS, s.K);
-    const std::string rows = "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) +
-                             ", " + I(s.D) + ", " + (s.bias ? "true" : "false") + ", " +
-                             (s.qk_norm ? "true" : "false") + ", " + float_literal(1e-6) + ", " +
-                             I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) +
+    const std::string rows = "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) +
+                             ", " + (s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", " +
+                             float_literal(1e-6) + ", " + I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) +
                              "ll, telos_rope::Freqs>";
     const std::vector<float> inv_freq = codegen::rope_inv_freq(s.rope, s.D);
     TestModule mod(source_with_rope(inv_freq), {gemm, rows});
@@ -1182,8 +1149,7 @@ TEST(GpuKernels, QkvGemmThenRows) {
     DeviceBuffer<std::uint16_t> dW(qkv_pair_rows(
         random_bf16(static_cast<std::size_t>(ROWS) * s.K, 0.05f, Wf), ROWS, s.K, s.D));
     DeviceBuffer<std::uint16_t> dqkv(static_cast<std::size_t>(s.M) * ROWS);
-    const std::vector<float> bias = random_floats(ROWS, 0.5f), qn = random_floats(s.D),
-                             kn = random_floats(s.D);
+    const std::vector<float> bias = random_floats(ROWS, 0.5f), qn = random_floats(s.D), kn = random_floats(s.D);
     DeviceBuffer<float> dbias(bias), dqn(qn), dkn(kn);
     std::vector<int> positions(s.M), token_seq(s.M);
     for (int m = 0; m < s.M; ++m) {
@@ -1198,10 +1164,9 @@ TEST(GpuKernels, QkvGemmThenRows) {
     DeviceBuffer<std::uint16_t> dkv(static_cast<std::size_t>(POOL) * page_elems);
     DeviceBuffer<float> dq(static_cast<std::size_t>(s.M) * s.HQ * s.D);
     if (big) {
-      const DeviceMap a_map(dA.get(), s.M, s.K, 128), w_map(dW.get(), ROWS, s.K, 256),
-          y_map(dqkv.get(), s.M, ROWS, 64);
-      CUDA_OK(mod.launch(gemm, prefill_grid(s.M, ROWS, 256), kPrefillThreads,
-                         {a_map.get(), w_map.get(), y_map.get()}, kPrefillSmem));
+      const DeviceMap a_map(dA.get(), s.M, s.K, 128), w_map(dW.get(), ROWS, s.K, 256), y_map(dqkv.get(), s.M, ROWS, 64);
+      CUDA_OK(mod.launch(gemm, prefill_grid(s.M, ROWS, 256), kPrefillThreads, {a_map.get(), w_map.get(), y_map.get()},
+                         kPrefillSmem));
     } else {
       const DeviceMap a_map(dA.get(), s.M, s.K, t.a_box), w_map(dW.get(), ROWS, s.K, t.w_box());
       CUDA_OK(mod.launch(gemm, dim3(t.tiles_m, t.tiles_n), t.threads(),
@@ -1240,15 +1205,13 @@ TEST(GpuKernels, QkvGemmThenRows) {
           v = r;
         }
         if (is_q) {
-          for (int d = 0; d < s.D; ++d)
-            qref[(static_cast<std::size_t>(m) * s.HQ + h) * s.D + d] = v[d];
+          for (int d = 0; d < s.D; ++d) qref[(static_cast<std::size_t>(m) * s.HQ + h) * s.D + d] = v[d];
         } else if (positions[m] >= 0) {
           const int kv = is_k ? 0 : 1, kvh = h - s.HQ - kv * s.HKV;
           const int page = page_tables[token_seq[m] * MAXP + positions[m] / PAGE];
           for (int d = 0; d < s.D; ++d) {
-            const std::size_t at =
-                page * page_elems + LAYER * 2LL * s.HKV * PAGE * s.D +
-                (static_cast<long long>(kv * s.HKV + kvh) * PAGE + positions[m] % PAGE) * s.D + d;
+            const std::size_t at = page * page_elems + LAYER * 2LL * s.HKV * PAGE * s.D +
+                                   (static_cast<long long>(kv * s.HKV + kvh) * PAGE + positions[m] % PAGE) * s.D + d;
             kv_expect[at] = static_cast<float>(v[d]);
             written[at] = 1;
           }
@@ -1284,28 +1247,24 @@ TEST(GpuKernels, QkvFoldedMatchesGemmThenRows) {
   constexpr int PAGE = 16, MAXP = 16, LAYERS = 2, POOL = 40, LAYER = 1;
   const std::string eps = float_literal(1e-6);
   for (const QkvShape& s : {QkvShape{128, 4, 2, 32, 5, true, false, llama3},
-                            QkvShape{256, 4, 2, 64, 8, false, true, llama3},
-                            QkvShape{2000, 8, 2, 128, 1, true, true, plain},
-                            QkvShape{4096, 32, 8, 128, 3, false, false, llama3}}) {
+                           QkvShape{256, 4, 2, 64, 8, false, true, llama3},
+                           QkvShape{2000, 8, 2, 128, 1, true, true, plain},
+                           QkvShape{4096, 32, 8, 128, 3, false, false, llama3}}) {
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     const int NH = s.HQ + 2 * s.HKV, ROWS = NH * s.D;
     // The template arguments both take after D.
-    const std::string epi = std::string(s.bias ? "true" : "false") + ", " +
-                            (s.qk_norm ? "true" : "false") + ", " + eps + ", " + I(PAGE) + ", " +
-                            I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>";
+    const std::string epi = std::string(s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", " +
+                            eps + ", " + I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>";
     const codegen::SmallGemmTiling tp = codegen::small_gemm_tiling(ROWS, s.K, s.M, false),
                                    tf = codegen::small_gemm_tiling(ROWS, s.K, s.M, false, true);
     const std::string norm = "telos_kernels::rmsnorm<" + I(s.K) + ", " + eps + ", false>";
     const std::string gemm = tp.instance("bf16", s.M, ROWS, s.K);
-    const std::string rows = "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) +
-                             ", " + I(s.D) + ", " + epi;
-    const std::string folded = "telos_kernels::gemm_small_norm_qkv<" + I(s.M) + ", " + I(s.K) +
-                               ", " + I(tf.bn) + ", " + I(tf.stages) + ", " + I(s.HQ) + ", " +
-                               I(s.HKV) + ", " + I(s.D) + ", " + epi;
-    TestModule mod(source_with_rope(codegen::rope_inv_freq(s.rope, s.D)),
-                   {norm, gemm, rows, folded});
-    const std::vector<float> x = random_floats(static_cast<std::size_t>(s.M) * s.K, 2.f),
-                             nw = random_floats(s.K);
+    const std::string rows = "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) +
+                             ", " + epi;
+    const std::string folded = "telos_kernels::gemm_small_norm_qkv<" + I(s.M) + ", " + I(s.K) + ", " + I(tf.bn) +
+                               ", " + I(tf.stages) + ", " + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " + epi;
+    TestModule mod(source_with_rope(codegen::rope_inv_freq(s.rope, s.D)), {norm, gemm, rows, folded});
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(s.M) * s.K, 2.f), nw = random_floats(s.K);
     std::vector<float> Wf;
     DeviceBuffer<std::uint16_t> dW(random_bf16(static_cast<std::size_t>(ROWS) * s.K, 0.05f, Wf));
     DeviceBuffer<float> dx(x), dnw(nw), dbias(random_floats(ROWS, 0.5f)), dqn(random_floats(s.D)),
@@ -1318,43 +1277,37 @@ TEST(GpuKernels, QkvFoldedMatchesGemmThenRows) {
     std::vector<int> pool(POOL);
     std::iota(pool.begin(), pool.end(), 0);
     std::shuffle(pool.begin(), pool.end(), rng());
-    DeviceBuffer<int> dpos(positions), dseq(token_seq),
-        dpt(std::vector<int>(pool.begin(), pool.begin() + 2 * MAXP));
+    DeviceBuffer<int> dpos(positions), dseq(token_seq), dpt(std::vector<int>(pool.begin(), pool.begin() + 2 * MAXP));
     const std::size_t pool_elems = static_cast<std::size_t>(POOL) * page_elems;
-    DeviceBuffer<std::uint16_t> kv_ref(pool_elems), kv_got(pool_elems),
-        h(static_cast<std::size_t>(s.M) * s.K), qkv_ref(static_cast<std::size_t>(s.M) * ROWS),
-        qkv_got(static_cast<std::size_t>(s.M) * ROWS);
-    DeviceBuffer<float> q_ref(static_cast<std::size_t>(s.M) * s.HQ * s.D),
-        q_got(static_cast<std::size_t>(s.M) * s.HQ * s.D);
+    DeviceBuffer<std::uint16_t> kv_ref(pool_elems), kv_got(pool_elems), h(static_cast<std::size_t>(s.M) * s.K),
+        qkv_ref(static_cast<std::size_t>(s.M) * ROWS), qkv_got(static_cast<std::size_t>(s.M) * ROWS);
+    DeviceBuffer<float> q_ref(static_cast<std::size_t>(s.M) * s.HQ * s.D), q_got(static_cast<std::size_t>(s.M) * s.HQ * s.D);
     DeviceBuffer<unsigned> arrivals(std::vector<unsigned>(NH, 0u));
     const void* bias = s.bias ? dbias.get() : nullptr;
     const void* qn = s.qk_norm ? dqn.get() : nullptr;
     const void* kn = s.qk_norm ? dkn.get() : nullptr;
     const long long layer_off = LAYER * 2LL * s.HKV * PAGE * s.D;
     CUDA_OK(mod.launch(norm, s.M, codegen::kNormThreads, {dx.get(), dnw.get(), nullptr, h.get()}));
-    const DeviceMap a_map(h.get(), s.M, s.K, tp.a_box), wp(dW.get(), ROWS, s.K, tp.cols),
-        wf(dW.get(), ROWS, s.K, tf.cols);
+    const DeviceMap a_map(h.get(), s.M, s.K, tp.a_box), wp(dW.get(), ROWS, s.K, tp.cols), wf(dW.get(), ROWS, s.K, tf.cols);
     CUDA_OK(mod.launch(gemm, dim3(tp.tiles_m, tp.tiles_n), codegen::kSmallGemmThreads,
                        {a_map.get(), wp.get(), qkv_ref.get()}, tp.smem()));
     CUDA_OK(mod.launch(rows, dim3(NH, s.M), s.D,
-                       {qkv_ref.get(), bias, qn, kn, dpos.get(), dseq.get(), dpt.get(),
-                        kv_ref.get() + layer_off, q_ref.get()}));
+                       {qkv_ref.get(), bias, qn, kn, dpos.get(), dseq.get(), dpt.get(), kv_ref.get() + layer_off,
+                        q_ref.get()}));
     const auto want_q = q_ref.download();
     const auto want_kv = kv_ref.download();
     const std::string what = "M=" + I(s.M) + " D=" + I(s.D) + " K=" + I(s.K);
     for (int launch = 0; launch < 2; ++launch) {
       q_got.poison();
-      CUDA_OK(
-          mod.launch(folded, dim3(tf.tiles_m, tf.tiles_n), codegen::kSmallGemmThreads,
-                     {dx.get(), dnw.get(), wf.get(), qkv_got.get(), bias, qn, kn, dpos.get(),
-                      dseq.get(), dpt.get(), kv_got.get() + layer_off, q_got.get(), arrivals.get()},
-                     tf.smem()));
+      CUDA_OK(mod.launch(folded, dim3(tf.tiles_m, tf.tiles_n), codegen::kSmallGemmThreads,
+                         {dx.get(), dnw.get(), wf.get(), qkv_got.get(), bias, qn, kn, dpos.get(), dseq.get(),
+                          dpt.get(), kv_got.get() + layer_off, q_got.get(), arrivals.get()},
+                         tf.smem()));
       const auto got_q = q_got.download();
       const auto got_kv = kv_got.download();
       EXPECT_EQ(0, std::memcmp(got_q.data(), want_q.data(), want_q.size() * sizeof(float))) << what;
       EXPECT_EQ(0, std::memcmp(got_kv.data(), want_kv.data(), want_kv.size() * 2)) << what;
-      for (unsigned c : arrivals.download())
-        ASSERT_EQ(c, 0u) << "an arrival counter left non-zero, " << what;
+      for (unsigned c : arrivals.download()) ASSERT_EQ(c, 0u) << "an arrival counter left non-zero, " << what;
       std::size_t nans = 0;
       for (float v : got_q) nans += std::isnan(v);
       EXPECT_EQ(nans, 0u) << what;
@@ -1552,8 +1505,7 @@ std::string attn_split_instance(const AttnShape& s, long long page_elems, int tp
       .instance();
 }
 std::string attn_combine_instance(const AttnShape& s) {
-  return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " +
-         I(s.SPLIT) + ">";
+  return "telos_kernels::attn_combine<" + I(s.HQ) + ", " + I(s.D) + ", " + I(s.NSPLIT) + ", " + I(s.SPLIT) + ">";
 }
 
 // One step's attention on the device: q, positions, token_seq and page tables in, the slots'
@@ -1576,10 +1528,8 @@ struct AttnStep {
 // softmax(q·kᵀ / sqrt(D))·v in f64 for every row of a step (bf16 [T, HQ, D] order; zeros for
 // padding rows) over positions [0, position] of each token's sequence, q as given (f32), K/V from
 // layer `layer` of the paged pool `kv_f` (the bf16 values as f32) through `page_tables`.
-std::vector<double> attention_f64(const AttnShape& s, int layers, int layer,
-                                  const std::vector<float>& kv_f,
-                                  const std::vector<int>& page_tables,
-                                  const std::vector<int>& positions,
+std::vector<double> attention_f64(const AttnShape& s, int layers, int layer, const std::vector<float>& kv_f,
+                                  const std::vector<int>& page_tables, const std::vector<int>& positions,
                                   const std::vector<int>& token_seq, const std::vector<float>& q) {
   const int PAGE = s.PAGE, T = static_cast<int>(positions.size());
   const long long page_elems = 2LL * layers * s.HKV * PAGE * s.D;
@@ -1599,8 +1549,7 @@ std::vector<double> attention_f64(const AttnShape& s, int layers, int layer,
       double mx = -INFINITY, sum = 0;
       for (int p = 0; p <= positions[t]; ++p) {
         double dot = 0;
-        for (int d = 0; d < s.D; ++d)
-          dot += double(q[row * s.D + d]) * kv_at(token_seq[t], p, 0, kvh, d);
+        for (int d = 0; d < s.D; ++d) dot += double(q[row * s.D + d]) * kv_at(token_seq[t], p, 0, kvh, d);
         sc[p] = dot / std::sqrt(double(s.D));
         mx = std::max(mx, sc[p]);
       }
@@ -1616,14 +1565,10 @@ std::vector<double> attention_f64(const AttnShape& s, int layers, int layer,
 
 // `out` (bf16 [T, HQ, D]) against attention_f64, 1e-2 relative L2 a row; padding rows must be
 // zeros.
-void expect_attention_matches_f64(const AttnShape& s, int layers, int layer,
-                                  const std::vector<float>& kv_f,
-                                  const std::vector<int>& page_tables,
-                                  const std::vector<int>& positions,
-                                  const std::vector<int>& token_seq, const std::vector<float>& q,
-                                  const bf16v& out) {
-  const std::vector<double> ref =
-      attention_f64(s, layers, layer, kv_f, page_tables, positions, token_seq, q);
+void expect_attention_matches_f64(const AttnShape& s, int layers, int layer, const std::vector<float>& kv_f,
+                                  const std::vector<int>& page_tables, const std::vector<int>& positions,
+                                  const std::vector<int>& token_seq, const std::vector<float>& q, const bf16v& out) {
+  const std::vector<double> ref = attention_f64(s, layers, layer, kv_f, page_tables, positions, token_seq, q);
   for (std::size_t t = 0; t < positions.size(); ++t)
     for (int h = 0; h < s.HQ; ++h) {
       const std::size_t row = t * s.HQ + h;
@@ -1659,13 +1604,11 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
     const int PAGE = s.PAGE;
     const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
     const int NSPLIT = s.NSPLIT;
-    const std::string split = attn_split_instance(s, page_elems, 1),
-                      combine = attn_combine_instance(s);
+    const std::string split = attn_split_instance(s, page_elems, 1), combine = attn_combine_instance(s);
     TestModule mod(source_with_rope(), {split, combine});
     const int POOL = 2 * s.MAXP + 3, ctx = s.MAXP * PAGE;
     std::vector<float> kv_f;
-    DeviceBuffer<std::uint16_t> dkv(
-        random_bf16(static_cast<std::size_t>(POOL) * page_elems, 1.f, kv_f));
+    DeviceBuffer<std::uint16_t> dkv(random_bf16(static_cast<std::size_t>(POOL) * page_elems, 1.f, kv_f));
     std::vector<int> pool(POOL);
     std::iota(pool.begin(), pool.end(), 0);
     std::shuffle(pool.begin(), pool.end(), rng());
@@ -1673,16 +1616,7 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
     // Sequence 0 decodes near the end of the context (several splits); sequence 1 prefills a
     // chunk that ends mid-page; one padding row; one first position; contexts of one split
     // exactly, one split plus one position, and two splits plus a part of one.
-    const std::vector<int> positions = {ctx - 3,
-                                        70,
-                                        71,
-                                        72,
-                                        73,
-                                        77,
-                                        -1,
-                                        0,
-                                        s.SPLIT - 1,
-                                        s.SPLIT,
+    const std::vector<int> positions = {ctx - 3, 70, 71, 72, 73, 77, -1, 0, s.SPLIT - 1, s.SPLIT,
                                         std::min(2 * s.SPLIT + 37, ctx - 1)};
     const std::vector<int> token_seq = {0, 1, 1, 1, 1, 1, 0, 0, 1, 0, 1};
     const int T = static_cast<int>(positions.size());
@@ -1690,27 +1624,21 @@ TEST(GpuKernels, PagedAttentionSplitAndCombine) {
     AttnStep a(s, q, positions, token_seq, page_tables);
     const std::uint16_t* kv_layer = dkv.get() + LAYER * 2LL * s.HKV * PAGE * s.D;
     CUDA_OK(mod.launch(split, dim3(T, s.HKV, NSPLIT), 128,
-                       {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(),
-                        a.part_ml.get()}));
-    CUDA_OK(mod.launch(combine, dim3(T, s.HQ), s.D,
-                       {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
+                       {a.q.get(), a.pos.get(), a.seq.get(), a.pt.get(), kv_layer, a.part_o.get(), a.part_ml.get()}));
+    CUDA_OK(mod.launch(combine, dim3(T, s.HQ), s.D, {a.part_o.get(), a.part_ml.get(), a.pos.get(), a.out.get()}));
     const auto out = a.out.download();
     expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
 
     // A decode row and a row several splits long alone give the same bits as inside the batch.
     for (const int r : {0, 10}) {
-      DeviceBuffer<int> dpos1(std::vector<int>{positions[r]}),
-          dseq1(std::vector<int>{token_seq[r]});
+      DeviceBuffer<int> dpos1(std::vector<int>{positions[r]}), dseq1(std::vector<int>{token_seq[r]});
       DeviceBuffer<std::uint16_t> dout1(static_cast<std::size_t>(s.HQ) * s.D);
       const float* q1 = a.q.get() + static_cast<std::size_t>(r) * s.HQ * s.D;
-      CUDA_OK(mod.launch(
-          split, dim3(1, s.HKV, NSPLIT), 128,
-          {q1, dpos1.get(), dseq1.get(), a.pt.get(), kv_layer, a.part_o.get(), a.part_ml.get()}));
-      CUDA_OK(mod.launch(combine, dim3(1, s.HQ), s.D,
-                         {a.part_o.get(), a.part_ml.get(), dpos1.get(), dout1.get()}));
+      CUDA_OK(mod.launch(split, dim3(1, s.HKV, NSPLIT), 128,
+                         {q1, dpos1.get(), dseq1.get(), a.pt.get(), kv_layer, a.part_o.get(), a.part_ml.get()}));
+      CUDA_OK(mod.launch(combine, dim3(1, s.HQ), s.D, {a.part_o.get(), a.part_ml.get(), dpos1.get(), dout1.get()}));
       const auto alone = dout1.download();
-      EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + static_cast<std::size_t>(r) * s.HQ * s.D,
-                               alone.size() * 2))
+      EXPECT_EQ(0, std::memcmp(alone.data(), out.data() + static_cast<std::size_t>(r) * s.HQ * s.D, alone.size() * 2))
           << "D=" << s.D << " row " << r;
     }
   }
@@ -1800,8 +1728,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
     constexpr int SEQS = 9;
     const int POOL = s.MAXP + 5;
     std::vector<float> kv_f;
-    DeviceBuffer<std::uint16_t> dkv(
-        random_bf16(static_cast<std::size_t>(POOL) * page_elems, 1.f, kv_f));
+    DeviceBuffer<std::uint16_t> dkv(random_bf16(static_cast<std::size_t>(POOL) * page_elems, 1.f, kv_f));
     std::vector<int> page_tables;
     for (int i = 0; i < SEQS; ++i) {
       std::vector<int> pool(POOL);
@@ -1816,19 +1743,19 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
     auto pad = [&](int n) {  // as the engine pads: position -1, sequence 0
       for (int j = 0; j < n; ++j) positions.push_back(-1), token_seq.push_back(0);
     };
-    add(0, ctx - 3, 1);         //  0     decode, several splits (wrapped slots)
-    add(1, SPLIT + 13, 5);      //  1-5   prefill chunk across a 16-position chunk of a
-                                //        split's first four: the slot's warp 1 starts at a
-                                //        chunk past rows 1-3 (running max still -inf)
-    add(2, 0, 1);               //  6     first position
-    add(3, SPLIT - 1, 2);       //  7-8   one split exactly, one split plus one
-    pad(1);                     //  9     padding inside the step (tiles of 2: with seq 3)
-    add(4, wrap - 5, 11);       // 10-20  prefill chunk across NSPLIT * SPLIT
-    add(5, 2 * SPLIT + 37, 1);  // 21     two splits and a part
-    add(6, 20, 1);              // 22     shorter than a split, mid-page
-    add(7, ctx - 1, 1);         // 23     the whole context
-    add(8, 3 * SPLIT - 3, 6);   // 24-29  prefill chunk across a split boundary
-    pad(2);                     // 30-31  bucket padding
+    add(0, ctx - 3, 1);             //  0     decode, several splits (wrapped slots)
+    add(1, SPLIT + 13, 5);          //  1-5   prefill chunk across a 16-position chunk of a
+                                    //        split's first four: the slot's warp 1 starts at a
+                                    //        chunk past rows 1-3 (running max still -inf)
+    add(2, 0, 1);                   //  6     first position
+    add(3, SPLIT - 1, 2);           //  7-8   one split exactly, one split plus one
+    pad(1);                         //  9     padding inside the step (tiles of 2: with seq 3)
+    add(4, wrap - 5, 11);           // 10-20  prefill chunk across NSPLIT * SPLIT
+    add(5, 2 * SPLIT + 37, 1);      // 21     two splits and a part
+    add(6, 20, 1);                  // 22     shorter than a split, mid-page
+    add(7, ctx - 1, 1);             // 23     the whole context
+    add(8, 3 * SPLIT - 3, 6);       // 24-29  prefill chunk across a split boundary
+    pad(2);                         // 30-31  bucket padding
     const int T = static_cast<int>(positions.size());
     ASSERT_EQ(T, 32);
     const std::vector<float> q = random_floats(static_cast<std::size_t>(T) * s.HQ * s.D);
@@ -1858,8 +1785,7 @@ TEST(GpuKernels, AttentionTilesMatchSingleTokensBitForBit) {
           (v.slots != NSPLIT ? " slots " + I(v.slots) : "") + (v.early ? " early" : "");
       if (tpt == 1 && !v.ahead && !v.pages && !v.blocks && !v.bulk && !v.early &&
           v.slots == NSPLIT) {
-        expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q,
-                                     out);
+        expect_attention_matches_f64(s, LAYERS, LAYER, kv_f, page_tables, positions, token_seq, q, out);
         po1 = po, ml1 = ml, out1 = out;
         continue;
       }
@@ -3491,6 +3417,7 @@ TEST(GpuKernels, Sm100TwinPrefillGemmMatchesF64AndHopperBitForBit) {
   }
 }
 
+
 // The sm_100a CTA-pair prefill GEMM's shared parts on an H200 (its twin, gemm_prefill_sm100_pair_
 // twin_*: the pair's 256-row tiles and tile order over clusters of two, each CTA's producer loading
 // its 128 A rows and multicasting its half of the W rows, SwiGLU's gate rows from rank 0 and up
@@ -4076,8 +4003,8 @@ TEST(GpuKernels, E4m3SmallGemmNormPrologueMatchesRmsNormThenGemm) {
   };
   const std::string eps = float_literal(1e-5);
   const int sms = sm_count();
-  for (const Shape& shape :
-       {Shape{520, 2000, 128, 128}, Shape{384, 1024, 64, 128}, Shape{96, 4096, 1, 4096}}) {
+  for (const Shape& shape : {Shape{520, 2000, 128, 128}, Shape{384, 1024, 64, 128},
+                             Shape{96, 4096, 1, 4096}}) {
     const int N = shape.N, K = shape.K;
     const std::string blocks = ", " + I(shape.sbr) + ", " + I(shape.sbc) + ">";
     const std::vector<int> ms = {1, 3, 8};
@@ -4104,8 +4031,8 @@ TEST(GpuKernels, E4m3SmallGemmNormPrologueMatchesRmsNormThenGemm) {
     std::size_t i = 2;
     for (int M : ms) {
       DeviceBuffer<std::uint16_t> h(static_cast<std::size_t>(M) * K);
-      CUDA_OK(
-          mod.launch(names[0], M, codegen::kNormThreads, {dx.get(), dnw.get(), nullptr, h.get()}));
+      CUDA_OK(mod.launch(names[0], M, codegen::kNormThreads,
+                         {dx.get(), dnw.get(), nullptr, h.get()}));
       for (const std::string epi : {"bf16", "swiglu"}) {
         const bool swiglu = epi == "swiglu";
         const std::string &plain = names[i], &fused = names[i + 1];
