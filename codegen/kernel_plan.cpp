@@ -129,7 +129,8 @@ static int small_gemm_kps_stage_bytes(int stage, int kps) {
 int SmallGemmTiling::resident_bytes() const {
   // With the norm prologue the resident A (16 bytes per token per 8 of K, a zero tail of 128,
   // rounded up to 1 KB) and the norm's 8 x 4 warp sums (kernels/gemm_small.cuh).
-  return norm_blocks > 0 ? (norm_blocks * 8 * a_box * 16 + 128 + 1023) / 1024 * 1024 + 8 * 4 * 4 : 0;
+  return norm_blocks > 0 ? (norm_blocks * 8 * a_box * 16 + 128 + 1023) / 1024 * 1024 + 8 * 4 * 4
+                         : 0;
 }
 
 int SmallGemmTiling::smem() const {
@@ -186,6 +187,11 @@ int prefill_gemm_stages(int w_box) {
 
 int prefill_gemm_smem(int w_box) {
   return prefill_gemm_stages(w_box) * prefill_stage_bytes(w_box) + kPrefillFixedSmem;
+}
+
+int prefill_pair_smem(int w_rows) {
+  const int stage = (128 + w_rows) * 128 + 16;
+  return std::min(6, (kMaxSmemPerBlock - kPrefillFixedSmem) / stage) * stage + kPrefillFixedSmem;
 }
 
 int prefill_gemm_e4m3_smem() {
@@ -252,7 +258,8 @@ SmallGemmTiling small_gemm_two_warpgroups(SmallGemmTiling t, int tokens) {
 // grid is resident, 2 to 16 of them. From two M tiles on, wider tiles of 4-8 stages: at 256
 // tokens each CTA reads its M tile's whole A for its weight rows, so 32-row tiles move twice the
 // weights' bytes of A through L2 (telos-kernel-bench --gemm; docs/performance.md).
-SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm, const SmallGemmLimits& limits) {
+SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool norm,
+                                  const SmallGemmLimits& limits) {
   SmallGemmTiling t;
   t.tiles_m = (tokens + kSmallGemmBlockM - 1) / kSmallGemmBlockM;
   // Two or more M tiles: every weight tile is read once per M tile and every M tile of A once per
@@ -279,7 +286,8 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
   t.tiles_n = (n + t.cols - 1) / t.cols;
   const int k_blocks = (k + 63) / 64;
   if (norm) {
-    if (tokens > kSmallGemmNormMaxRows) fail("codegen: the small GEMM's norm prologue takes at most 8 tokens");
+    if (tokens > kSmallGemmNormMaxRows)
+      fail("codegen: the small GEMM's norm prologue takes at most 8 tokens");
     t.norm_blocks = k_blocks;
   }
   const int per_sm = (t.tiles_m * t.tiles_n + kSms - 1) / kSms;
@@ -594,6 +602,11 @@ bool attn_split_four_blocks(int head_dim, int group) {
 int prefill_gemm_grid(int rows, int cols, int tile_cols) {
   const int tiles = ((rows + 127) / 128) * ((cols + tile_cols - 1) / tile_cols);
   return std::min(tiles, kSms);
+}
+
+int prefill_pair_grid(int rows, int cols, int tile_cols) {
+  const int tiles = ((rows + 255) / 256) * ((cols + tile_cols - 1) / tile_cols);
+  return 2 * std::min(tiles, kSms / 2);
 }
 
 std::vector<std::string> Launch::all_args() const {

@@ -25,7 +25,8 @@
 namespace telos::codegen {
 
 struct KernelInstance {
-  std::string instance;  // the template instance, e.g. "telos_kernels::rmsnorm<128, 32, 1e-05f, false>"
+  std::string
+      instance;  // the template instance, e.g. "telos_kernels::rmsnorm<128, 32, 1e-05f, false>"
   std::vector<std::string> params;  // parameter names, in order (each a pointer)
   int block = 0;                    // threads per block
   int dynamic_smem = 0;             // bytes of dynamic shared memory per block
@@ -175,8 +176,8 @@ struct SmallGemmTiling {
   // These tiles reading the weight from its slot image `img` where their weight rows make whole
   // boxes of it (image_rows and image_box from image_box_rows), else as they are (its own map).
   SmallGemmTiling reading(const WeightImage& img) const;
-  int smem() const;              // dynamic shared memory per CTA
-  int resident_bytes() const;    // of smem(): what is not the stages (the norm prologue's A and sums)
+  int smem() const;            // dynamic shared memory per CTA
+  int resident_bytes() const;  // of smem(): what is not the stages (the norm prologue's A and sums)
 };
 // What the tiling may use (telos-kernel-bench times other choices than the plan's): the shared
 // memory of an SM that the grid's resident CTAs fill together, the most stages of a CTA's ring,
@@ -211,8 +212,9 @@ struct SmallGemmSm100Tiling {
 SmallGemmSm100Tiling small_gemm_sm100_tiling(int n, int k, int tokens, bool swiglu);
 
 // The small GEMM on an e4m3 weight (gemm_small_e4m3_*, kernels/gemm_e4m3.cuh): small_gemm_tiling's
-// weight tiles for one consumer warpgroup, on no cluster, one K block a stage, each stage also holding the bn raw e4m3 rows of 64 bytes and their barrier, as many stages
-// as the same shared memory share gives. The kernel's CTA adds kSmallGemmConverterThreads.
+// weight tiles for one consumer warpgroup, on no cluster, one K block a stage, each stage also
+// holding the bn raw e4m3 rows of 64 bytes and their barrier, as many stages as the same shared
+// memory share gives. The kernel's CTA adds kSmallGemmConverterThreads.
 inline constexpr int kSmallGemmConverterThreads = 128;
 // With `norm` (up to kSmallGemmNormMaxRows tokens) the norm prologue's tiles and resident A
 // (gemm_small_e4m3_norm_*).
@@ -343,6 +345,11 @@ int prefill_image_box_rows(const WeightImage& img, int rows);
 // as many stages of 128 A rows and max(256, w_box) W rows as fit, at most 4, the epilogue's four
 // 8 KB chunks and 1024 bytes of alignment (gemm_prefill.cuh, PrefillGemm::stages_for).
 int prefill_gemm_smem(int w_box);
+// The CTA-pair prefill GEMM (gemm_prefill_sm100_pair_*, and its Hopper twin) with `w_rows` W rows a
+// stage (tcgen05: a CTA's half of the tile, 128; the twin: the whole tile, 256): as many stages of
+// 128 A rows and w_rows W rows as fit, at most 6 (6 of 32 KB; the twin 4 of 48 KB), the
+// epilogue's chunks and the alignment (gemm_prefill_shape.cuh, PrefillPairTiling).
+int prefill_pair_smem(int w_rows);
 // The prefill GEMM on an e4m3 weight (gemm_prefill_e4m3_*): each stage also holds 256 raw rows of
 // 64 bytes and a third barrier, so 3 stages fit (PrefillGemm::stages_for).
 int prefill_gemm_e4m3_smem();
@@ -542,6 +549,9 @@ int attn_tokens_per_tile(bool prefill, int tokens, int group);
 // SM (its dynamic shared memory: prefill_gemm_smem).
 inline constexpr int kPrefillGemmThreads = 384;
 int prefill_gemm_grid(int rows, int cols, int tile_cols);
+// The CTA-pair form's persistent grid: clusters of 2 CTAs (the kernels' __cluster_dims__), one
+// a tile of 256 x `tile_cols`, at most one CTA an SM, so an even count.
+int prefill_pair_grid(int rows, int cols, int tile_cols);
 
 // The weight bytes of one layer's bf16 projections over hidden size `h`: qkv (`nqkv` rows), o
 // (K `ko`), gate/up and down (intermediate size `i`): the measure of the norm fold.

@@ -142,7 +142,7 @@ struct ModelShape {
   double eps = 0;
   RopeInput rope;
   bool qk_norm = false;
-  bool e4m3 = false;  // some weight is e4m3 (FP8; kernels/gemm_e4m3.cuh)
+  bool e4m3 = false;         // some weight is e4m3 (FP8; kernels/gemm_e4m3.cuh)
   bool layers_e4m3 = false;  // every layer projection's weight is (decode_layer_persistent_e4m3)
   bool w8a8 = false;         // some linear runs W8A8 (kernels/gemm_w8a8.cuh)
   bool layers_w8a8 = false;  // every layer projection does (decode_layer_persistent_w8a8)
@@ -450,7 +450,8 @@ struct Gemm {
 
 // Prefill GEMM buckets: the prefill GEMM (128-row tiles, persistent grid); every other bucket the
 // small-M GEMM (64-row tiles, narrow weight tiles). On sm_100a their tcgen05 forms
-// (gemm_prefill_sm100_*: the same tiles, arguments and shared memory; gemm_small_sm100_*: 128
+// (gemm_prefill_sm100_pair_*: 256-row tiles on CTA pairs, the same arguments;
+// gemm_prefill_sm100_*: the Hopper kernel's tiles and shared memory; gemm_small_sm100_*: 128
 // weight rows a CTA, the tokens as the MMA's N, no norm prologue and no slot images). Both compute
 // each output element with the same wgmma chain over K and the same epilogue arithmetic
 // (kernels/gemm_small.cuh), so a row's bits do not depend on which of them ran. `epi` is bf16,
@@ -467,6 +468,22 @@ Gemm choose_gemm(const Bucket& b, const std::string& epi, int n, int k, const We
   if (b.shape == ShapeClass::prefill_gemm) {
     const int cols = swiglu ? 128 : 256;
     const int box = prefill_image_box_rows(img, cols);
+    // sm_100a: the CTA pair (gemm_prefill_sm100_pair_*), each CTA loading half of a 256 x 256
+    // tile's weight rows through the weight's own map in 128-row boxes. The one-CTA form stays
+    // where the weight comes from a slot image (box > 0): the image's tiles and covering boxes are
+    // planned for whole 256-row tiles, not for a CTA's half (sm_100a's one-token layer reads the
+    // weights as they are, so its buckets plan none).
+    if (b.tcgen05 && box == 0)
+      return {{"telos_kernels::gemm_prefill_sm100_pair_" + epi + dims + ">",
+               {"a_map", "w_map", "out"},
+               kPrefillGemmThreads,
+               prefill_pair_smem(128)},
+              {prefill_pair_grid(b.T, n, cols), 1, 1},
+              128,
+              128,
+              epi == "residual" ? 32 : 64,
+              WeightImage{},
+              0};
     return {{std::string(b.tcgen05 ? "telos_kernels::gemm_prefill_sm100_"
                                    : "telos_kernels::gemm_prefill_") +
                  epi + dims + image_args(box) + ">",
@@ -622,11 +639,12 @@ void launch_gemm_e4m3(BucketLowering& b, TableRole role, const ir::Param& w,
   }
   const SmallGemmTiling t = small_gemm_e4m3_tiling(n, k, T, epi == "swiglu", norm != nullptr);
   if (norm) {
-    const int k_id = b.use(
-        role, {"telos_kernels::gemm_small_e4m3_norm_" + epi + dims + ", " + num(t.bn) + ", " +
-                   num(t.stages) + ", " + eps_literal(*norm) + ", " + blocks,
-               {"x", "norm_w", "w_map", "w_scale", "out"}, t.threads() + kSmallGemmConverterThreads,
-               small_gemm_e4m3_smem(t)});
+    const int k_id =
+        b.use(role, {"telos_kernels::gemm_small_e4m3_norm_" + epi + dims + ", " + num(t.bn) + ", " +
+                         num(t.stages) + ", " + eps_literal(*norm) + ", " + blocks,
+                     {"x", "norm_w", "w_map", "w_scale", "out"},
+                     t.threads() + kSmallGemmConverterThreads,
+                     small_gemm_e4m3_smem(t)});
     b.launch(k_id, {t.tiles_m, t.tiles_n, 1},
              {"buf:x", weight(*norm, 0), tmap(w_name, rows, k, t.w_box()), scales, "buf:" + out});
     return;
@@ -1280,25 +1298,26 @@ const std::vector<LoweringRule>& lowering_table() {
       {"linear.rope_kv_append", "linear", "rope_kv_append", DType::BF16, kSmallM, "sm_100a",
        "gemm_small_sm100_bf16 + qkv_rope_append_rows", lower_qkv},
       {"linear.rope_kv_append", "linear", "rope_kv_append", DType::BF16, kPrefill, "sm_100a",
-       "gemm_prefill_sm100_bf16 + qkv_rope_append_rows", lower_qkv},
+       "gemm_prefill_sm100_pair_bf16 + qkv_rope_append_rows", lower_qkv},
       {"paged_attention", "paged_attention", "", DType::BF16, kSmallM | kPrefill, "sm_100a",
        "attn_split + attn_combine, and attn_prefill_sm100 for a prefill bucket's prompt rows",
        lower_attention},
       {"linear.residual", "linear", "residual", DType::BF16, kSmallM, "sm_100a",
        "gemm_small_sm100_residual", lower_projection},
       {"linear.residual", "linear", "residual", DType::BF16, kPrefill, "sm_100a",
-       "gemm_prefill_sm100_residual", lower_projection},
+       "gemm_prefill_sm100_pair_residual", lower_projection},
       {"linear.swiglu", "linear", "swiglu", DType::BF16, kSmallM, "sm_100a",
        "gemm_small_sm100_swiglu", lower_projection},
       {"linear.swiglu", "linear", "swiglu", DType::BF16, kPrefill, "sm_100a",
-       "gemm_prefill_sm100_swiglu", lower_projection},
+       "gemm_prefill_sm100_pair_swiglu", lower_projection},
       {"lm_head_sample", "lm_head_sample", "", DType::BF16, kEvery, "sm_100a",
        "gemm_small_sm100_f32cand + sample", lower_lm_head_sample},
       {"linear.partial", "linear", "partial", DType::BF16, kSmallM, "sm_100a",
        "gemm_small_sm100_residual into the zeroed f32 partial (a tensor-parallel rank's o or down)",
        lower_partial},
       {"linear.partial", "linear", "partial", DType::BF16, kPrefill, "sm_100a",
-       "gemm_prefill_sm100_residual into the zeroed f32 partial (a tensor-parallel rank's o or "
+       "gemm_prefill_sm100_pair_residual into the zeroed f32 partial (a tensor-parallel rank's o "
+       "or "
        "down)",
        lower_partial},
       {"all_reduce.residual", "all_reduce", "residual", DType::BF16, kSmallM | kPrefill, "sm_100a",

@@ -33,12 +33,17 @@ struct PrefillGemm {
   // 227 KB, at most kStages (4 of 256 rows, 3 of 288). raw_row_bytes: an e4m3 weight's raw rows
   // (gemm_e4m3.cuh), each stage then also holding w_rows of them and a third barrier (3 stages of
   // 256 rows). The host's statement of the bytes: kernel_plan.hpp, prefill_gemm_smem.
+  // max_stages: kStages, or a CTA pair's kPairMaxStages.
   HEXEL_HOST_DEVICE static constexpr unsigned stages_for(unsigned w_rows,
-                                                         unsigned raw_row_bytes = 0) {
+                                                         unsigned raw_row_bytes = 0,
+                                                         unsigned max_stages = kStages) {
     const unsigned fit = (227 * 1024 - kEpilogueBytes - 1024) /
                          (kABytes + w_rows * (128 + raw_row_bytes) + 16 + (raw_row_bytes ? 8 : 0));
-    return fit < kStages ? fit : kStages;
+    return fit < max_stages ? fit : max_stages;
   }
+  // A CTA pair's stages (PrefillPairTiling): on tcgen05 a stage is 128 A rows and half the tile's
+  // 256 W rows, 32 KB, so 6 fit where 4 of 48 KB do.
+  static constexpr unsigned kPairMaxStages = 6;
 };
 
 // What an epilogue makes of a tile's W_ROWS W rows (kBlockN; PrefillW8a8Gemm::kBlockN for the
@@ -104,6 +109,35 @@ struct PrefillTiling {
     else
       return 0;
   }
+};
+
+// The tiling of the CTA-pair prefill GEMM (gemm_prefill_sm100.cuh, PrefillCtas<2>), with
+// PrefillTiling's names: a tile of 256 token rows (each CTA of the pair its own 128: kBlockM is a
+// CTA's) by kBlockN W rows, a stage of the CTA's 128 A rows and W_ROWS W rows (tcgen05: its half of
+// the tile, 128; the Hopper twin: the whole tile, both halves multicast), the weight's own 2D map
+// (no slot image, no covering box).
+template <int M, int N, int K, class Shape, unsigned W_ROWS>
+struct PrefillPairTiling {
+  enum : unsigned {
+    kBlockM = PrefillGemm::kBlockM,
+    kPairM = 2 * PrefillGemm::kBlockM,
+    kBlockN = PrefillGemm::kBlockN,
+    kBlockK = PrefillGemm::kBlockK,
+    kABytes = PrefillGemm::kABytes,
+    kCover = 0,
+    kWRows = W_ROWS,
+    kStages = PrefillGemm::stages_for(W_ROWS, 0, PrefillGemm::kPairMaxStages),
+    kStageBytes = PrefillGemm::kABytes + W_ROWS * 128,
+    kTilesM = (M + kPairM - 1) / kPairM,
+    kTilesN = (N + Shape::kOutCols - 1) / Shape::kOutCols,
+    kUnits = kTilesM * kTilesN,
+    kKBlocks = (K + PrefillGemm::kBlockK - 1) / PrefillGemm::kBlockK,
+  };
+  static_assert(M > 0 && N % 8 == 0 && K % 8 == 0, "TMA rows are multiples of 16 bytes");
+  static_assert(W_ROWS == PrefillGemm::kBlockN || 2 * W_ROWS == PrefillGemm::kBlockN,
+                "a stage holds the tile's W rows or the CTA's half of them");
+  static_assert(kStages >= 2, "a ring of at least two stages");
+  static HEXEL_HOST_DEVICE constexpr unsigned w_offset(unsigned) { return 0; }
 };
 
 // The W8A8 prefill GEMM's shape (gemm_w8a8.cuh): e4m3 activations and weights, a 128 x 128 tile

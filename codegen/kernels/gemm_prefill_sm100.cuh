@@ -31,9 +31,37 @@
 //   wgmma's fragment layout (PrefillTwinEpilogue), 2 adjacent columns a store, and the
 //   warpgroup's 128 threads share its two chunk buffers. Warps 1-3 idle.
 //
+// The CTA pair (gemm_prefill_sm100_pair_*, the form sm_100a's prefill buckets take): a cluster of
+// two CTAs computes a 256 x 256 tile with M = 256 tcgen05.mma.cta_group::2, each CTA loading its
+// own 128 A rows and half of the tile's W rows (128; SwiGLU: rank 0 the gate rows, rank 1 their up
+// rows, so accumulator column j is gate j and 128 + j up j as on one CTA). Why: per 64-wide K
+// block a one-CTA tile loads 16 KB of A and 32 KB of W for 128 x 256 x 64 x 2 = 4.2 MFLOP; a pair
+// CTA loads 16 + 16 = 32 KB for the same 4.2 MFLOP (the pair's 8.4 over two SMs), so the
+// L2-to-SM traffic drops by a third at the same MMA rate, which is what limits a large GEMM on
+// B200. The stage is 32 KB, so 6 stages fit where 4 of 48 KB do: 6 x (32768 + 16) + 4 x 8192
+// (chunk buffers) + 1024 (alignment) = 230496 bytes of 232448, beside 48 static. Wiring: the
+// leader (rank 0) arms its full barrier for both CTAs' bytes and both producers' boxes complete on
+// it (.cta_group::2); the leader's MMA thread issues the MMAs once it is full and commits each
+// stage and each accumulator to the barriers of both CTAs (multicast), which free the stage in
+// both and hand each CTA's epilogue its own 128 rows (Layout A: a CTA's rows in its own lanes, read
+// as on one CTA); every epilogue thread of both CTAs gives the accumulator back on the leader's
+// empty barrier. Tensor Memory is allocated by the pair (cta_group::2). The tiles, tile order
+// (over clusters), persistent loop, epilogue and chunk protocol are the one-CTA form's; only the
+// atom (PrefillTcgen05Pair), the stage's contents (PrefillPairTiling, prefill_pair_produce) and the
+// barriers differ. It reads the weight's own 2D map only: where a slot image would be read the
+// lowering keeps the one-CTA form (kernel_plan's image boxes are planned for 256-row tiles).
+// Its Hopper twin (gemm_prefill_sm100_pair_twin_*, PrefillWgmmaPairTwin) runs the pair's tiles,
+// tile order, stage split and cluster barriers on an H100/H200: each CTA multicasts its W half to
+// both, so each stage holds the whole tile (48 KB, 4 stages) and each CTA's wgmma computes its 128
+// rows; a stage goes back to the empty barriers of both CTAs.
+//
 // Reduction order, for batch invariance: every output element is one chain of tcgen05.mma over K
 // in 16-wide steps, in order, from zero, whatever M is. The twin's chain is the Hopper GEMM's
-// (wgmma, the tokens as A), so it gives gemm_prefill's bits.
+// (wgmma, the tokens as A), so it gives gemm_prefill's bits. The PTX ISA does not state that an
+// M = 256 cta_group::2 MMA gives a row the bits an M = 128 cta_group::1 MMA gives it (the small-M
+// GEMM's and the decode rows' chain); that waits for the first B200 run, of a test comparing the
+// sm_100a small and prefill GEMMs bit for bit (test/codegen/gpu_kernels_test.cpp has the Hopper
+// form, SmallGemmMatchesPrefillGemmBitForBit, and the twins').
 //
 // The index math is host-callable (PrefillEpilogueSm100, PrefillTwinEpilogue;
 // test/codegen/prefill_epilogue_sm100_test checks it against hexel/tcgen05_model.h and wgmma's
@@ -173,6 +201,7 @@ struct PrefillTwinEpilogue {
 
 #if defined(__CUDACC__)
 #include "gemm_prefill.cuh"
+#include "hexel/cluster.cuh"
 #include "hexel/ld_st.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/sync.cuh"
@@ -182,25 +211,107 @@ struct PrefillTwinEpilogue {
 
 namespace telos_kernels {
 
-// The MMA thread: for each of the CTA's tiles, wait until the epilogue has drained the
-// accumulator it will write (both are free at first), run the K loop into it, and commit it to
-// its accumulator-full barrier, which completes once every MMA of the tile has.
-template <class T, unsigned W_BH>
+// The CTAs that share a tile: one (CTAS 1), or the pair of a cluster of two (CTAS 2, the tile's
+// 256 rows 128 a CTA): the persistent loop's first unit and stride (a unit a cluster), this CTA's
+// rank, its 128-row tile of the unit's tile tm (rank 1's rows follow rank 0's), and the barrier
+// every thread of the CTAs meets at (PTX: bar.sync, or barrier.cluster.arrive/wait).
+template <unsigned CTAS>
+struct PrefillCtas {
+  static_assert(CTAS == 1 || CTAS == 2, "one CTA or a CTA pair");
+  enum : unsigned { kCtas = CTAS };
+  static __device__ __forceinline__ unsigned first_unit() { return blockIdx.x / CTAS; }
+  static __device__ __forceinline__ unsigned unit_stride() { return gridDim.x / CTAS; }
+  static __device__ __forceinline__ unsigned rank() {
+    if constexpr (CTAS == 1)
+      return 0;
+    else
+      return hexel::cluster::cta_rank();
+  }
+  static __device__ __forceinline__ unsigned cta_tm(unsigned tm) { return tm * CTAS + rank(); }
+  static __device__ __forceinline__ void sync() {
+    if constexpr (CTAS == 1)
+      __syncthreads();
+    else
+      hexel::cluster::sync();
+  }
+};
+
+// The tiling of an instance on CTAS CTAs: PrefillTiling, or for a pair PrefillPairTiling with
+// PAIR_W_ROWS W rows a stage (which reads the weight's own map: W_BH 0).
+template <unsigned CTAS, unsigned PAIR_W_ROWS, int M, int N, int K, class Epi, unsigned W_BH,
+          unsigned W_BOX>
+struct PrefillTilingFor {
+  using type = PrefillTiling<M, N, K, Epi, W_BH, W_BOX>;
+};
+template <unsigned PAIR_W_ROWS, int M, int N, int K, class Epi, unsigned W_BH, unsigned W_BOX>
+struct PrefillTilingFor<2, PAIR_W_ROWS, M, N, K, Epi, W_BH, W_BOX> {
+  static_assert(W_BH == 0 && W_BOX == 0, "a CTA pair reads the weight's own 2D map");
+  using type = PrefillPairTiling<M, N, K, Epi, PAIR_W_ROWS>;
+};
+
+// A CTA pair's producer (one thread in each CTA): for each of the cluster's tiles, every K block's
+// A rows of this CTA (rows 128 rank .. of the tile) and its half of the tile's W rows (SwiGLU:
+// rank 0 the gate rows, rank 1 their up rows, so accumulator column j is gate j and 128 + j up j
+// as on one CTA; else the tile's rows 128 rank ..). tcgen05 (TWIN false): into its stage, the
+// bytes of both CTAs completing on the leader's full barrier, which the leader arms for both
+// (tma::load_pair). The Hopper twin: its half of W multicast to the same rows of both CTAs'
+// stages, so each holds the whole tile, its full barrier armed for its A and both halves.
+template <class T, int N, class Epi, bool TWIN>
+__device__ __forceinline__ void prefill_pair_produce(const TensorMap* a_map, const TensorMap* w_map,
+                                                     const PrefillSmem<T>& sm) {
+  using namespace hexel;
+  using C = PrefillCtas<2>;
+  constexpr unsigned kHalf = PrefillGemm::kBlockN / 2;  // the W rows a CTA loads
+  constexpr unsigned short kPair = 0b11;
+  const unsigned rank = C::rank(), half = Epi::kSplitW ? rank : 0u;
+  mbarrier::StageRing<T::kStages> ring;
+  for (unsigned u = C::first_unit(); u < T::kUnits; u += C::unit_stride()) {
+    unsigned tm, tn;
+    prefill_tile_coords(u, T::kTilesM, T::kTilesN, tm, tn);
+    const unsigned a_row = C::cta_tm(tm) * T::kBlockM;
+    const unsigned w_row = Epi::kSplitW ? tn * kHalf : tn * PrefillGemm::kBlockN + rank * kHalf;
+    for (unsigned kb = 0; kb < T::kKBlocks; ++kb) {
+      mbarrier::wait_parity_cluster(sm.empty + 8 * ring.index, ring.phase ^ 1u);
+      const unsigned bar = sm.full + 8 * ring.index;
+      if constexpr (TWIN) {
+        mbarrier::arrive_expect_tx(bar, T::kStageBytes);
+        tma::load(sm.a(ring.index), a_map, bar, kb * T::kBlockK, a_row);
+        load_weight_rows<kHalf, 0, 0, true>(sm.w(ring.index) + rank * kHalf * 128, w_map, bar, kb,
+                                            w_row, half, N, kPair);
+      } else {
+        if (rank == 0) mbarrier::arrive_expect_tx(bar, 2 * T::kStageBytes);
+        const unsigned leader_bar = cluster::map_shared(bar, 0);
+        tma::load_pair(sm.a(ring.index), a_map, leader_bar, kb * T::kBlockK, a_row);
+        tma::load_pair(sm.w(ring.index), w_map, leader_bar, kb * T::kBlockK, half * N + w_row);
+      }
+      ring.advance();
+    }
+  }
+}
+
+// The MMA thread (a pair's: the leader's): for each of the CTA's tiles, wait until the epilogue
+// (a pair's: both CTAs') has drained the accumulator it will write (both are free at first), run
+// the K loop into it, and commit it to its accumulator-full barrier (a pair's: in both CTAs),
+// which completes once every MMA of the tile has.
+template <class T, class Ctas, class Accum>
 __device__ __forceinline__ void prefill_sm100_mma(const PrefillSmem<T>& sm, unsigned tmem,
                                                   unsigned accum_full, unsigned accum_empty) {
   using namespace hexel;
   mbarrier::StageRing<T::kStages> ring;
   mbarrier::StageRing<PrefillSm100::kAccumulators> acc;
-  for (unsigned u = blockIdx.x; u < T::kUnits; u += gridDim.x) {
+  for (unsigned u = Ctas::first_unit(); u < T::kUnits; u += Ctas::unit_stride()) {
     unsigned tm, tn;
     prefill_tile_coords(u, T::kTilesM, T::kTilesN, tm, tn);
     const unsigned w_at = T::w_offset(tn);
-    mbarrier::wait_parity(accum_empty + 8 * acc.index, acc.phase ^ 1u);
+    if constexpr (Ctas::kCtas == 1)
+      mbarrier::wait_parity(accum_empty + 8 * acc.index, acc.phase ^ 1u);
+    else
+      mbarrier::wait_parity_cluster(accum_empty + 8 * acc.index, acc.phase ^ 1u);
     tcgen05::fence_after_thread_sync();
-    PrefillAccum::k_loop(
+    Accum::k_loop(
         ring, tmem + acc.index * PrefillGemm::kBlockN, T::kKBlocks, sm.full, sm.empty,
         [&](unsigned s) { return sm.a(s); }, [&](unsigned s) { return sm.w(s) + w_at; });
-    tcgen05::commit(accum_full + 8 * acc.index);
+    Accum::commit_to(accum_full + 8 * acc.index);
     acc.advance();
   }
 }
@@ -253,18 +364,42 @@ __device__ __forceinline__ void prefill_sm100_put(unsigned epilogue, unsigned bu
 
 // The sm_100a atom: two 256-column accumulators in Tensor Memory, filled by the MMA thread and
 // drained by the epilogue warps through the accumulator-full and -empty barriers; each 64 epilogue
-// threads (one lane half of a warpgroup) share a chunk buffer.
-struct PrefillTcgen05 {
+// threads (one lane half of a warpgroup) share a chunk buffer. CTAS 2 (PrefillTcgen05Pair): the
+// CTA pair, whose leader's MMA thread issues cta_group::2 MMAs (M 256) once its full barrier has
+// both CTAs' bytes, and whose commits reach the barriers of both CTAs; the accumulators are
+// allocated by the pair (the same columns in both), and each CTA's epilogue drains its own 128
+// rows and gives the accumulator back on the leader's empty barrier.
+template <unsigned CTAS>
+struct PrefillTcgen05Of : PrefillCtas<CTAS> {
+  using Ctas = PrefillCtas<CTAS>;
+  using Accum = hexel::tcgen05::Bf16Accum<PrefillGemm::kBlockN, CTAS>;
   enum : unsigned {
     kEmptyArrivals = 1,  // the MMA thread's tcgen05.commit
     kGroupThreads = 64,
     kGroupBoxes = 1,
   };
+  template <int M, int N, int K, class Epi, unsigned W_BH, unsigned W_BOX>
+  using Tiling =
+      typename PrefillTilingFor<CTAS, PrefillGemm::kBlockN / 2, M, N, K, Epi, W_BH, W_BOX>::type;
+  // The producer thread: prefill_gemm_produce, or a pair's prefill_pair_produce.
+  template <class T, int N, class Epi, unsigned W_BH, unsigned W_BOX>
+  static __device__ __forceinline__ void produce(const TensorMap* a_map, const TensorMap* w_map,
+                                                 const PrefillSmem<T>& sm) {
+    if constexpr (CTAS == 1) {
+      auto a_stage = [&](unsigned s) { return sm.a(s); };
+      auto w_stage = [&](unsigned s) { return sm.w(s); };
+      prefill_gemm_produce<T, N, Epi, W_BH, W_BOX>(a_map, w_map, sm.full, sm.empty, a_stage,
+                                                   w_stage);
+    } else {
+      prefill_pair_produce<T, N, Epi, false>(a_map, w_map, sm);
+    }
+  }
   struct State {
     unsigned tmem, accum_full, accum_empty;  // the barriers: full[2], then empty[2]
   };
-  // Every thread, as the CTA's first barrier (thread 0 has initialised the stages): thread 0
-  // initialises the accumulators' barriers, warp kMmaWarp allocates all 512 columns. PTX:
+  // Every thread, as the CTAs' first barrier (thread 0 has initialised the stages): thread 0
+  // initialises the accumulators' barriers (the empty one counts every epilogue thread of the
+  // CTAs), warp kMmaWarp allocates all 512 columns (a pair's: one warp in each CTA). PTX:
   // tcgen05.alloc, tcgen05.relinquish_alloc_permit, tcgen05.fence.
   static __device__ __forceinline__ State start(unsigned warp) {
     using R = PrefillSm100;
@@ -276,34 +411,36 @@ struct PrefillTcgen05 {
     if (threadIdx.x == 0) {
       for (unsigned b = 0; b < R::kAccumulators; ++b) {
         mbarrier::init(accum_full + 8 * b, 1);
-        mbarrier::init(accum_empty + 8 * b, PrefillGemm::kConsumers * 128);
+        mbarrier::init(accum_empty + 8 * b, CTAS * PrefillGemm::kConsumers * 128);
       }
       mbarrier::fence_init();
     }
     if (warp == R::kMmaWarp) {
-      tcgen05::alloc(smem_addr(&tmem_slot), R::kTmemColumns);
-      tcgen05::relinquish_alloc_permit();
+      tcgen05::alloc<CTAS>(smem_addr(&tmem_slot), R::kTmemColumns);
+      tcgen05::relinquish_alloc_permit<CTAS>();
     }
     tcgen05::fence_before_thread_sync();
-    __syncthreads();
+    Ctas::sync();
     tcgen05::fence_after_thread_sync();
     return {tmem_slot, accum_full, accum_empty};
   }
-  // Warp kMmaWarp: its first thread issues every MMA.
-  template <class T, unsigned W_BH>
+  // Warp kMmaWarp: its first thread issues every MMA (a pair's: the leader's).
+  template <class T>
   static __device__ __forceinline__ void mma(const State& st, const PrefillSmem<T>& sm,
                                              unsigned lane) {
-    if (lane == 0) prefill_sm100_mma<T, W_BH>(sm, st.tmem, st.accum_full, st.accum_empty);
+    if (lane == 0 && Ctas::rank() == 0)
+      prefill_sm100_mma<T, Ctas, Accum>(sm, st.tmem, st.accum_full, st.accum_empty);
   }
-  // Every thread, at the end: once every tcgen05.ld has completed (wait::ld), the allocating warp
-  // frees the columns. PTX: tcgen05.dealloc.
+  // Every thread, at the end: once every tcgen05.ld has completed (wait::ld) and, for a pair, the
+  // peer is done with the leader's barriers and the leader's MMAs with the peer's Tensor Memory,
+  // the allocating warp frees the columns. PTX: tcgen05.dealloc.
   static __device__ __forceinline__ void finish(const State& st, unsigned warp) {
     using namespace hexel;
     tcgen05::fence_before_thread_sync();
-    __syncthreads();
+    Ctas::sync();
     if (warp == PrefillSm100::kMmaWarp) {
       tcgen05::fence_after_thread_sync();
-      tcgen05::dealloc(st.tmem, PrefillSm100::kTmemColumns);
+      tcgen05::dealloc<CTAS>(st.tmem, PrefillSm100::kTmemColumns);
     }
   }
   // The chunk buffer an epilogue thread writes first, the tile row of its box, and the thread
@@ -336,10 +473,15 @@ struct PrefillTcgen05 {
       hexel::tcgen05::fence_after_thread_sync();
       now = st.tmem + acc.index * PrefillGemm::kBlockN;
     }
-    // PTX: tcgen05.fence::before_thread_sync before the arrival.
+    // PTX: tcgen05.fence::before_thread_sync before the arrival (a pair's: on the leader's
+    // barrier, mbarrier.arrive.release.cluster).
     __device__ __forceinline__ void release(unsigned) {
-      hexel::tcgen05::fence_before_thread_sync();
-      hexel::mbarrier::arrive(st.accum_empty + 8 * acc.index);
+      using namespace hexel;
+      tcgen05::fence_before_thread_sync();
+      if constexpr (CTAS == 1)
+        mbarrier::arrive(st.accum_empty + 8 * acc.index);
+      else
+        mbarrier::arrive_cluster(cluster::map_shared(st.accum_empty + 8 * acc.index, 0));
       acc.advance();
     }
     // Piece `piece` of chunk `chunk` of warpgroup c: the thread's row, 32 columns, into the chunk
@@ -357,24 +499,47 @@ struct PrefillTcgen05 {
   };
 };
 
+using PrefillTcgen05 = PrefillTcgen05Of<1>;
+using PrefillTcgen05Pair = PrefillTcgen05Of<2>;
+
 // The sm_90a twin's atom: each epilogue warpgroup holds its columns' accumulator in registers
 // (PrefillTwinEpilogue) and runs the K loop itself, tile after tile, releasing each stage; its 128
-// threads share its two chunk buffers. Warps 1-3 idle.
-struct PrefillWgmmaTwin {
+// threads share its two chunk buffers. Warps 1-3 idle. CTAS 2 (PrefillWgmmaPairTwin): the pair's
+// tiles and barriers on Hopper: each CTA's stage holds its 128 A rows and the whole tile's W rows
+// (each CTA multicasts its half, prefill_pair_produce), so a stage is released to the empty
+// barriers of both CTAs (both producers write it), and the CTAs meet at the start (the peer's
+// barriers initialised before a multicast reaches them) and at the end (no CTA exits while the
+// other may still arrive on its barriers).
+template <unsigned CTAS>
+struct PrefillWgmmaTwinOf : PrefillCtas<CTAS> {
+  using Ctas = PrefillCtas<CTAS>;
   enum : unsigned {
-    kEmptyArrivals = 4 * PrefillGemm::kConsumers,  // each epilogue warp's first lane
+    kEmptyArrivals = CTAS * 4 * PrefillGemm::kConsumers,  // each epilogue warp's first lane
     kGroupThreads = 128,
     kGroupBoxes = 2,
   };
+  template <int M, int N, int K, class Epi, unsigned W_BH, unsigned W_BOX>
+  using Tiling =
+      typename PrefillTilingFor<CTAS, PrefillGemm::kBlockN, M, N, K, Epi, W_BH, W_BOX>::type;
+  template <class T, int N, class Epi, unsigned W_BH, unsigned W_BOX>
+  static __device__ __forceinline__ void produce(const TensorMap* a_map, const TensorMap* w_map,
+                                                 const PrefillSmem<T>& sm) {
+    if constexpr (CTAS == 1)
+      PrefillTcgen05Of<1>::template produce<T, N, Epi, W_BH, W_BOX>(a_map, w_map, sm);
+    else
+      prefill_pair_produce<T, N, Epi, true>(a_map, w_map, sm);
+  }
   struct State {};
   static __device__ __forceinline__ State start(unsigned) {
     if (threadIdx.x == 0) hexel::mbarrier::fence_init();
-    __syncthreads();
+    Ctas::sync();
     return {};
   }
-  template <class T, unsigned W_BH>
+  template <class T>
   static __device__ __forceinline__ void mma(const State&, const PrefillSmem<T>&, unsigned) {}
-  static __device__ __forceinline__ void finish(const State&, unsigned) {}
+  static __device__ __forceinline__ void finish(const State&, unsigned) {
+    if constexpr (CTAS == 2) Ctas::sync();
+  }
   template <class Epi>
   static __device__ __forceinline__ unsigned first_buffer(unsigned warp) {
     return 2 * PrefillEpilogueSm100<Epi>::group(warp);
@@ -398,16 +563,17 @@ struct PrefillWgmmaTwin {
     __device__ __forceinline__ Tiles(const State&, const PrefillSmem<T>& s) : sm(s) {}
     // The tile's K loop into d: per row half h2 and chain, the stage's A rows 64 h2 .. and the
     // chain's W rows (from the tile's offset in the stage, T::w_offset); then, the accumulator
-    // being in registers, the last stage goes back at once, as in gemm_prefill.
+    // being in registers, the last stage goes back at once, as in gemm_prefill (a pair's stages
+    // to both CTAs).
     __device__ __forceinline__ void acquire(unsigned tn, unsigned warp, unsigned lane) {
       const unsigned c = PrefillEpilogueSm100<Epi>::group(warp), w_at = T::w_offset(tn);
-      const unsigned last = wgmma_chains_k_loop<TE::kN>(
+      const unsigned last = wgmma_chains_k_loop<TE::kN, CTAS>(
           d, ring, T::kKBlocks, sm.full, sm.empty, lane,
           [&](unsigned s, unsigned i) { return sm.a(s) + i / TE::kChains * 64 * 128; },
           [&](unsigned s, unsigned i) {
             return sm.w(s) + w_at + TE::w_row(c, i % TE::kChains) * 128;
           });
-      if (lane == 0) hexel::mbarrier::arrive(sm.empty + 8 * last);
+      if (lane == 0) wgmma_chains_release<CTAS>(sm.empty + 8 * last);
     }
     __device__ __forceinline__ void release(unsigned) {}
     __device__ __forceinline__ void piece(unsigned epilogue, unsigned c, unsigned chunk,
@@ -434,6 +600,9 @@ struct PrefillWgmmaTwin {
   };
 };
 
+using PrefillWgmmaTwin = PrefillWgmmaTwinOf<1>;
+using PrefillWgmmaPairTwin = PrefillWgmmaTwinOf<2>;
+
 // An epilogue thread's part of tile (tm, tn) from its atom's accumulator (`tiles`): per chunk,
 // its pieces into the chunk buffers of its group, which the group's leader hands to the TMA
 // (prefill_chunk_acquire / _release: one buffer, or a warpgroup's two, each; it waits until the
@@ -457,7 +626,8 @@ __device__ __forceinline__ void prefill_sm100_epilogue(Tiles& tiles, const Tenso
   }
 }
 
-// An epilogue thread's tiles: take each tile's accumulator, write the tile out, give it back.
+// An epilogue thread's tiles: take each tile's accumulator, write the CTA's rows of it out (a
+// pair's tile tm: this CTA's 128-row tile Atom::cta_tm(tm)), give it back.
 template <class Atom, class T, class Epi>
 __device__ __forceinline__ void prefill_sm100_drain(typename Atom::template Tiles<T, Epi>& tiles,
                                                     const TensorMap* out_map, unsigned epilogue,
@@ -468,24 +638,25 @@ __device__ __forceinline__ void prefill_sm100_drain(typename Atom::template Tile
     tma::acquire_map(out_map);
     tma::prefetch_map(out_map);
   }
-  for (unsigned u = blockIdx.x; u < T::kUnits; u += gridDim.x) {
+  for (unsigned u = Atom::first_unit(); u < T::kUnits; u += Atom::unit_stride()) {
     unsigned tm, tn;
     prefill_tile_coords(u, T::kTilesM, T::kTilesN, tm, tn);
     tiles.acquire(tn, warp, lane);
-    prefill_sm100_epilogue<Atom, Epi>(tiles, out_map, epilogue, tm, tn, warp, lane);
+    prefill_sm100_epilogue<Atom, Epi>(tiles, out_map, epilogue, Atom::cta_tm(tm), tn, warp, lane);
     tiles.release(lane);
   }
   if (leader) tma::wait_group<0>();
 }
 
-// The whole kernel on atom Atom (PrefillTcgen05, PrefillWgmmaTwin; prefill_gemm_body's interface).
-// The stages' barriers are in the dynamic shared memory as on Hopper; the accumulators' barriers
-// and the Tensor Memory address are static, so the dynamic shared memory is the Hopper kernel's
-// (kernel_plan.hpp, prefill_gemm_smem).
+// The whole kernel on atom Atom (PrefillTcgen05, PrefillWgmmaTwin and their pair forms;
+// prefill_gemm_body's interface). The stages' barriers are in the dynamic shared memory as on
+// Hopper; the accumulators' barriers and the Tensor Memory address are static, so the one-CTA
+// forms' dynamic shared memory is the Hopper kernel's (kernel_plan.hpp, prefill_gemm_smem), the
+// pair forms' their stages' (prefill_pair_smem).
 template <class Atom, int M, int N, int K, class Epi, unsigned W_BH = 0, unsigned W_BOX = 0>
 __device__ __forceinline__ void prefill_sm100_body(const TensorMap* a_map, const TensorMap* w_map,
                                                    const TensorMap* out_map) {
-  using T = PrefillTiling<M, N, K, Epi, W_BH, W_BOX>;
+  using T = typename Atom::template Tiling<M, N, K, Epi, W_BH, W_BOX>;
   using R = PrefillSm100;
   using namespace hexel;
   extern __shared__ unsigned char smem_raw[];
@@ -496,13 +667,9 @@ __device__ __forceinline__ void prefill_sm100_body(const TensorMap* a_map, const
   const typename Atom::State st = Atom::start(warp);
 
   if (warp == R::kProducerWarp) {
-    auto a_stage = [&](unsigned s) { return sm.a(s); };
-    auto w_stage = [&](unsigned s) { return sm.w(s); };
-    if (lane == 0)
-      prefill_gemm_produce<T, N, Epi, W_BH, W_BOX>(a_map, w_map, sm.full, sm.empty, a_stage,
-                                                   w_stage);
+    if (lane == 0) Atom::template produce<T, N, Epi, W_BH, W_BOX>(a_map, w_map, sm);
   } else if (warp == R::kMmaWarp) {
-    Atom::template mma<T, W_BH>(st, sm, lane);
+    Atom::template mma<T>(st, sm, lane);
   } else if (warp >= R::kFirstEpilogueWarp) {
     typename Atom::template Tiles<T, Epi> tiles(st, sm);
     prefill_sm100_drain<Atom, T, Epi>(tiles, out_map, sm.epilogue, warp, lane);
@@ -562,6 +729,61 @@ __global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
                                    const TensorMap* act_map) {
   pdl_entry();
   prefill_sm100_body<PrefillWgmmaTwin, M, I, K, EpilogueSwiGlu, W_BH, W_BOX>(a_map, w_map, act_map);
+}
+
+// The CTA-pair kernels (sm_100a): the three kernels above on PrefillTcgen05Pair, a cluster of two
+// CTAs a 256 x 256 tile, the weight through its own 2D map (128-row boxes: a CTA's half of the
+// tile's W rows, SwiGLU's gate or up rows), the grid a multiple of 2 (prefill_pair_grid), the
+// dynamic shared memory prefill_pair_smem(128).
+template <int M, int N, int K>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_sm100_pair_bf16(const TensorMap* a_map, const TensorMap* w_map,
+                                 const TensorMap* y_map) {
+  pdl_entry();
+  prefill_sm100_body<PrefillTcgen05Pair, M, N, K, EpilogueStoreBf16>(a_map, w_map, y_map);
+}
+
+template <int M, int N, int K>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_sm100_pair_residual(const TensorMap* a_map, const TensorMap* w_map,
+                                     const TensorMap* x_map) {
+  pdl_entry();
+  prefill_sm100_body<PrefillTcgen05Pair, M, N, K, EpilogueResidual>(a_map, w_map, x_map);
+}
+
+template <int M, int I, int K>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_sm100_pair_swiglu(const TensorMap* a_map, const TensorMap* w_map,
+                                   const TensorMap* act_map) {
+  pdl_entry();
+  prefill_sm100_body<PrefillTcgen05Pair, M, I, K, EpilogueSwiGlu>(a_map, w_map, act_map);
+}
+
+// The pair kernels' Hopper twins (sm_90a), on PrefillWgmmaPairTwin: the same arguments, maps,
+// cluster and grid; the dynamic shared memory prefill_pair_smem(256) (each stage the whole tile's
+// W rows).
+template <int M, int N, int K>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_sm100_pair_twin_bf16(const TensorMap* a_map, const TensorMap* w_map,
+                                      const TensorMap* y_map) {
+  pdl_entry();
+  prefill_sm100_body<PrefillWgmmaPairTwin, M, N, K, EpilogueStoreBf16>(a_map, w_map, y_map);
+}
+
+template <int M, int N, int K>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_sm100_pair_twin_residual(const TensorMap* a_map, const TensorMap* w_map,
+                                          const TensorMap* x_map) {
+  pdl_entry();
+  prefill_sm100_body<PrefillWgmmaPairTwin, M, N, K, EpilogueResidual>(a_map, w_map, x_map);
+}
+
+template <int M, int I, int K>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(PrefillGemm::kThreads, 1)
+    gemm_prefill_sm100_pair_twin_swiglu(const TensorMap* a_map, const TensorMap* w_map,
+                                        const TensorMap* act_map) {
+  pdl_entry();
+  prefill_sm100_body<PrefillWgmmaPairTwin, M, I, K, EpilogueSwiGlu>(a_map, w_map, act_map);
 }
 
 }  // namespace telos_kernels

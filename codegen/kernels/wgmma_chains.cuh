@@ -10,14 +10,25 @@
 
 namespace telos_kernels {
 
+// A warp's release of the stage whose empty barrier is at `empty`: one arrival on it, or on the
+// barrier at that offset in each CTA of ranks 0 .. CL - 1. PTX: mbarrier.arrive (.shared::cluster).
+template <unsigned CL>
+__device__ __forceinline__ void wgmma_chains_release(unsigned empty) {
+  if constexpr (CL == 1)
+    hexel::mbarrier::arrive(empty);
+  else
+    hexel::mbarrier::arrive_remote_ranks<CL>(empty);
+}
+
 // For each of k_blocks stages of the ring: wait for its full barrier (full + 8 · index), then per
 // 16-wide K step one wgmma into each chain d[i] (A at a_tile(stage, i), B at b_tile(stage, i): the
 // stage's addresses, 1024-byte aligned), from zero at the first; one group stays in flight, and
 // once only the newest is pending the warp's first lane releases the previous stage (empty + 8 ·
-// index: one arrival per warp). Returns the last stage's index, which the caller releases if
-// anything loads after it. PTX: wgmma.fence, wgmma.mma_async, wgmma.commit_group,
-// wgmma.wait_group.
-template <unsigned N, unsigned CHAINS, unsigned STAGES, class ATile, class BTile>
+// index: one arrival per warp; CL > 1, a cluster's CTAs whose producers write the stage: one on
+// the barrier at that offset in each of ranks 0 .. CL - 1, wgmma_chains_release). Returns the last
+// stage's index, which the caller releases if anything loads after it. PTX: wgmma.fence,
+// wgmma.mma_async, wgmma.commit_group, wgmma.wait_group.
+template <unsigned N, unsigned CL = 1, unsigned CHAINS, unsigned STAGES, class ATile, class BTile>
 __device__ __forceinline__ unsigned wgmma_chains_k_loop(float (&d)[CHAINS][N / 2],
                                                         hexel::mbarrier::StageRing<STAGES>& ring,
                                                         unsigned k_blocks, unsigned full,
@@ -38,7 +49,7 @@ __device__ __forceinline__ unsigned wgmma_chains_k_loop(float (&d)[CHAINS][N / 2
       }
     wgmma::commit_group();
     wgmma::wait_group<1>();
-    if (kb > 0 && lane == 0) mbarrier::arrive(empty + 8 * prev);
+    if (kb > 0 && lane == 0) wgmma_chains_release<CL>(empty + 8 * prev);
     prev = ring.index;
     ring.advance();
   }

@@ -2,11 +2,12 @@
 // a Blackwell GPU: the fields of the instruction and shared-memory descriptors decoded from their
 // bits and encoded back, where element (row, k) of a K-major operand lives in shared memory under
 // a descriptor, where an accumulator element of a cta_group::1, M = 128 MMA lives in Tensor
-// Memory, and which Tensor Memory cell each register of a tcgen05.ld .32x32b receives. Each rule
-// cites its section of the PTX ISA, "TensorCore 5th Generation Family Instructions". The model
-// is written from the manual's tables, independently of the builders in tcgen05_desc.cuh, which
-// the tests compare it with. Anything outside what it models is an std::invalid_argument naming
-// the field and what was expected. Host-only.
+// Memory (and of a cta_group::2, M = 256 one, in which CTA's), and which Tensor Memory cell each
+// register of a tcgen05.ld .32x32b receives. Each rule cites its section of the PTX ISA,
+// "TensorCore 5th Generation Family Instructions". The model is written from the manual's tables,
+// independently of the builders in tcgen05_desc.cuh, which the tests compare it with. Anything
+// outside what it models is an std::invalid_argument naming the field and what was expected.
+// Host-only.
 #pragma once
 #if defined(__CUDACC_RTC__)
 #error "hexel/tcgen05_model.h is host code"
@@ -114,6 +115,20 @@ inline void check_dense_kind_f16_cta1(const InstrFields& f) {
           "an f16 D takes f16 operands only, not bf16");
   require(!f.sparse && f.sparsity_selector == 0, "sparse: the model covers dense MMAs only");
   require(!f.saturate && f.max_shift == 0, "saturate and max_shift are 0 for dense kind::f16");
+}
+
+// "Matrix Shape", the same table for a CTA pair: a dense, non-.ws, cta_group::2 .kind::f16 MMA
+// has M = 128 or 256 (the pair's rows, half in each CTA at M = 256) and N = 16 .. 256 in steps of
+// 16; the types as for one CTA.
+inline void check_dense_kind_f16_cta2(const InstrFields& f) {
+  using detail::require;
+  require(f.m == 128 || f.m == 256,
+          "M = " + std::to_string(f.m) + ": a cta_group::2 kind::f16 MMA has M = 128 or 256");
+  require(f.n >= 16 && f.n <= 256 && f.n % 16 == 0,
+          "N = " + std::to_string(f.n) + ": a cta_group::2 MMA takes N = 16 .. 256 in steps of 16");
+  InstrFields one = f;
+  one.m = 128;
+  check_dense_kind_f16_cta1(one);
 }
 
 // "Shared Memory Descriptor", the layout table: bits 0-13 start address >> 4, 14-15 reserved,
@@ -260,6 +275,45 @@ inline TmemCell accumulator_cell(uint32_t d_tmem, uint32_t m, uint32_t n_dim, ui
                                             std::to_string(n) + ") is outside " +
                                             std::to_string(m) + " x " + std::to_string(n_dim));
   return {row, base.column + n};
+}
+
+// A row of a CTA pair's operand or accumulator: which CTA of the pair (its rank in the cluster)
+// holds it, and its row there.
+struct PairRow {
+  uint32_t cta = 0;
+  uint32_t row = 0;
+  friend bool operator==(const PairRow&, const PairRow&) = default;
+};
+
+// "Matrix Shape" and the cta_group::2 operand split: an M = 256 MMA reads A rows 0 .. 127 from
+// CTA 0's shared memory and 128 .. 255 from CTA 1's, B rows (N) 0 .. N / 2 - 1 from CTA 0's and
+// the rest from CTA 1's, each through the same descriptor (the same shared offsets in both CTAs).
+inline PairRow pair_a_row(uint32_t m, uint32_t row) {
+  detail::require(m == 256, "M = " + std::to_string(m) + ": only the M = 256 pair is modelled");
+  detail::require(row < m, "A row " + std::to_string(row) + " is outside M = 256");
+  return {row / 128, row % 128};
+}
+inline PairRow pair_b_row(uint32_t n_dim, uint32_t n) {
+  detail::require(n_dim % 32 == 0 && n_dim >= 32 && n_dim <= 256,
+                  "N = " + std::to_string(n_dim) + ": the pair splits N = 32 .. 256 in halves");
+  detail::require(n < n_dim,
+                  "B row " + std::to_string(n) + " is outside N = " + std::to_string(n_dim));
+  return {n / (n_dim / 2), n % (n_dim / 2)};
+}
+
+// "Data Path Layout Organization", Layout A (cta_group::2, M = 256): each CTA of the pair holds
+// its 128 rows of D in its own Tensor Memory, row i of the pair in CTA i / 128, lane i % 128,
+// column n after the address's column (the same address in both CTAs, from the pair's
+// tcgen05.alloc.cta_group::2). A CTA reads its rows as Layout D's (accumulator_cell).
+struct PairCell {
+  uint32_t cta = 0;
+  TmemCell cell;
+  friend bool operator==(const PairCell&, const PairCell&) = default;
+};
+inline PairCell pair_accumulator_cell(uint32_t d_tmem, uint32_t m, uint32_t n_dim, uint32_t row,
+                                      uint32_t n) {
+  const PairRow r = pair_a_row(m, row);
+  return {r.cta, accumulator_cell(d_tmem, 128, n_dim, r.row, n)};
 }
 
 // "Tensor Memory: Access restrictions": warp w of a warpgroup reaches lanes 32 (w % 4) ..

@@ -75,6 +75,20 @@ HEXEL_DEVICE void load(uint32_t dst, const TensorMap* map, uint32_t bar, Coord..
         : "memory");
 }
 
+// Tiled 2D load of a CTA pair (tcgen05 cta_group::2): the box lands in this CTA's shared memory
+// at `dst` and its bytes complete on the mbarrier at the shared::cluster address `bar`, which may
+// be in either CTA of the pair (the leader's, where one MMA thread waits for both CTAs' stages:
+// cluster::map_shared(bar, 0)). PTX: cp.async.bulk.tensor (.shared::cluster.global,
+// .mbarrier::complete_tx::bytes, .cta_group::2).
+HEXEL_DEVICE void load_pair(uint32_t dst, const TensorMap* map, uint32_t bar, int32_t c0,
+                            int32_t c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.cta_group::2"
+      " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+      "l"(map_addr(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
 // Tiled 2D load multicast to every CTA of the cluster whose bit is set in `cta_mask`: the box
 // lands at the same shared offset `dst` in each, and each CTA's barrier at offset `bar` gets
 // the bytes. PTX: cp.async.bulk.tensor with .multicast::cluster.
@@ -91,8 +105,8 @@ HEXEL_DEVICE void load_multicast(uint32_t dst, const TensorMap* map, uint32_t ba
 // The same for a 5D box (a weight's slot image, codegen/kernels/gemm_prefill.cuh's
 // load_weight_rows). PTX: cp.async.bulk.tensor (.5d, .multicast::cluster).
 HEXEL_DEVICE void load_multicast(uint32_t dst, const TensorMap* map, uint32_t bar,
-                                 uint16_t cta_mask, int32_t c0, int32_t c1, int32_t c2,
-                                 int32_t c3, int32_t c4) {
+                                 uint16_t cta_mask, int32_t c0, int32_t c1, int32_t c2, int32_t c3,
+                                 int32_t c4) {
   asm volatile(
       "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
       "cluster"

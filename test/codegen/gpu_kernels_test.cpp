@@ -3418,6 +3418,83 @@ TEST(GpuKernels, Sm100TwinPrefillGemmMatchesF64AndHopperBitForBit) {
 }
 
 
+// The sm_100a CTA-pair prefill GEMM's shared parts on an H200 (its twin, gemm_prefill_sm100_pair_
+// twin_*: the pair's 256-row tiles and tile order over clusters of two, each CTA's producer loading
+// its 128 A rows and multicasting its half of the W rows, SwiGLU's gate rows from rank 0 and up
+// rows from rank 1, stages released to both CTAs' empty barriers, each CTA's epilogue writing its
+// own 128 rows): every epilogue against f64 and bit for bit against the Hopper gemm_prefill, at M
+// not a multiple of 256 (M 300 and 100: the last tile's rank-1 rows all padding), odd N tile
+// counts (N 520: 3 tiles of 256), a ragged K, outputs poisoned with 128 guard rows past M; and on
+// one cluster (grid 2) that loops over every tile, the ring wrapping across them.
+TEST(GpuKernels, Sm100PairTwinPrefillGemmMatchesF64AndHopperBitForBit) {
+  TELOS_SKIP_WITHOUT_GPU();
+  struct Case {
+    PrefillShape s;
+    int grid;  // 0: the plan's (prefill_pair_grid)
+  };
+  const std::vector<Case> cases = {{{300, 520, 128}, 0}, {{100, 384, 264}, 0},
+                                   {{401, 520, 128}, 2}, {{130, 136, 1000}, 0},
+                                   {{512, 256, 192}, 0}, {{256, 128, 64}, 2}};
+  const std::vector<std::string> epis = {"bf16", "residual", "swiglu"};
+  auto dims = [](const PrefillShape& s) {
+    return "<" + I(s.M) + ", " + I(s.N) + ", " + I(s.K) + ">";
+  };
+  std::vector<std::string> names;
+  for (const Case& c : cases)
+    for (const std::string& epi : epis) {
+      names.push_back("telos_kernels::gemm_prefill_" + epi + dims(c.s));
+      names.push_back("telos_kernels::gemm_prefill_sm100_pair_twin_" + epi + dims(c.s));
+    }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  TestModule mod(source_with_rope() + kSm100Twins, names);
+  for (const Case& c : cases) {
+    const PrefillShape& s = c.s;
+    const std::size_t MN = static_cast<std::size_t>(s.M) * s.N,
+                      guard = 128 * static_cast<std::size_t>(s.N);
+    std::vector<float> Af, Wf;
+    const bf16v A = random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af);
+    const bf16v W = random_bf16(2 * static_cast<std::size_t>(s.N) * s.K, 0.05f, Wf);  // [2N, K]
+    const std::vector<float> x0 = random_floats(MN + guard);
+    const std::vector<double> ref = gemm_ref(Af, Wf, s.M, 2 * s.N, s.K);  // [M, 2N]: gate, then up
+    DeviceBuffer<std::uint16_t> dA(A), dW(W);
+    for (const std::string& epi : epis) {
+      const bool swiglu = epi == "swiglu", residual = epi == "residual";
+      const int cols = swiglu ? 128 : 256;
+      const std::string what =
+          epi + " M=" + I(s.M) + " N=" + I(s.N) + " K=" + I(s.K) + " grid " + I(c.grid);
+      std::vector<float> outs[2];  // the pair twin's, the Hopper GEMM's
+      for (int hopper = 0; hopper < 2; ++hopper) {
+        DeviceBuffer<std::uint16_t> y(MN + guard);
+        DeviceBuffer<float> x(x0);
+        // The pair's weight boxes are a CTA's half of the tile: 128 rows (SwiGLU: gate or up).
+        const DeviceMap a_map(dA.get(), s.M, s.K, 128),
+            w_map(dW.get(), swiglu ? 2 * s.N : s.N, s.K, hopper ? cols : 128),
+            y_map(y.get(), s.M, s.N, 64), x_map(x.get(), s.M, s.N, 64, hexel::TmaDtype::F32);
+        const std::string name =
+            hopper ? "telos_kernels::gemm_prefill_" + epi + dims(s)
+                   : "telos_kernels::gemm_prefill_sm100_pair_twin_" + epi + dims(s);
+        const int grid = hopper       ? prefill_grid(s.M, s.N, cols)
+                         : c.grid > 0 ? c.grid
+                                      : codegen::prefill_pair_grid(s.M, s.N, cols);
+        ASSERT_EQ(grid % 2, 0) << what;
+        CUDA_OK(
+            mod.launch(name, grid, kPrefillThreads,
+                       {a_map.get(), w_map.get(), residual ? x_map.get() : y_map.get()},
+                       hopper ? codegen::prefill_gemm_smem(0) : codegen::prefill_pair_smem(256)));
+        if (residual) {
+          outs[hopper] = x.download();
+        } else {
+          const auto b = y.download();
+          outs[hopper].assign(b.begin(), b.end());
+        }
+      }
+      ASSERT_NO_FATAL_FAILURE(
+          check_twin_outputs(outs, ref, x0, epi, s.M, s.N, guard, what, "gemm_prefill"));
+    }
+  }
+}
+
 // ---- the persistent layer on e4m3 weights (decode_layer_persistent_e4m3) ----------------------
 
 // The e4m3 layer's QKV phase alone, as decode_layer_persistent_e4m3 runs it (its warps 4-7: the

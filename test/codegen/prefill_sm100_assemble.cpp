@@ -4,9 +4,11 @@
 // sm_90a lowering's: each config is planned as telosc plans it (default serving config: prefill
 // buckets up to 512 tokens), and every prefill GEMM instance (gemm_prefill_{bf16,residual,swiglu}
 // <M, N, K[, W_BH, W_BOX]>, buckets of kPrefillGemmMinRows tokens and more) is renamed to its
-// sm_100a twin with the same template arguments and dynamic shared memory, which is all an sm_100a
-// lowering row will change. Each instance must use no local memory, spill nothing and fit its
-// static and dynamic shared memory in a block's (codegen::check_kernel_resources).
+// sm_100a one-CTA form with the same template arguments and dynamic shared memory; and each config
+// is planned for sm_100a too, whose prefill GEMM rows name the CTA-pair form
+// (gemm_prefill_sm100_pair_{bf16,residual,swiglu}<M, N, K>), each instance of it with its own. Each
+// instance must use no local memory, spill nothing and fit its static and dynamic shared memory in
+// a block's (codegen::check_kernel_resources).
 //
 //   prefill_sm100_assemble -o DIR CONFIG.json...
 //
@@ -29,15 +31,19 @@ using namespace telos;
 
 constexpr const char* kHopperPrefix = "telos_kernels::gemm_prefill_";
 constexpr const char* kBlackwellPrefix = "telos_kernels::gemm_prefill_sm100_";
+constexpr const char* kPairPrefix = "telos_kernels::gemm_prefill_sm100_pair_";
 
 // The sm_90a plan's prefill GEMM instances of the config at `path`, renamed to their sm_100a
-// twins, with their dynamic shared memory.
+// one-CTA forms, and the sm_100a plan's CTA-pair instances (gemm_prefill_sm100_pair_*), with their
+// dynamic shared memory.
 void add_instances(const std::string& path, std::map<std::string, int>& instances) {
   const codegen::KernelPlan plan = codegen::plan_config(path, "sm_90a");
   const std::size_t prefix = std::string(kHopperPrefix).size();
   for (const codegen::KernelInstance& k : plan.kernels)
     if (k.instance.rfind(kHopperPrefix, 0) == 0)
       instances[kBlackwellPrefix + k.instance.substr(prefix)] = k.dynamic_smem;
+  for (const codegen::KernelInstance& k : codegen::plan_config(path, "sm_100a").kernels)
+    if (k.instance.rfind(kPairPrefix, 0) == 0) instances[k.instance] = k.dynamic_smem;
 }
 
 int run(const std::filesystem::path& dir, const std::vector<std::string>& configs) {

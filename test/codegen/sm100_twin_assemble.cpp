@@ -3,9 +3,9 @@
 // every instance the given model configs' sm_100a kernel sets hold (default serving config, as
 // `telosc compile --target sm_100a` plans them), through codegen's own NVRTC driver and ptxas: as
 // planned for sm_100a, or with --twins their Hopper twins (gemm_small_sm100_twin_*,
-// gemm_prefill_sm100_twin_*, attn_prefill_sm100_twin: the same template arguments; the small
-// GEMM's and the attention's twins their own dynamic shared memory, the prefill twin's the same)
-// for sm_90a. Each
+// gemm_prefill_sm100_twin_*, gemm_prefill_sm100_pair_twin_*, attn_prefill_sm100_twin: the same
+// template arguments; the small GEMM's, the CTA pair's and the attention's twins their own dynamic
+// shared memory, the one-CTA prefill twin's the same) for sm_90a. Each
 // instance must use no local memory, spill nothing and fit its static and dynamic shared memory in
 // a block's (codegen::check_kernel_resources). A SwiGLU instance whose token tile is over 128 has
 // no twin (its accumulator does not fit two warpgroups' registers) and is listed as such.
@@ -37,6 +37,8 @@ constexpr const char* kPrefix = "telos_kernels::gemm_small_sm100_";
 constexpr const char* kTwinPrefix = "telos_kernels::gemm_small_sm100_twin_";
 constexpr const char* kPrefillPrefix = "telos_kernels::gemm_prefill_sm100_";
 constexpr const char* kPrefillTwinPrefix = "telos_kernels::gemm_prefill_sm100_twin_";
+constexpr const char* kPairPrefix = "telos_kernels::gemm_prefill_sm100_pair_";
+constexpr const char* kPairTwinPrefix = "telos_kernels::gemm_prefill_sm100_pair_twin_";
 constexpr const char* kAttnPrefix = "telos_kernels::attn_prefill_sm100<";
 constexpr const char* kAttnTwinPrefix = "telos_kernels::attn_prefill_sm100_twin<";
 
@@ -80,6 +82,14 @@ void add_instances(const std::string& path, bool twins, std::map<std::string, in
       const auto [twin, smem] = attn_twin_of(k.instance);
       if (twins)
         instances[twin] = smem;
+      else
+        instances[k.instance] = k.dynamic_smem;
+      continue;
+    }
+    if (k.instance.rfind(kPairPrefix, 0) == 0) {
+      const std::string rest = k.instance.substr(std::string(kPairPrefix).size());
+      if (twins)
+        instances[kPairTwinPrefix + rest] = codegen::prefill_pair_smem(256);
       else
         instances[k.instance] = k.dynamic_smem;
       continue;

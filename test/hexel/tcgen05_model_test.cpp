@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hexel/swizzle.cuh"
+#include "hexel/tcgen05_accum.cuh"
 #include "hexel/tcgen05_desc.cuh"
 
 namespace {
@@ -111,6 +112,37 @@ TEST(Tcgen05ModelInstr, ShapeTableForOneCta) {
   f.n = 128;
   f.d_type = 0;
   EXPECT_INVALID(model::check_dense_kind_f16_cta1(f), "f16 D takes f16 operands only");
+}
+
+// "Matrix Shape": a CTA pair, dense kind::f16: M 128 or 256, N 16 .. 256 in steps of 16. The
+// pair accumulator's descriptor (Bf16Accum<256, 2>: bf16 x bf16 -> f32, M 256, N 256) is the
+// one-CTA worked value 0x08400490 with M >> 4 = 16 in bits 24-28: 0x10400490, which one CTA may
+// not issue.
+TEST(Tcgen05ModelInstr, ShapeTableForACtaPair) {
+  using Pair = hexel::tcgen05::Bf16Accum<256, 2>;
+  EXPECT_EQ(Pair::kInstrDesc.bits, 0x10400490u);
+  EXPECT_EQ(hexel::tcgen05::Bf16Accum<256>::kInstrDesc.bits, 0x08400490u);
+  const model::InstrFields f = model::decode(Pair::kInstrDesc);
+  EXPECT_EQ(f.m, 256u);
+  EXPECT_EQ(f.n, 256u);
+  EXPECT_EQ(f.d_type, 1u);
+  EXPECT_EQ(f.a_type, 1u);
+  EXPECT_EQ(f.b_type, 1u);
+  EXPECT_FALSE(f.a_mn_major || f.b_mn_major);
+  EXPECT_NO_THROW(model::check_dense_kind_f16_cta2(f));
+  EXPECT_INVALID(model::check_dense_kind_f16_cta1(f), "M = 256");
+  model::InstrFields g = f;
+  g.n = 8;
+  EXPECT_INVALID(model::check_dense_kind_f16_cta2(g), "N = 8");
+  g.n = 136;
+  EXPECT_INVALID(model::check_dense_kind_f16_cta2(g), "N = 136");
+  g.n = 144;
+  EXPECT_NO_THROW(model::check_dense_kind_f16_cta2(g));
+  g.m = 64;
+  EXPECT_INVALID(model::check_dense_kind_f16_cta2(g), "M = 64");
+  g.m = 256;
+  g.d_type = 0;
+  EXPECT_INVALID(model::check_dense_kind_f16_cta2(g), "f16 D takes f16 operands only");
 }
 
 // "Shared Memory Descriptor": Hexel's K-major 128B descriptor decodes to start, LBO 16 (unused,
@@ -271,6 +303,39 @@ TEST(Tcgen05ModelTmem, LayoutDIsLaneRowColumnN) {
   EXPECT_INVALID(model::accumulator_cell(base, 128, 512, 0, 0), "past column 511");
   EXPECT_INVALID(model::accumulator_cell(base, 64, 128, 0, 0), "only Layout D");
   EXPECT_INVALID(model::accumulator_cell(base, 128, 128, 128, 0), "outside 128 x 128");
+}
+
+// "Data Path Layout Organization", Layout A (cta_group::2, M = 256): rows 0 .. 127 of D in CTA 0,
+// 128 .. 255 in CTA 1, row i at lane i % 128 and column n after the address's column, so a CTA's
+// own 128 rows sit as Layout D's; every element of the pair's 256 x 256 accumulator has one
+// cell of one CTA. The operands split the same way: A rows by halves of M, B rows by halves of N.
+TEST(Tcgen05ModelTmem, LayoutAPutsEachCtasRowsInItsOwnLanes) {
+  const uint32_t base = hexel::tcgen05::tmem_addr(0, 256);
+  EXPECT_EQ(model::pair_accumulator_cell(base, 256, 256, 0, 0),
+            (model::PairCell{0, model::TmemCell{0, 256}}));
+  EXPECT_EQ(model::pair_accumulator_cell(base, 256, 256, 127, 255),
+            (model::PairCell{0, model::TmemCell{127, 511}}));
+  EXPECT_EQ(model::pair_accumulator_cell(base, 256, 256, 128, 3),
+            (model::PairCell{1, model::TmemCell{0, 259}}));
+  EXPECT_EQ(model::pair_accumulator_cell(base, 256, 256, 255, 17),
+            (model::PairCell{1, model::TmemCell{127, 273}}));
+  std::set<std::pair<uint32_t, std::pair<uint32_t, uint32_t>>> cells;
+  for (uint32_t row = 0; row < 256; ++row)
+    for (uint32_t n = 0; n < 256; n += 5) {
+      const model::PairCell c = model::pair_accumulator_cell(base, 256, 256, row, n);
+      EXPECT_EQ(c.cell, model::accumulator_cell(base, 128, 256, row % 128, n));
+      cells.insert({c.cta, {c.cell.lane, c.cell.column}});
+    }
+  EXPECT_EQ(cells.size(), 256u * 52u);
+  EXPECT_EQ(model::pair_a_row(256, 200), (model::PairRow{1, 72}));
+  EXPECT_EQ(model::pair_b_row(256, 127), (model::PairRow{0, 127}));
+  EXPECT_EQ(model::pair_b_row(256, 128), (model::PairRow{1, 0}));
+  EXPECT_INVALID(model::pair_accumulator_cell(base, 128, 256, 0, 0), "only the M = 256 pair");
+  EXPECT_INVALID(model::pair_accumulator_cell(base, 256, 256, 256, 0), "outside M = 256");
+  EXPECT_INVALID(model::pair_accumulator_cell(hexel::tcgen05::tmem_addr(0, 300), 256, 256, 0, 0),
+                 "past column 511");
+  EXPECT_INVALID(model::pair_b_row(48, 0), "N = 48");
+  EXPECT_INVALID(model::pair_b_row(256, 256), "outside N = 256");
 }
 
 // "Matrix fragments for shape .32x32b": thread l's register r is lane base + l, column base + r.
