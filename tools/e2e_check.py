@@ -29,12 +29,27 @@ parameters, beyond that the embeddings, norms and LM head, for memory) the model
 successor with a clear margin, as a real checkpoint predicts real text. The sequence and prompts
 below are walks; the batch-invariance prompts stay random.
 
+With --fp8 the checks are of two FP8 artifacts instead. Each layer's linear weights (q, k, v, o,
+gate, up, down; not the embedding, the LM head or the norms) are quantized in torch with telosc's
+arithmetic (quantize_blocks: 128x128 blocks, scale = amax / 448 in f32, e4m3 rounded to nearest
+even) into a checkpoint of the hub's `fp8` format beside the bf16 one (tools/make_fp8_checkpoint.py
+--format fp8's names and config). The reference is transformers in fp32 on the dequantized weights
+q * scale; the bf16 yardstick stays transformers' bf16 forward on the bf16 weights, and
+hf_fp8_weights_vs_bf16_rel_l2_all says how far the dequantized weights move the fp32 logits. The
+artifacts, a row each with the same checks and limits: "fp8 hub", that checkpoint compiled as it
+is, and "fp8 --quantize", the bf16 checkpoint compiled with --quantize fp8; both run W8A8 (the
+activations quantized per token and 128 columns), or weight-only with --fp8-activations bf16
+(serving fp8_activations "bf16"). fp8_weight_files_identical records whether the two artifacts'
+weight files (each rank's at N > 1) are the same bytes, as they should be; it fails nothing.
+Under --work a 1B-class model takes ~6 GB, the 8B ~45 GB (~65 GB at N > 1).
+
     python3 tools/e2e_check.py --telosc BIN --telos-run BIN --work DIR [--out DIR]
                                [--models Llama-3.2-1B,Qwen2.5-1.5B] [--init-std S]
                                [--train-steps N] [--tensor-parallel N] [--keep-work]
+                               [--fp8 [--fp8-activations e4m3|bf16]]
 
-Needs torch and transformers (the GPU machine has both). Prints one table row per model and
-writes e2e.json (every figure) to --out. Exits 1 when a check fails.
+Needs torch, transformers and safetensors (the GPU machine has them). Prints one table row per
+model and artifact and writes e2e.json (every figure) to --out. Exits 1 when a check fails.
 """
 import argparse
 import collections
