@@ -76,6 +76,8 @@ from make_fp8_checkpoint import (BLOCK, E4M3_MAX, LINEAR, copy_beside,  # noqa: 
 CONFIGS = os.path.join(HERE, "..", "test", "telosc", "Inputs", "configs")
 POSITIONS = 64
 GREEDY = 32
+# Under --work/MODEL: the bf16 checkpoint and, with --fp8, its hub-format FP8 form.
+CHECKPOINT, FP8_CHECKPOINT = "checkpoint", "checkpoint-fp8"
 SERVING = {"max_batch": 64, "max_seq_len": 256, "kv_page_size": 16, "kv_pool": {"pages": 1280},
            "prefill_chunk": 256}
 
@@ -290,10 +292,10 @@ Variant = collections.namedtuple("Variant", "kind checkpoint flags folder")
 def variants(args, work):
     """The bf16 checkpoint's artifact; with --fp8 instead the FP8 checkpoint's as it is and the
     bf16 checkpoint's quantized by telosc."""
-    ckpt = os.path.join(work, "checkpoint")
+    ckpt = os.path.join(work, CHECKPOINT)
     if not args.fp8:
         return [Variant("bf16", ckpt, [], os.path.join(work, "bf16"))]
-    return [Variant("fp8 hub", os.path.join(work, "checkpoint-fp8"), [],
+    return [Variant("fp8 hub", os.path.join(work, FP8_CHECKPOINT), [],
                     os.path.join(work, "fp8-hub")),
             Variant("fp8 --quantize", ckpt, ["--quantize", "fp8"],
                     os.path.join(work, "fp8-quantize"))]
@@ -341,7 +343,7 @@ def check_model(name, args):
     returns a row an artifact."""
     base = {"model": name, "tensor_parallel": args.tensor_parallel}
     work = os.path.join(args.work, name)
-    ckpt = os.path.join(work, "checkpoint")
+    ckpt = os.path.join(work, CHECKPOINT)
     os.makedirs(ckpt, exist_ok=True)
     t0 = time.time()
     model, config, losses = make_checkpoint(name, ckpt, args.init_std, args.seed, args.train_steps)
@@ -374,13 +376,13 @@ def check_model(name, args):
 
 
 def dequantized_reference(model, config, work, sequence, bf16_logits, base):
-    """Writes WORK/checkpoint-fp8 (write_fp8_checkpoint), which leaves `model` on the dequantized
+    """Writes WORK/FP8_CHECKPOINT (write_fp8_checkpoint), which leaves `model` on the dequantized
     weights, and returns that model's teacher-forced logits, the FP8 artifacts' reference. Adds
     to `base` the time, the count of quantized weights and how far the quantized weights move
     transformers' fp32 logits from the bf16 weights' (`bf16_logits`)."""
     t0 = time.time()
-    base["fp8_quantized_weights"] = write_fp8_checkpoint(model, config, os.path.join(
-        work, "checkpoint"), os.path.join(work, "checkpoint-fp8"))
+    base["fp8_quantized_weights"] = write_fp8_checkpoint(
+        model, config, os.path.join(work, CHECKPOINT), os.path.join(work, FP8_CHECKPOINT))
     base["fp8_checkpoint_s"] = round(time.time() - t0, 1)
     logits = forward_logits(model, sequence)
     base["hf_fp8_weights_vs_bf16_rel_l2_all"] = rel_l2(logits, bf16_logits)
