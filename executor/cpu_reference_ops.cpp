@@ -64,15 +64,20 @@ void matmul(float* y, const float* x, int rows, const WeightTensor& w) {
 
 // A linear's weight and how its product runs: on the f32 activations (bf16, f16, f32 and
 // weight-only e4m3 weights), or with `activations = "e4m3"` on the activations quantized per token
-// and 128 columns (W8A8, w8a8_reference.hpp), as the GPU kernels run it.
+// and 128 columns (W8A8, w8a8_reference.hpp), as the GPU kernels run it: from the activations
+// rounded to bf16, which is what the kernels quantize (a value within a bf16 step of an e4m3
+// rounding boundary would otherwise round to another e4m3 value, 2^-4 away).
 struct LinearWeight {
   const WeightTensor* w;
   bool w8a8;
   void apply(float* y, const float* x, int rows) const {
-    if (w8a8)
-      w8a8_matmul(y, x, rows, *w);
-    else
+    if (!w8a8) {
       matmul(y, x, rows, *w);
+      return;
+    }
+    std::vector<float> bf16_rows(x, x + static_cast<std::size_t>(rows) * w->shape[1]);
+    for (float& v : bf16_rows) v = bf16_to_f32(f32_to_bf16(v));
+    w8a8_matmul(y, bf16_rows.data(), rows, *w);
   }
 };
 

@@ -3477,7 +3477,9 @@ TEST(GpuKernels, Sm100PairTwinPrefillGemmMatchesF64AndHopperBitForBit) {
         const int grid = hopper       ? prefill_grid(s.M, s.N, cols)
                          : c.grid > 0 ? c.grid
                                       : codegen::prefill_pair_grid(s.M, s.N, cols);
-        ASSERT_EQ(grid % 2, 0) << what;
+        if (!hopper) {
+          ASSERT_EQ(grid % 2, 0) << what << ": the pair's grid is whole clusters of 2";
+        }
         CUDA_OK(
             mod.launch(name, grid, kPrefillThreads,
                        {a_map.get(), w_map.get(), residual ? x_map.get() : y_map.get()},

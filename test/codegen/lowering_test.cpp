@@ -68,9 +68,11 @@ TEST(Lowering, EveryOpFindsItsRule) {
           EXPECT_EQ(rule.target, target);
           kinds.insert(key);
           if (op->kind == "linear" && epilogue(*op) == "residual") {
+            // sm_100a: gemm_small_sm100_* and the CTA-pair prefill GEMM.
+            const bool small = shape == ShapeClass::small_m;
+            std::string form = target != "sm_100a" ? "" : small ? "sm100_" : "sm100_pair_";
             const std::string family_gemm =
-                std::string(shape == ShapeClass::small_m ? "gemm_small_" : "gemm_prefill_") +
-                (target == "sm_100a" ? "sm100_" : "") + "residual";
+                std::string(small ? "gemm_small_" : "gemm_prefill_") + form + "residual";
             EXPECT_NE(std::string(rule.kernels).find(family_gemm), std::string::npos)
                 << rule.kernels;
           }

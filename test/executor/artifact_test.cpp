@@ -359,7 +359,7 @@ TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {
   EXPECT_NO_THROW(Artifact::load(dir));
   with_arg("tmap:buf:h:16:64:16:16");
   expect_refused(dir,
-                 {"programs.buckets[0].launches[0].args[1]", "BOX_COLS must be 64 (bf16) or 32"});
+                 {"programs.buckets[0].launches[0].args[1]", "BOX_COLS must be 64 (bf16), 32 (f32) or 128"});
   // An f32 map counts 4 bytes an element: [16, 64] f32 is the whole 4096-byte buffer, [32, 64] is
   // twice it.
   with_arg("tmap:buf:h:16:64:16:32");
