@@ -10,6 +10,7 @@
 // TELOS_SOURCE_DIR (default: the current directory). Skipped without a Hopper GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -192,17 +193,18 @@ std::vector<Generated> generate(auto& ex, const Artifact& art, const std::vector
 // under bf16 arithmetic.
 constexpr double kTieGap = 4e-2;
 
-// Checks one generation against its golden case: prompt logits within 2e-2 relative L2; the
-// teacher-forced golden ids all within kTieGap of our largest logit; the free-running ids
-// identical, or first different where the golden id was such a tie (then the two continuations
-// legitimately part). Prints a line per check for tools/gpu_check.sh's table.
+// Checks one generation against its golden case: prompt logits within `logits_bound` relative L2
+// (2e-2, bf16 tolerance, unless the caller says why not); the teacher-forced golden ids all within
+// kTieGap of our largest logit; the free-running ids identical, or first different where the golden
+// id was such a tie (then the two continuations legitimately part). Prints a line per check for
+// tools/gpu_check.sh's table.
 void check_case(const std::string& label, const GoldenCase& golden, const Generated& free_run,
-                const Generated& forced) {
+                const Generated& forced, double logits_bound = 2e-2) {
   const double err = rel_l2(free_run.prompt_logits, golden.last_logits);
   char buf[96];
   std::snprintf(buf, sizeof buf, "relL2 %.2e", err);
-  report(label + ": last logits", buf, err <= 2e-2);
-  EXPECT_LE(err, 2e-2) << label;
+  report(label + ": last logits", buf, err <= logits_bound);
+  EXPECT_LE(err, logits_bound) << label;
 
   const double worst = *std::max_element(forced.golden_gap.begin(), forced.golden_gap.end());
   std::snprintf(buf, sizeof buf, "worst gap %.3f rms", worst);
@@ -633,16 +635,29 @@ INSTANTIATE_TEST_SUITE_P(Tiny, GpuModel,
 // the prefill GEMMs' forms where the artifact has a bucket of kPrefillGemmMinRows tokens (the
 // check's artifacts-p512 copies: every prompt through its one 512-token bucket). Against the CPU
 // reference engine on the same artifact (the same dequantized weights, or the same W8A8 arithmetic
-// on f32 activations), each golden prompt of tiny-llama alone and all in one mixed batch: the
-// prompt's logits within 2e-2 relative L2, the CPU's greedy ids, teacher-forced, within bf16
+// on its f32 activations rounded to bf16), each golden prompt of tiny-llama alone and all in one
+// mixed batch: the prompt's logits within 2e-2 relative L2 (tiny-w8a8: 1e-1, below), the CPU's
+// greedy ids, teacher-forced, within bf16
 // tolerance of the GPU's largest logit, the free-running ids identical or parting only at such a
 // tie (check_case, with the CPU run as the golden); and each case alone gives the ids and logits
 // bits it gives in the batch (batch invariance across the persistent layer and the GEMMs).
-class GpuModelFp8Artifact : public ::testing::TestWithParam<const char*> {};
+// tiny-w8a8's prompt logits are held to 1e-1: its random weights make it chaotic at the
+// activations' quantization (rounding its CPU activations to bf16 before they are quantized, one
+// bf16 step, moves the CPU engine's own logits 7.7e-2 relative L2), and the GPU's bf16 activations
+// differ from the CPU's rounded f32 ones by such a step here and there. A wiring error (a scale,
+// map or buffer) moves them by order 1; the ids' checks and the kernels' bit tests
+// (GpuKernels.W8a8*) keep their strictness, and at a real shape the W8A8 artifact is within 2e-2
+// of transformers (tools/e2e_check.py --fp8).
+struct Fp8Artifact {
+  const char* name;
+  double logits_bound;
+};
+
+class GpuModelFp8Artifact : public ::testing::TestWithParam<Fp8Artifact> {};
 
 TEST_P(GpuModelFp8Artifact, MatchesTheCpuEngineAloneAndInAMixedBatch) {
   TELOS_SKIP_WITHOUT_GPU();
-  const std::string name = GetParam();
+  const std::string name = GetParam().name;
   const std::string dir = env_or("TELOS_GPU_ARTIFACTS", "");
   const std::string path = dir + "/" + name + ".telos";
   if (dir.empty() || !std::filesystem::exists(path))
@@ -663,7 +678,7 @@ TEST_P(GpuModelFp8Artifact, MatchesTheCpuEngineAloneAndInAMixedBatch) {
     alone.push_back(generate(ex, *art, {cpu_cases[c]}, {DeviceSampling{}})[0]);
     const Generated forced = generate(ex, *art, {cpu_cases[c]}, {DeviceSampling{}}, true)[0];
     check_case(name + " case " + std::to_string(c) + " alone vs cpu", cpu_cases[c], alone.back(),
-               forced);
+               forced, GetParam().logits_bound);
   }
   const std::vector<DeviceSampling> greedy(cpu_cases.size());
   const std::vector<Generated> batch = generate(ex, *art, cpu_cases, greedy);
@@ -678,7 +693,13 @@ TEST_P(GpuModelFp8Artifact, MatchesTheCpuEngineAloneAndInAMixedBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fp8, GpuModelFp8Artifact,
-                         ::testing::Values("tiny-llama-fp8", "tiny-w8a8"));
+                         ::testing::Values(Fp8Artifact{"tiny-llama-fp8", 2e-2},
+                                           Fp8Artifact{"tiny-w8a8", 1e-1}),
+                         [](const ::testing::TestParamInfo<Fp8Artifact>& info) {
+                           std::string n = info.param.name;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 // tiny-llama --quantize fp8 weight-only at tensor_parallel 2 (tiny-llama-fp8-tp2.telos;
 // tools/multi_gpu_check.sh compiles it), its two ranks on this one GPU: the row-parallel o and down
