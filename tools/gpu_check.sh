@@ -31,6 +31,14 @@
 #                                              models with telosc, fills .gpu-carry/ (~20 MB)
 #   tools/gpu_check.sh                         on the GPU machine, from the repository root, with
 #                                              .gpu-carry carried along
+# TELOS_GPU_TARGET (--prepare) names the artifacts' kernel sets: sm_90a (the default: H100, H200),
+# sm_100a (B200) or sm_90a,sm_100a (both); the carry records it ($CARRY/target). On the GPU machine
+# the script reads the GPU's compute capability, refuses (exit 2) where the carry has no kernel set
+# for it, and on sm_100 runs the kernel tests (the wgmma kernels' tests skip there, the tcgen05
+# kernels' run), the model tests, the sanitizers, sass_check.sh --artifact on the tiny model's
+# sm_100a cubin and the engine's overhead, and skips the sm_90a benchmarks with a row saying so
+# (docs/gpu-check.md, "On a B200"). Artifacts the sm_100a set has no kernels for (FP8 weights) are
+# left out with a line naming telosc's refusal, and their tests skip.
 # The GPU run packs the kernel cache entries it used into $OUT/kernel-cache.tar.xz; saved on the
 # build machine as .gpu-kernel-cache.tar.xz (or $KERNEL_CACHE), the next --prepare carries it and
 # the next run's tests and benches load their modules instead of compiling them (tools/gpu_env.sh).
@@ -45,12 +53,35 @@ CARRY=${CARRY:-.gpu-carry}
 if [ "${1:-}" = "--prepare" ]; then
   set -e
   BUILD=${2:-build-cg}
+  TARGET=${TELOS_GPU_TARGET:-sm_90a}
+  case "$TARGET" in
+    sm_90a | sm_100a | sm_90a,sm_100a | sm_100a,sm_90a) ;;
+    *) echo "gpu_check.sh --prepare: TELOS_GPU_TARGET is '$TARGET'; expected sm_90a, sm_100a or sm_90a,sm_100a" >&2
+       exit 2 ;;
+  esac
+  # sm_90a is telosc's default target: its artifacts are compiled with the same command lines as
+  # ever.
+  target_args=()
+  [ "$TARGET" = sm_90a ] || target_args=(--target "$TARGET")
+  telosc_compile() { "$BUILD/bin/telosc" compile "$@" "${target_args[@]}"; }
+  # An artifact of a kind the sm_100a set may lack (FP8 weights, an e4m3 KV cache): where the target
+  # includes sm_100a and telosc refuses it, a line says so and the artifact is left out (its tests
+  # skip); on sm_90a alone a refusal stops the prepare as any other.
+  telosc_compile_where_lowered() {
+    local err
+    err=$(mktemp)
+    if telosc_compile "$@" 2>"$err"; then rm -f "$err"; return 0; fi
+    if [[ "$TARGET" != *sm_100a* ]]; then cat "$err" >&2; rm -f "$err"; return 1; fi
+    echo "gpu_check.sh --prepare: not compiled for $TARGET (its tests skip): telosc compile $*: $(tail -1 "$err")"
+    rm -f "$err"
+  }
   cmake --build "$BUILD" --target telosc telos-run gpu_kernels_test gpu_model_test telos-kernel-bench \
     telos-prefill-bench telos-attn-prefill-bench telos-allreduce-bench -j2
   # telos-launch-bench and telos-device-launch-probe are built where CMake found nvcc
   # (executor/bench).
   cmake --build "$BUILD" --target telos-launch-bench telos-device-launch-probe -j2 2>/dev/null || true
   rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib" "$CARRY/artifacts" "$CARRY/artifacts-p512"
+  echo "$TARGET" >"$CARRY/target"
   p512=$(mktemp) b64=$(mktemp) kvfp8=$(mktemp) tiny=$(mktemp) wo=$(mktemp) w8a8=$(mktemp -d)
   echo '{"max_batch": 8, "max_seq_len": 512, "kv_page_size": 16, "kv_pool": {"pages": 128},
          "prefill_chunk": 512, "prefill_buckets": [512]}' >"$p512"
@@ -79,8 +110,8 @@ PY
   echo '{"max_batch": 8, "kv_pool": {"pages": 256}, "kv_dtype": "fp8_e4m3"}' >"$kvfp8"
   for m in models/tiny-llama test/fixtures/tiny-qwen2 test/fixtures/tiny-qwen3; do
     name=$(basename "$m")
-    "$BUILD/bin/telosc" compile "$m" -o "$CARRY/artifacts/$name.telos"
-    "$BUILD/bin/telosc" compile "$m" --serving "$kvfp8" -o "$CARRY/artifacts/$name-kv-fp8.telos"
+    telosc_compile "$m" -o "$CARRY/artifacts/$name.telos"
+    telosc_compile_where_lowered "$m" --serving "$kvfp8" -o "$CARRY/artifacts/$name-kv-fp8.telos"
   done
   # The tiny models with one 512-token prefill bucket, the smallest that takes the prefill GEMM
   # (kPrefillGemmMinRows), past their committed 256 positions (copies with max_position_embeddings
@@ -91,16 +122,16 @@ PY
     name=$(basename "$m")
     rm -rf "${p512_model:?}"/* && cp "$m"/* "$p512_model/"
     sed -i 's/"max_position_embeddings": 256/"max_position_embeddings": 512/' "$p512_model/config.json"
-    "$BUILD/bin/telosc" compile "$p512_model" --serving "$p512" -o "$CARRY/artifacts-p512/$name.telos"
+    telosc_compile "$p512_model" --serving "$p512" -o "$CARRY/artifacts-p512/$name.telos"
     if [ "$name" = tiny-llama ]; then
       sed 's/"prefill_buckets": \[512\]}/"prefill_buckets": [512], "fp8_activations": "bf16"}/' \
         "$p512" >"$p512.wo"
-      "$BUILD/bin/telosc" compile "$p512_model" --serving "$p512.wo" --quantize fp8 \
+      telosc_compile_where_lowered "$p512_model" --serving "$p512.wo" --quantize fp8 \
         -o "$CARRY/artifacts-p512/tiny-llama-fp8.telos"
     fi
   done
   rm -rf "$p512_model" "$p512.wo"
-  "$BUILD/bin/telosc" compile "$w8a8" --serving "$p512" --quantize fp8 \
+  telosc_compile_where_lowered "$w8a8" --serving "$p512" --quantize fp8 \
     -o "$CARRY/artifacts-p512/tiny-w8a8.telos"
   # tiny-llama past its committed 256 positions (a copy with max_position_embeddings 512), for
   # one-token steps past the first attention split (gpu_model_test, GpuModelLongContext).
@@ -108,21 +139,21 @@ PY
   cp models/tiny-llama/* "$long/"
   sed -i 's/"max_position_embeddings": 256/"max_position_embeddings": 512/' "$long/config.json"
   echo '{"max_batch": 8, "max_seq_len": 512, "kv_page_size": 16, "kv_pool": {"pages": 128}}' >"$long_serving"
-  "$BUILD/bin/telosc" compile "$long" --serving "$long_serving" -o "$CARRY/artifacts/tiny-llama-long.telos"
+  telosc_compile "$long" --serving "$long_serving" -o "$CARRY/artifacts/tiny-llama-long.telos"
   # And at 1024 positions with the serving config's 512-position attention split.
   sed -i 's/"max_position_embeddings": 512/"max_position_embeddings": 1024/' "$long/config.json"
   echo '{"max_batch": 8, "max_seq_len": 1024, "kv_page_size": 16, "kv_pool": {"pages": 256},
          "attention_split": 512}' >"$long_serving"
-  "$BUILD/bin/telosc" compile "$long" --serving "$long_serving" -o "$CARRY/artifacts/tiny-llama-long-split512.telos"
+  telosc_compile "$long" --serving "$long_serving" -o "$CARRY/artifacts/tiny-llama-long-split512.telos"
   rm -rf "$long" "$long_serving"
   # tiny-llama with e4m3 weights: its one-token steps on decode_layer_persistent_e4m3, against the
   # CPU engine (gpu_model_test, GpuModelFp8).
-  "$BUILD/bin/telosc" compile models/tiny-llama --quantize fp8 --serving "$wo" \
+  telosc_compile_where_lowered models/tiny-llama --quantize fp8 --serving "$wo" \
     -o "$CARRY/artifacts/tiny-llama-fp8.telos"
-  "$BUILD/bin/telosc" compile "$w8a8" --quantize fp8 --serving "$tiny" \
+  telosc_compile_where_lowered "$w8a8" --quantize fp8 --serving "$tiny" \
     -o "$CARRY/artifacts/tiny-w8a8.telos"
   # tiny-llama as committed has max_batch 8; the engine's overhead is wanted at batch 1 and 64.
-  "$BUILD/bin/telosc" compile models/tiny-llama --serving "$b64" -o "$CARRY/artifacts/tiny-llama-b64.telos"
+  telosc_compile models/tiny-llama --serving "$b64" -o "$CARRY/artifacts/tiny-llama-b64.telos"
   rm -f "$p512" "$b64" "$kvfp8" "$tiny" "$wo"
   rm -rf "$w8a8"
   cp "$BUILD/bin/gpu_kernels_test" "$BUILD/bin/gpu_model_test" "$BUILD/bin/telos-kernel-bench" \
@@ -157,6 +188,25 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 # NVRTC, compute-sanitizer, the payload in $P, the binaries in $B.
 source tools/gpu_env.sh || exit 1
 
+# The GPU's kernel target, and the kernel sets the carry's artifacts hold (a carry without the
+# record is from before it: sm_90a).
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' ')
+case "$cc" in
+  9.0) ARCH=sm_90a ;;
+  10.0) ARCH=sm_100a ;;
+  *) echo "gpu_check.sh: GPU 0 has compute capability ${cc:-unknown}; the suite runs on 9.0 (sm_90a:" \
+          "H100, H200) and 10.0 (sm_100a: B200)" >&2
+     exit 2 ;;
+esac
+CARRIED=$(cat "$CARRY/target" 2>/dev/null || echo sm_90a)
+if [[ ",$CARRIED," != *",$ARCH,"* ]]; then
+  echo "gpu_check.sh: $CARRY's artifacts hold the kernel set $CARRIED, none for this GPU (compute" \
+       "capability $cc, $ARCH): on the build machine run" \
+       "TELOS_GPU_TARGET=$ARCH tools/gpu_check.sh --prepare (or TELOS_GPU_TARGET=sm_90a,sm_100a for" \
+       "both) and carry $CARRY again" >&2
+  exit 2
+fi
+
 declare -a rows
 row() { rows+=("$(printf '%-44s | %-6s | %4ss | %s' "$@")"); }  # row NAME RESULT SECONDS LOG
 run() {  # run NAME LOG COMMAND... (STEP_TIMEOUT=SECONDS before it: a limit other than 150 s)
@@ -175,6 +225,12 @@ run() {  # run NAME LOG COMMAND... (STEP_TIMEOUT=SECONDS before it: a limit othe
 skip_late() {  # skip_late NAME [SECONDS]: true, and a "skipped" row, when the budget is spent
   [ $((SECONDS + ${2:-60})) -le "${GPU_CHECK_BUDGET_S:-540}" ] && return 1
   row "$1" skip 0 "(past GPU_CHECK_BUDGET_S)"
+}
+# The benchmarks whose kernels are sm_90a only (their binaries compile sm_90a modules or are built
+# for it): on another GPU, true and a "skipped" row.
+sm90_only() {  # sm90_only NAME
+  [ "$ARCH" = sm_90a ] && return 1
+  row "$1" skip 0 "(sm_90a benchmark; GPU is $ARCH)"
 }
 
 CS="compute-sanitizer --error-exitcode 9 --print-limit 20"
@@ -197,6 +253,11 @@ if [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ] && [ -z "${GPU_CHECK_SANITIZERS_ONLY:-}"
       "$P/artifacts/tiny-qwen2.telos" "$P/artifacts/tiny-qwen3.telos" "$P/artifacts-p512/tiny-llama.telos"
   run "memcheck: tiny models" memcheck-model.log $CS --tool memcheck "$B/gpu_model_test" \
       --gtest_filter='*MatchesTransformers*:*LongContext*:*E4m3Kv*:GpuModelFp8.*:*GpuModelFp8Artifact.*'
+  # The sm_100a set's SASS (tcgen05 MMAs, commits, TMA and Tensor Memory loads; no wgmma, no local
+  # memory): where the carry holds it.
+  [[ "$CARRIED" == *sm_100a* ]] &&
+    run "SASS of the sm_100a kernel set" sass-check.log tools/sass_check.sh --artifact \
+      "$P/artifacts/tiny-llama.telos"
 fi
 if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_TIMINGS_ONLY:-}" ]; then
   # Longer than the other steps: the small GEMM's bit test fills shared memory with NaNs before
@@ -236,26 +297,31 @@ if [ -z "${GPU_CHECK_QUICK:-}" ] && [ -z "${GPU_CHECK_SANITIZERS_ONLY:-}" ]; the
   # The prefill GEMM beside torch.matmul and attn_prefill beside torch SDPA, each pair interleaved
   # in one process (our kernels loaded from the benches' cubins through the driver API), so both
   # sides run on the same clocks.
-  skip_late "prefill attention beside torch SDPA (2 rounds)" 40 ||
+  sm90_only "prefill attention beside torch SDPA (2 rounds)" ||
+    skip_late "prefill attention beside torch SDPA (2 rounds)" 40 ||
     STEP_TIMEOUT=180 run "prefill attention beside torch SDPA (2 rounds)" attn-prefill-bench.log \
       python3 "$CARRY/attention_prefill_torch.py" "$CARRY/attn-prefill.cubin" 2
-  skip_late "kernel timings (decode)" 90 || run "kernel timings (decode)" bench.log "$B/telos-kernel-bench"
+  sm90_only "kernel timings (decode)" || skip_late "kernel timings (decode)" 90 ||
+    run "kernel timings (decode)" bench.log "$B/telos-kernel-bench"
   # The decode GEMMs' peer: torch.matmul (cuBLAS) on the same shapes, timed the same way.
   [ -s "$OUT/bench.log" ] && ! skip_late "decode GEMM timings of torch.matmul" 40 &&
     STEP_TIMEOUT=90 run "decode GEMM timings of torch.matmul" decode-gemm-torch.log \
       python3 "$CARRY/decode_gemm_torch.py" "$OUT/bench.log"
   # Each shape twice: from the weight's own map and from its slot image.
-  skip_late "prefill GEMM beside torch.matmul (3 rounds)" 90 ||
+  sm90_only "prefill GEMM beside torch.matmul (3 rounds)" ||
+    skip_late "prefill GEMM beside torch.matmul (3 rounds)" 90 ||
     STEP_TIMEOUT=240 run "prefill GEMM beside torch.matmul (3 rounds)" prefill-bench.log \
       python3 "$CARRY/prefill_gemm_torch.py" "$CARRY/prefill-bench.cubin" 3
   skip_late "engine overhead (telos-run bench)" 40 ||
     run "engine overhead (telos-run bench)" engine-bench.log "$B/telos-run" bench --profile \
       "$P/artifacts/tiny-llama-b64.telos" --engine gpu --batch 1,8,64 --prompt-len 32 --gen 128 \
       --mixed 32 --seed 1 --ttft 32,128,224
-  [ -x "$B/telos-launch-bench" ] && ! skip_late "host cost per CUDA call (2 passes)" 80 &&
+  [ -x "$B/telos-launch-bench" ] && ! sm90_only "host cost per CUDA call (2 passes)" &&
+    ! skip_late "host cost per CUDA call (2 passes)" 80 &&
     run "host cost per CUDA call (2 passes)" launch-bench.log \
       bash tools/launch_bench.sh "$B/telos-launch-bench" "$OUT/launch-bench"
-  [ -x "$B/telos-device-launch-probe" ] && ! skip_late "steps launched from the device (probe)" 40 &&
+  [ -x "$B/telos-device-launch-probe" ] && ! sm90_only "steps launched from the device (probe)" &&
+    ! skip_late "steps launched from the device (probe)" 40 &&
     run "steps launched from the device (probe)" device-launch.log "$B/telos-device-launch-probe"
 fi
 

@@ -1,6 +1,9 @@
 // Every kernel template against an f64 CPU reference on fresh random inputs, over shapes that
 // include ragged ones (M not a multiple of the tile, contexts ending mid-page, padding rows),
-// outputs poisoned first, plus bit-for-bit batch invariance. Skipped without a Hopper GPU.
+// outputs poisoned first, plus bit-for-bit batch invariance. The modules are compiled for GPU 0's
+// target (sm_90a or sm_100a): the portable kernels' tests run on both, the wgmma kernels' (the
+// sm_100a kernels' Hopper twins among them) on sm_90 only, the tcgen05 kernels' on sm_100 only;
+// each skips elsewhere saying why.
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -27,15 +30,16 @@
 namespace telos::gpu_test {
 namespace {
 
-// Kernel instances compiled through codegen's NVRTC driver (cached under $TELOS_CACHE_DIR, so a
-// second run, e.g. under compute-sanitizer, compiles nothing) and loaded from the cubin.
+// Kernel instances compiled for GPU 0's target through codegen's NVRTC driver (cached under
+// $TELOS_CACHE_DIR, so a second run, e.g. under compute-sanitizer, compiles nothing) and loaded
+// from the cubin.
 class TestModule {
  public:
   TestModule(const std::string& source, const std::vector<std::string>& instances) {
     // One module a hardware thread (codegen::compile_modules): the compiles, not the kernels, are
     // most of this binary's time on the GPU machine when the kernel cache is cold.
     const auto modules = codegen::compile_modules(
-        source, "sm_90a", instances, codegen::CompileCache::default_root(),
+        source, gpu_target(), instances, codegen::CompileCache::default_root(),
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     for (const codegen::CompiledModule& m : modules) {
       cudaLibrary_t lib = nullptr;
@@ -95,6 +99,20 @@ std::string source_with_rope(const std::vector<float>& inv_freq = {1.f}, int ran
   return codegen::emit_source(plan);
 }
 std::string I(long long v) { return std::to_string(v); }
+
+// What the tests that run on one target only test (their skips' reasons).
+const char* const kWgmmaKernels = "wgmma kernels";
+const char* const kTwinKernels = "the sm_100a kernels' Hopper twins (wgmma kernels)";
+const char* const kTcgen05Kernels = "tcgen05 kernels";
+
+// Which form of an sm_100a kernel a test runs: its Hopper twin (sm_90a: the same kernel body with
+// wgmma for tcgen05, checked bit for bit against the Hopper kernels) or the tcgen05 kernel itself
+// (sm_100a: checked against f64 and against the other sm_100a kernels that must give the same
+// bits). One description of each check, run in both forms.
+enum class Sm100Form { Twin, Tcgen05 };
+const char* form_name(Sm100Form form) {
+  return form == Sm100Form::Twin ? "twin" : "tcgen05";
+}
 
 // ---- embedding and RMSNorm -------------------------------------------------------------------
 
@@ -216,7 +234,7 @@ struct PrefillShape {
 // Every epilogue on ragged shapes (M, N and K not multiples of the 128 x 256 x 64 tile), outputs
 // poisoned, plus 128 guard rows past M that must stay poisoned (stores clip at M).
 TEST(GpuKernels, PrefillGemmEpilogues) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   for (const PrefillShape& s : {PrefillShape{200, 384, 264}, PrefillShape{401, 520, 128},
                                 PrefillShape{128, 128, 64}, PrefillShape{130, 136, 1000}}) {
     const std::string dims = "<" + I(s.M) + ", " + I(s.N) + ", " + I(s.K) + ">";
@@ -274,7 +292,7 @@ TEST(GpuKernels, PrefillGemmEpilogues) {
 // More tiles than SMs, so each CTA loops over several tiles and the stage ring wraps across tiles;
 // checked on a sample of rows against f64.
 TEST(GpuKernels, PrefillGemmPersistentTiles) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   constexpr int M = 2100, N = 3072, K = 512;
   const std::string out = "telos_kernels::gemm_prefill_bf16<" + I(M) + ", " + I(N) + ", " + I(K) + ">";
   TestModule mod(source_with_rope(), {out});
@@ -300,7 +318,7 @@ TEST(GpuKernels, PrefillGemmPersistentTiles) {
 
 // A row's result does not depend on how many rows the bucket has (batch invariance).
 TEST(GpuKernels, PrefillGemmRowsDoNotDependOnM) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   constexpr int N = 512, K = 320;
   const std::string small = "telos_kernels::gemm_prefill_residual<200, " + I(N) + ", " + I(K) + ">";
   const std::string large = "telos_kernels::gemm_prefill_residual<401, " + I(N) + ", " + I(K) + ">";
@@ -325,7 +343,7 @@ TEST(GpuKernels, PrefillGemmRowsDoNotDependOnM) {
 // leaves the accumulator itself, into x0 exactly the host's f32 x0 + acc. The small-M GEMM's
 // residual rows must match these bits.
 TEST(GpuKernels, PrefillResidualIsOneF32Add) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   constexpr int M = 200, N = 384, K = 264;
   const std::string res = "telos_kernels::gemm_prefill_residual<" + I(M) + ", " + I(N) + ", " + I(K) + ">";
   TestModule mod(source_with_rope(), {res});
@@ -390,7 +408,7 @@ int sm_count() {
 // tiles, WG = 2; 100 rows: one M tile whose last 28 rows no load writes). It is also checked
 // against f64, and its stores must stop at M (64 guard rows stay poisoned).
 TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   struct Shape {
     int N, K;
     std::vector<int> ms;
@@ -535,7 +553,7 @@ TEST(GpuKernels, SmallGemmMatchesPrefillGemmBitForBit) {
 // on its own, wider, two-warpgroup and multicast tiles (5D multicast), SwiGLU's two halves; the
 // rows past M stay poisoned.
 TEST(GpuKernels, GemmsReadSlotImagesBitForBit) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   struct Case {
     int N, K, bn, halves;  // N output columns (SwiGLU: W has 2N rows); the image's tiles
     std::vector<int> ms;
@@ -658,7 +676,7 @@ TEST(GpuKernels, GemmsReadSlotImagesBitForBit) {
 // wrapping; rows past M stay poisoned; a row's bits are the same at every M, tile width and
 // cluster (batch invariance), and a null cand writes the logits alone.
 TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   constexpr int N = 1024, K = 2000, MAXM = 200, GUARD = 64;
   const std::vector<int> ms = {1, 7, 64, 130, 200}, bns = {32, 128, 256};
   codegen::SmallGemmLimits one;
@@ -731,7 +749,7 @@ TEST(GpuKernels, SmallGemmLmHeadLogitsAndCandidates) {
 // poisoned.
 // (The QKV GEMM's fold, which also carries the epilogue, is QkvFoldedMatchesGemmThenRows.)
 TEST(GpuKernels, SmallGemmNormPrologueMatchesRmsNormThenGemm) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   struct Shape {
     int N, K;
   };
@@ -816,7 +834,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
 )";
 
 TEST(GpuKernels, PersistentMlpPhasesMatchSeparateKernels) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   struct Shape {
     int H, KO, I;
   };
@@ -934,7 +952,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
 )";
 
 TEST(GpuKernels, PersistentQkvTilesMatchSmallGemm) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   struct Shape {
     int H, NQKV;
   };
@@ -1026,7 +1044,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
 )";
 
 TEST(GpuKernels, PersistentQkvRopeTilesMatchSeparateKernels) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   const codegen::RopeInput llama3{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
   const codegen::RopeInput plain{"default", 1000000.0};
   struct Shape {
@@ -1120,7 +1138,7 @@ struct QkvShape {
 // rotates, writes q and appends k / v (ragged M, a padding row, distinct positions per sequence so
 // no two rows write one KV slot).
 TEST(GpuKernels, QkvGemmThenRows) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   const codegen::RopeInput llama3{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
   const codegen::RopeInput plain{"default", 1000000.0};
   constexpr int PAGE = 16, MAXP = 32, LAYERS = 2, POOL = 72, LAYER = 1;
@@ -1241,7 +1259,7 @@ TEST(GpuKernels, QkvGemmThenRows) {
 // zero, and a second launch (counters reused) the same again. Bias, QK norm, D 32 / 64 / 128, a
 // padding row, two sequences.
 TEST(GpuKernels, QkvFoldedMatchesGemmThenRows) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   const codegen::RopeInput llama3{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
   const codegen::RopeInput plain{"default", 1000000.0};
   constexpr int PAGE = 16, MAXP = 16, LAYERS = 2, POOL = 40, LAYER = 1;
@@ -1422,7 +1440,7 @@ TEST(GpuKernels, E4m3KvAppendWritesTheHostsBytes) {
 // gemm_small_norm_qkv (the QKV epilogue folded into the one-token GEMM) appends the same e4m3 bytes
 // as rmsnorm, gemm_small_bf16 and qkv_rope_append_rows with the same KvE4m3, scales 1 and random.
 TEST(GpuKernels, E4m3KvFoldedAppendMatchesGemmThenRows) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   constexpr int K = 256, HQ = 4, HKV = 2, D = 64, M = 5, PAGE = 16, MAXP = 16, LAYERS = 2,
                 POOL = 40, LAYER = 1;
   const codegen::RopeInput rope{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
@@ -1996,24 +2014,32 @@ struct PagedKv {
   }
 };
 
-// The tests' source for the sm_100a prefill attention's Hopper twin (attention_prefill_sm100.cuh,
-// which includes attention_prefill.cuh: one module holds both forms), with poison_shared.
+// The tests' source for the sm_100a prefill attention and its Hopper twin
+// (attention_prefill_sm100.cuh, which includes attention_prefill.cuh: one module holds every form),
+// with poison_shared.
 const std::string kAttnPrefillSm100Source =
     "#define HEXEL_DEBUG_WAIT_LIMIT 100000000\n#include \"attention_prefill_sm100.cuh\"\n" +
     kPoisonShared;
 
 // Which prefill attention a run launches: attn_prefill (a tile a CTA, or persistent on `ctas`
-// CTAs), or attn_prefill_sm100_twin (a tile a CTA, its shared memory poisoned first).
+// CTAs), or the sm_100a form, attn_prefill_sm100 or its Hopper twin attn_prefill_sm100_twin (a tile
+// a CTA, its shared memory poisoned first).
+enum class AttnPrefillKernel { Hopper, Sm100Twin, Sm100 };
+AttnPrefillKernel attn_prefill_kernel(Sm100Form form) {
+  return form == Sm100Form::Twin ? AttnPrefillKernel::Sm100Twin : AttnPrefillKernel::Sm100;
+}
 struct PrefillForm {
-  bool twin = false;
+  AttnPrefillKernel kernel = AttnPrefillKernel::Hopper;
   int ctas = 0;
+  bool sm100() const { return kernel != AttnPrefillKernel::Hopper; }
+  bool twin() const { return kernel == AttnPrefillKernel::Sm100Twin; }
 };
 
 std::string prefill_instance(const PagedKv& pool, int tpt, const PrefillForm& form, int T) {
   const AttnShape& s = pool.s;
-  if (form.twin)
+  if (form.sm100())
     return codegen::attn_prefill_sm100_instance(s.HQ, s.HKV, s.D, s.PAGE, s.MAXP, pool.page_elems,
-                                                tpt, true);
+                                                tpt, form.twin());
   return attn_prefill_instance(s, pool.page_elems, tpt, form.ctas > 0 ? T / tpt : 0);
 }
 
@@ -2034,16 +2060,17 @@ bf16v run_attn_prefill(TestModule& mod, const PagedKv& pool, const bf16v& kv, in
       dkv.get() + pool.layer_offset(),
       static_cast<int>((static_cast<long long>(kv.size()) - pool.layer_offset()) / s.D), s.D,
       s.PAGE);
-  if (form.twin) {
+  if (form.sm100()) {
     EXPECT_EQ(mod.launch("poison_shared", sm_count(), 1024, {}, codegen::kMaxSmemPerBlock),
               cudaSuccess);
   }
   const cudaError_t e = mod.launch(
       prefill_instance(pool, tpt, form, T), form.ctas > 0 ? dim3(form.ctas) : dim3(s.HKV, T / tpt),
-      form.twin ? codegen::kAttnPrefillSm100Threads : codegen::kAttnPrefillThreads,
+      form.sm100() ? codegen::kAttnPrefillSm100Threads : codegen::kAttnPrefillThreads,
       {dq.get(), dpos.get(), dseq.get(), dpt.get(), dkv.get() + pool.layer_offset(), kv_map.get(),
        out.get()},
-      form.twin ? codegen::attn_prefill_sm100_smem(s.D, true) : codegen::attn_prefill_smem(s.D));
+      form.sm100() ? codegen::attn_prefill_sm100_smem(s.D, form.twin())
+                   : codegen::attn_prefill_smem(s.D));
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   return out.download();
 }
@@ -2092,7 +2119,7 @@ const std::vector<PrefillCase> kPrefillCases = {
 // pages of 16 also the persistent form on 3 CTAs, each running its tiles in turn (both segment
 // tables, the ring across tiles).
 TEST(GpuKernels, PrefillAttentionMatchesF64) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   for (const PrefillCase& c : kPrefillCases) {
     const AttnShape& s = c.s;
     PagedKv pool(s, 3);
@@ -2107,52 +2134,72 @@ TEST(GpuKernels, PrefillAttentionMatchesF64) {
     for (const int ctas : {0, 3}) {
       if (ctas > 0 && !persistent) continue;
       SCOPED_TRACE(ctas > 0 ? "persistent on 3 CTAs" : "a tile a CTA");
-      const bf16v out =
-          run_attn_prefill(mod, pool, kv, c.tpt, q, st.positions, st.token_seq, {false, ctas});
+      const bf16v out = run_attn_prefill(mod, pool, kv, c.tpt, q, st.positions, st.token_seq,
+                                         {AttnPrefillKernel::Hopper, ctas});
       expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f,
                                    pool.page_tables, st.positions, st.token_seq, q, out);
     }
   }
 }
 
-// The sm_100a prefill attention's Hopper twin (attn_prefill_sm100_twin: the tcgen05 kernel's body,
-// producer, softmax, masks, barriers and shared-memory layout, with wgmma for tcgen05.mma and an
-// image of Tensor Memory in shared memory) on PrefillAttentionMatchesF64's shapes and ragged step,
-// its shared memory and output poisoned: against f64, and against attn_prefill on the same inputs
-// within the same tolerance row by row (the two sum a row's weights in different orders: not bit
-// for bit); padding rows are zeros in both.
-TEST(GpuKernels, Sm100TwinPrefillAttentionMatchesF64AndHopper) {
-  TELOS_SKIP_WITHOUT_GPU();
+// The twin's output against attn_prefill's row by row: within the f64 tolerance (the two sum a
+// row's weights in different orders), padding rows identical.
+void expect_rows_match_hopper(const AttnShape& s, const std::vector<int>& positions,
+                              const bf16v& twin, const bf16v& hopper) {
+  for (std::size_t t = 0; t < positions.size(); ++t)
+    for (int h = 0; h < s.HQ; ++h) {
+      const std::size_t at = (t * s.HQ + h) * s.D;
+      std::vector<float> got(s.D);
+      std::vector<double> want(s.D);
+      for (int d = 0; d < s.D; ++d)
+        got[d] = from_bf16(twin[at + d]), want[d] = from_bf16(hopper[at + d]);
+      if (positions[t] < 0) {
+        EXPECT_EQ(0, std::memcmp(twin.data() + at, hopper.data() + at, s.D * 2)) << "row " << t;
+      } else {
+        EXPECT_LT(rel_l2(got, want), 1e-2) << "token " << t << " head " << h;
+      }
+    }
+}
+
+// The sm_100a prefill attention (attn_prefill_sm100; on sm_90 its Hopper twin, attn_prefill_sm100_
+// twin: the tcgen05 kernel's body, producer, softmax, masks, barriers and shared-memory layout,
+// with wgmma for tcgen05.mma and an image of Tensor Memory in shared memory) on
+// PrefillAttentionMatchesF64's shapes and ragged step, its shared memory and output poisoned:
+// against f64; the twin also against attn_prefill on the same inputs within the same tolerance row
+// by row (the two sum a row's weights in different orders: not bit for bit); padding rows are
+// zeros in both.
+void check_prefill_attention_sm100(Sm100Form form) {
+  const PrefillForm tested{attn_prefill_kernel(form), 0};
   for (const PrefillCase& c : kPrefillCases) {
     const AttnShape& s = c.s;
-    SCOPED_TRACE("HQ " + I(s.HQ) + " HKV " + I(s.HKV) + " D " + I(s.D) + " page " + I(s.PAGE));
+    SCOPED_TRACE(std::string(form_name(form)) + " HQ " + I(s.HQ) + " HKV " + I(s.HKV) + " D " +
+                 I(s.D) + " page " + I(s.PAGE));
     PagedKv pool(s, 3);
     const RaggedStep st = ragged_prefill_step(s, c.tpt);
     const int T = static_cast<int>(st.positions.size());
-    TestModule mod(kAttnPrefillSm100Source,
-                   {"poison_shared", prefill_instance(pool, c.tpt, {true, 0}, T),
-                    prefill_instance(pool, c.tpt, {}, T)});
+    std::vector<std::string> names = {"poison_shared", prefill_instance(pool, c.tpt, tested, T)};
+    if (tested.twin()) names.push_back(prefill_instance(pool, c.tpt, {}, T));
+    TestModule mod(kAttnPrefillSm100Source, names);
     const std::vector<float> q = random_floats(static_cast<std::size_t>(T) * s.HQ * s.D);
     const bf16v kv = pool.with_nan_tails(st.ends);
-    const bf16v twin =
-        run_attn_prefill(mod, pool, kv, c.tpt, q, st.positions, st.token_seq, {true, 0});
-    const bf16v hopper = run_attn_prefill(mod, pool, kv, c.tpt, q, st.positions, st.token_seq);
+    const bf16v got = run_attn_prefill(mod, pool, kv, c.tpt, q, st.positions, st.token_seq, tested);
+    std::optional<bf16v> hopper;
+    if (tested.twin())
+      hopper = run_attn_prefill(mod, pool, kv, c.tpt, q, st.positions, st.token_seq);
     expect_attention_matches_f64(s, PagedKv::kLayers, PagedKv::kLayer, pool.kv_f, pool.page_tables,
-                                 st.positions, st.token_seq, q, twin);
-    for (int t = 0; t < T; ++t)
-      for (int h = 0; h < s.HQ; ++h) {
-        const std::size_t at = (static_cast<std::size_t>(t) * s.HQ + h) * s.D;
-        std::vector<float> got(s.D);
-        std::vector<double> want(s.D);
-        for (int d = 0; d < s.D; ++d)
-          got[d] = from_bf16(twin[at + d]), want[d] = from_bf16(hopper[at + d]);
-        if (st.positions[t] < 0) {
-          EXPECT_EQ(0, std::memcmp(twin.data() + at, hopper.data() + at, s.D * 2)) << "row " << t;
-        } else {
-          EXPECT_LT(rel_l2(got, want), 1e-2) << "token " << t << " head " << h;
-        }
-      }
+                                 st.positions, st.token_seq, q, got);
+    if (hopper) expect_rows_match_hopper(s, st.positions, got, *hopper);
   }
+}
+
+TEST(GpuKernels, Sm100TwinPrefillAttentionMatchesF64AndHopper) {
+  TELOS_SKIP_UNLESS_SM90(kTwinKernels);
+  check_prefill_attention_sm100(Sm100Form::Twin);
+}
+
+TEST(GpuKernels, Sm100PrefillAttentionMatchesF64) {
+  TELOS_SKIP_UNLESS_SM100(kTcgen05Kernels);
+  check_prefill_attention_sm100(Sm100Form::Tcgen05);
 }
 
 // A row's bits depend only on its own position and data: one prompt of 300 tokens (three
@@ -2161,8 +2208,8 @@ TEST(GpuKernels, Sm100TwinPrefillAttentionMatchesF64AndHopper) {
 // it has not reached, the second chunk behind another sequence's 37 tokens (so its first row is
 // mid-tile), and with the whole prompt and the chunks in tiles of 128 / G and of 32 / G tokens;
 // and (attn_prefill, pages of 16) the persistent form on 3 CTAs and on a CTA a tile gives the same
-// bits. `twin`: the sm_100a kernel's Hopper twin instead of attn_prefill.
-void check_prefill_batch_invariance(bool twin) {
+// bits. `kernel`: attn_prefill, or the sm_100a kernel or its Hopper twin.
+void check_prefill_batch_invariance(AttnPrefillKernel kernel) {
   struct Case {
     AttnShape s;
     int tpt_big, tpt_small;
@@ -2173,12 +2220,13 @@ void check_prefill_batch_invariance(bool twin) {
     const AttnShape& s = c.s;
     const int G = s.HQ / s.HKV, L = 300, NY = 37;
     PagedKv pool(s, 2);  // sequence 0: the prompt; 1: the other sequence
-    const PrefillForm plain{twin, 0};
+    const PrefillForm plain{kernel, 0};
     std::vector<std::string> names = {"poison_shared", prefill_instance(pool, c.tpt_big, plain, 0),
                                       prefill_instance(pool, c.tpt_small, plain, 0)};
     // The whole prompt's tiles, for the persistent form.
     const int nt = (L + c.tpt_big - 1) / c.tpt_big;
-    const bool persistent = !twin && codegen::attn_prefill_persistent_fits(s.D, s.PAGE, c.tpt_big);
+    const bool persistent =
+        !plain.sm100() && codegen::attn_prefill_persistent_fits(s.D, s.PAGE, c.tpt_big);
     if (persistent) names.push_back(attn_prefill_instance(s, pool.page_elems, c.tpt_big, nt));
     TestModule mod(kAttnPrefillSm100Source, names);
     const std::size_t row = static_cast<std::size_t>(s.HQ) * s.D;
@@ -2204,7 +2252,7 @@ void check_prefill_batch_invariance(bool twin) {
         q.insert(q.end(), row, 0.f);
       }
       const bf16v out = run_attn_prefill(mod, pool, pool.with_nan_tails({b, other ? 10 + NY : 0}),
-                                         tpt, q, positions, token_seq, {twin, ctas});
+                                         tpt, q, positions, token_seq, {kernel, ctas});
       return bf16v(out.begin() + first * row, out.begin() + (first + (b - a)) * row);
     };
     const bf16v whole = step(c.tpt_big, 0, L, false);
@@ -2243,15 +2291,21 @@ void check_prefill_batch_invariance(bool twin) {
 }
 
 TEST(GpuKernels, PrefillAttentionIsBatchInvariant) {
-  TELOS_SKIP_WITHOUT_GPU();
-  check_prefill_batch_invariance(false);
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
+  check_prefill_batch_invariance(AttnPrefillKernel::Hopper);
 }
 
-// The same of the sm_100a kernel's Hopper twin: the rows' bits do not depend on the tile, the
-// other rows in it or the chunking (the tcgen05 kernel's argument, docs/hexel.md, "Blackwell").
+// The same of the sm_100a kernel and its Hopper twin: the rows' bits do not depend on the tile,
+// the other rows in it or the chunking (the tcgen05 kernel's argument, docs/hexel.md,
+// "Blackwell").
 TEST(GpuKernels, Sm100TwinPrefillAttentionIsBatchInvariant) {
-  TELOS_SKIP_WITHOUT_GPU();
-  check_prefill_batch_invariance(true);
+  TELOS_SKIP_UNLESS_SM90(kTwinKernels);
+  check_prefill_batch_invariance(AttnPrefillKernel::Sm100Twin);
+}
+
+TEST(GpuKernels, Sm100PrefillAttentionIsBatchInvariant) {
+  TELOS_SKIP_UNLESS_SM100(kTcgen05Kernels);
+  check_prefill_batch_invariance(AttnPrefillKernel::Sm100);
 }
 
 // ---- sampling ---------------------------------------------------------------------------------
@@ -3025,7 +3079,7 @@ class E4m3Map {
 // is the same in every bucket; it is within bf16 tolerance of f64 on W' (residual: 1e-5), and the
 // 64 guard rows past M stay poisoned. Before each small GEMM every SM's shared memory is NaNs.
 TEST(GpuKernels, E4m3GemmsMatchBf16GemmOfDequantizedWeights) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   struct Case {
     int N, K, sbr, sbc;
     std::vector<int> ms;
@@ -3130,36 +3184,67 @@ TEST(GpuKernels, E4m3GemmsMatchBf16GemmOfDequantizedWeights) {
   }
 }
 
-// ---- the sm_100a GEMMs' Hopper twins (docs/hexel.md, "Blackwell") ---------------------------
+// ---- the sm_100a GEMMs and their Hopper twins (docs/hexel.md, "Blackwell") -------------------
 
-// The Hopper twin of the sm_100a small GEMM that small_gemm_sm100_tiling plans for M tokens
-// (gemm_small_sm100.cuh, SmallWgmmaTwin): its instance and dynamic shared memory, or an empty
-// name where the twin cannot hold the tile's accumulator (SwiGLU token tiles over 128).
-struct SmallTwin {
+// The sm_100a small GEMM that small_gemm_sm100_tiling plans for M tokens, or its Hopper twin
+// (gemm_small_sm100.cuh, SmallWgmmaTwin): the instance, block and dynamic shared memory, or an
+// empty name where the twin cannot hold the tile's accumulator (SwiGLU token tiles over 128).
+struct SmallSm100 {
   codegen::SmallGemmSm100Tiling t;
   std::string name;
-  int smem = 0;
+  int smem = 0, threads = 0;
 };
-SmallTwin small_twin(const std::string& epi, int M, int N, int K) {
+SmallSm100 small_sm100(const std::string& epi, int M, int N, int K,
+                       Sm100Form form = Sm100Form::Twin) {
   using Twin = telos_kernels::SmallGemmSm100Twin;
-  SmallTwin s{codegen::small_gemm_sm100_tiling(N, K, M, epi == "swiglu"), "", 0};
+  SmallSm100 s{codegen::small_gemm_sm100_tiling(N, K, M, epi == "swiglu"), "", 0, 0};
+  if (form == Sm100Form::Tcgen05) {
+    s.name = s.t.instance(epi, M, N, K);
+    s.smem = s.t.smem();
+    s.threads = codegen::kSmallGemmSm100Threads;
+    return s;
+  }
   const unsigned accum = (epi == "swiglu" ? 2u : 1u) * static_cast<unsigned>(s.t.mma_n);
   if (accum > Twin::kMaxAccumColumns) return s;
   s.name = "telos_kernels::gemm_small_sm100_twin_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) +
            ", " + I(s.t.stages) + ">";
   s.smem = static_cast<int>(Twin::smem(static_cast<unsigned>(s.t.stages),
                                        static_cast<unsigned>(s.t.stage_bytes()), accum));
+  s.threads = Twin::kThreads;
   return s;
 }
 const std::string kSm100Twins =
     "#include \"gemm_small_sm100.cuh\"\n#include \"gemm_prefill_sm100.cuh\"\n";
 
-// An sm_100a twin's output (outs[0]) and its Hopper GEMM's (outs[1]): M x N elements (bf16 bits
-// as floats, or the residual's f32), then `guard` poisoned ones past M. The twin against f64 (ref
-// [M, 2N]: gate, then up; x0 the residual's input), the guard untouched, the two bit for bit.
-void check_twin_outputs(const std::vector<float> (&outs)[2], const std::vector<double>& ref,
-                        const std::vector<float>& x0, const std::string& epi, int M, int N,
-                        std::size_t guard, const std::string& what, const char* hopper_gemm) {
+// The sm_100a prefill GEMMs' instances: gemm_prefill_sm100_<epi> (one CTA a 128 x 256 tile) and
+// gemm_prefill_sm100_pair_<epi> (a CTA pair a 256 x 256 tile) at M x N x K.
+std::string prefill_sm100_instance(const std::string& epi, int M, int N, int K, bool pair) {
+  return std::string("telos_kernels::gemm_prefill_sm100_") + (pair ? "pair_" : "") + epi + "<" +
+         I(M) + ", " + I(N) + ", " + I(K) + ">";
+}
+// One launch of an sm_100a prefill GEMM (one CTA or the pair) as the plan makes it: A [M, K] in
+// 128-row boxes, W [N, K] (SwiGLU: [2N, K], gate then up) in boxes of the tile's W rows (the pair:
+// a CTA's 128), into y (bf16) or the residual x (f32), both M x N in 64-row boxes.
+cudaError_t launch_prefill_sm100(TestModule& mod, const std::string& epi, int M, int N, int K,
+                                 bool pair, const void* a, const void* w, void* out) {
+  const bool swiglu = epi == "swiglu";
+  const int cols = swiglu ? 128 : 256;
+  const DeviceMap a_map(a, M, K, 128), w_map(w, swiglu ? 2 * N : N, K, pair ? 128 : cols),
+      out_map(out, M, N, 64, epi == "residual" ? hexel::TmaDtype::F32 : hexel::TmaDtype::BF16);
+  return mod.launch(prefill_sm100_instance(epi, M, N, K, pair),
+                    pair ? codegen::prefill_pair_grid(M, N, cols) : prefill_grid(M, N, cols),
+                    kPrefillThreads, {a_map.get(), w_map.get(), out_map.get()},
+                    pair ? codegen::prefill_pair_smem(128) : codegen::prefill_gemm_smem(0));
+}
+
+// A run's output (outs[0]: the kernel under test; outs[1 ..]: the kernels that must give its bits,
+// named in `refs`): M x N elements (bf16 bits as floats, or the residual's f32), then `guard`
+// poisoned ones past M. outs[0] against f64 (ref [M, 2N]: gate, then up; x0 the residual's input),
+// the guard untouched, and each other output bit for bit.
+void check_sm100_outputs(const std::vector<std::vector<float>>& outs,
+                         const std::vector<std::string>& refs, const std::vector<double>& ref,
+                         const std::vector<float>& x0, const std::string& epi, int M, int N,
+                         std::size_t guard, const std::string& what) {
   const bool swiglu = epi == "swiglu", residual = epi == "residual";
   const std::size_t MN = static_cast<std::size_t>(M) * N, n = static_cast<std::size_t>(N);
   std::vector<float> got(MN);
@@ -3170,44 +3255,56 @@ void check_twin_outputs(const std::vector<float> (&outs)[2], const std::vector<d
     got[e] = residual ? outs[0][e] : from_bf16(static_cast<std::uint16_t>(outs[0][e]));
     want[e] = residual ? x0[e] + g : swiglu ? g / (1.0 + std::exp(-g)) * u : g;
   }
-  EXPECT_LT(rel_l2(got, want), residual ? 1e-5 : 1e-2) << "twin vs f64, " << what;
+  EXPECT_LT(rel_l2(got, want), residual ? 1e-5 : 1e-2) << "vs f64, " << what;
   for (std::size_t e = MN; e < MN + guard; ++e) {
     if (residual)
-      ASSERT_EQ(outs[0][e], x0[e]) << "twin wrote past M, " << what;
+      ASSERT_EQ(outs[0][e], x0[e]) << "wrote past M, " << what;
     else
-      ASSERT_EQ(outs[0][e], 0xffff) << "twin wrote past M, " << what;
+      ASSERT_EQ(outs[0][e], 0xffff) << "wrote past M, " << what;
   }
-  EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[1].data(), (MN + guard) * sizeof(float)))
-      << "twin vs Hopper " << hopper_gemm << ", " << what;
+  for (std::size_t i = 1; i < outs.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[i].data(), (MN + guard) * sizeof(float)))
+        << "vs " << refs[i - 1] << ", " << what;
 }
 
-// The sm_100a small GEMM's shared parts on an H200 (its twin: the same producer, stage ring,
-// barriers, tiles and epilogue, wgmma for tcgen05): every epilogue against f64 at ragged M (1 to
-// 300: one to two token tiles, 16 to 256 tokens an MMA, the last tile part-filled), N not a
-// multiple of the 128-row weight tile and K not of 64 with the ring wrapping (K = 2000: 32 blocks),
-// every SM's shared memory filled with NaNs first (the token rows no box writes) and outputs
-// poisoned, 64 guard rows past M that must stay so. Each element is one wgmma chain over K from
-// zero, as in the Hopper GEMMs, with the weights as A and the tokens as B; the products are exact
-// in f32, so unless wgmma's dot product depends on which operand is A the twin gives the Hopper
-// gemm_small's bits, which this checks too (SwiGLU up to its 128-token tiles).
-TEST(GpuKernels, Sm100TwinSmallGemmMatchesF64AndHopperBitForBit) {
-  TELOS_SKIP_WITHOUT_GPU();
+// The sm_100a small GEMM (gemm_small_sm100_*; on sm_90 its twin): every epilogue against f64 at
+// ragged M (1 to 300: one to two token tiles, 16 to 256 tokens an MMA, the last tile part-filled),
+// N not a multiple of the 128-row weight tile and K not of 64 with the ring wrapping (K = 2000: 32
+// blocks), every SM's shared memory filled with NaNs first (the token rows no box writes) and
+// outputs poisoned, 64 guard rows past M that must stay so. Each element is one MMA chain over K
+// from zero, as in the prefill GEMMs, with the weights as A and the tokens as B; the products are
+// exact in f32, so unless the tensor core's dot product depends on which operand is A the small
+// GEMM gives the prefill GEMM's bits, whatever the bucket, which this checks too: the twin against
+// the Hopper gemm_small at its plan's tiling (which equals gemm_prefill's:
+// SmallGemmMatchesPrefillGemmBitForBit; SwiGLU up to the twin's 128-token tiles), the tcgen05
+// kernel against the sm_100a prefill GEMM on one CTA and on the CTA pair (docs/hexel.md,
+// "Blackwell": the question the first B200 run answers).
+void check_small_sm100(Sm100Form form) {
   struct Shape {
     int N, K;
     std::vector<int> ms;
   };
+  const bool twin = form == Sm100Form::Twin;
   const std::vector<std::string> epis = {"bf16", "residual", "swiglu"};
+  const std::vector<std::string> refs =
+      twin ? std::vector<std::string>{"Hopper gemm_small"}
+           : std::vector<std::string>{"gemm_prefill_sm100", "gemm_prefill_sm100_pair"};
   for (const Shape& shape :
        {Shape{520, 2000, {1, 5, 20, 64, 100, 128, 200, 300}}, Shape{136, 264, {8, 130}}}) {
     const int N = shape.N, K = shape.K;
     std::vector<std::string> names = {"poison_shared"};
     for (int M : shape.ms)
       for (const std::string& epi : epis) {
-        const SmallTwin tw = small_twin(epi, M, N, K);
+        const SmallSm100 tw = small_sm100(epi, M, N, K, form);
         if (tw.name.empty()) continue;
         names.push_back(tw.name);
-        names.push_back(
-            codegen::small_gemm_tiling(N, K, M, epi == "swiglu").instance(epi, M, N, K));
+        if (twin) {
+          names.push_back(
+              codegen::small_gemm_tiling(N, K, M, epi == "swiglu").instance(epi, M, N, K));
+        } else {
+          for (const bool pair : {false, true})
+            names.push_back(prefill_sm100_instance(epi, M, N, K, pair));
+        }
       }
     std::sort(names.begin(), names.end());
     names.erase(std::unique(names.begin(), names.end()), names.end());
@@ -3220,53 +3317,66 @@ TEST(GpuKernels, Sm100TwinSmallGemmMatchesF64AndHopperBitForBit) {
     const std::vector<float> x0 = random_floats(static_cast<std::size_t>(MAXM + GUARD) * N);
     for (int M : shape.ms)
       for (const std::string& epi : epis) {
-        const SmallTwin tw = small_twin(epi, M, N, K);
+        const SmallSm100 tw = small_sm100(epi, M, N, K, form);
         if (tw.name.empty()) continue;
         const bool swiglu = epi == "swiglu", residual = epi == "residual";
         const std::size_t MN = static_cast<std::size_t>(M) * N,
                           total = MN + static_cast<std::size_t>(GUARD) * N;
-        const std::string what = epi + " M=" + I(M) + " N=" + I(N) + " K=" + I(K);
-        // The twin, then the Hopper gemm_small at its plan's tiling, on the same inputs.
-        std::vector<float> outs[2];
-        for (int hopper = 0; hopper < 2; ++hopper) {
+        const std::string what =
+            std::string(form_name(form)) + " " + epi + " M=" + I(M) + " N=" + I(N) + " K=" + I(K);
+        // The kernel under test, then each kernel that must give its bits, on the same inputs.
+        std::vector<std::vector<float>> outs(1 + refs.size());
+        for (std::size_t run = 0; run < outs.size(); ++run) {
           DeviceBuffer<std::uint16_t> y(total);
           DeviceBuffer<float> x(std::vector<float>(x0.begin(), x0.begin() + total));
-          const void* out = residual ? static_cast<const void*>(x.get()) : y.get();
-          if (hopper) {  // its shared memory poisoned in SmallGemmMatchesPrefillGemmBitForBit
+          void* out = residual ? static_cast<void*>(x.get()) : y.get();
+          if (run == 0) {
+            const DeviceMap a(dA.get(), M, K, tw.t.a_box),
+                w(dW.get(), swiglu ? 2 * N : N, K, codegen::kSmallGemmSm100Rows);
+            CUDA_OK(mod.launch("poison_shared", sm_count(), 1024, {}, codegen::kMaxSmemPerBlock));
+            CUDA_OK(mod.launch(tw.name, dim3(tw.t.tiles_m, tw.t.tiles_n), tw.threads,
+                               {a.get(), w.get(), out}, tw.smem));
+          } else if (twin) {  // its shared memory poisoned in SmallGemmMatchesPrefillGemmBitForBit
             const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, swiglu);
             const DeviceMap a(dA.get(), M, K, t.a_box),
                 w(dW.get(), swiglu ? 2 * N : N, K, t.w_box());
             CUDA_OK(mod.launch(t.instance(epi, M, N, K), dim3(t.tiles_m, t.tiles_n), t.threads(),
                                {a.get(), w.get(), out}, t.smem()));
           } else {
-            const DeviceMap a(dA.get(), M, K, tw.t.a_box),
-                w(dW.get(), swiglu ? 2 * N : N, K, codegen::kSmallGemmSm100Rows);
-            CUDA_OK(mod.launch("poison_shared", sm_count(), 1024, {}, codegen::kMaxSmemPerBlock));
-            CUDA_OK(mod.launch(tw.name, dim3(tw.t.tiles_m, tw.t.tiles_n),
-                               telos_kernels::SmallGemmSm100Twin::kThreads, {a.get(), w.get(), out},
-                               tw.smem));
+            CUDA_OK(launch_prefill_sm100(mod, epi, M, N, K, run == 2, dA.get(), dW.get(), out));
           }
           if (residual) {
-            outs[hopper] = x.download();
+            outs[run] = x.download();
           } else {
             const auto b = y.download();
-            outs[hopper].assign(b.begin(), b.end());
+            outs[run].assign(b.begin(), b.end());
           }
         }
         ASSERT_NO_FATAL_FAILURE(
-            check_twin_outputs(outs, ref, x0, epi, M, N, total - MN, what, "gemm_small"));
+            check_sm100_outputs(outs, refs, ref, x0, epi, M, N, total - MN, what));
       }
   }
 }
 
-// The sm_100a LM head's twin (gemm_small_sm100_twin_f32cand): f32 logits against f64 and bit for
-// bit against the Hopper gemm_small_f32cand on 128-row weight tiles, each weight tile's greedy
-// candidates against those of the logits it wrote, at M from 1 to 300 (the 256-token tile's image
-// is larger than the ring), K not a multiple of 64; rows past M stay poisoned, and a null cand
-// writes the logits alone.
-TEST(GpuKernels, Sm100TwinSmallGemmLmHeadLogitsAndCandidates) {
-  TELOS_SKIP_WITHOUT_GPU();
+TEST(GpuKernels, Sm100TwinSmallGemmMatchesF64AndHopperBitForBit) {
+  TELOS_SKIP_UNLESS_SM90(kTwinKernels);
+  check_small_sm100(Sm100Form::Twin);
+}
+
+TEST(GpuKernels, Sm100SmallGemmMatchesF64AndPrefillGemmsBitForBit) {
+  TELOS_SKIP_UNLESS_SM100(kTcgen05Kernels);
+  check_small_sm100(Sm100Form::Tcgen05);
+}
+
+// The sm_100a LM head (gemm_small_sm100_f32cand; on sm_90 its twin): f32 logits against f64, each
+// weight tile's greedy candidates against those of the logits it wrote, at M from 1 to 300 (the
+// 256-token tile's image is larger than the twin's ring), K not a multiple of 64; rows past M stay
+// poisoned, and a null cand writes the logits alone. The twin's logits and candidates bit for bit
+// against the Hopper gemm_small_f32cand on 128-row weight tiles; the tcgen05 kernel's against its
+// own at M = 300: a row's bits do not depend on the bucket.
+void check_lm_head_sm100(Sm100Form form) {
   constexpr int N = 1024, K = 2000, MAXM = 300, GUARD = 64;
+  const bool twin = form == Sm100Form::Twin;
   const std::vector<int> ms = {1, 7, 64, 130, 256, 300};
   codegen::SmallGemmLimits one;
   one.warpgroups = 1;
@@ -3279,34 +3389,31 @@ TEST(GpuKernels, Sm100TwinSmallGemmLmHeadLogitsAndCandidates) {
   };
   std::vector<std::string> names;
   for (int M : ms) {
-    names.push_back(small_twin("f32cand", M, N, K).name);
-    names.push_back(hopper(M).instance("f32cand", M, N, K));
+    names.push_back(small_sm100("f32cand", M, N, K, form).name);
+    if (twin) names.push_back(hopper(M).instance("f32cand", M, N, K));
   }
   TestModule mod(source_with_rope() + kSm100Twins, names);
   std::vector<float> Af, Wf;
   DeviceBuffer<std::uint16_t> dA(random_bf16(static_cast<std::size_t>(MAXM) * K, 1.f, Af));
   DeviceBuffer<std::uint16_t> dW(random_bf16(static_cast<std::size_t>(N) * K, 0.05f, Wf));
   const std::vector<double> ref = gemm_ref(Af, Wf, MAXM, N, K);
+  std::vector<std::vector<float>> logits;  // each M's
+  std::vector<std::vector<std::uint64_t>> cands;
   for (int M : ms) {
-    const SmallTwin tw = small_twin("f32cand", M, N, K);
-    const codegen::SmallGemmTiling ht = hopper(M);
-    const std::string what = "M=" + I(M);
+    const SmallSm100 tw = small_sm100("f32cand", M, N, K, form);
+    const std::string what = std::string(form_name(form)) + " M=" + I(M);
     const std::size_t MN = static_cast<std::size_t>(M) * N,
                       total = MN + static_cast<std::size_t>(GUARD) * N;
     const int tiles_n = N / codegen::kSmallGemmSm100Rows;
     ASSERT_EQ(tw.t.tiles_n, tiles_n);
-    DeviceBuffer<float> y(total), y_hopper(MN), y_alone(MN);
-    DeviceBuffer<std::uint64_t> cand(MN / codegen::kSmallGemmSm100Rows),
-        cand_hopper(MN / codegen::kSmallGemmSm100Rows);
-    const DeviceMap a(dA.get(), M, K, tw.t.a_box), w(dW.get(), N, K, codegen::kSmallGemmSm100Rows),
-        ha(dA.get(), M, K, ht.a_box), hw(dW.get(), N, K, ht.w_box());
+    DeviceBuffer<float> y(total), y_alone(MN);
+    DeviceBuffer<std::uint64_t> cand(MN / codegen::kSmallGemmSm100Rows);
+    const DeviceMap a(dA.get(), M, K, tw.t.a_box), w(dW.get(), N, K, codegen::kSmallGemmSm100Rows);
     const dim3 grid(tw.t.tiles_m, tw.t.tiles_n);
-    const int threads = telos_kernels::SmallGemmSm100Twin::kThreads;
-    CUDA_OK(mod.launch(tw.name, grid, threads, {a.get(), w.get(), y.get(), cand.get()}, tw.smem));
     CUDA_OK(
-        mod.launch(tw.name, grid, threads, {a.get(), w.get(), y_alone.get(), nullptr}, tw.smem));
-    CUDA_OK(mod.launch(ht.instance("f32cand", M, N, K), dim3(ht.tiles_m, ht.tiles_n), ht.threads(),
-                       {ha.get(), hw.get(), y_hopper.get(), cand_hopper.get()}, ht.smem()));
+        mod.launch(tw.name, grid, tw.threads, {a.get(), w.get(), y.get(), cand.get()}, tw.smem));
+    CUDA_OK(
+        mod.launch(tw.name, grid, tw.threads, {a.get(), w.get(), y_alone.get(), nullptr}, tw.smem));
     const std::vector<float> out = y.download();
     for (std::size_t e = MN; e < total; ++e) {
       std::uint32_t u;
@@ -3316,46 +3423,80 @@ TEST(GpuKernels, Sm100TwinSmallGemmLmHeadLogitsAndCandidates) {
     const std::vector<float> got(out.begin(), out.begin() + MN);
     EXPECT_LT(rel_l2(got, std::vector<double>(ref.begin(), ref.begin() + MN)), 1e-5) << what;
     EXPECT_EQ(cand.download(), greedy_candidates(got, M, N, tiles_n)) << what;
-    EXPECT_EQ(cand.download(), cand_hopper.download()) << "candidates vs Hopper, " << what;
-    EXPECT_EQ(0, std::memcmp(y_hopper.download().data(), got.data(), MN * sizeof(float)))
-        << "logits vs Hopper gemm_small_f32cand, " << what;
     EXPECT_EQ(0, std::memcmp(y_alone.download().data(), got.data(), MN * sizeof(float)))
         << "null cand, " << what;
+    if (twin) {
+      const codegen::SmallGemmTiling ht = hopper(M);
+      DeviceBuffer<float> y_hopper(MN);
+      DeviceBuffer<std::uint64_t> cand_hopper(MN / codegen::kSmallGemmSm100Rows);
+      const DeviceMap ha(dA.get(), M, K, ht.a_box), hw(dW.get(), N, K, ht.w_box());
+      CUDA_OK(mod.launch(ht.instance("f32cand", M, N, K), dim3(ht.tiles_m, ht.tiles_n),
+                         ht.threads(), {ha.get(), hw.get(), y_hopper.get(), cand_hopper.get()},
+                         ht.smem()));
+      EXPECT_EQ(cand.download(), cand_hopper.download()) << "candidates vs Hopper, " << what;
+      EXPECT_EQ(0, std::memcmp(y_hopper.download().data(), got.data(), MN * sizeof(float)))
+          << "logits vs Hopper gemm_small_f32cand, " << what;
+    }
+    logits.push_back(got);
+    cands.push_back(cand.download());
+  }
+  if (twin) return;
+  for (std::size_t i = 0; i + 1 < ms.size(); ++i) {
+    EXPECT_EQ(0, std::memcmp(logits[i].data(), logits.back().data(), logits[i].size() * 4))
+        << "logits of M=" << ms[i] << " vs the same rows at M=" << ms.back();
+    EXPECT_TRUE(std::equal(cands[i].begin(), cands[i].end(), cands.back().begin()))
+        << "candidates of M=" << ms[i] << " vs the same rows at M=" << ms.back();
   }
 }
 
-// The sm_100a prefill GEMM's shared parts on an H200 (its twin: the same producer, stage ring,
-// persistent tile loop, epilogue chunks, swizzled stores and TMA hand-off, wgmma for tcgen05):
-// every epilogue at ragged M, N and K, outputs poisoned with 128 guard rows past M that must stay
-// so, against f64, and bit for bit against the Hopper gemm_prefill (the twin's chains are its
-// chains: the tokens as A, one wgmma chain over K from zero per element, N 128 or 64 instead of
-// 256). Also on a grid of 3 CTAs (each loops over several tiles, the ring wrapping across them)
-// and reading a slot image whose 48-row tiles cut the 256-row weight tiles (one covering box a
-// stage, the tile's rows from an offset).
-TEST(GpuKernels, Sm100TwinPrefillGemmMatchesF64AndHopperBitForBit) {
-  TELOS_SKIP_WITHOUT_GPU();
+TEST(GpuKernels, Sm100TwinSmallGemmLmHeadLogitsAndCandidates) {
+  TELOS_SKIP_UNLESS_SM90(kTwinKernels);
+  check_lm_head_sm100(Sm100Form::Twin);
+}
+
+TEST(GpuKernels, Sm100SmallGemmLmHeadLogitsCandidatesAndBuckets) {
+  TELOS_SKIP_UNLESS_SM100(kTcgen05Kernels);
+  check_lm_head_sm100(Sm100Form::Tcgen05);
+}
+
+// The sm_100a prefill GEMM on one CTA (gemm_prefill_sm100_*; on sm_90 its twin: the same producer,
+// stage ring, persistent tile loop, epilogue chunks, swizzled stores and TMA hand-off, wgmma for
+// tcgen05): every epilogue at ragged M, N and K, outputs poisoned with 128 guard rows past M that
+// must stay so, against f64. The twin bit for bit against the Hopper gemm_prefill (the twin's
+// chains are its chains: the tokens as A, one wgmma chain over K from zero per element, N 128 or
+// 64 instead of 256); the tcgen05 kernel against the CTA pair's (gemm_prefill_sm100_pair_*, 256-row
+// tiles of M = 256 MMAs): a row's bits do not depend on its tile. Also on a grid of 3 CTAs (each
+// loops over several tiles, the ring wrapping across them) and reading a slot image whose 48-row
+// tiles cut the 256-row weight tiles (one covering box a stage, the tile's rows from an offset).
+void check_prefill_sm100(Sm100Form form) {
   struct Case {
     PrefillShape s;
     int grid;      // 0: the plan's (prefill_grid)
     int image_bn;  // 0: the weight's own map; else a one-half slot image of 48-row tiles
   };
+  const bool twin = form == Sm100Form::Twin;
   const std::vector<Case> cases = {{{200, 384, 264}, 0, 0}, {{401, 520, 128}, 0, 0},
                                    {{128, 128, 64}, 0, 0},  {{130, 136, 1000}, 0, 0},
                                    {{401, 520, 128}, 3, 0}, {{200, 768, 256}, 0, 48}};
   const std::vector<std::string> epis = {"bf16", "residual", "swiglu"};
-  auto dims = [](const Case& c, const std::string& epi, bool twin_args) {
+  auto dims = [](const Case& c, const std::string& epi, bool image_args) {
     std::string d = "<" + I(c.s.M) + ", " + I(c.s.N) + ", " + I(c.s.K);
-    if (twin_args && c.image_bn > 0 && epi != "swiglu") {
+    if (image_args && c.image_bn > 0 && epi != "swiglu") {
       const codegen::WeightImage img{c.image_bn, 1};
       d += ", " + I(img.half_rows()) + ", " + I(codegen::prefill_image_box_rows(img, 256));
     }
     return d + ">";
   };
+  // The kernel under test, and the one that must give its bits.
+  const std::string tested =
+      twin ? "telos_kernels::gemm_prefill_sm100_twin_" : "telos_kernels::gemm_prefill_sm100_";
+  const std::string reference = twin ? "Hopper gemm_prefill" : "gemm_prefill_sm100_pair";
   std::vector<std::string> names;
   for (const Case& c : cases)
     for (const std::string& epi : epis) {
-      names.push_back("telos_kernels::gemm_prefill_" + epi + dims(c, epi, false));
-      names.push_back("telos_kernels::gemm_prefill_sm100_twin_" + epi + dims(c, epi, true));
+      names.push_back(tested + epi + dims(c, epi, true));
+      names.push_back(twin ? "telos_kernels::gemm_prefill_" + epi + dims(c, epi, false)
+                           : prefill_sm100_instance(epi, c.s.M, c.s.N, c.s.K, true));
     }
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());
@@ -3386,52 +3527,68 @@ TEST(GpuKernels, Sm100TwinPrefillGemmMatchesF64AndHopperBitForBit) {
       const bool swiglu = epi == "swiglu", residual = epi == "residual",
                  image = c.image_bn > 0 && !swiglu;
       const int cols = swiglu ? 128 : 256;
-      const std::string what = epi + " M=" + I(s.M) + " N=" + I(s.N) + " K=" + I(s.K) + " grid " +
-                               I(c.grid) + (image ? " slot image" : "");
-      std::vector<float> outs[2];  // the twin's, the Hopper GEMM's
-      for (int hopper = 0; hopper < 2; ++hopper) {
+      const std::string what = std::string(form_name(form)) + " " + epi + " M=" + I(s.M) +
+                               " N=" + I(s.N) + " K=" + I(s.K) + " grid " + I(c.grid) +
+                               (image ? " slot image" : "");
+      std::vector<std::vector<float>> outs(2);  // the tested kernel's, the reference's
+      for (int run = 0; run < 2; ++run) {
         DeviceBuffer<std::uint16_t> y(MN + guard);
         DeviceBuffer<float> x(x0);
-        const DeviceMap a_map(dA.get(), s.M, s.K, 128),
-            w_map(dW.get(), swiglu ? 2 * s.N : s.N, s.K, cols), y_map(y.get(), s.M, s.N, 64),
-            x_map(x.get(), s.M, s.N, 64, hexel::TmaDtype::F32);
-        const bool twin_image = image && !hopper;
-        const std::string name =
-            hopper ? "telos_kernels::gemm_prefill_" + epi + dims(c, epi, false)
-                   : "telos_kernels::gemm_prefill_sm100_twin_" + epi + dims(c, epi, true);
-        const int grid = hopper || c.grid == 0 ? prefill_grid(s.M, s.N, cols) : c.grid;
-        CUDA_OK(mod.launch(name, grid, kPrefillThreads,
-                           {a_map.get(), twin_image ? image_map->get() : w_map.get(),
-                            residual ? x_map.get() : y_map.get()},
-                           codegen::prefill_gemm_smem(twin_image ? image_box : 0)));
+        void* out = residual ? static_cast<void*>(x.get()) : y.get();
+        if (run == 1 && !twin) {
+          CUDA_OK(launch_prefill_sm100(mod, epi, s.M, s.N, s.K, true, dA.get(), dW.get(), out));
+        } else {
+          const DeviceMap a_map(dA.get(), s.M, s.K, 128),
+              w_map(dW.get(), swiglu ? 2 * s.N : s.N, s.K, cols), y_map(y.get(), s.M, s.N, 64),
+              x_map(x.get(), s.M, s.N, 64, hexel::TmaDtype::F32);
+          const bool tested_image = image && run == 0;
+          const std::string name = run ? "telos_kernels::gemm_prefill_" + epi + dims(c, epi, false)
+                                       : tested + epi + dims(c, epi, true);
+          const int grid = run || c.grid == 0 ? prefill_grid(s.M, s.N, cols) : c.grid;
+          CUDA_OK(mod.launch(name, grid, kPrefillThreads,
+                             {a_map.get(), tested_image ? image_map->get() : w_map.get(),
+                              residual ? x_map.get() : y_map.get()},
+                             codegen::prefill_gemm_smem(tested_image ? image_box : 0)));
+        }
         if (residual) {
-          outs[hopper] = x.download();
+          outs[run] = x.download();
         } else {
           const auto b = y.download();
-          outs[hopper].assign(b.begin(), b.end());
+          outs[run].assign(b.begin(), b.end());
         }
       }
       ASSERT_NO_FATAL_FAILURE(
-          check_twin_outputs(outs, ref, x0, epi, s.M, s.N, guard, what, "gemm_prefill"));
+          check_sm100_outputs(outs, {reference}, ref, x0, epi, s.M, s.N, guard, what));
     }
   }
 }
 
+TEST(GpuKernels, Sm100TwinPrefillGemmMatchesF64AndHopperBitForBit) {
+  TELOS_SKIP_UNLESS_SM90(kTwinKernels);
+  check_prefill_sm100(Sm100Form::Twin);
+}
 
-// The sm_100a CTA-pair prefill GEMM's shared parts on an H200 (its twin, gemm_prefill_sm100_pair_
-// twin_*: the pair's 256-row tiles and tile order over clusters of two, each CTA's producer loading
-// its 128 A rows and multicasting its half of the W rows, SwiGLU's gate rows from rank 0 and up
-// rows from rank 1, stages released to both CTAs' empty barriers, each CTA's epilogue writing its
-// own 128 rows): every epilogue against f64 and bit for bit against the Hopper gemm_prefill, at M
-// not a multiple of 256 (M 300 and 100: the last tile's rank-1 rows all padding), odd N tile
-// counts (N 520: 3 tiles of 256), a ragged K, outputs poisoned with 128 guard rows past M; and on
-// one cluster (grid 2) that loops over every tile, the ring wrapping across them.
-TEST(GpuKernels, Sm100PairTwinPrefillGemmMatchesF64AndHopperBitForBit) {
-  TELOS_SKIP_WITHOUT_GPU();
+TEST(GpuKernels, Sm100PrefillGemmMatchesF64AndPairBitForBit) {
+  TELOS_SKIP_UNLESS_SM100(kTcgen05Kernels);
+  check_prefill_sm100(Sm100Form::Tcgen05);
+}
+
+// The sm_100a CTA-pair prefill GEMM (gemm_prefill_sm100_pair_*; on sm_90 its twin,
+// gemm_prefill_sm100_pair_twin_*: the pair's 256-row tiles and tile order over clusters of two,
+// each CTA's producer loading its 128 A rows and multicasting its half of the W rows, SwiGLU's gate
+// rows from rank 0 and up rows from rank 1, stages released to both CTAs' empty barriers, each
+// CTA's epilogue writing its own 128 rows): every epilogue against f64, at M not a multiple of 256
+// (M 300 and 100: the last tile's rank-1 rows all padding), odd N tile counts (N 520: 3 tiles of
+// 256), a ragged K, outputs poisoned with 128 guard rows past M; and on one cluster (grid 2) that
+// loops over every tile, the ring wrapping across them. Bit for bit against the one-CTA GEMM at the
+// plan's grid: the twin against the Hopper gemm_prefill, the tcgen05 pair against
+// gemm_prefill_sm100 (M = 256 cta_group::2 MMAs against M = 128 cta_group::1 ones).
+void check_pair_sm100(Sm100Form form) {
   struct Case {
     PrefillShape s;
     int grid;  // 0: the plan's (prefill_pair_grid)
   };
+  const bool twin = form == Sm100Form::Twin;
   const std::vector<Case> cases = {{{300, 520, 128}, 0}, {{100, 384, 264}, 0},
                                    {{401, 520, 128}, 2}, {{130, 136, 1000}, 0},
                                    {{512, 256, 192}, 0}, {{256, 128, 64}, 2}};
@@ -3439,11 +3596,19 @@ TEST(GpuKernels, Sm100PairTwinPrefillGemmMatchesF64AndHopperBitForBit) {
   auto dims = [](const PrefillShape& s) {
     return "<" + I(s.M) + ", " + I(s.N) + ", " + I(s.K) + ">";
   };
+  // The pair kernel under test and the one-CTA kernel that must give its bits.
+  const std::string tested = twin ? "telos_kernels::gemm_prefill_sm100_pair_twin_"
+                                  : "telos_kernels::gemm_prefill_sm100_pair_";
+  const std::string one_cta =
+      twin ? "telos_kernels::gemm_prefill_" : "telos_kernels::gemm_prefill_sm100_";
+  // A stage's W rows: the twin's the whole tile's (each CTA's wgmma reads them all), tcgen05's a
+  // CTA's half.
+  const int pair_smem = codegen::prefill_pair_smem(twin ? 256 : 128);
   std::vector<std::string> names;
   for (const Case& c : cases)
     for (const std::string& epi : epis) {
-      names.push_back("telos_kernels::gemm_prefill_" + epi + dims(c.s));
-      names.push_back("telos_kernels::gemm_prefill_sm100_pair_twin_" + epi + dims(c.s));
+      names.push_back(one_cta + epi + dims(c.s));
+      names.push_back(tested + epi + dims(c.s));
     }
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());
@@ -3461,40 +3626,47 @@ TEST(GpuKernels, Sm100PairTwinPrefillGemmMatchesF64AndHopperBitForBit) {
     for (const std::string& epi : epis) {
       const bool swiglu = epi == "swiglu", residual = epi == "residual";
       const int cols = swiglu ? 128 : 256;
-      const std::string what =
-          epi + " M=" + I(s.M) + " N=" + I(s.N) + " K=" + I(s.K) + " grid " + I(c.grid);
-      std::vector<float> outs[2];  // the pair twin's, the Hopper GEMM's
-      for (int hopper = 0; hopper < 2; ++hopper) {
+      const std::string what = std::string(form_name(form)) + " " + epi + " M=" + I(s.M) +
+                               " N=" + I(s.N) + " K=" + I(s.K) + " grid " + I(c.grid);
+      std::vector<std::vector<float>> outs(2);  // the pair's, the one-CTA GEMM's
+      for (int run = 0; run < 2; ++run) {
         DeviceBuffer<std::uint16_t> y(MN + guard);
         DeviceBuffer<float> x(x0);
         // The pair's weight boxes are a CTA's half of the tile: 128 rows (SwiGLU: gate or up).
         const DeviceMap a_map(dA.get(), s.M, s.K, 128),
-            w_map(dW.get(), swiglu ? 2 * s.N : s.N, s.K, hopper ? cols : 128),
+            w_map(dW.get(), swiglu ? 2 * s.N : s.N, s.K, run ? cols : 128),
             y_map(y.get(), s.M, s.N, 64), x_map(x.get(), s.M, s.N, 64, hexel::TmaDtype::F32);
-        const std::string name =
-            hopper ? "telos_kernels::gemm_prefill_" + epi + dims(s)
-                   : "telos_kernels::gemm_prefill_sm100_pair_twin_" + epi + dims(s);
-        const int grid = hopper       ? prefill_grid(s.M, s.N, cols)
+        const std::string name = (run ? one_cta : tested) + epi + dims(s);
+        const int grid = run          ? prefill_grid(s.M, s.N, cols)
                          : c.grid > 0 ? c.grid
                                       : codegen::prefill_pair_grid(s.M, s.N, cols);
-        if (!hopper) {
-          ASSERT_EQ(grid % 2, 0) << what << ": the pair's grid is whole clusters of 2";
+        if (run == 0) {
+          ASSERT_EQ(grid % 2, 0) << "the pair's grid is whole clusters, " << what;
         }
-        CUDA_OK(
-            mod.launch(name, grid, kPrefillThreads,
-                       {a_map.get(), w_map.get(), residual ? x_map.get() : y_map.get()},
-                       hopper ? codegen::prefill_gemm_smem(0) : codegen::prefill_pair_smem(256)));
+        CUDA_OK(mod.launch(name, grid, kPrefillThreads,
+                           {a_map.get(), w_map.get(), residual ? x_map.get() : y_map.get()},
+                           run ? codegen::prefill_gemm_smem(0) : pair_smem));
         if (residual) {
-          outs[hopper] = x.download();
+          outs[run] = x.download();
         } else {
           const auto b = y.download();
-          outs[hopper].assign(b.begin(), b.end());
+          outs[run].assign(b.begin(), b.end());
         }
       }
       ASSERT_NO_FATAL_FAILURE(
-          check_twin_outputs(outs, ref, x0, epi, s.M, s.N, guard, what, "gemm_prefill"));
+          check_sm100_outputs(outs, {one_cta + epi}, ref, x0, epi, s.M, s.N, guard, what));
     }
   }
+}
+
+TEST(GpuKernels, Sm100PairTwinPrefillGemmMatchesF64AndHopperBitForBit) {
+  TELOS_SKIP_UNLESS_SM90(kTwinKernels);
+  check_pair_sm100(Sm100Form::Twin);
+}
+
+TEST(GpuKernels, Sm100PairPrefillGemmMatchesF64AndOneCtaBitForBit) {
+  TELOS_SKIP_UNLESS_SM100(kTcgen05Kernels);
+  check_pair_sm100(Sm100Form::Tcgen05);
 }
 
 // ---- the persistent layer on e4m3 weights (decode_layer_persistent_e4m3) ----------------------
@@ -3529,23 +3701,23 @@ __global__ void __launch_bounds__(LayerE4m3::kThreads, 1)
 }  // namespace telos_kernels
 )";
 
-// The Hopper twin of the sm_100a one-token layer (decode_layer_persistent_sm100_twin,
-// decode_layer_sm100.cuh: the sm_100a layer's phases, 128-row tiles, 32 KB slots, accumulator hand-
-// off and per-element epilogues, with wgmma and the weights as A where sm_100a issues tcgen05),
-// the sm_90a plan's decode_layer_persistent from the same inputs: x, the appended K/V, the
-// attention output and act bit for bit (each element one chain over K from zero in both, the
-// operands' roles exchanged, as Sm100TwinSmallGemmMatchesF64AndHopperBitForBit asks of wgmma), at
-// the tiny (QKV bias), Llama-3.2-1B, Qwen3-0.6B (QK norm: the QKV epilogue's own phase) and
-// Llama-3.1-8B shapes, at ragged context lengths (the first position, mid-page, past one split,
-// several splits); outputs poisoned first, every SM's shared memory NaNs before each launch, the
-// counters back at zero after it. Against the sm_100a small-M path's kernels a one-token bucket
-// runs, with the small GEMM's twins, bit for bit: q and the appended K/V (rmsnorm,
-// gemm_small_sm100_twin_bf16, qkv_rope_append_rows), and from the layer's own attention output
-// (the attention half is the split kernels' code) x and act (gemm_small_sm100_twin_residual,
-// rmsnorm, gemm_small_sm100_twin_swiglu, gemm_small_sm100_twin_residual); that MLP half against
-// f64 too.
-TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
-  TELOS_SKIP_WITHOUT_GPU();
+// The sm_100a one-token layer (decode_layer_persistent_sm100; on sm_90 its Hopper twin,
+// decode_layer_persistent_sm100_twin, decode_layer_sm100.cuh: the sm_100a layer's phases, 128-row
+// tiles, 32 KB slots, accumulator hand-off and per-element epilogues, with wgmma and the weights as
+// A where sm_100a issues tcgen05) at the tiny (QKV bias), Llama-3.2-1B, Qwen3-0.6B (QK norm: the
+// QKV epilogue's own phase) and Llama-3.1-8B shapes, at ragged context lengths (the first
+// position, mid-page, past one split, several splits); outputs poisoned first, every SM's shared
+// memory NaNs before each launch, the counters back at zero after it. The twin against the sm_90a
+// plan's decode_layer_persistent from the same inputs: x, the appended K/V, the attention output
+// and act bit for bit (each element one chain over K from zero in both, the operands' roles
+// exchanged, as Sm100TwinSmallGemmMatchesF64AndHopperBitForBit asks of wgmma); the tcgen05 layer's
+// attention output against f64 instead. Both against the sm_100a small-M path's kernels a
+// one-token bucket runs (gemm_small_sm100_*, or their twins), bit for bit: q and the appended K/V
+// (rmsnorm, the small GEMM's bf16 form, qkv_rope_append_rows), and from the layer's own attention
+// output (the attention half is the split kernels' code) x and act (its residual form, rmsnorm,
+// its swiglu form, its residual form); that MLP half against f64 too.
+void check_decode_layer_sm100(Sm100Form form) {
+  const bool twin = form == Sm100Form::Twin;
   struct Shape {
     int H, HQ, HKV, D, I;
     bool bias, qk_norm;
@@ -3561,8 +3733,10 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
     const std::string what = "H=" + I(s.H) + " D=" + I(s.D) + " I=" + I(s.I);
     const codegen::PersistentLayerTiling lt =
         codegen::decode_layer_tiling(s.H, NQKV, KO, s.I, s.D, s.qk_norm);
-    const codegen::PersistentLayerTiling tt = codegen::decode_layer_sm100_twin_tiling(
-        codegen::decode_layer_sm100_tiling(s.H, NQKV, KO, s.I, s.D, s.qk_norm));
+    const codegen::PersistentLayerTiling t100 =
+        codegen::decode_layer_sm100_tiling(s.H, NQKV, KO, s.I, s.D, s.qk_norm);
+    const codegen::PersistentLayerTiling tt =
+        twin ? codegen::decode_layer_sm100_twin_tiling(t100) : t100;
     ASSERT_TRUE(lt.fits && tt.fits) << what;
     // The four weights (qkv, o, gate/up, down): rows, K, each layer's box rows (gate/up: a half).
     const int rows[4] = {NQKV, s.H, 2 * s.I, s.H}, cols[4] = {s.H, KO, s.H, s.I};
@@ -3578,12 +3752,16 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
       return I(t.stages) + ", " + I(t.bq) + ", " + I(t.bo) + ", " + I(t.bg) + ", " + I(t.bd) +
              (t.qkv_rope ? ", true" : ", false") + ", 0>";
     };
-    const SmallTwin tq = small_twin("bf16", 1, NQKV, s.H), to = small_twin("residual", 1, s.H, KO),
-                    tg = small_twin("swiglu", 1, s.I, s.H),
-                    td = small_twin("residual", 1, s.H, s.I);
-    const std::vector<std::string> names = {
+    const SmallSm100 tq = small_sm100("bf16", 1, NQKV, s.H, form),
+                     to = small_sm100("residual", 1, s.H, KO, form),
+                     tg = small_sm100("swiglu", 1, s.I, s.H, form),
+                     td = small_sm100("residual", 1, s.H, s.I, form);
+    // names[0]: the Hopper layer (the twin's reference; none on sm_100a); names[1]: the layer
+    // under test.
+    std::vector<std::string> names = {
         "telos_kernels::decode_layer_persistent<" + model + tiles(lt),
-        "telos_kernels::decode_layer_persistent_sm100_twin<" + model + tiles(tt),
+        std::string("telos_kernels::decode_layer_persistent_sm100") + (twin ? "_twin<" : "<") +
+            model + tiles(tt),
         to.name,
         "telos_kernels::rmsnorm<" + I(s.H) + ", " + eps + ", false>",
         tg.name,
@@ -3593,10 +3771,11 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
         "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
             (s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", " + eps +
             ", " + I(PAGE) + ", " + I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>"};
+    std::vector<std::string> instances(names.begin() + (twin ? 0 : 1), names.end());
     const codegen::RopeInput plain{"default", 1000000.0};
     TestModule mod(source_with_rope(codegen::rope_inv_freq(plain, s.D)) + kSm100Twins +
                        "#include \"decode_layer_sm100.cuh\"\n" + kPoisonShared,
-                   names);
+                   instances);
 
     std::vector<std::vector<float>> wf(4);
     std::vector<std::unique_ptr<DeviceBuffer<std::uint16_t>>> dw;
@@ -3649,18 +3828,31 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
         EXPECT_EQ(sync.download(), (std::vector<unsigned>{0u, 0u})) << at;
         return Outputs{x.download(), q.download(), kv.download(), attn.download(), act.download()};
       };
-      const Outputs want = run(0), got = run(1);
-      if (HasFailure()) return;
+      std::optional<Outputs> want;  // the Hopper layer's (the twin's reference)
+      if (twin) want = run(0);
+      const Outputs got = run(1);
+      if (::testing::Test::HasFailure()) return;
       std::size_t nans = 0;
       for (float v : got.x) nans += std::isnan(v);
       for (std::uint16_t v : got.attn) nans += std::isnan(from_bf16(v));
       for (std::uint16_t v : got.act) nans += std::isnan(from_bf16(v));
       ASSERT_EQ(nans, 0u) << at;
-      EXPECT_EQ(0, std::memcmp(got.x.data(), want.x.data(), want.x.size() * sizeof(float))) << at;
-      EXPECT_EQ(0, std::memcmp(got.q.data(), want.q.data(), want.q.size() * sizeof(float))) << at;
-      EXPECT_EQ(0, std::memcmp(got.kv.data(), want.kv.data(), want.kv.size() * 2)) << at;
-      EXPECT_EQ(0, std::memcmp(got.attn.data(), want.attn.data(), want.attn.size() * 2)) << at;
-      EXPECT_EQ(0, std::memcmp(got.act.data(), want.act.data(), want.act.size() * 2)) << at;
+      if (want) {
+        EXPECT_EQ(0, std::memcmp(got.x.data(), want->x.data(), got.x.size() * sizeof(float))) << at;
+        EXPECT_EQ(0, std::memcmp(got.q.data(), want->q.data(), got.q.size() * sizeof(float))) << at;
+        EXPECT_EQ(0, std::memcmp(got.kv.data(), want->kv.data(), got.kv.size() * 2)) << at;
+        EXPECT_EQ(0, std::memcmp(got.attn.data(), want->attn.data(), got.attn.size() * 2)) << at;
+        EXPECT_EQ(0, std::memcmp(got.act.data(), want->act.data(), got.act.size() * 2)) << at;
+      } else {
+        // The token's attention over positions 0 .. position of the pool the layer appended to.
+        std::vector<float> kv_f(got.kv.size());
+        for (std::size_t e = 0; e < kv_f.size(); ++e) kv_f[e] = from_bf16(got.kv[e]);
+        const AttnShape as{s.HQ, s.HKV, s.D, PAGE, MAXP, codegen::kAttnSplit, nsplit};
+        SCOPED_TRACE("attention vs f64, " + at);
+        expect_attention_matches_f64(as, 1, 0, kv_f,
+                                     std::vector<int>(pool.begin(), pool.begin() + MAXP),
+                                     {position}, {0}, got.q, got.attn);
+      }
       // The token's K was appended: its slot no longer holds the pool's first bits.
       const std::size_t row = static_cast<std::size_t>(pool[position / PAGE]) * page_elems +
                               static_cast<std::size_t>(position % PAGE) * s.D;
@@ -3676,8 +3868,7 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
             wq(dw[0]->get(), NQKV, s.H, codegen::kSmallGemmSm100Rows);
         CUDA_OK(mod.launch(names[3], 1, codegen::kNormThreads,
                            {x_in.get(), attn_norm.get(), nullptr, h.get()}));
-        CUDA_OK(mod.launch(tq.name, dim3(tq.t.tiles_m, tq.t.tiles_n),
-                           telos_kernels::SmallGemmSm100Twin::kThreads,
+        CUDA_OK(mod.launch(tq.name, dim3(tq.t.tiles_m, tq.t.tiles_n), tq.threads,
                            {ah.get(), wq.get(), qkv.get()}, tq.smem));
         CUDA_OK(mod.launch(names[8], dim3(NH, 1), s.D,
                            {qkv.get(), s.bias ? bias.get() : nullptr,
@@ -3686,9 +3877,9 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
         const std::vector<float> qs = q.download();
         const bf16v kvs = kv.download();
         EXPECT_EQ(0, std::memcmp(got.q.data(), qs.data(), qs.size() * sizeof(float)))
-            << "q vs the small twins, " << at;
+            << "q vs the small GEMMs, " << at;
         EXPECT_EQ(0, std::memcmp(got.kv.data(), kvs.data(), kvs.size() * 2))
-            << "K/V vs the small twins, " << at;
+            << "K/V vs the small GEMMs, " << at;
       }
 
       // The MLP half in f64 from x0 and the layer's attention output: x1 = x0 + o(attn), act =
@@ -3712,7 +3903,7 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
       EXPECT_LT(rel_l2(act_f, act_ref), 2e-2) << "act vs f64, " << at;
       EXPECT_LT(rel_l2(got.x, x2), 1e-3) << "x vs f64, " << at;
 
-      // The MLP half against the sm_100a small-M path's twins, one token.
+      // The MLP half against the sm_100a small-M path's kernels (or twins), one token.
       DeviceBuffer<float> x_sep(x0);
       DeviceBuffer<std::uint16_t> attn_in(got.attn), h(s.H), act_sep(s.I);
       const DeviceMap ao(attn_in.get(), 1, KO, to.t.a_box), ag(h.get(), 1, s.H, tg.t.a_box),
@@ -3720,23 +3911,32 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
       constexpr int kBox = codegen::kSmallGemmSm100Rows;
       const DeviceMap wo(dw[1]->get(), s.H, KO, kBox), wg(dw[2]->get(), 2 * s.I, s.H, kBox),
           wd(dw[3]->get(), s.H, s.I, kBox);
-      constexpr unsigned twin_threads = telos_kernels::SmallGemmSm100Twin::kThreads;
-      CUDA_OK(mod.launch(to.name, dim3(to.t.tiles_m, to.t.tiles_n), twin_threads,
+      CUDA_OK(mod.launch(to.name, dim3(to.t.tiles_m, to.t.tiles_n), to.threads,
                          {ao.get(), wo.get(), x_sep.get()}, to.smem));
       CUDA_OK(mod.launch(names[3], 1, codegen::kNormThreads,
                          {x_sep.get(), mlp_norm.get(), nullptr, h.get()}));
-      CUDA_OK(mod.launch(tg.name, dim3(tg.t.tiles_m, tg.t.tiles_n), twin_threads,
+      CUDA_OK(mod.launch(tg.name, dim3(tg.t.tiles_m, tg.t.tiles_n), tg.threads,
                          {ag.get(), wg.get(), act_sep.get()}, tg.smem));
-      CUDA_OK(mod.launch(td.name, dim3(td.t.tiles_m, td.t.tiles_n), twin_threads,
+      CUDA_OK(mod.launch(td.name, dim3(td.t.tiles_m, td.t.tiles_n), td.threads,
                          {ad.get(), wd.get(), x_sep.get()}, td.smem));
       const std::vector<float> xs = x_sep.download();
       const bf16v as = act_sep.download();
       EXPECT_EQ(0, std::memcmp(got.x.data(), xs.data(), xs.size() * sizeof(float)))
-          << "vs the small twins, " << at;
+          << "vs the small GEMMs, " << at;
       EXPECT_EQ(0, std::memcmp(got.act.data(), as.data(), as.size() * 2))
-          << "vs the small twins, " << at;
+          << "vs the small GEMMs, " << at;
     }
   }
+}
+
+TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
+  TELOS_SKIP_UNLESS_SM90(kTwinKernels);
+  check_decode_layer_sm100(Sm100Form::Twin);
+}
+
+TEST(GpuKernels, DecodeLayerSm100MatchesF64AndSmallGemms) {
+  TELOS_SKIP_UNLESS_SM100(kTcgen05Kernels);
+  check_decode_layer_sm100(Sm100Form::Tcgen05);
 }
 
 // The e4m3 QKV phase (its converters writing W' into the ring, raw slots of 64-byte rows) at every
@@ -3746,7 +3946,7 @@ TEST(GpuKernels, DecodeLayerSm100TwinMatchesHopperLayerF64AndSmallTwins) {
 // gemm_small_e4m3_bf16's for one token and the bf16 QKV phase's on W' = bf16(float(q) · s), output
 // poisoned first and every SM's shared memory NaNs before each launch.
 TEST(GpuKernels, E4m3PersistentQkvTilesMatchSmallGemm) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   struct Shape {
     int H, NQKV, sbr, sbc;
   };
@@ -3827,7 +4027,7 @@ TEST(GpuKernels, E4m3PersistentQkvTilesMatchSmallGemm) {
 // (gemm_small_e4m3_residual, rmsnorm, gemm_small_e4m3_swiglu, gemm_small_e4m3_residual) from the
 // layer's own attention output.
 TEST(GpuKernels, E4m3PersistentLayerMatchesBf16LayerOnDequantizedWeights) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   struct Shape {
     int H, HQ, HKV, D, I;
     bool bias, qk_norm;
@@ -3999,7 +4199,7 @@ TEST(GpuKernels, E4m3PersistentLayerMatchesBf16LayerOnDequantizedWeights) {
 // scale blocks and one scale a row; rows past M stay poisoned, and every SM's shared memory is
 // NaNs before each launch.
 TEST(GpuKernels, E4m3SmallGemmNormPrologueMatchesRmsNormThenGemm) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   struct Shape {
     int N, K, sbr, sbc;
   };
@@ -4208,7 +4408,7 @@ bool within(double got, double want, double bound) {
 // x0 + y within the bound plus two f32 roundings; SwiGLU: within bf16 tolerance of f64. Rows with
 // a NaN or an infinity give NaN everywhere; the guard rows past M stay poisoned.
 TEST(GpuKernels, W8a8GemmsMatchReferenceAndF64) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   for (const PrefillShape& c : {PrefillShape{200, 384, 272}, PrefillShape{401, 136, 128},
                                 PrefillShape{130, 640, 1040}, PrefillShape{2100, 3072, 512}}) {
     const std::string dims = "<" + I(c.M) + ", " + I(c.N) + ", " + I(c.K) + ">";
@@ -4299,7 +4499,7 @@ TEST(GpuKernels, W8a8GemmsMatchReferenceAndF64) {
 // wherever it lands in a tile: the same quantized rows from row `off` on, for offsets that move a
 // row to another warp (16), the other consumer warpgroup (64, 72) and another M tile (144).
 TEST(GpuKernels, W8a8GemmRowsDoNotDependOnTheTile) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   constexpr int R = 300, N = 384, K = 272;
   const std::vector<int> offsets = {0, 16, 64, 72, 144};
   std::vector<std::string> names = {quantize_instance(R, K)};
@@ -4387,7 +4587,7 @@ cudaError_t launch_w8a8_small(TestModule& mod, const std::string& name,
 // roundings; SwiGLU within bf16 tolerance of f64. Rows with a NaN or an infinity give NaN
 // everywhere; the outputs' 64 guard rows past T stay poisoned (x0 for the residual).
 TEST(GpuKernels, W8a8SmallGemmsMatchReference) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   for (const PrefillShape& c :
        {PrefillShape{1, 384, 272}, PrefillShape{5, 136, 1040}, PrefillShape{8, 520, 144},
         PrefillShape{64, 256, 2064}, PrefillShape{200, 640, 400}}) {
@@ -4472,7 +4672,7 @@ TEST(GpuKernels, W8a8SmallGemmsMatchReference) {
 // prefill GEMM than of the small-M form) give, in every small-M form and tiling, the prefill GEMM's
 // bits for those rows: bf16, the residual (both from the same x0) and SwiGLU.
 TEST(GpuKernels, W8a8SmallGemmRowsMatchPrefillGemm) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   constexpr int R = 300, N = 384, K = 1040;
   struct Rows {
     int t, off;
@@ -4559,7 +4759,7 @@ TEST(GpuKernels, W8a8SmallGemmRowsMatchPrefillGemm) {
 // x = x1 + down(act) within 2^-8 · Σ_kb |sa · sw| · Σ_k |qa · qw| + 2^-23 · (|x1| + |down|) (the
 // tensor cores' sum inside a block, gemm_w8a8.cuh's 2^-9, and the f32 promotion and add).
 TEST(GpuKernels, W8a8PersistentLayerMatchesPrefillW8a8Kernels) {
-  TELOS_SKIP_WITHOUT_GPU();
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   struct Shape {
     int H, HQ, HKV, D, I;
     bool bias, qk_norm;

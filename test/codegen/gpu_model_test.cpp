@@ -7,7 +7,9 @@
 //
 // Needs TELOS_GPU_ARTIFACTS: a directory holding tiny-llama.telos, tiny-qwen2.telos and
 // tiny-qwen3.telos (compiled by telosc); goldens are read from the source tree at
-// TELOS_SOURCE_DIR (default: the current directory). Skipped without a Hopper GPU.
+// TELOS_SOURCE_DIR (default: the current directory). The engine runs the artifact's kernel set for
+// GPU 0 (sm_90a or sm_100a: tools/gpu_check.sh --prepare with TELOS_GPU_TARGET); skipped without a
+// GPU of either target.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -224,7 +226,7 @@ void check_case(const std::string& label, const GoldenCase& golden, const Genera
 }
 
 // Each test's model (the parameter), its artifact from TELOS_GPU_ARTIFACTS and its golden cases;
-// skipped without a Hopper GPU or without the artifacts.
+// skipped without an sm_90 or sm_100 GPU or without the artifacts.
 class GpuModel : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {

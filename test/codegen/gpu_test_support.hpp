@@ -1,6 +1,7 @@
 #pragma once
-// What the GPU tests share: a skip when there is no CUDA device, device buffers, bf16 on the host,
-// fresh random inputs, relative L2 error.
+// What the GPU tests share: GPU 0's kernel target and the skips without one (or without the one
+// a test's kernels need), device buffers, bf16 on the host, fresh random inputs, relative L2
+// error.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -16,25 +17,61 @@
 
 namespace telos::gpu_test {
 
-inline const std::string& gpu_missing_reason() {
-  static const std::string reason = [] {
+// GPU 0's kernel target: "sm_90a" (compute capability 9.0: H100, H200) or "sm_100a" (10.0: B200,
+// GB200); empty where there is none, and then `missing` says why.
+struct GpuTarget {
+  std::string target, missing;
+};
+inline const GpuTarget& gpu_target_of_device() {
+  static const GpuTarget t = [] {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) return std::string("no usable CUDA driver or device (") + cudaGetErrorString(e) + ")";
-    if (n == 0) return std::string("no CUDA device");
+    if (e != cudaSuccess)
+      return GpuTarget{
+          "", std::string("no usable CUDA driver or device (") + cudaGetErrorString(e) + ")"};
+    if (n == 0) return GpuTarget{"", "no CUDA device"};
     cudaDeviceProp p{};
     cudaGetDeviceProperties(&p, 0);
-    if (p.major != 9 || p.minor != 0) return std::string("GPU 0 is not sm_90 (Hopper)");
-    return std::string();
+    if (p.major == 9 && p.minor == 0) return GpuTarget{"sm_90a", ""};
+    if (p.major == 10 && p.minor == 0) return GpuTarget{"sm_100a", ""};
+    return GpuTarget{"", "GPU 0 has compute capability " + std::to_string(p.major) + "." +
+                             std::to_string(p.minor) +
+                             ", neither sm_90 (Hopper) nor sm_100 (B200)"};
   }();
-  return reason;
+  return t;
+}
+inline const std::string& gpu_target() {
+  return gpu_target_of_device().target;
+}
+inline const std::string& gpu_missing_reason() {
+  return gpu_target_of_device().missing;
 }
 
+// Why a test of `what` (kernels that only `target` runs) cannot run on GPU 0, or empty where it
+// can.
+inline std::string gpu_skip_reason(const std::string& what, const std::string& target) {
+  if (!gpu_missing_reason().empty()) return gpu_missing_reason();
+  if (gpu_target() == target) return std::string();
+  return what + ": GPU 0 is " + gpu_target().substr(0, gpu_target().size() - 1) + ", they run on " +
+         target.substr(0, target.size() - 1) + " only";
+}
+
+// Skips without a GPU that one of the two targets runs on (portable kernels, the model tests).
 #define TELOS_SKIP_WITHOUT_GPU()                                                        \
   do {                                                                                  \
     if (!::telos::gpu_test::gpu_missing_reason().empty())                               \
       GTEST_SKIP() << "skipped: " << ::telos::gpu_test::gpu_missing_reason();           \
   } while (0)
+
+// Skips unless GPU 0 is sm_90 (WHAT: e.g. "wgmma kernels", which include the sm_100a kernels'
+// Hopper twins) or sm_100 ("tcgen05 kernels"), saying why.
+#define TELOS_SKIP_UNLESS_TARGET(what, target)                                              \
+  do {                                                                                      \
+    const std::string telos_skip_reason = ::telos::gpu_test::gpu_skip_reason(what, target); \
+    if (!telos_skip_reason.empty()) GTEST_SKIP() << "skipped: " << telos_skip_reason;       \
+  } while (0)
+#define TELOS_SKIP_UNLESS_SM90(what) TELOS_SKIP_UNLESS_TARGET(what, "sm_90a")
+#define TELOS_SKIP_UNLESS_SM100(what) TELOS_SKIP_UNLESS_TARGET(what, "sm_100a")
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(cudaGetLastError())
 
