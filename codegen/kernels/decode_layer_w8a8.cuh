@@ -37,9 +37,8 @@
 // W8a8PersistentLayerMatchesPrefillW8a8Kernels compares them bit for bit.
 //
 // The K loop issues a slot's chains (one a K block, each into partials of its own) under one
-// commit, and the next slot's before it waits for them (two partial sets), then releases the slot
-// and promotes its blocks in K order: one wait a slot, as the bf16 layer's, with the tensor cores
-// on the next slot while the warps promote. The tiles and the ring are kernel_plan's
+// commit, waits for them once, releases the slot and then promotes them in K order: one wait a
+// slot, as the bf16 layer's, rather than one a K block. The tiles and the ring are kernel_plan's
 // decode_layer_w8a8_tiling's.
 #include "decode_persistent.cuh"
 #include "gemm_w8a8.cuh"
@@ -72,60 +71,11 @@ __device__ __forceinline__ void layer_w8a8_scales(float (&s)[2][BN / 8], float s
   }
 }
 
-// One slot's chains (kBlocksPerSlot of them, 64 / BN K blocks of the tile, slot `sl` of the stream
-// at ring position `at`): its full barrier's wait, then each block's four e4m3 wgmma k32 from zero
-// into its own partials, under one commit.
-template <unsigned BN, unsigned STAGES>
-__device__ __forceinline__ void layer_w8a8_slot_chains(const LayerW8a8Ring<STAGES>& ring,
-                                                       const hexel::mbarrier::StageRing<STAGES>& at,
-                                                       unsigned ring_base, unsigned full,
-                                                       unsigned sl,
-                                                       float (&part)[64 / BN][BN / 2]) {
-  using namespace hexel;
-  constexpr unsigned kBlocksPerSlot = 64 / BN;
-  mbarrier::wait_parity(full + 8 * at.index, at.phase);
-  const unsigned slot = ring_base + at.index * LayerGemms::kSlotBytes;
-  wgmma::fence();
-#pragma unroll
-  for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
-    const auto a =
-        wgmma::SmemDesc::make(ring.q + (sl * kBlocksPerSlot + j) * 128, Swizzle::None, 16, 0);
-    const auto b = wgmma::kmajor_desc(slot + j * BN * 128, Swizzle::B128);
-#pragma unroll
-    for (unsigned kk = 0; kk < 4; ++kk)
-      wgmma::mma_ss<BN, wgmma::AbType::E4M3>(part[j], a.advanced(32 * kk), b.advanced(32 * kk),
-                                             kk > 0);
-  }
-  wgmma::commit_group();
-}
-
-// Slot `sl`'s end, once its chains have completed (the caller's wait_group): the slot's release
-// (each warp's lane 0), then its blocks' promotions into acc in K order with their scale products.
-template <unsigned BN, unsigned STAGES>
-__device__ __forceinline__ void layer_w8a8_slot_promote(LayerW8a8Ring<STAGES>& ring, unsigned empty,
-                                                        const unsigned (&wrow)[BN / 8], unsigned sl,
-                                                        float (&part)[64 / BN][BN / 2],
-                                                        float (&acc)[BN / 2]) {
-  constexpr unsigned kBlocksPerSlot = 64 / BN;
-#pragma unroll
-  for (unsigned j = 0; j < kBlocksPerSlot; ++j) hexel::wgmma::fence_operand(part[j]);
-  if (threadIdx.x % 32 == 0) hexel::mbarrier::arrive(empty + 8 * ring.index);
-  ring.advance();
-#pragma unroll
-  for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
-    const unsigned kb = sl * kBlocksPerSlot + j;
-    float s[2][BN / 8];
-    layer_w8a8_scales<BN>(s, ring.scale[kb], ring.w_scale, wrow, kb);
-    w8a8_promote<BN, BN / 8>(acc, part[j], s);
-    hexel::wgmma::fence_operand(part[j]);  // the promotion reads part before a chain writes it
-  }
-}
-
-// One tile's K loop over its slots (64 / BN K blocks each), two deep: slot n + 1's chains are
-// issued (into the other of two partial sets, 2 x 32 registers whatever BN) before slot n's are
-// waited for, so the tensor cores work on one slot while the warps promote the last; then slot n is
-// released and its blocks promoted into acc (from +0) in K order. The arithmetic is the one-deep
-// loop's: each block's chain from zero, the promotions in K order.
+// One tile's K loop: for each slot (64 / BN K blocks), the scale products of its blocks (loaded
+// before the slot's wait, so the loads overlap it), the wait, every block's chain of four e4m3
+// wgmma k32 from zero into its own partials (64 / BN sets of BN / 2: 32 registers whatever BN),
+// one commit and one wait for them, the slot's release (each warp's lane 0), then the blocks'
+// promotions into acc (from +0) in K order.
 template <unsigned BN, unsigned STAGES>
 __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring, unsigned ring_base,
                                                     unsigned full, unsigned empty, unsigned K,
@@ -133,32 +83,41 @@ __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring,
                                                     float (&acc)[BN / 2]) {
   using namespace hexel;
   constexpr unsigned kBlocksPerSlot = 64 / BN;
-  const unsigned slots = K / 128 / kBlocksPerSlot;
-  float part[2][kBlocksPerSlot][BN / 2];
+  const unsigned lane = threadIdx.x % 32, slots = K / 128 / kBlocksPerSlot;
+  float part[kBlocksPerSlot][BN / 2];
 #pragma unroll
   for (unsigned i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-  mbarrier::StageRing<STAGES> ahead = ring;  // the ring position of the slot being issued
-  layer_w8a8_slot_chains<BN>(ring, ahead, ring_base, full, 0, part[0]);
-  ahead.advance();
-  // Two slots an iteration, so that each partial set is named at compile time.
-  for (unsigned sl = 0; sl < slots; sl += 2) {
-    if (sl + 1 < slots) {
-      layer_w8a8_slot_chains<BN>(ring, ahead, ring_base, full, sl + 1, part[1]);
-      ahead.advance();
-      wgmma::wait_group<1>();
-    } else {
-      wgmma::wait_group<0>();
+  for (unsigned sl = 0; sl < slots; ++sl) {
+    float s[kBlocksPerSlot][2][BN / 8];
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+      const unsigned kb = sl * kBlocksPerSlot + j;
+      layer_w8a8_scales<BN>(s[j], ring.scale[kb], ring.w_scale, wrow, kb);
     }
-    layer_w8a8_slot_promote<BN>(ring, empty, wrow, sl, part[0], acc);
-    if (sl + 1 >= slots) break;
-    if (sl + 2 < slots) {
-      layer_w8a8_slot_chains<BN>(ring, ahead, ring_base, full, sl + 2, part[0]);
-      ahead.advance();
-      wgmma::wait_group<1>();
-    } else {
-      wgmma::wait_group<0>();
+    mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
+    const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes;
+    wgmma::fence();
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+      const auto a =
+          wgmma::SmemDesc::make(ring.q + (sl * kBlocksPerSlot + j) * 128, Swizzle::None, 16, 0);
+      const auto b = wgmma::kmajor_desc(slot + j * BN * 128, Swizzle::B128);
+#pragma unroll
+      for (unsigned kk = 0; kk < 4; ++kk)
+        wgmma::mma_ss<BN, wgmma::AbType::E4M3>(part[j], a.advanced(32 * kk), b.advanced(32 * kk),
+                                               kk > 0);
     }
-    layer_w8a8_slot_promote<BN>(ring, empty, wrow, sl + 1, part[1], acc);
+    wgmma::commit_group();
+    wgmma::wait_group<0>();
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) wgmma::fence_operand(part[j]);
+    if (lane == 0) mbarrier::arrive(empty + 8 * ring.index);
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+      w8a8_promote<BN, BN / 8>(acc, part[j], s[j]);
+      wgmma::fence_operand(part[j]);  // the promotion reads part before the next chain writes it
+    }
+    ring.advance();
   }
 }
 
