@@ -69,7 +69,7 @@ inline KernelPlan plan_config(const std::string& path, const std::string& target
 // Compiles `instances` (each with its dynamic shared memory) from `source` for `arch`, two modules
 // on two compile threads, and writes DIR/module_N.ptx and DIR/module_N.cubin. Each instance must
 // use no local memory, spill nothing and fit its static and dynamic shared memory in a block's
-// (check_kernel_resources); prints one line per instance: its registers, static shared memory and
+// (check_kernel_resources), and ptxas must not serialize any module's wgmma; prints one line per instance: its registers, static shared memory and
 // dynamic shared memory. Errors begin with `tool`.
 inline void assemble_instances(const std::string& tool, const std::string& source,
                                const std::string& arch, const std::map<std::string, int>& instances,
@@ -87,6 +87,12 @@ inline void assemble_instances(const std::string& tool, const std::string& sourc
   for (std::size_t m = 0; m < modules.size(); ++m) {
     write_file(dir / ("module_" + std::to_string(m) + ".ptx"), modules[m].ptx);
     write_file(dir / ("module_" + std::to_string(m) + ".cubin"), modules[m].cubin);
+    // ptxas's advisories that it serializes a kernel's wgmma (C7513, C7514: each wgmma waited for
+    // before the next issues), which cost a kernel its tensor-core overlap without failing it.
+    for (const char* code : {"C7513", "C7514"})
+      if (const std::size_t at = modules[m].log.find(code); at != std::string::npos)
+        fail(tool + ": ptxas serializes wgmma in module " + std::to_string(m) + ": " +
+             modules[m].log.substr(at, modules[m].log.find('\n', at) - at));
   }
   for (const auto& [name, smem] : instances)
     for (const CompiledModule& m : modules) {
