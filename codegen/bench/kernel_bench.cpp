@@ -799,7 +799,7 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       void* q[4];       // e4m3 weights (fill's bytes: finite values but for a few NaNs)
       void* s[4];       // their scales
       void* q_maps[4];  // 2D over the e4m3 bytes, boxes of 64 bytes
-      void* w8_maps[4];  // the e4m3 bytes as 16-bit elements, 128-byte box rows (the W8A8 layer)
+      void* w8_maps[4];  // over the e4m3 bytes, 128-byte box rows with the swizzle (the W8A8 layer)
       void* kv;
     };
     std::vector<Copy> cs(copies);
@@ -834,7 +834,7 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
         c.q_maps[k] = device_map_e4m3(c.q[k], static_cast<int>(w_rows[k]),
                                       static_cast<int>(w_cols[k]), boxes[k]);
         c.w8_maps[k] = device_map(c.q[k], static_cast<int>(w_rows[k]),
-                                  static_cast<int>(w_cols[k]) / 2, w8_boxes[k]);
+                                  static_cast<int>(w_cols[k]), w8_boxes[k], hexel::TmaDtype::U8);
       }
       check(cudaMalloc(&c.kv, kv_bytes), "alloc");
       fill(c.kv, kv_bytes);
