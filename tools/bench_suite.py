@@ -16,20 +16,36 @@ transformers at run time):
   - with --fp8, the same checkpoint compiled with `--quantize fp8` (e4m3 layer weights, the LM
     head bf16): decode latency at batch 1 (greedy) and its floor, the bytes a token reads (every
     weight of the artifact's manifest but an untied embedding table, of which a step reads a row)
-    over the copy bandwidth;
+    over the copy bandwidth; and compiled for the CPU engine with serving.kv_dtype "bf16" and
+    "fp8_e4m3", the same pool otherwise: the tokens a GiB of KV pool holds at each (`telosc
+    inspect`) and their ratio;
+once a run, before the models:
   - the ceilings: device-to-device copy bandwidth (read + write bytes / time, median of 20), and
     the floor it gives: weight bytes / bandwidth per decoded token at batch 1; with --throughput
     also the bf16 matmul rate (torch.matmul, 8192 cubed), and each throughput batch's decode-step
-    floor: its bytes at the bandwidth or its FLOPs at that rate, whichever is longer.
+    floor: its bytes at the bandwidth or its FLOPs at that rate, whichever is longer;
+  - with --fp8, decode attention on an e4m3 KV cache (`telos-kernel-bench --attention`, its "plan
+    e4m3" rows): % of the copy bandwidth (that bench's own) at context 32k, batches 1, 16 and 64,
+    target >= 80%;
+  - with --fp8, the W8A8 prefill GEMM on Llama-3.1-8B's shapes at M = 4096, 8192, 16384
+    (`telos-prefill-bench --compile-only-w8a8` writes its cubin; codegen/bench/prefill_gemm_torch.py
+    --w8a8 times it, two rounds): its speed over torch._scaled_mm's (cuBLASLt FP8, target >= 0.95)
+    and over our bf16 prefill GEMM's (target >= 1.5).
+A missing binary or a failed tool of --fp8 is its section's line, and the run goes on.
 
     python3 tools/bench_suite.py --telosc BIN --telos-run BIN --work DIR --out DIR
                                  [--models Llama-3.2-1B,Llama-3.1-8B] [--throughput] [--fp8]
+                                 [--prefill-bench BIN] [--kernel-bench BIN]
+
+--prefill-bench and --kernel-bench default to telos-prefill-bench and telos-kernel-bench beside
+--telosc. `--models ''` measures no model: the ceilings and, with --fp8, the kernels alone.
 
 Writes OUT/benchmarks.md (the tables, hardware, versions, commands, date), OUT/bench.json (every
 figure) and OUT/decode_latency.png (ms/token: Telos, transformers, the floor).
 
-The torch work (the copy bandwidth; each model's checkpoint and its transformers run) happens in
-child processes of this script (--child-ceiling, --child-peer), which exit before telos-run starts:
+The torch work (the copy bandwidth; each model's checkpoint and its transformers run; the W8A8
+GEMM's peer) happens in child processes (--child-ceiling, --child-peer, prefill_gemm_torch.py),
+which exit before telos-run starts:
 the process that runs telos-run holds no CUDA context of its own. An idle PyTorch context on the
 same GPU makes telos-run's host time per step several times what the same artifact measures
 alone (docs/performance.md, the host).
@@ -38,6 +54,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -52,6 +69,16 @@ from serve_bench import DOCS, kept_serving_section  # noqa: E402
 
 TARGET_MS = {"Llama-3.2-1B": 0.68, "Llama-3.1-8B": 4.1}
 TARGET_FP8_MS = {"Llama-3.2-1B": 0.40, "Llama-3.1-8B": 2.1}
+# The W8A8 prefill GEMM's speed over torch._scaled_mm's (cuBLASLt FP8) and over our bf16 GEMM's.
+TARGET_W8A8_OVER_SCALED_MM = 0.95
+TARGET_W8A8_OVER_BF16 = 1.5
+W8A8_ROUNDS = 2
+# Decode attention on an e4m3 KV cache: % of copy bandwidth at this context.
+TARGET_ATTENTION_E4M3_PCT = 80
+ATTENTION_TARGET_CONTEXT = 32768
+# A child tool that runs longer than this is stopped and its row says so.
+TOOL_TIMEOUT_S = 900
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The batch-1 decode's second run: sampled, as a chat client's request usually is (the table's
 # column names the same values).
 SAMPLED = ["--temperature", "0.8", "--top-p", "0.95"]
@@ -178,6 +205,138 @@ def run_child(args):
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def run_tool(cmd, what):
+    """`cmd`'s stdout; a missing binary, a non-zero exit or a timeout raise RuntimeError naming
+    `what` (the tool and, for a binary, its bench_suite argument)."""
+    if not os.access(cmd[0], os.X_OK):
+        raise RuntimeError(f"{what}: {cmd[0]} not found or not executable")
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{what}: stopped after {TOOL_TIMEOUT_S} s") from None
+    if res.returncode != 0:
+        said = (res.stderr or res.stdout).strip()[-1500:] or "no output"
+        raise RuntimeError(f"{what} exited {res.returncode}: {said}")
+    return res.stdout
+
+
+def parse_kv_cache(text):
+    """The "kv cache:" line of `telosc inspect`: bytes a page, tokens a page, the element type and
+    the tokens a GiB of pool holds."""
+    m = re.search(r"^kv cache: (\d+) bytes per page of (\d+) tokens \([^)]*\), (\w+)\b.*, (\d+) "
+                  r"tokens a GiB$", text, re.M)
+    if not m:
+        raise ValueError("telosc inspect printed no \"kv cache: ... tokens a GiB\" line")
+    return {"bytes_per_page": int(m.group(1)), "page_tokens": int(m.group(2)), "dtype": m.group(3),
+            "tokens_per_gib": int(m.group(4))}
+
+
+def kv_capacity(telosc, model, serving, work):
+    """The tokens a GiB of KV pool holds with serving.kv_dtype "bf16" and "fp8_e4m3", the same
+    `serving` (dict) otherwise, and their ratio; {"error": ...} on a failure. Each artifact is
+    compiled for the CPU engine (the cache's pages are the GPU artifact's: no kernels needed),
+    read with `telosc inspect` and removed."""
+    result = {}
+    try:
+        for kv_dtype in ("bf16", "fp8_e4m3"):
+            config = os.path.join(work, f"serving-kv-{kv_dtype}.json")
+            with open(config, "w") as f:
+                json.dump(dict(serving, kv_dtype=kv_dtype), f)
+            artifact = os.path.join(work, f"kv-{kv_dtype}.telos")
+            run_tool([telosc, "compile", model, "--serving", config, "--target", "cpu", "-o", artifact],
+                     f"telosc compile (kv_dtype {kv_dtype})")
+            try:
+                result[kv_dtype] = parse_kv_cache(run_tool([telosc, "inspect", artifact], "telosc inspect"))
+            finally:
+                subprocess.run(["rm", "-rf", artifact])
+    except (RuntimeError, ValueError) as e:
+        return {"error": str(e)}
+    result["ratio"] = result["fp8_e4m3"]["tokens_per_gib"] / result["bf16"]["tokens_per_gib"]
+    return result
+
+
+def table_cells(line):
+    """The cells of a markdown table row, stripped."""
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def parse_w8a8(text):
+    """prefill_gemm_torch.py --w8a8's output: the peer's scales (its round header), each shape's
+    times in the last round, and the ratios' median and range over the rounds."""
+    peer = re.search(r"^round 1: W8A8, our bf16 GEMM and torch\._scaled_mm \((.*)\) interleaved in one "
+                     r"process", text, re.M)
+    last, summary, section = {}, [], None
+    for line in text.splitlines():
+        if line.startswith("round "):
+            section, last = "round", {}
+        elif line.startswith("over "):
+            section = "summary"
+        elif line.startswith("| ") and not line.startswith("| shape"):
+            cells = table_cells(line)
+            if section == "round" and len(cells) == 13:
+                last[tuple(cells[:5])] = [float(c) for c in cells[5:10]]
+            elif section == "summary" and len(cells) == 7:
+                summary.append(cells)
+    if not summary:
+        raise ValueError("prefill_gemm_torch.py --w8a8 printed no table of ratios over its rounds")
+    rows = []
+    for cells in summary:
+        ratios = [re.fullmatch(r"([\d.]+) \(([\d.]+)-([\d.]+)\)", c) for c in cells[5:7]]
+        if not all(ratios):
+            raise ValueError(f"prefill_gemm_torch.py --w8a8: expected \"median (min-max)\" ratios in {cells}")
+        times = last.get(tuple(cells[:5]), [None] * 5)
+        rows.append({"shape": cells[0], "M": int(cells[1]), "N": int(cells[2]), "K": int(cells[3]),
+                     "epilogue": cells[4], **dict(zip(("w8a8_ms", "w8a8_tflops", "bf16_ms", "scaled_mm_ms",
+                                                       "quant_ms"), times)),
+                     "scaled_mm_over_w8a8": [float(x) for x in ratios[0].groups()],
+                     "bf16_over_w8a8": [float(x) for x in ratios[1].groups()]})
+    return {"peer": peer.group(1) if peer else None, "rows": rows}
+
+
+def prefill_w8a8(prefill_bench, work):
+    """The W8A8 prefill GEMM on the 8B's shapes at M = 4096-16384 beside torch._scaled_mm and our
+    bf16 GEMM: telos-prefill-bench writes the cubin, codegen/bench/prefill_gemm_torch.py (a child:
+    torch) times it over W8A8_ROUNDS rounds. {"error": ...} on a failure."""
+    cubin = os.path.join(work, "prefill-w8a8.cubin")
+    try:
+        run_tool([prefill_bench, "--compile-only-w8a8", cubin], "telos-prefill-bench (--prefill-bench)")
+        return parse_w8a8(run_tool([sys.executable, os.path.join(ROOT, "codegen", "bench", "prefill_gemm_torch.py"),
+                                    "--w8a8", cubin, str(W8A8_ROUNDS)], "prefill_gemm_torch.py --w8a8"))
+    except (RuntimeError, ValueError) as e:
+        return {"error": str(e)}
+
+
+def parse_attention_e4m3(text):
+    """telos-kernel-bench --attention's output: the GPU, the copy bandwidth it measured, and its
+    "plan e4m3" rows (the plan's attn_split + combine on an e4m3 cache, 8 layers chained with PDL):
+    batch, context, µs a layer, GB/s and % of copy on the cache's bytes."""
+    lines = text.splitlines()
+    copy_gbs, rows = None, []
+    for line in lines:
+        cells = table_cells(line)
+        if len(cells) != 5:
+            continue
+        if cells[0] == "cudaMemcpy D2D (read+write)":
+            copy_gbs = float(cells[3])
+        shape = re.fullmatch(r"B=(\d+) ctx=(\d+)", cells[1])
+        if cells[0].startswith("attn_split+combine PDL plan e4m3 ") and shape:
+            rows.append({"batch": int(shape.group(1)), "context": int(shape.group(2)),
+                         "us": float(cells[2]), "gbs": float(cells[3]), "pct_copy": float(cells[4])})
+    if not rows:
+        said = next((l for l in lines if l.strip()), "nothing")
+        raise ValueError(f"telos-kernel-bench --attention printed no \"plan e4m3\" rows (it said: {said})")
+    return {"gpu": lines[0], "copy_gbs": copy_gbs, "rows": rows}
+
+
+def attention_e4m3(kernel_bench):
+    """Decode attention on an e4m3 KV cache against the copy bandwidth (telos-kernel-bench
+    --attention); {"error": ...} on a failure."""
+    try:
+        return parse_attention_e4m3(run_tool([kernel_bench, "--attention"], "telos-kernel-bench (--kernel-bench)"))
+    except (RuntimeError, ValueError) as e:
+        return {"error": str(e)}
+
+
 def bench_model(name, args, bandwidth):
     row = {"model": name}
     work = os.path.join(args.work, name)
@@ -198,6 +357,7 @@ def bench_model(name, args, bandwidth):
     if args.fp8:
         fp8 = os.path.join(work, "model-fp8.telos")
         telosc_time(args.telosc, ckpt, serving, fp8, cache, ["--quantize", "fp8"])
+        row["kv_capacity"] = kv_capacity(args.telosc, ckpt, SERVING, work)
     subprocess.run(["rm", "-rf", ckpt])
     if args.fp8:
         row["fp8_weight_bytes"] = token_weight_bytes(fp8)
@@ -341,7 +501,101 @@ def profile_sections(rows):
     return lines
 
 
-def write_report(rows, meta, out):
+def fp8_decode_lines(rows):
+    """Batch-1 decode with FP8 weights beside its target and floor."""
+    fp8_rows = [r for r in rows if "telos_fp8_ms_per_token" in r]
+    if not fp8_rows:
+        return []
+    lines = ["", "### Decode latency, batch 1, FP8 weights (`--quantize fp8`, LM head bf16)", "",
+             "| model | Telos ms/token | target | floor ms/token (bytes a token reads / copy BW) "
+             "| Telos % of floor |", "| --- | --- | --- | --- | --- |"]
+    for r in fp8_rows:
+        t, floor = r["telos_fp8_ms_per_token"], r["fp8_floor_ms_per_token"]
+        lines.append(f"| {r['model']} | {fmt(t)} | ≤ {TARGET_FP8_MS.get(r['model'], float('nan'))} | "
+                     f"{fmt(floor)} | {fmt(100 * floor / t if t else None, 0)}% |")
+    return lines
+
+
+def kv_capacity_lines(rows):
+    """Each model's KV pool: the tokens a GiB holds at bf16 and at e4m3, and their ratio."""
+    kv_rows = [r for r in rows if "kv_capacity" in r]
+    if not kv_rows:
+        return []
+    lines = ["", "### KV pool capacity, bf16 against e4m3 (`serving.kv_dtype`, the same pool; "
+             "`telosc inspect`)", "",
+             "| model | bf16 bytes a page | bf16 tokens a GiB | e4m3 bytes a page | e4m3 tokens a GiB "
+             "| e4m3 / bf16 |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in kv_rows:
+        kv = r["kv_capacity"]
+        if "error" in kv:
+            lines.append(f"| {r['model']} | error: {kv['error'][:200]} | | | | |")
+            continue
+        b, e = kv["bf16"], kv["fp8_e4m3"]
+        lines.append(f"| {r['model']} | {b['bytes_per_page']} | {b['tokens_per_gib']} | "
+                     f"{e['bytes_per_page']} | {e['tokens_per_gib']} | {kv['ratio']:.2f}× |")
+    return lines
+
+
+def prefill_w8a8_lines(result):
+    """The W8A8 prefill GEMM beside torch._scaled_mm and our bf16 GEMM, with the targets."""
+    if not result:
+        return []
+    lines = ["", "### W8A8 prefill GEMM, Llama-3.1-8B shapes (`codegen/bench/prefill_gemm_torch.py "
+             f"--w8a8`, {W8A8_ROUNDS} rounds interleaved in one process)", ""]
+    if "error" in result:
+        return lines + [f"Not measured: {result['error'][:400]}"]
+
+    def ratio(r):
+        return f"{r[0]:.3f} ({r[1]:.3f}–{r[2]:.3f})"
+
+    lines += [f"torch._scaled_mm's scales: {result['peer'] or '—'}. Times from the last round; "
+              "ratios: median over the rounds (range).", "",
+              "| shape | M | N | K | epilogue | W8A8 ms | TFLOP/s | bf16 ms | scaled_mm ms | quant ms "
+              f"| scaled_mm / W8A8 (≥ {TARGET_W8A8_OVER_SCALED_MM}) | bf16 / W8A8 (≥ {TARGET_W8A8_OVER_BF16}) |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in result["rows"]:
+        lines.append(f"| {r['shape']} | {r['M']} | {r['N']} | {r['K']} | {r['epilogue']} | "
+                     f"{fmt(r['w8a8_ms'])} | {fmt(r['w8a8_tflops'], 0)} | {fmt(r['bf16_ms'])} | "
+                     f"{fmt(r['scaled_mm_ms'])} | {fmt(r['quant_ms'])} | {ratio(r['scaled_mm_over_w8a8'])} | "
+                     f"{ratio(r['bf16_over_w8a8'])} |")
+    return lines
+
+
+def attention_e4m3_lines(result, bandwidth):
+    """Decode attention on an e4m3 cache: % of copy bandwidth at the target's context, with the
+    floor (the cache's bytes at telos-kernel-bench's copy bandwidth); the other contexts in a
+    line."""
+    if not result:
+        return []
+    lines = ["", f"### Decode attention on an e4m3 KV cache, context {ATTENTION_TARGET_CONTEXT} "
+             "(`telos-kernel-bench --attention`, \"plan e4m3\" rows)", ""]
+    if "error" in result:
+        return lines + [f"Not measured: {result['error'][:400]}"]
+    copy = result.get("copy_gbs")
+    lines += [f"The plan's attn_split + combine, head dim 128, GQA 32/8, 8 layers chained with PDL; GB/s "
+              f"on the cache's bytes, against telos-kernel-bench's own copy bandwidth ({fmt(copy, 0)} GB/s, "
+              f"2 GiB; this run's: {bandwidth / 1e9:.0f} GB/s).", "",
+              "| batch | µs a layer | floor µs (cache bytes / copy BW) | GB/s "
+              f"| % of copy (≥ {TARGET_ATTENTION_E4M3_PCT}%) |", "| --- | --- | --- | --- | --- |"]
+    for r in result["rows"]:
+        if r["context"] == ATTENTION_TARGET_CONTEXT:
+            lines.append(f"| {r['batch']} | {r['us']:.1f} | {r['us'] * r['pct_copy'] / 100:.1f} | "
+                         f"{r['gbs']:.0f} | {r['pct_copy']:.1f}% |")
+    others = [f"context {r['context']} batch {r['batch']} {r['pct_copy']:.1f}%"
+              for r in result["rows"] if r["context"] != ATTENTION_TARGET_CONTEXT]
+    if others:
+        lines += ["", "Other contexts (% of copy): " + ", ".join(others) + "."]
+    return lines
+
+
+def fp8_section(rows, meta, kernels):
+    """The FP8 measures (--fp8): each beside its target and, where one applies, its floor."""
+    parts = (fp8_decode_lines(rows) + kv_capacity_lines(rows) + prefill_w8a8_lines(kernels.get("prefill_w8a8"))
+             + attention_e4m3_lines(kernels.get("attention_e4m3"), meta["bandwidth"]))
+    return ["", "## FP8 (`--fp8`)"] + parts if parts else []
+
+
+def write_report(rows, meta, out, kernels=None):
     lines = [
         "# Benchmarks",
         "",
@@ -372,15 +626,7 @@ def write_report(rows, meta, out):
             f"{fmt(r.get('telos_sampled_ms_per_token'))} | "
             f"{fmt(r['transformers_ms_per_token'])} | {host_cell(r['telos']['decode'])} | "
             f"{fmt(run.get('gpu_idle_gap_us'), 1)} |")
-    fp8_rows = [r for r in rows if "telos_fp8_ms_per_token" in r]
-    if fp8_rows:
-        lines += ["", "## Decode latency, batch 1, FP8 weights (`--quantize fp8`, LM head bf16)", "",
-                  "| model | Telos ms/token | target | floor ms/token (bytes a token reads / copy BW) "
-                  "| Telos % of floor |", "| --- | --- | --- | --- | --- |"]
-        for r in fp8_rows:
-            t, floor = r["telos_fp8_ms_per_token"], r["fp8_floor_ms_per_token"]
-            lines.append(f"| {r['model']} | {fmt(t)} | ≤ {TARGET_FP8_MS.get(r['model'], float('nan'))} | "
-                         f"{fmt(floor)} | {fmt(100 * floor / t if t else None, 0)}% |")
+    lines += fp8_section(rows, meta, kernels or {})
     lines += ["", "## Batch 64 decode, load and compile", "",
               "| model | batch 64 ms/step | batch 64 tok/s | host µs/step (of which launch calls), median of "
               "processes and range | GPU idle µs | load s | "
@@ -441,6 +687,14 @@ def write_report(rows, meta, out):
         f.write("\n".join(lines))
 
 
+def save(rows, meta, kernels, out):
+    """bench.json and the report as far as the run got, so that a run cut short keeps what it
+    measured."""
+    with open(os.path.join(out, "bench.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows, "kernels": kernels}, f, indent=1)
+    write_report(rows, meta, out, kernels)
+
+
 def plot(rows, out):
     import matplotlib
     matplotlib.use("Agg")
@@ -483,9 +737,17 @@ def main():
     ap.add_argument("--models", default="Llama-3.2-1B,Llama-3.1-8B")
     ap.add_argument("--throughput", action="store_true")
     ap.add_argument("--fp8", action="store_true",
-                    help="also compile each model with --quantize fp8 and time its batch-1 decode")
+                    help="also the FP8 measures: each model's batch-1 decode with --quantize fp8 and "
+                         "its KV pool's tokens a GiB at kv_dtype fp8_e4m3 against bf16, the W8A8 "
+                         "prefill GEMM and decode attention on an e4m3 cache")
+    ap.add_argument("--prefill-bench", help="telos-prefill-bench (default: beside --telosc)")
+    ap.add_argument("--kernel-bench", help="telos-kernel-bench (default: beside --telosc)")
     args = ap.parse_args()
+    bin_dir = os.path.dirname(os.path.abspath(args.telosc))
+    args.prefill_bench = args.prefill_bench or os.path.join(bin_dir, "telos-prefill-bench")
+    args.kernel_bench = args.kernel_bench or os.path.join(bin_dir, "telos-kernel-bench")
     os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.work, exist_ok=True)
     ceiling = run_child(["--child-ceiling"])
     bandwidth = ceiling["bandwidth"]
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
@@ -497,17 +759,20 @@ def main():
             "command": f"python3 tools/bench_suite.py --telosc BIN/telosc --telos-run BIN/telos-run "
                        f"--work DIR --out OUT --models {args.models}" + (" --throughput" if args.throughput else "")
                        + (" --fp8" if args.fp8 else "")}
-    rows = []
-    for name in args.models.split(","):
+    rows, kernels = [], {}
+    if args.fp8:  # each in its own process, before any telos-run
+        kernels["attention_e4m3"] = attention_e4m3(args.kernel_bench)
+        save(rows, meta, kernels, args.out)
+        kernels["prefill_w8a8"] = prefill_w8a8(args.prefill_bench, args.work)
+        save(rows, meta, kernels, args.out)
+    for name in [n for n in args.models.split(",") if n]:
         try:
             rows.append(bench_model(name, args, bandwidth))
         except Exception as e:
             rows.append({"model": name, "error": str(e)[-1500:]})
         print(json.dumps({k: v for k, v in rows[-1].items() if k != "telos"}), flush=True)
-        # After every model, so a run cut short keeps what it measured.
-        with open(os.path.join(args.out, "bench.json"), "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
-        write_report(rows, meta, args.out)
+        save(rows, meta, kernels, args.out)
+    save(rows, meta, kernels, args.out)
     plot(rows, args.out)
     print(open(os.path.join(args.out, "benchmarks.md")).read())
 
