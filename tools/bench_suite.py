@@ -501,6 +501,12 @@ def profile_sections(rows):
     return lines
 
 
+def one_line(text, limit):
+    """A failure's message in a table cell or a line: its whitespace runs as single spaces, its last
+    `limit` characters (a traceback's last line says most)."""
+    return " ".join(text.split())[-limit:]
+
+
 def fp8_decode_lines(rows):
     """Batch-1 decode with FP8 weights beside its target and floor."""
     fp8_rows = [r for r in rows if "telos_fp8_ms_per_token" in r]
@@ -528,7 +534,7 @@ def kv_capacity_lines(rows):
     for r in kv_rows:
         kv = r["kv_capacity"]
         if "error" in kv:
-            lines.append(f"| {r['model']} | error: {kv['error'][:200]} | | | | |")
+            lines.append(f"| {r['model']} | error: {one_line(kv['error'], 300)} | | | | |")
             continue
         b, e = kv["bf16"], kv["fp8_e4m3"]
         lines.append(f"| {r['model']} | {b['bytes_per_page']} | {b['tokens_per_gib']} | "
@@ -543,7 +549,7 @@ def prefill_w8a8_lines(result):
     lines = ["", "### W8A8 prefill GEMM, Llama-3.1-8B shapes (`codegen/bench/prefill_gemm_torch.py "
              f"--w8a8`, {W8A8_ROUNDS} rounds interleaved in one process)", ""]
     if "error" in result:
-        return lines + [f"Not measured: {result['error'][:400]}"]
+        return lines + [f"Not measured: {one_line(result['error'], 600)}"]
 
     def ratio(r):
         return f"{r[0]:.3f} ({r[1]:.3f}–{r[2]:.3f})"
@@ -570,7 +576,7 @@ def attention_e4m3_lines(result, bandwidth):
     lines = ["", f"### Decode attention on an e4m3 KV cache, context {ATTENTION_TARGET_CONTEXT} "
              "(`telos-kernel-bench --attention`, \"plan e4m3\" rows)", ""]
     if "error" in result:
-        return lines + [f"Not measured: {result['error'][:400]}"]
+        return lines + [f"Not measured: {one_line(result['error'], 600)}"]
     copy = result.get("copy_gbs")
     lines += [f"The plan's attn_split + combine, head dim 128, GQA 32/8, 8 layers chained with PDL; GB/s "
               f"on the cache's bytes, against telos-kernel-bench's own copy bandwidth ({fmt(copy, 0)} GB/s, "
