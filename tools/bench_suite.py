@@ -767,7 +767,7 @@ def main():
             "torch": torch.__version__, "transformers": transformers.__version__,
             "bandwidth": bandwidth, "flops": ceiling.get("flops"),
             "command": f"python3 tools/bench_suite.py --telosc BIN/telosc --telos-run BIN/telos-run "
-                       f"--work DIR --out OUT --models {args.models}" + (" --throughput" if args.throughput else "")
+                       f"--work DIR --out OUT --models {args.models or repr('')}" + (" --throughput" if args.throughput else "")
                        + (" --fp8" if args.fp8 else "")}
     rows, kernels = [], {}
     if args.fp8:  # each in its own process, before any telos-run
