@@ -510,8 +510,10 @@ void Engine::deliver() {
       ++stats_.requests_finished;
       stats_.prompt_tokens += static_cast<std::uint64_t>(usage.prompt_tokens);
       stats_.generated_tokens += static_cast<std::uint64_t>(usage.completion_tokens);
-      if (usage.completion_tokens > 0 && latency_.time_to_first_token.size() < kMaxLatencySamples)
+      if (usage.completion_tokens > 0 && latency_.time_to_first_token.size() < kMaxLatencySamples) {
         latency_.time_to_first_token.push_back(timings.first_token_seconds);
+        latency_.queue_time.push_back(timings.queue_seconds);
+      }
       if (usage.completion_tokens > 1 &&
           latency_.time_per_output_token.size() < kMaxLatencySamples)
         latency_.time_per_output_token.push_back(

@@ -185,6 +185,7 @@ struct EngineStats {
 struct LatencySamples {
   std::vector<double> time_to_first_token;
   std::vector<double> time_per_output_token;  // one per request: (total - TTFT) / (tokens - 1)
+  std::vector<double> queue_time;             // submit → first scheduled, per scheduled request
 };
 
 // One step as telos-run bench sees it (EngineOptions::record_step_timings).

@@ -357,9 +357,15 @@ async def watch_metrics(url, samples, stop):
 
 def metrics_summary(before, after, samples):
     """The prefix cache's hit rate over the run (hits / queries, the counters' increase), the peak
-    of KV pages held by requests, the pool's size, the preemptions."""
+    of KV pages held by requests, the pool's size, the preemptions, and the server's own mean TTFT
+    and the queue time inside it (submission to the first step with the request: the rest is its
+    steps), from its histograms' sums and counts."""
     def delta(name):
         return after.get(name, 0.0) - before.get(name, 0.0) if name in after else None
+
+    def mean_ms(histogram):
+        total, count = delta(histogram + "_sum"), delta(histogram + "_count")
+        return 1e3 * total / count if count else None
 
     queries = delta("telos_prefix_cache_queries_total")
     hits = delta("telos_prefix_cache_hits_total")
@@ -369,7 +375,9 @@ def metrics_summary(before, after, samples):
             "kv_pages_used_peak": int(max(used)) if used else None,
             "kv_pages_total": int(after["telos_kv_pages_total"]) if "telos_kv_pages_total" in after
             else None,
-            "preemptions": int(preemptions) if preemptions is not None else None}
+            "preemptions": int(preemptions) if preemptions is not None else None,
+            "server_ttft_ms_mean": mean_ms("telos_time_to_first_token_seconds"),
+            "server_queue_ms_mean": mean_ms("telos_request_queue_seconds")}
 
 
 # ---- One rate's run -----------------------------------------------------------------------------
@@ -737,6 +745,10 @@ def report_lines(report, svg_name=None):
                   ""] + rate_table(run["rates"]) + [""]
         spread = ", ".join(f"{r['rate']}: {fmt(r['itl_p99_over_p50'], 1)}" for r in run["rates"])
         lines += [f"ITL p99 over its median, by rate: {spread}.", ""]
+        server = ", ".join(f"{r['rate']}: {fmt(r.get('server_ttft_ms_mean'))} / "
+                           f"{fmt(r.get('server_queue_ms_mean'))}" for r in run["rates"])
+        lines += [f"The server's mean TTFT and the queue time in it (ms, /metrics), by rate: "
+                  f"{server}.", ""]
     if "comparison" in report:
         ratios = ", ".join(f"{c['rate']}: {fmt(c['ttft_p50_ratio'], 2)}"
                            for c in report["comparison"])

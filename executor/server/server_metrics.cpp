@@ -18,6 +18,11 @@ void metric(std::string& out, const std::string& name, const char* type, const s
          number(value) + "\n";
 }
 
+// Bounds of the histograms of a wait from submission: TTFT and the queue time inside it.
+const std::vector<double> kWaitBounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
+                                         0.1,   0.25,  0.5,  0.75, 1.0,  2.5,  5.0,
+                                         7.5,   10.0,  20.0, 40.0, 80.0};
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> upper_bounds)
@@ -42,10 +47,10 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
 }
 
 ServerMetrics::ServerMetrics()
-    : time_to_first_token_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-                            2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
+    : time_to_first_token_(kWaitBounds),
       time_per_output_token_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
-                              0.4, 0.5, 0.75, 1.0, 2.5}) {}
+                              0.4, 0.5, 0.75, 1.0, 2.5}),
+      queue_time_(kWaitBounds) {}
 
 void ServerMetrics::count_response(int status) {
   std::lock_guard lock(mutex_);
@@ -58,6 +63,7 @@ std::string ServerMetrics::render(Engine& engine, int in_flight, int connections
   std::lock_guard lock(mutex_);
   for (double v : samples.time_to_first_token) time_to_first_token_.observe(v);
   for (double v : samples.time_per_output_token) time_per_output_token_.observe(v);
+  for (double v : samples.queue_time) queue_time_.observe(v);
 
   std::string out;
   out +=
@@ -108,6 +114,9 @@ std::string ServerMetrics::render(Engine& engine, int in_flight, int connections
                               "Time from submission to the first generated token.");
   time_per_output_token_.render(out, "telos_time_per_output_token_seconds",
                                 "Mean time per generated token after the first, per request.");
+  queue_time_.render(out, "telos_request_queue_seconds",
+                     "Time from submission to the first step that computes the request's tokens "
+                     "(part of the time to first token), per request that got a token.");
   return out;
 }
 

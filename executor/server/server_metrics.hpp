@@ -38,7 +38,7 @@ class ServerMetrics {
  private:
   std::mutex mutex_;
   std::map<int, std::uint64_t> responses_;
-  Histogram time_to_first_token_, time_per_output_token_;
+  Histogram time_to_first_token_, time_per_output_token_, queue_time_;
 };
 
 }  // namespace telos::exec

@@ -75,6 +75,7 @@ test("64 streaming clients, some leaving early, leave every KV page free", async
     assert.ok(metric(text, "telos_generation_tokens_total") < full,
       `generated ${metric(text, "telos_generation_tokens_total")} tokens, as if nobody left`);
   assert.match(text, /^telos_time_to_first_token_seconds_count [1-9]/m);
+  assert.match(text, /^telos_request_queue_seconds_count [1-9]/m);
   assert.match(text, /^telos_time_per_output_token_seconds_bucket\{le="\+Inf"\} [1-9]/m);
   assert.ok(metric(text, "telos_preemptions_total") >= 0);
 

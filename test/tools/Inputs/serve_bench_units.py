@@ -169,13 +169,19 @@ class Summaries(unittest.TestCase):
         self.assertEqual(sb.parse_metrics(text), {"telos_kv_pages_used": 3.0,
                                                   "telos_prefix_cache_queries_total": 100.0})
         before = {"telos_prefix_cache_queries_total": 100, "telos_prefix_cache_hits_total": 10,
-                  "telos_preemptions_total": 1}
+                  "telos_preemptions_total": 1, "telos_time_to_first_token_seconds_sum": 1.0,
+                  "telos_time_to_first_token_seconds_count": 10,
+                  "telos_request_queue_seconds_sum": 0.25, "telos_request_queue_seconds_count": 10}
         after = {"telos_prefix_cache_queries_total": 300, "telos_prefix_cache_hits_total": 60,
-                 "telos_preemptions_total": 1, "telos_kv_pages_used": 0, "telos_kv_pages_total": 64}
+                 "telos_preemptions_total": 1, "telos_kv_pages_used": 0, "telos_kv_pages_total": 64,
+                 "telos_time_to_first_token_seconds_sum": 1.5,
+                 "telos_time_to_first_token_seconds_count": 15,
+                 "telos_request_queue_seconds_sum": 0.28125, "telos_request_queue_seconds_count": 15}
         samples = [{"telos_kv_pages_used": 5}, {}, {"telos_kv_pages_used": 9}]
         m = sb.metrics_summary(before, after, samples)
         self.assertEqual(m, {"prefix_cache_hit_rate": 0.25, "kv_pages_used_peak": 9,
-                             "kv_pages_total": 64, "preemptions": 0})
+                             "kv_pages_total": 64, "preemptions": 0,
+                             "server_ttft_ms_mean": 100.0, "server_queue_ms_mean": 6.25})
         self.assertIsNone(sb.metrics_summary({}, {}, [])["prefix_cache_hit_rate"])
 
 
