@@ -56,42 +56,23 @@ struct LayerW8a8Ring : hexel::mbarrier::StageRing<STAGES> {
   const float* w_scale;
 };
 
-// The scales of one slot's K blocks for a tile's 8-column groups: sa[j] the token's for block j
-// (the resident A's), sw[j][g] the weight scale of group g's rows (`wrow`: their scale block row
-// times the weight's K blocks). A tile loads the next slot's while it computes one, so that the
-// loads' latency (a global load a group) overlaps a slot's MMAs instead of following its wait.
-template <unsigned BN, unsigned BLOCKS>
-struct LayerW8a8SlotScales {
-  float sa[BLOCKS];
-  float sw[BLOCKS][BN / 8];
-
-  template <class Ring>
-  __device__ __forceinline__ void load(const Ring& ring, const unsigned (&wrow)[BN / 8],
-                                       unsigned slot) {
+// The scale products of K block kb for a tile's 8-column groups: s[h][j] = sa · sw[j] (both row
+// halves alike: only row 0, the token's, is stored), sw[j] the weight scale of group j's rows
+// (`wrow`: their scale block row times the weight's K blocks).
+template <unsigned BN>
+__device__ __forceinline__ void layer_w8a8_scales(float (&s)[2][BN / 8], float sa,
+                                                  const float* w_scale,
+                                                  const unsigned (&wrow)[BN / 8], unsigned kb) {
 #pragma unroll
-    for (unsigned j = 0; j < BLOCKS; ++j) {
-      const unsigned kb = slot * BLOCKS + j;
-      sa[j] = ring.scale[kb];
-#pragma unroll
-      for (unsigned g = 0; g < BN / 8; ++g) sw[j][g] = __ldg(ring.w_scale + wrow[g] + kb);
-    }
+  for (unsigned j = 0; j < BN / 8; ++j) {
+    const float p = __fmul_rn(sa, __ldg(w_scale + wrow[j] + kb));
+    s[0][j] = p;
+    s[1][j] = p;
   }
-  // s[j][h][g] = sa · sw, rounded to f32 (both row halves alike: only row 0, the token's, is
-  // stored).
-  __device__ __forceinline__ void products(float (&s)[BLOCKS][2][BN / 8]) const {
-#pragma unroll
-    for (unsigned j = 0; j < BLOCKS; ++j)
-#pragma unroll
-      for (unsigned g = 0; g < BN / 8; ++g) {
-        const float p = __fmul_rn(sa[j], sw[j][g]);
-        s[j][0][g] = p;
-        s[j][1][g] = p;
-      }
-  }
-};
+}
 
 // One tile's K loop: for each slot (64 / BN K blocks), the scale products of its blocks (loaded
-// during the previous slot), the next slot's scale loads, the wait, every block's chain of four e4m3
+// before the slot's wait, so the loads overlap it), the wait, every block's chain of four e4m3
 // wgmma k32 from zero into its own partials (64 / BN sets of BN / 2: 32 registers whatever BN),
 // one commit and one wait for them, the slot's release (each warp's lane 0), then the blocks'
 // promotions into acc (from +0) in K order.
@@ -104,14 +85,15 @@ __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring,
   constexpr unsigned kBlocksPerSlot = 64 / BN;
   const unsigned lane = threadIdx.x % 32, slots = K / 128 / kBlocksPerSlot;
   float part[kBlocksPerSlot][BN / 2];
-  LayerW8a8SlotScales<BN, kBlocksPerSlot> next;
-  next.load(ring, wrow, 0);
 #pragma unroll
   for (unsigned i = 0; i < BN / 2; ++i) acc[i] = 0.f;
   for (unsigned sl = 0; sl < slots; ++sl) {
     float s[kBlocksPerSlot][2][BN / 8];
-    next.products(s);
-    if (sl + 1 < slots) next.load(ring, wrow, sl + 1);
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+      const unsigned kb = sl * kBlocksPerSlot + j;
+      layer_w8a8_scales<BN>(s[j], ring.scale[kb], ring.w_scale, wrow, kb);
+    }
     mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
     const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes;
     wgmma::fence();
@@ -209,28 +191,16 @@ struct LayerW8a8 {
 };
 
 // The token's bf16 row of K columns at shared address `base` (the resident A, M 1: contiguous)
-// into the e4m3 resident A of `ring` by the 128 consumer threads, warp w the K blocks w, w + 4, ...
-// (quantize_rows_e4m3's code), then the fence for wgmma and the meeting. A warp loads
-// kQuantizeGroup blocks before it quantizes them: the stores of one block could alias the next
-// block's loads (generic pointers), so one block at a time runs each block's whole chain of
-// latencies (load, redux, divisions, store) in series; a group overlaps them.
+// into the e4m3 resident A of `ring` by the 128 consumer threads, a K block a warp at a time
+// (quantize_block_e4m3), then the fence for wgmma and the meeting.
 template <unsigned K, unsigned STAGES>
 __device__ __forceinline__ void layer_w8a8_quantize(const LayerW8a8Ring<STAGES>& ring,
                                                     unsigned base) {
-  constexpr unsigned kBlocks = K / 128, kQuantizeGroup = 4;
   const auto* x = static_cast<const bf16*>(__cvta_shared_to_generic(base));
   auto* q = static_cast<unsigned char*>(__cvta_shared_to_generic(ring.q));
   auto* scale = const_cast<float*>(ring.scale);
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (unsigned kb0 = warp; kb0 < kBlocks; kb0 += 4 * kQuantizeGroup) {
-    uint2 v[kQuantizeGroup];
-#pragma unroll
-    for (unsigned g = 0; g < kQuantizeGroup; ++g)
-      if (kb0 + 4 * g < kBlocks) v[g] = quantize_load_e4m3<K>(x, kb0 + 4 * g, lane);
-#pragma unroll
-    for (unsigned g = 0; g < kQuantizeGroup; ++g)
-      if (kb0 + 4 * g < kBlocks) quantize_store_e4m3<K>(v[g], q, scale, kb0 + 4 * g, lane);
-  }
+  for (unsigned kb = warp; kb < K / 128; kb += 4) quantize_block_e4m3<K>(x, q, scale, kb, lane);
   hexel::fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
   hexel::named_barrier_sync(1, 128);
 }

@@ -48,23 +48,17 @@ namespace telos_kernels {
 
 
 // Phase: one row's K block kb of 128 columns by one warp, lane l columns 128 kb + 4l .. + 3 (K a
-// multiple of 16: a lane's four columns are all in K or all past it), in two steps so that a warp
-// may load several blocks before it quantizes them: quantize_load_e4m3 reads the lane's four bf16
-// values (zeros past K), quantize_store_e4m3 writes their e4m3 bytes and the block's scale. The
-// block's amax is the largest magnitude by bit pattern (an exact, order-free integer maximum,
-// redux.sync; a NaN's pattern lies above infinity's, so NaN makes the scale NaN and the row's
-// outputs NaN, as the reference says).
+// multiple of 16: a lane's four columns are all in K or all past it). The block's amax is the
+// largest magnitude by bit pattern (an exact, order-free integer maximum, redux.sync; a NaN's
+// pattern lies above infinity's, so NaN makes the scale NaN and the row's outputs NaN, as the
+// reference says).
 template <int K>
-__device__ __forceinline__ uint2 quantize_load_e4m3(const bf16* x_row, unsigned kb, unsigned lane) {
-  const unsigned c = kb * 128 + 4 * lane;
-  return c < static_cast<unsigned>(K) ? *reinterpret_cast<const uint2*>(x_row + c)
-                                      : make_uint2(0u, 0u);
-}
-
-template <int K>
-__device__ __forceinline__ void quantize_store_e4m3(uint2 v, unsigned char* q_row,
+__device__ __forceinline__ void quantize_block_e4m3(const bf16* x_row, unsigned char* q_row,
                                                     float* scale_row, unsigned kb, unsigned lane) {
   const unsigned c = kb * 128 + 4 * lane;
+  const bool in_k = c < static_cast<unsigned>(K);
+  uint2 v = make_uint2(0u, 0u);
+  if (in_k) v = *reinterpret_cast<const uint2*>(x_row + c);
   const float x[4] = {__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
                       __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u)};
   unsigned amax = 0;
@@ -74,16 +68,10 @@ __device__ __forceinline__ void quantize_store_e4m3(uint2 v, unsigned char* q_ro
   float s = __fdiv_rn(__uint_as_float(amax), 448.f);
   s = s == 0.f ? 1.f : s;
   if (lane == 0) scale_row[kb] = s;
-  if (c < static_cast<unsigned>(K))
+  if (in_k)
     *reinterpret_cast<unsigned*>(q_row + c) =
         hexel::cvt_e4m3x2_f32(__fdiv_rn(x[0], s), __fdiv_rn(x[1], s)) |
         (hexel::cvt_e4m3x2_f32(__fdiv_rn(x[2], s), __fdiv_rn(x[3], s)) << 16);
-}
-
-template <int K>
-__device__ __forceinline__ void quantize_block_e4m3(const bf16* x_row, unsigned char* q_row,
-                                                    float* scale_row, unsigned kb, unsigned lane) {
-  quantize_store_e4m3<K>(quantize_load_e4m3<K>(x_row, kb, lane), q_row, scale_row, kb, lane);
 }
 
 // x [M, K] bf16 → q [M, K] e4m3 and scale [M, ceil(K / 128)] f32; grid ceil(M · ceil(K / 128) /
