@@ -566,11 +566,12 @@ int prefill_pair_grid(int rows, int cols, int tile_cols);
 // (K `ko`), gate/up and down (intermediate size `i`): the measure of the norm fold.
 long long layer_weight_bytes(int h, int nqkv, int ko, int i);
 // Whether a bucket of `tokens` rows folds the RMSNorm before the QKV and gate/up projections into
-// those GEMMs (gemm_small_norm_*: A = RMSNorm(x), computed in the kernel): small-M GEMMs of up to
-// kSmallGemmNormMaxRows rows, on layers of up to kSmallGemmNormFoldMaxLayerBytes.
+// those GEMMs (gemm_small_norm_*, on sm_100a gemm_small_sm100_norm_*: the GEMM's input is
+// RMSNorm(x), computed in the kernel): small-M GEMMs of up to kSmallGemmNormMaxRows rows, on layers
+// of up to kSmallGemmNormFoldMaxLayerBytes.
 bool folds_norm(ShapeClass shape, int tokens, long long layer_bytes);
-// Whether it also folds the QKV epilogue into the QKV GEMM (gemm_small_norm_qkv): up to
-// kSmallGemmQkvFoldMaxRows rows where the norm folds.
+// Whether it also folds the QKV epilogue into the QKV GEMM (gemm_small_norm_qkv, on sm_100a
+// gemm_small_sm100_norm_qkv): up to kSmallGemmQkvFoldMaxRows rows where the norm folds.
 bool folds_qkv_epilogue(bool fold_norm, int tokens);
 
 // embed_gather's threads: 8 columns of a row a thread, whole warps, 32 to 256.
