@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "codegen/kernels/gemm_prefill_shape.cuh"
+#include "codegen/kernels/norm_rows.cuh"
 #include "codegen/nvrtc_driver.hpp"
 #include "support/error.hpp"
 
@@ -127,10 +128,14 @@ static int small_gemm_kps_stage_bytes(int stage, int kps) {
 }
 
 int SmallGemmTiling::resident_bytes() const {
-  // With the norm prologue the resident A (16 bytes per token per 8 of K, a zero tail of 128,
-  // rounded up to 1 KB) and the norm's 8 x 4 warp sums (kernels/gemm_small.cuh).
-  return norm_blocks > 0 ? (norm_blocks * 8 * a_box * 16 + 128 + 1023) / 1024 * 1024 + 8 * 4 * 4
-                         : 0;
+  // With the norm prologue the resident A (kernels/norm_rows.cuh: 16 bytes per token per 8 of K,
+  // a zero tail of 128, rounded up to 1 KB) and the norm's 8 x 4 warp sums
+  // (kernels/gemm_small.cuh).
+  return norm_blocks > 0
+             ? static_cast<int>(telos_kernels::norm_rows_bytes(
+                   static_cast<unsigned>(a_box), static_cast<unsigned>(norm_blocks) * 8)) +
+                   8 * 4 * 4
+             : 0;
 }
 
 int SmallGemmTiling::smem() const {
@@ -350,22 +355,33 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
 }
 
 int SmallGemmSm100Tiling::stage_bytes() const {
-  return (mma_n * 128 + 1023) / 1024 * 1024 + w_rows * 128;
+  return (norm_blocks > 0 ? 0 : (mma_n * 128 + 1023) / 1024 * 1024) + w_rows * 128;
+}
+
+int SmallGemmSm100Tiling::resident_bytes() const {
+  return norm_blocks > 0
+             ? static_cast<int>(telos_kernels::norm_rows_bytes(
+                   static_cast<unsigned>(a_box), static_cast<unsigned>(norm_blocks) * 8))
+             : 0;
 }
 
 int SmallGemmSm100Tiling::smem() const {
-  return stages * stage_bytes() + 1024;
+  return resident_bytes() + stages * stage_bytes() + 1024;
 }
 
-std::string SmallGemmSm100Tiling::instance(const std::string& epi, int m, int n, int k) const {
-  return "telos_kernels::gemm_small_sm100_" + epi + "<" + std::to_string(m) + ", " +
-         std::to_string(n) + ", " + std::to_string(k) + ", " + std::to_string(stages) + ">";
+std::string SmallGemmSm100Tiling::instance(const std::string& epi, int m, int n, int k,
+                                           const std::string& eps) const {
+  return "telos_kernels::gemm_small_sm100_" + std::string(norm_blocks > 0 ? "norm_" : "") + epi +
+         "<" + std::to_string(m) + ", " + std::to_string(n) + ", " + std::to_string(k) + ", " +
+         std::to_string(stages) + (norm_blocks > 0 ? ", " + eps : "") + ">";
 }
 
 // Token tiles of 64-row groups up to 256 rows; the stages fill what an SM's 228 KB (1 KB reserved
-// a CTA, 8 KB for the LM head's static candidates) gives the CTAs that share it, 2 to 16, no more
-// than K has blocks.
-SmallGemmSm100Tiling small_gemm_sm100_tiling(int n, int k, int tokens, bool swiglu) {
+// a CTA, 8 KB for the LM head's static candidates or the folded QKV epilogue's, and the norm
+// forms' resident tokens) gives the CTAs that share it, 2 to 16, no more than K has blocks.
+SmallGemmSm100Tiling small_gemm_sm100_tiling(int n, int k, int tokens, bool swiglu, bool norm) {
+  if (norm && tokens > kSmallGemmNormMaxRows)
+    fail("codegen: the sm_100a small GEMM's norm prologue takes at most 8 tokens");
   SmallGemmSm100Tiling t;
   t.tile_tokens = 64 * (tokens >= 256 ? 4 : (tokens + 63) / 64);
   t.a_box = std::min(tokens, t.tile_tokens);
@@ -376,7 +392,9 @@ SmallGemmSm100Tiling small_gemm_sm100_tiling(int n, int k, int tokens, bool swig
   const int per_sm = (t.tiles_m * t.tiles_n + kSms - 1) / kSms;
   const int budget = std::min(kMaxSmemPerBlock - 8 * 1024, 228 * 1024 / per_sm - 1024 - 8 * 1024);
   const int k_blocks = (k + 63) / 64;
-  t.stages = std::clamp((budget - 1024) / t.stage_bytes(), 2, std::clamp(k_blocks, 2, 16));
+  t.norm_blocks = norm ? k_blocks : 0;
+  t.stages = std::clamp((budget - 1024 - t.resident_bytes()) / t.stage_bytes(), 2,
+                        std::clamp(k_blocks, 2, 16));
   return t;
 }
 

@@ -197,19 +197,28 @@ SmallGemmTiling small_gemm_tiling(int n, int k, int tokens, bool swiglu, bool no
 // tiles of up to 256 (`tile_tokens`: 64-row groups, the producer's; `a_box` rows of them loaded,
 // the MMA's N those rounded up to 16), and a stage ring as deep as the shared memory of the CTAs
 // sharing an SM allows, as for sm_90a. The grid is (tiles_m, tiles_n); the LM head's greedy
-// candidates are one a weight tile, tiles_n a row. The kernel's SmallGemmSm100 and
-// SmallEpilogueSm100 state the same tiles (test small_epilogue_sm100_test compares them).
+// candidates are one a weight tile, tiles_n a row. With `norm` (up to kSmallGemmNormMaxRows
+// tokens) the norm forms' tiles (gemm_small_sm100_norm_*: the tokens RMSNorm(x), resident for the
+// whole K, `norm_blocks` K blocks of them; the stages hold weights only). The kernel's
+// SmallGemmSm100 and SmallEpilogueSm100 state the same tiles (test small_epilogue_sm100_test
+// compares them).
 inline constexpr int kSmallGemmSm100Threads = 192;
 inline constexpr int kSmallGemmSm100Rows = 128;
 struct SmallGemmSm100Tiling {
   int tile_tokens = 64, a_box = 1, mma_n = 16, w_rows = kSmallGemmSm100Rows, stages = 2;
   int tiles_m = 1, tiles_n = 1;
-  int stage_bytes() const;  // the tokens' rows (1024-byte repeats), then the W rows
-  int smem() const;         // the stages and 1024 bytes of alignment
-  // gemm_small_sm100_<epi><M, N, K, STAGES> (epi: bf16, residual, swiglu, f32cand).
-  std::string instance(const std::string& epi, int m, int n, int k) const;
+  int norm_blocks = 0;
+  int stage_bytes() const;  // the tokens' rows (1024-byte repeats; none with the norm), the W rows
+  int resident_bytes() const;  // the norm forms' resident tokens (kernels/norm_rows.cuh)
+  int smem() const;            // the resident tokens, the stages and 1024 bytes of alignment
+  // gemm_small_sm100_<epi><M, N, K, STAGES> (epi: bf16, residual, swiglu, f32cand), or with the
+  // norm gemm_small_sm100_norm_<epi><M, N, K, STAGES, EPS> (epi: bf16, swiglu; `eps` the
+  // epsilon's literal).
+  std::string instance(const std::string& epi, int m, int n, int k,
+                       const std::string& eps = "") const;
 };
-SmallGemmSm100Tiling small_gemm_sm100_tiling(int n, int k, int tokens, bool swiglu);
+SmallGemmSm100Tiling small_gemm_sm100_tiling(int n, int k, int tokens, bool swiglu,
+                                             bool norm = false);
 
 // The small GEMM on an e4m3 weight (gemm_small_e4m3_*, kernels/gemm_e4m3.cuh): small_gemm_tiling's
 // weight tiles for one consumer warpgroup, on no cluster, one K block a stage, each stage also
@@ -557,11 +566,12 @@ int prefill_pair_grid(int rows, int cols, int tile_cols);
 // (K `ko`), gate/up and down (intermediate size `i`): the measure of the norm fold.
 long long layer_weight_bytes(int h, int nqkv, int ko, int i);
 // Whether a bucket of `tokens` rows folds the RMSNorm before the QKV and gate/up projections into
-// those GEMMs (gemm_small_norm_*: A = RMSNorm(x), computed in the kernel): small-M GEMMs of up to
-// kSmallGemmNormMaxRows rows, on layers of up to kSmallGemmNormFoldMaxLayerBytes.
+// those GEMMs (gemm_small_norm_*, on sm_100a gemm_small_sm100_norm_*: the GEMM's input is
+// RMSNorm(x), computed in the kernel): small-M GEMMs of up to kSmallGemmNormMaxRows rows, on layers
+// of up to kSmallGemmNormFoldMaxLayerBytes.
 bool folds_norm(ShapeClass shape, int tokens, long long layer_bytes);
-// Whether it also folds the QKV epilogue into the QKV GEMM (gemm_small_norm_qkv): up to
-// kSmallGemmQkvFoldMaxRows rows where the norm folds.
+// Whether it also folds the QKV epilogue into the QKV GEMM (gemm_small_norm_qkv, on sm_100a
+// gemm_small_sm100_norm_qkv): up to kSmallGemmQkvFoldMaxRows rows where the norm folds.
 bool folds_qkv_epilogue(bool fold_norm, int tokens);
 
 // embed_gather's threads: 8 columns of a row a thread, whole warps, 32 to 256.

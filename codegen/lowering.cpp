@@ -305,11 +305,15 @@ Bucket make_bucket(const ModelPlan& mp, const std::string& kind, int size, int t
   Bucket b{kind, size, tokens, rows};
   b.shape = bucket_shape_class(b.prefill(), tokens, mp.layer_t.fits);
   b.tcgen05 = mp.tcgen05;
-  // The norm prologue is gemm_small.cuh's wgmma forms' (bf16 and e4m3 weights), the folded QKV
-  // epilogue its bf16 forms' only: on sm_100a rmsnorm writes h, and for e4m3 weights
-  // qkv_rope_append_rows runs after the QKV GEMM, as in larger buckets.
+  // The norm prologue is the small GEMM's on both targets (gemm_small_norm_* for bf16 and e4m3
+  // weights, gemm_small_sm100_norm_* for bf16 ones: sm_100a refuses e4m3 weights), the folded QKV
+  // epilogue its bf16 forms' only (gemm_small_norm_qkv, gemm_small_sm100_norm_qkv): for e4m3
+  // weights qkv_rope_append_rows runs after the QKV GEMM, as in larger buckets. The same buckets
+  // fold on both targets, and a token gets the same bits whether its bucket folds or not
+  // (kernels/gemm_small.cuh, gemm_small_sm100.cuh: the norm is rmsnorm's arithmetic, the GEMM the
+  // target's one chain).
   // W8A8 GEMMs read their input quantized, so rmsnorm writes h for the quantization to read.
-  b.fold_norm = !b.tcgen05 && !mp.m.w8a8 && folds_norm(b.shape, tokens, mp.layer_bytes);
+  b.fold_norm = !mp.m.w8a8 && folds_norm(b.shape, tokens, mp.layer_bytes);
   b.fold_qkv = !mp.m.e4m3 && folds_qkv_epilogue(b.fold_norm, tokens);
   return b;
 }
@@ -452,12 +456,12 @@ struct Gemm {
 // small-M GEMM (64-row tiles, narrow weight tiles). On sm_100a their tcgen05 forms
 // (gemm_prefill_sm100_pair_*: 256-row tiles on CTA pairs, the same arguments;
 // gemm_prefill_sm100_*: the Hopper kernel's tiles and shared memory; gemm_small_sm100_*: 128
-// weight rows a CTA, the tokens as the MMA's N, no norm prologue and no slot images). Both compute
+// weight rows a CTA, the tokens as the MMA's N, no slot images). Both compute
 // each output element with the same wgmma chain over K and the same epilogue arithmetic
 // (kernels/gemm_small.cuh), so a row's bits do not depend on which of them ran. `epi` is bf16,
 // residual or swiglu (the suffix of gemm_prefill_* / gemm_small_*); `norm_eps`, where not empty,
-// folds the RMSNorm of x into the GEMM (gemm_small_norm_*); `img` is the weight's slot image, read
-// where the GEMM's weight rows make whole boxes of it.
+// folds the RMSNorm of x into the GEMM (gemm_small_norm_*, gemm_small_sm100_norm_*); `img` is the
+// weight's slot image, read where the GEMM's weight rows make whole boxes of it.
 Gemm choose_gemm(const Bucket& b, const std::string& epi, int n, int k, const WeightImage& img,
                  const std::string& norm_eps) {
   const bool swiglu = epi == "swiglu";
@@ -497,18 +501,20 @@ Gemm choose_gemm(const Bucket& b, const std::string& epi, int n, int k, const We
             box > 0 ? img : WeightImage{},
             box};
   }
-  if (b.tcgen05) {
-    const SmallGemmSm100Tiling t = small_gemm_sm100_tiling(n, k, b.T, swiglu);
-    return {
-        {t.instance(epi, b.T, n, k), {"a_map", "w_map", "out"}, kSmallGemmSm100Threads, t.smem()},
-        {t.tiles_m, t.tiles_n, 1},
-        t.a_box,
-        kSmallGemmSm100Rows,
-        0,
-        WeightImage{},
-        0};
-  }
   const bool norm = !norm_eps.empty();
+  if (b.tcgen05) {
+    const SmallGemmSm100Tiling t = small_gemm_sm100_tiling(n, k, b.T, swiglu, norm);
+    return {{t.instance(epi, b.T, n, k, norm_eps),
+             norm ? std::vector<std::string>{"x", "norm_w", "w_map", "out"}
+                  : std::vector<std::string>{"a_map", "w_map", "out"},
+             kSmallGemmSm100Threads, t.smem()},
+            {t.tiles_m, t.tiles_n, 1},
+            norm ? 0 : t.a_box,
+            kSmallGemmSm100Rows,
+            0,
+            WeightImage{},
+            0};
+  }
   const SmallGemmTiling t = small_gemm_tiling(n, k, b.T, swiglu, norm).reading(img);
   const int box = t.image_box;
   const WeightImage used = box > 0 ? img : WeightImage{};
@@ -811,9 +817,60 @@ void lower_rmsnorm(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   b.launch(k, {b.bucket.T, 1, 1}, {"buf:x", weight(op, 0), "null", "buf:h"});
 }
 
-// The QKV projection and its epilogue: folded with the norm into one launch
-// (gemm_small_norm_qkv: the last CTA of each head runs the epilogue) where the bucket folds it,
-// else the GEMM and then the epilogue's own kernel.
+// The QKV GEMM of `op` with the norm and the QKV epilogue folded in: its kernel
+// (gemm_small_norm_qkv; on sm_100a gemm_small_sm100_norm_qkv: the CTA that completes a head runs
+// its epilogue, after arrival counters, one a head), grid and weight operand. `heads`: the
+// template arguments after K and the tiling's (the head shape, the epilogue's, the KV format).
+struct QkvFold {
+  KernelInstance kernel;
+  std::array<int, 3> grid;
+  std::string w;
+};
+QkvFold choose_qkv_fold(const BucketLowering& b, const ir::Op& op, const std::string& heads,
+                        const QkvEpilogue& epi, std::vector<std::string> params) {
+  const ir::Param& wp = param_of(b.graph, op, 0);
+  const int rows = dim(wp, 0), H = dim(wp, 1), T = b.bucket.T;
+  const std::string dims = "<" + num(T) + ", " + num(H) + ", ";
+  const std::string kv = epi.kv.empty() ? "" : ", " + epi.kv;
+  if (b.bucket.tcgen05) {
+    const SmallGemmSm100Tiling t = small_gemm_sm100_tiling(rows, H, T, false, true);
+    return {{"telos_kernels::gemm_small_sm100_norm_qkv" + dims + num(t.stages) + ", " + heads + kv +
+                 ">",
+             std::move(params), kSmallGemmSm100Threads, t.smem()},
+            {t.tiles_m, t.tiles_n, 1},
+            tmap(weight(op, 0), rows, H, kSmallGemmSm100Rows)};
+  }
+  const WeightImage img = b.model.image("qkv");
+  const SmallGemmTiling t = small_gemm_tiling(rows, H, T, false, true);
+  const int box = image_box_rows(img, t.cols);
+  // The slot image's W_BH and W_BOX (0, 0: none) are spelled out where the KV format follows.
+  const std::string image =
+      box > 0 || !epi.kv.empty() ? ", " + num(box > 0 ? img.half_rows() : 0) + ", " + num(box) : "";
+  return {{"telos_kernels::gemm_small_norm_qkv" + dims + num(t.bn) + ", " + num(t.stages) + ", " +
+               heads + image + kv + ">",
+           std::move(params), kSmallGemmThreads, t.smem()},
+          {t.tiles_m, t.tiles_n, 1},
+          weight_map(img, box, weight(op, 0), rows, H, t.cols)};
+}
+
+// Launches the QKV GEMM of `op` with the norm `norm` and the QKV epilogue `epi` folded in
+// (choose_qkv_fold), over x, into qkv, q and the KV pages.
+void launch_qkv_fold(BucketLowering& b, const ir::Op& op, const ir::Op& norm, QkvEpilogue epi) {
+  const int HQ = int_attr(op, "heads"), HKV = int_attr(op, "kv_heads"),
+            D = int_attr(op, "head_dim");
+  std::vector<std::string> params = {"x", "norm_w", "w_map", "qkv"};
+  params.insert(params.end(), epi.params.begin(), epi.params.end());
+  params.push_back("arrivals");
+  const QkvFold fold = choose_qkv_fold(
+      b, op, num(HQ) + ", " + num(HKV) + ", " + num(D) + ", " + epi.targs, epi, std::move(params));
+  epi.args.insert(epi.args.begin(), {"buf:x", weight(norm, 0), fold.w, "buf:qkv"});
+  epi.args.push_back("buf:qkv_arrivals");
+  b.launch(b.use(TableRole::qkv_proj, fold.kernel), fold.grid, epi.args);
+  b.model.qkv_arrival_counters = HQ + 2 * HKV;  // one a head, zero between launches
+}
+
+// The QKV projection and its epilogue: folded with the norm into one launch (launch_qkv_fold)
+// where the bucket folds it, else the GEMM and then the epilogue's own kernel.
 void lower_qkv(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const ir::Op& op = *ops[0];
   const ir::Param& w = param_of(b.graph, op, 0);
@@ -824,27 +881,7 @@ void lower_qkv(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const ir::Op* norm = folded_norm(b.bucket, op);
   QkvEpilogue epi = qkv_epilogue(b.model, op);
   if (norm && b.bucket.fold_qkv) {
-    const SmallGemmTiling t = small_gemm_tiling(rows, H, T, false, true);
-    const int box = image_box_rows(img, t.cols);
-    std::vector<std::string> params = {"x", "norm_w", "w_map", "qkv"};
-    params.insert(params.end(), epi.params.begin(), epi.params.end());
-    params.push_back("arrivals");
-    // The slot image's W_BH and W_BOX (0, 0: none) are spelled out where the KV format follows.
-    const int k = b.use(
-        TableRole::qkv_proj,
-        {"telos_kernels::gemm_small_norm_qkv<" + num(T) + ", " + num(H) + ", " + num(t.bn) + ", " +
-             num(t.stages) + ", " + num(HQ) + ", " + num(HKV) + ", " + num(D) + ", " + epi.targs +
-             (box > 0 || !epi.kv.empty()
-                  ? ", " + num(box > 0 ? img.half_rows() : 0) + ", " + num(box)
-                  : "") +
-             (epi.kv.empty() ? "" : ", " + epi.kv) + ">",
-         params, kSmallGemmThreads, t.smem()});
-    epi.args.insert(epi.args.begin(),
-                    {"buf:x", weight(*norm, 0),
-                     weight_map(img, box, weight(op, 0), rows, H, t.cols), "buf:qkv"});
-    epi.args.push_back("buf:qkv_arrivals");
-    b.launch(k, {t.tiles_m, t.tiles_n, 1}, epi.args);
-    b.model.qkv_arrival_counters = HQ + 2 * HKV;  // one a head, zero between launches
+    launch_qkv_fold(b, op, *norm, std::move(epi));
     return;
   }
   if (takes_w8a8(op)) {
@@ -1286,7 +1323,8 @@ const std::vector<LoweringRule>& lowering_table() {
        "next norm: every rank's partial, in rank order, added to x over peer memory; large "
        "prefill messages: NCCL's all_gather, then gather_sum_residual",
        lower_all_reduce},
-      // Blackwell: the GEMMs on tcgen05; the kernels without wgmma (norms, embed, decode
+      // Blackwell: the GEMMs on tcgen05 (the small-M GEMM folding the norm, and the QKV
+      // epilogue, where sm_90a's does); the kernels without wgmma (norms, embed, decode
       // attention on mma.sync, sampling, the all-reduce) as they are; the one-token layer on
       // tcgen05 (its GEMM phases gemm_small_sm100's chain); prompt rows on attn_prefill_sm100.
       {"layer", "layer", "", DType::BF16, kOneToken, "sm_100a",
@@ -1294,9 +1332,13 @@ const std::vector<LoweringRule>& lowering_table() {
        lower_layer},
       {"embed", "embed", "", DType::BF16, kEvery, "sm_100a", "embed_gather", lower_embed},
       {"rmsnorm", "rmsnorm", "", DType::BF16, kEvery, "sm_100a",
-       "rmsnorm into h; over the sampled rows before the LM head", lower_rmsnorm},
+       "rmsnorm into h, or none where the next GEMM or the all-reduce before it applies it; over "
+       "the sampled rows before the LM head",
+       lower_rmsnorm},
       {"linear.rope_kv_append", "linear", "rope_kv_append", DType::BF16, kSmallM, "sm_100a",
-       "gemm_small_sm100_bf16 + qkv_rope_append_rows", lower_qkv},
+       "gemm_small_sm100_norm_qkv (norm and epilogue folded in), or gemm_small_sm100[_norm]_bf16 "
+       "+ qkv_rope_append_rows",
+       lower_qkv},
       {"linear.rope_kv_append", "linear", "rope_kv_append", DType::BF16, kPrefill, "sm_100a",
        "gemm_prefill_sm100_pair_bf16 + qkv_rope_append_rows", lower_qkv},
       {"paged_attention", "paged_attention", "", DType::BF16, kSmallM | kPrefill, "sm_100a",
@@ -1307,7 +1349,7 @@ const std::vector<LoweringRule>& lowering_table() {
       {"linear.residual", "linear", "residual", DType::BF16, kPrefill, "sm_100a",
        "gemm_prefill_sm100_pair_residual", lower_projection},
       {"linear.swiglu", "linear", "swiglu", DType::BF16, kSmallM, "sm_100a",
-       "gemm_small_sm100_swiglu", lower_projection},
+       "gemm_small_sm100[_norm]_swiglu (the norm folded in)", lower_projection},
       {"linear.swiglu", "linear", "swiglu", DType::BF16, kPrefill, "sm_100a",
        "gemm_prefill_sm100_pair_swiglu", lower_projection},
       {"lm_head_sample", "lm_head_sample", "", DType::BF16, kEvery, "sm_100a",

@@ -78,17 +78,20 @@ struct LayerSm100 {
     return (bn == 128 || bn == 256) && k > 0 && k % (64 * (kSlotRows / bn)) == 0;
   }
   // The token's operand of K step kk of K block kb (the MMA's B, K-major, no swizzle): the resident
-  // row at `a_base`, chunk c (eight bf16) at 16 c, so a core matrix's rows are 16 bytes apart and
-  // K-adjacent core matrices too (LBO 16); rows 8 .. 15 read rows 0 .. 7 again (SBO 0). Row 0 is
-  // the token; the other rows read later chunks and persistent_norm_a's zero tail, into columns
-  // nobody reads. The same fields in wgmma's descriptor (the twin).
+  // row at `a_base` (norm_rows.cuh's layout of one row: chunk c (eight bf16) at 16 c), so a core
+  // matrix's rows are 16 bytes apart and K-adjacent core matrices too (LBO 16); rows 8 .. 15 read
+  // rows 0 .. 7 again (SBO 0). Row 0 is the token; the other rows read later chunks and
+  // persistent_norm_a's zero tail, into columns nobody reads. The same fields in wgmma's
+  // descriptor (the twin).
+  using Row = NormRows<1>;
   static HEXEL_HOST_DEVICE constexpr unsigned token_addr(unsigned a_base, unsigned kb,
                                                          unsigned kk) {
-    return a_base + kb * 128 + kk * 32;
+    return a_base + Row::step_offset(kb, kk);
   }
   static HEXEL_HOST_DEVICE constexpr hexel::tcgen05::SmemDesc token_desc(unsigned a_base,
                                                                          unsigned kb, unsigned kk) {
-    return hexel::tcgen05::SmemDesc::make(token_addr(a_base, kb, kk), hexel::Swizzle::None, 16, 0);
+    return hexel::tcgen05::SmemDesc::make(token_addr(a_base, kb, kk), hexel::Swizzle::None,
+                                          Row::kLbo, Row::kSbo);
   }
   // Chain c's weight rows of K block j of a slot at `slot` holding a tile of bn rows: the
   // producer's boxes (StreamCursor: K block j at j bn 128 bytes, gate/up's up rows 128 rows after
@@ -375,8 +378,8 @@ struct LayerWgmmaTwin : LayerSm100Tiles<LayerWgmmaTwin> {
               const auto a =
                   wgmma::kmajor_desc(S::weight_tile(slot, j, BN, c) + h * 64 * 128, Swizzle::B128)
                       .advanced(32 * kk);
-              const auto b =
-                  wgmma::SmemDesc::make(S::token_addr(a_base, kb, kk), Swizzle::None, 16, 0);
+              const auto b = wgmma::SmemDesc::make(S::token_addr(a_base, kb, kk), Swizzle::None,
+                                                   S::Row::kLbo, S::Row::kSbo);
               wgmma::mma_ss<S::kN>(d[c][h], a, b, kb > 0 || kk > 0);
             }
       }

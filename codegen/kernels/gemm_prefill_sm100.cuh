@@ -570,8 +570,10 @@ struct PrefillWgmmaTwinOf : PrefillCtas<CTAS> {
       const unsigned last = wgmma_chains_k_loop<TE::kN, CTAS>(
           d, ring, T::kKBlocks, sm.full, sm.empty, lane,
           [&](unsigned s, unsigned i) { return sm.a(s) + i / TE::kChains * 64 * 128; },
-          [&](unsigned s, unsigned i) {
-            return sm.w(s) + w_at + TE::w_row(c, i % TE::kChains) * 128;
+          [&](unsigned s, unsigned i, unsigned, unsigned kk) {
+            return hexel::wgmma::kmajor_desc(sm.w(s) + w_at + TE::w_row(c, i % TE::kChains) * 128,
+                                             hexel::Swizzle::B128)
+                .advanced(32 * kk);
           });
       if (lane == 0) wgmma_chains_release<CTAS>(sm.empty + 8 * last);
     }

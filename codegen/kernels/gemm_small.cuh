@@ -46,18 +46,18 @@
 // a separate rmsnorm launch writing h: the consumer warpgroup normalizes x's rows with the
 // rmsnorm kernel's arithmetic (norm.cuh: the same 128-thread partition and reduction, so A has the
 // bits h would have had) straight into a resident A region of the whole K, and the stages carry
-// weights only. That region is the interleaved (unswizzled) wgmma layout with the M rows of each
-// 8-element K chunk packed together: chunk c of row r at 16 · (c · M + r). A core matrix of chunk
-// c then starts at 16 · c · M and its rows M..7 are the next chunks' rows: finite values whose
-// result rows (M..7, and every 8-row group after the first, read with group stride 0) are never
-// stored. So A takes K · M · 2 bytes (8 KB at M = 1, K = 4096) instead of K · 16. The producer
-// never waits for the previous kernel: every load it issues is a weight.
+// weights only (small_gemm_norm_prologue; gemm_small_sm100.cuh's norm forms run the same code).
+// That region is the interleaved (unswizzled) layout of norm_rows.cuh, the M rows of each 8-element
+// K chunk packed together, read with group stride 0: A takes K · M · 2 bytes (8 KB at M = 1,
+// K = 4096) instead of K · 16. The producer never waits for the previous kernel: every load it
+// issues is a weight.
 #include "gemm_e4m3.cuh"
 #include "gemm_prefill.cuh"
 #include "gemm_w8a8.cuh"
 #include "hexel/ld_st.cuh"
 #include "hexel/memory_order.cuh"
 #include "norm.cuh"
+#include "norm_rows.cuh"
 
 namespace telos_kernels {
 
@@ -81,13 +81,13 @@ struct SmallGemm {
 // sampling, common.cuh's greedy_candidate: the largest and, among equals, the lowest index).
 enum class SmallEpi { StoreBf16, Residual, SwiGlu, F32Cand };
 
-// A resident in shared memory at `base` in the interleaved wgmma layout: chunk c (eight bf16) of
-// row r at 16 (c M + r). Unordered stores: the caller's global loads for later chunks may move
-// above them (they do not alias), so their L2 round trips overlap; a_finish's fence and barrier
-// are ordered after every store.
+// A resident in shared memory at `base` in the interleaved layout (norm_rows.cuh): chunk c (eight
+// bf16) of row r at 16 (c M + r). Unordered stores: the caller's global loads for later chunks may
+// move above them (they do not alias), so their L2 round trips overlap; a_finish's fence and
+// barrier are ordered after every store.
 template <int M>
 __device__ __forceinline__ void a_store_chunk(unsigned base, unsigned c, int r, uint4 v) {
-  hexel::st_shared_v4_unordered(base + (c * M + r) * 16, v.x, v.y, v.z, v.w);
+  hexel::st_shared_v4_unordered(base + NormRows<M>::chunk_offset(c, r), v.x, v.y, v.z, v.w);
 }
 // After the last of `chunks` chunks, by the 128 consumer threads (t): the 128-byte zero tail the
 // last core matrix's rows past M read, then the fence for wgmma and the meeting.
@@ -126,6 +126,23 @@ __device__ __forceinline__ void rms_rows_interleaved(unsigned base, const float*
     }
   }
   a_finish<M>(base, CHUNKS, t);
+}
+
+// The norm prologue of a small GEMM (up to 8 tokens), by the 128 threads t that normalize (warps
+// 0-3): the norm's weights before griddepcontrol.wait (no kernel writes them), x after it, then
+// RMSNorm of x's M rows into the resident rows at `base` (norm_rows.cuh: CHUNKS chunks a row, zeros
+// past K), with the rmsnorm kernel's arithmetic, so they hold the bits rmsnorm would write into h.
+// `scratch`: 4 M floats of shared memory for the warp sums. Ends with the fence for the async proxy
+// and the 128 threads' meeting (a_finish).
+template <int M, int K, float EPS, unsigned CHUNKS>
+__device__ __forceinline__ void small_gemm_norm_prologue(unsigned base, const float* x,
+                                                         const float* norm_w, float* scratch,
+                                                         unsigned t) {
+  float w8[kNormChunks<K>][8];
+  rms_load_w<K>(norm_w, static_cast<int>(t), w8);
+  hexel::grid_dependency_wait();
+  rms_rows_interleaved<M, K, EPS, CHUNKS, false>(base, x, w8, scratch, static_cast<int>(t), t / 32,
+                                                 t % 32);
 }
 
 // A word of act not yet written (decode_layer_persistent marks act so and its down phase polls:
@@ -364,8 +381,9 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   // bytes per K chunk, 128 zero bytes after the last (the last core matrix's rows past M read
   // them), rounded up to keep the stages 1024-byte aligned.
   constexpr unsigned kASlot = NORM ? 0 : kASlotRows * G::kBlockK * 2;
+  using Rows = NormRows<NORM ? M : 1>;  // the resident A's layout, with NORM
   constexpr unsigned kAChunks = k_blocks * 8;
-  constexpr unsigned kAResident = NORM ? (kAChunks * M * 16 + 128 + 1023) / 1024 * 1024 : 0;
+  constexpr unsigned kAResident = NORM ? Rows::bytes(kAChunks) : 0;
   // An e4m3 weight's raw block after the bf16 one (rows of 64 bytes; whole KB for BN % 16 == 0).
   constexpr unsigned kRawBytes = WF::kE4m3 ? BN * WF::kRawRowBytes : 0;
   constexpr unsigned kStageBytes = kASlot + kWBytes + kRawBytes;
@@ -377,7 +395,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   const unsigned empty = full + STAGES * 8;
   const unsigned raw = empty + STAGES * 8;  // e4m3 only: each stage's raw block has landed
   auto a_stage = [&](unsigned s, unsigned kb = 0) {
-    return NORM ? base + kb * 8 * M * 16 : stages + s * kStageBytes;
+    return NORM ? base + Rows::step_offset(kb, 0) : stages + s * kStageBytes;
   };
   auto w_stage = [&](unsigned s) { return stages + s * kStageBytes + kASlot; };
   // Where the producer's weight loads land: the bf16 block, or an e4m3 weight's raw block.
@@ -435,15 +453,10 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   const unsigned warp = warp_index() % 4, wg = WG > 1 ? warp_index() / 4 : 0;
   const unsigned lane = threadIdx.x % 32;
   if constexpr (NORM) {
-    // The norm's weights before the wait (no kernel writes them), x after it.
-    const int t = threadIdx.x;
-    float w8[kNormChunks<K>][8];
-    rms_load_w<K>(norm_w, t, w8);
-    grid_dependency_wait();
     // The norm's warp sums after the barriers (an e4m3 weight's raw ones included).
     const unsigned sums = raw + (WF::kE4m3 ? STAGES * 8 : 0u);
     float* scratch = reinterpret_cast<float*>(smem_raw + (sums - smem_addr(smem_raw)));
-    rms_rows_interleaved<M, K, EPS, kAChunks, false>(base, x, w8, scratch, t, warp, lane);
+    small_gemm_norm_prologue<M, K, EPS, kAChunks>(base, x, norm_w, scratch, threadIdx.x);
   } else {
     grid_dependency_wait();
   }
@@ -458,7 +471,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
         d, ring, full, empty, lane, a_scale, w_scale, tm * kTileM + 16 * warp + lane / 4, wb,
         [&](unsigned s) { return a_stage(s); }, w_stage);
   } else {
-    wgmma_k_loop<BN, STAGES, kASbo, NORM ? M * 16 : 0, CL, KPS>(d, ring, k_blocks, full, empty,
+    wgmma_k_loop<BN, STAGES, kASbo, NORM ? Rows::kLbo : 0, CL, KPS>(d, ring, k_blocks, full, empty,
                                                                 lane, a_rows, w_stage);
   }
   // The last stage needs no release: nothing loads after it.
@@ -620,14 +633,66 @@ __global__ void __launch_bounds__(SmallGemm::kE4m3Threads)
                   E4m3Weight<2 * I, K, SBR, SBC>>(nullptr, x, norm_w, w_map, act, nullptr, w_scale);
 }
 
-// The QKV projection of a one-token decode bucket in one launch: the norm prologue, the
-// GEMM into qkv (bf16 [M, (HQ + 2 HKV) D], as gemm_small_bf16), then the QKV epilogue
-// (qkv_rope_row, gemm_prefill.cuh: bias, QK norm, RoPE, q out, K/V appended). A head's D columns
-// span D / BN CTAs; each CTA counts its arrival in arrivals[head] after its stores (fence, then
-// an atomic: the threadfence-reduction pattern), and the last to arrive reads the head's row back
-// from L2 and runs the epilogue on it for every token, then returns the counter to zero (the
-// arena starts zeroed, docs/artifact.md). The epilogue reads the same bf16 values that
-// qkv_rope_append_rows would, so every bucket gives a row the same bits.
+// The QKV epilogue folded into a QKV GEMM (gemm_small_norm_qkv; gemm_small_sm100_norm_qkv), after
+// this CTA's stores of columns col0 .. col0 + COLS - 1 of qkv (bf16 [M, (HQ + 2 HKV) D]; col0 a
+// multiple of COLS), by the 128 threads t that stored them (`sync`: their barrier). Each head those
+// columns touch counts this CTA's arrival in arrivals[head] after the stores (fence, then an
+// atomic: the threadfence-reduction pattern); the CTA whose arrival completes a head (the head's
+// tiles: those its D columns touch) reads the head's row back from L2 and runs the epilogue on it
+// (qkv_rope_row, gemm_prefill.cuh: bias, QK norm, RoPE, q out, K/V appended) for every token, then
+// returns the counter to zero (the arena starts zeroed, docs/artifact.md). The epilogue reads the
+// bf16 values that qkv_rope_append_rows would, so every bucket gives a row the same bits.
+template <int M, int COLS, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE,
+          int MAXP, long long PAGE_ELEMS, class Rope, class KV, class Sync>
+__device__ __forceinline__ void qkv_fold_epilogue(
+    int col0, int t, const bf16* qkv, const float* bias, const float* q_norm, const float* k_norm,
+    const int* positions, const int* token_seq, const int* page_tables,
+    typename KV::Elem* kv_layer, float* q_out, unsigned* arrivals, Sync sync) {
+  constexpr int NH = HQ + 2 * HKV, N = NH * D;
+  // The most heads a tile touches: one where it lies inside a head, COLS / D where it holds whole
+  // heads, else one more than it spans.
+  constexpr int kHeads = D % COLS == 0 ? 1 : COLS % D == 0 ? COLS / D : (COLS + D - 2) / D + 1;
+  static_assert(D <= 128 && kHeads <= 32, "a thread per element; a bit per head of the tile");
+  __shared__ float head_v[D];
+  __shared__ float scratch[4];
+  __shared__ unsigned last;  // bit i: this CTA completed head col0 / D + i
+  const int first = col0 / D;
+  __threadfence();  // this thread's qkv stores, before the arrival
+  sync();
+  if (t == 0) {
+    unsigned done = 0;
+#pragma unroll
+    for (int i = 0; i < kHeads; ++i) {
+      const int head = first + i;
+      if (head >= NH || head * D >= col0 + COLS) break;
+      const unsigned tiles = (head * D + D - 1) / COLS - head * D / COLS + 1;
+      if (atomicAdd(&arrivals[head], 1u) == tiles - 1) {
+        done |= 1u << i;
+        arrivals[head] = 0;
+      }
+    }
+    last = done;
+  }
+  sync();
+  const unsigned done = last;
+  if (done == 0) return;
+  __threadfence();
+#pragma unroll
+  for (int i = 0; i < kHeads; ++i) {
+    if (!(done >> i & 1u)) continue;
+    for (int m = 0; m < M; ++m) {
+      const bf16* p = qkv + static_cast<long long>(m) * N + (first + i) * D + qkv_pair_pos(t, D);
+      const float v = t < D ? __uint_as_float(static_cast<unsigned>(__ldcg(p)) << 16) : 0.f;
+      qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, KV>(
+          v, first + i, m, t, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer,
+          q_out, head_v, scratch, sync);
+    }
+  }
+}
+
+// The QKV projection of a one-token decode bucket in one launch: the norm prologue, the GEMM into
+// qkv (bf16 [M, (HQ + 2 HKV) D], as gemm_small_bf16), then the QKV epilogue (qkv_fold_epilogue: a
+// head's D columns span D / BN CTAs, the last to arrive runs it).
 // EPS is the model's RMSNorm epsilon, for the input norm and the QK norm alike; the template
 // arguments after D are qkv_rope_append_rows's after its D up to Rope; KV (last) is its KV.
 template <int M, int K, int BN, int STAGES, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE,
@@ -642,27 +707,9 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
   small_gemm_body<M, N, K, BN, STAGES, SmallEpi::StoreBf16, true, EPS, 1, 1, 1, W_BH, W_BOX>(
       nullptr, x, norm_w, w_map, qkv);
   if (hexel::warp_index() == 4) return;  // the producer warp
-  __shared__ float head_v[D];
-  __shared__ float scratch[4];
-  __shared__ unsigned last;
-  const int head = blockIdx.y * BN / D, d = threadIdx.x;
-  auto sync = [] { hexel::named_barrier_sync(2, 128); };
-  __threadfence();  // this thread's qkv stores, before the arrival
-  sync();
-  if (d == 0) {
-    last = atomicAdd(&arrivals[head], 1u) == D / BN - 1;
-    if (last) arrivals[head] = 0;
-  }
-  sync();
-  if (!last) return;
-  __threadfence();
-  for (int m = 0; m < M; ++m) {
-    const bf16* p = qkv + static_cast<long long>(m) * N + head * D + qkv_pair_pos(d, D);
-    const float v = d < D ? __uint_as_float(static_cast<unsigned>(__ldcg(p)) << 16) : 0.f;
-    qkv_rope_row<HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, KV>(
-        v, head, m, d, bias, q_norm, k_norm, positions, token_seq, page_tables, kv_layer, q_out, head_v, scratch,
-        sync);
-  }
+  qkv_fold_epilogue<M, BN, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, KV>(
+      static_cast<int>(blockIdx.y) * BN, threadIdx.x, qkv, bias, q_norm, k_norm, positions,
+      token_seq, page_tables, kv_layer, q_out, arrivals, [] { hexel::named_barrier_sync(2, 128); });
 }
 
 }  // namespace telos_kernels

@@ -1,8 +1,8 @@
 #pragma once
 // The K loop of the sm_100a GEMMs' Hopper twins (gemm_small_sm100.cuh, gemm_prefill_sm100.cuh):
 // one consumer warpgroup's CHAINS accumulators of wgmma m64nNk16 over a ring of 128B-swizzled,
-// K-major stages that TMA filled, each chain one operand pair of the stage (its 64 A rows and its
-// N B rows). The tcgen05 kernels issue one MMA chain per accumulator over the same stages; the
+// K-major stages that TMA filled, each chain one operand pair (its 64 A rows of the stage and its
+// N B rows: the stage's, or the small GEMM's resident tokens in its norm forms). The tcgen05 kernels issue one MMA chain per accumulator over the same stages; the
 // twins split the same chains into wgmma's 64-row pieces, which a row's result does not depend on.
 #include "hexel/mbarrier.cuh"
 #include "hexel/swizzle.cuh"
@@ -21,19 +21,20 @@ __device__ __forceinline__ void wgmma_chains_release(unsigned empty) {
 }
 
 // For each of k_blocks stages of the ring: wait for its full barrier (full + 8 · index), then per
-// 16-wide K step one wgmma into each chain d[i] (A at a_tile(stage, i), B at b_tile(stage, i): the
-// stage's addresses, 1024-byte aligned), from zero at the first; one group stays in flight, and
+// 16-wide K step kk of K block kb one wgmma into each chain d[i] (A at a_tile(stage, i): the
+// stage's address, 1024-byte aligned, in the 128B swizzle; B through b_desc(stage, i, kb, kk): its
+// descriptor, wherever B lies), from zero at the first; one group stays in flight, and
 // once only the newest is pending the warp's first lane releases the previous stage (empty + 8 ·
 // index: one arrival per warp; CL > 1, a cluster's CTAs whose producers write the stage: one on
 // the barrier at that offset in each of ranks 0 .. CL - 1, wgmma_chains_release). Returns the last
 // stage's index, which the caller releases if anything loads after it. PTX: wgmma.fence,
 // wgmma.mma_async, wgmma.commit_group, wgmma.wait_group.
-template <unsigned N, unsigned CL = 1, unsigned CHAINS, unsigned STAGES, class ATile, class BTile>
+template <unsigned N, unsigned CL = 1, unsigned CHAINS, unsigned STAGES, class ATile, class BDesc>
 __device__ __forceinline__ unsigned wgmma_chains_k_loop(float (&d)[CHAINS][N / 2],
                                                         hexel::mbarrier::StageRing<STAGES>& ring,
                                                         unsigned k_blocks, unsigned full,
                                                         unsigned empty, unsigned lane, ATile a_tile,
-                                                        BTile b_tile) {
+                                                        BDesc b_desc) {
   using namespace hexel;
   unsigned prev = 0;
   for (unsigned kb = 0; kb < k_blocks; ++kb) {
@@ -44,8 +45,7 @@ __device__ __forceinline__ unsigned wgmma_chains_k_loop(float (&d)[CHAINS][N / 2
 #pragma unroll
       for (unsigned i = 0; i < CHAINS; ++i) {
         const auto a = wgmma::kmajor_desc(a_tile(ring.index, i), Swizzle::B128).advanced(32 * kk);
-        const auto b = wgmma::kmajor_desc(b_tile(ring.index, i), Swizzle::B128).advanced(32 * kk);
-        wgmma::mma_ss<N>(d[i], a, b, kb > 0 || kk > 0);
+        wgmma::mma_ss<N>(d[i], a, b_desc(ring.index, i, kb, kk), kb > 0 || kk > 0);
       }
     wgmma::commit_group();
     wgmma::wait_group<1>();

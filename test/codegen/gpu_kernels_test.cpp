@@ -3189,27 +3189,31 @@ TEST(GpuKernels, E4m3GemmsMatchBf16GemmOfDequantizedWeights) {
 // The sm_100a small GEMM that small_gemm_sm100_tiling plans for M tokens, or its Hopper twin
 // (gemm_small_sm100.cuh, SmallWgmmaTwin): the instance, block and dynamic shared memory, or an
 // empty name where the twin cannot hold the tile's accumulator (SwiGLU token tiles over 128).
+// With `norm_eps` (the epsilon's literal) the norm form, gemm_small_sm100[_twin]_norm_<epi>.
 struct SmallSm100 {
   codegen::SmallGemmSm100Tiling t;
   std::string name;
   int smem = 0, threads = 0;
 };
 SmallSm100 small_sm100(const std::string& epi, int M, int N, int K,
-                       Sm100Form form = Sm100Form::Twin) {
+                       Sm100Form form = Sm100Form::Twin, const std::string& norm_eps = "") {
   using Twin = telos_kernels::SmallGemmSm100Twin;
-  SmallSm100 s{codegen::small_gemm_sm100_tiling(N, K, M, epi == "swiglu"), "", 0, 0};
+  SmallSm100 s{codegen::small_gemm_sm100_tiling(N, K, M, epi == "swiglu", !norm_eps.empty()), "", 0,
+               0};
+  const std::string name = s.t.instance(epi, M, N, K, norm_eps);
   if (form == Sm100Form::Tcgen05) {
-    s.name = s.t.instance(epi, M, N, K);
+    s.name = name;
     s.smem = s.t.smem();
     s.threads = codegen::kSmallGemmSm100Threads;
     return s;
   }
   const unsigned accum = (epi == "swiglu" ? 2u : 1u) * static_cast<unsigned>(s.t.mma_n);
   if (accum > Twin::kMaxAccumColumns) return s;
-  s.name = "telos_kernels::gemm_small_sm100_twin_" + epi + "<" + I(M) + ", " + I(N) + ", " + I(K) +
-           ", " + I(s.t.stages) + ">";
+  const std::string prefix = "telos_kernels::gemm_small_sm100_";
+  s.name = prefix + "twin_" + name.substr(prefix.size());
   s.smem = static_cast<int>(Twin::smem(static_cast<unsigned>(s.t.stages),
-                                       static_cast<unsigned>(s.t.stage_bytes()), accum));
+                                       static_cast<unsigned>(s.t.stage_bytes()), accum,
+                                       static_cast<unsigned>(s.t.resident_bytes())));
   s.threads = Twin::kThreads;
   return s;
 }
@@ -3366,6 +3370,248 @@ TEST(GpuKernels, Sm100TwinSmallGemmMatchesF64AndHopperBitForBit) {
 TEST(GpuKernels, Sm100SmallGemmMatchesF64AndPrefillGemmsBitForBit) {
   TELOS_SKIP_UNLESS_SM100(kTcgen05Kernels);
   check_small_sm100(Sm100Form::Tcgen05);
+}
+
+// The bf16 rows of an activation on the device, as f32 (the values a GEMM reads).
+std::vector<float> bf16_floats(const DeviceBuffer<std::uint16_t>& b) {
+  std::vector<float> f;
+  for (std::uint16_t v : b.download()) f.push_back(from_bf16(v));
+  return f;
+}
+
+// The sm_100a small GEMM's norm forms (gemm_small_sm100_norm_{bf16,swiglu}; on sm_90 their twins)
+// on x, every SM's shared memory poisoned first (the resident tokens' rows past M and the stages'
+// bytes nothing writes) and the outputs past M poisoned: against f64 (the GEMM of the rmsnorm
+// kernel's h), and bit for bit against what an unfolded bucket on the same target runs, rmsnorm
+// into h then gemm_small_sm100_{bf16,swiglu} (or their twins). The twin also against both Hopper
+// paths, rmsnorm + gemm_small_{bf16,swiglu} and gemm_small_norm_{bf16,swiglu}: a token's bits do
+// not depend on whether its bucket folds the norm (gemm_small_sm100.cuh, small_sm100_body). M 1 to
+// 8, K not a multiple of 64 (zeros past K in the last block), N not one of the 128-row tile, the
+// ring wrapping, and the 8B's K.
+void check_small_sm100_norm(Sm100Form form) {
+  struct Shape {
+    int N, K;
+  };
+  const bool twin = form == Sm100Form::Twin;
+  const std::string eps = float_literal(1e-5);
+  const std::vector<int> ms = {1, 3, 8};
+  const std::vector<std::string> epis = {"bf16", "swiglu"};
+  const std::vector<std::string> refs =
+      twin ? std::vector<std::string>{"rmsnorm + twin", "rmsnorm + Hopper gemm_small",
+                                      "Hopper gemm_small_norm"}
+           : std::vector<std::string>{"rmsnorm + gemm_small_sm100"};
+  auto hopper_norm = [&](const std::string& epi, int M, int N, int K) {
+    const codegen::SmallGemmTiling t = codegen::small_gemm_tiling(N, K, M, epi == "swiglu", true);
+    return std::pair{t, "telos_kernels::gemm_small_norm_" + epi + "<" + I(M) + ", " + I(N) + ", " +
+                            I(K) + ", " + I(t.bn) + ", " + I(t.stages) + ", " + eps + ">"};
+  };
+  for (const Shape& shape : {Shape{520, 2000}, Shape{136, 264}, Shape{2048, 4096}}) {
+    const int N = shape.N, K = shape.K;
+    const std::string rmsnorm = "telos_kernels::rmsnorm<" + I(K) + ", " + eps + ", false>";
+    std::vector<std::string> names = {"poison_shared", rmsnorm};
+    for (int M : ms)
+      for (const std::string& epi : epis) {
+        names.push_back(small_sm100(epi, M, N, K, form, eps).name);
+        names.push_back(small_sm100(epi, M, N, K, form).name);
+        if (!twin) continue;
+        names.push_back(
+            codegen::small_gemm_tiling(N, K, M, epi == "swiglu").instance(epi, M, N, K));
+        names.push_back(hopper_norm(epi, M, N, K).second);
+      }
+    TestModule mod(source_with_rope() + kSm100Twins + kPoisonShared, names);
+    constexpr int GUARD = 8;
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(ms.back()) * K, 2.f);
+    std::vector<float> Wf;
+    DeviceBuffer<std::uint16_t> dW(random_bf16(2 * static_cast<std::size_t>(N) * K, 0.05f, Wf));
+    DeviceBuffer<float> dx(x), dnw(random_floats(K, 1.f));
+    for (int M : ms) {
+      DeviceBuffer<std::uint16_t> h(static_cast<std::size_t>(M) * K);
+      CUDA_OK(
+          mod.launch(rmsnorm, M, codegen::kNormThreads, {dx.get(), dnw.get(), nullptr, h.get()}));
+      const std::vector<double> ref = gemm_ref(bf16_floats(h), Wf, M, 2 * N, K);  // gate, then up
+      for (const std::string& epi : epis) {
+        const bool swiglu = epi == "swiglu";
+        const int w_rows = swiglu ? 2 * N : N;
+        const std::size_t MN = static_cast<std::size_t>(M) * N,
+                          total = MN + static_cast<std::size_t>(GUARD) * N;
+        const std::string what = std::string(form_name(form)) + " norm " + epi + " M=" + I(M) +
+                                 " N=" + I(N) + " K=" + I(K);
+        std::vector<std::vector<float>> outs;
+        auto run = [&](auto launch) {
+          DeviceBuffer<std::uint16_t> y(total);
+          CUDA_OK(launch(y.get()));
+          const auto b = y.download();
+          outs.emplace_back(b.begin(), b.end());
+        };
+        const SmallSm100 fused = small_sm100(epi, M, N, K, form, eps),
+                         plain = small_sm100(epi, M, N, K, form);
+        const DeviceMap w(dW.get(), w_rows, K, codegen::kSmallGemmSm100Rows),
+            a(h.get(), M, K, plain.t.a_box);
+        run([&](void* y) {
+          const cudaError_t e =
+              mod.launch("poison_shared", sm_count(), 1024, {}, codegen::kMaxSmemPerBlock);
+          if (e != cudaSuccess) return e;
+          return mod.launch(fused.name, dim3(fused.t.tiles_m, fused.t.tiles_n), fused.threads,
+                            {dx.get(), dnw.get(), w.get(), y}, fused.smem);
+        });
+        run([&](void* y) {
+          return mod.launch(plain.name, dim3(plain.t.tiles_m, plain.t.tiles_n), plain.threads,
+                            {a.get(), w.get(), y}, plain.smem);
+        });
+        if (twin) {
+          const codegen::SmallGemmTiling tp = codegen::small_gemm_tiling(N, K, M, swiglu);
+          const auto [tf, norm_name] = hopper_norm(epi, M, N, K);
+          const DeviceMap ha(h.get(), M, K, tp.a_box), hw(dW.get(), w_rows, K, tp.w_box()),
+              fw(dW.get(), w_rows, K, tf.cols);
+          run([&](void* y) {
+            return mod.launch(tp.instance(epi, M, N, K), dim3(tp.tiles_m, tp.tiles_n), tp.threads(),
+                              {ha.get(), hw.get(), y}, tp.smem());
+          });
+          run([&](void* y) {
+            return mod.launch(norm_name, dim3(tf.tiles_m, tf.tiles_n), codegen::kSmallGemmThreads,
+                              {dx.get(), dnw.get(), fw.get(), y}, tf.smem());
+          });
+        }
+        ASSERT_NO_FATAL_FAILURE(
+            check_sm100_outputs(outs, refs, ref, {}, epi, M, N, total - MN, what));
+      }
+    }
+  }
+}
+
+TEST(GpuKernels, Sm100TwinSmallGemmNormMatchesF64AndUnfoldedBitForBit) {
+  TELOS_SKIP_UNLESS_SM90(kTwinKernels);
+  check_small_sm100_norm(Sm100Form::Twin);
+}
+
+TEST(GpuKernels, Sm100SmallGemmNormMatchesF64AndUnfoldedBitForBit) {
+  TELOS_SKIP_UNLESS_SM100(kTcgen05Kernels);
+  check_small_sm100_norm(Sm100Form::Tcgen05);
+}
+
+// The sm_100a folded QKV projection (gemm_small_sm100_norm_qkv; on sm_90 its twin: the norm, the
+// GEMM and the QKV epilogue in one launch, the epilogue run by the CTA that completes each head)
+// against the unfolded path, rmsnorm, then the QKV GEMM (gemm_small_sm100_bf16 on sm_100; on sm_90
+// the Hopper gemm_small_bf16, which the twin must match as every sm_100a GEMM twin does), then
+// qkv_rope_append_rows: qkv against f64 and bit for bit, q and the KV pool bit for bit, every
+// arrival counter back to zero, and a second launch (counters reused) the same again. Shared
+// memory poisoned first. Head dim 32, 64 and 128 (a 128-row tile holds four, two or one heads),
+// QKV bias, QK norm, M 1 to 8 (the plan folds at 1), a padding row, two sequences.
+void check_qkv_fold_sm100(Sm100Form form) {
+  const bool twin = form == Sm100Form::Twin;
+  const codegen::RopeInput llama3{"llama3", 500000.0, 8.0, 1.0, 4.0, 64};
+  const codegen::RopeInput plain{"default", 1000000.0};
+  constexpr int PAGE = 16, MAXP = 16, LAYERS = 2, POOL = 40, LAYER = 1;
+  const std::string eps = float_literal(1e-6);
+  for (const QkvShape& s : {QkvShape{128, 4, 2, 32, 5, true, false, llama3},
+                            QkvShape{256, 4, 2, 64, 8, false, true, llama3},
+                            QkvShape{2048, 32, 8, 64, 1, false, false, llama3},
+                            QkvShape{2000, 8, 2, 128, 1, true, true, plain},
+                            QkvShape{4096, 32, 8, 128, 3, false, false, llama3}}) {
+    const long long page_elems = 2LL * LAYERS * s.HKV * PAGE * s.D;
+    const int NH = s.HQ + 2 * s.HKV, ROWS = NH * s.D;
+    const std::string epi = std::string(s.bias ? "true" : "false") + ", " +
+                            (s.qk_norm ? "true" : "false") + ", " + eps + ", " + I(PAGE) + ", " +
+                            I(MAXP) + ", " + I(page_elems) + "ll, telos_rope::Freqs>";
+    // The fold's threads, shared memory and stages are its bf16 norm form's.
+    const SmallSm100 fold = small_sm100("bf16", s.M, ROWS, s.K, form, eps);
+    const std::string folded = std::string("telos_kernels::gemm_small_sm100_") +
+                               (twin ? "twin_" : "") + "norm_qkv<" + I(s.M) + ", " + I(s.K) + ", " +
+                               I(fold.t.stages) + ", " + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) +
+                               ", " + epi;
+    const codegen::SmallGemmTiling tp = codegen::small_gemm_tiling(ROWS, s.K, s.M, false);
+    const SmallSm100 sp = small_sm100("bf16", s.M, ROWS, s.K, Sm100Form::Tcgen05);
+    const std::string gemm = twin ? tp.instance("bf16", s.M, ROWS, s.K) : sp.name;
+    const std::string norm = "telos_kernels::rmsnorm<" + I(s.K) + ", " + eps + ", false>";
+    const std::string rows = "telos_kernels::qkv_rope_append_rows<" + I(s.HQ) + ", " + I(s.HKV) +
+                             ", " + I(s.D) + ", " + epi;
+    TestModule mod(
+        source_with_rope(codegen::rope_inv_freq(s.rope, s.D)) + kSm100Twins + kPoisonShared,
+        {"poison_shared", norm, gemm, rows, folded});
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(s.M) * s.K, 2.f),
+                             nw = random_floats(s.K);
+    std::vector<float> Wf;
+    DeviceBuffer<std::uint16_t> dW(random_bf16(static_cast<std::size_t>(ROWS) * s.K, 0.05f, Wf));
+    DeviceBuffer<float> dx(x), dnw(nw), dbias(random_floats(ROWS, 0.5f)), dqn(random_floats(s.D)),
+        dkn(random_floats(s.D));
+    std::vector<int> positions(s.M), token_seq(s.M);
+    for (int m = 0; m < s.M; ++m) {
+      positions[m] = m == s.M - 1 && s.M > 1 ? -1 : 37 + 5 * m;
+      token_seq[m] = m % 2;
+    }
+    std::vector<int> pool(POOL);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng());
+    DeviceBuffer<int> dpos(positions), dseq(token_seq),
+        dpt(std::vector<int>(pool.begin(), pool.begin() + 2 * MAXP));
+    const std::size_t pool_elems = static_cast<std::size_t>(POOL) * page_elems;
+    const std::size_t qkv_elems = static_cast<std::size_t>(s.M) * ROWS,
+                      q_elems = static_cast<std::size_t>(s.M) * s.HQ * s.D;
+    DeviceBuffer<std::uint16_t> kv_ref(pool_elems), kv_got(pool_elems),
+        h(static_cast<std::size_t>(s.M) * s.K), qkv_ref(qkv_elems), qkv_got(qkv_elems);
+    DeviceBuffer<float> q_ref(q_elems), q_got(q_elems);
+    DeviceBuffer<unsigned> arrivals(std::vector<unsigned>(NH, 0u));
+    const void* bias = s.bias ? dbias.get() : nullptr;
+    const void* qn = s.qk_norm ? dqn.get() : nullptr;
+    const void* kn = s.qk_norm ? dkn.get() : nullptr;
+    const long long layer_off = LAYER * 2LL * s.HKV * PAGE * s.D;
+    CUDA_OK(mod.launch(norm, s.M, codegen::kNormThreads, {dx.get(), dnw.get(), nullptr, h.get()}));
+    const DeviceMap a_map(h.get(), s.M, s.K, twin ? tp.a_box : sp.t.a_box),
+        wp(dW.get(), ROWS, s.K, twin ? tp.w_box() : codegen::kSmallGemmSm100Rows),
+        wf(dW.get(), ROWS, s.K, codegen::kSmallGemmSm100Rows);
+    if (twin)
+      CUDA_OK(mod.launch(gemm, dim3(tp.tiles_m, tp.tiles_n), tp.threads(),
+                         {a_map.get(), wp.get(), qkv_ref.get()}, tp.smem()));
+    else
+      CUDA_OK(mod.launch(gemm, dim3(sp.t.tiles_m, sp.t.tiles_n), sp.threads,
+                         {a_map.get(), wp.get(), qkv_ref.get()}, sp.smem));
+    CUDA_OK(mod.launch(rows, dim3(NH, s.M), s.D,
+                       {qkv_ref.get(), bias, qn, kn, dpos.get(), dseq.get(), dpt.get(),
+                        kv_ref.get() + layer_off, q_ref.get()}));
+    const auto want_qkv = qkv_ref.download();
+    const auto want_q = q_ref.download();
+    const auto want_kv = kv_ref.download();
+    const std::vector<double> y = gemm_ref(bf16_floats(h), Wf, s.M, ROWS, s.K);
+    const std::string what =
+        std::string(form_name(form)) + " M=" + I(s.M) + " D=" + I(s.D) + " K=" + I(s.K);
+    for (int launch = 0; launch < 2; ++launch) {
+      q_got.poison();
+      qkv_got.poison();
+      CUDA_OK(mod.launch("poison_shared", sm_count(), 1024, {}, codegen::kMaxSmemPerBlock));
+      CUDA_OK(
+          mod.launch(folded, dim3(fold.t.tiles_m, fold.t.tiles_n), fold.threads,
+                     {dx.get(), dnw.get(), wf.get(), qkv_got.get(), bias, qn, kn, dpos.get(),
+                      dseq.get(), dpt.get(), kv_got.get() + layer_off, q_got.get(), arrivals.get()},
+                     fold.smem));
+      const auto got_qkv = qkv_got.download();
+      const auto got_q = q_got.download();
+      const auto got_kv = kv_got.download();
+      std::vector<float> qkv_f;
+      for (std::uint16_t v : got_qkv) qkv_f.push_back(from_bf16(v));
+      EXPECT_LT(rel_l2(qkv_f, y), 1e-2) << "qkv vs f64, " << what;
+      EXPECT_EQ(0, std::memcmp(got_qkv.data(), want_qkv.data(), want_qkv.size() * 2))
+          << "qkv, " << what;
+      EXPECT_EQ(0, std::memcmp(got_q.data(), want_q.data(), want_q.size() * sizeof(float)))
+          << "q, " << what;
+      EXPECT_EQ(0, std::memcmp(got_kv.data(), want_kv.data(), want_kv.size() * 2))
+          << "KV pool, " << what;
+      for (unsigned c : arrivals.download())
+        ASSERT_EQ(c, 0u) << "an arrival counter left non-zero, " << what;
+      std::size_t nans = 0;
+      for (float v : got_q) nans += std::isnan(v);
+      EXPECT_EQ(nans, 0u) << what;
+    }
+  }
+}
+
+TEST(GpuKernels, Sm100TwinQkvFoldedMatchesF64AndUnfoldedBitForBit) {
+  TELOS_SKIP_UNLESS_SM90(kTwinKernels);
+  check_qkv_fold_sm100(Sm100Form::Twin);
+}
+
+TEST(GpuKernels, Sm100QkvFoldedMatchesF64AndUnfoldedBitForBit) {
+  TELOS_SKIP_UNLESS_SM100(kTcgen05Kernels);
+  check_qkv_fold_sm100(Sm100Form::Tcgen05);
 }
 
 // The sm_100a LM head (gemm_small_sm100_f32cand; on sm_90 its twin): f32 logits against f64, each

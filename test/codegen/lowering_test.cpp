@@ -245,6 +245,46 @@ TEST(Lowering, Sm100OneTokenLayersRunTheTcgen05Layer) {
     }
 }
 
+// sm_100a buckets fold what sm_90a buckets fold: the same norms (the same notes), the QKV epilogue
+// in the same buckets, each folding GEMM the target's norm form (gemm_small_norm_* there,
+// gemm_small_sm100_norm_* here: x and the norm's weights its first arguments; the QKV epilogue's
+// gemm_small_norm_qkv and gemm_small_sm100_norm_qkv), and no rmsnorm launch into h where the GEMM
+// folds it. With an e4m3 KV cache the one-token bucket takes the small-M rules on both targets, so
+// its QKV GEMM folds the epilogue too; the larger buckets keep qkv_rope_append_rows.
+TEST(Lowering, Sm100BucketsFoldWhereSm90BucketsFold) {
+  TestModel m = tiny("llama");
+  m.serving.kv_dtype = DType::E4M3;
+  m.serving.kv_k_scales = m.serving.kv_v_scales = {1.f, 1.f};
+  const ir::Graph g = fused_ir(m.spec);
+  const KernelPlan hopper = plan_kernels(g, m.serving, "sm_90a");
+  const KernelPlan blackwell = plan_kernels(g, m.serving, "sm_100a");
+  ASSERT_EQ(hopper.buckets.size(), blackwell.buckets.size());
+  // A bucket's notes, and per launch the folded form it is (or "" for any other kernel).
+  auto folds = [](const KernelPlan& plan, const BucketProgram& b, const std::string& prefix) {
+    std::vector<std::string> seen;
+    for (const LoweredOps& t : b.lowered) seen.push_back(t.rule + ": " + t.note);
+    for (const Launch& l : b.launches) {
+      const std::string& k = plan.kernels[static_cast<std::size_t>(l.kernel)].instance;
+      if (!k.starts_with(prefix)) continue;
+      seen.push_back(k.substr(prefix.size(), k.find('<') - prefix.size()));
+      EXPECT_EQ(l.args.at(0), "buf:x") << k;
+    }
+    return seen;
+  };
+  int qkv_folds = 0;
+  for (std::size_t i = 0; i < hopper.buckets.size(); ++i) {
+    const BucketProgram &h = hopper.buckets[i], &b = blackwell.buckets[i];
+    SCOPED_TRACE(b.kind + ":" + std::to_string(b.size));
+    const std::vector<std::string> folded =
+        folds(blackwell, b, "telos_kernels::gemm_small_sm100_norm_");
+    EXPECT_EQ(folds(hopper, h, "telos_kernels::gemm_small_norm_"), folded);
+    qkv_folds += static_cast<int>(std::count(folded.begin(), folded.end(), "qkv"));
+    const bool norm_folds = std::count(folded.begin(), folded.end(), "swiglu") > 0;
+    EXPECT_EQ(norm_folds, b.tokens <= kSmallGemmNormMaxRows) << "tiny layers fold to 8 tokens";
+  }
+  EXPECT_EQ(qkv_folds, 2) << "decode:1's two layers";
+}
+
 // What each rule made of a bucket: in IR order, the rule, its launches, and what it folded or
 // declared. decode:8 folds the norms into the QKV and gate/up GEMMs; decode:1 runs each layer as
 // one launch, its table still holding the small-M kernels of its shape.

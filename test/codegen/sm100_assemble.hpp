@@ -17,6 +17,7 @@
 #include "codegen/nvrtc_driver.hpp"
 #include "compiler/artifact/artifact_writer.hpp"
 #include "compiler/import/checkpoint.hpp"
+#include "compiler/import/json_fields.hpp"
 #include "compiler/ir/model_graph.hpp"
 #include "compiler/passes/pass_manager.hpp"
 #include "compiler/plan/serving_config.hpp"
@@ -24,12 +25,14 @@
 
 namespace telos::codegen {
 
-// A tool's command line, `TOOL [--twins] -o DIR CONFIG.json...` (--twins where `takes_twins`):
-// runs `run(dir, twins, configs)` and returns its status; a bad command line prints the usage and
+// A tool's command line, `TOOL [--twins] [--serving FILE] -o DIR CONFIG.json...` (--twins where
+// `takes_twins`; --serving where `serving` is not null, which then receives the file): runs
+// `run(dir, twins, configs)` and returns its status; a bad command line prints the usage and
 // returns 2, an error prints `TOOL: error: ...` and returns 1.
 inline int assemble_tool_main(
     int argc, char** argv, const std::string& tool, bool takes_twins,
-    const std::function<int(const std::string&, bool, const std::vector<std::string>&)>& run) {
+    const std::function<int(const std::string&, bool, const std::vector<std::string>&)>& run,
+    std::string* serving = nullptr) {
   std::string dir;
   bool twins = false;
   std::vector<std::string> configs;
@@ -39,12 +42,14 @@ inline int assemble_tool_main(
       dir = argv[++i];
     else if (takes_twins && a == "--twins")
       twins = true;
+    else if (serving != nullptr && a == "--serving" && i + 1 < argc)
+      *serving = argv[++i];
     else
       configs.push_back(a);
   }
   if (dir.empty() || configs.empty()) {
     std::cerr << "usage: " << tool << (takes_twins ? " [--twins]" : "")
-              << " -o DIR CONFIG.json...\n";
+              << (serving != nullptr ? " [--serving FILE]" : "") << " -o DIR CONFIG.json...\n";
     return 2;
   }
   try {
@@ -55,12 +60,16 @@ inline int assemble_tool_main(
   }
 }
 
-// The kernel set of the config at `path` on `target` (default serving config), planned from the
-// fully fused IR as telosc plans it.
-inline KernelPlan plan_config(const std::string& path, const std::string& target) {
+// The kernel set of the config at `path` on `target` (default serving config, or the one in the
+// JSON file `serving_file` as telosc's --serving gives it), planned from the fully fused IR as
+// telosc plans it.
+inline KernelPlan plan_config(const std::string& path, const std::string& target,
+                              const std::string& serving_file = "") {
   const compiler::ImportedModel model = compiler::import_model(path, {.weights = false});
   const compiler::ServingConfig serving =
-      compiler::resolve_serving(model.serving, model.spec, model.source);
+      serving_file.empty() ? compiler::resolve_serving(model.serving, model.spec, model.source)
+                           : compiler::resolve_serving(compiler::read_json_file(serving_file),
+                                                       model.spec, serving_file);
   compiler::ir::Graph graph = compiler::ir::build_model_graph(model.spec);
   compiler::run_passes(graph, compiler::fusion_pipeline(), nullptr);
   return plan_kernels(graph, compiler::codegen_input(model.spec, serving), target);

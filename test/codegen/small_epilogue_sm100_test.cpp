@@ -1,13 +1,16 @@
 // The Blackwell small-M GEMM's index math on the CPU (codegen/kernels/gemm_small_sm100.cuh),
 // against the tcgen05 model (hexel/tcgen05_model.h): its MMA's instruction descriptor, the operand
-// descriptors of a stage (the weights as A, the tokens as B), and a walk of whole GEMMs through the
-// functions the epilogue calls. Per CTA of the plan's grid, every epilogue thread loads its
-// registers (which Tensor Memory cells: the model's .32x32b fragments; which accumulator element
-// each holds: the model's Layout D) and stores the elements inside M x N; each output element must
-// come from the right accumulator element, once, and SwiGLU's gate and up from W rows j and I + j.
-// The plan's restatement of the tiles (kernel_plan.hpp, small_gemm_sm100_tiling) must agree.
+// descriptors of a stage (the weights as A, the tokens as B) and of the norm forms' resident tokens
+// (B, norm_rows.cuh), and a walk of whole GEMMs through the functions the epilogue calls. Per CTA
+// of the plan's grid, every epilogue thread loads its registers (which Tensor Memory cells: the
+// model's .32x32b fragments; which accumulator element each holds: the model's Layout D) and stores
+// the elements inside M x N; each output element must come from the right accumulator element,
+// once, and SwiGLU's gate and up from W rows j and I + j. The norm forms' epilogue is this one (its
+// index math does not depend on where B lies), so the walk covers them. The plan's restatement of
+// the tiles (kernel_plan.hpp, small_gemm_sm100_tiling) must agree, with and without the norm.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -18,6 +21,7 @@
 #include "examples/gemm_tile_accum.cuh"
 #include "hexel/swizzle.cuh"
 #include "hexel/tcgen05_model.h"
+#include "hexel/wgmma_desc.cuh"
 
 namespace telos_kernels {
 namespace {
@@ -162,6 +166,76 @@ TEST(SmallEpilogueSm100, OperandDescriptorsReadTheTmaImage) {
   expect_stage_operands<1, false>();
   expect_stage_operands<40, true>();
   expect_stage_operands<256, false>();
+}
+
+// The tokens' descriptor of the forms without the norm is the one the MMA read its stage through
+// before the norm forms existed (Bf16Accum::operand_desc): the same bits at every K step.
+TEST(SmallEpilogueSm100, StageTokenDescriptorIsTheAccumulatorsOperand) {
+  using E = SmallEpilogueSm100<40, 4096, true>;
+  using Accum = hexel::tcgen05::Bf16Accum<E::kN>;
+  constexpr unsigned kStage = 0x6000;
+  for (unsigned kb = 0; kb < 3; ++kb)
+    for (unsigned kk = 0; kk < G::kBlockK / 16; ++kk)
+      EXPECT_EQ((E::token_desc<hexel::tcgen05::SmemDesc>(kStage, 0x400, kb, kk).bits),
+                Accum::operand_desc(kStage, kk).bits);
+}
+
+// The norm forms' tokens (M <= 8 rows of RMSNorm(x), resident for the whole K): the descriptor the
+// MMA thread builds for K step kk of K block kb reads B row r < M, element k where the norm
+// prologue stores it (a_store_chunk: chunk c of row r at NormRows<M>::chunk_offset(c, r)), for
+// every K block of K; every B row it reads (the MMA's N is 16) lies in the resident rows and their
+// zero tail, inside resident_bytes; the twin's wgmma descriptor has the same address, LBO and SBO
+// fields (bits 0-13, 16-29, 32-45) and no swizzle either; the stages hold the W rows only; and the
+// plan's norm tiling states the kernel's stage and resident bytes.
+template <int M, int K, bool SPLIT>
+void expect_resident_tokens() {
+  using E = SmallEpilogueSm100<M, 4096, SPLIT, true>;
+  using Rows = NormRows<M>;
+  SCOPED_TRACE("M " + std::to_string(M) + ", K " + std::to_string(K) + (SPLIT ? ", SwiGLU" : ""));
+  constexpr unsigned kResident = 0x400, kStage = 0x10000;
+  constexpr unsigned kBlocks = (K + 63) / 64, kChunks = 8 * kBlocks;
+  constexpr std::uint64_t kFields = 0x00003FFF3FFF3FFFull;
+  const unsigned written = kResident + kChunks * M * 16 + 128;  // the rows and the zero tail
+  ASSERT_LE(written, kResident + E::resident_bytes(K));
+  ASSERT_EQ(E::resident_bytes(K) % 1024, 0u);
+  ASSERT_EQ(E::kN, 16u);
+  ASSERT_EQ(E::a_offset(), 0u) << "the stages hold the W rows only";
+  ASSERT_EQ(E::kStageBytes, E::kWRows * 128);
+  for (unsigned kb = 0; kb < kBlocks; ++kb)
+    for (unsigned kk = 0; kk < G::kBlockK / 16; ++kk) {
+      const auto desc = E::template token_desc<hexel::tcgen05::SmemDesc>(kStage, kResident, kb, kk);
+      const auto twin = E::template token_desc<hexel::wgmma::SmemDesc>(kStage, kResident, kb, kk);
+      ASSERT_EQ(desc.bits & kFields, twin.bits & kFields);
+      ASSERT_EQ(desc.bits >> 61, 0u) << "no swizzle";
+      ASSERT_EQ(twin.bits >> 62, 0u) << "no swizzle";
+      for (unsigned k = 0; k < 16; ++k) {
+        const unsigned c = 8 * kb + 2 * kk + k / 8;
+        for (unsigned r = 0; r < static_cast<unsigned>(M); ++r)
+          ASSERT_EQ(model::kmajor_element_address(desc, r, k, 2),
+                    kResident + Rows::chunk_offset(c, r) + 2 * (k % 8))
+              << "K block " << kb << ", step " << kk << ", row " << r << ", element " << k;
+        for (unsigned row = 0; row < E::kN; ++row) {
+          const unsigned at = model::kmajor_element_address(desc, row, k, 2);
+          ASSERT_GE(at, kResident);
+          ASSERT_LE(at + 2, written) << "B row " << row;
+        }
+      }
+    }
+  const telos::codegen::SmallGemmSm100Tiling plan =
+      telos::codegen::small_gemm_sm100_tiling(4096, K, M, SPLIT, true);
+  EXPECT_EQ(plan.stage_bytes(), static_cast<int>(E::kStageBytes));
+  EXPECT_EQ(plan.resident_bytes(), static_cast<int>(E::resident_bytes(K)));
+  EXPECT_EQ(plan.a_box, static_cast<int>(E::kARows));
+  EXPECT_EQ(plan.mma_n, static_cast<int>(E::kN));
+  EXPECT_EQ(plan.smem(), static_cast<int>(E::resident_bytes(K)) +
+                             plan.stages * static_cast<int>(E::kStageBytes) + 1024);
+}
+
+TEST(SmallEpilogueSm100, NormTokenDescriptorsReadTheResidentRows) {
+  expect_resident_tokens<1, 2048, false>();
+  expect_resident_tokens<3, 2000, true>();
+  expect_resident_tokens<8, 4096, false>();
+  expect_resident_tokens<5, 264, true>();
 }
 
 // The Hopper twin's accumulator image (SmallGemmSm100Twin): every register of both consumer
