@@ -3705,6 +3705,45 @@ TEST(GpuKernels, Sm100SmallGemmLmHeadLogitsCandidatesAndBuckets) {
   check_lm_head_sm100(Sm100Form::Tcgen05);
 }
 
+// One prefill GEMM case of the sm_100a checks: A [M, K], W [2N, K] (gate rows, then up rows), the
+// residual stream's start x0 with 128 guard rows past M, and the f64 reference [M, 2N].
+struct PrefillGemmCase {
+  PrefillShape s;
+  std::size_t MN, guard;
+  std::vector<float> Af, Wf, x0;
+  bf16v A, W;
+  std::vector<double> ref;
+  explicit PrefillGemmCase(PrefillShape shape)
+      : s(shape),
+        MN(static_cast<std::size_t>(s.M) * s.N),
+        guard(128 * static_cast<std::size_t>(s.N)),
+        x0(random_floats(MN + guard)),
+        A(random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af)),
+        W(random_bf16(2 * static_cast<std::size_t>(s.N) * s.K, 0.05f, Wf)),
+        ref(gemm_ref(Af, Wf, s.M, 2 * s.N, s.K)) {}
+};
+
+// The outputs of two launches on fresh outputs each (y poisoned bf16 [M + 128, N], x the f32
+// residual stream from x0): run 0 the kernel under test, run 1 the one that must give its bits;
+// `launch(run, y, x)` launches one. The residual epilogue's output is x, the others' y.
+template <class Launch>
+std::vector<std::vector<float>> prefill_two_runs(const PrefillGemmCase& c, bool residual,
+                                                 Launch&& launch) {
+  std::vector<std::vector<float>> outs(2);
+  for (int run = 0; run < 2; ++run) {
+    DeviceBuffer<std::uint16_t> y(c.MN + c.guard);
+    DeviceBuffer<float> x(c.x0);
+    launch(run, y, x);
+    if (residual) {
+      outs[run] = x.download();
+    } else {
+      const auto b = y.download();
+      outs[run].assign(b.begin(), b.end());
+    }
+  }
+  return outs;
+}
+
 // The sm_100a prefill GEMM on one CTA (gemm_prefill_sm100_*; on sm_90 its twin: the same producer,
 // stage ring, persistent tile loop, epilogue chunks, swizzled stores and TMA hand-off, wgmma for
 // tcgen05): every epilogue at ragged M, N and K, outputs poisoned with 128 guard rows past M that
@@ -3748,22 +3787,16 @@ void check_prefill_sm100(Sm100Form form) {
   names.erase(std::unique(names.begin(), names.end()), names.end());
   TestModule mod(source_with_rope() + kSm100Twins, names);
   for (const Case& c : cases) {
+    const PrefillGemmCase g(c.s);
     const PrefillShape& s = c.s;
-    const std::size_t MN = static_cast<std::size_t>(s.M) * s.N,
-                      guard = 128 * static_cast<std::size_t>(s.N);
-    std::vector<float> Af, Wf;
-    const bf16v A = random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af);
-    const bf16v W = random_bf16(2 * static_cast<std::size_t>(s.N) * s.K, 0.05f, Wf);  // [2N, K]
-    const std::vector<float> x0 = random_floats(MN + guard);
-    const std::vector<double> ref = gemm_ref(Af, Wf, s.M, 2 * s.N, s.K);  // [M, 2N]: gate, then up
-    DeviceBuffer<std::uint16_t> dA(A), dW(W);
+    DeviceBuffer<std::uint16_t> dA(g.A), dW(g.W);
     std::optional<DeviceBuffer<std::uint16_t>> dImage;
     std::optional<DeviceBuffer<hexel::TensorMap>> image_map;
     int image_box = 0;
     if (c.image_bn > 0) {
       ASSERT_EQ(slot_image_refusal(s.N, s.K, c.image_bn, 1), "");
       bf16v image(static_cast<std::size_t>(s.N) * s.K);
-      pack_slot_image(W.data(), s.N, s.K, c.image_bn, 1, 0, s.N / c.image_bn, image.data());
+      pack_slot_image(g.W.data(), s.N, s.K, c.image_bn, 1, 0, s.N / c.image_bn, image.data());
       image_box = codegen::prefill_image_box_rows(codegen::WeightImage{c.image_bn, 1}, 256);
       dImage.emplace(image);
       image_map.emplace(std::vector<hexel::TensorMap>{
@@ -3776,35 +3809,27 @@ void check_prefill_sm100(Sm100Form form) {
       const std::string what = std::string(form_name(form)) + " " + epi + " M=" + I(s.M) +
                                " N=" + I(s.N) + " K=" + I(s.K) + " grid " + I(c.grid) +
                                (image ? " slot image" : "");
-      std::vector<std::vector<float>> outs(2);  // the tested kernel's, the reference's
-      for (int run = 0; run < 2; ++run) {
-        DeviceBuffer<std::uint16_t> y(MN + guard);
-        DeviceBuffer<float> x(x0);
+      // Run 0 the tested kernel, run 1 the reference.
+      const auto outs = prefill_two_runs(g, residual, [&](int run, auto& y, auto& x) {
         void* out = residual ? static_cast<void*>(x.get()) : y.get();
         if (run == 1 && !twin) {
           CUDA_OK(launch_prefill_sm100(mod, epi, s.M, s.N, s.K, true, dA.get(), dW.get(), out));
-        } else {
-          const DeviceMap a_map(dA.get(), s.M, s.K, 128),
-              w_map(dW.get(), swiglu ? 2 * s.N : s.N, s.K, cols), y_map(y.get(), s.M, s.N, 64),
-              x_map(x.get(), s.M, s.N, 64, hexel::TmaDtype::F32);
-          const bool tested_image = image && run == 0;
-          const std::string name = run ? "telos_kernels::gemm_prefill_" + epi + dims(c, epi, false)
-                                       : tested + epi + dims(c, epi, true);
-          const int grid = run || c.grid == 0 ? prefill_grid(s.M, s.N, cols) : c.grid;
-          CUDA_OK(mod.launch(name, grid, kPrefillThreads,
-                             {a_map.get(), tested_image ? image_map->get() : w_map.get(),
-                              residual ? x_map.get() : y_map.get()},
-                             codegen::prefill_gemm_smem(tested_image ? image_box : 0)));
+          return;
         }
-        if (residual) {
-          outs[run] = x.download();
-        } else {
-          const auto b = y.download();
-          outs[run].assign(b.begin(), b.end());
-        }
-      }
+        const DeviceMap a_map(dA.get(), s.M, s.K, 128),
+            w_map(dW.get(), swiglu ? 2 * s.N : s.N, s.K, cols), y_map(y.get(), s.M, s.N, 64),
+            x_map(x.get(), s.M, s.N, 64, hexel::TmaDtype::F32);
+        const bool tested_image = image && run == 0;
+        const std::string name = run ? "telos_kernels::gemm_prefill_" + epi + dims(c, epi, false)
+                                     : tested + epi + dims(c, epi, true);
+        const int grid = run || c.grid == 0 ? prefill_grid(s.M, s.N, cols) : c.grid;
+        CUDA_OK(mod.launch(name, grid, kPrefillThreads,
+                           {a_map.get(), tested_image ? image_map->get() : w_map.get(),
+                            residual ? x_map.get() : y_map.get()},
+                           codegen::prefill_gemm_smem(tested_image ? image_box : 0)));
+      });
       ASSERT_NO_FATAL_FAILURE(
-          check_sm100_outputs(outs, {reference}, ref, x0, epi, s.M, s.N, guard, what));
+          check_sm100_outputs(outs, {reference}, g.ref, g.x0, epi, s.M, s.N, g.guard, what));
     }
   }
 }
@@ -3860,24 +3885,16 @@ void check_pair_sm100(Sm100Form form) {
   names.erase(std::unique(names.begin(), names.end()), names.end());
   TestModule mod(source_with_rope() + kSm100Twins, names);
   for (const Case& c : cases) {
+    const PrefillGemmCase g(c.s);
     const PrefillShape& s = c.s;
-    const std::size_t MN = static_cast<std::size_t>(s.M) * s.N,
-                      guard = 128 * static_cast<std::size_t>(s.N);
-    std::vector<float> Af, Wf;
-    const bf16v A = random_bf16(static_cast<std::size_t>(s.M) * s.K, 1.f, Af);
-    const bf16v W = random_bf16(2 * static_cast<std::size_t>(s.N) * s.K, 0.05f, Wf);  // [2N, K]
-    const std::vector<float> x0 = random_floats(MN + guard);
-    const std::vector<double> ref = gemm_ref(Af, Wf, s.M, 2 * s.N, s.K);  // [M, 2N]: gate, then up
-    DeviceBuffer<std::uint16_t> dA(A), dW(W);
+    DeviceBuffer<std::uint16_t> dA(g.A), dW(g.W);
     for (const std::string& epi : epis) {
       const bool swiglu = epi == "swiglu", residual = epi == "residual";
       const int cols = swiglu ? 128 : 256;
       const std::string what = std::string(form_name(form)) + " " + epi + " M=" + I(s.M) +
                                " N=" + I(s.N) + " K=" + I(s.K) + " grid " + I(c.grid);
-      std::vector<std::vector<float>> outs(2);  // the pair's, the one-CTA GEMM's
-      for (int run = 0; run < 2; ++run) {
-        DeviceBuffer<std::uint16_t> y(MN + guard);
-        DeviceBuffer<float> x(x0);
+      // Run 0 the pair, run 1 the one-CTA GEMM.
+      const auto outs = prefill_two_runs(g, residual, [&](int run, auto& y, auto& x) {
         // The pair's weight boxes are a CTA's half of the tile: 128 rows (SwiGLU: gate or up).
         const DeviceMap a_map(dA.get(), s.M, s.K, 128),
             w_map(dW.get(), swiglu ? 2 * s.N : s.N, s.K, run ? cols : 128),
@@ -3892,15 +3909,9 @@ void check_pair_sm100(Sm100Form form) {
         CUDA_OK(mod.launch(name, grid, kPrefillThreads,
                            {a_map.get(), w_map.get(), residual ? x_map.get() : y_map.get()},
                            run ? codegen::prefill_gemm_smem(0) : pair_smem));
-        if (residual) {
-          outs[run] = x.download();
-        } else {
-          const auto b = y.download();
-          outs[run].assign(b.begin(), b.end());
-        }
-      }
+      });
       ASSERT_NO_FATAL_FAILURE(
-          check_sm100_outputs(outs, {one_cta + epi}, ref, x0, epi, s.M, s.N, guard, what));
+          check_sm100_outputs(outs, {one_cta + epi}, g.ref, g.x0, epi, s.M, s.N, g.guard, what));
     }
   }
 }
