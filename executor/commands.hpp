@@ -67,7 +67,7 @@ inline void add_limit_options(CLI::App& command, RuntimeLimits& limits) {
        "(default: that)"},
       {"--mixed-chunk", &limits.mixed_chunk,
        "Tokens a step holds while requests decode, decode tokens included (at least half of it "
-       "prompt tokens), at most the prefill chunk (default: 256 or the prefill chunk if less)"},
+       "prompt tokens), at most the prefill chunk (default: 128 or the prefill chunk if less)"},
   };
   for (const auto& o : options)
     command.add_option(o.name, *o.value, o.help)->check(CLI::Range(1, INT_MAX));
