@@ -158,40 +158,43 @@ struct Module {
   }
 };
 
-// Fills device memory with small random bf16 values (never zeros), 64 MiB at a time.
-void fill(void* p, std::size_t bytes) {
-  static const std::vector<unsigned short> chunk = [] {
-    std::vector<unsigned short> h(32u << 20);
-    unsigned x = 12345;
-    for (auto& v : h) {
-      x = x * 1664525u + 1013904223u;
-      v = static_cast<unsigned short>(0x3c00 | (x >> 22));  // bf16 in [2^-7, 2^-6), random mantissa
-    }
-    return h;
-  }();
-  for (std::size_t at = 0; at < bytes; at += chunk.size() * 2) {
-    const std::size_t n = std::min(chunk.size() * 2, bytes - at);
+// 64 MiB of host bytes, each 16- or 8-bit word one step of a linear congruential generator: `word`
+// maps the generator's state to the word.
+template <class Word, class F>
+std::vector<Word> random_words(unsigned seed, F word) {
+  std::vector<Word> h((64u << 20) / sizeof(Word));
+  unsigned x = seed;
+  for (auto& v : h) {
+    x = x * 1664525u + 1013904223u;
+    v = static_cast<Word>(word(x));
+  }
+  return h;
+}
+
+// Device memory from `chunk`, repeated.
+template <class Word>
+void fill_from(void* p, std::size_t bytes, const std::vector<Word>& chunk) {
+  const std::size_t chunk_bytes = chunk.size() * sizeof(Word);
+  for (std::size_t at = 0; at < bytes; at += chunk_bytes) {
+    const std::size_t n = std::min(chunk_bytes, bytes - at);
     check(cudaMemcpy(static_cast<char*>(p) + at, chunk.data(), n, cudaMemcpyHostToDevice), "fill");
   }
+}
+
+// Fills device memory with small random bf16 values (never zeros): [2^-7, 2^-6), random mantissa.
+void fill(void* p, std::size_t bytes) {
+  static const auto chunk =
+      random_words<unsigned short>(12345, [](unsigned x) { return 0x3c00u | (x >> 22); });
+  fill_from(p, bytes, chunk);
 }
 
 // Finite e4m3 bytes (random sign and mantissa, exponent field 4..7: magnitudes 1/8 to 15/8): the
 // W8A8 layer's products and activations stay finite, so its quantization divides as on a real
 // model's values (fill's bytes hold NaNs, whose divisions take __fdiv_rn's slow path).
 void fill_e4m3(void* p, std::size_t bytes) {
-  static const std::vector<unsigned char> chunk = [] {
-    std::vector<unsigned char> h(64u << 20);
-    unsigned x = 54321;
-    for (auto& v : h) {
-      x = x * 1664525u + 1013904223u;
-      v = static_cast<unsigned char>((x >> 24 & 0x80u) | 0x20u | (x >> 16 & 0x1fu));
-    }
-    return h;
-  }();
-  for (std::size_t at = 0; at < bytes; at += chunk.size()) {
-    const std::size_t n = std::min(chunk.size(), bytes - at);
-    check(cudaMemcpy(static_cast<char*>(p) + at, chunk.data(), n, cudaMemcpyHostToDevice), "fill");
-  }
+  static const auto chunk = random_words<unsigned char>(
+      54321, [](unsigned x) { return (x >> 24 & 0x80u) | 0x20u | (x >> 16 & 0x1fu); });
+  fill_from(p, bytes, chunk);
 }
 
 std::string I(long long v) {
