@@ -132,17 +132,17 @@ __device__ __forceinline__ void rms_rows_interleaved(unsigned base, const float*
 // 0-3): the norm's weights before griddepcontrol.wait (no kernel writes them), x after it, then
 // RMSNorm of x's M rows into the resident rows at `base` (norm_rows.cuh: CHUNKS chunks a row, zeros
 // past K), with the rmsnorm kernel's arithmetic, so they hold the bits rmsnorm would write into h.
-// `scratch`: 4 M floats of shared memory for the warp sums. Ends with the fence for the async proxy
-// and the 128 threads' meeting (a_finish).
+// `scratch`: 4 M floats of shared memory for the warp sums; `warp`, `lane`: t's (the caller's own
+// values: how it computes them is part of its code). Ends with the fence for the async proxy and
+// the 128 threads' meeting (a_finish).
 template <int M, int K, float EPS, unsigned CHUNKS>
 __device__ __forceinline__ void small_gemm_norm_prologue(unsigned base, const float* x,
-                                                         const float* norm_w, float* scratch,
-                                                         unsigned t) {
+                                                         const float* norm_w, float* scratch, int t,
+                                                         unsigned warp, unsigned lane) {
   float w8[kNormChunks<K>][8];
-  rms_load_w<K>(norm_w, static_cast<int>(t), w8);
+  rms_load_w<K>(norm_w, t, w8);
   hexel::grid_dependency_wait();
-  rms_rows_interleaved<M, K, EPS, CHUNKS, false>(base, x, w8, scratch, static_cast<int>(t), t / 32,
-                                                 t % 32);
+  rms_rows_interleaved<M, K, EPS, CHUNKS, false>(base, x, w8, scratch, t, warp, lane);
 }
 
 // A word of act not yet written (decode_layer_persistent marks act so and its down phase polls:
@@ -395,7 +395,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   const unsigned empty = full + STAGES * 8;
   const unsigned raw = empty + STAGES * 8;  // e4m3 only: each stage's raw block has landed
   auto a_stage = [&](unsigned s, unsigned kb = 0) {
-    return NORM ? base + Rows::step_offset(kb, 0) : stages + s * kStageBytes;
+    return NORM ? base + kb * 8 * M * 16 : stages + s * kStageBytes;
   };
   auto w_stage = [&](unsigned s) { return stages + s * kStageBytes + kASlot; };
   // Where the producer's weight loads land: the bf16 block, or an e4m3 weight's raw block.
@@ -456,7 +456,8 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
     // The norm's warp sums after the barriers (an e4m3 weight's raw ones included).
     const unsigned sums = raw + (WF::kE4m3 ? STAGES * 8 : 0u);
     float* scratch = reinterpret_cast<float*>(smem_raw + (sums - smem_addr(smem_raw)));
-    small_gemm_norm_prologue<M, K, EPS, kAChunks>(base, x, norm_w, scratch, threadIdx.x);
+    small_gemm_norm_prologue<M, K, EPS, kAChunks>(base, x, norm_w, scratch,
+                                                  static_cast<int>(threadIdx.x), warp, lane);
   } else {
     grid_dependency_wait();
   }

@@ -502,7 +502,8 @@ template <int M, int K, float EPS>
 __device__ __forceinline__ void small_sm100_norm(const SmallSm100Smem& sm, const float* x,
                                                  const float* norm_w, float* sums, unsigned t) {
   constexpr unsigned kChunks = (K + SmallGemmSm100::kBlockK - 1) / SmallGemmSm100::kBlockK * 8;
-  small_gemm_norm_prologue<M, K, EPS, kChunks>(sm.resident, x, norm_w, sums, t);
+  small_gemm_norm_prologue<M, K, EPS, kChunks>(sm.resident, x, norm_w, sums, static_cast<int>(t),
+                                               t / 32, t % 32);
   if (t == 0) hexel::mbarrier::arrive(sm.norm_full);
 }
 
