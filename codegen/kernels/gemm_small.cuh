@@ -394,6 +394,8 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   const unsigned full = stages + kSlots * kStageBytes;
   const unsigned empty = full + STAGES * 8;
   const unsigned raw = empty + STAGES * 8;  // e4m3 only: each stage's raw block has landed
+  // With NORM, K block kb's first chunk in the resident rows: Rows::step_offset(kb, 0), written
+  // out because that form assembles to other address arithmetic in this kernel's loop.
   auto a_stage = [&](unsigned s, unsigned kb = 0) {
     return NORM ? base + kb * 8 * M * 16 : stages + s * kStageBytes;
   };
