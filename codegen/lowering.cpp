@@ -670,15 +670,21 @@ void launch_gemm_e4m3(BucketLowering& b, TableRole role, const ir::Param& w,
 // then gemm_prefill_w8a8_* in prefill GEMM buckets, else gemm_small_w8a8_*, reading them and the
 // weight through maps of bytes with the 128-byte swizzle (BOX_COLS 128, docs/artifact.md). Both
 // GEMMs give a row the same bits (gemm_small_w8a8.cuh).
-void launch_gemm_w8a8(BucketLowering& b, TableRole role, const ir::Param& w,
-                      const std::string& w_name, const std::string& epi, int n,
-                      const std::string& in, const std::string& out) {
-  const int rows = dim(w, 0), k = dim(w, 1), T = b.bucket.T;
+// quantize_rows_e4m3 of buffer `in`'s T rows of k columns into aq and aq_scale: the input of a
+// W8A8 GEMM (per token and 128 columns).
+void launch_quantize_rows(BucketLowering& b, TableRole role, int T, int k, const std::string& in) {
   const int q = b.use(role, {"telos_kernels::quantize_rows_e4m3<" + num(T) + ", " + num(k) + ">",
                              {"x", "q", "scale"},
                              quantize_rows_threads()});
   b.launch(q, {quantize_rows_blocks(T, k), 1, 1}, {"buf:" + in, "buf:aq", "buf:aq_scale"});
   b.model.max_w8a8_k = std::max(b.model.max_w8a8_k, static_cast<long long>(k));
+}
+
+void launch_gemm_w8a8(BucketLowering& b, TableRole role, const ir::Param& w,
+                      const std::string& w_name, const std::string& epi, int n,
+                      const std::string& in, const std::string& out) {
+  const int rows = dim(w, 0), k = dim(w, 1), T = b.bucket.T;
+  launch_quantize_rows(b, role, T, k, in);
   const std::vector<std::string> params = {"a_map", "a_scale", "w_map", "w_scale", "out"};
   const bool swiglu = epi == "swiglu";
   if (b.bucket.shape == ShapeClass::prefill_gemm) {
@@ -1024,40 +1030,76 @@ void lower_projection(BucketLowering& b, const std::vector<const ir::Op*>& ops) 
   launch_gemm(b, b.use(lg.role, g.kernel), g, weight(op, 0), rows, k, lg.in, lg.out, n, norm);
 }
 
-// The LM head's GEMM for a bucket: gemm_small_f32cand (lm_head_tiling) or on sm_100a
-// gemm_small_sm100_f32cand (128-row weight tiles), its grid, the boxes of its maps and the greedy
+// The LM head's GEMM for a bucket: gemm_small_f32cand (lm_head_tiling), on sm_100a
+// gemm_small_sm100_f32cand (128-row weight tiles), on an e4m3 weight gemm_small_w8a8_f32cand (W8A8:
+// hf quantized first) or gemm_small_e4m3_f32cand (weight-only); its grid, operands and the greedy
 // candidates each row gets (one a weight tile).
 struct LmHead {
   KernelInstance kernel;
   std::array<int, 3> grid;
-  int a_box, w_box, candidates;
+  std::vector<std::string> args;
+  int candidates;
 };
 
-LmHead choose_lm_head(const Bucket& b, int V, int H, int S) {
+// An e4m3 tiling's weight tiles halved until they divide the vocabulary (the candidates are per
+// whole tile); W8A8 tiles divide 128, so halves still do.
+SmallGemmTiling whole_vocab_tiles(SmallGemmTiling t, int V) {
+  while (V % t.bn != 0 && t.bn > 16) t = t.with_bn(t.bn / 2, V, false);
+  if (V % t.bn != 0)
+    fail("codegen: vocab_size " + num(V) + " is not a multiple of 16 (the LM head's weight tiles)");
+  return t;
+}
+
+LmHead choose_lm_head(BucketLowering& b, const ir::Op& op, int V, int H, int S) {
+  const ir::Param& w = param_of(b.graph, op, 0);
+  const std::string w_name = weight(op, 0), logits = "buf:logits", cand = "buf:lm_cand";
+  if (takes_w8a8(op)) {
+    const SmallGemmTiling t = whole_vocab_tiles(small_gemm_w8a8_tiling(V, H, S, false), V);
+    return {{small_gemm_w8a8_instance(t, "f32cand", S, V, H),
+             {"a_map", "a_scale", "w_map", "w_scale", "y", "cand"},
+             t.threads(),
+             t.smem()},
+            {t.tiles_m, t.tiles_n, 1},
+            {tmap("buf:aq", S, H, t.a_box, 128), "buf:aq_scale", tmap(w_name, V, H, t.w_box(), 128),
+             w_name + ".scale", logits, cand},
+            V / t.bn};
+  }
+  if (w.scale) {
+    const SmallGemmTiling t = whole_vocab_tiles(small_gemm_e4m3_tiling(V, H, S, false, false), V);
+    return {{"telos_kernels::gemm_small_e4m3_f32cand<" + num(S) + ", " + num(V) + ", " + num(H) +
+                 ", " + num(t.bn) + ", " + num(t.stages) + ", " + num(w.scale->block_rows) + ", " +
+                 num(w.scale->block_cols) + ">",
+             {"a_map", "w_map", "w_scale", "y", "cand"},
+             t.threads() + kSmallGemmConverterThreads,
+             small_gemm_e4m3_smem(t)},
+            {t.tiles_m, t.tiles_n, 1},
+            {tmap("buf:hf", S, H, t.a_box), tmap(w_name, V, H, t.w_box()), w_name + ".scale",
+             logits, cand},
+            V / t.bn};
+  }
   const std::vector<std::string> params = {"a_map", "w_map", "y", "cand"};
-  if (b.tcgen05) {
+  if (b.bucket.tcgen05) {
     const SmallGemmSm100Tiling t = small_gemm_sm100_tiling(V, H, S, false);
     return {{t.instance("f32cand", S, V, H), params, kSmallGemmSm100Threads, t.smem()},
             {t.tiles_m, t.tiles_n, 1},
-            t.a_box,
-            kSmallGemmSm100Rows,
+            {tmap("buf:hf", S, H, t.a_box), tmap(w_name, V, H, kSmallGemmSm100Rows), logits, cand},
             t.tiles_n};
   }
   const SmallGemmTiling t = lm_head_tiling(V, H, S);
   return {{t.instance("f32cand", S, V, H), params, t.threads(), t.smem()},
           {t.tiles_m, t.tiles_n, 1},
-          t.a_box,
-          t.w_box(),
+          {tmap("buf:hf", S, H, t.a_box), tmap(w_name, V, H, t.w_box()), logits, cand},
           V / t.bn};
 }
 
 // The LM head with the first stage of greedy sampling: a candidate per weight tile and row
-// (`lm_cand`), which sample's greedy rows reduce; over the final norm's S gathered rows (hf).
+// (`lm_cand`), which sample's greedy rows reduce; over the final norm's S gathered rows (hf),
+// quantized first where the head runs W8A8.
 void lower_lm_head_sample(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const ir::Op& op = *ops[0];
   const ir::Param& w = param_of(b.graph, op, 0);
   const int V = dim(w, 0), H = dim(w, 1), S = b.bucket.S;
-  const LmHead lm_head = choose_lm_head(b.bucket, V, H, S);
+  const LmHead lm_head = choose_lm_head(b, op, V, H, S);
   // The weight tiles are the grid's y (at most 65535 blocks).
   if (lm_head.grid[1] > 65535)
     fail("codegen: a vocabulary of " + num(V) + " needs " + num(lm_head.grid[1]) +
@@ -1066,10 +1108,9 @@ void lower_lm_head_sample(BucketLowering& b, const std::vector<const ir::Op*>& o
   const int candidates = lm_head.candidates;
   b.model.max_lm_candidates =
       std::max(b.model.max_lm_candidates, static_cast<long long>(S) * candidates);
+  if (takes_w8a8(op)) launch_quantize_rows(b, TableRole::lm_head, S, H, "hf");
   const int lm = b.use(TableRole::lm_head, lm_head.kernel);
-  b.launch(lm, lm_head.grid,
-           {tmap("buf:hf", S, H, lm_head.a_box), tmap(weight(op, 0), V, H, lm_head.w_box),
-            "buf:logits", "buf:lm_cand"});
+  b.launch(lm, lm_head.grid, lm_head.args);
   const SampleLaunch s = sample_launch(V);
   const int sample =
       b.use(TableRole::sample, {"telos_kernels::sample<" + num(V) + ", " + num(s.threads) + ", " +
@@ -1312,6 +1353,10 @@ const std::vector<LoweringRule>& lowering_table() {
        lower_projection},
       {"lm_head_sample", "lm_head_sample", "", DType::BF16, kEvery, "sm_90a",
        "gemm_small_f32cand + sample", lower_lm_head_sample},
+      {"lm_head_sample", "lm_head_sample", "", DType::E4M3, kEvery, "sm_90a",
+       "gemm_small_e4m3_f32cand + sample", lower_lm_head_sample},
+      {"lm_head_sample", "lm_head_sample", "", DType::E4M3, kEvery, "sm_90a",
+       "quantize_rows_e4m3 + gemm_small_w8a8_f32cand + sample", lower_lm_head_sample, true},
       {"linear.partial", "linear", "partial", DType::BF16, kSmallM, "sm_90a",
        "gemm_small_residual into the zeroed f32 partial (a tensor-parallel rank's o or down)",
        lower_partial},

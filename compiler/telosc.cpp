@@ -49,6 +49,7 @@ struct CompileOptions {
   std::string emit;
   std::string passes;
   std::string quantize;
+  bool quantize_lm_head = false;
   bool print_after_all = false;
   bool no_weights = false;
 };
@@ -72,6 +73,7 @@ ServingConfig serving_config(const CompileOptions& o, const ImportedModel& model
   if (!o.quantize.empty() && !parse_quantize(o.quantize, &config.quantize))
     throw UsageError("--quantize: expected " + std::string(kQuantizeChoices) + ", got \"" +
                      o.quantize + "\"");
+  if (o.quantize_lm_head) config.quantize_lm_head = true;
   return config;
 }
 
@@ -79,10 +81,15 @@ ServingConfig serving_config(const CompileOptions& o, const ImportedModel& model
 // checkpoint would).
 void apply_quantization(const CompileOptions& o, ImportedModel& model,
                         const ServingConfig& config) {
-  const std::string where = !o.quantize.empty()       ? std::string("--quantize")
-                            : !o.serving_file.empty() ? o.serving_file + ": serving.quantize"
-                                                      : model.source + ": serving.quantize";
-  quantize_weights(model, config.quantize, where);
+  const std::string serving = !o.serving_file.empty() ? o.serving_file : model.source;
+  const std::string where =
+      !o.quantize.empty() ? std::string("--quantize") : serving + ": serving.quantize";
+  if (config.quantize_lm_head && config.quantize == Quantize::kNone)
+    fail((o.quantize_lm_head ? std::string("--quantize-lm-head")
+                             : serving + ": serving.quantize_lm_head") +
+         ": needs quantize \"fp8\" or \"fp8-channel\" (the LM head is quantized with the linear "
+         "weights)");
+  quantize_weights(model, config.quantize, config.quantize_lm_head, where);
 }
 
 // The importer's IR, verified, through the fusion pipeline (verified after each pass), then, for
@@ -230,6 +237,9 @@ int main(int argc, char** argv) {
   compile->add_option("--quantize", co.quantize,
                       "none, fp8 (E4M3 weights, one f32 scale a 128x128 block) or fp8-channel "
                       "(one scale a row); replaces the serving config's \"quantize\"");
+  compile->add_flag("--quantize-lm-head", co.quantize_lm_head,
+                    "Quantize the LM head too (a tied model's as a copy of the embedding); sets "
+                    "the serving config's \"quantize_lm_head\"");
   compile->add_flag("--print-after-all", co.print_after_all,
                     "Print the IR to stderr after each pass");
   compile->add_flag("--no-weights", co.no_weights,

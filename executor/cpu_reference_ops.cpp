@@ -413,12 +413,12 @@ CpuOpRun bind_all_reduce(const CpuOpBinding& b) {
   };
 }
 
-// %next = lm_head_sample(%x, @w): the logits of each sequence's last token, W · x. The engine's
-// sampler picks the token from them on the host.
+// %next = lm_head_sample(%x, @w): the logits of each sequence's last token, W · x (W8A8 with
+// `activations = "e4m3"`, as a linear). The engine's sampler picks the token from them on the host.
 CpuOpRun bind_lm_head_sample(const CpuOpBinding& b) {
   b.counts(1, 1, 1, 1);
-  const WeightTensor* w = &b.matrix(0, b.model().vocab_size, 0);
-  const int H = static_cast<int>(w->shape[1]);
+  const LinearWeight lw = linear_weight(b, b.model().vocab_size);
+  const int H = static_cast<int>(lw.w->shape[1]);
   const int x = b.operand(0, H);
   b.result_type(0, "i32[S]");
   b.writes_logits();
@@ -426,7 +426,7 @@ CpuOpRun bind_lm_head_sample(const CpuOpBinding& b) {
     std::vector<float> last(s.sample_rows.size() * static_cast<std::size_t>(H));
     for (std::size_t j = 0; j < s.sample_rows.size(); ++j)
       std::copy_n(s.in(x) + s.sample_rows[j] * H, H, &last[j * static_cast<std::size_t>(H)]);
-    matmul(s.logits->data(), last.data(), static_cast<int>(s.sample_rows.size()), *w);
+    lw.apply(s.logits->data(), last.data(), static_cast<int>(s.sample_rows.size()));
   };
 }
 

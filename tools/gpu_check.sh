@@ -133,6 +133,8 @@ PY
   rm -rf "$p512_model" "$p512.wo"
   telosc_compile_where_lowered "$w8a8" --serving "$p512" --quantize fp8 \
     -o "$CARRY/artifacts-p512/tiny-w8a8.telos"
+  telosc_compile_where_lowered "$w8a8" --serving "$p512" --quantize fp8 --quantize-lm-head \
+    -o "$CARRY/artifacts-p512/tiny-w8a8-lm-head.telos"
   # tiny-llama past its committed 256 positions (a copy with max_position_embeddings 512), for
   # one-token steps past the first attention split (gpu_model_test, GpuModelLongContext).
   long=$(mktemp -d) long_serving=$(mktemp)
@@ -152,6 +154,9 @@ PY
     -o "$CARRY/artifacts/tiny-llama-fp8.telos"
   telosc_compile_where_lowered "$w8a8" --quantize fp8 --serving "$tiny" \
     -o "$CARRY/artifacts/tiny-w8a8.telos"
+  # And with its LM head quantized too (W8A8: gemm_small_w8a8_f32cand).
+  telosc_compile_where_lowered "$w8a8" --quantize fp8 --quantize-lm-head --serving "$tiny" \
+    -o "$CARRY/artifacts/tiny-w8a8-lm-head.telos"
   # tiny-llama as committed has max_batch 8; the engine's overhead is wanted at batch 1 and 64.
   telosc_compile models/tiny-llama --serving "$b64" -o "$CARRY/artifacts/tiny-llama-b64.telos"
   rm -f "$p512" "$b64" "$kvfp8" "$tiny" "$wo"

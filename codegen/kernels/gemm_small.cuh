@@ -372,7 +372,7 @@ __device__ __forceinline__ void small_gemm_body(const TensorMap* a_map, const fl
   static_assert(!WF::kE4m3 || (CL == 1 && WG == 1 && KPS == 1 && W_BH == 0),
                 "e4m3 weights: their 2D map, one warpgroup, one K block a stage");
   static_assert(!WF::kW8a8 || (!NORM && CL == 1 && WG == 1 && KPS == 1 && W_BH == 0 &&
-                               EPI != SmallEpi::F32Cand && K % 16 == 0),
+                               K % 16 == 0),
                 "W8A8: A by TMA, the weight's 2D map, one warpgroup, one K block a stage");
   static_assert(!WF::kW8a8 || (128 % BN == 0 && (!kSplitW || N % (BN / 2) == 0)),
                 "W8A8: a weight tile's rows (SwiGLU: its gate and its up rows) in one scale block");
@@ -596,6 +596,17 @@ __global__ void __launch_bounds__(SmallGemm::kE4m3Threads)
   small_gemm_body<M, I, K, BN, STAGES, SmallEpi::SwiGlu, false, 0.f, 1, 1, 1, 0, 0,
                   E4m3Weight<2 * I, K, SBR, SBC>>(a_map, nullptr, nullptr, w_map, act, nullptr,
                                                   w_scale);
+}
+
+// The LM head on an e4m3 weight (weight-only: bf16 activations): gemm_small_f32cand's logits and
+// candidates, on W' = bf16(float(q) · s).
+template <int M, int N, int K, int BN, int STAGES, unsigned SBR, unsigned SBC>
+__global__ void __launch_bounds__(SmallGemm::kE4m3Threads)
+    gemm_small_e4m3_f32cand(const TensorMap* a_map, const TensorMap* w_map, const float* w_scale,
+                            float* y, unsigned long long* cand) {
+  hexel::launch_dependents();
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::F32Cand, false, 0.f, 1, 1, 1, 0, 0,
+                  E4m3Weight<N, K, SBR, SBC>>(a_map, nullptr, nullptr, w_map, y, cand, w_scale);
 }
 
 // The QKV and gate/up projections with the norm that feeds them (decode, up to 8 tokens):

@@ -64,4 +64,15 @@ __global__ void __launch_bounds__(SmallGemm::kThreads)
       a_map, nullptr, nullptr, w_map, act, nullptr, w_scale, a_scale);
 }
 
+// y[m, n] = (A · Wᵀ)[m, n] in f32 with each row's greedy candidate of every weight tile (cand [M,
+// N / BN]): the LM head on W8A8, gemm_small_f32cand's epilogue; y f32 [M, N].
+template <int M, int N, int K, int BN, int STAGES>
+__global__ void __launch_bounds__(SmallGemm::kThreads)
+    gemm_small_w8a8_f32cand(const TensorMap* a_map, const float* a_scale, const TensorMap* w_map,
+                            const float* w_scale, float* y, unsigned long long* cand) {
+  hexel::launch_dependents();
+  small_gemm_body<M, N, K, BN, STAGES, SmallEpi::F32Cand, false, 0.f, 1, 1, 1, 0, 0, W8a8Operands>(
+      a_map, nullptr, nullptr, w_map, y, cand, w_scale, a_scale);
+}
+
 }  // namespace telos_kernels

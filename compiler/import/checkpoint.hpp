@@ -61,13 +61,14 @@ std::vector<TensorView> parse_safetensors(const MappedFile& file);
 std::vector<TensorView> parse_safetensors(std::span<const std::uint8_t> bytes,
                                           const std::string& where);
 
-// Quantizes every linear weight of `model` but the LM head (embeddings are not linear layers) to
-// E4M3 with f32 scales, as `how` says, leaving the model exactly as an imported FP8 checkpoint of
-// that format would be: the spec's WeightQuant set, "M.weight" E4M3 beside its scale tensor. Each
-// scale is amax / 448 over its block (a block of zeros gets 1), each element rounded to nearest
-// even. Refuses (naming `where`) a checkpoint that is quantized already. Without weights only the
-// spec changes.
-void quantize_weights(ImportedModel& model, Quantize how, const std::string& where);
+// Quantizes every linear weight of `model`, and the LM head where `lm_head` says (embeddings are
+// not linear layers), to E4M3 with f32 scales, as `how` says, leaving the model exactly as an
+// imported FP8 checkpoint of that format would be: the spec's WeightQuant set, "M.weight" E4M3
+// beside its scale tensor. A tied model's quantized LM head is a quantized copy of the embedding
+// (the spec then unties them; the embedding, a gather, keeps its bytes). Each scale is amax / 448
+// over its block (a block of zeros gets 1), each element rounded to nearest even. Refuses (naming
+// `where`) a checkpoint that is quantized already. Without weights only the spec changes.
+void quantize_weights(ImportedModel& model, Quantize how, bool lm_head, const std::string& where);
 
 // A tensor the architecture needs, by its checkpoint name, with the shape it must have, and what
 // it holds: a floating-point tensor (bf16, f16 or f32), a quantized weight (E4M3) or the f32 or

@@ -89,7 +89,7 @@ bool parse_quantize(std::string_view text, Quantize* out) {
   return true;
 }
 
-void quantize_weights(ImportedModel& model, Quantize how, const std::string& where) {
+void quantize_weights(ImportedModel& model, Quantize how, bool lm_head, const std::string& where) {
   if (how == Quantize::kNone) return;
   if (model.spec.quant.scheme != WeightQuant::Scheme::kNone)
     fail(where +
@@ -98,7 +98,18 @@ void quantize_weights(ImportedModel& model, Quantize how, const std::string& whe
          json_quote(model.spec.quant.method) + "); compile it without quantize");
   WeightQuant& q = model.spec.quant;
   q.method = "telosc --quantize";
-  q.not_converted = {"lm_head"};
+  if (lm_head)
+    q.not_converted.clear();
+  else
+    q.not_converted = {"lm_head"};
+  if (lm_head && model.spec.tie_word_embeddings) {
+    model.spec.tie_word_embeddings = false;
+    if (model.has_weights) {
+      TensorView head = model.tensors.at("model.embed_tokens.weight");
+      head.name = "lm_head.weight";
+      model.tensors.emplace(head.name, std::move(head));
+    }
+  }
   if (how == Quantize::kFp8Block) {
     q.scheme = WeightQuant::Scheme::kBlock;
     q.scale_suffix = "weight_scale_inv";

@@ -109,6 +109,7 @@ class OpChecker {
 
  private:
   void check_linear() const;
+  void check_activations(const std::string& epilogue) const;
   void check_all_reduce() const;
   void check_heads(std::size_t operand_index, const std::string& heads_attr) const;
 
@@ -125,6 +126,16 @@ void OpChecker::check_heads(std::size_t i, const std::string& heads_attr) const 
     error("operand " + std::to_string(i) + " %" + op_.operands[i]->name + " has " +
           std::to_string(operand(i).dims[1]) + " columns, expected " + heads_attr +
           " * head_dim = " + std::to_string(cols));
+}
+
+// A GEMM's `activations` where given: "e4m3" (W8A8), on a weight the W8A8 kernels take.
+void OpChecker::check_activations(const std::string& epilogue) const {
+  const AttrValue* a = op_.attr("activations");
+  if (!a) return;
+  if (!std::holds_alternative<std::string>(*a) || std::get<std::string>(*a) != "e4m3")
+    error("activations must be \"e4m3\" (W8A8) where given");
+  const std::string why = w8a8_refusal(*graph_.find_param(op_.params[0]), epilogue);
+  if (!why.empty()) error("activations = \"e4m3\" needs a W8A8 weight: " + why);
 }
 
 void OpChecker::check_linear() const {
@@ -144,12 +155,7 @@ void OpChecker::check_linear() const {
   }
   expect_matrix_operand(0, DType::BF16);
   expect_weight_matrix(0);
-  if (const AttrValue* a = op_.attr("activations")) {
-    if (!std::holds_alternative<std::string>(*a) || std::get<std::string>(*a) != "e4m3")
-      error("activations must be \"e4m3\" (W8A8) where given");
-    const std::string why = w8a8_refusal(*graph_.find_param(op_.params[0]), epilogue);
-    if (!why.empty()) error("activations = \"e4m3\" needs a W8A8 weight: " + why);
-  }
+  check_activations(epilogue);
   const Dim rows = operand(0).dims[0];
   const std::int64_t out = param(0).dims[0];
   if (operand(0).dims[1] != param(0).dims[1])
@@ -274,6 +280,7 @@ void OpChecker::check() const {
     counts(1, 1, 1, 1);
     expect_matrix_operand(0, DType::BF16);
     expect_weight_matrix(0);
+    check_activations("");
     if (operand(0).dims[1] != param(0).dims[1])
       error("operand 0 %" + op_.operands[0]->name + " has " + std::to_string(operand(0).dims[1]) +
             " columns but @" + op_.params[0] + " expects " + std::to_string(param(0).dims[1]));

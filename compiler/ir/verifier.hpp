@@ -36,8 +36,9 @@
 //       residual + the sum of every rank's partial, in rank order: the same bits on every rank
 //                                                           -> bf16[T,H]
 //
-// W8A8 (the last pass, for weights graph.hpp's w8a8_refusal accepts): any linear may carry
-// activations = "e4m3": its input quantized per token and 128 columns before the product.
+// W8A8 (the last pass, for weights graph.hpp's w8a8_refusal accepts): any linear, lm_head or
+// lm_head_sample may carry activations = "e4m3": its input quantized per token and 128 columns
+// before the product.
 #include <functional>
 #include <map>
 #include <string>

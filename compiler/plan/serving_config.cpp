@@ -15,10 +15,14 @@ constexpr std::int64_t kDefaultPrefillChunk = 512;
 constexpr std::int64_t kSmallestPrefillBucket = 16;
 constexpr double kDefaultMemoryFraction = 0.9;
 
-const std::vector<std::string> kFields = {
-    "max_batch",       "max_seq_len",     "kv_page_size", "kv_pool",         "prefill_chunk",
-    "decode_buckets",  "prefill_buckets", "targets",      "tensor_parallel", "decode_weight_images",
-    "attention_split", "quantize",        "kv_dtype",     "fp8_activations"};
+const std::vector<std::string> kFields = {"max_batch",        "max_seq_len",
+                                          "kv_page_size",     "kv_pool",
+                                          "prefill_chunk",    "decode_buckets",
+                                          "prefill_buckets",  "targets",
+                                          "tensor_parallel",  "decode_weight_images",
+                                          "attention_split",  "quantize",
+                                          "quantize_lm_head", "kv_dtype",
+                                          "fp8_activations"};
 
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -237,6 +241,11 @@ ServingConfig resolve_serving(const nlohmann::json& serving, const ModelSpec& sp
   if (const nlohmann::json* q = r.get("quantize")) {
     if (!q->is_string() || !parse_quantize(q->get<std::string>(), &c.quantize))
       r.fail_field("quantize", std::string("expected ") + kQuantizeChoices + ", got " + q->dump());
+  }
+  if (const nlohmann::json* l = r.get("quantize_lm_head")) {
+    if (!l->is_boolean())
+      r.fail_field("quantize_lm_head", "expected true or false, got " + l->dump());
+    c.quantize_lm_head = l->get<bool>();
   }
   if (const nlohmann::json* k = r.get("kv_dtype")) {
     if (*k == "fp8_e4m3")

@@ -36,6 +36,10 @@ struct ServingConfig {
   // compiler does to a bf16 checkpoint's linear weights. Not written to the manifest, whose
   // weight table states each weight's dtype and scales.
   Quantize quantize = Quantize::kNone;
+  // "quantize_lm_head": whether quantize takes the LM head too (false, the default, keeps it as
+  // the checkpoint has it: its error moves every logit). A tied model's quantized LM head is an
+  // e4m3 copy of the embedding. Not in the manifest: its weight table states the LM head's dtype.
+  bool quantize_lm_head = false;
   // "kv_dtype": the KV cache's element type, BF16 ("bf16", the default) or E4M3 ("fp8_e4m3", one
   // byte an element with an f32 scale a layer for K and one for V: docs/fp8.md). Written to the
   // manifest as kv_cache.dtype, not in "serving".

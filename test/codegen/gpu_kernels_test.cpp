@@ -4924,6 +4924,72 @@ TEST(GpuKernels, W8a8SmallGemmsMatchReference) {
   }
 }
 
+// The LM head on W8A8 (gemm_small_w8a8_f32cand, an FP8 LM head's kernel): f32 logits within the
+// W8A8 bound of the host reference, the bf16 form's bits once rounded (the same accumulators: the
+// epilogue is all that differs), each row's greedy candidate of every weight tile that of the
+// logits it wrote (NaN rows: NaN logits, no candidate), at the plan's tiles and others whose rows
+// divide the vocabulary; the 64 guard rows past T stay poisoned.
+TEST(GpuKernels, W8a8LmHeadLogitsAndCandidates) {
+  TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
+  for (const PrefillShape& c :
+       {PrefillShape{1, 1024, 2064}, PrefillShape{5, 384, 272}, PrefillShape{70, 512, 400}}) {
+    std::vector<codegen::SmallGemmTiling> tilings;
+    for (const codegen::SmallGemmTiling& t : w8a8_small_tilings(c.N, c.K, c.M, false))
+      if (c.N % t.bn == 0) tilings.push_back(t);
+    std::vector<std::string> names = {"poison_shared"};
+    for (const codegen::SmallGemmTiling& t : tilings)
+      for (const std::string epi : {"f32cand", "bf16"})
+        names.push_back(codegen::small_gemm_w8a8_instance(t, epi, c.M, c.N, c.K));
+    TestModule mod(kSmallW8a8Source, names);
+    const int guard = 64;
+    const std::size_t MN = static_cast<std::size_t>(c.M) * c.N, total = MN + guard * c.N;
+    std::vector<float> xf;
+    w8a8_activations(c.M, c.K, true, xf);
+    const W8a8Rows a = host_quantize(xf, c.M, c.K);
+    DeviceBuffer<std::uint8_t> dq(a.q);
+    DeviceBuffer<float> dsa(a.scale);
+    const E4m3Weight w = random_e4m3(c.N, c.K, 128, 128);
+    DeviceBuffer<std::uint8_t> dw(w.q);
+    DeviceBuffer<float> dsw(w.scale);
+    const auto u8 = hexel::TmaDtype::U8;
+    for (const codegen::SmallGemmTiling& t : tilings) {
+      const std::string what = codegen::small_gemm_w8a8_instance(t, "f32cand", c.M, c.N, c.K);
+      DeviceBuffer<float> dy(total);
+      DeviceBuffer<std::uint64_t> dc(static_cast<std::size_t>(c.M) * (c.N / t.bn));
+      const DeviceMap a_map(dq.get(), c.M, c.K, t.a_box, u8),
+          w_map(dw.get(), c.N, c.K, t.w_box(), u8);
+      CUDA_OK(mod.launch("poison_shared", sm_count(), 1024, {}, codegen::kMaxSmemPerBlock));
+      CUDA_OK(mod.launch(what, dim3(t.tiles_m, t.tiles_n), t.threads(),
+                         {a_map.get(), dsa.get(), w_map.get(), dsw.get(), dy.get(), dc.get()},
+                         t.smem()));
+      DeviceBuffer<std::uint16_t> db(MN);
+      CUDA_OK(launch_w8a8_small(mod, codegen::small_gemm_w8a8_instance(t, "bf16", c.M, c.N, c.K), t,
+                                dq.get(), dsa.get(), c.M, dw.get(), dsw.get(), c.N, c.K, db.get()));
+      const std::vector<float> y = dy.download();
+      const std::vector<std::uint16_t> b = db.download();
+      for (int m = 0; m < c.M; ++m)
+        for (int n = 0; n < c.N; ++n) {
+          const std::size_t i = static_cast<std::size_t>(m) * c.N + n;
+          if (m == 3 || m == 4) {
+            ASSERT_TRUE(std::isnan(y[i]) && std::isnan(from_bf16(b[i]))) << what << " row " << m;
+            continue;
+          }
+          ASSERT_EQ(to_bf16(y[i]), b[i]) << what << " (" << m << ", " << n << ") against bf16";
+          const W8a8Expected g = w8a8_expected(a, m, w, n, c.K);
+          ASSERT_TRUE(within(y[i], g.ref, g.bound + std::ldexp(std::abs(g.ref), -23)))
+              << what << " (" << m << ", " << n << "): " << y[i] << " vs " << g.ref;
+        }
+      const std::vector<float> logits(y.begin(), y.begin() + MN);
+      EXPECT_EQ(dc.download(), greedy_candidates(logits, c.M, c.N, c.N / t.bn)) << what;
+      for (std::size_t i = MN; i < total; ++i) {
+        std::uint32_t u;
+        std::memcpy(&u, &y[i], 4);
+        ASSERT_EQ(u, 0xffffffffu) << what << " wrote past T";
+      }
+    }
+  }
+}
+
 // Batch invariance across the GEMM classes: T rows taken out of the W8A8 prefill GEMM's R (T = 1,
 // 7, 64 and 200, at offsets that put them in other tiles, warps and consumer warpgroups of the
 // prefill GEMM than of the small-M form) give, in every small-M form and tiling, the prefill GEMM's

@@ -197,11 +197,11 @@ constexpr double kTieGap = 4e-2;
 
 // Checks one generation against its golden case: prompt logits within `logits_bound` relative L2
 // (2e-2, bf16 tolerance, unless the caller says why not); the teacher-forced golden ids all within
-// kTieGap of our largest logit; the free-running ids identical, or first different where the golden
-// id was such a tie (then the two continuations legitimately part). Prints a line per check for
-// tools/gpu_check.sh's table.
+// `tie_gap` (kTieGap unless the caller says why not) of our largest logit; the free-running ids
+// identical, or first different where the golden id was such a tie (then the two continuations
+// legitimately part). Prints a line per check for tools/gpu_check.sh's table.
 void check_case(const std::string& label, const GoldenCase& golden, const Generated& free_run,
-                const Generated& forced, double logits_bound = 2e-2) {
+                const Generated& forced, double logits_bound = 2e-2, double tie_gap = kTieGap) {
   const double err = rel_l2(free_run.prompt_logits, golden.last_logits);
   char buf[96];
   std::snprintf(buf, sizeof buf, "relL2 %.2e", err);
@@ -210,8 +210,8 @@ void check_case(const std::string& label, const GoldenCase& golden, const Genera
 
   const double worst = *std::max_element(forced.golden_gap.begin(), forced.golden_gap.end());
   std::snprintf(buf, sizeof buf, "worst gap %.3f rms", worst);
-  report(label + ": teacher-forced golden ids", buf, worst <= kTieGap);
-  EXPECT_LE(worst, kTieGap) << label;
+  report(label + ": teacher-forced golden ids", buf, worst <= tie_gap);
+  EXPECT_LE(worst, tie_gap) << label;
 
   std::size_t first = 0;
   while (first < golden.greedy.size() && free_run.ids[first] == golden.greedy[first]) ++first;
@@ -221,8 +221,9 @@ void check_case(const std::string& label, const GoldenCase& golden, const Genera
   }
   const double gap = forced.golden_gap[first];
   std::snprintf(buf, sizeof buf, "part at %zu, tie %.3f rms", first, gap);
-  report(label + ": 32 greedy ids", buf, gap <= kTieGap);
-  EXPECT_LE(gap, kTieGap) << label << ": greedy ids part at " << first << " where the golden id is no tie";
+  report(label + ": 32 greedy ids", buf, gap <= tie_gap);
+  EXPECT_LE(gap, tie_gap) << label << ": greedy ids part at " << first
+                          << " where the golden id is no tie";
 }
 
 // Each test's model (the parameter), its artifact from TELOS_GPU_ARTIFACTS and its golden cases;
@@ -632,8 +633,9 @@ INSTANTIATE_TEST_SUITE_P(Tiny, GpuModel,
 
 // FP8 artifacts (tools/gpu_check.sh compiles them): tiny-llama --quantize fp8 weight-only
 // (fp8_activations bf16: its one-token steps run decode_layer_persistent_e4m3, its other buckets
-// the small-M e4m3 GEMMs) and tiny-w8a8 --quantize fp8 (every layer weight in 128x128 blocks, so
-// W8A8: decode_layer_persistent_w8a8 and the small-M W8A8 GEMMs, each GEMM's input quantized), and
+// the small-M e4m3 GEMMs), tiny-w8a8 --quantize fp8 (every layer weight in 128x128 blocks, so
+// W8A8: decode_layer_persistent_w8a8 and the small-M W8A8 GEMMs, each GEMM's input quantized) and
+// tiny-w8a8-lm-head, the same with --quantize-lm-head (its LM head on gemm_small_w8a8_f32cand), and
 // the prefill GEMMs' forms where the artifact has a bucket of kPrefillGemmMinRows tokens (the
 // check's artifacts-p512 copies: every prompt through its one 512-token bucket). Against the CPU
 // reference engine on the same artifact (the same dequantized weights, or the same W8A8 arithmetic
@@ -649,10 +651,12 @@ INSTANTIATE_TEST_SUITE_P(Tiny, GpuModel,
 // differ from the CPU's rounded f32 ones by such a step here and there. A wiring error (a scale,
 // map or buffer) moves them by order 1; the ids' checks and the kernels' bit tests
 // (GpuKernels.W8a8*) keep their strictness, and at a real shape the W8A8 artifact is within 2e-2
-// of transformers (tools/e2e_check.py --fp8).
+// of transformers (tools/e2e_check.py --fp8). tiny-w8a8-lm-head's ids are held to ties of 1e-1 rms
+// too: its LM head quantizes the final norm's rows as well, so the activations' bf16 step there
+// moves the logits themselves (teacher-forced gaps of up to 0.072 rms, H100, 2026-12-06).
 struct Fp8Artifact {
   const char* name;
-  double logits_bound;
+  double logits_bound, tie_gap = kTieGap;
 };
 
 class GpuModelFp8Artifact : public ::testing::TestWithParam<Fp8Artifact> {};
@@ -680,7 +684,7 @@ TEST_P(GpuModelFp8Artifact, MatchesTheCpuEngineAloneAndInAMixedBatch) {
     alone.push_back(generate(ex, *art, {cpu_cases[c]}, {DeviceSampling{}})[0]);
     const Generated forced = generate(ex, *art, {cpu_cases[c]}, {DeviceSampling{}}, true)[0];
     check_case(name + " case " + std::to_string(c) + " alone vs cpu", cpu_cases[c], alone.back(),
-               forced, GetParam().logits_bound);
+               forced, GetParam().logits_bound, GetParam().tie_gap);
   }
   const std::vector<DeviceSampling> greedy(cpu_cases.size());
   const std::vector<Generated> batch = generate(ex, *art, cpu_cases, greedy);
@@ -696,7 +700,8 @@ TEST_P(GpuModelFp8Artifact, MatchesTheCpuEngineAloneAndInAMixedBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Fp8, GpuModelFp8Artifact,
                          ::testing::Values(Fp8Artifact{"tiny-llama-fp8", 2e-2},
-                                           Fp8Artifact{"tiny-w8a8", 1e-1}),
+                                           Fp8Artifact{"tiny-w8a8", 1e-1},
+                                           Fp8Artifact{"tiny-w8a8-lm-head", 1e-1, 1e-1}),
                          [](const ::testing::TestParamInfo<Fp8Artifact>& info) {
                            std::string n = info.param.name;
                            std::replace(n.begin(), n.end(), '-', '_');
