@@ -321,10 +321,10 @@ inline constexpr bool persistent_tile_fits(int bn, int k, int n) {
 inline constexpr bool persistent_w8a8_tile_fits(int bn, int k, int n) {
   return bn % 8 == 0 && bn >= 8 && bn <= 64 && n % bn == 0 && k % (128 * (64 / bn)) == 0;
 }
-// The W8A8 layer's resident e4m3 A for a largest K of k_max (LayerW8a8::kABytes): 128 bytes of
-// alignment, the row, the 128 bytes its rows past the token read, the per-128 scales.
+// The W8A8 layer's resident e4m3 A for a largest K of k_max (LayerW8a8::kABytes): the row in whole
+// KBs, 16 bytes of alignment and the per-128 scales.
 inline constexpr int persistent_w8a8_a_bytes(int k_max) {
-  return 128 + k_max + 128 + k_max / 128 * 4;
+  return (k_max + 1023) / 1024 * 1024 + 16 + k_max / 128 * 4;
 }
 // A weight as the GEMMs read it: from its slot image in tiles of bn rows of one or two halves
 // (support/slot_image.hpp; the one-token layer's `wimg:`, every other GEMM's `timg:`), or, bn 0,

@@ -18,11 +18,11 @@
 // Activations: once a phase's input is in the bf16 resident A (the norm prologue's h for QKV and
 // gate/up, attn for o, act for down: a_finish's meeting), the consumer warps quantize it, one K
 // block a warp at a time, with quantize_block_e4m3 (gemm_w8a8.cuh: quantize_rows_e4m3's own
-// code, on shared memory) into the e4m3 resident A and its per-128 scales, which live after the
-// ring's barriers (LayerW8a8::kABytes; the Ring holds their addresses). The e4m3 A is the token's
-// row as wgmma's A without swizzle (core matrices of 8 rows of 16 bytes, LBO 16, SBO 0: row 0 is
-// the token, rows 1-63 read the bytes after it and are never stored; the 128 bytes past K_MAX
-// keep those reads inside the region).
+// code, on shared memory) into the e4m3 resident A, between the bf16 one and the ring, and its
+// per-128 scales after the ring's barriers (LayerW8a8::kABytes; the Ring holds their addresses).
+// The e4m3 A is the token's row as wgmma's A without swizzle (core matrices of 8 rows of 16 bytes,
+// LBO 16, SBO 0: row 0 is the token, rows 1-63 read the bytes after it, up to the ring's first
+// slot, and are never stored).
 //
 // Bits: each output element is gemm_prefill_w8a8's for the same token. Per K block kb, a chain of
 // four wgmma m64nBNk32 e4m3 sums the block's products from zero into `part` (the per-element sum
@@ -142,10 +142,13 @@ struct LayerW8a8 {
     kSlotRows = 64,
     kSlotBytes = LayerGemms::kSlotBytes,
     kEmptyArrivals = 4,  // one a consumer warp
-    // The resident e4m3 A after the ring's barriers: 128 bytes of alignment, the row and the 128
-    // bytes its rows past the token read, then the scales (kernel_plan.hpp's
+    // The resident e4m3 A: the row before the ring, in whole KBs (AtomResidentBytes), so that what
+    // its rows past the token read, and the 2 KB a k step's 64 rows span as the tools count them
+    // (the hardware reads the first 8 rows' core matrices), lie in shared memory; its per-128
+    // scales after the ring's barriers, 16-byte aligned. kABytes is both (kernel_plan.hpp's
     // persistent_w8a8_a_bytes mirrors it).
-    kABytes = 128 + K_MAX + 128 + K_MAX / 128 * 4,
+    kRowBytes = (K_MAX + 1023) / 1024 * 1024,
+    kABytes = kRowBytes + 16 + K_MAX / 128 * 4,
   };
   static_assert(K_MAX % 128 == 0, "whole K blocks");
   __host__ __device__ static constexpr bool tile_ok(int bn, int k) {
@@ -155,8 +158,8 @@ struct LayerW8a8 {
   using Ring = LayerW8a8Ring<STAGES>;
   template <unsigned STAGES, class S>
   __device__ __forceinline__ static void start(Ring<STAGES>& ring, const S& sm) {
-    ring.q = (sm.empty + 8 * STAGES + 127) & ~127u;
-    ring.scale = static_cast<const float*>(__cvta_shared_to_generic(ring.q + K_MAX + 128));
+    ring.q = sm.atom_base;
+    ring.scale = static_cast<const float*>(__cvta_shared_to_generic((sm.empty + 8 * STAGES + 15) & ~15u));
   }
   template <unsigned STAGES>
   __device__ __forceinline__ static void finish(const Ring<STAGES>&) {}
@@ -188,6 +191,11 @@ struct LayerW8a8 {
     qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer,
                                                                  q, sc);
   }
+};
+
+template <unsigned K_MAX>
+struct AtomResidentBytes<LayerW8a8<K_MAX>> {
+  static constexpr unsigned value = LayerW8a8<K_MAX>::kRowBytes;
 };
 
 // The token's bf16 row of K columns at shared address `base` (the resident A, M 1: contiguous)

@@ -150,22 +150,35 @@ __device__ __forceinline__ void layer_gemm_tile(hexel::mbarrier::StageRing<STAGE
 
 struct LayerWgmma;
 
+// The shared memory an MMA atom keeps beside the resident A, between it and the ring, in whole KBs
+// (the ring's slots stay 1024-aligned for the 128B swizzle): none, unless the atom says (the W8A8
+// atom's e4m3 row: decode_layer_w8a8.cuh).
+template <class Atom>
+struct AtomResidentBytes {
+  static constexpr unsigned value = 0;
+};
+
 // The setup every persistent kernel here shares: shared memory (the resident A of K_MAX columns,
-// then the ring of STAGES slots of the MMA atom's (LayerWgmma: 8 KB) and their full / empty
-// barriers, an empty barrier completing on the atom's arrivals), initialised barriers. With
+// the atom's own resident bytes (AtomResidentBytes, at atom_base), then the ring of STAGES slots of
+// the MMA atom's (LayerWgmma: 8 KB) and their full / empty barriers, an empty barrier completing on
+// the atom's arrivals), initialised barriers. With
 // e4m3 weights (RAW_STAGES > 0, decode_layer_persistent_e4m3) the raw ring's RAW_STAGES slots of
 // LayerE4m3::kRawSlotBytes follow the ring's, and their raw_full / raw_empty barriers the ring's;
 // the converter warps then fill the ring of STAGES slots (their arrivals, not the producer's).
 template <int M, int K_MAX, int STAGES, int RAW_STAGES = 0, class Atom = LayerWgmma>
 struct PersistentSmem {
   static constexpr unsigned kAResident = (K_MAX / 8 * M * 16 + 128 + 1023) / 1024 * 1024;
-  static constexpr unsigned kBytes = 1024 + kAResident + STAGES * (Atom::kSlotBytes + 16) +
+  static constexpr unsigned kAtomResident = AtomResidentBytes<Atom>::value;
+  static_assert(kAtomResident % 1024 == 0, "the ring's slots 1024-aligned");
+  static constexpr unsigned kBytes = 1024 + kAResident + kAtomResident +
+                                     STAGES * (Atom::kSlotBytes + 16) +
                                      RAW_STAGES * (LayerE4m3::kRawSlotBytes + 16);
-  unsigned base, ring_base, full, empty;
+  unsigned base, atom_base, ring_base, full, empty;
   unsigned raw_base, raw_full, raw_empty;  // with RAW_STAGES > 0
   __device__ explicit PersistentSmem(unsigned char* raw) {
     base = (hexel::smem_addr(raw) + 1023u) & ~1023u;
-    ring_base = base + kAResident;
+    atom_base = base + kAResident;
+    ring_base = atom_base + kAtomResident;
     raw_base = ring_base + STAGES * Atom::kSlotBytes;
     full = raw_base + RAW_STAGES * LayerE4m3::kRawSlotBytes;
     empty = full + STAGES * 8;
