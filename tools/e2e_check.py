@@ -39,14 +39,17 @@ hf_fp8_weights_vs_bf16_rel_l2_all says how far the dequantized weights move the 
 artifacts, a row each with the same checks and limits: "fp8 hub", that checkpoint compiled as it
 is, and "fp8 --quantize", the bf16 checkpoint compiled with --quantize fp8; both run W8A8 (the
 activations quantized per token and 128 columns), or weight-only with --fp8-activations bf16
-(serving fp8_activations "bf16"). fp8_weight_files_identical records whether the two artifacts'
+(serving fp8_activations "bf16"). With --fp8-lm-head the LM head is quantized too, the same way
+(a tied model's as a copy of its embedding, untied in the checkpoint's config and in the
+reference model, the embedding staying bf16): the hub checkpoint's ignore list is empty and
+telosc gets --quantize-lm-head. fp8_weight_files_identical records whether the two artifacts'
 weight files (each rank's at N > 1) are the same bytes, as they should be; it fails nothing.
 Under --work a 1B-class model takes ~6 GB, the 8B ~45 GB (~65 GB at N > 1).
 
     python3 tools/e2e_check.py --telosc BIN --telos-run BIN --work DIR [--out DIR]
                                [--models Llama-3.2-1B,Qwen2.5-1.5B] [--init-std S]
                                [--train-steps N] [--tensor-parallel N] [--keep-work]
-                               [--fp8 [--fp8-activations e4m3|bf16]]
+                               [--fp8 [--fp8-activations e4m3|bf16] [--fp8-lm-head]]
 
 Needs torch, transformers and safetensors (the GPU machine has them). Prints one table row per
 model and artifact and writes e2e.json (every figure) to --out. Exits 1 when a check fails.
@@ -239,19 +242,27 @@ def quantize_blocks(w):
     return unpadded(q), scale, unpadded(dequantized)
 
 
-def write_fp8_checkpoint(model, config, ckpt, fp8_dir):
+def write_fp8_checkpoint(model, config, ckpt, fp8_dir, lm_head):
     """The bf16 checkpoint `ckpt` in the hub's block-FP8 form in `fp8_dir`, with
     tools/make_fp8_checkpoint.py --format fp8's names and config: each layer's linear weight
-    `M.weight` by quantize_blocks as F8_E4M3 beside `M.weight_scale_inv` (f32), every other tensor
-    as `ckpt` has it (a tied model without lm_head.weight). Each quantized weight of `model`
-    becomes its dequantized value."""
+    `M.weight` (and with `lm_head` lm_head.weight) by quantize_blocks as F8_E4M3 beside
+    `M.weight_scale_inv` (f32), every other tensor as `ckpt` has it (a tied model without
+    lm_head.weight, unless `lm_head`: then a quantized copy of the embedding, the config and
+    `model` untied). Each quantized weight of `model` becomes its dequantized value."""
     tensors = {}
     for path in sorted(glob.glob(os.path.join(ckpt, "*.safetensors"))):
         tensors.update(safetensors.torch.load_file(path))
-    if getattr(config, "tie_word_embeddings", False):
+    tied = getattr(config, "tie_word_embeddings", False)
+    if tied:
         tensors.pop("lm_head.weight", None)
+    if tied and lm_head:
+        tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+        model.config.tie_word_embeddings = False
     linears = [n for n in tensors
                if n.startswith("model.layers.") and any(n.endswith(f".{m}.weight") for m in LINEAR)]
+    if lm_head:
+        linears.append("lm_head.weight")
     with torch.no_grad():
         for name in linears:
             q, scale, dequantized = quantize_blocks(tensors[name])
@@ -260,8 +271,10 @@ def write_fp8_checkpoint(model, config, ckpt, fp8_dir):
             model.get_parameter(name).copy_(dequantized)
     with open(os.path.join(ckpt, "config.json")) as f:
         hf_config = json.load(f)
-    copy_beside(ckpt, fp8_dir, dict(hf_config,
-                                    quantization_config=quantization_config("fp8", ["lm_head"])))
+    if lm_head:
+        hf_config["tie_word_embeddings"] = False
+    copy_beside(ckpt, fp8_dir, dict(hf_config, quantization_config=quantization_config(
+        "fp8", [] if lm_head else ["lm_head"])))
     safetensors.torch.save_file(tensors, os.path.join(fp8_dir, "model.safetensors"),
                                 metadata={"format": "pt"})
     return len(linears)
@@ -297,7 +310,8 @@ def variants(args, work):
         return [Variant("bf16", ckpt, [], os.path.join(work, "bf16"))]
     return [Variant("fp8 hub", os.path.join(work, FP8_CHECKPOINT), [],
                     os.path.join(work, "fp8-hub")),
-            Variant("fp8 --quantize", ckpt, ["--quantize", "fp8"],
+            Variant("fp8 --quantize", ckpt,
+                    ["--quantize", "fp8"] + (["--quantize-lm-head"] if args.fp8_lm_head else []),
                     os.path.join(work, "fp8-quantize"))]
 
 
@@ -355,7 +369,8 @@ def check_model(name, args):
     # The yardstick is taken on the bf16 weights: bf16 inference noise at this model's shape.
     base.update(bf16_yardstick(model, inputs[0], ref_logits))
     if args.fp8:
-        ref_logits = dequantized_reference(model, config, work, inputs[0], ref_logits, base)
+        ref_logits = dequantized_reference(model, config, work, inputs[0], ref_logits, base,
+                                           args.fp8_lm_head)
     ref = (ref_logits, greedy_reference(model, inputs[1]))
     rows, artifacts = [], {}
     for variant in variants(args, work):
@@ -375,14 +390,14 @@ def check_model(name, args):
     return rows
 
 
-def dequantized_reference(model, config, work, sequence, bf16_logits, base):
+def dequantized_reference(model, config, work, sequence, bf16_logits, base, lm_head):
     """Writes WORK/FP8_CHECKPOINT (write_fp8_checkpoint), which leaves `model` on the dequantized
     weights, and returns that model's teacher-forced logits, the FP8 artifacts' reference. Adds
     to `base` the time, the count of quantized weights and how far the quantized weights move
     transformers' fp32 logits from the bf16 weights' (`bf16_logits`)."""
     t0 = time.time()
     base["fp8_quantized_weights"] = write_fp8_checkpoint(
-        model, config, os.path.join(work, CHECKPOINT), os.path.join(work, FP8_CHECKPOINT))
+        model, config, os.path.join(work, CHECKPOINT), os.path.join(work, FP8_CHECKPOINT), lm_head)
     base["fp8_checkpoint_s"] = round(time.time() - t0, 1)
     logits = forward_logits(model, sequence)
     base["hf_fp8_weights_vs_bf16_rel_l2_all"] = rel_l2(logits, bf16_logits)
@@ -521,9 +536,13 @@ def main():
     ap.add_argument("--fp8-activations", choices=("e4m3", "bf16"), default="e4m3",
                     help="with --fp8: e4m3 (W8A8, telosc's default) or bf16 (serving "
                          "fp8_activations \"bf16\": weight-only FP8)")
+    ap.add_argument("--fp8-lm-head", action="store_true",
+                    help="with --fp8: quantize the LM head too (telosc --quantize-lm-head)")
     args = ap.parse_args()
     if args.fp8_activations == "bf16" and not args.fp8:
         ap.error("--fp8-activations bf16 needs --fp8")
+    if args.fp8_lm_head and not args.fp8:
+        ap.error("--fp8-lm-head needs --fp8")
     if torch is None:
         sys.exit("tools/e2e_check.py needs torch, transformers and safetensors "
                  "(pip install torch transformers safetensors)")
