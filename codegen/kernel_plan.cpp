@@ -440,6 +440,13 @@ SmallGemmTiling small_gemm_w8a8_tiling(int n, int k, int tokens, bool swiglu) {
   return t;
 }
 
+std::string small_gemm_e4m3_instance(const SmallGemmTiling& t, const std::string& epi, int m, int n,
+                                     int k, int sbr, int sbc) {
+  auto I_ = [](int v) { return std::to_string(v); };
+  return "telos_kernels::gemm_small_e4m3_" + epi + "<" + I_(m) + ", " + I_(n) + ", " + I_(k) +
+         ", " + I_(t.bn) + ", " + I_(t.stages) + ", " + I_(sbr) + ", " + I_(sbc) + ">";
+}
+
 std::string small_gemm_w8a8_instance(const SmallGemmTiling& t, const std::string& epi, int m, int n,
                                      int k) {
   auto I_ = [](int v) { return std::to_string(v); };

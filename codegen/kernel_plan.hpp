@@ -228,6 +228,10 @@ inline constexpr int kSmallGemmConverterThreads = 128;
 // With `norm` (up to kSmallGemmNormMaxRows tokens) the norm prologue's tiles and resident A
 // (gemm_small_e4m3_norm_*).
 SmallGemmTiling small_gemm_e4m3_tiling(int n, int k, int tokens, bool swiglu, bool norm = false);
+// gemm_small_e4m3_<epi><M, N, K, BN, STAGES, SBR, SBC> (epi: bf16, residual, swiglu, f32cand), SBR
+// x SBC the weight's scale blocks.
+std::string small_gemm_e4m3_instance(const SmallGemmTiling& t, const std::string& epi, int m, int n,
+                                     int k, int sbr, int sbc);
 int small_gemm_e4m3_smem(const SmallGemmTiling& t);
 
 // The small-M W8A8 GEMM (gemm_small_w8a8_*, kernels/gemm_small_w8a8.cuh): small_gemm_tiling's
@@ -236,7 +240,7 @@ int small_gemm_e4m3_smem(const SmallGemmTiling& t);
 // and up halves, n a multiple of the half) and as many stages as the same shared memory share
 // gives (a stage has the bf16 form's bytes: smem()), no more than K has blocks.
 SmallGemmTiling small_gemm_w8a8_tiling(int n, int k, int tokens, bool swiglu);
-// gemm_small_w8a8_<epi><M, N, K, BN, STAGES> (epi: bf16, residual, swiglu).
+// gemm_small_w8a8_<epi><M, N, K, BN, STAGES> (epi: bf16, residual, swiglu, f32cand).
 std::string small_gemm_w8a8_instance(const SmallGemmTiling& t, const std::string& epi, int m, int n,
                                      int k);
 

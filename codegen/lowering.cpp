@@ -656,8 +656,8 @@ void launch_gemm_e4m3(BucketLowering& b, TableRole role, const ir::Param& w,
     return;
   }
   const int k_id =
-      b.use(role, {"telos_kernels::gemm_small_e4m3_" + epi + dims + ", " + num(t.bn) + ", " +
-                       num(t.stages) + ", " + blocks,
+      b.use(role, {small_gemm_e4m3_instance(t, epi, T, n, k, static_cast<int>(sc.block_rows),
+                                            static_cast<int>(sc.block_cols)),
                    params, t.threads() + kSmallGemmConverterThreads, small_gemm_e4m3_smem(t)});
   b.launch(
       k_id, {t.tiles_m, t.tiles_n, 1},
@@ -1066,9 +1066,8 @@ LmHead choose_lm_head(BucketLowering& b, const ir::Op& op, int V, int H, int S) 
   }
   if (w.scale) {
     const SmallGemmTiling t = whole_vocab_tiles(small_gemm_e4m3_tiling(V, H, S, false, false), V);
-    return {{"telos_kernels::gemm_small_e4m3_f32cand<" + num(S) + ", " + num(V) + ", " + num(H) +
-                 ", " + num(t.bn) + ", " + num(t.stages) + ", " + num(w.scale->block_rows) + ", " +
-                 num(w.scale->block_cols) + ">",
+    return {{small_gemm_e4m3_instance(t, "f32cand", S, V, H, static_cast<int>(w.scale->block_rows),
+                                      static_cast<int>(w.scale->block_cols)),
              {"a_map", "w_map", "w_scale", "y", "cand"},
              t.threads() + kSmallGemmConverterThreads,
              small_gemm_e4m3_smem(t)},
