@@ -110,6 +110,37 @@ TEST(Verifier, RefusesMissingAttributesAndBadEpilogues) {
             "rope_kv_append or partial)");
 }
 
+// `activations = "e4m3"` (the W8A8 pass) where the W8A8 kernels take the weight, e4m3 in 128 x 128
+// scale blocks: on the LM head as on a linear; refused on any other weight, and any other value.
+TEST(Verifier, ChecksActivationsOnTheLmHeadAndLinears) {
+  auto graph = [](const std::string& kind, DType dtype, const std::string& activations) {
+    Graph g;
+    g.name = "w8a8";
+    g.add_param({"embed", {DType::BF16, {256, 128}}, {"e"}});
+    Param w{"w", {dtype, {256, 128}}, {"w"}};
+    if (dtype == DType::E4M3) w.scale = ParamScale{128, 128, {"w.scale"}, 128, 128};
+    g.add_param(std::move(w));
+    Value* tokens = g.add_input("tokens", {DType::I32, {kTokens}});
+    Value* x = g.append_op("embed", {tokens}, {"embed"}, {}, {{"x", act(128)}})->results[0];
+    Op* op = kind == "linear"
+                 ? g.append_op("linear", {x}, {"w"}, {}, {{"y", act(256)}})
+                 : g.append_op(kind, {x}, {"w"}, {}, {{"y", {DType::I32, {kSequences}}}});
+    if (!activations.empty()) op->set_attr("activations", activations);
+    g.set_outputs({op->results[0]});
+    return g;
+  };
+  for (const std::string kind : {"lm_head_sample", "linear"}) {
+    EXPECT_EQ(verify_error(graph(kind, DType::E4M3, "e4m3")), "") << kind;
+    EXPECT_EQ(verify_error(graph(kind, DType::E4M3, "")), "") << kind;
+    EXPECT_EQ(verify_error(graph(kind, DType::BF16, "e4m3")),
+              "IR verifier: op 1 (%y = " + kind +
+                  "): activations = \"e4m3\" needs a W8A8 weight: @w is not an e4m3 matrix");
+    EXPECT_EQ(
+        verify_error(graph(kind, DType::E4M3, "bf16")),
+        "IR verifier: op 1 (%y = " + kind + "): activations must be \"e4m3\" (W8A8) where given");
+  }
+}
+
 TEST(Verifier, RefusesAGraphWithoutOutputs) {
   Graph g = small_graph();
   g.set_outputs({});
