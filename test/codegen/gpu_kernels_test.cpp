@@ -4836,6 +4836,30 @@ cudaError_t launch_w8a8_small(TestModule& mod, const std::string& name,
                     {a_map.get(), sa, w_map.get(), sw, out}, t.smem());
 }
 
+// The operands of a small-M W8A8 case: m rows of w8a8_activations (rows 3 and 4 hold a NaN and an
+// infinity) quantized on the host (a), a random e4m3 weight of `rows` rows of k in 128 x 128 scale
+// blocks (w), and both on the device.
+struct W8a8SmallOperands {
+  W8a8Rows a;
+  E4m3Weight w;
+  DeviceBuffer<std::uint8_t> dq;
+  DeviceBuffer<float> dsa;
+  DeviceBuffer<std::uint8_t> dw;
+  DeviceBuffer<float> dsw;
+  W8a8SmallOperands(int m, int k, int rows)
+      : a(quantized_activations(m, k)),
+        w(random_e4m3(rows, k, 128, 128)),
+        dq(a.q),
+        dsa(a.scale),
+        dw(w.q),
+        dsw(w.scale) {}
+  static W8a8Rows quantized_activations(int m, int k) {
+    std::vector<float> xf;
+    w8a8_activations(m, k, true, xf);
+    return host_quantize(xf, m, k);
+  }
+};
+
 // Each small-M W8A8 form against the host, with the W8A8 prefill GEMM's bounds
 // (W8a8GemmsMatchReferenceAndF64): ragged T, N and K (a last K block of 16 columns), the plan's
 // tiles and others (w8a8_small_tilings), one 8-row A group (T <= 8: rows T..7 never written, the
@@ -4855,14 +4879,9 @@ TEST(GpuKernels, W8a8SmallGemmsMatchReference) {
     TestModule mod(kSmallW8a8Source, names);
     const int guard = 64;
     const std::size_t MN = static_cast<std::size_t>(c.M) * c.N, total = MN + guard * c.N;
-    std::vector<float> xf;
-    w8a8_activations(c.M, c.K, true, xf);
-    const W8a8Rows a = host_quantize(xf, c.M, c.K);
-    DeviceBuffer<std::uint8_t> dq(a.q);
-    DeviceBuffer<float> dsa(a.scale);
-    const E4m3Weight w = random_e4m3(2 * c.N, c.K, 128, 128);  // [2N, K]: SwiGLU's gate and up
-    DeviceBuffer<std::uint8_t> dw(w.q);
-    DeviceBuffer<float> dsw(w.scale);
+    const W8a8SmallOperands ops(c.M, c.K, 2 * c.N);  // the weight [2N, K]: SwiGLU's gate and up
+    const W8a8Rows& a = ops.a;
+    const E4m3Weight& w = ops.w;
     const std::vector<float> x0 = random_floats(total);
     // The host's values: the reference, f64 and the bound of each output, and SwiGLU's f64.
     std::vector<W8a8Expected> want(MN);
@@ -4880,8 +4899,8 @@ TEST(GpuKernels, W8a8SmallGemmsMatchReference) {
         const std::string what = codegen::small_gemm_w8a8_instance(t, epi, c.M, c.N, c.K);
         DeviceBuffer<std::uint16_t> dy(total);
         DeviceBuffer<float> dx(x0);
-        CUDA_OK(launch_w8a8_small(mod, what, t, dq.get(), dsa.get(), c.M, dw.get(), dsw.get(),
-                                  swiglu ? 2 * c.N : c.N, c.K,
+        CUDA_OK(launch_w8a8_small(mod, what, t, ops.dq.get(), ops.dsa.get(), c.M, ops.dw.get(),
+                                  ops.dsw.get(), swiglu ? 2 * c.N : c.N, c.K,
                                   residual ? static_cast<const void*>(dx.get()) : dy.get()));
         const auto y = dy.download();
         const auto x = dx.download();
@@ -4943,28 +4962,24 @@ TEST(GpuKernels, W8a8LmHeadLogitsAndCandidates) {
     TestModule mod(kSmallW8a8Source, names);
     const int guard = 64;
     const std::size_t MN = static_cast<std::size_t>(c.M) * c.N, total = MN + guard * c.N;
-    std::vector<float> xf;
-    w8a8_activations(c.M, c.K, true, xf);
-    const W8a8Rows a = host_quantize(xf, c.M, c.K);
-    DeviceBuffer<std::uint8_t> dq(a.q);
-    DeviceBuffer<float> dsa(a.scale);
-    const E4m3Weight w = random_e4m3(c.N, c.K, 128, 128);
-    DeviceBuffer<std::uint8_t> dw(w.q);
-    DeviceBuffer<float> dsw(w.scale);
+    const W8a8SmallOperands ops(c.M, c.K, c.N);
+    const W8a8Rows& a = ops.a;
+    const E4m3Weight& w = ops.w;
     const auto u8 = hexel::TmaDtype::U8;
     for (const codegen::SmallGemmTiling& t : tilings) {
       const std::string what = codegen::small_gemm_w8a8_instance(t, "f32cand", c.M, c.N, c.K);
       DeviceBuffer<float> dy(total);
       DeviceBuffer<std::uint64_t> dc(static_cast<std::size_t>(c.M) * (c.N / t.bn));
-      const DeviceMap a_map(dq.get(), c.M, c.K, t.a_box, u8),
-          w_map(dw.get(), c.N, c.K, t.w_box(), u8);
+      const DeviceMap a_map(ops.dq.get(), c.M, c.K, t.a_box, u8),
+          w_map(ops.dw.get(), c.N, c.K, t.w_box(), u8);
       CUDA_OK(mod.launch("poison_shared", sm_count(), 1024, {}, codegen::kMaxSmemPerBlock));
-      CUDA_OK(mod.launch(what, dim3(t.tiles_m, t.tiles_n), t.threads(),
-                         {a_map.get(), dsa.get(), w_map.get(), dsw.get(), dy.get(), dc.get()},
-                         t.smem()));
+      CUDA_OK(mod.launch(
+          what, dim3(t.tiles_m, t.tiles_n), t.threads(),
+          {a_map.get(), ops.dsa.get(), w_map.get(), ops.dsw.get(), dy.get(), dc.get()}, t.smem()));
       DeviceBuffer<std::uint16_t> db(MN);
       CUDA_OK(launch_w8a8_small(mod, codegen::small_gemm_w8a8_instance(t, "bf16", c.M, c.N, c.K), t,
-                                dq.get(), dsa.get(), c.M, dw.get(), dsw.get(), c.N, c.K, db.get()));
+                                ops.dq.get(), ops.dsa.get(), c.M, ops.dw.get(), ops.dsw.get(), c.N,
+                                c.K, db.get()));
       const std::vector<float> y = dy.download();
       const std::vector<std::uint16_t> b = db.download();
       for (int m = 0; m < c.M; ++m)
