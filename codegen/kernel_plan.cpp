@@ -421,10 +421,9 @@ SmallGemmTiling small_gemm_e4m3_tiling(int n, int k, int tokens, bool swiglu, bo
   return t;
 }
 
-SmallGemmTiling small_gemm_w8a8_tiling(int n, int k, int tokens, bool swiglu) {
-  SmallGemmLimits one;
-  one.warpgroups = 1;
-  SmallGemmTiling t = small_gemm_tiling(n, k, tokens, swiglu, false, one);
+// The W8A8 form of bf16 tiles t (one warpgroup): weight rows narrowed to divide 128, stages of one
+// 128-column K block in t's shared memory.
+static SmallGemmTiling w8a8_tiles(SmallGemmTiling t, int n, int k, bool swiglu) {
   const int budget = std::min(kMaxSmemPerBlock, t.smem());
   t.cluster = 1;
   t.kps = 1;
@@ -438,6 +437,16 @@ SmallGemmTiling small_gemm_w8a8_tiling(int n, int k, int tokens, bool swiglu) {
   t.stages = std::clamp((budget - 1024) / small_gemm_stage_bytes(t.a_box, t.bn, false), 2,
                         std::clamp(k_blocks, 2, SmallGemmLimits{}.max_stages));
   return t;
+}
+
+SmallGemmTiling small_gemm_w8a8_tiling(int n, int k, int tokens, bool swiglu) {
+  SmallGemmLimits one;
+  one.warpgroups = 1;
+  return w8a8_tiles(small_gemm_tiling(n, k, tokens, swiglu, false, one), n, k, swiglu);
+}
+
+SmallGemmTiling lm_head_w8a8_tiling(int vocab, int hidden, int rows) {
+  return w8a8_tiles(lm_head_tiling(vocab, hidden, rows, 1), vocab, hidden, false);
 }
 
 std::string small_gemm_e4m3_instance(const SmallGemmTiling& t, const std::string& epi, int m, int n,

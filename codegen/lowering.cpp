@@ -1054,7 +1054,7 @@ LmHead choose_lm_head(BucketLowering& b, const ir::Op& op, int V, int H, int S) 
   const ir::Param& w = param_of(b.graph, op, 0);
   const std::string w_name = weight(op, 0), logits = "buf:logits", cand = "buf:lm_cand";
   if (takes_w8a8(op)) {
-    const SmallGemmTiling t = whole_vocab_tiles(small_gemm_w8a8_tiling(V, H, S, false), V);
+    const SmallGemmTiling t = whole_vocab_tiles(lm_head_w8a8_tiling(V, H, S), V);
     return {{small_gemm_w8a8_instance(t, "f32cand", S, V, H),
              {"a_map", "a_scale", "w_map", "w_scale", "y", "cand"},
              t.threads(),

@@ -715,6 +715,30 @@ TEST(Codegen, SmallGemmW8a8Tiling) {
     }
 }
 
+// The W8A8 LM head's tiles: lm_head_tiling's 128-row weight tiles (one scale block) where the
+// projections' small-M tiles take 32, on one warpgroup, the stages of one 128-column K block in the
+// bf16 head's shared memory; 256-row tiles (above 64 rows) narrowed to 128.
+TEST(Codegen, LmHeadW8a8Tiling) {
+  const SmallGemmTiling one = lm_head_w8a8_tiling(128256, 2048, 1);
+  EXPECT_EQ(small_gemm_w8a8_tiling(128256, 2048, 1, false).bn, 32);
+  EXPECT_EQ(one.bn, 128);
+  EXPECT_EQ(one.tiles_n, 1002);
+  EXPECT_EQ(one.stages, lm_head_tiling(128256, 2048, 1).stages);
+  EXPECT_EQ(one.warpgroups, 1);
+  for (int rows : {1, 8, 64, 128, 256}) {
+    const SmallGemmTiling t = lm_head_w8a8_tiling(128256, 4096, rows);
+    const std::string what = small_gemm_w8a8_instance(t, "f32cand", rows, 128256, 4096);
+    EXPECT_EQ(t.bn, 128) << what;
+    EXPECT_EQ(t.warpgroups, 1) << what;
+    EXPECT_EQ(t.cluster, 1) << what;
+    EXPECT_EQ(t.tiles_m, (rows + 63) / 64) << what;
+    EXPECT_GE(t.stages, 2) << what;
+    EXPECT_LE(t.smem(), kMaxSmemPerBlock) << what;
+  }
+  // A vocabulary of 16-row multiples only: 16-row tiles, as the bf16 head's.
+  EXPECT_EQ(lm_head_w8a8_tiling(16 * 1001, 2048, 1).bn, 16);
+}
+
 // Two consumer warpgroups a CTA from a one-warpgroup tiling: 128-row M tiles and A boxes, 288
 // threads, the stages that fit, the cluster kept where it still divides the M tiles; the instance
 // is the _cl kernel's with WG last.

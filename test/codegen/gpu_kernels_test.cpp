@@ -4946,15 +4946,17 @@ TEST(GpuKernels, W8a8SmallGemmsMatchReference) {
 // The LM head on W8A8 (gemm_small_w8a8_f32cand, an FP8 LM head's kernel): f32 logits within the
 // W8A8 bound of the host reference, the bf16 form's bits once rounded (the same accumulators: the
 // epilogue is all that differs), each row's greedy candidate of every weight tile that of the
-// logits it wrote (NaN rows: NaN logits, no candidate), at the plan's tiles and others whose rows
-// divide the vocabulary; the 64 guard rows past T stay poisoned.
+// logits it wrote (NaN rows: NaN logits, no candidate), at the plan's tiles (lm_head_w8a8_tiling)
+// and the projections' (w8a8_small_tilings) whose rows divide the vocabulary; the 64 guard rows
+// past T stay poisoned.
 TEST(GpuKernels, W8a8LmHeadLogitsAndCandidates) {
   TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   for (const PrefillShape& c :
        {PrefillShape{1, 1024, 2064}, PrefillShape{5, 384, 272}, PrefillShape{70, 512, 400}}) {
-    std::vector<codegen::SmallGemmTiling> tilings;
+    const codegen::SmallGemmTiling plan = codegen::lm_head_w8a8_tiling(c.N, c.K, c.M);
+    std::vector<codegen::SmallGemmTiling> tilings = {plan};
     for (const codegen::SmallGemmTiling& t : w8a8_small_tilings(c.N, c.K, c.M, false))
-      if (c.N % t.bn == 0) tilings.push_back(t);
+      if (c.N % t.bn == 0 && (t.bn != plan.bn || t.stages != plan.stages)) tilings.push_back(t);
     std::vector<std::string> names = {"poison_shared"};
     for (const codegen::SmallGemmTiling& t : tilings)
       for (const std::string epi : {"f32cand", "bf16"})
