@@ -335,6 +335,12 @@ inline constexpr bool persistent_w8a8_tile_fits(int bn, int k, int n) {
 inline constexpr int persistent_w8a8_a_bytes(int k_max) {
   return (k_max + 1023) / 1024 * 1024 + 16 + k_max / 128 * 4;
 }
+// The W8A8 layer's act buffer for an intermediate size i (kernels/decode_layer_w8a8.cuh's
+// W8a8Act::kWords words): the bf16 row, its e4m3 bytes, a scale a 128-column block, padded to 16
+// bytes.
+inline constexpr long long persistent_w8a8_act_bytes(int i) {
+  return 2LL * i + 16LL * ((i / 4 + i / 128 + 3) / 4);
+}
 // A weight as the GEMMs read it: from its slot image in tiles of bn rows of one or two halves
 // (support/slot_image.hpp; the one-token layer's `wimg:`, every other GEMM's `timg:`), or, bn 0,
 // as it is (`tmap:`).

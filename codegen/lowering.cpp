@@ -1285,7 +1285,8 @@ std::vector<ArenaBuffer> arena(const ModelPlan& mp, const KernelPlan& plan) {
       {"part_o", T * m.HQ * plan.attn_num_splits * m.D * 4},
       {"part_ml", T * m.HQ * plan.attn_num_splits * 2 * 4},
       {"attn", T * m.HQ * m.D * 2},
-      {"act", T * m.I * 2},
+      // The W8A8 layer's act also holds its e4m3 form (one token).
+      {"act", std::max(T * m.I * 2, m.layers_w8a8 ? persistent_w8a8_act_bytes(m.I) : 0LL)},
       {"hf", S * m.H * 2},
       // Copied back to the host after the step's graph, when asked.
       {"logits", S * m.V * 4, BufferLifetime::step},

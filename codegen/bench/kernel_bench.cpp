@@ -874,7 +874,7 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
          *seq = dev(4, false), *pt = dev(4ull * kMaxp, false), *x = dev(4ull * sh.H, true),
          *qkv = dev(2ull * NQKV, false), *q = dev(4ull * KO, false),
          *po = dev(4ull * sh.HQ * nsplit * sh.D, false), *pml = dev(8ull * sh.HQ * nsplit, false),
-         *attn_out = dev(2ull * KO, false), *act = dev(2ull * sh.I, false),
+         *attn_out = dev(2ull * KO, false), *act = dev(persistent_w8a8_act_bytes(sh.I), false),
          *sync = dev(8, false);  // the grid-wide counts
     std::vector<int> hpt(kMaxp);
     for (int i = 0; i < kMaxp; ++i) hpt[i] = (i * 7) % kMaxp;  // scattered pages

@@ -16,10 +16,13 @@
 // costs the ring half the bytes.
 //
 // Activations: once a phase's input is in the bf16 resident A (the norm prologue's h for QKV and
-// gate/up, attn for o, act for down: a_finish's meeting), the consumer warps quantize it, one K
-// block a warp at a time, with quantize_block_e4m3 (gemm_w8a8.cuh: quantize_rows_e4m3's own
-// code, on shared memory) into the e4m3 resident A, between the bf16 one and the ring, and its
-// per-128 scales after the ring's barriers (LayerW8a8::kABytes; the Ring holds their addresses).
+// gate/up, attn for o: a_finish's meeting), the consumer warps quantize it, one K block a warp at a
+// time, with quantize_block_e4m3 (gemm_w8a8.cuh: quantize_rows_e4m3's own code, on shared memory)
+// into the e4m3 resident A, between the bf16 one and the ring, and its per-128 scales after the
+// ring's barriers (LayerW8a8::kABytes; the Ring holds their addresses). act, down's input, is
+// quantized once for the grid instead, a block by the gate/up tile that completes it, into global
+// memory beside act (W8a8Act), and down polls those bytes and scales into the e4m3 resident A:
+// every CTA quantizing the whole act row held down back ~8 µs a layer on the 8B.
 // The e4m3 A is the token's row as wgmma's A without swizzle (core matrices of 8 rows of 16 bytes,
 // LBO 16, SBO 0: row 0 is the token, rows 1-63 read the bytes after it, up to the ring's first
 // slot, and are never stored).
@@ -134,6 +137,46 @@ __device__ __forceinline__ void layer_w8a8_scale_rows(unsigned (&wrow)[BN / 8], 
   }
 }
 
+// act in the W8A8 layer, I columns of one token (kernel_plan.hpp's persistent_w8a8_act_bytes
+// mirrors kWords): the bf16 row, then its e4m3 bytes (I / 4 words), then one f32 scale a 128-column
+// block, padded to whole 16-byte chunks. Every word is kActPending from the layer's prologue until
+// its one gpu-scope relaxed store (a word that would read kActPending is stored as another of the
+// same meaning: four e4m3 NaNs, whose block's scale is NaN too), so readers poll the words
+// themselves, as down polls act in the bf16 layer (persistent_poll_a), and no count or fence is
+// needed.
+template <unsigned I>
+struct W8a8Act {
+  static_assert(I % 128 == 0, "whole K blocks");
+  enum : unsigned {
+    kBlocks = I / 128,
+    kQWords = I / 4,
+    kChunks = (kQWords + kBlocks + 3) / 4,  // 16-byte chunks of the e4m3 bytes and scales
+    kWords = I / 2 + 4 * kChunks,
+  };
+  static constexpr unsigned kE4m3NanWord = 0x7f7f7f7fu;
+};
+
+// Gate/up tile t's share of act's quantization, by warp 0 after its act stores (COLS act columns a
+// tile, I of them): where the tile holds a 128-column block's last column, it quantizes that block
+// (quantize_lane_e4m3, quantize_rows_e4m3's arithmetic): each lane polls its four columns (words
+// that earlier tiles, on any CTA, wrote once) until neither word is pending, then stores its e4m3
+// word, and lane 0 the block's scale (W8a8Act).
+template <unsigned COLS>
+__device__ __forceinline__ void layer_w8a8_quantize_act(bf16* act, unsigned I, unsigned t,
+                                                        unsigned lane) {
+  const unsigned end = (t + 1) * COLS;
+  if (end / 128 == t * COLS / 128) return;  // no block ends in this tile
+  const unsigned b = end / 128 - 1;
+  const unsigned* words = reinterpret_cast<const unsigned*>(act) + 64 * b + 2 * lane;
+  uint2 v = hexel::ld_relaxed_gpu_v2(words);
+  while (v.x == kActPending || v.y == kActPending) v = hexel::ld_relaxed_gpu_v2(words);
+  float s;
+  const unsigned q = quantize_lane_e4m3(v, s);
+  unsigned* out = reinterpret_cast<unsigned*>(act + I);
+  hexel::st_relaxed_gpu(out + 32 * b + lane, q == kActPending ? 0x7f7f7f7fu : q);
+  if (lane == 0) hexel::st_relaxed_gpu(out + I / 4 + b, __float_as_uint(s));
+}
+
 // The W8A8 layer's MMA atom (decode_persistent.cuh's LayerWgmma says what an atom provides), for a
 // layer whose largest K is K_MAX.
 template <unsigned K_MAX>
@@ -175,6 +218,8 @@ struct LayerW8a8 {
     float acc[BN / 2];
     layer_w8a8_tile_mma<BN>(ring, ring_base, full, empty, K, wrow, acc);
     layer_gemm_tile_store<M, BN, EPI>(acc, t, N, out, warp, lane);
+    if constexpr (EPI == SmallEpi::SwiGlu)
+      if (warp == 0) layer_w8a8_quantize_act<BN / 2>(static_cast<bf16*>(out), N, t, lane);
   }
   template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope,
             unsigned BQ, unsigned H, unsigned STAGES>
@@ -213,9 +258,61 @@ __device__ __forceinline__ void layer_w8a8_quantize(const LayerW8a8Ring<STAGES>&
   hexel::named_barrier_sync(1, 128);
 }
 
+// Down's input: act's e4m3 bytes and scales (W8a8Act) into the e4m3 resident A of `ring` by the
+// 128 consumer threads, each polling its 16-byte chunks (gpu-scope relaxed loads, all of them
+// first, then again those with a pending word), then the fence for wgmma and the meeting.
+template <unsigned I, unsigned STAGES>
+__device__ __forceinline__ void layer_w8a8_poll_act(const LayerW8a8Ring<STAGES>& ring,
+                                                    const bf16* act) {
+  using A = W8a8Act<I>;
+  constexpr unsigned kPer = (A::kChunks + 127) / 128;
+  const auto* words = reinterpret_cast<const unsigned*>(act + I);
+  const unsigned tid = threadIdx.x;
+  auto pending = [](const uint4& v, unsigned c) {
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+    bool p = false;
+#pragma unroll
+    for (unsigned e = 0; e < 4; ++e) p |= 4 * c + e < A::kQWords + A::kBlocks && w[e] == kActPending;
+    return p;
+  };
+  uint4 v[kPer];
+#pragma unroll
+  for (unsigned i = 0; i < kPer; ++i)
+    if (tid + 128 * i < A::kChunks) v[i] = hexel::ld_relaxed_gpu_v4(words + 4 * (tid + 128 * i));
+  for (bool again = true; again;) {
+    again = false;
+#pragma unroll
+    for (unsigned i = 0; i < kPer; ++i) {
+      const unsigned c = tid + 128 * i;
+      if (c < A::kChunks && pending(v[i], c)) {
+        v[i] = hexel::ld_relaxed_gpu_v4(words + 4 * c);
+        again = true;
+      }
+    }
+  }
+  auto* scale = const_cast<float*>(ring.scale);
+#pragma unroll
+  for (unsigned i = 0; i < kPer; ++i) {
+    const unsigned c = tid + 128 * i;
+    if (c >= A::kChunks) continue;
+    if (4 * c < A::kQWords) {
+      hexel::st_shared_v4(ring.q + 16 * c, v[i].x, v[i].y, v[i].z, v[i].w);
+    } else {
+      const unsigned w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+      for (unsigned e = 0; e < 4; ++e)
+        if (4 * c + e - A::kQWords < A::kBlocks) scale[4 * c + e - A::kQWords] = __uint_as_float(w[e]);
+    }
+  }
+  hexel::fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
+  hexel::named_barrier_sync(1, 128);
+}
+
 template <unsigned K_MAX>
 struct LayerAtomInput<LayerW8a8<K_MAX>> {
   enum : unsigned { kStreamKDiv = 2 };  // 128-byte boxes where bf16 has 64 columns
+  template <unsigned I>
+  static constexpr unsigned kActWords = W8a8Act<I>::kWords;
   template <unsigned STAGES, class S>
   __device__ __forceinline__ static void start(LayerW8a8Ring<STAGES>& ring, const S& sm,
                                                const float* qkv_s, const float* o_s,
@@ -231,6 +328,13 @@ struct LayerAtomInput<LayerW8a8<K_MAX>> {
     static_assert(K <= K_MAX && K % 128 == 0, "whole K blocks in the resident A");
     ring.w_scale = ring.weight_scales[P];
     layer_w8a8_quantize<K>(ring, base);
+  }
+  template <int M, unsigned I, unsigned STAGES>
+  __device__ __forceinline__ static void down_input(LayerW8a8Ring<STAGES>& ring, unsigned,
+                                                    const bf16* act) {
+    static_assert(M == 1, "one token");
+    ring.w_scale = ring.weight_scales[3];
+    layer_w8a8_poll_act<I>(ring, act);
   }
 };
 

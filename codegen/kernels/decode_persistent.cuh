@@ -584,13 +584,17 @@ __device__ __forceinline__ void persistent_norm_a(unsigned base, const float* x,
 
 // What the layer's atom does beyond its tiles (the default: LayerWgmma, LayerTcgen05, which read
 // the bf16 resident A as it is and stream K bf16 columns a weight row). The W8A8 atom
-// (decode_layer_w8a8.cuh) specializes it: its producer streams e4m3 rows of 128-byte boxes, a
-// box where a bf16 stream has one of 64 columns (kStreamKDiv 2: a phase counts K / 2), start also takes the four weights' scales, and each phase's input, once formed
-// in the resident A (a_finish's meeting), is quantized (ready: P the phase's weight, 0 qkv .. 3
-// down, K its columns).
+// (decode_layer_w8a8.cuh) specializes it: its producer streams e4m3 rows of 128-byte boxes, a box
+// where a bf16 stream has one of 64 columns (kStreamKDiv 2: a phase counts K / 2), start also takes
+// the four weights' scales, each phase's input, once formed in the resident A (a_finish's meeting),
+// is quantized (ready: P the phase's weight, 0 qkv .. 3 down, K its columns), and down's input is
+// act's e4m3 form beside act (down_input; kActWords, the words the prologue sets pending).
 template <class Atom>
 struct LayerAtomInput {
   enum : unsigned { kStreamKDiv = 1 };
+  // act's words (one token, I columns) that the layer's prologue sets pending.
+  template <unsigned I>
+  static constexpr unsigned kActWords = I / 2;
   template <class Ring, class S>
   __device__ __forceinline__ static void start(Ring& ring, const S& sm, const float*, const float*,
                                                const float*, const float*) {
@@ -598,6 +602,12 @@ struct LayerAtomInput {
   }
   template <unsigned P, unsigned K, class Ring>
   __device__ __forceinline__ static void ready(Ring&, unsigned) {}
+  // Down's input (act, I columns) into the resident A at base once every word has arrived.
+  template <int M, unsigned I, class Ring>
+  __device__ __forceinline__ static void down_input(Ring& ring, unsigned base, const bf16* act) {
+    persistent_poll_a<M, I>(base, act);
+    ready<3, I>(ring, base);
+  }
 };
 
 // The MLP half of a layer's decode step: x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x +=
@@ -637,7 +647,7 @@ struct MlpPhases {
   // The consumers: x += o(attn); act = SwiGLU(gate_up(RMSNorm(x))); x += down(act). Waits for the
   // count to reach phase0 · gridDim.x first and arrives after o (the caller arrives after down if
   // anything follows in the launch); no count between gate/up and down: down polls act
-  // (persistent_poll_a; the caller has set act to kActPending before phase0's count).
+  // (LayerAtomInput::down_input; the caller has set act to kActPending before phase0's count).
   template <int M, float EPS, class Ring>
   __device__ static void run(Ring& ring, unsigned base, unsigned ring_base, unsigned full,
                              unsigned empty, const bf16* attn, const float* norm_w, float* x,
@@ -666,8 +676,7 @@ struct MlpPhases {
     phase_trace(2 + 2 * (phase0 + 1));
     first = persistent_first_tile(g0 + kTilesO + kTilesGu);
     if (first < kTilesDown) {
-      persistent_poll_a<M, I>(base, act);
-      LayerAtomInput<Atom>::template ready<3, I>(ring, base);
+      LayerAtomInput<Atom>::template down_input<M, I>(ring, base, act);
       phase_trace(3 + 2 * (phase0 + 1));
       for (unsigned tile = first; tile < kTilesDown; tile += gridDim.x)
         Atom::template tile<M, BD, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, I,
@@ -811,7 +820,8 @@ struct DecodeLayer {
   using NormWeights = float[kNormChunks<H>][8];
 
   // Before the first phase: the norm's weights (no kernel writes them), the wait for the previous
-  // kernels (x and the KV pages are theirs), then act set pending (persistent_poll_a): before this
+  // kernels (x and the KV pages are theirs), then act's words set pending (persistent_poll_a; the
+  // atom's LayerAtomInput::kActWords): before this
   // CTA's first arrival, so before every CTA's gate/up stores; after the wait, so after the
   // previous kernels' reads of it.
   __device__ __forceinline__ static void prologue(const float* attn_norm, bf16* act,
@@ -821,7 +831,8 @@ struct DecodeLayer {
     rms_load_w<H>(attn_norm, t, w8);
     hexel::grid_dependency_wait();
     phase_trace_at(0, entry);
-    for (unsigned w = blockIdx.x * 128 + t; w < static_cast<unsigned>(I / 2); w += gridDim.x * 128)
+    constexpr unsigned kActWords = LayerAtomInput<Atom>::template kActWords<I>;
+    for (unsigned w = blockIdx.x * 128 + t; w < kActWords; w += gridDim.x * 128)
       hexel::st_relaxed_gpu(reinterpret_cast<unsigned*>(act) + w, kActPending);
     phase_trace(1);
   }

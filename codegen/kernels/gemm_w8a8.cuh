@@ -52,6 +52,22 @@ namespace telos_kernels {
 // largest magnitude by bit pattern (an exact, order-free integer maximum, redux.sync; a NaN's
 // pattern lies above infinity's, so NaN makes the scale NaN and the row's outputs NaN, as the
 // reference says).
+// The block's four bf16 values of a lane (v: two words, the lower column in each word's low half;
+// zeros past K): their e4m3 bytes (the lower column in the low byte) and, in s, the block's scale,
+// every lane's the same.
+__device__ __forceinline__ unsigned quantize_lane_e4m3(uint2 v, float& s) {
+  const float x[4] = {__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
+                      __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u)};
+  unsigned amax = 0;
+#pragma unroll
+  for (unsigned i = 0; i < 4; ++i) amax = max(amax, __float_as_uint(x[i]) & 0x7fffffffu);
+  amax = __reduce_max_sync(0xffffffffu, amax);
+  s = __fdiv_rn(__uint_as_float(amax), 448.f);
+  s = s == 0.f ? 1.f : s;
+  return hexel::cvt_e4m3x2_f32(__fdiv_rn(x[0], s), __fdiv_rn(x[1], s)) |
+         (hexel::cvt_e4m3x2_f32(__fdiv_rn(x[2], s), __fdiv_rn(x[3], s)) << 16);
+}
+
 template <int K>
 __device__ __forceinline__ void quantize_block_e4m3(const bf16* x_row, unsigned char* q_row,
                                                     float* scale_row, unsigned kb, unsigned lane) {
@@ -59,19 +75,10 @@ __device__ __forceinline__ void quantize_block_e4m3(const bf16* x_row, unsigned 
   const bool in_k = c < static_cast<unsigned>(K);
   uint2 v = make_uint2(0u, 0u);
   if (in_k) v = *reinterpret_cast<const uint2*>(x_row + c);
-  const float x[4] = {__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
-                      __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u)};
-  unsigned amax = 0;
-#pragma unroll
-  for (unsigned i = 0; i < 4; ++i) amax = max(amax, __float_as_uint(x[i]) & 0x7fffffffu);
-  amax = __reduce_max_sync(0xffffffffu, amax);
-  float s = __fdiv_rn(__uint_as_float(amax), 448.f);
-  s = s == 0.f ? 1.f : s;
+  float s;
+  const unsigned q = quantize_lane_e4m3(v, s);
   if (lane == 0) scale_row[kb] = s;
-  if (in_k)
-    *reinterpret_cast<unsigned*>(q_row + c) =
-        hexel::cvt_e4m3x2_f32(__fdiv_rn(x[0], s), __fdiv_rn(x[1], s)) |
-        (hexel::cvt_e4m3x2_f32(__fdiv_rn(x[2], s), __fdiv_rn(x[3], s)) << 16);
+  if (in_k) *reinterpret_cast<unsigned*>(q_row + c) = q;
 }
 
 // x [M, K] bf16 → q [M, K] e4m3 and scale [M, ceil(K / 128)] f32; grid ceil(M · ceil(K / 128) /

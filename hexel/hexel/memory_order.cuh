@@ -37,6 +37,14 @@ HEXEL_DEVICE uint4 ld_relaxed_gpu_v4(const void* p) {
   return v;
 }
 
+// Thread: the 8 bytes at p (8-byte aligned), relaxed at gpu scope: two 32-bit elements, each
+// single-copy atomic. PTX: ld (.relaxed.gpu.global.v2.b32).
+HEXEL_DEVICE uint2 ld_relaxed_gpu_v2(const void* p) {
+  uint2 v;
+  asm volatile("ld.relaxed.gpu.global.v2.b32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p) : "memory");
+  return v;
+}
+
 // Thread: *p = v, relaxed at gpu scope (a word that other CTAs poll). PTX: st
 // (.relaxed.gpu.global.b32).
 HEXEL_DEVICE void st_relaxed_gpu(uint32_t* p, uint32_t v) {

@@ -5089,9 +5089,9 @@ TEST(GpuKernels, W8a8SmallGemmRowsMatchPrefillGemm) {
 // and ring) against the same token through the kernels a bucket of more tokens runs, bit for bit:
 // q and the appended K/V (rmsnorm, quantize_rows_e4m3, gemm_prefill_w8a8_bf16,
 // qkv_rope_append_rows), the attention output (attn_split and attn_combine on those q and K/V),
-// and from the layer's own attention output x and act (quantize_rows_e4m3 before each of
-// gemm_prefill_w8a8_residual (o), rmsnorm, gemm_prefill_w8a8_swiglu, gemm_prefill_w8a8_residual
-// (down)). At the tiny (QKV bias, head dim 32), Llama-3.2-1B, Qwen3-0.6B (QK norm: the QKV
+// and from the layer's own attention output x, act and act's e4m3 form (quantize_rows_e4m3 before
+// each of gemm_prefill_w8a8_residual (o), rmsnorm, gemm_prefill_w8a8_swiglu,
+// gemm_prefill_w8a8_residual (down)). At the tiny (QKV bias, head dim 32), Llama-3.2-1B, Qwen3-0.6B (QK norm: the QKV
 // epilogue's own phase) and Llama-3.1-8B shapes, at ragged context lengths (the first position,
 // mid-page, past one split, several splits), with 128 x 128 weight scale blocks; outputs poisoned
 // first, every SM's shared memory NaNs before each launch, the counters back at zero after it.
@@ -5200,7 +5200,8 @@ TEST(GpuKernels, W8a8PersistentLayerMatchesPrefillW8a8Kernels) {
       DeviceBuffer<float> x(x0), q(static_cast<std::size_t>(KO)),
           part_o(static_cast<std::size_t>(KO) * nsplit),
           part_ml(static_cast<std::size_t>(s.HQ) * nsplit * 2);
-      DeviceBuffer<std::uint16_t> kv(kv0), qkv(NQKV), attn(KO), act(s.I);  // poisoned
+      DeviceBuffer<std::uint16_t> kv(kv0), qkv(NQKV), attn(KO),
+          act(codegen::persistent_w8a8_act_bytes(s.I) / 2);  // poisoned
       std::vector<const void*> args;
       for (int k = 0; k < 4; ++k) args.push_back(layer_maps[k]->get());
       for (int k = 0; k < 4; ++k) args.push_back(dscale[k]->get());
@@ -5214,7 +5215,9 @@ TEST(GpuKernels, W8a8PersistentLayerMatchesPrefillW8a8Kernels) {
           << cudaGetErrorString(cudaGetLastError()) << ", " << layer;
       EXPECT_EQ(sync.download(), (std::vector<unsigned>{0u, 0u})) << at;
       const std::vector<float> got_x = x.download(), got_q = q.download();
-      const bf16v got_kv = kv.download(), got_attn = attn.download(), got_act = act.download();
+      const bf16v got_kv = kv.download(), got_attn = attn.download();
+      const bf16v act_all = act.download();  // the bf16 row, its e4m3 form (W8a8Act)
+      const bf16v got_act(act_all.begin(), act_all.begin() + s.I);
       std::size_t nans = 0;
       for (float v : got_x) nans += std::isnan(v);
       for (std::uint16_t v : got_attn) nans += std::isnan(from_bf16(v));
@@ -5281,6 +5284,13 @@ TEST(GpuKernels, W8a8PersistentLayerMatchesPrefillW8a8Kernels) {
       const bf16v acts = act_sep.download();
       EXPECT_EQ(0, std::memcmp(got_x.data(), xs.data(), xs.size() * sizeof(float))) << "x, " << at;
       EXPECT_EQ(0, std::memcmp(got_act.data(), acts.data(), acts.size() * 2)) << "act, " << at;
+      // act's e4m3 form, quantized a block by the gate/up tile completing it: quantize_rows_e4m3's
+      // bytes and scales.
+      const std::vector<std::uint8_t> qds = qd.download();
+      const std::vector<float> sds = sd.download();
+      const auto* got_q8 = reinterpret_cast<const std::uint8_t*>(act_all.data()) + 2 * s.I;
+      EXPECT_EQ(0, std::memcmp(got_q8, qds.data(), qds.size())) << "act e4m3, " << at;
+      EXPECT_EQ(0, std::memcmp(got_q8 + s.I, sds.data(), sds.size() * 4)) << "act scales, " << at;
 
       // down against f64 on the layer's own quantized act.
       std::vector<float> act_f(s.I);

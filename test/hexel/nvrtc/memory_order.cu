@@ -22,7 +22,8 @@ extern "C" __global__ void memory_order_kernel(unsigned* count, float* x, uint4*
     }
   }
   const uint4 v = ld_relaxed_gpu_v4(words + threadIdx.x);
-  out[threadIdx.x] = v.x + v.y + v.z + v.w;
+  const uint2 u = ld_relaxed_gpu_v2(reinterpret_cast<const uint2*>(words + 64) + threadIdx.x);
+  out[threadIdx.x] = v.x + v.y + v.z + v.w + u.x + u.y;
 }
 // CHECK-LABEL: .entry memory_order_kernel
 // CHECK: red.relaxed.gpu.global.add.v2.f32 [{{%rd[0-9]+}}], {{{%f[0-9]+}}, {{%f[0-9]+}}};
@@ -33,3 +34,4 @@ extern "C" __global__ void memory_order_kernel(unsigned* count, float* x, uint4*
 // CHECK: red.relaxed.gpu.global.add.u32 [{{%rd[0-9]+}}], 1;
 // CHECK: ld.acquire.gpu.global.u32
 // CHECK: ld.relaxed.gpu.global.v4.b32
+// CHECK: ld.relaxed.gpu.global.v2.b32
