@@ -258,8 +258,8 @@ std::string small_gemm_w8a8_instance(const SmallGemmTiling& t, const std::string
 SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups = 0);
 // The W8A8 LM head's tiles (gemm_small_w8a8_f32cand): lm_head_tiling's on one warpgroup, weight
 // tiles of at most 128 rows (one scale block), stages of one 128-column K block in the same shared
-// memory. The projections' small-M tiles (32 rows) ran the 1B's head at ~67% of copy where the bf16
-// head on 128-row tiles reaches ~88%.
+// memory: the projections' small-M tiles (32 rows, 2 stages) left the 1B's head well short of the
+// ~88% of copy the bf16 head reaches on 128-row tiles.
 SmallGemmTiling lm_head_w8a8_tiling(int vocab, int hidden, int rows);
 
 // The deepest K at which the plan runs the small GEMM's wide tiles on two consumer warpgroups

@@ -141,9 +141,10 @@ __device__ __forceinline__ void layer_w8a8_scale_rows(unsigned (&wrow)[BN / 8], 
 // mirrors kWords): the bf16 row, then its e4m3 bytes (I / 4 words), then one f32 scale a 128-column
 // block, padded to whole 16-byte chunks. Every word is kActPending from the layer's prologue until
 // its one gpu-scope relaxed store (a word that would read kActPending is stored as another of the
-// same meaning: four e4m3 NaNs, whose block's scale is NaN too), so readers poll the words
-// themselves, as down polls act in the bf16 layer (persistent_poll_a), and no count or fence is
-// needed.
+// same meaning, kActE4m3Nan: four e4m3 NaNs, whose block's scale is NaN too), so readers poll the
+// words themselves, as down polls act in the bf16 layer (persistent_poll_a), and no count or fence
+// is needed.
+constexpr unsigned kActE4m3Nan = 0x7f7f7f7fu;
 template <unsigned I>
 struct W8a8Act {
   static_assert(I % 128 == 0, "whole K blocks");
@@ -153,7 +154,6 @@ struct W8a8Act {
     kChunks = (kQWords + kBlocks + 3) / 4,  // 16-byte chunks of the e4m3 bytes and scales
     kWords = I / 2 + 4 * kChunks,
   };
-  static constexpr unsigned kE4m3NanWord = 0x7f7f7f7fu;
 };
 
 // Gate/up tile t's share of act's quantization, by warp 0 after its act stores (COLS act columns a
@@ -173,7 +173,7 @@ __device__ __forceinline__ void layer_w8a8_quantize_act(bf16* act, unsigned I, u
   float s;
   const unsigned q = quantize_lane_e4m3(v, s);
   unsigned* out = reinterpret_cast<unsigned*>(act + I);
-  hexel::st_relaxed_gpu(out + 32 * b + lane, q == kActPending ? 0x7f7f7f7fu : q);
+  hexel::st_relaxed_gpu(out + 32 * b + lane, q == kActPending ? kActE4m3Nan : q);
   if (lane == 0) hexel::st_relaxed_gpu(out + I / 4 + b, __float_as_uint(s));
 }
 
