@@ -336,7 +336,7 @@ struct LayerW8a8 {
 
 template <unsigned K_MAX>
 struct AtomResidentBytes<LayerW8a8<K_MAX>> {
-  static constexpr unsigned value = LayerW8a8<K_MAX>::kRowBytes;
+  enum : unsigned { value = LayerW8a8<K_MAX>::kRowBytes };
 };
 
 // The token's bf16 row of K columns at shared address `base` (the resident A, M 1: contiguous)

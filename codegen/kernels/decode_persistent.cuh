@@ -152,10 +152,11 @@ struct LayerWgmma;
 
 // The shared memory an MMA atom keeps beside the resident A, between it and the ring, in whole KBs
 // (the ring's slots stay 1024-aligned for the 128B swizzle): none, unless the atom says (the W8A8
-// atom's e4m3 row: decode_layer_w8a8.cuh).
+// atom's e4m3 row: decode_layer_w8a8.cuh). Enumerators, which NVRTC does not emit as globals of
+// the module (gemm_prefill_shape.cuh).
 template <class Atom>
 struct AtomResidentBytes {
-  static constexpr unsigned value = 0;
+  enum : unsigned { value = 0 };
 };
 
 // The setup every persistent kernel here shares: shared memory (the resident A of K_MAX columns,
@@ -168,7 +169,7 @@ struct AtomResidentBytes {
 template <int M, int K_MAX, int STAGES, int RAW_STAGES = 0, class Atom = LayerWgmma>
 struct PersistentSmem {
   static constexpr unsigned kAResident = (K_MAX / 8 * M * 16 + 128 + 1023) / 1024 * 1024;
-  static constexpr unsigned kAtomResident = AtomResidentBytes<Atom>::value;
+  enum : unsigned { kAtomResident = AtomResidentBytes<Atom>::value };
   static_assert(kAtomResident % 1024 == 0, "the ring's slots 1024-aligned");
   static constexpr unsigned kBytes = 1024 + kAResident + kAtomResident +
                                      STAGES * (Atom::kSlotBytes + 16) +
