@@ -299,8 +299,8 @@ inline constexpr int kSmallGemmQkvFoldMaxRows = 1;
 // the artifact is for the H200's 132 SMs.
 inline constexpr int kDecodeLayerPersistentMaxRows = 1;
 inline constexpr int kPersistentThreads = 160;  // the consumer warpgroup and the producer warp
-// decode_layer_persistent_w8a8's: two consumer warpgroups and the producer warp.
-inline constexpr int kPersistentW8a8Threads = 288;
+// decode_layer_persistent_w8a8's: two consumer warpgroups and the producer's.
+inline constexpr int kPersistentW8a8Threads = 384;
 
 // decode_layer_persistent's tiles and ring for a model: weight rows per tile of qkv, o, gate/up
 // (gate + up) and down (a multiple of 8 from 16 to 64 that gives the busiest CTA the fewest rows:

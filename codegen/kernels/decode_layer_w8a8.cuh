@@ -44,7 +44,8 @@
 // slot, as the bf16 layer's, rather than one a K block. The tiles and the ring are kernel_plan's
 // decode_layer_w8a8_tiling's.
 //
-// Two consumer warpgroups (warps 0-3 and 4-7; the producer is warp 8): a slot's wait for its
+// Two consumer warpgroups (warps 0-3 and 4-7; the producer is warp 8, of a warpgroup of its own
+// for the registers: kW8a8LayerThreads): a slot's wait for its
 // chains leaves one warpgroup's tensor work in a fraction of the time the stream gives it, so
 // in the MLP phases the producer streams the CTA's tiles in pairs (StreamCursor's PAIRED: slot sl
 // of a pair's first tile, then of its second), the first warpgroup runs each pair's first tile and
@@ -193,9 +194,11 @@ __device__ __forceinline__ void layer_w8a8_quantize_act(bf16* act, unsigned I, u
 // of kW8a8DoneBarrier when its tiles of the phase are done (so their reads of the resident A and
 // their stores).
 constexpr unsigned kW8a8InputBarrier = 3, kW8a8DoneBarrier = 4;
-// The layer's threads: two consumer warpgroups, then the producer warp (kernel_plan.hpp's
-// kPersistentW8a8Threads mirrors it).
-constexpr unsigned kW8a8LayerThreads = 2 * 128 + 32;
+// The layer's threads: two consumer warpgroups, then the producer's (kernel_plan.hpp's
+// kPersistentW8a8Threads mirrors it). A warp's registers come from its quarter of the SM (warp w
+// on quarter w mod 4), so nine warps would cap each at 65536 / 4 / 3 / 32 = 170 and spill the 8B's
+// consumers: with a producer warpgroup of 40 a thread (setmaxnreg), the consumers take 232.
+constexpr unsigned kW8a8LayerThreads = 3 * 128;
 
 // The W8A8 layer's MMA atom (decode_persistent.cuh's LayerWgmma says what an atom provides), for a
 // layer whose largest K is K_MAX. Two consumer warpgroups (LayerAtomInput::kGroups) run the MLP
@@ -407,7 +410,7 @@ __device__ __forceinline__ void layer_w8a8_poll_act(const LayerW8a8Ring<STAGES>&
 template <unsigned K_MAX>
 struct LayerAtomInput<LayerW8a8<K_MAX>> {
   // 128-byte boxes where bf16 has 64 columns; two consumer warpgroups (LayerW8a8).
-  enum : unsigned { kStreamKDiv = 2, kGroups = 2 };
+  enum : unsigned { kStreamKDiv = 2, kGroups = 2, kConsumerRegs = 232, kProducerRegs = 40 };
   template <unsigned I>
   static constexpr unsigned kActWords = W8a8Act<I>::kWords;
   template <unsigned STAGES, class S>
@@ -446,12 +449,11 @@ struct LayerAtomInput<LayerW8a8<K_MAX>> {
 // The layer on W8A8 (see the top of this file): decode_layer_persistent's template arguments up to
 // QKV_ROPE (the tiles kernel_plan's decode_layer_w8a8_tiling picks); its arguments with each
 // weight's map (its e4m3 bytes [N, K], BQ / BO / BG / 2 / BD x 128 boxes, 128B swizzle) followed by the four weights' 128 x 128 block scales; dynamic shared memory
-// decode_layer_persistent's and LayerW8a8::kABytes. kW8a8LayerThreads threads, at most 224
-// registers each (__launch_bounds__(288, 1) makes ptxas cap them lower: the 8B's then spill).
+// decode_layer_persistent's and LayerW8a8::kABytes; kW8a8LayerThreads threads.
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
           int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE>
-__global__ void __maxnreg__(224)
+__global__ void __launch_bounds__(kW8a8LayerThreads, 1)
     decode_layer_persistent_w8a8(const TensorMap* qkv_w, const TensorMap* o_w,
                                  const TensorMap* gu_w, const TensorMap* down_w, const float* qkv_s,
                                  const float* o_s, const float* gu_s, const float* down_s,

@@ -632,7 +632,8 @@ __host__ __device__ constexpr unsigned group_barrier(unsigned group) { return gr
 
 template <class Atom>
 struct LayerAtomInput {
-  // kGroups: consumer warpgroups (1, or 2: MlpPhases::run_second, the producer warp after them).
+  // kGroups: consumer warpgroups (1, or 2: MlpPhases::run_second, then a producer warpgroup, the
+  // two with kConsumerRegs registers a thread, the producer's kProducerRegs: setmaxnreg).
   enum : unsigned { kStreamKDiv = 1, kGroups = 1 };
   // act's words (one token, I columns) that the layer's prologue sets pending.
   template <unsigned I>
@@ -1073,10 +1074,12 @@ __device__ __forceinline__ void decode_layer_body(
       L::template convert<WQ, WO, WG, WD, RAW_STAGES>(ring, sm, phases, qkv_s, o_s, gu_s, down_s);
       return;
     }
-  } else if (hexel::warp_index() == 4 * kGroups) {
+  } else if (kGroups == 1 ? hexel::warp_index() == 4 : hexel::warp_index() >= 8) {
     // The producer warp's lane 0: every weight box of the CTA's tiles into the ring (with two
-    // consumer warpgroups, the MLP phases' tiles in pairs: StreamCursor's PAIRED).
-    if (threadIdx.x % 32 == 0) {
+    // consumer warpgroups, a warpgroup of its own that hands them its registers, warp 8 the
+    // producer's, and the MLP phases' tiles in pairs: StreamCursor's PAIRED).
+    if constexpr (kGroups == 2) hexel::setmaxnreg_dec<LayerAtomInput<Atom>::kProducerRegs>();
+    if ((kGroups == 1 || hexel::warp_index() == 8) && threadIdx.x % 32 == 0) {
       stream_phases();
       phase_trace_at(kTraceProducerWaits,
                      persistent_stream<STAGES, Atom::kSlotRows,
@@ -1088,6 +1091,7 @@ __device__ __forceinline__ void decode_layer_body(
     return;
   }
   if constexpr (kGroups == 2) {
+    hexel::setmaxnreg_inc<LayerAtomInput<Atom>::kConsumerRegs>();
     // The second consumer warpgroup (warps 4-7): its tile of each pair of the QKV tiles with
     // QKV_ROPE (the first warpgroup alone runs them and their epilogue phase without), then of the
     // MLP half's (MlpPhases::run_second). The first warpgroup runs the attention half alone.
