@@ -488,12 +488,10 @@ SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups) 
 namespace {
 
 // The one-token layer's tiles for weights whose tiles `fits` takes (persistent_tile_fits,
-// persistent_w8a8_tile_fits) and its QKV epilogue's place; o's, down's and with the QKV epilogue
-// in the tiles qkv's for `groups` consumer warpgroups (a CTA's tiles of a phase run `groups` at a
-// time).
+// persistent_w8a8_tile_fits) and its QKV epilogue's place.
 template <class Fits>
 PersistentLayerTiling layer_tiles(int h, int nqkv, int ko, int i, int head_dim, bool qk_norm,
-                                  Fits fits, int groups = 1) {
+                                  Fits fits) {
   PersistentLayerTiling t;
   // The QKV epilogue runs in the QKV tiles wherever it can (no QK norm: the weights' pair order
   // puts both elements of a rotated pair in one 8-row group): one grid-wide count and one phase a
@@ -504,20 +502,18 @@ PersistentLayerTiling layer_tiles(int h, int nqkv, int ko, int i, int head_dim, 
   // the busiest CTA, and of those the largest (fewer, longer streams): 32 rows where that gives an
   // SM a tile (the 8B's o and down), 16 where 32 would leave SMs idle (the 1B's o and down), 48
   // and 24 where 32 and 16 make 1.45 waves (the 8B's and the 1B's qkv: 192 tiles against 128).
-  // With two groups, the rows a warpgroup of the busiest CTA takes (the 8B's o and down: 16-row
-  // tiles, two an SM, one a warpgroup; its qkv 24).
-  const auto pick = [&](int k, int n, int g) {
+  const auto pick = [&](int k, int n) {
     int best = 0, best_rows = 0;
     for (int bn = 16; bn <= 64; bn += 8) {
       if (!fits(bn, k, n)) continue;
-      const int rows = ((n / bn + kSms - 1) / kSms + g - 1) / g * bn;  // the busiest CTA's
+      const int rows = (n / bn + kSms - 1) / kSms * bn;  // the busiest CTA's
       if (best == 0 || rows <= best_rows) best = bn, best_rows = rows;
     }
     return best;
   };
-  t.bq = pick(h, nqkv, t.qkv_rope ? groups : 1);  // both warpgroups run QKV_ROPE's tiles
-  t.bo = pick(ko, h, groups);
-  t.bd = pick(i, h, groups);
+  t.bq = pick(h, nqkv);
+  t.bo = pick(ko, h);
+  t.bd = pick(i, h);
   t.bg = fits(64, h, 2 * i) && i % 32 == 0 ? 64 : 0;
   return t;
 }
@@ -527,7 +523,7 @@ PersistentLayerTiling layer_tiles(int h, int nqkv, int ko, int i, int head_dim, 
 PersistentLayerTiling decode_layer_w8a8_tiling(int h, int nqkv, int ko, int i, int head_dim,
                                                bool qk_norm) {
   PersistentLayerTiling t =
-      layer_tiles(h, nqkv, ko, i, head_dim, qk_norm, persistent_w8a8_tile_fits, 2);
+      layer_tiles(h, nqkv, ko, i, head_dim, qk_norm, persistent_w8a8_tile_fits);
   // As decode_layer_tiling's: the bf16 resident A (each phase's input before its quantization),
   // 16 KB of static shared memory, 1 KB of alignment; then the e4m3 resident A, the rest in slots.
   const int k_max = std::max({h, ko, i});

@@ -299,8 +299,6 @@ inline constexpr int kSmallGemmQkvFoldMaxRows = 1;
 // the artifact is for the H200's 132 SMs.
 inline constexpr int kDecodeLayerPersistentMaxRows = 1;
 inline constexpr int kPersistentThreads = 160;  // the consumer warpgroup and the producer warp
-// decode_layer_persistent_w8a8's: two consumer warpgroups and the producer's.
-inline constexpr int kPersistentW8a8Threads = 384;
 
 // decode_layer_persistent's tiles and ring for a model: weight rows per tile of qkv, o, gate/up
 // (gate + up) and down (a multiple of 8 from 16 to 64 that gives the busiest CTA the fewest rows:
@@ -405,8 +403,7 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
                                           bool qk_norm = true, bool e4m3 = false);
 // The W8A8 layer's (decode_layer_persistent_w8a8, kernels/decode_layer_w8a8.cuh):
 // decode_layer_tiling's choice of tiles (the fewest rows on the busiest CTA) among those whose K is
-// whole slots of 128-column blocks (persistent_w8a8_tile_fits), o's and down's the fewest rows a
-// consumer warpgroup of the busiest CTA takes (two warpgroups run its tiles in pairs); the ring's 8 KB slots as many as
+// whole slots of 128-column blocks (persistent_w8a8_tile_fits); the ring's 8 KB slots as many as
 // fit beside the bf16 resident A, the e4m3 one (persistent_w8a8_a_bytes) and the static shared
 // memory (a slot of e4m3 holds twice the K, so the ring holds twice the weight rows' K in flight in
 // the same bytes); no slot images (they hold bf16 tiles). It fits where K is whole 128-column

@@ -1197,7 +1197,7 @@ KernelInstance decode_layer_kernel(const ModelPlan& mp, const ir::Op& qkv, int H
               float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(D))) + ", " +
               num(I) + ", " + num(t.stages) + ", " + num(t.bq) + ", " + num(t.bo) + ", " +
               num(t.bg) + ", " + num(t.bd) + (t.qkv_rope ? ", true" : ", false") + last + ">",
-          params, w8a8 ? kPersistentW8a8Threads : e4m3 ? kPersistentE4m3Threads : kPersistentThreads, t.smem};
+          params, e4m3 ? kPersistentE4m3Threads : kPersistentThreads, t.smem};
 }
 
 // A one-token layer in one persistent launch: its seven phases (norm + QKV GEMM, the QKV epilogue,

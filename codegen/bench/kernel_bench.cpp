@@ -879,11 +879,7 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
     std::vector<int> hpt(kMaxp);
     for (int i = 0; i < kMaxp; ++i) hpt[i] = (i * 7) % kMaxp;  // scattered pages
     cudaMemcpy(pt, hpt.data(), hpt.size() * 4, cudaMemcpyHostToDevice);
-    const auto threads = [&](std::size_t vi) {
-      return variants[vi].e4m3 ? kPersistentE4m3Threads
-             : variants[vi].w8a8 ? kPersistentW8a8Threads
-                                 : kPersistentThreads;
-    };
+    const auto threads = [&](std::size_t vi) { return variants[vi].e4m3 ? 256 : 160; };
     for (std::size_t vi = 0; vi < names.size(); ++vi) {
       const int smem = variants[vi].lt.smem;
       const auto [blocks, regs] = mod->occupancy(names[vi], threads(vi), smem);

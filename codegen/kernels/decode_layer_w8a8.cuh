@@ -43,16 +43,6 @@
 // commit, waits for them once, releases the slot and then promotes them in K order: one wait a
 // slot, as the bf16 layer's, rather than one a K block. The tiles and the ring are kernel_plan's
 // decode_layer_w8a8_tiling's.
-//
-// Two consumer warpgroups (warps 0-3 and 4-7; the producer is warp 8, of a warpgroup of its own
-// for the registers: kW8a8LayerThreads): a slot's wait for its
-// chains leaves one warpgroup's tensor work in a fraction of the time the stream gives it, so
-// in the MLP phases the producer streams the CTA's tiles in pairs (StreamCursor's PAIRED: slot sl
-// of a pair's first tile, then of its second), the first warpgroup runs each pair's first tile and
-// the second its other (LayerW8a8::group_tiles), each one's chains overlapping the other's waits.
-// The first warpgroup alone runs the QKV tiles, the attention half and each phase's input (its
-// quantization, or down's poll of act); the two meet at named barriers (kW8a8InputBarrier,
-// kW8a8DoneBarrier) around each MLP phase. The bits do not depend on which warpgroup runs a tile.
 #include "decode_persistent.cuh"
 #include "gemm_w8a8.cuh"
 
@@ -88,13 +78,12 @@ __device__ __forceinline__ void layer_w8a8_scales(float (&s)[2][BN / 8], float s
 // before the slot's wait, so the loads overlap it), the wait, every block's chain of four e4m3
 // wgmma k32 from zero into its own partials (64 / BN sets of BN / 2: 32 registers whatever BN),
 // one commit and one wait for them, the slot's release (each warp's lane 0), then the blocks'
-// promotions into acc (from +0) in K order. The tile's slots lie `step` apart in the ring (2 where
-// it shares the stream with a tile of the other consumer warpgroup: group_tiles).
+// promotions into acc (from +0) in K order.
 template <unsigned BN, unsigned STAGES>
 __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring, unsigned ring_base,
                                                     unsigned full, unsigned empty, unsigned K,
                                                     const unsigned (&wrow)[BN / 8],
-                                                    float (&acc)[BN / 2], unsigned step = 1) {
+                                                    float (&acc)[BN / 2]) {
   using namespace hexel;
   constexpr unsigned kBlocksPerSlot = 64 / BN;
   const unsigned lane = threadIdx.x % 32, slots = K / 128 / kBlocksPerSlot;
@@ -132,7 +121,6 @@ __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring,
       wgmma::fence_operand(part[j]);  // the promotion reads part before the next chain writes it
     }
     ring.advance();
-    if (step == 2) ring.advance();
   }
 }
 
@@ -189,28 +177,14 @@ __device__ __forceinline__ void layer_w8a8_quantize_act(bf16* act, unsigned I, u
   if (lane == 0) hexel::st_relaxed_gpu(out + I / 4 + b, __float_as_uint(s));
 }
 
-// The meetings of the W8A8 layer's two consumer warpgroups (named barriers of 256 threads): the
-// first's side of kW8a8InputBarrier when a phase's input is in the e4m3 resident A, the second's
-// of kW8a8DoneBarrier when its tiles of the phase are done (so their reads of the resident A and
-// their stores).
-constexpr unsigned kW8a8InputBarrier = 3, kW8a8DoneBarrier = 4;
-// The layer's threads: two consumer warpgroups, then the producer's (kernel_plan.hpp's
-// kPersistentW8a8Threads mirrors it). A warp's registers come from its quarter of the SM (warp w
-// on quarter w mod 4), so nine warps would cap each at 65536 / 4 / 3 / 32 = 170 and spill the 8B's
-// consumers: with a producer warpgroup of 40 a thread (setmaxnreg), the consumers take 232.
-constexpr unsigned kW8a8LayerThreads = 3 * 128;
-
 // The W8A8 layer's MMA atom (decode_persistent.cuh's LayerWgmma says what an atom provides), for a
-// layer whose largest K is K_MAX. Two consumer warpgroups (LayerAtomInput::kGroups) run the MLP
-// phases, a tile of each pair of the CTA's tiles each (group_tiles): a warpgroup's slot is a chain
-// of dependent wgmma waited for before the promotion, so one warpgroup alone leaves the stream
-// waiting on it; the QKV tiles and the attention half stay the first's.
+// layer whose largest K is K_MAX.
 template <unsigned K_MAX>
 struct LayerW8a8 {
   enum : unsigned {
     kSlotRows = 64,
     kSlotBytes = LayerGemms::kSlotBytes,
-    kEmptyArrivals = 4,  // one a consumer warp (a slot is one warpgroup's)
+    kEmptyArrivals = 4,  // one a consumer warp
     // The resident e4m3 A: the row before the ring, in whole KBs (AtomResidentBytes), so that what
     // its rows past the token read, and the 2 KB a k step's 64 rows span as the tools count them
     // (the hardware reads the first 8 rows' core matrices), lie in shared memory; its per-128
@@ -233,64 +207,19 @@ struct LayerW8a8 {
   template <unsigned STAGES>
   __device__ __forceinline__ static void finish(const Ring<STAGES>&) {}
 
-  // A tile's ring slots (each 64 / BN K blocks of 128 columns).
-  template <unsigned BN>
-  __host__ __device__ static constexpr unsigned slots(unsigned K) {
-    return K / 128 / (64 / BN);
-  }
-  // The ring at slot `pos` of the CTA's stream (counted from 0).
-  template <unsigned STAGES>
-  __device__ __forceinline__ static void seek(Ring<STAGES>& ring, unsigned pos) {
-    ring.index = pos % STAGES;
-    ring.phase = pos / STAGES % 2;
-  }
   template <int M, unsigned BN, SmallEpi EPI, unsigned STAGES>
   __device__ __forceinline__ static void tile(Ring<STAGES>& ring, unsigned, unsigned ring_base,
                                               unsigned full, unsigned empty, unsigned t, unsigned K,
-                                              unsigned N, void* out, unsigned step = 1) {
+                                              unsigned N, void* out) {
     static_assert(M == 1, "one token");
-    const unsigned warp = hexel::warp_index() % 4, lane = threadIdx.x % 32;
+    const unsigned warp = hexel::warp_index(), lane = threadIdx.x % 32;
     unsigned wrow[BN / 8];
     layer_w8a8_scale_rows<BN, EPI == SmallEpi::SwiGlu>(wrow, t, N, K / 128);
     float acc[BN / 2];
-    layer_w8a8_tile_mma<BN>(ring, ring_base, full, empty, K, wrow, acc, step);
+    layer_w8a8_tile_mma<BN>(ring, ring_base, full, empty, K, wrow, acc);
     layer_gemm_tile_store<M, BN, EPI>(acc, t, N, out, warp, lane);
     if constexpr (EPI == SmallEpi::SwiGlu)
       if (warp == 0) layer_w8a8_quantize_act<BN / 2>(static_cast<bf16*>(out), N, t, lane);
-  }
-  // Consumer warpgroup `group`'s share of this CTA's tiles of a phase (`first` and every
-  // gridDim.x-th after it below `tiles`, `per_tile` slots each), in StreamCursor's PAIRED order:
-  // of each pair, the first warpgroup takes the first tile (its slots at the pair's even
-  // positions), the second the other (the odd ones), both at once; a last odd tile is the first's
-  // alone (consecutive slots). fn(tile, step) runs a tile from the ring's position, its slots
-  // `step` apart. Then the ring past the phase's slots, and the meeting at kW8a8DoneBarrier.
-  template <unsigned STAGES, class F>
-  __device__ __forceinline__ static void for_group_tiles(Ring<STAGES>& ring, unsigned group,
-                                                         unsigned first, unsigned tiles,
-                                                         unsigned per_tile, F&& fn) {
-    const unsigned count = persistent_tile_count(first, tiles);
-    const unsigned start = ring.phase * STAGES + ring.index;
-    for (unsigned i = group; i < count; i += 2) {
-      const bool paired = (i | 1u) < count;
-      seek(ring, start + (i & ~1u) * per_tile + (paired ? group : 0u));
-      fn(first + i * gridDim.x, paired ? 2u : 1u);
-    }
-    seek(ring, start + count * per_tile);
-    if (group == 0)
-      hexel::named_barrier_sync(kW8a8DoneBarrier, 256);
-    else
-      hexel::named_barrier_arrive(kW8a8DoneBarrier, 256);
-  }
-  // A GEMM phase's tiles by this thread's warpgroup (for_group_tiles).
-  template <int M, unsigned BN, SmallEpi EPI, unsigned STAGES>
-  __device__ __forceinline__ static void group_tiles(Ring<STAGES>& ring, unsigned ring_base,
-                                                     unsigned full, unsigned empty, unsigned first,
-                                                     unsigned tiles, unsigned K, unsigned N,
-                                                     void* out) {
-    for_group_tiles(ring, threadIdx.x / 128, first, tiles, slots<BN>(K),
-                    [&](unsigned t, unsigned step) {
-                      tile<M, BN, EPI>(ring, 0, ring_base, full, empty, t, K, N, out, step);
-                    });
   }
   template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope,
             unsigned BQ, unsigned H, unsigned STAGES>
@@ -299,41 +228,13 @@ struct LayerW8a8 {
                                                        unsigned empty, unsigned tile, int pos,
                                                        int page, const float* bias, bf16* kv_layer,
                                                        float* q, float2* sc) {
-    qkv_rope_group_tile<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ, H, 0>(
-        ring, ring_base, full, empty, tile, pos, page, bias, kv_layer, q, sc, 1);
-  }
-  // The QKV tiles with the QKV epilogue by warpgroup GROUP (for_group_tiles; `sc` its own BQ / 2
-  // entries of shared memory).
-  template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope,
-            unsigned BQ, unsigned H, unsigned GROUP, unsigned STAGES>
-  __device__ __forceinline__ static void qkv_rope_group_tiles(Ring<STAGES>& ring,
-                                                              unsigned ring_base, unsigned full,
-                                                              unsigned empty, unsigned first,
-                                                              unsigned tiles, int pos, int page,
-                                                              const float* bias, bf16* kv_layer,
-                                                              float* q, float2* sc) {
-    for_group_tiles(ring, GROUP, first, tiles, slots<BQ>(H), [&](unsigned t, unsigned step) {
-      qkv_rope_group_tile<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ, H, GROUP>(
-          ring, ring_base, full, empty, t, pos, page, bias, kv_layer, q, sc, step);
-    });
-  }
-
- private:
-  template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope,
-            unsigned BQ, unsigned H, unsigned GROUP, unsigned STAGES>
-  __device__ __forceinline__ static void qkv_rope_group_tile(Ring<STAGES>& ring,
-                                                             unsigned ring_base, unsigned full,
-                                                             unsigned empty, unsigned tile, int pos,
-                                                             int page, const float* bias,
-                                                             bf16* kv_layer, float* q, float2* sc,
-                                                             unsigned step) {
-    qkv_rope_table<D, Rope, BQ, GROUP>(tile, pos, sc);
+    qkv_rope_table<D, Rope, BQ>(tile, pos, sc);
     unsigned wrow[BQ / 8];
     layer_w8a8_scale_rows<BQ, false>(wrow, tile, 0, H / 128);
     float d[BQ / 2];
-    layer_w8a8_tile_mma<BQ>(ring, ring_base, full, empty, H, wrow, d, step);
-    qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ, GROUP>(d, tile, pos, page, bias,
-                                                                        kv_layer, q, sc);
+    layer_w8a8_tile_mma<BQ>(ring, ring_base, full, empty, H, wrow, d);
+    qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer,
+                                                                 q, sc);
   }
 };
 
@@ -409,8 +310,7 @@ __device__ __forceinline__ void layer_w8a8_poll_act(const LayerW8a8Ring<STAGES>&
 
 template <unsigned K_MAX>
 struct LayerAtomInput<LayerW8a8<K_MAX>> {
-  // 128-byte boxes where bf16 has 64 columns; two consumer warpgroups (LayerW8a8).
-  enum : unsigned { kStreamKDiv = 2, kGroups = 2, kConsumerRegs = 232, kProducerRegs = 40 };
+  enum : unsigned { kStreamKDiv = 2 };  // 128-byte boxes where bf16 has 64 columns
   template <unsigned I>
   static constexpr unsigned kActWords = W8a8Act<I>::kWords;
   template <unsigned STAGES, class S>
@@ -428,13 +328,6 @@ struct LayerAtomInput<LayerW8a8<K_MAX>> {
     static_assert(K <= K_MAX && K % 128 == 0, "whole K blocks in the resident A");
     ring.w_scale = ring.weight_scales[P];
     layer_w8a8_quantize<K>(ring, base);
-    hexel::named_barrier_arrive(kW8a8InputBarrier, 256);
-  }
-  // The second warpgroup's side of the meeting ready and down_input end with, for phase P.
-  template <unsigned P, unsigned STAGES>
-  __device__ __forceinline__ static void await_input(LayerW8a8Ring<STAGES>& ring) {
-    ring.w_scale = ring.weight_scales[P];
-    hexel::named_barrier_sync(kW8a8InputBarrier, 256);
   }
   template <int M, unsigned I, unsigned STAGES>
   __device__ __forceinline__ static void down_input(LayerW8a8Ring<STAGES>& ring, unsigned,
@@ -442,18 +335,17 @@ struct LayerAtomInput<LayerW8a8<K_MAX>> {
     static_assert(M == 1, "one token");
     ring.w_scale = ring.weight_scales[3];
     layer_w8a8_poll_act<I>(ring, act);
-    hexel::named_barrier_arrive(kW8a8InputBarrier, 256);
   }
 };
 
 // The layer on W8A8 (see the top of this file): decode_layer_persistent's template arguments up to
 // QKV_ROPE (the tiles kernel_plan's decode_layer_w8a8_tiling picks); its arguments with each
 // weight's map (its e4m3 bytes [N, K], BQ / BO / BG / 2 / BD x 128 boxes, 128B swizzle) followed by the four weights' 128 x 128 block scales; dynamic shared memory
-// decode_layer_persistent's and LayerW8a8::kABytes; kW8a8LayerThreads threads.
+// decode_layer_persistent's and LayerW8a8::kABytes.
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
           int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE>
-__global__ void __launch_bounds__(kW8a8LayerThreads, 1)
+__global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent_w8a8(const TensorMap* qkv_w, const TensorMap* o_w,
                                  const TensorMap* gu_w, const TensorMap* down_w, const float* qkv_s,
                                  const float* o_s, const float* gu_s, const float* down_s,

@@ -204,10 +204,6 @@ struct PersistentSmem {
 __device__ __forceinline__ unsigned persistent_first_tile(unsigned g0) {
   return (blockIdx.x + gridDim.x - g0 % gridDim.x) % gridDim.x;
 }
-// How many of a phase's `tiles` tiles are this CTA's, its first at `first`.
-__device__ __forceinline__ unsigned persistent_tile_count(unsigned first, unsigned tiles) {
-  return first < tiles ? (tiles - 1 - first) / gridDim.x + 1 : 0;
-}
 
 // One phase of a producer's weight stream: `tiles` tiles of `bn` rows of `map` (rows t · bn ..), or
 // with `up_row` > 0 (SwiGLU) bn / 2 gate rows t · bn / 2 .. and the up rows up_row + t · bn / 2 ..;
@@ -230,19 +226,12 @@ struct StreamPhase {
 // from memory survives it) would make it slower than DRAM.
 // COL_ELEMS: a box row's columns in the map's elements (64 bf16 columns, or 128 e4m3 bytes for the
 // W8A8 layer, whose phases count K / 2: LayerAtomInput::kStreamKDiv).
-// PAIRED: a mask of the phases that stream this CTA's tiles two at a time for two consumer
-// warpgroups (LayerAtomInput::kGroups): slot sl of a pair's first tile, then slot sl of its second,
-// then sl + 1 of each; a last odd tile alone (persistent_group_tiles consumes this order).
-template <unsigned ROW_BYTES = 128, unsigned SLOT_ROWS = 64, unsigned COL_ELEMS = 64,
-          unsigned PAIRED = 0>
+template <unsigned ROW_BYTES = 128, unsigned SLOT_ROWS = 64, unsigned COL_ELEMS = 64>
 class StreamCursor {
  public:
   __device__ __forceinline__ StreamCursor(const StreamPhase* phases, int n) : ph_(phases), n_(n) { enter(0); }
   __device__ __forceinline__ bool valid() const { return p_ < n_; }
   __device__ __forceinline__ void next() {
-    if constexpr (PAIRED != 0) {
-      if (PAIRED >> p_ & 1u) return next_paired();
-    }
     if (++sl_ == slots_) {
       sl_ = 0;
       t_ += gridDim.x;
@@ -272,29 +261,6 @@ class StreamCursor {
   }
 
  private:
-  // next() in a PAIRED phase: to the pair's second tile (where there is one) at the same slot, or
-  // back to its first at the next slot, or on to the next pair (t_ two tiles on: a lone tile's
-  // successor lies past the phase's tiles as well).
-  __device__ __forceinline__ void next_paired() {
-    const unsigned dt = gridDim.x, dr = gridDim.x * (up_row_ > 0 ? bn_ / 2 : bn_);
-    if (!second_ && t_ + dt < tiles_) {
-      second_ = true;
-      t_ += dt;
-      row_ += dr;
-      return;
-    }
-    if (second_) {
-      second_ = false;
-      t_ -= dt;
-      row_ -= dr;
-    }
-    if (++sl_ == slots_) {
-      sl_ = 0;
-      t_ += 2 * dt;
-      row_ += 2 * dr;
-      if (t_ >= tiles_) enter(p_ + 1);
-    }
-  }
   // The first phase from p on in which this CTA has a tile, at that tile.
   __device__ __forceinline__ void enter(int p) {
     for (p_ = p; p_ < n_; ++p_) {
@@ -318,7 +284,6 @@ class StreamCursor {
   unsigned bn_ = 0, tiles_ = 0, up_row_ = 0, per_slot_ = 0, slots_ = 0;
   unsigned t_ = 0, sl_ = 0, row_ = 0;  // tile, slot of the tile, first weight row of the tile
   const char* image_ = nullptr;
-  bool second_ = false;  // in a PAIRED phase: at the pair's second tile
 };
 
 // Phase timeline, for telos-kernel-bench only (its module defines TELOS_PHASE_TRACE; an artifact's
@@ -326,7 +291,7 @@ class StreamCursor {
 // events to telos_phase_trace[slot][blockIdx.x][event]: 0 entry (taken before the dependency wait,
 // written after it), 1 + 2p the start of phase p (its wait met), 2 + 2p its end (before the
 // arrival), 16 + p its arrival issued (after the release), 23 its exit (before persistent_finish),
-// and the producer's thread (128; 256 in the W8A8 layer) its last load issued at 15 and, at 22, the time it waited for
+// and the producer's thread (128) its last load issued at 15 and, at 22, the time it waited for
 // free ring slots (a duration: persistent_stream). Launch k (telos_trace_launches, which
 // persistent_finish's last CTA advances) writes slot k % 2, so a layer and the one before it are
 // on one clock (the boundary between them).
@@ -364,10 +329,9 @@ __device__ __forceinline__ void persistent_acquire_maps(const StreamPhase* phase
 // the slot
 // to be free, then its boxes (or its image's one bulk copy) behind its full barrier. Returns the ns
 // it waited with TELOS_PHASE_TRACE, else 0.
-template <unsigned STAGES, unsigned ROW_BYTES, unsigned SLOT_ROWS, unsigned COL_ELEMS,
-          unsigned PAIRED>
+template <unsigned STAGES, unsigned ROW_BYTES, unsigned SLOT_ROWS, unsigned COL_ELEMS>
 __device__ __forceinline__ unsigned long long persistent_stream_slot(
-    StreamCursor<ROW_BYTES, SLOT_ROWS, COL_ELEMS, PAIRED>& load, hexel::mbarrier::StageRing<STAGES>& ring,
+    StreamCursor<ROW_BYTES, SLOT_ROWS, COL_ELEMS>& load, hexel::mbarrier::StageRing<STAGES>& ring,
     unsigned ring_base, unsigned full, unsigned empty) {
   using namespace hexel;
   static_assert(SLOT_ROWS * ROW_BYTES % 1024 == 0, "slots of whole 1024-byte swizzle repeats");
@@ -394,13 +358,13 @@ __device__ __forceinline__ unsigned long long persistent_stream_slot(
 // tried and did not pay.)
 // Returns the ns it waited for free slots with TELOS_PHASE_TRACE (the ring full: the consumers
 // behind), else 0.
-template <unsigned STAGES, unsigned SLOT_ROWS = 64, unsigned COL_ELEMS = 64, unsigned PAIRED = 0>
+template <unsigned STAGES, unsigned SLOT_ROWS = 64, unsigned COL_ELEMS = 64>
 __device__ __forceinline__ unsigned long long persistent_stream(
     hexel::mbarrier::StageRing<STAGES>& ring, unsigned ring_base, unsigned full, unsigned empty,
     const StreamPhase* phases, int n) {
   unsigned long long waited = 0;
   persistent_acquire_maps(phases, n);
-  for (StreamCursor<128, SLOT_ROWS, COL_ELEMS, PAIRED> load(phases, n); load.valid(); load.next())
+  for (StreamCursor<128, SLOT_ROWS, COL_ELEMS> load(phases, n); load.valid(); load.next())
     waited += persistent_stream_slot(load, ring, ring_base, full, empty);
   return waited;
 }
@@ -626,15 +590,9 @@ __device__ __forceinline__ void persistent_norm_a(unsigned base, const float* x,
 // the four weights' scales, each phase's input, once formed in the resident A (a_finish's meeting),
 // is quantized (ready: P the phase's weight, 0 qkv .. 3 down, K its columns), and down's input is
 // act's e4m3 form beside act (down_input; kActWords, the words the prologue sets pending).
-// The named barrier of consumer warpgroup `group`'s own 128 threads (LayerAtomInput::kGroups): 1
-// the first's (persistent_wait, the inputs' loads, the attention half), 5 the second's.
-__host__ __device__ constexpr unsigned group_barrier(unsigned group) { return group == 0 ? 1 : 5; }
-
 template <class Atom>
 struct LayerAtomInput {
-  // kGroups: consumer warpgroups (1, or 2: MlpPhases::run_second, then a producer warpgroup, the
-  // two with kConsumerRegs registers a thread, the producer's kProducerRegs: setmaxnreg).
-  enum : unsigned { kStreamKDiv = 1, kGroups = 1 };
+  enum : unsigned { kStreamKDiv = 1 };
   // act's words (one token, I columns) that the layer's prologue sets pending.
   template <unsigned I>
   static constexpr unsigned kActWords = I / 2;
@@ -703,65 +661,29 @@ struct MlpPhases {
     if (first < kTilesO) {
       persistent_load_a<M>(base, attn, KO);
       LayerAtomInput<Atom>::template ready<1, KO>(ring, base);
-      tiles<M, BO, SmallEpi::Residual>(ring, base, ring_base, full, empty, first, kTilesO, KO, H, x);
+      for (unsigned tile = first; tile < kTilesO; tile += gridDim.x)
+        Atom::template tile<M, BO, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, KO,
+                                                       H, x);
     }
     persistent_next_phase(sync, phase0);
     first = persistent_first_tile(g0 + kTilesO);
     if (first < kTilesGu) {
       persistent_norm_a<M, H, EPS>(base, x, w8);
       LayerAtomInput<Atom>::template ready<2, H>(ring, base);
-      tiles<M, BG, SmallEpi::SwiGlu>(ring, base, ring_base, full, empty, first, kTilesGu, H, I, act);
+      for (unsigned tile = first; tile < kTilesGu; tile += gridDim.x)
+        Atom::template tile<M, BG, SmallEpi::SwiGlu>(ring, base, ring_base, full, empty, tile, H, I,
+                                                     act);
     }
     phase_trace(2 + 2 * (phase0 + 1));
     first = persistent_first_tile(g0 + kTilesO + kTilesGu);
     if (first < kTilesDown) {
       LayerAtomInput<Atom>::template down_input<M, I>(ring, base, act);
       phase_trace(3 + 2 * (phase0 + 1));
-      tiles<M, BD, SmallEpi::Residual>(ring, base, ring_base, full, empty, first, kTilesDown, I, H,
-                                       x);
+      for (unsigned tile = first; tile < kTilesDown; tile += gridDim.x)
+        Atom::template tile<M, BD, SmallEpi::Residual>(ring, base, ring_base, full, empty, tile, I,
+                                                       H, x);
     }
     phase_trace(6 + 2 * phase0);
-  }
-
-  // The second consumer warpgroup (LayerAtomInput<Atom>::kGroups == 2), beside run: in each phase
-  // where this CTA has tiles, the wait for the first warpgroup's input of the phase (the atom's
-  // ready and down_input end with its side of that meeting), then its tile of each pair
-  // (group_tiles, which ends with the meeting the first warpgroup waits at before it counts the
-  // phase done or overwrites the input). `ring` stands where the first warpgroup's stands at o.
-  template <int M, class Ring>
-  __device__ static void run_second(Ring& ring, unsigned ring_base, unsigned full, unsigned empty,
-                                    float* x, bf16* act, unsigned g0) {
-    using In = LayerAtomInput<Atom>;
-    unsigned first = persistent_first_tile(g0);
-    if (first < kTilesO) {
-      In::template await_input<1>(ring);
-      tiles<M, BO, SmallEpi::Residual>(ring, 0, ring_base, full, empty, first, kTilesO, KO, H, x);
-    }
-    first = persistent_first_tile(g0 + kTilesO);
-    if (first < kTilesGu) {
-      In::template await_input<2>(ring);
-      tiles<M, BG, SmallEpi::SwiGlu>(ring, 0, ring_base, full, empty, first, kTilesGu, H, I, act);
-    }
-    first = persistent_first_tile(g0 + kTilesO + kTilesGu);
-    if (first < kTilesDown) {
-      In::template await_input<3>(ring);
-      tiles<M, BD, SmallEpi::Residual>(ring, 0, ring_base, full, empty, first, kTilesDown, I, H, x);
-    }
-  }
-
- private:
-  // This CTA's tiles of a phase, `first` and every gridDim.x-th after it below `count`: one after
-  // another, or with two consumer warpgroups the atom's group_tiles (a tile of each pair each).
-  template <int M, unsigned BN, SmallEpi EPI, class Ring>
-  __device__ __forceinline__ static void tiles(Ring& ring, unsigned base, unsigned ring_base,
-                                               unsigned full, unsigned empty, unsigned first,
-                                               unsigned count, unsigned K, unsigned N, void* out) {
-    if constexpr (LayerAtomInput<Atom>::kGroups == 1) {
-      for (unsigned tile = first; tile < count; tile += gridDim.x)
-        Atom::template tile<M, BN, EPI>(ring, base, ring_base, full, empty, tile, K, N, out);
-    } else {
-      Atom::template group_tiles<M, BN, EPI>(ring, ring_base, full, empty, first, count, K, N, out);
-    }
   }
 };
 
@@ -775,15 +697,13 @@ struct MlpPhases {
 // half (lanes 0-1) and their 4 partners of the second half (lanes 2-3), so a lane's partner is
 // lane ^ 2. No QK norm (it needs the head's whole row). The rotation's (sin, cos) come from `sc`
 // (qkv_rope_angle, computed before the tile's K loop: the frequencies' constant-memory loads and
-// the sincos are then off the phase's tail). GROUP: the consumer warpgroup (threads 128 GROUP ..)
-// whose accumulators these are.
-template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope, unsigned BN,
-          unsigned GROUP = 0>
+// the sincos are then off the phase's tail).
+template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope, unsigned BN>
 __device__ __forceinline__ void qkv_rope_pairs(const float (&d)[BN / 2], unsigned t, int pos, int page,
                                                const float* bias, bf16* kv_layer, float* q_out, const float2* sc) {
   static_assert(BN % 8 == 0 && D % 8 == 0, "whole 8-row groups in a tile and in a head");
-  if (threadIdx.x - 128 * GROUP >= 4) return;
-  const unsigned lane = threadIdx.x - 128 * GROUP, half = lane / 2;
+  if (threadIdx.x >= 4) return;
+  const unsigned lane = threadIdx.x, half = lane / 2;
 #pragma unroll
   for (unsigned j = 0; j < BN / 8; ++j) {
     const unsigned p = t * BN + 8 * j;  // the group's first row, in the stored order
@@ -823,15 +743,14 @@ __device__ __forceinline__ float2 qkv_rope_angle(unsigned t, unsigned k, int pos
 }
 
 // qkv_rope_pairs' table of tile `tile` at `pos` into sc (BN / 2 entries of shared memory), by the
-// 128 threads of consumer warpgroup GROUP (their named barrier: group_barrier), after the previous
-// tile's epilogue has read it.
-template <int D, class Rope, unsigned BN, unsigned GROUP = 0>
+// 128 consumer threads, after the previous tile's epilogue has read it.
+template <int D, class Rope, unsigned BN>
 __device__ __forceinline__ void qkv_rope_table(unsigned tile, int pos, float2* sc) {
-  const int t = threadIdx.x - 128 * GROUP;
-  hexel::named_barrier_sync(group_barrier(GROUP), 128);  // the previous tile's epilogue has read sc
+  const int t = threadIdx.x;
+  hexel::named_barrier_sync(1, 128);  // the previous tile's epilogue has read sc
   if (t < static_cast<int>(BN / 2))
     sc[t] = qkv_rope_angle<D, Rope, BN>(tile, static_cast<unsigned>(t), pos);
-  hexel::named_barrier_sync(group_barrier(GROUP), 128);
+  hexel::named_barrier_sync(1, 128);
 }
 
 // The persistent layer's MMA atom and accumulator access on sm_90a (decode_layer_persistent,
@@ -1045,8 +964,6 @@ __device__ __forceinline__ void decode_layer_body(
   static_assert(!QKV_ROPE || !QK_NORM, "QK norm needs a head's whole row");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
   static_assert(RAW_STAGES == 0 || BULK == 0, "e4m3 weights stream through their maps");
-  constexpr unsigned kGroups = LayerAtomInput<Atom>::kGroups;
-  static_assert(kGroups == 1 || (RAW_STAGES == 0 && BULK == 0), "two groups: the maps' stream");
   hexel::launch_dependents();  // the waits come later: weights first
   extern __shared__ unsigned char smem_raw[];
   const typename L::template Smem<RAW_STAGES> sm(smem_raw);
@@ -1074,46 +991,17 @@ __device__ __forceinline__ void decode_layer_body(
       L::template convert<WQ, WO, WG, WD, RAW_STAGES>(ring, sm, phases, qkv_s, o_s, gu_s, down_s);
       return;
     }
-  } else if (kGroups == 1 ? hexel::warp_index() == 4 : hexel::warp_index() >= 8) {
-    // The producer warp's lane 0: every weight box of the CTA's tiles into the ring (with two
-    // consumer warpgroups, a warpgroup of its own that hands them its registers, warp 8 the
-    // producer's, and the MLP phases' tiles in pairs: StreamCursor's PAIRED).
-    if constexpr (kGroups == 2) hexel::setmaxnreg_dec<LayerAtomInput<Atom>::kProducerRegs>();
-    if ((kGroups == 1 || hexel::warp_index() == 8) && threadIdx.x % 32 == 0) {
+  } else if (hexel::warp_index() == 4) {
+    // The producer warp's lane 0: every weight box of the CTA's tiles into the ring.
+    if (threadIdx.x % 32 == 0) {
       stream_phases();
       phase_trace_at(kTraceProducerWaits,
                      persistent_stream<STAGES, Atom::kSlotRows,
-                                       64 * LayerAtomInput<Atom>::kStreamKDiv,
-                                       kGroups == 1 ? 0u : QKV_ROPE ? 0xfu : 0xeu>(
+                                       64 * LayerAtomInput<Atom>::kStreamKDiv>(
                                               ring, sm.ring_base, sm.full, sm.empty, phases, 4));
       phase_trace(15);
     }
     return;
-  }
-  if constexpr (kGroups == 2) {
-    hexel::setmaxnreg_inc<LayerAtomInput<Atom>::kConsumerRegs>();
-    // The second consumer warpgroup (warps 4-7): its tile of each pair of the QKV tiles with
-    // QKV_ROPE (the first warpgroup alone runs them and their epilogue phase without), then of the
-    // MLP half's (MlpPhases::run_second). The first warpgroup runs the attention half alone.
-    if (hexel::warp_index() >= 4) {
-      hexel::grid_dependency_wait();  // its K/V and q stores follow the previous kernels' reads
-      const unsigned first = persistent_first_tile(0);
-      if (first < L::kTilesQkv) {
-        LayerAtomInput<Atom>::template await_input<0>(ring);
-        if constexpr (QKV_ROPE) {
-          __shared__ float2 rope_sc_second[BQ / 2];
-          const int pos = positions[0];
-          const int page = pos >= 0 ? page_tables[token_seq[0] * MAXP + pos / PAGE] : 0;
-          Atom::template qkv_rope_group_tiles<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ, H, 1>(
-              ring, sm.ring_base, sm.full, sm.empty, first, L::kTilesQkv, pos, page, bias,
-              kv_layer, q, rope_sc_second);
-        }
-      }
-      if constexpr (!QKV_ROPE)
-        Atom::seek(ring, persistent_tile_count(first, L::kTilesQkv) * Atom::template slots<BQ>(H));
-      L::Mlp::template run_second<1>(ring, sm.ring_base, sm.full, sm.empty, x, act, L::kTilesQkv);
-      return;
-    }
   }
   const int t = threadIdx.x;
   typename L::NormWeights w8;
@@ -1133,16 +1021,10 @@ __device__ __forceinline__ void decode_layer_body(
       persistent_norm_a<1, H, EPS>(sm.base, x, w8);
       LayerAtomInput<Atom>::template ready<0, H>(ring, sm.base);
       const int page = pos >= 0 ? pt[pos / PAGE] : 0;
-      if constexpr (kGroups == 1) {
-        for (unsigned tile = first; tile < L::kTilesQkv; tile += gridDim.x) {
-          Atom::template qkv_rope_tile<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ, H>(
-              ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, pos, page, bias, kv_layer, q,
-              rope_sc);
-        }
-      } else {
-        Atom::template qkv_rope_group_tiles<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ, H, 0>(
-            ring, sm.ring_base, sm.full, sm.empty, first, L::kTilesQkv, pos, page, bias, kv_layer,
-            q, rope_sc);
+      for (unsigned tile = first; tile < L::kTilesQkv; tile += gridDim.x) {
+        Atom::template qkv_rope_tile<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ, H>(
+            ring, sm.base, sm.ring_base, sm.full, sm.empty, tile, pos, page, bias, kv_layer, q,
+            rope_sc);
       }
     }
   } else {

@@ -442,19 +442,13 @@ TEST(Codegen, DecodeLayerTilingW8a8) {
     const PersistentLayerTiling t = decode_layer_w8a8_tiling(h, nqkv, ko, i, d, qk_norm);
     return std::array<int, 8>{t.bq, t.bo, t.bg, t.bd, t.stages, t.smem, t.fits ? 1 : 0, t.bulk};
   };
-  // Llama-3.1-8B: resident A 29 KB, e4m3 A 14 KB + 16 + 448 bytes, 20 slots; qkv in 24-row
-  // tiles, o and down in 16, two an SM (one a consumer warpgroup), where the bf16 layer takes 48
-  // and 32.
+  // Llama-3.1-8B: resident A 29 KB, e4m3 A 14 KB + 16 + 448 bytes, 20 slots.
   EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 128, false),
-            (std::array<int, 8>{24, 16, 64, 16, 20, 209680, 1, 0}));
-  const PersistentLayerTiling bf16_8b = decode_layer_tiling(4096, 6144, 4096, 14336, 128, false);
-  EXPECT_EQ((std::array<int, 3>{bf16_8b.bq, bf16_8b.bo, bf16_8b.bd}),
-            (std::array<int, 3>{48, 32, 32}));
+            (std::array<int, 8>{48, 32, 64, 32, 20, 209680, 1, 0}));
   EXPECT_EQ(decode_layer_w8a8_tiling(4096, 6144, 4096, 14336, 128, false).smem,
             1024 + 29696 + 20 * kPersistentSlotBytes + persistent_w8a8_a_bytes(14336));
-  // Llama-3.2-1B: 16-row qkv tiles (192: two on 60 SMs), where 24 gives each SM one.
   EXPECT_EQ(tiling(2048, 3072, 2048, 8192, 64, false),
-            (std::array<int, 8>{16, 16, 64, 16, 23, 215680, 1, 0}));
+            (std::array<int, 8>{24, 16, 64, 16, 23, 215680, 1, 0}));
   EXPECT_EQ(tiling(1536, 2048, 1536, 8960, 128, false)[3], 24);
   EXPECT_EQ(decode_layer_tiling(1536, 2048, 1536, 8960, 128, false).bd, 16);
   EXPECT_TRUE(decode_layer_w8a8_tiling(2048, 3072, 2048, 8192, 64, false).qkv_rope);

@@ -5211,7 +5211,7 @@ TEST(GpuKernels, W8a8PersistentLayerMatchesPrefillW8a8Kernels) {
                    pos.get(), seq.get(), pt.get(), kv.get(), x.get(), qkv.get(), q.get(),
                    part_o.get(), part_ml.get(), attn.get(), act.get(), sync.get()});
       CUDA_OK(mod.launch("poison_shared", sms, 1024, {}, codegen::kMaxSmemPerBlock));
-      ASSERT_EQ(mod.launch(layer, sms, codegen::kPersistentW8a8Threads, args, lw.smem), cudaSuccess)
+      ASSERT_EQ(mod.launch(layer, sms, codegen::kPersistentThreads, args, lw.smem), cudaSuccess)
           << cudaGetErrorString(cudaGetLastError()) << ", " << layer;
       EXPECT_EQ(sync.download(), (std::vector<unsigned>{0u, 0u})) << at;
       const std::vector<float> got_x = x.download(), got_q = q.download();
