@@ -1649,12 +1649,20 @@ void bench_attention(bool sweep, double copy_gbs) {
     // scale), whose bytes are half the bf16 cache's.
     Attn plan_e4m3 = plan;
     plan_e4m3.kv = kv_format(true, 1.0f, 1.0f);
+    // The e4m3 cache through BULK ring slots a warp at b blocks an SM, {slots, b} (a slot holds
+    // half a bf16 page's bytes, so twice the slots fit), EARLY as the plan's decode buckets here.
+    constexpr std::pair<int, int> kE4m3BulkVariants[] = {{2, 3}, {4, 3}, {6, 2}};
+    auto e4m3_bulk = [&](int slots, int b) {
+      return plan_e4m3.with_bulk(slots, b).with_early(true);
+    };
     constexpr int kAttnBatches[] = {1, 16, 64};
     std::vector<std::string> plan_names = names;
     plan_names.push_back(plan512.combine_kernel());
     for (int B : kAttnBatches)
       for (const Attn& a : {plan, plan512, plan_e4m3})
         plan_names.push_back(a.planned_for(B).split_kernel(1));
+    for (auto [slots, b] : kE4m3BulkVariants)
+      plan_names.push_back(e4m3_bulk(slots, b).split_kernel(1));
     Module mod(plan_names);
     for (int B : kAttnBatches) {
       std::vector<int> hpos(B, C - 1), hseq(B);
@@ -1689,6 +1697,11 @@ void bench_attention(bool sweep, double copy_gbs) {
         const int z = attn_grid_slots(B, HKV, a.nsplit);
         const std::string label = "attn_split+combine PDL plan e4m3 z=" + I(z);
         attn_row(label.c_str(), shape, attn_chain_us(mod, a, m, B, z, copies), bytes / 2);
+        for (auto [slots, b] : kE4m3BulkVariants) {
+          const std::string bulk_label = "attn_split+combine PDL e4m3 bulk" + I(slots) + " z=" + I(z);
+          attn_row(bulk_label.c_str(), shape,
+                   attn_chain_us(mod, e4m3_bulk(slots, b), m, B, z, copies), bytes / 2);
+        }
       }
     }
   }
