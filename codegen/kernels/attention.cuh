@@ -159,11 +159,6 @@ __device__ __forceinline__ void attn_scan_segments(const int (&sm_pos)[TPT],
 // The words of the D / 8 elements of a V row a lane loads, in the cache's element format KV.
 template <int D, class KV>
 inline constexpr int kAttnVWords = D / 8 * KV::kBytes / 4;
-// LOAD_AHEAD's chunks in flight past the one being computed: one for a bf16 cache; for an e4m3
-// one, whose chunk is half the bytes and half the registers, three (the registers of two bf16
-// chunks, so about the bytes in flight a warp of the bf16 cache's two).
-template <class KV>
-inline constexpr int kAttnAheadChunks = KV::kBytes == 1 ? 3 : 1;
 
 // Row loads into registers, as stored (KV, common.cuh; attn_chunk makes them MMA operands): a
 // lane's D / 32 pieces of eight elements of a K row from k, its kAttnVWords words of a V row from
@@ -203,21 +198,6 @@ __device__ __forceinline__ void attn_load_v_row(const typename KV::Elem* v,
 // g and g + 8 (their valid positions [0, e0) and [0, e1); running maxima m0, m1 and sums l0, l1,
 // log2 domain), then o = o · correction + P·V (one m16n8k16 per 8 dims). K and V are as stored
 // (KV): each element becomes its bf16 operand (KV::k_operand, v_operand) where the MMA takes it.
-// A chunk's registers (K pieces, V words) copied from another's: the LOAD_AHEAD queue's step.
-template <int D, int VW, class Piece8>
-__device__ __forceinline__ void attn_take_chunk(Piece8 (&kr)[2][D / 32], unsigned (&vr)[4][VW],
-                                                const Piece8 (&kn)[2][D / 32],
-                                                const unsigned (&vn)[4][VW]) {
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < D / 32; ++j) kr[i][j] = kn[i][j];
-#pragma unroll
-  for (int e = 0; e < 4; ++e)
-#pragma unroll
-    for (int w = 0; w < VW; ++w) vr[e][w] = vn[e][w];
-}
-
 template <int D, class KV>
 __device__ __forceinline__ void attn_chunk(int c, const typename KV::Piece8 (&kr)[2][D / 32],
                                            const unsigned (&vr)[4][kAttnVWords<D, KV>],
@@ -413,7 +393,7 @@ __device__ __forceinline__ void attn_split_block(
   static_assert(HQ % HKV == 0 && TPT >= 1 && R <= 16 && D % 32 == 0 && D <= 128 &&
                     SPLIT % (16 * W) == 0,
                 "shape");
-  static_assert(!PAGE_AHEAD || (PAGE % 16 == 0 && SPLIT / (16 * W) + kAttnAheadChunks<KV> <= 32),
+  static_assert(!PAGE_AHEAD || (PAGE % 16 == 0 && SPLIT / (16 * W) < 32),
                 "PAGE_AHEAD: a chunk in one page, a split's chunks a warp within its lanes");
   static_assert(BULK == 0 || (TPT == 1 && PAGE == 16 && !LOAD_AHEAD && !PAGE_AHEAD),
                 "BULK: one token an item, a chunk one whole page, no other load scheme");
@@ -442,12 +422,11 @@ __device__ __forceinline__ void attn_split_block(
   const int* pt = page_tables + seq1 * MAXP;  // the pass's sequence's page table
   // PAGE_AHEAD: lane j of a warp holds the page of the warp's chunk j of the split from `start`
   // (start + 16 · (warp + W · j), clamped to end - 1 as the loads clamp their positions), j up to
-  // SPLIT / (16 · W) + kAttnAheadChunks - 1: past the split's last, which the loads ahead of the
-  // last chunks read.
+  // SPLIT / (16 · W): one past the split's last, which the loads ahead of the last chunk read.
   int split_pg = 0, split_start = 0;
   auto load_split_pages = [&](int start, int end) {
     split_start = start;
-    if (lane < SPLIT / (16 * W) + kAttnAheadChunks<KV>)
+    if (lane <= SPLIT / (16 * W))
       split_pg = pt[min(start + 16 * (warp + W * lane), end - 1) / PAGE];
   };
   auto load_k_row = [](const Elem* k, Piece8(&kk)[D / 32]) { attn_load_k_row<D, KV>(k, kk); };
@@ -668,25 +647,7 @@ __device__ __forceinline__ void attn_split_block(
         const int end = min(start + SPLIT, pos_max + 1);  // the loads' last position + 1
         // (Again for the first split of one token loaded ahead: the same ids, from L1.)
         if constexpr (PAGE_AHEAD) load_split_pages(start, end);
-        if constexpr (LOAD_AHEAD && kAttnAheadChunks<KV> > 1) {
-          // As below, with the next kAhead chunks' loads in flight (kq[0] the nearest): each
-          // chunk's loads are issued kAhead chunks before it computes.
-          constexpr int kAhead = kAttnAheadChunks<KV>;
-          Piece8 kq[kAhead][2][D / 32];
-          unsigned vq[kAhead][4][VW];
-          if (TPT > 1 || start != first) load_chunk(start + 16 * warp, end, kr, vr);
-#pragma unroll
-          for (int a = 0; a + 1 < kAhead; ++a)
-            load_chunk(start + 16 * (warp + W * (a + 1)), end, kq[a], vq[a]);
-          for (int c = start + 16 * warp; c < end; c += 16 * W) {
-            load_chunk(c + 16 * W * kAhead, end, kq[kAhead - 1], vq[kAhead - 1]);
-            run_chunk(c, kr, vr);
-            attn_take_chunk<D, VW>(kr, vr, kq[0], vq[0]);
-#pragma unroll
-            for (int a = 0; a + 1 < kAhead; ++a)
-              attn_take_chunk<D, VW>(kq[a], vq[a], kq[a + 1], vq[a + 1]);
-          }
-        } else if constexpr (LOAD_AHEAD) {
+        if constexpr (LOAD_AHEAD) {
           // The next chunk's loads are in flight while this one computes (its positions clamped
           // like the last chunk's, so the load past the last chunk reads valid pages). One
           // token's first chunk was issued before Q's staging.
@@ -696,7 +657,14 @@ __device__ __forceinline__ void attn_split_block(
             unsigned vn[4][VW];
             load_chunk(c + 16 * W, end, kn, vn);
             run_chunk(c, kr, vr);
-            attn_take_chunk<D, VW>(kr, vr, kn, vn);
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+              for (int j = 0; j < D / 32; ++j) kr[i][j] = kn[i][j];
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+#pragma unroll
+              for (int w = 0; w < VW; ++w) vr[e][w] = vn[e][w];
           }
         } else {
           for (int c = start + 16 * warp; c < end; c += 16 * W) {
