@@ -1698,7 +1698,8 @@ void bench_attention(bool sweep, double copy_gbs) {
         const std::string label = "attn_split+combine PDL plan e4m3 z=" + I(z);
         attn_row(label.c_str(), shape, attn_chain_us(mod, a, m, B, z, copies), bytes / 2);
         for (auto [slots, b] : kE4m3BulkVariants) {
-          const std::string bulk_label = "attn_split+combine PDL e4m3 bulk" + I(slots) + " z=" + I(z);
+          const std::string bulk_label =
+              "attn_split+combine PDL e4m3 bulk" + I(slots) + " z=" + I(z);
           attn_row(bulk_label.c_str(), shape,
                    attn_chain_us(mod, e4m3_bulk(slots, b), m, B, z, copies), bytes / 2);
         }
