@@ -1649,6 +1649,9 @@ void bench_attention(bool sweep, double copy_gbs) {
     // scale), whose bytes are half the bf16 cache's.
     Attn plan_e4m3 = plan;
     plan_e4m3.kv = kv_format(true, 1.0f, 1.0f);
+    // The same at 512 positions a split: a split's bytes on an e4m3 cache are then a bf16 256's.
+    Attn plan_e4m3_512 = plan512;
+    plan_e4m3_512.kv = plan_e4m3.kv;
     // The e4m3 cache through BULK ring slots a warp at b blocks an SM, {slots, b} (a slot holds
     // half a bf16 page's bytes, so twice the slots fit), EARLY as the plan's decode buckets here.
     constexpr std::pair<int, int> kE4m3BulkVariants[] = {{2, 3}, {4, 3}, {6, 2}};
@@ -1659,7 +1662,7 @@ void bench_attention(bool sweep, double copy_gbs) {
     std::vector<std::string> plan_names = names;
     plan_names.push_back(plan512.combine_kernel());
     for (int B : kAttnBatches)
-      for (const Attn& a : {plan, plan512, plan_e4m3})
+      for (const Attn& a : {plan, plan512, plan_e4m3, plan_e4m3_512})
         plan_names.push_back(a.planned_for(B).split_kernel(1));
     for (auto [slots, b] : kE4m3BulkVariants)
       plan_names.push_back(e4m3_bulk(slots, b).split_kernel(1));
@@ -1693,10 +1696,16 @@ void bench_attention(bool sweep, double copy_gbs) {
         attn_row(label.c_str(), shape, attn_chain_us(mod, a, m, B, z, copies), bytes);
       }
       {  // on the bf16 pages' copies, each read for its first half's bytes
+        for (const Attn& base : {plan_e4m3, plan_e4m3_512}) {
+          const Attn a = base.planned_for(B);
+          const std::string label = "attn_split+combine PDL plan e4m3 s" + I(a.split) +
+                                    " z=" + I(attn_grid_slots(B, HKV, a.nsplit));
+          attn_row(label.c_str(), shape,
+                   attn_chain_us(mod, a, m, B, attn_grid_slots(B, HKV, a.nsplit), copies),
+                   bytes / 2);
+        }
         const Attn a = plan_e4m3.planned_for(B);
         const int z = attn_grid_slots(B, HKV, a.nsplit);
-        const std::string label = "attn_split+combine PDL plan e4m3 z=" + I(z);
-        attn_row(label.c_str(), shape, attn_chain_us(mod, a, m, B, z, copies), bytes / 2);
         for (auto [slots, b] : kE4m3BulkVariants) {
           const std::string bulk_label =
               "attn_split+combine PDL e4m3 bulk" + I(slots) + " z=" + I(z);
