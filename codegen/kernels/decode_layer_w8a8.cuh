@@ -259,8 +259,8 @@ __device__ __forceinline__ void layer_w8a8_quantize(const LayerW8a8Ring<STAGES>&
 }
 
 // Down's input: act's e4m3 bytes and scales (W8a8Act) into the e4m3 resident A of `ring` by the
-// 128 consumer threads, each polling its 16-byte chunks (gpu-scope relaxed loads, all of them
-// first, then again those with a pending word), then the fence for wgmma and the meeting.
+// 128 consumer threads, each polling its 16-byte chunks (persistent_poll_chunks), then the fence
+// for wgmma and the meeting.
 template <unsigned I, unsigned STAGES>
 __device__ __forceinline__ void layer_w8a8_poll_act(const LayerW8a8Ring<STAGES>& ring,
                                                     const bf16* act) {
@@ -276,20 +276,7 @@ __device__ __forceinline__ void layer_w8a8_poll_act(const LayerW8a8Ring<STAGES>&
     return p;
   };
   uint4 v[kPer];
-#pragma unroll
-  for (unsigned i = 0; i < kPer; ++i)
-    if (tid + 128 * i < A::kChunks) v[i] = hexel::ld_relaxed_gpu_v4(words + 4 * (tid + 128 * i));
-  for (bool again = true; again;) {
-    again = false;
-#pragma unroll
-    for (unsigned i = 0; i < kPer; ++i) {
-      const unsigned c = tid + 128 * i;
-      if (c < A::kChunks && pending(v[i], c)) {
-        v[i] = hexel::ld_relaxed_gpu_v4(words + 4 * c);
-        again = true;
-      }
-    }
-  }
+  persistent_poll_chunks<A::kChunks>(v, words, pending);
   auto* scale = const_cast<float*>(ring.scale);
 #pragma unroll
   for (unsigned i = 0; i < kPer; ++i) {

@@ -541,30 +541,43 @@ __device__ __forceinline__ void persistent_load_a(unsigned base, const bf16* a, 
 // pending word until none has. The words are the unit (an aligned 32-bit access is single-copy
 // atomic; hexel::ld_relaxed_gpu_v4), so a word is either pending or final. A count here would
 // cost its release fence's wait while the producer refills the ring for down.
+// This thread's 16-byte chunks tid, tid + 128, ... of the CHUNKS at `words` into v, by gpu-scope
+// relaxed loads: all of them first, then again those where pending(v[i], chunk) holds, until none
+// does (persistent_poll_a's and the W8A8 layer's act).
+template <unsigned CHUNKS, class Pending>
+__device__ __forceinline__ void persistent_poll_chunks(uint4 (&v)[(CHUNKS + 127) / 128],
+                                                       const unsigned* words, Pending pending) {
+  constexpr unsigned kPer = (CHUNKS + 127) / 128;
+  const unsigned tid = threadIdx.x;
+#pragma unroll
+  for (unsigned i = 0; i < kPer; ++i)
+    if (tid + 128 * i < CHUNKS) v[i] = hexel::ld_relaxed_gpu_v4(words + 4 * (tid + 128 * i));
+  for (bool again = true; again;) {
+    again = false;
+#pragma unroll
+    for (unsigned i = 0; i < kPer; ++i) {
+      const unsigned c = tid + 128 * i;
+      if (c < CHUNKS && pending(v[i], c)) {
+        v[i] = hexel::ld_relaxed_gpu_v4(words + 4 * c);
+        again = true;
+      }
+    }
+  }
+}
+
 template <int M, unsigned K>
 __device__ __forceinline__ void persistent_poll_a(unsigned base, const bf16* a) {
   static_assert(K % 8 == 0, "whole 16-byte pieces");
   constexpr unsigned kChunks = K / 8, kPer = (kChunks + 127) / 128;
   const unsigned tid = threadIdx.x;
-  auto pending = [](const uint4& v) {
+  auto pending = [](const uint4& v, unsigned) {
     return v.x == kActPending || v.y == kActPending || v.z == kActPending || v.w == kActPending;
   };
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     uint4 v[kPer];
-#pragma unroll
-    for (unsigned i = 0; i < kPer; ++i)
-      if (tid + 128 * i < kChunks)
-        v[i] = hexel::ld_relaxed_gpu_v4(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
-    for (bool again = true; again;) {
-      again = false;
-#pragma unroll
-      for (unsigned i = 0; i < kPer; ++i)
-        if (tid + 128 * i < kChunks && pending(v[i])) {
-          v[i] = hexel::ld_relaxed_gpu_v4(a + static_cast<long long>(r) * K + 8 * (tid + 128 * i));
-          again = true;
-        }
-    }
+    persistent_poll_chunks<kChunks>(
+        v, reinterpret_cast<const unsigned*>(a + static_cast<long long>(r) * K), pending);
 #pragma unroll
     for (unsigned i = 0; i < kPer; ++i)
       if (tid + 128 * i < kChunks) a_store_chunk<M>(base, tid + 128 * i, r, v[i]);
