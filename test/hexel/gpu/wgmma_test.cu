@@ -1,11 +1,16 @@
 // GPU tests of wgmma against a host fp32 reference: every N from 8 to 256 for bf16 with both
 // operands in shared memory, and N in {8, 64, 136, 256} for f16, fp8 (e4m3, e5m2) and the
 // register-A forms. Operands arrive by TMA with the 128B swizzle, one 128-byte row of K per
-// row, consumed in four K slices through SmemDesc::advanced, as the GEMM does.
+// row, consumed in four K slices through SmemDesc::advanced, as the GEMM does. And the
+// warp-level e4m3 mma (hexel/mma.cuh) on the same tiles, read by ldmatrix: against the reference,
+// and bit for bit against wgmma's chain (the W8A8 decode layer relies on it).
+#include <algorithm>
 #include <string>
 
 #include "gpu_check.h"
+#include "hexel/matrix_ldst.cuh"
 #include "hexel/mbarrier.cuh"
+#include "hexel/mma.cuh"
 #include "hexel/tensor_map_encode.h"
 #include "hexel/tma.cuh"
 #include "hexel/wgmma.cuh"
@@ -152,6 +157,68 @@ void run_wgmma() {
     }
 }
 
+// Both 64 x 128-byte e4m3 tiles by TMA, then out_w = the wgmma chain m64n64k32 x 4 from zero (A
+// rows against B rows) and out_m = the same products by mma m16n8k32 chains from -0: warp w's A
+// rows 16w .. 16w + 15 (ldmatrix.x4 from the swizzled rows), B rows in column blocks of 8
+// (ldmatrix.x2).
+__global__ void __launch_bounds__(128, 1)
+    mma_e4m3_kernel(const __grid_constant__ hexel::TensorMap a_map,
+                    const __grid_constant__ hexel::TensorMap b_map, float* out_w, float* out_m) {
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ alignas(8) unsigned long long bar;
+  using namespace hexel;
+  const uint32_t a_s = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t b_s = a_s + 64 * kRowBytes;
+  if (threadIdx.x == 0) {
+    mbarrier::init(smem_addr(&bar), 1);
+    mbarrier::fence_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbarrier::arrive_expect_tx(smem_addr(&bar), 128 * kRowBytes);
+    tma::load(a_s, &a_map, smem_addr(&bar), 0, 0);
+    tma::load(b_s, &b_map, smem_addr(&bar), 0, 0);
+  }
+  mbarrier::wait_parity(smem_addr(&bar), 0);
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, m = lane / 8;
+  const uint32_t row = 16 * warp + lane / 4, col = 2 * (lane % 4);
+  float d[32];
+  const auto a_desc = wgmma::kmajor_desc(a_s, Swizzle::B128);
+  const auto b_desc = wgmma::kmajor_desc(b_s, Swizzle::B128);
+  wgmma::fence();
+  for (uint32_t kk = 0; kk < kSlices; ++kk)
+    wgmma::mma_ss<64, AbType::E4M3>(d, a_desc.advanced(kk * 32), b_desc.advanced(kk * 32), kk > 0);
+  wgmma::commit_group();
+  wgmma::wait_group<0>();
+  wgmma::fence_operand(d);
+  // Byte k of row r of a swizzled tile: 16-byte chunk k / 16 at chunk (k / 16) ^ (r % 8).
+  auto chunk = [](uint32_t base, uint32_t r, uint32_t c) { return base + r * kRowBytes + ((c ^ (r % 8)) * 16); };
+  for (uint32_t j = 0; j < 8; ++j) {
+    out_w[row * 64 + 8 * j + col] = d[4 * j];
+    out_w[row * 64 + 8 * j + col + 1] = d[4 * j + 1];
+    out_w[(row + 8) * 64 + 8 * j + col] = d[4 * j + 2];
+    out_w[(row + 8) * 64 + 8 * j + col + 1] = d[4 * j + 3];
+    float e[4] = {-0.f, -0.f, -0.f, -0.f};
+    for (uint32_t kk = 0; kk < kSlices; ++kk) {
+      uint32_t a[4], b[2];
+      ldmatrix<4>(a, chunk(a_s, 16 * warp + (m & 1) * 8 + lane % 8, 2 * kk + (m >> 1)));
+      ldmatrix<2>(b, chunk(b_s, 8 * j + lane % 8, 2 * kk + (m & 1)));
+      mma_m16n8k32_e4m3(e, a, b[0], b[1]);
+    }
+    out_m[row * 64 + 8 * j + col] = e[0];
+    out_m[row * 64 + 8 * j + col + 1] = e[1];
+    out_m[(row + 8) * 64 + 8 * j + col] = e[2];
+    out_m[(row + 8) * 64 + 8 * j + col + 1] = e[3];
+  }
+}
+
+// Every finite e4m3 byte (subnormals, zeros, both signs) and its value.
+float e4m3_any_value(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const float v = e == 0 ? std::ldexp(float(m) / 8.f, -6) : std::ldexp(1.f + float(m) / 8.f, e - 7);
+  return b & 0x80 ? -v : v;
+}
+
 template <AbType T, bool RS, int... Ns>
 void sweep() {
   (run_wgmma<Ns, T, RS>(), ...);
@@ -185,6 +252,50 @@ TEST(Wgmma, E4m3RegisterA) {
 TEST(Wgmma, E5m2SharedShared) {
   REQUIRE_SM90();
   sweep<AbType::E5M2, false, 16, 128>();
+}
+
+TEST(Mma, E4m3MatchesReferenceAndWgmmaBitForBit) {
+  REQUIRE_SM90();
+  constexpr uint32_t smem = 128 * kRowBytes + 1024;
+  CUDA_OK(cudaFuncSetAttribute(mma_e4m3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  for (uint32_t seed = 1; seed <= 8; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    std::vector<uint8_t> a(64 * kRowBytes), b(64 * kRowBytes);
+    for (auto* v : {&a, &b})
+      for (auto& x : *v) {
+        do x = static_cast<uint8_t>(rng());
+        while ((x & 0x7f) == 0x7f);  // NaN
+      }
+    DeviceBuffer<uint8_t> da(a.size()), db(b.size());
+    DeviceBuffer<float> dw(64 * 64), dm(64 * 64);
+    CUDA_OK(da.upload(a));
+    CUDA_OK(db.upload(b));
+    CUDA_OK(cudaMemset(dw.ptr, 0xFF, 64 * 64 * sizeof(float)));  // NaN poison
+    CUDA_OK(cudaMemset(dm.ptr, 0xFF, 64 * 64 * sizeof(float)));
+    const auto a_map = hexel::encode_2d(hexel::TmaDtype::U8, da.ptr, 64, kRowBytes, kRowBytes, 64,
+                                        kRowBytes, Swizzle::B128);
+    const auto b_map = hexel::encode_2d(hexel::TmaDtype::U8, db.ptr, 64, kRowBytes, kRowBytes, 64,
+                                        kRowBytes, Swizzle::B128);
+    mma_e4m3_kernel<<<1, 128, smem>>>(a_map, b_map, dw.ptr, dm.ptr);
+    LAUNCH_OK();
+    const auto w = dw.download(), m = dm.download();
+    for (int r = 0; r < 64; ++r)
+      for (int c = 0; c < 64; ++c) {
+        double ref = 0, mag = 0;
+        for (uint32_t k = 0; k < kRowBytes; ++k) {
+          const double p = double(e4m3_any_value(a[r * kRowBytes + k])) * e4m3_any_value(b[c * kRowBytes + k]);
+          ref += p;
+          mag += std::fabs(p);
+        }
+        ASSERT_NEAR(m[r * 64 + c], ref, std::ldexp(mag, -9) + 1e-30) << "mma D(" << r << ", " << c << ")";
+        uint32_t uw, um;
+        std::memcpy(&uw, &w[r * 64 + c], 4);
+        std::memcpy(&um, &m[r * 64 + c], 4);
+        ASSERT_EQ(um, uw) << "D(" << r << ", " << c << "): mma " << m[r * 64 + c] << ", wgmma "
+                          << w[r * 64 + c];
+      }
+  }
 }
 
 }  // namespace
