@@ -326,10 +326,9 @@ inline constexpr bool persistent_tile_fits(int bn, int k, int n) {
 }
 // Whether the W8A8 layer's ring takes tiles of bn of the n weight rows over K = k: as
 // persistent_tile_fits, with a K block of 128 e4m3 columns (a slot holds twice the K of a bf16
-// slot) and at least 16 rows (a slot's K blocks times its 16-row groups, one a consumer warp, are
-// at most four; LayerW8a8::tile_ok, kernels/decode_layer_w8a8.cuh).
+// slot; LayerW8a8::tile_ok, kernels/decode_layer_w8a8.cuh).
 inline constexpr bool persistent_w8a8_tile_fits(int bn, int k, int n) {
-  return bn % 8 == 0 && bn >= 16 && bn <= 64 && n % bn == 0 && k % (128 * (64 / bn)) == 0;
+  return bn % 8 == 0 && bn >= 8 && bn <= 64 && n % bn == 0 && k % (128 * (64 / bn)) == 0;
 }
 // The W8A8 layer's resident e4m3 A for a largest K of k_max (LayerW8a8::kABytes): the row in whole
 // KBs, 16 bytes of alignment and the per-128 scales.

@@ -2,14 +2,13 @@
 // The one-token layer on W8A8 (decode_layer_persistent_w8a8; docs/fp8.md):
 // decode_layer_persistent's phases, producer and grid-wide counts (decode_persistent.cuh) on the
 // MMA atom LayerW8a8, which runs gemm_w8a8.cuh's arithmetic with no converter warps: the producer
-// streams each weight's e4m3 bytes into the ring as the e4m3 MMAs read them, and the consumers
-// run the W8A8 chain on the ring's slots with the warp-level e4m3 mma (mma.sync m16n8k32), the
-// weight rows as its A and the token as its B.
+// streams each weight's e4m3 bytes into the ring as the e4m3 wgmma reads them, and the consumers
+// run the W8A8 chain on the ring's slots.
 //
 // Weights: e4m3 [N, K] with one f32 scale a 128 x 128 block (the artifact's `w:NAME.scale`, row
 // block n / 128, ceil(K / 128) a row), each through a map over its bytes [N, K] in BN x 128
 // boxes with the 128B swizzle (BOX_COLS 128, docs/artifact.md): a box row is 128 bytes, one
-// 128-column K block of a weight row, K-major and swizzled as TMA writes it, where a bf16
+// 128-column K block of a weight row, K-major and swizzled as the e4m3 wgmma reads it, where a bf16
 // box row is 64 columns; so the producer's phases count K / 2 (LayerAtomInput::kStreamKDiv) and its
 // StreamCursor steps 128 columns a box, and nothing else of the stream changes. A
 // slot (8 KB, 64 rows of 128 bytes) holds 64 / BN K blocks of a BN-row tile: twice a bf16 slot's
@@ -24,25 +23,26 @@
 // quantized once for the grid instead, a block by the gate/up tile that completes it, into global
 // memory beside act (W8a8Act), and down polls those bytes and scales into the e4m3 resident A:
 // every CTA quantizing the whole act row held down back ~8 µs a layer on the 8B.
-// The e4m3 A is the token's row, its bytes in K order (ldmatrix reads its 16-byte chunks as the
-// mma's B).
+// The e4m3 A is the token's row as wgmma's A without swizzle (core matrices of 8 rows of 16 bytes,
+// LBO 16, SBO 0: row 0 is the token, rows 1-63 read the bytes after it, up to the ring's first
+// slot, and are never stored).
 //
 // Bits: each output element is gemm_prefill_w8a8's for the same token. Per K block kb, a chain of
-// four mma m16n8k32 e4m3 from -0 sums the block's products as the prefill GEMM's chain of four
-// wgmma k32 from zero does, bit for bit (the tensor cores' sum of a k32 step and its accumulator
-// is the same in both instructions: tools/fp8_mma_bench.cu's "bits" over every finite e4m3 byte),
-// then acc = fma(part, sa · sw, acc) with the scale product rounded to f32 first, acc from +0, kb
-// in order: the prefill GEMM's promotion (w8a8_promote's), sw that of the row's weight block (a
-// tile of up to 64 rows, or gate/up's two halves, may span two scale blocks). The epilogues are small_gemm_store's, the
+// four wgmma m64nBNk32 e4m3 sums the block's products from zero into `part` (the per-element sum
+// does not depend on the instruction's N or on the row's place in the tile: gemm_w8a8.cuh's batch
+// invariance), then w8a8_promote takes acc = fma(part, sa · sw, acc) with the scale product
+// rounded to f32 first, acc from +0, kb in order: the prefill GEMM's promotion, its code, with a
+// scale group an 8-column block (sw that of the group's weight rows: a tile of up to 64 rows, or
+// gate/up's two halves, may span two scale blocks). The epilogues are small_gemm_store's, the
 // prefill epilogues' arithmetic (the layer's: the residual added in L2, act with gpu-scope
 // stores); the quantization is quantize_rows_e4m3's code on the same bf16 input bits, which the
 // norm prologue and the loads give as the separate kernels do. gpu_kernels_test's
 // W8a8PersistentLayerMatchesPrefillW8a8Kernels compares them bit for bit.
 //
-// Why the warp-level mma: a slot's wgmma chains (the token as an m64 A, 63 rows of it unused)
-// cost ~500 cycles of one warpgroup, about the H100's DRAM share of an SM for 8 KB and well under
-// the H200's; the mma runs a K block's 16 rows a warp with a 16-row A, one block a warp at a time
-// (layer_w8a8_tile_mma). The tiles and the ring are kernel_plan's decode_layer_w8a8_tiling's.
+// The K loop issues a slot's chains (one a K block, each into partials of its own) under one
+// commit, waits for them once, releases the slot and then promotes them in K order: one wait a
+// slot, as the bf16 layer's, rather than one a K block. The tiles and the ring are kernel_plan's
+// decode_layer_w8a8_tiling's.
 #include "decode_persistent.cuh"
 #include "gemm_w8a8.cuh"
 
@@ -59,119 +59,82 @@ struct LayerW8a8Ring : hexel::mbarrier::StageRing<STAGES> {
   const float* w_scale;
 };
 
-// The weight scale row (its 128-row block times the weight's K blocks) of tile t's row r: weight
-// row t · BN + r, or with SPLIT (gate/up) gate row t · BN / 2 + r in the tile's first half and,
-// in its second, the up row `up_row` after gate row t · BN / 2 + r - BN / 2.
-template <unsigned BN, bool SPLIT>
-__device__ __forceinline__ unsigned layer_w8a8_scale_row(unsigned r, unsigned t, unsigned up_row,
-                                                         unsigned k_blocks) {
-  const unsigned w = SPLIT ? t * BN / 2 + (r < BN / 2 ? r : up_row + r - BN / 2) : t * BN + r;
-  return w / 128 * k_blocks;
-}
-
-// One K block's partial sums for rows r0 .. r0 + 15 of the box at `box` (rows of 128 bytes, the
-// 128B swizzle, as TMA wrote them), against the token's e4m3 bytes of the block at `q`: a chain of
-// four mma m16n8k32 from -0 (so p = the block's sum, as a wgmma chain from zero gives it). A comes
-// from the box by ldmatrix (a fragment's row is 16 consecutive bytes of K), B is the token's row in
-// every column (ldmatrix with eight equal row addresses), so lanes 4i hold rows r0 + i (p[0]) and
-// r0 + i + 8 (p[2]).
-__device__ __forceinline__ void layer_w8a8_block_mma(float (&p)[4], unsigned box, unsigned r0,
-                                                     unsigned q) {
-  const unsigned lane = threadIdx.x % 32, m = lane / 8, row = r0 + (m & 1) * 8 + lane % 8;
-  p[0] = p[1] = p[2] = p[3] = -0.f;
+// The scale products of K block kb for a tile's 8-column groups: s[h][j] = sa · sw[j] (both row
+// halves alike: only row 0, the token's, is stored), sw[j] the weight scale of group j's rows
+// (`wrow`: their scale block row times the weight's K blocks).
+template <unsigned BN>
+__device__ __forceinline__ void layer_w8a8_scales(float (&s)[2][BN / 8], float sa,
+                                                  const float* w_scale,
+                                                  const unsigned (&wrow)[BN / 8], unsigned kb) {
 #pragma unroll
-  for (unsigned kk = 0; kk < 4; kk += 2) {
-    unsigned b[4];  // the token's 16-byte chunks 2 kk .. 2 kk + 3
-    hexel::ldmatrix<4>(b, q + 16 * (2 * kk + m));
-#pragma unroll
-    for (unsigned h = 0; h < 2; ++h) {
-      unsigned a[4];
-      hexel::ldmatrix<4>(a, box + row * 128 + (((2 * (kk + h) + (m >> 1)) ^ (lane % 8)) * 16));
-      hexel::mma_m16n8k32_e4m3(p, a, b[2 * h], b[2 * h + 1]);
-    }
+  for (unsigned j = 0; j < BN / 8; ++j) {
+    const float p = __fmul_rn(sa, __ldg(w_scale + wrow[j] + kb));
+    s[0][j] = p;
+    s[1][j] = p;
   }
 }
 
-// One tile's K loop. A slot holds 64 / BN K blocks of the tile's BN rows; its units (K block j,
-// rows 16 r ..) are the consumer warps' (warp j · G + r, G = ceil(BN / 16) row groups; at most
-// four units, the rest idle), each one block's partials by layer_w8a8_block_mma. Every warp waits
-// for the slot and releases it (its lane 0) once its chain is issued. The promotion stays in K
-// order: where a slot holds several blocks, the row group's warps meet at a named barrier (3 + r)
-// after the other blocks' warps stored their partials, and the block-0 warp takes them in order
-// (double-buffered by the slot's parity: a warp stores slot n + 2's only after the barrier of
-// slot n + 1, which the reader passes after its reads of slot n). The promotion is gemm_w8a8's,
-// acc = fma(part, sa · sw, acc) with the product rounded first, acc from +0, by the lanes that hold
-// a row's partials (their scale products loaded before the slot's wait). Then the rows go through
-// shared memory to d in wgmma's accumulator layout for threads 0-3 (row 8j + 2c + e at d[4j + e],
-// the token's row of an m64 tile), which the epilogues read.
-template <unsigned BN, bool SPLIT, unsigned STAGES>
+// One tile's K loop: for each slot (64 / BN K blocks), the scale products of its blocks (loaded
+// before the slot's wait, so the loads overlap it), the wait, every block's chain of four e4m3
+// wgmma k32 from zero into its own partials (64 / BN sets of BN / 2: 32 registers whatever BN),
+// one commit and one wait for them, the slot's release (each warp's lane 0), then the blocks'
+// promotions into acc (from +0) in K order.
+template <unsigned BN, unsigned STAGES>
 __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring, unsigned ring_base,
                                                     unsigned full, unsigned empty, unsigned K,
-                                                    unsigned t, unsigned up_row,
-                                                    float (&d)[BN / 2]) {
+                                                    const unsigned (&wrow)[BN / 8],
+                                                    float (&acc)[BN / 2]) {
   using namespace hexel;
-  constexpr unsigned kBlocks = 64 / BN, kGroups = (BN + 15) / 16;
-  static_assert(kBlocks * kGroups <= 4, "a unit a consumer warp");
-  __shared__ float parts[2][64];  // a slot's partials of blocks 1.., block j's row r at j · BN + r
-  __shared__ float rows[64];      // the tile's outputs
-  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const unsigned j = warp / kGroups, r0 = 16 * (warp % kGroups);
-  const bool active = warp < kBlocks * kGroups;
-  const bool owner = active && j == 0 && lane % 4 == 0;  // holds rows ra and rb's sums
-  const unsigned ra = r0 + lane / 4, rb = ra + 8, k_blocks = K / 128, slots = k_blocks / kBlocks;
-  const unsigned wa = layer_w8a8_scale_row<BN, SPLIT>(min(ra, BN - 1), t, up_row, k_blocks);
-  const unsigned wb = layer_w8a8_scale_row<BN, SPLIT>(min(rb, BN - 1), t, up_row, k_blocks);
-  float acc_a = 0.f, acc_b = 0.f;
-  for (unsigned sl = 0; sl < slots; ++sl) {
-    float sa[kBlocks], sb[kBlocks];
-    if (owner) {
+  constexpr unsigned kBlocksPerSlot = 64 / BN;
+  const unsigned lane = threadIdx.x % 32, slots = K / 128 / kBlocksPerSlot;
+  float part[kBlocksPerSlot][BN / 2];
 #pragma unroll
-      for (unsigned b = 0; b < kBlocks; ++b) {
-        const unsigned kb = sl * kBlocks + b;
-        sa[b] = __fmul_rn(ring.scale[kb], __ldg(ring.w_scale + wa + kb));
-        sb[b] = __fmul_rn(ring.scale[kb], __ldg(ring.w_scale + wb + kb));
-      }
+  for (unsigned i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+  for (unsigned sl = 0; sl < slots; ++sl) {
+    float s[kBlocksPerSlot][2][BN / 8];
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+      const unsigned kb = sl * kBlocksPerSlot + j;
+      layer_w8a8_scales<BN>(s[j], ring.scale[kb], ring.w_scale, wrow, kb);
     }
     mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
     const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes;
-    float p[4];
-    if (active) layer_w8a8_block_mma(p, slot + j * BN * 128, r0, ring.q + (sl * kBlocks + j) * 128);
-    if (lane == 0) mbarrier::arrive(empty + 8 * ring.index);
-    if (owner) {
-      acc_a = __fmaf_rn(p[0], sa[0], acc_a);
-      acc_b = __fmaf_rn(p[2], sb[0], acc_b);
-    }
-    if constexpr (kBlocks > 1) {
-      float* x = parts[sl & 1];
-      if (active && j > 0 && lane % 4 == 0) {
-        if (ra < BN) x[j * BN + ra] = p[0];
-        if (rb < BN) x[j * BN + rb] = p[2];
-      }
-      named_barrier_sync(3 + warp % kGroups, 32 * kBlocks);
-      if (owner) {
+    wgmma::fence();
 #pragma unroll
-        for (unsigned b = 1; b < kBlocks; ++b) {
-          acc_a = __fmaf_rn(x[b * BN + min(ra, BN - 1)], sa[b], acc_a);
-          acc_b = __fmaf_rn(x[b * BN + min(rb, BN - 1)], sb[b], acc_b);
-        }
-      }
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+      const auto a =
+          wgmma::SmemDesc::make(ring.q + (sl * kBlocksPerSlot + j) * 128, Swizzle::None, 16, 0);
+      const auto b = wgmma::kmajor_desc(slot + j * BN * 128, Swizzle::B128);
+#pragma unroll
+      for (unsigned kk = 0; kk < 4; ++kk)
+        wgmma::mma_ss<BN, wgmma::AbType::E4M3>(part[j], a.advanced(32 * kk), b.advanced(32 * kk),
+                                               kk > 0);
+    }
+    wgmma::commit_group();
+    wgmma::wait_group<0>();
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) wgmma::fence_operand(part[j]);
+    if (lane == 0) mbarrier::arrive(empty + 8 * ring.index);
+#pragma unroll
+    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+      w8a8_promote<BN, BN / 8>(acc, part[j], s[j]);
+      wgmma::fence_operand(part[j]);  // the promotion reads part before the next chain writes it
     }
     ring.advance();
   }
-  if (owner) {
-    if (ra < BN) rows[ra] = acc_a;
-    if (rb < BN) rows[rb] = acc_b;
-  }
-  named_barrier_sync(1, 128);
-  if (threadIdx.x < 4) {
+}
+
+// The scale rows (block row times K blocks) of tile t's 8-column groups: rows t · BN + 8j, or with
+// SPLIT (gate/up) the gate rows t · BN / 2 + 8j and their up rows `up_row` further.
+template <unsigned BN, bool SPLIT>
+__device__ __forceinline__ void layer_w8a8_scale_rows(unsigned (&wrow)[BN / 8], unsigned t,
+                                                      unsigned up_row, unsigned k_blocks) {
 #pragma unroll
-    for (unsigned g = 0; g < BN / 8; ++g) {
-      d[4 * g] = rows[8 * g + 2 * threadIdx.x];
-      d[4 * g + 1] = rows[8 * g + 2 * threadIdx.x + 1];
-      d[4 * g + 2] = d[4 * g + 3] = 0.f;  // row 8: no token
-    }
+  for (unsigned j = 0; j < BN / 8; ++j) {
+    const unsigned r =
+        SPLIT ? t * BN / 2 + (j < BN / 16 ? 8 * j : up_row + 8 * (j - BN / 16)) : t * BN + 8 * j;
+    wrow[j] = r / 128 * k_blocks;
   }
-  named_barrier_sync(1, 128);  // rows is read before the next tile stores it
 }
 
 // act in the W8A8 layer, I columns of one token (kernel_plan.hpp's persistent_w8a8_act_bytes
@@ -222,16 +185,17 @@ struct LayerW8a8 {
     kSlotRows = 64,
     kSlotBytes = LayerGemms::kSlotBytes,
     kEmptyArrivals = 4,  // one a consumer warp
-    // The resident e4m3 A: the row before the ring, in whole KBs (AtomResidentBytes: the ring's
-    // slots stay 1024-aligned for the 128B swizzle); its per-128 scales after the ring's
-    // barriers, 16-byte aligned. kABytes is both (kernel_plan.hpp's
+    // The resident e4m3 A: the row before the ring, in whole KBs (AtomResidentBytes), so that what
+    // its rows past the token read, and the 2 KB a k step's 64 rows span as the tools count them
+    // (the hardware reads the first 8 rows' core matrices), lie in shared memory; its per-128
+    // scales after the ring's barriers, 16-byte aligned. kABytes is both (kernel_plan.hpp's
     // persistent_w8a8_a_bytes mirrors it).
     kRowBytes = (K_MAX + 1023) / 1024 * 1024,
     kABytes = kRowBytes + 16 + K_MAX / 128 * 4,
   };
   static_assert(K_MAX % 128 == 0, "whole K blocks");
   __host__ __device__ static constexpr bool tile_ok(int bn, int k) {
-    return bn % 8 == 0 && bn >= 16 && bn <= 64 && k % (128 * (64 / bn)) == 0;
+    return bn % 8 == 0 && bn >= 8 && bn <= 64 && k % (128 * (64 / bn)) == 0;
   }
   template <unsigned STAGES>
   using Ring = LayerW8a8Ring<STAGES>;
@@ -249,8 +213,10 @@ struct LayerW8a8 {
                                               unsigned N, void* out) {
     static_assert(M == 1, "one token");
     const unsigned warp = hexel::warp_index(), lane = threadIdx.x % 32;
+    unsigned wrow[BN / 8];
+    layer_w8a8_scale_rows<BN, EPI == SmallEpi::SwiGlu>(wrow, t, N, K / 128);
     float acc[BN / 2];
-    layer_w8a8_tile_mma<BN, EPI == SmallEpi::SwiGlu>(ring, ring_base, full, empty, K, t, N, acc);
+    layer_w8a8_tile_mma<BN>(ring, ring_base, full, empty, K, wrow, acc);
     layer_gemm_tile_store<M, BN, EPI>(acc, t, N, out, warp, lane);
     if constexpr (EPI == SmallEpi::SwiGlu)
       if (warp == 0) layer_w8a8_quantize_act<BN / 2>(static_cast<bf16*>(out), N, t, lane);
@@ -263,8 +229,10 @@ struct LayerW8a8 {
                                                        int page, const float* bias, bf16* kv_layer,
                                                        float* q, float2* sc) {
     qkv_rope_table<D, Rope, BQ>(tile, pos, sc);
+    unsigned wrow[BQ / 8];
+    layer_w8a8_scale_rows<BQ, false>(wrow, tile, 0, H / 128);
     float d[BQ / 2];
-    layer_w8a8_tile_mma<BQ, false>(ring, ring_base, full, empty, H, tile, 0, d);
+    layer_w8a8_tile_mma<BQ>(ring, ring_base, full, empty, H, wrow, d);
     qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer,
                                                                  q, sc);
   }
@@ -277,7 +245,7 @@ struct AtomResidentBytes<LayerW8a8<K_MAX>> {
 
 // The token's bf16 row of K columns at shared address `base` (the resident A, M 1: contiguous)
 // into the e4m3 resident A of `ring` by the 128 consumer threads, a K block a warp at a time
-// (quantize_block_e4m3), then the meeting.
+// (quantize_block_e4m3), then the fence for wgmma and the meeting.
 template <unsigned K, unsigned STAGES>
 __device__ __forceinline__ void layer_w8a8_quantize(const LayerW8a8Ring<STAGES>& ring,
                                                     unsigned base) {
@@ -286,12 +254,13 @@ __device__ __forceinline__ void layer_w8a8_quantize(const LayerW8a8Ring<STAGES>&
   auto* scale = const_cast<float*>(ring.scale);
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (unsigned kb = warp; kb < K / 128; kb += 4) quantize_block_e4m3<K>(x, q, scale, kb, lane);
+  hexel::fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
   hexel::named_barrier_sync(1, 128);
 }
 
 // Down's input: act's e4m3 bytes and scales (W8a8Act) into the e4m3 resident A of `ring` by the
-// 128 consumer threads, each polling its 16-byte chunks (persistent_poll_chunks), then the
-// meeting.
+// 128 consumer threads, each polling its 16-byte chunks (persistent_poll_chunks), then the fence
+// for wgmma and the meeting.
 template <unsigned I, unsigned STAGES>
 __device__ __forceinline__ void layer_w8a8_poll_act(const LayerW8a8Ring<STAGES>& ring,
                                                     const bf16* act) {
@@ -322,6 +291,7 @@ __device__ __forceinline__ void layer_w8a8_poll_act(const LayerW8a8Ring<STAGES>&
         if (4 * c + e - A::kQWords < A::kBlocks) scale[4 * c + e - A::kQWords] = __uint_as_float(w[e]);
     }
   }
+  hexel::fence_proxy_async_smem();  // generic-proxy stores, then wgmma (async proxy) reads them
   hexel::named_barrier_sync(1, 128);
 }
 

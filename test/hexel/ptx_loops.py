@@ -15,7 +15,7 @@ import re
 import sys
 
 FAMILIES = ("mbarrier.", "cp.async.bulk", "cp.reduce.async.bulk", "tcgen05.", "wgmma.", "st.global",
-            "bar.", "mma.sync", "ldmatrix")
+            "bar.")
 
 ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+([\w$]+)")
 LABEL = re.compile(r"^(\$[\w$]+):")
