@@ -74,66 +74,138 @@ __device__ __forceinline__ void layer_w8a8_scales(float (&s)[2][BN / 8], float s
   }
 }
 
-// One tile's K loop: for each slot (64 / BN K blocks), the scale products of its blocks (loaded
-// before the slot's wait, so the loads overlap it), the wait, every block's chain of four e4m3
-// wgmma k32 from zero into its own partials (64 / BN sets of BN / 2: 32 registers whatever BN),
-// one commit and one wait for them, the slot's release (each warp's lane 0), then the blocks'
-// promotions into acc (from +0) in K order.
-template <unsigned BN, unsigned STAGES>
-__device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring, unsigned ring_base,
-                                                    unsigned full, unsigned empty, unsigned K,
-                                                    const unsigned (&wrow)[BN / 8],
-                                                    float (&acc)[BN / 2]) {
-  using namespace hexel;
-  constexpr unsigned kBlocksPerSlot = 64 / BN;
-  const unsigned lane = threadIdx.x % 32, slots = K / 128 / kBlocksPerSlot;
-  float part[kBlocksPerSlot][BN / 2];
-#pragma unroll
-  for (unsigned i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-  for (unsigned sl = 0; sl < slots; ++sl) {
-    float s[kBlocksPerSlot][2][BN / 8];
-#pragma unroll
-    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
-      const unsigned kb = sl * kBlocksPerSlot + j;
-      layer_w8a8_scales<BN>(s[j], ring.scale[kb], ring.w_scale, wrow, kb);
-    }
-    mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
-    const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes;
-    wgmma::fence();
-#pragma unroll
-    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
-      const auto a =
-          wgmma::SmemDesc::make(ring.q + (sl * kBlocksPerSlot + j) * 128, Swizzle::None, 16, 0);
-      const auto b = wgmma::kmajor_desc(slot + j * BN * 128, Swizzle::B128);
-#pragma unroll
-      for (unsigned kk = 0; kk < 4; ++kk)
-        wgmma::mma_ss<BN, wgmma::AbType::E4M3>(part[j], a.advanced(32 * kk), b.advanced(32 * kk),
-                                               kk > 0);
-    }
-    wgmma::commit_group();
-    wgmma::wait_group<0>();
-#pragma unroll
-    for (unsigned j = 0; j < kBlocksPerSlot; ++j) wgmma::fence_operand(part[j]);
-    if (lane == 0) mbarrier::arrive(empty + 8 * ring.index);
-#pragma unroll
-    for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
-      w8a8_promote<BN, BN / 8>(acc, part[j], s[j]);
-      wgmma::fence_operand(part[j]);  // the promotion reads part before the next chain writes it
-    }
-    ring.advance();
-  }
+// The scale row (block row times K blocks) of tile t's row r: weight row t · BN + r, or with SPLIT
+// (gate/up) gate row t · BN / 2 + r in the tile's first half and, in its second, the up row
+// `up_row` after gate row t · BN / 2 + r - BN / 2; and those of the tile's 8-row groups.
+template <unsigned BN, bool SPLIT>
+__device__ __forceinline__ unsigned layer_w8a8_scale_row(unsigned r, unsigned t, unsigned up_row,
+                                                         unsigned k_blocks) {
+  const unsigned w = SPLIT ? t * BN / 2 + (r < BN / 2 ? r : up_row + r - BN / 2) : t * BN + r;
+  return w / 128 * k_blocks;
 }
-
-// The scale rows (block row times K blocks) of tile t's 8-column groups: rows t · BN + 8j, or with
-// SPLIT (gate/up) the gate rows t · BN / 2 + 8j and their up rows `up_row` further.
 template <unsigned BN, bool SPLIT>
 __device__ __forceinline__ void layer_w8a8_scale_rows(unsigned (&wrow)[BN / 8], unsigned t,
                                                       unsigned up_row, unsigned k_blocks) {
 #pragma unroll
-  for (unsigned j = 0; j < BN / 8; ++j) {
-    const unsigned r =
-        SPLIT ? t * BN / 2 + (j < BN / 16 ? 8 * j : up_row + 8 * (j - BN / 16)) : t * BN + 8 * j;
-    wrow[j] = r / 128 * k_blocks;
+  for (unsigned j = 0; j < BN / 8; ++j) wrow[j] = layer_w8a8_scale_row<BN, SPLIT>(8 * j, t, up_row, k_blocks);
+}
+
+// One tile's K loop where a slot is one K block (BN 40 to 64), with the operands swapped: the
+// slot's 64 rows (the tile's BN, then bytes of the slot past them) as wgmma's A and the token's
+// block as B (N 8: row 0 the token, rows 1-7 the bytes after it, never stored), four m64n8k32
+// from zero a slot, one commit and one wait. A weight row's sum is the same bits either way (the
+// element's sum depends on its row of A and column of B only; tools/fp8_mma_bench.cu's "bits":
+// wgmma-sw) for a quarter of the MMA's work (the token as an m64 A wastes 63 rows of it). Lanes 4g
+// of warp w hold rows 16w + g and + 8 (column 0: d[0], d[2]); each promotes its rows in K order
+// (the scale products of its rows, loaded before the slot's wait),
+// then the rows go through shared memory to acc in the layout of the tile's wgmma with the token
+// as A (threads 0-3: row 8j + 2c + e at acc[4j + e]), which the epilogues read.
+template <unsigned BN, bool SPLIT, unsigned STAGES>
+__device__ __forceinline__ void layer_w8a8_tile_swapped(LayerW8a8Ring<STAGES>& ring,
+                                                        unsigned ring_base, unsigned full,
+                                                        unsigned empty, unsigned K, unsigned t,
+                                                        unsigned up_row, float (&acc)[BN / 2]) {
+  using namespace hexel;
+  static_assert(BN > 32 && BN <= 64, "one K block a slot");
+  __shared__ float rows[64];
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const unsigned ra = 16 * warp + lane / 4, rb = ra + 8;
+  const bool owner = lane % 4 == 0;
+  // The scale rows of rows ra and rb (rows past BN: the last row's).
+  const unsigned wa = layer_w8a8_scale_row<BN, SPLIT>(min(ra, BN - 1), t, up_row, K / 128);
+  const unsigned wb = layer_w8a8_scale_row<BN, SPLIT>(min(rb, BN - 1), t, up_row, K / 128);
+  float acc_a = 0.f, acc_b = 0.f;
+  for (unsigned kb = 0; kb < K / 128; ++kb) {
+    const float sa = ring.scale[kb];
+    const float s_a = __fmul_rn(sa, __ldg(ring.w_scale + wa + kb));
+    const float s_b = __fmul_rn(sa, __ldg(ring.w_scale + wb + kb));
+    mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
+    const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes;
+    const auto a = wgmma::kmajor_desc(slot, Swizzle::B128);
+    const auto b = wgmma::SmemDesc::make(ring.q + kb * 128, Swizzle::None, 16, 0);
+    float part[4];
+    wgmma::fence();
+#pragma unroll
+    for (unsigned kk = 0; kk < 4; ++kk)
+      wgmma::mma_ss<8, wgmma::AbType::E4M3>(part, a.advanced(32 * kk), b.advanced(32 * kk),
+                                            kk > 0);
+    wgmma::commit_group();
+    wgmma::wait_group<0>();
+    wgmma::fence_operand(part);
+    if (lane == 0) mbarrier::arrive(empty + 8 * ring.index);
+    acc_a = __fmaf_rn(part[0], s_a, acc_a);
+    acc_b = __fmaf_rn(part[2], s_b, acc_b);
+    wgmma::fence_operand(part);  // the promotion reads part before the next chain writes it
+    ring.advance();
+  }
+  if (owner && ra < BN) rows[ra] = acc_a;
+  if (owner && rb < BN) rows[rb] = acc_b;
+  named_barrier_sync(1, 128);
+  if (threadIdx.x < 4) {
+#pragma unroll
+    for (unsigned j = 0; j < BN / 8; ++j) {
+      acc[4 * j] = rows[8 * j + 2 * threadIdx.x];
+      acc[4 * j + 1] = rows[8 * j + 2 * threadIdx.x + 1];
+      acc[4 * j + 2] = acc[4 * j + 3] = 0.f;  // row 8 of the m64 form: no token
+    }
+  }
+  named_barrier_sync(1, 128);  // rows is read before the next tile stores it
+}
+
+// One tile's K loop (where a slot holds one K block: layer_w8a8_tile_swapped): for each slot (64 /
+// BN K blocks), the scale products of its blocks (loaded
+// before the slot's wait, so the loads overlap it), the wait, every block's chain of four e4m3
+// wgmma k32 from zero into its own partials (64 / BN sets of BN / 2: 32 registers whatever BN),
+// one commit and one wait for them, the slot's release (each warp's lane 0), then the blocks'
+// promotions into acc (from +0) in K order.
+template <unsigned BN, bool SPLIT, unsigned STAGES>
+__device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring, unsigned ring_base,
+                                                    unsigned full, unsigned empty, unsigned K,
+                                                    unsigned t, unsigned up_row,
+                                                    float (&acc)[BN / 2]) {
+  using namespace hexel;
+  constexpr unsigned kBlocksPerSlot = 64 / BN;
+  if constexpr (kBlocksPerSlot == 1) {
+    layer_w8a8_tile_swapped<BN, SPLIT>(ring, ring_base, full, empty, K, t, up_row, acc);
+  } else {
+    unsigned wrow[BN / 8];
+    layer_w8a8_scale_rows<BN, SPLIT>(wrow, t, up_row, K / 128);
+    const unsigned lane = threadIdx.x % 32, slots = K / 128 / kBlocksPerSlot;
+    float part[kBlocksPerSlot][BN / 2];
+#pragma unroll
+    for (unsigned i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+    for (unsigned sl = 0; sl < slots; ++sl) {
+      float s[kBlocksPerSlot][2][BN / 8];
+#pragma unroll
+      for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+        const unsigned kb = sl * kBlocksPerSlot + j;
+        layer_w8a8_scales<BN>(s[j], ring.scale[kb], ring.w_scale, wrow, kb);
+      }
+      mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
+      const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes;
+      wgmma::fence();
+#pragma unroll
+      for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+        const auto a =
+            wgmma::SmemDesc::make(ring.q + (sl * kBlocksPerSlot + j) * 128, Swizzle::None, 16, 0);
+        const auto b = wgmma::kmajor_desc(slot + j * BN * 128, Swizzle::B128);
+#pragma unroll
+        for (unsigned kk = 0; kk < 4; ++kk)
+          wgmma::mma_ss<BN, wgmma::AbType::E4M3>(part[j], a.advanced(32 * kk), b.advanced(32 * kk),
+                                                 kk > 0);
+      }
+      wgmma::commit_group();
+      wgmma::wait_group<0>();
+#pragma unroll
+      for (unsigned j = 0; j < kBlocksPerSlot; ++j) wgmma::fence_operand(part[j]);
+      if (lane == 0) mbarrier::arrive(empty + 8 * ring.index);
+#pragma unroll
+      for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
+        w8a8_promote<BN, BN / 8>(acc, part[j], s[j]);
+        wgmma::fence_operand(part[j]);  // the promotion reads part before the next chain writes it
+      }
+      ring.advance();
+    }
   }
 }
 
@@ -213,10 +285,8 @@ struct LayerW8a8 {
                                               unsigned N, void* out) {
     static_assert(M == 1, "one token");
     const unsigned warp = hexel::warp_index(), lane = threadIdx.x % 32;
-    unsigned wrow[BN / 8];
-    layer_w8a8_scale_rows<BN, EPI == SmallEpi::SwiGlu>(wrow, t, N, K / 128);
     float acc[BN / 2];
-    layer_w8a8_tile_mma<BN>(ring, ring_base, full, empty, K, wrow, acc);
+    layer_w8a8_tile_mma<BN, EPI == SmallEpi::SwiGlu>(ring, ring_base, full, empty, K, t, N, acc);
     layer_gemm_tile_store<M, BN, EPI>(acc, t, N, out, warp, lane);
     if constexpr (EPI == SmallEpi::SwiGlu)
       if (warp == 0) layer_w8a8_quantize_act<BN / 2>(static_cast<bf16*>(out), N, t, lane);
@@ -229,10 +299,8 @@ struct LayerW8a8 {
                                                        int page, const float* bias, bf16* kv_layer,
                                                        float* q, float2* sc) {
     qkv_rope_table<D, Rope, BQ>(tile, pos, sc);
-    unsigned wrow[BQ / 8];
-    layer_w8a8_scale_rows<BQ, false>(wrow, tile, 0, H / 128);
     float d[BQ / 2];
-    layer_w8a8_tile_mma<BQ>(ring, ring_base, full, empty, H, wrow, d);
+    layer_w8a8_tile_mma<BQ, false>(ring, ring_base, full, empty, H, tile, 0, d);
     qkv_rope_pairs<HQ, HKV, D, BIAS, PAGE, PAGE_ELEMS, Rope, BQ>(d, tile, pos, page, bias, kv_layer,
                                                                  q, sc);
   }
