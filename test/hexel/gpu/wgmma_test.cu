@@ -24,11 +24,10 @@ using hexel::wgmma::AbType;
 constexpr uint32_t kRowBytes = 128;  // K extent of the test tile in bytes (one swizzle span)
 constexpr uint32_t kSlices = 4;      // K slices of 32 bytes: k16 for 16-bit types, k32 for fp8
 
-template <int N, AbType T, bool RS>
-__global__ void __launch_bounds__(128, 1)
-    wgmma_kernel(const __grid_constant__ hexel::TensorMap a_map,
-                 const __grid_constant__ hexel::TensorMap b_map, const uint8_t* a_global,
-                 float* out) {
+// The A tile (64 rows) and the B tile (n_rows rows) by TMA into dynamic shared memory, 1024-aligned
+// for the 128B swizzle, by thread 0, every thread waiting for them; their shared addresses.
+__device__ uint2 load_tiles(const hexel::TensorMap& a_map, const hexel::TensorMap& b_map,
+                            uint32_t n_rows) {
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) unsigned long long bar;
   using namespace hexel;
@@ -40,11 +39,22 @@ __global__ void __launch_bounds__(128, 1)
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    mbarrier::arrive_expect_tx(smem_addr(&bar), (64 + N) * kRowBytes);
+    mbarrier::arrive_expect_tx(smem_addr(&bar), (64 + n_rows) * kRowBytes);
     tma::load(a_s, &a_map, smem_addr(&bar), 0, 0);
     tma::load(b_s, &b_map, smem_addr(&bar), 0, 0);
   }
   mbarrier::wait_parity(smem_addr(&bar), 0);
+  return make_uint2(a_s, b_s);
+}
+
+template <int N, AbType T, bool RS>
+__global__ void __launch_bounds__(128, 1)
+    wgmma_kernel(const __grid_constant__ hexel::TensorMap a_map,
+                 const __grid_constant__ hexel::TensorMap b_map, const uint8_t* a_global,
+                 float* out) {
+  using namespace hexel;
+  const uint2 tiles = load_tiles(a_map, b_map, N);
+  const uint32_t a_s = tiles.x, b_s = tiles.y;
 
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t row = 16 * warp + lane / 4;
@@ -166,22 +176,9 @@ __global__ void __launch_bounds__(128, 1)
     mma_e4m3_kernel(const __grid_constant__ hexel::TensorMap a_map,
                     const __grid_constant__ hexel::TensorMap b_map, float* out_w, float* out_s,
                     float* out_m) {
-  extern __shared__ uint8_t smem_raw[];
-  __shared__ alignas(8) unsigned long long bar;
   using namespace hexel;
-  const uint32_t a_s = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const uint32_t b_s = a_s + 64 * kRowBytes;
-  if (threadIdx.x == 0) {
-    mbarrier::init(smem_addr(&bar), 1);
-    mbarrier::fence_init();
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    mbarrier::arrive_expect_tx(smem_addr(&bar), 128 * kRowBytes);
-    tma::load(a_s, &a_map, smem_addr(&bar), 0, 0);
-    tma::load(b_s, &b_map, smem_addr(&bar), 0, 0);
-  }
-  mbarrier::wait_parity(smem_addr(&bar), 0);
+  const uint2 tiles = load_tiles(a_map, b_map, 64);
+  const uint32_t a_s = tiles.x, b_s = tiles.y;
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, m = lane / 8;
   const uint32_t row = 16 * warp + lane / 4, col = 2 * (lane % 4);
   float d[32];
