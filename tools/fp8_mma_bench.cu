@@ -101,8 +101,8 @@ __device__ void wgmma_rows(unsigned x, unsigned y, float* out) {
 }
 
 // out: four [64][64] arrays a CTA: wgmma, wgmma-sw (transposed), mma (transposed), mma-act.
-__global__ void __launch_bounds__(128, 1) bits(const unsigned char* act, const unsigned char* wt,
-                                               float* out) {
+__global__ void __launch_bounds__(128, 1)
+    bits(const unsigned char* act, const unsigned char* wt, float* out) {
   extern __shared__ unsigned char smem_raw[];
   const unsigned raw = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + (((raw + 1023) & ~1023u) - raw);  // the 128B swizzle's 1024
@@ -157,7 +157,9 @@ void run_bits(int ctas) {
     std::vector<unsigned char> a(n), w(n);
     if (dist == 0) {
       for (auto* v : {&a, &w})
-        for (auto& b : *v) do b = static_cast<unsigned char>(rng()); while ((b & 0x7f) == 0x7f);
+        for (auto& b : *v) do
+            b = static_cast<unsigned char>(rng());
+          while ((b & 0x7f) == 0x7f);
     } else {
       std::normal_distribution<float> nd;
       for (auto* v : {&a, &w})
@@ -291,7 +293,9 @@ __global__ void __launch_bounds__(128, 1) rate(int slots, unsigned long long* cy
         frag_a(a, rows, r0, kk);
         unsigned b0, b1;  // the token's bytes 4c .. of the step, in every column
         asm volatile("ld.shared.u32 %0, [%1];" : "=r"(b0) : "r"(q + kb * 128 + 32 * kk + 4 * c));
-        asm volatile("ld.shared.u32 %0, [%1];" : "=r"(b1) : "r"(q + kb * 128 + 32 * kk + 16 + 4 * c));
+        asm volatile("ld.shared.u32 %0, [%1];"
+                     : "=r"(b1)
+                     : "r"(q + kb * 128 + 32 * kk + 16 + 4 * c));
         mma_m16n8k32_e4m3(part, a, b0, b1);
       }
       if constexpr (FORM == 3) {
@@ -355,9 +359,10 @@ int main(int argc, char** argv) {
   float* sink;
   cudaMalloc(&cycles, sizeof(unsigned long long) * sms);
   cudaMalloc(&sink, 512);
-  std::printf("\nrate: 8 KB e4m3 weight slots from shared memory, one CTA of 128 threads an SM, "
-              "%d SMs; DRAM's share a SM at 4.2 TB/s: %.1f KB/us\n",
-              sms, 4.2e6 / sms);
+  std::printf(
+      "\nrate: 8 KB e4m3 weight slots from shared memory, one CTA of 128 threads an SM, "
+      "%d SMs; DRAM's share a SM at 4.2 TB/s: %.1f KB/us\n",
+      sms, 4.2e6 / sms);
   std::printf("form        | cycles a slot | KB/us a SM (event time)\n");
   run_rate<0, 16>("wgmma-bn16", sms, cycles, sink);
   run_rate<0, 32>("wgmma-bn32", sms, cycles, sink);

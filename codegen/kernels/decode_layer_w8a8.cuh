@@ -87,7 +87,8 @@ template <unsigned BN, bool SPLIT>
 __device__ __forceinline__ void layer_w8a8_scale_rows(unsigned (&wrow)[BN / 8], unsigned t,
                                                       unsigned up_row, unsigned k_blocks) {
 #pragma unroll
-  for (unsigned j = 0; j < BN / 8; ++j) wrow[j] = layer_w8a8_scale_row<BN, SPLIT>(8 * j, t, up_row, k_blocks);
+  for (unsigned j = 0; j < BN / 8; ++j)
+    wrow[j] = layer_w8a8_scale_row<BN, SPLIT>(8 * j, t, up_row, k_blocks);
 }
 
 // One tile's K loop where a slot is one K block (BN 40 to 64), with the operands swapped: the
@@ -97,9 +98,9 @@ __device__ __forceinline__ void layer_w8a8_scale_rows(unsigned (&wrow)[BN / 8], 
 // element's sum depends on its row of A and column of B only; tools/fp8_mma_bench.cu's "bits":
 // wgmma-sw) for a quarter of the MMA's work (the token as an m64 A wastes 63 rows of it). Lanes 4g
 // of warp w hold rows 16w + g and + 8 (column 0: d[0], d[2]); each promotes its rows in K order
-// (the scale products of its rows, loaded before the slot's wait),
-// then the rows go through shared memory to acc in the layout of the tile's wgmma with the token
-// as A (threads 0-3: row 8j + 2c + e at acc[4j + e]), which the epilogues read.
+// (the scale products of its rows, loaded before the slot's wait), then the rows go through
+// shared memory to acc in the layout of the tile's wgmma with the token as A (threads 0-3: row
+// 8j + 2c + e at acc[4j + e]), which the epilogues read.
 template <unsigned BN, bool SPLIT, unsigned STAGES>
 __device__ __forceinline__ void layer_w8a8_tile_swapped(LayerW8a8Ring<STAGES>& ring,
                                                         unsigned ring_base, unsigned full,
@@ -127,8 +128,7 @@ __device__ __forceinline__ void layer_w8a8_tile_swapped(LayerW8a8Ring<STAGES>& r
     wgmma::fence();
 #pragma unroll
     for (unsigned kk = 0; kk < 4; ++kk)
-      wgmma::mma_ss<8, wgmma::AbType::E4M3>(part, a.advanced(32 * kk), b.advanced(32 * kk),
-                                            kk > 0);
+      wgmma::mma_ss<8, wgmma::AbType::E4M3>(part, a.advanced(32 * kk), b.advanced(32 * kk), kk > 0);
     wgmma::commit_group();
     wgmma::wait_group<0>();
     wgmma::fence_operand(part);
@@ -153,8 +153,8 @@ __device__ __forceinline__ void layer_w8a8_tile_swapped(LayerW8a8Ring<STAGES>& r
 }
 
 // One tile's K loop (where a slot holds one K block: layer_w8a8_tile_swapped): for each slot (64 /
-// BN K blocks), the scale products of its blocks (loaded
-// before the slot's wait, so the loads overlap it), the wait, every block's chain of four e4m3
+// BN K blocks), the scale products of its blocks (loaded before the slot's wait, so the loads
+// overlap it), the wait, every block's chain of four e4m3
 // wgmma k32 from zero into its own partials (64 / BN sets of BN / 2: 32 registers whatever BN),
 // one commit and one wait for them, the slot's release (each warp's lane 0), then the blocks'
 // promotions into acc (from +0) in K order.

@@ -24,8 +24,8 @@ HEXEL_DEVICE void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint3
 // Warp: d += a · b, A 16×32 e4m3 (row-major), B 32×8 e4m3 (column-major), f32 accumulators (sm_89
 // and later). Lane l (g = l / 4, c = l % 4), each register four elements, the lowest k in the low
 // byte: a0 holds A[g][4c .. 4c + 3], a1 row g + 8, a2 columns 16 + 4c .., a3 both; b0 holds
-// B[4c .. 4c + 3][g], b1 rows 16 + 4c ..; d as the bf16 form's. So a row of A or a column of B is 32
-// consecutive bytes of K, which ldmatrix (8x8 b16 matrices = 8 rows of 16 bytes) loads as is.
+// B[4c .. 4c + 3][g], b1 rows 16 + 4c ..; d as the bf16 form's. So a row of A or a column of B is
+// 32 consecutive bytes of K, which ldmatrix (8x8 b16 matrices = 8 rows of 16 bytes) loads as is.
 // PTX: mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32.
 HEXEL_DEVICE void mma_m16n8k32_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                     uint32_t b1) {

@@ -204,7 +204,9 @@ __global__ void __launch_bounds__(128, 1)
     out_s[(8 * j + col + 1) * 64 + row + 8] = t[4 * j + 3];
   }
   // Byte k of row r of a swizzled tile: 16-byte chunk k / 16 at chunk (k / 16) ^ (r % 8).
-  auto chunk = [](uint32_t base, uint32_t r, uint32_t c) { return base + r * kRowBytes + ((c ^ (r % 8)) * 16); };
+  auto chunk = [](uint32_t base, uint32_t r, uint32_t c) {
+    return base + r * kRowBytes + ((c ^ (r % 8)) * 16);
+  };
   for (uint32_t j = 0; j < 8; ++j) {
     out_w[row * 64 + 8 * j + col] = d[4 * j];
     out_w[row * 64 + 8 * j + col + 1] = d[4 * j + 1];
@@ -303,13 +305,15 @@ TEST(Mma, E4m3MatchesReferenceAndSwappedWgmmaIsBitIdentical) {
         }
         // wgmma's adder keeps fewer bits than f32 (2^-9 of the magnitudes: gemm_w8a8.cuh's bound);
         // mma.sync's keeps about f32's (its worst on an H100: 2.3e-7 of them).
-        ASSERT_NEAR(w[r * 64 + c], ref, std::ldexp(mag, -9) + 1e-30) << "wgmma D(" << r << ", " << c << ")";
-        ASSERT_NEAR(m[r * 64 + c], ref, std::ldexp(mag, -20) + 1e-30) << "mma D(" << r << ", " << c << ")";
+        ASSERT_NEAR(w[r * 64 + c], ref, std::ldexp(mag, -9) + 1e-30)
+            << "wgmma D(" << r << ", " << c << ")";
+        ASSERT_NEAR(m[r * 64 + c], ref, std::ldexp(mag, -20) + 1e-30)
+            << "mma D(" << r << ", " << c << ")";
         uint32_t uw, us;
         std::memcpy(&uw, &w[r * 64 + c], 4);
         std::memcpy(&us, &sw[r * 64 + c], 4);
-        ASSERT_EQ(us, uw) << "D(" << r << ", " << c << "): swapped " << sw[r * 64 + c]
-                          << ", wgmma " << w[r * 64 + c];
+        ASSERT_EQ(us, uw) << "D(" << r << ", " << c << "): swapped " << sw[r * 64 + c] << ", wgmma "
+                          << w[r * 64 + c];
       }
   }
 }
