@@ -1698,11 +1698,10 @@ void bench_attention(bool sweep, double copy_gbs) {
       {  // on the bf16 pages' copies, each read for its first half's bytes
         for (const Attn& base : {plan_e4m3, plan_e4m3_512}) {
           const Attn a = base.planned_for(B);
-          const std::string label = "attn_split+combine PDL plan e4m3 s" + I(a.split) +
-                                    " z=" + I(attn_grid_slots(B, HKV, a.nsplit));
-          attn_row(label.c_str(), shape,
-                   attn_chain_us(mod, a, m, B, attn_grid_slots(B, HKV, a.nsplit), copies),
-                   bytes / 2);
+          const int z = attn_grid_slots(B, HKV, a.nsplit);
+          const std::string label =
+              "attn_split+combine PDL plan e4m3 s" + I(a.split) + " z=" + I(z);
+          attn_row(label.c_str(), shape, attn_chain_us(mod, a, m, B, z, copies), bytes / 2);
         }
         const Attn a = plan_e4m3.planned_for(B);
         const int z = attn_grid_slots(B, HKV, a.nsplit);

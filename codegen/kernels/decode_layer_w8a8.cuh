@@ -154,10 +154,10 @@ __device__ __forceinline__ void layer_w8a8_tile_swapped(LayerW8a8Ring<STAGES>& r
 
 // One tile's K loop (where a slot holds one K block: layer_w8a8_tile_swapped): for each slot (64 /
 // BN K blocks), the scale products of its blocks (loaded before the slot's wait, so the loads
-// overlap it), the wait, every block's chain of four e4m3
-// wgmma k32 from zero into its own partials (64 / BN sets of BN / 2: 32 registers whatever BN),
-// one commit and one wait for them, the slot's release (each warp's lane 0), then the blocks'
-// promotions into acc (from +0) in K order.
+// overlap it), the wait, every block's chain of four e4m3 wgmma k32 from zero into its own
+// partials (64 / BN sets of BN / 2: 32 registers whatever BN), one commit and one wait for them,
+// the slot's release (each warp's lane 0), then the blocks' promotions into acc (from +0) in K
+// order.
 template <unsigned BN, bool SPLIT, unsigned STAGES>
 __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring, unsigned ring_base,
                                                     unsigned full, unsigned empty, unsigned K,

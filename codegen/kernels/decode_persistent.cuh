@@ -533,14 +533,6 @@ __device__ __forceinline__ void persistent_load_a(unsigned base, const bf16* a, 
   a_finish<M>(base, K / 8, threadIdx.x);
 }
 
-// act without a grid-wide count: decode_layer_persistent's down phase reads act as
-// persistent_load_a reads A, but act carries its own readiness. Every word of it is kActPending
-// (gemm_small.cuh) from before the layer's first count, and gate/up's SwiGLU epilogue overwrites
-// each word once with a gpu-scope relaxed store (small_gemm_store, L2_ONLY); here each thread reads
-// its 16-byte pieces with gpu-scope relaxed loads, all of them first, then again those with a
-// pending word until none has. The words are the unit (an aligned 32-bit access is single-copy
-// atomic; hexel::ld_relaxed_gpu_v4), so a word is either pending or final. A count here would
-// cost its release fence's wait while the producer refills the ring for down.
 // This thread's 16-byte chunks tid, tid + 128, ... of the CHUNKS at `words` into v, by gpu-scope
 // relaxed loads: all of them first, then again those where pending(v[i], chunk) holds, until none
 // does (persistent_poll_a's and the W8A8 layer's act).
@@ -565,6 +557,14 @@ __device__ __forceinline__ void persistent_poll_chunks(uint4 (&v)[(CHUNKS + 127)
   }
 }
 
+// act without a grid-wide count: decode_layer_persistent's down phase reads act as
+// persistent_load_a reads A, but act carries its own readiness. Every word of it is kActPending
+// (gemm_small.cuh) from before the layer's first count, and gate/up's SwiGLU epilogue overwrites
+// each word once with a gpu-scope relaxed store (small_gemm_store, L2_ONLY); here each thread reads
+// its 16-byte pieces with gpu-scope relaxed loads, all of them first, then again those with a
+// pending word until none has. The words are the unit (an aligned 32-bit access is single-copy
+// atomic; hexel::ld_relaxed_gpu_v4), so a word is either pending or final. A count here would
+// cost its release fence's wait while the producer refills the ring for down.
 template <int M, unsigned K>
 __device__ __forceinline__ void persistent_poll_a(unsigned base, const bf16* a) {
   static_assert(K % 8 == 0, "whole 16-byte pieces");
