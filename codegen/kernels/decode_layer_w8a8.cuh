@@ -228,8 +228,8 @@ struct W8a8Act {
   };
 };
 
-// Gate/up tile t's share of act's quantization, by warp 0 after its act stores (COLS act columns a
-// tile, I of them): where the tile holds a 128-column block's last column, it quantizes that block
+// Gate/up tile t's share of act's quantization, by warp 0 after its CTA's last gate/up tile, so
+// that its polls hold up no tile's MMAs (COLS act columns a tile, I of them): where the tile holds a 128-column block's last column, it quantizes that block
 // (quantize_lane_e4m3, quantize_rows_e4m3's arithmetic): each lane polls its four columns (words
 // that earlier tiles, on any CTA, wrote once) until neither word is pending, then stores its e4m3
 // word, and lane 0 the block's scale (W8a8Act).
@@ -288,8 +288,6 @@ struct LayerW8a8 {
     float acc[BN / 2];
     layer_w8a8_tile_mma<BN, EPI == SmallEpi::SwiGlu>(ring, ring_base, full, empty, K, t, N, acc);
     layer_gemm_tile_store<M, BN, EPI>(acc, t, N, out, warp, lane);
-    if constexpr (EPI == SmallEpi::SwiGlu)
-      if (warp == 0) layer_w8a8_quantize_act<BN / 2>(static_cast<bf16*>(out), N, t, lane);
   }
   template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope,
             unsigned BQ, unsigned H, unsigned STAGES>
@@ -383,6 +381,12 @@ struct LayerAtomInput<LayerW8a8<K_MAX>> {
     static_assert(K <= K_MAX && K % 128 == 0, "whole K blocks in the resident A");
     ring.w_scale = ring.weight_scales[P];
     layer_w8a8_quantize<K>(ring, base);
+  }
+  template <unsigned I, unsigned COLS>
+  __device__ __forceinline__ static void act_stored(bf16* act, unsigned first) {
+    if (hexel::warp_index() != 0) return;
+    for (unsigned t = first; t < I / COLS; t += gridDim.x)
+      layer_w8a8_quantize_act<COLS>(act, I, t, threadIdx.x % 32);
   }
   template <int M, unsigned I, unsigned STAGES>
   __device__ __forceinline__ static void down_input(LayerW8a8Ring<STAGES>& ring, unsigned,
