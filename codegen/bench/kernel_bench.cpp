@@ -229,20 +229,6 @@ void* device_map(const void* base, int rows, int cols, int box_rows,
   return p;
 }
 
-// The slot image of an e4m3 [rows, cols] weight at `q` (device memory) for the W8A8 layer's tiles
-// of `bn` rows: support/slot_image.hpp's of its bytes read as 16-bit elements, [rows, cols / 2].
-void* e4m3_slot_image(const void* q, std::int64_t rows, std::int64_t cols, int bn, int halves) {
-  std::vector<std::uint16_t> host(static_cast<std::size_t>(rows * cols / 2)), image(host.size());
-  check(cudaMemcpy(host.data(), q, rows * cols, cudaMemcpyDeviceToHost), "weights");
-  const std::string why = telos::slot_image_refusal(rows, cols / 2, bn, halves);
-  if (!why.empty()) check(cudaErrorInvalidValue, ("e4m3 slot image: " + why).c_str());
-  telos::pack_slot_image(host.data(), rows, cols / 2, bn, halves, 0, rows / bn, image.data());
-  void* p;
-  check(cudaMalloc(&p, rows * cols), "alloc");
-  check(cudaMemcpy(p, image.data(), rows * cols, cudaMemcpyHostToDevice), "image");
-  return p;
-}
-
 // The 5D tensor map over a weight's slot image (`timg:`) in device memory, as the
 // executor builds one: the bench's weight copies hold random bytes, so each serves as an image
 // as it is (the timing reads the same bytes in another order; the values do not matter).
@@ -790,9 +776,7 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
         {"V1 bulk all", plan_t, 0b1111},
         {"V1 bulk gate/up+down", plan_t, 0b1100},
         {"V1 e4m3", decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false, true), 0, true},
-        {"V1 w8a8", decode_layer_w8a8_tiling(sh.H, NQKV, KO, sh.I, sh.D, false), 0, false, true},
-        {"V1 w8a8 bulk all", decode_layer_w8a8_tiling(sh.H, NQKV, KO, sh.I, sh.D, false), 0b1111,
-         false, true}};
+        {"V1 w8a8", decode_layer_w8a8_tiling(sh.H, NQKV, KO, sh.I, sh.D, false), 0, false, true}};
     const PersistentLayerTiling& lt = variants[0].lt;  // the ring and the other tiles: the same
     std::vector<std::string> names;
     for (const Variant& v : variants)
@@ -807,7 +791,7 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
           float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
           I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " + I(v.lt.bo) + ", " +
           I(v.lt.bg) + ", " + I(v.lt.bd) + (v.lt.qkv_rope ? ", true" : ", false") +
-          (v.w8a8   ? (v.bulk ? ", " + I(v.bulk) : std::string())
+          (v.w8a8   ? std::string()
            : v.e4m3 ? ", " + I(v.lt.raw_stages) + ", 128, 128, 128, 128, 128, 128, 128, 128"
                     : ", " + I(v.bulk)) +
           ">");
@@ -838,7 +822,6 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       void* s[4];       // their scales
       void* q_maps[4];  // 2D over the e4m3 bytes, boxes of 64 bytes
       void* w8_maps[4];  // over the e4m3 bytes, 128-byte box rows with the swizzle (the W8A8 layer)
-      void* w8_images[4];  // their slot images, the W8A8 layer's tiles
       void* kv;
     };
     std::vector<Copy> cs(copies);
@@ -851,7 +834,6 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       const int bn[4] = {lt.bq, lt.bo, lt.bg, lt.bd};
       const PersistentLayerTiling& w8 = variants.back().lt;
       const int w8_boxes[4] = {w8.bq, w8.bo, w8.bg / 2, w8.bd};
-      const int w8_bn[4] = {w8.bq, w8.bo, w8.bg, w8.bd};
       for (int k = 0; k < 4; ++k) {
         c.maps[k] =
             device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]), boxes[k]);
@@ -875,7 +857,6 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
                                       static_cast<int>(w_cols[k]), boxes[k]);
         c.w8_maps[k] = device_map(c.q[k], static_cast<int>(w_rows[k]),
                                   static_cast<int>(w_cols[k]), w8_boxes[k], hexel::TmaDtype::U8);
-        c.w8_images[k] = e4m3_slot_image(c.q[k], rows, cols, w8_bn[k], halves);
       }
       check(cudaMalloc(&c.kv, kv_bytes), "alloc");
       fill(c.kv, kv_bytes);
@@ -915,8 +896,7 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
         std::vector<const void*> args;
         for (int k = 0; k < 4; ++k)
           args.push_back(variants[vi].e4m3            ? c.q_maps[k]
-                         : variants[vi].w8a8          ? (variants[vi].bulk >> k & 1 ? c.w8_images[k]
-                                                                                    : c.w8_maps[k])
+                         : variants[vi].w8a8          ? c.w8_maps[k]
                          : variants[vi].bulk >> k & 1 ? c.images[k]
                                                       : c.maps[k]);
         if (variants[vi].e4m3 || variants[vi].w8a8) args.insert(args.end(), c.s, c.s + 4);

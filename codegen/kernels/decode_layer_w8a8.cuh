@@ -228,8 +228,8 @@ struct W8a8Act {
   };
 };
 
-// Gate/up tile t's share of act's quantization, by warp 0 after its CTA's last gate/up tile, so
-// that its polls hold up no tile's MMAs (COLS act columns a tile, I of them): where the tile holds a 128-column block's last column, it quantizes that block
+// Gate/up tile t's share of act's quantization, by warp 0 after its act stores (COLS act columns a
+// tile, I of them): where the tile holds a 128-column block's last column, it quantizes that block
 // (quantize_lane_e4m3, quantize_rows_e4m3's arithmetic): each lane polls its four columns (words
 // that earlier tiles, on any CTA, wrote once) until neither word is pending, then stores its e4m3
 // word, and lane 0 the block's scale (W8a8Act).
@@ -288,6 +288,8 @@ struct LayerW8a8 {
     float acc[BN / 2];
     layer_w8a8_tile_mma<BN, EPI == SmallEpi::SwiGlu>(ring, ring_base, full, empty, K, t, N, acc);
     layer_gemm_tile_store<M, BN, EPI>(acc, t, N, out, warp, lane);
+    if constexpr (EPI == SmallEpi::SwiGlu)
+      if (warp == 0) layer_w8a8_quantize_act<BN / 2>(static_cast<bf16*>(out), N, t, lane);
   }
   template <int HQ, int HKV, int D, bool BIAS, int PAGE, long long PAGE_ELEMS, class Rope,
             unsigned BQ, unsigned H, unsigned STAGES>
@@ -382,12 +384,6 @@ struct LayerAtomInput<LayerW8a8<K_MAX>> {
     ring.w_scale = ring.weight_scales[P];
     layer_w8a8_quantize<K>(ring, base);
   }
-  template <unsigned I, unsigned COLS>
-  __device__ __forceinline__ static void act_stored(bf16* act, unsigned first) {
-    if (hexel::warp_index() != 0) return;
-    for (unsigned t = first; t < I / COLS; t += gridDim.x)
-      layer_w8a8_quantize_act<COLS>(act, I, t, threadIdx.x % 32);
-  }
   template <int M, unsigned I, unsigned STAGES>
   __device__ __forceinline__ static void down_input(LayerW8a8Ring<STAGES>& ring, unsigned,
                                                     const bf16* act) {
@@ -398,15 +394,12 @@ struct LayerAtomInput<LayerW8a8<K_MAX>> {
 };
 
 // The layer on W8A8 (see the top of this file): decode_layer_persistent's template arguments up to
-// QKV_ROPE (the tiles kernel_plan's decode_layer_w8a8_tiling picks), then BULK; its arguments with
-// each weight's map (its e4m3 bytes [N, K], BQ / BO / BG / 2 / BD x 128 boxes, 128B swizzle) or,
-// where its bit of BULK is set, its slot image in the map's place (support/slot_image.hpp's of the
-// bytes read as 16-bit elements, [N, K / 2]: a 128-byte row a K block, as the maps' boxes),
-// followed by the four weights' 128 x 128 block scales; dynamic shared memory
+// QKV_ROPE (the tiles kernel_plan's decode_layer_w8a8_tiling picks); its arguments with each
+// weight's map (its e4m3 bytes [N, K], BQ / BO / BG / 2 / BD x 128 boxes, 128B swizzle) followed by the four weights' 128 x 128 block scales; dynamic shared memory
 // decode_layer_persistent's and LayerW8a8::kABytes.
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
-          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK = 0>
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent_w8a8(const TensorMap* qkv_w, const TensorMap* o_w,
                                  const TensorMap* gu_w, const TensorMap* down_w, const float* qkv_s,
@@ -419,7 +412,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   constexpr int KO = HQ * D;
   constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
   decode_layer_body<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT, NSPLIT,
-                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, 0, Bf16Weight, Bf16Weight,
+                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, 0, 0, Bf16Weight, Bf16Weight,
                     Bf16Weight, Bf16Weight, LayerW8a8<kMaxK>>(
       qkv_w, o_w, gu_w, down_w, qkv_s, o_s, gu_s, down_s, attn_norm, mlp_norm, bias, q_norm, k_norm,
       positions, token_seq, page_tables, kv_layer, x, qkv, q, part_o, part_ml, attn, act, sync);

@@ -601,9 +601,8 @@ __device__ __forceinline__ void persistent_norm_a(unsigned base, const float* x,
 // (decode_layer_w8a8.cuh) specializes it: its producer streams e4m3 rows of 128-byte boxes, a box
 // where a bf16 stream has one of 64 columns (kStreamKDiv 2: a phase counts K / 2), start also takes
 // the four weights' scales, each phase's input, once formed in the resident A (a_finish's meeting),
-// is quantized (ready: P the phase's weight, 0 qkv .. 3 down, K its columns), a CTA quantizes its
-// gate/up tiles' blocks of act after its last tile (act_stored), and down's input is act's e4m3
-// form beside act (down_input; kActWords, the words the prologue sets pending).
+// is quantized (ready: P the phase's weight, 0 qkv .. 3 down, K its columns), and down's input is
+// act's e4m3 form beside act (down_input; kActWords, the words the prologue sets pending).
 template <class Atom>
 struct LayerAtomInput {
   enum : unsigned { kStreamKDiv = 1 };
@@ -617,10 +616,6 @@ struct LayerAtomInput {
   }
   template <unsigned P, unsigned K, class Ring>
   __device__ __forceinline__ static void ready(Ring&, unsigned) {}
-  // After a CTA's last gate/up tile (`first` its first, COLS act columns a tile): down reads act as
-  // the tiles stored it.
-  template <unsigned I, unsigned COLS>
-  __device__ __forceinline__ static void act_stored(bf16*, unsigned) {}
   // Down's input (act, I columns) into the resident A at base once every word has arrived.
   template <int M, unsigned I, class Ring>
   __device__ __forceinline__ static void down_input(Ring& ring, unsigned base, const bf16* act) {
@@ -691,7 +686,6 @@ struct MlpPhases {
       for (unsigned tile = first; tile < kTilesGu; tile += gridDim.x)
         Atom::template tile<M, BG, SmallEpi::SwiGlu>(ring, base, ring_base, full, empty, tile, H, I,
                                                      act);
-      LayerAtomInput<Atom>::template act_stored<I, BG / 2>(act, first);
     }
     phase_trace(2 + 2 * (phase0 + 1));
     first = persistent_first_tile(g0 + kTilesO + kTilesGu);
