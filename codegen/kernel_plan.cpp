@@ -208,11 +208,6 @@ int prefill_gemm_w8a8_smem() {
   return static_cast<int>(telos_kernels::PrefillW8a8Gemm::smem());
 }
 
-int prefill_gemm_w8a8_grid(int rows, int cols, int tile_cols) {
-  constexpr int kRows = telos_kernels::PrefillW8a8Gemm::kBlockM;
-  return std::min(((rows + kRows - 1) / kRows) * ((cols + tile_cols - 1) / tile_cols), kSms);
-}
-
 int quantize_rows_threads() {
   return 32 * telos_kernels::kQuantizeWarps;
 }

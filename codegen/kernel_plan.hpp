@@ -378,11 +378,9 @@ int prefill_pair_smem(int w_rows);
 // 64 bytes and a third barrier, so 3 stages fit (PrefillGemm::stages_for).
 int prefill_gemm_e4m3_smem();
 // W8A8 (kernels/gemm_w8a8.cuh): the prefill GEMM's dynamic shared memory (PrefillW8a8Gemm::smem:
-// 256 x 128 tiles, four stages of one K block of 128 e4m3 columns) and its persistent grid over
-// `rows` x `cols` outputs (`tile_cols` a tile: 128, SwiGLU's 64); quantize_rows_e4m3's threads
+// 128 x 128 tiles, six stages of one K block of 128 e4m3 columns); quantize_rows_e4m3's threads
 // and its blocks over `rows` rows of k columns (one (row, K block) a warp).
 int prefill_gemm_w8a8_smem();
-int prefill_gemm_w8a8_grid(int rows, int cols, int tile_cols);
 int quantize_rows_threads();
 int quantize_rows_blocks(int rows, int k);
 struct PersistentLayerTiling {

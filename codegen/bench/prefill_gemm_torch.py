@@ -241,10 +241,10 @@ def paired(cubin, rounds):
         print(f"| {' | '.join(key)} | {v[len(v) // 2]:.3f} | {v[0]:.3f} | {v[-1]:.3f} |")
 
 
-# The W8A8 GEMM's dynamic shared memory (gemm_prefill_shape.cuh, PrefillW8a8Gemm::smem): four
-# stages of 256 A and 128 W rows of 128 bytes with two barriers each, the epilogue's four 8 KB
+# The W8A8 GEMM's dynamic shared memory (gemm_prefill_shape.cuh, PrefillW8a8Gemm::smem): six
+# stages of 128 A and 128 W rows of 128 bytes with two barriers each, the epilogue's four 8 KB
 # chunks, 1024 bytes of alignment.
-W8A8_SMEM = 1024 + 4 * (3 * 128 * 128 + 16) + 4 * 64 * 128
+W8A8_SMEM = 1024 + 6 * (2 * 128 * 128 + 16) + 4 * 64 * 128
 QUANTIZE_WARPS = 8  # gemm_w8a8.cuh, kQuantizeWarps
 
 
@@ -345,7 +345,7 @@ def w8a8(cubin, rounds):
             bf16_maps = [drv.tensor_map(a, 128), drv.tensor_map(w, tile_cols), drv.tensor_map(y, 64)]
             w8_maps = [drv.tensor_map(qa, 128), drv.tensor_map(wq.view(torch.uint8), tile_cols // 2)]
             tiles = -(-M // 128) * -(-n // tile_cols)
-            tiles8 = -(-M // 256) * -(-n // (tile_cols // 2))
+            tiles8 = -(-M // 128) * -(-n // (tile_cols // 2))
             ours_bf16 = lambda: drv.launch(f_bf16, (min(tiles, sm), 1), THREADS, smem(0),
                                            [t.data_ptr() for t in bf16_maps])
             ours_w8a8 = lambda: drv.launch(

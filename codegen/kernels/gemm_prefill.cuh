@@ -183,7 +183,7 @@ using EpilogueResidual = EpilogueResidualOf<ResidualShape>;
 // The producer (one thread): for each of the CTA's tiles, every K block's A and W rows into the
 // ring of stages (a_stage, w_stage: their shared addresses) behind the full / empty barriers
 // (kCover: one box of whole slot-image tiles covering the tile's rows; SwiGLU: the gate and the up
-// rows; A in kABoxes boxes: the W8A8 tile's 256 rows are two of its map's 128-row boxes). T: the instance's tiling (PrefillTiling, or PrefillW8a8Tiling, whose e4m3 rows land in
+// rows). T: the instance's tiling (PrefillTiling, or PrefillW8a8Tiling, whose e4m3 rows land in
 // the stage as the MMA reads them, as a bf16 weight's do). An e4m3 weight of the weight-only GEMM
 // (WF, gemm_e4m3.cuh): w_stage gives the stage's raw block, its rows of 64 bytes complete on the
 // raw barriers at `raw`.
@@ -212,10 +212,7 @@ __device__ __forceinline__ void prefill_gemm_produce(const TensorMap* a_map, con
       } else {
         mbarrier::arrive_expect_tx(bar, T::kStageBytes);
       }
-#pragma unroll
-      for (unsigned b = 0; b < T::kABoxes; ++b)
-        tma::load(a_stage(ring.index) + b * (T::kABytes / T::kABoxes), a_map, bar,
-                  kb * T::kBlockK, tm * T::kBlockM + b * (T::kBlockM / T::kABoxes));
+      tma::load(a_stage(ring.index), a_map, bar, kb * T::kBlockK, tm * T::kBlockM);
       if constexpr (Epi::kSplitW) {
         constexpr unsigned half = T::kBlockN / 2;
         load_weight_rows<half, W_BH, W_BOX, false, kKbCols>(w_stage(ring.index), w_map, w_bar, kb,
@@ -265,25 +262,22 @@ __device__ __forceinline__ void prefill_chunk_release(const TensorMap* out_map, 
   }
 }
 
-// A consumer warpgroup's epilogue of tile (tm, tn) (cw: its rows; warp, lane: the thread's):
+// A consumer warpgroup's epilogue of tile (tm, tn) (cw: its 64 rows; warp, lane: the thread's):
 // the accumulators d through its two 64 x 128-byte chunk buffers at `epilogue`, alternately, to
 // out_map, by TMA stores (bf16, through stmatrix) or TMA reductions (the f32 residual), the
 // warpgroup's leader issuing them; a buffer is refilled once the TMA has read its previous chunk,
-// two chunks ago. BLOCK_M: the tile's rows, BLOCK_M / 2 a warpgroup's, in 64-row halves (the
-// W8A8 tile's 128 rows a warpgroup: two), `half` the one d holds; the buffers alternate across
-// the halves too.
-template <class Epi, unsigned BLOCK_M = PrefillGemm::kBlockM, unsigned R>
+// two chunks ago.
+template <class Epi, unsigned R>
 __device__ __forceinline__ void prefill_gemm_epilogue(const float (&d)[R], const TensorMap* out_map,
                                                       unsigned epilogue, unsigned tm, unsigned tn,
                                                       unsigned cw, unsigned warp, unsigned lane,
-                                                      bool wg_leader, unsigned half = 0) {
+                                                      bool wg_leader) {
   using G = PrefillGemm;
   using namespace hexel;
-  constexpr unsigned kChunks = Epi::kOutCols / Epi::kChunkCols;
-  const unsigned row0 = tm * BLOCK_M + cw * (BLOCK_M / 2) + half * 64;
+  const unsigned row0 = tm * G::kBlockM + cw * 64;
 #pragma unroll
-  for (unsigned ch = 0; ch < kChunks; ++ch) {
-    const unsigned buf = epilogue + (cw * 2 + (half * kChunks + ch) % 2) * G::kChunkBytes;
+  for (unsigned ch = 0; ch < Epi::kOutCols / Epi::kChunkCols; ++ch) {
+    const unsigned buf = epilogue + (cw * 2 + ch % 2) * G::kChunkBytes;
     prefill_chunk_acquire<1>(1 + cw, 128, wg_leader);
     if constexpr (Epi::kResidual) {
       // Column block j (8 f32 = 32 bytes) of row half h: lanes 4r..4r+3 write row r's 32

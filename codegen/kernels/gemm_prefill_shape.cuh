@@ -86,7 +86,6 @@ struct PrefillTiling {
     kBlockN = PrefillGemm::kBlockN,
     kBlockK = PrefillGemm::kBlockK,
     kABytes = PrefillGemm::kABytes,
-    kABoxes = 1,
     kCover = W_BH > 0 && W_BOX > PrefillGemm::kBlockN,
     kWRows = kCover ? W_BOX : PrefillGemm::kBlockN,
     kStages = PrefillGemm::stages_for(kWRows, RAW_ROW_BYTES),
@@ -125,7 +124,6 @@ struct PrefillPairTiling {
     kBlockN = PrefillGemm::kBlockN,
     kBlockK = PrefillGemm::kBlockK,
     kABytes = PrefillGemm::kABytes,
-    kABoxes = 1,
     kCover = 0,
     kWRows = W_ROWS,
     kStages = PrefillGemm::stages_for(W_ROWS, 0, PrefillGemm::kPairMaxStages),
@@ -142,13 +140,10 @@ struct PrefillPairTiling {
   static HEXEL_HOST_DEVICE constexpr unsigned w_offset(unsigned) { return 0; }
 };
 
-// The W8A8 prefill GEMM's shape (gemm_w8a8.cuh): e4m3 activations and weights, a 256 x 128 tile
-// (each consumer warpgroup 128 rows as two m64n128 halves: 128 accumulators a thread and 64 more
-// for a half's K block of partial sums, where m64n256 would need 256), one K block of 128 e4m3 a
-// stage (a 128-byte swizzle row, one scale block), the bf16 GEMM's producer warpgroup, consumers,
-// epilogue buffers and tile order. 256 rows rather than 128: a stage of 48 KB feeds 8.4 MFLOP
-// where 128 x 128's 32 KB fed 4.2, and the L2-to-shared traffic, not the tensor cores, set the
-// 128-row tile's rate (~7 TB/s of stage fills, as the bf16 GEMM's at cuBLAS's rate).
+// The W8A8 prefill GEMM's shape (gemm_w8a8.cuh): e4m3 activations and weights, a 128 x 128 tile
+// (each consumer warpgroup m64n128: 64 accumulators a thread and 64 more for a K block's partial
+// sums, where m64n256 would need 256), one K block of 128 e4m3 a stage (a 128-byte swizzle row,
+// one scale block), the bf16 GEMM's producer warpgroup, consumers, epilogue buffers and tile order.
 // A block of quantize_rows_e4m3 (gemm_w8a8.cuh): one (row, K block) a warp.
 enum : unsigned { kQuantizeWarps = 8 };
 
@@ -156,15 +151,13 @@ struct PrefillW8a8Gemm {
   // Enumerators: NVRTC emits a static constexpr variable as a global of every module
   // (PrefillTiling).
   enum : unsigned {
-    kBlockM = 256,
+    kBlockM = 128,
     kBlockN = 128,
     kBlockK = 128,
-    kABox = 128,  // A's rows a TMA box (the `aq` map's, lowering.cpp)
-    kABoxes = kBlockM / kABox,
     kABytes = kBlockM * kBlockK,
     kStageBytes = kABytes + kBlockN * kBlockK,
     // As many stages as fit a CTA's 227 KB beside the epilogue buffers, two barriers each and the
-    // 1024 bytes of alignment: 4.
+    // 1024 bytes of alignment: 6.
     kStages = (227 * 1024 - PrefillGemm::kEpilogueBytes - 1024) / (kStageBytes + 16),
   };
   // The dynamic shared memory a launch asks for (PrefillSmem's layout).
@@ -183,7 +176,6 @@ struct PrefillW8a8Tiling {
     kBlockN = G::kBlockN,
     kBlockK = G::kBlockK,
     kABytes = G::kABytes,
-    kABoxes = G::kABoxes,
     kWRows = G::kBlockN,
     kStages = G::kStages,
     kStageBytes = G::kStageBytes,

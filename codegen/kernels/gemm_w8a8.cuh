@@ -17,18 +17,18 @@
 //
 // Structure: gemm_prefill.cuh's, reused: its producer (prefill_gemm_produce, one thread of
 // warpgroup 0), tile order and persistent loop, stage ring, PrefillSmem and epilogues. What
-// differs is the tile and the consumers' K loop (w8a8_k_loop_halves). A stage is one K block: 256
-// rows of A (two boxes of the map's 128 rows) and 128 W rows (SwiGLU: 64 gate and their 64 up
-// rows), 128 bytes each, both K-major (fp8 wgmma reads only K-major operands) with the 128B
-// swizzle, so A and W maps are over one-byte elements with 128 x 128 boxes (SwiGLU's W 64 x 128).
-// The tile is 256 x 128 (gemm_prefill_shape.cuh, PrefillW8a8Gemm: why 256 rows), each consumer
-// warpgroup 128 rows as two m64n128 halves: its 128 accumulators a thread and 64 for a half's
-// partial sums fit the 232 registers setmaxnreg gives it. Four stages of 48 KB, the 32 KB of
-// epilogue buffers and the barriers: 230464 bytes of shared memory (PrefillW8a8Gemm::smem).
+// differs is the tile and the consumers' K loop (w8a8_k_loop). A stage is one K block: 128 rows of
+// A and 128 W rows (SwiGLU: 64 gate and their 64 up rows), 128 bytes each, both K-major (fp8
+// wgmma reads only K-major operands) with the 128B swizzle, so A and W maps are over one-byte
+// elements with 128 x 128 boxes (SwiGLU's W 64 x 128). The tile is 128 x 128, each consumer
+// warpgroup m64n128: its 64 accumulators a thread and 64 for the partial sums fit the 232
+// registers setmaxnreg gives it, where m64n256 (the bf16 GEMM's) would need 256. Six stages of 32
+// KB, the 32 KB of epilogue buffers and the barriers: 230496 bytes of shared memory
+// (PrefillW8a8Gemm::smem).
 //
-// The K loop waits for each half's chain before promoting it (its partials are read), so one
+// The K loop waits for each block's chain before promoting it (its partials are read), so one
 // warpgroup's promotion overlaps the other warpgroup's MMAs rather than its own; a stage goes back
-// to the producer as soon as its second half's chain has completed.
+// to the producer as soon as its chain has completed.
 //
 // Batch invariance: an output's bits depend on its row's e4m3 bytes and scales, the weight's and
 // K alone: the wgmma sums within one row, the promotion is per element and the K blocks go in
@@ -185,48 +185,6 @@ __device__ __forceinline__ void w8a8_k_loop(float (&acc)[N / 2],
   }
 }
 
-// The prefill GEMM's K loop for a consumer warpgroup: its 128 rows of the tile as two 64-row
-// halves, each with its accumulators acc[h]. For each K block: both halves' scale products (loaded
-// before the stage's wait), the wait, then per half w8a8_k_loop's steps (the chain into `part`,
-// its wait, the promotion into acc[h]), the stage's release after the second half's chain. Per
-// output the same chains and promotions as w8a8_k_loop: the same bits. One warpgroup's promotion
-// overlaps the other's chains. row: the thread's first row in half 0.
-template <int M, unsigned K_BLOCKS, unsigned N, unsigned G, unsigned STAGES, class AStage,
-          class WStage>
-__device__ __forceinline__ void w8a8_k_loop_halves(float (&acc)[2][N / 2],
-                                                   hexel::mbarrier::StageRing<STAGES>& ring,
-                                                   unsigned full, unsigned empty, unsigned lane,
-                                                   const float* a_scale, const float* w_scale,
-                                                   unsigned row, const unsigned (&wb)[G],
-                                                   AStage a_stage, WStage w_stage) {
-  using namespace hexel;
-  float part[N / 2];
-#pragma unroll
-  for (unsigned h = 0; h < 2; ++h)
-#pragma unroll
-    for (unsigned i = 0; i < N / 2; ++i) acc[h][i] = 0.f;
-  for (unsigned kb = 0; kb < K_BLOCKS; ++kb) {
-    float s[2][2][G];
-#pragma unroll
-    for (unsigned h = 0; h < 2; ++h)
-      w8a8_scales<M, K_BLOCKS, G>(s[h], a_scale, w_scale, row + 64 * h, wb, kb);
-    mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
-#pragma unroll
-    for (unsigned h = 0; h < 2; ++h) {
-      wgmma::fence();
-      w8a8_block_mma<N>(part, a_stage(ring.index) + h * 64 * PrefillW8a8Gemm::kBlockK,
-                        w_stage(ring.index));
-      wgmma::commit_group();
-      wgmma::wait_group<0>();
-      wgmma::fence_operand(part);
-      if (h == 1 && lane == 0) mbarrier::arrive(empty + 8 * ring.index);
-      w8a8_promote<N, G>(acc[h], part, s[h]);
-      wgmma::fence_operand(part);  // the promotion reads part before the next chain writes it
-    }
-    ring.advance();
-  }
-}
-
 // The weight scale block rows of weight tile tn's rows (OUT_COLS output columns a tile): one
 // block, or SwiGLU's (SPLIT) gate rows tn · OUT_COLS.. and their up rows N + tn · OUT_COLS.. (each
 // inside one block: OUT_COLS divides 128 and N, the callers' static_asserts).
@@ -274,20 +232,17 @@ __device__ __forceinline__ void prefill_w8a8_body(const TensorMap* a_map, const 
       tma::prefetch_map(out_map);
     }
     mbarrier::StageRing<T::kStages> ring;
-    float acc[2][G::kBlockN / 2];
+    float acc[G::kBlockN / 2];
     for (unsigned u = blockIdx.x; u < T::kUnits; u += gridDim.x) {
       unsigned tm, tn;
       prefill_tile_coords(u, T::kTilesM, T::kTilesN, tm, tn);
-      const unsigned row = tm * G::kBlockM + cw * 128 + 16 * warp + lane / 4;
+      const unsigned row = tm * G::kBlockM + cw * 64 + 16 * warp + lane / 4;
       unsigned wb[kScaleGroups];
       w8a8_weight_blocks<N, Epi::kOutCols, Epi::kSplitW>(wb, tn);
-      w8a8_k_loop_halves<M, T::kKBlocks, G::kBlockN>(
+      w8a8_k_loop<M, T::kKBlocks, G::kBlockN>(
           acc, ring, sm.full, sm.empty, lane, a_scale, w_scale, row, wb,
-          [&](unsigned st) { return a_stage(st) + cw * 128 * G::kBlockK; }, w_stage);
-#pragma unroll
-      for (unsigned h = 0; h < 2; ++h)
-        prefill_gemm_epilogue<Epi, G::kBlockM>(acc[h], out_map, sm.epilogue, tm, tn, cw, warp,
-                                               lane, wg_leader, h);
+          [&](unsigned st) { return a_stage(st) + cw * 64 * 128; }, w_stage);
+      prefill_gemm_epilogue<Epi>(acc, out_map, sm.epilogue, tm, tn, cw, warp, lane, wg_leader);
     }
     if (wg_leader) tma::wait_group<0>();
   }
