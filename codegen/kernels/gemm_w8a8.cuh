@@ -171,7 +171,14 @@ __device__ __forceinline__ void w8a8_k_loop(float (&acc)[N / 2],
   for (unsigned i = 0; i < N / 2; ++i) acc[i] = 0.f;
   for (unsigned kb = 0; kb < K_BLOCKS; ++kb) {
     float s[2][G];
-    w8a8_scales<M, K_BLOCKS, G>(s, a_scale, w_scale, row, wb, kb);
+#pragma unroll
+    for (unsigned h = 0; h < 2; ++h) {
+      const unsigned r = min(row + 8 * h, static_cast<unsigned>(M) - 1);
+      const float sa = __ldg(a_scale + r * K_BLOCKS + kb);
+#pragma unroll
+      for (unsigned g = 0; g < G; ++g)
+        s[h][g] = __fmul_rn(row + 8 * h < static_cast<unsigned>(M) ? sa : 0.f, __ldg(w_scale + wb[g] * K_BLOCKS + kb));
+    }
     mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
     wgmma::fence();
     w8a8_block_mma<N, A_SBO>(part, a_stage(ring.index), w_stage(ring.index));
@@ -183,6 +190,82 @@ __device__ __forceinline__ void w8a8_k_loop(float (&acc)[N / 2],
     wgmma::fence_operand(part);  // the promotion reads part before the next chain writes it
     ring.advance();
   }
+}
+
+// The K loop two chains deep, for the prefill GEMM: block kb + 1's chain is issued into a second
+// partial set before block kb's is waited for, so the tensor cores run it while this warpgroup
+// promotes kb (wgmma.wait_group 1 leaves one chain pending). The same chains, promotions and
+// order as w8a8_k_loop: the same bits. ptxas keeps a wait at one pending group only where no
+// chain is pending across a loop's back edge (else it serializes every wgmma: advisory C7514),
+// so the blocks go in runs of kW8a8Run, each run unrolled and ending with nothing pending; a run's
+// last promotion overlaps the other warpgroup's chains only.
+constexpr unsigned kW8a8Run = 8;
+
+// A run of COUNT blocks from kb for w8a8_k_loop_2deep: partial sets p0 and p1 in turn, nothing
+// pending at its end (the conditions fold once unrolled). issue(p, s, kb) issues block kb's chain
+// into p (its scale products into s); retire(p, s) releases and promotes the oldest chain.
+template <unsigned COUNT, unsigned R, unsigned G, class Issue, class Retire>
+__device__ __forceinline__ void w8a8_run(unsigned kb, float (&p0)[R], float (&p1)[R],
+                                         float (&s0)[2][G], float (&s1)[2][G], Issue& issue,
+                                         Retire& retire) {
+  using namespace hexel;
+  issue(p0, s0, kb);
+#pragma unroll
+  for (unsigned j = 0; j < COUNT; j += 2) {
+    if (j + 1 < COUNT) {
+      issue(p1, s1, kb + j + 1);
+      wgmma::wait_group<1>();
+    } else {
+      wgmma::wait_group<0>();
+    }
+    retire(p0, s0);
+    if (j + 1 < COUNT) {
+      if (j + 2 < COUNT) {
+        issue(p0, s0, kb + j + 2);
+        wgmma::wait_group<1>();
+      } else {
+        wgmma::wait_group<0>();
+      }
+      retire(p1, s1);
+    }
+  }
+}
+
+template <int M, unsigned K_BLOCKS, unsigned N, unsigned G, unsigned STAGES, class AStage,
+          class WStage>
+__device__ __forceinline__ void w8a8_k_loop_2deep(float (&acc)[N / 2],
+                                                  hexel::mbarrier::StageRing<STAGES>& ring,
+                                                  unsigned full, unsigned empty, unsigned lane,
+                                                  const float* a_scale, const float* w_scale,
+                                                  unsigned row, const unsigned (&wb)[G],
+                                                  AStage a_stage, WStage w_stage) {
+  using namespace hexel;
+  float p0[N / 2], p1[N / 2], s0[2][G], s1[2][G];
+#pragma unroll
+  for (unsigned i = 0; i < N / 2; ++i) acc[i] = 0.f;
+  // Block kb's scale products into s (loaded before the stage's wait), then its chain into p.
+  auto issue = [&](float(&p)[N / 2], float(&s)[2][G], unsigned kb) {
+    w8a8_scales<M, K_BLOCKS, G>(s, a_scale, w_scale, row, wb, kb);
+    mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
+    wgmma::fence();
+    w8a8_block_mma<N>(p, a_stage(ring.index), w_stage(ring.index));
+    wgmma::commit_group();
+    ring.advance();
+  };
+  // The oldest chain, waited for by the caller: its stage back to the producer, its promotion.
+  mbarrier::StageRing<STAGES> done = ring;  // the oldest chain's stage
+  auto retire = [&](float(&p)[N / 2], const float(&s)[2][G]) {
+    wgmma::fence_operand(p);
+    if (lane == 0) mbarrier::arrive(empty + 8 * done.index);
+    done.advance();
+    w8a8_promote<N, G>(acc, p, s);
+    wgmma::fence_operand(p);  // the promotion reads p before the next chain into it
+  };
+  unsigned kb = 0;
+  for (; kb + kW8a8Run <= K_BLOCKS; kb += kW8a8Run)
+    w8a8_run<kW8a8Run>(kb, p0, p1, s0, s1, issue, retire);
+  if constexpr (K_BLOCKS % kW8a8Run != 0)
+    w8a8_run<K_BLOCKS % kW8a8Run>(kb, p0, p1, s0, s1, issue, retire);
 }
 
 // The weight scale block rows of weight tile tn's rows (OUT_COLS output columns a tile): one
@@ -239,7 +322,7 @@ __device__ __forceinline__ void prefill_w8a8_body(const TensorMap* a_map, const 
       const unsigned row = tm * G::kBlockM + cw * 64 + 16 * warp + lane / 4;
       unsigned wb[kScaleGroups];
       w8a8_weight_blocks<N, Epi::kOutCols, Epi::kSplitW>(wb, tn);
-      w8a8_k_loop<M, T::kKBlocks, G::kBlockN>(
+      w8a8_k_loop_2deep<M, T::kKBlocks, G::kBlockN>(
           acc, ring, sm.full, sm.empty, lane, a_scale, w_scale, row, wb,
           [&](unsigned st) { return a_stage(st) + cw * 64 * 128; }, w_stage);
       prefill_gemm_epilogue<Epi>(acc, out_map, sm.epilogue, tm, tn, cw, warp, lane, wg_leader);
