@@ -17,18 +17,18 @@
 //
 // Structure: gemm_prefill.cuh's, reused: its producer (prefill_gemm_produce, one thread of
 // warpgroup 0), tile order and persistent loop, stage ring, PrefillSmem and epilogues. What
-// differs is the tile and the consumers' K loop (w8a8_k_loop). A stage is one K block: 128 rows of
-// A and 128 W rows (SwiGLU: 64 gate and their 64 up rows), 128 bytes each, both K-major (fp8
-// wgmma reads only K-major operands) with the 128B swizzle, so A and W maps are over one-byte
+// differs is the tile and the consumers' K loop (w8a8_k_loop_2deep). A stage is one K block: 128
+// rows of A and 128 W rows (SwiGLU: 64 gate and their 64 up rows), 128 bytes each, both K-major
+// (fp8 wgmma reads only K-major operands) with the 128B swizzle, so A and W maps are over one-byte
 // elements with 128 x 128 boxes (SwiGLU's W 64 x 128). The tile is 128 x 128, each consumer
-// warpgroup m64n128: its 64 accumulators a thread and 64 for the partial sums fit the 232
+// warpgroup m64n128: its 64 accumulators a thread and two sets of 64 for partial sums fit the 232
 // registers setmaxnreg gives it, where m64n256 (the bf16 GEMM's) would need 256. Six stages of 32
 // KB, the 32 KB of epilogue buffers and the barriers: 230496 bytes of shared memory
 // (PrefillW8a8Gemm::smem).
 //
-// The K loop waits for each block's chain before promoting it (its partials are read), so one
-// warpgroup's promotion overlaps the other warpgroup's MMAs rather than its own; a stage goes back
-// to the producer as soon as its chain has completed.
+// The K loop keeps the next block's chain in flight while it promotes a block (its partials are
+// read only once their chain is done), so the promotion overlaps the warpgroup's own MMAs; a stage
+// goes back to the producer as soon as its chain has completed.
 //
 // Batch invariance: an output's bits depend on its row's e4m3 bytes and scales, the weight's and
 // K alone: the wgmma sums within one row, the promotion is per element and the K blocks go in
@@ -171,14 +171,7 @@ __device__ __forceinline__ void w8a8_k_loop(float (&acc)[N / 2],
   for (unsigned i = 0; i < N / 2; ++i) acc[i] = 0.f;
   for (unsigned kb = 0; kb < K_BLOCKS; ++kb) {
     float s[2][G];
-#pragma unroll
-    for (unsigned h = 0; h < 2; ++h) {
-      const unsigned r = min(row + 8 * h, static_cast<unsigned>(M) - 1);
-      const float sa = __ldg(a_scale + r * K_BLOCKS + kb);
-#pragma unroll
-      for (unsigned g = 0; g < G; ++g)
-        s[h][g] = __fmul_rn(row + 8 * h < static_cast<unsigned>(M) ? sa : 0.f, __ldg(w_scale + wb[g] * K_BLOCKS + kb));
-    }
+    w8a8_scales<M, K_BLOCKS, G>(s, a_scale, w_scale, row, wb, kb);
     mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
     wgmma::fence();
     w8a8_block_mma<N, A_SBO>(part, a_stage(ring.index), w_stage(ring.index));
@@ -199,35 +192,33 @@ __device__ __forceinline__ void w8a8_k_loop(float (&acc)[N / 2],
 // chain is pending across a loop's back edge (else it serializes every wgmma: advisory C7514),
 // so the blocks go in runs of kW8a8Run, each run unrolled and ending with nothing pending; a run's
 // last promotion overlaps the other warpgroup's chains only.
-constexpr unsigned kW8a8Run = 8;
+enum : unsigned { kW8a8Run = 8 };  // an enumerator: NVRTC emits a constexpr variable as a global
 
-// A run of COUNT blocks from kb for w8a8_k_loop_2deep: partial sets p0 and p1 in turn, nothing
-// pending at its end (the conditions fold once unrolled). issue(p, s, kb) issues block kb's chain
-// into p (its scale products into s); retire(p, s) releases and promotes the oldest chain.
+// A run of COUNT blocks from kb for w8a8_k_loop_2deep, block kb's chain already issued into p0:
+// each block's step issues the next block's chain into the other partial set (the run's last step
+// issues none), waits for its own chain and retires it, so nothing is pending at the run's end (the
+// conditions fold once unrolled). issue(p, s, kb) issues block kb's chain into p (its scale
+// products into s); retire(p, s) releases and promotes the oldest chain.
 template <unsigned COUNT, unsigned R, unsigned G, class Issue, class Retire>
 __device__ __forceinline__ void w8a8_run(unsigned kb, float (&p0)[R], float (&p1)[R],
                                          float (&s0)[2][G], float (&s1)[2][G], Issue& issue,
                                          Retire& retire) {
-  using namespace hexel;
-  issue(p0, s0, kb);
-#pragma unroll
-  for (unsigned j = 0; j < COUNT; j += 2) {
+  auto step = [&](float(&p)[R], float(&s)[2][G], float(&next_p)[R], float(&next_s)[2][G],
+                  unsigned j) {
     if (j + 1 < COUNT) {
-      issue(p1, s1, kb + j + 1);
-      wgmma::wait_group<1>();
+      issue(next_p, next_s, kb + j + 1);
+      hexel::wgmma::wait_group<1>();
     } else {
-      wgmma::wait_group<0>();
+      hexel::wgmma::wait_group<0>();
     }
-    retire(p0, s0);
-    if (j + 1 < COUNT) {
-      if (j + 2 < COUNT) {
-        issue(p0, s0, kb + j + 2);
-        wgmma::wait_group<1>();
-      } else {
-        wgmma::wait_group<0>();
-      }
-      retire(p1, s1);
-    }
+    retire(p, s);
+  };
+#pragma unroll
+  for (unsigned j = 0; j < COUNT; ++j) {
+    if (j % 2 == 0)
+      step(p0, s0, p1, s1, j);
+    else
+      step(p1, s1, p0, s0, j);
   }
 }
 
@@ -262,10 +253,14 @@ __device__ __forceinline__ void w8a8_k_loop_2deep(float (&acc)[N / 2],
     wgmma::fence_operand(p);  // the promotion reads p before the next chain into it
   };
   unsigned kb = 0;
-  for (; kb + kW8a8Run <= K_BLOCKS; kb += kW8a8Run)
+  for (; kb + kW8a8Run <= K_BLOCKS; kb += kW8a8Run) {
+    issue(p0, s0, kb);
     w8a8_run<kW8a8Run>(kb, p0, p1, s0, s1, issue, retire);
-  if constexpr (K_BLOCKS % kW8a8Run != 0)
+  }
+  if constexpr (K_BLOCKS % kW8a8Run != 0) {
+    issue(p0, s0, kb);
     w8a8_run<K_BLOCKS % kW8a8Run>(kb, p0, p1, s0, s1, issue, retire);
+  }
 }
 
 // The weight scale block rows of weight tile tn's rows (OUT_COLS output columns a tile): one
