@@ -91,14 +91,21 @@ __device__ __forceinline__ void layer_w8a8_scale_rows(unsigned (&wrow)[BN / 8], 
     wrow[j] = layer_w8a8_scale_row<BN, SPLIT>(8 * j, t, up_row, k_blocks);
 }
 
+// A swapped tile's scales of one K block: the token's (a) and those of the thread's two rows.
+struct LayerW8a8SwappedScales {
+  float a, wa, wb;
+};
+
 // One tile's K loop where a slot is one K block (BN 40 to 64), with the operands swapped: the
 // slot's 64 rows (the tile's BN, then bytes of the slot past them) as wgmma's A and the token's
 // block as B (N 8: row 0 the token, rows 1-7 the bytes after it, never stored), four m64n8k32
-// from zero a slot, one commit and one wait. A weight row's sum is the same bits either way (the
+// from zero a slot under one commit. The chains run two deep (gemm_w8a8.cuh's w8a8_run: slot kb +
+// 1's chain in flight while kb's is waited for and promoted, in runs of kW8a8Run slots that end
+// with nothing pending, the K blocks past the last run one at a time). A weight row's sum is the same bits either way (the
 // element's sum depends on its row of A and column of B only; tools/fp8_mma_bench.cu's "bits":
 // wgmma-sw) for a quarter of the MMA's work (the token as an m64 A wastes 63 rows of it). Lanes 4g
 // of warp w hold rows 16w + g and + 8 (column 0: d[0], d[2]); each promotes its rows in K order
-// (the scale products of its rows, loaded before the slot's wait), then the rows go through
+// (the scales of its rows, loaded when the slot's chain is issued), then the rows go through
 // shared memory to acc in the layout of the tile's wgmma with the token as A (threads 0-3: row
 // 8j + 2c + e at acc[4j + e]), which the epilogues read.
 template <unsigned BN, bool SPLIT, unsigned STAGES>
@@ -116,27 +123,49 @@ __device__ __forceinline__ void layer_w8a8_tile_swapped(LayerW8a8Ring<STAGES>& r
   const unsigned wa = layer_w8a8_scale_row<BN, SPLIT>(min(ra, BN - 1), t, up_row, K / 128);
   const unsigned wb = layer_w8a8_scale_row<BN, SPLIT>(min(rb, BN - 1), t, up_row, K / 128);
   float acc_a = 0.f, acc_b = 0.f;
-  for (unsigned kb = 0; kb < K / 128; ++kb) {
-    const float sa = ring.scale[kb];
-    const float s_a = __fmul_rn(sa, __ldg(ring.w_scale + wa + kb));
-    const float s_b = __fmul_rn(sa, __ldg(ring.w_scale + wb + kb));
+  // Block kb's scales into l (the loads in flight until it is promoted), its chain into p.
+  auto issue = [&](float(&p)[4], LayerW8a8SwappedScales& l, unsigned kb) {
+    l.a = ring.scale[kb];
+    l.wa = __ldg(ring.w_scale + wa + kb);
+    l.wb = __ldg(ring.w_scale + wb + kb);
     mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
     const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes;
     const auto a = wgmma::kmajor_desc(slot, Swizzle::B128);
     const auto b = wgmma::SmemDesc::make(ring.q + kb * 128, Swizzle::None, 16, 0);
-    float part[4];
+    // From zero, so p is no value carried across the loop: else NVVM copies it between the
+    // chain's wgmma and ptxas serializes them (C7511).
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) p[i] = 0.f;
     wgmma::fence();
 #pragma unroll
     for (unsigned kk = 0; kk < 4; ++kk)
-      wgmma::mma_ss<8, wgmma::AbType::E4M3>(part, a.advanced(32 * kk), b.advanced(32 * kk), kk > 0);
+      wgmma::mma_ss<8, wgmma::AbType::E4M3>(p, a.advanced(32 * kk), b.advanced(32 * kk), kk > 0);
     wgmma::commit_group();
-    wgmma::wait_group<0>();
-    wgmma::fence_operand(part);
-    if (lane == 0) mbarrier::arrive(empty + 8 * ring.index);
-    acc_a = __fmaf_rn(part[0], s_a, acc_a);
-    acc_b = __fmaf_rn(part[2], s_b, acc_b);
-    wgmma::fence_operand(part);  // the promotion reads part before the next chain writes it
     ring.advance();
+  };
+  // The oldest chain, waited for by the caller: its slot back to the producer, its promotion.
+  mbarrier::StageRing<STAGES> done = ring;
+  auto retire = [&](float(&p)[4], const LayerW8a8SwappedScales& l) {
+    wgmma::fence_operand(p);
+    if (lane == 0) mbarrier::arrive(empty + 8 * done.index);
+    done.advance();
+    acc_a = __fmaf_rn(p[0], __fmul_rn(l.a, l.wa), acc_a);
+    acc_b = __fmaf_rn(p[2], __fmul_rn(l.a, l.wb), acc_b);
+    wgmma::fence_operand(p);  // the promotion reads p before the next chain into it
+  };
+  // Runs of kW8a8Run blocks two chains deep (gemm_w8a8.cuh's w8a8_run), then the rest one at a
+  // time.
+  float p0[4], p1[4];
+  LayerW8a8SwappedScales l0, l1;
+  unsigned kb = 0;
+  for (; kb + kW8a8Run <= K / 128; kb += kW8a8Run) {
+    issue(p0, l0, kb);
+    w8a8_run<kW8a8Run>(kb, p0, p1, l0, l1, issue, retire);
+  }
+  for (; kb < K / 128; ++kb) {
+    issue(p0, l0, kb);
+    wgmma::wait_group<0>();
+    retire(p0, l0);
   }
   if (owner && ra < BN) rows[ra] = acc_a;
   if (owner && rb < BN) rows[rb] = acc_b;
