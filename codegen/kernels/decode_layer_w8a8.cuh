@@ -41,7 +41,8 @@
 //
 // The K loop issues a slot's chains (one a K block, each into partials of its own) under one
 // commit, waits for them once, releases the slot and then promotes them in K order: one wait a
-// slot, as the bf16 layer's, rather than one a K block. The tiles and the ring are kernel_plan's
+// slot, as the bf16 layer's, rather than one a K block; and the next slot's chains are issued
+// before a slot's are waited for, so the tensor cores run them while its warps promote. The tiles and the ring are kernel_plan's
 // decode_layer_w8a8_tiling's.
 #include "decode_persistent.cuh"
 #include "gemm_w8a8.cuh"
@@ -59,18 +60,27 @@ struct LayerW8a8Ring : hexel::mbarrier::StageRing<STAGES> {
   const float* w_scale;
 };
 
-// The scale products of K block kb for a tile's 8-column groups: s[h][j] = sa · sw[j] (both row
-// halves alike: only row 0, the token's, is stored), sw[j] the weight scale of group j's rows
-// (`wrow`: their scale block row times the weight's K blocks).
-template <unsigned BN>
-__device__ __forceinline__ void layer_w8a8_scales(float (&s)[2][BN / 8], float sa,
-                                                  const float* w_scale,
-                                                  const unsigned (&wrow)[BN / 8], unsigned kb) {
+// The scales of a slot's K blocks (BLOCKS of them) for a tile's 8-column groups: the token's a[j]
+// for block j and w[j][g], the weight scale of group g's rows (`wrow`: their scale block row times
+// the weight's K blocks), loaded when the slot's chains are issued and multiplied when they are
+// promoted.
+template <unsigned BLOCKS, unsigned GROUPS>
+struct LayerW8a8SlotScales {
+  float a[BLOCKS];
+  float w[BLOCKS][GROUPS];
+};
+
+// Block j's scale products: s[h][g] = a[j] · w[j][g] (both row halves alike: only row 0, the
+// token's, is stored).
+template <unsigned BLOCKS, unsigned GROUPS>
+__device__ __forceinline__ void layer_w8a8_scales(float (&s)[2][GROUPS],
+                                                  const LayerW8a8SlotScales<BLOCKS, GROUPS>& l,
+                                                  unsigned j) {
 #pragma unroll
-  for (unsigned j = 0; j < BN / 8; ++j) {
-    const float p = __fmul_rn(sa, __ldg(w_scale + wrow[j] + kb));
-    s[0][j] = p;
-    s[1][j] = p;
+  for (unsigned g = 0; g < GROUPS; ++g) {
+    const float p = __fmul_rn(l.a[j], l.w[j][g]);
+    s[0][g] = p;
+    s[1][g] = p;
   }
 }
 
@@ -182,11 +192,12 @@ __device__ __forceinline__ void layer_w8a8_tile_swapped(LayerW8a8Ring<STAGES>& r
 }
 
 // One tile's K loop (where a slot holds one K block: layer_w8a8_tile_swapped): for each slot (64 /
-// BN K blocks), the scale products of its blocks (loaded before the slot's wait, so the loads
-// overlap it), the wait, every block's chain of four e4m3 wgmma k32 from zero into its own
-// partials (64 / BN sets of BN / 2: 32 registers whatever BN), one commit and one wait for them,
-// the slot's release (each warp's lane 0), then the blocks' promotions into acc (from +0) in K
-// order.
+// BN K blocks), its blocks' scales (loaded when its chains are issued, multiplied when they are
+// promoted), the slot's wait, every block's chain of four e4m3 wgmma k32 from zero into its own
+// partials (64 / BN sets of BN / 2: 32 registers whatever BN) under one commit; then, with the
+// next slot's chains in flight (two sets of partials, in runs of kW8a8Run K blocks' slots that end
+// with nothing pending: gemm_w8a8.cuh's w8a8_run), the wait for them, the slot's release (each
+// warp's lane 0) and the blocks' promotions into acc (from +0) in K order.
 template <unsigned BN, bool SPLIT, unsigned STAGES>
 __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring, unsigned ring_base,
                                                     unsigned full, unsigned empty, unsigned K,
@@ -197,21 +208,29 @@ __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring,
   if constexpr (kBlocksPerSlot == 1) {
     layer_w8a8_tile_swapped<BN, SPLIT>(ring, ring_base, full, empty, K, t, up_row, acc);
   } else {
+    using Scales = LayerW8a8SlotScales<kBlocksPerSlot, BN / 8>;
+    using Parts = float[kBlocksPerSlot][BN / 2];
     unsigned wrow[BN / 8];
     layer_w8a8_scale_rows<BN, SPLIT>(wrow, t, up_row, K / 128);
-    const unsigned lane = threadIdx.x % 32, slots = K / 128 / kBlocksPerSlot;
-    float part[kBlocksPerSlot][BN / 2];
+    const unsigned lane = threadIdx.x % 32;
 #pragma unroll
     for (unsigned i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-    for (unsigned sl = 0; sl < slots; ++sl) {
-      float s[kBlocksPerSlot][2][BN / 8];
+    // Slot sl's scales into l, then its blocks' chains into p under one commit.
+    auto issue = [&](Parts& p, Scales& l, unsigned sl) {
 #pragma unroll
       for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
         const unsigned kb = sl * kBlocksPerSlot + j;
-        layer_w8a8_scales<BN>(s[j], ring.scale[kb], ring.w_scale, wrow, kb);
+        l.a[j] = ring.scale[kb];
+#pragma unroll
+        for (unsigned g = 0; g < BN / 8; ++g) l.w[j][g] = __ldg(ring.w_scale + wrow[g] + kb);
       }
       mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
       const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes;
+      // From zero, so p is no value carried across the loop (layer_w8a8_tile_swapped).
+#pragma unroll
+      for (unsigned j = 0; j < kBlocksPerSlot; ++j)
+#pragma unroll
+        for (unsigned i = 0; i < BN / 2; ++i) p[j][i] = 0.f;
       wgmma::fence();
 #pragma unroll
       for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
@@ -220,20 +239,41 @@ __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring,
         const auto b = wgmma::kmajor_desc(slot + j * BN * 128, Swizzle::B128);
 #pragma unroll
         for (unsigned kk = 0; kk < 4; ++kk)
-          wgmma::mma_ss<BN, wgmma::AbType::E4M3>(part[j], a.advanced(32 * kk), b.advanced(32 * kk),
+          wgmma::mma_ss<BN, wgmma::AbType::E4M3>(p[j], a.advanced(32 * kk), b.advanced(32 * kk),
                                                  kk > 0);
       }
       wgmma::commit_group();
-      wgmma::wait_group<0>();
+      ring.advance();
+    };
+    // The oldest slot, waited for by the caller: released, its blocks promoted in K order.
+    mbarrier::StageRing<STAGES> done = ring;
+    auto retire = [&](Parts& p, const Scales& l) {
 #pragma unroll
-      for (unsigned j = 0; j < kBlocksPerSlot; ++j) wgmma::fence_operand(part[j]);
-      if (lane == 0) mbarrier::arrive(empty + 8 * ring.index);
+      for (unsigned j = 0; j < kBlocksPerSlot; ++j) wgmma::fence_operand(p[j]);
+      if (lane == 0) mbarrier::arrive(empty + 8 * done.index);
+      done.advance();
 #pragma unroll
       for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
-        w8a8_promote<BN, BN / 8>(acc, part[j], s[j]);
-        wgmma::fence_operand(part[j]);  // the promotion reads part before the next chain writes it
+        float s[2][BN / 8];
+        layer_w8a8_scales(s, l, j);
+        w8a8_promote<BN, BN / 8>(acc, p[j], s);
+        wgmma::fence_operand(p[j]);  // the promotion reads p before the next chain writes it
       }
-      ring.advance();
+    };
+    // Runs of kW8a8Run K blocks' slots two deep (w8a8_run), then the rest one at a time.
+    constexpr unsigned kRun = kW8a8Run / kBlocksPerSlot;
+    const unsigned slots = K / 128 / kBlocksPerSlot;
+    Parts p0, p1;
+    Scales l0, l1;
+    unsigned sl = 0;
+    for (; sl + kRun <= slots; sl += kRun) {
+      issue(p0, l0, sl);
+      w8a8_run<kRun>(sl, p0, p1, l0, l1, issue, retire);
+    }
+    for (; sl < slots; ++sl) {
+      issue(p0, l0, sl);
+      wgmma::wait_group<0>();
+      retire(p0, l0);
     }
   }
 }

@@ -227,15 +227,15 @@ __device__ __forceinline__ void w8a8_k_loop(float (&acc)[N / 2],
 // last promotion overlaps the other warpgroup's chains only.
 enum : unsigned { kW8a8Run = 8 };  // an enumerator: NVRTC emits a constexpr variable as a global
 
-// A run of COUNT blocks from kb for w8a8_k_loop_2deep, block kb's chain already issued into p0:
-// each block's step issues the next block's chain into the other partial set (the run's last step
-// issues none), waits for its own chain and retires it, so nothing is pending at the run's end (the
-// conditions fold once unrolled). issue(p, s, kb) issues block kb's chain into p (its scales
-// into s); retire(p, s) releases and promotes the oldest chain.
-template <unsigned COUNT, unsigned R, class S, class Issue, class Retire>
-__device__ __forceinline__ void w8a8_run(unsigned kb, float (&p0)[R], float (&p1)[R], S& s0, S& s1,
-                                         Issue& issue, Retire& retire) {
-  auto step = [&](float(&p)[R], S& s, float(&next_p)[R], S& next_s, unsigned j) {
+// A run of COUNT chains from kb (K blocks of w8a8_k_loop_2deep, or the W8A8 layer's slots), chain
+// kb already issued into p0: each step issues the next chain into the other partial set (the
+// run's last step issues none), waits for its own chain and retires it, so nothing is pending at
+// the run's end (the conditions fold once unrolled). issue(p, s, kb) issues chain kb into p (its
+// scales into s); retire(p, s) releases and promotes the oldest chain.
+template <unsigned COUNT, class P, class S, class Issue, class Retire>
+__device__ __forceinline__ void w8a8_run(unsigned kb, P& p0, P& p1, S& s0, S& s1, Issue& issue,
+                                         Retire& retire) {
+  auto step = [&](P& p, S& s, P& next_p, S& next_s, unsigned j) {
     if (j + 1 < COUNT) {
       issue(next_p, next_s, kb + j + 1);
       hexel::wgmma::wait_group<1>();
