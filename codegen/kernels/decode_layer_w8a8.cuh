@@ -41,8 +41,7 @@
 //
 // The K loop issues a slot's chains (one a K block, each into partials of its own) under one
 // commit, waits for them once, releases the slot and then promotes them in K order: one wait a
-// slot, as the bf16 layer's, rather than one a K block; and the next slot's chains are issued
-// before a slot's are waited for, so the tensor cores run them while its warps promote. The tiles and the ring are kernel_plan's
+// slot, as the bf16 layer's, rather than one a K block. The tiles and the ring are kernel_plan's
 // decode_layer_w8a8_tiling's.
 #include "decode_persistent.cuh"
 #include "gemm_w8a8.cuh"
@@ -60,27 +59,18 @@ struct LayerW8a8Ring : hexel::mbarrier::StageRing<STAGES> {
   const float* w_scale;
 };
 
-// The scales of a slot's K blocks (BLOCKS of them) for a tile's 8-column groups: the token's a[j]
-// for block j and w[j][g], the weight scale of group g's rows (`wrow`: their scale block row times
-// the weight's K blocks), loaded when the slot's chains are issued and multiplied when they are
-// promoted.
-template <unsigned BLOCKS, unsigned GROUPS>
-struct LayerW8a8SlotScales {
-  float a[BLOCKS];
-  float w[BLOCKS][GROUPS];
-};
-
-// Block j's scale products: s[h][g] = a[j] · w[j][g] (both row halves alike: only row 0, the
-// token's, is stored).
-template <unsigned BLOCKS, unsigned GROUPS>
-__device__ __forceinline__ void layer_w8a8_scales(float (&s)[2][GROUPS],
-                                                  const LayerW8a8SlotScales<BLOCKS, GROUPS>& l,
-                                                  unsigned j) {
+// The scale products of K block kb for a tile's 8-column groups: s[h][j] = sa · sw[j] (both row
+// halves alike: only row 0, the token's, is stored), sw[j] the weight scale of group j's rows
+// (`wrow`: their scale block row times the weight's K blocks).
+template <unsigned BN>
+__device__ __forceinline__ void layer_w8a8_scales(float (&s)[2][BN / 8], float sa,
+                                                  const float* w_scale,
+                                                  const unsigned (&wrow)[BN / 8], unsigned kb) {
 #pragma unroll
-  for (unsigned g = 0; g < GROUPS; ++g) {
-    const float p = __fmul_rn(l.a[j], l.w[j][g]);
-    s[0][g] = p;
-    s[1][g] = p;
+  for (unsigned j = 0; j < BN / 8; ++j) {
+    const float p = __fmul_rn(sa, __ldg(w_scale + wrow[j] + kb));
+    s[0][j] = p;
+    s[1][j] = p;
   }
 }
 
@@ -101,21 +91,14 @@ __device__ __forceinline__ void layer_w8a8_scale_rows(unsigned (&wrow)[BN / 8], 
     wrow[j] = layer_w8a8_scale_row<BN, SPLIT>(8 * j, t, up_row, k_blocks);
 }
 
-// A swapped tile's scales of one K block: the token's (a) and those of the thread's two rows.
-struct LayerW8a8SwappedScales {
-  float a, wa, wb;
-};
-
 // One tile's K loop where a slot is one K block (BN 40 to 64), with the operands swapped: the
 // slot's 64 rows (the tile's BN, then bytes of the slot past them) as wgmma's A and the token's
 // block as B (N 8: row 0 the token, rows 1-7 the bytes after it, never stored), four m64n8k32
-// from zero a slot under one commit. The chains run two deep (gemm_w8a8.cuh's w8a8_run: slot kb +
-// 1's chain in flight while kb's is waited for and promoted, in runs of kW8a8Run slots that end
-// with nothing pending, the K blocks past the last run one at a time). A weight row's sum is the same bits either way (the
+// from zero a slot, one commit and one wait. A weight row's sum is the same bits either way (the
 // element's sum depends on its row of A and column of B only; tools/fp8_mma_bench.cu's "bits":
 // wgmma-sw) for a quarter of the MMA's work (the token as an m64 A wastes 63 rows of it). Lanes 4g
 // of warp w hold rows 16w + g and + 8 (column 0: d[0], d[2]); each promotes its rows in K order
-// (the scales of its rows, loaded when the slot's chain is issued), then the rows go through
+// (the scale products of its rows, loaded before the slot's wait), then the rows go through
 // shared memory to acc in the layout of the tile's wgmma with the token as A (threads 0-3: row
 // 8j + 2c + e at acc[4j + e]), which the epilogues read.
 template <unsigned BN, bool SPLIT, unsigned STAGES>
@@ -133,49 +116,27 @@ __device__ __forceinline__ void layer_w8a8_tile_swapped(LayerW8a8Ring<STAGES>& r
   const unsigned wa = layer_w8a8_scale_row<BN, SPLIT>(min(ra, BN - 1), t, up_row, K / 128);
   const unsigned wb = layer_w8a8_scale_row<BN, SPLIT>(min(rb, BN - 1), t, up_row, K / 128);
   float acc_a = 0.f, acc_b = 0.f;
-  // Block kb's scales into l (the loads in flight until it is promoted), its chain into p.
-  auto issue = [&](float(&p)[4], LayerW8a8SwappedScales& l, unsigned kb) {
-    l.a = ring.scale[kb];
-    l.wa = __ldg(ring.w_scale + wa + kb);
-    l.wb = __ldg(ring.w_scale + wb + kb);
+  for (unsigned kb = 0; kb < K / 128; ++kb) {
+    const float sa = ring.scale[kb];
+    const float s_a = __fmul_rn(sa, __ldg(ring.w_scale + wa + kb));
+    const float s_b = __fmul_rn(sa, __ldg(ring.w_scale + wb + kb));
     mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
     const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes;
     const auto a = wgmma::kmajor_desc(slot, Swizzle::B128);
     const auto b = wgmma::SmemDesc::make(ring.q + kb * 128, Swizzle::None, 16, 0);
-    // From zero, so p is no value carried across the loop: else NVVM copies it between the
-    // chain's wgmma and ptxas serializes them (C7511).
-#pragma unroll
-    for (unsigned i = 0; i < 4; ++i) p[i] = 0.f;
+    float part[4];
     wgmma::fence();
 #pragma unroll
     for (unsigned kk = 0; kk < 4; ++kk)
-      wgmma::mma_ss<8, wgmma::AbType::E4M3>(p, a.advanced(32 * kk), b.advanced(32 * kk), kk > 0);
+      wgmma::mma_ss<8, wgmma::AbType::E4M3>(part, a.advanced(32 * kk), b.advanced(32 * kk), kk > 0);
     wgmma::commit_group();
-    ring.advance();
-  };
-  // The oldest chain, waited for by the caller: its slot back to the producer, its promotion.
-  mbarrier::StageRing<STAGES> done = ring;
-  auto retire = [&](float(&p)[4], const LayerW8a8SwappedScales& l) {
-    wgmma::fence_operand(p);
-    if (lane == 0) mbarrier::arrive(empty + 8 * done.index);
-    done.advance();
-    acc_a = __fmaf_rn(p[0], __fmul_rn(l.a, l.wa), acc_a);
-    acc_b = __fmaf_rn(p[2], __fmul_rn(l.a, l.wb), acc_b);
-    wgmma::fence_operand(p);  // the promotion reads p before the next chain into it
-  };
-  // Runs of kW8a8Run blocks two chains deep (gemm_w8a8.cuh's w8a8_run), then the rest one at a
-  // time.
-  float p0[4], p1[4];
-  LayerW8a8SwappedScales l0, l1;
-  unsigned kb = 0;
-  for (; kb + kW8a8Run <= K / 128; kb += kW8a8Run) {
-    issue(p0, l0, kb);
-    w8a8_run<kW8a8Run>(kb, p0, p1, l0, l1, issue, retire);
-  }
-  for (; kb < K / 128; ++kb) {
-    issue(p0, l0, kb);
     wgmma::wait_group<0>();
-    retire(p0, l0);
+    wgmma::fence_operand(part);
+    if (lane == 0) mbarrier::arrive(empty + 8 * ring.index);
+    acc_a = __fmaf_rn(part[0], s_a, acc_a);
+    acc_b = __fmaf_rn(part[2], s_b, acc_b);
+    wgmma::fence_operand(part);  // the promotion reads part before the next chain writes it
+    ring.advance();
   }
   if (owner && ra < BN) rows[ra] = acc_a;
   if (owner && rb < BN) rows[rb] = acc_b;
@@ -192,12 +153,11 @@ __device__ __forceinline__ void layer_w8a8_tile_swapped(LayerW8a8Ring<STAGES>& r
 }
 
 // One tile's K loop (where a slot holds one K block: layer_w8a8_tile_swapped): for each slot (64 /
-// BN K blocks), its blocks' scales (loaded when its chains are issued, multiplied when they are
-// promoted), the slot's wait, every block's chain of four e4m3 wgmma k32 from zero into its own
-// partials (64 / BN sets of BN / 2: 32 registers whatever BN) under one commit; then, with the
-// next slot's chains in flight (two sets of partials, in runs of kW8a8Run K blocks' slots that end
-// with nothing pending: gemm_w8a8.cuh's w8a8_run), the wait for them, the slot's release (each
-// warp's lane 0) and the blocks' promotions into acc (from +0) in K order.
+// BN K blocks), the scale products of its blocks (loaded before the slot's wait, so the loads
+// overlap it), the wait, every block's chain of four e4m3 wgmma k32 from zero into its own
+// partials (64 / BN sets of BN / 2: 32 registers whatever BN), one commit and one wait for them,
+// the slot's release (each warp's lane 0), then the blocks' promotions into acc (from +0) in K
+// order.
 template <unsigned BN, bool SPLIT, unsigned STAGES>
 __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring, unsigned ring_base,
                                                     unsigned full, unsigned empty, unsigned K,
@@ -208,29 +168,21 @@ __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring,
   if constexpr (kBlocksPerSlot == 1) {
     layer_w8a8_tile_swapped<BN, SPLIT>(ring, ring_base, full, empty, K, t, up_row, acc);
   } else {
-    using Scales = LayerW8a8SlotScales<kBlocksPerSlot, BN / 8>;
-    using Parts = float[kBlocksPerSlot][BN / 2];
     unsigned wrow[BN / 8];
     layer_w8a8_scale_rows<BN, SPLIT>(wrow, t, up_row, K / 128);
-    const unsigned lane = threadIdx.x % 32;
+    const unsigned lane = threadIdx.x % 32, slots = K / 128 / kBlocksPerSlot;
+    float part[kBlocksPerSlot][BN / 2];
 #pragma unroll
     for (unsigned i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-    // Slot sl's scales into l, then its blocks' chains into p under one commit.
-    auto issue = [&](Parts& p, Scales& l, unsigned sl) {
+    for (unsigned sl = 0; sl < slots; ++sl) {
+      float s[kBlocksPerSlot][2][BN / 8];
 #pragma unroll
       for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
         const unsigned kb = sl * kBlocksPerSlot + j;
-        l.a[j] = ring.scale[kb];
-#pragma unroll
-        for (unsigned g = 0; g < BN / 8; ++g) l.w[j][g] = __ldg(ring.w_scale + wrow[g] + kb);
+        layer_w8a8_scales<BN>(s[j], ring.scale[kb], ring.w_scale, wrow, kb);
       }
       mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
       const unsigned slot = ring_base + ring.index * LayerGemms::kSlotBytes;
-      // From zero, so p is no value carried across the loop (layer_w8a8_tile_swapped).
-#pragma unroll
-      for (unsigned j = 0; j < kBlocksPerSlot; ++j)
-#pragma unroll
-        for (unsigned i = 0; i < BN / 2; ++i) p[j][i] = 0.f;
       wgmma::fence();
 #pragma unroll
       for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
@@ -239,41 +191,20 @@ __device__ __forceinline__ void layer_w8a8_tile_mma(LayerW8a8Ring<STAGES>& ring,
         const auto b = wgmma::kmajor_desc(slot + j * BN * 128, Swizzle::B128);
 #pragma unroll
         for (unsigned kk = 0; kk < 4; ++kk)
-          wgmma::mma_ss<BN, wgmma::AbType::E4M3>(p[j], a.advanced(32 * kk), b.advanced(32 * kk),
+          wgmma::mma_ss<BN, wgmma::AbType::E4M3>(part[j], a.advanced(32 * kk), b.advanced(32 * kk),
                                                  kk > 0);
       }
       wgmma::commit_group();
-      ring.advance();
-    };
-    // The oldest slot, waited for by the caller: released, its blocks promoted in K order.
-    mbarrier::StageRing<STAGES> done = ring;
-    auto retire = [&](Parts& p, const Scales& l) {
+      wgmma::wait_group<0>();
 #pragma unroll
-      for (unsigned j = 0; j < kBlocksPerSlot; ++j) wgmma::fence_operand(p[j]);
-      if (lane == 0) mbarrier::arrive(empty + 8 * done.index);
-      done.advance();
+      for (unsigned j = 0; j < kBlocksPerSlot; ++j) wgmma::fence_operand(part[j]);
+      if (lane == 0) mbarrier::arrive(empty + 8 * ring.index);
 #pragma unroll
       for (unsigned j = 0; j < kBlocksPerSlot; ++j) {
-        float s[2][BN / 8];
-        layer_w8a8_scales(s, l, j);
-        w8a8_promote<BN, BN / 8>(acc, p[j], s);
-        wgmma::fence_operand(p[j]);  // the promotion reads p before the next chain writes it
+        w8a8_promote<BN, BN / 8>(acc, part[j], s[j]);
+        wgmma::fence_operand(part[j]);  // the promotion reads part before the next chain writes it
       }
-    };
-    // Runs of kW8a8Run K blocks' slots two deep (w8a8_run), then the rest one at a time.
-    constexpr unsigned kRun = kW8a8Run / kBlocksPerSlot;
-    const unsigned slots = K / 128 / kBlocksPerSlot;
-    Parts p0, p1;
-    Scales l0, l1;
-    unsigned sl = 0;
-    for (; sl + kRun <= slots; sl += kRun) {
-      issue(p0, l0, sl);
-      w8a8_run<kRun>(sl, p0, p1, l0, l1, issue, retire);
-    }
-    for (; sl < slots; ++sl) {
-      issue(p0, l0, sl);
-      wgmma::wait_group<0>();
-      retire(p0, l0);
+      ring.advance();
     }
   }
 }

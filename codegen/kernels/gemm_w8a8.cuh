@@ -118,40 +118,9 @@ __device__ __forceinline__ void w8a8_block_mma(float (&part)[N / 2], unsigned a,
     wgmma::mma_ss<N, wgmma::AbType::E4M3>(part, ad.advanced(32 * kk), wd.advanced(32 * kk), kk > 0);
 }
 
-// The scales of K block kb (K_BLOCKS of them a row) a thread's accumulators need: a[h] the
-// activation scale of row `row` + 8h (0 past M), w[g] the weight scale of block row wb[g] (G = 2
-// for SwiGLU: the gate's, then the up rows'; else 1). Loaded apart from their products so a loop
-// can keep the loads in flight across a stage's wait and multiply when it promotes.
-template <unsigned G>
-struct W8a8BlockScales {
-  float a[2];
-  float w[G];
-};
-
-template <int M, unsigned K_BLOCKS, unsigned G>
-__device__ __forceinline__ void w8a8_load_scales(W8a8BlockScales<G>& l, const float* a_scale,
-                                                 const float* w_scale, unsigned row,
-                                                 const unsigned (&wb)[G], unsigned kb) {
-#pragma unroll
-  for (unsigned h = 0; h < 2; ++h) {
-    const unsigned r = row + 8 * h;
-    l.a[h] = r < static_cast<unsigned>(M) ? __ldg(a_scale + r * K_BLOCKS + kb) : 0.f;
-  }
-#pragma unroll
-  for (unsigned g = 0; g < G; ++g) l.w[g] = __ldg(w_scale + wb[g] * K_BLOCKS + kb);
-}
-
-// The scale products s[h][g] = a[h] · w[g], rounded to f32.
-template <unsigned G>
-__device__ __forceinline__ void w8a8_scale_products(float (&s)[2][G], const W8a8BlockScales<G>& l) {
-#pragma unroll
-  for (unsigned h = 0; h < 2; ++h)
-#pragma unroll
-    for (unsigned g = 0; g < G; ++g) s[h][g] = __fmul_rn(l.a[h], l.w[g]);
-}
-
-// Block kb's scale products for a thread's accumulators, each product right after its loads (the
-// small-M forms' loop, which waits for its chain before the next block's loads).
+// The scale products of K block kb (K_BLOCKS of them a row) for a thread's accumulators: s[h][g]
+// = sa · sw, sa the activation scale of row `row` + 8h (0 past M), sw the weight scale of block row
+// wb[g] (G = 2 for SwiGLU: the gate's, then the up rows'; else 1).
 template <int M, unsigned K_BLOCKS, unsigned G>
 __device__ __forceinline__ void w8a8_scales(float (&s)[2][G], const float* a_scale,
                                             const float* w_scale, unsigned row,
@@ -219,23 +188,23 @@ __device__ __forceinline__ void w8a8_k_loop(float (&acc)[N / 2],
 // The K loop two chains deep, for the prefill GEMM: block kb + 1's chain is issued into a second
 // partial set before block kb's is waited for, so the tensor cores run it while this warpgroup
 // promotes kb (wgmma.wait_group 1 leaves one chain pending). The same chains, promotions and
-// order as w8a8_k_loop: the same bits. A block's scales are loaded when its chain is issued and
-// multiplied when it is promoted, so the loads stay in flight across the stage's wait and the
-// chain instead of stalling the chain's issue. ptxas keeps a wait at one pending group only where no
+// order as w8a8_k_loop: the same bits. ptxas keeps a wait at one pending group only where no
 // chain is pending across a loop's back edge (else it serializes every wgmma: advisory C7514),
 // so the blocks go in runs of kW8a8Run, each run unrolled and ending with nothing pending; a run's
 // last promotion overlaps the other warpgroup's chains only.
 enum : unsigned { kW8a8Run = 8 };  // an enumerator: NVRTC emits a constexpr variable as a global
 
-// A run of COUNT chains from kb (K blocks of w8a8_k_loop_2deep, or the W8A8 layer's slots), chain
-// kb already issued into p0: each step issues the next chain into the other partial set (the
-// run's last step issues none), waits for its own chain and retires it, so nothing is pending at
-// the run's end (the conditions fold once unrolled). issue(p, s, kb) issues chain kb into p (its
-// scales into s); retire(p, s) releases and promotes the oldest chain.
-template <unsigned COUNT, class P, class S, class Issue, class Retire>
-__device__ __forceinline__ void w8a8_run(unsigned kb, P& p0, P& p1, S& s0, S& s1, Issue& issue,
+// A run of COUNT blocks from kb for w8a8_k_loop_2deep, block kb's chain already issued into p0:
+// each block's step issues the next block's chain into the other partial set (the run's last step
+// issues none), waits for its own chain and retires it, so nothing is pending at the run's end (the
+// conditions fold once unrolled). issue(p, s, kb) issues block kb's chain into p (its scale
+// products into s); retire(p, s) releases and promotes the oldest chain.
+template <unsigned COUNT, unsigned R, unsigned G, class Issue, class Retire>
+__device__ __forceinline__ void w8a8_run(unsigned kb, float (&p0)[R], float (&p1)[R],
+                                         float (&s0)[2][G], float (&s1)[2][G], Issue& issue,
                                          Retire& retire) {
-  auto step = [&](P& p, S& s, P& next_p, S& next_s, unsigned j) {
+  auto step = [&](float(&p)[R], float(&s)[2][G], float(&next_p)[R], float(&next_s)[2][G],
+                  unsigned j) {
     if (j + 1 < COUNT) {
       issue(next_p, next_s, kb + j + 1);
       hexel::wgmma::wait_group<1>();
@@ -262,14 +231,12 @@ __device__ __forceinline__ void w8a8_k_loop_2deep(float (&acc)[N / 2],
                                                   unsigned row, const unsigned (&wb)[G],
                                                   AStage a_stage, WStage w_stage) {
   using namespace hexel;
-  float p0[N / 2], p1[N / 2];
-  W8a8BlockScales<G> s0, s1;
+  float p0[N / 2], p1[N / 2], s0[2][G], s1[2][G];
 #pragma unroll
   for (unsigned i = 0; i < N / 2; ++i) acc[i] = 0.f;
-  // Block kb's scale loads into l (in flight across the stage's wait and the chain, multiplied
-  // when the block is promoted), then its chain into p.
-  auto issue = [&](float(&p)[N / 2], W8a8BlockScales<G>& l, unsigned kb) {
-    w8a8_load_scales<M, K_BLOCKS, G>(l, a_scale, w_scale, row, wb, kb);
+  // Block kb's scale products into s (loaded before the stage's wait), then its chain into p.
+  auto issue = [&](float(&p)[N / 2], float(&s)[2][G], unsigned kb) {
+    w8a8_scales<M, K_BLOCKS, G>(s, a_scale, w_scale, row, wb, kb);
     mbarrier::wait_parity(full + 8 * ring.index, ring.phase);
     wgmma::fence();
     w8a8_block_mma<N>(p, a_stage(ring.index), w_stage(ring.index));
@@ -278,12 +245,10 @@ __device__ __forceinline__ void w8a8_k_loop_2deep(float (&acc)[N / 2],
   };
   // The oldest chain, waited for by the caller: its stage back to the producer, its promotion.
   mbarrier::StageRing<STAGES> done = ring;  // the oldest chain's stage
-  auto retire = [&](float(&p)[N / 2], const W8a8BlockScales<G>& l) {
+  auto retire = [&](float(&p)[N / 2], const float(&s)[2][G]) {
     wgmma::fence_operand(p);
     if (lane == 0) mbarrier::arrive(empty + 8 * done.index);
     done.advance();
-    float s[2][G];
-    w8a8_scale_products<G>(s, l);
     w8a8_promote<N, G>(acc, p, s);
     wgmma::fence_operand(p);  // the promotion reads p before the next chain into it
   };
