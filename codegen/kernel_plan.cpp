@@ -208,26 +208,6 @@ int prefill_gemm_w8a8_smem() {
   return static_cast<int>(telos_kernels::PrefillW8a8Gemm::smem());
 }
 
-namespace {
-constexpr int kW8a8Cluster = static_cast<int>(telos_kernels::PrefillW8a8Gemm::kCluster);
-// The output columns of a W8A8 prefill tile: one a W row, SwiGLU one a gate and up pair.
-int w8a8_tile_cols(bool swiglu) {
-  const int w_rows = static_cast<int>(telos_kernels::PrefillW8a8Gemm::kBlockN);
-  return swiglu ? w_rows / 2 : w_rows;
-}
-}  // namespace
-
-int prefill_gemm_w8a8_w_box(bool swiglu) {
-  return w8a8_tile_cols(swiglu) / kW8a8Cluster;
-}
-
-int prefill_gemm_w8a8_grid(int rows, int n, bool swiglu) {
-  const int unit_rows = kW8a8Cluster * static_cast<int>(telos_kernels::PrefillW8a8Gemm::kBlockM);
-  const int cols = w8a8_tile_cols(swiglu);
-  const int units = ((rows + unit_rows - 1) / unit_rows) * ((n + cols - 1) / cols);
-  return kW8a8Cluster * std::min(units, kSms / kW8a8Cluster);
-}
-
 int quantize_rows_threads() {
   return 32 * telos_kernels::kQuantizeWarps;
 }

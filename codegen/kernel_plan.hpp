@@ -381,13 +381,6 @@ int prefill_gemm_e4m3_smem();
 // 128 x 128 tiles, six stages of one K block of 128 e4m3 columns); quantize_rows_e4m3's threads
 // and its blocks over `rows` rows of k columns (one (row, K block) a warp).
 int prefill_gemm_w8a8_smem();
-// The W8A8 prefill GEMM runs on clusters of two CTAs, two M tiles of one N tile, each CTA loading
-// its half of the tile's W rows into both: the W map's box rows (64; SwiGLU 32, half of the 64
-// gate and of their 64 up rows), and the persistent grid over `rows` x `n` outputs (SwiGLU: n the
-// intermediate size), a cluster a unit of 256 rows x 128 columns (SwiGLU 64), at most one CTA an
-// SM: an even count.
-int prefill_gemm_w8a8_w_box(bool swiglu);
-int prefill_gemm_w8a8_grid(int rows, int n, bool swiglu);
 int quantize_rows_threads();
 int quantize_rows_blocks(int rows, int k);
 struct PersistentLayerTiling {

@@ -688,14 +688,14 @@ void launch_gemm_w8a8(BucketLowering& b, TableRole role, const ir::Param& w,
   const std::vector<std::string> params = {"a_map", "a_scale", "w_map", "w_scale", "out"};
   const bool swiglu = epi == "swiglu";
   if (b.bucket.shape == ShapeClass::prefill_gemm) {
-    // Clusters of two 128 x 128 tiles, each CTA loading half of the tiles' W rows.
+    // 128 x 128 tiles: 128 weight rows, or SwiGLU's 64 gate and their 64 up rows.
+    const int w_box = swiglu ? 64 : 128;
     const int k_id = b.use(role, {"telos_kernels::gemm_prefill_w8a8_" + epi + "<" + num(T) + ", " +
                                       num(n) + ", " + num(k) + ">",
                                   params, kPrefillGemmThreads, prefill_gemm_w8a8_smem()});
-    b.launch(k_id, {prefill_gemm_w8a8_grid(T, n, swiglu), 1, 1},
-             {tmap("buf:aq", T, k, 128, 128), "buf:aq_scale",
-              tmap(w_name, rows, k, prefill_gemm_w8a8_w_box(swiglu), 128), w_name + ".scale",
-              tmap("buf:" + out, T, n, 64, epi == "residual" ? 32 : 64)});
+    b.launch(k_id, {prefill_gemm_grid(T, n, w_box), 1, 1},
+             {tmap("buf:aq", T, k, 128, 128), "buf:aq_scale", tmap(w_name, rows, k, w_box, 128),
+              w_name + ".scale", tmap("buf:" + out, T, n, 64, epi == "residual" ? 32 : 64)});
     return;
   }
   const SmallGemmTiling t = small_gemm_w8a8_tiling(n, k, T, swiglu);

@@ -246,14 +246,6 @@ def paired(cubin, rounds):
 # chunks, 1024 bytes of alignment.
 W8A8_SMEM = 1024 + 6 * (2 * 128 * 128 + 16) + 4 * 64 * 128
 QUANTIZE_WARPS = 8  # gemm_w8a8.cuh, kQuantizeWarps
-W8A8_CLUSTER = 2  # PrefillW8a8Gemm::kCluster: each CTA of a pair loads half of a tile's W rows
-
-
-def w8a8_grid(M, n, tile_cols, sm):
-    """codegen/kernel_plan.cpp's prefill_gemm_w8a8_grid: a cluster a unit of two 128-row M tiles of
-    one N tile of tile_cols output columns, at most one CTA an SM, an even count."""
-    units = -(-M // (W8A8_CLUSTER * 128)) * -(-n // tile_cols)
-    return W8A8_CLUSTER * min(units, sm // W8A8_CLUSTER)
 
 
 def quantize_weight(w):
@@ -351,15 +343,13 @@ def w8a8(cubin, rounds):
                  else torch.empty(M, n, device="cuda", dtype=torch.bfloat16))
             tile_cols = 128 if epi == "swiglu" else 256
             bf16_maps = [drv.tensor_map(a, 128), drv.tensor_map(w, tile_cols), drv.tensor_map(y, 64)]
-            # W8A8: 128 x 128 tiles (SwiGLU 64 output columns), the W boxes a CTA's half of a tile's
-            # W rows (prefill_gemm_w8a8_w_box).
-            w8_maps = [drv.tensor_map(qa, 128),
-                       drv.tensor_map(wq.view(torch.uint8), tile_cols // 2 // W8A8_CLUSTER)]
+            w8_maps = [drv.tensor_map(qa, 128), drv.tensor_map(wq.view(torch.uint8), tile_cols // 2)]
             tiles = -(-M // 128) * -(-n // tile_cols)
+            tiles8 = -(-M // 128) * -(-n // (tile_cols // 2))
             ours_bf16 = lambda: drv.launch(f_bf16, (min(tiles, sm), 1), THREADS, smem(0),
                                            [t.data_ptr() for t in bf16_maps])
             ours_w8a8 = lambda: drv.launch(
-                f_w8a8, (w8a8_grid(M, n, tile_cols // 2, sm), 1), THREADS, W8A8_SMEM,
+                f_w8a8, (min(tiles8, sm), 1), THREADS, W8A8_SMEM,
                 [w8_maps[0].data_ptr(), sa.data_ptr(), w8_maps[1].data_ptr(), sw.data_ptr(),
                  bf16_maps[2].data_ptr()])
             err = "-"

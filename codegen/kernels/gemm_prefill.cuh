@@ -57,7 +57,7 @@ __device__ __forceinline__ void load_weight_rows(unsigned dst, const TensorMap* 
                               (W_BOX <= W_BH ? W_BH % W_BOX == 0 : W_BOX % W_BH == 0)),
                 "image boxes of whole 8-row swizzle repeats, within a tile or whole tiles");
   if constexpr (W_BH > 0 && W_BOX > ROWS) {
-    static_assert(!MULTICAST, "a covering box is the bf16 prefill GEMM's, which has no clusters");
+    static_assert(!MULTICAST, "a covering box is the prefill GEMM's, which has no clusters");
     hexel::tma::load(dst, map, bar, 0u, 0u, half, kb, n / W_BH);
   } else if constexpr (W_BH == 0) {
     if constexpr (MULTICAST)
@@ -180,88 +180,28 @@ struct EpilogueResidualOf : Shape {};
 using EpilogueSwiGlu = EpilogueSwiGluOf<SwiGluShape>;
 using EpilogueResidual = EpilogueResidualOf<ResidualShape>;
 
-// The CTAs that share a unit of the persistent loop: one (CTAS 1), or the pair of a cluster of two
-// (CTAS 2: the sm100 pair GEMM's 256-row tile, 128 rows a CTA; the W8A8 GEMM's two M tiles): the
-// loop's first unit and stride (a unit a cluster), this CTA's rank, its 128-row tile of the unit's
-// tile tm (rank 1's rows follow rank 0's), and the barrier every thread of the CTAs meets at (PTX:
-// bar.sync, or barrier.cluster.arrive/wait).
-template <unsigned CTAS>
-struct PrefillCtas {
-  static_assert(CTAS == 1 || CTAS == 2, "one CTA or a CTA pair");
-  enum : unsigned { kCtas = CTAS };
-  static __device__ __forceinline__ unsigned first_unit() { return blockIdx.x / CTAS; }
-  static __device__ __forceinline__ unsigned unit_stride() { return gridDim.x / CTAS; }
-  static __device__ __forceinline__ unsigned rank() {
-    if constexpr (CTAS == 1)
-      return 0;
-    else
-      return hexel::cluster::cta_rank();
-  }
-  static __device__ __forceinline__ unsigned cta_tm(unsigned tm) { return tm * CTAS + rank(); }
-  static __device__ __forceinline__ void sync() {
-    if constexpr (CTAS == 1)
-      __syncthreads();
-    else
-      hexel::cluster::sync();
-  }
-};
-
-// K block kb's W rows of tile tn into the stage at `dst` (ROW_BYTES a row), completing on `bar`:
-// the tile's kBlockN rows (SwiGLU: its gate rows, then their up rows), KB_COLS map columns a K
-// block. On a cluster (T::kCluster CTAs) this CTA's share of each: rows rank / kCluster of the way
-// in, multicast to the same rows of every CTA's stage, so each stage holds the whole tile.
-template <class T, int N, class Epi, unsigned W_BH, unsigned W_BOX, unsigned KB_COLS,
-          unsigned ROW_BYTES>
-__device__ __forceinline__ void prefill_load_w(unsigned dst, const TensorMap* w_map, unsigned bar,
-                                               unsigned kb, unsigned tn, unsigned rank) {
-  constexpr bool kMulticast = T::kCluster > 1;
-  constexpr unsigned short kAll = (1u << T::kCluster) - 1u;
-  if constexpr (Epi::kSplitW) {
-    constexpr unsigned half = T::kBlockN / 2, rows = half / T::kCluster;
-    const unsigned at = rank * rows;
-    load_weight_rows<rows, W_BH, W_BOX, kMulticast, KB_COLS>(dst + at * ROW_BYTES, w_map, bar, kb,
-                                                             tn * half + at, 0, N, kAll);
-    load_weight_rows<rows, W_BH, W_BOX, kMulticast, KB_COLS>(dst + (half + at) * ROW_BYTES, w_map,
-                                                             bar, kb, tn * half + at, 1, N, kAll);
-  } else {
-    constexpr unsigned rows = T::kBlockN / T::kCluster;
-    const unsigned at = rank * rows;
-    load_weight_rows<rows, W_BH, W_BOX, kMulticast, KB_COLS>(dst + at * ROW_BYTES, w_map, bar, kb,
-                                                             tn * T::kBlockN + at, 0, N, kAll);
-  }
-}
-
 // The producer (one thread): for each of the CTA's tiles, every K block's A and W rows into the
 // ring of stages (a_stage, w_stage: their shared addresses) behind the full / empty barriers
 // (kCover: one box of whole slot-image tiles covering the tile's rows; SwiGLU: the gate and the up
 // rows). T: the instance's tiling (PrefillTiling, or PrefillW8a8Tiling, whose e4m3 rows land in
 // the stage as the MMA reads them, as a bf16 weight's do). An e4m3 weight of the weight-only GEMM
 // (WF, gemm_e4m3.cuh): w_stage gives the stage's raw block, its rows of 64 bytes complete on the
-// raw barriers at `raw`. On a cluster (T::kCluster > 1, prefill_unit_tile) the W rows come
-// through prefill_load_w's multicast, so a stage is refilled once the consumers of every CTA of
-// the cluster have released it (its empty barrier counts them all) and its full barrier expects
-// the whole stage: this CTA's A and every CTA's share of W.
+// raw barriers at `raw`.
 template <class T, int N, class Epi, unsigned W_BH, unsigned W_BOX, class WF = Bf16Weight,
           class AStage, class WStage>
 __device__ __forceinline__ void prefill_gemm_produce(const TensorMap* a_map, const TensorMap* w_map,
                                                      unsigned full, unsigned empty, AStage& a_stage,
                                                      WStage& w_stage, unsigned raw = 0) {
   using namespace hexel;
-  using C = PrefillCtas<T::kCluster>;
   constexpr unsigned kWRowBytes = WF::kE4m3 ? WF::kRawRowBytes : 128;
   // The weight map's columns a K block: a raw row's 64 e4m3, else the A map's K block.
   constexpr unsigned kKbCols = WF::kE4m3 ? WF::kRawRowBytes : T::kBlockK;
-  const unsigned rank = C::rank();
   mbarrier::StageRing<T::kStages> ring;
-  for (unsigned u = C::first_unit(); u < T::kUnits; u += C::unit_stride()) {
+  for (unsigned u = blockIdx.x; u < T::kUnits; u += gridDim.x) {
     unsigned tm, tn;
-    prefill_unit_tile<T>(u, rank, tm, tn);
+    prefill_tile_coords(u, T::kTilesM, T::kTilesN, tm, tn);
     for (unsigned kb = 0; kb < T::kKBlocks; ++kb) {
-      // Peers' consumers arrive on the empty barrier remotely: acquire at cluster scope.
-      if constexpr (C::kCtas > 1)
-        mbarrier::wait_parity_cluster(empty + 8 * ring.index, ring.phase ^ 1u);
-      else
-        mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
+      mbarrier::wait_parity(empty + 8 * ring.index, ring.phase ^ 1u);
       const unsigned bar = full + 8 * ring.index;
       const unsigned w_bar = WF::kE4m3 ? raw + 8 * ring.index : bar;
       // Out-of-bounds box elements count too: the stage always receives kStageBytes (with an e4m3
@@ -273,8 +213,16 @@ __device__ __forceinline__ void prefill_gemm_produce(const TensorMap* a_map, con
         mbarrier::arrive_expect_tx(bar, T::kStageBytes);
       }
       tma::load(a_stage(ring.index), a_map, bar, kb * T::kBlockK, tm * T::kBlockM);
-      prefill_load_w<T, N, Epi, W_BH, W_BOX, kKbCols, kWRowBytes>(w_stage(ring.index), w_map, w_bar,
-                                                                  kb, tn, rank);
+      if constexpr (Epi::kSplitW) {
+        constexpr unsigned half = T::kBlockN / 2;
+        load_weight_rows<half, W_BH, W_BOX, false, kKbCols>(w_stage(ring.index), w_map, w_bar, kb,
+                                                            tn * half, 0, N);
+        load_weight_rows<half, W_BH, W_BOX, false, kKbCols>(w_stage(ring.index) + half * kWRowBytes,
+                                                            w_map, w_bar, kb, tn * half, 1, N);
+      } else {
+        load_weight_rows<T::kBlockN, W_BH, W_BOX, false, kKbCols>(w_stage(ring.index), w_map, w_bar,
+                                                                  kb, tn * T::kBlockN, 0, N);
+      }
       ring.advance();
     }
   }

@@ -92,8 +92,6 @@ struct PrefillTiling {
     kStageBytes = PrefillGemm::kABytes + kWRows * (128 + RAW_ROW_BYTES),
     kTilesM = (M + PrefillGemm::kBlockM - 1) / PrefillGemm::kBlockM,
     kTilesN = (N + Shape::kOutCols - 1) / Shape::kOutCols,
-    kCluster = 1,  // a unit of the persistent loop is one tile (prefill_unit_tile)
-    kUnitsM = kTilesM,
     kUnits = kTilesM * kTilesN,
     kKBlocks = (K + PrefillGemm::kBlockK - 1) / PrefillGemm::kBlockK,
   };
@@ -145,9 +143,7 @@ struct PrefillPairTiling {
 // The W8A8 prefill GEMM's shape (gemm_w8a8.cuh): e4m3 activations and weights, a 128 x 128 tile
 // (each consumer warpgroup m64n128: 64 accumulators a thread and 64 more for a K block's partial
 // sums, where m64n256 would need 256), one K block of 128 e4m3 a stage (a 128-byte swizzle row,
-// one scale block), the bf16 GEMM's producer warpgroup, consumers, epilogue buffers and tile order,
-// on clusters of kCluster CTAs: consecutive M tiles of one N tile, each CTA loading 1 / kCluster
-// of the tile's W rows into every CTA's stage by multicast.
+// one scale block), the bf16 GEMM's producer warpgroup, consumers, epilogue buffers and tile order.
 // A block of quantize_rows_e4m3 (gemm_w8a8.cuh): one (row, K block) a warp.
 enum : unsigned { kQuantizeWarps = 8 };
 
@@ -163,7 +159,6 @@ struct PrefillW8a8Gemm {
     // As many stages as fit a CTA's 227 KB beside the epilogue buffers, two barriers each and the
     // 1024 bytes of alignment: 6.
     kStages = (227 * 1024 - PrefillGemm::kEpilogueBytes - 1024) / (kStageBytes + 16),
-    kCluster = 2,
   };
   // The dynamic shared memory a launch asks for (PrefillSmem's layout).
   HEXEL_HOST_DEVICE static constexpr unsigned smem() {
@@ -172,8 +167,7 @@ struct PrefillW8a8Gemm {
 };
 
 // A W8A8 instance's tiling, with PrefillTiling's names (the producer, PrefillSmem and the epilogue
-// read them): M x N outputs over K, the epilogue's Shape of PrefillW8a8Gemm::kBlockN W rows. A unit
-// of the persistent loop is kCluster consecutive M tiles of one N tile (kUnitsM of them along M).
+// read them): M x N outputs over K, the epilogue's Shape of PrefillW8a8Gemm::kBlockN W rows.
 template <int M, int N, int K, class Shape>
 struct PrefillW8a8Tiling {
   using G = PrefillW8a8Gemm;
@@ -187,17 +181,13 @@ struct PrefillW8a8Tiling {
     kStageBytes = G::kStageBytes,
     kTilesM = (M + G::kBlockM - 1) / G::kBlockM,
     kTilesN = (N + Shape::kOutCols - 1) / Shape::kOutCols,
-    kCluster = G::kCluster,
-    kUnitsM = (kTilesM + kCluster - 1) / kCluster,
-    kUnits = kUnitsM * kTilesN,
+    kUnits = kTilesM * kTilesN,
     kKBlocks = (K + G::kBlockK - 1) / G::kBlockK,
   };
   static_assert(M > 0 && N % 8 == 0 && K % 16 == 0, "TMA rows are multiples of 16 bytes");
   static_assert(!Shape::kSplitW || N % 64 == 0,
                 "SwiGLU: a tile's 64 up rows lie in one 128-row scale block");
   static_assert(kStages >= 2, "a ring of at least two stages");
-  static_assert((Shape::kSplitW ? kBlockN / 2 : kBlockN) % (8 * kCluster) == 0,
-                "a CTA's share of the W rows: whole 8-row swizzle repeats");
 };
 
 // Linear work index -> (tile m, tile n), kGroupM tiles along M per sweep over N, so the CTAs
@@ -211,17 +201,6 @@ HEXEL_HOST_DEVICE constexpr void prefill_tile_coords(unsigned t, unsigned tiles_
   const unsigned r = t % per_group;
   tm = first_m + r % rows;
   tn = r / rows;
-}
-
-// Unit u of tiling T's persistent loop -> the tile (tm, tn) of the cluster's CTA of rank `rank`: a
-// unit is T::kCluster consecutive M tiles of one N tile, the units in prefill_tile_coords's order.
-// On an odd count of M tiles the last unit's higher ranks get a tm past the last tile: they run
-// it all the same (TMA reads zeros and drops its outputs), so the CTAs of a cluster stay in step.
-template <class T>
-HEXEL_HOST_DEVICE constexpr void prefill_unit_tile(unsigned u, unsigned rank, unsigned& tm,
-                                                   unsigned& tn) {
-  prefill_tile_coords(u, T::kUnitsM, T::kTilesN, tm, tn);
-  tm = tm * T::kCluster + rank;
 }
 
 }  // namespace telos_kernels

@@ -211,6 +211,31 @@ struct PrefillTwinEpilogue {
 
 namespace telos_kernels {
 
+// The CTAs that share a tile: one (CTAS 1), or the pair of a cluster of two (CTAS 2, the tile's
+// 256 rows 128 a CTA): the persistent loop's first unit and stride (a unit a cluster), this CTA's
+// rank, its 128-row tile of the unit's tile tm (rank 1's rows follow rank 0's), and the barrier
+// every thread of the CTAs meets at (PTX: bar.sync, or barrier.cluster.arrive/wait).
+template <unsigned CTAS>
+struct PrefillCtas {
+  static_assert(CTAS == 1 || CTAS == 2, "one CTA or a CTA pair");
+  enum : unsigned { kCtas = CTAS };
+  static __device__ __forceinline__ unsigned first_unit() { return blockIdx.x / CTAS; }
+  static __device__ __forceinline__ unsigned unit_stride() { return gridDim.x / CTAS; }
+  static __device__ __forceinline__ unsigned rank() {
+    if constexpr (CTAS == 1)
+      return 0;
+    else
+      return hexel::cluster::cta_rank();
+  }
+  static __device__ __forceinline__ unsigned cta_tm(unsigned tm) { return tm * CTAS + rank(); }
+  static __device__ __forceinline__ void sync() {
+    if constexpr (CTAS == 1)
+      __syncthreads();
+    else
+      hexel::cluster::sync();
+  }
+};
+
 // The tiling of an instance on CTAS CTAs: PrefillTiling, or for a pair PrefillPairTiling with
 // PAIR_W_ROWS W rows a stage (which reads the weight's own map: W_BH 0).
 template <unsigned CTAS, unsigned PAIR_W_ROWS, int M, int N, int K, class Epi, unsigned W_BH,

@@ -17,10 +17,10 @@
 //
 // Structure: gemm_prefill.cuh's, reused: its producer (prefill_gemm_produce, one thread of
 // warpgroup 0), tile order and persistent loop, stage ring, PrefillSmem and epilogues. What
-// differs is the tile, the clusters and the consumers' K loop (w8a8_k_loop_2deep). A stage is one
-// K block: 128 rows of A and 128 W rows (SwiGLU: 64 gate and their 64 up rows), 128 bytes each,
-// both K-major (fp8 wgmma reads only K-major operands) with the 128B swizzle, so A and W maps are
-// over one-byte elements, A's with 128 x 128 boxes. The tile is 128 x 128, each consumer
+// differs is the tile and the consumers' K loop (w8a8_k_loop_2deep). A stage is one K block: 128
+// rows of A and 128 W rows (SwiGLU: 64 gate and their 64 up rows), 128 bytes each, both K-major
+// (fp8 wgmma reads only K-major operands) with the 128B swizzle, so A and W maps are over one-byte
+// elements with 128 x 128 boxes (SwiGLU's W 64 x 128). The tile is 128 x 128, each consumer
 // warpgroup m64n128: its 64 accumulators a thread and two sets of 64 for partial sums fit the 232
 // registers setmaxnreg gives it, where m64n256 (the bf16 GEMM's) would need 256. Six stages of 32
 // KB, the 32 KB of epilogue buffers and the barriers: 230496 bytes of shared memory
@@ -28,21 +28,7 @@
 //
 // The K loop keeps the next block's chain in flight while it promotes a block (its partials are
 // read only once their chain is done), so the promotion overlaps the warpgroup's own MMAs; a stage
-// goes back to the producers as soon as its chain has completed.
-//
-// Clusters of two (PrefillW8a8Gemm::kCluster): a unit of the persistent loop is two consecutive M
-// tiles of one N tile (prefill_unit_tile), one a CTA. Each CTA's producer loads its own A and half
-// of every W stage, its rank's rows (SwiGLU: half the gate and half the up rows), multicast into
-// the same rows of both CTAs' stages (prefill_load_w), so W crosses from L2 once for two tiles and
-// the W map's boxes are 64 x 128 (SwiGLU 32 x 128; codegen::prefill_gemm_w8a8_w_box). A CTA's
-// full barrier expects its whole stage (its A and both halves of W). Both producers write each
-// stage, so each consumer warp releases a stage on the empty barriers of both CTAs and a producer
-// refills it once the consumers of both have: no multicast overwrites a stage the peer still
-// reads. The CTAs meet after the barriers' initialisation (before any multicast or remote arrival
-// reaches the peer) and before they exit (no CTA leaves while its peer may still write into it).
-// On an odd count of M tiles the last unit's rank-1 tile lies past M: that CTA runs it on zeros,
-// so both walk the same stages, and TMA drops its outputs. The grid is an even number of CTAs
-// (codegen::prefill_gemm_w8a8_grid). Loads and releases only: every output's bits are the same.
+// goes back to the producer as soon as its chain has completed.
 //
 // Batch invariance: an output's bits depend on its row's e4m3 bytes and scales, the weight's and
 // K alone: the wgmma sums within one row, the promotion is per element and the K blocks go in
@@ -55,7 +41,6 @@
 // missing products are zero (its scales are the reference's, from the columns present); the
 // activation scales of rows past M are read as 0 and TMA drops their outputs.
 #include "gemm_prefill.cuh"
-#include "wgmma_chains.cuh"
 
 namespace telos_kernels {
 
@@ -237,9 +222,8 @@ __device__ __forceinline__ void w8a8_run(unsigned kb, float (&p0)[R], float (&p1
   }
 }
 
-// CL: the CTAs of the cluster whose producers write the stages (wgmma_chains_release).
-template <int M, unsigned K_BLOCKS, unsigned N, unsigned CL, unsigned G, unsigned STAGES,
-          class AStage, class WStage>
+template <int M, unsigned K_BLOCKS, unsigned N, unsigned G, unsigned STAGES, class AStage,
+          class WStage>
 __device__ __forceinline__ void w8a8_k_loop_2deep(float (&acc)[N / 2],
                                                   hexel::mbarrier::StageRing<STAGES>& ring,
                                                   unsigned full, unsigned empty, unsigned lane,
@@ -259,11 +243,11 @@ __device__ __forceinline__ void w8a8_k_loop_2deep(float (&acc)[N / 2],
     wgmma::commit_group();
     ring.advance();
   };
-  // The oldest chain, waited for by the caller: its stage back to the producers, its promotion.
+  // The oldest chain, waited for by the caller: its stage back to the producer, its promotion.
   mbarrier::StageRing<STAGES> done = ring;  // the oldest chain's stage
   auto retire = [&](float(&p)[N / 2], const float(&s)[2][G]) {
     wgmma::fence_operand(p);
-    if (lane == 0) wgmma_chains_release<CL>(empty + 8 * done.index);
+    if (lane == 0) mbarrier::arrive(empty + 8 * done.index);
     done.advance();
     w8a8_promote<N, G>(acc, p, s);
     wgmma::fence_operand(p);  // the promotion reads p before the next chain into it
@@ -290,16 +274,13 @@ __device__ __forceinline__ void w8a8_weight_blocks(unsigned (&wb)[SPLIT ? 2 : 1]
 
 // The whole kernel (prefill_gemm_body's roles): warpgroup 0's thread 0 loads the stages,
 // warpgroups 1 and 2 each take 64 rows of every tile, run the K loop and the epilogue through
-// `out_map`; the CTAs of a cluster meet at the start and the end (the header's "Clusters"). N: the
-// output columns (SwiGLU: I, the weight [2I, K]).
+// `out_map`. N: the output columns (SwiGLU: I, the weight [2I, K]).
 template <int M, int N, int K, class Epi>
 __device__ __forceinline__ void prefill_w8a8_body(const TensorMap* a_map, const float* a_scale,
                                                   const TensorMap* w_map, const float* w_scale,
                                                   const TensorMap* out_map) {
   using G = PrefillW8a8Gemm;
   using T = PrefillW8a8Tiling<M, N, K, Epi>;
-  using C = PrefillCtas<T::kCluster>;
-  static_assert(T::kCluster == 2, "the kernels' __cluster_dims__");
   using namespace hexel;
   constexpr unsigned kScaleGroups = Epi::kSplitW ? 2 : 1;
   extern __shared__ unsigned char smem_raw[];
@@ -309,11 +290,10 @@ __device__ __forceinline__ void prefill_w8a8_body(const TensorMap* a_map, const 
   const unsigned wg = warp_index() / 4;
 
   if (threadIdx.x == 0) {
-    // One arrival a consumer warp of each CTA of the cluster.
-    prefill_init_stages(sm, a_map, w_map, T::kCluster * PrefillGemm::kConsumers * 4);
+    prefill_init_stages(sm, a_map, w_map, PrefillGemm::kConsumers * 4);  // one arrival a warp
     mbarrier::fence_init();
   }
-  C::sync();  // every CTA's barriers exist before a multicast or a remote arrival reaches them
+  __syncthreads();
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
@@ -331,31 +311,27 @@ __device__ __forceinline__ void prefill_w8a8_body(const TensorMap* a_map, const 
     }
     mbarrier::StageRing<T::kStages> ring;
     float acc[G::kBlockN / 2];
-    const unsigned rank = C::rank();
-    for (unsigned u = C::first_unit(); u < T::kUnits; u += C::unit_stride()) {
+    for (unsigned u = blockIdx.x; u < T::kUnits; u += gridDim.x) {
       unsigned tm, tn;
-      prefill_unit_tile<T>(u, rank, tm, tn);
+      prefill_tile_coords(u, T::kTilesM, T::kTilesN, tm, tn);
       const unsigned row = tm * G::kBlockM + cw * 64 + 16 * warp + lane / 4;
       unsigned wb[kScaleGroups];
       w8a8_weight_blocks<N, Epi::kOutCols, Epi::kSplitW>(wb, tn);
-      w8a8_k_loop_2deep<M, T::kKBlocks, G::kBlockN, T::kCluster>(
+      w8a8_k_loop_2deep<M, T::kKBlocks, G::kBlockN>(
           acc, ring, sm.full, sm.empty, lane, a_scale, w_scale, row, wb,
           [&](unsigned st) { return a_stage(st) + cw * 64 * 128; }, w_stage);
       prefill_gemm_epilogue<Epi>(acc, out_map, sm.epilogue, tm, tn, cw, warp, lane, wg_leader);
     }
     if (wg_leader) tma::wait_group<0>();
   }
-  // No CTA exits while its peer may still multicast into it or arrive on its barriers.
-  __syncwarp();
-  C::sync();
 }
 
 // y[m, n] = bf16((A · Wᵀ)[m, n]); A through a 128 x 128-box map of its e4m3 rows [M, K] with its
-// scales a_scale [M, ceil(K / 128)] (quantize_rows_e4m3), W through a 64 x 128-box map of the
+// scales a_scale [M, ceil(K / 128)] (quantize_rows_e4m3), W through a 128 x 128-box map of the
 // e4m3 weight [N, K] with its 128 x 128 block scales w_scale; y through a 64 x 64-box map of
-// [M, N]. Clusters of two CTAs (the header's "Clusters"), an even grid.
+// [M, N].
 template <int M, int N, int K>
-__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(PrefillGemm::kThreads, 1)
+__global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_w8a8_bf16(const TensorMap* a_map, const float* a_scale, const TensorMap* w_map,
                            const float* w_scale, const TensorMap* y_map) {
   pdl_entry();
@@ -365,7 +341,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(PrefillGemm::kThread
 // x[m, n] += (A · Wᵀ)[m, n], x the f32 residual stream [M, N] through an f32 map with 64 x 32
 // boxes.
 template <int M, int N, int K>
-__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(PrefillGemm::kThreads, 1)
+__global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_w8a8_residual(const TensorMap* a_map, const float* a_scale, const TensorMap* w_map,
                                const float* w_scale, const TensorMap* x_map) {
   pdl_entry();
@@ -373,9 +349,9 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(PrefillGemm::kThread
 }
 
 // act[m, j] = bf16(silu(g) · u), g = (A · Wᵀ)[m, j], u = (A · Wᵀ)[m, I + j], W = gate_up [2I, K]
-// through a map with 32 x 128 boxes, act through a 64 x 64-box map of [M, I].
+// through a map with 64 x 128 boxes, act through a 64 x 64-box map of [M, I].
 template <int M, int I, int K>
-__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(PrefillGemm::kThreads, 1)
+__global__ void __launch_bounds__(PrefillGemm::kThreads, 1)
     gemm_prefill_w8a8_swiglu(const TensorMap* a_map, const float* a_scale, const TensorMap* w_map,
                              const float* w_scale, const TensorMap* act_map) {
   pdl_entry();

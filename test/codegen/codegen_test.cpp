@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "codegen/kernel_plan.hpp"
-#include "codegen/kernels/gemm_prefill_shape.cuh"
 #include "codegen/lowering.hpp"
 #include "codegen/nvrtc_driver.hpp"
 #include "codegen/rope_table.hpp"
@@ -738,52 +737,6 @@ TEST(Codegen, LmHeadW8a8Tiling) {
   }
   // A vocabulary of 16-row multiples only: 16-row tiles, as the bf16 head's.
   EXPECT_EQ(lm_head_w8a8_tiling(16 * 1001, 2048, 1).bn, 16);
-}
-
-// Walks the units of W8A8 tiling T as the CTAs of the plan's grid do (prefill_w8a8_body: a cluster
-// of two a unit, rank = block index % 2): every tile is some CTA's exactly once, and the only CTAs
-// past M are the rank-1 CTAs of the last M unit where the count of M tiles is odd.
-template <class T>
-void expect_w8a8_units_cover_tiles(int m, int n, bool swiglu) {
-  const int grid = prefill_gemm_w8a8_grid(m, n, swiglu);
-  ASSERT_EQ(grid % static_cast<int>(T::kCluster), 0);
-  ASSERT_LE(grid, kSms);
-  const unsigned clusters = static_cast<unsigned>(grid) / T::kCluster;
-  std::vector<int> visited(T::kTilesM * T::kTilesN, 0);
-  unsigned past_m = 0;
-  for (unsigned cta = 0; cta < static_cast<unsigned>(grid); ++cta)
-    for (unsigned u = cta / T::kCluster; u < T::kUnits; u += clusters) {
-      unsigned tm = 0, tn = 0;
-      telos_kernels::prefill_unit_tile<T>(u, cta % T::kCluster, tm, tn);
-      ASSERT_LT(tn, T::kTilesN);
-      if (tm >= T::kTilesM) {
-        ASSERT_EQ(tm, T::kTilesM);
-        ++past_m;
-        continue;
-      }
-      ++visited[tm * T::kTilesN + tn];
-    }
-  for (int v : visited) ASSERT_EQ(v, 1);
-  EXPECT_EQ(past_m, T::kTilesM % 2 ? T::kTilesN : 0u);
-}
-
-// The W8A8 prefill GEMM on clusters of two (gemm_w8a8.cuh): the W map's boxes are a CTA's half of
-// a tile's W rows, the grid an even count of CTAs, at most one an SM, whose units cover the tiles.
-TEST(Codegen, PrefillGemmW8a8Clusters) {
-  using telos_kernels::PrefillW8a8Tiling;
-  EXPECT_EQ(prefill_gemm_w8a8_w_box(false), 64);
-  EXPECT_EQ(prefill_gemm_w8a8_w_box(true), 32);
-  EXPECT_EQ(prefill_gemm_w8a8_grid(512, 128, false), 4);
-  EXPECT_EQ(prefill_gemm_w8a8_grid(512, 256, true), 16);
-  EXPECT_EQ(prefill_gemm_w8a8_grid(300, 384, false), 12);  // 3 M tiles: 2 units along M
-  EXPECT_EQ(prefill_gemm_w8a8_grid(16384, 4096, false), kSms);
-  using Store = telos_kernels::StoreBf16ShapeOf<telos_kernels::PrefillW8a8Gemm::kBlockN>;
-  using SwiGlu = telos_kernels::SwiGluShapeOf<telos_kernels::PrefillW8a8Gemm::kBlockN>;
-  expect_w8a8_units_cover_tiles<PrefillW8a8Tiling<2100, 3072, 512, Store>>(2100, 3072, false);
-  expect_w8a8_units_cover_tiles<PrefillW8a8Tiling<300, 384, 272, SwiGlu>>(300, 384, true);
-  expect_w8a8_units_cover_tiles<PrefillW8a8Tiling<512, 128, 128, Store>>(512, 128, false);
-  expect_w8a8_units_cover_tiles<PrefillW8a8Tiling<16384, 14336, 4096, SwiGlu>>(16384, 14336, true);
-  expect_w8a8_units_cover_tiles<PrefillW8a8Tiling<1, 2048, 2048, Store>>(1, 2048, false);
 }
 
 // Two consumer warpgroups a CTA from a one-warpgroup tiling: 128-row M tiles and A boxes, 288

@@ -4530,11 +4530,6 @@ TEST(GpuKernels, E4m3SmallGemmNormPrologueMatchesRmsNormThenGemm) {
 
 const std::string kW8a8Source = "#include \"gemm_w8a8.cuh\"\n";
 const int kW8a8Smem = static_cast<int>(telos_kernels::PrefillW8a8Gemm::smem());
-// The prefill GEMM's W map boxes and grid as the plan gives them (clusters of two, each CTA
-// loading half of a tile's W rows): a weight's, and SwiGLU's gate_up.
-const int kW8a8WBox = codegen::prefill_gemm_w8a8_w_box(false),
-          kW8a8GuBox = codegen::prefill_gemm_w8a8_w_box(true);
-using codegen::prefill_gemm_w8a8_grid;
 using exec::w8a8_k_blocks;
 
 // Random bf16 activations [m, k] with an outlier (x100) about every 50th element, so blocks' scales
@@ -4664,12 +4659,11 @@ bool within(double got, double want, double bound) {
 }
 
 // Each W8A8 epilogue against the host: ragged M, N and K (a last K block of 16 columns), a
-// persistent case with more tiles than SMs and an odd count of M tiles (the last M unit's rank-1
-// CTAs run past M; every 37th row checked), activations quantized on the device (the bytes the
-// quantization test pins). bf16 store: within the bound of the reference plus the bf16 rounding,
-// and within bf16 tolerance of f64 on the dequantized operands; residual: x0 + y within the bound
-// plus two f32 roundings; SwiGLU: within bf16 tolerance of f64. Rows with a NaN or an infinity give
-// NaN everywhere; the guard rows past M stay poisoned.
+// persistent case with more tiles than SMs (every 37th row checked), activations quantized on the
+// device (the bytes the quantization test pins). bf16 store: within the bound of the reference
+// plus the bf16 rounding, and within bf16 tolerance of f64 on the dequantized operands; residual:
+// x0 + y within the bound plus two f32 roundings; SwiGLU: within bf16 tolerance of f64. Rows with
+// a NaN or an infinity give NaN everywhere; the guard rows past M stay poisoned.
 TEST(GpuKernels, W8a8GemmsMatchReferenceAndF64) {
   TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   for (const PrefillShape& c : {PrefillShape{200, 384, 272}, PrefillShape{401, 136, 128},
@@ -4696,15 +4690,15 @@ TEST(GpuKernels, W8a8GemmsMatchReferenceAndF64) {
     DeviceBuffer<float> dres(total);
     dres.upload(x0);
     const auto u8 = hexel::TmaDtype::U8;
-    const DeviceMap a_map(dq.get(), c.M, c.K, 128, u8), w_map(dw.get(), c.N, c.K, kW8a8WBox, u8),
-        gu_map(dw.get(), 2 * c.N, c.K, kW8a8GuBox, u8), y_map(dy.get(), c.M, c.N, 64),
+    const DeviceMap a_map(dq.get(), c.M, c.K, 128, u8), w_map(dw.get(), c.N, c.K, 128, u8),
+        gu_map(dw.get(), 2 * c.N, c.K, 64, u8), y_map(dy.get(), c.M, c.N, 64),
         act_map(dact.get(), c.M, c.N, 64), x_map(dres.get(), c.M, c.N, 64, hexel::TmaDtype::F32);
-    CUDA_OK(mod.launch(names[1], prefill_gemm_w8a8_grid(c.M, c.N, false), kPrefillThreads,
+    CUDA_OK(mod.launch(names[1], prefill_grid(c.M, c.N, 128), kPrefillThreads,
                        {a_map.get(), dsa.get(), w_map.get(), dsw.get(), y_map.get()}, kW8a8Smem));
-    CUDA_OK(mod.launch(names[2], prefill_gemm_w8a8_grid(c.M, c.N, false), kPrefillThreads,
+    CUDA_OK(mod.launch(names[2], prefill_grid(c.M, c.N, 128), kPrefillThreads,
                        {a_map.get(), dsa.get(), w_map.get(), dsw.get(), x_map.get()}, kW8a8Smem));
     if (swiglu) {
-      CUDA_OK(mod.launch(names[3], prefill_gemm_w8a8_grid(c.M, c.N, true), kPrefillThreads,
+      CUDA_OK(mod.launch(names[3], prefill_grid(c.M, c.N, 64), kPrefillThreads,
                          {a_map.get(), dsa.get(), gu_map.get(), dsw.get(), act_map.get()},
                          kW8a8Smem));
     }
@@ -4781,7 +4775,7 @@ TEST(GpuKernels, W8a8GemmRowsDoNotDependOnTheTile) {
   DeviceBuffer<std::uint8_t> dw(w.q);
   DeviceBuffer<float> dsw(w.scale);
   const auto u8 = hexel::TmaDtype::U8;
-  const DeviceMap w_map(dw.get(), N, K, kW8a8WBox, u8), gu_map(dw.get(), 2 * N, K, kW8a8GuBox, u8);
+  const DeviceMap w_map(dw.get(), N, K, 128, u8), gu_map(dw.get(), 2 * N, K, 64, u8);
   std::vector<bf16v> first(2);
   for (std::size_t o = 0; o < offsets.size(); ++o) {
     const int off = offsets[o], m = R - off;
@@ -4791,7 +4785,7 @@ TEST(GpuKernels, W8a8GemmRowsDoNotDependOnTheTile) {
       DeviceBuffer<std::uint16_t> dy(static_cast<std::size_t>(m) * N);
       const DeviceMap y_map(dy.get(), m, N, 64);
       CUDA_OK(
-          mod.launch(names[1 + 2 * o + e], prefill_gemm_w8a8_grid(m, N, e == 1), kPrefillThreads,
+          mod.launch(names[1 + 2 * o + e], prefill_grid(m, N, e == 0 ? 128 : 64), kPrefillThreads,
                      {a_map.get(), sa, e == 0 ? w_map.get() : gu_map.get(), dsw.get(), y_map.get()},
                      kW8a8Smem));
       const bf16v y = dy.download();
@@ -5045,8 +5039,8 @@ TEST(GpuKernels, W8a8SmallGemmRowsMatchPrefillGemm) {
   DeviceBuffer<float> dsw(w.scale);
   const std::vector<float> x0 = random_floats(static_cast<std::size_t>(R) * N);
   const auto u8 = hexel::TmaDtype::U8;
-  const DeviceMap a_map(dq.get(), R, K, 128, u8), w_map(dw.get(), N, K, kW8a8WBox, u8),
-      gu_map(dw.get(), 2 * N, K, kW8a8GuBox, u8);
+  const DeviceMap a_map(dq.get(), R, K, 128, u8), w_map(dw.get(), N, K, 128, u8),
+      gu_map(dw.get(), 2 * N, K, 64, u8);
   for (const std::string& epi : epis) {
     const bool swiglu = epi == "swiglu", residual = epi == "residual";
     // The prefill GEMM's outputs: bf16 (bf16 store, SwiGLU) or x0 + y (residual).
@@ -5056,7 +5050,7 @@ TEST(GpuKernels, W8a8SmallGemmRowsMatchPrefillGemm) {
                                        : DeviceMap(dy.get(), R, N, 64);
     CUDA_OK(mod.launch(
         "telos_kernels::gemm_prefill_w8a8_" + epi + "<" + I(R) + ", " + I(N) + ", " + I(K) + ">",
-        prefill_gemm_w8a8_grid(R, N, swiglu), kPrefillThreads,
+        prefill_grid(R, N, swiglu ? 64 : 128), kPrefillThreads,
         {a_map.get(), dsa.get(), swiglu ? gu_map.get() : w_map.get(), dsw.get(), out_map.get()},
         kW8a8Smem));
     const auto prefill_y = dy.download();
@@ -5180,9 +5174,8 @@ TEST(GpuKernels, W8a8PersistentLayerMatchesPrefillW8a8Kernels) {
       layer_maps.push_back(std::make_unique<DeviceMap>(dq[k]->get(), rows[k], cols[k], boxes[k],
                                                        hexel::TmaDtype::U8));
     }
-    const DeviceMap wq(dq[0]->get(), NQKV, s.H, kW8a8WBox, u8),
-        wo(dq[1]->get(), s.H, KO, kW8a8WBox, u8), wg(dq[2]->get(), 2 * s.I, s.H, kW8a8GuBox, u8),
-        wd(dq[3]->get(), s.H, s.I, kW8a8WBox, u8);
+    const DeviceMap wq(dq[0]->get(), NQKV, s.H, 128, u8), wo(dq[1]->get(), s.H, KO, 128, u8),
+        wg(dq[2]->get(), 2 * s.I, s.H, 64, u8), wd(dq[3]->get(), s.H, s.I, 128, u8);
     const std::vector<float> x0 = random_floats(s.H, 2.f);
     DeviceBuffer<float> x_in(x0), attn_norm(random_floats(s.H, 1.f)),
         mlp_norm(random_floats(s.H, 1.f)), bias(random_floats(NQKV, 0.5f)),
@@ -5247,7 +5240,7 @@ TEST(GpuKernels, W8a8PersistentLayerMatchesPrefillW8a8Kernels) {
                            {x_in.get(), attn_norm.get(), nullptr, h.get()}));
         quantize(h.get(), s.H, qh, sh);
         const DeviceMap ah(qh.get(), 1, s.H, 128, u8), yq(qkv_ref.get(), 1, NQKV, 64);
-        CUDA_OK(mod.launch(g_qkv, prefill_gemm_w8a8_grid(1, NQKV, false), kPrefillThreads,
+        CUDA_OK(mod.launch(g_qkv, prefill_grid(1, NQKV, 128), kPrefillThreads,
                            {ah.get(), sh.get(), wq.get(), dscale[0]->get(), yq.get()}, kW8a8Smem));
         CUDA_OK(mod.launch(rope, dim3(NH, 1), s.D,
                            {qkv_ref.get(), s.bias ? bias.get() : nullptr,
@@ -5276,16 +5269,16 @@ TEST(GpuKernels, W8a8PersistentLayerMatchesPrefillW8a8Kernels) {
           ad(qd.get(), 1, s.I, 128, u8), xm(x_sep.get(), 1, s.H, 64, hexel::TmaDtype::F32),
           am(act_sep.get(), 1, s.I, 64);
       quantize(attn_in.get(), KO, qa, sa);
-      CUDA_OK(mod.launch(g_o, prefill_gemm_w8a8_grid(1, s.H, false), kPrefillThreads,
+      CUDA_OK(mod.launch(g_o, prefill_grid(1, s.H, 128), kPrefillThreads,
                          {aa.get(), sa.get(), wo.get(), dscale[1]->get(), xm.get()}, kW8a8Smem));
       const std::vector<float> x1 = x_sep.download();
       CUDA_OK(mod.launch(norm, 1, codegen::kNormThreads,
                          {x_sep.get(), mlp_norm.get(), nullptr, h.get()}));
       quantize(h.get(), s.H, qh, sh);
-      CUDA_OK(mod.launch(g_gu, prefill_gemm_w8a8_grid(1, s.I, true), kPrefillThreads,
+      CUDA_OK(mod.launch(g_gu, prefill_grid(1, s.I, 64), kPrefillThreads,
                          {ah.get(), sh.get(), wg.get(), dscale[2]->get(), am.get()}, kW8a8Smem));
       quantize(act_sep.get(), s.I, qd, sd);
-      CUDA_OK(mod.launch(g_down, prefill_gemm_w8a8_grid(1, s.H, false), kPrefillThreads,
+      CUDA_OK(mod.launch(g_down, prefill_grid(1, s.H, 128), kPrefillThreads,
                          {ad.get(), sd.get(), wd.get(), dscale[3]->get(), xm.get()}, kW8a8Smem));
       const std::vector<float> xs = x_sep.download();
       const bf16v acts = act_sep.download();
