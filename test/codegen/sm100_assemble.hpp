@@ -96,9 +96,10 @@ inline void assemble_instances(const std::string& tool, const std::string& sourc
   for (std::size_t m = 0; m < modules.size(); ++m) {
     write_file(dir / ("module_" + std::to_string(m) + ".ptx"), modules[m].ptx);
     write_file(dir / ("module_" + std::to_string(m) + ".cubin"), modules[m].cubin);
-    // ptxas's advisories that it serializes a kernel's wgmma (C7513, C7514: each wgmma waited for
-    // before the next issues), which cost a kernel its tensor-core overlap without failing it.
-    for (const char* code : {"C7513", "C7514"})
+    // ptxas's advisories that it serializes a kernel's wgmma (C7511, C7513, C7514: each wgmma
+    // waited for before the next issues), which cost a kernel its tensor-core overlap without
+    // failing it.
+    for (const char* code : {"C7511", "C7513", "C7514"})
       if (const std::size_t at = modules[m].log.find(code); at != std::string::npos)
         fail(tool + ": ptxas serializes wgmma in module " + std::to_string(m) + ": " +
              modules[m].log.substr(at, modules[m].log.find('\n', at) - at));
