@@ -265,9 +265,10 @@ __device__ __forceinline__ void prefill_chunk_release(const TensorMap* out_map, 
 // A consumer warpgroup's epilogue of tile (tm, tn) (cw: its 64 rows; warp, lane: the thread's):
 // the accumulators d through its two 64 x 128-byte chunk buffers at `epilogue`, alternately, to
 // out_map, by TMA stores (bf16, through stmatrix) or TMA reductions (the f32 residual), the
-// warpgroup's leader issuing them; a buffer is refilled once the TMA has read its previous chunk,
-// two chunks ago. A tile of one chunk (the W8A8 SwiGLU tile's 64 columns) uses buffer 0 every
-// tile, so there the previous chunk, the last tile's, must have been read.
+// warpgroup's leader issuing them; a buffer is refilled once the TMA has read the chunk that last
+// used it. Each tile starts at buffer 0, so that chunk is two chunks ago, except for a tile's
+// first chunk after a tile of an odd count of chunks (the W8A8 SwiGLU tile's one): there it is the
+// previous chunk, the last tile's last.
 template <class Epi, unsigned R>
 __device__ __forceinline__ void prefill_gemm_epilogue(const float (&d)[R], const TensorMap* out_map,
                                                       unsigned epilogue, unsigned tm, unsigned tn,
@@ -280,7 +281,10 @@ __device__ __forceinline__ void prefill_gemm_epilogue(const float (&d)[R], const
 #pragma unroll
   for (unsigned ch = 0; ch < kChunks; ++ch) {
     const unsigned buf = epilogue + (cw * 2 + ch % 2) * G::kChunkBytes;
-    prefill_chunk_acquire<(kChunks > 1 ? 1 : 0)>(1 + cw, 128, wg_leader);
+    if (ch == 0 && kChunks % 2 == 1)
+      prefill_chunk_acquire<0>(1 + cw, 128, wg_leader);
+    else
+      prefill_chunk_acquire<1>(1 + cw, 128, wg_leader);
     if constexpr (Epi::kResidual) {
       // Column block j (8 f32 = 32 bytes) of row half h: lanes 4r..4r+3 write row r's 32
       // bytes; with the swizzle the warp's 8 rows fall in 8 different 16-byte bank groups.
