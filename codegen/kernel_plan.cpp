@@ -524,6 +524,16 @@ PersistentLayerTiling decode_layer_w8a8_tiling(int h, int nqkv, int ko, int i, i
                                                bool qk_norm) {
   PersistentLayerTiling t =
       layer_tiles(h, nqkv, ko, i, head_dim, qk_norm, persistent_w8a8_tile_fits);
+  // Gate/up on 32-row tiles where they leave the busiest CTA fewer ring slots than 64-row ones: a
+  // W8A8 slot costs a CTA about the same time whatever its tile, and its stream is bound by that
+  // cost, not by DRAM, once gate/up's last round runs on a few CTAs (the 8B's 448 64-row tiles
+  // leave 52 CTAs a fourth; its 896 32-row tiles put 112 slots on the busiest CTA instead of 128).
+  const auto busiest_slots = [&](int bn) {
+    return (2 * i / bn + kSms - 1) / kSms * (h / 128) / (64 / bn);
+  };
+  if (t.bg == 64 && i % 16 == 0 && persistent_w8a8_tile_fits(32, h, 2 * i) &&
+      busiest_slots(32) < busiest_slots(64))
+    t.bg = 32;
   // As decode_layer_tiling's: the bf16 resident A (each phase's input before its quantization),
   // 16 KB of static shared memory, 1 KB of alignment; then the e4m3 resident A, the rest in slots.
   const int k_max = std::max({h, ko, i});

@@ -403,7 +403,8 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
                                           bool qk_norm = true, bool e4m3 = false);
 // The W8A8 layer's (decode_layer_persistent_w8a8, kernels/decode_layer_w8a8.cuh):
 // decode_layer_tiling's choice of tiles (the fewest rows on the busiest CTA) among those whose K is
-// whole slots of 128-column blocks (persistent_w8a8_tile_fits); the ring's 8 KB slots as many as
+// whole slots of 128-column blocks (persistent_w8a8_tile_fits), gate/up's 32 rows instead of 64
+// where that puts fewer ring slots on the busiest CTA; the ring's 8 KB slots as many as
 // fit beside the bf16 resident A, the e4m3 one (persistent_w8a8_a_bytes) and the static shared
 // memory (a slot of e4m3 holds twice the K, so the ring holds twice the weight rows' K in flight in
 // the same bytes); no slot images (they hold bf16 tiles). It fits where K is whole 128-column

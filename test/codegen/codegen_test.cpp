@@ -430,7 +430,7 @@ TEST(Codegen, DecodeLayerTilingE4m3) {
 
 // The W8A8 layer (decode_layer_persistent_w8a8): a slot holds twice a bf16 slot's K, so K must be
 // whole slots of 128 · (64 / BN) columns; among those, the bf16 layer's choice (the 8B's tiles are
-// the bf16 layer's; Qwen2.5-1.5B's down, K 8960 = 70 blocks, cannot take 16 rows (four blocks a
+// the bf16 layer's but gate/up's, 32 rows; Qwen2.5-1.5B's down, K 8960 = 70 blocks, cannot take 16 rows (four blocks a
 // slot) and takes 24); the ring fills what the bf16 and e4m3 resident A and 16 KB of static shared
 // memory leave; no slot images. K not whole 128-column blocks does not fit.
 TEST(Codegen, DecodeLayerTilingW8a8) {
@@ -444,12 +444,16 @@ TEST(Codegen, DecodeLayerTilingW8a8) {
   };
   // Llama-3.1-8B: resident A 29 KB, e4m3 A 14 KB + 16 + 448 bytes, 20 slots.
   EXPECT_EQ(tiling(4096, 6144, 4096, 14336, 128, false),
-            (std::array<int, 8>{48, 32, 64, 32, 20, 209680, 1, 0}));
+            (std::array<int, 8>{48, 32, 32, 32, 20, 209680, 1, 0}));
   EXPECT_EQ(decode_layer_w8a8_tiling(4096, 6144, 4096, 14336, 128, false).smem,
             1024 + 29696 + 20 * kPersistentSlotBytes + persistent_w8a8_a_bytes(14336));
   EXPECT_EQ(tiling(2048, 3072, 2048, 8192, 64, false),
             (std::array<int, 8>{24, 16, 64, 16, 23, 215680, 1, 0}));
   EXPECT_EQ(tiling(1536, 2048, 1536, 8960, 128, false)[3], 24);
+  // Gate/up on 32-row tiles where the busiest CTA then streams fewer slots: the 8B 112 against 128,
+  // Qwen2.5-1.5B 30 against 36; the 1B 32 either way keeps 64.
+  EXPECT_EQ(tiling(1536, 2048, 1536, 8960, 128, false)[2], 32);
+  EXPECT_EQ(decode_layer_tiling(4096, 6144, 4096, 14336, 128, false).bg, 64);
   EXPECT_EQ(decode_layer_tiling(1536, 2048, 1536, 8960, 128, false).bd, 16);
   EXPECT_TRUE(decode_layer_w8a8_tiling(2048, 3072, 2048, 8192, 64, false).qkv_rope);
   EXPECT_FALSE(decode_layer_w8a8_tiling(1024, 4096, 2048, 3072, 128, true).qkv_rope);
