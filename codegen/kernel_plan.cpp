@@ -615,7 +615,7 @@ std::string AttnSplitKernel::instance() const {
          ", " + I_(maxp) + ", " + I_(page_elems) + "ll, " + I_(split) + ", " + I_(nsplit) + ", " +
          float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(d))) + ", " + I_(tpt) +
          (ahead ? ", true" : ", false") + (pages ? ", true" : ", false") +
-         (blocks || bulk || early || e4m3 ? ", " + I_(blocks ? blocks : 3) : "") +
+         (blocks || bulk || early || e4m3 ? ", " + I_(blocks) : "") +
          (bulk || early || e4m3 ? ", " + I_(bulk) : "") +
          (early || e4m3 ? (early ? ", true" : ", false") : "") + (e4m3 ? ", " + kv : "") + ">";
 }
@@ -633,7 +633,11 @@ AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows, bool deco
   const bool four = !k.ahead && !bulk && split_rows >= kAttnSplitFourBlocksMinRows &&
                     attn_split_four_blocks(k.d, group);
   k.pages = attn_split_page_ahead(k.page) && !bulk;
-  k.blocks = four ? 4 : 0;
+  k.blocks = 0;  // the kernel's default for the form
+  if (four)
+    k.blocks = 4;
+  else if (k.ahead && !k.kv.empty() && split_rows >= kAttnSplitAheadThreeBlocksMinRows)
+    k.blocks = 3;
   k.bulk = bulk ? kAttnSplitBulk : 0;
   k.early = decode && k.tpt == 1 && split_rows <= kAttnSplitEarlyMaxRows;
   return k;

@@ -454,6 +454,11 @@ int attn_grid_slots(int tiles, int kv_heads, int partial_slots);
 // split rows: there the items are too few to fill three blocks an SM and the chain of chunk loads
 // is the item's time. The loads only: the bits are the same either way.
 constexpr int kAttnSplitAheadMaxRows = 8;
+// On an e4m3 cache LOAD_AHEAD's chunk in flight holds half the registers, and three blocks an SM
+// fit it (164 registers at head dim 128, no spills) from this many split rows: at 4 and 8 rows
+// 9-13% faster than two at 16k and 32k positions (level at 4k), at one row 7-14% slower
+// (telos-kernel-bench, H100; docs/performance.md).
+constexpr int kAttnSplitAheadThreeBlocksMinRows = 4;
 // Buckets of at least this many split rows (and no LOAD_AHEAD) run attn_split four blocks an SM
 // (its BLOCKS: 128 registers a thread, no spills at head dim 128) instead of three: 16 warps an SM
 // for a kernel bound by its loads' latency, faster from 64 rows on at every context timed, at 16
@@ -495,7 +500,8 @@ inline bool attn_split_bulk_fits(int page_size, int group) {
 }
 // An attn_split instance (kernels/attention.cuh) as the plan, the benches and the tests name it:
 // the head shape, the KV pool's page geometry, the split and its partial slots, tokens a tile,
-// LOAD_AHEAD, PAGE_AHEAD, blocks an SM (0: the kernel's default, 3), BULK ring slots a warp
+// LOAD_AHEAD, PAGE_AHEAD, blocks an SM (0: the kernel's default, two with LOAD_AHEAD, else
+// three), BULK ring slots a warp
 // (0: none) and EARLY (the PDL wait inside each item, after the loads of what earlier steps
 // wrote: decode buckets only) and the cache's element format (kv_format: "" for bf16); the scale
 // is log2(e) / sqrt(d).
@@ -515,7 +521,8 @@ struct AttnSplitKernel {
 // telos_kernels::KvE4m3<K_SCALE, V_SCALE> with the layer's scales (docs/fp8.md, "FP8 KV cache").
 std::string kv_format(bool e4m3, float k_scale, float v_scale);
 // `k` (its shape, split and TPT) with the plan's load scheme and blocks an SM for a bucket of
-// `split_rows` split rows: LOAD_AHEAD up to kAttnSplitAheadMaxRows at TPT 1, else BULK from
+// `split_rows` split rows: LOAD_AHEAD up to kAttnSplitAheadMaxRows at TPT 1 (on an e4m3 cache three
+// blocks an SM from kAttnSplitAheadThreeBlocksMinRows), else BULK from
 // kAttnSplitBulkMinRows where attn_split_bulk_fits, else four blocks from
 // kAttnSplitFourBlocksMinRows where attn_split_four_blocks; PAGE_AHEAD wherever
 // attn_split_page_ahead and not BULK; EARLY in `decode` buckets (every row one generated token of

@@ -771,12 +771,11 @@ AttentionKernels choose_attention(const ModelPlan& mp, const Bucket& b, const ir
   a.split_positions = a.prompt_attn ? "desc:split_positions" : "desc:positions";
   a.split_rows = attn_split_rows(a.prompt_attn, b.T, mp.serving.max_batch);
   a.split_tiles = (a.split_rows + a.tpt - 1) / a.tpt;
-  AttnSplitKernel k = attn_split_for_rows(
-      {HQ, HKV, D, mp.page, mp.maxp, mp.page_elems, mp.split, mp.nsplits, a.tpt}, a.split_rows,
-      !b.prefill());
-  k.kv = mp.kv(int_attr(op, "layer"));
+  AttnSplitKernel shape{HQ, HKV, D, mp.page, mp.maxp, mp.page_elems, mp.split, mp.nsplits, a.tpt};
+  shape.kv = mp.kv(int_attr(op, "layer"));
+  AttnSplitKernel k = attn_split_for_rows(shape, a.split_rows, !b.prefill());
   // sm_100a's ptxas spills attn_split at four blocks an SM (128 registers) where sm_90a's does not
-  // (head dim 128, tiles of 4 and 8 tokens): three there. Registers only: the same bits.
+  // (head dim 128, tiles of 4 and 8 tokens): its default there. Registers only: the same bits.
   if (b.tcgen05) k.blocks = 0;
   a.split = {k.instance(),
              {"q", "positions", "token_seq", "page_tables", "kv_layer", "part_o", "part_ml"},

@@ -691,10 +691,16 @@ __device__ __forceinline__ void attn_split_block(
   }
 }
 
-// LOAD_AHEAD here takes two blocks an SM instead of three (its registers); the plan picks it for
-// buckets with too few items to fill three blocks an SM anyway (kernel_plan.hpp). BLOCKS: blocks an
-// SM otherwise (3: 140 registers at head dim 128; 4: 128, no spills), the plan's per bucket
-// (kAttnSplitFourBlocksMinRows). Launch bounds move registers only: the same bits at any BLOCKS.
+// BLOCKS: blocks an SM, the plan's per bucket; 0, the form's default: two with LOAD_AHEAD (its
+// registers: the next chunk in flight), three otherwise (140 registers at head dim 128). The plan
+// takes LOAD_AHEAD for buckets with too few items to fill three blocks an SM anyway, and three
+// with it on an e4m3 cache from kAttnSplitAheadThreeBlocksMinRows rows (an e4m3 chunk in flight
+// holds half the registers); four without it where 128 registers hold the form
+// (kAttnSplitFourBlocksMinRows; kernel_plan.hpp). Launch bounds move registers only: the same bits
+// at any BLOCKS.
+HEXEL_HOST_DEVICE constexpr int attn_split_blocks(int blocks, bool load_ahead) {
+  return blocks ? blocks : load_ahead ? 2 : 3;
+}
 // BULK: ring slots a warp (attn_split_block), in attn_split_ring_bytes of dynamic shared memory.
 // EARLY (one token a tile, in buckets whose every row is one generated token of its sequence: the
 // decode buckets): the block waits for its predecessor (griddepcontrol.wait) inside each item, as
@@ -708,8 +714,8 @@ __device__ __forceinline__ void attn_split_block(
 // cache's element format (common.cuh), KvE4m3 with the layer's scales for an e4m3 cache.
 template <int HQ, int HKV, int D, int PAGE, int MAXP, long long PAGE_ELEMS, int SPLIT, int NSPLIT,
           float SCALE_LOG2, int TPT, bool LOAD_AHEAD = false, bool PAGE_AHEAD = false,
-          int BLOCKS = 3, int BULK = 0, bool EARLY = false, class KV = KvBf16>
-__global__ void __launch_bounds__(128, LOAD_AHEAD ? 2 : BLOCKS)
+          int BLOCKS = 0, int BULK = 0, bool EARLY = false, class KV = KvBf16>
+__global__ void __launch_bounds__(128, attn_split_blocks(BLOCKS, LOAD_AHEAD))
     attn_split(const float* q, const int* positions, const int* token_seq, const int* page_tables,
                const typename KV::Elem* kv_layer, float* part_o, float* part_ml) {
   static_assert(!EARLY || TPT == 1, "EARLY: one token a tile");

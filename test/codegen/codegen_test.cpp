@@ -211,7 +211,7 @@ TEST_P(CodegenFamily, CompilesEveryKernelWithoutSpills) {
   // One token a block, the next chunk's loads ahead (8 rows: kAttnSplitAheadMaxRows), the split's
   // page ids loaded when it starts, the PDL wait inside each item (EARLY: a decode bucket).
   EXPECT_EQ(instance_of(d8[3]).substr(instance_of(d8[3]).size() - 28),
-            ", 1, true, true, 3, 0, true>");
+            ", 1, true, true, 0, 0, true>");
   EXPECT_EQ(d8[3].at("grid"), nlohmann::ordered_json({8, 2, 2}));
   EXPECT_EQ(d8[5].at("args")[0], "tmap:buf:attn:8:128:8:64");
   EXPECT_EQ(instance_of(d8[6]).rfind("telos_kernels::gemm_small_norm_swiglu<8, 256, 128, 64, ", 0), 0u);
@@ -971,9 +971,9 @@ TEST(Codegen, AttentionTokensPerTile) {
         ++seen_prefill;
       } else {
         EXPECT_EQ(instance,
-                  prefix + (b.tokens <= kAttnSplitAheadMaxRows  ? "1, true, true, 3, 0, true>"
-                            : b.tokens >= kAttnSplitBulkMinRows ? "1, false, false, 3, 2, true>"
-                                                                : "1, false, true, 3, 0, true>"));
+                  prefix + (b.tokens <= kAttnSplitAheadMaxRows  ? "1, true, true, 0, 0, true>"
+                            : b.tokens >= kAttnSplitBulkMinRows ? "1, false, false, 0, 2, true>"
+                                                                : "1, false, true, 0, 0, true>"));
         EXPECT_EQ(l.grid, (std::array<int, 3>{b.tokens, 8, b.tokens == 64 ? 8 : 32}));
         ++seen_decode;
       }
@@ -1010,7 +1010,7 @@ TEST(Codegen, AttnSplitBulkInBucketsOfSixteenRowsOrMore) {
     const KernelInstance& k = llama.at(size);
     const bool bulk = size >= kAttnSplitBulkMinRows;
     EXPECT_EQ(
-        ends_with(k.instance, "1, false, false, 3, " + std::to_string(kAttnSplitBulk) + ", true>"),
+        ends_with(k.instance, "1, false, false, 0, " + std::to_string(kAttnSplitBulk) + ", true>"),
         bulk)
         << k.instance;
     EXPECT_EQ(k.dynamic_smem, bulk ? attn_split_ring_bytes(16, 64, kAttnSplitBulk) : 0) << size;
@@ -1018,7 +1018,7 @@ TEST(Codegen, AttnSplitBulkInBucketsOfSixteenRowsOrMore) {
   TestModel g8 = in;  // 8 query heads a KV head: no ring, four blocks an SM from 64 rows
   g8.spec.num_kv_heads = 4;
   ASSERT_FALSE(attn_split_bulk_fits(16, 8));
-  EXPECT_TRUE(ends_with(split_kernels(g8).at(32).instance, "1, false, true, 3, 0, true>"));
+  EXPECT_TRUE(ends_with(split_kernels(g8).at(32).instance, "1, false, true, 0, 0, true>"));
   EXPECT_TRUE(ends_with(split_kernels(g8).at(64).instance, "1, false, true, 4, 0, true>"));
 
   TestModel qwen = in;  // Qwen2.5-1.5B's heads: 12 query heads on 2 KV heads of 128 dims
@@ -1027,7 +1027,7 @@ TEST(Codegen, AttnSplitBulkInBucketsOfSixteenRowsOrMore) {
   qwen.spec.head_dim = 128;
   qwen.spec.hidden_size = 1536;
   ASSERT_FALSE(attn_split_four_blocks(128, 6));
-  EXPECT_TRUE(ends_with(split_kernels(qwen).at(64).instance, "1, false, false, 3, 2, true>"));
+  EXPECT_TRUE(ends_with(split_kernels(qwen).at(64).instance, "1, false, false, 0, 2, true>"));
   EXPECT_EQ(split_kernels(qwen).at(64).dynamic_smem, attn_split_ring_bytes(16, 128, 2));
 
   TestModel pages8 = in;  // a chunk of 16 positions spans two pages: no BULK
@@ -1051,9 +1051,27 @@ TEST(Codegen, AttnSplitEarlyInDecodeBucketsOnly) {
   tiled.tpt = 4;
   EXPECT_FALSE(attn_split_for_rows(tiled, 8, true).early);
   const std::string name = attn_split_for_rows(k, 8, true).instance();
-  EXPECT_TRUE(name.ends_with(", 1, true, true, 3, 0, true>")) << name;
+  EXPECT_TRUE(name.ends_with(", 1, true, true, 0, 0, true>")) << name;
   const std::string late = attn_split_for_rows(k, 128, true).instance();
-  EXPECT_TRUE(late.ends_with(", 1, false, false, 3, 2>")) << late;
+  EXPECT_TRUE(late.ends_with(", 1, false, false, 0, 2>")) << late;
+}
+
+// LOAD_AHEAD on an e4m3 cache runs three blocks an SM from kAttnSplitAheadThreeBlocksMinRows split
+// rows (its chunk in flight holds half a bf16 chunk's registers), two below them and on a bf16
+// cache (blocks 0: the kernel's default with LOAD_AHEAD).
+TEST(Codegen, AttnSplitAheadOnE4m3TakesThreeBlocksFromFourRows) {
+  AttnSplitKernel k{32, 8, 128, 16, 512, 2LL * 2 * 8 * 16 * 128, 256, 32, 1};
+  EXPECT_EQ(attn_split_for_rows(k, kAttnSplitAheadThreeBlocksMinRows, true).blocks, 0);
+  k.kv = kv_format(true, 1.f, 1.f);
+  for (int rows = 1; rows <= kAttnSplitAheadMaxRows; ++rows) {
+    const AttnSplitKernel a = attn_split_for_rows(k, rows, true);
+    EXPECT_TRUE(a.ahead) << rows;
+    EXPECT_EQ(a.blocks, rows >= kAttnSplitAheadThreeBlocksMinRows ? 3 : 0) << rows;
+  }
+  EXPECT_EQ(attn_split_for_rows(k, 8, true).instance(),
+            "telos_kernels::attn_split<32, 8, 128, 16, 512, 65536ll, 256, 32, 0.127517432f, 1, "
+            "true, true, 3, 0, true, telos_kernels::KvE4m3<1.0f, 1.0f>>");
+  EXPECT_FALSE(attn_split_for_rows(k, kAttnSplitAheadMaxRows + 1, true).ahead);
 }
 
 // Prompt and generated tokens (docs/artifact.md): in a prefill bucket the split kernels read
@@ -1273,10 +1291,10 @@ TEST(Codegen, AttnSplitFourBlocksCompileWithoutSpills) {
 }
 
 // attn_split on an e4m3 KV cache (KvE4m3, kernels/common.cuh; scales 1 and not) in every load
-// scheme the plan takes (LOAD_AHEAD with PAGE_AHEAD, BULK, four blocks an SM where
-// attn_split_four_blocks allows it, tiles), at head dims 32 to 128 (each width of the V loads) and
-// pages of 7: no spills, no stack frame, registers within the blocks an SM; the BULK ring is half
-// the bf16 one.
+// scheme the plan takes (LOAD_AHEAD with PAGE_AHEAD at two and at three blocks an SM, BULK, four
+// blocks an SM where attn_split_four_blocks allows it, tiles), at head dims 32 to 128 (each width
+// of the V loads) and pages of 7: no spills, no stack frame, registers within the blocks an SM;
+// the BULK ring is half the bf16 one.
 TEST(Codegen, AttnSplitE4m3FormsCompileWithoutSpills) {
   struct Case {
     int hq, d, page, tpt;
@@ -1284,6 +1302,7 @@ TEST(Codegen, AttnSplitE4m3FormsCompileWithoutSpills) {
     int blocks, bulk;
   };
   const Case cases[] = {{8, 128, 16, 1, true, true, 0, 0},  {8, 128, 16, 1, false, false, 3, 2},
+                        {32, 128, 16, 1, true, true, 3, 0}, {8, 64, 16, 1, true, true, 3, 0},
                         {8, 128, 16, 4, false, true, 4, 0}, {8, 64, 16, 1, false, true, 4, 0},
                         {8, 32, 16, 4, false, true, 0, 0},  {6, 96, 16, 2, false, false, 0, 0},
                         {12, 128, 7, 1, true, false, 0, 0}, {12, 128, 16, 1, false, false, 3, 2}};
@@ -1296,7 +1315,7 @@ TEST(Codegen, AttnSplitE4m3FormsCompileWithoutSpills) {
     }
   EXPECT_EQ(names[0],
             "telos_kernels::attn_split<8, 2, 128, 16, 528, 16384ll, 256, 32, 0.127517432f, 1, "
-            "true, true, 3, 0, false, telos_kernels::KvE4m3<1.0f, 1.0f>>");
+            "true, true, 0, 0, false, telos_kernels::KvE4m3<1.0f, 1.0f>>");
   EXPECT_EQ(kv_format(true, 0.3f, 5.f), "telos_kernels::KvE4m3<0.300000012f, 5.0f>");
   EXPECT_EQ(kv_format(false, 1.f, 1.f), "");
   const CompiledModule m = compile_module("#include \"attention.cuh\"\n", "sm_90a", names, "");
@@ -1305,7 +1324,7 @@ TEST(Codegen, AttnSplitE4m3FormsCompileWithoutSpills) {
     const KernelResources& r = m.resources.at(m.lowered.at(names[i]));
     EXPECT_EQ(r.stack_frame, 0) << names[i];
     EXPECT_EQ(r.spill_stores, 0) << names[i];
-    EXPECT_LE(r.registers, 65536 / (128 * (c.ahead ? 2 : c.blocks ? c.blocks : 3))) << names[i];
+    EXPECT_LE(r.registers, 65536 / (128 * (c.blocks ? c.blocks : c.ahead ? 2 : 3))) << names[i];
   }
   AttnSplitKernel bulk{32, 8, 128, 16, 528, 2LL * 2 * 8 * 16 * 128, 256, 32, 1};
   bulk.bulk = 2;
