@@ -735,7 +735,8 @@ void bench_sample(double copy_gbs) {
 // maps (a box a K block and gate/up half), with all four from slot images and with gate/up and
 // down's; and decode_layer_persistent_e4m3 on e4m3 copies of the weights (128 x 128 scale blocks;
 // bytes: the e4m3 weights and their scales) and decode_layer_persistent_w8a8 on the same bytes
-// (no converters: the e4m3 wgmma reads the ring), whose x are their own. Every variant's x after one layer is
+// (no converters: the e4m3 wgmma reads the ring; where its plan puts gate/up on 32-row tiles, also
+// on 64-row ones), whose x are their own. Every variant's x after one layer is
 // compared with the plan's (DIFF in the output otherwise). The trace also has each CTA's
 // arrival after a phase (its release issued). The variants measured here and not kept (K-block
 // views, L2 prefetch ahead of the ring, the V0 counts, other tiles, the count between gate/up and
@@ -768,15 +769,25 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       int bulk;  // BULK: the weights as slot images, a bulk copy a slot (bit 0 qkv .. 3 down)
       bool e4m3 = false;  // decode_layer_persistent_e4m3 on the e4m3 copies
       bool w8a8 = false;  // decode_layer_persistent_w8a8 on the e4m3 copies (no converters)
+      int w8 = 0;         // the W8A8 variant's maps (Copy::w8_maps[w8]: boxes of its tiles)
     };
     const PersistentLayerTiling plan_t = decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false);
-    const std::vector<Variant> variants = {
+    const PersistentLayerTiling w8a8_t =
+        decode_layer_w8a8_tiling(sh.H, NQKV, KO, sh.I, sh.D, false);
+    std::vector<Variant> variants = {
         {"V1 plan", plan_t, plan_t.bulk},
         {"V1 tensor maps", plan_t, 0},
         {"V1 bulk all", plan_t, 0b1111},
         {"V1 bulk gate/up+down", plan_t, 0b1100},
         {"V1 e4m3", decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false, true), 0, true},
-        {"V1 w8a8", decode_layer_w8a8_tiling(sh.H, NQKV, KO, sh.I, sh.D, false), 0, false, true}};
+        {"V1 w8a8", w8a8_t, 0, false, true, 0}};
+    // The W8A8 layer with gate/up on 64-row tiles where the plan takes 32 (the 8B: the busiest CTA
+    // 128 slots instead of 112).
+    if (w8a8_t.bg != 64) {
+      PersistentLayerTiling t = w8a8_t;
+      t.bg = 64;
+      variants.push_back({"V1 w8a8 gate/up 64", t, 0, false, true, 1});
+    }
     const PersistentLayerTiling& lt = variants[0].lt;  // the ring and the other tiles: the same
     std::vector<std::string> names;
     for (const Variant& v : variants)
@@ -821,7 +832,9 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       void* q[4];       // e4m3 weights (fill_e4m3's finite bytes)
       void* s[4];       // their scales
       void* q_maps[4];  // 2D over the e4m3 bytes, boxes of 64 bytes
-      void* w8_maps[4];  // over the e4m3 bytes, 128-byte box rows with the swizzle (the W8A8 layer)
+      // Over the e4m3 bytes, 128-byte box rows with the swizzle, boxes of each W8A8 variant's
+      // tiles.
+      void* w8_maps[2][4] = {};
       void* kv;
     };
     std::vector<Copy> cs(copies);
@@ -832,8 +845,6 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       }
       const int boxes[4] = {lt.bq, lt.bo, lt.bg / 2, lt.bd};
       const int bn[4] = {lt.bq, lt.bo, lt.bg, lt.bd};
-      const PersistentLayerTiling& w8 = variants.back().lt;
-      const int w8_boxes[4] = {w8.bq, w8.bo, w8.bg / 2, w8.bd};
       for (int k = 0; k < 4; ++k) {
         c.maps[k] =
             device_map(c.w[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]), boxes[k]);
@@ -855,8 +866,14 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
         fill(c.s[k], 4 * scales[k]);
         c.q_maps[k] = device_map_e4m3(c.q[k], static_cast<int>(w_rows[k]),
                                       static_cast<int>(w_cols[k]), boxes[k]);
-        c.w8_maps[k] = device_map(c.q[k], static_cast<int>(w_rows[k]),
-                                  static_cast<int>(w_cols[k]), w8_boxes[k], hexel::TmaDtype::U8);
+      }
+      for (const Variant& v : variants) {
+        if (!v.w8a8) continue;
+        const int w8_boxes[4] = {v.lt.bq, v.lt.bo, v.lt.bg / 2, v.lt.bd};
+        for (int k = 0; k < 4; ++k)
+          c.w8_maps[v.w8][k] =
+              device_map(c.q[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]),
+                         w8_boxes[k], hexel::TmaDtype::U8);
       }
       check(cudaMalloc(&c.kv, kv_bytes), "alloc");
       fill(c.kv, kv_bytes);
@@ -896,7 +913,7 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
         std::vector<const void*> args;
         for (int k = 0; k < 4; ++k)
           args.push_back(variants[vi].e4m3            ? c.q_maps[k]
-                         : variants[vi].w8a8          ? c.w8_maps[k]
+                         : variants[vi].w8a8          ? c.w8_maps[variants[vi].w8][k]
                          : variants[vi].bulk >> k & 1 ? c.images[k]
                                                       : c.maps[k]);
         if (variants[vi].e4m3 || variants[vi].w8a8) args.insert(args.end(), c.s, c.s + 4);
@@ -1009,6 +1026,8 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       }
       for (void* m : c.maps) cudaFree(m);
       for (void* m : c.images) cudaFree(m);
+      for (auto& maps : c.w8_maps)
+        for (void* m : maps) cudaFree(m);
       cudaFree(c.kv);
     }
     for (void* p : {norm_a, norm_m, pos, seq, pt, x, qkv, q, po, pml, attn_out, act, sync})
