@@ -679,9 +679,26 @@ def hardware(engine):
         return "unknown"
 
 
+def doc_command(argv, telos_run, out_dir):
+    """The command line as docs/benchmarks.md shows it: telos-run's folder written $B and the GPU
+    call's output folder (`out_dir`, the device tool's $OUT; None: none) written $OUT, the names
+    docs/benchmarks.md's commands use, so that no machine's own paths reach the repository."""
+    names = [(os.path.dirname(os.path.abspath(telos_run)), "$B")]
+    if out_dir:
+        names.append((os.path.abspath(out_dir), "$OUT"))
+    words = []
+    for arg in argv:
+        named = arg
+        for path, name in names:
+            named = named.replace(path + "/", name + "/")
+        words.append(named if named != arg and re.fullmatch(r"[\w$/.=,:+-]+", named)
+                     else shlex.quote(arg))
+    return "python3 tools/serve_bench.py " + " ".join(words)
+
+
 def run_meta(args, target):
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": "python3 tools/serve_bench.py " + shlex.join(sys.argv[1:]),
+            "command": doc_command(sys.argv[1:], args.telos_run, os.environ.get("OUT")),
             "hardware": hardware(target.engine), "engine": target.engine, "model": target.model,
             "max_model_len": target.max_seq_len, "workload": args.workload,
             "workload_description": WORKLOADS[args.workload], "num_requests": args.num_requests,
