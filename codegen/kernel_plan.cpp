@@ -487,6 +487,12 @@ SmallGemmTiling lm_head_tiling(int vocab, int hidden, int rows, int warpgroups) 
 
 namespace {
 
+// The rows of an n-row weight in tiles of bn rows that its busiest CTA runs (tile g is CTA g mod
+// kSms's).
+int busiest_rows(int n, int bn) {
+  return (n / bn + kSms - 1) / kSms * bn;
+}
+
 // The one-token layer's tiles for weights whose tiles `fits` takes (persistent_tile_fits,
 // persistent_w8a8_tile_fits) and its QKV epilogue's place.
 template <class Fits>
@@ -506,7 +512,7 @@ PersistentLayerTiling layer_tiles(int h, int nqkv, int ko, int i, int head_dim, 
     int best = 0, best_rows = 0;
     for (int bn = 16; bn <= 64; bn += 8) {
       if (!fits(bn, k, n)) continue;
-      const int rows = (n / bn + kSms - 1) / kSms * bn;  // the busiest CTA's
+      const int rows = busiest_rows(n, bn);
       if (best == 0 || rows <= best_rows) best = bn, best_rows = rows;
     }
     return best;
@@ -524,15 +530,13 @@ PersistentLayerTiling decode_layer_w8a8_tiling(int h, int nqkv, int ko, int i, i
                                                bool qk_norm) {
   PersistentLayerTiling t =
       layer_tiles(h, nqkv, ko, i, head_dim, qk_norm, persistent_w8a8_tile_fits);
-  // Gate/up on 32-row tiles where they leave the busiest CTA fewer ring slots than 64-row ones: a
-  // W8A8 slot costs a CTA about the same time whatever its tile, and its stream is bound by that
-  // cost, not by DRAM, once gate/up's last round runs on a few CTAs (the 8B's 448 64-row tiles
-  // leave 52 CTAs a fourth; its 896 32-row tiles put 112 slots on the busiest CTA instead of 128).
-  const auto busiest_slots = [&](int bn) {
-    return (2 * i / bn + kSms - 1) / kSms * (h / 128) / (64 / bn);
-  };
+  // Gate/up on 32-row tiles where they leave the busiest CTA fewer rows, hence fewer ring slots
+  // (a row's K over a slot's 8 KB), than 64-row ones: a W8A8 slot costs a CTA about the same time
+  // whatever its tile, and its stream is bound by that cost, not by DRAM, once gate/up's last round
+  // runs on a few CTAs (the 8B's 448 64-row tiles leave 52 CTAs a fourth; its 896 32-row tiles put
+  // 112 slots on the busiest CTA instead of 128).
   if (t.bg == 64 && i % 16 == 0 && persistent_w8a8_tile_fits(32, h, 2 * i) &&
-      busiest_slots(32) < busiest_slots(64))
+      busiest_rows(2 * i, 32) < busiest_rows(2 * i, 64))
     t.bg = 32;
   // As decode_layer_tiling's: the bf16 resident A (each phase's input before its quantization),
   // 16 KB of static shared memory, 1 KB of alignment; then the e4m3 resident A, the rest in slots.

@@ -691,16 +691,18 @@ __device__ __forceinline__ void attn_split_block(
   }
 }
 
-// BLOCKS: blocks an SM, the plan's per bucket; 0, the form's default: two with LOAD_AHEAD (its
-// registers: the next chunk in flight), three otherwise (140 registers at head dim 128). The plan
-// takes LOAD_AHEAD for buckets with too few items to fill three blocks an SM anyway, and three
-// with it on an e4m3 cache from kAttnSplitAheadThreeBlocksMinRows rows (an e4m3 chunk in flight
-// holds half the registers); four without it where 128 registers hold the form
-// (kAttnSplitFourBlocksMinRows; kernel_plan.hpp). Launch bounds move registers only: the same bits
-// at any BLOCKS.
+// attn_split's blocks an SM (its launch bounds): `blocks`, or where it is 0 the form's default,
+// two with LOAD_AHEAD (its registers: the next chunk in flight), three otherwise (140 registers at
+// head dim 128).
 HEXEL_HOST_DEVICE constexpr int attn_split_blocks(int blocks, bool load_ahead) {
   return blocks ? blocks : load_ahead ? 2 : 3;
 }
+
+// BLOCKS: blocks an SM (attn_split_blocks), the plan's per bucket: LOAD_AHEAD for buckets with too
+// few items to fill three blocks an SM anyway, at three on an e4m3 cache from
+// kAttnSplitAheadThreeBlocksMinRows rows (an e4m3 chunk in flight holds half the registers); four
+// without it where 128 registers hold the form (kAttnSplitFourBlocksMinRows; kernel_plan.hpp).
+// Launch bounds move registers only: the same bits at any BLOCKS.
 // BULK: ring slots a warp (attn_split_block), in attn_split_ring_bytes of dynamic shared memory.
 // EARLY (one token a tile, in buckets whose every row is one generated token of its sequence: the
 // decode buckets): the block waits for its predecessor (griddepcontrol.wait) inside each item, as

@@ -430,9 +430,9 @@ TEST(Codegen, DecodeLayerTilingE4m3) {
 
 // The W8A8 layer (decode_layer_persistent_w8a8): a slot holds twice a bf16 slot's K, so K must be
 // whole slots of 128 · (64 / BN) columns; among those, the bf16 layer's choice (the 8B's tiles are
-// the bf16 layer's but gate/up's, 32 rows; Qwen2.5-1.5B's down, K 8960 = 70 blocks, cannot take 16 rows (four blocks a
-// slot) and takes 24); the ring fills what the bf16 and e4m3 resident A and 16 KB of static shared
-// memory leave; no slot images. K not whole 128-column blocks does not fit.
+// the bf16 layer's but gate/up's, 32 rows; Qwen2.5-1.5B's down, K 8960 = 70 blocks, cannot take 16
+// rows (four blocks a slot) and takes 24); the ring fills what the bf16 and e4m3 resident A and
+// 16 KB of static shared memory leave; no slot images. K not whole 128-column blocks does not fit.
 TEST(Codegen, DecodeLayerTilingW8a8) {
   EXPECT_TRUE(persistent_w8a8_tile_fits(16, 512, 256));
   EXPECT_FALSE(persistent_w8a8_tile_fits(16, 256, 256));  // four 128-column blocks a slot
