@@ -546,11 +546,6 @@ PersistentLayerTiling decode_layer_w8a8_tiling(int h, int nqkv, int ko, int i, i
   t.stages = (kMaxSmemPerBlock - 1024 - 16 * 1024 - resident - w8a8_a) / kPersistentSlotBytes;
   t.smem = 1024 + resident + t.stages * kPersistentSlotBytes + w8a8_a;
   t.fits = t.bq > 0 && t.bo > 0 && t.bd > 0 && t.bg > 0 && head_dim <= 128 && t.stages >= 4;
-  // K-block views where a slot takes several boxes: tiles of at most 32 rows (a slot holds 64 / bn
-  // K blocks) or gate/up's two halves.
-  const int bn[4] = {t.bq, t.bo, t.bg, t.bd};
-  for (int w = 0; w < 4; ++w)
-    if (bn[w] > 0 && (64 / bn[w] > 1 || w == 2)) t.views |= 1 << w;
   return t;
 }
 

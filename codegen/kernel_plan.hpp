@@ -391,9 +391,6 @@ struct PersistentLayerTiling {
   // The weights streamed from their slot images, one bulk copy a ring slot, not through tensor maps
   // (decode_layer_persistent's BULK: bit 0 qkv, 1 o, 2 gate/up, 3 down).
   int bulk = 0;
-  // The weights streamed through their K-block views, one tensor copy a ring slot instead of one a
-  // K block and half (decode_layer_persistent_w8a8's VIEWS, the same bits as `bulk`).
-  int views = 0;
   // e4m3 weights: the raw ring's slots (decode_layer_persistent_e4m3's RAW_STAGES; `stages` is then
   // kPersistentE4m3Slots); 0 for bf16 weights.
   int raw_stages = 0;
@@ -410,10 +407,8 @@ PersistentLayerTiling decode_layer_tiling(int h, int nqkv, int ko, int i, int he
 // where that puts fewer ring slots on the busiest CTA; the ring's 8 KB slots as many as
 // fit beside the bf16 resident A, the e4m3 one (persistent_w8a8_a_bytes) and the static shared
 // memory (a slot of e4m3 holds twice the K, so the ring holds twice the weight rows' K in flight in
-// the same bytes); no slot images (they hold bf16 tiles), but K-block views for every weight whose
-// slot would take more than one box (`views`: a copy costs the issuing SM about the same whatever
-// its size, and a W8A8 slot holds two K blocks of a 32-row tile). It fits where K is whole
-// 128-column blocks too.
+// the same bytes); no slot images (they hold bf16 tiles). It fits where K is whole 128-column
+// blocks too.
 PersistentLayerTiling decode_layer_w8a8_tiling(int h, int nqkv, int ko, int i, int head_dim,
                                                bool qk_norm);
 // The sm_100a layer's (decode_layer_persistent_sm100, kernels/decode_layer_sm100.cuh): tiles of

@@ -1169,9 +1169,8 @@ void declare_small_m_kernels(BucketLowering& b, const std::vector<const ir::Op*>
 // decode_layer_persistent for the layer whose QKV linear is `qkv` (H, I: the hidden and
 // intermediate sizes) and its QKV epilogue's template arguments; with e4m3 weights
 // decode_layer_persistent_e4m3, `scales` the four weights' scale blocks (rows, columns) as its
-// last template arguments; with W8A8 weights decode_layer_persistent_w8a8 (its last argument the
-// tiling's K-block views; the scale blocks are 128 x 128); on sm_100a decode_layer_persistent_sm100
-// (the same arguments).
+// last template arguments; with W8A8 weights decode_layer_persistent_w8a8 (no last arguments: the
+// blocks are 128 x 128); on sm_100a decode_layer_persistent_sm100 (the same arguments).
 KernelInstance decode_layer_kernel(const ModelPlan& mp, const ir::Op& qkv, int H, int I,
                                    const QkvEpilogue& epi,
                                    const std::vector<const ir::ParamScale*>& scales) {
@@ -1181,7 +1180,7 @@ KernelInstance decode_layer_kernel(const ModelPlan& mp, const ir::Op& qkv, int H
   std::string last = ", " + num(t.bulk);
   std::vector<std::string> params = {"qkv_w", "o_w", "gu_w", "down_w"};
   if (!scales.empty()) params.insert(params.end(), {"qkv_s", "o_s", "gu_s", "down_s"});
-  if (w8a8) last = ", " + num(t.views);
+  if (w8a8) last = "";
   if (e4m3) {
     last = ", " + num(t.raw_stages);
     for (const ir::ParamScale* sc : scales)
@@ -1212,14 +1211,12 @@ void lower_layer(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const int ko = dim(param_of(b.graph, o, 0), 1), I = dim(param_of(b.graph, gate_up, 0), 0) / 2;
   const QkvEpilogue epi = qkv_epilogue(b.model, qkv);
   // A weight in the tiling's `bulk` mask as its slot image in tiles of bn rows (gate/up: two
-  // halves; docs/artifact.md, `wimg:`), one bulk copy a ring slot; in its `views` mask as its
-  // K-block view (`kview:`), one tensor copy a ring slot; else its tensor map (W8A8: over its
-  // bytes, 128-byte box rows with the swizzle).
+  // halves; docs/artifact.md, `wimg:`), one bulk copy a ring slot; else its tensor map (W8A8: over
+  // its bytes, 128-byte box rows with the swizzle).
   const int box_cols = b.model.m.layers_w8a8 ? 128 : 64;
   auto wmap = [&](int bit, const ir::Op& op, long long n, long long k, int bn, bool halves) {
-    const std::string fields = op.params.at(0) + ":" + num(bn) + ":" + (halves ? "2" : "1");
-    if (t.bulk >> bit & 1) return "wimg:" + fields;
-    if (t.views >> bit & 1) return "kview:" + fields;
+    if (t.bulk >> bit & 1)
+      return "wimg:" + op.params.at(0) + ":" + num(bn) + ":" + (halves ? "2" : "1");
     return tmap(weight(op, 0), n, k, halves ? bn / 2 : bn, box_cols);
   };
   std::vector<std::string> args = {

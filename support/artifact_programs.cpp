@@ -112,24 +112,6 @@ void check_weight_image(const ManifestFields& f, const std::string& field, const
   if (!why.empty()) f.refuse(field, arg.text + ": " + why);
 }
 
-// A K-block view (kview:NAME:BN:HALVES): a bf16 or e4m3 matrix whose bytes, read as 16-bit
-// elements, divide into the tiles and slots of the slot image with those fields (a box of the view
-// is one slot of that image).
-void check_weight_view(const ManifestFields& f, const std::string& field, const LaunchArg& arg,
-                       const WeightsByName& weights) {
-  const WeightImageArg& img = arg.image;
-  const auto it = weights.find(img.weight);
-  if (it == weights.end()) f.refuse(field, arg.text + ": no weight tensor \"" + img.weight + "\"");
-  const WeightEntry* w = it->second;
-  if ((w->dtype != DType::BF16 && w->dtype != DType::E4M3) || w->shape.size() != 2)
-    f.refuse(field, arg.text + ": a K-block view is of a bf16 or e4m3 matrix");
-  const std::int64_t cols16 = w->dtype == DType::BF16 ? w->shape[1] : w->shape[1] / 2;
-  std::string why = w->shape[1] * dtype_size(w->dtype) % 2 != 0
-                        ? "a row must be whole 16-bit elements"
-                        : slot_image_refusal(w->shape[0], cols16, img.bn, img.halves);
-  if (!why.empty()) f.refuse(field, arg.text + ": " + why);
-}
-
 // A KV layer index: kv:L with L a layer of the cache.
 int kv_layer(const ManifestFields& f, const std::string& field, const std::string& arg,
              const std::string& l, const KvCacheConfig& kv) {
@@ -259,11 +241,6 @@ LaunchArg read_arg(const ManifestFields& f, const json& v, const std::string& fi
     arg.image = parse_weight_image_arg(s, f.file() + ": " + field);
     arg.name = arg.image.weight;
     check_weight_image(f, field, arg, weights);
-  } else if (s.rfind("kview:", 0) == 0) {
-    arg.kind = ArgKind::weight_view;
-    arg.image = parse_weight_image_arg(s, f.file() + ": " + field);
-    arg.name = arg.image.weight;
-    check_weight_view(f, field, arg, weights);
   } else if (s.rfind("peer:", 0) == 0 || s == "rank") {
     // What a tensor-parallel rank reads of the others (docs/artifact.md, "Kernels").
     if (a.serving.tensor_parallel < 2)
@@ -273,7 +250,7 @@ LaunchArg read_arg(const ManifestFields& f, const json& v, const std::string& fi
     if (arg.kind == ArgKind::peer_buffer) arg.name = buffer(f, field, s, after(5), arena).buffer;
   } else {
     f.refuse(field, s + ": not a launch argument (null, host:sampled, w:, buf:, kv:, desc:, tmap:, "
-                        "wimg:, timg:, kview:, peer: or rank)");
+                        "wimg:, timg:, peer: or rank)");
   }
   return arg;
 }

@@ -47,7 +47,6 @@ enum class ArgKind {
   tensor_map,    // tmap:TARGET:ROWS:COLS:BOX_ROWS:BOX_COLS
   weight_image,  // wimg:NAME:BN:HALVES
   image_map,     // timg:NAME:BN:HALVES:BOX
-  weight_view,   // kview:NAME:BN:HALVES, a weight's K-block view (a tensor map over the weight)
   peer_buffer,   // peer:NAME, arena buffer NAME of every tensor-parallel rank (peer pointers)
   rank           // rank, the tensor-parallel rank's index
 };
@@ -60,7 +59,7 @@ struct LaunchArg {
   DescriptorField field = DescriptorField::tokens;
   TensorMapArg map;                    // tensor_map
   ArgKind map_target = ArgKind::null;  // tensor_map: over a weight, a buffer or a KV layer
-  WeightImageArg image;                // weight_image, image_map, weight_view
+  WeightImageArg image;                // weight_image, image_map
   // Descriptor fields and host:sampled have one copy per step parity (docs/artifact.md, "Step
   // parity"); everything else one.
   bool per_parity() const { return kind == ArgKind::descriptor || kind == ArgKind::host_sampled; }

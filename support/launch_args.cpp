@@ -49,25 +49,23 @@ TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& whe
 }
 
 WeightImageArg parse_weight_image_arg(const std::string& arg, const std::string& where) {
-  const bool map = arg.rfind("timg:", 0) == 0, view = arg.rfind("kview:", 0) == 0;
-  const std::string prefix = map ? "timg:" : view ? "kview:" : "wimg:";
+  const bool map = arg.rfind("timg:", 0) == 0;
   auto bad = [&](const std::string& what) -> void {
-    fail(where + ": " + arg + ": " + what + " (expected " + prefix + "NAME:BN:HALVES" +
-         (map ? ":BOX)" : ")"));
+    fail(where + ": " + arg + ": " + what +
+         (map ? " (expected timg:NAME:BN:HALVES:BOX)" : " (expected wimg:NAME:BN:HALVES)"));
   };
-  if (arg.rfind(prefix, 0) != 0) bad("not a slot-image or K-block view argument");
+  if (!map && arg.rfind("wimg:", 0) != 0) bad("not a slot-image argument");
   // The numbers are the last two (timg: three) fields; the name is what comes before them.
-  const std::size_t start = prefix.size();
   std::vector<std::string> numbers;
   std::size_t end = arg.size();
   for (int i = 0; i < (map ? 3 : 2); ++i) {
-    const std::size_t c = end <= start ? std::string::npos : arg.rfind(':', end - 1);
-    if (c == std::string::npos || c < start) bad("too few fields");
+    const std::size_t c = end <= 5 ? std::string::npos : arg.rfind(':', end - 1);
+    if (c == std::string::npos || c < 5) bad("too few fields");
     numbers.insert(numbers.begin(), arg.substr(c + 1, end - c - 1));
     end = c;
   }
   WeightImageArg img;
-  img.weight = arg.substr(start, end - start);
+  img.weight = arg.substr(5, end - 5);
   if (img.weight.empty()) bad("the weight names nothing");
   for (const std::string& x : numbers)
     if (x.empty() || x.size() > 3 || x.find_first_not_of("0123456789") != std::string::npos)

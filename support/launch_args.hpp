@@ -29,8 +29,7 @@ TensorMapArg parse_tensor_map_arg(const std::string& arg, const std::string& whe
 
 // A `wimg:NAME:BN:HALVES` launch argument: the slot image of weight NAME in tiles of BN rows, of
 // one or two halves (support/slot_image.hpp); or a `timg:NAME:BN:HALVES:BOX` one: the tensor map
-// over that image read in boxes of BOX rows; or a `kview:NAME:BN:HALVES` one: the K-block view of
-// the weight itself, one box a slot of that image's (hexel::encode_k_blocks).
+// over that image read in boxes of BOX rows.
 struct WeightImageArg {
   std::string weight;
   int bn = 0, halves = 1;
@@ -39,9 +38,9 @@ struct WeightImageArg {
   std::string key() const;
 };
 
-// Parses `arg` (which starts with "wimg:", "timg:" or "kview:"); throws telos::Error naming `where`
-// when it is not a name and two (timg: three) positive integers. What the weight allows is checked
-// by the manifest validation.
+// Parses `arg` (which starts with "wimg:" or "timg:"); throws telos::Error naming `where` when it
+// is not a name and two (timg: three) positive integers. What the weight allows is checked by the
+// manifest validation.
 WeightImageArg parse_weight_image_arg(const std::string& arg, const std::string& where);
 
 }  // namespace telos

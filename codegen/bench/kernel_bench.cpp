@@ -229,17 +229,6 @@ void* device_map(const void* base, int rows, int cols, int box_rows,
   return p;
 }
 
-// The K-block view of an e4m3 [rows, cols] weight at `q` for the W8A8 layer's tiles of `bn` rows
-// (`halves` 2: gate/up), as the executor encodes `kview:`: its bytes as 16-bit elements.
-void* device_k_view(const void* q, std::size_t rows, std::size_t cols, int bn, int halves) {
-  const hexel::TensorMap m =
-      hexel::encode_k_blocks(q, rows, cols / 2, bn / halves, 64 / bn, halves);
-  void* p;
-  check(cudaMalloc(&p, sizeof m), "alloc");
-  check(cudaMemcpy(p, &m, sizeof m, cudaMemcpyHostToDevice), "map");
-  return p;
-}
-
 // The 5D tensor map over a weight's slot image (`timg:`) in device memory, as the
 // executor builds one: the bench's weight copies hold random bytes, so each serves as an image
 // as it is (the timing reads the same bytes in another order; the values do not matter).
@@ -746,15 +735,13 @@ void bench_sample(double copy_gbs) {
 // maps (a box a K block and gate/up half), with all four from slot images and with gate/up and
 // down's; and decode_layer_persistent_e4m3 on e4m3 copies of the weights (128 x 128 scale blocks;
 // bytes: the e4m3 weights and their scales) and decode_layer_persistent_w8a8 on the same bytes
-// (no converters: the e4m3 wgmma reads the ring; the plan's K-block views, and the same tiles on
-// 2D maps; where its plan puts gate/up on 32-row tiles, also on 64-row ones), whose x are their
-// own. Every bf16 variant's x after one layer is compared with the plan's, every W8A8 variant of
-// the plan's tiles with the plan's W8A8 layer (DIFF in the output otherwise). The trace also has
-// each CTA's arrival after a phase (its release issued). The variants measured here and not kept
-// (the bf16 layer's K-block views, L2 prefetch ahead of the ring, the V0 counts, other tiles, the
-// count between gate/up and down, the combine folded into o's A, shorter splits, other releases,
-// caps and gates on the ring, two layer launches resident an SM) are listed in docs/performance.md.
-// With
+// (no converters: the e4m3 wgmma reads the ring; where its plan puts gate/up on 32-row tiles, also
+// on 64-row ones), whose x are their own. Every variant's x after one layer is
+// compared with the plan's (DIFF in the output otherwise). The trace also has each CTA's
+// arrival after a phase (its release issued). The variants measured here and not kept (K-block
+// views, L2 prefetch ahead of the ring, the V0 counts, other tiles, the count between gate/up and
+// down, the combine folded into o's A, shorter splits, other releases, caps and gates on the
+// ring, two layer launches resident an SM) are listed in docs/performance.md. With
 // --decode-layer, only this section (after the copy bandwidth).
 void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
   struct LayerShape {
@@ -794,19 +781,12 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
         {"V1 bulk gate/up+down", plan_t, 0b1100},
         {"V1 e4m3", decode_layer_tiling(sh.H, NQKV, KO, sh.I, sh.D, false, true), 0, true},
         {"V1 w8a8", w8a8_t, 0, false, true, 0}};
-    // The W8A8 layer with every weight through its 2D map (a box a K block and half) where the plan
-    // takes K-block views (a box a slot).
-    {
-      PersistentLayerTiling t = w8a8_t;
-      t.views = 0;
-      variants.push_back({"V1 w8a8 2D maps", t, 0, false, true, 1});
-    }
     // The W8A8 layer with gate/up on 64-row tiles where the plan takes 32 (the 8B: the busiest CTA
     // 128 slots instead of 112).
     if (w8a8_t.bg != 64) {
       PersistentLayerTiling t = w8a8_t;
       t.bg = 64;
-      variants.push_back({"V1 w8a8 gate/up 64", t, 0, false, true, 2});
+      variants.push_back({"V1 w8a8 gate/up 64", t, 0, false, true, 1});
     }
     const PersistentLayerTiling& lt = variants[0].lt;  // the ring and the other tiles: the same
     std::vector<std::string> names;
@@ -822,7 +802,7 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
           float_literal(1.4426950408889634 / std::sqrt(static_cast<double>(sh.D))) + ", " +
           I(sh.I) + ", " + I(v.lt.stages) + ", " + I(v.lt.bq) + ", " + I(v.lt.bo) + ", " +
           I(v.lt.bg) + ", " + I(v.lt.bd) + (v.lt.qkv_rope ? ", true" : ", false") +
-          (v.w8a8   ? ", " + I(v.lt.views)
+          (v.w8a8   ? std::string()
            : v.e4m3 ? ", " + I(v.lt.raw_stages) + ", 128, 128, 128, 128, 128, 128, 128, 128"
                     : ", " + I(v.bulk)) +
           ">");
@@ -853,8 +833,8 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       void* s[4];       // their scales
       void* q_maps[4];  // 2D over the e4m3 bytes, boxes of 64 bytes
       // Over the e4m3 bytes, 128-byte box rows with the swizzle, boxes of each W8A8 variant's
-      // tiles: its 2D maps, or its K-block views where its tiling's `views` has the weight.
-      void* w8_maps[3][4] = {};
+      // tiles.
+      void* w8_maps[2][4] = {};
       void* kv;
     };
     std::vector<Copy> cs(copies);
@@ -889,15 +869,11 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       }
       for (const Variant& v : variants) {
         if (!v.w8a8) continue;
-        const int w8_bn[4] = {v.lt.bq, v.lt.bo, v.lt.bg, v.lt.bd};
-        for (int k = 0; k < 4; ++k) {
-          const int halves = k == 2 ? 2 : 1;
+        const int w8_boxes[4] = {v.lt.bq, v.lt.bo, v.lt.bg / 2, v.lt.bd};
+        for (int k = 0; k < 4; ++k)
           c.w8_maps[v.w8][k] =
-              v.lt.views >> k & 1
-                  ? device_k_view(c.q[k], w_rows[k], w_cols[k], w8_bn[k], halves)
-                  : device_map(c.q[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]),
-                               w8_bn[k] / halves, hexel::TmaDtype::U8);
-        }
+              device_map(c.q[k], static_cast<int>(w_rows[k]), static_cast<int>(w_cols[k]),
+                         w8_boxes[k], hexel::TmaDtype::U8);
       }
       check(cudaMalloc(&c.kv, kv_bytes), "alloc");
       fill(c.kv, kv_bytes);
@@ -948,22 +924,15 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       };
       // The same bits whatever the weights' form: x after one layer on the same inputs, every
       // bf16 variant against the first (a slot image is the ring's bytes exactly, so any difference
-      // is a packing or addressing error; the e4m3 layer's weights are others), every W8A8 variant
-      // of the plan's tiles against the first W8A8 one (its 2D maps land the K-block views' bytes).
+      // is a packing or addressing error; the e4m3 layer's weights are others).
       {
-        std::vector<float> x0(sh.H), first, first_w8, got(sh.H);
+        std::vector<float> x0(sh.H), first, got(sh.H);
         check(cudaMemcpy(x0.data(), x, 4ull * sh.H, cudaMemcpyDeviceToHost), "x");
         for (std::size_t vi = 0; vi < names.size(); ++vi) {
           check(cudaMemcpy(x, x0.data(), 4ull * sh.H, cudaMemcpyHostToDevice), "x");
           launch(*mod, vi, 0, false);
           check(cudaMemcpy(got.data(), x, 4ull * sh.H, cudaMemcpyDeviceToHost), "x");
           if (vi == 0) first = got;
-          if (variants[vi].w8a8 && variants[vi].lt.bg == w8a8_t.bg) {
-            if (first_w8.empty()) first_w8 = got;
-            if (std::memcmp(first_w8.data(), got.data(), 4ull * sh.H) != 0)
-              std::printf("  DIFF: %s %s ctx=%d x differs from the plan's W8A8 layer's\n", sh.name,
-                          variants[vi].label.c_str(), C);
-          }
           if (variants[vi].e4m3 || variants[vi].w8a8) continue;
           const bool same = std::memcmp(first.data(), got.data(), 4ull * sh.H) == 0;
           if (!same)

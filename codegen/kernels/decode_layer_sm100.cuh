@@ -436,7 +436,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
                                   float* q, float* part_o, float* part_ml, bf16* attn, bf16* act,
                                   unsigned* sync) {
   decode_layer_body<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT, NSPLIT,
-                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, 0, 0, Bf16Weight,
+                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, 0, Bf16Weight,
                     Bf16Weight, Bf16Weight, Bf16Weight, LayerTcgen05>(
       qkv_w, o_w, gu_w, down_w, nullptr, nullptr, nullptr, nullptr, attn_norm, mlp_norm, bias,
       q_norm, k_norm, positions, token_seq, page_tables, kv_layer, x, qkv, q, part_o, part_ml, attn,
@@ -459,7 +459,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
                                        float* q, float* part_o, float* part_ml, bf16* attn,
                                        bf16* act, unsigned* sync) {
   decode_layer_body<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT, NSPLIT,
-                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, 0, 0, Bf16Weight,
+                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, 0, Bf16Weight,
                     Bf16Weight, Bf16Weight, Bf16Weight, LayerWgmmaTwin>(
       qkv_w, o_w, gu_w, down_w, nullptr, nullptr, nullptr, nullptr, attn_norm, mlp_norm, bias,
       q_norm, k_norm, positions, token_seq, page_tables, kv_layer, x, qkv, q, part_o, part_ml, attn,

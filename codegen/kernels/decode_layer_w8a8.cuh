@@ -394,14 +394,12 @@ struct LayerAtomInput<LayerW8a8<K_MAX>> {
 };
 
 // The layer on W8A8 (see the top of this file): decode_layer_persistent's template arguments up to
-// QKV_ROPE (the tiles kernel_plan's decode_layer_w8a8_tiling picks), then VIEWS; its arguments
-// with each weight's map (its e4m3 bytes [N, K], BQ / BO / BG / 2 / BD x 128 boxes, 128B swizzle)
-// or, where its bit of VIEWS is set (bit 0 qkv .. 3 down), its K-block view (the same boxes, a
-// ring slot's K blocks in one: decode_layer_body), followed by the four weights' 128 x 128 block
-// scales; dynamic shared memory decode_layer_persistent's and LayerW8a8::kABytes.
+// QKV_ROPE (the tiles kernel_plan's decode_layer_w8a8_tiling picks); its arguments with each
+// weight's map (its e4m3 bytes [N, K], BQ / BO / BG / 2 / BD x 128 boxes, 128B swizzle) followed by the four weights' 128 x 128 block scales; dynamic shared memory
+// decode_layer_persistent's and LayerW8a8::kABytes.
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
-          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned VIEWS>
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE>
 __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
     decode_layer_persistent_w8a8(const TensorMap* qkv_w, const TensorMap* o_w,
                                  const TensorMap* gu_w, const TensorMap* down_w, const float* qkv_s,
@@ -414,8 +412,8 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
   constexpr int KO = HQ * D;
   constexpr unsigned kMaxK = KO > H ? (KO > I ? KO : I) : (H > I ? H : I);
   decode_layer_body<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT, NSPLIT,
-                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, 0, VIEWS, 0, Bf16Weight,
-                    Bf16Weight, Bf16Weight, Bf16Weight, LayerW8a8<kMaxK>>(
+                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, 0, 0, Bf16Weight, Bf16Weight,
+                    Bf16Weight, Bf16Weight, LayerW8a8<kMaxK>>(
       qkv_w, o_w, gu_w, down_w, qkv_s, o_s, gu_s, down_s, attn_norm, mlp_norm, bias, q_norm, k_norm,
       positions, token_seq, page_tables, kv_layer, x, qkv, q, part_o, part_ml, attn, act, sync);
 }

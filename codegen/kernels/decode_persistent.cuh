@@ -217,9 +217,6 @@ struct StreamPhase {
   // slot_bytes() contiguous bytes at (t · slots + sl) · slot_bytes(), already in the ring's
   // swizzled layout), one plain bulk copy a slot.
   const char* image;
-  // `map` is the weight's K-block view (hexel::encode_k_blocks over its bytes as 16-bit elements:
-  // rank 3, or rank 4 with SwiGLU's two halves), one box a slot instead of one a K block and half.
-  bool view;
 };
 
 // A position in one CTA's sequence of ring slots over a list of phases (in shared memory, so
@@ -249,14 +246,6 @@ class StreamCursor {
     if (!image_) return nullptr;
     return image_ + static_cast<unsigned long long>(t_ * slots_ + sl_) * slot_bytes();
   }
-  // Whether the current phase's map is a K-block view (StreamPhase::view).
-  __device__ __forceinline__ bool view() const { return view_; }
-  // The current slot as one box of the phase's K-block view: fn(map, first row of the tile (of
-  // each half), first K block, SwiGLU's halves). The box lands as boxes() would place its boxes.
-  template <class F>
-  __device__ __forceinline__ void view_box(F&& fn) const {
-    fn(map_, row_, sl_ * per_slot_, up_row_ > 0);
-  }
   // fn(byte offset in the slot, map, column, row) for every box of the current slot.
   template <class F>
   __device__ __forceinline__ void boxes(F&& fn) const {
@@ -281,7 +270,6 @@ class StreamCursor {
       tiles_ = s.tiles;
       up_row_ = s.up_row;
       image_ = s.image;
-      view_ = s.view;
       per_slot_ = SLOT_ROWS / s.bn;
       slots_ = s.k / 64 / per_slot_;
       sl_ = 0;
@@ -296,7 +284,6 @@ class StreamCursor {
   unsigned bn_ = 0, tiles_ = 0, up_row_ = 0, per_slot_ = 0, slots_ = 0;
   unsigned t_ = 0, sl_ = 0, row_ = 0;  // tile, slot of the tile, first weight row of the tile
   const char* image_ = nullptr;
-  bool view_ = false;
 };
 
 // Phase timeline, for telos-kernel-bench only (its module defines TELOS_PHASE_TRACE; an artifact's
@@ -355,13 +342,6 @@ __device__ __forceinline__ unsigned long long persistent_stream_slot(
   mbarrier::arrive_expect_tx(bar, load.slot_bytes());
   if (const char* src = load.image_slot())
     tma::copy_g2s(slot, src, load.slot_bytes(), bar);
-  else if (load.view())
-    load.view_box([&](const TensorMap* map, unsigned row, unsigned kb, bool halves) {
-      if (halves)
-        tma::load(slot, map, bar, 0u, row, 0u, kb);
-      else
-        tma::load(slot, map, bar, 0u, row, kb);
-    });
   else
     load.boxes([&](unsigned off, const TensorMap* map, unsigned c, unsigned r) {
       tma::load(slot + off, map, bar, c, r);
@@ -976,17 +956,15 @@ struct DecodeLayer {
 // The four weights (qkv, o, gate/up, down): each a tensor map in BQ / BO / BG / 2 / BD x 64 boxes,
 // or where its bit of the mask BULK is set (bit 0 qkv .. 3 down) its slot image in tiles of BQ /
 // BO / BG / BD rows (support/slot_image.hpp), streamed with one bulk copy a ring slot
-// (StreamPhase::image), or where its bit of VIEWS is set its K-block view (hexel::encode_k_blocks
-// over its bytes as 16-bit elements, boxes of BQ / BO / BG / 2 / BD rows and a slot's K blocks),
-// one tensor copy a ring slot (StreamPhase::view).
+// (StreamPhase::image).
 // decode_layer_body is the kernels' code: decode_layer_persistent (bf16 weights: RAW_STAGES 0,
 // the formats Bf16Weight, no scales), decode_layer_persistent_e4m3 (the raw ring of RAW_STAGES
 // slots, the converter warps, the four weights' formats and scales), and on the atom Atom
 // (LayerWgmma, LayerTcgen05) the sm_100a layer and its twin (decode_layer_sm100.cuh).
 template <int H, int HQ, int HKV, int D, bool BIAS, bool QK_NORM, float EPS, int PAGE, int MAXP,
           long long PAGE_ELEMS, class Rope, int SPLIT, int NSPLIT, float SCALE_LOG2, int I,
-          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK, unsigned VIEWS,
-          int RAW_STAGES, class WQ, class WO, class WG, class WD, class Atom = LayerWgmma>
+          int STAGES, int BQ, int BO, int BG, int BD, bool QKV_ROPE, unsigned BULK, int RAW_STAGES,
+          class WQ, class WO, class WG, class WD, class Atom = LayerWgmma>
 __device__ __forceinline__ void decode_layer_body(
     const void* qkv_w, const void* o_w, const void* gu_w, const void* down_w, const float* qkv_s,
     const float* o_s, const float* gu_s, const float* down_s, const float* attn_norm,
@@ -998,8 +976,7 @@ __device__ __forceinline__ void decode_layer_body(
   static_assert(Atom::tile_ok(BQ, H) && L::NQKV % BQ == 0, "QKV tiles");
   static_assert(!QKV_ROPE || !QK_NORM, "QK norm needs a head's whole row");
   static_assert(D <= 128, "a thread per element of a head (the QKV epilogue, the combine)");
-  static_assert(RAW_STAGES == 0 || (BULK | VIEWS) == 0, "e4m3 weights stream through their maps");
-  static_assert((BULK & VIEWS) == 0, "a weight streams from its image or its view, not both");
+  static_assert(RAW_STAGES == 0 || BULK == 0, "e4m3 weights stream through their maps");
   hexel::launch_dependents();  // the waits come later: weights first
   extern __shared__ unsigned char smem_raw[];
   const typename L::template Smem<RAW_STAGES> sm(smem_raw);
@@ -1007,7 +984,7 @@ __device__ __forceinline__ void decode_layer_body(
   LayerAtomInput<Atom>::start(ring, sm, qkv_s, o_s, gu_s, down_s);
 
   // The producer's phases: each weight from its tensor map or, where its bit of BULK is set, its
-  // slot image, or where its bit of VIEWS is, its K-block view.
+  // slot image.
   __shared__ StreamPhase phases[4];
   const auto stream_phases = [&] {
     const void* w[4] = {qkv_w, o_w, gu_w, down_w};
@@ -1016,10 +993,8 @@ __device__ __forceinline__ void decode_layer_body(
     };
     phases[0] = {map(0), H / LayerAtomInput<Atom>::kStreamKDiv, BQ, L::kTilesQkv, 0, 0};
     L::Mlp::stream_phases(map(1), map(2), map(3), L::kTilesQkv, phases + 1);
-    for (int p = 0; p < 4; ++p) {
+    for (int p = 0; p < 4; ++p)
       if (BULK >> p & 1u) phases[p].image = static_cast<const char*>(w[p]);
-      phases[p].view = (VIEWS >> p & 1u) != 0;
-    }
   };
   if constexpr (RAW_STAGES > 0) {
     // e4m3: warps 4-7 convert every raw slot into the ring, warp 4's lane 0 also the producer
@@ -1137,7 +1112,7 @@ __global__ void __launch_bounds__(LayerGemms::kThreads, 1)
                             bf16* kv_layer, float* x, bf16* qkv, float* q, float* part_o,
                             float* part_ml, bf16* attn, bf16* act, unsigned* sync) {
   decode_layer_body<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT, NSPLIT,
-                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, 0, 0, Bf16Weight,
+                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, BULK, 0, Bf16Weight,
                     Bf16Weight, Bf16Weight, Bf16Weight>(
       qkv_w, o_w, gu_w, down_w, nullptr, nullptr, nullptr, nullptr, attn_norm, mlp_norm, bias,
       q_norm, k_norm, positions, token_seq, page_tables, kv_layer, x, qkv, q, part_o, part_ml, attn,
@@ -1166,7 +1141,7 @@ __global__ void __launch_bounds__(LayerE4m3::kThreads, 1)
   static_assert(RAW_STAGES >= 2, "a raw slot converts while the next lands");
   constexpr int NQKV = (HQ + 2 * HKV) * D;
   decode_layer_body<H, HQ, HKV, D, BIAS, QK_NORM, EPS, PAGE, MAXP, PAGE_ELEMS, Rope, SPLIT, NSPLIT,
-                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, 0, 0, RAW_STAGES,
+                    SCALE_LOG2, I, STAGES, BQ, BO, BG, BD, QKV_ROPE, 0, RAW_STAGES,
                     E4m3Weight<NQKV, H, SQR, SQC>, E4m3Weight<H, HQ * D, SOR, SOC>,
                     E4m3Weight<2 * I, H, SGR, SGC>, E4m3Weight<H, I, SDR, SDC>>(
       qkv_w, o_w, gu_w, down_w, qkv_s, o_s, gu_s, down_s, attn_norm, mlp_norm, bias, q_norm, k_norm,

@@ -137,8 +137,8 @@ struct GpuStepExecutor::State {
   std::int64_t bytes_per_page = 0, layer_bytes = 0;
   std::int64_t weight_bytes = 0, kv_bytes = 0, arena_bytes = 0;
   std::int64_t image_bytes = 0;  // the slot images (`wimg:`, `timg:`), after the weights
-  // Weights on the device as they are: those a `w:`, `tmap:w:` or `kview:` argument names. A weight
-  // that is only read from its slot image has no other copy there.
+  // Weights on the device as they are: those a `w:` or `tmap:w:` argument names. A weight that is
+  // only read from its slot image has no other copy there.
   std::set<std::string> plain_weights;
   std::int64_t graph_bytes = 0;  // device memory the graphs took (cudaMemGetInfo around capture)
   std::int64_t total_bytes = 0;  // device memory this executor took (context aside)
@@ -275,7 +275,6 @@ struct GpuStepExecutor::State {
         return kv + arg.layer * layer_bytes;
       case ArgKind::tensor_map:
       case ArgKind::image_map:
-      case ArgKind::weight_view:
         return tmaps + tmap_index.at(arg.text);
       case ArgKind::weight_image:
         return images.at(arg.image.key()).dev;
@@ -535,10 +534,9 @@ struct GpuStepExecutor::State {
     desc.kv_pages = kv_pages;
   }
 
-  // A weight a launch reads as it is (w:, tmap:w:, kview:) or from its slot image (wimg:, timg:).
+  // A weight a launch reads as it is (w:, tmap:w:) or from its slot image (wimg:, timg:).
   void note_weight_use(const LaunchArg& arg) {
-    if (arg.kind == ArgKind::weight || arg.kind == ArgKind::weight_view)
-      plain_weights.insert(arg.name);
+    if (arg.kind == ArgKind::weight) plain_weights.insert(arg.name);
     if (arg.kind == ArgKind::tensor_map && arg.map_target == ArgKind::weight)
       plain_weights.insert(arg.name);
     if (arg.kind != ArgKind::weight_image && arg.kind != ArgKind::image_map) return;
@@ -629,21 +627,17 @@ struct GpuStepExecutor::State {
     rank_index = reinterpret_cast<int*>(block + table_bytes);
   }
 
-  // The TMA tensor maps of the `tmap:`, `timg:` and `kview:` arguments, one per distinct argument,
-  // in device memory (the loader checked each against its weight, buffer or the KV cache).
+  // The TMA tensor maps of the `tmap:` and `timg:` arguments, one per distinct argument, in
+  // device memory (the loader checked each against its weight, buffer or the KV cache).
   void encode_tensor_maps() {
     std::vector<hexel::TensorMap> maps;
     for (const ProgramBucket& bucket : programs->buckets)
       for (const ProgramLaunch& l : bucket.launches)
         for (const LaunchArg& arg : l.args) {
-          if (arg.kind != ArgKind::tensor_map && arg.kind != ArgKind::image_map &&
-              arg.kind != ArgKind::weight_view)
-            continue;
+          if (arg.kind != ArgKind::tensor_map && arg.kind != ArgKind::image_map) continue;
           if (tmap_index.count(arg.text)) continue;
           try {
-            maps.push_back(arg.kind == ArgKind::image_map     ? image_map(arg)
-                           : arg.kind == ArgKind::weight_view ? view_map(arg)
-                                                              : tensor_map(arg));
+            maps.push_back(arg.kind == ArgKind::image_map ? image_map(arg) : tensor_map(arg));
           } catch (const std::runtime_error& e) {
             fail("gpu engine: argument " + arg.text + ": " + e.what());
           }
@@ -661,17 +655,6 @@ struct GpuStepExecutor::State {
     const WeightTensor& w = art->tensor(arg.image.weight, opt.rank);
     return encode_slot_image_map(images.at(arg.image.key()).dev, w.shape[0], w.shape[1],
                                  arg.image.bn, arg.image.halves, arg.image.box_rows);
-  }
-
-  // A K-block view (`kview:`): the weight's bytes as 16-bit elements, a box one slot of the slot
-  // image with the same fields (its tile's rows of each half, 64 / BN K blocks).
-  hexel::TensorMap view_map(const LaunchArg& arg) const {
-    const WeightTensor& w = art->tensor(arg.image.weight, opt.rank);
-    const std::uint64_t row_bytes = static_cast<std::uint64_t>(w.bytes) / w.shape[0];
-    return hexel::encode_k_blocks(weights.at(arg.name), w.shape[0], row_bytes / 2,
-                                  static_cast<std::uint32_t>(arg.image.bn / arg.image.halves),
-                                  static_cast<std::uint32_t>(64 / arg.image.bn),
-                                  static_cast<std::uint32_t>(arg.image.halves));
   }
 
   hexel::TensorMap tensor_map(const LaunchArg& arg) const {

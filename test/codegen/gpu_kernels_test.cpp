@@ -221,7 +221,6 @@ class DeviceMap {
             dtype, base, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols),
             static_cast<std::uint64_t>(cols) * hexel::tma_dtype_bytes(dtype), static_cast<std::uint32_t>(box_rows),
             128 / hexel::tma_dtype_bytes(dtype), hexel::Swizzle::B128)}) {}
-  explicit DeviceMap(const hexel::TensorMap& m) : buf_(std::vector<hexel::TensorMap>{m}) {}
   const void* get() const { return buf_.get(); }
 
  private:
@@ -5086,20 +5085,19 @@ TEST(GpuKernels, W8a8SmallGemmRowsMatchPrefillGemm) {
 
 // ---- the persistent layer on W8A8 (decode_layer_persistent_w8a8) -------------------------------
 
-// The whole one-token layer on W8A8 (decode_layer_persistent_w8a8, decode_layer_w8a8_tiling's
-// tiles, ring and K-block views) against the same token through the kernels a bucket of more tokens
-// runs, bit for bit: q and the appended K/V (rmsnorm, quantize_rows_e4m3, gemm_prefill_w8a8_bf16,
+// The whole one-token layer on W8A8 (decode_layer_persistent_w8a8, decode_layer_w8a8_tiling's tiles
+// and ring) against the same token through the kernels a bucket of more tokens runs, bit for bit:
+// q and the appended K/V (rmsnorm, quantize_rows_e4m3, gemm_prefill_w8a8_bf16,
 // qkv_rope_append_rows), the attention output (attn_split and attn_combine on those q and K/V),
 // and from the layer's own attention output x, act and act's e4m3 form (quantize_rows_e4m3 before
 // each of gemm_prefill_w8a8_residual (o), rmsnorm, gemm_prefill_w8a8_swiglu,
-// gemm_prefill_w8a8_residual (down)). At the tiny (QKV bias, head dim 32), Llama-3.2-1B, Qwen3-0.6B
-// (QK norm: the QKV epilogue's own phase) and Llama-3.1-8B shapes, at ragged context lengths (the
-// first position, mid-page, past one split, several splits), with 128 x 128 weight scale blocks;
-// outputs poisoned first, every SM's shared memory NaNs before each launch, the counters back at
-// zero after it. Against f64 on the quantized operands (host_quantize of the layer's own act): each
-// element of x = x1 + down(act) within 2^-8 · Σ_kb |sa · sw| · Σ_k |qa · qw| + 2^-23 · (|x1| +
-// |down|) (the tensor cores' sum inside a block, gemm_w8a8.cuh's 2^-9, and the f32 promotion and
-// add).
+// gemm_prefill_w8a8_residual (down)). At the tiny (QKV bias, head dim 32), Llama-3.2-1B, Qwen3-0.6B (QK norm: the QKV
+// epilogue's own phase) and Llama-3.1-8B shapes, at ragged context lengths (the first position,
+// mid-page, past one split, several splits), with 128 x 128 weight scale blocks; outputs poisoned
+// first, every SM's shared memory NaNs before each launch, the counters back at zero after it.
+// Against f64 on the quantized operands (host_quantize of the layer's own act): each element of
+// x = x1 + down(act) within 2^-8 · Σ_kb |sa · sw| · Σ_k |qa · qw| + 2^-23 · (|x1| + |down|) (the
+// tensor cores' sum inside a block, gemm_w8a8.cuh's 2^-9, and the f32 promotion and add).
 TEST(GpuKernels, W8a8PersistentLayerMatchesPrefillW8a8Kernels) {
   TELOS_SKIP_UNLESS_SM90(kWgmmaKernels);
   struct Shape {
@@ -5119,9 +5117,9 @@ TEST(GpuKernels, W8a8PersistentLayerMatchesPrefillW8a8Kernels) {
     const codegen::PersistentLayerTiling lw =
         codegen::decode_layer_w8a8_tiling(s.H, NQKV, KO, s.I, s.D, s.qk_norm);
     ASSERT_TRUE(lw.fits) << what;
-    // The four weights (qkv, o, gate/up, down): rows, K, the layer's tile rows.
+    // The four weights (qkv, o, gate/up, down): rows, K, the layer's box rows (gate/up: a half).
     const int rows[4] = {NQKV, s.H, 2 * s.I, s.H}, cols[4] = {s.H, KO, s.H, s.I},
-              tiles[4] = {lw.bq, lw.bo, lw.bg, lw.bd};
+              boxes[4] = {lw.bq, lw.bo, lw.bg / 2, lw.bd};
     const std::string model =
         I(s.H) + ", " + I(s.HQ) + ", " + I(s.HKV) + ", " + I(s.D) + ", " +
         (s.bias ? "true" : "false") + ", " + (s.qk_norm ? "true" : "false") + ", " + eps + ", " +
@@ -5131,8 +5129,7 @@ TEST(GpuKernels, W8a8PersistentLayerMatchesPrefillW8a8Kernels) {
         ", ";
     const std::string layer = "telos_kernels::decode_layer_persistent_w8a8<" + model +
                               I(lw.stages) + ", " + I(lw.bq) + ", " + I(lw.bo) + ", " + I(lw.bg) +
-                              ", " + I(lw.bd) + (lw.qkv_rope ? ", true, " : ", false, ") +
-                              I(lw.views) + ">";
+                              ", " + I(lw.bd) + (lw.qkv_rope ? ", true>" : ", false>");
     const auto prefill = [](const std::string& epi, int n, int k) {
       return "telos_kernels::gemm_prefill_w8a8_" + epi + "<1, " + I(n) + ", " + I(k) + ">";
     };
@@ -5173,19 +5170,9 @@ TEST(GpuKernels, W8a8PersistentLayerMatchesPrefillW8a8Kernels) {
       dq.push_back(std::make_unique<DeviceBuffer<std::uint8_t>>(w[k].q));
       dscale.push_back(std::make_unique<DeviceBuffer<float>>(w[k].scale));
       // The e4m3 bytes in 128-byte box rows, one K block a row (decode_layer_w8a8.cuh), as the
-      // executor encodes `tmap:w:NAME:ROWS:COLS:BN:128`, or where the tiling's `views` has the
-      // weight its K-block view, as the executor encodes `kview:NAME:BN:HALVES` (the bytes as
-      // 16-bit elements, a box a ring slot).
-      const int halves = k == 2 ? 2 : 1;
-      layer_maps.push_back(
-          lw.views >> k & 1
-              ? std::make_unique<DeviceMap>(hexel::encode_k_blocks(
-                    dq[k]->get(), static_cast<std::uint64_t>(rows[k]),
-                    static_cast<std::uint64_t>(cols[k]) / 2,
-                    static_cast<std::uint32_t>(tiles[k] / halves),
-                    static_cast<std::uint32_t>(64 / tiles[k]), static_cast<std::uint32_t>(halves)))
-              : std::make_unique<DeviceMap>(dq[k]->get(), rows[k], cols[k], tiles[k] / halves,
-                                            hexel::TmaDtype::U8));
+      // executor encodes `tmap:w:NAME:ROWS:COLS:BN:128`.
+      layer_maps.push_back(std::make_unique<DeviceMap>(dq[k]->get(), rows[k], cols[k], boxes[k],
+                                                       hexel::TmaDtype::U8));
     }
     const DeviceMap wq(dq[0]->get(), NQKV, s.H, 128, u8), wo(dq[1]->get(), s.H, KO, 128, u8),
         wg(dq[2]->get(), 2 * s.I, s.H, 64, u8), wd(dq[3]->get(), s.H, s.I, 128, u8);

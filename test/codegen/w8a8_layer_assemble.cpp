@@ -2,9 +2,9 @@
 // decode_layer_w8a8.cuh) for the given model configs, through codegen's own NVRTC driver and
 // ptxas for sm_90a. Each config is planned as telosc plans it for sm_90a (default serving config);
 // its one-token layer's model arguments (decode_layer_persistent's first 15: H .. I) give the W8A8
-// layer with decode_layer_w8a8_tiling's tiles, ring and K-block views and its dynamic shared
-// memory, compiled in the config's own module (its RoPE table: codegen's emitted source). Each
-// instance must use no local memory, spill nothing and fit its shared memory in a block's
+// layer with decode_layer_w8a8_tiling's tiles and ring and its dynamic shared memory, compiled in
+// the config's own module (its RoPE table: codegen's emitted source). Each instance must use no
+// local memory, spill nothing and fit its shared memory in a block's
 // (codegen::check_kernel_resources).
 //
 //   w8a8_layer_assemble -o DIR CONFIG.json...
@@ -60,7 +60,7 @@ void assemble_config(const std::string& path, const std::filesystem::path& dir) 
     for (const std::string& arg : a) name += arg + ", ";
     name += std::to_string(t.stages) + ", " + std::to_string(t.bq) + ", " + std::to_string(t.bo) +
             ", " + std::to_string(t.bg) + ", " + std::to_string(t.bd) +
-            (t.qkv_rope ? ", true, " : ", false, ") + std::to_string(t.views) + ">";
+            (t.qkv_rope ? ", true>" : ", false>");
     codegen::assemble_instances("w8a8_layer_assemble",
                                 codegen::emit_source(plan) + "#include \"decode_layer_w8a8.cuh\"\n",
                                 "sm_90a", {{name, t.smem}}, dir);

@@ -265,16 +265,6 @@ TEST(Artifact, ParsesSlotImageArguments) {
   refused("timg:o:32:1:0", "positive");
   refused("timg:o:32:1:x", "\"x\" is not a positive integer");
   refused("timg::32:1:32", "names nothing");
-  // A K-block view (`kview:`): the image's fields, over the weight itself.
-  const WeightImageArg v = parse_weight_image_arg("kview:layers.0.down:32:1", "here");
-  EXPECT_EQ(v.weight, "layers.0.down");
-  EXPECT_EQ(v.bn, 32);
-  EXPECT_EQ(v.halves, 1);
-  EXPECT_EQ(v.box_rows, 0);
-  refused("kview:o:32", "too few fields");
-  refused("kview::32:1", "names nothing");
-  refused("kview:o:0:2", "positive");
-  refused("kview:o:x:1", "\"x\" is not a positive integer");
 }
 
 // What a weight allows is checked at load, naming the argument: the weight exists, is a bf16
@@ -338,19 +328,6 @@ TEST(Artifact, RefusesSlotImagesTheWeightCannotHave) {
   expect_refused(dir, {"divide a tile's 64 rows"});
   with_arg("timg:embed:64:1:72");  // 72 rows are neither in one tile of 64 nor whole tiles
   expect_refused(dir, {"divide a tile's 64 rows"});
-  // A K-block view: a bf16 or e4m3 matrix in that image's tiles and slots.
-  with_arg("kview:embed:64:1");  // one tile of 64 rows, one K block a slot
-  EXPECT_NO_THROW(Artifact::load(dir));
-  with_arg("kview:embed:32:1");  // two K blocks a slot: 64 columns are half a slot
-  expect_refused(dir, {"cols must be whole slots of 2 64-column blocks"});
-  with_arg("kview:layers.0.gate_up:16:2");
-  expect_refused(dir, {"programs.buckets[0].launches[0].args[0]", "cols must be whole slots of 4"});
-  with_arg("kview:layers.0.gate_up:64:2");
-  expect_refused(dir, {"rows must be whole tiles of 64"});
-  with_arg("kview:nope:64:1");
-  expect_refused(dir, {"no weight tensor \"nope\""});
-  with_arg("kview:final_norm:64:1");
-  expect_refused(dir, {"a K-block view is of a bf16 or e4m3 matrix"});
 }
 
 TEST(Artifact, RefusesTensorMapsOverMemoryTheyDoNotFit) {
