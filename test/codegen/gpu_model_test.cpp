@@ -268,6 +268,32 @@ TEST_P(GpuModel, MatchesTransformersAloneAndInAMixedBatch) {
   }
 }
 
+// A tensor-parallel artifact's run of `cases` on `ranks`, all in one batch, each case: against its
+// golden case (check_case), its greedy ids against the one-rank artifact's (`one_rank`), and alone
+// against in the batch (ids and logits bits: batch invariance holds at a given degree). `what`
+// names the model in the labels.
+void check_tensor_parallel_cases(const std::string& what, GpuRankGroup& ranks,
+                                 const Artifact& tp_art, const std::vector<GoldenCase>& cases,
+                                 const std::vector<Generated>& one_rank) {
+  const std::vector<DeviceSampling> greedy(cases.size());
+  const std::vector<Generated> batch = generate(ranks, tp_art, cases, greedy);
+  const std::vector<Generated> forced = generate(ranks, tp_art, cases, greedy, true);
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    const std::string label = what + " tp2 case " + std::to_string(c);
+    check_case(label + " in batch", cases[c], batch[c], forced[c]);
+    const bool same = batch[c].ids == one_rank[c].ids;
+    report(label + ": greedy ids vs one rank", same ? "identical" : "differ", same);
+    EXPECT_TRUE(same) << label;
+    const Generated alone = generate(ranks, tp_art, {cases[c]}, {DeviceSampling{}})[0];
+    const bool invariant = alone.ids == batch[c].ids &&
+                           std::memcmp(alone.prompt_logits.data(), batch[c].prompt_logits.data(),
+                                       batch[c].prompt_logits.size() * 4) == 0;
+    report(label + ": alone vs in batch (ids, logits bits)", invariant ? "identical" : "differ",
+           invariant);
+    EXPECT_TRUE(invariant) << label;
+  }
+}
+
 // The model compiled at tensor_parallel 2 (<model>-tp2.telos beside the one-rank artifact;
 // tools/multi_gpu_check.sh compiles it), its two ranks on this one GPU (the one-device test mode,
 // gpu_rank_group.hpp): the sharded kernels on each rank's weights and the all-reduce reading the
@@ -281,28 +307,12 @@ TEST_P(GpuModel, TwoRanksOnOneDeviceMatchOneRank) {
                  << " (tools/multi_gpu_check.sh compiles it with serving.tensor_parallel 2)";
   const std::shared_ptr<const Artifact> tp_art = Artifact::load(tp2);
   GpuRankGroup ranks(tp_art, {0, 0}, GpuExecutorOptions{.kv_pages = kPoolPages});
-  const std::vector<DeviceSampling> greedy(cases.size());
-  const std::vector<Generated> batch = generate(ranks, *tp_art, cases, greedy);
-  const std::vector<Generated> forced = generate(ranks, *tp_art, cases, greedy, true);
   std::vector<Generated> one_rank;
   {
     GpuStepExecutor one(art, GpuExecutorOptions{.kv_pages = kPoolPages});
-    one_rank = generate(one, *art, cases, greedy);
+    one_rank = generate(one, *art, cases, std::vector<DeviceSampling>(cases.size()));
   }
-  for (std::size_t c = 0; c < cases.size(); ++c) {
-    const std::string label = model + " tp2 case " + std::to_string(c);
-    check_case(label + " in batch", cases[c], batch[c], forced[c]);
-    const bool same = batch[c].ids == one_rank[c].ids;
-    report(label + ": greedy ids vs one rank", same ? "identical" : "differ", same);
-    EXPECT_TRUE(same) << label;
-    const Generated alone = generate(ranks, *tp_art, {cases[c]}, {DeviceSampling{}})[0];
-    const bool invariant = alone.ids == batch[c].ids &&
-                           std::memcmp(alone.prompt_logits.data(), batch[c].prompt_logits.data(),
-                                       batch[c].prompt_logits.size() * 4) == 0;
-    report(label + ": alone vs in batch (ids, logits bits)", invariant ? "identical" : "differ",
-           invariant);
-    EXPECT_TRUE(invariant) << label;
-  }
+  check_tensor_parallel_cases(model, ranks, *tp_art, cases, one_rank);
 }
 
 // The CPU reference engine as generate() drives an executor: the sampling rows' logits and each
@@ -733,29 +743,13 @@ TEST(GpuModelFp8, TwoRanksOnOneDeviceMatchOneRank) {
       cpu_cases.push_back({p.prompt, g.ids, g.prompt_logits});
     }
   }
-  const std::vector<DeviceSampling> greedy(cpu_cases.size());
   std::vector<Generated> one_rank;
   {
     GpuStepExecutor one(art, GpuExecutorOptions{.kv_pages = kPoolPages});
-    one_rank = generate(one, *art, cpu_cases, greedy);
+    one_rank = generate(one, *art, cpu_cases, std::vector<DeviceSampling>(cpu_cases.size()));
   }
   GpuRankGroup ranks(tp_art, {0, 0}, GpuExecutorOptions{.kv_pages = kPoolPages});
-  const std::vector<Generated> batch = generate(ranks, *tp_art, cpu_cases, greedy);
-  const std::vector<Generated> forced = generate(ranks, *tp_art, cpu_cases, greedy, true);
-  for (std::size_t c = 0; c < cpu_cases.size(); ++c) {
-    const std::string label = "tiny-llama fp8 tp2 case " + std::to_string(c);
-    check_case(label + " in batch vs cpu", cpu_cases[c], batch[c], forced[c]);
-    const bool same = batch[c].ids == one_rank[c].ids;
-    report(label + ": greedy ids vs one rank", same ? "identical" : "differ", same);
-    EXPECT_TRUE(same) << label;
-    const Generated alone = generate(ranks, *tp_art, {cpu_cases[c]}, {DeviceSampling{}})[0];
-    const bool invariant = alone.ids == batch[c].ids &&
-                           std::memcmp(alone.prompt_logits.data(), batch[c].prompt_logits.data(),
-                                       batch[c].prompt_logits.size() * 4) == 0;
-    report(label + ": alone vs in batch (ids, logits bits)", invariant ? "identical" : "differ",
-           invariant);
-    EXPECT_TRUE(invariant) << label;
-  }
+  check_tensor_parallel_cases("tiny-llama fp8 (cpu golden)", ranks, *tp_art, cpu_cases, one_rank);
 }
 
 // Past the first attention split: a sequence whose one-token steps run from six positions before
