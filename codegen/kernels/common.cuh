@@ -67,52 +67,21 @@ struct KvE4m3 {
   __device__ __forceinline__ static Elem encode(float x, int kv) {
     return static_cast<Elem>(hexel::cvt_e4m3x2_f32(__fdiv_rn(x, scale(kv)), 0.f));
   }
-  // Two e4m3 of `word` (HALF 0: bytes 0 and 1, HALF 1: bytes 2 and 3) scaled by S as the bf16x2
-  // operand word, the lower byte's in the low half. Where S · 2^120 is a bf16 (bf16_scale), one
-  // bf16 FMA of the bytes placed as bf16 bits (hexel::e4m3x2_as_bf16x2_scaled): float(q) has four
-  // significant bits and S eight, so their product is exact in f32 and the FMA's one rounding to
-  // bf16 is the f32 path's; exhaustively the same bits, NaN codes included
-  // (tools/e4m3_convert_bench.cu), on the integer and FMA pipes instead of four conversions a
-  // pair. Elsewhere e4m3 to f16 to f32 exactly, the f32 product, then bf16.
-  template <int HALF, float S>
-  __device__ __forceinline__ static unsigned operand_pair(unsigned word) {
-    if constexpr (bf16_scale(S)) {
-      constexpr unsigned b = bf16_bits(S * 0x1p120f);
-      return hexel::fma_bf16x2(hexel::e4m3x2_as_bf16x2_scaled<HALF>(word), b | b << 16,
-                               0x80008000u);
-    } else {
-      const unsigned h = hexel::cvt_f16x2_e4m3x2(word >> (16 * HALF));
-      return pack_bf16x2(__fmul_rn(hexel::cvt_f32_f16(h), S),
-                         __fmul_rn(hexel::cvt_f32_f16(h >> 16), S));
-    }
+  // Two e4m3 in the low 16 bits of `pair` as the bf16x2 operand word, the low byte's in the low
+  // half.
+  __device__ __forceinline__ static unsigned operand_pair(unsigned pair, float s) {
+    const unsigned h = hexel::cvt_f16x2_e4m3x2(pair);
+    return pack_bf16x2(__fmul_rn(hexel::cvt_f32_f16(h), s),
+                       __fmul_rn(hexel::cvt_f32_f16(h >> 16), s));
   }
   // Eight K elements as the eight bf16 a bf16 cache's 16-byte piece holds.
   __device__ __forceinline__ static uint4 k_operand(uint2 p) {
-    return make_uint4(operand_pair<0, K_SCALE>(p.x), operand_pair<1, K_SCALE>(p.x),
-                      operand_pair<0, K_SCALE>(p.y), operand_pair<1, K_SCALE>(p.y));
+    return make_uint4(operand_pair(p.x, K_SCALE), operand_pair(p.x >> 16, K_SCALE),
+                      operand_pair(p.y, K_SCALE), operand_pair(p.y >> 16, K_SCALE));
   }
   // Word w of a bf16 cache's V row piece (elements 2w, 2w + 1) from the e4m3 piece's words.
   __device__ __forceinline__ static unsigned v_operand(const unsigned* words, int w) {
-    return w % 2 ? operand_pair<1, V_SCALE>(words[w / 2]) : operand_pair<0, V_SCALE>(words[w / 2]);
-  }
-
- private:
-  // s · 2^120 a finite bf16 (s's fraction in seven bits, s below 2^7), s at least 2^-100 (its
-  // product with the smallest e4m3 far above f32's subnormals, where the f32 path could round).
-  HEXEL_HOST_DEVICE static constexpr bool bf16_scale(float s) {
-    if (!(s >= 0x1p-100f && s < 0x1p7f)) return false;
-    while (s < 1.f) s *= 2.f;
-    while (s >= 2.f) s *= 0.5f;
-    const float m = (s - 1.f) * 128.f;  // exact: s in [1, 2)
-    return m == static_cast<float>(static_cast<int>(m));
-  }
-  // The bits of a bf16 value v (at least 2^-126, below 2^128): its exponent and seven fraction
-  // bits, found by halving into [1, 2) (constant evaluation has no bit cast here).
-  HEXEL_HOST_DEVICE static constexpr unsigned bf16_bits(float v) {
-    int e = 127;
-    while (v >= 2.f) v *= 0.5f, ++e;
-    while (v < 1.f) v *= 2.f, --e;
-    return static_cast<unsigned>(e) << 7 | static_cast<unsigned>((v - 1.f) * 128.f);
+    return operand_pair(words[w / 2] >> (16 * (w % 2)), V_SCALE);
   }
 };
 

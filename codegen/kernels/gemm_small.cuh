@@ -113,7 +113,6 @@ __device__ __forceinline__ void rms_rows_interleaved(unsigned base, const float*
     const float ss = rms_partial<K, L2_ONLY>(x + static_cast<long long>(r) * K, t);
     if (lane == 0) scratch[4 * r + warp] = ss;
   }
-  __syncwarp();  // lane 0's stores reconverged with its warp before the aligned bar.sync
   named_barrier_sync(1, 128);
 #pragma unroll
   for (int r = 0; r < M; ++r) {

@@ -24,38 +24,6 @@ HEXEL_DEVICE uint32_t cvt_f16x2_e4m3x2(uint32_t pair) {
   return r;
 }
 
-// Bytes of `a` and `b` chosen by `sel` (PTX: prmt.b32, the default mode): result byte i is source
-// byte sel[4i + 2 .. 4i] (bytes 0-3 of a, 4-7 of b), or, where bit 4i + 3 of sel is set, that
-// byte's sign bit replicated over all eight bits. CUDA's __byte_perm documents the three low bits
-// of a nibble only; the sign form is this wrapper's reason to exist.
-HEXEL_DEVICE uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-  return r;
-}
-
-// Two bf16 each a · b + c, rounded once to nearest even, subnormals kept. PTX: fma (.rn.bf16x2).
-HEXEL_DEVICE uint32_t fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t r;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-  return r;
-}
-
-// Two e4m3 of `w` (HALF 0: bytes 0 and 1, HALF 1: bytes 2 and 3) as one bf16x2 word of their
-// values times 2^-120, the lower byte's in the low half, by integer operations alone (no
-// conversion unit): a byte's sign and its seven exponent and mantissa bits are placed where a
-// bf16's go, so its exponent field reads with bias 127 instead of e4m3's 7 (a subnormal e4m3 as a
-// subnormal bf16; exact either way), and the NaN codes (0x7f, 0xff) become NaN. fma_bf16x2 by
-// 2^120 (times a scale) gives the values; cvt_f16x2_e4m3x2 is the conversion-unit form.
-template <int HALF>
-HEXEL_DEVICE uint32_t e4m3x2_as_bf16x2_scaled(uint32_t w) {
-  static_assert(HALF == 0 || HALF == 1, "two bytes of four");
-  const uint32_t v = prmt(w, 0, HALF ? 0x3424u : 0x1404u);  // each byte b as b << 8 of its half
-  // A half whose seven bits are all ones carries into its sign bit: 0xffff there, a NaN.
-  const uint32_t nan = prmt((v & 0x7f007f00u) + 0x01000100u, 0, 0xbb99u);
-  return ((v >> 4) & 0x07f007f0u) | (v & 0x80008000u) | nan;
-}
-
 // Two f32 as two e4m3 in the low 16 bits, `lo` in the low byte, each rounded to nearest even and
 // saturated: a magnitude beyond 448 (infinity included) becomes ±448, NaN a NaN.
 // PTX: cvt (.rn.satfinite.e4m3x2.f32; sm_89 and later).

@@ -33,19 +33,3 @@ extern "C" __global__ void e4m3_kernel(const float* in, unsigned* pair, float* b
 // CHECK: ld.global.f32 [[HI8:%f[0-9]+]], [{{%rd[0-9]+}}+4];
 // CHECK: cvt.rn.satfinite.e4m3x2.f32 p, [[HI8]], [[LO8]];
 // CHECK: cvt.rn.f16x2.e4m3x2
-
-// The integer form of an e4m3 pair (bytes 2 and 3 here) and the bf16 FMA that scales it: byte
-// permutes (the second, 0xbb99, replicating signs: the NaN codes' mask), no conversion.
-extern "C" __global__ void e4m3_int_kernel(const unsigned* in, unsigned* out) {
-  using namespace hexel;
-  out[threadIdx.x] = fma_bf16x2(e4m3x2_as_bf16x2_scaled<1>(in[threadIdx.x]), 0x7b807b80u, 0x80008000u);
-}
-// CHECK-LABEL: .entry e4m3_int_kernel
-// CHECK-NOT: cvt.
-// CHECK: prmt.b32 {{%r[0-9]+}}, {{%r[0-9]+}}, {{%r[0-9]+}}, {{%r[0-9]+}};
-// CHECK-NOT: cvt.
-// CHECK: prmt.b32
-// CHECK-NOT: cvt.
-// CHECK: fma.rn.bf16x2
-// CHECK-NOT: cvt.
-// CHECK: ret;
