@@ -1437,6 +1437,53 @@ TEST(GpuKernels, E4m3KvAppendWritesTheHostsBytes) {
   EXPECT_GT(subnormal, 0u);
 }
 
+// The operands attention takes from an e4m3 cache (KvE4m3's k_operand and v_operand) are
+// bf16(float(q) · scale), the f32 product rounded once more to bf16, for every pair of bytes (the
+// subnormals and ±448 included), NaN codes giving NaN, at scale 1, at other scales of a few
+// significant bits from 2^-90 to 100, and at random ones.
+TEST(GpuKernels, E4m3KvOperandsAreTheScaledValuesOfEveryByte) {
+  TELOS_SKIP_WITHOUT_GPU();
+  const std::string kernel = R"(
+template <float K_SCALE, float V_SCALE>
+__global__ void kv_e4m3_operands(unsigned* out) {
+  using KV = telos_kernels::KvE4m3<K_SCALE, V_SCALE>;
+  const unsigned p = blockIdx.x * blockDim.x + threadIdx.x;  // the pair's two bytes
+  const unsigned words[2] = {p, p << 16};
+  const uint4 k = KV::k_operand(make_uint2(words[0], words[1]));
+  out[4 * p] = k.x, out[4 * p + 1] = k.w, out[4 * p + 2] = KV::v_operand(words, 0),
+  out[4 * p + 3] = KV::v_operand(words, 3);
+}
+)";
+  const std::vector<std::pair<float, float>> scales = {
+      {1.f, 1.f}, {0.5f, 1.5f}, {0.3125f, 100.f}, {0x1p-90f, 3.f}, random_kv_scales()};
+  std::vector<std::string> names;
+  for (const auto& [ks, vs] : scales)
+    names.push_back("kv_e4m3_operands<" + float_literal(ks) + ", " + float_literal(vs) + ">");
+  TestModule mod(source_with_rope() + kernel, names);
+  for (std::size_t c = 0; c < scales.size(); ++c) {
+    DeviceBuffer<unsigned> out(4 * 65536);  // poisoned: 0xffff halves, NaN
+    CUDA_OK(mod.launch(names[c], dim3(256), dim3(256), {out.get()}));
+    const std::vector<unsigned> got = out.download();
+    std::size_t bad = 0, nans = 0;
+    for (unsigned p = 0; p < 65536; ++p)
+      for (int i = 0; i < 8; ++i) {  // K then V, each two words of two halves
+        const float s = i < 4 ? scales[c].first : scales[c].second;
+        const std::uint8_t q = static_cast<std::uint8_t>(p >> (8 * (i % 2)));
+        const std::uint16_t want = to_bf16(e4m3_to_f32(q) * s);
+        const std::uint16_t b = static_cast<std::uint16_t>(got[4 * p + i / 2] >> (16 * (i % 2)));
+        const bool want_nan = (q & 0x7f) == 0x7f, got_nan = (b & 0x7f80) == 0x7f80 && (b & 0x7f);
+        nans += got_nan;
+        if (want_nan ? !got_nan : b != want) {
+          if (bad++ == 0)
+            ADD_FAILURE() << names[c] << ": byte 0x" << std::hex << int(q) << " gives 0x" << b
+                          << ", bf16(float(q) · scale) is 0x" << want << std::dec;
+        }
+      }
+    EXPECT_EQ(bad, 0u) << names[c];
+    EXPECT_EQ(nans, 8u * 2 * 256) << names[c];  // a NaN code in one byte of each pair's two
+  }
+}
+
 // gemm_small_norm_qkv (the QKV epilogue folded into the one-token GEMM) appends the same e4m3 bytes
 // as rmsnorm, gemm_small_bf16 and qkv_rope_append_rows with the same KvE4m3, scales 1 and random.
 TEST(GpuKernels, E4m3KvFoldedAppendMatchesGemmThenRows) {
