@@ -13,7 +13,7 @@
 // so a row's result does not depend on its bucket. The cache's element format (KV: KvBf16 or
 // KvE4m3, common.cuh) changes only what a lane loads (an e4m3 cache's pieces are half the bytes)
 // and one step where the MMA takes them: each element becomes its bf16 operand (KV::k_operand,
-// v_operand), a function of the element and the layer's scale alone, so that rule holds for
+// v_pair), a function of the element and the layer's scale alone, so that rule holds for
 // either format; with a bf16 cache the step is the identity.
 #include "common.cuh"
 #include "hexel/mbarrier.cuh"
@@ -197,7 +197,7 @@ __device__ __forceinline__ void attn_load_v_row(const typename KV::Elem* v,
 // S = Q·Kᵀ (two m16n8k16 tiles per 16 dims, Q's fragments from sm_q), the online softmax of rows
 // g and g + 8 (their valid positions [0, e0) and [0, e1); running maxima m0, m1 and sums l0, l1,
 // log2 domain), then o = o · correction + P·V (one m16n8k16 per 8 dims). K and V are as stored
-// (KV): each element becomes its bf16 operand (KV::k_operand, v_operand) where the MMA takes it.
+// (KV): each element becomes its bf16 operand (KV::k_operand, v_pair) where the MMA takes it.
 template <int D, class KV>
 __device__ __forceinline__ void attn_chunk(int c, const typename KV::Piece8 (&kr)[2][D / 32],
                                            const unsigned (&vr)[4][kAttnVWords<D, KV>],
@@ -259,16 +259,18 @@ __device__ __forceinline__ void attn_chunk(int c, const typename KV::Piece8 (&kr
   l1 = fmaf(l1, corr1, (s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
   const unsigned pa[4] = {pack_bf16x2(s[0][0], s[0][1]), pack_bf16x2(s[0][2], s[0][3]),
                           pack_bf16x2(s[1][0], s[1][1]), pack_bf16x2(s[1][2], s[1][3])};
+  // Where no row's maximum moved (every lane's corrections exactly 1, as in most chunks once a
+  // long context's maximum settles), o · 1 is o bit for bit (no flush to zero here): the warp
+  // skips the rescale, 4 · NT multiplies a lane.
+  if (!__all_sync(0xffffffffu, corr0 == 1.f && corr1 == 1.f)) {
 #pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    o[n][0] *= corr0, o[n][1] *= corr0, o[n][2] *= corr1, o[n][3] *= corr1;
-    // Low halves (even n) or high halves (odd n) of the two positions' words, the lower
-    // position in the low half (byte permute: CUDA __byte_perm).
-    const unsigned sel = n % 2 ? 0x7632u : 0x5410u;
-    hexel::mma_m16n8k16_bf16(
-        o[n], pa, __byte_perm(KV::v_operand(vr[0], n / 2), KV::v_operand(vr[1], n / 2), sel),
-        __byte_perm(KV::v_operand(vr[2], n / 2), KV::v_operand(vr[3], n / 2), sel));
+    for (int n = 0; n < NT; ++n)
+      o[n][0] *= corr0, o[n][1] *= corr0, o[n][2] *= corr1, o[n][3] *= corr1;
   }
+  // B: dim n of the two positions' rows, the lower position in the low half.
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+    hexel::mma_m16n8k16_bf16(o[n], pa, KV::v_pair(vr[0], vr[1], n), KV::v_pair(vr[2], vr[3], n));
 }
 
 // Merges the 4 warps' (m, l, o) of rows g and g + 8 (m0, l0, o[n][0..1]; m1, l1, o[n][2..3]):

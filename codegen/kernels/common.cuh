@@ -53,8 +53,10 @@ struct KvBf16 {
   using Piece8 = uint4;  // eight elements
   __device__ __forceinline__ static Elem encode(float x, int) { return f32_to_bf16(x); }
   __device__ __forceinline__ static uint4 k_operand(uint4 p) { return p; }
-  __device__ __forceinline__ static unsigned v_operand(const unsigned* words, int w) {
-    return words[w];
+  // Element n of two V rows' words (a, b) as one operand word, a's in the low half: element n is
+  // half n % 2 of word n / 2 (byte permute: CUDA __byte_perm).
+  __device__ __forceinline__ static unsigned v_pair(const unsigned* a, const unsigned* b, int n) {
+    return __byte_perm(a[n / 2], b[n / 2], n % 2 ? 0x7632u : 0x5410u);
   }
 };
 template <float K_SCALE, float V_SCALE>
@@ -82,9 +84,13 @@ struct KvE4m3 {
     return make_uint4(operand_pair(p.x, K_SCALE), operand_pair(p.x >> 16, K_SCALE),
                       operand_pair(p.y, K_SCALE), operand_pair(p.y >> 16, K_SCALE));
   }
-  // Word w of a bf16 cache's V row piece (elements 2w, 2w + 1) from the e4m3 piece's words.
-  __device__ __forceinline__ static unsigned v_operand(const unsigned* words, int w) {
-    return operand_pair(words[w / 2] >> (16 * (w % 2)), V_SCALE);
+  // Element n of two V rows' words (a, b) as one operand word, a's in the low half: element n is
+  // byte n % 4 of word n / 4. The bytes of elements n and n ^ 1 of both rows are interleaved first
+  // (a's, b's, a's, b's), so that each 16-bit half converts to an operand word as it is: one
+  // byte permute for two elements' words, where permuting the converted words took two.
+  __device__ __forceinline__ static unsigned v_pair(const unsigned* a, const unsigned* b, int n) {
+    const unsigned x = __byte_perm(a[n / 4], b[n / 4], n % 4 < 2 ? 0x5140u : 0x7362u);
+    return operand_pair(x >> (16 * (n % 2)), V_SCALE);
   }
 };
 

@@ -1437,7 +1437,7 @@ TEST(GpuKernels, E4m3KvAppendWritesTheHostsBytes) {
   EXPECT_GT(subnormal, 0u);
 }
 
-// The operands attention takes from an e4m3 cache (KvE4m3's k_operand and v_operand) are
+// The operands attention takes from an e4m3 cache (KvE4m3's k_operand and v_pair) are
 // bf16(float(q) · scale), the f32 product rounded once more to bf16, for every pair of bytes (the
 // subnormals and ±448 included), NaN codes giving NaN, at scale 1, at other scales of a few
 // significant bits from 2^-90 to 100, and at random ones.
@@ -1450,8 +1450,12 @@ __global__ void kv_e4m3_operands(unsigned* out) {
   const unsigned p = blockIdx.x * blockDim.x + threadIdx.x;  // the pair's two bytes
   const unsigned words[2] = {p, p << 16};
   const uint4 k = KV::k_operand(make_uint2(words[0], words[1]));
-  out[4 * p] = k.x, out[4 * p + 1] = k.w, out[4 * p + 2] = KV::v_operand(words, 0),
-  out[4 * p + 3] = KV::v_operand(words, 3);
+  // V: two rows, the pair's first byte element n of one and its second element n of the other,
+  // at n = 0 (the first word's low byte) and n = 7 (the second word's high byte).
+  const unsigned a0[2] = {p & 0xffu, 0}, b0[2] = {p >> 8, 0};
+  const unsigned a7[2] = {0, p << 24}, b7[2] = {0, (p >> 8) << 24};
+  out[4 * p] = k.x, out[4 * p + 1] = k.w, out[4 * p + 2] = KV::v_pair(a0, b0, 0),
+  out[4 * p + 3] = KV::v_pair(a7, b7, 7);
 }
 )";
   const std::vector<std::pair<float, float>> scales = {
