@@ -631,9 +631,11 @@ std::string kv_format(bool e4m3, float k_scale, float v_scale) {
 
 AttnSplitKernel attn_split_for_rows(AttnSplitKernel k, int split_rows, bool decode) {
   const int group = k.hq / k.hkv;
-  k.ahead = k.tpt == 1 && split_rows <= kAttnSplitAheadMaxRows;
-  const bool bulk = !k.ahead && k.tpt == 1 && split_rows >= kAttnSplitBulkMinRows &&
-                    attn_split_bulk_fits(k.page, group);
+  const bool fits_bulk = k.tpt == 1 && attn_split_bulk_fits(k.page, group);
+  const bool e4m3_bulk =
+      !k.kv.empty() && split_rows < kAttnSplitAheadThreeBlocksMinRows && fits_bulk;
+  k.ahead = k.tpt == 1 && split_rows <= kAttnSplitAheadMaxRows && !e4m3_bulk;
+  const bool bulk = !k.ahead && fits_bulk && (split_rows >= kAttnSplitBulkMinRows || e4m3_bulk);
   const bool four = !k.ahead && !bulk && split_rows >= kAttnSplitFourBlocksMinRows &&
                     attn_split_four_blocks(k.d, group);
   k.pages = attn_split_page_ahead(k.page) && !bulk;

@@ -455,9 +455,11 @@ int attn_grid_slots(int tiles, int kv_heads, int partial_slots);
 // is the item's time. The loads only: the bits are the same either way.
 constexpr int kAttnSplitAheadMaxRows = 8;
 // On an e4m3 cache LOAD_AHEAD's chunk in flight holds half the registers, and three blocks an SM
-// fit it (164 registers at head dim 128, no spills) from this many split rows: at 4 and 8 rows
-// 9-13% faster than two at 16k and 32k positions (level at 4k), at one row 7-14% slower
-// (telos-kernel-bench, H100; docs/performance.md).
+// fit it (160 registers at head dim 128, no spills) from this many split rows: at 4 and 8 rows
+// 9-13% faster than two at 16k and 32k positions (level at 4k). Below them an e4m3 cache streams
+// its chunks through the BULK ring where it fits (attn_split_bulk_fits): with f16 operands a
+// chunk's arithmetic is short enough that the ring's chunks in flight pay, one row at 32k 37.8 ->
+// 33.8 µs, at 4k 14.5 -> 13.7 (telos-kernel-bench, H100; docs/performance.md).
 constexpr int kAttnSplitAheadThreeBlocksMinRows = 4;
 // Buckets of at least this many split rows (and no LOAD_AHEAD) run attn_split four blocks an SM
 // (its BLOCKS: 128 registers a thread, no spills at head dim 128) instead of three: 16 warps an SM
@@ -522,8 +524,8 @@ struct AttnSplitKernel {
 std::string kv_format(bool e4m3, float k_scale, float v_scale);
 // `k` (its shape, split and TPT) with the plan's load scheme and blocks an SM for a bucket of
 // `split_rows` split rows: LOAD_AHEAD up to kAttnSplitAheadMaxRows at TPT 1 (on an e4m3 cache three
-// blocks an SM from kAttnSplitAheadThreeBlocksMinRows), else BULK from
-// kAttnSplitBulkMinRows where attn_split_bulk_fits, else four blocks from
+// blocks an SM from kAttnSplitAheadThreeBlocksMinRows, BULK below them where it fits), else BULK
+// from kAttnSplitBulkMinRows where attn_split_bulk_fits, else four blocks from
 // kAttnSplitFourBlocksMinRows where attn_split_four_blocks; PAGE_AHEAD wherever
 // attn_split_page_ahead and not BULK; EARLY in `decode` buckets (every row one generated token of
 // its sequence, so the K/V rows before a row's position were written by earlier steps) of at most

@@ -11,10 +11,12 @@
 // Split boundaries, the slot of a split, the 16-position chunks inside a split and the order in
 // which the warps' results are merged depend only on positions, never on the batch or the tile,
 // so a row's result does not depend on its bucket. The cache's element format (KV: KvBf16 or
-// KvE4m3, common.cuh) changes only what a lane loads (an e4m3 cache's pieces are half the bytes)
-// and one step where the MMA takes them: each element becomes its bf16 operand (KV::k_operand,
-// v_operand), a function of the element and the layer's scale alone, so that rule holds for
-// either format; with a bf16 cache the step is the identity.
+// KvE4m3, common.cuh) changes what a lane loads (an e4m3 cache's pieces are half the bytes) and
+// the MMAs' operand type: bf16 for a bf16 cache; f16 for an e4m3 cache, whose elements are f16
+// values as they are (KV::k_operand, v_pair: one conversion a pair), Q scaled by K's scale before
+// its rounding to f16, the softmax weights rounded to f16, and the output sums scaled by V's scale
+// before the merge. Each is a function of an element, a row's own values and the layer's scales
+// alone, so that rule holds for either format.
 #include "common.cuh"
 #include "hexel/mbarrier.cuh"
 #include "hexel/mma.cuh"
@@ -117,13 +119,15 @@ struct AttnPdlWaitIf {
 };
 using AttnNoWait = AttnPdlWaitIf<false>;
 // An item's Q fragments into sm_q, by the item's 128 threads: the MMA's A layout, one 16-byte piece
-// per (k-step, lane), scaled by SCALE_LOG2 and rounded to bf16 (rows past R zeros). Lane (g, c4) of
+// per (k-step, lane), scaled by SCALE_LOG2 and K's scale and rounded to the operand type (KV::pack;
+// rows past R zeros). Lane (g, c4) of
 // warp `warp` holds rows g (token t0 + j0, head kvh · G + h0) and g + 8 (j1, h1).
-template <int HQ, int D, int G, int R, float SCALE_LOG2>
+template <int HQ, int D, int G, int R, float SCALE_LOG2, class KV>
 __device__ __forceinline__ void attn_stage_q(uint4 (&sm_q)[D / 16][32], const float* q, int t0,
                                              int kvh, int j0, int h0, int j1, int h1, int warp,
                                              int lane, int g, int c4) {
   constexpr int KS = D / 16, W = 4;
+  const float sc = SCALE_LOG2 * KV::k_scale();  // SCALE_LOG2 itself for a bf16 cache
   const float* q0 = q + (static_cast<long long>(t0 + j0) * HQ + kvh * G + h0) * D;
   const float* q1 = q + (static_cast<long long>(t0 + j1) * HQ + kvh * G + h1) * D;
   for (int s = warp; s < KS; s += W) {
@@ -132,10 +136,8 @@ __device__ __forceinline__ void attn_stage_q(uint4 (&sm_q)[D / 16][32], const fl
         g < R ? *reinterpret_cast<const float4*>(q0 + d) : make_float4(0.f, 0.f, 0.f, 0.f);
     const float4 b =
         g + 8 < R ? *reinterpret_cast<const float4*>(q1 + d) : make_float4(0.f, 0.f, 0.f, 0.f);
-    sm_q[s][lane] = make_uint4(pack_bf16x2(a.x * SCALE_LOG2, a.y * SCALE_LOG2),
-                               pack_bf16x2(b.x * SCALE_LOG2, b.y * SCALE_LOG2),
-                               pack_bf16x2(a.z * SCALE_LOG2, a.w * SCALE_LOG2),
-                               pack_bf16x2(b.z * SCALE_LOG2, b.w * SCALE_LOG2));
+    sm_q[s][lane] = make_uint4(KV::pack(a.x * sc, a.y * sc), KV::pack(b.x * sc, b.y * sc),
+                               KV::pack(a.z * sc, a.w * sc), KV::pack(b.z * sc, b.w * sc));
   }
 }
 
@@ -197,7 +199,7 @@ __device__ __forceinline__ void attn_load_v_row(const typename KV::Elem* v,
 // S = Q·Kᵀ (two m16n8k16 tiles per 16 dims, Q's fragments from sm_q), the online softmax of rows
 // g and g + 8 (their valid positions [0, e0) and [0, e1); running maxima m0, m1 and sums l0, l1,
 // log2 domain), then o = o · correction + P·V (one m16n8k16 per 8 dims). K and V are as stored
-// (KV): each element becomes its bf16 operand (KV::k_operand, v_operand) where the MMA takes it.
+// (KV): each element becomes its operand (KV::k_operand, v_pair) where the MMA (KV::mma) takes it.
 template <int D, class KV>
 __device__ __forceinline__ void attn_chunk(int c, const typename KV::Piece8 (&kr)[2][D / 32],
                                            const unsigned (&vr)[4][kAttnVWords<D, KV>],
@@ -216,8 +218,8 @@ __device__ __forceinline__ void attn_chunk(int c, const typename KV::Piece8 (&kr
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const uint4 k = KV::k_operand(kr[i][j]);
-      hexel::mma_m16n8k16_bf16(s[i], qx, k.x, k.y);
-      hexel::mma_m16n8k16_bf16(s[i], qy, k.z, k.w);
+      KV::mma(s[i], qx, k.x, k.y);
+      KV::mma(s[i], qy, k.z, k.w);
     }
   }
   // s[i][0..1]: row g, positions c + 8i + 2·c4 + {0,1}; s[i][2..3]: row g + 8, same
@@ -257,18 +259,20 @@ __device__ __forceinline__ void attn_chunk(int c, const typename KV::Piece8 (&kr
     }
   l0 = fmaf(l0, corr0, (s[0][0] + s[0][1]) + (s[1][0] + s[1][1]));
   l1 = fmaf(l1, corr1, (s[0][2] + s[0][3]) + (s[1][2] + s[1][3]));
-  const unsigned pa[4] = {pack_bf16x2(s[0][0], s[0][1]), pack_bf16x2(s[0][2], s[0][3]),
-                          pack_bf16x2(s[1][0], s[1][1]), pack_bf16x2(s[1][2], s[1][3])};
+  const unsigned pa[4] = {KV::pack(s[0][0], s[0][1]), KV::pack(s[0][2], s[0][3]),
+                          KV::pack(s[1][0], s[1][1]), KV::pack(s[1][2], s[1][3])};
+  // Where no row's maximum moved (every lane's corrections exactly 1, as in most chunks once a
+  // long context's maximum settles), o · 1 is o bit for bit (no flush to zero here): the warp
+  // skips the rescale, 4 · NT multiplies a lane.
+  if (!__all_sync(0xffffffffu, corr0 == 1.f && corr1 == 1.f)) {
 #pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    o[n][0] *= corr0, o[n][1] *= corr0, o[n][2] *= corr1, o[n][3] *= corr1;
-    // Low halves (even n) or high halves (odd n) of the two positions' words, the lower
-    // position in the low half (byte permute: CUDA __byte_perm).
-    const unsigned sel = n % 2 ? 0x7632u : 0x5410u;
-    hexel::mma_m16n8k16_bf16(
-        o[n], pa, __byte_perm(KV::v_operand(vr[0], n / 2), KV::v_operand(vr[1], n / 2), sel),
-        __byte_perm(KV::v_operand(vr[2], n / 2), KV::v_operand(vr[3], n / 2), sel));
+    for (int n = 0; n < NT; ++n)
+      o[n][0] *= corr0, o[n][1] *= corr0, o[n][2] *= corr1, o[n][3] *= corr1;
   }
+  // B: dim n of the two positions' rows, the lower position in the low half.
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+    KV::mma(o[n], pa, KV::v_pair(vr[0], vr[1], n), KV::v_pair(vr[2], vr[3], n));
 }
 
 // Merges the 4 warps' (m, l, o) of rows g and g + 8 (m0, l0, o[n][0..1]; m1, l1, o[n][2..3]):
@@ -581,7 +585,7 @@ __device__ __forceinline__ void attn_split_block(
     }
   }
   if (stage_q) {
-    attn_stage_q<HQ, D, G, R, SCALE_LOG2>(sm_q, q, t0, kvh, j0, h0, j1, h1, warp, lane, g, c4);
+    attn_stage_q<HQ, D, G, R, SCALE_LOG2, KV>(sm_q, q, t0, kvh, j0, h0, j1, h1, warp, lane, g, c4);
     sync();
   }
   int nseg = 1;
@@ -679,6 +683,13 @@ __device__ __forceinline__ void attn_split_block(
     for (int x = 1; x < 4; x <<= 1) {
       l0 += __shfl_xor_sync(0xffffffffu, l0, x);
       l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+    }
+    // V's scale (an e4m3 cache's; 1 for bf16): the sums are linear in V, so it applies to them.
+    if (KV::v_scale() != 1.f) {
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[n][i] *= KV::v_scale();
     }
     const float2 mb =
         attn_merge_warps<D, R>(sm_m, sm_l, sm_o, warp, g, c4, m0, m1, l0, l1, o, sync);

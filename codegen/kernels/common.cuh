@@ -8,6 +8,7 @@
 //  - a reduction's order depends on the shape and the absolute position only, never on the
 //    number of rows in the batch, so a row's result is the same in every bucket.
 #include "hexel/math.cuh"
+#include "hexel/mma.cuh"
 #include "hexel/sync.cuh"
 
 namespace telos_kernels {
@@ -43,18 +44,32 @@ using hexel::pack_bf16x2;
 // variables (NVRTC emits those as globals). KvBf16: bf16 elements. KvE4m3: one e4m3 byte an
 // element with the layer's K and V scales; the append stores q = e4m3(x / scale) (the f32
 // quotient, rounded to nearest even and saturated at ±448: support/dtype.hpp's f32_to_e4m3, the
-// CPU reference engine's), and a reader takes bf16(float(q) · scale), the MMA operand. With scale
-// 1 that operand is float(q) exactly (every e4m3 value is a bf16); with another scale the f32
-// product is rounded once more, to bf16 (relative error at most 2^-9, an eighth of e4m3's own
-// step), where the CPU engine keeps it in f32. kBytes: bytes an element.
+// CPU reference engine's). kBytes: bytes an element.
+// A reader's MMAs (attention.cuh) take the format's operand type: bf16 for a bf16 cache; f16 for
+// an e4m3 cache, whose elements are f16 values as they are (one conversion a pair of bytes, where
+// a bf16 operand took four), the scales applied outside the MMAs: K's to Q before its rounding
+// (k_scale), V's to the output sums (v_scale). `pack` rounds Q and the softmax weights to the
+// operand type (f16 saturated at ±65504, so that a Q beyond f16's range stays finite), `mma` is the
+// m16n8k16 of that type.
 struct KvBf16 {
   enum : unsigned { kBytes = 2 };
   using Elem = bf16;
   using Piece8 = uint4;  // eight elements
   __device__ __forceinline__ static Elem encode(float x, int) { return f32_to_bf16(x); }
+  __device__ __forceinline__ static float k_scale() { return 1.f; }
+  __device__ __forceinline__ static float v_scale() { return 1.f; }
+  __device__ __forceinline__ static unsigned pack(float lo, float hi) {
+    return pack_bf16x2(lo, hi);
+  }
+  __device__ __forceinline__ static void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                             unsigned b1) {
+    hexel::mma_m16n8k16_bf16(d, a, b0, b1);
+  }
   __device__ __forceinline__ static uint4 k_operand(uint4 p) { return p; }
-  __device__ __forceinline__ static unsigned v_operand(const unsigned* words, int w) {
-    return words[w];
+  // Element n of two V rows' words (a, b) as one operand word, a's in the low half: element n is
+  // half n % 2 of word n / 2 (byte permute: CUDA __byte_perm).
+  __device__ __forceinline__ static unsigned v_pair(const unsigned* a, const unsigned* b, int n) {
+    return __byte_perm(a[n / 2], b[n / 2], n % 2 ? 0x7632u : 0x5410u);
   }
 };
 template <float K_SCALE, float V_SCALE>
@@ -67,24 +82,27 @@ struct KvE4m3 {
   __device__ __forceinline__ static Elem encode(float x, int kv) {
     return static_cast<Elem>(hexel::cvt_e4m3x2_f32(__fdiv_rn(x, scale(kv)), 0.f));
   }
-  // Two e4m3 in the low 16 bits of `pair` as the bf16x2 operand word, the low byte's in the low
-  // half. At scale 1 (the scales are template constants) the product is float(q) itself, NaN
-  // staying NaN, so no multiply is issued: two instructions of the pair's six, on the path of
-  // every attention chunk (decode attention at one row is bound by its instructions a chunk).
-  __device__ __forceinline__ static unsigned operand_pair(unsigned pair, float s) {
-    const unsigned h = hexel::cvt_f16x2_e4m3x2(pair);
-    const float lo = hexel::cvt_f32_f16(h), hi = hexel::cvt_f32_f16(h >> 16);
-    if (s == 1.f) return pack_bf16x2(lo, hi);
-    return pack_bf16x2(__fmul_rn(lo, s), __fmul_rn(hi, s));
+  __device__ __forceinline__ static float k_scale() { return K_SCALE; }
+  __device__ __forceinline__ static float v_scale() { return V_SCALE; }
+  __device__ __forceinline__ static unsigned pack(float lo, float hi) {
+    return hexel::pack_f16x2_satfinite(lo, hi);
   }
-  // Eight K elements as the eight bf16 a bf16 cache's 16-byte piece holds.
+  __device__ __forceinline__ static void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                             unsigned b1) {
+    hexel::mma_m16n8k16_f16(d, a, b0, b1);
+  }
+  // Eight K elements as the eight f16 a bf16 cache's 16-byte piece holds as bf16.
   __device__ __forceinline__ static uint4 k_operand(uint2 p) {
-    return make_uint4(operand_pair(p.x, K_SCALE), operand_pair(p.x >> 16, K_SCALE),
-                      operand_pair(p.y, K_SCALE), operand_pair(p.y >> 16, K_SCALE));
+    return make_uint4(hexel::cvt_f16x2_e4m3x2(p.x), hexel::cvt_f16x2_e4m3x2(p.x >> 16),
+                      hexel::cvt_f16x2_e4m3x2(p.y), hexel::cvt_f16x2_e4m3x2(p.y >> 16));
   }
-  // Word w of a bf16 cache's V row piece (elements 2w, 2w + 1) from the e4m3 piece's words.
-  __device__ __forceinline__ static unsigned v_operand(const unsigned* words, int w) {
-    return operand_pair(words[w / 2] >> (16 * (w % 2)), V_SCALE);
+  // Element n of two V rows' words (a, b) as one f16x2 operand word, a's in the low half: element
+  // n is byte n % 4 of word n / 4. The bytes of elements n and n ^ 1 of both rows are interleaved
+  // first (a's, b's, a's, b's), so that each 16-bit half converts to an operand word as it is: one
+  // byte permute for two elements' words.
+  __device__ __forceinline__ static unsigned v_pair(const unsigned* a, const unsigned* b, int n) {
+    const unsigned x = __byte_perm(a[n / 4], b[n / 4], n % 4 < 2 ? 0x5140u : 0x7362u);
+    return hexel::cvt_f16x2_e4m3x2(x >> (16 * (n % 2)));
   }
 };
 

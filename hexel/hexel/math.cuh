@@ -15,6 +15,15 @@ HEXEL_DEVICE uint32_t pack_bf16x2(float lo, float hi) {
   return r;
 }
 
+// Two f32 as one f16x2 word, `lo` in the low half, each rounded to nearest even and saturated: a
+// magnitude beyond 65504 (infinity included) becomes ±65504, NaN a NaN. PTX: cvt
+// (.rn.satfinite.f16x2.f32; PTX ISA 8.1).
+HEXEL_DEVICE uint32_t pack_f16x2_satfinite(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
 // Two e4m3 (OCP E4M3: bias 7, no infinities) in the low 16 bits of `pair` as one f16x2 word, the
 // low byte's value in the low half. Exact: every e4m3 value, subnormals included, is an f16.
 // PTX: cvt (.rn.f16x2.e4m3x2; sm_89 and later).

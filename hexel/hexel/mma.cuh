@@ -1,6 +1,6 @@
 // Warp-level matrix multiply-accumulate from registers (PTX ISA, "Warp Level Matrix Multiply-
 // Accumulate Instructions: mma"; the fragment layouts are that section's figures for
-// .m16n8k16 with .bf16 and .m16n8k32 with .e4m3). Executed by all 32 lanes of a warp.
+// .m16n8k16 with .bf16 / .f16 and .m16n8k32 with .e4m3). Executed by all 32 lanes of a warp.
 #pragma once
 #include "hexel/config.cuh"
 
@@ -15,6 +15,18 @@ HEXEL_DEVICE void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint3
                                     uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Warp: d += a · b as mma_m16n8k16_bf16, the operands f16 (the same fragment layout).
+// PTX: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32.
+HEXEL_DEVICE void mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                   uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])

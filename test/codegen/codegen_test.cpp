@@ -1056,22 +1056,38 @@ TEST(Codegen, AttnSplitEarlyInDecodeBucketsOnly) {
   EXPECT_TRUE(late.ends_with(", 1, false, false, 0, 2>")) << late;
 }
 
-// LOAD_AHEAD on an e4m3 cache runs three blocks an SM from kAttnSplitAheadThreeBlocksMinRows split
-// rows (its chunk in flight holds half a bf16 chunk's registers), two below them and on a bf16
-// cache (blocks 0: the kernel's default with LOAD_AHEAD).
-TEST(Codegen, AttnSplitAheadOnE4m3TakesThreeBlocksFromFourRows) {
+// On an e4m3 cache, buckets of fewer than kAttnSplitAheadThreeBlocksMinRows split rows stream
+// through the BULK ring where it fits (pages of 16, G <= 6), and from there to
+// kAttnSplitAheadMaxRows LOAD_AHEAD runs three blocks an SM (its chunk in flight holds half a bf16
+// chunk's registers); a bf16 cache, and a group the ring does not fit, load ahead at two (blocks 0:
+// the kernel's default with LOAD_AHEAD).
+TEST(Codegen, AttnSplitOnE4m3StreamsFewRowsAndLoadsAheadFromFour) {
   AttnSplitKernel k{32, 8, 128, 16, 512, 2LL * 2 * 8 * 16 * 128, 256, 32, 1};
-  EXPECT_EQ(attn_split_for_rows(k, kAttnSplitAheadThreeBlocksMinRows, true).blocks, 0);
+  for (int rows : {1, kAttnSplitAheadThreeBlocksMinRows}) {
+    const AttnSplitKernel a = attn_split_for_rows(k, rows, true);
+    EXPECT_TRUE(a.ahead && a.bulk == 0 && a.blocks == 0) << rows;
+  }
   k.kv = kv_format(true, 1.f, 1.f);
   for (int rows = 1; rows <= kAttnSplitAheadMaxRows; ++rows) {
     const AttnSplitKernel a = attn_split_for_rows(k, rows, true);
-    EXPECT_TRUE(a.ahead) << rows;
-    EXPECT_EQ(a.blocks, rows >= kAttnSplitAheadThreeBlocksMinRows ? 3 : 0) << rows;
+    const bool few = rows < kAttnSplitAheadThreeBlocksMinRows;
+    EXPECT_EQ(a.ahead, !few) << rows;
+    EXPECT_EQ(a.pages, !few) << rows;
+    EXPECT_EQ(a.bulk, few ? kAttnSplitBulk : 0) << rows;
+    EXPECT_EQ(a.blocks, few ? 0 : 3) << rows;
+    EXPECT_TRUE(a.early) << rows;
   }
+  EXPECT_EQ(attn_split_for_rows(k, 1, true).instance(),
+            "telos_kernels::attn_split<32, 8, 128, 16, 512, 65536ll, 256, 32, 0.127517432f, 1, "
+            "false, false, 0, 2, true, telos_kernels::KvE4m3<1.0f, 1.0f>>");
   EXPECT_EQ(attn_split_for_rows(k, 8, true).instance(),
             "telos_kernels::attn_split<32, 8, 128, 16, 512, 65536ll, 256, 32, 0.127517432f, 1, "
             "true, true, 3, 0, true, telos_kernels::KvE4m3<1.0f, 1.0f>>");
   EXPECT_FALSE(attn_split_for_rows(k, kAttnSplitAheadMaxRows + 1, true).ahead);
+  AttnSplitKernel g8{64, 8, 128, 16, 512, 2LL * 2 * 8 * 16 * 128, 256, 32, 1};
+  g8.kv = k.kv;
+  const AttnSplitKernel a = attn_split_for_rows(g8, 1, true);
+  EXPECT_TRUE(a.ahead && a.bulk == 0 && a.blocks == 0);
 }
 
 // Prompt and generated tokens (docs/artifact.md): in a prefill bucket the split kernels read

@@ -1437,50 +1437,75 @@ TEST(GpuKernels, E4m3KvAppendWritesTheHostsBytes) {
   EXPECT_GT(subnormal, 0u);
 }
 
-// The operands attention takes from an e4m3 cache (KvE4m3's k_operand and v_operand) are
-// bf16(float(q) · scale), the f32 product rounded once more to bf16, for every pair of bytes (the
-// subnormals and ±448 included), NaN codes giving NaN, at scale 1, at other scales of a few
-// significant bits from 2^-90 to 100, and at random ones.
-TEST(GpuKernels, E4m3KvOperandsAreTheScaledValuesOfEveryByte) {
+// The operands attention takes from an e4m3 cache (KvE4m3's k_operand and v_pair) are the f16
+// values of the bytes, exactly and whatever the scales (attention applies them outside the MMAs),
+// for every pair of bytes (the subnormals and ±448 included), NaN codes giving NaN; and KvE4m3's
+// pack rounds to f16 to nearest even, saturating at ±65504 (infinity included), NaN giving NaN.
+TEST(GpuKernels, E4m3KvOperandsAreTheF16ValuesOfEveryByte) {
   TELOS_SKIP_WITHOUT_GPU();
   const std::string kernel = R"(
 template <float K_SCALE, float V_SCALE>
-__global__ void kv_e4m3_operands(unsigned* out) {
+__global__ void kv_e4m3_operands(unsigned* out, const float* x, unsigned* packed) {
   using KV = telos_kernels::KvE4m3<K_SCALE, V_SCALE>;
   const unsigned p = blockIdx.x * blockDim.x + threadIdx.x;  // the pair's two bytes
   const unsigned words[2] = {p, p << 16};
   const uint4 k = KV::k_operand(make_uint2(words[0], words[1]));
-  out[4 * p] = k.x, out[4 * p + 1] = k.w, out[4 * p + 2] = KV::v_operand(words, 0),
-  out[4 * p + 3] = KV::v_operand(words, 3);
+  // V: two rows, the pair's first byte element n of one and its second element n of the other,
+  // at n = 0 (the first word's low byte) and n = 7 (the second word's high byte).
+  const unsigned a0[2] = {p & 0xffu, 0}, b0[2] = {p >> 8, 0};
+  const unsigned a7[2] = {0, p << 24}, b7[2] = {0, (p >> 8) << 24};
+  out[4 * p] = k.x, out[4 * p + 1] = k.w, out[4 * p + 2] = KV::v_pair(a0, b0, 0),
+  out[4 * p + 3] = KV::v_pair(a7, b7, 7);
+  packed[p] = KV::pack(x[2 * p], x[2 * p + 1]);
 }
 )";
   const std::vector<std::pair<float, float>> scales = {
-      {1.f, 1.f}, {0.5f, 1.5f}, {0.3125f, 100.f}, {0x1p-90f, 3.f}, random_kv_scales()};
+      {1.f, 1.f}, {0.3125f, 100.f}, random_kv_scales()};
   std::vector<std::string> names;
   for (const auto& [ks, vs] : scales)
     names.push_back("kv_e4m3_operands<" + float_literal(ks) + ", " + float_literal(vs) + ">");
   TestModule mod(source_with_rope() + kernel, names);
+  // pack's inputs: random magnitudes over f16's range and past it, the special values first.
+  std::vector<float> x = random_floats(2 * 65536);
+  std::mt19937 gen(rng()());
+  std::uniform_real_distribution<float> exponent(-30.f, 20.f);
+  for (float& v : x) v = std::ldexp(v, static_cast<int>(exponent(gen)));
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {0.f,   -0.f, 65504.f, -65504.f,      65519.f,  65520.f,
+                            1e30f, inf,  -inf,    std::nanf(""), 0x1p-24f, 0x1p-26f};
+  std::copy(std::begin(specials), std::end(specials), x.begin());
+  const DeviceBuffer<float> dx(x);
   for (std::size_t c = 0; c < scales.size(); ++c) {
-    DeviceBuffer<unsigned> out(4 * 65536);  // poisoned: 0xffff halves, NaN
-    CUDA_OK(mod.launch(names[c], dim3(256), dim3(256), {out.get()}));
-    const std::vector<unsigned> got = out.download();
+    DeviceBuffer<unsigned> out(4 * 65536), packed(65536);  // poisoned: 0xffff halves, NaN
+    CUDA_OK(mod.launch(names[c], dim3(256), dim3(256), {out.get(), dx.get(), packed.get()}));
+    const std::vector<unsigned> got = out.download(), got_packed = packed.download();
     std::size_t bad = 0, nans = 0;
     for (unsigned p = 0; p < 65536; ++p)
       for (int i = 0; i < 8; ++i) {  // K then V, each two words of two halves
-        const float s = i < 4 ? scales[c].first : scales[c].second;
         const std::uint8_t q = static_cast<std::uint8_t>(p >> (8 * (i % 2)));
-        const std::uint16_t want = to_bf16(e4m3_to_f32(q) * s);
-        const std::uint16_t b = static_cast<std::uint16_t>(got[4 * p + i / 2] >> (16 * (i % 2)));
-        const bool want_nan = (q & 0x7f) == 0x7f, got_nan = (b & 0x7f80) == 0x7f80 && (b & 0x7f);
+        const std::uint16_t want = telos::f32_to_f16(e4m3_to_f32(q));
+        const std::uint16_t h = static_cast<std::uint16_t>(got[4 * p + i / 2] >> (16 * (i % 2)));
+        const bool want_nan = (q & 0x7f) == 0x7f, got_nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
         nans += got_nan;
-        if (want_nan ? !got_nan : b != want) {
+        if (want_nan ? !got_nan : h != want) {
           if (bad++ == 0)
-            ADD_FAILURE() << names[c] << ": byte 0x" << std::hex << int(q) << " gives 0x" << b
-                          << ", bf16(float(q) · scale) is 0x" << want << std::dec;
+            ADD_FAILURE() << names[c] << ": byte 0x" << std::hex << int(q) << " gives 0x" << h
+                          << ", f16(float(q)) is 0x" << want << std::dec;
         }
       }
     EXPECT_EQ(bad, 0u) << names[c];
     EXPECT_EQ(nans, 8u * 2 * 256) << names[c];  // a NaN code in one byte of each pair's two
+    std::size_t bad_pack = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float v = std::isnan(x[i]) ? x[i] : std::clamp(x[i], -65504.f, 65504.f);
+      const std::uint16_t want = telos::f32_to_f16(v);
+      const std::uint16_t h = static_cast<std::uint16_t>(got_packed[i / 2] >> (16 * (i % 2)));
+      const bool ok = std::isnan(v) ? (h & 0x7c00) == 0x7c00 && (h & 0x3ff) : h == want;
+      if (!ok && bad_pack++ == 0)
+        ADD_FAILURE() << names[c] << ": pack(" << x[i] << ") gives 0x" << std::hex << h
+                      << ", f16 saturated is 0x" << want << std::dec;
+    }
+    EXPECT_EQ(bad_pack, 0u) << names[c];
   }
 }
 

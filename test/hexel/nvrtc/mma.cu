@@ -1,4 +1,4 @@
-// The warp-level bf16 (m16n8k16) and e4m3 (m16n8k32) mma, f32 accumulators, for Hopper and
+// The warp-level bf16 and f16 (m16n8k16) and e4m3 (m16n8k32) mma, f32 accumulators, for Hopper and
 // Blackwell.
 // RUN: %hexel-nvrtc --arch=compute_90a %s -o %t.90.ptx
 // RUN: %ptxas -arch=sm_90a %t.90.ptx -o %t.90.cubin
@@ -16,8 +16,10 @@ extern "C" __global__ void mma_kernel(const unsigned* a, const unsigned* b, floa
   mma_m16n8k16_bf16(acc, frag, b[2 * threadIdx.x], b[2 * threadIdx.x + 1]);
   mma_m16n8k16_bf16(acc, frag, b[2 * threadIdx.x + 1], b[2 * threadIdx.x]);
   mma_m16n8k32_e4m3(acc, frag, b[2 * threadIdx.x], b[2 * threadIdx.x + 1]);
+  mma_m16n8k16_f16(acc, frag, b[2 * threadIdx.x], b[2 * threadIdx.x + 1]);
   for (int i = 0; i < 4; ++i) d[4 * threadIdx.x + i] = acc[i];
 }
 // CHECK-LABEL: .entry mma_kernel
 // CHECK-COUNT-2: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
 // CHECK: mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32
+// CHECK: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
