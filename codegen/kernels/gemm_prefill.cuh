@@ -180,39 +180,19 @@ struct EpilogueResidualOf : Shape {};
 using EpilogueSwiGlu = EpilogueSwiGluOf<SwiGluShape>;
 using EpilogueResidual = EpilogueResidualOf<ResidualShape>;
 
-// The residual epilogue's boxes of tile (tm, tn) (prefill_gemm_epilogue's: 64 rows a consumer,
-// kChunkCols f32 columns a box) into L2 (cp.async.bulk.prefetch.tensor), so that its reductions
-// add into lines already there instead of each waiting on DRAM for x while the consumers hold
-// their chunk buffers. The producer issues them half-way through the tile's K blocks: the burst of
-// every CTA's boxes lands long before the epilogue, and L2 holds one tile's x a CTA. Loads only:
-// the same bits.
-template <class Epi>
-__device__ __forceinline__ void prefill_prefetch_x(const TensorMap* x_map, unsigned tm,
-                                                   unsigned tn) {
-#pragma unroll
-  for (unsigned cw = 0; cw < PrefillGemm::kConsumers; ++cw)
-#pragma unroll
-    for (unsigned ch = 0; ch < Epi::kOutCols / Epi::kChunkCols; ++ch)
-      hexel::tma::prefetch_tile(x_map, tn * Epi::kOutCols + ch * Epi::kChunkCols,
-                                tm * PrefillGemm::kBlockM + cw * 64);
-}
-
 // The producer (one thread): for each of the CTA's tiles, every K block's A and W rows into the
 // ring of stages (a_stage, w_stage: their shared addresses) behind the full / empty barriers
 // (kCover: one box of whole slot-image tiles covering the tile's rows; SwiGLU: the gate and the up
 // rows). T: the instance's tiling (PrefillTiling, or PrefillW8a8Tiling, whose e4m3 rows land in
 // the stage as the MMA reads them, as a bf16 weight's do). An e4m3 weight of the weight-only GEMM
 // (WF, gemm_e4m3.cuh): w_stage gives the stage's raw block, its rows of 64 bytes complete on the
-// raw barriers at `raw`. x_map (the residual epilogue's; null elsewhere): each tile's x boxes are
-// prefetched into L2 half-way through its K blocks (prefill_prefetch_x).
+// raw barriers at `raw`.
 template <class T, int N, class Epi, unsigned W_BH, unsigned W_BOX, class WF = Bf16Weight,
           class AStage, class WStage>
 __device__ __forceinline__ void prefill_gemm_produce(const TensorMap* a_map, const TensorMap* w_map,
                                                      unsigned full, unsigned empty, AStage& a_stage,
-                                                     WStage& w_stage, unsigned raw = 0,
-                                                     const TensorMap* x_map = nullptr) {
+                                                     WStage& w_stage, unsigned raw = 0) {
   using namespace hexel;
-  if (x_map) tma::acquire_map(x_map);
   constexpr unsigned kWRowBytes = WF::kE4m3 ? WF::kRawRowBytes : 128;
   // The weight map's columns a K block: a raw row's 64 e4m3, else the A map's K block.
   constexpr unsigned kKbCols = WF::kE4m3 ? WF::kRawRowBytes : T::kBlockK;
@@ -244,8 +224,6 @@ __device__ __forceinline__ void prefill_gemm_produce(const TensorMap* a_map, con
                                                                   kb, tn * T::kBlockN, 0, N);
       }
       ring.advance();
-      if constexpr (Epi::kResidual)
-        if (x_map && kb == T::kKBlocks / 2) prefill_prefetch_x<Epi>(x_map, tm, tn);
     }
   }
 }
@@ -442,13 +420,12 @@ __device__ __forceinline__ void prefill_gemm_body(const TensorMap* a_map, const 
     if constexpr (WF::kE4m3) {
       auto w_raw = [&](unsigned s) { return sm.w_raw(s); };
       if (threadIdx.x == 0)
-        prefill_gemm_produce<T, N, Epi, W_BH, W_BOX, WF>(
-            a_map, w_map, full, empty, a_stage, w_raw, sm.raw, Epi::kResidual ? out_map : nullptr);
+        prefill_gemm_produce<T, N, Epi, W_BH, W_BOX, WF>(a_map, w_map, full, empty, a_stage, w_raw,
+                                                         sm.raw);
       else if (threadIdx.x >= 32)
         prefill_convert<M, N, K, Epi, WF>(sm, w_scale);
     } else if (threadIdx.x == 0) {
-      prefill_gemm_produce<T, N, Epi, W_BH, W_BOX>(a_map, w_map, full, empty, a_stage, w_stage, 0,
-                                                   Epi::kResidual ? out_map : nullptr);
+      prefill_gemm_produce<T, N, Epi, W_BH, W_BOX>(a_map, w_map, full, empty, a_stage, w_stage);
     }
   } else {
     setmaxnreg_inc<232>();

@@ -298,8 +298,7 @@ __device__ __forceinline__ void prefill_w8a8_body(const TensorMap* a_map, const 
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (threadIdx.x == 0)
-      prefill_gemm_produce<T, N, Epi, 0, 0>(a_map, w_map, sm.full, sm.empty, a_stage, w_stage, 0,
-                                            Epi::kResidual ? out_map : nullptr);
+      prefill_gemm_produce<T, N, Epi, 0, 0>(a_map, w_map, sm.full, sm.empty, a_stage, w_stage);
   } else {
     setmaxnreg_inc<232>();
     const unsigned cw = wg - 1;  // consumer index: rows 64 cw .. 64 cw + 63 of the tile
