@@ -91,7 +91,7 @@ struct KvE4m3 {
                                              unsigned b1) {
     hexel::mma_m16n8k16_f16(d, a, b0, b1);
   }
-  // Eight K elements as the eight f16 a bf16 cache's 16-byte piece holds as bf16.
+  // Eight K elements as eight f16 operands, in the order a bf16 cache's 16-byte piece holds them.
   __device__ __forceinline__ static uint4 k_operand(uint2 p) {
     return make_uint4(hexel::cvt_f16x2_e4m3x2(p.x), hexel::cvt_f16x2_e4m3x2(p.x >> 16),
                       hexel::cvt_f16x2_e4m3x2(p.y), hexel::cvt_f16x2_e4m3x2(p.y >> 16));
