@@ -81,6 +81,7 @@ struct BucketProgram {
   int size = 0;         // the bucket: sequences (decode) or tokens (prefill)
   int tokens = 0;       // rows of the step
   int sample_rows = 0;  // rows the LM head and the sampler see
+  int split_rows = 0;   // rows the attention split kernels write partials for (part_o, part_ml)
   ShapeClass shape = ShapeClass::small_m;
   std::vector<Launch> launches;
   std::vector<LoweredOps> lowered;  // in the IR's order

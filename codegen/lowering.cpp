@@ -377,6 +377,9 @@ class BucketLowering {
     program_.lowered.back().declared.push_back(use(role, std::move(kernel)));
   }
   void note(std::string text) { program_.lowered.back().note = std::move(text); }
+  // Rows whose attention partials a launch writes: the arena's part_o and part_ml hold the most
+  // of any bucket.
+  void partial_rows(int rows) { program_.split_rows = std::max(program_.split_rows, rows); }
 
   void lower(const LoweringRule& rule, const std::vector<const ir::Op*>& ops) {
     LoweredOps& t = program_.lowered.emplace_back();
@@ -921,6 +924,7 @@ void lower_attention(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   const int split = b.use(TableRole::attn_split, a.split);
   if (mp.e4m3_kv && b.bucket.prefill())
     b.note("an e4m3 KV cache: the prompt rows on attn_split too (attn_prefill reads bf16 pages)");
+  b.partial_rows(a.split_tiles * a.tpt);
   b.launch(split, {a.split_tiles, HKV, attn_grid_slots(a.split_tiles, HKV, mp.nsplits)},
            {"buf:q", a.split_positions, "desc:token_seq", "desc:page_tables", kv, "buf:part_o",
             "buf:part_ml"});
@@ -1234,6 +1238,7 @@ void lower_layer(BucketLowering& b, const std::vector<const ir::Op*>& ops) {
   args.insert(args.end(), epi.args.begin(), epi.args.begin() + 7);
   args.insert(args.end(), {"buf:x", "buf:qkv", "buf:q", "buf:part_o", "buf:part_ml", "buf:attn",
                            "buf:act", "buf:layer_sync"});
+  b.partial_rows(1);
   b.launch(b.use(TableRole::decode_layer, decode_layer_kernel(b.model, qkv, H, I, epi, scales)),
            {kSms, 1, 1}, args);
   b.model.uses_layer_sync = true;
@@ -1277,12 +1282,15 @@ BucketProgram lower_bucket(const ir::Graph& graph, ModelPlan& mp, const Bucket& 
 std::vector<ArenaBuffer> arena(const ModelPlan& mp, const KernelPlan& plan) {
   const long long T = plan.max_tokens, S = plan.max_sample_rows;
   const ModelShape& m = mp.m;
+  // The partials' rows: a prefill bucket's prompt rows on attn_prefill write none.
+  long long P = 0;
+  for (const BucketProgram& b : plan.buckets) P = std::max<long long>(P, b.split_rows);
   std::vector<ArenaBuffer> a = {
       {"x", T * m.H * 4},
       {"h", T * m.H * 2},
       {"q", T * m.HQ * m.D * 4},
-      {"part_o", T * m.HQ * plan.attn_num_splits * m.D * 4},
-      {"part_ml", T * m.HQ * plan.attn_num_splits * 2 * 4},
+      {"part_o", P * m.HQ * plan.attn_num_splits * m.D * 4},
+      {"part_ml", P * m.HQ * plan.attn_num_splits * 2 * 4},
       {"attn", T * m.HQ * m.D * 2},
       // The W8A8 layer's act also holds its e4m3 form (one token).
       {"act", std::max(T * m.I * 2, m.layers_w8a8 ? persistent_w8a8_act_bytes(m.I) : 0LL)},

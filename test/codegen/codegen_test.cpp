@@ -879,6 +879,27 @@ TEST(Codegen, AttentionSplitIsAPerModelConstant) {
       }
 }
 
+// The attention partials (part_o, part_ml) hold the rows the split kernels write: a prefill
+// bucket's generated rows (at most max_batch) where its prompt rows run attn_prefill, every row
+// with an e4m3 cache (attn_prefill reads bf16 pages), one in the one-token layer.
+TEST(Codegen, AttentionPartialsHoldTheSplitRowsOnly) {
+  auto partial_bytes = [](const KernelPlan& plan) {
+    for (const ArenaBuffer& b : plan.arena)
+      if (b.name == "part_o") return b.bytes;
+    return std::int64_t{-1};
+  };
+  TestModel in = llama_1b();  // max_batch 64, a 512-token prefill bucket
+  const std::int64_t row = 32LL * 32 * 64 * 4;  // heads x slots x head_dim f32
+  const KernelPlan bf16 = plan_kernels(in);
+  EXPECT_EQ(bf16.max_tokens, 512);
+  EXPECT_EQ(partial_bytes(bf16), 64 * row);
+  for (const BucketProgram& b : bf16.buckets)
+    EXPECT_EQ(b.split_rows, b.kind == "prefill" ? 64 : b.tokens) << b.kind << ":" << b.size;
+  in.serving.kv_dtype = DType::E4M3;
+  in.serving.kv_k_scales = in.serving.kv_v_scales = std::vector<float>(16, 1.f);
+  EXPECT_EQ(partial_bytes(plan_kernels(in)), 512 * row);
+}
+
 // The serving config's attention_split 512: half the partial slots (16 at max_seq_len 8192), the
 // split and its slots in every attention instance (attn_split, attn_combine, the one-token
 // layer's), nothing else of the plan changed; any other value is refused by name.
