@@ -903,7 +903,9 @@ void bench_decode_layer(const cudaDeviceProp& prop, double copy_gbs) {
       std::printf("  %s %s: %d B of dynamic shared memory, %d registers, %d CTA(s) an SM\n",
                   sh.name, variants[vi].label.c_str(), smem, regs, blocks);
     }
-    for (int C : {33, 96, 160, 288, 4096}) {
+    // Contexts: bench_suite's decode (33-288), then long ones, where the items (four warps an SM)
+    // carry more of the layer (docs/performance.md, "Open questions").
+    for (int C : {33, 96, 160, 288, 4096, 8192}) {
       const int position = C - 1;
       cudaMemcpy(pos, &position, 4, cudaMemcpyHostToDevice);
       const double kv_read = static_cast<double>(C) * sh.HKV * sh.D * 2 * 2;
